@@ -1,0 +1,42 @@
+# Seedance: the two commands a newcomer needs are `make demo` and `make test`.
+# Everything is installed into the project (.tools for uv, .venv for the workspace); nothing
+# global is touched. Python 3.11+ must be on PATH; uv never downloads an interpreter.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+UV_VERSION := 0.13.8
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+PY := .venv/bin/python
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
+# Where the public traces live (see data/README in ../shared/data or `make data`).
+export SEEDANCE_DATA_DIR ?= $(abspath ../shared/data)
+NATS_SERVER := .venv/bin/nats-server
+
+.PHONY: help
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
+
+$(UV):
+	python3 -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+.venv/.synced: $(UV) uv.lock pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+	$(UV) sync --all-packages --locked
+	@sha256sum --check --status <(awk '{print $$1"  $(NATS_SERVER)"}' tools/nats-server.sha256) \
+	  || { echo "nats-server binary does not match tools/nats-server.sha256: refusing to use it" >&2; exit 1; }
+	@touch $@
+
+.PHONY: install
+install: .venv/.synced  ## install the workspace (uv, Python packages, pinned nats-server)
+
+.PHONY: lint
+lint: install  ## ruff, import contracts
+	.venv/bin/ruff check .
+	.venv/bin/lint-imports
+
+.PHONY: test
+test: install  ## lint, then unit and integration tests (starts its own nats-server)
+	$(MAKE) --no-print-directory lint
+	.venv/bin/pytest $(PYTEST_ARGS)
