@@ -40,3 +40,6 @@ lint: install  ## ruff, import contracts
 test: install  ## lint, then unit and integration tests (starts its own nats-server)
 	$(MAKE) --no-print-directory lint
 	.venv/bin/pytest $(PYTEST_ARGS)
+
+# Each service's benchmarks and extra targets live in mk/<area>.mk.
+-include mk/*.mk
