@@ -1,1 +1,32 @@
-"""Seedance."""
+"""Seedance's service runtime: bus, consumers, lifecycle, settings, clock, logs, metrics, traces.
+
+Shared by every service and the SDK. Must not import any service.
+"""
+
+from seedance.core.bus import MIN_SERVER_VERSION, Bus, BusSettings, check_server_version
+from seedance.core.clock import Clock, VirtualClock, WallClock
+from seedance.core.consumer import Delivery, PullConsumer
+from seedance.core.errors import InvalidMessage, RetryableError, SeedanceError, ServerTooOld
+from seedance.core.retry import RetryPolicy
+from seedance.core.service import Lifecycle, Service, ServiceRuntime, serve
+
+__all__ = [
+    "MIN_SERVER_VERSION",
+    "Bus",
+    "BusSettings",
+    "Clock",
+    "Delivery",
+    "InvalidMessage",
+    "Lifecycle",
+    "PullConsumer",
+    "RetryPolicy",
+    "RetryableError",
+    "SeedanceError",
+    "ServerTooOld",
+    "Service",
+    "ServiceRuntime",
+    "VirtualClock",
+    "WallClock",
+    "check_server_version",
+    "serve",
+]

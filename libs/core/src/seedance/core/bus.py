@@ -1,0 +1,182 @@
+"""The bus: connect to NATS (refusing servers that are too old), provision the catalogue, publish.
+
+Owns the NATS connection and JetStream context, the server-version guard, idempotent creation of
+the catalogue's streams and consumers, and publishing events with their id as ``Nats-Msg-Id`` and
+the current trace context in the headers. Consuming lives in ``seedance.core.consumer``. It must
+not know any service's events beyond the ``Event`` base.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import nats
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.errors import BadRequestError, NotFoundError
+
+from seedance.core.errors import ServerTooOld
+from seedance.core.logs import get_logger
+from seedance.core.tracing import inject_headers, tracer
+from seedance.events import Event, encode
+from seedance.events.subjects import CONSUMERS, STREAMS, ConsumerSpec, Header, StreamSpec
+
+__all__ = ["MIN_SERVER_VERSION", "Bus", "BusSettings", "check_server_version"]
+
+log = get_logger(__name__)
+
+#: 2.10 is the first server that honours plural consumer filters and lets a permission restrict
+#: a consumer's filter subject (tenant isolation); 2.9 silently ignores both.
+MIN_SERVER_VERSION = (2, 10, 0)
+
+
+@dataclass(frozen=True)
+class BusSettings:
+    url: str = "nats://127.0.0.1:4222"
+    creds: str | None = None
+    user: str | None = None
+    password: str | None = None
+    name: str = "seedance"
+    min_server_version: tuple[int, int, int] = MIN_SERVER_VERSION
+    connect_timeout_s: float = 5.0
+
+
+def check_server_version(version: tuple[int, int, int], minimum: tuple[int, int, int]) -> None:
+    if version < minimum:
+        have = ".".join(map(str, version))
+        need = ".".join(map(str, minimum))
+        raise ServerTooOld(
+            f"nats-server {have} is too old: Seedance needs {need} or newer (older servers "
+            "silently ignore consumer filter lists and cannot restrict a consumer's filter by "
+            "permission, which tenant isolation needs). Run `make nats-server` for the pinned "
+            "server, or point NATS_URL at a newer one."
+        )
+
+
+class Bus:
+    """One NATS connection and its JetStream context, shared by a process's components."""
+
+    def __init__(self, nc: NATS, settings: BusSettings) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: BusSettings) -> Bus:
+        """Connect and check the server version; raise ``ServerTooOld`` (and close) if too old."""
+        kwargs: dict[str, object] = {
+            "servers": [u.strip() for u in settings.url.split(",")],
+            "name": settings.name,
+            "connect_timeout": settings.connect_timeout_s,
+            "max_reconnect_attempts": -1,
+            "allow_reconnect": True,
+            # Draining waits for in-flight messages of every subscription; bound it so that a
+            # SIGTERM'd service exits well inside Kubernetes' 30 s grace period.
+            "drain_timeout": 5,
+        }
+        if settings.creds:
+            kwargs["user_credentials"] = settings.creds
+        if settings.user:
+            kwargs["user"] = settings.user
+            kwargs["password"] = settings.password or ""
+        nc = await nats.connect(**kwargs)  # type: ignore[arg-type]
+        v = nc.connected_server_version
+        try:
+            check_server_version((v.major, v.minor, v.patch), settings.min_server_version)
+            try:
+                await nc.jetstream().account_info()
+            except nats.js.errors.ServiceUnavailableError as exc:
+                raise ServerTooOld("nats-server has JetStream disabled: start it with -js") from exc
+        except ServerTooOld:
+            await nc.close()
+            raise
+        return cls(nc, settings)
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    # --- provisioning -----------------------------------------------------------------------
+
+    async def ensure_streams(self, streams: Iterable[StreamSpec] = STREAMS) -> None:
+        """Create or update each stream; safe to run from every replica at every start."""
+        for spec in streams:
+            config = js_api.StreamConfig(
+                name=spec.name,
+                subjects=list(spec.subjects),
+                description=spec.description or None,
+                retention=js_api.RetentionPolicy.LIMITS,
+                storage=js_api.StorageType.FILE,
+                max_age=spec.max_age_s,
+                max_bytes=spec.max_bytes,
+                duplicate_window=spec.duplicate_window_s,
+                num_replicas=self._replicas(),
+            )
+            try:
+                await self.js.add_stream(config)
+            except BadRequestError as exc:
+                if exc.err_code != 10058:  # "stream name already in use with a different config"
+                    raise
+                await self.js.update_stream(config)
+
+    async def ensure_consumer(self, spec: ConsumerSpec) -> None:
+        config = js_api.ConsumerConfig(
+            durable_name=spec.durable,
+            name=spec.durable,
+            ack_policy=js_api.AckPolicy.EXPLICIT,
+            deliver_policy=js_api.DeliverPolicy.ALL,
+            ack_wait=spec.ack_wait_s,
+            max_deliver=spec.max_deliver,
+            max_ack_pending=spec.max_ack_pending,
+            backoff=list(spec.backoff_s) or None,
+        )
+        if len(spec.filter_subjects) == 1:
+            config.filter_subject = spec.filter_subjects[0]
+        else:
+            config.filter_subjects = list(spec.filter_subjects)
+        # Since 2.10 a create on an existing durable with a changed config is an update.
+        await self.js.add_consumer(spec.stream, config)
+
+    async def ensure_consumers(self, durables: Iterable[str]) -> None:
+        for durable in durables:
+            await self.ensure_consumer(CONSUMERS[durable])
+
+    def _replicas(self) -> int:
+        # A clustered server advertises its peers' client URLs; R3 where there are three or more.
+        return 3 if len(self.nc.discovered_servers) >= 2 else 1
+
+    # --- publishing -------------------------------------------------------------------------
+
+    async def publish(self, subject: str, event: Event, *, timeout_s: float = 5.0) -> js_api.PubAck:
+        """Publish one event and wait for the stream's ack (duplicates ack as duplicates)."""
+        with tracer().start_as_current_span(f"publish {subject}"):
+            headers = inject_headers({Header.MSG_ID.value: event.id})
+            return await self.js.publish(subject, encode(event), headers=headers, timeout=timeout_s)
+
+    async def publish_many(
+        self, items: Sequence[tuple[str, Event]], *, window: int = 256, timeout_s: float = 10.0
+    ) -> list[js_api.PubAck]:
+        """Publish many events with up to ``window`` acks outstanding.
+
+        Awaiting each PubAck in turn costs a round trip per message (2-3k msg/s in nats-py);
+        pipelining them keeps the ordering of the subject and every event still gets its ack.
+        """
+        acks: list[js_api.PubAck] = []
+        for start in range(0, len(items), window):
+            chunk = items[start : start + window]
+            acks.extend(
+                await asyncio.gather(
+                    *(self.publish(subject, ev, timeout_s=timeout_s) for subject, ev in chunk)
+                )
+            )
+        return acks
+
+    async def stream_info(self, stream: str) -> js_api.StreamInfo | None:
+        try:
+            return await self.js.stream_info(stream)
+        except NotFoundError:
+            return None

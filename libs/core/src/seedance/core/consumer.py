@@ -1,0 +1,232 @@
+"""Batched pull consumption with one mapping from a handler's outcome to the message's fate.
+
+The handler gets decoded events; what it raises decides the ack:
+
+* returns normally: ``ack`` (after the effect is durable: the handler returns only then);
+* ``RetryableError``: ``nak`` with the retry policy's delay;
+* ``InvalidMessage`` or a payload that does not decode: ``term`` and a ``DeadLetter`` on
+  ``seedance.dlq.<service>`` with the reason and the original payload;
+* anything else (a bug): nak with backoff until ``max_deliver``, then dead-lettered as well.
+
+So a poison message never blocks the stream and is never silently dropped. Must not contain any
+service's business logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import nats.errors
+from nats.aio.msg import Msg
+from opentelemetry import trace
+from structlog.contextvars import bound_contextvars
+
+from seedance.core.bus import Bus
+from seedance.core.errors import InvalidMessage, RetryableError
+from seedance.core.logs import get_logger
+from seedance.core.metrics import BusMetrics
+from seedance.core.retry import RetryPolicy
+from seedance.core.tracing import extract_context, tracer
+from seedance.events import DecodeError, Event, decode, new_event_id
+from seedance.events.dlq import DeadLetter
+from seedance.events.subjects import ConsumerSpec, dlq
+
+__all__ = ["Delivery", "PullConsumer"]
+
+log = get_logger(__name__)
+
+E = TypeVar("E", bound=Event)
+
+
+@dataclass(frozen=True)
+class Delivery(Generic[E]):
+    """A decoded event with where it came from."""
+
+    event: E
+    subject: str
+    stream_seq: int
+    num_delivered: int
+
+
+BatchHandler = Callable[[Sequence[Delivery[Any]]], Awaitable[Sequence[BaseException | None]]]
+
+
+class PullConsumer:
+    """Fetches batches from one durable and dispatches them to a handler.
+
+    Give either ``handler`` (one event at a time) or ``batch_handler`` (a whole batch at once,
+    returning one outcome per delivery: ``None`` for success or the exception for that event);
+    a batch handler lets a sink make one durable write for many events.
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        spec: ConsumerSpec,
+        *,
+        service: str,
+        types: Any,
+        handler: Callable[[Delivery[Any]], Awaitable[None]] | None = None,
+        batch_handler: BatchHandler | None = None,
+        metrics: BusMetrics | None = None,
+        batch: int = 100,
+        fetch_timeout_s: float = 1.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if (handler is None) == (batch_handler is None):
+            raise ValueError("give exactly one of handler or batch_handler")
+        self._bus = bus
+        self.spec = spec
+        self._service = service
+        self._types = types
+        self._handler = handler
+        self._batch_handler = batch_handler
+        self._metrics = metrics
+        self._batch = batch
+        self._fetch_timeout_s = fetch_timeout_s
+        self._retry = retry or RetryPolicy()
+        self._stopping = asyncio.Event()
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        await self._bus.ensure_consumer(self.spec)
+        self._sub = await self._bus.js.pull_subscribe_bind(
+            durable=self.spec.durable, stream=self.spec.stream
+        )
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the batch in hand is settled."""
+        self._stopping.set()
+
+    async def close(self) -> None:
+        """Stop and release the subscription (messages not acked are redelivered elsewhere)."""
+        self.stop()
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
+    async def run(self) -> None:
+        if self._sub is None:
+            await self.start()
+        while not self._stopping.is_set():
+            try:
+                msgs = await self._sub.fetch(self._batch, timeout=self._fetch_timeout_s)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue  # nothing to do; fetch raises either kind (a nats-py quirk)
+            except nats.errors.ConnectionClosedError:
+                return
+            await self.process(msgs)
+
+    async def process(self, msgs: Sequence[Msg]) -> None:
+        """Decode, handle and settle one fetched batch."""
+        started = time.perf_counter()
+        deliveries: list[Delivery[Any]] = []
+        for msg in msgs:
+            md = msg.metadata
+            try:
+                event = decode(msg.data, self._types)
+            except DecodeError as exc:
+                await self._dead_letter(msg, "decode_error", str(exc))
+                continue
+            deliveries.append(Delivery(event, msg.subject, md.sequence.stream, md.num_delivered))
+        if not deliveries:
+            return
+        by_seq = {m.metadata.sequence.stream: m for m in msgs}
+        if self._batch_handler is not None:
+            try:
+                outcomes = list(await self._batch_handler(deliveries))
+            except Exception as exc:
+                outcomes = [exc] * len(deliveries)
+        else:
+            outcomes = [await self._handle_one(d, by_seq[d.stream_seq]) for d in deliveries]
+        for d, outcome in zip(deliveries, outcomes, strict=True):
+            await self._settle(by_seq[d.stream_seq], d, outcome)
+        if self._metrics:
+            self._metrics.batch_seconds.labels(self.spec.durable).observe(
+                time.perf_counter() - started
+            )
+
+    async def _handle_one(self, d: Delivery[Any], msg: Msg) -> BaseException | None:
+        assert self._handler is not None
+        ctx = extract_context(msg.headers)
+        span_name = f"handle {self.spec.durable}"
+        with (
+            tracer().start_as_current_span(span_name, context=ctx, kind=trace.SpanKind.CONSUMER),
+            bound_contextvars(subject=d.subject, stream_seq=d.stream_seq, event_id=d.event.id),
+        ):
+            try:
+                await self._handler(d)
+            except Exception as exc:
+                return exc
+        return None
+
+    async def _settle(self, msg: Msg, d: Delivery[Any], outcome: BaseException | None) -> None:
+        durable = self.spec.durable
+        if outcome is None:
+            await msg.ack()
+            self._count(durable, "ack")
+        elif isinstance(outcome, InvalidMessage):
+            await self._dead_letter(msg, outcome.kind, str(outcome))
+        elif isinstance(outcome, RetryableError):
+            delay = outcome.delay_s or self._retry.delay_s(d.num_delivered)
+            await msg.nak(delay=delay)
+            self._count(durable, "nak")
+            log.info(
+                "message_retry_scheduled",
+                reason=str(outcome),
+                delay_s=round(delay, 3),
+                subject=d.subject,
+                stream_seq=d.stream_seq,
+            )
+        elif d.num_delivered >= self.spec.max_deliver:
+            await self._dead_letter(msg, "gave_up", f"{type(outcome).__name__}: {outcome}")
+        else:
+            await msg.nak(delay=self._retry.delay_s(d.num_delivered))
+            self._count(durable, "nak")
+            log.error(
+                "message_handler_failed",
+                error=repr(outcome),
+                subject=d.subject,
+                stream_seq=d.stream_seq,
+                num_delivered=d.num_delivered,
+            )
+
+    async def _dead_letter(self, msg: Msg, kind: str, reason: str) -> None:
+        md = msg.metadata
+        letter = DeadLetter(
+            id=new_event_id(),
+            at=_utcnow_from_metadata(md),
+            service=self._service,
+            subject=msg.subject,
+            stream_seq=md.sequence.stream,
+            num_delivered=md.num_delivered,
+            error_kind=kind,
+            reason=reason,
+            payload=msg.data,
+            headers=dict(msg.headers or {}),
+        )
+        # The dead letter is made durable before the original is terminated, so that a crash in
+        # between redelivers the original rather than losing it.
+        await self._bus.publish(dlq.subject(self._service), letter)
+        await msg.term()
+        self._count(self.spec.durable, "dead_letter")
+        log.warning(
+            "message_dead_lettered",
+            kind=kind,
+            reason=reason,
+            subject=msg.subject,
+            stream_seq=md.sequence.stream,
+        )
+
+    def _count(self, durable: str, outcome: str) -> None:
+        if self._metrics:
+            self._metrics.messages_total.labels(durable, outcome).inc()
+
+
+def _utcnow_from_metadata(md: Any) -> Any:
+    """A dead letter is stamped with the original's stream time: no wall clock needed."""
+    return md.timestamp

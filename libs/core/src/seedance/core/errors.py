@@ -1,0 +1,39 @@
+"""The two kinds of failure a message handler can have, decided once.
+
+* ``InvalidMessage`` (never retryable): the message will never be handled (it does not decode,
+  it fails validation, it names an unknown tenant). It is terminated and dead-lettered with the
+  reason.
+* ``RetryableError``: the effect could not be made durable now (a dependency is down, an event
+  it needs has not arrived yet). It is nak'ed with a backoff delay.
+
+Any other exception is a bug; it is treated as retryable until the consumer's ``max_deliver`` is
+reached, and then dead-lettered, so that a bug never loses a message and never blocks a stream.
+"""
+
+from __future__ import annotations
+
+__all__ = ["InvalidMessage", "RetryableError", "SeedanceError", "ServerTooOld"]
+
+
+class SeedanceError(Exception):
+    """Root of Seedance's own errors."""
+
+
+class InvalidMessage(SeedanceError):
+    """A message that will never be handled. ``kind`` is a short, closed-set label."""
+
+    def __init__(self, reason: str, *, kind: str = "invalid") -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+class RetryableError(SeedanceError):
+    """Try again later; ``delay_s`` overrides the retry policy's delay when given."""
+
+    def __init__(self, reason: str, *, delay_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.delay_s = delay_s
+
+
+class ServerTooOld(SeedanceError):
+    """The nats-server is older than Seedance supports."""

@@ -1,0 +1,178 @@
+"""The service runtime: lifecycle, consumers and loops, health, and signal-driven drain.
+
+Every Seedance service is a class with ``async start()``, ``async run()`` and an idempotent
+``async stop()``, usable with ``async with``. ``ServiceRuntime`` is the part they all share: the
+bus connection, the metrics registry and health endpoint, and a task group running the service's
+consumers and periodic loops. ``serve()`` is what a ``main()`` calls: it wires SIGTERM/SIGINT to a
+clean drain (consumers settle the batch in hand, then the connection drains).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from prometheus_client import CollectorRegistry
+
+from seedance.core.bus import Bus, BusSettings
+from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
+from seedance.core.http import HealthServer
+from seedance.core.logs import get_logger
+from seedance.core.metrics import BusMetrics
+from seedance.events.subjects import CONSUMERS
+
+__all__ = ["Lifecycle", "Service", "ServiceRuntime", "serve"]
+
+log = get_logger(__name__)
+
+
+class Service(Protocol):
+    async def start(self) -> None: ...
+    async def run(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+class Lifecycle:
+    """``async with`` support for any class with start/stop."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+class ServiceRuntime(Lifecycle):
+    def __init__(
+        self,
+        name: str,
+        bus_settings: BusSettings,
+        *,
+        registry: CollectorRegistry | None = None,
+        http_host: str = "0.0.0.0",
+        http_port: int | None = None,
+    ) -> None:
+        self.name = name
+        self.registry = registry or CollectorRegistry()
+        self.bus_metrics = BusMetrics(self.registry, name)
+        self._bus_settings = bus_settings
+        self._bus: Bus | None = None
+        self._http = (
+            HealthServer(self.registry, self.ready, http_host, http_port)
+            if http_port is not None
+            else None
+        )
+        self._consumers: list[PullConsumer] = []
+        self._loops: list[Callable[[], Awaitable[None]]] = []
+        self._stopped = asyncio.Event()
+        self._started = False
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError(f"{self.name}: start() the runtime before using the bus")
+        return self._bus
+
+    @property
+    def http_port(self) -> int | None:
+        return self._http.port if self._http else None
+
+    def ready(self) -> bool:
+        return self._bus is not None and self._bus.nc.is_connected
+
+    def consume(
+        self,
+        durable: str,
+        types: Any,
+        handler: Callable[[Delivery[Any]], Awaitable[None]] | None = None,
+        *,
+        batch_handler: BatchHandler | None = None,
+        batch: int = 100,
+    ) -> PullConsumer:
+        """Register a durable pull consumer from the catalogue; bound at ``start()``."""
+        c = PullConsumer(
+            self._bus,  # type: ignore[arg-type]  # set in start() before the consumer starts
+            CONSUMERS[durable],
+            service=self.name,
+            types=types,
+            handler=handler,
+            batch_handler=batch_handler,
+            metrics=self.bus_metrics,
+            batch=batch,
+        )
+        self._consumers.append(c)
+        return c
+
+    def loop(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Register a coroutine that runs until stop (cancelled then)."""
+        self._loops.append(fn)
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._bus = await Bus.connect(self._bus_settings)
+        await self._bus.ensure_streams()
+        for c in self._consumers:
+            c._bus = self._bus
+            await c.start()
+        if self._http:
+            await self._http.start()
+        self._started = True
+        log.info("service_started", service=self.name, http_port=self.http_port)
+
+    async def run(self) -> None:
+        await self.start()
+        async with asyncio.TaskGroup() as tg:
+            for c in self._consumers:
+                tg.create_task(c.run())
+            loops = [tg.create_task(fn()) for fn in self._loops]
+            await self._stopped.wait()
+            for c in self._consumers:
+                c.stop()
+            for t in loops:
+                t.cancel()
+
+    async def stop(self) -> None:
+        """Idempotent; safe before ``start``."""
+        self._stopped.set()
+        for c in self._consumers:
+            c.stop()
+
+    async def close(self) -> None:
+        """Release the connection and the endpoint (after ``run`` returned)."""
+        await self.stop()
+        for c in self._consumers:
+            await c.close()
+        if self._http:
+            await self._http.stop()
+        if self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+        self._started = False
+
+
+async def serve(service: Service) -> None:
+    """Run ``service`` until SIGTERM or SIGINT, then stop it cleanly."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(service.stop()))
+    try:
+        await service.start()
+        await service.run()
+    finally:
+        await service.stop()
+        closer = getattr(service, "close", None)
+        if closer is not None:
+            await closer()

@@ -1,0 +1,51 @@
+"""The base of every event: a time-ordered id and the moment it happened.
+
+Owns the id scheme (UUIDv7, so ids sort by time and double as ``Nats-Msg-Id``). Must not know
+about subjects or transport.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+
+__all__ = ["Event", "EventId", "new_event_id"]
+
+#: A UUIDv7 in its canonical text form.
+EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
+def new_event_id(unix_ms: int | None = None) -> str:
+    """Return a new UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness.
+
+    ``unix_ms`` lets a replay stamp ids in its own virtual time. Python 3.11 has no
+    ``uuid.uuid7``, hence this small implementation.
+    """
+    # The id's time part is an ordering hint, not a timestamp any decision reads, so the wall
+    # clock is acceptable here (the Clock abstraction lives in seedance.core, above this layer).
+    ms = time.time_ns() // 1_000_000 if unix_ms is None else unix_ms
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76  # version 7
+    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
+    value |= 0b10 << 62  # RFC 4122 variant
+    value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
+    return str(uuid.UUID(int=value))
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Fields every event carries.
+
+    Attributes:
+        id: unique, time-ordered; published as ``Nats-Msg-Id`` so a re-send inside the
+            stream's duplicate window is dropped, and used by sinks to stay idempotent.
+        at: when the fact happened (UTC). For replayed fleets this is the replay's virtual time.
+    """
+
+    id: EventId
+    at: datetime

@@ -1,0 +1,238 @@
+"""The catalogue: every stream, subject and durable consumer of Seedance, and nowhere else.
+
+Subjects are ``seedance.<family>.<token>.<kind>``; the token is the tenant, node or model that a
+consumer or a permission filters on (tenant isolation is a subject permission on
+``seedance.costs.<tenant>.>``). Tokens are validated before they are put in a subject.
+
+Streams and consumers are described here as plain data; ``seedance.core.bus`` turns them into
+JetStream configuration and creates them idempotently at start-up.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from seedance.events.tokens import check_token
+
+__all__ = [
+    "CONSUMERS",
+    "STREAMS",
+    "ConsumerSpec",
+    "Header",
+    "StreamSpec",
+    "consumer",
+    "costs",
+    "dlq",
+    "graph",
+    "jobs",
+    "routing",
+    "slicing",
+    "telemetry",
+]
+
+ROOT = "seedance"
+
+
+class Header(enum.StrEnum):
+    MSG_ID = "Nats-Msg-Id"
+    TRACEPARENT = "traceparent"
+    TRACESTATE = "tracestate"
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: tuple[str, ...]
+    #: How long messages are kept; 0 keeps them until the size limit.
+    max_age_s: float = 0.0
+    #: Publish de-duplication window on Nats-Msg-Id (JetStream's default is 2 min).
+    duplicate_window_s: float = 120.0
+    max_bytes: int = -1
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A durable pull consumer; replicas of a service bind the same durable and share work."""
+
+    durable: str
+    stream: str
+    filter_subjects: tuple[str, ...]
+    ack_wait_s: float = 30.0
+    max_deliver: int = 10
+    max_ack_pending: int = 10_000
+    #: Redelivery delays after a nak without an explicit delay or an ack timeout.
+    backoff_s: tuple[float, ...] = field(default=())
+
+
+# --- subject builders ---------------------------------------------------------------------
+
+
+class jobs:
+    """``seedance.jobs.<tenant>.<kind>``: users publish their own tenant's job events."""
+
+    ALL = f"{ROOT}.jobs.>"
+
+    @staticmethod
+    def subject(tenant: str, kind: str) -> str:
+        return f"{ROOT}.jobs.{check_token('tenant', tenant)}.{kind}"
+
+    @staticmethod
+    def tenant_wildcard(tenant: str) -> str:
+        return f"{ROOT}.jobs.{check_token('tenant', tenant)}.>"
+
+
+class telemetry:
+    """``seedance.telemetry.<node>.{sample,inventory,health}``."""
+
+    ALL = f"{ROOT}.telemetry.>"
+    SAMPLES = f"{ROOT}.telemetry.*.sample"
+    INVENTORY = f"{ROOT}.telemetry.*.inventory"
+    HEALTH = f"{ROOT}.telemetry.*.health"
+
+    @staticmethod
+    def sample(node: str) -> str:
+        return f"{ROOT}.telemetry.{check_token('node', node)}.sample"
+
+    @staticmethod
+    def inventory(node: str) -> str:
+        return f"{ROOT}.telemetry.{check_token('node', node)}.inventory"
+
+    @staticmethod
+    def health(node: str) -> str:
+        return f"{ROOT}.telemetry.{check_token('node', node)}.health"
+
+
+class slicing:
+    """``seedance.slicing.<tenant>.{placement,unschedulable,preempted}`` and MIG plans per node."""
+
+    ALL = f"{ROOT}.slicing.>"
+    PLACEMENTS = f"{ROOT}.slicing.*.placement"
+    PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
+
+    @staticmethod
+    def subject(tenant: str, kind: str) -> str:
+        return f"{ROOT}.slicing.{check_token('tenant', tenant)}.{kind}"
+
+    @staticmethod
+    def mig_plan(node: str) -> str:
+        return f"{ROOT}.slicing.mig.{check_token('node', node)}"
+
+
+class routing:
+    """``seedance.routing.<model>.{stats,weights,decision}``."""
+
+    ALL = f"{ROOT}.routing.>"
+    STATS = f"{ROOT}.routing.*.stats"
+
+    @staticmethod
+    def subject(model: str, kind: str) -> str:
+        return f"{ROOT}.routing.{check_token('model', model)}.{kind}"
+
+
+class graph:
+    """``seedance.graph.<tenant>.{request,result}``."""
+
+    ALL = f"{ROOT}.graph.>"
+    REQUESTS = f"{ROOT}.graph.*.request"
+
+    @staticmethod
+    def subject(tenant: str, kind: str) -> str:
+        return f"{ROOT}.graph.{check_token('tenant', tenant)}.{kind}"
+
+
+class costs:
+    """``seedance.costs.<tenant>.{entry,report,alert,pause}``: a tenant reads only its own."""
+
+    ALL = f"{ROOT}.costs.>"
+    PAUSES = f"{ROOT}.costs.*.pause"
+
+    @staticmethod
+    def subject(tenant: str, kind: str) -> str:
+        return f"{ROOT}.costs.{check_token('tenant', tenant)}.{kind}"
+
+    @staticmethod
+    def tenant_wildcard(tenant: str) -> str:
+        return f"{ROOT}.costs.{check_token('tenant', tenant)}.>"
+
+
+class dlq:
+    """``seedance.dlq.<service>``: messages that will never be handled, with the reason."""
+
+    ALL = f"{ROOT}.dlq.>"
+
+    @staticmethod
+    def subject(service: str) -> str:
+        return f"{ROOT}.dlq.{check_token('service', service)}"
+
+
+# --- streams and consumers ----------------------------------------------------------------
+
+_DAY_S = 86_400.0
+
+STREAMS: tuple[StreamSpec, ...] = (
+    StreamSpec("SEEDANCE_JOBS", (jobs.ALL,), max_age_s=30 * _DAY_S, description="job lifecycle"),
+    # Samples are high-volume and only useful while fresh.
+    StreamSpec(
+        "SEEDANCE_TELEMETRY",
+        (telemetry.ALL,),
+        max_age_s=3600.0,
+        max_bytes=2 * 1024**3,
+        description="GPU samples, inventory, health",
+    ),
+    StreamSpec(
+        "SEEDANCE_SLICING",
+        (slicing.ALL,),
+        max_age_s=30 * _DAY_S,
+        description="placements and scheduling decisions",
+    ),
+    StreamSpec(
+        "SEEDANCE_ROUTING",
+        (routing.ALL,),
+        max_age_s=_DAY_S,
+        description="replica stats, routing weights and decisions",
+    ),
+    StreamSpec(
+        "SEEDANCE_GRAPH",
+        (graph.ALL,),
+        max_age_s=30 * _DAY_S,
+        description="compile requests and results",
+    ),
+    StreamSpec(
+        "SEEDANCE_COSTS",
+        (costs.ALL,),
+        max_age_s=400 * _DAY_S,
+        description="cost entries, reports, budget alerts",
+    ),
+    StreamSpec("SEEDANCE_DLQ", (dlq.ALL,), max_age_s=30 * _DAY_S, description="dead letters"),
+)
+
+
+def _c(durable: str, stream: str, *filters: str, **kw: float) -> ConsumerSpec:
+    return ConsumerSpec(durable=durable, stream=stream, filter_subjects=filters, **kw)  # type: ignore[arg-type]
+
+
+CONSUMERS: dict[str, ConsumerSpec] = {
+    c.durable: c
+    for c in (
+        _c("slicer-jobs", "SEEDANCE_JOBS", jobs.ALL),
+        _c("slicer-inventory", "SEEDANCE_TELEMETRY", telemetry.INVENTORY, telemetry.HEALTH),
+        _c("slicer-pauses", "SEEDANCE_COSTS", costs.PAUSES),
+        _c("ledger-jobs", "SEEDANCE_JOBS", jobs.ALL),
+        _c("ledger-slicing", "SEEDANCE_SLICING", slicing.PLACEMENTS, slicing.PREEMPTIONS),
+        _c("ledger-samples", "SEEDANCE_TELEMETRY", telemetry.SAMPLES),
+        _c("collector-placements", "SEEDANCE_SLICING", slicing.PLACEMENTS, slicing.PREEMPTIONS),
+        _c("collector-jobs", "SEEDANCE_JOBS", jobs.ALL),
+        _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
+        _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
+    )
+}
+
+
+def consumer(durable: str) -> ConsumerSpec:
+    """The catalogue entry for ``durable``; a KeyError names the unknown durable."""
+    try:
+        return CONSUMERS[durable]
+    except KeyError:
+        raise KeyError(f"no consumer {durable!r} in the catalogue") from None

@@ -1,0 +1,83 @@
+"""Telemetry events: per-node GPU sample batches, node inventory, GPU health.
+
+Fields a GPU cannot report are ``None`` (absent), never zero: a zero would read as a real idle
+value to the slicer and the ledger.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from seedance.events.base import Event
+from seedance.events.tokens import Name
+
+__all__ = ["GpuHealth", "GpuInfo", "GpuSample", "GpuSampleBatch", "NodeInventory", "TelemetryEvent"]
+
+
+class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
+    """One GPU's reading at one tick. Ratios are 0..1, percentages 0..100."""
+
+    index: int
+    uuid: str = ""
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    mem_reserved_mib: float | None = None
+    util_gpu_pct: float | None = None
+    util_mem_pct: float | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    power_w: float | None = None
+    energy_j: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    throttle_reasons: int | None = None
+    healthy: bool = True
+
+
+class GpuSampleBatch(Event, frozen=True, kw_only=True, tag="gpu.sample_batch.v1"):
+    """All GPUs of one node at one tick. ``simulated`` is true for a replayed fleet."""
+
+    node: Name
+    gpus: list[GpuSample]
+    simulated: bool = False
+
+
+class GpuInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A GPU as the inventory describes it."""
+
+    index: int
+    model: str
+    mem_total_mib: int
+    uuid: str = ""
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    #: GPUs of one node sharing an NVLink domain have the same value; None when unknown.
+    nvlink_domain: str | None = None
+
+
+class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
+    """What a node has. Published at start and whenever it changes."""
+
+    node: Name
+    pool: Name = "default"
+    cpu_milli: int
+    memory_mib: int
+    gpus: list[GpuInfo]
+    simulated: bool = False
+
+
+class GpuHealth(Event, frozen=True, kw_only=True, tag="gpu.health.v1"):
+    """A GPU became unhealthy (disappeared, XID) or recovered."""
+
+    node: Name
+    gpu_index: int
+    uuid: str = ""
+    healthy: bool
+    reason: str = ""
+    xid: int | None = None
+
+
+TelemetryEvent = GpuSampleBatch | NodeInventory | GpuHealth

@@ -1,0 +1,37 @@
+"""Validated subject tokens: tenant, node, model and the like.
+
+A token ends up inside a NATS subject, where ``.``, ``*``, ``>`` and whitespace change its meaning
+(a tenant called ``a.>`` would read everyone's costs). So every token that comes from a user is
+checked here, once, with a message that names what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import msgspec
+
+__all__ = ["InvalidToken", "Name", "TenantId", "check_token"]
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_:-]{0,127}$")
+_TOKEN_PATTERN = _TOKEN.pattern
+
+#: A tenant id: lower-case letters, digits and dashes, as in a Kubernetes namespace.
+TenantId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+#: Any other name that becomes a subject token (node, job, model, replica).
+Name = Annotated[str, msgspec.Meta(pattern=_TOKEN_PATTERN)]
+
+
+class InvalidToken(ValueError):
+    """A value cannot be used as a subject token."""
+
+
+def check_token(kind: str, value: str) -> str:
+    """Return ``value`` if it is a safe subject token, else raise naming ``kind`` and ``value``."""
+    if not isinstance(value, str) or not _TOKEN.match(value):
+        raise InvalidToken(
+            f"{kind} {value!r} is not a valid subject token "
+            "(letters, digits, '_', '-' and ':' only, 1-128 characters)"
+        )
+    return value
