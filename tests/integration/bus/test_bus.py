@@ -100,9 +100,9 @@ async def test_malformed_message_is_dead_lettered_and_stream_keeps_flowing(
     sub = await bus.nc.subscribe(dlq.subject(f"svc{unique}"))
 
     consumer = PullConsumer(
-        bus, spec_for(tenant, unique), service=f"svc{unique}", types=JobEvent, handler=handler
+        spec_for(tenant, unique), service=f"svc{unique}", types=JobEvent, handler=handler
     )
-    await consumer.start()
+    await consumer.start(bus)
     subject = jobs.subject(tenant, "submitted")
     await bus.nc.publish(subject, b'{"type": "job.submitted.v1", "id": "x"')  # not even JSON
     await bus.nc.publish(
@@ -140,9 +140,9 @@ async def test_retryable_error_is_redelivered_then_handled(bus: Bus, unique: str
             raise RetryableError("placement not seen yet", delay_s=0.05)
 
     consumer = PullConsumer(
-        bus, spec_for(tenant, unique), service="svc", types=JobEvent, handler=handler
+        spec_for(tenant, unique), service="svc", types=JobEvent, handler=handler
     )
-    await consumer.start()
+    await consumer.start(bus)
     await bus.publish(
         jobs.subject(tenant, "finished"),
         JobFinished(id=new_event_id(), at=datetime.now(UTC), job_id="j", tenant=tenant),
@@ -179,16 +179,14 @@ async def test_consumer_killed_mid_batch_loses_nothing_and_counts_once(
                 applied[d.event.id] = 1
         return [None] * len(ds)
 
-    first = PullConsumer(
-        bus, spec, service="svc", types=JobEvent, batch_handler=dying_batch, batch=40
-    )
-    await first.start()
+    first = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=dying_batch, batch=40)
+    await first.start(bus)
     msgs = await first._sub.fetch(40, timeout=5)
     with pytest.raises(Killed):
         await first.process(msgs)
 
-    second = PullConsumer(bus, spec, service="svc", types=JobEvent, batch_handler=healthy_batch)
-    await second.start()
+    second = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=healthy_batch)
+    await second.start(bus)
     await drain(second, lambda: len(applied) == 50, timeout_s=15)
     assert set(applied) == {e.id for e in sent}
     assert all(n == 1 for n in applied.values())

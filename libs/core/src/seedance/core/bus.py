@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 
-from seedance.core.errors import ServerTooOld
+from seedance.core.errors import NoStream, ServerTooOld
 from seedance.core.logs import get_logger
 from seedance.core.tracing import inject_headers, tracer
 from seedance.events import Event, encode
@@ -155,7 +155,15 @@ class Bus:
         """Publish one event and wait for the stream's ack (duplicates ack as duplicates)."""
         with tracer().start_as_current_span(f"publish {subject}"):
             headers = inject_headers({Header.MSG_ID.value: event.id})
-            return await self.js.publish(subject, encode(event), headers=headers, timeout=timeout_s)
+            try:
+                return await self.js.publish(
+                    subject, encode(event), headers=headers, timeout=timeout_s
+                )
+            except nats.js.errors.NoStreamResponseError as exc:
+                raise NoStream(
+                    f"no stream stores {subject!r}: Seedance's streams are created when its "
+                    "services start (or by `seedance admin provision`); are they running?"
+                ) from exc
 
     async def publish_many(
         self, items: Sequence[tuple[str, Event]], *, window: int = 256, timeout_s: float = 10.0

@@ -65,7 +65,6 @@ class PullConsumer:
 
     def __init__(
         self,
-        bus: Bus,
         spec: ConsumerSpec,
         *,
         service: str,
@@ -79,7 +78,7 @@ class PullConsumer:
     ) -> None:
         if (handler is None) == (batch_handler is None):
             raise ValueError("give exactly one of handler or batch_handler")
-        self._bus = bus
+        self._bus: Bus | None = None
         self.spec = spec
         self._service = service
         self._types = types
@@ -92,9 +91,12 @@ class PullConsumer:
         self._stopping = asyncio.Event()
         self._sub: Any = None
 
-    async def start(self) -> None:
-        await self._bus.ensure_consumer(self.spec)
-        self._sub = await self._bus.js.pull_subscribe_bind(
+    async def start(self, bus: Bus) -> None:
+        """Create the durable if needed and bind to it."""
+        self._bus = bus
+        self._stopping.clear()
+        await bus.ensure_consumer(self.spec)
+        self._sub = await bus.js.pull_subscribe_bind(
             durable=self.spec.durable, stream=self.spec.stream
         )
 
@@ -111,7 +113,7 @@ class PullConsumer:
 
     async def run(self) -> None:
         if self._sub is None:
-            await self.start()
+            raise RuntimeError(f"{self.spec.durable}: start(bus) before run()")
         while not self._stopping.is_set():
             try:
                 msgs = await self._sub.fetch(self._batch, timeout=self._fetch_timeout_s)
@@ -211,6 +213,7 @@ class PullConsumer:
         )
         # The dead letter is made durable before the original is terminated, so that a crash in
         # between redelivers the original rather than losing it.
+        assert self._bus is not None
         await self._bus.publish(dlq.subject(self._service), letter)
         await msg.term()
         self._count(self.spec.durable, "dead_letter")

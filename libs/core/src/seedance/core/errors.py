@@ -12,7 +12,7 @@ reached, and then dead-lettered, so that a bug never loses a message and never b
 
 from __future__ import annotations
 
-__all__ = ["InvalidMessage", "RetryableError", "SeedanceError", "ServerTooOld"]
+__all__ = ["InvalidMessage", "NoStream", "RetryableError", "SeedanceError", "ServerTooOld"]
 
 
 class SeedanceError(Exception):
@@ -37,3 +37,7 @@ class RetryableError(SeedanceError):
 
 class ServerTooOld(SeedanceError):
     """The nats-server is older than Seedance supports."""
+
+
+class NoStream(SeedanceError):
+    """Nothing stores the subject published to: the streams have not been provisioned."""

@@ -100,10 +100,14 @@ class ServiceRuntime(Lifecycle):
         *,
         batch_handler: BatchHandler | None = None,
         batch: int = 100,
+        managed: bool = True,
     ) -> PullConsumer:
-        """Register a durable pull consumer from the catalogue; bound at ``start()``."""
+        """Build a durable pull consumer from the catalogue.
+
+        A managed one is bound at ``start()`` and run by ``run()``; an unmanaged one is the
+        caller's to ``start(bus)`` and run (the slicer binds only once it leads its pool).
+        """
         c = PullConsumer(
-            self._bus,  # type: ignore[arg-type]  # set in start() before the consumer starts
             CONSUMERS[durable],
             service=self.name,
             types=types,
@@ -112,7 +116,8 @@ class ServiceRuntime(Lifecycle):
             metrics=self.bus_metrics,
             batch=batch,
         )
-        self._consumers.append(c)
+        if managed:
+            self._consumers.append(c)
         return c
 
     def loop(self, fn: Callable[[], Awaitable[None]]) -> None:
@@ -125,8 +130,7 @@ class ServiceRuntime(Lifecycle):
         self._bus = await Bus.connect(self._bus_settings)
         await self._bus.ensure_streams()
         for c in self._consumers:
-            c._bus = self._bus
-            await c.start()
+            await c.start(self._bus)
         if self._http:
             await self._http.start()
         self._started = True

@@ -16,7 +16,7 @@ Evolution rule (tested with golden messages in ``proto/golden/``):
   ``datetime`` values, encoded as RFC 3339.
 """
 
-from seedance.events.base import Event, EventId, new_event_id
+from seedance.events.base import Event, EventId, derived_event_id, new_event_id
 from seedance.events.codec import DecodeError, decode, encode, event_types
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Event",
     "EventId",
     "decode",
+    "derived_event_id",
     "encode",
     "event_types",
     "new_event_id",

@@ -6,6 +6,7 @@ about subjects or transport.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import uuid
@@ -14,7 +15,7 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["Event", "EventId", "new_event_id"]
+__all__ = ["Event", "EventId", "derived_event_id", "new_event_id"]
 
 #: A UUIDv7 in its canonical text form.
 EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -35,6 +36,26 @@ def new_event_id(unix_ms: int | None = None) -> str:
     value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
     value |= 0b10 << 62  # RFC 4122 variant
     value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
+    return str(uuid.UUID(int=value))
+
+
+def derived_event_id(cause_id: str, role: str) -> str:
+    """A UUIDv7 determined by the event that caused it and the effect's role.
+
+    A service that re-publishes an effect after a crash (it published, then died before
+    acknowledging the cause) gets the same id again, so the stream's de-duplication and the
+    sinks' idempotency drop the repeat. The time bits are the cause's, so ids still sort by time.
+    """
+    digest = int.from_bytes(hashlib.blake2b(f"{cause_id}/{role}".encode(), digest_size=10).digest())
+    try:
+        ms = uuid.UUID(cause_id).int >> 80
+    except ValueError:
+        ms = 0
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= ((digest >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62
+    value |= digest & ((1 << 62) - 1)
     return str(uuid.UUID(int=value))
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from seedance.events.tokens import check_token
+from seedance.events.tokens import check_tenant, check_token
 
 __all__ = [
+    "BUCKETS",
     "CONSUMERS",
     "STREAMS",
+    "BucketSpec",
     "ConsumerSpec",
     "Header",
     "StreamSpec",
@@ -76,11 +78,11 @@ class jobs:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return f"{ROOT}.jobs.{check_token('tenant', tenant)}.{kind}"
+        return f"{ROOT}.jobs.{check_tenant(tenant)}.{kind}"
 
     @staticmethod
     def tenant_wildcard(tenant: str) -> str:
-        return f"{ROOT}.jobs.{check_token('tenant', tenant)}.>"
+        return f"{ROOT}.jobs.{check_tenant(tenant)}.>"
 
 
 class telemetry:
@@ -113,7 +115,7 @@ class slicing:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return f"{ROOT}.slicing.{check_token('tenant', tenant)}.{kind}"
+        return f"{ROOT}.slicing.{check_tenant(tenant)}.{kind}"
 
     @staticmethod
     def mig_plan(node: str) -> str:
@@ -139,7 +141,7 @@ class graph:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return f"{ROOT}.graph.{check_token('tenant', tenant)}.{kind}"
+        return f"{ROOT}.graph.{check_tenant(tenant)}.{kind}"
 
 
 class costs:
@@ -150,11 +152,11 @@ class costs:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return f"{ROOT}.costs.{check_token('tenant', tenant)}.{kind}"
+        return f"{ROOT}.costs.{check_tenant(tenant)}.{kind}"
 
     @staticmethod
     def tenant_wildcard(tenant: str) -> str:
-        return f"{ROOT}.costs.{check_token('tenant', tenant)}.>"
+        return f"{ROOT}.costs.{check_tenant(tenant)}.>"
 
 
 class dlq:
@@ -236,3 +238,30 @@ def consumer(durable: str) -> ConsumerSpec:
         return CONSUMERS[durable]
     except KeyError:
         raise KeyError(f"no consumer {durable!r} in the catalogue") from None
+
+
+# --- key-value buckets --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    name: str
+    history: int = 1
+    #: Keys expire this long after their last write (0: never); leases rely on it.
+    ttl_s: float = 0.0
+    description: str = ""
+
+
+BUCKETS: dict[str, BucketSpec] = {
+    b.name: b
+    for b in (
+        BucketSpec("seedance-slicer-state", description="slicer state snapshot per pool"),
+        BucketSpec("seedance-leases", ttl_s=10.0, description="leader leases (slicer per pool)"),
+        BucketSpec("seedance-ledger", description="cost-ledger running totals and applied ids"),
+        BucketSpec(
+            "seedance-router-weights",
+            history=5,
+            description="routing weights shared by router gateways",
+        ),
+    )
+}

@@ -12,13 +12,15 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["InvalidToken", "Name", "TenantId", "check_token"]
+__all__ = ["InvalidToken", "Name", "TenantId", "check_tenant", "check_token"]
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_:-]{0,127}$")
 _TOKEN_PATTERN = _TOKEN.pattern
+_TENANT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
-#: A tenant id: lower-case letters, digits and dashes, as in a Kubernetes namespace.
-TenantId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+#: A tenant id: lower-case letters, digits and dashes, as in a Kubernetes namespace (it names
+#: the tenant's NATS user and subjects too).
+TenantId = Annotated[str, msgspec.Meta(pattern=_TENANT.pattern)]
 #: Any other name that becomes a subject token (node, job, model, replica).
 Name = Annotated[str, msgspec.Meta(pattern=_TOKEN_PATTERN)]
 
@@ -33,5 +35,15 @@ def check_token(kind: str, value: str) -> str:
         raise InvalidToken(
             f"{kind} {value!r} is not a valid subject token "
             "(letters, digits, '_', '-' and ':' only, 1-128 characters)"
+        )
+    return value
+
+
+def check_tenant(value: str) -> str:
+    """Return ``value`` if it is a valid tenant id, else raise naming it."""
+    if not isinstance(value, str) or not _TENANT.match(value):
+        raise InvalidToken(
+            f"tenant {value!r} is not a valid tenant id "
+            "(lower-case letters, digits and '-', 1-63 characters, as a Kubernetes namespace)"
         )
     return value

@@ -1,0 +1,89 @@
+"""JetStream key-value buckets from the catalogue, and leader leases built on them.
+
+A lease is a key created only if absent (``create``) and kept by compare-and-set updates; the
+bucket's TTL removes a key whose holder stopped refreshing it, and a standby then wins ``create``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from nats.js import api as js_api
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from seedance.core.bus import Bus
+from seedance.core.clock import Clock
+from seedance.core.logs import get_logger
+from seedance.events.subjects import BUCKETS, BucketSpec
+
+__all__ = ["Lease", "ensure_bucket"]
+
+log = get_logger(__name__)
+
+
+async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
+    spec: BucketSpec = BUCKETS[name]
+    try:
+        return await bus.js.key_value(spec.name)
+    except BucketNotFoundError:
+        return await bus.js.create_key_value(
+            js_api.KeyValueConfig(
+                bucket=spec.name,
+                history=spec.history,
+                ttl=spec.ttl_s or None,
+                description=spec.description or None,
+                replicas=bus._replicas(),
+            )
+        )
+
+
+class Lease:
+    """Hold ``key`` in the leases bucket while alive; ``held`` says whether we lead now."""
+
+    def __init__(self, kv: KeyValue, key: str, holder: str, clock: Clock, ttl_s: float) -> None:
+        self._kv = kv
+        self._key = key
+        self._holder = holder.encode()
+        self._clock = clock
+        self._refresh_s = ttl_s / 3
+        self._revision: int | None = None
+        self.acquired = asyncio.Event()
+
+    @property
+    def held(self) -> bool:
+        return self._revision is not None
+
+    async def try_acquire(self) -> bool:
+        if self._revision is not None:
+            try:
+                self._revision = await self._kv.update(self._key, self._holder, last=self._revision)
+            except KeyWrongLastSequenceError:
+                log.warning("lease_lost", key=self._key)
+                self._revision = None
+                self.acquired.clear()
+            return self.held
+        try:
+            self._revision = await self._kv.create(self._key, self._holder)
+        except KeyWrongLastSequenceError:
+            return False
+        log.info("lease_acquired", key=self._key, holder=self._holder.decode())
+        self.acquired.set()
+        return True
+
+    async def keep(self) -> None:
+        """Acquire and refresh until cancelled."""
+        try:
+            while True:
+                await self.try_acquire()
+                await self._clock.sleep(self._refresh_s)
+        finally:
+            await self.release()
+
+    async def release(self) -> None:
+        if self._revision is not None:
+            with contextlib.suppress(KeyNotFoundError, KeyWrongLastSequenceError):
+                await self._kv.delete(self._key, last=self._revision)
+            self._revision = None
+            self.acquired.clear()

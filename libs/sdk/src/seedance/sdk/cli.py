@@ -1,0 +1,153 @@
+"""The ``seedance`` command: submit job events and follow cost streams from a shell.
+
+    seedance jobs submit --tenant acme --job train-1 --gpus 2
+    seedance jobs finish --tenant acme --job train-1
+    seedance costs watch --tenant acme
+
+Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``. Errors name what is
+wrong and exit with status 2 (usage) or 1 (the server refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+
+import msgspec
+
+from seedance.core.errors import NoStream, ServerTooOld
+from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseRequest
+from seedance.sdk.client import SeedanceClient
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="seedance", description="Seedance command line")
+    p.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
+    p.add_argument("--user", default=os.environ.get("NATS_USER"))
+    p.add_argument("--password", default=os.environ.get("NATS_PASSWORD"))
+    top = p.add_subparsers(dest="group", required=True)
+
+    j = top.add_parser("jobs", help="publish job events").add_subparsers(dest="cmd", required=True)
+    s = j.add_parser("submit", help="submit a job")
+    s.add_argument("--tenant", required=True)
+    s.add_argument("--job", required=True, help="job id, unique per tenant")
+    s.add_argument("--gpus", type=int, default=1)
+    s.add_argument("--gpu-milli", type=int, default=1000, help="share of each GPU, 1-1000")
+    s.add_argument("--gpu-mem-mib", type=int, default=0)
+    s.add_argument("--mig-profile", default=None, help="e.g. 3g.40gb")
+    s.add_argument("--gpu-model", action="append", default=[], help="allowed model (repeatable)")
+    s.add_argument("--cpu-milli", type=int, default=0)
+    s.add_argument("--memory-mib", type=int, default=0)
+    s.add_argument("--gang-size", type=int, default=1)
+    s.add_argument("--priority", type=int, default=0)
+    s.add_argument("--kind", choices=["training", "inference"], default="training")
+    for name in ("finish", "fail", "cancel"):
+        e = j.add_parser(name, help=f"{name} a job")
+        e.add_argument("--tenant", required=True)
+        e.add_argument("--job", required=True)
+        if name != "finish":
+            e.add_argument("--reason", default="")
+
+    a = top.add_parser("admin", help="operate the bus").add_subparsers(dest="cmd", required=True)
+    a.add_parser("provision", help="create or update every stream of the catalogue")
+
+    c = top.add_parser("costs", help="cost streams").add_subparsers(dest="cmd", required=True)
+    w = c.add_parser("watch", help="follow a tenant's cost stream")
+    w.add_argument("--tenant", required=True)
+    w.add_argument("--new", action="store_true", help="only events from now on")
+    w.add_argument("--count", type=int, default=0, help="stop after N events (0: never)")
+    w.add_argument("--json", action="store_true", help="one JSON event per line")
+    return p
+
+
+def _render(ev: object) -> str:
+    if isinstance(ev, CostEntry):
+        return (
+            f"{ev.period_end:%Y-%m-%d %H:%M:%S} entry   {ev.tenant:<12} {ev.job_id:<24} "
+            f"{ev.kind:<8} ${ev.cost_micro_usd / 1e6:>12,.6f}  {ev.gpu_hours:8.3f} GPU-h"
+        )
+    if isinstance(ev, JobCostReport):
+        return (
+            f"{ev.finished_at:%Y-%m-%d %H:%M:%S} report  {ev.tenant:<12} {ev.job_id:<24} "
+            f"total    ${ev.cost_micro_usd / 1e6:>12,.6f}  {ev.gpu_hours:8.3f} GPU-h"
+        )
+    if isinstance(ev, BudgetAlert):
+        return f"ALERT {ev.tenant}: {ev.message} (deviation {ev.deviation_pct:+.1f} %)"
+    if isinstance(ev, PauseRequest):
+        return f"PAUSE {ev.tenant}: {'paused' if ev.paused else 'resumed'} ({ev.reason})"
+    return repr(ev)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    client = await SeedanceClient.connect(
+        args.nats_url, creds=args.creds, user=args.user, password=args.password
+    )
+    async with client:
+        if args.group == "jobs" and args.cmd == "submit":
+            ev = await client.submit_job(
+                args.tenant,
+                args.job,
+                gpus=args.gpus,
+                gpu_milli=args.gpu_milli,
+                gpu_mem_mib=args.gpu_mem_mib,
+                mig_profile=args.mig_profile,
+                gpu_models=args.gpu_model,
+                cpu_milli=args.cpu_milli,
+                memory_mib=args.memory_mib,
+                gang_size=args.gang_size,
+                priority=args.priority,
+                kind=args.kind,
+            )
+            print(f"submitted {ev.job_id} for {ev.tenant} (event {ev.id})")
+        elif args.group == "jobs":
+            fn = {
+                "finish": client.finish_job,
+                "fail": client.fail_job,
+                "cancel": client.cancel_job,
+            }[args.cmd]
+            extra = {"reason": args.reason} if args.cmd != "finish" else {}
+            ev = await fn(args.tenant, args.job, **extra)
+            print(f"{args.cmd}ed {args.job} for {args.tenant} (event {ev.id})")
+        elif args.group == "admin" and args.cmd == "provision":
+            await client.provision()
+            print("streams provisioned")
+        elif args.group == "costs" and args.cmd == "watch":
+            seen = 0
+            stream = client.costs(args.tenant, from_start=not args.new)
+            async with contextlib.aclosing(stream) as events:
+                async for ev in events:
+                    print(
+                        msgspec.json.encode(ev).decode() if args.json else _render(ev), flush=True
+                    )
+                    seen += 1
+                    if args.count and seen >= args.count:
+                        break
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_run(args))
+    except ValueError as exc:
+        print(f"seedance: {exc}", file=sys.stderr)
+        return 2
+    except (ServerTooOld, NoStream) as exc:
+        print(f"seedance: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        print(f"seedance: cannot reach NATS at {args.nats_url}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""End-to-end fixtures: Seedance services as real processes against the session's nats-server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+SERVICES = ("telemetry-collector", "slicer", "cost-ledger")
+
+
+class ServiceProcs:
+    def __init__(self, nats_url: str, workdir: Path) -> None:
+        self.nats_url = nats_url
+        self.workdir = workdir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+        module = "seedance." + name.replace("-", "_")
+        prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
+        full_env = {
+            **os.environ,
+            "NATS_URL": self.nats_url,
+            prefix + "HTTP_PORT": "0",
+            **{prefix + k.upper(): v for k, v in env.items()},
+        }
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module], env=full_env, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop_all(self) -> dict[str, int]:
+        codes: dict[str, int] = {}
+        for name, proc in self.procs.items():
+            proc.send_signal(signal.SIGTERM)
+        for name, proc in self.procs.items():
+            try:
+                codes[name] = proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[name] = proc.wait()
+        self.procs.clear()
+        return codes
+
+    def log(self, name: str) -> str:
+        return (self.workdir / f"{name}.log").read_text(errors="replace")
+
+
+async def wait_for_consumers(
+    nats_url: str, *durables: tuple[str, str], timeout_s: float = 30.0
+) -> None:
+    """Wait until the services have provisioned the streams and bound their durables."""
+    import asyncio
+
+    from nats.js.errors import NotFoundError
+
+    from seedance.core import Bus, BusSettings
+
+    bus = await Bus.connect(BusSettings(url=nats_url))
+    try:
+        async with asyncio.timeout(timeout_s):
+            for stream, durable in durables:
+                while True:
+                    try:
+                        await bus.js.consumer_info(stream, durable)
+                        break
+                    except NotFoundError:
+                        await asyncio.sleep(0.05)  # polling the server, bounded by the timeout
+    finally:
+        await bus.close()
+
+
+@pytest.fixture
+def services(nats_url: str, tmp_path: Path) -> Iterator[ServiceProcs]:
+    procs = ServiceProcs(nats_url, tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+@pytest.fixture
+def node_csv(tmp_path: Path) -> Callable[[int], Path]:
+    def make(nodes: int, gpus: int = 2, model: str = "T4") -> Path:
+        path = tmp_path / "nodes.csv"
+        rows = ["sn,cpu_milli,memory_mib,gpu,model"]
+        rows += [f"e2e-node-{i},32000,131072,{gpus},{model}" for i in range(nodes)]
+        path.write_text("\n".join(rows) + "\n")
+        return path
+
+    return make

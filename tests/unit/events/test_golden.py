@@ -1,0 +1,135 @@
+"""Contract tests: golden messages still decode, schemas match, the evolution rule holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import seedance.events
+from seedance.events import DecodeError, decode, encode, event_types, new_event_id
+from seedance.events.jobs import JobSubmitted, ResourceRequest
+from seedance.events.subjects import CONSUMERS, STREAMS, costs, jobs
+from seedance.events.tokens import InvalidToken
+
+REPO = Path(__file__).resolve().parents[3]
+GOLDEN = REPO / "proto" / "golden"
+TAGS = [t.__struct_config__.tag for t in event_types()]
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_every_event_version_has_a_golden_message_that_decodes(tag: str) -> None:
+    raw = (GOLDEN / f"{tag}.json").read_bytes()
+    event = decode(raw)
+    assert event.__struct_config__.tag == tag
+    assert decode(encode(event)) == event
+    # Every field of the golden message is a field of the type (none silently ignored).
+    assert set(json.loads(raw)) - {"type"} <= set(type(event).__struct_fields__)
+
+
+def test_no_golden_message_without_an_event_type() -> None:
+    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == sorted(TAGS)
+
+
+def test_unknown_fields_are_tolerated() -> None:
+    raw = json.loads((GOLDEN / "job.submitted.v1.json").read_text())
+    raw["added_in_a_later_release"] = {"anything": [1, 2]}
+    event = decode(json.dumps(raw).encode())
+    assert isinstance(event, JobSubmitted)
+
+
+def test_a_new_required_field_breaks_old_messages() -> None:
+    """Why the rule says 'a new field gets a default': without one, old messages stop decoding."""
+
+    class JobSubmittedWithRequiredField(JobSubmitted, frozen=True, kw_only=True, tag="x.v1"):
+        cost_center: str
+
+    raw = json.loads((GOLDEN / "job.submitted.v1.json").read_text())
+    raw["type"] = "x.v1"
+    with pytest.raises(msgspec.ValidationError, match="cost_center"):
+        msgspec.json.decode(json.dumps(raw).encode(), type=JobSubmittedWithRequiredField)
+
+
+def test_schemas_match_the_code() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "gen_schemas.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_decode_errors_name_the_field() -> None:
+    raw = json.loads((GOLDEN / "job.submitted.v1.json").read_text())
+    raw["request"]["gpus"] = "two"
+    with pytest.raises(DecodeError, match=r"\$\.request\.gpus"):
+        decode(json.dumps(raw).encode())
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "message"),
+    [
+        ({"gpus": 2, "gpu_milli": 500}, "shared-GPU request takes one GPU"),
+        ({"gpus": 2, "mig_profile": "1g.10gb"}, "MIG request takes one instance"),
+        ({"gpus": -1}, r"\$\.request\.gpus"),
+        ({"gpu_milli": 1001}, r"\$\.request\.gpu_milli"),
+    ],
+)
+def test_invalid_requests_are_refused(request_fields: dict[str, int], message: str) -> None:
+    raw = json.loads((GOLDEN / "job.submitted.v1.json").read_text())
+    raw["request"] = request_fields
+    with pytest.raises(DecodeError, match=message):
+        decode(json.dumps(raw).encode())
+
+
+@pytest.mark.parametrize("tenant", ["a.b", "a*", ">", "", "A", "x" * 64, "has space"])
+def test_tenants_that_would_break_subjects_are_refused(tenant: str) -> None:
+    raw = json.loads((GOLDEN / "job.submitted.v1.json").read_text())
+    raw["tenant"] = tenant
+    with pytest.raises(DecodeError, match=r"\$\.tenant"):
+        decode(json.dumps(raw).encode())
+    with pytest.raises(InvalidToken, match="tenant"):
+        jobs.subject(tenant, "submitted")
+
+
+def test_subjects_and_catalogue() -> None:
+    assert costs.subject("acme", "entry") == "seedance.costs.acme.entry"
+    assert jobs.tenant_wildcard("acme") == "seedance.jobs.acme.>"
+    stream_names = {s.name for s in STREAMS}
+    for spec in CONSUMERS.values():
+        assert spec.stream in stream_names, spec
+        stream = next(s for s in STREAMS if s.name == spec.stream)
+        root = stream.subjects[0].removesuffix(">")
+        assert all(f.startswith(root) for f in spec.filter_subjects), spec
+
+
+def test_event_ids_are_uuid7_and_time_ordered() -> None:
+    ids = [new_event_id(unix_ms=1_700_000_000_000 + i) for i in range(100)]
+    assert ids == sorted(ids)
+    assert all(i[14] == "7" for i in ids)
+    assert len(set(ids)) == 100
+
+
+def test_round_trip_keeps_every_field() -> None:
+    ev = JobSubmitted(
+        id=new_event_id(),
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        job_id="j",
+        tenant="acme",
+        request=ResourceRequest(gpus=1, gpu_milli=250, gpu_models=["T4"]),
+        labels={"team": "search"},
+    )
+    assert decode(encode(ev)) == ev
+
+
+def test_public_surface_is_pinned() -> None:
+    assert sorted(seedance.events.__all__) == [
+        "DecodeError", "Event", "EventId", "decode", "derived_event_id", "encode",
+        "event_types", "new_event_id",
+    ]  # fmt: skip
