@@ -29,10 +29,10 @@ class ServiceProcs:
             prefix + "HTTP_PORT": "0",
             **{prefix + k.upper(): v for k, v in env.items()},
         }
-        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module], env=full_env, stdout=log, stderr=subprocess.STDOUT
-        )
+        with open(self.workdir / f"{name}.log", "ab") as log:  # the child keeps its own handle
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module], env=full_env, stdout=log, stderr=subprocess.STDOUT
+            )
         self.procs[name] = proc
         return proc
 
