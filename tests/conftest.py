@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -91,6 +91,18 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
+    """Wait until ``await check()`` is true; fail with a TimeoutError after the deadline.
+
+    For state the server settles asynchronously (acks are fire-and-forget messages).
+    """
+    import asyncio
+
+    async with asyncio.timeout(timeout_s):
+        while not await check():  # noqa: ASYNC110 - the state is the server's, no local event
+            await asyncio.sleep(0.02)  # re-asks the server; bounded by the deadline
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ class ServiceProcs:
 
     def stop_all(self) -> dict[str, int]:
         codes: dict[str, int] = {}
-        for name, proc in self.procs.items():
+        for proc in self.procs.values():
             proc.send_signal(signal.SIGTERM)
         for name, proc in self.procs.items():
             try:
