@@ -96,7 +96,7 @@ class TrainParams:
     # One thread: training shares cores with the router; OpenMP oversubscription is 50–100× slower.
     num_threads: int = 1
 
-    def lgb_params(self, objective: str) -> dict[str, object]:
+    def lgb_params(self, objective: str, *, boost_from_average: bool) -> dict[str, object]:
         return {
             "objective": objective,
             "learning_rate": self.learning_rate,
@@ -111,8 +111,7 @@ class TrainParams:
             "deterministic": True,
             "force_row_wise": True,
             "verbosity": -1,
-            # Start from the baseline (label 0 = the moving average), not from the label mean.
-            "boost_from_average": False,
+            "boost_from_average": boost_from_average,
         }
 
 
@@ -315,10 +314,21 @@ class ForecastModel:
 
 
 def _fit(
-    params: TrainParams, objective: str, x: np.ndarray, y: np.ndarray, w: np.ndarray, *, gap: int
+    params: TrainParams,
+    objective: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    *,
+    gap: int,
+    from_baseline: bool,
 ) -> lgb.Booster:
-    """Pick the number of trees on the time-ordered tail of the rows, then refit on all rows."""
-    lgb_params = params.lgb_params(objective)
+    """Pick the number of trees on the time-ordered tail of the rows, then refit on all rows.
+
+    ``from_baseline``: boosting starts at label 0 (the baseline the label is relative to), so
+    early stopping can leave the baseline untouched; otherwise it starts at the label mean.
+    """
+    lgb_params = params.lgb_params(objective, boost_from_average=not from_baseline)
     n = len(y)
     n_val = int(params.validation_frac * n)
     rounds = params.num_boost_round
@@ -389,7 +399,9 @@ def train_forecast_model(
             y = kv_future - np.nan_to_num(x[:, _KV_FEATURE], nan=0.0)
             w = np.ones(len(y))
             objective = "l2"
-        booster = _fit(params, objective, x, y, w, gap=h)
+        booster = _fit(
+            params, objective, x, y, w, gap=h, from_baseline=target is ForecastTarget.REQUESTS
+        )
         boosters.append((int(h), booster))
         n_rows = max(n_rows, len(y))
     digest = _content_hash([b.model_to_string() for _, b in boosters])
