@@ -207,7 +207,8 @@ def main() -> None:
         gain = booster.feature_importance(importance_type="gain")
         top = [booster.feature_name()[k] for k in np.argsort(gain)[::-1][:4] if gain[k] > 0]
         log(
-            f"H={h}s trees={booster.num_trees()} top_features={','.join(top) or '-'} "
+            f"H={h}s level={model._heads[j].level_feature} trees={booster.num_trees()} "
+            f"top_features={','.join(top) or '-'} "
             f"non_causal_centred_60s_wape={wape(oracle, actual):.4f}"
         )
         log(

@@ -5,13 +5,14 @@ Owns how a request-count or KV-occupancy forecast is learnt and served: the trai
 parameters, and the serialised form kept in the object store. It must not read files, the bus or
 a clock; histories come in as arrays and the model goes out as bytes.
 
-Request counts are learnt as a *correction to the trailing 60-s moving average*: the label is
-count / (60-s level × H) − 1, boosting starts from 0 (i.e. from the moving average itself, not
-from the training median), the objective is L1 weighted by the level — exactly Σ|error| on
+Request counts are learnt as a *correction to a trailing mean*: per horizon, training picks the
+trailing rate (5 s … 120 s window, or an EWM) with the lowest WAPE on the training span, the label
+is count / (that rate × H) − 1, boosting starts from 0 (i.e. from that mean itself, not from the
+training median), the objective is L1 weighted by the level — exactly Σ|error| on
 counts, the WAPE the benchmark scores — and the number of trees is chosen by early stopping on
 the last quarter of the training span. So the model only departs from the moving average by as
 much as held-out history says it earns: on a trace with no predictable structure beyond the level
-it degrades to the moving average instead of overfitting an hour of autocorrelated rows (plain
+it degrades to the best trailing mean instead of overfitting an hour of autocorrelated rows (plain
 LightGBM lost to the moving average in research/router.md §2.2).
 """
 
@@ -48,7 +49,18 @@ __all__ = [
 
 _FORMAT = "seedance.router.forecast"
 _FORMAT_VERSION = 1
-_LEVEL_FEATURE = FEATURE_NAMES.index("rate_60s")
+# Candidate levels a request head starts from: trailing means at several scales. Training picks,
+# per horizon, the one with the lowest WAPE on the training span (smooth traffic: the 60-s mean;
+# on/off traffic: a short window), and the trees then learn corrections to it.
+LEVEL_FEATURES: tuple[str, ...] = (
+    "rate_5s",
+    "rate_10s",
+    "rate_30s",
+    "rate_60s",
+    "rate_120s",
+    "ewm_rate_hl10s",
+    "ewm_rate_hl30s",
+)
 _KV_FEATURE = FEATURE_NAMES.index("kv_occupancy_frac")
 # Days of history before time-of-day features are switched on (see FeatureBuilder).
 TIME_OF_DAY_MIN_HISTORY_S = 2 * 86_400.0
@@ -193,11 +205,14 @@ def _content_hash(model_strings: Sequence[str]) -> str:
 @dataclass(slots=True, kw_only=True)
 class _Head:
     horizon_s: int
+    level_feature: str  # request heads: the trailing rate the label is relative to
     booster: lgb.Booster
     predictor: RowPredictor = field(init=False)
+    level_index: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.predictor = RowPredictor(self.booster, len(FEATURE_NAMES))
+        self.level_index = FEATURE_NAMES.index(self.level_feature)
 
 
 class ForecastModel:
@@ -210,16 +225,16 @@ class ForecastModel:
         self,
         *,
         version: ModelVersion,
-        boosters: Sequence[tuple[int, lgb.Booster]],
+        boosters: Sequence[tuple[int, str, lgb.Booster]],
         level_floor_per_s: float,
         with_time_of_day: bool,
     ) -> None:
         self.version = version
         self.target = version.target
-        self.horizons_s = tuple(h for h, _ in boosters)
+        self.horizons_s = tuple(h for h, _, _ in boosters)
         self.level_floor_per_s = level_floor_per_s
         self.with_time_of_day = with_time_of_day
-        self._heads = [_Head(horizon_s=h, booster=b) for h, b in boosters]
+        self._heads = [_Head(horizon_s=h, level_feature=f, booster=b) for h, f, b in boosters]
 
     @property
     def uses_fast_path(self) -> bool:
@@ -229,9 +244,10 @@ class ForecastModel:
         """A builder configured like the one this model was trained with."""
         return FeatureBuilder(origin_s=origin_s, with_time_of_day=self.with_time_of_day)
 
-    def _finish(self, horizon_s: int, raw: float, row: np.ndarray) -> float:
+    def _finish(self, head: _Head, raw: float, row: np.ndarray) -> float:
+        horizon_s = head.horizon_s
         if self.target is ForecastTarget.REQUESTS:
-            level = row[_LEVEL_FEATURE]
+            level = row[head.level_index]
             level = self.level_floor_per_s if not level > self.level_floor_per_s else level
             return max(1.0 + raw, 0.0) * level * horizon_s
         kv_now = row[_KV_FEATURE]
@@ -241,7 +257,7 @@ class ForecastModel:
     def predict_horizon(self, index: int, row: np.ndarray) -> float:
         """Forecast for ``horizons_s[index]`` from one feature row (fast single-row path)."""
         head = self._heads[index]
-        return self._finish(head.horizon_s, head.predictor.predict(row), row)
+        return self._finish(head, head.predictor.predict(row), row)
 
     def predict(self, row: np.ndarray) -> Forecast:
         """Forecasts for every horizon from one feature row."""
@@ -259,7 +275,7 @@ class ForecastModel:
         for j, head in enumerate(self._heads):
             raw = np.asarray(head.booster.predict(rows, num_threads=1))
             if self.target is ForecastTarget.REQUESTS:
-                level = np.nan_to_num(rows[:, _LEVEL_FEATURE], nan=0.0)
+                level = np.nan_to_num(rows[:, head.level_index], nan=0.0)
                 level = np.maximum(level, self.level_floor_per_s)
                 out[:, j] = np.maximum(1.0 + raw, 0.0) * level * head.horizon_s
             else:
@@ -279,7 +295,11 @@ class ForecastModel:
             "level_floor_per_s": self.level_floor_per_s,
             "with_time_of_day": self.with_time_of_day,
             "heads": [
-                {"horizon_s": h.horizon_s, "model": h.booster.model_to_string()}
+                {
+                    "horizon_s": h.horizon_s,
+                    "level_feature": h.level_feature,
+                    "model": h.booster.model_to_string(),
+                }
                 for h in self._heads
             ],
         }
@@ -304,13 +324,27 @@ class ForecastModel:
                 f"code's {FEATURE_SCHEMA_VERSION}: retrain the model"
             )
         version = ModelVersion(**{**v, "target": ForecastTarget(v["target"])})
-        boosters = [(int(h["horizon_s"]), lgb.Booster(model_str=h["model"])) for h in doc["heads"]]
+        boosters = [
+            (int(h["horizon_s"]), str(h["level_feature"]), lgb.Booster(model_str=h["model"]))
+            for h in doc["heads"]
+        ]
         return cls(
             version=version,
             boosters=boosters,
             level_floor_per_s=float(doc["level_floor_per_s"]),
             with_time_of_day=bool(doc["with_time_of_day"]),
         )
+
+
+def _best_level(x: np.ndarray, y_count: np.ndarray, horizon_s: int, floor: float) -> str:
+    """The candidate trailing rate whose forecast (rate × H) has the lowest training WAPE."""
+    total = max(float(y_count.sum()), 1e-9)
+
+    def wape(name: str) -> float:
+        level = np.maximum(np.nan_to_num(x[:, FEATURE_NAMES.index(name)], nan=0.0), floor)
+        return float(np.abs(level * horizon_s - y_count).sum()) / total
+
+    return min(LEVEL_FEATURES, key=wape)
 
 
 def _fit(
@@ -377,7 +411,7 @@ def train_forecast_model(
     )
     level_floor = 0.05 * max(float(counts.mean()), 1e-3)
     cum = np.concatenate([[0.0], np.cumsum(counts)])
-    boosters: list[tuple[int, lgb.Booster]] = []
+    boosters: list[tuple[int, str, lgb.Booster]] = []
     n_rows = 0
     for h in horizons_s:
         if h < 1:
@@ -387,10 +421,17 @@ def train_forecast_model(
         x = rows[idx]
         if target is ForecastTarget.REQUESTS:
             y_count = cum[idx + 1 + h] - cum[idx + 1]
-            level = np.maximum(np.nan_to_num(x[:, _LEVEL_FEATURE], nan=0.0), level_floor) * h
+            level_feature = _best_level(x, y_count, h, level_floor)
+            level = (
+                np.maximum(
+                    np.nan_to_num(x[:, FEATURE_NAMES.index(level_feature)], nan=0.0), level_floor
+                )
+                * h
+            )
             y, w = y_count / level - 1.0, level
             objective = "l1"
         else:
+            level_feature = "kv_occupancy_frac"  # KV heads learn the change from the current value
             kv_future = kv[idx + h]
             keep = ~np.isnan(kv_future)
             x, kv_future = x[keep], kv_future[keep]
@@ -402,9 +443,9 @@ def train_forecast_model(
         booster = _fit(
             params, objective, x, y, w, gap=h, from_baseline=target is ForecastTarget.REQUESTS
         )
-        boosters.append((int(h), booster))
+        boosters.append((int(h), level_feature, booster))
         n_rows = max(n_rows, len(y))
-    digest = _content_hash([b.model_to_string() for _, b in boosters])
+    digest = _content_hash([b.model_to_string() for _, _, b in boosters])
     version = ModelVersion(
         model_id=f"{target}-g{generation}-{digest}",
         generation=generation,
