@@ -146,6 +146,22 @@ def test_kv_occupancy_model_learns_a_cycle() -> None:
     assert np.all((pred >= 0.0) & (pred <= 1.0))
 
 
+def test_on_off_traffic_starts_from_a_short_window_smooth_from_a_long_one() -> None:
+    rng = np.random.default_rng(5)
+    on = np.concatenate([s + rng.uniform(0, 100, 800) for s in range(0, 1_400, 200)])
+    on_off = ArrivalHistory(
+        arrival_s=np.sort(on), context_tokens=np.ones(len(on)), generated_tokens=np.ones(len(on))
+    )
+    smooth = np.sort(rng.uniform(0, 1_400, 5_600))
+    steady = ArrivalHistory(
+        arrival_s=smooth, context_tokens=np.ones(len(smooth)), generated_tokens=np.ones(len(smooth))
+    )
+    short = {"rate_5s", "rate_10s", "ewm_rate_hl10s"}
+    fit = {"origin_s": 0.0, "until_s": 1_400.0, "params": PARAMS, "horizons_s": (5,)}
+    assert set(train_forecast_model(on_off, **fit).level_features) <= short
+    assert set(train_forecast_model(steady, **fit).level_features).isdisjoint(short)
+
+
 def test_too_short_history_is_refused_with_the_window_named() -> None:
     hist = _periodic_arrivals(100, seed=3)
     with pytest.raises(ValueError, match="history"):

@@ -237,6 +237,11 @@ class ForecastModel:
         self._heads = [_Head(horizon_s=h, level_feature=f, booster=b) for h, f, b in boosters]
 
     @property
+    def level_features(self) -> tuple[str, ...]:
+        """Per horizon, the feature the head's forecast is a correction to."""
+        return tuple(h.level_feature for h in self._heads)
+
+    @property
     def uses_fast_path(self) -> bool:
         return all(h.predictor.uses_fast_path for h in self._heads)
 
