@@ -116,7 +116,16 @@ def measure_predict_us(model: ForecastModel, rows: np.ndarray, n: int = 20_000) 
         t0 = pc()
         head_pred.predict_row()
         raw[i] = pc() - t0
+    # For comparison: the plain Python path on a 1-row array (not what the router uses).
+    plain = np.empty(2_000)
+    booster = model._heads[0].booster
+    for i in range(2_000):
+        r = sel[i].reshape(1, -1)
+        t0 = pc()
+        booster.predict(r, num_threads=1)
+        plain[i] = pc() - t0
     return {
+        "plain_booster_predict_us_p50": float(np.median(plain)) / 1e3,
         "predict_us_p50": float(np.median(full)) / 1e3,
         "predict_us_p99": float(np.percentile(full, 99)) / 1e3,
         "raw_booster_us_p50": float(np.median(raw)) / 1e3,
@@ -221,7 +230,8 @@ def main() -> None:
     log(
         f"latency: forecast(1 horizon) p50={lat['predict_us_p50']:.2f}us "
         f"p99={lat['predict_us_p99']:.2f}us raw booster p50={lat['raw_booster_us_p50']:.2f}us "
-        f"feature row_at p50={lat['row_at_us_p50']:.2f}us"
+        f"feature row_at p50={lat['row_at_us_p50']:.2f}us "
+        f"plain Booster.predict(1 row, 1 thread) p50={lat['plain_booster_predict_us_p50']:.1f}us"
     )
     ratio = max(results[h][0] / results[h][1] for h in HORIZONS_S)
     print(
