@@ -42,7 +42,8 @@ class RowPredictor:
 
     ``row`` is a preallocated input buffer: writing features straight into it (e.g.
     ``FeatureBuilder.row_at(now_s, out=predictor.row)``) and calling ``predict_row()`` avoids
-    every per-call allocation and pointer conversion.
+    every per-call allocation and pointer conversion. Not thread-safe (one shared buffer): use
+    one predictor per thread or event loop.
     """
 
     __slots__ = (
