@@ -1,0 +1,6 @@
+# Router forecaster: benchmark against moving-average baselines (issue 5).
+TRACE ?= $(SEEDANCE_DATA_DIR)/azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv
+
+.PHONY: bench-predictor
+bench-predictor: install  ## forecaster WAPE vs moving averages on TRACE (Azure CSV or Mooncake JSONL)
+	OMP_NUM_THREADS=1 nice $(PY) tools/bench_predictor.py $(TRACE)

@@ -1,0 +1,51 @@
+"""Forecasts of a replica's (or a model's) near-future load: requests and KV occupancy.
+
+Pure core: arrays and samples in, models and forecasts out. The router shell feeds a
+``FeatureBuilder`` with arrivals and telemetry, asks ``ForecastModel.predict`` per decision,
+trains with ``train_forecast_model`` when ``decide_retrain`` says so, and stores
+``ForecastModel.to_bytes()`` in the object store. Nothing here touches NATS, files or clocks.
+"""
+
+from seedance.router.forecast.features import (
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    FeatureBuilder,
+    TelemetrySample,
+)
+from seedance.router.forecast.model import (
+    ArrivalHistory,
+    Forecast,
+    ForecastModel,
+    ForecastTarget,
+    ModelVersion,
+    TrainParams,
+    build_feature_rows,
+    train_forecast_model,
+)
+from seedance.router.forecast.retrain import (
+    RetrainDecision,
+    RetrainInputs,
+    RetrainPolicy,
+    RetrainReason,
+    decide_retrain,
+)
+
+__all__ = [
+    "FEATURE_NAMES",
+    "FEATURE_SCHEMA_VERSION",
+    "ArrivalHistory",
+    "FeatureBuilder",
+    "Forecast",
+    "ForecastModel",
+    "ForecastTarget",
+    "ModelVersion",
+    "RetrainDecision",
+    "RetrainInputs",
+    "RetrainPolicy",
+    "RetrainReason",
+    "TelemetrySample",
+    "TrainParams",
+    "build_feature_rows",
+    "decide_retrain",
+    "train_forecast_model",
+]
