@@ -1,0 +1,6 @@
+# Router replay benchmark (docs/router-sim.md). TRACE: Azure-format CSV or Mooncake JSONL.
+ROUTER_TRACE_DEFAULT := $(SEEDANCE_DATA_DIR)/azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv
+
+.PHONY: bench-router
+bench-router: install  ## replay TRACE=<csv|jsonl> through the simulator under every routing policy
+	nice .venv/bin/python tools/bench_router.py $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))

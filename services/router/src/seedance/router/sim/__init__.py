@@ -1,0 +1,27 @@
+"""Replay simulator of LLM replicas with continuous batching, for scoring routing policies.
+
+Pure and deterministic: virtual time, no sleeps, no clocks. `simulate` replays a trace through
+N replicas with a fixed `ReplicaParams` profile; `summarise` turns the result into the figures
+the router benchmark reports.
+"""
+
+from seedance.router.sim.engine import ForecastSource, ReplicaSnapshot, SimResult, simulate
+from seedance.router.sim.forecast_source import MovingAverageForecastSource, NoForecastSource
+from seedance.router.sim.params import LLAMA31_70B_FP8_H200, ReplicaParams
+from seedance.router.sim.report import PolicySummary, summarise
+from seedance.router.sim.trace import TraceRequest, load_trace
+
+__all__ = [
+    "LLAMA31_70B_FP8_H200",
+    "ForecastSource",
+    "MovingAverageForecastSource",
+    "NoForecastSource",
+    "PolicySummary",
+    "ReplicaParams",
+    "ReplicaSnapshot",
+    "SimResult",
+    "TraceRequest",
+    "load_trace",
+    "simulate",
+    "summarise",
+]
