@@ -32,8 +32,8 @@ __all__ = [
     "Reason",
     "ReplicaForecast",
     "ReplicaState",
-    "RouteRequest",
     "RoundRobin",
+    "RouteRequest",
     "RoutingPolicy",
     "least_outstanding_index",
 ]

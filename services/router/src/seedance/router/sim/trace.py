@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 __all__ = ["TraceRequest", "load_trace"]
@@ -25,7 +25,8 @@ class TraceRequest:
 def _azure_time_s(stamp: str) -> float:
     # Timestamps carry 7 fractional digits (100 ns); datetime takes 6.
     head, _, frac = stamp.strip().partition(".")
-    base = datetime.strptime(head, "%Y-%m-%d %H:%M:%S")
+    # The trace has no zone; only differences matter, so read it as UTC.
+    base = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     return base.timestamp() + (float("0." + frac) if frac else 0.0)
 
 
@@ -36,14 +37,14 @@ def _load_azure(path: Path) -> list[TraceRequest]:
         need = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
         if reader.fieldnames is None or not need <= set(reader.fieldnames):
             raise ValueError(f"{path}: expected columns {sorted(need)}, got {reader.fieldnames}")
-        for row in reader:
-            rows.append(
-                (
-                    _azure_time_s(row["TIMESTAMP"]),
-                    int(row["ContextTokens"]),
-                    int(row["GeneratedTokens"]),
-                )
+        rows.extend(
+            (
+                _azure_time_s(row["TIMESTAMP"]),
+                int(row["ContextTokens"]),
+                int(row["GeneratedTokens"]),
             )
+            for row in reader
+        )
     return _normalise(rows)
 
 
