@@ -1,6 +1,6 @@
 """Router benchmark: replay a trace through the simulator under every routing policy.
 
-Usage: bench_router.py TRACE [--slo-s 2.0] [--seed 1]
+Usage: bench_router.py TRACE [--slo-s 2.0] [--seed 1] [--profile h200-70b|l4-8b]
 TRACE is an Azure LLM inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or the Mooncake
 conversation JSONL; the format is detected from the first line.
 
@@ -33,17 +33,23 @@ from seedance.router.policy import (
     RoutingPolicy,
 )
 from seedance.router.sim import (
+    LLAMA31_8B_BF16_L4,
     LLAMA31_70B_FP8_H200,
     MovingAverageForecastSource,
     NoForecastSource,
     PolicySummary,
+    ReplicaParams,
     TraceRequest,
     load_trace,
     simulate,
     summarise,
 )
 
-P = LLAMA31_70B_FP8_H200
+PROFILES: dict[str, ReplicaParams] = {
+    "h200-70b": LLAMA31_70B_FP8_H200,
+    "l4-8b": LLAMA31_8B_BF16_L4,
+}
+P = LLAMA31_70B_FP8_H200  # replaced by --profile in main()
 BASELINES = ("round_robin", "least_outstanding", "power_of_two")
 
 
@@ -71,11 +77,12 @@ def policies(seed: int, slo_s: float) -> dict[str, Callable[[], RoutingPolicy]]:
 
 def run(
     trace: list[TraceRequest], make: Callable[[], RoutingPolicy], n: int, slo_s: float, fc: bool
-) -> tuple[PolicySummary, dict[str, int], float]:
+) -> tuple[PolicySummary, dict[str, int], float, float]:
     source = MovingAverageForecastSource(P.kv_capacity_tokens) if fc else NoForecastSource()
     t0 = time.perf_counter()
     res = simulate(trace, make(), n, P, source)
-    return summarise(res, slo_s), dict(res.reasons), time.perf_counter() - t0
+    hit_pct = 100.0 * res.prefix_hit_tokens / max(res.prompt_tokens, 1)
+    return summarise(res, slo_s), dict(res.reasons), time.perf_counter() - t0, hit_pct
 
 
 def attainable_pct(trace: list[TraceRequest], slo_s: float) -> float:
@@ -94,7 +101,7 @@ def find_replicas(trace: list[TraceRequest], slo_s: float, target_pct: float, ca
 
     def rr(n: int) -> float:
         if n not in cache:
-            s, _, wall = run(trace, RoundRobin, n, slo_s, fc=False)
+            s, _, wall, _ = run(trace, RoundRobin, n, slo_s, fc=False)
             cache[n] = s.slo_attainment_pct
             log(
                 f"  search: round_robin n={n} slo_attainment={s.slo_attainment_pct:.1f}% "
@@ -154,18 +161,21 @@ def decision_us_p50(slo_s: float, n: int = 10, calls: int = 20_000) -> float:
     return statistics.median(samples)
 
 
-def table(n: int, rows: dict[str, tuple[PolicySummary, dict[str, int], float]]) -> None:
+Row = tuple[PolicySummary, dict[str, int], float, float]
+
+
+def table(n: int, rows: dict[str, Row]) -> None:
     print(f"\nreplicas={n}  (latency = time to first token, ms; e2e = end-to-end, ms)")
     hdr = (
         f"{'policy':<28}{'ttft_p50':>10}{'ttft_p95':>10}{'ttft_p99':>10}{'e2e_p50':>10}"
-        f"{'e2e_p95':>10}{'slo_%':>8}{'kv_max':>8}{'sim_s':>7}  reasons"
+        f"{'e2e_p95':>10}{'slo_%':>8}{'kv_max':>8}{'hit_%':>7}{'sim_s':>7}  reasons"
     )
     print(hdr)
-    for name, (s, reasons, wall) in rows.items():
+    for name, (s, reasons, wall, hit) in rows.items():
         print(
             f"{name:<28}{s.ttft_p50_ms:>10.0f}{s.ttft_p95_ms:>10.0f}{s.ttft_p99_ms:>10.0f}"
             f"{s.e2e_p50_ms:>10.0f}{s.e2e_p95_ms:>10.0f}{s.slo_attainment_pct:>8.1f}"
-            f"{s.max_kv_used_frac:>8.2f}{wall:>7.1f}  {reasons}"
+            f"{s.max_kv_used_frac:>8.2f}{hit:>7.1f}{wall:>7.1f}  {reasons}"
         )
 
 
@@ -175,7 +185,10 @@ def main() -> None:
     ap.add_argument("--slo-s", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-replicas", type=int, default=256)
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="h200-70b")
     args = ap.parse_args()
+    global P
+    P = PROFILES[args.profile]
 
     trace = load_trace(args.trace)
     name = args.trace.stem
@@ -187,7 +200,7 @@ def main() -> None:
     log(f"operating point: {n} replicas")
 
     makers = policies(args.seed, args.slo_s)
-    results: dict[int, dict[str, tuple[PolicySummary, dict[str, int], float]]] = {}
+    results: dict[int, dict[str, Row]] = {}
     for count in (n, n + 1):
         rows = {}
         for pname, make in makers.items():
@@ -202,7 +215,8 @@ def main() -> None:
         f"trace={name} requests={len(trace)} slo_ttft_s={args.slo_s} "
         f"attainable_pct={ceiling:.1f} rr_target_pct={target:.1f}"
     )
-    print(f"replica: {P}")
+    print(f"replica profile {args.profile}: {P}")
+    print("hit_% = prompt tokens served from the replica's prefix cache")
     for count in (n + 1, n):
         table(count, results[count])
     us = decision_us_p50(args.slo_s)

@@ -10,6 +10,7 @@ from seedance.router.policy import (
     PowerOfTwoChoices,
     PredictiveConfig,
     PredictiveSloPolicy,
+    PrefixIndex,
     Reason,
     ReplicaForecast,
     ReplicaState,
@@ -131,3 +132,43 @@ def test_every_replica_at_risk_still_routes_to_least_bad() -> None:
     d = PredictiveSloPolicy(CFG).choose(REQ, states, fresh(states), 10.0)
     assert d.replica_index == 0
     assert d.predicted_ttft_s is not None
+
+
+def test_prefix_index_matches_leading_blocks_per_replica() -> None:
+    idx = PrefixIndex()
+    idx.record("a", (1, 2, 3), capacity_blocks=10)
+    idx.record("b", (1, 9), capacity_blocks=10)
+    assert idx.matched_blocks((1, 2, 3, 4), ["a", "b", "c"]) == [3, 1, 0]
+    # A gap stops the match: block 3 after a miss on 5 does not count.
+    assert idx.matched_blocks((1, 5, 3), ["a", "b"]) == [1, 1]
+
+
+def test_prefix_index_evicts_least_recently_used() -> None:
+    idx = PrefixIndex()
+    idx.record("a", (1, 2), capacity_blocks=3)
+    idx.record("a", (1, 7), capacity_blocks=3)  # touches 1; 2 is now the oldest
+    idx.record("a", (8,), capacity_blocks=3)
+    assert idx.matched_blocks((1, 2), ["a"]) == [1]
+    assert idx.matched_blocks((1, 7), ["a"]) == [2]
+
+
+def test_predictive_routes_to_replica_holding_the_prefix() -> None:
+    pol = PredictiveSloPolicy(CFG)
+    long_prompt = RouteRequest(prompt_tokens=20 * 512, prefix_hashes=tuple(range(20)))
+    states = [st("a"), st("b"), st("c")]
+    first = pol.choose(long_prompt, states, fresh(states), 10.0).replica_index
+    # Now the other two replicas are idle and the first has a little queued work; the cached
+    # 10k tokens (2 s of prefill) outweigh 0.4 s of queue.
+    loaded = [
+        st(s.replica_id, waiting=1, tokens_waiting=2_000) if i == first else s
+        for i, s in enumerate(states)
+    ]
+    d = pol.choose(long_prompt, loaded, fresh(loaded), 11.0)
+    assert d.replica_index == first
+    assert d.predicted_ttft_s is not None
+    assert d.predicted_ttft_s < long_prompt.prompt_tokens / 5000
+    # Without prefix IDs the same state sends it elsewhere.
+    plain = RouteRequest(prompt_tokens=20 * 512)
+    assert (
+        PredictiveSloPolicy(CFG).choose(plain, loaded, fresh(loaded), 11.0).replica_index != first
+    )

@@ -9,7 +9,9 @@ import pytest
 
 from seedance.router.policy import LeastOutstanding, PowerOfTwoChoices, RoundRobin
 from seedance.router.sim import (
+    LLAMA31_8B_BF16_L4,
     LLAMA31_70B_FP8_H200,
+    PREFIX_BLOCK_TOKENS,
     MovingAverageForecastSource,
     ReplicaParams,
     TraceRequest,
@@ -159,3 +161,88 @@ def test_default_profile_is_consistent() -> None:
     # 80 layers × 8 KV heads × 128 dims × 2 (K, V) × 2 bytes (bf16).
     assert p.kv_bytes_per_token == 80 * 8 * 128 * 2 * 2
     assert p.typical_decode_step_s() > p.decode_base_s
+
+
+def _blocks(prompt: int, first: int) -> tuple[int, ...]:
+    # One ID per started PREFIX_BLOCK_TOKENS block, as Mooncake's hash_ids.
+    return tuple(range(first, first + -(-prompt // PREFIX_BLOCK_TOKENS)))
+
+
+def _with_cache_params(**over: object) -> ReplicaParams:
+    base = {f: getattr(HAND, f) for f in HAND.__slots__}
+    base.update(kv_capacity_tokens=10 * PREFIX_BLOCK_TOKENS, max_prefill_tokens_per_iter=8192)
+    base.update(over)
+    return ReplicaParams(**base)
+
+
+def test_prefix_cache_hit_skips_cached_blocks() -> None:
+    params = _with_cache_params()
+    prompt = 2 * PREFIX_BLOCK_TOKENS + 100
+    hashes = _blocks(prompt, 0)
+    first = TraceRequest(arrival_s=0.0, prompt_tokens=prompt, output_tokens=2, prefix_hashes=hashes)
+    # Same first two blocks, a different third: 2 blocks are served from the cache.
+    second = TraceRequest(
+        arrival_s=10.0, prompt_tokens=prompt, output_tokens=2, prefix_hashes=(*hashes[:2], 99)
+    )
+    res = simulate([first, second], RoundRobin(), 1, params)
+    assert res.ttft_s[0] == pytest.approx(0.1 + prompt / 1000)
+    assert res.ttft_s[1] == pytest.approx(0.1 + 100 / 1000)
+    assert res.prefix_hit_tokens == 2 * PREFIX_BLOCK_TOKENS
+    off = simulate([first, second], RoundRobin(), 1, _with_cache_params(prefix_caching=False))
+    assert off.ttft_s[1] == pytest.approx(0.1 + prompt / 1000)
+    assert off.prefix_hit_tokens == 0
+
+
+def test_prefix_cache_full_hit_still_computes_one_token() -> None:
+    params = _with_cache_params()
+    prompt = PREFIX_BLOCK_TOKENS
+    h = _blocks(prompt, 0)
+    trace = [
+        TraceRequest(arrival_s=t, prompt_tokens=prompt, output_tokens=1, prefix_hashes=h)
+        for t in (0.0, 5.0)
+    ]
+    res = simulate(trace, RoundRobin(), 1, params)
+    assert res.ttft_s[1] == pytest.approx(0.1 + 1 / 1000)
+
+
+def test_prefix_cache_is_per_replica_and_lru_bounded() -> None:
+    params = _with_cache_params()
+    prompt = 3 * PREFIX_BLOCK_TOKENS
+    a = TraceRequest(arrival_s=0.0, prompt_tokens=prompt, output_tokens=1, prefix_hashes=(1, 2, 3))
+    # Round-robin over 2 replicas sends the repeat of `a` to the other replica: no hit.
+    repeat = TraceRequest(
+        arrival_s=5.0, prompt_tokens=prompt, output_tokens=1, prefix_hashes=a.prefix_hashes
+    )
+    res = simulate([a, repeat], RoundRobin(), 2, params)
+    assert res.prefix_hit_tokens == 0
+    # On one replica, 10 blocks of other prompts (the pool's size) push `a` out.
+    fillers = [
+        TraceRequest(
+            arrival_s=1.0 + i,
+            prompt_tokens=2 * PREFIX_BLOCK_TOKENS,
+            output_tokens=1,
+            prefix_hashes=(100 + 2 * i, 101 + 2 * i),
+        )
+        for i in range(5)
+    ]
+    late = TraceRequest(
+        arrival_s=20.0, prompt_tokens=prompt, output_tokens=1, prefix_hashes=a.prefix_hashes
+    )
+    res = simulate([a, *fillers, late], RoundRobin(), 1, params)
+    assert res.prefix_hit_tokens == 0
+    res = simulate([a, *fillers[:3], late], RoundRobin(), 1, params)
+    assert res.prefix_hit_tokens == prompt - 1
+
+
+def test_mooncake_hash_ids_are_loaded(tmp_path) -> None:
+    jl = tmp_path / "m.jsonl"
+    jl.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]}\n')
+    assert load_trace(jl)[0].prefix_hashes == (7, 8)
+
+
+def test_l4_profile_is_consistent() -> None:
+    p = LLAMA31_8B_BF16_L4
+    # Llama-3.1-8B: 32 layers × 8 KV heads × 128 dims × 2 (K, V) × 2 bytes (bf16).
+    assert p.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2
+    # The KV pool fits in what 24 GB leaves after 16.06 GB of weights.
+    assert p.kv_capacity_tokens * p.kv_bytes_per_token < (24e9 - 16.06e9)

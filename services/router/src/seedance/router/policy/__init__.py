@@ -11,7 +11,7 @@ from seedance.router.policy.baselines import (
     RoundRobin,
     least_outstanding_index,
 )
-from seedance.router.policy.predictive import PredictiveConfig, PredictiveSloPolicy
+from seedance.router.policy.predictive import PredictiveConfig, PredictiveSloPolicy, PrefixIndex
 from seedance.router.policy.state import (
     Decision,
     Forecast,
@@ -29,6 +29,7 @@ __all__ = [
     "PowerOfTwoChoices",
     "PredictiveConfig",
     "PredictiveSloPolicy",
+    "PrefixIndex",
     "Reason",
     "ReplicaForecast",
     "ReplicaState",

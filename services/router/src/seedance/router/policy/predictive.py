@@ -2,11 +2,15 @@
 whose KV cache has no headroom now or in the forecast, with least-outstanding as the fallback.
 
 For each replica it estimates the request's TTFT on a prefill-first continuous-batching engine:
-the prompt work queued ahead of it plus its own prompt at the replica's prefill rate, plus a
-wait for KV space when the replica cannot reserve the request's tokens. A replica whose
-projected KV use (now, or forecast 5 s ahead) would pass the high-water mark is ranked after
-every replica with headroom. When the forecast is missing or older than `max_forecast_age_s`
-the policy does exactly what least-outstanding does, and says so in the decision's reason.
+the prompt work queued ahead of it plus its own uncached prompt at the replica's prefill rate,
+plus a wait for KV space when the replica cannot reserve the request's tokens. The uncached part
+comes from an approximate prefix index the policy keeps of the prefix blocks it has sent to each
+replica (the approximate mode of SGLang's cache-aware router and llm-d's prefix scorer: no
+engine events needed), bounded per replica by its KV pool and evicted least recently used.
+A replica whose projected KV use (now, or forecast 5 s ahead) would pass the high-water mark is
+ranked after every replica with headroom. When the forecast is missing or older than
+`max_forecast_age_s` the policy does exactly what least-outstanding does, and says so in the
+decision's reason.
 
 Must not do: I/O, clocks, learning; the replica profile (prefill rate, step time) comes in
 through `PredictiveConfig`, measured on the replica's hardware, never fitted to a trace.
@@ -14,6 +18,7 @@ through `PredictiveConfig`, measured on the replica's hardware, never fitted to 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +31,7 @@ from seedance.router.policy.state import (
     RouteRequest,
 )
 
-__all__ = ["PredictiveConfig", "PredictiveSloPolicy"]
+__all__ = ["PredictiveConfig", "PredictiveSloPolicy", "PrefixIndex"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +52,65 @@ class PredictiveConfig:
     # SLO; among them the one with the least decode load (running now plus forecast arrivals
     # over the next 5 s) wins, so TTFT-greedy routing does not pile decode onto one replica.
     ttft_tie_s: float = 0.2
+    # Tokens per prefix block of `RouteRequest.prefix_hashes` (Mooncake's hash_ids: 512).
+    prefix_block_tokens: int = 512
+
+
+class PrefixIndex:
+    """Which replica was last sent which prefix blocks: one LRU per replica, capped at the blocks
+    its KV pool holds, plus a block -> replica-bitmask map so a lookup walks the request's blocks
+    once, whatever the fleet size. Approximate: it mirrors routing, not the engines' caches.
+    """
+
+    def __init__(self) -> None:
+        self._bit: dict[str, int] = {}
+        self._owners: dict[int, int] = {}
+        self._lru: list[OrderedDict[int, None]] = []
+
+    def _slot(self, replica_id: str) -> int:
+        slot = self._bit.get(replica_id)
+        if slot is None:
+            slot = self._bit[replica_id] = len(self._lru)
+            self._lru.append(OrderedDict())
+        return slot
+
+    def matched_blocks(self, hashes: Sequence[int], replica_ids: Sequence[str]) -> list[int]:
+        """Leading blocks of `hashes` recorded for each replica, in `replica_ids` order."""
+        slots = [self._slot(r) for r in replica_ids]
+        depth = dict.fromkeys(slots, len(hashes))
+        alive = 0
+        for s in slots:
+            alive |= 1 << s
+        owners = self._owners
+        for d, h in enumerate(hashes):
+            held = owners.get(h, 0) & alive
+            dropped = alive & ~held
+            while dropped:
+                low = dropped & -dropped
+                depth[low.bit_length() - 1] = d
+                dropped ^= low
+            alive = held
+            if not alive:
+                break
+        return [depth[s] for s in slots]
+
+    def record(self, replica_id: str, hashes: Sequence[int], capacity_blocks: int) -> None:
+        """Note that `replica_id` now holds `hashes`; evict its least recently used beyond cap."""
+        slot = self._slot(replica_id)
+        bit = 1 << slot
+        lru = self._lru[slot]
+        owners = self._owners
+        for h in hashes:
+            lru[h] = None
+            lru.move_to_end(h)
+            owners[h] = owners.get(h, 0) | bit
+        while len(lru) > capacity_blocks:
+            h, _ = lru.popitem(last=False)
+            left = owners[h] & ~bit
+            if left:
+                owners[h] = left
+            else:
+                del owners[h]
 
 
 class PredictiveSloPolicy:
@@ -57,16 +121,19 @@ class PredictiveSloPolicy:
     def __init__(self, config: PredictiveConfig) -> None:
         self._cfg = config
         self._s_per_token = 1.0 / config.prefill_tokens_per_s
+        self._prefix = PrefixIndex()
 
-    def predicted_ttft_s(self, request: RouteRequest, s: ReplicaState) -> float:
-        """TTFT if `request` joins replica `s` now, assuming FCFS prefill-first scheduling."""
+    def predicted_ttft_s(
+        self, request: RouteRequest, s: ReplicaState, cached_tokens: int = 0
+    ) -> float:
+        """TTFT if `request` joins replica `s` now, assuming FCFS prefill-first scheduling and
+        `cached_tokens` of its prompt already in that replica's prefix cache."""
         cfg = self._cfg
         tokens_ahead = s.prefill_tokens_waiting + s.prefill_tokens_in_progress
+        own = max(request.prompt_tokens - cached_tokens, 1)
         # One prefill iteration's fixed cost per waiting request is an upper bound (several
         # short prompts share an iteration); it keeps deep queues of tiny prompts honest.
-        ttft = (tokens_ahead + request.prompt_tokens) * self._s_per_token + (
-            s.waiting + 1
-        ) * cfg.prefill_overhead_s
+        ttft = (tokens_ahead + own) * self._s_per_token + (s.waiting + 1) * cfg.prefill_overhead_s
         deficit = self._kv_projected(request, s) - s.kv_capacity_tokens
         if deficit > 0:
             # Tokens are freed as running requests finish; a running request lives about
@@ -103,15 +170,40 @@ class PredictiveSloPolicy:
                 replica_index=least_outstanding_index(replicas),
                 reason=Reason.FALLBACK_STALE_FORECAST,
             )
+        decision = self._choose(request, replicas, forecast, now_s)
+        if request.prefix_hashes:
+            chosen = replicas[decision.replica_index]
+            self._prefix.record(
+                chosen.replica_id,
+                request.prefix_hashes,
+                chosen.kv_capacity_tokens // cfg.prefix_block_tokens,
+            )
+        return decision
+
+    def _choose(
+        self,
+        request: RouteRequest,
+        replicas: Sequence[ReplicaState],
+        forecast: Forecast,
+        now_s: float,
+    ) -> Decision:
+        cfg = self._cfg
         fc_map = forecast.replicas
         need = request.prompt_tokens + cfg.expected_output_tokens
         n = len(replicas)
+        if request.prefix_hashes:
+            blocks = self._prefix.matched_blocks(
+                request.prefix_hashes, [s.replica_id for s in replicas]
+            )
+            cached = [min(b * cfg.prefix_block_tokens, request.prompt_tokens - 1) for b in blocks]
+        else:
+            cached = [0] * n
         ttfts = [0.0] * n
         safe = [False] * n
         best_i = best_safe_i = -1
         best = best_safe = float("inf")
         for i, s in enumerate(replicas):
-            ttft = self.predicted_ttft_s(request, s)
+            ttft = self.predicted_ttft_s(request, s, cached[i])
             ttfts[i] = ttft
             if ttft < best:
                 best, best_i = ttft, i

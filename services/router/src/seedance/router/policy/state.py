@@ -45,6 +45,9 @@ class RouteRequest:
     """What the router knows about a request before it is served (never its output length)."""
 
     prompt_tokens: int
+    # Prompt prefix block IDs (hashes of fixed-size token blocks, each standing for the whole
+    # prefix up to it), as a gateway computes them from the token IDs; empty when unknown.
+    prefix_hashes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,11 @@ scheduler (vLLM V0's default, no chunked prefill):
   iteration over the admissible head requests (up to `max_prefill_tokens_per_iter` prompt tokens,
   always at least one request): `prefill_overhead_s + tokens / prefill_tokens_per_s`. The first
   token of each is produced at its end (TTFT). Decoding stalls meanwhile.
+* With `prefix_caching`, each replica keeps an LRU of the prefix blocks it has prefilled (up to
+  its KV pool's size in blocks). At admission the request's leading blocks found there are not
+  prefilled again (at least one prompt token always is, as in vLLM); its blocks enter the cache
+  when its prefill ends. KV admission still reserves the full prompt (conservative: shared
+  blocks would in reality be reused, not copied).
 * Otherwise the running batch decodes; one step emits one token per sequence and lasts
   `decode_base_s + decode_per_seq_s·B + decode_per_ctx_token_s·Σcontext`. Steps between two
   events are advanced in closed form (the batch is fixed between them), which is what makes a
@@ -25,13 +30,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from seedance.router.policy.state import Forecast, ReplicaState, RouteRequest, RoutingPolicy
 from seedance.router.sim.params import ReplicaParams
-from seedance.router.sim.trace import TraceRequest
+from seedance.router.sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest
 
 __all__ = ["ForecastSource", "ReplicaSnapshot", "SimResult", "simulate"]
 
@@ -39,7 +44,17 @@ _IDLE, _PREFILL, _DECODE = 0, 1, 2
 
 
 class _Req:
-    __slots__ = ("arrival_s", "e2e_s", "idx", "kv_need", "output", "prompt", "ttft_s")
+    __slots__ = (
+        "arrival_s",
+        "cached",
+        "e2e_s",
+        "hashes",
+        "idx",
+        "kv_need",
+        "output",
+        "prompt",
+        "ttft_s",
+    )
 
     def __init__(self, idx: int, t: TraceRequest) -> None:
         self.idx = idx
@@ -47,12 +62,15 @@ class _Req:
         self.prompt = t.prompt_tokens
         self.output = t.output_tokens
         self.kv_need = t.prompt_tokens + t.output_tokens
+        self.hashes = t.prefix_hashes
+        self.cached = 0
         self.ttft_s = math.nan
         self.e2e_s = math.nan
 
 
 class _Replica:
     __slots__ = (
+        "cache",
         "ctx_tokens",
         "dec_k",
         "dec_start",
@@ -87,6 +105,8 @@ class _Replica:
         self.dec_u = 0.0
         self.dec_v = 0.0
         self.dec_k = 0
+        # Prefix blocks held in the KV pool, least recently used first.
+        self.cache: OrderedDict[int, None] = OrderedDict()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +139,9 @@ class SimResult:
     reasons: Counter[str]
     max_kv_used_frac: float
     rejected: int
+    # Prompt tokens not prefilled thanks to prefix-cache hits, and all prompt tokens admitted.
+    prefix_hit_tokens: int = 0
+    prompt_tokens: int = 0
 
 
 def _steps_within(u: float, v: float, elapsed: float) -> int:
@@ -160,6 +183,28 @@ def simulate(
     forecast: Forecast | None = None
     next_tick = 0.0
     tick_s = forecast_source.tick_s if forecast_source is not None else math.inf
+    cache_cap_blocks = p.kv_capacity_tokens // PREFIX_BLOCK_TOKENS
+    caching = p.prefix_caching
+
+    def cached_tokens(r: _Replica, req: _Req) -> int:
+        if not caching or not req.hashes:
+            return 0
+        cache = r.cache
+        hit = 0
+        for h in req.hashes:
+            if h not in cache:
+                break
+            cache.move_to_end(h)
+            hit += 1
+        return min(hit * PREFIX_BLOCK_TOKENS, req.prompt - 1)
+
+    def insert_blocks(r: _Replica, req: _Req) -> None:
+        cache = r.cache
+        for h in req.hashes:
+            cache[h] = None
+            cache.move_to_end(h)
+        while len(cache) > cache_cap_blocks:
+            cache.popitem(last=False)
 
     def schedule(r: _Replica, ri: int, now: float) -> None:
         nonlocal seq, max_kv
@@ -167,21 +212,25 @@ def simulate(
         free = p.kv_capacity_tokens - r.kv_used
         n_seqs = len(r.running)
         batch: list[_Req] = []
-        tokens = 0
+        tokens = 0  # prompt tokens to compute (cache hits excluded)
+        full = 0  # whole prompts, as counted in queued_tokens
         while q:
             head = q[0]
             if head.kv_need > free or n_seqs >= p.max_num_seqs:
                 break
-            if batch and tokens + head.prompt > p.max_prefill_tokens_per_iter:
+            head.cached = cached_tokens(r, head)
+            work = head.prompt - head.cached
+            if batch and tokens + work > p.max_prefill_tokens_per_iter:
                 break
             q.popleft()
             batch.append(head)
-            tokens += head.prompt
+            tokens += work
+            full += head.prompt
             free -= head.kv_need
             n_seqs += 1
         r.version += 1
         if batch:
-            r.queued_tokens -= tokens
+            r.queued_tokens -= full
             r.kv_used = p.kv_capacity_tokens - free
             max_kv = max(max_kv, r.kv_used)
             r.prefill_batch = batch
@@ -206,6 +255,8 @@ def simulate(
         if r.mode == _PREFILL:
             for req in r.prefill_batch:
                 req.ttft_s = now - req.arrival_s
+                if caching and req.hashes:
+                    insert_blocks(r, req)
                 if req.output == 1:
                     req.e2e_s = req.ttft_s
                     r.kv_used -= req.kv_need
@@ -269,7 +320,9 @@ def simulate(
             )
             for r in reps
         ]
-        decision = policy.choose(RouteRequest(prompt_tokens=req.prompt), states, forecast, now)
+        decision = policy.choose(
+            RouteRequest(prompt_tokens=req.prompt, prefix_hashes=req.hashes), states, forecast, now
+        )
         ri = decision.replica_index
         reasons[decision.reason.value] += 1
         arrivals_tick[ri] += 1
@@ -305,4 +358,6 @@ def simulate(
         reasons=reasons,
         max_kv_used_frac=max_kv / p.kv_capacity_tokens,
         rejected=rejected,
+        prefix_hit_tokens=sum(q.cached for q in reqs),
+        prompt_tokens=sum(q.prompt for q in reqs if not math.isnan(q.ttft_s)),
     )

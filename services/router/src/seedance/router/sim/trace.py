@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["TraceRequest", "load_trace"]
+__all__ = ["PREFIX_BLOCK_TOKENS", "TraceRequest", "load_trace"]
+
+# Mooncake's `hash_ids` name 512-token prompt blocks; block i's ID stands for the whole prefix up
+# to and including block i, so equal leading IDs mean a shareable prefix KV.
+PREFIX_BLOCK_TOKENS = 512
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,6 +24,9 @@ class TraceRequest:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    # Prefix block IDs (PREFIX_BLOCK_TOKENS each, the last one possibly partial); empty when the
+    # trace carries none (Azure format), which means no prefix can be shared.
+    prefix_hashes: tuple[int, ...] = ()
 
 
 def _azure_time_s(stamp: str) -> float:
@@ -31,7 +38,7 @@ def _azure_time_s(stamp: str) -> float:
 
 
 def _load_azure(path: Path) -> list[TraceRequest]:
-    rows: list[tuple[float, int, int]] = []
+    rows: list[tuple[float, int, int, tuple[int, ...]]] = []
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         need = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
@@ -42,6 +49,7 @@ def _load_azure(path: Path) -> list[TraceRequest]:
                 _azure_time_s(row["TIMESTAMP"]),
                 int(row["ContextTokens"]),
                 int(row["GeneratedTokens"]),
+                (),
             )
             for row in reader
         )
@@ -49,27 +57,34 @@ def _load_azure(path: Path) -> list[TraceRequest]:
 
 
 def _load_mooncake(path: Path) -> list[TraceRequest]:
-    rows: list[tuple[float, int, int]] = []
+    rows: list[tuple[float, int, int, tuple[int, ...]]] = []
     with path.open() as f:
         for line in f:
             if not line.strip():
                 continue
             obj = json.loads(line)
             rows.append(
-                (obj["timestamp"] / 1000.0, int(obj["input_length"]), int(obj["output_length"]))
+                (
+                    obj["timestamp"] / 1000.0,
+                    int(obj["input_length"]),
+                    int(obj["output_length"]),
+                    tuple(int(h) for h in obj.get("hash_ids", ())),
+                )
             )
     return _normalise(rows)
 
 
-def _normalise(rows: list[tuple[float, int, int]]) -> list[TraceRequest]:
+def _normalise(rows: list[tuple[float, int, int, tuple[int, ...]]]) -> list[TraceRequest]:
     if not rows:
         raise ValueError("empty trace")
     rows.sort(key=lambda r: r[0])  # stable: ties keep file order
     t0 = rows[0][0]
     # A request generates at least its first token; prompts have at least one token.
     return [
-        TraceRequest(arrival_s=t - t0, prompt_tokens=max(p, 1), output_tokens=max(o, 1))
-        for t, p, o in rows
+        TraceRequest(
+            arrival_s=t - t0, prompt_tokens=max(p, 1), output_tokens=max(o, 1), prefix_hashes=h
+        )
+        for t, p, o, h in rows
     ]
 
 
