@@ -1,0 +1,40 @@
+"""Routing policies for the router: one interface (`RoutingPolicy.choose`), typed inputs
+(`RouteRequest`, `ReplicaState`, `Forecast`) and a typed `Decision` with a closed-set `Reason`.
+
+Pure code: no NATS, no clocks, no globals. The gateway builds `ReplicaState` from engine
+metrics, the bus adapter supplies the latest `Forecast`, and the replay simulator does both.
+"""
+
+from seedance.router.policy.baselines import (
+    LeastOutstanding,
+    PowerOfTwoChoices,
+    RoundRobin,
+    least_outstanding_index,
+)
+from seedance.router.policy.predictive import PredictiveConfig, PredictiveSloPolicy, PrefixIndex
+from seedance.router.policy.state import (
+    Decision,
+    Forecast,
+    Reason,
+    ReplicaForecast,
+    ReplicaState,
+    RouteRequest,
+    RoutingPolicy,
+)
+
+__all__ = [
+    "Decision",
+    "Forecast",
+    "LeastOutstanding",
+    "PowerOfTwoChoices",
+    "PredictiveConfig",
+    "PredictiveSloPolicy",
+    "PrefixIndex",
+    "Reason",
+    "ReplicaForecast",
+    "ReplicaState",
+    "RoundRobin",
+    "RouteRequest",
+    "RoutingPolicy",
+    "least_outstanding_index",
+]
