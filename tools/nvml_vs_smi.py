@@ -52,6 +52,18 @@ print("load: done", flush=True)
 """
 
 
+# A GPU doing almost nothing: NVML's utilisation calls it busy, GPM's SM activity does not.
+TINY = r"""
+import sys, time, torch
+x = torch.zeros(1, device="cuda")
+print("tiny: started", flush=True)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    x += 1
+    torch.cuda.synchronize()
+"""
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -175,6 +187,7 @@ def main() -> None:
     p.add_argument("--idle-s", type=float, default=6.0)
     p.add_argument("--load-s", type=float, default=16.0)
     p.add_argument("--after-s", type=float, default=8.0)
+    p.add_argument("--tiny-s", type=float, default=8.0, help="tiny-kernel phase (0: skip)")
     p.add_argument("--cost-calls", type=int, default=2000)
     args = p.parse_args()
 
@@ -191,10 +204,15 @@ def main() -> None:
     rows = []
     t_start = time.monotonic()
     phases = [("idle", args.idle_s), ("load", args.load_s), ("after", args.after_s)]
+    if args.tiny_s > 0:
+        phases.append(("tiny", args.tiny_s))
     for phase, seconds in phases:
-        if phase == "load":
+        if phase in ("load", "tiny"):
+            if load is not None:
+                load.wait()
+            script = LOAD if phase == "load" else TINY
             load = subprocess.Popen(
-                [sys.executable, "-c", LOAD, str(seconds)], stdout=subprocess.PIPE, text=True
+                [sys.executable, "-c", script, str(seconds)], stdout=subprocess.PIPE, text=True
             )
             assert load.stdout is not None
             log(load.stdout.readline().strip())  # blocks until the load has allocated
@@ -202,7 +220,7 @@ def main() -> None:
         if phase == "after" and load is not None:
             load.wait()
             time.sleep(1.5)  # power is a 1 s average: let the window slide past the load
-        end = time.monotonic() + seconds - (2.5 if phase == "load" else 0.0)
+        end = time.monotonic() + seconds - (2.5 if phase in ("load", "tiny") else 0.0)
         while time.monotonic() < end:
             now = time.monotonic()
             c0 = time.process_time()
@@ -235,6 +253,8 @@ def main() -> None:
                     f"P_from_energy {c.power_from_energy_w}"
                 )
             time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
+    if load is not None:
+        load.wait()
     backend.close()
     if args.record:
         args.record.write_text(json.dumps(recorder.recording(), separators=(",", ":")) + "\n")
