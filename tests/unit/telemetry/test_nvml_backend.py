@@ -130,3 +130,14 @@ def test_handle_failure_lists_an_unhealthy_stub() -> None:
     inv2 = backend.inventory()
     assert [g.healthy for g in inv2.gpus] == [True, True]
     assert backend.sample_fast()[1].healthy
+
+
+def test_undocumented_nvml_error_is_unhealthy_not_raised() -> None:
+    backend, api = backend_for(h100_nvlink_xid())
+    backend.inventory()
+    api.push("nvmlDeviceGetPowerUsage", ["gpu0"], err=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    g0, g1 = backend.sample_fast()
+    assert not g0.healthy
+    assert g0.health_reasons == (f"nvml_error_{pynvml.NVML_ERROR_DRIVER_NOT_LOADED}",)
+    assert g1.healthy
+    assert backend.sample_fast()[0].healthy  # not sticky: the next tick reads it again

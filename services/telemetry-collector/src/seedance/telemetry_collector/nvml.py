@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import msgspec
 import pynvml
 
 from seedance.telemetry_collector.sample import (
@@ -352,6 +353,12 @@ class NvmlBackend:
             return self._fast_read(gpu)
         except _GpuLost:
             return _lost_sample(gpu)
+        except pynvml.NVMLError as exc:
+            # An error NVML does not document for this field (driver trouble): the GPU is
+            # reported unhealthy with the code, and the next tick tries again.
+            return msgspec.structs.replace(
+                _lost_sample(gpu), health_reasons=(f"nvml_error_{exc.value}",)
+            )
 
     def _fast_read(self, gpu: _Gpu) -> GpuSample:
         h = gpu.handle
@@ -415,6 +422,13 @@ class NvmlBackend:
         except _GpuLost:
             return GpuSlowReading(
                 index=gpu.index, read_at_monotonic_s=now, health_reasons=("gpu_lost",)
+            )
+        except pynvml.NVMLError as exc:
+            return GpuSlowReading(
+                index=gpu.index,
+                read_at_monotonic_s=now,
+                health_reasons=(f"nvml_error_{exc.value}",),
+                xid_last=gpu.xid_last,
             )
 
     def _slow_read(self, gpu: _Gpu, now: float) -> GpuSlowReading:
