@@ -1,0 +1,143 @@
+"""NVML backend over recordings: units, absent fields, MIG, NVLink, XID and lost GPUs."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+from constructed import Builder, a100_mig, h100_nvlink_xid
+
+from seedance.telemetry_collector.nvml import NvmlBackend
+from seedance.telemetry_collector.recording import ReplayNvmlApi
+
+
+def backend_for(recording: dict) -> tuple[NvmlBackend, ReplayNvmlApi]:
+    api = ReplayNvmlApi(recording)
+    return NvmlBackend("node-1", api), api
+
+
+def test_units_are_converted_at_the_edge() -> None:
+    backend, _ = backend_for(h100_nvlink_xid())
+    backend.inventory()
+    g = backend.sample_fast()[0]
+    assert g.power_w == pytest.approx(352.12)  # 352,120 mW
+    assert g.mem_used_mib == pytest.approx(20480.0)  # 21,474,836,480 B
+    assert g.mem_total_mib == pytest.approx(100485038080 / 2**20)
+    assert g.gpu_util_ratio == pytest.approx(0.97)
+    assert g.clock_event_reasons == 0x4
+    slow1 = backend.sample_slow(10.0)[0]
+    slow2 = backend.sample_slow(11.0)[0]
+    assert slow1.energy_j == pytest.approx(5_000_000.0)  # 5e9 mJ
+    assert slow1.power_from_energy_w is None  # needs two reads
+    assert slow2.power_from_energy_w == pytest.approx(352.12)
+    assert slow2.sm_active_ratio == pytest.approx(0.912)
+    assert slow2.tensor_active_ratio == pytest.approx(0.889)
+
+
+def test_unsupported_fields_are_absent_not_zero() -> None:
+    backend, _ = backend_for(a100_mig())
+    inv = backend.inventory()
+    g = backend.sample_fast()[0]
+    assert g.gpu_util_ratio is None  # NotSupported on MIG-enabled GPUs
+    assert g.mem_util_ratio is None
+    assert inv.gpus[0].nvlink_links_active is None
+    assert inv.gpus[0].gpm_supported is False
+    slow = backend.sample_slow(1.0)[0]
+    assert slow.sm_active_ratio is None
+    assert slow.tensor_active_ratio is None
+
+
+def test_every_field_missing_still_samples() -> None:
+    """A GPU that answers NotSupported to everything but its handle yields Nones, no error."""
+    b = Builder("CONSTRUCTED: a GPU that supports nothing")
+    b.ok("nvmlInit").ok("nvmlDeviceGetCount", value=1)
+    b.ok("nvmlDeviceGetHandleByIndex", 0, value="gpu0")
+    b.ok("nvmlDeviceGetUUID", "gpu0", value="GPU-x")
+    backend, _ = backend_for(b.build())
+    inv = backend.inventory()
+    assert inv.gpus[0].mig_capable is False
+    assert inv.driver_version is None
+    g = backend.sample_fast()[0]
+    assert g.healthy
+    assert (g.mem_used_mib, g.power_w, g.temp_c, g.sm_clock_mhz, g.processes) == (None,) * 5
+    s = backend.sample_slow(1.0)[0]
+    assert (s.energy_j, s.ecc_uncorrected_volatile, s.xid_last) == (None, None, None)
+
+
+def test_mig_instances_and_their_memory() -> None:
+    backend, _ = backend_for(a100_mig())
+    inv = backend.inventory()
+    gi = inv.gpus[0]
+    assert gi.mig_enabled is True
+    assert gi.mig_max_devices == 7
+    assert [m.gpu_instance_id for m in gi.mig_instances] == [1, 5]
+    g = backend.sample_fast()[0]
+    assert [m.mig_index for m in g.mig_instances] == [0, 2]  # slot 1 is empty (NotFound)
+    assert [m.mem_used_mib for m in g.mig_instances] == [4096.0, 1024.0]
+    assert [p.gpu_instance_id for p in g.processes or ()] == [1, 5]
+
+
+def test_nvlink_and_topology() -> None:
+    backend, _ = backend_for(h100_nvlink_xid())
+    inv = backend.inventory()
+    (link,) = inv.links
+    assert (link.gpu_a, link.gpu_b) == (0, 1)
+    assert link.common_ancestor == "node"
+    assert link.nvlink_links == 12
+    assert [g.nvlink_links_active for g in inv.gpus] == [12, 12]
+
+
+def test_xid_makes_the_gpu_unhealthy_and_stays() -> None:
+    backend, _ = backend_for(h100_nvlink_xid())
+    backend.inventory()
+    first = backend.sample_slow(1.0)
+    assert [s.health_reasons for s in first] == [(), ()]
+    second = backend.sample_slow(2.0)
+    assert second[1].xid_last == 79
+    assert second[1].health_reasons == ("xid_79",)
+    assert second[0].health_reasons == ()
+    third = backend.sample_slow(3.0)
+    assert third[1].health_reasons == ("xid_79",)
+
+
+def test_lost_gpu_is_unhealthy_and_the_others_go_on() -> None:
+    backend, api = backend_for(h100_nvlink_xid())
+    backend.inventory()
+    api.push(
+        "nvmlDeviceGetMemoryInfo", ["gpu1", pynvml.nvmlMemory_v2], err=pynvml.NVML_ERROR_GPU_IS_LOST
+    )
+    g0, g1 = backend.sample_fast()
+    assert g0.healthy
+    assert g0.power_w is not None
+    assert not g1.healthy
+    assert g1.health_reasons == ("gpu_lost",)
+    assert g1.power_w is None
+    # Lost stays lost until the inventory is re-read; the slow path skips it quietly.
+    assert not backend.sample_fast()[1].healthy
+    assert backend.sample_slow(1.0)[1].energy_j is None
+
+
+def test_handle_failure_lists_an_unhealthy_stub() -> None:
+    rec = h100_nvlink_xid()
+    api = ReplayNvmlApi(rec)
+    api.push("nvmlDeviceGetHandleByIndex", [1], err=pynvml.NVML_ERROR_GPU_IS_LOST)
+    backend = NvmlBackend("node-1", api)
+    inv = backend.inventory()
+    assert [g.healthy for g in inv.gpus] == [True, False]
+    assert inv.links == ()  # no link can be read to a GPU without a handle
+    samples = backend.sample_fast()
+    assert [s.healthy for s in samples] == [True, False]
+    # The next inventory finds it again (the replay's handle answers once more).
+    inv2 = backend.inventory()
+    assert [g.healthy for g in inv2.gpus] == [True, True]
+    assert backend.sample_fast()[1].healthy
+
+
+def test_undocumented_nvml_error_is_unhealthy_not_raised() -> None:
+    backend, api = backend_for(h100_nvlink_xid())
+    backend.inventory()
+    api.push("nvmlDeviceGetPowerUsage", ["gpu0"], err=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    g0, g1 = backend.sample_fast()
+    assert not g0.healthy
+    assert g0.health_reasons == (f"nvml_error_{pynvml.NVML_ERROR_DRIVER_NOT_LOADED}",)
+    assert g1.healthy
+    assert backend.sample_fast()[0].healthy  # not sticky: the next tick reads it again
