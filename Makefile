@@ -16,7 +16,7 @@ NATS_SERVER := .venv/bin/nats-server
 
 .PHONY: help
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 $(UV):
 	python3 -m venv $(TOOLS)
@@ -36,9 +36,16 @@ lint: install  ## ruff, import contracts
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
 
+.PHONY: schemas schemas-check
+schemas: install  ## regenerate proto/schemas from the event library
+	$(PY) tools/gen_schemas.py
+
+schemas-check: install  ## fail if proto/schemas differ from the event library
+	$(PY) tools/gen_schemas.py --check
+
 .PHONY: test
 test: install  ## lint, then unit and integration tests (starts its own nats-server)
-	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory lint schemas-check
 	.venv/bin/pytest $(PYTEST_ARGS)
 
 # Each service's benchmarks and extra targets live in mk/<area>.mk.
