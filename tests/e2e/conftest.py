@@ -2,60 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tools.stack import ServiceProcesses
+
 SERVICES = ("telemetry-collector", "slicer", "cost-ledger")
-
-
-class ServiceProcs:
-    def __init__(self, nats_url: str, workdir: Path) -> None:
-        self.nats_url = nats_url
-        self.workdir = workdir
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, **env: str) -> subprocess.Popen[bytes]:
-        module = "seedance." + name.replace("-", "_")
-        prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
-        full_env = {
-            **os.environ,
-            "NATS_URL": self.nats_url,
-            prefix + "HTTP_PORT": "0",
-            **{prefix + k.upper(): v for k, v in env.items()},
-        }
-        with open(self.workdir / f"{name}.log", "ab") as log:  # the child keeps its own handle
-            proc = subprocess.Popen(
-                [sys.executable, "-m", module], env=full_env, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.procs[name] = proc
-        return proc
-
-    def kill(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-
-    def stop_all(self) -> dict[str, int]:
-        codes: dict[str, int] = {}
-        for proc in self.procs.values():
-            proc.send_signal(signal.SIGTERM)
-        for name, proc in self.procs.items():
-            try:
-                codes[name] = proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                codes[name] = proc.wait()
-        self.procs.clear()
-        return codes
-
-    def log(self, name: str) -> str:
-        return (self.workdir / f"{name}.log").read_text(errors="replace")
 
 
 async def wait_for_consumers(
@@ -83,8 +37,8 @@ async def wait_for_consumers(
 
 
 @pytest.fixture
-def services(nats_url: str, tmp_path: Path) -> Iterator[ServiceProcs]:
-    procs = ServiceProcs(nats_url, tmp_path)
+def services(nats_url: str, tmp_path: Path) -> Iterator[ServiceProcesses]:
+    procs = ServiceProcesses(nats_url, tmp_path)
     try:
         yield procs
     finally:

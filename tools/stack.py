@@ -1,0 +1,125 @@
+"""A local Seedance stack for the demo, the benchmarks and the end-to-end tests.
+
+``NatsServer`` runs the pinned nats-server on a random loopback port with a throw-away store;
+``ServiceProcesses`` runs Seedance services as real processes (``python -m seedance.<svc>``)
+with their logs in a directory. Both clean up after themselves. Loopback only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["NatsServer", "ServiceProcesses", "nats_server_binary"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def nats_server_binary() -> str:
+    exe = Path(sys.executable).parent / "nats-server"
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("no nats-server: run `make install` (it installs the pinned one)")
+    return found
+
+
+class NatsServer:
+    """A nats-server process on a random loopback port with its own store."""
+
+    def __init__(self, *extra_args: str, config: str | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="seedance-nats-"))
+        args = [nats_server_binary(), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(self.dir)]
+        if config is not None:
+            conf = self.dir / "server.conf"
+            conf.write_text(config)
+            args += ["-c", str(conf)]
+        self.ports_dir = self.dir / "ports"
+        self.ports_dir.mkdir()
+        args += ["--ports_file_dir", str(self.ports_dir), *extra_args]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.url = self._wait_for_port()
+
+    def _wait_for_port(self, timeout_s: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"nats-server exited at start: {err[-2000:]}")
+            files = list(self.ports_dir.glob("*.ports"))
+            if files:
+                ports = json.loads(files[0].read_text())
+                return str(ports["nats"][0])
+            time.sleep(0.02)  # polling a file the server writes; bounded by the deadline
+        raise RuntimeError(f"nats-server did not report its port within {timeout_s} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ServiceProcesses:
+    """Seedance services as processes; ``start(name, **settings)`` sets SEEDANCE_<SVC>_*."""
+
+    def __init__(self, nats_url: str, logdir: Path) -> None:
+        self.nats_url = nats_url
+        self.logdir = logdir
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *, instance: str = "", **settings: str) -> subprocess.Popen[bytes]:
+        """Start service ``name``; ``instance`` tells replicas of one service apart."""
+        module = "seedance." + name.replace("-", "_")
+        prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
+        env = {
+            **os.environ,
+            "NATS_URL": self.nats_url,
+            prefix + "HTTP_PORT": "0",
+            **{prefix + k.upper(): str(v) for k, v in settings.items()},
+        }
+        key = f"{name}{instance}"
+        with open(self.logdir / f"{key}.log", "ab") as log:  # the child keeps its own handle
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.procs[key] = proc
+        return proc
+
+    def kill(self, key: str) -> None:
+        proc = self.procs.pop(key)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop_all(self, timeout_s: float = 15.0) -> dict[str, int]:
+        """SIGTERM every service (a clean drain) and return their exit codes."""
+        codes: dict[str, int] = {}
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for key, proc in self.procs.items():
+            try:
+                codes[key] = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[key] = proc.wait()
+        self.procs.clear()
+        return codes
+
+    def log(self, key: str) -> str:
+        return (self.logdir / f"{key}.log").read_text(errors="replace")
