@@ -10,8 +10,9 @@ UV := $(TOOLS)/bin/uv
 PY := .venv/bin/python
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
-# Where the public traces live (see data/README in ../shared/data or `make data`).
-export SEEDANCE_DATA_DIR ?= $(abspath ../shared/data)
+# Where the public traces live: ../shared/data beside the checkout when it exists, else ./data
+# (`make data` verifies the files and fetches missing ones from their pinned origins).
+export SEEDANCE_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data)
 NATS_SERVER := .venv/bin/nats-server
 
 .PHONY: help
@@ -42,6 +43,14 @@ schemas: install  ## regenerate proto/schemas from the event library
 
 schemas-check: install  ## fail if proto/schemas differ from the event library
 	$(PY) tools/gen_schemas.py --check
+
+.PHONY: data
+data: install  ## verify the public traces (sha256) and fetch missing ones from their origins
+	$(PY) -m tools.data --dir "$(SEEDANCE_DATA_DIR)"
+
+.PHONY: demo
+demo: install data  ## the whole stack on a local nats-server with a replayed fleet
+	$(PY) -m tools.demo
 
 .PHONY: test
 test: install  ## lint, then unit and integration tests (starts its own nats-server)

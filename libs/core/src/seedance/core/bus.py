@@ -97,8 +97,12 @@ class Bus:
         return cls(nc, settings)
 
     async def close(self) -> None:
-        if not self.nc.is_closed:
+        if self.nc.is_closed:
+            return
+        try:
             await self.nc.drain()
+        except nats.errors.DrainTimeoutError:
+            await self.nc.close()  # what did not drain in time is redelivered elsewhere
 
     # --- provisioning -----------------------------------------------------------------------
 

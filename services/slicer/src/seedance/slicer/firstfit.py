@@ -109,7 +109,8 @@ class FirstFitScheduler:
             self.state.queue.append(req)
             return [Decision(req, False, reason="no_capacity", detail="queued behind earlier jobs")]
         d = self._try_place(req)
-        if not d.placed:
+        # A job no node could ever hold is refused, not queued: it would block the queue forever.
+        if not d.placed and d.reason != "no_matching_gpu":
             self.state.queue.append(req)
         return [d]
 

@@ -1,0 +1,408 @@
+"""`make demo`: the whole stack on a local nats-server with a replayed fleet.
+
+Starts the pinned nats-server (or uses NATS_URL when a new enough server answers there), starts
+the services as processes, replays a few hundred real jobs of the Alibaba GPU trace across a few
+tenants in virtual time, and prints what Seedance decided and what it cost and saved. Then it
+shuts everything down with SIGTERM and checks that each service drained cleanly.
+
+Virtual time: job events carry the replay's timestamps (arrivals are a Poisson process that
+offers ``--load`` of the fleet's GPU capacity; durations are the trace's own lifetimes, capped),
+so costs are what those jobs would cost in those hours, computed in seconds of wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import heapq
+import random
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from nats.js import api as js_api
+from nats.js.errors import NotFoundError
+
+from seedance.core import Bus, BusSettings, ServerTooOld
+from seedance.events import decode
+from seedance.events.cost import JobCostReport
+from seedance.events.slicing import Placement, Unschedulable
+from seedance.events.subjects import costs, slicing
+from seedance.sdk import SeedanceClient
+from tools.stack import NatsServer, ServiceProcesses
+
+REPO = Path(__file__).resolve().parents[1]
+TENANTS = ("acme", "globex", "initech", "umbrella")
+START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+@dataclass(order=True)
+class _Step:
+    at_s: float
+    order: int
+    kind: str = field(compare=False)
+    job: str = field(compare=False)
+
+
+@dataclass
+class _Job:
+    name: str
+    tenant: str
+    gpus: int
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+    duration_s: float
+    gpu_models: list[str]
+    arrival_s: float = 0.0
+    started_s: float | None = None
+    ended_s: float | None = None
+
+
+def load_jobs(pods_csv: Path, n: int, load: float, capacity_gpus: float, seed: int) -> list[_Job]:
+    rng = random.Random(seed)
+    with pods_csv.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("deletion_time")]
+    rng.shuffle(rows)
+    jobs: list[_Job] = []
+    for r in rows[:n]:
+        lifetime = float(r["deletion_time"]) - float(r["creation_time"] or 0)
+        gpus = int(r["num_gpu"])
+        jobs.append(
+            _Job(
+                name=r["name"],
+                tenant=rng.choice(TENANTS),
+                gpus=gpus,
+                gpu_milli=int(r["gpu_milli"]) if gpus else 1000,
+                cpu_milli=int(r["cpu_milli"]),
+                memory_mib=int(r["memory_mib"]),
+                # Trace lifetimes run to months; the demo caps them at 4 h of virtual time.
+                duration_s=min(max(lifetime, 300.0), 4 * 3600.0),
+                gpu_models=[m for m in (r.get("gpu_spec") or "").split("|") if m],
+            )
+        )
+    demand = sum(j.gpus * j.gpu_milli / 1000 * j.duration_s for j in jobs) / len(jobs)
+    rate_per_s = load * capacity_gpus / demand  # Little's law: offered load = λ × E[GPU·s]
+    t = 0.0
+    for j in jobs:
+        t += rng.expovariate(rate_per_s)
+        j.arrival_s = t
+    return jobs
+
+
+def node_subset(nodes_csv: Path, every: int, out: Path) -> tuple[int, float]:
+    with nodes_csv.open(newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [r for i, r in enumerate(reader) if i % every == 0]
+        fields = reader.fieldnames or []
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows), float(sum(int(r["gpu"]) for r in rows))
+
+
+async def nats_answering(url: str) -> bool:
+    try:
+        bus = await Bus.connect(BusSettings(url=url, connect_timeout_s=1.0))
+    except ServerTooOld as exc:
+        say(f"  {url} answers but is refused: {exc}")
+        return False
+    except (OSError, TimeoutError, Exception) as exc:
+        del exc
+        return False
+    await bus.close()
+    return True
+
+
+async def consumer_settled(bus: Bus, stream: str, durable: str, seq: int) -> bool:
+    try:
+        info = await bus.js.consumer_info(stream, durable)
+    except NotFoundError:
+        return False
+    return info.ack_floor.stream_seq >= seq or (info.num_pending == 0 and info.num_ack_pending == 0)
+
+
+async def wait_settled(
+    bus: Bus, stream: str, durable: str, seq: int, timeout_s: float = 60
+) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not await consumer_settled(bus, stream, durable, seq):
+            await asyncio.sleep(0.01)  # polls the server's consumer state; bounded
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.placed: dict[str, Placement] = {}
+        self.reasons: dict[str, int] = defaultdict(int)
+        self.reports: dict[str, JobCostReport] = {}
+
+    async def run(self, url: str, procs: ServiceProcesses, nodes_csv: Path) -> int:
+        a = self.args
+        n_nodes, gpus = node_subset(Path(a.nodes), a.node_every, nodes_csv)
+        jobs = {j.name: j for j in load_jobs(Path(a.pods), a.jobs, a.load, gpus, a.seed)}
+        self.capacity_gpus = gpus
+        say(
+            f"fleet   {n_nodes} nodes / {gpus:.0f} GPUs (every {a.node_every}th node of the "
+            f"Alibaba trace), {len(jobs)} jobs from {Path(a.pods).name}, tenants {', '.join(TENANTS)}"
+        )
+        procs.start("telemetry-collector", node_csv=str(nodes_csv), tick_s="2")
+        procs.start("slicer", replica="demo-slicer-1")
+        procs.start("cost-ledger")
+        say(f"started telemetry-collector, slicer, cost-ledger (logs in {procs.logdir})")
+        bus = await Bus.connect(BusSettings(url=url, name="seedance-demo"))
+        client = await SeedanceClient.connect(url)
+        try:
+            return await self._replay(bus, client, jobs)
+        finally:
+            await client.close()
+            await bus.close()
+
+    async def _replay(self, bus: Bus, client: SeedanceClient, jobs: dict[str, _Job]) -> int:
+        # The slicer must know the fleet before the first job arrives.
+        async with asyncio.timeout(60):
+            while True:
+                info = await bus.stream_info("SEEDANCE_TELEMETRY")
+                if info is not None and info.state.messages:
+                    break
+                await asyncio.sleep(0.05)  # polls the server; bounded by the timeout
+        inv = await bus.js.stream_info(
+            "SEEDANCE_TELEMETRY", subjects_filter="seedance.telemetry.*.inventory"
+        )
+        await wait_settled(bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq)
+        placements = await bus.js.pull_subscribe(
+            slicing.ALL,
+            config=js_api.ConsumerConfig(
+                deliver_policy=js_api.DeliverPolicy.NEW, inactive_threshold=60.0
+            ),
+        )
+        steps: list[_Step] = []
+        order = 0
+        for j in jobs.values():
+            heapq.heappush(steps, _Step(j.arrival_s, order, "submit", j.name))
+            order += 1
+        total_steps = 2 * len(jobs)
+        done_steps = 0
+        next_report = 0.0
+        last_seq = 0
+        wall0 = time.monotonic()
+        while steps:
+            at_s = steps[0].at_s
+            batch: list[_Step] = []
+            while steps and steps[0].at_s == at_s:
+                batch.append(heapq.heappop(steps))
+            at = START + timedelta(seconds=at_s)
+            for st in batch:
+                j = jobs[st.job]
+                if st.kind == "submit":
+                    await client.submit_job(
+                        j.tenant,
+                        j.name,
+                        gpus=min(j.gpus, 1) if j.gpu_milli < 1000 else j.gpus,
+                        gpu_milli=j.gpu_milli,
+                        cpu_milli=j.cpu_milli,
+                        memory_mib=j.memory_mib,
+                        gpu_models=j.gpu_models,
+                        expected_duration_s=j.duration_s,
+                        at=at,
+                    )
+                else:
+                    await client.finish_job(j.tenant, j.name, at=at)
+                    j.ended_s = at_s
+                done_steps += 1
+            info = await bus.js.stream_info("SEEDANCE_JOBS")
+            last_seq = info.state.last_seq
+            await wait_settled(bus, "SEEDANCE_JOBS", "slicer-jobs", last_seq)
+            for p in await self._drain(placements):
+                if isinstance(p, Placement) and p.job_id in jobs and p.job_id not in self.placed:
+                    self.placed[p.job_id] = p
+                    j = jobs[p.job_id]
+                    j.started_s = (p.at - START).total_seconds()
+                    heapq.heappush(
+                        steps, _Step(j.started_s + j.duration_s, order, "finish", j.name)
+                    )
+                    order += 1
+                elif isinstance(p, Unschedulable):
+                    self.reasons[p.reason.value] += 1
+            if done_steps / total_steps >= next_report:
+                running = sum(
+                    1 for j in jobs.values() if j.started_s is not None and j.ended_s is None
+                )
+                waiting = sum(
+                    1 for j in jobs.values() if j.started_s is None and j.arrival_s <= at_s
+                )
+                say(
+                    f"  [{done_steps:4d}/{total_steps}] t={at:%a %H:%M}  placed {len(self.placed):4d}"
+                    f"  running {running:4d}  waiting {waiting:3d}"
+                )
+                next_report += 0.1
+            if not steps and any(j.started_s is None for j in jobs.values()):
+                break  # what never fits stays queued; it is reported below
+        say(f"replayed {total_steps} events in {time.monotonic() - wall0:.1f} s of wall time")
+        await self._collect_costs(bus, jobs)
+        self._summary(jobs)
+        return 0
+
+    @staticmethod
+    async def _drain(sub: object) -> list[object]:
+        out: list[object] = []
+        while pending := (await sub.consumer_info()).num_pending:  # type: ignore[attr-defined]
+            msgs = await sub.fetch(min(pending, 500), timeout=5)  # type: ignore[attr-defined]
+            for m in msgs:
+                await m.ack()
+                out.append(decode(m.data))
+        return out
+
+    async def _collect_costs(self, bus: Bus, jobs: dict[str, _Job]) -> None:
+        info = await bus.js.stream_info("SEEDANCE_SLICING")
+        await wait_settled(bus, "SEEDANCE_SLICING", "ledger-slicing", info.state.last_seq)
+        info = await bus.js.stream_info("SEEDANCE_JOBS")
+        await wait_settled(bus, "SEEDANCE_JOBS", "ledger-jobs", info.state.last_seq)
+        expected = sum(
+            1 for j in jobs.values() if j.started_s is not None and j.ended_s is not None
+        )
+        sub = await bus.js.pull_subscribe(
+            costs.ALL,
+            config=js_api.ConsumerConfig(
+                deliver_policy=js_api.DeliverPolicy.ALL, inactive_threshold=60.0
+            ),
+        )
+        async with asyncio.timeout(60):
+            while len(self.reports) < expected:
+                for ev in await self._drain(sub):
+                    if isinstance(ev, JobCostReport) and ev.job_id in jobs:
+                        self.reports[ev.job_id] = ev
+
+    def _allocation(self, ran: list[_Job]) -> tuple[float, float]:
+        """Mean and peak share of GPU capacity allocated, from first arrival to last arrival."""
+        changes: list[tuple[float, float]] = []
+        for j in ran:
+            g = j.gpus * j.gpu_milli / 1000
+            changes += [(j.started_s or 0.0, g), (j.ended_s or j.started_s or 0.0, -g)]
+        changes.sort()
+        horizon = max(j.arrival_s for j in ran) if ran else 0.0
+        area = level = peak = 0.0
+        prev = 0.0
+        for t, delta in changes:
+            t = min(t, horizon)
+            area += level * (t - prev)
+            prev = t
+            level += delta
+            peak = max(peak, level)
+        cap = self.capacity_gpus
+        return (100 * area / (cap * horizon) if horizon else 0.0, 100 * peak / cap)
+
+    def _summary(self, jobs: dict[str, _Job]) -> None:
+        ran = [j for j in jobs.values() if j.started_s is not None]
+        never = [j for j in jobs.values() if j.started_s is None]
+        waits = sorted(max(0.0, j.started_s - j.arrival_s) for j in ran)  # type: ignore[operator]
+        p95 = waits[min(len(waits) - 1, int(0.95 * len(waits)))] if waits else 0.0
+        say("")
+        say("What Seedance decided")
+        say(
+            f"  jobs placed {len(ran)} of {len(jobs)}; never started {len(never)}; "
+            f"waits p50 {waits[len(waits) // 2] / 60 if waits else 0:.1f} min, p95 {p95 / 60:.1f} min"
+        )
+        if self.reasons:
+            say(
+                "  waiting reasons seen: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items()))
+            )
+        shared = [self.placed[j.name] for j in ran if j.gpu_milli < 1000 and j.gpus]
+        say(f"  shared-GPU jobs packed onto shared GPUs: {len(shared)}")
+        mean_pct, peak_pct = self._allocation(ran)
+        say(
+            f"  GPU allocation while jobs arrived: mean {mean_pct:.1f} %, peak {peak_pct:.1f} % "
+            f"of {self.capacity_gpus:.0f} GPUs"
+        )
+        say("")
+        say("What it cost (cost-ledger job reports, on-demand price book)")
+        by_tenant: dict[str, list[JobCostReport]] = defaultdict(list)
+        for r in self.reports.values():
+            by_tenant[r.tenant].append(r)
+        total = 0
+        whole_total = 0.0
+        for tenant in TENANTS:
+            rs = by_tenant.get(tenant, [])
+            usd = sum(r.cost_micro_usd for r in rs) / 1e6
+            gpu_h = sum(r.gpu_hours for r in rs)
+            total += sum(r.cost_micro_usd for r in rs)
+            say(f"  {tenant:<10} {len(rs):4d} jobs  {gpu_h:9.1f} GPU-h  ${usd:>10,.2f}")
+        # Savings: what the same jobs would cost if each shared job held whole GPUs, which is
+        # how a whole-device allocator (and OpenCost's per-GPU request) charges them.
+        for r in self.reports.values():
+            j = jobs[r.job_id]
+            whole_total += r.cost_micro_usd / 1e6 * (1000 / j.gpu_milli if j.gpus else 1)
+        usd_total = total / 1e6
+        say(f"  {'total':<10} {len(self.reports):4d} jobs  {'':9}        ${usd_total:>10,.2f}")
+        say("")
+        say("What it saved")
+        if whole_total > 0:
+            saved = whole_total - usd_total
+            say(
+                f"  GPU sharing: ${saved:,.2f} ({100 * saved / whole_total:.1f} %) less than "
+                f"whole-GPU allocation of the same jobs (${whole_total:,.2f})"
+            )
+
+
+async def amain(args: argparse.Namespace) -> int:
+    import os
+
+    rundir = REPO / "out" / "demo"
+    rundir.mkdir(parents=True, exist_ok=True)
+    url = os.environ.get("NATS_URL", "")
+    server: NatsServer | None = None
+    if url and await nats_answering(url):
+        say(f"nats    using {url}")
+    else:
+        server = NatsServer()
+        url = server.url
+        say(f"nats    started the pinned nats-server at {url}")
+    procs = ServiceProcesses(url, rundir)
+    try:
+        code = await Demo(args).run(url, procs, rundir / "nodes.csv")
+    finally:
+        codes = procs.stop_all()
+        bad = {k: v for k, v in codes.items() if v != 0}
+        say(
+            f"stopped {len(codes)} services cleanly" if not bad else f"services exited badly: {bad}"
+        )
+        if server:
+            server.stop()
+    return code or (1 if bad else 0)
+
+
+def main() -> int:
+    import os
+
+    data = Path(os.environ.get("SEEDANCE_DATA_DIR", REPO.parent / "shared" / "data"))
+    p = argparse.ArgumentParser(description="Seedance demo: the stack on a replayed fleet")
+    p.add_argument(
+        "--nodes", default=str(data / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv")
+    )
+    p.add_argument("--pods", default=str(data / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"))
+    p.add_argument("--jobs", type=int, default=400)
+    p.add_argument("--node-every", type=int, default=60, help="take every Nth node of the list")
+    p.add_argument("--load", type=float, default=1.3, help="offered GPU load, share of capacity")
+    p.add_argument("--seed", type=int, default=7)
+    args = p.parse_args()
+    for f in (args.nodes, args.pods):
+        if not Path(f).exists():
+            print(f"demo: {f} not found; run `make data` or set SEEDANCE_DATA_DIR", file=sys.stderr)
+            return 2
+    return asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
