@@ -316,7 +316,9 @@ class OipGateway:
         candidates = self._candidates(tried)
         reason: DecisionReason
         if not candidates:
-            self._metrics.decision("no_ready_replica")
+            # After failed attempts this is "retries exhausted", already counted as failovers.
+            if not tried:
+                self._metrics.decision("no_ready_replica")
             return None
         if len(candidates) == 1:
             chosen = candidates[0]
