@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import signal
 import socket
 import subprocess
@@ -19,11 +18,16 @@ import threading
 import time
 from pathlib import Path
 
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
 __all__ = ["REPO_ROOT", "TRITON_PYTHON", "TritonProcess", "free_port"]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TRITON_PYTHON = REPO_ROOT / ".venv-triton" / "bin" / "python"
 _SERVER_SCRIPT = Path(__file__).resolve().parent / "triton_server.py"
+# The models triton_server.py binds; ready means all of them are.
+MODELS = ("echo", "nchw_stats", "slow")
 
 
 def free_port() -> int:
@@ -49,7 +53,7 @@ class TritonProcess:
         self.metrics_port = free_port()
         self._log_path = log_dir / f"triton-{name}.log"
         self._log = self._log_path.open("wb")
-        self._lines: queue.Queue[str] = queue.Queue()
+        self._workspace = log_dir / f"workspace-{name}"
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -65,44 +69,45 @@ class TritonProcess:
                 f"--grpc-port={self.grpc_port}",
                 f"--http-port={self.http_port}",
                 f"--metrics-port={self.metrics_port}",
+                f"--workspace={self._workspace}",
             ],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=REPO_ROOT,
         )
-        stdout = self._process.stdout
-        assert stdout is not None
 
-        def pump() -> None:
-            for raw in stdout:
-                self._lines.put(raw.decode("utf-8", "replace").strip())
-
-        threading.Thread(target=pump, name=f"triton-{self.name}-stdout", daemon=True).start()
+    def _ready(self) -> bool:
+        client = grpcclient.InferenceServerClient(self.address)
+        try:
+            return client.is_server_ready(client_timeout=1.0) and all(
+                client.is_model_ready(model, client_timeout=1.0) for model in MODELS
+            )
+        except InferenceServerException:
+            return False
+        finally:
+            client.close()
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Block until the server prints READY; raise with its log tail if it does not."""
+        """Poll the server over gRPC until it and every model are ready; raise with its log
+        tail if it exits or is not ready within `timeout_s`."""
         assert self._process is not None, "start() first"
         deadline_s = time.monotonic() + timeout_s
-        while True:
-            left_s = deadline_s - time.monotonic()
-            if left_s <= 0:
+        pause = threading.Event()  # never set: a bounded wait between polls
+        while not self._ready():
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"Triton {self.name} exited with {self._process.returncode} before ready "
+                    f"(a port may have been taken); log tail:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline_s:
                 self.kill()
                 raise TimeoutError(
                     f"Triton {self.name} not ready within {timeout_s} s "
                     f"(grpc port {self.grpc_port}); log tail:\n{self.log_tail()}"
                 )
-            try:
-                line = self._lines.get(timeout=min(left_s, 0.5))
-            except queue.Empty:
-                if self._process.poll() is not None:
-                    raise RuntimeError(
-                        f"Triton {self.name} exited with {self._process.returncode} before "
-                        f"ready (a port may have been taken); log tail:\n{self.log_tail()}"
-                    ) from None
-                continue
-            if line.startswith("READY"):
-                return
+            pause.wait(0.25)
 
     def kill(self) -> None:
         """SIGKILL the whole process group: an abrupt replica death."""
@@ -111,8 +116,10 @@ class TritonProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait(timeout=10)
-        if self._process.stdout is not None:
-            self._process.stdout.close()
+        # A killed PyTriton leaves its Python-backend shared-memory regions behind; their names
+        # start with "pytrtion<pid of the wrapper>-" (sic), the process we started.
+        for region in Path("/dev/shm").glob(f"pytrtion{self._process.pid}-*"):
+            region.unlink(missing_ok=True)
 
     def terminate(self) -> None:
         """Ask the server to stop (SIGTERM; PyTriton stops tritonserver cleanly)."""
@@ -132,8 +139,6 @@ class TritonProcess:
         if self._process is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
-            if self._process.stdout is not None:
-                self._process.stdout.close()
         self._log.close()
 
     def log_tail(self, lines: int = 30) -> str:

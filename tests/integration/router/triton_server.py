@@ -6,8 +6,9 @@ integration tests and by `tools/bench_warmup.py` as a subprocess:
     .venv-triton/bin/python tests/integration/router/triton_server.py \
         --grpc-port 18001 --http-port 18000 --metrics-port 18002
 
-Everything binds 127.0.0.1. It prints one line `READY grpc=<port>` on stdout once the server
-and every model are ready, then serves until SIGTERM/SIGINT.
+Everything binds 127.0.0.1. It serves until SIGTERM/SIGINT. Readiness is for the caller to
+poll over gRPC (server ready and every model ready): PyTriton's own wait after start-up was seen
+to hang for minutes on a loaded machine with the server already serving.
 
 Models (the gateway tests rely on these exact names and shapes):
 - `echo`: inputs `x_fp32` FP32 [-1], `x_int64` INT64 [-1], `x_bytes` BYTES [-1] (batched);
@@ -65,6 +66,12 @@ def main() -> None:
     parser.add_argument("--grpc-port", type=int, required=True)
     parser.add_argument("--http-port", type=int, required=True)
     parser.add_argument("--metrics-port", type=int, required=True)
+    parser.add_argument(
+        "--workspace",
+        required=True,
+        help="PyTriton's working copy of the server; under the caller's temporary directory so "
+        "that a killed server leaves nothing behind in ~/.cache/pytriton",
+    )
     args = parser.parse_args()
 
     config = TritonConfig(
@@ -82,7 +89,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
-    with Triton(config=config) as triton:
+    with Triton(config=config, workspace=args.workspace) as triton:
         triton.bind(
             model_name="echo",
             infer_func=batch(_echo),
@@ -119,7 +126,6 @@ def main() -> None:
             strict=True,
         )
         triton.run()
-        print(f"READY grpc={args.grpc_port}", flush=True)
         stop.wait()
     sys.exit(0)
 
