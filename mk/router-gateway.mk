@@ -45,7 +45,7 @@ proto-oip: install  ## regenerate proto/oip/gen from proto/oip/grpc_predict_v2.p
 proto-oip-check: install  ## fail if proto/oip/gen differs from what the .proto generates
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(call oip_generate,$$tmp/gen) && \
-	diff -r $(OIP_GEN) $$tmp/gen \
+	diff -r -x .ruff_cache -x __pycache__ $(OIP_GEN) $$tmp/gen \
 	  || { echo "proto/oip/gen is stale: run 'make proto-oip' and commit" >&2; exit 1; }
 
 # Integration tests of the gateway against real Triton servers.
