@@ -1,0 +1,53 @@
+"""Replica choice: the state a selector sees and the `ReplicaSelector` protocol.
+
+Owns: `ReplicaState` (a frozen snapshot of one routable replica), the `ReplicaSelector`
+protocol every routing policy implements, and the default `LeastOutstandingSelector`.
+
+Must not: do I/O, read a clock, or keep state between calls. The gateway hands a selector only
+the replicas that may take this request (ready, warmed up, not already tried for it), so a
+policy never has to re-check health. A forecast-based policy (`seedance.router.policy`) plugs in
+by implementing `choose`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = ["LeastOutstandingSelector", "ReplicaSelector", "ReplicaState"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaState:
+    """One replica as a selector sees it at the moment of a choice."""
+
+    name: str
+    address: str
+    # Requests the gateway has sent to this replica and not yet seen answered (all models).
+    outstanding: int
+    # The same, for the model being routed.
+    outstanding_for_model: int
+    # Exponentially weighted mean of this replica's recent upstream latency; None before the
+    # first answered request.
+    latency_ewma_s: float | None = None
+
+
+@runtime_checkable
+class ReplicaSelector(Protocol):
+    """Chooses one of `replicas` (never empty) for a request to `model`."""
+
+    def choose(self, model: str, replicas: Sequence[ReplicaState]) -> ReplicaState: ...
+
+
+class LeastOutstandingSelector:
+    """The replica with the fewest outstanding requests; ties go to the lowest name.
+
+    Counting all models, not only the routed one, because replicas share their CPU/GPU across
+    models. The name tie-break keeps the choice deterministic for tests and replays.
+    """
+
+    def choose(self, model: str, replicas: Sequence[ReplicaState]) -> ReplicaState:
+        if not replicas:
+            raise ValueError(f"no replica to choose from for model {model!r}")
+        return min(replicas, key=lambda r: (r.outstanding, r.outstanding_for_model, r.name))

@@ -1,0 +1,550 @@
+"""The Open Inference Protocol (KServe v2) gRPC gateway in front of Triton replicas.
+
+Owns: the `inference.GRPCInferenceService` server (ServerLive, ServerReady, ServerMetadata,
+ModelReady, ModelMetadata, ModelInfer), forwarding to the replica a `ReplicaSelector` picks,
+the client's deadline carried upstream, retry on another replica for failures `outcomes.py`
+calls safe, per-model layout conversion, replica health probes, and warm-up of a new or
+recovered replica before it takes traffic.
+
+Must not: decide routing policy (the selector does), retry what is not safe to retry, or change
+a tensor that no layout declaration names. Requests are forwarded as the message received, with
+`tritonclient.grpc`'s generated stub rather than `InferenceServerClient.infer`, because the
+latter rebuilds a request from `InferInput` objects (typed contents and request parameters
+would not survive) and turns gRPC status codes into strings, which retry decisions need intact.
+The `inference.*` message classes are tritonclient's: protobuf allows one definition of a
+symbol per process, and any process that uses tritonclient already has them (see
+`proto/oip/README.md`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata as importlib_metadata
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+import structlog
+from google.protobuf.message import Message
+from prometheus_client import CollectorRegistry
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from seedance.router.gateway.metrics import DecisionReason, GatewayMetrics
+from seedance.router.gateway.outcomes import is_retryable, status_class
+from seedance.router.gateway.replicas import CHANNEL_OPTIONS, Replica, ReplicaPhase
+from seedance.router.gateway.selection import LeastOutstandingSelector, ReplicaSelector
+from seedance.router.gateway.tensors import (
+    LayoutConversion,
+    LayoutError,
+    convert_request_layouts,
+    convert_response_layouts,
+    permute_shape,
+)
+from seedance.router.gateway.warmup import WarmupPolicy
+
+__all__ = ["GatewaySettings", "ModelRoute", "OipGateway"]
+
+_log = structlog.get_logger(__name__)
+
+# Request parameters that make a request part of a stateful sequence: replaying it on another
+# replica would start or advance a sequence that replica never saw, so it is never retried.
+_SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRoute:
+    """What the gateway must know about one model beyond forwarding it.
+
+    `input_layouts` convert client -> backend before forwarding (e.g. the client sends
+    `image` as NHWC, the model's config says NCHW); `output_layouts` convert backend -> client
+    on the way back. ModelMetadata answers show the client layout for those tensors.
+    """
+
+    name: str
+    input_layouts: tuple[LayoutConversion, ...] = ()
+    output_layouts: tuple[LayoutConversion, ...] = ()
+    # Warm this model on a new replica before it takes traffic.
+    warm_up: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewaySettings:
+    """Everything a gateway needs; built and validated by the service's `main()`."""
+
+    # Replica name (a metric label, so a small closed set) -> "host:port" of its gRPC endpoint.
+    replicas: Mapping[str, str]
+    listen_address: str = "127.0.0.1:0"
+    models: tuple[ModelRoute, ...] = ()
+    # Closed set of client regions; the region header's other values count as "other".
+    regions: tuple[str, ...] = ()
+    region_header: str = "x-seedance-region"
+    # Attempts per request, first included, each on a different replica.
+    max_attempts: int = 3
+    # Upstream timeout when the client sets no deadline: a stuck replica must not hold a
+    # request (and its outstanding slot) forever.
+    default_timeout_s: float = 60.0
+    probe_interval_s: float = 1.0
+    probe_timeout_s: float = 1.0
+    warmup: WarmupPolicy = field(default_factory=WarmupPolicy)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts={self.max_attempts} must be >= 1")
+        if self.default_timeout_s <= 0:
+            raise ValueError(f"default_timeout_s={self.default_timeout_s} must be > 0")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"models: duplicate model names in {names}")
+
+
+class _Failed(Exception):
+    """A forwarded call's final failure, to be returned to the client as this status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, replica: str | None) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+        self.replica = replica
+
+
+class OipGateway:
+    """An OIP gRPC server that forwards to Triton replicas.
+
+    Usage: `async with OipGateway(settings, registry=registry) as gateway:` then clients
+    connect to `gateway.address`. `start()` binds the port and begins warming the configured
+    replicas; `wait_ready()` waits until they take traffic; `stop()` is idempotent.
+    """
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        *,
+        registry: CollectorRegistry,
+        selector: ReplicaSelector | None = None,
+        monotonic_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._selector: ReplicaSelector = selector or LeastOutstandingSelector()
+        self._monotonic_s = monotonic_s
+        self._routes = {m.name: m for m in settings.models}
+        self._metrics = GatewayMetrics(
+            registry, models=self._routes.keys(), regions=settings.regions
+        )
+        self._replicas: dict[str, Replica] = {}
+        self._warmups: dict[str, asyncio.Task[None]] = {}
+        self._server: grpc.aio.Server | None = None
+        self._probe_task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._ready_changed = asyncio.Condition()
+        self._port: int | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """`host:port` the gateway listens on (after `start()`)."""
+        if self._port is None:
+            raise RuntimeError("gateway not started")
+        host = self._settings.listen_address.rsplit(":", 1)[0]
+        return f"{host}:{self._port}"
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        server = grpc.aio.server(options=list(CHANNEL_OPTIONS))
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(self), server)
+        self._port = server.add_insecure_port(self._settings.listen_address)
+        await server.start()
+        self._server = server
+        for name, address in self._settings.replicas.items():
+            await self.add_replica(name, address)
+        self._probe_task = asyncio.create_task(self._probe_loop(), name="gateway-probes")
+        _log.info("gateway_started", address=self.address, replicas=len(self._replicas))
+
+    async def run(self) -> None:
+        """Serve until `stop()`."""
+        if self._server is None:
+            await self.start()
+        await self._stopping.wait()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop serving (in-flight calls get `grace_s`), cancel warm-ups, close channels."""
+        self._stopping.set()
+        tasks = [t for t in (self._probe_task, *self._warmups.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._probe_task = None
+        self._warmups.clear()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+        for replica in self._replicas.values():
+            await replica.close()
+        self._replicas.clear()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- replicas --------------------------------------------------------------------------
+
+    async def add_replica(self, name: str, address: str) -> None:
+        """Register a replica; it takes traffic once it answers ready and is warmed up."""
+        if name in self._replicas:
+            raise ValueError(f"replica {name!r} already registered")
+        replica = Replica(name=name, address=address)
+        self._replicas[name] = replica
+        self._metrics.ready(replica=name, ready=False)
+        self._begin_warmup(replica)
+
+    async def remove_replica(self, name: str) -> None:
+        """Stop sending new requests to a replica and close its channel."""
+        replica = self._replicas.pop(name)
+        task = self._warmups.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._metrics.ready(replica=name, ready=False)
+        await replica.close()
+
+    def replica_phases(self) -> dict[str, ReplicaPhase]:
+        return {name: r.phase for name, r in self._replicas.items()}
+
+    def outstanding(self) -> dict[str, int]:
+        return {name: r.outstanding for name, r in self._replicas.items()}
+
+    async def wait_ready(self, names: Sequence[str] | None = None, *, timeout_s: float) -> None:
+        """Wait until the named replicas (default: all registered) take traffic.
+
+        Raises TimeoutError naming the replicas still not ready.
+        """
+        wanted = list(names) if names is not None else list(self._replicas)
+
+        def all_ready() -> bool:
+            return all(
+                n in self._replicas and self._replicas[n].phase is ReplicaPhase.READY
+                for n in wanted
+            )
+
+        try:
+            async with asyncio.timeout(timeout_s), self._ready_changed:
+                await self._ready_changed.wait_for(all_ready)
+        except TimeoutError:
+            phases = {n: self._replicas[n].phase.value for n in wanted if n in self._replicas}
+            raise TimeoutError(f"replicas not ready after {timeout_s} s: {phases}") from None
+
+    def _begin_warmup(self, replica: Replica) -> None:
+        replica.phase = ReplicaPhase.WARMING
+        self._warmups[replica.name] = asyncio.create_task(
+            self._warm(replica), name=f"warmup-{replica.name}"
+        )
+
+    async def _warm(self, replica: Replica) -> None:
+        try:
+            if not await replica.probe_ready(timeout_s=self._settings.probe_timeout_s):
+                await self._set_phase(replica, ReplicaPhase.EJECTED)
+                return
+            models = [m.name for m in self._settings.models if m.warm_up]
+            reports = await replica.warm_up(
+                models,
+                self._settings.warmup,
+                monotonic_s=self._monotonic_s,
+                on_request=lambda: self._metrics.warmup_request(replica=replica.name),
+            )
+        except grpc.aio.AioRpcError as error:
+            _log.warning("replica_warmup_failed", replica=replica.name, code=error.code().name)
+            await self._set_phase(replica, ReplicaPhase.EJECTED)
+            return
+        finally:
+            self._warmups.pop(replica.name, None)
+        _log.info(
+            "replica_warmed_up",
+            replica=replica.name,
+            requests={r.model: len(r.latencies_s) for r in reports},
+        )
+        await self._set_phase(replica, ReplicaPhase.READY)
+
+    async def _set_phase(self, replica: Replica, phase: ReplicaPhase) -> None:
+        if replica.phase is not phase:
+            _log.info("replica_phase", replica=replica.name, phase=phase.value)
+        replica.phase = phase
+        self._metrics.ready(replica=replica.name, ready=phase is ReplicaPhase.READY)
+        async with self._ready_changed:
+            self._ready_changed.notify_all()
+
+    async def _probe_loop(self) -> None:
+        """Eject READY replicas that stop answering; warm up EJECTED ones that come back."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._settings.probe_interval_s):
+                    await self._stopping.wait()
+            for replica in list(self._replicas.values()):
+                if replica.phase is ReplicaPhase.WARMING:
+                    continue
+                ready = await replica.probe_ready(timeout_s=self._settings.probe_timeout_s)
+                if replica.phase is ReplicaPhase.READY and not ready:
+                    await self._set_phase(replica, ReplicaPhase.EJECTED)
+                elif replica.phase is ReplicaPhase.EJECTED and ready:
+                    self._begin_warmup(replica)
+
+    # -- forwarding ------------------------------------------------------------------------
+
+    def _candidates(self, tried: set[str]) -> list[Replica]:
+        return [
+            r
+            for r in self._replicas.values()
+            if r.phase is ReplicaPhase.READY and r.name not in tried
+        ]
+
+    def _pick(self, model: str, tried: set[str]) -> Replica | None:
+        candidates = self._candidates(tried)
+        reason: DecisionReason
+        if not candidates:
+            # After failed attempts this is "retries exhausted", already counted as failovers.
+            if not tried:
+                self._metrics.decision("no_ready_replica")
+            return None
+        if len(candidates) == 1:
+            chosen = candidates[0]
+            reason = "failover" if tried else "only_candidate"
+        else:
+            state = self._selector.choose(model, [r.state(model) for r in candidates])
+            chosen = next(r for r in candidates if r.name == state.name)
+            reason = "failover" if tried else "selected"
+        self._metrics.decision(reason)
+        return chosen
+
+    def _timeout_s(self, context: grpc.aio.ServicerContext) -> float:
+        remaining = context.time_remaining()
+        if remaining is None:
+            return self._settings.default_timeout_s
+        return min(remaining, self._settings.default_timeout_s)
+
+    async def _forward(
+        self,
+        *,
+        model: str,
+        request: Message,
+        call: Callable[[Replica, Message, float], Awaitable[Message]],
+        context: grpc.aio.ServicerContext,
+        retry_safe: bool,
+        on_first_send: Callable[[], None] | None = None,
+    ) -> tuple[Message, Replica]:
+        """Send `request` to a chosen replica, failing over while the failure is retryable."""
+        tried: set[str] = set()
+        last: _Failed | None = None
+        while len(tried) < self._settings.max_attempts:
+            replica = self._pick(model, tried)
+            if replica is None:
+                break
+            if on_first_send is not None and not tried:
+                on_first_send()
+            timeout_s = self._timeout_s(context)
+            if timeout_s <= 0:
+                raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded", None)
+            tried.add(replica.name)
+            replica.begin(model)
+            self._metrics.outstanding(replica=replica.name, count=replica.outstanding)
+            start_s = self._monotonic_s()
+            latency_s: float | None = None
+            try:
+                response = await call(replica, request, timeout_s)
+                latency_s = self._monotonic_s() - start_s
+            except asyncio.CancelledError:
+                # The client cancelled or its deadline passed: grpc cancels this handler, and
+                # with it the upstream call, so the replica stops working for nobody.
+                self._metrics.attempt(replica=replica.name, status="cancelled")
+                raise
+            except grpc.aio.AioRpcError as error:
+                code = error.code()
+                self._metrics.attempt(replica=replica.name, status=status_class(code))
+                last = _Failed(code, error.details() or code.name, replica.name)
+                if not is_retryable(code):
+                    raise last from None
+                # The replica could not take the request: keep new requests off it until a
+                # probe finds it ready again (then it is warmed up before it returns).
+                await self._set_phase(replica, ReplicaPhase.EJECTED)
+                _log.warning("upstream_unavailable", replica=replica.name, model=model)
+                if not retry_safe:
+                    raise last from None
+                continue
+            finally:
+                replica.end(model, latency_s=latency_s)
+                self._metrics.outstanding(replica=replica.name, count=replica.outstanding)
+            self._metrics.attempt(replica=replica.name, status="ok")
+            return response, replica
+        if last is not None:
+            raise last
+        raise _Failed(grpc.StatusCode.UNAVAILABLE, "no ready replica", None)
+
+    def _region(self, context: grpc.aio.ServicerContext) -> str | None:
+        header = self._settings.region_header
+        for key, value in context.invocation_metadata() or ():
+            if key == header:
+                return value if isinstance(value, str) else value.decode("utf-8", "replace")
+        return None
+
+    async def model_infer(
+        self, request: service_pb2.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.ModelInferResponse:
+        arrival_s = self._monotonic_s()
+        model = request.model_name
+        region = self._region(context)
+        route = self._routes.get(model)
+        replica_name: str | None = None
+        try:
+            if route is not None and route.input_layouts:
+                try:
+                    convert_request_layouts(request, route.input_layouts)
+                except LayoutError as error:
+                    raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, str(error), None) from None
+            retry_safe = not (_SEQUENCE_PARAMETERS & set(request.parameters.keys()))
+
+            def queued() -> None:
+                self._metrics.queued(model=model, duration_s=self._monotonic_s() - arrival_s)
+
+            response, replica = await self._forward(
+                model=model,
+                request=request,
+                call=lambda r, req, t: r.stub.ModelInfer(req, timeout=t),
+                context=context,
+                retry_safe=retry_safe,
+                on_first_send=queued,
+            )
+            replica_name = replica.name
+            if route is not None and route.output_layouts:
+                convert_response_layouts(response, route.output_layouts)
+        except asyncio.CancelledError:
+            self._metrics.request_done(
+                model=model,
+                replica=replica_name,
+                status="cancelled",
+                region=region,
+                duration_s=self._monotonic_s() - arrival_s,
+            )
+            raise
+        except _Failed as failure:
+            self._metrics.request_done(
+                model=model,
+                replica=failure.replica,
+                status=status_class(failure.code),
+                region=region,
+                duration_s=self._monotonic_s() - arrival_s,
+            )
+            await context.abort(failure.code, failure.details)
+            raise AssertionError("unreachable: abort raises") from None
+        self._metrics.request_done(
+            model=model,
+            replica=replica_name,
+            status="ok",
+            region=region,
+            duration_s=self._monotonic_s() - arrival_s,
+        )
+        return response
+
+    async def forward_simple(
+        self, method: str, request: Message, context: grpc.aio.ServicerContext, *, model: str
+    ) -> Any:
+        """ModelReady / ModelMetadata: answered by any ready replica, failing over."""
+        try:
+            response, _ = await self._forward(
+                model=model,
+                request=request,
+                call=lambda r, req, t: getattr(r.stub, method)(req, timeout=t),
+                context=context,
+                retry_safe=True,
+            )
+        except _Failed as failure:
+            await context.abort(failure.code, failure.details)
+            raise AssertionError("unreachable: abort raises") from None
+        return response
+
+    def client_view(
+        self, metadata: service_pb2.ModelMetadataResponse
+    ) -> service_pb2.ModelMetadataResponse:
+        """Model metadata with converted tensors' shapes in the client's layout."""
+        route = self._routes.get(metadata.name)
+        if route is None:
+            return metadata
+        for tensors, conversions in (
+            (metadata.inputs, route.input_layouts),
+            (metadata.outputs, route.output_layouts),
+        ):
+            by_name = {c.tensor: c for c in conversions}
+            for tensor in tensors:
+                conversion = by_name.get(tensor.name)
+                if conversion is not None and len(tensor.shape) == len(conversion.client_layout):
+                    shape = permute_shape(tensor.shape, conversion.to_client())
+                    del tensor.shape[:]
+                    tensor.shape.extend(shape)
+        return metadata
+
+    def any_ready(self) -> bool:
+        return bool(self._candidates(set()))
+
+
+class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """The six portable OIP RPCs; Triton's extensions stay UNIMPLEMENTED (base class)."""
+
+    def __init__(self, gateway: OipGateway) -> None:
+        self._gateway = gateway
+
+    async def ServerLive(
+        self, request: service_pb2.ServerLiveRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.ServerLiveResponse:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: service_pb2.ServerReadyRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.ServerReadyResponse:
+        return service_pb2.ServerReadyResponse(ready=self._gateway.any_ready())
+
+    async def ServerMetadata(
+        self, request: service_pb2.ServerMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.ServerMetadataResponse:
+        return service_pb2.ServerMetadataResponse(
+            name="seedance-router", version=_version(), extensions=[]
+        )
+
+    async def ModelReady(
+        self, request: service_pb2.ModelReadyRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.ModelReadyResponse:
+        return await self._gateway.forward_simple(
+            "ModelReady", request, context, model=request.name
+        )
+
+    async def ModelMetadata(
+        self, request: service_pb2.ModelMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.ModelMetadataResponse:
+        response = await self._gateway.forward_simple(
+            "ModelMetadata", request, context, model=request.name
+        )
+        return self._gateway.client_view(response)
+
+    async def ModelInfer(
+        self, request: service_pb2.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.ModelInferResponse:
+        return await self._gateway.model_infer(request, context)
+
+
+def _version() -> str:
+    try:
+        return importlib_metadata.version("seedance-router")
+    except importlib_metadata.PackageNotFoundError:
+        return "0"

@@ -1,0 +1,147 @@
+"""Start and stop real Triton servers (`triton_server.py` in `.venv-triton`) as subprocesses.
+
+Used by the integration tests' fixtures and by `tools/bench_warmup.py`. Each server runs in its
+own process group, so `kill()` takes down PyTriton's Python wrapper, the `tritonserver` binary
+and its Python-backend stubs together (killing only the wrapper would leave tritonserver
+serving). Start-up is bounded: `start()` raises with the server's last log lines if it is not
+ready in time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+__all__ = ["REPO_ROOT", "TRITON_PYTHON", "TritonProcess", "free_port"]
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+TRITON_PYTHON = REPO_ROOT / ".venv-triton" / "bin" / "python"
+_SERVER_SCRIPT = Path(__file__).resolve().parent / "triton_server.py"
+# The models triton_server.py binds; ready means all of them are.
+MODELS = ("echo", "nchw_stats", "slow")
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (another process could take it before the server binds;
+    the start-up error says so if that happens)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class TritonProcess:
+    """One Triton server on 127.0.0.1 with random ports."""
+
+    def __init__(self, name: str, *, log_dir: Path) -> None:
+        if not TRITON_PYTHON.exists():
+            raise RuntimeError(
+                f"{TRITON_PYTHON} is missing: run `make triton-env` (builds the Triton test "
+                "servers' venv with nvidia-pytriton)"
+            )
+        self.name = name
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        self.metrics_port = free_port()
+        self._log_path = log_dir / f"triton-{name}.log"
+        self._log = self._log_path.open("wb")
+        self._workspace = log_dir / f"workspace-{name}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self) -> None:
+        """Launch the server (returns at once; `wait_ready` waits for it)."""
+        self._process = subprocess.Popen(
+            [
+                str(TRITON_PYTHON),
+                str(_SERVER_SCRIPT),
+                f"--grpc-port={self.grpc_port}",
+                f"--http-port={self.http_port}",
+                f"--metrics-port={self.metrics_port}",
+                f"--workspace={self._workspace}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO_ROOT,
+        )
+
+    def _ready(self) -> bool:
+        client = grpcclient.InferenceServerClient(self.address)
+        try:
+            return client.is_server_ready(client_timeout=1.0) and all(
+                client.is_model_ready(model, client_timeout=1.0) for model in MODELS
+            )
+        except InferenceServerException:
+            return False
+        finally:
+            client.close()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll the server over gRPC until it and every model are ready; raise with its log
+        tail if it exits or is not ready within `timeout_s`."""
+        assert self._process is not None, "start() first"
+        deadline_s = time.monotonic() + timeout_s
+        pause = threading.Event()  # never set: a bounded wait between polls
+        while not self._ready():
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"Triton {self.name} exited with {self._process.returncode} before ready "
+                    f"(a port may have been taken); log tail:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline_s:
+                self.kill()
+                raise TimeoutError(
+                    f"Triton {self.name} not ready within {timeout_s} s "
+                    f"(grpc port {self.grpc_port}); log tail:\n{self.log_tail()}"
+                )
+            pause.wait(0.25)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: an abrupt replica death."""
+        if self._process is None or self._process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait(timeout=10)
+        # A killed PyTriton leaves its Python-backend shared-memory regions behind; their names
+        # start with "pytrtion<pid of the wrapper>-" (sic), the process we started.
+        for region in Path("/dev/shm").glob(f"pytrtion{self._process.pid}-*"):
+            region.unlink(missing_ok=True)
+
+    def terminate(self) -> None:
+        """Ask the server to stop (SIGTERM; PyTriton stops tritonserver cleanly)."""
+        if self._process is not None and self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGTERM)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """`terminate()`, wait, SIGKILL if it takes too long; close the logs."""
+        self.terminate()
+        if self._process is not None and self._process.poll() is None:
+            try:
+                self._process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        # The wrapper may be gone while tritonserver (same group) lingers.
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+        self._log.close()
+
+    def log_tail(self, lines: int = 30) -> str:
+        self._log.flush()
+        text = self._log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])

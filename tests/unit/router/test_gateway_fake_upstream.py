@@ -1,0 +1,189 @@
+"""The gateway's forwarding shell against in-process fake OIP servers (fast, fault injection).
+
+The fakes are `tritonclient`'s generated servicer with a few lines of behaviour: they record
+each call's remaining deadline, and fail on demand. Real Triton is in tests/integration/router.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from seedance.router.gateway import (
+    GatewaySettings,
+    ModelRoute,
+    OipGateway,
+    ReplicaPhase,
+    WarmupPolicy,
+)
+
+
+class FakeReplica(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, fail_with: grpc.StatusCode | None = None) -> None:
+        self.fail_with = fail_with
+        self.calls: list[float | None] = []  # remaining deadline seen by each ModelInfer
+        self.warmup_calls = 0
+        self.server: grpc.aio.Server | None = None
+        self.address = ""
+
+    async def ServerReady(self, request, context):
+        return service_pb2.ServerReadyResponse(ready=True)
+
+    async def ModelMetadata(self, request, context):
+        response = service_pb2.ModelMetadataResponse(name=request.name, platform="fake")
+        response.inputs.add(name="x", datatype="FP32", shape=[-1, 2])
+        response.outputs.add(name="y", datatype="FP32", shape=[-1, 2])
+        return response
+
+    async def ModelInfer(self, request, context):
+        if request.id == "":
+            self.warmup_calls += 1
+        else:
+            self.calls.append(context.time_remaining())
+            if self.fail_with is not None:
+                await context.abort(self.fail_with, "injected")
+        response = service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
+        response.outputs.add(name="y", datatype="FP32", shape=list(request.inputs[0].shape))
+        response.raw_output_contents.append(request.raw_input_contents[0])
+        return response
+
+    async def start(self) -> None:
+        self.server = grpc.aio.server()
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{port}"
+        await self.server.start()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop(None)
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[dict[str, FakeReplica]]:
+    replicas = {"a": FakeReplica(), "b": FakeReplica()}
+    for replica in replicas.values():
+        await replica.start()
+    yield replicas
+    for replica in replicas.values():
+        await replica.stop()
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+async def gateway(
+    fakes: dict[str, FakeReplica], registry: CollectorRegistry
+) -> AsyncIterator[OipGateway]:
+    settings = GatewaySettings(
+        replicas={name: f.address for name, f in fakes.items()},
+        models=(ModelRoute(name="m"),),
+        default_timeout_s=7.0,
+        probe_interval_s=30.0,  # no probe re-admits an ejected fake during a test
+        warmup=WarmupPolicy(window=2, tolerance=10.0, min_requests=4, max_requests=8),
+    )
+    async with OipGateway(settings, registry=registry) as gw:
+        await gw.wait_ready(timeout_s=10)
+        yield gw
+
+
+def _request(request_id: str, **parameters: int) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="m", id=request_id)
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 2])
+    request.raw_input_contents.append(np.array([[1.0, 2.0]], dtype="<f4").tobytes())
+    for key, value in parameters.items():
+        request.parameters[key].int64_param = value
+    return request
+
+
+async def _infer(
+    gateway: OipGateway, request: service_pb2.ModelInferRequest, timeout_s: float | None = 5.0
+) -> service_pb2.ModelInferResponse:
+    async with grpc.aio.insecure_channel(gateway.address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        return await stub.ModelInfer(request, timeout=timeout_s)
+
+
+async def test_warm_up_runs_before_traffic(
+    fakes: dict[str, FakeReplica], gateway: OipGateway
+) -> None:
+    assert all(f.warmup_calls >= 4 for f in fakes.values())
+    assert all(f.calls == [] for f in fakes.values())
+
+
+async def test_unavailable_fails_over_and_ejects(
+    fakes: dict[str, FakeReplica], gateway: OipGateway, registry: CollectorRegistry
+) -> None:
+    fakes["a"].fail_with = grpc.StatusCode.UNAVAILABLE  # least-outstanding tie -> "a" first
+    response = await _infer(gateway, _request("r1"))
+    assert response.id == "r1"
+    assert len(fakes["a"].calls) == 1
+    assert len(fakes["b"].calls) == 1
+    assert gateway.replica_phases()["a"] is ReplicaPhase.EJECTED
+    assert registry.get_sample_value("seedance_router_decisions_total", {"reason": "failover"}) == 1
+    # The ejected replica gets nothing more.
+    await _infer(gateway, _request("r2"))
+    assert len(fakes["a"].calls) == 1
+
+
+async def test_invalid_argument_is_not_retried(
+    fakes: dict[str, FakeReplica], gateway: OipGateway
+) -> None:
+    for fake in fakes.values():
+        fake.fail_with = grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await _infer(gateway, _request("bad"))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert sum(len(f.calls) for f in fakes.values()) == 1
+    assert gateway.replica_phases() == {"a": ReplicaPhase.READY, "b": ReplicaPhase.READY}
+
+
+async def test_sequence_requests_are_not_replayed_elsewhere(
+    fakes: dict[str, FakeReplica], gateway: OipGateway
+) -> None:
+    fakes["a"].fail_with = grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await _infer(gateway, _request("seq", sequence_id=42))
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert len(fakes["b"].calls) == 0
+
+
+async def test_client_deadline_reaches_the_replica(
+    fakes: dict[str, FakeReplica], gateway: OipGateway
+) -> None:
+    await _infer(gateway, _request("d1"), timeout_s=0.8)
+    await _infer(gateway, _request("d2"), timeout_s=None)
+    seen = [t for f in fakes.values() for t in f.calls]
+    assert len(seen) == 2
+    with_deadline, without = seen if seen[0] is not None and seen[0] < 1 else seen[::-1]
+    # grpc-timeout travels in coarse units, rounded up: allow 2 % above the set value.
+    assert with_deadline is not None
+    assert 0 < with_deadline <= 0.8 * 1.02
+    # No client deadline: the gateway's default (7 s) bounds the upstream call.
+    assert without is not None
+    assert 1.0 < without <= 7.0 * 1.02
+
+
+async def test_no_ready_replica_is_unavailable(
+    fakes: dict[str, FakeReplica], gateway: OipGateway, registry: CollectorRegistry
+) -> None:
+    for fake in fakes.values():
+        fake.fail_with = grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await _infer(gateway, _request("x"))
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(grpc.aio.AioRpcError) as again:
+        await _infer(gateway, _request("y"))
+    assert again.value.details() == "no ready replica"
+    assert (
+        registry.get_sample_value("seedance_router_decisions_total", {"reason": "no_ready_replica"})
+        == 1
+    )
