@@ -53,7 +53,7 @@ demo: install data  ## the whole stack on a local nats-server with a replayed fl
 	$(PY) -m tools.demo
 
 .PHONY: test
-test: install  ## lint, then unit and integration tests (starts its own nats-server)
+test: install triton-env  ## lint, then unit and integration tests (starts its own nats-server)
 	$(MAKE) --no-print-directory lint schemas-check
 	.venv/bin/pytest $(PYTEST_ARGS)
 
