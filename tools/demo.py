@@ -26,7 +26,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nats.js import api as js_api
-from nats.js.errors import NotFoundError
 
 from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.events import decode
@@ -34,7 +33,7 @@ from seedance.events.cost import JobCostReport
 from seedance.events.slicing import Placement, Unschedulable
 from seedance.events.subjects import costs, slicing
 from seedance.sdk import SeedanceClient
-from tools.stack import NatsServer, ServiceProcesses
+from tools.stack import NatsServer, ServiceProcesses, wait_consumer_settled
 
 REPO = Path(__file__).resolve().parents[1]
 TENANTS = ("acme", "globex", "initech", "umbrella")
@@ -124,22 +123,6 @@ async def nats_answering(url: str) -> bool:
     return True
 
 
-async def consumer_settled(bus: Bus, stream: str, durable: str, seq: int) -> bool:
-    try:
-        info = await bus.js.consumer_info(stream, durable)
-    except NotFoundError:
-        return False
-    return info.ack_floor.stream_seq >= seq or (info.num_pending == 0 and info.num_ack_pending == 0)
-
-
-async def wait_settled(
-    bus: Bus, stream: str, durable: str, seq: int, timeout_s: float = 60
-) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not await consumer_settled(bus, stream, durable, seq):
-            await asyncio.sleep(0.01)  # polls the server's consumer state; bounded
-
-
 class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -179,7 +162,9 @@ class Demo:
         inv = await bus.js.stream_info(
             "SEEDANCE_TELEMETRY", subjects_filter="seedance.telemetry.*.inventory"
         )
-        await wait_settled(bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq)
+        await wait_consumer_settled(
+            bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq
+        )
         placements = await bus.js.pull_subscribe(
             slicing.ALL,
             config=js_api.ConsumerConfig(
@@ -222,7 +207,7 @@ class Demo:
                 done_steps += 1
             info = await bus.js.stream_info("SEEDANCE_JOBS")
             last_seq = info.state.last_seq
-            await wait_settled(bus, "SEEDANCE_JOBS", "slicer-jobs", last_seq)
+            await wait_consumer_settled(bus, "SEEDANCE_JOBS", "slicer-jobs", last_seq)
             for p in await self._drain(placements):
                 if isinstance(p, Placement) and p.job_id in jobs and p.job_id not in self.placed:
                     self.placed[p.job_id] = p
@@ -265,9 +250,9 @@ class Demo:
 
     async def _collect_costs(self, bus: Bus, jobs: dict[str, _Job]) -> None:
         info = await bus.js.stream_info("SEEDANCE_SLICING")
-        await wait_settled(bus, "SEEDANCE_SLICING", "ledger-slicing", info.state.last_seq)
+        await wait_consumer_settled(bus, "SEEDANCE_SLICING", "ledger-slicing", info.state.last_seq)
         info = await bus.js.stream_info("SEEDANCE_JOBS")
-        await wait_settled(bus, "SEEDANCE_JOBS", "ledger-jobs", info.state.last_seq)
+        await wait_consumer_settled(bus, "SEEDANCE_JOBS", "ledger-jobs", info.state.last_seq)
         expected = sum(
             1 for j in jobs.values() if j.started_s is not None and j.ended_s is not None
         )

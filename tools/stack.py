@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 __all__ = ["NatsServer", "ServiceProcesses", "nats_server_binary"]
 
@@ -123,3 +124,47 @@ class ServiceProcesses:
 
     def log(self, key: str) -> str:
         return (self.logdir / f"{key}.log").read_text(errors="replace")
+
+
+async def wait_consumer_settled(
+    bus: Any, stream: str, durable: str, seq: int = 0, timeout_s: float = 60.0
+) -> None:
+    """Wait until ``durable`` exists and has acknowledged everything up to stream ``seq``.
+
+    With ``seq=0``: until it exists and has nothing pending. This is how a driver knows a
+    service has handled what it published (the service acks only after its effects are durable).
+    """
+    import asyncio
+
+    from nats.js.errors import NotFoundError
+
+    async with asyncio.timeout(timeout_s):
+        while True:
+            try:
+                info = await bus.js.consumer_info(stream, durable)
+            except NotFoundError:
+                info = None
+            if info is not None and (
+                (seq and info.ack_floor.stream_seq >= seq)
+                or (info.num_pending == 0 and info.num_ack_pending == 0)
+            ):
+                return
+            await asyncio.sleep(0.01)  # polls the server's consumer state; bounded
+
+
+async def wait_inventory_known(bus: Any, timeout_s: float = 60.0) -> None:
+    """Wait until the collector published inventory and the slicer handled all of it."""
+    import asyncio
+
+    async with asyncio.timeout(timeout_s):
+        while True:
+            info = await bus.stream_info("SEEDANCE_TELEMETRY")
+            if info is not None and info.state.messages:
+                break
+            await asyncio.sleep(0.05)  # polls the server; bounded by the timeout
+    inv = await bus.js.stream_info(
+        "SEEDANCE_TELEMETRY", subjects_filter="seedance.telemetry.*.inventory"
+    )
+    await wait_consumer_settled(
+        bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq, timeout_s
+    )

@@ -132,7 +132,13 @@ class PullConsumer:
             try:
                 event = decode(msg.data, self._types)
             except DecodeError as exc:
-                await self._dead_letter(msg, "decode_error", str(exc))
+                if _is_other_event(msg.data):
+                    # A valid event this consumer has no use for (its filter spans a family):
+                    # acknowledged and counted, never dead-lettered.
+                    await msg.ack()
+                    self._count(self.spec.durable, "ignored")
+                else:
+                    await self._dead_letter(msg, "decode_error", str(exc))
                 continue
             deliveries.append(Delivery(event, msg.subject, md.sequence.stream, md.num_delivered))
         if not deliveries:
@@ -228,6 +234,14 @@ class PullConsumer:
     def _count(self, durable: str, outcome: str) -> None:
         if self._metrics:
             self._metrics.messages_total.labels(durable, outcome).inc()
+
+
+def _is_other_event(data: bytes) -> bool:
+    try:
+        decode(data)
+    except DecodeError:
+        return False
+    return True
 
 
 def _utcnow_from_metadata(md: Any) -> Any:

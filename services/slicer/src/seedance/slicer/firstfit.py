@@ -71,9 +71,10 @@ class FirstFitScheduler:
 
     def upsert_node(
         self, name: str, model: str, cpu_milli: int, memory_mib: int, gpus: int
-    ) -> None:
+    ) -> list[Decision]:
+        """Add a node; queued jobs that now fit are placed (returned)."""
         if name in self.state.nodes:
-            return  # capacity changes of a known node come with health events
+            return []  # capacity changes of a known node come with health events
         self.state.nodes[name] = NodeState(
             name=name,
             model=model,
@@ -84,6 +85,7 @@ class FirstFitScheduler:
             memory_free_mib=memory_mib,
             healthy=[True] * gpus,
         )
+        return self._drain_queue()
 
     def set_paused(self, tenant: str, paused: bool) -> list[Decision]:
         if paused and tenant not in self.state.paused:
@@ -165,6 +167,8 @@ class FirstFitScheduler:
                 memory_mib=req.memory_mib,
             )
             return Decision(req, True, node=node.name, gpu_model=node.model, shares=shares)
+        if not self.state.nodes:
+            return Decision(req, False, reason="no_capacity", detail="no inventory received yet")
         if not matching:
             return Decision(
                 req,

@@ -203,10 +203,10 @@ class SlicerService(Lifecycle):
     def _apply(self, ev: Any) -> list[tuple[str, Event]]:
         if isinstance(ev, NodeInventory):
             gpus = ev.gpus
-            self.scheduler.upsert_node(
+            placed = self.scheduler.upsert_node(
                 ev.node, gpus[0].model if gpus else "", ev.cpu_milli, ev.memory_mib, len(gpus)
             )
-            return []
+            return self._effects(placed, ev)
         if isinstance(ev, GpuHealth):
             node = self.scheduler.state.nodes.get(ev.node)
             if node is not None and ev.gpu_index < len(node.healthy):

@@ -1,0 +1,5 @@
+# The bus runtime's benchmark (see tools/bench_bus.py for the definitions).
+
+.PHONY: bench-bus
+bench-bus: install  ## one replica's publish->consume->ack events/s and job event -> cost entry latency
+	$(PY) -m tools.bench_bus $(if $(EVENTS),--events $(EVENTS)) $(if $(JOBS),--jobs $(JOBS))
