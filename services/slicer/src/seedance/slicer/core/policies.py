@@ -213,11 +213,50 @@ def _take(arr: np.ndarray | None, idx: np.ndarray) -> np.ndarray | None:
 
 
 class SeedancePolicy(FragmentationGradientDescent):
-    """Seedance's placement: FGD's descent over a fuller target workload, with a look-ahead
-    term for the classes FGD's 95 % cut ignores. See docs/slicer.md for what each part buys."""
+    """Seedance's placement: FGD's descent over the full target workload (no 95 % cut, so
+    8-GPU classes count), plus a look-ahead penalty on GPU share that a node's CPU and memory
+    can no longer feed at the workload's own CPU-per-GPU and memory-per-GPU ratios.
+    See docs/slicer.md for what each part buys."""
 
     name = "seedance"
 
+    def __init__(
+        self,
+        workload: TargetWorkload,
+        *,
+        cpu_per_gpu_milli: float,
+        mem_mib_per_gpu_milli: float,
+        strand_weight: float = 1.0,
+    ) -> None:
+        super().__init__(workload)
+        self.cpu_per_gpu_milli = cpu_per_gpu_milli
+        self.mem_mib_per_gpu_milli = mem_mib_per_gpu_milli
+        self.strand_weight = strand_weight
+
     @classmethod
-    def for_trace(cls, pods: list[PodRequest]) -> SeedancePolicy:
-        return cls(TargetWorkload.from_pods(pods, coverage=1.0))
+    def for_trace(cls, pods: list[PodRequest], **kw: float) -> SeedancePolicy:
+        gpu = sum(p.gpu_milli_total for p in pods) or 1
+        return cls(
+            TargetWorkload.from_pods(pods, coverage=1.0),
+            cpu_per_gpu_milli=sum(p.cpu_milli for p in pods) / gpu,
+            mem_mib_per_gpu_milli=sum(p.memory_mib for p in pods) / gpu,
+            **kw,
+        )
+
+    def _stranded(self, tot: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
+        fed = np.minimum(cpu / self.cpu_per_gpu_milli, mem / self.mem_mib_per_gpu_milli)
+        return np.maximum(tot - fed, 0.0)
+
+    def deltas(
+        self, state: ClusterState, pod: PodRequest, nodes: np.ndarray, free: np.ndarray | None
+    ) -> np.ndarray:
+        d = super().deltas(state, pod, nodes, free)
+        if not self.strand_weight:
+            return d
+        tot = self.index(state).tot[nodes]
+        cpu, mem = state.cpu_free[nodes], state.mem_free[nodes]
+        before = self._stranded(tot, cpu, mem)
+        after = self._stranded(
+            tot - pod.gpu_milli_total, cpu - pod.cpu_milli, mem - pod.memory_mib
+        )
+        return np.round(d + self.strand_weight * (after - before), _DELTA_DECIMALS)
