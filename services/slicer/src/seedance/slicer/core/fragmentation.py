@@ -67,36 +67,59 @@ class TargetWorkload:
 
 
 class FragmentationIndex:
-    """Per-node, per-class counts behind F_n(M), refreshed only for nodes that changed.
+    """Per-node, per-shape counts behind F_n(M), refreshed only for nodes that changed.
 
-    Arrays (N nodes × M classes): `host_ok` (model allowed and the class wants a GPU),
-    `cnt` (GPUs with free >= class share), `part` (free share on GPUs with free < share),
-    and per node `tot` (all free share) and `frag` (F_n(M)).
+    Classes that differ only in their CPU request share a GPU *shape* (per-GPU share, GPU
+    count, allowed models), so the index keeps counts per shape (G of them, a third to a
+    quarter of the classes) and folds the CPU condition into a weight looked up by the node's
+    free CPU:  F_n(M) = tot_n − Σ_g W_g(cpu_n) · ok_g(n) · (tot_n − part_g(n)),
+    where W_g(cpu) is the popularity of the shape's classes whose CPU request is <= cpu
+    (CPU-only classes never host, so they only contribute tot_n), ok_g says the node can host
+    the shape (model allowed, enough GPUs with free share >= the shape's share), and part_g is
+    the free share on GPUs below that share. This equals Σ_m p_m F_n(m) exactly.
+
+    Arrays: `cnt`/`part` (N × G), `tot` and `frag` (N).
     """
 
     def __init__(self, state: ClusterState, workload: TargetWorkload) -> None:
         self.state = state
         self.workload = workload
-        cl = workload.classes
-        self.share = np.array([c.gpu_milli for c in cl], dtype=np.int64)
-        self.need = np.array([c.num_gpu for c in cl], dtype=np.int64)
-        self.cpu = np.array([c.cpu_milli for c in cl], dtype=np.int64)
-        self.weight = np.array(workload.weights, dtype=np.float64)
-        n, m = len(state), len(cl)
-        self.host_ok = np.ones((n, m), dtype=bool)
-        for j, c in enumerate(cl):
-            if c.gpu_models:
-                self.host_ok[:, j] = state.model_mask(c.gpu_models)
-        self.host_ok &= (self.need > 0)[None, :]
-        self.cnt = np.zeros((n, m), dtype=np.int64)
-        self.part = np.zeros((n, m), dtype=np.int64)
+        shapes: dict[tuple[int, int, frozenset[str]], int] = {}
+        for c in workload.classes:
+            if c.num_gpu:
+                shapes.setdefault((c.gpu_milli, c.num_gpu, c.gpu_models), len(shapes))
+        keys = list(shapes)
+        self.share = np.array([k[0] for k in keys], dtype=np.int64)
+        self.need = np.array([k[1] for k in keys], dtype=np.int64)
+        n, g = len(state), len(keys)
+        self.host_ok = np.ones((n, g), dtype=bool)
+        for j, k in enumerate(keys):
+            if k[2]:
+                self.host_ok[:, j] = state.model_mask(k[2])
+        gpu_classes = [(c, w) for c, w in zip(workload.classes, workload.weights) if c.num_gpu]
+        self.cpu_steps = np.array(sorted({c.cpu_milli for c, _ in gpu_classes}), dtype=np.int64)
+        # weight_at[b, g]: popularity of shape g's classes with CPU <= cpu_steps[b - 1].
+        w = np.zeros((len(self.cpu_steps) + 1, g), dtype=np.float64)
+        for c, p in gpu_classes:
+            b = int(np.searchsorted(self.cpu_steps, c.cpu_milli)) + 1
+            w[b, shapes[(c.gpu_milli, c.num_gpu, c.gpu_models)]] += p
+        self.weight_at = np.cumsum(w, axis=0)
+        self.cnt = np.zeros((n, g), dtype=np.int64)
+        self.part = np.zeros((n, g), dtype=np.int64)
         self.tot = np.zeros(n, dtype=np.int64)
         self.frag = np.zeros(n, dtype=np.float64)
         self._seen = np.full(n, -1, dtype=np.int64)
         # Change tables for a shared placement: indexed by the GPU's free share f before,
-        # they give the change of cnt and part per class when s is taken from that GPU.
+        # they give the change of cnt and part per shape when s is taken from that GPU.
         self._share_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.sync()
+
+    def _frag(
+        self, tot: np.ndarray, cpu: np.ndarray, cnt: np.ndarray, part: np.ndarray, ok: np.ndarray
+    ) -> np.ndarray:
+        w = self.weight_at[np.searchsorted(self.cpu_steps, cpu, side="right")]
+        usable = np.where(ok & (cnt >= self.need), tot[:, None] - part, 0)
+        return tot - np.einsum("ij,ij->i", w, usable)
 
     def sync(self) -> None:
         """Recompute the rows of nodes whose state changed since the last sync."""
@@ -109,9 +132,9 @@ class FragmentationIndex:
         self.cnt[rows] = ge.sum(axis=1)
         self.part[rows] = np.where(ge, 0, free[:, :, None]).sum(axis=1)
         self.tot[rows] = free.sum(axis=1)
-        ok = self.host_ok[rows] & (st.cpu_free[rows, None] >= self.cpu[None, :])
-        ok &= self.cnt[rows] >= self.need[None, :]
-        self.frag[rows] = np.where(ok, self.part[rows], self.tot[rows, None]) @ self.weight
+        self.frag[rows] = self._frag(
+            self.tot[rows], st.cpu_free[rows], self.cnt[rows], self.part[rows], self.host_ok[rows]
+        )
         self._seen[rows] = st.version[rows]
 
     def share_tables(self, s: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,8 +161,7 @@ class FragmentationIndex:
         for whole-GPU and CPU-only requests each candidate is a node (whole GPUs are taken
         from fully free ones, so which ones does not change the metric).
         """
-        st = self.state
-        cpu_after = st.cpu_free[nodes] - pod.cpu_milli
+        cpu_after = self.state.cpu_free[nodes] - pod.cpu_milli
         tot_after = self.tot[nodes] - pod.gpu_milli_total
         cnt = self.cnt[nodes]
         part = self.part[nodes]
@@ -149,9 +171,7 @@ class FragmentationIndex:
             part = part + dpart[gpu_free_before]
         elif pod.num_gpu:
             cnt = cnt - pod.num_gpu
-        ok = self.host_ok[nodes] & (cpu_after[:, None] >= self.cpu[None, :])
-        ok &= cnt >= self.need[None, :]
-        return np.where(ok, part, tot_after[:, None]) @ self.weight
+        return self._frag(tot_after, cpu_after, cnt, part, self.host_ok[nodes])
 
 
 def cluster_fragmentation(state: ClusterState, workload: TargetWorkload) -> tuple[float, float]:
