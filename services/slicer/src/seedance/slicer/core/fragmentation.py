@@ -25,7 +25,7 @@ import numpy as np
 
 from seedance.slicer.core.model import GPU_MILLI, ClusterState, PodRequest
 
-__all__ = ["FragmentationIndex", "TaskClass", "TargetWorkload", "cluster_fragmentation"]
+__all__ = ["FragmentationIndex", "TargetWorkload", "TaskClass", "cluster_fragmentation"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,8 @@ class FragmentationIndex:
         for j, k in enumerate(keys):
             if k[2]:
                 self.host_ok[:, j] = state.model_mask(k[2])
-        gpu_classes = [(c, w) for c, w in zip(workload.classes, workload.weights) if c.num_gpu]
+        pairs = zip(workload.classes, workload.weights, strict=True)
+        gpu_classes = [(c, w) for c, w in pairs if c.num_gpu]
         self.cpu_steps = np.array(sorted({c.cpu_milli for c, _ in gpu_classes}), dtype=np.int64)
         # weight_at[b, g]: popularity of shape g's classes with CPU <= cpu_steps[b - 1].
         w = np.zeros((len(self.cpu_steps) + 1, g), dtype=np.float64)

@@ -40,7 +40,11 @@ class Policy(Protocol):
 
     name: str
 
-    def place(self, state: ClusterState, pod: PodRequest) -> Placement | Rejection: ...
+    def place(
+        self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
+    ) -> Placement | Rejection:
+        """`allowed` (bool per node) restricts the choice, e.g. to keep reserved nodes."""
+        ...
 
 
 def reject_reason(state: ClusterState, pod: PodRequest) -> Rejection:
@@ -92,14 +96,20 @@ class FirstFit:
 
     name = "first-fit"
 
-    def place(self, state: ClusterState, pod: PodRequest) -> Placement | Rejection:
+    def place(
+        self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
+    ) -> Placement | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
-        ok = np.flatnonzero(state.feasible(pod))
+        ok = np.flatnonzero(_masked(state.feasible(pod), allowed))
         if ok.size == 0:
             return reject_reason(state, pod)
         n = int(ok[0])
         return Placement(n, choose_whole_gpus(state, n, pod))
+
+
+def _masked(ok: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
+    return ok if allowed is None else ok & allowed
 
 
 def _bestfit_score(state: ClusterState, nodes: np.ndarray, pod: PodRequest) -> np.ndarray:
@@ -122,10 +132,12 @@ class BestFit:
 
     name = "bestfit"
 
-    def place(self, state: ClusterState, pod: PodRequest) -> Placement | Rejection:
+    def place(
+        self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
+    ) -> Placement | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
-        ok = np.flatnonzero(state.feasible(pod))
+        ok = np.flatnonzero(_masked(state.feasible(pod), allowed))
         if ok.size == 0:
             return reject_reason(state, pod)
         n = int(ok[np.argmin(_bestfit_score(state, ok, pod))])
@@ -213,24 +225,35 @@ class FragmentationGradientDescent:
         return idx.frag_after(nodes, pod, free) - idx.frag[nodes]
 
     def select(
-        self, state: ClusterState, pod: PodRequest, key: np.ndarray, gpu: np.ndarray
+        self,
+        state: ClusterState,
+        pod: PodRequest,
+        key: np.ndarray,
+        gpu: np.ndarray,
+        allowed: np.ndarray | None = None,
     ) -> Placement | Rejection:
         """Least key; ties by BestFit's score, then the lower node index."""
+        if allowed is not None:
+            key = np.where(allowed, key, _INFEASIBLE)
         low = key.min()
         if low == _INFEASIBLE:
             return reject_reason(state, pod)
         tied = np.flatnonzero(key == low)
-        n = int(tied[np.argmin(_bestfit_score(state, tied, pod))]) if tied.size > 1 else int(tied[0])
+        n = int(tied[0])
+        if tied.size > 1:
+            n = int(tied[np.argmin(_bestfit_score(state, tied, pod))])
         if pod.is_shared:
             return Placement(n, (int(gpu[n]),))
         return Placement(n, choose_whole_gpus(state, n, pod))
 
-    def place(self, state: ClusterState, pod: PodRequest) -> Placement | Rejection:
+    def place(
+        self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
+    ) -> Placement | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         self.index(state)
         key, gpu = self.node_scores(state, pod, np.arange(len(state)))
-        return self.select(state, pod, key, gpu)
+        return self.select(state, pod, key, gpu, allowed)
 
 
 class SeedancePolicy(FragmentationGradientDescent):
@@ -253,9 +276,7 @@ class SeedancePolicy(FragmentationGradientDescent):
         self.cpu_per_gpu_milli = cpu_per_gpu_milli
         self.mem_mib_per_gpu_milli = mem_mib_per_gpu_milli
         self.strand_weight = strand_weight
-        self._cache: dict[
-            PodRequest, tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState]
-        ] = {}
+        self._cache: dict[PodRequest, tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState]] = {}
         self._types: tuple[ClusterState, np.ndarray] | None = None
 
     @classmethod
@@ -287,12 +308,12 @@ class SeedancePolicy(FragmentationGradientDescent):
         tot = self.index(state).tot[nodes]
         cpu, mem = state.cpu_free[nodes], state.mem_free[nodes]
         before = self._stranded(tot, cpu, mem)
-        after = self._stranded(
-            tot - pod.gpu_milli_total, cpu - pod.cpu_milli, mem - pod.memory_mib
-        )
+        after = self._stranded(tot - pod.gpu_milli_total, cpu - pod.cpu_milli, mem - pod.memory_mib)
         return d + self.strand_weight * (after - before)
 
-    def place(self, state: ClusterState, pod: PodRequest) -> Placement | Rejection:
+    def place(
+        self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
+    ) -> Placement | Rejection:
         """FGD's selection, with each node's score cached per request shape until that node
         changes: one placement changes one node, so a request seen before rescans only the
         nodes changed since (a handful for popular shapes) instead of all 1,213."""
@@ -319,7 +340,7 @@ class SeedancePolicy(FragmentationGradientDescent):
             untouched = state.version[stale] == 0
             if untouched.sum() > 8:
                 fresh = stale[untouched]
-                types, first, inverse = np.unique(
+                _, first, inverse = np.unique(
                     self._node_type(state)[fresh], return_index=True, return_inverse=True
                 )
                 k, g = self.node_scores(state, pod, fresh[first])
@@ -327,4 +348,4 @@ class SeedancePolicy(FragmentationGradientDescent):
                 stale = stale[~untouched]
             if stale.size:
                 key[stale], gpu[stale] = self.node_scores(state, pod, stale)
-        return self.select(state, pod, key, gpu)
+        return self.select(state, pod, key, gpu, allowed)
