@@ -1,15 +1,17 @@
 """Dynamic queueing replay of an openb pod list: P95 wait and GPU allocation.
 
 Pods arrive as a Poisson process whose rate offers `--load` (95 %) of the cluster's GPU
-capacity on average over the measured window. Each pod's duration is drawn from the trace's
-lifetimes (deletion − creation). Those are heavy-tailed (mean 25,839 s, max 145 days, p50
-540 s), so the GPU demand offered at time t of a replay that starts empty is
-rate × E[GPUs] × E[min(D, t)], which keeps growing: the plain mean would leave the cluster
-nearly empty for the whole replay. The rate is therefore solved (bisection) so that this
-offered demand, averaged over the measured window, is `--load` of capacity. The list is
-replayed `--passes` times; the first pass is warm-up and not measured.
+capacity on average: rate = load × GPUs / (E[GPUs per pod] × E[duration]). Each pod's
+duration is drawn from the trace's lifetimes (deletion − creation). Those are heavy-tailed
+(mean 25,839 s, max 145 days, p50 540 s): a cluster that starts empty would stay far below
+the offered load for the whole replay, because the long pods that carry most of the GPU-time
+have not arrived yet. So the replay starts in the stationary state of that arrival process
+(as if it had always been running): the pods alive at time 0 are the Poisson population of
+an M/G/∞ system, rate × E[duration] of them on average, each with a length-biased lifetime
+D and a residual U·D (U uniform). They are submitted at time 0 and are not measured. Then the
+pod list arrives once in a shuffled order (`--passes` repeats it).
 wait = start − arrival; pods not started when the replay ends (at the last arrival) count
-with their wait up to then. GPU allocation is the time average over the measured window.
+with their wait up to then. GPU allocation is the time average over the replay.
 
 Two schedulers see the same arrivals: Seedance's (`Scheduler` with backfill, reservations
 and the Seedance placement policy) and the baseline, FIFO first-fit with head-of-line
@@ -34,32 +36,27 @@ from seedance.slicer.openb import TracePod, read_nodes, read_pods, trace_name
 
 def build_arrivals(
     pods: list[TracePod], gpus: int, load: float, passes: int, seed: int
-) -> list[tuple[float, Job, float]]:
-    """(arrival s, job, duration s) in arrival order."""
+) -> tuple[list[tuple[float, Job, float]], int]:
+    """(arrival s, job, duration s) in arrival order, and how many of them (first) are the
+    stationary population present at time 0."""
     rng = np.random.default_rng(seed)
     lifetimes = np.array([p.lifetime_s for p in pods if p.lifetime_s and p.lifetime_s > 0])
     mean_gpu = float(np.mean([p.request.gpu_milli_total for p in pods])) / 1000
-    n_jobs = passes * len(pods)
-
-    def offered(rate: float) -> float:
-        horizon_s = n_jobs / rate
-        ts = np.linspace(horizon_s / passes, horizon_s, 64)
-        busy = [float(np.minimum(lifetimes, t).mean()) for t in ts]
-        return rate * mean_gpu * float(np.mean(busy)) / gpus
-
-    lo, hi = 1e-6, 1e3
-    for _ in range(60):  # offered() grows with the rate: bisect on a log scale
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if offered(mid) < load else (lo, mid)
-    rate_per_s = (lo * hi) ** 0.5
+    mean_life_s = float(lifetimes.mean())
+    rate_per_s = load * gpus / (mean_gpu * mean_life_s)
     out: list[tuple[float, Job, float]] = []
+    n_alive = int(rng.poisson(rate_per_s * mean_life_s))
+    biased = rng.choice(lifetimes, size=n_alive, p=lifetimes / lifetimes.sum())
+    for k, i in enumerate(rng.integers(len(pods), size=n_alive)):
+        job = Job(job_id=f"{pods[i].name}#alive{k}", request=pods[i].request)
+        out.append((0.0, job, float(biased[k] * rng.uniform())))
     t = 0.0
     for k in range(passes):
         for i in rng.permutation(len(pods)):
             t += float(rng.exponential(1 / rate_per_s))
             job = Job(job_id=f"{pods[i].name}#{k}", request=pods[i].request)
             out.append((t, job, float(rng.choice(lifetimes))))
-    return out
+    return out, n_alive
 
 
 def replay(
@@ -69,13 +66,14 @@ def replay(
     config: SchedulerConfig,
     label: str,
     warmup: int,
+    samples: list[tuple[float, float, int]] | None = None,
 ) -> tuple[list[float], float]:
     """Returns (waits in s of the jobs after the first `warmup`, time-averaged GPU
-    allocation in % from the first measured arrival to the end)."""
+    allocation in % from time 0 to the last arrival)."""
     sched = Scheduler(nodes, policy, config)
     cap = sched.state.gpu_capacity_milli
     end_s = arrivals[-1][0]
-    start_s = arrivals[warmup][0]
+    start_s = 0.0
     duration = {job.job_id: d for _, job, d in arrivals}
     arrived = {job.job_id: t for t, job, _ in arrivals}
     started: dict[str, float] = {}
@@ -104,6 +102,8 @@ def replay(
             if isinstance(d, JobPlaced):
                 started[d.job_id] = now
                 heapq.heappush(events, (now + duration[d.job_id], 0, d.job_id))
+        if samples is not None and n_done % 500 == 0 and kind:
+            samples.append((now, sched.gpu_allocated_milli() / cap, len(sched.pending_ids)))
         if n_done % 2000 == 0 and kind:
             print(
                 f"[{label}] {n_done}/{len(arrivals)} arrived, t={now:,.0f}s, "
@@ -122,14 +122,14 @@ def main() -> int:
     ap.add_argument("--nodes", type=Path, required=True)
     ap.add_argument("--pods", type=Path, required=True)
     ap.add_argument("--load", type=float, default=0.95)
-    ap.add_argument("--passes", type=int, default=3, help="replays of the list; 1st warms up")
+    ap.add_argument("--passes", type=int, default=1, help="times the pod list arrives")
     ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args()
 
     nodes = read_nodes(args.nodes)
     pods = read_pods(args.pods)
     gpus = sum(n.gpu_count for n in nodes)
-    arrivals = build_arrivals(pods, gpus, args.load, args.passes, args.seed)
+    arrivals, n_alive = build_arrivals(pods, gpus, args.load, args.passes, args.seed)
     reqs = [p.request for p in pods]
     runs = {
         "seedance": (SeedancePolicy.for_trace(reqs), SchedulerConfig()),
@@ -137,10 +137,13 @@ def main() -> int:
     }
     res: dict[str, tuple[float, float, float]] = {}
     for label, (policy, cfg) in runs.items():
-        waits, alloc = replay(nodes, arrivals, policy, cfg, label, warmup=len(pods))
+        waits, alloc = replay(nodes, arrivals, policy, cfg, label, warmup=n_alive)
         w = np.array(waits)
         res[label] = (float(np.percentile(w, 95)), float(np.percentile(w, 50)), alloc)
-    print(f"trace={trace_name(args.pods)} load={args.load} jobs={len(arrivals)} seed={args.seed}")
+    print(
+        f"trace={trace_name(args.pods)} load={args.load} alive_at_start={n_alive} "
+        f"arrivals={len(arrivals) - n_alive} seed={args.seed}"
+    )
     print(f"{'scheduler':18s}{'p50_wait_s':>12s}{'p95_wait_s':>12s}{'alloc_pct':>11s}")
     for label, (p95, p50, alloc) in res.items():
         print(f"{label:18s}{p50:12.1f}{p95:12.1f}{alloc:11.2f}")
