@@ -33,6 +33,9 @@ _BF_GPU_MILLI = 8 * GPU_MILLI * 1.0
 _KEY_SCALE = 1e6
 _GPU_SLOTS = 2048  # > GPU_MILLI: the in-node GPU tie-break lives below one key step
 _INFEASIBLE = np.iinfo(np.int64).max
+# Distinct request shapes whose node scores are cached (≈ 20 KB each on 1,213 nodes); openb's
+# lists have 150–430 shapes.
+_CACHE_REQUESTS = 4096
 
 
 class Policy(Protocol):
@@ -329,6 +332,8 @@ class SeedancePolicy(FragmentationGradientDescent):
                 np.full(n, -1, dtype=np.int64),
                 state,
             )
+            if len(self._cache) >= _CACHE_REQUESTS:
+                del self._cache[next(iter(self._cache))]  # oldest request shape
             self._cache[pod] = entry
         key, gpu, seen, _ = entry
         stale = np.flatnonzero(seen != state.version)
