@@ -59,25 +59,30 @@ def workload_sequence(pods: list[PodRequest], cap_milli: int, seed: int) -> list
 
 def run_one(
     nodes: list, seq: list[PodRequest], policy: Policy, metric_wl: TargetWorkload
-) -> tuple[dict[int, tuple[float, float]], list[float]]:
-    """Returns {checkpoint: (alloc %, frag ratio %)} and per-decision wall times (s)."""
+) -> tuple[dict[int, tuple[float, float]], list[float], list[float]]:
+    """Returns {checkpoint: (alloc %, frag ratio %)} and per-decision wall and CPU times (s).
+
+    Wall time is the figure the issue asks for; on a shared machine it also counts the time
+    other processes held the core, so the thread's CPU time is reported next to it."""
     state = ClusterState(nodes)
     cap = state.gpu_capacity_milli
     arrived = 0
     marks = list(CHECKPOINTS[:-1])
     out: dict[int, tuple[float, float]] = {}
     times: list[float] = []
+    cpu_times: list[float] = []
 
     def record(x: int) -> None:
         frag = FragmentationIndex(state, metric_wl).frag.sum()
         idle = state.gpu_free.sum()
         out[x] = (100.0 * state.gpu_allocated_milli / cap, 100.0 * frag / idle if idle else 0.0)
 
-    clock = time.perf_counter
+    clock, cpu_clock = time.perf_counter, time.thread_time
     for pod in seq:
-        t0 = clock()
+        c0, t0 = cpu_clock(), clock()
         res = policy.place(state, pod)
         times.append(clock() - t0)
+        cpu_times.append(cpu_clock() - c0)
         if isinstance(res, Placement):
             state.apply(pod, res)
         arrived += pod.gpu_milli_total
@@ -86,7 +91,7 @@ def run_one(
     for x in marks:
         record(x)
     record(CHECKPOINTS[-1])
-    return out, times
+    return out, times, cpu_times
 
 
 def paper_results(results_dir: Path, trace: str) -> dict[str, dict[str, dict[int, float]]]:
@@ -137,13 +142,15 @@ def main() -> int:
     cap = ClusterState(nodes).gpu_capacity_milli
     results: dict[str, list[dict[int, tuple[float, float]]]] = {n: [] for n in names}
     times: dict[str, list[float]] = {n: [] for n in names}
+    cpu_times: dict[str, list[float]] = {n: [] for n in names}
     for seed in seeds:
         seq = workload_sequence(pods, cap, seed)
         for name in names:
             t0 = time.perf_counter()
-            res, ts = run_one(nodes, seq, factories[name](), paper_wl)
+            res, ts, cs = run_one(nodes, seq, factories[name](), paper_wl)
             results[name].append(res)
             times[name].extend(ts)
+            cpu_times[name].extend(cs)
             print(
                 f"[{trace} seed={seed}] {name:10s} unalloc@130={100 - res[130][0]:6.2f}% "
                 f"({len(seq)} pods, {time.perf_counter() - t0:5.1f}s, "
@@ -156,7 +163,7 @@ def main() -> int:
         return statistics.fmean(r[x][i] for r in rs)
 
     head = "policy".ljust(16) + "".join(f"alloc@{x:<5}" for x in CHECKPOINTS)
-    head += "unalloc@130  frag%@50  frag%@80  frag%@90  p99_us"
+    head += "unalloc@130  frag%@50  frag%@80  frag%@90  p99_us  p99_cpu_us"
     print(f"trace={trace} seeds={args.seeds} ({len(seeds)}) nodes={len(nodes)} pods={len(pods)}")
     print(head)
     for name in names:
@@ -164,7 +171,8 @@ def main() -> int:
         line = name.ljust(16) + "".join(f"{mean_at(rs, x, 0):<11.2f}" for x in CHECKPOINTS)
         line += f"{100 - mean_at(rs, 130, 0):<13.2f}"
         line += "".join(f"{mean_at(rs, x, 1):<10.1f}" for x in (50, 80, 90))
-        line += f"{1e6 * float(np.percentile(times[name], 99)):.0f}"
+        line += f"{1e6 * float(np.percentile(times[name], 99)):<8.0f}"
+        line += f"{1e6 * float(np.percentile(cpu_times[name], 99)):.0f}"
         print(line)
     for label, data in paper.items():
         al, fr = data.get("alloc", {}), data.get("frag_ratio", {})
