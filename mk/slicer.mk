@@ -12,13 +12,14 @@ bench-slicer: install  ## slicer: our policy vs FGD/first-fit/BestFit and the pa
 
 .PHONY: bench-slicer-all
 bench-slicer-all: install  ## slicer: bench-slicer on every trace that has paper results (long)
-	@set -e; summary=$$(mktemp); \
+	@set -e; summary=$$(mktemp); out=$$(mktemp); \
 	for w in $$(tail -n +2 $(SLICER_DATA)/fgd-paper-results/analysis_allo_discrete.csv \
 	            | cut -d, -f1 | sort -u); do \
 	  f=$(SLICER_DATA)/$$w.csv; [ -f $$f ] || { echo "skip $$w (held back)" >&2; continue; }; \
 	  nice -n 10 $(PY) tools/bench_slicer.py --nodes $(SLICER_NODES) --pods $$f \
-	    --seeds $(SLICER_SEEDS) | tee /dev/stderr | tail -n 1 >> $$summary; \
-	done; echo "== summary"; cat $$summary; rm -f $$summary
+	    --seeds $(SLICER_SEEDS) > $$out; \
+	  cat $$out; tail -n 1 $$out >> $$summary; \
+	done; echo "== summary"; cat $$summary; rm -f $$summary $$out
 
 .PHONY: bench-slicer-queue
 bench-slicer-queue: install  ## slicer: queueing replay, P95 wait vs FIFO first-fit
