@@ -308,7 +308,8 @@ class SeedancePolicy(FragmentationGradientDescent):
         d = super().deltas(state, pod, nodes, free)
         if not self.strand_weight:
             return d
-        tot = self.index(state).tot[nodes]
+        idx = self._index if self._index is not None else self.index(state)
+        tot = idx.tot[nodes]
         cpu, mem = state.cpu_free[nodes], state.mem_free[nodes]
         before = self._stranded(tot, cpu, mem)
         after = self._stranded(tot - pod.gpu_milli_total, cpu - pod.cpu_milli, mem - pod.memory_mib)
