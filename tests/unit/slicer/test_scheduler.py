@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from seedance.slicer.core.model import Node, PodRequest
-from seedance.slicer.core.policies import FirstFit
+from seedance.slicer.core.policies import FirstFit, SeedancePolicy
 from seedance.slicer.core.scheduler import (
     Job,
     JobPlaced,
@@ -124,3 +125,35 @@ def test_finish_is_idempotent_and_cancels_pending() -> None:
     s.submit(gpu_job("c"), 3.0)
     with pytest.raises(ValueError, match="already known"):
         s.submit(gpu_job("c"), 3.0)
+
+
+def test_random_churn_keeps_the_books_straight_with_the_seedance_policy() -> None:
+    rng = np.random.default_rng(3)
+    kinds = [
+        PodRequest(cpu_milli=2000, memory_mib=1000, num_gpu=1, gpu_milli=300),
+        PodRequest(cpu_milli=4000, memory_mib=1000, num_gpu=1, gpu_milli=810),
+        PodRequest(cpu_milli=8000, memory_mib=1000, num_gpu=2, gpu_milli=1000),
+        PodRequest(cpu_milli=6000, memory_mib=1000),
+    ]
+    nodes = [node(f"n{i}", gpus=4) for i in range(4)]
+    s = Scheduler(nodes, SeedancePolicy.for_trace(kinds), SchedulerConfig(reserve_after_s=5.0))
+    jobs: dict[str, Job] = {}
+    for t in range(300):
+        if rng.random() < 0.6:
+            jid = f"j{t}"
+            jobs[jid] = Job(
+                job_id=jid,
+                request=kinds[int(rng.integers(len(kinds)))],
+                priority=int(rng.integers(3)),
+            )
+            s.submit(jobs[jid], float(t))
+        elif s.running_ids:
+            s.finish(s.running_ids[int(rng.integers(len(s.running_ids)))], float(t))
+        s.schedule(float(t))
+        running = s.running_ids
+        want = sum(jobs[j].request.gpu_milli_total * jobs[j].replicas for j in running)
+        assert s.state.gpu_allocated_milli == want
+        assert int(s.state.cpu_free.sum()) == sum(n.cpu_milli for n in nodes) - sum(
+            jobs[j].request.cpu_milli for j in running
+        )
+        assert set(running).isdisjoint(s.pending_ids)
