@@ -1,0 +1,26 @@
+# Slicer benchmarks (docs/slicer.md). Data paths default to $(SEEDANCE_DATA_DIR); override with
+# NODES=<node csv> PODS=<pod csv> SEEDS=42-51 (SEEDS also takes "42,45" or "42-44").
+SLICER_DATA := $(SEEDANCE_DATA_DIR)/alibaba-gpu-v2023
+SLICER_NODES = $(or $(NODES),$(SLICER_DATA)/openb_node_list_gpu_node.csv)
+SLICER_PODS = $(or $(PODS),$(SLICER_DATA)/openb_pod_list_default.csv)
+SLICER_SEEDS = $(or $(SEEDS),42-51)
+
+.PHONY: bench-slicer
+bench-slicer: install  ## slicer: our policy vs FGD/first-fit/BestFit and the paper, one trace
+	nice -n 10 $(PY) tools/bench_slicer.py --nodes $(SLICER_NODES) --pods $(SLICER_PODS) \
+	  --seeds $(SLICER_SEEDS)
+
+.PHONY: bench-slicer-all
+bench-slicer-all: install  ## slicer: bench-slicer on every trace that has paper results (long)
+	@set -e; summary=$$(mktemp); out=$$(mktemp); \
+	for w in $$(tail -n +2 $(SLICER_DATA)/fgd-paper-results/analysis_allo_discrete.csv \
+	            | cut -d, -f1 | sort -u); do \
+	  f=$(SLICER_DATA)/$$w.csv; [ -f $$f ] || { echo "skip $$w (held back)" >&2; continue; }; \
+	  nice -n 10 $(PY) tools/bench_slicer.py --nodes $(SLICER_NODES) --pods $$f \
+	    --seeds $(SLICER_SEEDS) > $$out; \
+	  cat $$out; tail -n 1 $$out >> $$summary; \
+	done; echo "== summary"; cat $$summary; rm -f $$summary $$out
+
+.PHONY: bench-slicer-queue
+bench-slicer-queue: install  ## slicer: queueing replay, P95 wait vs FIFO first-fit
+	nice -n 10 $(PY) tools/bench_slicer_queue.py --nodes $(SLICER_NODES) --pods $(SLICER_PODS)

@@ -1,0 +1,181 @@
+"""The FGD paper's fragmentation metric (Weng et al., USENIX ATC'23), kept incrementally.
+
+Owns the target workload (task classes and their popularity) and, per node, the numbers the
+metric needs for every class: how many GPUs could host the class's per-GPU share, and the
+free share stranded on GPUs that could not. From those it gives each node's fragmentation
+F_n(M) and the fragmentation a candidate placement would leave, for all candidates at once.
+
+Definitions (research/slicer.md §2.1, from the paper and its simulator's `frag.go`):
+  * task class m = (CPU request, per-GPU share, GPU count, allowed GPU models);
+  * F_n(m) = all free GPU share on n if m asks no GPU or n cannot host m (model not allowed,
+    CPU left < m's CPU, or fewer than #GPU(m) GPUs with free share >= m's share); otherwise
+    the free share of the GPUs whose free share < m's share;
+  * F_n(M) = sum_m p_m F_n(m); cluster F = sum_n F_n(M); memory does not enter.
+
+It must not place anything or mutate the cluster state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from seedance.slicer.core.model import GPU_MILLI, ClusterState, PodRequest
+
+__all__ = ["FragmentationIndex", "TargetWorkload", "TaskClass", "cluster_fragmentation"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskClass:
+    cpu_milli: int
+    gpu_milli: int
+    num_gpu: int
+    gpu_models: frozenset[str]
+
+    @classmethod
+    def of(cls, pod: PodRequest) -> TaskClass:
+        return cls(pod.cpu_milli, pod.gpu_milli, pod.num_gpu, pod.gpu_models)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetWorkload:
+    """Task classes with popularities that sum to 1."""
+
+    classes: tuple[TaskClass, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def from_pods(cls, pods: Iterable[PodRequest], coverage: float = 0.95) -> TargetWorkload:
+        """The paper's rule: most popular classes until they cover `coverage` of the pods,
+        then renormalised (`podPopularityThreshold = 95`). Ties keep first-seen order."""
+        counts = Counter(TaskClass.of(p) for p in pods)
+        total = sum(counts.values())
+        if total == 0:
+            raise ValueError("target workload needs at least one pod")
+        kept: list[tuple[TaskClass, int]] = []
+        covered = 0
+        for tc, c in sorted(counts.items(), key=lambda kv: -kv[1]):
+            kept.append((tc, c))
+            covered += c
+            if covered >= coverage * total:
+                break
+        norm = sum(c for _, c in kept)
+        return cls(tuple(tc for tc, _ in kept), tuple(c / norm for _, c in kept))
+
+
+class FragmentationIndex:
+    """Per-node, per-shape counts behind F_n(M), refreshed only for nodes that changed.
+
+    Classes that differ only in their CPU request share a GPU *shape* (per-GPU share, GPU
+    count, allowed models), so the index keeps counts per shape (G of them, a third to a
+    quarter of the classes) and folds the CPU condition into a weight looked up by the node's
+    free CPU:  F_n(M) = tot_n − Σ_g W_g(cpu_n) · ok_g(n) · (tot_n − part_g(n)),
+    where W_g(cpu) is the popularity of the shape's classes whose CPU request is <= cpu
+    (CPU-only classes never host, so they only contribute tot_n), ok_g says the node can host
+    the shape (model allowed, enough GPUs with free share >= the shape's share), and part_g is
+    the free share on GPUs below that share. This equals Σ_m p_m F_n(m) exactly.
+
+    Arrays: `cnt`/`part` (N × G), `tot` and `frag` (N).
+    """
+
+    def __init__(self, state: ClusterState, workload: TargetWorkload) -> None:
+        self.state = state
+        self.workload = workload
+        shapes: dict[tuple[int, int, frozenset[str]], int] = {}
+        for c in workload.classes:
+            if c.num_gpu:
+                shapes.setdefault((c.gpu_milli, c.num_gpu, c.gpu_models), len(shapes))
+        keys = list(shapes)
+        self.share = np.array([k[0] for k in keys], dtype=np.int64)
+        self.need = np.array([k[1] for k in keys], dtype=np.int64)
+        n, g = len(state), len(keys)
+        self.host_ok = np.ones((n, g), dtype=bool)
+        for j, k in enumerate(keys):
+            if k[2]:
+                self.host_ok[:, j] = state.model_mask(k[2])
+        pairs = zip(workload.classes, workload.weights, strict=True)
+        gpu_classes = [(c, w) for c, w in pairs if c.num_gpu]
+        self.cpu_steps = np.array(sorted({c.cpu_milli for c, _ in gpu_classes}), dtype=np.int64)
+        # weight_at[b, g]: popularity of shape g's classes with CPU <= cpu_steps[b - 1].
+        w = np.zeros((len(self.cpu_steps) + 1, g), dtype=np.float64)
+        for c, p in gpu_classes:
+            b = int(np.searchsorted(self.cpu_steps, c.cpu_milli)) + 1
+            w[b, shapes[(c.gpu_milli, c.num_gpu, c.gpu_models)]] += p
+        self.weight_at = np.cumsum(w, axis=0)
+        self.cnt = np.zeros((n, g), dtype=np.int64)
+        self.part = np.zeros((n, g), dtype=np.int64)
+        self.tot = np.zeros(n, dtype=np.int64)
+        self.frag = np.zeros(n, dtype=np.float64)
+        self._seen = np.full(n, -1, dtype=np.int64)
+        # Change tables for a shared placement: indexed by the GPU's free share f before,
+        # they give the change of cnt and part per shape when s is taken from that GPU.
+        self._share_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.sync()
+
+    def _frag(
+        self, tot: np.ndarray, cpu: np.ndarray, cnt: np.ndarray, part: np.ndarray, ok: np.ndarray
+    ) -> np.ndarray:
+        w = self.weight_at[np.searchsorted(self.cpu_steps, cpu, side="right")]
+        usable = np.where(ok & (cnt >= self.need), tot[:, None] - part, 0)
+        return tot - np.einsum("ij,ij->i", w, usable)
+
+    def sync(self) -> None:
+        """Recompute the rows of nodes whose state changed since the last sync."""
+        st = self.state
+        rows = np.flatnonzero(self._seen != st.version)
+        if rows.size == 0:
+            return
+        free = st.gpu_free[rows]
+        ge = free[:, :, None] >= self.share[None, None, :]
+        self.cnt[rows] = ge.sum(axis=1)
+        self.part[rows] = np.where(ge, 0, free[:, :, None]).sum(axis=1)
+        self.tot[rows] = free.sum(axis=1)
+        self.frag[rows] = self._frag(
+            self.tot[rows], st.cpu_free[rows], self.cnt[rows], self.part[rows], self.host_ok[rows]
+        )
+        self._seen[rows] = st.version[rows]
+
+    def share_tables(self, s: int) -> tuple[np.ndarray, np.ndarray]:
+        tab = self._share_tables.get(s)
+        if tab is None:
+            f = np.arange(GPU_MILLI + 1, dtype=np.int64)[:, None]
+            after = np.maximum(f - s, 0)
+            sh = self.share[None, :]
+            dcnt = (after >= sh).astype(np.int64) - (f >= sh)
+            dpart = np.where(after < sh, after, 0) - np.where(f < sh, f, 0)
+            tab = (dcnt, dpart)
+            self._share_tables[s] = tab
+        return tab
+
+    def frag_after(
+        self,
+        nodes: np.ndarray,
+        pod: PodRequest,
+        gpu_free_before: np.ndarray | None,
+    ) -> np.ndarray:
+        """F_n(M) after placing `pod` on each candidate.
+
+        For a shared request each candidate is (node, GPU with free share `gpu_free_before`);
+        for whole-GPU and CPU-only requests each candidate is a node (whole GPUs are taken
+        from fully free ones, so which ones does not change the metric).
+        """
+        cpu_after = self.state.cpu_free[nodes] - pod.cpu_milli
+        tot_after = self.tot[nodes] - pod.gpu_milli_total
+        cnt = self.cnt[nodes]
+        part = self.part[nodes]
+        if pod.num_gpu and gpu_free_before is not None and pod.gpu_milli < GPU_MILLI:
+            dcnt, dpart = self.share_tables(pod.gpu_milli)
+            cnt = cnt + dcnt[gpu_free_before]
+            part = part + dpart[gpu_free_before]
+        elif pod.num_gpu:
+            cnt = cnt - pod.num_gpu
+        return self._frag(tot_after, cpu_after, cnt, part, self.host_ok[nodes])
+
+
+def cluster_fragmentation(state: ClusterState, workload: TargetWorkload) -> tuple[float, float]:
+    """(fragmentation in milli-GPUs, unallocated GPU in milli-GPUs) for the whole cluster."""
+    idx = FragmentationIndex(state, workload)
+    return float(idx.frag.sum()), float(state.gpu_free.sum())

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import numpy as np
+
+from seedance.slicer.core.fragmentation import (
+    FragmentationIndex,
+    TargetWorkload,
+    TaskClass,
+    cluster_fragmentation,
+)
+from seedance.slicer.core.model import ClusterState, Node, Placement, PodRequest
+from seedance.slicer.core.policies import FirstFit
+
+
+def node(
+    name: str,
+    gpus: int = 8,
+    cpu: int = 96_000,
+    mem: int = 512_000,
+    model: str = "G2",
+    nvlink: tuple[int, ...] | None = None,
+) -> Node:
+    return Node(
+        name=name,
+        cpu_milli=cpu,
+        memory_mib=mem,
+        gpu_count=gpus,
+        gpu_model=model,
+        nvlink_domains=nvlink,
+    )
+
+
+def _reference_frag(st: ClusterState, wl: TargetWorkload) -> np.ndarray:
+    """F_n(M) straight from the paper's definition, one node and class at a time."""
+    out = np.zeros(len(st))
+    for n in range(len(st)):
+        free = st.gpu_free[n, : st.nodes[n].gpu_count]
+        for c, p in zip(wl.classes, wl.weights, strict=True):
+            hostable = (
+                c.num_gpu > 0
+                and (not c.gpu_models or st.nodes[n].gpu_model in c.gpu_models)
+                and st.cpu_free[n] >= c.cpu_milli
+                and (free >= c.gpu_milli).sum() >= c.num_gpu
+            )
+            out[n] += p * (free[free < c.gpu_milli].sum() if hostable else free.sum())
+    return out
+
+
+def test_hand_computed_node_fragmentation() -> None:
+    # One node, 4 GPUs with free shares 1000 / 500 / 300 / 0 and 8 cores free.
+    st = ClusterState([node("a", gpus=4, cpu=8000)])
+    st.gpu_free[0, :4] = [1000, 500, 300, 0]
+    wl = TargetWorkload(
+        classes=(
+            TaskClass(4000, 400, 1, frozenset()),  # fits: only the 300 GPU is a fragment
+            TaskClass(16_000, 1000, 1, frozenset()),  # CPU too short: all 1800 free is fragment
+            TaskClass(2000, 0, 0, frozenset()),  # CPU-only: all free GPU is fragment
+        ),
+        weights=(0.5, 0.25, 0.25),
+    )
+    frag, idle = cluster_fragmentation(st, wl)
+    assert frag == 0.5 * 300 + 0.25 * 1800 + 0.25 * 1800
+    assert idle == 1800
+    assert frag / idle == 1050 / 1800
+
+
+def test_workload_keeps_classes_up_to_coverage_and_renormalises() -> None:
+    a = PodRequest(cpu_milli=1, memory_mib=1, num_gpu=1, gpu_milli=1000)
+    b = PodRequest(cpu_milli=2, memory_mib=1, num_gpu=1, gpu_milli=500)
+    c = PodRequest(cpu_milli=3, memory_mib=1)
+    wl = TargetWorkload.from_pods([a] * 6 + [b] * 3 + [c], coverage=0.9)
+    assert [x.cpu_milli for x in wl.classes] == [1, 2]
+    assert wl.weights == (6 / 9, 3 / 9)
+    assert len(TargetWorkload.from_pods([a] * 6 + [b] * 3 + [c], coverage=1.0).classes) == 3
+
+
+def test_index_and_predicted_deltas_match_the_definition() -> None:
+    rng = np.random.default_rng(7)
+    nodes = [
+        node(f"n{i}", gpus=int(g), cpu=int(c), model=m)
+        for i, (g, c, m) in enumerate(
+            [(8, 96_000, "G2"), (2, 16_000, "T4"), (4, 32_000, "V100M16"), (1, 8000, "P100")] * 3
+        )
+    ]
+    pods = [
+        PodRequest(
+            cpu_milli=int(rng.integers(1, 16)) * 1000,
+            memory_mib=1,
+            num_gpu=k,
+            gpu_milli=s,
+            gpu_models=frozenset({"T4"}) if i % 7 == 0 else frozenset(),
+        )
+        for i, (k, s) in enumerate(
+            [(1, int(x)) for x in rng.choice([120, 250, 500, 810, 1000], size=60)]
+            + [(2, 1000), (4, 1000), (0, 0)] * 5
+        )
+    ]
+    wl = TargetWorkload.from_pods(pods, coverage=1.0)
+    st = ClusterState(nodes)
+    idx = FragmentationIndex(st, wl)
+    ff = FirstFit()
+    for pod in pods:
+        res = ff.place(st, pod)
+        if not isinstance(res, Placement):
+            continue
+        free = st.gpu_free[res.node, res.gpus[0]] if pod.is_shared else None
+        predicted = idx.frag_after(
+            np.array([res.node]), pod, None if free is None else np.array([free])
+        )
+        st.apply(pod, res)
+        idx.sync()
+        assert np.allclose(idx.frag, _reference_frag(st, wl))
+        assert np.isclose(predicted[0], idx.frag[res.node])
