@@ -142,19 +142,18 @@ def _main(spec_json: str) -> None:
                 s.run(None, feeds)
         sys.stdout.write(json.dumps({"peak_rss_mb": _vm_hwm_mb()}) + "\n")
         return
+    # Round-robin single runs in a fresh shuffled order each round: on a machine shared with
+    # other users, load comes in bursts, and one run of each variant per round spreads every
+    # burst over all variants alike (blocks of runs let one variant absorb a whole burst).
     times: dict[str, list[float]] = {name: [] for name in sessions}
     rng = random.Random(int(spec["seed"]))
-    block = 5
-    while min(len(t) for t in times.values()) < runs:
+    for _ in range(runs):
         order = list(sessions)
         rng.shuffle(order)
         for name in order:
-            s = sessions[name]
-            s.run(None, feeds)  # untimed: the block starts with warm caches for this model
-            for _ in range(block):
-                t0 = time.perf_counter()
-                s.run(None, feeds)
-                times[name].append((time.perf_counter() - t0) * 1e3)
+            t0 = time.perf_counter()
+            sessions[name].run(None, feeds)
+            times[name].append((time.perf_counter() - t0) * 1e3)
     result = {
         name: {
             "median_ms": float(np.median(t)),
