@@ -49,17 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     name = args.model.stem
     args.out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
-    log(f"model {args.model} ({args.model.stat().st_size / 1e6:.1f} MB); loadavg {load[0]:.2f}, "
-        f"{os.cpu_count()} CPUs shared with other users: figures are medians, compare within run")
+    log(
+        f"model {args.model} ({args.model.stat().st_size / 1e6:.1f} MB); loadavg {load[0]:.2f}, "
+        f"{os.cpu_count()} CPUs shared with other users: figures are medians, compare within run"
+    )
 
     raw = onnx.load(str(args.model))
     policy = PrecisionPolicy(calibration_samples=args.calibration_samples, seed=args.seed)
     t0 = time.perf_counter()
     result = compile_model(raw, policy)
     rep = result.report
-    log(f"compiled in {time.perf_counter() - t0:.1f} s: precision={rep.precision} "
+    log(
+        f"compiled in {time.perf_counter() - t0:.1f} s: precision={rep.precision} "
         f"kind={rep.model_kind} nodes {rep.before.nodes} -> {rep.after.nodes}, "
-        f"passes fired: {', '.join(rep.passes_fired) or 'none'}")
+        f"passes fired: {', '.join(rep.passes_fired) or 'none'}"
+    )
     for p in rep.passes:
         log(f"  pass {p.name}: fired={p.fired} nodes {p.nodes_before}->{p.nodes_after} {p.detail}")
     for c in rep.candidates:
@@ -77,19 +81,24 @@ def main(argv: list[str] | None = None) -> int:
         [runtime.run(ref_sess, f) for f in evals], [runtime.run(ours_sess, f) for f in evals]
     )
     del ref_sess, ours_sess
-    log(f"held-out accuracy over {args.eval_samples} samples: min cosine {acc.min_cosine:.6f}, "
-        f"max abs err {acc.max_abs_err:.3g}, non-finite {acc.nonfinite_count}")
+    log(
+        f"held-out accuracy over {args.eval_samples} samples: min cosine {acc.min_cosine:.6f}, "
+        f"max abs err {acc.max_abs_err:.3g}, non-finite {acc.nonfinite_count}"
+    )
 
     feeds = evals[0]
     v_raw = Variant(name="raw_disable", path=args.model, level="disable")
     v_all = Variant(name="ort_all", path=args.model, level="all")
     v_ours = Variant(name="ours", path=ours_path, level="all")
     log(f"latency: {args.runs} timed runs per variant, interleaved, {args.threads} threads ...")
-    lat = measure_latency([v_raw, v_all, v_ours], feeds, runs=args.runs, threads=args.threads,
-                          seed=args.seed)
+    lat = measure_latency(
+        [v_raw, v_all, v_ours], feeds, runs=args.runs, threads=args.threads, seed=args.seed
+    )
     for k, s in lat.items():
-        log(f"  {k:12s} median {s.median_ms:8.2f} ms  p90 {s.p90_ms:8.2f}  min {s.min_ms:8.2f} "
-            f"({s.runs} runs)")
+        log(
+            f"  {k:12s} median {s.median_ms:8.2f} ms  p90 {s.p90_ms:8.2f}  min {s.min_ms:8.2f} "
+            f"({s.runs} runs)"
+        )
     rss = {}
     for v in (v_raw, v_all, v_ours):
         rss[v.name] = measure_peak_rss_mb(v, feeds, threads=args.threads)

@@ -64,7 +64,8 @@ def prepare(out_dir: Path) -> None:
     ]
     nodes = [helper.make_node(op, ins, [out], name=out, **attrs) for out, op, ins, attrs in spec]
     graph = helper.make_graph(
-        nodes, "ln_overflow",
+        nodes,
+        "ln_overflow",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, d])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, o])],
         [numpy_helper.from_array(v, k) for k, v in inits.items()],
@@ -96,13 +97,24 @@ def prepare(out_dir: Path) -> None:
                 arrays[f"emu/{plan_name}/{sample}/{out}"] = env[out]
     out_dir.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out_dir / "bundle.npz", **arrays)
-    (out_dir / "graph.json").write_text(json.dumps({
-        "nodes": [{"out": out, "op": op, "inputs": ins, "attrs": attrs}
-                  for out, op, ins, attrs in spec],
-        "plans": {k: {n: (v is None) for n, v in p.items()} if k != "fp32" else
-                  dict.fromkeys(p, False) for k, p in plans.items()},
-        "blocked": sorted(block),
-    }, indent=1))
+    (out_dir / "graph.json").write_text(
+        json.dumps(
+            {
+                "nodes": [
+                    {"out": out, "op": op, "inputs": ins, "attrs": attrs}
+                    for out, op, ins, attrs in spec
+                ],
+                "plans": {
+                    k: {n: (v is None) for n, v in p.items()}
+                    if k != "fp32"
+                    else dict.fromkeys(p, False)
+                    for k, p in plans.items()
+                },
+                "blocked": sorted(block),
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {out_dir}/graph.json and bundle.npz; blocked by fallback: {sorted(block)}")
 
 
@@ -112,10 +124,12 @@ def gpu(bundle_dir: Path, out_dir: Path) -> None:
     spec = json.loads((bundle_dir / "graph.json").read_text())
     z = np.load(bundle_dir / "bundle.npz")
     dev = torch.device("cuda")
-    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "allow_fp16_reduced_precision_reduction":
-                  torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-              "runs": {}}
+    result = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "runs": {},
+    }
 
     def op(node, args):
         kind, a = node["op"], node["attrs"]
@@ -123,14 +137,25 @@ def gpu(bundle_dir: Path, out_dir: Path) -> None:
             return args[0].mean(dim=a["axes"][0], keepdim=bool(a["keepdims"]))
         if kind == "Softmax":
             return torch.softmax(args[0], dim=a["axis"])
-        fns = {"Sub": torch.sub, "Add": torch.add, "Mul": torch.mul, "Div": torch.div,
-               "Pow": torch.pow, "Sqrt": torch.sqrt, "Erf": torch.erf, "MatMul": torch.matmul}
+        fns = {
+            "Sub": torch.sub,
+            "Add": torch.add,
+            "Mul": torch.mul,
+            "Div": torch.div,
+            "Pow": torch.pow,
+            "Sqrt": torch.sqrt,
+            "Erf": torch.erf,
+            "MatMul": torch.matmul,
+        }
         return fns[kind](*args)
 
     for plan_name, plan in spec["plans"].items():
         for sample in ("small", "large"):
-            env = {k.split("/", 1)[1]: torch.from_numpy(z[k]).to(dev) for k in z.files
-                   if k.startswith("init/")}
+            env = {
+                k.split("/", 1)[1]: torch.from_numpy(z[k]).to(dev)
+                for k in z.files
+                if k.startswith("init/")
+            }
             env["x"] = torch.from_numpy(z[f"input/{sample}"]).to(dev)
             stats = {}
             for node in spec["nodes"]:
@@ -148,11 +173,14 @@ def gpu(bundle_dir: Path, out_dir: Path) -> None:
                     "gpu_nonfinite": int((~np.isfinite(got)).sum()),
                     "emu_nonfinite": int((~np.isfinite(emu)).sum()),
                     "nonfinite_positions_agree": bool(
-                        np.array_equal(~np.isfinite(got), ~np.isfinite(emu))),
-                    "max_abs_diff_gpu_vs_emu": float(np.max(np.abs(got[fin] - emu[fin]),
-                                                            initial=0)),
-                    "max_abs_diff_gpu_vs_fp32": float(np.max(
-                        np.abs(got[np.isfinite(got)] - ref[np.isfinite(got)]), initial=0)),
+                        np.array_equal(~np.isfinite(got), ~np.isfinite(emu))
+                    ),
+                    "max_abs_diff_gpu_vs_emu": float(
+                        np.max(np.abs(got[fin] - emu[fin]), initial=0)
+                    ),
+                    "max_abs_diff_gpu_vs_fp32": float(
+                        np.max(np.abs(got[np.isfinite(got)] - ref[np.isfinite(got)]), initial=0)
+                    ),
                     "ref_scale": scale,
                 }
             result["runs"][f"{plan_name}/{sample}"] = stats
@@ -163,11 +191,15 @@ def gpu(bundle_dir: Path, out_dir: Path) -> None:
 
 def report(path: Path) -> None:
     r = json.loads(path.read_text())
-    print(f"device: {r['device']}, torch {r['torch']}, reduced-precision fp16 matmul reduction "
-          f"{r['allow_fp16_reduced_precision_reduction']}\n")
-    print("| plan / sample | FP16 nodes | first non-finite tensor (GPU) | same in emulation | "
-          "non-finite positions agree (all tensors) | output y: max abs GPU−emu | "
-          "output y: max abs GPU−FP32 |")
+    print(
+        f"device: {r['device']}, torch {r['torch']}, reduced-precision fp16 matmul reduction "
+        f"{r['allow_fp16_reduced_precision_reduction']}\n"
+    )
+    print(
+        "| plan / sample | FP16 nodes | first non-finite tensor (GPU) | same in emulation | "
+        "non-finite positions agree (all tensors) | output y: max abs GPU−emu | "
+        "output y: max abs GPU−FP32 |"
+    )
     print("|---|---|---|---|---|---|---|")
     for run, stats in r["runs"].items():
         first_gpu = next((k for k, s in stats.items() if s["gpu_nonfinite"]), "none")
@@ -175,12 +207,22 @@ def report(path: Path) -> None:
         agree = all(s["nonfinite_positions_agree"] for s in stats.values())
         n16 = sum(s["half"] for s in stats.values())
         y = stats["y"]
-        print(f"| {run} | {n16}/{len(stats)} | {first_gpu} | {first_emu} | {agree} | "
-              f"{y['max_abs_diff_gpu_vs_emu']:.3g} | {y['max_abs_diff_gpu_vs_fp32']:.3g} |")
-    worst = max(((run, k, s["max_abs_diff_gpu_vs_emu"] / s["ref_scale"])
-                 for run, st in r["runs"].items() for k, s in st.items()), key=lambda t: t[2])
-    print(f"\nlargest GPU−emulation difference relative to the tensor's FP32 scale: "
-          f"{worst[2]:.3g} ({worst[0]}, tensor {worst[1]})")
+        print(
+            f"| {run} | {n16}/{len(stats)} | {first_gpu} | {first_emu} | {agree} | "
+            f"{y['max_abs_diff_gpu_vs_emu']:.3g} | {y['max_abs_diff_gpu_vs_fp32']:.3g} |"
+        )
+    worst = max(
+        (
+            (run, k, s["max_abs_diff_gpu_vs_emu"] / s["ref_scale"])
+            for run, st in r["runs"].items()
+            for k, s in st.items()
+        ),
+        key=lambda t: t[2],
+    )
+    print(
+        f"\nlargest GPU−emulation difference relative to the tensor's FP32 scale: "
+        f"{worst[2]:.3g} ({worst[0]}, tensor {worst[1]})"
+    )
 
 
 if __name__ == "__main__":

@@ -95,13 +95,26 @@ class CompileResult:
     report: CompileReport
 
 
+# ORT's load errors that mean "an operator has no kernel here", as opposed to a broken graph.
+_UNSUPPORTED_MARKERS = (
+    "NOT_IMPLEMENTED",
+    "Could not find an implementation",
+    "is not a registered function/op",
+    "No Op registered",
+)
+
+
 def _ort_load(model: onnx.ModelProto, level: str = "disable"):
     try:
         return runtime.make_session(model, level, threads=2)
     except InvalidModel as exc:
         text = str(exc)
-        if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text:
-            nodes = tuple(n.name for n in model.graph.node if n.name and n.name in text)
+        if any(marker in text for marker in _UNSUPPORTED_MARKERS):
+            nodes = tuple(
+                n.name or f"<unnamed {n.op_type}>"
+                for n in model.graph.node
+                if (n.name and n.name in text) or f"{n.op_type}(" in text
+            )
             raise UnsupportedOperator(text, nodes) from exc
         raise
 
@@ -116,8 +129,9 @@ def _base_pipeline(policy: PrecisionPolicy) -> list[passes.PassFn]:
         lambda m: passes.pin_static_shapes(m, policy.input_shapes),
         passes.infer_shapes,
         passes.remove_identity_dropout,
-        passes.fold_constants,
+        # Pruning before folding: no work spent folding branches that are thrown away.
         passes.prune_dead,
+        passes.fold_constants,
         passes.fold_conv_bn,
         passes.fuse_matmul_add,
         passes.infer_shapes,
