@@ -127,7 +127,9 @@ def gpu(bundle_dir: Path, out_dir: Path) -> None:
     result = {
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
-        "allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "allow_fp16_reduced_precision_reduction": (
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        ),
         "runs": {},
     }
 

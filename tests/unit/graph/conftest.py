@@ -16,7 +16,7 @@ from onnx import helper
 # path explicitly (its name is unique to this area).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gc_onnx_kit import f32, init, make_model  # noqa: E402
+from gc_onnx_kit import f32, init, make_model
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,8 @@ def make_models() -> ModuleType:
     """tools/make_models.py, so tests build the same (scaled-down) BERT/ResNet as the bench."""
     path = Path(__file__).resolve().parents[3] / "tools" / "make_models.py"
     spec = importlib.util.spec_from_file_location("gc_make_models", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -13,7 +13,8 @@ from seedance.graph_compiler import ORT_CPU, TRANSFORMER_GPU, CompatTarget, chec
 def test_bert_export_passes_transformer_target(tiny_bert):
     report = check_compatibility(tiny_bert, TRANSFORMER_GPU)
     assert report.ok, report.problems
-    assert report.opset == 17 and not report.external_data
+    assert report.opset == 17
+    assert not report.external_data
 
 
 def test_offending_nodes_named(tiny_bert):
@@ -39,9 +40,11 @@ def test_opset_read_from_file_and_inputs_checked():
     )
     report = check_compatibility(model, TRANSFORMER_GPU)
     kinds = [p.kind for p in report.problems]
-    assert report.opset == 20 and "opset" in kinds
+    assert report.opset == 20
+    assert "opset" in kinds
     msgs = " ".join(p.message for p in report.problems)
-    assert "'input_ids' missing" in msgs and "'attention_mask' missing" in msgs
+    assert "'input_ids' missing" in msgs
+    assert "'attention_mask' missing" in msgs
     assert "input 'input_ids_f' is not static" in msgs
 
 
@@ -85,7 +88,9 @@ def test_external_data_checked_by_path(tmp_path):
         size_threshold=0,
     )
     report = check_compatibility(path, ORT_CPU)
-    assert report.ok and report.external_data and report.weight_bytes == w.nbytes
+    assert report.ok
+    assert report.external_data
+    assert report.weight_bytes == w.nbytes
     (tmp_path / "m.data").unlink()
     report = check_compatibility(path, ORT_CPU)
     assert [p.kind for p in report.problems] == ["external_data"]

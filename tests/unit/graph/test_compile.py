@@ -30,7 +30,8 @@ def test_int8_static_qdq_for_cnn(small_cnn):
     assert int8.classify(small_cnn) is int8.ModelKind.CONV
     result = compile_model(small_cnn, PrecisionPolicy(calibration_samples=4))
     rep = result.report
-    assert rep.precision is Precision.INT8 and rep.model_kind == "conv"
+    assert rep.precision is Precision.INT8
+    assert rep.model_kind == "conv"
     assert {"QuantizeLinear", "DequantizeLinear"} <= _ops(result.model_bytes)
     assert "ConvInteger" not in _ops(result.model_bytes)  # dynamic INT8 on a CNN is a regression
     assert "fold_conv_bn" in rep.passes_fired
@@ -48,7 +49,8 @@ def test_int8_dynamic_for_matmul_net(tiny_bert):
     assert result.report.precision is Precision.INT8
     assert result.report.model_kind == "matmul"
     ops = _ops(result.model_bytes)
-    assert "DynamicQuantizeLinear" in ops and "MatMulInteger" in ops
+    assert "DynamicQuantizeLinear" in ops
+    assert "MatMulInteger" in ops
     assert "QuantizeLinear" not in ops
     assert result.report.after.size_bytes < result.report.before.size_bytes / 2
 
@@ -62,9 +64,11 @@ def test_int8_below_threshold_falls_back_to_next_precision(small_cnn):
     )
     rep = compile_model(small_cnn, policy).report
     int8_outcome, fp32_outcome = rep.candidates
-    assert not int8_outcome.accepted and int8_outcome.attempts == 2
+    assert not int8_outcome.accepted
+    assert int8_outcome.attempts == 2
     assert "int8_failure_threshold" in int8_outcome.reason
-    assert fp32_outcome.accepted and rep.precision is Precision.FP32
+    assert fp32_outcome.accepted
+    assert rep.precision is Precision.FP32
     assert rep.accuracy.min_cosine > 0.99999
 
 
@@ -99,15 +103,18 @@ def test_dead_branch_pruned_and_reported():
         model, PrecisionPolicy(priority_order=(Precision.FP32,), calibration_samples=2)
     )
     prune = next(p for p in result.report.passes if p.name == "prune_dead")
-    assert prune.fired and "2 nodes, 1 initializers removed" == prune.detail
+    assert prune.fired
+    assert prune.detail == "2 nodes, 1 initializers removed"
     assert result.report.after.size_bytes < result.report.before.size_bytes / 10
 
 
 def test_report_measures_before_and_after_in_subprocess(small_cnn):
     rep = compile_model(small_cnn, PrecisionPolicy(calibration_samples=2, measure_runs=3)).report
     for m in (rep.before, rep.after):
-        assert m.latency_median_ms is not None and m.latency_median_ms > 0
-        assert m.peak_rss_mb is not None and m.peak_rss_mb > 20  # onnxruntime's import alone
+        assert m.latency_median_ms is not None
+        assert m.latency_median_ms > 0
+        assert m.peak_rss_mb is not None
+        assert m.peak_rss_mb > 20
     assert rep.before.nodes == len(small_cnn.graph.node)
 
 
@@ -132,7 +139,8 @@ def test_checker_failure_raises_invalid_model():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(InvalidModel) as info:
         compile_model(model.SerializeToString())
-    assert info.value.reason == "invalid_model" and not info.value.retryable
+    assert info.value.reason == "invalid_model"
+    assert not info.value.retryable
 
 
 def test_unknown_operator_raises_unsupported_operator():
@@ -161,7 +169,9 @@ def test_symbolic_input_without_pin_is_pinned_to_one():
         model, PrecisionPolicy(priority_order=(Precision.FP32,), calibration_samples=1)
     ).report
     pin = rep.passes[0]
-    assert pin.name == "pin_static_shapes" and pin.fired and "x[0]=1" in pin.detail
+    assert pin.name == "pin_static_shapes"
+    assert pin.fired
+    assert "x[0]=1" in pin.detail
 
 
 def test_policy_validation_names_the_field():

@@ -46,7 +46,8 @@ def test_prune_dead_removes_branch_and_its_weights():
         [init("W", w), init("D", dead), init("U", w)],
     )
     out, res = passes.prune_dead(model)
-    assert res.fired and (res.nodes_before, res.nodes_after) == (4, 2)
+    assert res.fired
+    assert (res.nodes_before, res.nodes_after) == (4, 2)
     assert {i.name for i in out.graph.initializer} == {"W"}
     _same_outputs(model, out)
 
@@ -70,7 +71,8 @@ def test_prune_dead_keeps_tensors_read_by_subgraphs():
         [init("zero", np.array(0.0, np.float32))],
     )
     out, res = passes.prune_dead(model)
-    assert not res.fired and res.nodes_after == 4
+    assert not res.fired
+    assert res.nodes_after == 4
     _same_outputs(model, out)
 
 
@@ -89,7 +91,8 @@ def test_remove_identity_dropout_keeps_output_names():
         [init("W", w)],
     )
     out, res = passes.remove_identity_dropout(model)
-    assert res.fired and (res.nodes_before, res.nodes_after) == (5, 2)
+    assert res.fired
+    assert (res.nodes_before, res.nodes_after) == (5, 2)
     assert _ops(out) == ["MatMul", "Relu"]
     assert [o.name for o in out.graph.output] == ["y"]
     _same_outputs(model, out)
@@ -112,14 +115,17 @@ def test_fold_constants_folds_weight_arithmetic():
         ],
     )
     out, res = passes.fold_constants(model)
-    assert res.fired and res.nodes_after == 1 and _ops(out) == ["MatMul"]
+    assert res.fired
+    assert res.nodes_after == 1
+    assert _ops(out) == ["MatMul"]
     _same_outputs(model, out)
 
 
 def test_fold_conv_bn(small_cnn):
     model, _ = passes.infer_shapes(small_cnn)
     out, res = passes.fold_conv_bn(model)
-    assert res.fired and "BatchNormalization" not in _ops(out)
+    assert res.fired
+    assert "BatchNormalization" not in _ops(out)
     assert res.nodes_before - res.nodes_after == 2
     assert _ops(out).count("Relu") == 2  # the activation stays for ORT's FusedConv/NCHWc
     _same_outputs(small_cnn, out, rtol=1e-4)
@@ -137,7 +143,8 @@ def test_fuse_matmul_add_to_gemm():
     )
     model, _ = passes.infer_shapes(model)
     out, res = passes.fuse_matmul_add(model)
-    assert res.fired and _ops(out) == ["Gemm"]
+    assert res.fired
+    assert _ops(out) == ["Gemm"]
     _same_outputs(model, out)
 
 
@@ -146,10 +153,12 @@ def test_fuse_transformer_ops_fuses_attention_layernorm_gelu(tiny_bert):
     model, _ = passes.remove_identity_dropout(model)
     out, res = passes.fuse_transformer_ops(model)
     hist = passes.op_histogram(out)
-    assert res.fired and res.nodes_after < res.nodes_before / 2
+    assert res.fired
+    assert res.nodes_after < res.nodes_before / 2
     assert hist.get("com.microsoft::MultiHeadAttention") == 2
     assert hist.get("com.microsoft::SkipLayerNormalization", 0) >= 4
-    assert "Erf" not in hist and "Softmax" not in hist
+    assert "Erf" not in hist
+    assert "Softmax" not in hist
     r = np.random.default_rng(0)
     feeds = {
         "input_ids": r.integers(0, 100, (1, 16)),
@@ -167,7 +176,8 @@ def test_pin_static_shapes_then_infer():
         [f32("y", ["batch", 8])],
     )
     pinned, res = passes.pin_static_shapes(model, {"x": (3, 8)})
-    assert res.fired and "x[0]=3" in res.detail
+    assert res.fired
+    assert "x[0]=3" in res.detail
     assert [d.dim_value for d in pinned.graph.input[0].type.tensor_type.shape.dim] == [3, 8]
     inferred, res2 = passes.infer_shapes(pinned)
     assert res2.fired

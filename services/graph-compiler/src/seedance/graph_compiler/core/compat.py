@@ -230,14 +230,16 @@ def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarge
                     problems.append(
                         CompatProblem(
                             kind="external_data",
-                            message=f"initializer {t.name!r} points at missing file {info.location!r}",
+                            message=f"initializer {t.name!r} points at missing file "
+                            f"{info.location!r}",
                         )
                     )
                 elif info.length and loc.stat().st_size < int(info.offset or 0) + int(info.length):
                     problems.append(
                         CompatProblem(
                             kind="external_data",
-                            message=f"initializer {t.name!r} runs past the end of {info.location!r}",
+                            message=f"initializer {t.name!r} runs past the end of "
+                            f"{info.location!r}",
                         )
                     )
         else:

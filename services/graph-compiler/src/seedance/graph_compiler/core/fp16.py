@@ -268,7 +268,7 @@ def _toposort(nodes: list[onnx.NodeProto], g: onnx.GraphProto) -> list[onnx.Node
         rest = []
         for node in pending:
             needs = set(node.input) | _subgraph_names(node)
-            needs -= {o for o in node.output}
+            needs -= set(node.output)
             if needs <= ready or all(n in ready or not _produced(n, pending) for n in needs):
                 ordered.append(node)
                 ready.update(node.output)
