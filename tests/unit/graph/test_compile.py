@@ -181,3 +181,14 @@ def test_policy_validation_names_the_field():
         PrecisionPolicy(priority_order=(Precision.FP16, Precision.FP16))
     with pytest.raises(ValueError, match="'bf16' is not a valid Precision"):
         PrecisionPolicy(priority_order=("bf16",))
+
+
+def test_int8_with_nothing_to_quantise_is_rejected_with_reason():
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Tanh", ["a"], ["y"])],
+        [f32("x", [2, 8])],
+        [f32("y", [2, 8])],
+    )
+    rep = compile_model(model, PrecisionPolicy(calibration_samples=1)).report
+    assert rep.precision is Precision.FP32
+    assert rep.candidates[0].reason == "nothing to quantise (matmul)"

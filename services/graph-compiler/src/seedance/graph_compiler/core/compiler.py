@@ -298,8 +298,13 @@ def _try_int8(
     policy: PrecisionPolicy,
 ) -> tuple[CandidateOutcome, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]] | None]:
     ops = {n.name: n.op_type for n in base.graph.node}
+    candidates = int8.quantizable_nodes(base, kind)
+    if not candidates:
+        return CandidateOutcome(
+            precision=Precision.INT8, accepted=False, reason=f"nothing to quantise ({kind})"
+        ), None
     plans: list[list[str]] = [[]]
-    plans += _int8_exclusion_plan(int8.quantizable_nodes(base, kind), policy.max_fallback_attempts)
+    plans += _int8_exclusion_plan(candidates, policy.max_fallback_attempts)
     last: Accuracy | None = None
     first: Accuracy | None = None
     for attempt, exclude in enumerate(plans, start=1):

@@ -59,17 +59,23 @@ def _numel(dims: Iterable[int]) -> int:
     return n
 
 
+# Dynamic INT8 quantises these; Conv is left out on purpose: ConvInteger has no fast kernel
+# (a MatMul net with a conv stem, like a ViT's patch embedding, keeps that conv in float).
+_DYNAMIC_OPS = ("MatMul", "Attention", "Gather", "LSTM", "EmbedLayerNormalization")
+_STATIC_OPS = _CONV_OPS | _MATMUL_OPS | {"Add", "Mul", "Relu", "MaxPool", "GlobalAveragePool"}
+
+
 def quantizable_nodes(model: onnx.ModelProto, kind: ModelKind) -> list[str]:
-    ops = (
-        _CONV_OPS
-        | _MATMUL_OPS
-        | (
-            {"Add", "Mul", "Relu", "MaxPool", "GlobalAveragePool"}
-            if kind is ModelKind.CONV
-            else set()
-        )
-    )
-    return [n.name for n in model.graph.node if n.op_type in ops]
+    """Nodes the chosen method would quantise, in graph order (the fallback candidates).
+    Gather counts only when it reads a weight table (an embedding), not an activation."""
+    inits = {i.name for i in model.graph.initializer}
+    if kind is ModelKind.CONV:
+        return [n.name for n in model.graph.node if n.op_type in _STATIC_OPS]
+    return [
+        n.name
+        for n in model.graph.node
+        if n.op_type in _DYNAMIC_OPS and (n.op_type != "Gather" or n.input[0] in inits)
+    ]
 
 
 class _Reader(CalibrationDataReader):
@@ -107,6 +113,7 @@ def quantize(
                 src,
                 dst,
                 weight_type=QuantType.QInt8,
+                op_types_to_quantize=list(_DYNAMIC_OPS),
                 nodes_to_exclude=list(exclude),
                 # Without this, ORT's quantiser fails on tensors shape inference could not
                 # type (research note, §9).
