@@ -185,3 +185,17 @@ def test_pin_static_shapes_then_infer():
     assert [d.dim_value for d in a.type.tensor_type.shape.dim] == [3, 8]
     _, res3 = passes.pin_static_shapes(pinned, {})
     assert not res3.fired
+
+
+def test_failing_pass_is_reported_and_leaves_model_unchanged():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [f32("x", [2])], [f32("y", [2])])
+
+    def broken_pass(m):
+        raise RuntimeError("pattern matcher fell over")
+
+    out, results = passes.run_pipeline(model, [broken_pass, passes.prune_dead])
+    assert out is model
+    assert results[0].name == "broken_pass"
+    assert not results[0].fired
+    assert "RuntimeError: pattern matcher fell over" in results[0].detail
+    assert results[1].name == "prune_dead"

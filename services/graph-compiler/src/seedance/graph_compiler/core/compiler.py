@@ -162,7 +162,7 @@ def compile_model(
     fp32_model = base
     fuse_note: PassResult | None = None
     if policy.allow_ort_contrib_ops:
-        fused, fuse_result = passes.fuse_transformer_ops(base)
+        fused, (fuse_result,) = passes.run_pipeline(base, [passes.fuse_transformer_ops])
         if fuse_result.fired and compare_outputs(
             reference, _outputs(fused, calib, "disable")
         ).passes(policy.min_cosine, policy.max_abs_err):

@@ -310,8 +310,23 @@ PassFn = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, PassResult]]
 def run_pipeline(
     model: onnx.ModelProto, passes: Iterable[PassFn]
 ) -> tuple[onnx.ModelProto, list[PassResult]]:
+    """Apply ``passes`` in order. A pass that raises leaves the model as it was and is reported
+    as not fired with the error: every pass here is an optional optimisation, and the tools
+    underneath (onnxscript's rewriter, ONNX shape inference) fail on graphs they do not model,
+    which must cost the optimisation, not the compile. The error is in the report, not lost."""
     results: list[PassResult] = []
     for p in passes:
-        model, res = p(model)
+        try:
+            model, res = p(model)
+        except Exception as exc:  # see docstring: recorded in the report, model unchanged
+            name = getattr(p, "__name__", "pass")
+            n = len(model.graph.node)
+            res = PassResult(
+                name=name,
+                fired=False,
+                nodes_before=n,
+                nodes_after=n,
+                detail=f"failed, skipped: {type(exc).__name__}: {exc}"[:500],
+            )
         results.append(res)
     return model, results
