@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from seedance.graph_compiler.core import runtime
-from seedance.graph_compiler.core.passes import _subgraph_names
+from seedance.graph_compiler.core.passes import subgraph_reads
 
 __all__ = [
     "FP16_MAX",
@@ -144,7 +144,7 @@ def convert_to_fp16(
     for node in g.node:
         for i, name in enumerate(node.input):
             consumers.setdefault(name, []).append((node, i))
-        for name in _subgraph_names(node):
+        for name in subgraph_reads(node):
             consumers.setdefault(name, []).append((node, -1))
     new_inits = []
     for init in g.initializer:
@@ -215,7 +215,7 @@ def convert_to_fp16(
             else:
                 home[name] = TensorProto.FLOAT16
         # Subgraphs (only in FP32 nodes) read captured tensors as FP32.
-        for captured in _subgraph_names(node):
+        for captured in subgraph_reads(node):
             if home.get(captured) == TensorProto.FLOAT16:
                 fp32 = cast(captured, TensorProto.FLOAT)
                 _rename_captured(node, captured, fp32)
@@ -267,7 +267,7 @@ def _toposort(nodes: list[onnx.NodeProto], g: onnx.GraphProto) -> list[onnx.Node
     while pending:
         rest = []
         for node in pending:
-            needs = set(node.input) | _subgraph_names(node)
+            needs = set(node.input) | subgraph_reads(node)
             needs -= set(node.output)
             if needs <= ready or all(n in ready or not _produced(n, pending) for n in needs):
                 ordered.append(node)
@@ -312,7 +312,7 @@ class Fp16Emulator:
     def _session(self, node: onnx.NodeProto, env: Mapping[str, np.ndarray]):
         sess = self._sessions.get(node.name)
         if sess is None:
-            names = [n for n in dict.fromkeys([*node.input, *_subgraph_names(node)]) if n in env]
+            names = [n for n in dict.fromkeys([*node.input, *subgraph_reads(node)]) if n in env]
             inputs = [
                 helper.make_tensor_value_info(
                     n, helper.np_dtype_to_tensor_dtype(env[n].dtype), env[n].shape

@@ -133,6 +133,9 @@ def _main(spec_json: str) -> None:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
+        # Several sessions share this process and 2 cores: a finished session's pool must not
+        # spin-wait (ORT's default) and steal the CPU from the next variant's run.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     for s in sessions.values():  # warm-up: first run allocates and pre-packs
         s.run(None, feeds)

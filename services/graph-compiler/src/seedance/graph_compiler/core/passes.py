@@ -37,6 +37,7 @@ __all__ = [
     "prune_dead",
     "remove_identity_dropout",
     "run_pipeline",
+    "subgraph_reads",
 ]
 
 
@@ -80,7 +81,7 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _subgraph_names(node: onnx.NodeProto) -> set[str]:
+def subgraph_reads(node: onnx.NodeProto) -> set[str]:
     """Every name a node's subgraphs (If/Loop/Scan bodies) read, outer-scope captures included."""
     names: set[str] = set()
     for attr in node.attribute:
@@ -88,7 +89,7 @@ def _subgraph_names(node: onnx.NodeProto) -> set[str]:
         for g in graphs:
             for n in g.node:
                 names.update(i for i in n.input if i)
-                names |= _subgraph_names(n)
+                names |= subgraph_reads(n)
             names.update(o.name for o in g.output)
     return names
 
@@ -211,7 +212,7 @@ def prune_dead(model: onnx.ModelProto) -> tuple[onnx.ModelProto, PassResult]:
         if any(o in live for o in node.output if o):
             keep_rev.append(node)
             live.update(i for i in node.input if i)
-            live |= _subgraph_names(node)
+            live |= subgraph_reads(node)
     keep = list(reversed(keep_rev))
     inits_before = len(g.initializer)
     dead_nodes = len(g.node) - len(keep)
