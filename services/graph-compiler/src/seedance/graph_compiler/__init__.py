@@ -1,1 +1,62 @@
-"""Seedance."""
+"""Seedance graph compiler: ONNX models made leaner and faster, with checked precision fallback.
+
+The public surface the service's bus adapter wires up: ``compile_model`` (alias ``compile``)
+takes model bytes or a path and a ``PrecisionPolicy`` and returns a ``CompileResult`` (the
+artifact's bytes and a ``CompileReport``) or raises a ``CompileError`` subclass;
+``check_compatibility`` reports a model's problems against a ``CompatTarget``.
+"""
+
+from seedance.graph_compiler.core.accuracy import Accuracy
+from seedance.graph_compiler.core.compat import (
+    ORT_CPU,
+    TRANSFORMER_GPU,
+    CompatProblem,
+    CompatReport,
+    CompatTarget,
+    check_compatibility,
+)
+from seedance.graph_compiler.core.compiler import (
+    CandidateOutcome,
+    CompileReport,
+    CompileResult,
+    FallbackNode,
+    VariantMetrics,
+    compile_model,
+)
+from seedance.graph_compiler.core.errors import (
+    AccuracyCheckFailed,
+    CompileError,
+    IncompatibleModel,
+    InvalidModel,
+    UnsupportedOperator,
+)
+from seedance.graph_compiler.core.passes import PassResult
+from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
+
+compile = compile_model  # the name the issue uses; shadows the builtin only inside this package
+
+__all__ = [
+    "ORT_CPU",
+    "TRANSFORMER_GPU",
+    "Accuracy",
+    "AccuracyCheckFailed",
+    "CandidateOutcome",
+    "CompatProblem",
+    "CompatReport",
+    "CompatTarget",
+    "CompileError",
+    "CompileReport",
+    "CompileResult",
+    "FallbackNode",
+    "IncompatibleModel",
+    "InvalidModel",
+    "PassResult",
+    "Precision",
+    "PrecisionPolicy",
+    "Target",
+    "UnsupportedOperator",
+    "VariantMetrics",
+    "check_compatibility",
+    "compile",
+    "compile_model",
+]

@@ -1,0 +1,262 @@
+"""Compatibility check of a model against a deployment target, naming every offending node.
+
+Owns the target descriptions (opset range, operator whitelist per domain, required inputs and
+their static shapes, the 2 GB external-data boundary) and the report. The opset is read from
+the file, never taken from the request: exporters do not always honour the opset they were
+asked for (research note, finding 10). Must not modify the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from onnx import external_data_helper
+
+from seedance.graph_compiler.core.errors import InvalidModel
+from seedance.graph_compiler.core.loading import PROTOBUF_LIMIT_BYTES
+
+__all__ = [
+    "ORT_CPU",
+    "TRANSFORMER_GPU",
+    "CompatProblem",
+    "CompatReport",
+    "CompatTarget",
+    "check_compatibility",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompatTarget:
+    name: str
+    min_opset: int
+    max_opset: int
+    # domain ("" is the default ONNX domain) -> allowed op types; a domain absent is refused.
+    allowed_ops: Mapping[str, frozenset[str]]
+    # input name -> required static shape (None: any static shape).
+    required_inputs: Mapping[str, tuple[int, ...] | None] = field(default_factory=dict)
+    optional_inputs: frozenset[str] = frozenset()
+    require_static_shapes: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompatProblem:
+    kind: str  # opset | operator | input_name | input_shape | external_data
+    message: str
+    node: str = ""  # the offending node's name, where one is to blame
+    op_type: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompatReport:
+    target: str
+    opset: int
+    ir_version: int
+    weight_bytes: int
+    external_data: bool
+    problems: tuple[CompatProblem, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def offending_nodes(self) -> tuple[str, ...]:
+        return tuple(p.node for p in self.problems if p.node)
+
+
+# What a transformer encoder export needs, including the mask-building subgraph HF exports
+# carry (ConstantOfShape/Where/Expand/Equal...), and nothing exotic. A GPU engine's parser
+# whitelist of this kind is where ops like Loop/NonZero/Unique fail to build.
+_TRANSFORMER_OPS = frozenset(
+    {
+        "Add",
+        "And",
+        "Cast",
+        "Concat",
+        "Constant",
+        "ConstantOfShape",
+        "Div",
+        "Equal",
+        "Erf",
+        "Expand",
+        "Flatten",
+        "Gather",
+        "GatherND",
+        "Gemm",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "LayerNormalization",
+        "Less",
+        "MatMul",
+        "Mul",
+        "Neg",
+        "Not",
+        "Pow",
+        "Range",
+        "ReduceMean",
+        "Relu",
+        "Reshape",
+        "Shape",
+        "Slice",
+        "Softmax",
+        "Sqrt",
+        "Squeeze",
+        "Sub",
+        "Tanh",
+        "Transpose",
+        "Unsqueeze",
+        "Where",
+        "Sigmoid",
+        "Gelu",
+        "Split",
+        "Tile",
+        "Dropout",
+        "Clip",
+    }
+)
+
+TRANSFORMER_GPU = CompatTarget(
+    name="transformer-gpu",
+    min_opset=13,
+    max_opset=18,
+    allowed_ops={"": _TRANSFORMER_OPS, "ai.onnx": _TRANSFORMER_OPS},
+    required_inputs={"input_ids": None, "attention_mask": None},
+    optional_inputs=frozenset({"token_type_ids", "position_ids"}),
+)
+
+
+def _all_onnx_ops() -> frozenset[str]:
+    return frozenset(s.name for s in onnx.defs.get_all_schemas() if s.domain in ("", "ai.onnx"))
+
+
+ORT_CPU = CompatTarget(
+    name="ort-cpu",
+    min_opset=7,
+    max_opset=onnx.defs.onnx_opset_version(),
+    allowed_ops={"": _all_onnx_ops(), "ai.onnx": _all_onnx_ops()},
+    require_static_shapes=False,
+)
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarget) -> CompatReport:
+    """Check ``model`` (a proto, or a path whose external data is checked without loading it)."""
+    base_dir: Path | None = None
+    if not isinstance(model, onnx.ModelProto):
+        path = Path(model)
+        if not path.is_file():
+            raise InvalidModel(f"model path {str(path)!r} is not a file")
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # protobuf DecodeError and friends
+            raise InvalidModel(f"cannot parse ONNX model: {exc}") from exc
+        base_dir = path.parent
+    problems: list[CompatProblem] = []
+    opset = _opset(model)
+    if not target.min_opset <= opset <= target.max_opset:
+        problems.append(
+            CompatProblem(
+                kind="opset",
+                message=f"model opset {opset} (read from the file) outside "
+                f"[{target.min_opset}, {target.max_opset}] for {target.name}",
+            )
+        )
+    for node in model.graph.node:
+        allowed = target.allowed_ops.get(node.domain)
+        if allowed is None or node.op_type not in allowed:
+            dom = node.domain or "ai.onnx"
+            problems.append(
+                CompatProblem(
+                    kind="operator",
+                    message=f"{dom}::{node.op_type} is not supported by {target.name}",
+                    node=node.name
+                    or f"<unnamed {node.op_type} #{list(model.graph.node).index(node)}>",
+                    op_type=node.op_type,
+                )
+            )
+    inits = {i.name for i in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    for name, want in target.required_inputs.items():
+        if name not in inputs:
+            problems.append(
+                CompatProblem(
+                    kind="input_name",
+                    message=f"required input {name!r} missing; model inputs: {sorted(inputs)}",
+                )
+            )
+            continue
+        dims = inputs[name].type.tensor_type.shape.dim
+        shape = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
+        if want is not None and shape != want:
+            problems.append(
+                CompatProblem(
+                    kind="input_shape", message=f"input {name!r} has shape {shape}, need {want}"
+                )
+            )
+    if target.required_inputs:
+        extra = set(inputs) - set(target.required_inputs) - target.optional_inputs
+        problems.extend(
+            CompatProblem(kind="input_name", message=f"unexpected input {n!r}")
+            for n in sorted(extra)
+        )
+    if target.require_static_shapes:
+        for name, vi in inputs.items():
+            dims = vi.type.tensor_type.shape.dim
+            symbolic = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+            if symbolic or not vi.type.tensor_type.HasField("shape"):
+                problems.append(
+                    CompatProblem(
+                        kind="input_shape",
+                        message=f"input {name!r} is not static (symbolic dims {symbolic}); "
+                        "pin it before compiling",
+                    )
+                )
+    weight_bytes, external = 0, False
+    for t in model.graph.initializer:
+        if external_data_helper.uses_external_data(t):
+            external = True
+            info = external_data_helper.ExternalDataInfo(t)
+            weight_bytes += int(info.length or 0)
+            if base_dir is not None:
+                loc = base_dir / info.location
+                if not loc.is_file():
+                    problems.append(
+                        CompatProblem(
+                            kind="external_data",
+                            message=f"initializer {t.name!r} points at missing file "
+                            f"{info.location!r}",
+                        )
+                    )
+                elif info.length and loc.stat().st_size < int(info.offset or 0) + int(info.length):
+                    problems.append(
+                        CompatProblem(
+                            kind="external_data",
+                            message=f"initializer {t.name!r} runs past the end of "
+                            f"{info.location!r}",
+                        )
+                    )
+        else:
+            weight_bytes += len(t.raw_data) or t.ByteSize()
+    if weight_bytes >= PROTOBUF_LIMIT_BYTES and not external:
+        problems.append(
+            CompatProblem(
+                kind="external_data",
+                message=f"{weight_bytes / 2**30:.2f} GiB of weights inline: over the 2 GB protobuf "
+                "limit, save with external data",
+            )
+        )
+    return CompatReport(
+        target=target.name,
+        opset=opset,
+        ir_version=model.ir_version,
+        weight_bytes=weight_bytes,
+        external_data=external,
+        problems=tuple(problems),
+    )

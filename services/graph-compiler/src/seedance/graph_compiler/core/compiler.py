@@ -1,0 +1,460 @@
+"""``compile_model``: one ONNX model and a precision policy in, a checked artifact and a report out.
+
+Owns the order of work: load and check, graph passes, then each precision of the policy's
+priority order tried in turn, with per-node fallback, until one passes its accuracy check
+against the FP32 reference on the calibration inputs. Every returned artifact has been loaded
+and run by ONNX Runtime and passed its check; anything else raises a ``CompileError``. Must not
+talk to the bus or the object store (the service's adapter does), and does not read the clock
+except through ``measure`` when the policy asks for latency figures.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from seedance.graph_compiler.core import fp16, int8, passes, runtime
+from seedance.graph_compiler.core.accuracy import Accuracy, compare_outputs
+from seedance.graph_compiler.core.errors import (
+    AccuracyCheckFailed,
+    InvalidModel,
+    UnsupportedOperator,
+)
+from seedance.graph_compiler.core.loading import load_model, node_count
+from seedance.graph_compiler.core.measure import (
+    Variant,
+    measure_latency,
+    measure_peak_rss_mb,
+)
+from seedance.graph_compiler.core.passes import PassResult
+from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
+
+__all__ = [
+    "CandidateOutcome",
+    "CompileReport",
+    "CompileResult",
+    "FallbackNode",
+    "VariantMetrics",
+    "compile_model",
+]
+
+# The FP16 emulation runs node by node; a few samples find overflow as well as many do.
+_FP16_SAMPLES = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class FallbackNode:
+    node: str
+    op_type: str
+    kept_in: Precision  # the precision the node stayed in
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CandidateOutcome:
+    precision: Precision
+    accepted: bool
+    reason: str
+    accuracy: Accuracy | None = None
+    attempts: int = 0
+    fallback_nodes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantMetrics:
+    nodes: int
+    size_bytes: int
+    latency_median_ms: float | None = None  # at ORT_ENABLE_ALL, fresh subprocess
+    peak_rss_mb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileReport:
+    precision: Precision
+    model_kind: str
+    passes: tuple[PassResult, ...]
+    accuracy: Accuracy
+    fallback_nodes: tuple[FallbackNode, ...]
+    candidates: tuple[CandidateOutcome, ...]
+    before: VariantMetrics
+    after: VariantMetrics
+
+    @property
+    def passes_fired(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.passes if p.fired)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileResult:
+    model_bytes: bytes
+    report: CompileReport
+
+
+# ORT's load errors that mean "an operator has no kernel here", as opposed to a broken graph.
+_UNSUPPORTED_MARKERS = (
+    "NOT_IMPLEMENTED",
+    "Could not find an implementation",
+    "is not a registered function/op",
+    "No Op registered",
+)
+
+
+def _ort_load(model: onnx.ModelProto, level: str = "disable"):
+    try:
+        return runtime.make_session(model, level, threads=2)
+    except InvalidModel as exc:
+        text = str(exc)
+        if any(marker in text for marker in _UNSUPPORTED_MARKERS):
+            nodes = tuple(
+                n.name or f"<unnamed {n.op_type}>"
+                for n in model.graph.node
+                if (n.name and n.name in text) or f"{n.op_type}(" in text
+            )
+            raise UnsupportedOperator(text, nodes) from exc
+        raise
+
+
+def _outputs(model: onnx.ModelProto, feeds: Sequence[runtime.Feeds], level: str):
+    sess = _ort_load(model, level)
+    return [runtime.run(sess, f) for f in feeds]
+
+
+def _base_pipeline(policy: PrecisionPolicy) -> list[passes.PassFn]:
+    return [
+        lambda m: passes.pin_static_shapes(m, policy.input_shapes),
+        passes.infer_shapes,
+        passes.remove_identity_dropout,
+        # Pruning before folding: no work spent folding branches that are thrown away.
+        passes.prune_dead,
+        passes.fold_constants,
+        passes.fold_conv_bn,
+        passes.fuse_matmul_add,
+        passes.infer_shapes,
+    ]
+
+
+def compile_model(
+    model: bytes | str | Path | onnx.ModelProto, policy: PrecisionPolicy | None = None
+) -> CompileResult:
+    """Compile ``model`` under ``policy`` (defaults: INT8, then FP16, then FP32, CPU target)."""
+    policy = policy or PrecisionPolicy()
+    original = load_model(model)
+    pinned, pin_result = passes.pin_static_shapes(original, policy.input_shapes)
+    _ort_load(pinned)  # refuses models ORT cannot even load, with a named error
+    calib = runtime.sample_inputs(pinned, policy.calibration_samples, policy.seed)
+    reference = _outputs(pinned, calib, "disable")
+
+    base, results = passes.run_pipeline(pinned, _base_pipeline(policy)[1:])
+    results.insert(0, pin_result)
+    base = fp16.name_nodes(base)
+    if not compare_outputs(reference, _outputs(base, calib, "disable")).passes(
+        policy.min_cosine, None
+    ):
+        # A pass changed the numerics beyond float re-association: ship without the passes.
+        base = fp16.name_nodes(pinned)
+        results = [pin_result]
+
+    fp32_model = base
+    fuse_note: PassResult | None = None
+    if policy.allow_ort_contrib_ops:
+        fused, (fuse_result,) = passes.run_pipeline(base, [passes.fuse_transformer_ops])
+        if fuse_result.fired and compare_outputs(
+            reference, _outputs(fused, calib, "disable")
+        ).passes(policy.min_cosine, policy.max_abs_err):
+            fp32_model = fused
+            fuse_note = fuse_result
+        else:
+            fuse_note = PassResult(
+                name=fuse_result.name,
+                fired=False,
+                nodes_before=fuse_result.nodes_before,
+                nodes_after=fuse_result.nodes_before,
+                detail="nothing fused" if not fuse_result.fired else "rejected: accuracy",
+            )
+
+    kind = int8.classify(base)
+    outcomes: list[CandidateOutcome] = []
+    chosen: tuple[Precision, onnx.ModelProto, Accuracy, list[FallbackNode]] | None = None
+    for precision in policy.priority_order:
+        if precision is Precision.INT8:
+            outcome, found = _try_int8(base, kind, calib, reference, policy)
+        elif precision is Precision.FP16:
+            outcome, found = _try_fp16(base, calib, reference, policy)
+        else:
+            acc = compare_outputs(reference, _outputs(fp32_model, calib, "all"))
+            ok = acc.passes(policy.min_cosine, policy.max_abs_err)
+            outcome = CandidateOutcome(
+                precision=precision,
+                accepted=ok,
+                accuracy=acc,
+                attempts=1,
+                reason="accepted" if ok else f"fp32 graph drifted: cosine {acc.min_cosine:.6f}",
+            )
+            found = (fp32_model, acc, []) if ok else None
+        outcomes.append(outcome)
+        if found is not None:
+            chosen = (precision, *found)
+            break
+    if chosen is None:
+        raise AccuracyCheckFailed(
+            "no precision passed its accuracy check: "
+            + "; ".join(f"{o.precision}: {o.reason}" for o in outcomes)
+        )
+    precision, artifact, acc, fallback = chosen
+    if fuse_note is not None:
+        # The INT8 and FP16 candidates start from the unfused graph: fused attention then
+        # dynamic INT8 ran slower than INT8 alone here (research note, §4.4), and contrib ops
+        # stay FP32 in the FP16 plan. ORT fuses what it can at load either way.
+        if precision is not Precision.FP32 and fuse_note.fired:
+            fuse_note = PassResult(
+                name=fuse_note.name,
+                fired=False,
+                nodes_before=fuse_note.nodes_before,
+                nodes_after=fuse_note.nodes_before,
+                detail=f"not used for {precision}: {fuse_note.detail}",
+            )
+        results.append(fuse_note)
+    artifact_bytes = artifact.SerializeToString()
+    before = VariantMetrics(nodes=node_count(original), size_bytes=original.ByteSize())
+    after = VariantMetrics(nodes=node_count(artifact), size_bytes=len(artifact_bytes))
+    if policy.measure_runs > 0:
+        before, after = _measure(pinned, artifact_bytes, calib[0], before, after, policy)
+    report = CompileReport(
+        precision=precision,
+        model_kind=kind.value,
+        passes=tuple(results),
+        accuracy=acc,
+        fallback_nodes=tuple(fallback),
+        candidates=tuple(outcomes),
+        before=before,
+        after=after,
+    )
+    return CompileResult(model_bytes=artifact_bytes, report=report)
+
+
+def _measure(
+    original: onnx.ModelProto,
+    artifact: bytes,
+    feeds: runtime.Feeds,
+    before: VariantMetrics,
+    after: VariantMetrics,
+    policy: PrecisionPolicy,
+) -> tuple[VariantMetrics, VariantMetrics]:
+    with tempfile.TemporaryDirectory(prefix="gc-compile-") as tmp:
+        src, dst = Path(tmp) / "before.onnx", Path(tmp) / "after.onnx"
+        onnx.save(original, src)
+        dst.write_bytes(artifact)
+        vb = Variant(name="before", path=src, level="all")
+        va = Variant(name="after", path=dst, level="all")
+        lat = measure_latency(
+            [vb, va],
+            feeds,
+            runs=policy.measure_runs,
+            threads=policy.measure_threads,
+            seed=policy.seed,
+        )
+        rss_b = measure_peak_rss_mb(vb, feeds, threads=policy.measure_threads)
+        rss_a = measure_peak_rss_mb(va, feeds, threads=policy.measure_threads)
+    return (
+        VariantMetrics(
+            nodes=before.nodes,
+            size_bytes=before.size_bytes,
+            latency_median_ms=lat["before"].median_ms,
+            peak_rss_mb=rss_b,
+        ),
+        VariantMetrics(
+            nodes=after.nodes,
+            size_bytes=after.size_bytes,
+            latency_median_ms=lat["after"].median_ms,
+            peak_rss_mb=rss_a,
+        ),
+    )
+
+
+def _int8_exclusion_plan(candidates: list[str], attempts: int) -> list[list[str]]:
+    """Exclusion sets to try after the full INT8 model fails: the stem and head first (the
+    layers most sensitive to quantisation in CNNs and encoders alike), then growing shares of
+    the graph from the output end, where quantisation error has compounded most."""
+    n = len(candidates)
+    plans: list[list[str]] = []
+    if n >= 2:
+        plans.append([candidates[0], candidates[-1]])
+    for share in (0.25, 0.5):
+        tail = candidates[n - max(1, int(n * share)) :]
+        plans.append(list(dict.fromkeys([candidates[0], *tail])))
+    return plans[: max(0, attempts - 1)]
+
+
+def _try_int8(
+    base: onnx.ModelProto,
+    kind: int8.ModelKind,
+    calib: Sequence[runtime.Feeds],
+    reference,
+    policy: PrecisionPolicy,
+) -> tuple[CandidateOutcome, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]] | None]:
+    ops = {n.name: n.op_type for n in base.graph.node}
+    candidates = int8.quantizable_nodes(base, kind)
+    if not candidates:
+        return CandidateOutcome(
+            precision=Precision.INT8, accepted=False, reason=f"nothing to quantise ({kind})"
+        ), None
+    plans: list[list[str]] = [[]]
+    plans += _int8_exclusion_plan(candidates, policy.max_fallback_attempts)
+    last: Accuracy | None = None
+    first: Accuracy | None = None
+    for attempt, exclude in enumerate(plans, start=1):
+        try:
+            q = int8.quantize(base, kind, calib, exclude)
+            acc = compare_outputs(reference, _outputs(q, calib, "all"))
+        except Exception as exc:  # the quantiser raises bare Exceptions on graphs it cannot type
+            return CandidateOutcome(
+                precision=Precision.INT8,
+                accepted=False,
+                attempts=attempt,
+                reason=f"{kind} quantisation failed: {exc}",
+            ), None
+        last = acc
+        if acc.passes(policy.int8_failure_threshold, policy.max_abs_err):
+            full_cos = f"{first.min_cosine:.6f}" if first is not None else ""
+            fallback = [
+                FallbackNode(
+                    node=n,
+                    op_type=ops[n],
+                    kept_in=Precision.FP32,
+                    reason=f"full INT8 min cosine {full_cos} < "
+                    f"{policy.int8_failure_threshold}; kept in float",
+                )
+                for n in exclude
+            ]
+            return CandidateOutcome(
+                precision=Precision.INT8,
+                accepted=True,
+                accuracy=acc,
+                attempts=attempt,
+                fallback_nodes=len(fallback),
+                reason=f"accepted ({kind}, {attempt} attempt(s))",
+            ), (q, acc, fallback)
+        if first is None:
+            first = acc
+    return CandidateOutcome(
+        precision=Precision.INT8,
+        accepted=False,
+        accuracy=last,
+        attempts=len(plans),
+        reason=f"{kind} INT8 min cosine {last.min_cosine if last else float('nan'):.6f} below "
+        f"int8_failure_threshold {policy.int8_failure_threshold} after {len(plans)} attempts",
+    ), None
+
+
+def _try_fp16(
+    base: onnx.ModelProto,
+    calib: Sequence[runtime.Feeds],
+    reference,
+    policy: PrecisionPolicy,
+) -> tuple[CandidateOutcome, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]] | None]:
+    if policy.target is Target.CPU:
+        # ORT's CPU provider casts FP16 weights back to FP32: no compute gain, often slower.
+        return CandidateOutcome(
+            precision=Precision.FP16,
+            accepted=False,
+            reason="skipped: FP16 has no compute path on the CPU target",
+        ), None
+    emulator = fp16.Fp16Emulator(base)
+    samples = calib[:_FP16_SAMPLES]
+    refs = [emulator.run(f, None) for f in samples]
+    dtypes = emulator.dtypes(refs[0])
+    outs = [o.name for o in base.graph.output]
+    ops = {n.name: n.op_type for n in base.graph.node}
+    block: dict[str, str] = {}
+    acc: Accuracy | None = None
+    for attempt in range(1, policy.max_fallback_attempts + 1):
+        plan = fp16.fp16_plan(base, dtypes, block)
+        emus = [emulator.run(f, plan) for f in samples]
+        acc = compare_outputs(
+            [[r[o] for o in outs] for r in refs], [[e[o] for o in outs] for e in emus]
+        )
+        findings = emulator.findings(refs, emus)
+        new = _fp16_blocks(findings, plan, emus, base)
+        if not new and acc.passes(policy.min_cosine, policy.max_abs_err):
+            converted = fp16.convert_to_fp16(base, dtypes, block)
+            try:
+                got = _outputs(converted, calib, "disable")
+            except (InvalidModel, UnsupportedOperator) as exc:
+                return CandidateOutcome(
+                    precision=Precision.FP16,
+                    accepted=False,
+                    attempts=attempt,
+                    reason=f"converted model does not load: {exc}",
+                ), None
+            # On the CPU provider this only shows weight rounding; the emulation above is the
+            # check that counts, and it is what the reported accuracy says.
+            if not compare_outputs(reference, got).passes(policy.min_cosine, policy.max_abs_err):
+                return CandidateOutcome(
+                    precision=Precision.FP16,
+                    accepted=False,
+                    attempts=attempt,
+                    reason="converted model disagrees with FP32",
+                ), None
+            fallback = [
+                FallbackNode(node=n, op_type=ops[n], kept_in=Precision.FP32, reason=r)
+                for n, r in block.items()
+            ]
+            return CandidateOutcome(
+                precision=Precision.FP16,
+                accepted=True,
+                accuracy=acc,
+                attempts=attempt,
+                fallback_nodes=len(fallback),
+                reason=f"accepted ({attempt} attempt(s))",
+            ), (converted, acc, fallback)
+        if not new:
+            # No overflow left to blame: keep the nodes with the largest FP16 error in FP32.
+            ranked = sorted(
+                (f for f in findings if plan.get(f.node) is None),
+                key=lambda f: f.rel_err,
+                reverse=True,
+            )
+            k = max(1, len(ranked) // 10)
+            new = {
+                f.node: f"among the largest FP16 errors (rel {f.rel_err:.2e})" for f in ranked[:k]
+            }
+        block.update(new)
+    reason = "no FP16 plan passed the emulated check"
+    if acc is not None:
+        reason += f" (last min cosine {acc.min_cosine:.6f}, non-finite {acc.nonfinite_count})"
+    return CandidateOutcome(
+        precision=Precision.FP16,
+        accepted=False,
+        accuracy=acc,
+        attempts=policy.max_fallback_attempts,
+        reason=reason,
+    ), None
+
+
+def _fp16_blocks(findings, plan, emus, base: onnx.ModelProto) -> dict[str, str]:
+    """Nodes to move to FP32: those whose FP32 values leave the FP16 range, and the first
+    nodes (root causes, not their downstream victims) that produce Inf/NaN in the emulation."""
+    new: dict[str, str] = {}
+    for f in findings:
+        if plan.get(f.node) is None and f.ref_max_abs > fp16.FP16_MAX:
+            new[f.node] = f"FP32 magnitude {f.ref_max_abs:.3g} exceeds FP16 max {fp16.FP16_MAX:.0f}"
+    if new:
+        return new
+    bad_tensors: set[str] = set()
+    for node in base.graph.node:
+        outs_bad = any(
+            e.get(o) is not None and e[o].dtype == np.float32 and not np.all(np.isfinite(e[o]))
+            for e in emus
+            for o in node.output
+        )
+        ins_bad = any(i in bad_tensors for i in node.input)
+        if outs_bad:
+            bad_tensors.update(node.output)
+            if not ins_bad and plan.get(node.name) is None:
+                new[node.name] = "produces Inf/NaN in FP16 from finite inputs"
+    return new

@@ -1,0 +1,55 @@
+"""The graph compiler's named errors: every compile either returns a checked artifact or raises one.
+
+Owns the error hierarchy and whether each error is retryable (decided here, once). Must not
+log, format reports or know about the bus; the service's adapter maps these to ack/term.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccuracyCheckFailed",
+    "CompileError",
+    "IncompatibleModel",
+    "InvalidModel",
+    "UnsupportedOperator",
+]
+
+
+class CompileError(Exception):
+    """Base of every compile failure. ``retryable`` is False for all of them: the same model and
+    policy fail the same way again, so a request carrying them belongs in the dead-letter stream."""
+
+    retryable: bool = False
+    reason: str = "compile_error"
+
+
+class InvalidModel(CompileError):
+    """The bytes are not a loadable, valid ONNX model (parse, checker or ORT load failure)."""
+
+    reason = "invalid_model"
+
+
+class UnsupportedOperator(CompileError):
+    """The model uses operators the target cannot run; ``nodes`` names each offending node."""
+
+    reason = "unsupported_operator"
+
+    def __init__(self, message: str, nodes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.nodes = nodes
+
+
+class IncompatibleModel(CompileError):
+    """The model fails the target's compatibility check (opset, input names/shapes, size)."""
+
+    reason = "incompatible_model"
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+class AccuracyCheckFailed(CompileError):
+    """No candidate (not even the optimised FP32 graph) matched the reference within the policy."""
+
+    reason = "accuracy_check_failed"

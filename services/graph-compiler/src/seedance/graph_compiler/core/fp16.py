@@ -1,0 +1,387 @@
+"""FP16 conversion that keeps models loadable, and an FP16 emulation that cannot be fooled.
+
+Owns (1) the per-node FP16 plan (which nodes may run in FP16 and why not), (2) the converter
+that applies it, and (3) the emulator that runs a graph node by node, rounding every FP16
+node's inputs and outputs to float16 with numpy, so overflow to Inf shows up exactly where true
+FP16 storage would produce it. ORT's CPU provider cannot be trusted for this: it casts FP16
+back to FP32 and computes there, so a variance of 1e6 looks fine (research note, finding 4).
+
+The converter handles what the stock one (onnxconverter-common / onnxruntime.transformers
+float16) breaks on: unnamed nodes (we name them; casts get names from tensor names, which are
+unique), explicit Cast(to=FLOAT) inside an FP16 region (retargeted to FLOAT16), a graph output
+also read inside the graph (the producer writes a private FP16 tensor; the output is a Cast of
+it), and inputs that must stay FP32 (Resize scales/roi). Must not run ORT for numerics other
+than through the single-node sessions of the emulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from seedance.graph_compiler.core import runtime
+from seedance.graph_compiler.core.passes import subgraph_reads
+
+__all__ = [
+    "FP16_MAX",
+    "Fp16Emulator",
+    "NodeFinding",
+    "convert_to_fp16",
+    "fp16_plan",
+    "name_nodes",
+    "round_fp16",
+]
+
+FP16_MAX = 65504.0
+
+# Ops whose float output type comes from an attribute or that have no FP16 kernel in the
+# spec (Range: onnx/onnx#6757), and quantisation ops whose scales must stay FP32.
+ALWAYS_FP32_OPS = frozenset(
+    {
+        "Range",
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "EyeLike",
+        "Multinomial",
+        "Bernoulli",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "If",
+        "Loop",
+        "Scan",
+    }
+)
+# (op, input index) that must stay FP32 inside an FP16 node: the converters' most reported
+# load failure (Resize scales/roi, onnxconverter-common#306).
+FP32_INPUTS = frozenset({("Resize", 1), ("Resize", 2), ("Upsample", 1)})
+# Ops whose float output does not follow a float input; they are handled by attribute.
+_TYPED_BY_ATTR = frozenset({"Cast", "Constant", "ConstantOfShape"})
+
+
+def round_fp16(a: np.ndarray) -> np.ndarray:
+    """Round a float32 array to the nearest float16 value (Inf past ±65504), kept as float32."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a.astype(np.float16).astype(np.float32)
+
+
+def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Give every node a unique name (a plan refers to nodes by name; stock converters derive
+    Cast names from node names and collide on unnamed graphs)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    seen: set[str] = set()
+    for i, node in enumerate(out.graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        while name in seen:
+            name = f"{name}_{i}"
+        node.name = name
+        seen.add(name)
+    return out
+
+
+def _is_f32(dtypes: Mapping[str, np.dtype], name: str) -> bool:
+    return bool(name) and dtypes.get(name) == np.dtype(np.float32)
+
+
+def fp16_plan(
+    model: onnx.ModelProto, dtypes: Mapping[str, np.dtype], block: Mapping[str, str]
+) -> dict[str, str | None]:
+    """node name -> None if it runs in FP16, else the reason it stays FP32."""
+    plan: dict[str, str | None] = {}
+    for node in model.graph.node:
+        if node.name in block:
+            plan[node.name] = block[node.name]
+        elif node.domain not in ("", "ai.onnx"):
+            plan[node.name] = f"{node.domain} op kept in FP32"
+        elif node.op_type in ALWAYS_FP32_OPS:
+            plan[node.name] = f"{node.op_type} has no safe FP16 form"
+        elif not any(_is_f32(dtypes, o) for o in node.output):
+            plan[node.name] = "no float32 output"
+        elif node.op_type not in _TYPED_BY_ATTR and not any(_is_f32(dtypes, i) for i in node.input):
+            plan[node.name] = "float output not driven by a float input"
+        else:
+            plan[node.name] = None
+    return plan
+
+
+def _fp16_input(node: onnx.NodeProto, idx: int, dtypes: Mapping[str, np.dtype]) -> bool:
+    return _is_f32(dtypes, node.input[idx]) and (node.op_type, idx) not in FP32_INPUTS
+
+
+def _to_fp16_tensor(t: TensorProto, name: str | None = None) -> TensorProto:
+    arr = numpy_helper.to_array(t)
+    with np.errstate(over="ignore"):
+        # Clip first: a weight past the FP16 range would become Inf, and a clipped weight is
+        # what every FP16 deployment of this model computes with anyway.
+        arr16 = np.clip(arr, -FP16_MAX, FP16_MAX).astype(np.float16)
+    return numpy_helper.from_array(arr16, name if name is not None else t.name)
+
+
+def convert_to_fp16(
+    model: onnx.ModelProto, dtypes: Mapping[str, np.dtype], block: Mapping[str, str]
+) -> onnx.ModelProto:
+    """The model with every planned node in FP16; inputs and outputs keep their FP32 types."""
+    plan = fp16_plan(model, dtypes, block)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    is16 = {n.name: plan[n.name] is None for n in g.node}
+    graph_outputs = {o.name for o in g.output}
+
+    # Where each float32 tensor lives after conversion.
+    home: dict[str, int] = {}
+    for vi in g.input:
+        if _is_f32(dtypes, vi.name):
+            home[vi.name] = TensorProto.FLOAT
+    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, i))
+        for name in subgraph_reads(node):
+            consumers.setdefault(name, []).append((node, -1))
+    new_inits = []
+    for init in g.initializer:
+        if init.data_type != TensorProto.FLOAT:
+            new_inits.append(init)
+            continue
+        users = consumers.get(init.name, [])
+        if (
+            users
+            and all(i >= 0 and is16[n.name] and _fp16_input(n, i, dtypes) for n, i in users)
+            and init.name not in graph_outputs
+        ):
+            new_inits.append(_to_fp16_tensor(init))
+            home[init.name] = TensorProto.FLOAT16
+        else:
+            new_inits.append(init)
+            home[init.name] = TensorProto.FLOAT
+    del g.initializer[:]
+    g.initializer.extend(new_inits)
+
+    casts: list[onnx.NodeProto] = []
+    cast_names: dict[tuple[str, int], str] = {}
+
+    def cast(name: str, to: int) -> str:
+        key = (name, to)
+        if key not in cast_names:
+            suffix = "fp16" if to == TensorProto.FLOAT16 else "fp32"
+            new = f"{name}__{suffix}"
+            cast_names[key] = new
+            casts.append(helper.make_node("Cast", [name], [new], name=f"{new}__cast", to=to))
+        return cast_names[key]
+
+    out_renames: dict[str, str] = {}
+    for node in g.node:
+        fp16 = is16[node.name]
+        for i, name in enumerate(node.input):
+            name = out_renames.get(name, name)
+            node.input[i] = name
+            if not _is_f32(dtypes, name) or name not in home:
+                continue
+            want = (
+                TensorProto.FLOAT16
+                if fp16 and _fp16_input(node, i, dtypes)
+                else (TensorProto.FLOAT)
+            )
+            if home[name] != want:
+                node.input[i] = cast(name, want)
+        if fp16:
+            _retype_attrs(node)
+        for j, name in enumerate(node.output):
+            if not _is_f32(dtypes, name):
+                continue
+            if not fp16:
+                home[name] = TensorProto.FLOAT
+            elif name in graph_outputs:
+                # A graph output must stay FP32 and may be read inside the graph too: the
+                # producer writes a private FP16 tensor and the output becomes a Cast of it.
+                private = f"{name}__fp16out"
+                node.output[j] = private
+                out_renames[name] = private
+                home[private] = TensorProto.FLOAT16
+                dtypes = {**dtypes, private: np.dtype(np.float32)}
+                casts.append(
+                    helper.make_node(
+                        "Cast", [private], [name], name=f"{name}__out_cast", to=TensorProto.FLOAT
+                    )
+                )
+            else:
+                home[name] = TensorProto.FLOAT16
+        # Subgraphs (only in FP32 nodes) read captured tensors as FP32.
+        for captured in subgraph_reads(node):
+            if home.get(captured) == TensorProto.FLOAT16:
+                fp32 = cast(captured, TensorProto.FLOAT)
+                _rename_captured(node, captured, fp32)
+
+    nodes = _toposort(list(g.node) + casts, g)
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.value_info[:]  # element types changed; ORT re-infers them
+    return out
+
+
+def _retype_attrs(node: onnx.NodeProto) -> None:
+    for attr in node.attribute:
+        if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT:
+            attr.i = TensorProto.FLOAT16
+        elif (
+            node.op_type in ("Constant", "ConstantOfShape")
+            and attr.name == "value"
+            and (attr.t.data_type == TensorProto.FLOAT)
+        ):
+            attr.t.CopyFrom(_to_fp16_tensor(attr.t, attr.t.name))
+        elif node.op_type == "Constant" and attr.name in ("value_float", "value_floats"):
+            arr = np.array(attr.f if attr.name == "value_float" else list(attr.floats), np.float32)
+            node.attribute.remove(attr)
+            node.attribute.append(
+                helper.make_attribute("value", numpy_helper.from_array(arr.astype(np.float16)))
+            )
+            return
+    if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
+        node.attribute.append(
+            helper.make_attribute("value", numpy_helper.from_array(np.zeros(1, np.float16)))
+        )
+
+
+def _rename_captured(node: onnx.NodeProto, old: str, new: str) -> None:
+    for attr in node.attribute:
+        for sub in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
+            for n in sub.node:
+                for i, name in enumerate(n.input):
+                    if name == old:
+                        n.input[i] = new
+                _rename_captured(n, old, new)
+
+
+def _toposort(nodes: list[onnx.NodeProto], g: onnx.GraphProto) -> list[onnx.NodeProto]:
+    ready = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
+    pending = list(nodes)
+    ordered: list[onnx.NodeProto] = []
+    while pending:
+        rest = []
+        for node in pending:
+            needs = set(node.input) | subgraph_reads(node)
+            needs -= set(node.output)
+            if needs <= ready or all(n in ready or not _produced(n, pending) for n in needs):
+                ordered.append(node)
+                ready.update(node.output)
+            else:
+                rest.append(node)
+        if len(rest) == len(pending):  # a cycle cannot come from a valid graph; keep order
+            ordered.extend(rest)
+            break
+        pending = rest
+    return ordered
+
+
+def _produced(name: str, nodes: Sequence[onnx.NodeProto]) -> bool:
+    return any(name in n.output for n in nodes)
+
+
+# ---------------------------------------------------------------------------- emulation
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeFinding:
+    """What FP16 storage does at one node, over all samples."""
+
+    node: str
+    op_type: str
+    ref_max_abs: float  # largest |value| among the node's float inputs/outputs in FP32
+    nonfinite: int  # non-finite output values in the emulation where FP32 was finite
+    rel_err: float  # ‖emu − ref‖ / ‖ref‖ over the node's float outputs
+
+
+class Fp16Emulator:
+    """Runs a model node by node on ORT's CPU provider in FP32, rounding the inputs and outputs
+    of FP16 nodes to float16 with numpy between nodes. Each node's session is built once."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self._model = model
+        self._sessions: dict[str, object] = {}
+        self._inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        self._opsets = list(model.opset_import)
+
+    def _session(self, node: onnx.NodeProto, env: Mapping[str, np.ndarray]):
+        sess = self._sessions.get(node.name)
+        if sess is None:
+            names = [n for n in dict.fromkeys([*node.input, *subgraph_reads(node)]) if n in env]
+            inputs = [
+                helper.make_tensor_value_info(
+                    n, helper.np_dtype_to_tensor_dtype(env[n].dtype), env[n].shape
+                )
+                for n in names
+            ]
+            outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+            g = helper.make_graph([node], f"node_{node.name}", inputs, outputs)
+            m = helper.make_model(g, opset_imports=self._opsets, ir_version=self._model.ir_version)
+            sess = runtime.make_session(m, "disable", threads=2)
+            self._sessions[node.name] = sess
+        return sess
+
+    def run(
+        self, feeds: Mapping[str, np.ndarray], plan: Mapping[str, str | None] | None
+    ) -> dict[str, np.ndarray]:
+        """Every tensor's value. ``plan`` None runs plain FP32 (the reference)."""
+        env: dict[str, np.ndarray] = {**self._inits, **feeds}
+        for node in self._model.graph.node:
+            fp16 = plan is not None and plan.get(node.name, "") is None
+            sess = self._session(node, env)
+            run_feeds = {}
+            for inp in sess.get_inputs():
+                value = env[inp.name]
+                idx = list(node.input).index(inp.name) if inp.name in node.input else -1
+                if fp16 and value.dtype == np.float32 and (node.op_type, idx) not in FP32_INPUTS:
+                    value = round_fp16(value)
+                run_feeds[inp.name] = value
+            results = sess.run(None, run_feeds)
+            outs = [o for o in node.output if o]
+            for name, value in zip(outs, results, strict=True):
+                value = np.asarray(value)
+                if fp16 and value.dtype == np.float32:
+                    value = round_fp16(value)
+                env[name] = value
+        return env
+
+    def dtypes(self, env: Mapping[str, np.ndarray]) -> dict[str, np.dtype]:
+        return {k: np.asarray(v).dtype for k, v in env.items()}
+
+    def findings(
+        self,
+        refs: Sequence[Mapping[str, np.ndarray]],
+        emus: Sequence[Mapping[str, np.ndarray]],
+    ) -> list[NodeFinding]:
+        found = []
+        for node in self._model.graph.node:
+            ref_max, bad, num, den = 0.0, 0, 0.0, 0.0
+            for ref, emu in zip(refs, emus, strict=True):
+                for name in [*node.input, *node.output]:
+                    v = ref.get(name)
+                    if v is not None and v.dtype == np.float32 and v.size:
+                        ref_max = max(ref_max, float(np.max(np.abs(v[np.isfinite(v)]), initial=0)))
+                for name in node.output:
+                    r, e = ref.get(name), emu.get(name)
+                    if r is None or e is None or r.dtype != np.float32:
+                        continue
+                    finite = np.isfinite(r)
+                    bad += int(np.count_nonzero(finite & ~np.isfinite(e)))
+                    ok = finite & np.isfinite(e)
+                    num += float(np.sum((e[ok].astype(np.float64) - r[ok]) ** 2))
+                    den += float(np.sum(r[ok].astype(np.float64) ** 2))
+            found.append(
+                NodeFinding(
+                    node=node.name,
+                    op_type=node.op_type,
+                    ref_max_abs=ref_max,
+                    nonfinite=bad,
+                    rel_err=float(np.sqrt(num / den)) if den > 0 else 0.0,
+                )
+            )
+        return found

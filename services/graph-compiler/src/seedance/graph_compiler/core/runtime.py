@@ -1,0 +1,111 @@
+"""ONNX Runtime sessions and seeded sample inputs, the only ways the core runs a model.
+
+Owns session options (thread count, optimisation level) and the generation of deterministic
+inputs from a model's declared input types and shapes. Must not time anything (``measure``
+does, in a subprocess) and must not read global state: the seed comes from the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from seedance.graph_compiler.core.errors import InvalidModel
+
+__all__ = ["OPT_LEVELS", "Feeds", "make_session", "run", "sample_inputs", "static_input_shapes"]
+
+Feeds = dict[str, np.ndarray]
+
+OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def make_session(
+    model: onnx.ModelProto | bytes | str, level: str = "disable", threads: int = 1
+) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = OPT_LEVELS[level]
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    try:
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
+        raise InvalidModel(f"onnxruntime cannot load the model: {exc}") from exc
+
+
+def run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(o) for o in session.run(None, dict(feeds))]
+
+
+def static_input_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """Declared input shapes; raises ``InvalidModel`` naming any input with a symbolic dim."""
+    inits = {i.name for i in model.graph.initializer}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if not vi.type.tensor_type.HasField("shape") or any(
+            not d.HasField("dim_value") for d in dims
+        ):
+            raise InvalidModel(f"input {vi.name!r} has no static shape; pin it in the policy")
+        shapes[vi.name] = tuple(int(d.dim_value) for d in dims)
+    return shapes
+
+
+def _gather_rows(model: onnx.ModelProto) -> dict[str, int]:
+    """Inputs used as Gather indices into an initializer table: the table's row count bounds
+    the ids (a token id past the vocabulary would make ORT fail, not the compiler)."""
+    sizes = {i.name: list(i.dims) for i in model.graph.initializer}
+    bounds: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in sizes:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            dims = sizes[node.input[0]]
+            if dims:
+                bounds[node.input[1]] = min(bounds.get(node.input[1], 1 << 62), dims[axis])
+    return bounds
+
+
+def sample_inputs(model: onnx.ModelProto, count: int, seed: int) -> list[Feeds]:
+    """``count`` seeded input sets. Float inputs are standard normal; integer inputs feeding
+    an embedding table are ids below its row count; masks are ones with a varying padded tail
+    (as real batches have); other integers are 0/1."""
+    rng = np.random.default_rng(seed)
+    shapes = static_input_shapes(model)
+    bounds = _gather_rows(model)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
+    out: list[Feeds] = []
+    for k in range(count):
+        feeds: Feeds = {}
+        for name, shape in shapes.items():
+            dtype = helper.tensor_dtype_to_np_dtype(types[name])
+            if np.issubdtype(dtype, np.floating):
+                feeds[name] = rng.standard_normal(shape).astype(dtype)
+            elif dtype == np.bool_:
+                feeds[name] = rng.integers(0, 2, shape).astype(np.bool_)
+            elif "mask" in name.lower():
+                arr = np.ones(shape, dtype)
+                if shape:
+                    valid = max(1, shape[-1] - (k * shape[-1]) // (2 * max(count, 1)))
+                    arr[..., valid:] = 0
+                feeds[name] = arr
+            else:
+                high = bounds.get(name, 2)
+                feeds[name] = rng.integers(0, high, shape).astype(dtype)
+        out.append(feeds)
+    return out
+
+
+def output_names(model: onnx.ModelProto) -> Sequence[str]:
+    return [o.name for o in model.graph.output]

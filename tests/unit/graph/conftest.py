@@ -1,0 +1,109 @@
+"""Fixtures for the graph compiler's tests: small ONNX models built in-process (no files)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+# Tests run with --import-mode=importlib, so the helper module next to this file is put on the
+# path explicitly (its name is unique to this area).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gc_onnx_kit import f32, init, make_model
+
+
+@pytest.fixture(scope="session")
+def make_models() -> ModuleType:
+    """tools/make_models.py, so tests build the same (scaled-down) BERT/ResNet as the bench."""
+    path = Path(__file__).resolve().parents[3] / "tools" / "make_models.py"
+    spec = importlib.util.spec_from_file_location("gc_make_models", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(make_models) -> onnx.ModelProto:
+    return make_models.build_bert(layers=2, hidden=64, heads=4, ffn=128, vocab=100, seq=16)
+
+
+@pytest.fixture(scope="session")
+def small_cnn() -> onnx.ModelProto:
+    """Conv+BN+Relu ×2 with a residual Add, pooling and a classifier Gemm: a CNN in miniature."""
+    rng = np.random.default_rng(0)
+
+    def conv_bn(x: str, c_in: int, c_out: int, tag: str) -> tuple[list, list, str]:
+        w = (rng.standard_normal((c_out, c_in, 3, 3)) * np.sqrt(2 / (9 * c_in))).astype(np.float32)
+        inits = [
+            init(f"{tag}_w", w),
+            init(f"{tag}_g", rng.uniform(0.5, 1.5, c_out).astype(np.float32)),
+            init(f"{tag}_b", (rng.standard_normal(c_out) * 0.1).astype(np.float32)),
+            init(f"{tag}_m", (rng.standard_normal(c_out) * 0.1).astype(np.float32)),
+            init(f"{tag}_v", rng.uniform(0.5, 1.5, c_out).astype(np.float32)),
+        ]
+        nodes = [
+            helper.make_node(
+                "Conv", [x, f"{tag}_w"], [f"{tag}_c"], name=f"{tag}_conv", pads=[1, 1, 1, 1]
+            ),
+            helper.make_node(
+                "BatchNormalization",
+                [f"{tag}_c", f"{tag}_g", f"{tag}_b", f"{tag}_m", f"{tag}_v"],
+                [f"{tag}_bn"],
+                name=f"{tag}_bn",
+            ),
+            helper.make_node("Relu", [f"{tag}_bn"], [f"{tag}_r"], name=f"{tag}_relu"),
+        ]
+        return nodes, inits, f"{tag}_r"
+
+    n1, i1, x1 = conv_bn("input", 3, 16, "c1")
+    n2, i2, x2 = conv_bn(x1, 16, 16, "c2")
+    tail = [
+        helper.make_node("Add", [x1, x2], ["res"], name="res_add"),
+        helper.make_node("GlobalAveragePool", ["res"], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flat"),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc", transB=1),
+    ]
+    fc = [
+        init("fc_w", (rng.standard_normal((10, 16)) * 0.3).astype(np.float32)),
+        init("fc_b", np.zeros(10, np.float32)),
+    ]
+    return make_model(
+        n1 + n2 + tail, [f32("input", [1, 3, 16, 16])], [f32("logits", [1, 10])], i1 + i2 + fc
+    )
+
+
+@pytest.fixture(scope="session")
+def overflow_ln() -> onnx.ModelProto:
+    """A decomposed LayerNorm whose inputs are scaled ×1000 inside the graph: the variance is
+    ~1e6, past FP16's 65504, so true FP16 arithmetic gives Inf → output collapses, while ORT
+    CPU (which computes an FP16 model in FP32) shows nothing wrong (research note, finding 4)."""
+    rng = np.random.default_rng(1)
+    d = 64
+    nodes = [
+        helper.make_node("Mul", ["x", "k"], ["xs"], name="scale"),
+        helper.make_node("ReduceMean", ["xs"], ["mean"], name="mean", axes=[-1]),
+        helper.make_node("Sub", ["xs", "mean"], ["xc"], name="center"),
+        helper.make_node("Pow", ["xc", "two"], ["sq"], name="square"),
+        helper.make_node("ReduceMean", ["sq"], ["var"], name="variance", axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        helper.make_node("Sqrt", ["ve"], ["sd"], name="std"),
+        helper.make_node("Div", ["xc", "sd"], ["xn"], name="normalise"),
+        helper.make_node("MatMul", ["xn", "W"], ["y"], name="proj"),
+    ]
+    inits = [
+        init("k", np.array(1000.0, np.float32)),
+        init("two", np.array(2.0, np.float32)),
+        init("eps", np.array(1e-5, np.float32)),
+        init("W", (rng.standard_normal((d, 16)) / 8).astype(np.float32)),
+    ]
+    return make_model(nodes, [f32("x", [4, d])], [f32("y", [4, 16])], inits)
