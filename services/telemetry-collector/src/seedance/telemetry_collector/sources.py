@@ -196,7 +196,15 @@ class NvmlSource(Source):
         self._hosted: list[HostedInventory] = []
 
     async def start(self) -> list[HostedInventory]:
-        self._hosted = [self._host(await self.poller.start())]
+        try:
+            inventory = await self.poller.start()
+        except pynvml.NVMLError as exc:
+            raise RuntimeError(
+                f"NVML could not be started ({exc}): is the NVIDIA driver installed and "
+                "libnvidia-ml.so visible? Without a GPU, set "
+                f"{ENV_PREFIX}NVML_RECORDING to a recording"
+            ) from exc
+        self._hosted = [self._host(inventory)]
         return self._hosted
 
     def inventories(self) -> list[HostedInventory]:
