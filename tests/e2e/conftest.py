@@ -36,6 +36,36 @@ async def wait_for_consumers(
         await bus.close()
 
 
+async def wait_until_consumed(
+    nats_url: str, stream: str, durable: str, subject: str, timeout_s: float = 30.0
+) -> None:
+    """Wait until ``subject`` has a message in ``stream`` and ``durable`` has acknowledged it.
+
+    A service's start-up output (the collector's inventory) must have been read by its consumer
+    (the slicer) before a test acts on it; the two processes start in any order.
+    """
+    import asyncio
+
+    from nats.js.errors import NotFoundError
+
+    from seedance.core import Bus, BusSettings
+
+    bus = await Bus.connect(BusSettings(url=nats_url))
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                try:
+                    seq = (await bus.js.get_last_msg(stream, subject)).seq
+                    info = await bus.js.consumer_info(stream, durable)
+                    if info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= seq:
+                        return
+                except NotFoundError:
+                    pass  # not published or not bound yet
+                await asyncio.sleep(0.05)  # polling the server, bounded by the timeout
+    finally:
+        await bus.close()
+
+
 @pytest.fixture
 def services(nats_url: str, tmp_path: Path) -> Iterator[ServiceProcesses]:
     procs = ServiceProcesses(nats_url, tmp_path)

@@ -13,9 +13,9 @@ from seedance.core import Bus, BusSettings
 from seedance.events import decode
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement
-from seedance.events.subjects import slicing
+from seedance.events.subjects import slicing, telemetry
 from seedance.sdk import SeedanceClient
-from tests.e2e.conftest import wait_for_consumers
+from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
 
 pytestmark = pytest.mark.e2e
 
@@ -52,6 +52,11 @@ async def test_submitted_job_is_placed_finishes_and_is_costed(
         ("SEEDANCE_JOBS", "ledger-jobs"),
         ("SEEDANCE_SLICING", "ledger-slicing"),
     )
+    # The slicer places only on nodes it knows: the collector's inventory must be read first.
+    for i in range(4):
+        await wait_until_consumed(
+            nats_url, "SEEDANCE_TELEMETRY", "slicer-inventory", telemetry.inventory(f"e2e-node-{i}")
+        )
     bus = await Bus.connect(BusSettings(url=nats_url))
     client = await SeedanceClient.connect(nats_url)
     start = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -6,29 +6,29 @@ import asyncio
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.logs import configure_logging
-from seedance.core.settings import bus_settings, load_settings
+from seedance.core.settings import SettingsError, bus_settings, load_settings
 from seedance.core.tracing import configure_tracing
-from seedance.telemetry_collector.replay import ReplayFleet
 from seedance.telemetry_collector.service import CollectorService
 from seedance.telemetry_collector.settings import CollectorSettings
+from seedance.telemetry_collector.sources import build_source
 
 NAME = "telemetry-collector"
 
 
 def main() -> None:
-    settings = load_settings(CollectorSettings, NAME)
+    try:
+        settings = load_settings(CollectorSettings, NAME)
+    except SettingsError as exc:
+        raise SystemExit(str(exc)) from None
     configure_logging()
     configure_tracing(NAME)
-    if settings.source != "replay":
-        raise SystemExit(
-            f"SEEDANCE_TELEMETRY_COLLECTOR_SOURCE={settings.source!r}: only 'replay' "
-            "is wired in this build"
-        )
-    if not settings.node_csv:
-        raise SystemExit("SEEDANCE_TELEMETRY_COLLECTOR_NODE_CSV is required for source=replay")
-    fleet = ReplayFleet.from_csv(settings.node_csv, settings.max_nodes)
+    clock = WallClock()
+    try:
+        source = build_source(settings, clock)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     runtime = ServiceRuntime(NAME, bus_settings(NAME), http_port=settings.http_port)
-    asyncio.run(serve(CollectorService(runtime, fleet, WallClock(), settings)))
+    asyncio.run(serve(CollectorService(runtime, source, clock, settings)))
 
 
 if __name__ == "__main__":

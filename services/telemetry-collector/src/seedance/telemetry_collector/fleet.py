@@ -108,16 +108,32 @@ class FleetNode:
     name: str
     model: str
     gpus: int
+    #: The host's CPU and memory, for the inventory (0 where the node list does not say).
+    cpu_milli: int = 0
+    memory_mib: int = 0
 
 
-def load_node_list(path: Path) -> list[FleetNode]:
-    """Read an Alibaba ``openb_node_list_*.csv`` (``sn, ..., gpu, model``); GPU nodes only."""
+def load_node_list(path: Path, max_nodes: int = 0) -> list[FleetNode]:
+    """Read an Alibaba ``openb_node_list_*.csv`` (``sn, cpu_milli, memory_mib, gpu, model``).
+
+    GPU nodes only; ``max_nodes`` > 0 keeps the first that many.
+    """
     nodes = []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
             count = int(row["gpu"])
             if count > 0:
-                nodes.append(FleetNode(name=row["sn"], model=row["model"], gpus=count))
+                nodes.append(
+                    FleetNode(
+                        name=row["sn"],
+                        model=row["model"],
+                        gpus=count,
+                        cpu_milli=int(row.get("cpu_milli") or 0),
+                        memory_mib=int(row.get("memory_mib") or 0),
+                    )
+                )
+                if max_nodes and len(nodes) >= max_nodes:
+                    break
     return nodes
 
 
@@ -203,6 +219,17 @@ class FleetSim:
         ni = self._node_index[node]
         lo, hi = int(self._offset[ni]), int(self._offset[ni + 1])
         return (1000 - self._milli[lo:hi]).tolist()
+
+    def has_node(self, node: str) -> bool:
+        return node in self._node_index
+
+    def node(self, node: str) -> FleetNode:
+        return self.nodes[self._node_index[node]]
+
+    def mem_total_mib(self, node: str) -> list[float]:
+        ni = self._node_index[node]
+        lo, hi = int(self._offset[ni]), int(self._offset[ni + 1])
+        return self._mem_total[lo:hi].tolist()
 
     def free_mem_mib(self, node: str) -> list[float]:
         ni = self._node_index[node]

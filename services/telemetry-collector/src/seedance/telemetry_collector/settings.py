@@ -1,19 +1,67 @@
-"""The collector's settings (``SEEDANCE_TELEMETRY_COLLECTOR_*``)."""
+"""The collector's settings (``SEEDANCE_TELEMETRY_COLLECTOR_*``), checked when they are loaded.
+
+Owns the settings object and its value checks (each error names the variable and the value).
+It must not read files or NVML: whether a path exists is checked by ``__main__`` at start.
+"""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
-__all__ = ["CollectorSettings"]
+from seedance.events.tokens import InvalidToken, check_token
+
+__all__ = ["ENV_PREFIX", "CollectorSettings"]
+
+ENV_PREFIX = "SEEDANCE_TELEMETRY_COLLECTOR_"
 
 
 class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
-    #: ``replay`` (a fleet from a node list) or ``nvml`` (this node's GPUs).
-    source: str = "replay"
-    #: Node list in the Alibaba trace's format, for ``source=replay``.
+    #: ``replay`` (a simulated fleet from a node list) or ``nvml`` (this node's GPUs).
+    source: Literal["replay", "nvml"] = "replay"
+    #: Node list in the Alibaba trace's format (``sn,cpu_milli,memory_mib,gpu,model``), replay.
     node_csv: str = ""
-    #: Replay only the first N nodes (0: all).
+    #: Replay only the first N GPU nodes (0: all).
     max_nodes: int = 0
+    #: Seconds between samples (one event per node per tick).
     tick_s: float = 1.0
+    #: Seconds between the expensive NVML reads (energy, ECC, XID, GPM); nvml only.
+    slow_interval_s: float = 10.0
+    #: This node's name in subjects and events (nvml); the host name when empty.
     node_name: str = ""
+    #: The pool this node's inventory names (nvml; a replayed fleet is in ``default``).
+    pool: str = "default"
+    #: ``/metrics``, ``/healthz``, ``/readyz`` (dcgm-exporter's own port is 9400); 0: any free.
     http_port: int = 9400
+    #: TEST / DEMO AID: serve NVML from a recording (``seedance-nvml-recording/1`` JSON) instead
+    #: of the hardware; the GPUs, their values and their errors are the recording's.
+    nvml_recording: str = ""
+    #: Republish the inventory this often (s): the telemetry stream keeps messages for an hour,
+    #: so a slicer started later still finds every node.
+    inventory_interval_s: float = 900.0
+    #: Non-empty: this collector's durables are ``collector-placements-<instance>`` and
+    #: ``collector-jobs-<instance>``. Every replayed fleet needs every placement, so collectors
+    #: that replay side by side (tests, two demos on one server) must not share a durable.
+    instance: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("tick_s", "slow_interval_s", "inventory_interval_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()} must be > 0, got {value!r}")
+        if self.max_nodes < 0:
+            raise ValueError(f"{ENV_PREFIX}MAX_NODES must be >= 0, got {self.max_nodes!r}")
+        if not 0 <= self.http_port <= 65535:
+            raise ValueError(f"{ENV_PREFIX}HTTP_PORT must be within 0..65535, got {self.http_port}")
+        if self.source == "replay" and not self.node_csv:
+            raise ValueError(f"{ENV_PREFIX}NODE_CSV is required with SOURCE=replay")
+        if self.source != "nvml" and self.nvml_recording:
+            raise ValueError(f"{ENV_PREFIX}NVML_RECORDING applies only to SOURCE=nvml")
+        for name, kind in (("node_name", "node"), ("pool", "pool"), ("instance", "instance")):
+            value = getattr(self, name)
+            if value:
+                try:
+                    check_token(kind, value)
+                except InvalidToken as exc:
+                    raise ValueError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None

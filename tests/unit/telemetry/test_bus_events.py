@@ -1,0 +1,199 @@
+"""Mapping to the bus events, placement shares, the replay source, and the settings' checks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from seedance.core import VirtualClock
+from seedance.core.errors import RetryableError
+from seedance.core.settings import SettingsError, load_settings
+from seedance.events import decode, encode, new_event_id
+from seedance.events.jobs import JobSubmitted, ResourceRequest
+from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.telemetry import GpuSampleBatch
+from seedance.telemetry_collector.bus_events import (
+    gpu_health_event,
+    inventory_event,
+    nvlink_domains,
+    placement_shares,
+    sample_batch_event,
+    xid_of,
+)
+from seedance.telemetry_collector.fleet import GPU_MODELS, FleetNode, FleetSim
+from seedance.telemetry_collector.sample import (
+    GpuInventory,
+    GpuLink,
+    GpuSample,
+    HealthChange,
+    NodeInventory,
+    NodeSample,
+)
+from seedance.telemetry_collector.settings import CollectorSettings
+from seedance.telemetry_collector.sources import ReplaySource, build_source
+
+AT = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def test_ratios_become_percent_where_the_event_says_percent_and_absent_stays_absent() -> None:
+    g = GpuSample(
+        index=0,
+        uuid="GPU-a",
+        mem_used_mib=100.5,
+        gpu_util_ratio=0.13,
+        mem_util_ratio=0.4,
+        sm_active_ratio=0.00015,
+        sm_clock_mhz=1980,
+        clock_event_reasons=4,
+    )
+    ev = sample_batch_event(NodeSample(node="n1", sampled_at_unix_s=0.0, gpus=(g,)), AT)
+    out = decode(encode(ev), GpuSampleBatch).gpus[0]
+    assert (out.util_gpu_pct, out.util_mem_pct) == (13.0, 40.0)
+    assert out.sm_active == 0.00015  # a ratio in the event too
+    assert (out.sm_clock_mhz, out.throttle_reasons, out.mem_used_mib) == (1980.0, 4, 100.5)
+    # Absent fields are None on the wire, never zero.
+    assert (out.power_w, out.energy_j, out.tensor_active, out.temp_c) == (None, None, None, None)
+    assert ev.simulated is False
+
+
+def test_nvlink_domains_join_linked_gpus_and_leave_unknown_as_none() -> None:
+    gpus = [
+        GpuInventory(index=0, uuid="a", nvlink_links_active=2),
+        GpuInventory(index=1, uuid="b", nvlink_links_active=2),
+        GpuInventory(index=2, uuid="c", nvlink_links_active=0),
+        GpuInventory(index=3, uuid="d"),
+    ]
+    links = [GpuLink(gpu_a=0, gpu_b=1, nvlink_links=2), GpuLink(gpu_a=0, gpu_b=2, nvlink_links=0)]
+    d = nvlink_domains("n", gpus, links)
+    assert d[0] == d[1]
+    assert d[2] not in (None, d[0])
+    assert d[3] is None
+
+
+def test_inventory_event_carries_host_resources_and_names_unreadable_gpus() -> None:
+    inv = NodeInventory(
+        node="n",
+        gpus=(
+            GpuInventory(index=0, uuid="a", model="NVIDIA H200", mem_total_mib=143771.4),
+            GpuInventory(index=1, uuid="lost-1", healthy=False),
+        ),
+    )
+    ev = inventory_event(inv, AT, cpu_milli=16000, memory_mib=128000, pool="p1")
+    assert (ev.cpu_milli, ev.memory_mib, ev.pool) == (16000, 128000, "p1")
+    assert [(g.model, g.mem_total_mib) for g in ev.gpus] == [
+        ("NVIDIA H200", 143771),
+        ("unknown", 0),
+    ]
+
+
+def test_health_event_reads_the_xid_from_the_reasons() -> None:
+    change = HealthChange(
+        node="n", index=1, uuid="u", healthy=False, reasons=("xid_79",), at_unix_s=0.0
+    )
+    ev = gpu_health_event(change, AT)
+    assert (ev.gpu_index, ev.healthy, ev.xid, ev.reason) == (1, False, 79, "xid_79")
+    assert xid_of(("gpu_lost",)) is None
+    back = HealthChange(node="n", index=1, uuid="u", healthy=True, reasons=(), at_unix_s=1.0)
+    assert gpu_health_event(back, AT).reason == "recovered"
+
+
+def test_shares_group_by_milli_and_memory_follows_share_unless_the_job_asks() -> None:
+    total, free = [16000.0, 16000.0, 16000.0], [16000.0, 16000.0, 3000.0]
+    gpus = [GpuAssignment(index=0, milli=500), GpuAssignment(index=1, milli=500)]
+    (s,) = placement_shares(gpus, total, free)
+    assert (s.gpu_indices, s.gpu_milli, s.mem_mib_per_gpu) == ((0, 1), 500, 8000.0)
+    (s,) = placement_shares(gpus, total, free, gpu_mem_mib=4000)
+    assert s.mem_mib_per_gpu == 4000.0
+    # Capped by what is free: never more than the GPU has left.
+    (s,) = placement_shares([GpuAssignment(index=2, milli=1000)], total, free)
+    assert s.mem_mib_per_gpu == 3000.0
+    mixed = placement_shares(
+        [GpuAssignment(index=0, milli=1000), GpuAssignment(index=1, milli=250)], total, free
+    )
+    assert [(m.gpu_indices, m.gpu_milli) for m in mixed] == [((0,), 1000), ((1,), 250)]
+    with pytest.raises(ValueError, match="gpu index 5"):
+        placement_shares([GpuAssignment(index=5)], total, free)
+
+
+def placement(job: str, node: str, *gpus: tuple[int, int], tenant: str = "acme") -> Placement:
+    return Placement(
+        id=new_event_id(),
+        at=AT,
+        job_id=job,
+        tenant=tenant,
+        node=node,
+        kind=PlacementKind.SHARED,
+        gpus=[GpuAssignment(index=i, milli=m) for i, m in gpus],
+    )
+
+
+def test_replay_source_applies_once_retries_when_held_and_releases_per_tenant() -> None:
+    src = ReplaySource(FleetSim([FleetNode("n1", "T4", 2, 8000, 32768)]), VirtualClock())
+    assert src.apply(placement("j", "n1", (0, 600))) == "applied"
+    assert src.apply(placement("j", "n1", (0, 600))) == "duplicate"
+    assert src.apply(placement("x", "elsewhere", (0, 600))) == "foreign_node"
+    assert src.apply(placement("cpu", "n1")) == "no_gpus"
+    # Same job id, other tenant: another job. GPU 0 is still 600 milli held.
+    with pytest.raises(RetryableError):
+        src.apply(placement("j", "n1", (0, 600), tenant="other"))
+    assert src.fleet.free_milli("n1") == [400, 1000]
+    assert not src.release("other", "j", ended=True)
+    assert src.release("acme", "j", ended=True)
+    assert src.fleet.free_milli("n1") == [1000, 1000]
+    assert src.apply(placement("j", "n1", (0, 600), tenant="other")) == "applied"
+    (inv,) = src.inventories()
+    assert (inv.cpu_milli, inv.memory_mib, inv.inventory.simulated) == (8000, 32768, True)
+
+
+def test_replay_source_uses_the_jobs_memory_request() -> None:
+    src = ReplaySource(FleetSim([FleetNode("n1", "T4", 2)]), VirtualClock())
+    src.note_job(
+        JobSubmitted(
+            id=new_event_id(),
+            at=AT,
+            job_id="j",
+            tenant="acme",
+            request=ResourceRequest(gpus=1, gpu_milli=500, gpu_mem_mib=2000),
+        )
+    )
+    src.apply(placement("j", "n1", (1, 500)))
+    total = GPU_MODELS["T4"].mem_total_mib
+    assert src.fleet.free_mem_mib("n1") == [total, total - 2000]
+
+
+def test_settings_errors_name_the_variable() -> None:
+    env = {"SEEDANCE_TELEMETRY_COLLECTOR_NODE_CSV": "x.csv"}
+    assert load_settings(CollectorSettings, "telemetry-collector", env).tick_s == 1.0
+    bad = [
+        ({**env, "SEEDANCE_TELEMETRY_COLLECTOR_TICK_S": "0"}, "TICK_S must be > 0"),
+        ({}, "NODE_CSV is required"),
+        ({"SEEDANCE_TELEMETRY_COLLECTOR_SOURCE": "dcgm"}, "source"),
+        (
+            {
+                "SEEDANCE_TELEMETRY_COLLECTOR_SOURCE": "nvml",
+                "SEEDANCE_TELEMETRY_COLLECTOR_NODE_NAME": "a.b",
+            },
+            "NODE_NAME",
+        ),
+        ({**env, "SEEDANCE_TELEMETRY_COLLECTOR_NVML_RECORDING": "r.json"}, "only to SOURCE=nvml"),
+        ({**env, "SEEDANCE_TELEMETRY_COLLECTOR_HTTP_PORT": "70000"}, "HTTP_PORT"),
+    ]
+    for e, message in bad:
+        with pytest.raises(SettingsError, match=message):
+            load_settings(CollectorSettings, "telemetry-collector", e)
+
+
+def test_build_source_names_missing_files(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    with pytest.raises(ValueError, match=r"NODE_CSV='nope\.csv': no such file"):
+        build_source(CollectorSettings(node_csv="nope.csv"), clock)
+    empty = tmp_path / "cpu_only.csv"
+    empty.write_text("sn,cpu_milli,memory_mib,gpu,model\ncpu-0,1000,1024,0,\n")
+    with pytest.raises(ValueError, match="no GPU nodes"):
+        build_source(CollectorSettings(node_csv=str(empty)), clock)
+    with pytest.raises(ValueError, match="NVML_RECORDING"):
+        build_source(
+            CollectorSettings(source="nvml", node_name="n", nvml_recording="nope.json"), clock
+        )
