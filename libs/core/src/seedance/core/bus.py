@@ -41,6 +41,9 @@ class BusSettings:
     user: str | None = None
     password: str | None = None
     name: str = "seedance"
+    #: Reply and delivery subjects start with this (nats-py's default is ``_INBOX``); a tenant's
+    #: user may subscribe only to its own prefix (see deploy/auth/users.yaml).
+    inbox_prefix: str | None = None
     min_server_version: tuple[int, int, int] = MIN_SERVER_VERSION
     connect_timeout_s: float = 5.0
 
@@ -78,6 +81,8 @@ class Bus:
             # SIGTERM'd service exits well inside Kubernetes' 30 s grace period.
             "drain_timeout": 5,
         }
+        if settings.inbox_prefix:
+            kwargs["inbox_prefix"] = settings.inbox_prefix
         if settings.creds:
             kwargs["user_credentials"] = settings.creds
         if settings.user:
