@@ -60,7 +60,7 @@ def password_var(user: str) -> str:
 
 
 def tenant_inbox_prefix(tenant: str) -> str:
-    """The inbox prefix a tenant's connection must use (``SeedanceClient.connect(inbox_prefix=)``)."""
+    """The inbox prefix a tenant's connection must use (``connect(inbox_prefix=...)``)."""
     return f"_INBOX_{check_tenant(tenant)}"
 
 
@@ -140,10 +140,15 @@ def users_from(source: dict[str, object]) -> list[User]:
     services = source.get("services") or {}
     tenants = source.get("tenants") or []
     operators = source.get("operators") or []
-    assert isinstance(services, dict) and isinstance(tenants, list) and isinstance(operators, list)
+    assert isinstance(services, dict)
+    assert isinstance(tenants, list)
+    assert isinstance(operators, list)
     users = [service_user(name, spec or {}) for name, spec in services.items()]
     users += [tenant_user(t) for t in tenants]
-    users += [User(name=check_token("operator", o), publish_allow=(), unrestricted=True) for o in operators]
+    users += [
+        User(name=check_token("operator", o), publish_allow=(), unrestricted=True)
+        for o in operators
+    ]
     names = [u.name for u in users]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate user names in {SOURCE.name}: {names}")
@@ -171,10 +176,8 @@ def render(users: list[User]) -> str:
             if u.publish_deny:
                 pub += f"          deny: {_list(u.publish_deny, '          ')}\n"
             out.append(pub + "        }")
-            out.append(
-                f"        subscribe: {{\n          allow: {_list(u.subscribe_allow, '          ')}\n"
-                "        }"
-            )
+            sub = _list(u.subscribe_allow, "          ")
+            out.append(f"        subscribe: {{\n          allow: {sub}\n        }}")
             out.append("      }")
         out.append("    }")
     out += ["  ]", "}", ""]
@@ -200,7 +203,9 @@ def main() -> int:
             out.write_text(text)
             print(f"wrote {out.relative_to(REPO)}", file=sys.stderr)
     if drifted:
-        print(f"out of date (run `make nats-auth`): {', '.join(map(str, drifted))}", file=sys.stderr)
+        print(
+            f"out of date (run `make nats-auth`): {', '.join(map(str, drifted))}", file=sys.stderr
+        )
         return 1
     return 0
 

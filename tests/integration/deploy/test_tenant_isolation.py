@@ -43,7 +43,8 @@ TENANT_A, TENANT_B = "acme", "globex"
 
 def load_tool(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
