@@ -14,8 +14,8 @@ test-deploy: install  ## the deployment tests (compose, k8s manifests, auth, ten
 	.venv/bin/pytest tests/unit/deploy tests/integration/deploy -q
 
 .PHONY: k8s-render
-k8s-render: install  ## render deploy/k8s/overlays/$(OVERLAY) (default dev) to stdout
-	$(PY) tools/kustomize_lite.py deploy/k8s/overlays/$(or $(OVERLAY),dev)
+k8s-render: install  ## render deploy/k8s/overlays/$(OVERLAY) (default dev) with the pinned kubectl
+	.venv/bin/kubectl kustomize deploy/k8s/overlays/$(or $(OVERLAY),dev)
 
 .PHONY: scale-demo
 scale-demo: install  ## 3-node NATS cluster, 2 replicas per service, kill a node and replicas, count
