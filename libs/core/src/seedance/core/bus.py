@@ -151,8 +151,11 @@ class Bus:
             await self.ensure_consumer(CONSUMERS[durable])
 
     def _replicas(self) -> int:
-        # A clustered server advertises its peers' client URLs; R3 where there are three or more.
-        return 3 if len(self.nc.discovered_servers) >= 2 else 1
+        # A clustered server advertises its peers' client URLs (discovered), and a client may list
+        # them itself (NATS_URL with several URLs, which nats-py then does not count as
+        # discovered): R3 where the pool holds three or more servers. Counting only discovered
+        # ones made a client that listed all three pick R1 and scale existing R3 streams down.
+        return 3 if len(self.nc.servers) >= 3 else 1
 
     # --- publishing -------------------------------------------------------------------------
 
