@@ -41,6 +41,9 @@ class BusSettings:
     user: str | None = None
     password: str | None = None
     name: str = "seedance"
+    #: Reply and delivery subjects start with this (nats-py's default is ``_INBOX``); a tenant's
+    #: user may subscribe only to its own prefix (see deploy/auth/users.yaml).
+    inbox_prefix: str | None = None
     min_server_version: tuple[int, int, int] = MIN_SERVER_VERSION
     connect_timeout_s: float = 5.0
 
@@ -78,6 +81,8 @@ class Bus:
             # SIGTERM'd service exits well inside Kubernetes' 30 s grace period.
             "drain_timeout": 5,
         }
+        if settings.inbox_prefix:
+            kwargs["inbox_prefix"] = settings.inbox_prefix
         if settings.creds:
             kwargs["user_credentials"] = settings.creds
         if settings.user:
@@ -150,8 +155,11 @@ class Bus:
             await self.ensure_consumer(CONSUMERS[durable])
 
     def _replicas(self) -> int:
-        # A clustered server advertises its peers' client URLs; R3 where there are three or more.
-        return 3 if len(self.nc.discovered_servers) >= 2 else 1
+        # A clustered server advertises its peers' client URLs (discovered), and a client may list
+        # them itself (NATS_URL with several URLs, which nats-py then does not count as
+        # discovered): R3 where the pool holds three or more servers. Counting only discovered
+        # ones made a client that listed all three pick R1 and scale existing R3 streams down.
+        return 3 if len(self.nc.servers) >= 3 else 1
 
     # --- publishing -------------------------------------------------------------------------
 

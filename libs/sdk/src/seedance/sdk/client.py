@@ -50,10 +50,20 @@ class SeedanceClient:
         creds: str | None = None,
         user: str | None = None,
         password: str | None = None,
+        inbox_prefix: str | None = None,
     ) -> SeedanceClient:
-        """Connect; raises ``ServerTooOld`` for a nats-server older than 2.10."""
+        """Connect; raises ``ServerTooOld`` for a nats-server older than 2.10.
+
+        A tenant's user may subscribe only to its own inbox prefix (``_INBOX_<tenant>`` in
+        deploy/auth/users.yaml); pass it as ``inbox_prefix``.
+        """
         settings = BusSettings(
-            url=url, creds=creds, user=user, password=password, name="seedance-sdk"
+            url=url,
+            creds=creds,
+            user=user,
+            password=password,
+            inbox_prefix=inbox_prefix,
+            name="seedance-sdk",
         )
         return cls(await Bus.connect(settings))
 

@@ -1,0 +1,22 @@
+# Deployment: NATS auth from one source, compose and Kubernetes checks, the scaling demo
+# (see docs/deploy.md).
+SCALE_DEMO_S ?= 60
+
+.PHONY: nats-auth nats-auth-check
+nats-auth: install  ## render NATS users/permissions (compose + k8s) from deploy/auth/users.yaml
+	$(PY) tools/gen_nats_auth.py
+
+nats-auth-check: install  ## fail if the rendered NATS auth config drifted from users.yaml
+	$(PY) tools/gen_nats_auth.py --check
+
+.PHONY: test-deploy
+test-deploy: install  ## the deployment tests (compose, k8s manifests, auth, tenant isolation)
+	.venv/bin/pytest tests/unit/deploy tests/integration/deploy -q
+
+.PHONY: k8s-render
+k8s-render: install  ## render deploy/k8s/overlays/$(OVERLAY) (default dev) with the pinned kubectl
+	.venv/bin/kubectl kustomize deploy/k8s/overlays/$(or $(OVERLAY),dev)
+
+.PHONY: scale-demo
+scale-demo: install  ## 3-node NATS cluster, 2 replicas per service, kill a node and replicas, count
+	nice $(PY) tools/scale_demo.py --duration-s $(SCALE_DEMO_S)

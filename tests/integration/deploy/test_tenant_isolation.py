@@ -1,0 +1,262 @@
+"""The generated NATS auth config on a real nats-server: services work, tenants stay in their lane.
+
+The server runs the exact ``deploy/auth/nats-auth.conf`` that compose and Kubernetes ship, with
+the passwords it names defined in front of it. Three services run as processes under their own
+users, so a permission the generator forgot breaks the job-to-cost flow here, not in a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.js import api as js_api
+from nats.js.errors import NotFoundError
+
+from seedance.core import Bus, BusSettings
+from seedance.events import decode
+from seedance.events.cost import CostEntry, JobCostReport
+from seedance.events.slicing import Placement
+from seedance.events.subjects import costs, jobs, slicing
+from seedance.sdk import SeedanceClient
+from tests.conftest import REPO, NatsServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
+
+SERVICES = ("telemetry-collector", "slicer", "cost-ledger")
+TENANT_A, TENANT_B = "acme", "globex"
+
+
+def load_tool(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = load_tool("gen_nats_auth")
+
+
+def password(user: str) -> str:
+    return f"test-{user}-secret"
+
+
+@pytest.fixture(scope="module")
+def auth_url() -> Iterator[str]:
+    text = (REPO / "deploy" / "auth" / "nats-auth.conf").read_text()
+    users = [u.name for u in gen.users_from(__import__("yaml").safe_load(gen.SOURCE.read_text()))]
+    defs = "".join(f'{gen.password_var(u)}: "{password(u)}"\n' for u in users)
+    server = NatsServer(config=defs + text)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "auth-node-0,32000,131072,2,T4\n")
+    unique = uuid.uuid4().hex[:8]
+    extra = {
+        "telemetry-collector": {"NODE_CSV": str(nodes), "TICK_S": "5"},
+        "slicer": {"REPLICA": f"s-{unique}", "POOL": f"pool{unique}"},
+        "cost-ledger": {"STATE_KEY": unique},
+    }
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    for name in SERVICES:
+        prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
+        env = {
+            **os.environ,
+            "NATS_URL": auth_url,
+            "NATS_USER": name,
+            "NATS_PASSWORD": password(name),
+            prefix + "HTTP_PORT": "0",
+            **{prefix + k: v for k, v in extra[name].items()},
+        }
+        with open(tmp_path / f"{name}.log", "ab") as log:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "seedance." + name.replace("-", "_")],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+    try:
+        yield procs
+    finally:
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+        for name, p in procs.items():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            print(f"--- {name}.log\n{(tmp_path / f'{name}.log').read_text()[-3000:]}")
+
+
+@pytest.fixture
+async def admin(auth_url: str) -> AsyncIterator[Bus]:
+    bus = await Bus.connect(BusSettings(url=auth_url, user="admin", password=password("admin")))
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+async def tenant_client(url: str, tenant: str) -> SeedanceClient:
+    user = f"tenant-{tenant}"
+    return await SeedanceClient.connect(
+        url, user=user, password=password(user), inbox_prefix=gen.tenant_inbox_prefix(tenant)
+    )
+
+
+async def wait_for_durables(bus: Bus, *pairs: tuple[str, str], timeout_s: float = 30.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        for stream, durable in pairs:
+            while True:
+                try:
+                    await bus.js.consumer_info(stream, durable)
+                    break
+                except NotFoundError:
+                    await asyncio.sleep(0.05)  # the services bind them; bounded by the timeout
+
+
+async def take(it: Any, n: int, timeout_s: float) -> list[Any]:
+    out: list[Any] = []
+    async with asyncio.timeout(timeout_s), contextlib.aclosing(it) as events:
+        async for ev in events:
+            out.append(ev)
+            if len(out) == n:
+                break
+    return out
+
+
+async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
+    auth_url: str, service_procs: dict[str, Any], admin: Bus
+) -> None:
+    await wait_for_durables(
+        admin,
+        ("SEEDANCE_JOBS", "slicer-jobs"),
+        ("SEEDANCE_JOBS", "ledger-jobs"),
+        ("SEEDANCE_SLICING", "ledger-slicing"),
+        ("SEEDANCE_SLICING", "collector-placements"),
+    )
+    placements = await admin.js.subscribe(
+        slicing.subject(TENANT_A, "placement"), ordered_consumer=True
+    )
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    start = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    async with await tenant_client(auth_url, TENANT_A) as client:
+        await client.submit_job(TENANT_A, job, gpus=2, at=start)
+        async with asyncio.timeout(30):
+            while True:
+                p = decode((await placements.next_msg(timeout=30)).data, Placement)
+                if p.job_id == job:
+                    break
+        await client.finish_job(TENANT_A, job, at=start + timedelta(hours=1))
+        events = await take(client.costs(TENANT_A), 2, timeout_s=30)
+    await placements.unsubscribe()
+    assert {type(e) for e in events} == {CostEntry, JobCostReport}
+    assert all(e.tenant == TENANT_A and e.job_id == job for e in events)
+    report = next(e for e in events if isinstance(e, JobCostReport))
+    assert report.gpu_hours == pytest.approx(2.0)
+    for name, proc in service_procs.items():
+        assert proc.poll() is None, f"{name} exited with {proc.returncode}"
+
+
+async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
+    auth_url: str, admin: Bus
+) -> None:
+    await admin.ensure_streams()
+    errors: list[str] = []
+
+    async def on_error(e: Exception) -> None:
+        errors.append(str(e))
+
+    user_b = f"tenant-{TENANT_B}"
+    prefix_b = gen.tenant_inbox_prefix(TENANT_B)
+    raw = await nats.connect(
+        auth_url,
+        user=user_b,
+        password=password(user_b),
+        inbox_prefix=prefix_b,
+        error_cb=on_error,
+    )
+    js = raw.jetstream(timeout=2.0)
+    try:
+        # B's own costs: allowed (the refusal below is about A, not about B's rights in general).
+        own = await js.add_consumer(
+            "SEEDANCE_COSTS",
+            js_api.ConsumerConfig(
+                name=f"watch-b-{uuid.uuid4().hex[:8]}",
+                filter_subject=costs.tenant_wildcard(TENANT_B),
+                deliver_subject=f"{prefix_b}.own",
+                ack_policy=js_api.AckPolicy.NONE,
+                inactive_threshold=5.0,
+            ),
+        )
+        assert own.config.filter_subject == costs.tenant_wildcard(TENANT_B)
+
+        # A's costs: the server drops the create and says why.
+        stolen = f"watch-steal-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(nats.errors.TimeoutError):
+            await js.add_consumer(
+                "SEEDANCE_COSTS",
+                js_api.ConsumerConfig(
+                    name=stolen,
+                    filter_subject=costs.tenant_wildcard(TENANT_A),
+                    deliver_subject=f"{prefix_b}.stolen",
+                    ack_policy=js_api.AckPolicy.NONE,
+                ),
+            )
+        # ...and a consumer with no filter in the subject (the whole stream) is refused too.
+        with pytest.raises(nats.errors.TimeoutError):
+            await js.add_consumer(
+                "SEEDANCE_COSTS",
+                js_api.ConsumerConfig(name=f"{stolen}-all", deliver_subject=f"{prefix_b}.all"),
+            )
+        # A's jobs: the publish never reaches the stream.
+        before = (await admin.js.stream_info("SEEDANCE_JOBS")).state.messages
+        with pytest.raises(nats.errors.TimeoutError):
+            await js.publish(jobs.subject(TENANT_A, "submitted"), b"forged", timeout=2.0)
+        # A's inbox: reading A's deliveries directly is refused as well.
+        await raw.subscribe(f"{gen.tenant_inbox_prefix(TENANT_A)}.>")
+        await raw.flush()
+        async with asyncio.timeout(10):
+            while len(errors) < 4:  # noqa: ASYNC110 - errors arrive through the client's callback
+                await asyncio.sleep(0.02)
+    finally:
+        await raw.close()
+    assert (await admin.js.stream_info("SEEDANCE_JOBS")).state.messages == before
+    with pytest.raises(NotFoundError):
+        await admin.js.consumer_info("SEEDANCE_COSTS", stolen)
+    joined = "\n".join(errors).lower()
+    assert "permissions violation for publish to" in joined
+    assert f"$js.api.consumer.create.seedance_costs.{stolen}.seedance.costs.{TENANT_A}.>" in joined
+    assert f"seedance.jobs.{TENANT_A}.submitted" in joined
+    assert "permissions violation for subscription to" in joined
+
+    # The SDK path for B on A's stream fails as well (it never yields A's events).
+    async with await tenant_client(auth_url, TENANT_B) as client_b:
+        with pytest.raises(nats.errors.TimeoutError):
+            await take(client_b.costs(TENANT_A), 1, timeout_s=15)
+        with pytest.raises(nats.errors.TimeoutError):
+            await client_b.submit_job(TENANT_A, "forged-job")

@@ -1,0 +1,123 @@
+"""What the code declares, for checking deployment files against it (not against copies).
+
+Services come from the workspace (``services/*/pyproject.toml``), their settings from the one
+``msgspec.Struct`` in ``seedance.<pkg>.settings``, their metric names from the metrics classes
+and collectors the services build, so a renamed field, port or metric fails the deploy tests.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import msgspec
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+DEPLOY = REPO / "deploy"
+
+
+@dataclass(frozen=True)
+class ServiceDecl:
+    name: str  # telemetry-collector
+    package: str  # seedance.telemetry_collector
+    distribution: str  # seedance-telemetry-collector
+    scripts: dict[str, str]
+    #: The settings Struct, or None while the service has no settings module yet.
+    settings: type[msgspec.Struct] | None
+
+    @property
+    def env_prefix(self) -> str:
+        return "SEEDANCE_" + self.name.upper().replace("-", "_") + "_"
+
+    @property
+    def settings_fields(self) -> set[str]:
+        return set(self.settings.__struct_fields__) if self.settings else set()
+
+
+def _settings_struct(package: str) -> type[msgspec.Struct] | None:
+    modname = f"{package}.settings"
+    try:
+        module = importlib.import_module(modname)
+    except ModuleNotFoundError as exc:
+        if exc.name != modname:
+            raise  # a broken import inside an existing module is a failure, not "missing"
+        return None
+    structs = [
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, msgspec.Struct)
+        and obj.__module__ == module.__name__
+    ]
+    assert len(structs) == 1, f"{modname} should define one settings Struct, has {structs}"
+    return structs[0]
+
+
+def services() -> dict[str, ServiceDecl]:
+    out = {}
+    for pyproject in sorted((REPO / "services").glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        name = pyproject.parent.name
+        package = "seedance." + name.replace("-", "_")
+        out[name] = ServiceDecl(
+            name=name,
+            package=package,
+            distribution=project["name"],
+            scripts=dict(project.get("scripts", {})),
+            settings=_settings_struct(package),
+        )
+    return out
+
+
+def load_tool(name: str) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def auth_users() -> dict[str, object]:
+    return yaml.safe_load((DEPLOY / "auth" / "users.yaml").read_text())
+
+
+def pinned_nats_version() -> tuple[int, int, int]:
+    text = (REPO / "tools" / "nats-server.sha256").read_text()
+    version = text.split("nats-server v", 1)[1].split()[0]
+    major, minor, patch = (int(x) for x in version.split("."))
+    return major, minor, patch
+
+
+def metric_names() -> set[str]:
+    """Every Prometheus series name the services can export (with counter/histogram suffixes)."""
+    from prometheus_client import CollectorRegistry
+
+    from seedance.core.metrics import BusMetrics
+    from seedance.cost_ledger.service import LedgerMetrics
+    from seedance.slicer.service import SlicerMetrics
+    from seedance.telemetry_collector.prometheus import DCGM_GPU_METRICS
+
+    registry = CollectorRegistry()
+    for name in services():
+        BusMetrics(registry, name)
+    LedgerMetrics(registry)
+    SlicerMetrics(registry)
+    names: set[str] = set(DCGM_GPU_METRICS)
+    for family in registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        if family.type == "histogram":
+            names |= {family.name + s for s in ("_bucket", "_sum", "_count")}
+    return names
