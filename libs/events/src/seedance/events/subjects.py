@@ -18,10 +18,12 @@ from seedance.events.tokens import check_tenant, check_token
 __all__ = [
     "BUCKETS",
     "CONSUMERS",
+    "OBJECT_STORES",
     "STREAMS",
     "BucketSpec",
     "ConsumerSpec",
     "Header",
+    "ObjectStoreSpec",
     "StreamSpec",
     "consumer",
     "costs",
@@ -262,6 +264,30 @@ BUCKETS: dict[str, BucketSpec] = {
             "seedance-router-weights",
             history=5,
             description="routing weights shared by router gateways",
+        ),
+    )
+}
+
+
+# --- object stores ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObjectStoreSpec:
+    name: str
+    #: Objects expire this long after they were written (0: never).
+    ttl_s: float = 0.0
+    max_bytes: int = -1
+    description: str = ""
+
+
+OBJECT_STORES: dict[str, ObjectStoreSpec] = {
+    o.name: o
+    for o in (
+        ObjectStoreSpec(
+            "seedance-router-models",
+            max_bytes=256 * 1024**2,
+            description="versioned router forecast models (LightGBM)",
         ),
     )
 }

@@ -1,8 +1,30 @@
-"""Entry point (filled in by the service's issue)."""
+"""``python -m seedance.router`` / ``seedance-router``: load settings, wire the objects, serve.
+
+SIGTERM drains: the gateway stops taking requests and gives in-flight ones a grace period, the
+loops stop, the queued decisions are published, then the bus connection drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from seedance.core import ServiceRuntime, WallClock, serve
+from seedance.core.logs import configure_logging
+from seedance.core.settings import bus_settings, load_settings
+from seedance.core.tracing import configure_tracing
+from seedance.router.service import RouterService
+from seedance.router.settings import RouterSettings
+
+NAME = "router"
 
 
 def main() -> None:
-    raise SystemExit("not implemented yet")
+    settings = load_settings(RouterSettings, NAME)
+    configure_logging()
+    configure_tracing(NAME)
+    runtime = ServiceRuntime(NAME, bus_settings(NAME), http_port=settings.http_port)
+    service = RouterService(runtime, settings, WallClock())
+    asyncio.run(serve(service))
 
 
 if __name__ == "__main__":

@@ -9,16 +9,23 @@ from seedance.router.gateway.metrics import GatewayMetrics
 from seedance.router.gateway.outcomes import is_retryable, status_class
 from seedance.router.gateway.replicas import ReplicaPhase, WarmupReport
 from seedance.router.gateway.selection import (
+    ExplainingSelector,
+    FinishedRequest,
+    GatewayObserver,
     LeastOutstandingSelector,
     ReplicaSelector,
     ReplicaState,
+    RoutedRequest,
 )
 from seedance.router.gateway.server import GatewaySettings, ModelRoute, OipGateway
 from seedance.router.gateway.tensors import LayoutConversion, LayoutError
 from seedance.router.gateway.warmup import WarmupPolicy, latency_settled
 
 __all__ = [
+    "ExplainingSelector",
+    "FinishedRequest",
     "GatewayMetrics",
+    "GatewayObserver",
     "GatewaySettings",
     "LayoutConversion",
     "LayoutError",
@@ -28,6 +35,7 @@ __all__ = [
     "ReplicaPhase",
     "ReplicaSelector",
     "ReplicaState",
+    "RoutedRequest",
     "WarmupPolicy",
     "WarmupReport",
     "is_retryable",

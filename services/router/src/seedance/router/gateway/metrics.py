@@ -20,6 +20,8 @@ __all__ = ["OTHER", "DecisionReason", "GatewayMetrics", "LabelSet"]
 
 OTHER = "other"
 
+# The gateway's own reasons; an `ExplainingSelector` adds its own closed set (the policy's
+# `Reason` values), so the label stays bounded by the two sets together.
 DecisionReason = Literal["selected", "only_candidate", "failover", "no_ready_replica"]
 
 # Inference on CPU Triton is ~1–10 ms, on GPU LLMs seconds: buckets span 1 ms to 60 s.
@@ -141,7 +143,7 @@ class GatewayMetrics:
     def queued(self, *, model: str, duration_s: float) -> None:
         self._queue.labels(model=self.model_label(model)).observe(duration_s)
 
-    def decision(self, reason: DecisionReason) -> None:
+    def decision(self, reason: DecisionReason | str) -> None:
         self._decisions.labels(reason=reason).inc()
 
     def attempt(self, *, replica: str, status: StatusClass) -> None:

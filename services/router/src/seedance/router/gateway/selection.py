@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["LeastOutstandingSelector", "ReplicaSelector", "ReplicaState"]
+__all__ = [
+    "ExplainingSelector",
+    "FinishedRequest",
+    "GatewayObserver",
+    "LeastOutstandingSelector",
+    "ReplicaSelector",
+    "ReplicaState",
+    "RoutedRequest",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +46,54 @@ class ReplicaSelector(Protocol):
     """Chooses one of `replicas` (never empty) for a request to `model`."""
 
     def choose(self, model: str, replicas: Sequence[ReplicaState]) -> ReplicaState: ...
+
+
+@runtime_checkable
+class ExplainingSelector(Protocol):
+    """A selector that also says why: the reason (a small closed set) is the decision's metric
+    label and goes into the published decision, instead of the gateway's generic `selected`."""
+
+    def choose(self, model: str, replicas: Sequence[ReplicaState]) -> ReplicaState: ...
+
+    def choose_explained(
+        self, model: str, replicas: Sequence[ReplicaState]
+    ) -> tuple[ReplicaState, str]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoutedRequest:
+    """One inference request sent to one replica (a failover is a second `RoutedRequest`)."""
+
+    model: str
+    replica: str
+    reason: str
+    request_id: str
+    # 1 for the first replica tried, 2 for the first failover, ...
+    attempt: int
+    # The other replicas that could have taken it.
+    alternatives: tuple[str, ...]
+    # The gateway's monotonic clock at the decision.
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedRequest:
+    """One inference request answered (or failed) by the gateway."""
+
+    model: str
+    replica: str | None
+    status: str
+    duration_s: float
+
+
+@runtime_checkable
+class GatewayObserver(Protocol):
+    """Told about every inference decision and outcome, on the request path: it must only
+    record (append to a buffer, bump a counter), never block or do I/O."""
+
+    def routed(self, request: RoutedRequest) -> None: ...
+
+    def finished(self, request: FinishedRequest) -> None: ...
 
 
 class LeastOutstandingSelector:

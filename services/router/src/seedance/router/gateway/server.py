@@ -34,9 +34,16 @@ from prometheus_client import CollectorRegistry
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from seedance.router.gateway.metrics import DecisionReason, GatewayMetrics
-from seedance.router.gateway.outcomes import is_retryable, status_class
+from seedance.router.gateway.outcomes import StatusClass, is_retryable, status_class
 from seedance.router.gateway.replicas import CHANNEL_OPTIONS, Replica, ReplicaPhase
-from seedance.router.gateway.selection import LeastOutstandingSelector, ReplicaSelector
+from seedance.router.gateway.selection import (
+    ExplainingSelector,
+    FinishedRequest,
+    GatewayObserver,
+    LeastOutstandingSelector,
+    ReplicaSelector,
+    RoutedRequest,
+)
 from seedance.router.gateway.tensors import (
     LayoutConversion,
     LayoutError,
@@ -126,9 +133,12 @@ class OipGateway:
         registry: CollectorRegistry,
         selector: ReplicaSelector | None = None,
         monotonic_s: Callable[[], float] = time.monotonic,
+        observer: GatewayObserver | None = None,
     ) -> None:
         self._settings = settings
         self._selector: ReplicaSelector = selector or LeastOutstandingSelector()
+        self._explains = isinstance(self._selector, ExplainingSelector)
+        self._observer = observer
         self._monotonic_s = monotonic_s
         self._routes = {m.name: m for m in settings.models}
         self._metrics = GatewayMetrics(
@@ -312,9 +322,9 @@ class OipGateway:
             if r.phase is ReplicaPhase.READY and r.name not in tried
         ]
 
-    def _pick(self, model: str, tried: set[str]) -> Replica | None:
+    def _pick(self, model: str, tried: set[str], request_id: str | None = None) -> Replica | None:
         candidates = self._candidates(tried)
-        reason: DecisionReason
+        reason: DecisionReason | str
         if not candidates:
             # After failed attempts this is "retries exhausted", already counted as failovers.
             if not tried:
@@ -324,10 +334,26 @@ class OipGateway:
             chosen = candidates[0]
             reason = "failover" if tried else "only_candidate"
         else:
-            state = self._selector.choose(model, [r.state(model) for r in candidates])
+            states = [r.state(model) for r in candidates]
+            if self._explains:
+                state, why = self._selector.choose_explained(model, states)  # type: ignore[attr-defined]
+            else:
+                state, why = self._selector.choose(model, states), "selected"
             chosen = next(r for r in candidates if r.name == state.name)
-            reason = "failover" if tried else "selected"
+            reason = "failover" if tried else why
         self._metrics.decision(reason)
+        if self._observer is not None and request_id is not None:
+            self._observer.routed(
+                RoutedRequest(
+                    model=model,
+                    replica=chosen.name,
+                    reason=reason,
+                    request_id=request_id,
+                    attempt=len(tried) + 1,
+                    alternatives=tuple(r.name for r in candidates if r is not chosen),
+                    at_s=self._monotonic_s(),
+                )
+            )
         return chosen
 
     def _timeout_s(self, context: grpc.aio.ServicerContext) -> float:
@@ -345,12 +371,16 @@ class OipGateway:
         context: grpc.aio.ServicerContext,
         retry_safe: bool,
         on_first_send: Callable[[], None] | None = None,
+        request_id: str | None = None,
     ) -> tuple[Message, Replica]:
-        """Send `request` to a chosen replica, failing over while the failure is retryable."""
+        """Send `request` to a chosen replica, failing over while the failure is retryable.
+
+        `request_id` is given for inference requests only: those are what the observer sees.
+        """
         tried: set[str] = set()
         last: _Failed | None = None
         while len(tried) < self._settings.max_attempts:
-            replica = self._pick(model, tried)
+            replica = self._pick(model, tried, request_id)
             if replica is None:
                 break
             if on_first_send is not None and not tried:
@@ -400,6 +430,23 @@ class OipGateway:
                 return value if isinstance(value, str) else value.decode("utf-8", "replace")
         return None
 
+    def _done(
+        self,
+        *,
+        model: str,
+        replica: str | None,
+        status: StatusClass,
+        region: str | None,
+        duration_s: float,
+    ) -> None:
+        self._metrics.request_done(
+            model=model, replica=replica, status=status, region=region, duration_s=duration_s
+        )
+        if self._observer is not None:
+            self._observer.finished(
+                FinishedRequest(model=model, replica=replica, status=status, duration_s=duration_s)
+            )
+
     async def model_infer(
         self, request: service_pb2.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.ModelInferResponse:
@@ -426,12 +473,13 @@ class OipGateway:
                 context=context,
                 retry_safe=retry_safe,
                 on_first_send=queued,
+                request_id=request.id,
             )
             replica_name = replica.name
             if route is not None and route.output_layouts:
                 convert_response_layouts(response, route.output_layouts)
         except asyncio.CancelledError:
-            self._metrics.request_done(
+            self._done(
                 model=model,
                 replica=replica_name,
                 status="cancelled",
@@ -440,7 +488,7 @@ class OipGateway:
             )
             raise
         except _Failed as failure:
-            self._metrics.request_done(
+            self._done(
                 model=model,
                 replica=failure.replica,
                 status=status_class(failure.code),
@@ -449,7 +497,7 @@ class OipGateway:
             )
             await context.abort(failure.code, failure.details)
             raise AssertionError("unreachable: abort raises") from None
-        self._metrics.request_done(
+        self._done(
             model=model,
             replica=replica_name,
             status="ok",

@@ -1,0 +1,357 @@
+"""The router service: the OIP gateway wired to the forecaster, the policy and the bus.
+
+Owns the shell around the pure parts: it runs the `OipGateway` with a `ForecastSelector`, observes
+every routed request (arrivals for the forecaster, decisions for the bus, latencies for replica
+stats), ticks the `ForecastLoop` and publishes its `RoutingWeights` both as events and into the KV
+bucket ``seedance-router-weights`` (which every gateway of the fleet watches), retrains when
+`decide_retrain` says so (training off the event loop, versions in the object store, the latest
+loaded at start), and publishes `RoutingDecision`s in batches and `ReplicaStats` per window.
+
+Must not: publish on the request path. The observer only appends to bounded buffers; loops
+publish them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from nats.js.kv import KeyValue
+from prometheus_client import Counter, Gauge
+
+from seedance.core import Clock, Lifecycle, ServiceRuntime
+from seedance.core.kv import ensure_bucket
+from seedance.core.logs import get_logger
+from seedance.events import Event, new_event_id
+from seedance.events.routing import ReplicaStats, RoutingDecision, RoutingWeights
+from seedance.events.subjects import routing
+from seedance.router.decisions import PublishQueue
+from seedance.router.forecast import RetrainPolicy, train_forecast_model
+from seedance.router.forecasting import ForecastLoop
+from seedance.router.gateway import (
+    FinishedRequest,
+    GatewaySettings,
+    OipGateway,
+    RoutedRequest,
+)
+from seedance.router.model_store import ModelStore
+from seedance.router.policy import PredictiveSloPolicy
+from seedance.router.selector import ForecastSelector, default_policy_config
+from seedance.router.settings import RouterSettings, gateway_settings
+from seedance.router.weights import WeightTable, decode_table, encode_table, table_key
+
+__all__ = ["RouterMetrics", "RouterService"]
+
+_DEFAULT_RETRAIN = RetrainPolicy()
+log = get_logger(__name__)
+
+WEIGHTS_BUCKET = "seedance-router-weights"
+# Decisions per publish_many call: bounds one flush's latency.
+_FLUSH_MAX = 2_000
+
+
+class RouterMetrics:
+    def __init__(self, registry: Any) -> None:
+        self.events_published = Counter(
+            "seedance_router_events_published",
+            "Routing events published on the bus, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.decisions_dropped = Counter(
+            "seedance_router_decisions_dropped",
+            "Decision events dropped: the publish queue was full or the publish failed.",
+            registry=registry,
+        )
+        self.weight_updates = Counter(
+            "seedance_router_weight_updates",
+            "Weight tables installed in this gateway's selector, by source (local, watch).",
+            ["source"],
+            registry=registry,
+        )
+        self.retrains = Counter(
+            "seedance_router_forecast_retrains",
+            "Forecast model trainings, by the retraining decision's reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.model_generation = Gauge(
+            "seedance_router_forecast_model_generation",
+            "Generation of the forecast model in use (0: none).",
+            registry=registry,
+        )
+
+
+class _Window:
+    """One (model, replica)'s requests in the current stats window."""
+
+    __slots__ = ("durations_s", "requests")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.durations_s: list[float] = []
+
+
+class RouterService(Lifecycle):
+    def __init__(
+        self,
+        runtime: ServiceRuntime,
+        settings: RouterSettings,
+        clock: Clock,
+        *,
+        gateway: GatewaySettings | None = None,
+        retrain_policy: RetrainPolicy = _DEFAULT_RETRAIN,
+        drain_grace_s: float = 5.0,
+    ) -> None:
+        self._rt = runtime
+        self._settings = settings
+        self._clock = clock
+        self._drain_grace_s = drain_grace_s
+        self.metrics = RouterMetrics(runtime.registry)
+        gw_settings = gateway or gateway_settings(settings)
+        self._models = tuple(m.name for m in gw_settings.models)
+        # Epoch seconds that never go back: the epoch at start plus the monotonic clock since.
+        self._epoch0_s = clock.now().timestamp()
+        self._mono0_s = clock.monotonic()
+        self.selector = ForecastSelector(
+            PredictiveSloPolicy(default_policy_config(stale_after_s=settings.stale_after_s)),
+            now_s=self.now_s,
+        )
+        self.gateway = OipGateway(
+            gw_settings,
+            registry=runtime.registry,
+            selector=self.selector,
+            monotonic_s=clock.monotonic,
+            observer=self,
+        )
+        self.forecasts = ForecastLoop(
+            models=self._models,
+            replicas=tuple(gw_settings.replicas),
+            origin_s=float(np.floor(self._epoch0_s)),
+            history_max_s=settings.history_max_s,
+            retrain_policy=retrain_policy,
+        )
+        self.decisions: PublishQueue[tuple[str, Event]] = PublishQueue(
+            settings.decision_queue_size, on_drop=self.metrics.decisions_dropped.inc
+        )
+        self._windows: dict[tuple[str, str], _Window] = defaultdict(_Window)
+        self._kv: KeyValue | None = None
+        self._store: ModelStore | None = None
+        self._training: asyncio.Task[None] | None = None
+        runtime.loop(self._flush_loop)
+        runtime.loop(self._watch_loop)
+        runtime.loop(self._stats_loop)
+        if settings.forecast:
+            runtime.loop(self._forecast_loop)
+
+    def now_s(self) -> float:
+        return self._epoch0_s + (self._clock.monotonic() - self._mono0_s)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._rt.start()
+        self._kv = await ensure_bucket(self._rt.bus, WEIGHTS_BUCKET)
+        self._store = await ModelStore.open(self._rt.bus, self._settings.fleet)
+        if self._settings.forecast:
+            model = await self._store.latest()
+            if model is not None:
+                self.forecasts.install(model)
+                self.metrics.model_generation.set(model.version.generation)
+                log.info("forecast_model_loaded", model_id=model.version.model_id)
+        await self.gateway.start()
+
+    async def run(self) -> None:
+        await self._rt.run()
+
+    async def stop(self) -> None:
+        """Drain: stop taking requests (in-flight ones get the grace), then stop the loops."""
+        await self.gateway.stop(self._drain_grace_s)
+        await self._rt.stop()
+
+    async def close(self) -> None:
+        await self.stop()
+        if self._training is not None:
+            self._training.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._training
+        with contextlib.suppress(Exception):
+            await self._flush()  # what the request path queued before the drain
+        await self._rt.close()
+
+    # -- observer (request path: record only) ------------------------------------------------
+
+    def routed(self, request: RoutedRequest) -> None:
+        if request.model not in self._models:
+            return
+        self.forecasts.observe_arrival(request.model, request.replica, self.now_s())
+        self._windows[(request.model, request.replica)].requests += 1
+        event = RoutingDecision(
+            id=new_event_id(),
+            at=self._clock.now(),
+            model=request.model,
+            request_id=request.request_id,
+            replica=request.replica,
+            reason=request.reason,
+            alternatives=list(request.alternatives),
+        )
+        self.decisions.offer((routing.subject(request.model, "decision"), event))
+
+    def finished(self, request: FinishedRequest) -> None:
+        if request.model not in self._models or request.replica is None:
+            return
+        self._windows[(request.model, request.replica)].durations_s.append(request.duration_s)
+
+    # -- loops -------------------------------------------------------------------------------
+
+    async def _flush(self) -> None:
+        while batch := self.decisions.drain(_FLUSH_MAX):
+            try:
+                await self._rt.bus.publish_many(batch)
+            except Exception as exc:  # the bus reconnects; these records are lost, counted
+                self.metrics.decisions_dropped.inc(len(batch))
+                log.warning("decisions_publish_failed", count=len(batch), error=repr(exc))
+                return
+            self.metrics.events_published.labels("decision").inc(len(batch))
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._clock.sleep(self._settings.decision_flush_s)
+            await self._flush()
+
+    async def _forecast_loop(self) -> None:
+        while True:
+            await self._clock.sleep(self._settings.forecast_interval_s)
+            now_s = self.now_s()
+            # In flight per replica over all models: replicas share their CPU/GPU across models.
+            in_flight = self.gateway.outstanding()
+            tables = self.forecasts.tick(now_s, dict.fromkeys(self._models, in_flight))
+            if tables:
+                await self._publish_tables(tables)
+            self._maybe_retrain(now_s)
+
+    async def _publish_tables(self, tables: Sequence[WeightTable]) -> None:
+        assert self._kv is not None
+        events: list[tuple[str, Event]] = []
+        for table in tables:
+            if self.selector.update(table):
+                self.metrics.weight_updates.labels("local").inc()
+            events.append(
+                (
+                    routing.subject(table.model, "weights"),
+                    RoutingWeights(
+                        id=new_event_id(),
+                        at=self._clock.now(),
+                        model=table.model,
+                        weights=table.weights,
+                        reason=f"forecast:{table.model_id}",
+                        forecast_at=table.made_at_s,
+                    ),
+                )
+            )
+        try:
+            for table in tables:
+                await self._kv.put(
+                    table_key(self._settings.fleet, table.model), encode_table(table)
+                )
+            await self._rt.bus.publish_many(events)
+        except Exception as exc:  # next tick publishes fresher weights anyway
+            log.warning("weights_publish_failed", error=repr(exc))
+            return
+        self.metrics.events_published.labels("weights").inc(len(events))
+
+    def _maybe_retrain(self, now_s: float) -> None:
+        if self._training is not None and not self._training.done():
+            return
+        decision = self.forecasts.retrain_decision(now_s)
+        if not decision.retrain:
+            return
+        assert decision.train_from_s is not None
+        assert decision.train_until_s is not None
+        self.forecasts.last_retrain_s = now_s  # also when training fails: no thrashing
+        self._training = asyncio.create_task(
+            self._retrain(decision.train_from_s, decision.train_until_s, str(decision.reason)),
+            name="router-retrain",
+        )
+
+    async def _retrain(self, from_s: float, until_s: float, reason: str) -> None:
+        assert self._store is not None
+        history = self.forecasts.training_history(from_s, until_s)
+        generation = self.forecasts.next_generation
+        try:
+            # ~0.3 s per hour of history on one thread: off the event loop.
+            model = await asyncio.to_thread(
+                train_forecast_model,
+                history,
+                origin_s=from_s,
+                until_s=until_s,
+                generation=generation,
+            )
+            await self._store.put(model)
+        except Exception as exc:
+            log.warning("forecast_retrain_failed", reason=reason, error=repr(exc))
+            return
+        self.forecasts.install(model)
+        self.metrics.retrains.labels(reason).inc()
+        self.metrics.model_generation.set(model.version.generation)
+        log.info("forecast_model_retrained", model_id=model.version.model_id, reason=reason)
+
+    async def _watch_loop(self) -> None:
+        """Install the fleet's weight tables as they land in KV (ours and other gateways')."""
+        assert self._kv is not None
+        watcher = await self._kv.watch(f"{self._settings.fleet}.*")
+        try:
+            async for entry in watcher:
+                if entry is None or not entry.value or entry.operation is not None:
+                    continue  # the end-of-history marker, deletes and purges
+                try:
+                    table = decode_table(entry.value)
+                except ValueError as exc:
+                    log.warning("weights_unreadable", key=entry.key, error=str(exc))
+                    continue
+                if self.selector.update(table):
+                    self.metrics.weight_updates.labels("watch").inc()
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+
+    async def _stats_loop(self) -> None:
+        window_s = self._settings.stats_window_s
+        while True:
+            await self._clock.sleep(window_s)
+            windows, self._windows = self._windows, defaultdict(_Window)
+            in_flight = self.gateway.outstanding()
+            events: list[tuple[str, Event]] = []
+            for (model, replica), w in sorted(windows.items()):
+                p95_ms = (
+                    float(np.percentile(w.durations_s, 95, method="inverted_cdf")) * 1000.0
+                    if w.durations_s
+                    else None
+                )
+                events.append(
+                    (
+                        routing.subject(model, "stats"),
+                        ReplicaStats(
+                            id=new_event_id(),
+                            at=self._clock.now(),
+                            model=model,
+                            replica=replica,
+                            window_s=window_s,
+                            requests=w.requests,
+                            outstanding=in_flight.get(replica, 0),
+                            p95_latency_ms=p95_ms,
+                        ),
+                    )
+                )
+            if not events:
+                continue
+            try:
+                await self._rt.bus.publish_many(events)
+            except Exception as exc:
+                log.warning("stats_publish_failed", error=repr(exc))
+                continue
+            self.metrics.events_published.labels("stats").inc(len(events))

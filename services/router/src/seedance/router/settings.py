@@ -1,0 +1,117 @@
+"""The router's settings (``SEEDANCE_ROUTER_*``) and their translation into gateway settings.
+
+Owns: the environment-facing settings struct and the parsing of its list-valued strings
+(replicas, models, layouts, regions) into the gateway's typed `GatewaySettings`. Must not start
+anything; `main()` loads the struct, `RouterService` consumes it.
+
+List values are comma-separated strings rather than JSON so that a manifest can write them by
+hand: ``SEEDANCE_ROUTER_REPLICAS="triton-0=10.0.0.5:8001,triton-1=10.0.0.6:8001"``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from seedance.events.tokens import check_token
+from seedance.router.gateway import GatewaySettings, LayoutConversion, ModelRoute
+
+__all__ = ["RouterSettings", "gateway_settings", "parse_layouts", "parse_replicas"]
+
+
+class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
+    #: Where the OIP gRPC gateway listens.
+    listen_address: str = "0.0.0.0:8001"
+    #: ``name=host:port,...``: replica names are metric labels, so keep them few and stable.
+    replicas: str = ""
+    #: Comma-separated model names (the metric label set; others count as ``other``).
+    models: str = ""
+    #: ``model/tensor=CLIENT:BACKEND,...`` for inputs, e.g. ``resnet/image=NHWC:NCHW``.
+    input_layouts: str = ""
+    #: The same for outputs: converted BACKEND -> CLIENT on the way back.
+    output_layouts: str = ""
+    #: Comma-separated client regions (closed label set) and the header that carries them.
+    regions: str = ""
+    region_header: str = "x-seedance-region"
+    #: Router fleet: gateways of one fleet share weights (KV keys ``<fleet>.<model>``) and model
+    #: versions (object names ``<fleet>/...``).
+    fleet: str = "default"
+    #: This gateway computes forecasts and publishes weights; others only watch the bucket.
+    forecast: bool = True
+    forecast_interval_s: float = 1.0
+    #: A forecast older than this is stale: the selector falls back to least-outstanding.
+    stale_after_s: float = 5.0
+    #: Window of each published ReplicaStats.
+    stats_window_s: float = 10.0
+    #: Arrivals kept in memory for retraining (the newest win).
+    history_max_s: float = 6 * 3600.0
+    #: Decisions waiting to be published; beyond this they are dropped (and counted).
+    decision_queue_size: int = 10_000
+    decision_flush_s: float = 0.1
+    max_attempts: int = 3
+    default_timeout_s: float = 60.0
+    http_port: int = 9403
+
+    def __post_init__(self) -> None:
+        if self.stale_after_s <= 0 or self.forecast_interval_s <= 0:
+            raise ValueError("stale_after_s and forecast_interval_s must be > 0")
+        if self.decision_queue_size < 1:
+            raise ValueError("decision_queue_size must be >= 1")
+        # The fleet is a KV key token and an object-name prefix.
+        check_token("fleet", self.fleet)
+
+
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def parse_replicas(text: str) -> dict[str, str]:
+    """``a=host:port,b=host:port`` -> ``{"a": "host:port", ...}``; refuses duplicates."""
+    replicas: dict[str, str] = {}
+    for item in _items(text):
+        name, sep, address = item.partition("=")
+        if not sep or not name.strip() or ":" not in address:
+            raise ValueError(f"replica {item!r} is not name=host:port")
+        if name.strip() in replicas:
+            raise ValueError(f"replica {name.strip()!r} given twice")
+        replicas[name.strip()] = address.strip()
+    return replicas
+
+
+def parse_layouts(text: str) -> dict[str, tuple[LayoutConversion, ...]]:
+    """``model/tensor=CLIENT:BACKEND,...`` -> per model, its conversions."""
+    out: dict[str, list[LayoutConversion]] = {}
+    for item in _items(text):
+        target, sep, layouts = item.partition("=")
+        model, slash, tensor = target.partition("/")
+        client, colon, backend = layouts.partition(":")
+        if not (sep and slash and colon and model and tensor and client and backend):
+            raise ValueError(f"layout {item!r} is not model/tensor=CLIENT:BACKEND")
+        out.setdefault(model.strip(), []).append(
+            LayoutConversion(
+                tensor=tensor.strip(),
+                client_layout=client.strip().upper(),
+                backend_layout=backend.strip().upper(),
+            )
+        )
+    return {model: tuple(conversions) for model, conversions in out.items()}
+
+
+def gateway_settings(settings: RouterSettings) -> GatewaySettings:
+    inputs = parse_layouts(settings.input_layouts)
+    outputs = parse_layouts(settings.output_layouts)
+    models = _items(settings.models)
+    unknown = (set(inputs) | set(outputs)) - set(models)
+    if unknown:
+        raise ValueError(f"layouts name models not in SEEDANCE_ROUTER_MODELS: {sorted(unknown)}")
+    return GatewaySettings(
+        replicas=parse_replicas(settings.replicas),
+        listen_address=settings.listen_address,
+        models=tuple(
+            ModelRoute(name=m, input_layouts=inputs.get(m, ()), output_layouts=outputs.get(m, ()))
+            for m in models
+        ),
+        regions=tuple(_items(settings.regions)),
+        region_header=settings.region_header,
+        max_attempts=settings.max_attempts,
+        default_timeout_s=settings.default_timeout_s,
+    )

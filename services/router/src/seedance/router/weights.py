@@ -1,0 +1,81 @@
+"""The routing table gateways share: per model, each replica's forecast load and weight.
+
+Owns: `WeightTable` (what the forecasting gateway writes into the KV bucket
+``seedance-router-weights`` under ``<fleet>.<model>`` and every gateway of the fleet watches),
+its encoding, `weights_from_load` (the traffic share each replica should take) and the
+translation of a table into the policy's `Forecast`. Pure: no bus, no clock.
+
+Why a table and not only the `RoutingWeights` event: the predictive policy needs each replica's
+forecast arrival rate, not just a share, to weigh it against the requests in flight; the event on
+the bus carries the shares for dashboards and other consumers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from seedance.router.policy import Forecast, ReplicaForecast
+
+__all__ = [
+    "WeightTable",
+    "decode_table",
+    "encode_table",
+    "table_forecast",
+    "table_key",
+    "weights_from_load",
+]
+
+
+class WeightTable(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    #: When the forecast was made (UTC epoch seconds): freshness is judged against it.
+    made_at_s: float
+    #: The forecast model version that produced it.
+    model_id: str
+    #: Share of new traffic each replica should take (sums to 1).
+    weights: dict[str, float]
+    #: Forecast requests per second, next 5 s and next 30 s.
+    qps_5s: dict[str, float]
+    qps_30s: dict[str, float]
+
+
+def table_key(fleet: str, model: str) -> str:
+    return f"{fleet}.{model}"
+
+
+def encode_table(table: WeightTable) -> bytes:
+    return msgspec.json.encode(table)
+
+
+def decode_table(data: bytes) -> WeightTable:
+    return msgspec.json.decode(data, type=WeightTable)
+
+
+def weights_from_load(load: Mapping[str, float]) -> dict[str, float]:
+    """Shares inversely proportional to ``1 + load`` (load: in flight now + forecast arrivals in
+    the next 5 s), so a replica forecast to be busy is asked to take less; equal loads give
+    equal shares. The ``1 +`` keeps an idle replica from taking everything."""
+    if not load:
+        return {}
+    inverse = {name: 1.0 / (1.0 + max(value, 0.0)) for name, value in load.items()}
+    total = sum(inverse.values())
+    return {name: value / total for name, value in inverse.items()}
+
+
+def table_forecast(table: WeightTable) -> Forecast:
+    """The policy's view of a table. No KV telemetry reaches the router yet, so the KV fields are
+    0 (the policy then ranks on requests in flight and forecast arrivals only)."""
+    return Forecast(
+        made_at_s=table.made_at_s,
+        replicas={
+            name: ReplicaForecast(
+                qps_5s=table.qps_5s.get(name, 0.0),
+                qps_30s=table.qps_30s.get(name, 0.0),
+                kv_used_tokens_5s=0.0,
+                kv_used_tokens_30s=0.0,
+            )
+            for name in table.weights
+        },
+    )

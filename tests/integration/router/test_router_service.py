@@ -1,0 +1,233 @@
+"""The router service end to end: real nats-server, two real Triton servers, real gRPC clients.
+
+Requests go client -> RouterService's gateway -> Triton; decisions, weights and replica stats
+must arrive on the bus, weights in the KV bucket, and a second gateway of the same fleet must
+route on them through its KV watch. Without a forecast model the selector falls back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from nats.js.errors import KeyNotFoundError
+from prometheus_client import CollectorRegistry
+from tritonclient.grpc import InferInput
+from tritonclient.grpc import aio as triton_aio
+
+from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
+from seedance.core.kv import ensure_bucket
+from seedance.events import decode
+from seedance.events.routing import ReplicaStats, RoutingDecision, RoutingWeights
+from seedance.router.forecast import ArrivalHistory, train_forecast_model
+from seedance.router.gateway import ModelRoute, WarmupPolicy
+from seedance.router.model_store import ModelStore
+from seedance.router.service import RouterService
+from seedance.router.settings import RouterSettings, gateway_settings
+from seedance.router.weights import decode_table
+
+pytestmark = pytest.mark.slow
+
+WARMUP = WarmupPolicy(window=3, tolerance=0.5, min_requests=6, max_requests=30)
+
+
+def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    value = registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def eventually(check: Callable[[], Any], *, timeout_s: float = 20.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not await check():  # noqa: ASYNC110 - waits on server and service state
+            await asyncio.sleep(0.05)
+
+
+def _model(generation: int = 1) -> Any:
+    rng = np.random.default_rng(generation)
+    t0 = 1_700_000_000.0
+    arrivals = t0 + np.sort(rng.uniform(0.0, 400.0, rng.poisson(4.0 * 400)))
+    zeros = np.zeros(len(arrivals))
+    return train_forecast_model(
+        ArrivalHistory(arrival_s=arrivals, context_tokens=zeros, generated_tokens=zeros),
+        origin_s=t0,
+        until_s=t0 + 400.0,
+        generation=generation,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_router(
+    nats_url: str, tritons: dict[str, Any], **overrides: Any
+) -> AsyncIterator[RouterService]:
+    settings = RouterSettings(
+        listen_address="127.0.0.1:0",
+        replicas=f"a={tritons['a'].address},b={tritons['b'].address}",
+        models="echo",
+        forecast_interval_s=0.2,
+        stats_window_s=0.5,
+        **overrides,
+    )
+    gw = dataclasses.replace(
+        gateway_settings(settings),
+        models=(ModelRoute(name="echo"),),
+        warmup=WARMUP,
+        probe_interval_s=0.2,
+    )
+    runtime = ServiceRuntime("router", BusSettings(url=nats_url, name="test-router"))
+    service = RouterService(runtime, settings, WallClock(), gateway=gw)
+    await service.start()
+    task = asyncio.create_task(service.run())
+    try:
+        await service.gateway.wait_ready(timeout_s=60)
+        yield service
+    finally:
+        await service.stop()
+        await task
+        await service.close()
+
+
+async def _echo(address: str, n: int) -> None:
+    async with triton_aio.InferenceServerClient(address) as client:
+        for i in range(n):
+            x = InferInput("x_fp32", [1, 4], "FP32")
+            x.set_data_from_numpy(np.full((1, 4), i, dtype=np.float32))
+            y = InferInput("x_int64", [1, 4], "INT64")
+            y.set_data_from_numpy(np.full((1, 4), i, dtype=np.int64))
+            z = InferInput("x_bytes", [1, 4], "BYTES")
+            z.set_data_from_numpy(np.array([[b"a", b"b", b"c", b"d"]], dtype=np.object_))
+            result = await client.infer("echo", [x, y, z], request_id=f"r{i}")
+            assert result.as_numpy("y_fp32").tolist() == [[float(i)] * 4]
+
+
+async def test_model_round_trips_through_the_object_store(bus: Bus, unique: str) -> None:
+    store = await ModelStore.open(bus, f"fleet-{unique}")
+    assert await store.latest() is None
+    first, second = _model(1), _model(2)
+    await store.put(second)
+    await store.put(first)  # stored later, but an older generation
+    assert len(await store.names()) == 2
+    loaded = await store.latest()
+    assert loaded is not None
+    assert loaded.version == second.version
+    row = second.new_feature_builder(origin_s=0.0).row_at(120.0)
+    assert loaded.predict(row).values == second.predict(row).values
+
+
+async def test_router_publishes_decisions_weights_and_stats_and_shares_weights(
+    nats_url: str, tritons: dict[str, Any], bus: Bus, unique: str
+) -> None:
+    fleet = f"fleet-{unique}"
+    model = _model(3)
+    await (await ModelStore.open(bus, fleet)).put(model)
+    received: list[Any] = []
+
+    async def collect(msg: Any) -> None:
+        received.append(decode(msg.data))
+
+    sub = await bus.nc.subscribe("seedance.routing.echo.>", cb=collect)
+    try:
+        async with running_router(nats_url, tritons, fleet=fleet) as router:
+            # The model stored before start is the one that forecasts.
+            assert router.forecasts.model is not None
+            assert router.forecasts.model.version == model.version
+
+            async def table_in_kv() -> bool:
+                kv = await ensure_bucket(bus, "seedance-router-weights")
+                try:
+                    entry = await kv.get(f"{fleet}.echo")
+                except KeyNotFoundError:
+                    return False
+                return decode_table(entry.value or b"").model_id == model.version.model_id
+
+            await eventually(table_in_kv)
+            await _echo(router.gateway.address, 20)
+            reg = router._rt.registry
+
+            def mine(kind: type) -> list[Any]:
+                return [e for e in received if isinstance(e, kind)]
+
+            async def events_arrived() -> bool:
+                decisions = [d for d in mine(RoutingDecision) if d.request_id.startswith("r")]
+                # Stats come per window: wait until the windows holding all 20 are published.
+                stats_requests = sum(s.requests for s in mine(ReplicaStats))
+                return len(decisions) >= 20 and stats_requests >= 20
+
+            await eventually(events_arrived)
+            decisions = [d for d in mine(RoutingDecision) if d.request_id.startswith("r")]
+            assert {d.request_id for d in decisions} >= {f"r{i}" for i in range(20)}
+            assert {d.replica for d in decisions} <= {"a", "b"}
+            assert {d.reason for d in decisions} == {"predicted_slo"}
+            assert _sample(reg, "seedance_router_decisions_total", reason="predicted_slo") >= 20
+            weights = [w for w in mine(RoutingWeights) if w.reason.endswith(model.version.model_id)]
+            assert weights
+            assert set(weights[-1].weights) == {"a", "b"}
+            assert sum(weights[-1].weights.values()) == pytest.approx(1.0)
+            assert {s.replica for s in mine(ReplicaStats)} <= {"a", "b"}
+
+            # A second gateway of the fleet computes nothing and routes on the shared weights.
+            async with running_router(nats_url, tritons, fleet=fleet, forecast=False) as follower:
+                assert follower.forecasts.model is None
+
+                async def follower_has_weights() -> bool:
+                    table = follower.selector.table("echo")
+                    return table is not None and table.model_id == model.version.model_id
+
+                await eventually(follower_has_weights)
+                assert (
+                    _sample(
+                        follower._rt.registry,
+                        "seedance_router_weight_updates_total",
+                        source="watch",
+                    )
+                    >= 1
+                )
+                await _echo(follower.gateway.address, 5)
+                assert (
+                    _sample(
+                        follower._rt.registry,
+                        "seedance_router_decisions_total",
+                        reason="predicted_slo",
+                    )
+                    >= 5
+                )
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_router_without_a_forecast_falls_back(
+    nats_url: str, tritons: dict[str, Any], bus: Bus, unique: str
+) -> None:
+    fleet = f"fleet-{unique}"
+    received: list[RoutingDecision] = []
+
+    async def collect(msg: Any) -> None:
+        event = decode(msg.data)
+        if isinstance(event, RoutingDecision) and event.request_id.startswith("r"):
+            received.append(event)
+
+    sub = await bus.nc.subscribe("seedance.routing.echo.decision", cb=collect)
+    try:
+        async with running_router(nats_url, tritons, fleet=fleet) as router:
+            assert router.forecasts.model is None
+            await _echo(router.gateway.address, 8)
+
+            async def arrived() -> bool:
+                return len(received) >= 8
+
+            await eventually(arrived)
+            assert {d.reason for d in received} == {"fallback_no_forecast"}
+            reg = router._rt.registry
+            assert (
+                _sample(reg, "seedance_router_decisions_total", reason="fallback_no_forecast") >= 8
+            )
+            assert router.selector.table("echo") is None
+            kv = await ensure_bucket(bus, "seedance-router-weights")
+            with pytest.raises(KeyNotFoundError):
+                await kv.get(f"{fleet}.echo")
+    finally:
+        await sub.unsubscribe()
