@@ -155,10 +155,14 @@ def evaluate_budget(budget: Budget, points: Iterable[SpendPoint], now_ms: int) -
     plan_now = plan_usd_micro(budget, now_ms)
     if now_ms <= budget.period_start_ms:
         return BudgetDecision(
-            tenant=budget.tenant, at_ms=now_ms, status="not_started",
-            plan_to_date_usd_micro=0, spend_to_date_usd_micro=0,
-            forecast_usd_micro=0, deviation_ppm=0,
-        )  # fmt: skip
+            tenant=budget.tenant,
+            at_ms=now_ms,
+            status="not_started",
+            plan_to_date_usd_micro=0,
+            spend_to_date_usd_micro=0,
+            forecast_usd_micro=0,
+            deviation_ppm=0,
+        )
     horizon = min(now_ms, budget.period_end_ms)
     since = max(budget.period_start_ms, horizon - budget.lookback_ms)
     elapsed = horizon - since
