@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib import resources
@@ -150,10 +150,13 @@ class PriceBook:
             memory, MIG_MEMORY_SLICES
         )
 
-    def assumptions(self) -> list[str]:
-        """Human lines naming every figure in this book that is an assumption."""
+    def assumptions(self, models: Iterable[str] | None = None) -> list[str]:
+        """Human lines naming every figure of this book (or of ``models``) that is assumed."""
         out = []
+        wanted = set(self.gpus if models is None else models)
         for model, gpu in sorted(self.gpus.items()):
+            if model not in wanted:
+                continue
             if gpu.price_assumed:
                 out.append(f"price of {model} is a configured assumption ({gpu.source})")
             peak = gpu.peak or PEAK_TFLOPS.get(model)
