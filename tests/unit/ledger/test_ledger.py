@@ -393,3 +393,38 @@ def test_recompute_is_independent_of_window_close_order(book):
         led.apply_many(events[chunk : chunk + 50])
         led.advance(as_of)  # close everything early: later facts become adjustments
     assert led.totals() == recompute(events, book, as_of, config)
+
+
+def test_retention_bounds_the_snapshot_and_counts_facts_too_late(book):
+    events, as_of = random_stream(11)
+    ordered = sorted(events, key=lambda e: getattr(e, "at_ms", getattr(e, "start_ms", 0)))
+    keep_all = LedgerConfig(window_s=900, lateness_s=0)
+    sealed = LedgerConfig(window_s=900, lateness_s=0, retention_windows=4)
+    a, b = Ledger(book, keep_all), Ledger(book, sealed)
+    for chunk in range(0, len(ordered), 40):
+        batch = ordered[chunk : chunk + 40]
+        now = max(getattr(e, "at_ms", getattr(e, "start_ms", 0)) for e in batch)
+        for led in (a, b):
+            led.apply_many(batch)
+            led.advance(now)
+            led.confirm_published(
+                o.entry_id if isinstance(o, CostEntry) else o.report_id
+                for o in led.pending_outputs()
+            )
+        b = Ledger.from_bytes(b.to_bytes(), book)  # sealed totals survive a restart
+    for led in (a, b):
+        led.advance(as_of)
+        led.confirm_published(
+            o.entry_id if isinstance(o, CostEntry) else o.report_id for o in led.pending_outputs()
+        )
+    assert len(b.to_bytes()) < len(a.to_bytes()) / 2
+    assert a.late_facts == 0
+    assert a.totals() == recompute(events, book, as_of, keep_all)
+    # what was not late is charged exactly as without retention: idle and GPU-time add up
+    assert b.totals().total.gpu_hours_micro == a.totals().total.gpu_hours_micro
+    late = GpuSample(event_id="late", node="node-0", gpu_index=0, at_ms=0, activity=0.5)
+    before, late_before = b.totals(), b.late_facts
+    assert b.apply(late) is False
+    assert b.late_facts == late_before + 1
+    b.advance(as_of)
+    assert b.totals() == before

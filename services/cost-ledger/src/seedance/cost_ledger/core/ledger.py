@@ -243,6 +243,10 @@ class LedgerConfig(msgspec.Struct, frozen=True, kw_only=True):
     window_s: int = 300
     lateness_s: int = 60
     default_tier: PricingTier = "on_demand"
+    # Closed windows kept re-computable for late facts; older ones are sealed and their
+    # per-window state dropped, which bounds the snapshot. None keeps everything (exact for
+    # any lateness); a fact for a sealed window is counted in ``late_facts``, never applied.
+    retention_windows: int | None = None
 
     @property
     def window_ms(self) -> int:
@@ -271,6 +275,9 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     emitted: list[tuple[str, int, str, str, int, Amounts]]
     reported: list[tuple[str, int]]
     outbox: list[CostEntry | JobCostReport]
+    sealed_until: int | None = None
+    late_facts: int = 0
+    sealed_totals: LedgerTotals | None = None
 
 
 @dataclass(slots=True)
@@ -299,7 +306,8 @@ class _Line:
         )
 
 
-_ENCODER = msgspec.msgpack.Encoder()
+# Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
+_ENCODER = msgspec.msgpack.Encoder(order="deterministic")
 _SNAPSHOT_DECODER = msgspec.msgpack.Decoder(_Snapshot)
 _SNAPSHOT_VERSION = 1
 
@@ -324,12 +332,18 @@ class Ledger:
         self._sample_gpus: dict[tuple[str, int], set[int]] = defaultdict(set)
         self._first_window: int | None = None
         self._closed_until: int | None = None
+        self._sealed_until: int | None = None
+        self._sealed_totals = LedgerTotals()  # what sealed (dropped) lines added up to
+        self.late_facts = 0
         self._dirty: set[tuple[str, int]] = set()
         # emitted[(node, window)][(kind, key)] = (revisions so far, amounts emitted so far)
         self._emitted: dict[tuple[str, int], dict[tuple[str, str], tuple[int, Amounts]]] = {}
         self._reported: dict[str, int] = {}
         self._outbox: list[LedgerOutput] = []
         self._totals = LedgerTotals()
+        self._rate_cache: dict[tuple[str, PricingTier], tuple[Fraction, Fraction]] = {}
+        self._idle_cache: dict[tuple[str, str, int, int], Amounts] = {}
+        self._usd_per_mj = book.usd_per_mj()
 
     # ------------------------------------------------------------------------ applying facts
 
@@ -368,6 +382,9 @@ class Ledger:
                 self._mark_dirty(p.node, window_of(p.start_ms, w_ms), None)
         else:
             w = window_of(event.at_ms, w_ms)
+            if self._sealed_until is not None and w < self._sealed_until:
+                self.late_facts += 1  # its window is sealed: remembered as seen, not charged
+                return False
             ppm = round(Fraction(repr(event.activity)) * 1_000_000)
             key = (event.node, event.gpu_index, w)
             self._samples.setdefault(key, {})[event.event_id] = (ppm, event.energy_mj, event.at_ms)
@@ -428,6 +445,9 @@ class Ledger:
         """Windows already closed that a new fact may change must be recomputed."""
         if self._closed_until is None:
             return
+        if self._sealed_until is not None and start_w < self._sealed_until:
+            self.late_facts += 1  # only its effect on windows still open to change is applied
+            start_w = self._sealed_until
         stop = self._closed_until if end_w is None else min(end_w, self._closed_until)
         for w in range(start_w, stop):
             self._dirty.add((node, w))
@@ -463,7 +483,27 @@ class Ledger:
             self._closed_until = max(target, start)
         out.extend(self._job_reports(touched_jobs))
         self._outbox.extend(out)
+        self._seal()
         return out
+
+    def _seal(self) -> None:
+        """Drop per-window state of windows older than the retention (see LedgerConfig)."""
+        keep = self.config.retention_windows
+        if keep is None or self._closed_until is None:
+            return
+        until = self._closed_until - keep
+        if self._sealed_until is not None and until <= self._sealed_until:
+            return
+        self._sealed_until = until
+        for key in [k for k in self._emitted if k[1] < until]:
+            for (kind, job), (_, amounts) in self._emitted.pop(key).items():
+                self._count_line(key[0], kind, job, amounts, self._sealed_totals)
+        for key in [k for k in self._samples if k[2] < until]:
+            del self._samples[key]
+        for key in [k for k in self._sample_gpus if k[1] < until]:
+            del self._sample_gpus[key]
+        for w in [w for w in self._sample_nodes if w < until]:
+            del self._sample_nodes[w]
 
     def _nodes_in_window(self, w: int) -> set[str]:
         a, b = window_bounds_ms(w, self.config.window_ms)
@@ -566,6 +606,24 @@ class Ledger:
             p = self._placements[aid]
             for g in p.gpu_indices:
                 per_gpu[g].append((p, self._fraction(p), t))
+        idle_key = ("idle", "")
+        if not per_gpu and info is not None and (node, w) not in self._sample_gpus:
+            # An untouched node: all idle. Memoised, since a fleet has many identical ones.
+            capacity = b - max(a, info.at_ms)
+            key = (info.gpu_model, info.pricing_tier, info.gpu_count, capacity)
+            amounts = self._idle_cache.get(key)
+            if amounts is None:
+                rate, list_rate = self._rates(info.gpu_model, info.pricing_tier)
+                gpu_ms = info.gpu_count * capacity
+                line = _Line(tenant="", gpu_model=info.gpu_model, gpu_ms=Fraction(gpu_ms))
+                line.cost, line.list_cost = rate * gpu_ms, list_rate * gpu_ms
+                amounts = self._idle_cache[key] = line.rounded()
+            if amounts.is_zero():
+                return {}, {}
+            return (
+                {idle_key: (amounts.copy(), None, "", info.gpu_model)},
+                {idle_key: (info.event_id,)},
+            )
         gpus = set(per_gpu)
         if info is not None:
             gpus.update(range(info.gpu_count))
@@ -573,17 +631,22 @@ class Ledger:
 
         lines: dict[tuple[str, str], _Line] = {}
         sources: dict[tuple[str, str], set[str]] = defaultdict(set)
-        idle_key = ("idle", "")
         energy_billed = self.book.energy_billed(tier)
-        usd_per_mj = self.book.usd_per_mj()
+        usd_per_mj = self._usd_per_mj
         node_model = info.gpu_model if info else None
+        sample_gpus = self._sample_gpus.get((node, w), ())
+        # Most GPUs of a fleet sit untouched in a window: their whole capacity is idle, so
+        # they are counted here and priced once below instead of GPU by GPU (same result).
+        untouched = 0
         for g in sorted(gpus):
             allocs = per_gpu.get(g, [])
             model = node_model or (allocs[0][0].gpu_model if allocs else None)
             if model is None:
                 continue
-            rate = self.book.usd_per_gpu_hour(model, tier) / MS_PER_HOUR
-            list_rate = self.book.usd_per_gpu_hour(model, "on_demand") / MS_PER_HOUR
+            if not allocs and g not in sample_gpus and info is not None and g < info.gpu_count:
+                untouched += 1
+                continue
+            rate, list_rate = self._rates(model, tier)
             samples = self._samples.get((node, g, w), {})
             u: Fraction | None = None
             energy = 0
@@ -653,6 +716,17 @@ class Ledger:
                 sources[idle_key].update(samples)
             sources[idle_key].add(info.event_id)
 
+        if untouched and info is not None and node_model is not None:  # untouched implies info
+            rate, list_rate = self._rates(node_model, tier)
+            idle_ms = untouched * (b - max(a, info.at_ms))
+            line = lines.get(idle_key)
+            if line is None:
+                line = lines[idle_key] = _Line(tenant="", gpu_model=node_model)
+            line.gpu_ms += idle_ms
+            line.cost += rate * idle_ms
+            line.list_cost += list_rate * idle_ms
+            sources[idle_key].add(info.event_id)
+
         result = {}
         for key, line in lines.items():
             activity = (
@@ -660,6 +734,17 @@ class Ledger:
             )
             result[key] = (line.rounded(), activity, line.tenant, line.gpu_model)
         return result, {k: tuple(sorted(v)) for k, v in sources.items()}
+
+    def _rates(self, model: str, tier: PricingTier) -> tuple[Fraction, Fraction]:
+        """$/GPU-ms at the tier and at list price, memoised (the book is immutable)."""
+        key = (model, tier)
+        rates = self._rate_cache.get(key)
+        if rates is None:
+            rates = self._rate_cache[key] = (
+                self.book.usd_per_gpu_hour(model, tier) / MS_PER_HOUR,
+                self.book.usd_per_gpu_hour(model, "on_demand") / MS_PER_HOUR,
+            )
+        return rates
 
     def _fraction(self, p: Placement) -> Fraction:
         if p.kind == "whole":
@@ -713,8 +798,16 @@ class Ledger:
     # ---------------------------------------------------------------------- reading out
 
     def totals(self) -> LedgerTotals:
-        """A copy of the running totals (sums of every entry emitted so far)."""
-        return msgspec.msgpack.decode(_ENCODER.encode(self._totals), type=LedgerTotals)
+        """A copy of the running totals (sums of every entry emitted so far).
+
+        Keys whose amounts sum to zero (a line emitted, then fully reversed by a late fact)
+        are left out, so the result depends only on the facts, not on the path to them.
+        """
+        t = msgspec.msgpack.decode(_ENCODER.encode(self._totals), type=LedgerTotals)
+        for d in (t.by_tenant, t.by_job, t.idle_by_node):
+            for k in [k for k, v in d.items() if v.is_zero()]:
+                del d[k]
+        return t
 
     def pending_outputs(self) -> list[LedgerOutput]:
         """Entries and reports emitted but not yet confirmed published (survive a snapshot)."""
@@ -762,6 +855,9 @@ class Ledger:
             dirty=sorted(self._dirty),
             emitted=emitted,
             reported=sorted(self._reported.items()),
+            sealed_until=self._sealed_until,
+            late_facts=self.late_facts,
+            sealed_totals=self._sealed_totals,
             outbox=sorted(self._outbox, key=_output_id),
         )
         return _ENCODER.encode(snap)
@@ -784,16 +880,24 @@ class Ledger:
             led._sample_gpus[(node, w)].add(g)
         led._first_window = snap.first_window
         led._closed_until = snap.closed_until
+        led._sealed_until = snap.sealed_until
+        led.late_facts = snap.late_facts
+        if snap.sealed_totals is not None:
+            led._sealed_totals = snap.sealed_totals
+            led._totals = msgspec.msgpack.decode(
+                _ENCODER.encode(snap.sealed_totals), type=LedgerTotals
+            )
         led._dirty = {(n, w) for n, w in snap.dirty}
         for node, w, kind, key, rev, amounts in snap.emitted:
             led._emitted.setdefault((node, w), {})[(kind, key)] = (rev, amounts)
-            led._count_line(node, w, kind, key, amounts)
+            led._count_line(node, kind, key, amounts, led._totals)
         led._reported = dict(snap.reported)
         led._outbox = list(snap.outbox)
         return led
 
-    def _count_line(self, node: str, w: int, kind: str, job: str, amounts: Amounts) -> None:
-        t = self._totals
+    def _count_line(
+        self, node: str, kind: str, job: str, amounts: Amounts, t: LedgerTotals
+    ) -> None:
         t.total.add(amounts)
         if kind == "idle":
             t.idle.add(amounts)
