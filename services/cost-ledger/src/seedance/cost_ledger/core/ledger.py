@@ -28,6 +28,7 @@ order and with any duplicates.
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -352,6 +353,10 @@ class Ledger:
         if event.event_id in self._seen:
             return False
         self._validate(event)
+        return self._insert(event)
+
+    def _insert(self, event: LedgerInput) -> bool:
+        """Record a validated fact (``from_bytes`` calls this directly: snapshots are trusted)."""
         self._seen.add(event.event_id)
         w_ms = self.config.window_ms
         if isinstance(event, NodeInfo):
@@ -385,7 +390,9 @@ class Ledger:
             if self._sealed_until is not None and w < self._sealed_until:
                 self.late_facts += 1  # its window is sealed: remembered as seen, not charged
                 return False
-            ppm = round(Fraction(repr(event.activity)) * 1_000_000)
+            # IEEE-754 multiply and round are the same on every machine, so this is
+            # deterministic; activity carries no more than ppm precision anyway.
+            ppm = round(event.activity * 1_000_000)
             key = (event.node, event.gpu_index, w)
             self._samples.setdefault(key, {})[event.event_id] = (ppm, event.energy_mj, event.at_ms)
             self._sample_nodes[w].add(event.node)
@@ -828,7 +835,7 @@ class Ledger:
     # ------------------------------------------------------------------------ snapshots
 
     def to_bytes(self) -> bytes:
-        """Canonical msgpack snapshot: equal knowledge gives equal bytes.
+        """Canonical snapshot (zlib-compressed msgpack): equal knowledge gives equal bytes.
 
         The totals are not stored: they are the sum of ``emitted`` and are rebuilt on load,
         so a snapshot can never hold totals that disagree with its entries.
@@ -860,17 +867,22 @@ class Ledger:
             sealed_totals=self._sealed_totals,
             outbox=sorted(self._outbox, key=_output_id),
         )
-        return _ENCODER.encode(snap)
+        # msgpack of event ids and repeated node names compresses several-fold; level 1 is
+        # fast, and zlib output is deterministic for equal input, so bytes stay canonical.
+        return zlib.compress(_ENCODER.encode(snap), 1)
 
     @classmethod
     def from_bytes(cls, data: bytes, book: PriceBook) -> Ledger:
         """Rebuild a ledger from ``to_bytes`` output (totals are re-derived from entries)."""
-        snap = _SNAPSHOT_DECODER.decode(data)
+        try:
+            snap = _SNAPSHOT_DECODER.decode(zlib.decompress(data))
+        except (zlib.error, msgspec.DecodeError) as exc:
+            raise LedgerInputError(f"snapshot is not a ledger snapshot: {exc}") from None
         if snap.version != _SNAPSHOT_VERSION:
             raise LedgerInputError(f"snapshot version = {snap.version!r}: unsupported")
         led = cls(book, snap.config)
         for e in (*snap.node_infos, *snap.placements, *snap.job_ends):
-            led.apply(e)
+            led._insert(e)
         w_ms = led.config.window_ms
         for eid, node, g, at_ms, ppm, mj in snap.samples:
             w = window_of(at_ms, w_ms)
