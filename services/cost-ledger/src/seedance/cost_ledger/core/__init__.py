@@ -8,7 +8,10 @@ from seedance.cost_ledger.core.budget import (
     PauseRequest,
     SpendPoint,
     evaluate_budget,
+    plan_usd_micro,
+    spend_points,
 )
+from seedance.cost_ledger.core.idle import IdleShare, apportion, share_idle
 from seedance.cost_ledger.core.ledger import (
     Amounts,
     CostEntry,
@@ -46,6 +49,7 @@ __all__ = [
     "CostEntry",
     "GpuPrice",
     "GpuSample",
+    "IdleShare",
     "JobCostReport",
     "JobEnded",
     "Ledger",
@@ -60,6 +64,7 @@ __all__ = [
     "PriceBook",
     "PriceBookError",
     "SpendPoint",
+    "apportion",
     "default_price_book",
     "emission_due",
     "evaluate_budget",
@@ -68,7 +73,10 @@ __all__ = [
     "micro_from_usd",
     "next_emission_ms",
     "parse_price_book",
+    "plan_usd_micro",
     "recompute",
     "round_micro",
+    "share_idle",
+    "spend_points",
     "usd_per_tflop_hour_micro",
 ]
