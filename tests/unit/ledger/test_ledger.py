@@ -428,3 +428,16 @@ def test_retention_bounds_the_snapshot_and_counts_facts_too_late(book):
     assert b.late_facts == late_before + 1
     b.advance(as_of)
     assert b.totals() == before
+
+
+def test_merging_two_replicas_knowledge_equals_recompute(book):
+    events, as_of = random_stream(21)
+    config = LedgerConfig(window_s=900, lateness_s=0)
+    a, b = Ledger(book, config), Ledger(book, config)
+    a.apply_many(events[::2])
+    b.apply_many(events[1::2])
+    a.advance(as_of // 2)  # a has already emitted part of its history
+    assert a.merge(b) == len(events[1::2])
+    assert a.merge(b) == 0  # idempotent
+    a.advance(as_of)
+    assert a.totals() == recompute(events, book, as_of, config)

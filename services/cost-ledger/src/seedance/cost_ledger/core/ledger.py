@@ -920,6 +920,28 @@ class Ledger:
         t.by_tenant.setdefault(tenant, Amounts()).add(amounts)
         t.by_job.setdefault(job, Amounts()).add(amounts)
 
+    def merge(self, other: Ledger) -> int:
+        """Add every fact ``other`` knows to this ledger (a union: idempotent, commutative).
+
+        Emission history stays this ledger's: the next ``advance`` emits what the merged facts
+        change, as adjustments. Returns how many facts were new here.
+        """
+        new = 0
+        for e in (
+            *other._node_infos.values(),
+            *other._placements.values(),
+            *other._job_ends.values(),
+        ):
+            new += self.apply(e)
+        for (node, g, _w), samples in other._samples.items():
+            for eid, (ppm, mj, at_ms) in samples.items():
+                sample = GpuSample(
+                    event_id=eid, node=node, gpu_index=g, at_ms=at_ms,
+                    activity=ppm / 1_000_000, energy_mj=mj,
+                )  # fmt: skip
+                new += self.apply(sample)
+        return new
+
     def fingerprint(self) -> str:
         """sha256 of the canonical snapshot: replicas with the same knowledge agree."""
         return hashlib.sha256(self.to_bytes()).hexdigest()
