@@ -441,3 +441,15 @@ def test_merging_two_replicas_knowledge_equals_recompute(book):
     assert a.merge(b) == 0  # idempotent
     a.advance(as_of)
     assert a.totals() == recompute(events, book, as_of, config)
+
+
+def test_epoch_ms_is_exact_and_refuses_naive_times():
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from seedance.cost_ledger.core import epoch_ms
+
+    assert epoch_ms(datetime(2026, 1, 1, tzinfo=UTC)) == 1_767_225_600_000
+    plus_one = timezone(timedelta(hours=1))
+    assert epoch_ms(datetime(2026, 1, 1, 1, 0, 0, 1500, tzinfo=plus_one)) == 1_767_225_600_001
+    with pytest.raises(ValueError, match="naive"):
+        epoch_ms(datetime(2026, 1, 1))  # noqa: DTZ001 - the point of the test

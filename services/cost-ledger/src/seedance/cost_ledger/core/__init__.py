@@ -38,7 +38,7 @@ from seedance.cost_ledger.core.pricebook import (
     load_price_book,
     parse_price_book,
 )
-from seedance.cost_ledger.core.windows import emission_due, next_emission_ms
+from seedance.cost_ledger.core.windows import emission_due, epoch_ms, next_emission_ms
 
 __all__ = [
     "PEAK_TFLOPS",
@@ -67,6 +67,7 @@ __all__ = [
     "apportion",
     "default_price_book",
     "emission_due",
+    "epoch_ms",
     "evaluate_budget",
     "format_usd",
     "load_price_book",

@@ -9,7 +9,28 @@ clock: ``now_ms`` is always passed in.
 
 from __future__ import annotations
 
-__all__ = ["closable_until", "emission_due", "next_emission_ms", "window_bounds_ms", "window_of"]
+from datetime import UTC, datetime, timedelta
+
+__all__ = [
+    "closable_until",
+    "emission_due",
+    "epoch_ms",
+    "next_emission_ms",
+    "window_bounds_ms",
+    "window_of",
+]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_ms(t: datetime) -> int:
+    """A timezone-aware datetime as integer epoch milliseconds (naive datetimes are refused:
+    the ledger is UTC throughout and a naive time has no defined instant)."""
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise ValueError(f"datetime {t.isoformat()!r} is naive: give it a timezone (UTC)")
+    # Integer arithmetic on the timedelta, not float timestamp(): exact to the microsecond.
+    return (t - _EPOCH) // timedelta(milliseconds=1)
 
 
 def window_of(t_ms: int, window_ms: int) -> int:
