@@ -1,0 +1,14 @@
+# cost-ledger (area: ledger): unit tests, the pure core's benchmark, a sample HTML report.
+# The HTML test needs Debian's chromium: `apt-get install -y chromium` (CI must install it).
+
+.PHONY: test-ledger
+test-ledger: install  ## cost-ledger unit tests (HTML report rendered in headless chromium)
+	.venv/bin/pytest -q tests/unit/ledger
+
+.PHONY: bench-ledger-core
+bench-ledger-core: install  ## cost-ledger core throughput and exactness on the Alibaba trace
+	nice .venv/bin/python tools/bench_ledger_core.py $(SEEDANCE_DATA_DIR) $(LEDGER_BENCH_ARGS)
+
+.PHONY: report-ledger-sample
+report-ledger-sample: install  ## write a sample cost report (HTML, CSV, FOCUS) under build/ledger
+	.venv/bin/python tools/ledger_sample_report.py $(SEEDANCE_DATA_DIR) build/ledger

@@ -1,0 +1,288 @@
+"""The HTML cost report: one self-contained file a person opens in a browser.
+
+Owns the aggregation of cost entries into what a reader wants to see (cost over time by tenant,
+utilisation, idle, $ per TFLOP-hour, savings against a baseline placement policy) and its
+rendering as a single HTML file with inline CSS and inline SVG: no script, no font, no CDN, so
+it opens offline and can be mailed. Must not compute costs: it reads the ledger's entries, and
+the baseline's figures come from the caller (a replay of the same jobs under another policy).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from html import escape
+
+import msgspec
+
+from seedance.cost_ledger.core.idle import share_idle
+from seedance.cost_ledger.core.ledger import CostEntry
+from seedance.cost_ledger.core.money import usd_from_micro
+from seedance.cost_ledger.reports import svg
+
+__all__ = ["Baseline", "ReportInput", "render_html"]
+
+
+class Baseline(msgspec.Struct, frozen=True, kw_only=True):
+    """What the same work cost under another placement policy (supplied by the caller)."""
+
+    policy_name: str
+    cost_usd_micro_by_tenant: dict[str, int]
+    gpu_hours_micro: int | None = None
+
+
+class ReportInput(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the report shows. ``generated_at_ms`` is passed in: the core has no clock."""
+
+    title: str
+    entries: Sequence[CostEntry]
+    generated_at_ms: int
+    assumptions: Sequence[str] = ()
+    baseline: Baseline | None = None
+    share_idle: bool = False
+    max_buckets: int = 48
+
+
+_CSS = """
+:root{--ink:#1f2329;--muted:#5f6670;--line:#e6e8eb;--bg:#f6f7f9;--card:#fff;--accent:#4e79a7}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--ink);
+ font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif}
+header{background:#1f2a3a;color:#fff;padding:28px 40px}
+header h1{margin:0;font-size:24px;font-weight:600}
+header p{margin:4px 0 0;color:#c3cad5;font-size:13px}
+main{max-width:1200px;margin:0 auto;padding:24px 40px 48px}
+.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(200px,1fr));gap:16px}
+.tile{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:16px 18px}
+.tile .k{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.tile .v{font-size:26px;font-weight:600;margin-top:2px}
+.tile .s{color:var(--muted);font-size:12px}
+.good{color:#2f7d32}.bad{color:#b3261e}
+section{background:var(--card);border:1px solid var(--line);border-radius:10px;
+ padding:18px 22px;margin-top:20px}
+section h2{margin:0 0 2px;font-size:17px;font-weight:600}
+section p.sub{margin:0 0 12px;color:var(--muted);font-size:13px}
+.row{display:grid;grid-template-columns:1fr 1fr;gap:20px}
+.row section{margin-top:20px}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:right}
+th:first-child,td:first-child{text-align:left}
+th{color:var(--muted);font-weight:600;font-size:12px;text-transform:uppercase}
+ul.assume{margin:6px 0 0;padding-left:18px;color:var(--muted);font-size:13px}
+@media(max-width:900px){.row{grid-template-columns:1fr}main{padding:16px}}
+"""
+
+
+def _iso_minute(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _bucket_label(ms: int, span_ms: int) -> str:
+    t = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return t.strftime("%H:%M") if span_ms <= 86_400_000 else t.strftime("%m-%d %H:%M")
+
+
+def _usd(micro: int) -> str:
+    return f"${usd_from_micro(micro).quantize(Decimal('0.01')):,}"
+
+
+def render_html(data: ReportInput) -> str:
+    """The report as one HTML document (UTF-8 text)."""
+    entries = list(data.entries)
+    tenants = sorted({e.tenant for e in entries if e.kind == "usage"})
+    colours = {t: svg.PALETTE[i % len(svg.PALETTE)] for i, t in enumerate(tenants)}
+
+    starts = [e.window_start_ms for e in entries]
+    t0 = min(starts, default=0)
+    t1 = max((e.window_end_ms for e in entries), default=t0 + 1)
+    window_ms = min((e.window_end_ms - e.window_start_ms for e in entries), default=3_600_000)
+    n_windows = max(1, (t1 - t0) // window_ms)
+    per_bucket = max(1, -(-n_windows // data.max_buckets))
+    bucket_ms = per_bucket * window_ms
+    n_buckets = max(1, -(-(t1 - t0) // bucket_ms))
+    labels = [_bucket_label(t0 + i * bucket_ms, t1 - t0) for i in range(n_buckets)]
+
+    cost = {t: [0] * n_buckets for t in tenants}
+    idle_cost = [0] * n_buckets
+    alloc_h = [0] * n_buckets
+    idle_h = [0] * n_buckets
+    act_weighted = [0] * n_buckets
+    act_hours = [0] * n_buckets
+    by_tenant: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # $, GPU-h, TFLOP-h, list
+    idle_by_node: dict[str, int] = defaultdict(int)
+    assumed_models: set[str] = set()
+    for e in entries:
+        b = (e.window_start_ms - t0) // bucket_ms
+        a = e.amounts
+        if e.activity_ppm is not None and a.gpu_hours_micro > 0:
+            act_weighted[b] += e.activity_ppm * a.gpu_hours_micro
+            act_hours[b] += a.gpu_hours_micro
+        if e.kind == "idle":
+            idle_cost[b] += a.total_usd_micro
+            idle_h[b] += a.gpu_hours_micro
+            idle_by_node[e.node] += a.total_usd_micro
+            continue
+        cost[e.tenant][b] += a.total_usd_micro
+        alloc_h[b] += a.gpu_hours_micro
+        row = by_tenant[e.tenant]
+        row[0] += a.total_usd_micro
+        row[1] += a.gpu_hours_micro
+        row[2] += a.tflop_hours_micro
+        row[3] += a.list_cost_usd_micro
+        if any(x.startswith("peak:") for x in e.assumptions):
+            assumed_models.add(e.tenant)
+
+    shared_idle: dict[str, int] = defaultdict(int)
+    if data.share_idle:
+        shares, _ = share_idle(entries)
+        for s in shares:
+            shared_idle[s.tenant] += s.idle_usd_micro
+
+    total_alloc = sum(r[0] for r in by_tenant.values())
+    total_idle = sum(idle_cost)
+    total = total_alloc + total_idle
+    gpu_h = sum(alloc_h) + sum(idle_h)
+    alloc_pct = 100 * sum(alloc_h) / gpu_h if gpu_h else 0.0
+    activity_pct = 100 * sum(act_weighted) / sum(act_hours) / 1e6 if sum(act_hours) else None
+    tflop_total = sum(r[2] for r in by_tenant.values())
+    fleet_tflop = f"${total_alloc / tflop_total:.4f}" if tflop_total else "n/a"
+
+    # ---------------------------------------------------------------- charts
+    series = [(t, colours[t], [v / 1e6 for v in cost[t]]) for t in tenants]
+    series.append(("idle", svg.IDLE_COLOUR, [v / 1e6 for v in idle_cost]))
+    cost_chart = svg.stacked_bars(labels, series, label="Cost over time by tenant, with idle")
+
+    alloc_series = [
+        100 * alloc_h[i] / (alloc_h[i] + idle_h[i]) if alloc_h[i] + idle_h[i] else None
+        for i in range(n_buckets)
+    ]
+    act_series = [
+        act_weighted[i] / act_hours[i] / 1e4 if act_hours[i] else None for i in range(n_buckets)
+    ]
+    util_chart = svg.lines(
+        labels,
+        [
+            ("GPU allocation (% of GPU-hours held)", "#4e79a7", alloc_series),
+            ("GPU activity (SM / utilisation, GPU-hour weighted)", "#f28e2b", act_series),
+        ],
+        label="Allocation and activity over time",
+        vmax=100,
+    )
+    top_idle = sorted(idle_by_node.items(), key=lambda kv: (-kv[1], kv[0]))[:12]
+    idle_chart = svg.hbars(
+        [(n, v / 1e6, svg.IDLE_COLOUR) for n, v in top_idle], label="Idle cost by node"
+    )
+    tflop_rows = sorted(
+        ((t, r[0] / r[2]) for t, r in by_tenant.items() if r[2] > 0), key=lambda kv: -kv[1]
+    )
+    tflop_chart = svg.hbars(
+        [(t, v, colours[t]) for t, v in tflop_rows],
+        label="Dollars per delivered TFLOP-hour by tenant",
+        value_text=[f"${v:.4f}{' *' if t in assumed_models else ''}" for t, v in tflop_rows],
+    )
+
+    savings_html = ""
+    savings_tile = ""
+    if data.baseline is not None:
+        base = data.baseline
+        base_total = sum(base.cost_usd_micro_by_tenant.values())
+        saved = base_total - total_alloc
+        pct = 100 * saved / base_total if base_total else 0.0
+        names = sorted(set(base.cost_usd_micro_by_tenant) | set(by_tenant))
+        chart = svg.grouped_bars(
+            names,
+            [
+                (
+                    f"{base.policy_name} (baseline)",
+                    "#bab0ac",
+                    [base.cost_usd_micro_by_tenant.get(t, 0) / 1e6 for t in names],
+                ),
+                (
+                    "Seedance",
+                    "#59a14f",
+                    [by_tenant[t][0] / 1e6 if t in by_tenant else 0 for t in names],
+                ),
+            ],
+            label="Cost by tenant: baseline policy against Seedance",
+        )
+        cls = "good" if saved >= 0 else "bad"
+        savings_tile = (
+            f'<div class="tile"><div class="k">Saved vs {escape(base.policy_name)}</div>'
+            f'<div class="v {cls}">{_usd(saved)}</div><div class="s">{pct:.1f} % of the '
+            f"baseline's {_usd(base_total)}</div></div>"
+        )
+        savings_html = (
+            f"<section><h2>Savings against {escape(base.policy_name)}</h2>"
+            '<p class="sub">Allocated cost of the same work under the baseline placement policy '
+            f"(supplied by the caller) and under Seedance: {_usd(saved)} saved "
+            f"({pct:.1f} %).</p>{chart}</section>"
+        )
+
+    rows = []
+    for t in tenants:
+        c, h, tf, lst = by_tenant[t]
+        per = f"${c / tf:.4f}" if tf else "n/a"
+        mark = " *" if t in assumed_models else ""
+        idle_col = f"<td>{_usd(shared_idle[t])}</td>" if data.share_idle else ""
+        rows.append(
+            f'<tr><td><span style="color:{colours[t]}">■</span> {escape(t)}</td>'
+            f"<td>{_usd(c)}</td>{idle_col}<td>{h / 1e6:,.2f}</td><td>{tf / 1e6:,.1f}</td>"
+            f"<td>{per}{mark}</td><td>{_usd(lst)}</td></tr>"
+        )
+    idle_head = "<th>Shared idle</th>" if data.share_idle else ""
+    table = (
+        f"<table><thead><tr><th>Tenant</th><th>Cost</th>{idle_head}<th>GPU-hours</th>"
+        "<th>TFLOP-hours</th><th>$ / TFLOP-hour</th><th>At list price</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+    assumptions = list(data.assumptions)
+    if assumed_models:
+        assumptions.append(
+            "* $ / TFLOP-hour of these tenants uses a configured (not published) peak."
+        )
+    assume_html = (
+        "<ul class=assume>" + "".join(f"<li>{escape(a)}</li>" for a in assumptions) + "</ul>"
+        if assumptions
+        else "<p class=sub>None: every price and peak used has a published source.</p>"
+    )
+    act_text = f"{activity_pct:.0f} %" if activity_pct is not None else "n/a"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{escape(data.title)}</title><style>{_CSS}</style></head>
+<body><header><h1>{escape(data.title)}</h1>
+<p>{_iso_minute(t0)} – {_iso_minute(t1)} · generated {_iso_minute(data.generated_at_ms)}
+ · {len(tenants)} tenants · {len(entries)} ledger entries</p></header>
+<main>
+<div class="tiles">
+<div class="tile"><div class="k">Total GPU cost</div><div class="v">{_usd(total)}</div>
+<div class="s">{_usd(total_alloc)} allocated + {_usd(total_idle)} idle</div></div>
+<div class="tile"><div class="k">Idle share</div>
+<div class="v">{100 * total_idle / total if total else 0:.1f} %</div>
+<div class="s">{sum(idle_h) / 1e6:,.1f} idle GPU-hours</div></div>
+<div class="tile"><div class="k">Allocation / activity</div>
+<div class="v">{alloc_pct:.0f} % / {act_text}</div>
+<div class="s">of {gpu_h / 1e6:,.1f} GPU-hours</div></div>
+<div class="tile"><div class="k">$ per TFLOP-hour</div><div class="v">{fleet_tflop}</div>
+<div class="s">allocated cost / delivered TFLOP-hours</div></div>
+{savings_tile}
+</div>
+<section><h2>Cost over time by tenant</h2>
+<p class="sub">Attributed GPU cost per period, stacked by tenant; grey is capacity nobody held
+(idle), kept as its own line.</p>{cost_chart}</section>
+<section><h2>Utilisation</h2><p class="sub">Share of GPU-hours held by jobs, and how busy the
+GPUs were (SM / tensor activity where measured, else utilisation).</p>{util_chart}</section>
+<div class="row">
+<section><h2>Idle cost by node</h2><p class="sub">Top {len(top_idle)} nodes by cost of
+unallocated GPU time.</p>{idle_chart}</section>
+<section><h2>$ per TFLOP-hour</h2><p class="sub">Cost per delivered TFLOP-hour (activity ×
+dense FP16 peak × hours). Lower is better.</p>{tflop_chart}</section>
+</div>
+{savings_html}
+<section><h2>By tenant</h2>{table}</section>
+<section><h2>Assumptions</h2><p class="sub">Figures in this report that are configured
+rather than published.</p>{assume_html}</section>
+</main></body></html>
+"""
