@@ -33,7 +33,7 @@ from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement
 from seedance.events.subjects import costs, jobs, slicing
 from seedance.sdk import SeedanceClient
-from tests.conftest import REPO, NatsServer
+from tools.stack import REPO, NatsServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 

@@ -15,7 +15,6 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import nats_server_binary
 from tests.unit.deploy.declared import (
     DEPLOY,
     REPO,
@@ -26,6 +25,7 @@ from tests.unit.deploy.declared import (
     pinned_nats_version,
     services,
 )
+from tools.stack import nats_server_binary
 
 COMPOSE_DIR = DEPLOY / "compose"
 SERVICES = services()

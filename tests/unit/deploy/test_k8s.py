@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from seedance.events import subjects
-from tests.conftest import nats_server_binary
 from tests.unit.deploy.declared import DEPLOY, REPO, auth_users, load_tool, services
+from tools.stack import nats_server_binary
 
 K8S = DEPLOY / "k8s"
 OVERLAYS = ("dev", "prod")
