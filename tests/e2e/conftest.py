@@ -1,4 +1,9 @@
-"""End-to-end fixtures: Seedance services as real processes against the session's nats-server."""
+"""End-to-end fixtures: Seedance services as real processes, each test on a nats-server of its own.
+
+A whole stack reads its streams from the start (the slicer's durable replays every job event), so
+an end-to-end test gets a fresh server rather than the session's, where other tests' jobs would
+queue ahead of its own. With ``--nats-url`` the external server is used as it is.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from tools.stack import ServiceProcesses
+from tools.stack import NatsServer, ServiceProcesses
+
+
+@pytest.fixture
+def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    external = request.config.getoption("--nats-url")
+    if external:
+        yield external
+        return
+    server = NatsServer()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 SERVICES = ("telemetry-collector", "slicer", "cost-ledger")
 
