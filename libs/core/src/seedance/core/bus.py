@@ -203,7 +203,7 @@ class Bus:
                     async with asyncio.timeout(timeout_s):
                         acks.extend(await asyncio.gather(*futures))
                 except nats.js.errors.NoStreamResponseError as exc:
-                    raise NoStream(f"no stream stores one of the subjects published: {exc}") from exc
+                    raise NoStream(f"no stream stores a subject published: {exc}") from exc
         return acks
 
     async def stream_info(self, stream: str) -> js_api.StreamInfo | None:
