@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -46,15 +45,9 @@ BRIEF_COLD_MS, BRIEF_WARM_MS = 1842.0, 127.0
 
 
 def _load_triton_process() -> object:
-    # The tests' launcher of real Triton servers, loaded by path (tests/ is not a package).
-    path = REPO / "tests/integration/router/triton_process.py"
-    spec = importlib.util.spec_from_file_location("router_triton_process", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    from tools import triton_process
+
+    return triton_process
 
 
 def _models(warm_up: bool) -> tuple[ModelRoute, ...]:

@@ -6,8 +6,6 @@ The servers are started in parallel once per session (each takes ~7–25 s on a 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,18 +20,7 @@ from seedance.router.gateway import (
     OipGateway,
     WarmupPolicy,
 )
-
-# Loaded by path: the test tree has no packages (pytest runs with --import-mode=importlib), and
-# tools/bench_warmup.py loads the same module the same way.
-_spec = importlib.util.spec_from_file_location(
-    "router_triton_process", Path(__file__).with_name("triton_process.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-triton_process = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = triton_process
-_spec.loader.exec_module(triton_process)
-TritonProcess = triton_process.TritonProcess
+from tools.triton_process import TritonProcess
 
 # Generous: three servers start at once on two shared cores.
 START_TIMEOUT_S = 150.0

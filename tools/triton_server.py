@@ -3,7 +3,7 @@
 Runs in `.venv-triton` (PyTriton pins numpy<2, the workspace has numpy 2), started by the
 integration tests and by `tools/bench_warmup.py` as a subprocess:
 
-    .venv-triton/bin/python tests/integration/router/triton_server.py \
+    .venv-triton/bin/python tools/triton_server.py \
         --grpc-port 18001 --http-port 18000 --metrics-port 18002
 
 Everything binds 127.0.0.1. It serves until SIGTERM/SIGINT. Readiness is for the caller to

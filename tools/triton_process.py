@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 __all__ = ["REPO_ROOT", "TRITON_PYTHON", "TritonProcess", "free_port"]
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TRITON_PYTHON = REPO_ROOT / ".venv-triton" / "bin" / "python"
 _SERVER_SCRIPT = Path(__file__).resolve().parent / "triton_server.py"
 # The models triton_server.py binds; ready means all of them are.
