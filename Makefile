@@ -49,7 +49,7 @@ data: install  ## verify the public traces (sha256) and fetch missing ones from 
 	$(PY) -m tools.data --dir "$(SEEDANCE_DATA_DIR)"
 
 .PHONY: demo
-demo: install data  ## the whole stack on a local nats-server with a replayed fleet
+demo: install triton-env data  ## the whole stack on a local nats-server with a replayed fleet
 	$(PY) -m tools.demo
 
 .PHONY: test

@@ -340,6 +340,90 @@ class Demo:
             )
 
 
+async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> int:
+    """Route real inference through the router to two real Triton servers; kill one midway."""
+    import numpy as np
+    import tritonclient.grpc.aio as grpcclient
+
+    from tools.triton_process import TritonProcess, free_port
+
+    say("")
+    say("Inference: the router in front of two real Triton servers (CPU, from nvidia-pytriton)")
+    tritons = {n: TritonProcess(n, log_dir=procs.logdir) for n in ("triton-a", "triton-b")}
+    for t in tritons.values():
+        t.start()
+    try:
+        for t in tritons.values():
+            await asyncio.to_thread(t.wait_ready, 180.0)
+        port = free_port()
+        procs.start(
+            "router",
+            listen_address=f"127.0.0.1:{port}",
+            replicas=",".join(f"{n}={t.address}" for n, t in tritons.items()),
+            models="echo",
+            forecast_interval_s="0.5",
+        )
+        bus = await Bus.connect(BusSettings(url=url, name="seedance-demo-router"))
+        decisions: dict[tuple[str, str], int] = defaultdict(int)
+
+        async def on_decision(msg: object) -> None:
+            ev = decode(msg.data)  # type: ignore[attr-defined]
+            decisions[(ev.replica, ev.reason)] += 1
+
+        await bus.nc.subscribe("seedance.routing.echo.decision", cb=on_decision)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+        async with asyncio.timeout(120):
+            while True:
+                try:
+                    if await client.is_model_ready("echo"):
+                        break
+                except Exception:
+                    pass
+                await asyncio.sleep(0.2)  # the router is starting and warming its replicas
+        ok = failed = 0
+        latencies: list[float] = []
+
+        async def one(i: int) -> None:
+            nonlocal ok, failed
+            x = np.arange(16, dtype=np.float32).reshape(1, 16) + i
+            inputs = [grpcclient.InferInput("x_fp32", list(x.shape), "FP32")]
+            inputs[0].set_data_from_numpy(x)
+            for name, dtype, arr in (("x_int64", "INT64", np.array([[i]], dtype=np.int64)),
+                                     ("x_bytes", "BYTES", np.array([[b"demo"]], dtype=object))):
+                inp = grpcclient.InferInput(name, list(arr.shape), dtype)
+                inp.set_data_from_numpy(arr)
+                inputs.append(inp)
+            t0 = time.perf_counter()
+            try:
+                res = await client.infer("echo", inputs, client_timeout=30)
+                assert np.array_equal(res.as_numpy("y_fp32"), x)
+                ok += 1
+                latencies.append((time.perf_counter() - t0) * 1000)
+            except Exception as exc:
+                failed += 1
+                say(f"  request {i} failed: {exc}")
+
+        killed_at = requests // 2
+        for start in range(0, requests, 8):
+            if start <= killed_at < start + 8:
+                tritons["triton-b"].kill()
+                say(f"  killed triton-b after {start} requests")
+            await asyncio.gather(*(one(i) for i in range(start, min(requests, start + 8))))
+        await client.close()
+        await asyncio.sleep(0.5)  # the router flushes its decision queue every 100 ms
+        await bus.close()
+        latencies.sort()
+        p95 = latencies[int(0.95 * (len(latencies) - 1))] if latencies else 0.0
+        say(f"  {ok} of {requests} requests answered correctly, {failed} failed; "
+            f"latency p50 {latencies[len(latencies) // 2] if latencies else 0:.1f} ms, p95 {p95:.1f} ms")
+        for (replica, reason), n in sorted(decisions.items()):
+            say(f"  routed to {replica:<9} {n:4d}  ({reason})")
+        return 0 if failed == 0 else 1
+    finally:
+        for t in tritons.values():
+            t.stop()
+
+
 async def amain(args: argparse.Namespace) -> int:
     import os
 
@@ -356,6 +440,8 @@ async def amain(args: argparse.Namespace) -> int:
     procs = ServiceProcesses(url, rundir)
     try:
         code = await Demo(args).run(url, procs, rundir / "nodes.csv")
+        if args.inference_requests:
+            code = code or await inference_phase(url, procs, args.inference_requests)
     finally:
         codes = procs.stop_all()
         bad = {k: v for k, v in codes.items() if v != 0}
@@ -380,6 +466,8 @@ def main() -> int:
     p.add_argument("--node-every", type=int, default=60, help="take every Nth node of the list")
     p.add_argument("--load", type=float, default=1.3, help="offered GPU load, share of capacity")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--inference-requests", type=int, default=400,
+                   help="requests routed through the router to two Triton servers (0: skip)")
     args = p.parse_args()
     for f in (args.nodes, args.pods):
         if not Path(f).exists():
