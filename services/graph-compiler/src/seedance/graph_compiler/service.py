@@ -50,32 +50,18 @@ from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRun
 from seedance.core.kv import ensure_bucket, ensure_object_store
 from seedance.core.logs import get_logger
 from seedance.events import derived_event_id
-from seedance.events.graph import CompileRequest, CompileResult
+from seedance.events.graph import CompileRequest, CompileResult, artifact_object_name
 from seedance.events.subjects import consumer, graph
 from seedance.graph_compiler import worker
 from seedance.graph_compiler.settings import GraphCompilerSettings
 
-__all__ = [
-    "RESULTS_BUCKET",
-    "GraphCompilerMetrics",
-    "GraphCompilerService",
-    "artifact_object_name",
-    "input_object_name",
-]
+__all__ = ["RESULTS_BUCKET", "GraphCompilerMetrics", "GraphCompilerService"]
 
 log = get_logger(__name__)
 
 RESULTS_BUCKET = "seedance-graph-results"
 _MIB = 1024**2
 _SHA256_HEX = frozenset("0123456789abcdef")
-
-
-def input_object_name(tenant: str, request_id: str, model_name: str) -> str:
-    return f"inputs/{tenant}/{request_id}/{model_name}.onnx"
-
-
-def artifact_object_name(tenant: str, request_id: str, model_name: str) -> str:
-    return f"artifacts/{tenant}/{request_id}/{model_name}.onnx"
 
 
 class BadRequest(Exception):
@@ -238,7 +224,7 @@ class GraphCompilerService(Lifecycle):
     ) -> None:
         assert self._store is not None
         # Tenants share the bucket; a request may only name its own tenant's inputs.
-        prefix = f"inputs/{req.tenant}/"
+        prefix = f"inputs/{req.tenant}/"  # see seedance.events.graph.input_object_name
         if not name.startswith(prefix):
             raise BadRequest(f"model_object {name!r} is not under {prefix!r}")
         try:
