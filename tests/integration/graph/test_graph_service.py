@@ -165,7 +165,8 @@ async def test_invalid_model_gets_named_error_and_no_artifact(start_compiler, cl
 
 
 async def test_fp16_overflow_falls_back_and_is_reported(start_compiler, client, tenant):
-    await start_compiler()
+    # Heartbeats every 50 ms: the child's start and the compile take longer than that.
+    svc = await start_compiler(heartbeat_s=0.05)
     policy = PrecisionPolicy(priority_order=["fp16", "fp32"])
     result = await client.compile_model(
         tenant, "ln", overflow_ln(), policy, target="cuda", timeout_s=120
@@ -178,6 +179,7 @@ async def test_fp16_overflow_falls_back_and_is_reported(start_compiler, client, 
     assert {"square", "variance", "add_eps", "std"} <= set(kept)
     assert all(f.precision == "fp32" and "exceeds FP16 max" in f.reason for f in kept.values())
     assert "proj" not in kept
+    assert svc.metrics.heartbeats_total._value.get() >= 1
 
 
 async def _request(

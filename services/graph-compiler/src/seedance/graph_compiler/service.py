@@ -81,6 +81,11 @@ class GraphCompilerMetrics:
             "Requests already answered (acknowledged without compiling).",
             registry=registry,
         )
+        self.heartbeats_total = Counter(
+            "seedance_graph_compiler_heartbeats_total",
+            "in_progress sent for requests still compiling (keeps ack_wait from expiring).",
+            registry=registry,
+        )
         self.compile_seconds = Histogram(
             "seedance_graph_compiler_compile_seconds",
             "Time from fetch to stored artifact, per request.",
@@ -322,6 +327,7 @@ class GraphCompilerService(Lifecycle):
                 await self._clock.sleep(self._settings.heartbeat_s)
                 with contextlib.suppress(nats.errors.Error):
                     await d.in_progress()
+                    self.metrics.heartbeats_total.inc()
 
         task = asyncio.create_task(beat())
         try:
