@@ -12,5 +12,5 @@ bench-graph: install  ## compile MODEL=<onnx> and compare raw / ORT_ENABLE_ALL /
 	nice $(PY) tools/bench_graph.py $(MODEL) --runs $(GRAPH_BENCH_RUNS)
 
 .PHONY: test-graph
-test-graph: install  ## graph-compiler unit tests
-	.venv/bin/pytest tests/unit/graph -q
+test-graph: install  ## graph-compiler unit tests and the service over a local nats-server
+	.venv/bin/pytest tests/unit/graph tests/integration/graph -q

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import nats.errors
@@ -50,6 +50,14 @@ class Delivery(Generic[E]):
     subject: str
     stream_seq: int
     num_delivered: int
+    #: Tells the server the message is still being worked on (resets its ack_wait); None for a
+    #: delivery built outside a consumer (tests).
+    progress: Callable[[], Awaitable[None]] | None = field(default=None, repr=False, compare=False)
+
+    async def in_progress(self) -> None:
+        """Extend the ack deadline: long handlers call this more often than ``ack_wait``."""
+        if self.progress is not None:
+            await self.progress()
 
 
 BatchHandler = Callable[[Sequence[Delivery[Any]]], Awaitable[Sequence[BaseException | None]]]
@@ -140,7 +148,9 @@ class PullConsumer:
                 else:
                     await self._dead_letter(msg, "decode_error", str(exc))
                 continue
-            deliveries.append(Delivery(event, msg.subject, md.sequence.stream, md.num_delivered))
+            deliveries.append(
+                Delivery(event, msg.subject, md.sequence.stream, md.num_delivered, msg.in_progress)
+            )
         if not deliveries:
             return
         by_seq = {m.metadata.sequence.stream: m for m in msgs}

@@ -1,4 +1,4 @@
-"""JetStream key-value buckets from the catalogue, and leader leases built on them.
+"""JetStream key-value buckets and object stores from the catalogue, and leader leases.
 
 A lease is a key created only if absent (``create``) and kept by compare-and-set updates; the
 bucket's TTL removes a key whose holder stopped refreshing it, and a standby then wins ``create``.
@@ -12,13 +12,14 @@ import contextlib
 from nats.js import api as js_api
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
 
 from seedance.core.bus import Bus
 from seedance.core.clock import Clock
 from seedance.core.logs import get_logger
-from seedance.events.subjects import BUCKETS, BucketSpec
+from seedance.events.subjects import BUCKETS, OBJECT_STORES, BucketSpec, ObjectStoreSpec
 
-__all__ = ["Lease", "ensure_bucket"]
+__all__ = ["Lease", "ensure_bucket", "ensure_object_store"]
 
 log = get_logger(__name__)
 
@@ -36,6 +37,23 @@ async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
                 description=spec.description or None,
                 replicas=bus._replicas(),
             )
+        )
+
+
+async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
+    """Bind the catalogue's object store ``name``, creating it on first use."""
+    spec: ObjectStoreSpec = OBJECT_STORES[name]
+    try:
+        return await bus.js.object_store(spec.name)
+    except BucketNotFoundError:
+        return await bus.js.create_object_store(
+            spec.name,
+            js_api.ObjectStoreConfig(
+                description=spec.description or None,
+                ttl=spec.ttl_s or None,
+                max_bytes=spec.max_bytes,
+                replicas=bus._replicas(),
+            ),
         )
 
 

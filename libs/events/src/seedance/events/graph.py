@@ -14,6 +14,8 @@ __all__ = [
     "FallbackNode",
     "GraphEvent",
     "PrecisionPolicy",
+    "artifact_object_name",
+    "input_object_name",
 ]
 
 
@@ -76,3 +78,16 @@ class CompileResult(Event, frozen=True, kw_only=True, tag="graph.compile_result.
 
 
 GraphEvent = CompileRequest | CompileResult
+
+
+# Object names in the graph-compiler's object store (``seedance-graph-models``): the SDK uploads
+# inputs under the first, the compiler stores artifacts under the second. The tenant prefix is
+# what the compiler checks before it reads an input (the bucket is shared by all tenants).
+
+
+def input_object_name(tenant: str, request_id: str, model_name: str) -> str:
+    return f"inputs/{tenant}/{request_id}/{model_name}.onnx"
+
+
+def artifact_object_name(tenant: str, request_id: str, model_name: str) -> str:
+    return f"artifacts/{tenant}/{request_id}/{model_name}.onnx"

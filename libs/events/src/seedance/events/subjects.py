@@ -265,6 +265,12 @@ BUCKETS: dict[str, BucketSpec] = {
             history=5,
             description="routing weights shared by router gateways",
         ),
+        # Idempotency by request id: a request already answered is not compiled again.
+        BucketSpec(
+            "seedance-graph-results",
+            ttl_s=30 * _DAY_S,
+            description="graph-compiler results by tenant and request id",
+        ),
     )
 }
 
@@ -288,6 +294,14 @@ OBJECT_STORES: dict[str, ObjectStoreSpec] = {
             "seedance-router-models",
             max_bytes=256 * 1024**2,
             description="versioned router forecast models (LightGBM)",
+        ),
+        # Models to compile (inputs/<tenant>/...) and compiled artifacts (artifacts/<tenant>/...)
+        # up to the compiler's inline limit; larger artifacts go by reference (path + sha256).
+        ObjectStoreSpec(
+            "seedance-graph-models",
+            ttl_s=30 * _DAY_S,
+            max_bytes=16 * 1024**3,
+            description="graph-compiler inputs and compiled ONNX artifacts",
         ),
     )
 }

@@ -3,6 +3,7 @@
     seedance jobs submit --tenant acme --job train-1 --gpus 2
     seedance jobs finish --tenant acme --job train-1
     seedance costs watch --tenant acme
+    seedance graph compile --tenant acme --model resnet.onnx --out resnet.compiled.onnx
 
 Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``. Errors name what is
 wrong and exit with status 2 (usage) or 1 (the server refused).
@@ -16,11 +17,13 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
 from seedance.core.errors import NoStream, ServerTooOld
 from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseRequest
+from seedance.events.graph import CompileResult, PrecisionPolicy
 from seedance.sdk.client import SeedanceClient
 
 __all__ = ["main"]
@@ -64,7 +67,69 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--new", action="store_true", help="only events from now on")
     w.add_argument("--count", type=int, default=0, help="stop after N events (0: never)")
     w.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    g = top.add_parser("graph", help="graph compiler").add_subparsers(dest="cmd", required=True)
+    gc = g.add_parser("compile", help="compile an ONNX model and wait for the result")
+    gc.add_argument("--tenant", required=True)
+    gc.add_argument("--model", required=True, type=Path, help="ONNX file to compile")
+    gc.add_argument("--name", default=None, help="model name (default: the file's stem)")
+    gc.add_argument("--out", type=Path, default=None, help="write the compiled model here")
+    gc.add_argument("--target", default="cpu", help="cpu, cuda or transformer-gpu")
+    gc.add_argument(
+        "--precisions", default="int8,fp16,fp32", help="priority order, comma-separated"
+    )
+    gc.add_argument("--int8-threshold", type=float, default=0.95, help="min cosine for INT8")
+    gc.add_argument("--timeout-s", type=float, default=1800.0)
+    gc.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
+
+
+def _render_compile(r: CompileResult) -> str:
+    if not r.ok:
+        return f"compile {r.request_id} failed: {r.error_kind}: {r.error}"
+    rep = r.report
+    lines = [f"compiled {r.model_name} (request {r.request_id})"]
+    if rep is not None:
+        lines.append(
+            f"  precision {rep.precision}, nodes {rep.nodes_before} -> {rep.nodes_after}, "
+            f"cosine {rep.cosine}, max abs err {rep.max_abs_err}"
+        )
+        lines.append(f"  passes fired: {', '.join(rep.passes_fired) or 'none'}")
+        if rep.latency_ms_before is not None:
+            lines.append(f"  latency ms {rep.latency_ms_before} -> {rep.latency_ms_after}")
+        lines.extend(
+            f"  fallback {f.node} ({f.op_type}) kept {f.precision}: {f.reason}"
+            for f in rep.fallback_nodes
+        )
+    lines.append(f"  artifact {r.artifact_object or r.artifact_url} sha256 {r.artifact_sha256}")
+    return "\n".join(lines)
+
+
+async def _graph_compile(client: SeedanceClient, args: argparse.Namespace) -> int:
+    try:
+        data = args.model.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read --model {args.model}: {exc}") from exc
+    policy = PrecisionPolicy(
+        priority_order=[p.strip() for p in args.precisions.split(",") if p.strip()],
+        int8_failure_threshold=args.int8_threshold,
+    )
+    result = await client.compile_model(
+        args.tenant,
+        args.name or args.model.stem,
+        data,
+        policy,
+        target=args.target,
+        timeout_s=args.timeout_s,
+    )
+    print(msgspec.json.encode(result).decode() if args.json else _render_compile(result))
+    if not result.ok:
+        return 1
+    if args.out is not None:
+        args.out.write_bytes(await client.fetch_artifact(result))
+        if not args.json:
+            print(f"  written to {args.out}")
+    return 0
 
 
 def _render(ev: object) -> str:
@@ -115,6 +180,8 @@ async def _run(args: argparse.Namespace) -> int:
             extra = {"reason": args.reason} if args.cmd != "finish" else {}
             ev = await fn(args.tenant, args.job, **extra)
             print(f"{args.cmd}ed {args.job} for {args.tenant} (event {ev.id})")
+        elif args.group == "graph" and args.cmd == "compile":
+            return await _graph_compile(client, args)
         elif args.group == "admin" and args.cmd == "provision":
             await client.provision()
             print("streams provisioned")
@@ -139,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"seedance: {exc}", file=sys.stderr)
         return 2
+    except TimeoutError:
+        print("seedance: no result in time: is a graph compiler running?", file=sys.stderr)
+        return 1
     except (ServerTooOld, NoStream) as exc:
         print(f"seedance: {exc}", file=sys.stderr)
         return 1

@@ -1,4 +1,4 @@
-"""The user-facing client: publish job events, follow a tenant's cost stream.
+"""The user-facing client: publish job events, follow a tenant's cost stream, compile models.
 
 Works with a tenant's own credentials: it never creates streams, and it follows costs through a
 push consumer whose filter travels in the API subject (``$JS.API.CONSUMER.CREATE.<stream>.<name>.
@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import io
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
@@ -19,8 +23,16 @@ import nats.js.errors
 from nats.js import api as js_api
 
 from seedance.core.bus import Bus, BusSettings
+from seedance.core.kv import ensure_object_store
 from seedance.events import Event, decode, new_event_id
 from seedance.events.cost import CostEvent
+from seedance.events.graph import (
+    CompileRequest,
+    CompileResult,
+    GraphEvent,
+    PrecisionPolicy,
+    input_object_name,
+)
 from seedance.events.jobs import (
     JobCancelled,
     JobFailed,
@@ -30,10 +42,13 @@ from seedance.events.jobs import (
     JobSubmitted,
     ResourceRequest,
 )
-from seedance.events.subjects import costs, jobs
+from seedance.events.subjects import costs, graph, jobs
 from seedance.events.tokens import check_tenant, check_token
 
-__all__ = ["SeedanceClient"]
+__all__ = ["GRAPH_MODELS_STORE", "SeedanceClient"]
+
+#: The graph compiler's object store (its default ``object_store`` setting).
+GRAPH_MODELS_STORE = "seedance-graph-models"
 
 
 class SeedanceClient:
@@ -164,14 +179,24 @@ class SeedanceClient:
         ``from_start`` replays what the stream holds first; otherwise only new events.
         """
         check_tenant(tenant)
+        async with self._watch("SEEDANCE_COSTS", costs.tenant_wildcard(tenant), from_start) as w:
+            while True:
+                yield decode(await w.next_data(), CostEvent)
+
+    @contextlib.asynccontextmanager
+    async def _watch(
+        self, stream: str, filter_subject: str, from_start: bool
+    ) -> AsyncIterator[_Watch]:
+        """A push consumer whose filter is in the API subject (what tenant permissions allow);
+        it exists once the ``async with`` is entered."""
         nc = self._bus.nc
         inbox = f"{nc._inbox_prefix.decode()}.{uuid.uuid4().hex}"
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=10_000)
         sub = await nc.subscribe(inbox, cb=queue.put)
-        name = f"watch-{tenant}-{uuid.uuid4().hex[:12]}"
+        name = f"watch-{uuid.uuid4().hex[:16]}"
         config = js_api.ConsumerConfig(
             name=name,
-            filter_subject=costs.tenant_wildcard(tenant),
+            filter_subject=filter_subject,
             deliver_subject=inbox,
             ack_policy=js_api.AckPolicy.NONE,
             deliver_policy=js_api.DeliverPolicy.ALL if from_start else js_api.DeliverPolicy.NEW,
@@ -179,19 +204,104 @@ class SeedanceClient:
             idle_heartbeat=5.0,
             flow_control=True,
         )
-        await self._bus.js.add_consumer("SEEDANCE_COSTS", config)
         try:
-            while True:
-                msg = await queue.get()
-                if not msg.data:  # heartbeat or flow-control request
-                    if msg.reply:
-                        await nc.publish(msg.reply, b"")
-                    continue
-                yield decode(msg.data, CostEvent)
+            await self._bus.js.add_consumer(stream, config)
+            yield _Watch(nc, queue)
         finally:
             await sub.unsubscribe()
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                await self._bus.js.delete_consumer("SEEDANCE_COSTS", name)
+                await self._bus.js.delete_consumer(stream, name)
+
+    # --- graph compiler ---------------------------------------------------------------------
+
+    async def compile_model(
+        self,
+        tenant: str,
+        name: str,
+        model_bytes: bytes,
+        policy: PrecisionPolicy | None = None,
+        *,
+        target: str = "cpu",
+        request_id: str | None = None,
+        timeout_s: float = 1800.0,
+    ) -> CompileResult:
+        """Upload ``model_bytes``, ask the graph compiler to compile it, and wait for the result.
+
+        The result says ``ok`` with the artifact's place (``artifact_object`` in the object store
+        or ``artifact_url``) and its report, or ``ok=False`` with ``error_kind``/``error``
+        naming why. ``fetch_artifact`` reads the artifact. Raises ``TimeoutError`` when no
+        result comes within ``timeout_s`` (is a graph compiler running?).
+        """
+        check_tenant(tenant)
+        check_token("model name", name)
+        request_id = request_id or uuid.uuid4().hex
+        check_token("request_id", request_id)
+        store = await ensure_object_store(self._bus, GRAPH_MODELS_STORE)
+        obj = input_object_name(tenant, request_id, name)
+        await store.put(obj, io.BytesIO(model_bytes))
+        request = CompileRequest(
+            id=new_event_id(),
+            at=datetime.now(UTC),
+            request_id=request_id,
+            tenant=tenant,
+            model_name=name,
+            model_object=obj,
+            model_sha256=hashlib.sha256(model_bytes).hexdigest(),
+            policy=policy or PrecisionPolicy(),
+            target=target,
+        )
+        return await self._request_compile(request, timeout_s)
+
+    async def _request_compile(self, request: CompileRequest, timeout_s: float) -> CompileResult:
+        subject = graph.subject(request.tenant, "result")
+        # The consumer exists before the request is published, so the result cannot be missed.
+        async with self._watch("SEEDANCE_GRAPH", subject, False) as w, asyncio.timeout(timeout_s):
+            await self._bus.publish(graph.subject(request.tenant, "request"), request)
+            while True:
+                ev = decode(await w.next_data(), GraphEvent)
+                if isinstance(ev, CompileResult) and ev.request_id == request.request_id:
+                    return ev
+
+    async def fetch_artifact(self, result: CompileResult) -> bytes:
+        """The compiled model of an ``ok`` result, checked against its sha256."""
+        if not result.ok:
+            raise ValueError(f"compile failed ({result.error_kind}): {result.error}")
+        if result.artifact_object:
+            store = await ensure_object_store(self._bus, GRAPH_MODELS_STORE)
+            buf = io.BytesIO()
+            await store.get(result.artifact_object, writeinto=buf)
+            data = buf.getvalue()
+        elif result.artifact_url:
+            data = await asyncio.to_thread(_read_url, result.artifact_url)
+        else:
+            raise ValueError("the result names no artifact")
+        if result.artifact_sha256 and hashlib.sha256(data).hexdigest() != result.artifact_sha256:
+            raise ValueError("artifact does not match its sha256")
+        return data
+
+
+class _Watch:
+    def __init__(self, nc: Any, queue: asyncio.Queue[Any]) -> None:
+        self._nc = nc
+        self._queue = queue
+
+    async def next_data(self) -> bytes:
+        """The next event's payload (answering heartbeats and flow control on the way)."""
+        while True:
+            msg = await self._queue.get()
+            if msg.data:
+                return bytes(msg.data)
+            if msg.reply:
+                await self._nc.publish(msg.reply, b"")
+
+
+def _read_url(url: str) -> bytes:
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":
+        with open(urllib.request.url2pathname(parsed.path), "rb") as f:
+            return f.read()
+    with urllib.request.urlopen(url, timeout=60) as r:
+        return r.read()
 
 
 def _build(cls: Any, **fields: Any) -> Any:

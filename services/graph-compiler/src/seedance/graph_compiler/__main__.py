@@ -1,8 +1,25 @@
-"""Entry point (filled in by the service's issue)."""
+"""``python -m seedance.graph_compiler``: load settings, wire the objects, serve."""
+
+from __future__ import annotations
+
+import asyncio
+
+from seedance.core import ServiceRuntime, serve
+from seedance.core.logs import configure_logging
+from seedance.core.settings import bus_settings, load_settings
+from seedance.core.tracing import configure_tracing
+from seedance.graph_compiler.service import GraphCompilerService
+from seedance.graph_compiler.settings import GraphCompilerSettings
+
+NAME = "graph-compiler"
 
 
 def main() -> None:
-    raise SystemExit("not implemented yet")
+    settings = load_settings(GraphCompilerSettings, NAME)
+    configure_logging()
+    configure_tracing(NAME)
+    runtime = ServiceRuntime(NAME, bus_settings(NAME), http_port=settings.http_port)
+    asyncio.run(serve(GraphCompilerService(runtime, settings)))
 
 
 if __name__ == "__main__":

@@ -8,36 +8,19 @@ when to train or which model serves (the service does).
 
 from __future__ import annotations
 
-from nats.js import api as js_api
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
 from seedance.core import Bus
+from seedance.core.kv import ensure_object_store
 from seedance.core.logs import get_logger
-from seedance.events.subjects import OBJECT_STORES
 from seedance.router.forecast import ForecastModel
 
-__all__ = ["MODELS_BUCKET", "ModelStore", "ensure_object_store"]
+__all__ = ["MODELS_BUCKET", "ModelStore"]
 
 log = get_logger(__name__)
 
 MODELS_BUCKET = "seedance-router-models"
-
-
-async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
-    spec = OBJECT_STORES[name]
-    try:
-        return await bus.js.object_store(spec.name)
-    except BucketNotFoundError:
-        return await bus.js.create_object_store(
-            spec.name,
-            js_api.ObjectStoreConfig(
-                description=spec.description or None,
-                ttl=spec.ttl_s or None,
-                max_bytes=spec.max_bytes,
-                replicas=bus._replicas(),
-            ),
-        )
 
 
 def object_name(fleet: str, model: ForecastModel) -> str:

@@ -1,0 +1,406 @@
+"""The graph-compiler service: compile requests in, artifacts and reports out.
+
+Each request on ``seedance.graph.<tenant>.request`` (durable ``compiler-requests``) is answered
+with exactly one ``CompileResult`` on ``seedance.graph.<tenant>.result``:
+
+* the model is fetched from the object store (``inputs/<tenant>/...``) or from a URL or local
+  path with its sha256 checked;
+* the compatibility check for the request's target and the compile run in a child process
+  (CPU-heavy: the event loop keeps serving the bus and the health endpoint), while the message
+  is kept alive with ``in_progress`` heartbeats so its 300 s ack_wait never expires mid-compile;
+* the artifact goes into the object store up to ``max_inline_artifact_mib`` and is written
+  under ``artifact_dir`` above that (sent by reference: path and sha256);
+* a model that cannot be compiled, and a request that cannot be served (bad sha256, missing
+  object, unknown target), get ``ok=False`` with a named ``error_kind`` on the tenant's result
+  subject, where the user waits; only a message that does not decode goes to the dead-letter
+  stream. No artifact is stored unless the compile passed its checks.
+
+Results are idempotent by request id: the result is recorded in ``seedance-graph-results``
+after it is published, a request already answered is acknowledged without compiling again, and
+the result's event id is derived from the tenant and request id so a replica racing on the same
+request publishes a duplicate the stream drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import multiprocessing
+import shutil
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
+from prometheus_client import Counter, Histogram
+
+from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime, WallClock
+from seedance.core.kv import ensure_bucket, ensure_object_store
+from seedance.core.logs import get_logger
+from seedance.events import derived_event_id
+from seedance.events.graph import CompileRequest, CompileResult, artifact_object_name
+from seedance.events.subjects import consumer, graph
+from seedance.graph_compiler import worker
+from seedance.graph_compiler.settings import GraphCompilerSettings
+
+__all__ = ["RESULTS_BUCKET", "GraphCompilerMetrics", "GraphCompilerService"]
+
+log = get_logger(__name__)
+
+RESULTS_BUCKET = "seedance-graph-results"
+_MIB = 1024**2
+_SHA256_HEX = frozenset("0123456789abcdef")
+
+
+class BadRequest(Exception):
+    """The request cannot be served as sent; answered with ``error_kind=InvalidRequest``."""
+
+
+class GraphCompilerMetrics:
+    def __init__(self, registry: Any) -> None:
+        self.compiles_total = Counter(
+            "seedance_graph_compiler_compiles_total",
+            "Compile requests answered, by outcome (ok or the error kind).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.duplicates_total = Counter(
+            "seedance_graph_compiler_duplicate_requests_total",
+            "Requests already answered (acknowledged without compiling).",
+            registry=registry,
+        )
+        self.heartbeats_total = Counter(
+            "seedance_graph_compiler_heartbeats_total",
+            "in_progress sent for requests still compiling (keeps ack_wait from expiring).",
+            registry=registry,
+        )
+        self.compile_seconds = Histogram(
+            "seedance_graph_compiler_compile_seconds",
+            "Time from fetch to stored artifact, per request.",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
+            registry=registry,
+        )
+
+
+class GraphCompilerService(Lifecycle):
+    def __init__(
+        self,
+        runtime: ServiceRuntime,
+        settings: GraphCompilerSettings,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._rt = runtime
+        self._settings = settings
+        self._clock = clock or WallClock()
+        self.metrics = GraphCompilerMetrics(runtime.registry)
+        self._max_deliver = consumer("compiler-requests").max_deliver
+        self._store: ObjectStore | None = None
+        self._kv: KeyValue | None = None
+        self._pool: ProcessPoolExecutor | None = None
+        # One message per fetch: fetched messages wait in hand with their ack_wait running, and
+        # a compile takes minutes; more throughput comes from more replicas sharing the durable.
+        runtime.consume("compiler-requests", CompileRequest, self._handle, batch=1)
+
+    async def start(self) -> None:
+        await self._rt.start()
+        self._store = await ensure_object_store(self._rt.bus, self._settings.object_store)
+        self._kv = await ensure_bucket(self._rt.bus, RESULTS_BUCKET)
+        self._pool = _new_pool()
+        # Pays the child's imports (onnx, onnxruntime, onnxscript: seconds) before a request.
+        self._pool.submit(worker.warm_up)
+
+    async def run(self) -> None:
+        await self._rt.run()
+
+    async def stop(self) -> None:
+        await self._rt.stop()
+
+    async def close(self) -> None:
+        await self._rt.close()
+        if self._pool is not None:
+            _kill_pool(self._pool)
+            self._pool = None
+
+    # --- one request ------------------------------------------------------------------------
+
+    async def _handle(self, d: Delivery[CompileRequest]) -> None:
+        assert self._kv is not None
+        req = d.event
+        key = f"{req.tenant}.{req.request_id}"
+        try:
+            await self._kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            pass
+        else:
+            self.metrics.duplicates_total.inc()
+            log.info("compile_request_duplicate", tenant=req.tenant, request_id=req.request_id)
+            return
+        started = self._clock.monotonic()
+        result = await self._serve(d)
+        await self._rt.bus.publish(graph.subject(req.tenant, "result"), result)
+        await self._kv.put(key, msgspec.msgpack.encode(result))
+        self.metrics.compiles_total.labels("ok" if result.ok else result.error_kind).inc()
+        self.metrics.compile_seconds.observe(self._clock.monotonic() - started)
+        log.info(
+            "compile_answered",
+            tenant=req.tenant,
+            request_id=req.request_id,
+            ok=result.ok,
+            error_kind=result.error_kind,
+            precision=result.report.precision if result.report else None,
+        )
+
+    async def _serve(self, d: Delivery[CompileRequest]) -> CompileResult:
+        req = d.event
+        try:
+            policy = worker.core_policy(req.policy, req.target, self._settings.measure_runs)
+        except ValueError as exc:
+            return self._failure(req, "InvalidRequest", str(exc))
+        work_dir = self._settings.work_dir or None
+        with tempfile.TemporaryDirectory(prefix="seedance-gc-", dir=work_dir) as tmp:
+            model_path = Path(tmp) / "model.onnx"
+            out_path = Path(tmp) / "compiled.onnx"
+            try:
+                await self._fetch(req, model_path)
+            except BadRequest as exc:
+                return self._failure(req, "InvalidRequest", str(exc))
+            outcome = await self._compile(d, model_path, out_path, policy)
+            if outcome.error_kind is not None:
+                return self._failure(req, outcome.error_kind, outcome.error or "")
+            try:
+                where = await self._store_artifact(req, out_path, outcome.artifact_bytes)
+            except BadRequest as exc:
+                return self._failure(req, "ArtifactTooLarge", str(exc))
+        return CompileResult(
+            id=_result_id(req),
+            at=self._clock.now(),
+            request_id=req.request_id,
+            tenant=req.tenant,
+            model_name=req.model_name,
+            ok=True,
+            artifact_sha256=outcome.artifact_sha256,
+            report=outcome.report,
+            **where,
+        )
+
+    def _failure(self, req: CompileRequest, kind: str, error: str) -> CompileResult:
+        return CompileResult(
+            id=_result_id(req),
+            at=self._clock.now(),
+            request_id=req.request_id,
+            tenant=req.tenant,
+            model_name=req.model_name,
+            ok=False,
+            error_kind=kind,
+            error=error[:4000],
+        )
+
+    # --- fetching ---------------------------------------------------------------------------
+
+    async def _fetch(self, req: CompileRequest, dest: Path) -> None:
+        if (req.model_object is None) == (req.model_url is None):
+            raise BadRequest("give exactly one of model_object and model_url")
+        want = _check_sha256(req.model_sha256) if req.model_sha256 is not None else None
+        if req.model_object is not None:
+            await self._fetch_object(req, req.model_object, want, dest)
+            return
+        assert req.model_url is not None
+        if want is None:
+            raise BadRequest("model_url needs model_sha256 (64 hex digits)")
+        got = await asyncio.to_thread(self._fetch_url, req.model_url, dest)
+        if got != want:
+            raise BadRequest(f"sha256 mismatch for {req.model_url}: expected {want}, got {got}")
+
+    async def _fetch_object(
+        self, req: CompileRequest, name: str, want: str | None, dest: Path
+    ) -> None:
+        assert self._store is not None
+        # Tenants share the bucket; a request may only name its own tenant's inputs.
+        prefix = f"inputs/{req.tenant}/"  # see seedance.events.graph.input_object_name
+        if not name.startswith(prefix):
+            raise BadRequest(f"model_object {name!r} is not under {prefix!r}")
+        try:
+            info = await self._store.get_info(name)
+        except nats.js.errors.ObjectNotFoundError:
+            raise BadRequest(
+                f"no object {name!r} in object store {self._settings.object_store!r}"
+            ) from None
+        except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError) as exc:
+            raise RetryableError(f"object store unavailable: {exc!r}") from exc
+        stored = _digest_hex(info.digest or "")
+        if want is not None and stored != want:
+            raise BadRequest(f"sha256 mismatch for {name}: expected {want}, stored {stored}")
+        try:
+            with dest.open("wb") as f:
+                # writeinto: nats-py otherwise concatenates chunks into one growing bytes object.
+                await self._store.get(name, writeinto=f)
+        except nats.js.errors.DigestMismatchError:
+            raise BadRequest(f"object {name!r} does not match its stored digest") from None
+        except nats.errors.TimeoutError as exc:
+            raise RetryableError(f"object store read timed out: {exc!r}") from exc
+
+    def _fetch_url(self, url: str, dest: Path) -> str:
+        """Copy ``url`` to ``dest`` (in a thread) and return its sha256."""
+        parsed = urllib.parse.urlparse(url)
+        limit = int(self._settings.max_model_mib * _MIB)
+        h = hashlib.sha256()
+        if parsed.scheme in ("", "file"):
+            src = self._local_path(parsed.path if parsed.scheme else url)
+            opener: Any = src.open("rb")
+        elif parsed.scheme in ("http", "https"):
+            try:
+                opener = urllib.request.urlopen(url, timeout=60)
+            except OSError as exc:
+                raise BadRequest(f"cannot fetch {url}: {exc}") from exc
+        else:
+            raise BadRequest(f"unsupported URL scheme {parsed.scheme!r} (file, http, https)")
+        size = 0
+        with opener as src_f, dest.open("wb") as out:
+            while chunk := src_f.read(_MIB):
+                size += len(chunk)
+                if size > limit:
+                    raise BadRequest(f"model at {url} exceeds {self._settings.max_model_mib} MiB")
+                h.update(chunk)
+                out.write(chunk)
+        return h.hexdigest()
+
+    def _local_path(self, path: str) -> Path:
+        if not self._settings.model_dir:
+            raise BadRequest("local model paths are not enabled on this compiler (model_dir)")
+        root = Path(self._settings.model_dir).resolve()
+        p = Path(path).resolve()
+        if not p.is_relative_to(root):
+            raise BadRequest(f"model path {path!r} is outside the compiler's model_dir")
+        if not p.is_file():
+            raise BadRequest(f"model path {path!r} is not a file")
+        return p
+
+    # --- compiling --------------------------------------------------------------------------
+
+    async def _compile(
+        self, d: Delivery[CompileRequest], model_path: Path, out_path: Path, policy: Any
+    ) -> worker.Outcome:
+        if self._pool is None:
+            self._pool = _new_pool()
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(
+            self._pool, worker.compile_file, str(model_path), str(out_path), policy, d.event.target
+        )
+        try:
+            async with self._heartbeat(d):
+                return await asyncio.wait_for(fut, self._settings.compile_timeout_s)
+        except TimeoutError:
+            # A running task cannot be cancelled in a pool: the child is killed instead.
+            self._restart_pool()
+            return worker.Outcome(
+                error_kind="CompileTimeout",
+                error=f"compile ran past {self._settings.compile_timeout_s:g} s and was stopped",
+            )
+        except BrokenProcessPool as exc:
+            # The child died (out of memory, a crash in a native library): try again on a
+            # fresh one until the consumer's last delivery, then answer with the reason.
+            self._restart_pool()
+            if d.num_delivered >= self._max_deliver:
+                return worker.Outcome(
+                    error_kind="CompilerCrashed",
+                    error=f"the compile process died on {d.num_delivered} attempts: {exc}",
+                )
+            raise RetryableError(f"compile process died: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _heartbeat(self, d: Delivery[Any]) -> AsyncIterator[None]:
+        async def beat() -> None:
+            while True:
+                await self._clock.sleep(self._settings.heartbeat_s)
+                with contextlib.suppress(nats.errors.Error):
+                    await d.in_progress()
+                    self.metrics.heartbeats_total.inc()
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _restart_pool(self) -> None:
+        if self._pool is not None:
+            _kill_pool(self._pool)
+        self._pool = _new_pool()
+
+    # --- storing ----------------------------------------------------------------------------
+
+    async def _store_artifact(
+        self, req: CompileRequest, path: Path, size_bytes: int
+    ) -> dict[str, str]:
+        assert self._store is not None
+        if size_bytes <= self._settings.max_inline_artifact_mib * _MIB:
+            name = artifact_object_name(req.tenant, req.request_id, req.model_name)
+            with path.open("rb") as f:
+                await self._store.put(name, f)
+            return {"artifact_object": name}
+        if not self._settings.artifact_dir:
+            raise BadRequest(
+                f"artifact is {size_bytes / _MIB:.1f} MiB, over the inline limit of "
+                f"{self._settings.max_inline_artifact_mib:g} MiB, and no artifact_dir is set"
+            )
+        name = f"{req.model_name}.onnx"
+        dest = Path(self._settings.artifact_dir, req.tenant, req.request_id, name)
+        return {"artifact_url": await asyncio.to_thread(_move, path, dest)}
+
+
+def _move(src: Path, dest: Path) -> str:
+    """Copy ``src`` to ``dest`` and return its file URL."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # Written next to the destination then renamed: a reader never sees half an artifact.
+    partial = dest.with_suffix(".partial")
+    shutil.copyfile(src, partial)
+    partial.replace(dest)
+    return dest.resolve().as_uri()
+
+
+def _result_id(req: CompileRequest) -> str:
+    return derived_event_id(f"{req.tenant}.{req.request_id}", "graph.compile_result")
+
+
+def _check_sha256(value: str) -> str:
+    v = value.strip().lower()
+    if len(v) != 64 or not set(v) <= _SHA256_HEX:
+        raise BadRequest(f"model_sha256 must be 64 hex digits, got {value!r}")
+    return v
+
+
+def _digest_hex(digest: str) -> str:
+    """``SHA-256=<base64url>`` (the object store's form) → hex."""
+    _, _, b64 = digest.partition("=")
+    try:
+        return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+    except (binascii.Error, ValueError):
+        return ""
+
+
+def _new_pool() -> ProcessPoolExecutor:
+    # spawn, not fork: forking a process with an event loop and nats threads is unsafe.
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        with contextlib.suppress(Exception):
+            p.kill()

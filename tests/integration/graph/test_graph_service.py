@@ -1,0 +1,277 @@
+"""The graph-compiler service over a real nats-server: requests in, artifacts and reports out.
+
+Small models only (an MLP, a decomposed LayerNorm): each test pays one child-process start
+(the compile runs in a spawned child) and a compile of well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from seedance.core import BusSettings, ServiceRuntime
+from seedance.core.kv import ensure_object_store
+from seedance.events import new_event_id
+from seedance.events.graph import CompileRequest, PrecisionPolicy
+from seedance.events.graph import input_object_name as input_name
+from seedance.events.subjects import graph
+from seedance.graph_compiler.service import GraphCompilerService
+from seedance.graph_compiler.settings import GraphCompilerSettings
+from seedance.sdk import cli
+from seedance.sdk.client import GRAPH_MODELS_STORE, SeedanceClient
+
+StartCompiler = Callable[..., Awaitable[GraphCompilerService]]
+
+
+def _model(nodes: list[Any], x: Any, y: Any, inits: list[Any]) -> bytes:
+    g = helper.make_graph(nodes, "g", [x], [y], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m.SerializeToString()
+
+
+def _init(name: str, a: np.ndarray) -> Any:
+    return numpy_helper.from_array(a, name)
+
+
+def mlp() -> bytes:
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"], name="fc1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="bias1"),
+        helper.make_node("Identity", ["hb"], ["hi"], name="noop"),
+        helper.make_node("Relu", ["hi"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "W2"], ["y"], name="fc2"),
+        helper.make_node("Neg", ["h"], ["dead"], name="dead_branch"),
+    ]
+    inits = [
+        _init("W1", (rng.standard_normal((32, 64)) / 6).astype(np.float32)),
+        _init("b1", rng.standard_normal(64).astype(np.float32)),
+        _init("W2", (rng.standard_normal((64, 8)) / 8).astype(np.float32)),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])
+    return _model(nodes, x, y, inits)
+
+
+def overflow_ln() -> bytes:
+    """A decomposed LayerNorm of inputs scaled ×1000: its variance (~1e6) overflows FP16."""
+    rng = np.random.default_rng(1)
+    d = 64
+    nodes = [
+        helper.make_node("Mul", ["x", "k"], ["xs"], name="scale"),
+        helper.make_node("ReduceMean", ["xs"], ["mean"], name="mean", axes=[-1]),
+        helper.make_node("Sub", ["xs", "mean"], ["xc"], name="center"),
+        helper.make_node("Pow", ["xc", "two"], ["sq"], name="square"),
+        helper.make_node("ReduceMean", ["sq"], ["var"], name="variance", axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        helper.make_node("Sqrt", ["ve"], ["sd"], name="std"),
+        helper.make_node("Div", ["xc", "sd"], ["xn"], name="normalise"),
+        helper.make_node("MatMul", ["xn", "W"], ["y"], name="proj"),
+    ]
+    inits = [
+        _init("k", np.array(1000.0, np.float32)),
+        _init("two", np.array(2.0, np.float32)),
+        _init("eps", np.array(1e-5, np.float32)),
+        _init("W", (rng.standard_normal((d, 16)) / 8).astype(np.float32)),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, d])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])
+    return _model(nodes, x, y, inits)
+
+
+def _run(model: bytes, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+@pytest.fixture
+async def start_compiler(nats_url: str) -> AsyncIterator[StartCompiler]:
+    started: list[tuple[GraphCompilerService, asyncio.Task[None]]] = []
+
+    async def start(**settings: Any) -> GraphCompilerService:
+        rt = ServiceRuntime("graph-compiler", BusSettings(url=nats_url, name="gc-test"))
+        svc = GraphCompilerService(rt, GraphCompilerSettings(**settings))
+        await svc.start()
+        started.append((svc, asyncio.create_task(svc.run())))
+        return svc
+
+    try:
+        yield start
+    finally:
+        for svc, task in started:
+            await svc.stop()
+            await task
+            await svc.close()
+
+
+@pytest.fixture
+async def client(nats_url: str) -> AsyncIterator[SeedanceClient]:
+    async with await SeedanceClient.connect(nats_url) as c:
+        yield c
+
+
+@pytest.fixture
+def tenant(unique: str) -> str:
+    return f"t{unique}"
+
+
+async def test_compile_over_the_bus_with_report(start_compiler, client, tenant):
+    await start_compiler()
+    model = mlp()
+    result = await client.compile_model(
+        tenant, "mlp", model, PrecisionPolicy(priority_order=["fp32"]), timeout_s=120
+    )
+    assert result.ok, result.error
+    assert result.tenant == tenant
+    assert result.model_name == "mlp"
+    rep = result.report
+    assert rep is not None
+    assert rep.precision == "fp32"
+    assert rep.nodes_before == 6
+    assert rep.nodes_after < rep.nodes_before
+    assert "prune_dead" in rep.passes_fired
+    assert rep.cosine is not None
+    assert rep.cosine >= 0.999
+    artifact = await client.fetch_artifact(result)
+    assert hashlib.sha256(artifact).hexdigest() == result.artifact_sha256
+    x = np.random.default_rng(7).standard_normal((4, 32)).astype(np.float32)
+    np.testing.assert_allclose(_run(artifact, x), _run(model, x), rtol=1e-4, atol=1e-5)
+
+
+async def test_invalid_model_gets_named_error_and_no_artifact(start_compiler, client, tenant):
+    await start_compiler()
+    result = await client.compile_model(tenant, "junk", b"not an onnx model", timeout_s=120)
+    assert not result.ok
+    assert result.error_kind == "InvalidModel"
+    assert result.error
+    assert result.report is None
+    assert result.artifact_object is None
+    assert result.artifact_url is None
+    store = await ensure_object_store(client._bus, GRAPH_MODELS_STORE)
+    names = [i.name for i in await store.list(ignore_deletes=True)]
+    assert not [n for n in names if n.startswith(f"artifacts/{tenant}/")]
+
+
+async def test_fp16_overflow_falls_back_and_is_reported(start_compiler, client, tenant):
+    # Heartbeats every 50 ms: the child's start and the compile take longer than that.
+    svc = await start_compiler(heartbeat_s=0.05)
+    policy = PrecisionPolicy(priority_order=["fp16", "fp32"])
+    result = await client.compile_model(
+        tenant, "ln", overflow_ln(), policy, target="cuda", timeout_s=120
+    )
+    assert result.ok, result.error
+    rep = result.report
+    assert rep is not None
+    assert rep.precision == "fp16"
+    kept = {f.node: f for f in rep.fallback_nodes}
+    assert {"square", "variance", "add_eps", "std"} <= set(kept)
+    assert all(f.precision == "fp32" and "exceeds FP16 max" in f.reason for f in kept.values())
+    assert "proj" not in kept
+    assert svc.metrics.heartbeats_total._value.get() >= 1
+
+
+async def _request(
+    client: SeedanceClient, tenant: str, request_id: str, model: bytes, **fields: Any
+) -> CompileRequest:
+    if "model_url" not in fields:
+        store = await ensure_object_store(client._bus, GRAPH_MODELS_STORE)
+        obj = input_name(tenant, request_id, "m")
+        await store.put(obj, io.BytesIO(model))
+        fields.setdefault("model_object", obj)
+    return CompileRequest(
+        id=new_event_id(),
+        at=datetime.now(UTC),
+        request_id=request_id,
+        tenant=tenant,
+        model_name="m",
+        policy=PrecisionPolicy(priority_order=["fp32"]),
+        **fields,
+    )
+
+
+async def _results(client: SeedanceClient, tenant: str) -> int:
+    info = await client._bus.js.stream_info(
+        "SEEDANCE_GRAPH", subjects_filter=graph.subject(tenant, "result")
+    )
+    return sum((info.state.subjects or {}).values())
+
+
+async def test_duplicate_request_gets_one_result(start_compiler, client, tenant):
+    svc = await start_compiler()
+    first = await _request(client, tenant, "r1", mlp())
+    again = await _request(client, tenant, "r1", mlp())  # same request id, another event id
+    assert first.id != again.id
+    result = await client._request_compile(first, 120)
+    assert result.ok, result.error
+    await client._bus.publish(graph.subject(tenant, "request"), again)
+
+    async def answered_twice() -> bool:
+        return svc.metrics.duplicates_total._value.get() >= 1
+
+    async with asyncio.timeout(60):
+        while not await answered_twice():  # noqa: ASYNC110 - the service's counter
+            await asyncio.sleep(0.05)
+    assert await _results(client, tenant) == 1
+
+
+async def test_bad_requests_get_invalid_request_results(start_compiler, client, tenant, tmp_path):
+    await start_compiler(model_dir=str(tmp_path))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(mlp())
+    wrong = hashlib.sha256(b"something else").hexdigest()
+    bad_sha = await client._request_compile(
+        await _request(client, tenant, "bad-sha", b"", model_url=str(path), model_sha256=wrong),
+        120,
+    )
+    assert (bad_sha.ok, bad_sha.error_kind) == (False, "InvalidRequest")
+    assert "sha256 mismatch" in (bad_sha.error or "")
+    absent = await _request(
+        client, tenant, "missing", b"", model_object=input_name(tenant, "nope", "m")
+    )
+    missing = await client._request_compile(absent, 120)
+    assert (missing.ok, missing.error_kind) == (False, "InvalidRequest")
+    assert "no object" in (missing.error or "")
+    other = await _request(client, tenant, "other-tenant", b"", model_object="inputs/x/y/m.onnx")
+    crossed = await client._request_compile(other, 120)
+    assert crossed.error_kind == "InvalidRequest"
+    assert "not under" in (crossed.error or "")
+
+
+async def test_large_artifact_goes_by_reference(start_compiler, client, tenant, tmp_path):
+    await start_compiler(max_inline_artifact_mib=0.0, artifact_dir=str(tmp_path / "artifacts"))
+    result = await client.compile_model(
+        tenant, "mlp", mlp(), PrecisionPolicy(priority_order=["fp32"]), timeout_s=120
+    )
+    assert result.ok, result.error
+    assert result.artifact_object is None
+    assert result.artifact_url
+    assert result.artifact_url.startswith("file://")
+    data = await client.fetch_artifact(result)
+    assert hashlib.sha256(data).hexdigest() == result.artifact_sha256
+
+
+async def test_cli_compiles_and_writes_the_artifact(
+    start_compiler, nats_url, tenant, tmp_path, capsys
+):
+    await start_compiler()
+    src = tmp_path / "mlp.onnx"
+    src.write_bytes(mlp())
+    out = tmp_path / "mlp.compiled.onnx"
+    argv = ["--nats-url", nats_url, "graph", "compile", "--tenant", tenant]
+    argv += ["--model", str(src), "--out", str(out), "--precisions", "fp32"]
+    rc = await asyncio.to_thread(cli.main, argv)
+    assert rc == 0, capsys.readouterr().err
+    assert "precision fp32" in capsys.readouterr().out
+    onnx.checker.check_model(onnx.load_from_string(out.read_bytes()))
