@@ -100,6 +100,25 @@ def service_user(name: str, spec: dict[str, list[str]]) -> User:
             f"{JS_API}.DIRECT.GET.{kv_stream}",
             f"{JS_API}.DIRECT.GET.{kv_stream}.>",
             f"$KV.{bucket}.>",
+            # watches (the router's weights) read the bucket through an ordered consumer
+            f"{JS_API}.CONSUMER.CREATE.{kv_stream}",
+            f"{JS_API}.CONSUMER.CREATE.{kv_stream}.>",
+            f"{JS_API}.CONSUMER.DELETE.{kv_stream}.>",
+        ]
+    for store in spec.get("object_stores", []):
+        if store not in subjects.OBJECT_STORES:
+            raise ValueError(f"{name}: unknown object store {store!r}")
+        obj_stream = f"OBJ_{store}"
+        pub += _stream_api(obj_stream)
+        pub += [
+            f"{JS_API}.STREAM.MSG.GET.{obj_stream}",
+            f"{JS_API}.STREAM.PURGE.{obj_stream}",
+            f"{JS_API}.DIRECT.GET.{obj_stream}.>",
+            # a get reads the object's chunks through an ordered consumer
+            f"{JS_API}.CONSUMER.CREATE.{obj_stream}",
+            f"{JS_API}.CONSUMER.CREATE.{obj_stream}.>",
+            f"{JS_API}.CONSUMER.DELETE.{obj_stream}.>",
+            f"$O.{store}.>",
         ]
     return User(name=name, publish_allow=tuple(pub), subscribe_allow=("_INBOX.>",))
 

@@ -49,7 +49,7 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     decision_flush_s: float = 0.1
     max_attempts: int = 3
     default_timeout_s: float = 60.0
-    http_port: int = 9403
+    http_port: int = 9402
 
     def __post_init__(self) -> None:
         if self.stale_after_s <= 0 or self.forecast_interval_s <= 0:
