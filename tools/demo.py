@@ -31,9 +31,14 @@ from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.events import decode
 from seedance.events.cost import JobCostReport
 from seedance.events.slicing import Placement, Unschedulable
-from seedance.events.subjects import costs, slicing
+from seedance.events.subjects import costs, routing, slicing
 from seedance.sdk import SeedanceClient
-from tools.stack import NatsServer, ServiceProcesses, wait_consumer_settled
+from tools.stack import (
+    NatsServer,
+    ServiceProcesses,
+    wait_consumer_settled,
+    wait_inventory_known,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TENANTS = ("acme", "globex", "initech", "umbrella")
@@ -153,18 +158,7 @@ class Demo:
 
     async def _replay(self, bus: Bus, client: SeedanceClient, jobs: dict[str, _Job]) -> int:
         # The slicer must know the fleet before the first job arrives.
-        async with asyncio.timeout(60):
-            while True:
-                info = await bus.stream_info("SEEDANCE_TELEMETRY")
-                if info is not None and info.state.messages:
-                    break
-                await asyncio.sleep(0.05)  # polls the server; bounded by the timeout
-        inv = await bus.js.stream_info(
-            "SEEDANCE_TELEMETRY", subjects_filter="seedance.telemetry.*.inventory"
-        )
-        await wait_consumer_settled(
-            bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq
-        )
+        await wait_inventory_known(bus)
         placements = await bus.js.pull_subscribe(
             slicing.ALL,
             config=js_api.ConsumerConfig(
@@ -370,7 +364,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
             ev = decode(msg.data)  # type: ignore[attr-defined]
             decisions[(ev.replica, ev.reason)] += 1
 
-        await bus.nc.subscribe("seedance.routing.echo.decision", cb=on_decision)
+        await bus.nc.subscribe(routing.subject("echo", "decision"), cb=on_decision)
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
         async with asyncio.timeout(120):
             while True:
@@ -388,8 +382,10 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
             x = np.arange(16, dtype=np.float32).reshape(1, 16) + i
             inputs = [grpcclient.InferInput("x_fp32", list(x.shape), "FP32")]
             inputs[0].set_data_from_numpy(x)
-            for name, dtype, arr in (("x_int64", "INT64", np.array([[i]], dtype=np.int64)),
-                                     ("x_bytes", "BYTES", np.array([[b"demo"]], dtype=object))):
+            for name, dtype, arr in (
+                ("x_int64", "INT64", np.array([[i]], dtype=np.int64)),
+                ("x_bytes", "BYTES", np.array([[b"demo"]], dtype=object)),
+            ):
                 inp = grpcclient.InferInput(name, list(arr.shape), dtype)
                 inp.set_data_from_numpy(arr)
                 inputs.append(inp)
@@ -414,8 +410,10 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
         await bus.close()
         latencies.sort()
         p95 = latencies[int(0.95 * (len(latencies) - 1))] if latencies else 0.0
-        say(f"  {ok} of {requests} requests answered correctly, {failed} failed; "
-            f"latency p50 {latencies[len(latencies) // 2] if latencies else 0:.1f} ms, p95 {p95:.1f} ms")
+        say(
+            f"  {ok} of {requests} requests answered correctly, {failed} failed; "
+            f"latency p50 {latencies[len(latencies) // 2] if latencies else 0:.1f} ms, p95 {p95:.1f} ms"
+        )
         for (replica, reason), n in sorted(decisions.items()):
             say(f"  routed to {replica:<9} {n:4d}  ({reason})")
         return 0 if failed == 0 else 1
@@ -435,21 +433,28 @@ async def compile_phase(url: str, procs: ServiceProcesses) -> int:
     client = await SeedanceClient.connect(url)
     try:
         t0 = time.monotonic()
-        result = await client.compile_model("acme", "bert-mini", model.SerializeToString(),
-                                            timeout_s=600)
+        result = await client.compile_model(
+            "acme", "bert-mini", model.SerializeToString(), timeout_s=600
+        )
     finally:
         await client.close()
     if not result.ok or result.report is None:
         say(f"  compile failed: {result.error_kind}: {result.error}")
         return 1
     r = result.report
-    say(f"  {r.nodes_before} -> {r.nodes_after} nodes, precision {r.precision}, "
-        f"{time.monotonic() - t0:.1f} s; passes: {', '.join(r.passes_fired)}")
+    say(
+        f"  {r.nodes_before} -> {r.nodes_after} nodes, precision {r.precision}, "
+        f"{time.monotonic() - t0:.1f} s; passes: {', '.join(r.passes_fired)}"
+    )
     if r.latency_ms_before and r.latency_ms_after:
-        say(f"  latency {r.latency_ms_before:.2f} -> {r.latency_ms_after:.2f} ms (median of 20, "
-            f"fresh subprocesses); peak RSS {r.peak_rss_mb_before:.0f} -> {r.peak_rss_mb_after:.0f} MB")
-    say(f"  accuracy vs FP32: cosine {r.cosine:.5f}, max abs err {r.max_abs_err:.2e}; "
-        f"{len(r.fallback_nodes)} nodes fell back")
+        say(
+            f"  latency {r.latency_ms_before:.2f} -> {r.latency_ms_after:.2f} ms (median of 20, "
+            f"fresh subprocesses); peak RSS {r.peak_rss_mb_before:.0f} -> {r.peak_rss_mb_after:.0f} MB"
+        )
+    say(
+        f"  accuracy vs FP32: cosine {r.cosine:.5f}, max abs err {r.max_abs_err:.2e}; "
+        f"{len(r.fallback_nodes)} nodes fell back"
+    )
     return 0
 
 
@@ -497,10 +502,18 @@ def main() -> int:
     p.add_argument("--node-every", type=int, default=60, help="take every Nth node of the list")
     p.add_argument("--load", type=float, default=1.3, help="offered GPU load, share of capacity")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--inference-requests", type=int, default=400,
-                   help="requests routed through the router to two Triton servers (0: skip)")
-    p.add_argument("--no-compile", dest="compile", action="store_false",
-                   help="skip compiling a model through the graph-compiler")
+    p.add_argument(
+        "--inference-requests",
+        type=int,
+        default=400,
+        help="requests routed through the router to two Triton servers (0: skip)",
+    )
+    p.add_argument(
+        "--no-compile",
+        dest="compile",
+        action="store_false",
+        help="skip compiling a model through the graph-compiler",
+    )
     args = p.parse_args()
     for f in (args.nodes, args.pods):
         if not Path(f).exists():

@@ -162,9 +162,9 @@ async def wait_inventory_known(bus: Any, timeout_s: float = 60.0) -> None:
             if info is not None and info.state.messages:
                 break
             await asyncio.sleep(0.05)  # polls the server; bounded by the timeout
-    inv = await bus.js.stream_info(
-        "SEEDANCE_TELEMETRY", subjects_filter="seedance.telemetry.*.inventory"
-    )
+    from seedance.events.subjects import telemetry
+
+    inv = await bus.js.stream_info("SEEDANCE_TELEMETRY", subjects_filter=telemetry.INVENTORY)
     await wait_consumer_settled(
         bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq, timeout_s
     )

@@ -27,6 +27,7 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
     finally:
         server.stop()
 
+
 SERVICES = ("telemetry-collector", "slicer", "cost-ledger")
 
 

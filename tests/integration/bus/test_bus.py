@@ -207,3 +207,49 @@ async def test_consumer_killed_mid_batch_loses_nothing_and_counts_once(
     assert all(n == 1 for n in applied.values())
     await first.close()
     await second.close()
+
+
+async def test_event_claiming_another_tenant_is_dead_lettered(bus: Bus, unique: str) -> None:
+    """Permissions confine a tenant to its subjects; the payload's tenant must match them."""
+    tenant, victim = f"t{unique}", f"v{unique}"
+    handled: list[str] = []
+
+    async def handler(d: Delivery[Any]) -> None:
+        handled.append(d.event.job_id)
+
+    sub = await bus.nc.subscribe(dlq.subject(f"svc{unique}"))
+    consumer = PullConsumer(
+        spec_for(tenant, unique), service=f"svc{unique}", types=JobEvent, handler=handler
+    )
+    await consumer.start(bus)
+    spoofed = submitted(victim, "spoofed")  # claims the victim, sent on the tenant's subject
+    await bus.publish(jobs.subject(tenant, "submitted"), spoofed)
+    await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, "honest"))
+    await drain(consumer, lambda: handled == ["honest"])
+    letter = decode((await sub.next_msg(timeout=5)).data, DeadLetter)
+    assert letter.error_kind == "tenant_mismatch"
+    assert victim in letter.reason
+    await sub.unsubscribe()
+    await consumer.close()
+
+
+async def test_retryable_error_on_the_last_delivery_is_dead_lettered(bus: Bus, unique: str) -> None:
+    tenant = f"t{unique}"
+    attempts: list[int] = []
+
+    async def handler(d: Delivery[Any]) -> None:
+        attempts.append(d.num_delivered)
+        raise RetryableError("never ready", delay_s=0.01)
+
+    sub = await bus.nc.subscribe(dlq.subject(f"svc{unique}"))
+    spec = spec_for(tenant, unique, max_deliver=3)
+    consumer = PullConsumer(spec, service=f"svc{unique}", types=JobEvent, handler=handler)
+    await consumer.start(bus)
+    await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, "stuck"))
+    await drain(consumer, lambda: len(attempts) == 3)
+    letter = decode((await sub.next_msg(timeout=5)).data, DeadLetter)
+    assert letter.error_kind == "gave_up"
+    assert "never ready" in letter.reason
+    assert attempts == [1, 2, 3]
+    await sub.unsubscribe()
+    await consumer.close()

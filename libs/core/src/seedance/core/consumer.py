@@ -26,14 +26,14 @@ from opentelemetry import trace
 from structlog.contextvars import bound_contextvars
 
 from seedance.core.bus import Bus
-from seedance.core.errors import InvalidMessage, RetryableError
+from seedance.core.errors import InvalidMessage, NoStream, RetryableError
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
 from seedance.core.retry import RetryPolicy
 from seedance.core.tracing import extract_context, tracer
 from seedance.events import DecodeError, Event, decode, new_event_id
 from seedance.events.dlq import DeadLetter
-from seedance.events.subjects import ConsumerSpec, dlq
+from seedance.events.subjects import ConsumerSpec, dlq, subject_tenant
 
 __all__ = ["Delivery", "PullConsumer"]
 
@@ -148,6 +148,16 @@ class PullConsumer:
                 else:
                     await self._dead_letter(msg, "decode_error", str(exc))
                 continue
+            claimed = getattr(event, "tenant", None)
+            owner = subject_tenant(msg.subject)
+            if claimed is not None and owner is not None and claimed != owner:
+                # Permissions confine a tenant to its own subjects, not to its own payloads.
+                await self._dead_letter(
+                    msg,
+                    "tenant_mismatch",
+                    f"event says tenant {claimed!r} but was published on {owner!r}'s subject",
+                )
+                continue
             deliveries.append(
                 Delivery(event, msg.subject, md.sequence.stream, md.num_delivered, msg.in_progress)
             )
@@ -157,8 +167,13 @@ class PullConsumer:
         if self._batch_handler is not None:
             try:
                 outcomes = list(await self._batch_handler(deliveries))
-            except Exception as exc:
+            except Exception as exc:  # the whole batch failed: each message is retried
                 outcomes = [exc] * len(deliveries)
+            if len(outcomes) != len(deliveries):
+                bug = RuntimeError(
+                    f"batch handler returned {len(outcomes)} outcomes for {len(deliveries)} events"
+                )
+                outcomes = [bug] * len(deliveries)
         else:
             outcomes = [await self._handle_one(d, by_seq[d.stream_seq]) for d in deliveries]
         for d, outcome in zip(deliveries, outcomes, strict=True):
@@ -189,6 +204,9 @@ class PullConsumer:
             self._count(durable, "ack")
         elif isinstance(outcome, InvalidMessage):
             await self._dead_letter(msg, outcome.kind, str(outcome))
+        elif d.num_delivered >= self.spec.max_deliver:
+            # The server will not deliver it again: dead-letter rather than lose it silently.
+            await self._dead_letter(msg, "gave_up", f"{type(outcome).__name__}: {outcome}")
         elif isinstance(outcome, RetryableError):
             delay = outcome.delay_s or self._retry.delay_s(d.num_delivered)
             await msg.nak(delay=delay)
@@ -200,8 +218,6 @@ class PullConsumer:
                 subject=d.subject,
                 stream_seq=d.stream_seq,
             )
-        elif d.num_delivered >= self.spec.max_deliver:
-            await self._dead_letter(msg, "gave_up", f"{type(outcome).__name__}: {outcome}")
         else:
             await msg.nak(delay=self._retry.delay_s(d.num_delivered))
             self._count(durable, "nak")
@@ -230,7 +246,14 @@ class PullConsumer:
         # The dead letter is made durable before the original is terminated, so that a crash in
         # between redelivers the original rather than losing it.
         assert self._bus is not None
-        await self._bus.publish(dlq.subject(self._service), letter)
+        try:
+            await self._bus.publish(dlq.subject(self._service), letter)
+        except (TimeoutError, nats.errors.Error, NoStream) as exc:
+            # The dead-letter stream is unreachable now: keep the original and try again later
+            # rather than let one poison message stop the consumer.
+            await msg.nak(delay=self._retry.delay_s(md.num_delivered))
+            log.error("dead_letter_failed", kind=kind, error=repr(exc), subject=msg.subject)
+            return
         await msg.term()
         self._count(self.spec.durable, "dead_letter")
         log.warning(

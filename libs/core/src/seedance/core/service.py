@@ -22,7 +22,7 @@ from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
 from seedance.core.http import HealthServer
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
-from seedance.events.subjects import CONSUMERS
+from seedance.events.subjects import consumer
 
 __all__ = ["Lifecycle", "Service", "ServiceRuntime", "serve"]
 
@@ -44,6 +44,9 @@ class Lifecycle:
     async def stop(self) -> None:
         raise NotImplementedError
 
+    async def close(self) -> None:
+        """Release connections and resources after ``run`` returned (override as needed)."""
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self
@@ -52,6 +55,7 @@ class Lifecycle:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+        await self.close()
 
 
 class ServiceRuntime(Lifecycle):
@@ -108,7 +112,7 @@ class ServiceRuntime(Lifecycle):
         caller's to ``start(bus)`` and run (the slicer binds only once it leads its pool).
         """
         c = PullConsumer(
-            CONSUMERS[durable],
+            consumer(durable),
             service=self.name,
             types=types,
             handler=handler,
@@ -128,11 +132,17 @@ class ServiceRuntime(Lifecycle):
         if self._started:
             return
         self._bus = await Bus.connect(self._bus_settings)
-        await self._bus.ensure_streams()
-        for c in self._consumers:
-            await c.start(self._bus)
-        if self._http:
-            await self._http.start()
+        try:
+            await self._bus.ensure_streams()
+            for c in self._consumers:
+                await c.start(self._bus)
+            if self._http:
+                await self._http.start()
+        except BaseException:
+            # A failed start leaves nothing open, and a second start() connects afresh.
+            await self._bus.close()
+            self._bus = None
+            raise
         self._started = True
         log.info("service_started", service=self.name, http_port=self.http_port)
 

@@ -32,6 +32,7 @@ __all__ = [
     "jobs",
     "routing",
     "slicing",
+    "subject_tenant",
     "telemetry",
 ]
 
@@ -121,7 +122,8 @@ class slicing:
 
     @staticmethod
     def mig_plan(node: str) -> str:
-        return f"{ROOT}.slicing.mig.{check_token('node', node)}"
+        # Five tokens, so that no tenant's four-token subjects (or their filters) can match.
+        return f"{ROOT}.slicing.node.{check_token('node', node)}.mig_plan"
 
 
 class routing:
@@ -169,6 +171,18 @@ class dlq:
     @staticmethod
     def subject(service: str) -> str:
         return f"{ROOT}.dlq.{check_token('service', service)}"
+
+
+#: Families whose subjects are ``seedance.<family>.<tenant>.<kind>``.
+_TENANT_FAMILIES = frozenset({"jobs", "slicing", "graph", "costs"})
+
+
+def subject_tenant(subject: str) -> str | None:
+    """The tenant a subject belongs to, or None for subjects that belong to none."""
+    parts = subject.split(".")
+    if len(parts) == 4 and parts[0] == ROOT and parts[1] in _TENANT_FAMILIES:
+        return parts[2]
+    return None
 
 
 # --- streams and consumers ----------------------------------------------------------------
