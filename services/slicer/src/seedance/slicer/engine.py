@@ -400,7 +400,9 @@ class SlicerEngine:
         if tenant not in self.st.paused:
             return []
         self.st.paused.remove(tenant)
-        return self._retry_held(now_s, lambda h: self.st.jobs[h.job_id].tenant == tenant)
+        out = self._retry_held(now_s, lambda h: self.st.jobs[h.job_id].tenant == tenant)
+        out.extend(self._pass(now_s))
+        return out
 
     def submit(self, job: JobSpec, now_s: float) -> list[Effect]:
         if job.job_id in self.st.jobs:

@@ -4,13 +4,16 @@ One leader per node pool (a lease in JetStream KV) consumes; standbys wait for t
 take over when it lapses or is released, restoring the engine from the pool's snapshot. A
 leader that loses its lease stops consuming and becomes a standby again.
 
-After every batch the engine's state is written to KV *before* the batch is acked, together
-with the last stream sequence applied per durable, so a new or restarted leader resumes exactly
-where the durable state ends: a redelivered message that the snapshot already includes is acked
-without being applied again. Decisions get ids derived from their cause, and the engine is
-deterministic, so a decision published just before a crash and published again after it is
-dropped as a duplicate. The snapshot is written compare-and-set: a deposed leader's write fails
-and its batch is redelivered to the new leader instead of overwriting its state.
+After every batch the engine's state is written to KV *before* anything is published or acked,
+together with the last stream sequence applied per durable and the batch's decisions (an
+outbox). Then the decisions are published, then the batch is acked. So:
+- a crash before the write publishes nothing: the batch is redelivered and decided afresh (in
+  whatever order the redeliveries come, which is why nothing may be published before the write);
+- a crash after it: the next leader restores the state, skips the redelivered messages that the
+  snapshot includes (by stream sequence) and publishes the outbox again; the decisions' ids are
+  derived from their causes, so those already published are dropped as duplicates.
+The snapshot is written compare-and-set: a deposed leader's write fails and its batch is
+redelivered to the new leader instead of overwriting its state.
 
 This module owns the wiring (events to engine inputs, decisions to events, metrics); the
 decisions themselves are `seedance.slicer.engine`'s.
@@ -34,7 +37,7 @@ from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRun
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.events import Event, derived_event_id
+from seedance.events import Event, decode, derived_event_id, encode
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
 from seedance.events.slicing import (
@@ -70,6 +73,10 @@ __all__ = ["SlicerMetrics", "SlicerService", "engine_config", "load_quota"]
 
 log = get_logger(__name__)
 
+#: Applied sequences remembered per durable: a message redelivered after this many later ones
+#: were applied would be taken for applied (redeliveries come within a second or so).
+_APPLIED_KEPT = 2048
+
 
 class SlicerMetrics:
     def __init__(self, registry: Any) -> None:
@@ -91,7 +98,13 @@ class SlicerMetrics:
 
 class _Snapshot(msgspec.Struct, kw_only=True):
     engine: bytes
-    last_seq: dict[str, int] = msgspec.field(default_factory=dict)
+    #: Per durable, the stream sequences applied recently (at most `_APPLIED_KEPT`) and the
+    #: floor below which every message counts as applied. Not a single watermark: a batch
+    #: that failed is redelivered *after* later messages were applied.
+    applied: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    floor: dict[str, int] = msgspec.field(default_factory=dict)
+    #: The decisions of the batch this snapshot ends with: (subject, encoded event).
+    outbox: list[tuple[str, bytes]] = msgspec.field(default_factory=list)
 
 
 def load_quota(path: str) -> QuotaPolicy | None:
@@ -117,7 +130,10 @@ class SlicerService(Lifecycle):
         self._quota = load_quota(settings.quota_file)
         self.engine = SlicerEngine(self._config, self._quota)
         self._durable_bytes = self.engine.to_bytes()
-        self._last_seq: dict[str, int] = {}
+        self._applied: dict[str, list[int]] = {}
+        self._floor: dict[str, int] = {}
+        #: Decisions made durable but not yet acknowledged by the stream.
+        self._unpublished: list[tuple[str, Event]] = []
         self._lock = asyncio.Lock()
         self._state_kv: KeyValue | None = None
         self._state_rev: int | None = None
@@ -217,14 +233,19 @@ class SlicerService(Lifecycle):
             entry = await self._state_kv.get(self._key)
         except KeyNotFoundError:
             self.engine = SlicerEngine(self._config, self._quota)
-            self._last_seq, self._state_rev = {}, None
+            self._applied, self._floor, self._state_rev = {}, {}, None
+            self._unpublished = []
         else:
             snap = msgspec.msgpack.decode(entry.value or b"", type=_Snapshot)
             self.engine = SlicerEngine.from_bytes(snap.engine, self._config, self._quota)
-            self._last_seq = snap.last_seq
+            self._applied, self._floor = snap.applied, snap.floor
             self._state_rev = entry.revision
+            # The previous leader may have died between its write and its publish.
+            self._unpublished = [(subj, decode(data)) for subj, data in snap.outbox]
         self._durable_bytes = self.engine.to_bytes()
         self._update_gauges()
+        with contextlib.suppress(RetryableError):
+            await self._flush()  # else the first batch tries again
         log.info(
             "slicer_state_restored",
             pool=self._settings.pool,
@@ -233,9 +254,15 @@ class SlicerService(Lifecycle):
             waiting=len(self.engine.waiting_ids),
         )
 
-    async def _save(self, engine_bytes: bytes) -> None:
+    async def _save(self, engine_bytes: bytes, outbox: list[tuple[str, Event]]) -> None:
         assert self._state_kv is not None
-        data = msgspec.msgpack.encode(_Snapshot(engine=engine_bytes, last_seq=self._last_seq))
+        snap = _Snapshot(
+            engine=engine_bytes,
+            applied=self._applied,
+            floor=self._floor,
+            outbox=[(subj, encode(ev)) for subj, ev in outbox],
+        )
+        data = msgspec.msgpack.encode(snap)
         if self._state_rev is None:
             self._state_rev = await self._state_kv.create(self._key, data)
         else:
@@ -247,33 +274,57 @@ class SlicerService(Lifecycle):
     def _batch(self, durable: str) -> Any:
         async def handle(ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
             async with self._lock:
-                last_before = dict(self._last_seq)
+                await self._flush()  # a previous batch's durable decisions go out first
+                applied_before = {k: list(v) for k, v in self._applied.items()}
+                floor_before = dict(self._floor)
                 counts: list[tuple[str, str]] = []
                 try:
                     out: list[tuple[str, Event]] = []
+                    seen = self._applied.setdefault(durable, [])
+                    fresh = 0
                     for d in ds:
-                        if d.stream_seq <= self._last_seq.get(durable, 0):
+                        seq = d.stream_seq
+                        if seq <= self._floor.get(durable, 0) or seq in seen:
                             continue  # already in the snapshot: a redelivery after a crash
                         out.extend(self._publishable(self._apply(d.event), d.event, counts))
-                        self._last_seq[durable] = d.stream_seq
-                    await self._rt.bus.publish_many(out)
-                    engine_bytes = self.engine.to_bytes()
-                    await self._save(engine_bytes)
-                    self._durable_bytes = engine_bytes
+                        seen.append(seq)
+                        fresh += 1
+                    if len(seen) > _APPLIED_KEPT:
+                        seen.sort()
+                        self._floor[durable] = seen[-_APPLIED_KEPT - 1]
+                        del seen[:-_APPLIED_KEPT]
+                    if fresh:
+                        engine_bytes = self.engine.to_bytes()
+                        await self._save(engine_bytes, out)
+                        self._durable_bytes = engine_bytes
                 except Exception as exc:
-                    # Roll back to the durable state; the batch is redelivered and, the engine
-                    # being deterministic, decided the same way again.
+                    # Nothing was published: roll back to the durable state; the batch is
+                    # redelivered and decided afresh.
                     self.engine = SlicerEngine.from_bytes(
                         self._durable_bytes, self._config, self._quota
                     )
-                    self._last_seq = last_before
+                    self._applied, self._floor = applied_before, floor_before
                     raise RetryableError(f"slicer batch not made durable: {exc!r}") from exc
-            for outcome, reason in counts:
-                self.metrics.decisions_total.labels(outcome, reason).inc()
+                for outcome, reason in counts:
+                    self.metrics.decisions_total.labels(outcome, reason).inc()
+                self._unpublished = out
+                await self._flush()
+
             self._update_gauges()
             return [None] * len(ds)
 
         return handle
+
+    async def _flush(self) -> None:
+        """Publish the durable decisions not yet published; on failure the batch is naked,
+        its redelivery skipped (the snapshot has it) and the decisions tried again first."""
+        if not self._unpublished:
+            return
+        try:
+            await self._rt.bus.publish_many(self._unpublished)
+        except Exception as exc:
+            raise RetryableError(f"slicer decisions not published: {exc!r}") from exc
+        self._unpublished = []
 
     def _apply(self, ev: Any) -> list[Effect]:
         now_s = ev.at.timestamp()
