@@ -1,17 +1,31 @@
-"""The slicer service: job events and inventory in; placements and reasons out.
+"""The slicer service: job events, inventory and pauses in; placements and reasons out.
 
-One leader per node pool (a lease in JetStream KV) consumes; standbys wait for the lease to
-lapse. After every batch the scheduler's state is written to KV *before* the batch is acked,
-together with the last stream sequence applied per consumer, so a restarted leader resumes
-exactly where the durable state ends: a redelivered message that the snapshot already includes
-is acked without being applied again. Decisions get ids derived from their cause, so one that
-was published just before a crash and is published again after it is dropped as a duplicate.
+One leader per node pool (a lease in JetStream KV) consumes; standbys wait for the lease and
+take over when it lapses or is released, restoring the engine from the pool's snapshot. A
+leader that loses its lease stops consuming and becomes a standby again.
+
+After every batch the engine's state is written to KV *before* anything is published or acked,
+together with the last stream sequence applied per durable and the batch's decisions (an
+outbox). Then the decisions are published, then the batch is acked. So:
+- a crash before the write publishes nothing: the batch is redelivered and decided afresh (in
+  whatever order the redeliveries come, which is why nothing may be published before the write);
+- a crash after it: the next leader restores the state, skips the redelivered messages that the
+  snapshot includes (by stream sequence) and publishes the outbox again; the decisions' ids are
+  derived from their causes, so those already published are dropped as duplicates.
+The snapshot is written compare-and-set: a deposed leader's write fails and its batch is
+redelivered to the new leader instead of overwriting its state.
+
+This module owns the wiring (events to engine inputs, decisions to events, metrics); the
+decisions themselves are `seedance.slicer.engine`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,33 +34,56 @@ from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
 
 from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime
+from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.events import Event, derived_event_id
+from seedance.events import Event, decode, derived_event_id, encode
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
 from seedance.events.slicing import (
     GpuAssignment,
+    MigInstanceChange,
+    MigLayoutPlan,
     Placement,
     PlacementKind,
+    Preempted,
     Unschedulable,
     UnschedulableReason,
 )
 from seedance.events.subjects import slicing
 from seedance.events.telemetry import GpuHealth, NodeInventory
-from seedance.slicer.firstfit import Decision, FirstFitScheduler, JobRequest, SchedulerState
+from seedance.slicer.engine import (
+    Effect,
+    EngineConfig,
+    Evicted,
+    GpuSpec,
+    JobSpec,
+    MigPlanned,
+    NodeSpec,
+    Placed,
+    Refused,
+    SlicerEngine,
+    Waiting,
+    published_reason,
+)
+from seedance.slicer.quota import QuotaPolicy
 from seedance.slicer.settings import SlicerSettings
 
-__all__ = ["SlicerMetrics", "SlicerService"]
+__all__ = ["SlicerMetrics", "SlicerService", "engine_config", "load_quota"]
 
 log = get_logger(__name__)
+
+#: Applied sequences remembered per durable: a message redelivered after this many later ones
+#: were applied would be taken for applied (redeliveries come within a second or so).
+_APPLIED_KEPT = 2048
 
 
 class SlicerMetrics:
     def __init__(self, registry: Any) -> None:
         self.decisions_total = Counter(
             "seedance_slicer_decisions_total",
-            "Scheduling decisions by outcome and reason.",
+            "Scheduling decisions by outcome (placed, waiting, refused, preempted, mig_plan) "
+            "and reason (placement kind, or why the job waits / was refused / was evicted).",
             ["outcome", "reason"],
             registry=registry,
         )
@@ -60,8 +97,27 @@ class SlicerMetrics:
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
-    state: SchedulerState
-    last_seq: dict[str, int] = msgspec.field(default_factory=dict)
+    engine: bytes
+    #: Per durable, the stream sequences applied recently (at most `_APPLIED_KEPT`) and the
+    #: floor below which every message counts as applied. Not a single watermark: a batch
+    #: that failed is redelivered *after* later messages were applied.
+    applied: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    floor: dict[str, int] = msgspec.field(default_factory=dict)
+    #: The decisions of the batch this snapshot ends with: (subject, encoded event).
+    outbox: list[tuple[str, bytes]] = msgspec.field(default_factory=list)
+
+
+def load_quota(path: str) -> QuotaPolicy | None:
+    """The quota policy named by ``SEEDANCE_SLICER_QUOTA_FILE`` (None when not set)."""
+    return QuotaPolicy.from_yaml(Path(path).read_text()) if path else None
+
+
+def engine_config(settings: SlicerSettings) -> EngineConfig:
+    return EngineConfig(
+        policy=settings.policy,
+        workload_window=settings.workload_window,
+        workload_refresh=settings.workload_refresh,
+    )
 
 
 class SlicerService(Lifecycle):
@@ -70,39 +126,45 @@ class SlicerService(Lifecycle):
         self._clock = clock
         self._settings = settings
         self.metrics = SlicerMetrics(runtime.registry)
-        self.scheduler = FirstFitScheduler()
-        self._last_seq: dict[str, int] = {}
+        self._config = engine_config(settings)
+        self._quota = load_quota(settings.quota_file)
+        self.engine = SlicerEngine(self._config, self._quota)
+        self._durable_bytes = self.engine.to_bytes()
+        self._applied: dict[str, list[int]] = {}
+        self._floor: dict[str, int] = {}
+        #: Decisions made durable but not yet acknowledged by the stream.
+        self._unpublished: list[tuple[str, Event]] = []
         self._lock = asyncio.Lock()
         self._state_kv: KeyValue | None = None
         self._state_rev: int | None = None
         self._lease: Lease | None = None
+        self._stopping = asyncio.Event()
         self._consumers = [
-            runtime.consume(
-                "slicer-inventory",
-                NodeInventory | GpuHealth,
-                batch_handler=self._batch("slicer-inventory"),
-                batch=settings.batch,
-                managed=False,
-            ),
-            runtime.consume(
-                "slicer-pauses",
-                PauseRequest,
-                batch_handler=self._batch("slicer-pauses"),
-                batch=settings.batch,
-                managed=False,
-            ),
-            runtime.consume(
+            self._consume("slicer-inventory", NodeInventory | GpuHealth),
+            self._consume("slicer-pauses", PauseRequest),
+            self._consume(
                 "slicer-jobs",
                 JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled,
-                batch_handler=self._batch("slicer-jobs"),
-                batch=settings.batch,
-                managed=False,
             ),
         ]
+
+    def _consume(self, durable: str, types: Any) -> PullConsumer:
+        name = f"{durable}-{self._settings.instance}" if self._settings.instance else durable
+        c = self._rt.consume(
+            durable, types, batch_handler=self._batch(name), batch=self._settings.batch,
+            managed=False,
+        )  # fmt: skip
+        if self._settings.instance:
+            c.spec = dataclasses.replace(c.spec, durable=name)
+        return c
 
     @property
     def _key(self) -> str:
         return f"pool.{self._settings.pool}"
+
+    @property
+    def leading(self) -> bool:
+        return self._lease is not None and self._lease.held
 
     async def start(self) -> None:
         await self._rt.start()
@@ -118,19 +180,40 @@ class SlicerService(Lifecycle):
         async with asyncio.TaskGroup() as tg:
             keeper = tg.create_task(self._lease.keep())
             runtime_task = tg.create_task(self._rt.run())
-            await self._lease.acquired.wait()
-            self.metrics.leader.set(1)
-            await self._restore()
-            for c in self._consumers:
-                await c.start(self._rt.bus)
-            consumer_tasks = [tg.create_task(c.run()) for c in self._consumers]
+            leading = tg.create_task(self._lead())
             await runtime_task
-            for c in self._consumers:
-                c.stop()
-            await asyncio.gather(*consumer_tasks)
+            self._stopping.set()
+            await leading
             keeper.cancel()
 
+    async def _lead(self) -> None:
+        """Standby until the lease is ours; lead until it is lost or we stop; repeat."""
+        assert self._lease is not None
+        poll_s = self._settings.lease_ttl_s / 6
+        while not self._stopping.is_set():
+            if not self._lease.held:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._lease.acquired.wait(), timeout=poll_s)
+                continue
+            await self._restore()
+            self.metrics.leader.set(1)
+            for c in self._consumers:
+                await c.start(self._rt.bus)
+            tasks = [asyncio.create_task(c.run()) for c in self._consumers]
+            while self._lease.held and not self._stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=poll_s)
+            for c in self._consumers:
+                c.stop()
+            await asyncio.gather(*tasks)
+            self.metrics.leader.set(0)
+            if not self._stopping.is_set():
+                log.warning("slicer_leadership_lost", pool=self._settings.pool)
+                for c in self._consumers:
+                    await c.close()  # unacked messages go to the new leader
+
     async def stop(self) -> None:
+        self._stopping.set()
         for c in self._consumers:
             c.stop()
         await self._rt.stop()
@@ -149,25 +232,39 @@ class SlicerService(Lifecycle):
         try:
             entry = await self._state_kv.get(self._key)
         except KeyNotFoundError:
-            return
-        snap = msgspec.msgpack.decode(entry.value or b"", type=_Snapshot)
-        self.scheduler = FirstFitScheduler(snap.state)
-        self._last_seq = snap.last_seq
-        self._state_rev = entry.revision
+            self.engine = SlicerEngine(self._config, self._quota)
+            self._applied, self._floor, self._state_rev = {}, {}, None
+            self._unpublished = []
+        else:
+            snap = msgspec.msgpack.decode(entry.value or b"", type=_Snapshot)
+            self.engine = SlicerEngine.from_bytes(snap.engine, self._config, self._quota)
+            self._applied, self._floor = snap.applied, snap.floor
+            self._state_rev = entry.revision
+            # The previous leader may have died between its write and its publish.
+            self._unpublished = [(subj, decode(data)) for subj, data in snap.outbox]
+        self._durable_bytes = self.engine.to_bytes()
+        self._update_gauges()
+        with contextlib.suppress(RetryableError):
+            await self._flush()  # else the first batch tries again
         log.info(
             "slicer_state_restored",
-            jobs=len(snap.state.allocations),
-            queued=len(snap.state.queue),
-            nodes=len(snap.state.nodes),
+            pool=self._settings.pool,
+            nodes=len(self.engine.node_names),
+            running=len(self.engine.running_ids),
+            waiting=len(self.engine.waiting_ids),
         )
 
-    async def _save(self) -> None:
+    async def _save(self, engine_bytes: bytes, outbox: list[tuple[str, Event]]) -> None:
         assert self._state_kv is not None
-        data = msgspec.msgpack.encode(
-            _Snapshot(state=self.scheduler.state, last_seq=self._last_seq)
+        snap = _Snapshot(
+            engine=engine_bytes,
+            applied=self._applied,
+            floor=self._floor,
+            outbox=[(subj, encode(ev)) for subj, ev in outbox],
         )
+        data = msgspec.msgpack.encode(snap)
         if self._state_rev is None:
-            self._state_rev = await self._state_kv.put(self._key, data)
+            self._state_rev = await self._state_kv.create(self._key, data)
         else:
             # Compare-and-set: a second leader (a split brain) cannot overwrite silently.
             self._state_rev = await self._state_kv.update(self._key, data, last=self._state_rev)
@@ -177,109 +274,177 @@ class SlicerService(Lifecycle):
     def _batch(self, durable: str) -> Any:
         async def handle(ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
             async with self._lock:
-                before = msgspec.msgpack.encode(self.scheduler.state)
-                last_before = dict(self._last_seq)
+                await self._flush()  # a previous batch's durable decisions go out first
+                applied_before = {k: list(v) for k, v in self._applied.items()}
+                floor_before = dict(self._floor)
+                counts: list[tuple[str, str]] = []
                 try:
-                    effects: list[tuple[str, Event]] = []
+                    out: list[tuple[str, Event]] = []
+                    seen = self._applied.setdefault(durable, [])
+                    fresh = 0
                     for d in ds:
-                        if d.stream_seq <= self._last_seq.get(durable, 0):
+                        seq = d.stream_seq
+                        if seq <= self._floor.get(durable, 0) or seq in seen:
                             continue  # already in the snapshot: a redelivery after a crash
-                        effects.extend(self._apply(d.event))
-                        self._last_seq[durable] = d.stream_seq
-                    await self._rt.bus.publish_many(effects)
-                    await self._save()
+                        out.extend(self._publishable(self._apply(d.event), d.event, counts))
+                        seen.append(seq)
+                        fresh += 1
+                    if len(seen) > _APPLIED_KEPT:
+                        seen.sort()
+                        self._floor[durable] = seen[-_APPLIED_KEPT - 1]
+                        del seen[:-_APPLIED_KEPT]
+                    if fresh:
+                        engine_bytes = self.engine.to_bytes()
+                        await self._save(engine_bytes, out)
+                        self._durable_bytes = engine_bytes
                 except Exception as exc:
-                    # Roll back to the durable state; the batch is redelivered.
-                    self.scheduler = FirstFitScheduler(
-                        msgspec.msgpack.decode(before, type=SchedulerState)
+                    # Nothing was published: roll back to the durable state; the batch is
+                    # redelivered and decided afresh.
+                    self.engine = SlicerEngine.from_bytes(
+                        self._durable_bytes, self._config, self._quota
                     )
-                    self._last_seq = last_before
+                    self._applied, self._floor = applied_before, floor_before
                     raise RetryableError(f"slicer batch not made durable: {exc!r}") from exc
+                for outcome, reason in counts:
+                    self.metrics.decisions_total.labels(outcome, reason).inc()
+                self._unpublished = out
+                await self._flush()
+
             self._update_gauges()
             return [None] * len(ds)
 
         return handle
 
-    def _apply(self, ev: Any) -> list[tuple[str, Event]]:
+    async def _flush(self) -> None:
+        """Publish the durable decisions not yet published; on failure the batch is naked,
+        its redelivery skipped (the snapshot has it) and the decisions tried again first."""
+        if not self._unpublished:
+            return
+        try:
+            await self._rt.bus.publish_many(self._unpublished)
+        except Exception as exc:
+            raise RetryableError(f"slicer decisions not published: {exc!r}") from exc
+        self._unpublished = []
+
+    def _apply(self, ev: Any) -> list[Effect]:
+        now_s = ev.at.timestamp()
+        eng = self.engine
         if isinstance(ev, NodeInventory):
-            gpus = ev.gpus
-            placed = self.scheduler.upsert_node(
-                ev.node, gpus[0].model if gpus else "", ev.cpu_milli, ev.memory_mib, len(gpus)
+            spec = NodeSpec(
+                name=ev.node,
+                cpu_milli=ev.cpu_milli,
+                memory_mib=ev.memory_mib,
+                gpus=tuple(
+                    GpuSpec(
+                        model=g.model,
+                        mem_mib=g.mem_total_mib,
+                        mig_capable=g.mig_capable,
+                        mig_enabled=g.mig_enabled,
+                        nvlink_domain=g.nvlink_domain,
+                    )
+                    for g in sorted(ev.gpus, key=lambda g: g.index)
+                ),
             )
-            return self._effects(placed, ev)
+            return eng.upsert_node(spec, now_s)
         if isinstance(ev, GpuHealth):
-            node = self.scheduler.state.nodes.get(ev.node)
-            if node is not None and ev.gpu_index < len(node.healthy):
-                node.healthy[ev.gpu_index] = ev.healthy
-            return []
+            return eng.set_health(ev.node, ev.gpu_index, ev.healthy, now_s)
         if isinstance(ev, PauseRequest):
-            return self._effects(self.scheduler.set_paused(ev.tenant, ev.paused), ev)
+            return eng.set_paused(ev.tenant, ev.paused, now_s)
         if isinstance(ev, JobSubmitted):
             r = ev.request
-            req = JobRequest(
+            job = JobSpec(
                 job_id=ev.job_id,
                 tenant=ev.tenant,
+                cause_id=ev.id,
                 priority=ev.priority,
-                gpus=r.gpus * r.gang_size,
+                gpus=r.gpus,
                 gpu_milli=r.gpu_milli,
-                gpu_models=r.gpu_models,
+                gpu_mem_mib=r.gpu_mem_mib,
+                mig_profile=r.mig_profile,
+                gpu_models=tuple(r.gpu_models),
                 cpu_milli=r.cpu_milli,
                 memory_mib=r.memory_mib,
-                cause_id=ev.id,
+                gang_size=r.gang_size,
             )
-            return self._effects(self.scheduler.submit(req), ev)
+            return eng.submit(job, now_s)
         if isinstance(ev, JobFinished | JobFailed | JobCancelled):
-            return self._effects(self.scheduler.release(ev.job_id), ev)
+            return eng.finish(ev.job_id, now_s)
         return []  # JobStarted: nothing to decide
 
-    def _effects(self, decisions: list[Decision], cause: Event) -> list[tuple[str, Event]]:
+    def _publishable(
+        self, effects: list[Effect], cause: Event, counts: list[tuple[str, str]]
+    ) -> list[tuple[str, Event]]:
         out: list[tuple[str, Event]] = []
-        for d in decisions:
-            req = d.request
-            if d.placed:
-                kind = (
-                    PlacementKind.CPU
-                    if req.gpus == 0
-                    else PlacementKind.SHARED
-                    if req.gpu_milli < 1000
-                    else PlacementKind.WHOLE
-                )
+        for e in effects:
+            if isinstance(e, Placed):
+                job = e.job
                 ev: Event = Placement(
-                    id=derived_event_id(req.cause_id, "placement"),
+                    id=derived_event_id(job.cause_id, f"placement/{e.attempt}/{e.part}"),
                     at=cause.at,
-                    job_id=req.job_id,
-                    tenant=req.tenant,
-                    node=d.node,
+                    job_id=job.job_id,
+                    tenant=job.tenant,
+                    node=e.node,
                     pool=self._settings.pool,
-                    gpu_model=d.gpu_model,
-                    kind=kind,
-                    gpus=[GpuAssignment(index=i, milli=m) for i, m in d.shares],
-                    cpu_milli=req.cpu_milli,
-                    memory_mib=req.memory_mib,
-                    policy="first-fit",
-                    cause_id=req.cause_id,
+                    gpu_model=e.gpu_model,
+                    kind=PlacementKind(e.kind),
+                    gpus=[
+                        GpuAssignment(
+                            index=g.index,
+                            milli=g.milli,
+                            mig_profile=g.mig_profile,
+                            mig_start_slot=g.mig_start_slot,
+                        )
+                        for g in e.gpus
+                    ],
+                    cpu_milli=job.cpu_milli * job.gang_size,
+                    memory_mib=job.memory_mib * job.gang_size,
+                    policy=self._config.policy,
+                    cause_id=job.cause_id,
                 )
-                out.append((slicing.subject(req.tenant, "placement"), ev))
-                self.metrics.decisions_total.labels("placed", "fits").inc()
-            else:
+                out.append((slicing.subject(job.tenant, "placement"), ev))
+                counts.append(("placed", e.kind))
+            elif isinstance(e, Waiting | Refused):
+                job = e.job
                 ev = Unschedulable(
-                    id=derived_event_id(cause.id, f"unschedulable/{req.job_id}"),
+                    id=derived_event_id(cause.id, f"unschedulable/{job.job_id}/{e.reason}"),
                     at=cause.at,
-                    job_id=req.job_id,
-                    tenant=req.tenant,
-                    reason=UnschedulableReason(d.reason),
-                    detail=d.detail,
-                    cause_id=req.cause_id,
+                    job_id=job.job_id,
+                    tenant=job.tenant,
+                    reason=UnschedulableReason(published_reason(e.reason)),
+                    detail=e.detail or e.reason,
+                    cause_id=job.cause_id,
                 )
-                out.append((slicing.subject(req.tenant, "unschedulable"), ev))
-                self.metrics.decisions_total.labels("waiting", d.reason).inc()
+                out.append((slicing.subject(job.tenant, "unschedulable"), ev))
+                counts.append(("waiting" if isinstance(e, Waiting) else "refused", e.reason))
+            elif isinstance(e, Evicted):
+                ev = Preempted(
+                    id=derived_event_id(cause.id, f"preempted/{e.job.job_id}"),
+                    at=cause.at,
+                    job_id=e.job.job_id,
+                    tenant=e.job.tenant,
+                    node=e.node or "unknown",
+                    by_job_id=e.by_job_id,
+                    reason=e.reason,
+                )
+                out.append((slicing.subject(e.job.tenant, "preempted"), ev))
+                counts.append(("preempted", e.reason))
+            elif isinstance(e, MigPlanned):
+                ev = MigLayoutPlan(
+                    id=derived_event_id(cause.id, f"mig/{e.node}/{e.gpu}"),
+                    at=cause.at,
+                    node=e.node,
+                    gpu_index=e.gpu,
+                    destroy=[MigInstanceChange(profile=p, start_slot=s) for p, s in e.destroy],
+                    create=[MigInstanceChange(profile=p, start_slot=s) for p, s in e.create],
+                    reason=e.reason,
+                )
+                out.append((slicing.mig_plan(e.node), ev))
+                counts.append(("mig_plan", "repartition"))
         return out
 
     def _update_gauges(self) -> None:
-        st = self.scheduler.state
-        self.metrics.queued_jobs.set(len(st.queue))
-        used = sum(m for a in st.allocations.values() for _, m in a.shares)
-        self.metrics.allocated_gpus.set(used / 1000)
+        self.metrics.queued_jobs.set(len(self.engine.waiting_ids))
+        self.metrics.allocated_gpus.set(self.engine.allocated_gpus())
 
 
 def _hostname() -> str:

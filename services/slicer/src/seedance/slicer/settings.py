@@ -8,6 +8,7 @@ __all__ = ["SlicerSettings"]
 
 
 class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
+    #: Names the leader lease (``slicer.<pool>``) and the state snapshot key (``pool.<pool>``).
     pool: str = "default"
     #: This replica's name in the leader lease (defaults to the host name).
     replica: str = ""
@@ -15,3 +16,15 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     http_port: int = 9401
     #: Jobs handled per fetched batch; one state snapshot is written per batch.
     batch: int = 100
+    #: ``seedance`` (SeedancePolicy, backfill, reservations, priority preemption) or
+    #: ``first-fit`` (first-fit, strict FIFO: the queueing baseline).
+    policy: str = "seedance"
+    #: A QuotaPolicy YAML (docs/slicer-mig-quota-k8s.md); empty: no quotas, every tenant known.
+    quota_file: str = ""
+    #: The target workload is the request shapes of the last this many jobs ...
+    workload_window: int = 500
+    #: ... and the policy is rebuilt from it every this many submissions.
+    workload_refresh: int = 100
+    #: Non-empty: durables ``slicer-<kind>-<instance>`` instead of the catalogue's names, so
+    #: that slicers side by side on one server (tests, two demos) do not share a durable.
+    instance: str = ""

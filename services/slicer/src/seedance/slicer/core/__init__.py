@@ -24,8 +24,11 @@ from seedance.slicer.core.scheduler import (
     JobPlaced,
     JobPreempted,
     JobUnschedulable,
+    PendingRecord,
+    RunningRecord,
     Scheduler,
     SchedulerConfig,
+    SchedulerSnapshot,
 )
 
 __all__ = [
@@ -40,12 +43,15 @@ __all__ = [
     "JobPreempted",
     "JobUnschedulable",
     "Node",
+    "PendingRecord",
     "Placement",
     "PodRequest",
     "Policy",
     "Rejection",
+    "RunningRecord",
     "Scheduler",
     "SchedulerConfig",
+    "SchedulerSnapshot",
     "SeedancePolicy",
     "TargetWorkload",
     "TaskClass",

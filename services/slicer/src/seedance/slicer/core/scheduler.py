@@ -34,8 +34,11 @@ __all__ = [
     "JobPlaced",
     "JobPreempted",
     "JobUnschedulable",
+    "PendingRecord",
+    "RunningRecord",
     "Scheduler",
     "SchedulerConfig",
+    "SchedulerSnapshot",
 ]
 
 
@@ -93,6 +96,34 @@ class SchedulerConfig:
     preemption: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class RunningRecord:
+    job: Job
+    placements: tuple[Placement, ...]
+    started_s: float
+    submitted_s: float
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRecord:
+    job: Job
+    submitted_s: float
+    seq: int
+    reason: str
+    reserved: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSnapshot:
+    """What `Scheduler.restore` needs to rebuild a scheduler exactly (plain data, so the bus
+    adapter can persist it); node indices refer to the node list the scheduler was built on."""
+
+    running: tuple[RunningRecord, ...]
+    pending: tuple[PendingRecord, ...]
+    seq: int
+
+
 @dataclass(slots=True)
 class _Pending:
     job: Job
@@ -138,6 +169,51 @@ class Scheduler:
         # something is freed, so a pass skips them without asking the policy.
         self._failed: dict[tuple[PodRequest, int, int], str] = {}
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
+
+    # -- persistence ------------------------------------------------------------------------
+    def snapshot(self) -> SchedulerSnapshot:
+        running = tuple(
+            RunningRecord(r.job, r.placements, r.started_s, r.submitted_s, r.seq)
+            for r in sorted(self._running.values(), key=lambda r: r.seq)
+        )
+        pending = tuple(
+            PendingRecord(p.job, p.submitted_s, p.seq, p.reason, tuple(p.reserved))
+            for p in (self._pending[jid] for _, jid in self._order)
+        )
+        return SchedulerSnapshot(running, pending, self._seq)
+
+    @classmethod
+    def restore(
+        cls,
+        nodes: Sequence[Node],
+        policy: Policy,
+        config: SchedulerConfig | None,
+        snap: SchedulerSnapshot,
+    ) -> Scheduler:
+        """A scheduler over `nodes` (a superset, in the same order, of those `snap` was taken
+        on) holding `snap`'s running and pending jobs; raises ValueError if one does not fit."""
+        sched = cls(nodes, policy, config)
+        for r in snap.running:
+            for p in r.placements:
+                sched.state.apply(r.job.request, p)
+                sched._on_node[p.node].add(r.job.job_id)
+            sched._running[r.job.job_id] = _Running(
+                r.job, r.placements, r.started_s, r.submitted_s, r.seq
+            )
+            prio = r.job.priority
+            sched._priorities[prio] = sched._priorities.get(prio, 0) + 1
+        for p in snap.pending:
+            pend = _Pending(p.job, p.submitted_s, p.seq, p.reason, list(p.reserved))
+            sched._enqueue(pend)
+            if p.reserved:
+                sched._reserved_by[list(p.reserved)] = p.seq
+        sched._seq = snap.seq
+        return sched
+
+    def resources_changed(self) -> None:
+        """The caller changed free resources outside `submit`/`finish` (e.g. a GPU went
+        unhealthy or MIG work took CPU): forget which request shapes failed."""
+        self._failed.clear()
 
     # -- inputs -----------------------------------------------------------------------------
     def submit(self, job: Job, now_s: float) -> None:

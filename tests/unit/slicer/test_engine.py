@@ -1,0 +1,203 @@
+"""The slicer engine: admission (quotas, pauses), MIG allocation, health, exact persistence."""
+
+from __future__ import annotations
+
+import random
+
+from seedance.slicer.core import Scheduler, SeedancePolicy
+from seedance.slicer.engine import (
+    EngineConfig,
+    Evicted,
+    GpuSpec,
+    JobSpec,
+    MigPlanned,
+    NodeSpec,
+    Placed,
+    Refused,
+    SlicerEngine,
+    Waiting,
+    mig_model,
+    published_reason,
+)
+from seedance.slicer.mig import GpuModel
+from seedance.slicer.quota import QuotaPolicy
+
+
+def node(name: str, gpus: int = 4, model: str = "T4", **kw: object) -> NodeSpec:
+    return NodeSpec(
+        name=name,
+        cpu_milli=32_000,
+        memory_mib=256_000,
+        gpus=tuple(GpuSpec(model=model, **kw) for _ in range(gpus)),  # type: ignore[arg-type]
+    )
+
+
+def job(jid: str, tenant: str = "a", **kw: object) -> JobSpec:
+    return JobSpec(job_id=jid, tenant=tenant, cause_id=f"c-{jid}", **kw)  # type: ignore[arg-type]
+
+
+def kinds(effects: list[object]) -> list[tuple[str, str]]:
+    out = []
+    for e in effects:
+        name = type(e).__name__
+        jid = getattr(getattr(e, "job", None), "job_id", "")
+        out.append((name, jid))
+    return out
+
+
+QUOTA = """
+version: 1
+tenants:
+  a: {cohort: c, quota: {gpus: 2}, lending_limit: {gpus: 2}}
+  b: {cohort: c, quota: {gpus: 2}}
+  solo: {quota: {gpus: 1, mig: {3g.40gb: 1}}}
+"""
+
+
+def test_reason_mapping_is_closed_over_the_published_enum() -> None:
+    assert published_reason("cohort_exhausted") == "over_quota"
+    assert published_reason("gang_no_allowed_gpu_model") == "no_matching_gpu"
+    assert published_reason("insufficient_gpu") == "no_capacity"
+    assert published_reason("tenant_paused") == "tenant_paused"
+    assert mig_model("NVIDIA H100 80GB HBM3") == GpuModel.H100_80GB
+    assert mig_model("A100-SXM4-40GB") == GpuModel.A100_40GB
+    assert mig_model("T4") is None
+
+
+def test_quota_borrowing_then_reclaim_preempts_the_borrower() -> None:
+    e = SlicerEngine(quota=QuotaPolicy.from_yaml(QUOTA))
+    e.upsert_node(node("n", 8), 0)
+    # b borrows a's idle quota: 4 GPUs against its 2.
+    assert kinds(e.submit(job("b1", "b", gpus=4), 1)) == [("Placed", "b1")]
+    # a asks for its own quota back: b1 is evicted (reclaim) and a1 runs.
+    out = e.submit(job("a1", "a", gpus=2), 2)
+    ev = [x for x in out if isinstance(x, Evicted)]
+    assert [(x.job.job_id, x.reason, x.by_job_id, x.node) for x in ev] == [
+        ("b1", "quota_reclaim", "a1", "n")
+    ]
+    assert ("Placed", "a1") in kinds(out)
+    assert "b1" in e.waiting_ids
+    # b1 comes back once a1 ends.
+    assert ("Placed", "b1") in kinds(e.finish("a1", 3))
+
+
+def test_unknown_tenant_and_bad_requests_are_refused_not_queued() -> None:
+    e = SlicerEngine(quota=QuotaPolicy.from_yaml(QUOTA))
+    e.upsert_node(node("n"), 0)
+    (r,) = e.submit(job("x", "nobody", gpus=1), 1)
+    assert isinstance(r, Refused)
+    assert r.reason == "unknown_tenant"
+    (r,) = e.submit(job("y", "a", gpus=2, mig_profile="1g.10gb"), 1)
+    assert isinstance(r, Refused)
+    assert r.reason == "invalid_request"
+    assert e.waiting_ids == []
+
+
+def test_over_quota_waits_and_is_admitted_when_quota_frees() -> None:
+    e = SlicerEngine(quota=QuotaPolicy.from_yaml(QUOTA))
+    e.upsert_node(node("n"), 0)
+    assert kinds(e.submit(job("s1", "solo", gpus=1), 1)) == [("Placed", "s1")]
+    (w,) = e.submit(job("s2", "solo", gpus=1), 2)
+    assert isinstance(w, Waiting)
+    assert w.reason == "over_quota"
+    assert kinds(e.finish("s1", 3)) == [("Placed", "s2")]
+
+
+def test_pause_holds_new_and_queued_work_and_unpause_releases_it() -> None:
+    e = SlicerEngine()
+    e.upsert_node(node("n", 2), 0)
+    e.submit(job("r", gpus=2), 1)
+    assert isinstance(e.submit(job("q", gpus=1), 2)[0], Waiting)  # queued for capacity
+    out = e.set_paused("a", True, 3)
+    assert [(type(x).__name__, x.reason) for x in out] == [("Waiting", "tenant_paused")]
+    (w,) = e.submit(job("new", gpus=1), 4)
+    assert isinstance(w, Waiting)
+    assert w.reason == "tenant_paused"
+    assert e.running_ids == ["r"]  # running work continues
+    assert e.finish("r", 5) == []  # capacity free, but the tenant is paused
+    placed = [x.job.job_id for x in e.set_paused("a", False, 6) if isinstance(x, Placed)]
+    assert placed == ["q", "new"]  # original order kept
+
+
+def test_mig_slot_choice_and_repartition_of_a_drained_gpu() -> None:
+    e = SlicerEngine()
+    e.upsert_node(node("h", 1, "H100-80GB", mig_capable=True, mig_enabled=True), 0)
+    (p,) = e.submit(job("m1", mig_profile="3g.40gb"), 1)
+    assert isinstance(p, Placed)
+    assert (p.kind, p.gpus[0].mig_start_slot) == ("mig", 4)  # slot 0 kept for a 4g/7g
+    (p2,) = e.submit(job("m2", mig_profile="1g.10gb"), 2)
+    assert isinstance(p2, Placed)
+    assert p2.gpus[0].mig_start_slot in range(4)
+    (w,) = e.submit(job("big", mig_profile="7g.80gb"), 3)
+    assert isinstance(w, Waiting)
+    assert w.reason == "insufficient_mig_slices"
+    assert e.finish("m1", 4) == []  # m2 still runs: the GPU has not drained
+    out = e.finish("m2", 5)
+    plan = next(x for x in out if isinstance(x, MigPlanned))
+    assert plan.create == (("7g.80gb", 0),)
+    assert {p for p, _ in plan.destroy} == {"3g.40gb", "1g.10gb"}
+    assert kinds(out)[-1] == ("Placed", "big")
+    # An idle instance of the right profile is reused without a plan.
+    e.finish("big", 6)
+    assert kinds(e.submit(job("again", mig_profile="7g.80gb"), 7)) == [("Placed", "again")]
+
+
+def test_mig_gpus_take_no_whole_gpu_work_and_unknown_profiles_do_not_match() -> None:
+    e = SlicerEngine()
+    e.upsert_node(node("h", 1, "H200-141GB", mig_capable=True, mig_enabled=True), 0)
+    (w,) = e.submit(job("w", gpus=1), 1)
+    assert isinstance(w, Waiting)
+    (w2,) = e.submit(job("m", mig_profile="3g.40gb"), 2)  # an H100 name, not an H200 one
+    assert isinstance(w2, Waiting)
+    assert published_reason(w2.reason) == "no_matching_gpu"
+
+
+def test_unhealthy_gpu_is_not_used_until_it_recovers() -> None:
+    e = SlicerEngine()
+    e.upsert_node(node("n", 1), 0)
+    e.set_health("n", 0, False, 1)
+    assert isinstance(e.submit(job("j", gpus=1), 2)[0], Waiting)
+    assert kinds(e.set_health("n", 0, True, 3)) == [("Placed", "j")]
+
+
+def test_snapshot_round_trip_makes_the_same_decisions() -> None:
+    """Run a random stream; at every step a restored copy must decide exactly as the live one."""
+    rng = random.Random(7)
+    cfg = EngineConfig(workload_refresh=5)
+    live = SlicerEngine(cfg)
+    for i in range(6):
+        live.upsert_node(node(f"n{i}", rng.choice([2, 4, 8])), 0)
+    active: list[str] = []
+    for step_i in range(150):
+        step = float(step_i)
+        restored = SlicerEngine.from_bytes(live.to_bytes(), cfg)
+        if active and rng.random() < 0.4:
+            jid = active.pop(rng.randrange(len(active)))
+            a, b = live.finish(jid, step), restored.finish(jid, step)
+        else:
+            jid = f"j{step_i}"
+            active.append(jid)
+            gpus = rng.choice([1, 1, 2, 4, 8])
+            spec = job(
+                jid,
+                priority=rng.choice([0, 0, 5]),
+                gpus=gpus,
+                gpu_milli=rng.choice([250, 500, 1000]) if gpus == 1 else 1000,
+                cpu_milli=rng.choice([0, 2000, 8000]),
+                gang_size=rng.choice([1, 1, 2]),
+            )
+            a, b = live.submit(spec, step), restored.submit(spec, step)
+        assert a == b, f"step {step}"
+        assert live.to_bytes() == restored.to_bytes()
+    assert live.running_ids
+    assert isinstance(live._sched, Scheduler)
+    assert isinstance(live._sched.policy, SeedancePolicy)
+
+
+def test_first_fit_policy_is_fifo_with_head_of_line_blocking() -> None:
+    e = SlicerEngine(EngineConfig(policy="first-fit"))
+    e.upsert_node(node("n", 2), 0)
+    e.submit(job("a1", gpus=1), 1)
+    e.submit(job("big", gpus=2), 2)  # blocks the head
+    e.submit(job("small", gpus=1), 3)
+    assert "small" in e.waiting_ids
