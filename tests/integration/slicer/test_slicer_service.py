@@ -22,7 +22,7 @@ from seedance.events import Event, decode, new_event_id
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
 from seedance.events.slicing import MigLayoutPlan, Placement, Preempted, Unschedulable
-from seedance.events.subjects import CONSUMERS, costs, jobs, telemetry
+from seedance.events.subjects import CONSUMERS, costs, jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
@@ -75,7 +75,10 @@ class Decisions:
 
     @classmethod
     async def open(cls, bus: Bus, *tenants: str) -> Decisions:
-        subjects = [f"seedance.slicing.{t}.>" for t in tenants] or ["seedance.slicing.>"]
+        """Follow the decisions for ``tenants`` ("mig": the MIG plans of every node)."""
+        subjects = [
+            slicing.MIG_PLANS if t == "mig" else slicing.tenant_wildcard(t) for t in tenants
+        ] or [slicing.ALL]
         subs = [await bus.js.subscribe(s, ordered_consumer=True) for s in subjects]
         return cls(subs)
 

@@ -114,11 +114,16 @@ class slicing:
 
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
+    MIG_PLANS = f"{ROOT}.slicing.node.*.mig_plan"
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
         return f"{ROOT}.slicing.{check_tenant(tenant)}.{kind}"
+
+    @staticmethod
+    def tenant_wildcard(tenant: str) -> str:
+        return f"{ROOT}.slicing.{check_tenant(tenant)}.>"
 
     @staticmethod
     def mig_plan(node: str) -> str:
