@@ -18,6 +18,7 @@ import contextlib
 import csv
 import heapq
 import random
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -462,7 +463,8 @@ async def amain(args: argparse.Namespace) -> int:
     import os
 
     rundir = REPO / "out" / "demo"
-    rundir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(rundir, ignore_errors=True)  # logs and Triton workspaces of the last run
+    rundir.mkdir(parents=True)
     url = os.environ.get("NATS_URL", "")
     server: NatsServer | None = None
     if url and await nats_answering(url):
