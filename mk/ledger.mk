@@ -12,3 +12,11 @@ bench-ledger-core: install  ## cost-ledger core throughput and exactness on the 
 .PHONY: report-ledger-sample
 report-ledger-sample: install  ## write a sample cost report (HTML, CSV, FOCUS) under build/ledger
 	.venv/bin/python tools/ledger_sample_report.py $(SEEDANCE_DATA_DIR) build/ledger
+
+.PHONY: chaos-ledger
+chaos-ledger: install  ## two ledger replicas, SIGKILLed at random, vs an offline recompute
+	nice $(PY) -m tools.chaos_ledger $(LEDGER_CHAOS_ARGS)
+
+.PHONY: bench-ledger
+bench-ledger: install  ## one ledger replica's events/s through the bus (consume + publish)
+	nice $(PY) -m tools.bench_ledger $(LEDGER_BENCH_BUS_ARGS)

@@ -69,7 +69,7 @@ class LedgerMetrics:
             "seedance_cost_ledger_events_total", "Inputs stepped through.", registry=registry
         )
         self.published_total = Counter(
-            "seedance_cost_ledger_published_total",
+            "seedance_cost_ledger_outputs_total",
             "Outputs published, by whether the stream already had them (another replica).",
             ["duplicate"],
             registry=registry,
@@ -133,6 +133,9 @@ class LedgerService(Lifecycle):
                 await self.checkpoint()
             except Exception as exc:  # the next start replays from the previous checkpoint
                 log.warning("ledger_final_checkpoint_failed", error=repr(exc))
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
         await self._rt.close()
 
     # ---------------------------------------------------------------- checkpoint
