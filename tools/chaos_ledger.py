@@ -30,7 +30,7 @@ import msgspec
 
 from seedance.core import Bus, BusSettings
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica
+from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
 from seedance.events import DecodeError, decode
 from seedance.events.cost import CostEntry, JobCostReport
 from tools.ledger_workload import workload
@@ -161,12 +161,7 @@ async def run(args: argparse.Namespace) -> int:
         extra = len(set(seen) - expected)
 
         # The offline recomputation: the core's order-free recompute over the same events.
-        mapper = LedgerReplica(book, core.LedgerConfig(retention_windows=288))
-        inputs: list[core.LedgerInput] = []
-        for i, (_, ev) in enumerate(wl.events, 1):
-            items, energy = mapper._inputs(ev)
-            mapper._s.energy_mj.update(energy)
-            inputs.extend(items)
+        inputs = ledger_inputs((ev for _, ev in wl.events), book)
         as_of = ref.now_ms or 0
         totals = core.recompute(inputs, book, as_of, core.LedgerConfig(retention_windows=288))
         diff = abs(published_usd_micro - totals.total.total_usd_micro) / 1e6

@@ -38,6 +38,7 @@ __all__ = [
     "LedgerReplica",
     "Publication",
     "event_time_ms",
+    "ledger_inputs",
     "to_bus",
 ]
 
@@ -311,6 +312,17 @@ class LedgerReplica:
 
     def totals(self) -> core.LedgerTotals:
         return self.ledger.totals()
+
+
+def ledger_inputs(events: Iterable[Event], book: core.PriceBook) -> list[core.LedgerInput]:
+    """The core inputs of bus events (energy differenced in the given order), for ``recompute``."""
+    mapper = LedgerReplica(book)
+    out: list[core.LedgerInput] = []
+    for e in events:
+        items, energy = mapper._inputs(e)
+        mapper._s.energy_mj.update(energy)
+        out.extend(items)
+    return out
 
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")

@@ -18,6 +18,7 @@ reason (with an id derived from the input, so two replicas' letters are one).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from typing import Any
@@ -32,15 +33,16 @@ from seedance.core import Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
-from seedance.events import DecodeError, decode, derived_event_id
+from seedance.events import DecodeError, decode, derived_event_id, encode
 from seedance.events.dlq import DeadLetter
-from seedance.events.subjects import dlq, replica_consumer
+from seedance.events.subjects import Header, dlq, replica_consumer
 
 __all__ = ["LedgerMetrics", "LedgerService"]
 
 log = get_logger(__name__)
 
 _BUCKET = "seedance-ledger"
+_MAX_INFLIGHT_BATCHES = 4
 _CHUNK = 512 * 1024  # below the server's default 1 MiB message limit
 
 
@@ -110,6 +112,7 @@ class LedgerService(Lifecycle):
         self._last_ckpt = time.monotonic()
         # False while a batch is half stepped: a cancelled batch must never be checkpointed.
         self._consistent = True
+        self._inflight: list[tuple[list[Publication], asyncio.Future[Any]]] = []
         runtime.loop(self._consume)
 
     async def start(self) -> None:
@@ -119,6 +122,7 @@ class LedgerService(Lifecycle):
         await self._bind()
         # Outputs a dead predecessor computed but may not have published.
         await self._publish(self.replica.pending())
+        await self._settle_acks()
         log.info("ledger_started", replica=self.name, seq=self.replica.seq)
 
     async def run(self) -> None:
@@ -182,6 +186,7 @@ class LedgerService(Lifecycle):
         slot re-used while it read is noticed and it re-reads the newer head.
         """
         assert self._kv is not None
+        await self._settle_acks()
         seq = self.replica.seq
         head = await self._head()
         if head is not None and head.seq >= seq:
@@ -270,13 +275,36 @@ class LedgerService(Lifecycle):
         self._consistent = True
 
     async def _publish(self, pubs: list[Publication]) -> None:
+        """Publish with every ack pipelined; the acks are awaited by ``_settle_acks``.
+
+        ``Bus.publish_many`` opens a span and a request per event; at thousands of entries per
+        second that is most of a replica's time, so the ledger uses nats-py's asynchronous
+        JetStream publish (one reply subscription, futures) for its outputs, and does not wait
+        for a batch's acks before stepping the next: only a checkpoint needs them (a checkpoint
+        must never be ahead of what the stream holds), and a lost ack fails the replica, which
+        then resumes from its last checkpoint.
+        """
         if not pubs:
             return
-        acks = await self._rt.bus.publish_many([(p.subject, p.event) for p in pubs], window=512)
-        dup = sum(1 for a in acks if a.duplicate)
-        self.metrics.published_total.labels("true").inc(dup)
-        self.metrics.published_total.labels("false").inc(len(acks) - dup)
-        self.replica.confirm_published(pubs)
+        js = self._rt.bus.js
+        futures = [
+            await js.publish_async(
+                p.subject, encode(p.event), headers={Header.MSG_ID.value: p.event.id}
+            )
+            for p in pubs
+        ]
+        self._inflight.append((pubs, asyncio.gather(*futures)))
+        if len(self._inflight) > _MAX_INFLIGHT_BATCHES:
+            await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
+
+    async def _settle_acks(self, keep: int = 0) -> None:
+        while len(self._inflight) > keep:
+            pubs, acks_future = self._inflight.pop(0)
+            acks = await asyncio.wait_for(acks_future, timeout=30.0)
+            dup = sum(1 for a in acks if a.duplicate)
+            self.metrics.published_total.labels("true").inc(dup)
+            self.metrics.published_total.labels("false").inc(len(acks) - dup)
+            self.replica.confirm_published(pubs)
 
     async def _dead_letter(self, msg: Any, kind: str, reason: str) -> None:
         md = msg.metadata
