@@ -37,6 +37,7 @@ def main() -> None:
         batch=settings.batch,
         checkpoint_every_events=settings.checkpoint_every_events,
         checkpoint_every_s=settings.checkpoint_every_s,
+        from_start=settings.from_start,
     )
     asyncio.run(serve(service))
 

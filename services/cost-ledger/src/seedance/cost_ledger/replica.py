@@ -122,6 +122,12 @@ class LedgerReplica:
     def now_ms(self) -> int | None:
         return self._s.now_ms
 
+    def start_after(self, seq: int) -> None:
+        """Skip the stream up to ``seq`` (a fresh replica told not to replay history)."""
+        if self._s.seq or self.ledger.event_count:
+            raise ValueError("start_after: the replica has already stepped")
+        self._s.seq = seq
+
     def step(self, seq: int, event: Event | None) -> list[Publication]:
         """Apply the event at ``seq`` (None: not a ledger input) and return what to publish.
 
@@ -151,7 +157,9 @@ class LedgerReplica:
             return []
         closed = self.ledger.closed_until_window
         target = closable_until(now, self.config.window_ms, self.config.lateness_ms)
-        if closed is not None and target <= closed:
+        # A late fact is settled at once (not at the next window's close, which in event time
+        # may be far off); the decision reads only the state, so it is the same on every replica.
+        if closed is not None and target <= closed and not self.ledger.has_late_changes:
             return []
         outputs = self.ledger.advance(now)
         pubs = [to_bus(o) for o in outputs]

@@ -97,6 +97,7 @@ class LedgerService(Lifecycle):
         batch: int = 1000,
         checkpoint_every_events: int = 20_000,
         checkpoint_every_s: float = 5.0,
+        from_start: bool = True,
     ) -> None:
         self._rt = runtime
         self.replica = replica
@@ -105,6 +106,7 @@ class LedgerService(Lifecycle):
         self._batch = batch
         self._ckpt_events = checkpoint_every_events
         self._ckpt_s = checkpoint_every_s
+        self._from_start = from_start
         self.metrics = LedgerMetrics(runtime.registry)
         self._kv: KeyValue | None = None
         self._sub: Any = None
@@ -226,6 +228,10 @@ class LedgerService(Lifecycle):
 
     async def _bind(self) -> None:
         bus = self._rt.bus
+        if self.replica.seq == 0 and not self._from_start:
+            # No checkpoint and told not to replay history: start after what is there now.
+            info = await bus.js.stream_info("SEEDANCE_LEDGER_IN")
+            self.replica.start_after(info.state.last_seq)
         spec = replica_consumer("ledger-in", self.name, start_seq=self.replica.seq + 1)
         await bus.ensure_consumer(spec)
         self._sub = await bus.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)

@@ -25,6 +25,8 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True):
     price_book: str = ""
     #: The checkpoint's KV key (``checkpoint.<state_key>``), shared by the replicas.
     state_key: str = "default"
+    #: Without a checkpoint: replay the whole retained input stream (True) or start after it.
+    from_start: bool = True
     checkpoint_every_events: int = 20_000
     checkpoint_every_s: float = 5.0
     #: Charge window (also the interval of running jobs' entries) and allowed lateness.

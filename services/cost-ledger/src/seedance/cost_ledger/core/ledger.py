@@ -468,6 +468,11 @@ class Ledger:
     def closed_until_window(self) -> int | None:
         return self._closed_until
 
+    @property
+    def has_late_changes(self) -> bool:
+        """Closed windows changed by late facts wait for ``advance`` to emit adjustments."""
+        return bool(self._dirty)
+
     def next_advance_ms(self) -> int | None:
         """When ``advance`` will next close a window (None: at the next event)."""
         return next_emission_ms(self._closed_until, self.config.window_ms, self.config.lateness_ms)
