@@ -34,6 +34,7 @@ from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
 from seedance.events import DecodeError, decode, derived_event_id, encode
+from seedance.events.cost import CostEntry
 from seedance.events.dlq import DeadLetter
 from seedance.events.subjects import Header, dlq, replica_consumer
 
@@ -74,6 +75,12 @@ class LedgerMetrics:
             "seedance_cost_ledger_outputs_total",
             "Outputs published, by whether the stream already had them (another replica).",
             ["duplicate"],
+            registry=registry,
+        )
+        self.cost_usd_total = Counter(
+            "seedance_cost_ledger_cost_usd_total",
+            "Cost attributed (entries this replica published first), by tenant.",
+            ["tenant"],
             registry=registry,
         )
         self.dead_letters_total = Counter(
@@ -308,6 +315,11 @@ class LedgerService(Lifecycle):
             pubs, acks_future = self._inflight.pop(0)
             acks = await asyncio.wait_for(acks_future, timeout=30.0)
             dup = sum(1 for a in acks if a.duplicate)
+            for p, a in zip(pubs, acks, strict=True):
+                if not a.duplicate and isinstance(p.event, CostEntry) and p.event.tenant:
+                    self.metrics.cost_usd_total.labels(p.event.tenant).inc(
+                        p.event.cost_micro_usd / 1e6
+                    )
             self.metrics.published_total.labels("true").inc(dup)
             self.metrics.published_total.labels("false").inc(len(acks) - dup)
             self.replica.confirm_published(pubs)
