@@ -34,6 +34,7 @@ from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement
 from seedance.events.subjects import costs, jobs, slicing
 from seedance.sdk import SeedanceClient
+from tests.conftest import eventually
 from tools.stack import REPO, NatsServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
@@ -160,9 +161,12 @@ async def take_until_report(it: Any, timeout_s: float) -> list[Any]:
     return out
 
 
-async def _consumer_names(bus: Bus, stream: str) -> Any:
-    for info in await bus.js.consumers_info(stream):
-        yield info.name
+def ledger_bound(bus: Bus) -> Any:
+    async def check() -> bool:
+        infos = await bus.js.consumers_info("SEEDANCE_LEDGER_IN")
+        return any(i.name.startswith("ledger-in-") for i in infos)
+
+    return check
 
 
 async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
@@ -173,13 +177,7 @@ async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
         ("SEEDANCE_JOBS", "slicer-jobs"),
         ("SEEDANCE_SLICING", "collector-placements"),
     )
-    async with asyncio.timeout(30):  # the ledger's replica consumer (ledger-in-<replica>)
-        while not [
-            c
-            async for c in _consumer_names(admin, "SEEDANCE_LEDGER_IN")
-            if c.startswith("ledger-in-")
-        ]:
-            await asyncio.sleep(0.05)  # noqa: ASYNC110 - the server's state; bounded by the timeout
+    await eventually(ledger_bound(admin), timeout_s=30)  # its ledger-in-<replica> consumer
     placements = await admin.js.subscribe(
         slicing.subject(TENANT_A, "placement"), ordered_consumer=True
     )
