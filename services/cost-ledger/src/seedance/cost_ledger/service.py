@@ -79,7 +79,7 @@ class LedgerMetrics:
         )
         self.cost_usd_total = Counter(
             "seedance_cost_ledger_cost_usd_total",
-            "Cost attributed (entries this replica published first), by tenant.",
+            "Positive cost entries this replica published first, by tenant (the bill: the stream).",
             ["tenant"],
             registry=registry,
         )
@@ -316,7 +316,14 @@ class LedgerService(Lifecycle):
             acks = await asyncio.wait_for(acks_future, timeout=30.0)
             dup = sum(1 for a in acks if a.duplicate)
             for p, a in zip(pubs, acks, strict=True):
-                if not a.duplicate and isinstance(p.event, CostEntry) and p.event.tenant:
+                # A counter cannot go down: downward adjustments (late facts) are only in the
+                # stream, so this is an upper bound for dashboards, not the bill.
+                if (
+                    not a.duplicate
+                    and isinstance(p.event, CostEntry)
+                    and p.event.tenant
+                    and p.event.cost_micro_usd > 0
+                ):
                     self.metrics.cost_usd_total.labels(p.event.tenant).inc(
                         p.event.cost_micro_usd / 1e6
                     )
