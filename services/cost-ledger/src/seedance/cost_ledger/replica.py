@@ -131,8 +131,9 @@ class LedgerReplica:
     def step(self, seq: int, event: Event | None) -> list[Publication]:
         """Apply the event at ``seq`` (None: not a ledger input) and return what to publish.
 
-        Raises ``InputRejected`` for an input that can never be applied; the sequence is
-        consumed all the same (a replay must not retry it).
+        Any other event on the input stream (a job submission, say) is not a fact for the core
+        but its time still moves the ledger's clock. Raises ``InputRejected`` for an input that
+        can never be applied; the sequence is consumed all the same (a replay must not retry it).
         """
         if seq <= self._s.seq:
             return []  # replayed from before the checkpoint: already part of the state
@@ -182,7 +183,7 @@ class LedgerReplica:
 
     def _inputs(self, e: Event) -> tuple[list[core.LedgerInput], dict[str, int]]:
         if isinstance(e, Placement):
-            return [self._placement(e)], {}
+            return self._placement(e), {}
         if isinstance(e, JobFinished | JobFailed | JobCancelled | Preempted):
             self._check_tenant(e.tenant)
             return [
@@ -212,24 +213,28 @@ class LedgerReplica:
         if self.tenants and tenant not in self.tenants:
             raise InputRejected("unknown_tenant", f"tenant {tenant!r} is not a known tenant")
 
-    def _placement(self, e: Placement) -> core.Placement:
+    def _placement(self, e: Placement) -> list[core.LedgerInput]:
         self._check_tenant(e.tenant)
+        if e.kind == PlacementKind.CPU:
+            return []  # a CPU-only job: no GPU cost
         kind = _KIND.get(e.kind)
         if kind is None or not e.gpus:
             raise InputRejected("invalid_input", f"Placement.kind = {e.kind!r}: no GPU to cost")
         first = e.gpus[0]
-        return core.Placement(
-            event_id=e.id,
-            job_id=_job_key(e.tenant, e.job_id),
-            tenant=e.tenant,
-            node=e.node,
-            gpu_model=e.gpu_model,
-            gpu_indices=tuple(g.index for g in e.gpus),
-            start_ms=event_time_ms(e),
-            kind=kind,  # type: ignore[arg-type]
-            gpu_milli=first.milli if kind == "shared" else 1000,
-            mig_profile=(first.mig_profile or "") if kind == "mig" else "",
-        )
+        return [
+            core.Placement(
+                event_id=e.id,
+                job_id=_job_key(e.tenant, e.job_id),
+                tenant=e.tenant,
+                node=e.node,
+                gpu_model=e.gpu_model,
+                gpu_indices=tuple(g.index for g in e.gpus),
+                start_ms=event_time_ms(e),
+                kind=kind,  # type: ignore[arg-type]
+                gpu_milli=first.milli if kind == "shared" else 1000,
+                mig_profile=(first.mig_profile or "") if kind == "mig" else "",
+            )
+        ]
 
     def _samples(self, e: GpuSampleBatch) -> tuple[list[core.LedgerInput], dict[str, int]]:
         at = event_time_ms(e)

@@ -273,8 +273,8 @@ class LedgerService(Lifecycle):
             try:
                 event: Any = decode(msg.data, INPUT_TYPES)
             except DecodeError as exc:
-                event = None
-                if not _is_other_event(msg.data):
+                event = _other_event(msg.data)  # another valid event: its time still counts
+                if event is None:
                     letters.append((msg, "decode_error", str(exc)))
             try:
                 out.extend(self.replica.step(seq, event))
@@ -353,9 +353,8 @@ class LedgerService(Lifecycle):
         log.warning("ledger_dead_letter", kind=kind, reason=reason, subject=msg.subject)
 
 
-def _is_other_event(data: bytes) -> bool:
+def _other_event(data: bytes) -> Any:
     try:
-        decode(data)
+        return decode(data)
     except DecodeError:
-        return False
-    return True
+        return None
