@@ -12,3 +12,18 @@ bench-ledger-core: install  ## cost-ledger core throughput and exactness on the 
 .PHONY: report-ledger-sample
 report-ledger-sample: install  ## write a sample cost report (HTML, CSV, FOCUS) under build/ledger
 	.venv/bin/python tools/ledger_sample_report.py $(SEEDANCE_DATA_DIR) build/ledger
+
+.PHONY: chaos-ledger
+chaos-ledger: install  ## two ledger replicas, SIGKILLed at random, vs an offline recompute
+	nice $(PY) -m tools.chaos_ledger $(LEDGER_CHAOS_ARGS)
+
+.PHONY: bench-ledger
+bench-ledger: install  ## one ledger replica's events/s through the bus (consume + publish)
+	nice $(PY) -m tools.bench_ledger $(LEDGER_BENCH_BUS_ARGS)
+
+# Headless Chromium for the HTML report's test (Debian's package; CI runs as root on Debian).
+.PHONY: system-deps
+system-deps:  ## install Debian's chromium (apt-get) when `chromium` is missing
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else echo "chromium missing: run 'sudo apt-get install -y chromium'" >&2; exit 1; fi; }

@@ -42,6 +42,7 @@ FAMILIES = {
     "routing": subjects.routing.ALL,
     "graph": subjects.graph.ALL,
     "costs": subjects.costs.ALL,
+    "ledger": subjects.ledger.ALL,
 }
 
 
@@ -90,6 +91,18 @@ def service_user(name: str, spec: dict[str, list[str]]) -> User:
             # ack, nak, in-progress and term all go to the message's reply subject
             f"$JS.ACK.{c.stream}.{c.durable}.>",
         ]
+        if not c.acked:
+            # Each replica reads with its own ``<durable>-<replica>`` consumer, re-created at
+            # every start from its checkpoint (see subjects.replica_consumer). A subject wildcard
+            # is a whole token, so the grant is any consumer of that stream, which only this
+            # service reads.
+            pub += [
+                f"{JS_API}.CONSUMER.CREATE.{c.stream}.*",
+                f"{JS_API}.CONSUMER.CREATE.{c.stream}.*.>",
+                f"{JS_API}.CONSUMER.DELETE.{c.stream}.*",
+                f"{JS_API}.CONSUMER.INFO.{c.stream}.*",
+                f"{JS_API}.CONSUMER.MSG.NEXT.{c.stream}.*",
+            ]
     for bucket in spec.get("buckets", []):
         if bucket not in subjects.BUCKETS:
             raise ValueError(f"{name}: unknown KV bucket {bucket!r}")

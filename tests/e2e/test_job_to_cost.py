@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 import pytest
 
 from seedance.core import Bus, BusSettings
+from seedance.cost_ledger.core import default_price_book, micro_from_usd
 from seedance.events import decode
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement
@@ -29,12 +32,13 @@ async def next_placement(bus: Bus, tenant: str, timeout_s: float = 30.0) -> Plac
         await sub.unsubscribe()
 
 
-async def collect(it: Any, n: int, timeout_s: float) -> list[Any]:
+async def collect_until_report(it: Any, timeout_s: float) -> list[Any]:
+    """The tenant's cost events up to and including the first job report."""
     out: list[Any] = []
     async with asyncio.timeout(timeout_s), contextlib.aclosing(it) as events:
         async for ev in events:
             out.append(ev)
-            if len(out) == n:
+            if isinstance(ev, JobCostReport):
                 break
     return out
 
@@ -45,12 +49,12 @@ async def test_submitted_job_is_placed_finishes_and_is_costed(
     tenant = f"e2e{unique}"
     services.start("telemetry-collector", node_csv=str(node_csv(4)), tick_s="5")
     services.start("slicer", replica=f"s-{unique}", pool=f"pool{unique}")
-    services.start("cost-ledger", state_key=unique)
+    # The session's server holds other tests' events: this ledger starts after them.
+    services.start("cost-ledger", state_key=unique, replica=f"l-{unique}", from_start="false")
     await wait_for_consumers(
         nats_url,
         ("SEEDANCE_JOBS", "slicer-jobs"),
-        ("SEEDANCE_JOBS", "ledger-jobs"),
-        ("SEEDANCE_SLICING", "ledger-slicing"),
+        ("SEEDANCE_LEDGER_IN", f"ledger-in-l-{unique}"),
     )
     # The slicer places only on nodes it knows: the collector's inventory must be read first.
     for i in range(4):
@@ -59,7 +63,10 @@ async def test_submitted_job_is_placed_finishes_and_is_costed(
         )
     bus = await Bus.connect(BusSettings(url=nats_url))
     client = await SeedanceClient.connect(nats_url)
-    start = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    # The collector's telemetry runs on the wall clock and moves the ledger's event time on, so
+    # the job runs in the recent past (within the ledger's retention), on whole charge windows.
+    window_s = 300
+    start = datetime.fromtimestamp((time.time() // window_s) * window_s - 4 * 3600, UTC)
     async with client:
         await client.submit_job(tenant, "train-1", gpus=2, at=start)
         placement = await next_placement(bus, tenant)
@@ -68,14 +75,22 @@ async def test_submitted_job_is_placed_finishes_and_is_costed(
         assert placement.gpu_model == "T4"
 
         await client.finish_job(tenant, "train-1", at=start + timedelta(hours=3))
-        events = await collect(client.costs(tenant), 2, timeout_s=30)
+        # Windows close on event time: the collector's samples (wall clock) move it on.
+        events = await collect_until_report(client.costs(tenant), timeout_s=60)
     await bus.close()
-    entry = next(e for e in events if isinstance(e, CostEntry))
-    report = next(e for e in events if isinstance(e, JobCostReport))
-    # 2 T4 GPUs for 3 hours at the foundation price book's $0.35 per GPU-hour.
-    assert entry.gpu_hours == pytest.approx(6.0)
-    assert entry.cost_micro_usd == 2_100_000
-    assert report.cost_micro_usd == entry.cost_micro_usd
-    assert placement.id in entry.source_ids
+    entries = [e for e in events if isinstance(e, CostEntry)]
+    report = events[-1]
+    assert isinstance(report, JobCostReport)
+    assert report.job_id == "train-1"
+    # 2 whole T4 GPUs for 3 hours at the price book's on-demand rate (cloud: no energy line),
+    # rounded once per charge window.
+    rate = default_price_book().usd_per_gpu_hour("T4", "on_demand")
+    windows = 3 * 3600 // window_s
+    expected = windows * micro_from_usd(Fraction(rate) * 2 * Fraction(window_s, 3600))
+    per_window_micro_h = round(Fraction(2 * window_s * 1_000_000, 3600))
+    assert sum(e.gpu_hours_micro for e in entries) == windows * per_window_micro_h
+    assert sum(e.cost_micro_usd for e in entries) == expected
+    assert report.cost_micro_usd == expected
+    assert all(placement.id in e.source_ids for e in entries if e.revision == 0)
     codes = services.stop_all()
     assert codes == {"telemetry-collector": 0, "slicer": 0, "cost-ledger": 0}, codes

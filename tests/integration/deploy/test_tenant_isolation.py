@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,7 @@ from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement
 from seedance.events.subjects import costs, jobs, slicing
 from seedance.sdk import SeedanceClient
+from tests.conftest import eventually
 from tools.stack import REPO, NatsServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
@@ -78,7 +80,7 @@ def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subproces
     extra = {
         "telemetry-collector": {"NODE_CSV": str(nodes), "TICK_S": "5"},
         "slicer": {"REPLICA": f"s-{unique}", "POOL": f"pool{unique}"},
-        "cost-ledger": {"STATE_KEY": unique},
+        "cost-ledger": {"STATE_KEY": unique, "REPLICA": f"l-{unique}"},
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for name in SERVICES:
@@ -149,21 +151,39 @@ async def take(it: Any, n: int, timeout_s: float) -> list[Any]:
     return out
 
 
+async def take_until_report(it: Any, timeout_s: float) -> list[Any]:
+    out: list[Any] = []
+    async with asyncio.timeout(timeout_s), contextlib.aclosing(it) as events:
+        async for ev in events:
+            out.append(ev)
+            if isinstance(ev, JobCostReport):
+                break
+    return out
+
+
+def ledger_bound(bus: Bus) -> Any:
+    async def check() -> bool:
+        infos = await bus.js.consumers_info("SEEDANCE_LEDGER_IN")
+        return any(i.name.startswith("ledger-in-") for i in infos)
+
+    return check
+
+
 async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
     auth_url: str, service_procs: dict[str, Any], admin: Bus
 ) -> None:
     await wait_for_durables(
         admin,
         ("SEEDANCE_JOBS", "slicer-jobs"),
-        ("SEEDANCE_JOBS", "ledger-jobs"),
-        ("SEEDANCE_SLICING", "ledger-slicing"),
         ("SEEDANCE_SLICING", "collector-placements"),
     )
+    await eventually(ledger_bound(admin), timeout_s=30)  # its ledger-in-<replica> consumer
     placements = await admin.js.subscribe(
         slicing.subject(TENANT_A, "placement"), ordered_consumer=True
     )
     job = f"job-{uuid.uuid4().hex[:8]}"
-    start = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    # The collector's samples (wall clock) move the ledger's event time: a job in the recent past.
+    start = datetime.fromtimestamp((time.time() // 300) * 300 - 2 * 3600, UTC)
     async with await tenant_client(auth_url, TENANT_A) as client:
         await client.submit_job(TENANT_A, job, gpus=2, at=start)
         async with asyncio.timeout(30):
@@ -172,12 +192,12 @@ async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
                 if p.job_id == job:
                     break
         await client.finish_job(TENANT_A, job, at=start + timedelta(hours=1))
-        events = await take(client.costs(TENANT_A), 2, timeout_s=30)
+        events = await take_until_report(client.costs(TENANT_A), timeout_s=60)
     await placements.unsubscribe()
     assert {type(e) for e in events} == {CostEntry, JobCostReport}
     assert all(e.tenant == TENANT_A and e.job_id == job for e in events)
     report = next(e for e in events if isinstance(e, JobCostReport))
-    assert report.gpu_hours == pytest.approx(2.0)
+    assert report.gpu_hours == pytest.approx(2.0, abs=1e-4)  # rounded per 5-min window
     for name, proc in service_procs.items():
         assert proc.poll() is None, f"{name} exited with {proc.returncode}"
 

@@ -87,7 +87,7 @@ def test_the_schemas_reject_what_the_api_server_would() -> None:
     deployment = json.loads(json.dumps(by_kind(render("dev"), "Deployment")["slicer"]))
     deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}  # misspelt
     assert errors_of(deployment)
-    scaled = json.loads(json.dumps(by_kind(render("dev"), "ScaledObject")["cost-ledger"]))
+    scaled = json.loads(json.dumps(by_kind(render("dev"), "ScaledObject")["graph-compiler"]))
     scaled["spec"]["minReplicas"] = 1  # an HPA field, not a ScaledObject one
     assert errors_of(scaled)
 
@@ -159,7 +159,8 @@ def test_prod_collector_runs_on_gpu_nodes_only() -> None:
 def test_keda_scales_on_the_catalogues_consumers_of_the_target_service(overlay: str) -> None:
     docs = render(overlay)
     scaled = by_kind(docs, "ScaledObject")
-    assert set(scaled) == {"graph-compiler", "cost-ledger"}
+    # The cost-ledger's replicas are deterministic and each does all the work: not scaled.
+    assert set(scaled) == {"graph-compiler"}
     consumes = {n: set(s["consumes"]) for n, s in auth_users()["services"].items()}
     for name, so in scaled.items():
         assert so["spec"]["scaleTargetRef"]["name"] in by_kind(docs, "Deployment")
@@ -172,8 +173,6 @@ def test_keda_scales_on_the_catalogues_consumers_of_the_target_service(overlay: 
             host, port = meta["natsServerMonitoringEndpoint"].rsplit(":", 1)
             assert host.split(".")[0] in by_kind(docs, "Service")
             assert port == "8222"
-    triggers = {t["metadata"]["consumer"] for t in scaled["cost-ledger"]["spec"]["triggers"]}
-    assert triggers == {"ledger-jobs", "ledger-slicing"}
 
 
 def test_dev_secret_has_a_password_for_every_user_and_prod_brings_its_own() -> None:

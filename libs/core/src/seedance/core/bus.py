@@ -9,6 +9,7 @@ not know any service's events beyond the ``Event`` base.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -116,7 +117,12 @@ class Bus:
         for spec in streams:
             config = js_api.StreamConfig(
                 name=spec.name,
-                subjects=list(spec.subjects),
+                subjects=list(spec.subjects) or None,
+                sources=[
+                    js_api.StreamSource(name=src.stream, filter_subject=src.filter_subject)
+                    for src in spec.sources
+                ]
+                or None,
                 description=spec.description or None,
                 retention=js_api.RetentionPolicy.LIMITS,
                 storage=js_api.StorageType.FILE,
@@ -133,17 +139,28 @@ class Bus:
                 await self.js.update_stream(config)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
+        if not spec.acked:
+            # A reader that keeps its own position: it starts where it says, and a consumer's
+            # start cannot be changed, so the old one goes first.
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_consumer(spec.stream, spec.durable)
         config = js_api.ConsumerConfig(
-            durable_name=spec.durable,
+            durable_name=spec.durable if spec.acked else None,
             name=spec.durable,
-            ack_policy=js_api.AckPolicy.EXPLICIT,
-            deliver_policy=js_api.DeliverPolicy.ALL,
-            ack_wait=spec.ack_wait_s,
-            max_deliver=spec.max_deliver,
-            max_ack_pending=spec.max_ack_pending,
+            ack_policy=js_api.AckPolicy.EXPLICIT if spec.acked else js_api.AckPolicy.NONE,
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE
+            if spec.start_seq
+            else js_api.DeliverPolicy.ALL,
+            opt_start_seq=spec.start_seq or None,
+            ack_wait=spec.ack_wait_s if spec.acked else None,
+            max_deliver=spec.max_deliver if spec.acked else None,
+            max_ack_pending=spec.max_ack_pending if spec.acked else None,
             backoff=list(spec.backoff_s) or None,
+            inactive_threshold=spec.inactive_s or None,
         )
-        if len(spec.filter_subjects) == 1:
+        if not spec.filter_subjects:
+            pass
+        elif len(spec.filter_subjects) == 1:
             config.filter_subject = spec.filter_subjects[0]
         else:
             config.filter_subjects = list(spec.filter_subjects)

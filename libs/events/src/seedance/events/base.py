@@ -39,18 +39,23 @@ def new_event_id(unix_ms: int | None = None) -> str:
     return str(uuid.UUID(int=value))
 
 
-def derived_event_id(cause_id: str, role: str) -> str:
+def derived_event_id(cause_id: str, role: str, unix_ms: int | None = None) -> str:
     """A UUIDv7 determined by the event that caused it and the effect's role.
 
     A service that re-publishes an effect after a crash (it published, then died before
     acknowledging the cause) gets the same id again, so the stream's de-duplication and the
-    sinks' idempotency drop the repeat. The time bits are the cause's, so ids still sort by time.
+    sinks' idempotency drop the repeat. The time bits are the cause's, so ids still sort by time;
+    a cause that is not a UUID (a key such as the ledger's ``usage:<job>:<node>:<window>:r0``)
+    takes ``unix_ms`` for them.
     """
     digest = int.from_bytes(hashlib.blake2b(f"{cause_id}/{role}".encode(), digest_size=10).digest())
-    try:
-        ms = uuid.UUID(cause_id).int >> 80
-    except ValueError:
-        ms = 0
+    if unix_ms is not None:
+        ms = unix_ms
+    else:
+        try:
+            ms = uuid.UUID(cause_id).int >> 80
+        except ValueError:
+            ms = 0
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= ((digest >> 62) & 0xFFF) << 64

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import Annotated
 
 import msgspec
 
 from seedance.events.base import Event
-from seedance.events.tokens import Name, TenantId
+from seedance.events.tokens import _TENANT, Name, TenantId
 
 __all__ = [
     "BudgetAlert",
@@ -21,6 +22,7 @@ __all__ = [
     "CostKind",
     "JobCostReport",
     "PauseRequest",
+    "TenantOrIdle",
     "micro_usd_to_usd",
 ]
 
@@ -36,10 +38,18 @@ class CostKind(enum.StrEnum):
     IDLE = "idle"
 
 
-class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v1"):
-    """The cost of one job (or one node's idle capacity) over one period."""
+#: A tenant, or empty for an idle line (published on the operator's ``seedance.ledger.idle``).
+TenantOrIdle = Annotated[str, msgspec.Meta(pattern=f"^(?:|{_TENANT.pattern[1:-1]})$")]
 
-    tenant: TenantId
+
+class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v1"):
+    """The cost of one job (or one node's idle capacity) over one period.
+
+    ``cost_micro_usd`` is the whole charge (GPU time + billed energy). A line's later revisions
+    carry the *difference* caused by late facts, so summing a tenant's entries gives its cost.
+    """
+
+    tenant: TenantOrIdle
     job_id: str
     kind: CostKind = CostKind.COMPUTE
     node: Name = "-"
@@ -51,6 +61,18 @@ class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v1"):
     energy_j: float | None = None
     #: The events this entry derives from: the ledger's idempotency key.
     source_ids: list[str] = msgspec.field(default_factory=list)
+    #: The ledger's deterministic line key (``usage:<job>:<node>:<window>:r<revision>``).
+    line_id: str = ""
+    revision: int = 0
+    pricing_tier: str = ""
+    #: Exact parts, so that reports (CSV, FOCUS, HTML) can be rebuilt from the stream.
+    energy_micro_usd: int = 0
+    list_cost_micro_usd: int = 0
+    gpu_hours_micro: int = 0
+    energy_mj: int = 0
+    tflop_hours_micro: int = 0
+    activity_ppm: int | None = None
+    assumptions: list[str] = msgspec.field(default_factory=list)
 
 
 class JobCostReport(Event, frozen=True, kw_only=True, tag="cost.job_report.v1"):
@@ -65,6 +87,8 @@ class JobCostReport(Event, frozen=True, kw_only=True, tag="cost.job_report.v1"):
     energy_j: float | None = None
     usd_per_tflop_hour: float | None = None
     assumptions: list[str] = msgspec.field(default_factory=list)
+    revision: int = 0
+    source_ids: list[str] = msgspec.field(default_factory=list)
 
 
 class BudgetAlert(Event, frozen=True, kw_only=True, tag="cost.budget_alert.v1"):

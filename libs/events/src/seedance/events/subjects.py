@@ -24,12 +24,15 @@ __all__ = [
     "ConsumerSpec",
     "Header",
     "ObjectStoreSpec",
+    "StreamSource",
     "StreamSpec",
     "consumer",
     "costs",
     "dlq",
     "graph",
     "jobs",
+    "ledger",
+    "replica_consumer",
     "routing",
     "slicing",
     "subject_tenant",
@@ -46,6 +49,14 @@ class Header(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class StreamSource:
+    """Messages of another stream (those matching ``filter_subject``) copied into this one."""
+
+    stream: str
+    filter_subject: str
+
+
+@dataclass(frozen=True)
 class StreamSpec:
     name: str
     subjects: tuple[str, ...]
@@ -55,6 +66,8 @@ class StreamSpec:
     duplicate_window_s: float = 120.0
     max_bytes: int = -1
     description: str = ""
+    #: A stream that merges others into one order (every reader sees the same interleaving).
+    sources: tuple[StreamSource, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,11 @@ class ConsumerSpec:
     max_ack_pending: int = 10_000
     #: Redelivery delays after a nak without an explicit delay or an ack timeout.
     backoff_s: tuple[float, ...] = field(default=())
+    #: ``False``: no acks; the reader tracks its own position (a replica replaying from its
+    #: checkpoint), and the consumer is removed after ``inactive_s`` without a reader.
+    acked: bool = True
+    start_seq: int = 0
+    inactive_s: float = 0.0
 
 
 # --- subject builders ---------------------------------------------------------------------
@@ -168,6 +186,16 @@ class costs:
         return f"{ROOT}.costs.{check_tenant(tenant)}.>"
 
 
+class ledger:
+    """``seedance.ledger.idle.<node>``: the cost of idle GPUs, an operator's line, no tenant's."""
+
+    ALL = f"{ROOT}.ledger.>"
+
+    @staticmethod
+    def idle(node: str) -> str:
+        return f"{ROOT}.ledger.idle.{check_token('node', node)}"
+
+
 class dlq:
     """``seedance.dlq.<service>``: messages that will never be handled, with the reason."""
 
@@ -222,11 +250,30 @@ STREAMS: tuple[StreamSpec, ...] = (
         max_age_s=30 * _DAY_S,
         description="compile requests and results",
     ),
+    # The duplicate window is long because cost-ledger replicas publish the same entries (same
+    # ids) and a replica restarted from its checkpoint re-publishes what came after it.
     StreamSpec(
         "SEEDANCE_COSTS",
-        (costs.ALL,),
+        (costs.ALL, ledger.ALL),
         max_age_s=400 * _DAY_S,
-        description="cost entries, reports, budget alerts",
+        duplicate_window_s=2 * 3600.0,
+        description="cost entries, reports, budget alerts; idle lines",
+    ),
+    # The cost-ledger's inputs merged into one order, so that every replica (a deterministic
+    # state machine) sees the same interleaving of jobs, placements and samples.
+    StreamSpec(
+        "SEEDANCE_LEDGER_IN",
+        (),
+        max_age_s=7 * _DAY_S,
+        max_bytes=4 * 1024**3,
+        description="cost-ledger inputs (sourced from jobs, slicing and telemetry)",
+        sources=(
+            StreamSource("SEEDANCE_JOBS", jobs.ALL),
+            StreamSource("SEEDANCE_SLICING", slicing.PLACEMENTS),
+            StreamSource("SEEDANCE_SLICING", slicing.PREEMPTIONS),
+            StreamSource("SEEDANCE_TELEMETRY", telemetry.SAMPLES),
+            StreamSource("SEEDANCE_TELEMETRY", telemetry.INVENTORY),
+        ),
     ),
     StreamSpec("SEEDANCE_DLQ", (dlq.ALL,), max_age_s=30 * _DAY_S, description="dead letters"),
 )
@@ -242,9 +289,9 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         _c("slicer-jobs", "SEEDANCE_JOBS", jobs.ALL),
         _c("slicer-inventory", "SEEDANCE_TELEMETRY", telemetry.INVENTORY, telemetry.HEALTH),
         _c("slicer-pauses", "SEEDANCE_COSTS", costs.PAUSES),
-        _c("ledger-jobs", "SEEDANCE_JOBS", jobs.ALL),
-        _c("ledger-slicing", "SEEDANCE_SLICING", slicing.PLACEMENTS, slicing.PREEMPTIONS),
-        _c("ledger-samples", "SEEDANCE_TELEMETRY", telemetry.SAMPLES),
+        # Each ledger replica reads every input with its own ``ledger-in-<replica>`` (see
+        # replica_consumer): no acks, it replays from its checkpoint's sequence.
+        ConsumerSpec("ledger-in", "SEEDANCE_LEDGER_IN", (), acked=False, inactive_s=3600.0),
         _c("collector-placements", "SEEDANCE_SLICING", slicing.PLACEMENTS, slicing.PREEMPTIONS),
         _c("collector-jobs", "SEEDANCE_JOBS", jobs.ALL),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
@@ -259,6 +306,23 @@ def consumer(durable: str) -> ConsumerSpec:
         return CONSUMERS[durable]
     except KeyError:
         raise KeyError(f"no consumer {durable!r} in the catalogue") from None
+
+
+def replica_consumer(durable: str, replica: str, start_seq: int = 0) -> ConsumerSpec:
+    """``<durable>-<replica>``: one replica's own reader of a catalogue consumer's messages."""
+    spec = consumer(durable)
+    return ConsumerSpec(
+        durable=f"{durable}-{check_token('replica', replica)}",
+        stream=spec.stream,
+        filter_subjects=spec.filter_subjects,
+        ack_wait_s=spec.ack_wait_s,
+        max_deliver=spec.max_deliver,
+        max_ack_pending=spec.max_ack_pending,
+        backoff_s=spec.backoff_s,
+        acked=spec.acked,
+        start_seq=start_seq,
+        inactive_s=spec.inactive_s,
+    )
 
 
 # --- key-value buckets --------------------------------------------------------------------
@@ -278,7 +342,9 @@ BUCKETS: dict[str, BucketSpec] = {
     for b in (
         BucketSpec("seedance-slicer-state", description="slicer state snapshot per pool"),
         BucketSpec("seedance-leases", ttl_s=10.0, description="leader leases (slicer per pool)"),
-        BucketSpec("seedance-ledger", description="cost-ledger running totals and applied ids"),
+        BucketSpec(
+            "seedance-ledger", description="cost-ledger checkpoints (core snapshot + sequence)"
+        ),
         BucketSpec(
             "seedance-router-weights",
             history=5,

@@ -1,53 +1,94 @@
-"""The cost-ledger service: placements and job ends in; cost entries and reports out.
+"""The cost-ledger service: the bus adapter around one deterministic ``LedgerReplica``.
 
-Replicas share one durable per input and one state in JetStream KV. Each fetched batch is
-applied to the state read from KV, its cost events are published (ids derived from their causes,
-so a re-publish is a duplicate), and the new state is written with compare-and-set *before* the
-batch is acked. If another replica wrote first, the batch is re-applied to the fresher state.
-A crash anywhere leaves the totals exact: what was not acked is redelivered, and the state says
-whether it was already applied.
+Replicas are active-active and deterministic (see docs/cost-ledger.md, "Exactly once"):
+- every replica reads the merged input stream ``SEEDANCE_LEDGER_IN`` (jobs, placements,
+  preemptions, samples, inventory sourced into one order by the server) from its own
+  ``ledger-in-<replica>`` consumer, without acks, starting after its checkpoint's sequence;
+- it steps the replica through each message in stream order and publishes the outputs with
+  their deterministic ids as ``Nats-Msg-Id`` (the second replica's copies are dropped by the
+  stream's duplicate window), waiting for the stream's acks before going on;
+- every ``checkpoint_every_events`` events or ``checkpoint_every_s`` seconds it writes its
+  checkpoint (core snapshot + sequence) to KV, forward-only by compare-and-set on one key shared
+  by the replicas: they hold equal states at equal sequences, so the most advanced wins and a
+  restarted replica resumes from it, re-publishing at most what followed (duplicates, dropped).
+A SIGKILL anywhere loses nothing (what is after the checkpoint is re-read) and duplicates
+nothing (same ids, same content). Inputs that can never be applied are dead-lettered with a
+reason (with an id derived from the input, so two replicas' letters are one).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import hashlib
+import time
 from typing import Any
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+import nats.errors
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
-from seedance.core import Delivery, Lifecycle, RetryableError, ServiceRuntime
+from seedance.core import Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.cost_ledger.state import LedgerState, PriceBook, apply
-from seedance.events import Event
-from seedance.events.cost import CostEntry, JobCostReport
-from seedance.events.jobs import JobCancelled, JobFailed, JobFinished
-from seedance.events.slicing import Placement, Preempted
-from seedance.events.subjects import costs
+from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
+from seedance.events import DecodeError, decode, derived_event_id, encode
+from seedance.events.cost import CostEntry
+from seedance.events.dlq import DeadLetter
+from seedance.events.subjects import Header, dlq, replica_consumer
 
 __all__ = ["LedgerMetrics", "LedgerService"]
 
 log = get_logger(__name__)
 
-#: CAS conflicts retried in place before the batch is nak'ed (replicas contend on one key).
-_CAS_ATTEMPTS = 20
+_BUCKET = "seedance-ledger"
+_MAX_INFLIGHT_BATCHES = 4
+_CHUNK = 512 * 1024  # below the server's default 1 MiB message limit
+
+
+class _Head(msgspec.Struct, array_like=True, frozen=True):
+    """Where the latest checkpoint is: its input sequence, chunks' key prefix and digest."""
+
+    seq: int
+    chunks: int
+    replica: str
+    slot: int
+    prefix: str
+    digest: bytes
+    revision: int = 0  # the head key's KV revision (not stored)
+
+    def _replace_rev(self, revision: int) -> _Head:
+        return msgspec.structs.replace(self, revision=revision)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 class LedgerMetrics:
     def __init__(self, registry: Any) -> None:
+        self.events_total = Counter(
+            "seedance_cost_ledger_events_total", "Inputs stepped through.", registry=registry
+        )
+        self.published_total = Counter(
+            "seedance_cost_ledger_outputs_total",
+            "Outputs published, by whether the stream already had them (another replica).",
+            ["duplicate"],
+            registry=registry,
+        )
         self.cost_usd_total = Counter(
             "seedance_cost_ledger_cost_usd_total",
-            "Cost attributed, by tenant.",
+            "Positive cost entries this replica published first, by tenant (the bill: the stream).",
             ["tenant"],
             registry=registry,
         )
-        self.cas_conflicts_total = Counter(
-            "seedance_cost_ledger_cas_conflicts_total",
-            "State writes that lost a compare-and-set to another replica.",
+        self.dead_letters_total = Counter(
+            "seedance_cost_ledger_dead_letters_total", "Inputs dead-lettered.", registry=registry
+        )
+        self.checkpoint_seq = Gauge(
+            "seedance_cost_ledger_checkpoint_seq",
+            "Input sequence of the last checkpoint this replica wrote.",
             registry=registry,
         )
 
@@ -56,30 +97,42 @@ class LedgerService(Lifecycle):
     def __init__(
         self,
         runtime: ServiceRuntime,
-        prices: PriceBook,
+        replica: LedgerReplica,
         *,
-        state_key: str = "default",
-        batch: int = 200,
+        name: str,
+        checkpoint_key: str = "default",
+        batch: int = 1000,
+        checkpoint_every_events: int = 20_000,
+        checkpoint_every_s: float = 5.0,
+        from_start: bool = True,
     ) -> None:
         self._rt = runtime
-        self._prices = prices
-        self._key = f"state.{state_key}"
+        self.replica = replica
+        self.name = name
+        self._key = f"checkpoint.{checkpoint_key}"
+        self._batch = batch
+        self._ckpt_events = checkpoint_every_events
+        self._ckpt_s = checkpoint_every_s
+        self._from_start = from_start
         self.metrics = LedgerMetrics(runtime.registry)
         self._kv: KeyValue | None = None
-        self._lock = asyncio.Lock()
-        runtime.consume(
-            "ledger-slicing", Placement | Preempted, batch_handler=self._handle, batch=batch
-        )
-        runtime.consume(
-            "ledger-jobs",
-            JobFinished | JobFailed | JobCancelled,
-            batch_handler=self._handle,
-            batch=batch,
-        )
+        self._sub: Any = None
+        self._stepped_since_ckpt = 0
+        self._last_ckpt = time.monotonic()
+        # False while a batch is half stepped: a cancelled batch must never be checkpointed.
+        self._consistent = True
+        self._inflight: list[tuple[list[Publication], asyncio.Future[Any]]] = []
+        runtime.loop(self._consume)
 
     async def start(self) -> None:
         await self._rt.start()
-        self._kv = await ensure_bucket(self._rt.bus, "seedance-ledger")
+        self._kv = await ensure_bucket(self._rt.bus, _BUCKET)
+        await self._restore()
+        await self._bind()
+        # Outputs a dead predecessor computed but may not have published.
+        await self._publish(self.replica.pending())
+        await self._settle_acks()
+        log.info("ledger_started", replica=self.name, seq=self.replica.seq)
 
     async def run(self) -> None:
         await self._rt.run()
@@ -88,44 +141,220 @@ class LedgerService(Lifecycle):
         await self._rt.stop()
 
     async def close(self) -> None:
+        if self._consistent and self._kv is not None and self._stepped_since_ckpt:
+            try:
+                await self.checkpoint()
+            except Exception as exc:  # the next start replays from the previous checkpoint
+                log.warning("ledger_final_checkpoint_failed", error=repr(exc))
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
         await self._rt.close()
 
-    async def _load(self) -> tuple[LedgerState, int | None]:
+    # ---------------------------------------------------------------- checkpoint
+
+    async def _restore(self) -> None:
+        for _ in range(10):
+            head = await self._head()
+            if head is None:
+                return
+            data = await self._read_chunks(head)
+            if data is not None:
+                self.replica.restore(data)
+                return
+            # The writer re-used that slot while we read it: a newer head is there, re-read.
+        raise RuntimeError(f"{self._key}: no consistent checkpoint after 10 reads")
+
+    async def _head(self) -> _Head | None:
         assert self._kv is not None
         try:
             entry = await self._kv.get(self._key)
         except KeyNotFoundError:
-            return LedgerState(), None
-        return msgspec.msgpack.decode(entry.value or b"", type=LedgerState), entry.revision
+            return None
+        if not entry.value:
+            return None
+        return msgspec.msgpack.decode(entry.value, type=_Head)._replace_rev(entry.revision)
 
-    async def _handle(self, ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
+    async def _read_chunks(self, head: _Head) -> bytes | None:
         assert self._kv is not None
-        async with self._lock:  # one write in flight per replica; replicas race through CAS
-            for _ in range(_CAS_ATTEMPTS):
-                state, revision = await self._load()
-                effects: list[Event] = []
-                for d in ds:
-                    effects.extend(apply(state, d.event, self._prices))
-                await self._rt.bus.publish_many([(_subject(e), e) for e in effects])
-                data = msgspec.msgpack.encode(state)
-                try:
-                    if revision is None:
-                        await self._kv.create(self._key, data)
-                    else:
-                        await self._kv.update(self._key, data, last=revision)
-                except KeyWrongLastSequenceError:
-                    self.metrics.cas_conflicts_total.inc()
-                    continue
-                for e in effects:
-                    if isinstance(e, CostEntry):
-                        self.metrics.cost_usd_total.labels(e.tenant).inc(e.cost_micro_usd / 1e6)
-                return [None] * len(ds)
-        raise RetryableError(f"ledger state contended: {_CAS_ATTEMPTS} compare-and-set losses")
+        parts = []
+        for i in range(head.chunks):
+            try:
+                parts.append((await self._kv.get(f"{head.prefix}.{i}")).value or b"")
+            except KeyNotFoundError:
+                return None
+        data = b"".join(parts)
+        return data if _digest(data) == head.digest else None
+
+    async def checkpoint(self) -> bool:
+        """Write this replica's state unless the stored one is as advanced; True if written.
+
+        A snapshot can exceed a message's size limit, so it is stored in chunks under this
+        replica's two slots (the one the head does not point to), then the head key (sequence,
+        where, digest) is moved forward by compare-and-set. A reader checks the digest, so a
+        slot re-used while it read is noticed and it re-reads the newer head.
+        """
+        assert self._kv is not None
+        await self._settle_acks()
+        seq = self.replica.seq
+        head = await self._head()
+        if head is not None and head.seq >= seq:
+            self._mark_checkpointed()
+            return False  # another replica is there already (equal state at equal seq)
+        slot = 1 - head.slot if head is not None and head.replica == self.name else 0
+        data = self.replica.to_bytes()
+        chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
+        prefix = f"{self._key}.{self.name}.{slot}"
+        for i, chunk in enumerate(chunks):
+            await self._kv.put(f"{prefix}.{i}", chunk)
+        new = _Head(seq=seq, chunks=len(chunks), replica=self.name, slot=slot,
+                    prefix=prefix, digest=_digest(data))  # fmt: skip
+        value = msgspec.msgpack.encode(new)
+        for _ in range(5):
+            try:
+                if head is None:
+                    await self._kv.create(self._key, value)
+                else:
+                    await self._kv.update(self._key, value, last=head.revision)
+            except KeyWrongLastSequenceError:
+                head = await self._head()  # the other replica moved it: look again
+                if head is not None and head.seq >= seq:
+                    break
+                continue
+            self._mark_checkpointed()
+            self.metrics.checkpoint_seq.set(seq)
+            return True
+        self._mark_checkpointed()
+        return False
+
+    def _mark_checkpointed(self) -> None:
+        self._stepped_since_ckpt = 0
+        self._last_ckpt = time.monotonic()
+
+    # ---------------------------------------------------------------- consuming
+
+    async def _bind(self) -> None:
+        bus = self._rt.bus
+        if self.replica.seq == 0 and not self._from_start:
+            # No checkpoint and told not to replay history: start after what is there now.
+            info = await bus.js.stream_info("SEEDANCE_LEDGER_IN")
+            self.replica.start_after(info.state.last_seq)
+        spec = replica_consumer("ledger-in", self.name, start_seq=self.replica.seq + 1)
+        await bus.ensure_consumer(spec)
+        self._sub = await bus.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
+
+    async def _consume(self) -> None:
+        while True:
+            try:
+                msgs = await self._sub.fetch(self._batch, timeout=1.0)
+            except (TimeoutError, nats.errors.TimeoutError):
+                msgs = []
+            except NotFoundError:
+                await self._bind()  # the consumer went away (server restart): resume after seq
+                continue
+            if msgs:
+                await self.process(msgs)
+            # Checkpoint timing is operational only: it never changes what is computed.
+            due_time = time.monotonic() - self._last_ckpt >= self._ckpt_s
+            if self._stepped_since_ckpt and (
+                self._stepped_since_ckpt >= self._ckpt_events or due_time
+            ):
+                await self.checkpoint()
+
+    async def process(self, msgs: list[Any]) -> None:
+        """Step through one fetched batch in order, then publish its outputs durably."""
+        self._consistent = False
+        out: list[Publication] = []
+        letters: list[tuple[Any, str, str]] = []
+        for msg in msgs:
+            seq = msg.metadata.sequence.stream
+            if seq <= self.replica.seq:
+                continue
+            try:
+                event: Any = decode(msg.data, INPUT_TYPES)
+            except DecodeError as exc:
+                event = _other_event(msg.data)  # another valid event: its time still counts
+                if event is None:
+                    letters.append((msg, "decode_error", str(exc)))
+            try:
+                out.extend(self.replica.step(seq, event))
+            except InputRejected as exc:
+                letters.append((msg, exc.kind, str(exc)))
+        self.metrics.events_total.inc(len(msgs))
+        self._stepped_since_ckpt += len(msgs)
+        for msg, kind, reason in letters:
+            await self._dead_letter(msg, kind, reason)
+        await self._publish(out)
+        self._consistent = True
+
+    async def _publish(self, pubs: list[Publication]) -> None:
+        """Publish with every ack pipelined; the acks are awaited by ``_settle_acks``.
+
+        ``Bus.publish_many`` opens a span and a request per event; at thousands of entries per
+        second that is most of a replica's time, so the ledger uses nats-py's asynchronous
+        JetStream publish (one reply subscription, futures) for its outputs, and does not wait
+        for a batch's acks before stepping the next: only a checkpoint needs them (a checkpoint
+        must never be ahead of what the stream holds), and a lost ack fails the replica, which
+        then resumes from its last checkpoint.
+        """
+        if not pubs:
+            return
+        js = self._rt.bus.js
+        futures = [
+            await js.publish_async(
+                p.subject, encode(p.event), headers={Header.MSG_ID.value: p.event.id}
+            )
+            for p in pubs
+        ]
+        self._inflight.append((pubs, asyncio.gather(*futures)))
+        if len(self._inflight) > _MAX_INFLIGHT_BATCHES:
+            await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
+
+    async def _settle_acks(self, keep: int = 0) -> None:
+        while len(self._inflight) > keep:
+            pubs, acks_future = self._inflight.pop(0)
+            acks = await asyncio.wait_for(acks_future, timeout=30.0)
+            dup = sum(1 for a in acks if a.duplicate)
+            for p, a in zip(pubs, acks, strict=True):
+                # A counter cannot go down: downward adjustments (late facts) are only in the
+                # stream, so this is an upper bound for dashboards, not the bill.
+                if (
+                    not a.duplicate
+                    and isinstance(p.event, CostEntry)
+                    and p.event.tenant
+                    and p.event.cost_micro_usd > 0
+                ):
+                    self.metrics.cost_usd_total.labels(p.event.tenant).inc(
+                        p.event.cost_micro_usd / 1e6
+                    )
+            self.metrics.published_total.labels("true").inc(dup)
+            self.metrics.published_total.labels("false").inc(len(acks) - dup)
+            self.replica.confirm_published(pubs)
+
+    async def _dead_letter(self, msg: Any, kind: str, reason: str) -> None:
+        md = msg.metadata
+        headers = dict(msg.headers or {})
+        cause = headers.get("Nats-Msg-Id") or f"{md.stream}:{md.sequence.stream}"
+        letter = DeadLetter(
+            # Derived from the input: the other replica's letter for it is the same message.
+            id=derived_event_id(cause, "ledger-dead-letter"),
+            at=md.timestamp,
+            service="cost-ledger",
+            subject=msg.subject,
+            stream_seq=md.sequence.stream,
+            num_delivered=md.num_delivered,
+            error_kind=kind,
+            reason=reason,
+            payload=msg.data,
+            headers=headers,
+        )
+        await self._rt.bus.publish(dlq.subject("cost-ledger"), letter)
+        self.metrics.dead_letters_total.inc()
+        log.warning("ledger_dead_letter", kind=kind, reason=reason, subject=msg.subject)
 
 
-def _subject(e: Event) -> str:
-    if isinstance(e, CostEntry):
-        return costs.subject(e.tenant, "entry")
-    if isinstance(e, JobCostReport):
-        return costs.subject(e.tenant, "report")
-    raise TypeError(f"the ledger does not publish {type(e).__name__}")
+def _other_event(data: bytes) -> Any:
+    try:
+        return decode(data)
+    except DecodeError:
+        return None

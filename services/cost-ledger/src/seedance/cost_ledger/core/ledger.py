@@ -382,9 +382,12 @@ class Ledger:
                 current.event_id,
             ):
                 self._job_end[event.job_id] = event
+            # Windows that end before the (earliest) end are unchanged by it: overlaps and
+            # sources there do not read the end, so only the end's window onwards is dirty.
+            end_w = window_of(min(event.end_ms, current.end_ms if current else event.end_ms), w_ms)
             for alloc_id in self._job_allocs.get(event.job_id, ()):
                 p = self._placements[alloc_id]
-                self._mark_dirty(p.node, window_of(p.start_ms, w_ms), None)
+                self._mark_dirty(p.node, max(end_w, window_of(p.start_ms, w_ms)), None)
         else:
             w = window_of(event.at_ms, w_ms)
             if self._sealed_until is not None and w < self._sealed_until:
@@ -464,6 +467,11 @@ class Ledger:
     @property
     def closed_until_window(self) -> int | None:
         return self._closed_until
+
+    @property
+    def has_late_changes(self) -> bool:
+        """Closed windows changed by late facts wait for ``advance`` to emit adjustments."""
+        return bool(self._dirty)
 
     def next_advance_ms(self) -> int | None:
         """When ``advance`` will next close a window (None: at the next event)."""

@@ -1,0 +1,429 @@
+"""One ledger replica as a deterministic state machine: (stream sequence, bus event) in, the bus
+events to publish out.
+
+Owns the mapping between the bus's events and the core's inputs and outputs, the energy
+counters' differencing, the event-time clock, the budget guard's state, and the replica's
+checkpoint bytes. It must not touch NATS, KV or the wall clock: the service feeds it the merged
+input stream in order and publishes what it returns.
+
+Why deterministic: every replica reads the same merged stream (``SEEDANCE_LEDGER_IN``) in the
+same order and calls ``step`` with it, so all replicas emit the same outputs with the same ids
+(published as ``Nats-Msg-Id``: JetStream keeps the first and drops the others). Time is the
+largest event time seen so far, and the core is advanced at the event that makes a window
+closable, never at a batch boundary or a timer, so how a replica's fetches happen to be cut
+changes nothing. A replica restored from a checkpoint taken at sequence ``s`` is byte-for-byte
+the replica that had stepped through ``s``; replaying from ``s + 1`` re-creates the same outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import msgspec
+
+from seedance.cost_ledger import core
+from seedance.cost_ledger.core.windows import closable_until
+from seedance.events import Event, derived_event_id
+from seedance.events.cost import BudgetAlert, CostEntry, CostKind, JobCostReport, PauseRequest
+from seedance.events.jobs import JobCancelled, JobFailed, JobFinished
+from seedance.events.slicing import Placement, PlacementKind, Preempted
+from seedance.events.subjects import costs, ledger
+from seedance.events.telemetry import GpuSampleBatch, NodeInventory
+
+__all__ = [
+    "INPUT_TYPES",
+    "InputRejected",
+    "LedgerReplica",
+    "Publication",
+    "event_time_ms",
+    "ledger_inputs",
+    "to_bus",
+]
+
+#: What the ledger reads from its merged input stream; other valid events are skipped.
+INPUT_TYPES = (
+    NodeInventory | GpuSampleBatch | Placement | Preempted | JobFinished | JobFailed | JobCancelled
+)
+InputEvent = (
+    NodeInventory | GpuSampleBatch | Placement | Preempted | JobFinished | JobFailed | JobCancelled
+)
+
+_KIND = {
+    PlacementKind.WHOLE: "whole",
+    PlacementKind.SHARED: "shared",
+    PlacementKind.MIG: "mig",
+}
+
+
+class InputRejected(ValueError):
+    """An input the ledger can never apply (dead-lettered); ``kind`` is the DLQ error kind."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """One bus event to publish and its subject."""
+
+    subject: str
+    event: Event
+
+
+def event_time_ms(event: Event) -> int:
+    return core.epoch_ms(event.at)
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+class _State(msgspec.Struct, kw_only=True):
+    """The replica's own state beside the core's snapshot (all of it deterministic)."""
+
+    seq: int = 0
+    now_ms: int | None = None
+    #: Last cumulative energy per ``node/gpu`` in mJ (NVML's counter; the core wants deltas).
+    energy_mj: dict[str, int] = msgspec.field(default_factory=dict)
+    #: Budgeted tenants' spend per window end (micro-USD), and the guard's last status.
+    spend: dict[str, dict[int, int]] = msgspec.field(default_factory=dict)
+    status: dict[str, str] = msgspec.field(default_factory=dict)
+    ledger: bytes = b""
+
+
+class LedgerReplica:
+    """The ledger's deterministic step function around ``core.Ledger``."""
+
+    def __init__(
+        self,
+        book: core.PriceBook,
+        config: core.LedgerConfig | None = None,
+        budgets: Sequence[core.Budget] = (),
+        tenants: Iterable[str] = (),
+    ) -> None:
+        self.book = book
+        self.config = config or core.LedgerConfig()
+        self.budgets = {b.tenant: b for b in budgets}
+        self.tenants = frozenset(tenants)
+        self.ledger = core.Ledger(book, self.config)
+        self._s = _State()
+
+    # ------------------------------------------------------------------------- stepping
+
+    @property
+    def seq(self) -> int:
+        """The last stream sequence stepped through (0: none)."""
+        return self._s.seq
+
+    @property
+    def now_ms(self) -> int | None:
+        return self._s.now_ms
+
+    def start_after(self, seq: int) -> None:
+        """Skip the stream up to ``seq`` (a fresh replica told not to replay history)."""
+        if self._s.seq or self.ledger.event_count:
+            raise ValueError("start_after: the replica has already stepped")
+        self._s.seq = seq
+
+    def step(self, seq: int, event: Event | None) -> list[Publication]:
+        """Apply the event at ``seq`` (None: not a ledger input) and return what to publish.
+
+        Any other event on the input stream (a job submission, say) is not a fact for the core
+        but its time still moves the ledger's clock. Raises ``InputRejected`` for an input that
+        can never be applied; the sequence is consumed all the same (a replay must not retry it).
+        """
+        if seq <= self._s.seq:
+            return []  # replayed from before the checkpoint: already part of the state
+        self._s.seq = seq
+        if event is None:
+            return []
+        inputs, energy = self._inputs(event)  # raises before anything is applied
+        for item in inputs:
+            try:
+                self.ledger.apply(item)
+            except core.LedgerInputError as exc:
+                raise InputRejected("invalid_input", str(exc)) from None
+        self._s.energy_mj.update(energy)
+        t = event_time_ms(event)
+        if self._s.now_ms is None or t > self._s.now_ms:
+            self._s.now_ms = t
+        return self._advance_if_due()
+
+    def _advance_if_due(self) -> list[Publication]:
+        now = self._s.now_ms
+        if now is None:
+            return []
+        closed = self.ledger.closed_until_window
+        target = closable_until(now, self.config.window_ms, self.config.lateness_ms)
+        # A late fact is settled at once (not at the next window's close, which in event time
+        # may be far off); the decision reads only the state, so it is the same on every replica.
+        if closed is not None and target <= closed and not self.ledger.has_late_changes:
+            return []
+        outputs = self.ledger.advance(now)
+        pubs = [to_bus(o) for o in outputs]
+        pubs.extend(self._guard(outputs, now))
+        return pubs
+
+    def confirm_published(self, pubs: Iterable[Publication]) -> None:
+        """The publications are durable on the stream: drop them from the core's outbox."""
+        self.ledger.confirm_published(
+            p.event.line_id if isinstance(p.event, CostEntry) else p.event.source_ids[0]
+            for p in pubs
+            if isinstance(p.event, CostEntry | JobCostReport)
+        )
+
+    def pending(self) -> list[Publication]:
+        """Outputs computed but not confirmed published (re-published after a restore)."""
+        return [to_bus(o) for o in self.ledger.pending_outputs()]
+
+    # ------------------------------------------------------------------------- mapping
+
+    def _inputs(self, e: Event) -> tuple[list[core.LedgerInput], dict[str, int]]:
+        if isinstance(e, Placement):
+            return self._placement(e), {}
+        if isinstance(e, JobFinished | JobFailed | JobCancelled | Preempted):
+            self._check_tenant(e.tenant)
+            return [
+                core.JobEnded(event_id=e.id, job_id=_job_key(e.tenant, e.job_id),
+                              end_ms=event_time_ms(e))
+            ], {}  # fmt: skip
+        if isinstance(e, NodeInventory):
+            if not e.gpus:
+                return [], {}
+            models = {g.model for g in e.gpus}
+            if len(models) != 1:
+                raise InputRejected("invalid_input", f"NodeInventory.gpus mixes models {models}")
+            return [
+                core.NodeInfo(
+                    event_id=e.id,
+                    node=e.node,
+                    gpu_model=models.pop(),
+                    gpu_count=len(e.gpus),
+                    at_ms=event_time_ms(e),
+                )
+            ], {}
+        if isinstance(e, GpuSampleBatch):
+            return self._samples(e)
+        return [], {}
+
+    def _check_tenant(self, tenant: str) -> None:
+        if self.tenants and tenant not in self.tenants:
+            raise InputRejected("unknown_tenant", f"tenant {tenant!r} is not a known tenant")
+
+    def _placement(self, e: Placement) -> list[core.LedgerInput]:
+        self._check_tenant(e.tenant)
+        if e.kind == PlacementKind.CPU:
+            return []  # a CPU-only job: no GPU cost
+        kind = _KIND.get(e.kind)
+        if kind is None or not e.gpus:
+            raise InputRejected("invalid_input", f"Placement.kind = {e.kind!r}: no GPU to cost")
+        first = e.gpus[0]
+        return [
+            core.Placement(
+                event_id=e.id,
+                job_id=_job_key(e.tenant, e.job_id),
+                tenant=e.tenant,
+                node=e.node,
+                gpu_model=e.gpu_model,
+                gpu_indices=tuple(g.index for g in e.gpus),
+                start_ms=event_time_ms(e),
+                kind=kind,  # type: ignore[arg-type]
+                gpu_milli=first.milli if kind == "shared" else 1000,
+                mig_profile=(first.mig_profile or "") if kind == "mig" else "",
+            )
+        ]
+
+    def _samples(self, e: GpuSampleBatch) -> tuple[list[core.LedgerInput], dict[str, int]]:
+        at = event_time_ms(e)
+        out: list[core.LedgerInput] = []
+        energy: dict[str, int] = {}
+        for g in e.gpus:
+            if g.sm_active is not None:
+                activity = g.sm_active
+            elif g.util_gpu_pct is not None:
+                activity = g.util_gpu_pct / 100
+            else:
+                continue  # nothing measured: no usage fact (absence is not zero)
+            if not 0.0 <= activity <= 1.0 or g.index < 0:
+                raise InputRejected(
+                    "invalid_input",
+                    f"GpuSampleBatch gpu {g.index}: activity {activity!r} not in [0, 1]"
+                    if g.index >= 0
+                    else f"GpuSampleBatch gpu index {g.index} < 0",
+                )
+            delta = 0
+            if g.energy_j is not None:
+                key = f"{e.node}/{g.index}"
+                total = round(g.energy_j * 1000)
+                last = self._s.energy_mj.get(key)
+                # The first reading has no previous one; a counter that went back was reset.
+                delta = total - last if last is not None and total >= last else 0
+                energy[key] = total
+            out.append(
+                core.GpuSample(
+                    event_id=f"{e.id}:{g.index}",
+                    node=e.node,
+                    gpu_index=g.index,
+                    at_ms=at,
+                    activity=activity,
+                    energy_mj=delta,
+                    mem_used_mib=round(g.mem_used_mib or 0),
+                )
+            )
+        return out, energy
+
+    # ------------------------------------------------------------------------- budgets
+
+    def _guard(self, outputs: Sequence[object], now_ms: int) -> list[Publication]:
+        if not self.budgets:
+            return []
+        for o in outputs:
+            if isinstance(o, core.CostEntry) and o.kind == "usage" and o.tenant in self.budgets:
+                by_end = self._s.spend.setdefault(o.tenant, {})
+                end = o.window_end_ms
+                by_end[end] = by_end.get(end, 0) + o.amounts.total_usd_micro
+        pubs: list[Publication] = []
+        for tenant, budget in sorted(self.budgets.items()):
+            points, running = [], 0
+            for end, amount in sorted(self._s.spend.get(tenant, {}).items()):
+                running += amount
+                if budget.period_start_ms < end <= budget.period_end_ms:
+                    points.append(core.SpendPoint(at_ms=end, spend_usd_micro=running))
+            decision = core.evaluate_budget(budget, points, now_ms)
+            previous = self._s.status.get(tenant, "ok")
+            self._s.status[tenant] = decision.status
+            # Publish on a change of verdict only: one alert per excursion, not per window.
+            if decision.alert is not None and decision.status != previous:
+                pubs.append(_alert(decision.alert))
+                if decision.pause is not None:
+                    pubs.append(_pause(decision.pause.request_id, tenant, now_ms, True,
+                                       decision.pause.reason))  # fmt: skip
+            if previous == "over" and decision.status != "over":
+                pubs.append(
+                    _pause(f"resume:{tenant}:{now_ms}", tenant, now_ms, False, "back within plan")
+                )
+        return pubs
+
+    # ------------------------------------------------------------------------- checkpoints
+
+    def to_bytes(self) -> bytes:
+        """The replica's checkpoint: its own state with the core's canonical snapshot."""
+        self._s.ledger = self.ledger.to_bytes()
+        try:
+            return _ENCODER.encode(self._s)
+        finally:
+            self._s.ledger = b""
+
+    def restore(self, data: bytes) -> None:
+        state = _DECODER.decode(data)
+        self.ledger = core.Ledger.from_bytes(state.ledger, self.book)
+        state.ledger = b""
+        self._s = state
+
+    def totals(self) -> core.LedgerTotals:
+        return self.ledger.totals()
+
+
+def ledger_inputs(events: Iterable[Event], book: core.PriceBook) -> list[core.LedgerInput]:
+    """The core inputs of bus events (energy differenced in the given order), for ``recompute``."""
+    mapper = LedgerReplica(book)
+    out: list[core.LedgerInput] = []
+    for e in events:
+        items, energy = mapper._inputs(e)
+        mapper._s.energy_mj.update(energy)
+        out.extend(items)
+    return out
+
+
+_ENCODER = msgspec.msgpack.Encoder(order="deterministic")
+_DECODER = msgspec.msgpack.Decoder(_State)
+
+
+def _job_key(tenant: str, job_id: str) -> str:
+    # Job ids are unique within a tenant only; two tenants' "train-1" must not share a ledger line.
+    return f"{tenant}/{job_id}"
+
+
+def _job_name(key: str) -> str:
+    return key.split("/", 1)[1] if "/" in key else key
+
+
+def to_bus(o: core.CostEntry | core.JobCostReport) -> Publication:
+    """The bus event for a core output; its id is derived from the core's deterministic id."""
+    if isinstance(o, core.CostEntry):
+        a = o.amounts
+        entry = CostEntry(
+            id=derived_event_id(o.entry_id, "cost-entry", o.window_start_ms),
+            at=_dt(o.window_end_ms),
+            tenant=o.tenant,
+            job_id=_job_name(o.job_id),
+            kind=CostKind.IDLE if o.kind == "idle" else CostKind.COMPUTE,
+            node=o.node,
+            gpu_model=o.gpu_model,
+            period_start=_dt(o.window_start_ms),
+            period_end=_dt(o.window_end_ms),
+            gpu_hours=a.gpu_hours_micro / 1e6,
+            cost_micro_usd=a.total_usd_micro,
+            energy_j=a.energy_mj / 1000 if a.energy_mj else None,
+            source_ids=list(o.source_event_ids),
+            line_id=o.entry_id,
+            revision=o.revision,
+            pricing_tier=o.pricing_tier,
+            energy_micro_usd=a.energy_usd_micro,
+            list_cost_micro_usd=a.list_cost_usd_micro,
+            gpu_hours_micro=a.gpu_hours_micro,
+            energy_mj=a.energy_mj,
+            tflop_hours_micro=a.tflop_hours_micro,
+            activity_ppm=o.activity_ppm,
+            assumptions=list(o.assumptions),
+        )
+        subject = ledger.idle(o.node) if o.kind == "idle" else costs.subject(o.tenant, "entry")
+        return Publication(subject, entry)
+    a = o.amounts
+    per_tflop = o.usd_per_tflop_hour_micro
+    report = JobCostReport(
+        id=derived_event_id(o.report_id, "job-report", o.end_ms),
+        at=_dt(o.end_ms),
+        tenant=o.tenant,
+        job_id=_job_name(o.job_id),
+        started_at=_dt(o.start_ms),
+        finished_at=_dt(o.end_ms),
+        gpu_hours=a.gpu_hours_micro / 1e6,
+        cost_micro_usd=a.total_usd_micro,
+        energy_j=a.energy_mj / 1000 if a.energy_mj else None,
+        usd_per_tflop_hour=per_tflop / 1e6 if per_tflop is not None else None,
+        revision=o.revision,
+        # The first source is the core's report id: confirm_published needs it back.
+        source_ids=[o.report_id, *o.source_event_ids],
+    )
+    return Publication(costs.subject(o.tenant, "report"), report)
+
+
+def _alert(a: core.BudgetAlert) -> Publication:
+    period = f"{_dt(a.period_start_ms).isoformat()}/{_dt(a.period_end_ms).isoformat()}"
+    event = BudgetAlert(
+        id=derived_event_id(a.alert_id, "budget-alert", a.at_ms),
+        at=_dt(a.at_ms),
+        tenant=a.tenant,
+        period=period,
+        budget_micro_usd=a.budget_usd_micro,
+        spent_micro_usd=a.spend_to_date_usd_micro,
+        forecast_micro_usd=a.forecast_usd_micro,
+        deviation_pct=a.deviation_ppm / 1e4,
+        message=a.reason,
+    )
+    return Publication(costs.subject(a.tenant, "alert"), event)
+
+
+def _pause(key: str, tenant: str, at_ms: int, paused: bool, reason: str) -> Publication:
+    event = PauseRequest(
+        id=derived_event_id(key, "pause-request", at_ms),
+        at=_dt(at_ms),
+        tenant=tenant,
+        paused=paused,
+        reason=reason,
+    )
+    return Publication(costs.subject(tenant, "pause"), event)

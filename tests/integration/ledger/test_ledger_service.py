@@ -1,0 +1,243 @@
+"""The cost-ledger service against a real nats-server: duplicates, a killed replica, dead
+letters, and the budget guard's alert and pause request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats.errors
+import pytest
+from prometheus_client import CollectorRegistry
+
+from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.cost_ledger import core
+from seedance.cost_ledger.replica import LedgerReplica, ledger_inputs
+from seedance.cost_ledger.service import LedgerService
+from seedance.cost_ledger.settings import parse_budgets
+from seedance.events import decode, encode
+from seedance.events.cost import BudgetAlert, CostEntry, PauseRequest
+from seedance.events.dlq import DeadLetter
+from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.subjects import slicing, telemetry
+from seedance.events.telemetry import GpuSample, GpuSampleBatch
+from tests.conftest import eventually
+from tools.ledger_workload import START, workload
+from tools.stack import NatsServer, ServiceProcesses
+
+pytestmark = pytest.mark.integration
+
+CONFIG = core.LedgerConfig(retention_windows=288)
+
+
+@pytest.fixture
+def server() -> Iterator[NatsServer]:
+    """A server of the test's own: replicas replay the merged stream from its start."""
+    s = NatsServer()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+async def bus(server: NatsServer) -> AsyncIterator[Bus]:
+    b = await Bus.connect(BusSettings(url=server.url, name="test"))
+    await b.ensure_streams()
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+async def read_all(bus: Bus, stream: str, subject: str = ">") -> list[Any]:
+    info = await bus.js.stream_info(stream)
+    if not info.state.messages:
+        return []
+    sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True)
+    out = []
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=0.5)
+            except (TimeoutError, nats.errors.TimeoutError):
+                return out
+            out.append(msg)
+    finally:
+        await sub.unsubscribe()
+
+
+async def ledger(url: str, name: str, **kw: Any) -> tuple[LedgerService, asyncio.Task[None]]:
+    runtime = ServiceRuntime("cost-ledger", BusSettings(url=url), registry=CollectorRegistry())
+    replica = LedgerReplica(
+        core.default_price_book(),
+        CONFIG,
+        budgets=kw.pop("budgets", ()),
+        tenants=kw.pop("tenants", ()),
+    )
+    service = LedgerService(runtime, replica, name=name, checkpoint_key=name, **kw)
+    await service.start()
+    return service, asyncio.create_task(service.run())
+
+
+async def stop(service: LedgerService, task: asyncio.Task[None]) -> None:
+    await service.stop()
+    await task
+    await service.close()
+
+
+async def caught_up(bus: Bus, service: LedgerService, n: int) -> None:
+    """Until the ``n`` inputs are sourced into the merged stream and the replica stepped them."""
+
+    async def done() -> bool:
+        last = (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+        return last >= n and service.replica.seq >= last and service._consistent
+
+    await eventually(done, timeout_s=30)
+    await service._settle_acks()
+
+
+def sample(node: str, minutes: int, activity: float = 0.5) -> GpuSampleBatch:
+    at = START + timedelta(minutes=minutes)
+    return GpuSampleBatch(
+        id=f"s-{node}-{minutes}-0000-0000-000000000000"[:36],
+        at=at,
+        node=node,
+        gpus=[GpuSample(index=0, sm_active=activity)],
+    )
+
+
+async def test_a_duplicated_event_is_costed_once(bus: Bus, server: NatsServer) -> None:
+    placement = Placement(
+        id="0190a000-0000-7000-8000-00000000d0p1", at=START, job_id="j1", tenant="acme",
+        node="dup-node", gpu_model="T4", kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
+    )  # fmt: skip
+    service, task = await ledger(server.url, "dup")
+    try:
+        # Twice without Nats-Msg-Id, so the stream keeps both: only the ledger can drop one.
+        for _ in range(2):
+            await bus.js.publish(slicing.subject("acme", "placement"), encode(placement))
+        await bus.publish(telemetry.sample("dup-node"), sample("dup-node", 20))
+        await caught_up(bus, service, 3)
+    finally:
+        await stop(service, task)
+    msgs = await read_all(bus, "SEEDANCE_COSTS", "seedance.costs.acme.entry")
+    entries = [decode(m.data, CostEntry) for m in msgs]
+    assert entries, "the placement's windows closed: entries expected"
+    assert max(Counter(e.line_id for e in entries).values()) == 1
+    # One whole T4 from START to the last closed window: each window charged once.
+    rate = core.default_price_book().usd_per_gpu_hour("T4", "on_demand")
+    per_window = core.micro_from_usd(rate * CONFIG.window_s / 3600)
+    assert all(e.cost_micro_usd == per_window for e in entries)
+
+
+async def test_invalid_inputs_are_dead_lettered_with_a_reason(bus: Bus, server: NatsServer) -> None:
+    service, task = await ledger(server.url, "dlq", tenants=("acme",))
+    try:
+        unknown = Placement(
+            id="0190a000-0000-7000-8000-0000000bad01", at=START, job_id="j", tenant="mallory",
+            node="n1", gpu_model="T4", kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
+        )  # fmt: skip
+        await bus.publish(slicing.subject("mallory", "placement"), unknown)
+        await bus.js.publish(telemetry.sample("n1"), b'{"type": "gpu.sample_batch.v1", "id": 3}')
+        no_price = msgspec.structs.replace(
+            unknown, id="0190a000-0000-7000-8000-0000000bad02", tenant="acme", gpu_model="Z9"
+        )
+        await bus.publish(slicing.subject("acme", "placement"), no_price)
+        await caught_up(bus, service, 3)
+    finally:
+        await stop(service, task)
+
+    async def letters() -> list[DeadLetter]:
+        return [decode(m.data, DeadLetter) for m in await read_all(bus, "SEEDANCE_DLQ")]
+
+    await eventually(lambda: _has(letters, 3), timeout_s=10)
+    by_kind = {d.error_kind: d for d in await letters()}
+    assert "mallory" in by_kind["unknown_tenant"].reason
+    assert by_kind["decode_error"].subject == telemetry.sample("n1")
+    assert "Z9" in by_kind["invalid_input"].reason
+
+
+async def _has(letters: Any, n: int) -> bool:
+    return len(await letters()) >= n
+
+
+async def test_overspend_forecast_publishes_alert_and_pause(bus: Bus, server: NatsServer) -> None:
+    # A budget of 1 USD a day for acme; its first hours burn far faster than that.
+    budgets = parse_budgets(
+        f"budgets:\n  - tenant: acme\n    period_start: {START.isoformat()}\n"
+        f"    period_end: {(START + timedelta(days=1)).isoformat()}\n    amount_usd: 1\n"
+    )
+    service, task = await ledger(server.url, "guard", budgets=budgets)
+    try:
+        placement = Placement(
+            id="0190a000-0000-7000-8000-00000000b0d1", at=START, job_id="big", tenant="acme",
+            node="g-node", gpu_model="A100", kind=PlacementKind.WHOLE,
+            gpus=[GpuAssignment(index=i) for i in range(4)],
+        )  # fmt: skip
+        await bus.publish(slicing.subject("acme", "placement"), placement)
+        for m in range(0, 60, 5):
+            await bus.publish(telemetry.sample("g-node"), sample("g-node", m, 0.9))
+        await caught_up(bus, service, 13)
+    finally:
+        await stop(service, task)
+    alerts = [decode(m.data, BudgetAlert) for m in await read_all(
+        bus, "SEEDANCE_COSTS", "seedance.costs.acme.alert")]  # fmt: skip
+    pauses = [decode(m.data, PauseRequest) for m in await read_all(
+        bus, "SEEDANCE_COSTS", "seedance.costs.acme.pause")]  # fmt: skip
+    # (Before any window closed the forecast was 0: an "under" alert, also legitimate.)
+    over = [a for a in alerts if a.forecast_micro_usd > a.budget_micro_usd]
+    assert len(over) == 1  # one alert per excursion, not one per window
+    assert over[0].deviation_pct > 5.0
+    assert len(pauses) == 1
+    assert pauses[0].paused
+    assert pauses[0].tenant == "acme"
+
+
+async def test_a_replica_killed_mid_stream_keeps_totals_exact(
+    bus: Bus, server: NatsServer, tmp_path: Path
+) -> None:
+    wl = workload(2500, nodes=8, seed=3)
+    procs = ServiceProcesses(server.url, tmp_path)
+    settings = {"replica": "k", "state_key": "kill", "checkpoint_every_s": "0.2", "batch": "50"}
+    try:
+        procs.start("cost-ledger", **settings)
+        half = len(wl.events) // 2
+        await bus.publish_many(wl.events[:half])
+
+        async def checkpointed_some() -> bool:
+            try:
+                kv = await bus.js.key_value("seedance-ledger")
+                entry = await kv.get("checkpoint.kill")
+            except Exception:
+                return False
+            return bool(entry.value) and msgspec.msgpack.decode(entry.value)[0] > 0
+
+        await eventually(checkpointed_some, timeout_s=30)
+        await bus.publish_many(wl.events[half:])
+        procs.kill("cost-ledger")  # SIGKILL while it works through the second half
+        procs.start("cost-ledger", **settings)
+        last = (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+
+        async def done() -> bool:
+            kv = await bus.js.key_value("seedance-ledger")
+            entry = await kv.get("checkpoint.kill")
+            return msgspec.msgpack.decode(entry.value)[0] >= last
+
+        await eventually(done, timeout_s=60)
+    finally:
+        codes = procs.stop_all()
+    assert codes == {"cost-ledger": 0}
+    costs = [decode(m.data) for m in await read_all(bus, "SEEDANCE_COSTS")]
+    ids = Counter(e.id for e in costs)
+    assert max(ids.values()) == 1
+    published = sum(e.cost_micro_usd for e in costs if isinstance(e, CostEntry))
+    book = core.default_price_book()
+    as_of = max(core.epoch_ms(e.at) for _, e in wl.events)
+    totals = core.recompute(ledger_inputs((e for _, e in wl.events), book), book, as_of, CONFIG)
+    assert published == totals.total.total_usd_micro

@@ -1,0 +1,201 @@
+"""`make chaos-ledger`: two ledger replicas, SIGKILLed and restarted at random, stay exact.
+
+A seeded fleet's job, placement, inventory and sample events (tools/ledger_workload.py) are
+published at a steady pace on a throw-away nats-server while two cost-ledger replicas (real
+processes) consume them; at random instants one replica (sometimes both) is SIGKILLed and
+restarted after a random pause. When the publishing is done and both replicas have checkpointed
+the last input, the whole cost stream is read back by one subscriber and compared with:
+
+- the offline ``recompute`` (the core's order-free recomputation) over the same events:
+  ``diff_usd`` = |sum of published cost entries - recomputed total|;
+- a reference replica that stepped once, without kills, through the merged input stream: every
+  id it emits must be in the stream (``lost`` counts those missing) and no id may reach the
+  subscriber twice (``duplicates``).
+
+Last line: ``ledger: events=<n> kills=<n> replicas=2 diff_usd=<0.00> duplicates=<n> lost=<n>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from seedance.core import Bus, BusSettings
+from seedance.cost_ledger import core
+from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
+from seedance.events import DecodeError, decode
+from seedance.events.cost import CostEntry, JobCostReport
+from tools.ledger_workload import workload
+from tools.stack import REPO, NatsServer, ServiceProcesses
+
+STATE_KEY = "chaos"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+async def read_stream(bus: Bus, stream: str, timeout_s: float = 60.0) -> list[Any]:
+    """Every message of ``stream`` in order, through one ordered consumer."""
+    info = await bus.js.stream_info(stream)
+    last = info.state.last_seq
+    out: list[Any] = []
+    if not info.state.messages:
+        return out
+    sub = await bus.js.subscribe(">", stream=stream, ordered_consumer=True)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                msg = await sub.next_msg(timeout=timeout_s)
+                out.append(msg)
+                if msg.metadata.sequence.stream >= last:
+                    return out
+    finally:
+        await sub.unsubscribe()
+
+
+async def head_seq(bus: Bus) -> int:
+    kv = await bus.js.key_value("seedance-ledger")
+    try:
+        entry = await kv.get(f"checkpoint.{STATE_KEY}")
+    except Exception:
+        return 0
+    return int(msgspec.msgpack.decode(entry.value)[0]) if entry.value else 0
+
+
+async def wait_checkpointed(bus: Bus, timeout_s: float) -> int:
+    """Until the shared checkpoint is at the merged input stream's last sequence."""
+    deadline = time.monotonic() + timeout_s
+    last = -1
+    while time.monotonic() < deadline:
+        info = await bus.js.stream_info("SEEDANCE_LEDGER_IN")
+        seq = await head_seq(bus)
+        if info.state.last_seq == last and seq >= last:
+            return last
+        last = info.state.last_seq
+        await asyncio.sleep(0.5)  # replicas checkpoint every second; bounded by the deadline
+    raise TimeoutError(f"replicas did not catch up within {timeout_s} s (checkpoint {seq}/{last})")
+
+
+async def run(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    wl = workload(args.events, nodes=args.nodes, seed=args.seed)
+    n = len(wl.events)
+    log(f"workload: {n} events ({len(wl.tenants)} tenants, {args.nodes} nodes)")
+    server = NatsServer()
+    logdir = REPO / "build" / "chaos-ledger"
+    procs = ServiceProcesses(server.url, logdir)
+    settings = {
+        "state_key": STATE_KEY,
+        "checkpoint_every_s": "1",
+        "checkpoint_every_events": "3000",
+        "batch": "500",
+    }
+    bus = await Bus.connect(BusSettings(url=server.url))
+    kills = 0
+    try:
+        await bus.ensure_streams()
+        for r in ("a", "b"):
+            procs.start("cost-ledger", instance=f"-{r}", replica=r, **settings)
+        duration = n / args.rate
+        kill_at = sorted(rng.uniform(0.1 * duration, 0.9 * duration) for _ in range(args.kills))
+        log(f"publishing at ~{args.rate}/s for ~{duration:.0f} s; kills at "
+            + ", ".join(f"{t:.1f}s" for t in kill_at))  # fmt: skip
+
+        async def killer() -> None:
+            nonlocal kills
+            t0 = time.monotonic()
+            for i, t in enumerate(kill_at):
+                await asyncio.sleep(max(0.0, t0 + t - time.monotonic()))
+                victims = ["a", "b"] if i == len(kill_at) - 1 else [rng.choice("ab")]
+                for v in victims:
+                    procs.kill(f"cost-ledger-{v}")
+                    kills += 1
+                log(f"  t={time.monotonic() - t0:.1f}s SIGKILL {'+'.join(victims)}")
+                await asyncio.sleep(rng.uniform(0.2, 1.5))
+                for v in victims:
+                    procs.start("cost-ledger", instance=f"-{v}", replica=v, **settings)
+
+        kill_task = asyncio.create_task(killer())
+        t0 = time.monotonic()
+        chunk = 200
+        for i in range(0, n, chunk):
+            await bus.publish_many(wl.events[i : i + chunk])
+            await asyncio.sleep(max(0.0, t0 + (i + chunk) / args.rate - time.monotonic()))
+        await kill_task
+        log(f"published {n} events in {time.monotonic() - t0:.1f} s; waiting for the replicas")
+        last = await wait_checkpointed(bus, timeout_s=args.timeout_s)
+        log(f"checkpoint at input sequence {last}")
+
+        # The reference: one replica, no kills, through the same merged order.
+        book = core.default_price_book()
+        ref = LedgerReplica(book, core.LedgerConfig(retention_windows=288))
+        expected: set[str] = set()
+        for msg in await read_stream(bus, "SEEDANCE_LEDGER_IN"):
+            try:
+                ev = decode(msg.data, INPUT_TYPES)
+            except DecodeError:
+                ev = None
+            expected.update(p.event.id for p in ref.step(msg.metadata.sequence.stream, ev))
+
+        # What a subscriber of the cost streams receives.
+        seen: Counter[str] = Counter()
+        published_usd_micro = 0
+        for msg in await read_stream(bus, "SEEDANCE_COSTS"):
+            ev = decode(msg.data)
+            seen[ev.id] += 1
+            if isinstance(ev, CostEntry):
+                published_usd_micro += ev.cost_micro_usd
+            elif not isinstance(ev, JobCostReport):
+                continue
+        duplicates = sum(c - 1 for c in seen.values() if c > 1)
+        lost = len(expected - set(seen))
+        extra = len(set(seen) - expected)
+
+        # The offline recomputation: the core's order-free recompute over the same events.
+        inputs = ledger_inputs((ev for _, ev in wl.events), book)
+        as_of = ref.now_ms or 0
+        totals = core.recompute(inputs, book, as_of, core.LedgerConfig(retention_windows=288))
+        diff = abs(published_usd_micro - totals.total.total_usd_micro) / 1e6
+        log(
+            f"stream: {len(seen)} cost events, {published_usd_micro / 1e6:,.2f} USD; recompute "
+            f"{totals.total.total_usd_micro / 1e6:,.2f} USD; reference ids {len(expected)}, "
+            f"unexpected ids {extra}"
+        )
+        codes = procs.stop_all()
+        if any(c != 0 for c in codes.values()):
+            log(f"replica exit codes on SIGTERM: {codes}")
+    finally:
+        procs.stop_all()
+        await bus.close()
+        server.stop()
+    print(
+        f"ledger: events={n} kills={kills} replicas=2 diff_usd={diff:.2f} "
+        f"duplicates={duplicates} lost={lost}"
+    )
+    return 0 if diff == 0 and duplicates == 0 and lost == 0 and extra == 0 else 1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, default=11_000)
+    p.add_argument("--nodes", type=int, default=30)
+    p.add_argument("--kills", type=int, default=4, help="kill rounds (the last kills both)")
+    p.add_argument("--rate", type=float, default=800.0, help="events published per second")
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--timeout-s", type=float, default=180.0)
+    args = p.parse_args()
+    Path(REPO / "build").mkdir(exist_ok=True)
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

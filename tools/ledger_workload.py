@@ -1,0 +1,134 @@
+"""A seeded fleet's ledger inputs for the chaos run, the benchmark and the integration tests.
+
+Nodes (T4, V100M32, A100) join with their inventory, jobs are placed whole, shared or on a MIG
+instance and end, and every node reports a sample batch (activity and a cumulative energy
+counter) every ``tick_s`` of virtual time. Events come out in virtual-time order, with the
+subject each is published on. Deterministic for a seed; no wall clock.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from seedance.events import Event, derived_event_id
+from seedance.events.jobs import JobFinished
+from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.subjects import jobs, slicing, telemetry
+from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
+
+__all__ = ["START", "Workload", "workload"]
+
+START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
+_MODELS = (("T4", 4, 16_384), ("V100M32", 4, 32_768), ("A100", 4, 40_960))
+_TENANTS = ("acme", "globex", "initech")
+
+
+@dataclass(frozen=True)
+class Workload:
+    events: list[tuple[str, Event]]
+    tenants: tuple[str, ...]
+    end: datetime
+
+
+def _id(seed: int, *parts: object) -> str:
+    # A UUIDv7-shaped id determined by the seed and the parts (time bits 0: replays re-use ids).
+    return derived_event_id(f"{seed}:" + ":".join(map(str, parts)), "workload")
+
+
+def workload(
+    events: int = 12_000, *, nodes: int = 30, tick_s: int = 60, seed: int = 7, prefix: str = "n"
+) -> Workload:
+    """At least ``events`` events: mostly sample batches, one placement and one end per job."""
+    rng = random.Random(seed)
+    spec = [(f"{prefix}{i:03d}", *_MODELS[i % len(_MODELS)]) for i in range(nodes)]
+    out: list[tuple[datetime, int, str, Event]] = []
+    order = 0
+
+    def add(at: datetime, subject: str, ev: Event) -> None:
+        nonlocal order
+        out.append((at, order, subject, ev))
+        order += 1
+
+    for node, model, gpus, mem in spec:
+        add(
+            START,
+            telemetry.inventory(node),
+            NodeInventory(
+                id=_id(seed, "inv", node),
+                at=START,
+                node=node,
+                cpu_milli=64_000,
+                memory_mib=512_000,
+                gpus=[GpuInfo(index=g, model=model, mem_total_mib=mem) for g in range(gpus)],
+            ),
+        )
+    # Each tick: every node samples; jobs arrive and end so that ~1/6 of events are job events.
+    ticks = max(1, round(events * 0.93 / nodes))
+    busy: dict[tuple[str, int], float] = {}  # (node, gpu) -> activity of what runs there
+    running: list[tuple[datetime, str, str, list[tuple[str, int]]]] = []
+    energy = {(n, g): 0.0 for n, _, c, _ in spec for g in range(c)}
+    job_n = 0
+    for t in range(ticks):
+        at = START + timedelta(seconds=t * tick_s)
+        # ends first
+        still = []
+        for end, tenant, job, gpus in running:
+            if end <= at:
+                add(at, jobs.subject(tenant, "finished"),
+                    JobFinished(id=_id(seed, "end", job), at=at, job_id=job, tenant=tenant))  # fmt: skip
+                for key in gpus:
+                    busy.pop(key, None)
+            else:
+                still.append((end, tenant, job, gpus))
+        running = still
+        for _ in range(rng.choice((0, 1, 1, 2, 3, 5)) if t else 0):
+            node, model, count, _ = spec[rng.randrange(nodes)]
+            free = [g for g in range(count) if (node, g) not in busy]
+            if not free:
+                continue
+            tenant = rng.choice(_TENANTS)
+            job = f"job-{job_n}"
+            job_n += 1
+            shape = rng.random()
+            if model == "A100" and shape < 0.3:
+                kind, gpus = (
+                    PlacementKind.MIG,
+                    [GpuAssignment(index=free[0], mig_profile="3g.40gb")],
+                )
+            elif shape < 0.5:
+                kind, gpus = PlacementKind.SHARED, [GpuAssignment(index=free[0], milli=500)]
+            else:
+                n = min(len(free), rng.choice((1, 2, 4)))
+                kind, gpus = PlacementKind.WHOLE, [GpuAssignment(index=g) for g in free[:n]]
+            add(
+                at,
+                slicing.subject(tenant, "placement"),
+                Placement(
+                    id=_id(seed, "place", job), at=at, job_id=job, tenant=tenant, node=node,
+                    gpu_model=model, kind=kind, gpus=gpus,
+                ),
+            )  # fmt: skip
+            for g in gpus:
+                busy[(node, g.index)] = rng.uniform(0.2, 0.95)
+            duration = timedelta(seconds=tick_s * rng.randint(3, 90))
+            running.append((at + duration, tenant, job, [(node, g.index) for g in gpus]))
+        for node, _model, count, _ in spec:
+            samples = []
+            for g in range(count):
+                act = busy.get((node, g), 0.0) * rng.uniform(0.8, 1.0)
+                energy[(node, g)] += (60 + 240 * act) * tick_s
+                samples.append(
+                    GpuSample(
+                        index=g,
+                        sm_active=round(act, 4) if g % 2 == 0 else None,
+                        util_gpu_pct=round(min(100.0, act * 110), 1),
+                        energy_j=round(energy[(node, g)], 1),
+                    )
+                )
+            add(at, telemetry.sample(node),
+                GpuSampleBatch(id=_id(seed, "s", node, t), at=at, node=node, gpus=samples))  # fmt: skip
+    out.sort(key=lambda x: (x[0], x[1]))
+    end = START + timedelta(seconds=ticks * tick_s)
+    return Workload([(s, e) for _, _, s, e in out], _TENANTS, end)
