@@ -53,7 +53,7 @@ demo: install triton-env data  ## the whole stack on a local nats-server with a 
 	$(PY) -m tools.demo
 
 .PHONY: test
-test: install triton-env  ## lint, then unit and integration tests (starts its own nats-server)
+test: install triton-env system-deps  ## lint, then unit and integration tests (starts its own nats-server)
 	$(MAKE) --no-print-directory lint schemas-check nats-auth-check proto-oip-check proto-deviceplugin
 	.venv/bin/pytest $(PYTEST_ARGS)
 
