@@ -30,7 +30,7 @@ from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.events import decode
-from seedance.events.cost import JobCostReport
+from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement, Unschedulable
 from seedance.events.subjects import costs, routing, slicing
 from seedance.sdk import SeedanceClient
@@ -138,6 +138,7 @@ class Demo:
         self.placed: dict[str, Placement] = {}
         self.reasons: dict[str, int] = defaultdict(int)
         self.reports: dict[str, JobCostReport] = {}
+        self.entries: list[CostEntry] = []
 
     async def run(self, url: str, procs: ServiceProcesses, nodes_csv: Path) -> int:
         a = self.args
@@ -275,6 +276,8 @@ class Demo:
                 for ev in await self._drain(sub):
                     if isinstance(ev, JobCostReport) and ev.job_id in jobs:
                         self.reports[ev.job_id] = ev
+                    elif isinstance(ev, CostEntry):
+                        self.entries.append(ev)
 
     def _allocation(self, ran: list[_Job]) -> tuple[float, float]:
         """Mean and peak share of GPU capacity allocated, from first arrival to last arrival."""
@@ -333,9 +336,12 @@ class Demo:
             say(f"  {tenant:<10} {len(rs):4d} jobs  {gpu_h:9.1f} GPU-h  ${usd:>10,.2f}")
         # Savings: what the same jobs would cost if each shared job held whole GPUs, which is
         # how a whole-device allocator (and OpenCost's per-GPU request) charges them.
+        whole_by_tenant: dict[str, int] = defaultdict(int)
         for r in self.reports.values():
             j = jobs[r.job_id]
-            whole_total += r.cost_micro_usd / 1e6 * (1000 / j.gpu_milli if j.gpus else 1)
+            whole = round(r.cost_micro_usd * (1000 / j.gpu_milli if j.gpus else 1))
+            whole_by_tenant[r.tenant] += whole
+            whole_total += whole / 1e6
         usd_total = total / 1e6
         say(f"  {'total':<10} {len(self.reports):4d} jobs  {'':9}        ${usd_total:>10,.2f}")
         say("")
@@ -346,6 +352,27 @@ class Demo:
                 f"  GPU sharing: ${saved:,.2f} ({100 * saved / whole_total:.1f} %) less than "
                 f"whole-GPU allocation of the same jobs (${whole_total:,.2f})"
             )
+        self._write_report(dict(whole_by_tenant))
+
+    def _write_report(self, whole_by_tenant: dict[str, int]) -> None:
+        """The cost-ledger's HTML report of this run, with whole-GPU allocation as the baseline."""
+        from seedance.cost_ledger.reports import Baseline, ReportInput, render_html
+        from seedance.cost_ledger.reports.from_bus import lines_from_events
+
+        lines = lines_from_events(self.entries)
+        end_ms = max((ln.window_end_ms for ln in lines), default=0)
+        html = render_html(
+            ReportInput(
+                title="Seedance demo: cost per tenant",
+                entries=lines,
+                generated_at_ms=end_ms,
+                baseline=Baseline(policy_name="whole-GPU allocation",
+                                  cost_usd_micro_by_tenant=whole_by_tenant),
+            )
+        )
+        out = REPO / "out" / "demo" / "report.html"
+        out.write_text(html)
+        say(f"  cost report ({len(lines)} cost lines): {out}")
 
 
 async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> int:

@@ -173,6 +173,22 @@ class SeedanceClient:
 
     # --- costs ------------------------------------------------------------------------------
 
+    async def cost_history(self, tenant: str, *, timeout_s: float = 60.0) -> list[Any]:
+        """Every cost event the tenant's stream holds now (entries, reports, alerts, pauses)."""
+        check_tenant(tenant)
+        out: list[Any] = []
+        async with (
+            asyncio.timeout(timeout_s),
+            self._watch("SEEDANCE_COSTS", costs.tenant_wildcard(tenant), True) as w,
+        ):
+            if await w.pending() == 0:
+                return out
+            while True:
+                msg = await w.next_msg()
+                out.append(decode(bytes(msg.data), CostEvent))
+                if msg.metadata.num_pending == 0:
+                    return out
+
     async def costs(self, tenant: str, *, from_start: bool = True) -> AsyncIterator[Any]:
         """Yield the tenant's cost events (entries, job reports, alerts, pauses) as they come.
 
@@ -206,7 +222,7 @@ class SeedanceClient:
         )
         try:
             await self._bus.js.add_consumer(stream, config)
-            yield _Watch(nc, queue)
+            yield _Watch(nc, queue, self._bus.js, stream, name)
         finally:
             await sub.unsubscribe()
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
@@ -281,18 +297,29 @@ class SeedanceClient:
 
 
 class _Watch:
-    def __init__(self, nc: Any, queue: asyncio.Queue[Any]) -> None:
+    def __init__(self, nc: Any, queue: asyncio.Queue[Any], js: Any, stream: str, name: str) -> None:
         self._nc = nc
         self._queue = queue
+        self._js = js
+        self._stream = stream
+        self._name = name
 
-    async def next_data(self) -> bytes:
-        """The next event's payload (answering heartbeats and flow control on the way)."""
+    async def pending(self) -> int:
+        """Messages the stream holds for this watch that it has not delivered yet."""
+        info = await self._js.consumer_info(self._stream, self._name)
+        return int(info.num_pending)
+
+    async def next_msg(self) -> Any:
+        """The next event's message (answering heartbeats and flow control on the way)."""
         while True:
             msg = await self._queue.get()
             if msg.data:
-                return bytes(msg.data)
+                return msg
             if msg.reply:
                 await self._nc.publish(msg.reply, b"")
+
+    async def next_data(self) -> bytes:
+        return bytes((await self.next_msg()).data)
 
 
 def _read_url(url: str) -> bytes:

@@ -17,7 +17,55 @@ from seedance.cost_ledger.settings import LedgerSettings, load_budgets, replica_
 NAME = "cost-ledger"
 
 
-def main() -> None:
+def report(argv: list[str]) -> int:
+    """``seedance-cost-ledger report --tenant T [--format html|csv|focus] [--out FILE]``.
+
+    Reads what the tenant's cost stream holds (with the tenant's own credentials, if given) and
+    renders it with the ledger's own report code, so the figures match the ledger's to the cent.
+    """
+    import argparse
+    import os
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from seedance.cost_ledger.reports import entries_csv, focus_csv, render_html
+    from seedance.cost_ledger.reports.from_bus import lines_from_events
+    from seedance.cost_ledger.reports.html import ReportInput
+    from seedance.sdk import SeedanceClient
+
+    p = argparse.ArgumentParser(prog="seedance-cost-ledger report", description=report.__doc__)
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--format", choices=["html", "csv", "focus"], default="html")
+    p.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
+    p.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
+    args = p.parse_args(argv)
+
+    async def fetch() -> list[object]:
+        client = await SeedanceClient.connect(args.nats_url, creds=args.creds)
+        async with client:
+            return await client.cost_history(args.tenant)
+
+    lines = lines_from_events(asyncio.run(fetch()))
+    if args.format == "csv":
+        text = entries_csv(lines)
+    elif args.format == "focus":
+        text = focus_csv(lines)
+    else:
+        now_ms = int(datetime.now(UTC).timestamp() * 1000)
+        text = render_html(ReportInput(title=f"Seedance costs: {args.tenant}", entries=lines,
+                                       generated_at_ms=now_ms))
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        sys.stderr.write(f"wrote {len(lines)} cost lines as {args.format} to {args.out}\n")
+    return 0
+
+
+def main() -> int | None:
+    if sys.argv[1:2] == ["report"]:
+        return report(sys.argv[2:])
     settings = load_settings(LedgerSettings, NAME)
     configure_logging()
     configure_tracing(NAME)

@@ -1,0 +1,41 @@
+"""Reports rebuilt from the cost stream equal the ledger's own lines, to the micro-dollar."""
+
+from __future__ import annotations
+
+from seedance.cost_ledger import core
+from seedance.cost_ledger.replica import to_bus
+from seedance.cost_ledger.reports import entries_csv
+from seedance.cost_ledger.reports.from_bus import lines_from_events
+from seedance.events import decode, encode
+
+
+def test_lines_survive_the_bus_exactly() -> None:
+    line = core.CostEntry(
+        entry_id="usage:acme/train-1:node-1:1700000000000:r0",
+        kind="usage",
+        revision=0,
+        tenant="acme",
+        job_id="train-1",
+        node="node-1",
+        gpu_model="T4",
+        pricing_tier="on_demand",
+        window_start_ms=1_700_000_000_000,
+        window_end_ms=1_700_000_300_000,
+        amounts=core.Amounts(
+            cost_usd_micro=29_167,
+            energy_usd_micro=1_234,
+            list_cost_usd_micro=31_000,
+            gpu_hours_micro=83_333,
+            energy_mj=9_000_000,
+            tflop_hours_micro=5_432,
+        ),
+        activity_ppm=420_000,
+        source_event_ids=("a", "b"),
+        assumptions=("G2 price is an assumption",),
+    )
+    wire = decode(encode(to_bus(line).event))
+    (back,) = lines_from_events([wire, "not a cost entry"])
+    assert back.amounts.total_usd_micro == line.amounts.total_usd_micro
+    assert back.amounts.cost_usd_micro == line.amounts.cost_usd_micro
+    assert back.source_event_ids == line.source_event_ids
+    assert entries_csv([back]) == entries_csv([line])
