@@ -181,7 +181,7 @@ class SeedanceClient:
             asyncio.timeout(timeout_s),
             self._watch("SEEDANCE_COSTS", costs.tenant_wildcard(tenant), True) as w,
         ):
-            if await w.pending() == 0:
+            if await w.is_empty():
                 return out
             while True:
                 msg = await w.next_msg()
@@ -304,10 +304,10 @@ class _Watch:
         self._stream = stream
         self._name = name
 
-    async def pending(self) -> int:
-        """Messages the stream holds for this watch that it has not delivered yet."""
+    async def is_empty(self) -> bool:
+        """True when the stream holds nothing for this watch (delivered or still pending)."""
         info = await self._js.consumer_info(self._stream, self._name)
-        return int(info.num_pending)
+        return int(info.num_pending) == 0 and int(info.delivered.consumer_seq or 0) == 0
 
     async def next_msg(self) -> Any:
         """The next event's message (answering heartbeats and flow control on the way)."""

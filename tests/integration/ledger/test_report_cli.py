@@ -1,0 +1,46 @@
+"""`seedance-cost-ledger report` reads a tenant's cost stream and renders it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from seedance.core import Bus
+from seedance.cost_ledger import core
+from seedance.cost_ledger.__main__ import report
+from seedance.cost_ledger.replica import to_bus
+
+pytestmark = pytest.mark.integration
+
+
+def _line(tenant: str, job: str, window: int, cost: int) -> core.CostEntry:
+    start = 1_700_000_000_000 + window * 300_000
+    return core.CostEntry(
+        entry_id=f"usage:{tenant}/{job}:node-1:{start}:r0", kind="usage", revision=0,
+        tenant=tenant, job_id=job, node="node-1", gpu_model="T4", pricing_tier="on_demand",
+        window_start_ms=start, window_end_ms=start + 300_000,
+        amounts=core.Amounts(cost_usd_micro=cost, gpu_hours_micro=83_333), activity_ppm=None,
+        source_event_ids=(f"src-{job}-{window}",),
+    )  # fmt: skip
+
+
+async def test_report_renders_only_the_tenants_own_lines(
+    bus: Bus, nats_url: str, unique: str, tmp_path: Path
+) -> None:
+    mine, other = f"r{unique}", f"o{unique}"
+    lines = [_line(mine, "a", 0, 1_000), _line(mine, "a", 1, 2_000), _line(other, "b", 0, 9)]
+    await bus.publish_many([(p.subject, p.event) for p in map(to_bus, lines)])
+    out = tmp_path / "costs.csv"
+    args = ["--tenant", mine, "--format", "csv", "--out", str(out), "--nats-url", nats_url]
+    assert await asyncio.to_thread(report, args) == 0
+    text = out.read_text()
+    assert f"usage:{mine}/a:node-1:1700000000000:r0" in text
+    assert f"usage:{mine}/a:node-1:1700000300000:r0" in text
+    assert other not in text
+
+    html = tmp_path / "costs.html"
+    args = ["--tenant", mine, "--out", str(html), "--nats-url", nats_url]
+    assert await asyncio.to_thread(report, args) == 0
+    assert "<svg" in html.read_text()
