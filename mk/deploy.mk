@@ -1,6 +1,7 @@
 # Deployment: NATS auth from one source, compose and Kubernetes checks, the scaling demo
 # (see docs/deploy.md).
-SCALE_DEMO_S ?= 60
+SCALE_DEMO_S ?= 30
+SCALE_DEMO_ARGS ?=
 
 .PHONY: nats-auth nats-auth-check
 nats-auth: install  ## render NATS users/permissions (compose + k8s) from deploy/auth/users.yaml
@@ -19,4 +20,4 @@ k8s-render: install  ## render deploy/k8s/overlays/$(OVERLAY) (default dev) with
 
 .PHONY: scale-demo
 scale-demo: install  ## 3-node NATS cluster, 2 replicas per service, kill a node and replicas, count
-	nice $(PY) tools/scale_demo.py --duration-s $(SCALE_DEMO_S)
+	nice $(PY) -m tools.scale_demo --duration-s $(SCALE_DEMO_S) $(SCALE_DEMO_ARGS)
