@@ -295,12 +295,33 @@ class _Line:
     tflop_hours: Fraction = Fraction(0)
     activity_sum: Fraction = Fraction(0)
     activity_n: int = 0
+    # Fraction products are the core's hot spot. A line's GPU-time is almost always charged at
+    # one rate, so cost = rate · Σ ms (exact, the same value as Σ rate · ms) is multiplied once
+    # in ``rounded``; only time at another rate (a node without inventory mixing models) is
+    # priced as it comes, into ``cost`` / ``list_cost``, and counted in ``other_ms``.
+    rates: tuple[Fraction, Fraction] | None = None
+    other_ms: Fraction = Fraction(0)
+
+    def charge(self, ms: Fraction, rates: tuple[Fraction, Fraction]) -> None:
+        """Add ``ms`` of GPU-time at ``rates`` ($/GPU-ms at the tier, at list price)."""
+        self.gpu_ms += ms
+        if self.rates is None:
+            self.rates = rates
+        elif rates is not self.rates:  # ``_rates`` memoises: one object per (model, tier)
+            self.other_ms += ms
+            self.cost += rates[0] * ms
+            self.list_cost += rates[1] * ms
 
     def rounded(self) -> Amounts:
+        cost, list_cost = self.cost, self.list_cost
+        if self.rates is not None:
+            rated_ms = self.gpu_ms - self.other_ms
+            cost += self.rates[0] * rated_ms
+            list_cost += self.rates[1] * rated_ms
         return Amounts(
-            cost_usd_micro=round_micro(self.cost),
+            cost_usd_micro=round_micro(cost),
             energy_usd_micro=round_micro(self.energy_cost),
-            list_cost_usd_micro=round_micro(self.list_cost),
+            list_cost_usd_micro=round_micro(list_cost),
             gpu_hours_micro=round(self.gpu_ms * 1_000_000 / MS_PER_HOUR),
             energy_mj=round(self.energy_mj),
             tflop_hours_micro=round(self.tflop_hours * 1_000_000),
@@ -340,6 +361,8 @@ class Ledger:
         # emitted[(node, window)][(kind, key)] = (revisions so far, amounts emitted so far)
         self._emitted: dict[tuple[str, int], dict[tuple[str, str], tuple[int, Amounts]]] = {}
         self._reported: dict[str, int] = {}
+        # Ended jobs without a report yet, so ``advance`` need not scan every ended job.
+        self._unreported: set[str] = set()
         self._outbox: list[LedgerOutput] = []
         self._totals = LedgerTotals()
         self._rate_cache: dict[tuple[str, PricingTier], tuple[Fraction, Fraction]] = {}
@@ -382,6 +405,8 @@ class Ledger:
                 current.event_id,
             ):
                 self._job_end[event.job_id] = event
+            if event.job_id not in self._reported:
+                self._unreported.add(event.job_id)
             # Windows that end before the (earliest) end are unchanged by it: overlaps and
             # sources there do not read the end, so only the end's window onwards is dirty.
             end_w = window_of(min(event.end_ms, current.end_ms if current else event.end_ms), w_ms)
@@ -661,7 +686,7 @@ class Ledger:
             if not allocs and g not in sample_gpus and info is not None and g < info.gpu_count:
                 untouched += 1
                 continue
-            rate, list_rate = self._rates(model, tier)
+            rates = self._rates(model, tier)
             samples = self._samples.get((node, g, w), {})
             u: Fraction | None = None
             energy = 0
@@ -670,7 +695,8 @@ class Ledger:
                 u = Fraction(ppm_sum, len(samples) * 1_000_000)
                 energy = sum(s[1] for s in samples.values())
             peak = self.book.peak_tflops(model)
-            allocated = sum((f * t for _, f, t in allocs), Fraction(0))
+            shares = [f * t for _, f, t in allocs]
+            allocated = sum(shares, Fraction(0))
             k = Fraction(1)
             if allocated > W:
                 k = Fraction(W) / allocated  # over-committed: charge the GPU at most once
@@ -681,24 +707,20 @@ class Ledger:
                 and u * W > allocated
             ):
                 k = u * W / allocated  # measured usage beyond the requests, split by request
-            charged_total = allocated * k
+            charged_total = allocated if k == 1 else allocated * k
             delivered = (
                 u * peak[0] * W / MS_PER_HOUR if (u is not None and peak is not None) else None
             )
-            for p, f, t in allocs:
+            for (p, _, _), ft in zip(allocs, shares, strict=True):
                 key = ("usage", p.job_id)
                 line = lines.get(key)
                 if line is None:
                     line = lines[key] = _Line(tenant=p.tenant, gpu_model=model)
-                charged = f * t * k
-                line.gpu_ms += charged
-                line.cost += rate * charged
-                line.list_cost += list_rate * charged
+                charged = ft if k == 1 else ft * k
+                line.charge(charged, rates)
                 if samples:
-                    share = charged / W
-                    line.energy_mj += energy * share
-                    if energy_billed:
-                        line.energy_cost += energy * share * usd_per_mj
+                    # energy_cost = energy_mj · $/mJ, multiplied once per line below
+                    line.energy_mj += energy * charged / W
                     line.activity_sum += u  # type: ignore[operator]
                     line.activity_n += 1
                     sources[key].update(samples)
@@ -718,32 +740,27 @@ class Ledger:
             line = lines.get(idle_key)
             if line is None:
                 line = lines[idle_key] = _Line(tenant="", gpu_model=model)
-            line.gpu_ms += idle_ms
-            line.cost += rate * idle_ms
-            line.list_cost += list_rate * idle_ms
+            line.charge(idle_ms, rates)
             if samples:
                 idle_share = 1 - min(Fraction(1), charged_total / W)
                 line.energy_mj += energy * idle_share
-                if energy_billed:
-                    line.energy_cost += energy * idle_share * usd_per_mj
                 line.activity_sum += u  # type: ignore[operator]
                 line.activity_n += 1
                 sources[idle_key].update(samples)
             sources[idle_key].add(info.event_id)
 
         if untouched and info is not None and node_model is not None:  # untouched implies info
-            rate, list_rate = self._rates(node_model, tier)
             idle_ms = untouched * (b - max(a, info.at_ms))
             line = lines.get(idle_key)
             if line is None:
                 line = lines[idle_key] = _Line(tenant="", gpu_model=node_model)
-            line.gpu_ms += idle_ms
-            line.cost += rate * idle_ms
-            line.list_cost += list_rate * idle_ms
+            line.charge(Fraction(idle_ms), self._rates(node_model, tier))
             sources[idle_key].add(info.event_id)
 
         result = {}
         for key, line in lines.items():
+            if energy_billed and line.energy_mj:
+                line.energy_cost = line.energy_mj * usd_per_mj
             activity = (
                 round(line.activity_sum * 1_000_000 / line.activity_n) if line.activity_n else None
             )
@@ -783,7 +800,7 @@ class Ledger:
         if self._closed_until is None:
             return out
         closed_ms = self._closed_until * self.config.window_ms
-        candidates = touched_jobs | {j for j in self._job_end if j not in self._reported}
+        candidates = touched_jobs | self._unreported
         for job in sorted(candidates):
             end = self._job_end.get(job)
             allocs = self._job_allocs.get(job)
@@ -793,6 +810,7 @@ class Ledger:
                 continue
             revision = self._reported.get(job, -1) + 1
             self._reported[job] = revision
+            self._unreported.discard(job)
             placements = [self._placements[a] for a in allocs]
             amounts = self._totals.by_job.get(job, Amounts()).copy()
             out.append(
@@ -912,6 +930,7 @@ class Ledger:
             led._emitted.setdefault((node, w), {})[(kind, key)] = (rev, amounts)
             led._count_line(node, kind, key, amounts, led._totals)
         led._reported = dict(snap.reported)
+        led._unreported = {j for j in led._job_end if j not in led._reported}
         led._outbox = list(snap.outbox)
         return led
 
