@@ -301,6 +301,8 @@ class _Line:
     # priced as it comes, into ``cost`` / ``list_cost``, and counted in ``other_ms``.
     rates: tuple[Fraction, Fraction] | None = None
     other_ms: Fraction = Fraction(0)
+    # Σ energy · charged ms; energy_mj = this / window ms, divided once per line
+    energy_mj_ms: Fraction = Fraction(0)
 
     def charge(self, ms: Fraction, rates: tuple[Fraction, Fraction]) -> None:
         """Add ``ms`` of GPU-time at ``rates`` ($/GPU-ms at the tier, at list price)."""
@@ -322,11 +324,15 @@ class _Line:
             cost_usd_micro=round_micro(cost),
             energy_usd_micro=round_micro(self.energy_cost),
             list_cost_usd_micro=round_micro(list_cost),
-            gpu_hours_micro=round(self.gpu_ms * 1_000_000 / MS_PER_HOUR),
+            gpu_hours_micro=round(self.gpu_ms * _GPU_HOURS_MICRO_PER_MS),
             energy_mj=round(self.energy_mj),
             tflop_hours_micro=round(self.tflop_hours * 1_000_000),
         )
 
+
+_ZERO = Fraction(0)
+_ONE = Fraction(1)
+_GPU_HOURS_MICRO_PER_MS = Fraction(1_000_000, MS_PER_HOUR)
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
@@ -696,8 +702,8 @@ class Ledger:
                 energy = sum(s[1] for s in samples.values())
             peak = self.book.peak_tflops(model)
             shares = [f * t for _, f, t in allocs]
-            allocated = sum(shares, Fraction(0))
-            k = Fraction(1)
+            allocated = sum(shares, _ZERO)
+            k = _ONE
             if allocated > W:
                 k = Fraction(W) / allocated  # over-committed: charge the GPU at most once
             elif (
@@ -711,6 +717,10 @@ class Ledger:
             delivered = (
                 u * peak[0] * W / MS_PER_HOUR if (u is not None and peak is not None) else None
             )
+            # delivered · charged / charged_total, with the quotient taken once per GPU
+            tflop_per_ms = (
+                delivered / charged_total if (delivered is not None and charged_total > 0) else None
+            )
             for (p, _, _), ft in zip(allocs, shares, strict=True):
                 key = ("usage", p.job_id)
                 line = lines.get(key)
@@ -719,13 +729,13 @@ class Ledger:
                 charged = ft if k == 1 else ft * k
                 line.charge(charged, rates)
                 if samples:
-                    # energy_cost = energy_mj · $/mJ, multiplied once per line below
-                    line.energy_mj += energy * charged / W
+                    # energy_mj (then energy_cost = energy_mj · $/mJ) once per line below
+                    line.energy_mj_ms += energy * charged
                     line.activity_sum += u  # type: ignore[operator]
                     line.activity_n += 1
                     sources[key].update(samples)
-                if delivered is not None and charged_total > 0:
-                    line.tflop_hours += delivered * charged / charged_total
+                if tflop_per_ms is not None:
+                    line.tflop_hours += tflop_per_ms * charged
                 sources[key].add(p.event_id)
                 end = self._job_end.get(p.job_id)
                 if end is not None and end.end_ms <= b:
@@ -736,14 +746,14 @@ class Ledger:
             if info is None or g >= info.gpu_count:
                 continue  # idle needs the node's inventory
             capacity = b - max(a, info.at_ms)
-            idle_ms = max(Fraction(0), capacity - charged_total)
+            idle_ms = max(_ZERO, capacity - charged_total)
             line = lines.get(idle_key)
             if line is None:
                 line = lines[idle_key] = _Line(tenant="", gpu_model=model)
             line.charge(idle_ms, rates)
             if samples:
-                idle_share = 1 - min(Fraction(1), charged_total / W)
-                line.energy_mj += energy * idle_share
+                # energy · (1 - min(1, charged_total / W)), the / W taken once per line below
+                line.energy_mj_ms += energy * (W - min(W, charged_total))
                 line.activity_sum += u  # type: ignore[operator]
                 line.activity_n += 1
                 sources[idle_key].update(samples)
@@ -759,8 +769,10 @@ class Ledger:
 
         result = {}
         for key, line in lines.items():
-            if energy_billed and line.energy_mj:
-                line.energy_cost = line.energy_mj * usd_per_mj
+            if line.energy_mj_ms:
+                line.energy_mj = line.energy_mj_ms / W
+                if energy_billed:
+                    line.energy_cost = line.energy_mj * usd_per_mj
             activity = (
                 round(line.activity_sum * 1_000_000 / line.activity_n) if line.activity_n else None
             )
