@@ -37,7 +37,7 @@ from typing import Literal
 
 import msgspec
 
-from seedance.cost_ledger.core.money import round_micro
+from seedance.cost_ledger.core.money import MICRO_PER_USD, round_micro
 from seedance.cost_ledger.core.pricebook import PriceBook, PriceBookError, PricingTier
 from seedance.cost_ledger.core.windows import (
     closable_until,
@@ -281,6 +281,10 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     sealed_totals: LedgerTotals | None = None
 
 
+# $/GPU-ms at the node's tier and at list price, then the same in micro-USD per GPU-ms
+_Rates = tuple[Fraction, Fraction, Fraction, Fraction]
+
+
 @dataclass(slots=True)
 class _Line:
     """Exact (unrounded) quantities of one line in one window, before rounding."""
@@ -299,12 +303,12 @@ class _Line:
     # one rate, so cost = rate · Σ ms (exact, the same value as Σ rate · ms) is multiplied once
     # in ``rounded``; only time at another rate (a node without inventory mixing models) is
     # priced as it comes, into ``cost`` / ``list_cost``, and counted in ``other_ms``.
-    rates: tuple[Fraction, Fraction] | None = None
+    rates: _Rates | None = None
     other_ms: Fraction = Fraction(0)
     # Σ energy · charged ms; energy_mj = this / window ms, divided once per line
     energy_mj_ms: Fraction = Fraction(0)
 
-    def charge(self, ms: Fraction, rates: tuple[Fraction, Fraction]) -> None:
+    def charge(self, ms: Fraction, rates: _Rates) -> None:
         """Add ``ms`` of GPU-time at ``rates`` ($/GPU-ms at the tier, at list price)."""
         self.gpu_ms += ms
         if self.rates is None:
@@ -315,18 +319,24 @@ class _Line:
             self.list_cost += rates[1] * ms
 
     def rounded(self) -> Amounts:
-        cost, list_cost = self.cost, self.list_cost
-        if self.rates is not None:
+        # Each branch rounds the same exact value as round_micro(Σ rate · ms); the common one
+        # (one rate) multiplies by the memoised micro-USD rate instead of twice.
+        if self.rates is None:
+            cost_micro, list_micro = round_micro(self.cost), round_micro(self.list_cost)
+        elif self.other_ms:
             rated_ms = self.gpu_ms - self.other_ms
-            cost += self.rates[0] * rated_ms
-            list_cost += self.rates[1] * rated_ms
+            cost_micro = round_micro(self.cost + self.rates[0] * rated_ms)
+            list_micro = round_micro(self.list_cost + self.rates[1] * rated_ms)
+        else:
+            cost_micro = round(self.rates[2] * self.gpu_ms)
+            list_micro = round(self.rates[3] * self.gpu_ms)
         return Amounts(
-            cost_usd_micro=round_micro(cost),
-            energy_usd_micro=round_micro(self.energy_cost),
-            list_cost_usd_micro=round_micro(list_cost),
+            cost_usd_micro=cost_micro,
+            energy_usd_micro=round_micro(self.energy_cost) if self.energy_cost else 0,
+            list_cost_usd_micro=list_micro,
             gpu_hours_micro=round(self.gpu_ms * _GPU_HOURS_MICRO_PER_MS),
-            energy_mj=round(self.energy_mj),
-            tflop_hours_micro=round(self.tflop_hours * 1_000_000),
+            energy_mj=round(self.energy_mj) if self.energy_mj else 0,
+            tflop_hours_micro=round(self.tflop_hours * 1_000_000) if self.tflop_hours else 0,
         )
 
 
@@ -371,7 +381,7 @@ class Ledger:
         self._unreported: set[str] = set()
         self._outbox: list[LedgerOutput] = []
         self._totals = LedgerTotals()
-        self._rate_cache: dict[tuple[str, PricingTier], tuple[Fraction, Fraction]] = {}
+        self._rate_cache: dict[tuple[str, PricingTier], _Rates] = {}
         self._idle_cache: dict[tuple[str, str, int, int], Amounts] = {}
         self._usd_per_mj = book.usd_per_mj()
 
@@ -659,7 +669,7 @@ class Ledger:
             key = (info.gpu_model, info.pricing_tier, info.gpu_count, capacity)
             amounts = self._idle_cache.get(key)
             if amounts is None:
-                rate, list_rate = self._rates(info.gpu_model, info.pricing_tier)
+                rate, list_rate, _, _ = self._rates(info.gpu_model, info.pricing_tier)
                 gpu_ms = info.gpu_count * capacity
                 line = _Line(tenant="", gpu_model=info.gpu_model, gpu_ms=Fraction(gpu_ms))
                 line.cost, line.list_cost = rate * gpu_ms, list_rate * gpu_ms
@@ -779,14 +789,18 @@ class Ledger:
             result[key] = (line.rounded(), activity, line.tenant, line.gpu_model)
         return result, {k: tuple(sorted(v)) for k, v in sources.items()}
 
-    def _rates(self, model: str, tier: PricingTier) -> tuple[Fraction, Fraction]:
+    def _rates(self, model: str, tier: PricingTier) -> _Rates:
         """$/GPU-ms at the tier and at list price, memoised (the book is immutable)."""
         key = (model, tier)
         rates = self._rate_cache.get(key)
         if rates is None:
+            rate = self.book.usd_per_gpu_hour(model, tier) / MS_PER_HOUR
+            list_rate = self.book.usd_per_gpu_hour(model, "on_demand") / MS_PER_HOUR
             rates = self._rate_cache[key] = (
-                self.book.usd_per_gpu_hour(model, tier) / MS_PER_HOUR,
-                self.book.usd_per_gpu_hour(model, "on_demand") / MS_PER_HOUR,
+                rate,
+                list_rate,
+                rate * MICRO_PER_USD,
+                list_rate * MICRO_PER_USD,
             )
         return rates
 
