@@ -37,7 +37,7 @@ from typing import Literal
 
 import msgspec
 
-from seedance.cost_ledger.core.money import round_micro
+from seedance.cost_ledger.core.money import MICRO_PER_USD, round_micro
 from seedance.cost_ledger.core.pricebook import PriceBook, PriceBookError, PricingTier
 from seedance.cost_ledger.core.windows import (
     closable_until,
@@ -281,6 +281,10 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     sealed_totals: LedgerTotals | None = None
 
 
+# $/GPU-ms at the node's tier and at list price, then the same in micro-USD per GPU-ms
+_Rates = tuple[Fraction, Fraction, Fraction, Fraction]
+
+
 @dataclass(slots=True)
 class _Line:
     """Exact (unrounded) quantities of one line in one window, before rounding."""
@@ -295,17 +299,50 @@ class _Line:
     tflop_hours: Fraction = Fraction(0)
     activity_sum: Fraction = Fraction(0)
     activity_n: int = 0
+    # Fraction products are the core's hot spot. A line's GPU-time is almost always charged at
+    # one rate, so cost = rate · Σ ms (exact, the same value as Σ rate · ms) is multiplied once
+    # in ``rounded``; only time at another rate (a node without inventory mixing models) is
+    # priced as it comes, into ``cost`` / ``list_cost``, and counted in ``other_ms``.
+    rates: _Rates | None = None
+    other_ms: Fraction = Fraction(0)
+    # Σ energy · charged ms; energy_mj = this / window ms, divided once per line
+    energy_mj_ms: Fraction = Fraction(0)
+
+    def charge(self, ms: Fraction, rates: _Rates) -> None:
+        """Add ``ms`` of GPU-time at ``rates`` ($/GPU-ms at the tier, at list price)."""
+        self.gpu_ms += ms
+        if self.rates is None:
+            self.rates = rates
+        elif rates is not self.rates:  # ``_rates`` memoises: one object per (model, tier)
+            self.other_ms += ms
+            self.cost += rates[0] * ms
+            self.list_cost += rates[1] * ms
 
     def rounded(self) -> Amounts:
+        # Each branch rounds the same exact value as round_micro(Σ rate · ms); the common one
+        # (one rate) multiplies by the memoised micro-USD rate instead of twice.
+        if self.rates is None:
+            cost_micro, list_micro = round_micro(self.cost), round_micro(self.list_cost)
+        elif self.other_ms:
+            rated_ms = self.gpu_ms - self.other_ms
+            cost_micro = round_micro(self.cost + self.rates[0] * rated_ms)
+            list_micro = round_micro(self.list_cost + self.rates[1] * rated_ms)
+        else:
+            cost_micro = round(self.rates[2] * self.gpu_ms)
+            list_micro = round(self.rates[3] * self.gpu_ms)
         return Amounts(
-            cost_usd_micro=round_micro(self.cost),
-            energy_usd_micro=round_micro(self.energy_cost),
-            list_cost_usd_micro=round_micro(self.list_cost),
-            gpu_hours_micro=round(self.gpu_ms * 1_000_000 / MS_PER_HOUR),
-            energy_mj=round(self.energy_mj),
-            tflop_hours_micro=round(self.tflop_hours * 1_000_000),
+            cost_usd_micro=cost_micro,
+            energy_usd_micro=round_micro(self.energy_cost) if self.energy_cost else 0,
+            list_cost_usd_micro=list_micro,
+            gpu_hours_micro=round(self.gpu_ms * _GPU_HOURS_MICRO_PER_MS),
+            energy_mj=round(self.energy_mj) if self.energy_mj else 0,
+            tflop_hours_micro=round(self.tflop_hours * 1_000_000) if self.tflop_hours else 0,
         )
 
+
+_ZERO = Fraction(0)
+_ONE = Fraction(1)
+_GPU_HOURS_MICRO_PER_MS = Fraction(1_000_000, MS_PER_HOUR)
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
@@ -340,9 +377,11 @@ class Ledger:
         # emitted[(node, window)][(kind, key)] = (revisions so far, amounts emitted so far)
         self._emitted: dict[tuple[str, int], dict[tuple[str, str], tuple[int, Amounts]]] = {}
         self._reported: dict[str, int] = {}
+        # Ended jobs without a report yet, so ``advance`` need not scan every ended job.
+        self._unreported: set[str] = set()
         self._outbox: list[LedgerOutput] = []
         self._totals = LedgerTotals()
-        self._rate_cache: dict[tuple[str, PricingTier], tuple[Fraction, Fraction]] = {}
+        self._rate_cache: dict[tuple[str, PricingTier], _Rates] = {}
         self._idle_cache: dict[tuple[str, str, int, int], Amounts] = {}
         self._usd_per_mj = book.usd_per_mj()
 
@@ -382,6 +421,8 @@ class Ledger:
                 current.event_id,
             ):
                 self._job_end[event.job_id] = event
+            if event.job_id not in self._reported:
+                self._unreported.add(event.job_id)
             # Windows that end before the (earliest) end are unchanged by it: overlaps and
             # sources there do not read the end, so only the end's window onwards is dirty.
             end_w = window_of(min(event.end_ms, current.end_ms if current else event.end_ms), w_ms)
@@ -628,7 +669,7 @@ class Ledger:
             key = (info.gpu_model, info.pricing_tier, info.gpu_count, capacity)
             amounts = self._idle_cache.get(key)
             if amounts is None:
-                rate, list_rate = self._rates(info.gpu_model, info.pricing_tier)
+                rate, list_rate, _, _ = self._rates(info.gpu_model, info.pricing_tier)
                 gpu_ms = info.gpu_count * capacity
                 line = _Line(tenant="", gpu_model=info.gpu_model, gpu_ms=Fraction(gpu_ms))
                 line.cost, line.list_cost = rate * gpu_ms, list_rate * gpu_ms
@@ -661,7 +702,7 @@ class Ledger:
             if not allocs and g not in sample_gpus and info is not None and g < info.gpu_count:
                 untouched += 1
                 continue
-            rate, list_rate = self._rates(model, tier)
+            rates = self._rates(model, tier)
             samples = self._samples.get((node, g, w), {})
             u: Fraction | None = None
             energy = 0
@@ -670,8 +711,9 @@ class Ledger:
                 u = Fraction(ppm_sum, len(samples) * 1_000_000)
                 energy = sum(s[1] for s in samples.values())
             peak = self.book.peak_tflops(model)
-            allocated = sum((f * t for _, f, t in allocs), Fraction(0))
-            k = Fraction(1)
+            shares = [f * t for _, f, t in allocs]
+            allocated = sum(shares, _ZERO)
+            k = _ONE
             if allocated > W:
                 k = Fraction(W) / allocated  # over-committed: charge the GPU at most once
             elif (
@@ -681,29 +723,29 @@ class Ledger:
                 and u * W > allocated
             ):
                 k = u * W / allocated  # measured usage beyond the requests, split by request
-            charged_total = allocated * k
+            charged_total = allocated if k == 1 else allocated * k
             delivered = (
                 u * peak[0] * W / MS_PER_HOUR if (u is not None and peak is not None) else None
             )
-            for p, f, t in allocs:
+            # delivered · charged / charged_total, with the quotient taken once per GPU
+            tflop_per_ms = (
+                delivered / charged_total if (delivered is not None and charged_total > 0) else None
+            )
+            for (p, _, _), ft in zip(allocs, shares, strict=True):
                 key = ("usage", p.job_id)
                 line = lines.get(key)
                 if line is None:
                     line = lines[key] = _Line(tenant=p.tenant, gpu_model=model)
-                charged = f * t * k
-                line.gpu_ms += charged
-                line.cost += rate * charged
-                line.list_cost += list_rate * charged
+                charged = ft if k == 1 else ft * k
+                line.charge(charged, rates)
                 if samples:
-                    share = charged / W
-                    line.energy_mj += energy * share
-                    if energy_billed:
-                        line.energy_cost += energy * share * usd_per_mj
+                    # energy_mj (then energy_cost = energy_mj · $/mJ) once per line below
+                    line.energy_mj_ms += energy * charged
                     line.activity_sum += u  # type: ignore[operator]
                     line.activity_n += 1
                     sources[key].update(samples)
-                if delivered is not None and charged_total > 0:
-                    line.tflop_hours += delivered * charged / charged_total
+                if tflop_per_ms is not None:
+                    line.tflop_hours += tflop_per_ms * charged
                 sources[key].add(p.event_id)
                 end = self._job_end.get(p.job_id)
                 if end is not None and end.end_ms <= b:
@@ -714,50 +756,51 @@ class Ledger:
             if info is None or g >= info.gpu_count:
                 continue  # idle needs the node's inventory
             capacity = b - max(a, info.at_ms)
-            idle_ms = max(Fraction(0), capacity - charged_total)
+            idle_ms = max(_ZERO, capacity - charged_total)
             line = lines.get(idle_key)
             if line is None:
                 line = lines[idle_key] = _Line(tenant="", gpu_model=model)
-            line.gpu_ms += idle_ms
-            line.cost += rate * idle_ms
-            line.list_cost += list_rate * idle_ms
+            line.charge(idle_ms, rates)
             if samples:
-                idle_share = 1 - min(Fraction(1), charged_total / W)
-                line.energy_mj += energy * idle_share
-                if energy_billed:
-                    line.energy_cost += energy * idle_share * usd_per_mj
+                # energy · (1 - min(1, charged_total / W)), the / W taken once per line below
+                line.energy_mj_ms += energy * (W - min(W, charged_total))
                 line.activity_sum += u  # type: ignore[operator]
                 line.activity_n += 1
                 sources[idle_key].update(samples)
             sources[idle_key].add(info.event_id)
 
         if untouched and info is not None and node_model is not None:  # untouched implies info
-            rate, list_rate = self._rates(node_model, tier)
             idle_ms = untouched * (b - max(a, info.at_ms))
             line = lines.get(idle_key)
             if line is None:
                 line = lines[idle_key] = _Line(tenant="", gpu_model=node_model)
-            line.gpu_ms += idle_ms
-            line.cost += rate * idle_ms
-            line.list_cost += list_rate * idle_ms
+            line.charge(Fraction(idle_ms), self._rates(node_model, tier))
             sources[idle_key].add(info.event_id)
 
         result = {}
         for key, line in lines.items():
+            if line.energy_mj_ms:
+                line.energy_mj = line.energy_mj_ms / W
+                if energy_billed:
+                    line.energy_cost = line.energy_mj * usd_per_mj
             activity = (
                 round(line.activity_sum * 1_000_000 / line.activity_n) if line.activity_n else None
             )
             result[key] = (line.rounded(), activity, line.tenant, line.gpu_model)
         return result, {k: tuple(sorted(v)) for k, v in sources.items()}
 
-    def _rates(self, model: str, tier: PricingTier) -> tuple[Fraction, Fraction]:
+    def _rates(self, model: str, tier: PricingTier) -> _Rates:
         """$/GPU-ms at the tier and at list price, memoised (the book is immutable)."""
         key = (model, tier)
         rates = self._rate_cache.get(key)
         if rates is None:
+            rate = self.book.usd_per_gpu_hour(model, tier) / MS_PER_HOUR
+            list_rate = self.book.usd_per_gpu_hour(model, "on_demand") / MS_PER_HOUR
             rates = self._rate_cache[key] = (
-                self.book.usd_per_gpu_hour(model, tier) / MS_PER_HOUR,
-                self.book.usd_per_gpu_hour(model, "on_demand") / MS_PER_HOUR,
+                rate,
+                list_rate,
+                rate * MICRO_PER_USD,
+                list_rate * MICRO_PER_USD,
             )
         return rates
 
@@ -783,7 +826,7 @@ class Ledger:
         if self._closed_until is None:
             return out
         closed_ms = self._closed_until * self.config.window_ms
-        candidates = touched_jobs | {j for j in self._job_end if j not in self._reported}
+        candidates = touched_jobs | self._unreported
         for job in sorted(candidates):
             end = self._job_end.get(job)
             allocs = self._job_allocs.get(job)
@@ -793,6 +836,7 @@ class Ledger:
                 continue
             revision = self._reported.get(job, -1) + 1
             self._reported[job] = revision
+            self._unreported.discard(job)
             placements = [self._placements[a] for a in allocs]
             amounts = self._totals.by_job.get(job, Amounts()).copy()
             out.append(
@@ -912,6 +956,7 @@ class Ledger:
             led._emitted.setdefault((node, w), {})[(kind, key)] = (rev, amounts)
             led._count_line(node, kind, key, amounts, led._totals)
         led._reported = dict(snap.reported)
+        led._unreported = {j for j in led._job_end if j not in led._reported}
         led._outbox = list(snap.outbox)
         return led
 
