@@ -22,18 +22,12 @@ import asyncio
 import random
 import sys
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from seedance.core import Bus, BusSettings
-from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
-from seedance.events import DecodeError, decode
-from seedance.events.cost import CostEntry, JobCostReport
-from tools.ledger_workload import workload
+from tools.ledger_workload import audit_ledger, workload
 from tools.stack import REPO, NatsServer, ServiceProcesses
 
 STATE_KEY = "chaos"
@@ -41,25 +35,6 @@ STATE_KEY = "chaos"
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-async def read_stream(bus: Bus, stream: str, timeout_s: float = 60.0) -> list[Any]:
-    """Every message of ``stream`` in order, through one ordered consumer."""
-    info = await bus.js.stream_info(stream)
-    last = info.state.last_seq
-    out: list[Any] = []
-    if not info.state.messages:
-        return out
-    sub = await bus.js.subscribe(">", stream=stream, ordered_consumer=True)
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                msg = await sub.next_msg(timeout=timeout_s)
-                out.append(msg)
-                if msg.metadata.sequence.stream >= last:
-                    return out
-    finally:
-        await sub.unsubscribe()
 
 
 async def head_seq(bus: Bus) -> int:
@@ -135,40 +110,12 @@ async def run(args: argparse.Namespace) -> int:
         last = await wait_checkpointed(bus, timeout_s=args.timeout_s)
         log(f"checkpoint at input sequence {last}")
 
-        # The reference: one replica, no kills, through the same merged order.
-        book = core.default_price_book()
-        ref = LedgerReplica(book, core.LedgerConfig(retention_windows=288))
-        expected: set[str] = set()
-        for msg in await read_stream(bus, "SEEDANCE_LEDGER_IN"):
-            try:
-                ev = decode(msg.data, INPUT_TYPES)
-            except DecodeError:
-                ev = None
-            expected.update(p.event.id for p in ref.step(msg.metadata.sequence.stream, ev))
-
-        # What a subscriber of the cost streams receives.
-        seen: Counter[str] = Counter()
-        published_usd_micro = 0
-        for msg in await read_stream(bus, "SEEDANCE_COSTS"):
-            ev = decode(msg.data)
-            seen[ev.id] += 1
-            if isinstance(ev, CostEntry):
-                published_usd_micro += ev.cost_micro_usd
-            elif not isinstance(ev, JobCostReport):
-                continue
-        duplicates = sum(c - 1 for c in seen.values() if c > 1)
-        lost = len(expected - set(seen))
-        extra = len(set(seen) - expected)
-
-        # The offline recomputation: the core's order-free recompute over the same events.
-        inputs = ledger_inputs((ev for _, ev in wl.events), book)
-        as_of = ref.now_ms or 0
-        totals = core.recompute(inputs, book, as_of, core.LedgerConfig(retention_windows=288))
-        diff = abs(published_usd_micro - totals.total.total_usd_micro) / 1e6
+        audit = await audit_ledger(bus, wl)
+        duplicates, lost, extra = audit.duplicates, audit.lost, audit.extra
+        diff = audit.diff_micro_usd / 1e6
         log(
-            f"stream: {len(seen)} cost events, {published_usd_micro / 1e6:,.2f} USD; recompute "
-            f"{totals.total.total_usd_micro / 1e6:,.2f} USD; reference ids {len(expected)}, "
-            f"unexpected ids {extra}"
+            f"stream: {audit.cost_events} cost events, {audit.published_micro_usd / 1e6:,.2f} "
+            f"USD; recompute {audit.recomputed_micro_usd / 1e6:,.2f} USD; unexpected ids {extra}"
         )
         codes = procs.stop_all()
         if any(c != 0 for c in codes.values()):

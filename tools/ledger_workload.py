@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from seedance.events import Event, derived_event_id
 from seedance.events.jobs import JobFinished
@@ -18,7 +19,7 @@ from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
 
-__all__ = ["START", "Workload", "workload"]
+__all__ = ["START", "LedgerAudit", "Workload", "audit_ledger", "read_stream", "workload"]
 
 START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
 _MODELS = (("T4", 4, 16_384), ("V100M32", 4, 32_768), ("A100", 4, 40_960))
@@ -132,3 +133,81 @@ def workload(
     out.sort(key=lambda x: (x[0], x[1]))
     end = START + timedelta(seconds=ticks * tick_s)
     return Workload([(s, e) for _, _, s, e in out], _TENANTS, end)
+
+
+@dataclass(frozen=True)
+class LedgerAudit:
+    """What the cost stream holds against a reference replica and the core's recompute."""
+
+    cost_events: int
+    duplicates: int
+    lost: int
+    extra: int
+    published_micro_usd: int
+    recomputed_micro_usd: int
+
+    @property
+    def diff_micro_usd(self) -> int:
+        return abs(self.published_micro_usd - self.recomputed_micro_usd)
+
+
+async def read_stream(bus: Any, stream: str, timeout_s: float = 60.0) -> list[Any]:
+    """Every message of ``stream`` in order, through one ordered consumer."""
+    import asyncio
+
+    info = await bus.js.stream_info(stream)
+    last = info.state.last_seq
+    if not info.state.messages:
+        return []
+    out: list[Any] = []
+    sub = await bus.js.subscribe(">", stream=stream, ordered_consumer=True)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                msg = await sub.next_msg(timeout=timeout_s)
+                out.append(msg)
+                if msg.metadata.sequence.stream >= last:
+                    return out
+    finally:
+        await sub.unsubscribe()
+
+
+async def audit_ledger(bus: Any, sent: Workload) -> LedgerAudit:
+    """Compare the cost stream with one unkilled reference replica stepped over the same merged
+    order (ids: nothing lost, duplicated or unexpected) and with the core's order-free
+    ``recompute`` over exactly the events sent (money, to the micro-dollar)."""
+    from collections import Counter
+
+    from seedance.cost_ledger import core
+    from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
+    from seedance.events import DecodeError, decode
+    from seedance.events.cost import CostEntry
+
+    book = core.default_price_book()
+    cfg = core.LedgerConfig(retention_windows=288)
+    ref = LedgerReplica(book, cfg)
+    expected: set[str] = set()
+    for msg in await read_stream(bus, "SEEDANCE_LEDGER_IN"):
+        try:
+            ev = decode(msg.data, INPUT_TYPES)
+        except DecodeError:
+            ev = None
+        expected.update(p.event.id for p in ref.step(msg.metadata.sequence.stream, ev))
+    seen: Counter[str] = Counter()
+    published = 0
+    for msg in await read_stream(bus, "SEEDANCE_COSTS"):
+        ev = decode(msg.data)
+        seen[ev.id] += 1
+        if isinstance(ev, CostEntry):
+            published += ev.cost_micro_usd
+    totals = core.recompute(
+        ledger_inputs((ev for _, ev in sent.events), book), book, ref.now_ms or 0, cfg
+    )
+    return LedgerAudit(
+        cost_events=len(seen),
+        duplicates=sum(c - 1 for c in seen.values() if c > 1),
+        lost=len(expected - set(seen)),
+        extra=len(set(seen) - expected),
+        published_micro_usd=published,
+        recomputed_micro_usd=totals.total.total_usd_micro,
+    )

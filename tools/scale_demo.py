@@ -53,13 +53,10 @@ from typing import Any
 import msgspec
 
 from seedance.core import Bus, BusSettings
-from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
-from seedance.events import DecodeError, decode
-from seedance.events.cost import CostEntry
+from seedance.events import decode
 from seedance.events.graph import CompileResult
 from seedance.sdk import SeedanceClient
-from tools.ledger_workload import workload
+from tools.ledger_workload import audit_ledger, read_stream, workload
 from tools.stack import ServiceProcesses, nats_server_binary
 
 STATE_KEY = "scale"
@@ -181,25 +178,6 @@ async def wait_cluster(urls: str, timeout_s: float = 60.0) -> Bus:
                 with contextlib.suppress(Exception):
                     await bus.close()
             await asyncio.sleep(0.5)  # retry the provisioning; bounded by the deadline
-
-
-async def read_stream(bus: Bus, stream: str, timeout_s: float = 60.0) -> list[Any]:
-    """Every message of ``stream`` in order, through one ordered consumer."""
-    info = await bus.js.stream_info(stream)
-    last = info.state.last_seq
-    if not info.state.messages:
-        return []
-    out: list[Any] = []
-    sub = await bus.js.subscribe(">", stream=stream, ordered_consumer=True)
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                msg = await sub.next_msg(timeout=timeout_s)
-                out.append(msg)
-                if msg.metadata.sequence.stream >= last:
-                    return out
-    finally:
-        await sub.unsubscribe()
 
 
 async def wait_checkpointed(bus: Bus, timeout_s: float) -> int:
@@ -339,38 +317,16 @@ async def ledger_part(
     # New R3 streams (the services' KV buckets and object stores) need all three peers.
     await wait_peers_current(bus, "SEEDANCE_LEDGER_IN", timeout_s=args.settle_s)
 
-    # The reference: one replica, no kills, through the same merged order.
-    book = core.default_price_book()
-    cfg = core.LedgerConfig(retention_windows=288)
-    ref = LedgerReplica(book, cfg)
-    expected: set[str] = set()
-    for msg in await read_stream(bus, "SEEDANCE_LEDGER_IN"):
-        try:
-            ev = decode(msg.data, INPUT_TYPES)
-        except DecodeError:
-            ev = None
-        expected.update(p.event.id for p in ref.step(msg.metadata.sequence.stream, ev))
-    seen: Counter[str] = Counter()
-    published_micro_usd = 0
-    for msg in await read_stream(bus, "SEEDANCE_COSTS"):
-        ev = decode(msg.data)
-        seen[ev.id] += 1
-        if isinstance(ev, CostEntry):
-            published_micro_usd += ev.cost_micro_usd
-    duplicates = sum(c - 1 for c in seen.values() if c > 1)
-    lost = len(expected - set(seen))
-    extra = len(set(seen) - expected)
-    # The core's order-free recompute over exactly the events sent.
-    totals = core.recompute(
-        ledger_inputs((ev for _, ev in wl.events), book), book, ref.now_ms or 0, cfg
-    )
-    diff_micro_usd = abs(published_micro_usd - totals.total.total_usd_micro)
+    audit = await audit_ledger(bus, wl)
+    duplicates, lost, extra = audit.duplicates, audit.lost, audit.extra
+    seen_count, published_micro_usd = audit.cost_events, audit.published_micro_usd
+    diff_micro_usd = audit.diff_micro_usd
     await asyncio.sleep(1.0)  # one more supervisor round after the CPU-bound reference
     supervisor.cancel()
     alive = [k for k in ("cost-ledger-a", "cost-ledger-b") if procs.procs[k].poll() is None]
     note = (
-        f"{len(seen)} cost events, {published_micro_usd / 1e6:,.2f} USD on the stream vs "
-        f"recompute {totals.total.total_usd_micro / 1e6:,.2f} USD; unexpected ids {extra}; "
+        f"{seen_count} cost events, {published_micro_usd / 1e6:,.2f} USD on the stream vs "
+        f"recompute {audit.recomputed_micro_usd / 1e6:,.2f} USD; unexpected ids {extra}; "
         f"restarts at start {start_restarts}; crashed mid-run and restarted: "
         f"{'; '.join(crashes) or 'none'}; alive at the end: {', '.join(alive)}"
     )
