@@ -25,7 +25,6 @@ from typing import Any
 
 import msgspec
 import nats.errors
-import nats.js.errors
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
@@ -41,9 +40,6 @@ from seedance.events.subjects import Header, dlq, replica_consumer
 
 __all__ = ["LedgerMetrics", "LedgerService"]
 
-
-#: nats-server: "duplicate message id is in process" (another publish of the id is in flight).
-_ID_IN_PROCESS = 10158
 log = get_logger(__name__)
 
 _BUCKET = "seedance-ledger"
@@ -310,15 +306,14 @@ class LedgerService(Lifecycle):
             )
             for p in pubs
         ]
-        self._inflight.append((pubs, asyncio.gather(*futures, return_exceptions=True)))
+        self._inflight.append((pubs, asyncio.gather(*futures)))
         if len(self._inflight) > _MAX_INFLIGHT_BATCHES:
             await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
 
     async def _settle_acks(self, keep: int = 0) -> None:
         while len(self._inflight) > keep:
             pubs, acks_future = self._inflight.pop(0)
-            results = await asyncio.wait_for(acks_future, timeout=30.0)
-            acks = [await self._ack_of(p, r) for p, r in zip(pubs, results, strict=True)]
+            acks = await asyncio.wait_for(acks_future, timeout=30.0)
             dup = sum(1 for a in acks if a.duplicate)
             for p, a in zip(pubs, acks, strict=True):
                 # A counter cannot go down: downward adjustments (late facts) are only in the
@@ -335,29 +330,6 @@ class LedgerService(Lifecycle):
             self.metrics.published_total.labels("true").inc(dup)
             self.metrics.published_total.labels("false").inc(len(acks) - dup)
             self.replica.confirm_published(pubs)
-
-    async def _ack_of(self, pub: Publication, result: Any) -> Any:
-        """The PubAck of one output; an id the other replica is publishing right now is retried.
-
-        Two active-active replicas publish the same ids; while the first is still being stored
-        the server answers the second with 10158 ("duplicate message id is in process") rather
-        than a duplicate ack. Publishing again a moment later gets the ordinary duplicate ack.
-        """
-        for attempt in range(5):
-            if not isinstance(result, BaseException):
-                return result
-            if getattr(result, "err_code", None) != _ID_IN_PROCESS:
-                raise result
-            await asyncio.sleep(0.05 * (attempt + 1))  # the other replica's store is in flight
-            try:
-                result = await self._rt.bus.js.publish(
-                    pub.subject, encode(pub.event), headers={Header.MSG_ID.value: pub.event.id}
-                )
-            except nats.js.errors.APIError as exc:
-                result = exc
-        if isinstance(result, BaseException):
-            raise result
-        return result
 
     async def _dead_letter(self, msg: Any, kind: str, reason: str) -> None:
         md = msg.metadata
