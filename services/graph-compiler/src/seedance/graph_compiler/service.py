@@ -149,7 +149,16 @@ class GraphCompilerService(Lifecycle):
             log.info("compile_request_duplicate", tenant=req.tenant, request_id=req.request_id)
             return
         started = self._clock.monotonic()
-        result = await self._serve(d)
+        try:
+            # The heartbeat covers the whole handling (fetching and storing large models take
+            # time too), so ack_wait never expires and hands the request to another replica.
+            async with self._heartbeat(d):
+                result = await self._serve(d)
+        except Exception as exc:
+            if d.num_delivered < self._max_deliver:
+                raise  # retried (nak with backoff) by the consumer
+            # The last delivery: the user waiting on the result subject gets the reason.
+            result = self._failure(req, "InternalError", f"{type(exc).__name__}: {exc}")
         await self._rt.bus.publish(graph.subject(req.tenant, "result"), result)
         await self._kv.put(key, msgspec.msgpack.encode(result))
         self.metrics.compiles_total.labels("ok" if result.ok else result.error_kind).inc()
@@ -300,8 +309,7 @@ class GraphCompilerService(Lifecycle):
             self._pool, worker.compile_file, str(model_path), str(out_path), policy, d.event.target
         )
         try:
-            async with self._heartbeat(d):
-                return await asyncio.wait_for(fut, self._settings.compile_timeout_s)
+            return await asyncio.wait_for(fut, self._settings.compile_timeout_s)
         except TimeoutError:
             # A running task cannot be cancelled in a pool: the child is killed instead.
             self._restart_pool()
