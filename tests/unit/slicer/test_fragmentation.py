@@ -8,26 +8,9 @@ from seedance.slicer.core.fragmentation import (
     TaskClass,
     cluster_fragmentation,
 )
-from seedance.slicer.core.model import ClusterState, Node, Placement, PodRequest
+from seedance.slicer.core.model import ClusterState, Placement, PodRequest
 from seedance.slicer.core.policies import FirstFit
-
-
-def node(
-    name: str,
-    gpus: int = 8,
-    cpu: int = 96_000,
-    mem: int = 512_000,
-    model: str = "G2",
-    nvlink: tuple[int, ...] | None = None,
-) -> Node:
-    return Node(
-        name=name,
-        cpu_milli=cpu,
-        memory_mib=mem,
-        gpu_count=gpus,
-        gpu_model=model,
-        nvlink_domains=nvlink,
-    )
+from tests.unit.slicer.nodes import node
 
 
 def _reference_frag(st: ClusterState, wl: TargetWorkload) -> np.ndarray:

@@ -3,25 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seedance.slicer.core.model import ClusterState, Node, Placement, PodRequest
-
-
-def node(
-    name: str,
-    gpus: int = 8,
-    cpu: int = 96_000,
-    mem: int = 512_000,
-    model: str = "G2",
-    nvlink: tuple[int, ...] | None = None,
-) -> Node:
-    return Node(
-        name=name,
-        cpu_milli=cpu,
-        memory_mib=mem,
-        gpu_count=gpus,
-        gpu_model=model,
-        nvlink_domains=nvlink,
-    )
+from seedance.slicer.core.model import ClusterState, Placement, PodRequest
+from tests.unit.slicer.nodes import node
 
 
 def test_request_validation_names_the_field() -> None:

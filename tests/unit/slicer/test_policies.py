@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from seedance.slicer.core.fragmentation import TargetWorkload
-from seedance.slicer.core.model import ClusterState, Node, Placement, PodRequest, Rejection
+from seedance.slicer.core.model import ClusterState, Placement, PodRequest, Rejection
 from seedance.slicer.core.policies import (
     BestFit,
     FirstFit,
@@ -12,24 +12,7 @@ from seedance.slicer.core.policies import (
     SeedancePolicy,
     choose_whole_gpus,
 )
-
-
-def node(
-    name: str,
-    gpus: int = 8,
-    cpu: int = 96_000,
-    mem: int = 512_000,
-    model: str = "G2",
-    nvlink: tuple[int, ...] | None = None,
-) -> Node:
-    return Node(
-        name=name,
-        cpu_milli=cpu,
-        memory_mib=mem,
-        gpu_count=gpus,
-        gpu_model=model,
-        nvlink_domains=nvlink,
-    )
+from tests.unit.slicer.nodes import node
 
 
 def shared(milli: int, cpu: int = 4000, models: frozenset[str] = frozenset()) -> PodRequest:
