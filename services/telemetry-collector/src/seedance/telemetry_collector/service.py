@@ -60,6 +60,7 @@ class CollectorService(Lifecycle):
         self._settings = settings
         self.metrics = CollectorMetrics(runtime.registry)
         self.dcgm = DcgmExporterCollector(runtime.registry)
+        self._pending_health: list[tuple[str, Event]] = []
         self._subjects: dict[str, str] = {}
         self._source_started = False
         if isinstance(source, ReplaySource):
@@ -162,7 +163,12 @@ class CollectorService(Lifecycle):
             self.dcgm.update(sample)
             items.append((self._subject(sample.node, "sample"), sample_batch_event(sample, at)))
             gpus += len(sample.gpus)
-        health = [(self._subject(c.node, "health"), gpu_health_event(c, at)) for c in out.health]
+        # Health changes are reported once by the poller: one that a failed tick did not publish
+        # stays pending (with its id, so a partial publish repeats as a duplicate) until one does.
+        self._pending_health += [
+            (self._subject(c.node, "health"), gpu_health_event(c, at)) for c in out.health
+        ]
+        health = list(self._pending_health)
         for c in out.health:
             log.warning(
                 "gpu_health_changed",
@@ -171,7 +177,8 @@ class CollectorService(Lifecycle):
                 healthy=c.healthy,
                 reasons=list(c.reasons),
             )
-        await self._rt.bus.publish_many(items + health)
+        await self._rt.bus.publish_many(health + items)
+        self._pending_health.clear()
         self.metrics.gpu_samples_total.inc(gpus)
         self.metrics.node_events_total.labels("sample").inc(len(items))
         self.metrics.node_events_total.labels("health").inc(len(health))
