@@ -201,7 +201,7 @@ async def audit_ledger(bus: Any, sent: Workload) -> LedgerAudit:
         if isinstance(ev, CostEntry):
             published += ev.cost_micro_usd
     totals = core.recompute(
-        ledger_inputs((ev for _, ev in sent.events), book), book, ref.now_ms or 0, cfg
+        ledger_inputs((ev for _, ev in sent.events), book), book, ref.clock_ms or 0, cfg
     )
     return LedgerAudit(
         cost_events=len(seen),

@@ -8,11 +8,22 @@ input stream in order and publishes what it returns.
 
 Why deterministic: every replica reads the same merged stream (``SEEDANCE_LEDGER_IN``) in the
 same order and calls ``step`` with it, so all replicas emit the same outputs with the same ids
-(published as ``Nats-Msg-Id``: JetStream keeps the first and drops the others). Time is the
-largest event time seen so far, and the core is advanced at the event that makes a window
-closable, never at a batch boundary or a timer, so how a replica's fetches happen to be cut
-changes nothing. A replica restored from a checkpoint taken at sequence ``s`` is byte-for-byte
-the replica that had stepped through ``s``; replaying from ``s + 1`` re-creates the same outputs.
+(published as ``Nats-Msg-Id``: JetStream keeps the first and drops the others). Time is an
+event-time clock read from the inputs seen so far (``clock_ms``), and the core is advanced at
+the event that makes a window closable, never at a batch boundary or a timer, so how a
+replica's fetches happen to be cut changes nothing.
+
+Why the clock follows the telemetry samples: the server sources the jobs, slicing and telemetry
+streams into the merged stream independently, so after a backlog (a bulk replay, a server
+restart) one source can run an hour ahead of another in the merged order. A clock at the
+largest time seen would close windows whose samples are still on their way, and every late
+sample would re-open its window (a recomputation and an adjustment entry each). The samples
+are the one input every node sends every tick, so the clock is the newest sample's time; other
+inputs move it only once they lead it by more than ``source_skew_s``, so a stalled collector
+(or a fleet without one) delays entries by at most that.
+
+A replica restored from a checkpoint taken at sequence ``s`` is byte-for-byte the replica that
+had stepped through ``s``; replaying from ``s + 1`` re-creates the same outputs.
 """
 
 from __future__ import annotations
@@ -85,7 +96,9 @@ class _State(msgspec.Struct, kw_only=True):
     """The replica's own state beside the core's snapshot (all of it deterministic)."""
 
     seq: int = 0
+    #: The largest event time seen, and the largest of the telemetry samples' (``clock_ms``).
     now_ms: int | None = None
+    samples_ms: int | None = None
     #: Last cumulative energy per ``node/gpu`` in mJ (NVML's counter; the core wants deltas).
     energy_mj: dict[str, int] = msgspec.field(default_factory=dict)
     #: Budgeted tenants' spend per window end (micro-USD), and the guard's last status.
@@ -120,7 +133,17 @@ class LedgerReplica:
 
     @property
     def now_ms(self) -> int | None:
+        """The largest event time stepped through."""
         return self._s.now_ms
+
+    @property
+    def clock_ms(self) -> int | None:
+        """The event-time clock windows close by (see the module's docstring)."""
+        now, samples = self._s.now_ms, self._s.samples_ms
+        if now is None:
+            return None
+        led = now - self.config.source_skew_ms
+        return led if samples is None else max(samples, led)
 
     def start_after(self, seq: int) -> None:
         """Skip the stream up to ``seq`` (a fresh replica told not to replay history)."""
@@ -150,10 +173,14 @@ class LedgerReplica:
         t = event_time_ms(event)
         if self._s.now_ms is None or t > self._s.now_ms:
             self._s.now_ms = t
+        if isinstance(event, GpuSampleBatch) and (
+            self._s.samples_ms is None or t > self._s.samples_ms
+        ):
+            self._s.samples_ms = t
         return self._advance_if_due()
 
     def _advance_if_due(self) -> list[Publication]:
-        now = self._s.now_ms
+        now = self.clock_ms
         if now is None:
             return []
         closed = self.ledger.closed_until_window

@@ -34,6 +34,9 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True):
     lateness_s: int = 60
     #: Closed windows kept open to late facts; older ones are sealed (bounds the checkpoint).
     retention_windows: int = 288
+    #: How far jobs/slicing inputs may lead the telemetry samples before they move the
+    #: ledger's clock (``LedgerReplica.clock_ms``).
+    source_skew_s: int = 900
     #: A budgets file (YAML, see ``parse_budgets``); no guard if empty.
     budgets: str = ""
     #: Known tenants, comma-separated; inputs naming another tenant are dead-lettered. Empty:
@@ -45,6 +48,7 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True):
             window_s=self.window_s,
             lateness_s=self.lateness_s,
             retention_windows=self.retention_windows or None,
+            source_skew_s=self.source_skew_s,
         )
 
     def tenant_set(self) -> frozenset[str]:

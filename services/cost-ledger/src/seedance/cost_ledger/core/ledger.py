@@ -248,10 +248,18 @@ class LedgerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # per-window state dropped, which bounds the snapshot. None keeps everything (exact for
     # any lateness); a fact for a sealed window is counted in ``late_facts``, never applied.
     retention_windows: int | None = None
+    # How far other inputs may lead the telemetry samples before their time moves the clock
+    # (see ``LedgerReplica.clock_ms``): samples behind the job stream by less than this never
+    # arrive after their window closed; a stalled collector delays entries by at most this.
+    source_skew_s: int = 900
 
     @property
     def window_ms(self) -> int:
         return self.window_s * 1000
+
+    @property
+    def source_skew_ms(self) -> int:
+        return self.source_skew_s * 1000
 
     @property
     def lateness_ms(self) -> int:

@@ -1,0 +1,85 @@
+"""The replica's event-time clock follows the telemetry samples (``LedgerReplica.clock_ms``).
+
+The merged input stream interleaves its sources as the server happens to copy them; after a
+backlog the job stream can run far ahead of the samples. These tests replay the same seeded
+fleet in two merged orders and check what the clock decides, against the core's order-free
+``recompute``.
+"""
+
+from __future__ import annotations
+
+from seedance.cost_ledger import core
+from seedance.cost_ledger.replica import LedgerReplica, ledger_inputs
+from seedance.events import Event
+from seedance.events.telemetry import GpuSampleBatch, NodeInventory
+from tools.ledger_workload import workload
+
+BOOK = core.default_price_book()
+
+
+def _fleet() -> list[Event]:
+    return [e for _, e in workload(1_500, nodes=6, seed=11).events]
+
+
+def _samples_last(events: list[Event]) -> list[Event]:
+    """The worst backlog order: every job and placement first, then the telemetry."""
+    telemetry = [e for e in events if isinstance(e, GpuSampleBatch | NodeInventory)]
+    others = [e for e in events if not isinstance(e, GpuSampleBatch | NodeInventory)]
+    return others + telemetry
+
+
+def _replay(events: list[Event], skew_s: int) -> tuple[LedgerReplica, list[core.CostEntry]]:
+    replica = LedgerReplica(BOOK, core.LedgerConfig(source_skew_s=skew_s))
+    entries = []
+    for seq, event in enumerate(events, 1):
+        entries += [p.event for p in replica.step(seq, event)]
+    return replica, entries
+
+
+def _exact(replica: LedgerReplica, events: list[Event]) -> bool:
+    assert replica.clock_ms is not None
+    expected = core.recompute(
+        ledger_inputs(events, BOOK), BOOK, replica.clock_ms, replica.config
+    )
+    return replica.totals() == expected
+
+
+def test_samples_behind_the_job_stream_close_no_window_early() -> None:
+    events = _samples_last(_fleet())
+    span_s = (max(e.at for e in events) - min(e.at for e in events)).total_seconds()
+    replica, entries = _replay(events, skew_s=int(span_s) + 1)
+    assert entries, "windows closed as the samples arrived"
+    # Every window was closed once, after its samples: no adjustment was needed.
+    assert {e.revision for e in entries} == {0}
+    assert _exact(replica, events)
+
+
+def test_a_clock_at_the_newest_event_re_opens_windows_for_late_samples() -> None:
+    # The same order with no allowance for skew: the job stream's time closes windows whose
+    # samples come later, and each late sample costs an adjustment (what the clock prevents).
+    events = _samples_last(_fleet())
+    replica, entries = _replay(events, skew_s=0)
+    assert any(e.revision > 0 for e in entries)
+    assert _exact(replica, events)  # still exact, only more work and more entries
+
+
+def test_jobs_leading_by_more_than_the_skew_move_the_clock() -> None:
+    events = _fleet()
+    last_sample = max(e.at for e in events if isinstance(e, GpuSampleBatch))
+    # The collector stops half-way; jobs go on.
+    cut = min(e.at for e in events) + (last_sample - min(e.at for e in events)) / 2
+    stalled = [e for e in events if not (isinstance(e, GpuSampleBatch) and e.at > cut)]
+    replica, _ = _replay(stalled, skew_s=600)
+    assert replica.now_ms is not None and replica.clock_ms is not None
+    assert replica.now_ms - replica.clock_ms == 600_000
+    assert replica.clock_ms > core.epoch_ms(cut)
+    assert _exact(replica, stalled)
+
+
+def test_without_samples_the_clock_trails_the_newest_event_by_the_skew() -> None:
+    events = [e for e in _fleet() if not isinstance(e, GpuSampleBatch)]
+    replica, entries = _replay(events, skew_s=600)
+    assert replica.now_ms is not None
+    assert replica.clock_ms == replica.now_ms - 600_000
+    assert entries
+    assert _exact(replica, events)
