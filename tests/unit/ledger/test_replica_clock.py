@@ -38,9 +38,7 @@ def _replay(events: list[Event], skew_s: int) -> tuple[LedgerReplica, list[core.
 
 def _exact(replica: LedgerReplica, events: list[Event]) -> bool:
     assert replica.clock_ms is not None
-    expected = core.recompute(
-        ledger_inputs(events, BOOK), BOOK, replica.clock_ms, replica.config
-    )
+    expected = core.recompute(ledger_inputs(events, BOOK), BOOK, replica.clock_ms, replica.config)
     return replica.totals() == expected
 
 
@@ -70,7 +68,8 @@ def test_jobs_leading_by_more_than_the_skew_move_the_clock() -> None:
     cut = min(e.at for e in events) + (last_sample - min(e.at for e in events)) / 2
     stalled = [e for e in events if not (isinstance(e, GpuSampleBatch) and e.at > cut)]
     replica, _ = _replay(stalled, skew_s=600)
-    assert replica.now_ms is not None and replica.clock_ms is not None
+    assert replica.now_ms is not None
+    assert replica.clock_ms is not None
     assert replica.now_ms - replica.clock_ms == 600_000
     assert replica.clock_ms > core.epoch_ms(cut)
     assert _exact(replica, stalled)

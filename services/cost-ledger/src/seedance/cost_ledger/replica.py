@@ -164,11 +164,14 @@ class LedgerReplica:
         if event is None:
             return []
         inputs, energy = self._inputs(event)  # raises before anything is applied
-        for item in inputs:
-            try:
-                self.ledger.apply(item)
-            except core.LedgerInputError as exc:
-                raise InputRejected("invalid_input", str(exc)) from None
+        try:
+            if isinstance(event, GpuSampleBatch):
+                self.ledger.apply_samples(inputs)  # type: ignore[arg-type]
+            else:
+                for item in inputs:
+                    self.ledger.apply(item)
+        except core.LedgerInputError as exc:
+            raise InputRejected("invalid_input", str(exc)) from None
         self._s.energy_mj.update(energy)
         t = event_time_ms(event)
         if self._s.now_ms is None or t > self._s.now_ms:

@@ -30,8 +30,8 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
@@ -293,30 +293,84 @@ class _Snapshot(msgspec.Struct, kw_only=True):
 _Rates = tuple[Fraction, Fraction, Fraction, Fraction]
 
 
+# An exact rational: a Fraction, or an int where the value is whole. Whole-GPU time in integer
+# milliseconds is most of a fleet's, and int arithmetic is ~10x cheaper than Fraction's, so the
+# core keeps ints until a fraction enters (Python's int/Fraction arithmetic is exact; only ``/``
+# between two ints would give a float, so no ``/`` here has two int operands).
+Rational = int | Fraction
+
+
+def _round_ratio(num: int, den: int) -> int:
+    """``round(num / den)`` exactly, half to even (as ``round`` of a Fraction), for ``den > 0``."""
+    q, r = divmod(num, den)
+    if 2 * r > den or (2 * r == den and q % 2):
+        q += 1
+    return q
+
+
+def _round_product(x: Rational, f: Fraction) -> int:
+    """``round(x · f)`` exactly, half to even, without building a Fraction when ``x`` is whole."""
+    if type(x) is int:
+        return _round_ratio(x * f.numerator, f.denominator)
+    return round(x * f)
+
+
+class _RatioSum:
+    """An exact sum of terms ``num / den``, kept as integer numerators per denominator.
+
+    The terms of one line (a GPU's activity, its share of delivered TFLOPs) mostly share one
+    denominator (the number of samples in the window, the window's length), so summing them is
+    integer addition; Fractions are formed only when the sum is read, once per denominator.
+    """
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: dict[int, int] = {}
+
+    def add(self, num: int, den: int) -> None:
+        self.parts[den] = self.parts.get(den, 0) + num
+
+    def add_rational(self, x: Rational) -> None:
+        if type(x) is int:
+            self.add(x, 1)
+        else:
+            self.add(x.numerator, x.denominator)
+
+    def round_scaled(self, scale: int, divisor: int = 1) -> int:
+        """``round(Σ · scale / divisor)`` exactly, half to even (0 for an empty sum)."""
+        if not self.parts:
+            return 0
+        if len(self.parts) == 1:
+            ((den, num),) = self.parts.items()
+            return _round_ratio(num * scale, den * divisor)
+        total = sum((Fraction(num, den) for den, num in self.parts.items()), Fraction(0))
+        return round(total * scale / divisor)
+
+
 @dataclass(slots=True)
 class _Line:
     """Exact (unrounded) quantities of one line in one window, before rounding."""
 
     tenant: str
     gpu_model: str
-    cost: Fraction = Fraction(0)
-    list_cost: Fraction = Fraction(0)
-    energy_cost: Fraction = Fraction(0)
-    gpu_ms: Fraction = Fraction(0)
-    energy_mj: Fraction = Fraction(0)
-    tflop_hours: Fraction = Fraction(0)
-    activity_sum: Fraction = Fraction(0)
-    activity_n: int = 0
-    # Fraction products are the core's hot spot. A line's GPU-time is almost always charged at
-    # one rate, so cost = rate · Σ ms (exact, the same value as Σ rate · ms) is multiplied once
-    # in ``rounded``; only time at another rate (a node without inventory mixing models) is
-    # priced as it comes, into ``cost`` / ``list_cost``, and counted in ``other_ms``.
+    gpu_ms: Rational = 0
+    # A line's GPU-time is almost always charged at one rate, so cost = rate · Σ ms (exact,
+    # the same value as Σ rate · ms) is multiplied once in ``amounts``; only time at another
+    # rate (a node without inventory mixing models) is priced as it comes, into ``cost`` /
+    # ``list_cost``, and counted in ``other_ms``.
     rates: _Rates | None = None
-    other_ms: Fraction = Fraction(0)
-    # Σ energy · charged ms; energy_mj = this / window ms, divided once per line
-    energy_mj_ms: Fraction = Fraction(0)
+    other_ms: Rational = 0
+    cost: Rational = 0
+    list_cost: Rational = 0
+    # Σ energy · charged ms: the line's energy is this / window ms, divided once in ``amounts``
+    energy_mj_ms: Rational = 0
+    # Σ of the mean activity of each GPU the line was charged on, and how many GPUs
+    activity: _RatioSum = field(default_factory=_RatioSum)
+    activity_n: int = 0
+    tflop_hours: _RatioSum = field(default_factory=_RatioSum)
 
-    def charge(self, ms: Fraction, rates: _Rates) -> None:
+    def charge(self, ms: Rational, rates: _Rates) -> None:
         """Add ``ms`` of GPU-time at ``rates`` ($/GPU-ms at the tier, at list price)."""
         self.gpu_ms += ms
         if self.rates is None:
@@ -326,30 +380,44 @@ class _Line:
             self.cost += rates[0] * ms
             self.list_cost += rates[1] * ms
 
-    def rounded(self) -> Amounts:
-        # Each branch rounds the same exact value as round_micro(Σ rate · ms); the common one
-        # (one rate) multiplies by the memoised micro-USD rate instead of twice.
-        if self.rates is None:
-            cost_micro, list_micro = round_micro(self.cost), round_micro(self.list_cost)
+    def amounts(self, per_window_ms: Fraction, energy_rate: Fraction | None) -> Amounts:
+        """The line rounded: each figure is the exact value rounded once, half to even.
+
+        ``per_window_ms`` is 1 / the window's ms; ``energy_rate`` the µUSD of one mJ·ms of
+        ``energy_mj_ms`` ($/mJ · 10⁶ / window ms), None where energy is not billed.
+        """
+        rates = self.rates
+        if rates is None:
+            cost_micro = list_micro = 0
         elif self.other_ms:
             rated_ms = self.gpu_ms - self.other_ms
-            cost_micro = round_micro(self.cost + self.rates[0] * rated_ms)
-            list_micro = round_micro(self.list_cost + self.rates[1] * rated_ms)
+            cost_micro = round_micro(self.cost + rates[0] * rated_ms)
+            list_micro = round_micro(self.list_cost + rates[1] * rated_ms)
         else:
-            cost_micro = round(self.rates[2] * self.gpu_ms)
-            list_micro = round(self.rates[3] * self.gpu_ms)
+            cost_micro = _round_product(self.gpu_ms, rates[2])
+            list_micro = _round_product(self.gpu_ms, rates[3])
+        e = self.energy_mj_ms  # energy in mJ = e / window_ms
+        energy_mj = energy_usd_micro = 0
+        if e:
+            energy_mj = _round_product(e, per_window_ms)
+            if energy_rate is not None:
+                energy_usd_micro = _round_product(e, energy_rate)
         return Amounts(
             cost_usd_micro=cost_micro,
-            energy_usd_micro=round_micro(self.energy_cost) if self.energy_cost else 0,
+            energy_usd_micro=energy_usd_micro,
             list_cost_usd_micro=list_micro,
-            gpu_hours_micro=round(self.gpu_ms * _GPU_HOURS_MICRO_PER_MS),
-            energy_mj=round(self.energy_mj) if self.energy_mj else 0,
-            tflop_hours_micro=round(self.tflop_hours * 1_000_000) if self.tflop_hours else 0,
+            gpu_hours_micro=_round_product(self.gpu_ms, _GPU_HOURS_MICRO_PER_MS),
+            energy_mj=energy_mj,
+            tflop_hours_micro=self.tflop_hours.round_scaled(1_000_000),
         )
 
+    def activity_ppm(self) -> int | None:
+        """Mean activity of the GPUs the line was charged on, in ppm (None: none measured)."""
+        return self.activity.round_scaled(1, self.activity_n) if self.activity_n else None
 
-_ZERO = Fraction(0)
-_ONE = Fraction(1)
+
+_ZERO = 0
+_ONE = 1
 _GPU_HOURS_MICRO_PER_MS = Fraction(1_000_000, MS_PER_HOUR)
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
@@ -391,7 +459,10 @@ class Ledger:
         self._totals = LedgerTotals()
         self._rate_cache: dict[tuple[str, PricingTier], _Rates] = {}
         self._idle_cache: dict[tuple[str, str, int, int], Amounts] = {}
-        self._usd_per_mj = book.usd_per_mj()
+        self._peak_cache: dict[str, Fraction | None] = {}
+        # 1 / window ms and the µUSD of one mJ·ms of a line's energy_mj_ms (see _Line.amounts)
+        self._per_window_ms = Fraction(1, self.config.window_ms)
+        self._energy_rate = book.usd_per_mj() * MICRO_PER_USD / self.config.window_ms
 
     # ------------------------------------------------------------------------ applying facts
 
@@ -456,6 +527,40 @@ class Ledger:
     def apply_many(self, events: Iterable[LedgerInput]) -> int:
         """Apply a batch; returns how many were new."""
         return sum(self.apply(e) for e in events)
+
+    def apply_samples(self, samples: Sequence[GpuSample]) -> int:
+        """``apply`` each sample (a collector's batch): the same state, with the per-fact
+        dispatch and the per-window bookkeeping done once per (node, window), the ledger's
+        hottest path. All are validated before any is applied; returns how many were new."""
+        for sample in samples:
+            self._validate(sample)
+        w_ms = self.config.window_ms
+        sealed = self._sealed_until
+        seen = self._seen
+        touched: set[tuple[str, int]] = set()
+        new = 0
+        for e in samples:
+            if e.event_id in seen:
+                continue
+            seen.add(e.event_id)
+            new += 1
+            w = e.at_ms // w_ms
+            if sealed is not None and w < sealed:
+                self.late_facts += 1  # as in _insert: remembered as seen, not charged
+                continue
+            ppm = round(e.activity * 1_000_000)  # as in _insert
+            self._samples.setdefault((e.node, e.gpu_index, w), {})[e.event_id] = (
+                ppm,
+                e.energy_mj,
+                e.at_ms,
+            )
+            self._sample_gpus[(e.node, w)].add(e.gpu_index)
+            touched.add((e.node, w))
+        for node, w in touched:
+            self._sample_nodes[w].add(node)
+            self._note_window(w)
+            self._mark_dirty(node, w, w + 1)
+        return new
 
     def _validate(self, e: LedgerInput) -> None:
         def bad(field: str, value: object, why: str) -> LedgerInputError:
@@ -562,12 +667,21 @@ class Ledger:
         for key in [k for k in self._emitted if k[1] < until]:
             for (kind, job), (_, amounts) in self._emitted.pop(key).items():
                 self._count_line(key[0], kind, job, amounts, self._sealed_totals)
-        for key in [k for k in self._samples if k[2] < until]:
-            del self._samples[key]
-        for key in [k for k in self._sample_gpus if k[1] < until]:
-            del self._sample_gpus[key]
+        # Samples are found through their window's nodes and GPUs: no scan of every sample.
         for w in [w for w in self._sample_nodes if w < until]:
-            del self._sample_nodes[w]
+            for node in self._sample_nodes.pop(w):
+                for g in self._sample_gpus.pop((node, w), ()):
+                    self._samples.pop((node, g, w), None)
+        # A placement whose job ended before the sealed windows overlaps no window that can
+        # still change: drop it from the per-node index every computation scans (it stays a
+        # fact, in the snapshot and the job's report). An end can only move earlier.
+        cutoff_ms = until * self.config.window_ms
+        for node, allocs in self._node_allocs.items():
+            self._node_allocs[node] = [a for a in allocs if not self._ended_by(a, cutoff_ms)]
+
+    def _ended_by(self, alloc_id: str, t_ms: int) -> bool:
+        end = self._job_end.get(self._placements[alloc_id].job_id)
+        return end is not None and end.end_ms <= t_ms
 
     def _nodes_in_window(self, w: int) -> set[str]:
         a, b = window_bounds_ms(w, self.config.window_ms)
@@ -662,7 +776,7 @@ class Ledger:
             info = None
         tier = info.pricing_tier if info else self.config.default_tier
         # per gpu: [(alloc_id, fraction, overlap_ms)]
-        per_gpu: dict[int, list[tuple[Placement, Fraction, int]]] = defaultdict(list)
+        per_gpu: dict[int, list[tuple[Placement, Rational, int]]] = defaultdict(list)
         for aid in self._node_allocs.get(node, ()):
             t = self._overlap(aid, a, b)
             if t <= 0:
@@ -677,11 +791,10 @@ class Ledger:
             key = (info.gpu_model, info.pricing_tier, info.gpu_count, capacity)
             amounts = self._idle_cache.get(key)
             if amounts is None:
-                rate, list_rate, _, _ = self._rates(info.gpu_model, info.pricing_tier)
-                gpu_ms = info.gpu_count * capacity
-                line = _Line(tenant="", gpu_model=info.gpu_model, gpu_ms=Fraction(gpu_ms))
-                line.cost, line.list_cost = rate * gpu_ms, list_rate * gpu_ms
-                amounts = self._idle_cache[key] = line.rounded()
+                line = _Line(tenant="", gpu_model=info.gpu_model)
+                rates = self._rates(info.gpu_model, info.pricing_tier)
+                line.charge(info.gpu_count * capacity, rates)
+                amounts = self._idle_cache[key] = line.amounts(self._per_window_ms, None)
             if amounts.is_zero():
                 return {}, {}
             return (
@@ -695,8 +808,6 @@ class Ledger:
 
         lines: dict[tuple[str, str], _Line] = {}
         sources: dict[tuple[str, str], set[str]] = defaultdict(set)
-        energy_billed = self.book.energy_billed(tier)
-        usd_per_mj = self._usd_per_mj
         node_model = info.gpu_model if info else None
         sample_gpus = self._sample_gpus.get((node, w), ())
         # Most GPUs of a fleet sit untouched in a window: their whole capacity is idle, so
@@ -712,33 +823,33 @@ class Ledger:
                 continue
             rates = self._rates(model, tier)
             samples = self._samples.get((node, g, w), {})
-            u: Fraction | None = None
-            energy = 0
-            if samples:
-                ppm_sum = sum(s[0] for s in samples.values())
-                u = Fraction(ppm_sum, len(samples) * 1_000_000)
-                energy = sum(s[1] for s in samples.values())
-            peak = self.book.peak_tflops(model)
+            # The GPU's mean activity u = ppm_sum / (n · 10⁶), kept as integers
+            n = len(samples)
+            ppm_sum = energy = 0
+            for ppm, mj, _ in samples.values():
+                ppm_sum += ppm
+                energy += mj
             shares = [f * t for _, f, t in allocs]
             allocated = sum(shares, _ZERO)
-            k = _ONE
+            k: Rational = _ONE
             if allocated > W:
                 k = Fraction(W) / allocated  # over-committed: charge the GPU at most once
             elif (
-                u is not None
+                n
                 and allocated > 0
                 and all(p.kind == "shared" for p, _, _ in allocs)
-                and u * W > allocated
+                and ppm_sum * W > allocated * (n * 1_000_000)  # u · W > allocated
             ):
-                k = u * W / allocated  # measured usage beyond the requests, split by request
+                # measured usage beyond the requests, split by request: k = u · W / allocated
+                k = Fraction(ppm_sum * W, n * 1_000_000) / allocated
             charged_total = allocated if k == 1 else allocated * k
-            delivered = (
-                u * peak[0] * W / MS_PER_HOUR if (u is not None and peak is not None) else None
-            )
-            # delivered · charged / charged_total, with the quotient taken once per GPU
-            tflop_per_ms = (
-                delivered / charged_total if (delivered is not None and charged_total > 0) else None
-            )
+            # The GPU's delivered TFLOP-hours u · peak · W / h = tflop_num / tflop_den; each line
+            # gets its charged share of them.
+            peak = self._peak(model)
+            tflop_num = tflop_den = 0
+            if n and peak is not None and charged_total > 0:
+                tflop_num = ppm_sum * peak.numerator * W
+                tflop_den = n * 1_000_000 * peak.denominator * MS_PER_HOUR
             for (p, _, _), ft in zip(allocs, shares, strict=True):
                 key = ("usage", p.job_id)
                 line = lines.get(key)
@@ -746,14 +857,20 @@ class Ledger:
                     line = lines[key] = _Line(tenant=p.tenant, gpu_model=model)
                 charged = ft if k == 1 else ft * k
                 line.charge(charged, rates)
-                if samples:
-                    # energy_mj (then energy_cost = energy_mj · $/mJ) once per line below
+                if n:
                     line.energy_mj_ms += energy * charged
-                    line.activity_sum += u  # type: ignore[operator]
+                    line.activity.add(ppm_sum, n)
                     line.activity_n += 1
                     sources[key].update(samples)
-                if tflop_per_ms is not None:
-                    line.tflop_hours += tflop_per_ms * charged
+                if tflop_den:
+                    if charged == charged_total:  # the GPU's only line: all of it
+                        line.tflop_hours.add(tflop_num, tflop_den)
+                    elif type(charged) is int and type(charged_total) is int:
+                        line.tflop_hours.add(tflop_num * charged, tflop_den * charged_total)
+                    else:
+                        line.tflop_hours.add_rational(
+                            Fraction(tflop_num, tflop_den) * charged / charged_total
+                        )
                 sources[key].add(p.event_id)
                 end = self._job_end.get(p.job_id)
                 if end is not None and end.end_ms <= b:
@@ -769,10 +886,10 @@ class Ledger:
             if line is None:
                 line = lines[idle_key] = _Line(tenant="", gpu_model=model)
             line.charge(idle_ms, rates)
-            if samples:
-                # energy · (1 - min(1, charged_total / W)), the / W taken once per line below
+            if n:
+                # energy · (1 - min(1, charged_total / W)); the / W is taken once per line
                 line.energy_mj_ms += energy * (W - min(W, charged_total))
-                line.activity_sum += u  # type: ignore[operator]
+                line.activity.add(ppm_sum, n)
                 line.activity_n += 1
                 sources[idle_key].update(samples)
             sources[idle_key].add(info.event_id)
@@ -782,20 +899,27 @@ class Ledger:
             line = lines.get(idle_key)
             if line is None:
                 line = lines[idle_key] = _Line(tenant="", gpu_model=node_model)
-            line.charge(Fraction(idle_ms), self._rates(node_model, tier))
+            line.charge(idle_ms, self._rates(node_model, tier))
             sources[idle_key].add(info.event_id)
 
-        result = {}
-        for key, line in lines.items():
-            if line.energy_mj_ms:
-                line.energy_mj = line.energy_mj_ms / W
-                if energy_billed:
-                    line.energy_cost = line.energy_mj * usd_per_mj
-            activity = (
-                round(line.activity_sum * 1_000_000 / line.activity_n) if line.activity_n else None
+        energy_rate = self._energy_rate if self.book.energy_billed(tier) else None
+        result = {
+            key: (
+                line.amounts(self._per_window_ms, energy_rate),
+                line.activity_ppm(),
+                line.tenant,
+                line.gpu_model,
             )
-            result[key] = (line.rounded(), activity, line.tenant, line.gpu_model)
+            for key, line in lines.items()
+        }
         return result, {k: tuple(sorted(v)) for k, v in sources.items()}
+
+    def _peak(self, model: str) -> Fraction | None:
+        """The model's peak TFLOP/s at the book's precision, memoised (the book is immutable)."""
+        if model not in self._peak_cache:
+            peak = self.book.peak_tflops(model)
+            self._peak_cache[model] = Fraction(peak[0]) if peak is not None else None
+        return self._peak_cache[model]
 
     def _rates(self, model: str, tier: PricingTier) -> _Rates:
         """$/GPU-ms at the tier and at list price, memoised (the book is immutable)."""
@@ -812,9 +936,9 @@ class Ledger:
             )
         return rates
 
-    def _fraction(self, p: Placement) -> Fraction:
-        if p.kind == "whole":
-            return Fraction(1)
+    def _fraction(self, p: Placement) -> Rational:
+        if p.kind == "whole" or (p.kind == "shared" and p.gpu_milli == 1000):
+            return 1
         if p.kind == "shared":
             return Fraction(p.gpu_milli, 1000)
         return self.book.mig_fraction(p.gpu_model, p.mig_profile)
