@@ -7,6 +7,7 @@ from seedance.core.bus import MIN_SERVER_VERSION, Bus, BusSettings, check_server
 from seedance.core.clock import Clock, VirtualClock, WallClock
 from seedance.core.consumer import Delivery, PullConsumer
 from seedance.core.errors import InvalidMessage, RetryableError, SeedanceError, ServerTooOld
+from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.core.retry import RetryPolicy
 from seedance.core.service import Lifecycle, Service, ServiceRuntime, serve
 
@@ -19,6 +20,8 @@ __all__ = [
     "InvalidMessage",
     "Lifecycle",
     "PullConsumer",
+    "PullReader",
+    "ReaderInterrupted",
     "RetryPolicy",
     "RetryableError",
     "SeedanceError",

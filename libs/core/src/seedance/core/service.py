@@ -157,6 +157,13 @@ class ServiceRuntime(Lifecycle):
                 c.stop()
             for t in loops:
                 t.cancel()
+            # nats-py swallows a CancelledError that lands inside its publish path
+            # (``Client._flush_pending``), so a loop can miss the request: repeat it until
+            # every loop has ended, or the group would wait for that loop forever.
+            while pending := [t for t in loops if not t.done()]:
+                await asyncio.wait(pending, timeout=0.5)
+                for t in pending:
+                    t.cancel()
 
     async def stop(self) -> None:
         """Idempotent; safe before ``start``."""

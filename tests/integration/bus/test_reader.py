@@ -1,0 +1,125 @@
+"""PullReader against a real nats-server: order, batches, an ended consumer, a lost delivery;
+and the runtime stopping a loop that missed its first cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from seedance.core import Bus, BusSettings, PullReader, ReaderInterrupted, ServiceRuntime
+from seedance.events.subjects import ConsumerSpec, jobs
+
+pytestmark = pytest.mark.integration
+
+
+def unacked(unique: str, start_seq: int = 0) -> ConsumerSpec:
+    return ConsumerSpec(
+        durable=f"reader-{unique}",
+        stream="SEEDANCE_JOBS",
+        filter_subjects=(jobs.tenant_wildcard(f"t{unique}"),),
+        acked=False,
+        start_seq=start_seq,
+        inactive_s=60.0,
+    )
+
+
+async def publish(bus: Bus, unique: str, n: int) -> None:
+    for i in range(n):
+        await bus.js.publish(jobs.subject(f"t{unique}", "submitted"), f"{i}".encode())
+
+
+async def read_until_interrupted(reader: PullReader, timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            await reader.next_batch(timeout_s=0.5)
+
+
+async def read(reader: PullReader, n: int, timeout_s: float = 10.0) -> list[Any]:
+    got: list[Any] = []
+    async with asyncio.timeout(timeout_s):
+        while len(got) < n:
+            got += await reader.next_batch(timeout_s=0.5)
+    return got
+
+
+async def test_reads_every_message_in_order_in_batches(bus: Bus, unique: str) -> None:
+    await publish(bus, unique, 250)
+    spec = unacked(unique)
+    await bus.ensure_consumer(spec)
+    reader = PullReader(bus.nc, spec.stream, spec.durable, batch=40, depth=2)
+    await reader.start()
+    try:
+        first = await reader.next_batch(timeout_s=5.0)
+        assert 0 < len(first) <= 40  # never more than a batch at once
+        rest = await read(reader, 250 - len(first))
+        assert [m.data for m in first + rest] == [f"{i}".encode() for i in range(250)]
+        # Published later, still delivered: the reader keeps asking.
+        await publish(bus, unique, 3)
+        more = await read(reader, 3)
+        assert [m.data for m in more] == [b"0", b"1", b"2"]
+        assert await reader.next_batch(timeout_s=0.2) == []
+    finally:
+        await reader.close()
+
+
+async def test_a_deleted_consumer_interrupts_the_reader(bus: Bus, unique: str) -> None:
+    await publish(bus, unique, 5)
+    spec = unacked(unique)
+    await bus.ensure_consumer(spec)
+    reader = PullReader(bus.nc, spec.stream, spec.durable, batch=10, depth=2, expires_s=1.0)
+    await reader.start()
+    try:
+        assert len(await read(reader, 5)) == 5
+        await bus.js.delete_consumer(spec.stream, spec.durable)
+        with pytest.raises(ReaderInterrupted):
+            await read_until_interrupted(reader)
+    finally:
+        await reader.close()
+
+
+async def test_a_delivery_that_never_arrived_interrupts_the_reader(bus: Bus, unique: str) -> None:
+    await publish(bus, unique, 6)
+    spec = unacked(unique)
+    await bus.ensure_consumer(spec)
+    reader = PullReader(bus.nc, spec.stream, spec.durable, batch=3, depth=1, expires_s=1.0)
+    await reader.start()
+    try:
+        assert len(await read(reader, 3)) == 3
+        # The same consumer re-created behind the reader's back (as after a lost connection):
+        # its deliveries restart at 1, which is not the reader's next (4). The server may also
+        # end the waiting request with "Consumer Deleted"; either way the reader must stop.
+        await bus.ensure_consumer(unacked(unique, start_seq=1))
+        with pytest.raises(ReaderInterrupted, match=r"never arrived|Consumer Deleted"):
+            await read_until_interrupted(reader)
+    finally:
+        await reader.close()
+
+
+async def test_a_loop_that_swallows_a_cancellation_still_stops(nats_url: str) -> None:
+    # nats-py's publish path swallows a CancelledError; the runtime must ask again.
+    runtime = ServiceRuntime("loop-test", BusSettings(url=nats_url))
+    swallowed = asyncio.Event()
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if swallowed.is_set():
+                    raise
+                swallowed.set()  # the first cancellation is lost, as in nats-py
+
+    runtime.loop(stubborn)
+    await runtime.start()
+    task = asyncio.create_task(runtime.run())
+    try:
+        await asyncio.sleep(0.1)
+        await runtime.stop()
+        async with asyncio.timeout(5):
+            await swallowed.wait()
+        async with asyncio.timeout(10):
+            await task  # returns: the loop was cancelled a second time
+    finally:
+        await runtime.close()
