@@ -22,8 +22,13 @@ scheduler (vLLM V0's default, no chunked prefill):
   at the next step boundary, exactly where a real engine would schedule its prefill.
 
 The router sees each replica's exact state at the arrival instant and, when a forecast source is
-given, the latest forecast it has published. Must not do: sleep, read clocks, or use global
-randomness; the same inputs give the same outputs.
+given, the latest forecast it has published. A policy that is a `HoldingPolicy` binds late: each
+request enters the router's own queue (ordered by the policy's hold key) and the queue's head is
+offered to the policy on every arrival and at every iteration boundary of any replica, before
+that replica schedules its next iteration, until the policy releases it; the time held is part
+of the request's TTFT. Other policies bind every request on arrival.
+
+Must not do: sleep, read clocks, or use global randomness; the same inputs give the same outputs.
 """
 
 from __future__ import annotations
