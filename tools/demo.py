@@ -366,8 +366,9 @@ class Demo:
                 title="Seedance demo: cost per tenant",
                 entries=lines,
                 generated_at_ms=end_ms,
-                baseline=Baseline(policy_name="whole-GPU allocation",
-                                  cost_usd_micro_by_tenant=whole_by_tenant),
+                baseline=Baseline(
+                    policy_name="whole-GPU allocation", cost_usd_micro_by_tenant=whole_by_tenant
+                ),
             )
         )
         out = REPO / "out" / "demo" / "report.html"

@@ -11,10 +11,12 @@ from seedance.router.policy.baselines import (
     RoundRobin,
     least_outstanding_index,
 )
+from seedance.router.policy.late_binding import HoldOrder, LateBinding, can_take_now
 from seedance.router.policy.predictive import PredictiveConfig, PredictiveSloPolicy, PrefixIndex
 from seedance.router.policy.state import (
     Decision,
     Forecast,
+    HoldingPolicy,
     Reason,
     ReplicaForecast,
     ReplicaState,
@@ -25,6 +27,9 @@ from seedance.router.policy.state import (
 __all__ = [
     "Decision",
     "Forecast",
+    "HoldOrder",
+    "HoldingPolicy",
+    "LateBinding",
     "LeastOutstanding",
     "PowerOfTwoChoices",
     "PredictiveConfig",
@@ -36,5 +41,6 @@ __all__ = [
     "RoundRobin",
     "RouteRequest",
     "RoutingPolicy",
+    "can_take_now",
     "least_outstanding_index",
 ]

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 __all__ = [
     "Decision",
     "Forecast",
+    "HoldingPolicy",
     "Reason",
     "ReplicaForecast",
     "ReplicaState",
@@ -116,3 +117,32 @@ class RoutingPolicy(Protocol):
         forecast: Forecast | None,
         now_s: float,
     ) -> Decision: ...
+
+
+@runtime_checkable
+class HoldingPolicy(Protocol):
+    """A policy that may keep requests in the router (late binding) instead of binding each one
+    to a replica on arrival.
+
+    The router keeps held requests in one queue ordered by `hold_key` (smallest first, arrival
+    order on ties; a constant key is FCFS). Whenever the fleet's state changes (an
+    arrival, an iteration boundary on any replica) it offers the queue's head to `release`,
+    which returns the decision to send it now or None to keep holding it (and everything behind
+    it). Time to first token counts from arrival, so time held is charged to the request.
+    `release` must return a decision when some replica is empty (nothing running or waiting),
+    or the queue could stall.
+    """
+
+    name: str
+
+    def hold_key(self, request: RouteRequest, now_s: float) -> float:
+        """Where `request` goes in the router's queue, computed once on arrival."""
+        ...
+
+    def release(
+        self,
+        request: RouteRequest,
+        replicas: Sequence[ReplicaState],
+        forecast: Forecast | None,
+        now_s: float,
+    ) -> Decision | None: ...

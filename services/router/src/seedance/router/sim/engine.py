@@ -22,8 +22,13 @@ scheduler (vLLM V0's default, no chunked prefill):
   at the next step boundary, exactly where a real engine would schedule its prefill.
 
 The router sees each replica's exact state at the arrival instant and, when a forecast source is
-given, the latest forecast it has published. Must not do: sleep, read clocks, or use global
-randomness; the same inputs give the same outputs.
+given, the latest forecast it has published. A policy that is a `HoldingPolicy` binds late: each
+request enters the router's own queue (ordered by the policy's hold key) and the queue's head is
+offered to the policy on every arrival and at every iteration boundary of any replica, before
+that replica schedules its next iteration, until the policy releases it; the time held is part
+of the request's TTFT. Other policies bind every request on arrival.
+
+Must not do: sleep, read clocks, or use global randomness; the same inputs give the same outputs.
 """
 
 from __future__ import annotations
@@ -34,13 +39,21 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from seedance.router.policy.state import Forecast, ReplicaState, RouteRequest, RoutingPolicy
+from seedance.router.policy.state import (
+    Decision,
+    Forecast,
+    HoldingPolicy,
+    ReplicaState,
+    RouteRequest,
+    RoutingPolicy,
+)
 from seedance.router.sim.params import ReplicaParams
 from seedance.router.sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest
 
 __all__ = ["ForecastSource", "ReplicaSnapshot", "SimResult", "simulate"]
 
-_IDLE, _PREFILL, _DECODE = 0, 1, 2
+# _BOUNDARY: an iteration has just ended and the replica is about to schedule the next one.
+_IDLE, _PREFILL, _DECODE, _BOUNDARY = 0, 1, 2, 3
 
 
 class _Req:
@@ -49,6 +62,7 @@ class _Req:
         "cached",
         "e2e_s",
         "hashes",
+        "hold_s",
         "idx",
         "kv_need",
         "output",
@@ -64,6 +78,7 @@ class _Req:
         self.kv_need = t.prompt_tokens + t.output_tokens
         self.hashes = t.prefix_hashes
         self.cached = 0
+        self.hold_s = 0.0
         self.ttft_s = math.nan
         self.e2e_s = math.nan
 
@@ -142,6 +157,9 @@ class SimResult:
     # Prompt tokens not prefilled thanks to prefix-cache hits, and all prompt tokens admitted.
     prefix_hit_tokens: int = 0
     prompt_tokens: int = 0
+    # Time each request spent held in the router before binding (all zero unless the policy
+    # is a `HoldingPolicy`); it is part of its TTFT.
+    hold_s: tuple[float, ...] = ()
 
 
 def _steps_within(u: float, v: float, elapsed: float) -> int:
@@ -275,6 +293,11 @@ def simulate(
                 req.e2e_s = now - req.arrival_s
                 r.kv_used -= req.kv_need
                 r.ctx_tokens -= req.prompt + req.output
+        if held:
+            # The router sees the boundary (KV freed, batch done) and may release held requests,
+            # to this replica or another, before this replica schedules its next iteration.
+            r.mode = _BOUNDARY
+            release_held(now)
         schedule(r, ri, now)
 
     def run_events_until(t: float) -> None:
@@ -285,30 +308,25 @@ def simulate(
             if ver == r.version:
                 iteration_end(r, ri, end)
 
-    reqs = [_Req(i, t) for i, t in enumerate(trace)]
-    replica_of = [-1] * len(reqs)
-    ids = [r.name for r in reps]
-    for req in reqs:
-        now = req.arrival_s
-        run_events_until(now)
-        if forecast_source is not None:
-            while next_tick <= now:
-                snaps = [
-                    ReplicaSnapshot(
-                        replica_id=ids[i],
-                        kv_used_tokens=reps[i].kv_used,
-                        arrivals_since_last_tick=arrivals_tick[i],
-                    )
-                    for i in range(n_replicas)
-                ]
-                arrivals_tick = [0] * n_replicas
-                forecast = forecast_source.observe(next_tick, snaps)
-                next_tick += tick_s
-        if req.kv_need > p.kv_capacity_tokens:
-            # Could never be admitted anywhere: an engine rejects it at validation.
-            rejected += 1
-            continue
-        states = [
+    def tick_until(now: float) -> None:
+        nonlocal arrivals_tick, forecast, next_tick
+        if forecast_source is None:
+            return
+        while next_tick <= now:
+            snaps = [
+                ReplicaSnapshot(
+                    replica_id=ids[i],
+                    kv_used_tokens=reps[i].kv_used,
+                    arrivals_since_last_tick=arrivals_tick[i],
+                )
+                for i in range(n_replicas)
+            ]
+            arrivals_tick = [0] * n_replicas
+            forecast = forecast_source.observe(next_tick, snaps)
+            next_tick += tick_s
+
+    def observe() -> list[ReplicaState]:
+        return [
             ReplicaState(
                 replica_id=r.name,
                 waiting=len(r.queue),
@@ -320,9 +338,9 @@ def simulate(
             )
             for r in reps
         ]
-        decision = policy.choose(
-            RouteRequest(prompt_tokens=req.prompt, prefix_hashes=req.hashes), states, forecast, now
-        )
+
+    def dispatch(req: _Req, decision: Decision, states: list[ReplicaState], now: float) -> None:
+        nonlocal seq
         ri = decision.replica_index
         reasons[decision.reason.value] += 1
         arrivals_tick[ri] += 1
@@ -349,7 +367,56 @@ def simulate(
                 end = r.dec_start + j * r.dec_u + r.dec_v * j * (j - 1) / 2
                 seq += 1
                 heapq.heappush(events, (end, seq, ri, r.version))
+        # _PREFILL and _BOUNDARY replicas schedule their queue when the iteration ends.
+
+    def release_held(now: float) -> None:
+        # The router's queue is ordered by the policy's hold key (arrival order on ties; FCFS
+        # when the key is constant); its head blocks the rest, as a replica's does.
+        assert holding is not None
+        tick_until(now)
+        while held:
+            req = held[0][2]
+            states = observe()
+            decision = holding.release(
+                RouteRequest(prompt_tokens=req.prompt, prefix_hashes=req.hashes),
+                states,
+                forecast,
+                now,
+            )
+            if decision is None:
+                return
+            heapq.heappop(held)
+            req.hold_s = now - req.arrival_s
+            dispatch(req, decision, states, now)
+
+    reqs = [_Req(i, t) for i, t in enumerate(trace)]
+    replica_of = [-1] * len(reqs)
+    ids = [r.name for r in reps]
+    holding = policy if isinstance(policy, HoldingPolicy) else None
+    held: list[tuple[float, int, _Req]] = []  # heap of (hold key, arrival index, request)
+    for req in reqs:
+        now = req.arrival_s
+        run_events_until(now)
+        tick_until(now)
+        if req.kv_need > p.kv_capacity_tokens:
+            # Could never be admitted anywhere: an engine rejects it at validation.
+            rejected += 1
+            continue
+        if holding is not None:
+            key = holding.hold_key(RouteRequest(prompt_tokens=req.prompt), now)
+            heapq.heappush(held, (key, req.idx, req))
+            release_held(now)
+            continue
+        states = observe()
+        decision = policy.choose(
+            RouteRequest(prompt_tokens=req.prompt, prefix_hashes=req.hashes), states, forecast, now
+        )
+        dispatch(req, decision, states, now)
     run_events_until(math.inf)
+    if held:
+        raise RuntimeError(
+            f"policy {policy.name!r} still holds {len(held)} requests with every replica idle"
+        )
 
     return SimResult(
         ttft_s=tuple(q.ttft_s for q in reqs),
@@ -360,4 +427,5 @@ def simulate(
         rejected=rejected,
         prefix_hit_tokens=sum(q.cached for q in reqs),
         prompt_tokens=sum(q.prompt for q in reqs if not math.isnan(q.ttft_s)),
+        hold_s=tuple(q.hold_s for q in reqs),
     )
