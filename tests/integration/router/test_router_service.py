@@ -231,3 +231,16 @@ async def test_router_without_a_forecast_falls_back(
                 await kv.get(f"{fleet}.echo")
     finally:
         await sub.unsubscribe()
+
+
+async def test_a_failed_retraining_is_counted_and_keeps_the_model(
+    nats_url: str, tritons: dict[str, Any], unique: str
+) -> None:
+    async with running_router(nats_url, tritons, fleet=f"fleet-{unique}") as router:
+        assert router.forecasts.model is None
+        # No history at all: training refuses (ValueError); the service must count it, not die.
+        await router._retrain(0.0, 60.0, "no_model")
+        reg = router._rt.registry
+        failures = "seedance_router_forecast_retrain_failures_total"
+        assert _sample(reg, failures, reason="no_model") == 1
+        assert router.forecasts.model is None

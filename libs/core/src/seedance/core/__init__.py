@@ -3,7 +3,13 @@
 Shared by every service and the SDK. Must not import any service.
 """
 
-from seedance.core.bus import MIN_SERVER_VERSION, Bus, BusSettings, check_server_version
+from seedance.core.bus import (
+    MIN_SERVER_VERSION,
+    TRANSIENT_BUS_ERRORS,
+    Bus,
+    BusSettings,
+    check_server_version,
+)
 from seedance.core.clock import Clock, VirtualClock, WallClock
 from seedance.core.consumer import Delivery, PullConsumer
 from seedance.core.errors import InvalidMessage, RetryableError, SeedanceError, ServerTooOld
@@ -13,6 +19,7 @@ from seedance.core.service import Lifecycle, Service, ServiceRuntime, serve
 
 __all__ = [
     "MIN_SERVER_VERSION",
+    "TRANSIENT_BUS_ERRORS",
     "Bus",
     "BusSettings",
     "Clock",

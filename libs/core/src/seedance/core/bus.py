@@ -26,7 +26,22 @@ from seedance.core.tracing import inject_headers, tracer
 from seedance.events import Event, encode
 from seedance.events.subjects import CONSUMERS, STREAMS, ConsumerSpec, Header, StreamSpec
 
-__all__ = ["MIN_SERVER_VERSION", "Bus", "BusSettings", "check_server_version"]
+__all__ = [
+    "MIN_SERVER_VERSION",
+    "TRANSIENT_BUS_ERRORS",
+    "Bus",
+    "BusSettings",
+    "check_server_version",
+]
+
+#: What a publish, KV or object-store call raises when the bus is down, slow or refusing for
+#: now (nats-py's and JetStream's errors, timeouts, a dropped socket): worth a retry later,
+#: never a bug. Catch these, not ``Exception``.
+TRANSIENT_BUS_ERRORS: tuple[type[BaseException], ...] = (
+    nats.errors.Error,
+    TimeoutError,
+    ConnectionError,
+)
 
 log = get_logger(__name__)
 

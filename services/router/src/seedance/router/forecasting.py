@@ -115,7 +115,8 @@ class ForecastLoop:
                 builder = self._builders[(m, r)]
                 depth = in_flight.get(r, 0)
                 builder.observe_sample(TelemetrySample(sample_s=now_s, queue_depth=float(depth)))
-                values = model.predict(builder.row_at(now_s)).values
+                # Python floats: the table is msgspec-encoded, which refuses numpy scalars
+                values = [float(v) for v in model.predict(builder.row_at(now_s)).values]
                 qps_5s[r] = values[0] / _SHORT_S
                 qps_30s[r] = values[1] / _LONG_S
                 load[r] = depth + values[0]

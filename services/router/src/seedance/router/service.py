@@ -19,11 +19,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import lightgbm as lgb
 import numpy as np
 from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
 
-from seedance.core import Clock, Lifecycle, ServiceRuntime
+from seedance.core import TRANSIENT_BUS_ERRORS, Clock, Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.events import Event, new_event_id
@@ -76,6 +77,12 @@ class RouterMetrics:
         self.retrains = Counter(
             "seedance_router_forecast_retrains",
             "Forecast model trainings, by the retraining decision's reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.retrain_failures = Counter(
+            "seedance_router_forecast_retrain_failures",
+            "Forecast trainings that failed (the model in use stays), by the decision's reason.",
             ["reason"],
             registry=registry,
         )
@@ -212,7 +219,7 @@ class RouterService(Lifecycle):
         while batch := self.decisions.drain(_FLUSH_MAX):
             try:
                 await self._rt.bus.publish_many(batch)
-            except Exception as exc:  # the bus reconnects; these records are lost, counted
+            except TRANSIENT_BUS_ERRORS as exc:  # the bus reconnects; these are lost, counted
                 self.metrics.decisions_dropped.inc(len(batch))
                 log.warning("decisions_publish_failed", count=len(batch), error=repr(exc))
                 return
@@ -259,7 +266,7 @@ class RouterService(Lifecycle):
                     table_key(self._settings.fleet, table.model), encode_table(table)
                 )
             await self._rt.bus.publish_many(events)
-        except Exception as exc:  # next tick publishes fresher weights anyway
+        except TRANSIENT_BUS_ERRORS as exc:  # next tick publishes fresher weights anyway
             log.warning("weights_publish_failed", error=repr(exc))
             return
         self.metrics.events_published.labels("weights").inc(len(events))
@@ -292,7 +299,10 @@ class RouterService(Lifecycle):
                 generation=generation,
             )
             await self._store.put(model)
-        except Exception as exc:
+        except (ValueError, lgb.basic.LightGBMError, *TRANSIENT_BUS_ERRORS) as exc:
+            # Too little or unusable history (ValueError, LightGBM's own), or the store is
+            # unreachable: the current model stays; the next decision tries again.
+            self.metrics.retrain_failures.labels(reason).inc()
             log.warning("forecast_retrain_failed", reason=reason, error=repr(exc))
             return
         self.forecasts.install(model)
@@ -351,7 +361,7 @@ class RouterService(Lifecycle):
                 continue
             try:
                 await self._rt.bus.publish_many(events)
-            except Exception as exc:
+            except TRANSIENT_BUS_ERRORS as exc:
                 log.warning("stats_publish_failed", error=repr(exc))
                 continue
             self.metrics.events_published.labels("stats").inc(len(events))
