@@ -29,6 +29,7 @@ from pathlib import Path
 from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings, ServerTooOld
+from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import decode
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement, Unschedulable
@@ -233,9 +234,14 @@ class Demo:
             if not steps and any(j.started_s is None for j in jobs.values()):
                 break  # what never fits stays queued; it is reported below
         say(f"replayed {total_steps} events in {time.monotonic() - wall0:.1f} s of wall time")
-        # The ledger closes a window when event time passes it: one last event, after the
-        # replay, closes the last jobs' windows (a finish for a job that never ran).
-        await client.finish_job("acme", "end-of-replay", at=START + timedelta(seconds=at_s + 900))
+        # The ledger closes a window when its clock passes it: one last event, after the
+        # replay, closes the last jobs' windows (a finish for a job that never ran). The clock
+        # follows the samples, which stop with the replay, so the event must lead the last
+        # sample by the ledger's source_skew_s plus a window and its lateness (the demo runs
+        # the ledger with its defaults).
+        ledger = LedgerConfig()
+        close_s = at_s + ledger.source_skew_s + ledger.window_s + ledger.lateness_s
+        await client.finish_job("acme", "end-of-replay", at=START + timedelta(seconds=close_s))
         await self._collect_costs(bus, jobs)
         self._summary(jobs)
         return 0
