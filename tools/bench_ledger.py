@@ -25,11 +25,12 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.core import Bus, BusSettings, PullReader, ServiceRuntime
 from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode, encode
+from seedance.events.subjects import replica_consumer
 from tools.ledger_workload import workload
 from tools.stack import NatsServer
 
@@ -46,6 +47,24 @@ def pure_rate(events: list[bytes]) -> float:
     for seq, data in enumerate(events, 1):
         replica.step(seq, decode(data, INPUT_TYPES))
     return len(events) / (time.perf_counter() - t0)
+
+
+async def read_cost_us(bus: Bus, last_seq: int, batch: int) -> float:
+    """Wall µs per input of reading the merged stream alone, as a replica does (no step)."""
+    spec = replica_consumer("ledger-in", "bench-read", start_seq=1)
+    await bus.ensure_consumer(spec)
+    reader = PullReader(bus.nc, spec.stream, spec.durable, batch=batch)
+    await reader.start()
+    seq, t0 = 0, time.perf_counter()
+    try:
+        async with asyncio.timeout(120):
+            while seq < last_seq:
+                for msg in await reader.next_batch(timeout_s=1.0):
+                    seq = msg.metadata.sequence.stream
+    finally:
+        await reader.close()
+        await bus.js.delete_consumer(spec.stream, spec.durable)
+    return (time.perf_counter() - t0) * 1e6 / last_seq
 
 
 async def one_pass(url: str, last_seq: int, i: int, batch: int) -> float:
@@ -89,6 +108,8 @@ async def run(args: argparse.Namespace) -> int:
             while (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.messages < n:
                 await asyncio.sleep(0.05)  # the server sources them in; bounded above
         last = (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+        read_us = await read_cost_us(bus, last, args.batch)
+        log(f"bus alone: reading an input costs {read_us:.0f} µs (PullReader, metadata)")
         await bus.close()
         rates = []
         for i in range(args.passes):
@@ -101,6 +122,13 @@ async def run(args: argparse.Namespace) -> int:
     log(
         f"median {median:,.0f} events/s per replica = {median / anchor:.2f} x the pure step "
         f"({anchor:,.0f}/s), {median / GOAL:.2f} x the 5,000/s goal"
+    )
+    # Where a pass's time goes: per input, the step, the reading, and the rest (publishing
+    # the outputs and settling their acks, checkpoints).
+    step_us, pass_us = 1e6 / anchor, 1e6 / median
+    log(
+        f"per input: {pass_us:.0f} µs = step {step_us:.0f} + reading {read_us:.0f} "
+        f"+ publishing, acks and checkpoints {pass_us - step_us - read_us:.0f}"
     )
     print(f"ledger_bench: events_per_s={median:.0f} replicas=1")
     return 0
