@@ -30,10 +30,14 @@ async def publish(bus: Bus, unique: str, n: int) -> None:
         await bus.js.publish(jobs.subject(f"t{unique}", "submitted"), f"{i}".encode())
 
 
-async def read_until_interrupted(reader: PullReader, timeout_s: float = 10.0) -> None:
+async def read_until_interrupted(
+    reader: PullReader, handed_out: list[Any] | None = None, timeout_s: float = 10.0
+) -> None:
     async with asyncio.timeout(timeout_s):
         while True:
-            await reader.next_batch(timeout_s=0.5)
+            msgs = await reader.next_batch(timeout_s=0.5)
+            if handed_out is not None:
+                handed_out += msgs
 
 
 async def read(reader: PullReader, n: int, timeout_s: float = 10.0) -> list[Any]:
@@ -91,8 +95,13 @@ async def test_a_delivery_that_never_arrived_interrupts_the_reader(bus: Bus, uni
         # its deliveries restart at 1, which is not the reader's next (4). The server may also
         # end the waiting request with "Consumer Deleted"; either way the reader must stop.
         await bus.ensure_consumer(unacked(unique, start_seq=1))
+        handed_out: list[Any] = []
         with pytest.raises(ReaderInterrupted, match=r"never arrived|Consumer Deleted"):
-            await read_until_interrupted(reader)
+            await read_until_interrupted(reader, handed_out)
+        # What the old consumer delivered before it went (3, 4, 5) may come out; nothing from
+        # the re-created one (which starts again at 0): the order never steps back.
+        data = [m.data for m in handed_out]
+        assert data == [b"3", b"4", b"5"][: len(data)]
     finally:
         await reader.close()
 

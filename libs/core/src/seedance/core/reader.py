@@ -44,8 +44,10 @@ class PullReader:
     """Batches of one consumer's messages in order, ``depth`` pull requests kept outstanding.
 
     ``next_batch`` returns up to ``batch`` messages (fewer if that is all that arrived before
-    the timeout) and raises ``ReaderInterrupted`` when the consumer is gone or a delivery was
-    lost; the caller then re-creates the consumer and a new reader from its own position.
+    the timeout) and, once those before the interruption are handed out, raises
+    ``ReaderInterrupted`` when the consumer is gone or a delivery was lost (nothing after a
+    lost delivery is ever handed out); the caller then re-creates the consumer and a new reader
+    from its own position.
     """
 
     def __init__(
@@ -137,17 +139,21 @@ class PullReader:
 
     async def _on_msg(self, msg: Msg) -> None:
         self._last_heard = time.monotonic()
+        if self._error is not None:
+            return  # interrupted: nothing after it is handed out (the caller re-reads)
         status = msg.headers.get("Status") if msg.headers and not msg.data else None
         if status is None:
             self._owed = max(0, self._owed - 1)
             cseq = msg.metadata.sequence.consumer
             if self._consumer_seq is not None and cseq != self._consumer_seq + 1:
+                # Not buffered: the messages before the gap are handed out, then the error.
                 self._error = ReaderInterrupted(
                     f"consumer delivery {self._consumer_seq + 1} never arrived (got {cseq}): "
                     "lost in a reconnect"
                 )
-            self._consumer_seq = cseq
-            self._ready.append(msg)
+            else:
+                self._consumer_seq = cseq
+                self._ready.append(msg)
         elif status in _ENDS_REQUEST:
             description = (msg.headers or {}).get("Description", "")
             if (status == _CONFLICT and not description.startswith(_TEMPORARY_CONFLICTS)) or (
