@@ -11,7 +11,7 @@ from seedance.core.bus import (
     check_server_version,
 )
 from seedance.core.clock import Clock, VirtualClock, WallClock
-from seedance.core.consumer import Delivery, PullConsumer
+from seedance.core.consumer import Delivery, PullConsumer, dead_letter_of
 from seedance.core.errors import InvalidMessage, RetryableError, SeedanceError, ServerTooOld
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.core.retry import RetryPolicy
@@ -38,5 +38,6 @@ __all__ = [
     "VirtualClock",
     "WallClock",
     "check_server_version",
+    "dead_letter_of",
     "serve",
 ]

@@ -35,7 +35,7 @@ from seedance.events import DecodeError, Event, decode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.subjects import ConsumerSpec, dlq, subject_tenant
 
-__all__ = ["Delivery", "PullConsumer"]
+__all__ = ["Delivery", "PullConsumer", "dead_letter_of"]
 
 log = get_logger(__name__)
 
@@ -239,18 +239,7 @@ class PullConsumer:
 
     async def _dead_letter(self, msg: Msg, kind: str, reason: str) -> None:
         md = msg.metadata
-        letter = DeadLetter(
-            id=new_event_id(),
-            at=_utcnow_from_metadata(md),
-            service=self._service,
-            subject=msg.subject,
-            stream_seq=md.sequence.stream,
-            num_delivered=md.num_delivered,
-            error_kind=kind,
-            reason=reason,
-            payload=msg.data,
-            headers=dict(msg.headers or {}),
-        )
+        letter = dead_letter_of(msg, service=self._service, kind=kind, reason=reason)
         # The dead letter is made durable before the original is terminated, so that a crash in
         # between redelivers the original rather than losing it.
         assert self._bus is not None
@@ -285,9 +274,27 @@ def _is_other_event(data: bytes) -> bool:
     return True
 
 
-def _utcnow_from_metadata(md: Any) -> Any:
-    """A dead letter is stamped with the original's stream time: no wall clock needed."""
-    return md.timestamp
+def dead_letter_of(
+    msg: Msg, *, service: str, kind: str, reason: str, letter_id: str | None = None
+) -> DeadLetter:
+    """The dead letter for a JetStream message: its payload, headers and where it was.
+
+    Stamped with the original's stream time (no wall clock). ``letter_id`` defaults to a new id;
+    a deterministic replica passes one derived from the message, so its twins' letters are one.
+    """
+    md = msg.metadata
+    return DeadLetter(
+        id=letter_id or new_event_id(),
+        at=md.timestamp,
+        service=service,
+        subject=msg.subject,
+        stream_seq=md.sequence.stream,
+        num_delivered=md.num_delivered,
+        error_kind=kind,
+        reason=reason,
+        payload=msg.data,
+        headers=dict(msg.headers or {}),
+    )
 
 
 def _links(headers: Iterable[Mapping[str, str] | None]) -> list[trace.Link]:

@@ -28,13 +28,18 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
 
-from seedance.core import Lifecycle, PullReader, ReaderInterrupted, ServiceRuntime
+from seedance.core import (
+    Lifecycle,
+    PullReader,
+    ReaderInterrupted,
+    ServiceRuntime,
+    dead_letter_of,
+)
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
 from seedance.events import DecodeError, decode, derived_event_id, encode
 from seedance.events.cost import CostEntry
-from seedance.events.dlq import DeadLetter
 from seedance.events.subjects import Header, dlq, replica_consumer
 
 __all__ = ["LedgerMetrics", "LedgerService"]
@@ -346,20 +351,14 @@ class LedgerService(Lifecycle):
 
     async def _dead_letter(self, msg: Any, kind: str, reason: str) -> None:
         md = msg.metadata
-        headers = dict(msg.headers or {})
-        cause = headers.get("Nats-Msg-Id") or f"{md.stream}:{md.sequence.stream}"
-        letter = DeadLetter(
-            # Derived from the input: the other replica's letter for it is the same message.
-            id=derived_event_id(cause, "ledger-dead-letter"),
-            at=md.timestamp,
+        cause = (msg.headers or {}).get("Nats-Msg-Id") or f"{md.stream}:{md.sequence.stream}"
+        letter = dead_letter_of(
+            msg,
             service="cost-ledger",
-            subject=msg.subject,
-            stream_seq=md.sequence.stream,
-            num_delivered=md.num_delivered,
-            error_kind=kind,
+            kind=kind,
             reason=reason,
-            payload=msg.data,
-            headers=headers,
+            # Derived from the input: the other replica's letter for it is the same message.
+            letter_id=derived_event_id(cause, "ledger-dead-letter"),
         )
         await self._rt.bus.publish(dlq.subject("cost-ledger"), letter)
         self.metrics.dead_letters_total.inc()
