@@ -28,6 +28,7 @@ Must not do: read clocks, learn, or look at anything an engine does not expose.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -97,11 +98,7 @@ class LateBinding:
         if len(ready) == len(replicas):
             return self._inner.choose(request, replicas, forecast, now_s)
         d = self._inner.choose(request, [replicas[i] for i in ready], forecast, now_s)
-        return Decision(
-            replica_index=ready[d.replica_index],
-            reason=d.reason,
-            predicted_ttft_s=d.predicted_ttft_s,
-        )
+        return dataclasses.replace(d, replica_index=ready[d.replica_index])  # back to all
 
     def choose(
         self,
