@@ -163,7 +163,8 @@ class LedgerReplica:
         self._s.seq = seq
         if event is None:
             return []
-        inputs, energy = self._inputs(event)  # raises before anything is applied
+        t = event_time_ms(event)
+        inputs, energy = self._inputs(event, t)  # raises before anything is applied
         try:
             if isinstance(event, GpuSampleBatch):
                 self.ledger.apply_samples(inputs)  # type: ignore[arg-type]
@@ -173,7 +174,6 @@ class LedgerReplica:
         except core.LedgerInputError as exc:
             raise InputRejected("invalid_input", str(exc)) from None
         self._s.energy_mj.update(energy)
-        t = event_time_ms(event)
         if self._s.now_ms is None or t > self._s.now_ms:
             self._s.now_ms = t
         if isinstance(event, GpuSampleBatch) and (
@@ -211,14 +211,15 @@ class LedgerReplica:
 
     # ------------------------------------------------------------------------- mapping
 
-    def _inputs(self, e: Event) -> tuple[list[core.LedgerInput], dict[str, int]]:
+    def _inputs(self, e: Event, at_ms: int) -> tuple[list[core.LedgerInput], dict[str, int]]:
+        """The core facts of bus event ``e`` (whose time is ``at_ms``) and new energy readings."""
         if isinstance(e, Placement):
-            return self._placement(e), {}
+            return self._placement(e, at_ms), {}
         if isinstance(e, JobFinished | JobFailed | JobCancelled | Preempted):
             self._check_tenant(e.tenant)
             return [
                 core.JobEnded(event_id=e.id, job_id=_job_key(e.tenant, e.job_id),
-                              end_ms=event_time_ms(e))
+                              end_ms=at_ms)
             ], {}  # fmt: skip
         if isinstance(e, NodeInventory):
             if not e.gpus:
@@ -232,18 +233,18 @@ class LedgerReplica:
                     node=e.node,
                     gpu_model=models.pop(),
                     gpu_count=len(e.gpus),
-                    at_ms=event_time_ms(e),
+                    at_ms=at_ms,
                 )
             ], {}
         if isinstance(e, GpuSampleBatch):
-            return self._samples(e)
+            return self._samples(e, at_ms)
         return [], {}
 
     def _check_tenant(self, tenant: str) -> None:
         if self.tenants and tenant not in self.tenants:
             raise InputRejected("unknown_tenant", f"tenant {tenant!r} is not a known tenant")
 
-    def _placement(self, e: Placement) -> list[core.LedgerInput]:
+    def _placement(self, e: Placement, at_ms: int) -> list[core.LedgerInput]:
         self._check_tenant(e.tenant)
         if e.kind == PlacementKind.CPU:
             return []  # a CPU-only job: no GPU cost
@@ -259,15 +260,14 @@ class LedgerReplica:
                 node=e.node,
                 gpu_model=e.gpu_model,
                 gpu_indices=tuple(g.index for g in e.gpus),
-                start_ms=event_time_ms(e),
+                start_ms=at_ms,
                 kind=kind,  # type: ignore[arg-type]
                 gpu_milli=first.milli if kind == "shared" else 1000,
                 mig_profile=(first.mig_profile or "") if kind == "mig" else "",
             )
         ]
 
-    def _samples(self, e: GpuSampleBatch) -> tuple[list[core.LedgerInput], dict[str, int]]:
-        at = event_time_ms(e)
+    def _samples(self, e: GpuSampleBatch, at: int) -> tuple[list[core.LedgerInput], dict[str, int]]:
         out: list[core.LedgerInput] = []
         energy: dict[str, int] = {}
         for g in e.gpus:
@@ -362,7 +362,7 @@ def ledger_inputs(events: Iterable[Event], book: core.PriceBook) -> list[core.Le
     mapper = LedgerReplica(book)
     out: list[core.LedgerInput] = []
     for e in events:
-        items, energy = mapper._inputs(e)
+        items, energy = mapper._inputs(e, event_time_ms(e))
         mapper._s.energy_mj.update(energy)
         out.extend(items)
     return out
