@@ -387,7 +387,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
     import numpy as np
     import tritonclient.grpc.aio as grpcclient
 
-    from tools.triton_process import TritonProcess, free_port
+    from tools.triton_process import TritonProcess, echo_request, free_port
 
     say("")
     say("Inference: the router in front of two real Triton servers (CPU, from nvidia-pytriton)")
@@ -427,16 +427,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
 
         async def one(i: int) -> None:
             nonlocal ok, failed
-            x = np.arange(16, dtype=np.float32).reshape(1, 16) + i
-            inputs = [grpcclient.InferInput("x_fp32", list(x.shape), "FP32")]
-            inputs[0].set_data_from_numpy(x)
-            for name, dtype, arr in (
-                ("x_int64", "INT64", np.array([[i]], dtype=np.int64)),
-                ("x_bytes", "BYTES", np.array([[b"demo"]], dtype=object)),
-            ):
-                inp = grpcclient.InferInput(name, list(arr.shape), dtype)
-                inp.set_data_from_numpy(arr)
-                inputs.append(inp)
+            inputs, x = echo_request(i, b"demo")
             t0 = time.perf_counter()
             try:
                 res = await client.infer("echo", inputs, client_timeout=30)

@@ -419,7 +419,7 @@ async def router_part(args: argparse.Namespace, procs: ServiceProcesses) -> Part
     import numpy as np
     import tritonclient.grpc.aio as grpcclient
 
-    from tools.triton_process import TritonProcess, free_port
+    from tools.triton_process import TritonProcess, echo_request, free_port
 
     tritons = {n: TritonProcess(n, log_dir=procs.logdir) for n in ("triton-a", "triton-b")}
     for t in tritons.values():
@@ -447,16 +447,7 @@ async def router_part(args: argparse.Namespace, procs: ServiceProcesses) -> Part
 
         async def one(i: int) -> bool:
             nonlocal answered, retried
-            x = np.arange(16, dtype=np.float32).reshape(1, 16) + i
-            inputs = [grpcclient.InferInput("x_fp32", list(x.shape), "FP32")]
-            inputs[0].set_data_from_numpy(x)
-            for name, dtype, arr in (
-                ("x_int64", "INT64", np.array([[i]], dtype=np.int64)),
-                ("x_bytes", "BYTES", np.array([[b"scale"]], dtype=object)),
-            ):
-                inp = grpcclient.InferInput(name, list(arr.shape), dtype)
-                inp.set_data_from_numpy(arr)
-                inputs.append(inp)
+            inputs, x = echo_request(i, b"scale")
             order = [str(i % 2), str(1 - i % 2)]  # alternate gateways; the other one on failure
             for g in order:
                 if g in dead:

@@ -18,16 +18,33 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-__all__ = ["REPO_ROOT", "TRITON_PYTHON", "TritonProcess", "free_port"]
+__all__ = ["REPO_ROOT", "TRITON_PYTHON", "TritonProcess", "echo_request", "free_port"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRITON_PYTHON = REPO_ROOT / ".venv-triton" / "bin" / "python"
 _SERVER_SCRIPT = Path(__file__).resolve().parent / "triton_server.py"
 # The models triton_server.py binds; ready means all of them are.
 MODELS = ("echo", "nchw_stats", "slow")
+
+
+def echo_request(i: int, tag: bytes) -> tuple[list[grpcclient.InferInput], np.ndarray]:
+    """Request ``i`` to the `echo` model (triton_server.py) and the ``y_fp32`` it must answer:
+    16 FP32 values offset by ``i``, the INT64 ``i`` and the BYTES ``tag``."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 16) + i
+    inputs = []
+    for name, dtype, arr in (
+        ("x_fp32", "FP32", x),
+        ("x_int64", "INT64", np.array([[i]], dtype=np.int64)),
+        ("x_bytes", "BYTES", np.array([[tag]], dtype=object)),
+    ):
+        inp = grpcclient.InferInput(name, list(arr.shape), dtype)
+        inp.set_data_from_numpy(arr)
+        inputs.append(inp)
+    return inputs, x
 
 
 def free_port() -> int:
