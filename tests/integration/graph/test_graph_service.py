@@ -29,6 +29,7 @@ from seedance.graph_compiler.service import GraphCompilerService
 from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.sdk import cli
 from seedance.sdk.client import GRAPH_MODELS_STORE, SeedanceClient
+from tests.unit.graph.gc_onnx_kit import overflow_ln_model
 
 StartCompiler = Callable[..., Awaitable[GraphCompilerService]]
 
@@ -67,28 +68,9 @@ def mlp() -> bytes:
 
 def overflow_ln() -> bytes:
     """A decomposed LayerNorm of inputs scaled ×1000: its variance (~1e6) overflows FP16."""
-    rng = np.random.default_rng(1)
-    d = 64
-    nodes = [
-        helper.make_node("Mul", ["x", "k"], ["xs"], name="scale"),
-        helper.make_node("ReduceMean", ["xs"], ["mean"], name="mean", axes=[-1]),
-        helper.make_node("Sub", ["xs", "mean"], ["xc"], name="center"),
-        helper.make_node("Pow", ["xc", "two"], ["sq"], name="square"),
-        helper.make_node("ReduceMean", ["sq"], ["var"], name="variance", axes=[-1]),
-        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
-        helper.make_node("Sqrt", ["ve"], ["sd"], name="std"),
-        helper.make_node("Div", ["xc", "sd"], ["xn"], name="normalise"),
-        helper.make_node("MatMul", ["xn", "W"], ["y"], name="proj"),
-    ]
-    inits = [
-        _init("k", np.array(1000.0, np.float32)),
-        _init("two", np.array(2.0, np.float32)),
-        _init("eps", np.array(1e-5, np.float32)),
-        _init("W", (rng.standard_normal((d, 16)) / 8).astype(np.float32)),
-    ]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, d])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])
-    return _model(nodes, x, y, inits)
+    model = overflow_ln_model()
+    model.ir_version = 8
+    return model.SerializeToString()
 
 
 def _run(model: bytes, x: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from onnx import helper
 # path explicitly (its name is unique to this area).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gc_onnx_kit import f32, init, make_model
+from gc_onnx_kit import f32, init, make_model, overflow_ln_model
 
 
 @pytest.fixture(scope="session")
@@ -84,26 +84,4 @@ def small_cnn() -> onnx.ModelProto:
 
 @pytest.fixture(scope="session")
 def overflow_ln() -> onnx.ModelProto:
-    """A decomposed LayerNorm whose inputs are scaled ×1000 inside the graph: the variance is
-    ~1e6, past FP16's 65504, so true FP16 arithmetic gives Inf → output collapses, while ORT
-    CPU (which computes an FP16 model in FP32) shows nothing wrong (research note, finding 4)."""
-    rng = np.random.default_rng(1)
-    d = 64
-    nodes = [
-        helper.make_node("Mul", ["x", "k"], ["xs"], name="scale"),
-        helper.make_node("ReduceMean", ["xs"], ["mean"], name="mean", axes=[-1]),
-        helper.make_node("Sub", ["xs", "mean"], ["xc"], name="center"),
-        helper.make_node("Pow", ["xc", "two"], ["sq"], name="square"),
-        helper.make_node("ReduceMean", ["sq"], ["var"], name="variance", axes=[-1]),
-        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
-        helper.make_node("Sqrt", ["ve"], ["sd"], name="std"),
-        helper.make_node("Div", ["xc", "sd"], ["xn"], name="normalise"),
-        helper.make_node("MatMul", ["xn", "W"], ["y"], name="proj"),
-    ]
-    inits = [
-        init("k", np.array(1000.0, np.float32)),
-        init("two", np.array(2.0, np.float32)),
-        init("eps", np.array(1e-5, np.float32)),
-        init("W", (rng.standard_normal((d, 16)) / 8).astype(np.float32)),
-    ]
-    return make_model(nodes, [f32("x", [4, d])], [f32("y", [4, 16])], inits)
+    return overflow_ln_model()  # see gc_onnx_kit: the integration tests compile it too

@@ -32,3 +32,29 @@ def run_ort(model: onnx.ModelProto | bytes, feeds: dict[str, np.ndarray]) -> lis
     so.intra_op_num_threads = 1
     data = model if isinstance(model, bytes) else model.SerializeToString()
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def overflow_ln_model() -> onnx.ModelProto:
+    """A decomposed LayerNorm whose inputs are scaled ×1000 inside the graph: the variance is
+    ~1e6, past FP16's 65504, so true FP16 arithmetic gives Inf → output collapses, while ORT
+    CPU (which computes an FP16 model in FP32) shows nothing wrong (research note, finding 4)."""
+    rng = np.random.default_rng(1)
+    d = 64
+    nodes = [
+        helper.make_node("Mul", ["x", "k"], ["xs"], name="scale"),
+        helper.make_node("ReduceMean", ["xs"], ["mean"], name="mean", axes=[-1]),
+        helper.make_node("Sub", ["xs", "mean"], ["xc"], name="center"),
+        helper.make_node("Pow", ["xc", "two"], ["sq"], name="square"),
+        helper.make_node("ReduceMean", ["sq"], ["var"], name="variance", axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        helper.make_node("Sqrt", ["ve"], ["sd"], name="std"),
+        helper.make_node("Div", ["xc", "sd"], ["xn"], name="normalise"),
+        helper.make_node("MatMul", ["xn", "W"], ["y"], name="proj"),
+    ]
+    inits = [
+        init("k", np.array(1000.0, np.float32)),
+        init("two", np.array(2.0, np.float32)),
+        init("eps", np.array(1e-5, np.float32)),
+        init("W", (rng.standard_normal((d, 16)) / 8).astype(np.float32)),
+    ]
+    return make_model(nodes, [f32("x", [4, d])], [f32("y", [4, 16])], inits)
