@@ -7,9 +7,12 @@ virtual environment, started once per session on a random port with a temporary 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -38,11 +41,23 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10
 
     For state the server settles asynchronously (acks are fire-and-forget messages).
     """
-    import asyncio
-
     async with asyncio.timeout(timeout_s):
         while not await check():  # noqa: ASYNC110 - the state is the server's, no local event
             await asyncio.sleep(0.02)  # re-asks the server; bounded by the deadline
+
+
+@contextlib.asynccontextmanager
+async def serving(service: Any, stop_timeout_s: float | None = 15.0) -> AsyncIterator[Any]:
+    """``service`` (a Lifecycle) started and running for the block; then stopped, its run
+    awaited (bounded by ``stop_timeout_s``) and closed."""
+    await service.start()
+    task = asyncio.create_task(service.run())
+    try:
+        yield service
+    finally:
+        await service.stop()
+        await asyncio.wait_for(task, timeout=stop_timeout_s)
+        await service.close()
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from seedance.router.model_store import ModelStore
 from seedance.router.service import RouterService
 from seedance.router.settings import RouterSettings, gateway_settings
 from seedance.router.weights import decode_table
+from tests.conftest import serving
 
 pytestmark = pytest.mark.slow
 
@@ -80,15 +81,9 @@ async def running_router(
     )
     runtime = ServiceRuntime("router", BusSettings(url=nats_url, name="test-router"))
     service = RouterService(runtime, settings, WallClock(), gateway=gw)
-    await service.start()
-    task = asyncio.create_task(service.run())
-    try:
+    async with serving(service, None):
         await service.gateway.wait_ready(timeout_s=60)
         yield service
-    finally:
-        await service.stop()
-        await task
-        await service.close()
 
 
 async def _echo(address: str, n: int) -> None:

@@ -26,7 +26,7 @@ from seedance.events.subjects import CONSUMERS, costs, jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
-from tests.conftest import eventually
+from tests.conftest import eventually, serving
 
 pytestmark = pytest.mark.integration
 
@@ -54,15 +54,8 @@ async def slicer(
         pool=f"p{unique}", replica=replica, instance=unique, lease_ttl_s=1.5, batch=50, **kw
     )
     runtime = ServiceRuntime("slicer", BusSettings(url=nats_url, name=f"test-slicer-{replica}"))
-    svc = SlicerService(runtime, WallClock(), settings)
-    await svc.start()
-    task = asyncio.create_task(svc.run())
-    try:
+    async with serving(SlicerService(runtime, WallClock(), settings), 15) as svc:
         yield svc
-    finally:
-        await svc.stop()
-        await asyncio.wait_for(task, timeout=15)
-        await svc.close()
 
 
 class Decisions:

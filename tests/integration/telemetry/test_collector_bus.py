@@ -27,7 +27,7 @@ from seedance.telemetry_collector.fleet import GPU_MODELS
 from seedance.telemetry_collector.service import CollectorService
 from seedance.telemetry_collector.settings import CollectorSettings
 from seedance.telemetry_collector.sources import build_source
-from tests.conftest import eventually
+from tests.conftest import eventually, serving
 from tests.unit.telemetry.constructed import h100_nvlink_xid
 
 pytestmark = pytest.mark.integration
@@ -45,14 +45,8 @@ async def running(nats_url: str, settings: CollectorSettings) -> AsyncIterator[C
         "telemetry-collector", BusSettings(url=nats_url, name="test-collector"), http_port=0
     )
     svc = CollectorService(runtime, build_source(settings, clock), clock, settings)
-    await svc.start()
-    task = asyncio.create_task(svc.run())
-    try:
+    async with serving(svc, 10):
         yield svc
-    finally:
-        await svc.stop()
-        await asyncio.wait_for(task, timeout=10)
-        await svc.close()
 
 
 class Watch:
