@@ -23,9 +23,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--nats-url", default=None, help="use this nats-server, not a new one")
 
 
-@pytest.fixture(scope="session")
-def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    external = request.config.getoption("--nats-url") or os.environ.get("SEEDANCE_TEST_NATS_URL")
+def nats_server_url(external: str | None) -> Iterator[str]:
+    """``external`` if given, else a fresh pinned nats-server's URL, stopped afterwards."""
     if external:
         yield external
         return
@@ -34,6 +33,13 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from nats_server_url(
+        request.config.getoption("--nats-url") or os.environ.get("SEEDANCE_TEST_NATS_URL")
+    )
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:

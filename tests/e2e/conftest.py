@@ -12,20 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tools.stack import NatsServer, ServiceProcesses
+from tests.conftest import nats_server_url
+from tools.stack import ServiceProcesses
 
 
 @pytest.fixture
 def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    external = request.config.getoption("--nats-url")
-    if external:
-        yield external
-        return
-    server = NatsServer()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield from nats_server_url(request.config.getoption("--nats-url"))
 
 
 SERVICES = ("telemetry-collector", "slicer", "cost-ledger")
