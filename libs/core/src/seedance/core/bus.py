@@ -8,7 +8,6 @@ not know any service's events beyond the ``Event`` base.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 from seedance.core.errors import NoStream, ServerTooOld
 from seedance.core.logs import get_logger
+from seedance.core.publisher import PubAck, Publisher
 from seedance.core.tracing import inject_headers, tracer
 from seedance.events import Event, encode
 from seedance.events.subjects import CONSUMERS, STREAMS, ConsumerSpec, Header, StreamSpec
@@ -83,6 +83,8 @@ class Bus:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.settings = settings
+        #: Pipelined JetStream publishing (one reply subscription, acks per batch).
+        self.publisher = Publisher(nc)
 
     @classmethod
     async def connect(cls, settings: BusSettings) -> Bus:
@@ -120,6 +122,7 @@ class Bus:
     async def close(self) -> None:
         if self.nc.is_closed:
             return
+        await self.publisher.close()
         try:
             await self.nc.drain()
         except nats.errors.DrainTimeoutError:
@@ -211,31 +214,28 @@ class Bus:
 
     async def publish_many(
         self, items: Sequence[tuple[str, Event]], *, window: int = 1024, timeout_s: float = 10.0
-    ) -> list[js_api.PubAck]:
+    ) -> list[PubAck]:
         """Publish many events, pipelined, and return once every one is acknowledged.
 
         Awaiting each PubAck in turn costs a round trip per message (2-3k msg/s in nats-py), so
-        the messages go out with JetStream's async publish (up to ``window`` acks outstanding)
+        the messages go out through ``self.publisher`` (up to ``window`` acks outstanding)
         under one span whose trace context every message carries. Order on a subject is kept;
-        an event that fails raises here, and its id makes the caller's retry a duplicate.
+        an event that fails raises here (``NoStream``, ``PublishRefused``, ``TimeoutError``),
+        and its id makes the caller's retry a duplicate.
         """
         if not items:
             return []
-        acks: list[js_api.PubAck] = []
+        acks: list[PubAck] = []
         with tracer().start_as_current_span(f"publish {len(items)} events"):
             trace_headers = inject_headers({})
             for start in range(0, len(items), window):
-                futures = []
-                for subject, event in items[start : start + window]:
-                    headers = {**trace_headers, Header.MSG_ID.value: event.id}
-                    futures.append(
-                        await self.js.publish_async(subject, encode(event), headers=headers)
-                    )
-                try:
-                    async with asyncio.timeout(timeout_s):
-                        acks.extend(await asyncio.gather(*futures))
-                except nats.js.errors.NoStreamResponseError as exc:
-                    raise NoStream(f"no stream stores a subject published: {exc}") from exc
+                batch = await self.publisher.publish(
+                    [
+                        (subject, encode(event), {**trace_headers, Header.MSG_ID.value: event.id})
+                        for subject, event in items[start : start + window]
+                    ]
+                )
+                acks.extend(await batch.wait(timeout_s))
         return acks
 
     async def stream_info(self, stream: str) -> js_api.StreamInfo | None:

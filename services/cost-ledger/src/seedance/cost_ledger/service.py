@@ -18,7 +18,6 @@ reason (with an id derived from the input, so two replicas' letters are one).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from typing import Any
@@ -37,6 +36,7 @@ from seedance.core import (
 )
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
+from seedance.core.publisher import AckedBatch
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
 from seedance.events import DecodeError, decode, derived_event_id, encode
 from seedance.events.cost import CostEntry
@@ -127,7 +127,7 @@ class LedgerService(Lifecycle):
         self._ckpt_cost_s = 0.0  # how long the last checkpoint written took
         # False while a batch is half stepped: a cancelled batch must never be checkpointed.
         self._consistent = True
-        self._inflight: list[tuple[list[Publication], asyncio.Future[Any]]] = []
+        self._inflight: list[tuple[list[Publication], AckedBatch]] = []
         runtime.loop(self._consume)
 
     async def start(self) -> None:
@@ -308,30 +308,25 @@ class LedgerService(Lifecycle):
     async def _publish(self, pubs: list[Publication]) -> None:
         """Publish with every ack pipelined; the acks are awaited by ``_settle_acks``.
 
-        ``Bus.publish_many`` opens a span and a request per event; at thousands of entries per
-        second that is most of a replica's time, so the ledger uses nats-py's asynchronous
-        JetStream publish (one reply subscription, futures) for its outputs, and does not wait
-        for a batch's acks before stepping the next: only a checkpoint needs them (a checkpoint
+        ``Bus.publish_many`` opens a span per call and waits for its acks; at thousands of
+        entries per second the ledger instead leaves up to ``_MAX_INFLIGHT_BATCHES`` batches
+        unacknowledged while it steps the next: only a checkpoint needs them (a checkpoint
         must never be ahead of what the stream holds), and a lost ack fails the replica, which
         then resumes from its last checkpoint.
         """
         if not pubs:
             return
-        js = self._rt.bus.js
-        futures = [
-            await js.publish_async(
-                p.subject, encode(p.event), headers={Header.MSG_ID.value: p.event.id}
-            )
-            for p in pubs
-        ]
-        self._inflight.append((pubs, asyncio.gather(*futures)))
+        batch = await self._rt.bus.publisher.publish(
+            [(p.subject, encode(p.event), {Header.MSG_ID.value: p.event.id}) for p in pubs]
+        )
+        self._inflight.append((pubs, batch))
         if len(self._inflight) > _MAX_INFLIGHT_BATCHES:
             await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
 
     async def _settle_acks(self, keep: int = 0) -> None:
         while len(self._inflight) > keep:
-            pubs, acks_future = self._inflight.pop(0)
-            acks = await asyncio.wait_for(acks_future, timeout=30.0)
+            pubs, batch = self._inflight.pop(0)
+            acks = await batch.wait(timeout_s=30.0)
             dup = sum(1 for a in acks if a.duplicate)
             for p, a in zip(pubs, acks, strict=True):
                 # A counter cannot go down: downward adjustments (late facts) are only in the
