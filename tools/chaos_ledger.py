@@ -24,10 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-import msgspec
-
 from seedance.core import Bus, BusSettings
-from tools.ledger_workload import audit_ledger, workload
+from tools.ledger_workload import audit_ledger, wait_checkpointed, workload
 from tools.stack import REPO, NatsServer, ServiceProcesses
 
 STATE_KEY = "chaos"
@@ -35,29 +33,6 @@ STATE_KEY = "chaos"
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-async def head_seq(bus: Bus) -> int:
-    kv = await bus.js.key_value("seedance-ledger")
-    try:
-        entry = await kv.get(f"checkpoint.{STATE_KEY}")
-    except Exception:
-        return 0
-    return int(msgspec.msgpack.decode(entry.value)[0]) if entry.value else 0
-
-
-async def wait_checkpointed(bus: Bus, timeout_s: float) -> int:
-    """Until the shared checkpoint is at the merged input stream's last sequence."""
-    deadline = time.monotonic() + timeout_s
-    last = -1
-    while time.monotonic() < deadline:
-        info = await bus.js.stream_info("SEEDANCE_LEDGER_IN")
-        seq = await head_seq(bus)
-        if info.state.last_seq == last and seq >= last:
-            return last
-        last = info.state.last_seq
-        await asyncio.sleep(0.5)  # replicas checkpoint every second; bounded by the deadline
-    raise TimeoutError(f"replicas did not catch up within {timeout_s} s (checkpoint {seq}/{last})")
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -107,7 +82,7 @@ async def run(args: argparse.Namespace) -> int:
             await asyncio.sleep(max(0.0, t0 + (i + chunk) / args.rate - time.monotonic()))
         await kill_task
         log(f"published {n} events in {time.monotonic() - t0:.1f} s; waiting for the replicas")
-        last = await wait_checkpointed(bus, timeout_s=args.timeout_s)
+        last = await wait_checkpointed(bus, STATE_KEY, n, timeout_s=args.timeout_s)
         log(f"checkpoint at input sequence {last}")
 
         audit = await audit_ledger(bus, wl)

@@ -19,7 +19,16 @@ from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
 
-__all__ = ["START", "LedgerAudit", "Workload", "audit_ledger", "read_stream", "workload"]
+__all__ = [
+    "START",
+    "LedgerAudit",
+    "Workload",
+    "audit_ledger",
+    "checkpoint_seq",
+    "read_stream",
+    "wait_checkpointed",
+    "workload",
+]
 
 START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
 _MODELS = (("T4", 4, 16_384), ("V100M32", 4, 32_768), ("A100", 4, 40_960))
@@ -152,7 +161,10 @@ class LedgerAudit:
 
 
 async def read_stream(bus: Any, stream: str, timeout_s: float = 60.0) -> list[Any]:
-    """Every message of ``stream`` in order, through one ordered consumer."""
+    """Every message of ``stream`` in order, through one ordered consumer.
+
+    An ordered consumer that resets (a leader change) can hand a message out twice: kept once.
+    """
     import asyncio
 
     info = await bus.js.stream_info(stream)
@@ -165,11 +177,52 @@ async def read_stream(bus: Any, stream: str, timeout_s: float = 60.0) -> list[An
         async with asyncio.timeout(timeout_s):
             while True:
                 msg = await sub.next_msg(timeout=timeout_s)
+                seq = msg.metadata.sequence.stream
+                if out and seq <= out[-1].metadata.sequence.stream:
+                    continue
                 out.append(msg)
-                if msg.metadata.sequence.stream >= last:
+                if seq >= last:
                     return out
     finally:
         await sub.unsubscribe()
+
+
+async def checkpoint_seq(bus: Any, state_key: str) -> int:
+    """The input sequence of the ledger replicas' shared checkpoint (0: none yet)."""
+    import msgspec
+    from nats.js.errors import KeyNotFoundError
+
+    kv = await bus.js.key_value("seedance-ledger")
+    try:
+        entry = await kv.get(f"checkpoint.{state_key}")
+    except KeyNotFoundError:
+        return 0
+    return int(msgspec.msgpack.decode(entry.value)[0]) if entry.value else 0
+
+
+async def wait_checkpointed(bus: Any, state_key: str, sent: int, timeout_s: float) -> int:
+    """Until the merged input stream holds the ``sent`` events and the replicas' shared
+    checkpoint is at its last sequence; returns that sequence.
+
+    After a node kill the server can resume sourcing a stream into the merged one many seconds
+    later: a merged stream that merely stopped growing for a moment is not yet complete.
+    """
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    last, seq, held = -1, 0, 0
+    while time.monotonic() < deadline:
+        info = await bus.js.stream_info("SEEDANCE_LEDGER_IN")
+        seq, held = await checkpoint_seq(bus, state_key), info.state.messages
+        if held >= sent and info.state.last_seq == last and seq >= last:
+            return last
+        last = info.state.last_seq
+        await asyncio.sleep(0.5)  # replicas checkpoint every second; bounded by the deadline
+    raise TimeoutError(
+        f"ledger replicas did not catch up in {timeout_s} s (checkpoint {seq}/{last}, "
+        f"merged stream {held}/{sent} events)"
+    )
 
 
 async def audit_ledger(bus: Any, sent: Workload) -> LedgerAudit:

@@ -50,13 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from seedance.core import Bus, BusSettings
 from seedance.events import decode
 from seedance.events.graph import CompileResult
 from seedance.sdk import SeedanceClient
-from tools.ledger_workload import audit_ledger, read_stream, workload
+from tools.ledger_workload import audit_ledger, read_stream, wait_checkpointed, workload
 from tools.stack import ServiceProcesses, nats_server_binary
 
 STATE_KEY = "scale"
@@ -180,23 +178,6 @@ async def wait_cluster(urls: str, timeout_s: float = 60.0) -> Bus:
             await asyncio.sleep(0.5)  # retry the provisioning; bounded by the deadline
 
 
-async def wait_checkpointed(bus: Bus, timeout_s: float) -> int:
-    """Until the replicas' shared checkpoint is at the merged input stream's last sequence."""
-    kv = await bus.js.key_value("seedance-ledger")
-    deadline = time.monotonic() + timeout_s
-    last, seq = -1, 0
-    while time.monotonic() < deadline:
-        info = await bus.js.stream_info("SEEDANCE_LEDGER_IN")
-        with contextlib.suppress(Exception):
-            entry = await kv.get(f"checkpoint.{STATE_KEY}")
-            seq = int(msgspec.msgpack.decode(entry.value)[0]) if entry.value else 0
-        if info.state.last_seq == last and seq >= last:
-            return last
-        last = info.state.last_seq
-        await asyncio.sleep(0.5)  # replicas checkpoint every second; bounded by the deadline
-    raise TimeoutError(f"ledger replicas did not catch up in {timeout_s} s ({seq}/{last})")
-
-
 async def wait_peers_current(bus: Bus, stream: str, timeout_s: float) -> None:
     """Until the restarted node has caught up: both followers of ``stream`` are current."""
     deadline = time.monotonic() + timeout_s
@@ -313,7 +294,7 @@ async def ledger_part(
             )
         await asyncio.sleep(max(0.0, t0 + (i + chunk) / rate - time.monotonic()))
     log(f"ledger: published in {time.monotonic() - t0:.1f} s; waiting for the checkpoint")
-    await wait_checkpointed(bus, timeout_s=args.settle_s)
+    await wait_checkpointed(bus, STATE_KEY, len(wl.events), timeout_s=args.settle_s)
     # New R3 streams (the services' KV buckets and object stores) need all three peers.
     await wait_peers_current(bus, "SEEDANCE_LEDGER_IN", timeout_s=args.settle_s)
 
