@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.core.kv import ensure_bucket
 from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import LedgerReplica, ledger_inputs
 from seedance.cost_ledger.service import LedgerService
@@ -241,3 +242,30 @@ async def test_a_replica_killed_mid_stream_keeps_totals_exact(
     as_of = max(core.epoch_ms(e.at) for _, e in wl.events)
     totals = core.recompute(ledger_inputs((e for _, e in wl.events), book), book, as_of, CONFIG)
     assert published == totals.total.total_usd_micro
+
+
+async def test_a_checkpoint_failing_on_the_bus_is_retried_not_fatal(
+    bus: Bus, server: NatsServer
+) -> None:
+    wl = workload(600, nodes=4, seed=11)
+    service, task = await ledger(server.url, "kvgone", batch=50, checkpoint_every_s=0.05)
+    try:
+        await bus.js.delete_key_value("seedance-ledger")  # KV unreachable under the replica
+        await bus.publish_many(wl.events[:300])
+
+        async def failed_once() -> bool:
+            return service.metrics.checkpoint_failures_total._value.get() >= 1
+
+        await eventually(failed_once)
+        assert not task.done()  # still stepping
+        await ensure_bucket(bus, "seedance-ledger")  # back
+        await bus.publish_many(wl.events[300:])
+        await caught_up(bus, service, len(wl.events))
+        last = service.replica.seq
+
+        async def checkpointed() -> bool:
+            return service.metrics.checkpoint_seq._value.get() >= last
+
+        await eventually(checkpointed)
+    finally:
+        await stop(service, task)

@@ -28,6 +28,7 @@ from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
 
 from seedance.core import (
+    TRANSIENT_BUS_ERRORS,
     Lifecycle,
     PullReader,
     ReaderInterrupted,
@@ -90,6 +91,11 @@ class LedgerMetrics:
         )
         self.dead_letters_total = Counter(
             "seedance_cost_ledger_dead_letters_total", "Inputs dead-lettered.", registry=registry
+        )
+        self.checkpoint_failures_total = Counter(
+            "seedance_cost_ledger_checkpoint_failures_total",
+            "Checkpoints that failed on a transient bus error (retried later).",
+            registry=registry,
         )
         self.checkpoint_seq = Gauge(
             "seedance_cost_ledger_checkpoint_seq",
@@ -277,7 +283,15 @@ class LedgerService(Lifecycle):
                 and spaced
                 and (self._stepped_since_ckpt >= self._ckpt_events or since >= self._ckpt_s)
             ):
-                await self.checkpoint()
+                await self._settle_acks()  # a lost ack is not transient: it fails the replica
+                try:
+                    await self.checkpoint()
+                except TRANSIENT_BUS_ERRORS as exc:
+                    # KV unreachable for now (its stream's leader failing over): the next
+                    # checkpoint covers this one; a restart meanwhile re-reads a little more.
+                    self.metrics.checkpoint_failures_total.inc()
+                    self._last_ckpt = time.monotonic()  # try again after checkpoint_every_s
+                    log.warning("ledger_checkpoint_failed", error=repr(exc), seq=self.replica.seq)
 
     async def process(self, msgs: list[Any]) -> None:
         """Step through one fetched batch in order, then publish its outputs durably."""
