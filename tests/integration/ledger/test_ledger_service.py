@@ -269,3 +269,30 @@ async def test_a_checkpoint_failing_on_the_bus_is_retried_not_fatal(
         await eventually(checkpointed)
     finally:
         await stop(service, task)
+
+
+async def test_a_replica_rebinds_once_its_input_stream_is_back(
+    bus: Bus, server: NatsServer
+) -> None:
+    wl = workload(300, nodes=4, seed=12)
+    service, task = await ledger(server.url, "rebind", batch=50)
+    rebinds = service.metrics.rebinds_total
+    try:
+        await bus.publish_many(wl.events)
+        await caught_up(bus, service, len(wl.events))
+        await bus.js.delete_stream("SEEDANCE_LEDGER_IN")  # its consumer goes with it
+
+        async def failed_to_rebind() -> bool:
+            return rebinds.labels("failed")._value.get() >= 1
+
+        await eventually(failed_to_rebind)
+        assert not task.done()  # retrying, not crashed
+        await bus.ensure_streams()
+
+        async def rebound() -> bool:
+            return rebinds.labels("ok")._value.get() >= 1
+
+        await eventually(rebound, timeout_s=15)
+        assert not task.done()
+    finally:
+        await stop(service, task)

@@ -18,7 +18,9 @@ reason (with an id derived from the input, so two replicas' letters are one).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import itertools
 import time
 from typing import Any
 
@@ -32,6 +34,7 @@ from seedance.core import (
     Lifecycle,
     PullReader,
     ReaderInterrupted,
+    RetryPolicy,
     ServiceRuntime,
     dead_letter_of,
 )
@@ -51,6 +54,9 @@ _BUCKET = "seedance-ledger"
 _MAX_INFLIGHT_BATCHES = 4
 _CHUNK = 512 * 1024  # below the server's default 1 MiB message limit
 _CHECKPOINT_SPACING = 10  # at least this many times the last checkpoint's cost between two
+# Re-creating the input consumer is retried this long (a NATS node's fail-over takes seconds).
+_REBIND_FOR_S = 60.0
+_REBIND_BACKOFF = RetryPolicy(initial_s=0.5, max_s=5.0)
 
 
 class _Head(msgspec.Struct, array_like=True, frozen=True):
@@ -91,6 +97,12 @@ class LedgerMetrics:
         )
         self.dead_letters_total = Counter(
             "seedance_cost_ledger_dead_letters_total", "Inputs dead-lettered.", registry=registry
+        )
+        self.rebinds_total = Counter(
+            "seedance_cost_ledger_input_rebinds_total",
+            "Attempts to re-create the input consumer after it went away, by result.",
+            ["result"],
+            registry=registry,
         )
         self.checkpoint_failures_total = Counter(
             "seedance_cost_ledger_checkpoint_failures_total",
@@ -260,6 +272,21 @@ class LedgerService(Lifecycle):
         self._reader = PullReader(bus.nc, spec.stream, spec.durable, batch=self._batch)
         await self._reader.start()
 
+    async def _rebind(self) -> None:
+        """``_bind`` again, retried while the cluster fails over (its API times out meanwhile)."""
+        deadline = time.monotonic() + _REBIND_FOR_S
+        for attempt in itertools.count(1):
+            try:
+                await self._bind()
+                self.metrics.rebinds_total.labels("ok").inc()
+                return
+            except TRANSIENT_BUS_ERRORS as exc:
+                self.metrics.rebinds_total.labels("failed").inc()
+                if time.monotonic() > deadline:
+                    raise  # not a fail-over: let the replica restart from its checkpoint
+                log.warning("ledger_rebind_failed", error=repr(exc), attempt=attempt)
+                await asyncio.sleep(_REBIND_BACKOFF.delay_s(attempt))
+
     async def _consume(self) -> None:
         assert self._reader is not None
         while True:
@@ -269,7 +296,7 @@ class LedgerService(Lifecycle):
                 # The consumer went away (server restart) or a delivery was lost in a
                 # reconnect: read again from the next sequence not yet stepped through.
                 log.warning("ledger_input_rebind", reason=str(exc), seq=self.replica.seq)
-                await self._bind()
+                await self._rebind()
                 continue
             if msgs:
                 await self.process(msgs)
