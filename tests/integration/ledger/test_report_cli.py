@@ -11,6 +11,7 @@ from seedance.core import Bus
 from seedance.cost_ledger import core
 from seedance.cost_ledger.__main__ import report
 from seedance.cost_ledger.replica import to_bus
+from seedance.sdk.cli import main as seedance_cli
 
 pytestmark = pytest.mark.integration
 
@@ -44,3 +45,17 @@ async def test_report_renders_only_the_tenants_own_lines(
     args = ["--tenant", mine, "--out", str(html), "--nats-url", nats_url]
     assert await asyncio.to_thread(report, args) == 0
     assert "<svg" in html.read_text()
+
+
+async def test_seedance_costs_report_renders_through_the_ledger_plugin(
+    bus: Bus, nats_url: str, unique: str, tmp_path: Path
+) -> None:
+    mine = f"p{unique}"
+    await bus.publish_many([(p.subject, p.event) for p in map(to_bus, [_line(mine, "a", 0, 7)])])
+    out = tmp_path / "focus.csv"
+    argv = ["--nats-url", nats_url, "costs", "report", "--tenant", mine, "--format", "focus",
+            "--out", str(out)]  # fmt: skip
+    assert await asyncio.to_thread(seedance_cli, argv) == 0
+    text = out.read_text()
+    assert text.splitlines()[0].startswith("BilledCost,")  # FOCUS column ids
+    assert "0.000007" in text  # the one line's 7 micro-dollars

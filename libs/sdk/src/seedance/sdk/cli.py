@@ -3,6 +3,7 @@
     seedance jobs submit --tenant acme --job train-1 --gpus 2
     seedance jobs finish --tenant acme --job train-1
     seedance costs watch --tenant acme
+    seedance costs report --tenant acme --format html --out acme.html
     seedance graph compile --tenant acme --model resnet.onnx --out resnet.compiled.onnx
 
 Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``. Errors name what is
@@ -17,7 +18,9 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -67,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--new", action="store_true", help="only events from now on")
     w.add_argument("--count", type=int, default=0, help="stop after N events (0: never)")
     w.add_argument("--json", action="store_true", help="one JSON event per line")
+    r = c.add_parser("report", help="a tenant's cost report from its stream (needs the ledger)")
+    r.add_argument("--tenant", required=True)
+    r.add_argument("--format", choices=["html", "csv", "focus"], default="html")
+    r.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
 
     g = top.add_parser("graph", help="graph compiler").add_subparsers(dest="cmd", required=True)
     gc = g.add_parser("compile", help="compile an ONNX model and wait for the result")
@@ -150,6 +157,16 @@ def _render(ev: object) -> str:
     return repr(ev)
 
 
+def _report_plugin() -> Any:
+    """The cost ledger's report renderer, registered as the ``seedance.cli`` entry point."""
+    found = entry_points(group="seedance.cli", name="costs-report")
+    if not found:
+        raise ValueError(
+            "costs report renders with the cost ledger's report code: install seedance-cost-ledger"
+        )
+    return next(iter(found)).load()
+
+
 async def _run(args: argparse.Namespace) -> int:
     client = await SeedanceClient.connect(
         args.nats_url, creds=args.creds, user=args.user, password=args.password
@@ -185,6 +202,13 @@ async def _run(args: argparse.Namespace) -> int:
         elif args.group == "admin" and args.cmd == "provision":
             await client.provision()
             print("streams provisioned")
+        elif args.group == "costs" and args.cmd == "report":
+            text, n = await _report_plugin()(client, args.tenant, args.format)
+            if args.out is None:
+                sys.stdout.write(text)
+            else:
+                args.out.write_text(text)
+                print(f"wrote {n} cost lines as {args.format} to {args.out}", file=sys.stderr)
         elif args.group == "costs" and args.cmd == "watch":
             seen = 0
             stream = client.costs(args.tenant, from_start=not args.new)

@@ -22,44 +22,34 @@ def report(argv: list[str]) -> int:
 
     Reads what the tenant's cost stream holds (with the tenant's own credentials, if given) and
     renders it with the ledger's own report code, so the figures match the ledger's to the cent.
+    The same as ``seedance costs report``.
     """
     import argparse
     import os
-    from datetime import UTC, datetime
     from pathlib import Path
 
-    from seedance.cost_ledger.reports import entries_csv, focus_csv, render_html
-    from seedance.cost_ledger.reports.from_bus import lines_from_events
-    from seedance.cost_ledger.reports.html import ReportInput
+    from seedance.cost_ledger.reports.from_bus import FORMATS, render_tenant_report
     from seedance.sdk import SeedanceClient
 
     p = argparse.ArgumentParser(prog="seedance-cost-ledger report", description=report.__doc__)
     p.add_argument("--tenant", required=True)
-    p.add_argument("--format", choices=["html", "csv", "focus"], default="html")
+    p.add_argument("--format", choices=FORMATS, default="html")
     p.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
     p.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
     p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
     args = p.parse_args(argv)
 
-    async def fetch() -> list[object]:
+    async def render() -> tuple[str, int]:
         client = await SeedanceClient.connect(args.nats_url, creds=args.creds)
         async with client:
-            return await client.cost_history(args.tenant)
+            return await render_tenant_report(client, args.tenant, args.format)
 
-    lines = lines_from_events(asyncio.run(fetch()))
-    if args.format == "csv":
-        text = entries_csv(lines)
-    elif args.format == "focus":
-        text = focus_csv(lines)
-    else:
-        now_ms = int(datetime.now(UTC).timestamp() * 1000)
-        text = render_html(ReportInput(title=f"Seedance costs: {args.tenant}", entries=lines,
-                                       generated_at_ms=now_ms))
+    text, n = asyncio.run(render())
     if args.out is None:
         sys.stdout.write(text)
     else:
         args.out.write_text(text)
-        sys.stderr.write(f"wrote {len(lines)} cost lines as {args.format} to {args.out}\n")
+        sys.stderr.write(f"wrote {n} cost lines as {args.format} to {args.out}\n")
     return 0
 
 
