@@ -8,10 +8,13 @@ fleet in two merged orders and check what the clock decides, against the core's 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import LedgerReplica, ledger_inputs
-from seedance.events import Event
-from seedance.events.telemetry import GpuSampleBatch, NodeInventory
+from seedance.events import Event, new_event_id
+from seedance.events import cost as cost_events
+from seedance.events.telemetry import GpuSample, GpuSampleBatch, NodeInventory
 from tools.ledger_workload import workload
 
 BOOK = core.default_price_book()
@@ -52,13 +55,27 @@ def test_samples_behind_the_job_stream_close_no_window_early() -> None:
     assert _exact(replica, events)
 
 
+def _one_window_later(events: list[Event]) -> GpuSampleBatch:
+    """A sample batch that moves the clock far enough to close the next window."""
+    last = max(e.at for e in events)
+    node = next(e.node for e in events if isinstance(e, GpuSampleBatch))
+    at = last + timedelta(seconds=core.LedgerConfig().window_s * 2)
+    return GpuSampleBatch(id=new_event_id(), at=at, node=node, gpus=[GpuSample(index=0)])
+
+
 def test_a_clock_at_the_newest_event_re_opens_windows_for_late_samples() -> None:
     # The same order with no allowance for skew: the job stream's time closes windows whose
-    # samples come later, and each late sample costs an adjustment (what the clock prevents).
+    # samples come later, and the late samples cost adjustments (what the clock prevents).
+    # Late changes wait for the next window to close, then every changed line is settled once.
     events = _samples_last(_fleet())
     replica, entries = _replay(events, skew_s=0)
-    assert any(e.revision > 0 for e in entries)
-    assert _exact(replica, events)  # still exact, only more work and more entries
+    assert {e.revision for e in entries} == {0}, "nothing settled before a window closes"
+    assert replica.ledger.has_late_changes
+    closing = _one_window_later(events)
+    entries += [p.event for p in replica.step(len(events) + 1, closing)]
+    revisions = {e.revision for e in entries if isinstance(e, cost_events.CostEntry)}
+    assert revisions == {0, 1}, "each late-changed line adjusted once, not once per sample"
+    assert _exact(replica, [*events, closing])  # still exact, only more work and more entries
 
 
 def test_jobs_leading_by_more_than_the_skew_move_the_clock() -> None:

@@ -10,8 +10,9 @@ Why deterministic: every replica reads the same merged stream (``SEEDANCE_LEDGER
 same order and calls ``step`` with it, so all replicas emit the same outputs with the same ids
 (published as ``Nats-Msg-Id``: JetStream keeps the first and drops the others). Time is an
 event-time clock read from the inputs seen so far (``clock_ms``), and the core is advanced at
-the event that makes a window closable, never at a batch boundary or a timer, so how a
-replica's fetches happen to be cut changes nothing.
+the event that makes a window closable (or at a late placement or end; late samples wait for
+the next window to close), never at a batch boundary or a timer, so how a replica's fetches
+happen to be cut changes nothing.
 
 Why the clock follows the telemetry samples: the server sources the jobs, slicing and telemetry
 streams into the merged stream independently, so after a backlog (a bulk replay, a server
@@ -180,17 +181,21 @@ class LedgerReplica:
             self._s.samples_ms is None or t > self._s.samples_ms
         ):
             self._s.samples_ms = t
-        return self._advance_if_due()
+        return self._advance_if_due(sample=isinstance(event, GpuSampleBatch))
 
-    def _advance_if_due(self) -> list[Publication]:
+    def _advance_if_due(self, sample: bool) -> list[Publication]:
         now = self.clock_ms
         if now is None:
             return []
         closed = self.ledger.closed_until_window
         target = closable_until(now, self.config.window_ms, self.config.lateness_ms)
-        # A late fact is settled at once (not at the next window's close, which in event time
-        # may be far off); the decision reads only the state, so it is the same on every replica.
-        if closed is not None and target <= closed and not self.ledger.has_late_changes:
+        # A late job fact (a placement or end for a window already closed) is settled at once;
+        # late samples wait for the next window to close and are settled with it: a replica
+        # catching up on a backlog meets late samples by the thousand, and settling each at
+        # once re-emitted its window's lines and its jobs' reports every time (3-6x the outputs
+        # of the same events in order). Decided from the input and the state only, so the same
+        # on every replica.
+        if closed is not None and target <= closed and (not self.ledger.has_late_changes or sample):
             return []
         outputs = self.ledger.advance(now)
         pubs = [to_bus(o) for o in outputs]
