@@ -208,13 +208,18 @@ async def wait_checkpointed(bus: Any, state_key: str, sent: int, timeout_s: floa
     later: a merged stream that merely stopped growing for a moment is not yet complete.
     """
     import asyncio
+    import contextlib
     import time
+
+    from seedance.core import TRANSIENT_BUS_ERRORS
 
     deadline = time.monotonic() + timeout_s
     last, seq, held = -1, 0, 0
     while time.monotonic() < deadline:
         info = await bus.js.stream_info("SEEDANCE_LEDGER_IN")
-        seq, held = await checkpoint_seq(bus, state_key), info.state.messages
+        with contextlib.suppress(*TRANSIENT_BUS_ERRORS):  # a KV fail-over: ask again
+            seq = await checkpoint_seq(bus, state_key)
+        held = info.state.messages
         if held >= sent and info.state.last_seq == last and seq >= last:
             return last
         last = info.state.last_seq

@@ -7,8 +7,10 @@ same server speaks JetStream's side of that exchange (its JSON replies) for the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import nats.errors
 import pytest
 
 from seedance.core import Bus
@@ -119,3 +121,51 @@ async def test_timeout_names_the_missing_acks_and_forgets_them(bus: Bus, unique:
     finally:
         await publisher.close()
         await sub.unsubscribe()
+
+
+async def test_no_responders_is_retried_until_the_stream_exists(bus: Bus, unique: str) -> None:
+    subject = f"late.{unique}"
+    publisher = Publisher(bus.nc, retry_no_responders_s=0.1, max_no_responders_retries=50)
+    try:
+        batch = await publisher.publish([message(subject, "x-" + unique)])
+        await asyncio.sleep(0.3)  # a leader election's worth of "no responders"
+        await bus.js.add_stream(name=f"LATE_{unique}", subjects=[subject])
+        [ack] = await batch.wait(timeout_s=10)
+        assert ack.stream == f"LATE_{unique}"
+        assert not ack.duplicate
+    finally:
+        await publisher.close()
+        await bus.js.delete_stream(f"LATE_{unique}")
+
+
+async def test_an_unanswered_message_is_sent_again_while_awaited(bus: Bus, unique: str) -> None:
+    subject = f"fake-js.{unique}"
+    seen: list[str] = []
+
+    async def answers_the_second_copy(msg) -> None:  # type: ignore[no-untyped-def]
+        seen.append(msg.headers[Header.MSG_ID.value])
+        if len(seen) == 2:  # the first copy's reply "lost in a reconnect"
+            await msg.respond(b'{"stream": "FAKE", "seq": 3}')
+
+    sub = await bus.nc.subscribe(subject, cb=answers_the_second_copy)
+    publisher = Publisher(bus.nc, resend_after_s=0.1)
+    try:
+        batch = await publisher.publish([message(subject, "id-9")])
+        [ack] = await batch.wait(timeout_s=5)
+    finally:
+        await publisher.close()
+        await sub.unsubscribe()
+    assert ack.seq == 3
+    assert seen == ["id-9", "id-9"]
+
+
+async def test_a_batch_that_fails_to_go_out_is_not_left_tracked(bus: Bus, unique: str) -> None:
+    subject = jobs.subject(f"t{unique}", "submitted")
+    too_big = (subject, b"x" * (bus.nc.max_payload + 1), {Header.MSG_ID.value: "big"})
+    publisher = Publisher(bus.nc)
+    try:
+        with pytest.raises(nats.errors.MaxPayloadError):
+            await publisher.publish([message(subject, "ok-" + unique), too_big])
+        assert publisher.unacked == 0
+    finally:
+        await publisher.close()

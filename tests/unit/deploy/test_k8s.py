@@ -207,3 +207,10 @@ def test_nats_configmap_is_the_generated_auth_and_the_server_accepts_it(
         timeout=30,
     )
     assert done.returncode == 0, done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_ledger_versions_never_overlap(overlay: str) -> None:
+    # Two ledger versions may emit one output id with different amounts (docs/deploy.md).
+    ledger = workloads(render(overlay))["cost-ledger"]
+    assert ledger["spec"]["strategy"] == {"type": "Recreate"}

@@ -21,7 +21,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 from seedance.core.errors import NoStream, ServerTooOld
 from seedance.core.logs import get_logger
-from seedance.core.publisher import PubAck, Publisher
+from seedance.core.publisher import PubAck, Publisher, PublishRefused
 from seedance.core.tracing import inject_headers, tracer
 from seedance.events import Event, encode
 from seedance.events.subjects import CONSUMERS, STREAMS, ConsumerSpec, Header, StreamSpec
@@ -35,12 +35,14 @@ __all__ = [
 ]
 
 #: What a publish, KV or object-store call raises when the bus is down, slow or refusing for
-#: now (nats-py's and JetStream's errors, timeouts, a dropped socket): worth a retry later,
+#: now (nats-py's and JetStream's errors, timeouts, a dropped socket, a stream that refused a
+#: message, the publisher having re-sent the "not now" answers already): worth a retry later,
 #: never a bug. Catch these, not ``Exception``.
 TRANSIENT_BUS_ERRORS: tuple[type[BaseException], ...] = (
     nats.errors.Error,
     TimeoutError,
     ConnectionError,
+    PublishRefused,
 )
 
 log = get_logger(__name__)
@@ -219,9 +221,10 @@ class Bus:
 
         Awaiting each PubAck in turn costs a round trip per message (2-3k msg/s in nats-py), so
         the messages go out through ``self.publisher`` (up to ``window`` acks outstanding)
-        under one span whose trace context every message carries. Order on a subject is kept;
-        an event that fails raises here (``NoStream``, ``PublishRefused``, ``TimeoutError``),
-        and its id makes the caller's retry a duplicate.
+        under one span whose trace context every message carries. Order on a subject is kept,
+        but for a message the publisher had to re-send (see ``seedance.core.publisher``); an
+        event that fails raises here (``NoStream``, ``PublishRefused``, ``TimeoutError``), and
+        its id makes the caller's retry a duplicate.
         """
         if not items:
             return []

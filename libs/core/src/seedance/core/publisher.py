@@ -8,11 +8,15 @@ decide what a duplicate means; the caller owns both.
 
 Why not nats-py's ``JetStreamContext.publish_async``: a future, a semaphore ``wait_for`` and a
 done-callback per message cost more than the publish itself (half of a ledger replica's bus
-time), and its reply callback raises, instead of failing the message, on some error replies
-(``10158 duplicate message id is in process``), so the caller waits for an ack that never comes.
-Here an error reply fails its batch with the server's words, and 10158 (another publisher's copy
-of the same id is being stored right now, typically an active-active peer during a cluster
-fail-over) is re-sent after a pause until the stream answers "stored" or "duplicate".
+time), and its reply callback raises inside itself on every error reply (``APIError.from_error``
+raises), so the caller waits for an ack that never comes. Here an error reply fails its batch
+with the server's words, except the answers that mean "not now", which are re-sent after a
+pause until the stream answers stored or duplicate: 10158 (another publisher's copy of the same
+id is being stored right now, typically an active-active peer during a cluster fail-over) and
+503 no responders (no stream leader for a moment; a few times only, then ``NoStream``). A
+message with a ``Nats-Msg-Id`` still unanswered after ``resend_after_s`` (its reply lost in a
+reconnect) is sent again while its batch is awaited: the stream's de-duplication makes that
+safe. A re-sent message can land after later ones on the same subject.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -31,9 +36,14 @@ from seedance.core.errors import NoStream, SeedanceError
 
 __all__ = ["AckedBatch", "PubAck", "PublishRefused", "Publisher"]
 
+_MSG_ID = "Nats-Msg-Id"
+#: What a publish raises while the connection is down or reconnecting (buffer full, closed).
+TRANSIENT_PUBLISH_ERRORS: tuple[type[BaseException], ...] = (nats.errors.Error, ConnectionError)
+
 #: JetStream's error code for "a message with this Nats-Msg-Id is being stored right now".
 IN_PROCESS = 10158
 _NO_RESPONDERS = "503"
+_NO_RESPONDERS_RETRY = -503  # the retry table's key for a 503 no-responders status
 
 
 class PubAck(msgspec.Struct, frozen=True):
@@ -87,17 +97,31 @@ class AckedBatch:
     async def wait(self, timeout_s: float) -> list[PubAck]:
         """Every message's ack; raises the first refusal, or ``TimeoutError`` naming the gap.
 
-        After a timeout the batch is forgotten: acks that arrive later are ignored.
+        Unanswered messages that carry a ``Nats-Msg-Id`` are re-sent every ``resend_after_s``
+        meanwhile. After a timeout (or a cancellation) the batch is forgotten: acks that arrive
+        later are ignored.
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         try:
-            async with asyncio.timeout(timeout_s):
-                return await asyncio.shield(self.done)
+            while True:
+                slice_s = min(self.publisher.resend_after_s, deadline - loop.time())
+                try:
+                    async with asyncio.timeout(max(0.0, slice_s)):
+                        return await asyncio.shield(self.done)
+                except TimeoutError:
+                    if loop.time() >= deadline:
+                        raise
+                    await self.publisher.resend_unanswered(self)
         except TimeoutError:
             self.publisher.forget(self)
             raise TimeoutError(
                 f"{self.missing} of {len(self.acks)} publish acks not received in "
                 f"{timeout_s:g} s (first subject {self.messages[0][0]!r})"
             ) from None
+        except BaseException:
+            self.publisher.forget(self)
+            raise
 
 
 class Publisher:
@@ -105,7 +129,10 @@ class Publisher:
 
     The caller bounds how many batches it leaves unsettled (each ``AckedBatch`` holds its
     messages until acked). ``retry_in_process_s`` is the pause before re-sending a message the
-    server answered with 10158, ``max_in_process_retries`` how often before failing it.
+    server answered with 10158, ``max_in_process_retries`` how often before failing it;
+    ``retry_no_responders_s`` and ``max_no_responders_retries`` the same for 503 no responders;
+    ``resend_after_s`` how long a message with a ``Nats-Msg-Id`` may stay unanswered before
+    it is sent again (while its batch is awaited).
     """
 
     def __init__(
@@ -114,14 +141,21 @@ class Publisher:
         *,
         retry_in_process_s: float = 0.05,
         max_in_process_retries: int = 100,
+        retry_no_responders_s: float = 0.25,
+        max_no_responders_retries: int = 4,
+        resend_after_s: float = 5.0,
     ) -> None:
         self._nc = nc
-        self._retry_s = retry_in_process_s
-        self._max_retries = max_in_process_retries
+        #: "not now" answer -> (pause before a re-send, most re-sends)
+        self._retry = {
+            IN_PROCESS: (retry_in_process_s, max_in_process_retries),
+            _NO_RESPONDERS_RETRY: (retry_no_responders_s, max_no_responders_retries),
+        }
+        self.resend_after_s = resend_after_s
         self._prefix = ""
         self._sub: Subscription | None = None
         self._tokens = itertools.count()
-        #: token -> (batch, index in it, 10158 re-sends so far)
+        #: token -> (batch, index in it, "not now" re-sends so far)
         self._pending: dict[str, tuple[AckedBatch, int, int]] = {}
         self._retries: set[asyncio.Task[None]] = set()
 
@@ -165,12 +199,33 @@ class Publisher:
         if not messages:
             batch.done.set_result([])
             return batch
-        for i, (subject, payload, headers) in enumerate(messages):
-            token = str(next(self._tokens))
-            batch.tokens.append(token)
-            self._pending[token] = (batch, i, 0)
-            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        try:
+            for i, (subject, payload, headers) in enumerate(messages):
+                token = str(next(self._tokens))
+                batch.tokens.append(token)
+                self._pending[token] = (batch, i, 0)
+                await self._nc.publish(
+                    subject, payload, reply=self._prefix + token, headers=headers
+                )
+        except BaseException:
+            self.forget(batch)  # nothing of a batch that failed to go out stays tracked
+            raise
         return batch
+
+    async def resend_unanswered(self, batch: AckedBatch) -> None:
+        """Send again the batch's unanswered messages that carry a ``Nats-Msg-Id``."""
+        for token in batch.tokens:
+            entry = self._pending.get(token)
+            if entry is None or self._sub is None:
+                continue
+            subject, payload, headers = batch.messages[entry[1]]
+            if _MSG_ID in headers:
+                try:
+                    await self._nc.publish(
+                        subject, payload, reply=self._prefix + token, headers=headers
+                    )
+                except TRANSIENT_PUBLISH_ERRORS:
+                    return  # still reconnecting: the next round tries again
 
     def forget(self, batch: AckedBatch) -> None:
         """Stop tracking a batch (failed, or its caller gave up): late acks are ignored."""
@@ -182,10 +237,12 @@ class Publisher:
         entry = self._pending.get(token)
         if entry is None:
             return  # a batch already failed or forgotten
-        batch, i, retries = entry
+        batch, i, _ = entry
         subject = batch.messages[i][0]
         if not msg.data and msg.headers and msg.headers.get("Status") == _NO_RESPONDERS:
-            self._fail(batch, NoStream(f"no stream stores {subject!r}: streams not provisioned?"))
+            if not self._retry_later(token, _NO_RESPONDERS_RETRY):
+                reason = f"no stream stores {subject!r}: streams not provisioned?"
+                self._fail(batch, NoStream(reason))
             return
         try:
             reply = _decode_reply(msg.data)
@@ -200,20 +257,33 @@ class Publisher:
             batch.missing -= 1
             if batch.missing == 0 and not batch.done.done():
                 batch.done.set_result(batch.acks)  # type: ignore[arg-type]
-        elif error.err_code == IN_PROCESS and retries < self._max_retries:
-            self._pending[token] = (batch, i, retries + 1)
-            task = asyncio.create_task(self._resend(token, batch.messages[i]))
-            self._retries.add(task)
-            task.add_done_callback(self._retries.discard)
-        else:
+        elif not (error.err_code == IN_PROCESS and self._retry_later(token, IN_PROCESS)):
             refused = PublishRefused(subject, error.code, error.err_code, error.description)
             self._fail(batch, refused)
 
-    async def _resend(self, token: str, message: Message) -> None:
-        await asyncio.sleep(self._retry_s)
-        if token in self._pending and self._sub is not None:
-            subject, payload, headers = message
+    def _retry_later(self, token: str, reason: int) -> bool:
+        """Schedule a re-send of ``token`` for a "not now" answer; False once out of tries."""
+        batch, i, retries = self._pending[token]
+        pause_s, most = self._retry[reason]
+        if retries >= most:
+            return False
+        self._pending[token] = (batch, i, retries + 1)
+        task = asyncio.create_task(self._resend(token, pause_s))
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
+        return True
+
+    async def _resend(self, token: str, pause_s: float) -> None:
+        await asyncio.sleep(pause_s)
+        entry = self._pending.get(token)
+        if entry is None or self._sub is None:
+            return  # answered meanwhile, or its batch failed or was forgotten
+        batch, i, _ = entry
+        subject, payload, headers = batch.messages[i]
+        try:
             await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        except Exception as exc:  # whatever stops the re-send fails its batch, named
+            self._fail(batch, exc)
 
     def _fail(self, batch: AckedBatch, exc: BaseException) -> None:
         self.forget(batch)

@@ -168,6 +168,8 @@ def _report_plugin() -> Any:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    # Found before connecting: a missing ledger package is said first, not as a bus error.
+    render = _report_plugin() if (args.group, args.cmd) == ("costs", "report") else None
     client = await SeedanceClient.connect(
         args.nats_url, creds=args.creds, user=args.user, password=args.password
     )
@@ -203,7 +205,8 @@ async def _run(args: argparse.Namespace) -> int:
             await client.provision()
             print("streams provisioned")
         elif args.group == "costs" and args.cmd == "report":
-            text, n = await _report_plugin()(client, args.tenant, args.format)
+            assert render is not None
+            text, n = await render(client, args.tenant, args.format)
             if args.out is None:
                 sys.stdout.write(text)
             else:

@@ -146,6 +146,8 @@ class LedgerService(Lifecycle):
         # False while a batch is half stepped: a cancelled batch must never be checkpointed.
         self._consistent = True
         self._inflight: list[tuple[list[Publication], AckedBatch]] = []
+        self._settling = asyncio.Lock()
+        self._ckpt_retry_at = 0.0  # after a failed checkpoint, none is tried before this
         runtime.loop(self._consume)
 
     async def start(self) -> None:
@@ -309,6 +311,7 @@ class LedgerService(Lifecycle):
                 self._stepped_since_ckpt
                 and spaced
                 and (self._stepped_since_ckpt >= self._ckpt_events or since >= self._ckpt_s)
+                and time.monotonic() >= self._ckpt_retry_at
             ):
                 await self._settle_acks()  # a lost ack is not transient: it fails the replica
                 try:
@@ -317,7 +320,7 @@ class LedgerService(Lifecycle):
                     # KV unreachable for now (its stream's leader failing over): the next
                     # checkpoint covers this one; a restart meanwhile re-reads a little more.
                     self.metrics.checkpoint_failures_total.inc()
-                    self._last_ckpt = time.monotonic()  # try again after checkpoint_every_s
+                    self._ckpt_retry_at = time.monotonic() + self._ckpt_s
                     log.warning("ledger_checkpoint_failed", error=repr(exc), seq=self.replica.seq)
 
     async def process(self, msgs: list[Any]) -> None:
@@ -365,25 +368,40 @@ class LedgerService(Lifecycle):
             await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
 
     async def _settle_acks(self, keep: int = 0) -> None:
-        while len(self._inflight) > keep:
-            pubs, batch = self._inflight.pop(0)
-            acks = await batch.wait(timeout_s=30.0)
-            dup = sum(1 for a in acks if a.duplicate)
-            for p, a in zip(pubs, acks, strict=True):
-                # A counter cannot go down: downward adjustments (late facts) are only in the
-                # stream, so this is an upper bound for dashboards, not the bill.
-                if (
-                    not a.duplicate
-                    and isinstance(p.event, CostEntry)
-                    and p.event.tenant
-                    and p.event.cost_micro_usd > 0
-                ):
-                    self.metrics.cost_usd_total.labels(p.event.tenant).inc(
-                        p.event.cost_micro_usd / 1e6
-                    )
-            self.metrics.published_total.labels("true").inc(dup)
-            self.metrics.published_total.labels("false").inc(len(acks) - dup)
-            self.replica.confirm_published(pubs)
+        """Wait for the oldest batches' acks until ``keep`` batches remain unacknowledged.
+
+        A batch leaves the list only once acked, and a failure (a refusal, a timeout, a
+        cancellation) marks the replica inconsistent, so no checkpoint, not even the final one
+        at close, can pass outputs the stream may not hold (budget alerts and pause requests
+        are not in the core's outbox to be re-published after a restart).
+        """
+        async with self._settling:  # a checkpoint (or the bench) may settle while _publish does
+            while len(self._inflight) > keep:
+                pubs, batch = self._inflight[0]
+                try:
+                    acks = await batch.wait(timeout_s=30.0)
+                except BaseException:
+                    self._consistent = False
+                    raise
+                self._inflight.pop(0)
+                self._count_published(pubs, acks)
+
+    def _count_published(self, pubs: list[Publication], acks: list[Any]) -> None:
+        """Metrics of an acked batch, and the core's outbox emptied of it."""
+        dup = sum(1 for a in acks if a.duplicate)
+        for p, a in zip(pubs, acks, strict=True):
+            # A counter cannot go down: downward adjustments (late facts) are only in the
+            # stream, so this is an upper bound for dashboards, not the bill.
+            if (
+                not a.duplicate
+                and isinstance(p.event, CostEntry)
+                and p.event.tenant
+                and p.event.cost_micro_usd > 0
+            ):
+                self.metrics.cost_usd_total.labels(p.event.tenant).inc(p.event.cost_micro_usd / 1e6)
+        self.metrics.published_total.labels("true").inc(dup)
+        self.metrics.published_total.labels("false").inc(len(acks) - dup)
+        self.replica.confirm_published(pubs)
 
     async def _dead_letter(self, msg: Any, kind: str, reason: str) -> None:
         md = msg.metadata
