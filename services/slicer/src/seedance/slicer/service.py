@@ -192,8 +192,12 @@ class SlicerService(Lifecycle):
         poll_s = self._settings.lease_ttl_s / 6
         while not self._stopping.is_set():
             if not self._lease.held:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that lands as the event fires (see seedance.core.reader), leaving this loop
+                # running after a stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._lease.acquired.wait(), timeout=poll_s)
+                    async with asyncio.timeout(poll_s):
+                        await self._lease.acquired.wait()
                 continue
             await self._restore()
             self.metrics.leader.set(1)
@@ -202,7 +206,8 @@ class SlicerService(Lifecycle):
             tasks = [asyncio.create_task(c.run()) for c in self._consumers]
             while self._lease.held and not self._stopping.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), timeout=poll_s)
+                    async with asyncio.timeout(poll_s):
+                        await self._stopping.wait()
             for c in self._consumers:
                 c.stop()
             await asyncio.gather(*tasks)
