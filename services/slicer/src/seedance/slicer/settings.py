@@ -27,4 +27,5 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     workload_refresh: int = 100
     #: Non-empty: durables ``slicer-<kind>-<instance>`` instead of the catalogue's names, so
     #: that slicers side by side on one server (tests, two demos) do not share a durable.
+    #: Development only: the generated NATS permissions grant the catalogue's names alone.
     instance: str = ""

@@ -43,6 +43,7 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Non-empty: this collector's durables are ``collector-placements-<instance>`` and
     #: ``collector-jobs-<instance>``. Every replayed fleet needs every placement, so collectors
     #: that replay side by side (tests, two demos on one server) must not share a durable.
+    #: Development only: the generated NATS permissions grant the catalogue's names alone.
     instance: str = ""
 
     def __post_init__(self) -> None:
