@@ -3,7 +3,6 @@ letters, and the budget guard's alert and pause request."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -27,7 +26,7 @@ from seedance.events.dlq import DeadLetter
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import GpuSample, GpuSampleBatch
-from tests.conftest import eventually
+from tests.conftest import eventually, serving
 from tools.ledger_workload import START, workload
 from tools.stack import NatsServer, ServiceProcesses
 
@@ -73,7 +72,8 @@ async def read_all(bus: Bus, stream: str, subject: str = ">") -> list[Any]:
         await sub.unsubscribe()
 
 
-async def ledger(url: str, name: str, **kw: Any) -> tuple[LedgerService, asyncio.Task[None]]:
+def ledger(url: str, name: str, **kw: Any) -> LedgerService:
+    """A ledger replica on its own runtime and checkpoint key (not started: see ``serving``)."""
     runtime = ServiceRuntime("cost-ledger", BusSettings(url=url), registry=CollectorRegistry())
     replica = LedgerReplica(
         core.default_price_book(),
@@ -81,15 +81,7 @@ async def ledger(url: str, name: str, **kw: Any) -> tuple[LedgerService, asyncio
         budgets=kw.pop("budgets", ()),
         tenants=kw.pop("tenants", ()),
     )
-    service = LedgerService(runtime, replica, name=name, checkpoint_key=name, **kw)
-    await service.start()
-    return service, asyncio.create_task(service.run())
-
-
-async def stop(service: LedgerService, task: asyncio.Task[None]) -> None:
-    await service.stop()
-    await task
-    await service.close()
+    return LedgerService(runtime, replica, name=name, checkpoint_key=name, **kw)
 
 
 async def caught_up(bus: Bus, service: LedgerService, n: int) -> None:
@@ -118,15 +110,12 @@ async def test_a_duplicated_event_is_costed_once(bus: Bus, server: NatsServer) -
         id="0190a000-0000-7000-8000-00000000d0p1", at=START, job_id="j1", tenant="acme",
         node="dup-node", gpu_model="T4", kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
     )  # fmt: skip
-    service, task = await ledger(server.url, "dup")
-    try:
+    async with serving(ledger(server.url, "dup")) as service:
         # Twice without Nats-Msg-Id, so the stream keeps both: only the ledger can drop one.
         for _ in range(2):
             await bus.js.publish(slicing.subject("acme", "placement"), encode(placement))
         await bus.publish(telemetry.sample("dup-node"), sample("dup-node", 20))
         await caught_up(bus, service, 3)
-    finally:
-        await stop(service, task)
     msgs = await read_all(bus, "SEEDANCE_COSTS", "seedance.costs.acme.entry")
     entries = [decode(m.data, CostEntry) for m in msgs]
     assert entries, "the placement's windows closed: entries expected"
@@ -138,8 +127,7 @@ async def test_a_duplicated_event_is_costed_once(bus: Bus, server: NatsServer) -
 
 
 async def test_invalid_inputs_are_dead_lettered_with_a_reason(bus: Bus, server: NatsServer) -> None:
-    service, task = await ledger(server.url, "dlq", tenants=("acme",))
-    try:
+    async with serving(ledger(server.url, "dlq", tenants=("acme",))) as service:
         unknown = Placement(
             id="0190a000-0000-7000-8000-0000000bad01", at=START, job_id="j", tenant="mallory",
             node="n1", gpu_model="T4", kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
@@ -151,8 +139,6 @@ async def test_invalid_inputs_are_dead_lettered_with_a_reason(bus: Bus, server: 
         )
         await bus.publish(slicing.subject("acme", "placement"), no_price)
         await caught_up(bus, service, 3)
-    finally:
-        await stop(service, task)
 
     async def letters() -> list[DeadLetter]:
         return [decode(m.data, DeadLetter) for m in await read_all(bus, "SEEDANCE_DLQ")]
@@ -174,8 +160,7 @@ async def test_overspend_forecast_publishes_alert_and_pause(bus: Bus, server: Na
         f"budgets:\n  - tenant: acme\n    period_start: {START.isoformat()}\n"
         f"    period_end: {(START + timedelta(days=1)).isoformat()}\n    amount_usd: 1\n"
     )
-    service, task = await ledger(server.url, "guard", budgets=budgets)
-    try:
+    async with serving(ledger(server.url, "guard", budgets=budgets)) as service:
         placement = Placement(
             id="0190a000-0000-7000-8000-00000000b0d1", at=START, job_id="big", tenant="acme",
             node="g-node", gpu_model="A100", kind=PlacementKind.WHOLE,
@@ -185,8 +170,6 @@ async def test_overspend_forecast_publishes_alert_and_pause(bus: Bus, server: Na
         for m in range(0, 60, 5):
             await bus.publish(telemetry.sample("g-node"), sample("g-node", m, 0.9))
         await caught_up(bus, service, 13)
-    finally:
-        await stop(service, task)
     alerts = [decode(m.data, BudgetAlert) for m in await read_all(
         bus, "SEEDANCE_COSTS", "seedance.costs.acme.alert")]  # fmt: skip
     pauses = [decode(m.data, PauseRequest) for m in await read_all(
@@ -248,8 +231,7 @@ async def test_a_checkpoint_failing_on_the_bus_is_retried_not_fatal(
     bus: Bus, server: NatsServer
 ) -> None:
     wl = workload(600, nodes=4, seed=11)
-    service, task = await ledger(server.url, "kvgone", batch=50, checkpoint_every_s=0.05)
-    try:
+    async with serving(ledger(server.url, "kvgone", batch=50, checkpoint_every_s=0.05)) as service:
         await bus.js.delete_key_value("seedance-ledger")  # KV unreachable under the replica
         await bus.publish_many(wl.events[:300])
 
@@ -257,7 +239,6 @@ async def test_a_checkpoint_failing_on_the_bus_is_retried_not_fatal(
             return service.metrics.checkpoint_failures_total._value.get() >= 1
 
         await eventually(failed_once)
-        assert not task.done()  # still stepping
         await ensure_bucket(bus, "seedance-ledger")  # back
         await bus.publish_many(wl.events[300:])
         await caught_up(bus, service, len(wl.events))
@@ -267,17 +248,14 @@ async def test_a_checkpoint_failing_on_the_bus_is_retried_not_fatal(
             return service.metrics.checkpoint_seq._value.get() >= last
 
         await eventually(checkpointed)
-    finally:
-        await stop(service, task)
 
 
 async def test_a_replica_rebinds_once_its_input_stream_is_back(
     bus: Bus, server: NatsServer
 ) -> None:
     wl = workload(300, nodes=4, seed=12)
-    service, task = await ledger(server.url, "rebind", batch=50)
-    rebinds = service.metrics.rebinds_total
-    try:
+    async with serving(ledger(server.url, "rebind", batch=50)) as service:
+        rebinds = service.metrics.rebinds_total
         await bus.publish_many(wl.events)
         await caught_up(bus, service, len(wl.events))
         await bus.js.delete_stream("SEEDANCE_LEDGER_IN")  # its consumer goes with it
@@ -286,13 +264,9 @@ async def test_a_replica_rebinds_once_its_input_stream_is_back(
             return rebinds.labels("failed")._value.get() >= 1
 
         await eventually(failed_to_rebind)
-        assert not task.done()  # retrying, not crashed
         await bus.ensure_streams()
 
         async def rebound() -> bool:
             return rebinds.labels("ok")._value.get() >= 1
 
         await eventually(rebound, timeout_s=15)
-        assert not task.done()
-    finally:
-        await stop(service, task)
