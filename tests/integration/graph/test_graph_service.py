@@ -7,6 +7,7 @@ Small models only (an MLP, a decomposed LayerNorm): each test pays one child-pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,6 +30,7 @@ from seedance.graph_compiler.service import GraphCompilerService
 from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.sdk import cli
 from seedance.sdk.client import GRAPH_MODELS_STORE, SeedanceClient
+from tests.conftest import serving
 from tests.unit.graph.gc_onnx_kit import overflow_ln_model
 
 StartCompiler = Callable[..., Awaitable[GraphCompilerService]]
@@ -80,22 +82,14 @@ def _run(model: bytes, x: np.ndarray) -> np.ndarray:
 
 @pytest.fixture
 async def start_compiler(nats_url: str) -> AsyncIterator[StartCompiler]:
-    started: list[tuple[GraphCompilerService, asyncio.Task[None]]] = []
+    async with contextlib.AsyncExitStack() as running:
 
-    async def start(**settings: Any) -> GraphCompilerService:
-        rt = ServiceRuntime("graph-compiler", BusSettings(url=nats_url, name="gc-test"))
-        svc = GraphCompilerService(rt, GraphCompilerSettings(**settings))
-        await svc.start()
-        started.append((svc, asyncio.create_task(svc.run())))
-        return svc
+        async def start(**settings: Any) -> GraphCompilerService:
+            rt = ServiceRuntime("graph-compiler", BusSettings(url=nats_url, name="gc-test"))
+            svc = GraphCompilerService(rt, GraphCompilerSettings(**settings))
+            return await running.enter_async_context(serving(svc))
 
-    try:
         yield start
-    finally:
-        for svc, task in started:
-            await svc.stop()
-            await task
-            await svc.close()
 
 
 @pytest.fixture
