@@ -22,6 +22,7 @@ safe. A re-sent message can land after later ones on the same subject.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,21 +105,20 @@ class AckedBatch:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         try:
-            while True:
-                slice_s = min(self.publisher.resend_after_s, deadline - loop.time())
-                try:
-                    async with asyncio.timeout(max(0.0, slice_s)):
-                        return await asyncio.shield(self.done)
-                except TimeoutError:
-                    if loop.time() >= deadline:
-                        raise
+            while not self.done.done():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"{self.missing} of {len(self.acks)} publish acks not received in "
+                        f"{timeout_s:g} s (first subject {self.messages[0][0]!r})"
+                    )
+                # A refusal set on ``done`` leaves the loop through its check, not through here.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(self.publisher.resend_after_s, remaining)):
+                        await asyncio.shield(self.done)
+                if not self.done.done():
                     await self.publisher.resend_unanswered(self)
-        except TimeoutError:
-            self.publisher.forget(self)
-            raise TimeoutError(
-                f"{self.missing} of {len(self.acks)} publish acks not received in "
-                f"{timeout_s:g} s (first subject {self.messages[0][0]!r})"
-            ) from None
+            return self.done.result()
         except BaseException:
             self.publisher.forget(self)
             raise
