@@ -99,8 +99,8 @@ class AckedBatch:
         """Every message's ack; raises the first refusal, or ``TimeoutError`` naming the gap.
 
         Unanswered messages that carry a ``Nats-Msg-Id`` are re-sent every ``resend_after_s``
-        meanwhile. After a timeout (or a cancellation) the batch is forgotten: acks that arrive
-        later are ignored.
+        meanwhile. After a timeout or a refusal the batch is forgotten (acks that arrive later
+        are ignored); a cancelled wait leaves it tracked, to be waited for again.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -119,6 +119,8 @@ class AckedBatch:
                 if not self.done.done():
                     await self.publisher.resend_unanswered(self)
             return self.done.result()
+        except asyncio.CancelledError:
+            raise  # still tracked: the caller may wait for this batch again
         except BaseException:
             self.publisher.forget(self)
             raise

@@ -347,10 +347,12 @@ class LedgerService(Lifecycle):
         for msg, kind, reason in letters:
             await self._dead_letter(msg, kind, reason)
         await self._publish(out)
-        self._consistent = True
+        self._consistent = True  # every output sent; a checkpoint settles their acks first
+        if len(self._inflight) > _MAX_INFLIGHT_BATCHES:
+            await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
 
     async def _publish(self, pubs: list[Publication]) -> None:
-        """Publish with every ack pipelined; the acks are awaited by ``_settle_acks``.
+        """Send the outputs with their acks pipelined; ``_settle_acks`` awaits them.
 
         ``Bus.publish_many`` opens a span per call and waits for its acks; at thousands of
         entries per second the ledger instead leaves up to ``_MAX_INFLIGHT_BATCHES`` batches
@@ -364,22 +366,23 @@ class LedgerService(Lifecycle):
             [(p.subject, encode(p.event), {Header.MSG_ID.value: p.event.id}) for p in pubs]
         )
         self._inflight.append((pubs, batch))
-        if len(self._inflight) > _MAX_INFLIGHT_BATCHES:
-            await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
 
     async def _settle_acks(self, keep: int = 0) -> None:
         """Wait for the oldest batches' acks until ``keep`` batches remain unacknowledged.
 
-        A batch leaves the list only once acked, and a failure (a refusal, a timeout, a
-        cancellation) marks the replica inconsistent, so no checkpoint, not even the final one
-        at close, can pass outputs the stream may not hold (budget alerts and pause requests
-        are not in the core's outbox to be re-published after a restart).
+        A batch leaves the list only once acked, and every checkpoint settles the list first,
+        so no checkpoint can pass outputs the stream may not hold (budget alerts and pause
+        requests are not in the core's outbox to be re-published after a restart). A refusal
+        or a timeout marks the replica inconsistent (not even the final checkpoint at close is
+        written); a cancellation (a stop) leaves the batches for the final checkpoint to settle.
         """
-        async with self._settling:  # a checkpoint (or the bench) may settle while _publish does
+        async with self._settling:  # a checkpoint (or the bench) may settle while process does
             while len(self._inflight) > keep:
                 pubs, batch = self._inflight[0]
                 try:
                     acks = await batch.wait(timeout_s=30.0)
+                except asyncio.CancelledError:
+                    raise
                 except BaseException:
                     self._consistent = False
                     raise
