@@ -167,7 +167,11 @@ class LedgerService(Lifecycle):
         await self._rt.stop()
 
     async def close(self) -> None:
-        if self._consistent and self._kv is not None and self._stepped_since_ckpt:
+        if not self._consistent:
+            # A half-stepped batch or outputs the stream refused: the next start replays
+            # from the previous checkpoint (docs/deploy.md: not a moment to upgrade).
+            log.warning("ledger_final_checkpoint_skipped", seq=self.replica.seq)
+        elif self._kv is not None and self._stepped_since_ckpt:
             try:
                 await self.checkpoint()
             except Exception as exc:  # the next start replays from the previous checkpoint
