@@ -4,6 +4,8 @@ and the runtime stopping a loop that missed its first cancellation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,6 +32,22 @@ async def publish(bus: Bus, unique: str, n: int) -> None:
         await bus.js.publish(jobs.subject(f"t{unique}", "submitted"), f"{i}".encode())
 
 
+@contextlib.asynccontextmanager
+async def reader_after(
+    bus: Bus, unique: str, published: int, **kw: Any
+) -> AsyncIterator[PullReader]:
+    """``published`` messages on the test's subject, then a started reader of its consumer."""
+    await publish(bus, unique, published)
+    spec = unacked(unique)
+    await bus.ensure_consumer(spec)
+    reader = PullReader(bus.nc, spec.stream, spec.durable, **kw)
+    await reader.start()
+    try:
+        yield reader
+    finally:
+        await reader.close()
+
+
 async def read_until_interrupted(
     reader: PullReader, handed_out: list[Any] | None = None, timeout_s: float = 10.0
 ) -> None:
@@ -49,12 +67,7 @@ async def read(reader: PullReader, n: int, timeout_s: float = 10.0) -> list[Any]
 
 
 async def test_reads_every_message_in_order_in_batches(bus: Bus, unique: str) -> None:
-    await publish(bus, unique, 250)
-    spec = unacked(unique)
-    await bus.ensure_consumer(spec)
-    reader = PullReader(bus.nc, spec.stream, spec.durable, batch=40, depth=2)
-    await reader.start()
-    try:
+    async with reader_after(bus, unique, 250, batch=40, depth=2) as reader:
         first = await reader.next_batch(timeout_s=5.0)
         assert 0 < len(first) <= 40  # never more than a batch at once
         rest = await read(reader, 250 - len(first))
@@ -64,32 +77,19 @@ async def test_reads_every_message_in_order_in_batches(bus: Bus, unique: str) ->
         more = await read(reader, 3)
         assert [m.data for m in more] == [b"0", b"1", b"2"]
         assert await reader.next_batch(timeout_s=0.2) == []
-    finally:
-        await reader.close()
 
 
 async def test_a_deleted_consumer_interrupts_the_reader(bus: Bus, unique: str) -> None:
-    await publish(bus, unique, 5)
-    spec = unacked(unique)
-    await bus.ensure_consumer(spec)
-    reader = PullReader(bus.nc, spec.stream, spec.durable, batch=10, depth=2, expires_s=1.0)
-    await reader.start()
-    try:
+    async with reader_after(bus, unique, 5, batch=10, depth=2, expires_s=1.0) as reader:
         assert len(await read(reader, 5)) == 5
+        spec = unacked(unique)
         await bus.js.delete_consumer(spec.stream, spec.durable)
         with pytest.raises(ReaderInterrupted):
             await read_until_interrupted(reader)
-    finally:
-        await reader.close()
 
 
 async def test_a_delivery_that_never_arrived_interrupts_the_reader(bus: Bus, unique: str) -> None:
-    await publish(bus, unique, 6)
-    spec = unacked(unique)
-    await bus.ensure_consumer(spec)
-    reader = PullReader(bus.nc, spec.stream, spec.durable, batch=3, depth=1, expires_s=1.0)
-    await reader.start()
-    try:
+    async with reader_after(bus, unique, 6, batch=3, depth=1, expires_s=1.0) as reader:
         assert len(await read(reader, 3)) == 3
         # The same consumer re-created behind the reader's back (as after a lost connection):
         # its deliveries restart at 1, which is not the reader's next (4). The server may also
@@ -102,8 +102,6 @@ async def test_a_delivery_that_never_arrived_interrupts_the_reader(bus: Bus, uni
         # the re-created one (which starts again at 0): the order never steps back.
         data = [m.data for m in handed_out]
         assert data == [b"3", b"4", b"5"][: len(data)]
-    finally:
-        await reader.close()
 
 
 async def test_a_loop_that_swallows_a_cancellation_still_stops(nats_url: str) -> None:
