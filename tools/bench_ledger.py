@@ -77,7 +77,7 @@ async def publish_in_event_time_order(bus: Bus, events: list, chunk: int) -> Non
             log(f"published {want:,}/{len(events):,} events")
 
 
-async def read_stream(bus: Bus, last_seq: int, batch: int) -> tuple[float, list[tuple[int, bytes]]]:
+async def timed_read(bus: Bus, last_seq: int, batch: int) -> tuple[float, list[tuple[int, bytes]]]:
     """Wall µs per input of reading the merged stream as a replica does (no step), and it."""
     spec = replica_consumer("ledger-in", "bench-read", start_seq=1)
     await bus.ensure_consumer(spec)
@@ -139,7 +139,7 @@ async def measure(args: argparse.Namespace, events: list, chunk: int, label: str
         await bus.ensure_streams()
         await publish_in_event_time_order(bus, events, chunk)
         last = (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
-        read_us, stream = await read_stream(bus, last, args.batch)
+        read_us, stream = await timed_read(bus, last, args.batch)
         await bus.close()
         pure = [pure_rate(stream) for _ in range(2)]
         anchor, outputs = statistics.median(r for r, _ in pure), pure[0][1] / len(stream)

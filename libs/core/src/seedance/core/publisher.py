@@ -38,8 +38,9 @@ from seedance.core.errors import NoStream, SeedanceError
 __all__ = ["AckedBatch", "PubAck", "PublishRefused", "Publisher"]
 
 _MSG_ID = "Nats-Msg-Id"
-#: What a publish raises while the connection is down or reconnecting (buffer full, closed).
-TRANSIENT_PUBLISH_ERRORS: tuple[type[BaseException], ...] = (nats.errors.Error, ConnectionError)
+# What a publish raises while the connection is down or reconnecting (buffer full, closed):
+# the transport part of seedance.core.TRANSIENT_BUS_ERRORS (bus.py imports this module).
+_NOT_CONNECTED: tuple[type[BaseException], ...] = (nats.errors.Error, ConnectionError)
 
 #: JetStream's error code for "a message with this Nats-Msg-Id is being stored right now".
 IN_PROCESS = 10158
@@ -226,7 +227,7 @@ class Publisher:
                     await self._nc.publish(
                         subject, payload, reply=self._prefix + token, headers=headers
                     )
-                except TRANSIENT_PUBLISH_ERRORS:
+                except _NOT_CONNECTED:
                     return  # still reconnecting: the next round tries again
 
     def forget(self, batch: AckedBatch) -> None:
