@@ -14,7 +14,17 @@ import pytest
 import seedance.events
 from seedance.events import DecodeError, decode, encode, event_types, new_event_id
 from seedance.events.jobs import JobSubmitted, ResourceRequest
-from seedance.events.subjects import CONSUMERS, STREAMS, costs, jobs, slicing, subject_tenant
+from seedance.events.subjects import (
+    CONSUMERS,
+    STREAMS,
+    TRUSTED_FAMILIES,
+    SubjectShapeError,
+    costs,
+    jobs,
+    owner_of,
+    slicing,
+    subject_tenant,
+)
 from seedance.events.tokens import InvalidToken
 
 REPO = Path(__file__).resolve().parents[3]
@@ -110,7 +120,9 @@ def test_subject_tenant_and_node_subjects_cannot_collide() -> None:
 
 def test_subjects_and_catalogue() -> None:
     assert costs.subject("acme", "entry") == "seedance.costs.acme.entry"
-    assert jobs.tenant_wildcard("acme") == "seedance.jobs.acme.>"
+    assert jobs.tenant_wildcard("acme") == "seedance.jobs.acme.*"
+    assert "seedance.jobs.acme.finished" in jobs.tenant_subjects("acme")
+    assert all(len(s.split(".")) == 4 for s in jobs.tenant_subjects("acme"))
     stream_names = {s.name for s in STREAMS}
     for spec in CONSUMERS.values():
         assert spec.stream in stream_names, spec
@@ -120,8 +132,76 @@ def test_subjects_and_catalogue() -> None:
             assert not spec.filter_subjects, spec
             assert {src.stream for src in stream.sources} <= stream_names
             continue
-        root = stream.subjects[0].removesuffix(">")
-        assert all(f.startswith(root) for f in spec.filter_subjects), spec
+        roots = [s.removesuffix(">") for s in stream.subjects]
+        assert all(any(f.startswith(r) for r in roots) for f in spec.filter_subjects), spec
+
+
+def test_the_ledger_reads_no_tenant_event() -> None:
+    """Its merged input holds trusted facts only (the slicer's, the collector's)."""
+    (ledger_in,) = (s for s in STREAMS if s.name == "SEEDANCE_LEDGER_IN")
+    for src in ledger_in.sources:
+        assert src.filter_subject.split(".")[1] in TRUSTED_FAMILIES, src
+
+
+@pytest.mark.parametrize(
+    ("subject", "why"),
+    [
+        ("seedance.jobs.globex.finished.x", "5 tokens"),
+        ("seedance.jobs.globex", "3 tokens"),
+        ("seedance.jobs.globex.exploded", "not a kind"),
+        ("seedance.jobs.Globex.finished", "not a valid tenant"),
+        ("seedance.costs.acme.entry.more", "5 tokens"),
+    ],
+)
+def test_tenant_subjects_of_another_shape_are_refused(subject: str, why: str) -> None:
+    with pytest.raises(SubjectShapeError, match=why.split()[-1]):
+        owner_of(subject, "globex")
+    assert subject_tenant(subject) is None
+
+
+def test_the_payload_tenant_must_be_the_subjects() -> None:
+    assert owner_of(jobs.subject("acme", "finished"), "acme") == "acme"
+    with pytest.raises(SubjectShapeError, match="event says tenant 'acme'"):
+        owner_of(jobs.subject("globex", "finished"), "acme")
+    assert owner_of("seedance.telemetry.node-1.sample", None) is None
+    assert owner_of(slicing.mig_plan("n1"), None) is None
+
+
+def test_a_kind_outside_the_family_is_not_built() -> None:
+    with pytest.raises(SubjectShapeError, match="not a kind"):
+        jobs.subject("acme", "finished.x")
+
+
+def test_a_naive_datetime_is_refused_at_decode() -> None:
+    raw = json.loads((GOLDEN / "job.finished.v1.json").read_text())
+    raw["at"] = "2026-01-01T00:00:00"
+    with pytest.raises(DecodeError, match="timezone"):
+        decode(json.dumps(raw).encode())
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("priority",), 2**63),
+        (("priority",), 2**31),
+        (("request", "gpus"), 2**63),
+        (("request", "gang_size"), 10**6),
+        (("request", "memory_mib"), 2**62),
+        (("expected_duration_s",), 1e12),
+        (("request", "mig_profile"), "x" * 100),
+        (("labels",), {f"k{i}": "v" for i in range(100)}),
+    ],
+)
+def test_requests_outside_the_declared_bounds_are_refused(
+    path: tuple[str, ...], value: object
+) -> None:
+    raw = json.loads((GOLDEN / "job.submitted.v1.json").read_text())
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(DecodeError, match=r"\$\." + r"\.".join(path)):
+        decode(json.dumps(raw).encode())
 
 
 def test_event_ids_are_uuid7_and_time_ordered() -> None:

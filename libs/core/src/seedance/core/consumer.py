@@ -33,7 +33,7 @@ from seedance.core.retry import RetryPolicy
 from seedance.core.tracing import extract_context, tracer
 from seedance.events import DecodeError, Event, decode, new_event_id
 from seedance.events.dlq import DeadLetter
-from seedance.events.subjects import ConsumerSpec, dlq, subject_tenant
+from seedance.events.subjects import ConsumerSpec, SubjectShapeError, dlq, owner_of
 
 __all__ = ["Delivery", "PullConsumer", "dead_letter_of"]
 
@@ -148,15 +148,12 @@ class PullConsumer:
                 else:
                     await self._dead_letter(msg, "decode_error", str(exc))
                 continue
-            claimed = getattr(event, "tenant", None)
-            owner = subject_tenant(msg.subject)
-            if claimed is not None and owner is not None and claimed != owner:
-                # Permissions confine a tenant to its own subjects, not to its own payloads.
-                await self._dead_letter(
-                    msg,
-                    "tenant_mismatch",
-                    f"event says tenant {claimed!r} but was published on {owner!r}'s subject",
-                )
+            try:
+                # Identity comes from the subject (the server's permissions confine it), never
+                # from the payload alone; a tenant family's subject of another shape is refused.
+                owner_of(msg.subject, getattr(event, "tenant", None))
+            except SubjectShapeError as exc:
+                await self._dead_letter(msg, "tenant_mismatch", str(exc))
                 continue
             deliveries.append(
                 Delivery(event, msg.subject, md.sequence.stream, md.num_delivered, msg.in_progress)

@@ -15,10 +15,14 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["Event", "EventId", "derived_event_id", "new_event_id"]
+__all__ = ["Event", "EventId", "UtcDatetime", "derived_event_id", "new_event_id"]
 
 #: A UUIDv7 in its canonical text form.
 EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+#: A moment with its offset. A naive datetime is refused at decode (``Expected `datetime` with a
+#: timezone component``): a tenant's ``at`` without one crash-looped the ledger once, and no
+#: service can know which zone a naive time meant.
+UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
 def new_event_id(unix_ms: int | None = None) -> str:
@@ -70,8 +74,11 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     Attributes:
         id: unique, time-ordered; published as ``Nats-Msg-Id`` so a re-send inside the
             stream's duplicate window is dropped, and used by sinks to stay idempotent.
-        at: when the fact happened (UTC). For replayed fleets this is the replay's virtual time.
+        at: when the fact happened (UTC, timezone-aware). For replayed fleets this is the
+            replay's virtual time. On a tenant's own subjects it is a *claim*: the service
+            that reads the request stamps it with the server's receive time (DESIGN, "A
+            tenant's event is a request, never a fact").
     """
 
     id: EventId
-    at: datetime
+    at: UtcDatetime

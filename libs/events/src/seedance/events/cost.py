@@ -7,12 +7,11 @@ from the same events matches to the cent, whatever the order of addition.
 from __future__ import annotations
 
 import enum
-from datetime import datetime
 from typing import Annotated
 
 import msgspec
 
-from seedance.events.base import Event
+from seedance.events.base import Event, UtcDatetime
 from seedance.events.tokens import _TENANT, Name, TenantId
 
 __all__ = [
@@ -54,8 +53,8 @@ class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v1"):
     kind: CostKind = CostKind.COMPUTE
     node: Name = "-"
     gpu_model: str = ""
-    period_start: datetime
-    period_end: datetime
+    period_start: UtcDatetime
+    period_end: UtcDatetime
     gpu_hours: float = 0.0
     cost_micro_usd: int
     energy_j: float | None = None
@@ -80,8 +79,8 @@ class JobCostReport(Event, frozen=True, kw_only=True, tag="cost.job_report.v1"):
 
     tenant: TenantId
     job_id: Name
-    started_at: datetime
-    finished_at: datetime
+    started_at: UtcDatetime
+    finished_at: UtcDatetime
     gpu_hours: float
     cost_micro_usd: int
     energy_j: float | None = None

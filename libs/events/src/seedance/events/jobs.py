@@ -3,6 +3,12 @@
 A job asks for GPUs in one of three shapes: whole GPUs (``gpus >= 1``, ``gpu_milli == 1000``),
 a share of one GPU (``gpus == 1``, ``gpu_milli < 1000``; time-slicing or MPS), or a MIG
 instance (``mig_profile`` set). ``gpus == 0`` is a CPU-only job.
+
+Every bound a request must meet is declared here, once, as msgspec ``Meta`` on the field: the
+SDK and CLI validate with these same types before publishing, and every service decodes with
+them, so a value the SDK accepts is one the slicer accepts (integers above 2^63 once passed the
+CLI and poisoned a slicer batch). The bounds are generous (a request may be refused later for
+want of capacity, never for a limit that is not written here).
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from seedance.events.base import Event
 from seedance.events.tokens import Name, TenantId
 
 __all__ = [
+    "MAX_GPUS",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "JobCancelled",
     "JobEvent",
     "JobFailed",
@@ -26,7 +35,29 @@ __all__ = [
     "ResourceRequest",
 ]
 
+#: Kubernetes' PriorityClass range (int32); the slicer caps a request at its quota's bound.
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+#: Upper bounds of a request. A node holds 16 GPUs at most today; 1024 leaves room for any
+#: gang member, 16 TiB of GPU memory, 10,000 cores and 2 PiB of host memory per member.
+MAX_GPUS = 1024
+MAX_GPU_MEM_MIB = 16 * 1024 * 1024
+MAX_CPU_MILLI = 10_000_000
+MAX_MEMORY_MIB = 2 * 1024**3
+MAX_GANG_SIZE = 4096
+#: A job's expected run time is at most a year.
+MAX_EXPECTED_DURATION_S = 366 * 86_400.0
+
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Priority = Annotated[int, msgspec.Meta(ge=PRIORITY_MIN, le=PRIORITY_MAX)]
+GpuModel = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+MigProfile = Annotated[
+    str, msgspec.Meta(pattern=r"^[0-9]+g\.[0-9]+gb(?:\+[a-z]+)?$", max_length=32)
+]
+LabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=63)]
+LabelValue = Annotated[str, msgspec.Meta(max_length=256)]
+#: A human-readable reason (a failure's, a cancellation's).
+Reason = Annotated[str, msgspec.Meta(max_length=1024)]
 
 
 class JobKind(enum.StrEnum):
@@ -46,14 +77,16 @@ class ResourceRequest(msgspec.Struct, frozen=True, kw_only=True):
         gang_size: members placed all or nothing.
     """
 
-    gpus: NonNegative = 1
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS)] = 1
     gpu_milli: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1000
-    gpu_mem_mib: NonNegative = 0
-    mig_profile: str | None = None
-    gpu_models: list[str] = msgspec.field(default_factory=list)
-    cpu_milli: NonNegative = 0
-    memory_mib: NonNegative = 0
-    gang_size: Annotated[int, msgspec.Meta(ge=1)] = 1
+    gpu_mem_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_MEM_MIB)] = 0
+    mig_profile: MigProfile | None = None
+    gpu_models: Annotated[list[GpuModel], msgspec.Meta(max_length=32)] = msgspec.field(
+        default_factory=list
+    )
+    cpu_milli: Annotated[int, msgspec.Meta(ge=0, le=MAX_CPU_MILLI)] = 0
+    memory_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_MEMORY_MIB)] = 0
+    gang_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_GANG_SIZE)] = 1
 
     def __post_init__(self) -> None:
         if self.gpu_milli < 1000 and self.gpus > 1:
@@ -69,11 +102,16 @@ class JobSubmitted(Event, frozen=True, kw_only=True, tag="job.submitted.v1"):
     job_id: Name
     tenant: TenantId
     kind: JobKind = JobKind.TRAINING
-    priority: int = 0
+    #: The priority the tenant asks for; the slicer caps it at the tenant's quota bound.
+    priority: Priority = 0
     request: ResourceRequest
     #: Expected run time, when known (replays know it; the scheduler may backfill with it).
-    expected_duration_s: float | None = None
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    expected_duration_s: (
+        Annotated[float, msgspec.Meta(ge=0.0, le=MAX_EXPECTED_DURATION_S)] | None
+    ) = None
+    labels: Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=64)] = msgspec.field(
+        default_factory=dict
+    )
 
 
 class JobStarted(Event, frozen=True, kw_only=True, tag="job.started.v1"):
@@ -89,13 +127,13 @@ class JobFinished(Event, frozen=True, kw_only=True, tag="job.finished.v1"):
 class JobFailed(Event, frozen=True, kw_only=True, tag="job.failed.v1"):
     job_id: Name
     tenant: TenantId
-    reason: str = ""
+    reason: Reason = ""
 
 
 class JobCancelled(Event, frozen=True, kw_only=True, tag="job.cancelled.v1"):
     job_id: Name
     tenant: TenantId
-    reason: str = ""
+    reason: Reason = ""
 
 
 JobEvent = JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled

@@ -1,21 +1,32 @@
-"""Slicer decisions: placements, unschedulable reasons, preemptions, MIG layout plans."""
+"""Slicer decisions: placements, releases, rejections, unschedulable reasons, preemptions, MIG
+layout plans.
+
+These are trusted facts: only the slicer publishes them, each at the time the slicer decided it
+(the server's receive time of the request that caused it, or a trusted observer's time), never
+at a tenant's claimed ``at``. The cost-ledger bills from them and from collector samples alone.
+"""
 
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 import msgspec
 
-from seedance.events.base import Event
+from seedance.events.base import Event, UtcDatetime
 from seedance.events.tokens import Name, TenantId
 
 __all__ = [
+    "EndOutcome",
     "GpuAssignment",
+    "JobRejected",
+    "JobReleased",
     "MigInstanceChange",
     "MigLayoutPlan",
     "Placement",
     "PlacementKind",
     "Preempted",
+    "RejectionReason",
     "SlicingEvent",
     "Unschedulable",
     "UnschedulableReason",
@@ -85,6 +96,54 @@ class Preempted(Event, frozen=True, kw_only=True, tag="slice.preempted.v1"):
     reason: str = ""
 
 
+class EndOutcome(enum.StrEnum):
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobReleased(Event, frozen=True, kw_only=True, tag="slice.released.v1"):
+    """A job ended and the slicer released what it held, at ``at`` (the slicer's trusted time).
+
+    The end of billing: the cost-ledger stops a job's charge here, never at a tenant's own
+    ``job.finished`` (a back-dated one could otherwise reverse windows already billed).
+    ``claimed_at`` is the time the ending event claimed, kept for the record only.
+    """
+
+    job_id: Name
+    tenant: TenantId
+    outcome: EndOutcome
+    #: Whether the job held resources (False: it ended while it waited).
+    was_placed: bool = True
+    claimed_at: UtcDatetime | None = None
+    cause_id: str = ""
+
+
+class RejectionReason(enum.StrEnum):
+    DUPLICATE_JOB = "duplicate_job"
+    UNKNOWN_JOB = "unknown_job"
+    JOB_ENDED = "job_ended"
+    INVALID_REQUEST = "invalid_request"
+    UNKNOWN_TENANT = "unknown_tenant"
+
+
+class JobRejected(Event, frozen=True, kw_only=True, tag="job.rejected.v1"):
+    """The slicer refused a tenant's job event; nothing it asked for happened.
+
+    Published on the tenant's own ``rejected`` subject so the SDK and CLI can report it: a
+    duplicate submit with a different request, a start or end of an unknown or already ended
+    job, a request the slicer can never accept.
+    """
+
+    job_id: Name
+    tenant: TenantId
+    reason: RejectionReason
+    detail: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    #: The id of the rejected event and its type tag (``job.finished.v1``).
+    cause_id: str = ""
+    cause_type: str = ""
+
+
 class MigInstanceChange(msgspec.Struct, frozen=True, kw_only=True):
     profile: str
     start_slot: int
@@ -100,4 +159,4 @@ class MigLayoutPlan(Event, frozen=True, kw_only=True, tag="slice.mig_plan.v1"):
     reason: str = ""
 
 
-SlicingEvent = Placement | Unschedulable | Preempted | MigLayoutPlan
+SlicingEvent = Placement | Unschedulable | Preempted | MigLayoutPlan | JobReleased | JobRejected

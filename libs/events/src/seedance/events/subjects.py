@@ -6,6 +6,19 @@ consumer or a permission filters on (tenant isolation is a subject permission on
 
 Streams and consumers are described here as plain data; ``seedance.core.bus`` turns them into
 JetStream configuration and creates them idempotently at start-up.
+
+Tenant subjects have one exact shape each: four tokens, ``seedance.<family>.<tenant>.<kind>``,
+with ``kind`` from the family's closed set (``TENANT_KINDS``). Permissions grant exactly those
+subjects (no ``>`` tail: ``seedance.jobs.globex.finished.x`` once carried acme's job past a
+4-token check), and every consumer refuses an event on a subject of another shape, or whose
+payload names another tenant than the subject (``owner_of``).
+
+Trust: a tenant's ``seedance.jobs.<tenant>.<kind>`` events are requests. Trusted observers (the
+replayer of a recorded fleet, the Kubernetes bridge) publish the same job events on
+``seedance.observed.<tenant>.<kind>``, which no tenant may publish on; only there is an event's
+``at`` honoured as the time it happened. The slicer's decisions (``seedance.slicing``) and the
+collector's samples (``seedance.telemetry``) are the other trusted facts, and the only inputs
+the cost-ledger bills from.
 """
 
 from __future__ import annotations
@@ -20,18 +33,25 @@ __all__ = [
     "CONSUMERS",
     "OBJECT_STORES",
     "STREAMS",
+    "TENANT_KINDS",
+    "TRUSTED_FAMILIES",
     "BucketSpec",
     "ConsumerSpec",
     "Header",
     "ObjectStoreSpec",
     "StreamSource",
     "StreamSpec",
+    "SubjectShapeError",
+    "TenantSubject",
     "consumer",
     "costs",
     "dlq",
     "graph",
     "jobs",
     "ledger",
+    "observed",
+    "owner_of",
+    "parse_tenant_subject",
     "replica_consumer",
     "routing",
     "slicing",
@@ -92,18 +112,62 @@ class ConsumerSpec:
 # --- subject builders ---------------------------------------------------------------------
 
 
+class SubjectShapeError(ValueError):
+    """A subject of a tenant family that does not have the family's exact shape."""
+
+
+#: The closed set of kinds each tenant family's subjects end in.
+TENANT_KINDS: dict[str, frozenset[str]] = {
+    "jobs": frozenset({"submitted", "started", "finished", "failed", "cancelled"}),
+    "observed": frozenset({"submitted", "started", "finished", "failed", "cancelled"}),
+    "slicing": frozenset({"placement", "unschedulable", "preempted", "released", "rejected"}),
+    "graph": frozenset({"request", "result"}),
+    "costs": frozenset({"entry", "report", "alert", "pause"}),
+}
+
+#: Families only Seedance's own services publish on (never a tenant): their events are facts.
+TRUSTED_FAMILIES = frozenset({"observed", "slicing", "telemetry"})
+
+
+def _tenant_subject(family: str, tenant: str, kind: str) -> str:
+    if kind not in TENANT_KINDS[family]:
+        raise SubjectShapeError(
+            f"{kind!r} is not a kind of seedance.{family} subjects "
+            f"(one of {sorted(TENANT_KINDS[family])})"
+        )
+    return f"{ROOT}.{family}.{check_tenant(tenant)}.{kind}"
+
+
 class jobs:
-    """``seedance.jobs.<tenant>.<kind>``: users publish their own tenant's job events."""
+    """``seedance.jobs.<tenant>.<kind>``: users publish their own tenant's job requests."""
 
     ALL = f"{ROOT}.jobs.>"
+    KINDS = TENANT_KINDS["jobs"]
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return f"{ROOT}.jobs.{check_tenant(tenant)}.{kind}"
+        return _tenant_subject("jobs", tenant, kind)
+
+    @staticmethod
+    def tenant_subjects(tenant: str) -> tuple[str, ...]:
+        """Every subject a tenant may publish its requests on, exactly (for permissions)."""
+        return tuple(jobs.subject(tenant, k) for k in sorted(jobs.KINDS))
 
     @staticmethod
     def tenant_wildcard(tenant: str) -> str:
-        return f"{ROOT}.jobs.{check_tenant(tenant)}.>"
+        return f"{ROOT}.jobs.{check_tenant(tenant)}.*"
+
+
+class observed:
+    """``seedance.observed.<tenant>.<kind>``: job events seen by a trusted observer (the
+    replayer, the Kubernetes bridge); no tenant may publish here, and only here is ``at`` the
+    time the event happened."""
+
+    ALL = f"{ROOT}.observed.>"
+
+    @staticmethod
+    def subject(tenant: str, kind: str) -> str:
+        return _tenant_subject("observed", tenant, kind)
 
 
 class telemetry:
@@ -128,20 +192,23 @@ class telemetry:
 
 
 class slicing:
-    """``seedance.slicing.<tenant>.{placement,unschedulable,preempted}`` and MIG plans per node."""
+    """``seedance.slicing.<tenant>.{placement,unschedulable,preempted,released,rejected}`` and
+    MIG plans per node: the slicer's decisions, trusted facts."""
 
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
     MIG_PLANS = f"{ROOT}.slicing.node.*.mig_plan"
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
+    RELEASES = f"{ROOT}.slicing.*.released"
+    REJECTIONS = f"{ROOT}.slicing.*.rejected"
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return f"{ROOT}.slicing.{check_tenant(tenant)}.{kind}"
+        return _tenant_subject("slicing", tenant, kind)
 
     @staticmethod
     def tenant_wildcard(tenant: str) -> str:
-        return f"{ROOT}.slicing.{check_tenant(tenant)}.>"
+        return f"{ROOT}.slicing.{check_tenant(tenant)}.*"
 
     @staticmethod
     def mig_plan(node: str) -> str:
@@ -168,7 +235,7 @@ class graph:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return f"{ROOT}.graph.{check_tenant(tenant)}.{kind}"
+        return _tenant_subject("graph", tenant, kind)
 
 
 class costs:
@@ -179,11 +246,11 @@ class costs:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return f"{ROOT}.costs.{check_tenant(tenant)}.{kind}"
+        return _tenant_subject("costs", tenant, kind)
 
     @staticmethod
     def tenant_wildcard(tenant: str) -> str:
-        return f"{ROOT}.costs.{check_tenant(tenant)}.>"
+        return f"{ROOT}.costs.{check_tenant(tenant)}.*"
 
 
 class ledger:
@@ -206,16 +273,76 @@ class dlq:
         return f"{ROOT}.dlq.{check_token('service', service)}"
 
 
-#: Families whose subjects are ``seedance.<family>.<tenant>.<kind>``.
-_TENANT_FAMILIES = frozenset({"jobs", "slicing", "graph", "costs"})
+@dataclass(frozen=True)
+class TenantSubject:
+    family: str
+    tenant: str
+    kind: str
+
+
+#: Subjects of a tenant family that belong to no tenant (the slicer's per-node MIG plans).
+_NODE_SUBJECTS = {"slicing": "node"}
+
+
+def parse_tenant_subject(subject: str) -> TenantSubject | None:
+    """The (family, tenant, kind) of a tenant family's subject; None for other families.
+
+    Raises:
+        SubjectShapeError: a subject of a tenant family that is not exactly
+            ``seedance.<family>.<tenant>.<kind>`` with a valid tenant and a known kind.
+    """
+    parts = subject.split(".")
+    if len(parts) < 2 or parts[0] != ROOT or parts[1] not in TENANT_KINDS:
+        return None
+    family = parts[1]
+    if len(parts) > 2 and _NODE_SUBJECTS.get(family) == parts[2]:
+        return None
+    if len(parts) != 4:
+        raise SubjectShapeError(
+            f"subject {subject!r} has {len(parts)} tokens; seedance.{family} subjects are "
+            f"exactly seedance.{family}.<tenant>.<kind>"
+        )
+    try:
+        tenant = check_tenant(parts[2])
+    except ValueError as exc:
+        raise SubjectShapeError(f"subject {subject!r}: {exc}") from None
+    if parts[3] not in TENANT_KINDS[family]:
+        raise SubjectShapeError(
+            f"subject {subject!r}: {parts[3]!r} is not a kind of seedance.{family} subjects "
+            f"(one of {sorted(TENANT_KINDS[family])})"
+        )
+    return TenantSubject(family, tenant, parts[3])
 
 
 def subject_tenant(subject: str) -> str | None:
-    """The tenant a subject belongs to, or None for subjects that belong to none."""
-    parts = subject.split(".")
-    if len(parts) == 4 and parts[0] == ROOT and parts[1] in _TENANT_FAMILIES:
-        return parts[2]
-    return None
+    """The tenant a subject belongs to, or None for subjects that belong to none (or that do
+    not have their family's shape: ``owner_of`` says why)."""
+    try:
+        parsed = parse_tenant_subject(subject)
+    except SubjectShapeError:
+        return None
+    return parsed.tenant if parsed else None
+
+
+def owner_of(subject: str, claimed_tenant: str | None) -> str | None:
+    """The tenant an event on ``subject`` belongs to, checked against the payload's claim.
+
+    Identity comes from the subject, which the server's permissions confine; the payload's
+    ``tenant`` is only a claim and must agree.
+
+    Raises:
+        SubjectShapeError: the subject has the wrong shape, or the payload names another
+            tenant than the subject, or a tenant event arrived on a subject of no tenant.
+    """
+    parsed = parse_tenant_subject(subject)
+    if parsed is None:
+        return None
+    if claimed_tenant is not None and claimed_tenant != parsed.tenant:
+        raise SubjectShapeError(
+            f"event says tenant {claimed_tenant!r} but was published on "
+            f"{parsed.tenant!r}'s subject {subject!r}"
+        )
+    return parsed.tenant
 
 
 # --- streams and consumers ----------------------------------------------------------------
@@ -223,7 +350,14 @@ def subject_tenant(subject: str) -> str | None:
 _DAY_S = 86_400.0
 
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec("SEEDANCE_JOBS", (jobs.ALL,), max_age_s=30 * _DAY_S, description="job lifecycle"),
+    # Tenants' requests and trusted observers' job events: one stream, so the slicer reads both
+    # in one order.
+    StreamSpec(
+        "SEEDANCE_JOBS",
+        (jobs.ALL, observed.ALL),
+        max_age_s=30 * _DAY_S,
+        description="job requests (tenants) and observed job events (trusted observers)",
+    ),
     # Samples are high-volume and only useful while fresh.
     StreamSpec(
         "SEEDANCE_TELEMETRY",
@@ -260,17 +394,18 @@ STREAMS: tuple[StreamSpec, ...] = (
         description="cost entries, reports, budget alerts; idle lines",
     ),
     # The cost-ledger's inputs merged into one order, so that every replica (a deterministic
-    # state machine) sees the same interleaving of jobs, placements and samples.
+    # state machine) sees the same interleaving of placements, releases and samples. Trusted
+    # facts only: no tenant's own event reaches the ledger.
     StreamSpec(
         "SEEDANCE_LEDGER_IN",
         (),
         max_age_s=7 * _DAY_S,
         max_bytes=4 * 1024**3,
-        description="cost-ledger inputs (sourced from jobs, slicing and telemetry)",
+        description="cost-ledger inputs (sourced from slicing decisions and telemetry)",
         sources=(
-            StreamSource("SEEDANCE_JOBS", jobs.ALL),
             StreamSource("SEEDANCE_SLICING", slicing.PLACEMENTS),
             StreamSource("SEEDANCE_SLICING", slicing.PREEMPTIONS),
+            StreamSource("SEEDANCE_SLICING", slicing.RELEASES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.SAMPLES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.INVENTORY),
         ),
@@ -286,14 +421,20 @@ def _c(durable: str, stream: str, *filters: str, **kw: float) -> ConsumerSpec:
 CONSUMERS: dict[str, ConsumerSpec] = {
     c.durable: c
     for c in (
-        _c("slicer-jobs", "SEEDANCE_JOBS", jobs.ALL),
+        _c("slicer-jobs", "SEEDANCE_JOBS", jobs.ALL, observed.ALL),
         _c("slicer-inventory", "SEEDANCE_TELEMETRY", telemetry.INVENTORY, telemetry.HEALTH),
         _c("slicer-pauses", "SEEDANCE_COSTS", costs.PAUSES),
         # Each ledger replica reads every input with its own ``ledger-in-<replica>`` (see
         # replica_consumer): no acks, it replays from its checkpoint's sequence.
         ConsumerSpec("ledger-in", "SEEDANCE_LEDGER_IN", (), acked=False, inactive_s=3600.0),
-        _c("collector-placements", "SEEDANCE_SLICING", slicing.PLACEMENTS, slicing.PREEMPTIONS),
-        _c("collector-jobs", "SEEDANCE_JOBS", jobs.ALL),
+        # The replayed fleet follows the slicer's decisions: placements, preemptions, releases.
+        _c(
+            "collector-placements",
+            "SEEDANCE_SLICING",
+            slicing.PLACEMENTS,
+            slicing.PREEMPTIONS,
+            slicing.RELEASES,
+        ),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
     )
