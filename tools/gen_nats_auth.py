@@ -60,9 +60,7 @@ def password_var(user: str) -> str:
     return "NATS_PASSWORD_" + user.upper().replace("-", "_")
 
 
-def tenant_inbox_prefix(tenant: str) -> str:
-    """The inbox prefix a tenant's connection must use (``connect(inbox_prefix=...)``)."""
-    return f"_INBOX_{check_tenant(tenant)}"
+tenant_inbox_prefix = subjects.inbox_prefix
 
 
 def _stream_api(stream: str) -> list[str]:

@@ -47,6 +47,7 @@ __all__ = [
     "costs",
     "dlq",
     "graph",
+    "inbox_prefix",
     "jobs",
     "ledger",
     "observed",
@@ -343,6 +344,12 @@ def owner_of(subject: str, claimed_tenant: str | None) -> str | None:
             f"{parsed.tenant!r}'s subject {subject!r}"
         )
     return parsed.tenant
+
+
+def inbox_prefix(tenant: str) -> str:
+    """The inbox prefix a tenant's connection uses (``connect(inbox_prefix=...)``): replies to
+    its requests come back under it, and its permissions allow only that prefix."""
+    return f"_INBOX_{check_tenant(tenant)}"
 
 
 # --- streams and consumers ----------------------------------------------------------------
