@@ -78,7 +78,7 @@ def test_quota_borrowing_then_reclaim_preempts_the_borrower() -> None:
     assert ("Placed", "a1") in kinds(out)
     assert "b1" in e.waiting_ids
     # b1 comes back once a1 ends.
-    assert ("Placed", "b1") in kinds(e.finish("a1", 3))
+    assert ("Placed", "b1") in kinds(e.finish("a", "a1", 3))
 
 
 def test_unknown_tenant_and_bad_requests_are_refused_not_queued() -> None:
@@ -100,7 +100,7 @@ def test_over_quota_waits_and_is_admitted_when_quota_frees() -> None:
     (w,) = e.submit(job("s2", "solo", gpus=1), 2)
     assert isinstance(w, Waiting)
     assert w.reason == "over_quota"
-    assert kinds(e.finish("s1", 3)) == [("Placed", "s2")]
+    assert kinds(e.finish("solo", "s1", 3)) == [("Ended", "s1"), ("Placed", "s2")]
 
 
 def test_pause_holds_new_and_queued_work_and_unpause_releases_it() -> None:
@@ -114,7 +114,7 @@ def test_pause_holds_new_and_queued_work_and_unpause_releases_it() -> None:
     assert isinstance(w, Waiting)
     assert w.reason == "tenant_paused"
     assert e.running_ids == ["r"]  # running work continues
-    assert e.finish("r", 5) == []  # capacity free, but the tenant is paused
+    assert kinds(e.finish("a", "r", 5)) == [("Ended", "r")]  # free, but the tenant is paused
     placed = [x.job.job_id for x in e.set_paused("a", False, 6) if isinstance(x, Placed)]
     assert placed == ["q", "new"]  # original order kept
 
@@ -131,14 +131,14 @@ def test_mig_slot_choice_and_repartition_of_a_drained_gpu() -> None:
     (w,) = e.submit(job("big", mig_profile="7g.80gb"), 3)
     assert isinstance(w, Waiting)
     assert w.reason == "insufficient_mig_slices"
-    assert e.finish("m1", 4) == []  # m2 still runs: the GPU has not drained
-    out = e.finish("m2", 5)
+    assert kinds(e.finish("a", "m1", 4)) == [("Ended", "m1")]  # m2 still runs: the GPU has not drained
+    out = e.finish("a", "m2", 5)
     plan = next(x for x in out if isinstance(x, MigPlanned))
     assert plan.create == (("7g.80gb", 0),)
     assert {p for p, _ in plan.destroy} == {"3g.40gb", "1g.10gb"}
     assert kinds(out)[-1] == ("Placed", "big")
     # An idle instance of the right profile is reused without a plan.
-    e.finish("big", 6)
+    e.finish("a", "big", 6)
     assert kinds(e.submit(job("again", mig_profile="7g.80gb"), 7)) == [("Placed", "again")]
 
 
@@ -173,7 +173,7 @@ def test_snapshot_round_trip_makes_the_same_decisions() -> None:
         restored = SlicerEngine.from_bytes(live.to_bytes(), cfg)
         if active and rng.random() < 0.4:
             jid = active.pop(rng.randrange(len(active)))
-            a, b = live.finish(jid, step), restored.finish(jid, step)
+            a, b = live.finish("a", jid, step), restored.finish("a", jid, step)
         else:
             jid = f"j{step_i}"
             active.append(jid)

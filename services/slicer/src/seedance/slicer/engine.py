@@ -7,7 +7,16 @@ drained GPUs), tenant quotas (`seedance.slicer.quota`), the budget guard's pause
 target workload the policy descends on. Its whole state is plain data (`EngineState`), so the
 adapter snapshots it to KV and a standby rebuilds an identical engine from the bytes.
 
-It must not touch the bus, read a clock or do I/O: times come in as `now_s` (event times).
+It must not touch the bus, read a clock or do I/O: times come in as `now_s`, the trusted time
+of the input (the adapter decides which clock that is: a tenant request's stream receive time,
+an observer's or a service's own `at`). The queue orders by it, so a back-dated claim never
+moves a job forward.
+
+Jobs are keyed by (tenant, job id): two tenants may both run a `train-1`, and one tenant's end
+never touches the other's. Inside the state the key is the string `"<tenant>/<job id>"` (a
+tenant id never holds a `/`), which is also the core scheduler's and the quota tracker's id.
+A tenant's requested priority is capped at its quota's `max_priority`; priority preemption never
+evicts another tenant's job (only the quota's cohort reclaim crosses tenants).
 Given the same state and the same inputs it makes the same decisions, which is what lets the
 adapter derive decision ids from their causes and roll a failed batch back and replay it.
 
@@ -62,7 +71,9 @@ from seedance.slicer.quota import (
 )
 
 __all__ = [
+    "STATE_VERSION",
     "Effect",
+    "Ended",
     "EngineConfig",
     "EngineState",
     "Evicted",
@@ -73,8 +84,11 @@ __all__ = [
     "NodeSpec",
     "Placed",
     "Refused",
+    "RejectedInput",
     "SlicerEngine",
     "Waiting",
+    "job_key",
+    "migrate_state",
     "mig_model",
     "published_reason",
 ]
@@ -112,6 +126,19 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     cpu_milli: int = 0
     memory_mib: int = 0
     gang_size: int = 1
+
+    @property
+    def key(self) -> str:
+        return job_key(self.tenant, self.job_id)
+
+    def same_request(self, other: JobSpec) -> bool:
+        """Whether `other` asks for the same thing (its event id aside)."""
+        return msgspec.structs.replace(other, cause_id=self.cause_id) == self
+
+
+def job_key(tenant: str, job_id: str) -> str:
+    """The state's key of a job: tenant ids never hold a `/`, so it splits back unambiguously."""
+    return f"{tenant}/{job_id}"
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -163,6 +190,9 @@ class Evicted:
     node: str
     by_job_id: str
     reason: str  # priority | quota_reclaim
+    #: The preempting job's tenant: the job's own for `priority`, a cohort member's for
+    #: `quota_reclaim`.
+    by_tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +204,36 @@ class MigPlanned:
     reason: str
 
 
-Effect = Placed | Waiting | Refused | Evicted | MigPlanned
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A job ended (finished, failed, cancelled) and what it held is free; `was_placed` says
+    whether it held anything (False: it ended while it waited)."""
+
+    job: JobSpec
+    outcome: str  # finished | failed | cancelled
+    was_placed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedInput:
+    """A tenant input the engine refuses and answers: a duplicate submit with another request
+    (`duplicate_job`), a start or end of a job it does not know (`unknown_job`) or that has
+    ended (`job_ended`)."""
+
+    tenant: str
+    job_id: str
+    reason: str  # duplicate_job | unknown_job | job_ended
+    detail: str
+
+
+Effect = Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput
+
+#: The state's format: 1 keyed jobs by job id alone (before tenants were part of the key), 2 by
+#: (tenant, job id). `migrate_state` lifts 1 to 2.
+STATE_VERSION = 2
+#: Ended jobs remembered (so a late start or a second end is answered `job_ended`, not
+#: `unknown_job`): bounded, since the whole state is one KV value.
+ENDED_KEPT = 4096
 
 _QUOTA_REASONS = {r.value for r in RejectReason} - {"unknown_tenant", "invalid_request"}
 
@@ -244,6 +303,8 @@ class _Shape(msgspec.Struct, frozen=True, array_like=True):
 
 
 class EngineState(msgspec.Struct, kw_only=True):
+    #: Missing in snapshots written before tenants were part of the key: those are version 1.
+    version: int = 1
     nodes: list[NodeSpec] = msgspec.field(default_factory=list)
     unhealthy: list[tuple[str, int]] = msgspec.field(default_factory=list)
     jobs: dict[str, JobSpec] = msgspec.field(default_factory=dict)
@@ -261,6 +322,40 @@ class EngineState(msgspec.Struct, kw_only=True):
     window: list[_Shape] = msgspec.field(default_factory=list)
     policy_shapes: list[_Shape] = msgspec.field(default_factory=list)
     since_refresh: int = 0
+    #: Keys of the jobs ended most recently (at most `ENDED_KEPT`), oldest first.
+    ended: list[str] = msgspec.field(default_factory=list)
+
+
+def migrate_state(st: EngineState) -> EngineState:
+    """Lift a state to `STATE_VERSION`; version 1 keyed every job by its job id alone.
+
+    Each job's tenant is in its `JobSpec`, so every key is rewritten to (tenant, job id). Two
+    tenants' jobs of one id could not both be in a version-1 state (the second submit was
+    dropped), so the rewrite is one-to-one.
+    """
+    if st.version == STATE_VERSION:
+        return st
+    if st.version != 1:
+        raise ValueError(f"slicer state version {st.version} is newer than {STATE_VERSION}")
+    key = {jid: spec.key for jid, spec in st.jobs.items()}
+
+    def k(jid: str) -> str:
+        return key.get(jid, jid)
+
+    st.jobs = {key[j]: spec for j, spec in st.jobs.items()}
+    st.attempts = {k(j): n for j, n in st.attempts.items()}
+    st.submitted_s = {k(j): t for j, t in st.submitted_s.items()}
+    for r in st.running:
+        r.job_id = k(r.job_id)
+    for p in st.pending:
+        p.job_id = k(p.job_id)
+    for m in st.mig:
+        if m.job_id:
+            m.job_id = k(m.job_id)
+    for h in [*st.mig_queue, *st.held]:
+        h.job_id = k(h.job_id)
+    st.version = STATE_VERSION
+    return st
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,7 +387,7 @@ class SlicerEngine:
     ) -> None:
         self.config = config or EngineConfig()
         self.quota = quota
-        self.st = state or EngineState()
+        self.st = migrate_state(state) if state is not None else EngineState(version=STATE_VERSION)
         self._tracker = QuotaTracker(quota) if quota is not None else None
         self._index = {n.name: i for i, n in enumerate(self.st.nodes)}
         self._evicted_nodes: dict[str, str] = {}
@@ -319,16 +414,30 @@ class SlicerEngine:
         return [n.name for n in self.st.nodes]
 
     @property
-    def running_ids(self) -> list[str]:
-        return self._sched.running_ids + [m.job_id for m in self.st.mig if m.job_id]
+    def running_jobs(self) -> list[tuple[str, str]]:
+        """(tenant, job id) of the jobs holding resources."""
+        keys = self._sched.running_ids + [m.job_id for m in self.st.mig if m.job_id]
+        return [(self.st.jobs[k].tenant, self.st.jobs[k].job_id) for k in keys]
 
     @property
-    def waiting_ids(self) -> list[str]:
-        return (
+    def waiting_jobs(self) -> list[tuple[str, str]]:
+        """(tenant, job id) of the jobs waiting (queued, for MIG, or not admitted)."""
+        keys = (
             self._sched.pending_ids
             + [h.job_id for h in self.st.mig_queue]
             + [h.job_id for h in self.st.held]
         )
+        return [(self.st.jobs[k].tenant, self.st.jobs[k].job_id) for k in keys]
+
+    @property
+    def running_ids(self) -> list[str]:
+        """Job ids of `running_jobs` (ids of different tenants may repeat)."""
+        return [j for _, j in self.running_jobs]
+
+    @property
+    def waiting_ids(self) -> list[str]:
+        """Job ids of `waiting_jobs` (ids of different tenants may repeat)."""
+        return [j for _, j in self.waiting_jobs]
 
     def allocated_gpus(self) -> float:
         """GPUs held by running work: shares summed, MIG instances as compute slices / 7."""
@@ -405,8 +514,28 @@ class SlicerEngine:
         return out
 
     def submit(self, job: JobSpec, now_s: float) -> list[Effect]:
-        if job.job_id in self.st.jobs:
-            return []  # a redelivered or repeated submit
+        """A tenant's request, at its trusted time `now_s` (its place in the queue).
+
+        A repeat of a live job's request (another event id, the same request) changes nothing
+        and says nothing: re-sending a submit is safe. Another request under a live job's id is
+        rejected (`duplicate_job`), so is a submit of a job that has ended (`job_ended`: ids are
+        not reused while the engine remembers the end)."""
+        job = self._capped(job)
+        known = self.st.jobs.get(job.key)
+        if known is not None:
+            if known.same_request(job):
+                return []
+            return [
+                RejectedInput(
+                    job.tenant,
+                    job.job_id,
+                    "duplicate_job",
+                    f"job {job.job_id!r} of tenant {job.tenant!r} is already submitted with "
+                    "another request; end it first or use a new job id",
+                )
+            ]
+        if job.key in self.st.ended:
+            return [self._ended_answer(job.tenant, job.job_id, "submit")]
         bad = _invalid(job)
         if bad:
             return [Refused(job, "invalid_request", bad)]
@@ -414,23 +543,44 @@ class SlicerEngine:
             return [
                 Refused(job, "unknown_tenant", f"tenant {job.tenant!r} is not in the quota file")
             ]
-        self.st.jobs[job.job_id] = job
-        self.st.submitted_s[job.job_id] = now_s
+        self.st.jobs[job.key] = job
+        self.st.submitted_s[job.key] = now_s
         if job.mig_profile is None:
             self._learn(job)
         out = self._admit(job, now_s, now_s)
         out.extend(self._pass(now_s))
         return out
 
-    def finish(self, job_id: str, now_s: float) -> list[Effect]:
-        job = self.st.jobs.pop(job_id, None)
+    def start(self, tenant: str, job_id: str) -> list[Effect]:
+        """A tenant says its job started: nothing to decide for a known job; a job the engine
+        does not know, or that has ended, is answered."""
+        key = job_key(tenant, job_id)
+        if key in self.st.jobs:
+            return []
+        if key in self.st.ended:
+            return [self._ended_answer(tenant, job_id, "start")]
+        return [self._unknown_answer(tenant, job_id, "start")]
+
+    def finish(
+        self, tenant: str, job_id: str, now_s: float, outcome: str = "finished"
+    ) -> list[Effect]:
+        """A job ended (`outcome`: finished, failed, cancelled): free what it held, say so
+        (`Ended`), and start what can start now. An end of a job the engine does not know, or
+        a second end, changes nothing and is answered."""
+        key = job_key(tenant, job_id)
+        job = self.st.jobs.pop(key, None)
         if job is None:
-            return []  # unknown or already ended: a repeat changes nothing
-        self.st.attempts.pop(job_id, None)
-        self.st.submitted_s.pop(job_id, None)
-        self.st.held = [h for h in self.st.held if h.job_id != job_id]
-        self.st.mig_queue = [h for h in self.st.mig_queue if h.job_id != job_id]
-        inst = next((m for m in self.st.mig if m.job_id == job_id), None)
+            if key in self.st.ended:
+                return [self._ended_answer(tenant, job_id, outcome)]
+            return [self._unknown_answer(tenant, job_id, outcome)]
+        self.st.ended.append(key)
+        del self.st.ended[:-ENDED_KEPT]
+        was_placed = key in self._sched.running_ids or any(m.job_id == key for m in self.st.mig)
+        self.st.attempts.pop(key, None)
+        self.st.submitted_s.pop(key, None)
+        self.st.held = [h for h in self.st.held if h.job_id != key]
+        self.st.mig_queue = [h for h in self.st.mig_queue if h.job_id != key]
+        inst = next((m for m in self.st.mig if m.job_id == key), None)
         if inst is not None:
             inst.job_id = ""  # the instance stays, idle, for the next job of its profile
             n = self._index[inst.node]
@@ -439,18 +589,40 @@ class SlicerEngine:
             self._sched.state.version[n] += 1
             self._sched.resources_changed()
         else:
-            self._sched.finish(job_id, now_s)
+            self._sched.finish(key, now_s)
             self._mask()
         if self._tracker is not None:
-            self._tracker.release(job_id)
-        out = self._retry_held(now_s, lambda h: h.reason != "tenant_paused")
+            self._tracker.release(key)
+        out: list[Effect] = [Ended(job, outcome, was_placed)]
+        out.extend(self._retry_held(now_s, lambda h: h.reason != "tenant_paused"))
         out.extend(self._pass(now_s))
         return out
+
+    def _ended_answer(self, tenant: str, job_id: str, what: str) -> RejectedInput:
+        return RejectedInput(
+            tenant, job_id, "job_ended",
+            f"{what} of job {job_id!r} of tenant {tenant!r}: the job has already ended",
+        )  # fmt: skip
+
+    def _unknown_answer(self, tenant: str, job_id: str, what: str) -> RejectedInput:
+        return RejectedInput(
+            tenant, job_id, "unknown_job",
+            f"{what} of job {job_id!r} of tenant {tenant!r}: no such job was submitted",
+        )  # fmt: skip
+
+    def _capped(self, job: JobSpec) -> JobSpec:
+        """The request with its priority capped at the tenant's quota bound."""
+        if self.quota is None:
+            return job
+        quota = self.quota.tenants.get(job.tenant)
+        if quota is None or job.priority <= quota.priority_cap:
+            return job
+        return msgspec.structs.replace(job, priority=quota.priority_cap)
 
     # -- admission --------------------------------------------------------------------------
     def _admit(self, job: JobSpec, submitted_s: float, now_s: float) -> list[Effect]:
         if job.tenant in self.st.paused:
-            return [self._hold(job.job_id, "tenant_paused", submitted_s)]
+            return [self._hold(job.key, "tenant_paused", submitted_s)]
         out: list[Effect] = []
         if self._tracker is not None and _counts_quota(job):
             req = self._quota_request(job)
@@ -459,14 +631,14 @@ class SlicerEngine:
                 plan = self._tracker.plan_preemption(req)
                 if plan.feasible and plan.victims:
                     for victim in plan.victims:
-                        out.extend(self._evict_for_quota(victim, job.job_id, now_s))
+                        out.extend(self._evict_for_quota(victim, job.key, now_s))
                     decision = self._tracker.admit(req)
             if not isinstance(decision, Admitted):
                 reason = decision.reason.value
-                out.append(self._hold(job.job_id, reason, submitted_s, decision.message))
+                out.append(self._hold(job.key, reason, submitted_s, decision.message))
                 return out
         if job.mig_profile is not None:
-            self.st.mig_queue.append(_Held(job_id=job.job_id, reason="", submitted_s=submitted_s))
+            self.st.mig_queue.append(_Held(job_id=job.key, reason="", submitted_s=submitted_s))
         elif not self.st.nodes:
             self._sched.submit(self._core_job(job), submitted_s)
             out.append(Waiting(job, "no_inventory", "no node inventory received yet"))
@@ -497,7 +669,9 @@ class SlicerEngine:
             return [self._hold(victim, "reclaim_required")]
         self._sched.resources_changed()
         return [
-            Evicted(job, node or "", by, "quota_reclaim"),
+            Evicted(
+                job, node or "", self.st.jobs[by].job_id, "quota_reclaim", self.st.jobs[by].tenant
+            ),
             self._hold(victim, "reclaim_required"),
         ]
 
@@ -534,7 +708,7 @@ class SlicerEngine:
     def _quota_request(self, job: JobSpec) -> QuotaRequest:
         members = job.gang_size * max(job.gpus, 1)
         return QuotaRequest(
-            workload_id=job.job_id,
+            workload_id=job.key,
             tenant=job.tenant,
             gpus=members,
             milli=0 if job.mig_profile else job.gpu_milli,
@@ -562,9 +736,10 @@ class SlicerEngine:
             return [Waiting(job, d.reason, "")]
         if isinstance(d, JobPreempted):
             node = self._evicted_nodes.pop(d.job_id, "")
-            return [Evicted(job, node, d.by_job_id, "priority")]
-        attempt = self.st.attempts.get(job.job_id, 0) + 1
-        self.st.attempts[job.job_id] = attempt
+            by = self.st.jobs[d.by_job_id]
+            return [Evicted(job, node, by.job_id, "priority", by.tenant)]
+        attempt = self.st.attempts.get(job.key, 0) + 1
+        self.st.attempts[job.key] = attempt
         by_node: dict[int, list[int]] = {}
         for p in d.placements:
             by_node.setdefault(p.node, []).extend(p.gpus)
@@ -602,8 +777,8 @@ class SlicerEngine:
                     out.append(Waiting(job, res, f"MIG {job.mig_profile}"))
                 continue
             self.st.mig_queue.remove(h)
-            attempt = self.st.attempts.get(job.job_id, 0) + 1
-            self.st.attempts[job.job_id] = attempt
+            attempt = self.st.attempts.get(job.key, 0) + 1
+            self.st.attempts[job.key] = attempt
             out.append(
                 Placed(
                     job=job,
@@ -677,7 +852,7 @@ class SlicerEngine:
             chosen = self._repartition(job, gpus, out)
         if chosen is None:
             return "insufficient_mig_slices"
-        chosen.job_id = job.job_id
+        chosen.job_id = job.key
         n = self._index[chosen.node]
         state = self._sched.state
         state.cpu_free[n] -= job.cpu_milli
@@ -881,7 +1056,7 @@ class SlicerEngine:
 
     def _core_job(self, job: JobSpec) -> Job:
         return Job(
-            job_id=job.job_id,
+            job_id=job.key,
             request=_pod(_shape(job)),
             replicas=job.gang_size,
             priority=job.priority,

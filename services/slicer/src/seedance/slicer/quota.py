@@ -119,6 +119,13 @@ class TenantQuota:
     lending_limit: Mapping[str, int]
     borrowing_limit: Mapping[str, int]
     default_priority: int = 0
+    #: The highest priority a request of this tenant gets: a higher one is capped here (Kueue
+    #: bounds a ClusterQueue's workloads the same way). None: `default_priority`.
+    max_priority: int | None = None
+
+    @property
+    def priority_cap(self) -> int:
+        return self.default_priority if self.max_priority is None else self.max_priority
 
     def nominal_of(self, dim: str) -> int | None:
         """Nominal quota of a dimension; None means not enforced (only `gpu_mem_mib`)."""
@@ -153,6 +160,7 @@ class QuotaPolicy:
               team-a:
                 cohort: research           # optional
                 default_priority: 100      # optional, or a priority class name
+                max_priority: high         # optional (default: default_priority), or a class
                 quota: {gpus: 8, shared_gpus: 16, gpu_mem_mib: 655360,
                         mig: {1g.10gb: 7, 3g.40gb: 2}}
                 lending_limit: {gpus: 4}   # optional, per dimension
@@ -222,7 +230,9 @@ def _parse_tenant(name: str, body: object, classes: Mapping[str, int]) -> Tenant
     if not isinstance(body, dict):
         raise QuotaError(f"{where}: expected a mapping, got {body!r}")
     _only_keys(
-        body, {"cohort", "quota", "lending_limit", "borrowing_limit", "default_priority"}, where
+        body,
+        {"cohort", "quota", "lending_limit", "borrowing_limit", "default_priority", "max_priority"},
+        where,
     )
     cohort = body.get("cohort")
     if cohort is not None and (not isinstance(cohort, str) or not cohort):
@@ -239,16 +249,10 @@ def _parse_tenant(name: str, body: object, classes: Mapping[str, int]) -> Tenant
                 f"{where}.lending_limit.{dim.removeprefix(MIG_PREFIX)}: {limit} exceeds the "
                 f"nominal quota {nominal.get(dim, 0)}"
             )
-    prio_raw = body.get("default_priority", 0)
-    if isinstance(prio_raw, str):
-        if prio_raw not in classes:
-            raise QuotaError(
-                f"{where}.default_priority: unknown priority class {prio_raw!r} "
-                f"(known: {sorted(classes)})"
-            )
-        prio = classes[prio_raw]
-    else:
-        prio = _int(prio_raw, f"{where}.default_priority", minimum=None)
+    prio = _priority(body.get("default_priority", 0), f"{where}.default_priority", classes)
+    max_prio = _priority(body.get("max_priority", prio), f"{where}.max_priority", classes)
+    if max_prio < prio:
+        raise QuotaError(f"{where}.max_priority: {max_prio} is below default_priority {prio}")
     return TenantQuota(
         name=name,
         cohort=cohort,
@@ -256,7 +260,17 @@ def _parse_tenant(name: str, body: object, classes: Mapping[str, int]) -> Tenant
         lending_limit=lending,
         borrowing_limit=borrowing,
         default_priority=prio,
+        max_priority=max_prio,
     )
+
+
+def _priority(raw: object, where: str, classes: Mapping[str, int]) -> int:
+    """A priority: an integer or the name of one of `priority_classes`."""
+    if isinstance(raw, str):
+        if raw not in classes:
+            raise QuotaError(f"{where}: unknown priority class {raw!r} (known: {sorted(classes)})")
+        return classes[raw]
+    return _int(raw, where, minimum=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ Queue discipline (`SchedulerConfig`):
     large (e.g. 8-GPU) jobs are not starved by a stream of small ones. Reservations need no
     runtime estimates: a reserved node simply drains until the job fits.
   * a job with higher priority that fits nowhere may evict lower-priority preemptible jobs
-    from one node (the node that needs the least evicted GPU share); evicted jobs re-queue
+    of its own tenant from one node (the node that needs the least evicted GPU share); evicted jobs re-queue
     with their original submit time.
 """
 
@@ -404,6 +404,9 @@ class Scheduler:
                     for j in self._on_node[n]
                     if self._running[j].job.priority < job.priority
                     and self._running[j].job.preemptible
+                    # Priority is a tenant's own ordering of its work: it never evicts another
+                    # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
+                    and self._running[j].job.tenant == job.tenant
                 ),
                 key=lambda r: (r.job.priority, -r.started_s),
             )
