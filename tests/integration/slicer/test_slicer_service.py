@@ -21,7 +21,13 @@ from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.events import Event, decode, new_event_id
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
-from seedance.events.slicing import MigLayoutPlan, Placement, Preempted, Unschedulable
+from seedance.events.slicing import (
+    JobRejected,
+    MigLayoutPlan,
+    Placement,
+    Preempted,
+    Unschedulable,
+)
 from seedance.events.subjects import CONSUMERS, costs, jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.slicer.service import SlicerService
@@ -213,31 +219,32 @@ async def test_quota_wait_reason_unknown_tenant_and_priority_preemption(
     t, u, x = f"t{unique}", f"u{unique}", f"x{unique}"
     quota = tmp_path / "quota.yaml"
     quota.write_text(
-        f"version: 1\ntenants:\n  {t}:\n    quota: {{gpus: 2}}\n  {u}:\n    quota: {{gpus: 8}}\n"
+        f"version: 1\ntenants:\n  {t}:\n    quota: {{gpus: 2}}\n"
+        f"  {u}:\n    quota: {{gpus: 8}}\n    max_priority: 10\n"
     )
     async with slicer(nats_url, unique, quota_file=str(quota)) as svc:
         await add_nodes(bus, inventory(f"n0-{unique}", 4))
         await submit(bus, t, "a1", gpus=2)
         await submit(bus, t, "a2", gpus=1)  # over the tenant's 2 GPUs
         await submit(bus, x, "stranger", gpus=1)  # not in the quota file
-        await d.wait(
-            lambda: bool(d.of(Unschedulable, "a2")) and bool(d.of(Unschedulable, "stranger"))
-        )
+        await d.wait(lambda: bool(d.of(Unschedulable, "a2")) and bool(d.of(JobRejected)))
         assert [e.reason for e in d.of(Unschedulable, "a2")] == ["over_quota"]
-        assert [e.reason for e in d.of(Unschedulable, "stranger")] == ["unknown_tenant"]
+        assert [e.reason for e in d.of(JobRejected, "stranger")] == ["unknown_tenant"]
         assert decided(svc, "waiting", "over_quota") == 1
         assert decided(svc, "refused", "unknown_tenant") == 1
-        # Priority: u's high-priority job needs the whole node; a1 (priority 0) is evicted.
+        # Priority orders a tenant's own work: u's high-priority job evicts u's low one, never
+        # t's a1 (another tenant's job is no victim of priority).
         await submit(bus, u, "low", gpus=2)
         await d.wait(lambda: bool(d.of(Placement, "low")))
-        await submit(bus, u, "high", gpus=4, priority=10)
+        await submit(bus, u, "high", gpus=2, priority=10)
         await d.wait(lambda: bool(d.of(Placement, "high")))
-        evicted = {e.job_id for e in d.of(Preempted)}
-        assert evicted == {"a1", "low"}
-        assert all(e.by_job_id == "high" and e.reason == "priority" for e in d.of(Preempted))
+        assert [(e.job_id, e.by_job_id, e.reason) for e in d.of(Preempted)] == [
+            ("low", "high", "priority")
+        ]
         await finish(bus, u, "high")
-        # Capacity back: a1 and low run again; a2 still waits for t's quota until a1 ends.
-        await d.wait(lambda: len(d.of(Placement, "a1")) == 2 and len(d.of(Placement, "low")) == 2)
+        # Capacity back: low runs again; a2 still waits for t's quota until a1 ends.
+        await d.wait(lambda: len(d.of(Placement, "low")) == 2)
+        assert len(d.of(Placement, "a1")) == 1
         assert not d.of(Placement, "a2")
         await finish(bus, t, "a1", minute=3)
         await d.wait(lambda: bool(d.of(Placement, "a2")))

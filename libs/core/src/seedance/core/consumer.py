@@ -18,6 +18,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import nats.errors
@@ -53,6 +54,10 @@ class Delivery(Generic[E]):
     #: Tells the server the message is still being worked on (resets its ack_wait); None for a
     #: delivery built outside a consumer (tests).
     progress: Callable[[], Awaitable[None]] | None = field(default=None, repr=False, compare=False)
+    #: When the stream stored the message (its metadata timestamp: the server's clock, not the
+    #: publisher's). On a stream that is not sourced this is the receive time of the original
+    #: publish; on a sourced one it is when the copy was made. None outside a consumer (tests).
+    received_at: datetime | None = None
 
     async def in_progress(self) -> None:
         """Extend the ack deadline: long handlers call this more often than ``ack_wait``."""
@@ -156,7 +161,14 @@ class PullConsumer:
                 await self._dead_letter(msg, "tenant_mismatch", str(exc))
                 continue
             deliveries.append(
-                Delivery(event, msg.subject, md.sequence.stream, md.num_delivered, msg.in_progress)
+                Delivery(
+                    event,
+                    msg.subject,
+                    md.sequence.stream,
+                    md.num_delivered,
+                    msg.in_progress,
+                    received_at=md.timestamp,
+                )
             )
         if not deliveries:
             return

@@ -88,8 +88,8 @@ __all__ = [
     "SlicerEngine",
     "Waiting",
     "job_key",
-    "migrate_state",
     "mig_model",
+    "migrate_state",
     "published_reason",
 ]
 

@@ -15,6 +15,20 @@ outbox). Then the decisions are published, then the batch is acked. So:
 The snapshot is written compare-and-set: a deposed leader's write fails and its batch is
 redelivered to the new leader instead of overwriting its state.
 
+One bad event never stops the slicer: an exception while applying one event (the engine or the
+wiring raising on an input it cannot take) rolls the batch back to the durable state, replays
+the batch without that event, and dead-letters it (`apply_error`, with the exception) while the
+rest of the batch is decided and acknowledged as usual. The engine is deterministic, so the
+replay decides exactly what the first pass did.
+
+Clocks (`trusted_time`): a tenant's request on `seedance.jobs.<tenant>.<kind>` is a claim. It
+is stamped with the stream's receive time (the server's, from the message metadata: the
+`SEEDANCE_JOBS` stream is not sourced); its `at` is used only when within `claim_skew_s` of
+it. An event from a trusted observer (`seedance.observed.*`: the replayer, later the k8s
+bridge) or from a Seedance service (inventory, health, pauses) happens at its `at`. That time
+orders the queue and stamps every decision the event causes (placement, release, rejection,
+unschedulable, preemption), so downstream (the cost-ledger) bills only trusted time.
+
 This module owns the wiring (events to engine inputs, decisions to events, metrics); the
 decisions themselves are `seedance.slicer.engine`'s.
 """
@@ -25,6 +39,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +48,7 @@ from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
 
-from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime
+from seedance.core import Clock, Delivery, InvalidMessage, Lifecycle, RetryableError, ServiceRuntime
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
@@ -41,19 +56,24 @@ from seedance.events import Event, decode, derived_event_id, encode
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
 from seedance.events.slicing import (
+    EndOutcome,
     GpuAssignment,
+    JobRejected,
+    JobReleased,
     MigInstanceChange,
     MigLayoutPlan,
     Placement,
     PlacementKind,
     Preempted,
+    RejectionReason,
     Unschedulable,
     UnschedulableReason,
 )
-from seedance.events.subjects import slicing
+from seedance.events.subjects import SubjectShapeError, parse_tenant_subject, slicing
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.engine import (
     Effect,
+    Ended,
     EngineConfig,
     Evicted,
     GpuSpec,
@@ -62,6 +82,7 @@ from seedance.slicer.engine import (
     NodeSpec,
     Placed,
     Refused,
+    RejectedInput,
     SlicerEngine,
     Waiting,
     published_reason,
@@ -69,7 +90,7 @@ from seedance.slicer.engine import (
 from seedance.slicer.quota import QuotaPolicy
 from seedance.slicer.settings import SlicerSettings
 
-__all__ = ["SlicerMetrics", "SlicerService", "engine_config", "load_quota"]
+__all__ = ["SlicerMetrics", "SlicerService", "engine_config", "load_quota", "trusted_time"]
 
 log = get_logger(__name__)
 
@@ -78,11 +99,51 @@ log = get_logger(__name__)
 _APPLIED_KEPT = 2048
 
 
+#: Ending events and the outcome their release records.
+_OUTCOMES = {
+    JobFinished: EndOutcome.FINISHED,
+    JobFailed: EndOutcome.FAILED,
+    JobCancelled: EndOutcome.CANCELLED,
+}
+
+
+def trusted_time(
+    claimed: datetime, subject: str, received_at: datetime | None, claim_skew_s: float
+) -> datetime:
+    """When an event is taken to have happened (see the module docstring).
+
+    A tenant's request (`seedance.jobs.*`) happens at the stream's receive time, or at its
+    claim when that is within `claim_skew_s` of it (a client clock a little off changes
+    nothing; a back-dated or future-dated claim is ignored). Every other event the slicer
+    reads comes from a trusted publisher and happens at its `at`. A delivery without a receive
+    time (built outside a consumer) keeps its claim.
+    """
+    try:
+        parsed = parse_tenant_subject(subject)
+    except SubjectShapeError:
+        parsed = None  # the consumer dead-letters these before they get here
+    if parsed is None or parsed.family != "jobs" or received_at is None:
+        return claimed
+    if abs(claimed - received_at) <= timedelta(seconds=claim_skew_s):
+        return claimed
+    return received_at
+
+
+class _EventFailed(Exception):
+    """Applying the batch's event at `index` raised `cause`."""
+
+    def __init__(self, index: int, cause: Exception) -> None:
+        super().__init__(index, cause)
+        self.index = index
+        self.cause = cause
+
+
 class SlicerMetrics:
     def __init__(self, registry: Any) -> None:
         self.decisions_total = Counter(
             "seedance_slicer_decisions_total",
-            "Scheduling decisions by outcome (placed, waiting, refused, preempted, mig_plan) "
+            "Scheduling decisions by outcome (placed, waiting, refused, rejected, released, "
+            "preempted, mig_plan) "
             "and reason (placement kind, or why the job waits / was refused / was evicted).",
             ["outcome", "reason"],
             registry=registry,
@@ -282,22 +343,27 @@ class SlicerService(Lifecycle):
                 await self._flush()  # a previous batch's durable decisions go out first
                 applied_before = {k: list(v) for k, v in self._applied.items()}
                 floor_before = dict(self._floor)
-                counts: list[tuple[str, str]] = []
+                failed: dict[int, BaseException] = {}
                 try:
-                    out: list[tuple[str, Event]] = []
-                    seen = self._applied.setdefault(durable, [])
-                    fresh = 0
-                    for d in ds:
-                        seq = d.stream_seq
-                        if seq <= self._floor.get(durable, 0) or seq in seen:
-                            continue  # already in the snapshot: a redelivery after a crash
-                        out.extend(self._publishable(self._apply(d.event), d.event, counts))
-                        seen.append(seq)
-                        fresh += 1
-                    if len(seen) > _APPLIED_KEPT:
-                        seen.sort()
-                        self._floor[durable] = seen[-_APPLIED_KEPT - 1]
-                        del seen[:-_APPLIED_KEPT]
+                    while True:
+                        try:
+                            out, counts, fresh = self._decide(durable, ds, failed)
+                            break
+                        except _EventFailed as f:
+                            # Roll back what the batch changed and decide it again without the
+                            # event that raised; it is dead-lettered with the reason.
+                            failed[f.index] = InvalidMessage(
+                                f"applying {type(ds[f.index].event).__name__} "
+                                f"{ds[f.index].event.id} raised {f.cause!r}",
+                                kind="apply_error",
+                            )
+                            log.error(
+                                "slicer_event_failed",
+                                error=repr(f.cause),
+                                subject=ds[f.index].subject,
+                                stream_seq=ds[f.index].stream_seq,
+                            )
+                            self._rollback(applied_before, floor_before)
                     if fresh:
                         engine_bytes = self.engine.to_bytes()
                         await self._save(engine_bytes, out)
@@ -305,10 +371,7 @@ class SlicerService(Lifecycle):
                 except Exception as exc:
                     # Nothing was published: roll back to the durable state; the batch is
                     # redelivered and decided afresh.
-                    self.engine = SlicerEngine.from_bytes(
-                        self._durable_bytes, self._config, self._quota
-                    )
-                    self._applied, self._floor = applied_before, floor_before
+                    self._rollback(applied_before, floor_before)
                     raise RetryableError(f"slicer batch not made durable: {exc!r}") from exc
                 for outcome, reason in counts:
                     self.metrics.decisions_total.labels(outcome, reason).inc()
@@ -316,9 +379,42 @@ class SlicerService(Lifecycle):
                 await self._flush()
 
             self._update_gauges()
-            return [None] * len(ds)
+            return [failed.get(i) for i in range(len(ds))]
 
         return handle
+
+    def _rollback(self, applied: dict[str, list[int]], floor: dict[str, int]) -> None:
+        self.engine = SlicerEngine.from_bytes(self._durable_bytes, self._config, self._quota)
+        self._applied = {k: list(v) for k, v in applied.items()}
+        self._floor = dict(floor)
+
+    def _decide(
+        self, durable: str, ds: Sequence[Delivery[Any]], skip: dict[int, BaseException]
+    ) -> tuple[list[tuple[str, Event]], list[tuple[str, str]], int]:
+        """Apply the batch's fresh deliveries (those not in `skip`) to the engine: their
+        decisions, metric counts, and how many were applied. Raises `_EventFailed` naming the
+        first delivery whose application raised (the engine may be half-changed then)."""
+        out: list[tuple[str, Event]] = []
+        counts: list[tuple[str, str]] = []
+        seen = self._applied.setdefault(durable, [])
+        fresh = 0
+        for i, d in enumerate(ds):
+            seq = d.stream_seq
+            if i in skip or seq <= self._floor.get(durable, 0) or seq in seen:
+                continue  # dead-lettered, or already in the snapshot (a redelivery)
+            try:
+                at = trusted_time(d.event.at, d.subject, d.received_at, self._settings.claim_skew_s)
+                effects = self._apply(d.event, at)
+                out.extend(self._publishable(effects, d.event, at, counts))
+            except Exception as exc:  # the per-event dead-letter wrapper (module docstring)
+                raise _EventFailed(i, exc) from exc
+            seen.append(seq)
+            fresh += 1
+        if len(seen) > _APPLIED_KEPT:
+            seen.sort()
+            self._floor[durable] = seen[-_APPLIED_KEPT - 1]
+            del seen[:-_APPLIED_KEPT]
+        return out, counts, fresh
 
     async def _flush(self) -> None:
         """Publish the durable decisions not yet published; on failure the batch is naked,
@@ -331,8 +427,8 @@ class SlicerService(Lifecycle):
             raise RetryableError(f"slicer decisions not published: {exc!r}") from exc
         self._unpublished = []
 
-    def _apply(self, ev: Any) -> list[Effect]:
-        now_s = ev.at.timestamp()
+    def _apply(self, ev: Any, at: datetime) -> list[Effect]:
+        now_s = at.timestamp()
         eng = self.engine
         if isinstance(ev, NodeInventory):
             spec = NodeSpec(
@@ -373,19 +469,22 @@ class SlicerService(Lifecycle):
             )
             return eng.submit(job, now_s)
         if isinstance(ev, JobFinished | JobFailed | JobCancelled):
-            return eng.finish(ev.job_id, now_s)
-        return []  # JobStarted: nothing to decide
+            return eng.finish(ev.tenant, ev.job_id, now_s, _OUTCOMES[type(ev)].value)
+        if isinstance(ev, JobStarted):
+            return eng.start(ev.tenant, ev.job_id)
+        raise TypeError(f"the slicer has no use for {type(ev).__name__}")
 
     def _publishable(
-        self, effects: list[Effect], cause: Event, counts: list[tuple[str, str]]
+        self, effects: list[Effect], cause: Event, at: datetime, counts: list[tuple[str, str]]
     ) -> list[tuple[str, Event]]:
+        """The events of `cause`'s decisions, each at `at` (the cause's trusted time)."""
         out: list[tuple[str, Event]] = []
         for e in effects:
             if isinstance(e, Placed):
                 job = e.job
                 ev: Event = Placement(
                     id=derived_event_id(job.cause_id, f"placement/{e.attempt}/{e.part}"),
-                    at=cause.at,
+                    at=at,
                     job_id=job.job_id,
                     tenant=job.tenant,
                     node=e.node,
@@ -408,11 +507,54 @@ class SlicerService(Lifecycle):
                 )
                 out.append((slicing.subject(job.tenant, "placement"), ev))
                 counts.append(("placed", e.kind))
-            elif isinstance(e, Waiting | Refused):
+            elif isinstance(e, Refused):
+                job = e.job
+                ev = JobRejected(
+                    id=derived_event_id(cause.id, f"rejected/{job.tenant}/{job.job_id}"),
+                    at=at,
+                    job_id=job.job_id,
+                    tenant=job.tenant,
+                    reason=RejectionReason(e.reason),
+                    detail=(e.detail or e.reason)[:1024],
+                    cause_id=cause.id,
+                    cause_type=_tag(cause),
+                )
+                out.append((slicing.subject(job.tenant, "rejected"), ev))
+                counts.append(("refused", e.reason))
+            elif isinstance(e, RejectedInput):
+                ev = JobRejected(
+                    id=derived_event_id(cause.id, f"rejected/{e.tenant}/{e.job_id}"),
+                    at=at,
+                    job_id=e.job_id,
+                    tenant=e.tenant,
+                    reason=RejectionReason(e.reason),
+                    detail=e.detail[:1024],
+                    cause_id=cause.id,
+                    cause_type=_tag(cause),
+                )
+                out.append((slicing.subject(e.tenant, "rejected"), ev))
+                counts.append(("rejected", e.reason))
+            elif isinstance(e, Ended):
+                job = e.job
+                ev = JobReleased(
+                    id=derived_event_id(cause.id, f"released/{job.tenant}/{job.job_id}"),
+                    at=at,
+                    job_id=job.job_id,
+                    tenant=job.tenant,
+                    outcome=EndOutcome(e.outcome),
+                    was_placed=e.was_placed,
+                    claimed_at=cause.at,
+                    cause_id=cause.id,
+                )
+                out.append((slicing.subject(job.tenant, "released"), ev))
+                counts.append(("released", e.outcome))
+            elif isinstance(e, Waiting):
                 job = e.job
                 ev = Unschedulable(
-                    id=derived_event_id(cause.id, f"unschedulable/{job.job_id}/{e.reason}"),
-                    at=cause.at,
+                    id=derived_event_id(
+                        cause.id, f"unschedulable/{job.tenant}/{job.job_id}/{e.reason}"
+                    ),
+                    at=at,
                     job_id=job.job_id,
                     tenant=job.tenant,
                     reason=UnschedulableReason(published_reason(e.reason)),
@@ -420,15 +562,16 @@ class SlicerService(Lifecycle):
                     cause_id=job.cause_id,
                 )
                 out.append((slicing.subject(job.tenant, "unschedulable"), ev))
-                counts.append(("waiting" if isinstance(e, Waiting) else "refused", e.reason))
+                counts.append(("waiting", e.reason))
             elif isinstance(e, Evicted):
                 ev = Preempted(
-                    id=derived_event_id(cause.id, f"preempted/{e.job.job_id}"),
-                    at=cause.at,
+                    id=derived_event_id(cause.id, f"preempted/{e.job.tenant}/{e.job.job_id}"),
+                    at=at,
                     job_id=e.job.job_id,
                     tenant=e.job.tenant,
                     node=e.node or "unknown",
-                    by_job_id=e.by_job_id,
+                    # Another tenant's job id is not this tenant's to read (a cohort reclaim).
+                    by_job_id=e.by_job_id if e.by_tenant == e.job.tenant else "",
                     reason=e.reason,
                 )
                 out.append((slicing.subject(e.job.tenant, "preempted"), ev))
@@ -436,7 +579,7 @@ class SlicerService(Lifecycle):
             elif isinstance(e, MigPlanned):
                 ev = MigLayoutPlan(
                     id=derived_event_id(cause.id, f"mig/{e.node}/{e.gpu}"),
-                    at=cause.at,
+                    at=at,
                     node=e.node,
                     gpu_index=e.gpu,
                     destroy=[MigInstanceChange(profile=p, start_slot=s) for p, s in e.destroy],
@@ -450,6 +593,10 @@ class SlicerService(Lifecycle):
     def _update_gauges(self) -> None:
         self.metrics.queued_jobs.set(len(self.engine.waiting_ids))
         self.metrics.allocated_gpus.set(self.engine.allocated_gpus())
+
+
+def _tag(ev: Event) -> str:
+    return str(type(ev).__struct_config__.tag)
 
 
 def _hostname() -> str:

@@ -19,6 +19,9 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: ``seedance`` (SeedancePolicy, backfill, reservations, priority preemption) or
     #: ``first-fit`` (first-fit, strict FIFO: the queueing baseline).
     policy: str = "seedance"
+    #: A tenant request's claimed `at` is used when within this many seconds of the stream's
+    #: receive time, else the receive time is (a back-dated or future-dated claim moves nothing).
+    claim_skew_s: float = 5.0
     #: A QuotaPolicy YAML (docs/slicer-mig-quota-k8s.md); empty: no quotas, every tenant known.
     quota_file: str = ""
     #: The target workload is the request shapes of the last this many jobs ...

@@ -13,8 +13,9 @@ Queue discipline (`SchedulerConfig`):
     large (e.g. 8-GPU) jobs are not starved by a stream of small ones. Reservations need no
     runtime estimates: a reserved node simply drains until the job fits.
   * a job with higher priority that fits nowhere may evict lower-priority preemptible jobs
-    of its own tenant from one node (the node that needs the least evicted GPU share); evicted jobs re-queue
-    with their original submit time.
+    of its own tenant from one node (the node that needs the least evicted GPU share);
+    evicted jobs re-queue with their original submit time. Another tenant's job is never a
+    victim: a tenant's priority orders its own work only.
 """
 
 from __future__ import annotations
