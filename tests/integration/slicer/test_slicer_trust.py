@@ -115,7 +115,7 @@ async def test_queue_order_and_decision_times_come_from_trusted_clocks(
     nats_url: str, tenants: tuple[Bus, Decisions, str, str], unique: str
 ) -> None:
     bus, d, acme, globex = tenants
-    async with slicer(nats_url, unique, claim_skew_s=5.0):
+    async with slicer(nats_url, unique):  # claim_skew_s: 5 s, the default
         await add_nodes(bus, inventory(f"n0-{unique}", 1))
         await submit(bus, acme, "running", gpus=1)
         await d.wait(lambda: bool(of(d, Placement, acme, "running")))
@@ -195,7 +195,7 @@ async def test_priority_is_capped_by_the_quota_and_never_evicts_another_tenant(
     quota.write_text(
         "version: 1\ntenants:\n"
         f"  {acme}: {{quota: {{gpus: 8}}}}\n"
-        f"  {globex}: {{quota: {{gpus: 8}}, default_priority: 5, max_priority: 50}}\n"
+        f"  {globex}: {{quota: {{gpus: 8}}, default_priority: 50}}\n"  # max_priority: 50
     )
     async with slicer(nats_url, unique, quota_file=str(quota)):
         await add_nodes(bus, inventory(f"n0-{unique}", 2))
