@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from seedance.core import Bus
+from seedance.core.kv import ensure_bucket
 from seedance.events import decode, encode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobFinished, JobStarted, JobSubmitted, ResourceRequest
@@ -271,3 +272,47 @@ def _job(tenant: str, job: str) -> JobSubmitted:
     return JobSubmitted(
         id=new_event_id(), at=now(), job_id=job, tenant=tenant, request=ResourceRequest()
     )
+
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "slicer" / "v1_snapshot.msgpack"
+
+
+async def test_a_snapshot_of_the_job_id_keyed_slicer_is_migrated_on_first_start(
+    nats_url: str, bus: Bus, unique: str, tmp_path: Path
+) -> None:
+    """`tests/fixtures/slicer/v1_snapshot.msgpack` was written by the slicer of 6ef02a6 (its
+    generator says how): restored, its jobs are acme's and globex's, and decide on."""
+    await fast_forward(bus, unique)
+    kv = await ensure_bucket(bus, "seedance-slicer-state")
+    await kv.put(f"pool.p{unique}", FIXTURE.read_bytes())
+    quota = tmp_path / "quota.yaml"
+    quota.write_text(
+        "version: 1\ntenants:\n"
+        "  acme: {quota: {gpus: 5, mig: {3g.40gb: 1}}}\n  globex: {quota: {gpus: 4}}\n"
+    )
+    d = await Decisions.open(bus, "acme", "globex")
+    try:
+        async with slicer(nats_url, unique, quota_file=str(quota)) as svc:
+            await d.wait(lambda: svc.leading and bool(svc.engine.node_names))
+            assert svc.engine.st.version == 2
+            assert sorted(svc.engine.running_jobs) == [
+                ("acme", "mig-1"), ("acme", "train-1"), ("acme", "train-2")
+            ]  # fmt: skip
+            assert sorted(svc.engine.waiting_jobs) == [("acme", "wait-1"), ("globex", "g-1")]
+            # globex's train-1 is not acme's; acme's end frees acme's GPUs for globex's g-1.
+            await submit(bus, "globex", "train-1", gpus=2)
+            await d.wait(lambda: bool(of(d, Unschedulable, "globex", "train-1")))
+            await end(bus, "acme", "train-1")
+            await d.wait(lambda: bool(of(d, Placement, "globex", "g-1")))
+            (rel,) = of(d, JobReleased, "acme", "train-1")
+            assert rel.was_placed
+            assert not of(d, Placement, "globex", "train-1")
+            await end(bus, "acme", "mig-1")
+            await d.wait(lambda: bool(of(d, JobReleased, "acme", "mig-1")))
+            assert ("acme", "mig-1") not in svc.engine.running_jobs
+        # The migrated state was written back as version 2.
+        entry = await kv.get(f"pool.p{unique}")
+        snap = msgspec.msgpack.decode(entry.value or b"")
+        assert msgspec.msgpack.decode(snap["engine"])["version"] == 2
+    finally:
+        await d.close()

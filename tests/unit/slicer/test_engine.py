@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from seedance.slicer.core import Scheduler, SeedancePolicy
 from seedance.slicer.engine import (
+    STATE_VERSION,
+    Ended,
     EngineConfig,
+    EngineState,
     Evicted,
     GpuSpec,
     JobSpec,
@@ -14,6 +18,7 @@ from seedance.slicer.engine import (
     NodeSpec,
     Placed,
     Refused,
+    RejectedInput,
     SlicerEngine,
     Waiting,
     mig_model,
@@ -131,7 +136,9 @@ def test_mig_slot_choice_and_repartition_of_a_drained_gpu() -> None:
     (w,) = e.submit(job("big", mig_profile="7g.80gb"), 3)
     assert isinstance(w, Waiting)
     assert w.reason == "insufficient_mig_slices"
-    assert kinds(e.finish("a", "m1", 4)) == [("Ended", "m1")]  # m2 still runs: the GPU has not drained
+    assert kinds(e.finish("a", "m1", 4)) == [
+        ("Ended", "m1")
+    ]  # m2 still runs: the GPU has not drained
     out = e.finish("a", "m2", 5)
     plan = next(x for x in out if isinstance(x, MigPlanned))
     assert plan.create == (("7g.80gb", 0),)
@@ -201,3 +208,90 @@ def test_first_fit_policy_is_fifo_with_head_of_line_blocking() -> None:
     e.submit(job("big", gpus=2), 2)  # blocks the head
     e.submit(job("small", gpus=1), 3)
     assert "small" in e.waiting_ids
+
+
+def test_jobs_are_keyed_by_tenant_and_one_tenants_end_frees_only_its_own() -> None:
+    e = SlicerEngine()
+    e.upsert_node(node("n", 4), 0)
+    assert kinds(e.submit(job("train-1", "acme", gpus=4), 1)) == [("Placed", "train-1")]
+    (w,) = e.submit(job("train-1", "globex", gpus=4), 2)
+    assert isinstance(w, Waiting)
+    (end,) = e.finish("globex", "train-1", 3)
+    assert isinstance(end, Ended)
+    assert (end.job.tenant, end.was_placed) == ("globex", False)
+    assert e.running_jobs == [("acme", "train-1")]
+    out = e.finish("acme", "train-1", 4, "failed")
+    assert [(type(x).__name__, getattr(x, "outcome", "")) for x in out] == [("Ended", "failed")]
+
+
+def test_repeats_duplicates_and_unknown_or_ended_jobs_are_answered() -> None:
+    e = SlicerEngine()
+    e.upsert_node(node("n", 4), 0)
+    e.submit(job("j", gpus=1), 1)
+    assert e.submit(job("j", gpus=1), 2) == []  # the same request again: idempotent
+    (dup,) = e.submit(job("j", gpus=2), 3)
+    assert isinstance(dup, RejectedInput)
+    assert dup.reason == "duplicate_job"
+    assert e.start("a", "j") == []
+    assert [x.reason for x in e.start("a", "nope")] == ["unknown_job"]  # type: ignore[union-attr]
+    assert [x.reason for x in e.finish("a", "nope", 4)] == ["unknown_job"]  # type: ignore[union-attr]
+    e.finish("a", "j", 5)
+    for again in (e.finish("a", "j", 6), e.start("a", "j"), e.submit(job("j", gpus=1), 7)):
+        assert [(type(x).__name__, x.reason) for x in again] == [  # type: ignore[union-attr]
+            ("RejectedInput", "job_ended")
+        ]
+
+
+def test_priority_is_capped_at_the_quota_bound_and_evicts_only_its_own_tenant() -> None:
+    q = QuotaPolicy.from_yaml(
+        "version: 1\ntenants:\n  a: {quota: {gpus: 8}}\n"
+        "  b: {quota: {gpus: 8}, default_priority: 1, max_priority: 10}\n"
+    )
+    assert (q.tenants["a"].priority_cap, q.tenants["b"].priority_cap) == (0, 10)
+    e = SlicerEngine(quota=q)
+    e.upsert_node(node("n", 2), 0)
+    e.submit(job("a-low", "a", gpus=1), 1)
+    e.submit(job("b-low", "b", gpus=1), 2)
+    (w,) = e.submit(job("a-top", "a", gpus=1, priority=2**31 - 1), 3)
+    assert isinstance(w, Waiting)  # capped at 0: evicts nobody
+    assert e.st.jobs["a/a-top"].priority == 0
+    out = e.submit(job("b-top", "b", gpus=1, priority=99), 4)
+    assert [
+        (x.job.tenant, x.job.job_id, x.by_job_id, x.by_tenant)
+        for x in out
+        if isinstance(x, Evicted)
+    ] == [("b", "b-low", "b-top", "b")]
+
+
+def test_a_job_id_keyed_state_migrates_to_tenant_keys() -> None:
+    """The fixture is a snapshot the slicer of 6ef02a6 wrote (tests/fixtures/slicer)."""
+    import msgspec
+
+    data = (Path(__file__).parents[2] / "fixtures/slicer/v1_snapshot.msgpack").read_bytes()
+    engine_bytes = msgspec.msgpack.decode(data)["engine"]
+    old = msgspec.msgpack.decode(engine_bytes, type=EngineState)
+    assert old.version == 1
+    assert "train-1" in old.jobs
+    e = SlicerEngine.from_bytes(engine_bytes)
+    assert e.st.version == STATE_VERSION
+    assert sorted(e.st.jobs) == [
+        "acme/mig-1",
+        "acme/train-1",
+        "acme/train-2",
+        "acme/wait-1",
+        "globex/g-1",
+    ]
+    assert sorted(e.running_jobs) == [("acme", "mig-1"), ("acme", "train-1"), ("acme", "train-2")]
+    assert SlicerEngine.from_bytes(e.to_bytes()).to_bytes() == e.to_bytes()
+    assert isinstance(e.finish("acme", "mig-1", 1)[0], Ended)
+
+
+def test_quota_max_priority_is_validated() -> None:
+    import pytest
+
+    from seedance.slicer.quota import QuotaError
+
+    with pytest.raises(QuotaError, match=r"tenants.a.max_priority: 1 is below default_priority 5"):
+        QuotaPolicy.from_yaml("version: 1\ntenants:\n  a: {default_priority: 5, max_priority: 1}\n")
+    with pytest.raises(QuotaError, match=r"tenants.a.max_priority: unknown priority class 'top'"):
+        QuotaPolicy.from_yaml("version: 1\ntenants:\n  a: {max_priority: top}\n")
