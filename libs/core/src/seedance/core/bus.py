@@ -9,7 +9,7 @@ not know any service's events beyond the ``Event`` base.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import nats
@@ -89,8 +89,17 @@ class Bus:
         self.publisher = Publisher(nc)
 
     @classmethod
-    async def connect(cls, settings: BusSettings) -> Bus:
-        """Connect and check the server version; raise ``ServerTooOld`` (and close) if too old."""
+    async def connect(
+        cls,
+        settings: BusSettings,
+        *,
+        error_cb: Callable[[Exception], Awaitable[None]] | None = None,
+    ) -> Bus:
+        """Connect and check the server version; raise ``ServerTooOld`` (and close) if too old.
+
+        ``error_cb`` hears the server's asynchronous errors (a permissions violation: a client
+        reports which subject was refused rather than a timeout); nats-py logs them otherwise.
+        """
         kwargs: dict[str, object] = {
             "servers": [u.strip() for u in settings.url.split(",")],
             "name": settings.name,
@@ -103,6 +112,8 @@ class Bus:
         }
         if settings.inbox_prefix:
             kwargs["inbox_prefix"] = settings.inbox_prefix
+        if error_cb is not None:
+            kwargs["error_cb"] = error_cb
         if settings.creds:
             kwargs["user_credentials"] = settings.creds
         if settings.user:

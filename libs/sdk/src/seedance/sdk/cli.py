@@ -6,8 +6,17 @@
     seedance costs report --tenant acme --format html --out acme.html
     seedance graph compile --tenant acme --model resnet.onnx --out resnet.compiled.onnx
 
-Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``. Errors name what is
-wrong and exit with status 2 (usage) or 1 (the server refused).
+Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``; ``--user`` /
+``--password`` (``NATS_USER`` / ``NATS_PASSWORD``). A tenant's user (``tenant-<t>``) gets its
+inbox prefix on its own; ``--inbox-prefix`` (``NATS_INBOX_PREFIX``) gives it for a creds file.
+
+``jobs`` commands wait up to ``--wait-s`` (default 10 s; ``--no-wait`` not at all) for the
+slicer's answer on the tenant's own subjects and print it: the placement or why the job waits,
+the release of an ended job. A rejection (duplicate job, unknown or ended job, invalid
+request, unknown tenant) is printed with its reason and exits 1.
+
+Errors name what is wrong and exit with status 2 (usage, a request over a declared bound) or 1
+(the server or the slicer refused, a permission named by its subject, no answer in time).
 """
 
 from __future__ import annotations
@@ -27,7 +36,18 @@ import msgspec
 from seedance.core.errors import NoStream, ServerTooOld
 from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseRequest
 from seedance.events.graph import CompileResult, PrecisionPolicy
-from seedance.sdk.client import SeedanceClient
+from seedance.events.jobs import JobEvent
+from seedance.events.slicing import JobReleased, Placement, Unschedulable
+from seedance.sdk.client import (
+    DEFAULT_WAIT_S,
+    JobOutcome,
+    JobRejectedError,
+    NoDecision,
+    PermissionRefused,
+    SeedanceClient,
+    job_event,
+    job_submitted,
+)
 
 __all__ = ["main"]
 
@@ -38,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
     p.add_argument("--user", default=os.environ.get("NATS_USER"))
     p.add_argument("--password", default=os.environ.get("NATS_PASSWORD"))
+    p.add_argument(
+        "--inbox-prefix",
+        default=os.environ.get("NATS_INBOX_PREFIX"),
+        help="reply subject prefix (default: the tenant's own for a tenant-<t> user)",
+    )
     top = p.add_subparsers(dest="group", required=True)
 
     j = top.add_parser("jobs", help="publish job events").add_subparsers(dest="cmd", required=True)
@@ -54,12 +79,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--gang-size", type=int, default=1)
     s.add_argument("--priority", type=int, default=0)
     s.add_argument("--kind", choices=["training", "inference"], default="training")
-    for name in ("finish", "fail", "cancel"):
-        e = j.add_parser(name, help=f"{name} a job")
+    _wait_args(s)
+    for name in ("start", "finish", "fail", "cancel"):
+        e = j.add_parser(name, help=f"say a job {name}ed" if name == "start" else f"{name} a job")
         e.add_argument("--tenant", required=True)
         e.add_argument("--job", required=True)
-        if name != "finish":
+        if name in ("fail", "cancel"):
             e.add_argument("--reason", default="")
+        _wait_args(e)
 
     a = top.add_parser("admin", help="operate the bus").add_subparsers(dest="cmd", required=True)
     a.add_parser("provision", help="create or update every stream of the catalogue")
@@ -89,6 +116,54 @@ def _parser() -> argparse.ArgumentParser:
     gc.add_argument("--timeout-s", type=float, default=1800.0)
     gc.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
+
+
+def _wait_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--wait-s",
+        type=float,
+        default=DEFAULT_WAIT_S,
+        help=f"wait this long for the slicer's answer (default {DEFAULT_WAIT_S:g})",
+    )
+    p.add_argument("--no-wait", action="store_true", help="publish and return at once")
+
+
+def _job_event(args: argparse.Namespace) -> JobEvent:
+    if args.cmd == "submit":
+        return job_submitted(
+            args.tenant,
+            args.job,
+            gpus=args.gpus,
+            gpu_milli=args.gpu_milli,
+            gpu_mem_mib=args.gpu_mem_mib,
+            mig_profile=args.mig_profile,
+            gpu_models=args.gpu_model,
+            cpu_milli=args.cpu_milli,
+            memory_mib=args.memory_mib,
+            gang_size=args.gang_size,
+            priority=args.priority,
+            kind=args.kind,
+        )
+    kind = {"start": "started", "finish": "finished"}.get(args.cmd, f"{args.cmd}ed")
+    return job_event(kind, args.tenant, args.job, reason=getattr(args, "reason", ""))
+
+
+def _render_outcome(verb: str, out: JobOutcome) -> str:
+    ev, d = out.event, out.decision
+    head = f"{verb} {ev.job_id} for {ev.tenant} (event {ev.id})"
+    if isinstance(d, Placement):
+        gpus = ", ".join(
+            f"{g.index}" + (f" {g.mig_profile}" if g.mig_profile else "")
+            + (f" {g.milli}/1000" if g.milli != 1000 else "")
+            for g in d.gpus
+        )  # fmt: skip
+        return f"{head}: placed on {d.node} ({d.kind}, GPUs [{gpus}]) at {d.at.isoformat()}"
+    if isinstance(d, Unschedulable):
+        return f"{head}: waiting ({d.reason}: {d.detail})"
+    if isinstance(d, JobReleased):
+        held = "it held resources" if d.was_placed else "it had not been placed"
+        return f"{head}: released at {d.at.isoformat()} ({d.outcome}; {held})"
+    return head
 
 
 def _render_compile(r: CompileResult) -> str:
@@ -170,35 +245,21 @@ def _report_plugin() -> Any:
 async def _run(args: argparse.Namespace) -> int:
     # Found before connecting: a missing ledger package is said first, not as a bus error.
     render = _report_plugin() if (args.group, args.cmd) == ("costs", "report") else None
+    # A job event is checked against the schema's bounds before connecting.
+    job = _job_event(args) if args.group == "jobs" else None
     client = await SeedanceClient.connect(
-        args.nats_url, creds=args.creds, user=args.user, password=args.password
+        args.nats_url,
+        creds=args.creds,
+        user=args.user,
+        password=args.password,
+        inbox_prefix=args.inbox_prefix,
     )
     async with client:
-        if args.group == "jobs" and args.cmd == "submit":
-            ev = await client.submit_job(
-                args.tenant,
-                args.job,
-                gpus=args.gpus,
-                gpu_milli=args.gpu_milli,
-                gpu_mem_mib=args.gpu_mem_mib,
-                mig_profile=args.mig_profile,
-                gpu_models=args.gpu_model,
-                cpu_milli=args.cpu_milli,
-                memory_mib=args.memory_mib,
-                gang_size=args.gang_size,
-                priority=args.priority,
-                kind=args.kind,
-            )
-            print(f"submitted {ev.job_id} for {ev.tenant} (event {ev.id})")
-        elif args.group == "jobs":
-            fn = {
-                "finish": client.finish_job,
-                "fail": client.fail_job,
-                "cancel": client.cancel_job,
-            }[args.cmd]
-            extra = {"reason": args.reason} if args.cmd != "finish" else {}
-            ev = await fn(args.tenant, args.job, **extra)
-            print(f"{args.cmd}ed {args.job} for {args.tenant} (event {ev.id})")
+        wait_s = None if getattr(args, "no_wait", True) else args.wait_s
+        if job is not None:
+            out = await client.send_job_event(job, wait_s=wait_s)
+            verb = {"submit": "submitted", "start": "started", "finish": "finished"}
+            print(_render_outcome(verb.get(args.cmd, f"{args.cmd}ed"), out))
         elif args.group == "graph" and args.cmd == "compile":
             return await _graph_compile(client, args)
         elif args.group == "admin" and args.cmd == "provision":
@@ -233,8 +294,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"seedance: {exc}", file=sys.stderr)
         return 2
+    except (JobRejectedError, PermissionRefused, NoDecision) as exc:
+        print(f"seedance: {exc}", file=sys.stderr)
+        return 1
     except TimeoutError:
-        print("seedance: no result in time: is a graph compiler running?", file=sys.stderr)
+        what = "a graph compiler" if args.group == "graph" else "the service that answers"
+        print(f"seedance: no result in time: is {what} running?", file=sys.stderr)
         return 1
     except (ServerTooOld, NoStream) as exc:
         print(f"seedance: {exc}", file=sys.stderr)

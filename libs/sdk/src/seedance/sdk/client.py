@@ -1,8 +1,17 @@
 """The user-facing client: publish job events, follow a tenant's cost stream, compile models.
 
-Works with a tenant's own credentials: it never creates streams, and it follows costs through a
-push consumer whose filter travels in the API subject (``$JS.API.CONSUMER.CREATE.<stream>.<name>.
-<filter>``), which is what lets the server's permissions confine a tenant to its own costs.
+Works with a tenant's own credentials: it never creates streams, and it follows costs and the
+slicer's answers through push consumers whose filter travels in the API subject
+(``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``), which is what lets the server's
+permissions confine a tenant to its own subjects. A tenant user's inbox prefix follows from its
+name (``tenant-<t>``: ``seedance.events.subjects.inbox_prefix(t)``) unless given.
+
+A job event is validated with the event types themselves before it is published (the bounds
+are declared once, on the schema), so a request the SDK sends is one the slicer decodes. With
+``wait_s`` a call waits for the slicer's answer on the tenant's own ``seedance.slicing.<t>.*``
+subjects: a placement or the reason it waits (submit), the release (finish, fail, cancel), or a
+rejection, raised as ``JobRejectedError`` with its reason. A refused permission is raised as
+``PermissionRefused`` naming the subject, never as a time-out.
 """
 
 from __future__ import annotations
@@ -11,20 +20,23 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import re
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.js import api as js_api
 
 from seedance.core.bus import Bus, BusSettings
+from seedance.core.errors import SeedanceError
 from seedance.core.kv import ensure_object_store
-from seedance.events import Event, decode, new_event_id
+from seedance.events import DecodeError, decode, new_event_id
 from seedance.events.cost import CostEvent
 from seedance.events.graph import (
     CompileRequest,
@@ -35,27 +47,92 @@ from seedance.events.graph import (
 )
 from seedance.events.jobs import (
     JobCancelled,
+    JobEvent,
     JobFailed,
     JobFinished,
     JobKind,
     JobStarted,
     JobSubmitted,
-    ResourceRequest,
 )
-from seedance.events.subjects import costs, graph, jobs
+from seedance.events.slicing import (
+    JobRejected,
+    JobReleased,
+    Placement,
+    SlicingEvent,
+    Unschedulable,
+)
+from seedance.events.subjects import costs, graph, jobs, slicing
+from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
 
-__all__ = ["GRAPH_MODELS_STORE", "SeedanceClient"]
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "GRAPH_MODELS_STORE",
+    "JobOutcome",
+    "JobRejectedError",
+    "NoDecision",
+    "PermissionRefused",
+    "SeedanceClient",
+    "job_event",
+    "job_submitted",
+    "tenant_of_user",
+]
+
+_T = TypeVar("_T")
 
 #: The graph compiler's object store (its default ``object_store`` setting).
 GRAPH_MODELS_STORE = "seedance-graph-models"
+#: How long the CLI waits for the slicer's answer by default: it answers within a batch.
+DEFAULT_WAIT_S = 10.0
+#: A tenant's NATS user is ``tenant-<tenant>`` (deploy/auth/users.yaml renders it so).
+_TENANT_USER_PREFIX = "tenant-"
+#: The slicing stream: where the slicer's answers are read back.
+_SLICING_STREAM = "SEEDANCE_SLICING"
+
+
+def tenant_of_user(user: str | None) -> str | None:
+    """The tenant a NATS user name belongs to (``tenant-acme``: ``acme``), or None."""
+    if user and user.startswith(_TENANT_USER_PREFIX):
+        return check_tenant(user.removeprefix(_TENANT_USER_PREFIX))
+    return None
+
+
+class PermissionRefused(SeedanceError):
+    """The server refused this user a publish or subscribe; ``subject`` names what."""
+
+    def __init__(self, message: str, subject: str) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
+class JobRejectedError(SeedanceError):
+    """The slicer rejected the job event (``rejection.reason``: duplicate_job, unknown_job,
+    job_ended, invalid_request, unknown_tenant); nothing it asked for happened."""
+
+    def __init__(self, rejection: JobRejected) -> None:
+        super().__init__(f"rejected ({rejection.reason}): {rejection.detail}")
+        self.rejection = rejection
+
+
+class NoDecision(SeedanceError, TimeoutError):
+    """No answer from the slicer within the bound (is it running?)."""
+
+
+class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What a job call published and, when it waited, what the slicer answered: a
+    `Placement` (the first, for a gang) or an `Unschedulable` (why it waits) for a submit, a
+    `JobReleased` for an end; None when it did not wait (or a start, which is not answered)."""
+
+    event: JobEvent
+    decision: Placement | Unschedulable | JobReleased | None = None
 
 
 class SeedanceClient:
     """``async with SeedanceClient.connect(url) as client: await client.submit_job(...)``."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, violations: _Violations | None = None) -> None:
         self._bus = bus
+        self._violations = violations or _Violations()
 
     @classmethod
     async def connect(
@@ -69,18 +146,21 @@ class SeedanceClient:
     ) -> SeedanceClient:
         """Connect; raises ``ServerTooOld`` for a nats-server older than 2.10.
 
-        A tenant's user may subscribe only to its own inbox prefix (``_INBOX_<tenant>`` in
-        deploy/auth/users.yaml); pass it as ``inbox_prefix``.
+        A tenant's user may subscribe only to its own inbox prefix
+        (``seedance.events.subjects.inbox_prefix(tenant)``): it is taken from a ``tenant-<t>``
+        user name when ``inbox_prefix`` is not given (pass it for credentials files).
         """
+        tenant = tenant_of_user(user)
         settings = BusSettings(
             url=url,
             creds=creds,
             user=user,
             password=password,
-            inbox_prefix=inbox_prefix,
+            inbox_prefix=inbox_prefix or (inbox_prefix_of(tenant) if tenant else None),
             name="seedance-sdk",
         )
-        return cls(await Bus.connect(settings))
+        violations = _Violations()
+        return cls(await Bus.connect(settings, error_cb=violations.heard), violations)
 
     async def __aenter__(self) -> Self:
         return self
@@ -115,61 +195,141 @@ class SeedanceClient:
         expected_duration_s: float | None = None,
         labels: Mapping[str, str] | None = None,
         at: datetime | None = None,
-    ) -> JobSubmitted:
-        """Publish ``job.submitted.v1``; raises ``ValueError`` naming a bad field."""
-        check_tenant(tenant)
-        check_token("job_id", job_id)
-        request = _build(
-            ResourceRequest,
+        wait_s: float | None = None,
+    ) -> JobOutcome:
+        """Publish ``job.submitted.v1``; raises ``ValueError`` naming a bad field and value.
+
+        With ``wait_s``: waits that long for the slicer's answer (a placement, or why the job
+        waits) and raises ``JobRejectedError`` for a rejection, ``NoDecision`` for silence (an
+        identical re-submit of a live job is not answered: it changes nothing). ``at`` is a
+        claim: the slicer keeps it only within its skew of the server's receive time.
+        """
+        event = job_submitted(
+            tenant,
+            job_id,
             gpus=gpus,
             gpu_milli=gpu_milli,
             gpu_mem_mib=gpu_mem_mib,
             mig_profile=mig_profile,
-            gpu_models=list(gpu_models or []),
+            gpu_models=gpu_models,
             cpu_milli=cpu_milli,
             memory_mib=memory_mib,
             gang_size=gang_size,
-        )
-        event = JobSubmitted(
-            id=new_event_id(),
-            at=at or datetime.now(UTC),
-            job_id=job_id,
-            tenant=tenant,
-            kind=JobKind(kind),
             priority=priority,
-            request=request,
+            kind=kind,
             expected_duration_s=expected_duration_s,
-            labels=dict(labels or {}),
+            labels=labels,
+            at=at,
         )
-        await self._bus.publish(jobs.subject(tenant, "submitted"), event)
-        return event
+        return await self.send_job_event(event, wait_s=wait_s)
 
-    async def job_started(self, tenant: str, job_id: str, *, at: datetime | None = None) -> Event:
-        return await self._lifecycle(JobStarted, "started", tenant, job_id, at)
+    async def job_started(
+        self, tenant: str, job_id: str, *, at: datetime | None = None, wait_s: float | None = None
+    ) -> JobOutcome:
+        """Publish ``job.started.v1``; with ``wait_s``, a rejection (unknown or ended job)
+        within that time is raised; silence is success (a known job's start is not answered)."""
+        return await self._lifecycle(JobStarted, "started", tenant, job_id, at, wait_s)
 
-    async def finish_job(self, tenant: str, job_id: str, *, at: datetime | None = None) -> Event:
-        return await self._lifecycle(JobFinished, "finished", tenant, job_id, at)
+    async def finish_job(
+        self, tenant: str, job_id: str, *, at: datetime | None = None, wait_s: float | None = None
+    ) -> JobOutcome:
+        """Publish ``job.finished.v1``; with ``wait_s``, wait for its ``JobReleased``."""
+        return await self._lifecycle(JobFinished, "finished", tenant, job_id, at, wait_s)
 
     async def fail_job(
-        self, tenant: str, job_id: str, reason: str = "", *, at: datetime | None = None
-    ) -> Event:
-        return await self._lifecycle(JobFailed, "failed", tenant, job_id, at, reason=reason)
+        self,
+        tenant: str,
+        job_id: str,
+        reason: str = "",
+        *,
+        at: datetime | None = None,
+        wait_s: float | None = None,
+    ) -> JobOutcome:
+        return await self._lifecycle(JobFailed, "failed", tenant, job_id, at, wait_s, reason=reason)
 
     async def cancel_job(
-        self, tenant: str, job_id: str, reason: str = "", *, at: datetime | None = None
-    ) -> Event:
-        return await self._lifecycle(JobCancelled, "cancelled", tenant, job_id, at, reason=reason)
+        self,
+        tenant: str,
+        job_id: str,
+        reason: str = "",
+        *,
+        at: datetime | None = None,
+        wait_s: float | None = None,
+    ) -> JobOutcome:
+        return await self._lifecycle(
+            JobCancelled, "cancelled", tenant, job_id, at, wait_s, reason=reason
+        )
 
     async def _lifecycle(
-        self, cls: Any, kind: str, tenant: str, job_id: str, at: datetime | None, **extra: str
-    ) -> Event:
-        check_tenant(tenant)
-        check_token("job_id", job_id)
-        event = cls(
-            id=new_event_id(), at=at or datetime.now(UTC), job_id=job_id, tenant=tenant, **extra
+        self,
+        cls: Any,
+        kind: str,
+        tenant: str,
+        job_id: str,
+        at: datetime | None,
+        wait_s: float | None,
+        **extra: str,
+    ) -> JobOutcome:
+        return await self.send_job_event(
+            job_event(kind, tenant, job_id, at=at, **extra), wait_s=wait_s
         )
-        await self._bus.publish(jobs.subject(tenant, kind), event)
-        return event
+
+    async def send_job_event(self, event: JobEvent, *, wait_s: float | None = None) -> JobOutcome:
+        """Publish a job event built by `job_submitted` or `job_event` (see `submit_job`)."""
+        return await self._send(event, _KIND_OF[type(event)], wait_s)
+
+    async def _send(self, event: Any, kind: str, wait_s: float | None) -> JobOutcome:
+        subject = jobs.subject(event.tenant, kind)
+        if wait_s is None:
+            await self._guarded(self._bus.publish(subject, event))
+            return JobOutcome(event=event)
+        answers = slicing.tenant_wildcard(event.tenant)
+        # The watch exists before the event is published, so its answer cannot be missed.
+        async with self._watch(_SLICING_STREAM, answers, False) as w:
+            await self._guarded(self._bus.publish(subject, event))
+            try:
+                async with asyncio.timeout(wait_s):
+                    return await self._guarded(self._answer(w, event))
+            except TimeoutError:
+                if isinstance(event, JobStarted):
+                    return JobOutcome(event=event)  # not rejected: a known job's start
+                raise NoDecision(
+                    f"no answer from the slicer on job {event.job_id!r} of tenant "
+                    f"{event.tenant!r} within {wait_s:g} s: is the slicer running? (an "
+                    "identical re-submit of a live job changes nothing and is not answered)"
+                ) from None
+
+    async def _answer(self, w: _Watch, event: Any) -> JobOutcome:
+        while True:
+            try:
+                ev = decode(await w.next_data(), SlicingEvent)
+            except DecodeError:
+                continue  # another version's event: not this call's answer
+            if getattr(ev, "cause_id", None) != event.id:
+                continue
+            if isinstance(ev, JobRejected):
+                raise JobRejectedError(ev)
+            if isinstance(ev, Placement | Unschedulable) and isinstance(event, JobSubmitted):
+                return JobOutcome(event=event, decision=ev)
+            if isinstance(ev, JobReleased):
+                return JobOutcome(event=event, decision=ev)
+
+    async def _guarded(self, op: Awaitable[_T]) -> _T:
+        """``op``, unless the server refuses a permission meanwhile: then PermissionRefused
+        naming the subject (a refused publish would otherwise look like a time-out)."""
+        task = asyncio.ensure_future(op)
+        refused = asyncio.ensure_future(self._violations.next())
+        try:
+            done, _ = await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in (task, refused):
+                if not f.done():
+                    f.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await f
+        if task in done:
+            return task.result()
+        raise refused.result()
 
     # --- costs ------------------------------------------------------------------------------
 
@@ -221,7 +381,7 @@ class SeedanceClient:
             flow_control=True,
         )
         try:
-            await self._bus.js.add_consumer(stream, config)
+            await self._guarded(self._bus.js.add_consumer(stream, config))
             yield _Watch(nc, queue, self._bus.js, stream, name)
         finally:
             await sub.unsubscribe()
@@ -296,6 +456,34 @@ class SeedanceClient:
         return data
 
 
+class _Violations:
+    """The server's permission refusals heard on the connection, for `_guarded` to raise."""
+
+    def __init__(self) -> None:
+        self._waiters: list[asyncio.Future[PermissionRefused]] = []
+
+    async def heard(self, exc: Exception) -> None:
+        text = str(exc)
+        if "permissions violation" not in text.lower():
+            return
+        match = re.search(r'(?:publish|subscription) to "([^"]+)"', text, re.IGNORECASE)
+        subject = match.group(1) if match else "?"
+        refused = PermissionRefused(
+            f"the server refused this user: {text.removeprefix('nats: ')} (a tenant may publish "
+            "only its own seedance.jobs.<tenant>.<kind> and use its own inbox prefix)",
+            subject,
+        )
+        for w in self._waiters:
+            if not w.done():
+                w.set_result(refused)
+        self._waiters.clear()
+
+    async def next(self) -> PermissionRefused:
+        fut: asyncio.Future[PermissionRefused] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        return await fut
+
+
 class _Watch:
     def __init__(self, nc: Any, queue: asyncio.Queue[Any], js: Any, stream: str, name: str) -> None:
         self._nc = nc
@@ -331,11 +519,98 @@ def _read_url(url: str) -> bytes:
         return r.read()
 
 
-def _build(cls: Any, **fields: Any) -> Any:
-    """Construct a Struct, turning msgspec's validation into a ValueError naming the field."""
-    import msgspec
+_KIND_OF: dict[type, str] = {
+    JobSubmitted: "submitted",
+    JobStarted: "started",
+    JobFinished: "finished",
+    JobFailed: "failed",
+    JobCancelled: "cancelled",
+}
+_EVENT_OF = {kind: cls for cls, kind in _KIND_OF.items()}
 
+
+def job_submitted(
+    tenant: str,
+    job_id: str,
+    *,
+    gpus: int = 1,
+    gpu_milli: int = 1000,
+    gpu_mem_mib: int = 0,
+    mig_profile: str | None = None,
+    gpu_models: list[str] | None = None,
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
+    gang_size: int = 1,
+    priority: int = 0,
+    kind: JobKind | str = JobKind.TRAINING,
+    expected_duration_s: float | None = None,
+    labels: Mapping[str, str] | None = None,
+    at: datetime | None = None,
+) -> JobSubmitted:
+    """A ``job.submitted.v1`` checked against the schema's bounds; ValueError names a bad
+    field and value (nothing is published)."""
+    check_tenant(tenant)
+    check_token("job_id", job_id)
+    event: JobSubmitted = _validated(
+        JobSubmitted,
+        id=new_event_id(),
+        at=at or datetime.now(UTC),
+        job_id=job_id,
+        tenant=tenant,
+        kind=str(kind),
+        priority=priority,
+        request={
+            "gpus": gpus,
+            "gpu_milli": gpu_milli,
+            "gpu_mem_mib": gpu_mem_mib,
+            "mig_profile": mig_profile,
+            "gpu_models": list(gpu_models or []),
+            "cpu_milli": cpu_milli,
+            "memory_mib": memory_mib,
+            "gang_size": gang_size,
+        },
+        expected_duration_s=expected_duration_s,
+        labels=dict(labels or {}),
+    )
+    return event
+
+
+def job_event(
+    kind: str, tenant: str, job_id: str, *, at: datetime | None = None, reason: str = ""
+) -> JobEvent:
+    """A ``started``, ``finished``, ``failed`` or ``cancelled`` event, checked like
+    `job_submitted`."""
+    check_tenant(tenant)
+    check_token("job_id", job_id)
+    if kind not in ("started", "finished", "failed", "cancelled"):
+        raise ValueError(f"kind {kind!r} is not one of started, finished, failed, cancelled")
+    extra = {"reason": reason} if kind in ("failed", "cancelled") else {}
+    event: JobEvent = _validated(
+        _EVENT_OF[kind], id=new_event_id(), at=at or datetime.now(UTC), job_id=job_id,
+        tenant=tenant, **extra,
+    )  # fmt: skip
+    return event
+
+
+def _validated(cls: Any, **fields: Any) -> Any:
+    """The event, checked by msgspec against the event type's declared bounds (the slicer
+    decodes with the same type); a ValueError names the field and the bound."""
     try:
         return msgspec.convert(fields, cls)
     except msgspec.ValidationError as exc:
-        raise ValueError(f"invalid job request: {exc}") from exc
+        got = _value_at(fields, str(exc))
+        raise ValueError(f"invalid {cls.__struct_config__.tag}: {exc}{got}") from exc
+
+
+def _value_at(fields: Mapping[str, Any], message: str) -> str:
+    """``" (got <value>)"`` for the path msgspec's message ends in (`$.request.gpus`)."""
+    match = re.search(r"at `\$((?:\.\w+)+)`$", message)
+    if match is None:
+        return ""
+    value: Any = fields
+    for part in match.group(1).strip(".").split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return ""
+        value = value[part]
+    text = repr(value)
+    return f" (got {text[:80]}{'...' if len(text) > 80 else ''})"
