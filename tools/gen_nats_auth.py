@@ -33,6 +33,7 @@ OUTPUTS = (
 )
 JS_API = "$JS.API"
 COSTS_STREAM = "SEEDANCE_COSTS"
+SLICING_STREAM = "SEEDANCE_SLICING"
 
 #: The subject families a service may publish on, by catalogue name.
 FAMILIES = {
@@ -138,15 +139,18 @@ def tenant_user(tenant: str) -> User:
     """A tenant publishes its own jobs and follows its own costs; nothing else."""
     check_tenant(tenant)
     costs_filter = subjects.costs.tenant_wildcard(tenant)
+    slicing_filter = subjects.slicing.tenant_wildcard(tenant)
     # Consumer names are one token, so "only its own consumers" cannot be a subject pattern; the
     # SDK names them with 48 random bits, and the catalogue's durables on the stream are denied.
-    protected = [c.durable for c in subjects.CONSUMERS.values() if c.stream == COSTS_STREAM]
     deny = []
-    for durable in protected:
-        deny += [
-            f"{JS_API}.CONSUMER.DELETE.{COSTS_STREAM}.{durable}",
-            f"{JS_API}.CONSUMER.INFO.{COSTS_STREAM}.{durable}",
-        ]
+    for stream in (COSTS_STREAM, SLICING_STREAM):
+        for durable in [c.durable for c in subjects.CONSUMERS.values() if c.stream == stream]:
+            deny += [
+                # a tenant must not re-create a service's durable with its own filter
+                f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}.>",
+                f"{JS_API}.CONSUMER.DELETE.{stream}.{durable}",
+                f"{JS_API}.CONSUMER.INFO.{stream}.{durable}",
+            ]
     pub = (
         f"{JS_API}.INFO",
         subjects.jobs.tenant_wildcard(tenant),
@@ -157,6 +161,12 @@ def tenant_user(tenant: str) -> User:
         f"{JS_API}.CONSUMER.INFO.{COSTS_STREAM}.*",
         # flow-control replies of its push consumer
         f"$JS.FC.{COSTS_STREAM}.>",
+        # The slicer's answers to its own job events (placements, releases, rejections): the
+        # SDK and CLI wait on them; the filter is confined to the tenant's slicing subjects.
+        f"{JS_API}.CONSUMER.CREATE.{SLICING_STREAM}.*.{slicing_filter}",
+        f"{JS_API}.CONSUMER.DELETE.{SLICING_STREAM}.*",
+        f"{JS_API}.CONSUMER.INFO.{SLICING_STREAM}.*",
+        f"$JS.FC.{SLICING_STREAM}.>",
     )
     return User(
         name=f"tenant-{tenant}",

@@ -128,6 +128,16 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-wait", action="store_true", help="publish and return at once")
 
 
+#: Each ``jobs`` command and the event kind it publishes (the past tense it prints).
+_DONE = {
+    "submit": "submitted",
+    "start": "started",
+    "finish": "finished",
+    "fail": "failed",
+    "cancel": "cancelled",
+}
+
+
 def _job_event(args: argparse.Namespace) -> JobEvent:
     if args.cmd == "submit":
         return job_submitted(
@@ -144,8 +154,7 @@ def _job_event(args: argparse.Namespace) -> JobEvent:
             priority=args.priority,
             kind=args.kind,
         )
-    kind = {"start": "started", "finish": "finished"}.get(args.cmd, f"{args.cmd}ed")
-    return job_event(kind, args.tenant, args.job, reason=getattr(args, "reason", ""))
+    return job_event(_DONE[args.cmd], args.tenant, args.job, reason=getattr(args, "reason", ""))
 
 
 def _render_outcome(verb: str, out: JobOutcome) -> str:
@@ -258,8 +267,7 @@ async def _run(args: argparse.Namespace) -> int:
         wait_s = None if getattr(args, "no_wait", True) else args.wait_s
         if job is not None:
             out = await client.send_job_event(job, wait_s=wait_s)
-            verb = {"submit": "submitted", "start": "started", "finish": "finished"}
-            print(_render_outcome(verb.get(args.cmd, f"{args.cmd}ed"), out))
+            print(_render_outcome(_DONE[args.cmd], out))
         elif args.group == "graph" and args.cmd == "compile":
             return await _graph_compile(client, args)
         elif args.group == "admin" and args.cmd == "provision":

@@ -100,9 +100,11 @@ def tenant_of_user(user: str | None) -> str | None:
 class PermissionRefused(SeedanceError):
     """The server refused this user a publish or subscribe; ``subject`` names what."""
 
-    def __init__(self, message: str, subject: str) -> None:
+    def __init__(self, message: str, subject: str, server_text: str = "") -> None:
         super().__init__(message)
         self.subject = subject
+        #: The server's own words (in lower case: nats-py lowers them).
+        self.server_text = server_text
 
 
 class JobRejectedError(SeedanceError):
@@ -159,8 +161,11 @@ class SeedanceClient:
             inbox_prefix=inbox_prefix or (inbox_prefix_of(tenant) if tenant else None),
             name="seedance-sdk",
         )
-        violations = _Violations()
-        return cls(await Bus.connect(settings, error_cb=violations.heard), violations)
+        violations = _Violations(settings.inbox_prefix or "_INBOX")
+        # Connecting asks JetStream for the account (a request, answered on the inbox): a
+        # refused inbox subscription is reported here, not as a time-out.
+        bus = await violations.guard(Bus.connect(settings, error_cb=violations.heard))
+        return cls(bus, violations)
 
     async def __aenter__(self) -> Self:
         return self
@@ -281,12 +286,12 @@ class SeedanceClient:
     async def _send(self, event: Any, kind: str, wait_s: float | None) -> JobOutcome:
         subject = jobs.subject(event.tenant, kind)
         if wait_s is None:
-            await self._guarded(self._bus.publish(subject, event))
+            await self._guarded(self._bus.publish(subject, event), "publishing to", subject)
             return JobOutcome(event=event)
         answers = slicing.tenant_wildcard(event.tenant)
         # The watch exists before the event is published, so its answer cannot be missed.
         async with self._watch(_SLICING_STREAM, answers, False) as w:
-            await self._guarded(self._bus.publish(subject, event))
+            await self._guarded(self._bus.publish(subject, event), "publishing to", subject)
             try:
                 async with asyncio.timeout(wait_s):
                     return await self._guarded(self._answer(w, event))
@@ -314,22 +319,24 @@ class SeedanceClient:
             if isinstance(ev, JobReleased):
                 return JobOutcome(event=event, decision=ev)
 
-    async def _guarded(self, op: Awaitable[_T]) -> _T:
+    async def _guarded(self, op: Awaitable[_T], action: str = "", subject: str = "") -> _T:
         """``op``, unless the server refuses a permission meanwhile: then PermissionRefused
-        naming the subject (a refused publish would otherwise look like a time-out)."""
-        task = asyncio.ensure_future(op)
-        refused = asyncio.ensure_future(self._violations.next())
+        naming the subject (a refused publish would otherwise look like a time-out).
+
+        nats-py hands the server's refusal over in lower case, so the subject the refusal
+        names is that of ``action`` on ``subject`` when given (what this call was doing)."""
         try:
-            done, _ = await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for f in (task, refused):
-                if not f.done():
-                    f.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await f
-        if task in done:
-            return task.result()
-        raise refused.result()
+            return await self._violations.guard(op)
+        except PermissionRefused as heard_exc:
+            heard = heard_exc
+        if subject:
+            raise PermissionRefused(
+                f"the server refused {action} {subject!r} to this user ({heard.server_text}); "
+                "a tenant's user may publish only its own seedance.jobs.<tenant>.<kind> and "
+                "read only its own seedance.slicing.<tenant>.* and seedance.costs.<tenant>.*",
+                subject,
+            ) from None
+        raise heard
 
     # --- costs ------------------------------------------------------------------------------
 
@@ -381,7 +388,9 @@ class SeedanceClient:
             flow_control=True,
         )
         try:
-            await self._guarded(self._bus.js.add_consumer(stream, config))
+            await self._guarded(
+                self._bus.js.add_consumer(stream, config), "reading", filter_subject
+            )
             yield _Watch(nc, queue, self._bus.js, stream, name)
         finally:
             await sub.unsubscribe()
@@ -459,8 +468,10 @@ class SeedanceClient:
 class _Violations:
     """The server's permission refusals heard on the connection, for `_guarded` to raise."""
 
-    def __init__(self) -> None:
+    def __init__(self, inbox_prefix: str = "_INBOX") -> None:
         self._waiters: list[asyncio.Future[PermissionRefused]] = []
+        #: nats-py lowers the server's text; an inbox subject gets its prefix's case back.
+        self._inbox_prefix = inbox_prefix
 
     async def heard(self, exc: Exception) -> None:
         text = str(exc)
@@ -468,10 +479,20 @@ class _Violations:
             return
         match = re.search(r'(?:publish|subscription) to "([^"]+)"', text, re.IGNORECASE)
         subject = match.group(1) if match else "?"
+        server_text = text.removeprefix("nats: ")
+        prefix = self._inbox_prefix
+        if subject.startswith(prefix.lower()):
+            real = prefix + subject[len(prefix) :]
+            server_text = server_text.replace(subject, real)
+            subject = real
+        hint = (
+            " (a tenant's user subscribes only under its own inbox prefix: "
+            "seedance.events.subjects.inbox_prefix(tenant), the CLI's --inbox-prefix)"
+            if "subscription" in server_text
+            else ""
+        )
         refused = PermissionRefused(
-            f"the server refused this user: {text.removeprefix('nats: ')} (a tenant may publish "
-            "only its own seedance.jobs.<tenant>.<kind> and use its own inbox prefix)",
-            subject,
+            f"the server refused this user: {server_text}{hint}", subject, server_text
         )
         for w in self._waiters:
             if not w.done():
@@ -482,6 +503,22 @@ class _Violations:
         fut: asyncio.Future[PermissionRefused] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         return await fut
+
+    async def guard(self, op: Awaitable[_T]) -> _T:
+        """``op``'s result, or the PermissionRefused the server sends while it runs."""
+        task = asyncio.ensure_future(op)
+        refused = asyncio.ensure_future(self.next())
+        try:
+            done, _ = await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in (task, refused):
+                if not f.done():
+                    f.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await f
+        if task in done:
+            return task.result()
+        raise refused.result()
 
 
 class _Watch:

@@ -1,0 +1,177 @@
+"""The CLI under a tenant's own credentials hears the slicer's answer (issue 13).
+
+A real nats-server runs the generated ``deploy/auth/nats-auth.conf``; the slicer runs under its
+own user; every command is a real ``seedance`` subprocess under ``tenant-acme``'s user with no
+inbox flag. Before: the CLI could not run with tenant credentials (no inbox prefix), exited 0
+on a duplicate or unknown job, blamed a missing graph compiler for a refused permission, and
+printed nothing of what the slicer decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
+from seedance.events import new_event_id
+from seedance.events.subjects import telemetry
+from seedance.events.telemetry import GpuInfo, NodeInventory
+from seedance.sdk import SeedanceClient
+from seedance.sdk.client import JobRejectedError, PermissionRefused
+from seedance.slicer.service import SlicerService
+from seedance.slicer.settings import SlicerSettings
+from tests.conftest import serving
+from tools.stack import REPO, NatsServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TENANT = "acme"
+
+
+def _gen() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gen_nats_auth", REPO / "tools" / "gen_nats_auth.py"
+    )
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_nats_auth"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _gen()
+
+
+def password(user: str) -> str:
+    return f"test-{user}-secret"
+
+
+@pytest.fixture(scope="module")
+def auth_url() -> Iterator[str]:
+    text = (REPO / "deploy" / "auth" / "nats-auth.conf").read_text()
+    users = [u.name for u in gen.users_from(yaml.safe_load(gen.SOURCE.read_text()))]
+    defs = "".join(f'{gen.password_var(u)}: "{password(u)}"\n' for u in users)
+    server = NatsServer(config=defs + text)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def slicer_up(auth_url: str) -> AsyncIterator[None]:
+    admin = await Bus.connect(BusSettings(url=auth_url, user="admin", password=password("admin")))
+    await admin.ensure_streams()
+    node = f"cli-node-{uuid.uuid4().hex[:6]}"
+    inv = NodeInventory(
+        id=new_event_id(),
+        at=datetime.now(UTC),
+        node=node,
+        cpu_milli=32_000,
+        memory_mib=131_072,
+        gpus=[GpuInfo(index=i, model="T4", mem_total_mib=16_000) for i in range(2)],
+    )
+    await admin.publish(telemetry.inventory(node), inv)
+    runtime = ServiceRuntime(
+        "slicer", BusSettings(url=auth_url, user="slicer", password=password("slicer"))
+    )
+    settings = SlicerSettings(pool=f"cli{uuid.uuid4().hex[:6]}", replica="a", lease_ttl_s=1.5)
+    try:
+        async with serving(SlicerService(runtime, WallClock(), settings)):
+            yield
+    finally:
+        await admin.close()
+
+
+async def cli(url: str, *args: str, user: str = f"tenant-{TENANT}") -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "seedance.sdk.cli", "--nats-url", url,
+        "--user", user, "--password", password(user), *args,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(REPO),
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.usefixtures("slicer_up")
+async def test_the_cli_reports_placements_releases_and_rejections_with_tenant_credentials(
+    auth_url: str,
+) -> None:
+    job = f"j-{uuid.uuid4().hex[:6]}"
+    rc, out, err = await cli(auth_url, "jobs", "submit", "--tenant", TENANT, "--job", job)
+    assert (rc, err) == (0, "")
+    assert f"submitted {job} for {TENANT}" in out
+    assert "placed on cli-node-" in out
+    # Another request under the live id: rejected, said, non-zero.
+    rc, out, err = await cli(
+        auth_url, "jobs", "submit", "--tenant", TENANT, "--job", job, "--gpus", "2"
+    )
+    assert rc == 1
+    assert "rejected (duplicate_job)" in err
+    rc, out, err = await cli(auth_url, "jobs", "finish", "--tenant", TENANT, "--job", job)
+    assert rc == 0
+    assert "released at" in out
+    assert "it held resources" in out
+    rc, out, err = await cli(auth_url, "jobs", "finish", "--tenant", TENANT, "--job", job)
+    assert rc == 1
+    assert "rejected (job_ended)" in err
+    rc, out, err = await cli(auth_url, "jobs", "cancel", "--tenant", TENANT, "--job", "ghost")
+    assert rc == 1
+    assert "rejected (unknown_job)" in err
+
+
+@pytest.mark.usefixtures("slicer_up")
+async def test_bounds_are_checked_before_publishing_and_refusals_name_the_subject(
+    auth_url: str,
+) -> None:
+    rc, _, err = await cli(
+        auth_url, "jobs", "submit", "--tenant", TENANT, "--job", "x", "--gpus", str(2**64 + 1)
+    )
+    assert rc == 2
+    assert "$.request.gpus" in err
+    assert str(2**64 + 1) in err
+    # acme's user publishing as globex: the server refuses, and the CLI says so.
+    rc, _, err = await cli(auth_url, "jobs", "submit", "--tenant", "globex", "--job", "x")
+    assert rc == 1
+    assert "refused" in err
+    assert "seedance.slicing.globex.*" in err  # the first thing it tried: its answers
+    assert "graph compiler" not in err
+    # A wrong inbox prefix is named too (here: nats-py's default, which acme may not use).
+    rc, _, err = await cli(
+        auth_url, "--inbox-prefix", "_INBOX", "jobs", "submit", "--tenant", TENANT, "--job", "y"
+    )
+    assert rc == 1
+    assert "refused" in err
+    assert "_INBOX." in err
+
+
+@pytest.mark.usefixtures("slicer_up")
+async def test_the_sdk_waits_and_raises_with_tenant_credentials(auth_url: str) -> None:
+    user = f"tenant-{TENANT}"
+    async with await SeedanceClient.connect(auth_url, user=user, password=password(user)) as c:
+        job = f"s-{uuid.uuid4().hex[:6]}"
+        out = await c.submit_job(TENANT, job, gpus=1, wait_s=10)
+        assert out.decision is not None
+        assert out.decision.job_id == job
+        with pytest.raises(JobRejectedError) as info:
+            await c.job_started(TENANT, "never-submitted", wait_s=10)
+        assert info.value.rejection.reason == "unknown_job"
+        assert (await c.job_started(TENANT, job, wait_s=1)).decision is None  # not answered
+        with pytest.raises(PermissionRefused) as refused:
+            await c.finish_job("globex", job)  # no wait: the publish itself is refused
+        assert refused.value.subject == "seedance.jobs.globex.finished"
+        with pytest.raises(PermissionRefused) as refused:
+            await c.finish_job("globex", job, wait_s=10)  # reading globex's answers, first
+        assert refused.value.subject == "seedance.slicing.globex.*"
