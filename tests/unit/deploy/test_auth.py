@@ -45,7 +45,10 @@ def test_tenant_permissions_name_only_its_own_subjects() -> None:
     assert subjects.jobs.tenant_wildcard("acme") in user.publish_allow
     assert not any("globex" in s or s == subjects.jobs.ALL for s in user.publish_allow)
     creates = [s for s in user.publish_allow if ".CONSUMER.CREATE." in s]
-    assert creates == ["$JS.API.CONSUMER.CREATE.SEEDANCE_COSTS.*.seedance.costs.acme.>"]
+    assert creates == [
+        "$JS.API.CONSUMER.CREATE.SEEDANCE_COSTS.*.seedance.costs.acme.*",
+        "$JS.API.CONSUMER.CREATE.SEEDANCE_SLICING.*.seedance.slicing.acme.*",
+    ]
     assert user.subscribe_allow == ("_INBOX_acme.>",)
     # the catalogue's durables on the cost stream cannot be deleted or inspected by a tenant
     protected = [c for c in subjects.CONSUMERS.values() if c.stream == "SEEDANCE_COSTS"]
