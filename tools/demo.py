@@ -7,7 +7,10 @@ shuts everything down with SIGTERM and checks that each service drained cleanly.
 
 Virtual time: job events carry the replay's timestamps (arrivals are a Poisson process that
 offers ``--load`` of the fleet's GPU capacity; durations are the trace's own lifetimes, capped),
-so costs are what those jobs would cost in those hours, computed in seconds of wall time.
+so costs are what those jobs would cost in those hours, computed in seconds of wall time. The
+replayer is a trusted observer of the recorded fleet: it publishes on
+``seedance.observed.<tenant>.<kind>``, the one family where the slicer honours an event's ``at``
+(a tenant's own ``seedance.jobs.*`` events are stamped with the server's receive time).
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import decode
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement, Unschedulable
-from seedance.events.subjects import costs, routing, slicing
+from seedance.events.subjects import costs, observed, routing, slicing
 from seedance.sdk import SeedanceClient
+from seedance.sdk.client import job_event, job_submitted
 from tools.stack import (
     NatsServer,
     ServiceProcesses,
@@ -155,14 +159,12 @@ class Demo:
         procs.start("cost-ledger", replica="demo")
         say(f"started telemetry-collector, slicer, cost-ledger (logs in {procs.logdir})")
         bus = await Bus.connect(BusSettings(url=url, name="seedance-demo"))
-        client = await SeedanceClient.connect(url)
         try:
-            return await self._replay(bus, client, jobs)
+            return await self._replay(bus, jobs)
         finally:
-            await client.close()
             await bus.close()
 
-    async def _replay(self, bus: Bus, client: SeedanceClient, jobs: dict[str, _Job]) -> int:
+    async def _replay(self, bus: Bus, jobs: dict[str, _Job]) -> int:
         # The slicer must know the fleet before the first job arrives.
         await wait_inventory_known(bus)
         placements = await bus.js.pull_subscribe(
@@ -189,8 +191,9 @@ class Demo:
             at = START + timedelta(seconds=at_s)
             for st in batch:
                 j = jobs[st.job]
+                # Built and checked like the SDK's, published as the trusted replayer.
                 if st.kind == "submit":
-                    await client.submit_job(
+                    ev = job_submitted(
                         j.tenant,
                         j.name,
                         gpus=min(j.gpus, 1) if j.gpu_milli < 1000 else j.gpus,
@@ -201,8 +204,10 @@ class Demo:
                         expected_duration_s=j.duration_s,
                         at=at,
                     )
+                    await bus.publish(observed.subject(j.tenant, "submitted"), ev)
                 else:
-                    await client.finish_job(j.tenant, j.name, at=at)
+                    ev = job_event("finished", j.tenant, j.name, at=at)
+                    await bus.publish(observed.subject(j.tenant, "finished"), ev)
                     j.ended_s = at_s
                 done_steps += 1
             info = await bus.js.stream_info("SEEDANCE_JOBS")
@@ -241,7 +246,8 @@ class Demo:
         # the ledger with its defaults).
         ledger = LedgerConfig()
         close_s = at_s + ledger.source_skew_s + ledger.window_s + ledger.lateness_s
-        await client.finish_job("acme", "end-of-replay", at=START + timedelta(seconds=close_s))
+        end = job_event("finished", "acme", "end-of-replay", at=START + timedelta(seconds=close_s))
+        await bus.publish(observed.subject("acme", "finished"), end)
         await self._collect_costs(bus, jobs)
         self._summary(jobs)
         return 0
