@@ -1,4 +1,10 @@
-"""A job's whole life across real processes: SDK → slicer → cost-ledger → the tenant's stream."""
+"""A job's whole life across real processes: SDK → slicer → cost-ledger → the tenant's stream.
+
+A tenant's own events are requests: the slicer places and releases them at the server's receive
+time, whatever their `at` claims, and says so back to the SDK. The billed hours here come from
+the trusted replayer's observed events (`seedance.observed.*`), whose time is honoured, so the
+figure is exact and the test does not wait for wall-clock windows to close.
+"""
 
 from __future__ import annotations
 
@@ -15,19 +21,23 @@ from seedance.core import Bus, BusSettings
 from seedance.cost_ledger.core import default_price_book, micro_from_usd
 from seedance.events import decode
 from seedance.events.cost import CostEntry, JobCostReport
-from seedance.events.slicing import Placement
-from seedance.events.subjects import slicing, telemetry
+from seedance.events.slicing import JobReleased, Placement
+from seedance.events.subjects import observed, slicing, telemetry
 from seedance.sdk import SeedanceClient
+from seedance.sdk.client import job_event, job_submitted
 from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
 
 pytestmark = pytest.mark.e2e
 
 
-async def next_placement(bus: Bus, tenant: str, timeout_s: float = 30.0) -> Placement:
+async def next_placement(bus: Bus, tenant: str, job: str, timeout_s: float = 30.0) -> Placement:
     sub = await bus.js.subscribe(slicing.subject(tenant, "placement"), ordered_consumer=True)
     try:
-        msg = await sub.next_msg(timeout=timeout_s)
-        return decode(msg.data, Placement)
+        async with asyncio.timeout(timeout_s):
+            while True:
+                p = decode((await sub.next_msg(timeout=timeout_s)).data, Placement)
+                if p.job_id == job:
+                    return p
     finally:
         await sub.unsubscribe()
 
@@ -68,13 +78,28 @@ async def test_submitted_job_is_placed_finishes_and_is_costed(
     window_s = 300
     start = datetime.fromtimestamp((time.time() // window_s) * window_s - 4 * 3600, UTC)
     async with client:
-        await client.submit_job(tenant, "train-1", gpus=2, at=start)
-        placement = await next_placement(bus, tenant)
+        # The tenant's back-dated claims are not the time: placed and released now.
+        out = await client.submit_job(tenant, "claims", gpus=2, at=start, wait_s=30)
+        assert isinstance(out.decision, Placement)
+        assert abs(out.decision.at - datetime.now(UTC)) < timedelta(seconds=30)
+        end = await client.finish_job(tenant, "claims", at=start + timedelta(hours=3), wait_s=30)
+        assert isinstance(end.decision, JobReleased)
+        assert end.decision.claimed_at == start + timedelta(hours=3)
+        assert end.decision.at - out.decision.at < timedelta(seconds=30)
+
+        # The replayer (a trusted observer) reports a job of the recent past: its time holds.
+        await bus.publish(
+            observed.subject(tenant, "submitted"),
+            job_submitted(tenant, "train-1", gpus=2, at=start),
+        )
+        placement = await next_placement(bus, tenant, "train-1")
         assert placement.job_id == "train-1"
+        assert placement.at == start
         assert [g.milli for g in placement.gpus] == [1000, 1000]
         assert placement.gpu_model == "T4"
 
-        await client.finish_job(tenant, "train-1", at=start + timedelta(hours=3))
+        finished = job_event("finished", tenant, "train-1", at=start + timedelta(hours=3))
+        await bus.publish(observed.subject(tenant, "finished"), finished)
         # Windows close on event time: the collector's samples (wall clock) move it on.
         events = await collect_until_report(client.costs(tenant), timeout_s=60)
     await bus.close()
