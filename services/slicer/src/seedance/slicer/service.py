@@ -354,7 +354,7 @@ class SlicerService(Lifecycle):
                             # event that raised; it is dead-lettered with the reason.
                             failed[f.index] = InvalidMessage(
                                 f"applying {type(ds[f.index].event).__name__} "
-                                f"{ds[f.index].event.id} raised {f.cause!r}",
+                                f"{ds[f.index].event.id} raised {f.cause!r}"[:1000],
                                 kind="apply_error",
                             )
                             log.error(
