@@ -1,5 +1,11 @@
 """The Seedance SDK: a client to publish job events and follow cost streams, and the CLI."""
 
-from seedance.sdk.client import SeedanceClient
+from seedance.sdk.client import (
+    JobOutcome,
+    JobRejectedError,
+    NoDecision,
+    PermissionRefused,
+    SeedanceClient,
+)
 
-__all__ = ["SeedanceClient"]
+__all__ = ["JobOutcome", "JobRejectedError", "NoDecision", "PermissionRefused", "SeedanceClient"]

@@ -233,13 +233,13 @@ class SeedanceClient:
     ) -> JobOutcome:
         """Publish ``job.started.v1``; with ``wait_s``, a rejection (unknown or ended job)
         within that time is raised; silence is success (a known job's start is not answered)."""
-        return await self._lifecycle(JobStarted, "started", tenant, job_id, at, wait_s)
+        return await self._lifecycle("started", tenant, job_id, at, wait_s)
 
     async def finish_job(
         self, tenant: str, job_id: str, *, at: datetime | None = None, wait_s: float | None = None
     ) -> JobOutcome:
         """Publish ``job.finished.v1``; with ``wait_s``, wait for its ``JobReleased``."""
-        return await self._lifecycle(JobFinished, "finished", tenant, job_id, at, wait_s)
+        return await self._lifecycle("finished", tenant, job_id, at, wait_s)
 
     async def fail_job(
         self,
@@ -250,7 +250,7 @@ class SeedanceClient:
         at: datetime | None = None,
         wait_s: float | None = None,
     ) -> JobOutcome:
-        return await self._lifecycle(JobFailed, "failed", tenant, job_id, at, wait_s, reason=reason)
+        return await self._lifecycle("failed", tenant, job_id, at, wait_s, reason=reason)
 
     async def cancel_job(
         self,
@@ -261,13 +261,10 @@ class SeedanceClient:
         at: datetime | None = None,
         wait_s: float | None = None,
     ) -> JobOutcome:
-        return await self._lifecycle(
-            JobCancelled, "cancelled", tenant, job_id, at, wait_s, reason=reason
-        )
+        return await self._lifecycle("cancelled", tenant, job_id, at, wait_s, reason=reason)
 
     async def _lifecycle(
         self,
-        cls: Any,
         kind: str,
         tenant: str,
         job_id: str,
