@@ -7,6 +7,7 @@ requested at all. Runs in a thread of the test process; must not be used outside
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class Seen:
 @dataclass
 class ModelServer:
     host: str = "127.0.0.1"
+    tls: ssl.SSLContext | None = None  # serve https with this context
     routes: dict[str, Route] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
@@ -43,7 +45,8 @@ class ModelServer:
         return int(self._server.server_address[1])
 
     def url(self, path: str, host: str | None = None) -> str:
-        return f"http://{host or self.host}:{self.port}{path}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{host or self.host}:{self.port}{path}"
 
     def start(self) -> None:
         owner = self
@@ -79,6 +82,8 @@ class ModelServer:
 
         self._server = ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
