@@ -126,3 +126,18 @@ async def test_external_data_outside_the_model_gives_one_answer(start_compiler, 
             texts.append((result.error_kind, error))
         assert texts[0] == texts[1]
         assert "external data location <location> is outside the model's directory" in texts[0][1]
+
+
+async def test_local_paths_stay_in_model_dir(start_compiler, client, tenant, tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "m.onnx").write_bytes(mlp())
+    (tmp_path / "models").symlink_to(real)  # model_dir may itself be a link, as on a volume
+    await start_compiler(model_dir=str(tmp_path / "models"))
+    sha = _sha(mlp())
+    ok = await _compile_url(client, tenant, "in", str(tmp_path / "models" / "m.onnx"), sha)
+    assert ok.ok, ok.error
+    for i, path in enumerate(["/etc/passwd", f"{tmp_path}/models/../../../etc/passwd"]):
+        result = await _compile_url(client, tenant, f"out{i}", path, sha)
+        assert result.error_kind == "InvalidRequest"
+        assert result.error == f"model path {path!r} is outside the compiler's model_dir"

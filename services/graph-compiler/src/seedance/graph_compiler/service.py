@@ -290,8 +290,11 @@ class GraphCompilerService(Lifecycle):
             raise BadRequest("local model paths are not enabled on this compiler (model_dir)")
         root = Path(self._settings.model_dir).resolve()
         # Judged by its text first, so a path outside model_dir is refused before anything
-        # outside is looked at; then resolved, so a symlink inside cannot lead out.
-        if not Path(os.path.normpath(os.path.abspath(path))).is_relative_to(root):
+        # outside is looked at (against model_dir as written too: it may be a symlink itself);
+        # then resolved, so a symlink inside cannot lead out.
+        written = Path(os.path.normpath(os.path.abspath(self._settings.model_dir)))
+        text = Path(os.path.normpath(os.path.abspath(path)))
+        if not (text.is_relative_to(root) or text.is_relative_to(written)):
             raise BadRequest(f"model path {path!r} is outside the compiler's model_dir")
         p = Path(path).resolve()
         if not p.is_relative_to(root):

@@ -47,8 +47,8 @@ def load_model(model: bytes | str | Path | onnx.ModelProto) -> onnx.ModelProto:
         raise
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning-like errors, ...
         raise InvalidModel(f"cannot parse ONNX model: {exc}") from exc
-    for t in external_tensors(proto):
-        # Left unloaded, ONNX Runtime would read it relative to the working directory.
+    if (t := next(external_tensors(proto), None)) is not None:
+        # Left unloaded, ONNX Runtime and the checker would look in the working directory.
         raise InvalidModel(
             f"tensor {t.name!r} keeps its data in {external_location(t)!r}, but a model given "
             "as bytes or a proto has no directory to read it from: give its path"
