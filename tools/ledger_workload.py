@@ -1,9 +1,11 @@
 """A seeded fleet's ledger inputs for the chaos run, the benchmark and the integration tests.
 
 Nodes (T4, V100M32, A100) join with their inventory, jobs are placed whole, shared or on a MIG
-instance and are released (the slicer's ``JobReleased``: the ledger bills trusted facts only,
-never a tenant's own job event), and every node reports a sample batch (activity and a cumulative energy
-counter) every ``tick_s`` of virtual time. Events come out in virtual-time order, with the
+instance and are released (the slicer's ``JobReleased`` on ``seedance.slicing.<t>.released``:
+the ledger bills trusted facts only, never a tenant's own job event), and every node reports a
+sample batch (activity and a cumulative energy counter) every ``tick_s`` of virtual time. The
+virtual time starts at ``START``, in the past: no input is ahead of the server's clock (the
+ledger dead-letters one that leads its stream timestamp by more than ``max_ahead_s``). Events come out in virtual-time order, with the
 subject each is published on. Deterministic for a seed; no wall clock.
 """
 
@@ -74,7 +76,7 @@ def workload(
                 gpus=[GpuInfo(index=g, model=model, mem_total_mib=mem) for g in range(gpus)],
             ),
         )
-    # Each tick: every node samples; jobs arrive and end so that ~1/6 of events are job events.
+    # Each tick: every node samples; jobs arrive and are released so that ~1/6 of events are job facts.
     ticks = max(1, round(events * 0.93 / nodes))
     busy: dict[tuple[str, int], float] = {}  # (node, gpu) -> activity of what runs there
     running: list[tuple[datetime, str, str, list[tuple[str, int]]]] = []
@@ -82,7 +84,7 @@ def workload(
     job_n = 0
     for t in range(ticks):
         at = START + timedelta(seconds=t * tick_s)
-        # ends first
+        # releases first
         still = []
         for end, tenant, job, gpus in running:
             if end <= at:
