@@ -250,7 +250,7 @@ class Demo:
         ledger = LedgerConfig()
         close_s = at_s + ledger.source_skew_s + ledger.window_s + ledger.lateness_s
         close = GpuSampleBatch(
-            id=new_event_id(), at=START + timedelta(seconds=close_s), node="end-of-replay"
+            id=new_event_id(), at=START + timedelta(seconds=close_s), node="end-of-replay", gpus=[]
         )
         await bus.publish(telemetry.sample(close.node), close)
         await self._collect_costs(bus, jobs)
