@@ -85,3 +85,19 @@ def test_any_error_while_stepping_is_a_dead_letter_and_the_replica_goes_on() -> 
 def test_max_ahead_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="max_ahead_s = -1"):
         LedgerReplica(BOOK, max_ahead_s=-1)
+
+
+def test_an_error_raised_by_the_core_is_a_dead_letter_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    replica = LedgerReplica(BOOK)
+
+    def broken(event: object) -> bool:
+        raise ZeroDivisionError("a defect in the core")
+
+    monkeypatch.setattr(replica.ledger, "apply", broken)
+    err = _rejected(replica, 1, _placement(), subject=slicing.subject("acme", "placement"))
+    assert err.kind == "step_error"
+    assert "Placement" in str(err)
+    assert "ZeroDivisionError: a defect in the core" in str(err)
+    monkeypatch.undo()
+    replica.step(2, _sample())  # the next input is stepped as usual
+    assert replica.ledger.event_count == 1
