@@ -1,0 +1,7 @@
+# Router autoscaling and KV-occupancy forecasts (issue 18; docs/router.md "Where forecasts pay").
+# bench-autoscale TRACE=<Azure CSV | Mooncake JSONL>; bench-kv-forecast TELEMETRY=<csv> REQUESTS=<csv>.
+KV_TELEMETRY_DIR := $(SEEDANCE_DATA_DIR)/h200-llm-telemetry
+
+.PHONY: bench-autoscale
+bench-autoscale: install  ## GPU-hours at equal TTFT SLO: predictive planner vs reactive, static, oracle
+	nice $(PY) tools/bench_autoscale.py $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))
