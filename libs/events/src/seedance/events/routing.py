@@ -52,7 +52,9 @@ class RoutingDecision(Event, frozen=True, kw_only=True, tag="route.decision.v1")
     alternatives: list[str] = msgspec.field(default_factory=list)
 
 
-class ReplicaRecommendation(Event, frozen=True, kw_only=True, tag="route.replica_recommendation.v1"):
+class ReplicaRecommendation(
+    Event, frozen=True, kw_only=True, tag="route.replica_recommendation.v1"
+):
     """How many replicas of a model the planner wants, so its TTFT SLO holds once they are ready.
 
     What a Kubernetes adapter or KEDA scales the model's Deployment to; the gateway routes to the
