@@ -226,3 +226,17 @@ def test_attainment_is_zero_when_unstable_and_one_when_idle() -> None:
     assert math.isclose(
         _attainment(6, 10.0, 0.5, 0.25, [1.0, 1.0]), _attainment(6, 10.0, 0.5, 0.25, [1.0])
     )
+
+
+def test_misses_from_before_the_last_scale_up_was_ready_do_not_raise_the_factor() -> None:
+    bad, good = ObservedSlo(met=50, requests=100), ObservedSlo(met=100, requests=100)
+    state = PlanState(replicas=3, last_scale_up_s=0.0)
+    # t=30: the misses were served while the scale-up at t=0 was still starting.
+    state, _ = plan(state, 30.0, [load(1.0)], CAP, CFG, bad)
+    assert state.capacity_factor == 1.0
+    # t=75: the new replicas are ready since t=60, and what they served met the SLO.
+    state, _ = plan(state, 75.0, [load(1.0)], CAP, CFG, good)
+    assert state.capacity_factor == 1.0
+    # A miss served by the ready fleet does count.
+    state, _ = plan(state, 90.0, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=100))
+    assert state.capacity_factor == pytest.approx(1.0 + CFG.feedback_up)

@@ -32,8 +32,9 @@ that the transients of a 60 s start-up land above the target rather than on it: 
 `feedback_window_s`, attainment below the band raises the factor by `feedback_up`, above it
 lowers it by `feedback_down`, never below 1: one shared queue is the best any
 router can do, so the model's count is a floor. Up is faster than down because a miss costs an
-SLO and a surplus only money. The factor does not rise again while replicas of the last
-scale-up are still starting (their effect is not observable yet; rising meanwhile winds up).
+SLO and a surplus only money. Raising judges only what was served after the last scale-up's
+replicas became ready: misses from before are already answered by them, and counting them again
+winds the factor up (the first version did, and overshot by a fifth on Mooncake).
 
 Lead time. A replica asked for now takes traffic `startup_s` later, and one removed now cannot
 come back sooner, so a recommendation must cover every load between now and then: the caller
@@ -263,18 +264,26 @@ def feedback(
     window = tuple(x for x in state.observed if x[0] > cutoff_s)
     if observed is not None and observed.requests > 0:
         window = (*window, (now_s, observed.met, observed.requests))
-    requests = sum(x[2] for x in window)
+    allowed = 1.0 - cfg.slo_target
+    lower, upper = cfg.slo_target + allowed / 3.0, cfg.slo_target + 2.0 * allowed / 3.0
     factor = state.capacity_factor
-    if requests >= cfg.feedback_min_requests:
-        attained = sum(x[1] for x in window) / requests
-        allowed = 1.0 - cfg.slo_target
-        lower, upper = cfg.slo_target + allowed / 3.0, cfg.slo_target + 2.0 * allowed / 3.0
-        settled = now_s - state.last_scale_up_s >= cfg.startup_s
-        if attained < lower and settled:
-            factor *= 1.0 + cfg.feedback_up
-        elif attained > upper:
-            factor *= 1.0 - cfg.feedback_down
+    # Raising judges only the fleet as it is now: what was served after the last scale-up's
+    # replicas became ready (earlier misses are already answered by them).
+    ready_since_s = state.last_scale_up_s + cfg.startup_s
+    fresh = [x for x in window if x[0] > ready_since_s]
+    if _attained(fresh, cfg) < lower:
+        factor *= 1.0 + cfg.feedback_up
+    elif _attained(window, cfg) > upper:
+        factor *= 1.0 - cfg.feedback_down
     return min(max(factor, 1.0), cfg.factor_max), window
+
+
+def _attained(window: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> float:
+    """Attainment over the window; NaN (compares false) with too few requests to tell."""
+    requests = sum(x[2] for x in window)
+    if requests < cfg.feedback_min_requests:
+        return math.nan
+    return sum(x[1] for x in window) / requests
 
 
 def replicas_needed(
