@@ -175,11 +175,11 @@ def main() -> None:
         f"attainable_pct={100.0 * sum(ok) / len(ok):.1f} gpu={GPU_MODEL} "
         f"usd_per_gpu_hour={price:.4f}"
     )
-    print(f"{'policy':<18}{'slo_%':>8}{'gpu_h':>8}{'usd':>9}{'mean_n':>8}{'max_n':>6}{'p95_s':>7}")
+    print(f"{'policy':<18}{'slo_%':>8}{'gpu_h':>8}{'usd':>9}{'mean_n':>8}{'max_n':>6}{'p95_s':>9}")
     for r in (static, *reactive, ours, oracle):
         print(
             f"{r.name:<18}{r.slo_pct:>8.2f}{r.gpu_hours:>8.2f}{r.gpu_hours * price:>9.2f}"
-            f"{r.mean_replicas:>8.2f}{r.max_replicas:>6}{r.ttft_p95_s:>7.2f}"
+            f"{r.mean_replicas:>8.2f}{r.max_replicas:>6}{r.ttft_p95_s:>9.2f}"
         )
     eligible = [r for r in reactive if r.slo_pct >= ours.slo_pct]
     anchor = min(eligible, key=lambda r: r.gpu_hours) if eligible else static
