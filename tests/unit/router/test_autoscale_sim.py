@@ -203,3 +203,13 @@ def test_replica_set_routes_to_its_first_members_and_keeps_join_order() -> None:
         ReplicaSet(members=(ReplicaMember(name="a", address="x:1"),) * 2)
     with pytest.raises(ValueError, match=">= 1"):
         rs.with_target(0)
+
+
+def test_an_unmeasured_forecast_is_padded_with_the_long_rate() -> None:
+    est = LoadEstimator(LoadEstimatorConfig(level_window_s=10.0, moments_window_s=100.0))
+    for k in range(50):
+        est.observe_arrival(k * 0.2, 100)  # 5/s for 10 s, then silence
+    (now, ahead) = est.forecast(60.0, (0.0, 30.0))
+    assert now.arrivals_per_s == 0.0  # the trailing 10 s are empty
+    # No error at 30 s has come due yet: the margin is the rate over the last 100 s (50 / 60 s).
+    assert ahead.arrivals_per_s == pytest.approx(50 / 60.0)

@@ -36,6 +36,10 @@ class LoadEstimatorConfig:
     z: float = 1.64
     # Errors kept for the margin's RMS: about the last half hour of 15 s decisions.
     error_samples: int = 120
+    # Errors that must have come due before the margin is trusted: before, the margin is at
+    # least the rate over the moments window (the planner must not scale down on a forecast
+    # whose error it has not seen; on/off traffic scaled down in its first minutes and missed).
+    min_error_samples: int = 8
     # Prompt-size quantiles handed to the planner (midpoints of this many equal shares).
     quantiles: int = 20
 
@@ -81,12 +85,14 @@ class LoadEstimator:
             errs = self._errors.setdefault(horizon_s, deque(maxlen=self.cfg.error_samples))
             errs.append(self._rate(now_s, self.cfg.level_window_s) - predicted)
 
-    def margin_per_s(self, horizon_s: float) -> float:
-        """z x RMS of the past errors at this horizon (0 until one has come due)."""
-        errs = self._errors.get(horizon_s)
-        if not errs:
-            return 0.0
-        return self.cfg.z * math.sqrt(sum(e * e for e in errs) / len(errs))
+    def margin_per_s(self, horizon_s: float, level_per_s: float = 0.0) -> float:
+        """z x RMS of the past errors at this horizon; at least `level_per_s` until
+        `min_error_samples` of them have come due (an unmeasured forecast is not trusted)."""
+        errs = self._errors.get(horizon_s, ())
+        margin = self.cfg.z * math.sqrt(sum(e * e for e in errs) / len(errs)) if errs else 0.0
+        if len(errs) < self.cfg.min_error_samples:
+            margin = max(margin, level_per_s)
+        return margin
 
     def forecast(self, now_s: float, horizons_s: tuple[float, ...]) -> list[LoadForecast]:
         cfg = self.cfg
@@ -94,6 +100,9 @@ class LoadEstimator:
             self._arrivals.popleft()
         self._score(now_s)
         level = self._rate(now_s, cfg.level_window_s)
+        # The rate over the moments window: what an unmeasured forecast is padded with (a
+        # trailing minute can be empty between bursts).
+        long_level = self._rate(now_s, cfg.moments_window_s)
         prompts = [p for _, p in self._arrivals]
         mean = sum(prompts) / len(prompts) if prompts else 0.0
         sq = sum(p * p for p in prompts) / len(prompts) if prompts else 0.0
@@ -108,7 +117,7 @@ class LoadEstimator:
         for h in horizons_s:
             if h > 0:
                 self._open.append((now_s + h, h, level))
-            rate = level + self.margin_per_s(h)
+            rate = level + self.margin_per_s(h, long_level if h > 0 else 0.0)
             kv = self._kv_used_tokens * (rate / level) if level > 0 else self._kv_used_tokens
             out.append(
                 LoadForecast(
