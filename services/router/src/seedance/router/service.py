@@ -9,7 +9,7 @@ loaded at start), and publishes `RoutingDecision`s in batches and `ReplicaStats`
 Every plan interval it runs the replica planner (`planner.plan`) per model on the arrivals and
 SLO outcomes the gateway saw, publishes its `ReplicaRecommendation` and sets the recommended
 replicas gauge; with ``follow_plan`` the gateway's `ReplicaSet` follows it (the surplus members
-stop taking traffic, returning ones are warmed up again).
+are drained and parked, returning ones are warmed up again).
 
 Must not: publish on the request path. The observer only appends to bounded buffers; loops
 publish them.
@@ -338,8 +338,11 @@ class RouterService(Lifecycle):
         self.replica_set = self.replica_set.with_target(target)
         change = self.replica_set.changes(list(self.gateway.replica_phases()))
         for name in change.remove:
-            await self.gateway.remove_replica(name)
-            log.info("replica_parked", replica=name, target=target)
+            # In-flight requests get up to one interval: the next decision must not wait longer.
+            emptied = await self.gateway.drain_replica(
+                name, timeout_s=min(self._settings.plan_interval_s, self._drain_grace_s)
+            )
+            log.info("replica_parked", replica=name, target=target, drained=emptied)
         for member in change.add:
             await self.gateway.add_replica(member.name, member.address)
             log.info("replica_resumed", replica=member.name, target=target)
