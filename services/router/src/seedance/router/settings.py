@@ -72,7 +72,7 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: docs/router-sim.md).
     plan_prefill_tokens_per_s: float = 7000.0
     plan_prefill_overhead_s: float = 0.02
-    plan_decode_step_s: float = 0.033
+    plan_decode_step_s: float = 0.028
     plan_kv_capacity_tokens: int = 180_000
     #: Prompt tokens per request, until the gateway reads them from requests (OIP tensors do not
     #: say).
