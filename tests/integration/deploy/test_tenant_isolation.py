@@ -29,10 +29,12 @@ from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
 from seedance.core import Bus, BusSettings
-from seedance.events import decode
+from seedance.cost_ledger.core import LedgerConfig
+from seedance.events import new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
-from seedance.events.slicing import Placement
-from seedance.events.subjects import costs, jobs, slicing
+from seedance.events.slicing import JobReleased, Placement
+from seedance.events.subjects import costs, jobs, telemetry
+from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import SeedanceClient
 from tests.conftest import eventually
 from tools.stack import REPO, NatsServer
@@ -80,7 +82,8 @@ def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subproces
     extra = {
         "telemetry-collector": {"NODE_CSV": str(nodes), "TICK_S": "5"},
         "slicer": {"REPLICA": f"s-{unique}", "POOL": f"pool{unique}"},
-        "cost-ledger": {"STATE_KEY": unique, "REPLICA": f"l-{unique}"},
+        # The test closes its job's window with a sample batch ahead of the server's clock.
+        "cost-ledger": {"STATE_KEY": unique, "REPLICA": f"l-{unique}", "MAX_AHEAD_S": "3600"},
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for name in SERVICES:
@@ -178,26 +181,33 @@ async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
         ("SEEDANCE_SLICING", "collector-placements"),
     )
     await eventually(ledger_bound(admin), timeout_s=30)  # its ledger-in-<replica> consumer
-    placements = await admin.js.subscribe(
-        slicing.subject(TENANT_A, "placement"), ordered_consumer=True
-    )
     job = f"job-{uuid.uuid4().hex[:8]}"
-    # The collector's samples (wall clock) move the ledger's event time: a job in the recent past.
+    # A tenant's times are claims: the slicer places and releases at the server's receive time,
+    # and the ledger bills those trusted times (not the claimed hour, 2 hours ago).
     start = datetime.fromtimestamp((time.time() // 300) * 300 - 2 * 3600, UTC)
     async with await tenant_client(auth_url, TENANT_A) as client:
-        await client.submit_job(TENANT_A, job, gpus=2, at=start)
-        async with asyncio.timeout(30):
-            while True:
-                p = decode((await placements.next_msg(timeout=30)).data, Placement)
-                if p.job_id == job:
-                    break
-        await client.finish_job(TENANT_A, job, at=start + timedelta(hours=1))
+        placed = await client.submit_job(TENANT_A, job, gpus=2, at=start, wait_s=30)
+        assert isinstance(placed.decision, Placement)
+        ended = await client.finish_job(TENANT_A, job, at=start + timedelta(hours=1), wait_s=30)
+        assert isinstance(ended.decision, JobReleased)
+        # The operator moves the ledger's clock past the job's window (an empty sample batch of
+        # a node of its own, as the demo's replayer does), so the window closes now.
+        ledger = LedgerConfig()
+        close = GpuSampleBatch(
+            id=new_event_id(),
+            at=ended.decision.at
+            + timedelta(seconds=ledger.window_s + ledger.lateness_s + ledger.source_skew_s + 5),
+            node=f"close-{job}",
+            gpus=[],
+        )
+        await admin.publish(telemetry.sample(close.node), close)
         events = await take_until_report(client.costs(TENANT_A), timeout_s=60)
-    await placements.unsubscribe()
     assert {type(e) for e in events} == {CostEntry, JobCostReport}
     assert all(e.tenant == TENANT_A and e.job_id == job for e in events)
     report = next(e for e in events if isinstance(e, JobCostReport))
-    assert report.gpu_hours == pytest.approx(2.0, abs=1e-4)  # rounded per 5-min window
+    held_h = (ended.decision.at - placed.decision.at).total_seconds() / 3600
+    assert held_h < 0.01  # seconds, not the hour claimed
+    assert report.gpu_hours == pytest.approx(2 * held_h, abs=1e-4)
     for name, proc in service_procs.items():
         assert proc.poll() is None, f"{name} exited with {proc.returncode}"
 
