@@ -58,3 +58,37 @@ def overflow_ln_model() -> onnx.ModelProto:
         init("W", (rng.standard_normal((d, 16)) / 8).astype(np.float32)),
     ]
     return make_model(nodes, [f32("x", [4, d])], [f32("y", [4, 16])], inits)
+
+
+class StandInMeasurer:
+    """A ``Measurer`` for tests of the choice: outputs come from ORT's CPU provider, times are
+    scripted per candidate (``times_ms["int8"]``, ...; ``"baseline"`` too) and shortened by the
+    profile's IO binding / CUDA graph, so a test states which candidate is faster where. It can
+    claim to be a GPU (``provider``), which no real code path here can."""
+
+    def __init__(self, times_ms, provider="CPUExecutionProvider", int8_accelerated=True):
+        from seedance.graph_compiler.core.profile import TargetInfo
+
+        self.times_ms = dict(times_ms)
+        self.timed: list[str] = []
+        self._target = TargetInfo(
+            provider=provider, machine=f"stand-in {provider}", int8_accelerated=int8_accelerated
+        )
+
+    @property
+    def target(self):
+        return self._target
+
+    def time(self, variants, feeds):
+        from types import SimpleNamespace
+
+        out = {}
+        for name, _, profile in variants:
+            self.timed.append(name)
+            ms = self.times_ms[name.split("@")[0]]
+            ms -= 0.1 * profile.io_binding + 0.2 * profile.cuda_graph
+            out[name] = SimpleNamespace(median_ms=ms, error=None)
+        return out
+
+    def outputs(self, model, profile, feeds):
+        return [run_ort(model, f) for f in feeds]

@@ -221,6 +221,7 @@ class ProfiledRunner:
         self._io = bool(p.get("io_binding")) or self._graph
         self._binding = None
         self._inputs: dict[str, Any] = {}
+        self._keep: list[np.ndarray] = []
         self._outputs: list[Any] = []
         self._names = [o.name for o in self.session.get_outputs()]
 
@@ -228,7 +229,11 @@ class ProfiledRunner:
         ort, dev = self._ort, ("cuda" if self.cuda else "cpu")
         b = self.session.io_binding()
         for name, arr in feeds.items():
-            v = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), dev, 0)
+            # A CPU OrtValue wraps the numpy buffer without copying: bind a private copy, or
+            # the next run's update_inplace would overwrite the caller's first feeds.
+            own = np.array(arr, copy=True, order="C")
+            self._keep.append(own)
+            v = ort.OrtValue.ortvalue_from_numpy(own, dev, 0)
             self._inputs[name] = v
             b.bind_ortvalue_input(name, v)
         # Output buffers from the declared static shapes: a plain run to learn them would,
