@@ -85,7 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     gc.add_argument(
         "--precisions", default="int8,fp16,fp32", help="priority order, comma-separated"
     )
-    gc.add_argument("--int8-threshold", type=float, default=0.95, help="min cosine for INT8")
+    gc.add_argument(
+        "--int8-threshold",
+        type=float,
+        default=0.999,
+        help="min cosine for INT8 (int8_failure_threshold)",
+    )
     gc.add_argument("--timeout-s", type=float, default=1800.0)
     gc.add_argument("--json", action="store_true", help="print the result as JSON")
     return p

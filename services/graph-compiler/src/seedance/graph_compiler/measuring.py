@@ -151,6 +151,29 @@ def available_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
+def provider_loads(provider: str) -> bool:
+    """Whether a one-node session really runs on ``provider`` (ORT drops a provider whose
+    libraries fail to load and carries on with the CPU, logging only)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        sess = ort.InferenceSession(
+            model.SerializeToString(),
+            so,
+            providers=[provider],
+        )
+    except Exception:  # any load failure means "not this provider"
+        return False
+    return provider in sess.get_providers()
+
+
 # --- running under a profile (used by the child and by load_session) --------------------------
 
 

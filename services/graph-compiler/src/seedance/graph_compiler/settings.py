@@ -30,3 +30,9 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_s: float = 30.0
     #: Largest model fetched by URL.
     max_model_mib: float = 4096.0
+    #: Timed runs per candidate and session profile when choosing among accepted candidates.
+    select_runs: int = 20
+    #: This worker's key in ``seedance-graph-workers`` ("": host name and process id).
+    worker_id: str = ""
+    #: How often the worker re-announces its capability (the bucket's TTL is 60 s).
+    announce_s: float = 20.0
