@@ -126,6 +126,19 @@ def main(argv: list[str] | None = None) -> int:
         Variant(name=f"tuned_fp32[{p.label}]", path=args.model, profile=_prof(p)) for p in tuned
     ]
     variants.append(Variant(name="ours", path=ours_path, profile=_prof(rep.profile)))
+    # Diagnostics, not in the last line: the same sessions with inputs and outputs left on the
+    # device (no per-run copies), to show how much of each figure the copies are.
+    if rep.profile.io_binding:
+        resident = {**_prof(rep.profile), "resident": True}
+        variants.append(Variant(name="diag_ours_resident", path=ours_path, profile=resident))
+        for p in tuned[1:]:
+            variants.append(
+                Variant(
+                    name=f"diag_tuned_fp32_resident[{p.label}]",
+                    path=args.model,
+                    profile={**_prof(p), "resident": True},
+                )
+            )
     log(f"latency: {args.runs} timed runs per variant, interleaved, one child ...")
     lat = measure_latency(variants, evals[0], runs=args.runs, seed=args.seed)
     for k, s in lat.items():

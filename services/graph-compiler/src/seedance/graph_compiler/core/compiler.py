@@ -58,6 +58,10 @@ _FP16_SAMPLES = 2
 # Ops whose rank-2 float output is a classifier's scores (logits or probabilities).
 _SCORE_OPS = frozenset({"Gemm", "MatMul", "Add", "Softmax", "LogSoftmax"})
 _PROVIDER = {Target.CPU: CPU_EP, Target.CUDA: CUDA_EP}
+# The FP16 artifact with ORT's fused transformer ops (attention, SkipLayerNorm) on top: timed as
+# its own candidate, since the fusions pay on one provider and not another.
+FP16_FUSED = "fp16_fused"
+_NAMED = {FP16_FUSED: Precision.FP16}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +82,11 @@ class CandidateOutcome:
     fallback_nodes: int = 0
     latency_ms: float | None = None  # its best time on the target (None: not timed)
     verdict: str = ""  # why it was chosen or lost, from the timing
+    name: str = ""  # the timed candidate's name where it differs from the precision
+
+    @property
+    def candidate(self) -> str:
+        return self.name or str(self.precision)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,6 +247,7 @@ def compile_model(
     kind = int8.classify(base)
     outcomes: list[CandidateOutcome] = []
     found_all: dict[Precision, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]]] = {}
+    extra: dict[str, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]]] = {}
     for precision in policy.priority_order:
         if precision is Precision.INT8:
             if target is not None and not target.int8_accelerated:
@@ -289,6 +299,12 @@ def compile_model(
             found_all[precision] = found
             if measurer is None:
                 break  # untimed: the first accepted candidate in priority order
+            if precision is Precision.FP16 and policy.allow_ort_contrib_ops:
+                fused_outcome, fused = _try_fp16_fused(found, measurer, calib, check, policy)
+                if fused_outcome is not None:
+                    outcomes.append(fused_outcome)
+                if fused is not None:
+                    extra[FP16_FUSED] = fused
     fp32_allowed = Precision.FP32 in policy.priority_order
     if not found_all and not (measurer is not None and fp32_allowed):
         raise AccuracyCheckFailed(
@@ -306,7 +322,7 @@ def compile_model(
         before_ms = after_ms = None
     else:
         pick, verdicts, profiles, ms = _time_and_select(
-            measurer, target, pinned, found_all, kind, calib[0], policy
+            measurer, target, pinned, found_all, extra, kind, calib[0], policy
         )
         cand, label = pick
         timings = tuple(verdicts)
@@ -319,6 +335,9 @@ def compile_model(
                 )
             precision = Precision.FP32
             artifact, acc, fallback = fp16.name_nodes(pinned), check(reference), []
+        elif cand in extra:
+            precision = _NAMED[cand]
+            artifact, acc, fallback = extra[cand]
         else:
             precision = Precision(cand)
             artifact, acc, fallback = found_all[precision]
@@ -376,6 +395,7 @@ def _time_and_select(
     target: TargetInfo,
     pinned: onnx.ModelProto,
     found: dict[Precision, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]]],
+    extra: dict[str, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]]],
     kind: int8.ModelKind,
     feeds: runtime.Feeds,
     policy: PrecisionPolicy,
@@ -384,6 +404,7 @@ def _time_and_select(
     profiles = {p.label: p for p in candidate_profiles(target, kind is int8.ModelKind.CONV)}
     models = {BASELINE: pinned.SerializeToString()}
     models.update({str(p): m.SerializeToString() for p, (m, _, _) in found.items()})
+    models.update({name: m.SerializeToString() for name, (m, _, _) in extra.items()})
     variants = [
         (f"{cand}@{label}", data, prof)
         for cand, data in models.items()
@@ -394,8 +415,8 @@ def _time_and_select(
     pick, verdicts = select(
         ms,
         profiles,
-        accepted=[str(p) for p in found],
-        priority=[str(p) for p in policy.priority_order],
+        accepted=[str(p) for p in found] + list(extra),
+        priority=[str(p) for p in policy.priority_order] + list(extra),
         baseline_label=profiles_plain_label(target),
     )
     medians = {k: (t.median_ms if t.error is None else None) for k, t in ms.items()}
@@ -412,7 +433,7 @@ def _with_notes(profile: SessionProfile, cand: str, verdicts: Sequence[TimingRes
 
 
 def _with_timing(o: CandidateOutcome, verdicts: Sequence[TimingResult]) -> CandidateOutcome:
-    mine = [v for v in verdicts if v.candidate == str(o.precision)]
+    mine = [v for v in verdicts if v.candidate == o.candidate]
     if not mine:
         return o
     timed = [v for v in mine if v.median_ms is not None]
@@ -513,6 +534,9 @@ def _try_fp16(
             accepted=False,
             reason="skipped: FP16 has no compute path on the CPU target",
         ), None
+    # The mask fill first: finfo(float32).min is not an FP16 number, and left alone it pins
+    # every attention Add+Softmax to FP32 (24 fallbacks and their casts in BERT-base).
+    base, _filled = fp16.safe_mask_fill(base)
     emulator = fp16.Fp16Emulator(base)
     samples = calib[:_FP16_SAMPLES]
     refs = [emulator.run(f, None) for f in samples]
@@ -585,6 +609,46 @@ def _try_fp16(
         attempts=policy.max_fallback_attempts,
         reason=reason,
     ), None
+
+
+def _try_fp16_fused(found, measurer, calib, check, policy):
+    """ORT's fused attention / SkipLayerNorm / GELU ops on the accepted FP16 model (GPU only:
+    the emulator cannot run contrib ops, so this candidate is checked where it will run)."""
+    target = measurer.target
+    if target.provider == CPU_EP:
+        return None, None
+    model, _, fallback = found
+    fused, (res,) = passes.run_pipeline(model, [passes.fuse_transformer_ops])
+    if not res.fired:
+        return None, None
+    try:
+        outs = measurer.outputs(
+            fused.SerializeToString(), SessionProfile(provider=target.provider), calib
+        )
+    except Exception as exc:  # ORT's load/run errors: the candidate is dropped with the reason
+        return CandidateOutcome(
+            precision=Precision.FP16,
+            name=FP16_FUSED,
+            accepted=False,
+            reason=f"fused FP16 does not run on {target.provider}: {exc}"[:500],
+        ), None
+    acc = check(outs)
+    ok = acc.passes(policy.min_cosine, policy.max_abs_err)
+    outcome = CandidateOutcome(
+        precision=Precision.FP16,
+        name=FP16_FUSED,
+        accepted=ok,
+        accuracy=acc,
+        attempts=1,
+        fallback_nodes=len(fallback),
+        reason=(
+            f"accepted: FP16 + {res.detail}"
+            if ok
+            else f"fused FP16 on {target.provider}: "
+            f"min cosine {acc.min_cosine:.6f}, non-finite {acc.nonfinite_count}"
+        ),
+    )
+    return outcome, ((fused, acc, fallback) if ok else None)
 
 
 def _fp16_blocks(findings, plan, emus, base: onnx.ModelProto) -> dict[str, str]:

@@ -10,8 +10,9 @@ The converter handles what the stock one (onnxconverter-common / onnxruntime.tra
 float16) breaks on: unnamed nodes (we name them; casts get names from tensor names, which are
 unique), explicit Cast(to=FLOAT) inside an FP16 region (retargeted to FLOAT16), a graph output
 also read inside the graph (the producer writes a private FP16 tensor; the output is a Cast of
-it), and inputs that must stay FP32 (Resize scales/roi). Must not run ORT for numerics other
-than through the single-node sessions of the emulator.
+it), and inputs that must stay FP32 (Resize scales/roi). (4) ``safe_mask_fill``: an additive
+attention mask's finfo(float32).min fill becomes -1e4, which FP16 holds. Must not run ORT for
+numerics other than through the single-node sessions of the emulator.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "fp16_plan",
     "name_nodes",
     "round_fp16",
+    "safe_mask_fill",
 ]
 
 FP16_MAX = 65504.0
@@ -385,3 +387,48 @@ class Fp16Emulator:
                 )
             )
         return found
+
+
+# A masked logit only has to make exp() underflow: -1e4 does that in FP16 as in FP32 (exp(-1e4)
+# is 0 in both), while finfo(float32).min cannot be represented in FP16 and forces the whole
+# mask path (and every attention Softmax it feeds) to stay in FP32.
+_MASK_FILL = -1.0e4
+_MASK_LIMIT = 1.0e30
+
+
+def safe_mask_fill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """Scalar float initializers of magnitude ≥ 1e30 whose value reaches a Softmax only through
+    Mul/Add/Sub/Where (an additive attention mask built as ``(1 - mask) * finfo.min``) become
+    -1e4, so the FP16 plan can keep attention in FP16. Returns the model and the names changed.
+    Softmax outputs are unchanged to FP32 precision wherever at least one position is
+    unmasked; the FP16 candidate's accuracy check against the unchanged FP32 model is what
+    lets it through."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def reaches_softmax(tensor: str, depth: int = 0) -> bool:
+        if depth > 4:
+            return False
+        for n in consumers.get(tensor, []):
+            if n.op_type == "Softmax":
+                return True
+            if n.op_type not in ("Mul", "Add", "Sub", "Where", "Expand", "Cast", "Unsqueeze"):
+                return False
+            if not all(reaches_softmax(o, depth + 1) for o in n.output):
+                return False
+        return bool(consumers.get(tensor))
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    changed = []
+    for i, init in enumerate(out.graph.initializer):
+        if init.data_type != onnx.TensorProto.FLOAT or np.prod(init.dims, dtype=np.int64) != 1:
+            continue
+        value = float(numpy_helper.to_array(init).reshape(()))
+        if abs(value) >= _MASK_LIMIT and value < 0 and reaches_softmax(init.name):
+            arr = np.full(tuple(init.dims), _MASK_FILL, np.float32)
+            out.graph.initializer[i].CopyFrom(numpy_helper.from_array(arr, init.name))
+            changed.append(init.name)
+    return out, changed
