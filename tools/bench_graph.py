@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in rep.passes:
         log(f"  pass {p.name}: fired={p.fired} nodes {p.nodes_before}->{p.nodes_after} {p.detail}")
     for c in rep.candidates:
-        log(f"  candidate {c.precision}: {c.reason}; {c.verdict}")
+        log(f"  candidate {c.candidate}: {c.reason}; {c.verdict}")
     for v in rep.timings:
         ms = f"{v.median_ms:.2f} ms" if v.median_ms is not None else "-"
         log(f"  timed {v.candidate:8s} {v.profile.label:8s} {ms:>10s}  {v.reason}")

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         f"profile={rep.profile.label} nodes {rep.before.nodes} -> {rep.after.nodes}"
     )
     for c in rep.candidates:
-        log(f"  candidate {c.precision}: {c.reason}; {c.verdict}")
+        log(f"  candidate {c.candidate}: {c.reason}; {c.verdict}")
     for v in rep.timings:
         ms = f"{v.median_ms:.3f} ms" if v.median_ms is not None else "-"
         log(f"  timed {v.candidate:8s} {v.profile.label:22s} {ms:>10s}  {v.reason}")

@@ -141,3 +141,32 @@ def test_round_fp16_overflows_to_inf():
     assert np.isinf(got[3])
     assert got[3] < 0
     assert got[4] == 0.0
+
+
+def test_mask_fill_keeps_attention_in_fp16_and_fused_fp16_is_a_candidate(tiny_bert):
+    # finfo(float32).min as the additive mask fill cannot be held in FP16: without the fill
+    # change every attention Add+Softmax stayed FP32 (BERT-base on the H200: 24 fallbacks).
+    filled, names = fp16.safe_mask_fill(tiny_bert)
+    assert len(names) == 1
+    value = next(i for i in filled.graph.initializer if i.name == names[0])
+    assert float(onnx.numpy_helper.to_array(value).reshape(())) == -1.0e4
+    result = compile_model(tiny_bert, FP16_POLICY, _gpu())
+    rep = result.report
+    assert rep.precision is Precision.FP16
+    assert not [f for f in rep.fallback_nodes if f.op_type in ("Softmax", "Add")]
+    fused = next(c for c in rep.candidates if c.candidate == "fp16_fused")
+    assert fused.accepted, fused.reason
+    assert "skip_layer_normalization" in fused.reason
+    # The returned artifact still matches FP32 on fresh inputs.
+    feeds = runtime.sample_inputs(tiny_bert, 2, 11)
+    got = [run_ort(result.model_bytes, f) for f in feeds]
+    ref = [run_ort(tiny_bert, f) for f in feeds]
+    assert compare_outputs(ref, got).min_cosine > 0.999
+
+
+def test_mask_fill_leaves_large_constants_off_the_softmax_path():
+    big = np.array(np.finfo(np.float32).min, np.float32)
+    nodes = [helper.make_node("Mul", ["x", "big"], ["y"], name="scale")]
+    model = make_model(nodes, [f32("x", [2])], [f32("y", [2])], [init("big", big)])
+    _, names = fp16.safe_mask_fill(model)
+    assert names == []
