@@ -22,7 +22,7 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     model_dir: str = ""
     #: Scratch space for fetched models and artifacts being written ("": the system temp dir).
     work_dir: str = ""
-    #: Timed runs per variant for the report's before/after latency and peak RSS (0: skipped).
+    #: > 0: the report also carries before/after peak RSS (fresh processes); 0: skipped.
     measure_runs: int = 0
     #: A compile running longer than this is killed and answered with ``CompileTimeout``.
     compile_timeout_s: float = 1800.0

@@ -56,7 +56,8 @@ class PrecisionPolicy:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # Fused contrib ops (attention, SkipLayerNorm, BiasGelu) only run on ONNX Runtime.
     allow_ort_contrib_ops: bool = True
-    # Timed runs per variant in the before/after measurement; 0 skips the measurement.
+    # > 0: the report also gets before/after peak RSS from the measurer (latency always comes
+    # from the candidates' timing); 0 skips it.
     measure_runs: int = 0
     measure_threads: int = 2
 
