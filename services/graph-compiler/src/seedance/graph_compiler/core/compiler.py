@@ -343,7 +343,7 @@ def compile_model(
             artifact, acc, fallback = found_all[precision]
         profile = _with_notes(profiles[label], cand, verdicts)
         outcomes = [_with_timing(o, verdicts) for o in outcomes]
-        before_ms, after_ms = ms[(BASELINE, profiles_plain_label(target))], ms[pick]
+        before_ms, after_ms = ms[(BASELINE, _plain_label(target))], ms[pick]
     if fuse_note is not None:
         # The INT8 and FP16 candidates start from the unfused graph: fused attention then
         # dynamic INT8 ran slower than INT8 alone here (research note, §4.4), and contrib ops
@@ -386,7 +386,7 @@ def compile_model(
     return CompileResult(model_bytes=artifact_bytes, report=report)
 
 
-def profiles_plain_label(target: TargetInfo) -> str:
+def _plain_label(target: TargetInfo) -> str:
     return SessionProfile(provider=target.provider).label
 
 
@@ -417,7 +417,7 @@ def _time_and_select(
         profiles,
         accepted=[str(p) for p in found] + list(extra),
         priority=[str(p) for p in policy.priority_order] + list(extra),
-        baseline_label=profiles_plain_label(target),
+        baseline_label=_plain_label(target),
     )
     medians = {k: (t.median_ms if t.error is None else None) for k, t in ms.items()}
     return pick, verdicts, profiles, medians
