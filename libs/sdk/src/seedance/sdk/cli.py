@@ -113,6 +113,12 @@ def _render_compile(r: CompileResult) -> str:
             f"  fallback {f.node} ({f.op_type}) kept {f.precision}: {f.reason}"
             for f in rep.fallback_nodes
         )
+        if rep.machine:
+            lines.append(f"  timed on {rep.provider}: {rep.machine}")
+        lines.extend(
+            f"  {'*' if t.chosen else ' '} {t.candidate}@{t.profile}: {t.reason}"
+            for t in rep.timings
+        )
     lines.append(f"  artifact {r.artifact_object or r.artifact_url} sha256 {r.artifact_sha256}")
     return "\n".join(lines)
 
