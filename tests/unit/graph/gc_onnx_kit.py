@@ -93,4 +93,8 @@ class StandInMeasurer:
         return out
 
     def outputs(self, model, profile, feeds):
-        return [run_ort(model, f) for f in feeds]
+        from seedance.graph_compiler.measuring import ProfiledRunner
+
+        # The real runner on the CPU provider: it converts feeds to float16-I/O inputs too.
+        runner = ProfiledRunner(model, {"provider": "CPUExecutionProvider", "opt_level": "disable"})
+        return [runner.run(f) for f in feeds]

@@ -216,3 +216,27 @@ def test_machine_description_names_the_isa():
     with open("/proc/cpuinfo") as f:
         has_avx2 = " avx2" in f.read()
     assert ("avx2" in info.isa) == has_avx2
+
+
+def test_fp16_io_candidate_drops_the_edge_casts_and_says_so(small_cnn):
+    gpu = StandInMeasurer(
+        {"baseline": 2.0, "fp32": 1.9, "fp16": 1.0, "fp16_io": 0.9},
+        provider=CUDA_EP,
+        int8_accelerated=False,
+    )
+    policy = PrecisionPolicy(target=Target.CUDA, calibration_samples=2)
+    result = compile_model(small_cnn, policy, gpu)
+    rep = result.report
+    io = next(c for c in rep.candidates if c.candidate == "fp16_io")
+    assert io.accepted, io.reason
+    assert rep.profile.io_dtype == "float16"
+    model = onnx.load_from_string(result.model_bytes)
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    assert "TYPE_FP16" in triton_config("cnn", model, rep.profile)
+    # load_session converts float32 feeds for a caller that has no float16 at hand.
+    served = ProfiledRunner(result.model_bytes, {"provider": "CPUExecutionProvider"})
+    feeds = runtime.sample_inputs(small_cnn, 2, 3)
+    got = [served.run(f) for f in feeds]
+    ref = [run_ort(small_cnn, f) for f in feeds]
+    assert compare_outputs(ref, got).min_cosine > 0.999

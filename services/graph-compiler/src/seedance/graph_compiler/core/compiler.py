@@ -61,7 +61,8 @@ _PROVIDER = {Target.CPU: CPU_EP, Target.CUDA: CUDA_EP}
 # The FP16 artifact with ORT's fused transformer ops (attention, SkipLayerNorm) on top: timed as
 # its own candidate, since the fusions pay on one provider and not another.
 FP16_FUSED = "fp16_fused"
-_NAMED = {FP16_FUSED: Precision.FP16}
+# The same with FP16 graph inputs/outputs (no casts at the edges; callers feed float16).
+_IO_SUFFIX = "_io"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,6 +306,13 @@ def compile_model(
                     outcomes.append(fused_outcome)
                 if fused is not None:
                     extra[FP16_FUSED] = fused
+            if precision is Precision.FP16 and target is not None and target.provider != CPU_EP:
+                for name, src in [("fp16", found), *extra.items()]:
+                    io_outcome, io = _try_fp16_io(name, src, measurer, calib, check, policy)
+                    if io_outcome is not None:
+                        outcomes.append(io_outcome)
+                    if io is not None:
+                        extra[f"{name}{_IO_SUFFIX}"] = io
     fp32_allowed = Precision.FP32 in policy.priority_order
     if not found_all and not (measurer is not None and fp32_allowed):
         raise AccuracyCheckFailed(
@@ -336,12 +344,14 @@ def compile_model(
             precision = Precision.FP32
             artifact, acc, fallback = fp16.name_nodes(pinned), check(reference), []
         elif cand in extra:
-            precision = _NAMED[cand]
+            precision = Precision.FP16  # every extra candidate is an FP16 variant
             artifact, acc, fallback = extra[cand]
         else:
             precision = Precision(cand)
             artifact, acc, fallback = found_all[precision]
         profile = _with_notes(profiles[label], cand, verdicts)
+        if cand.endswith(_IO_SUFFIX):
+            profile = replace(profile, io_dtype="float16")
         outcomes = [_with_timing(o, verdicts) for o in outcomes]
         before_ms, after_ms = ms[(BASELINE, _plain_label(target))], ms[pick]
     if fuse_note is not None:
@@ -649,6 +659,43 @@ def _try_fp16_fused(found, measurer, calib, check, policy):
         ),
     )
     return outcome, ((fused, acc, fallback) if ok else None)
+
+
+def _try_fp16_io(name, found, measurer, calib, check, policy):
+    """``found`` with FP16 graph inputs/outputs, checked on the target (GPU only)."""
+    model, _, fallback = found
+    io_model, changed = fp16.fp16_io(model)
+    if not changed:
+        return None, None
+    cand = f"{name}{_IO_SUFFIX}"
+    target = measurer.target
+    try:
+        outs = measurer.outputs(
+            io_model.SerializeToString(), SessionProfile(provider=target.provider), calib
+        )
+    except Exception as exc:  # ORT's load/run errors: the candidate is dropped with the reason
+        return CandidateOutcome(
+            precision=Precision.FP16,
+            name=cand,
+            accepted=False,
+            reason=f"FP16 I/O does not run on {target.provider}: {exc}"[:500],
+        ), None
+    acc = check(outs)
+    ok = acc.passes(policy.min_cosine, policy.max_abs_err)
+    outcome = CandidateOutcome(
+        precision=Precision.FP16,
+        name=cand,
+        accepted=ok,
+        accuracy=acc,
+        attempts=1,
+        fallback_nodes=len(fallback),
+        reason=(
+            f"accepted: {name} with float16 I/O ({', '.join(changed)})"
+            if ok
+            else f"{name} with float16 I/O: min cosine {acc.min_cosine:.6f}"
+        ),
+    )
+    return outcome, ((io_model, acc, fallback) if ok else None)
 
 
 def _fp16_blocks(findings, plan, emus, base: onnx.ModelProto) -> dict[str, str]:

@@ -32,6 +32,7 @@ __all__ = [
     "Fp16Emulator",
     "NodeFinding",
     "convert_to_fp16",
+    "fp16_io",
     "fp16_plan",
     "name_nodes",
     "round_fp16",
@@ -431,4 +432,69 @@ def safe_mask_fill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
             arr = np.full(tuple(init.dims), _MASK_FILL, np.float32)
             out.graph.initializer[i].CopyFrom(numpy_helper.from_array(arr, init.name))
             changed.append(init.name)
+    return out, changed
+
+
+def fp16_io(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """The converted model with FP16 graph inputs and outputs where its only use of an FP32
+    input is a Cast to FLOAT16, or an FP32 output is a Cast from an FP16 tensor: the casts at
+    the edges go, and with them half of the bytes copied per request. Callers then feed and
+    read float16 (the deployment profile's ``io_dtype`` says so). Returns the model and the
+    names of the inputs/outputs changed (empty: nothing to change)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in g.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    producer = {o: n for n in g.node for o in n.output}
+    outputs = {o.name for o in g.output}
+    drop: set[int] = set()
+    rename: dict[str, str] = {}
+    changed: list[str] = []
+
+    def cast_to(node: onnx.NodeProto) -> int | None:
+        if node.op_type != "Cast":
+            return None
+        return next((a.i for a in node.attribute if a.name == "to"), None)
+
+    for vi in g.input:
+        if vi.type.tensor_type.elem_type != TensorProto.FLOAT:
+            continue
+        readers = users.get(vi.name, [])
+        if not readers or any(cast_to(n) != TensorProto.FLOAT16 for n in readers):
+            continue
+        for n in readers:
+            rename[n.output[0]] = vi.name
+            drop.add(id(n))
+        vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+        changed.append(vi.name)
+    for vo in g.output:
+        node = producer.get(vo.name)
+        if node is None or cast_to(node) != TensorProto.FLOAT:
+            continue
+        src = node.input[0]
+        src_node = producer.get(src)
+        # The FP16 tensor must be private to the cast (not a graph input or another output),
+        # so its producer can write the output's name directly.
+        if src_node is None or src in outputs or len(users.get(src, [])) != 1:
+            continue
+        src_node.output[list(src_node.output).index(src)] = vo.name
+        rename[src] = vo.name  # no reader left; its value_info goes below
+        drop.add(id(node))
+        vo.type.tensor_type.elem_type = TensorProto.FLOAT16
+        changed.append(vo.name)
+    if not changed:
+        return model, []
+    kept = [n for n in g.node if id(n) not in drop]
+    for n in kept:
+        for i, name in enumerate(n.input):
+            if name in rename:
+                n.input[i] = rename[name]
+    del g.node[:]
+    g.node.extend(kept)
+    for vi in list(g.value_info):
+        if vi.name in rename or vi.name in {o.name for o in g.output}:
+            g.value_info.remove(vi)
     return out, changed
