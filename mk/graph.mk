@@ -2,6 +2,11 @@
 GRAPH_MODELS_DIR ?= build/models
 MODEL ?= $(GRAPH_MODELS_DIR)/resnet50.onnx
 GRAPH_BENCH_RUNS ?= 50
+GRAPH_GPU_BENCH_RUNS ?= 300
+# The GPU bench runs where `make install` cannot (the H200 device machine has no registry): the
+# interpreter that has onnxruntime-gpu, numpy, onnx, onnxscript and onnx_ir, with the compiler's
+# sources on PYTHONPATH.
+GPU_PY ?= python3
 
 .PHONY: models
 models: install  ## build ResNet-50 and BERT-base ONNX models with random weights under build/models
@@ -10,6 +15,11 @@ models: install  ## build ResNet-50 and BERT-base ONNX models with random weight
 .PHONY: bench-graph
 bench-graph: install  ## compile MODEL=<onnx> and compare raw / ORT_ENABLE_ALL / ours (latency, RSS, accuracy)
 	nice $(PY) tools/bench_graph.py $(MODEL) --runs $(GRAPH_BENCH_RUNS)
+
+.PHONY: bench-graph-gpu
+bench-graph-gpu:  ## compile MODEL=<onnx> for target=cuda, time raw / tuned FP32 / ours on the CUDA EP
+	PYTHONPATH=services/graph-compiler/src$${PYTHONPATH:+:$$PYTHONPATH} nice $(GPU_PY) \
+	  tools/bench_graph_gpu.py $(MODEL) --runs $(GRAPH_GPU_BENCH_RUNS)
 
 .PHONY: test-graph
 test-graph: install  ## graph-compiler unit tests and the service over a local nats-server

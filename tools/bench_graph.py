@@ -1,15 +1,18 @@
 """Benchmark the graph compiler on any ONNX model with static input shapes.
 
-Compiles the model (default policy: INT8 → FP16 → FP32, CPU target), then measures in one run
+Compiles the model (default policy: INT8 → FP16 → FP32, CPU target; the accepted candidates
+timed on this CPU by the compiler's measurer, the fastest that beats FP32 kept), then measures
+in one run
 the raw model under ORT_DISABLE_ALL, the raw model under ORT_ENABLE_ALL (the free baseline to
 beat) and the compiled artifact under ORT_ENABLE_ALL: latency as the median of --runs timed
 runs per variant, interleaved in shuffled blocks inside one fresh subprocess (2 threads), and
 peak RSS (VmHWM) in one fresh subprocess per variant. Accuracy is measured against the raw
 FP32 model on held-out seeded inputs (a different seed from the calibration inputs).
 
-Progress goes to stderr; the last line is
+The CPU model and ISA (AVX2, AVX-512, VNNI, AMX) are logged and end the last line: INT8 gains
+depend on them (research note, finding 7). Progress goes to stderr; the last line is
   graph: model=<name> ort_all_ms=<n> ours_ms=<n> ratio=<n> raw_rss_mb=<n> ours_rss_mb=<n>
-         cosine=<n> max_abs_err=<n> fallback_nodes=<n>
+         cosine=<n> max_abs_err=<n> fallback_nodes=<n> precision=<p> isa=<a+b+...>
 (on one line). Usage: python tools/bench_graph.py MODEL.onnx [--runs 50] [--threads 2]
 """
 
@@ -26,7 +29,12 @@ import onnx
 from seedance.graph_compiler import PrecisionPolicy, compile_model
 from seedance.graph_compiler.core import runtime
 from seedance.graph_compiler.core.accuracy import compare_outputs
-from seedance.graph_compiler.core.measure import Variant, measure_latency, measure_peak_rss_mb
+from seedance.graph_compiler.measuring import (
+    OrtMeasurer,
+    Variant,
+    measure_latency,
+    measure_peak_rss_mb,
+)
 
 GOAL_RATIO = 0.5
 GOAL_COSINE = 0.999
@@ -44,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--calibration-samples", type=int, default=8)
+    ap.add_argument("--select-runs", type=int, default=20, help="timed runs in the compile")
     ap.add_argument("--out", type=Path, default=Path("build/bench"))
     args = ap.parse_args(argv)
     name = args.model.stem
@@ -54,10 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs shared with other users: figures are medians, compare within run"
     )
 
+    measurer = OrtMeasurer(runs=args.select_runs, threads=args.threads, seed=args.seed)
+    log(f"machine: {measurer.target.machine}")
     raw = onnx.load(str(args.model))
     policy = PrecisionPolicy(calibration_samples=args.calibration_samples, seed=args.seed)
     t0 = time.perf_counter()
-    result = compile_model(raw, policy)
+    result = compile_model(raw, policy, measurer)
     rep = result.report
     log(
         f"compiled in {time.perf_counter() - t0:.1f} s: precision={rep.precision} "
@@ -67,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in rep.passes:
         log(f"  pass {p.name}: fired={p.fired} nodes {p.nodes_before}->{p.nodes_after} {p.detail}")
     for c in rep.candidates:
-        log(f"  candidate {c.precision}: {c.reason}")
+        log(f"  candidate {c.candidate}: {c.reason}; {c.verdict}")
+    for v in rep.timings:
+        ms = f"{v.median_ms:.2f} ms" if v.median_ms is not None else "-"
+        log(f"  timed {v.candidate:8s} {v.profile.label:8s} {ms:>10s}  {v.reason}")
     for f in rep.fallback_nodes:
         log(f"  fallback {f.node} ({f.op_type}) kept in {f.kept_in}: {f.reason}")
     ours_path = args.out / f"{name}.compiled.onnx"
@@ -117,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         f"ours_ms={lat['ours'].median_ms:.2f} ratio={ratio:.3f} "
         f"raw_rss_mb={rss['raw_disable']:.1f} ours_rss_mb={rss['ours']:.1f} "
         f"cosine={acc.min_cosine:.6f} max_abs_err={acc.max_abs_err:.4g} "
-        f"fallback_nodes={len(rep.fallback_nodes)}"
+        f"fallback_nodes={len(rep.fallback_nodes)} precision={rep.precision} "
+        f"isa={'+'.join(measurer.target.isa) or 'none'}"
     )
     return 0
 

@@ -12,16 +12,20 @@ import io
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+import nats.js.errors
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from seedance.core.kv import ensure_object_store
+from seedance.core.kv import ensure_bucket, ensure_object_store
 from seedance.events import new_event_id
-from seedance.events.graph import CompileRequest, PrecisionPolicy
+from seedance.events.graph import CompilerCapability, CompileRequest, PrecisionPolicy
 from seedance.events.graph import input_object_name as input_name
 from seedance.events.subjects import graph
+from seedance.graph_compiler.service import WORKERS_BUCKET
 from seedance.sdk import cli
 from seedance.sdk.client import GRAPH_MODELS_STORE, SeedanceClient
 from tests.unit.graph.gc_onnx_kit import overflow_ln_model
@@ -108,22 +112,79 @@ async def test_invalid_model_gets_named_error_and_no_artifact(start_compiler, cl
     assert not [n for n in names if n.startswith(f"artifacts/{tenant}/")]
 
 
-async def test_fp16_overflow_falls_back_and_is_reported(start_compiler, client, tenant):
-    # Heartbeats every 50 ms: the child's start and the compile take longer than that.
-    svc = await start_compiler(heartbeat_s=0.05)
+async def test_heartbeats_while_compiling(start_compiler, client, tenant):
+    # Heartbeats every 50 ms: the child's start, the compile and the timing child take longer.
+    svc = await start_compiler(heartbeat_s=0.05, select_runs=5)
+    policy = PrecisionPolicy(priority_order=["int8", "fp32"])
+    result = await client.compile_model(tenant, "ln", overflow_ln(), policy, timeout_s=120)
+    assert result.ok, result.error
+    rep = result.report
+    assert rep is not None
+    assert rep.machine is not None
+    assert rep.machine.startswith("CPU ")
+    assert rep.provider == "CPUExecutionProvider"
+    assert {t.candidate for t in rep.timings} >= {"baseline", "fp32"}
+    assert sum(t.chosen for t in rep.timings) == 1
+    assert svc.metrics.heartbeats_total._value.get() >= 1
+
+
+async def test_worker_announces_its_capability(start_compiler, nats_url, client):
+    svc = await start_compiler(worker_id="gc-cap-test")
+    kv = await ensure_bucket(client._bus, WORKERS_BUCKET)
+    entry = await kv.get("gc-cap-test")
+    cap = msgspec.msgpack.decode(entry.value, type=CompilerCapability)
+    assert "CPUExecutionProvider" in cap.providers
+    assert "CUDAExecutionProvider" not in cap.providers  # the CPU wheel: no GPU to claim
+    assert cap.targets == ["cpu"]
+    assert cap.machine.startswith("CPU ")
+    await svc.stop()
+    with pytest.raises(nats.js.errors.KeyNotFoundError):
+        await kv.get("gc-cap-test")
+
+
+async def test_cuda_request_without_a_gpu_worker_fails_with_the_reason(
+    start_compiler, client, tenant
+):
+    await start_compiler()
     policy = PrecisionPolicy(priority_order=["fp16", "fp32"])
     result = await client.compile_model(
         tenant, "ln", overflow_ln(), policy, target="cuda", timeout_s=120
     )
-    assert result.ok, result.error
-    rep = result.report
-    assert rep is not None
-    assert rep.precision == "fp16"
-    kept = {f.node: f for f in rep.fallback_nodes}
-    assert {"square", "variance", "add_eps", "std"} <= set(kept)
-    assert all(f.precision == "fp32" and "exceeds FP16 max" in f.reason for f in kept.values())
-    assert "proj" not in kept
-    assert svc.metrics.heartbeats_total._value.get() >= 1
+    assert not result.ok
+    assert result.error_kind == "NoGpuWorker"
+    assert result.error is not None
+    assert "no graph-compiler worker with CUDAExecutionProvider is announced" in result.error
+    assert result.artifact_object is None
+    assert result.artifact_url is None
+
+
+async def test_cuda_request_is_left_for_an_announced_gpu_worker(start_compiler, client, tenant):
+    # A GPU worker is announced but never takes the request (it is only a KV entry here): the
+    # CPU worker hands it back on each delivery, then answers with the reason on the last.
+    kv = await ensure_bucket(client._bus, WORKERS_BUCKET)
+    gpu = CompilerCapability(
+        worker_id=f"gpu-{tenant}",
+        providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
+        targets=["cpu", "cuda", "transformer-gpu"],
+    )
+    await kv.put(gpu.worker_id, msgspec.msgpack.encode(gpu))
+    try:
+        await start_compiler()
+        result = await client.compile_model(
+            tenant,
+            "m",
+            mlp(),
+            PrecisionPolicy(priority_order=["fp32"]),
+            target="cuda",
+            timeout_s=120,
+        )
+    finally:
+        await kv.delete(gpu.worker_id)
+    assert not result.ok
+    assert result.error_kind == "NoGpuWorker"
+    assert result.error is not None
+    assert f"gpu-{tenant}" in result.error
+    assert "did not take it in 3 deliveries" in result.error
 
 
 async def _request(

@@ -20,6 +20,7 @@ from seedance.graph_compiler import (
 )
 from seedance.graph_compiler.core import int8, runtime
 from seedance.graph_compiler.core.accuracy import compare_outputs
+from seedance.graph_compiler.measuring import OrtMeasurer
 
 
 def _ops(data: bytes) -> set[str]:
@@ -109,7 +110,8 @@ def test_dead_branch_pruned_and_reported():
 
 
 def test_report_measures_before_and_after_in_subprocess(small_cnn):
-    rep = compile_model(small_cnn, PrecisionPolicy(calibration_samples=2, measure_runs=3)).report
+    policy = PrecisionPolicy(calibration_samples=2, measure_runs=3)
+    rep = compile_model(small_cnn, policy, OrtMeasurer(runs=3)).report
     for m in (rep.before, rep.after):
         assert m.latency_median_ms is not None
         assert m.latency_median_ms > 0

@@ -509,6 +509,13 @@ BUCKETS: dict[str, BucketSpec] = {
             ttl_s=30 * _DAY_S,
             description="graph-compiler results by tenant and request id",
         ),
+        # Each worker re-announces its execution providers well inside the TTL; a worker that
+        # died drops out, so a cuda request never waits on a GPU worker that is gone.
+        BucketSpec(
+            "seedance-graph-workers",
+            ttl_s=60.0,
+            description="graph-compiler workers' capabilities (execution providers)",
+        ),
     )
 }
 

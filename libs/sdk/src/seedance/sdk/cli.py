@@ -112,7 +112,12 @@ def _parser() -> argparse.ArgumentParser:
     gc.add_argument(
         "--precisions", default="int8,fp16,fp32", help="priority order, comma-separated"
     )
-    gc.add_argument("--int8-threshold", type=float, default=0.95, help="min cosine for INT8")
+    gc.add_argument(
+        "--int8-threshold",
+        type=float,
+        default=0.999,
+        help="min cosine for INT8 (int8_failure_threshold)",
+    )
     gc.add_argument("--timeout-s", type=float, default=1800.0)
     gc.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
@@ -191,6 +196,12 @@ def _render_compile(r: CompileResult) -> str:
         lines.extend(
             f"  fallback {f.node} ({f.op_type}) kept {f.precision}: {f.reason}"
             for f in rep.fallback_nodes
+        )
+        if rep.machine:
+            lines.append(f"  timed on {rep.provider}: {rep.machine}")
+        lines.extend(
+            f"  {'*' if t.chosen else ' '} {t.candidate}@{t.profile}: {t.reason}"
+            for t in rep.timings
         )
     lines.append(f"  artifact {r.artifact_object or r.artifact_url} sha256 {r.artifact_sha256}")
     return "\n".join(lines)

@@ -3,7 +3,9 @@
 The public surface the service's bus adapter wires up: ``compile_model`` (alias ``compile``)
 takes model bytes or a path and a ``PrecisionPolicy`` and returns a ``CompileResult`` (the
 artifact's bytes and a ``CompileReport``) or raises a ``CompileError`` subclass;
-``check_compatibility`` reports a model's problems against a ``CompatTarget``.
+``check_compatibility`` reports a model's problems against a ``CompatTarget``. Candidates are
+timed on the target through an injected ``Measurer`` (``measuring.OrtMeasurer`` on ONNX
+Runtime); ``deployment.load_session`` runs an artifact under the profile it was chosen with.
 """
 
 from seedance.graph_compiler.core.accuracy import Accuracy
@@ -28,10 +30,14 @@ from seedance.graph_compiler.core.errors import (
     CompileError,
     IncompatibleModel,
     InvalidModel,
+    NoFasterCandidate,
+    TargetUnavailable,
     UnsupportedOperator,
 )
 from seedance.graph_compiler.core.passes import PassResult
 from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
+from seedance.graph_compiler.core.profile import SessionProfile, TargetInfo
+from seedance.graph_compiler.core.selection import Measurer, TimingResult
 
 compile = compile_model  # the name the issue uses; shadows the builtin only inside this package
 
@@ -50,10 +56,16 @@ __all__ = [
     "FallbackNode",
     "IncompatibleModel",
     "InvalidModel",
+    "Measurer",
+    "NoFasterCandidate",
     "PassResult",
     "Precision",
     "PrecisionPolicy",
+    "SessionProfile",
     "Target",
+    "TargetInfo",
+    "TargetUnavailable",
+    "TimingResult",
     "UnsupportedOperator",
     "VariantMetrics",
     "check_compatibility",

@@ -16,6 +16,14 @@ with exactly one ``CompileResult`` on ``seedance.graph.<tenant>.result``:
   subject, where the user waits; only a message that does not decode goes to the dead-letter
   stream. No artifact is stored unless the compile passed its checks.
 
+Who compiles for a GPU: each worker announces its capability (the execution providers its
+onnxruntime really loads, and the targets that makes it able to answer) in the
+``seedance-graph-workers`` KV bucket under its worker id, re-announced every ``announce_s`` (the
+bucket's TTL drops a worker that stopped). A ``cuda`` or ``transformer-gpu`` request is compiled
+only by a worker with ``CUDAExecutionProvider``, since candidates are timed where they will run;
+a worker without it hands the request back (nak with backoff) while a GPU worker is announced,
+and answers ``error_kind=NoGpuWorker`` with the reason when none is, or on the last delivery.
+
 Results are idempotent by request id: the result is recorded in ``seedance-graph-results``
 after it is published, a request already answered is acknowledged without compiling again, and
 the result's event id is derived from the tenant and request id so a replica racing on the same
@@ -32,6 +40,7 @@ import hashlib
 import multiprocessing
 import os
 import shutil
+import socket
 import tempfile
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -51,17 +60,23 @@ from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRun
 from seedance.core.kv import ensure_bucket, ensure_object_store
 from seedance.core.logs import get_logger
 from seedance.events import derived_event_id
-from seedance.events.graph import CompileRequest, CompileResult, artifact_object_name
+from seedance.events.graph import (
+    CompilerCapability,
+    CompileRequest,
+    CompileResult,
+    artifact_object_name,
+)
 from seedance.events.subjects import consumer, graph
 from seedance.graph_compiler import worker
 from seedance.graph_compiler.fetch import FetchError, UrlFetcher
 from seedance.graph_compiler.settings import GraphCompilerSettings
 
-__all__ = ["RESULTS_BUCKET", "GraphCompilerMetrics", "GraphCompilerService"]
+__all__ = ["RESULTS_BUCKET", "WORKERS_BUCKET", "GraphCompilerMetrics", "GraphCompilerService"]
 
 log = get_logger(__name__)
 
 RESULTS_BUCKET = "seedance-graph-results"
+WORKERS_BUCKET = "seedance-graph-workers"
 _MIB = 1024**2
 _SHA256_HEX = frozenset("0123456789abcdef")
 
@@ -113,6 +128,10 @@ class GraphCompilerService(Lifecycle):
         self._kv: KeyValue | None = None
         self._pool: ProcessPoolExecutor | None = None
         self._fetcher = UrlFetcher(settings.fetch_policy(), monotonic=self._clock.monotonic)
+        self._workers: KeyValue | None = None
+        self._capability: worker.Capability | None = None
+        self._announcer: asyncio.Task[None] | None = None
+        self._worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         # One message per fetch: fetched messages wait in hand with their ack_wait running, and
         # a compile takes minutes; more throughput comes from more replicas sharing the durable.
         runtime.consume("compiler-requests", CompileRequest, self._handle, batch=1)
@@ -121,15 +140,104 @@ class GraphCompilerService(Lifecycle):
         await self._rt.start()
         self._store = await ensure_object_store(self._rt.bus, self._settings.object_store)
         self._kv = await ensure_bucket(self._rt.bus, RESULTS_BUCKET)
+        self._workers = await ensure_bucket(self._rt.bus, WORKERS_BUCKET)
         self._pool = _new_pool()
-        # Pays the child's imports (onnx, onnxruntime, onnxscript: seconds) before a request.
-        self._pool.submit(worker.warm_up)
+        # Asking the child what it can run also pays its imports (onnx, onnxruntime, onnxscript:
+        # seconds) before the first request.
+        loop = asyncio.get_running_loop()
+        self._capability = await loop.run_in_executor(self._pool, worker.capability)
+        await self._announce()
+        self._announcer = asyncio.create_task(self._announce_forever())
+        log.info(
+            "compiler_capability_announced",
+            worker_id=self._worker_id,
+            providers=list(self._capability.providers),
+            targets=list(self._capability.targets),
+        )
 
     async def run(self) -> None:
         await self._rt.run()
 
     async def stop(self) -> None:
+        if self._announcer is not None:
+            self._announcer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._announcer
+            self._announcer = None
+            if self._workers is not None:
+                with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                    await self._workers.delete(self._worker_id)
         await self._rt.stop()
+
+    # --- capability -------------------------------------------------------------------------
+
+    async def _announce(self) -> None:
+        assert self._workers is not None
+        assert self._capability is not None
+        cap = CompilerCapability(
+            worker_id=self._worker_id,
+            providers=list(self._capability.providers),
+            machine=self._capability.machine,
+            targets=list(self._capability.targets),
+        )
+        await self._workers.put(self._worker_id, msgspec.msgpack.encode(cap))
+
+    async def _announce_forever(self) -> None:
+        while True:
+            await self._clock.sleep(self._settings.announce_s)
+            try:
+                await self._announce()
+            except (nats.errors.Error, nats.js.errors.Error) as exc:
+                # The next round tries again; the bucket's TTL is three rounds.
+                log.warning("compiler_capability_announce_failed", error=repr(exc))
+
+    async def _workers_for(self, target: str) -> list[CompilerCapability]:
+        """The announced workers, other than this one, that can answer ``target``."""
+        assert self._workers is not None
+        try:
+            keys = await self._workers.keys()
+        except nats.js.errors.NoKeysError:
+            return []
+        out = []
+        for key in keys:
+            if key == self._worker_id:
+                continue
+            try:
+                entry = await self._workers.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                continue  # expired between keys() and get()
+            if entry.value is None:
+                continue
+            cap = msgspec.msgpack.decode(entry.value, type=CompilerCapability)
+            if target in cap.targets:
+                out.append(cap)
+        return out
+
+    async def _not_for_me(self, d: Delivery[CompileRequest]) -> CompileResult | None:
+        """None when this worker can compile the request's target; else a NoGpuWorker answer,
+        or a RetryableError (the request goes back for a capable worker) while one is
+        announced and deliveries remain."""
+        req = d.event
+        cap = self._capability
+        if cap is None or req.target in cap.targets:
+            return None
+        need = worker.needs_provider(req.target)
+        others = await self._workers_for(req.target)
+        if others and d.num_delivered < self._max_deliver:
+            names = ", ".join(c.worker_id for c in others)
+            raise RetryableError(f"target {req.target} needs {need}; left for {names}")
+        why = (
+            f"announced workers with {need} ({', '.join(c.worker_id for c in others)}) did not "
+            f"take it in {d.num_delivered} deliveries"
+            if others
+            else f"no graph-compiler worker with {need} is announced in {WORKERS_BUCKET}"
+        )
+        return self._failure(
+            req,
+            "NoGpuWorker",
+            f"target {req.target} is compiled only where its candidates can be timed on {need}; "
+            f"this worker has {', '.join(cap.providers)}, and {why}",
+        )
 
     async def close(self) -> None:
         await self._rt.close()
@@ -181,6 +289,9 @@ class GraphCompilerService(Lifecycle):
             policy = worker.core_policy(req.policy, req.target, self._settings.measure_runs)
         except ValueError as exc:
             return self._failure(req, "InvalidRequest", str(exc))
+        refusal = await self._not_for_me(d)
+        if refusal is not None:
+            return refusal
         work_dir = self._settings.work_dir or None
         with tempfile.TemporaryDirectory(prefix="seedance-gc-", dir=work_dir) as tmp:
             model_path = Path(tmp) / "model.onnx"
@@ -312,7 +423,13 @@ class GraphCompilerService(Lifecycle):
             self._pool = _new_pool()
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(
-            self._pool, worker.compile_file, str(model_path), str(out_path), policy, d.event.target
+            self._pool,
+            worker.compile_file,
+            str(model_path),
+            str(out_path),
+            policy,
+            d.event.target,
+            self._settings.select_runs,
         )
         try:
             return await asyncio.wait_for(fut, self._settings.compile_timeout_s)

@@ -29,7 +29,7 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     model_dir: str = ""
     #: Scratch space for fetched models and artifacts being written ("": the system temp dir).
     work_dir: str = ""
-    #: Timed runs per variant for the report's before/after latency and peak RSS (0: skipped).
+    #: > 0: the report also carries before/after peak RSS (fresh processes); 0: skipped.
     measure_runs: int = 0
     #: A compile running longer than this is killed and answered with ``CompileTimeout``.
     compile_timeout_s: float = 1800.0
@@ -50,6 +50,13 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: link-local, private, unspecified, multicast and reserved addresses are refused unless
     #: listed here (e.g. ``10.0.0.0/8`` for an in-cluster model server).
     url_allow_networks: str = ""
+
+    #: Timed runs per candidate and session profile when choosing among accepted candidates.
+    select_runs: int = 20
+    #: This worker's key in ``seedance-graph-workers`` ("": host name and process id).
+    worker_id: str = ""
+    #: How often the worker re-announces its capability (the bucket's TTL is 60 s).
+    announce_s: float = 20.0
 
     def __post_init__(self) -> None:
         self.fetch_policy()  # raises ValueError naming the setting and the value

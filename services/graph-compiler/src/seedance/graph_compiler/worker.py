@@ -3,7 +3,10 @@
 Owns the mapping from a request's event types to the core's inputs (policy, target) and from
 the core's report and errors to the result's event types. It runs in a separate process so a
 CPU-heavy compile never blocks the service's event loop, and a crash or a timeout kills only
-the child. Must not touch the bus or the object store: paths in, a picklable outcome out.
+the child. It builds the measurer for the request's target (``OrtMeasurer`` on the target's
+execution provider: candidates are timed where they will run) and reports which providers this
+process has (``capability``), which the service announces on the bus. Must not touch the bus or
+the object store: paths in, a picklable outcome out.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from seedance.events.graph import CandidateTiming
 from seedance.events.graph import CompileReport as ReportEvent
 from seedance.events.graph import FallbackNode as FallbackEvent
 from seedance.events.graph import PrecisionPolicy as PolicyEvent
@@ -22,10 +26,27 @@ from seedance.graph_compiler.core.compat import (
     check_compatibility,
 )
 from seedance.graph_compiler.core.compiler import CompileReport, compile_model
-from seedance.graph_compiler.core.errors import CompileError, IncompatibleModel
+from seedance.graph_compiler.core.errors import CompileError, IncompatibleModel, TargetUnavailable
 from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
+from seedance.graph_compiler.core.profile import CPU_EP, CUDA_EP
+from seedance.graph_compiler.measuring import (
+    OrtMeasurer,
+    available_providers,
+    describe_machine,
+    provider_loads,
+)
 
-__all__ = ["TARGETS", "Outcome", "compile_file", "core_policy", "report_event"]
+__all__ = [
+    "PROVIDERS",
+    "TARGETS",
+    "Capability",
+    "Outcome",
+    "capability",
+    "compile_file",
+    "core_policy",
+    "needs_provider",
+    "report_event",
+]
 
 #: A request's ``target`` → (the precision target, the compatibility target checked first).
 TARGETS: dict[str, tuple[Target, CompatTarget]] = {
@@ -33,6 +54,35 @@ TARGETS: dict[str, tuple[Target, CompatTarget]] = {
     "cuda": (Target.CUDA, ORT_CPU),
     "transformer-gpu": (Target.CUDA, TRANSFORMER_GPU),
 }
+
+
+#: The execution provider each precision target is timed and served on.
+PROVIDERS: dict[Target, str] = {Target.CPU: CPU_EP, Target.CUDA: CUDA_EP}
+
+
+def needs_provider(target: str) -> str:
+    """The execution provider a request's ``target`` must be compiled on (KeyError: unknown)."""
+    return PROVIDERS[TARGETS[target][0]]
+
+
+@dataclass(frozen=True)
+class Capability:
+    providers: tuple[str, ...]
+    machine: str
+    targets: tuple[str, ...]
+
+
+def capability() -> Capability:
+    """This process's execution providers (onnxruntime-gpu lists CUDA only where it loads) and
+    the request targets it can therefore answer."""
+    have = available_providers()
+    if CUDA_EP in have and not provider_loads(CUDA_EP):
+        # The GPU wheel lists CUDA even where no driver or CUDA libraries are (it then falls
+        # back to the CPU silently): only a provider that loads a session is announced.
+        have = [p for p in have if p != CUDA_EP]
+    machine = describe_machine(CUDA_EP if CUDA_EP in have else CPU_EP).machine
+    targets = tuple(t for t in TARGETS if needs_provider(t) in have)
+    return Capability(providers=tuple(have), machine=machine, targets=targets)
 
 
 @dataclass(frozen=True)
@@ -80,12 +130,33 @@ def report_event(report: CompileReport) -> ReportEvent:
             FallbackEvent(node=f.node, op_type=f.op_type, precision=str(f.kept_in), reason=f.reason)
             for f in report.fallback_nodes
         ],
+        machine=report.machine,
+        provider=report.target.provider if report.target else None,
+        profile=report.profile.to_json(),
+        timings=[
+            CandidateTiming(
+                candidate=t.candidate,
+                profile=t.profile.label,
+                median_ms=t.median_ms,
+                chosen=t.chosen,
+                reason=t.reason,
+            )
+            for t in report.timings
+        ],
     )
 
 
-def compile_file(model_path: str, out_path: str, policy: PrecisionPolicy, target: str) -> Outcome:
-    """Check, compile and write the artifact to ``out_path`` (only when the compile passed)."""
+def compile_file(
+    model_path: str, out_path: str, policy: PrecisionPolicy, target: str, select_runs: int = 20
+) -> Outcome:
+    """Check, compile and write the artifact to ``out_path`` (only when the compile passed).
+    Candidates are timed on the target's provider with ``select_runs`` runs each."""
     try:
+        provider = needs_provider(target)
+        try:
+            measurer = OrtMeasurer(provider, runs=select_runs, threads=policy.measure_threads)
+        except ValueError as exc:
+            raise TargetUnavailable(f"target {target}: {exc}") from exc
         compat = check_compatibility(model_path, TARGETS[target][1])
         if not compat.ok:
             problems = tuple(p.message for p in compat.problems)
@@ -93,7 +164,7 @@ def compile_file(model_path: str, out_path: str, policy: PrecisionPolicy, target
                 f"{len(problems)} problem(s) for target {target}: " + "; ".join(problems[:10]),
                 problems,
             )
-        result = compile_model(Path(model_path), policy)
+        result = compile_model(Path(model_path), policy, measurer)
     except CompileError as exc:
         return Outcome(error_kind=type(exc).__name__, error=str(exc) or exc.reason)
     Path(out_path).write_bytes(result.model_bytes)
@@ -102,7 +173,3 @@ def compile_file(model_path: str, out_path: str, policy: PrecisionPolicy, target
         artifact_sha256=hashlib.sha256(result.model_bytes).hexdigest(),
         artifact_bytes=len(result.model_bytes),
     )
-
-
-def warm_up() -> None:
-    """Nothing: submitting it makes the child import this module (and onnx, ORT) early."""

@@ -1,5 +1,7 @@
-"""The graph compiler's pure core: passes, precision lowering, checks, and the compile API.
+"""The graph compiler's pure core: passes, precision lowering, checks, candidate selection and
+the compile API. Nothing here reads the clock or spawns processes: timing comes in through the
+``Measurer`` that ``compile_model`` is handed (``seedance.graph_compiler.measuring`` has the
+ONNX Runtime one).
 
-Deliberately imports nothing, so the measurement child (``measure.py``, run as a script) and
-light importers do not pay for onnx/onnxscript.
+Deliberately imports nothing, so light importers do not pay for onnx/onnxscript.
 """

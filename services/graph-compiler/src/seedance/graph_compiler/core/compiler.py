@@ -1,18 +1,22 @@
 """``compile_model``: one ONNX model and a precision policy in, a checked artifact and a report out.
 
-Owns the order of work: load and check, graph passes, then each precision of the policy's
-priority order tried in turn, with per-node fallback, until one passes its accuracy check
-against the FP32 reference on the calibration inputs. Every returned artifact has been loaded
-and run by ONNX Runtime and passed its check; anything else raises a ``CompileError``. Must not
-talk to the bus or the object store (the service's adapter does), and does not read the clock
-except through ``measure`` when the policy asks for latency figures.
+Owns the order of work: load and check, graph passes, then every candidate of the policy's
+priority order built with per-node fallback and checked against the FP32 reference on the
+calibration inputs (on the target provider too, for a GPU), then all accepted candidates, each
+under the session profiles worth trying there, timed on the target through the injected
+``Measurer`` beside the FP32 baseline, and the fastest pair that beats the baseline returned
+with its deployment profile in the artifact's metadata (``core/selection.py`` holds the rule).
+Every returned artifact has been loaded and run by ONNX Runtime and passed its check; anything
+else raises a ``CompileError``. Must not talk to the bus or the object store (the service's
+adapter does), and never reads the clock or spawns processes: timing is the measurer's.
+Without a measurer a CPU compile takes the first accepted candidate in priority order and says
+so in the report; a GPU compile without a measurer on the GPU is refused (``TargetUnavailable``).
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,16 +27,22 @@ from seedance.graph_compiler.core.accuracy import Accuracy, compare_outputs
 from seedance.graph_compiler.core.errors import (
     AccuracyCheckFailed,
     InvalidModel,
+    NoFasterCandidate,
+    TargetUnavailable,
     UnsupportedOperator,
 )
 from seedance.graph_compiler.core.loading import load_model, node_count
-from seedance.graph_compiler.core.measure import (
-    Variant,
-    measure_latency,
-    measure_peak_rss_mb,
-)
 from seedance.graph_compiler.core.passes import PassResult
 from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
+from seedance.graph_compiler.core.profile import (
+    CPU_EP,
+    CUDA_EP,
+    SessionProfile,
+    TargetInfo,
+    candidate_profiles,
+    with_profile,
+)
+from seedance.graph_compiler.core.selection import BASELINE, Measurer, TimingResult, select
 
 __all__ = [
     "CandidateOutcome",
@@ -45,6 +55,14 @@ __all__ = [
 
 # The FP16 emulation runs node by node; a few samples find overflow as well as many do.
 _FP16_SAMPLES = 2
+# Ops whose rank-2 float output is a classifier's scores (logits or probabilities).
+_SCORE_OPS = frozenset({"Gemm", "MatMul", "Add", "Softmax", "LogSoftmax"})
+_PROVIDER = {Target.CPU: CPU_EP, Target.CUDA: CUDA_EP}
+# The FP16 artifact with ORT's fused transformer ops (attention, SkipLayerNorm) on top: timed as
+# its own candidate, since the fusions pay on one provider and not another.
+FP16_FUSED = "fp16_fused"
+# The same with FP16 graph inputs/outputs (no casts at the edges; callers feed float16).
+_IO_SUFFIX = "_io"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,13 +81,20 @@ class CandidateOutcome:
     accuracy: Accuracy | None = None
     attempts: int = 0
     fallback_nodes: int = 0
+    latency_ms: float | None = None  # its best time on the target (None: not timed)
+    verdict: str = ""  # why it was chosen or lost, from the timing
+    name: str = ""  # the timed candidate's name where it differs from the precision
+
+    @property
+    def candidate(self) -> str:
+        return self.name or str(self.precision)
 
 
 @dataclass(frozen=True, kw_only=True)
 class VariantMetrics:
     nodes: int
     size_bytes: int
-    latency_median_ms: float | None = None  # at ORT_ENABLE_ALL, fresh subprocess
+    latency_median_ms: float | None = None  # on the target: baseline plain / chosen profile
     peak_rss_mb: float | None = None
 
 
@@ -83,10 +108,17 @@ class CompileReport:
     candidates: tuple[CandidateOutcome, ...]
     before: VariantMetrics
     after: VariantMetrics
+    profile: SessionProfile = field(default_factory=SessionProfile)
+    target: TargetInfo | None = None  # None: untimed compile (no measurer)
+    timings: tuple[TimingResult, ...] = ()
 
     @property
     def passes_fired(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.passes if p.fired)
+
+    @property
+    def machine(self) -> str:
+        return self.target.machine if self.target else "untimed (no measurer)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,23 +170,59 @@ def _base_pipeline(policy: PrecisionPolicy) -> list[passes.PassFn]:
     ]
 
 
+def classifier_outputs(model: onnx.ModelProto) -> frozenset[int]:
+    """Indices of outputs shaped like a classifier's scores: float, [batch, classes >= 2],
+    produced directly by a score op (a Tanh pooler or a hidden state is not one)."""
+    producer = {o: n.op_type for n in model.graph.node for o in n.output}
+    out = set()
+    for i, vi in enumerate(model.graph.output):
+        tt = vi.type.tensor_type
+        dims = tt.shape.dim
+        if tt.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+            continue
+        wide = len(dims) == 2 and dims[1].HasField("dim_value") and dims[1].dim_value >= 2
+        if wide and producer.get(vi.name) in _SCORE_OPS:
+            out.add(i)
+    return frozenset(out)
+
+
+def _check_target(policy: PrecisionPolicy, measurer: Measurer | None) -> TargetInfo | None:
+    want = _PROVIDER[policy.target]
+    if measurer is None:
+        if policy.target is not Target.CPU:
+            raise TargetUnavailable(
+                f"a {policy.target} compile is timed on {want}: no measurer on it was given"
+            )
+        return None
+    have = measurer.target.provider
+    if have != want:
+        raise TargetUnavailable(f"target {policy.target} needs {want}; the measurer runs {have}")
+    return measurer.target
+
+
 def compile_model(
-    model: bytes | str | Path | onnx.ModelProto, policy: PrecisionPolicy | None = None
+    model: bytes | str | Path | onnx.ModelProto,
+    policy: PrecisionPolicy | None = None,
+    measurer: Measurer | None = None,
 ) -> CompileResult:
-    """Compile ``model`` under ``policy`` (defaults: INT8, then FP16, then FP32, CPU target)."""
+    """Compile ``model`` under ``policy`` (defaults: INT8, then FP16, then FP32, CPU target),
+    choosing among the accepted candidates by their time on ``measurer``'s provider."""
     policy = policy or PrecisionPolicy()
+    target = _check_target(policy, measurer)
     original = load_model(model)
     pinned, pin_result = passes.pin_static_shapes(original, policy.input_shapes)
     _ort_load(pinned)  # refuses models ORT cannot even load, with a named error
     calib = runtime.sample_inputs(pinned, policy.calibration_samples, policy.seed)
     reference = _outputs(pinned, calib, "disable")
+    scores = classifier_outputs(pinned) if policy.require_top1 else frozenset()
+
+    def check(outs) -> Accuracy:
+        return compare_outputs(reference, outs, scores)
 
     base, results = passes.run_pipeline(pinned, _base_pipeline(policy)[1:])
     results.insert(0, pin_result)
     base = fp16.name_nodes(base)
-    if not compare_outputs(reference, _outputs(base, calib, "disable")).passes(
-        policy.min_cosine, None
-    ):
+    if not check(_outputs(base, calib, "disable")).passes(policy.min_cosine, None):
         # A pass changed the numerics beyond float re-association: ship without the passes.
         base = fp16.name_nodes(pinned)
         results = [pin_result]
@@ -163,9 +231,9 @@ def compile_model(
     fuse_note: PassResult | None = None
     if policy.allow_ort_contrib_ops:
         fused, (fuse_result,) = passes.run_pipeline(base, [passes.fuse_transformer_ops])
-        if fuse_result.fired and compare_outputs(
-            reference, _outputs(fused, calib, "disable")
-        ).passes(policy.min_cosine, policy.max_abs_err):
+        if fuse_result.fired and check(_outputs(fused, calib, "disable")).passes(
+            policy.min_cosine, policy.max_abs_err
+        ):
             fp32_model = fused
             fuse_note = fuse_result
         else:
@@ -179,14 +247,24 @@ def compile_model(
 
     kind = int8.classify(base)
     outcomes: list[CandidateOutcome] = []
-    chosen: tuple[Precision, onnx.ModelProto, Accuracy, list[FallbackNode]] | None = None
+    found_all: dict[Precision, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]]] = {}
+    extra: dict[str, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]]] = {}
     for precision in policy.priority_order:
         if precision is Precision.INT8:
-            outcome, found = _try_int8(base, kind, calib, reference, policy)
+            if target is not None and not target.int8_accelerated:
+                outcome = CandidateOutcome(
+                    precision=precision,
+                    accepted=False,
+                    reason=f"skipped: {target.provider} has no fast INT8 kernels (QDQ runs "
+                    "dequantised there); only an INT8-accelerating provider makes it a candidate",
+                )
+                found = None
+            else:
+                outcome, found = _try_int8(base, kind, calib, reference, scores, policy)
         elif precision is Precision.FP16:
-            outcome, found = _try_fp16(base, calib, reference, policy)
+            outcome, found = _try_fp16(base, calib, reference, scores, policy)
         else:
-            acc = compare_outputs(reference, _outputs(fp32_model, calib, "all"))
+            acc = check(_outputs(fp32_model, calib, "all"))
             ok = acc.passes(policy.min_cosine, policy.max_abs_err)
             outcome = CandidateOutcome(
                 precision=precision,
@@ -196,16 +274,86 @@ def compile_model(
                 reason="accepted" if ok else f"fp32 graph drifted: cosine {acc.min_cosine:.6f}",
             )
             found = (fp32_model, acc, []) if ok else None
+        if found is not None and target is not None and target.provider != CPU_EP:
+            # The CPU provider hides FP16 arithmetic (it casts back to FP32): on a GPU target
+            # the candidate must also match FP32 where it will run.
+            on_target = check(
+                measurer.outputs(  # type: ignore[union-attr]
+                    found[0].SerializeToString(), SessionProfile(provider=target.provider), calib
+                )
+            )
+            if not on_target.passes(policy.min_cosine, policy.max_abs_err):
+                outcome = replace(
+                    outcome,
+                    accepted=False,
+                    accuracy=on_target,
+                    reason=f"on {target.provider}: min cosine {on_target.min_cosine:.6f}, "
+                    f"top-1 mismatches {on_target.top1_mismatches}, non-finite "
+                    f"{on_target.nonfinite_count}",
+                )
+                found = None
+            else:
+                outcome = replace(outcome, accuracy=on_target)
+                found = (found[0], on_target, found[2])
         outcomes.append(outcome)
         if found is not None:
-            chosen = (precision, *found)
-            break
-    if chosen is None:
+            found_all[precision] = found
+            if measurer is None:
+                break  # untimed: the first accepted candidate in priority order
+            if precision is Precision.FP16 and policy.allow_ort_contrib_ops:
+                fused_outcome, fused = _try_fp16_fused(found, measurer, calib, check, policy)
+                if fused_outcome is not None:
+                    outcomes.append(fused_outcome)
+                if fused is not None:
+                    extra[FP16_FUSED] = fused
+            if precision is Precision.FP16 and target is not None and target.provider != CPU_EP:
+                for name, src in [("fp16", found), *extra.items()]:
+                    io_outcome, io = _try_fp16_io(name, src, measurer, calib, check, policy)
+                    if io_outcome is not None:
+                        outcomes.append(io_outcome)
+                    if io is not None:
+                        extra[f"{name}{_IO_SUFFIX}"] = io
+    fp32_allowed = Precision.FP32 in policy.priority_order
+    if not found_all and not (measurer is not None and fp32_allowed):
         raise AccuracyCheckFailed(
             "no precision passed its accuracy check: "
             + "; ".join(f"{o.precision}: {o.reason}" for o in outcomes)
         )
-    precision, artifact, acc, fallback = chosen
+
+    timings: tuple[TimingResult, ...] = ()
+    if measurer is None or target is None:
+        precision = next(iter(found_all))
+        artifact, acc, fallback = found_all[precision]
+        profile = SessionProfile(
+            notes=("untimed: no measurer was injected; chosen by priority order",)
+        )
+        before_ms = after_ms = None
+    else:
+        pick, verdicts, profiles, ms = _time_and_select(
+            measurer, target, pinned, found_all, extra, kind, calib[0], policy
+        )
+        cand, label = pick
+        timings = tuple(verdicts)
+        if cand == BASELINE:
+            if not fp32_allowed:
+                raise NoFasterCandidate(
+                    "no candidate beat the FP32 baseline on "
+                    f"{target.provider}, and the policy leaves FP32 out: "
+                    + "; ".join(f"{v.candidate}@{v.profile.label}: {v.reason}" for v in verdicts)
+                )
+            precision = Precision.FP32
+            artifact, acc, fallback = fp16.name_nodes(pinned), check(reference), []
+        elif cand in extra:
+            precision = Precision.FP16  # every extra candidate is an FP16 variant
+            artifact, acc, fallback = extra[cand]
+        else:
+            precision = Precision(cand)
+            artifact, acc, fallback = found_all[precision]
+        profile = _with_notes(profiles[label], cand, verdicts)
+        if cand.endswith(_IO_SUFFIX):
+            profile = replace(profile, io_dtype="float16")
+        outcomes = [_with_timing(o, verdicts) for o in outcomes]
+        before_ms, after_ms = ms[(BASELINE, _plain_label(target))], ms[pick]
     if fuse_note is not None:
         # The INT8 and FP16 candidates start from the unfused graph: fused attention then
         # dynamic INT8 ran slower than INT8 alone here (research note, §4.4), and contrib ops
@@ -219,11 +367,19 @@ def compile_model(
                 detail=f"not used for {precision}: {fuse_note.detail}",
             )
         results.append(fuse_note)
+    artifact = with_profile(artifact, profile)
     artifact_bytes = artifact.SerializeToString()
-    before = VariantMetrics(nodes=node_count(original), size_bytes=original.ByteSize())
-    after = VariantMetrics(nodes=node_count(artifact), size_bytes=len(artifact_bytes))
-    if policy.measure_runs > 0:
-        before, after = _measure(pinned, artifact_bytes, calib[0], before, after, policy)
+    before = VariantMetrics(
+        nodes=node_count(original), size_bytes=original.ByteSize(), latency_median_ms=before_ms
+    )
+    after = VariantMetrics(
+        nodes=node_count(artifact), size_bytes=len(artifact_bytes), latency_median_ms=after_ms
+    )
+    rss = getattr(measurer, "peak_rss_mb", None)
+    if policy.measure_runs > 0 and rss is not None:
+        plain = SessionProfile(provider=_PROVIDER[policy.target])
+        before = replace(before, peak_rss_mb=rss(pinned.SerializeToString(), plain, calib[0]))
+        after = replace(after, peak_rss_mb=rss(artifact_bytes, profile, calib[0]))
     report = CompileReport(
         precision=precision,
         model_kind=kind.value,
@@ -233,47 +389,68 @@ def compile_model(
         candidates=tuple(outcomes),
         before=before,
         after=after,
+        profile=profile,
+        target=target,
+        timings=timings,
     )
     return CompileResult(model_bytes=artifact_bytes, report=report)
 
 
-def _measure(
-    original: onnx.ModelProto,
-    artifact: bytes,
+def _plain_label(target: TargetInfo) -> str:
+    return SessionProfile(provider=target.provider).label
+
+
+def _time_and_select(
+    measurer: Measurer,
+    target: TargetInfo,
+    pinned: onnx.ModelProto,
+    found: dict[Precision, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]]],
+    extra: dict[str, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]]],
+    kind: int8.ModelKind,
     feeds: runtime.Feeds,
-    before: VariantMetrics,
-    after: VariantMetrics,
     policy: PrecisionPolicy,
-) -> tuple[VariantMetrics, VariantMetrics]:
-    with tempfile.TemporaryDirectory(prefix="gc-compile-") as tmp:
-        src, dst = Path(tmp) / "before.onnx", Path(tmp) / "after.onnx"
-        onnx.save(original, src)
-        dst.write_bytes(artifact)
-        vb = Variant(name="before", path=src, level="all")
-        va = Variant(name="after", path=dst, level="all")
-        lat = measure_latency(
-            [vb, va],
-            feeds,
-            runs=policy.measure_runs,
-            threads=policy.measure_threads,
-            seed=policy.seed,
-        )
-        rss_b = measure_peak_rss_mb(vb, feeds, threads=policy.measure_threads)
-        rss_a = measure_peak_rss_mb(va, feeds, threads=policy.measure_threads)
-    return (
-        VariantMetrics(
-            nodes=before.nodes,
-            size_bytes=before.size_bytes,
-            latency_median_ms=lat["before"].median_ms,
-            peak_rss_mb=rss_b,
-        ),
-        VariantMetrics(
-            nodes=after.nodes,
-            size_bytes=after.size_bytes,
-            latency_median_ms=lat["after"].median_ms,
-            peak_rss_mb=rss_a,
-        ),
+):
+    """Every accepted candidate and the baseline under every profile, timed in one call."""
+    profiles = {p.label: p for p in candidate_profiles(target, kind is int8.ModelKind.CONV)}
+    models = {BASELINE: pinned.SerializeToString()}
+    models.update({str(p): m.SerializeToString() for p, (m, _, _) in found.items()})
+    models.update({name: m.SerializeToString() for name, (m, _, _) in extra.items()})
+    variants = [
+        (f"{cand}@{label}", data, prof)
+        for cand, data in models.items()
+        for label, prof in profiles.items()
+    ]
+    got = measurer.time(variants, feeds)
+    ms = {tuple(name.split("@", 1)): t for name, t in got.items()}
+    pick, verdicts = select(
+        ms,
+        profiles,
+        accepted=[str(p) for p in found] + list(extra),
+        priority=[str(p) for p in policy.priority_order] + list(extra),
+        baseline_label=_plain_label(target),
     )
+    medians = {k: (t.median_ms if t.error is None else None) for k, t in ms.items()}
+    return pick, verdicts, profiles, medians
+
+
+def _with_notes(profile: SessionProfile, cand: str, verdicts: Sequence[TimingResult]):
+    """The chosen profile, saying why CUDA-graph capture is off when it is (on a GPU)."""
+    if profile.provider != CUDA_EP or profile.cuda_graph:
+        return profile
+    graph = [v for v in verdicts if v.candidate == cand and v.profile.cuda_graph]
+    notes = [f"cuda_graph off: {v.reason}" for v in graph[:1]]
+    return replace(profile, notes=profile.notes + tuple(notes))
+
+
+def _with_timing(o: CandidateOutcome, verdicts: Sequence[TimingResult]) -> CandidateOutcome:
+    mine = [v for v in verdicts if v.candidate == o.candidate]
+    if not mine:
+        return o
+    timed = [v for v in mine if v.median_ms is not None]
+    best = min(timed, key=lambda v: v.median_ms or 0.0) if timed else mine[0]
+    chosen = next((v for v in mine if v.chosen), None)
+    v = chosen or best
+    return replace(o, latency_ms=v.median_ms, verdict=f"{v.profile.label}: {v.reason}")
 
 
 def _int8_exclusion_plan(candidates: list[str], attempts: int) -> list[list[str]]:
@@ -295,6 +472,7 @@ def _try_int8(
     kind: int8.ModelKind,
     calib: Sequence[runtime.Feeds],
     reference,
+    scores: frozenset[int],
     policy: PrecisionPolicy,
 ) -> tuple[CandidateOutcome, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]] | None]:
     ops = {n.name: n.op_type for n in base.graph.node}
@@ -310,7 +488,7 @@ def _try_int8(
     for attempt, exclude in enumerate(plans, start=1):
         try:
             q = int8.quantize(base, kind, calib, exclude)
-            acc = compare_outputs(reference, _outputs(q, calib, "all"))
+            acc = compare_outputs(reference, _outputs(q, calib, "all"), scores)
         except Exception as exc:  # the quantiser raises bare Exceptions on graphs it cannot type
             return CandidateOutcome(
                 precision=Precision.INT8,
@@ -346,7 +524,8 @@ def _try_int8(
         accepted=False,
         accuracy=last,
         attempts=len(plans),
-        reason=f"{kind} INT8 min cosine {last.min_cosine if last else float('nan'):.6f} below "
+        reason=f"{kind} INT8 min cosine {last.min_cosine if last else float('nan'):.6f} "
+        f"(top-1 mismatches {last.top1_mismatches if last else 0}) below "
         f"int8_failure_threshold {policy.int8_failure_threshold} after {len(plans)} attempts",
     ), None
 
@@ -355,6 +534,7 @@ def _try_fp16(
     base: onnx.ModelProto,
     calib: Sequence[runtime.Feeds],
     reference,
+    scores: frozenset[int],
     policy: PrecisionPolicy,
 ) -> tuple[CandidateOutcome, tuple[onnx.ModelProto, Accuracy, list[FallbackNode]] | None]:
     if policy.target is Target.CPU:
@@ -364,6 +544,9 @@ def _try_fp16(
             accepted=False,
             reason="skipped: FP16 has no compute path on the CPU target",
         ), None
+    # The mask fill first: finfo(float32).min is not an FP16 number, and left alone it pins
+    # every attention Add+Softmax to FP32 (24 fallbacks and their casts in BERT-base).
+    base, _filled = fp16.safe_mask_fill(base)
     emulator = fp16.Fp16Emulator(base)
     samples = calib[:_FP16_SAMPLES]
     refs = [emulator.run(f, None) for f in samples]
@@ -376,7 +559,7 @@ def _try_fp16(
         plan = fp16.fp16_plan(base, dtypes, block)
         emus = [emulator.run(f, plan) for f in samples]
         acc = compare_outputs(
-            [[r[o] for o in outs] for r in refs], [[e[o] for o in outs] for e in emus]
+            [[r[o] for o in outs] for r in refs], [[e[o] for o in outs] for e in emus], scores
         )
         findings = emulator.findings(refs, emus)
         new = _fp16_blocks(findings, plan, emus, base)
@@ -393,7 +576,9 @@ def _try_fp16(
                 ), None
             # On the CPU provider this only shows weight rounding; the emulation above is the
             # check that counts, and it is what the reported accuracy says.
-            if not compare_outputs(reference, got).passes(policy.min_cosine, policy.max_abs_err):
+            if not compare_outputs(reference, got, scores).passes(
+                policy.min_cosine, policy.max_abs_err
+            ):
                 return CandidateOutcome(
                     precision=Precision.FP16,
                     accepted=False,
@@ -434,6 +619,83 @@ def _try_fp16(
         attempts=policy.max_fallback_attempts,
         reason=reason,
     ), None
+
+
+def _try_fp16_fused(found, measurer, calib, check, policy):
+    """ORT's fused attention / SkipLayerNorm / GELU ops on the accepted FP16 model (GPU only:
+    the emulator cannot run contrib ops, so this candidate is checked where it will run)."""
+    target = measurer.target
+    if target.provider == CPU_EP:
+        return None, None
+    model, _, fallback = found
+    fused, (res,) = passes.run_pipeline(model, [passes.fuse_transformer_ops])
+    if not res.fired:
+        return None, None
+    try:
+        outs = measurer.outputs(
+            fused.SerializeToString(), SessionProfile(provider=target.provider), calib
+        )
+    except Exception as exc:  # ORT's load/run errors: the candidate is dropped with the reason
+        return CandidateOutcome(
+            precision=Precision.FP16,
+            name=FP16_FUSED,
+            accepted=False,
+            reason=f"fused FP16 does not run on {target.provider}: {exc}"[:500],
+        ), None
+    acc = check(outs)
+    ok = acc.passes(policy.min_cosine, policy.max_abs_err)
+    outcome = CandidateOutcome(
+        precision=Precision.FP16,
+        name=FP16_FUSED,
+        accepted=ok,
+        accuracy=acc,
+        attempts=1,
+        fallback_nodes=len(fallback),
+        reason=(
+            f"accepted: FP16 + {res.detail}"
+            if ok
+            else f"fused FP16 on {target.provider}: "
+            f"min cosine {acc.min_cosine:.6f}, non-finite {acc.nonfinite_count}"
+        ),
+    )
+    return outcome, ((fused, acc, fallback) if ok else None)
+
+
+def _try_fp16_io(name, found, measurer, calib, check, policy):
+    """``found`` with FP16 graph inputs/outputs, checked on the target (GPU only)."""
+    model, _, fallback = found
+    io_model, changed = fp16.fp16_io(model)
+    if not changed:
+        return None, None
+    cand = f"{name}{_IO_SUFFIX}"
+    target = measurer.target
+    try:
+        outs = measurer.outputs(
+            io_model.SerializeToString(), SessionProfile(provider=target.provider), calib
+        )
+    except Exception as exc:  # ORT's load/run errors: the candidate is dropped with the reason
+        return CandidateOutcome(
+            precision=Precision.FP16,
+            name=cand,
+            accepted=False,
+            reason=f"FP16 I/O does not run on {target.provider}: {exc}"[:500],
+        ), None
+    acc = check(outs)
+    ok = acc.passes(policy.min_cosine, policy.max_abs_err)
+    outcome = CandidateOutcome(
+        precision=Precision.FP16,
+        name=cand,
+        accepted=ok,
+        accuracy=acc,
+        attempts=1,
+        fallback_nodes=len(fallback),
+        reason=(
+            f"accepted: {name} with float16 I/O ({', '.join(changed)})"
+            if ok
+            else f"{name} with float16 I/O: min cosine {acc.min_cosine:.6f}"
+        ),
+    )
+    return outcome, ((io_model, acc, fallback) if ok else None)
 
 
 def _fp16_blocks(findings, plan, emus, base: onnx.ModelProto) -> dict[str, str]:

@@ -11,6 +11,8 @@ __all__ = [
     "CompileError",
     "IncompatibleModel",
     "InvalidModel",
+    "NoFasterCandidate",
+    "TargetUnavailable",
     "UnsupportedOperator",
 ]
 
@@ -53,3 +55,18 @@ class AccuracyCheckFailed(CompileError):
     """No candidate (not even the optimised FP32 graph) matched the reference within the policy."""
 
     reason = "accuracy_check_failed"
+
+
+class TargetUnavailable(CompileError):
+    """The compile needs an execution provider this process has not got (a ``cuda`` compile in a
+    worker without the GPU provider, or no measurer to time candidates on it): no artifact is
+    chosen for a target it was not timed on."""
+
+    reason = "target_unavailable"
+
+
+class NoFasterCandidate(CompileError):
+    """Every candidate the policy allows ran slower than the FP32 baseline on the target, and
+    the policy leaves FP32 out, so the baseline cannot be returned either."""
+
+    reason = "no_faster_candidate"

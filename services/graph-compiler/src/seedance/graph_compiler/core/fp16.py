@@ -10,8 +10,9 @@ The converter handles what the stock one (onnxconverter-common / onnxruntime.tra
 float16) breaks on: unnamed nodes (we name them; casts get names from tensor names, which are
 unique), explicit Cast(to=FLOAT) inside an FP16 region (retargeted to FLOAT16), a graph output
 also read inside the graph (the producer writes a private FP16 tensor; the output is a Cast of
-it), and inputs that must stay FP32 (Resize scales/roi). Must not run ORT for numerics other
-than through the single-node sessions of the emulator.
+it), and inputs that must stay FP32 (Resize scales/roi). (4) ``safe_mask_fill``: an additive
+attention mask's finfo(float32).min fill becomes -1e4, which FP16 holds. Must not run ORT for
+numerics other than through the single-node sessions of the emulator.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ __all__ = [
     "Fp16Emulator",
     "NodeFinding",
     "convert_to_fp16",
+    "fp16_io",
     "fp16_plan",
     "name_nodes",
     "round_fp16",
+    "safe_mask_fill",
 ]
 
 FP16_MAX = 65504.0
@@ -385,3 +388,113 @@ class Fp16Emulator:
                 )
             )
         return found
+
+
+# A masked logit only has to make exp() underflow: -1e4 does that in FP16 as in FP32 (exp(-1e4)
+# is 0 in both), while finfo(float32).min cannot be represented in FP16 and forces the whole
+# mask path (and every attention Softmax it feeds) to stay in FP32.
+_MASK_FILL = -1.0e4
+_MASK_LIMIT = 1.0e30
+
+
+def safe_mask_fill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """Scalar float initializers of magnitude ≥ 1e30 whose value reaches a Softmax only through
+    Mul/Add/Sub/Where (an additive attention mask built as ``(1 - mask) * finfo.min``) become
+    -1e4, so the FP16 plan can keep attention in FP16. Returns the model and the names changed.
+    Softmax outputs are unchanged to FP32 precision wherever at least one position is
+    unmasked; the FP16 candidate's accuracy check against the unchanged FP32 model is what
+    lets it through."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def reaches_softmax(tensor: str, depth: int = 0) -> bool:
+        if depth > 4:
+            return False
+        for n in consumers.get(tensor, []):
+            if n.op_type == "Softmax":
+                return True
+            if n.op_type not in ("Mul", "Add", "Sub", "Where", "Expand", "Cast", "Unsqueeze"):
+                return False
+            if not all(reaches_softmax(o, depth + 1) for o in n.output):
+                return False
+        return bool(consumers.get(tensor))
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    changed = []
+    for i, init in enumerate(out.graph.initializer):
+        if init.data_type != onnx.TensorProto.FLOAT or np.prod(init.dims, dtype=np.int64) != 1:
+            continue
+        value = float(numpy_helper.to_array(init).reshape(()))
+        if abs(value) >= _MASK_LIMIT and value < 0 and reaches_softmax(init.name):
+            arr = np.full(tuple(init.dims), _MASK_FILL, np.float32)
+            out.graph.initializer[i].CopyFrom(numpy_helper.from_array(arr, init.name))
+            changed.append(init.name)
+    return out, changed
+
+
+def fp16_io(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """The converted model with FP16 graph inputs and outputs where its only use of an FP32
+    input is a Cast to FLOAT16, or an FP32 output is a Cast from an FP16 tensor: the casts at
+    the edges go, and with them half of the bytes copied per request. Callers then feed and
+    read float16 (the deployment profile's ``io_dtype`` says so). Returns the model and the
+    names of the inputs/outputs changed (empty: nothing to change)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in g.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    producer = {o: n for n in g.node for o in n.output}
+    outputs = {o.name for o in g.output}
+    drop: set[int] = set()
+    rename: dict[str, str] = {}
+    changed: list[str] = []
+
+    def cast_to(node: onnx.NodeProto) -> int | None:
+        if node.op_type != "Cast":
+            return None
+        return next((a.i for a in node.attribute if a.name == "to"), None)
+
+    for vi in g.input:
+        if vi.type.tensor_type.elem_type != TensorProto.FLOAT:
+            continue
+        readers = users.get(vi.name, [])
+        if not readers or any(cast_to(n) != TensorProto.FLOAT16 for n in readers):
+            continue
+        for n in readers:
+            rename[n.output[0]] = vi.name
+            drop.add(id(n))
+        vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+        changed.append(vi.name)
+    for vo in g.output:
+        node = producer.get(vo.name)
+        if node is None or cast_to(node) != TensorProto.FLOAT:
+            continue
+        src = node.input[0]
+        src_node = producer.get(src)
+        # The FP16 tensor must be private to the cast (not a graph input or another output),
+        # so its producer can write the output's name directly.
+        if src_node is None or src in outputs or len(users.get(src, [])) != 1:
+            continue
+        src_node.output[list(src_node.output).index(src)] = vo.name
+        rename[src] = vo.name  # no reader left; its value_info goes below
+        drop.add(id(node))
+        vo.type.tensor_type.elem_type = TensorProto.FLOAT16
+        changed.append(vo.name)
+    if not changed:
+        return model, []
+    kept = [n for n in g.node if id(n) not in drop]
+    for n in kept:
+        for i, name in enumerate(n.input):
+            if name in rename:
+                n.input[i] = rename[name]
+    del g.node[:]
+    g.node.extend(kept)
+    for vi in list(g.value_info):
+        if vi.name in rename or vi.name in {o.name for o in g.output}:
+            g.value_info.remove(vi)
+    return out, changed
