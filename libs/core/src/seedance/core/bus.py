@@ -8,6 +8,7 @@ not know any service's events beyond the ``Event`` base.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 
-from seedance.core.errors import NoStream, ServerTooOld
+from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
 from seedance.core.logs import get_logger
 from seedance.core.publisher import PubAck, Publisher, PublishRefused
 from seedance.core.tracing import inject_headers, tracer
@@ -63,7 +64,89 @@ class BusSettings:
     #: user may subscribe only to its own prefix (see deploy/auth/users.yaml).
     inbox_prefix: str | None = None
     min_server_version: tuple[int, int, int] = MIN_SERVER_VERSION
-    connect_timeout_s: float = 5.0
+    #: How long the first connection may take, all attempts together (``SEEDANCE_CONNECT_
+    #: TIMEOUT_S``); then ``connect`` raises ``BusUnavailable``. Once connected, a lost
+    #: connection is retried for ever (a NATS restart must not kill the services).
+    connect_timeout_s: float = 10.0
+
+
+#: nats-py's per-attempt socket timeout, within the overall bound above.
+_ATTEMPT_TIMEOUT_S = 5.0
+
+
+def _who(settings: BusSettings) -> str:
+    if settings.creds:
+        return f"the credentials in {settings.creds} (NATS_CREDS)"
+    if settings.user:
+        return f"user {settings.user!r} (NATS_USER / NATS_PASSWORD)"
+    return "no user (NATS_USER and NATS_CREDS unset)"
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    return isinstance(exc, nats.errors.AuthorizationError) or (
+        "authorization violation" in str(exc).lower()
+    )
+
+
+class _ConnectWatch:
+    """nats-py's callbacks as structured log lines (its defaults log multi-line tracebacks).
+
+    During the first connection it remembers the last error, logs the first failure once and
+    stops the attempts at an authorization violation (retrying a wrong password cannot help).
+    """
+
+    def __init__(self, settings: BusSettings) -> None:
+        self.settings = settings
+        self.connected = False
+        self.last_error: BaseException | None = None
+        self.refused = asyncio.Event()
+        self._failures = 0
+
+    async def error(self, exc: Exception) -> None:
+        if not self.connected:
+            self.last_error = exc
+            self._failures += 1
+            if _is_auth_error(exc):
+                self.refused.set()
+            elif self._failures == 1:
+                log.warning(
+                    "nats_connect_retrying",
+                    url=self.settings.url,
+                    error=_describe(exc),
+                    within_s=self.settings.connect_timeout_s,
+                )
+            return
+        log.warning("nats_error", url=self.settings.url, error=_describe(exc))
+
+    async def disconnected(self) -> None:
+        if self.connected:
+            log.warning("nats_disconnected", url=self.settings.url)
+
+    async def reconnected(self) -> None:
+        log.info("nats_reconnected", url=self.settings.url)
+
+    def failure(self) -> BusUnavailable:
+        s = self.settings
+        exc = self.last_error
+        if self.refused.is_set():  # sticky: nats-py may report the closed socket after it
+            return BusUnavailable(
+                f"NATS at {s.url} refused {_who(s)}: authorization violation. Check the user "
+                "and password (or credentials file) against the server's authorization "
+                "(deploy/auth/users.yaml for Seedance's own servers).",
+                refused=True,
+            )
+        why = _describe(exc) if exc is not None else "no answer"
+        return BusUnavailable(
+            f"could not connect to NATS at {s.url} within {s.connect_timeout_s:g} s ({why}). "
+            "Check that a nats-server runs there and that NATS_URL names it (host and port); "
+            "SEEDANCE_CONNECT_TIMEOUT_S sets how long to try.",
+            refused=False,
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.replace("\n", " ")
 
 
 def check_server_version(version: tuple[int, int, int], minimum: tuple[int, int, int]) -> None:
@@ -90,11 +173,19 @@ class Bus:
 
     @classmethod
     async def connect(cls, settings: BusSettings) -> Bus:
-        """Connect and check the server version; raise ``ServerTooOld`` (and close) if too old."""
+        """Connect and check the server version; raise ``ServerTooOld`` (and close) if too old.
+
+        The first connection ends within ``settings.connect_timeout_s``, or at once on an
+        authorization violation, with ``BusUnavailable`` saying what to check.
+        """
+        watch = _ConnectWatch(settings)
         kwargs: dict[str, object] = {
             "servers": [u.strip() for u in settings.url.split(",")],
             "name": settings.name,
-            "connect_timeout": settings.connect_timeout_s,
+            "connect_timeout": min(_ATTEMPT_TIMEOUT_S, settings.connect_timeout_s),
+            "error_cb": watch.error,
+            "disconnected_cb": watch.disconnected,
+            "reconnected_cb": watch.reconnected,
             "max_reconnect_attempts": -1,
             "allow_reconnect": True,
             # Draining waits for in-flight messages of every subscription; bound it so that a
@@ -108,7 +199,29 @@ class Bus:
         if settings.user:
             kwargs["user"] = settings.user
             kwargs["password"] = settings.password or ""
-        nc = await nats.connect(**kwargs)  # type: ignore[arg-type]
+        nc = NATS()
+        attempt = asyncio.ensure_future(nc.connect(**kwargs))  # type: ignore[arg-type]
+        refused = asyncio.ensure_future(watch.refused.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {attempt, refused},
+                timeout=settings.connect_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if attempt not in done:
+                raise watch.failure()
+            attempt.result()  # a failure nats-py raised itself (reconnects are on: rare)
+        except BaseException:
+            # Timed out, refused, or cancelled (SIGTERM while connecting): stop the attempts.
+            attempt.cancel()
+            with contextlib.suppress(BaseException):
+                await attempt
+            with contextlib.suppress(Exception):
+                await nc.close()
+            raise
+        finally:
+            refused.cancel()
+        watch.connected = True
         v = nc.connected_server_version
         try:
             check_server_version((v.major, v.minor, v.patch), settings.min_server_version)
