@@ -215,7 +215,10 @@ def test_dashboard_variables_and_job_filters() -> None:
             for sel in re.findall(r"DCGM_FI_\w+(\{[^}]*\})?", e):
                 assert 'job=~"$gpu_job"' in sel, (key, e)
     routing = {p["title"]: _exprs(p) for p in boards["seedance-routing"]["panels"]}
-    for title in ("Router batch latency", "SLO: router batches under 100 ms"):
+    for title in (
+        "Router inference latency (p50, p99)",
+        "SLO: inference requests answered OK under 100 ms",
+    ):
         assert all("seedance_router_request_duration_seconds" in e for e in routing[title])
     cost = " ".join(_exprs(boards["seedance-cost"]["panels"]))
     assert "seedance_cost_ledger_idle_cost_usd_total" in cost
