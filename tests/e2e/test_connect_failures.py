@@ -108,7 +108,8 @@ def test_no_server_at_the_url_ends_within_the_bound_with_one_line() -> None:
     assert time.monotonic() - started < 2 + START_SLACK_S
     assert code == EXIT_BUS_UNAVAILABLE == 69
     last = records[-1]
-    assert last["event"] == "nats_unavailable" and last["level"] == "error"
+    assert last["event"] == "nats_unavailable"
+    assert last["level"] == "error"
     assert f"could not connect to NATS at {url} within 2 s" in last["reason"]
     assert "Check that a nats-server runs there" in last["reason"]
     assert "NATS_URL" in last["reason"]

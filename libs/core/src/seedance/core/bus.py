@@ -98,6 +98,7 @@ class _ConnectWatch:
     def __init__(self, settings: BusSettings) -> None:
         self.settings = settings
         self.connected = False
+        self.closing = False  # our own close: its disconnect is not news
         self.last_error: BaseException | None = None
         self.refused = asyncio.Event()
         self._failures = 0
@@ -119,7 +120,7 @@ class _ConnectWatch:
         log.warning("nats_error", url=self.settings.url, error=_describe(exc))
 
     async def disconnected(self) -> None:
-        if self.connected:
+        if self.connected and not self.closing:
             log.warning("nats_disconnected", url=self.settings.url)
 
     async def reconnected(self) -> None:
@@ -170,6 +171,7 @@ class Bus:
         self.settings = settings
         #: Pipelined JetStream publishing (one reply subscription, acks per batch).
         self.publisher = Publisher(nc)
+        self._watch: _ConnectWatch | None = None
 
     @classmethod
     async def connect(cls, settings: BusSettings) -> Bus:
@@ -232,11 +234,15 @@ class Bus:
         except BaseException:
             await nc.close()  # whatever failed, the connection is not left behind
             raise
-        return cls(nc, settings)
+        bus = cls(nc, settings)
+        bus._watch = watch
+        return bus
 
     async def close(self) -> None:
         if self.nc.is_closed:
             return
+        if self._watch is not None:
+            self._watch.closing = True
         await self.publisher.close()
         try:
             await self.nc.drain()
