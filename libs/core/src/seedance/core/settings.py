@@ -57,10 +57,13 @@ def _refuse_unknown(cls: type[msgspec.Struct], prefix: str, env: Mapping[str, st
     unknown = sorted(k for k in env if k.startswith(prefix) and k not in known)
     if not unknown:
         return
+    fields = sorted(name.upper() for name in cls.__struct_fields__)
     hints = []
     for key in unknown:
-        close = difflib.get_close_matches(key, sorted(known), n=1)
-        hints.append(f"{key} (did you mean {close[0]}?)" if close else key)
+        # Compared without the prefix, which every name shares and which would make any
+        # two look alike.
+        close = difflib.get_close_matches(key[len(prefix) :], fields, n=1)
+        hints.append(f"{key} (did you mean {prefix}{close[0]}?)" if close else key)
     raise SettingsError(
         f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(hints)}: "
         f"{prefix}* accepts {', '.join(sorted(known))}"
