@@ -164,3 +164,37 @@ def test_a_misspelt_setting_is_refused_naming_the_right_one() -> None:
     assert line.startswith(
         "unknown setting SEEDANCE_SLICER_POLCY (did you mean SEEDANCE_SLICER_POLICY?)"
     )
+
+
+def test_sigterm_while_reconnecting_exits_within_the_grace_period_in_structured_lines() -> None:
+    """NATS goes away under a running service; SIGTERM still ends it, inside Kubernetes' 30 s.
+
+    What needs the server at stop (the slicer's lease, the drain) cannot be done: the exit
+    status says so (69) and one line why, and the lease lapses after its TTL.
+    """
+    server = NatsServer()
+    port = free_port()
+    proc = start_slicer(server.url, SEEDANCE_SLICER_HTTP_PORT=str(port))
+    try:
+        deadline = time.monotonic() + START_SLACK_S
+        while wait_http(proc, port, "/readyz", timeout_s=START_SLACK_S)[0] != 200:
+            assert time.monotonic() < deadline, "never ready"
+            time.sleep(0.1)  # polling readiness; bounded by the deadline
+        server.stop()
+        while http_get(port, "/readyz")[0] != 503:
+            assert time.monotonic() < deadline + 10, "still ready with no server"
+            time.sleep(0.1)  # the client notices the closed socket; bounded
+        assert http_get(port, "/healthz")[0] == 200  # alive: a restart would not bring NATS back
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code, records = finish(proc, timeout_s=30)
+        assert time.monotonic() - sent < 30
+    finally:
+        server.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == EXIT_BUS_UNAVAILABLE
+    assert records[-1]["event"] == "service_stop_incomplete"
+    # The reconnect loop's failures are one line, not one per attempt.
+    assert sum(r["event"] == "nats_error" for r in records) <= 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -72,6 +73,8 @@ class BusSettings:
 
 #: nats-py's per-attempt socket timeout, within the overall bound above.
 _ATTEMPT_TIMEOUT_S = 5.0
+#: While the connection is lost, at most one error line per this many seconds.
+_ERROR_LINE_EVERY_S = 60.0
 
 
 def _who(settings: BusSettings) -> str:
@@ -102,6 +105,8 @@ class _ConnectWatch:
         self.last_error: BaseException | None = None
         self.refused = asyncio.Event()
         self._failures = 0
+        self._failing_since_log = 0  # errors since the last line, once connected
+        self._last_line = 0.0
 
     async def error(self, exc: Exception) -> None:
         if not self.connected:
@@ -117,13 +122,27 @@ class _ConnectWatch:
                     within_s=self.settings.connect_timeout_s,
                 )
             return
-        log.warning("nats_error", url=self.settings.url, error=_describe(exc))
+        # A reconnect loop fails every reconnect_time_wait (2 s): one line, then one a minute
+        # with the count, not hundreds.
+        self._failing_since_log += 1
+        now = time.monotonic()
+        if not self._last_line or now - self._last_line >= _ERROR_LINE_EVERY_S:
+            log.warning(
+                "nats_error",
+                url=self.settings.url,
+                error=_describe(exc),
+                errors_since_last_line=self._failing_since_log,
+            )
+            self._failing_since_log = 0
+            self._last_line = now
 
     async def disconnected(self) -> None:
         if self.connected and not self.closing:
             log.warning("nats_disconnected", url=self.settings.url)
 
     async def reconnected(self) -> None:
+        self._failing_since_log = 0
+        self._last_line = 0.0
         log.info("nats_reconnected", url=self.settings.url)
 
     def failure(self) -> BusUnavailable:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, Self
 
 from prometheus_client import CollectorRegistry
 
-from seedance.core.bus import Bus, BusSettings
+from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus, BusSettings
 from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
 from seedance.core.errors import BusUnavailable, ServerTooOld
 from seedance.core.http import HealthServer
@@ -218,6 +218,7 @@ async def serve(service: Service) -> None:
     A signal during ``start()`` (still connecting, provisioning) cancels it and the process
     exits 0, as after a drain. A first connection that fails raises ``SystemExit`` with
     ``EXIT_BUS_UNAVAILABLE`` or ``EXIT_BUS_REFUSED`` after one ``nats_unavailable`` log line.
+    Any other failure ends the process with status 1 after one ``service_failed`` line.
     """
     loop = asyncio.get_running_loop()
     starting = asyncio.ensure_future(service.start())
@@ -245,8 +246,31 @@ async def serve(service: Service) -> None:
             log.error("nats_refused", reason=str(exc))
             raise SystemExit(EXIT_BUS_UNAVAILABLE) from None
         await service.run()
+    except Exception:
+        # Not carried on from: the process ends, but with one structured line (the traceback
+        # inside it) rather than the interpreter's multi-line dump.
+        log.exception("service_failed")
+        raise SystemExit(1) from None
     finally:
+        await _stop_and_close(service)
+
+
+async def _stop_and_close(service: Service) -> None:
+    """Stop and release; a bus that went away meanwhile ends the process with one line.
+
+    Stopping while NATS is unreachable (a SIGTERM during a reconnect) cannot settle or release
+    what needs the server (a lease, the drain); what was not settled is redelivered to another
+    replica, a lease lapses after its TTL. The exit status says the stop was not clean.
+    """
+    try:
         await service.stop()
         closer = getattr(service, "close", None)
         if closer is not None:
             await closer()
+    except TRANSIENT_BUS_ERRORS as exc:
+        log.error(
+            "service_stop_incomplete",
+            error=f"{type(exc).__name__}: {exc}",
+            reason="NATS was unreachable while stopping; unsettled messages are redelivered",
+        )
+        raise SystemExit(EXIT_BUS_UNAVAILABLE) from None
