@@ -21,3 +21,13 @@ k8s-render: install  ## render deploy/k8s/overlays/$(OVERLAY) (default dev) with
 .PHONY: scale-demo
 scale-demo: install  ## 3-node NATS cluster, 2 replicas per service, kill a node and replicas, count
 	nice $(PY) -m tools.scale_demo --duration-s $(SCALE_DEMO_S) $(SCALE_DEMO_ARGS)
+
+# Debian's Prometheus for the dashboards' test (tests/e2e/test_dashboards_prometheus.py), the
+# way Chromium is installed for the report's: `system-deps` (a prerequisite of `make test`)
+# takes this as one more prerequisite. No recommends: the exporters are not needed.
+.PHONY: system-deps-prometheus
+system-deps: system-deps-prometheus
+system-deps-prometheus:  ## install Debian's prometheus (apt-get) when `prometheus` is missing
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; \
+	  else echo "prometheus missing: run 'sudo apt-get install -y --no-install-recommends prometheus'" >&2; exit 1; fi; }

@@ -105,6 +105,7 @@ def metric_names() -> set[str]:
 
     from seedance.core.metrics import BusMetrics
     from seedance.cost_ledger.service import LedgerMetrics
+    from seedance.router.gateway.metrics import GatewayMetrics
     from seedance.slicer.service import SlicerMetrics
     from seedance.telemetry_collector.prometheus import DCGM_GPU_METRICS
 
@@ -113,6 +114,7 @@ def metric_names() -> set[str]:
         BusMetrics(registry, name)
     LedgerMetrics(registry)
     SlicerMetrics(registry)
+    GatewayMetrics(registry, models=(), regions=())
     names: set[str] = set(DCGM_GPU_METRICS)
     for family in registry.collect():
         names.add(family.name)

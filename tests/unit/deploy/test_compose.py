@@ -162,9 +162,6 @@ def test_dashboards_use_only_metrics_the_code_exports() -> None:
     known = metric_names()
     dashboards = sorted((COMPOSE_DIR / "grafana" / "dashboards").glob("*.json"))
     assert {d.stem for d in dashboards} == {"seedance-fleet", "seedance-routing", "seedance-cost"}
-    datasource = yaml.safe_load(
-        (COMPOSE_DIR / "grafana" / "provisioning" / "datasources" / "prometheus.yaml").read_text()
-    )["datasources"][0]
     for path in dashboards:
         board = json.loads(path.read_text())
         exprs = _exprs(board["panels"])
@@ -172,8 +169,59 @@ def test_dashboards_use_only_metrics_the_code_exports() -> None:
         used = {m for e in exprs for m in re.findall(r"\b(?:seedance_\w+|DCGM_FI_\w+)", e)}
         assert used, path
         assert not used - known, f"{path.name}: not exported by any service: {used - known}"
-        for p in board["panels"]:
-            assert p["datasource"]["uid"] == datasource["uid"], (path.name, p["title"])
+
+
+def _datasource_refs(node: Any) -> list[Any]:
+    """Every ``datasource`` value anywhere in a dashboard (panels, targets, variables)."""
+    if isinstance(node, dict):
+        found = [node["datasource"]] if "datasource" in node else []
+        return found + [r for v in node.values() for r in _datasource_refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _datasource_refs(v)]
+    return []
+
+
+@pytest.mark.parametrize("name", ["seedance-fleet", "seedance-routing", "seedance-cost"])
+def test_dashboards_name_no_fixed_datasource(name: str) -> None:
+    """Importable into any Grafana: every query goes through the ``${datasource}`` variable."""
+    board = json.loads((COMPOSE_DIR / "grafana" / "dashboards" / f"{name}.json").read_text())
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert not variables["datasource"].get("current"), "a saved choice would pin one uid"
+    refs = _datasource_refs(board)
+    assert len(refs) > len(board["panels"])  # panels and their targets at least
+    assert all(r == {"type": "prometheus", "uid": "${datasource}"} for r in refs), refs
+    # No uid by another road (a nested object, a string-form datasource): every uid in the file
+    # but the dashboard's own is the variable.
+    uids = re.findall(r'"uid": "([^"]*)"', json.dumps(board))
+    assert uids[0] == board["uid"] == name
+    assert set(uids[1:]) == {"${datasource}"}
+    assert "__inputs" not in board  # an export with fixed inputs, not a portable dashboard
+
+
+def test_dashboard_variables_and_job_filters() -> None:
+    """tenant/node/model variables filter the queries; DCGM series are the collector's job's."""
+    boards = {
+        p.stem: json.loads(p.read_text())
+        for p in (COMPOSE_DIR / "grafana" / "dashboards").glob("*.json")
+    }
+    names = {k: {v["name"] for v in b["templating"]["list"]} for k, b in boards.items()}
+    assert {"node", "model", "gpu_job"} <= names["seedance-fleet"]
+    assert {"tenant", "node"} <= names["seedance-cost"]
+    assert "model" in names["seedance-routing"]
+    for key, board in boards.items():
+        for e in _exprs(board["panels"]):
+            for sel in re.findall(r"DCGM_FI_\w+(\{[^}]*\})?", e):
+                assert 'job=~"$gpu_job"' in sel, (key, e)
+    routing = {p["title"]: _exprs(p) for p in boards["seedance-routing"]["panels"]}
+    for title in (
+        "Router inference latency (p50, p99)",
+        "SLO: inference requests answered OK under 100 ms",
+    ):
+        assert all("seedance_router_request_duration_seconds" in e for e in routing[title])
+    cost = " ".join(_exprs(boards["seedance-cost"]["panels"]))
+    assert "seedance_cost_ledger_idle_cost_usd_total" in cost
 
 
 def test_grafana_provisioning_points_at_the_mounted_dashboards(compose: dict[str, Any]) -> None:

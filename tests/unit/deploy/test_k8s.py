@@ -50,6 +50,8 @@ def validators() -> dict[str, jsonschema.protocols.Validator]:
         out[kind] = jsonschema.Draft202012Validator(full)
     keda = json.loads((DEPLOY / "schemas" / "keda-scaledobject.json").read_text())
     out["ScaledObject"] = jsonschema.Draft202012Validator(keda)
+    monitor = json.loads((DEPLOY / "schemas" / "servicemonitor.json").read_text())
+    out["ServiceMonitor"] = jsonschema.Draft202012Validator(monitor)
     return out
 
 
@@ -90,6 +92,37 @@ def test_the_schemas_reject_what_the_api_server_would() -> None:
     scaled = json.loads(json.dumps(by_kind(render("dev"), "ScaledObject")["graph-compiler"]))
     scaled["spec"]["minReplicas"] = 1  # an HPA field, not a ScaledObject one
     assert errors_of(scaled)
+    monitor = json.loads(json.dumps(by_kind(render("prod"), "ServiceMonitor")["seedance"]))
+    monitor["spec"]["endpoints"][0]["intervall"] = "15s"  # misspelt
+    assert errors_of(monitor)
+
+
+def test_service_monitor_scrapes_every_service_under_its_compose_job_name() -> None:
+    """prod's ServiceMonitor reaches each service's `http` port through a Service; job names
+    are the services' names, as in compose's prometheus.yml (the dashboards filter on them)."""
+    docs = render("prod")
+    (monitor,) = by_kind(docs, "ServiceMonitor").values()
+    assert "ServiceMonitor" not in {d["kind"] for d in render("dev")}  # no operator assumed
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
+    job_label = monitor["spec"]["jobLabel"]
+    (expr,) = monitor["spec"]["selector"]["matchExpressions"]
+    selected = [
+        svc
+        for svc in by_kind(docs, "Service").values()
+        if svc["metadata"]["labels"].get(expr["key"]) in expr["values"]
+    ]
+    jobs = {svc["metadata"]["labels"][job_label] for svc in selected}
+    scrape = yaml.safe_load((DEPLOY / "compose" / "prometheus" / "prometheus.yml").read_text())
+    assert jobs == {c["job_name"] for c in scrape["scrape_configs"]} == set(SERVICES)
+    works = workloads(docs)
+    for svc in selected:
+        name = svc["metadata"]["labels"][job_label]
+        pod = works[name]["spec"]["template"]
+        assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+        (port,) = [p for p in svc["spec"]["ports"] if p["name"] == endpoint["port"]]
+        (container,) = pod["spec"]["containers"]
+        assert port["targetPort"] in {p["name"] for p in container["ports"]}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -12,7 +12,13 @@ from seedance.core.bus import (
 )
 from seedance.core.clock import Clock, VirtualClock, WallClock
 from seedance.core.consumer import Delivery, PullConsumer, dead_letter_of
-from seedance.core.errors import InvalidMessage, RetryableError, SeedanceError, ServerTooOld
+from seedance.core.errors import (
+    BusUnavailable,
+    InvalidMessage,
+    RetryableError,
+    SeedanceError,
+    ServerTooOld,
+)
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.core.retry import RetryPolicy
 from seedance.core.service import Lifecycle, Service, ServiceRuntime, serve
@@ -22,6 +28,7 @@ __all__ = [
     "TRANSIENT_BUS_ERRORS",
     "Bus",
     "BusSettings",
+    "BusUnavailable",
     "Clock",
     "Delivery",
     "InvalidMessage",

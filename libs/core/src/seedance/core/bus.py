@@ -8,7 +8,9 @@ not know any service's events beyond the ``Event`` base.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -19,7 +21,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 
-from seedance.core.errors import NoStream, ServerTooOld
+from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
 from seedance.core.logs import get_logger
 from seedance.core.publisher import PubAck, Publisher, PublishRefused
 from seedance.core.tracing import inject_headers, tracer
@@ -63,7 +65,108 @@ class BusSettings:
     #: user may subscribe only to its own prefix (see deploy/auth/users.yaml).
     inbox_prefix: str | None = None
     min_server_version: tuple[int, int, int] = MIN_SERVER_VERSION
-    connect_timeout_s: float = 5.0
+    #: How long the first connection may take, all attempts together (``SEEDANCE_CONNECT_
+    #: TIMEOUT_S``); then ``connect`` raises ``BusUnavailable``. Once connected, a lost
+    #: connection is retried for ever (a NATS restart must not kill the services).
+    connect_timeout_s: float = 10.0
+
+
+#: nats-py's per-attempt socket timeout, within the overall bound above.
+_ATTEMPT_TIMEOUT_S = 5.0
+#: While the connection is lost, at most one error line per this many seconds.
+_ERROR_LINE_EVERY_S = 60.0
+
+
+def _who(settings: BusSettings) -> str:
+    if settings.creds:
+        return f"the credentials in {settings.creds} (NATS_CREDS)"
+    if settings.user:
+        return f"user {settings.user!r} (NATS_USER / NATS_PASSWORD)"
+    return "no user (NATS_USER and NATS_CREDS unset)"
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    return isinstance(exc, nats.errors.AuthorizationError) or (
+        "authorization violation" in str(exc).lower()
+    )
+
+
+class _ConnectWatch:
+    """nats-py's callbacks as structured log lines (its defaults log multi-line tracebacks).
+
+    During the first connection it remembers the last error, logs the first failure once and
+    stops the attempts at an authorization violation (retrying a wrong password cannot help).
+    """
+
+    def __init__(self, settings: BusSettings) -> None:
+        self.settings = settings
+        self.connected = False
+        self.closing = False  # our own close: its disconnect is not news
+        self.last_error: BaseException | None = None
+        self.refused = asyncio.Event()
+        self._failures = 0
+        self._failing_since_log = 0  # errors since the last line, once connected
+        self._last_line = 0.0
+
+    async def error(self, exc: Exception) -> None:
+        if not self.connected:
+            self.last_error = exc
+            self._failures += 1
+            if _is_auth_error(exc):
+                self.refused.set()
+            elif self._failures == 1:
+                log.warning(
+                    "nats_connect_retrying",
+                    url=self.settings.url,
+                    error=_describe(exc),
+                    within_s=self.settings.connect_timeout_s,
+                )
+            return
+        # A reconnect loop fails every reconnect_time_wait (2 s): one line, then one a minute
+        # with the count, not hundreds.
+        self._failing_since_log += 1
+        now = time.monotonic()
+        if not self._last_line or now - self._last_line >= _ERROR_LINE_EVERY_S:
+            log.warning(
+                "nats_error",
+                url=self.settings.url,
+                error=_describe(exc),
+                errors_since_last_line=self._failing_since_log,
+            )
+            self._failing_since_log = 0
+            self._last_line = now
+
+    async def disconnected(self) -> None:
+        if self.connected and not self.closing:
+            log.warning("nats_disconnected", url=self.settings.url)
+
+    async def reconnected(self) -> None:
+        self._failing_since_log = 0
+        self._last_line = 0.0
+        log.info("nats_reconnected", url=self.settings.url)
+
+    def failure(self) -> BusUnavailable:
+        s = self.settings
+        exc = self.last_error
+        if self.refused.is_set():  # sticky: nats-py may report the closed socket after it
+            return BusUnavailable(
+                f"NATS at {s.url} refused {_who(s)}: authorization violation. Check the user "
+                "and password (or credentials file) against the server's authorization "
+                "(deploy/auth/users.yaml for Seedance's own servers).",
+                refused=True,
+            )
+        why = _describe(exc) if exc is not None else "no answer"
+        return BusUnavailable(
+            f"could not connect to NATS at {s.url} within {s.connect_timeout_s:g} s ({why}). "
+            "Check that a nats-server runs there and that NATS_URL names it (host and port); "
+            "SEEDANCE_CONNECT_TIMEOUT_S sets how long to try.",
+            refused=False,
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.replace("\n", " ")
 
 
 def check_server_version(version: tuple[int, int, int], minimum: tuple[int, int, int]) -> None:
@@ -87,6 +190,7 @@ class Bus:
         self.settings = settings
         #: Pipelined JetStream publishing (one reply subscription, acks per batch).
         self.publisher = Publisher(nc)
+        self._watch: _ConnectWatch | None = None
 
     @classmethod
     async def connect(
@@ -97,13 +201,25 @@ class Bus:
     ) -> Bus:
         """Connect and check the server version; raise ``ServerTooOld`` (and close) if too old.
 
-        ``error_cb`` hears the server's asynchronous errors (a permissions violation: a client
-        reports which subject was refused rather than a timeout); nats-py logs them otherwise.
+        The first connection ends within ``settings.connect_timeout_s``, or at once on an
+        authorization violation, with ``BusUnavailable`` saying what to check. ``error_cb``
+        also hears the server's asynchronous errors (a permissions violation: a client reports
+        which subject was refused rather than a timeout).
         """
+        watch = _ConnectWatch(settings)
+
+        async def on_error(exc: Exception) -> None:
+            await watch.error(exc)
+            if error_cb is not None:
+                await error_cb(exc)
+
         kwargs: dict[str, object] = {
             "servers": [u.strip() for u in settings.url.split(",")],
             "name": settings.name,
-            "connect_timeout": settings.connect_timeout_s,
+            "connect_timeout": min(_ATTEMPT_TIMEOUT_S, settings.connect_timeout_s),
+            "error_cb": on_error,
+            "disconnected_cb": watch.disconnected,
+            "reconnected_cb": watch.reconnected,
             "max_reconnect_attempts": -1,
             "allow_reconnect": True,
             # Draining waits for in-flight messages of every subscription; bound it so that a
@@ -112,14 +228,34 @@ class Bus:
         }
         if settings.inbox_prefix:
             kwargs["inbox_prefix"] = settings.inbox_prefix
-        if error_cb is not None:
-            kwargs["error_cb"] = error_cb
         if settings.creds:
             kwargs["user_credentials"] = settings.creds
         if settings.user:
             kwargs["user"] = settings.user
             kwargs["password"] = settings.password or ""
-        nc = await nats.connect(**kwargs)  # type: ignore[arg-type]
+        nc = NATS()
+        attempt = asyncio.ensure_future(nc.connect(**kwargs))  # type: ignore[arg-type]
+        refused = asyncio.ensure_future(watch.refused.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {attempt, refused},
+                timeout=settings.connect_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if attempt not in done:
+                raise watch.failure()
+            attempt.result()  # a failure nats-py raised itself (reconnects are on: rare)
+        except BaseException:
+            # Timed out, refused, or cancelled (SIGTERM while connecting): stop the attempts.
+            attempt.cancel()
+            with contextlib.suppress(BaseException):
+                await attempt
+            with contextlib.suppress(Exception):
+                await nc.close()
+            raise
+        finally:
+            refused.cancel()
+        watch.connected = True
         v = nc.connected_server_version
         try:
             check_server_version((v.major, v.minor, v.patch), settings.min_server_version)
@@ -130,11 +266,15 @@ class Bus:
         except BaseException:
             await nc.close()  # whatever failed, the connection is not left behind
             raise
-        return cls(nc, settings)
+        bus = cls(nc, settings)
+        bus._watch = watch
+        return bus
 
     async def close(self) -> None:
         if self.nc.is_closed:
             return
+        if self._watch is not None:
+            self._watch.closing = True
         await self.publisher.close()
         try:
             await self.nc.drain()

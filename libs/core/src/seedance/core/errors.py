@@ -12,7 +12,14 @@ reached, and then dead-lettered, so that a bug never loses a message and never b
 
 from __future__ import annotations
 
-__all__ = ["InvalidMessage", "NoStream", "RetryableError", "SeedanceError", "ServerTooOld"]
+__all__ = [
+    "BusUnavailable",
+    "InvalidMessage",
+    "NoStream",
+    "RetryableError",
+    "SeedanceError",
+    "ServerTooOld",
+]
 
 
 class SeedanceError(Exception):
@@ -41,3 +48,15 @@ class ServerTooOld(SeedanceError):
 
 class NoStream(SeedanceError):
     """Nothing stores the subject published to: the streams have not been provisioned."""
+
+
+class BusUnavailable(SeedanceError):
+    """The first connection to NATS failed within its bound; the message says what to check.
+
+    ``refused`` is True when the server answered and refused the credentials (authorization
+    violation), False when nothing usable answered at the URL in time.
+    """
+
+    def __init__(self, message: str, *, refused: bool) -> None:
+        super().__init__(message)
+        self.refused = refused

@@ -1,7 +1,9 @@
 """A tiny HTTP endpoint per service: ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
 
 Built on asyncio streams so that no web framework enters the services' images for three GET
-routes. Readiness is a callable the service provides (connected to NATS, consumers bound).
+routes. Readiness is a callable the service provides (connected to NATS, consumers bound);
+so is liveness's "connecting" state: the endpoint is up before the first connection to NATS,
+and ``/healthz`` answers 503 with what it is waiting for until that connection is made.
 """
 
 from __future__ import annotations
@@ -16,10 +18,17 @@ __all__ = ["HealthServer"]
 
 class HealthServer:
     def __init__(
-        self, registry: CollectorRegistry, ready: Callable[[], bool], host: str, port: int
+        self,
+        registry: CollectorRegistry,
+        ready: Callable[[], bool],
+        host: str,
+        port: int,
+        *,
+        waiting_for: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._registry = registry
         self._ready = ready
+        self._waiting_for = waiting_for
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
@@ -49,7 +58,10 @@ class HealthServer:
             if path == "/metrics":
                 status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(self._registry)
             elif path == "/healthz":
-                status, ctype, body = "200 OK", "text/plain", b"ok\n"
+                waiting = self._waiting_for()
+                status = "200 OK" if waiting is None else "503 Service Unavailable"
+                text = "ok\n" if waiting is None else f"not ready: {waiting}\n"
+                ctype, body = "text/plain", text.encode()
             elif path == "/readyz":
                 ok = self._ready()
                 status = "200 OK" if ok else "503 Service Unavailable"

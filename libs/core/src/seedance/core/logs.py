@@ -31,7 +31,22 @@ def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    # Libraries' stdlib records (nats-py, grpc, asyncio) go through the same renderer: one
+    # structured line each, their tracebacks inside it (JSON escapes the newlines).
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

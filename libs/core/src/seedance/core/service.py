@@ -4,12 +4,15 @@ Every Seedance service is a class with ``async start()``, ``async run()`` and an
 ``async stop()``, usable with ``async with``. ``ServiceRuntime`` is the part they all share: the
 bus connection, the metrics registry and health endpoint, and a task group running the service's
 consumers and periodic loops. ``serve()`` is what a ``main()`` calls: it wires SIGTERM/SIGINT to a
-clean drain (consumers settle the batch in hand, then the connection drains).
+clean drain (consumers settle the batch in hand, then the connection drains) in every state: a
+signal that lands while the service is still connecting cancels the start. A first connection
+that fails within its bound ends the process with one log line saying what to check.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -17,14 +20,27 @@ from typing import Any, Protocol, Self
 
 from prometheus_client import CollectorRegistry
 
-from seedance.core.bus import Bus, BusSettings
+from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus, BusSettings
 from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
+from seedance.core.errors import BusUnavailable, ServerTooOld
 from seedance.core.http import HealthServer
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
 from seedance.events.subjects import consumer
 
-__all__ = ["Lifecycle", "Service", "ServiceRuntime", "serve"]
+__all__ = [
+    "EXIT_BUS_REFUSED",
+    "EXIT_BUS_UNAVAILABLE",
+    "Lifecycle",
+    "Service",
+    "ServiceRuntime",
+    "serve",
+]
+
+#: Exit statuses of a service whose first connection failed (sysexits.h: EX_UNAVAILABLE, EX_NOPERM),
+#: so that a supervisor or a script can tell "nothing there" from "wrong credentials".
+EXIT_BUS_UNAVAILABLE = os.EX_UNAVAILABLE
+EXIT_BUS_REFUSED = os.EX_NOPERM
 
 log = get_logger(__name__)
 
@@ -74,7 +90,9 @@ class ServiceRuntime(Lifecycle):
         self._bus_settings = bus_settings
         self._bus: Bus | None = None
         self._http = (
-            HealthServer(self.registry, self.ready, http_host, http_port)
+            HealthServer(
+                self.registry, self.ready, http_host, http_port, waiting_for=self._waiting_for
+            )
             if http_port is not None
             else None
         )
@@ -95,6 +113,12 @@ class ServiceRuntime(Lifecycle):
 
     def ready(self) -> bool:
         return self._bus is not None and self._bus.nc.is_connected
+
+    def _waiting_for(self) -> str | None:
+        """What ``/healthz`` reports until the first connection (then: alive, ``None``)."""
+        if self._bus is None:
+            return f"connecting to NATS at {self._bus_settings.url}"
+        return None
 
     def consume(
         self,
@@ -131,17 +155,21 @@ class ServiceRuntime(Lifecycle):
     async def start(self) -> None:
         if self._started:
             return
-        self._bus = await Bus.connect(self._bus_settings)
+        # The endpoint is up first, so that a probe sees "connecting" rather than nothing.
+        if self._http:
+            await self._http.start()
         try:
+            self._bus = await Bus.connect(self._bus_settings)
             await self._bus.ensure_streams()
             for c in self._consumers:
                 await c.start(self._bus)
-            if self._http:
-                await self._http.start()
         except BaseException:
             # A failed start leaves nothing open, and a second start() connects afresh.
-            await self._bus.close()
-            self._bus = None
+            if self._bus is not None:
+                await self._bus.close()
+                self._bus = None
+            if self._http:
+                await self._http.stop()
             raise
         self._started = True
         log.info("service_started", service=self.name, http_port=self.http_port)
@@ -185,15 +213,64 @@ class ServiceRuntime(Lifecycle):
 
 
 async def serve(service: Service) -> None:
-    """Run ``service`` until SIGTERM or SIGINT, then stop it cleanly."""
+    """Run ``service`` until SIGTERM or SIGINT, then stop it cleanly.
+
+    A signal during ``start()`` (still connecting, provisioning) cancels it and the process
+    exits 0, as after a drain. A first connection that fails raises ``SystemExit`` with
+    ``EXIT_BUS_UNAVAILABLE`` or ``EXIT_BUS_REFUSED`` after one ``nats_unavailable`` log line.
+    Any other failure ends the process with status 1 after one ``service_failed`` line.
+    """
     loop = asyncio.get_running_loop()
+    starting = asyncio.ensure_future(service.start())
+    stops: list[asyncio.Future[None]] = []  # held: a task nobody references may be collected
+
+    def on_signal() -> None:
+        if not starting.done():
+            starting.cancel()
+        stops.append(asyncio.ensure_future(service.stop()))
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(service.stop()))
+        loop.add_signal_handler(sig, on_signal)
     try:
-        await service.start()
+        try:
+            await starting
+        except asyncio.CancelledError:
+            if not stops:
+                raise
+            log.info("service_stopped_while_starting")
+            return
+        except BusUnavailable as exc:
+            log.error("nats_unavailable", reason=str(exc))
+            raise SystemExit(EXIT_BUS_REFUSED if exc.refused else EXIT_BUS_UNAVAILABLE) from None
+        except ServerTooOld as exc:
+            log.error("nats_refused", reason=str(exc))
+            raise SystemExit(EXIT_BUS_UNAVAILABLE) from None
         await service.run()
+    except Exception:
+        # Not carried on from: the process ends, but with one structured line (the traceback
+        # inside it) rather than the interpreter's multi-line dump.
+        log.exception("service_failed")
+        raise SystemExit(1) from None
     finally:
+        await _stop_and_close(service)
+
+
+async def _stop_and_close(service: Service) -> None:
+    """Stop and release; a bus that went away meanwhile ends the process with one line.
+
+    Stopping while NATS is unreachable (a SIGTERM during a reconnect) cannot settle or release
+    what needs the server (a lease, the drain); what was not settled is redelivered to another
+    replica, a lease lapses after its TTL. The exit status says the stop was not clean.
+    """
+    try:
         await service.stop()
         closer = getattr(service, "close", None)
         if closer is not None:
             await closer()
+    except TRANSIENT_BUS_ERRORS as exc:
+        log.error(
+            "service_stop_incomplete",
+            error=f"{type(exc).__name__}: {exc}",
+            reason="NATS was unreachable while stopping; unsettled messages are redelivered",
+        )
+        raise SystemExit(EXIT_BUS_UNAVAILABLE) from None

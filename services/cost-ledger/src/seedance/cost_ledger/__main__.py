@@ -7,7 +7,7 @@ import sys
 
 from seedance.core import ServiceRuntime, serve
 from seedance.core.logs import configure_logging
-from seedance.core.settings import bus_settings, load_settings
+from seedance.core.settings import SettingsError, bus_settings, load_settings
 from seedance.core.tracing import configure_tracing
 from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import LedgerReplica
@@ -56,7 +56,11 @@ def report(argv: list[str]) -> int:
 def main() -> int | None:
     if sys.argv[1:2] == ["report"]:
         return report(sys.argv[2:])
-    settings = load_settings(LedgerSettings, NAME)
+    try:
+        settings = load_settings(LedgerSettings, NAME)
+        bus = bus_settings(NAME)
+    except SettingsError as exc:
+        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
     configure_logging()
     configure_tracing(NAME)
     book = core.load_price_book(settings.price_book) if settings.price_book else None
@@ -67,7 +71,7 @@ def main() -> int | None:
         tenants=settings.tenant_set(),
         max_ahead_s=settings.max_ahead_s,
     )
-    runtime = ServiceRuntime(NAME, bus_settings(NAME), http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
     service = LedgerService(
         runtime,
         replica,

@@ -48,7 +48,7 @@ from seedance.core.publisher import AckedBatch
 from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
 from seedance.events import DecodeError, decode, derived_event_id, encode
-from seedance.events.cost import CostEntry
+from seedance.events.cost import CostEntry, CostKind
 from seedance.events.subjects import Header, dlq, replica_consumer
 
 __all__ = ["LedgerMetrics", "LedgerService"]
@@ -98,6 +98,12 @@ class LedgerMetrics:
             "seedance_cost_ledger_cost_usd_total",
             "Positive cost entries this replica published first, by tenant (the bill: the stream).",
             ["tenant"],
+            registry=registry,
+        )
+        self.idle_cost_usd_total = Counter(
+            "seedance_cost_ledger_idle_cost_usd_total",
+            "Positive idle-capacity cost entries this replica published first, by node.",
+            ["node"],
             registry=registry,
         )
         self.dead_letters_total = Counter(
@@ -414,13 +420,13 @@ class LedgerService(Lifecycle):
         for p, a in zip(pubs, acks, strict=True):
             # A counter cannot go down: downward adjustments (late facts) are only in the
             # stream, so this is an upper bound for dashboards, not the bill.
-            if (
-                not a.duplicate
-                and isinstance(p.event, CostEntry)
-                and p.event.tenant
-                and p.event.cost_micro_usd > 0
-            ):
-                self.metrics.cost_usd_total.labels(p.event.tenant).inc(p.event.cost_micro_usd / 1e6)
+            if a.duplicate or not isinstance(p.event, CostEntry) or p.event.cost_micro_usd <= 0:
+                continue
+            usd = p.event.cost_micro_usd / 1e6
+            if p.event.kind == CostKind.IDLE:
+                self.metrics.idle_cost_usd_total.labels(p.event.node).inc(usd)
+            elif p.event.tenant:
+                self.metrics.cost_usd_total.labels(p.event.tenant).inc(usd)
         self.metrics.published_total.labels("true").inc(dup)
         self.metrics.published_total.labels("false").inc(len(acks) - dup)
         self.replica.confirm_published(pubs)

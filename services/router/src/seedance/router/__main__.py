@@ -10,7 +10,7 @@ import asyncio
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.logs import configure_logging
-from seedance.core.settings import bus_settings, load_settings
+from seedance.core.settings import SettingsError, bus_settings, load_settings
 from seedance.core.tracing import configure_tracing
 from seedance.router.service import RouterService
 from seedance.router.settings import RouterSettings
@@ -19,10 +19,14 @@ NAME = "router"
 
 
 def main() -> None:
-    settings = load_settings(RouterSettings, NAME)
+    try:
+        settings = load_settings(RouterSettings, NAME)
+        bus = bus_settings(NAME)
+    except SettingsError as exc:
+        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
     configure_logging()
     configure_tracing(NAME)
-    runtime = ServiceRuntime(NAME, bus_settings(NAME), http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
     service = RouterService(runtime, settings, WallClock())
     asyncio.run(serve(service))
 

@@ -6,7 +6,7 @@ import asyncio
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.logs import configure_logging
-from seedance.core.settings import bus_settings, load_settings
+from seedance.core.settings import SettingsError, bus_settings, load_settings
 from seedance.core.tracing import configure_tracing
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
@@ -15,10 +15,14 @@ NAME = "slicer"
 
 
 def main() -> None:
-    settings = load_settings(SlicerSettings, NAME)
+    try:
+        settings = load_settings(SlicerSettings, NAME)
+        bus = bus_settings(NAME)
+    except SettingsError as exc:
+        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
     configure_logging()
     configure_tracing(NAME)
-    runtime = ServiceRuntime(NAME, bus_settings(NAME), http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
     asyncio.run(serve(SlicerService(runtime, WallClock(), settings)))
 
 

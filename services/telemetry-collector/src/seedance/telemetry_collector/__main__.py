@@ -18,6 +18,7 @@ NAME = "telemetry-collector"
 def main() -> None:
     try:
         settings = load_settings(CollectorSettings, NAME)
+        bus = bus_settings(NAME)
     except SettingsError as exc:
         raise SystemExit(str(exc)) from None
     configure_logging()
@@ -27,7 +28,7 @@ def main() -> None:
         source = build_source(settings, clock)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    runtime = ServiceRuntime(NAME, bus_settings(NAME), http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
     asyncio.run(serve(CollectorService(runtime, source, clock, settings)))
 
 
