@@ -1,19 +1,21 @@
-"""KV-occupancy forecast on real serving telemetry: the router's LightGBM KV heads vs baselines.
+"""KV-occupancy forecast on real serving telemetry: the router's online KV head vs baselines.
 
 Usage: bench_kv_forecast.py TELEMETRY_CSV REQUESTS_CSV [--train-frac 0.6]
 (the h200-llm-telemetry recording's two files; see its README for the columns).
 
 Protocol. Target: the KV cache in use (`kv_cache_mib`) at t + H, H = 5 s and 30 s, forecast at the
-end of every one-second bin t. Inputs are strictly what was observable at t, fed through the
-router's own `FeatureBuilder` (the code the live router runs): telemetry samples stamped <= t
-(KV in use, device memory, queued requests) and requests that had arrived by t with their
-context tokens. Never a request's generated tokens or finish time (the builder's generated-token
-input is left at zero), never a later arrival. Split in time: the model trains on the first
-`train_frac` of the recording through `train_forecast_model` (one LightGBM booster per horizon,
-`num_threads=1`, trained on the change from the current value); it is scored on the rest, from
-the first t whose target lies past the training span. Baselines on the same t: last value and
-the 10 s and 30 s trailing means of the samples. WAPE = sum |error| / sum actual.
-ratio = the larger of the two horizons' model WAPE / best-baseline WAPE. Last line key=value.
+end of every one-second bin t. Inputs are strictly what was observable at t: telemetry samples
+stamped <= t, and the request log as `RequestLog.observable_at(t)` shows it (arrivals up to t with
+their prompt sizes; admissions, first tokens and finishes up to t; generated tokens only of
+requests finished by t). The model (`seedance.router.forecast.kv_occupancy`): kv(t + H) =
+kv(t) + β · Δ, Δ = the change of tokens in flight (prompt + decoded so far) over the last second,
+β an online ridge fit on the rows whose target had been observed by t. Split in time: its
+forgetting and ridge weight (or no correction at all) are chosen per horizon on the first
+`train_frac` of the recording only; it is scored on the rest, from the first t whose target lies
+past the training span. Reference (not the model): the forecaster's LightGBM KV heads
+(`train_forecast_model`, trained once on the training span). Baselines on the same t: last value
+and the 10 s and 30 s trailing means of the samples. WAPE = sum |error| / sum actual. ratio = the
+larger of the two horizons' model WAPE / best-baseline WAPE. Last line key=value.
 """
 
 from __future__ import annotations
@@ -29,9 +31,13 @@ import numpy as np
 from seedance.router.forecast import (
     ArrivalHistory,
     ForecastTarget,
+    RequestLog,
     TelemetrySample,
     TrainParams,
     build_feature_rows,
+    choose_kv_forecaster,
+    kv_lead_features,
+    replay_kv_forecaster,
     train_forecast_model,
 )
 
@@ -79,6 +85,25 @@ def read_arrivals(path: Path) -> ArrivalHistory:
     )
 
 
+def read_log(path: Path) -> RequestLog:
+    """The requests file as a log (NaN where a time is missing); views of it are taken per t."""
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+
+    def col(name: str) -> np.ndarray:
+        return np.array([float(r[name]) if r[name] not in ("", "nan") else math.nan for r in rows])
+
+    order = np.argsort(col("arrival_s"), kind="stable")
+    return RequestLog(
+        arrival_s=col("arrival_s")[order],
+        context_tokens=col("context_tokens")[order],
+        admit_s=col("admit_s")[order],
+        first_token_s=col("first_token_s")[order],
+        finish_s=col("finish_s")[order],
+        generated_tokens=col("generated_tokens")[order],
+    )
+
+
 def value_at(t: np.ndarray, v: np.ndarray, at_s: np.ndarray) -> np.ndarray:
     """The latest sample at or before each time."""
     i = np.searchsorted(t, at_s, side="right") - 1
@@ -120,31 +145,44 @@ def main() -> None:
     )
     n_bins = math.floor(end_s - origin_s)
     rows, _, _ = build_feature_rows(arrivals, samples, origin_s=origin_s, n_bins=n_bins)
-    pred_frac = model.predict_rows(rows)  # (rows, horizons): KV fraction at t + H
+    lgbm_frac = model.predict_rows(rows)  # (rows, horizons): KV fraction at t + H
     row_t = origin_s + np.arange(1, n_bins + 1, dtype=float)
+
+    # The online head: one lead feature per row, each from the log as seen at that row's t.
+    log_ = read_log(args.requests)
+    x = np.array([kv_lead_features(log_, float(at)) for at in row_t])
+    kv_now = value_at(t, kv, row_t)
+    configs = {
+        h: choose_kv_forecaster(row_t, x, kv_now, horizon_s=float(h), until_s=float(until_s))
+        for h in HORIZONS_S
+    }
+    for h, cfg in configs.items():
+        log(f"H={h}s: chosen on the training span: half_life_s={cfg.half_life_s} ridge={cfg.ridge}")
 
     print(
         f"telemetry={args.telemetry.name} requests={args.requests.name} "
-        f"train_s=[{origin_s},{until_s}) rows={n_bins} model={model.version.model_id}"
+        f"train_s=[{origin_s},{until_s}) rows={n_bins} lgbm={model.version.model_id}"
     )
-    print(f"{'horizon':>8}{'test_n':>8}{'model':>9}{'last':>9}{'ma10s':>9}{'ma30s':>9}")
+    print(f"{'horizon':>8}{'test_n':>8}{'model':>9}{'last':>9}{'ma10s':>9}{'ma30s':>9}{'lgbm':>9}")
     result: dict[int, tuple[float, float]] = {}
     for j, h in enumerate(HORIZONS_S):
+        pred = replay_kv_forecaster(configs[h], row_t, x, kv_now)
         # Scored rows: the target lies past the training span and inside the recording.
         keep = (row_t + h > until_s) & (row_t >= until_s) & (row_t + h <= end_s)
         at = row_t[keep]
         actual = value_at(t, kv, at + h)
-        model_w = wape(pred_frac[keep, j] * H200_MEM_MIB, actual)
+        model_w = wape(pred[keep], actual)
         base = {
             "last": wape(value_at(t, kv, at), actual),
             "ma10s": wape(trailing_mean(t, kv, at, 10.0), actual),
             "ma30s": wape(trailing_mean(t, kv, at, 30.0), actual),
         }
+        lgbm_w = wape(lgbm_frac[keep, j] * H200_MEM_MIB, actual)
         best = min(base.values())
         result[h] = (model_w, best)
         print(
             f"{h:>7}s{int(keep.sum()):>8}{model_w:>9.4f}{base['last']:>9.4f}"
-            f"{base['ma10s']:>9.4f}{base['ma30s']:>9.4f}"
+            f"{base['ma10s']:>9.4f}{base['ma30s']:>9.4f}{lgbm_w:>9.4f}"
         )
     ratio = max(m / b for m, b in result.values())
     (w5, b5), (w30, b30) = result[5], result[30]
