@@ -1,4 +1,4 @@
-"""The KV-occupancy forecast's causal view, lead feature and online head (`kv_occupancy`)."""
+"""The KV-occupancy forecast's causal view, features and online head (`kv_occupancy`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from seedance.router.forecast import (
     RequestLog,
     choose_kv_forecaster,
     decode_step_s,
-    kv_lead_features,
+    kv_change_features,
     replay_kv_forecaster,
     tokens_in_flight,
 )
@@ -100,7 +100,7 @@ def test_features_do_not_read_future_arrivals_or_in_flight_generated_tokens(seed
         other.arrival_s, log.arrival_s
     )
     # ...and changes nothing the forecast at NOW_S sees.
-    assert np.array_equal(kv_lead_features(log, NOW_S), kv_lead_features(other, NOW_S))
+    assert np.array_equal(kv_change_features(log, NOW_S), kv_change_features(other, NOW_S))
     a, b = log.observable_at(NOW_S), other.observable_at(NOW_S)
     assert tokens_in_flight(a) == tokens_in_flight(b)
     assert decode_step_s(a) == decode_step_s(b)
@@ -142,7 +142,7 @@ def test_online_head_never_fits_on_a_target_after_now() -> None:
     assert np.array_equal(replay_kv_forecaster(cfg, t, x, kv2)[: k + 1], base[: k + 1])
 
 
-def test_online_head_learns_a_lead_and_falls_back_to_the_last_value() -> None:
+def test_online_head_learns_a_planted_relation_and_falls_back_to_the_last_value() -> None:
     rng = np.random.default_rng(7)
     t = np.arange(1.0, 301.0)
     x = rng.normal(size=(len(t), 1))
@@ -184,3 +184,20 @@ def test_bad_input_names_the_field() -> None:
     head.forecast(1.0, np.zeros(1), 0.0)
     with pytest.raises(ValueError, match="now_s"):
         head.forecast(1.0, np.zeros(1), 0.0)
+
+
+def test_the_bench_puts_the_requests_file_on_the_telemetry_clock() -> None:
+    """A requests file stamped 1.3 s early: the offset found from the completion counter is
+    1.3 s, from the training span alone, and the shifted log's finishes match the counter."""
+    from tools.bench_kv_forecast import clock_offset_s, shifted
+
+    log = _log(10)
+    t = np.arange(0.0, 40.0, 0.1)
+    fin = np.sort(log.finish_s)
+    done_total = np.searchsorted(fin, t, side="right").astype(float)  # telemetry clock
+    early = shifted(log, -1.3)  # what the recorder wrote
+    later = done_total.copy()
+    later[t > 20.0] = 0.0  # the counter past the training span is not read
+    assert clock_offset_s(early, t, later, until_s=20.0) == pytest.approx(1.3)
+    fixed = shifted(early, 1.3)
+    assert np.allclose(fixed.finish_s, log.finish_s)

@@ -13,14 +13,14 @@ from seedance.router.forecast.features import (
     TelemetrySample,
 )
 from seedance.router.forecast.kv_occupancy import (
-    KV_LEAD_FEATURE_NAMES,
+    KV_CHANGE_FEATURE_NAMES,
     KvForecasterConfig,
     ObservedRequests,
     OnlineKvChangeForecaster,
     RequestLog,
     choose_kv_forecaster,
     decode_step_s,
-    kv_lead_features,
+    kv_change_features,
     replay_kv_forecaster,
     tokens_in_flight,
 )
@@ -45,7 +45,7 @@ from seedance.router.forecast.retrain import (
 __all__ = [
     "FEATURE_NAMES",
     "FEATURE_SCHEMA_VERSION",
-    "KV_LEAD_FEATURE_NAMES",
+    "KV_CHANGE_FEATURE_NAMES",
     "ArrivalHistory",
     "FeatureBuilder",
     "Forecast",
@@ -66,7 +66,7 @@ __all__ = [
     "choose_kv_forecaster",
     "decide_retrain",
     "decode_step_s",
-    "kv_lead_features",
+    "kv_change_features",
     "replay_kv_forecaster",
     "tokens_in_flight",
     "train_forecast_model",

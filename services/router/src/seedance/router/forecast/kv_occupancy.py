@@ -1,4 +1,4 @@
-"""KV-occupancy forecast from the request log: the causal view, the lead feature, the online head.
+"""KV-occupancy forecast from the request log: the causal view, its features, the online head.
 
 Owns three things and nothing else:
 
@@ -7,19 +7,22 @@ Owns three things and nothing else:
   after ``t`` are masked; a request's generated-token count is masked until it has finished
   (the model decides the output length: an in-flight request's is not known). Every feature
   here is computed from such a view, never from the log itself (unit-tested by perturbing
-  exactly the masked fields).
-* ``tokens_in_flight`` / ``kv_lead_features``: prompt plus tokens decoded so far of the running
-  requests, and its change over the last ``lead_s``. Why this feature: on the real H200
-  recording the KV telemetry trails the request log by about a second (tokens in flight at t
-  correlate 0.95 with KV in use at t + 1 s and 0.81 with KV at t, t = 163–240 s), so the change
-  the log already shows is KV that the telemetry will report next.
+  exactly the masked fields). The log's clock must be the telemetry's: a recording whose two
+  files have different time origins is shifted by its adapter first (the H200 recording's
+  requests file runs 1.00 s behind its telemetry; unshifted, the view would show a forecast one
+  second of the future, and did, in an earlier version of the bench).
+* ``tokens_in_flight`` / ``kv_change_features``: prompt plus tokens decoded so far of the
+  running requests (on the H200 recording it tracks KV in use at zero lag, correlation 0.95 on
+  163–240 s: a nowcast of KV where no KV telemetry is reported), and its change over the last
+  second, the candidate feature of the online head.
 * ``OnlineKvChangeForecaster``: kv(t + H) = kv(t) + x(t)·β, β a ridge fit refreshed at every
   call from the rows whose target had been observed by t (t_i + H <= t), exponentially
   forgetting old rows. Why online and linear: a recording's training span is the ramp onto
   saturation and its test span a plateau; anything fitted once on the ramp (LightGBM on levels
   or on changes, a fixed linear blend) learns a relation the plateau does not have
   (docs/router.md). ``choose_kv_forecaster`` picks the forgetting and the ridge weight on the
-  training span only, with "no correction" (the last value) among the choices.
+  training span only, with "no correction" (the last value) among the choices; on the H200
+  recording it chooses no correction at both horizons.
 
 No clock, no I/O: times and samples are passed in.
 """
@@ -32,21 +35,21 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "KV_LEAD_FEATURE_NAMES",
+    "KV_CHANGE_FEATURE_NAMES",
     "KvForecasterConfig",
     "ObservedRequests",
     "OnlineKvChangeForecaster",
     "RequestLog",
     "choose_kv_forecaster",
     "decode_step_s",
-    "kv_lead_features",
+    "kv_change_features",
     "replay_kv_forecaster",
     "tokens_in_flight",
 ]
 
 _NAN = math.nan
 
-KV_LEAD_FEATURE_NAMES: tuple[str, ...] = ("tokens_in_flight_change_lead",)
+KV_CHANGE_FEATURE_NAMES: tuple[str, ...] = ("tokens_in_flight_change_1s",)
 
 # Placeholder decode step before any request has finished (s per token per sequence). It only
 # scales the decoded part of the first requests' token counts; a few seconds later it is
@@ -157,15 +160,15 @@ def tokens_in_flight(obs: ObservedRequests, *, step_s: float | None = None) -> f
     return float((obs.context_tokens[run] + decoded).sum())
 
 
-def kv_lead_features(log: RequestLog, now_s: float, *, lead_s: float = 1.0) -> np.ndarray:
-    """The row at ``now_s`` (``KV_LEAD_FEATURE_NAMES``), from the views at now and now − lead.
+def kv_change_features(log: RequestLog, now_s: float, *, window_s: float = 1.0) -> np.ndarray:
+    """The row at ``now_s`` (``KV_CHANGE_FEATURE_NAMES``), from the views at now, now − window.
 
     The decode step is the one measured at ``now_s``, for both counts, so that the change is
     not a change of the step estimate.
     """
     now = log.observable_at(now_s)
     step = decode_step_s(now)
-    before = log.observable_at(now_s - lead_s)
+    before = log.observable_at(now_s - window_s)
     return np.array([tokens_in_flight(now, step_s=step) - tokens_in_flight(before, step_s=step)])
 
 
