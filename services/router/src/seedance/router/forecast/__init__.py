@@ -12,6 +12,18 @@ from seedance.router.forecast.features import (
     FeatureBuilder,
     TelemetrySample,
 )
+from seedance.router.forecast.kv_occupancy import (
+    KV_CHANGE_FEATURE_NAMES,
+    KvForecasterConfig,
+    ObservedRequests,
+    OnlineKvChangeForecaster,
+    RequestLog,
+    choose_kv_forecaster,
+    decode_step_s,
+    kv_change_features,
+    replay_kv_forecaster,
+    tokens_in_flight,
+)
 from seedance.router.forecast.model import (
     ArrivalHistory,
     Forecast,
@@ -33,12 +45,17 @@ from seedance.router.forecast.retrain import (
 __all__ = [
     "FEATURE_NAMES",
     "FEATURE_SCHEMA_VERSION",
+    "KV_CHANGE_FEATURE_NAMES",
     "ArrivalHistory",
     "FeatureBuilder",
     "Forecast",
     "ForecastModel",
     "ForecastTarget",
+    "KvForecasterConfig",
     "ModelVersion",
+    "ObservedRequests",
+    "OnlineKvChangeForecaster",
+    "RequestLog",
     "RetrainDecision",
     "RetrainInputs",
     "RetrainPolicy",
@@ -46,6 +63,11 @@ __all__ = [
     "TelemetrySample",
     "TrainParams",
     "build_feature_rows",
+    "choose_kv_forecaster",
     "decide_retrain",
+    "decode_step_s",
+    "kv_change_features",
+    "replay_kv_forecaster",
+    "tokens_in_flight",
     "train_forecast_model",
 ]
