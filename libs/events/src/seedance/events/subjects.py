@@ -504,6 +504,9 @@ BUCKETS: dict[str, BucketSpec] = {
             ttl_s=30 * _DAY_S,
             description="graph-compiler results by tenant and request id",
         ),
+        # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
+        # the auth-callout service reads (seedance.core.auth_callout).
+        BucketSpec("seedance-tenants", description="tenant credentials for the auth callout"),
     )
 }
 
