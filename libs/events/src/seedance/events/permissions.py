@@ -70,6 +70,8 @@ JS_API = "$JS.API"
 #: The static user the auth-callout service connects as, and the subject the server asks it on.
 CALLOUT_USER = "auth-callout"
 CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
+#: Where the server waits for the callout's answers.
+CALLOUT_REPLIES = "$SYS._INBOX.>"
 #: The inbox every Seedance service and the replayer reply through (tenants have their own).
 SERVICE_INBOX = "_INBOX.>"
 
@@ -108,6 +110,8 @@ class Declaration:
     dead_letters: bool = True
     #: Core subjects it subscribes to besides its inbox (``_INBOX.>``).
     subscribes: tuple[str, ...] = ()
+    #: Core subjects it publishes replies on (the server's own inboxes, for the callout).
+    replies_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_token("identity", self.name)
@@ -171,6 +175,7 @@ IDENTITIES: dict[str, Declaration] = {
             CALLOUT_USER,
             buckets=("seedance-tenants",),
             subscribes=(CALLOUT_SUBJECT,),
+            replies_on=(CALLOUT_REPLIES,),
             provisions=False,
             dead_letters=False,
         ),
@@ -231,6 +236,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
     else:  # a publisher that only checks the streams it publishes to exist
         pub += [f"{JS_API}.STREAM.INFO.{s.name}" for s in STREAMS]
     pub += [FAMILIES[f] for f in d.publishes]
+    pub += d.replies_on
     if d.dead_letters:
         pub.append(dlq.subject(d.name))
     for durable in d.consumes:
