@@ -29,11 +29,11 @@ from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
 from seedance.core import Bus, BusSettings
+from seedance.core.auth_callout import new_issuer
 from seedance.events import decode
 from seedance.events.cost import CostEntry, JobCostReport
-from seedance.events.slicing import Placement
-from seedance.core.auth_callout import new_issuer
 from seedance.events.nats_config import CALLOUT_ISSUER_VAR
+from seedance.events.slicing import Placement
 from seedance.events.subjects import costs, inbox_prefix, jobs, slicing
 from seedance.sdk import SeedanceClient
 from tests.conftest import eventually
@@ -273,7 +273,10 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         await admin.js.consumer_info("SEEDANCE_COSTS", stolen)
     joined = "\n".join(errors).lower()
     assert "permissions violation for publish to" in joined
-    assert f"$js.api.consumer.create.seedance_costs.{stolen}.seedance.costs.{TENANT_A}.>" in joined
+    assert (
+        f"$js.api.consumer.create.seedance_costs.{stolen}.{costs.tenant_wildcard(TENANT_A)}"
+        in joined
+    )
     assert f"seedance.jobs.{TENANT_A}.submitted" in joined
     assert "permissions violation for subscription to" in joined
 
