@@ -243,6 +243,8 @@ async def decide(
     registered ``tenant-<id>`` with the right password.
     """
     n = request.get("nats", {})
+    if request.get("aud") != "nats-authorization-request" or not n.get("user_nkey"):
+        raise JwtError("not a nats-server authorization request")
     user_nkey = str(n.get("user_nkey", ""))
     server_id = str(n.get("server_id", {}).get("id", ""))
     opts = n.get("connect_opts", {})
@@ -311,13 +313,15 @@ class AuthCallout:
     async def _on_request(self, msg: Msg) -> None:
         assert self._registry is not None
         try:
+            # The server signs its request with its own key (``iss``), checked here; only the
+            # server and operators may publish on $SYS.REQ.USER.AUTH.
             request = decode_jwt(msg.data.decode())
+            response, user, refused = await decide(
+                request, self._registry.get, self._issuer, token_ttl_s=self._token_ttl_s
+            )
         except (JwtError, UnicodeDecodeError) as exc:
             log.warning("auth_request_malformed", error=str(exc))
             return  # the server times the connection out; nothing to answer
-        response, user, refused = await decide(
-            request, self._registry.get, self._issuer, token_ttl_s=self._token_ttl_s
-        )
         if refused:
             log.info("auth_refused", user=user, reason=refused)
         else:

@@ -32,6 +32,7 @@ while LIST/NAMES are refused, so a tenant cannot find another tenant's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seedance.events import subjects
@@ -186,7 +187,7 @@ IDENTITIES: dict[str, Declaration] = {
 SERVICES = ("telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger")
 
 #: What a tenant reads: (stream, the tenant's filter on it). Its consumers may filter only so.
-TENANT_READS: tuple[tuple[str, object], ...] = (
+TENANT_READS: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("SEEDANCE_COSTS", costs.tenant_wildcard),
     ("SEEDANCE_SLICING", slicing.tenant_wildcard),
 )
@@ -298,7 +299,7 @@ def tenant_permissions(tenant: str) -> Permissions:
         allow += [
             # nats-server 2.10+: the filter travels in the subject, and the server checks it
             # equals the request body's, so this confines the consumer to the tenant's subjects.
-            f"{JS_API}.CONSUMER.CREATE.{stream}.*.{tenant_filter(tenant)}",  # type: ignore[operator]
+            f"{JS_API}.CONSUMER.CREATE.{stream}.*.{tenant_filter(tenant)}",
             f"{JS_API}.CONSUMER.DELETE.{stream}.*",
             f"{JS_API}.CONSUMER.INFO.{stream}.*",
             # flow-control replies of its push consumers
