@@ -21,7 +21,7 @@ import yaml
 
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config, subjects
-from seedance.events.permissions import IDENTITIES
+from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from tests.unit.deploy.declared import DEPLOY, REPO, auth_users, load_tool, services
 from tools.stack import nats_server_binary
 
@@ -218,3 +218,22 @@ def test_ledger_versions_never_overlap(overlay: str) -> None:
     # Two ledger versions may emit one output id with different amounts (docs/deploy.md).
     ledger = workloads(render(overlay))["cost-ledger"]
     assert ledger["spec"]["strategy"] == {"type": "Recreate"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_auth_callout_runs_as_its_user_and_only_it_holds_the_signing_seed(
+    overlay: str,
+) -> None:
+    docs = render(overlay)
+    pod = workloads(docs)["auth-callout"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["seedance-auth", "serve"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NATS_USER"]["value"] == CALLOUT_USER
+    pw = env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert pw == {"name": "seedance-nats-passwords", "key": "NATS_PASSWORD_AUTH_CALLOUT"}
+    seed = env["SEEDANCE_AUTH_CALLOUT_ISSUER_SEED"]["valueFrom"]["secretKeyRef"]
+    assert seed["name"] != "seedance-nats-passwords"  # the server's env never sees the seed
+    if overlay == "dev":
+        secrets = by_kind(docs, "Secret")
+        assert "SEEDANCE_AUTH_CALLOUT_ISSUER_SEED" in secrets[seed["name"]]["data"]

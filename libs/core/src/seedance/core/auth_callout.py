@@ -289,7 +289,10 @@ class AuthCallout:
 
     async def start(self) -> None:
         self._registry = await TenantRegistry.open(self._bus)
-        self._sub = await self._bus.nc.subscribe(CALLOUT_SUBJECT, cb=self._on_request)
+        # replicas share the requests; the server takes the first answer anyway
+        self._sub = await self._bus.nc.subscribe(
+            CALLOUT_SUBJECT, queue="seedance-auth-callout", cb=self._on_request
+        )
         await self._bus.nc.flush()
         log.info("auth_callout_ready", subject=CALLOUT_SUBJECT)
 
