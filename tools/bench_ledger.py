@@ -1,7 +1,7 @@
 """`make bench-ledger`: one cost-ledger replica's events/s through the bus.
 
-A seeded fleet's events (tools/ledger_workload.py: sample batches, inventory, placements, job
-ends) are published first, so the merged input stream holds them all; then one replica (the
+A seeded fleet's events (tools/ledger_workload.py: sample batches, inventory, placements,
+releases) are published first, so the merged input stream holds them all; then one replica (the
 real ``LedgerService``, in this process, on a local nats-server) consumes them: fetch, decode,
 step the core, publish every cost entry / report and wait for the stream's acks, checkpoint to
 KV. Timed from the replica's first fetch (after its start: connection, checkpoint restore,
@@ -12,7 +12,7 @@ are then duplicates of the first pass's to the stream, which still costs a publi
 Two orders of the same events, each on its own server, in one run:
 - live (the goal's figure): published a few ticks at a time, each chunk sourced into the merged
   stream before the next is sent, so that stream follows event time as a live fleet's does;
-- backlog: published all at once. The server then sources the jobs, slicing and telemetry
+- backlog: published all at once. The server then sources the slicing and telemetry
   streams at their own paces, a placement can land minutes of event time after the samples that
   closed its window, and every such late fact re-opens a window: the replica recomputes it and
   publishes adjustments, several outputs per input (what a replica catching up after an outage

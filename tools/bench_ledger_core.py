@@ -49,7 +49,7 @@ T0_MS = 1_767_225_600_000  # the trace's second 0 mapped to 2026-01-01T00:00:00Z
 def trace_events(
     data_dir: Path, pods: int, samples: int, seed: int, compress: int = 100
 ) -> tuple[list, int]:
-    """Ledger inputs from the trace: node inventory, first-fit placements, ends, samples.
+    """Ledger inputs from the trace: node inventory, first-fit placements, releases, samples.
 
     The trace's pods arrive over months; time is compressed ``compress``-fold (creation and
     deletion alike) so a few thousand pods fill hours, not months, of charge windows.

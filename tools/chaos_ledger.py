@@ -1,6 +1,6 @@
 """`make chaos-ledger`: two ledger replicas, SIGKILLed and restarted at random, stay exact.
 
-A seeded fleet's job, placement, inventory and sample events (tools/ledger_workload.py) are
+A seeded fleet's placement, release, inventory and sample events (tools/ledger_workload.py) are
 published at a steady pace on a throw-away nats-server while two cost-ledger replicas (real
 processes) consume them; at random instants one replica (sometimes both) is SIGKILLed and
 restarted after a random pause. When the publishing is done and both replicas have checkpointed

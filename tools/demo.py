@@ -30,10 +30,11 @@ from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.cost_ledger.core import LedgerConfig
-from seedance.events import decode
+from seedance.events import decode, new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement, Unschedulable
-from seedance.events.subjects import costs, routing, slicing
+from seedance.events.subjects import costs, routing, slicing, telemetry
+from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import SeedanceClient
 from tools.stack import (
     NatsServer,
@@ -48,6 +49,9 @@ TENANTS = ("acme", "globex", "initech", "umbrella")
 # up): the ledger's clock is event time, so the replay's own events close its windows, and the
 # collector's wall-clock samples arrive as (cheap) late facts.
 START = datetime.fromtimestamp((time.time() // 3600 + 1) * 3600, UTC)
+#: How far ahead of the server's clock the ledger accepts the replay's times: a replay spans
+#: well under this (arrivals, lifetimes capped at 4 h, the closing event).
+_LEDGER_MAX_AHEAD_S = 30 * 86_400
 
 
 def say(msg: str) -> None:
@@ -152,7 +156,9 @@ class Demo:
         )
         procs.start("telemetry-collector", node_csv=str(nodes_csv), tick_s="2")
         procs.start("slicer", replica="demo-slicer-1")
-        procs.start("cost-ledger", replica="demo")
+        # The replay's virtual time runs ahead of the server's clock: the ledger honours input
+        # times up to this far ahead of their stream timestamps (its default is 300 s).
+        procs.start("cost-ledger", replica="demo", max_ahead_s=str(_LEDGER_MAX_AHEAD_S))
         say(f"started telemetry-collector, slicer, cost-ledger (logs in {procs.logdir})")
         bus = await Bus.connect(BusSettings(url=url, name="seedance-demo"))
         client = await SeedanceClient.connect(url)
@@ -235,13 +241,18 @@ class Demo:
                 break  # what never fits stays queued; it is reported below
         say(f"replayed {total_steps} events in {time.monotonic() - wall0:.1f} s of wall time")
         # The ledger closes a window when its clock passes it: one last event, after the
-        # replay, closes the last jobs' windows (a finish for a job that never ran). The clock
-        # follows the samples, which stop with the replay, so the event must lead the last
-        # sample by the ledger's source_skew_s plus a window and its lateness (the demo runs
-        # the ledger with its defaults).
+        # replay, closes the last jobs' windows. The ledger's clock moves on trusted inputs
+        # only (no tenant's job event reaches it), so the replayer (the demo, with operator
+        # credentials) sends an empty sample batch of a node of its own at that time: it
+        # costs nothing and moves the clock. It must lead the last sample by the ledger's
+        # source_skew_s plus a window and its lateness (the demo runs the ledger with its
+        # defaults).
         ledger = LedgerConfig()
         close_s = at_s + ledger.source_skew_s + ledger.window_s + ledger.lateness_s
-        await client.finish_job("acme", "end-of-replay", at=START + timedelta(seconds=close_s))
+        close = GpuSampleBatch(
+            id=new_event_id(), at=START + timedelta(seconds=close_s), node="end-of-replay", gpus=[]
+        )
+        await bus.publish(telemetry.sample(close.node), close)
         await self._collect_costs(bus, jobs)
         self._summary(jobs)
         return 0

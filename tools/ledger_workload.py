@@ -1,8 +1,11 @@
 """A seeded fleet's ledger inputs for the chaos run, the benchmark and the integration tests.
 
 Nodes (T4, V100M32, A100) join with their inventory, jobs are placed whole, shared or on a MIG
-instance and end, and every node reports a sample batch (activity and a cumulative energy
-counter) every ``tick_s`` of virtual time. Events come out in virtual-time order, with the
+instance and are released (the slicer's ``JobReleased`` on ``seedance.slicing.<t>.released``:
+the ledger bills trusted facts only, never a tenant's own job event), and every node reports a
+sample batch (activity and a cumulative energy counter) every ``tick_s`` of virtual time. The
+virtual time starts at ``START``, in the past: no input is ahead of the server's clock (the
+ledger dead-letters one that leads its stream timestamp by more than ``max_ahead_s``). Events come out in virtual-time order, with the
 subject each is published on. Deterministic for a seed; no wall clock.
 """
 
@@ -14,9 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from seedance.events import Event, derived_event_id
-from seedance.events.jobs import JobFinished
-from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
-from seedance.events.subjects import jobs, slicing, telemetry
+from seedance.events.slicing import EndOutcome, GpuAssignment, JobReleased, Placement, PlacementKind
+from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
 
 __all__ = [
@@ -50,7 +52,7 @@ def _id(seed: int, *parts: object) -> str:
 def workload(
     events: int = 12_000, *, nodes: int = 30, tick_s: int = 60, seed: int = 7, prefix: str = "n"
 ) -> Workload:
-    """At least ``events`` events: mostly sample batches, one placement and one end per job."""
+    """At least ``events`` events: mostly sample batches, one placement and one release per job."""
     rng = random.Random(seed)
     spec = [(f"{prefix}{i:03d}", *_MODELS[i % len(_MODELS)]) for i in range(nodes)]
     out: list[tuple[datetime, int, str, Event]] = []
@@ -74,7 +76,7 @@ def workload(
                 gpus=[GpuInfo(index=g, model=model, mem_total_mib=mem) for g in range(gpus)],
             ),
         )
-    # Each tick: every node samples; jobs arrive and end so that ~1/6 of events are job events.
+    # Each tick: every node samples; jobs arrive and are released so that ~1/6 of events are job facts.
     ticks = max(1, round(events * 0.93 / nodes))
     busy: dict[tuple[str, int], float] = {}  # (node, gpu) -> activity of what runs there
     running: list[tuple[datetime, str, str, list[tuple[str, int]]]] = []
@@ -82,12 +84,13 @@ def workload(
     job_n = 0
     for t in range(ticks):
         at = START + timedelta(seconds=t * tick_s)
-        # ends first
+        # releases first
         still = []
         for end, tenant, job, gpus in running:
             if end <= at:
-                add(at, jobs.subject(tenant, "finished"),
-                    JobFinished(id=_id(seed, "end", job), at=at, job_id=job, tenant=tenant))  # fmt: skip
+                add(at, slicing.subject(tenant, "released"),
+                    JobReleased(id=_id(seed, "end", job), at=at, job_id=job, tenant=tenant,
+                                outcome=EndOutcome.FINISHED))  # fmt: skip
                 for key in gpus:
                     busy.pop(key, None)
             else:
@@ -234,10 +237,16 @@ async def audit_ledger(bus: Any, sent: Workload) -> LedgerAudit:
     """Compare the cost stream with one unkilled reference replica stepped over the same merged
     order (ids: nothing lost, duplicated or unexpected) and with the core's order-free
     ``recompute`` over exactly the events sent (money, to the micro-dollar)."""
+    import contextlib
     from collections import Counter
 
     from seedance.cost_ledger import core
-    from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
+    from seedance.cost_ledger.replica import (
+        INPUT_TYPES,
+        InputRejected,
+        LedgerReplica,
+        ledger_inputs,
+    )
     from seedance.events import DecodeError, decode
     from seedance.events.cost import CostEntry
 
@@ -250,7 +259,12 @@ async def audit_ledger(bus: Any, sent: Workload) -> LedgerAudit:
             ev = decode(msg.data, INPUT_TYPES)
         except DecodeError:
             ev = None
-        expected.update(p.event.id for p in ref.step(msg.metadata.sequence.stream, ev))
+        md = msg.metadata
+        # Stepped as the service steps it (subject and stream time checked): the same outputs.
+        with contextlib.suppress(InputRejected):
+            pubs = ref.step(md.sequence.stream, ev, subject=msg.subject,
+                            stream_ms=core.epoch_ms(md.timestamp))  # fmt: skip
+            expected.update(p.event.id for p in pubs)
     seen: Counter[str] = Counter()
     published = 0
     for msg in await read_stream(bus, "SEEDANCE_COSTS"):

@@ -6,7 +6,7 @@ that cluster:
 
 - **cost-ledger**: two replicas (``replica=a``/``b``, one shared ``state_key``), each reading the
   merged input stream ``SEEDANCE_LEDGER_IN`` through its own consumer ``ledger-in-<replica>``.
-  A seeded fleet's jobs, placements and samples (tools/ledger_workload.py) are published at a
+  A seeded fleet's placements, releases and samples (tools/ledger_workload.py) are published at a
   steady pace; a quarter in, the nats-server leading ``SEEDANCE_LEDGER_IN`` is SIGKILLed; half
   way, replica ``a`` is SIGKILLed; at three quarters both come back (new R3 buckets the other
   services create need three peers). At the end the cost stream

@@ -7,33 +7,24 @@ Small models only (an MLP, a decomposed LayerNorm): each test pays one child-pro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import io
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from seedance.core import BusSettings, ServiceRuntime
 from seedance.core.kv import ensure_object_store
 from seedance.events import new_event_id
 from seedance.events.graph import CompileRequest, PrecisionPolicy
 from seedance.events.graph import input_object_name as input_name
 from seedance.events.subjects import graph
-from seedance.graph_compiler.service import GraphCompilerService
-from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.sdk import cli
 from seedance.sdk.client import GRAPH_MODELS_STORE, SeedanceClient
-from tests.conftest import serving
 from tests.unit.graph.gc_onnx_kit import overflow_ln_model
-
-StartCompiler = Callable[..., Awaitable[GraphCompilerService]]
 
 
 def _model(nodes: list[Any], x: Any, y: Any, inits: list[Any]) -> bytes:
@@ -78,29 +69,6 @@ def overflow_ln() -> bytes:
 def _run(model: bytes, x: np.ndarray) -> np.ndarray:
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": x})[0]
-
-
-@pytest.fixture
-async def start_compiler(nats_url: str) -> AsyncIterator[StartCompiler]:
-    async with contextlib.AsyncExitStack() as running:
-
-        async def start(**settings: Any) -> GraphCompilerService:
-            rt = ServiceRuntime("graph-compiler", BusSettings(url=nats_url, name="gc-test"))
-            svc = GraphCompilerService(rt, GraphCompilerSettings(**settings))
-            return await running.enter_async_context(serving(svc))
-
-        yield start
-
-
-@pytest.fixture
-async def client(nats_url: str) -> AsyncIterator[SeedanceClient]:
-    async with await SeedanceClient.connect(nats_url) as c:
-        yield c
-
-
-@pytest.fixture
-def tenant(unique: str) -> str:
-    return f"t{unique}"
 
 
 async def test_compile_over_the_bus_with_report(start_compiler, client, tenant):

@@ -4,7 +4,6 @@ letters, and the budget guard's alert and pause request."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,26 +32,6 @@ from tools.stack import NatsServer, ServiceProcesses
 pytestmark = pytest.mark.integration
 
 CONFIG = core.LedgerConfig(retention_windows=288)
-
-
-@pytest.fixture
-def server() -> Iterator[NatsServer]:
-    """A server of the test's own: replicas replay the merged stream from its start."""
-    s = NatsServer()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-async def bus(server: NatsServer) -> AsyncIterator[Bus]:
-    b = await Bus.connect(BusSettings(url=server.url, name="test"))
-    await b.ensure_streams()
-    try:
-        yield b
-    finally:
-        await b.close()
 
 
 async def read_all(bus: Bus, stream: str, subject: str = ">") -> list[Any]:

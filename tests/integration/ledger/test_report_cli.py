@@ -12,6 +12,7 @@ from seedance.cost_ledger import core
 from seedance.cost_ledger.__main__ import report
 from seedance.cost_ledger.replica import to_bus
 from seedance.sdk.cli import main as seedance_cli
+from tools.stack import NatsServer
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +29,13 @@ def _line(tenant: str, job: str, window: int, cost: int) -> core.CostEntry:
 
 
 async def test_report_renders_only_the_tenants_own_lines(
-    bus: Bus, nats_url: str, unique: str, tmp_path: Path
+    bus: Bus, server: NatsServer, unique: str, tmp_path: Path
 ) -> None:
     mine, other = f"r{unique}", f"o{unique}"
     lines = [_line(mine, "a", 0, 1_000), _line(mine, "a", 1, 2_000), _line(other, "b", 0, 9)]
     await bus.publish_many([(p.subject, p.event) for p in map(to_bus, lines)])
     out = tmp_path / "costs.csv"
-    args = ["--tenant", mine, "--format", "csv", "--out", str(out), "--nats-url", nats_url]
+    args = ["--tenant", mine, "--format", "csv", "--out", str(out), "--nats-url", server.url]
     assert await asyncio.to_thread(report, args) == 0
     text = out.read_text()
     assert f"usage:{mine}/a:node-1:1700000000000:r0" in text
@@ -42,18 +43,18 @@ async def test_report_renders_only_the_tenants_own_lines(
     assert other not in text
 
     html = tmp_path / "costs.html"
-    args = ["--tenant", mine, "--out", str(html), "--nats-url", nats_url]
+    args = ["--tenant", mine, "--out", str(html), "--nats-url", server.url]
     assert await asyncio.to_thread(report, args) == 0
     assert "<svg" in html.read_text()
 
 
 async def test_seedance_costs_report_renders_through_the_ledger_plugin(
-    bus: Bus, nats_url: str, unique: str, tmp_path: Path
+    bus: Bus, server: NatsServer, unique: str, tmp_path: Path
 ) -> None:
     mine = f"p{unique}"
     await bus.publish_many([(p.subject, p.event) for p in map(to_bus, [_line(mine, "a", 0, 7)])])
     out = tmp_path / "focus.csv"
-    argv = ["--nats-url", nats_url, "costs", "report", "--tenant", mine, "--format", "focus",
+    argv = ["--nats-url", server.url, "costs", "report", "--tenant", mine, "--format", "focus",
             "--out", str(out)]  # fmt: skip
     assert await asyncio.to_thread(seedance_cli, argv) == 0
     text = out.read_text()

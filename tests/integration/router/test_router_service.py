@@ -23,7 +23,12 @@ from tritonclient.grpc import aio as triton_aio
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.kv import ensure_bucket
 from seedance.events import decode
-from seedance.events.routing import ReplicaStats, RoutingDecision, RoutingWeights
+from seedance.events.routing import (
+    ReplicaRecommendation,
+    ReplicaStats,
+    RoutingDecision,
+    RoutingWeights,
+)
 from seedance.router.forecast import ArrivalHistory, train_forecast_model
 from seedance.router.gateway import ModelRoute, WarmupPolicy
 from seedance.router.model_store import ModelStore
@@ -239,3 +244,49 @@ async def test_a_failed_retraining_is_counted_and_keeps_the_model(
         failures = "seedance_router_forecast_retrain_failures_total"
         assert _sample(reg, failures, reason="no_model") == 1
         assert router.forecasts.model is None
+
+
+async def test_router_publishes_replica_recommendations_and_its_gateway_follows_them(
+    nats_url: str, tritons: dict[str, Any], bus: Bus, unique: str
+) -> None:
+    received: list[ReplicaRecommendation] = []
+
+    async def collect(msg: Any) -> None:
+        event = decode(msg.data)
+        assert msg.subject == "seedance.routing.echo.replicas"
+        assert isinstance(event, ReplicaRecommendation)
+        received.append(event)
+
+    sub = await bus.nc.subscribe("seedance.routing.echo.replicas", cb=collect)
+    try:
+        # A planner capped at one replica: the second member of the replica set must be parked.
+        async with running_router(
+            nats_url,
+            tritons,
+            fleet=f"fleet-{unique}",
+            forecast=False,
+            plan_interval_s=0.3,
+            plan_max_replicas=1,
+            follow_plan=True,
+        ) as router:
+
+            async def recommended() -> bool:
+                return len(received) >= 2
+
+            await eventually(recommended)
+            first = received[0]
+            assert first.model == "echo"
+            assert first.current == 2
+            assert first.replicas == 1
+            assert first.startup_s == 60.0
+            assert first.ttft_slo_s == 2.0
+            assert (
+                _sample(router._rt.registry, "seedance_router_recommended_replicas", model="echo")
+                == 1
+            )
+            # The replica set's first member stays; the newest is parked.
+            assert list(router.gateway.replica_phases()) == ["a"]
+            await _echo(router.gateway.address, 5)
+            assert router.plans["echo"].replicas == 1
+    finally:
+        await sub.unsubscribe()

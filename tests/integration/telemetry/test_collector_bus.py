@@ -19,9 +19,16 @@ import pytest
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.events import new_event_id
 from seedance.events.codec import decode
-from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
-from seedance.events.slicing import GpuAssignment, Placement, PlacementKind, Preempted
-from seedance.events.subjects import jobs, slicing, telemetry
+from seedance.events.dlq import DeadLetter
+from seedance.events.slicing import (
+    EndOutcome,
+    GpuAssignment,
+    JobReleased,
+    Placement,
+    PlacementKind,
+    Preempted,
+)
+from seedance.events.subjects import dlq, slicing, telemetry
 from seedance.events.telemetry import GpuHealth, GpuSampleBatch, NodeInventory
 from seedance.telemetry_collector.fleet import GPU_MODELS
 from seedance.telemetry_collector.service import CollectorService
@@ -139,42 +146,50 @@ async def test_replayed_fleet_follows_placements_and_falls_back(
             assert T4.idle_w < g1.power_w < T4.tdp_w
             assert (g0.mem_used_mib, g0.power_w) == (0.0, T4.idle_w)
 
-            # A job that asks for 4,000 MiB per GPU gets that, on a whole GPU 0.
-            submitted = JobSubmitted(
-                id=new_event_id(),
-                at=now(),
-                job_id="whole",
-                tenant=tenant,
-                request=ResourceRequest(gpus=1, gpu_mem_mib=4000),
-            )
-            subject = jobs.subject(tenant, "submitted")
-            await bus.publish(subject, submitted)
-            durable = f"collector-jobs-{unique}"
-            await eventually(lambda: acked(bus, "SEEDANCE_JOBS", durable, subject), timeout_s=15)
+            # Another tenant's job of the same id, whole GPU 0: its part is all of the memory
+            # (no tenant job event is read, so no memory request: the share's part).
+            other = f"o{unique}"
             await bus.publish(
-                slicing.subject(tenant, "placement"),
+                slicing.subject(other, "placement"),
                 Placement(
                     id=new_event_id(),
                     at=now(),
-                    job_id="whole",
-                    tenant=tenant,
+                    job_id="half",
+                    tenant=other,
                     node=node,
                     kind=PlacementKind.WHOLE,
                     gpus=[GpuAssignment(index=0, milli=1000)],
                 ),
             )
             both = await samples.until(GpuSampleBatch, lambda e: e.gpus[0].util_gpu_pct == 100.0)
-            assert both.gpus[0].mem_used_mib == 4000.0
+            assert both.gpus[0].mem_used_mib == pytest.approx(T4.mem_total_mib, abs=0.01)
             assert both.gpus[0].power_w == pytest.approx(T4.idle_w + (T4.tdp_w - T4.idle_w) * 0.9)
 
-            # The first job finishes, the second is preempted: both GPUs fall back to idle.
+            # A release on the other tenant's subject naming this tenant: dead-lettered by the
+            # consumer (subject vs payload), nothing released.
+            letters = await Watch.open(bus, dlq.subject("telemetry-collector"))
+            forged = JobReleased(
+                id=new_event_id(), at=now(), job_id="half", tenant=tenant,
+                outcome=EndOutcome.FINISHED,
+            )  # fmt: skip
+            await bus.publish(slicing.subject(other, "released"), forged)
+            try:
+                letter = await letters.until(DeadLetter, lambda d: forged.id.encode() in d.payload)
+            finally:
+                await letters.close()
+            assert letter.error_kind == "tenant_mismatch"
+            # This tenant's job is released (the slicer's JobReleased ends it, keyed by
+            # (tenant, job): the other tenant's "half" keeps GPU 0), the other's is preempted.
             await bus.publish(
-                jobs.subject(tenant, "finished"),
-                JobFinished(id=new_event_id(), at=now(), job_id="half", tenant=tenant),
-            )
+                slicing.subject(tenant, "released"),
+                JobReleased(id=new_event_id(), at=now(), job_id="half", tenant=tenant,
+                            outcome=EndOutcome.FINISHED),
+            )  # fmt: skip
+            one = await samples.until(GpuSampleBatch, lambda e: e.gpus[1].util_gpu_pct == 0.0)
+            assert one.gpus[0].util_gpu_pct == 100.0
             await bus.publish(
-                slicing.subject(tenant, "preempted"),
-                Preempted(id=new_event_id(), at=now(), job_id="whole", tenant=tenant, node=node),
+                slicing.subject(other, "preempted"),
+                Preempted(id=new_event_id(), at=now(), job_id="half", tenant=other, node=node),
             )
             back = await samples.until(
                 GpuSampleBatch, lambda e: all(g.util_gpu_pct == 0.0 for g in e.gpus)

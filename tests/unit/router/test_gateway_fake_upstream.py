@@ -6,6 +6,7 @@ each call's remaining deadline, and fail on demand. Real Triton is in tests/inte
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -28,6 +29,8 @@ class FakeReplica(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.fail_with = fail_with
         self.calls: list[float | None] = []  # remaining deadline seen by each ModelInfer
         self.warmup_calls = 0
+        # When set, traffic (not warm-up) waits for it: a request held in flight.
+        self.gate: asyncio.Event | None = None
         self.server: grpc.aio.Server | None = None
         self.address = ""
 
@@ -45,6 +48,8 @@ class FakeReplica(service_pb2_grpc.GRPCInferenceServiceServicer):
             self.warmup_calls += 1
         else:
             self.calls.append(context.time_remaining())
+            if self.gate is not None:
+                await self.gate.wait()
             if self.fail_with is not None:
                 await context.abort(self.fail_with, "injected")
         response = service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
@@ -187,3 +192,24 @@ async def test_no_ready_replica_is_unavailable(
         registry.get_sample_value("seedance_router_decisions_total", {"reason": "no_ready_replica"})
         == 1
     )
+
+
+async def test_a_drained_replica_finishes_in_flight_requests_and_takes_no_new_ones(
+    fakes: dict[str, FakeReplica], gateway: OipGateway
+) -> None:
+    fakes["a"].gate = asyncio.Event()
+    held = asyncio.create_task(_infer(gateway, _request("r1")))  # the tie goes to "a"
+    async with asyncio.timeout(5):
+        while not fakes["a"].calls:  # noqa: ASYNC110 - waits on the fake's own state
+            await asyncio.sleep(0.01)
+    drain = asyncio.create_task(gateway.drain_replica("a", timeout_s=5.0))
+    async with asyncio.timeout(5):
+        while gateway.replica_phases().get("a") is not ReplicaPhase.DRAINING:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    await _infer(gateway, _request("r2"))
+    assert len(fakes["b"].calls) == 1  # the new request went to "b"
+    assert not drain.done()  # "a" still holds r1
+    fakes["a"].gate.set()
+    assert (await held).id == "r1"
+    assert await drain is True
+    assert list(gateway.replica_phases()) == ["b"]

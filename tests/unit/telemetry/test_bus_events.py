@@ -11,7 +11,6 @@ from seedance.core import VirtualClock
 from seedance.core.errors import RetryableError
 from seedance.core.settings import SettingsError, load_settings
 from seedance.events import decode, encode, new_event_id
-from seedance.events.jobs import JobSubmitted, ResourceRequest
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.telemetry_collector.bus_events import (
@@ -139,28 +138,20 @@ def test_replay_source_applies_once_retries_when_held_and_releases_per_tenant() 
     with pytest.raises(RetryableError):
         src.apply(placement("j", "n1", (0, 600), tenant="other"))
     assert src.fleet.free_milli("n1") == [400, 1000]
-    assert not src.release("other", "j", ended=True)
-    assert src.release("acme", "j", ended=True)
+    assert not src.release("other", "j")
+    assert src.release("acme", "j")
     assert src.fleet.free_milli("n1") == [1000, 1000]
     assert src.apply(placement("j", "n1", (0, 600), tenant="other")) == "applied"
     (inv,) = src.inventories()
     assert (inv.cpu_milli, inv.memory_mib, inv.inventory.simulated) == (8000, 32768, True)
 
 
-def test_replay_source_uses_the_jobs_memory_request() -> None:
+def test_replay_source_gives_a_share_its_part_of_the_gpu_memory() -> None:
+    # No tenant job event is read (trusted facts only): the share's part of the GPU's memory.
     src = ReplaySource(FleetSim([FleetNode("n1", "T4", 2)]), VirtualClock())
-    src.note_job(
-        JobSubmitted(
-            id=new_event_id(),
-            at=AT,
-            job_id="j",
-            tenant="acme",
-            request=ResourceRequest(gpus=1, gpu_milli=500, gpu_mem_mib=2000),
-        )
-    )
     src.apply(placement("j", "n1", (1, 500)))
     total = GPU_MODELS["T4"].mem_total_mib
-    assert src.fleet.free_mem_mib("n1") == [total, total - 2000]
+    assert src.fleet.free_mem_mib("n1") == [total, total / 2]
 
 
 def test_settings_errors_name_the_variable() -> None:

@@ -1,13 +1,22 @@
-"""Router events: per-replica request stats, routing weights and per-request decisions."""
+"""Router events: per-replica request stats, routing weights, per-request decisions, and the
+replica planner's recommended replica count per model."""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import msgspec
 
 from seedance.events.base import Event
 from seedance.events.tokens import Name
 
-__all__ = ["ReplicaStats", "RoutingDecision", "RoutingEvent", "RoutingWeights"]
+__all__ = [
+    "ReplicaRecommendation",
+    "ReplicaStats",
+    "RoutingDecision",
+    "RoutingEvent",
+    "RoutingWeights",
+]
 
 
 class ReplicaStats(Event, frozen=True, kw_only=True, tag="route.replica_stats.v1"):
@@ -43,4 +52,27 @@ class RoutingDecision(Event, frozen=True, kw_only=True, tag="route.decision.v1")
     alternatives: list[str] = msgspec.field(default_factory=list)
 
 
-RoutingEvent = ReplicaStats | RoutingWeights | RoutingDecision
+class ReplicaRecommendation(
+    Event, frozen=True, kw_only=True, tag="route.replica_recommendation.v1"
+):
+    """How many replicas of a model the planner wants, so its TTFT SLO holds once they are ready.
+
+    What a Kubernetes adapter or KEDA scales the model's Deployment to; the gateway routes to the
+    first `replicas` members of its replica set and drains the rest. `reason` and `binding` are
+    small closed sets (the planner's `PlanReason` and `Binding`); `horizon_s` is the forecast
+    horizon that set `needed`, the count before scale-down hysteresis.
+    """
+
+    model: Name
+    replicas: Annotated[int, msgspec.Meta(ge=0)]
+    needed: Annotated[int, msgspec.Meta(ge=0)]
+    current: Annotated[int, msgspec.Meta(ge=0)]
+    reason: str
+    binding: str
+    horizon_s: float
+    ttft_slo_s: float
+    startup_s: float
+    forecast_arrivals_per_s: float | None = None
+
+
+RoutingEvent = ReplicaStats | RoutingWeights | RoutingDecision | ReplicaRecommendation

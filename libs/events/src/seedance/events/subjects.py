@@ -218,10 +218,15 @@ class slicing:
 
 
 class routing:
-    """``seedance.routing.<model>.{stats,weights,decision}``."""
+    """``seedance.routing.<model>.{stats,weights,decision,replicas}``.
+
+    ``replicas`` carries the planner's `ReplicaRecommendation`: what an autoscaler (a Kubernetes
+    adapter, KEDA) subscribes to, per model or for all with `REPLICAS`.
+    """
 
     ALL = f"{ROOT}.routing.>"
     STATS = f"{ROOT}.routing.*.stats"
+    REPLICAS = f"{ROOT}.routing.*.replicas"
 
     @staticmethod
     def subject(model: str, kind: str) -> str:
@@ -383,7 +388,7 @@ STREAMS: tuple[StreamSpec, ...] = (
         "SEEDANCE_ROUTING",
         (routing.ALL,),
         max_age_s=_DAY_S,
-        description="replica stats, routing weights and decisions",
+        description="replica stats, routing weights, decisions and replica recommendations",
     ),
     StreamSpec(
         "SEEDANCE_GRAPH",

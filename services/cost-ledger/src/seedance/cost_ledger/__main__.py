@@ -65,6 +65,7 @@ def main() -> int | None:
         settings.ledger_config(),
         budgets=load_budgets(settings.budgets),
         tenants=settings.tenant_set(),
+        max_ahead_s=settings.max_ahead_s,
     )
     runtime = ServiceRuntime(NAME, bus_settings(NAME), http_port=settings.http_port)
     service = LedgerService(

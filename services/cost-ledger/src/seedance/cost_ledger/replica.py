@@ -23,8 +23,28 @@ are the one input every node sends every tick, so the clock is the newest sample
 inputs move it only once they lead it by more than ``source_skew_s``, so a stalled collector
 (or a fleet without one) delays entries by at most that.
 
+Trusted facts only (issue 13): the merged stream sources the slicer's placements, preemptions
+and releases (``JobReleased``: a job's billing ends there and at ``Preempted``, never at a
+tenant's own ``job.finished``) and the collectors' samples and inventory. A tenant's job event
+still found on the stream (copied in before the upgrade) is ignored: not billed, and its time
+moves nothing. Each input is checked before it is applied:
+- its subject: a tenant's fact must be on that tenant's ``seedance.slicing.<tenant>.<kind>`` of
+  its own kind (``owner_of``), a sample or inventory on its own node's telemetry subject;
+- its time: an ``at`` ahead of the message's stream timestamp (the server's clock when the
+  merged stream received the copy, never earlier than the original's receipt) by more than
+  ``max_ahead_s`` is refused, so no input, however trusted its publisher, moves the clock past
+  the server's time (a ``job.finished`` dated two days ahead once closed every window up to it).
+A back-dated end from a trusted publisher is a late fact like any other: the windows it changes
+are recomputed and adjusted while retained (the slicer stamps a release with the server's
+receive time of the tenant's request, so a tenant cannot back-date it; sealed windows never
+change). A refused input, or any error raised while stepping one, is dead-lettered by the
+service and the replica goes on: the same on every replica, since the decision depends only on
+the message and the state.
+
 A replica restored from a checkpoint taken at sequence ``s`` is byte-for-byte the replica that
-had stepped through ``s``; replaying from ``s + 1`` re-creates the same outputs.
+had stepped through ``s``; replaying from ``s + 1`` re-creates the same outputs. Checkpoints
+written before issue 13 restore as they are: the core already keyed jobs ``<tenant>/<job_id>``
+(``_job_key``), and the ends they hold (from tenants' ``job.finished``, billed then) stay.
 """
 
 from __future__ import annotations
@@ -39,9 +59,8 @@ from seedance.cost_ledger import core
 from seedance.cost_ledger.core.windows import closable_until
 from seedance.events import Event, derived_event_id
 from seedance.events.cost import BudgetAlert, CostEntry, CostKind, JobCostReport, PauseRequest
-from seedance.events.jobs import JobCancelled, JobFailed, JobFinished
-from seedance.events.slicing import Placement, PlacementKind, Preempted
-from seedance.events.subjects import costs, ledger
+from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
+from seedance.events.subjects import SubjectShapeError, costs, ledger, owner_of, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory
 
 __all__ = [
@@ -54,13 +73,18 @@ __all__ = [
     "to_bus",
 ]
 
-#: What the ledger reads from its merged input stream; other valid events are skipped.
-INPUT_TYPES = (
-    NodeInventory | GpuSampleBatch | Placement | Preempted | JobFinished | JobFailed | JobCancelled
-)
-InputEvent = (
-    NodeInventory | GpuSampleBatch | Placement | Preempted | JobFinished | JobFailed | JobCancelled
-)
+#: What the ledger reads from its merged input stream (trusted facts only); other valid events
+#: (a tenant's job event copied in before the upgrade) are skipped and move nothing.
+INPUT_TYPES = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased
+InputEvent = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased
+
+#: The slicing subject kind each tenant fact must arrive on.
+_SLICING_KIND = {Placement: "placement", Preempted: "preempted", JobReleased: "released"}
+
+#: How far an input's ``at`` may lead its message's stream timestamp by default: hosts' clocks
+#: agree within milliseconds under NTP; a replay in virtual time ahead of the wall clock (the
+#: demo) configures more.
+DEFAULT_MAX_AHEAD_S = 300
 
 _KIND = {
     PlacementKind.WHOLE: "whole",
@@ -117,11 +141,15 @@ class LedgerReplica:
         config: core.LedgerConfig | None = None,
         budgets: Sequence[core.Budget] = (),
         tenants: Iterable[str] = (),
+        max_ahead_s: int = DEFAULT_MAX_AHEAD_S,
     ) -> None:
+        if max_ahead_s < 0:
+            raise ValueError(f"max_ahead_s = {max_ahead_s!r}: must be >= 0")
         self.book = book
         self.config = config or core.LedgerConfig()
         self.budgets = {b.tenant: b for b in budgets}
         self.tenants = frozenset(tenants)
+        self.max_ahead_ms = max_ahead_s * 1000
         self.ledger = core.Ledger(book, self.config)
         self._s = _State()
 
@@ -152,19 +180,50 @@ class LedgerReplica:
             raise ValueError("start_after: the replica has already stepped")
         self._s.seq = seq
 
-    def step(self, seq: int, event: Event | None) -> list[Publication]:
+    def step(
+        self,
+        seq: int,
+        event: Event | None,
+        *,
+        subject: str | None = None,
+        stream_ms: int | None = None,
+    ) -> list[Publication]:
         """Apply the event at ``seq`` (None: not a ledger input) and return what to publish.
 
-        Any other event on the input stream (a job submission, say) is not a fact for the core
-        but its time still moves the ledger's clock. Raises ``InputRejected`` for an input that
-        can never be applied; the sequence is consumed all the same (a replay must not retry it).
+        ``subject`` is the message's subject and ``stream_ms`` its stream timestamp (epoch ms);
+        the service always passes both (None skips that check: offline replays, tests). Raises
+        ``InputRejected`` for an input that can never be applied (with the dead letter's kind
+        and reason), including any error raised while applying it; the sequence is consumed all
+        the same (a replay must not retry it) and the replica goes on with the next.
         """
         if seq <= self._s.seq:
             return []  # replayed from before the checkpoint: already part of the state
         self._s.seq = seq
         if event is None:
-            return []
+            return []  # not a trusted fact (a tenant's job event): billed never, moves nothing
+        try:
+            return self._step(event, subject, stream_ms)
+        except InputRejected:
+            raise
+        except Exception as exc:
+            # One bad event never stops the ledger: whatever it raised, it is dead-lettered
+            # with the error, and every replica decides the same (the same message, the same
+            # state). Inputs are validated before they are applied, so this is a defect's net.
+            raise InputRejected(
+                "step_error", f"{type(event).__name__} {event.id}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _step(self, event: Event, subject: str | None, stream_ms: int | None) -> list[Publication]:
+        if subject is not None:
+            self._check_subject(event, subject)
         t = event_time_ms(event)
+        if stream_ms is not None and t - stream_ms > self.max_ahead_ms:
+            raise InputRejected(
+                "future_time",
+                f"{type(event).__name__}.at = {event.at.isoformat()!r} is "
+                f"{(t - stream_ms) / 1000:.3f} s ahead of its stream time "
+                f"{_dt(stream_ms).isoformat()!r} (max_ahead_s = {self.max_ahead_ms // 1000})",
+            )
         inputs, energy = self._inputs(event, t)  # raises before anything is applied
         try:
             if isinstance(event, GpuSampleBatch):
@@ -182,6 +241,39 @@ class LedgerReplica:
         ):
             self._s.samples_ms = t
         return self._advance_if_due(sample=isinstance(event, GpuSampleBatch))
+
+    @staticmethod
+    def _check_subject(event: Event, subject: str) -> None:
+        """Identity comes from the subject: a tenant's fact on that tenant's slicing subject of
+        its own kind, a node's sample or inventory on that node's telemetry subject."""
+        kind = _SLICING_KIND.get(type(event))
+        if kind is not None:
+            tenant = getattr(event, "tenant", None)
+            try:
+                owner = owner_of(subject, tenant)
+            except SubjectShapeError as exc:
+                raise InputRejected("tenant_mismatch", str(exc)) from None
+            expected = slicing.subject(str(tenant), kind)
+            if owner is None or subject != expected:
+                raise InputRejected(
+                    "tenant_mismatch",
+                    f"{type(event).__name__} of tenant {tenant!r} on subject {subject!r}: "
+                    f"expected {expected!r}",
+                )
+            return
+        if isinstance(event, GpuSampleBatch | NodeInventory):
+            node = event.node
+            expected = (
+                telemetry.sample(node)
+                if isinstance(event, GpuSampleBatch)
+                else telemetry.inventory(node)
+            )
+            if subject != expected:
+                raise InputRejected(
+                    "subject_mismatch",
+                    f"{type(event).__name__} of node {node!r} on subject {subject!r}: "
+                    f"expected {expected!r}",
+                )
 
     def _advance_if_due(self, sample: bool) -> list[Publication]:
         now = self.clock_ms
@@ -220,8 +312,12 @@ class LedgerReplica:
         """The core facts of bus event ``e`` (whose time is ``at_ms``) and new energy readings."""
         if isinstance(e, Placement):
             return self._placement(e, at_ms), {}
-        if isinstance(e, JobFinished | JobFailed | JobCancelled | Preempted):
+        if isinstance(e, JobReleased | Preempted):
+            # The slicer's trusted time (``JobReleased.claimed_at`` is the tenant's claim, a
+            # record only). A release of a job never placed ends nothing.
             self._check_tenant(e.tenant)
+            if isinstance(e, JobReleased) and not e.was_placed:
+                return [], {}  # never placed: nothing to end (its time still moves the clock)
             return [
                 core.JobEnded(event_id=e.id, job_id=_job_key(e.tenant, e.job_id),
                               end_ms=at_ms)

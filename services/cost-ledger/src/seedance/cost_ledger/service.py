@@ -1,8 +1,9 @@
 """The cost-ledger service: the bus adapter around one deterministic ``LedgerReplica``.
 
 Replicas are active-active and deterministic (see docs/cost-ledger.md, "Exactly once"):
-- every replica reads the merged input stream ``SEEDANCE_LEDGER_IN`` (jobs, placements,
-  preemptions, samples, inventory sourced into one order by the server) from its own
+- every replica reads the merged input stream ``SEEDANCE_LEDGER_IN`` (the slicer's placements,
+  preemptions and releases, the collectors' samples and inventory: trusted facts only, sourced
+  into one order by the server) from its own
   ``ledger-in-<replica>`` consumer, without acks, starting after its checkpoint's sequence;
 - it steps the replica through each message in stream order and publishes the outputs with
   their deterministic ids as ``Nats-Msg-Id`` (the second replica's copies are dropped by the
@@ -13,7 +14,10 @@ Replicas are active-active and deterministic (see docs/cost-ledger.md, "Exactly 
   restarted replica resumes from it, re-publishing at most what followed (duplicates, dropped).
 A SIGKILL anywhere loses nothing (what is after the checkpoint is re-read) and duplicates
 nothing (same ids, same content). Inputs that can never be applied are dead-lettered with a
-reason (with an id derived from the input, so two replicas' letters are one).
+reason (with an id derived from the input, so two replicas' letters are one): a message that
+never decodes (a naive ``at``), a fact on another tenant's or node's subject, a time ahead of
+the message's stream timestamp by more than ``max_ahead_s``, and any error raised while
+stepping one event (``LedgerReplica.step``); the replica goes on with the next message.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from seedance.core import (
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch
+from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
 from seedance.events import DecodeError, decode, derived_event_id, encode
 from seedance.events.cost import CostEntry
@@ -333,17 +338,27 @@ class LedgerService(Lifecycle):
         out: list[Publication] = []
         letters: list[tuple[Any, str, str]] = []
         for msg in msgs:
-            seq = msg.metadata.sequence.stream
+            md = msg.metadata
+            seq = md.sequence.stream
             if seq <= self.replica.seq:
                 continue
+            event: Any = None
             try:
-                event: Any = decode(msg.data, INPUT_TYPES)
+                event = decode(msg.data, INPUT_TYPES)
             except DecodeError as exc:
-                event = _other_event(msg.data)  # another valid event: its time still counts
-                if event is None:
+                # Another valid event (a tenant's job event copied in before the upgrade) is
+                # not a fact: skipped, it moves nothing. Anything else (a naive ``at``, say)
+                # will never decode: dead-lettered.
+                if not _is_other_event(msg.data):
                     letters.append((msg, "decode_error", str(exc)))
             try:
-                out.extend(self.replica.step(seq, event))
+                # The stream timestamp bounds the fact's time (see LedgerReplica.step); every
+                # replica reads the same one for the same sequence.
+                out.extend(
+                    self.replica.step(
+                        seq, event, subject=msg.subject, stream_ms=core.epoch_ms(md.timestamp)
+                    )
+                )
             except InputRejected as exc:
                 letters.append((msg, exc.kind, str(exc)))
         self.metrics.events_total.inc(len(msgs))
@@ -426,8 +441,9 @@ class LedgerService(Lifecycle):
         log.warning("ledger_dead_letter", kind=kind, reason=reason, subject=msg.subject)
 
 
-def _other_event(data: bytes) -> Any:
+def _is_other_event(data: bytes) -> bool:
     try:
-        return decode(data)
+        decode(data)
     except DecodeError:
-        return None
+        return False
+    return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from datetime import datetime
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 import yaml
@@ -37,6 +38,10 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: How far jobs/slicing inputs may lead the telemetry samples before they move the
     #: ledger's clock (``LedgerReplica.clock_ms``).
     source_skew_s: int = 900
+    #: How far an input's ``at`` may lead the stream timestamp of its message (the server's
+    #: clock) before it is dead-lettered: no input moves the ledger's clock past the server's
+    #: time by more. A replay in virtual time ahead of the wall clock (the demo) sets more.
+    max_ahead_s: Annotated[int, msgspec.Meta(ge=0)] = 300
     #: A budgets file (YAML, see ``parse_budgets``); no guard if empty.
     budgets: str = ""
     #: Known tenants, comma-separated; inputs naming another tenant are dead-lettered. Empty:

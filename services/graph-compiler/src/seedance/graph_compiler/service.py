@@ -4,7 +4,8 @@ Each request on ``seedance.graph.<tenant>.request`` (durable ``compiler-requests
 with exactly one ``CompileResult`` on ``seedance.graph.<tenant>.result``:
 
 * the model is fetched from the object store (``inputs/<tenant>/...``) or from a URL or local
-  path with its sha256 checked;
+  path with its sha256 checked; a URL only within the fetch policy (``fetch.py``: allowed
+  schemes, hosts and networks, a size limit and a deadline);
 * the compatibility check for the request's target and the compile run in a child process
   (CPU-heavy: the event loop keeps serving the bus and the health endpoint), while the message
   is kept alive with ``in_progress`` heartbeats so its 300 s ack_wait never expires mid-compile;
@@ -29,10 +30,10 @@ import binascii
 import contextlib
 import hashlib
 import multiprocessing
+import os
 import shutil
 import tempfile
 import urllib.parse
-import urllib.request
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -53,6 +54,7 @@ from seedance.events import derived_event_id
 from seedance.events.graph import CompileRequest, CompileResult, artifact_object_name
 from seedance.events.subjects import consumer, graph
 from seedance.graph_compiler import worker
+from seedance.graph_compiler.fetch import FetchError, UrlFetcher
 from seedance.graph_compiler.settings import GraphCompilerSettings
 
 __all__ = ["RESULTS_BUCKET", "GraphCompilerMetrics", "GraphCompilerService"]
@@ -110,6 +112,7 @@ class GraphCompilerService(Lifecycle):
         self._store: ObjectStore | None = None
         self._kv: KeyValue | None = None
         self._pool: ProcessPoolExecutor | None = None
+        self._fetcher = UrlFetcher(settings.fetch_policy(), monotonic=self._clock.monotonic)
         # One message per fetch: fetched messages wait in hand with their ack_wait running, and
         # a compile takes minutes; more throughput comes from more replicas sharing the durable.
         runtime.consume("compiler-requests", CompileRequest, self._handle, batch=1)
@@ -229,7 +232,10 @@ class GraphCompilerService(Lifecycle):
         assert req.model_url is not None
         if want is None:
             raise BadRequest("model_url needs model_sha256 (64 hex digits)")
-        got = await asyncio.to_thread(self._fetch_url, req.model_url, dest)
+        try:
+            got = await asyncio.to_thread(self._fetch_url, req.model_url, dest)
+        except FetchError as exc:
+            raise BadRequest(str(exc)) from None
         if got != want:
             raise BadRequest(f"sha256 mismatch for {req.model_url}: expected {want}, got {got}")
 
@@ -264,20 +270,13 @@ class GraphCompilerService(Lifecycle):
     def _fetch_url(self, url: str, dest: Path) -> str:
         """Copy ``url`` to ``dest`` (in a thread) and return its sha256."""
         parsed = urllib.parse.urlparse(url)
+        if parsed.scheme not in ("", "file"):
+            return self._fetcher.fetch(url, dest)
+        src = self._local_path(parsed.path if parsed.scheme else url)
         limit = int(self._settings.max_model_mib * _MIB)
         h = hashlib.sha256()
-        if parsed.scheme in ("", "file"):
-            src = self._local_path(parsed.path if parsed.scheme else url)
-            opener: Any = src.open("rb")
-        elif parsed.scheme in ("http", "https"):
-            try:
-                opener = urllib.request.urlopen(url, timeout=60)
-            except OSError as exc:
-                raise BadRequest(f"cannot fetch {url}: {exc}") from exc
-        else:
-            raise BadRequest(f"unsupported URL scheme {parsed.scheme!r} (file, http, https)")
         size = 0
-        with opener as src_f, dest.open("wb") as out:
+        with src.open("rb") as src_f, dest.open("wb") as out:
             while chunk := src_f.read(_MIB):
                 size += len(chunk)
                 if size > limit:
@@ -290,6 +289,13 @@ class GraphCompilerService(Lifecycle):
         if not self._settings.model_dir:
             raise BadRequest("local model paths are not enabled on this compiler (model_dir)")
         root = Path(self._settings.model_dir).resolve()
+        # Judged by its text first, so a path outside model_dir is refused before anything
+        # outside is looked at (against model_dir as written too: it may be a symlink itself);
+        # then resolved, so a symlink inside cannot lead out.
+        written = Path(os.path.normpath(os.path.abspath(self._settings.model_dir)))
+        text = Path(os.path.normpath(os.path.abspath(path)))
+        if not (text.is_relative_to(root) or text.is_relative_to(written)):
+            raise BadRequest(f"model path {path!r} is outside the compiler's model_dir")
         p = Path(path).resolve()
         if not p.is_relative_to(root):
             raise BadRequest(f"model path {path!r} is outside the compiler's model_dir")

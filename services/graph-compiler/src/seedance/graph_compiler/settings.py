@@ -1,8 +1,15 @@
-"""The graph compiler's settings (``SEEDANCE_GRAPH_COMPILER_*``)."""
+"""The graph compiler's settings (``SEEDANCE_GRAPH_COMPILER_*``).
+
+Owns the one frozen settings object and its validation at start-up (a bad value names the
+setting and the value). List values are comma-separated strings, as in the router's settings,
+so that a manifest can write them by hand. Must not start or fetch anything.
+"""
 
 from __future__ import annotations
 
 import msgspec
+
+from seedance.graph_compiler.fetch import FetchPolicy
 
 __all__ = ["GraphCompilerSettings"]
 
@@ -28,5 +35,30 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     compile_timeout_s: float = 1800.0
     #: How often a running compile tells the server it is still working (ack_wait is 300 s).
     heartbeat_s: float = 30.0
-    #: Largest model fetched by URL.
-    max_model_mib: float = 4096.0
+    #: Largest model fetched by URL or copied from ``model_dir``. 2 GiB: protobuf cannot parse
+    #: a larger model file, so more would only fill the scratch disk before failing.
+    max_model_mib: float = 2048.0
+    #: One deadline for a whole URL fetch (resolve, connect, redirects, body).
+    fetch_timeout_s: float = 300.0
+    #: Schemes a ``model_url`` may use (a subset of ``http,https``; "" refuses every URL).
+    #: Plain http is allowed because the required ``model_sha256`` checks what arrived.
+    url_schemes: str = "http,https"
+    #: Hosts a ``model_url`` may name: exact names, or ``*.example.com`` for any name under it;
+    #: "" allows any host whose addresses pass the network check below.
+    url_hosts: str = ""
+    #: Networks (CIDR) a ``model_url`` may reach although they are not public: loopback,
+    #: link-local, private, unspecified, multicast and reserved addresses are refused unless
+    #: listed here (e.g. ``10.0.0.0/8`` for an in-cluster model server).
+    url_allow_networks: str = ""
+
+    def __post_init__(self) -> None:
+        self.fetch_policy()  # raises ValueError naming the setting and the value
+
+    def fetch_policy(self) -> FetchPolicy:
+        return FetchPolicy.parse(
+            schemes=self.url_schemes,
+            hosts=self.url_hosts,
+            allow_networks=self.url_allow_networks,
+            max_model_mib=self.max_model_mib,
+            timeout_s=self.fetch_timeout_s,
+        )

@@ -6,6 +6,10 @@ stats), ticks the `ForecastLoop` and publishes its `RoutingWeights` both as even
 bucket ``seedance-router-weights`` (which every gateway of the fleet watches), retrains when
 `decide_retrain` says so (training off the event loop, versions in the object store, the latest
 loaded at start), and publishes `RoutingDecision`s in batches and `ReplicaStats` per window.
+Every plan interval it runs the replica planner (`planner.plan`) per model on the arrivals and
+SLO outcomes the gateway saw, publishes its `ReplicaRecommendation` and sets the recommended
+replicas gauge; with ``follow_plan`` the gateway's `ReplicaSet` follows it (the surplus members
+are drained and parked, returning ones are warmed up again).
 
 Must not: publish on the request path. The observer only appends to bounded buffers; loops
 publish them.
@@ -28,7 +32,12 @@ from seedance.core import TRANSIENT_BUS_ERRORS, Clock, Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.events import Event, new_event_id
-from seedance.events.routing import ReplicaStats, RoutingDecision, RoutingWeights
+from seedance.events.routing import (
+    ReplicaRecommendation,
+    ReplicaStats,
+    RoutingDecision,
+    RoutingWeights,
+)
 from seedance.events.subjects import routing
 from seedance.router.decisions import PublishQueue
 from seedance.router.forecast import RetrainPolicy, train_forecast_model
@@ -39,10 +48,18 @@ from seedance.router.gateway import (
     OipGateway,
     RoutedRequest,
 )
+from seedance.router.load_forecast import LoadEstimator
 from seedance.router.model_store import ModelStore
+from seedance.router.planner import ObservedSlo, PlanReason, PlanState, plan
 from seedance.router.policy import PredictiveSloPolicy
+from seedance.router.replica_set import ReplicaSet
 from seedance.router.selector import ForecastSelector, default_policy_config
-from seedance.router.settings import RouterSettings, gateway_settings
+from seedance.router.settings import (
+    RouterSettings,
+    gateway_settings,
+    planner_config,
+    replica_capacity,
+)
 from seedance.router.weights import WeightTable, decode_table, encode_table, table_key
 
 __all__ = ["RouterMetrics", "RouterService"]
@@ -89,6 +106,18 @@ class RouterMetrics:
         self.model_generation = Gauge(
             "seedance_router_forecast_model_generation",
             "Generation of the forecast model in use (0: none).",
+            registry=registry,
+        )
+        self.recommended_replicas = Gauge(
+            "seedance_router_recommended_replicas",
+            "Replicas the planner recommends per model (what an autoscaler should scale to).",
+            ["model"],
+            registry=registry,
+        )
+        self.recommendations = Counter(
+            "seedance_router_replica_recommendations",
+            "Planner decisions, by model and reason (scale_up, scale_down, hold, stabilising).",
+            ["model", "reason"],
             registry=registry,
         )
 
@@ -146,12 +175,25 @@ class RouterService(Lifecycle):
             settings.decision_queue_size, on_drop=self.metrics.decisions_dropped.inc
         )
         self._windows: dict[tuple[str, str], _Window] = defaultdict(_Window)
+        self.replica_set = ReplicaSet.of(gw_settings.replicas)
+        self._plan_cfg = planner_config(settings)
+        self._capacity = replica_capacity(settings)
+        self._estimators = {m: LoadEstimator() for m in self._models}
+        start = max(len(gw_settings.replicas), self._plan_cfg.min_replicas)
+        self.plans = {m: PlanState(replicas=start) for m in self._models}
+        # (met, requests) per model since the last plan: the SLO outcomes the planner learns from.
+        self._slo_seen: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for reason in PlanReason:
+            for m in self._models:
+                self.metrics.recommendations.labels(m, reason.value)
         self._kv: KeyValue | None = None
         self._store: ModelStore | None = None
         self._training: asyncio.Task[None] | None = None
         runtime.loop(self._flush_loop)
         runtime.loop(self._watch_loop)
         runtime.loop(self._stats_loop)
+        if settings.plan:
+            runtime.loop(self._plan_loop)
         if settings.forecast:
             runtime.loop(self._forecast_loop)
 
@@ -195,7 +237,12 @@ class RouterService(Lifecycle):
     def routed(self, request: RoutedRequest) -> None:
         if request.model not in self._models:
             return
-        self.forecasts.observe_arrival(request.model, request.replica, self.now_s())
+        now_s = self.now_s()
+        self.forecasts.observe_arrival(request.model, request.replica, now_s)
+        if request.attempt == 1:  # a failover is the same request again
+            self._estimators[request.model].observe_arrival(
+                now_s, self._settings.plan_prompt_tokens
+            )
         self._windows[(request.model, request.replica)].requests += 1
         event = RoutingDecision(
             id=new_event_id(),
@@ -212,6 +259,10 @@ class RouterService(Lifecycle):
         if request.model not in self._models or request.replica is None:
             return
         self._windows[(request.model, request.replica)].durations_s.append(request.duration_s)
+        # OIP answers in one message, so its duration stands in for the time to first token.
+        seen = self._slo_seen[request.model]
+        seen[0] += request.status == "OK" and request.duration_s <= self._plan_cfg.ttft_slo_s
+        seen[1] += 1
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -229,6 +280,72 @@ class RouterService(Lifecycle):
         while True:
             await self._clock.sleep(self._settings.decision_flush_s)
             await self._flush()
+
+    async def _plan_loop(self) -> None:
+        while True:
+            await self._clock.sleep(self._settings.plan_interval_s)
+            await self.plan_once()
+
+    async def plan_once(self) -> list[ReplicaRecommendation]:
+        """One planner decision per model: publish it, export it, and follow it if asked."""
+        now_s = self.now_s()
+        cfg = self._plan_cfg
+        seen, self._slo_seen = self._slo_seen, defaultdict(lambda: [0, 0])
+        events: list[tuple[str, Event]] = []
+        out: list[ReplicaRecommendation] = []
+        for model in self._models:
+            current = self.plans[model].replicas
+            loads = self._estimators[model].forecast(now_s, (0.0, cfg.lead_s))
+            met, requests = seen.get(model, (0, 0))
+            self.plans[model], rec = plan(
+                self.plans[model],
+                now_s,
+                loads,
+                self._capacity,
+                cfg,
+                ObservedSlo(met=met, requests=requests),
+            )
+            self.metrics.recommended_replicas.labels(model).set(rec.replicas)
+            self.metrics.recommendations.labels(model, rec.reason.value).inc()
+            event = ReplicaRecommendation(
+                id=new_event_id(),
+                at=self._clock.now(),
+                model=model,
+                replicas=rec.replicas,
+                needed=rec.needed,
+                current=current,
+                reason=rec.reason.value,
+                binding=rec.binding.value,
+                horizon_s=rec.horizon_s,
+                ttft_slo_s=cfg.ttft_slo_s,
+                startup_s=cfg.startup_s,
+                forecast_arrivals_per_s=max(load.arrivals_per_s for load in loads),
+            )
+            out.append(event)
+            events.append((routing.subject(model, "replicas"), event))
+        if self._settings.follow_plan and out:
+            await self._follow(max(e.replicas for e in out))
+        try:
+            await self._rt.bus.publish_many(events)
+        except TRANSIENT_BUS_ERRORS as exc:  # the next interval recommends afresh
+            log.warning("recommendation_publish_failed", error=repr(exc))
+            return out
+        self.metrics.events_published.labels("replicas").inc(len(events))
+        return out
+
+    async def _follow(self, target: int) -> None:
+        """Make the gateway's registered replicas the routable members of the replica set."""
+        self.replica_set = self.replica_set.with_target(target)
+        change = self.replica_set.changes(list(self.gateway.replica_phases()))
+        for name in change.remove:
+            # In-flight requests get up to one interval: the next decision must not wait longer.
+            emptied = await self.gateway.drain_replica(
+                name, timeout_s=min(self._settings.plan_interval_s, self._drain_grace_s)
+            )
+            log.info("replica_parked", replica=name, target=target, drained=emptied)
+        for member in change.add:
+            await self.gateway.add_replica(member.name, member.address)
+            log.info("replica_resumed", replica=member.name, target=target)
 
     async def _forecast_loop(self) -> None:
         while True:

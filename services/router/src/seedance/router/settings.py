@@ -14,8 +14,16 @@ import msgspec
 
 from seedance.events.tokens import check_token
 from seedance.router.gateway import GatewaySettings, LayoutConversion, ModelRoute
+from seedance.router.planner import PlannerConfig, ReplicaCapacity
 
-__all__ = ["RouterSettings", "gateway_settings", "parse_layouts", "parse_replicas"]
+__all__ = [
+    "RouterSettings",
+    "gateway_settings",
+    "parse_layouts",
+    "parse_replicas",
+    "planner_config",
+    "replica_capacity",
+]
 
 
 class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,10 +58,39 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int = 3
     default_timeout_s: float = 60.0
     http_port: int = 9402
+    #: Replica planner (docs/router.md): recommend each model's replica count every interval
+    #: (`ReplicaRecommendation` on ``seedance.routing.<model>.replicas``).
+    plan: bool = True
+    plan_interval_s: float = 15.0
+    plan_ttft_slo_s: float = 2.0
+    plan_slo_target: float = 0.95
+    #: From asking for a replica to its first request: weights load plus engine start.
+    plan_startup_s: float = 60.0
+    plan_min_replicas: int = 1
+    plan_max_replicas: int = 64
+    #: One replica's capacity (the engine profile; defaults: Llama-3.1-70B FP8 on one H200,
+    #: docs/router-sim.md).
+    plan_prefill_tokens_per_s: float = 7000.0
+    plan_prefill_overhead_s: float = 0.02
+    plan_decode_step_s: float = 0.028
+    plan_kv_capacity_tokens: int = 180_000
+    #: Prompt tokens per request, until the gateway reads them from requests (OIP tensors do not
+    #: say).
+    plan_prompt_tokens: int = 1024
+    #: The gateway routes only to the first `replicas` members of its replica set that the plan
+    #: recommends (the largest over its models) and drains the others.
+    follow_plan: bool = False
 
     def __post_init__(self) -> None:
         if self.stale_after_s <= 0 or self.forecast_interval_s <= 0:
             raise ValueError("stale_after_s and forecast_interval_s must be > 0")
+        if self.plan_interval_s <= 0:
+            raise ValueError(f"plan_interval_s must be > 0, got {self.plan_interval_s}")
+        if self.plan_prompt_tokens < 0:
+            raise ValueError(f"plan_prompt_tokens must be >= 0, got {self.plan_prompt_tokens}")
+        # Validated where they live, at start-up rather than at the first tick.
+        planner_config(self)
+        replica_capacity(self)
         if self.decision_queue_size < 1:
             raise ValueError("decision_queue_size must be >= 1")
         # The fleet is a KV key token and an object-name prefix.
@@ -114,4 +151,24 @@ def gateway_settings(settings: RouterSettings) -> GatewaySettings:
         region_header=settings.region_header,
         max_attempts=settings.max_attempts,
         default_timeout_s=settings.default_timeout_s,
+    )
+
+
+def planner_config(settings: RouterSettings) -> PlannerConfig:
+    return PlannerConfig(
+        ttft_slo_s=settings.plan_ttft_slo_s,
+        slo_target=settings.plan_slo_target,
+        startup_s=settings.plan_startup_s,
+        interval_s=settings.plan_interval_s,
+        min_replicas=settings.plan_min_replicas,
+        max_replicas=settings.plan_max_replicas,
+    )
+
+
+def replica_capacity(settings: RouterSettings) -> ReplicaCapacity:
+    return ReplicaCapacity(
+        prefill_tokens_per_s=settings.plan_prefill_tokens_per_s,
+        prefill_overhead_s=settings.plan_prefill_overhead_s,
+        decode_step_s=settings.plan_decode_step_s,
+        kv_capacity_tokens=settings.plan_kv_capacity_tokens,
     )

@@ -5,8 +5,9 @@ asks the source for samples and publishes one ``GpuSampleBatch`` per node (``pub
 pipelines the acks: 1,213 node events per tick for the replayed fleet), inventory when it
 changed (and again every ``inventory_interval_s``, so that late slicers find every node), and a
 ``GpuHealth`` for each health flip. The dcgm-exporter collector on ``/metrics`` is updated on
-every tick. With the replayed fleet it also reads placements, preemptions and job ends from the
-bus and applies them to the fleet, which closes the loop of the demo.
+every tick. With the replayed fleet it also follows the slicer's decisions (placements,
+preemptions, releases: trusted facts, never a tenant's own job events), keyed by (tenant, job),
+and applies them to the fleet, which closes the loop of the demo.
 
 It must not compute samples itself (the sources and ``bus_events`` do) or read the wall clock
 (the clock is injected).
@@ -24,8 +25,7 @@ from seedance.core import Clock, Delivery, Lifecycle, ServiceRuntime
 from seedance.core.errors import NoStream
 from seedance.core.logs import get_logger
 from seedance.events import Event
-from seedance.events.jobs import JobCancelled, JobEvent, JobFailed, JobFinished, JobSubmitted
-from seedance.events.slicing import Placement, Preempted
+from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import telemetry
 from seedance.telemetry_collector.bus_events import (
     gpu_health_event,
@@ -64,8 +64,9 @@ class CollectorService(Lifecycle):
         self._subjects: dict[str, str] = {}
         self._source_started = False
         if isinstance(source, ReplaySource):
-            self._consume("collector-placements", Placement | Preempted, self._on_slicing)
-            self._consume("collector-jobs", JobEvent, self._on_job)
+            self._consume(
+                "collector-placements", Placement | Preempted | JobReleased, self._on_slicing
+            )
         runtime.loop(self._tick_loop)
 
     def _consume(self, durable: str, types: Any, handler: Any) -> None:
@@ -106,6 +107,8 @@ class CollectorService(Lifecycle):
     # --- the replayed fleet follows the slicer ------------------------------------------------
 
     async def _on_slicing(self, d: Delivery[Any]) -> None:
+        # The consumer has checked the subject's tenant against the payload's (a placement on
+        # acme's subject naming globex is dead-lettered before it gets here).
         assert isinstance(self._source, ReplaySource)
         ev = d.event
         if isinstance(ev, Placement):
@@ -113,17 +116,7 @@ class CollectorService(Lifecycle):
             self.metrics.placements_total.labels(outcome).inc()
             if outcome == "applied":
                 log.info("fleet_placement_applied", job_id=ev.job_id, node=ev.node)
-        elif self._source.release(ev.tenant, ev.job_id, ended=False):
-            self.metrics.placements_total.labels("released").inc()
-
-    async def _on_job(self, d: Delivery[Any]) -> None:
-        assert isinstance(self._source, ReplaySource)
-        ev = d.event
-        if isinstance(ev, JobSubmitted):
-            self._source.note_job(ev)
-        elif isinstance(ev, JobFinished | JobFailed | JobCancelled) and self._source.release(
-            ev.tenant, ev.job_id, ended=True
-        ):
+        elif self._source.release(ev.tenant, ev.job_id):  # preempted, or ended (JobReleased)
             self.metrics.placements_total.labels("released").inc()
 
     # --- the tick -------------------------------------------------------------------------------

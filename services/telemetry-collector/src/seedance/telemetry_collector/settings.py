@@ -40,9 +40,9 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Republish the inventory this often (s): the telemetry stream keeps messages for an hour,
     #: so a slicer started later still finds every node.
     inventory_interval_s: float = 900.0
-    #: Non-empty: this collector's durables are ``collector-placements-<instance>`` and
-    #: ``collector-jobs-<instance>``. Every replayed fleet needs every placement, so collectors
-    #: that replay side by side (tests, two demos on one server) must not share a durable.
+    #: Non-empty: this collector's durable is ``collector-placements-<instance>``. Every
+    #: replayed fleet needs every placement, so collectors that replay side by side (tests, two
+    #: demos on one server) must not share a durable.
     #: Development only: the generated NATS permissions grant the catalogue's names alone.
     instance: str = ""
 

@@ -20,7 +20,6 @@ import pynvml
 from seedance.core import Clock
 from seedance.core.errors import RetryableError
 from seedance.core.logs import get_logger
-from seedance.events.jobs import JobSubmitted
 from seedance.events.slicing import Placement
 from seedance.events.tokens import InvalidToken, check_token
 from seedance.telemetry_collector.bus_events import placement_shares
@@ -46,10 +45,6 @@ log = get_logger(__name__)
 #: Placement outcomes, a closed set (a metric label).
 PlacementOutcome = str
 APPLIED, DUPLICATE, FOREIGN_NODE, NO_GPUS = "applied", "duplicate", "foreign_node", "no_gpus"
-
-#: Memory requests remembered for jobs not yet ended; a bound against jobs that never end.
-_MAX_REMEMBERED_REQUESTS = 100_000
-
 
 @dataclass(frozen=True, slots=True)
 class HostedInventory:
@@ -102,7 +97,6 @@ class ReplaySource(Source):
         self.fleet = fleet
         self._clock = clock
         self._held: dict[str, list[str]] = {}  # job key → its fleet placement ids
-        self._gpu_mem_mib: dict[str, int] = {}  # job key → requested memory per GPU
 
     async def start(self) -> list[HostedInventory]:
         return self.inventories()
@@ -120,13 +114,6 @@ class ReplaySource(Source):
     async def close(self) -> None:
         return None
 
-    def note_job(self, ev: JobSubmitted) -> None:
-        """Remember a job's own memory request, used when its placement arrives."""
-        if ev.request.gpu_mem_mib > 0:
-            if len(self._gpu_mem_mib) >= _MAX_REMEMBERED_REQUESTS:
-                self._gpu_mem_mib.pop(next(iter(self._gpu_mem_mib)))
-            self._gpu_mem_mib[_job_key(ev.tenant, ev.job_id)] = ev.request.gpu_mem_mib
-
     def apply(self, p: Placement) -> PlacementOutcome:
         """Apply a placement on this fleet (idempotent per job).
 
@@ -143,8 +130,9 @@ class ReplaySource(Source):
         shares = placement_shares(
             p.gpus,
             self.fleet.mem_total_mib(p.node),
+            # The placement names no GPU memory and the collector reads no tenant job event
+            # (trusted facts only): each share gets its part of the GPU's memory.
             self.fleet.free_mem_mib(p.node),
-            self._gpu_mem_mib.get(key, 0),
         )
         free = self.fleet.free_milli(p.node)
         if any(free[i] < s.gpu_milli for s in shares for i in s.gpu_indices):
@@ -157,11 +145,9 @@ class ReplaySource(Source):
         self._held[key] = ids
         return APPLIED
 
-    def release(self, tenant: str, job_id: str, *, ended: bool) -> bool:
-        """Release a job's GPUs (preempted or ended); ``ended`` also forgets its request."""
+    def release(self, tenant: str, job_id: str) -> bool:
+        """Release a job's GPUs (preempted or released); False if it held none here."""
         key = _job_key(tenant, job_id)
-        if ended:
-            self._gpu_mem_mib.pop(key, None)
         ids = self._held.pop(key, None)
         for pid in ids or ():
             self.fleet.release(pid)

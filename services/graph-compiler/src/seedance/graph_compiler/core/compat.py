@@ -16,6 +16,7 @@ import onnx
 from onnx import external_data_helper
 
 from seedance.graph_compiler.core.errors import InvalidModel
+from seedance.graph_compiler.core.external_data import external_location, external_tensors, locate
 from seedance.graph_compiler.core.loading import PROTOBUF_LIMIT_BYTES
 
 __all__ = [
@@ -142,6 +143,25 @@ ORT_CPU = CompatTarget(
 )
 
 
+def _external_problem(t: onnx.TensorProto, base_dir: Path | None) -> str | None:
+    """What is wrong with ``t``'s external data: a location leading out of the model's
+    directory (judged before the filesystem is touched, one message whether or not a file is
+    there), or, inside it, a missing file or one too short."""
+    location = external_location(t)
+    try:
+        path = locate(base_dir, t.name, location)
+    except InvalidModel as exc:
+        return str(exc)
+    if path is None:  # a proto in memory: no directory to look in
+        return None
+    if not path.is_file():
+        return f"initializer {t.name!r} points at missing file {location!r}"
+    info = external_data_helper.ExternalDataInfo(t)
+    if info.length and path.stat().st_size < int(info.offset or 0) + int(info.length):
+        return f"initializer {t.name!r} runs past the end of {location!r}"
+    return None
+
+
 def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
@@ -222,28 +242,15 @@ def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarge
     for t in model.graph.initializer:
         if external_data_helper.uses_external_data(t):
             external = True
-            info = external_data_helper.ExternalDataInfo(t)
-            weight_bytes += int(info.length or 0)
-            if base_dir is not None:
-                loc = base_dir / info.location
-                if not loc.is_file():
-                    problems.append(
-                        CompatProblem(
-                            kind="external_data",
-                            message=f"initializer {t.name!r} points at missing file "
-                            f"{info.location!r}",
-                        )
-                    )
-                elif info.length and loc.stat().st_size < int(info.offset or 0) + int(info.length):
-                    problems.append(
-                        CompatProblem(
-                            kind="external_data",
-                            message=f"initializer {t.name!r} runs past the end of "
-                            f"{info.location!r}",
-                        )
-                    )
+            weight_bytes += int(external_data_helper.ExternalDataInfo(t).length or 0)
         else:
             weight_bytes += len(t.raw_data) or t.ByteSize()
+    # Every tensor that names a file, not only the initializers: all of them get loaded.
+    for t in external_tensors(model):
+        external = True
+        problem = _external_problem(t, base_dir)
+        if problem is not None:
+            problems.append(CompatProblem(kind="external_data", message=problem))
     if weight_bytes >= PROTOBUF_LIMIT_BYTES and not external:
         problems.append(
             CompatProblem(

@@ -1,7 +1,10 @@
 """Turning request bytes or a path into a checked ``onnx.ModelProto``, and back.
 
 Owns parsing, validation and the 2 GB protobuf boundary (models past it live as external
-data next to a path). Must not optimise anything; failures become ``InvalidModel``.
+data next to a path). External data is read only from the model's own directory, after
+``external_data.confine`` checked every location; a model given as bytes or a proto has no
+directory, so its external data is refused without looking anywhere. Must not optimise
+anything; failures become ``InvalidModel``.
 """
 
 from __future__ import annotations
@@ -9,8 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import onnx
+from onnx import external_data_helper
 
 from seedance.graph_compiler.core.errors import InvalidModel
+from seedance.graph_compiler.core.external_data import (
+    confine,
+    external_location,
+    external_tensors,
+)
 
 __all__ = ["PROTOBUF_LIMIT_BYTES", "load_model", "model_bytes", "node_count"]
 
@@ -30,11 +39,20 @@ def load_model(model: bytes | str | Path | onnx.ModelProto) -> onnx.ModelProto:
             path = Path(model)
             if not path.is_file():
                 raise InvalidModel(f"model path {str(path)!r} is not a file")
-            proto = onnx.load(str(path), load_external_data=True)
+            # Parsed without its data first: the locations are checked before any is opened.
+            proto = onnx.load(str(path), load_external_data=False)
+            confine(proto, path.parent)
+            external_data_helper.load_external_data_for_model(proto, str(path.parent))
     except InvalidModel:
         raise
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning-like errors, ...
         raise InvalidModel(f"cannot parse ONNX model: {exc}") from exc
+    if (t := next(external_tensors(proto), None)) is not None:
+        # Left unloaded, ONNX Runtime and the checker would look in the working directory.
+        raise InvalidModel(
+            f"tensor {t.name!r} keeps its data in {external_location(t)!r}, but a model given "
+            "as bytes or a proto has no directory to read it from: give its path"
+        )
     if not proto.graph.node:
         raise InvalidModel("model graph has no nodes")
     if not proto.graph.output:

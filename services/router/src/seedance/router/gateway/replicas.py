@@ -12,6 +12,7 @@ connection set-up is part of what warm-up pays for.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ class ReplicaPhase(enum.Enum):
     WARMING = "warming"  # reachable, being warmed up, takes no traffic yet
     READY = "ready"  # takes traffic
     EJECTED = "ejected"  # failed (UNAVAILABLE or a failed probe); probed until it comes back
+    DRAINING = "draining"  # being removed: no new traffic, its in-flight requests finish
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +91,9 @@ class Replica:
         self.address = address
         self.phase = ReplicaPhase.WARMING
         self.outstanding = 0
+        # Set whenever nothing is in flight: what a drain waits on.
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._outstanding_by_model: Counter[str] = Counter()
         self.latency_ewma_s: float | None = None
         self._channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
@@ -105,10 +110,13 @@ class Replica:
 
     def begin(self, model: str) -> None:
         self.outstanding += 1
+        self._idle.clear()
         self._outstanding_by_model[model] += 1
 
     def end(self, model: str, *, latency_s: float | None) -> None:
         self.outstanding -= 1
+        if self.outstanding <= 0:
+            self._idle.set()
         self._outstanding_by_model[model] -= 1
         if self._outstanding_by_model[model] <= 0:
             del self._outstanding_by_model[model]
@@ -117,6 +125,10 @@ class Replica:
             self.latency_ewma_s = (
                 latency_s if previous is None else previous + _EWMA_ALPHA * (latency_s - previous)
             )
+
+    async def wait_idle(self) -> None:
+        """Return once no request is in flight on this replica."""
+        await self._idle.wait()
 
     async def probe_ready(self, *, timeout_s: float) -> bool:
         """ServerReady on the replica; False on any transport failure."""

@@ -233,6 +233,28 @@ class OipGateway:
         self._metrics.ready(replica=name, ready=False)
         await replica.close()
 
+    async def drain_replica(self, name: str, *, timeout_s: float) -> bool:
+        """Stop sending new requests to a replica, let its in-flight ones finish (at most
+        `timeout_s`), then remove it. True if it emptied in time; after the timeout the rest
+        are cut off by the channel's close, as `remove_replica` does."""
+        replica = self._replicas[name]
+        task = self._warmups.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._set_phase(replica, ReplicaPhase.DRAINING)
+        emptied = True
+        try:
+            async with asyncio.timeout(timeout_s):
+                await replica.wait_idle()
+        except TimeoutError:
+            emptied = False
+            _log.warning("replica_drain_timeout", replica=name, outstanding=replica.outstanding)
+        if self._replicas.get(name) is replica:
+            await self.remove_replica(name)
+        return emptied
+
     def replica_phases(self) -> dict[str, ReplicaPhase]:
         return {name: r.phase for name, r in self._replicas.items()}
 

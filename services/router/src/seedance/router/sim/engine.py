@@ -21,6 +21,13 @@ scheduler (vLLM V0's default, no chunked prefill):
   full-hour replay take seconds in Python. An arrival that can be admitted cuts the run of steps
   at the next step boundary, exactly where a real engine would schedule its prefill.
 
+With a `Scaler` the fleet changes size during the replay (the autoscaling benchmark). At every
+`tick_s` the scaler sees a `FleetObservation` and names the replica count it wants; a replica it
+adds is billed from that instant and takes traffic only `startup_s` later (weights loading,
+engine start); one it removes first cancels replicas still starting (newest first), then stops
+routing to the least-loaded ready ones, which finish what they hold and are billed until they are
+empty. A removal is undone by reviving a draining replica before any new one is started.
+
 The router sees each replica's exact state at the arrival instant and, when a forecast source is
 given, the latest forecast it has published. A policy that is a `HoldingPolicy` binds late: each
 request enters the router's own queue (ordered by the policy's hold key) and the queue's head is
@@ -50,10 +57,20 @@ from seedance.router.policy.state import (
 from seedance.router.sim.params import ReplicaParams
 from seedance.router.sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest
 
-__all__ = ["ForecastSource", "ReplicaSnapshot", "SimResult", "simulate"]
+__all__ = [
+    "FleetObservation",
+    "ForecastSource",
+    "ReplicaSnapshot",
+    "Scaler",
+    "SimResult",
+    "simulate",
+]
 
 # _BOUNDARY: an iteration has just ended and the replica is about to schedule the next one.
 _IDLE, _PREFILL, _DECODE, _BOUNDARY = 0, 1, 2, 3
+# A replica's place in the fleet (only with a `Scaler`): starting (billed, no traffic), ready
+# (routed to), draining (no new traffic, finishing its own), retired (no longer billed).
+_STARTING, _READY, _DRAINING, _RETIRED = 0, 1, 2, 3
 
 
 class _Req:
@@ -91,20 +108,26 @@ class _Replica:
         "dec_start",
         "dec_u",
         "dec_v",
+        "ended_s",
         "kv_used",
         "mode",
         "name",
+        "phase",
         "prefill_batch",
         "prefill_tokens",
         "queue",
         "queued_tokens",
         "running",
+        "started_s",
         "steps_done",
         "version",
     )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, started_s: float = 0.0, phase: int = _READY) -> None:
         self.name = name
+        self.phase = phase
+        self.started_s = started_s
+        self.ended_s = math.nan
         self.queue: deque[_Req] = deque()
         self.queued_tokens = 0
         self.prefill_batch: list[_Req] = []
@@ -145,6 +168,41 @@ class ForecastSource:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FleetObservation:
+    """What an autoscaler may observe at one of its ticks: engine gauges and router counters.
+
+    Never a request's output length before it has finished, nor any future arrival.
+    """
+
+    now_s: float
+    # States of the replicas taking traffic, and how many are starting or draining.
+    ready: tuple[ReplicaState, ...]
+    starting: int
+    draining: int
+    # Requests that reached the router since the previous tick: (arrival_s, prompt tokens).
+    arrivals: tuple[tuple[float, int], ...]
+    # Requests that finished since the previous tick, and their output tokens in all.
+    finished: int
+    finished_output_tokens: int
+    # KV tokens held by every billed replica (draining ones included).
+    kv_used_tokens: int
+    # First tokens since the previous tick: (TTFT s, prompt tokens) of each request.
+    first_tokens: tuple[tuple[float, int], ...] = ()
+
+
+class Scaler:
+    """Interface for autoscaling policies inside the replay (see `sim.autoscale`)."""
+
+    @property
+    def tick_s(self) -> float:
+        raise NotImplementedError
+
+    def desired(self, obs: FleetObservation) -> int:
+        """Replicas wanted (ready + starting), given what is observable now."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimResult:
     """Per-request latencies (seconds; NaN for requests that could never fit a replica)."""
 
@@ -160,6 +218,10 @@ class SimResult:
     # Time each request spent held in the router before binding (all zero unless the policy
     # is a `HoldingPolicy`); it is part of its TTFT.
     hold_s: tuple[float, ...] = ()
+    # Billed replica time (start-up and draining included) up to the end of the replay, and the
+    # fleet size (ready + starting) after each scaler decision: (time_s, replicas).
+    replica_seconds: float = 0.0
+    fleet_timeline: tuple[tuple[float, int], ...] = ()
 
 
 def _steps_within(u: float, v: float, elapsed: float) -> int:
@@ -186,12 +248,29 @@ def simulate(
     params: ReplicaParams,
     forecast_source: ForecastSource | None = None,
     on_decision: Callable[[int, ReplicaState], None] | None = None,
+    *,
+    scaler: Scaler | None = None,
+    startup_s: float = 0.0,
+    max_replicas: int = 1024,
 ) -> SimResult:
-    """Replay `trace` through `n_replicas` replicas routed by `policy`."""
+    """Replay `trace` through `n_replicas` replicas (the starting fleet, with a `scaler`)."""
     if n_replicas < 1:
         raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
+    if scaler is not None and isinstance(policy, HoldingPolicy):
+        raise ValueError("a holding policy cannot be replayed with a scaler")
+    if startup_s < 0:
+        raise ValueError(f"startup_s must be >= 0, got {startup_s}")
     p = params
     reps = [_Replica(f"r{i}") for i in range(n_replicas)]
+    # Indices of the replicas taking traffic, in the order policies see them.
+    live = list(range(n_replicas))
+    pending: list[tuple[float, int]] = []  # (ready at, replica index) of starting replicas
+    next_scale = scaler.tick_s if scaler is not None else math.inf
+    scale_arrivals: list[tuple[float, int]] = []
+    scale_finished = [0, 0]  # requests, output tokens
+    scale_first: list[tuple[float, int]] = []
+    timeline: list[tuple[float, int]] = []
+    last_event_s = 0.0
     events: list[tuple[float, int, int, int]] = []  # (time, seq, replica, version)
     seq = 0
     reasons: Counter[str] = Counter()
@@ -269,15 +348,24 @@ def simulate(
         seq += 1
         heapq.heappush(events, (end, seq, ri, r.version))
 
+    def finish(req: _Req) -> None:
+        scale_finished[0] += 1
+        scale_finished[1] += req.output
+
     def iteration_end(r: _Replica, ri: int, now: float) -> None:
+        nonlocal last_event_s
+        last_event_s = now
         if r.mode == _PREFILL:
             for req in r.prefill_batch:
                 req.ttft_s = now - req.arrival_s
+                if scaler is not None:
+                    scale_first.append((req.ttft_s, req.prompt))
                 if caching and req.hashes:
                     insert_blocks(r, req)
                 if req.output == 1:
                     req.e2e_s = req.ttft_s
                     r.kv_used -= req.kv_need
+                    finish(req)
                 else:
                     heapq.heappush(r.running, (r.steps_done + req.output - 1, req.idx, req))
                     r.ctx_tokens += req.prompt + 1
@@ -293,12 +381,19 @@ def simulate(
                 req.e2e_s = now - req.arrival_s
                 r.kv_used -= req.kv_need
                 r.ctx_tokens -= req.prompt + req.output
+                finish(req)
         if held:
             # The router sees the boundary (KV freed, batch done) and may release held requests,
             # to this replica or another, before this replica schedules its next iteration.
             r.mode = _BOUNDARY
             release_held(now)
         schedule(r, ri, now)
+        if r.phase == _DRAINING and r.mode == _IDLE and not r.queue:
+            retire(r, now)
+
+    def retire(r: _Replica, now: float) -> None:
+        r.phase = _RETIRED
+        r.ended_s = now
 
     def run_events_until(t: float) -> None:
         # Iteration ends at the same instant as an arrival are processed first.
@@ -319,9 +414,9 @@ def simulate(
                     kv_used_tokens=reps[i].kv_used,
                     arrivals_since_last_tick=arrivals_tick[i],
                 )
-                for i in range(n_replicas)
+                for i in live
             ]
-            arrivals_tick = [0] * n_replicas
+            arrivals_tick = [0] * len(reps)
             forecast = forecast_source.observe(next_tick, snaps)
             next_tick += tick_s
 
@@ -336,17 +431,17 @@ def simulate(
                 kv_used_tokens=r.kv_used,
                 kv_capacity_tokens=p.kv_capacity_tokens,
             )
-            for r in reps
+            for r in (reps[i] for i in live)
         ]
 
     def dispatch(req: _Req, decision: Decision, states: list[ReplicaState], now: float) -> None:
         nonlocal seq
-        ri = decision.replica_index
+        ri = live[decision.replica_index]
         reasons[decision.reason.value] += 1
         arrivals_tick[ri] += 1
         replica_of[req.idx] = ri
         if on_decision is not None:
-            on_decision(req.idx, states[ri])
+            on_decision(req.idx, states[decision.replica_index])
         r = reps[ri]
         was_empty = not r.queue
         r.queue.append(req)
@@ -389,6 +484,73 @@ def simulate(
             req.hold_s = now - req.arrival_s
             dispatch(req, decision, states, now)
 
+    def scale_decision(now: float) -> None:
+        assert scaler is not None
+        starting = [i for i, r in enumerate(reps) if r.phase == _STARTING]
+        draining = [i for i, r in enumerate(reps) if r.phase == _DRAINING]
+        obs = FleetObservation(
+            now_s=now,
+            ready=tuple(observe()),
+            starting=len(starting),
+            draining=len(draining),
+            arrivals=tuple(scale_arrivals),
+            finished=scale_finished[0],
+            finished_output_tokens=scale_finished[1],
+            kv_used_tokens=sum(r.kv_used for r in reps if r.phase != _RETIRED),
+            first_tokens=tuple(scale_first),
+        )
+        scale_first.clear()
+        scale_arrivals.clear()
+        scale_finished[0] = scale_finished[1] = 0
+        want = max(1, min(max_replicas, scaler.desired(obs)))
+        have = len(live) + len(starting)
+        while have < want and draining:
+            # A draining replica is warm: take it back before paying for a start-up.
+            ri = max(draining, key=lambda i: reps[i].kv_used)
+            draining.remove(ri)
+            reps[ri].phase = _READY
+            live.append(ri)
+            have += 1
+        while have < want:
+            ri = len(reps)
+            reps.append(_Replica(f"r{ri}", started_s=now, phase=_STARTING))
+            ids.append(reps[ri].name)
+            arrivals_tick.append(0)
+            heapq.heappush(pending, (now + startup_s, ri))
+            have += 1
+        while have > want and starting:
+            r = reps[starting.pop()]  # the newest start-up is the furthest from ready
+            retire(r, now)
+            have -= 1
+        while have > want and len(live) > 1:
+            ri = min(live, key=lambda i: (len(reps[i].queue) + len(reps[i].running), -i))
+            live.remove(ri)
+            r = reps[ri]
+            r.phase = _DRAINING
+            if r.mode == _IDLE and not r.queue:
+                retire(r, now)
+            have -= 1
+        timeline.append((now, have))
+
+    def advance(now: float) -> None:
+        """Process iteration ends, replicas becoming ready and scaler ticks up to `now`."""
+        nonlocal next_scale
+        while True:
+            ready_at = pending[0][0] if pending else math.inf
+            t = min(next_scale, ready_at)
+            if t > now:
+                break
+            run_events_until(t)
+            if ready_at <= next_scale:
+                _, ri = heapq.heappop(pending)
+                if reps[ri].phase == _STARTING:
+                    reps[ri].phase = _READY
+                    live.append(ri)
+            else:
+                scale_decision(t)
+                next_scale += scaler.tick_s if scaler is not None else math.inf
+        run_events_until(now)
+
     reqs = [_Req(i, t) for i, t in enumerate(trace)]
     replica_of = [-1] * len(reqs)
     ids = [r.name for r in reps]
@@ -396,8 +558,11 @@ def simulate(
     held: list[tuple[float, int, _Req]] = []  # heap of (hold key, arrival index, request)
     for req in reqs:
         now = req.arrival_s
-        run_events_until(now)
+        advance(now)
         tick_until(now)
+        last_event_s = max(last_event_s, now)
+        if scaler is not None:
+            scale_arrivals.append((now, req.prompt))
         if req.kv_need > p.kv_capacity_tokens:
             # Could never be admitted anywhere: an engine rejects it at validation.
             rejected += 1
@@ -418,7 +583,13 @@ def simulate(
             f"policy {policy.name!r} still holds {len(held)} requests with every replica idle"
         )
 
+    end_s = last_event_s
+    replica_seconds = sum(
+        (end_s if math.isnan(r.ended_s) else r.ended_s) - r.started_s for r in reps
+    )
     return SimResult(
+        replica_seconds=replica_seconds,
+        fleet_timeline=tuple(timeline),
         ttft_s=tuple(q.ttft_s for q in reqs),
         e2e_s=tuple(q.e2e_s for q in reqs),
         replica_of=tuple(replica_of),

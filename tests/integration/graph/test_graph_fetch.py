@@ -1,0 +1,143 @@
+"""What a tenant can make the graph-compiler read, over a real nats-server and a real HTTP server.
+
+A tenant's ``model_url`` must not turn the compiler into a proxy into its own network (the
+metrics port, a cloud metadata address, a neighbour's admin page), and a model's external-data
+locations must not let it probe the compiler's files. Each refusal is checked where it
+matters: the HTTP server saw no request, the error text is the same for a file that exists and
+one that does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from seedance.sdk.client import SeedanceClient
+from tests.integration.graph.model_server import ModelServer, Route
+from tests.integration.graph.test_graph_service import _request, mlp
+
+
+async def _compile_url(client: SeedanceClient, tenant: str, rid: str, url: str, sha: str):
+    req = await _request(client, tenant, rid, b"", model_url=url, model_sha256=sha)
+    return await client._request_compile(req, 120)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def test_loopback_urls_are_refused_and_never_requested(
+    start_compiler, client, tenant, model_server: ModelServer
+):
+    metrics = b"seedance_graph_compiler_compiles_total 3\n"
+    model_server.routes["/metrics"] = Route(body=metrics)
+    await start_compiler()
+    # By address and by a name that resolves to it: the check is on what the host resolves to.
+    for i, host in enumerate(["127.0.0.1", "localhost"]):
+        url = model_server.url("/metrics", host)
+        result = await _compile_url(client, tenant, f"r{i}", url, _sha(metrics))
+        assert (result.ok, result.error_kind) == (False, "InvalidRequest")
+        assert url in (result.error or "")
+        assert "loopback" in (result.error or "")
+    assert model_server.seen == []
+
+
+async def test_an_allowed_network_is_fetched_by_the_checked_address(
+    start_compiler, client, tenant, model_server: ModelServer
+):
+    model = mlp()
+    model_server.routes["/m.onnx"] = Route(body=model)
+    await start_compiler(url_allow_networks="127.0.0.0/8")
+    url = model_server.url("/m.onnx", "localhost")
+    result = await _compile_url(client, tenant, "ok", url, _sha(model))
+    assert result.ok, result.error
+    # The Host header keeps the name; the connection went to the address that was checked.
+    assert [s.host for s in model_server.seen] == [f"localhost:{model_server.port}"]
+
+
+async def test_fetch_limits_and_redirects(
+    start_compiler, client, tenant, model_server: ModelServer
+):
+    model = mlp()
+    assert len(model) > 8 * 1024
+    model_server.routes["/sized.onnx"] = Route(body=model)
+    model_server.routes["/chunked.onnx"] = Route(body=model, chunked=True)
+    model_server.routes["/slow.onnx"] = Route(body=model[:4096], drip_s=0.5)  # 2 s, under the size
+    model_server.routes["/away"] = Route(status=302, location=model_server.url("/x", "127.0.0.2"))
+    model_server.routes["/hop"] = Route(status=302, location="/sized.onnx")
+    await start_compiler(
+        url_allow_networks="127.0.0.1/32", max_model_mib=8 / 1024, fetch_timeout_s=1.0
+    )
+
+    async def error(rid: str, path: str) -> str:
+        result = await _compile_url(client, tenant, rid, model_server.url(path), _sha(model))
+        assert (result.ok, result.error_kind) == (False, "InvalidRequest"), result
+        return result.error or ""
+
+    # Refused from the Content-Length before the body is read, and while streaming without one.
+    assert "over the limit of 0.0078125 MiB" in await error("sized", "/sized.onnx")
+    assert "over the limit of 0.0078125 MiB" in await error("chunked", "/chunked.onnx")
+    assert "did not finish within 1 s" in await error("slow", "/slow.onnx")
+    # A redirect is checked like the URL it replaces: 127.0.0.2 is loopback and not allowed.
+    away = await error("away", "/away")
+    assert "http://127.0.0.2" in away
+    assert "loopback" in away
+    assert "/x" not in [s.path for s in model_server.seen]
+    # A redirect inside the allowed network is followed (and then hits the size limit).
+    assert "over the limit" in await error("hop", "/hop")
+    assert [s.path for s in model_server.seen][-2:] == ["/hop", "/sized.onnx"]
+
+
+def _external_model(location: str) -> bytes:
+    """A valid graph whose one initializer names ``location`` as its external data."""
+    w = helper.make_tensor("W", TensorProto.FLOAT, [4, 4], vals=np.ones(16, np.float32))
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "64")):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+async def test_external_data_outside_the_model_gives_one_answer(start_compiler, client, tenant):
+    await start_compiler()
+    # Pairs of one file that exists on every host and one that does not, by absolute path and
+    # by climbing out of the compiler's scratch directory.
+    pairs = [("/etc/passwd", "/nonexistent"), ("../" * 8 + "etc/passwd", "../" * 8 + "nonexist")]
+    for i, pair in enumerate(pairs):
+        texts = []
+        for j, location in enumerate(pair):
+            req = await _request(client, tenant, f"x{i}-{j}", _external_model(location))
+            result = await client._request_compile(req, 120)
+            assert not result.ok
+            # Byte for byte the same once the location the request sent is taken out.
+            error = (result.error or "").replace(repr(location), "<location>")
+            texts.append((result.error_kind, error))
+        assert texts[0] == texts[1]
+        assert "external data location <location> is outside the model's directory" in texts[0][1]
+
+
+async def test_local_paths_stay_in_model_dir(start_compiler, client, tenant, tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "m.onnx").write_bytes(mlp())
+    (tmp_path / "models").symlink_to(real)  # model_dir may itself be a link, as on a volume
+    await start_compiler(model_dir=str(tmp_path / "models"))
+    sha = _sha(mlp())
+    ok = await _compile_url(client, tenant, "in", str(tmp_path / "models" / "m.onnx"), sha)
+    assert ok.ok, ok.error
+    for i, path in enumerate(["/etc/passwd", f"{tmp_path}/models/../../../etc/passwd"]):
+        result = await _compile_url(client, tenant, f"out{i}", path, sha)
+        assert result.error_kind == "InvalidRequest"
+        assert result.error == f"model path {path!r} is outside the compiler's model_dir"

@@ -1,0 +1,30 @@
+"""Fixtures of the ledger's integration tests: a server of each test's own, and a bus on it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from seedance.core import Bus, BusSettings
+from tools.stack import NatsServer
+
+
+@pytest.fixture
+def server() -> Iterator[NatsServer]:
+    """A server of the test's own: replicas replay the merged stream from its start."""
+    s = NatsServer()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+async def bus(server: NatsServer) -> AsyncIterator[Bus]:
+    b = await Bus.connect(BusSettings(url=server.url, name="test"))
+    await b.ensure_streams()
+    try:
+        yield b
+    finally:
+        await b.close()
