@@ -36,6 +36,7 @@ from seedance.events.permissions import (
 )
 
 __all__ = [
+    "CALLOUT_ISSUER_VAR",
     "CALLOUT_USER",
     "PASSWORD_RULE",
     "PasswordError",

@@ -50,11 +50,15 @@ from seedance.events.subjects import (
 from seedance.events.tokens import check_tenant, check_token
 
 __all__ = [
+    "CALLOUT_REPLIES",
     "CALLOUT_SUBJECT",
     "CALLOUT_USER",
     "FAMILIES",
     "IDENTITIES",
     "JS_API",
+    "RESERVED_TENANTS",
+    "SERVICES",
+    "SERVICE_INBOX",
     "TENANT_READS",
     "Declaration",
     "Permissions",
@@ -65,6 +69,7 @@ __all__ = [
     "service_user",
     "tenant_permissions",
     "tenant_user",
+    "tenant_user_name",
 ]
 
 JS_API = "$JS.API"
