@@ -29,11 +29,13 @@ from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
 from seedance.core import Bus, BusSettings
+from seedance.core.auth_callout import new_issuer
 from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
+from seedance.events.nats_config import CALLOUT_ISSUER_VAR
 from seedance.events.slicing import JobReleased, Placement
-from seedance.events.subjects import costs, jobs, telemetry
+from seedance.events.subjects import costs, inbox_prefix, jobs, telemetry
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import SeedanceClient
 from tests.conftest import eventually
@@ -65,8 +67,9 @@ def password(user: str) -> str:
 @pytest.fixture(scope="module")
 def auth_url() -> Iterator[str]:
     text = (REPO / "deploy" / "auth" / "nats-auth.conf").read_text()
-    users = [u.name for u in gen.users_from(__import__("yaml").safe_load(gen.SOURCE.read_text()))]
+    users = [u.name for u in gen.users_from(gen.load_source())]
     defs = "".join(f'{gen.password_var(u)}: "{password(u)}"\n' for u in users)
+    defs += f"{CALLOUT_ISSUER_VAR}: {new_issuer().public_key.decode()}\n"
     server = NatsServer(config=defs + text)
     try:
         yield server.url
@@ -129,7 +132,7 @@ async def admin(auth_url: str) -> AsyncIterator[Bus]:
 async def tenant_client(url: str, tenant: str) -> SeedanceClient:
     user = f"tenant-{tenant}"
     return await SeedanceClient.connect(
-        url, user=user, password=password(user), inbox_prefix=gen.tenant_inbox_prefix(tenant)
+        url, user=user, password=password(user), inbox_prefix=inbox_prefix(tenant)
     )
 
 
@@ -222,7 +225,7 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         errors.append(str(e))
 
     user_b = f"tenant-{TENANT_B}"
-    prefix_b = gen.tenant_inbox_prefix(TENANT_B)
+    prefix_b = inbox_prefix(TENANT_B)
     raw = await nats.connect(
         auth_url,
         user=user_b,
@@ -268,7 +271,7 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         with pytest.raises(nats.errors.TimeoutError):
             await js.publish(jobs.subject(TENANT_A, "submitted"), b"forged", timeout=2.0)
         # A's inbox: reading A's deliveries directly is refused as well.
-        await raw.subscribe(f"{gen.tenant_inbox_prefix(TENANT_A)}.>")
+        await raw.subscribe(f"{inbox_prefix(TENANT_A)}.>")
         await raw.flush()
         async with asyncio.timeout(10):
             while len(errors) < 4:  # noqa: ASYNC110 - errors arrive through the client's callback
@@ -280,7 +283,10 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         await admin.js.consumer_info("SEEDANCE_COSTS", stolen)
     joined = "\n".join(errors).lower()
     assert "permissions violation for publish to" in joined
-    assert f"$js.api.consumer.create.seedance_costs.{stolen}.seedance.costs.{TENANT_A}.>" in joined
+    assert (
+        f"$js.api.consumer.create.seedance_costs.{stolen}.{costs.tenant_wildcard(TENANT_A)}"
+        in joined
+    )
     assert f"seedance.jobs.{TENANT_A}.submitted" in joined
     assert "permissions violation for subscription to" in joined
 

@@ -15,6 +15,9 @@ import jsonschema
 import pytest
 import yaml
 
+from seedance.core.auth_callout import new_issuer
+from seedance.events import nats_config
+from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from tests.unit.deploy.declared import (
     DEPLOY,
     REPO,
@@ -110,11 +113,12 @@ def test_each_service_has_its_own_nats_user_and_the_server_knows_every_password(
     users = auth_users()
     nats_env = compose["services"]["nats"]["environment"]
     rendered = gen.users_from(users)
-    assert set(nats_env) == {gen.password_var(u.name) for u in rendered}
-    for name in SERVICES:
+    callout = {nats_config.CALLOUT_ISSUER_VAR} if users.get("auth_callout") else set()
+    assert set(nats_env) == {gen.password_var(u.name) for u in rendered} | callout
+    for name in [*SERVICES, CALLOUT_USER]:
         env = compose["services"][name]["environment"]
         assert env["NATS_USER"] == name
-        assert name in users["services"]
+        assert name in IDENTITIES
         # the service's password is the same substitution as the server's variable for it
         var = gen.password_var(name)
         assert env["NATS_PASSWORD"] == nats_env[var]
@@ -139,7 +143,8 @@ def test_nats_config_with_auth_is_accepted_by_the_pinned_server(
     conf_dir.mkdir()
     for target, source in mounts.items():
         (conf_dir / Path(target).name).write_text(source.read_text())
-    env = {**os.environ, **dict.fromkeys(nats["environment"], "x")}
+    env = {**os.environ, **dict.fromkeys(nats["environment"], "x-password")}
+    env[nats_config.CALLOUT_ISSUER_VAR] = new_issuer().public_key.decode()
     cmd = [nats_server_binary(), "-c", str(conf_dir / "nats.conf"), "-t"]
     ok = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stderr

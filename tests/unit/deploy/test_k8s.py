@@ -19,7 +19,9 @@ import jsonschema
 import pytest
 import yaml
 
-from seedance.events import subjects
+from seedance.core.auth_callout import new_issuer
+from seedance.events import nats_config, subjects
+from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from tests.unit.deploy.declared import DEPLOY, REPO, auth_users, load_tool, services
 from tools.stack import nats_server_binary
 
@@ -194,7 +196,7 @@ def test_keda_scales_on_the_catalogues_consumers_of_the_target_service(overlay: 
     scaled = by_kind(docs, "ScaledObject")
     # The cost-ledger's replicas are deterministic and each does all the work: not scaled.
     assert set(scaled) == {"graph-compiler"}
-    consumes = {n: set(s["consumes"]) for n, s in auth_users()["services"].items()}
+    consumes = {n: set(d.consumes) for n, d in IDENTITIES.items()}
     for name, so in scaled.items():
         assert so["spec"]["scaleTargetRef"]["name"] in by_kind(docs, "Deployment")
         for trigger in so["spec"]["triggers"]:
@@ -212,7 +214,8 @@ def test_dev_secret_has_a_password_for_every_user_and_prod_brings_its_own() -> N
     gen = load_tool("gen_nats_auth")
     users = gen.users_from(auth_users())
     secret = by_kind(render("dev"), "Secret")["seedance-nats-passwords"]
-    assert set(secret["data"]) == {gen.password_var(u.name) for u in users}
+    callout = {nats_config.CALLOUT_ISSUER_VAR} if auth_users().get("auth_callout") else set()
+    assert set(secret["data"]) == {gen.password_var(u.name) for u in users} | callout
     assert "seedance-nats-passwords" not in by_kind(render("prod"), "Secret")
 
 
@@ -232,6 +235,7 @@ def test_nats_configmap_is_the_generated_auth_and_the_server_accepts_it(
         (tmp_path / name).write_text(text)
     users = gen.users_from(auth_users())
     env = {**os.environ, "POD_NAME": "nats-0", **{gen.password_var(u.name): "x" for u in users}}
+    env[nats_config.CALLOUT_ISSUER_VAR] = new_issuer().public_key.decode()
     done = subprocess.run(
         [nats_server_binary(), "-c", str(tmp_path / "nats.conf"), "-t"],
         env=env,
@@ -247,3 +251,22 @@ def test_ledger_versions_never_overlap(overlay: str) -> None:
     # Two ledger versions may emit one output id with different amounts (docs/deploy.md).
     ledger = workloads(render(overlay))["cost-ledger"]
     assert ledger["spec"]["strategy"] == {"type": "Recreate"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_auth_callout_runs_as_its_user_and_only_it_holds_the_signing_seed(
+    overlay: str,
+) -> None:
+    docs = render(overlay)
+    pod = workloads(docs)["auth-callout"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["seedance-auth", "serve"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NATS_USER"]["value"] == CALLOUT_USER
+    pw = env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert pw == {"name": "seedance-nats-passwords", "key": "NATS_PASSWORD_AUTH_CALLOUT"}
+    seed = env["SEEDANCE_AUTH_CALLOUT_ISSUER_SEED"]["valueFrom"]["secretKeyRef"]
+    assert seed["name"] != "seedance-nats-passwords"  # the server's env never sees the seed
+    if overlay == "dev":
+        secrets = by_kind(docs, "Secret")
+        assert "SEEDANCE_AUTH_CALLOUT_ISSUER_SEED" in secrets[seed["name"]]["data"]

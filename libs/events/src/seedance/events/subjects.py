@@ -516,6 +516,9 @@ BUCKETS: dict[str, BucketSpec] = {
             ttl_s=60.0,
             description="graph-compiler workers' capabilities (execution providers)",
         ),
+        # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
+        # the auth-callout service reads (seedance.core.auth_callout).
+        BucketSpec("seedance-tenants", description="tenant credentials for the auth callout"),
     )
 }
 

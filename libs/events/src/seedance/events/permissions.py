@@ -1,0 +1,358 @@
+"""Who may do what on the bus: per-identity declarations, and the NATS permissions they give.
+
+Each service declares here what it publishes, subscribes to, consumes (catalogue durables) and
+which KV buckets and object stores it uses; so do the trusted replayer (the one identity besides
+the slicer and the collector that publishes trusted facts, on ``seedance.observed``) and tenants.
+Everything is a catalogue name (``seedance.events.subjects``), so a renamed stream, durable or
+bucket changes the permissions with it, and a name the catalogue does not know fails at import.
+
+This module lives next to the catalogue, not in ``tools/`` or ``seedance.core``, because it is
+catalogue data (names, not connections): the server-config renderer (``render_server_config``),
+the auth-callout service (``seedance.core.auth_callout``, which issues the same permissions to
+tenants added at run time) and the tests all read the one definition, and none needs NATS.
+
+Tenants get exactly:
+
+- publish ``jobs.tenant_subjects(t)``, the five exact request subjects (no ``>`` tail);
+- read their own costs (``seedance.costs.<t>.*``) and their own slicer decisions
+  (``seedance.slicing.<t>.*``: placement, unschedulable, rejected, released, preempted) through
+  push consumers whose filter travels in the API subject
+  (``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``, nats-server 2.10+ checks that it
+  equals the request body's), so a consumer can see nothing else;
+- INFO and DELETE of such consumers by name, and their flow-control replies;
+- subscribe only under ``inbox_prefix(t)``.
+
+A consumer name is one subject token and permissions match whole tokens, so "only its own
+consumers" cannot be a pattern; instead every catalogue durable on a stream a tenant reads is
+denied by name for every verb (re-creating ``slicer-pauses`` with a tenant's own filter once
+switched off budget pauses), a catalogue consumer with per-replica names (which could not be
+denied) on such a stream fails the render, and the SDK names its consumers with 64 random bits
+while LIST/NAMES are refused, so a tenant cannot find another tenant's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from seedance.events import subjects
+from seedance.events.subjects import (
+    BUCKETS,
+    CONSUMERS,
+    OBJECT_STORES,
+    STREAMS,
+    costs,
+    dlq,
+    inbox_prefix,
+    jobs,
+    slicing,
+)
+from seedance.events.tokens import check_tenant, check_token
+
+__all__ = [
+    "CALLOUT_REPLIES",
+    "CALLOUT_SUBJECT",
+    "CALLOUT_USER",
+    "FAMILIES",
+    "IDENTITIES",
+    "JS_API",
+    "RESERVED_TENANTS",
+    "SERVICES",
+    "SERVICE_INBOX",
+    "TENANT_READS",
+    "Declaration",
+    "Permissions",
+    "PermissionsError",
+    "User",
+    "declaration_permissions",
+    "operator_user",
+    "service_user",
+    "tenant_permissions",
+    "tenant_user",
+    "tenant_user_name",
+]
+
+JS_API = "$JS.API"
+#: The static user the auth-callout service connects as, and the subject the server asks it on.
+CALLOUT_USER = "auth-callout"
+CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
+#: Where the server waits for the callout's answers.
+CALLOUT_REPLIES = "$SYS._INBOX.>"
+#: The inbox every Seedance service and the replayer reply through (tenants have their own).
+SERVICE_INBOX = "_INBOX.>"
+
+
+class PermissionsError(ValueError):
+    """A declaration that names something the catalogue does not have, or cannot be enforced."""
+
+
+#: The subject families a service may publish on, by catalogue name.
+FAMILIES: dict[str, str] = {
+    "jobs": subjects.jobs.ALL,
+    "observed": subjects.observed.ALL,
+    "telemetry": subjects.telemetry.ALL,
+    "slicing": subjects.slicing.ALL,
+    "routing": subjects.routing.ALL,
+    "graph": subjects.graph.ALL,
+    "costs": subjects.costs.ALL,
+    "ledger": subjects.ledger.ALL,
+}
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What one trusted identity (a service, the replayer) does on the bus, in catalogue names."""
+
+    name: str
+    #: Subject families it publishes events on (``FAMILIES`` keys).
+    publishes: tuple[str, ...] = ()
+    #: Catalogue durables it binds (stream and filter come from the catalogue).
+    consumes: tuple[str, ...] = ()
+    buckets: tuple[str, ...] = ()
+    object_stores: tuple[str, ...] = ()
+    #: Creates and updates every catalogue stream at start-up (every service replica does).
+    provisions: bool = True
+    #: Dead-letters what it cannot handle on ``seedance.dlq.<name>``.
+    dead_letters: bool = True
+    #: Core subjects it subscribes to besides its inbox (``_INBOX.>``).
+    subscribes: tuple[str, ...] = ()
+    #: Core subjects it publishes replies on (the server's own inboxes, for the callout).
+    replies_on: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_token("identity", self.name)
+        for family in self.publishes:
+            if family not in FAMILIES:
+                raise PermissionsError(
+                    f"{self.name}: unknown subject family {family!r} (know {sorted(FAMILIES)})"
+                )
+        for durable in self.consumes:
+            if durable not in CONSUMERS:
+                raise PermissionsError(f"{self.name}: no consumer {durable!r} in the catalogue")
+        for bucket in self.buckets:
+            if bucket not in BUCKETS:
+                raise PermissionsError(f"{self.name}: no KV bucket {bucket!r} in the catalogue")
+        for store in self.object_stores:
+            if store not in OBJECT_STORES:
+                raise PermissionsError(f"{self.name}: no object store {store!r} in the catalogue")
+
+
+#: Every trusted identity but operators, by NATS user name. Services carry their workspace name.
+IDENTITIES: dict[str, Declaration] = {
+    d.name: d
+    for d in (
+        Declaration(
+            "telemetry-collector",
+            publishes=("telemetry",),
+            consumes=("collector-placements",),
+        ),
+        Declaration(
+            "slicer",
+            publishes=("slicing",),
+            consumes=("slicer-jobs", "slicer-inventory", "slicer-pauses"),
+            buckets=("seedance-slicer-state", "seedance-leases"),
+        ),
+        Declaration(
+            "router",
+            publishes=("routing",),
+            consumes=("router-stats",),
+            buckets=("seedance-router-weights",),
+            object_stores=("seedance-router-models",),
+        ),
+        Declaration(
+            "graph-compiler",
+            publishes=("graph",),
+            consumes=("compiler-requests",),
+            buckets=("seedance-graph-results", "seedance-graph-workers"),
+            object_stores=("seedance-graph-models",),
+        ),
+        Declaration(
+            "cost-ledger",
+            publishes=("costs", "ledger"),
+            consumes=("ledger-in",),
+            buckets=("seedance-ledger",),
+        ),
+        # The replayer of a recorded fleet (the demo, benches, chaos tools) and later the
+        # Kubernetes bridge: the only publisher of observed job events, whose `at` is honoured.
+        Declaration("replayer", publishes=("observed",), provisions=False, dead_letters=False),
+        # Authorises every connection the server config does not list (tenants added at run
+        # time, seedance.core.auth_callout): reads their credentials, answers the server.
+        Declaration(
+            CALLOUT_USER,
+            buckets=("seedance-tenants",),
+            subscribes=(CALLOUT_SUBJECT,),
+            replies_on=(CALLOUT_REPLIES,),
+            provisions=False,
+            dead_letters=False,
+        ),
+    )
+}
+
+#: Workspace services (``services/*``); the rest of IDENTITIES are other trusted publishers.
+SERVICES = ("telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger")
+
+#: What a tenant reads: (stream, the tenant's filter on it). Its consumers may filter only so.
+TENANT_READS: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("SEEDANCE_COSTS", costs.tenant_wildcard),
+    ("SEEDANCE_SLICING", slicing.tenant_wildcard),
+)
+
+#: Tenant ids that would collide with a family's non-tenant subjects (seedance.slicing.node.*).
+RESERVED_TENANTS = frozenset({"node"})
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish_allow: tuple[str, ...] = ()
+    publish_deny: tuple[str, ...] = ()
+    subscribe_allow: tuple[str, ...] = ()
+    subscribe_deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    permissions: Permissions = field(default_factory=Permissions)
+    #: Operators have no permissions block: they may do anything in the account.
+    unrestricted: bool = False
+
+
+def _stream_api(stream: str) -> list[str]:
+    return [f"{JS_API}.STREAM.{op}.{stream}" for op in ("CREATE", "UPDATE", "INFO")]
+
+
+def _durable_api(stream: str, durable: str) -> list[str]:
+    return [
+        f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}",
+        f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}.>",
+        f"{JS_API}.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
+        f"{JS_API}.CONSUMER.INFO.{stream}.{durable}",
+        f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        # ack, nak, in-progress and term all go to the message's reply subject
+        f"$JS.ACK.{stream}.{durable}.>",
+    ]
+
+
+def declaration_permissions(d: Declaration) -> Permissions:
+    """The exact data and JetStream API subjects a trusted identity's declaration gives."""
+    pub = [f"{JS_API}.INFO"]
+    if d.provisions:
+        for stream in STREAMS:
+            pub += _stream_api(stream.name)
+    else:  # a publisher that only checks the streams it publishes to exist
+        pub += [f"{JS_API}.STREAM.INFO.{s.name}" for s in STREAMS]
+    pub += [FAMILIES[f] for f in d.publishes]
+    pub += d.replies_on
+    if d.dead_letters:
+        pub.append(dlq.subject(d.name))
+    for durable in d.consumes:
+        c = CONSUMERS[durable]
+        pub += _durable_api(c.stream, c.durable)
+        if not c.acked:
+            # Each replica reads with its own ``<durable>-<replica>`` consumer, re-created at
+            # every start from its checkpoint (see subjects.replica_consumer). A subject wildcard
+            # is a whole token, so the grant is any consumer of that stream, which only this
+            # service reads (tenant_permissions refuses such a stream for tenants).
+            pub += [
+                f"{JS_API}.CONSUMER.CREATE.{c.stream}.*",
+                f"{JS_API}.CONSUMER.CREATE.{c.stream}.*.>",
+                f"{JS_API}.CONSUMER.DELETE.{c.stream}.*",
+                f"{JS_API}.CONSUMER.INFO.{c.stream}.*",
+                f"{JS_API}.CONSUMER.MSG.NEXT.{c.stream}.*",
+            ]
+    for bucket in d.buckets:
+        kv = f"KV_{bucket}"
+        pub += _stream_api(kv)
+        pub += [
+            f"{JS_API}.STREAM.MSG.GET.{kv}",
+            f"{JS_API}.DIRECT.GET.{kv}",
+            f"{JS_API}.DIRECT.GET.{kv}.>",
+            f"$KV.{bucket}.>",
+            # watches (the router's weights) read the bucket through an ordered consumer
+            f"{JS_API}.CONSUMER.CREATE.{kv}",
+            f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+            f"{JS_API}.CONSUMER.DELETE.{kv}.>",
+        ]
+    for store in d.object_stores:
+        obj = f"OBJ_{store}"
+        pub += _stream_api(obj)
+        pub += [
+            f"{JS_API}.STREAM.MSG.GET.{obj}",
+            f"{JS_API}.STREAM.PURGE.{obj}",
+            f"{JS_API}.DIRECT.GET.{obj}.>",
+            # a get reads the object's chunks through an ordered consumer
+            f"{JS_API}.CONSUMER.CREATE.{obj}",
+            f"{JS_API}.CONSUMER.CREATE.{obj}.>",
+            f"{JS_API}.CONSUMER.DELETE.{obj}.>",
+            f"$O.{store}.>",
+        ]
+    return Permissions(publish_allow=tuple(pub), subscribe_allow=(SERVICE_INBOX, *d.subscribes))
+
+
+def tenant_permissions(tenant: str) -> Permissions:
+    """Exactly what tenant ``tenant`` may do: publish its requests, read its own costs and
+    decisions through consumers filtered on them, receive under its own inbox prefix."""
+    check_tenant(tenant)
+    if tenant in RESERVED_TENANTS:
+        raise PermissionsError(
+            f"tenant {tenant!r} is reserved: its subjects would overlap non-tenant subjects "
+            f"(seedance.slicing.{tenant}.<node>.mig_plan)"
+        )
+    allow = [f"{JS_API}.INFO", *jobs.tenant_subjects(tenant)]
+    deny: list[str] = []
+    for stream, tenant_filter in TENANT_READS:
+        allow += [
+            # nats-server 2.10+: the filter travels in the subject, and the server checks it
+            # equals the request body's, so this confines the consumer to the tenant's subjects.
+            f"{JS_API}.CONSUMER.CREATE.{stream}.*.{tenant_filter(tenant)}",
+            f"{JS_API}.CONSUMER.DELETE.{stream}.*",
+            f"{JS_API}.CONSUMER.INFO.{stream}.*",
+            # flow-control replies of its push consumers
+            f"$JS.FC.{stream}.*.>",
+        ]
+        for c in CONSUMERS.values():
+            if c.stream != stream:
+                continue
+            if not c.acked:
+                raise PermissionsError(
+                    f"consumer {c.durable!r} has per-replica names on {stream}, which tenants "
+                    "read: its names cannot be denied to them by a subject pattern"
+                )
+            deny += [
+                f"{JS_API}.CONSUMER.CREATE.{stream}.{c.durable}",
+                f"{JS_API}.CONSUMER.CREATE.{stream}.{c.durable}.>",
+                f"{JS_API}.CONSUMER.DURABLE.CREATE.{stream}.{c.durable}",
+                f"{JS_API}.CONSUMER.DELETE.{stream}.{c.durable}",
+                f"{JS_API}.CONSUMER.INFO.{stream}.{c.durable}",
+                f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{c.durable}",
+                f"$JS.FC.{stream}.{c.durable}.>",
+                f"$JS.ACK.{stream}.{c.durable}.>",
+            ]
+    return Permissions(
+        publish_allow=tuple(allow),
+        publish_deny=tuple(deny),
+        subscribe_allow=(f"{inbox_prefix(tenant)}.>",),
+    )
+
+
+def tenant_user_name(tenant: str) -> str:
+    return f"tenant-{check_tenant(tenant)}"
+
+
+def tenant_user(tenant: str) -> User:
+    return User(tenant_user_name(tenant), tenant_permissions(tenant))
+
+
+def service_user(name: str) -> User:
+    try:
+        d = IDENTITIES[name]
+    except KeyError:
+        raise PermissionsError(
+            f"no declaration for {name!r} in seedance.events.permissions "
+            f"(know {sorted(IDENTITIES)})"
+        ) from None
+    return User(name, declaration_permissions(d))
+
+
+def operator_user(name: str) -> User:
+    return User(check_token("operator", name), unrestricted=True)
