@@ -8,6 +8,7 @@ same server speaks JetStream's side of that exchange (its JSON replies) for the 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import nats.errors
@@ -90,6 +91,57 @@ async def test_in_process_reply_is_resent_until_stored(bus: Bus, unique: str) ->
         await sub.unsubscribe()
     assert (ack.stream, ack.seq, ack.duplicate) == ("FAKE", 7, True)
     assert seen == [(b"payload", "id-1")] * 3  # the same message, re-sent twice
+
+
+TOO_MANY = json.dumps(
+    {"error": {"code": 429, "err_code": 10167, "description": "too many requests"}}
+).encode()
+
+
+async def test_a_full_ingest_queue_is_waited_out_not_fatal(bus: Bus, unique: str) -> None:
+    """nats-server 2.11+ answers 429 (10167) while a stream's ingest queue is full; a ledger
+    replica catching up once exited on it. The message is re-sent after a growing pause."""
+    subject = f"fake-js.{unique}"
+    seen: list[float] = []
+
+    async def busy_stream(msg) -> None:  # type: ignore[no-untyped-def]
+        seen.append(asyncio.get_running_loop().time())
+        if len(seen) < 4:
+            await msg.respond(TOO_MANY)
+        else:
+            await msg.respond(b'{"stream": "FAKE", "seq": 9}')
+
+    sub = await bus.nc.subscribe(subject, cb=busy_stream)
+    publisher = Publisher(bus.nc, retry_too_many_s=0.02)
+    try:
+        batch = await publisher.publish([message(subject, "id-1")])
+        [ack] = await batch.wait(timeout_s=5)
+    finally:
+        await publisher.close()
+        await sub.unsubscribe()
+    assert (ack.stream, ack.seq) == ("FAKE", 9)
+    gaps = [b - a for a, b in itertools.pairwise(seen)]
+    assert len(gaps) == 3
+    assert gaps[2] > gaps[0]  # the pause grows with each try
+
+
+async def test_a_queue_that_stays_full_fails_the_batch_with_the_servers_words(
+    bus: Bus, unique: str
+) -> None:
+    subject = f"fake-js.{unique}"
+
+    async def always_busy(msg) -> None:  # type: ignore[no-untyped-def]
+        await msg.respond(TOO_MANY)
+
+    sub = await bus.nc.subscribe(subject, cb=always_busy)
+    publisher = Publisher(bus.nc, retry_too_many_s=0.001, max_too_many_retries=3)
+    try:
+        batch = await publisher.publish([message(subject, "id-1")])
+        with pytest.raises(PublishRefused, match=r"too many requests \(10167\)"):
+            await batch.wait(timeout_s=5)
+    finally:
+        await publisher.close()
+        await sub.unsubscribe()
 
 
 async def test_in_process_retries_are_bounded(bus: Bus, unique: str) -> None:

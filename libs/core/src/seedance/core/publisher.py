@@ -13,7 +13,9 @@ raises), so the caller waits for an ack that never comes. Here an error reply fa
 with the server's words, except the answers that mean "not now", which are re-sent after a
 pause until the stream answers stored or duplicate: 10158 (another publisher's copy of the same
 id is being stored right now, typically an active-active peer during a cluster fail-over) and
-503 no responders (no stream leader for a moment; a few times only, then ``NoStream``). A
+503 no responders (no stream leader for a moment; a few times only, then ``NoStream``), and
+10167 too many requests (the stream's ingest queue is full: a replica catching up publishes
+faster than the stream stores; re-sent after a pause that grows with each try). A
 message with a ``Nats-Msg-Id`` still unanswered after ``resend_after_s`` (its reply lost in a
 reconnect) is sent again while its batch is awaited: the stream's de-duplication makes that
 safe. A re-sent message can land after later ones on the same subject.
@@ -44,6 +46,8 @@ _NOT_CONNECTED: tuple[type[BaseException], ...] = (nats.errors.Error, Connection
 
 #: JetStream's error code for "a message with this Nats-Msg-Id is being stored right now".
 IN_PROCESS = 10158
+#: "429 too many requests": the stream's pending-ingest queue is full (nats-server 2.11+).
+TOO_MANY_REQUESTS = 10167
 _NO_RESPONDERS = "503"
 _NO_RESPONDERS_RETRY = -503  # the retry table's key for a 503 no-responders status
 
@@ -146,6 +150,8 @@ class Publisher:
         max_in_process_retries: int = 100,
         retry_no_responders_s: float = 0.25,
         max_no_responders_retries: int = 4,
+        retry_too_many_s: float = 0.1,
+        max_too_many_retries: int = 60,
         resend_after_s: float = 5.0,
     ) -> None:
         self._nc = nc
@@ -153,6 +159,7 @@ class Publisher:
         self._retry = {
             IN_PROCESS: (retry_in_process_s, max_in_process_retries),
             _NO_RESPONDERS_RETRY: (retry_no_responders_s, max_no_responders_retries),
+            TOO_MANY_REQUESTS: (retry_too_many_s, max_too_many_retries),
         }
         self.resend_after_s = resend_after_s
         self._prefix = ""
@@ -260,7 +267,10 @@ class Publisher:
             batch.missing -= 1
             if batch.missing == 0 and not batch.done.done():
                 batch.done.set_result(batch.acks)  # type: ignore[arg-type]
-        elif not (error.err_code == IN_PROCESS and self._retry_later(token, IN_PROCESS)):
+        elif not (
+            error.err_code in (IN_PROCESS, TOO_MANY_REQUESTS)
+            and self._retry_later(token, error.err_code)
+        ):
             refused = PublishRefused(subject, error.code, error.err_code, error.description)
             self._fail(batch, refused)
 
@@ -270,6 +280,10 @@ class Publisher:
         pause_s, most = self._retry[reason]
         if retries >= most:
             return False
+        if reason == TOO_MANY_REQUESTS:
+            # A full ingest queue drains at the stream's pace: back off, up to 2 s a try (about
+            # a minute in all), so that thousands of refused messages do not all come back at once.
+            pause_s = min(2.0, pause_s * (1 + retries))
         self._pending[token] = (batch, i, retries + 1)
         task = asyncio.create_task(self._resend(token, pause_s))
         self._retries.add(task)
