@@ -101,3 +101,19 @@ def test_an_error_raised_by_the_core_is_a_dead_letter_too(monkeypatch: pytest.Mo
     monkeypatch.undo()
     replica.step(2, _sample())  # the next input is stepped as usual
     assert replica.ledger.event_count == 1
+
+
+def test_a_release_of_a_job_never_placed_moves_no_clock() -> None:
+    """Found by `make chaos-tenants`: a hostile tenant's submit-and-cancel, released unplaced
+    at a later time, moved the clock ahead and billed everyone's running jobs up to it."""
+    replica = LedgerReplica(BOOK)
+    replica.step(1, _placement(), subject=slicing.subject("acme", "placement"))
+    replica.step(2, _sample(), subject=telemetry.sample("n"))
+    before = replica.clock_ms
+    far = JobReleased(
+        id=new_event_id(), at=T0 + timedelta(days=270), job_id="x", tenant="mallory",
+        outcome=EndOutcome.CANCELLED, was_placed=False,
+    )  # fmt: skip
+    assert replica.step(3, far, subject=slicing.subject("mallory", "released")) == []
+    assert replica.clock_ms == before
+    assert replica.ledger.closed_until_window is None or replica.now_ms == T0_MS

@@ -225,6 +225,11 @@ class LedgerReplica:
                 f"{_dt(stream_ms).isoformat()!r} (max_ahead_s = {self.max_ahead_ms // 1000})",
             )
         inputs, energy = self._inputs(event, t)  # raises before anything is applied
+        if not inputs and not isinstance(event, GpuSampleBatch):
+            # Nothing to bill (a release of a job never placed, a CPU-only placement): its time
+            # moves nothing either. A tenant's request that the slicer released unplaced once
+            # moved this clock months ahead and billed every running job up to it.
+            return []
         try:
             if isinstance(event, GpuSampleBatch):
                 self.ledger.apply_samples(inputs)  # type: ignore[arg-type]
@@ -317,7 +322,7 @@ class LedgerReplica:
             # record only). A release of a job never placed ends nothing.
             self._check_tenant(e.tenant)
             if isinstance(e, JobReleased) and not e.was_placed:
-                return [], {}  # never placed: nothing to end (its time still moves the clock)
+                return [], {}  # never placed: nothing to end, and its time moves nothing
             return [
                 core.JobEnded(event_id=e.id, job_id=_job_key(e.tenant, e.job_id),
                               end_ms=at_ms)
