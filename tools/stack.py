@@ -15,10 +15,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NatsServer", "ServiceProcesses", "nats_server_binary"]
+__all__ = ["NatsServer", "ServiceProcesses", "nats_server_binary", "shipped_auth_server"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,14 +47,23 @@ class NatsServer:
         self.ports_dir = self.dir / "ports"
         self.ports_dir.mkdir()
         args += ["--ports_file_dir", str(self.ports_dir), *extra_args]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.url = self._wait_for_port()
+        # The server's log goes to a file, never a pipe: nobody drains a pipe while the server
+        # runs, and a server that logs enough (permission violations, a chaos run) would block
+        # on a full one.
+        self.log_path = self.dir / "server.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            self.url = self._wait_for_port()
+        except BaseException:
+            self.stop()
+            raise
 
     def _wait_for_port(self, timeout_s: float = 15.0) -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                err = self.log_path.read_text(errors="replace")
                 raise RuntimeError(f"nats-server exited at start: {err[-2000:]}")
             files = list(self.ports_dir.glob("*.ports"))
             if files:
@@ -70,17 +80,34 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stderr:
-            self.proc.stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def shipped_auth_server(password: Callable[[str], str]) -> NatsServer:
+    """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
+    every user's password variable defined as ``password(user)`` and a fresh auth-callout
+    issuer key, so that tests exercise exactly the permissions deployments get."""
+    from seedance.core.auth_callout import new_issuer
+    from seedance.events.nats_config import CALLOUT_ISSUER_VAR, password_var
+    from tools import gen_nats_auth
+
+    text = (REPO / "deploy" / "auth" / "nats-auth.conf").read_text()
+    users = [u.name for u in gen_nats_auth.users_from(gen_nats_auth.load_source())]
+    defs = "".join(f'{password_var(u)}: "{password(u)}"\n' for u in users)
+    defs += f"{CALLOUT_ISSUER_VAR}: {new_issuer().public_key.decode()}\n"
+    return NatsServer(config=defs + text)
 
 
 class ServiceProcesses:
     """Seedance services as processes; ``start(name, **settings)`` sets SEEDANCE_<SVC>_*."""
 
-    def __init__(self, nats_url: str, logdir: Path) -> None:
+    def __init__(
+        self, nats_url: str, logdir: Path, credentials: dict[str, str] | None = None
+    ) -> None:
         self.nats_url = nats_url
         self.logdir = logdir
+        #: Service name -> password: each service then connects as its own NATS user.
+        self.credentials = credentials or {}
         logdir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -91,6 +118,11 @@ class ServiceProcesses:
         env = {
             **os.environ,
             "NATS_URL": self.nats_url,
+            **(
+                {"NATS_USER": name, "NATS_PASSWORD": self.credentials[name]}
+                if name in self.credentials
+                else {}
+            ),
             prefix + "HTTP_PORT": "0",
             **{prefix + k.upper(): str(v) for k, v in settings.items()},
         }

@@ -20,7 +20,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-import yaml
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.events import new_event_id
@@ -31,7 +30,7 @@ from seedance.sdk.client import JobRejectedError, PermissionRefused
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 from tests.conftest import serving
-from tools.stack import REPO, NatsServer
+from tools.stack import REPO, shipped_auth_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,10 +58,7 @@ def password(user: str) -> str:
 
 @pytest.fixture(scope="module")
 def auth_url() -> Iterator[str]:
-    text = (REPO / "deploy" / "auth" / "nats-auth.conf").read_text()
-    users = [u.name for u in gen.users_from(yaml.safe_load(gen.SOURCE.read_text()))]
-    defs = "".join(f'{gen.password_var(u)}: "{password(u)}"\n' for u in users)
-    server = NatsServer(config=defs + text)
+    server = shipped_auth_server(password)
     try:
         yield server.url
     finally:
