@@ -24,3 +24,12 @@ bench-graph-gpu:  ## compile MODEL=<onnx> for target=cuda, time raw / tuned FP32
 .PHONY: test-graph
 test-graph: install  ## graph-compiler unit tests and the service over a local nats-server
 	.venv/bin/pytest tests/unit/graph tests/integration/graph -q
+
+# strace for the external-data test (tests/unit/graph/test_external_data.py), which proves that
+# a compile opens and stats nothing outside the model's directory: installed like Chromium.
+.PHONY: system-deps-strace
+system-deps: system-deps-strace
+system-deps-strace:  ## install Debian's strace (apt-get) when `strace` is missing
+	@command -v strace >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq strace; \
+	  else echo "strace missing: run 'sudo apt-get install -y strace'" >&2; exit 1; fi; }
