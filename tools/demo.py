@@ -159,7 +159,8 @@ class Demo:
             f"Alibaba trace), {len(jobs)} jobs from {Path(a.pods).name}, tenants {', '.join(TENANTS)}"
         )
         procs.start("telemetry-collector", node_csv=str(nodes_csv), tick_s="2")
-        procs.start("slicer", replica="demo-slicer-1")
+        # Virtual time: a tenant request (a CLI submit during the demo) happens "now" in the replay.
+        procs.start("slicer", replica="demo-slicer-1", request_clock="replay")
         # The replay's virtual time runs ahead of the server's clock: the ledger honours input
         # times up to this far ahead of their stream timestamps (its default is 300 s).
         procs.start("cost-ledger", replica="demo", max_ahead_s=str(_LEDGER_MAX_AHEAD_S))

@@ -150,6 +150,26 @@ async def test_queue_order_and_decision_times_come_from_trusted_clocks(
         assert of(d, Unschedulable, globex, "replayed")[0].at == T0
 
 
+async def test_in_a_replayed_fleet_a_tenant_request_happens_now_in_the_replay(
+    nats_url: str, tenants: tuple[Bus, Decisions, str, str], unique: str
+) -> None:
+    """``request_clock=replay``: the fleet lives in the replayer's virtual time, so a tenant's
+    request is stamped with the latest trusted time seen, neither its claim nor the server's
+    clock (a request at the server's time once moved a replay's clock months ahead)."""
+    bus, d, acme, globex = tenants
+    async with slicer(nats_url, unique, request_clock="replay"):
+        await add_nodes(bus, inventory(f"n0-{unique}", 2))
+        replayed = T0 + timedelta(hours=3)
+        await submit(bus, globex, "replayed", gpus=1, at=replayed, family=observed)
+        await d.wait(lambda: bool(of(d, Placement, globex, "replayed")))
+        await submit(bus, acme, "live", gpus=1, at=now() + timedelta(days=30))
+        await d.wait(lambda: bool(of(d, Placement, acme, "live")))
+        assert of(d, Placement, acme, "live")[0].at == replayed
+        await end(bus, acme, "live", at=T0 - timedelta(days=300))
+        await d.wait(lambda: bool(of(d, JobReleased, acme, "live")))
+        assert of(d, JobReleased, acme, "live")[0].at == replayed
+
+
 async def test_a_tenant_hears_back_about_duplicates_unknown_and_ended_jobs(
     nats_url: str, tenants: tuple[Bus, Decisions, str, str], unique: str
 ) -> None:

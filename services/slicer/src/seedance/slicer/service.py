@@ -27,7 +27,9 @@ is stamped with the stream's receive time (the server's, from the message metada
 it. An event from a trusted observer (`seedance.observed.*`: the replayer, later the k8s
 bridge) or from a Seedance service (inventory, health, pauses) happens at its `at`. That time
 orders the queue and stamps every decision the event causes (placement, release, rejection,
-unschedulable, preemption), so downstream (the cost-ledger) bills only trusted time.
+unschedulable, preemption), so downstream (the cost-ledger) bills only trusted time. In a fleet
+replayed in virtual time (`request_clock=replay`) the server's clock is not the fleet's, so a
+tenant's request happens at the latest trusted time seen instead: "now" in the replay.
 
 This module owns the wiring (events to engine inputs, decisions to events, metrics); the
 decisions themselves are `seedance.slicer.engine`'s.
@@ -39,7 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +109,15 @@ _OUTCOMES = {
 }
 
 
+def is_tenant_request(subject: str) -> bool:
+    """Whether ``subject`` is a tenant's own request subject (``seedance.jobs.<t>.<kind>``)."""
+    try:
+        parsed = parse_tenant_subject(subject)
+    except SubjectShapeError:
+        return False
+    return parsed is not None and parsed.family == "jobs"
+
+
 def trusted_time(
     claimed: datetime, subject: str, received_at: datetime | None, claim_skew_s: float
 ) -> datetime:
@@ -166,6 +177,8 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     floor: dict[str, int] = msgspec.field(default_factory=dict)
     #: The decisions of the batch this snapshot ends with: (subject, encoded event).
     outbox: list[tuple[str, bytes]] = msgspec.field(default_factory=list)
+    #: The latest trusted time seen (Unix seconds): a request's time with ``request_clock=replay``.
+    replay_now_s: float | None = None
 
 
 def load_quota(path: str) -> QuotaPolicy | None:
@@ -193,6 +206,7 @@ class SlicerService(Lifecycle):
         self._durable_bytes = self.engine.to_bytes()
         self._applied: dict[str, list[int]] = {}
         self._floor: dict[str, int] = {}
+        self._replay_now_s: float | None = None
         #: Decisions made durable but not yet acknowledged by the stream.
         self._unpublished: list[tuple[str, Event]] = []
         self._lock = asyncio.Lock()
@@ -300,11 +314,13 @@ class SlicerService(Lifecycle):
         except KeyNotFoundError:
             self.engine = SlicerEngine(self._config, self._quota)
             self._applied, self._floor, self._state_rev = {}, {}, None
+            self._replay_now_s = None
             self._unpublished = []
         else:
             snap = msgspec.msgpack.decode(entry.value or b"", type=_Snapshot)
             self.engine = SlicerEngine.from_bytes(snap.engine, self._config, self._quota)
             self._applied, self._floor = snap.applied, snap.floor
+            self._replay_now_s = snap.replay_now_s
             self._state_rev = entry.revision
             # The previous leader may have died between its write and its publish.
             self._unpublished = [(subj, decode(data)) for subj, data in snap.outbox]
@@ -327,6 +343,7 @@ class SlicerService(Lifecycle):
             applied=self._applied,
             floor=self._floor,
             outbox=[(subj, encode(ev)) for subj, ev in outbox],
+            replay_now_s=self._replay_now_s,
         )
         data = msgspec.msgpack.encode(snap)
         if self._state_rev is None:
@@ -343,6 +360,7 @@ class SlicerService(Lifecycle):
                 await self._flush()  # a previous batch's durable decisions go out first
                 applied_before = {k: list(v) for k, v in self._applied.items()}
                 floor_before = dict(self._floor)
+                replay_now_before = self._replay_now_s
                 failed: dict[int, BaseException] = {}
                 try:
                     while True:
@@ -363,7 +381,7 @@ class SlicerService(Lifecycle):
                                 subject=ds[f.index].subject,
                                 stream_seq=ds[f.index].stream_seq,
                             )
-                            self._rollback(applied_before, floor_before)
+                            self._rollback(applied_before, floor_before, replay_now_before)
                     if fresh:
                         engine_bytes = self.engine.to_bytes()
                         await self._save(engine_bytes, out)
@@ -371,7 +389,7 @@ class SlicerService(Lifecycle):
                 except Exception as exc:
                     # Nothing was published: roll back to the durable state; the batch is
                     # redelivered and decided afresh.
-                    self._rollback(applied_before, floor_before)
+                    self._rollback(applied_before, floor_before, replay_now_before)
                     raise RetryableError(f"slicer batch not made durable: {exc!r}") from exc
                 for outcome, reason in counts:
                     self.metrics.decisions_total.labels(outcome, reason).inc()
@@ -383,10 +401,24 @@ class SlicerService(Lifecycle):
 
         return handle
 
-    def _rollback(self, applied: dict[str, list[int]], floor: dict[str, int]) -> None:
+    def _rollback(
+        self, applied: dict[str, list[int]], floor: dict[str, int], replay_now_s: float | None
+    ) -> None:
         self.engine = SlicerEngine.from_bytes(self._durable_bytes, self._config, self._quota)
         self._applied = {k: list(v) for k, v in applied.items()}
         self._floor = dict(floor)
+        self._replay_now_s = replay_now_s
+
+    def _event_time(self, d: Delivery[Any]) -> datetime:
+        """The trusted time of one delivery (``trusted_time``; ``request_clock`` for requests)."""
+        at = trusted_time(d.event.at, d.subject, d.received_at, self._settings.claim_skew_s)
+        if not is_tenant_request(d.subject):
+            now = at.timestamp()
+            if self._replay_now_s is None or now > self._replay_now_s:
+                self._replay_now_s = now
+        elif self._settings.request_clock == "replay" and self._replay_now_s is not None:
+            at = datetime.fromtimestamp(self._replay_now_s, UTC)
+        return at
 
     def _decide(
         self, durable: str, ds: Sequence[Delivery[Any]], skip: dict[int, BaseException]
@@ -403,7 +435,7 @@ class SlicerService(Lifecycle):
             if i in skip or seq <= self._floor.get(durable, 0) or seq in seen:
                 continue  # dead-lettered, or already in the snapshot (a redelivery)
             try:
-                at = trusted_time(d.event.at, d.subject, d.received_at, self._settings.claim_skew_s)
+                at = self._event_time(d)
                 effects = self._apply(d.event, at)
                 out.extend(self._publishable(effects, d.event, at, counts))
             except Exception as exc:  # the per-event dead-letter wrapper (module docstring)

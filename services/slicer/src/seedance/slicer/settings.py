@@ -22,6 +22,11 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: A tenant request's claimed `at` is used when within this many seconds of the stream's
     #: receive time, else the receive time is (a back-dated or future-dated claim moves nothing).
     claim_skew_s: float = 5.0
+    #: ``receive``: a tenant's request happens at the stream's receive time (above). ``replay``:
+    #: at the latest trusted time the slicer has seen, for a fleet replayed in virtual time (the
+    #: demo, the chaos runs), where the server's clock is not the fleet's: a tenant's request
+    #: then happens "now" in the replay and can no more move its clock than in a live fleet.
+    request_clock: str = "receive"
     #: A QuotaPolicy YAML (docs/slicer-mig-quota-k8s.md); empty: no quotas, every tenant known.
     quota_file: str = ""
     #: The target workload is the request shapes of the last this many jobs ...
@@ -32,3 +37,9 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: that slicers side by side on one server (tests, two demos) do not share a durable.
     #: Development only: the generated NATS permissions grant the catalogue's names alone.
     instance: str = ""
+
+    def __post_init__(self) -> None:
+        if self.request_clock not in ("receive", "replay"):
+            raise ValueError(
+                f"SEEDANCE_SLICER_REQUEST_CLOCK={self.request_clock!r}: expected receive or replay"
+            )
