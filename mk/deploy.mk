@@ -31,3 +31,12 @@ system-deps-prometheus:  ## install Debian's prometheus (apt-get) when `promethe
 	@command -v prometheus >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; \
 	  else echo "prometheus missing: run 'sudo apt-get install -y --no-install-recommends prometheus'" >&2; exit 1; fi; }
+
+# The hostile-tenant soak (tools/chaos_tenants.py): a tenant with its own credentials sends
+# every class of event that once crashed, inflated, erased or crossed a bill, among an honest
+# fleet; the same fleet alone must decide and bill the same. CI runs a short form
+# (tests/e2e/test_chaos_tenants.py).
+CHAOS_TENANTS_ARGS ?=
+.PHONY: chaos-tenants
+chaos-tenants: install  ## a hostile tenant vs the real services; honest tenants must not notice
+	nice $(PY) -m tools.chaos_tenants $(CHAOS_TENANTS_ARGS)

@@ -1,0 +1,56 @@
+"""The hostile-tenant soak in its short CI form: `make chaos-tenants` with a small fleet.
+
+The soak runs the slicer and the cost-ledger as processes under the generated NATS users, a
+hostile tenant with its own credentials among three honest ones, then the same honest fleet
+alone (tools/chaos_tenants.py says what each figure means). Its last line must report no
+service exit, no effect on an honest tenant and totals equal to the offline recompute, and the
+hostile tenant must have been answered (rejections) and dead-lettered, not ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tools.stack import REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+@pytest.mark.timeout(420)
+def test_a_hostile_tenant_changes_nothing_for_the_others() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.chaos_tenants",
+            "--jobs",
+            "45",
+            "--nodes",
+            "6",
+            "--property",
+            "80",
+            "--chunk",
+            "150",
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0, f"{last}\n{done.stderr[-6000:]}"
+    figures = dict(re.findall(r"(\w+)=([\w.]+)", last))
+    assert last.startswith("tenants: "), last
+    assert figures["service_exits"] == "0", done.stderr[-4000:]
+    assert figures["cross_tenant_effects"] == "0", done.stderr[-4000:]
+    assert figures["diff_usd"] == "0.00", done.stderr[-4000:]
+    assert int(figures["hostile"]) >= 100
+    assert int(figures["rejected"]) > 0, "the hostile tenant was never answered"
+    assert int(figures["dead_lettered"]) > 0, "nothing hostile reached a dead letter"
