@@ -22,8 +22,9 @@ Mapping (column by column in docs/cost-ledger.md):
   ``Tags`` carry ``seedance:allocation = __idle__``.
 - ``PricingQuantity``/``ConsumedQuantity`` = GPU-hours (energy rows: kWh). Unit prices are
   ``cost / quantity``, exact when that decimal terminates within 15 places, else rounded half
-  to even at 15 places: the one rounded figure, and the product with the quantity still equals
-  the cost within quantity x 5e-16 (far inside the micro-dollar).
+  to even at 15 places (kWh quantities too, and the price is then cost / the written
+  quantity): the product of written price and quantity equals the cost within quantity x
+  5e-16, far inside the micro-dollar.
 - ``PricingCategory``: on_demand -> Standard, reserved -> Standard (an agreed rate; Seedance
   models no commitment-discount object, which "Committed" would require), spot -> Dynamic,
   on_prem -> Other (an amortised purchase, none of the market models).
@@ -306,10 +307,16 @@ def _priced(
     """The cost, quantity and unit-price columns of one charge, exact and consistent."""
     if quantity <= 0:
         raise FocusError(f"{what}: cost {cost_micro} µUSD with quantity {quantity} {unit}")
+    # The quantity as written (kWh may not terminate) is what the prices are divided by, so
+    # the only rounding left is the price's: |price x quantity - cost| <= quantity x 5e-16.
+    written = _ratio(quantity)
+    if written <= 0:
+        raise FocusError(f"{what}: quantity {quantity} {unit} rounds to nothing")
+    shown = Fraction(written)
     cost, list_cost = Fraction(cost_micro, 10**6), Fraction(list_micro, 10**6)
-    contracted_unit = _fixed(_ratio(cost / quantity))
-    list_unit = _fixed(_ratio(list_cost / quantity))
-    qty = _fixed(_ratio(quantity))
+    contracted_unit = _fixed(_ratio(cost / shown))
+    list_unit = _fixed(_ratio(list_cost / shown))
+    qty = _fixed(written)
     return {
         "BilledCost": _micro(cost_micro),
         "EffectiveCost": _micro(cost_micro),
