@@ -21,6 +21,8 @@ tag. docs/cost-ledger.md lists them.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from collections import defaultdict
@@ -643,6 +645,15 @@ RULES: tuple[Rule, ...] = (
          _rows_where("PricingCategory", lambda r: r["PricingCategory"] == "Committed"
                      and r["CommitmentDiscountId"] is None, "without a CommitmentDiscountId")),
 )  # fmt: skip
+
+
+def parse(text: str) -> tuple[list[Row], tuple[str, ...]]:
+    """CSV rows with null for an empty field, every FOCUS 1.2 key present (None if absent)."""
+    reader = csv.DictReader(io.StringIO(text))
+    columns = tuple(reader.fieldnames or ())
+    blank = dict.fromkeys(FOCUS_1_2_COLUMNS)
+    rows = [{**blank, **{k: (v if v != "" else None) for k, v in r.items()}} for r in reader]
+    return rows, columns
 
 
 def violations(rows: list[Row], columns: tuple[str, ...]) -> dict[str, list[str]]:

@@ -9,8 +9,6 @@ columns obey the same rules). A broken copy of an export proves the rules can fa
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import subprocess
@@ -34,7 +32,7 @@ from seedance.cost_ledger.reports import (
 from seedance.cost_ledger.reports.focus import FOCUS_1_2_COLUMNS
 
 from .fleet import fleet_day
-from .focus_rules import RULES, Row, violations
+from .focus_rules import RULES, Row, parse, violations
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -42,15 +40,6 @@ REPO = Path(__file__).resolve().parents[3]
 def data_dir() -> Path:
     env = os.environ.get("SEEDANCE_DATA_DIR")
     return Path(env) if env else REPO.parent / "shared" / "data"
-
-
-def parse(text: str) -> tuple[list[Row], tuple[str, ...]]:
-    """CSV rows with null for an empty field, every FOCUS 1.2 key present (None if absent)."""
-    reader = csv.DictReader(io.StringIO(text))
-    columns = tuple(reader.fieldnames or ())
-    blank = dict.fromkeys(FOCUS_1_2_COLUMNS)
-    rows = [{**blank, **{k: (v if v != "" else None) for k, v in r.items()}} for r in reader]
-    return rows, columns
 
 
 @pytest.fixture(scope="module")

@@ -38,8 +38,7 @@ from seedance.cost_ledger.reports import focus_split_csv
 from seedance.cost_ledger.reports.focus import FOCUS_1_3_ALLOCATION_COLUMNS
 
 from .fleet import fleet_day
-from .focus_rules import violations
-from .test_focus_conformance import parse
+from .focus_rules import parse, violations
 
 HOUR_MS = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
