@@ -1,8 +1,11 @@
-"""Write a sample cost report from the Alibaba trace: HTML, entry CSV and FOCUS 1.2 CSV.
+"""Write a sample cost report from the Alibaba trace: HTML, entry CSV, FOCUS 1.2 and 1.3 CSVs.
 
 Replays the trace through the ledger core twice: once as placed (GPU-sharing pods share a GPU
 by their milli share) and once under a baseline policy that gives every pod whole GPUs, which
 is what a scheduler without GPU sharing does; the report shows the difference as savings.
+
+The FOCUS files: ``cost-focus.csv`` (FOCUS 1.2 CostAndUsage) and ``cost-focus-split.csv``
+(FOCUS 1.3 split cost allocation), each with a ``.metadata.json`` that states its version.
 
 Usage: ledger_sample_report.py DATA_DIR OUT_DIR [--pods N]
 """
@@ -10,6 +13,7 @@ Usage: ledger_sample_report.py DATA_DIR OUT_DIR [--pods N]
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -25,10 +29,14 @@ from seedance.cost_ledger.core import (
     default_price_book,
 )
 from seedance.cost_ledger.reports import (
+    FOCUS_COLUMNS,
+    FOCUS_SPLIT_COLUMNS,
     Baseline,
     ReportInput,
     entries_csv,
     focus_csv,
+    focus_metadata,
+    focus_split_csv,
     render_html,
 )
 
@@ -78,6 +86,15 @@ def main() -> None:
     (args.out_dir / "cost-report.html").write_text(html, encoding="utf-8")
     (args.out_dir / "cost-entries.csv").write_text(entries_csv(entries), encoding="utf-8")
     (args.out_dir / "cost-focus.csv").write_text(focus_csv(entries), encoding="utf-8")
+    (args.out_dir / "cost-focus-split.csv").write_text(focus_split_csv(entries), encoding="utf-8")
+    for name, version, columns in (
+        ("cost-focus", "1.2", FOCUS_COLUMNS),
+        ("cost-focus-split", "1.3", FOCUS_SPLIT_COLUMNS),
+    ):
+        meta = focus_metadata(version, columns, created_ms=as_of)
+        (args.out_dir / f"{name}.metadata.json").write_text(
+            json.dumps(meta, indent=2) + "\n", encoding="utf-8"
+        )
     total = led.totals().total.total_usd_micro / 1e6
     print(f"wrote {args.out_dir}/cost-report.html ({len(entries)} entries, {total:,.2f} USD)")
 

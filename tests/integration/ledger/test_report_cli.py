@@ -58,5 +58,7 @@ async def test_seedance_costs_report_renders_through_the_ledger_plugin(
             "--out", str(out)]  # fmt: skip
     assert await asyncio.to_thread(seedance_cli, argv) == 0
     text = out.read_text()
-    assert text.splitlines()[0].startswith("BilledCost,")  # FOCUS column ids
+    header = text.splitlines()[0].split(",")
+    assert header[:2] == ["AvailabilityZone", "BilledCost"]  # FOCUS 1.2 column ids
+    assert ",1.2," in text.splitlines()[1]  # x_FocusVersion: the version the file claims
     assert "0.000007" in text  # the one line's 7 micro-dollars

@@ -148,12 +148,13 @@ def test_focus_export_has_the_spec_columns_and_reconciles(day):
         assert r["BillingPeriodStart"] == "2026-01-01T00:00:00Z"
         assert r["BillingPeriodEnd"] == "2026-02-01T00:00:00Z"
         assert r["ChargeClass"] == ""  # null: no corrections of closed invoices
-    idle = [r for r in rows if r["SubAccountId"] == "__idle__"]
+    idle = [r for r in rows if r["x_LineKind"] == "idle"]
     assert idle
-    assert all('"allocation": "__idle__"' in r["Tags"] for r in idle)
+    assert all(r["SubAccountId"] == "" for r in idle)  # idle belongs to no tenant: null
+    assert all('"seedance:allocation": "__idle__"' in r["Tags"] for r in idle)
     energy = [r for r in rows if r["PricingUnit"] == "kWh"]
     assert energy  # on-prem nodes pay measured energy as separate rows
-    assert {r["PricingCategory"] for r in rows} == {"Standard", "Dynamic", "Committed", "Other"}
+    assert {r["PricingCategory"] for r in rows} == {"Standard", "Dynamic", "Other"}
 
 
 def test_entry_csv_lists_every_entry_with_its_sources(day):
