@@ -194,7 +194,7 @@ def render_html(data: ReportInput) -> str:
         label="Allocation and activity over time",
         vmax=100,
     )
-    idle_html = _idle_section(by_job, data.tenant)
+    idle_html, idle_tables = _idle_section(by_job, data.tenant)
     tflop_rows = sorted(
         ((t, r[0] / r[2]) for t, r in by_tenant.items() if r[2] > 0), key=lambda kv: -kv[1]
     )
@@ -262,6 +262,16 @@ def render_html(data: ReportInput) -> str:
             f'<tr><td><span style="color:{colours[t]}">■</span> {escape(t)}</td>'
             f"<td>{_usd(c)}</td>{idle_col}<td>{h / 1e6:,.2f}</td><td>{tf / 1e6:,.1f}</td>"
             f"<td>{per}{mark}</td><td>{_usd(lst)}</td></tr>"
+        )
+    if fleet and by_job.idle_unshared_usd_micro:
+        # The idle no tenant carries closes the table, so its Cost column adds up to the total.
+        unshared = by_job.idle_unshared_usd_micro
+        idle_col = f"<td>{_usd(0)}</td>" if data.share_idle else ""
+        hours = "" if data.share_idle else f"{sum(idle_h) / 1e6:,.2f}"
+        rows.append(
+            f'<tr class="idle-row"><td><span style="color:{svg.IDLE_COLOUR}">■</span> idle '
+            f"(no tenant)</td><td>{_usd(unshared)}</td>{idle_col}<td>{hours}</td><td></td>"
+            "<td></td><td></td></tr>"
         )
     idle_head = "<th>Shared idle</th>" if data.share_idle else ""
     table = (
@@ -339,6 +349,7 @@ def render_html(data: ReportInput) -> str:
 {idle_html}
 {tflop_html}
 </div>
+{idle_tables}
 {savings_html}
 <section><h2>By tenant</h2>{table}</section>
 {_jobs_section(by_job, data.max_job_rows)}
@@ -348,19 +359,21 @@ rather than published.</p>{assume_html}</section>
 """
 
 
-def _idle_section(summary: CostSummary, tenant: str | None) -> str:
-    """Idle by node (chart and table), or why there is none to show."""
+def _idle_section(summary: CostSummary, tenant: str | None) -> tuple[str, str]:
+    """Idle by node: the chart's panel and the tables' (or why there is none to show)."""
     head = "<section><h2>Idle cost by node</h2>"
     if tenant is not None:
         return (
             f'{head}<p class="sub">Not shown: idle is capacity no tenant held, so it is the '
             "fleet's, not this tenant's (the fleet report, with operator credentials, has it "
-            "by node and GPU model).</p></section>"
+            "by node and GPU model).</p></section>",
+            "",
         )
     if not summary.idle_by_node:
         return (
             f'{head}<p class="sub">No idle: every GPU-hour in this window was held by a job.'
-            "</p></section>"
+            "</p></section>",
+            "",
         )
     top = summary.idle_by_node[:12]
     chart = svg.hbars(
@@ -383,15 +396,19 @@ def _idle_section(summary: CostSummary, tenant: str | None) -> str:
         if len(top) < len(summary.idle_by_node)
         else ""
     )
-    return (
-        f'{head}<p class="sub">Cost of GPU time no job held, per node{more}; idle % is of the '
-        f"node's GPU-hours in the window.</p>{chart}"
-        '<table class="idle-nodes"><thead><tr><th>Node</th><th>GPU model</th><th>Idle cost</th>'
-        f"<th>Idle GPU-hours</th><th>Idle %</th></tr></thead><tbody>{rows}</tbody></table>"
-        '<table class="idle-models"><thead><tr><th>GPU model</th><th>Idle cost</th>'
-        f"<th>Idle GPU-hours</th><th>Idle %</th></tr></thead><tbody>{models}</tbody></table>"
-        "</section>"
+    chart_html = (
+        f'{head}<p class="sub">Cost of GPU time no job held, per node{more}.</p>{chart}</section>'
     )
+    tables = (
+        '<section><h2>Idle by node and GPU model</h2><p class="sub">Idle % is of the GPU-hours '
+        'of the node (or model) in the window.</p><div class="row"><div>'
+        '<table class="idle-nodes"><thead><tr><th>Node</th><th>GPU model</th><th>Idle cost</th>'
+        f"<th>Idle GPU-hours</th><th>Idle %</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        '<div><table class="idle-models"><thead><tr><th>GPU model</th><th>Idle cost</th>'
+        f"<th>Idle GPU-hours</th><th>Idle %</th></tr></thead><tbody>{models}</tbody></table>"
+        "</div></div></section>"
+    )
+    return chart_html, tables
 
 
 def _jobs_section(summary: CostSummary, max_rows: int) -> str:
