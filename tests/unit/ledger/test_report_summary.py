@@ -216,3 +216,19 @@ def test_panels_without_data_say_why(day):
 
 def _fields(e: CostEntry) -> dict:
     return {f: getattr(e, f) for f in e.__struct_fields__}
+
+
+def test_the_demos_report_shows_idle_and_totals_the_fleets_cost(day):
+    """``make demo``'s report (tools/demo.py) from a replay's cost events, idle lines included."""
+    from tools.demo import fleet_report_html
+
+    entries, ledger = day
+    wire = [decode(encode(to_bus(e).event)) for e in entries]
+    t = ledger.totals()
+    total, idle = t.total.total_usd_micro, t.idle.total_usd_micro
+    html, fleet = fleet_report_html(wire, {k: a.total_usd_micro for k, a in t.by_tenant.items()})
+    assert fleet.total_usd_micro == total
+    assert fleet.idle.total_usd_micro == idle > 0
+    assert f'Total GPU cost</div><div class="v">${total / 1e6:,.2f}</div>' in html
+    assert f"${(total - idle) / 1e6:,.2f} allocated + ${idle / 1e6:,.2f} idle" in html
+    assert f'<div class="v">{100 * idle / total:.1f} %</div>' in html  # the idle share, not 0.0
