@@ -90,8 +90,8 @@ async def test_the_fleet_report_totals_the_fleets_cost_allocated_and_idle(
     # an empty window says so and exits non-zero, with no report written
     capsys.readouterr()
     empty = tmp_path / "empty.html"
-    code = await _cli("--nats-url", server.url, "costs", "report", "--fleet",
-                      "--from", "2030-01-01", "--to", "2030-01-02", "--out", str(empty))  # fmt: skip
+    code = await _cli("--nats-url", server.url, "costs", "report", "--fleet", "--from",
+                      "2030-01-01", "--to", "2030-01-02", "--out", str(empty))  # fmt: skip
     assert code == 1
     assert "no cost in 2030-01-01 00:00 UTC – 2030-01-02 00:00 UTC" in capsys.readouterr().err
     assert not empty.exists()
