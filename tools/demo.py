@@ -33,10 +33,11 @@ from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.cost_ledger.core import LedgerConfig
+from seedance.cost_ledger.reports.summary import CostSummary
 from seedance.events import decode, new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Placement, Unschedulable
-from seedance.events.subjects import costs, observed, routing, slicing, telemetry
+from seedance.events.subjects import costs, ledger, observed, routing, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
@@ -294,13 +295,39 @@ class Demo:
                 deliver_policy=js_api.DeliverPolicy.ALL, inactive_threshold=60.0
             ),
         )
+        # Idle lines go to the operator's subject, not to any tenant's: read them too, or the
+        # report would show a fleet with no idle (issue 17).
+        idle_sub = await bus.js.pull_subscribe(
+            ledger.ALL,
+            config=js_api.ConsumerConfig(
+                deliver_policy=js_api.DeliverPolicy.ALL, inactive_threshold=60.0
+            ),
+        )
         async with asyncio.timeout(60):
             while len(self.reports) < expected:
-                for ev in await self._drain(sub):
-                    if isinstance(ev, JobCostReport) and ev.job_id in jobs:
-                        self.reports[ev.job_id] = ev
-                    elif isinstance(ev, CostEntry):
-                        self.entries.append(ev)
+                self._take(await self._drain(sub), jobs)
+                self._take(await self._drain(idle_sub), jobs)
+        # The last windows' idle lines may follow the last job report (windows after the last
+        # job ended), and no later event says the ledger is done: wait until the cost stream
+        # has stopped growing for a second (the ledger publishes a window's lines in one go).
+        last, still_since = -1, time.monotonic()
+        async with asyncio.timeout(30):
+            while True:
+                self._take(await self._drain(sub), jobs)
+                self._take(await self._drain(idle_sub), jobs)
+                seq = (await bus.js.stream_info("SEEDANCE_COSTS")).state.last_seq
+                if seq != last:
+                    last, still_since = seq, time.monotonic()
+                elif time.monotonic() - still_since >= 1.0:
+                    break
+                await asyncio.sleep(0.1)  # polls the server's stream state; bounded
+
+    def _take(self, events: list[object], jobs: dict[str, _Job]) -> None:
+        for ev in events:
+            if isinstance(ev, JobCostReport) and ev.job_id in jobs:
+                self.reports[ev.job_id] = ev
+            elif isinstance(ev, CostEntry):
+                self.entries.append(ev)
 
     def _allocation(self, ran: list[_Job]) -> tuple[float, float]:
         """Mean and peak share of GPU capacity allocated, from first arrival to last arrival."""
@@ -367,6 +394,25 @@ class Demo:
             whole_total += whole / 1e6
         usd_total = total / 1e6
         say(f"  {'total':<10} {len(self.reports):4d} jobs  {'':9}        ${usd_total:>10,.2f}")
+        fleet = self._fleet()
+        if fleet is not None:
+            idle = fleet.idle
+            say(
+                f"  idle       GPU time no job held: {idle.gpu_hours_micro / 1e6:,.1f} GPU-h  "
+                f"${idle.total_usd_micro / 1e6:>10,.2f} "
+                f"({100 * idle.total_usd_micro / fleet.total_usd_micro:.1f} % of the fleet's cost)"
+            )
+            say(
+                f"  fleet      allocated + idle (every cost line){'':12}"
+                f"${fleet.total_usd_micro / 1e6:>10,.2f}"
+            )
+            say(
+                "  idle by GPU model: "
+                + ", ".join(
+                    f"{r.key} ${r.idle_usd_micro / 1e6:,.2f} ({r.idle_pct:.0f} % of its GPU-h)"
+                    for r in fleet.idle_by_gpu_model
+                )
+            )
         say("")
         say("What it saved")
         if whole_total > 0:
@@ -377,26 +423,52 @@ class Demo:
             )
         self._write_report(dict(whole_by_tenant))
 
-    def _write_report(self, whole_by_tenant: dict[str, int]) -> None:
-        """The cost-ledger's HTML report of this run, with whole-GPU allocation as the baseline."""
-        from seedance.cost_ledger.reports import Baseline, ReportInput, render_html
+    def _fleet(self) -> CostSummary | None:
+        """The fleet's figures from every cost line of the run (tenants' and idle)."""
         from seedance.cost_ledger.reports.from_bus import lines_from_events
+        from seedance.cost_ledger.reports.summary import EmptyReport, summarize
 
-        lines = lines_from_events(self.entries)
-        end_ms = max((ln.window_end_ms for ln in lines), default=0)
-        html = render_html(
-            ReportInput(
-                title="Seedance demo: cost per tenant",
-                entries=lines,
-                generated_at_ms=end_ms,
-                baseline=Baseline(
-                    policy_name="whole-GPU allocation", cost_usd_micro_by_tenant=whole_by_tenant
-                ),
-            )
-        )
+        try:
+            return summarize(lines_from_events(self.entries))
+        except EmptyReport:
+            return None
+
+    def _write_report(self, whole_by_tenant: dict[str, int]) -> None:
+        """The cost-ledger's HTML report of this run (the fleet's: tenants and idle)."""
+        if not self.entries:
+            say("  no cost lines: no report written")
+            return
+        html, fleet = fleet_report_html(self.entries, whole_by_tenant)
         out = REPO / "out" / "demo" / "report.html"
         out.write_text(html)
-        say(f"  cost report ({len(lines)} cost lines): {out}")
+        say(
+            f"  cost report ({fleet.lines} cost lines, total ${fleet.total_usd_micro / 1e6:,.2f} "
+            f"of which ${fleet.idle.total_usd_micro / 1e6:,.2f} idle): {out}"
+        )
+
+
+def fleet_report_html(
+    entries: list[CostEntry], whole_by_tenant: dict[str, int]
+) -> tuple[str, CostSummary]:
+    """The demo's report from the run's cost events (tenants' entries and the idle lines of
+    ``seedance.ledger.idle.*``), with whole-GPU allocation as the baseline, and the fleet's
+    figures it shows (its total is the fleet's cost: allocated + idle)."""
+    from seedance.cost_ledger.reports import Baseline, ReportInput, render_html
+    from seedance.cost_ledger.reports.from_bus import lines_from_events
+    from seedance.cost_ledger.reports.summary import summarize
+
+    lines = lines_from_events(entries)
+    html = render_html(
+        ReportInput(
+            title="Seedance demo: cost per tenant, and idle",
+            entries=lines,
+            generated_at_ms=max(ln.window_end_ms for ln in lines),
+            baseline=Baseline(
+                policy_name="whole-GPU allocation", cost_usd_micro_by_tenant=whole_by_tenant
+            ),
+        )
+    )
+    return html, summarize(lines)
 
 
 async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> int:

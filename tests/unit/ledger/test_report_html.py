@@ -101,6 +101,14 @@ def test_report_renders_in_headless_chromium_with_its_charts(day, tmp_path):
     ):
         assert f'aria-label="{label}"' in dom
     assert dom.count('class="bar"') > 60
+    # the window it covers, a row per job, idle by node and GPU model (issue 17)
+    assert "Covers 2026-01-01 00:00 UTC – 2026-01-02 00:00 UTC" in dom
+    assert dom.count("<tr><td>job-") == 100  # the costliest 100, the other 162 summed
+    assert "and 162 more jobs costing" in dom
+    idle_nodes = re.search(r'<table class="idle-nodes">(.*?)</table>', dom, re.S)
+    assert idle_nodes
+    assert idle_nodes.group(1).count("<tr>") == 1 + len(ledger.totals().idle_by_node)
+    assert '<table class="idle-models">' in dom
     assert dom.count('class="series"') >= 2
     for tenant in ("search", "ads-ranking", "llm-serving", "research"):
         assert tenant in dom
@@ -111,6 +119,23 @@ def test_report_renders_in_headless_chromium_with_its_charts(day, tmp_path):
     png = shot.read_bytes()
     assert png.startswith(b"\x89PNG")
     assert len(png) > 50_000  # a blank page compresses to a few kB
+
+
+def test_a_tenants_report_renders_in_headless_chromium_without_empty_panels(day, tmp_path):
+    entries, _ = day
+    html = render_html(
+        ReportInput(title="search", entries=entries, generated_at_ms=DAY0_MS, tenant="search")
+    )
+    page = tmp_path / "tenant.html"
+    page.write_text(html, encoding="utf-8")
+    dom = run_chromium(["--dump-dom", page.as_uri()], tmp_path).stdout
+    # cost, utilisation, $/TFLOP-h; idle is the fleet's and the panel says so instead of a chart
+    assert dom.count("<svg") == 3
+    assert 'aria-label="Idle cost by node"' not in dom
+    assert "Not shown: idle is capacity no tenant held" in dom
+    assert '<table class="jobs">' in dom
+    for svg_text in re.findall(r"<svg.*?</svg>", dom, re.S):
+        assert 'class="bar"' in svg_text or 'class="series"' in svg_text  # no empty chart
 
 
 def test_report_totals_match_the_ledger(day):

@@ -340,10 +340,19 @@ class SeedanceClient:
     async def cost_history(self, tenant: str, *, timeout_s: float = 60.0) -> list[Any]:
         """Every cost event the tenant's stream holds now (entries, reports, alerts, pauses)."""
         check_tenant(tenant)
+        return await self._cost_history(costs.tenant_wildcard(tenant), timeout_s)
+
+    async def fleet_cost_history(self, *, timeout_s: float = 60.0) -> list[Any]:
+        """Every cost event of the fleet: all tenants' and the idle lines of every node
+        (``seedance.ledger.idle.<node>``). Needs operator credentials: a tenant's user is
+        refused (:class:`PermissionRefused`)."""
+        return await self._cost_history(None, timeout_s)
+
+    async def _cost_history(self, filter_subject: str | None, timeout_s: float) -> list[Any]:
         out: list[Any] = []
         async with (
             asyncio.timeout(timeout_s),
-            self._watch("SEEDANCE_COSTS", costs.tenant_wildcard(tenant), True) as w,
+            self._watch("SEEDANCE_COSTS", filter_subject, True) as w,
         ):
             if await w.is_empty():
                 return out
@@ -365,10 +374,10 @@ class SeedanceClient:
 
     @contextlib.asynccontextmanager
     async def _watch(
-        self, stream: str, filter_subject: str, from_start: bool
+        self, stream: str, filter_subject: str | None, from_start: bool
     ) -> AsyncIterator[_Watch]:
         """A push consumer whose filter is in the API subject (what tenant permissions allow);
-        it exists once the ``async with`` is entered."""
+        it exists once the ``async with`` is entered. No filter: the whole stream (operators)."""
         nc = self._bus.nc
         inbox = f"{nc._inbox_prefix.decode()}.{uuid.uuid4().hex}"
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=10_000)
@@ -386,7 +395,7 @@ class SeedanceClient:
         )
         try:
             await self._guarded(
-                self._bus.js.add_consumer(stream, config), "reading", filter_subject
+                self._bus.js.add_consumer(stream, config), "reading", filter_subject or stream
             )
             yield _Watch(nc, queue, self._bus.js, stream, name)
         finally:

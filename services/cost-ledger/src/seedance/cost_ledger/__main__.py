@@ -18,23 +18,32 @@ NAME = "cost-ledger"
 
 
 def report(argv: list[str]) -> int:
-    """``seedance-cost-ledger report --tenant T [--format html|csv|focus] [--out FILE]``.
+    """``seedance-cost-ledger report (--tenant T | --fleet) [--format html|text|csv|focus]
+    [--from ISO] [--to ISO] [--by tenant|job|node|gpu_model] [--share-idle] [--out FILE]``.
 
-    Reads what the tenant's cost stream holds (with the tenant's own credentials, if given) and
-    renders it with the ledger's own report code, so the figures match the ledger's to the cent.
-    The same as ``seedance costs report``.
+    Reads what the cost stream holds (a tenant's own with its credentials; the fleet's, idle
+    included, with an operator's) and renders it with the ledger's own report code, so the
+    figures match the ledger's to the cent. The same as ``seedance costs report``. Exits 1 when
+    there is nothing in the window or idle was asked for without operator credentials.
     """
     import argparse
     import os
     from pathlib import Path
 
-    from seedance.cost_ledger.reports.from_bus import FORMATS, render_tenant_report
+    from seedance.cost_ledger.reports.from_bus import FORMATS, render_report
+    from seedance.cost_ledger.reports.summary import GROUPS
     from seedance.sdk import SeedanceClient
 
     p = argparse.ArgumentParser(prog="seedance-cost-ledger report", description=report.__doc__)
-    p.add_argument("--tenant", required=True)
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--tenant")
+    scope.add_argument("--fleet", action="store_true")
     p.add_argument("--format", choices=FORMATS, default="html")
     p.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
+    p.add_argument("--from", dest="start", default=None, help="ISO 8601 start, UTC (inclusive)")
+    p.add_argument("--to", dest="end", default=None, help="ISO 8601 end, UTC (exclusive)")
+    p.add_argument("--by", choices=GROUPS, default="tenant")
+    p.add_argument("--share-idle", action="store_true")
     p.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
     p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
     args = p.parse_args(argv)
@@ -42,9 +51,24 @@ def report(argv: list[str]) -> int:
     async def render() -> tuple[str, int]:
         client = await SeedanceClient.connect(args.nats_url, creds=args.creds)
         async with client:
-            return await render_tenant_report(client, args.tenant, args.format)
+            return await render_report(
+                client,
+                tenant=None if args.fleet else args.tenant,
+                fmt=args.format,
+                start=args.start,
+                end=args.end,
+                by=args.by,
+                share_idle=args.share_idle,
+            )
 
-    text, n = asyncio.run(render())
+    try:
+        text, n = asyncio.run(render())
+    except ValueError as exc:
+        sys.stderr.write(f"seedance-cost-ledger report: {exc}\n")
+        return 2
+    except LookupError as exc:
+        sys.stderr.write(f"seedance-cost-ledger report: {exc}\n")
+        return 1
     if args.out is None:
         sys.stdout.write(text)
     else:

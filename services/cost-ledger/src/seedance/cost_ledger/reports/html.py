@@ -17,10 +17,10 @@ from html import escape
 
 import msgspec
 
-from seedance.cost_ledger.core.idle import share_idle
 from seedance.cost_ledger.core.ledger import CostEntry
 from seedance.cost_ledger.core.money import usd_from_micro
 from seedance.cost_ledger.reports import svg
+from seedance.cost_ledger.reports.summary import IDLE_KEY, CostSummary, ReportWindow, summarize
 
 __all__ = ["Baseline", "ReportInput", "render_html"]
 
@@ -34,7 +34,12 @@ class Baseline(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ReportInput(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything the report shows. ``generated_at_ms`` is passed in: the core has no clock."""
+    """Everything the report shows. ``generated_at_ms`` is passed in: the core has no clock.
+
+    ``entries`` are the lines the reader could see (the fleet's, idle included, or one
+    tenant's); ``tenant`` narrows the report to one tenant, ``window`` to a time window, and
+    ``share_idle`` charges idle to the jobs that ran beside it (rules: ``reports.summary``).
+    """
 
     title: str
     entries: Sequence[CostEntry]
@@ -43,6 +48,10 @@ class ReportInput(msgspec.Struct, frozen=True, kw_only=True):
     baseline: Baseline | None = None
     share_idle: bool = False
     max_buckets: int = 48
+    window: ReportWindow | None = None
+    tenant: str | None = None
+    #: Rows of the per-job table; the rest are summed in one line under it.
+    max_job_rows: int = 100
 
 
 _CSS = """
@@ -89,14 +98,25 @@ def _usd(micro: int) -> str:
 
 
 def render_html(data: ReportInput) -> str:
-    """The report as one HTML document (UTF-8 text)."""
-    entries = list(data.entries)
+    """The report as one HTML document (UTF-8 text).
+
+    Raises:
+        EmptyReport: no cost line in the window (an empty report would have nothing to show).
+    """
+    window = data.window or ReportWindow()
+    by_job = summarize(
+        data.entries, by="job", window=window, tenant=data.tenant, share=data.share_idle
+    )
+    fleet = data.tenant is None
+    entries = [
+        e
+        for e in data.entries
+        if window.holds(e) and (fleet or (e.kind == "usage" and e.tenant == data.tenant))
+    ]
     tenants = sorted({e.tenant for e in entries if e.kind == "usage"})
     colours = {t: svg.PALETTE[i % len(svg.PALETTE)] for i, t in enumerate(tenants)}
 
-    starts = [e.window_start_ms for e in entries]
-    t0 = min(starts, default=0)
-    t1 = max((e.window_end_ms for e in entries), default=t0 + 1)
+    t0, t1 = by_job.covered_start_ms, by_job.covered_end_ms
     window_ms = min((e.window_end_ms - e.window_start_ms for e in entries), default=3_600_000)
     n_windows = max(1, (t1 - t0) // window_ms)
     per_bucket = max(1, -(-n_windows // data.max_buckets))
@@ -135,14 +155,13 @@ def render_html(data: ReportInput) -> str:
             assumed_models.add(e.tenant)
 
     shared_idle: dict[str, int] = defaultdict(int)
-    if data.share_idle:
-        shares, _ = share_idle(entries)
-        for s in shares:
-            shared_idle[s.tenant] += s.idle_usd_micro
+    for r in by_job.rows:
+        if r.key != IDLE_KEY:
+            shared_idle[r.tenant] += r.idle_usd_micro
 
     total_alloc = sum(r[0] for r in by_tenant.values())
-    total_idle = sum(idle_cost)
-    total = total_alloc + total_idle
+    total_idle = by_job.idle.total_usd_micro
+    total = by_job.total_usd_micro
     gpu_h = sum(alloc_h) + sum(idle_h)
     alloc_pct = 100 * sum(alloc_h) / gpu_h if gpu_h else 0.0
     activity_pct = 100 * sum(act_weighted) / sum(act_hours) / 1e6 if sum(act_hours) else None
@@ -151,8 +170,13 @@ def render_html(data: ReportInput) -> str:
 
     # ---------------------------------------------------------------- charts
     series = [(t, colours[t], [v / 1e6 for v in cost[t]]) for t in tenants]
-    series.append(("idle", svg.IDLE_COLOUR, [v / 1e6 for v in idle_cost]))
-    cost_chart = svg.stacked_bars(labels, series, label="Cost over time by tenant, with idle")
+    if fleet:
+        series.append(("idle", svg.IDLE_COLOUR, [v / 1e6 for v in idle_cost]))
+    cost_chart = svg.stacked_bars(
+        labels,
+        series,
+        label="Cost over time by tenant, with idle" if fleet else "Cost over time",
+    )
 
     alloc_series = [
         100 * alloc_h[i] / (alloc_h[i] + idle_h[i]) if alloc_h[i] + idle_h[i] else None
@@ -170,18 +194,26 @@ def render_html(data: ReportInput) -> str:
         label="Allocation and activity over time",
         vmax=100,
     )
-    top_idle = sorted(idle_by_node.items(), key=lambda kv: (-kv[1], kv[0]))[:12]
-    idle_chart = svg.hbars(
-        [(n, v / 1e6, svg.IDLE_COLOUR) for n, v in top_idle], label="Idle cost by node"
-    )
+    idle_html, idle_tables = _idle_section(by_job, data.tenant)
     tflop_rows = sorted(
         ((t, r[0] / r[2]) for t, r in by_tenant.items() if r[2] > 0), key=lambda kv: -kv[1]
     )
-    tflop_chart = svg.hbars(
-        [(t, v, colours[t]) for t, v in tflop_rows],
-        label="Dollars per delivered TFLOP-hour by tenant",
-        value_text=[f"${v:.4f}{' *' if t in assumed_models else ''}" for t, v in tflop_rows],
-    )
+    if tflop_rows:
+        tflop_chart = svg.hbars(
+            [(t, v, colours[t]) for t, v in tflop_rows],
+            label="Dollars per delivered TFLOP-hour by tenant",
+            value_text=[f"${v:.4f}{' *' if t in assumed_models else ''}" for t, v in tflop_rows],
+        )
+        tflop_html = (
+            '<section><h2>$ per TFLOP-hour</h2><p class="sub">Cost per delivered TFLOP-hour '
+            f"(activity × dense FP16 peak × hours). Lower is better.</p>{tflop_chart}</section>"
+        )
+    else:
+        tflop_html = (
+            '<section><h2>$ per TFLOP-hour</h2><p class="sub">Not shown: no line in this window '
+            "has a measured GPU activity and a known peak, so no TFLOP-hours were delivered "
+            "that the ledger can count.</p></section>"
+        )
 
     savings_html = ""
     savings_tile = ""
@@ -231,6 +263,16 @@ def render_html(data: ReportInput) -> str:
             f"<td>{_usd(c)}</td>{idle_col}<td>{h / 1e6:,.2f}</td><td>{tf / 1e6:,.1f}</td>"
             f"<td>{per}{mark}</td><td>{_usd(lst)}</td></tr>"
         )
+    if fleet and by_job.idle_unshared_usd_micro:
+        # The idle no tenant carries closes the table, so its Cost column adds up to the total.
+        unshared = by_job.idle_unshared_usd_micro
+        idle_col = f"<td>{_usd(0)}</td>" if data.share_idle else ""
+        hours = "" if data.share_idle else f"{sum(idle_h) / 1e6:,.2f}"
+        rows.append(
+            f'<tr class="idle-row"><td><span style="color:{svg.IDLE_COLOUR}">■</span> idle '
+            f"(no tenant)</td><td>{_usd(unshared)}</td>{idle_col}<td>{hours}</td><td></td>"
+            "<td></td><td></td></tr>"
+        )
     idle_head = "<th>Shared idle</th>" if data.share_idle else ""
     table = (
         f"<table><thead><tr><th>Tenant</th><th>Cost</th>{idle_head}<th>GPU-hours</th>"
@@ -248,41 +290,153 @@ def render_html(data: ReportInput) -> str:
         else "<p class=sub>None: every price and peak used has a published source.</p>"
     )
     act_text = f"{activity_pct:.0f} %" if activity_pct is not None else "n/a"
+    if fleet:
+        idle_tile = (
+            f'<div class="v">{100 * total_idle / total if total else 0:.1f} %</div>'
+            f'<div class="s">{_usd(total_idle)}, {sum(idle_h) / 1e6:,.1f} idle GPU-hours</div>'
+        )
+        alloc_tile = (
+            '<div class="k">Allocation / activity</div>'
+            f'<div class="v">{alloc_pct:.0f} % / {act_text}</div>'
+            f'<div class="s">of {gpu_h / 1e6:,.1f} GPU-hours</div>'
+        )
+        cost_sub = (
+            "Attributed GPU cost per period, stacked by tenant; grey is capacity nobody held "
+            "(idle), kept as its own line."
+        )
+    else:
+        idle_tile = (
+            f'<div class="v">{_usd(total_idle)}</div><div class="s">its share of the fleet\'s '
+            "idle (OpenCost shareIdle, by node and window)</div>"
+            if data.share_idle
+            else '<div class="v">not included</div><div class="s">idle belongs to the fleet: '
+            "a share of it needs operator credentials (--share-idle)</div>"
+        )
+        alloc_tile = (
+            f'<div class="k">GPU activity</div><div class="v">{act_text}</div>'
+            f'<div class="s">over {gpu_h / 1e6:,.1f} GPU-hours held</div>'
+        )
+        cost_sub = "Attributed GPU cost per period" + (
+            " (the idle share is in the tables, not in this chart)." if data.share_idle else "."
+        )
+    asked = "" if window == ReportWindow() else f" · window asked: {escape(window.label())}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
 <title>{escape(data.title)}</title><style>{_CSS}</style></head>
 <body><header><h1>{escape(data.title)}</h1>
-<p>{_iso_minute(t0)} – {_iso_minute(t1)} · generated {_iso_minute(data.generated_at_ms)}
- · {len(tenants)} tenants · {len(entries)} ledger entries</p></header>
+<p class="window">Covers {_iso_minute(t0)} – {_iso_minute(t1)}{asked}
+ · generated {_iso_minute(data.generated_at_ms)}
+ · {len(tenants)} tenants · {by_job.lines} ledger entries</p></header>
 <main>
 <div class="tiles">
 <div class="tile"><div class="k">Total GPU cost</div><div class="v">{_usd(total)}</div>
 <div class="s">{_usd(total_alloc)} allocated + {_usd(total_idle)} idle</div></div>
-<div class="tile"><div class="k">Idle share</div>
-<div class="v">{100 * total_idle / total if total else 0:.1f} %</div>
-<div class="s">{sum(idle_h) / 1e6:,.1f} idle GPU-hours</div></div>
-<div class="tile"><div class="k">Allocation / activity</div>
-<div class="v">{alloc_pct:.0f} % / {act_text}</div>
-<div class="s">of {gpu_h / 1e6:,.1f} GPU-hours</div></div>
+<div class="tile"><div class="k">{"Idle share" if fleet else "Idle"}</div>{idle_tile}</div>
+<div class="tile">{alloc_tile}</div>
 <div class="tile"><div class="k">$ per TFLOP-hour</div><div class="v">{fleet_tflop}</div>
 <div class="s">allocated cost / delivered TFLOP-hours</div></div>
 {savings_tile}
 </div>
-<section><h2>Cost over time by tenant</h2>
-<p class="sub">Attributed GPU cost per period, stacked by tenant; grey is capacity nobody held
-(idle), kept as its own line.</p>{cost_chart}</section>
-<section><h2>Utilisation</h2><p class="sub">Share of GPU-hours held by jobs, and how busy the
-GPUs were (SM / tensor activity where measured, else utilisation).</p>{util_chart}</section>
+<section><h2>Cost over time{" by tenant" if fleet else ""}</h2>
+<p class="sub">{cost_sub}</p>{cost_chart}</section>
+<section><h2>Utilisation</h2><p class="sub">{
+        "Share of GPU-hours held by jobs, and how busy the GPUs were"
+        if fleet
+        else "How busy the tenant's GPUs were"
+    } (SM / tensor activity where measured, else utilisation).</p>{util_chart}</section>
 <div class="row">
-<section><h2>Idle cost by node</h2><p class="sub">Top {len(top_idle)} nodes by cost of
-unallocated GPU time.</p>{idle_chart}</section>
-<section><h2>$ per TFLOP-hour</h2><p class="sub">Cost per delivered TFLOP-hour (activity ×
-dense FP16 peak × hours). Lower is better.</p>{tflop_chart}</section>
+{idle_html}
+{tflop_html}
 </div>
+{idle_tables}
 {savings_html}
 <section><h2>By tenant</h2>{table}</section>
+{_jobs_section(by_job, data.max_job_rows)}
 <section><h2>Assumptions</h2><p class="sub">Figures in this report that are configured
 rather than published.</p>{assume_html}</section>
 </main></body></html>
 """
+
+
+def _idle_section(summary: CostSummary, tenant: str | None) -> tuple[str, str]:
+    """Idle by node: the chart's panel and the tables' (or why there is none to show)."""
+    head = "<section><h2>Idle cost by node</h2>"
+    if tenant is not None:
+        return (
+            f'{head}<p class="sub">Not shown: idle is capacity no tenant held, so it is the '
+            "fleet's, not this tenant's (the fleet report, with operator credentials, has it "
+            "by node and GPU model).</p></section>",
+            "",
+        )
+    if not summary.idle_by_node:
+        return (
+            f'{head}<p class="sub">No idle: every GPU-hour in this window was held by a job.'
+            "</p></section>",
+            "",
+        )
+    top = summary.idle_by_node[:12]
+    chart = svg.hbars(
+        [(r.key, r.idle_usd_micro / 1e6, svg.IDLE_COLOUR) for r in top],
+        label="Idle cost by node",
+    )
+    rows = "".join(
+        f"<tr><td>{escape(r.key)}</td><td>{escape(r.gpu_model)}</td>"
+        f"<td>{_usd(r.idle_usd_micro)}</td><td>{r.idle_gpu_hours_micro / 1e6:,.2f}</td>"
+        f"<td>{r.idle_pct:.0f} %</td></tr>"
+        for r in summary.idle_by_node
+    )
+    models = "".join(
+        f"<tr><td>{escape(r.key)}</td><td>{_usd(r.idle_usd_micro)}</td>"
+        f"<td>{r.idle_gpu_hours_micro / 1e6:,.2f}</td><td>{r.idle_pct:.0f} %</td></tr>"
+        for r in summary.idle_by_gpu_model
+    )
+    more = (
+        f" (chart: top {len(top)} of {len(summary.idle_by_node)})"
+        if len(top) < len(summary.idle_by_node)
+        else ""
+    )
+    chart_html = (
+        f'{head}<p class="sub">Cost of GPU time no job held, per node{more}.</p>{chart}</section>'
+    )
+    tables = (
+        '<section><h2>Idle by node and GPU model</h2><p class="sub">Idle % is of the GPU-hours '
+        'of the node (or model) in the window.</p><div class="row"><div>'
+        '<table class="idle-nodes"><thead><tr><th>Node</th><th>GPU model</th><th>Idle cost</th>'
+        f"<th>Idle GPU-hours</th><th>Idle %</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        '<div><table class="idle-models"><thead><tr><th>GPU model</th><th>Idle cost</th>'
+        f"<th>Idle GPU-hours</th><th>Idle %</th></tr></thead><tbody>{models}</tbody></table>"
+        "</div></div></section>"
+    )
+    return chart_html, tables
+
+
+def _jobs_section(summary: CostSummary, max_rows: int) -> str:
+    """One row per job, costliest first; the rest summed under the table."""
+    jobs = [r for r in summary.rows if r.key != IDLE_KEY]
+    shown, rest = jobs[:max_rows], jobs[max_rows:]
+    idle_head = "<th>Idle share</th>" if summary.idle_shared else ""
+    body = []
+    for r in shown:
+        job = r.key.split("/", 1)[1]
+        tf = r.allocated.tflop_hours_micro
+        per = f"${r.allocated.total_usd_micro / tf:.4f}" if tf else "n/a"
+        idle_col = f"<td>{_usd(r.idle_usd_micro)}</td>" if summary.idle_shared else ""
+        body.append(
+            f"<tr><td>{escape(job)}</td><td>{escape(r.tenant)}</td>"
+            f"<td>{_usd(r.allocated.total_usd_micro)}</td>{idle_col}"
+            f"<td>{r.allocated.gpu_hours_micro / 1e6:,.2f}</td><td>{per}</td></tr>"
+        )
+    tail = ""
+    if rest:
+        tail = (
+            f'<p class="sub">and {len(rest)} more jobs costing '
+            f"{_usd(sum(r.total_usd_micro for r in rest))} in all.</p>"
+        )
+    return (
+        '<section><h2>By job</h2><p class="sub">Each job\'s allocated cost in the window, '
+        "costliest first.</p>"
+        f'<table class="jobs"><thead><tr><th>Job</th><th>Tenant</th><th>Cost</th>{idle_head}'
+        f"<th>GPU-hours</th><th>$ / TFLOP-hour</th></tr></thead><tbody>{''.join(body)}</tbody>"
+        f"</table>{tail}</section>"
+    )
