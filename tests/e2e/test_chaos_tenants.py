@@ -13,10 +13,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tools.stack import REPO
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

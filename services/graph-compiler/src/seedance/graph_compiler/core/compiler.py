@@ -624,41 +624,16 @@ def _try_fp16(
 def _try_fp16_fused(found, measurer, calib, check, policy):
     """ORT's fused attention / SkipLayerNorm / GELU ops on the accepted FP16 model (GPU only:
     the emulator cannot run contrib ops, so this candidate is checked where it will run)."""
-    target = measurer.target
-    if target.provider == CPU_EP:
+    if measurer.target.provider == CPU_EP:
         return None, None
     model, _, fallback = found
     fused, (res,) = passes.run_pipeline(model, [passes.fuse_transformer_ops])
     if not res.fired:
         return None, None
-    try:
-        outs = measurer.outputs(
-            fused.SerializeToString(), SessionProfile(provider=target.provider), calib
-        )
-    except Exception as exc:  # ORT's load/run errors: the candidate is dropped with the reason
-        return CandidateOutcome(
-            precision=Precision.FP16,
-            name=FP16_FUSED,
-            accepted=False,
-            reason=f"fused FP16 does not run on {target.provider}: {exc}"[:500],
-        ), None
-    acc = check(outs)
-    ok = acc.passes(policy.min_cosine, policy.max_abs_err)
-    outcome = CandidateOutcome(
-        precision=Precision.FP16,
-        name=FP16_FUSED,
-        accepted=ok,
-        accuracy=acc,
-        attempts=1,
-        fallback_nodes=len(fallback),
-        reason=(
-            f"accepted: FP16 + {res.detail}"
-            if ok
-            else f"fused FP16 on {target.provider}: "
-            f"min cosine {acc.min_cosine:.6f}, non-finite {acc.nonfinite_count}"
-        ),
-    )
-    return outcome, ((fused, acc, fallback) if ok else None)
+    return _checked_on_target(
+        fused, FP16_FUSED, fallback, measurer, calib, check, policy,
+        what="fused FP16", accepted=f"accepted: FP16 + {res.detail}",
+    )  # fmt: skip
 
 
 def _try_fp16_io(name, found, measurer, calib, check, policy):
@@ -667,18 +642,27 @@ def _try_fp16_io(name, found, measurer, calib, check, policy):
     io_model, changed = fp16.fp16_io(model)
     if not changed:
         return None, None
-    cand = f"{name}{_IO_SUFFIX}"
-    target = measurer.target
+    return _checked_on_target(
+        io_model, f"{name}{_IO_SUFFIX}", fallback, measurer, calib, check, policy,
+        what=f"{name} with float16 I/O",
+        accepted=f"accepted: {name} with float16 I/O ({', '.join(changed)})",
+    )  # fmt: skip
+
+
+def _checked_on_target(variant, cand, fallback, measurer, calib, check, policy, *, what, accepted):
+    """An FP16 variant run and checked for accuracy on the target itself: its outcome, and the
+    (model, accuracy, fallback nodes) to time when it is accepted."""
+    provider = measurer.target.provider
     try:
         outs = measurer.outputs(
-            io_model.SerializeToString(), SessionProfile(provider=target.provider), calib
+            variant.SerializeToString(), SessionProfile(provider=provider), calib
         )
     except Exception as exc:  # ORT's load/run errors: the candidate is dropped with the reason
         return CandidateOutcome(
             precision=Precision.FP16,
             name=cand,
             accepted=False,
-            reason=f"FP16 I/O does not run on {target.provider}: {exc}"[:500],
+            reason=f"{what} does not run on {provider}: {exc}"[:500],
         ), None
     acc = check(outs)
     ok = acc.passes(policy.min_cosine, policy.max_abs_err)
@@ -690,12 +674,13 @@ def _try_fp16_io(name, found, measurer, calib, check, policy):
         attempts=1,
         fallback_nodes=len(fallback),
         reason=(
-            f"accepted: {name} with float16 I/O ({', '.join(changed)})"
+            accepted
             if ok
-            else f"{name} with float16 I/O: min cosine {acc.min_cosine:.6f}"
+            else f"{what} on {provider}: min cosine {acc.min_cosine:.6f}, "
+            f"non-finite {acc.nonfinite_count}"
         ),
     )
-    return outcome, ((io_model, acc, fallback) if ok else None)
+    return outcome, ((variant, acc, fallback) if ok else None)
 
 
 def _fp16_blocks(findings, plan, emus, base: onnx.ModelProto) -> dict[str, str]:
