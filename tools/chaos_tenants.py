@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -40,13 +41,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from seedance.events import Event, decode, derived_event_id, encode
+from seedance.core import Bus, BusSettings
+from seedance.cost_ledger import core
+from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, ledger_inputs
+from seedance.events import DecodeError, Event, decode, derived_event_id, encode, nats_config
 from seedance.events.cost import CostEntry, PauseRequest
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
+from seedance.events.permissions import tenant_user_name
 from seedance.events.slicing import JobRejected, Placement, Preempted
-from seedance.events.subjects import jobs, observed, telemetry
+from seedance.events.subjects import inbox_prefix, jobs, observed, telemetry
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
+from tools.ledger_workload import read_stream, wait_checkpointed
+from tools.stack import NatsServer, ServiceProcesses, wait_consumer_settled, wait_inventory_known
 
 REPO = Path(__file__).resolve().parents[1]
 #: Virtual time of the honest fleet: in the past, so that no trusted fact runs ahead of the
@@ -361,34 +368,20 @@ class Outcome:
 
 def _auth(tenants: list[str]) -> tuple[str, dict[str, str]]:
     """The generated server config for this run and every user's password."""
-    from seedance.events import nats_config
-
     static = nats_config.users(tenants, ["admin"], callout=False)
     passwords = {u.name: nats_config.new_password() for u in static}
     defs = "".join(f'{nats_config.password_var(n)}: "{p}"\n' for n, p in passwords.items())
     return defs + nats_config.render(static, source="tools/chaos_tenants.py"), passwords
 
 
-async def _connect(url: str, user: str, password: str, **kw: Any) -> Any:
-    from seedance.core import Bus, BusSettings
-
-    return await Bus.connect(
-        BusSettings(url=url, user=user, password=password, name=f"chaos-{user}", **kw)
-    )
+async def _connect(url: str, user: str, password: str, error_cb: Any = None, **kw: Any) -> Bus:
+    settings = BusSettings(url=url, user=user, password=password, name=f"chaos-{user}", **kw)
+    return await Bus.connect(settings, error_cb=error_cb)
 
 
 async def run_once(
     timeline: Timeline, hostile: list[Hostile], *, logdir: Path, chunk: int
 ) -> Outcome:
-    from seedance.events.permissions import tenant_user_name
-    from tools.ledger_workload import wait_checkpointed
-    from tools.stack import (
-        NatsServer,
-        ServiceProcesses,
-        wait_consumer_settled,
-        wait_inventory_known,
-    )
-
     config, passwords = _auth([*HONEST, HOSTILE])
     server = NatsServer(config=config)
     out = Outcome()
@@ -406,18 +399,12 @@ async def run_once(
         if "permissions violation" in str(exc).lower():
             refused.append(str(exc))
 
-    from seedance.core import Bus, BusSettings
-    from seedance.events.subjects import inbox_prefix
-
-    mallory = await Bus.connect(
-        BusSettings(
-            url=server.url,
-            user=mallory_user,
-            password=passwords[mallory_user],
-            inbox_prefix=inbox_prefix(HOSTILE),
-            name="chaos-mallory",
-        ),
-        error_cb=on_error,
+    mallory = await _connect(
+        server.url,
+        mallory_user,
+        passwords[mallory_user],
+        on_error,
+        inbox_prefix=inbox_prefix(HOSTILE),
     )
     try:
         await admin.ensure_streams()
@@ -476,21 +463,13 @@ async def run_once(
         for bus in (mallory, fleet, replayer, admin):
             await bus.close()
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     out.refused = len(refused)
     return out
 
 
 async def _collect(admin: Any, out: Outcome) -> None:
     """What the services decided and billed, and the offline recompute of the trusted facts."""
-    from seedance.cost_ledger import core
-    from seedance.cost_ledger.replica import (
-        INPUT_TYPES,
-        InputRejected,
-        LedgerReplica,
-        ledger_inputs,
-    )
-    from seedance.events import DecodeError
-    from tools.ledger_workload import read_stream
 
     for msg in await read_stream(admin, "SEEDANCE_SLICING"):
         ev = decode(msg.data)
@@ -507,9 +486,14 @@ async def _collect(admin: Any, out: Outcome) -> None:
             out.totals_micro[ev.tenant] += ev.cost_micro_usd
         elif isinstance(ev, PauseRequest):
             out.pauses.append((ev.tenant, ev.paused, ev.at.isoformat()))
+    seen_letters: set[tuple[str, str, int | None]] = set()
     for msg in await read_stream(admin, "SEEDANCE_DLQ"):
         letter = decode(msg.data)
-        if isinstance(letter, DeadLetter):
+        key = (letter.service, letter.subject, letter.stream_seq)
+        if isinstance(letter, DeadLetter) and key not in seen_letters:
+            # Counted once per message it names (a redelivered message's second letter is
+            # the same message, not another hostile event).
+            seen_letters.add(key)
             out.dead_letters[f"{letter.service}:{letter.error_kind}"] += 1
     # The recompute sees the trusted facts the ledger read, checked as the service checks them
     # (subject and stream time), and closes windows to the clock a replica reaches on them.
