@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-from onnx import TensorProto, helper
 
 from seedance.sdk.client import SeedanceClient
 from tests.integration.graph.model_server import ModelServer, Route
 from tests.integration.graph.test_graph_service import _request, mlp
+from tests.unit.graph.gc_onnx_kit import external_data_model
 
 
 async def _compile_url(client: SeedanceClient, tenant: str, rid: str, url: str, sha: str):
@@ -92,22 +92,7 @@ async def test_fetch_limits_and_redirects(
 
 def _external_model(location: str) -> bytes:
     """A valid graph whose one initializer names ``location`` as its external data."""
-    w = helper.make_tensor("W", TensorProto.FLOAT, [4, 4], vals=np.ones(16, np.float32))
-    w.ClearField("float_data")
-    w.data_location = TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", "0"), ("length", "64")):
-        entry = w.external_data.add()
-        entry.key, entry.value = key, value
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
+    return external_data_model(location, np.ones(16, np.float32)).SerializeToString()
 
 
 async def test_external_data_outside_the_model_gives_one_answer(start_compiler, client, tenant):

@@ -98,3 +98,25 @@ class StandInMeasurer:
         # The real runner on the CPU provider: it converts feeds to float16-I/O inputs too.
         runner = ProfiledRunner(model, {"provider": "CPUExecutionProvider", "opt_level": "disable"})
         return [runner.run(f) for f in feeds]
+
+
+def external_data_model(location: str, weights: np.ndarray) -> onnx.ModelProto:
+    """A 4x4 MatMul whose one initializer ``W`` names ``location`` as its external data (the
+    bytes of ``weights``, float32), for the tests of what a compile may read."""
+    w = helper.make_tensor("W", TensorProto.FLOAT, [4, 4], vals=weights.ravel())
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    length = str(weights.astype(np.float32).nbytes)
+    for key, value in (("location", location), ("offset", "0"), ("length", length)):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

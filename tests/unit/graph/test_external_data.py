@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from seedance.graph_compiler import (
     ORT_CPU,
@@ -28,29 +27,14 @@ from seedance.graph_compiler import (
     check_compatibility,
     compile_model,
 )
+from tests.unit.graph.gc_onnx_kit import external_data_model
 
 FP32 = PrecisionPolicy(priority_order=(Precision.FP32,))
 W = np.arange(16, dtype=np.float32).reshape(4, 4) / 16
 
 
 def _model(location: str) -> onnx.ModelProto:
-    """``y = x @ W`` with W's 64 bytes at ``location``."""
-    w = helper.make_tensor("W", TensorProto.FLOAT, [4, 4], vals=W.ravel())
-    w.ClearField("float_data")
-    w.data_location = TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", "0"), ("length", str(W.nbytes))):
-        entry = w.external_data.add()
-        entry.key, entry.value = key, value
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return external_data_model(location, W)
 
 
 @pytest.fixture
