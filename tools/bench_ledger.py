@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, PullReader, ServiceRuntime
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import INPUT_TYPES, LedgerReplica
+from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode
 from seedance.events.subjects import replica_consumer

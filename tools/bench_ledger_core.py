@@ -29,14 +29,14 @@ import zlib
 from pathlib import Path
 
 from seedance.cost_ledger.core import (
-    CostEntry,
+    CostLine,
+    GpuAllocation,
     GpuSample,
     JobEnded,
     Ledger,
     LedgerConfig,
     LedgerInput,
     NodeInfo,
-    Placement,
     default_price_book,
     recompute,
 )
@@ -113,7 +113,7 @@ def trace_events(
         shared = n_gpu == 1 and milli < 1000
         job = r["name"]
         events.append(
-            Placement(
+            GpuAllocation(
                 event_id=f"place:{job}", job_id=job,
                 tenant=TENANTS[zlib.crc32(job.encode()) % len(TENANTS)], node=sn,
                 gpu_model=model_of[sn], gpu_indices=gpus, start_ms=T0_MS + t * 1000,
@@ -145,7 +145,7 @@ def trace_events(
 
 
 def _time(e: LedgerInput) -> int:
-    if isinstance(e, Placement):
+    if isinstance(e, GpuAllocation):
         return e.start_ms
     if isinstance(e, JobEnded):
         return e.end_ms
@@ -162,7 +162,7 @@ def run_pass(book, config, events, batch: int) -> tuple[float, Ledger]:
         now = max(now, *(_time(e) for e in chunk))
         led.advance(now)
         led.confirm_published(
-            o.entry_id if isinstance(o, CostEntry) else o.report_id for o in led.pending_outputs()
+            o.entry_id if isinstance(o, CostLine) else o.report_id for o in led.pending_outputs()
         )
     return time.perf_counter() - t, led
 

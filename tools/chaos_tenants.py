@@ -43,7 +43,8 @@ from typing import Any
 
 from seedance.core import Bus, BusSettings
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, ledger_inputs
+from seedance.cost_ledger.core.mapping import InputRejected
+from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
 from seedance.events import DecodeError, Event, decode, derived_event_id, encode, nats_config
 from seedance.events.cost import CostEntry, PauseRequest
 from seedance.events.dlq import DeadLetter

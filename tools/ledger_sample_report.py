@@ -22,10 +22,10 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_ledger_core import trace_events
 from seedance.cost_ledger.core import (
-    CostEntry,
+    CostLine,
+    GpuAllocation,
     Ledger,
     LedgerConfig,
-    Placement,
     default_price_book,
 )
 from seedance.cost_ledger.reports import (
@@ -41,10 +41,10 @@ from seedance.cost_ledger.reports import (
 )
 
 
-def run(events, as_of_ms: int) -> tuple[list[CostEntry], Ledger]:
+def run(events, as_of_ms: int) -> tuple[list[CostLine], Ledger]:
     led = Ledger(default_price_book(), LedgerConfig(window_s=3600, lateness_s=0))
     led.apply_many(events)
-    out = [o for o in led.advance(as_of_ms) if isinstance(o, CostEntry)]
+    out = [o for o in led.advance(as_of_ms) if isinstance(o, CostLine)]
     return out, led
 
 
@@ -56,11 +56,13 @@ def main() -> None:
     args = ap.parse_args()
     events, as_of = trace_events(args.data_dir, args.pods, samples=6000, seed=7)
     # Only the nodes the pods use: an untouched fleet of 1,213 nodes would drown the picture.
-    used = {e.node for e in events if isinstance(e, Placement)}
+    used = {e.node for e in events if isinstance(e, GpuAllocation)}
     events = [e for e in events if getattr(e, "node", None) in used or not hasattr(e, "node")]
     entries, led = run(events, as_of)
     whole = [
-        msgspec.structs.replace(e, kind="whole", gpu_milli=1000) if isinstance(e, Placement) else e
+        msgspec.structs.replace(e, kind="whole", gpu_milli=1000)
+        if isinstance(e, GpuAllocation)
+        else e
         for e in events
     ]
     _, base = run(whole, as_of)

@@ -241,12 +241,8 @@ async def audit_ledger(bus: Any, sent: Workload) -> LedgerAudit:
     from collections import Counter
 
     from seedance.cost_ledger import core
-    from seedance.cost_ledger.replica import (
-        INPUT_TYPES,
-        InputRejected,
-        LedgerReplica,
-        ledger_inputs,
-    )
+    from seedance.cost_ledger.core.mapping import InputRejected
+    from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
     from seedance.events import DecodeError, decode
     from seedance.events.cost import CostEntry
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from seedance.core import Bus, BusSettings, ServiceRuntime
 from seedance.core.kv import ensure_bucket
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import LedgerReplica, ledger_inputs
+from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
 from seedance.cost_ledger.service import LedgerService
 from seedance.cost_ledger.settings import parse_budgets
 from seedance.events import decode, encode

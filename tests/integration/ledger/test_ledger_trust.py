@@ -27,7 +27,7 @@ from nats.js import api as js_api
 from seedance.core import Bus
 from seedance.core.kv import ensure_bucket
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import LedgerReplica, ledger_inputs
+from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
 from seedance.cost_ledger.service import _digest, _Head
 from seedance.events import Event, decode, encode
 from seedance.events.cost import CostEntry, JobCostReport

@@ -10,16 +10,16 @@ import pytest
 from seedance.core import Bus
 from seedance.cost_ledger import core
 from seedance.cost_ledger.__main__ import report
-from seedance.cost_ledger.replica import to_bus
+from seedance.cost_ledger.core.mapping import to_bus
 from seedance.sdk.cli import main as seedance_cli
 from tools.stack import NatsServer
 
 pytestmark = pytest.mark.integration
 
 
-def _line(tenant: str, job: str, window: int, cost: int) -> core.CostEntry:
+def _line(tenant: str, job: str, window: int, cost: int) -> core.CostLine:
     start = 1_700_000_000_000 + window * 300_000
-    return core.CostEntry(
+    return core.CostLine(
         entry_id=f"usage:{tenant}/{job}:node-1:{start}:r0", kind="usage", revision=0,
         tenant=tenant, job_id=job, node="node-1", gpu_model="T4", pricing_tier="on_demand",
         window_start_ms=start, window_end_ms=start + 300_000,

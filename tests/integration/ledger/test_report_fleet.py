@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from seedance.core import Bus, BusSettings
-from seedance.cost_ledger.core import CostEntry, Ledger, LedgerConfig, default_price_book
+from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
 from seedance.cost_ledger.core.idle import share_idle
-from seedance.cost_ledger.replica import to_bus
+from seedance.cost_ledger.core.mapping import to_bus
 from seedance.sdk.cli import main as seedance_cli
 from tests.unit.ledger.fleet import fleet_day
 from tools.stack import NatsServer, shipped_auth_server
@@ -27,7 +27,7 @@ from tools.stack import NatsServer, shipped_auth_server
 pytestmark = pytest.mark.integration
 
 
-def _replay(tenant_names: dict[str, str] | None = None) -> tuple[list[CostEntry], Ledger]:
+def _replay(tenant_names: dict[str, str] | None = None) -> tuple[list[CostLine], Ledger]:
     events, end_ms = fleet_day(hours=6)
     if tenant_names:
         events = [
@@ -38,7 +38,7 @@ def _replay(tenant_names: dict[str, str] | None = None) -> tuple[list[CostEntry]
         ]  # fmt: skip
     led = Ledger(default_price_book(), LedgerConfig(window_s=1800, lateness_s=0))
     led.apply_many(events)
-    return [o for o in led.advance(end_ms) if isinstance(o, CostEntry)], led
+    return [o for o in led.advance(end_ms) if isinstance(o, CostLine)], led
 
 
 def _usd(micro: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from seedance.cost_ledger.core import GpuSample, JobEnded, NodeInfo, Placement
+from seedance.cost_ledger.core import GpuAllocation, GpuSample, JobEnded, NodeInfo
 
 HOUR_MS = 3_600_000
 DAY0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -45,7 +45,7 @@ def fleet_day(seed: int = 3, hours: int = 24) -> tuple[list, int]:
                 elif model in ("A100", "H100") and rng.random() < 0.25:
                     kind, extra = "mig", {"mig_profile": rng.choice(["3g.40gb", "4g.40gb"])}
                 events.append(
-                    Placement(
+                    GpuAllocation(
                         event_id=f"place:{j}",
                         job_id=f"job-{j}",
                         tenant=tenant,

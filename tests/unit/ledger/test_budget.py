@@ -6,7 +6,7 @@ import pytest
 
 from seedance.cost_ledger.core import Budget, SpendPoint, evaluate_budget
 from seedance.cost_ledger.core.budget import plan_usd_micro, spend_points
-from seedance.cost_ledger.core.ledger import Amounts, CostEntry
+from seedance.cost_ledger.core.lines import Amounts, CostLine
 
 H = 3_600_000
 DAY = 24 * H
@@ -105,7 +105,7 @@ def test_before_the_period_nothing_is_decided():
 
 def test_spend_points_from_entries():
     def entry(tenant, end, micro):
-        return CostEntry(
+        return CostLine(
             entry_id=f"{tenant}{end}",
             kind="usage",
             revision=0,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from seedance.cost_ledger.core import CostEntry, Ledger, LedgerConfig, default_price_book
+from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
 from seedance.cost_ledger.reports import (
     FOCUS_COLUMNS,
     FOCUS_SPLIT_COLUMNS,
@@ -43,11 +43,11 @@ def data_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo_entries() -> list[CostEntry]:
+def demo_entries() -> list[CostLine]:
     events, end_ms = fleet_day(seed=11, hours=30)  # crosses no month; 30 h of windows
     led = Ledger(default_price_book(), LedgerConfig(window_s=3600, lateness_s=0))
     led.apply_many(events)
-    return [o for o in led.advance(end_ms) if isinstance(o, CostEntry)]
+    return [o for o in led.advance(end_ms) if isinstance(o, CostLine)]
 
 
 @pytest.fixture(scope="module")

@@ -25,13 +25,13 @@ from fractions import Fraction
 import pytest
 
 from seedance.cost_ledger.core import (
-    CostEntry,
+    CostLine,
+    GpuAllocation,
     GpuSample,
     JobEnded,
     Ledger,
     LedgerConfig,
     NodeInfo,
-    Placement,
     default_price_book,
 )
 from seedance.cost_ledger.reports import focus_split_csv
@@ -44,13 +44,13 @@ HOUR_MS = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
-def _entries(book, events, end_ms) -> list[CostEntry]:
+def _entries(book, events, end_ms) -> list[CostLine]:
     led = Ledger(book, LedgerConfig(window_s=3600, lateness_s=0))
     led.apply_many(events)
-    return [o for o in led.advance(end_ms) if isinstance(o, CostEntry)]
+    return [o for o in led.advance(end_ms) if isinstance(o, CostLine)]
 
 
-def _one_node_hour(book) -> list[CostEntry]:
+def _one_node_hour(book) -> list[CostLine]:
     """Node n1 (2 x X at $2/GPU-hour, on demand) for one hour: a MIG slice on GPU 0, two shared
     jobs (50 % and 25 %) on GPU 1, the rest idle."""
     jobs = [
@@ -64,7 +64,7 @@ def _one_node_hour(book) -> list[CostEntry]:
     ]  # fmt: skip
     for job, tenant, kind, gpus, extra in jobs:
         events.append(
-            Placement(event_id=f"p:{job}", job_id=job, tenant=tenant, node="n1", gpu_model="X",
+            GpuAllocation(event_id=f"p:{job}", job_id=job, tenant=tenant, node="n1", gpu_model="X",
                       gpu_indices=gpus, start_ms=T0, kind=kind, **extra)
         )  # fmt: skip
         events.append(JobEnded(event_id=f"e:{job}", job_id=job, end_ms=T0 + HOUR_MS))
@@ -86,7 +86,7 @@ def _ratio(r) -> Decimal:
     return element["AllocatedRatio"]
 
 
-def check_invariants(entries: list[CostEntry]) -> dict[tuple[str, str], list[dict]]:
+def check_invariants(entries: list[CostLine]) -> dict[tuple[str, str], list[dict]]:
     rows, columns = parse(focus_split_csv(entries))
     assert violations(rows, columns) == {}  # the split rows obey every FOCUS 1.2 rule too
     origin_cost: dict[tuple[str, int], int] = defaultdict(int)
@@ -188,7 +188,7 @@ def test_ratios_that_do_not_terminate_still_sum_to_exactly_1(book):
     ]  # fmt: skip
     for i, job in enumerate(jobs):
         events += [
-            Placement(event_id=f"p:{job}", job_id=job, tenant="acme", node="n3", gpu_model="X",
+            GpuAllocation(event_id=f"p:{job}", job_id=job, tenant="acme", node="n3", gpu_model="X",
                       gpu_indices=(i,), start_ms=T0, kind="whole"),
             JobEnded(event_id=f"e:{job}", job_id=job, end_ms=T0 + HOUR_MS),
         ]  # fmt: skip

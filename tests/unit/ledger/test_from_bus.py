@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import to_bus
+from seedance.cost_ledger.core.mapping import to_bus
 from seedance.cost_ledger.reports import entries_csv
 from seedance.cost_ledger.reports.from_bus import lines_from_events
 from seedance.events import decode, encode
 
 
 def test_lines_survive_the_bus_exactly() -> None:
-    line = core.CostEntry(
+    line = core.CostLine(
         entry_id="usage:acme/train-1:node-1:1700000000000:r0",
         kind="usage",
         revision=0,

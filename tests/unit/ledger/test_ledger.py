@@ -7,15 +7,15 @@ import random
 import pytest
 
 from seedance.cost_ledger.core import (
-    CostEntry,
+    CostLine,
+    GpuAllocation,
     GpuSample,
-    JobCostReport,
+    JobCost,
     JobEnded,
     Ledger,
     LedgerConfig,
     LedgerInputError,
     NodeInfo,
-    Placement,
     emission_due,
     next_emission_ms,
     recompute,
@@ -35,7 +35,7 @@ def node(eid="n1", name="node-a", count=4, tier="on_demand", model="X", at_ms=0)
 def place(
     eid, job, tenant="acme", gpus=(0,), start_ms=0, kind="whole", milli=1000, mig="", name="node-a"
 ):
-    return Placement(
+    return GpuAllocation(
         event_id=eid,
         job_id=job,
         tenant=tenant,
@@ -55,8 +55,8 @@ def sample(eid, gpu=0, at_ms=1000, activity=0.5, energy_mj=0, name="node-a") -> 
     )
 
 
-def entries(outputs) -> list[CostEntry]:
-    return [o for o in outputs if isinstance(o, CostEntry)]
+def entries(outputs) -> list[CostLine]:
+    return [o for o in outputs if isinstance(o, CostLine)]
 
 
 def run(book, events, as_of_ms=HOUR_MS, config=HOURLY) -> Ledger:
@@ -185,7 +185,7 @@ def test_effective_compute_and_job_report(book):
     led = Ledger(book, HOURLY)
     led.apply_many(events)
     outputs = led.advance(HOUR_MS)
-    reports = [o for o in outputs if isinstance(o, JobCostReport)]
+    reports = [o for o in outputs if isinstance(o, JobCost)]
     assert len(reports) == 1
     report = reports[0]
     # mean activity 0.5 × 100 TFLOPS × 1 h = 50 TFLOP-h for $2 → $0.04 per TFLOP-hour
@@ -242,7 +242,7 @@ def test_late_end_emits_a_negative_adjustment(book):
     assert usage[0].entry_id == "usage:j1:node-a:0:r1"
     assert usage[0].amounts.cost_usd_micro == -1_500_000
     assert led.totals().by_job["j1"].cost_usd_micro == 500_000
-    assert any(isinstance(o, JobCostReport) for o in adjustments)
+    assert any(isinstance(o, JobCost) for o in adjustments)
 
 
 @pytest.mark.parametrize(
@@ -283,7 +283,7 @@ def test_snapshot_round_trip_is_canonical(book):
         o.entry_id for o in entries(a.pending_outputs())
     }
     a.confirm_published([o.entry_id for o in entries(a.pending_outputs())])
-    assert all(isinstance(o, JobCostReport) for o in a.pending_outputs())
+    assert all(isinstance(o, JobCost) for o in a.pending_outputs())
     # same knowledge applied in another order gives the same bytes
     c = Ledger(book, HOURLY)
     c.apply_many(reversed(events))
@@ -323,7 +323,7 @@ def random_stream(seed: int, n_jobs: int = 60) -> tuple[list, int]:
             else (rng.randrange(4),)
         )
         events.append(
-            Placement(
+            GpuAllocation(
                 event_id=f"p{j}",
                 job_id=f"j{j}",
                 tenant=rng.choice(["acme", "beta", "gamma"]),
@@ -408,14 +408,14 @@ def test_retention_bounds_the_snapshot_and_counts_facts_too_late(book):
             led.apply_many(batch)
             led.advance(now)
             led.confirm_published(
-                o.entry_id if isinstance(o, CostEntry) else o.report_id
+                o.entry_id if isinstance(o, CostLine) else o.report_id
                 for o in led.pending_outputs()
             )
         b = Ledger.from_bytes(b.to_bytes(), book)  # sealed totals survive a restart
     for led in (a, b):
         led.advance(as_of)
         led.confirm_published(
-            o.entry_id if isinstance(o, CostEntry) else o.report_id for o in led.pending_outputs()
+            o.entry_id if isinstance(o, CostLine) else o.report_id for o in led.pending_outputs()
         )
     assert len(b.to_bytes()) < len(a.to_bytes()) / 2
     assert a.late_facts == 0

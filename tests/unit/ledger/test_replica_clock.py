@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import LedgerReplica, ledger_inputs
+from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
 from seedance.events import Event, new_event_id
 from seedance.events import cost as cost_events
 from seedance.events.telemetry import GpuSample, GpuSampleBatch, NodeInventory
@@ -31,7 +31,7 @@ def _samples_last(events: list[Event]) -> list[Event]:
     return others + telemetry
 
 
-def _replay(events: list[Event], skew_s: int) -> tuple[LedgerReplica, list[core.CostEntry]]:
+def _replay(events: list[Event], skew_s: int) -> tuple[LedgerReplica, list[core.CostLine]]:
     replica = LedgerReplica(BOOK, core.LedgerConfig(source_skew_s=skew_s))
     entries = []
     for seq, event in enumerate(events, 1):

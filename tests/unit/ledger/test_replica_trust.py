@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import InputRejected, LedgerReplica
+from seedance.cost_ledger.core.mapping import InputRejected
+from seedance.cost_ledger.core.replica import LedgerReplica
 from seedance.events import new_event_id
 from seedance.events.slicing import EndOutcome, GpuAssignment, JobReleased, Placement, PlacementKind
 from seedance.events.subjects import slicing, telemetry

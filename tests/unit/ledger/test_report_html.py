@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from seedance.cost_ledger.core import CostEntry, Ledger, LedgerConfig, default_price_book
+from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
 from seedance.cost_ledger.core.idle import apportion, share_idle
 from seedance.cost_ledger.reports import (
     FOCUS_COLUMNS,
@@ -39,13 +39,13 @@ MANDATORY_FOCUS_1_2 = {
 
 
 @pytest.fixture(scope="module")
-def day() -> tuple[list[CostEntry], Ledger]:
+def day() -> tuple[list[CostLine], Ledger]:
     book = default_price_book()
     events, end_ms = fleet_day()
     led = Ledger(book, LedgerConfig(window_s=1800, lateness_s=0))
     led.apply_many(events)
     out = led.advance(end_ms)
-    return [o for o in out if isinstance(o, CostEntry)], led
+    return [o for o in out if isinstance(o, CostLine)], led
 
 
 def report(entries, ledger, share=False) -> str:

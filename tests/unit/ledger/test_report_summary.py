@@ -11,9 +11,9 @@ from collections import defaultdict
 
 import pytest
 
-from seedance.cost_ledger.core import CostEntry, Ledger, LedgerConfig, default_price_book
+from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
 from seedance.cost_ledger.core.idle import share_idle
-from seedance.cost_ledger.replica import to_bus
+from seedance.cost_ledger.core.mapping import to_bus
 from seedance.cost_ledger.reports import ReportInput, render_html
 from seedance.cost_ledger.reports.from_bus import lines_from_events, render_lines
 from seedance.cost_ledger.reports.summary import (
@@ -30,12 +30,12 @@ from .fleet import DAY0_MS, HOUR_MS, fleet_day
 
 
 @pytest.fixture(scope="module")
-def day() -> tuple[list[CostEntry], Ledger]:
+def day() -> tuple[list[CostLine], Ledger]:
     events, end_ms = fleet_day()
     led = Ledger(default_price_book(), LedgerConfig(window_s=1800, lateness_s=0))
     led.apply_many(events)
     out = led.advance(end_ms)
-    return [o for o in out if isinstance(o, CostEntry)], led
+    return [o for o in out if isinstance(o, CostLine)], led
 
 
 @pytest.mark.parametrize("by", GROUPS)
@@ -202,7 +202,7 @@ def test_panels_without_data_say_why(day):
     entries, _ = day
     # no activity measured and no idle: the $/TFLOP-h and idle panels say why, draw nothing
     bare = [
-        CostEntry(**{**_fields(e), "activity_ppm": None,
+        CostLine(**{**_fields(e), "activity_ppm": None,
                      "amounts": type(e.amounts)(cost_usd_micro=e.amounts.cost_usd_micro,
                                                 gpu_hours_micro=e.amounts.gpu_hours_micro)})
         for e in entries
@@ -214,7 +214,7 @@ def test_panels_without_data_say_why(day):
     assert html.count("<svg") == 2  # cost over time and utilisation only
 
 
-def _fields(e: CostEntry) -> dict:
+def _fields(e: CostLine) -> dict:
     return {f: getattr(e, f) for f in e.__struct_fields__}
 
 

@@ -10,7 +10,7 @@ from seedance.core.logs import configure_logging
 from seedance.core.settings import SettingsError, bus_settings, load_settings
 from seedance.core.tracing import configure_tracing
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import LedgerReplica
+from seedance.cost_ledger.core.replica import LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.cost_ledger.settings import LedgerSettings, load_budgets, replica_name
 

@@ -46,7 +46,8 @@ from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch
 from seedance.cost_ledger import core
-from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
+from seedance.cost_ledger.core.mapping import InputRejected, Publication
+from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica
 from seedance.events import DecodeError, decode, derived_event_id, encode
 from seedance.events.cost import CostEntry, CostKind
 from seedance.events.subjects import Header, dlq, replica_consumer

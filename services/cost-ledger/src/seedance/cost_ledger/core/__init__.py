@@ -1,31 +1,39 @@
-"""The cost-ledger's pure core: prices, attribution, budgets. No NATS, no clock, no files
-except the price book the caller asks to load."""
+"""The cost-ledger's pure core: prices, facts, attribution, the ledger and its snapshot,
+budgets, the replica's step function and the one wire mapping. No NATS, no clock, no files
+except the price book the caller asks to load.
+
+Modules: ``money`` (exact rationals, micro-dollars), ``pricebook`` / ``peaks`` (prices),
+``facts`` (what is billed), ``attribution`` (one node-window's lines), ``lines`` (what is
+emitted), ``ledger`` (the state machine), ``snapshot`` (its bytes), ``budget`` / ``idle``,
+``mapping`` (bus events ↔ core), ``replica`` (the deterministic step over the merged stream)."""
 
 from seedance.cost_ledger.core.budget import (
     Budget,
-    BudgetAlert,
     BudgetDecision,
-    PauseRequest,
+    BudgetDeviation,
+    PauseDecision,
     SpendPoint,
     evaluate_budget,
     plan_usd_micro,
     spend_points,
 )
-from seedance.cost_ledger.core.idle import IdleShare, apportion, share_idle
-from seedance.cost_ledger.core.ledger import (
-    Amounts,
-    CostEntry,
+from seedance.cost_ledger.core.config import LedgerConfig
+from seedance.cost_ledger.core.facts import (
+    GpuAllocation,
     GpuSample,
-    JobCostReport,
     JobEnded,
-    Ledger,
-    LedgerConfig,
     LedgerInput,
     LedgerInputError,
-    LedgerTotals,
     NodeInfo,
-    Placement,
-    recompute,
+)
+from seedance.cost_ledger.core.idle import IdleShare, apportion, share_idle
+from seedance.cost_ledger.core.ledger import Ledger, recompute
+from seedance.cost_ledger.core.lines import (
+    Amounts,
+    CostLine,
+    JobCost,
+    LedgerOutput,
+    LedgerTotals,
     usd_per_tflop_hour_micro,
 )
 from seedance.cost_ledger.core.money import format_usd, micro_from_usd, round_micro
@@ -44,23 +52,24 @@ __all__ = [
     "PEAK_TFLOPS",
     "Amounts",
     "Budget",
-    "BudgetAlert",
     "BudgetDecision",
-    "CostEntry",
+    "BudgetDeviation",
+    "CostLine",
+    "GpuAllocation",
     "GpuPrice",
     "GpuSample",
     "IdleShare",
-    "JobCostReport",
+    "JobCost",
     "JobEnded",
     "Ledger",
     "LedgerConfig",
     "LedgerInput",
     "LedgerInputError",
+    "LedgerOutput",
     "LedgerTotals",
     "NodeInfo",
-    "PauseRequest",
+    "PauseDecision",
     "PeakTflops",
-    "Placement",
     "PriceBook",
     "PriceBookError",
     "SpendPoint",

@@ -3,9 +3,11 @@
 Owns the budget model (a tenant's amount for a period, spread linearly or by a stated
 schedule), the forecast of spend to the period's end from the recent burn rate, and the guard
 decision: when the forecast deviates from the budget by more than the threshold (default 5 %)
-it yields a ``BudgetAlert``; when the deviation is an overspend it also yields a
-``PauseRequest`` that the slicer honours for that tenant's new work. Must not publish, read a
-clock or keep state: the adapter passes the spend history and ``now_ms`` in.
+it yields a ``BudgetDeviation``; when the deviation is an overspend it also yields a
+``PauseDecision`` that the slicer honours for that tenant's new work (``mapping`` publishes
+them as the bus's ``BudgetAlert`` and ``PauseRequest``; the core's names say what they are,
+not what they are sent as). Must not publish, read a clock or keep state: the adapter passes
+the spend history and ``now_ms`` in.
 
 Forecast: ``spend(now) + burn × (end − now)`` with ``burn = (spend(now) − spend(now − L)) / L``
 over the lookback ``L`` (default one hour); before a full lookback has passed, the burn is
@@ -22,13 +24,13 @@ from typing import Literal
 
 import msgspec
 
-from seedance.cost_ledger.core.ledger import CostEntry
+from seedance.cost_ledger.core.lines import CostLine
 
 __all__ = [
     "Budget",
-    "BudgetAlert",
     "BudgetDecision",
-    "PauseRequest",
+    "BudgetDeviation",
+    "PauseDecision",
     "SpendPoint",
     "evaluate_budget",
     "plan_usd_micro",
@@ -81,7 +83,7 @@ class SpendPoint(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     spend_usd_micro: int
 
 
-class BudgetAlert(msgspec.Struct, frozen=True, kw_only=True, tag="budget_alert"):
+class BudgetDeviation(msgspec.Struct, frozen=True, kw_only=True, tag="budget_alert"):
     """Forecast spend deviates from the budget by more than the threshold."""
 
     alert_id: str
@@ -98,7 +100,7 @@ class BudgetAlert(msgspec.Struct, frozen=True, kw_only=True, tag="budget_alert")
     reason: str
 
 
-class PauseRequest(msgspec.Struct, frozen=True, kw_only=True, tag="pause_request"):
+class PauseDecision(msgspec.Struct, frozen=True, kw_only=True, tag="pause_request"):
     """Ask the slicer to admit no new work for ``tenant`` (running work continues)."""
 
     request_id: str
@@ -118,8 +120,8 @@ class BudgetDecision(msgspec.Struct, frozen=True, kw_only=True):
     spend_to_date_usd_micro: int
     forecast_usd_micro: int
     deviation_ppm: int
-    alert: BudgetAlert | None = None
-    pause: PauseRequest | None = None
+    alert: BudgetDeviation | None = None
+    pause: PauseDecision | None = None
 
 
 def plan_usd_micro(budget: Budget, at_ms: int) -> int:
@@ -188,7 +190,7 @@ def evaluate_budget(budget: Budget, points: Iterable[SpendPoint], now_ms: int) -
             f"budget {budget.amount_usd_micro / 1e6:.2f} USD (threshold "
             f"{budget.threshold_ppm / 1e4:.1f} %)"
         )
-        alert = BudgetAlert(
+        alert = BudgetDeviation(
             alert_id=alert_id,
             tenant=budget.tenant,
             at_ms=now_ms,
@@ -199,11 +201,11 @@ def evaluate_budget(budget: Budget, points: Iterable[SpendPoint], now_ms: int) -
             spend_to_date_usd_micro=spend,
             forecast_usd_micro=forecast,
             deviation_ppm=deviation_ppm,
-            direction=status,  # type: ignore[arg-type]
+            direction=status,
             reason=reason,
         )
         if status == "over":
-            pause = PauseRequest(
+            pause = PauseDecision(
                 request_id=f"pause:{budget.tenant}:{budget.period_start_ms}:{now_ms}",
                 tenant=budget.tenant,
                 at_ms=now_ms,
@@ -223,7 +225,7 @@ def evaluate_budget(budget: Budget, points: Iterable[SpendPoint], now_ms: int) -
     )
 
 
-def spend_points(entries: Iterable[CostEntry], budget: Budget) -> list[SpendPoint]:
+def spend_points(entries: Iterable[CostLine], budget: Budget) -> list[SpendPoint]:
     """Cumulative spend of the budget's tenant at each window end, from cost entries."""
     by_end: dict[int, int] = {}
     for e in entries:

@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import msgspec
 
-from seedance.cost_ledger.core.ledger import CostEntry
+from seedance.cost_ledger.core.lines import CostLine
 
 __all__ = ["IdleShare", "apportion", "share_idle"]
 
@@ -51,7 +51,7 @@ def apportion(total: int, weights: list[int]) -> list[int]:
     return parts
 
 
-def share_idle(entries: Iterable[CostEntry]) -> tuple[list[IdleShare], int]:
+def share_idle(entries: Iterable[CostLine]) -> tuple[list[IdleShare], int]:
     """Idle shares per job per node-window, and the idle left unshared (no job to carry it)."""
     idle: dict[tuple[str, int], int] = defaultdict(int)
     usage: dict[tuple[str, int], dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))

@@ -49,7 +49,8 @@ from typing import Any
 import msgspec
 
 from seedance.cost_ledger.core.idle import apportion
-from seedance.cost_ledger.core.ledger import Amounts, CostEntry
+from seedance.cost_ledger.core.lines import Amounts
+from seedance.cost_ledger.core.lines import CostLine as CostEntry
 
 __all__ = [
     "FOCUS_1_2_COLUMNS",

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from seedance.cost_ledger.core.ledger import Amounts
-from seedance.cost_ledger.core.ledger import CostEntry as LedgerLine
+from seedance.cost_ledger.core.lines import Amounts
+from seedance.cost_ledger.core.lines import CostLine as LedgerLine
 from seedance.cost_ledger.core.windows import epoch_ms
 from seedance.cost_ledger.reports.summary import (
     IDLE_KEY,

@@ -17,7 +17,7 @@ from html import escape
 
 import msgspec
 
-from seedance.cost_ledger.core.ledger import CostEntry
+from seedance.cost_ledger.core.lines import CostLine as CostEntry
 from seedance.cost_ledger.core.money import usd_from_micro
 from seedance.cost_ledger.reports import svg
 from seedance.cost_ledger.reports.summary import IDLE_KEY, CostSummary, ReportWindow, summarize

@@ -36,7 +36,8 @@ from typing import Literal
 import msgspec
 
 from seedance.cost_ledger.core.idle import share_idle
-from seedance.cost_ledger.core.ledger import Amounts, CostEntry
+from seedance.cost_ledger.core.lines import Amounts
+from seedance.cost_ledger.core.lines import CostLine as CostEntry
 from seedance.cost_ledger.core.windows import epoch_ms
 
 __all__ = [

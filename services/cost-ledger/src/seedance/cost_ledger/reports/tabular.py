@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from seedance.cost_ledger.core.ledger import CostEntry
+from seedance.cost_ledger.core.lines import CostLine as CostEntry
 from seedance.cost_ledger.core.money import usd_from_micro
 from seedance.cost_ledger.reports.focus import FOCUS_COLUMNS, FocusContext, focus_csv, focus_rows
 

@@ -1,10 +1,11 @@
 """One ledger replica as a deterministic state machine: (stream sequence, bus event) in, the bus
 events to publish out.
 
-Owns the mapping between the bus's events and the core's inputs and outputs, the energy
-counters' differencing, the event-time clock, the budget guard's state, and the replica's
-checkpoint bytes. It must not touch NATS, KV or the wall clock: the service feeds it the merged
-input stream in order and publishes what it returns.
+Owns the step function around ``Ledger``: the inputs' trust checks (subject, time), the
+energy counters' last readings, the event-time clock, the budget guard's state, and the
+replica's checkpoint bytes. The bus events are turned into facts and back in ``mapping`` (one
+place, every field carried or refused there). It must not touch NATS, KV or the wall clock: the
+service feeds it the merged input stream in order and publishes what it returns.
 
 Why deterministic: every replica reads the same merged stream (``SEEDANCE_LEDGER_IN``) in the
 same order and calls ``step`` with it, so all replicas emit the same outputs with the same ids
@@ -44,33 +45,44 @@ the message and the state.
 A replica restored from a checkpoint taken at sequence ``s`` is byte-for-byte the replica that
 had stepped through ``s``; replaying from ``s + 1`` re-creates the same outputs. Checkpoints
 written before issue 13 restore as they are: the core already keyed jobs ``<tenant>/<job_id>``
-(``_job_key``), and the ends they hold (from tenants' ``job.finished``, billed then) stay.
+(``mapping.job_key``), and the ends they hold (from tenants' ``job.finished``, billed then) stay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import msgspec
 
-from seedance.cost_ledger import core
+from seedance.cost_ledger.core.budget import Budget, SpendPoint, evaluate_budget
+from seedance.cost_ledger.core.config import LedgerConfig
+from seedance.cost_ledger.core.facts import GpuSample, LedgerInput, LedgerInputError
+from seedance.cost_ledger.core.ledger import Ledger
+from seedance.cost_ledger.core.lines import CostLine, LedgerOutput, LedgerTotals
+from seedance.cost_ledger.core.mapping import (
+    InputRejected,
+    Publication,
+    alert_to_bus,
+    event_time_ms,
+    facts_of,
+    pause_to_bus,
+    to_bus,
+    utc_datetime,
+)
+from seedance.cost_ledger.core.pricebook import PriceBook
 from seedance.cost_ledger.core.windows import closable_until
-from seedance.events import Event, derived_event_id
-from seedance.events.cost import BudgetAlert, CostEntry, CostKind, JobCostReport, PauseRequest
-from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
-from seedance.events.subjects import SubjectShapeError, costs, ledger, owner_of, slicing, telemetry
+from seedance.events import Event
+from seedance.events.cost import CostEntry, JobCostReport
+from seedance.events.slicing import JobReleased, Placement, Preempted
+from seedance.events.subjects import SubjectShapeError, owner_of, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory
 
 __all__ = [
+    "DEFAULT_MAX_AHEAD_S",
     "INPUT_TYPES",
-    "InputRejected",
+    "InputEvent",
     "LedgerReplica",
-    "Publication",
-    "event_time_ms",
     "ledger_inputs",
-    "to_bus",
 ]
 
 #: What the ledger reads from its merged input stream (trusted facts only); other valid events
@@ -79,42 +91,16 @@ INPUT_TYPES = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleas
 InputEvent = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased
 
 #: The slicing subject kind each tenant fact must arrive on.
-_SLICING_KIND = {Placement: "placement", Preempted: "preempted", JobReleased: "released"}
+_SLICING_KIND: dict[type[Event], str] = {
+    Placement: "placement",
+    Preempted: "preempted",
+    JobReleased: "released",
+}
 
 #: How far an input's ``at`` may lead its message's stream timestamp by default: hosts' clocks
 #: agree within milliseconds under NTP; a replay in virtual time ahead of the wall clock (the
 #: demo) configures more.
 DEFAULT_MAX_AHEAD_S = 300
-
-_KIND = {
-    PlacementKind.WHOLE: "whole",
-    PlacementKind.SHARED: "shared",
-    PlacementKind.MIG: "mig",
-}
-
-
-class InputRejected(ValueError):
-    """An input the ledger can never apply (dead-lettered); ``kind`` is the DLQ error kind."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-
-
-@dataclass(frozen=True, slots=True)
-class Publication:
-    """One bus event to publish and its subject."""
-
-    subject: str
-    event: Event
-
-
-def event_time_ms(event: Event) -> int:
-    return core.epoch_ms(event.at)
-
-
-def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 class _State(msgspec.Struct, kw_only=True):
@@ -133,24 +119,24 @@ class _State(msgspec.Struct, kw_only=True):
 
 
 class LedgerReplica:
-    """The ledger's deterministic step function around ``core.Ledger``."""
+    """The ledger's deterministic step function around ``Ledger``."""
 
     def __init__(
         self,
-        book: core.PriceBook,
-        config: core.LedgerConfig | None = None,
-        budgets: Sequence[core.Budget] = (),
+        book: PriceBook,
+        config: LedgerConfig | None = None,
+        budgets: Sequence[Budget] = (),
         tenants: Iterable[str] = (),
         max_ahead_s: int = DEFAULT_MAX_AHEAD_S,
     ) -> None:
         if max_ahead_s < 0:
             raise ValueError(f"max_ahead_s = {max_ahead_s!r}: must be >= 0")
         self.book = book
-        self.config = config or core.LedgerConfig()
+        self.config = config or LedgerConfig()
         self.budgets = {b.tenant: b for b in budgets}
         self.tenants = frozenset(tenants)
         self.max_ahead_ms = max_ahead_s * 1000
-        self.ledger = core.Ledger(book, self.config)
+        self.ledger = Ledger(book, self.config)
         self._s = _State()
 
     # ------------------------------------------------------------------------- stepping
@@ -222,9 +208,10 @@ class LedgerReplica:
                 "future_time",
                 f"{type(event).__name__}.at = {event.at.isoformat()!r} is "
                 f"{(t - stream_ms) / 1000:.3f} s ahead of its stream time "
-                f"{_dt(stream_ms).isoformat()!r} (max_ahead_s = {self.max_ahead_ms // 1000})",
+                f"{utc_datetime(stream_ms).isoformat()!r} "
+                f"(max_ahead_s = {self.max_ahead_ms // 1000})",
             )
-        inputs, energy = self._inputs(event, t)  # raises before anything is applied
+        inputs, energy = facts_of(event, t, self.tenants, self._s.energy_mj)  # raises first
         if not inputs and not isinstance(event, GpuSampleBatch):
             # Nothing to bill (a release of a job never placed, a CPU-only placement): its time
             # moves nothing either. A tenant's request that the slicer released unplaced once
@@ -232,11 +219,11 @@ class LedgerReplica:
             return []
         try:
             if isinstance(event, GpuSampleBatch):
-                self.ledger.apply_samples(inputs)  # type: ignore[arg-type]
+                self.ledger.apply_samples([i for i in inputs if isinstance(i, GpuSample)])
             else:
                 for item in inputs:
                     self.ledger.apply(item)
-        except core.LedgerInputError as exc:
+        except LedgerInputError as exc:
             raise InputRejected("invalid_input", str(exc)) from None
         self._s.energy_mj.update(energy)
         if self._s.now_ms is None or t > self._s.now_ms:
@@ -311,135 +298,38 @@ class LedgerReplica:
         """Outputs computed but not confirmed published (re-published after a restore)."""
         return [to_bus(o) for o in self.ledger.pending_outputs()]
 
-    # ------------------------------------------------------------------------- mapping
-
-    def _inputs(self, e: Event, at_ms: int) -> tuple[list[core.LedgerInput], dict[str, int]]:
-        """The core facts of bus event ``e`` (whose time is ``at_ms``) and new energy readings."""
-        if isinstance(e, Placement):
-            return self._placement(e, at_ms), {}
-        if isinstance(e, JobReleased | Preempted):
-            # The slicer's trusted time (``JobReleased.claimed_at`` is the tenant's claim, a
-            # record only). A release of a job never placed ends nothing.
-            self._check_tenant(e.tenant)
-            if isinstance(e, JobReleased) and not e.was_placed:
-                return [], {}  # never placed: nothing to end, and its time moves nothing
-            return [
-                core.JobEnded(event_id=e.id, job_id=_job_key(e.tenant, e.job_id),
-                              end_ms=at_ms)
-            ], {}  # fmt: skip
-        if isinstance(e, NodeInventory):
-            if not e.gpus:
-                return [], {}
-            models = {g.model for g in e.gpus}
-            if len(models) != 1:
-                raise InputRejected("invalid_input", f"NodeInventory.gpus mixes models {models}")
-            return [
-                core.NodeInfo(
-                    event_id=e.id,
-                    node=e.node,
-                    gpu_model=models.pop(),
-                    gpu_count=len(e.gpus),
-                    at_ms=at_ms,
-                )
-            ], {}
-        if isinstance(e, GpuSampleBatch):
-            return self._samples(e, at_ms)
-        return [], {}
-
-    def _check_tenant(self, tenant: str) -> None:
-        if self.tenants and tenant not in self.tenants:
-            raise InputRejected("unknown_tenant", f"tenant {tenant!r} is not a known tenant")
-
-    def _placement(self, e: Placement, at_ms: int) -> list[core.LedgerInput]:
-        self._check_tenant(e.tenant)
-        if e.kind == PlacementKind.CPU:
-            return []  # a CPU-only job: no GPU cost
-        kind = _KIND.get(e.kind)
-        if kind is None or not e.gpus:
-            raise InputRejected("invalid_input", f"Placement.kind = {e.kind!r}: no GPU to cost")
-        first = e.gpus[0]
-        return [
-            core.Placement(
-                event_id=e.id,
-                job_id=_job_key(e.tenant, e.job_id),
-                tenant=e.tenant,
-                node=e.node,
-                gpu_model=e.gpu_model,
-                gpu_indices=tuple(g.index for g in e.gpus),
-                start_ms=at_ms,
-                kind=kind,  # type: ignore[arg-type]
-                gpu_milli=first.milli if kind == "shared" else 1000,
-                mig_profile=(first.mig_profile or "") if kind == "mig" else "",
-            )
-        ]
-
-    def _samples(self, e: GpuSampleBatch, at: int) -> tuple[list[core.LedgerInput], dict[str, int]]:
-        out: list[core.LedgerInput] = []
-        energy: dict[str, int] = {}
-        for g in e.gpus:
-            if g.sm_active is not None:
-                activity = g.sm_active
-            elif g.util_gpu_pct is not None:
-                activity = g.util_gpu_pct / 100
-            else:
-                continue  # nothing measured: no usage fact (absence is not zero)
-            if not 0.0 <= activity <= 1.0 or g.index < 0:
-                raise InputRejected(
-                    "invalid_input",
-                    f"GpuSampleBatch gpu {g.index}: activity {activity!r} not in [0, 1]"
-                    if g.index >= 0
-                    else f"GpuSampleBatch gpu index {g.index} < 0",
-                )
-            delta = 0
-            if g.energy_j is not None:
-                key = f"{e.node}/{g.index}"
-                total = round(g.energy_j * 1000)
-                last = self._s.energy_mj.get(key)
-                # The first reading has no previous one; a counter that went back was reset.
-                delta = total - last if last is not None and total >= last else 0
-                energy[key] = total
-            out.append(
-                core.GpuSample(
-                    event_id=f"{e.id}:{g.index}",
-                    node=e.node,
-                    gpu_index=g.index,
-                    at_ms=at,
-                    activity=activity,
-                    energy_mj=delta,
-                    mem_used_mib=round(g.mem_used_mib or 0),
-                )
-            )
-        return out, energy
-
     # ------------------------------------------------------------------------- budgets
 
-    def _guard(self, outputs: Sequence[object], now_ms: int) -> list[Publication]:
+    def _guard(self, outputs: Sequence[LedgerOutput], now_ms: int) -> list[Publication]:
         if not self.budgets:
             return []
         for o in outputs:
-            if isinstance(o, core.CostEntry) and o.kind == "usage" and o.tenant in self.budgets:
+            if isinstance(o, CostLine) and o.kind == "usage" and o.tenant in self.budgets:
                 by_end = self._s.spend.setdefault(o.tenant, {})
                 end = o.window_end_ms
                 by_end[end] = by_end.get(end, 0) + o.amounts.total_usd_micro
         pubs: list[Publication] = []
         for tenant, budget in sorted(self.budgets.items()):
-            points, running = [], 0
+            points: list[SpendPoint] = []
+            running = 0
             for end, amount in sorted(self._s.spend.get(tenant, {}).items()):
                 running += amount
                 if budget.period_start_ms < end <= budget.period_end_ms:
-                    points.append(core.SpendPoint(at_ms=end, spend_usd_micro=running))
-            decision = core.evaluate_budget(budget, points, now_ms)
+                    points.append(SpendPoint(at_ms=end, spend_usd_micro=running))
+            decision = evaluate_budget(budget, points, now_ms)
             previous = self._s.status.get(tenant, "ok")
             self._s.status[tenant] = decision.status
             # Publish on a change of verdict only: one alert per excursion, not per window.
             if decision.alert is not None and decision.status != previous:
-                pubs.append(_alert(decision.alert))
+                pubs.append(alert_to_bus(decision.alert))
                 if decision.pause is not None:
-                    pubs.append(_pause(decision.pause.request_id, tenant, now_ms, True,
+                    pubs.append(pause_to_bus(decision.pause.request_id, tenant, now_ms, True,
                                        decision.pause.reason))  # fmt: skip
             if previous == "over" and decision.status != "over":
                 pubs.append(
-                    _pause(f"resume:{tenant}:{now_ms}", tenant, now_ms, False, "back within plan")
+                    pause_to_bus(
+                        f"resume:{tenant}:{now_ms}", tenant, now_ms, False, "back within plan"
+                    )
                 )
         return pubs
 
@@ -455,111 +345,25 @@ class LedgerReplica:
 
     def restore(self, data: bytes) -> None:
         state = _DECODER.decode(data)
-        self.ledger = core.Ledger.from_bytes(state.ledger, self.book)
+        self.ledger = Ledger.from_bytes(state.ledger, self.book)
         state.ledger = b""
         self._s = state
 
-    def totals(self) -> core.LedgerTotals:
+    def totals(self) -> LedgerTotals:
         return self.ledger.totals()
 
 
-def ledger_inputs(events: Iterable[Event], book: core.PriceBook) -> list[core.LedgerInput]:
+def ledger_inputs(events: Iterable[Event], book: PriceBook) -> list[LedgerInput]:
     """The core inputs of bus events (energy differenced in the given order), for ``recompute``."""
-    mapper = LedgerReplica(book)
-    out: list[core.LedgerInput] = []
+    del book  # the mapping needs no prices; kept for the callers' signature
+    energy: dict[str, int] = {}
+    out: list[LedgerInput] = []
     for e in events:
-        items, energy = mapper._inputs(e, event_time_ms(e))
-        mapper._s.energy_mj.update(energy)
+        items, readings = facts_of(e, event_time_ms(e), frozenset(), energy)
+        energy.update(readings)
         out.extend(items)
     return out
 
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
 _DECODER = msgspec.msgpack.Decoder(_State)
-
-
-def _job_key(tenant: str, job_id: str) -> str:
-    # Job ids are unique within a tenant only; two tenants' "train-1" must not share a ledger line.
-    return f"{tenant}/{job_id}"
-
-
-def _job_name(key: str) -> str:
-    return key.split("/", 1)[1] if "/" in key else key
-
-
-def to_bus(o: core.CostEntry | core.JobCostReport) -> Publication:
-    """The bus event for a core output; its id is derived from the core's deterministic id."""
-    if isinstance(o, core.CostEntry):
-        a = o.amounts
-        entry = CostEntry(
-            id=derived_event_id(o.entry_id, "cost-entry", o.window_start_ms),
-            at=_dt(o.window_end_ms),
-            tenant=o.tenant,
-            job_id=_job_name(o.job_id),
-            kind=CostKind.IDLE if o.kind == "idle" else CostKind.COMPUTE,
-            node=o.node,
-            gpu_model=o.gpu_model,
-            period_start=_dt(o.window_start_ms),
-            period_end=_dt(o.window_end_ms),
-            gpu_hours=a.gpu_hours_micro / 1e6,
-            cost_micro_usd=a.total_usd_micro,
-            energy_j=a.energy_mj / 1000 if a.energy_mj else None,
-            source_ids=list(o.source_event_ids),
-            line_id=o.entry_id,
-            revision=o.revision,
-            pricing_tier=o.pricing_tier,
-            energy_micro_usd=a.energy_usd_micro,
-            list_cost_micro_usd=a.list_cost_usd_micro,
-            gpu_hours_micro=a.gpu_hours_micro,
-            energy_mj=a.energy_mj,
-            tflop_hours_micro=a.tflop_hours_micro,
-            activity_ppm=o.activity_ppm,
-            assumptions=list(o.assumptions),
-        )
-        subject = ledger.idle(o.node) if o.kind == "idle" else costs.subject(o.tenant, "entry")
-        return Publication(subject, entry)
-    a = o.amounts
-    per_tflop = o.usd_per_tflop_hour_micro
-    report = JobCostReport(
-        id=derived_event_id(o.report_id, "job-report", o.end_ms),
-        at=_dt(o.end_ms),
-        tenant=o.tenant,
-        job_id=_job_name(o.job_id),
-        started_at=_dt(o.start_ms),
-        finished_at=_dt(o.end_ms),
-        gpu_hours=a.gpu_hours_micro / 1e6,
-        cost_micro_usd=a.total_usd_micro,
-        energy_j=a.energy_mj / 1000 if a.energy_mj else None,
-        usd_per_tflop_hour=per_tflop / 1e6 if per_tflop is not None else None,
-        revision=o.revision,
-        # The first source is the core's report id: confirm_published needs it back.
-        source_ids=[o.report_id, *o.source_event_ids],
-    )
-    return Publication(costs.subject(o.tenant, "report"), report)
-
-
-def _alert(a: core.BudgetAlert) -> Publication:
-    period = f"{_dt(a.period_start_ms).isoformat()}/{_dt(a.period_end_ms).isoformat()}"
-    event = BudgetAlert(
-        id=derived_event_id(a.alert_id, "budget-alert", a.at_ms),
-        at=_dt(a.at_ms),
-        tenant=a.tenant,
-        period=period,
-        budget_micro_usd=a.budget_usd_micro,
-        spent_micro_usd=a.spend_to_date_usd_micro,
-        forecast_micro_usd=a.forecast_usd_micro,
-        deviation_pct=a.deviation_ppm / 1e4,
-        message=a.reason,
-    )
-    return Publication(costs.subject(a.tenant, "alert"), event)
-
-
-def _pause(key: str, tenant: str, at_ms: int, paused: bool, reason: str) -> Publication:
-    event = PauseRequest(
-        id=derived_event_id(key, "pause-request", at_ms),
-        at=_dt(at_ms),
-        tenant=tenant,
-        paused=paused,
-        reason=reason,
-    )
-    return Publication(costs.subject(tenant, "pause"), event)

@@ -1,0 +1,41 @@
+"""The ledger's configuration: charge window, lateness, retention, the sources' allowed skew.
+
+Owns ``LedgerConfig`` only (it is part of every snapshot, so its fields and their order are the
+checkpoint format's). Must not read the environment: the service's settings build it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from seedance.cost_ledger.core.pricebook import PricingTier
+
+__all__ = ["LedgerConfig"]
+
+
+class LedgerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Charge window (also the interval of running jobs' entries) and allowed lateness."""
+
+    window_s: int = 300
+    lateness_s: int = 60
+    default_tier: PricingTier = "on_demand"
+    # Closed windows kept re-computable for late facts; older ones are sealed and their
+    # per-window state dropped, which bounds the snapshot. None keeps everything (exact for
+    # any lateness); a fact for a sealed window is counted in ``late_facts``, never applied.
+    retention_windows: int | None = None
+    # How far other inputs may lead the telemetry samples before their time moves the clock
+    # (see ``LedgerReplica.clock_ms``): samples behind the job stream by less than this never
+    # arrive after their window closed; a stalled collector delays entries by at most this.
+    source_skew_s: int = 900
+
+    @property
+    def window_ms(self) -> int:
+        return self.window_s * 1000
+
+    @property
+    def source_skew_ms(self) -> int:
+        return self.source_skew_s * 1000
+
+    @property
+    def lateness_ms(self) -> int:
+        return self.lateness_s * 1000

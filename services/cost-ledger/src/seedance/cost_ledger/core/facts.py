@@ -1,0 +1,302 @@
+"""The facts the ledger bills: node inventory, GPU allocations, job ends and GPU samples.
+
+Owns the core's typed inputs, their validation (``validate``: one place, before anything is
+applied), and ``Facts``, the set of them keyed by event id with the indexes attribution reads
+(per node, per job, per (node, GPU, window)), and ``Facts.window``: everything one node's
+window is computed from. Must not price, emit or know about emission history (``ledger``),
+nor about the bus's events (``mapping`` turns those into these).
+
+The structs' tags and field order are the checkpoint format (snapshots list them): a class
+may be renamed, a field or a tag may not without a new snapshot version.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from seedance.cost_ledger.core.pricebook import PriceBook, PriceBookError, PricingTier
+from seedance.cost_ledger.core.windows import window_bounds_ms
+
+__all__ = [
+    "AllocationKind",
+    "Facts",
+    "GpuAllocation",
+    "GpuSample",
+    "JobEnded",
+    "LedgerInput",
+    "LedgerInputError",
+    "NodeInfo",
+    "NodeWindow",
+    "SampleReadings",
+    "WindowAllocation",
+    "validate",
+]
+
+AllocationKind = Literal["whole", "shared", "mig"]
+
+
+class LedgerInputError(ValueError):
+    """An input that can never be applied (not retryable); names the field and the value."""
+
+
+class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, tag="node_info"):
+    """A GPU node joins the pool at ``at_ms``: its model, GPU count and how it is paid for."""
+
+    event_id: str
+    node: str
+    gpu_model: str
+    gpu_count: int
+    at_ms: int
+    pricing_tier: PricingTier = "on_demand"
+
+
+class GpuAllocation(msgspec.Struct, frozen=True, kw_only=True, tag="placement"):
+    """A job holds GPUs of one node from ``start_ms`` until its ``JobEnded``.
+
+    ``kind`` whole: ``len(gpu_indices)`` whole GPUs; shared: ``gpu_milli`` thousandths of the
+    one GPU in ``gpu_indices``; mig: a ``mig_profile`` instance on the one GPU named. (The
+    slicer's ``Placement`` event is mapped to this; the tag keeps the name it had in snapshots.)
+    """
+
+    event_id: str
+    job_id: str
+    tenant: str
+    node: str
+    gpu_model: str
+    gpu_indices: tuple[int, ...]
+    start_ms: int
+    kind: AllocationKind = "whole"
+    gpu_milli: int = 1000
+    mig_profile: str = ""
+
+
+class JobEnded(msgspec.Struct, frozen=True, kw_only=True, tag="job_ended"):
+    """The job stopped using all its allocations at ``end_ms``."""
+
+    event_id: str
+    job_id: str
+    end_ms: int
+
+
+class GpuSample(msgspec.Struct, frozen=True, kw_only=True, tag="gpu_sample"):
+    """One telemetry sample of one physical GPU.
+
+    ``activity`` is SM/tensor (GR engine) activity where the telemetry has it, else utilisation,
+    in [0, 1]; ``energy_mj`` is the energy used since the GPU's previous sample (the collector
+    differences NVML's millijoule counter).
+    """
+
+    event_id: str
+    node: str
+    gpu_index: int
+    at_ms: int
+    activity: float
+    energy_mj: int = 0
+    mem_used_mib: int = 0
+
+
+LedgerInput = NodeInfo | GpuAllocation | JobEnded | GpuSample
+
+# ---------------------------------------------------------------------------------- validation
+
+_Bad = Callable[[str, object, str], LedgerInputError]
+
+# Refusals name the fact as they did before #20 renamed the class (dead letters carry them).
+_LABEL: dict[type, str] = {GpuAllocation: "Placement"}
+
+
+def validate(e: LedgerInput, book: PriceBook) -> None:
+    """Raise ``LedgerInputError`` (naming the field and the value) for a fact never applicable."""
+
+    def bad(field: str, value: object, why: str) -> LedgerInputError:
+        label = _LABEL.get(type(e), type(e).__name__)
+        return LedgerInputError(f"{label}.{field} = {value!r}: {why}")
+
+    if not e.event_id:
+        raise bad("event_id", e.event_id, "must not be empty")
+    if isinstance(e, NodeInfo):
+        if e.gpu_count < 0:
+            raise bad("gpu_count", e.gpu_count, "must be >= 0")
+        _priced(e.gpu_model, book, bad)
+    elif isinstance(e, GpuAllocation):
+        _validate_allocation(e, book, bad)
+    elif isinstance(e, GpuSample):
+        _validate_sample(e, bad)
+
+
+def _priced(model: str, book: PriceBook, bad: _Bad) -> None:
+    if model not in book.gpus:
+        raise bad("gpu_model", model, f"not in the price book (known: {sorted(book.gpus)})")
+
+
+def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
+    if not e.tenant or not e.job_id:
+        raise bad("tenant/job_id", (e.tenant, e.job_id), "must not be empty")
+    if not e.gpu_indices or any(i < 0 for i in e.gpu_indices):
+        raise bad("gpu_indices", e.gpu_indices, "must name GPUs (indices >= 0)")
+    if len(set(e.gpu_indices)) != len(e.gpu_indices):
+        raise bad("gpu_indices", e.gpu_indices, "names a GPU twice")
+    _priced(e.gpu_model, book, bad)
+    if e.kind != "whole" and len(e.gpu_indices) != 1:
+        raise bad("gpu_indices", e.gpu_indices, f"a {e.kind} placement names one GPU")
+    if e.kind == "shared" and not 0 < e.gpu_milli <= 1000:
+        raise bad("gpu_milli", e.gpu_milli, "must be in 1..1000")
+    if e.kind == "mig":
+        try:
+            book.mig_fraction(e.gpu_model, e.mig_profile)
+        except PriceBookError as exc:
+            raise bad("mig_profile", e.mig_profile, str(exc)) from None
+
+
+def _validate_sample(e: GpuSample, bad: _Bad) -> None:
+    if not 0.0 <= e.activity <= 1.0:
+        raise bad("activity", e.activity, "must be in [0, 1]")
+    if e.energy_mj < 0:
+        raise bad("energy_mj", e.energy_mj, "must be >= 0")
+    if e.gpu_index < 0:
+        raise bad("gpu_index", e.gpu_index, "must be >= 0")
+
+
+# ---------------------------------------------------------------------------------- the set
+
+#: One GPU's samples in one window: {event id: (activity ppm, energy mJ, at ms)}.
+SampleReadings = dict[str, tuple[int, int, int]]
+
+#: An allocation overlapping a window: the allocation, its overlap in ms (> 0), and the id of
+#: its job's end where the end falls inside or before the window (a source of the line).
+WindowAllocation = tuple[GpuAllocation, int, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWindow:
+    """Every fact one node's window ``[start_ms, end_ms)`` is computed from."""
+
+    node: str
+    start_ms: int
+    end_ms: int
+    #: The node's inventory, None where it joined at or after the window's end.
+    info: NodeInfo | None
+    allocations: list[WindowAllocation]
+    #: The GPUs sampled in the window (None: none) and their readings.
+    sampled: set[int] | None
+    samples: dict[int, SampleReadings]
+
+
+class Facts:
+    """Every fact applied, keyed by event id, with the indexes attribution reads."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.node_info: dict[str, NodeInfo] = {}  # the latest per node
+        self.node_infos: dict[str, NodeInfo] = {}  # by event id, for the snapshot
+        self.allocations: dict[str, GpuAllocation] = {}  # by event id
+        self.node_allocs: dict[str, list[str]] = defaultdict(list)
+        self.job_allocs: dict[str, list[str]] = defaultdict(list)
+        self.job_ends: dict[str, JobEnded] = {}  # by event id
+        self.job_end: dict[str, JobEnded] = {}  # effective end per job: the earliest
+        # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms)}
+        self.samples: dict[tuple[str, int, int], SampleReadings] = {}
+        self.sample_nodes: dict[int, set[str]] = defaultdict(set)
+        self.sample_gpus: dict[tuple[str, int], set[int]] = defaultdict(set)
+
+    # ------------------------------------------------------------------------------ adding
+
+    def add_node(self, e: NodeInfo) -> int:
+        """Record ``e``; returns the earliest instant its node's inventory now changes."""
+        self.node_infos[e.event_id] = e
+        current = self.node_info.get(e.node)
+        if current is None or (e.at_ms, e.event_id) > (current.at_ms, current.event_id):
+            self.node_info[e.node] = e
+        return min(e.at_ms, current.at_ms if current else e.at_ms)
+
+    def add_allocation(self, e: GpuAllocation) -> None:
+        self.allocations[e.event_id] = e
+        self.node_allocs[e.node].append(e.event_id)
+        self.job_allocs[e.job_id].append(e.event_id)
+
+    def add_end(self, e: JobEnded) -> int:
+        """Record ``e``; returns the job's earliest end before it (the first instant changed)."""
+        self.job_ends[e.event_id] = e
+        current = self.job_end.get(e.job_id)
+        if current is None or (e.end_ms, e.event_id) < (current.end_ms, current.event_id):
+            self.job_end[e.job_id] = e
+        return min(e.end_ms, current.end_ms if current else e.end_ms)
+
+    def add_reading(
+        self, node: str, gpu: int, w: int, event_id: str, reading: tuple[int, int, int]
+    ) -> None:
+        """One sample's (activity ppm, energy mJ, at ms) in window ``w``; the caller indexes
+        ``sample_nodes`` (once per batch: the hottest path)."""
+        self.samples.setdefault((node, gpu, w), {})[event_id] = reading
+        self.sample_gpus[(node, w)].add(gpu)
+
+    # ------------------------------------------------------------------------------ reading
+
+    def overlap_ms(self, alloc_id: str, a: int, b: int) -> int:
+        """How much of ``[a, b)`` the allocation holds (0: none)."""
+        p = self.allocations[alloc_id]
+        end = self.job_end.get(p.job_id)
+        e = b if end is None else min(end.end_ms, b)
+        return max(0, e - max(p.start_ms, a))
+
+    def ended_by(self, alloc_id: str, t_ms: int) -> bool:
+        end = self.job_end.get(self.allocations[alloc_id].job_id)
+        return end is not None and end.end_ms <= t_ms
+
+    def tenant_of(self, job: str) -> str:
+        allocs = self.job_allocs.get(job)
+        return self.allocations[allocs[0]].tenant if allocs else ""
+
+    def nodes_in_window(self, w: int, window_ms: int) -> set[str]:
+        """Nodes with inventory, samples or an allocation in window ``w``."""
+        a, b = window_bounds_ms(w, window_ms)
+        nodes = {n for n, info in self.node_info.items() if info.at_ms < b}
+        nodes.update(self.sample_nodes.get(w, ()))
+        for node, allocs in self.node_allocs.items():
+            if node not in nodes and any(self.overlap_ms(aid, a, b) for aid in allocs):
+                nodes.add(node)
+        return nodes
+
+    def window(self, node: str, w: int, window_ms: int) -> NodeWindow:
+        """The facts of ``node`` in window ``w`` (what ``attribution.attribute`` reads)."""
+        a, b = window_bounds_ms(w, window_ms)
+        info = self.node_info.get(node)
+        if info is not None and info.at_ms >= b:
+            info = None
+        allocations: list[WindowAllocation] = []
+        for aid in self.node_allocs.get(node, ()):
+            t = self.overlap_ms(aid, a, b)
+            if t <= 0:
+                continue
+            p = self.allocations[aid]
+            end = self.job_end.get(p.job_id)
+            allocations.append(
+                (p, t, end.event_id if end is not None and end.end_ms <= b else None)
+            )
+        sampled = self.sample_gpus.get((node, w))
+        samples = {g: self.samples.get((node, g, w), {}) for g in sampled} if sampled else {}
+        return NodeWindow(
+            node=node, start_ms=a, end_ms=b, info=info, allocations=allocations,
+            sampled=sampled, samples=samples,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------------------ sealing
+
+    def drop_samples_before(self, until: int) -> None:
+        """Forget the samples of windows before ``until`` (found through the window indexes:
+        no scan of every sample)."""
+        for w in [w for w in self.sample_nodes if w < until]:
+            for node in self.sample_nodes.pop(w):
+                for g in self.sample_gpus.pop((node, w), ()):
+                    self.samples.pop((node, g, w), None)
+
+    def drop_ended_before(self, cutoff_ms: int) -> None:
+        """Take allocations whose job ended by ``cutoff_ms`` out of the per-node index every
+        computation scans (they stay facts, in the snapshot and the job's cost)."""
+        for node, allocs in self.node_allocs.items():
+            self.node_allocs[node] = [a for a in allocs if not self.ended_by(a, cutoff_ms)]

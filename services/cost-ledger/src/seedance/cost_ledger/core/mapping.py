@@ -1,0 +1,315 @@
+"""The one mapping between the bus's events and the ledger core's facts and outputs.
+
+Owns both directions and nothing else: ``facts_of`` turns a trusted bus event
+(``seedance.events``) into core facts (``facts``), ``to_bus`` turns a core output (``lines``) into
+the bus event to publish and its subject, ``alert_to_bus`` / ``pause_to_bus`` the budget
+guard's verdicts. Every wire field is carried or refused here, with the reason below. Must not
+hold state (the energy counters' last readings come in and go out) nor touch NATS or a clock.
+
+Wire → core (the fields of each input event; ``id`` and ``at`` are carried everywhere):
+- ``Placement`` → ``GpuAllocation``: ``at`` is ``start_ms`` (the slicer's trusted time);
+  ``tenant`` + ``job_id`` → ``job_id`` ``<tenant>/<job_id>`` (job ids are unique within a tenant
+  only) and ``tenant``; ``node``, ``gpu_model``; ``kind`` (``cpu``: no fact, nothing to bill);
+  ``gpus[].index`` → ``gpu_indices``, the first GPU's ``milli`` (shared) and ``mig_profile``
+  (mig). Not carried: ``pool`` (prices are per model and node, not per pool), ``gpus[].uuid``
+  (within a window a GPU is its node and index), ``gpus[].mig_start_slot`` (the slot does not
+  change the price), ``cpu_milli`` / ``memory_mib`` (the ledger bills GPUs), ``policy`` (the
+  slicer's record), ``cause_id`` (tracing's link, read by the service shell).
+- ``Preempted`` / ``JobReleased`` → ``JobEnded`` at ``at`` (the slicer's trusted time), for the
+  same job key. Not carried: ``node`` (an end ends all the job's allocations), ``by_job_id`` and
+  ``reason`` (records), ``outcome`` (billing ends the same way for all three), ``cause_id``.
+  Refused: ``claimed_at`` (the tenant's claim, never billed); ``was_placed=False`` gives no fact
+  (a job that never held anything ends nothing, and its time moves nothing).
+- ``NodeInventory`` → ``NodeInfo``: ``node``, the one model of ``gpus`` (mixed models refused:
+  a node has one price), ``len(gpus)``. Not carried: ``pool``, ``cpu_milli``, ``memory_mib``,
+  each GPU's ``index`` / ``uuid`` / ``mem_total_mib`` / ``mig_*`` / ``nvlink_domain`` (prices are
+  per model), ``simulated`` (a replayed fleet is billed like a real one). An inventory without
+  GPUs gives no fact. The tier is not on the wire: ``on_demand``.
+- ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id ``<id>:<index>``):
+  ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
+  differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
+  reset give 0), ``mem_used_mib`` rounded. Not carried: the other gauges (they do not bill).
+  Refused: an activity outside [0, 1], a negative index.
+
+Core → wire (``seedance.events.cost`` v1; the floats there are derived here from the core's one
+exact integer representation, display only): ``CostLine`` → ``CostEntry`` with
+``gpu_hours = gpu_hours_micro / 10⁶``, ``energy_j = energy_mj / 1000`` (None: none measured),
+``cost_micro_usd`` = the line's total (GPU time + billed energy; the GPU-time part is
+``cost_micro_usd - energy_micro_usd``), ``line_id`` = ``entry_id``, ``job_id`` without its
+tenant prefix, the rest field for field. ``JobCost`` → ``JobCostReport`` (``source_ids[0]`` is
+the core's ``report_id``: ``LedgerReplica.confirm_published`` reads it back; ``list_cost``,
+``energy_usd``, ``tflop_hours`` have no v1 field and stay in the ledger's totals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from seedance.cost_ledger.core.budget import BudgetDeviation
+from seedance.cost_ledger.core.facts import (
+    AllocationKind,
+    GpuAllocation,
+    GpuSample,
+    JobEnded,
+    LedgerInput,
+    NodeInfo,
+)
+from seedance.cost_ledger.core.lines import CostLine, JobCost
+from seedance.cost_ledger.core.windows import epoch_ms
+from seedance.events import Event, derived_event_id
+from seedance.events.cost import BudgetAlert, CostEntry, CostKind, JobCostReport, PauseRequest
+from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
+from seedance.events.subjects import costs, ledger
+from seedance.events.telemetry import GpuSampleBatch, NodeInventory
+
+__all__ = [
+    "InputRejected",
+    "Publication",
+    "alert_to_bus",
+    "event_time_ms",
+    "facts_of",
+    "job_key",
+    "job_name",
+    "pause_to_bus",
+    "to_bus",
+    "utc_datetime",
+]
+
+_KIND: dict[PlacementKind, AllocationKind] = {
+    PlacementKind.WHOLE: "whole",
+    PlacementKind.SHARED: "shared",
+    PlacementKind.MIG: "mig",
+}
+
+
+class InputRejected(ValueError):
+    """An input the ledger can never apply (dead-lettered); ``kind`` is the DLQ error kind."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """One bus event to publish and its subject."""
+
+    subject: str
+    event: Event
+
+
+def event_time_ms(event: Event) -> int:
+    return epoch_ms(event.at)
+
+
+def utc_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def job_key(tenant: str, job_id: str) -> str:
+    # Job ids are unique within a tenant only; two tenants' "train-1" must not share a ledger line.
+    return f"{tenant}/{job_id}"
+
+
+def job_name(key: str) -> str:
+    return key.split("/", 1)[1] if "/" in key else key
+
+
+# ----------------------------------------------------------------------------- wire → core
+
+
+def facts_of(
+    e: Event, at_ms: int, tenants: frozenset[str], energy_mj: Mapping[str, int]
+) -> tuple[list[LedgerInput], dict[str, int]]:
+    """The core facts of bus event ``e`` (whose time is ``at_ms``) and its new energy readings.
+
+    ``tenants`` are the known tenants (empty: any); ``energy_mj`` the last cumulative reading
+    per ``node/gpu``. Raises ``InputRejected`` before anything is returned for an input never
+    applicable. Events that are not ledger inputs give no facts.
+    """
+    if isinstance(e, Placement):
+        return _allocation(e, at_ms, tenants), {}
+    if isinstance(e, JobReleased | Preempted):
+        _check_tenant(e.tenant, tenants)
+        if isinstance(e, JobReleased) and not e.was_placed:
+            return [], {}  # never placed: nothing to end, and its time moves nothing
+        return [JobEnded(event_id=e.id, job_id=job_key(e.tenant, e.job_id), end_ms=at_ms)], {}
+    if isinstance(e, NodeInventory):
+        return _node(e, at_ms), {}
+    if isinstance(e, GpuSampleBatch):
+        return _samples(e, at_ms, energy_mj)
+    return [], {}
+
+
+def _check_tenant(tenant: str, tenants: frozenset[str]) -> None:
+    if tenants and tenant not in tenants:
+        raise InputRejected("unknown_tenant", f"tenant {tenant!r} is not a known tenant")
+
+
+def _allocation(e: Placement, at_ms: int, tenants: frozenset[str]) -> list[LedgerInput]:
+    _check_tenant(e.tenant, tenants)
+    if e.kind == PlacementKind.CPU:
+        return []  # a CPU-only job: no GPU cost
+    kind = _KIND.get(e.kind)
+    if kind is None or not e.gpus:
+        raise InputRejected("invalid_input", f"Placement.kind = {e.kind!r}: no GPU to cost")
+    first = e.gpus[0]
+    return [
+        GpuAllocation(
+            event_id=e.id,
+            job_id=job_key(e.tenant, e.job_id),
+            tenant=e.tenant,
+            node=e.node,
+            gpu_model=e.gpu_model,
+            gpu_indices=tuple(g.index for g in e.gpus),
+            start_ms=at_ms,
+            kind=kind,
+            gpu_milli=first.milli if kind == "shared" else 1000,
+            mig_profile=(first.mig_profile or "") if kind == "mig" else "",
+        )
+    ]
+
+
+def _node(e: NodeInventory, at_ms: int) -> list[LedgerInput]:
+    if not e.gpus:
+        return []
+    models = {g.model for g in e.gpus}
+    if len(models) != 1:
+        raise InputRejected("invalid_input", f"NodeInventory.gpus mixes models {models}")
+    return [
+        NodeInfo(
+            event_id=e.id, node=e.node, gpu_model=models.pop(), gpu_count=len(e.gpus), at_ms=at_ms
+        )
+    ]
+
+
+def _samples(
+    e: GpuSampleBatch, at: int, last_mj: Mapping[str, int]
+) -> tuple[list[LedgerInput], dict[str, int]]:
+    out: list[LedgerInput] = []
+    energy: dict[str, int] = {}
+    for g in e.gpus:
+        if g.sm_active is not None:
+            activity = g.sm_active
+        elif g.util_gpu_pct is not None:
+            activity = g.util_gpu_pct / 100
+        else:
+            continue  # nothing measured: no usage fact (absence is not zero)
+        if not 0.0 <= activity <= 1.0 or g.index < 0:
+            raise InputRejected(
+                "invalid_input",
+                f"GpuSampleBatch gpu {g.index}: activity {activity!r} not in [0, 1]"
+                if g.index >= 0
+                else f"GpuSampleBatch gpu index {g.index} < 0",
+            )
+        delta = 0
+        if g.energy_j is not None:
+            key = f"{e.node}/{g.index}"
+            total = round(g.energy_j * 1000)
+            last = last_mj.get(key)
+            # The first reading has no previous one; a counter that went back was reset.
+            delta = total - last if last is not None and total >= last else 0
+            energy[key] = total
+        out.append(
+            GpuSample(
+                event_id=f"{e.id}:{g.index}",
+                node=e.node,
+                gpu_index=g.index,
+                at_ms=at,
+                activity=activity,
+                energy_mj=delta,
+                mem_used_mib=round(g.mem_used_mib or 0),
+            )
+        )
+    return out, energy
+
+
+# ----------------------------------------------------------------------------- core → wire
+
+
+def to_bus(o: CostLine | JobCost) -> Publication:
+    """The bus event for a core output; its id is derived from the core's deterministic id."""
+    if isinstance(o, CostLine):
+        return _line_to_bus(o)
+    a = o.amounts
+    per_tflop = o.usd_per_tflop_hour_micro
+    report = JobCostReport(
+        id=derived_event_id(o.report_id, "job-report", o.end_ms),
+        at=utc_datetime(o.end_ms),
+        tenant=o.tenant,
+        job_id=job_name(o.job_id),
+        started_at=utc_datetime(o.start_ms),
+        finished_at=utc_datetime(o.end_ms),
+        gpu_hours=a.gpu_hours_micro / 1e6,
+        cost_micro_usd=a.total_usd_micro,
+        energy_j=a.energy_mj / 1000 if a.energy_mj else None,
+        usd_per_tflop_hour=per_tflop / 1e6 if per_tflop is not None else None,
+        revision=o.revision,
+        # The first source is the core's report id: confirm_published needs it back.
+        source_ids=[o.report_id, *o.source_event_ids],
+    )
+    return Publication(costs.subject(o.tenant, "report"), report)
+
+
+def _line_to_bus(o: CostLine) -> Publication:
+    a = o.amounts
+    entry = CostEntry(
+        id=derived_event_id(o.entry_id, "cost-entry", o.window_start_ms),
+        at=utc_datetime(o.window_end_ms),
+        tenant=o.tenant,
+        job_id=job_name(o.job_id),
+        kind=CostKind.IDLE if o.kind == "idle" else CostKind.COMPUTE,
+        node=o.node,
+        gpu_model=o.gpu_model,
+        period_start=utc_datetime(o.window_start_ms),
+        period_end=utc_datetime(o.window_end_ms),
+        gpu_hours=a.gpu_hours_micro / 1e6,
+        cost_micro_usd=a.total_usd_micro,
+        energy_j=a.energy_mj / 1000 if a.energy_mj else None,
+        source_ids=list(o.source_event_ids),
+        line_id=o.entry_id,
+        revision=o.revision,
+        pricing_tier=o.pricing_tier,
+        energy_micro_usd=a.energy_usd_micro,
+        list_cost_micro_usd=a.list_cost_usd_micro,
+        gpu_hours_micro=a.gpu_hours_micro,
+        energy_mj=a.energy_mj,
+        tflop_hours_micro=a.tflop_hours_micro,
+        activity_ppm=o.activity_ppm,
+        assumptions=list(o.assumptions),
+    )
+    subject = ledger.idle(o.node) if o.kind == "idle" else costs.subject(o.tenant, "entry")
+    return Publication(subject, entry)
+
+
+def alert_to_bus(a: BudgetDeviation) -> Publication:
+    """The guard's deviation as the bus's ``BudgetAlert`` (``deviation_pct`` from ppm)."""
+    period = (
+        f"{utc_datetime(a.period_start_ms).isoformat()}/{utc_datetime(a.period_end_ms).isoformat()}"
+    )
+    event = BudgetAlert(
+        id=derived_event_id(a.alert_id, "budget-alert", a.at_ms),
+        at=utc_datetime(a.at_ms),
+        tenant=a.tenant,
+        period=period,
+        budget_micro_usd=a.budget_usd_micro,
+        spent_micro_usd=a.spend_to_date_usd_micro,
+        forecast_micro_usd=a.forecast_usd_micro,
+        deviation_pct=a.deviation_ppm / 1e4,
+        message=a.reason,
+    )
+    return Publication(costs.subject(a.tenant, "alert"), event)
+
+
+def pause_to_bus(key: str, tenant: str, at_ms: int, paused: bool, reason: str) -> Publication:
+    """A pause (or its lifting) as the bus's ``PauseRequest``, its id derived from ``key``."""
+    event = PauseRequest(
+        id=derived_event_id(key, "pause-request", at_ms),
+        at=utc_datetime(at_ms),
+        tenant=tenant,
+        paused=paused,
+        reason=reason,
+    )
+    return Publication(costs.subject(tenant, "pause"), event)

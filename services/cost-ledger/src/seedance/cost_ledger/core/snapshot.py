@@ -1,0 +1,134 @@
+"""The ledger's snapshot: its whole knowledge as canonical bytes, and back.
+
+Owns the checkpoint format (``_Snapshot``, version 1: zlib-compressed deterministic msgpack,
+fields in the order written by every ledger since the format was introduced) and the two
+directions, ``encode(ledger)`` and ``decode`` + ``restore``. Must not change a byte of the
+format without a new version: checkpoints written by earlier code restore as they are (the
+upgrade test reads one written before issue 13). The totals are not stored: they are the sum
+of ``emitted`` and are rebuilt on load, so a snapshot can never hold totals that disagree with
+its entries.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from seedance.cost_ledger.core.config import LedgerConfig
+from seedance.cost_ledger.core.facts import (
+    GpuAllocation,
+    JobEnded,
+    LedgerInput,
+    LedgerInputError,
+    NodeInfo,
+)
+from seedance.cost_ledger.core.lines import Amounts, CostLine, JobCost, LedgerTotals, output_id
+from seedance.cost_ledger.core.windows import window_of
+
+if TYPE_CHECKING:
+    from seedance.cost_ledger.core.ledger import Ledger
+
+__all__ = ["SNAPSHOT_VERSION", "decode", "encode", "restore"]
+
+SNAPSHOT_VERSION = 1
+
+
+class _Snapshot(msgspec.Struct, kw_only=True):
+    """Everything the ledger knows, in canonical (sorted) order; see ``Ledger.to_bytes``."""
+
+    version: int
+    config: LedgerConfig
+    node_infos: list[NodeInfo]
+    placements: list[GpuAllocation]
+    job_ends: list[JobEnded]
+    samples: list[tuple[str, str, int, int, int, int]]
+    first_window: int | None
+    closed_until: int | None
+    dirty: list[tuple[str, int]]
+    emitted: list[tuple[str, int, str, str, int, Amounts]]
+    reported: list[tuple[str, int]]
+    outbox: list[CostLine | JobCost]
+    sealed_until: int | None = None
+    late_facts: int = 0
+    sealed_totals: LedgerTotals | None = None
+
+
+# Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
+_ENCODER = msgspec.msgpack.Encoder(order="deterministic")
+_DECODER = msgspec.msgpack.Decoder(_Snapshot)
+
+
+def encode(led: Ledger) -> bytes:
+    """Canonical snapshot (zlib-compressed msgpack): equal knowledge gives equal bytes."""
+    f = led.facts
+    samples = sorted(
+        (eid, node, g, at_ms, ppm, mj)
+        for (node, g, _w), d in f.samples.items()
+        for eid, (ppm, mj, at_ms) in d.items()
+    )
+    emitted = sorted(
+        (node, w, kind, key, rev, amounts)
+        for (node, w), lines in led.emitted.items()
+        for (kind, key), (rev, amounts) in lines.items()
+    )
+    snap = _Snapshot(
+        version=SNAPSHOT_VERSION,
+        config=led.config,
+        node_infos=sorted(f.node_infos.values(), key=lambda e: e.event_id),
+        placements=sorted(f.allocations.values(), key=lambda e: e.event_id),
+        job_ends=sorted(f.job_ends.values(), key=lambda e: e.event_id),
+        samples=samples,
+        first_window=led.first_window,
+        closed_until=led.closed_until,
+        dirty=sorted(led.dirty),
+        emitted=emitted,
+        reported=sorted(led.reported.items()),
+        sealed_until=led.sealed_until,
+        late_facts=led.late_facts,
+        sealed_totals=led.sealed_totals,
+        outbox=sorted(led.outbox, key=output_id),
+    )
+    # msgpack of event ids and repeated node names compresses several-fold; level 1 is
+    # fast, and zlib output is deterministic for equal input, so bytes stay canonical.
+    return zlib.compress(_ENCODER.encode(snap), 1)
+
+
+def decode(data: bytes) -> _Snapshot:
+    """The snapshot in ``data``; ``LedgerInputError`` for bytes that are not one."""
+    try:
+        snap = _DECODER.decode(zlib.decompress(data))
+    except (zlib.error, msgspec.DecodeError) as exc:
+        raise LedgerInputError(f"snapshot is not a ledger snapshot: {exc}") from None
+    if snap.version != SNAPSHOT_VERSION:
+        raise LedgerInputError(f"snapshot version = {snap.version!r}: unsupported")
+    return snap
+
+
+def restore(led: Ledger, snap: _Snapshot) -> None:
+    """Load ``snap`` into a fresh ledger built with its config (totals re-derived)."""
+    facts: list[LedgerInput] = [*snap.node_infos, *snap.placements, *snap.job_ends]
+    for e in facts:
+        led.insert(e)
+    f = led.facts
+    w_ms = led.config.window_ms
+    for eid, node, g, at_ms, ppm, mj in snap.samples:
+        w = window_of(at_ms, w_ms)
+        f.seen.add(eid)
+        f.add_reading(node, g, w, eid, (ppm, mj, at_ms))
+        f.sample_nodes[w].add(node)
+    led.first_window = snap.first_window
+    led.closed_until = snap.closed_until
+    led.sealed_until = snap.sealed_until
+    led.late_facts = snap.late_facts
+    if snap.sealed_totals is not None:
+        led.sealed_totals = snap.sealed_totals
+        led.running = msgspec.msgpack.decode(_ENCODER.encode(snap.sealed_totals), type=LedgerTotals)
+    led.dirty = {(n, w) for n, w in snap.dirty}
+    for node, w, kind, key, rev, amounts in snap.emitted:
+        led.emitted.setdefault((node, w), {})[(kind, key)] = (rev, amounts)
+        led.count_line(node, kind, key, amounts, led.running)
+    led.reported = dict(snap.reported)
+    led.unreported = {j for j in f.job_end if j not in led.reported}
+    led.outbox = list(snap.outbox)
