@@ -19,9 +19,9 @@ Model:
 - Every amount is an exact rational rounded once per (line, window) to integer micro-dollars.
 
 The steps, each a function of its own: ``_all_idle`` (a node nothing touched), ``_per_gpu``
-(who holds which GPU, for how long), ``_usage`` (a GPU's measured activity and energy),
-``_scale`` (the factor ``k``), ``_delivered_tflops``, ``_charge_holders``, ``_charge_gpu_idle``,
-``_charge_untouched`` and ``_LineSet.rounded``.
+(who holds which GPU, for how long), ``GpuUsage`` (a GPU's measured activity and energy),
+``scale_factor`` (the factor ``k``), ``delivered_tflops``, ``_charge_holders``,
+``_charge_gpu_idle``, ``_charge_untouched`` and ``_LineSet.rounded``.
 """
 
 from __future__ import annotations
@@ -50,12 +50,17 @@ from seedance.cost_ledger.core.money import (
 from seedance.cost_ledger.core.pricebook import PriceBook, PricingTier
 
 __all__ = [
+    "IDLE_KEY",
     "MS_PER_HOUR",
     "Attribution",
+    "GpuUsage",
+    "Holder",
     "LineKey",
     "LineResult",
     "Pricing",
     "attribute",
+    "delivered_tflops",
+    "scale_factor",
 ]
 
 MS_PER_HOUR = 3_600_000
@@ -258,11 +263,11 @@ class _LineSet:
 
 
 #: An allocation on one GPU: the allocation, its share of the GPU, its overlap (ms), its end's id
-_Holder = tuple[GpuAllocation, Rational, int, str | None]
+Holder = tuple[GpuAllocation, Rational, int, str | None]
 
 
 @dataclass(frozen=True, slots=True)
-class _Usage:
+class GpuUsage:
     """A GPU's measurements in the window: ``n`` samples, Σ activity ppm, Σ energy mJ."""
 
     n: int
@@ -271,7 +276,7 @@ class _Usage:
     event_ids: SampleReadings
 
     @classmethod
-    def of(cls, samples: SampleReadings) -> _Usage:
+    def of(cls, samples: SampleReadings) -> GpuUsage:
         ppm_sum = energy = 0
         for ppm, mj, _ in samples.values():
             ppm_sum += ppm
@@ -308,7 +313,7 @@ def attribute(win: NodeWindow, pricing: Pricing) -> Attribution:
             untouched += 1
             continue
         rates = pricing.rates(model, tier)
-        usage = _Usage.of(win.samples.get(g, _NO_SAMPLES))
+        usage = GpuUsage.of(win.samples.get(g, _NO_SAMPLES))
         charged_total = _charge_holders(out, holders, usage, model, rates, info, pricing)
         if info is not None and g < info.gpu_count:
             _charge_gpu_idle(out, win, info, usage, charged_total, model, rates, pricing)
@@ -327,9 +332,9 @@ def _all_idle(win: NodeWindow, info: NodeInfo, pricing: Pricing) -> Attribution:
     )
 
 
-def _per_gpu(allocations: Iterable[WindowAllocation], pricing: Pricing) -> dict[int, list[_Holder]]:
+def _per_gpu(allocations: Iterable[WindowAllocation], pricing: Pricing) -> dict[int, list[Holder]]:
     """Who holds each GPU in the window: (allocation, share, overlap ms, end id), in order."""
-    per_gpu: dict[int, list[_Holder]] = defaultdict(list)
+    per_gpu: dict[int, list[Holder]] = defaultdict(list)
     for p, t, end_id in allocations:
         share = pricing.share(p)
         for g in p.gpu_indices:
@@ -337,7 +342,9 @@ def _per_gpu(allocations: Iterable[WindowAllocation], pricing: Pricing) -> dict[
     return per_gpu
 
 
-def _scale(holders: list[_Holder], allocated: Rational, usage: _Usage, window_ms: int) -> Rational:
+def scale_factor(
+    holders: list[Holder], allocated: Rational, usage: GpuUsage, window_ms: int
+) -> Rational:
     """The factor ``k`` every holder's requested GPU-time is charged at on this GPU."""
     if allocated > window_ms:
         return Fraction(window_ms) / allocated  # over-committed: charge the GPU at most once
@@ -353,8 +360,8 @@ def _scale(holders: list[_Holder], allocated: Rational, usage: _Usage, window_ms
     return 1
 
 
-def _delivered_tflops(
-    usage: _Usage, peak: Fraction | None, window_ms: int, charged_total: Rational
+def delivered_tflops(
+    usage: GpuUsage, peak: Fraction | None, window_ms: int, charged_total: Rational
 ) -> tuple[int, int]:
     """The GPU's delivered TFLOP-hours ``u · peak · W / h`` as (numerator, denominator);
     (0, 0) where nothing was measured or charged."""
@@ -368,8 +375,8 @@ def _delivered_tflops(
 
 def _charge_holders(
     out: _LineSet,
-    holders: list[_Holder],
-    usage: _Usage,
+    holders: list[Holder],
+    usage: GpuUsage,
     model: str,
     rates: _Rates,
     info: NodeInfo | None,
@@ -379,10 +386,10 @@ def _charge_holders(
     W = pricing.window_ms
     shares = [f * t for _, f, t, _ in holders]
     allocated: Rational = sum(shares, 0)
-    k = _scale(holders, allocated, usage, W)
+    k = scale_factor(holders, allocated, usage, W)
     charged_total = allocated if k == 1 else allocated * k
     # Each line gets its charged share of the GPU's delivered TFLOP-hours.
-    tflop_num, tflop_den = _delivered_tflops(usage, pricing.peak(model), W, charged_total)
+    tflop_num, tflop_den = delivered_tflops(usage, pricing.peak(model), W, charged_total)
     n = usage.n
     for (p, _, _, end_id), ft in zip(holders, shares, strict=True):
         key: LineKey = ("usage", p.job_id)
@@ -415,7 +422,7 @@ def _charge_gpu_idle(
     out: _LineSet,
     win: NodeWindow,
     info: NodeInfo,
-    usage: _Usage,
+    usage: GpuUsage,
     charged_total: Rational,
     model: str,
     rates: _Rates,

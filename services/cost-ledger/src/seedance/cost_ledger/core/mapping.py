@@ -20,16 +20,21 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   ``reason`` (records), ``outcome`` (billing ends the same way for all three), ``cause_id``.
   Refused: ``claimed_at`` (the tenant's claim, never billed); ``was_placed=False`` gives no fact
   (a job that never held anything ends nothing, and its time moves nothing).
-- ``NodeInventory`` → ``NodeInfo``: ``node``, the one model of ``gpus`` (mixed models refused:
+- ``NodeInventory`` → ``NodeInfo``: ``node``, the one ``model`` of ``gpus`` (mixed refused:
   a node has one price), ``len(gpus)``. Not carried: ``pool``, ``cpu_milli``, ``memory_mib``,
-  each GPU's ``index`` / ``uuid`` / ``mem_total_mib`` / ``mig_*`` / ``nvlink_domain`` (prices are
-  per model), ``simulated`` (a replayed fleet is billed like a real one). An inventory without
-  GPUs gives no fact. The tier is not on the wire: ``on_demand``.
+  each GPU's ``index`` / ``uuid`` / ``mem_total_mib`` / ``mig_capable`` / ``mig_enabled`` /
+  ``nvlink_domain`` (prices are per model and count), ``simulated`` (a replayed fleet is billed
+  like a real one). An inventory without GPUs gives no fact. The tier is not on the wire:
+  ``on_demand``.
 - ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id ``<id>:<index>``):
   ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
   differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
-  reset give 0), ``mem_used_mib`` rounded. Not carried: the other gauges (they do not bill).
-  Refused: an activity outside [0, 1], a negative index.
+  reset give 0), ``mem_used_mib`` rounded, ``node``. Not carried (they do not bill): ``uuid``,
+  ``mem_total_mib``, ``mem_reserved_mib``, ``util_mem_pct``, ``sm_occupancy``, ``tensor_active``,
+  ``dram_active``, ``power_w`` (energy comes from the counter, not from sampled power),
+  ``temp_c``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle_reasons``, ``healthy`` (a sick GPU
+  held by a job is still billed to it), the batch's ``simulated``. Refused: an activity outside
+  [0, 1], a negative index.
 
 Core → wire (``seedance.events.cost`` v1; the floats there are derived here from the core's one
 exact integer representation, display only): ``CostLine`` → ``CostEntry`` with
