@@ -127,7 +127,7 @@ class GraphCompilerService(Lifecycle):
         self._store: ObjectStore | None = None
         self._kv: KeyValue | None = None
         self._pool: ProcessPoolExecutor | None = None
-        self._fetcher = UrlFetcher(settings.fetch_policy(), monotonic=self._clock.monotonic)
+        self._fetcher = UrlFetcher(settings.fetch_policy(), clock=self._clock)
         self._workers: KeyValue | None = None
         self._capability: worker.Capability | None = None
         self._announcer: asyncio.Task[None] | None = None
