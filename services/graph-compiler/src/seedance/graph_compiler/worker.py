@@ -25,10 +25,11 @@ from seedance.graph_compiler.core.compat import (
     CompatTarget,
     check_compatibility,
 )
-from seedance.graph_compiler.core.compiler import CompileReport, compile_model
+from seedance.graph_compiler.compiling import compile_model
 from seedance.graph_compiler.core.errors import CompileError, IncompatibleModel, TargetUnavailable
 from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
 from seedance.graph_compiler.core.profile import CPU_EP, CUDA_EP
+from seedance.graph_compiler.core.report import CompileReport
 from seedance.graph_compiler.measuring import (
     OrtMeasurer,
     available_providers,
