@@ -5,15 +5,19 @@ Pure code: no NATS, no clocks, no globals. The gateway builds `ReplicaState` fro
 metrics, the bus adapter supplies the latest `Forecast`, and the replay simulator does both.
 """
 
-from seedance.router.policy.baselines import (
+from seedance.router.core.policy.baselines import (
     LeastOutstanding,
     PowerOfTwoChoices,
     RoundRobin,
     least_outstanding_index,
 )
-from seedance.router.policy.late_binding import HoldOrder, LateBinding, can_take_now
-from seedance.router.policy.predictive import PredictiveConfig, PredictiveSloPolicy, PrefixIndex
-from seedance.router.policy.state import (
+from seedance.router.core.policy.late_binding import HoldOrder, LateBinding, can_take_now
+from seedance.router.core.policy.predictive import (
+    PredictiveConfig,
+    PredictiveSloPolicy,
+    PrefixIndex,
+)
+from seedance.router.core.policy.state import (
     Decision,
     Forecast,
     HoldingPolicy,

@@ -22,8 +22,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from seedance.router.policy.baselines import least_outstanding_index
-from seedance.router.policy.state import (
+from seedance.router.core.policy.baselines import least_outstanding_index
+from seedance.router.core.policy.state import (
     Decision,
     Forecast,
     Reason,
