@@ -19,12 +19,12 @@ policy's view are zero (below).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import numpy as np
 
-from seedance.events import new_event_id
+from seedance.events import Event, new_event_id
 from seedance.events.routing import (
     ReplicaRecommendation,
     ReplicaStats,
@@ -37,6 +37,7 @@ from seedance.router.core.weight_table import WeightTable
 from seedance.router.gateway import Candidate, RoutedRequest
 
 __all__ = [
+    "LEFT_UNSET",
     "UNBOUNDED_KV_TOKENS",
     "decision_event",
     "recommendation_event",
@@ -48,6 +49,22 @@ __all__ = [
 
 # Large enough that no KV projection ever reaches it: no KV telemetry reaches the router yet.
 UNBOUNDED_KV_TOKENS = 2**62
+
+#: The wire fields each event builder below leaves at their default, and why. Every other field
+#: is set from the router's facts; a unit test holds both, so a field added to an event is a
+#: decision taken here rather than a default nobody chose.
+LEFT_UNSET: Mapping[type[Event], Mapping[str, str]] = {
+    RoutingDecision: {
+        "predicted_ttft_ms": "without token counts the policy's TTFT estimate is the same for "
+        "every replica, so it says nothing about this request",
+    },
+    RoutingWeights: {},
+    ReplicaStats: {
+        "kv_occupancy": "no KV telemetry reaches the router",
+        "mem_used_mib": "no device telemetry reaches the router",
+    },
+    ReplicaRecommendation: {},
+}
 
 
 # -- gateway / KV table -> core ------------------------------------------------------------------
