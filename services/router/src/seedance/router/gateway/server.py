@@ -89,7 +89,8 @@ class OipGateway:
     ) -> None:
         self._settings = settings
         self._selector: ReplicaSelector = selector or LeastOutstandingSelector()
-        self._explains = isinstance(self._selector, ExplainingSelector)
+        # Decided once: the isinstance check of a runtime protocol is too slow for every request.
+        self._explainer = self._selector if isinstance(self._selector, ExplainingSelector) else None
         self._observer = observer
         # Only durations are read (the monotonic clock); tests pass a virtual one.
         self._monotonic_s = (clock or WallClock()).monotonic
@@ -310,8 +311,8 @@ class OipGateway:
             reason = "failover" if tried else "only_candidate"
         else:
             states = [r.state(model) for r in candidates]
-            if self._explains:
-                state, why = self._selector.choose_explained(model, states)  # type: ignore[attr-defined]
+            if self._explainer is not None:
+                state, why = self._explainer.choose_explained(model, states)
             else:
                 state, why = self._selector.choose(model, states), "selected"
             chosen = next(r for r in candidates if r.name == state.name)
