@@ -1,8 +1,9 @@
 """Routing policies for the router: one interface (`RoutingPolicy.choose`), typed inputs
 (`RouteRequest`, `ReplicaState`, `Forecast`) and a typed `Decision` with a closed-set `Reason`.
 
-Pure code: no NATS, no clocks, no globals. The gateway builds `ReplicaState` from engine
-metrics, the bus adapter supplies the latest `Forecast`, and the replay simulator does both.
+Pure code: no NATS, no clocks, no globals. The router's shell builds `ReplicaState` from a
+gateway candidate and `Forecast` from the latest weight table (both in `seedance.router.mapping`);
+the replay simulator builds both from its simulated fleet.
 """
 
 from seedance.router.core.policy.baselines import (
