@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from seedance.router.sim.trace import load_trace
+from seedance.bench.router_sim.trace import load_trace
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 Usage: bench_autoscale.py TRACE [--slo-s 2.0] [--startup-s 60] [--slo-target 95]
 TRACE is an Azure LLM inference CSV or the Mooncake conversation JSONL (format from line one).
 
-Every policy replays the same trace through the same simulator (`seedance.router.sim`), the same
+Every policy replays the same trace through the same simulator (`seedance.bench.router_sim`), the same
 replica profile (Llama-3.1-70B FP8 on one H200, docs/router-sim.md), least-outstanding routing,
 the same start-up time for a new replica and the same starting fleet (the static count):
 
@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from seedance.bench.router_sim import LLAMA31_70B_FP8_H200, TraceRequest, load_trace, simulate
+from seedance.bench.router_sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
+from seedance.bench.router_sim.engine import Scaler
 from seedance.cost_ledger.core import default_price_book
 from seedance.router.planner import PlannerConfig, ReplicaCapacity
 from seedance.router.policy import LeastOutstanding
-from seedance.router.sim import LLAMA31_70B_FP8_H200, TraceRequest, load_trace, simulate
-from seedance.router.sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
-from seedance.router.sim.engine import Scaler
 
 P = LLAMA31_70B_FP8_H200
 GPU_MODEL = "H200"

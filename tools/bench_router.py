@@ -22,6 +22,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from seedance.bench.router_sim import (
+    LLAMA31_8B_BF16_L4,
+    LLAMA31_70B_FP8_H200,
+    MovingAverageForecastSource,
+    NoForecastSource,
+    PolicySummary,
+    ReplicaParams,
+    TraceRequest,
+    load_trace,
+    simulate,
+    summarise,
+)
+from seedance.bench.router_sim.report import percentile
 from seedance.router.policy import (
     Forecast,
     HoldOrder,
@@ -36,19 +49,6 @@ from seedance.router.policy import (
     RouteRequest,
     RoutingPolicy,
 )
-from seedance.router.sim import (
-    LLAMA31_8B_BF16_L4,
-    LLAMA31_70B_FP8_H200,
-    MovingAverageForecastSource,
-    NoForecastSource,
-    PolicySummary,
-    ReplicaParams,
-    TraceRequest,
-    load_trace,
-    simulate,
-    summarise,
-)
-from seedance.router.sim.report import percentile
 
 PROFILES: dict[str, ReplicaParams] = {
     "h200-70b": LLAMA31_70B_FP8_H200,

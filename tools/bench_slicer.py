@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from seedance.bench.openb import read_nodes, read_pods, trace_name
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
 from seedance.slicer.core.model import ClusterState, Placement, PodRequest
 from seedance.slicer.core.policies import (
@@ -31,7 +32,6 @@ from seedance.slicer.core.policies import (
     Policy,
     SeedancePolicy,
 )
-from seedance.slicer.openb import read_nodes, read_pods, trace_name
 
 CHECKPOINTS = (50, 70, 80, 90, 100, 130)
 TUNE = 1.3

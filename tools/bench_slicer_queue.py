@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from seedance.bench.openb import TracePod, read_nodes, read_pods, trace_name
 from seedance.slicer.core.model import Node
 from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
 from seedance.slicer.core.scheduler import Job, JobPlaced, Scheduler, SchedulerConfig
-from seedance.slicer.openb import TracePod, read_nodes, read_pods, trace_name
 
 
 def build_arrivals(

@@ -21,6 +21,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import seedance.router.policy.late_binding as late_binding
+from seedance.bench.router_sim import (
+    LLAMA31_70B_FP8_H200,
+    MovingAverageForecastSource,
+    SimResult,
+    TraceRequest,
+    load_trace,
+    simulate,
+    summarise,
+)
+from seedance.bench.router_sim.report import percentile
 from seedance.router.policy import (
     Decision,
     Forecast,
@@ -32,16 +42,6 @@ from seedance.router.policy import (
     RouteRequest,
     RoutingPolicy,
 )
-from seedance.router.sim import (
-    LLAMA31_70B_FP8_H200,
-    MovingAverageForecastSource,
-    SimResult,
-    TraceRequest,
-    load_trace,
-    simulate,
-    summarise,
-)
-from seedance.router.sim.report import percentile
 
 P = LLAMA31_70B_FP8_H200
 SLO_S = 2.0

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from seedance.bench.router_sim.engine import ForecastSource, ReplicaSnapshot
 from seedance.router.policy.state import Forecast, ReplicaForecast
-from seedance.router.sim.engine import ForecastSource, ReplicaSnapshot
 
 __all__ = ["MovingAverageForecastSource", "NoForecastSource"]
 

@@ -46,6 +46,8 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from seedance.bench.router_sim.params import ReplicaParams
+from seedance.bench.router_sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest
 from seedance.router.policy.state import (
     Decision,
     Forecast,
@@ -54,8 +56,6 @@ from seedance.router.policy.state import (
     RouteRequest,
     RoutingPolicy,
 )
-from seedance.router.sim.params import ReplicaParams
-from seedance.router.sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest
 
 __all__ = [
     "FleetObservation",

@@ -25,6 +25,8 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
+from seedance.bench.router_sim.engine import FleetObservation, Scaler
+from seedance.bench.router_sim.trace import TraceRequest
 from seedance.router.load_forecast import LoadEstimator
 from seedance.router.planner import (
     LoadForecast,
@@ -34,8 +36,6 @@ from seedance.router.planner import (
     ReplicaCapacity,
     plan,
 )
-from seedance.router.sim.engine import FleetObservation, Scaler
-from seedance.router.sim.trace import TraceRequest
 
 __all__ = ["HpaScaler", "KpaScaler", "OracleScaler", "PlannerScaler"]
 

@@ -5,7 +5,7 @@ N replicas with a fixed `ReplicaParams` profile (or a fleet a `Scaler` resizes, 
 `sim.autoscale`); `summarise` turns the result into the figures the router benchmark reports.
 """
 
-from seedance.router.sim.engine import (
+from seedance.bench.router_sim.engine import (
     FleetObservation,
     ForecastSource,
     ReplicaSnapshot,
@@ -13,10 +13,10 @@ from seedance.router.sim.engine import (
     SimResult,
     simulate,
 )
-from seedance.router.sim.forecast_source import MovingAverageForecastSource, NoForecastSource
-from seedance.router.sim.params import LLAMA31_8B_BF16_L4, LLAMA31_70B_FP8_H200, ReplicaParams
-from seedance.router.sim.report import PolicySummary, summarise
-from seedance.router.sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest, load_trace
+from seedance.bench.router_sim.forecast_source import MovingAverageForecastSource, NoForecastSource
+from seedance.bench.router_sim.params import LLAMA31_8B_BF16_L4, LLAMA31_70B_FP8_H200, ReplicaParams
+from seedance.bench.router_sim.report import PolicySummary, summarise
+from seedance.bench.router_sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest, load_trace
 
 __all__ = [
     "LLAMA31_8B_BF16_L4",
