@@ -260,31 +260,74 @@ def simulate(
         raise ValueError("a holding policy cannot be replayed with a scaler")
     if startup_s < 0:
         raise ValueError(f"startup_s must be >= 0, got {startup_s}")
-    p = params
-    reps = [_Replica(f"r{i}") for i in range(n_replicas)]
-    # Indices of the replicas taking traffic, in the order policies see them.
-    live = list(range(n_replicas))
-    pending: list[tuple[float, int]] = []  # (ready at, replica index) of starting replicas
-    next_scale = scaler.tick_s if scaler is not None else math.inf
-    scale_arrivals: list[tuple[float, int]] = []
-    scale_finished = [0, 0]  # requests, output tokens
-    scale_first: list[tuple[float, int]] = []
-    timeline: list[tuple[float, int]] = []
-    last_event_s = 0.0
-    events: list[tuple[float, int, int, int]] = []  # (time, seq, replica, version)
-    seq = 0
-    reasons: Counter[str] = Counter()
-    max_kv = 0
-    rejected = 0
-    arrivals_tick = [0] * n_replicas
-    forecast: Forecast | None = None
-    next_tick = 0.0
-    tick_s = forecast_source.tick_s if forecast_source is not None else math.inf
-    cache_cap_blocks = p.kv_capacity_tokens // PREFIX_BLOCK_TOKENS
-    caching = p.prefix_caching
+    replay = _Replay(
+        trace,
+        policy,
+        n_replicas,
+        params,
+        forecast_source,
+        on_decision,
+        scaler=scaler,
+        startup_s=startup_s,
+        max_replicas=max_replicas,
+    )
+    return replay.run()
 
-    def cached_tokens(r: _Replica, req: _Req) -> int:
-        if not caching or not req.hashes:
+
+class _Replay:
+    """One replay's state and its event handlers (`simulate` is the only way in)."""
+
+    def __init__(
+        self,
+        trace: Sequence[TraceRequest],
+        policy: RoutingPolicy,
+        n_replicas: int,
+        params: ReplicaParams,
+        forecast_source: ForecastSource | None,
+        on_decision: Callable[[int, ReplicaState], None] | None,
+        *,
+        scaler: Scaler | None,
+        startup_s: float,
+        max_replicas: int,
+    ) -> None:
+        self.policy = policy
+        self.p = params
+        self.forecast_source = forecast_source
+        self.on_decision = on_decision
+        self.scaler = scaler
+        self.startup_s = startup_s
+        self.max_replicas = max_replicas
+        self.reps = [_Replica(f"r{i}") for i in range(n_replicas)]
+        self.ids = [r.name for r in self.reps]
+        # Indices of the replicas taking traffic, in the order policies see them.
+        self.live = list(range(n_replicas))
+        self.pending: list[tuple[float, int]] = []  # (ready at, replica index) of starting ones
+        self.next_scale = scaler.tick_s if scaler is not None else math.inf
+        self.scale_arrivals: list[tuple[float, int]] = []
+        self.scale_finished = [0, 0]  # requests, output tokens
+        self.scale_first: list[tuple[float, int]] = []
+        self.timeline: list[tuple[float, int]] = []
+        self.last_event_s = 0.0
+        self.events: list[tuple[float, int, int, int]] = []  # (time, seq, replica, version)
+        self.seq = 0
+        self.reasons: Counter[str] = Counter()
+        self.max_kv = 0
+        self.rejected = 0
+        self.arrivals_tick = [0] * n_replicas
+        self.forecast: Forecast | None = None
+        self.next_tick = 0.0
+        self.tick_s = forecast_source.tick_s if forecast_source is not None else math.inf
+        self.cache_cap_blocks = params.kv_capacity_tokens // PREFIX_BLOCK_TOKENS
+        self.caching = params.prefix_caching
+        self.reqs = [_Req(i, t) for i, t in enumerate(trace)]
+        self.replica_of = [-1] * len(self.reqs)
+        self.holding = policy if isinstance(policy, HoldingPolicy) else None
+        self.held: list[tuple[float, int, _Req]] = []  # heap of (hold key, arrival index, req)
+
+    # --- the prefix cache -----------------------------------------------------------------
+
+    def cached_tokens(self, r: _Replica, req: _Req) -> int:
+        if not self.caching or not req.hashes:
             return 0
         cache = r.cache
         hit = 0
@@ -295,16 +338,24 @@ def simulate(
             hit += 1
         return min(hit * PREFIX_BLOCK_TOKENS, req.prompt - 1)
 
-    def insert_blocks(r: _Replica, req: _Req) -> None:
+    def insert_blocks(self, r: _Replica, req: _Req) -> None:
         cache = r.cache
         for h in req.hashes:
             cache[h] = None
             cache.move_to_end(h)
-        while len(cache) > cache_cap_blocks:
+        while len(cache) > self.cache_cap_blocks:
             cache.popitem(last=False)
 
-    def schedule(r: _Replica, ri: int, now: float) -> None:
-        nonlocal seq, max_kv
+    # --- one replica's iterations ---------------------------------------------------------
+
+    def push_event(self, end: float, ri: int, version: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (end, self.seq, ri, version))
+
+    def admit(self, r: _Replica) -> tuple[list[_Req], int, int, int]:
+        """The prefill batch the queue head allows: (batch, tokens to compute, whole prompts,
+        KV left free)."""
+        p = self.p
         q = r.queue
         free = p.kv_capacity_tokens - r.kv_used
         n_seqs = len(r.running)
@@ -315,7 +366,7 @@ def simulate(
             head = q[0]
             if head.kv_need > free or n_seqs >= p.max_num_seqs:
                 break
-            head.cached = cached_tokens(r, head)
+            head.cached = self.cached_tokens(r, head)
             work = head.prompt - head.cached
             if batch and tokens + work > p.max_prefill_tokens_per_iter:
                 break
@@ -325,11 +376,16 @@ def simulate(
             full += head.prompt
             free -= head.kv_need
             n_seqs += 1
+        return batch, tokens, full, free
+
+    def schedule(self, r: _Replica, ri: int, now: float) -> None:
+        p = self.p
+        batch, tokens, full, free = self.admit(r)
         r.version += 1
         if batch:
             r.queued_tokens -= full
             r.kv_used = p.kv_capacity_tokens - free
-            max_kv = max(max_kv, r.kv_used)
+            self.max_kv = max(self.max_kv, r.kv_used)
             r.prefill_batch = batch
             r.prefill_tokens = tokens
             r.mode = _PREFILL
@@ -345,82 +401,91 @@ def simulate(
         else:
             r.mode = _IDLE
             return
-        seq += 1
-        heapq.heappush(events, (end, seq, ri, r.version))
+        self.push_event(end, ri, r.version)
 
-    def finish(req: _Req) -> None:
-        scale_finished[0] += 1
-        scale_finished[1] += req.output
+    def finish(self, req: _Req) -> None:
+        self.scale_finished[0] += 1
+        self.scale_finished[1] += req.output
 
-    def iteration_end(r: _Replica, ri: int, now: float) -> None:
-        nonlocal last_event_s
-        last_event_s = now
-        if r.mode == _PREFILL:
-            for req in r.prefill_batch:
-                req.ttft_s = now - req.arrival_s
-                if scaler is not None:
-                    scale_first.append((req.ttft_s, req.prompt))
-                if caching and req.hashes:
-                    insert_blocks(r, req)
-                if req.output == 1:
-                    req.e2e_s = req.ttft_s
-                    r.kv_used -= req.kv_need
-                    finish(req)
-                else:
-                    heapq.heappush(r.running, (r.steps_done + req.output - 1, req.idx, req))
-                    r.ctx_tokens += req.prompt + 1
-            r.prefill_batch = []
-            r.prefill_tokens = 0
-        elif r.mode == _DECODE:
-            k = r.dec_k
-            r.steps_done += k
-            r.ctx_tokens += len(r.running) * k
-            running = r.running
-            while running and running[0][0] <= r.steps_done:
-                _, _, req = heapq.heappop(running)
-                req.e2e_s = now - req.arrival_s
+    def end_prefill(self, r: _Replica, now: float) -> None:
+        for req in r.prefill_batch:
+            req.ttft_s = now - req.arrival_s
+            if self.scaler is not None:
+                self.scale_first.append((req.ttft_s, req.prompt))
+            if self.caching and req.hashes:
+                self.insert_blocks(r, req)
+            if req.output == 1:
+                req.e2e_s = req.ttft_s
                 r.kv_used -= req.kv_need
-                r.ctx_tokens -= req.prompt + req.output
-                finish(req)
-        if held:
+                self.finish(req)
+            else:
+                heapq.heappush(r.running, (r.steps_done + req.output - 1, req.idx, req))
+                r.ctx_tokens += req.prompt + 1
+        r.prefill_batch = []
+        r.prefill_tokens = 0
+
+    def end_decode(self, r: _Replica, now: float) -> None:
+        k = r.dec_k
+        r.steps_done += k
+        r.ctx_tokens += len(r.running) * k
+        running = r.running
+        while running and running[0][0] <= r.steps_done:
+            _, _, req = heapq.heappop(running)
+            req.e2e_s = now - req.arrival_s
+            r.kv_used -= req.kv_need
+            r.ctx_tokens -= req.prompt + req.output
+            self.finish(req)
+
+    def iteration_end(self, r: _Replica, ri: int, now: float) -> None:
+        self.last_event_s = now
+        if r.mode == _PREFILL:
+            self.end_prefill(r, now)
+        elif r.mode == _DECODE:
+            self.end_decode(r, now)
+        if self.held:
             # The router sees the boundary (KV freed, batch done) and may release held requests,
             # to this replica or another, before this replica schedules its next iteration.
             r.mode = _BOUNDARY
-            release_held(now)
-        schedule(r, ri, now)
+            self.release_held(now)
+        self.schedule(r, ri, now)
         if r.phase == _DRAINING and r.mode == _IDLE and not r.queue:
-            retire(r, now)
+            self.retire(r, now)
 
+    @staticmethod
     def retire(r: _Replica, now: float) -> None:
         r.phase = _RETIRED
         r.ended_s = now
 
-    def run_events_until(t: float) -> None:
+    def run_events_until(self, t: float) -> None:
         # Iteration ends at the same instant as an arrival are processed first.
+        events, reps = self.events, self.reps
         while events and events[0][0] <= t:
             end, _, ri, ver = heapq.heappop(events)
             r = reps[ri]
             if ver == r.version:
-                iteration_end(r, ri, end)
+                self.iteration_end(r, ri, end)
 
-    def tick_until(now: float) -> None:
-        nonlocal arrivals_tick, forecast, next_tick
-        if forecast_source is None:
+    # --- what the router sees, and its decisions ------------------------------------------
+
+    def tick_until(self, now: float) -> None:
+        source = self.forecast_source
+        if source is None:
             return
-        while next_tick <= now:
+        while self.next_tick <= now:
             snaps = [
                 ReplicaSnapshot(
-                    replica_id=ids[i],
-                    kv_used_tokens=reps[i].kv_used,
-                    arrivals_since_last_tick=arrivals_tick[i],
+                    replica_id=self.ids[i],
+                    kv_used_tokens=self.reps[i].kv_used,
+                    arrivals_since_last_tick=self.arrivals_tick[i],
                 )
-                for i in live
+                for i in self.live
             ]
-            arrivals_tick = [0] * len(reps)
-            forecast = forecast_source.observe(next_tick, snaps)
-            next_tick += tick_s
+            self.arrivals_tick = [0] * len(self.reps)
+            self.forecast = source.observe(self.next_tick, snaps)
+            self.next_tick += self.tick_s
 
-    def observe() -> list[ReplicaState]:
+    def observe(self) -> list[ReplicaState]:
+        cap = self.p.kv_capacity_tokens
         return [
             ReplicaState(
                 replica_id=r.name,
@@ -429,98 +494,120 @@ def simulate(
                 prefill_tokens_waiting=r.queued_tokens,
                 prefill_tokens_in_progress=r.prefill_tokens,
                 kv_used_tokens=r.kv_used,
-                kv_capacity_tokens=p.kv_capacity_tokens,
+                kv_capacity_tokens=cap,
             )
-            for r in (reps[i] for i in live)
+            for r in (self.reps[i] for i in self.live)
         ]
 
-    def dispatch(req: _Req, decision: Decision, states: list[ReplicaState], now: float) -> None:
-        nonlocal seq
-        ri = live[decision.replica_index]
-        reasons[decision.reason.value] += 1
-        arrivals_tick[ri] += 1
-        replica_of[req.idx] = ri
-        if on_decision is not None:
-            on_decision(req.idx, states[decision.replica_index])
-        r = reps[ri]
+    def dispatch(
+        self, req: _Req, decision: Decision, states: list[ReplicaState], now: float
+    ) -> None:
+        ri = self.live[decision.replica_index]
+        self.reasons[decision.reason.value] += 1
+        self.arrivals_tick[ri] += 1
+        self.replica_of[req.idx] = ri
+        if self.on_decision is not None:
+            self.on_decision(req.idx, states[decision.replica_index])
+        r = self.reps[ri]
         was_empty = not r.queue
         r.queue.append(req)
         r.queued_tokens += req.prompt
         if r.mode == _IDLE:
-            schedule(r, ri, now)
+            self.schedule(r, ri, now)
         elif (
             r.mode == _DECODE
             and was_empty
-            and req.kv_need <= p.kv_capacity_tokens - r.kv_used
-            and len(r.running) < p.max_num_seqs
+            and req.kv_need <= self.p.kv_capacity_tokens - r.kv_used
+            and len(r.running) < self.p.max_num_seqs
         ):
-            # Admissible now: stop the run of decode steps at the next step boundary.
-            j = _steps_within(r.dec_u, r.dec_v, now - r.dec_start) + 1
-            if j < r.dec_k:
-                r.dec_k = j
-                r.version += 1
-                end = r.dec_start + j * r.dec_u + r.dec_v * j * (j - 1) / 2
-                seq += 1
-                heapq.heappush(events, (end, seq, ri, r.version))
+            self.cut_decode(r, ri, now)
         # _PREFILL and _BOUNDARY replicas schedule their queue when the iteration ends.
 
-    def release_held(now: float) -> None:
+    def cut_decode(self, r: _Replica, ri: int, now: float) -> None:
+        """Admissible now: stop the run of decode steps at the next step boundary."""
+        j = _steps_within(r.dec_u, r.dec_v, now - r.dec_start) + 1
+        if j < r.dec_k:
+            r.dec_k = j
+            r.version += 1
+            end = r.dec_start + j * r.dec_u + r.dec_v * j * (j - 1) / 2
+            self.push_event(end, ri, r.version)
+
+    def release_held(self, now: float) -> None:
         # The router's queue is ordered by the policy's hold key (arrival order on ties; FCFS
         # when the key is constant); its head blocks the rest, as a replica's does.
+        holding, held = self.holding, self.held
         assert holding is not None
-        tick_until(now)
+        self.tick_until(now)
         while held:
             req = held[0][2]
-            states = observe()
+            states = self.observe()
             decision = holding.release(
                 RouteRequest(prompt_tokens=req.prompt, prefix_hashes=req.hashes),
                 states,
-                forecast,
+                self.forecast,
                 now,
             )
             if decision is None:
                 return
             heapq.heappop(held)
             req.hold_s = now - req.arrival_s
-            dispatch(req, decision, states, now)
+            self.dispatch(req, decision, states, now)
 
-    def scale_decision(now: float) -> None:
-        assert scaler is not None
-        starting = [i for i, r in enumerate(reps) if r.phase == _STARTING]
-        draining = [i for i, r in enumerate(reps) if r.phase == _DRAINING]
+    # --- the fleet's size -----------------------------------------------------------------
+
+    def fleet_observation(self, now: float, starting: int, draining: int) -> FleetObservation:
         obs = FleetObservation(
             now_s=now,
-            ready=tuple(observe()),
-            starting=len(starting),
-            draining=len(draining),
-            arrivals=tuple(scale_arrivals),
-            finished=scale_finished[0],
-            finished_output_tokens=scale_finished[1],
-            kv_used_tokens=sum(r.kv_used for r in reps if r.phase != _RETIRED),
-            first_tokens=tuple(scale_first),
+            ready=tuple(self.observe()),
+            starting=starting,
+            draining=draining,
+            arrivals=tuple(self.scale_arrivals),
+            finished=self.scale_finished[0],
+            finished_output_tokens=self.scale_finished[1],
+            kv_used_tokens=sum(r.kv_used for r in self.reps if r.phase != _RETIRED),
+            first_tokens=tuple(self.scale_first),
         )
-        scale_first.clear()
-        scale_arrivals.clear()
-        scale_finished[0] = scale_finished[1] = 0
-        want = max(1, min(max_replicas, scaler.desired(obs)))
-        have = len(live) + len(starting)
+        self.scale_first.clear()
+        self.scale_arrivals.clear()
+        self.scale_finished[0] = self.scale_finished[1] = 0
+        return obs
+
+    def scale_decision(self, now: float) -> None:
+        assert self.scaler is not None
+        reps = self.reps
+        starting = [i for i, r in enumerate(reps) if r.phase == _STARTING]
+        draining = [i for i, r in enumerate(reps) if r.phase == _DRAINING]
+        obs = self.fleet_observation(now, len(starting), len(draining))
+        want = max(1, min(self.max_replicas, self.scaler.desired(obs)))
+        have = len(self.live) + len(starting)
+        if have < want:
+            have = self.grow(now, have, want, draining)
+        if have > want:
+            have = self.shrink(now, have, want, starting)
+        self.timeline.append((now, have))
+
+    def grow(self, now: float, have: int, want: int, draining: list[int]) -> int:
+        reps = self.reps
         while have < want and draining:
             # A draining replica is warm: take it back before paying for a start-up.
             ri = max(draining, key=lambda i: reps[i].kv_used)
             draining.remove(ri)
             reps[ri].phase = _READY
-            live.append(ri)
+            self.live.append(ri)
             have += 1
         while have < want:
             ri = len(reps)
             reps.append(_Replica(f"r{ri}", started_s=now, phase=_STARTING))
-            ids.append(reps[ri].name)
-            arrivals_tick.append(0)
-            heapq.heappush(pending, (now + startup_s, ri))
+            self.ids.append(reps[ri].name)
+            self.arrivals_tick.append(0)
+            heapq.heappush(self.pending, (now + self.startup_s, ri))
             have += 1
+        return have
+
+    def shrink(self, now: float, have: int, want: int, starting: list[int]) -> int:
+        reps, live = self.reps, self.live
         while have > want and starting:
-            r = reps[starting.pop()]  # the newest start-up is the furthest from ready
-            retire(r, now)
+            self.retire(reps[starting.pop()], now)  # the newest start-up is furthest from ready
             have -= 1
         while have > want and len(live) > 1:
             ri = min(live, key=lambda i: (len(reps[i].queue) + len(reps[i].running), -i))
@@ -528,75 +615,80 @@ def simulate(
             r = reps[ri]
             r.phase = _DRAINING
             if r.mode == _IDLE and not r.queue:
-                retire(r, now)
+                self.retire(r, now)
             have -= 1
-        timeline.append((now, have))
+        return have
 
-    def advance(now: float) -> None:
+    def advance(self, now: float) -> None:
         """Process iteration ends, replicas becoming ready and scaler ticks up to `now`."""
-        nonlocal next_scale
+        pending = self.pending
         while True:
             ready_at = pending[0][0] if pending else math.inf
-            t = min(next_scale, ready_at)
+            t = min(self.next_scale, ready_at)
             if t > now:
                 break
-            run_events_until(t)
-            if ready_at <= next_scale:
+            self.run_events_until(t)
+            if ready_at <= self.next_scale:
                 _, ri = heapq.heappop(pending)
-                if reps[ri].phase == _STARTING:
-                    reps[ri].phase = _READY
-                    live.append(ri)
+                if self.reps[ri].phase == _STARTING:
+                    self.reps[ri].phase = _READY
+                    self.live.append(ri)
             else:
-                scale_decision(t)
-                next_scale += scaler.tick_s if scaler is not None else math.inf
-        run_events_until(now)
+                self.scale_decision(t)
+                self.next_scale += self.scaler.tick_s if self.scaler is not None else math.inf
+        self.run_events_until(now)
 
-    reqs = [_Req(i, t) for i, t in enumerate(trace)]
-    replica_of = [-1] * len(reqs)
-    ids = [r.name for r in reps]
-    holding = policy if isinstance(policy, HoldingPolicy) else None
-    held: list[tuple[float, int, _Req]] = []  # heap of (hold key, arrival index, request)
-    for req in reqs:
+    # --- the replay -----------------------------------------------------------------------
+
+    def arrive(self, req: _Req) -> None:
         now = req.arrival_s
-        advance(now)
-        tick_until(now)
-        last_event_s = max(last_event_s, now)
-        if scaler is not None:
-            scale_arrivals.append((now, req.prompt))
-        if req.kv_need > p.kv_capacity_tokens:
+        self.advance(now)
+        self.tick_until(now)
+        self.last_event_s = max(self.last_event_s, now)
+        if self.scaler is not None:
+            self.scale_arrivals.append((now, req.prompt))
+        if req.kv_need > self.p.kv_capacity_tokens:
             # Could never be admitted anywhere: an engine rejects it at validation.
-            rejected += 1
-            continue
-        if holding is not None:
-            key = holding.hold_key(RouteRequest(prompt_tokens=req.prompt), now)
-            heapq.heappush(held, (key, req.idx, req))
-            release_held(now)
-            continue
-        states = observe()
-        decision = policy.choose(
-            RouteRequest(prompt_tokens=req.prompt, prefix_hashes=req.hashes), states, forecast, now
+            self.rejected += 1
+            return
+        if self.holding is not None:
+            key = self.holding.hold_key(RouteRequest(prompt_tokens=req.prompt), now)
+            heapq.heappush(self.held, (key, req.idx, req))
+            self.release_held(now)
+            return
+        states = self.observe()
+        decision = self.policy.choose(
+            RouteRequest(prompt_tokens=req.prompt, prefix_hashes=req.hashes),
+            states,
+            self.forecast,
+            now,
         )
-        dispatch(req, decision, states, now)
-    run_events_until(math.inf)
-    if held:
-        raise RuntimeError(
-            f"policy {policy.name!r} still holds {len(held)} requests with every replica idle"
-        )
+        self.dispatch(req, decision, states, now)
 
-    end_s = last_event_s
-    replica_seconds = sum(
-        (end_s if math.isnan(r.ended_s) else r.ended_s) - r.started_s for r in reps
-    )
-    return SimResult(
-        replica_seconds=replica_seconds,
-        fleet_timeline=tuple(timeline),
-        ttft_s=tuple(q.ttft_s for q in reqs),
-        e2e_s=tuple(q.e2e_s for q in reqs),
-        replica_of=tuple(replica_of),
-        reasons=reasons,
-        max_kv_used_frac=max_kv / p.kv_capacity_tokens,
-        rejected=rejected,
-        prefix_hit_tokens=sum(q.cached for q in reqs),
-        prompt_tokens=sum(q.prompt for q in reqs if not math.isnan(q.ttft_s)),
-        hold_s=tuple(q.hold_s for q in reqs),
-    )
+    def run(self) -> SimResult:
+        for req in self.reqs:
+            self.arrive(req)
+        self.run_events_until(math.inf)
+        if self.held:
+            raise RuntimeError(
+                f"policy {self.policy.name!r} still holds {len(self.held)} requests with every "
+                "replica idle"
+            )
+        end_s = self.last_event_s
+        reqs = self.reqs
+        replica_seconds = sum(
+            (end_s if math.isnan(r.ended_s) else r.ended_s) - r.started_s for r in self.reps
+        )
+        return SimResult(
+            replica_seconds=replica_seconds,
+            fleet_timeline=tuple(self.timeline),
+            ttft_s=tuple(q.ttft_s for q in reqs),
+            e2e_s=tuple(q.e2e_s for q in reqs),
+            replica_of=tuple(self.replica_of),
+            reasons=self.reasons,
+            max_kv_used_frac=self.max_kv / self.p.kv_capacity_tokens,
+            rejected=self.rejected,
+            prefix_hit_tokens=sum(q.cached for q in reqs),
+            prompt_tokens=sum(q.prompt for q in reqs if not math.isnan(q.ttft_s)),
+            hold_s=tuple(q.hold_s for q in reqs),
+        )
