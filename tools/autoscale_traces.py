@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from seedance.bench.router_sim.trace import load_trace
+from seedance.traces.llm_requests import load_trace, read_azure
 
 
 def main() -> None:
@@ -29,8 +29,7 @@ def main() -> None:
     args = ap.parse_args()
     rng = random.Random(args.seed)
     arrivals_s = [r.arrival_s for r in load_trace(args.trace)]  # sorted, from the first request
-    with args.trace.open(newline="") as f:
-        rows = sorted(csv.DictReader(f), key=lambda r: r["TIMESTAMP"])
+    rows = sorted(read_azure(args.trace), key=lambda r: r.time_s)  # stable, as load_trace sorts
     periods: list[tuple[float, float, bool]] = []
     t, on = 0.0, True
     while t < arrivals_s[-1] + 1.0:
@@ -52,7 +51,7 @@ def main() -> None:
             w.writerow(["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
             for row, x in zip(rows, arrivals_s, strict=True):
                 if keep(x):
-                    w.writerow([row["TIMESTAMP"], row["ContextTokens"], row["GeneratedTokens"]])
+                    w.writerow([row.timestamp, row.context_tokens, row.generated_tokens])
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ ratio = the larger of the two horizons' model WAPE / best-baseline WAPE. Last li
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from dataclasses import replace
@@ -43,6 +42,7 @@ from seedance.router.forecast import (
     replay_kv_forecaster,
     train_forecast_model,
 )
+from seedance.traces import h200
 
 HORIZONS_S = (5, 30)
 # The occupancy fraction's denominator; any constant gives the same WAPE. An H200's 141 GB.
@@ -57,21 +57,19 @@ def log(msg: str) -> None:
 
 
 def read_telemetry(path: Path) -> tuple[np.ndarray, np.ndarray, list[TelemetrySample]]:
-    t, kv, samples = [], [], []
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            ts, kv_mib = float(row["t_s"]), float(row["kv_cache_mib"])
-            t.append(ts)
-            kv.append(kv_mib)
-            samples.append(
-                TelemetrySample(
-                    sample_s=ts,
-                    kv_occupancy_frac=kv_mib / H200_MEM_MIB,
-                    mem_used_mib=float(row["mem_used_mib"]),
-                    queue_depth=float(row["queued_reqs"]),
-                )
-            )
-    return np.array(t), np.array(kv), samples
+    rec = h200.read_telemetry(path)
+    samples = [
+        TelemetrySample(
+            sample_s=float(ts),
+            kv_occupancy_frac=float(kv_mib) / H200_MEM_MIB,
+            mem_used_mib=float(mem),
+            queue_depth=float(queued),
+        )
+        for ts, kv_mib, mem, queued in zip(
+            rec.t_s, rec.kv_cache_mib, rec.mem_used_mib, rec.queued_reqs, strict=True
+        )
+    ]
+    return rec.t_s, rec.kv_cache_mib, samples
 
 
 def arrivals_of(log_: RequestLog) -> ArrivalHistory:
@@ -84,8 +82,7 @@ def arrivals_of(log_: RequestLog) -> ArrivalHistory:
 
 
 def read_done_total(path: Path) -> np.ndarray:
-    with path.open(newline="") as f:
-        return np.array([float(row["done_total"]) for row in csv.DictReader(f)])
+    return h200.read_telemetry(path).done_total
 
 
 def clock_offset_s(
@@ -122,20 +119,15 @@ def shifted(log_: RequestLog, offset_s: float) -> RequestLog:
 
 def read_log(path: Path) -> RequestLog:
     """The requests file as a log (NaN where a time is missing); views of it are taken per t."""
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-
-    def col(name: str) -> np.ndarray:
-        return np.array([float(r[name]) if r[name] not in ("", "nan") else math.nan for r in rows])
-
-    order = np.argsort(col("arrival_s"), kind="stable")
+    rec = h200.read_requests(path)
+    order = np.argsort(rec.arrival_s, kind="stable")
     return RequestLog(
-        arrival_s=col("arrival_s")[order],
-        context_tokens=col("context_tokens")[order],
-        admit_s=col("admit_s")[order],
-        first_token_s=col("first_token_s")[order],
-        finish_s=col("finish_s")[order],
-        generated_tokens=col("generated_tokens")[order],
+        arrival_s=rec.arrival_s[order],
+        context_tokens=rec.context_tokens[order],
+        admit_s=rec.admit_s[order],
+        first_token_s=rec.first_token_s[order],
+        finish_s=rec.finish_s[order],
+        generated_tokens=rec.generated_tokens[order],
     )
 
 

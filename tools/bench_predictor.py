@@ -15,10 +15,8 @@ Usage: bench_predictor.py TRACE [--format auto|azure|mooncake]
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +28,7 @@ from seedance.router.forecast import (
     build_feature_rows,
     train_forecast_model,
 )
+from seedance.traces.llm_requests import read_azure, read_mooncake, trace_format
 
 HORIZONS_S = (5, 30)
 TRIM_S = 60
@@ -40,49 +39,19 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _parse_ts(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    text = text.strip()
-    # Azure writes 7 fractional digits; datetime takes at most 6.
-    if "." in text:
-        head, frac = text.split(".", 1)
-        text = f"{head}.{frac[:6]}"
-    d = datetime.fromisoformat(text)
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=UTC)  # Azure traces are UTC
-    return d.timestamp()
-
-
 def load_trace(path: Path, fmt: str) -> ArrivalHistory:
     if fmt == "auto":
-        with path.open() as f:
-            first = f.readline().lstrip()
-        fmt = "mooncake" if first.startswith("{") else "azure"
-    ts: list[float] = []
-    ctx: list[float] = []
-    gen: list[float] = []
-    with path.open() as f:
-        if fmt == "mooncake":
-            for line in f:
-                if line.strip():
-                    rec = json.loads(line)
-                    ts.append(float(rec["timestamp"]) / 1000.0)
-                    ctx.append(float(rec.get("input_length", 0)))
-                    gen.append(float(rec.get("output_length", 0)))
-        else:
-            header = [h.strip() for h in f.readline().split(",")]
-            it, ic, ig = (
-                header.index(k) for k in ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-            )
-            for line in f:
-                parts = line.rstrip("\n").split(",")
-                if len(parts) > max(it, ic, ig):
-                    ts.append(_parse_ts(parts[it]))
-                    ctx.append(float(parts[ic]))
-                    gen.append(float(parts[ig]))
+        fmt = trace_format(path)
+    if fmt == "mooncake":
+        moon = read_mooncake(path)
+        ts = [r.timestamp_ms / 1000.0 for r in moon]
+        ctx = [float(r.input_length) for r in moon]
+        gen = [float(r.output_length) for r in moon]
+    else:
+        azure = read_azure(path)
+        ts = [r.time_s for r in azure]
+        ctx = [float(r.context_tokens) for r in azure]
+        gen = [float(r.generated_tokens) for r in azure]
     t = np.asarray(ts)
     order = np.argsort(t, kind="stable")
     return ArrivalHistory(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import random
 import socket
 import statistics
@@ -36,6 +35,7 @@ from seedance.events.telemetry import GpuSampleBatch
 from seedance.telemetry_collector.bus_events import sample_batch_event
 from seedance.telemetry_collector.fleet import FleetSim, load_node_list
 from seedance.telemetry_collector.sample import NodeSample
+from seedance.traces import alibaba
 
 GOAL_US = 50.0
 
@@ -49,13 +49,8 @@ def load_pods(path: Path | None, limit: int) -> list[tuple[int, int]]:
     if path is None or not path.exists():
         rng = random.Random(7)
         return [(1, rng.choice([230, 320, 470, 650, 810, 1000])) for _ in range(limit)]
-    pods = []
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            n, milli = int(row["num_gpu"]), int(row["gpu_milli"])
-            if n > 0 and milli > 0:
-                pods.append((n, milli))
-    return pods[:limit]
+    pods = [(r.num_gpu, r.gpu_milli) for r in alibaba.read_pods(path)]
+    return [(n, milli) for n, milli in pods if n > 0 and milli > 0][:limit]
 
 
 def fill(sim: FleetSim, pods: list[tuple[int, int]], seed: int, prefix: str) -> list[str]:

@@ -41,6 +41,7 @@ from seedance.events.subjects import costs, ledger, observed, routing, slicing, 
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
+from seedance.traces import alibaba
 from tools.stack import (
     NatsServer,
     ServiceProcesses,
@@ -88,24 +89,23 @@ class _Job:
 
 def load_jobs(pods_csv: Path, n: int, load: float, capacity_gpus: float, seed: int) -> list[_Job]:
     rng = random.Random(seed)
-    with pods_csv.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("deletion_time")]
+    rows = [r for r in alibaba.read_pods(pods_csv) if r.deletion_time is not None]
     rng.shuffle(rows)
     jobs: list[_Job] = []
     for r in rows[:n]:
-        lifetime = float(r["deletion_time"]) - float(r["creation_time"] or 0)
-        gpus = int(r["num_gpu"])
+        lifetime = r.lifetime_s or 0.0
+        gpus = r.num_gpu
         jobs.append(
             _Job(
-                name=r["name"],
+                name=r.name,
                 tenant=rng.choice(TENANTS),
                 gpus=gpus,
-                gpu_milli=int(r["gpu_milli"]) if gpus else 1000,
-                cpu_milli=int(r["cpu_milli"]),
-                memory_mib=int(r["memory_mib"]),
+                gpu_milli=r.gpu_milli if gpus else 1000,
+                cpu_milli=r.cpu_milli,
+                memory_mib=r.memory_mib,
                 # Trace lifetimes run to months; the demo caps them at 4 h of virtual time.
                 duration_s=min(max(lifetime, 300.0), 4 * 3600.0),
-                gpu_models=[m for m in (r.get("gpu_spec") or "").split("|") if m],
+                gpu_models=list(r.gpu_spec),
             )
         )
     demand = sum(j.gpus * j.gpu_milli / 1000 * j.duration_s for j in jobs) / len(jobs)
@@ -118,15 +118,12 @@ def load_jobs(pods_csv: Path, n: int, load: float, capacity_gpus: float, seed: i
 
 
 def node_subset(nodes_csv: Path, every: int, out: Path) -> tuple[int, float]:
-    with nodes_csv.open(newline="") as f:
-        reader = csv.DictReader(f)
-        rows = [r for i, r in enumerate(reader) if i % every == 0]
-        fields = reader.fieldnames or []
+    rows = [r for i, r in enumerate(alibaba.read_nodes(nodes_csv)) if i % every == 0]
     with out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    return len(rows), float(sum(int(r["gpu"]) for r in rows))
+        w = csv.writer(f)
+        w.writerow(["sn", "cpu_milli", "memory_mib", "gpu", "model"])
+        w.writerows([r.sn, r.cpu_milli, r.memory_mib, r.gpu, r.model] for r in rows)
+    return len(rows), float(sum(r.gpu for r in rows))
 
 
 async def nats_answering(url: str) -> bool:

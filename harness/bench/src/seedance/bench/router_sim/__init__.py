@@ -16,7 +16,7 @@ from seedance.bench.router_sim.engine import (
 from seedance.bench.router_sim.forecast_source import MovingAverageForecastSource, NoForecastSource
 from seedance.bench.router_sim.params import LLAMA31_8B_BF16_L4, LLAMA31_70B_FP8_H200, ReplicaParams
 from seedance.bench.router_sim.report import PolicySummary, summarise
-from seedance.bench.router_sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest, load_trace
+from seedance.traces.llm_requests import PREFIX_BLOCK_TOKENS, TraceRequest, load_trace
 
 __all__ = [
     "LLAMA31_8B_BF16_L4",

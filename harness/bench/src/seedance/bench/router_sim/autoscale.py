@@ -26,7 +26,6 @@ from collections import deque
 from collections.abc import Sequence
 
 from seedance.bench.router_sim.engine import FleetObservation, Scaler
-from seedance.bench.router_sim.trace import TraceRequest
 from seedance.router.load_forecast import LoadEstimator
 from seedance.router.planner import (
     LoadForecast,
@@ -36,6 +35,7 @@ from seedance.router.planner import (
     ReplicaCapacity,
     plan,
 )
+from seedance.traces.llm_requests import TraceRequest
 
 __all__ = ["HpaScaler", "KpaScaler", "OracleScaler", "PlannerScaler"]
 

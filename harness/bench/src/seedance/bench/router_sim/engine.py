@@ -47,7 +47,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from seedance.bench.router_sim.params import ReplicaParams
-from seedance.bench.router_sim.trace import PREFIX_BLOCK_TOKENS, TraceRequest
 from seedance.router.policy.state import (
     Decision,
     Forecast,
@@ -56,6 +55,7 @@ from seedance.router.policy.state import (
     RouteRequest,
     RoutingPolicy,
 )
+from seedance.traces.llm_requests import PREFIX_BLOCK_TOKENS, TraceRequest
 
 __all__ = [
     "FleetObservation",
