@@ -3,8 +3,8 @@
 Usage: bench_autoscale.py TRACE [--slo-s 2.0] [--startup-s 60] [--slo-target 95]
 TRACE is an Azure LLM inference CSV or the Mooncake conversation JSONL (format from line one).
 
-Every policy replays the same trace through the same simulator (`seedance.bench.router_sim`), the same
-replica profile (Llama-3.1-70B FP8 on one H200, docs/router-sim.md), least-outstanding routing,
+Every policy replays the same trace through the same simulator (`seedance.bench.router_sim`), the
+same replica profile (Llama-3.1-70B FP8 on one H200, docs/router-sim.md), least-outstanding routing,
 the same start-up time for a new replica and the same starting fleet (the static count):
 
 * static: the fewest replicas that meet the SLO target over the whole trace;

@@ -127,7 +127,8 @@ async def throughput(url: str, n: int, rounds: int) -> tuple[float, float]:
             ours.append(await seedance_consume(bus, tenant, n, f"ours{r}"))
             anchor.append(await raw_consume(bus, tenant, n, f"raw{r}"))
         log(
-            f"  round {r + 1}/{rounds}: seedance {ours[-1]:8.0f} ev/s   bare nats-py {anchor[-1]:8.0f} ev/s"
+            f"  round {r + 1}/{rounds}: seedance {ours[-1]:8.0f} ev/s   "
+            f"bare nats-py {anchor[-1]:8.0f} ev/s"
         )
     await bus.close()
     return statistics.median(ours), statistics.median(anchor)
@@ -194,7 +195,8 @@ async def amain(args: argparse.Namespace) -> int:
     server = NatsServer()
     try:
         log(
-            f"latency: {args.jobs} jobs, job.finished -> its cost report, slicer + cost-ledger as processes"
+            f"latency: {args.jobs} jobs, job.finished -> its cost report, "
+            "slicer + cost-ledger as processes"
         )
         lat = sorted(await latency(server.url, args.jobs, REPO / "out" / "bench-bus"))
     finally:

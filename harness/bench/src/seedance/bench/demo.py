@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from nats.js import api as js_api
 
@@ -153,7 +154,8 @@ class Demo:
         self.capacity_gpus = gpus
         say(
             f"fleet   {n_nodes} nodes / {gpus:.0f} GPUs (every {a.node_every}th node of the "
-            f"Alibaba trace), {len(jobs)} jobs from {Path(a.pods).name}, tenants {', '.join(TENANTS)}"
+            f"Alibaba trace), {len(jobs)} jobs from {Path(a.pods).name}, "
+            f"tenants {', '.join(TENANTS)}"
         )
         procs.start("telemetry-collector", node_csv=str(nodes_csv), tick_s="2")
         # Virtual time: a tenant request (a CLI submit during the demo) happens "now" in the replay.
@@ -167,6 +169,51 @@ class Demo:
             return await self._replay(bus, jobs)
         finally:
             await bus.close()
+
+    async def _publish_step(self, bus: Bus, j: _Job, kind: str, at_s: float) -> None:
+        # Built and checked like the SDK's, published as the trusted replayer.
+        at = START + timedelta(seconds=at_s)
+        if kind == "submit":
+            ev = job_submitted(
+                j.tenant,
+                j.name,
+                gpus=min(j.gpus, 1) if j.gpu_milli < 1000 else j.gpus,
+                gpu_milli=j.gpu_milli,
+                cpu_milli=j.cpu_milli,
+                memory_mib=j.memory_mib,
+                gpu_models=j.gpu_models,
+                expected_duration_s=j.duration_s,
+                at=at,
+            )
+            await bus.publish(observed.subject(j.tenant, "submitted"), ev)
+        else:
+            ev = job_event("finished", j.tenant, j.name, at=at)
+            await bus.publish(observed.subject(j.tenant, "finished"), ev)
+            j.ended_s = at_s
+
+    def _take_placements(
+        self, events: list[object], jobs: dict[str, _Job], steps: list[_Step], order: int
+    ) -> int:
+        """Record the slicer's decisions; each placed job's finish becomes a step."""
+        for p in events:
+            if isinstance(p, Placement) and p.job_id in jobs and p.job_id not in self.placed:
+                self.placed[p.job_id] = p
+                j = jobs[p.job_id]
+                j.started_s = (p.at - START).total_seconds()
+                heapq.heappush(steps, _Step(j.started_s + j.duration_s, order, "finish", j.name))
+                order += 1
+            elif isinstance(p, Unschedulable):
+                self.reasons[p.reason.value] += 1
+        return order
+
+    def _progress(self, jobs: dict[str, _Job], done: int, total: int, at_s: float) -> None:
+        running = sum(1 for j in jobs.values() if j.started_s is not None and j.ended_s is None)
+        waiting = sum(1 for j in jobs.values() if j.started_s is None and j.arrival_s <= at_s)
+        at = START + timedelta(seconds=at_s)
+        say(
+            f"  [{done:4d}/{total}] t={at:%a %H:%M}  placed {len(self.placed):4d}"
+            f"  running {running:4d}  waiting {waiting:3d}"
+        )
 
     async def _replay(self, bus: Bus, jobs: dict[str, _Job]) -> int:
         # The slicer must know the fleet before the first job arrives.
@@ -192,53 +239,15 @@ class Demo:
             batch: list[_Step] = []
             while steps and steps[0].at_s == at_s:
                 batch.append(heapq.heappop(steps))
-            at = START + timedelta(seconds=at_s)
             for st in batch:
-                j = jobs[st.job]
-                # Built and checked like the SDK's, published as the trusted replayer.
-                if st.kind == "submit":
-                    ev = job_submitted(
-                        j.tenant,
-                        j.name,
-                        gpus=min(j.gpus, 1) if j.gpu_milli < 1000 else j.gpus,
-                        gpu_milli=j.gpu_milli,
-                        cpu_milli=j.cpu_milli,
-                        memory_mib=j.memory_mib,
-                        gpu_models=j.gpu_models,
-                        expected_duration_s=j.duration_s,
-                        at=at,
-                    )
-                    await bus.publish(observed.subject(j.tenant, "submitted"), ev)
-                else:
-                    ev = job_event("finished", j.tenant, j.name, at=at)
-                    await bus.publish(observed.subject(j.tenant, "finished"), ev)
-                    j.ended_s = at_s
+                await self._publish_step(bus, jobs[st.job], st.kind, at_s)
                 done_steps += 1
             info = await bus.js.stream_info("SEEDANCE_JOBS")
             last_seq = info.state.last_seq
             await wait_consumer_settled(bus, "SEEDANCE_JOBS", "slicer-jobs", last_seq)
-            for p in await self._drain(placements):
-                if isinstance(p, Placement) and p.job_id in jobs and p.job_id not in self.placed:
-                    self.placed[p.job_id] = p
-                    j = jobs[p.job_id]
-                    j.started_s = (p.at - START).total_seconds()
-                    heapq.heappush(
-                        steps, _Step(j.started_s + j.duration_s, order, "finish", j.name)
-                    )
-                    order += 1
-                elif isinstance(p, Unschedulable):
-                    self.reasons[p.reason.value] += 1
+            order = self._take_placements(await self._drain(placements), jobs, steps, order)
             if done_steps / total_steps >= next_report:
-                running = sum(
-                    1 for j in jobs.values() if j.started_s is not None and j.ended_s is None
-                )
-                waiting = sum(
-                    1 for j in jobs.values() if j.started_s is None and j.arrival_s <= at_s
-                )
-                say(
-                    f"  [{done_steps:4d}/{total_steps}] t={at:%a %H:%M}  placed {len(self.placed):4d}"
-                    f"  running {running:4d}  waiting {waiting:3d}"
-                )
+                self._progress(jobs, done_steps, total_steps, at_s)
                 next_report += 0.1
             if not steps and any(j.started_s is None for j in jobs.values()):
                 break  # what never fits stays queued; it is reported below
@@ -353,7 +362,8 @@ class Demo:
         say("What Seedance decided")
         say(
             f"  jobs placed {len(ran)} of {len(jobs)}; never started {len(never)}; "
-            f"waits p50 {waits[len(waits) // 2] / 60 if waits else 0:.1f} min, p95 {p95 / 60:.1f} min"
+            f"waits p50 {waits[len(waits) // 2] / 60 if waits else 0:.1f} min, "
+            f"p95 {p95 / 60:.1f} min"
         )
         if self.reasons:
             say(
@@ -467,12 +477,57 @@ def fleet_report_html(
     return html, summarize(lines)
 
 
+async def _wait_model_ready(client: Any, model: str) -> None:
+    async with asyncio.timeout(120):
+        while True:
+            try:
+                if await client.is_model_ready(model):
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(0.2)  # the router is starting and warming its replicas
+
+
+class _EchoLoad:
+    """Echo requests through the router: each answer checked, latencies of the good ones."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.ok = 0
+        self.failed = 0
+        self.latencies: list[float] = []
+
+    async def one(self, i: int) -> None:
+        import numpy as np
+
+        from tools.triton_process import echo_request
+
+        inputs, x = echo_request(i, b"demo")
+        t0 = time.perf_counter()
+        try:
+            res = await self.client.infer("echo", inputs, client_timeout=30)
+            assert np.array_equal(res.as_numpy("y_fp32"), x)
+            self.ok += 1
+            self.latencies.append((time.perf_counter() - t0) * 1000)
+        except Exception as exc:
+            self.failed += 1
+            say(f"  request {i} failed: {exc}")
+
+    def report(self, requests: int) -> None:
+        latencies = sorted(self.latencies)
+        p95 = latencies[int(0.95 * (len(latencies) - 1))] if latencies else 0.0
+        say(
+            f"  {self.ok} of {requests} requests answered correctly, {self.failed} failed; "
+            f"latency p50 {latencies[len(latencies) // 2] if latencies else 0:.1f} ms, "
+            f"p95 {p95:.1f} ms"
+        )
+
+
 async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> int:
     """Route real inference through the router to two real Triton servers; kill one midway."""
-    import numpy as np
     import tritonclient.grpc.aio as grpcclient
 
-    from tools.triton_process import TritonProcess, echo_request, free_port
+    from tools.triton_process import TritonProcess, free_port
 
     say("")
     say("Inference: the router in front of two real Triton servers (CPU, from nvidia-pytriton)")
@@ -499,48 +554,21 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
 
         await bus.nc.subscribe(routing.subject("echo", "decision"), cb=on_decision)
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-        async with asyncio.timeout(120):
-            while True:
-                try:
-                    if await client.is_model_ready("echo"):
-                        break
-                except Exception:
-                    pass
-                await asyncio.sleep(0.2)  # the router is starting and warming its replicas
-        ok = failed = 0
-        latencies: list[float] = []
-
-        async def one(i: int) -> None:
-            nonlocal ok, failed
-            inputs, x = echo_request(i, b"demo")
-            t0 = time.perf_counter()
-            try:
-                res = await client.infer("echo", inputs, client_timeout=30)
-                assert np.array_equal(res.as_numpy("y_fp32"), x)
-                ok += 1
-                latencies.append((time.perf_counter() - t0) * 1000)
-            except Exception as exc:
-                failed += 1
-                say(f"  request {i} failed: {exc}")
-
+        await _wait_model_ready(client, "echo")
+        load = _EchoLoad(client)
         killed_at = requests // 2
         for start in range(0, requests, 8):
             if start <= killed_at < start + 8:
                 tritons["triton-b"].kill()
                 say(f"  killed triton-b after {start} requests")
-            await asyncio.gather(*(one(i) for i in range(start, min(requests, start + 8))))
+            await asyncio.gather(*(load.one(i) for i in range(start, min(requests, start + 8))))
         await client.close()
         await asyncio.sleep(0.5)  # the router flushes its decision queue every 100 ms
         await bus.close()
-        latencies.sort()
-        p95 = latencies[int(0.95 * (len(latencies) - 1))] if latencies else 0.0
-        say(
-            f"  {ok} of {requests} requests answered correctly, {failed} failed; "
-            f"latency p50 {latencies[len(latencies) // 2] if latencies else 0:.1f} ms, p95 {p95:.1f} ms"
-        )
+        load.report(requests)
         for (replica, reason), n in sorted(decisions.items()):
             say(f"  routed to {replica:<9} {n:4d}  ({reason})")
-        return 0 if failed == 0 else 1
+        return 0 if load.failed == 0 else 1
     finally:
         for t in tritons.values():
             t.stop()
@@ -573,7 +601,8 @@ async def compile_phase(url: str, procs: ServiceProcesses) -> int:
     if r.latency_ms_before and r.latency_ms_after:
         say(
             f"  latency {r.latency_ms_before:.2f} -> {r.latency_ms_after:.2f} ms (median of 20, "
-            f"fresh subprocesses); peak RSS {r.peak_rss_mb_before:.0f} -> {r.peak_rss_mb_after:.0f} MB"
+            f"fresh subprocesses); "
+            f"peak RSS {r.peak_rss_mb_before:.0f} -> {r.peak_rss_mb_after:.0f} MB"
         )
     say(
         f"  accuracy vs FP32: cosine {r.cosine:.5f}, max abs err {r.max_abs_err:.2e}; "

@@ -227,7 +227,6 @@ def report(path: Path) -> None:
     )
 
 
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     steps = {"prepare": 1, "gpu": 2, "report": 1}

@@ -32,6 +32,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -53,6 +54,60 @@ def log(msg: str) -> None:
 
 def _prof(p: SessionProfile) -> dict:
     return json.loads(p.to_json())
+
+
+def _log_choices(rep: Any) -> None:
+    """What the compile tried and kept (to stderr; the last line carries only the figures)."""
+    for c in rep.candidates:
+        log(f"  candidate {c.candidate}: {c.reason}; {c.verdict}")
+    for v in rep.timings:
+        ms = f"{v.median_ms:.3f} ms" if v.median_ms is not None else "-"
+        log(f"  timed {v.candidate:8s} {v.profile.label:22s} {ms:>10s}  {v.reason}")
+    for n in rep.profile.notes:
+        log(f"  profile note: {n}")
+    for f in rep.fallback_nodes[:20]:
+        log(f"  fallback {f.node} ({f.op_type}) kept in {f.kept_in}: {f.reason}")
+
+
+def _variants(args: argparse.Namespace, ours: SessionProfile, ours_path: Path) -> list[Variant]:
+    """The sessions timed: ORT's plain CUDA EP, the tuned FP32 ones, ours, then diagnostics."""
+    plain = SessionProfile(provider=args.provider)
+    tuned = [replace(plain, io_binding=True)]
+    if args.provider == CUDA_EP:
+        tuned += [
+            replace(plain, io_binding=True, cuda_graph=True),
+            replace(plain, io_binding=True, cuda_graph=True, prefer_nhwc=True),
+        ]
+    variants = [Variant(name="ort_cuda_fp32", path=args.model, profile=_prof(plain))]
+    variants += [
+        Variant(name=f"tuned_fp32[{p.label}]", path=args.model, profile=_prof(p)) for p in tuned
+    ]
+    variants.append(Variant(name="ours", path=ours_path, profile=_prof(ours)))
+    # Diagnostics, not in the last line: the same sessions with inputs and outputs left on the
+    # device (no per-run copies), to show how much of each figure the copies are.
+    if ours.io_binding:
+        resident = {**_prof(ours), "resident": True}
+        variants.append(Variant(name="diag_ours_resident", path=ours_path, profile=resident))
+        for p in tuned[1:]:
+            variants.append(
+                Variant(
+                    name=f"diag_tuned_fp32_resident[{p.label}]",
+                    path=args.model,
+                    profile={**_prof(p), "resident": True},
+                )
+            )
+    return variants
+
+
+def _accuracy(raw: onnx.ModelProto, model_bytes: bytes, evals: list) -> Any:
+    """Held-out outputs of the served model against the unoptimised FP32 reference."""
+    ref_sess = runtime.make_session(raw, "disable", 4)
+    ref = [runtime.run(ref_sess, f) for f in evals]
+    del ref_sess
+    served = load_session(model_bytes)
+    acc = compare_outputs(ref, [served.run(f) for f in evals])
+    del served
+    return acc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,15 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         f"compiled in {time.perf_counter() - t0:.1f} s: precision={rep.precision} "
         f"profile={rep.profile.label} nodes {rep.before.nodes} -> {rep.after.nodes}"
     )
-    for c in rep.candidates:
-        log(f"  candidate {c.candidate}: {c.reason}; {c.verdict}")
-    for v in rep.timings:
-        ms = f"{v.median_ms:.3f} ms" if v.median_ms is not None else "-"
-        log(f"  timed {v.candidate:8s} {v.profile.label:22s} {ms:>10s}  {v.reason}")
-    for n in rep.profile.notes:
-        log(f"  profile note: {n}")
-    for f in rep.fallback_nodes[:20]:
-        log(f"  fallback {f.node} ({f.op_type}) kept in {f.kept_in}: {f.reason}")
+    _log_choices(rep)
     ours_path = args.out / f"{name}.cuda.onnx"
     ours_path.write_bytes(result.model_bytes)
     (args.out / f"{name}.config.pbtxt").write_text(
@@ -102,43 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     evals = runtime.sample_inputs(raw, args.eval_samples, args.seed + 1000)
-    ref_sess = runtime.make_session(raw, "disable", 4)
-    ref = [runtime.run(ref_sess, f) for f in evals]
-    del ref_sess
-    served = load_session(result.model_bytes)
-    acc = compare_outputs(ref, [served.run(f) for f in evals])
-    del served
+    acc = _accuracy(raw, result.model_bytes, evals)
     log(
         f"held-out accuracy on the GPU over {args.eval_samples} samples: min cosine "
         f"{acc.min_cosine:.6f}, max abs err {acc.max_abs_err:.3g}, non-finite "
         f"{acc.nonfinite_count}"
     )
 
-    plain = SessionProfile(provider=args.provider)
-    tuned = [replace(plain, io_binding=True)]
-    if args.provider == CUDA_EP:
-        tuned += [
-            replace(plain, io_binding=True, cuda_graph=True),
-            replace(plain, io_binding=True, cuda_graph=True, prefer_nhwc=True),
-        ]
-    variants = [Variant(name="ort_cuda_fp32", path=args.model, profile=_prof(plain))]
-    variants += [
-        Variant(name=f"tuned_fp32[{p.label}]", path=args.model, profile=_prof(p)) for p in tuned
-    ]
-    variants.append(Variant(name="ours", path=ours_path, profile=_prof(rep.profile)))
-    # Diagnostics, not in the last line: the same sessions with inputs and outputs left on the
-    # device (no per-run copies), to show how much of each figure the copies are.
-    if rep.profile.io_binding:
-        resident = {**_prof(rep.profile), "resident": True}
-        variants.append(Variant(name="diag_ours_resident", path=ours_path, profile=resident))
-        for p in tuned[1:]:
-            variants.append(
-                Variant(
-                    name=f"diag_tuned_fp32_resident[{p.label}]",
-                    path=args.model,
-                    profile={**_prof(p), "resident": True},
-                )
-            )
+    variants = _variants(args, rep.profile, ours_path)
     log(f"latency: {args.runs} timed runs per variant, interleaved, one child ...")
     lat = measure_latency(variants, evals[0], runs=args.runs, seed=args.seed)
     for k, s in lat.items():

@@ -19,13 +19,13 @@ Usage: bench_ledger_core.py DATA_DIR [--pods N] [--samples N] [--batch N] [--see
 from __future__ import annotations
 
 import argparse
-import csv
 import heapq
 import random
 import statistics
 import sys
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from seedance.cost_ledger.core import (
@@ -40,10 +40,121 @@ from seedance.cost_ledger.core import (
     default_price_book,
     recompute,
 )
+from seedance.traces import alibaba
 
 GOAL_EVENTS_PER_S = 5000
 TENANTS = ("search", "ads", "llm", "research", "vision")
 T0_MS = 1_767_225_600_000  # the trace's second 0 mapped to 2026-01-01T00:00:00Z
+
+
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    """A GPU pod of the trace, its times compressed and counted from the first creation."""
+
+    name: str
+    num_gpu: int
+    gpu_milli: int
+    gpu_spec: frozenset[str]
+    created_s: int
+    deleted_s: int
+
+
+def _gpu_pods(path: Path, pods: int, compress: int) -> list[_Pod]:
+    rows = [r for r in alibaba.read_pods(path) if r.num_gpu > 0]
+    rows.sort(key=lambda r: (r.creation_time or 0, r.name))
+    rows = rows[:pods]
+    first = rows[0].creation_time or 0
+    return [
+        _Pod(
+            name=r.name,
+            num_gpu=r.num_gpu,
+            gpu_milli=r.gpu_milli,
+            gpu_spec=frozenset(r.gpu_spec),
+            created_s=((r.creation_time or 0) - first) // compress,
+            deleted_s=max(0, (r.deletion_time or 0) - first) // compress,
+        )
+        for r in rows
+    ]
+
+
+def _first_fit(
+    nodes: list[tuple[str, str, int]], free: dict[str, list[int]], pod: _Pod
+) -> tuple[str, tuple[int, ...], int] | None:
+    """The first node (list order) that fits: a shared pod on one GPU with room for its share,
+    otherwise whole free GPUs."""
+    n_gpu, milli = pod.num_gpu, pod.gpu_milli
+    for sn, m, _ in nodes:
+        if pod.gpu_spec and m not in pod.gpu_spec:
+            continue
+        if n_gpu == 1 and milli < 1000:
+            g = next((i for i, fr in enumerate(free[sn]) if fr >= milli), None)
+            if g is not None:
+                return (sn, (g,), milli)
+        else:
+            whole = [i for i, fr in enumerate(free[sn]) if fr == 1000]
+            if len(whole) >= n_gpu:
+                return (sn, tuple(whole[:n_gpu]), 1000)
+    return None
+
+
+def _place(
+    nodes: list[tuple[str, str, int]], rows: list[_Pod], horizon_s: int
+) -> tuple[list[LedgerInput], set[tuple[str, int]], int]:
+    """First-fit placements and the job ends inside the horizon, in creation order."""
+    free = {sn: [1000] * n for sn, _, n in nodes}
+    model_of = {sn: m for sn, m, _ in nodes}
+    events: list[LedgerInput] = []
+    releases: list[tuple[int, str, tuple[int, ...], int]] = []
+    used: set[tuple[str, int]] = set()
+    placed = 0
+    for r in rows:
+        t = r.created_s
+        while releases and releases[0][0] <= t:
+            _, sn, gpus, milli = heapq.heappop(releases)
+            for g in gpus:
+                free[sn][g] += milli
+        choice = _first_fit(nodes, free, r)
+        if choice is None:
+            continue  # unschedulable at this moment: the slicer's problem, not the ledger's
+        sn, gpus, m = choice
+        for g in gpus:
+            free[sn][g] -= m
+            used.add((sn, g))
+        end_s = min(r.deleted_s, horizon_s)
+        heapq.heappush(releases, (end_s, sn, gpus, m))
+        shared = r.num_gpu == 1 and r.gpu_milli < 1000
+        job = r.name
+        events.append(
+            Placement(
+                event_id=f"place:{job}", job_id=job,
+                tenant=TENANTS[zlib.crc32(job.encode()) % len(TENANTS)], node=sn,
+                gpu_model=model_of[sn], gpu_indices=gpus, start_ms=T0_MS + t * 1000,
+                kind="shared" if shared else "whole", gpu_milli=m,
+            )
+        )  # fmt: skip
+        if r.deleted_s <= horizon_s:
+            events.append(JobEnded(event_id=f"end:{job}", job_id=job, end_ms=T0_MS + end_s * 1000))
+        placed += 1
+    return events, used, placed
+
+
+def _samples(
+    rng: random.Random, gpus_used: list[tuple[str, int]], samples: int, horizon_s: int
+) -> list[LedgerInput]:
+    per_gpu = max(1, samples // max(1, len(gpus_used)))
+    step_s = max(1, horizon_s // per_gpu)
+    out: list[LedgerInput] = []
+    for sn, g in gpus_used:
+        for k in range(per_gpu):
+            at_s = k * step_s + rng.randrange(0, step_s)
+            out.append(
+                GpuSample(
+                    event_id=f"sample:{sn}:{g}:{k}", node=sn, gpu_index=g,
+                    at_ms=T0_MS + at_s * 1000, activity=round(rng.random(), 3),
+                    energy_mj=rng.randrange(0, 300_000) * step_s,
+                )
+            )  # fmt: skip
+    return out
 
 
 def trace_events(
@@ -56,19 +167,11 @@ def trace_events(
     """
     rng = random.Random(seed)
     trace = data_dir / "alibaba-gpu-v2023"
-    with (trace / "openb_node_list_gpu_node.csv").open() as f:
-        nodes = [(row["sn"], row["model"], int(row["gpu"])) for row in csv.DictReader(f)]
-    with (trace / "openb_pod_list_default.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["num_gpu"]) > 0]
-    rows.sort(key=lambda r: (int(r["creation_time"]), r["name"]))
-    rows = rows[:pods]
-    first = int(rows[0]["creation_time"])
-    for r in rows:
-        r["creation_time"] = str((int(r["creation_time"]) - first) // compress)
-        r["deletion_time"] = str(max(0, int(r["deletion_time"]) - first) // compress)
-    horizon_s = max(int(r["creation_time"]) for r in rows) + 3600
-    free = {sn: [1000] * n for sn, _, n in nodes}
-    model_of = {sn: m for sn, m, _ in nodes}
+    nodes = [
+        (n.sn, n.model, n.gpu) for n in alibaba.read_nodes(trace / "openb_node_list_gpu_node.csv")
+    ]
+    rows = _gpu_pods(trace / "openb_pod_list_default.csv", pods, compress)
+    horizon_s = max(r.created_s for r in rows) + 3600
     tiers = ("on_demand", "reserved", "spot", "on_prem")
     events: list[LedgerInput] = [
         NodeInfo(
@@ -77,65 +180,10 @@ def trace_events(
         )
         for sn, m, n in nodes
     ]  # fmt: skip
-    releases: list[tuple[int, str, tuple[int, ...], int]] = []
-    used: set[tuple[str, int]] = set()
-    placed = 0
-    for r in rows:
-        t = int(r["creation_time"])
-        while releases and releases[0][0] <= t:
-            _, sn, gpus, milli = heapq.heappop(releases)
-            for g in gpus:
-                free[sn][g] += milli
-        n_gpu, milli = int(r["num_gpu"]), int(r["gpu_milli"])
-        spec = set(r["gpu_spec"].split("|")) if r["gpu_spec"] else None
-        choice = None
-        for sn, m, _ in nodes:
-            if spec and m not in spec:
-                continue
-            if n_gpu == 1 and milli < 1000:
-                g = next((i for i, fr in enumerate(free[sn]) if fr >= milli), None)
-                if g is not None:
-                    choice = (sn, (g,), milli)
-                    break
-            else:
-                whole = [i for i, fr in enumerate(free[sn]) if fr == 1000]
-                if len(whole) >= n_gpu:
-                    choice = (sn, tuple(whole[:n_gpu]), 1000)
-                    break
-        if choice is None:
-            continue  # unschedulable at this moment: the slicer's problem, not the ledger's
-        sn, gpus, m = choice
-        for g in gpus:
-            free[sn][g] -= m
-            used.add((sn, g))
-        end_s = min(int(r["deletion_time"]), horizon_s)
-        heapq.heappush(releases, (end_s, sn, gpus, m))
-        shared = n_gpu == 1 and milli < 1000
-        job = r["name"]
-        events.append(
-            Placement(
-                event_id=f"place:{job}", job_id=job,
-                tenant=TENANTS[zlib.crc32(job.encode()) % len(TENANTS)], node=sn,
-                gpu_model=model_of[sn], gpu_indices=gpus, start_ms=T0_MS + t * 1000,
-                kind="shared" if shared else "whole", gpu_milli=m,
-            )
-        )  # fmt: skip
-        if int(r["deletion_time"]) <= horizon_s:
-            events.append(JobEnded(event_id=f"end:{job}", job_id=job, end_ms=T0_MS + end_s * 1000))
-        placed += 1
+    placements, used, placed = _place(nodes, rows, horizon_s)
+    events.extend(placements)
     gpus_used = sorted(used)
-    per_gpu = max(1, samples // max(1, len(gpus_used)))
-    step_s = max(1, horizon_s // per_gpu)
-    for sn, g in gpus_used:
-        for k in range(per_gpu):
-            at_s = k * step_s + rng.randrange(0, step_s)
-            events.append(
-                GpuSample(
-                    event_id=f"sample:{sn}:{g}:{k}", node=sn, gpu_index=g,
-                    at_ms=T0_MS + at_s * 1000, activity=round(rng.random(), 3),
-                    energy_mj=rng.randrange(0, 300_000) * step_s,
-                )
-            )  # fmt: skip
+    events.extend(_samples(rng, gpus_used, samples, horizon_s))
     print(
         f"trace: {len(rows)} GPU pods, {placed} placed, {len(gpus_used)} GPUs used, "
         f"horizon {horizon_s / 3600:.1f} h (time compressed {compress}x), {len(events)} events",

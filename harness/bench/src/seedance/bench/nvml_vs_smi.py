@@ -180,6 +180,135 @@ async def poller_check(host: str) -> dict[str, object]:
     }
 
 
+def _start_load(phase: str, seconds: float, load: subprocess.Popen | None) -> subprocess.Popen:
+    if load is not None:
+        load.wait()
+    script = LOAD if phase == "load" else TINY
+    load = subprocess.Popen(
+        [sys.executable, "-c", script, str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    assert load.stdout is not None
+    log(load.stdout.readline().strip())  # blocks until the load has allocated
+    time.sleep(1.5)  # power is a 1 s average: let the window fill with the load
+    return load
+
+
+def _sample_once(backend: NvmlBackend, phase: str, t_start: float) -> list[dict]:
+    """One second's rows: the collector's fast and slow paths beside nvidia-smi, per GPU."""
+    now = time.monotonic()
+    c0 = time.process_time()
+    fast = backend.sample_fast()
+    c_fast = time.process_time() - c0
+    c0 = time.process_time()
+    slow = {r.index: r for r in backend.sample_slow(now)}
+    c_slow = time.process_time() - c0
+    gpus = [merge_slow(g, slow.get(g.index), time.monotonic()) for g in fast]
+    ref = smi()
+    rows = []
+    for g, r in zip(gpus, ref, strict=True):
+        rows.append(
+            {
+                "phase": phase,
+                "t_s": round(now - t_start, 2),
+                "gpu": g.index,
+                "collector": __import__("msgspec").to_builtins(g),
+                "smi": r,
+                "cpu_us_fast": c_fast * 1e6,
+                "cpu_us_slow": c_slow * 1e6,
+            }
+        )
+        c = g
+        log(
+            f"{phase:5s} t={now - t_start:5.1f}s gpu{g.index}: mem {c.mem_used_mib:.0f} "
+            f"vs smi {r['memory.used']} MiB; power {c.power_w} vs smi "
+            f"{r['power.draw.average'] or r['power.draw']} W; util {c.gpu_util_ratio} vs "
+            f"{r['utilization.gpu']} %; sm_active {c.sm_active_ratio} tensor "
+            f"{c.tensor_active_ratio} dram {c.dram_active_ratio}; "
+            f"P_from_energy {c.power_from_energy_w}"
+        )
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
+    return rows
+
+
+def _run_phases(backend: NvmlBackend, phases: list[tuple[str, float]]) -> list[dict]:
+    load = None
+    rows: list[dict] = []
+    t_start = time.monotonic()
+    for phase, seconds in phases:
+        if phase in ("load", "tiny"):
+            load = _start_load(phase, seconds, load)
+        if phase == "after" and load is not None:
+            load.wait()
+            time.sleep(1.5)  # power is a 1 s average: let the window slide past the load
+        end = time.monotonic() + seconds - (2.5 if phase in ("load", "tiny") else 0.0)
+        while time.monotonic() < end:
+            rows.extend(_sample_once(backend, phase, t_start))
+    if load is not None:
+        load.wait()
+    return rows
+
+
+_MEDIAN_KEYS = (
+    "mem_used_mib",
+    "power_w",
+    "power_from_energy_w",
+    "gpu_util_ratio",
+    "sm_active_ratio",
+    "sm_occupancy_ratio",
+    "tensor_active_ratio",
+    "dram_active_ratio",
+    "temp_c",
+    "sm_clock_mhz",
+)
+
+
+def _errors(rows: list[dict]) -> tuple[list[float], list[float]]:
+    """Relative errors against nvidia-smi: memory used, power."""
+    mem_errs, power_errs = [], []
+    for r in rows:
+        c, s = r["collector"], r["smi"]
+        if s["memory.used"] is not None and c["mem_used_mib"] is not None:
+            # nvidia-smi prints whole MiB: allow that rounding on top of the 1 % bound.
+            err = abs(c["mem_used_mib"] - s["memory.used"]) / max(s["memory.used"], 100.0)
+            mem_errs.append(err)
+        ref_power = s["power.draw.average"] or s["power.draw"]
+        if ref_power and c["power_w"] is not None:
+            power_errs.append(abs(c["power_w"] - ref_power) / ref_power)
+    return mem_errs, power_errs
+
+
+def _summary(rows: list[dict], phases: list[tuple[str, float]], n_gpus: int) -> dict:
+    def col(phase: str, key: str) -> list[float]:
+        return [
+            r["collector"][key]
+            for r in rows
+            if r["phase"] == phase and r["collector"].get(key) is not None
+        ]
+
+    med = statistics.median
+
+    def rises_and_falls(key: str) -> bool | None:
+        idle, load_, after = col("idle", key), col("load", key), col("after", key)
+        if not idle or not load_ or not after:
+            return None
+        return med(load_) > med(idle) + 0.2 and med(after) < med(load_) - 0.2
+
+    mem_errs, power_errs = _errors(rows)
+    return {
+        "mem_max_rel_err": max(mem_errs) if mem_errs else None,
+        "power_median_rel_err": med(power_errs) if power_errs else None,
+        "power_max_rel_err": max(power_errs) if power_errs else None,
+        "util_rises_and_falls": rises_and_falls("gpu_util_ratio"),
+        "sm_active_rises_and_falls": rises_and_falls("sm_active_ratio"),
+        "medians": {
+            phase: {k: (med(col(phase, k)) if col(phase, k) else None) for k in _MEDIAN_KEYS}
+            for phase, _ in phases
+        },
+        "cpu_us_fast_per_gpu_median": med([r["cpu_us_fast"] for r in rows]) / n_gpus,
+        "cpu_us_slow_per_gpu_median": med([r["cpu_us_slow"] for r in rows]) / n_gpus,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="JSON report")
@@ -200,121 +329,17 @@ def main() -> None:
     log("measuring NVML call costs")
     costs = call_costs(args.cost_calls)
 
-    load = None
-    rows = []
-    t_start = time.monotonic()
     phases = [("idle", args.idle_s), ("load", args.load_s), ("after", args.after_s)]
     if args.tiny_s > 0:
         phases.append(("tiny", args.tiny_s))
-    for phase, seconds in phases:
-        if phase in ("load", "tiny"):
-            if load is not None:
-                load.wait()
-            script = LOAD if phase == "load" else TINY
-            load = subprocess.Popen(
-                [sys.executable, "-c", script, str(seconds)], stdout=subprocess.PIPE, text=True
-            )
-            assert load.stdout is not None
-            log(load.stdout.readline().strip())  # blocks until the load has allocated
-            time.sleep(1.5)  # power is a 1 s average: let the window fill with the load
-        if phase == "after" and load is not None:
-            load.wait()
-            time.sleep(1.5)  # power is a 1 s average: let the window slide past the load
-        end = time.monotonic() + seconds - (2.5 if phase in ("load", "tiny") else 0.0)
-        while time.monotonic() < end:
-            now = time.monotonic()
-            c0 = time.process_time()
-            fast = backend.sample_fast()
-            c_fast = time.process_time() - c0
-            c0 = time.process_time()
-            slow = {r.index: r for r in backend.sample_slow(now)}
-            c_slow = time.process_time() - c0
-            gpus = [merge_slow(g, slow.get(g.index), time.monotonic()) for g in fast]
-            ref = smi()
-            for g, r in zip(gpus, ref, strict=True):
-                rows.append(
-                    {
-                        "phase": phase,
-                        "t_s": round(now - t_start, 2),
-                        "gpu": g.index,
-                        "collector": __import__("msgspec").to_builtins(g),
-                        "smi": r,
-                        "cpu_us_fast": c_fast * 1e6,
-                        "cpu_us_slow": c_slow * 1e6,
-                    }
-                )
-                c = g
-                log(
-                    f"{phase:5s} t={now - t_start:5.1f}s gpu{g.index}: mem {c.mem_used_mib:.0f} "
-                    f"vs smi {r['memory.used']} MiB; power {c.power_w} vs smi "
-                    f"{r['power.draw.average'] or r['power.draw']} W; util {c.gpu_util_ratio} vs "
-                    f"{r['utilization.gpu']} %; sm_active {c.sm_active_ratio} tensor "
-                    f"{c.tensor_active_ratio} dram {c.dram_active_ratio}; "
-                    f"P_from_energy {c.power_from_energy_w}"
-                )
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
-    if load is not None:
-        load.wait()
+    rows = _run_phases(backend, phases)
     backend.close()
     if args.record:
         args.record.write_text(json.dumps(recorder.recording(), separators=(",", ":")) + "\n")
         log(f"recording: {args.record} ({args.record.stat().st_size} bytes)")
 
-    # --- checks --------------------------------------------------------------------------------
-    def col(phase: str, key: str) -> list[float]:
-        return [
-            r["collector"][key]
-            for r in rows
-            if r["phase"] == phase and r["collector"].get(key) is not None
-        ]
-
-    mem_errs, power_errs = [], []
-    for r in rows:
-        c, s = r["collector"], r["smi"]
-        if s["memory.used"] is not None and c["mem_used_mib"] is not None:
-            # nvidia-smi prints whole MiB: allow that rounding on top of the 1 % bound.
-            err = abs(c["mem_used_mib"] - s["memory.used"]) / max(s["memory.used"], 100.0)
-            mem_errs.append(err)
-        ref_power = s["power.draw.average"] or s["power.draw"]
-        if ref_power and c["power_w"] is not None:
-            power_errs.append(abs(c["power_w"] - ref_power) / ref_power)
-    med = statistics.median
-
-    def rises_and_falls(key: str) -> bool | None:
-        idle, load_, after = col("idle", key), col("load", key), col("after", key)
-        if not idle or not load_ or not after:
-            return None
-        return med(load_) > med(idle) + 0.2 and med(after) < med(load_) - 0.2
-
-    util_ok = rises_and_falls("gpu_util_ratio")
-    sm_ok = rises_and_falls("sm_active_ratio")
-    summary = {
-        "mem_max_rel_err": max(mem_errs) if mem_errs else None,
-        "power_median_rel_err": med(power_errs) if power_errs else None,
-        "power_max_rel_err": max(power_errs) if power_errs else None,
-        "util_rises_and_falls": util_ok,
-        "sm_active_rises_and_falls": sm_ok,
-        "medians": {
-            phase: {
-                k: (med(col(phase, k)) if col(phase, k) else None)
-                for k in (
-                    "mem_used_mib",
-                    "power_w",
-                    "power_from_energy_w",
-                    "gpu_util_ratio",
-                    "sm_active_ratio",
-                    "sm_occupancy_ratio",
-                    "tensor_active_ratio",
-                    "dram_active_ratio",
-                    "temp_c",
-                    "sm_clock_mhz",
-                )
-            }
-            for phase, _ in phases
-        },
-        "cpu_us_fast_per_gpu_median": med([r["cpu_us_fast"] for r in rows]) / len(inv.gpus),
-        "cpu_us_slow_per_gpu_median": med([r["cpu_us_slow"] for r in rows]) / len(inv.gpus),
-    }
+    summary = _summary(rows, phases, len(inv.gpus))
+    util_ok, sm_ok = summary["util_rises_and_falls"], summary["sm_active_rises_and_falls"]
     ok = bool(
         summary["mem_max_rel_err"] is not None
         and summary["mem_max_rel_err"] <= 0.01

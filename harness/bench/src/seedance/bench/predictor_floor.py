@@ -340,6 +340,58 @@ def linear_forecast_wape(
 # ---------------------------------------------------------------------------------------------
 
 
+def _goal(cum: np.ndarray, split: int, n: int) -> dict[int, float]:
+    """The real trace's best baseline per horizon, hence the goal (as in the bench)."""
+    goal: dict[int, float] = {}
+    for h in HORIZONS_S:
+        idx = np.arange(split, n - h)
+        actual = cum[idx + 1 + h] - cum[idx + 1]
+        real = {k: wape(v, actual) for k, v in baselines(cum, idx, h).items()}
+        best = min(real, key=real.__getitem__)
+        goal[h] = GOAL_RATIO * real[best]
+        log(
+            f"real H={h}s "
+            + " ".join(f"{k}_wape={v:.4f}" for k, v in real.items())
+            + f" best={best} goal_wape(0.85x)={goal[h]:.4f}"
+        )
+    return goal
+
+
+def _poisson_floor(counts: np.ndarray, split: int, seeds: int) -> dict[tuple[int, int], TailScores]:
+    """Poisson arrivals around the trace's own smoothed rate, per rate width and horizon."""
+    floor: dict[tuple[int, int], TailScores] = {}
+    for w in RATE_WIDTHS_S:
+        rate = centred_mean(counts, w)
+        for h in HORIZONS_S:
+            s = score_tail(rate, split, h, seeds)
+            floor[(w, h)] = s
+            log(
+                f"poisson(rate=centred {w:3d}s) H={h:2d}s oracle_expected={s.oracle_expected:.4f} "
+                f"oracle_sim={s.oracle_sim:.4f} "
+                + " ".join(f"{k}_sim={v:.4f}" for k, v in s.baseline_sim.items())
+                + f" oracle/ma60={s.oracle_sim / s.baseline_sim['ma60']:.3f}"
+            )
+    return floor
+
+
+def _hawkes_fits(
+    t: np.ndarray, generated_tokens: np.ndarray, nu: np.ndarray, origin_s: float
+) -> dict[str, HawkesFit]:
+    """The best self-exciting fit per source set: arrivals, and completions at a few speeds."""
+    source_sets = {"arrivals": t}
+    for p in COMPLETION_S_PER_TOKEN:
+        source_sets[f"completions_{p}s_per_tok"] = np.sort(t + p * generated_tokens)
+    hawkes: dict[str, HawkesFit] = {}
+    for name, src in source_sets.items():
+        f = best_hawkes(t, src, nu, origin_s)
+        hawkes[name] = f
+        log(
+            f"hawkes sources={name}: best 1/beta={1.0 / f.beta:.3g}s branching={f.alpha:.4f} "
+            f"a={f.a:.3f} loglik_gain={f.loglik_gain:.2f} (2*gain vs chi2(2) 99%: 9.21)"
+        )
+    return hawkes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("trace", type=Path)
@@ -366,32 +418,10 @@ def main() -> None:
     )
 
     # -- the real trace's best baseline, hence the goal (as in the bench)
-    goal: dict[int, float] = {}
-    for h in HORIZONS_S:
-        idx = np.arange(split, n - h)
-        actual = cum[idx + 1 + h] - cum[idx + 1]
-        real = {k: wape(v, actual) for k, v in baselines(cum, idx, h).items()}
-        best = min(real, key=real.__getitem__)
-        goal[h] = GOAL_RATIO * real[best]
-        log(
-            f"real H={h}s "
-            + " ".join(f"{k}_wape={v:.4f}" for k, v in real.items())
-            + f" best={best} goal_wape(0.85x)={goal[h]:.4f}"
-        )
+    goal = _goal(cum, split, n)
 
     # -- floor: Poisson around the trace's own smoothed rate
-    floor: dict[tuple[int, int], TailScores] = {}
-    for w in RATE_WIDTHS_S:
-        rate = centred_mean(counts, w)
-        for h in HORIZONS_S:
-            s = score_tail(rate, split, h, args.seeds)
-            floor[(w, h)] = s
-            log(
-                f"poisson(rate=centred {w:3d}s) H={h:2d}s oracle_expected={s.oracle_expected:.4f} "
-                f"oracle_sim={s.oracle_sim:.4f} "
-                + " ".join(f"{k}_sim={v:.4f}" for k, v in s.baseline_sim.items())
-                + f" oracle/ma60={s.oracle_sim / s.baseline_sim['ma60']:.3f}"
-            )
+    floor = _poisson_floor(counts, split, args.seeds)
 
     # -- structure
     disp = {b: dispersion_index(counts, b) for b in (1, 5, 30)}
@@ -415,17 +445,7 @@ def main() -> None:
         f"peak at {peak_period:.1f}s = {peak_x:.1f}x mean, white-noise p={peak_p:.2f}"
     )
     nu = centred_mean(counts, LEVEL_WIDTH_S)
-    source_sets = {"arrivals": t}
-    for p in COMPLETION_S_PER_TOKEN:
-        source_sets[f"completions_{p}s_per_tok"] = np.sort(t + p * hist.generated_tokens)
-    hawkes: dict[str, HawkesFit] = {}
-    for name, src in source_sets.items():
-        f = best_hawkes(t, src, nu, origin_s)
-        hawkes[name] = f
-        log(
-            f"hawkes sources={name}: best 1/beta={1.0 / f.beta:.3g}s branching={f.alpha:.4f} "
-            f"a={f.a:.3f} loglik_gain={f.loglik_gain:.2f} (2*gain vs chi2(2) 99%: 9.21)"
-        )
+    hawkes = _hawkes_fits(t, hist.generated_tokens, nu, origin_s)
     best_name = max(hawkes, key=lambda k: hawkes[k].loglik_gain)
     # What the excitation could give a 5-s forecast: on average past events add
     # rate · α · (1 − e^{−βH}) / β requests to (t, t+H], a share α(1 − e^{−βH})/(βH) of them.
@@ -486,7 +506,8 @@ def main() -> None:
         f"dispersion_1s={disp[1]:.3f} dispersion_5s={disp[5]:.3f} "
         f"autocorr_lags_beyond_3sigma={n_sig} minute_phase_chi2={chi2_minute:.1f} "
         f"periodogram_peak_p={peak_p:.2f} "
-        f"hawkes_best={best_name} hawkes_decay_s={1.0 / hb.beta:.3g} hawkes_branching={hawkes[best_name].alpha:.4f} "
+        f"hawkes_best={best_name} hawkes_decay_s={1.0 / hb.beta:.3g} "
+        f"hawkes_branching={hawkes[best_name].alpha:.4f} "
         f"hawkes_loglik_gain={hawkes[best_name].loglik_gain:.2f} "
         f"hawkes_share_5s={hawkes_share_5s:.4f} "
         f"linear_ratio_to_ma60_5s={linear[('counts', 5)][1]:.3f} "

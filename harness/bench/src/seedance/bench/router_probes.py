@@ -137,7 +137,8 @@ def backlog(trace: Sequence[TraceRequest], n: int) -> None:
     worst = max(range(len(trace)), key=lambda i: res.ttft_s[i])
     m = int(trace[worst].arrival_s // 60)
     print(
-        f"least_outstanding, worst TTFT {res.ttft_s[worst]:.1f} s at t={trace[worst].arrival_s:.0f} s"
+        f"least_outstanding, worst TTFT {res.ttft_s[worst]:.1f} s "
+        f"at t={trace[worst].arrival_s:.0f} s"
     )
     for w in range(m - 5, m + 5):
         print(f"  minute from {w * 60:>5} s: arrivals {arr[w]:>4}  first tokens {first[w]:>4}")

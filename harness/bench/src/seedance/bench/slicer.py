@@ -115,6 +115,37 @@ def paper_results(results_dir: Path, trace: str) -> dict[str, dict[str, dict[int
     return found
 
 
+def mean_at(rs: list[dict[int, tuple[float, float]]], x: int, i: int) -> float:
+    return statistics.fmean(r[x][i] for r in rs)
+
+
+def print_table(
+    names: list[str],
+    results: dict[str, list[dict[int, tuple[float, float]]]],
+    times: dict[str, list[float]],
+    cpu_times: dict[str, list[float]],
+    paper: dict[str, dict[str, dict[int, float]]],
+) -> None:
+    """Our policies' rows, then the paper's (its rows end in "-": no latency figures)."""
+    head = "policy".ljust(16) + "".join(f"alloc@{x:<5}" for x in CHECKPOINTS)
+    head += "unalloc@130  frag%@50  frag%@80  frag%@90  p99_us  p99_cpu_us"
+    print(head)
+    for name in names:
+        rs = results[name]
+        line = name.ljust(16) + "".join(f"{mean_at(rs, x, 0):<11.2f}" for x in CHECKPOINTS)
+        line += f"{100 - mean_at(rs, 130, 0):<13.2f}"
+        line += "".join(f"{mean_at(rs, x, 1):<10.1f}" for x in (50, 80, 90))
+        line += f"{1e6 * float(np.percentile(times[name], 99)):<8.0f}"
+        line += f"{1e6 * float(np.percentile(cpu_times[name], 99)):.0f}"
+        print(line)
+    for label, data in paper.items():
+        al, fr = data.get("alloc", {}), data.get("frag_ratio", {})
+        line = label.ljust(16) + "".join(f"{al.get(x, float('nan')):<11.2f}" for x in CHECKPOINTS)
+        line += f"{100 - al.get(130, float('nan')):<13.2f}"
+        line += "".join(f"{fr.get(x, float('nan')):<10.1f}" for x in (50, 80, 90))
+        print(line + "-")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=Path, required=True)
@@ -159,27 +190,8 @@ def main() -> int:
                 flush=True,
             )
 
-    def mean_at(rs: list[dict[int, tuple[float, float]]], x: int, i: int) -> float:
-        return statistics.fmean(r[x][i] for r in rs)
-
-    head = "policy".ljust(16) + "".join(f"alloc@{x:<5}" for x in CHECKPOINTS)
-    head += "unalloc@130  frag%@50  frag%@80  frag%@90  p99_us  p99_cpu_us"
     print(f"trace={trace} seeds={args.seeds} ({len(seeds)}) nodes={len(nodes)} pods={len(pods)}")
-    print(head)
-    for name in names:
-        rs = results[name]
-        line = name.ljust(16) + "".join(f"{mean_at(rs, x, 0):<11.2f}" for x in CHECKPOINTS)
-        line += f"{100 - mean_at(rs, 130, 0):<13.2f}"
-        line += "".join(f"{mean_at(rs, x, 1):<10.1f}" for x in (50, 80, 90))
-        line += f"{1e6 * float(np.percentile(times[name], 99)):<8.0f}"
-        line += f"{1e6 * float(np.percentile(cpu_times[name], 99)):.0f}"
-        print(line)
-    for label, data in paper.items():
-        al, fr = data.get("alloc", {}), data.get("frag_ratio", {})
-        line = label.ljust(16) + "".join(f"{al.get(x, float('nan')):<11.2f}" for x in CHECKPOINTS)
-        line += f"{100 - al.get(130, float('nan')):<13.2f}"
-        line += "".join(f"{fr.get(x, float('nan')):<10.1f}" for x in (50, 80, 90))
-        print(line + "-")
+    print_table(names, results, times, cpu_times, paper)
 
     ours = names[0]
     unalloc = 100 - mean_at(results[ours], 130, 0)
