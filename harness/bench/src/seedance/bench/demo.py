@@ -187,8 +187,8 @@ class Demo:
             )
             await bus.publish(observed.subject(j.tenant, "submitted"), ev)
         else:
-            ev = job_event("finished", j.tenant, j.name, at=at)
-            await bus.publish(observed.subject(j.tenant, "finished"), ev)
+            finished = job_event("finished", j.tenant, j.name, at=at)
+            await bus.publish(observed.subject(j.tenant, "finished"), finished)
             j.ended_s = at_s
 
     def _take_placements(

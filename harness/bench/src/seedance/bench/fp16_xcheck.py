@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ def prepare(out_dir: Path) -> None:
         "half": np.array(0.5, np.float32),
         "W2": (rng.standard_normal((h, o)) / np.sqrt(h)).astype(np.float32),
     }
-    spec = [
+    spec: list[tuple[str, str, list[str], dict[str, Any]]] = [
         ("mean", "ReduceMean", ["x"], {"axes": [-1], "keepdims": 1}),
         ("xc", "Sub", ["x", "mean"], {}),
         ("sq", "Pow", ["xc", "two"], {}),
@@ -78,7 +79,7 @@ def prepare(out_dir: Path) -> None:
     x_large = (rng.standard_normal((4, d)) * 1000.0 + 3.0).astype(np.float32)  # var ≈ 1e6
     em = fp16.Fp16Emulator(model, OrtSessions())
     arrays: dict[str, np.ndarray] = {f"init/{k}": v for k, v in inits.items()}
-    plans = {}
+    plans: dict[str, dict[str, str | None]] = {}
     refs = {}
     for sample, x in (("small", x_small), ("large", x_large)):
         arrays[f"input/{sample}"] = x
@@ -97,7 +98,8 @@ def prepare(out_dir: Path) -> None:
             for out, *_ in spec:
                 arrays[f"emu/{plan_name}/{sample}/{out}"] = env[out]
     out_dir.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out_dir / "bundle.npz", **arrays)
+    # numpy's stub types the keyword arrays as its allow_pickle flag.
+    np.savez_compressed(out_dir / "bundle.npz", **arrays)  # type: ignore[arg-type]
     (out_dir / "graph.json").write_text(
         json.dumps(
             {
@@ -120,7 +122,7 @@ def prepare(out_dir: Path) -> None:
 
 
 def gpu(bundle_dir: Path, out_dir: Path) -> None:
-    import torch
+    import torch  # type: ignore[import-not-found]  # only on the GPU machine
 
     spec = json.loads((bundle_dir / "graph.json").read_text())
     z = np.load(bundle_dir / "bundle.npz")

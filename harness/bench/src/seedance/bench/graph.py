@@ -114,9 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             f"({s.runs} runs)"
         )
     rss = {}
-    for v in (v_raw, v_all, v_ours):
-        rss[v.name] = measure_peak_rss_mb(v, feeds, threads=args.threads)
-        log(f"  {v.name:12s} peak RSS {rss[v.name]:7.1f} MB (fresh process, load + 1 run)")
+    for variant in (v_raw, v_all, v_ours):
+        rss[variant.name] = measure_peak_rss_mb(variant, feeds, threads=args.threads)
+        log(
+            f"  {variant.name:12s} peak RSS {rss[variant.name]:7.1f} MB "
+            "(fresh process, load + 1 run)"
+        )
 
     ratio = lat["ours"].median_ms / lat["ort_all"].median_ms
     goals = {

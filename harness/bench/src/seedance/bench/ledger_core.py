@@ -27,6 +27,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from seedance.cost_ledger.core import (
     CostEntry,
@@ -42,6 +43,7 @@ from seedance.cost_ledger.core import (
 )
 from seedance.traces import alibaba
 
+PricingTier = Literal["on_demand", "reserved", "spot", "on_prem"]
 GOAL_EVENTS_PER_S = 5000
 TENANTS = ("search", "ads", "llm", "research", "vision")
 T0_MS = 1_767_225_600_000  # the trace's second 0 mapped to 2026-01-01T00:00:00Z
@@ -172,7 +174,7 @@ def trace_events(
     ]
     rows = _gpu_pods(trace / "openb_pod_list_default.csv", pods, compress)
     horizon_s = max(r.created_s for r in rows) + 3600
-    tiers = ("on_demand", "reserved", "spot", "on_prem")
+    tiers: tuple[PricingTier, ...] = ("on_demand", "reserved", "spot", "on_prem")
     events: list[LedgerInput] = [
         NodeInfo(
             event_id=f"node:{sn}", node=sn, gpu_model=m, gpu_count=n, at_ms=T0_MS,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -42,13 +43,13 @@ class _Builder:
         self.inits.append(numpy_helper.from_array(value, name))
         return name
 
-    def node(self, op: str, inputs: list[str], n_out: int = 1, **attrs: object) -> list[str]:
+    def node(self, op: str, inputs: list[str], n_out: int = 1, **attrs: Any) -> list[str]:
         name = self.name(op)
         outs = [f"{name}_out{i}" for i in range(n_out)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
         return outs
 
-    def one(self, op: str, inputs: list[str], **attrs: object) -> str:
+    def one(self, op: str, inputs: list[str], **attrs: Any) -> str:
         return self.node(op, inputs, **attrs)[0]
 
 

@@ -93,7 +93,7 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def call_costs(n: int) -> dict[str, dict[str, float]]:
+def call_costs(n: int) -> dict[str, dict[str, object]]:
     """Wall time of each NVML call on GPU 0, n calls each (p50 / p99 in µs)."""
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     s1, s2 = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
@@ -119,7 +119,7 @@ def call_costs(n: int) -> dict[str, dict[str, float]]:
         "nvmlDeviceGetFieldValues_3": lambda: pynvml.nvmlDeviceGetFieldValues(h, [83, 186, 4]),
         "nvmlGpmSampleGet": lambda: pynvml.nvmlGpmSampleGet(h, s2),
     }
-    out = {}
+    out: dict[str, dict[str, object]] = {}
     for name, fn in calls.items():
         ts = []
         reps = n if "Energy" not in name and "Field" not in name and "Gpm" not in name else n // 4

@@ -85,7 +85,8 @@ def release_rules(trace: Sequence[TraceRequest], n: int) -> None:
     kept = late_binding.can_take_now
     try:
         for name, rule in rules.items():
-            late_binding.can_take_now = rule
+            # A probe swaps the admission rule in place; the replacements share its signature.
+            late_binding.can_take_now = rule  # type: ignore[assignment]
             pol = LateBinding(
                 LeastOutstanding(), prefill_tokens_per_iter=P.max_prefill_tokens_per_iter
             )

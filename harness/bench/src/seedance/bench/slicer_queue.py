@@ -131,7 +131,7 @@ def main() -> int:
     gpus = sum(n.gpu_count for n in nodes)
     arrivals, n_alive = build_arrivals(pods, gpus, args.load, args.passes, args.seed)
     reqs = [p.request for p in pods]
-    runs = {
+    runs: dict[str, tuple[Policy, SchedulerConfig]] = {
         "seedance": (SeedancePolicy.for_trace(reqs), SchedulerConfig()),
         "fifo-first-fit": (FirstFit(), SchedulerConfig(backfill=False, preemption=False)),
     }

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import structlog
@@ -115,7 +116,7 @@ async def _measure(address: str, *, warm_up: bool, first_n: int, seed: int) -> d
     }
 
 
-async def _trial(tp: object, index: int, first_n: int, log_dir: Path) -> dict[str, dict]:
+async def _trial(tp: Any, index: int, first_n: int, log_dir: Path) -> dict[str, dict]:
     servers = {
         kind: tp.TritonProcess(f"{kind}-{index}", log_dir=log_dir) for kind in ("cold", "warm")
     }
