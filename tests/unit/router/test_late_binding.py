@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from seedance.bench.router_sim import ReplicaParams, TraceRequest, simulate
-from seedance.router.policy import (
+from seedance.router.core.policy import (
     Decision,
     Forecast,
     HoldingPolicy,

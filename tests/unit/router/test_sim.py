@@ -18,7 +18,7 @@ from seedance.bench.router_sim import (
     simulate,
     summarise,
 )
-from seedance.router.policy import LeastOutstanding, PowerOfTwoChoices, RoundRobin
+from seedance.router.core.policy import LeastOutstanding, PowerOfTwoChoices, RoundRobin
 
 # Round numbers so timings can be computed by hand.
 HAND = ReplicaParams(

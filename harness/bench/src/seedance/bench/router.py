@@ -35,7 +35,7 @@ from seedance.bench.router_sim import (
     summarise,
 )
 from seedance.bench.router_sim.report import percentile
-from seedance.router.policy import (
+from seedance.router.core.policy import (
     Forecast,
     HoldOrder,
     LateBinding,

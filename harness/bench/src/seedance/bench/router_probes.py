@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import seedance.router.policy.late_binding as late_binding
+import seedance.router.core.policy.late_binding as late_binding
 from seedance.bench.router_sim import (
     LLAMA31_70B_FP8_H200,
     MovingAverageForecastSource,
@@ -31,7 +31,7 @@ from seedance.bench.router_sim import (
     summarise,
 )
 from seedance.bench.router_sim.report import percentile
-from seedance.router.policy import (
+from seedance.router.core.policy import (
     Decision,
     Forecast,
     LateBinding,

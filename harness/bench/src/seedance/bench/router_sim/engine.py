@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from seedance.bench.router_sim.params import ReplicaParams
-from seedance.router.policy.state import (
+from seedance.router.core.policy.state import (
     Decision,
     Forecast,
     HoldingPolicy,

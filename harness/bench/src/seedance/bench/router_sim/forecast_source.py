@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from seedance.bench.router_sim.engine import ForecastSource, ReplicaSnapshot
-from seedance.router.policy.state import Forecast, ReplicaForecast
+from seedance.router.core.policy.state import Forecast, ReplicaForecast
 
 __all__ = ["MovingAverageForecastSource", "NoForecastSource"]
 
