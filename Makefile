@@ -44,14 +44,14 @@ typecheck: install  ## mypy: every product package, strict on the libraries and 
 
 .PHONY: schemas schemas-check
 schemas: install  ## regenerate proto/schemas from the event library
-	$(PY) tools/gen_schemas.py
+	$(PY) -m tools.gen.gen_schemas
 
 schemas-check: install  ## fail if proto/schemas differ from the event library
-	$(PY) tools/gen_schemas.py --check
+	$(PY) -m tools.gen.gen_schemas --check
 
 .PHONY: data
 data: install  ## verify the public traces (sha256) and fetch missing ones from their origins
-	$(PY) -m tools.data --dir "$(SEEDANCE_DATA_DIR)"
+	$(PY) -m tools.gen.data --dir "$(SEEDANCE_DATA_DIR)"
 
 .PHONY: demo
 demo: install triton-env data  ## the whole stack on a local nats-server with a replayed fleet

@@ -1,5 +1,5 @@
-# The bus runtime's benchmark (see tools/bench_bus.py for the definitions).
+# The bus runtime's benchmark (see seedance.bench.bus for the definitions).
 
 .PHONY: bench-bus
 bench-bus: install  ## one replica's publish->consume->ack events/s and job event -> cost entry latency
-	$(PY) -m tools.bench_bus $(if $(EVENTS),--events $(EVENTS)) $(if $(JOBS),--jobs $(JOBS))
+	$(PY) -m tools.bench.bench_bus $(if $(EVENTS),--events $(EVENTS)) $(if $(JOBS),--jobs $(JOBS))

@@ -5,10 +5,10 @@ SCALE_DEMO_ARGS ?=
 
 .PHONY: nats-auth nats-auth-check
 nats-auth: install  ## render NATS users/permissions (compose + k8s) from deploy/auth/users.yaml
-	$(PY) tools/gen_nats_auth.py
+	$(PY) -m tools.gen.gen_nats_auth
 
 nats-auth-check: install  ## fail if the rendered NATS auth config drifted from users.yaml
-	$(PY) tools/gen_nats_auth.py --check
+	$(PY) -m tools.gen.gen_nats_auth --check
 
 .PHONY: test-deploy
 test-deploy: install  ## the deployment tests (compose, k8s manifests, auth, tenant isolation)

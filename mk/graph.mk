@@ -10,16 +10,16 @@ GPU_PY ?= python3
 
 .PHONY: models
 models: install  ## build ResNet-50 and BERT-base ONNX models with random weights under build/models
-	nice $(PY) tools/make_models.py --out $(GRAPH_MODELS_DIR) --with-bn
+	nice $(PY) -m tools.gen.make_models --out $(GRAPH_MODELS_DIR) --with-bn
 
 .PHONY: bench-graph
 bench-graph: install  ## compile MODEL=<onnx> and compare raw / ORT_ENABLE_ALL / ours (latency, RSS, accuracy)
-	nice $(PY) tools/bench_graph.py $(MODEL) --runs $(GRAPH_BENCH_RUNS)
+	nice $(PY) -m tools.bench.bench_graph $(MODEL) --runs $(GRAPH_BENCH_RUNS)
 
 .PHONY: bench-graph-gpu
 bench-graph-gpu:  ## compile MODEL=<onnx> for target=cuda, time raw / tuned FP32 / ours on the CUDA EP
-	PYTHONPATH=services/graph-compiler/src$${PYTHONPATH:+:$$PYTHONPATH} nice $(GPU_PY) \
-	  tools/bench_graph_gpu.py $(MODEL) --runs $(GRAPH_GPU_BENCH_RUNS)
+	PYTHONPATH=services/graph-compiler/src:harness/bench/src$${PYTHONPATH:+:$$PYTHONPATH} nice $(GPU_PY) \
+	  -m tools.bench.bench_graph_gpu $(MODEL) --runs $(GRAPH_GPU_BENCH_RUNS)
 
 .PHONY: test-graph
 test-graph: install  ## graph-compiler unit tests and the service over a local nats-server

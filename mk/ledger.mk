@@ -7,11 +7,11 @@ test-ledger: install  ## cost-ledger unit tests (HTML report rendered in headles
 
 .PHONY: bench-ledger-core
 bench-ledger-core: install  ## cost-ledger core throughput and exactness on the Alibaba trace
-	nice .venv/bin/python tools/bench_ledger_core.py $(SEEDANCE_DATA_DIR) $(LEDGER_BENCH_ARGS)
+	nice .venv/bin/python -m tools.bench.bench_ledger_core $(SEEDANCE_DATA_DIR) $(LEDGER_BENCH_ARGS)
 
 .PHONY: report-ledger-sample
 report-ledger-sample: install  ## write a sample cost report (HTML, CSV, FOCUS) under build/ledger
-	.venv/bin/python tools/ledger_sample_report.py $(SEEDANCE_DATA_DIR) build/ledger
+	.venv/bin/python -m tools.bench.ledger_sample_report $(SEEDANCE_DATA_DIR) build/ledger
 
 .PHONY: chaos-ledger
 chaos-ledger: install  ## two ledger replicas, SIGKILLed at random, vs an offline recompute
@@ -19,7 +19,7 @@ chaos-ledger: install  ## two ledger replicas, SIGKILLed at random, vs an offlin
 
 .PHONY: bench-ledger
 bench-ledger: install  ## one ledger replica's events/s through the bus (consume + publish)
-	nice $(PY) -m tools.bench_ledger $(LEDGER_BENCH_BUS_ARGS)
+	nice $(PY) -m tools.bench.bench_ledger $(LEDGER_BENCH_BUS_ARGS)
 
 # Headless Chromium for the HTML report's test (Debian's package; CI runs as root on Debian).
 .PHONY: system-deps

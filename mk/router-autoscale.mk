@@ -4,10 +4,10 @@ KV_TELEMETRY_DIR := $(SEEDANCE_DATA_DIR)/h200-llm-telemetry
 
 .PHONY: bench-autoscale
 bench-autoscale: install  ## GPU-hours at equal TTFT SLO: predictive planner vs reactive, static, oracle
-	nice $(PY) tools/bench_autoscale.py $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))
+	nice $(PY) -m tools.bench.bench_autoscale $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))
 
 .PHONY: bench-kv-forecast
 bench-kv-forecast: install  ## KV-occupancy forecast (online head on the request log, clocks aligned; LightGBM heads as reference) vs last value / moving averages on real H200 telemetry
-	OMP_NUM_THREADS=1 nice $(PY) tools/bench_kv_forecast.py \
+	OMP_NUM_THREADS=1 nice $(PY) -m tools.bench.bench_kv_forecast \
 	  $(or $(TELEMETRY),$(KV_TELEMETRY_DIR)/h200_conv_x6_telemetry.csv) \
 	  $(or $(REQUESTS),$(KV_TELEMETRY_DIR)/h200_conv_x6_requests.csv)

@@ -58,4 +58,4 @@ WARMUP_FIRST_N ?= 50
 WARMUP_TRIALS ?= 5
 .PHONY: bench-warmup
 bench-warmup: install triton-env  ## warm-up benchmark: cold vs warm P95 of a new replica's first requests
-	nice $(PY) tools/bench_warmup.py --first-n $(WARMUP_FIRST_N) --trials $(WARMUP_TRIALS)
+	nice $(PY) -m tools.bench.bench_warmup --first-n $(WARMUP_FIRST_N) --trials $(WARMUP_TRIALS)

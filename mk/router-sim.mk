@@ -4,4 +4,4 @@ ROUTER_TRACE_DEFAULT := $(SEEDANCE_DATA_DIR)/azure-llm-inference-2023/AzureLLMIn
 
 .PHONY: bench-router
 bench-router: install  ## replay TRACE=<csv|jsonl> through the simulator under every routing policy
-	nice .venv/bin/python tools/bench_router.py $(if $(PROFILE),--profile $(PROFILE)) $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))
+	nice .venv/bin/python -m tools.bench.bench_router $(if $(PROFILE),--profile $(PROFILE)) $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))

@@ -7,7 +7,7 @@ SLICER_SEEDS = $(or $(SEEDS),42-51)
 
 .PHONY: bench-slicer
 bench-slicer: install  ## slicer: our policy vs FGD/first-fit/BestFit and the paper, one trace
-	nice -n 10 $(PY) tools/bench_slicer.py --nodes $(SLICER_NODES) --pods $(SLICER_PODS) \
+	nice -n 10 $(PY) -m tools.bench.bench_slicer --nodes $(SLICER_NODES) --pods $(SLICER_PODS) \
 	  --seeds $(SLICER_SEEDS)
 
 .PHONY: bench-slicer-all
@@ -16,11 +16,11 @@ bench-slicer-all: install  ## slicer: bench-slicer on every trace that has paper
 	for w in $$(tail -n +2 $(SLICER_DATA)/fgd-paper-results/analysis_allo_discrete.csv \
 	            | cut -d, -f1 | sort -u); do \
 	  f=$(SLICER_DATA)/$$w.csv; [ -f $$f ] || { echo "skip $$w (held back)" >&2; continue; }; \
-	  nice -n 10 $(PY) tools/bench_slicer.py --nodes $(SLICER_NODES) --pods $$f \
+	  nice -n 10 $(PY) -m tools.bench.bench_slicer --nodes $(SLICER_NODES) --pods $$f \
 	    --seeds $(SLICER_SEEDS) > $$out; \
 	  cat $$out; tail -n 1 $$out >> $$summary; \
 	done; echo "== summary"; cat $$summary; rm -f $$summary $$out
 
 .PHONY: bench-slicer-queue
 bench-slicer-queue: install  ## slicer: queueing replay, P95 wait vs FIFO first-fit
-	nice -n 10 $(PY) tools/bench_slicer_queue.py --nodes $(SLICER_NODES) --pods $(SLICER_PODS)
+	nice -n 10 $(PY) -m tools.bench.bench_slicer_queue --nodes $(SLICER_NODES) --pods $(SLICER_PODS)

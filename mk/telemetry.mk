@@ -5,7 +5,7 @@ TELEMETRY_TICKS ?= 60
 
 .PHONY: bench-telemetry
 bench-telemetry: install  ## replay the 6,212-GPU fleet at 1 Hz; CPU µs per GPU sample (+ NVML if a GPU is here)
-	nice $(PY) tools/bench_telemetry.py --nodes $(TELEMETRY_NODES) --pods $(TELEMETRY_PODS) \
+	nice $(PY) -m tools.bench.bench_telemetry --nodes $(TELEMETRY_NODES) --pods $(TELEMETRY_PODS) \
 	  --hz 1 --ticks $(TELEMETRY_TICKS)
 
 .PHONY: test-telemetry
@@ -14,4 +14,4 @@ test-telemetry: install  ## the telemetry unit tests
 
 .PHONY: nvml-vs-smi
 nvml-vs-smi: install  ## on a GPU machine: compare the NVML backend with nvidia-smi under a torch load
-	$(PY) tools/nvml_vs_smi.py --out out/nvml_vs_smi.json --record out/h200_recording.json
+	$(PY) -m tools.bench.nvml_vs_smi --out out/nvml_vs_smi.json --record out/h200_recording.json

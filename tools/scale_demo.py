@@ -321,7 +321,7 @@ async def ledger_part(
 
 
 async def compile_part(args: argparse.Namespace, bus: Bus, procs: ServiceProcesses) -> Part:
-    from tools.make_models import build_bert
+    from seedance.bench.models import build_bert
 
     start_restarts = 0
     for i in range(2):

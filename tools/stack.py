@@ -89,7 +89,7 @@ def shipped_auth_server(password: Callable[[str], str]) -> NatsServer:
     issuer key, so that tests exercise exactly the permissions deployments get."""
     from seedance.core.auth_callout import new_issuer
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR, password_var
-    from tools import gen_nats_auth
+    from tools.gen import gen_nats_auth
 
     text = (REPO / "deploy" / "auth" / "nats-auth.conf").read_text()
     users = [u.name for u in gen_nats_auth.users_from(gen_nats_auth.load_source())]

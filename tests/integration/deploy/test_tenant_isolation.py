@@ -46,7 +46,7 @@ TENANT_A, TENANT_B = "acme", "globex"
 
 
 def load_tool(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "gen" / f"{name}.py")
     assert spec
     assert spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -39,7 +39,7 @@ TENANT = "acme"
 
 def _gen() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "gen_nats_auth", REPO / "tools" / "gen_nats_auth.py"
+        "gen_nats_auth", REPO / "tools" / "gen" / "gen_nats_auth.py"
     )
     assert spec
     assert spec.loader

@@ -79,7 +79,7 @@ def services() -> dict[str, ServiceDecl]:
 def load_tool(name: str) -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "gen" / f"{name}.py")
     assert spec
     assert spec.loader
     module = importlib.util.module_from_spec(spec)

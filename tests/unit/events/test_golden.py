@@ -67,7 +67,7 @@ def test_a_new_required_field_breaks_old_messages() -> None:
 
 def test_schemas_match_the_code() -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "gen_schemas.py"), "--check"],
+        [sys.executable, str(REPO / "tools" / "gen" / "gen_schemas.py"), "--check"],
         capture_output=True,
         text=True,
         check=False,

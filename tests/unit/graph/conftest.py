@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -21,15 +20,10 @@ from gc_onnx_kit import f32, init, make_model, overflow_ln_model
 
 @pytest.fixture(scope="session")
 def make_models() -> ModuleType:
-    """tools/make_models.py, so tests build the same (scaled-down) BERT/ResNet as the bench."""
-    path = Path(__file__).resolve().parents[3] / "tools" / "make_models.py"
-    spec = importlib.util.spec_from_file_location("gc_make_models", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """seedance.bench.models, so tests build the same (scaled-down) BERT/ResNet as the bench."""
+    from seedance.bench import models
+
+    return models
 
 
 @pytest.fixture(scope="session")

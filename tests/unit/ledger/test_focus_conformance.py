@@ -57,7 +57,12 @@ def sample_dir(tmp_path_factory) -> Path:
         pytest.skip(f"shared data not present at {data} (set SEEDANCE_DATA_DIR)")
     out = tmp_path_factory.mktemp("ledger-sample")
     subprocess.run(
-        [sys.executable, str(REPO / "tools" / "ledger_sample_report.py"), str(data), str(out)],
+        [
+            sys.executable,
+            str(REPO / "tools" / "bench" / "ledger_sample_report.py"),
+            str(data),
+            str(out),
+        ],
         check=True,
         capture_output=True,
         timeout=300,

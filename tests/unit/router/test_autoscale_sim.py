@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from seedance.bench.router_sim import ReplicaParams, TraceRequest, simulate
+from seedance.bench.router_sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
+from seedance.bench.router_sim.engine import FleetObservation, Scaler
 from seedance.router.core.planning.load import LoadEstimator, LoadEstimatorConfig
 from seedance.router.core.planning.planner import PlannerConfig, ReplicaCapacity
 from seedance.router.core.planning.replica_set import ReplicaMember, ReplicaSet
 from seedance.router.core.policy import LeastOutstanding, ReplicaState
-from seedance.router.sim import ReplicaParams, TraceRequest, simulate
-from seedance.router.sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
-from seedance.router.sim.engine import FleetObservation, Scaler
 
 HAND = ReplicaParams(
     prefill_tokens_per_s=1000.0,

@@ -30,6 +30,7 @@ def last_line(*args: str) -> str:
         capture_output=True,
         text=True,
         check=True,
+        cwd=REPO,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     return done.stdout.strip().splitlines()[-1]
@@ -40,7 +41,7 @@ NUM = r"[0-9.]+"
 
 def test_bench_autoscale_short_form_prints_its_line() -> None:
     trace = need(data_dir() / "azure-llm-inference-2023" / "AzureLLMInferenceTrace_conv.csv")
-    line = last_line(str(REPO / "tools" / "bench_autoscale.py"), str(trace), "--limit-s", "300")
+    line = last_line("-m", "tools.bench.bench_autoscale", str(trace), "--limit-s", "300")
     keys = (
         "slo_pct",
         "gpu_hours",
@@ -57,7 +58,8 @@ def test_bench_autoscale_short_form_prints_its_line() -> None:
 def test_bench_kv_forecast_prints_its_line() -> None:
     rec = need(data_dir() / "h200-llm-telemetry")
     line = last_line(
-        str(REPO / "tools" / "bench_kv_forecast.py"),
+        "-m",
+        "tools.bench.bench_kv_forecast",
         str(rec / "h200_conv_x6_telemetry.csv"),
         str(rec / "h200_conv_x6_requests.csv"),
     )

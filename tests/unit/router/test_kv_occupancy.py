@@ -189,7 +189,7 @@ def test_bad_input_names_the_field() -> None:
 def test_the_bench_puts_the_requests_file_on_the_telemetry_clock() -> None:
     """A requests file stamped 1.3 s early: the offset found from the completion counter is
     1.3 s, from the training span alone, and the shifted log's finishes match the counter."""
-    from tools.bench_kv_forecast import clock_offset_s, shifted
+    from seedance.bench.kv_forecast import clock_offset_s, shifted
 
     log = _log(10)
     t = np.arange(0.0, 40.0, 0.1)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from seedance.bench.router_sim import ReplicaParams, TraceRequest, simulate
 from seedance.router.core.policy import (
     Decision,
     Forecast,
@@ -20,7 +21,6 @@ from seedance.router.core.policy import (
     RouteRequest,
     can_take_now,
 )
-from seedance.router.sim import ReplicaParams, TraceRequest, simulate
 from tests.unit.router.test_sim import HAND, req, synthetic
 
 # HAND with a 100-token prefill iteration, so one 100-token prompt fills a replica's next one.

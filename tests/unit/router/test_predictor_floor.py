@@ -1,4 +1,4 @@
-"""The forecaster's floor and structure tests (tools/predictor_floor.py) on synthetic arrivals.
+"""The forecaster's floor and structure tests (seedance.bench.predictor_floor), synthetic arrivals.
 
 Each diagnostic is checked both ways: it reads "nothing here" on Poisson arrivals and flags the
 structure it is meant to find when that structure is planted.
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from tools.predictor_floor import (
+from seedance.bench.predictor_floor import (
     centred_mean,
     clock_phase_chi2,
     decayed_sums,

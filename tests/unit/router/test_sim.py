@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from seedance.router.core.policy import LeastOutstanding, PowerOfTwoChoices, RoundRobin
-from seedance.router.sim import (
+from seedance.bench.router_sim import (
     LLAMA31_8B_BF16_L4,
     LLAMA31_70B_FP8_H200,
     PREFIX_BLOCK_TOKENS,
@@ -19,6 +18,7 @@ from seedance.router.sim import (
     simulate,
     summarise,
 )
+from seedance.router.core.policy import LeastOutstanding, PowerOfTwoChoices, RoundRobin
 
 # Round numbers so timings can be computed by hand.
 HAND = ReplicaParams(

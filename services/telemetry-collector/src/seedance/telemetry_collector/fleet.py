@@ -10,7 +10,6 @@ passes the time in. State is held in numpy arrays so a 6,212-GPU tick costs mill
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from seedance.telemetry_collector.sample import (
     NodeInventory,
     NodeSample,
 )
+from seedance.traces.alibaba import read_nodes
 
 __all__ = ["GPU_MODELS", "FleetNode", "FleetSim", "GpuModelSpec", "load_node_list"]
 
@@ -118,23 +118,18 @@ def load_node_list(path: Path, max_nodes: int = 0) -> list[FleetNode]:
 
     GPU nodes only; ``max_nodes`` > 0 keeps the first that many.
     """
-    nodes = []
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            count = int(row["gpu"])
-            if count > 0:
-                nodes.append(
-                    FleetNode(
-                        name=row["sn"],
-                        model=row["model"],
-                        gpus=count,
-                        cpu_milli=int(row.get("cpu_milli") or 0),
-                        memory_mib=int(row.get("memory_mib") or 0),
-                    )
-                )
-                if max_nodes and len(nodes) >= max_nodes:
-                    break
-    return nodes
+    nodes = [
+        FleetNode(
+            name=row.sn,
+            model=row.model,
+            gpus=row.gpu,
+            cpu_milli=row.cpu_milli,
+            memory_mib=row.memory_mib,
+        )
+        for row in read_nodes(path)
+        if row.gpu > 0
+    ]
+    return nodes[:max_nodes] if max_nodes else nodes
 
 
 @dataclass(frozen=True, slots=True)
