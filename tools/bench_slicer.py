@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
-from seedance.slicer.core.model import ClusterState, Placement, PodRequest
+from seedance.slicer.core.model import ClusterState, PodRequest
+from seedance.slicer.core.model import NodeGpus as Placement
 from seedance.slicer.core.policies import (
     BestFit,
     FirstFit,

@@ -30,7 +30,9 @@ import numpy as np
 
 from seedance.slicer.core.model import Node
 from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
-from seedance.slicer.core.scheduler import Job, JobPlaced, Scheduler, SchedulerConfig
+from seedance.slicer.core.queue import Job, JobPlaced
+from seedance.slicer.core.queue import PlacementQueue as Scheduler
+from seedance.slicer.core.queue import QueueConfig as SchedulerConfig
 from seedance.slicer.openb import TracePod, read_nodes, read_pods, trace_name
 
 

@@ -1,4 +1,4 @@
-"""Placement policies: given the cluster state and one request, choose a node and GPUs.
+"""NodeGpus policies: given the cluster state and one request, choose a node and GPUs.
 
 Owns the `Policy` protocol and its implementations: first-fit, BestFit, a faithful FGD, and
 Seedance's own policy (`SeedancePolicy`). Policies only read the state; the caller applies the
@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
-from seedance.slicer.core.model import GPU_MILLI, ClusterState, Placement, PodRequest, Rejection
+from seedance.slicer.core.model import GPU_MILLI, ClusterState, NodeGpus, PodRequest, Rejection
 
 __all__ = [
     "BestFit",
@@ -45,7 +45,7 @@ class Policy(Protocol):
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         """`allowed` (bool per node) restricts the choice, e.g. to keep reserved nodes."""
         ...
 
@@ -101,14 +101,14 @@ class FirstFit:
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         ok = np.flatnonzero(_masked(state.feasible(pod), allowed))
         if ok.size == 0:
             return reject_reason(state, pod)
         n = int(ok[0])
-        return Placement(n, choose_whole_gpus(state, n, pod))
+        return NodeGpus(n, choose_whole_gpus(state, n, pod))
 
 
 def _masked(ok: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
@@ -137,14 +137,14 @@ class BestFit:
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         ok = np.flatnonzero(_masked(state.feasible(pod), allowed))
         if ok.size == 0:
             return reject_reason(state, pod)
         n = int(ok[np.argmin(_bestfit_score(state, ok, pod))])
-        return Placement(n, _tightest_gpu(state, n, pod))
+        return NodeGpus(n, _tightest_gpu(state, n, pod))
 
 
 class FragmentationGradientDescent:
@@ -234,7 +234,7 @@ class FragmentationGradientDescent:
         key: np.ndarray,
         gpu: np.ndarray,
         allowed: np.ndarray | None = None,
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         """Least key; ties by BestFit's score, then the lower node index."""
         if allowed is not None:
             key = np.where(allowed, key, _INFEASIBLE)
@@ -246,12 +246,12 @@ class FragmentationGradientDescent:
         if tied.size > 1:
             n = int(tied[np.argmin(_bestfit_score(state, tied, pod))])
         if pod.is_shared:
-            return Placement(n, (int(gpu[n]),))
-        return Placement(n, choose_whole_gpus(state, n, pod))
+            return NodeGpus(n, (int(gpu[n]),))
+        return NodeGpus(n, choose_whole_gpus(state, n, pod))
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         self.index(state)
@@ -317,7 +317,7 @@ class SeedancePolicy(FragmentationGradientDescent):
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         """FGD's selection, with each node's score cached per request shape until that node
         changes: one placement changes one node, so a request seen before rescans only the
         nodes changed since (a handful for popular shapes) instead of all 1,213."""

@@ -32,8 +32,8 @@ from typing import Any
 import yaml
 
 __all__ = [
+    "Admission",
     "Admitted",
-    "Decision",
     "PreemptionPlan",
     "QuotaError",
     "QuotaPolicy",
@@ -286,7 +286,7 @@ class Rejected:
     message: str
 
 
-Decision = Admitted | Rejected
+Admission = Admitted | Rejected
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +346,7 @@ class QuotaTracker:
             w for w, wl in self._workloads.items() if tenant is None or wl.request.tenant == tenant
         )
 
-    def check(self, request: QuotaRequest) -> Decision:
+    def check(self, request: QuotaRequest) -> Admission:
         """What `admit` would decide, without recording anything."""
         invalid = _invalid(request)
         if invalid:
@@ -366,7 +366,7 @@ class QuotaTracker:
             return verdict
         return Admitted(request.workload_id, verdict)
 
-    def admit(self, request: QuotaRequest) -> Decision:
+    def admit(self, request: QuotaRequest) -> Admission:
         decision = self.check(request)
         if isinstance(decision, Admitted):
             usage = usage_of(request)
