@@ -29,6 +29,7 @@ from seedance.slicer.core.fragmentation import (
     cluster_fragmentation,
 )
 from seedance.slicer.core.inputs import GpuSpec, JobSpec, NodeSpec, job_key
+from seedance.slicer.core.mig import mig_model
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import (
     BestFit,
@@ -38,7 +39,7 @@ from seedance.slicer.core.policies import (
     SeedancePolicy,
 )
 from seedance.slicer.core.quota import QuotaError, QuotaPolicy
-from seedance.slicer.core.scheduler import Scheduler, SchedulerConfig, mig_model
+from seedance.slicer.core.scheduler import Scheduler, SchedulerConfig
 from seedance.slicer.core.snapshot import STATE_VERSION, SchedulerSnapshot
 
 __all__ = [

@@ -22,7 +22,9 @@ __all__ = [
     "Refused",
     "RejectedInput",
     "Waiting",
+    "ended_answer",
     "published_reason",
+    "unknown_answer",
 ]
 
 
@@ -122,3 +124,17 @@ def published_reason(reason: str) -> str:
     if reason.endswith("no_allowed_gpu_model") or reason == "no_mig_profile":
         return "no_matching_gpu"
     return "no_capacity"
+
+
+def ended_answer(tenant: str, job_id: str, what: str) -> RejectedInput:
+    return RejectedInput(
+        tenant, job_id, "job_ended",
+        f"{what} of job {job_id!r} of tenant {tenant!r}: the job has already ended",
+    )  # fmt: skip
+
+
+def unknown_answer(tenant: str, job_id: str, what: str) -> RejectedInput:
+    return RejectedInput(
+        tenant, job_id, "unknown_job",
+        f"{what} of job {job_id!r} of tenant {tenant!r}: no such job was submitted",
+    )  # fmt: skip

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["GpuSpec", "JobSpec", "NodeSpec", "job_key"]
+from seedance.slicer.core.model import Node
+
+__all__ = ["GpuSpec", "JobSpec", "NodeSpec", "core_node", "job_key"]
 
 
 class GpuSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,3 +63,18 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
 def job_key(tenant: str, job_id: str) -> str:
     """The state's key of a job: tenant ids never hold a `/`, so it splits back unambiguously."""
     return f"{tenant}/{job_id}"
+
+
+def core_node(spec: NodeSpec) -> Node:
+    """The cluster model's node for `spec`: NVLink domains numbered in order of appearance."""
+    doms = [g.nvlink_domain for g in spec.gpus]
+    ids = {d: i for i, d in enumerate(dict.fromkeys(doms))}
+    return Node(
+        name=spec.name,
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        gpu_count=len(spec.gpus),
+        gpu_model=spec.gpus[0].model if spec.gpus else "",
+        gpu_memory_mib=spec.gpus[0].mem_mib if spec.gpus else 0,
+        nvlink_domains=tuple(ids[d] for d in doms) if any(doms) else None,
+    )

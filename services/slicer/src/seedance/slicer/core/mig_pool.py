@@ -12,17 +12,25 @@ scheduler holds them in the placement queue) or decide admission; no clock, no I
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import msgspec
 
 from seedance.slicer.core.effects import MigPlanned
-from seedance.slicer.core.mig import MIG_PROFILES, GpuModel, MigLayout, choose_start, profile
+from seedance.slicer.core.inputs import JobSpec, NodeSpec
+from seedance.slicer.core.mig import (
+    MIG_PROFILES,
+    GpuModel,
+    MigLayout,
+    choose_start,
+    mig_model,
+    profile,
+)
 from seedance.slicer.core.mig import plan_repartition as plan_gpu
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
 
-__all__ = ["MigCandidate", "MigPool"]
+__all__ = ["MigCandidate", "MigPool", "gpu_mig_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,30 @@ class MigPool:
 
     def is_waiting(self, key: str) -> bool:
         return any(h.job_id == key for h in self.waiting)
+
+    def candidates(
+        self,
+        job: JobSpec,
+        nodes: Sequence[NodeSpec],
+        unhealthy: Collection[tuple[str, int]],
+        host_free: Callable[[int], tuple[int, int]],
+    ) -> tuple[list[MigCandidate], bool]:
+        """The MIG GPUs that could host `job` now (`host_free(node index)`: free CPU and
+        memory there), and whether any GPU of the pool knows its profile at all."""
+        known = False
+        out = []
+        for n, spec in enumerate(nodes):
+            for g, gpu in enumerate(spec.gpus):
+                gm = gpu_mig_model(spec, g, unhealthy)
+                if gm is None or (job.gpu_models and gpu.model not in job.gpu_models):
+                    continue
+                if not any(p.name == job.mig_profile for p in MIG_PROFILES[gm]):
+                    continue
+                known = True
+                cpu, mem = host_free(n)
+                if cpu >= job.cpu_milli and mem >= job.memory_mib:
+                    out.append(MigCandidate(spec.name, g, gm))
+        return out, known
 
     # -- changes ----------------------------------------------------------------------------
     def enqueue(self, key: str, submitted_s: float) -> None:
@@ -169,3 +201,13 @@ class MigPool:
             )
             return slot, [planned]
         return None, []
+
+
+def gpu_mig_model(
+    node: NodeSpec, gpu: int, unhealthy: Collection[tuple[str, int]]
+) -> GpuModel | None:
+    """The MIG geometry of a healthy MIG-mode GPU (None for any other GPU)."""
+    spec = node.gpus[gpu]
+    if not spec.mig_enabled or (node.name, gpu) in unhealthy:
+        return None
+    return mig_model(spec.model)

@@ -118,7 +118,8 @@ def _masked(ok: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
 def _bestfit_score(state: ClusterState, nodes: np.ndarray, pod: PodRequest) -> np.ndarray:
     cpu_left = state.cpu_free[nodes] - pod.cpu_milli
     gpu_left = state.gpu_free[nodes].sum(axis=1) - pod.gpu_milli_total
-    return 0.5 * cpu_left / _BF_CPU_MILLI + 0.5 * gpu_left / _BF_GPU_MILLI
+    score: np.ndarray = 0.5 * cpu_left / _BF_CPU_MILLI + 0.5 * gpu_left / _BF_GPU_MILLI
+    return score
 
 
 def _tightest_gpu(state: ClusterState, node: int, pod: PodRequest) -> tuple[int, ...]:
@@ -225,7 +226,8 @@ class FragmentationGradientDescent:
     ) -> np.ndarray:
         """Change of F_n(M) per candidate (node, and GPU free share for shared requests)."""
         idx = self._index if self._index is not None else self.index(state)
-        return idx.frag_after(nodes, pod, free) - idx.frag[nodes]
+        delta: np.ndarray = idx.frag_after(nodes, pod, free) - idx.frag[nodes]
+        return delta
 
     def select(
         self,
@@ -300,7 +302,8 @@ class SeedancePolicy(FragmentationGradientDescent):
 
     def _stranded(self, tot: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         fed = np.minimum(cpu / self.cpu_per_gpu_milli, mem / self.mem_mib_per_gpu_milli)
-        return np.maximum(tot - fed, 0.0)
+        unfed: np.ndarray = np.maximum(tot - fed, 0.0)
+        return unfed
 
     def deltas(
         self, state: ClusterState, pod: PodRequest, nodes: np.ndarray, free: np.ndarray | None
@@ -313,7 +316,8 @@ class SeedancePolicy(FragmentationGradientDescent):
         cpu, mem = state.cpu_free[nodes], state.mem_free[nodes]
         before = self._stranded(tot, cpu, mem)
         after = self._stranded(tot - pod.gpu_milli_total, cpu - pod.cpu_milli, mem - pod.memory_mib)
-        return d + self.strand_weight * (after - before)
+        scored: np.ndarray = d + self.strand_weight * (after - before)
+        return scored
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None

@@ -215,11 +215,11 @@ class PlacementQueue:
             )
             prio = r.job.priority
             queue._priorities[prio] = queue._priorities.get(prio, 0) + 1
-        for p in pending:
-            pend = _Pending(p.job, p.submitted_s, p.seq, p.reason, list(p.reserved))
+        for rec in pending:
+            pend = _Pending(rec.job, rec.submitted_s, rec.seq, rec.reason, list(rec.reserved))
             queue._enqueue(pend)
-            if p.reserved:
-                queue._reserved_by[list(p.reserved)] = p.seq
+            if rec.reserved:
+                queue._reserved_by[list(rec.reserved)] = rec.seq
         queue._seq = seq
         return queue
 
@@ -354,7 +354,8 @@ class PlacementQueue:
     def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
         if not (self._reserved_by >= 0).any():
             return None
-        return (self._reserved_by < 0) | (self._reserved_by == pend.seq)
+        allowed: np.ndarray = (self._reserved_by < 0) | (self._reserved_by == pend.seq)
+        return allowed
 
     def _place_gang(self, job: Job, allowed: np.ndarray | None) -> tuple[NodeGpus, ...] | Rejection:
         """All replicas or none: apply as we go, roll back on the first failure."""
@@ -453,41 +454,14 @@ class PlacementQueue:
         job = pend.job
         if job.replicas != 1:
             return Rejection("insufficient_resources_no_preemption_for_gangs")
-        st, pod = self.state, job.request
         best: tuple[int, int, list[str]] | None = None
         allowed = self._allowed_for(pend)
-        for n in range(len(st)):
+        for n in range(len(self.state)):
             if allowed is not None and not allowed[n]:
                 continue
-            victims = sorted(
-                (
-                    self._running[j]
-                    for j in self._on_node[n]
-                    if self._running[j].job.priority < job.priority
-                    and self._running[j].job.preemptible
-                    # Priority is a tenant's own ordering of its work: it never evicts another
-                    # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
-                    and self._running[j].job.tenant == job.tenant
-                ),
-                key=lambda r: (r.job.priority, -r.started_s),
-            )
-            if not victims:
-                continue
-            cpu, mem, gpu = st.cpu_free[n], st.mem_free[n], st.gpu_free[n].copy()
-            taken: list[str] = []
-            cost = 0
-            for v in victims:
-                if self._fits_raw(pod, n, cpu, mem, gpu):
-                    break
-                taken.append(v.job.job_id)
-                for p in v.placements:
-                    if p.node == n:
-                        cpu += v.job.request.cpu_milli
-                        mem += v.job.request.memory_mib
-                        gpu[list(p.gpus)] += v.job.request.gpu_milli
-                cost += v.job.request.gpu_milli_total * v.job.replicas
-            if self._fits_raw(pod, n, cpu, mem, gpu) and (best is None or cost < best[0]):
-                best = (cost, n, taken)
+            found = self._eviction_on(n, job)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], n, found[1])
         if best is None:
             return Rejection("insufficient_resources")
         for victim_id in best[2]:
@@ -496,6 +470,39 @@ class PlacementQueue:
             out.append(JobPreempted(victim_id, job.job_id, now_s, best[1]))
             self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
         return self._place_gang(job, allowed)
+
+    def _eviction_on(self, n: int, job: Job) -> tuple[int, list[str]] | None:
+        """The victims on node `n` whose eviction frees `job`'s request there (lowest
+        priority, most recently started first) and the GPU share they hold; None if none do."""
+        victims = sorted(
+            (
+                self._running[j]
+                for j in self._on_node[n]
+                if self._running[j].job.priority < job.priority
+                and self._running[j].job.preemptible
+                # Priority is a tenant's own ordering of its work: it never evicts another
+                # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
+                and self._running[j].job.tenant == job.tenant
+            ),
+            key=lambda r: (r.job.priority, -r.started_s),
+        )
+        if not victims:
+            return None
+        st, pod = self.state, job.request
+        cpu, mem, gpu = st.cpu_free[n], st.mem_free[n], st.gpu_free[n].copy()
+        taken: list[str] = []
+        cost = 0
+        for v in victims:
+            if self._fits_raw(pod, n, cpu, mem, gpu):
+                break
+            taken.append(v.job.job_id)
+            for p in v.placements:
+                if p.node == n:
+                    cpu += v.job.request.cpu_milli
+                    mem += v.job.request.memory_mib
+                    gpu[list(p.gpus)] += v.job.request.gpu_milli
+            cost += v.job.request.gpu_milli_total * v.job.replicas
+        return (cost, taken) if self._fits_raw(pod, n, cpu, mem, gpu) else None
 
     def _fits_raw(self, pod: PodRequest, n: int, cpu: int, mem: int, gpu: np.ndarray) -> bool:
         if cpu < pod.cpu_milli or mem < pod.memory_mib:

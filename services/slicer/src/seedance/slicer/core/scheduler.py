@@ -30,11 +30,9 @@ policy was built from are part of the state, so a restored scheduler has the ver
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-
-import msgspec
 
 from seedance.events.jobs import request_problem
+from seedance.slicer.core.admission import Admission
 from seedance.slicer.core.effects import (
     Effect,
     Ended,
@@ -44,77 +42,44 @@ from seedance.slicer.core.effects import (
     Refused,
     RejectedInput,
     Waiting,
+    ended_answer,
+    unknown_answer,
 )
-from seedance.slicer.core.fragmentation import TargetWorkload
-from seedance.slicer.core.inputs import GpuSpec, JobSpec, NodeSpec, job_key
-from seedance.slicer.core.mig import MIG_PROFILES, GpuModel, profile
-from seedance.slicer.core.mig_pool import MigCandidate, MigPool
-from seedance.slicer.core.model import MAX_GPUS_PER_NODE, Node, NodeGpus, PodRequest
-from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
+from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
+from seedance.slicer.core.mig import profile
+from seedance.slicer.core.mig_pool import MigPool, gpu_mig_model
+from seedance.slicer.core.model import MAX_GPUS_PER_NODE
 from seedance.slicer.core.queue import (
-    Job,
     JobPlaced,
     JobPreempted,
     JobUnschedulable,
     PendingRecord,
     PlacementQueue,
-    QueueConfig,
     QueueDecision,
     RunningRecord,
 )
-from seedance.slicer.core.quota import Admitted, QuotaPolicy, QuotaRequest, QuotaTracker
+from seedance.slicer.core.quota import Admitted, QuotaPolicy
 from seedance.slicer.core.snapshot import (
     STATE_VERSION,
     HeldJob,
     MigSlot,
-    PendingJob,
-    RequestShape,
-    RunningJob,
     SchedulerSnapshot,
     decode_snapshot,
     encode_snapshot,
+    pending_record,
+    running_record,
+    saved_pending,
+    saved_running,
 )
+from seedance.slicer.core.workload import SchedulerConfig, WorkloadWindow, core_job
 
-__all__ = ["ENDED_KEPT", "Scheduler", "SchedulerConfig", "mig_model"]
+__all__ = ["ENDED_KEPT", "Scheduler", "SchedulerConfig"]
 
 #: Ended jobs remembered (so a late start or a second end is answered `job_ended`, not
 #: `unknown_job`): bounded, since the whole state is one KV value.
 ENDED_KEPT = 4096
 
 _PAUSE_DETAIL = "the budget guard paused this tenant's new work"
-_DEFAULT_SHAPE = RequestShape(0, 0, 1, 1000)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SchedulerConfig:
-    #: "seedance" (SeedancePolicy with backfill, reservations and preemption) or "first-fit"
-    #: (first-fit, strict FIFO with head-of-line blocking: the foundation's behaviour).
-    policy: str = "seedance"
-    workload_window: int = 500
-    workload_refresh: int = 100
-    queue: QueueConfig = field(default_factory=QueueConfig)
-
-    def __post_init__(self) -> None:
-        if self.policy not in ("seedance", "first-fit"):
-            raise ValueError(f"policy must be seedance or first-fit, got {self.policy!r}")
-
-    @property
-    def queue_config(self) -> QueueConfig:
-        if self.policy == "first-fit":
-            return QueueConfig(backfill=False, preemption=self.queue.preemption)
-        return self.queue
-
-
-def mig_model(model: str) -> GpuModel | None:
-    """The MIG geometry of an inventory model name ("H100-80GB", "NVIDIA H200", ...)."""
-    m = model.upper().replace(" ", "")
-    if "H200" in m:
-        return GpuModel.H200_141GB
-    if "H100" in m:
-        return GpuModel.H100_80GB
-    if "A100" in m:
-        return GpuModel.A100_80GB if "80G" in m else GpuModel.A100_40GB
-    return None
 
 
 class Scheduler:
@@ -124,8 +89,7 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig | None = None, quota: QuotaPolicy | None = None):
         self.config = config or SchedulerConfig()
-        self.quota = quota
-        self._tracker = QuotaTracker(quota) if quota is not None else None
+        self._admission = Admission(quota)
         self._nodes: list[NodeSpec] = []
         self._index: dict[str, int] = {}
         self._unhealthy: list[tuple[str, int]] = []
@@ -133,13 +97,9 @@ class Scheduler:
         self._attempts: dict[str, int] = {}
         self._submitted_s: dict[str, float] = {}
         self._ended: list[str] = []
-        self._held: list[HeldJob] = []
-        self._paused: list[str] = []
         self._mig = MigPool()
-        self._window: list[RequestShape] = []
-        self._policy_shapes: list[RequestShape] = []
-        self._since_refresh = 0
-        self._policy = self._make_policy()
+        self._workload = self._new_workload()
+        self._policy = self._workload.policy(self.config.policy)
         self._queue = self._new_queue([], [], 0)
 
     # -- persistence ------------------------------------------------------------------------
@@ -153,34 +113,16 @@ class Scheduler:
             jobs=dict(self._jobs),
             attempts=dict(self._attempts),
             submitted_s=dict(self._submitted_s),
-            running=tuple(
-                RunningJob(
-                    job_id=r.job.job_id,
-                    placements=tuple((names[p.node], p.gpus) for p in r.placements),
-                    started_s=r.started_s,
-                    submitted_s=r.submitted_s,
-                    seq=r.seq,
-                )
-                for r in self._queue.running_records()
-            ),
-            pending=tuple(
-                PendingJob(
-                    job_id=p.job.job_id,
-                    submitted_s=p.submitted_s,
-                    seq=p.seq,
-                    reason=p.reason,
-                    reserved=tuple(names[n] for n in p.reserved),
-                )
-                for p in self._queue.pending_records()
-            ),
+            running=tuple(saved_running(r, names) for r in self._queue.running_records()),
+            pending=tuple(saved_pending(p, names) for p in self._queue.pending_records()),
             seq=self._queue.seq,
             mig=tuple(self._mig.slots),
             mig_queue=tuple(self._mig.waiting),
-            held=tuple(self._held),
-            paused=tuple(self._paused),
-            window=tuple(self._window),
-            policy_shapes=tuple(self._policy_shapes),
-            since_refresh=self._since_refresh,
+            held=tuple(self._admission.held),
+            paused=tuple(self._admission.paused),
+            window=tuple(self._workload.window),
+            policy_shapes=tuple(self._workload.policy_shapes),
+            since_refresh=self._workload.since_refresh,
             ended=tuple(self._ended),
         )
 
@@ -200,38 +142,15 @@ class Scheduler:
         s._attempts = dict(snap.attempts)
         s._submitted_s = dict(snap.submitted_s)
         s._ended = list(snap.ended)
-        s._held = list(snap.held)
-        s._paused = list(snap.paused)
+        s._admission = Admission(quota, held=snap.held, paused=snap.paused)
         s._mig = MigPool(snap.mig, snap.mig_queue)
-        s._window = list(snap.window)
-        s._policy_shapes = list(snap.policy_shapes)
-        s._since_refresh = snap.since_refresh
-        s._policy = s._make_policy()
+        s._workload = s._new_workload(snap)
+        s._policy = s._workload.policy(s.config.policy)
         idx = s._index
-        running = [
-            RunningRecord(
-                s._core_job(s._jobs[r.job_id]),
-                tuple(NodeGpus(idx[n], tuple(g)) for n, g in r.placements),
-                r.started_s,
-                r.submitted_s,
-                r.seq,
-            )
-            for r in snap.running
-        ]
-        pending = [
-            PendingRecord(
-                s._core_job(s._jobs[p.job_id]),
-                p.submitted_s,
-                p.seq,
-                p.reason,
-                tuple(idx[n] for n in p.reserved),
-            )
-            for p in snap.pending
-        ]
+        running = [running_record(r, core_job(s._jobs[r.job_id]), idx) for r in snap.running]
+        pending = [pending_record(p, core_job(s._jobs[p.job_id]), idx) for p in snap.pending]
         s._queue = s._new_queue(running, pending, snap.seq)
-        if s._tracker is not None:
-            for key in s._admitted_ids():
-                s._tracker.admit(s._quota_request(s._jobs[key]))
+        s._admission.restore_admitted(s._jobs)
         return s
 
     def to_bytes(self) -> bytes:
@@ -250,7 +169,7 @@ class Scheduler:
 
     @property
     def paused_tenants(self) -> list[str]:
-        return list(self._paused)
+        return list(self._admission.paused)
 
     def job(self, tenant: str, job_id: str) -> JobSpec | None:
         """The job as the scheduler keeps it (its priority capped), None once it ended."""
@@ -268,7 +187,7 @@ class Scheduler:
         keys = (
             self._queue.pending_ids
             + [h.job_id for h in self._mig.waiting]
-            + [h.job_id for h in self._held]
+            + [h.job_id for h in self._admission.held]
         )
         return [(self._jobs[k].tenant, self._jobs[k].job_id) for k in keys]
 
@@ -289,7 +208,7 @@ class Scheduler:
             j = self._jobs[key]
             total += j.gpus * j.gang_size * (j.gpu_milli if j.gpus else 0) / 1000
         for m in self._mig.held_slots():
-            gm = self._gpu_mig_model(m.node, m.gpu)
+            gm = gpu_mig_model(self._nodes[self._index[m.node]], m.gpu, self._unhealthy)
             if gm is not None:
                 total += profile(gm, m.profile).compute_slices / 7
         return total
@@ -309,7 +228,8 @@ class Scheduler:
             self._index[spec.name] = len(self._nodes)
             self._nodes.append(spec)
         if self.config.policy == "seedance":
-            self._refresh_workload()
+            self._workload.refresh()
+            self._policy = self._workload.policy(self.config.policy)
         # Node indices are stable (a node is replaced in place or appended), so the queue's
         # own records rebuild it over the new node list.
         q = self._queue
@@ -328,12 +248,13 @@ class Scheduler:
         return self._pass(now_s) if healthy else []
 
     def set_paused(self, tenant: str, paused: bool, now_s: float) -> list[Effect]:
-        if paused == (tenant in self._paused):
+        pauses = self._admission.paused
+        if paused == (tenant in pauses):
             return []
         if paused:
-            self._paused.append(tenant)
+            pauses.append(tenant)
             return self._pause(tenant, now_s)
-        self._paused.remove(tenant)
+        pauses.remove(tenant)
         out = self._retry_held(now_s, lambda h: self._jobs[h.job_id].tenant == tenant)
         out.extend(self._pass(now_s))
         return out
@@ -345,7 +266,7 @@ class Scheduler:
         and says nothing: re-sending a submit is safe. Another request under a live job's id is
         rejected (`duplicate_job`), so is a submit of a job that has ended (`job_ended`: ids are
         not reused while the scheduler remembers the end)."""
-        job = self._capped(job)
+        job = self._admission.capped(job)
         answer = self._submit_answer(job)
         if answer is not None:
             return answer
@@ -364,8 +285,8 @@ class Scheduler:
         if key in self._jobs:
             return []
         if key in self._ended:
-            return [_ended_answer(tenant, job_id, "start")]
-        return [_unknown_answer(tenant, job_id, "start")]
+            return [ended_answer(tenant, job_id, "start")]
+        return [unknown_answer(tenant, job_id, "start")]
 
     def finish(
         self, tenant: str, job_id: str, now_s: float, outcome: str = "finished"
@@ -377,18 +298,17 @@ class Scheduler:
         job = self._jobs.pop(key, None)
         if job is None:
             if key in self._ended:
-                return [_ended_answer(tenant, job_id, outcome)]
-            return [_unknown_answer(tenant, job_id, outcome)]
+                return [ended_answer(tenant, job_id, outcome)]
+            return [unknown_answer(tenant, job_id, outcome)]
         self._ended.append(key)
         del self._ended[:-ENDED_KEPT]
         was_placed = self._queue.is_running(key) or self._mig.instance_of(key) is not None
         self._attempts.pop(key, None)
         self._submitted_s.pop(key, None)
-        self._held = [h for h in self._held if h.job_id != key]
+        self._admission.drop(key)
         self._mig.dequeue(key)
         self._release(key, job, now_s)
-        if self._tracker is not None:
-            self._tracker.release(key)
+        self._admission.release(key)
         out: list[Effect] = [Ended(job, outcome, was_placed)]
         out.extend(self._retry_held(now_s, lambda h: h.reason != "tenant_paused"))
         out.extend(self._pass(now_s))
@@ -411,23 +331,14 @@ class Scheduler:
                 )
             ]
         if job.key in self._ended:
-            return [_ended_answer(job.tenant, job.job_id, "submit")]
+            return [ended_answer(job.tenant, job.job_id, "submit")]
         bad = _invalid(job)
         if bad:
             return [Refused(job, "invalid_request", bad)]
-        if self._tracker is not None and job.tenant not in self._tracker.policy.tenants:
+        if self._admission.unknown_tenant(job.tenant):
             detail = f"tenant {job.tenant!r} is not in the quota file"
             return [Refused(job, "unknown_tenant", detail)]
         return None
-
-    def _capped(self, job: JobSpec) -> JobSpec:
-        """The request with its priority capped at the tenant's quota bound."""
-        if self.quota is None:
-            return job
-        quota = self.quota.tenants.get(job.tenant)
-        if quota is None or job.priority <= quota.priority_cap:
-            return job
-        return msgspec.structs.replace(job, priority=quota.priority_cap)
 
     # -- admission --------------------------------------------------------------------------
     def _pause(self, tenant: str, now_s: float) -> list[Effect]:
@@ -436,24 +347,24 @@ class Scheduler:
         for key in list(self._queue.pending_ids):
             if self._jobs[key].tenant == tenant:
                 self._queue.finish(key, now_s)
-                self._unadmit(key)
+                self._admission.release(key)
                 out.append(self._hold(key, "tenant_paused"))
         for h in list(self._mig.waiting):
             if self._jobs[h.job_id].tenant == tenant:
                 self._mig.dequeue(h.job_id)
-                self._unadmit(h.job_id)
+                self._admission.release(h.job_id)
                 out.append(self._hold(h.job_id, "tenant_paused"))
-        for i, h in enumerate(self._held):
+        for h in list(self._admission.held):
             if self._jobs[h.job_id].tenant == tenant and h.reason != "tenant_paused":
-                self._held[i] = msgspec.structs.replace(h, reason="tenant_paused")
+                self._admission.set_reason(h.job_id, "tenant_paused")
                 out.append(Waiting(self._jobs[h.job_id], "tenant_paused", _PAUSE_DETAIL))
         return out
 
     def _admit(self, job: JobSpec, submitted_s: float, now_s: float) -> list[Effect]:
-        if job.tenant in self._paused:
+        if job.tenant in self._admission.paused:
             return [self._hold(job.key, "tenant_paused", submitted_s)]
         out: list[Effect] = []
-        if self._tracker is not None and _counts_quota(job):
+        if self._admission.quota is not None:
             refusal = self._admit_quota(job, now_s, out)
             if refusal is not None:
                 reason, message = refusal
@@ -462,7 +373,7 @@ class Scheduler:
         if job.mig_profile is not None:
             self._mig.enqueue(job.key, submitted_s)
             return out
-        self._queue.submit(self._core_job(job), submitted_s)
+        self._queue.submit(core_job(job), submitted_s)
         if not self._nodes:
             out.append(Waiting(job, "no_inventory", "no node inventory received yet"))
         return out
@@ -470,24 +381,21 @@ class Scheduler:
     def _admit_quota(self, job: JobSpec, now_s: float, out: list[Effect]) -> tuple[str, str] | None:
         """Admit `job` against its quota, reclaiming or preempting when the plan allows;
         (reason, message) when it is not admitted."""
-        assert self._tracker is not None
-        req = self._quota_request(job)
-        decision = self._tracker.admit(req)
-        if not isinstance(decision, Admitted):
-            plan = self._tracker.plan_preemption(req)
-            if plan.feasible and plan.victims:
-                for victim in plan.victims:
-                    out.extend(self._evict_for_quota(victim, job.key, now_s))
-                decision = self._tracker.admit(req)
-        if isinstance(decision, Admitted):
+        decision = self._admission.admit(job)
+        if decision is not None and not isinstance(decision, Admitted):
+            victims = self._admission.victims(job)
+            for victim in victims:
+                out.extend(self._evict_for_quota(victim, job.key, now_s))
+            if victims:
+                decision = self._admission.admit(job)
+        if decision is None or isinstance(decision, Admitted):
             return None
         return decision.reason.value, decision.message
 
     def _evict_for_quota(self, victim: str, by: str, now_s: float) -> list[Effect]:
         job = self._jobs[victim]
         node = self._node_of(victim)
-        if self._tracker is not None:
-            self._tracker.release(victim)
+        self._admission.release(victim)
         placed = self._queue.is_running(victim) or self._mig.instance_of(victim) is not None
         if placed:
             self._release(victim, job, now_s)
@@ -513,15 +421,15 @@ class Scheduler:
     def _retry_held(self, now_s: float, which: Callable[[HeldJob], bool]) -> list[Effect]:
         out: list[Effect] = []
         ready = sorted(
-            (h for h in self._held if which(h)),
+            (h for h in self._admission.held if which(h)),
             key=lambda h: (-self._jobs[h.job_id].priority, h.submitted_s, h.job_id),
         )
         for h in ready:
-            self._held.remove(h)
+            self._admission.drop(h.job_id)
             job = self._jobs[h.job_id]
             effects = self._admit(job, h.submitted_s, now_s)
             # Still waiting for the same reason: nothing new to say.
-            again = next((x for x in self._held if x.job_id == h.job_id), None)
+            again = self._admission.held_job(h.job_id)
             if again is not None and again.reason == h.reason:
                 effects = [e for e in effects if not isinstance(e, Waiting) or e.job is not job]
             out.extend(effects)
@@ -530,31 +438,10 @@ class Scheduler:
     def _hold(
         self, key: str, reason: str, submitted_s: float | None = None, detail: str = ""
     ) -> Waiting:
-        self._held = [h for h in self._held if h.job_id != key]
         at = self._submitted_s.get(key, 0.0) if submitted_s is None else submitted_s
-        self._held.append(HeldJob(job_id=key, reason=reason, submitted_s=at))
+        self._admission.hold(key, reason, at)
         detail = _PAUSE_DETAIL if reason == "tenant_paused" else detail
         return Waiting(self._jobs[key], reason, detail)
-
-    def _unadmit(self, key: str) -> None:
-        if self._tracker is not None:
-            self._tracker.release(key)
-
-    def _quota_request(self, job: JobSpec) -> QuotaRequest:
-        members = job.gang_size * max(job.gpus, 1)
-        return QuotaRequest(
-            workload_id=job.key,
-            tenant=job.tenant,
-            gpus=members,
-            milli=0 if job.mig_profile else job.gpu_milli,
-            mem_mib=job.gpu_mem_mib * members,
-            mig_profile=job.mig_profile,
-            priority=job.priority,
-        )
-
-    def _admitted_ids(self) -> list[str]:
-        held = {h.job_id for h in self._held}
-        return [k for k, spec in self._jobs.items() if k not in held and _counts_quota(spec)]
 
     # -- the pass ---------------------------------------------------------------------------
     def _pass(self, now_s: float) -> list[Effect]:
@@ -614,13 +501,19 @@ class Scheduler:
             attempt = self._attempts.get(job.key, 0) + 1
             self._attempts[job.key] = attempt
             share = GpuShare(res.gpu, 1000, res.profile, res.start)
-            model = self._gpu(res.node, res.gpu).model
+            model = self._nodes[self._index[res.node]].gpus[res.gpu].model
             out.append(Placed(job, res.node, model, "mig", (share,), attempt))
         return out
 
     def _mig_place(self, job: JobSpec, out: list[Effect]) -> MigSlot | str:
         """The instance `job` got (its host CPU and memory held), or why it waits."""
-        gpus, known = self._mig_gpus(job)
+        state = self._queue.state
+        gpus, known = self._mig.candidates(
+            job,
+            self._nodes,
+            self._unhealthy,
+            lambda n: (int(state.cpu_free[n]), int(state.mem_free[n])),
+        )
         if not known:
             return "no_mig_profile"
         assert job.mig_profile is not None
@@ -634,57 +527,11 @@ class Scheduler:
         self._queue.hold_host(self._index[slot.node], job.cpu_milli, job.memory_mib)
         return slot
 
-    def _mig_gpus(self, job: JobSpec) -> tuple[list[MigCandidate], bool]:
-        """MIG GPUs that could host `job` now (CPU/memory free), and whether any model knows
-        its profile at all."""
-        state = self._queue.state
-        known = False
-        out = []
-        for n, spec in enumerate(self._nodes):
-            for g, gpu in enumerate(spec.gpus):
-                gm = self._gpu_mig_model(spec.name, g)
-                if gm is None or (job.gpu_models and gpu.model not in job.gpu_models):
-                    continue
-                if not any(p.name == job.mig_profile for p in MIG_PROFILES[gm]):
-                    continue
-                known = True
-                if state.cpu_free[n] >= job.cpu_milli and state.mem_free[n] >= job.memory_mib:
-                    out.append(MigCandidate(spec.name, g, gm))
-        return out, known
-
-    # -- building the queue -----------------------------------------------------------------
-    def _gpu(self, node: str, gpu: int) -> GpuSpec:
-        return self._nodes[self._index[node]].gpus[gpu]
-
-    def _gpu_mig_model(self, node: str, gpu: int) -> GpuModel | None:
-        spec = self._gpu(node, gpu)
-        if not spec.mig_enabled or (node, gpu) in self._unhealthy:
-            return None
-        return mig_model(spec.model)
-
     def _masked(self) -> set[tuple[int, int]]:
         """GPUs the queue must not place on: unhealthy ones and those in MIG mode."""
         out = {(self._index[n], g) for n, g in self._unhealthy}
         for i, spec in enumerate(self._nodes):
             out.update((i, g) for g, x in enumerate(spec.gpus) if x.mig_enabled)
-        return out
-
-    def _core_nodes(self) -> list[Node]:
-        out = []
-        for spec in self._nodes:
-            doms = [g.nvlink_domain for g in spec.gpus]
-            ids = {d: i for i, d in enumerate(dict.fromkeys(doms))}
-            out.append(
-                Node(
-                    name=spec.name,
-                    cpu_milli=spec.cpu_milli,
-                    memory_mib=spec.memory_mib,
-                    gpu_count=len(spec.gpus),
-                    gpu_model=spec.gpus[0].model if spec.gpus else "",
-                    gpu_memory_mib=spec.gpus[0].mem_mib if spec.gpus else 0,
-                    nvlink_domains=tuple(ids[d] for d in doms) if any(doms) else None,
-                )
-            )
         return out
 
     def _new_queue(
@@ -693,7 +540,7 @@ class Scheduler:
         """The placement queue over the current nodes holding these records, with the host
         resources of MIG jobs held and the GPUs it must not use masked."""
         queue = PlacementQueue.restore(
-            self._core_nodes(),
+            [core_node(n) for n in self._nodes],
             self._policy,
             self.config.queue_config,
             running=running,
@@ -706,46 +553,20 @@ class Scheduler:
         queue.set_masked(self._masked())
         return queue
 
-    def _make_policy(self) -> Policy:
-        if self.config.policy == "first-fit":
-            return FirstFit()
-        shapes = self._policy_shapes or [_DEFAULT_SHAPE]
-        pods = [_pod(s) for s in shapes]
-        if not any(p.num_gpu for p in pods):
-            pods.append(_pod(_DEFAULT_SHAPE))
-        gpu = sum(p.gpu_milli_total for p in pods)
-        return SeedancePolicy(
-            TargetWorkload.from_pods(pods, coverage=1.0),
-            # A workload that asks no CPU (or memory) strands nothing through it.
-            cpu_per_gpu_milli=max(sum(p.cpu_milli for p in pods) / gpu, 1e-9),
-            mem_mib_per_gpu_milli=max(sum(p.memory_mib for p in pods) / gpu, 1e-9),
-        )
+    def _new_workload(self, snap: SchedulerSnapshot | None = None) -> WorkloadWindow:
+        cfg = self.config
+        window = WorkloadWindow(size=cfg.workload_window, refresh_every=cfg.workload_refresh)
+        if snap is not None:
+            window.window = list(snap.window)
+            window.policy_shapes = list(snap.policy_shapes)
+            window.since_refresh = snap.since_refresh
+        return window
 
     def _learn(self, job: JobSpec) -> None:
-        """Add a request to the workload window; refresh the policy every N submissions."""
-        if self.config.policy != "seedance":
-            return
-        self._window.append(_shape(job))
-        del self._window[: -self.config.workload_window]
-        self._since_refresh += 1
-        if self._since_refresh >= self.config.workload_refresh or not self._policy_shapes:
-            self._refresh_workload()
+        """Add a request to the workload window; the policy follows when it refreshes."""
+        if self.config.policy == "seedance" and self._workload.learn(job):
+            self._policy = self._workload.policy(self.config.policy)
             self._queue.policy = self._policy
-
-    def _refresh_workload(self) -> None:
-        self._since_refresh = 0
-        self._policy_shapes = list(self._window)
-        self._policy = self._make_policy()
-
-    def _core_job(self, job: JobSpec) -> Job:
-        return Job(
-            job_id=job.key,
-            request=_pod(_shape(job)),
-            replicas=job.gang_size,
-            priority=job.priority,
-            tenant=job.tenant,
-            expected_duration_s=job.expected_duration_s,
-        )
 
     def _busy(self, node: str) -> bool:
         return self._mig.busy(node) or self._queue.busy(self._index[node])
@@ -755,45 +576,6 @@ class Scheduler:
             return self._nodes[self._queue.placements_of(key)[0].node].name
         inst = self._mig.instance_of(key)
         return inst.node if inst else None
-
-
-def _ended_answer(tenant: str, job_id: str, what: str) -> RejectedInput:
-    return RejectedInput(
-        tenant, job_id, "job_ended",
-        f"{what} of job {job_id!r} of tenant {tenant!r}: the job has already ended",
-    )  # fmt: skip
-
-
-def _unknown_answer(tenant: str, job_id: str, what: str) -> RejectedInput:
-    return RejectedInput(
-        tenant, job_id, "unknown_job",
-        f"{what} of job {job_id!r} of tenant {tenant!r}: no such job was submitted",
-    )  # fmt: skip
-
-
-def _shape(job: JobSpec) -> RequestShape:
-    return RequestShape(
-        job.cpu_milli,
-        job.memory_mib,
-        job.gpus,
-        job.gpu_milli if job.gpus else 0,
-        tuple(sorted(job.gpu_models)),
-    )
-
-
-def _pod(s: RequestShape) -> PodRequest:
-    return PodRequest(
-        cpu_milli=s.cpu_milli,
-        memory_mib=s.memory_mib,
-        num_gpu=s.num_gpu,
-        gpu_milli=s.gpu_milli,
-        gpu_models=frozenset(s.gpu_models),
-    )
-
-
-def _counts_quota(job: JobSpec) -> bool:
-    """CPU-only jobs consume no quota dimension (the quota covers GPUs and their memory)."""
-    return job.gpus > 0 or job.mig_profile is not None
 
 
 def _invalid(job: JobSpec) -> str:

@@ -15,9 +15,13 @@ The layout is the format deployed slicers wrote to KV (version 2, field for fiel
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import msgspec
 
 from seedance.slicer.core.inputs import JobSpec, NodeSpec
+from seedance.slicer.core.model import NodeGpus
+from seedance.slicer.core.queue import Job, PendingRecord, RunningRecord
 
 __all__ = [
     "STATE_VERSION",
@@ -30,6 +34,10 @@ __all__ = [
     "decode_snapshot",
     "encode_snapshot",
     "migrate",
+    "pending_record",
+    "running_record",
+    "saved_pending",
+    "saved_running",
 ]
 
 #: The state's format: 1 keyed jobs by job id alone (before tenants were part of the key), 2 by
@@ -108,6 +116,38 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     since_refresh: int = 0
     #: Keys of the jobs ended most recently (at most `ENDED_KEPT`), oldest first.
     ended: tuple[str, ...] = ()
+
+
+def saved_running(r: RunningRecord, names: Sequence[str]) -> RunningJob:
+    """A placement queue's running record, by node name (`names[i]`: node i's)."""
+    return RunningJob(
+        job_id=r.job.job_id,
+        placements=tuple((names[p.node], p.gpus) for p in r.placements),
+        started_s=r.started_s,
+        submitted_s=r.submitted_s,
+        seq=r.seq,
+    )
+
+
+def saved_pending(p: PendingRecord, names: Sequence[str]) -> PendingJob:
+    return PendingJob(
+        job_id=p.job.job_id,
+        submitted_s=p.submitted_s,
+        seq=p.seq,
+        reason=p.reason,
+        reserved=tuple(names[n] for n in p.reserved),
+    )
+
+
+def running_record(r: RunningJob, job: Job, index: Mapping[str, int]) -> RunningRecord:
+    """The queue's record of `r` (`index`: node name to the queue's node index)."""
+    placements = tuple(NodeGpus(index[n], tuple(g)) for n, g in r.placements)
+    return RunningRecord(job, placements, r.started_s, r.submitted_s, r.seq)
+
+
+def pending_record(p: PendingJob, job: Job, index: Mapping[str, int]) -> PendingRecord:
+    reserved = tuple(index[n] for n in p.reserved)
+    return PendingRecord(job, p.submitted_s, p.seq, p.reason, reserved)
 
 
 def encode_snapshot(snap: SchedulerSnapshot) -> bytes:
