@@ -62,7 +62,7 @@ class PodRequest:
 
     `gpu_milli` is the share *per GPU* (0..1000); it is below 1000 only when `num_gpu == 1`.
     `gpu_models` empty means any model. `mig_profile` is reserved for the MIG planner
-    (`seedance.slicer.mig`); the placement core here rejects requests that set it.
+    (`seedance.slicer.core.mig_pool`); the placement queue rejects requests that set it.
     """
 
     cpu_milli: int
