@@ -188,7 +188,7 @@ async def test_whole_shared_multi_gpu_and_gang_jobs_are_placed(
         await submit(bus, t, "multi", gpus=3)
         await d.wait(lambda: len(d.of(Placement)) == 6)
         assert svc.leading
-        assert not svc.engine.waiting_ids
+        assert not svc.scheduler.waiting_ids
 
     by_job: dict[str, list[Placement]] = {}
     for p in d.of(Placement):
@@ -249,7 +249,7 @@ async def test_quota_wait_reason_unknown_tenant_and_priority_preemption(
         await finish(bus, t, "a1", minute=3)
         await d.wait(lambda: bool(d.of(Placement, "a2")))
         assert not d.of(Placement, "stranger")
-        assert "stranger" not in svc.engine.waiting_ids
+        assert "stranger" not in svc.scheduler.waiting_ids
 
 
 async def test_paused_tenant_waits_running_jobs_continue_unpause_places(
@@ -263,14 +263,14 @@ async def test_paused_tenant_waits_running_jobs_continue_unpause_places(
         await d.wait(lambda: bool(d.of(Placement, "before")))
         await pause(bus, t, True)
         # Pauses and jobs come on different streams: no order between them is promised.
-        await d.wait(lambda: t in svc.engine.st.paused)
+        await d.wait(lambda: t in svc.scheduler.paused_tenants)
         await submit(bus, t, "after", gpus=1, minute=2)
         await submit(bus, u, "other", gpus=1, minute=2)
         await d.wait(lambda: bool(d.of(Unschedulable, "after")) and bool(d.of(Placement, "other")))
         assert [e.reason for e in d.of(Unschedulable, "after")] == ["tenant_paused"]
         assert not d.of(Placement, "after")
         assert not d.of(Preempted)
-        assert "before" in svc.engine.running_ids  # running work continues
+        assert "before" in svc.scheduler.running_ids  # running work continues
         assert decided(svc, "waiting", "tenant_paused") == 1
         await pause(bus, t, False)
         await d.wait(lambda: bool(d.of(Placement, "after")))
@@ -339,7 +339,7 @@ async def test_failover_to_a_standby_places_nothing_twice_and_loses_nothing(
                 await submit(bus, t, f"j{i}", gpus=1, minute=i)
             await d.wait(lambda: len(d.of(Placement)) == 6)
             assert not second.leading
-            assert second.engine.running_ids == []
+            assert second.scheduler.running_ids == []
             # The leader stops mid-stream (releasing its lease): jobs keep coming meanwhile.
             await first.stop()
             for i in range(6, 12):
@@ -349,8 +349,8 @@ async def test_failover_to_a_standby_places_nothing_twice_and_loses_nothing(
             await d.wait(lambda: len({p.job_id for p in d.of(Placement)}) == 9, timeout_s=30)
             assert second.leading
             # 8 GPUs: j0..j7 filled them, j0 ended, j8 took its GPU; j9.. wait.
-            assert set(second.engine.running_ids) == {f"j{i}" for i in range(1, 9)}
-            assert set(second.engine.waiting_ids) == {"j9", "j10", "j11", "j12"}
+            assert set(second.scheduler.running_ids) == {f"j{i}" for i in range(1, 9)}
+            assert set(second.scheduler.waiting_ids) == {"j9", "j10", "j11", "j12"}
     stream = await placements_in_stream(bus, t)
     assert sorted(p.job_id for p in stream) == sorted(f"j{i}" for i in range(9))
 
@@ -383,8 +383,8 @@ async def test_a_batch_that_fails_to_persist_is_replayed_with_the_same_decisions
         await submit(bus, t, f"j{i}", gpus=1, minute=i)
     async with slicer(nats_url, unique) as again:
         await d.wait(lambda: len({p.job_id for p in d.of(Placement)}) == 4)
-        await d.wait(lambda: len(again.engine.waiting_ids) == 2)
-        assert set(again.engine.running_ids) == {"j0", "j1", "j2", "j3"}
+        await d.wait(lambda: len(again.scheduler.waiting_ids) == 2)
+        assert set(again.scheduler.running_ids) == {"j0", "j1", "j2", "j3"}
     stream = await placements_in_stream(bus, t)
     assert sorted(p.job_id for p in stream) == ["j0", "j1", "j2", "j3"]
     # Each job's placement is on a distinct GPU: the replayed decisions were the same ones.

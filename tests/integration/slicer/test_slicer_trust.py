@@ -23,7 +23,7 @@ from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobFinished, JobStarted, JobSubmitted, ResourceRequest
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.events.subjects import dlq, jobs, observed
-from seedance.slicer.engine import SlicerEngine
+from seedance.slicer.core import Scheduler
 from tests.integration.slicer.test_slicer_service import (
     T0,
     Decisions,
@@ -104,7 +104,7 @@ async def test_tenants_jobs_of_one_id_are_two_jobs_and_one_end_frees_only_its_ow
         await d.wait(lambda: bool(of(d, Unschedulable, acme, "probe")))
         assert not of(d, Placement, acme, "probe")  # the node is still full
         assert not of(d, JobReleased, acme)
-        assert (acme, "train-1") in svc.engine.running_jobs
+        assert (acme, "train-1") in svc.scheduler.running_jobs
         # acme's own end frees them.
         await end(bus, acme, "train-1")
         await d.wait(lambda: bool(of(d, Placement, acme, "probe")))
@@ -243,14 +243,14 @@ async def test_an_event_the_slicer_cannot_apply_is_dead_lettered_and_the_rest_pl
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bus, d, acme, globex = tenants
-    real_submit = SlicerEngine.submit
+    real_submit = Scheduler.submit
 
-    def raising_submit(self: SlicerEngine, job: Any, now_s: float) -> Any:
+    def raising_submit(self: Scheduler, job: Any, now_s: float) -> Any:
         if job.job_id == "boom":
             raise ZeroDivisionError("a bug the event triggers")
         return real_submit(self, job, now_s)
 
-    monkeypatch.setattr(SlicerEngine, "submit", raising_submit)
+    monkeypatch.setattr(Scheduler, "submit", raising_submit)
     letters: list[DeadLetter] = []
 
     async def collect(msg: Any) -> None:
@@ -313,12 +313,12 @@ async def test_a_snapshot_of_the_job_id_keyed_slicer_is_migrated_on_first_start(
     d = await Decisions.open(bus, "acme", "globex")
     try:
         async with slicer(nats_url, unique, quota_file=str(quota)) as svc:
-            await d.wait(lambda: svc.leading and bool(svc.engine.node_names))
-            assert svc.engine.st.version == 2
-            assert sorted(svc.engine.running_jobs) == [
+            await d.wait(lambda: svc.leading and bool(svc.scheduler.node_names))
+            assert svc.scheduler.snapshot().version == 2
+            assert sorted(svc.scheduler.running_jobs) == [
                 ("acme", "mig-1"), ("acme", "train-1"), ("acme", "train-2")
             ]  # fmt: skip
-            assert sorted(svc.engine.waiting_jobs) == [("acme", "wait-1"), ("globex", "g-1")]
+            assert sorted(svc.scheduler.waiting_jobs) == [("acme", "wait-1"), ("globex", "g-1")]
             # globex's train-1 is not acme's; acme's end frees acme's GPUs for globex's g-1.
             await submit(bus, "globex", "train-1", gpus=2)
             await d.wait(lambda: bool(of(d, Unschedulable, "globex", "train-1")))
@@ -329,7 +329,7 @@ async def test_a_snapshot_of_the_job_id_keyed_slicer_is_migrated_on_first_start(
             assert not of(d, Placement, "globex", "train-1")
             await end(bus, "acme", "mig-1")
             await d.wait(lambda: bool(of(d, JobReleased, "acme", "mig-1")))
-            assert ("acme", "mig-1") not in svc.engine.running_jobs
+            assert ("acme", "mig-1") not in svc.scheduler.running_jobs
         # The migrated state was written back as version 2.
         entry = await kv.get(f"pool.p{unique}")
         snap = msgspec.msgpack.decode(entry.value or b"")

@@ -8,7 +8,7 @@ from seedance.slicer.core.fragmentation import (
     TaskClass,
     cluster_fragmentation,
 )
-from seedance.slicer.core.model import ClusterState, Placement, PodRequest
+from seedance.slicer.core.model import ClusterState, NodeGpus, PodRequest
 from seedance.slicer.core.policies import FirstFit
 from tests.unit.slicer.nodes import node
 
@@ -84,7 +84,7 @@ def test_index_and_predicted_deltas_match_the_definition() -> None:
     ff = FirstFit()
     for pod in pods:
         res = ff.place(st, pod)
-        if not isinstance(res, Placement):
+        if not isinstance(res, NodeGpus):
             continue
         free = st.gpu_free[res.node, res.gpus[0]] if pod.is_shared else None
         predicted = idx.frag_after(

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from seedance.slicer.mig import (
+from seedance.slicer.core.mig import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
     GpuModel,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seedance.slicer.core.model import ClusterState, Placement, PodRequest
+from seedance.slicer.core.model import ClusterState, NodeGpus, PodRequest
 from tests.unit.slicer.nodes import node
 
 
@@ -19,11 +19,11 @@ def test_request_validation_names_the_field() -> None:
 def test_apply_and_release_round_trip() -> None:
     st = ClusterState([node("a", gpus=2), node("b", gpus=0)])
     pod = PodRequest(cpu_milli=4000, memory_mib=1024, num_gpu=1, gpu_milli=300)
-    st.apply(pod, Placement(0, (1,)))
+    st.apply(pod, NodeGpus(0, (1,)))
     assert st.gpu_free[0].tolist()[:2] == [1000, 700]
     assert st.cpu_free[0] == 92_000
     assert st.gpu_allocated_milli == 300
-    st.release(pod, Placement(0, (1,)))
+    st.release(pod, NodeGpus(0, (1,)))
     assert st.gpu_allocated_milli == 0
     assert st.version[0] == 2
 
@@ -32,7 +32,7 @@ def test_apply_refuses_what_does_not_fit_and_changes_nothing() -> None:
     st = ClusterState([node("a", gpus=1, cpu=2000)])
     pod = PodRequest(cpu_milli=4000, memory_mib=1, num_gpu=1, gpu_milli=1000)
     with pytest.raises(ValueError, match="does not fit"):
-        st.apply(pod, Placement(0, (0,)))
+        st.apply(pod, NodeGpus(0, (0,)))
     assert st.cpu_free[0] == 2000
     assert st.version[0] == 0
 
@@ -41,7 +41,7 @@ def test_release_more_than_capacity_is_an_error() -> None:
     st = ClusterState([node("a", gpus=1)])
     with pytest.raises(ValueError, match="frees more"):
         st.release(
-            PodRequest(cpu_milli=0, memory_mib=0, num_gpu=1, gpu_milli=10), Placement(0, (0,))
+            PodRequest(cpu_milli=0, memory_mib=0, num_gpu=1, gpu_milli=10), NodeGpus(0, (0,))
         )
 
 

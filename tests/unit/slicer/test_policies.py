@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from seedance.slicer.core.fragmentation import TargetWorkload
-from seedance.slicer.core.model import ClusterState, Placement, PodRequest, Rejection
+from seedance.slicer.core.model import ClusterState, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import (
     BestFit,
     FirstFit,
@@ -26,13 +26,13 @@ def whole(k: int, cpu: int = 8000) -> PodRequest:
 def test_first_fit_takes_the_first_node_and_gpu() -> None:
     st = ClusterState([node("a", gpus=2), node("b", gpus=2)])
     st.gpu_free[0, 0] = 100
-    assert FirstFit().place(st, shared(500)) == Placement(0, (1,))
+    assert FirstFit().place(st, shared(500)) == NodeGpus(0, (1,))
 
 
 def test_bestfit_takes_the_fullest_node_and_tightest_gpu() -> None:
     st = ClusterState([node("a", gpus=2), node("b", gpus=2)])
     st.gpu_free[1] = [600, 900, 0, 0, 0, 0, 0, 0]
-    assert BestFit().place(st, shared(500)) == Placement(1, (0,))
+    assert BestFit().place(st, shared(500)) == NodeGpus(1, (0,))
 
 
 def test_rejection_names_the_missing_resource() -> None:
@@ -51,14 +51,14 @@ def test_fgd_fills_a_partial_gpu_exactly_instead_of_breaking_a_whole_one() -> No
     wl = TargetWorkload.from_pods([shared(500), whole(1)], coverage=1.0)
     st = ClusterState([node("a", gpus=2), node("b", gpus=2)])
     st.gpu_free[0, 0] = 500
-    assert FragmentationGradientDescent(wl).place(st, shared(500)) == Placement(0, (0,))
+    assert FragmentationGradientDescent(wl).place(st, shared(500)) == NodeGpus(0, (0,))
 
 
 def test_fgd_honours_model_constraints() -> None:
     wl = TargetWorkload.from_pods([shared(500)])
     st = ClusterState([node("a", gpus=2, model="T4"), node("b", gpus=2, model="P100")])
     res = FragmentationGradientDescent(wl).place(st, shared(500, models=frozenset({"P100"})))
-    assert isinstance(res, Placement)
+    assert isinstance(res, NodeGpus)
     assert res.node == 1
 
 
@@ -68,7 +68,7 @@ def test_seedance_keeps_cpu_for_the_gpus_of_a_gpu_rich_node() -> None:
     pods = [whole(1, cpu=8000), PodRequest(cpu_milli=8000, memory_mib=1)]
     st = ClusterState([node("a", gpus=8, cpu=64_000), node("b", gpus=1, cpu=96_000)])
     pol = SeedancePolicy.for_trace(pods)
-    assert pol.place(st, PodRequest(cpu_milli=8000, memory_mib=1)) == Placement(1, ())
+    assert pol.place(st, PodRequest(cpu_milli=8000, memory_mib=1)) == NodeGpus(1, ())
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -87,7 +87,7 @@ def test_seedance_cache_gives_the_uncached_decisions(seed: int) -> None:
         ra = cached.place(a, pod)
         rb = FragmentationGradientDescent.place(plain, b, pod)  # scores every node afresh
         assert ra == rb
-        if isinstance(ra, Placement):
+        if isinstance(ra, NodeGpus):
             a.apply(pod, ra)
             b.apply(pod, rb)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seedance.slicer.quota import (
+from seedance.slicer.core.quota import (
     Admitted,
     QuotaError,
     QuotaPolicy,

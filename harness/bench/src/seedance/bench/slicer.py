@@ -24,7 +24,8 @@ import numpy as np
 
 from seedance.bench.openb import read_nodes, read_pods, trace_name
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
-from seedance.slicer.core.model import ClusterState, Placement, PodRequest
+from seedance.slicer.core.model import ClusterState, PodRequest
+from seedance.slicer.core.model import NodeGpus as Placement
 from seedance.slicer.core.policies import (
     BestFit,
     FirstFit,

@@ -31,7 +31,9 @@ import numpy as np
 from seedance.bench.openb import TracePod, read_nodes, read_pods, trace_name
 from seedance.slicer.core.model import Node
 from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
-from seedance.slicer.core.scheduler import Job, JobPlaced, Scheduler, SchedulerConfig
+from seedance.slicer.core.queue import Job, JobPlaced
+from seedance.slicer.core.queue import PlacementQueue as Scheduler
+from seedance.slicer.core.queue import QueueConfig as SchedulerConfig
 
 
 def build_arrivals(

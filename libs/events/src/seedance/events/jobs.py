@@ -33,6 +33,7 @@ __all__ = [
     "JobStarted",
     "JobSubmitted",
     "ResourceRequest",
+    "request_problem",
 ]
 
 #: Kubernetes' PriorityClass range (int32); the slicer caps a request at its quota's bound.
@@ -58,6 +59,24 @@ LabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=63)]
 LabelValue = Annotated[str, msgspec.Meta(max_length=256)]
 #: A human-readable reason (a failure's, a cancellation's).
 Reason = Annotated[str, msgspec.Meta(max_length=1024)]
+
+
+def request_problem(*, gpus: int, gpu_milli: int, mig_profile: str | None, gang_size: int) -> str:
+    """Why a request's fields do not make one of the three shapes ("" when they do).
+
+    The one statement of the rule that crosses fields (the per-field bounds are the ``Meta``
+    above): ``ResourceRequest`` runs it on every decode and construction, so the SDK and the CLI
+    refuse such a request before publishing, and the slicer runs it on the requests it takes
+    without a wire event (its core's `JobSpec`), so both sides refuse the same requests.
+    """
+    if gpu_milli < 1000 and gpus > 1:
+        return f"a shared-GPU request takes one GPU: gpus={gpus} with gpu_milli={gpu_milli}"
+    if mig_profile is not None and (gpus != 1 or gang_size != 1):
+        return (
+            "a MIG request takes one instance: gpus=1 and gang_size=1, "
+            f"got gpus={gpus} gang_size={gang_size}"
+        )
+    return ""
 
 
 class JobKind(enum.StrEnum):
@@ -89,13 +108,14 @@ class ResourceRequest(msgspec.Struct, frozen=True, kw_only=True):
     gang_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_GANG_SIZE)] = 1
 
     def __post_init__(self) -> None:
-        if self.gpu_milli < 1000 and self.gpus > 1:
-            raise ValueError(
-                "a shared-GPU request takes one GPU: "
-                f"gpus={self.gpus} with gpu_milli={self.gpu_milli}"
-            )
-        if self.mig_profile is not None and self.gpus != 1:
-            raise ValueError(f"a MIG request takes one instance: gpus={self.gpus}")
+        problem = request_problem(
+            gpus=self.gpus,
+            gpu_milli=self.gpu_milli,
+            mig_profile=self.mig_profile,
+            gang_size=self.gang_size,
+        )
+        if problem:
+            raise ValueError(problem)
 
 
 class JobSubmitted(Event, frozen=True, kw_only=True, tag="job.submitted.v1"):

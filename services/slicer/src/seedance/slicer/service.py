@@ -1,10 +1,10 @@
 """The slicer service: job events, inventory and pauses in; placements and reasons out.
 
 One leader per node pool (a lease in JetStream KV) consumes; standbys wait for the lease and
-take over when it lapses or is released, restoring the engine from the pool's snapshot. A
+take over when it lapses or is released, restoring the scheduler from the pool's snapshot. A
 leader that loses its lease stops consuming and becomes a standby again.
 
-After every batch the engine's state is written to KV *before* anything is published or acked,
+After every batch the scheduler's state is written to KV *before* anything is published or acked,
 together with the last stream sequence applied per durable and the batch's decisions (an
 outbox). Then the decisions are published, then the batch is acked. So:
 - a crash before the write publishes nothing: the batch is redelivered and decided afresh (in
@@ -15,10 +15,10 @@ outbox). Then the decisions are published, then the batch is acked. So:
 The snapshot is written compare-and-set: a deposed leader's write fails and its batch is
 redelivered to the new leader instead of overwriting its state.
 
-One bad event never stops the slicer: an exception while applying one event (the engine or the
+One bad event never stops the slicer: an exception while applying one event (the scheduler or the
 wiring raising on an input it cannot take) rolls the batch back to the durable state, replays
 the batch without that event, and dead-letters it (`apply_error`, with the exception) while the
-rest of the batch is decided and acknowledged as usual. The engine is deterministic, so the
+rest of the batch is decided and acknowledged as usual. The scheduler is deterministic, so the
 replay decides exactly what the first pass did.
 
 Clocks (`trusted_time`): a tenant's request on `seedance.jobs.<tenant>.<kind>` is a claim. It
@@ -31,8 +31,9 @@ unschedulable, preemption), so downstream (the cost-ledger) bills only trusted t
 replayed in virtual time (`request_clock=replay`) the server's clock is not the fleet's, so a
 tenant's request happens at the latest trusted time seen instead: "now" in the replay.
 
-This module owns the wiring (events to engine inputs, decisions to events, metrics); the
-decisions themselves are `seedance.slicer.engine`'s.
+This module owns the wiring (leadership, batches, the durable snapshot, metrics); which wire
+field becomes which input and which effect becomes which event is `seedance.slicer.mapping`'s,
+and the decisions themselves are `seedance.slicer.core.Scheduler`'s.
 """
 
 from __future__ import annotations
@@ -54,59 +55,22 @@ from seedance.core import Clock, Delivery, InvalidMessage, Lifecycle, RetryableE
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.events import Event, decode, derived_event_id, encode
+from seedance.events import Event, decode, encode
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
-from seedance.events.slicing import (
-    EndOutcome,
-    GpuAssignment,
-    JobRejected,
-    JobReleased,
-    MigInstanceChange,
-    MigLayoutPlan,
-    Placement,
-    PlacementKind,
-    Preempted,
-    RejectionReason,
-    Unschedulable,
-    UnschedulableReason,
-)
-from seedance.events.subjects import SubjectShapeError, parse_tenant_subject, slicing
+from seedance.events.subjects import SubjectShapeError, parse_tenant_subject
 from seedance.events.telemetry import GpuHealth, NodeInventory
-from seedance.slicer.engine import (
-    Effect,
-    Ended,
-    EngineConfig,
-    Evicted,
-    GpuSpec,
-    JobSpec,
-    MigPlanned,
-    NodeSpec,
-    Placed,
-    Refused,
-    RejectedInput,
-    SlicerEngine,
-    Waiting,
-    published_reason,
-)
-from seedance.slicer.quota import QuotaPolicy
+from seedance.slicer.core import Effect, QuotaPolicy, Scheduler, SchedulerConfig
+from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
 from seedance.slicer.settings import SlicerSettings
 
-__all__ = ["SlicerMetrics", "SlicerService", "engine_config", "load_quota", "trusted_time"]
+__all__ = ["SlicerMetrics", "SlicerService", "load_quota", "scheduler_config", "trusted_time"]
 
 log = get_logger(__name__)
 
 #: Applied sequences remembered per durable: a message redelivered after this many later ones
 #: were applied would be taken for applied (redeliveries come within a second or so).
 _APPLIED_KEPT = 2048
-
-
-#: Ending events and the outcome their release records.
-_OUTCOMES = {
-    JobFinished: EndOutcome.FINISHED,
-    JobFailed: EndOutcome.FAILED,
-    JobCancelled: EndOutcome.CANCELLED,
-}
 
 
 def is_tenant_request(subject: str) -> bool:
@@ -169,6 +133,8 @@ class SlicerMetrics:
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
+    #: The scheduler's snapshot (`Scheduler.to_bytes`); the key keeps the name deployed
+    #: slicers wrote it under.
     engine: bytes
     #: Per durable, the stream sequences applied recently (at most `_APPLIED_KEPT`) and the
     #: floor below which every message counts as applied. Not a single watermark: a batch
@@ -186,8 +152,8 @@ def load_quota(path: str) -> QuotaPolicy | None:
     return QuotaPolicy.from_yaml(Path(path).read_text()) if path else None
 
 
-def engine_config(settings: SlicerSettings) -> EngineConfig:
-    return EngineConfig(
+def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
+    return SchedulerConfig(
         policy=settings.policy,
         workload_window=settings.workload_window,
         workload_refresh=settings.workload_refresh,
@@ -200,10 +166,10 @@ class SlicerService(Lifecycle):
         self._clock = clock
         self._settings = settings
         self.metrics = SlicerMetrics(runtime.registry)
-        self._config = engine_config(settings)
+        self._config = scheduler_config(settings)
         self._quota = load_quota(settings.quota_file)
-        self.engine = SlicerEngine(self._config, self._quota)
-        self._durable_bytes = self.engine.to_bytes()
+        self.scheduler = Scheduler(self._config, self._quota)
+        self._durable_bytes = self.scheduler.to_bytes()
         self._applied: dict[str, list[int]] = {}
         self._floor: dict[str, int] = {}
         self._replay_now_s: float | None = None
@@ -312,34 +278,34 @@ class SlicerService(Lifecycle):
         try:
             entry = await self._state_kv.get(self._key)
         except KeyNotFoundError:
-            self.engine = SlicerEngine(self._config, self._quota)
+            self.scheduler = Scheduler(self._config, self._quota)
             self._applied, self._floor, self._state_rev = {}, {}, None
             self._replay_now_s = None
             self._unpublished = []
         else:
             snap = msgspec.msgpack.decode(entry.value or b"", type=_Snapshot)
-            self.engine = SlicerEngine.from_bytes(snap.engine, self._config, self._quota)
+            self.scheduler = Scheduler.from_bytes(snap.engine, self._config, self._quota)
             self._applied, self._floor = snap.applied, snap.floor
             self._replay_now_s = snap.replay_now_s
             self._state_rev = entry.revision
             # The previous leader may have died between its write and its publish.
             self._unpublished = [(subj, decode(data)) for subj, data in snap.outbox]
-        self._durable_bytes = self.engine.to_bytes()
+        self._durable_bytes = self.scheduler.to_bytes()
         self._update_gauges()
         with contextlib.suppress(RetryableError):
             await self._flush()  # else the first batch tries again
         log.info(
             "slicer_state_restored",
             pool=self._settings.pool,
-            nodes=len(self.engine.node_names),
-            running=len(self.engine.running_ids),
-            waiting=len(self.engine.waiting_ids),
+            nodes=len(self.scheduler.node_names),
+            running=len(self.scheduler.running_ids),
+            waiting=len(self.scheduler.waiting_ids),
         )
 
-    async def _save(self, engine_bytes: bytes, outbox: list[tuple[str, Event]]) -> None:
+    async def _save(self, state_bytes: bytes, outbox: list[tuple[str, Event]]) -> None:
         assert self._state_kv is not None
         snap = _Snapshot(
-            engine=engine_bytes,
+            engine=state_bytes,
             applied=self._applied,
             floor=self._floor,
             outbox=[(subj, encode(ev)) for subj, ev in outbox],
@@ -383,9 +349,9 @@ class SlicerService(Lifecycle):
                             )
                             self._rollback(applied_before, floor_before, replay_now_before)
                     if fresh:
-                        engine_bytes = self.engine.to_bytes()
-                        await self._save(engine_bytes, out)
-                        self._durable_bytes = engine_bytes
+                        state_bytes = self.scheduler.to_bytes()
+                        await self._save(state_bytes, out)
+                        self._durable_bytes = state_bytes
                 except Exception as exc:
                     # Nothing was published: roll back to the durable state; the batch is
                     # redelivered and decided afresh.
@@ -404,7 +370,7 @@ class SlicerService(Lifecycle):
     def _rollback(
         self, applied: dict[str, list[int]], floor: dict[str, int], replay_now_s: float | None
     ) -> None:
-        self.engine = SlicerEngine.from_bytes(self._durable_bytes, self._config, self._quota)
+        self.scheduler = Scheduler.from_bytes(self._durable_bytes, self._config, self._quota)
         self._applied = {k: list(v) for k, v in applied.items()}
         self._floor = dict(floor)
         self._replay_now_s = replay_now_s
@@ -423,9 +389,9 @@ class SlicerService(Lifecycle):
     def _decide(
         self, durable: str, ds: Sequence[Delivery[Any]], skip: dict[int, BaseException]
     ) -> tuple[list[tuple[str, Event]], list[tuple[str, str]], int]:
-        """Apply the batch's fresh deliveries (those not in `skip`) to the engine: their
+        """Apply the batch's fresh deliveries (those not in `skip`) to the scheduler: their
         decisions, metric counts, and how many were applied. Raises `_EventFailed` naming the
-        first delivery whose application raised (the engine may be half-changed then)."""
+        first delivery whose application raised (the scheduler may be half-changed then)."""
         out: list[tuple[str, Event]] = []
         counts: list[tuple[str, str]] = []
         seen = self._applied.setdefault(durable, [])
@@ -461,49 +427,19 @@ class SlicerService(Lifecycle):
 
     def _apply(self, ev: Any, at: datetime) -> list[Effect]:
         now_s = at.timestamp()
-        eng = self.engine
+        sched = self.scheduler
         if isinstance(ev, NodeInventory):
-            spec = NodeSpec(
-                name=ev.node,
-                cpu_milli=ev.cpu_milli,
-                memory_mib=ev.memory_mib,
-                gpus=tuple(
-                    GpuSpec(
-                        model=g.model,
-                        mem_mib=g.mem_total_mib,
-                        mig_capable=g.mig_capable,
-                        mig_enabled=g.mig_enabled,
-                        nvlink_domain=g.nvlink_domain,
-                    )
-                    for g in sorted(ev.gpus, key=lambda g: g.index)
-                ),
-            )
-            return eng.upsert_node(spec, now_s)
+            return sched.upsert_node(node_spec(ev), now_s)
         if isinstance(ev, GpuHealth):
-            return eng.set_health(ev.node, ev.gpu_index, ev.healthy, now_s)
+            return sched.set_health(ev.node, ev.gpu_index, ev.healthy, now_s)
         if isinstance(ev, PauseRequest):
-            return eng.set_paused(ev.tenant, ev.paused, now_s)
+            return sched.set_paused(ev.tenant, ev.paused, now_s)
         if isinstance(ev, JobSubmitted):
-            r = ev.request
-            job = JobSpec(
-                job_id=ev.job_id,
-                tenant=ev.tenant,
-                cause_id=ev.id,
-                priority=ev.priority,
-                gpus=r.gpus,
-                gpu_milli=r.gpu_milli,
-                gpu_mem_mib=r.gpu_mem_mib,
-                mig_profile=r.mig_profile,
-                gpu_models=tuple(r.gpu_models),
-                cpu_milli=r.cpu_milli,
-                memory_mib=r.memory_mib,
-                gang_size=r.gang_size,
-            )
-            return eng.submit(job, now_s)
+            return sched.submit(job_spec(ev), now_s)
         if isinstance(ev, JobFinished | JobFailed | JobCancelled):
-            return eng.finish(ev.tenant, ev.job_id, now_s, _OUTCOMES[type(ev)].value)
+            return sched.finish(ev.tenant, ev.job_id, now_s, OUTCOMES[type(ev)].value)
         if isinstance(ev, JobStarted):
-            return eng.start(ev.tenant, ev.job_id)
+            return sched.start(ev.tenant, ev.job_id)
         raise TypeError(f"the slicer has no use for {type(ev).__name__}")
 
     def _publishable(
@@ -512,123 +448,16 @@ class SlicerService(Lifecycle):
         """The events of `cause`'s decisions, each at `at` (the cause's trusted time)."""
         out: list[tuple[str, Event]] = []
         for e in effects:
-            if isinstance(e, Placed):
-                job = e.job
-                ev: Event = Placement(
-                    id=derived_event_id(job.cause_id, f"placement/{e.attempt}/{e.part}"),
-                    at=at,
-                    job_id=job.job_id,
-                    tenant=job.tenant,
-                    node=e.node,
-                    pool=self._settings.pool,
-                    gpu_model=e.gpu_model,
-                    kind=PlacementKind(e.kind),
-                    gpus=[
-                        GpuAssignment(
-                            index=g.index,
-                            milli=g.milli,
-                            mig_profile=g.mig_profile,
-                            mig_start_slot=g.mig_start_slot,
-                        )
-                        for g in e.gpus
-                    ],
-                    cpu_milli=job.cpu_milli * job.gang_size,
-                    memory_mib=job.memory_mib * job.gang_size,
-                    policy=self._config.policy,
-                    cause_id=job.cause_id,
-                )
-                out.append((slicing.subject(job.tenant, "placement"), ev))
-                counts.append(("placed", e.kind))
-            elif isinstance(e, Refused):
-                job = e.job
-                ev = JobRejected(
-                    id=derived_event_id(cause.id, f"rejected/{job.tenant}/{job.job_id}"),
-                    at=at,
-                    job_id=job.job_id,
-                    tenant=job.tenant,
-                    reason=RejectionReason(e.reason),
-                    detail=(e.detail or e.reason)[:1024],
-                    cause_id=cause.id,
-                    cause_type=_tag(cause),
-                )
-                out.append((slicing.subject(job.tenant, "rejected"), ev))
-                counts.append(("refused", e.reason))
-            elif isinstance(e, RejectedInput):
-                ev = JobRejected(
-                    id=derived_event_id(cause.id, f"rejected/{e.tenant}/{e.job_id}"),
-                    at=at,
-                    job_id=e.job_id,
-                    tenant=e.tenant,
-                    reason=RejectionReason(e.reason),
-                    detail=e.detail[:1024],
-                    cause_id=cause.id,
-                    cause_type=_tag(cause),
-                )
-                out.append((slicing.subject(e.tenant, "rejected"), ev))
-                counts.append(("rejected", e.reason))
-            elif isinstance(e, Ended):
-                job = e.job
-                ev = JobReleased(
-                    id=derived_event_id(cause.id, f"released/{job.tenant}/{job.job_id}"),
-                    at=at,
-                    job_id=job.job_id,
-                    tenant=job.tenant,
-                    outcome=EndOutcome(e.outcome),
-                    was_placed=e.was_placed,
-                    claimed_at=cause.at,
-                    cause_id=cause.id,
-                )
-                out.append((slicing.subject(job.tenant, "released"), ev))
-                counts.append(("released", e.outcome))
-            elif isinstance(e, Waiting):
-                job = e.job
-                ev = Unschedulable(
-                    id=derived_event_id(
-                        cause.id, f"unschedulable/{job.tenant}/{job.job_id}/{e.reason}"
-                    ),
-                    at=at,
-                    job_id=job.job_id,
-                    tenant=job.tenant,
-                    reason=UnschedulableReason(published_reason(e.reason)),
-                    detail=e.detail or e.reason,
-                    cause_id=job.cause_id,
-                )
-                out.append((slicing.subject(job.tenant, "unschedulable"), ev))
-                counts.append(("waiting", e.reason))
-            elif isinstance(e, Evicted):
-                ev = Preempted(
-                    id=derived_event_id(cause.id, f"preempted/{e.job.tenant}/{e.job.job_id}"),
-                    at=at,
-                    job_id=e.job.job_id,
-                    tenant=e.job.tenant,
-                    node=e.node or "unknown",
-                    # Another tenant's job id is not this tenant's to read (a cohort reclaim).
-                    by_job_id=e.by_job_id if e.by_tenant == e.job.tenant else "",
-                    reason=e.reason,
-                )
-                out.append((slicing.subject(e.job.tenant, "preempted"), ev))
-                counts.append(("preempted", e.reason))
-            elif isinstance(e, MigPlanned):
-                ev = MigLayoutPlan(
-                    id=derived_event_id(cause.id, f"mig/{e.node}/{e.gpu}"),
-                    at=at,
-                    node=e.node,
-                    gpu_index=e.gpu,
-                    destroy=[MigInstanceChange(profile=p, start_slot=s) for p, s in e.destroy],
-                    create=[MigInstanceChange(profile=p, start_slot=s) for p, s in e.create],
-                    reason=e.reason,
-                )
-                out.append((slicing.mig_plan(e.node), ev))
-                counts.append(("mig_plan", "repartition"))
+            subject, ev, count = published(
+                e, cause, at, pool=self._settings.pool, policy=self._config.policy
+            )
+            out.append((subject, ev))
+            counts.append(count)
         return out
 
     def _update_gauges(self) -> None:
-        self.metrics.queued_jobs.set(len(self.engine.waiting_ids))
-        self.metrics.allocated_gpus.set(self.engine.allocated_gpus())
-
-
-def _tag(ev: Event) -> str:
-    return str(type(ev).__struct_config__.tag)
+        self.metrics.queued_jobs.set(len(self.scheduler.waiting_ids))
+        self.metrics.allocated_gpus.set(self.scheduler.allocated_gpus())
 
 
 def _hostname() -> str:

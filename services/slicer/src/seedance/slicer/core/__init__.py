@@ -1,16 +1,36 @@
-"""The slicer's pure placement core: cluster model, fragmentation metric, policies, scheduler.
+"""The slicer's pure core: the scheduler and everything it decides with.
 
-No NATS, no wall clock, no I/O: typed inputs to typed decisions. The bus adapter drives
-`Scheduler` (submit / finish / schedule with event times) and publishes its `Decision`s.
+No NATS, no wall clock, no I/O: typed inputs to typed decisions. The service shell maps wire
+events to `Scheduler` inputs (`seedance.slicer.mapping`), calls it with event times, and
+publishes its `Effect`s; `Scheduler.snapshot` / `restore` persist its one state.
+
+Modules: `scheduler` (the one scheduler and its state), `queue` (the placement queue it owns:
+backfill, reservations, gangs, priority preemption), `model` / `policies` / `fragmentation`
+(the cluster arrays and where one request goes), `mig` / `mig_pool` (MIG geometry and the
+pool's instances), `quota` (tenant quotas), `inputs` / `effects` / `snapshot` (its values).
 """
 
+from seedance.slicer.core.effects import (
+    Effect,
+    Ended,
+    Evicted,
+    GpuShare,
+    MigPlanned,
+    Placed,
+    Refused,
+    RejectedInput,
+    Waiting,
+    published_reason,
+)
 from seedance.slicer.core.fragmentation import (
     FragmentationIndex,
     TargetWorkload,
     TaskClass,
     cluster_fragmentation,
 )
-from seedance.slicer.core.model import ClusterState, Node, Placement, PodRequest, Rejection
+from seedance.slicer.core.inputs import GpuSpec, JobSpec, NodeSpec, job_key
+from seedance.slicer.core.mig import mig_model
+from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import (
     BestFit,
     FirstFit,
@@ -18,42 +38,44 @@ from seedance.slicer.core.policies import (
     Policy,
     SeedancePolicy,
 )
-from seedance.slicer.core.scheduler import (
-    Decision,
-    Job,
-    JobPlaced,
-    JobPreempted,
-    JobUnschedulable,
-    PendingRecord,
-    RunningRecord,
-    Scheduler,
-    SchedulerConfig,
-    SchedulerSnapshot,
-)
+from seedance.slicer.core.quota import QuotaError, QuotaPolicy
+from seedance.slicer.core.scheduler import Scheduler, SchedulerConfig
+from seedance.slicer.core.snapshot import STATE_VERSION, SchedulerSnapshot
 
 __all__ = [
+    "STATE_VERSION",
     "BestFit",
     "ClusterState",
-    "Decision",
+    "Effect",
+    "Ended",
+    "Evicted",
     "FirstFit",
     "FragmentationGradientDescent",
     "FragmentationIndex",
-    "Job",
-    "JobPlaced",
-    "JobPreempted",
-    "JobUnschedulable",
+    "GpuShare",
+    "GpuSpec",
+    "JobSpec",
+    "MigPlanned",
     "Node",
-    "PendingRecord",
-    "Placement",
+    "NodeGpus",
+    "NodeSpec",
+    "Placed",
     "PodRequest",
     "Policy",
+    "QuotaError",
+    "QuotaPolicy",
+    "Refused",
+    "RejectedInput",
     "Rejection",
-    "RunningRecord",
     "Scheduler",
     "SchedulerConfig",
     "SchedulerSnapshot",
     "SeedancePolicy",
     "TargetWorkload",
     "TaskClass",
+    "Waiting",
     "cluster_fragmentation",
+    "job_key",
+    "mig_model",
+    "published_reason",
 ]

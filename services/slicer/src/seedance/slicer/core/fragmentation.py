@@ -120,7 +120,8 @@ class FragmentationIndex:
     ) -> np.ndarray:
         w = self.weight_at[np.searchsorted(self.cpu_steps, cpu, side="right")]
         usable = np.where(ok & (cnt >= self.need), tot[:, None] - part, 0)
-        return tot - np.einsum("ij,ij->i", w, usable)
+        left: np.ndarray = tot - np.einsum("ij,ij->i", w, usable)
+        return left
 
     def sync(self) -> None:
         """Recompute the rows of nodes whose state changed since the last sync."""

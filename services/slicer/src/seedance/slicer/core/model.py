@@ -24,7 +24,7 @@ __all__ = [
     "MAX_GPUS_PER_NODE",
     "ClusterState",
     "Node",
-    "Placement",
+    "NodeGpus",
     "PodRequest",
     "Rejection",
 ]
@@ -62,7 +62,7 @@ class PodRequest:
 
     `gpu_milli` is the share *per GPU* (0..1000); it is below 1000 only when `num_gpu == 1`.
     `gpu_models` empty means any model. `mig_profile` is reserved for the MIG planner
-    (`seedance.slicer.mig`); the placement core here rejects requests that set it.
+    (`seedance.slicer.core.mig_pool`); the placement queue rejects requests that set it.
     """
 
     cpu_milli: int
@@ -93,7 +93,7 @@ class PodRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class NodeGpus:
     """Where a request goes: a node index and the GPUs (indices on that node) it takes."""
 
     node: int
@@ -179,7 +179,7 @@ class ClusterState:
                 ok &= model_ok if model_ok is not None else self.model_mask(pod.gpu_models)
         return ok
 
-    def fits(self, pod: PodRequest, placement: Placement) -> bool:
+    def fits(self, pod: PodRequest, placement: NodeGpus) -> bool:
         n = placement.node
         if self.cpu_free[n] < pod.cpu_milli or self.mem_free[n] < pod.memory_mib:
             return False
@@ -189,7 +189,7 @@ class ClusterState:
             return False
         return all(self.gpu_free[n, g] >= pod.gpu_milli for g in placement.gpus)
 
-    def apply(self, pod: PodRequest, placement: Placement) -> None:
+    def apply(self, pod: PodRequest, placement: NodeGpus) -> None:
         """Take the resources; raises ValueError (and changes nothing) if they are not free."""
         if not self.fits(pod, placement):
             raise ValueError(f"placement {placement} does not fit {pod}")
@@ -200,7 +200,7 @@ class ClusterState:
             self.gpu_free[n, g] -= pod.gpu_milli
         self.version[n] += 1
 
-    def release(self, pod: PodRequest, placement: Placement) -> None:
+    def release(self, pod: PodRequest, placement: NodeGpus) -> None:
         """Give back what `apply` took (a finished or preempted pod)."""
         n = placement.node
         self.cpu_free[n] += pod.cpu_milli

@@ -1,4 +1,4 @@
-"""Placement policies: given the cluster state and one request, choose a node and GPUs.
+"""NodeGpus policies: given the cluster state and one request, choose a node and GPUs.
 
 Owns the `Policy` protocol and its implementations: first-fit, BestFit, a faithful FGD, and
 Seedance's own policy (`SeedancePolicy`). Policies only read the state; the caller applies the
@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
-from seedance.slicer.core.model import GPU_MILLI, ClusterState, Placement, PodRequest, Rejection
+from seedance.slicer.core.model import GPU_MILLI, ClusterState, NodeGpus, PodRequest, Rejection
 
 __all__ = [
     "BestFit",
@@ -45,7 +45,7 @@ class Policy(Protocol):
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         """`allowed` (bool per node) restricts the choice, e.g. to keep reserved nodes."""
         ...
 
@@ -101,14 +101,14 @@ class FirstFit:
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         ok = np.flatnonzero(_masked(state.feasible(pod), allowed))
         if ok.size == 0:
             return reject_reason(state, pod)
         n = int(ok[0])
-        return Placement(n, choose_whole_gpus(state, n, pod))
+        return NodeGpus(n, choose_whole_gpus(state, n, pod))
 
 
 def _masked(ok: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
@@ -118,7 +118,8 @@ def _masked(ok: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
 def _bestfit_score(state: ClusterState, nodes: np.ndarray, pod: PodRequest) -> np.ndarray:
     cpu_left = state.cpu_free[nodes] - pod.cpu_milli
     gpu_left = state.gpu_free[nodes].sum(axis=1) - pod.gpu_milli_total
-    return 0.5 * cpu_left / _BF_CPU_MILLI + 0.5 * gpu_left / _BF_GPU_MILLI
+    score: np.ndarray = 0.5 * cpu_left / _BF_CPU_MILLI + 0.5 * gpu_left / _BF_GPU_MILLI
+    return score
 
 
 def _tightest_gpu(state: ClusterState, node: int, pod: PodRequest) -> tuple[int, ...]:
@@ -137,14 +138,14 @@ class BestFit:
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         ok = np.flatnonzero(_masked(state.feasible(pod), allowed))
         if ok.size == 0:
             return reject_reason(state, pod)
         n = int(ok[np.argmin(_bestfit_score(state, ok, pod))])
-        return Placement(n, _tightest_gpu(state, n, pod))
+        return NodeGpus(n, _tightest_gpu(state, n, pod))
 
 
 class FragmentationGradientDescent:
@@ -225,7 +226,8 @@ class FragmentationGradientDescent:
     ) -> np.ndarray:
         """Change of F_n(M) per candidate (node, and GPU free share for shared requests)."""
         idx = self._index if self._index is not None else self.index(state)
-        return idx.frag_after(nodes, pod, free) - idx.frag[nodes]
+        delta: np.ndarray = idx.frag_after(nodes, pod, free) - idx.frag[nodes]
+        return delta
 
     def select(
         self,
@@ -234,7 +236,7 @@ class FragmentationGradientDescent:
         key: np.ndarray,
         gpu: np.ndarray,
         allowed: np.ndarray | None = None,
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         """Least key; ties by BestFit's score, then the lower node index."""
         if allowed is not None:
             key = np.where(allowed, key, _INFEASIBLE)
@@ -246,12 +248,12 @@ class FragmentationGradientDescent:
         if tied.size > 1:
             n = int(tied[np.argmin(_bestfit_score(state, tied, pod))])
         if pod.is_shared:
-            return Placement(n, (int(gpu[n]),))
-        return Placement(n, choose_whole_gpus(state, n, pod))
+            return NodeGpus(n, (int(gpu[n]),))
+        return NodeGpus(n, choose_whole_gpus(state, n, pod))
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         self.index(state)
@@ -300,7 +302,8 @@ class SeedancePolicy(FragmentationGradientDescent):
 
     def _stranded(self, tot: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         fed = np.minimum(cpu / self.cpu_per_gpu_milli, mem / self.mem_mib_per_gpu_milli)
-        return np.maximum(tot - fed, 0.0)
+        unfed: np.ndarray = np.maximum(tot - fed, 0.0)
+        return unfed
 
     def deltas(
         self, state: ClusterState, pod: PodRequest, nodes: np.ndarray, free: np.ndarray | None
@@ -313,11 +316,12 @@ class SeedancePolicy(FragmentationGradientDescent):
         cpu, mem = state.cpu_free[nodes], state.mem_free[nodes]
         before = self._stranded(tot, cpu, mem)
         after = self._stranded(tot - pod.gpu_milli_total, cpu - pod.cpu_milli, mem - pod.memory_mib)
-        return d + self.strand_weight * (after - before)
+        scored: np.ndarray = d + self.strand_weight * (after - before)
+        return scored
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
-    ) -> Placement | Rejection:
+    ) -> NodeGpus | Rejection:
         """FGD's selection, with each node's score cached per request shape until that node
         changes: one placement changes one node, so a request seen before rescans only the
         nodes changed since (a handful for popular shapes) instead of all 1,213."""

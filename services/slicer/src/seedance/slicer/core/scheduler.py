@@ -1,445 +1,593 @@
-"""The slicer's queue: which waiting job starts next, where, and whom it may preempt.
+"""The slicer's scheduler: inventory, job, health and pause inputs to typed decisions.
 
-Owns the pending queue (priority, then arrival), the running set, node reservations for
-blocked jobs, gang (all-or-nothing) placement and priority preemption. It is driven by a
-virtual clock: the caller passes `now_s` into `submit`, `finish` and `schedule`; the bus
-adapter passes event times, the benchmark passes simulated ones. It must not read a clock,
-sleep, or do I/O; placement itself is delegated to a `Policy`.
+Owns the slicer's whole state, in one place and once: the node inventory and GPU health, the
+jobs it knows (keyed by tenant and job id), admission (tenant quotas: `QuotaTracker`; the budget
+guard's pauses), the placement queue (`PlacementQueue`: whole, shared, multi-GPU and gang
+placement with `SeedancePolicy` or first-fit, priority preemption, reservations, host
+resources), the MIG instances (`MigPool`), and the target workload the policy descends on.
+`snapshot` writes that state as one plain value and `restore` rebuilds an identical scheduler
+from it (`seedance.slicer.core.snapshot`); nothing is kept twice or copied back and forth.
 
-Queue discipline (`SchedulerConfig`):
-  * strict FIFO with head-of-line blocking when `backfill=False` (the baseline);
-  * otherwise backfill: a job that does not fit is skipped and later jobs may start, and a
-    job blocked for `reserve_after_s` gets reserved nodes that no other job may take, so
-    large (e.g. 8-GPU) jobs are not starved by a stream of small ones. Reservations need no
-    runtime estimates: a reserved node simply drains until the job fits.
-  * a job with higher priority that fits nowhere may evict lower-priority preemptible jobs
-    of its own tenant from one node (the node that needs the least evicted GPU share);
-    evicted jobs re-queue with their original submit time. Another tenant's job is never a
-    victim: a tenant's priority orders its own work only.
+It must not touch the bus, read a clock or do I/O: times come in as `now_s`, the trusted time
+of the input (the shell decides which clock that is: a tenant request's stream receive time,
+an observer's or a service's own `at`). The queue orders by it, so a back-dated claim never
+moves a job forward.
+
+Jobs are keyed by (tenant, job id): two tenants may both run a `train-1`, and one tenant's end
+never touches the other's. Inside the state the key is the string `"<tenant>/<job id>"` (a
+tenant id never holds a `/`), which is also the queue's and the quota tracker's id.
+A tenant's requested priority is capped at its quota's `max_priority`; priority preemption never
+evicts another tenant's job (only the quota's cohort reclaim crosses tenants).
+Given the same state and the same inputs it makes the same decisions, which is what lets the
+shell derive decision ids from their causes and roll a failed batch back and replay it.
+
+Target workload (what `SeedancePolicy` keeps placeable): the request shapes of the last
+`workload_window` jobs submitted (one whole GPU when none has been), refreshed every
+`workload_refresh` submissions and whenever the node set changes. The shapes the current
+policy was built from are part of the state, so a restored scheduler has the very same policy.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
-import numpy as np
+from seedance.events.jobs import request_problem
+from seedance.slicer.core.admission import Admission
+from seedance.slicer.core.effects import (
+    Effect,
+    Ended,
+    Evicted,
+    GpuShare,
+    Placed,
+    Refused,
+    RejectedInput,
+    Waiting,
+    ended_answer,
+    unknown_answer,
+)
+from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
+from seedance.slicer.core.mig import profile
+from seedance.slicer.core.mig_pool import MigPool, gpu_mig_model
+from seedance.slicer.core.model import MAX_GPUS_PER_NODE
+from seedance.slicer.core.queue import (
+    JobPlaced,
+    JobPreempted,
+    JobUnschedulable,
+    PendingRecord,
+    PlacementQueue,
+    QueueDecision,
+    RunningRecord,
+)
+from seedance.slicer.core.quota import Admitted, QuotaPolicy
+from seedance.slicer.core.snapshot import (
+    STATE_VERSION,
+    HeldJob,
+    MigSlot,
+    SchedulerSnapshot,
+    decode_snapshot,
+    encode_snapshot,
+    pending_record,
+    running_record,
+    saved_pending,
+    saved_running,
+)
+from seedance.slicer.core.workload import SchedulerConfig, WorkloadWindow, core_job
 
-from seedance.slicer.core.model import ClusterState, Node, Placement, PodRequest, Rejection
-from seedance.slicer.core.policies import Policy
+__all__ = ["ENDED_KEPT", "Scheduler", "SchedulerConfig"]
 
-__all__ = [
-    "Decision",
-    "Job",
-    "JobPlaced",
-    "JobPreempted",
-    "JobUnschedulable",
-    "PendingRecord",
-    "RunningRecord",
-    "Scheduler",
-    "SchedulerConfig",
-    "SchedulerSnapshot",
-]
+#: Ended jobs remembered (so a late start or a second end is answered `job_ended`, not
+#: `unknown_job`): bounded, since the whole state is one KV value.
+ENDED_KEPT = 4096
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Job:
-    """A unit of work: `replicas` identical pods that start together or not at all."""
-
-    job_id: str
-    request: PodRequest
-    replicas: int = 1
-    priority: int = 0
-    preemptible: bool = True
-    tenant: str = ""
-
-    def __post_init__(self) -> None:
-        if self.replicas < 1:
-            raise ValueError(f"job {self.job_id}: replicas={self.replicas} must be >= 1")
-
-
-@dataclass(frozen=True, slots=True)
-class JobPlaced:
-    job_id: str
-    placements: tuple[Placement, ...]
-    at_s: float
-    waited_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class JobUnschedulable:
-    """Published when a job's reason for waiting changes (not on every pass)."""
-
-    job_id: str
-    reason: str
-    at_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class JobPreempted:
-    job_id: str
-    by_job_id: str
-    at_s: float
-
-
-Decision = JobPlaced | JobUnschedulable | JobPreempted
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SchedulerConfig:
-    backfill: bool = True
-    # A job blocked this long gets nodes reserved for it. Short enough that 8-GPU jobs do not
-    # starve, long enough that transient blocking does not idle nodes.
-    reserve_after_s: float = 300.0
-    # Reserved nodes idle while they drain: cap how many the queue may hold at once.
-    max_reserved_nodes: int = 16
-    preemption: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class RunningRecord:
-    job: Job
-    placements: tuple[Placement, ...]
-    started_s: float
-    submitted_s: float
-    seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class PendingRecord:
-    job: Job
-    submitted_s: float
-    seq: int
-    reason: str
-    reserved: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerSnapshot:
-    """What `Scheduler.restore` needs to rebuild a scheduler exactly (plain data, so the bus
-    adapter can persist it); node indices refer to the node list the scheduler was built on."""
-
-    running: tuple[RunningRecord, ...]
-    pending: tuple[PendingRecord, ...]
-    seq: int
-
-
-@dataclass(slots=True)
-class _Pending:
-    job: Job
-    submitted_s: float
-    seq: int
-    reason: str = ""
-    reserved: list[int] = field(default_factory=list)
-
-    @property
-    def order(self) -> tuple[int, float, int]:
-        return (-self.job.priority, self.submitted_s, self.seq)
-
-
-@dataclass(slots=True)
-class _Running:
-    job: Job
-    placements: tuple[Placement, ...]
-    started_s: float
-    submitted_s: float
-    seq: int
+_PAUSE_DETAIL = "the budget guard paused this tenant's new work"
 
 
 class Scheduler:
-    """Event-driven queue over one node pool.
+    """Drive with `upsert_node`, `set_health`, `set_paused`, `submit`, `start`, `finish`; each
+    returns the effects it caused. `snapshot` / `restore` (and their bytes, `to_bytes` /
+    `from_bytes`) persist it exactly."""
 
-    Call `submit` and `finish` as events arrive, then `schedule(now_s)` to get the decisions
-    to publish; `schedule` starts whatever can start now.
-    """
-
-    def __init__(
-        self, nodes: Sequence[Node], policy: Policy, config: SchedulerConfig | None = None
-    ) -> None:
-        self.state = ClusterState(nodes)
-        self.policy = policy
+    def __init__(self, config: SchedulerConfig | None = None, quota: QuotaPolicy | None = None):
         self.config = config or SchedulerConfig()
-        self._pending: dict[str, _Pending] = {}
-        self._order: list[tuple[tuple[int, float, int], str]] = []
-        self._running: dict[str, _Running] = {}
-        self._on_node: list[set[str]] = [set() for _ in nodes]
-        self._reserved_by = np.full(len(nodes), -1, dtype=np.int64)  # seq of the holder
-        self._seq = 0
-        # Request shapes that fitted nowhere since the last release: they cannot fit until
-        # something is freed, so a pass skips them without asking the policy.
-        self._failed: dict[tuple[PodRequest, int, int], str] = {}
-        self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
+        self._admission = Admission(quota)
+        self._nodes: list[NodeSpec] = []
+        self._index: dict[str, int] = {}
+        self._unhealthy: list[tuple[str, int]] = []
+        self._jobs: dict[str, JobSpec] = {}
+        self._attempts: dict[str, int] = {}
+        self._submitted_s: dict[str, float] = {}
+        self._ended: list[str] = []
+        self._mig = MigPool()
+        self._workload = self._new_workload()
+        self._policy = self._workload.policy(self.config.policy)
+        self._queue = self._new_queue([], [], 0)
 
     # -- persistence ------------------------------------------------------------------------
     def snapshot(self) -> SchedulerSnapshot:
-        running = tuple(
-            RunningRecord(r.job, r.placements, r.started_s, r.submitted_s, r.seq)
-            for r in sorted(self._running.values(), key=lambda r: r.seq)
+        """The whole state as one plain value (node references by name, jobs by key)."""
+        names = self.node_names
+        return SchedulerSnapshot(
+            version=STATE_VERSION,
+            nodes=tuple(self._nodes),
+            unhealthy=tuple(self._unhealthy),
+            jobs=dict(self._jobs),
+            attempts=dict(self._attempts),
+            submitted_s=dict(self._submitted_s),
+            running=tuple(saved_running(r, names) for r in self._queue.running_records()),
+            pending=tuple(saved_pending(p, names) for p in self._queue.pending_records()),
+            seq=self._queue.seq,
+            mig=tuple(self._mig.slots),
+            mig_queue=tuple(self._mig.waiting),
+            held=tuple(self._admission.held),
+            paused=tuple(self._admission.paused),
+            window=tuple(self._workload.window),
+            policy_shapes=tuple(self._workload.policy_shapes),
+            since_refresh=self._workload.since_refresh,
+            ended=tuple(self._ended),
         )
-        pending = tuple(
-            PendingRecord(p.job, p.submitted_s, p.seq, p.reason, tuple(p.reserved))
-            for p in (self._pending[jid] for _, jid in self._order)
-        )
-        return SchedulerSnapshot(running, pending, self._seq)
 
     @classmethod
     def restore(
         cls,
-        nodes: Sequence[Node],
-        policy: Policy,
-        config: SchedulerConfig | None,
         snap: SchedulerSnapshot,
+        config: SchedulerConfig | None = None,
+        quota: QuotaPolicy | None = None,
     ) -> Scheduler:
-        """A scheduler over `nodes` (a superset, in the same order, of those `snap` was taken
-        on) holding `snap`'s running and pending jobs; raises ValueError if one does not fit."""
-        sched = cls(nodes, policy, config)
-        for r in snap.running:
-            for p in r.placements:
-                sched.state.apply(r.job.request, p)
-                sched._on_node[p.node].add(r.job.job_id)
-            sched._running[r.job.job_id] = _Running(
-                r.job, r.placements, r.started_s, r.submitted_s, r.seq
-            )
-            prio = r.job.priority
-            sched._priorities[prio] = sched._priorities.get(prio, 0) + 1
-        for p in snap.pending:
-            pend = _Pending(p.job, p.submitted_s, p.seq, p.reason, list(p.reserved))
-            sched._enqueue(pend)
-            if p.reserved:
-                sched._reserved_by[list(p.reserved)] = p.seq
-        sched._seq = snap.seq
-        return sched
+        """A scheduler holding exactly `snap`'s state (lifted to `STATE_VERSION` first)."""
+        s = cls(config, quota)
+        s._nodes = list(snap.nodes)
+        s._index = {n.name: i for i, n in enumerate(s._nodes)}
+        s._unhealthy = [(n, g) for n, g in snap.unhealthy]
+        s._jobs = dict(snap.jobs)
+        s._attempts = dict(snap.attempts)
+        s._submitted_s = dict(snap.submitted_s)
+        s._ended = list(snap.ended)
+        s._admission = Admission(quota, held=snap.held, paused=snap.paused)
+        s._mig = MigPool(snap.mig, snap.mig_queue)
+        s._workload = s._new_workload(snap)
+        s._policy = s._workload.policy(s.config.policy)
+        idx = s._index
+        running = [running_record(r, core_job(s._jobs[r.job_id]), idx) for r in snap.running]
+        pending = [pending_record(p, core_job(s._jobs[p.job_id]), idx) for p in snap.pending]
+        s._queue = s._new_queue(running, pending, snap.seq)
+        s._admission.restore_admitted(s._jobs)
+        return s
 
-    def resources_changed(self) -> None:
-        """The caller changed free resources outside `submit`/`finish` (e.g. a GPU went
-        unhealthy or MIG work took CPU): forget which request shapes failed."""
-        self._failed.clear()
+    def to_bytes(self) -> bytes:
+        return encode_snapshot(self.snapshot())
 
-    # -- inputs -----------------------------------------------------------------------------
-    def submit(self, job: Job, now_s: float) -> None:
-        if job.job_id in self._pending or job.job_id in self._running:
-            raise ValueError(f"job {job.job_id} already known")
-        if job.request.mig_profile is not None:
-            raise ValueError(f"job {job.job_id}: MIG requests go to the MIG planner")
-        self._enqueue(_Pending(job, now_s, self._next_seq()))
-
-    def finish(self, job_id: str, now_s: float) -> None:
-        """A job ended (or was cancelled while waiting); unknown ids are ignored, so a
-        re-delivered event changes nothing."""
-        if job_id in self._pending:
-            self._dequeue(job_id)
-            return
-        run = self._running.pop(job_id, None)
-        if run is not None:
-            self._release(run)
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, config: SchedulerConfig | None = None, quota: QuotaPolicy | None = None
+    ) -> Scheduler:
+        return cls.restore(decode_snapshot(data), config, quota)
 
     # -- views ------------------------------------------------------------------------------
     @property
-    def pending_ids(self) -> list[str]:
-        return [jid for _, jid in self._order]
+    def node_names(self) -> list[str]:
+        return [n.name for n in self._nodes]
+
+    @property
+    def paused_tenants(self) -> list[str]:
+        return list(self._admission.paused)
+
+    def job(self, tenant: str, job_id: str) -> JobSpec | None:
+        """The job as the scheduler keeps it (its priority capped), None once it ended."""
+        return self._jobs.get(job_key(tenant, job_id))
+
+    @property
+    def running_jobs(self) -> list[tuple[str, str]]:
+        """(tenant, job id) of the jobs holding resources."""
+        keys = self._queue.running_ids + [m.job_id for m in self._mig.held_slots()]
+        return [(self._jobs[k].tenant, self._jobs[k].job_id) for k in keys]
+
+    @property
+    def waiting_jobs(self) -> list[tuple[str, str]]:
+        """(tenant, job id) of the jobs waiting (queued, for MIG, or not admitted)."""
+        keys = (
+            self._queue.pending_ids
+            + [h.job_id for h in self._mig.waiting]
+            + [h.job_id for h in self._admission.held]
+        )
+        return [(self._jobs[k].tenant, self._jobs[k].job_id) for k in keys]
 
     @property
     def running_ids(self) -> list[str]:
-        return list(self._running)
+        """Job ids of `running_jobs` (ids of different tenants may repeat)."""
+        return [j for _, j in self.running_jobs]
 
-    def placements_of(self, job_id: str) -> tuple[Placement, ...]:
-        return self._running[job_id].placements
+    @property
+    def waiting_ids(self) -> list[str]:
+        """Job ids of `waiting_jobs` (ids of different tenants may repeat)."""
+        return [j for _, j in self.waiting_jobs]
 
-    def gpu_allocated_milli(self) -> int:
-        return self.state.gpu_allocated_milli
+    def allocated_gpus(self) -> float:
+        """GPUs held by running work: shares summed, MIG instances as compute slices / 7."""
+        total = 0.0
+        for key in self._queue.running_ids:
+            j = self._jobs[key]
+            total += j.gpus * j.gang_size * (j.gpu_milli if j.gpus else 0) / 1000
+        for m in self._mig.held_slots():
+            gm = gpu_mig_model(self._nodes[self._index[m.node]], m.gpu, self._unhealthy)
+            if gm is not None:
+                total += profile(gm, m.profile).compute_slices / 7
+        return total
 
-    # -- the pass ---------------------------------------------------------------------------
-    def schedule(self, now_s: float) -> list[Decision]:
-        out: list[Decision] = []
-        for _, job_id in list(self._order):
-            pend = self._pending.get(job_id)
-            if pend is None:
-                continue
-            shape = (pend.job.request, pend.job.replicas, pend.job.priority)
-            reason = self._failed.get(shape) if not pend.reserved else None
-            if reason is None:
-                placed = self._try_place(pend, now_s, out)
-                if placed:
-                    continue
-                reason = pend.reason
-                if not pend.reserved:
-                    self._failed[shape] = reason
-            elif pend.reason != reason:
-                pend.reason = reason
-                out.append(JobUnschedulable(job_id, reason, now_s))
-            if not self.config.backfill:
-                break  # head-of-line blocking: nothing overtakes the head
-            self._maybe_reserve(pend, now_s)
+    # -- inputs -----------------------------------------------------------------------------
+    def upsert_node(self, spec: NodeSpec, now_s: float) -> list[Effect]:
+        if len(spec.gpus) > MAX_GPUS_PER_NODE:
+            return []  # the core models at most 8 GPUs per node; such a node is not used
+        i = self._index.get(spec.name)
+        if i is not None:
+            if self._nodes[i] == spec or self._busy(spec.name):
+                # A busy node keeps its known shape until it drains (jobs hold GPU indices).
+                return []
+            self._nodes[i] = spec
+            self._mig.forget_node(spec.name)
+        else:
+            self._index[spec.name] = len(self._nodes)
+            self._nodes.append(spec)
+        if self.config.policy == "seedance":
+            self._workload.refresh()
+            self._policy = self._workload.policy(self.config.policy)
+        # Node indices are stable (a node is replaced in place or appended), so the queue's
+        # own records rebuild it over the new node list.
+        q = self._queue
+        self._queue = self._new_queue(q.running_records(), q.pending_records(), q.seq)
+        return self._pass(now_s)
+
+    def set_health(self, node: str, gpu: int, healthy: bool, now_s: float) -> list[Effect]:
+        key = (node, gpu)
+        if node not in self._index or (key in self._unhealthy) != healthy:
+            return []
+        if healthy:
+            self._unhealthy.remove(key)
+        else:
+            self._unhealthy.append(key)
+        self._queue.set_masked(self._masked())
+        return self._pass(now_s) if healthy else []
+
+    def set_paused(self, tenant: str, paused: bool, now_s: float) -> list[Effect]:
+        pauses = self._admission.paused
+        if paused == (tenant in pauses):
+            return []
+        if paused:
+            pauses.append(tenant)
+            return self._pause(tenant, now_s)
+        pauses.remove(tenant)
+        out = self._retry_held(now_s, lambda h: self._jobs[h.job_id].tenant == tenant)
+        out.extend(self._pass(now_s))
         return out
 
-    # -- internals --------------------------------------------------------------------------
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
+    def submit(self, job: JobSpec, now_s: float) -> list[Effect]:
+        """A tenant's request, at its trusted time `now_s` (its place in the queue).
 
-    def _enqueue(self, pend: _Pending) -> None:
-        self._pending[pend.job.job_id] = pend
-        bisect.insort(self._order, (pend.order, pend.job.job_id))
+        A repeat of a live job's request (another event id, the same request) changes nothing
+        and says nothing: re-sending a submit is safe. Another request under a live job's id is
+        rejected (`duplicate_job`), so is a submit of a job that has ended (`job_ended`: ids are
+        not reused while the scheduler remembers the end)."""
+        job = self._admission.capped(job)
+        answer = self._submit_answer(job)
+        if answer is not None:
+            return answer
+        self._jobs[job.key] = job
+        self._submitted_s[job.key] = now_s
+        if job.mig_profile is None:
+            self._learn(job)
+        out = self._admit(job, now_s, now_s)
+        out.extend(self._pass(now_s))
+        return out
 
-    def _dequeue(self, job_id: str) -> _Pending:
-        pend = self._pending.pop(job_id)
-        i = bisect.bisect_left(self._order, (pend.order, job_id))
-        del self._order[i]
-        if pend.reserved:
-            self._reserved_by[pend.reserved] = -1
-            pend.reserved = []
-            self._failed.clear()  # nodes came back for everyone
-        return pend
+    def start(self, tenant: str, job_id: str) -> list[Effect]:
+        """A tenant says its job started: nothing to decide for a known job; a job the
+        scheduler does not know, or that has ended, is answered."""
+        key = job_key(tenant, job_id)
+        if key in self._jobs:
+            return []
+        if key in self._ended:
+            return [ended_answer(tenant, job_id, "start")]
+        return [unknown_answer(tenant, job_id, "start")]
 
-    def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
-        if not (self._reserved_by >= 0).any():
+    def finish(
+        self, tenant: str, job_id: str, now_s: float, outcome: str = "finished"
+    ) -> list[Effect]:
+        """A job ended (`outcome`: finished, failed, cancelled): free what it held, say so
+        (`Ended`), and start what can start now. An end of a job the scheduler does not know,
+        or a second end, changes nothing and is answered."""
+        key = job_key(tenant, job_id)
+        job = self._jobs.pop(key, None)
+        if job is None:
+            if key in self._ended:
+                return [ended_answer(tenant, job_id, outcome)]
+            return [unknown_answer(tenant, job_id, outcome)]
+        self._ended.append(key)
+        del self._ended[:-ENDED_KEPT]
+        was_placed = self._queue.is_running(key) or self._mig.instance_of(key) is not None
+        self._attempts.pop(key, None)
+        self._submitted_s.pop(key, None)
+        self._admission.drop(key)
+        self._mig.dequeue(key)
+        self._release(key, job, now_s)
+        self._admission.release(key)
+        out: list[Effect] = [Ended(job, outcome, was_placed)]
+        out.extend(self._retry_held(now_s, lambda h: h.reason != "tenant_paused"))
+        out.extend(self._pass(now_s))
+        return out
+
+    # -- answers and caps -------------------------------------------------------------------
+    def _submit_answer(self, job: JobSpec) -> list[Effect] | None:
+        """What a submit is answered instead of being queued, or None when it is queued."""
+        known = self._jobs.get(job.key)
+        if known is not None:
+            if known.same_request(job):
+                return []
+            return [
+                RejectedInput(
+                    job.tenant,
+                    job.job_id,
+                    "duplicate_job",
+                    f"job {job.job_id!r} of tenant {job.tenant!r} is already submitted with "
+                    "another request; end it first or use a new job id",
+                )
+            ]
+        if job.key in self._ended:
+            return [ended_answer(job.tenant, job.job_id, "submit")]
+        bad = _invalid(job)
+        if bad:
+            return [Refused(job, "invalid_request", bad)]
+        if self._admission.unknown_tenant(job.tenant):
+            detail = f"tenant {job.tenant!r} is not in the quota file"
+            return [Refused(job, "unknown_tenant", detail)]
+        return None
+
+    # -- admission --------------------------------------------------------------------------
+    def _pause(self, tenant: str, now_s: float) -> list[Effect]:
+        """Work not started yet stops; running work continues."""
+        out: list[Effect] = []
+        for key in list(self._queue.pending_ids):
+            if self._jobs[key].tenant == tenant:
+                self._queue.finish(key, now_s)
+                self._admission.release(key)
+                out.append(self._hold(key, "tenant_paused"))
+        for h in list(self._mig.waiting):
+            if self._jobs[h.job_id].tenant == tenant:
+                self._mig.dequeue(h.job_id)
+                self._admission.release(h.job_id)
+                out.append(self._hold(h.job_id, "tenant_paused"))
+        for h in list(self._admission.held):
+            if self._jobs[h.job_id].tenant == tenant and h.reason != "tenant_paused":
+                self._admission.set_reason(h.job_id, "tenant_paused")
+                out.append(Waiting(self._jobs[h.job_id], "tenant_paused", _PAUSE_DETAIL))
+        return out
+
+    def _admit(self, job: JobSpec, submitted_s: float, now_s: float) -> list[Effect]:
+        if job.tenant in self._admission.paused:
+            return [self._hold(job.key, "tenant_paused", submitted_s)]
+        out: list[Effect] = []
+        if self._admission.quota is not None:
+            refusal = self._admit_quota(job, now_s, out)
+            if refusal is not None:
+                reason, message = refusal
+                out.append(self._hold(job.key, reason, submitted_s, message))
+                return out
+        if job.mig_profile is not None:
+            self._mig.enqueue(job.key, submitted_s)
+            return out
+        self._queue.submit(core_job(job), submitted_s)
+        if not self._nodes:
+            out.append(Waiting(job, "no_inventory", "no node inventory received yet"))
+        return out
+
+    def _admit_quota(self, job: JobSpec, now_s: float, out: list[Effect]) -> tuple[str, str] | None:
+        """Admit `job` against its quota, reclaiming or preempting when the plan allows;
+        (reason, message) when it is not admitted."""
+        decision = self._admission.admit(job)
+        if decision is not None and not isinstance(decision, Admitted):
+            victims = self._admission.victims(job)
+            for victim in victims:
+                out.extend(self._evict_for_quota(victim, job.key, now_s))
+            if victims:
+                decision = self._admission.admit(job)
+        if decision is None or isinstance(decision, Admitted):
             return None
-        return (self._reserved_by < 0) | (self._reserved_by == pend.seq)
+        return decision.reason.value, decision.message
 
-    def _place_gang(
-        self, job: Job, allowed: np.ndarray | None
-    ) -> tuple[Placement, ...] | Rejection:
-        """All replicas or none: apply as we go, roll back on the first failure."""
-        done: list[Placement] = []
-        for _ in range(job.replicas):
-            res = self.policy.place(self.state, job.request, allowed)
-            if isinstance(res, Rejection):
-                for p in reversed(done):
-                    self.state.release(job.request, p)
-                return res
-            self.state.apply(job.request, res)
-            done.append(res)
-        return tuple(done)
-
-    def _try_place(self, pend: _Pending, now_s: float, out: list[Decision]) -> bool:
-        job = pend.job
-        res = self._place_gang(job, self._allowed_for(pend))
-        if isinstance(res, Rejection) and self.config.preemption and self._has_lower(job):
-            evicted = self._preempt_for(pend, now_s, out)
-            if not isinstance(evicted, Rejection):
-                res = evicted
-        if isinstance(res, Rejection):
-            reason = res.reason if job.replicas == 1 else f"gang_{res.reason}"
-            if reason != pend.reason:
-                pend.reason = reason
-                out.append(JobUnschedulable(job.job_id, reason, now_s))
-            return False
-        self._dequeue(job.job_id)
-        self._running[job.job_id] = _Running(job, res, now_s, pend.submitted_s, pend.seq)
-        for p in res:
-            self._on_node[p.node].add(job.job_id)
-        self._priorities[job.priority] = self._priorities.get(job.priority, 0) + 1
-        out.append(JobPlaced(job.job_id, res, now_s, now_s - pend.submitted_s))
-        return True
-
-    def _release(self, run: _Running) -> None:
-        for p in run.placements:
-            self.state.release(run.job.request, p)
-            self._on_node[p.node].discard(run.job.job_id)
-        # Freed resources may fit shapes that failed before: forget the failures that the
-        # freed nodes could now host (cheap scalar checks, no policy call).
-        nodes = {p.node for p in run.placements}
-        for shape in [s for s in self._failed if any(self._could_fit(s[0], n) for n in nodes)]:
-            del self._failed[shape]
-        left = self._priorities[run.job.priority] - 1
-        if left:
-            self._priorities[run.job.priority] = left
+    def _evict_for_quota(self, victim: str, by: str, now_s: float) -> list[Effect]:
+        job = self._jobs[victim]
+        node = self._node_of(victim)
+        self._admission.release(victim)
+        placed = self._queue.is_running(victim) or self._mig.instance_of(victim) is not None
+        if placed:
+            self._release(victim, job, now_s)
+            self._queue.resources_changed()  # the freed room is for everyone to try again
+        elif self._queue.is_pending(victim):
+            self._queue.finish(victim, now_s)
         else:
-            del self._priorities[run.job.priority]
+            self._mig.dequeue(victim)
+        hold = self._hold(victim, "reclaim_required")
+        if not placed:
+            return [hold]
+        by_job = self._jobs[by]
+        return [Evicted(job, node or "", by_job.job_id, "quota_reclaim", by_job.tenant), hold]
 
-    def _has_lower(self, job: Job) -> bool:
-        return any(p < job.priority for p in self._priorities)
+    def _release(self, key: str, job: JobSpec, now_s: float) -> None:
+        """Free what a placed job holds: its MIG instance (kept, idle) or its queue place."""
+        slot = self._mig.release(key)
+        if slot is not None:
+            self._queue.free_host(self._index[slot.node], job.cpu_milli, job.memory_mib)
+        else:
+            self._queue.finish(key, now_s)
 
-    def _could_fit(self, pod: PodRequest, n: int) -> bool:
-        st = self.state
-        if st.cpu_free[n] < pod.cpu_milli or st.mem_free[n] < pod.memory_mib:
-            return False
-        if pod.gpu_models and st.nodes[n].gpu_model not in pod.gpu_models:
-            return False
-        return int((st.gpu_free[n] >= pod.gpu_milli).sum()) >= pod.num_gpu
+    def _retry_held(self, now_s: float, which: Callable[[HeldJob], bool]) -> list[Effect]:
+        out: list[Effect] = []
+        ready = sorted(
+            (h for h in self._admission.held if which(h)),
+            key=lambda h: (-self._jobs[h.job_id].priority, h.submitted_s, h.job_id),
+        )
+        for h in ready:
+            self._admission.drop(h.job_id)
+            job = self._jobs[h.job_id]
+            effects = self._admit(job, h.submitted_s, now_s)
+            # Still waiting for the same reason: nothing new to say.
+            again = self._admission.held_job(h.job_id)
+            if again is not None and again.reason == h.reason:
+                effects = [e for e in effects if not isinstance(e, Waiting) or e.job is not job]
+            out.extend(effects)
+        return out
 
-    def _maybe_reserve(self, pend: _Pending, now_s: float) -> None:
-        """Reserve nodes for a job blocked too long: those that could host one replica when
-        empty and have the most of its resources free now (they drain soonest)."""
-        cfg = self.config
-        if pend.reserved or now_s - pend.submitted_s < cfg.reserve_after_s:
-            return
-        need = pend.job.replicas
-        if int((self._reserved_by >= 0).sum()) + need > cfg.max_reserved_nodes:
-            return
-        st, pod = self.state, pend.job.request
-        ok = (self._reserved_by < 0) & (st.cpu_cap >= pod.cpu_milli)
-        ok &= (st.mem_cap >= pod.memory_mib) & (st.gpu_count >= pod.num_gpu)
-        if pod.gpu_models:
-            ok &= st.model_mask(pod.gpu_models)
-        cand = np.flatnonzero(ok)
-        if cand.size < need:
-            return
-        gpu_room = (st.gpu_free[cand] >= max(pod.gpu_milli, 1)).sum(axis=1) / max(pod.num_gpu, 1)
-        room = np.minimum(gpu_room, st.cpu_free[cand] / max(pod.cpu_milli, 1))
-        # Prefer the smallest node that can host it (keep big nodes for big jobs), then room.
-        order = np.lexsort((-room, st.gpu_count[cand]))
-        chosen = cand[order[:need]]
-        self._reserved_by[chosen] = pend.seq
-        pend.reserved = [int(n) for n in chosen]
+    def _hold(
+        self, key: str, reason: str, submitted_s: float | None = None, detail: str = ""
+    ) -> Waiting:
+        at = self._submitted_s.get(key, 0.0) if submitted_s is None else submitted_s
+        self._admission.hold(key, reason, at)
+        detail = _PAUSE_DETAIL if reason == "tenant_paused" else detail
+        return Waiting(self._jobs[key], reason, detail)
 
-    def _preempt_for(
-        self, pend: _Pending, now_s: float, out: list[Decision]
-    ) -> tuple[Placement, ...] | Rejection:
-        """Evict lower-priority jobs from the one node where that frees the job's request
-        with the least evicted GPU share; single-node requests only (a gang spanning nodes
-        waits instead of evicting on several)."""
-        job = pend.job
-        if job.replicas != 1:
-            return Rejection("insufficient_resources_no_preemption_for_gangs")
-        st, pod = self.state, job.request
-        best: tuple[int, int, list[str]] | None = None
-        allowed = self._allowed_for(pend)
-        for n in range(len(st)):
-            if allowed is not None and not allowed[n]:
-                continue
-            victims = sorted(
-                (
-                    self._running[j]
-                    for j in self._on_node[n]
-                    if self._running[j].job.priority < job.priority
-                    and self._running[j].job.preemptible
-                    # Priority is a tenant's own ordering of its work: it never evicts another
-                    # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
-                    and self._running[j].job.tenant == job.tenant
-                ),
-                key=lambda r: (r.job.priority, -r.started_s),
+    # -- the pass ---------------------------------------------------------------------------
+    def _pass(self, now_s: float) -> list[Effect]:
+        out: list[Effect] = []
+        if self._nodes:
+            for d in self._queue.schedule(now_s):
+                out.extend(self._convert(d))
+        out.extend(self._mig_pass())
+        return out
+
+    def _convert(self, d: QueueDecision) -> list[Effect]:
+        job = self._jobs[d.job_id]
+        if isinstance(d, JobUnschedulable):
+            return [Waiting(job, d.reason, "")]
+        if isinstance(d, JobPreempted):
+            by = self._jobs[d.by_job_id]
+            return [Evicted(job, self._nodes[d.node].name, by.job_id, "priority", by.tenant)]
+        return list(self._placed(job, d))
+
+    def _placed(self, job: JobSpec, d: JobPlaced) -> list[Placed]:
+        attempt = self._attempts.get(job.key, 0) + 1
+        self._attempts[job.key] = attempt
+        by_node: dict[int, list[int]] = {}
+        for p in d.placements:
+            by_node.setdefault(p.node, []).extend(p.gpus)
+        kind = "cpu" if job.gpus == 0 else "shared" if job.gpu_milli < 1000 else "whole"
+        milli = job.gpu_milli if job.gpus else 0
+        return [
+            Placed(
+                job=job,
+                node=self._nodes[n].name,
+                gpu_model=self._nodes[n].gpus[0].model if self._nodes[n].gpus else "",
+                kind=kind,
+                gpus=tuple(GpuShare(g, milli) for g in gpus),
+                attempt=attempt,
+                part=part,
             )
-            if not victims:
-                continue
-            cpu, mem, gpu = st.cpu_free[n], st.mem_free[n], st.gpu_free[n].copy()
-            taken: list[str] = []
-            cost = 0
-            for v in victims:
-                if self._fits_raw(pod, n, cpu, mem, gpu):
-                    break
-                taken.append(v.job.job_id)
-                for p in v.placements:
-                    if p.node == n:
-                        cpu += v.job.request.cpu_milli
-                        mem += v.job.request.memory_mib
-                        gpu[list(p.gpus)] += v.job.request.gpu_milli
-                cost += v.job.request.gpu_milli_total * v.job.replicas
-            if self._fits_raw(pod, n, cpu, mem, gpu) and (best is None or cost < best[0]):
-                best = (cost, n, taken)
-        if best is None:
-            return Rejection("insufficient_resources")
-        for victim_id in best[2]:
-            run = self._running.pop(victim_id)
-            self._release(run)
-            out.append(JobPreempted(victim_id, job.job_id, now_s))
-            self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
-        return self._place_gang(job, allowed)
+            for part, (n, gpus) in enumerate(by_node.items())
+        ]
 
-    def _fits_raw(self, pod: PodRequest, n: int, cpu: int, mem: int, gpu: np.ndarray) -> bool:
-        if cpu < pod.cpu_milli or mem < pod.memory_mib:
-            return False
-        if pod.gpu_models and self.state.nodes[n].gpu_model not in pod.gpu_models:
-            return False
-        return int((gpu >= pod.gpu_milli).sum()) >= pod.num_gpu
+    # -- MIG --------------------------------------------------------------------------------
+    def _mig_pass(self) -> list[Effect]:
+        out: list[Effect] = []
+        queue = sorted(
+            self._mig.waiting,
+            key=lambda h: (-self._jobs[h.job_id].priority, h.submitted_s, h.job_id),
+        )
+        for h in queue:
+            job = self._jobs[h.job_id]
+            res = self._mig_place(job, out)
+            if isinstance(res, str):
+                if res != h.reason:
+                    self._mig.set_reason(h.job_id, res)
+                    out.append(Waiting(job, res, f"MIG {job.mig_profile}"))
+                continue
+            self._mig.dequeue(h.job_id)
+            attempt = self._attempts.get(job.key, 0) + 1
+            self._attempts[job.key] = attempt
+            share = GpuShare(res.gpu, 1000, res.profile, res.start)
+            model = self._nodes[self._index[res.node]].gpus[res.gpu].model
+            out.append(Placed(job, res.node, model, "mig", (share,), attempt))
+        return out
+
+    def _mig_place(self, job: JobSpec, out: list[Effect]) -> MigSlot | str:
+        """The instance `job` got (its host CPU and memory held), or why it waits."""
+        state = self._queue.state
+        gpus, known = self._mig.candidates(
+            job,
+            self._nodes,
+            self._unhealthy,
+            lambda n: (int(state.cpu_free[n]), int(state.mem_free[n])),
+        )
+        if not known:
+            return "no_mig_profile"
+        assert job.mig_profile is not None
+        demand = [
+            p for h in self._mig.waiting if (p := self._jobs[h.job_id].mig_profile) is not None
+        ]
+        slot, plans = self._mig.place(job.key, job.mig_profile, gpus, demand)
+        out.extend(plans)
+        if slot is None:
+            return "insufficient_mig_slices"
+        self._queue.hold_host(self._index[slot.node], job.cpu_milli, job.memory_mib)
+        return slot
+
+    def _masked(self) -> set[tuple[int, int]]:
+        """GPUs the queue must not place on: unhealthy ones and those in MIG mode."""
+        out = {(self._index[n], g) for n, g in self._unhealthy}
+        for i, spec in enumerate(self._nodes):
+            out.update((i, g) for g, x in enumerate(spec.gpus) if x.mig_enabled)
+        return out
+
+    def _new_queue(
+        self, running: Sequence[RunningRecord], pending: Sequence[PendingRecord], seq: int
+    ) -> PlacementQueue:
+        """The placement queue over the current nodes holding these records, with the host
+        resources of MIG jobs held and the GPUs it must not use masked."""
+        queue = PlacementQueue.restore(
+            [core_node(n) for n in self._nodes],
+            self._policy,
+            self.config.queue_config,
+            running=running,
+            pending=pending,
+            seq=seq,
+        )
+        for m in self._mig.held_slots():
+            job = self._jobs[m.job_id]
+            queue.hold_host(self._index[m.node], job.cpu_milli, job.memory_mib)
+        queue.set_masked(self._masked())
+        return queue
+
+    def _new_workload(self, snap: SchedulerSnapshot | None = None) -> WorkloadWindow:
+        cfg = self.config
+        window = WorkloadWindow(size=cfg.workload_window, refresh_every=cfg.workload_refresh)
+        if snap is not None:
+            window.window = list(snap.window)
+            window.policy_shapes = list(snap.policy_shapes)
+            window.since_refresh = snap.since_refresh
+        return window
+
+    def _learn(self, job: JobSpec) -> None:
+        """Add a request to the workload window; the policy follows when it refreshes."""
+        if self.config.policy == "seedance" and self._workload.learn(job):
+            self._policy = self._workload.policy(self.config.policy)
+            self._queue.policy = self._policy
+
+    def _busy(self, node: str) -> bool:
+        return self._mig.busy(node) or self._queue.busy(self._index[node])
+
+    def _node_of(self, key: str) -> str | None:
+        if self._queue.is_running(key):
+            return self._nodes[self._queue.placements_of(key)[0].node].name
+        inst = self._mig.instance_of(key)
+        return inst.node if inst else None
+
+
+def _invalid(job: JobSpec) -> str:
+    """Why the scheduler can never take `job` ("" when it can): the request rule every
+    submitter checks too (`seedance.events.jobs.request_problem`, which the SDK runs before
+    publishing), and this core's node model (at most 8 GPUs per node, a limit of the pool, not
+    of the request schema)."""
+    problem = request_problem(
+        gpus=job.gpus, gpu_milli=job.gpu_milli, mig_profile=job.mig_profile, gang_size=job.gang_size
+    )
+    if problem:
+        return problem
+    if job.gpus > MAX_GPUS_PER_NODE:
+        return f"gpus={job.gpus} per gang member exceeds {MAX_GPUS_PER_NODE} GPUs per node"
+    return ""

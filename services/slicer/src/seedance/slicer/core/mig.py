@@ -41,6 +41,7 @@ __all__ = [
     "MigPlan",
     "MigProfile",
     "choose_start",
+    "mig_model",
     "naive_start",
     "placeable_counts",
     "plan_repartition",
@@ -139,6 +140,18 @@ def _build_profiles() -> dict[GpuModel, tuple[MigProfile, ...]]:
 
 
 MIG_PROFILES: Mapping[GpuModel, tuple[MigProfile, ...]] = _build_profiles()
+
+
+def mig_model(model: str) -> GpuModel | None:
+    """The MIG geometry of an inventory model name ("H100-80GB", "NVIDIA H200", ...)."""
+    m = model.upper().replace(" ", "")
+    if "H200" in m:
+        return GpuModel.H200_141GB
+    if "H100" in m:
+        return GpuModel.H100_80GB
+    if "A100" in m:
+        return GpuModel.A100_80GB if "80G" in m else GpuModel.A100_40GB
+    return None
 
 
 def profiles(model: GpuModel) -> tuple[MigProfile, ...]:
@@ -366,21 +379,7 @@ def plan_repartition(
     thousands and are memoised.
     """
     model = current.model
-    pinned_set = set(pinned_starts)
-    by_start = {i.start: i for i in current.instances}
-    missing = pinned_set - by_start.keys()
-    if missing:
-        raise ValueError(f"pinned_starts {sorted(missing)} have no instance on this GPU")
-    pinned = tuple(by_start[s] for s in sorted(pinned_set))
-    remaining: dict[str, int] = {}
-    for name, count in demand.items():
-        if count < 0:
-            raise ValueError(f"demand for {name!r} is {count}; counts must be >= 0")
-        profile(model, name)  # raises with the known names
-        remaining[name] = count
-    for inst in pinned:
-        if remaining.get(inst.profile.name, 0) > 0:
-            remaining[inst.profile.name] -= 1
+    pinned, remaining = _pinned_and_remaining(current, demand, pinned_starts)
 
     current_keys = {i.key for i in current.instances}
     # Largest demand first: big shapes have the fewest legal starts.
@@ -427,6 +426,28 @@ def plan_repartition(
         got[inst.profile.name] = got.get(inst.profile.name, 0) + 1
     unmet = {n: c - got.get(n, 0) for n, c in demand.items() if c - got.get(n, 0) > 0}
     return MigPlan(model=model, destroy=destroy, create=create, kept=kept, unmet=unmet)
+
+
+def _pinned_and_remaining(
+    current: MigLayout, demand: Mapping[str, int], pinned_starts: Iterable[int]
+) -> tuple[tuple[MigInstance, ...], dict[str, int]]:
+    """The pinned instances, and the demand they leave (ValueError on a bad input)."""
+    pinned_set = set(pinned_starts)
+    by_start = {i.start: i for i in current.instances}
+    missing = pinned_set - by_start.keys()
+    if missing:
+        raise ValueError(f"pinned_starts {sorted(missing)} have no instance on this GPU")
+    pinned = tuple(by_start[s] for s in sorted(pinned_set))
+    remaining: dict[str, int] = {}
+    for name, count in demand.items():
+        if count < 0:
+            raise ValueError(f"demand for {name!r} is {count}; counts must be >= 0")
+        profile(current.model, name)  # raises with the known names
+        remaining[name] = count
+    for inst in pinned:
+        if remaining.get(inst.profile.name, 0) > 0:
+            remaining[inst.profile.name] -= 1
+    return pinned, remaining
 
 
 def _profile_by_id(model: GpuModel, profile_id: int) -> MigProfile:

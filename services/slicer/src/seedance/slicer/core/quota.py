@@ -33,8 +33,8 @@ import yaml
 
 __all__ = [
     "Admitted",
-    "Decision",
     "PreemptionPlan",
+    "QuotaDecision",
     "QuotaError",
     "QuotaPolicy",
     "QuotaRequest",
@@ -286,7 +286,7 @@ class Rejected:
     message: str
 
 
-Decision = Admitted | Rejected
+QuotaDecision = Admitted | Rejected
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +346,7 @@ class QuotaTracker:
             w for w, wl in self._workloads.items() if tenant is None or wl.request.tenant == tenant
         )
 
-    def check(self, request: QuotaRequest) -> Decision:
+    def check(self, request: QuotaRequest) -> QuotaDecision:
         """What `admit` would decide, without recording anything."""
         invalid = _invalid(request)
         if invalid:
@@ -366,7 +366,7 @@ class QuotaTracker:
             return verdict
         return Admitted(request.workload_id, verdict)
 
-    def admit(self, request: QuotaRequest) -> Decision:
+    def admit(self, request: QuotaRequest) -> QuotaDecision:
         decision = self.check(request)
         if isinstance(decision, Admitted):
             usage = usage_of(request)

@@ -1,0 +1,140 @@
+"""What the slicer's scheduler decides: placements, waits, refusals, evictions, MIG plans, ends.
+
+Owns the typed effects `Scheduler` returns for every input and the one mapping of a fine
+waiting reason (a metric label) to the published `UnschedulableReason` value. The shell turns
+effects into wire events (`seedance.slicer.mapping`); this module must not know the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seedance.slicer.core.inputs import JobSpec
+from seedance.slicer.core.quota import RejectReason
+
+__all__ = [
+    "Effect",
+    "Ended",
+    "Evicted",
+    "GpuShare",
+    "MigPlanned",
+    "Placed",
+    "Refused",
+    "RejectedInput",
+    "Waiting",
+    "ended_answer",
+    "published_reason",
+    "unknown_answer",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    index: int
+    milli: int = 1000
+    mig_profile: str | None = None
+    mig_start_slot: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A job (or, for a gang spread over nodes, its members on one node: `part`) starts.
+    `attempt` counts the job's placements (1, then 2 after a preemption, ...)."""
+
+    job: JobSpec
+    node: str
+    gpu_model: str
+    kind: str  # whole | shared | mig | cpu
+    gpus: tuple[GpuShare, ...]
+    attempt: int
+    part: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A job waits; `reason` is the fine label (metrics), `published_reason()` the event's."""
+
+    job: JobSpec
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A job that will never be queued (bad input, unknown tenant)."""
+
+    job: JobSpec
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    job: JobSpec
+    node: str
+    by_job_id: str
+    reason: str  # priority | quota_reclaim
+    #: The preempting job's tenant: the job's own for `priority`, a cohort member's for
+    #: `quota_reclaim`.
+    by_tenant: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MigPlanned:
+    node: str
+    gpu: int
+    destroy: tuple[tuple[str, int], ...]
+    create: tuple[tuple[str, int], ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A job ended (finished, failed, cancelled) and what it held is free; `was_placed` says
+    whether it held anything (False: it ended while it waited)."""
+
+    job: JobSpec
+    outcome: str  # finished | failed | cancelled
+    was_placed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedInput:
+    """A tenant input the scheduler refuses and answers: a duplicate submit with another
+    request (`duplicate_job`), a start or end of a job it does not know (`unknown_job`) or that
+    has ended (`job_ended`)."""
+
+    tenant: str
+    job_id: str
+    reason: str  # duplicate_job | unknown_job | job_ended
+    detail: str
+
+
+Effect = Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput
+
+_QUOTA_REASONS = {r.value for r in RejectReason} - {"unknown_tenant", "invalid_request"}
+
+
+def published_reason(reason: str) -> str:
+    """The `UnschedulableReason` value for a fine reason (closed sets on both sides)."""
+    if reason in ("unknown_tenant", "invalid_request", "tenant_paused"):
+        return reason
+    if reason in _QUOTA_REASONS:
+        return "over_quota"
+    if reason.endswith("no_allowed_gpu_model") or reason == "no_mig_profile":
+        return "no_matching_gpu"
+    return "no_capacity"
+
+
+def ended_answer(tenant: str, job_id: str, what: str) -> RejectedInput:
+    return RejectedInput(
+        tenant, job_id, "job_ended",
+        f"{what} of job {job_id!r} of tenant {tenant!r}: the job has already ended",
+    )  # fmt: skip
+
+
+def unknown_answer(tenant: str, job_id: str, what: str) -> RejectedInput:
+    return RejectedInput(
+        tenant, job_id, "unknown_job",
+        f"{what} of job {job_id!r} of tenant {tenant!r}: no such job was submitted",
+    )  # fmt: skip

@@ -1,0 +1,512 @@
+"""The slicer's placement queue: which waiting job starts next, where, and whom it may preempt.
+
+Owns the pending queue (priority, then arrival), the running set, node reservations for
+blocked jobs, gang (all-or-nothing) placement and priority preemption, and the free resources
+of the pool's nodes (`ClusterState`) with two inputs from outside the queue: host CPU and memory
+held by work placed elsewhere (MIG instances: `hold_host` / `free_host`) and GPUs no job may be
+placed on (unhealthy or in MIG mode: `set_masked`). It is driven by a virtual clock: the caller
+passes `now_s` into `submit`, `finish` and `schedule`; the scheduler passes event times, the
+benchmark passes simulated ones. It must not read a clock, sleep, or do I/O; placement itself
+is delegated to a `Policy`. It is one part of `seedance.slicer.core.scheduler.Scheduler`'s
+state, which persists it through `running_records` / `pending_records` and `restore`.
+
+Queue discipline (`SchedulerConfig`):
+  * strict FIFO with head-of-line blocking when `backfill=False` (the baseline);
+  * otherwise backfill: a job that does not fit is skipped and later jobs may start, and a
+    job blocked for `reserve_after_s` gets reserved nodes that no other job may take, so
+    large (e.g. 8-GPU) jobs are not starved by a stream of small ones. Reservations need no
+    runtime estimates: a reserved node simply drains until the job fits.
+  * a job with higher priority that fits nowhere may evict lower-priority preemptible jobs
+    of its own tenant from one node (the node that needs the least evicted GPU share);
+    evicted jobs re-queue with their original submit time. Another tenant's job is never a
+    victim: a tenant's priority orders its own work only.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
+from seedance.slicer.core.policies import Policy
+
+__all__ = [
+    "Job",
+    "JobPlaced",
+    "JobPreempted",
+    "JobUnschedulable",
+    "PendingRecord",
+    "PlacementQueue",
+    "QueueConfig",
+    "QueueDecision",
+    "RunningRecord",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A unit of work: `replicas` identical pods that start together or not at all."""
+
+    job_id: str
+    request: PodRequest
+    replicas: int = 1
+    priority: int = 0
+    preemptible: bool = True
+    tenant: str = ""
+    #: The expected run time when the submitter knows it (replays do); carried for backfill
+    #: with estimates, not used by the queue's order today (reservations need no estimate).
+    expected_duration_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"job {self.job_id}: replicas={self.replicas} must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlaced:
+    job_id: str
+    placements: tuple[NodeGpus, ...]
+    at_s: float
+    waited_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobUnschedulable:
+    """Published when a job's reason for waiting changes (not on every pass)."""
+
+    job_id: str
+    reason: str
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobPreempted:
+    """A running job was evicted from `node` (an index) and is back in the queue."""
+
+    job_id: str
+    by_job_id: str
+    at_s: float
+    node: int
+
+
+QueueDecision = JobPlaced | JobUnschedulable | JobPreempted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueConfig:
+    backfill: bool = True
+    # A job blocked this long gets nodes reserved for it. Short enough that 8-GPU jobs do not
+    # starve, long enough that transient blocking does not idle nodes.
+    reserve_after_s: float = 300.0
+    # Reserved nodes idle while they drain: cap how many the queue may hold at once.
+    max_reserved_nodes: int = 16
+    preemption: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRecord:
+    job: Job
+    placements: tuple[NodeGpus, ...]
+    started_s: float
+    submitted_s: float
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRecord:
+    job: Job
+    submitted_s: float
+    seq: int
+    reason: str
+    reserved: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class _Pending:
+    job: Job
+    submitted_s: float
+    seq: int
+    reason: str = ""
+    reserved: list[int] = field(default_factory=list)
+
+    @property
+    def order(self) -> tuple[int, float, int]:
+        return (-self.job.priority, self.submitted_s, self.seq)
+
+
+@dataclass(slots=True)
+class _Running:
+    job: Job
+    placements: tuple[NodeGpus, ...]
+    started_s: float
+    submitted_s: float
+    seq: int
+
+
+class PlacementQueue:
+    """Event-driven queue over one node pool.
+
+    Call `submit` and `finish` as events arrive, then `schedule(now_s)` to get the decisions
+    to publish; `schedule` starts whatever can start now.
+    """
+
+    def __init__(
+        self, nodes: Sequence[Node], policy: Policy, config: QueueConfig | None = None
+    ) -> None:
+        self.state = ClusterState(nodes)
+        self.policy = policy
+        self.config = config or QueueConfig()
+        self._pending: dict[str, _Pending] = {}
+        self._order: list[tuple[tuple[int, float, int], str]] = []
+        self._running: dict[str, _Running] = {}
+        self._on_node: list[set[str]] = [set() for _ in nodes]
+        self._reserved_by = np.full(len(nodes), -1, dtype=np.int64)  # seq of the holder
+        self._seq = 0
+        # Request shapes that fitted nowhere since the last release: they cannot fit until
+        # something is freed, so a pass skips them without asking the policy.
+        self._failed: dict[tuple[PodRequest, int, int], str] = {}
+        self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
+        self._masked: set[tuple[int, int]] = set()
+
+    # -- persistence ------------------------------------------------------------------------
+    @property
+    def seq(self) -> int:
+        """The last arrival sequence number handed out (part of the persisted state)."""
+        return self._seq
+
+    def running_records(self) -> list[RunningRecord]:
+        """The running jobs, in start order, as plain records."""
+        return [
+            RunningRecord(r.job, r.placements, r.started_s, r.submitted_s, r.seq)
+            for r in sorted(self._running.values(), key=lambda r: r.seq)
+        ]
+
+    def pending_records(self) -> list[PendingRecord]:
+        """The waiting jobs, in queue order, as plain records."""
+        return [
+            PendingRecord(p.job, p.submitted_s, p.seq, p.reason, tuple(p.reserved))
+            for p in (self._pending[jid] for _, jid in self._order)
+        ]
+
+    @classmethod
+    def restore(
+        cls,
+        nodes: Sequence[Node],
+        policy: Policy,
+        config: QueueConfig | None,
+        *,
+        running: Sequence[RunningRecord],
+        pending: Sequence[PendingRecord],
+        seq: int,
+    ) -> PlacementQueue:
+        """A queue over `nodes` (a superset, in the same order, of those the records were
+        taken on) holding these running and pending jobs; raises ValueError if one does not
+        fit."""
+        queue = cls(nodes, policy, config)
+        for r in running:
+            for p in r.placements:
+                queue.state.apply(r.job.request, p)
+                queue._on_node[p.node].add(r.job.job_id)
+            queue._running[r.job.job_id] = _Running(
+                r.job, r.placements, r.started_s, r.submitted_s, r.seq
+            )
+            prio = r.job.priority
+            queue._priorities[prio] = queue._priorities.get(prio, 0) + 1
+        for rec in pending:
+            pend = _Pending(rec.job, rec.submitted_s, rec.seq, rec.reason, list(rec.reserved))
+            queue._enqueue(pend)
+            if rec.reserved:
+                queue._reserved_by[list(rec.reserved)] = rec.seq
+        queue._seq = seq
+        return queue
+
+    # -- resources held or masked outside the queue ------------------------------------------
+    def hold_host(self, node: int, cpu_milli: int, memory_mib: int) -> None:
+        """Work placed outside the queue (a MIG instance's job) takes host CPU and memory."""
+        st = self.state
+        st.cpu_free[node] -= cpu_milli
+        st.mem_free[node] -= memory_mib
+        st.version[node] += 1
+        self._failed.clear()
+
+    def free_host(self, node: int, cpu_milli: int, memory_mib: int) -> None:
+        """Give back what `hold_host` took."""
+        self.hold_host(node, -cpu_milli, -memory_mib)
+
+    def set_masked(self, gpus: set[tuple[int, int]]) -> None:
+        """GPUs (node index, GPU index) no job may be placed on: unhealthy ones and those in
+        MIG mode. A masked GPU shows no free share; an unmasked one gets back what the
+        running jobs do not hold."""
+        st = self.state
+        for n, g in self._masked - gpus:
+            used = sum(
+                self._running[j].job.request.gpu_milli
+                for j in self._on_node[n]
+                for p in self._running[j].placements
+                if p.node == n and g in p.gpus
+            )
+            st.gpu_free[n, g] = st.gpu_cap[n, g] - used
+            st.version[n] += 1
+        self._masked = {(n, g) for n, g in gpus if g < st.gpu_free.shape[1]}
+        for n, g in self._masked:
+            self._zero(n, g)
+        self._failed.clear()
+
+    def resources_changed(self) -> None:
+        """Free resources changed for everyone (work evicted outside a pass): forget which
+        request shapes failed."""
+        self._failed.clear()
+
+    def _zero(self, n: int, g: int) -> None:
+        if self.state.gpu_free[n, g] != 0:
+            self.state.gpu_free[n, g] = 0
+            self.state.version[n] += 1
+
+    # -- inputs -----------------------------------------------------------------------------
+    def submit(self, job: Job, now_s: float) -> None:
+        if job.job_id in self._pending or job.job_id in self._running:
+            raise ValueError(f"job {job.job_id} already known")
+        if job.request.mig_profile is not None:
+            raise ValueError(f"job {job.job_id}: MIG requests go to the MIG pool")
+        self._enqueue(_Pending(job, now_s, self._next_seq()))
+
+    def finish(self, job_id: str, now_s: float) -> None:
+        """A job ended (or was cancelled while waiting); unknown ids are ignored, so a
+        re-delivered event changes nothing."""
+        if job_id in self._pending:
+            self._dequeue(job_id)
+            return
+        run = self._running.pop(job_id, None)
+        if run is not None:
+            self._release(run)
+
+    # -- views ------------------------------------------------------------------------------
+    @property
+    def pending_ids(self) -> list[str]:
+        return [jid for _, jid in self._order]
+
+    @property
+    def running_ids(self) -> list[str]:
+        return list(self._running)
+
+    def placements_of(self, job_id: str) -> tuple[NodeGpus, ...]:
+        return self._running[job_id].placements
+
+    def is_running(self, job_id: str) -> bool:
+        return job_id in self._running
+
+    def is_pending(self, job_id: str) -> bool:
+        return job_id in self._pending
+
+    def busy(self, node: int) -> bool:
+        """Whether a running job holds anything on `node`."""
+        return bool(self._on_node[node])
+
+    def gpu_allocated_milli(self) -> int:
+        return self.state.gpu_allocated_milli
+
+    # -- the pass ---------------------------------------------------------------------------
+    def schedule(self, now_s: float) -> list[QueueDecision]:
+        out: list[QueueDecision] = []
+        for _, job_id in list(self._order):
+            pend = self._pending.get(job_id)
+            if pend is None:
+                continue
+            shape = (pend.job.request, pend.job.replicas, pend.job.priority)
+            reason = self._failed.get(shape) if not pend.reserved else None
+            if reason is None:
+                placed = self._try_place(pend, now_s, out)
+                if placed:
+                    continue
+                reason = pend.reason
+                if not pend.reserved:
+                    self._failed[shape] = reason
+            elif pend.reason != reason:
+                pend.reason = reason
+                out.append(JobUnschedulable(job_id, reason, now_s))
+            if not self.config.backfill:
+                break  # head-of-line blocking: nothing overtakes the head
+            self._maybe_reserve(pend, now_s)
+        return out
+
+    # -- internals --------------------------------------------------------------------------
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _enqueue(self, pend: _Pending) -> None:
+        self._pending[pend.job.job_id] = pend
+        bisect.insort(self._order, (pend.order, pend.job.job_id))
+
+    def _dequeue(self, job_id: str) -> _Pending:
+        pend = self._pending.pop(job_id)
+        i = bisect.bisect_left(self._order, (pend.order, job_id))
+        del self._order[i]
+        if pend.reserved:
+            self._reserved_by[pend.reserved] = -1
+            pend.reserved = []
+            self._failed.clear()  # nodes came back for everyone
+        return pend
+
+    def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
+        if not (self._reserved_by >= 0).any():
+            return None
+        allowed: np.ndarray = (self._reserved_by < 0) | (self._reserved_by == pend.seq)
+        return allowed
+
+    def _place_gang(self, job: Job, allowed: np.ndarray | None) -> tuple[NodeGpus, ...] | Rejection:
+        """All replicas or none: apply as we go, roll back on the first failure."""
+        done: list[NodeGpus] = []
+        for _ in range(job.replicas):
+            res = self.policy.place(self.state, job.request, allowed)
+            if isinstance(res, Rejection):
+                for p in reversed(done):
+                    self.state.release(job.request, p)
+                return res
+            self.state.apply(job.request, res)
+            done.append(res)
+        return tuple(done)
+
+    def _try_place(self, pend: _Pending, now_s: float, out: list[QueueDecision]) -> bool:
+        job = pend.job
+        res = self._place_gang(job, self._allowed_for(pend))
+        if isinstance(res, Rejection) and self.config.preemption and self._has_lower(job):
+            evicted = self._preempt_for(pend, now_s, out)
+            if not isinstance(evicted, Rejection):
+                res = evicted
+        if isinstance(res, Rejection):
+            reason = res.reason if job.replicas == 1 else f"gang_{res.reason}"
+            if reason != pend.reason:
+                pend.reason = reason
+                out.append(JobUnschedulable(job.job_id, reason, now_s))
+            return False
+        self._dequeue(job.job_id)
+        self._running[job.job_id] = _Running(job, res, now_s, pend.submitted_s, pend.seq)
+        for p in res:
+            self._on_node[p.node].add(job.job_id)
+        self._priorities[job.priority] = self._priorities.get(job.priority, 0) + 1
+        out.append(JobPlaced(job.job_id, res, now_s, now_s - pend.submitted_s))
+        return True
+
+    def _release(self, run: _Running) -> None:
+        for p in run.placements:
+            self.state.release(run.job.request, p)
+            self._on_node[p.node].discard(run.job.job_id)
+            for g in p.gpus:
+                if (p.node, g) in self._masked:
+                    self._zero(p.node, g)  # a masked GPU stays masked once freed
+        # Freed resources may fit shapes that failed before: forget the failures that the
+        # freed nodes could now host (cheap scalar checks, no policy call).
+        nodes = {p.node for p in run.placements}
+        for shape in [s for s in self._failed if any(self._could_fit(s[0], n) for n in nodes)]:
+            del self._failed[shape]
+        left = self._priorities[run.job.priority] - 1
+        if left:
+            self._priorities[run.job.priority] = left
+        else:
+            del self._priorities[run.job.priority]
+
+    def _has_lower(self, job: Job) -> bool:
+        return any(p < job.priority for p in self._priorities)
+
+    def _could_fit(self, pod: PodRequest, n: int) -> bool:
+        st = self.state
+        if st.cpu_free[n] < pod.cpu_milli or st.mem_free[n] < pod.memory_mib:
+            return False
+        if pod.gpu_models and st.nodes[n].gpu_model not in pod.gpu_models:
+            return False
+        return int((st.gpu_free[n] >= pod.gpu_milli).sum()) >= pod.num_gpu
+
+    def _maybe_reserve(self, pend: _Pending, now_s: float) -> None:
+        """Reserve nodes for a job blocked too long: those that could host one replica when
+        empty and have the most of its resources free now (they drain soonest)."""
+        cfg = self.config
+        if pend.reserved or now_s - pend.submitted_s < cfg.reserve_after_s:
+            return
+        need = pend.job.replicas
+        if int((self._reserved_by >= 0).sum()) + need > cfg.max_reserved_nodes:
+            return
+        st, pod = self.state, pend.job.request
+        ok = (self._reserved_by < 0) & (st.cpu_cap >= pod.cpu_milli)
+        ok &= (st.mem_cap >= pod.memory_mib) & (st.gpu_count >= pod.num_gpu)
+        if pod.gpu_models:
+            ok &= st.model_mask(pod.gpu_models)
+        cand = np.flatnonzero(ok)
+        if cand.size < need:
+            return
+        gpu_room = (st.gpu_free[cand] >= max(pod.gpu_milli, 1)).sum(axis=1) / max(pod.num_gpu, 1)
+        room = np.minimum(gpu_room, st.cpu_free[cand] / max(pod.cpu_milli, 1))
+        # Prefer the smallest node that can host it (keep big nodes for big jobs), then room.
+        order = np.lexsort((-room, st.gpu_count[cand]))
+        chosen = cand[order[:need]]
+        self._reserved_by[chosen] = pend.seq
+        pend.reserved = [int(n) for n in chosen]
+
+    def _preempt_for(
+        self, pend: _Pending, now_s: float, out: list[QueueDecision]
+    ) -> tuple[NodeGpus, ...] | Rejection:
+        """Evict lower-priority jobs from the one node where that frees the job's request
+        with the least evicted GPU share; single-node requests only (a gang spanning nodes
+        waits instead of evicting on several)."""
+        job = pend.job
+        if job.replicas != 1:
+            return Rejection("insufficient_resources_no_preemption_for_gangs")
+        best: tuple[int, int, list[str]] | None = None
+        allowed = self._allowed_for(pend)
+        for n in range(len(self.state)):
+            if allowed is not None and not allowed[n]:
+                continue
+            found = self._eviction_on(n, job)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], n, found[1])
+        if best is None:
+            return Rejection("insufficient_resources")
+        for victim_id in best[2]:
+            run = self._running.pop(victim_id)
+            self._release(run)
+            out.append(JobPreempted(victim_id, job.job_id, now_s, best[1]))
+            self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
+        return self._place_gang(job, allowed)
+
+    def _eviction_on(self, n: int, job: Job) -> tuple[int, list[str]] | None:
+        """The victims on node `n` whose eviction frees `job`'s request there (lowest
+        priority, most recently started first) and the GPU share they hold; None if none do."""
+        victims = sorted(
+            (
+                self._running[j]
+                for j in self._on_node[n]
+                if self._running[j].job.priority < job.priority
+                and self._running[j].job.preemptible
+                # Priority is a tenant's own ordering of its work: it never evicts another
+                # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
+                and self._running[j].job.tenant == job.tenant
+            ),
+            key=lambda r: (r.job.priority, -r.started_s),
+        )
+        if not victims:
+            return None
+        st, pod = self.state, job.request
+        cpu, mem, gpu = st.cpu_free[n], st.mem_free[n], st.gpu_free[n].copy()
+        taken: list[str] = []
+        cost = 0
+        for v in victims:
+            if self._fits_raw(pod, n, cpu, mem, gpu):
+                break
+            taken.append(v.job.job_id)
+            for p in v.placements:
+                if p.node == n:
+                    cpu += v.job.request.cpu_milli
+                    mem += v.job.request.memory_mib
+                    gpu[list(p.gpus)] += v.job.request.gpu_milli
+            cost += v.job.request.gpu_milli_total * v.job.replicas
+        return (cost, taken) if self._fits_raw(pod, n, cpu, mem, gpu) else None
+
+    def _fits_raw(self, pod: PodRequest, n: int, cpu: int, mem: int, gpu: np.ndarray) -> bool:
+        if cpu < pod.cpu_milli or mem < pod.memory_mib:
+            return False
+        if pod.gpu_models and self.state.nodes[n].gpu_model not in pod.gpu_models:
+            return False
+        return int((gpu >= pod.gpu_milli).sum()) >= pod.num_gpu

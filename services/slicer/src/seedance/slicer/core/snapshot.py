@@ -1,0 +1,192 @@
+"""The slicer's one persisted state: what `Scheduler.snapshot` writes and `Scheduler.restore` reads.
+
+Owns the plain-data form of the scheduler's whole state (`SchedulerSnapshot`: inventory,
+health, jobs, the placement queue's running and pending records, MIG instances, holds, pauses,
+the workload window), its byte encoding, and the migration of older formats. It is not kept
+beside the scheduler: the scheduler's parts hold the live state and build this value only when
+asked (`Scheduler.snapshot`), and a scheduler is rebuilt from it (`Scheduler.restore`), so no
+state is ever copied back and forth. Node references are by name and jobs by key, so a snapshot
+does not depend on the order the scheduler indexes them in.
+
+The layout is the format deployed slicers wrote to KV (version 2, field for field); version 1
+(jobs keyed by job id alone, before tenants were part of the key) is lifted by
+`migrate`. This module must not decide anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from seedance.slicer.core.inputs import JobSpec, NodeSpec
+from seedance.slicer.core.model import NodeGpus
+from seedance.slicer.core.queue import Job, PendingRecord, RunningRecord
+
+__all__ = [
+    "STATE_VERSION",
+    "HeldJob",
+    "MigSlot",
+    "PendingJob",
+    "RequestShape",
+    "RunningJob",
+    "SchedulerSnapshot",
+    "decode_snapshot",
+    "encode_snapshot",
+    "migrate",
+    "pending_record",
+    "running_record",
+    "saved_pending",
+    "saved_running",
+]
+
+#: The state's format: 1 keyed jobs by job id alone (before tenants were part of the key), 2 by
+#: (tenant, job id). `migrate` lifts 1 to 2.
+STATE_VERSION = 2
+
+
+class RunningJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A job the placement queue started: its members' (node name, GPU indices)."""
+
+    job_id: str
+    placements: tuple[tuple[str, tuple[int, ...]], ...]
+    started_s: float
+    submitted_s: float
+    seq: int
+
+
+class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A job waiting in the placement queue, with the nodes reserved for it (by name)."""
+
+    job_id: str
+    submitted_s: float
+    seq: int
+    reason: str = ""
+    reserved: tuple[str, ...] = ()
+
+
+class MigSlot(msgspec.Struct, frozen=True, kw_only=True):
+    """A MIG instance on one GPU; `job_id` empty: created and idle."""
+
+    node: str
+    gpu: int
+    profile: str
+    start: int
+    job_id: str = ""
+
+
+class HeldJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A job waiting outside the placement queue (not admitted, or for a MIG instance), with
+    the reason last published."""
+
+    job_id: str
+    reason: str
+    submitted_s: float
+
+
+class RequestShape(msgspec.Struct, frozen=True, array_like=True):
+    """A request's shape, as the target workload of `SeedancePolicy` counts it."""
+
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    gpu_models: tuple[str, ...] = ()
+
+
+class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    #: Missing in snapshots written before tenants were part of the key: those are version 1.
+    version: int = 1
+    nodes: tuple[NodeSpec, ...] = ()
+    unhealthy: tuple[tuple[str, int], ...] = ()
+    jobs: dict[str, JobSpec] = msgspec.field(default_factory=dict)
+    attempts: dict[str, int] = msgspec.field(default_factory=dict)
+    submitted_s: dict[str, float] = msgspec.field(default_factory=dict)
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+    seq: int = 0
+    mig: tuple[MigSlot, ...] = ()
+    #: Admitted MIG jobs waiting for an instance, with the reason last published.
+    mig_queue: tuple[HeldJob, ...] = ()
+    #: Jobs not admitted yet: their tenant is paused or over quota.
+    held: tuple[HeldJob, ...] = ()
+    paused: tuple[str, ...] = ()
+    window: tuple[RequestShape, ...] = ()
+    policy_shapes: tuple[RequestShape, ...] = ()
+    since_refresh: int = 0
+    #: Keys of the jobs ended most recently (at most `ENDED_KEPT`), oldest first.
+    ended: tuple[str, ...] = ()
+
+
+def saved_running(r: RunningRecord, names: Sequence[str]) -> RunningJob:
+    """A placement queue's running record, by node name (`names[i]`: node i's)."""
+    return RunningJob(
+        job_id=r.job.job_id,
+        placements=tuple((names[p.node], p.gpus) for p in r.placements),
+        started_s=r.started_s,
+        submitted_s=r.submitted_s,
+        seq=r.seq,
+    )
+
+
+def saved_pending(p: PendingRecord, names: Sequence[str]) -> PendingJob:
+    return PendingJob(
+        job_id=p.job.job_id,
+        submitted_s=p.submitted_s,
+        seq=p.seq,
+        reason=p.reason,
+        reserved=tuple(names[n] for n in p.reserved),
+    )
+
+
+def running_record(r: RunningJob, job: Job, index: Mapping[str, int]) -> RunningRecord:
+    """The queue's record of `r` (`index`: node name to the queue's node index)."""
+    placements = tuple(NodeGpus(index[n], tuple(g)) for n, g in r.placements)
+    return RunningRecord(job, placements, r.started_s, r.submitted_s, r.seq)
+
+
+def pending_record(p: PendingJob, job: Job, index: Mapping[str, int]) -> PendingRecord:
+    reserved = tuple(index[n] for n in p.reserved)
+    return PendingRecord(job, p.submitted_s, p.seq, p.reason, reserved)
+
+
+def encode_snapshot(snap: SchedulerSnapshot) -> bytes:
+    return msgspec.msgpack.encode(snap)
+
+
+def decode_snapshot(data: bytes) -> SchedulerSnapshot:
+    """The snapshot in `data`, lifted to `STATE_VERSION`."""
+    return migrate(msgspec.msgpack.decode(data, type=SchedulerSnapshot))
+
+
+def migrate(snap: SchedulerSnapshot) -> SchedulerSnapshot:
+    """Lift a snapshot to `STATE_VERSION`; version 1 keyed every job by its job id alone.
+
+    Each job's tenant is in its `JobSpec`, so every key is rewritten to (tenant, job id). Two
+    tenants' jobs of one id could not both be in a version-1 state (the second submit was
+    dropped), so the rewrite is one-to-one.
+    """
+    if snap.version == STATE_VERSION:
+        return snap
+    if snap.version != 1:
+        raise ValueError(f"slicer state version {snap.version} is newer than {STATE_VERSION}")
+    key = {jid: spec.key for jid, spec in snap.jobs.items()}
+
+    def k(jid: str) -> str:
+        return key.get(jid, jid) if jid else jid
+
+    def held(hs: tuple[HeldJob, ...]) -> tuple[HeldJob, ...]:
+        return tuple(msgspec.structs.replace(h, job_id=k(h.job_id)) for h in hs)
+
+    return msgspec.structs.replace(
+        snap,
+        version=STATE_VERSION,
+        jobs={key[j]: spec for j, spec in snap.jobs.items()},
+        attempts={k(j): n for j, n in snap.attempts.items()},
+        submitted_s={k(j): t for j, t in snap.submitted_s.items()},
+        running=tuple(msgspec.structs.replace(r, job_id=k(r.job_id)) for r in snap.running),
+        pending=tuple(msgspec.structs.replace(p, job_id=k(p.job_id)) for p in snap.pending),
+        mig=tuple(msgspec.structs.replace(m, job_id=k(m.job_id)) for m in snap.mig),
+        mig_queue=held(snap.mig_queue),
+        held=held(snap.held),
+    )

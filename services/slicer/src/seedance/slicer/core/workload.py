@@ -1,0 +1,124 @@
+"""The target workload the slicer's policy keeps placeable, learned from submitted requests.
+
+Owns the request shapes of the last `size` jobs submitted, the shapes the current policy was
+built from (part of the state, so a restored scheduler has the very same policy), and the
+construction of that policy (`SeedancePolicy` on the shapes, or first-fit). The policy is
+refreshed every `refresh_every` submissions, and by the scheduler whenever the node set
+changes; and the scheduler's configuration of both (`SchedulerConfig`). It must not place
+anything; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from seedance.slicer.core.fragmentation import TargetWorkload
+from seedance.slicer.core.inputs import JobSpec
+from seedance.slicer.core.model import PodRequest
+from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
+from seedance.slicer.core.queue import Job, QueueConfig
+from seedance.slicer.core.snapshot import RequestShape
+
+__all__ = ["SchedulerConfig", "WorkloadWindow", "core_job", "pod_request", "shape_of"]
+
+#: The target workload before any job was submitted: one whole GPU.
+_DEFAULT_SHAPE = RequestShape(0, 0, 1, 1000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    #: "seedance" (SeedancePolicy with backfill, reservations and preemption) or "first-fit"
+    #: (first-fit, strict FIFO with head-of-line blocking: the foundation's behaviour).
+    policy: str = "seedance"
+    workload_window: int = 500
+    workload_refresh: int = 100
+    queue: QueueConfig = field(default_factory=QueueConfig)
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("seedance", "first-fit"):
+            raise ValueError(f"policy must be seedance or first-fit, got {self.policy!r}")
+
+    @property
+    def queue_config(self) -> QueueConfig:
+        if self.policy == "first-fit":
+            return QueueConfig(backfill=False, preemption=self.queue.preemption)
+        return self.queue
+
+
+class WorkloadWindow:
+    def __init__(
+        self,
+        *,
+        size: int,
+        refresh_every: int,
+        window: Iterable[RequestShape] = (),
+        policy_shapes: Iterable[RequestShape] = (),
+        since_refresh: int = 0,
+    ) -> None:
+        self._size = size
+        self._refresh_every = refresh_every
+        self.window: list[RequestShape] = list(window)
+        self.policy_shapes: list[RequestShape] = list(policy_shapes)
+        self.since_refresh = since_refresh
+
+    def learn(self, job: JobSpec) -> bool:
+        """Add a request to the window; whether the policy's shapes were refreshed."""
+        self.window.append(shape_of(job))
+        del self.window[: -self._size]
+        self.since_refresh += 1
+        if self.since_refresh >= self._refresh_every or not self.policy_shapes:
+            self.refresh()
+            return True
+        return False
+
+    def refresh(self) -> None:
+        self.since_refresh = 0
+        self.policy_shapes = list(self.window)
+
+    def policy(self, name: str) -> Policy:
+        """The policy called `name` ("seedance" or "first-fit") for the current shapes."""
+        if name == "first-fit":
+            return FirstFit()
+        pods = [pod_request(s) for s in self.policy_shapes or [_DEFAULT_SHAPE]]
+        if not any(p.num_gpu for p in pods):
+            pods.append(pod_request(_DEFAULT_SHAPE))
+        gpu = sum(p.gpu_milli_total for p in pods)
+        return SeedancePolicy(
+            TargetWorkload.from_pods(pods, coverage=1.0),
+            # A workload that asks no CPU (or memory) strands nothing through it.
+            cpu_per_gpu_milli=max(sum(p.cpu_milli for p in pods) / gpu, 1e-9),
+            mem_mib_per_gpu_milli=max(sum(p.memory_mib for p in pods) / gpu, 1e-9),
+        )
+
+
+def shape_of(job: JobSpec) -> RequestShape:
+    return RequestShape(
+        job.cpu_milli,
+        job.memory_mib,
+        job.gpus,
+        job.gpu_milli if job.gpus else 0,
+        tuple(sorted(job.gpu_models)),
+    )
+
+
+def pod_request(s: RequestShape) -> PodRequest:
+    return PodRequest(
+        cpu_milli=s.cpu_milli,
+        memory_mib=s.memory_mib,
+        num_gpu=s.num_gpu,
+        gpu_milli=s.gpu_milli,
+        gpu_models=frozenset(s.gpu_models),
+    )
+
+
+def core_job(job: JobSpec) -> Job:
+    """The placement queue's job for `job` (keyed by tenant and job id)."""
+    return Job(
+        job_id=job.key,
+        request=pod_request(shape_of(job)),
+        replicas=job.gang_size,
+        priority=job.priority,
+        tenant=job.tenant,
+        expected_duration_s=job.expected_duration_s,
+    )
