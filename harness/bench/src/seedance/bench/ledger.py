@@ -18,11 +18,14 @@ Two orders of the same events, each on its own server, in one run:
   publishes adjustments, several outputs per input (what a replica catching up after an outage
   does; `make chaos-ledger` checks its exactness).
 
-The anchor, measured in the same run on the same events in the merged stream's order: the
-pure step function (decode + core, no bus) of ``LedgerReplica``: the ceiling of a replica.
+The anchors, measured in the same run on the same events in the merged stream's order: the
+pure step function (decode + core, no bus) of ``LedgerReplica``, the ceiling of a replica's
+core; and, before each pass on the same server, the bare nats-py fetch + ack of the same stream
+(``seedance.bench.anchors``), the ceiling of any consumer on this machine.
 
 Last line: ``ledger_bench: events_per_s=<live> replicas=1 backlog_events_per_s=<n>
-outputs_per_input=<live> backlog_outputs_per_input=<n>``.
+outputs_per_input=<live> backlog_outputs_per_input=<n> bare_events_per_s=<live bare>
+ratio=<live / bare>``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from seedance.bench.anchors import bare_fetch_ack_rate
 from seedance.core import Bus, BusSettings, PullReader, ServiceRuntime
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica
@@ -97,6 +101,17 @@ async def timed_read(bus: Bus, last_seq: int, batch: int) -> tuple[float, list[t
     return (time.perf_counter() - t0) * 1e6 / last_seq, stream
 
 
+async def bare_rate(url: str, last_seq: int, i: int, batch: int) -> float:
+    """The bare client's fetch + ack rate over the same merged stream, on the same server."""
+    bus = await Bus.connect(BusSettings(url=url))
+    try:
+        return await bare_fetch_ack_rate(
+            bus.js, "SEEDANCE_LEDGER_IN", ">", last_seq, f"bare{i}", batch=batch
+        )
+    finally:
+        await bus.close()
+
+
 async def one_pass(url: str, last_seq: int, i: int, batch: int) -> float:
     runtime = ServiceRuntime("cost-ledger", BusSettings(url=url), registry=CollectorRegistry())
     replica = LedgerReplica(core.default_price_book(), core.LedgerConfig(retention_windows=288))
@@ -128,6 +143,7 @@ class Figures:
 
     rate: float
     anchor: float
+    bare: float
     outputs_per_input: float
     read_us: float
 
@@ -147,14 +163,16 @@ async def measure(args: argparse.Namespace, events: list, chunk: int, label: str
             f"{label}: {len(stream)} inputs, {outputs:.2f} outputs per input; pure step "
             f"(decode + core, no bus) {anchor:,.0f} events/s; reading alone {read_us:.0f} µs each"
         )
-        rates = []
+        rates, bare = [], []
         for i in range(args.passes):
+            bare.append(await bare_rate(server.url, last, i, args.batch))
             rates.append(await one_pass(server.url, last, i, args.batch))
             log(f"{label} pass {i}: {rates[-1]:,.0f} events/s (consume, step, publish + acks, "
                 "checkpoint)")  # fmt: skip
     finally:
         server.stop()
-    median = statistics.median(rates)
+    median, bare_median = statistics.median(rates), statistics.median(bare)
+    log(f"{label}: bare nats-py fetch+ack of the same stream {bare_median:,.0f} events/s (median)")
     # Where a pass's time goes: per input, the step, the reading, and the rest (publishing
     # the outputs and settling their acks, checkpoints).
     step_us, pass_us = 1e6 / anchor, 1e6 / median
@@ -163,7 +181,7 @@ async def measure(args: argparse.Namespace, events: list, chunk: int, label: str
         f"per input {pass_us:.0f} µs = step {step_us:.0f} + reading {read_us:.0f} "
         f"+ publishing, acks and checkpoints {pass_us - step_us - read_us:.0f}"
     )
-    return Figures(median, anchor, outputs, read_us)
+    return Figures(median, anchor, bare_median, outputs, read_us)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -179,7 +197,8 @@ async def run(args: argparse.Namespace) -> int:
     print(
         f"ledger_bench: events_per_s={live.rate:.0f} replicas=1 "
         f"backlog_events_per_s={backlog.rate:.0f} outputs_per_input={live.outputs_per_input:.2f} "
-        f"backlog_outputs_per_input={backlog.outputs_per_input:.2f}"
+        f"backlog_outputs_per_input={backlog.outputs_per_input:.2f} "
+        f"bare_events_per_s={live.bare:.0f} ratio={live.rate / live.bare:.2f}"
     )
     return 0
 
