@@ -15,6 +15,7 @@ Env contract (what the NVIDIA container runtime and CUDA read):
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -162,7 +163,7 @@ def preferred_allocation(
         if not rest:
             break
         picked = [by_id[i] for i in chosen]
-        chosen.append(min(rest, key=lambda d, p=picked, r=rest: _closeness(d, p, r)).id)
+        chosen.append(min(rest, key=functools.partial(_closeness, picked=picked, rest=rest)).id)
     return chosen
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import AsyncIterator, Iterable
 
@@ -174,7 +175,7 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
         sent = -1
         while not self._stopping:
             async with self._changed:
-                await self._changed.wait_for(lambda s=sent: self._version != s or self._stopping)
+                await self._changed.wait_for(functools.partial(self._moved_past, sent))
                 if self._stopping:
                     return
                 sent = self._version
@@ -224,6 +225,10 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"devices {bad} unhealthy")
         self.pre_started.append(tuple(request.devices_ids))
         return api_pb2.PreStartContainerResponse()
+
+    def _moved_past(self, sent: int) -> bool:
+        """ListAndWatch's wake-up: the device list changed since ``sent``, or the plugin stops."""
+        return self._version != sent or self._stopping
 
     def _list(self) -> api_pb2.ListAndWatchResponse:
         resp = api_pb2.ListAndWatchResponse()
