@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -86,7 +86,8 @@ class PublishRefused(SeedanceError):
         self.err_code = err_code
 
 
-Message = tuple[str, bytes, Mapping[str, str]]
+# The headers are a dict because nats-py's ``publish`` is typed to take one.
+Message = tuple[str, bytes, dict[str, str]]
 
 
 @dataclass(eq=False)

@@ -24,7 +24,7 @@ import re
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Self, TypeVar
 
@@ -362,7 +362,9 @@ class SeedanceClient:
                 if msg.metadata.num_pending == 0:
                     return out
 
-    async def costs(self, tenant: str, *, from_start: bool = True) -> AsyncIterator[Any]:
+    async def costs(
+        self, tenant: str, *, from_start: bool = True
+    ) -> AsyncGenerator[CostEvent, None]:
         """Yield the tenant's cost events (entries, job reports, alerts, pauses) as they come.
 
         ``from_start`` replays what the stream holds first; otherwise only new events.
@@ -559,7 +561,7 @@ def _read_url(url: str) -> bytes:
         with open(urllib.request.url2pathname(parsed.path), "rb") as f:
             return f.read()
     with urllib.request.urlopen(url, timeout=60) as r:
-        return r.read()
+        return bytes(r.read())
 
 
 _KIND_OF: dict[type, str] = {
