@@ -35,6 +35,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import NoStream, SeedanceError
 
 __all__ = ["AckedBatch", "PubAck", "PublishRefused", "Publisher"]
@@ -154,8 +155,10 @@ class Publisher:
         retry_too_many_s: float = 0.1,
         max_too_many_retries: int = 60,
         resend_after_s: float = 5.0,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self._nc = nc
+        self._clock = clock  # the pauses before re-sends
         #: "not now" answer -> (pause before a re-send, most re-sends)
         self._retry = {
             IN_PROCESS: (retry_in_process_s, max_in_process_retries),
@@ -292,7 +295,7 @@ class Publisher:
         return True
 
     async def _resend(self, token: str, pause_s: float) -> None:
-        await asyncio.sleep(pause_s)
+        await self._clock.sleep(pause_s)
         entry = self._pending.get(token)
         if entry is None or self._sub is None:
             return  # answered meanwhile, or its batch failed or was forgotten
