@@ -22,8 +22,8 @@ from seedance.core.errors import RetryableError
 from seedance.core.logs import get_logger
 from seedance.events.slicing import Placement
 from seedance.events.tokens import InvalidToken, check_token
-from seedance.telemetry_collector.bus_events import placement_shares
 from seedance.telemetry_collector.fleet import FleetSim, load_node_list
+from seedance.telemetry_collector.mapping import placement_shares
 from seedance.telemetry_collector.nvml import NvmlBackend
 from seedance.telemetry_collector.poller import Poller
 from seedance.telemetry_collector.recording import ReplayNvmlApi, load_recording
