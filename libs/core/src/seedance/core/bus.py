@@ -238,6 +238,8 @@ class Bus:
             kwargs["user"] = settings.user
             kwargs["password"] = settings.password or ""
         nc = NATS()
+        # nats-py types its options one by one (connect_timeout as an int, though it takes a
+        # float); the options are gathered as a dict above because most are conditional.
         attempt = asyncio.ensure_future(nc.connect(**kwargs))  # type: ignore[arg-type]
         refused = asyncio.ensure_future(watch.refused.wait())
         try:

@@ -28,6 +28,7 @@ import contextlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import msgspec
 import nats.errors
@@ -270,7 +271,8 @@ class Publisher:
             batch.acks[i] = PubAck(reply.stream, reply.seq, reply.duplicate)
             batch.missing -= 1
             if batch.missing == 0 and not batch.done.done():
-                batch.done.set_result(batch.acks)  # type: ignore[arg-type]
+                # missing == 0: every ack is filled in, none is None any more
+                batch.done.set_result(cast(list[PubAck], batch.acks))
         elif not (
             error.err_code in (IN_PROCESS, TOO_MANY_REQUESTS)
             and self._retry_later(token, error.err_code)

@@ -59,6 +59,7 @@ class Poller:
         if slow_interval_s <= 0:
             raise ValueError(f"slow_interval_s must be > 0, got {slow_interval_s!r}")
         self._backend = backend
+        self._closed = False  # the backend's close() has been called
         self._clock = clock
         self._node = node
         self._slow_interval_s = slow_interval_s
@@ -156,9 +157,9 @@ class Poller:
         """Idempotent: wait for work in flight, close the backend, stop owned threads."""
         await self.settle()
         loop = asyncio.get_running_loop()
-        if self._backend is not None:
-            backend, self._backend = self._backend, None  # type: ignore[assignment]
-            await loop.run_in_executor(self._executor, backend.close)
+        if not self._closed:
+            self._closed = True
+            await loop.run_in_executor(self._executor, self._backend.close)
         if self._own_executor:
             self._executor.shutdown(wait=True)
             self._own_executor = False
