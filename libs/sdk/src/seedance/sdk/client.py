@@ -23,9 +23,9 @@ import io
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from datetime import datetime
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, Unpack
 
 import msgspec
 import nats.errors
@@ -45,7 +45,7 @@ from seedance.events.graph import (
     PrecisionPolicy,
     input_object_name,
 )
-from seedance.events.jobs import JobEvent, JobKind, JobStarted, JobSubmitted
+from seedance.events.jobs import JobEvent, JobStarted, JobSubmitted
 from seedance.events.slicing import (
     JobRejected,
     JobReleased,
@@ -56,7 +56,7 @@ from seedance.events.slicing import (
 from seedance.events.subjects import costs, graph, jobs, slicing
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
-from seedance.sdk.job_events import KIND_OF, job_event, job_submitted
+from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
 from seedance.sdk.refusals import PermissionRefused, Violations
 from seedance.sdk.watch import Watch
 
@@ -176,46 +176,20 @@ class SeedanceClient:
         tenant: str,
         job_id: str,
         *,
-        gpus: int = 1,
-        gpu_milli: int = 1000,
-        gpu_mem_mib: int = 0,
-        mig_profile: str | None = None,
-        gpu_models: list[str] | None = None,
-        cpu_milli: int = 0,
-        memory_mib: int = 0,
-        gang_size: int = 1,
-        priority: int = 0,
-        kind: JobKind | str = JobKind.TRAINING,
-        expected_duration_s: float | None = None,
-        labels: Mapping[str, str] | None = None,
         at: datetime | None = None,
         wait_s: float | None = None,
+        **request: Unpack[JobRequest],
     ) -> JobOutcome:
         """Publish ``job.submitted.v1``; raises ``ValueError`` naming a bad field and value.
 
-        With ``wait_s``: waits that long for the slicer's answer (a placement, or why the job
-        waits) and raises ``JobRejectedError`` for a rejection, ``NoDecision`` for silence (an
-        identical re-submit of a live job is not answered: it changes nothing). ``at`` is a
-        claim: the slicer keeps it only within its skew of the server's receive time.
+        ``request`` is what `job_submitted` takes (GPUs, shares, memory, gang, priority, kind,
+        labels), with its defaults. With ``wait_s``: waits that long for the slicer's answer
+        (a placement, or why the job waits) and raises ``JobRejectedError`` for a rejection,
+        ``NoDecision`` for silence (an identical re-submit of a live job is not answered: it
+        changes nothing). ``at`` is a claim: the slicer keeps it only within its skew of the
+        server's receive time.
         """
-        event = job_submitted(
-            tenant,
-            job_id,
-            gpus=gpus,
-            gpu_milli=gpu_milli,
-            gpu_mem_mib=gpu_mem_mib,
-            mig_profile=mig_profile,
-            gpu_models=gpu_models,
-            cpu_milli=cpu_milli,
-            memory_mib=memory_mib,
-            gang_size=gang_size,
-            priority=priority,
-            kind=kind,
-            expected_duration_s=expected_duration_s,
-            labels=labels,
-            at=at,
-            clock=self._clock,
-        )
+        event = job_submitted(tenant, job_id, at=at, clock=self._clock, **request)
         return await self.send_job_event(event, wait_s=wait_s)
 
     async def job_started(

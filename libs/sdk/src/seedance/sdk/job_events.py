@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -27,7 +27,7 @@ from seedance.events.jobs import (
 )
 from seedance.events.tokens import check_tenant, check_token
 
-__all__ = ["KIND_OF", "job_event", "job_submitted"]
+__all__ = ["KIND_OF", "JobRequest", "job_event", "job_submitted"]
 
 
 #: The subject kind each job event is published under (``seedance.jobs.<tenant>.<kind>``).
@@ -39,6 +39,24 @@ KIND_OF: dict[type, str] = {
     JobCancelled: "cancelled",
 }
 _EVENT_OF = {kind: cls for cls, kind in KIND_OF.items()}
+
+
+class JobRequest(TypedDict, total=False):
+    """What a submit asks for besides its names and time: `job_submitted`'s keywords, so the
+    client's ``submit_job`` passes them on without restating them (the defaults live there)."""
+
+    gpus: int
+    gpu_milli: int
+    gpu_mem_mib: int
+    mig_profile: str | None
+    gpu_models: list[str] | None
+    cpu_milli: int
+    memory_mib: int
+    gang_size: int
+    priority: int
+    kind: JobKind | str
+    expected_duration_s: float | None
+    labels: Mapping[str, str] | None
 
 
 def job_submitted(
