@@ -27,16 +27,16 @@ from opentelemetry import trace
 from structlog.contextvars import bound_contextvars
 
 from seedance.core.bus import Bus
+from seedance.core.dead_letters import DeadLetters
 from seedance.core.errors import InvalidMessage, NoStream, RetryableError
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
 from seedance.core.retry import RetryPolicy
 from seedance.core.tracing import extract_context, tracer
-from seedance.events import DecodeError, Event, decode, new_event_id
-from seedance.events.dlq import DeadLetter
-from seedance.events.subjects import ConsumerSpec, SubjectShapeError, dlq, owner_of
+from seedance.events import DecodeError, Event, decode
+from seedance.events.subjects import ConsumerSpec, SubjectShapeError, owner_of
 
-__all__ = ["Delivery", "PullConsumer", "dead_letter_of"]
+__all__ = ["Delivery", "PullConsumer"]
 
 log = get_logger(__name__)
 
@@ -91,7 +91,7 @@ class PullConsumer:
     ) -> None:
         if (handler is None) == (batch_handler is None):
             raise ValueError("give exactly one of handler or batch_handler")
-        self._bus: Bus | None = None
+        self._letters: DeadLetters | None = None
         self.spec = spec
         self._service = service
         self._types = types
@@ -106,7 +106,7 @@ class PullConsumer:
 
     async def start(self, bus: Bus) -> None:
         """Create the durable if needed and bind to it."""
-        self._bus = bus
+        self._letters = DeadLetters(bus, self._service)
         self._stopping.clear()
         await bus.ensure_consumer(self.spec)
         self._sub = await bus.js.pull_subscribe_bind(
@@ -247,28 +247,19 @@ class PullConsumer:
             )
 
     async def _dead_letter(self, msg: Msg, kind: str, reason: str) -> None:
-        md = msg.metadata
-        letter = dead_letter_of(msg, service=self._service, kind=kind, reason=reason)
         # The dead letter is made durable before the original is terminated, so that a crash in
         # between redelivers the original rather than losing it.
-        assert self._bus is not None
+        assert self._letters is not None
         try:
-            await self._bus.publish(dlq.subject(self._service), letter)
+            await self._letters.send(msg, kind, reason)
         except (TimeoutError, nats.errors.Error, NoStream) as exc:
             # The dead-letter stream is unreachable now: keep the original and try again later
             # rather than let one poison message stop the consumer.
-            await msg.nak(delay=self._retry.delay_s(md.num_delivered))
+            await msg.nak(delay=self._retry.delay_s(msg.metadata.num_delivered))
             log.error("dead_letter_failed", kind=kind, error=repr(exc), subject=msg.subject)
             return
         await msg.term()
         self._count(self.spec.durable, "dead_letter")
-        log.warning(
-            "message_dead_lettered",
-            kind=kind,
-            reason=reason,
-            subject=msg.subject,
-            stream_seq=md.sequence.stream,
-        )
 
     def _count(self, durable: str, outcome: str) -> None:
         if self._metrics:
@@ -281,29 +272,6 @@ def _is_other_event(data: bytes) -> bool:
     except DecodeError:
         return False
     return True
-
-
-def dead_letter_of(
-    msg: Msg, *, service: str, kind: str, reason: str, letter_id: str | None = None
-) -> DeadLetter:
-    """The dead letter for a JetStream message: its payload, headers and where it was.
-
-    Stamped with the original's stream time (no wall clock). ``letter_id`` defaults to a new id;
-    a deterministic replica passes one derived from the message, so its twins' letters are one.
-    """
-    md = msg.metadata
-    return DeadLetter(
-        id=letter_id or new_event_id(),
-        at=md.timestamp,
-        service=service,
-        subject=msg.subject,
-        stream_seq=md.sequence.stream,
-        num_delivered=md.num_delivered,
-        error_kind=kind,
-        reason=reason,
-        payload=msg.data,
-        headers=dict(msg.headers or {}),
-    )
 
 
 def _links(headers: Iterable[Mapping[str, str] | None]) -> list[trace.Link]:

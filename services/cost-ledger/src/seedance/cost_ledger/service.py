@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import time
 from typing import Any
 
 import msgspec
@@ -35,21 +34,23 @@ from prometheus_client import Counter, Gauge
 
 from seedance.core import (
     TRANSIENT_BUS_ERRORS,
+    Clock,
+    DeadLetters,
     Lifecycle,
     PullReader,
     ReaderInterrupted,
     RetryPolicy,
     ServiceRuntime,
-    dead_letter_of,
+    WallClock,
 )
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch
 from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
-from seedance.events import DecodeError, decode, derived_event_id, encode
+from seedance.events import DecodeError, decode, encode
 from seedance.events.cost import CostEntry, CostKind
-from seedance.events.subjects import Header, dlq, replica_consumer
+from seedance.events.subjects import Header, replica_consumer
 
 __all__ = ["LedgerMetrics", "LedgerService"]
 
@@ -139,8 +140,12 @@ class LedgerService(Lifecycle):
         checkpoint_every_events: int = 20_000,
         checkpoint_every_s: float = 5.0,
         from_start: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self._rt = runtime
+        # Only operational timing reads it (checkpoint spacing, rebind deadlines): never what
+        # is computed, which follows the input stream alone.
+        self._clock = clock or WallClock()
         self.replica = replica
         self.name = name
         self._key = f"checkpoint.{checkpoint_key}"
@@ -151,8 +156,9 @@ class LedgerService(Lifecycle):
         self.metrics = LedgerMetrics(runtime.registry)
         self._kv: KeyValue | None = None
         self._reader: PullReader | None = None
+        self._letters: DeadLetters | None = None
         self._stepped_since_ckpt = 0
-        self._last_ckpt = time.monotonic()
+        self._last_ckpt = self._clock.monotonic()
         self._ckpt_cost_s = 0.0  # how long the last checkpoint written took
         # False while a batch is half stepped: a cancelled batch must never be checkpointed.
         self._consistent = True
@@ -164,6 +170,8 @@ class LedgerService(Lifecycle):
     async def start(self) -> None:
         await self._rt.start()
         self._kv = await ensure_bucket(self._rt.bus, _BUCKET)
+        # Letters' ids derive from their inputs: the other replica's letter for one is the same.
+        self._letters = DeadLetters(self._rt.bus, "cost-ledger", derived_ids=True)
         await self._restore()
         await self._bind()
         # Outputs a dead predecessor computed but may not have published.
@@ -214,7 +222,7 @@ class LedgerService(Lifecycle):
             return None
         if not entry.value:
             return None
-        return msgspec.msgpack.decode(entry.value, type=_Head)._replace_rev(entry.revision)
+        return msgspec.msgpack.decode(entry.value, type=_Head)._replace_rev(entry.revision or 0)
 
     async def _read_chunks(self, head: _Head) -> bytes | None:
         assert self._kv is not None
@@ -243,7 +251,7 @@ class LedgerService(Lifecycle):
             self._mark_checkpointed()
             return False  # another replica is there already (equal state at equal seq)
         slot = 1 - head.slot if head is not None and head.replica == self.name else 0
-        started = time.monotonic()
+        started = self._clock.monotonic()
         data = self.replica.to_bytes()
         chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
         prefix = f"{self._key}.{self.name}.{slot}"
@@ -264,7 +272,7 @@ class LedgerService(Lifecycle):
                     break
                 continue
             self._mark_checkpointed()
-            self._ckpt_cost_s = time.monotonic() - started
+            self._ckpt_cost_s = self._clock.monotonic() - started
             self.metrics.checkpoint_seq.set(seq)
             return True
         self._mark_checkpointed()
@@ -272,7 +280,7 @@ class LedgerService(Lifecycle):
 
     def _mark_checkpointed(self) -> None:
         self._stepped_since_ckpt = 0
-        self._last_ckpt = time.monotonic()
+        self._last_ckpt = self._clock.monotonic()
 
     # ---------------------------------------------------------------- consuming
 
@@ -291,7 +299,7 @@ class LedgerService(Lifecycle):
 
     async def _rebind(self) -> None:
         """``_bind`` again, retried while the cluster fails over (its API times out meanwhile)."""
-        deadline = time.monotonic() + _REBIND_FOR_S
+        deadline = self._clock.monotonic() + _REBIND_FOR_S
         for attempt in itertools.count(1):
             try:
                 await self._bind()
@@ -299,10 +307,10 @@ class LedgerService(Lifecycle):
                 return
             except TRANSIENT_BUS_ERRORS as exc:
                 self.metrics.rebinds_total.labels("failed").inc()
-                if time.monotonic() > deadline:
+                if self._clock.monotonic() > deadline:
                     raise  # not a fail-over: let the replica restart from its checkpoint
                 log.warning("ledger_rebind_failed", error=repr(exc), attempt=attempt)
-                await asyncio.sleep(_REBIND_BACKOFF.delay_s(attempt))
+                await self._clock.sleep(_REBIND_BACKOFF.delay_s(attempt))
 
     async def _consume(self) -> None:
         assert self._reader is not None
@@ -318,7 +326,7 @@ class LedgerService(Lifecycle):
             if msgs:
                 await self.process(msgs)
             # Checkpoint timing is operational only: it never changes what is computed.
-            since = time.monotonic() - self._last_ckpt
+            since = self._clock.monotonic() - self._last_ckpt
             # A checkpoint serialises the whole retained state (0.4 s for a day of a 30-node
             # fleet's samples): whatever the settings ask, keep them under a tenth of the time.
             spaced = since >= _CHECKPOINT_SPACING * self._ckpt_cost_s
@@ -326,7 +334,7 @@ class LedgerService(Lifecycle):
                 self._stepped_since_ckpt
                 and spaced
                 and (self._stepped_since_ckpt >= self._ckpt_events or since >= self._ckpt_s)
-                and time.monotonic() >= self._ckpt_retry_at
+                and self._clock.monotonic() >= self._ckpt_retry_at
             ):
                 await self._settle_acks()  # a lost ack is not transient: it fails the replica
                 try:
@@ -335,7 +343,7 @@ class LedgerService(Lifecycle):
                     # KV unreachable for now (its stream's leader failing over): the next
                     # checkpoint covers this one; a restart meanwhile re-reads a little more.
                     self.metrics.checkpoint_failures_total.inc()
-                    self._ckpt_retry_at = time.monotonic() + self._ckpt_s
+                    self._ckpt_retry_at = self._clock.monotonic() + self._ckpt_s
                     log.warning("ledger_checkpoint_failed", error=repr(exc), seq=self.replica.seq)
 
     async def process(self, msgs: list[Any]) -> None:
@@ -432,19 +440,11 @@ class LedgerService(Lifecycle):
         self.replica.confirm_published(pubs)
 
     async def _dead_letter(self, msg: Any, kind: str, reason: str) -> None:
-        md = msg.metadata
-        cause = (msg.headers or {}).get("Nats-Msg-Id") or f"{md.stream}:{md.sequence.stream}"
-        letter = dead_letter_of(
-            msg,
-            service="cost-ledger",
-            kind=kind,
-            reason=reason,
-            # Derived from the input: the other replica's letter for it is the same message.
-            letter_id=derived_event_id(cause, "ledger-dead-letter"),
-        )
-        await self._rt.bus.publish(dlq.subject("cost-ledger"), letter)
+        # No ack to settle: the reader keeps its own position. A letter that cannot be
+        # published fails the replica, which resumes from its checkpoint and rejects it again.
+        assert self._letters is not None
+        await self._letters.send(msg, kind, reason)
         self.metrics.dead_letters_total.inc()
-        log.warning("ledger_dead_letter", kind=kind, reason=reason, subject=msg.subject)
 
 
 def _is_other_event(data: bytes) -> bool:
