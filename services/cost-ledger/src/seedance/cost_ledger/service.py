@@ -18,6 +18,9 @@ reason (with an id derived from the input, so two replicas' letters are one): a 
 never decodes (a naive ``at``), a fact on another tenant's or node's subject, a time ahead of
 the message's stream timestamp by more than ``max_ahead_s``, and any error raised while
 stepping one event (``LedgerReplica.step``); the replica goes on with the next message.
+Each input is stepped under a span that continues its producer's trace, and what it produces
+carries W3C trace context beside ``Nats-Msg-Id``: a job's cost entries carry its placement's,
+so one job is one trace from the SDK's submit to its costs (``_JobTraces``).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+from opentelemetry import trace
 from prometheus_client import Counter, Gauge
 
 from seedance.core import (
@@ -46,10 +51,12 @@ from seedance.core import (
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch
+from seedance.core.tracing import extract_context, inject_headers, tracer
 from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
 from seedance.events import DecodeError, decode, encode
-from seedance.events.cost import CostEntry, CostKind
+from seedance.events.cost import CostEntry, CostKind, JobCostReport
+from seedance.events.slicing import Placement
 from seedance.events.subjects import Header, replica_consumer
 
 __all__ = ["LedgerMetrics", "LedgerService"]
@@ -63,6 +70,7 @@ _CHECKPOINT_SPACING = 10  # at least this many times the last checkpoint's cost 
 # Re-creating the input consumer is retried this long (a NATS node's fail-over takes seconds).
 _REBIND_FOR_S = 60.0
 _REBIND_BACKOFF = RetryPolicy(initial_s=0.5, max_s=5.0)
+_HANDLE_SPAN = "handle ledger-in"
 
 
 class _Head(msgspec.Struct, array_like=True, frozen=True):
@@ -157,6 +165,7 @@ class LedgerService(Lifecycle):
         self._kv: KeyValue | None = None
         self._reader: PullReader | None = None
         self._letters: DeadLetters | None = None
+        self._job_traces = _JobTraces()
         self._stepped_since_ckpt = 0
         self._last_ckpt = self._clock.monotonic()
         self._ckpt_cost_s = 0.0  # how long the last checkpoint written took
@@ -347,56 +356,82 @@ class LedgerService(Lifecycle):
                     log.warning("ledger_checkpoint_failed", error=repr(exc), seq=self.replica.seq)
 
     async def process(self, msgs: list[Any]) -> None:
-        """Step through one fetched batch in order, then publish its outputs durably."""
+        """Step through one fetched batch in order, then publish its outputs durably.
+
+        Each message is stepped under a span of its own that continues its producer's trace;
+        what it produced carries that trace on, a job's costs their job's (``_JobTraces``).
+        """
         self._consistent = False
         out: list[Publication] = []
+        traces: list[dict[str, str]] = []
         letters: list[tuple[Any, str, str]] = []
         for msg in msgs:
-            md = msg.metadata
-            seq = md.sequence.stream
+            seq = msg.metadata.sequence.stream
             if seq <= self.replica.seq:
                 continue
-            event: Any = None
-            try:
-                event = decode(msg.data, INPUT_TYPES)
-            except DecodeError as exc:
-                # Another valid event (a tenant's job event copied in before the upgrade) is
-                # not a fact: skipped, it moves nothing. Anything else (a naive ``at``, say)
-                # will never decode: dead-lettered.
-                if not _is_other_event(msg.data):
-                    letters.append((msg, "decode_error", str(exc)))
-            try:
-                # The stream timestamp bounds the fact's time (see LedgerReplica.step); every
-                # replica reads the same one for the same sequence.
-                out.extend(
-                    self.replica.step(
-                        seq, event, subject=msg.subject, stream_ms=core.epoch_ms(md.timestamp)
-                    )
-                )
-            except InputRejected as exc:
-                letters.append((msg, exc.kind, str(exc)))
+            with tracer().start_as_current_span(
+                _HANDLE_SPAN, context=extract_context(msg.headers), kind=trace.SpanKind.CONSUMER
+            ):
+                event, produced = self._step(msg, seq, letters)
+                if not produced and not isinstance(event, Placement):
+                    continue  # most inputs (samples inside a window) produce nothing
+                here = inject_headers({})
+                if isinstance(event, Placement):
+                    self._job_traces.remember((event.tenant, event.job_id), here)
+                out.extend(produced)
+                traces.extend(self._job_traces.of(p.event, here) for p in produced)
         self.metrics.events_total.inc(len(msgs))
         self._stepped_since_ckpt += len(msgs)
         for msg, kind, reason in letters:
             await self._dead_letter(msg, kind, reason)
-        await self._publish(out)
+        await self._publish(out, traces)
         self._consistent = True  # every output sent; a checkpoint settles their acks first
         if len(self._inflight) > _MAX_INFLIGHT_BATCHES:
             await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
 
-    async def _publish(self, pubs: list[Publication]) -> None:
+    def _step(
+        self, msg: Any, seq: int, letters: list[tuple[Any, str, str]]
+    ) -> tuple[Any, list[Publication]]:
+        """One input's event (None: not a fact) and outputs; what is refused goes to ``letters``."""
+        event: Any = None
+        try:
+            event = decode(msg.data, INPUT_TYPES)
+        except DecodeError as exc:
+            # Another valid event (a tenant's job event copied in before the upgrade) is
+            # not a fact: skipped, it moves nothing. Anything else (a naive ``at``, say)
+            # will never decode: dead-lettered.
+            if not _is_other_event(msg.data):
+                letters.append((msg, "decode_error", str(exc)))
+        try:
+            # The stream timestamp bounds the fact's time (see LedgerReplica.step); every
+            # replica reads the same one for the same sequence.
+            stream_ms = core.epoch_ms(msg.metadata.timestamp)
+            return event, self.replica.step(seq, event, subject=msg.subject, stream_ms=stream_ms)
+        except InputRejected as exc:
+            letters.append((msg, exc.kind, str(exc)))
+            return event, []
+
+    async def _publish(
+        self, pubs: list[Publication], traces: list[dict[str, str]] | None = None
+    ) -> None:
         """Send the outputs with their acks pipelined; ``_settle_acks`` awaits them.
 
         ``Bus.publish_many`` opens a span per call and waits for its acks; at thousands of
         entries per second the ledger instead leaves up to ``_MAX_INFLIGHT_BATCHES`` batches
         unacknowledged while it steps the next: only a checkpoint needs them (a checkpoint
         must never be ahead of what the stream holds), and a lost ack fails the replica, which
-        then resumes from its last checkpoint.
+        then resumes from its last checkpoint. ``traces`` (one per output: the trace context
+        headers of the input that produced it) keep each job's trace going; outputs re-sent
+        after a restart (``pending``) start none.
         """
         if not pubs:
             return
+        heads = traces or [{}] * len(pubs)
         batch = await self._rt.bus.publisher.publish(
-            [(p.subject, encode(p.event), {Header.MSG_ID.value: p.event.id}) for p in pubs]
+            [
+                (p.subject, encode(p.event), {**h, Header.MSG_ID.value: p.event.id})
+                for p, h in zip(pubs, heads, strict=True)
+            ]
         )
         self._inflight.append((pubs, batch))
 
@@ -445,6 +480,35 @@ class LedgerService(Lifecycle):
         assert self._letters is not None
         await self._letters.send(msg, kind, reason)
         self.metrics.dead_letters_total.inc()
+
+
+class _JobTraces:
+    """The trace context of each job's placement, so that its costs continue the job's trace.
+
+    A job's cost entries are produced while stepping whatever input closes their window (a
+    sample, another job's release), not its placement: each is published with the trace
+    context its job's placement came with, one trace per job from the SDK's submit to its
+    costs. Outputs of no known job (idle, alerts) carry the trace of the input that produced
+    them. Operational only, never checkpointed: after a restart, costs of jobs placed before it
+    carry their producing input's trace. Bounded: the oldest jobs are forgotten first.
+    """
+
+    _MAX_JOBS = 65_536
+
+    def __init__(self) -> None:
+        self._by_job: OrderedDict[tuple[str, str], dict[str, str]] = OrderedDict()
+
+    def remember(self, job: tuple[str, str], headers: dict[str, str]) -> None:
+        if not headers or job in self._by_job:
+            return  # a re-placement stays on the job's first trace
+        self._by_job[job] = headers
+        if len(self._by_job) > self._MAX_JOBS:
+            self._by_job.popitem(last=False)
+
+    def of(self, event: Any, default: dict[str, str]) -> dict[str, str]:
+        if isinstance(event, CostEntry | JobCostReport) and event.job_id:
+            return self._by_job.get((event.tenant, event.job_id), default)
+        return default
 
 
 def _is_other_event(data: bytes) -> bool:
