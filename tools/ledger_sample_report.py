@@ -28,7 +28,7 @@ from seedance.cost_ledger.core import (
     Placement,
     default_price_book,
 )
-from seedance.cost_ledger.reports import (
+from seedance.reports import (
     FOCUS_COLUMNS,
     FOCUS_SPLIT_COLUMNS,
     Baseline,
