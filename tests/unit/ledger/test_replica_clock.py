@@ -73,7 +73,7 @@ def test_a_clock_at_the_newest_event_re_opens_windows_for_late_samples() -> None
     assert replica.ledger.has_late_changes
     closing = _one_window_later(events)
     entries += [p.event for p in replica.step(len(events) + 1, closing)]
-    revisions = {e.revision for e in entries if isinstance(e, cost_events.CostEntry)}
+    revisions = {e.revision for e in entries if isinstance(e, cost_events.CostEntryV1)}
     assert revisions == {0, 1}, "each late-changed line adjusted once, not once per sample"
     assert _exact(replica, [*events, closing])  # still exact, only more work and more entries
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 import msgspec
 
-from seedance.events.cost import CostEntry, CostKind
+from seedance.events.cost import CostEntry, CostEntryV1, CostKind, upgrade
 
 __all__ = ["LineAmounts", "ReportLine", "epoch_ms", "lines_from_events", "usd_from_micro"]
 
@@ -84,7 +84,11 @@ class ReportLine(msgspec.Struct, frozen=True, kw_only=True):
 
 def lines_from_events(events: Iterable[object]) -> list[ReportLine]:
     """The lines of the cost entries among ``events`` (other events are skipped)."""
-    return [_line(ev) for ev in events if isinstance(ev, CostEntry)]
+    return [
+        _line(upgrade(ev) if isinstance(ev, CostEntryV1) else ev)
+        for ev in events
+        if isinstance(ev, CostEntry | CostEntryV1)
+    ]
 
 
 def _line(ev: CostEntry) -> ReportLine:

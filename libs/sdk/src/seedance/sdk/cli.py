@@ -254,7 +254,8 @@ def _render(ev: object) -> str:
     if isinstance(ev, CostEntry):
         return (
             f"{ev.period_end:%Y-%m-%d %H:%M:%S} entry   {ev.tenant:<12} {ev.job_id:<24} "
-            f"{ev.kind:<8} ${ev.cost_micro_usd / 1e6:>12,.6f}  {ev.gpu_hours:8.3f} GPU-h"
+            f"{ev.kind:<8} ${ev.cost_micro_usd / 1e6:>12,.6f}  "
+            f"{ev.gpu_hours_micro / 1e6:8.3f} GPU-h"
         )
     if isinstance(ev, JobCostReport):
         return (

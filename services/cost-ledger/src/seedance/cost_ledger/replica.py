@@ -58,7 +58,10 @@ import msgspec
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.windows import closable_until
 from seedance.events import Event, derived_event_id
-from seedance.events.cost import BudgetAlert, CostEntry, CostKind, JobCostReport, PauseRequest
+
+# The replica's lines keep the v1 shape; the service publishes them as cost.entry.v2.
+from seedance.events.cost import BudgetAlert, CostKind, JobCostReport, PauseRequest
+from seedance.events.cost import CostEntryV1 as CostEntry
 from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
 from seedance.events.subjects import SubjectShapeError, costs, ledger, owner_of, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory

@@ -55,7 +55,7 @@ from seedance.core.tracing import extract_context, inject_headers, tracer
 from seedance.cost_ledger import core
 from seedance.cost_ledger.replica import INPUT_TYPES, InputRejected, LedgerReplica, Publication
 from seedance.events import DecodeError, decode, encode
-from seedance.events.cost import CostEntry, CostKind, JobCostReport
+from seedance.events.cost import CostEntryV1, CostKind, JobCostReport, current
 from seedance.events.slicing import Placement
 from seedance.events.subjects import Header, replica_consumer
 
@@ -429,7 +429,9 @@ class LedgerService(Lifecycle):
         heads = traces or [{}] * len(pubs)
         batch = await self._rt.bus.publisher.publish(
             [
-                (p.subject, encode(p.event), {**h, Header.MSG_ID.value: p.event.id})
+                # The wire's cost entry is v2 (no float twins): the replica's v1 lines are
+                # upgraded at this edge, same id (TODO(#20): in the mapping once it exists).
+                (p.subject, encode(current(p.event)), {**h, Header.MSG_ID.value: p.event.id})
                 for p, h in zip(pubs, heads, strict=True)
             ]
         )
@@ -463,7 +465,7 @@ class LedgerService(Lifecycle):
         for p, a in zip(pubs, acks, strict=True):
             # A counter cannot go down: downward adjustments (late facts) are only in the
             # stream, so this is an upper bound for dashboards, not the bill.
-            if a.duplicate or not isinstance(p.event, CostEntry) or p.event.cost_micro_usd <= 0:
+            if a.duplicate or not isinstance(p.event, CostEntryV1) or p.event.cost_micro_usd <= 0:
                 continue
             usd = p.event.cost_micro_usd / 1e6
             if p.event.kind == CostKind.IDLE:
@@ -506,7 +508,7 @@ class _JobTraces:
             self._by_job.popitem(last=False)
 
     def of(self, event: Any, default: dict[str, str]) -> dict[str, str]:
-        if isinstance(event, CostEntry | JobCostReport) and event.job_id:
+        if isinstance(event, CostEntryV1 | JobCostReport) and event.job_id:
             return self._by_job.get((event.tenant, event.job_id), default)
         return default
 
