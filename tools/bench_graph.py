@@ -27,7 +27,7 @@ from pathlib import Path
 import onnx
 
 from seedance.graph_compiler import PrecisionPolicy, compile_model
-from seedance.graph_compiler.core import runtime
+from seedance.graph_compiler import sessions as runtime
 from seedance.graph_compiler.core.accuracy import compare_outputs
 from seedance.graph_compiler.measuring import (
     OrtMeasurer,

@@ -36,7 +36,7 @@ from pathlib import Path
 import onnx
 
 from seedance.graph_compiler import Precision, PrecisionPolicy, Target, compile_model
-from seedance.graph_compiler.core import runtime
+from seedance.graph_compiler import sessions as runtime
 from seedance.graph_compiler.core.accuracy import compare_outputs
 from seedance.graph_compiler.core.profile import CUDA_EP, SessionProfile, triton_config
 from seedance.graph_compiler.deployment import load_session

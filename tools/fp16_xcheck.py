@@ -27,6 +27,7 @@ def prepare(out_dir: Path) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
     from seedance.graph_compiler.core import fp16
+    from seedance.graph_compiler.sessions import OrtSessions
 
     rng = np.random.default_rng(0)
     d, h, o = 512, 256, 64
@@ -75,7 +76,7 @@ def prepare(out_dir: Path) -> None:
     onnx.checker.check_model(model)
     x_small = rng.standard_normal((4, d)).astype(np.float32)
     x_large = (rng.standard_normal((4, d)) * 1000.0 + 3.0).astype(np.float32)  # var ≈ 1e6
-    em = fp16.Fp16Emulator(model)
+    em = fp16.Fp16Emulator(model, OrtSessions())
     arrays: dict[str, np.ndarray] = {f"init/{k}": v for k, v in inits.items()}
     plans = {}
     refs = {}

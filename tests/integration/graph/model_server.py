@@ -53,29 +53,7 @@ class ModelServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                owner.seen.append(Seen(self.path, self.headers.get("Host", "")))
-                route = owner.routes.get(self.path, Route(status=404))
-                self.send_response(route.status)
-                if route.location is not None:
-                    self.send_header("Location", route.location)
-                if route.chunked:
-                    self.send_header("Transfer-Encoding", "chunked")
-                else:
-                    self.send_header("Content-Length", str(len(route.body)))
-                self.end_headers()
-                for piece in _pieces(route.body, 1024 if route.drip_s or route.chunked else 0):
-                    if route.drip_s and owner._stop.wait(route.drip_s):
-                        return  # the test is over
-                    try:
-                        if route.chunked:
-                            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                        else:
-                            self.wfile.write(piece)
-                        self.wfile.flush()
-                    except OSError:  # the client gave up (a refused size or a deadline)
-                        return
-                if route.chunked:
-                    self.wfile.write(b"0\r\n\r\n")
+                owner._answer(self)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # quiet: the test reads `seen` instead
@@ -85,6 +63,29 @@ class ModelServer:
         if self.tls is not None:
             self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def _answer(self, handler: BaseHTTPRequestHandler) -> None:
+        self.seen.append(Seen(handler.path, handler.headers.get("Host", "")))
+        route = self.routes.get(handler.path, Route(status=404))
+        handler.send_response(route.status)
+        if route.location is not None:
+            handler.send_header("Location", route.location)
+        if route.chunked:
+            handler.send_header("Transfer-Encoding", "chunked")
+        else:
+            handler.send_header("Content-Length", str(len(route.body)))
+        handler.end_headers()
+        for piece in _pieces(route.body, 1024 if route.drip_s or route.chunked else 0):
+            if route.drip_s and self._stop.wait(route.drip_s):
+                return  # the test is over
+            try:
+                frame = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+                handler.wfile.write(frame if route.chunked else piece)
+                handler.wfile.flush()
+            except OSError:  # the client gave up (a refused size or a deadline)
+                return
+        if route.chunked:
+            handler.wfile.write(b"0\r\n\r\n")
 
     def stop(self) -> None:
         self._stop.set()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from seedance.core.clock import WallClock
 from seedance.core.settings import SettingsError, load_settings
 from seedance.graph_compiler.fetch import FetchError, FetchPolicy, UrlFetcher, address_refusal
 from seedance.graph_compiler.settings import GraphCompilerSettings
@@ -82,7 +83,7 @@ def _unresolvable(*args: Any, **kw: Any) -> list[Any]:
 def test_refused_before_any_lookup(
     url: str, policy: dict[str, Any], reason: str, tmp_path: Path
 ) -> None:
-    fetcher = UrlFetcher(_policy(**policy), resolve=_unresolvable)
+    fetcher = UrlFetcher(_policy(**policy), clock=WallClock(), resolve=_unresolvable)
     with pytest.raises(FetchError) as err:
         fetcher.fetch(url, tmp_path / "m")
     assert str(err.value).startswith(f"model_url {url!r} refused: ")
@@ -143,7 +144,9 @@ def test_the_checked_address_is_the_one_connected_to(
         asked.append(host)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
 
-    fetcher = UrlFetcher(_policy(allow_networks="127.0.0.1/32"), resolve=rebinding)
+    fetcher = UrlFetcher(
+        _policy(allow_networks="127.0.0.1/32"), clock=WallClock(), resolve=rebinding
+    )
     url = f"http://rebind.test:{model_server.port}/m.onnx"
     assert fetcher.fetch(url, tmp_path / "m") == hashlib.sha256(body).hexdigest()
     assert (tmp_path / "m").read_bytes() == body
@@ -159,7 +162,9 @@ def test_every_resolved_address_is_checked(tmp_path: Path) -> None:
         ]
 
     with pytest.raises(FetchError) as err:
-        UrlFetcher(_policy(), resolve=mixed).fetch("http://two.test/m", tmp_path / "m")
+        UrlFetcher(_policy(), clock=WallClock(), resolve=mixed).fetch(
+            "http://two.test/m", tmp_path / "m"
+        )
     assert "'two.test' resolves to 192.168.0.7 (private; see url_allow_networks)" in str(err.value)
 
 
@@ -191,10 +196,31 @@ def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mode
 def test_https_checks_the_name_on_the_pinned_address(tls_server: ModelServer, tmp_path: Path):
     body = b"weights" * 100
     tls_server.routes["/m.onnx"] = Route(body=body)
-    fetcher = UrlFetcher(_policy(allow_networks="127.0.0.0/8,::1/128"))
+    fetcher = UrlFetcher(_policy(allow_networks="127.0.0.0/8,::1/128"), clock=WallClock())
     got = fetcher.fetch(tls_server.url("/m.onnx", "localhost"), tmp_path / "m")
     assert got == hashlib.sha256(body).hexdigest()
     # The same server by address: the certificate does not name 127.0.0.1, so TLS refuses.
     with pytest.raises(FetchError) as err:
         fetcher.fetch(tls_server.url("/m.onnx"), tmp_path / "m")
     assert "CERTIFICATE_VERIFY_FAILED" in str(err.value)
+
+
+class _StoppedClock:
+    """The injected clock: the deadline is set at 0 s, and every later reading is past it."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def monotonic(self) -> float:
+        self.readings += 1
+        return 0.0 if self.readings == 1 else 1e9
+
+
+def test_the_deadline_is_read_from_the_injected_clock(tmp_path: Path) -> None:
+    clock = _StoppedClock()
+    public = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 80))]
+    fetcher = UrlFetcher(_policy(), clock=clock, resolve=lambda *a, **k: public)
+    with pytest.raises(FetchError, match="did not finish within 10 s"):
+        fetcher.fetch("http://models.test/m.onnx", tmp_path / "m")
+    assert clock.readings == 2  # the deadline, then the check before connecting
+    assert not (tmp_path / "m").exists()

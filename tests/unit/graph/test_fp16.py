@@ -10,7 +10,7 @@ from gc_onnx_kit import StandInMeasurer, f32, init, make_model, run_ort
 from onnx import TensorProto, helper
 from onnxconverter_common import float16 as stock_float16
 
-from seedance.graph_compiler import Precision, PrecisionPolicy, Target, compile_model
+from seedance.graph_compiler import Precision, PrecisionPolicy, Target, compile_model, sessions
 from seedance.graph_compiler.core import fp16, runtime
 from seedance.graph_compiler.core.accuracy import compare_outputs
 from seedance.graph_compiler.core.errors import InvalidModel
@@ -48,7 +48,7 @@ def unnamed_with_cast() -> onnx.ModelProto:
 
 def _loads(model: onnx.ModelProto) -> bool:
     try:
-        runtime.make_session(model)
+        sessions.make_session(model)
     except InvalidModel:
         return False
     return True
@@ -76,7 +76,7 @@ def test_converter_keeps_output_also_read_inside(tiny_bert):
     """BERT's last_hidden_state is a graph output and the pooler's input."""
     model = fp16.name_nodes(tiny_bert)
     feeds = runtime.sample_inputs(model, 1, 0)[0]
-    em = fp16.Fp16Emulator(model)
+    em = fp16.Fp16Emulator(model, sessions.OrtSessions())
     dtypes = em.dtypes(em.run(feeds, None))
     converted = fp16.convert_to_fp16(model, dtypes, {})
     onnx.checker.check_model(converted)
@@ -96,7 +96,7 @@ def test_emulation_sees_overflow_that_ort_cpu_hides(overflow_ln):
     stock = stock_float16.convert_float_to_float16(overflow_ln, keep_io_types=True)
     assert compare_outputs([ref], [run_ort(stock, {"x": x})]).min_cosine > 0.999
     # True FP16 storage: the variance (~1e6) is Inf, the normalised output collapses to 0.
-    em = fp16.Fp16Emulator(overflow_ln)
+    em = fp16.Fp16Emulator(overflow_ln, sessions.OrtSessions())
     refs = em.run({"x": x}, None)
     plan = fp16.fp16_plan(overflow_ln, em.dtypes(refs), {})
     emu = em.run({"x": x}, plan)
@@ -118,7 +118,7 @@ def test_fp16_overflow_triggers_fallback(overflow_ln):
     assert rep.accuracy.nonfinite_count == 0
     # The fallback plan really fixes true FP16: emulate the artifact's plan.
     model = fp16.name_nodes(overflow_ln)
-    em = fp16.Fp16Emulator(model)
+    em = fp16.Fp16Emulator(model, sessions.OrtSessions())
     x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
     refs = em.run({"x": x}, None)
     plan = fp16.fp16_plan(model, em.dtypes(refs), kept)

@@ -5,9 +5,12 @@ takes model bytes or a path and a ``PrecisionPolicy`` and returns a ``CompileRes
 artifact's bytes and a ``CompileReport``) or raises a ``CompileError`` subclass;
 ``check_compatibility`` reports a model's problems against a ``CompatTarget``. Candidates are
 timed on the target through an injected ``Measurer`` (``measuring.OrtMeasurer`` on ONNX
-Runtime); ``deployment.load_session`` runs an artifact under the profile it was chosen with.
+Runtime), and the core runs models and quantises through injected sessions and a quantiser
+(``sessions``, ``quantizing``; ``compiling`` wires them); ``deployment.load_session`` runs an
+artifact under the profile it was chosen with.
 """
 
+from seedance.graph_compiler.compiling import compile_model
 from seedance.graph_compiler.core.accuracy import Accuracy
 from seedance.graph_compiler.core.compat import (
     ORT_CPU,
@@ -16,14 +19,6 @@ from seedance.graph_compiler.core.compat import (
     CompatReport,
     CompatTarget,
     check_compatibility,
-)
-from seedance.graph_compiler.core.compiler import (
-    CandidateOutcome,
-    CompileReport,
-    CompileResult,
-    FallbackNode,
-    VariantMetrics,
-    compile_model,
 )
 from seedance.graph_compiler.core.errors import (
     AccuracyCheckFailed,
@@ -37,6 +32,13 @@ from seedance.graph_compiler.core.errors import (
 from seedance.graph_compiler.core.passes import PassResult
 from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
 from seedance.graph_compiler.core.profile import SessionProfile, TargetInfo
+from seedance.graph_compiler.core.report import (
+    CandidateOutcome,
+    CompileReport,
+    CompileResult,
+    FallbackNode,
+    VariantMetrics,
+)
 from seedance.graph_compiler.core.selection import Measurer, TimingResult
 
 compile = compile_model  # the name the issue uses; shadows the builtin only inside this package

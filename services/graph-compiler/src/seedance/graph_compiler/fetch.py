@@ -25,12 +25,13 @@ import http.client
 import ipaddress
 import socket
 import ssl
-import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from seedance.core.clock import Clock
 
 __all__ = ["FetchError", "FetchPolicy", "UrlFetcher", "address_refusal"]
 
@@ -135,20 +136,20 @@ def address_refusal(address: IPAddress, allow: Sequence[IPNetwork] = ()) -> str 
 class UrlFetcher:
     """Copies a URL's body to a file under a ``FetchPolicy``; blocking (run it in a thread).
 
-    ``resolve`` is ``socket.getaddrinfo`` unless a test gives another; ``monotonic`` measures
-    the deadline.
+    ``clock`` measures the deadline (its ``monotonic``); ``resolve`` is ``socket.getaddrinfo``
+    unless a test gives another.
     """
 
     def __init__(
         self,
         policy: FetchPolicy,
         *,
+        clock: Clock,
         resolve: Resolver = socket.getaddrinfo,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._policy = policy
         self._resolve = resolve
-        self._monotonic = monotonic
+        self._monotonic = clock.monotonic
 
     def fetch(self, url: str, dest: Path) -> str:
         """Write the body of ``url`` to ``dest`` and return the sha256 (hex) of what was
@@ -166,31 +167,37 @@ class UrlFetcher:
     # --- the allow-list ---------------------------------------------------------------------
 
     def _check(self, url: str) -> _Target:
-        def refuse(reason: str) -> FetchError:
-            return FetchError(f"model_url {url!r} refused: {reason}")
+        scheme, host, port = self._allowed_url(url)
+        addresses = self._addresses(url, host, port)
+        return _Target(scheme=scheme, host=host, port=port, addresses=addresses)
 
+    def _allowed_url(self, url: str) -> tuple[str, str, int]:
+        """The URL's scheme, host and port, once the scheme and host are allowed."""
         try:
             parts = urllib.parse.urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise refuse(f"not a valid URL ({exc})") from None
+            raise _refuse(url, f"not a valid URL ({exc})") from None
         scheme = parts.scheme.lower()
         if scheme not in self._policy.schemes:
             allowed = ", ".join(sorted(self._policy.schemes)) or "none"
-            raise refuse(f"scheme {scheme!r} is not allowed (allowed: {allowed})")
+            raise _refuse(url, f"scheme {scheme!r} is not allowed (allowed: {allowed})")
         host = parts.hostname
         if not host:
-            raise refuse("no host")
+            raise _refuse(url, "no host")
         if parts.username is not None or parts.password is not None:
             # They would be dropped (no basic auth here) and they end up in logs and errors.
-            raise refuse("credentials in the URL are not supported")
+            raise _refuse(url, "credentials in the URL are not supported")
         if not self._policy.host_allowed(host):
-            raise refuse(f"host {host!r} is not in url_hosts")
-        port = port or (443 if scheme == "https" else 80)
+            raise _refuse(url, f"host {host!r} is not in url_hosts")
+        return scheme, host, port or (443 if scheme == "https" else 80)
+
+    def _addresses(self, url: str, host: str, port: int) -> tuple[IPAddress, ...]:
+        """Every address ``host`` resolves to, once each is allowed."""
         try:
             infos = self._resolve(host, port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as exc:
-            raise refuse(f"host {host!r} does not resolve ({exc})") from None
+            raise _refuse(url, f"host {host!r} does not resolve ({exc})") from None
         addresses: list[IPAddress] = []
         for info in infos:
             raw = str(info[4][0])
@@ -199,12 +206,12 @@ class UrlFetcher:
             # refused, since the connection could go to either.
             reason = address_refusal(address, self._policy.allow_networks)
             if reason is not None:
-                raise refuse(f"{host!r} resolves to {raw} ({reason}; see url_allow_networks)")
+                raise _refuse(url, f"{host!r} resolves to {raw} ({reason}; see url_allow_networks)")
             if address not in addresses:
                 addresses.append(address)
         if not addresses:
-            raise refuse(f"host {host!r} has no address")
-        return _Target(scheme=scheme, host=host, port=port, addresses=tuple(addresses))
+            raise _refuse(url, f"host {host!r} has no address")
+        return tuple(addresses)
 
     # --- one request ------------------------------------------------------------------------
 
@@ -325,6 +332,10 @@ class _PinnedConnection(http.client.HTTPConnection):
     def set_timeout(self, timeout_s: float) -> None:
         if self.sock is not None:
             self.sock.settimeout(timeout_s)
+
+
+def _refuse(url: str, reason: str) -> FetchError:
+    return FetchError(f"model_url {url!r} refused: {reason}")
 
 
 def _describe(exc: BaseException) -> str:

@@ -319,7 +319,7 @@ class ProfiledRunner:
 def _child(spec: dict, feeds: Mapping[str, np.ndarray], timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="gc-measure-") as tmp:
         feeds_path = Path(tmp) / "feeds.npz"
-        np.savez(feeds_path, **feeds)
+        np.savez(feeds_path, allow_pickle=False, **feeds)
         return _spawn(json.dumps({**spec, "feeds": str(feeds_path)}), timeout_s)
 
 
@@ -384,14 +384,12 @@ def _vm_hwm_mb() -> float:
     return float("nan")
 
 
-def _main(spec_json: str) -> None:
-    import random
-    import time
-
-    spec = json.loads(spec_json)
-    threads, runs = int(spec["threads"]), int(spec["runs"])
-    with np.load(spec["feeds"]) as npz:
-        feeds = {k: npz[k] for k in npz.files}
+def _runners(
+    spec: Mapping[str, Any], feeds: Mapping[str, np.ndarray]
+) -> tuple[dict[str, ProfiledRunner], dict[str, str]]:
+    """Each variant's runner, warmed up; and the variants that could not be created or run,
+    with the reason."""
+    threads = int(spec["threads"])
     runners: dict[str, ProfiledRunner] = {}
     failed: dict[str, str] = {}
     for v in spec["variants"]:
@@ -404,6 +402,39 @@ def _main(spec_json: str) -> None:
             runners[v["name"]] = r
         except Exception as exc:  # ORT's own error types; the reason goes into the report
             failed[v["name"]] = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+    return runners, failed
+
+
+def _timed_runs(
+    runners: Mapping[str, ProfiledRunner], feeds: Mapping[str, np.ndarray], runs: int, seed: int
+) -> dict[str, list[float]]:
+    """Round-robin single runs in a fresh shuffled order each round: on a machine shared with
+    other users, load comes in bursts, and one run of each variant per round spreads every
+    burst over all variants alike (blocks of runs let one variant absorb a whole burst)."""
+    import random
+    import time
+
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    # Each variant's feeds in its own input types, made once (a float16-I/O artifact's caller
+    # hands it float16, as the FP32 anchors' callers hand them float32).
+    typed = {name: r.prepare(feeds) for name, r in runners.items()}
+    rng = random.Random(seed)
+    for _ in range(runs):
+        order = list(runners)
+        rng.shuffle(order)
+        for name in order:
+            t0 = time.perf_counter()
+            runners[name].run(typed[name])  # outputs come back to host numpy: a request's cost
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def _main(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    runs = int(spec["runs"])
+    with np.load(spec["feeds"]) as npz:
+        feeds = {k: npz[k] for k in npz.files}
+    runners, failed = _runners(spec, feeds)
     if spec["mode"] == "rss":
         for _ in range(runs - 1):
             for r in runners.values():
@@ -412,21 +443,7 @@ def _main(spec_json: str) -> None:
             raise SystemExit(f"variant failed: {failed}")
         sys.stdout.write(json.dumps({"peak_rss_mb": _vm_hwm_mb()}) + "\n")
         return
-    # Round-robin single runs in a fresh shuffled order each round: on a machine shared with
-    # other users, load comes in bursts, and one run of each variant per round spreads every
-    # burst over all variants alike (blocks of runs let one variant absorb a whole burst).
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    # Each variant's feeds in its own input types, made once (a float16-I/O artifact's caller
-    # hands it float16, as the FP32 anchors' callers hand them float32).
-    typed = {name: r.prepare(feeds) for name, r in runners.items()}
-    rng = random.Random(int(spec["seed"]))
-    for _ in range(runs):
-        order = list(runners)
-        rng.shuffle(order)
-        for name in order:
-            t0 = time.perf_counter()
-            runners[name].run(typed[name])  # outputs come back to host numpy: a request's cost
-            times[name].append((time.perf_counter() - t0) * 1e3)
+    times = _timed_runs(runners, feeds, runs, int(spec["seed"]))
     result: dict[str, dict[str, Any]] = {
         name: {
             "median_ms": float(np.median(t)),

@@ -67,7 +67,7 @@ from seedance.events.graph import (
     artifact_object_name,
 )
 from seedance.events.subjects import consumer, graph
-from seedance.graph_compiler import worker
+from seedance.graph_compiler import mapping, worker
 from seedance.graph_compiler.fetch import FetchError, UrlFetcher
 from seedance.graph_compiler.settings import GraphCompilerSettings
 
@@ -127,7 +127,7 @@ class GraphCompilerService(Lifecycle):
         self._store: ObjectStore | None = None
         self._kv: KeyValue | None = None
         self._pool: ProcessPoolExecutor | None = None
-        self._fetcher = UrlFetcher(settings.fetch_policy(), monotonic=self._clock.monotonic)
+        self._fetcher = UrlFetcher(settings.fetch_policy(), clock=self._clock)
         self._workers: KeyValue | None = None
         self._capability: worker.Capability | None = None
         self._announcer: asyncio.Task[None] | None = None
@@ -286,7 +286,7 @@ class GraphCompilerService(Lifecycle):
     async def _serve(self, d: Delivery[CompileRequest]) -> CompileResult:
         req = d.event
         try:
-            policy = worker.core_policy(req.policy, req.target, self._settings.measure_runs)
+            policy = mapping.core_policy(req.policy, req.target, self._settings.measure_runs)
         except ValueError as exc:
             return self._failure(req, "InvalidRequest", str(exc))
         refusal = await self._not_for_me(d)

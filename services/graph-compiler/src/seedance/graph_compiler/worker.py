@@ -1,7 +1,7 @@
 """What runs in the compile child process: compatibility check, compile, artifact to a file.
 
-Owns the mapping from a request's event types to the core's inputs (policy, target) and from
-the core's report and errors to the result's event types. It runs in a separate process so a
+Owns the core's errors as the outcome's named error and the artifact written to its path (the
+event mapping is ``mapping``'s). It runs in a separate process so a
 CPU-heavy compile never blocks the service's event loop, and a crash or a timeout kills only
 the child. It builds the measurer for the request's target (``OrtMeasurer`` on the target's
 execution provider: candidates are timed where they will run) and reports which providers this
@@ -15,20 +15,13 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from seedance.events.graph import CandidateTiming
 from seedance.events.graph import CompileReport as ReportEvent
-from seedance.events.graph import FallbackNode as FallbackEvent
-from seedance.events.graph import PrecisionPolicy as PolicyEvent
-from seedance.graph_compiler.core.compat import (
-    ORT_CPU,
-    TRANSFORMER_GPU,
-    CompatTarget,
-    check_compatibility,
-)
-from seedance.graph_compiler.core.compiler import CompileReport, compile_model
+from seedance.graph_compiler.compiling import compile_model
+from seedance.graph_compiler.core.compat import check_compatibility
 from seedance.graph_compiler.core.errors import CompileError, IncompatibleModel, TargetUnavailable
-from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
+from seedance.graph_compiler.core.policy import PrecisionPolicy, Target
 from seedance.graph_compiler.core.profile import CPU_EP, CUDA_EP
+from seedance.graph_compiler.mapping import TARGETS, report_event
 from seedance.graph_compiler.measuring import (
     OrtMeasurer,
     available_providers,
@@ -38,23 +31,12 @@ from seedance.graph_compiler.measuring import (
 
 __all__ = [
     "PROVIDERS",
-    "TARGETS",
     "Capability",
     "Outcome",
     "capability",
     "compile_file",
-    "core_policy",
     "needs_provider",
-    "report_event",
 ]
-
-#: A request's ``target`` → (the precision target, the compatibility target checked first).
-TARGETS: dict[str, tuple[Target, CompatTarget]] = {
-    "cpu": (Target.CPU, ORT_CPU),
-    "cuda": (Target.CUDA, ORT_CPU),
-    "transformer-gpu": (Target.CUDA, TRANSFORMER_GPU),
-}
-
 
 #: The execution provider each precision target is timed and served on.
 PROVIDERS: dict[Target, str] = {Target.CPU: CPU_EP, Target.CUDA: CUDA_EP}
@@ -95,55 +77,6 @@ class Outcome:
     artifact_bytes: int = 0
     error_kind: str | None = None
     error: str | None = None
-
-
-def core_policy(policy: PolicyEvent, target: str, measure_runs: int) -> PrecisionPolicy:
-    """The request's policy as the core's; ValueError names what is wrong."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; known: {', '.join(sorted(TARGETS))}")
-    try:
-        order = tuple(Precision(p) for p in policy.priority_order)
-    except ValueError as exc:
-        raise ValueError(f"priority_order: {exc}") from exc
-    return PrecisionPolicy(
-        priority_order=order,
-        int8_failure_threshold=policy.int8_failure_threshold,
-        min_cosine=policy.fp16_min_cosine,
-        target=TARGETS[target][0],
-        measure_runs=measure_runs,
-    )
-
-
-def report_event(report: CompileReport) -> ReportEvent:
-    return ReportEvent(
-        nodes_before=report.before.nodes,
-        nodes_after=report.after.nodes,
-        precision=str(report.precision),
-        passes_fired=list(report.passes_fired),
-        latency_ms_before=report.before.latency_median_ms,
-        latency_ms_after=report.after.latency_median_ms,
-        peak_rss_mb_before=report.before.peak_rss_mb,
-        peak_rss_mb_after=report.after.peak_rss_mb,
-        cosine=report.accuracy.min_cosine,
-        max_abs_err=report.accuracy.max_abs_err,
-        fallback_nodes=[
-            FallbackEvent(node=f.node, op_type=f.op_type, precision=str(f.kept_in), reason=f.reason)
-            for f in report.fallback_nodes
-        ],
-        machine=report.machine,
-        provider=report.target.provider if report.target else None,
-        profile=report.profile.to_json(),
-        timings=[
-            CandidateTiming(
-                candidate=t.candidate,
-                profile=t.profile.label,
-                median_ms=t.median_ms,
-                chosen=t.chosen,
-                reason=t.reason,
-            )
-            for t in report.timings
-        ],
-    )
 
 
 def compile_file(

@@ -166,29 +166,34 @@ def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarget) -> CompatReport:
-    """Check ``model`` (a proto, or a path whose external data is checked without loading it)."""
-    base_dir: Path | None = None
-    if not isinstance(model, onnx.ModelProto):
-        path = Path(model)
-        if not path.is_file():
-            raise InvalidModel(f"model path {str(path)!r} is not a file")
-        try:
-            model = onnx.load(str(path), load_external_data=False)
-        except Exception as exc:  # protobuf DecodeError and friends
-            raise InvalidModel(f"cannot parse ONNX model: {exc}") from exc
-        base_dir = path.parent
-    problems: list[CompatProblem] = []
-    opset = _opset(model)
-    if not target.min_opset <= opset <= target.max_opset:
-        problems.append(
-            CompatProblem(
-                kind="opset",
-                message=f"model opset {opset} (read from the file) outside "
-                f"[{target.min_opset}, {target.max_opset}] for {target.name}",
-            )
+def _parse(model: onnx.ModelProto | str | Path) -> tuple[onnx.ModelProto, Path | None]:
+    """The proto, and the directory its external data is judged against (None: in memory)."""
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    path = Path(model)
+    if not path.is_file():
+        raise InvalidModel(f"model path {str(path)!r} is not a file")
+    try:
+        return onnx.load(str(path), load_external_data=False), path.parent
+    except Exception as exc:  # protobuf DecodeError and friends
+        raise InvalidModel(f"cannot parse ONNX model: {exc}") from exc
+
+
+def _opset_problems(opset: int, target: CompatTarget) -> list[CompatProblem]:
+    if target.min_opset <= opset <= target.max_opset:
+        return []
+    return [
+        CompatProblem(
+            kind="opset",
+            message=f"model opset {opset} (read from the file) outside "
+            f"[{target.min_opset}, {target.max_opset}] for {target.name}",
         )
-    for node in model.graph.node:
+    ]
+
+
+def _operator_problems(model: onnx.ModelProto, target: CompatTarget) -> list[CompatProblem]:
+    problems = []
+    for index, node in enumerate(model.graph.node):
         allowed = target.allowed_ops.get(node.domain)
         if allowed is None or node.op_type not in allowed:
             dom = node.domain or "ai.onnx"
@@ -196,13 +201,18 @@ def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarge
                 CompatProblem(
                     kind="operator",
                     message=f"{dom}::{node.op_type} is not supported by {target.name}",
-                    node=node.name
-                    or f"<unnamed {node.op_type} #{list(model.graph.node).index(node)}>",
+                    node=node.name or f"<unnamed {node.op_type} #{index}>",
                     op_type=node.op_type,
                 )
             )
-    inits = {i.name for i in model.graph.initializer}
-    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    return problems
+
+
+def _input_problems(
+    inputs: Mapping[str, onnx.ValueInfoProto], target: CompatTarget
+) -> list[CompatProblem]:
+    """Required inputs missing or of the wrong shape, and inputs the target does not take."""
+    problems = []
     for name, want in target.required_inputs.items():
         if name not in inputs:
             problems.append(
@@ -226,18 +236,30 @@ def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarge
             CompatProblem(kind="input_name", message=f"unexpected input {n!r}")
             for n in sorted(extra)
         )
-    if target.require_static_shapes:
-        for name, vi in inputs.items():
-            dims = vi.type.tensor_type.shape.dim
-            symbolic = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
-            if symbolic or not vi.type.tensor_type.HasField("shape"):
-                problems.append(
-                    CompatProblem(
-                        kind="input_shape",
-                        message=f"input {name!r} is not static (symbolic dims {symbolic}); "
-                        "pin it before compiling",
-                    )
+    return problems
+
+
+def _static_problems(inputs: Mapping[str, onnx.ValueInfoProto]) -> list[CompatProblem]:
+    problems = []
+    for name, vi in inputs.items():
+        dims = vi.type.tensor_type.shape.dim
+        symbolic = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+        if symbolic or not vi.type.tensor_type.HasField("shape"):
+            problems.append(
+                CompatProblem(
+                    kind="input_shape",
+                    message=f"input {name!r} is not static (symbolic dims {symbolic}); "
+                    "pin it before compiling",
                 )
+            )
+    return problems
+
+
+def _weights(
+    model: onnx.ModelProto, base_dir: Path | None
+) -> tuple[int, bool, list[CompatProblem]]:
+    """The weights' bytes, whether any tensor keeps its data outside the proto, and what is
+    wrong with where they are kept."""
     weight_bytes, external = 0, False
     for t in model.graph.initializer:
         if external_data_helper.uses_external_data(t):
@@ -245,6 +267,7 @@ def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarge
             weight_bytes += int(external_data_helper.ExternalDataInfo(t).length or 0)
         else:
             weight_bytes += len(t.raw_data) or t.ByteSize()
+    problems = []
     # Every tensor that names a file, not only the initializers: all of them get loaded.
     for t in external_tensors(model):
         external = True
@@ -259,11 +282,25 @@ def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarge
                 "limit, save with external data",
             )
         )
+    return weight_bytes, external, problems
+
+
+def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarget) -> CompatReport:
+    """Check ``model`` (a proto, or a path whose external data is checked without loading it)."""
+    proto, base_dir = _parse(model)
+    opset = _opset(proto)
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = {vi.name: vi for vi in proto.graph.input if vi.name not in inits}
+    problems = _opset_problems(opset, target) + _operator_problems(proto, target)
+    problems += _input_problems(inputs, target)
+    if target.require_static_shapes:
+        problems += _static_problems(inputs)
+    weight_bytes, external, weight_problems = _weights(proto, base_dir)
     return CompatReport(
         target=target.name,
         opset=opset,
-        ir_version=model.ir_version,
+        ir_version=proto.ir_version,
         weight_bytes=weight_bytes,
         external_data=external,
-        problems=tuple(problems),
+        problems=tuple(problems + weight_problems),
     )

@@ -12,7 +12,8 @@ unique), explicit Cast(to=FLOAT) inside an FP16 region (retargeted to FLOAT16), 
 also read inside the graph (the producer writes a private FP16 tensor; the output is a Cast of
 it), and inputs that must stay FP32 (Resize scales/roi). (4) ``safe_mask_fill``: an additive
 attention mask's finfo(float32).min fill becomes -1e4, which FP16 holds. Must not run ORT for
-numerics other than through the single-node sessions of the emulator.
+numerics other than through the single-node sessions of the emulator, which come from the
+injected ``SessionFactory``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from seedance.graph_compiler.core import runtime
 from seedance.graph_compiler.core.passes import subgraph_reads
+from seedance.graph_compiler.core.runtime import Session, SessionFactory
 
 __all__ = [
     "FP16_MAX",
@@ -135,99 +136,120 @@ def convert_to_fp16(
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    is16 = {n.name: plan[n.name] is None for n in g.node}
-    graph_outputs = {o.name for o in g.output}
-
-    # Where each float32 tensor lives after conversion.
-    home: dict[str, int] = {}
-    for vi in g.input:
-        if _is_f32(dtypes, vi.name):
-            home[vi.name] = TensorProto.FLOAT
-    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    conv = _Converter(g, dtypes, {n.name: plan[n.name] is None for n in g.node})
+    conv.initializers()
     for node in g.node:
-        for i, name in enumerate(node.input):
-            consumers.setdefault(name, []).append((node, i))
-        for name in subgraph_reads(node):
-            consumers.setdefault(name, []).append((node, -1))
-    new_inits = []
-    for init in g.initializer:
-        if init.data_type != TensorProto.FLOAT:
-            new_inits.append(init)
-            continue
-        users = consumers.get(init.name, [])
-        if (
-            users
-            and all(i >= 0 and is16[n.name] and _fp16_input(n, i, dtypes) for n, i in users)
-            and init.name not in graph_outputs
-        ):
-            new_inits.append(_to_fp16_tensor(init))
-            home[init.name] = TensorProto.FLOAT16
-        else:
-            new_inits.append(init)
-            home[init.name] = TensorProto.FLOAT
-    del g.initializer[:]
-    g.initializer.extend(new_inits)
+        conv.node(node)
+    nodes = _toposort(list(g.node) + conv.casts, g)
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.value_info[:]  # element types changed; ORT re-infers them
+    return out
 
-    casts: list[onnx.NodeProto] = []
-    cast_names: dict[tuple[str, int], str] = {}
 
-    def cast(name: str, to: int) -> str:
+class _Converter:
+    """The state of one conversion: where each float32 tensor lives after it (``home``: FLOAT
+    or FLOAT16), the Casts added at the boundaries, and graph outputs renamed to private FP16
+    tensors."""
+
+    def __init__(
+        self, g: onnx.GraphProto, dtypes: Mapping[str, np.dtype], is16: Mapping[str, bool]
+    ) -> None:
+        self.g = g
+        self.dtypes = dtypes
+        self.is16 = is16
+        self.graph_outputs = {o.name for o in g.output}
+        self.home: dict[str, int] = {
+            vi.name: TensorProto.FLOAT for vi in g.input if _is_f32(dtypes, vi.name)
+        }
+        self.casts: list[onnx.NodeProto] = []
+        self._cast_names: dict[tuple[str, int], str] = {}
+        self._out_renames: dict[str, str] = {}
+
+    def initializers(self) -> None:
+        """FP32 initializers read only as FP16 inputs of FP16 nodes become FP16."""
+        g = self.g
+        consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+        for node in g.node:
+            for i, name in enumerate(node.input):
+                consumers.setdefault(name, []).append((node, i))
+            for name in subgraph_reads(node):
+                consumers.setdefault(name, []).append((node, -1))
+        new_inits = []
+        for init in g.initializer:
+            if init.data_type != TensorProto.FLOAT:
+                new_inits.append(init)
+                continue
+            users = consumers.get(init.name, [])
+            if (
+                users
+                and all(
+                    i >= 0 and self.is16[n.name] and _fp16_input(n, i, self.dtypes)
+                    for n, i in users
+                )
+                and init.name not in self.graph_outputs
+            ):
+                new_inits.append(_to_fp16_tensor(init))
+                self.home[init.name] = TensorProto.FLOAT16
+            else:
+                new_inits.append(init)
+                self.home[init.name] = TensorProto.FLOAT
+        del g.initializer[:]
+        g.initializer.extend(new_inits)
+
+    def cast(self, name: str, to: int) -> str:
         key = (name, to)
-        if key not in cast_names:
+        if key not in self._cast_names:
             suffix = "fp16" if to == TensorProto.FLOAT16 else "fp32"
             new = f"{name}__{suffix}"
-            cast_names[key] = new
-            casts.append(helper.make_node("Cast", [name], [new], name=f"{new}__cast", to=to))
-        return cast_names[key]
+            self._cast_names[key] = new
+            self.casts.append(helper.make_node("Cast", [name], [new], name=f"{new}__cast", to=to))
+        return self._cast_names[key]
 
-    out_renames: dict[str, str] = {}
-    for node in g.node:
-        fp16 = is16[node.name]
-        for i, name in enumerate(node.input):
-            name = out_renames.get(name, name)
-            node.input[i] = name
-            if not _is_f32(dtypes, name) or name not in home:
-                continue
-            want = (
-                TensorProto.FLOAT16
-                if fp16 and _fp16_input(node, i, dtypes)
-                else (TensorProto.FLOAT)
-            )
-            if home[name] != want:
-                node.input[i] = cast(name, want)
+    def node(self, node: onnx.NodeProto) -> None:
+        fp16 = self.is16[node.name]
+        self._inputs(node, fp16)
         if fp16:
             _retype_attrs(node)
+        self._outputs(node, fp16)
+        # Subgraphs (only in FP32 nodes) read captured tensors as FP32.
+        for captured in subgraph_reads(node):
+            if self.home.get(captured) == TensorProto.FLOAT16:
+                fp32 = self.cast(captured, TensorProto.FLOAT)
+                _rename_captured(node, captured, fp32)
+
+    def _inputs(self, node: onnx.NodeProto, fp16: bool) -> None:
+        for i, name in enumerate(node.input):
+            name = self._out_renames.get(name, name)
+            node.input[i] = name
+            if not _is_f32(self.dtypes, name) or name not in self.home:
+                continue
+            fp16_in = fp16 and _fp16_input(node, i, self.dtypes)
+            want = TensorProto.FLOAT16 if fp16_in else TensorProto.FLOAT
+            if self.home[name] != want:
+                node.input[i] = self.cast(name, want)
+
+    def _outputs(self, node: onnx.NodeProto, fp16: bool) -> None:
         for j, name in enumerate(node.output):
-            if not _is_f32(dtypes, name):
+            if not _is_f32(self.dtypes, name):
                 continue
             if not fp16:
-                home[name] = TensorProto.FLOAT
-            elif name in graph_outputs:
+                self.home[name] = TensorProto.FLOAT
+            elif name in self.graph_outputs:
                 # A graph output must stay FP32 and may be read inside the graph too: the
                 # producer writes a private FP16 tensor and the output becomes a Cast of it.
                 private = f"{name}__fp16out"
                 node.output[j] = private
-                out_renames[name] = private
-                home[private] = TensorProto.FLOAT16
-                dtypes = {**dtypes, private: np.dtype(np.float32)}
-                casts.append(
+                self._out_renames[name] = private
+                self.home[private] = TensorProto.FLOAT16
+                self.dtypes = {**self.dtypes, private: np.dtype(np.float32)}
+                self.casts.append(
                     helper.make_node(
                         "Cast", [private], [name], name=f"{name}__out_cast", to=TensorProto.FLOAT
                     )
                 )
             else:
-                home[name] = TensorProto.FLOAT16
-        # Subgraphs (only in FP32 nodes) read captured tensors as FP32.
-        for captured in subgraph_reads(node):
-            if home.get(captured) == TensorProto.FLOAT16:
-                fp32 = cast(captured, TensorProto.FLOAT)
-                _rename_captured(node, captured, fp32)
-
-    nodes = _toposort(list(g.node) + casts, g)
-    del g.node[:]
-    g.node.extend(nodes)
-    del g.value_info[:]  # element types changed; ORT re-infers them
-    return out
+                self.home[name] = TensorProto.FLOAT16
 
 
 def _retype_attrs(node: onnx.NodeProto) -> None:
@@ -303,16 +325,18 @@ class NodeFinding:
 
 
 class Fp16Emulator:
-    """Runs a model node by node on ORT's CPU provider in FP32, rounding the inputs and outputs
-    of FP16 nodes to float16 with numpy between nodes. Each node's session is built once."""
+    """Runs a model node by node on ``sessions`` (ORT's CPU provider) in FP32, rounding the
+    inputs and outputs of FP16 nodes to float16 with numpy between nodes. Each node's session
+    is built once."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, sessions: SessionFactory) -> None:
         self._model = model
-        self._sessions: dict[str, object] = {}
+        self._factory = sessions
+        self._sessions: dict[str, Session] = {}
         self._inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self._opsets = list(model.opset_import)
 
-    def _session(self, node: onnx.NodeProto, env: Mapping[str, np.ndarray]):
+    def _session(self, node: onnx.NodeProto, env: Mapping[str, np.ndarray]) -> Session:
         sess = self._sessions.get(node.name)
         if sess is None:
             names = [n for n in dict.fromkeys([*node.input, *subgraph_reads(node)]) if n in env]
@@ -325,7 +349,7 @@ class Fp16Emulator:
             outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
             g = helper.make_graph([node], f"node_{node.name}", inputs, outputs)
             m = helper.make_model(g, opset_imports=self._opsets, ir_version=self._model.ir_version)
-            sess = runtime.make_session(m, "disable", threads=2)
+            sess = self._factory.session(m, "disable", threads=2)
             self._sessions[node.name] = sess
         return sess
 
@@ -338,13 +362,13 @@ class Fp16Emulator:
             fp16 = plan is not None and plan.get(node.name, "") is None
             sess = self._session(node, env)
             run_feeds = {}
-            for inp in sess.get_inputs():
-                value = env[inp.name]
-                idx = list(node.input).index(inp.name) if inp.name in node.input else -1
+            for inp in sess.input_names:
+                value = env[inp]
+                idx = list(node.input).index(inp) if inp in node.input else -1
                 if fp16 and value.dtype == np.float32 and (node.op_type, idx) not in FP32_INPUTS:
                     value = round_fp16(value)
-                run_feeds[inp.name] = value
-            results = sess.run(None, run_feeds)
+                run_feeds[inp] = value
+            results = sess.run(run_feeds)
             outs = [o for o in node.output if o]
             for name, value in zip(outs, results, strict=True):
                 value = np.asarray(value)
@@ -397,6 +421,34 @@ _MASK_FILL = -1.0e4
 _MASK_LIMIT = 1.0e30
 
 
+# What an additive mask may pass through on its way to the Softmax it masks.
+_MASK_PATH_OPS = frozenset({"Mul", "Add", "Sub", "Where", "Expand", "Cast", "Unsqueeze"})
+
+
+def _readers(g: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    """tensor name -> the nodes that read it, in graph order."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in g.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
+def _reaches_softmax(
+    consumers: Mapping[str, list[onnx.NodeProto]], tensor: str, depth: int = 0
+) -> bool:
+    if depth > 4:
+        return False
+    for n in consumers.get(tensor, []):
+        if n.op_type == "Softmax":
+            return True
+        if n.op_type not in _MASK_PATH_OPS:
+            return False
+        if not all(_reaches_softmax(consumers, o, depth + 1) for o in n.output):
+            return False
+    return bool(consumers.get(tensor))
+
+
 def safe_mask_fill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """Scalar float initializers of magnitude ≥ 1e30 whose value reaches a Softmax only through
     Mul/Add/Sub/Where (an additive attention mask built as ``(1 - mask) * finfo.min``) become
@@ -404,23 +456,7 @@ def safe_mask_fill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     Softmax outputs are unchanged to FP32 precision wherever at least one position is
     unmasked; the FP16 candidate's accuracy check against the unchanged FP32 model is what
     lets it through."""
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-
-    def reaches_softmax(tensor: str, depth: int = 0) -> bool:
-        if depth > 4:
-            return False
-        for n in consumers.get(tensor, []):
-            if n.op_type == "Softmax":
-                return True
-            if n.op_type not in ("Mul", "Add", "Sub", "Where", "Expand", "Cast", "Unsqueeze"):
-                return False
-            if not all(reaches_softmax(o, depth + 1) for o in n.output):
-                return False
-        return bool(consumers.get(tensor))
-
+    consumers = _readers(model.graph)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     changed = []
@@ -428,7 +464,7 @@ def safe_mask_fill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
         if init.data_type != onnx.TensorProto.FLOAT or np.prod(init.dims, dtype=np.int64) != 1:
             continue
         value = float(numpy_helper.to_array(init).reshape(()))
-        if abs(value) >= _MASK_LIMIT and value < 0 and reaches_softmax(init.name):
+        if abs(value) >= _MASK_LIMIT and value < 0 and _reaches_softmax(consumers, init.name):
             arr = np.full(tuple(init.dims), _MASK_FILL, np.float32)
             out.graph.initializer[i].CopyFrom(numpy_helper.from_array(arr, init.name))
             changed.append(init.name)
@@ -444,47 +480,11 @@ def fp16_io(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    users: dict[str, list[onnx.NodeProto]] = {}
-    for node in g.node:
-        for name in node.input:
-            users.setdefault(name, []).append(node)
-    producer = {o: n for n in g.node for o in n.output}
-    outputs = {o.name for o in g.output}
+    users = _readers(g)
     drop: set[int] = set()
     rename: dict[str, str] = {}
-    changed: list[str] = []
-
-    def cast_to(node: onnx.NodeProto) -> int | None:
-        if node.op_type != "Cast":
-            return None
-        return next((a.i for a in node.attribute if a.name == "to"), None)
-
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type != TensorProto.FLOAT:
-            continue
-        readers = users.get(vi.name, [])
-        if not readers or any(cast_to(n) != TensorProto.FLOAT16 for n in readers):
-            continue
-        for n in readers:
-            rename[n.output[0]] = vi.name
-            drop.add(id(n))
-        vi.type.tensor_type.elem_type = TensorProto.FLOAT16
-        changed.append(vi.name)
-    for vo in g.output:
-        node = producer.get(vo.name)
-        if node is None or cast_to(node) != TensorProto.FLOAT:
-            continue
-        src = node.input[0]
-        src_node = producer.get(src)
-        # The FP16 tensor must be private to the cast (not a graph input or another output),
-        # so its producer can write the output's name directly.
-        if src_node is None or src in outputs or len(users.get(src, [])) != 1:
-            continue
-        src_node.output[list(src_node.output).index(src)] = vo.name
-        rename[src] = vo.name  # no reader left; its value_info goes below
-        drop.add(id(node))
-        vo.type.tensor_type.elem_type = TensorProto.FLOAT16
-        changed.append(vo.name)
+    changed = _fp16_graph_inputs(g, users, drop, rename)
+    changed += _fp16_graph_outputs(g, users, drop, rename)
     if not changed:
         return model, []
     kept = [n for n in g.node if id(n) not in drop]
@@ -498,3 +498,61 @@ def fp16_io(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
         if vi.name in rename or vi.name in {o.name for o in g.output}:
             g.value_info.remove(vi)
     return out, changed
+
+
+def _cast_to(node: onnx.NodeProto) -> int | None:
+    if node.op_type != "Cast":
+        return None
+    return next((a.i for a in node.attribute if a.name == "to"), None)
+
+
+def _fp16_graph_inputs(
+    g: onnx.GraphProto,
+    users: Mapping[str, list[onnx.NodeProto]],
+    drop: set[int],
+    rename: dict[str, str],
+) -> list[str]:
+    """FP32 inputs read only by Casts to FLOAT16 become FLOAT16; the Casts go (into ``drop``,
+    their outputs renamed to the input). Returns the inputs changed."""
+    changed = []
+    for vi in g.input:
+        if vi.type.tensor_type.elem_type != TensorProto.FLOAT:
+            continue
+        readers = users.get(vi.name, [])
+        if not readers or any(_cast_to(n) != TensorProto.FLOAT16 for n in readers):
+            continue
+        for n in readers:
+            rename[n.output[0]] = vi.name
+            drop.add(id(n))
+        vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+        changed.append(vi.name)
+    return changed
+
+
+def _fp16_graph_outputs(
+    g: onnx.GraphProto,
+    users: Mapping[str, list[onnx.NodeProto]],
+    drop: set[int],
+    rename: dict[str, str],
+) -> list[str]:
+    """FP32 outputs that are a Cast of a private FP16 tensor become FLOAT16: its producer
+    writes the output directly and the Cast goes. Returns the outputs changed."""
+    producer = {o: n for n in g.node for o in n.output}
+    outputs = {o.name for o in g.output}
+    changed = []
+    for vo in g.output:
+        node = producer.get(vo.name)
+        if node is None or _cast_to(node) != TensorProto.FLOAT:
+            continue
+        src = node.input[0]
+        src_node = producer.get(src)
+        # The FP16 tensor must be private to the cast (not a graph input or another output),
+        # so its producer can write the output's name directly.
+        if src_node is None or src in outputs or len(users.get(src, [])) != 1:
+            continue
+        src_node.output[list(src_node.output).index(src)] = vo.name
+        rename[src] = vo.name  # no reader left; its value_info goes below
+        drop.add(id(node))
+        vo.type.tensor_type.elem_type = TensorProto.FLOAT16
+        changed.append(vo.name)
+    return changed

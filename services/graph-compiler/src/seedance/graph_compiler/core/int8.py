@@ -2,30 +2,23 @@
 
 Owns the choice of method by model type (dynamic INT8 on a CNN turns every Conv into
 ConvInteger and ran 4.5× slower than FP32 here; static QDQ halved it — research note,
-finding 7) and the calls into ``onnxruntime.quantization``. Must not decide acceptance: the
-compiler compares the result with FP32 and asks for node exclusions when it fails.
+finding 7), the nodes each method quantises, and the ``Quantizer`` protocol the shell
+implements (``onnxruntime.quantization`` is not imported here: the core does no I/O). Must not
+decide acceptance: the compiler compares the result with FP32 and asks for node exclusions
+when it fails.
 """
 
 from __future__ import annotations
 
 import enum
-import tempfile
 from collections.abc import Iterable, Sequence
-from pathlib import Path
+from typing import Protocol
 
 import onnx
-from onnxruntime.quantization import (
-    CalibrationDataReader,
-    CalibrationMethod,
-    QuantFormat,
-    QuantType,
-    quantize_dynamic,
-    quantize_static,
-)
 
 from seedance.graph_compiler.core.runtime import Feeds
 
-__all__ = ["ModelKind", "classify", "quantizable_nodes", "quantize"]
+__all__ = ["DYNAMIC_OPS", "ModelKind", "Quantizer", "classify", "quantizable_nodes"]
 
 
 class ModelKind(enum.StrEnum):
@@ -61,7 +54,7 @@ def _numel(dims: Iterable[int]) -> int:
 
 # Dynamic INT8 quantises these; Conv is left out on purpose: ConvInteger has no fast kernel
 # (a MatMul net with a conv stem, like a ViT's patch embedding, keeps that conv in float).
-_DYNAMIC_OPS = ("MatMul", "Attention", "Gather", "LSTM", "EmbedLayerNormalization")
+DYNAMIC_OPS = ("MatMul", "Attention", "Gather", "LSTM", "EmbedLayerNormalization")
 _STATIC_OPS = _CONV_OPS | _MATMUL_OPS | {"Add", "Mul", "Relu", "MaxPool", "GlobalAveragePool"}
 
 
@@ -74,49 +67,21 @@ def quantizable_nodes(model: onnx.ModelProto, kind: ModelKind) -> list[str]:
     return [
         n.name
         for n in model.graph.node
-        if n.op_type in _DYNAMIC_OPS and (n.op_type != "Gather" or n.input[0] in inits)
+        if n.op_type in DYNAMIC_OPS and (n.op_type != "Gather" or n.input[0] in inits)
     ]
 
 
-class _Reader(CalibrationDataReader):
-    def __init__(self, feeds: Sequence[Feeds]) -> None:
-        self._it = iter(list(feeds))
+class Quantizer(Protocol):
+    """The INT8 quantiser the shell hands in (``seedance.graph_compiler.quantizing`` has ONNX
+    Runtime's): static QDQ with ``calibration`` for ``ModelKind.CONV``, dynamic over
+    ``DYNAMIC_OPS`` for ``ModelKind.MATMUL``; the nodes named in ``exclude`` stay in float
+    (the fallback set). It may raise anything on a graph it cannot type; the compiler turns
+    that into the candidate's refusal."""
 
-    def get_next(self) -> Feeds | None:
-        return next(self._it, None)
-
-
-def quantize(
-    model: onnx.ModelProto,
-    kind: ModelKind,
-    calibration: Sequence[Feeds],
-    exclude: Sequence[str] = (),
-) -> onnx.ModelProto:
-    """The INT8 model; ``exclude`` names nodes that stay in float (the fallback set)."""
-    with tempfile.TemporaryDirectory(prefix="gc-int8-") as tmp:
-        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
-        onnx.save(model, src)
-        if kind is ModelKind.CONV:
-            quantize_static(
-                src,
-                dst,
-                _Reader(calibration),
-                quant_format=QuantFormat.QDQ,
-                per_channel=True,
-                activation_type=QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                calibrate_method=CalibrationMethod.MinMax,
-                nodes_to_exclude=list(exclude),
-            )
-        else:
-            quantize_dynamic(
-                src,
-                dst,
-                weight_type=QuantType.QInt8,
-                op_types_to_quantize=list(_DYNAMIC_OPS),
-                nodes_to_exclude=list(exclude),
-                # Without this, ORT's quantiser fails on tensors shape inference could not
-                # type (research note, §9).
-                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-            )
-        return onnx.load(str(dst))
+    def quantize(
+        self,
+        model: onnx.ModelProto,
+        kind: ModelKind,
+        calibration: Sequence[Feeds],
+        exclude: Sequence[str] = (),
+    ) -> onnx.ModelProto: ...

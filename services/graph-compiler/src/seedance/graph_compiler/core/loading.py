@@ -28,21 +28,26 @@ __all__ = ["PROTOBUF_LIMIT_BYTES", "load_model", "model_bytes", "node_count"]
 PROTOBUF_LIMIT_BYTES = 2**31 - 1
 
 
+def _parse(model: bytes | str | Path | onnx.ModelProto) -> onnx.ModelProto:
+    """The proto, with its external data loaded from its own directory when given a path."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, bytes | bytearray):
+        return onnx.load_from_string(bytes(model))
+    path = Path(model)
+    if not path.is_file():
+        raise InvalidModel(f"model path {str(path)!r} is not a file")
+    # Parsed without its data first: the locations are checked before any is opened.
+    proto = onnx.load(str(path), load_external_data=False)
+    confine(proto, path.parent)
+    external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    return proto
+
+
 def load_model(model: bytes | str | Path | onnx.ModelProto) -> onnx.ModelProto:
     """Parse and check a model; external data is loaded when given a path."""
     try:
-        if isinstance(model, onnx.ModelProto):
-            proto = model
-        elif isinstance(model, bytes | bytearray):
-            proto = onnx.load_from_string(bytes(model))
-        else:
-            path = Path(model)
-            if not path.is_file():
-                raise InvalidModel(f"model path {str(path)!r} is not a file")
-            # Parsed without its data first: the locations are checked before any is opened.
-            proto = onnx.load(str(path), load_external_data=False)
-            confine(proto, path.parent)
-            external_data_helper.load_external_data_for_model(proto, str(path.parent))
+        proto = _parse(model)
     except InvalidModel:
         raise
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning-like errors, ...

@@ -12,7 +12,7 @@ ONNX Runtime (tests check each pass against a real session).
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -21,6 +21,7 @@ from onnx import shape_inference
 from onnxscript import optimizer as os_optimizer
 from onnxscript import rewriter as os_rewriter
 from onnxscript.rewriter import ort_fusions
+from onnxscript.rewriter.pattern import RewriteRule
 from onnxscript.rewriter.rules import common as os_rules
 
 from seedance.graph_compiler.core.loading import PROTOBUF_LIMIT_BYTES
@@ -255,7 +256,9 @@ def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, PassResult]
     return out, _result("fold_constants", model, out, detail)
 
 
-def _rewrite(model: onnx.ModelProto, name: str, rules: list) -> tuple[onnx.ModelProto, PassResult]:
+def _rewrite(
+    model: onnx.ModelProto, name: str, rules: Sequence[RewriteRule]
+) -> tuple[onnx.ModelProto, PassResult]:
     ir_model = ir.serde.deserialize_model(model)
     ir_model = os_rewriter.rewrite(ir_model, pattern_rewrite_rules=rules)
     out = ir.serde.serialize_model(ir_model)

@@ -122,7 +122,7 @@ def profile_from_model(model: onnx.ModelProto) -> SessionProfile | None:
     return None
 
 
-_TRITON_TYPES = {
+_TRITON_TYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "TYPE_FP32",
     onnx.TensorProto.FLOAT16: "TYPE_FP16",
     onnx.TensorProto.INT64: "TYPE_INT64",

@@ -1,50 +1,60 @@
-"""ONNX Runtime sessions and seeded sample inputs, the only ways the core runs a model.
+"""The core's way to run a model (injected sessions) and seeded sample inputs to run it on.
 
-Owns session options (thread count, optimisation level) and the generation of deterministic
-inputs from a model's declared input types and shapes. Must not time anything (``measure``
-does, in a subprocess) and must not read global state: the seed comes from the caller.
+Owns the ``SessionFactory`` and ``Session`` protocols (the one way the core runs a model in
+this process: the FP32 reference, each candidate's accuracy check, the FP16 emulator's
+single-node graphs) and the generation of deterministic inputs from a model's declared input
+types and shapes. Must not import a runtime or time anything: the shell hands in the sessions
+(``seedance.graph_compiler.sessions`` has ONNX Runtime's; tests may hand in others), and the
+seed comes from the caller.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper
 
 from seedance.graph_compiler.core.errors import InvalidModel
 
-__all__ = ["OPT_LEVELS", "Feeds", "make_session", "run", "sample_inputs", "static_input_shapes"]
+__all__ = [
+    "OPT_LEVELS",
+    "Feeds",
+    "Session",
+    "SessionFactory",
+    "sample_inputs",
+    "static_input_shapes",
+]
 
 Feeds = dict[str, np.ndarray]
 
-OPT_LEVELS = {
-    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
+#: The graph optimisation levels a session may be asked for (ONNX Runtime's four).
+OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
-def make_session(
-    model: onnx.ModelProto | bytes | str, level: str = "disable", threads: int = 1
-) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = OPT_LEVELS[level]
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    try:
-        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
-        raise InvalidModel(f"onnxruntime cannot load the model: {exc}") from exc
+class Session(Protocol):
+    """One loaded model on the CPU, run with numpy feeds."""
+
+    @property
+    def input_names(self) -> Sequence[str]:
+        """The names the session takes as inputs, in its order."""
+        ...
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Every graph output, in the graph's order, as numpy arrays."""
+        ...
 
 
-def run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    return [np.asarray(o) for o in session.run(None, dict(feeds))]
+class SessionFactory(Protocol):
+    def session(
+        self, model: onnx.ModelProto | bytes, level: str = "disable", threads: int = 1
+    ) -> Session:
+        """``model`` loaded under optimisation ``level`` (one of ``OPT_LEVELS``) with
+        ``threads`` intra-op threads; raises ``InvalidModel`` with the runtime's message when
+        it cannot load the model."""
+        ...
 
 
 def static_input_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
@@ -105,7 +115,3 @@ def sample_inputs(model: onnx.ModelProto, count: int, seed: int) -> list[Feeds]:
                 feeds[name] = rng.integers(0, high, shape).astype(dtype)
         out.append(feeds)
     return out
-
-
-def output_names(model: onnx.ModelProto) -> Sequence[str]:
-    return [o.name for o in model.graph.output]
