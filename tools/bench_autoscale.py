@@ -10,7 +10,7 @@ the same start-up time for a new replica and the same starting fleet (the static
 * static: the fewest replicas that meet the SLO target over the whole trace;
 * reactive, a fixed grid: HPA-style on KV utilisation, targets 50/60/70/80/90 %, 60 s
   stabilisation; Knative-style on in-flight requests per replica, 60 s stable / 6 s panic;
-* predictive: `seedance.router.planner` fed by the causal `LoadEstimator`;
+* predictive: `seedance.router.core.planning.planner` fed by the causal `LoadEstimator`;
 * oracle: the same planner fed with the true future arrivals (no forecast can beat it).
 
 slo_pct: share of the *attainable* requests whose TTFT is within the SLO, where attainable means
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seedance.cost_ledger.core import default_price_book
-from seedance.router.planner import PlannerConfig, ReplicaCapacity
-from seedance.router.policy import LeastOutstanding
+from seedance.router.core.planning.planner import PlannerConfig, ReplicaCapacity
+from seedance.router.core.policy import LeastOutstanding
 from seedance.router.sim import LLAMA31_70B_FP8_H200, TraceRequest, load_trace, simulate
 from seedance.router.sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
 from seedance.router.sim.engine import Scaler

@@ -9,7 +9,7 @@ stamped <= t, and the request log as `RequestLog.observable_at(t)` shows it (arr
 their prompt sizes; admissions, first tokens and finishes up to t; generated tokens only of
 requests finished by t), on the telemetry's clock: the requests file's times are shifted by the
 offset that matches the telemetry's completion counter on the training span (1.00 s on the
-shared recording; see `clock_offset_s`). The model (`seedance.router.forecast.kv_occupancy`):
+shared recording; see `clock_offset_s`). The model (`seedance.router.core.forecast.kv_occupancy`):
 kv(t + H) = kv(t) + β · Δ, Δ = the change of tokens in flight (prompt + decoded so far) over the
 last second, β an online ridge fit on the rows whose target had been observed by t; its
 forgetting and ridge weight, or no correction at all, are chosen per horizon on the first
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seedance.router.forecast import (
+from seedance.router.core.forecast import (
     ArrivalHistory,
     ForecastTarget,
     RequestLog,

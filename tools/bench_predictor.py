@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seedance.router.forecast import (
+from seedance.router.core.forecast import (
     ArrivalHistory,
     ForecastModel,
     TrainParams,

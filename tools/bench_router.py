@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from seedance.router.policy import (
+from seedance.router.core.policy import (
     Forecast,
     HoldOrder,
     LateBinding,

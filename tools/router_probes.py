@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import seedance.router.policy.late_binding as late_binding
-from seedance.router.policy import (
+import seedance.router.core.policy.late_binding as late_binding
+from seedance.router.core.policy import (
     Decision,
     Forecast,
     LateBinding,

@@ -29,12 +29,12 @@ from seedance.events.routing import (
     RoutingDecision,
     RoutingWeights,
 )
-from seedance.router.forecast import ArrivalHistory, train_forecast_model
+from seedance.router.core.forecast import ArrivalHistory, train_forecast_model
+from seedance.router.core.weight_table import decode_table
+from seedance.router.forecast_store import ModelStore
 from seedance.router.gateway import ModelRoute, WarmupPolicy
-from seedance.router.model_store import ModelStore
 from seedance.router.service import RouterService
 from seedance.router.settings import RouterSettings, gateway_settings
-from seedance.router.weights import decode_table
 from tests.conftest import serving
 
 pytestmark = pytest.mark.slow

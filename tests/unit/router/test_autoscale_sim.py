@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from seedance.router.load_forecast import LoadEstimator, LoadEstimatorConfig
-from seedance.router.planner import PlannerConfig, ReplicaCapacity
-from seedance.router.policy import LeastOutstanding, ReplicaState
-from seedance.router.replica_set import ReplicaMember, ReplicaSet
+from seedance.router.core.planning.load import LoadEstimator, LoadEstimatorConfig
+from seedance.router.core.planning.planner import PlannerConfig, ReplicaCapacity
+from seedance.router.core.planning.replica_set import ReplicaMember, ReplicaSet
+from seedance.router.core.policy import LeastOutstanding, ReplicaState
 from seedance.router.sim import ReplicaParams, TraceRequest, simulate
 from seedance.router.sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
 from seedance.router.sim.engine import FleetObservation, Scaler
@@ -97,7 +97,7 @@ def test_a_draining_replica_is_taken_back_before_a_new_one_starts() -> None:
 
 
 def test_holding_policies_and_scalers_do_not_mix() -> None:
-    from seedance.router.policy import LateBinding
+    from seedance.router.core.policy import LateBinding
 
     with pytest.raises(ValueError, match="holding"):
         simulate(

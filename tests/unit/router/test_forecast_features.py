@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from seedance.router.forecast import (
+from seedance.router.core.forecast import (
     FEATURE_NAMES,
     ArrivalHistory,
     FeatureBuilder,
     TelemetrySample,
     build_feature_rows,
 )
-from seedance.router.forecast.features import (
+from seedance.router.core.forecast.features import (
     COUNT_WINDOWS_S,
     EWM_HALF_LIVES_S,
     STD_WINDOWS_S,

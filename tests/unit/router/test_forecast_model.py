@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from seedance.router.forecast import (
+from seedance.router.core.forecast import (
     FEATURE_NAMES,
     ArrivalHistory,
     ForecastModel,

@@ -7,10 +7,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from seedance.router.gateway import (
+    Candidate,
     GatewayMetrics,
     LeastOutstandingSelector,
     ReplicaSelector,
-    ReplicaState,
     WarmupPolicy,
     is_retryable,
     latency_settled,
@@ -18,8 +18,8 @@ from seedance.router.gateway import (
 )
 
 
-def _state(name: str, outstanding: int, for_model: int = 0) -> ReplicaState:
-    return ReplicaState(
+def _state(name: str, outstanding: int, for_model: int = 0) -> Candidate:
+    return Candidate(
         name=name,
         address=f"{name}:1",
         outstanding=outstanding,

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from seedance.router.forecast import (
+from seedance.router.core.forecast import (
     KvForecasterConfig,
     OnlineKvChangeForecaster,
     RequestLog,

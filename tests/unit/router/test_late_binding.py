@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from seedance.router.policy import (
+from seedance.router.core.policy import (
     Decision,
     Forecast,
     HoldingPolicy,

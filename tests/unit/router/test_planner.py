@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from seedance.router.planner import (  # the model's pieces
+from seedance.router.core.planning.planner import (  # the model's pieces
     Binding,
     LoadForecast,
     ObservedSlo,

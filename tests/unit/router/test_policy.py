@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from seedance.router.policy import (
+from seedance.router.core.policy import (
     Forecast,
     LeastOutstanding,
     PowerOfTwoChoices,

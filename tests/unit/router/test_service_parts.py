@@ -6,19 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seedance.router.decisions import PublishQueue
-from seedance.router.forecast import ArrivalHistory, RetrainPolicy, train_forecast_model
-from seedance.router.forecasting import ForecastLoop
-from seedance.router.gateway import ExplainingSelector, ReplicaState
-from seedance.router.policy import PredictiveSloPolicy, Reason
-from seedance.router.selector import ForecastSelector, default_policy_config
-from seedance.router.settings import RouterSettings, gateway_settings, parse_replicas
-from seedance.router.weights import (
+from seedance.router.core.forecast import ArrivalHistory, RetrainPolicy, train_forecast_model
+from seedance.router.core.forecast.live import ForecastLoop
+from seedance.router.core.policy import PredictiveSloPolicy, Reason
+from seedance.router.core.weight_table import (
     WeightTable,
     decode_table,
     encode_table,
     weights_from_load,
 )
+from seedance.router.forecast_selector import ForecastSelector, default_policy_config
+from seedance.router.gateway import Candidate, ExplainingSelector
+from seedance.router.publish_queue import PublishQueue
+from seedance.router.settings import RouterSettings, gateway_settings, parse_replicas
 
 T0 = 1_800_000_000.0
 
@@ -31,8 +31,8 @@ class _Now:
         return self.t
 
 
-def _state(name: str, outstanding: int) -> ReplicaState:
-    return ReplicaState(
+def _state(name: str, outstanding: int) -> Candidate:
+    return Candidate(
         name=name, address=f"{name}:1", outstanding=outstanding, outstanding_for_model=outstanding
     )
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from seedance.router.policy import LeastOutstanding, PowerOfTwoChoices, RoundRobin
+from seedance.router.core.policy import LeastOutstanding, PowerOfTwoChoices, RoundRobin
 from seedance.router.sim import (
     LLAMA31_8B_BF16_L4,
     LLAMA31_70B_FP8_H200,

@@ -31,41 +31,49 @@ from prometheus_client import Counter, Gauge
 from seedance.core import TRANSIENT_BUS_ERRORS, Clock, Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.events import Event, new_event_id
-from seedance.events.routing import (
-    ReplicaRecommendation,
-    ReplicaStats,
-    RoutingDecision,
-    RoutingWeights,
-)
+from seedance.events import Event
+from seedance.events.routing import ReplicaRecommendation
 from seedance.events.subjects import routing
-from seedance.router.decisions import PublishQueue
-from seedance.router.forecast import RetrainPolicy, train_forecast_model
-from seedance.router.forecasting import ForecastLoop
+from seedance.router.core.forecast import RetrainPolicy, train_forecast_model
+from seedance.router.core.forecast.live import ForecastLoop
+from seedance.router.core.planning.load import LoadEstimator
+from seedance.router.core.planning.planner import ObservedSlo, PlanReason, PlanState, plan
+from seedance.router.core.planning.replica_set import ReplicaSet
+from seedance.router.core.policy import PredictiveSloPolicy
+from seedance.router.core.weight_table import WeightTable, decode_table, encode_table, table_key
+from seedance.router.forecast_selector import ForecastSelector, default_policy_config
+from seedance.router.forecast_store import ModelStore
 from seedance.router.gateway import (
     FinishedRequest,
     GatewaySettings,
     OipGateway,
     RoutedRequest,
 )
-from seedance.router.load_forecast import LoadEstimator
-from seedance.router.model_store import ModelStore
-from seedance.router.planner import ObservedSlo, PlanReason, PlanState, plan
-from seedance.router.policy import PredictiveSloPolicy
-from seedance.router.replica_set import ReplicaSet
-from seedance.router.selector import ForecastSelector, default_policy_config
+from seedance.router.mapping import (
+    decision_event,
+    recommendation_event,
+    stats_event,
+    weights_event,
+)
+from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
     RouterSettings,
     gateway_settings,
     planner_config,
     replica_capacity,
 )
-from seedance.router.weights import WeightTable, decode_table, encode_table, table_key
 
 __all__ = ["RouterMetrics", "RouterService"]
 
 _DEFAULT_RETRAIN = RetrainPolicy()
 log = get_logger(__name__)
+# What a failed retraining may raise: too little or unusable history (ValueError, LightGBM's own)
+# or an unreachable store. The model in use stays; the next decision tries again.
+_RETRAIN_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    lgb.basic.LightGBMError,
+    *TRANSIENT_BUS_ERRORS,
+)
 
 WEIGHTS_BUCKET = "seedance-router-weights"
 # Decisions per publish_many call: bounds one flush's latency.
@@ -161,7 +169,7 @@ class RouterService(Lifecycle):
             gw_settings,
             registry=runtime.registry,
             selector=self.selector,
-            monotonic_s=clock.monotonic,
+            clock=clock,
             observer=self,
         )
         self.forecasts = ForecastLoop(
@@ -244,15 +252,7 @@ class RouterService(Lifecycle):
                 now_s, self._settings.plan_prompt_tokens
             )
         self._windows[(request.model, request.replica)].requests += 1
-        event = RoutingDecision(
-            id=new_event_id(),
-            at=self._clock.now(),
-            model=request.model,
-            request_id=request.request_id,
-            replica=request.replica,
-            reason=request.reason,
-            alternatives=list(request.alternatives),
-        )
+        event = decision_event(request, at=self._clock.now())
         self.decisions.offer((routing.subject(request.model, "decision"), event))
 
     def finished(self, request: FinishedRequest) -> None:
@@ -307,19 +307,8 @@ class RouterService(Lifecycle):
             )
             self.metrics.recommended_replicas.labels(model).set(rec.replicas)
             self.metrics.recommendations.labels(model, rec.reason.value).inc()
-            event = ReplicaRecommendation(
-                id=new_event_id(),
-                at=self._clock.now(),
-                model=model,
-                replicas=rec.replicas,
-                needed=rec.needed,
-                current=current,
-                reason=rec.reason.value,
-                binding=rec.binding.value,
-                horizon_s=rec.horizon_s,
-                ttft_slo_s=cfg.ttft_slo_s,
-                startup_s=cfg.startup_s,
-                forecast_arrivals_per_s=max(load.arrivals_per_s for load in loads),
+            event = recommendation_event(
+                rec, model=model, current=current, cfg=cfg, loads=loads, at=self._clock.now()
             )
             out.append(event)
             events.append((routing.subject(model, "replicas"), event))
@@ -364,19 +353,8 @@ class RouterService(Lifecycle):
         for table in tables:
             if self.selector.update(table):
                 self.metrics.weight_updates.labels("local").inc()
-            events.append(
-                (
-                    routing.subject(table.model, "weights"),
-                    RoutingWeights(
-                        id=new_event_id(),
-                        at=self._clock.now(),
-                        model=table.model,
-                        weights=table.weights,
-                        reason=f"forecast:{table.model_id}",
-                        forecast_at=table.made_at_s,
-                    ),
-                )
-            )
+            event = weights_event(table, at=self._clock.now())
+            events.append((routing.subject(table.model, "weights"), event))
         try:
             for table in tables:
                 await self._kv.put(
@@ -416,7 +394,7 @@ class RouterService(Lifecycle):
                 generation=generation,
             )
             await self._store.put(model)
-        except (ValueError, lgb.basic.LightGBMError, *TRANSIENT_BUS_ERRORS) as exc:
+        except _RETRAIN_ERRORS as exc:
             # Too little or unusable history (ValueError, LightGBM's own), or the store is
             # unreachable: the current model stays; the next decision tries again.
             self.metrics.retrain_failures.labels(reason).inc()
@@ -454,26 +432,16 @@ class RouterService(Lifecycle):
             in_flight = self.gateway.outstanding()
             events: list[tuple[str, Event]] = []
             for (model, replica), w in sorted(windows.items()):
-                p95_ms = (
-                    float(np.percentile(w.durations_s, 95, method="inverted_cdf")) * 1000.0
-                    if w.durations_s
-                    else None
+                event = stats_event(
+                    model=model,
+                    replica=replica,
+                    window_s=window_s,
+                    requests=w.requests,
+                    outstanding=in_flight.get(replica, 0),
+                    durations_s=w.durations_s,
+                    at=self._clock.now(),
                 )
-                events.append(
-                    (
-                        routing.subject(model, "stats"),
-                        ReplicaStats(
-                            id=new_event_id(),
-                            at=self._clock.now(),
-                            model=model,
-                            replica=replica,
-                            window_s=window_s,
-                            requests=w.requests,
-                            outstanding=in_flight.get(replica, 0),
-                            p95_latency_ms=p95_ms,
-                        ),
-                    )
-                )
+                events.append((routing.subject(model, "stats"), event))
             if not events:
                 continue
             try:

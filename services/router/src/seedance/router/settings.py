@@ -13,8 +13,8 @@ from __future__ import annotations
 import msgspec
 
 from seedance.events.tokens import check_token
+from seedance.router.core.planning.planner import PlannerConfig, ReplicaCapacity
 from seedance.router.gateway import GatewaySettings, LayoutConversion, ModelRoute
-from seedance.router.planner import PlannerConfig, ReplicaCapacity
 
 __all__ = [
     "RouterSettings",

@@ -1,27 +1,29 @@
 """The router's data plane: an Open Inference Protocol (KServe v2) gRPC gateway to Triton.
 
 Public surface: `OipGateway` with its `GatewaySettings` / `ModelRoute`, the `ReplicaSelector`
-protocol (and `ReplicaState`, `LeastOutstandingSelector`) a routing policy implements,
+protocol (and `Candidate`, `LeastOutstandingSelector`) a routing policy implements,
 `LayoutConversion` for per-model tensor layouts, `WarmupPolicy`, and `GatewayMetrics`.
 """
 
 from seedance.router.gateway.metrics import GatewayMetrics
 from seedance.router.gateway.outcomes import is_retryable, status_class
-from seedance.router.gateway.replicas import ReplicaPhase, WarmupReport
-from seedance.router.gateway.selection import (
+from seedance.router.gateway.ports import (
+    Candidate,
     ExplainingSelector,
     FinishedRequest,
     GatewayObserver,
     LeastOutstandingSelector,
     ReplicaSelector,
-    ReplicaState,
     RoutedRequest,
 )
-from seedance.router.gateway.server import GatewaySettings, ModelRoute, OipGateway
+from seedance.router.gateway.replicas import ReplicaPhase, WarmupReport
+from seedance.router.gateway.server import OipGateway
+from seedance.router.gateway.settings import GatewaySettings, ModelRoute
 from seedance.router.gateway.tensors import LayoutConversion, LayoutError
 from seedance.router.gateway.warmup import WarmupPolicy, latency_settled
 
 __all__ = [
+    "Candidate",
     "ExplainingSelector",
     "FinishedRequest",
     "GatewayMetrics",
@@ -34,7 +36,6 @@ __all__ = [
     "OipGateway",
     "ReplicaPhase",
     "ReplicaSelector",
-    "ReplicaState",
     "RoutedRequest",
     "WarmupPolicy",
     "WarmupReport",

@@ -23,7 +23,7 @@ import numpy as np
 import structlog
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from seedance.router.gateway.selection import ReplicaState
+from seedance.router.gateway.ports import Candidate
 from seedance.router.gateway.tensors import DATATYPE_TO_NUMPY
 from seedance.router.gateway.warmup import WarmupPolicy, latency_settled
 
@@ -99,8 +99,8 @@ class Replica:
         self._channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
-    def state(self, model: str) -> ReplicaState:
-        return ReplicaState(
+    def state(self, model: str) -> Candidate:
+        return Candidate(
             name=self.name,
             address=self.address,
             outstanding=self.outstanding,

@@ -1,7 +1,7 @@
 """The Open Inference Protocol (KServe v2) gRPC gateway in front of Triton replicas.
 
-Owns: the `inference.GRPCInferenceService` server (ServerLive, ServerReady, ServerMetadata,
-ModelReady, ModelMetadata, ModelInfer), forwarding to the replica a `ReplicaSelector` picks,
+Owns: the gRPC server and its replicas (the RPCs themselves are `servicer.py`'s, the settings
+`settings.py`'s), forwarding to the replica a `ReplicaSelector` picks,
 the client's deadline carried upstream, retry on another replica for failures `outcomes.py`
 calls safe, per-model layout conversion, replica health probes, and warm-up of a new or
 recovered replica before it takes traffic.
@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from importlib import metadata as importlib_metadata
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -33,10 +30,10 @@ from google.protobuf.message import Message
 from prometheus_client import CollectorRegistry
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from seedance.core.clock import Clock, WallClock
 from seedance.router.gateway.metrics import DecisionReason, GatewayMetrics
 from seedance.router.gateway.outcomes import StatusClass, is_retryable, status_class
-from seedance.router.gateway.replicas import CHANNEL_OPTIONS, Replica, ReplicaPhase
-from seedance.router.gateway.selection import (
+from seedance.router.gateway.ports import (
     ExplainingSelector,
     FinishedRequest,
     GatewayObserver,
@@ -44,68 +41,23 @@ from seedance.router.gateway.selection import (
     ReplicaSelector,
     RoutedRequest,
 )
+from seedance.router.gateway.replicas import CHANNEL_OPTIONS, Replica, ReplicaPhase
+from seedance.router.gateway.servicer import OipServicer
+from seedance.router.gateway.settings import GatewaySettings
 from seedance.router.gateway.tensors import (
-    LayoutConversion,
     LayoutError,
     convert_request_layouts,
     convert_response_layouts,
     permute_shape,
 )
-from seedance.router.gateway.warmup import WarmupPolicy
 
-__all__ = ["GatewaySettings", "ModelRoute", "OipGateway"]
+__all__ = ["OipGateway"]
 
 _log = structlog.get_logger(__name__)
 
 # Request parameters that make a request part of a stateful sequence: replaying it on another
 # replica would start or advance a sequence that replica never saw, so it is never retried.
 _SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelRoute:
-    """What the gateway must know about one model beyond forwarding it.
-
-    `input_layouts` convert client -> backend before forwarding (e.g. the client sends
-    `image` as NHWC, the model's config says NCHW); `output_layouts` convert backend -> client
-    on the way back. ModelMetadata answers show the client layout for those tensors.
-    """
-
-    name: str
-    input_layouts: tuple[LayoutConversion, ...] = ()
-    output_layouts: tuple[LayoutConversion, ...] = ()
-    # Warm this model on a new replica before it takes traffic.
-    warm_up: bool = True
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewaySettings:
-    """Everything a gateway needs; built and validated by the service's `main()`."""
-
-    # Replica name (a metric label, so a small closed set) -> "host:port" of its gRPC endpoint.
-    replicas: Mapping[str, str]
-    listen_address: str = "127.0.0.1:0"
-    models: tuple[ModelRoute, ...] = ()
-    # Closed set of client regions; the region header's other values count as "other".
-    regions: tuple[str, ...] = ()
-    region_header: str = "x-seedance-region"
-    # Attempts per request, first included, each on a different replica.
-    max_attempts: int = 3
-    # Upstream timeout when the client sets no deadline: a stuck replica must not hold a
-    # request (and its outstanding slot) forever.
-    default_timeout_s: float = 60.0
-    probe_interval_s: float = 1.0
-    probe_timeout_s: float = 1.0
-    warmup: WarmupPolicy = field(default_factory=WarmupPolicy)
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts={self.max_attempts} must be >= 1")
-        if self.default_timeout_s <= 0:
-            raise ValueError(f"default_timeout_s={self.default_timeout_s} must be > 0")
-        names = [m.name for m in self.models]
-        if len(set(names)) != len(names):
-            raise ValueError(f"models: duplicate model names in {names}")
 
 
 class _Failed(Exception):
@@ -132,14 +84,16 @@ class OipGateway:
         *,
         registry: CollectorRegistry,
         selector: ReplicaSelector | None = None,
-        monotonic_s: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
         observer: GatewayObserver | None = None,
     ) -> None:
         self._settings = settings
         self._selector: ReplicaSelector = selector or LeastOutstandingSelector()
-        self._explains = isinstance(self._selector, ExplainingSelector)
+        # Decided once: the isinstance check of a runtime protocol is too slow for every request.
+        self._explainer = self._selector if isinstance(self._selector, ExplainingSelector) else None
         self._observer = observer
-        self._monotonic_s = monotonic_s
+        # Only durations are read (the monotonic clock); tests pass a virtual one.
+        self._monotonic_s = (clock or WallClock()).monotonic
         self._routes = {m.name: m for m in settings.models}
         self._metrics = GatewayMetrics(
             registry, models=self._routes.keys(), regions=settings.regions
@@ -166,7 +120,7 @@ class OipGateway:
         if self._server is not None:
             return
         server = grpc.aio.server(options=list(CHANNEL_OPTIONS))
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(self), server)
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(OipServicer(self), server)
         self._port = server.add_insecure_port(self._settings.listen_address)
         await server.start()
         self._server = server
@@ -357,8 +311,8 @@ class OipGateway:
             reason = "failover" if tried else "only_candidate"
         else:
             states = [r.state(model) for r in candidates]
-            if self._explains:
-                state, why = self._selector.choose_explained(model, states)  # type: ignore[attr-defined]
+            if self._explainer is not None:
+                state, why = self._explainer.choose_explained(model, states)
             else:
                 state, why = self._selector.choose(model, states), "selected"
             chosen = next(r for r in candidates if r.name == state.name)
@@ -567,54 +521,3 @@ class OipGateway:
 
     def any_ready(self) -> bool:
         return bool(self._candidates(set()))
-
-
-class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """The six portable OIP RPCs; Triton's extensions stay UNIMPLEMENTED (base class)."""
-
-    def __init__(self, gateway: OipGateway) -> None:
-        self._gateway = gateway
-
-    async def ServerLive(
-        self, request: service_pb2.ServerLiveRequest, context: grpc.aio.ServicerContext
-    ) -> service_pb2.ServerLiveResponse:
-        return service_pb2.ServerLiveResponse(live=True)
-
-    async def ServerReady(
-        self, request: service_pb2.ServerReadyRequest, context: grpc.aio.ServicerContext
-    ) -> service_pb2.ServerReadyResponse:
-        return service_pb2.ServerReadyResponse(ready=self._gateway.any_ready())
-
-    async def ServerMetadata(
-        self, request: service_pb2.ServerMetadataRequest, context: grpc.aio.ServicerContext
-    ) -> service_pb2.ServerMetadataResponse:
-        return service_pb2.ServerMetadataResponse(
-            name="seedance-router", version=_version(), extensions=[]
-        )
-
-    async def ModelReady(
-        self, request: service_pb2.ModelReadyRequest, context: grpc.aio.ServicerContext
-    ) -> service_pb2.ModelReadyResponse:
-        return await self._gateway.forward_simple(
-            "ModelReady", request, context, model=request.name
-        )
-
-    async def ModelMetadata(
-        self, request: service_pb2.ModelMetadataRequest, context: grpc.aio.ServicerContext
-    ) -> service_pb2.ModelMetadataResponse:
-        response = await self._gateway.forward_simple(
-            "ModelMetadata", request, context, model=request.name
-        )
-        return self._gateway.client_view(response)
-
-    async def ModelInfer(
-        self, request: service_pb2.ModelInferRequest, context: grpc.aio.ServicerContext
-    ) -> service_pb2.ModelInferResponse:
-        return await self._gateway.model_infer(request, context)
-
-
-def _version() -> str:
-    try:
-        return importlib_metadata.version("seedance-router")
-    except importlib_metadata.PackageNotFoundError:
-        return "0"

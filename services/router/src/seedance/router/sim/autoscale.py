@@ -14,7 +14,8 @@ the floor no forecast can beat) look at anything not yet observed.
   panic when the panic window's mean reaches 200 % of the ready replicas' target, during which it
   never scales down, for one stable window after the last panicking tick; scale-down at most
   halves the fleet per tick (max-scale-down-rate 2).
-* `PlannerScaler`: the predictive planner (`seedance.router.planner`) fed by `LoadEstimator`.
+* `PlannerScaler`: the predictive planner (`seedance.router.core.planning.planner`) fed by
+  `LoadEstimator`.
 * `OracleScaler`: the same planner fed with the true future arrivals of the trace.
 """
 
@@ -25,8 +26,8 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
-from seedance.router.load_forecast import LoadEstimator
-from seedance.router.planner import (
+from seedance.router.core.planning.load import LoadEstimator
+from seedance.router.core.planning.planner import (
     LoadForecast,
     ObservedSlo,
     PlannerConfig,

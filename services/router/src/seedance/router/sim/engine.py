@@ -46,7 +46,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from seedance.router.policy.state import (
+from seedance.router.core.policy.state import (
     Decision,
     Forecast,
     HoldingPolicy,

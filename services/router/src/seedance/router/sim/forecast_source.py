@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from seedance.router.policy.state import Forecast, ReplicaForecast
+from seedance.router.core.policy.state import Forecast, ReplicaForecast
 from seedance.router.sim.engine import ForecastSource, ReplicaSnapshot
 
 __all__ = ["MovingAverageForecastSource", "NoForecastSource"]

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from seedance.router.forecast import (
+from seedance.router.core.forecast import (
     ArrivalHistory,
     FeatureBuilder,
     ForecastModel,
@@ -31,7 +31,7 @@ from seedance.router.forecast import (
     TelemetrySample,
     decide_retrain,
 )
-from seedance.router.weights import WeightTable, weights_from_load
+from seedance.router.core.weight_table import WeightTable, weights_from_load
 
 __all__ = ["ForecastLoop"]
 

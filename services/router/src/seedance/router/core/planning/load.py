@@ -21,7 +21,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from seedance.router.planner import LoadForecast
+from seedance.router.core.planning.planner import LoadForecast
 
 __all__ = ["LoadEstimator", "LoadEstimatorConfig"]
 

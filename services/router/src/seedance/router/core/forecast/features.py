@@ -250,62 +250,10 @@ class FeatureBuilder:
         if k > self._done:
             self._close_until(k)
         row = np.empty(N_FEATURES) if out is None else out
-        n = self._done
-        r = _RING
-        cc, cx, cg, cq, cz = (
-            self._cum_count,
-            self._cum_ctx,
-            self._cum_gen,
-            self._cum_sq,
-            self._cum_zero,
-        )
-        top = n % r
-        j = 0
-        for lag in range(1, LAG_BINS + 1):
-            row[j] = cc[(n - lag + 1) % r] - cc[(n - lag) % r] if n >= lag else _NAN
-            j += 1
-        c_top = cc[top]
-        rates = {}
-        for w in COUNT_WINDOWS_S:
-            m = min(w, n)
-            v = (c_top - cc[(n - m) % r]) / m if m > 0 else _NAN
-            rates[w] = v
-            row[j] = v
-            j += 1
-        ewms = []
-        for s, wt in self._ewm:
-            v = s / wt if wt > 0.0 else _NAN
-            ewms.append(v)
-            row[j] = v
-            j += 1
-        for cum in (cx, cg):
-            t_top = cum[top]
-            for w in TOKEN_WINDOWS_S:
-                m = min(w, n)
-                row[j] = (t_top - cum[(n - m) % r]) / m if m > 0 else _NAN
-                j += 1
-        m = min(60, n)
-        if m > 0:
-            lo = (n - m) % r
-            cnt = c_top - cc[lo]
-            row[j] = _ratio(cx[top] - cx[lo] + cg[top] - cg[lo], cnt)
-        else:
-            row[j] = _NAN
-        j += 1
-        q_top = cq[top]
-        for w in STD_WINDOWS_S:
-            m = min(w, n)
-            if m > 1:
-                lo = (n - m) % r
-                mean = (c_top - cc[lo]) / m
-                var = (q_top - cq[lo]) / m - mean * mean
-                row[j] = math.sqrt(var) if var > 0.0 else 0.0
-            else:
-                row[j] = _NAN
-            j += 1
-        m = min(ZERO_WINDOW_S, n)
-        row[j] = (cz[top] - cz[(n - m) % r]) / m if m > 0 else _NAN
-        j += 1
+        # Each part writes its features from index j on and returns where the next one starts.
+        j, rates, ewms = self._counts_into(row)
+        j = self._tokens_into(row, j)
+        j = self._spread_into(row, j)
         row[j] = _ratio(rates[10], rates[120])
         row[j + 1] = _ratio(rates[60], rates[300])
         row[j + 2] = _ratio(ewms[1], ewms[3])
@@ -320,6 +268,76 @@ class FeatureBuilder:
         j += 2
         self._telemetry_into(now_s, row, j)
         return row
+
+    def _counts_into(self, row: np.ndarray) -> tuple[int, dict[int, float], list[float]]:
+        """Lagged counts, trailing rates and EWM rates; returns the next index, the rates by
+        window and the EWMs (the ratio features are built from them)."""
+        n = self._done
+        r = _RING
+        cc = self._cum_count
+        j = 0
+        for lag in range(1, LAG_BINS + 1):
+            row[j] = cc[(n - lag + 1) % r] - cc[(n - lag) % r] if n >= lag else _NAN
+            j += 1
+        c_top = cc[n % r]
+        rates = {}
+        for w in COUNT_WINDOWS_S:
+            m = min(w, n)
+            v = (c_top - cc[(n - m) % r]) / m if m > 0 else _NAN
+            rates[w] = v
+            row[j] = v
+            j += 1
+        ewms = []
+        for s, wt in self._ewm:
+            v = s / wt if wt > 0.0 else _NAN
+            ewms.append(v)
+            row[j] = v
+            j += 1
+        return j, rates, ewms
+
+    def _tokens_into(self, row: np.ndarray, j: int) -> int:
+        """Context and generated tokens per second over each token window, and tokens per
+        request over the last minute."""
+        n = self._done
+        r = _RING
+        top = n % r
+        cc, cx, cg = self._cum_count, self._cum_ctx, self._cum_gen
+        for cum in (cx, cg):
+            t_top = cum[top]
+            for w in TOKEN_WINDOWS_S:
+                m = min(w, n)
+                row[j] = (t_top - cum[(n - m) % r]) / m if m > 0 else _NAN
+                j += 1
+        m = min(60, n)
+        if m > 0:
+            lo = (n - m) % r
+            cnt = cc[top] - cc[lo]
+            row[j] = _ratio(cx[top] - cx[lo] + cg[top] - cg[lo], cnt)
+        else:
+            row[j] = _NAN
+        return j + 1
+
+    def _spread_into(self, row: np.ndarray, j: int) -> int:
+        """Standard deviation of the per-second counts over each window, and the share of empty
+        bins over the last `ZERO_WINDOW_S`."""
+        n = self._done
+        r = _RING
+        top = n % r
+        cc, cq, cz = self._cum_count, self._cum_sq, self._cum_zero
+        c_top, q_top = cc[top], cq[top]
+        for w in STD_WINDOWS_S:
+            m = min(w, n)
+            if m > 1:
+                lo = (n - m) % r
+                mean = (c_top - cc[lo]) / m
+                var = (q_top - cq[lo]) / m - mean * mean
+                row[j] = math.sqrt(var) if var > 0.0 else 0.0
+            else:
+                row[j] = _NAN
+            j += 1
+        m = min(ZERO_WINDOW_S, n)
+        row[j] = (cz[top] - cz[(n - m) % r]) / m if m > 0 else _NAN
+        return j + 1
 
     def _telemetry_into(self, now_s: float, row: np.ndarray, j: int) -> None:
         kv = queue = inflight = _NAN

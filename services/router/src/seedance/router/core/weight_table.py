@@ -2,8 +2,8 @@
 
 Owns: `WeightTable` (what the forecasting gateway writes into the KV bucket
 ``seedance-router-weights`` under ``<fleet>.<model>`` and every gateway of the fleet watches),
-its encoding, `weights_from_load` (the traffic share each replica should take) and the
-translation of a table into the policy's `Forecast`. Pure: no bus, no clock.
+its encoding and `weights_from_load` (the traffic share each replica should take). Pure: no bus,
+no clock; the policy's view of a table is `seedance.router.mapping.table_forecast`.
 
 Why a table and not only the `RoutingWeights` event: the predictive policy needs each replica's
 forecast arrival rate, not just a share, to weigh it against the requests in flight; the event on
@@ -16,13 +16,10 @@ from collections.abc import Mapping
 
 import msgspec
 
-from seedance.router.policy import Forecast, ReplicaForecast
-
 __all__ = [
     "WeightTable",
     "decode_table",
     "encode_table",
-    "table_forecast",
     "table_key",
     "weights_from_load",
 ]
@@ -62,20 +59,3 @@ def weights_from_load(load: Mapping[str, float]) -> dict[str, float]:
     inverse = {name: 1.0 / (1.0 + max(value, 0.0)) for name, value in load.items()}
     total = sum(inverse.values())
     return {name: value / total for name, value in inverse.items()}
-
-
-def table_forecast(table: WeightTable) -> Forecast:
-    """The policy's view of a table. No KV telemetry reaches the router yet, so the KV fields are
-    0 (the policy then ranks on requests in flight and forecast arrivals only)."""
-    return Forecast(
-        made_at_s=table.made_at_s,
-        replicas={
-            name: ReplicaForecast(
-                qps_5s=table.qps_5s.get(name, 0.0),
-                qps_30s=table.qps_30s.get(name, 0.0),
-                kv_used_tokens_5s=0.0,
-                kv_used_tokens_30s=0.0,
-            )
-            for name in table.weights
-        },
-    )

@@ -28,8 +28,8 @@ from enum import StrEnum
 import lightgbm as lgb
 import numpy as np
 
-from seedance.router.forecast.fastpath import RowPredictor
-from seedance.router.forecast.features import (
+from seedance.router.core.forecast.fastpath import RowPredictor
+from seedance.router.core.forecast.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     FeatureBuilder,
@@ -38,9 +38,9 @@ from seedance.router.forecast.features import (
 
 __all__ = [
     "ArrivalHistory",
-    "Forecast",
     "ForecastModel",
     "ForecastTarget",
+    "ModelForecast",
     "ModelVersion",
     "TrainParams",
     "build_feature_rows",
@@ -141,7 +141,7 @@ class ModelVersion:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Forecast:
+class ModelForecast:
     """One forecast: ``values[i]`` is for ``horizons_s[i]``.
 
     Requests expected in ``(t, t + H]``, or the KV occupancy fraction at ``t + H``.
@@ -264,10 +264,10 @@ class ForecastModel:
         head = self._heads[index]
         return self._finish(head, head.predictor.predict(row), row)
 
-    def predict(self, row: np.ndarray) -> Forecast:
+    def predict(self, row: np.ndarray) -> ModelForecast:
         """Forecasts for every horizon from one feature row."""
         values = tuple(self.predict_horizon(i, row) for i in range(len(self._heads)))
-        return Forecast(
+        return ModelForecast(
             target=self.target,
             horizons_s=self.horizons_s,
             values=values,

@@ -11,7 +11,7 @@ gateway must add and remove, the service applies it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["ReplicaMember", "ReplicaSet", "ReplicaSetChange"]
@@ -48,7 +48,7 @@ class ReplicaSet:
             raise ValueError(f"replica set target must be >= 1, got {self.target}")
 
     @classmethod
-    def of(cls, replicas: dict[str, str]) -> ReplicaSet:
+    def of(cls, replicas: Mapping[str, str]) -> ReplicaSet:
         """From settings' ``name -> address`` (insertion order is join order)."""
         return cls(members=tuple(ReplicaMember(name=n, address=a) for n, a in replicas.items()))
 

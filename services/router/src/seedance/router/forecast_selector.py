@@ -2,9 +2,10 @@
 otherwise.
 
 Owns: `ForecastSelector`, the adapter between the gateway's `ReplicaSelector` protocol and
-`PredictiveSloPolicy`, and the latest `WeightTable` per model it decides from. Must not do I/O or
-predict: it runs on every request, so it only reads the table the forecast loop (or the KV watch)
-last handed it. The reason it returns is the policy's closed `Reason` set.
+`PredictiveSloPolicy`, and the latest `WeightTable` per model it decides from (the policy's views
+of a candidate and of a table are `mapping.py`'s). Must not do I/O or predict: it runs on every
+request, so it only reads the table the forecast loop (or the KV watch) last handed it. The
+reason it returns is the policy's closed `Reason` set.
 
 A Triton request carries no token counts, so each replica is presented to the policy as
 `running = requests in flight`, no prompt tokens and an unbounded KV pool: every replica then has
@@ -17,15 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from seedance.router.gateway import ReplicaState
-from seedance.router.policy import PredictiveConfig, PredictiveSloPolicy, RouteRequest
-from seedance.router.policy import ReplicaState as PolicyReplicaState
-from seedance.router.weights import WeightTable, table_forecast
+from seedance.router.core.policy import (
+    Forecast,
+    PredictiveConfig,
+    PredictiveSloPolicy,
+    RouteRequest,
+)
+from seedance.router.core.weight_table import WeightTable
+from seedance.router.gateway import Candidate
+from seedance.router.mapping import replica_state, table_forecast
 
 __all__ = ["ForecastSelector", "default_policy_config"]
 
-# Large enough that no KV projection ever reaches it: no KV telemetry reaches the router yet.
-_UNBOUNDED_KV_TOKENS = 2**62
 _REQUEST = RouteRequest(prompt_tokens=1)
 
 
@@ -47,7 +51,7 @@ class ForecastSelector:
         self._policy = policy
         self._now_s = now_s
         self._tables: dict[str, WeightTable] = {}
-        self._forecasts: dict[str, object] = {}
+        self._forecasts: dict[str, Forecast] = {}
 
     def update(self, table: WeightTable) -> bool:
         """Keep `table` unless the one held for its model was made later; True if kept."""
@@ -61,26 +65,13 @@ class ForecastSelector:
     def table(self, model: str) -> WeightTable | None:
         return self._tables.get(model)
 
-    def choose(self, model: str, replicas: Sequence[ReplicaState]) -> ReplicaState:
+    def choose(self, model: str, replicas: Sequence[Candidate]) -> Candidate:
         return self.choose_explained(model, replicas)[0]
 
-    def choose_explained(
-        self, model: str, replicas: Sequence[ReplicaState]
-    ) -> tuple[ReplicaState, str]:
+    def choose_explained(self, model: str, replicas: Sequence[Candidate]) -> tuple[Candidate, str]:
         if not replicas:
             raise ValueError(f"no replica to choose from for model {model!r}")
-        states = [
-            PolicyReplicaState(
-                replica_id=r.name,
-                waiting=0,
-                running=r.outstanding,
-                prefill_tokens_waiting=0,
-                prefill_tokens_in_progress=0,
-                kv_used_tokens=0,
-                kv_capacity_tokens=_UNBOUNDED_KV_TOKENS,
-            )
-            for r in replicas
-        ]
+        states = [replica_state(r) for r in replicas]
         forecast = self._forecasts.get(model)
-        decision = self._policy.choose(_REQUEST, states, forecast, self._now_s())  # type: ignore[arg-type]
+        decision = self._policy.choose(_REQUEST, states, forecast, self._now_s())
         return replicas[decision.replica_index], decision.reason.value

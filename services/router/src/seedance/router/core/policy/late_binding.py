@@ -32,7 +32,7 @@ import dataclasses
 from collections.abc import Sequence
 from enum import StrEnum
 
-from seedance.router.policy.state import (
+from seedance.router.core.policy.state import (
     Decision,
     Forecast,
     ReplicaState,

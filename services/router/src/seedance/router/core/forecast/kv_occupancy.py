@@ -76,15 +76,15 @@ class ObservedRequests:
 
     @property
     def finished(self) -> np.ndarray:
-        return ~np.isnan(self.finish_s)
+        return np.asarray(~np.isnan(self.finish_s))
 
     @property
     def running(self) -> np.ndarray:
-        return ~np.isnan(self.admit_s) & np.isnan(self.finish_s)
+        return np.asarray(~np.isnan(self.admit_s) & np.isnan(self.finish_s))
 
     @property
     def queued(self) -> np.ndarray:
-        return np.isnan(self.admit_s)
+        return np.asarray(np.isnan(self.admit_s))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,7 +240,7 @@ class OnlineKvChangeForecaster:
         scale = np.sqrt((w[:, None] * x**2).sum(axis=0) / w.sum()) + 1e-12
         z = x / scale
         a = (w[:, None] * z).T @ z + c.ridge * w.sum() * np.eye(x.shape[1])
-        return np.linalg.solve(a, (w[:, None] * z).T @ y) / scale
+        return np.asarray(np.linalg.solve(a, (w[:, None] * z).T @ y) / scale)
 
 
 # The choices ``choose_kv_forecaster`` tries: forgetting from half a minute (follows a change of

@@ -19,14 +19,15 @@ through `PredictiveConfig`, measured on the replica's hardware, never fitted to 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from seedance.router.policy.baselines import least_outstanding_index
-from seedance.router.policy.state import (
+from seedance.router.core.policy.baselines import least_outstanding_index
+from seedance.router.core.policy.state import (
     Decision,
     Forecast,
     Reason,
+    ReplicaForecast,
     ReplicaState,
     RouteRequest,
 )
@@ -189,17 +190,10 @@ class PredictiveSloPolicy:
     ) -> Decision:
         cfg = self._cfg
         fc_map = forecast.replicas
-        need = request.prompt_tokens + cfg.expected_output_tokens
         n = len(replicas)
-        if request.prefix_hashes:
-            blocks = self._prefix.matched_blocks(
-                request.prefix_hashes, [s.replica_id for s in replicas]
-            )
-            cached = [min(b * cfg.prefix_block_tokens, request.prompt_tokens - 1) for b in blocks]
-        else:
-            cached = [0] * n
+        cached = self._cached_tokens(request, replicas)
+        safe = self._kv_safe(request, replicas, fc_map)
         ttfts = [0.0] * n
-        safe = [False] * n
         best_i = best_safe_i = -1
         best = best_safe = float("inf")
         for i, s in enumerate(replicas):
@@ -207,27 +201,12 @@ class PredictiveSloPolicy:
             ttfts[i] = ttft
             if ttft < best:
                 best, best_i = ttft, i
-            high_water = cfg.kv_high_water_frac * s.kv_capacity_tokens
-            risky = self._kv_projected(request, s) > high_water
-            fc = fc_map.get(s.replica_id)
-            if fc is None:
-                # A replica without a forecast gets no benefit of the doubt on KV.
-                risky = risky or s.kv_used_tokens + need > high_water
-            elif fc.kv_used_tokens_5s + need > high_water:
-                risky = True
-            if not risky:
-                safe[i] = True
-                if ttft < best_safe:
-                    best_safe, best_safe_i = ttft, i
+            if safe[i] and ttft < best_safe:
+                best_safe, best_safe_i = ttft, i
         if best_safe_i >= 0 and cfg.ttft_tie_s > 0:
-            limit = best_safe + cfg.ttft_tie_s
-            load_best = float("inf")
-            for i, s in enumerate(replicas):
-                if safe[i] and ttfts[i] <= limit:
-                    fc = fc_map.get(s.replica_id)
-                    load = s.running + s.waiting + (5.0 * fc.qps_5s if fc is not None else 0.0)
-                    if load < load_best:
-                        load_best, best_safe_i = load, i
+            best_safe_i = _least_loaded(
+                replicas, fc_map, safe, ttfts, best_safe + cfg.ttft_tie_s, best_safe_i
+            )
         if best_safe_i < 0:
             # Every replica is at risk: the least bad TTFT (which includes the KV wait) wins.
             return Decision(
@@ -238,3 +217,57 @@ class PredictiveSloPolicy:
         return Decision(
             replica_index=best_safe_i, reason=reason, predicted_ttft_s=ttfts[best_safe_i]
         )
+
+    def _cached_tokens(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> list[int]:
+        """Prompt tokens of `request` already in each replica's prefix cache (as the index
+        mirrors it); at least one token is always left to prefill."""
+        if not request.prefix_hashes:
+            return [0] * len(replicas)
+        block = self._cfg.prefix_block_tokens
+        blocks = self._prefix.matched_blocks(
+            request.prefix_hashes, [s.replica_id for s in replicas]
+        )
+        return [min(b * block, request.prompt_tokens - 1) for b in blocks]
+
+    def _kv_safe(
+        self,
+        request: RouteRequest,
+        replicas: Sequence[ReplicaState],
+        fc_map: Mapping[str, ReplicaForecast],
+    ) -> list[bool]:
+        """Per replica, whether `request` there stays under the KV high-water mark, now and in
+        the forecast (one call per decision, not per replica: this is the hot path)."""
+        cfg = self._cfg
+        need = request.prompt_tokens + cfg.expected_output_tokens
+        safe = []
+        for s in replicas:
+            high_water = cfg.kv_high_water_frac * s.kv_capacity_tokens
+            risky = self._kv_projected(request, s) > high_water
+            fc = fc_map.get(s.replica_id)
+            if fc is None:
+                # A replica without a forecast gets no benefit of the doubt on KV.
+                risky = risky or s.kv_used_tokens + need > high_water
+            elif fc.kv_used_tokens_5s + need > high_water:
+                risky = True
+            safe.append(not risky)
+        return safe
+
+
+def _least_loaded(
+    replicas: Sequence[ReplicaState],
+    fc_map: Mapping[str, ReplicaForecast],
+    safe: Sequence[bool],
+    ttfts: Sequence[float],
+    limit_s: float,
+    default_i: int,
+) -> int:
+    """Among the safe replicas predicted within `limit_s`, the one with the least decode load
+    (running now plus forecast arrivals over the next 5 s); `default_i` if none is lighter."""
+    chosen, load_best = default_i, float("inf")
+    for i, s in enumerate(replicas):
+        if safe[i] and ttfts[i] <= limit_s:
+            fc = fc_map.get(s.replica_id)
+            load = s.running + s.waiting + (5.0 * fc.qps_5s if fc is not None else 0.0)
+            if load < load_best:
+                load_best, chosen = load, i
+    return chosen

@@ -14,7 +14,7 @@ from nats.js.object_store import ObjectStore
 from seedance.core import Bus
 from seedance.core.kv import ensure_object_store
 from seedance.core.logs import get_logger
-from seedance.router.forecast import ForecastModel
+from seedance.router.core.forecast import ForecastModel
 
 __all__ = ["MODELS_BUCKET", "ModelStore"]
 

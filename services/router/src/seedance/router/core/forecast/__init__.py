@@ -6,13 +6,13 @@ trains with ``train_forecast_model`` when ``decide_retrain`` says so, and stores
 ``ForecastModel.to_bytes()`` in the object store. Nothing here touches NATS, files or clocks.
 """
 
-from seedance.router.forecast.features import (
+from seedance.router.core.forecast.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     FeatureBuilder,
     TelemetrySample,
 )
-from seedance.router.forecast.kv_occupancy import (
+from seedance.router.core.forecast.kv_occupancy import (
     KV_CHANGE_FEATURE_NAMES,
     KvForecasterConfig,
     ObservedRequests,
@@ -24,17 +24,17 @@ from seedance.router.forecast.kv_occupancy import (
     replay_kv_forecaster,
     tokens_in_flight,
 )
-from seedance.router.forecast.model import (
+from seedance.router.core.forecast.model import (
     ArrivalHistory,
-    Forecast,
     ForecastModel,
     ForecastTarget,
+    ModelForecast,
     ModelVersion,
     TrainParams,
     build_feature_rows,
     train_forecast_model,
 )
-from seedance.router.forecast.retrain import (
+from seedance.router.core.forecast.retrain import (
     RetrainDecision,
     RetrainInputs,
     RetrainPolicy,
@@ -48,10 +48,10 @@ __all__ = [
     "KV_CHANGE_FEATURE_NAMES",
     "ArrivalHistory",
     "FeatureBuilder",
-    "Forecast",
     "ForecastModel",
     "ForecastTarget",
     "KvForecasterConfig",
+    "ModelForecast",
     "ModelVersion",
     "ObservedRequests",
     "OnlineKvChangeForecaster",

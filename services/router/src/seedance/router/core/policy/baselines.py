@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from seedance.router.policy.state import (
+from seedance.router.core.policy.state import (
     Decision,
     Forecast,
     Reason,

@@ -1,12 +1,12 @@
 """Replica choice: the state a selector sees and the `ReplicaSelector` protocol.
 
-Owns: `ReplicaState` (a frozen snapshot of one routable replica), the `ReplicaSelector`
+Owns: `Candidate` (a frozen snapshot of one routable replica), the `ReplicaSelector`
 protocol every routing policy implements, and the default `LeastOutstandingSelector`.
 
 Must not: do I/O, read a clock, or keep state between calls. The gateway hands a selector only
 the replicas that may take this request (ready, warmed up, not already tried for it), so a
-policy never has to re-check health. A forecast-based policy (`seedance.router.policy`) plugs in
-by implementing `choose`.
+policy never has to re-check health. A forecast-based policy (`seedance.router.core.policy`)
+plugs in by implementing `choose`.
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "Candidate",
     "ExplainingSelector",
     "FinishedRequest",
     "GatewayObserver",
     "LeastOutstandingSelector",
     "ReplicaSelector",
-    "ReplicaState",
     "RoutedRequest",
 ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReplicaState:
+class Candidate:
     """One replica as a selector sees it at the moment of a choice."""
 
     name: str
@@ -45,7 +45,7 @@ class ReplicaState:
 class ReplicaSelector(Protocol):
     """Chooses one of `replicas` (never empty) for a request to `model`."""
 
-    def choose(self, model: str, replicas: Sequence[ReplicaState]) -> ReplicaState: ...
+    def choose(self, model: str, replicas: Sequence[Candidate]) -> Candidate: ...
 
 
 @runtime_checkable
@@ -53,11 +53,11 @@ class ExplainingSelector(Protocol):
     """A selector that also says why: the reason (a small closed set) is the decision's metric
     label and goes into the published decision, instead of the gateway's generic `selected`."""
 
-    def choose(self, model: str, replicas: Sequence[ReplicaState]) -> ReplicaState: ...
+    def choose(self, model: str, replicas: Sequence[Candidate]) -> Candidate: ...
 
     def choose_explained(
-        self, model: str, replicas: Sequence[ReplicaState]
-    ) -> tuple[ReplicaState, str]: ...
+        self, model: str, replicas: Sequence[Candidate]
+    ) -> tuple[Candidate, str]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,7 +103,7 @@ class LeastOutstandingSelector:
     models. The name tie-break keeps the choice deterministic for tests and replays.
     """
 
-    def choose(self, model: str, replicas: Sequence[ReplicaState]) -> ReplicaState:
+    def choose(self, model: str, replicas: Sequence[Candidate]) -> Candidate:
         if not replicas:
             raise ValueError(f"no replica to choose from for model {model!r}")
         return min(replicas, key=lambda r: (r.outstanding, r.outstanding_for_model, r.name))
