@@ -26,7 +26,7 @@ from seedance.cost_ledger.core import (
     LedgerConfig,
     default_price_book,
 )
-from seedance.cost_ledger.reports import (
+from seedance.reports import (
     FOCUS_COLUMNS,
     FOCUS_SPLIT_COLUMNS,
     Baseline,
