@@ -1,4 +1,5 @@
-"""Trace context across the bus: a batch handler's span links every message's producer span."""
+"""Trace context across the bus: a batch handler's span links every message's producer span,
+and each message gets a span of its own that continues its producer's trace."""
 
 from __future__ import annotations
 
@@ -19,16 +20,27 @@ from tests.integration.bus.test_bus import drain, spec_for, submitted
 pytestmark = pytest.mark.integration
 
 
+def in_memory_spans() -> InMemorySpanExporter:
+    """An exporter that keeps every span finished from now on, in this process.
+
+    The global provider can be set once per process: the first caller installs an SDK provider,
+    later ones add their exporter to it (services configure tracing in their main(), which
+    tests run as processes, so no other test sets one).
+    """
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
 @pytest.fixture(scope="module")
 def spans() -> Iterator[InMemorySpanExporter]:
-    # The global provider can be set once per process; no other test sets one (services
-    # configure tracing in their main(), which tests run as processes).
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
+    exporter = in_memory_spans()
     yield exporter
-    # The provider stays installed (it cannot be replaced); later tests' spans are not kept.
+    # The processor stays installed (a provider cannot drop one); later spans are not kept.
     exporter.clear()
     exporter.shutdown()
 
@@ -62,3 +74,8 @@ async def test_a_batch_span_links_each_message_producer(
     assert {link.context.span_id for link in span.links} == producers
     assert span.attributes is not None
     assert span.attributes["messaging.batch.message_count"] == 3
+    # And one span per message, each a child of its producer's span (its trace goes on).
+    per_message = [s for s in spans.get_finished_spans() if s.name == f"handle {spec.durable}"]
+    assert len(per_message) == 3
+    assert {s.parent.span_id for s in per_message if s.parent} == producers
+    assert all(s.kind == trace.SpanKind.CONSUMER for s in per_message)

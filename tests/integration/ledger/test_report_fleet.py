@@ -18,8 +18,8 @@ import pytest
 
 from seedance.core import Bus, BusSettings
 from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
-from seedance.cost_ledger.core.idle import share_idle
 from seedance.cost_ledger.core.mapping import to_bus
+from seedance.reports.idle import share_idle
 from seedance.sdk.cli import main as seedance_cli
 from tests.unit.ledger.fleet import fleet_day
 from tools.stack import NatsServer, shipped_auth_server

@@ -235,3 +235,19 @@ def test_public_surface_is_pinned() -> None:
         "DecodeError", "Event", "EventId", "decode", "derived_event_id", "encode",
         "event_types", "new_event_id",
     ]  # fmt: skip
+
+
+def test_a_stored_v1_cost_entry_reads_as_v2_with_its_exact_quantities() -> None:
+    """cost.entry.v2 retired v1's float twins; a reader of a stream that still holds v1 entries
+    sees them as v2, from their exact fields or, in the earliest entries, from the floats."""
+    from seedance.events.cost import CostEntry, CostEntryV1, current
+
+    old = decode((GOLDEN / "cost.entry.v1.json").read_bytes())
+    assert isinstance(old, CostEntryV1)
+    new = current(old)
+    assert isinstance(new, CostEntry)
+    assert new.id == old.id
+    assert new.gpu_hours_micro == 2_000_000  # the golden v1 has only the float 2.0
+    assert new.cost_micro_usd == old.cost_micro_usd
+    assert "gpu_hours" not in CostEntry.__struct_fields__
+    assert "energy_j" not in CostEntry.__struct_fields__

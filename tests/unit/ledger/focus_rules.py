@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
-from seedance.cost_ledger.reports.focus import FOCUS_1_2_COLUMNS, FOCUS_1_2_SPEC
+from seedance.reports.focus import FOCUS_1_2_COLUMNS, FOCUS_1_2_SPEC
 
 Row = dict[str, str | None]
 Check = Callable[[list[Row], tuple[str, ...]], list[str]]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
-from seedance.cost_ledger.reports import (
+from seedance.reports import (
     FOCUS_COLUMNS,
     FOCUS_SPLIT_COLUMNS,
     FocusContext,
@@ -29,7 +29,7 @@ from seedance.cost_ledger.reports import (
     focus_metadata,
     focus_split_csv,
 )
-from seedance.cost_ledger.reports.focus import FOCUS_1_2_COLUMNS
+from seedance.reports.focus import FOCUS_1_2_COLUMNS
 
 from .fleet import fleet_day
 from .focus_rules import RULES, Row, parse, violations

@@ -34,8 +34,8 @@ from seedance.cost_ledger.core import (
     NodeInfo,
     default_price_book,
 )
-from seedance.cost_ledger.reports import focus_split_csv
-from seedance.cost_ledger.reports.focus import FOCUS_1_3_ALLOCATION_COLUMNS
+from seedance.reports import focus_split_csv
+from seedance.reports.focus import FOCUS_1_3_ALLOCATION_COLUMNS
 
 from .fleet import fleet_day
 from .focus_rules import parse, violations

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.mapping import to_bus
-from seedance.cost_ledger.reports import entries_csv
-from seedance.cost_ledger.reports.from_bus import lines_from_events
 from seedance.events import decode, encode
+from seedance.reports import entries_csv
+from seedance.reports.from_bus import lines_from_events
 
 
 def test_lines_survive_the_bus_exactly() -> None:

@@ -29,7 +29,7 @@ def test_every_input_field_is_named_in_the_mapping(wire: type[msgspec.Struct]) -
     assert not missing, f"{wire.__name__}: fields neither carried nor refused: {missing}"
 
 
-def test_the_wire_floats_are_derived_from_the_one_exact_representation() -> None:
+def test_a_line_goes_on_the_wire_as_cost_entry_v2_exactly() -> None:
     line = CostLine(
         entry_id="usage:acme/j:n1:7:r0", kind="usage", revision=0, tenant="acme",
         job_id="acme/j", node="n1", gpu_model="X", pricing_tier="on_prem",
@@ -44,8 +44,11 @@ def test_the_wire_floats_are_derived_from_the_one_exact_representation() -> None
     assert pub.subject.endswith(".acme.entry")
     assert (e.job_id, e.line_id) == ("j", line.entry_id)
     assert (e.cost_micro_usd, e.energy_micro_usd) == (1_025, 25)
-    assert (e.gpu_hours, e.gpu_hours_micro) == (83_333 / 1e6, 83_333)
-    assert (e.energy_j, e.energy_mj) == (4.5, 4_500)
+    assert (e.gpu_hours_micro, e.energy_mj, e.tflop_hours_micro) == (83_333, 4_500, 9)
+    assert e.list_cost_micro_usd == 2_000
+    # v2 carries the exact integers only: no float twins to derive, no upgrade at the edge.
+    assert b'"type":"cost.entry.v2"' in msgspec.json.encode(e)
+    assert not {"gpu_hours", "energy_j"} & set(CostEntry.__struct_fields__)
 
 
 def test_placements_map_to_allocations_keyed_by_tenant() -> None:

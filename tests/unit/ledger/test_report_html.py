@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
-from seedance.cost_ledger.core.idle import apportion, share_idle
-from seedance.cost_ledger.reports import (
+from seedance.reports import (
     FOCUS_COLUMNS,
     Baseline,
     ReportInput,
@@ -26,6 +25,7 @@ from seedance.cost_ledger.reports import (
     focus_csv,
     render_html,
 )
+from seedance.reports.idle import apportion, share_idle
 
 from .fleet import DAY0_MS, fleet_day
 

@@ -12,11 +12,12 @@ from collections import defaultdict
 import pytest
 
 from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
-from seedance.cost_ledger.core.idle import share_idle
 from seedance.cost_ledger.core.mapping import to_bus
-from seedance.cost_ledger.reports import ReportInput, render_html
-from seedance.cost_ledger.reports.from_bus import lines_from_events, render_lines
-from seedance.cost_ledger.reports.summary import (
+from seedance.events import decode, encode
+from seedance.reports import ReportInput, render_html
+from seedance.reports.from_bus import lines_from_events, render_lines
+from seedance.reports.idle import share_idle
+from seedance.reports.summary import (
     GROUPS,
     IDLE_KEY,
     EmptyReport,
@@ -24,7 +25,6 @@ from seedance.cost_ledger.reports.summary import (
     parse_instant,
     summarize,
 )
-from seedance.events import decode, encode
 
 from .fleet import DAY0_MS, HOUR_MS, fleet_day
 

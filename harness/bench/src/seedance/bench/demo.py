@@ -35,13 +35,13 @@ from nats.js import api as js_api
 from seedance.bench.repo import REPO
 from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.cost_ledger.core import LedgerConfig
-from seedance.cost_ledger.reports.summary import CostSummary
 from seedance.events import decode, new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.routing import RoutingDecision
 from seedance.events.slicing import Placement, Unschedulable
 from seedance.events.subjects import costs, ledger, observed, routing, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch
+from seedance.reports.summary import CostSummary
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
 from seedance.traces import alibaba
@@ -433,8 +433,8 @@ class Demo:
 
     def _fleet(self) -> CostSummary | None:
         """The fleet's figures from every cost line of the run (tenants' and idle)."""
-        from seedance.cost_ledger.reports.from_bus import lines_from_events
-        from seedance.cost_ledger.reports.summary import EmptyReport, summarize
+        from seedance.reports.from_bus import lines_from_events
+        from seedance.reports.summary import EmptyReport, summarize
 
         try:
             return summarize(lines_from_events(self.entries))
@@ -461,9 +461,9 @@ def fleet_report_html(
     """The demo's report from the run's cost events (tenants' entries and the idle lines of
     ``seedance.ledger.idle.*``), with whole-GPU allocation as the baseline, and the fleet's
     figures it shows (its total is the fleet's cost: allocated + idle)."""
-    from seedance.cost_ledger.reports import Baseline, ReportInput, render_html
-    from seedance.cost_ledger.reports.from_bus import lines_from_events
-    from seedance.cost_ledger.reports.summary import summarize
+    from seedance.reports import Baseline, ReportInput, render_html
+    from seedance.reports.from_bus import lines_from_events
+    from seedance.reports.summary import summarize
 
     lines = lines_from_events(entries)
     html = render_html(

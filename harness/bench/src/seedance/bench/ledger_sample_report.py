@@ -26,11 +26,13 @@ from seedance.cost_ledger.core import (
     LedgerConfig,
     default_price_book,
 )
-from seedance.cost_ledger.reports import (
+from seedance.reports import (
     FOCUS_COLUMNS,
     FOCUS_SPLIT_COLUMNS,
     Baseline,
+    LineAmounts,
     ReportInput,
+    ReportLine,
     entries_csv,
     focus_csv,
     focus_metadata,
@@ -39,11 +41,19 @@ from seedance.cost_ledger.reports import (
 )
 
 
-def run(events, as_of_ms: int) -> tuple[list[CostLine], Ledger]:
+def run(events, as_of_ms: int) -> tuple[list[ReportLine], Ledger]:
     led = Ledger(default_price_book(), LedgerConfig(window_s=3600, lateness_s=0))
     led.apply_many(events)
-    out = [o for o in led.advance(as_of_ms) if isinstance(o, CostLine)]
+    out = [report_line(o) for o in led.advance(as_of_ms) if isinstance(o, CostLine)]
     return out, led
+
+
+def report_line(line: CostLine) -> ReportLine:
+    """The ledger core's line as the reports library reads it (the same fields, exactly): the
+    library imports nothing from the ledger, so a replay hands it its own type."""
+    fields = msgspec.structs.asdict(line)
+    fields["amounts"] = LineAmounts(**msgspec.structs.asdict(line.amounts))
+    return ReportLine(**fields)
 
 
 def main() -> None:

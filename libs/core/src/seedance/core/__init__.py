@@ -11,7 +11,8 @@ from seedance.core.bus import (
     check_server_version,
 )
 from seedance.core.clock import Clock, VirtualClock, WallClock
-from seedance.core.consumer import Delivery, PullConsumer, dead_letter_of
+from seedance.core.consumer import Delivery, PullConsumer
+from seedance.core.dead_letters import DeadLetters, dead_letter_of
 from seedance.core.errors import (
     BusUnavailable,
     InvalidMessage,
@@ -30,6 +31,7 @@ __all__ = [
     "BusSettings",
     "BusUnavailable",
     "Clock",
+    "DeadLetters",
     "Delivery",
     "InvalidMessage",
     "Lifecycle",

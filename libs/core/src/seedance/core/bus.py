@@ -19,6 +19,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
+from opentelemetry.context import Context
 
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
@@ -372,27 +373,45 @@ class Bus:
                 ) from exc
 
     async def publish_many(
-        self, items: Sequence[tuple[str, Event]], *, window: int = 1024, timeout_s: float = 10.0
+        self,
+        items: Sequence[tuple[str, Event]],
+        *,
+        window: int = 1024,
+        timeout_s: float = 10.0,
+        causes: Sequence[Context | None] | None = None,
     ) -> list[PubAck]:
         """Publish many events, pipelined, and return once every one is acknowledged.
 
         Awaiting each PubAck in turn costs a round trip per message (2-3k msg/s in nats-py), so
         the messages go out through ``self.publisher`` (up to ``window`` acks outstanding)
-        under one span whose trace context every message carries. Order on a subject is kept,
+        under one span whose trace context every message carries, except where ``causes``
+        (one per item) names the trace context of the message that caused it (a batch
+        handler's ``Delivery.trace_context``): that item carries its cause's trace, so one job
+        stays one trace across a batching service. Order on a subject is kept,
         but for a message the publisher had to re-send (see ``seedance.core.publisher``); an
         event that fails raises here (``NoStream``, ``PublishRefused``, ``TimeoutError``), and
         its id makes the caller's retry a duplicate.
         """
         if not items:
             return []
+        if causes is not None and len(causes) != len(items):
+            raise ValueError(f"{len(causes)} causes for {len(items)} events")
         acks: list[PubAck] = []
         with tracer().start_as_current_span(f"publish {len(items)} events"):
             trace_headers = inject_headers({})
+            headers = [
+                inject_headers({}, cause) if cause is not None else trace_headers
+                for cause in (causes or [None] * len(items))
+            ]
             for start in range(0, len(items), window):
                 batch = await self.publisher.publish(
                     [
-                        (subject, encode(event), {**trace_headers, Header.MSG_ID.value: event.id})
-                        for subject, event in items[start : start + window]
+                        (subject, encode(event), {**h, Header.MSG_ID.value: event.id})
+                        for (subject, event), h in zip(
+                            items[start : start + window],
+                            headers[start : start + window],
+                            strict=True,
+                        )
                     ]
                 )
                 acks.extend(await batch.wait(timeout_s))

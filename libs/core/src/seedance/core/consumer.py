@@ -17,26 +17,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import trace
+from opentelemetry.context import Context
 from structlog.contextvars import bound_contextvars
 
 from seedance.core.bus import Bus
+from seedance.core.dead_letters import DeadLetters
 from seedance.core.errors import InvalidMessage, NoStream, RetryableError
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
 from seedance.core.retry import RetryPolicy
 from seedance.core.tracing import extract_context, tracer
-from seedance.events import DecodeError, Event, decode, new_event_id
-from seedance.events.dlq import DeadLetter
-from seedance.events.subjects import ConsumerSpec, SubjectShapeError, dlq, owner_of
+from seedance.events import DecodeError, Event, decode
+from seedance.events.subjects import ConsumerSpec, SubjectShapeError, owner_of
 
-__all__ = ["Delivery", "PullConsumer", "dead_letter_of"]
+__all__ = ["Delivery", "PullConsumer"]
 
 log = get_logger(__name__)
 
@@ -58,6 +59,10 @@ class Delivery(Generic[E]):
     #: publisher's). On a stream that is not sourced this is the receive time of the original
     #: publish; on a sourced one it is when the copy was made. None outside a consumer (tests).
     received_at: datetime | None = None
+    #: The trace context of this message's handling span (a child of its producer's span) on the
+    #: batch-handler path, where no one message's span is current; None on the per-message path
+    #: (its span is the current one) and outside a consumer.
+    trace_context: Context | None = field(default=None, repr=False, compare=False)
 
     async def in_progress(self) -> None:
         """Extend the ack deadline: long handlers call this more often than ``ack_wait``."""
@@ -91,7 +96,7 @@ class PullConsumer:
     ) -> None:
         if (handler is None) == (batch_handler is None):
             raise ValueError("give exactly one of handler or batch_handler")
-        self._bus: Bus | None = None
+        self._letters: DeadLetters | None = None
         self.spec = spec
         self._service = service
         self._types = types
@@ -106,7 +111,7 @@ class PullConsumer:
 
     async def start(self, bus: Bus) -> None:
         """Create the durable if needed and bind to it."""
-        self._bus = bus
+        self._letters = DeadLetters(bus, self._service)
         self._stopping.clear()
         await bus.ensure_consumer(self.spec)
         self._sub = await bus.js.pull_subscribe_bind(
@@ -139,66 +144,93 @@ class PullConsumer:
     async def process(self, msgs: Sequence[Msg]) -> None:
         """Decode, handle and settle one fetched batch."""
         started = time.perf_counter()
-        deliveries: list[Delivery[Any]] = []
-        for msg in msgs:
-            md = msg.metadata
-            try:
-                event = decode(msg.data, self._types)
-            except DecodeError as exc:
-                if _is_other_event(msg.data):
-                    # A valid event this consumer has no use for (its filter spans a family):
-                    # acknowledged and counted, never dead-lettered.
-                    await msg.ack()
-                    self._count(self.spec.durable, "ignored")
-                else:
-                    await self._dead_letter(msg, "decode_error", str(exc))
-                continue
-            try:
-                # Identity comes from the subject (the server's permissions confine it), never
-                # from the payload alone; a tenant family's subject of another shape is refused.
-                owner_of(msg.subject, getattr(event, "tenant", None))
-            except SubjectShapeError as exc:
-                await self._dead_letter(msg, "tenant_mismatch", str(exc))
-                continue
-            deliveries.append(
-                Delivery(
-                    event,
-                    msg.subject,
-                    md.sequence.stream,
-                    md.num_delivered,
-                    msg.in_progress,
-                    received_at=md.timestamp,
-                )
-            )
+        deliveries = [d for msg in msgs if (d := await self._admit(msg)) is not None]
         if not deliveries:
             return
         by_seq = {m.metadata.sequence.stream: m for m in msgs}
         if self._batch_handler is not None:
-            # One span for the batch, linked to each message's producer (OpenTelemetry's
-            # messaging conventions for batch processing): the handler works on them as one.
-            with tracer().start_as_current_span(
-                f"handle {self.spec.durable} batch",
-                kind=trace.SpanKind.CONSUMER,
-                links=_links(by_seq[d.stream_seq].headers for d in deliveries),
-                attributes={"messaging.batch.message_count": len(deliveries)},
-            ):
-                try:
-                    outcomes = list(await self._batch_handler(deliveries))
-                except Exception as exc:  # the whole batch failed: each message is retried
-                    outcomes = [exc] * len(deliveries)
-            if len(outcomes) != len(deliveries):
-                bug = RuntimeError(
-                    f"batch handler returned {len(outcomes)} outcomes for {len(deliveries)} events"
-                )
-                outcomes = [bug] * len(deliveries)
+            await self._process_batch(deliveries, by_seq)
         else:
             outcomes = [await self._handle_one(d, by_seq[d.stream_seq]) for d in deliveries]
-        for d, outcome in zip(deliveries, outcomes, strict=True):
-            await self._settle(by_seq[d.stream_seq], d, outcome)
+            for d, outcome in zip(deliveries, outcomes, strict=True):
+                await self._settle(by_seq[d.stream_seq], d, outcome)
         if self._metrics:
             self._metrics.batch_seconds.labels(self.spec.durable).observe(
                 time.perf_counter() - started
             )
+
+    async def _admit(self, msg: Msg) -> Delivery[Any] | None:
+        """The delivery of one message, or None once it is settled here (ignored or poison)."""
+        md = msg.metadata
+        try:
+            event = decode(msg.data, self._types)
+        except DecodeError as exc:
+            if _is_other_event(msg.data):
+                # A valid event this consumer has no use for (its filter spans a family):
+                # acknowledged and counted, never dead-lettered.
+                await msg.ack()
+                self._count(self.spec.durable, "ignored")
+            else:
+                await self._dead_letter(msg, "decode_error", str(exc))
+            return None
+        try:
+            # Identity comes from the subject (the server's permissions confine it), never
+            # from the payload alone; a tenant family's subject of another shape is refused.
+            owner_of(msg.subject, getattr(event, "tenant", None))
+        except SubjectShapeError as exc:
+            await self._dead_letter(msg, "tenant_mismatch", str(exc))
+            return None
+        return Delivery(
+            event,
+            msg.subject,
+            md.sequence.stream,
+            md.num_delivered,
+            msg.in_progress,
+            received_at=md.timestamp,
+        )
+
+    async def _process_batch(self, deliveries: list[Delivery[Any]], by_seq: dict[int, Msg]) -> None:
+        """Hand the batch to the batch handler, each message under a span of its own.
+
+        Each message's span continues its producer's trace (as on the per-message path) and
+        lasts until the message is settled; the delivery carries its context, so the handler
+        can publish what one message caused under that message's trace (``Bus.publish_many``'s
+        ``causes``). The batch's own span links every producer (OpenTelemetry's messaging
+        conventions for batch processing): the handler works on them as one.
+        """
+        assert self._batch_handler is not None
+        name = f"handle {self.spec.durable}"
+        spans = [
+            tracer().start_span(
+                name,
+                context=extract_context(by_seq[d.stream_seq].headers),
+                kind=trace.SpanKind.CONSUMER,
+                attributes={"messaging.message.id": d.event.id},
+            )
+            for d in deliveries
+        ]
+        deliveries = [
+            replace(d, trace_context=trace.set_span_in_context(span))
+            for d, span in zip(deliveries, spans, strict=True)
+        ]
+        with tracer().start_as_current_span(
+            f"{name} batch",
+            kind=trace.SpanKind.CONSUMER,
+            links=_links(by_seq[d.stream_seq].headers for d in deliveries),
+            attributes={"messaging.batch.message_count": len(deliveries)},
+        ):
+            try:
+                outcomes = list(await self._batch_handler(deliveries))
+            except Exception as exc:  # the whole batch failed: each message is retried
+                outcomes = [exc] * len(deliveries)
+        if len(outcomes) != len(deliveries):
+            bug = RuntimeError(
+                f"batch handler returned {len(outcomes)} outcomes for {len(deliveries)} events"
+            )
+            outcomes = [bug] * len(deliveries)
+        for d, span, outcome in zip(deliveries, spans, outcomes, strict=True):
+            with trace.use_span(span, end_on_exit=True):
+                await self._settle(by_seq[d.stream_seq], d, outcome)
 
     async def _handle_one(self, d: Delivery[Any], msg: Msg) -> BaseException | None:
         assert self._handler is not None
@@ -247,28 +279,19 @@ class PullConsumer:
             )
 
     async def _dead_letter(self, msg: Msg, kind: str, reason: str) -> None:
-        md = msg.metadata
-        letter = dead_letter_of(msg, service=self._service, kind=kind, reason=reason)
         # The dead letter is made durable before the original is terminated, so that a crash in
         # between redelivers the original rather than losing it.
-        assert self._bus is not None
+        assert self._letters is not None
         try:
-            await self._bus.publish(dlq.subject(self._service), letter)
+            await self._letters.send(msg, kind, reason)
         except (TimeoutError, nats.errors.Error, NoStream) as exc:
             # The dead-letter stream is unreachable now: keep the original and try again later
             # rather than let one poison message stop the consumer.
-            await msg.nak(delay=self._retry.delay_s(md.num_delivered))
+            await msg.nak(delay=self._retry.delay_s(msg.metadata.num_delivered))
             log.error("dead_letter_failed", kind=kind, error=repr(exc), subject=msg.subject)
             return
         await msg.term()
         self._count(self.spec.durable, "dead_letter")
-        log.warning(
-            "message_dead_lettered",
-            kind=kind,
-            reason=reason,
-            subject=msg.subject,
-            stream_seq=md.sequence.stream,
-        )
 
     def _count(self, durable: str, outcome: str) -> None:
         if self._metrics:
@@ -281,29 +304,6 @@ def _is_other_event(data: bytes) -> bool:
     except DecodeError:
         return False
     return True
-
-
-def dead_letter_of(
-    msg: Msg, *, service: str, kind: str, reason: str, letter_id: str | None = None
-) -> DeadLetter:
-    """The dead letter for a JetStream message: its payload, headers and where it was.
-
-    Stamped with the original's stream time (no wall clock). ``letter_id`` defaults to a new id;
-    a deterministic replica passes one derived from the message, so its twins' letters are one.
-    """
-    md = msg.metadata
-    return DeadLetter(
-        id=letter_id or new_event_id(),
-        at=md.timestamp,
-        service=service,
-        subject=msg.subject,
-        stream_seq=md.sequence.stream,
-        num_delivered=md.num_delivered,
-        error_kind=kind,
-        reason=reason,
-        payload=msg.data,
-        headers=dict(msg.headers or {}),
-    )
 
 
 def _links(headers: Iterable[Mapping[str, str] | None]) -> list[trace.Link]:

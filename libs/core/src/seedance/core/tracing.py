@@ -22,9 +22,10 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("seedance")
 
 
-def inject_headers(headers: dict[str, str]) -> dict[str, str]:
-    """Add ``traceparent`` (and ``tracestate``) of the current span to ``headers``."""
-    _propagator.inject(headers)
+def inject_headers(headers: dict[str, str], context: Context | None = None) -> dict[str, str]:
+    """Add ``traceparent`` (and ``tracestate``) of the current span (or of ``context``'s) to
+    ``headers``."""
+    _propagator.inject(headers, context=context)
     return headers
 
 

@@ -7,7 +7,7 @@ from the same events matches to the cent, whatever the order of addition.
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import msgspec
 
@@ -17,12 +17,15 @@ from seedance.events.tokens import _TENANT, Name, TenantId
 __all__ = [
     "BudgetAlert",
     "CostEntry",
+    "CostEntryV1",
     "CostEvent",
     "CostKind",
     "JobCostReport",
     "PauseRequest",
     "TenantOrIdle",
+    "current",
     "micro_usd_to_usd",
+    "upgrade",
 ]
 
 
@@ -41,11 +44,88 @@ class CostKind(enum.StrEnum):
 TenantOrIdle = Annotated[str, msgspec.Meta(pattern=f"^(?:|{_TENANT.pattern[1:-1]})$")]
 
 
-class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v1"):
-    """The cost of one job (or one node's idle capacity) over one period.
+class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v2"):
+    """The cost of one job (or one node's idle capacity) over one period, exactly.
 
     ``cost_micro_usd`` is the whole charge (GPU time + billed energy). A line's later revisions
     carry the *difference* caused by late facts, so summing a tenant's entries gives its cost.
+    Every quantity is an integer in the unit its name says: sums are exact in any order. v2
+    retires v1's float twins (``gpu_hours``: ``gpu_hours_micro / 1e6``; ``energy_j``:
+    ``energy_mj / 1000``).
+    """
+
+    tenant: TenantOrIdle
+    job_id: str
+    kind: CostKind = CostKind.COMPUTE
+    node: Name = "-"
+    gpu_model: str = ""
+    period_start: UtcDatetime
+    period_end: UtcDatetime
+    cost_micro_usd: int
+    #: GPU-hours in millionths.
+    gpu_hours_micro: int
+    #: The events this entry derives from: the ledger's idempotency key.
+    source_ids: list[str] = msgspec.field(default_factory=list)
+    #: The ledger's deterministic line key (``usage:<job>:<node>:<window>:r<revision>``).
+    line_id: str = ""
+    revision: int = 0
+    pricing_tier: str = ""
+    #: Exact parts, so that reports (CSV, FOCUS, HTML) can be rebuilt from the stream.
+    energy_micro_usd: int = 0
+    list_cost_micro_usd: int = 0
+    energy_mj: int = 0
+    tflop_hours_micro: int = 0
+    activity_ppm: int | None = None
+    assumptions: list[str] = msgspec.field(default_factory=list)
+
+
+def upgrade(entry: CostEntryV1) -> CostEntry:
+    """The v2 entry a v1 entry stands for (same id: it is the same entry).
+
+    The exact fields where v1 has them; else (the earliest v1 entries) the floats, rounded once
+    to the unit v2 counts in.
+    """
+    energy_mj = entry.energy_mj or (round(entry.energy_j * 1000) if entry.energy_j else 0)
+    return CostEntry(
+        id=entry.id,
+        at=entry.at,
+        tenant=entry.tenant,
+        job_id=entry.job_id,
+        kind=entry.kind,
+        node=entry.node,
+        gpu_model=entry.gpu_model,
+        period_start=entry.period_start,
+        period_end=entry.period_end,
+        cost_micro_usd=entry.cost_micro_usd,
+        gpu_hours_micro=entry.gpu_hours_micro or round(entry.gpu_hours * 1_000_000),
+        source_ids=list(entry.source_ids),
+        line_id=entry.line_id,
+        revision=entry.revision,
+        pricing_tier=entry.pricing_tier,
+        energy_micro_usd=entry.energy_micro_usd,
+        list_cost_micro_usd=entry.list_cost_micro_usd,
+        energy_mj=energy_mj,
+        tflop_hours_micro=entry.tflop_hours_micro,
+        activity_ppm=entry.activity_ppm,
+        assumptions=list(entry.assumptions),
+    )
+
+
+_T = TypeVar("_T")
+
+
+def current(event: _T) -> _T | CostEntry:
+    """``event`` as a reader of today's cost stream sees it: a v1 entry as v2, else itself."""
+    return upgrade(event) if isinstance(event, CostEntryV1) else event
+
+
+class CostEntryV1(Event, frozen=True, kw_only=True, tag="cost.entry.v1"):
+    """Retired: what the ledger published before ``cost.entry.v2`` (``CostEntry``).
+
+    Decoded still, since a stored cost stream may hold it; readers see it as v2 through
+    ``current``. It carried float twins of exact quantities (``gpu_hours`` beside
+    ``gpu_hours_micro``, ``energy_j`` beside ``energy_mj``); entries of the earliest ledgers
+    have only the floats (their exact fields are 0).
     """
 
     tenant: TenantOrIdle
@@ -108,4 +188,5 @@ class PauseRequest(Event, frozen=True, kw_only=True, tag="cost.pause_request.v1"
     reason: str = ""
 
 
-CostEvent = CostEntry | JobCostReport | BudgetAlert | PauseRequest
+#: The family's union: both entry versions (v1 stays until no stored stream holds it).
+CostEvent = CostEntry | CostEntryV1 | JobCostReport | BudgetAlert | PauseRequest

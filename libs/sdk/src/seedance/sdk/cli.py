@@ -28,7 +28,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseReq
 from seedance.events.graph import CompileResult, PrecisionPolicy
 from seedance.events.jobs import JobEvent
 from seedance.events.slicing import JobReleased, Placement, Unschedulable
+from seedance.reports import FORMATS, GROUPS
 from seedance.sdk.client import (
     DEFAULT_WAIT_S,
     JobOutcome,
@@ -49,6 +49,7 @@ from seedance.sdk.client import (
     job_event,
     job_submitted,
 )
+from seedance.sdk.reports import render_report
 
 __all__ = ["main"]
 
@@ -79,20 +80,18 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--json", action="store_true", help="one JSON event per line")
     r = c.add_parser(
         "report",
-        help="a tenant's or the fleet's cost report from the cost stream (needs the ledger)",
+        help="a tenant's or the fleet's cost report from the cost stream",
     )
     scope = r.add_mutually_exclusive_group(required=True)
     scope.add_argument("--tenant", help="one tenant's costs (its own credentials suffice)")
     scope.add_argument(
         "--fleet", action="store_true", help="every tenant and idle by node (operator)"
     )
-    r.add_argument("--format", choices=["html", "text", "csv", "focus"], default="html")
+    r.add_argument("--format", choices=FORMATS, default="html")
     r.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
     r.add_argument("--from", dest="start", default=None, help="ISO 8601 start, UTC (inclusive)")
     r.add_argument("--to", dest="end", default=None, help="ISO 8601 end, UTC (exclusive)")
-    r.add_argument(
-        "--by", choices=["tenant", "job", "node", "gpu_model"], default="tenant", help="grouping"
-    )
+    r.add_argument("--by", choices=GROUPS, default="tenant", help="grouping")
     r.add_argument(
         "--share-idle",
         action="store_true",
@@ -267,7 +266,8 @@ def _render(ev: object) -> str:
     if isinstance(ev, CostEntry):
         return (
             f"{ev.period_end:%Y-%m-%d %H:%M:%S} entry   {ev.tenant:<12} {ev.job_id:<24} "
-            f"{ev.kind:<8} ${ev.cost_micro_usd / 1e6:>12,.6f}  {ev.gpu_hours:8.3f} GPU-h"
+            f"{ev.kind:<8} ${ev.cost_micro_usd / 1e6:>12,.6f}  "
+            f"{ev.gpu_hours_micro / 1e6:8.3f} GPU-h"
         )
     if isinstance(ev, JobCostReport):
         return (
@@ -281,19 +281,7 @@ def _render(ev: object) -> str:
     return repr(ev)
 
 
-def _report_plugin() -> Any:
-    """The cost ledger's report renderer, registered as the ``seedance.cli`` entry point."""
-    found = entry_points(group="seedance.cli", name="costs-report")
-    if not found:
-        raise ValueError(
-            "costs report renders with the cost ledger's report code: install seedance-cost-ledger"
-        )
-    return next(iter(found)).load()
-
-
 async def _run(args: argparse.Namespace) -> int:
-    # Found before connecting: a missing ledger package is said first, not as a bus error.
-    render = _report_plugin() if (args.group, args.cmd) == ("costs", "report") else None
     # A job event is checked against the schema's bounds before connecting.
     job = _job_event(args) if args.group == "jobs" else None
     client = await SeedanceClient.connect(
@@ -314,9 +302,8 @@ async def _run(args: argparse.Namespace) -> int:
             await client.provision()
             print("streams provisioned")
         elif args.group == "costs" and args.cmd == "report":
-            assert render is not None
             try:
-                text, n = await render(
+                text, n = await render_report(
                     client,
                     tenant=None if args.fleet else args.tenant,
                     fmt=args.format,
@@ -326,7 +313,7 @@ async def _run(args: argparse.Namespace) -> int:
                     share_idle=args.share_idle,
                 )
             except LookupError as exc:
-                # The plugin's contract: a report that cannot be made (nothing in the window,
+                # The reports' contract: a report that cannot be made (nothing in the window,
                 # idle without operator credentials) is a LookupError; a bad request a
                 # ValueError.
                 print(f"seedance: {exc.args[0] if exc.args else exc}", file=sys.stderr)

@@ -37,7 +37,7 @@ from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import SeedanceError
 from seedance.core.kv import ensure_object_store
 from seedance.events import DecodeError, decode, new_event_id
-from seedance.events.cost import CostEvent
+from seedance.events.cost import CostEvent, current
 from seedance.events.graph import (
     CompileRequest,
     CompileResult,
@@ -322,7 +322,7 @@ class SeedanceClient:
                 return out
             while True:
                 msg = await w.next_msg()
-                out.append(decode(bytes(msg.data), CostEvent))
+                out.append(current(decode(bytes(msg.data), CostEvent)))
                 if msg.metadata.num_pending == 0:
                     return out
 
@@ -336,7 +336,7 @@ class SeedanceClient:
         check_tenant(tenant)
         async with self._watch("SEEDANCE_COSTS", costs.tenant_wildcard(tenant), from_start) as w:
             while True:
-                yield decode(await w.next_data(), CostEvent)
+                yield current(decode(await w.next_data(), CostEvent))
 
     @contextlib.asynccontextmanager
     async def _watch(

@@ -22,17 +22,18 @@ def report(argv: list[str]) -> int:
     [--from ISO] [--to ISO] [--by tenant|job|node|gpu_model] [--share-idle] [--out FILE]``.
 
     Reads what the cost stream holds (a tenant's own with its credentials; the fleet's, idle
-    included, with an operator's) and renders it with the ledger's own report code, so the
-    figures match the ledger's to the cent. The same as ``seedance costs report``. Exits 1 when
+    included, with an operator's) and renders it with the reports library, so the
+    figures match the ledger's to the cent. The same as ``seedance costs report``: both read
+    through ``seedance.sdk.reports`` and render with ``seedance.reports``. Exits 1 when
     there is nothing in the window or idle was asked for without operator credentials.
     """
     import argparse
     import os
     from pathlib import Path
 
-    from seedance.cost_ledger.reports.from_bus import FORMATS, render_report
-    from seedance.cost_ledger.reports.summary import GROUPS
+    from seedance.reports import FORMATS, GROUPS
     from seedance.sdk import SeedanceClient
+    from seedance.sdk.reports import render_report
 
     p = argparse.ArgumentParser(prog="seedance-cost-ledger report", description=report.__doc__)
     scope = p.add_mutually_exclusive_group(required=True)
@@ -107,6 +108,7 @@ def main() -> int | None:
         from_start=settings.from_start,
     )
     asyncio.run(serve(service))
+    return None
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ reason (with an id derived from the input, so two replicas' letters are one): a 
 never decodes (a naive ``at``), a fact on another tenant's or node's subject, a time ahead of
 the message's stream timestamp by more than ``max_ahead_s``, and any error raised while
 stepping one event (``LedgerReplica.step``); the replica goes on with the next message.
+Each input is stepped under a span that continues its producer's trace, and what it produces
+carries W3C trace context beside ``Nats-Msg-Id``: a job's cost entries carry its placement's,
+so one job is one trace from the SDK's submit to its costs (``_JobTraces``).
 """
 
 from __future__ import annotations
@@ -25,32 +28,37 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import time
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+from opentelemetry import trace
 from prometheus_client import Counter, Gauge
 
 from seedance.core import (
     TRANSIENT_BUS_ERRORS,
+    Clock,
+    DeadLetters,
     Lifecycle,
     PullReader,
     ReaderInterrupted,
     RetryPolicy,
     ServiceRuntime,
-    dead_letter_of,
+    WallClock,
 )
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch
+from seedance.core.tracing import extract_context, inject_headers, tracer
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.mapping import InputRejected, Publication
 from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica
-from seedance.events import DecodeError, decode, derived_event_id, encode
-from seedance.events.cost import CostEntry, CostKind
-from seedance.events.subjects import Header, dlq, replica_consumer
+from seedance.events import DecodeError, decode, encode
+from seedance.events.cost import CostEntry, CostKind, JobCostReport
+from seedance.events.slicing import Placement
+from seedance.events.subjects import Header, replica_consumer
 
 __all__ = ["LedgerMetrics", "LedgerService"]
 
@@ -63,6 +71,7 @@ _CHECKPOINT_SPACING = 10  # at least this many times the last checkpoint's cost 
 # Re-creating the input consumer is retried this long (a NATS node's fail-over takes seconds).
 _REBIND_FOR_S = 60.0
 _REBIND_BACKOFF = RetryPolicy(initial_s=0.5, max_s=5.0)
+_HANDLE_SPAN = "handle ledger-in"
 
 
 class _Head(msgspec.Struct, array_like=True, frozen=True):
@@ -140,8 +149,12 @@ class LedgerService(Lifecycle):
         checkpoint_every_events: int = 20_000,
         checkpoint_every_s: float = 5.0,
         from_start: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self._rt = runtime
+        # Only operational timing reads it (checkpoint spacing, rebind deadlines): never what
+        # is computed, which follows the input stream alone.
+        self._clock = clock or WallClock()
         self.replica = replica
         self.name = name
         self._key = f"checkpoint.{checkpoint_key}"
@@ -152,8 +165,10 @@ class LedgerService(Lifecycle):
         self.metrics = LedgerMetrics(runtime.registry)
         self._kv: KeyValue | None = None
         self._reader: PullReader | None = None
+        self._letters: DeadLetters | None = None
+        self._job_traces = _JobTraces()
         self._stepped_since_ckpt = 0
-        self._last_ckpt = time.monotonic()
+        self._last_ckpt = self._clock.monotonic()
         self._ckpt_cost_s = 0.0  # how long the last checkpoint written took
         # False while a batch is half stepped: a cancelled batch must never be checkpointed.
         self._consistent = True
@@ -165,6 +180,8 @@ class LedgerService(Lifecycle):
     async def start(self) -> None:
         await self._rt.start()
         self._kv = await ensure_bucket(self._rt.bus, _BUCKET)
+        # Letters' ids derive from their inputs: the other replica's letter for one is the same.
+        self._letters = DeadLetters(self._rt.bus, "cost-ledger", derived_ids=True)
         await self._restore()
         await self._bind()
         # Outputs a dead predecessor computed but may not have published.
@@ -215,7 +232,7 @@ class LedgerService(Lifecycle):
             return None
         if not entry.value:
             return None
-        return msgspec.msgpack.decode(entry.value, type=_Head)._replace_rev(entry.revision)
+        return msgspec.msgpack.decode(entry.value, type=_Head)._replace_rev(entry.revision or 0)
 
     async def _read_chunks(self, head: _Head) -> bytes | None:
         assert self._kv is not None
@@ -244,7 +261,7 @@ class LedgerService(Lifecycle):
             self._mark_checkpointed()
             return False  # another replica is there already (equal state at equal seq)
         slot = 1 - head.slot if head is not None and head.replica == self.name else 0
-        started = time.monotonic()
+        started = self._clock.monotonic()
         data = self.replica.to_bytes()
         chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
         prefix = f"{self._key}.{self.name}.{slot}"
@@ -265,7 +282,7 @@ class LedgerService(Lifecycle):
                     break
                 continue
             self._mark_checkpointed()
-            self._ckpt_cost_s = time.monotonic() - started
+            self._ckpt_cost_s = self._clock.monotonic() - started
             self.metrics.checkpoint_seq.set(seq)
             return True
         self._mark_checkpointed()
@@ -273,7 +290,7 @@ class LedgerService(Lifecycle):
 
     def _mark_checkpointed(self) -> None:
         self._stepped_since_ckpt = 0
-        self._last_ckpt = time.monotonic()
+        self._last_ckpt = self._clock.monotonic()
 
     # ---------------------------------------------------------------- consuming
 
@@ -292,7 +309,7 @@ class LedgerService(Lifecycle):
 
     async def _rebind(self) -> None:
         """``_bind`` again, retried while the cluster fails over (its API times out meanwhile)."""
-        deadline = time.monotonic() + _REBIND_FOR_S
+        deadline = self._clock.monotonic() + _REBIND_FOR_S
         for attempt in itertools.count(1):
             try:
                 await self._bind()
@@ -300,10 +317,10 @@ class LedgerService(Lifecycle):
                 return
             except TRANSIENT_BUS_ERRORS as exc:
                 self.metrics.rebinds_total.labels("failed").inc()
-                if time.monotonic() > deadline:
+                if self._clock.monotonic() > deadline:
                     raise  # not a fail-over: let the replica restart from its checkpoint
                 log.warning("ledger_rebind_failed", error=repr(exc), attempt=attempt)
-                await asyncio.sleep(_REBIND_BACKOFF.delay_s(attempt))
+                await self._clock.sleep(_REBIND_BACKOFF.delay_s(attempt))
 
     async def _consume(self) -> None:
         assert self._reader is not None
@@ -319,7 +336,7 @@ class LedgerService(Lifecycle):
             if msgs:
                 await self.process(msgs)
             # Checkpoint timing is operational only: it never changes what is computed.
-            since = time.monotonic() - self._last_ckpt
+            since = self._clock.monotonic() - self._last_ckpt
             # A checkpoint serialises the whole retained state (0.4 s for a day of a 30-node
             # fleet's samples): whatever the settings ask, keep them under a tenth of the time.
             spaced = since >= _CHECKPOINT_SPACING * self._ckpt_cost_s
@@ -327,7 +344,7 @@ class LedgerService(Lifecycle):
                 self._stepped_since_ckpt
                 and spaced
                 and (self._stepped_since_ckpt >= self._ckpt_events or since >= self._ckpt_s)
-                and time.monotonic() >= self._ckpt_retry_at
+                and self._clock.monotonic() >= self._ckpt_retry_at
             ):
                 await self._settle_acks()  # a lost ack is not transient: it fails the replica
                 try:
@@ -336,60 +353,86 @@ class LedgerService(Lifecycle):
                     # KV unreachable for now (its stream's leader failing over): the next
                     # checkpoint covers this one; a restart meanwhile re-reads a little more.
                     self.metrics.checkpoint_failures_total.inc()
-                    self._ckpt_retry_at = time.monotonic() + self._ckpt_s
+                    self._ckpt_retry_at = self._clock.monotonic() + self._ckpt_s
                     log.warning("ledger_checkpoint_failed", error=repr(exc), seq=self.replica.seq)
 
     async def process(self, msgs: list[Any]) -> None:
-        """Step through one fetched batch in order, then publish its outputs durably."""
+        """Step through one fetched batch in order, then publish its outputs durably.
+
+        Each message is stepped under a span of its own that continues its producer's trace;
+        what it produced carries that trace on, a job's costs their job's (``_JobTraces``).
+        """
         self._consistent = False
         out: list[Publication] = []
+        traces: list[dict[str, str]] = []
         letters: list[tuple[Any, str, str]] = []
         for msg in msgs:
-            md = msg.metadata
-            seq = md.sequence.stream
+            seq = msg.metadata.sequence.stream
             if seq <= self.replica.seq:
                 continue
-            event: Any = None
-            try:
-                event = decode(msg.data, INPUT_TYPES)
-            except DecodeError as exc:
-                # Another valid event (a tenant's job event copied in before the upgrade) is
-                # not a fact: skipped, it moves nothing. Anything else (a naive ``at``, say)
-                # will never decode: dead-lettered.
-                if not _is_other_event(msg.data):
-                    letters.append((msg, "decode_error", str(exc)))
-            try:
-                # The stream timestamp bounds the fact's time (see LedgerReplica.step); every
-                # replica reads the same one for the same sequence.
-                out.extend(
-                    self.replica.step(
-                        seq, event, subject=msg.subject, stream_ms=core.epoch_ms(md.timestamp)
-                    )
-                )
-            except InputRejected as exc:
-                letters.append((msg, exc.kind, str(exc)))
+            with tracer().start_as_current_span(
+                _HANDLE_SPAN, context=extract_context(msg.headers), kind=trace.SpanKind.CONSUMER
+            ):
+                event, produced = self._step(msg, seq, letters)
+                if not produced and not isinstance(event, Placement):
+                    continue  # most inputs (samples inside a window) produce nothing
+                here = inject_headers({})
+                if isinstance(event, Placement):
+                    self._job_traces.remember((event.tenant, event.job_id), here)
+                out.extend(produced)
+                traces.extend(self._job_traces.of(p.event, here) for p in produced)
         self.metrics.events_total.inc(len(msgs))
         self._stepped_since_ckpt += len(msgs)
         for msg, kind, reason in letters:
             await self._dead_letter(msg, kind, reason)
-        await self._publish(out)
+        await self._publish(out, traces)
         self._consistent = True  # every output sent; a checkpoint settles their acks first
         if len(self._inflight) > _MAX_INFLIGHT_BATCHES:
             await self._settle_acks(keep=_MAX_INFLIGHT_BATCHES)
 
-    async def _publish(self, pubs: list[Publication]) -> None:
+    def _step(
+        self, msg: Any, seq: int, letters: list[tuple[Any, str, str]]
+    ) -> tuple[Any, list[Publication]]:
+        """One input's event (None: not a fact) and outputs; what is refused goes to ``letters``."""
+        event: Any = None
+        try:
+            event = decode(msg.data, INPUT_TYPES)
+        except DecodeError as exc:
+            # Another valid event (a tenant's job event copied in before the upgrade) is
+            # not a fact: skipped, it moves nothing. Anything else (a naive ``at``, say)
+            # will never decode: dead-lettered.
+            if not _is_other_event(msg.data):
+                letters.append((msg, "decode_error", str(exc)))
+        try:
+            # The stream timestamp bounds the fact's time (see LedgerReplica.step); every
+            # replica reads the same one for the same sequence.
+            stream_ms = core.epoch_ms(msg.metadata.timestamp)
+            return event, self.replica.step(seq, event, subject=msg.subject, stream_ms=stream_ms)
+        except InputRejected as exc:
+            letters.append((msg, exc.kind, str(exc)))
+            return event, []
+
+    async def _publish(
+        self, pubs: list[Publication], traces: list[dict[str, str]] | None = None
+    ) -> None:
         """Send the outputs with their acks pipelined; ``_settle_acks`` awaits them.
 
         ``Bus.publish_many`` opens a span per call and waits for its acks; at thousands of
         entries per second the ledger instead leaves up to ``_MAX_INFLIGHT_BATCHES`` batches
         unacknowledged while it steps the next: only a checkpoint needs them (a checkpoint
         must never be ahead of what the stream holds), and a lost ack fails the replica, which
-        then resumes from its last checkpoint.
+        then resumes from its last checkpoint. ``traces`` (one per output: the trace context
+        headers of the input that produced it) keep each job's trace going; outputs re-sent
+        after a restart (``pending``) start none.
         """
         if not pubs:
             return
+        heads = traces or [{}] * len(pubs)
         batch = await self._rt.bus.publisher.publish(
-            [(p.subject, encode(p.event), {Header.MSG_ID.value: p.event.id}) for p in pubs]
+            [
+                (p.subject, encode(p.event), {**h, Header.MSG_ID.value: p.event.id})
+                for p, h in zip(pubs, heads, strict=True)
+            ]
         )
         self._inflight.append((pubs, batch))
 
@@ -433,19 +476,40 @@ class LedgerService(Lifecycle):
         self.replica.confirm_published(pubs)
 
     async def _dead_letter(self, msg: Any, kind: str, reason: str) -> None:
-        md = msg.metadata
-        cause = (msg.headers or {}).get("Nats-Msg-Id") or f"{md.stream}:{md.sequence.stream}"
-        letter = dead_letter_of(
-            msg,
-            service="cost-ledger",
-            kind=kind,
-            reason=reason,
-            # Derived from the input: the other replica's letter for it is the same message.
-            letter_id=derived_event_id(cause, "ledger-dead-letter"),
-        )
-        await self._rt.bus.publish(dlq.subject("cost-ledger"), letter)
+        # No ack to settle: the reader keeps its own position. A letter that cannot be
+        # published fails the replica, which resumes from its checkpoint and rejects it again.
+        assert self._letters is not None
+        await self._letters.send(msg, kind, reason)
         self.metrics.dead_letters_total.inc()
-        log.warning("ledger_dead_letter", kind=kind, reason=reason, subject=msg.subject)
+
+
+class _JobTraces:
+    """The trace context of each job's placement, so that its costs continue the job's trace.
+
+    A job's cost entries are produced while stepping whatever input closes their window (a
+    sample, another job's release), not its placement: each is published with the trace
+    context its job's placement came with, one trace per job from the SDK's submit to its
+    costs. Outputs of no known job (idle, alerts) carry the trace of the input that produced
+    them. Operational only, never checkpointed: after a restart, costs of jobs placed before it
+    carry their producing input's trace. Bounded: the oldest jobs are forgotten first.
+    """
+
+    _MAX_JOBS = 65_536
+
+    def __init__(self) -> None:
+        self._by_job: OrderedDict[tuple[str, str], dict[str, str]] = OrderedDict()
+
+    def remember(self, job: tuple[str, str], headers: dict[str, str]) -> None:
+        if not headers or job in self._by_job:
+            return  # a re-placement stays on the job's first trace
+        self._by_job[job] = headers
+        if len(self._by_job) > self._MAX_JOBS:
+            self._by_job.popitem(last=False)
+
+    def of(self, event: Any, default: dict[str, str]) -> dict[str, str]:
+        if isinstance(event, CostEntry | JobCostReport) and event.job_id:
+            return self._by_job.get((event.tenant, event.job_id), default)
+        return default
 
 
 def _is_other_event(data: bytes) -> bool:

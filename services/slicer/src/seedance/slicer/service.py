@@ -49,6 +49,7 @@ from typing import Any
 import msgspec
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
+from opentelemetry.context import Context
 from prometheus_client import Counter, Gauge
 
 from seedance.core import Clock, Delivery, InvalidMessage, Lifecycle, RetryableError, ServiceRuntime
@@ -175,6 +176,9 @@ class SlicerService(Lifecycle):
         self._replay_now_s: float | None = None
         #: Decisions made durable but not yet acknowledged by the stream.
         self._unpublished: list[tuple[str, Event]] = []
+        #: The trace context of the delivery that caused each decision (by the decision's id),
+        #: so a placement continues its job's trace; operational only, never in the snapshot.
+        self._causes: dict[str, Context] = {}
         self._lock = asyncio.Lock()
         self._state_kv: KeyValue | None = None
         self._state_rev: int | None = None
@@ -403,7 +407,10 @@ class SlicerService(Lifecycle):
             try:
                 at = self._event_time(d)
                 effects = self._apply(d.event, at)
-                out.extend(self._publishable(effects, d.event, at, counts))
+                decisions = self._publishable(effects, d.event, at, counts)
+                if d.trace_context is not None:
+                    self._causes.update((ev.id, d.trace_context) for _, ev in decisions)
+                out.extend(decisions)
             except Exception as exc:  # the per-event dead-letter wrapper (module docstring)
                 raise _EventFailed(i, exc) from exc
             seen.append(seq)
@@ -420,10 +427,14 @@ class SlicerService(Lifecycle):
         if not self._unpublished:
             return
         try:
-            await self._rt.bus.publish_many(self._unpublished)
+            # Each decision carries its cause's trace (a restored outbox's: the flush's own).
+            await self._rt.bus.publish_many(
+                self._unpublished, causes=[self._causes.get(ev.id) for _, ev in self._unpublished]
+            )
         except Exception as exc:
             raise RetryableError(f"slicer decisions not published: {exc!r}") from exc
         self._unpublished = []
+        self._causes.clear()
 
     def _apply(self, ev: Any, at: datetime) -> list[Effect]:
         now_s = at.timestamp()

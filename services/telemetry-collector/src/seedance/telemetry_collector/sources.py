@@ -46,6 +46,7 @@ log = get_logger(__name__)
 PlacementOutcome = str
 APPLIED, DUPLICATE, FOREIGN_NODE, NO_GPUS = "applied", "duplicate", "foreign_node", "no_gpus"
 
+
 @dataclass(frozen=True, slots=True)
 class HostedInventory:
     """A node's GPUs with what the bus event also needs: the host's CPU, memory and pool."""

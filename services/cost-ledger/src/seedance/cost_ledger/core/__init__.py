@@ -4,7 +4,7 @@ except the price book the caller asks to load.
 
 Modules: ``money`` (exact rationals, micro-dollars), ``pricebook`` / ``peaks`` (prices),
 ``facts`` (what is billed), ``attribution`` (one node-window's lines), ``lines`` (what is
-emitted), ``ledger`` (the state machine), ``snapshot`` (its bytes), ``budget`` / ``idle``,
+emitted), ``ledger`` (the state machine), ``snapshot`` (its bytes), ``budget``,
 ``mapping`` (bus events ↔ core), ``replica`` (the deterministic step over the merged stream)."""
 
 from seedance.cost_ledger.core.budget import (
@@ -26,7 +26,6 @@ from seedance.cost_ledger.core.facts import (
     LedgerInputError,
     NodeInfo,
 )
-from seedance.cost_ledger.core.idle import IdleShare, apportion, share_idle
 from seedance.cost_ledger.core.ledger import Ledger, recompute
 from seedance.cost_ledger.core.lines import (
     Amounts,
@@ -58,7 +57,6 @@ __all__ = [
     "GpuAllocation",
     "GpuPrice",
     "GpuSample",
-    "IdleShare",
     "JobCost",
     "JobEnded",
     "Ledger",
@@ -73,7 +71,6 @@ __all__ = [
     "PriceBook",
     "PriceBookError",
     "SpendPoint",
-    "apportion",
     "default_price_book",
     "emission_due",
     "epoch_ms",
@@ -86,7 +83,6 @@ __all__ = [
     "plan_usd_micro",
     "recompute",
     "round_micro",
-    "share_idle",
     "spend_points",
     "usd_per_tflop_hour_micro",
 ]

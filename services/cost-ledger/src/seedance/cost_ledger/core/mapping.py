@@ -36,13 +36,16 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   held by a job is still billed to it), the batch's ``simulated``. Refused: an activity outside
   [0, 1], a negative index.
 
-Core → wire (``seedance.events.cost`` v1; the floats there are derived here from the core's one
-exact integer representation, display only): ``CostLine`` → ``CostEntry`` with
-``gpu_hours = gpu_hours_micro / 10⁶``, ``energy_j = energy_mj / 1000`` (None: none measured),
-``cost_micro_usd`` = the line's total (GPU time + billed energy; the GPU-time part is
-``cost_micro_usd - energy_micro_usd``), ``line_id`` = ``entry_id``, ``job_id`` without its
-tenant prefix, the rest field for field. ``JobCost`` → ``JobCostReport`` (``source_ids[0]`` is
-the core's ``report_id``: ``LedgerReplica.confirm_published`` reads it back; ``list_cost``,
+Core → wire (``seedance.events.cost``): ``CostLine`` → ``CostEntry`` (``cost.entry.v2``: exact
+integers only, no float twins) with ``cost_micro_usd`` = the line's total (GPU time + billed
+energy; the GPU-time part is ``cost_micro_usd - energy_micro_usd``), ``line_id`` =
+``entry_id``, ``job_id`` without its tenant prefix, the rest field for field
+(``gpu_hours_micro``, ``energy_mj``, ``energy_micro_usd``, ``list_cost_micro_usd``,
+``tflop_hours_micro``, ``activity_ppm``, ``pricing_tier``, ``assumptions``, ``revision``,
+``source_ids``). ``JobCost`` → ``JobCostReport`` (v1; its floats ``gpu_hours = gpu_hours_micro
+/ 10⁶``, ``energy_j = energy_mj / 1000`` (None: none measured) and ``usd_per_tflop_hour`` are
+derived here from the core's exact integers, display only; ``source_ids[0]`` is the core's
+``report_id``: ``LedgerReplica.confirm_published`` reads it back; ``list_cost``,
 ``energy_usd``, ``tflop_hours`` have no v1 field and stay in the ledger's totals).
 """
 
@@ -270,9 +273,7 @@ def _line_to_bus(o: CostLine) -> Publication:
         gpu_model=o.gpu_model,
         period_start=utc_datetime(o.window_start_ms),
         period_end=utc_datetime(o.window_end_ms),
-        gpu_hours=a.gpu_hours_micro / 1e6,
         cost_micro_usd=a.total_usd_micro,
-        energy_j=a.energy_mj / 1000 if a.energy_mj else None,
         source_ids=list(o.source_event_ids),
         line_id=o.entry_id,
         revision=o.revision,

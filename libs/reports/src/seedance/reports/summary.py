@@ -35,10 +35,8 @@ from typing import Literal
 
 import msgspec
 
-from seedance.cost_ledger.core.idle import share_idle
-from seedance.cost_ledger.core.lines import Amounts
-from seedance.cost_ledger.core.lines import CostLine as CostEntry
-from seedance.cost_ledger.core.windows import epoch_ms
+from seedance.reports.idle import IdleShare, share_idle
+from seedance.reports.lines import LineAmounts, ReportLine, epoch_ms
 
 __all__ = [
     "GROUPS",
@@ -103,7 +101,7 @@ class ReportWindow(msgspec.Struct, frozen=True, kw_only=True):
             end_ms=None if end is None else parse_instant(end, "--to"),
         )
 
-    def holds(self, line: CostEntry) -> bool:
+    def holds(self, line: ReportLine) -> bool:
         s = line.window_start_ms
         return (self.start_ms is None or s >= self.start_ms) and (
             self.end_ms is None or s < self.end_ms
@@ -123,7 +121,7 @@ class CostRow(msgspec.Struct, kw_only=True):
 
     key: str
     tenant: str = ""  # the job's tenant (job rows)
-    allocated: Amounts = msgspec.field(default_factory=Amounts)
+    allocated: LineAmounts = msgspec.field(default_factory=LineAmounts)
     idle_usd_micro: int = 0
     idle_gpu_hours_micro: int = 0
     jobs: int = 0
@@ -157,8 +155,8 @@ class CostSummary(msgspec.Struct, frozen=True, kw_only=True):
     covered_end_ms: int
     by: Group
     rows: list[CostRow]
-    allocated: Amounts
-    idle: Amounts  # the idle in scope: the fleet's, a tenant's share, or none
+    allocated: LineAmounts
+    idle: LineAmounts  # the idle in scope: the fleet's, a tenant's share, or none
     idle_included: bool
     idle_shared: bool
     idle_unshared_usd_micro: int
@@ -171,8 +169,90 @@ class CostSummary(msgspec.Struct, frozen=True, kw_only=True):
         return self.allocated.total_usd_micro + self.idle.total_usd_micro
 
 
+class _Tally:
+    """The sums of one summary as its lines are read: rows, totals, each node's idle."""
+
+    def __init__(self, by: Group) -> None:
+        self.by = by
+        self.rows: dict[str, CostRow] = {}
+        self.seen_jobs: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self.allocated, self.idle = LineAmounts(), LineAmounts()
+        self.node_model: dict[str, str] = {}
+        self.node_hours: dict[str, int] = defaultdict(int)
+        self.node_idle: dict[str, LineAmounts] = defaultdict(LineAmounts)
+
+    def row(self, key: str, job_tenant: str = "") -> CostRow:
+        if key not in self.rows:
+            self.rows[key] = CostRow(key=key, tenant=job_tenant)
+        return self.rows[key]
+
+    def add(self, e: ReportLine) -> None:
+        a, by = e.amounts, self.by
+        self.node_model.setdefault(e.node, e.gpu_model)
+        self.node_hours[e.node] += a.gpu_hours_micro
+        if e.kind == "idle":
+            self.idle.add(a)
+            self.node_idle[e.node].add(a)
+            if by in ("node", "gpu_model"):
+                r = self.row(e.node if by == "node" else e.gpu_model)
+                r.idle_usd_micro += a.total_usd_micro
+                r.idle_gpu_hours_micro += a.gpu_hours_micro
+            return
+        self.allocated.add(a)
+        key = {
+            "tenant": e.tenant,
+            "job": f"{e.tenant}/{e.job_id}",
+            "node": e.node,
+            "gpu_model": e.gpu_model,
+        }[by]
+        self.row(key, e.tenant if by == "job" else "").allocated.add(a)
+        self.seen_jobs[key].add((e.tenant, e.job_id))
+
+    def add_shares(self, shares: Iterable[IdleShare]) -> int:
+        """Each job's share of idle into its row; the total shared."""
+        total = 0
+        for s in shares:
+            model = self.node_model.get(s.node, "")
+            key = {"tenant": s.tenant, "job": f"{s.tenant}/{s.job_id}", "node": s.node}.get(
+                self.by, model
+            )
+            self.row(key, s.tenant if self.by == "job" else "").idle_usd_micro += s.idle_usd_micro
+            total += s.idle_usd_micro
+        return total
+
+    def add_uncarried(self, left_usd_micro: int, shared: bool) -> None:
+        if left_usd_micro:
+            r = self.row(IDLE_KEY)
+            r.idle_usd_micro += left_usd_micro
+            r.idle_gpu_hours_micro += 0 if shared else self.idle.gpu_hours_micro
+
+    def idle_rows(self, key_of: dict[str, str]) -> list[IdleRow]:
+        """Idle by node (``key_of`` maps a node to itself) or by GPU model."""
+        acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        models: dict[str, str] = {}
+        for node, hours in self.node_hours.items():
+            k = key_of[node]
+            models[k] = self.node_model[node]
+            idle = self.node_idle.get(node)
+            acc[k][0] += idle.total_usd_micro if idle else 0
+            acc[k][1] += idle.gpu_hours_micro if idle else 0
+            acc[k][2] += hours
+        out = [
+            IdleRow(
+                key=k,
+                gpu_model=models[k],
+                idle_usd_micro=v[0],
+                idle_gpu_hours_micro=v[1],
+                gpu_hours_micro=v[2],
+            )
+            for k, v in acc.items()
+            if v[0] or v[1]
+        ]
+        return sorted(out, key=lambda r: (-r.idle_usd_micro, r.key))
+
+
 def summarize(
-    lines: Iterable[CostEntry],
+    lines: Iterable[ReportLine],
     *,
     by: Group = "tenant",
     window: ReportWindow | None = None,
@@ -201,102 +281,36 @@ def summarize(
         whose = "" if tenant is None else f" for tenant {tenant!r}"
         raise EmptyReport(f"no cost{whose} in {window.label()}")
 
-    rows: dict[str, CostRow] = {}
-    seen_jobs: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    allocated, idle = Amounts(), Amounts()
-    node_model: dict[str, str] = {}
-    node_hours: dict[str, int] = defaultdict(int)
-    node_idle: dict[str, Amounts] = defaultdict(Amounts)
-
-    def row(key: str, job_tenant: str = "") -> CostRow:
-        if key not in rows:
-            rows[key] = CostRow(key=key, tenant=job_tenant)
-        return rows[key]
-
+    t = _Tally(by)
     for e in in_window:
-        a = e.amounts
-        node_model.setdefault(e.node, e.gpu_model)
-        node_hours[e.node] += a.gpu_hours_micro
-        if e.kind == "idle":
-            idle.add(a)
-            node_idle[e.node].add(a)
-            if by in ("node", "gpu_model"):
-                r = row(e.node if by == "node" else e.gpu_model)
-                r.idle_usd_micro += a.total_usd_micro
-                r.idle_gpu_hours_micro += a.gpu_hours_micro
-            continue
-        allocated.add(a)
-        key = {
-            "tenant": e.tenant,
-            "job": f"{e.tenant}/{e.job_id}",
-            "node": e.node,
-            "gpu_model": e.gpu_model,
-        }[by]
-        r = row(key, e.tenant if by == "job" else "")
-        r.allocated.add(a)
-        seen_jobs[key].add((e.tenant, e.job_id))
-
+        t.add(e)
     shared_total = 0
     if tenant is not None or by in ("tenant", "job"):
         # A fleet report by node or GPU model already shows each idle line where it arose.
-        for s in shares:
-            model = node_model.get(s.node, "")
-            key = {"tenant": s.tenant, "job": f"{s.tenant}/{s.job_id}", "node": s.node}.get(
-                by, model
-            )
-            row(key, s.tenant if by == "job" else "").idle_usd_micro += s.idle_usd_micro
-            shared_total += s.idle_usd_micro
+        shared_total = t.add_shares(shares)
     if tenant is None and by in ("tenant", "job"):
         # Idle nobody carries (all of it without sharing) is a row of its own.
-        left = idle.total_usd_micro - shared_total
-        if left:
-            r = row(IDLE_KEY)
-            r.idle_usd_micro += left
-            r.idle_gpu_hours_micro += 0 if share else idle.gpu_hours_micro
-    for key, jobs in seen_jobs.items():
-        rows[key].jobs = len(jobs)
-
-    idle_in_scope = idle
+        t.add_uncarried(t.idle.total_usd_micro - shared_total, share)
+    for key, jobs in t.seen_jobs.items():
+        t.rows[key].jobs = len(jobs)
+    idle_in_scope = t.idle
     if tenant is not None:
         # A tenant carries idle only as its share: money, no GPU-hours of its own.
-        idle_in_scope = Amounts(cost_usd_micro=sum(s.idle_usd_micro for s in shares))
-
-    def idle_rows(key_of: dict[str, str]) -> list[IdleRow]:
-        acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        models: dict[str, str] = {}
-        for node in node_hours:
-            k = key_of[node]
-            models[k] = node_model[node]
-            acc[k][0] += node_idle[node].total_usd_micro if node in node_idle else 0
-            acc[k][1] += node_idle[node].gpu_hours_micro if node in node_idle else 0
-            acc[k][2] += node_hours[node]
-        out = [
-            IdleRow(
-                key=k,
-                gpu_model=models[k],
-                idle_usd_micro=v[0],
-                idle_gpu_hours_micro=v[1],
-                gpu_hours_micro=v[2],
-            )
-            for k, v in acc.items()
-            if v[0] or v[1]
-        ]
-        return sorted(out, key=lambda r: (-r.idle_usd_micro, r.key))
-
+        idle_in_scope = LineAmounts(cost_usd_micro=sum(s.idle_usd_micro for s in shares))
     fleet = tenant is None
     return CostSummary(
-        scope="fleet" if fleet else tenant,
+        scope="fleet" if tenant is None else tenant,
         window=window,
         covered_start_ms=min(e.window_start_ms for e in in_window),
         covered_end_ms=max(e.window_end_ms for e in in_window),
         by=by,
-        rows=sorted(rows.values(), key=lambda r: (r.key == IDLE_KEY, -r.total_usd_micro, r.key)),
-        allocated=allocated,
+        rows=sorted(t.rows.values(), key=lambda r: (r.key == IDLE_KEY, -r.total_usd_micro, r.key)),
+        allocated=t.allocated,
         idle=idle_in_scope,
         idle_included=fleet or share,
         idle_shared=share,
-        idle_unshared_usd_micro=idle.total_usd_micro - shared_total if fleet else 0,
-        idle_by_node=idle_rows({n: n for n in node_hours}) if fleet else [],
-        idle_by_gpu_model=idle_rows(node_model) if fleet else [],
+        idle_unshared_usd_micro=t.idle.total_usd_micro - shared_total if fleet else 0,
+        idle_by_node=t.idle_rows({n: n for n in t.node_hours}) if fleet else [],
+        idle_by_gpu_model=t.idle_rows(t.node_model) if fleet else [],
         lines=len(in_window),
     )

@@ -13,9 +13,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from seedance.cost_ledger.core.lines import CostLine as CostEntry
-from seedance.cost_ledger.core.money import usd_from_micro
-from seedance.cost_ledger.reports.focus import FOCUS_COLUMNS, FocusContext, focus_csv, focus_rows
+from seedance.reports.focus import FOCUS_COLUMNS, FocusContext, focus_csv, focus_rows
+from seedance.reports.lines import ReportLine, usd_from_micro
 
 __all__ = [
     "ENTRY_CSV_COLUMNS",
@@ -41,7 +40,7 @@ def _dec(micro: int) -> str:
     return str(usd_from_micro(micro))
 
 
-def entries_csv(entries: Iterable[CostEntry]) -> str:
+def entries_csv(entries: Iterable[ReportLine]) -> str:
     """Every entry as emitted (adjustments included), for audit and reconciliation."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

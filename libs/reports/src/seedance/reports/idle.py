@@ -2,9 +2,9 @@
 
 Owns the optional redistribution of each node's idle line over the jobs that ran on that node
 in the same window, in proportion to their allocated (non-idle) cost, as OpenCost does. The
-ledger keeps idle as its own line (``__idle__``); reports call this when a user asks for idle
-to be charged to the teams that hold the node. Must not change the ledger's entries: it returns
-shares alongside them.
+ledger keeps idle as its own line (``__idle__``); a report shares it when a user asks for idle
+to be charged to the teams that hold the node (a reporting rule: the ledger never applies it).
+Must not change the lines: it returns shares alongside them.
 
 Exactness: shares are apportioned by the largest-remainder method, so the shares of one idle
 line add up to that line exactly (no micro-dollar created or lost). A window with idle but no
@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import msgspec
 
-from seedance.cost_ledger.core.lines import CostLine
+from seedance.reports.lines import ReportLine
 
 __all__ = ["IdleShare", "apportion", "share_idle"]
 
@@ -51,7 +51,7 @@ def apportion(total: int, weights: list[int]) -> list[int]:
     return parts
 
 
-def share_idle(entries: Iterable[CostLine]) -> tuple[list[IdleShare], int]:
+def share_idle(entries: Iterable[ReportLine]) -> tuple[list[IdleShare], int]:
     """Idle shares per job per node-window, and the idle left unshared (no job to carry it)."""
     idle: dict[tuple[str, int], int] = defaultdict(int)
     usage: dict[tuple[str, int], dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))

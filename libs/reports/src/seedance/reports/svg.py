@@ -25,7 +25,7 @@ FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
 def _nice_max(v: float) -> float:
     if v <= 0:
         return 1.0
-    exp = 10 ** math.floor(math.log10(v))
+    exp = 10.0 ** math.floor(math.log10(v))
     for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
         if v <= m * exp:
             return m * exp
@@ -110,7 +110,7 @@ def stacked_bars(
     step = w / max(1, len(labels))
     bar_w = max(1.0, step * 0.78)
     for i, lab in enumerate(labels):
-        y = top + h
+        y: float = top + h
         for name, colour, values in series:
             v = values[i]
             if v <= 0:

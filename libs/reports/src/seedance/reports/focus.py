@@ -48,9 +48,8 @@ from typing import Any
 
 import msgspec
 
-from seedance.cost_ledger.core.idle import apportion
-from seedance.cost_ledger.core.lines import Amounts
-from seedance.cost_ledger.core.lines import CostLine as CostEntry
+from seedance.reports.idle import apportion
+from seedance.reports.lines import LineAmounts, ReportLine
 
 __all__ = [
     "FOCUS_1_2_COLUMNS",
@@ -222,13 +221,13 @@ def _ratio(num: Fraction, places: int = _UNIT_PRICE_PLACES) -> Decimal:
     return d.normalize()
 
 
-def _fold(entries: Iterable[CostEntry]) -> list[tuple[CostEntry, Amounts, int]]:
+def _fold(entries: Iterable[ReportLine]) -> list[tuple[ReportLine, LineAmounts, int]]:
     """One line per (kind, job, node, window): amounts summed over revisions."""
-    folded: dict[tuple[str, str, str, int], tuple[CostEntry, Amounts, set[str]]] = {}
+    folded: dict[tuple[str, str, str, int], tuple[ReportLine, LineAmounts, set[str]]] = {}
     for e in entries:
         key = (e.kind, e.job_id, e.node, e.window_start_ms)
         if key not in folded:
-            folded[key] = (e, Amounts(), set())
+            folded[key] = (e, LineAmounts(), set())
         first, amounts, sources = folded[key]
         amounts.add(e.amounts)
         sources.update(e.source_event_ids)
@@ -237,7 +236,7 @@ def _fold(entries: Iterable[CostEntry]) -> list[tuple[CostEntry, Amounts, int]]:
     return [(e, a, len(s)) for _, (e, a, s) in sorted(folded.items())]
 
 
-def _tags(e: CostEntry) -> dict[str, str]:
+def _tags(e: ReportLine) -> dict[str, str]:
     # Provider-defined tag keys carry the provider's prefix (FOCUS Tags rules).
     base = (
         {"seedance:allocation": "__idle__"}
@@ -247,7 +246,9 @@ def _tags(e: CostEntry) -> dict[str, str]:
     return {**base, "seedance:pricing_tier": e.pricing_tier}
 
 
-def _common(e: CostEntry, a: Amounts, n_sources: int, ctx: FocusContext, version: str) -> dict:
+def _common(
+    e: ReportLine, a: LineAmounts, n_sources: int, ctx: FocusContext, version: str
+) -> dict[str, Any]:
     period_start, period_end = _month_bounds(e.window_start_ms)
     idle = e.kind == "idle"
     null_columns = (
@@ -335,7 +336,7 @@ def _priced(
     }
 
 
-def _gpu_row(e: CostEntry, a: Amounts, common: dict) -> dict:
+def _gpu_row(e: ReportLine, a: LineAmounts, common: dict[str, Any]) -> dict[str, Any]:
     what = "Idle GPU capacity" if e.kind == "idle" else f"GPU time of job {e.job_id}"
     return {
         **common,
@@ -357,7 +358,7 @@ def _gpu_row(e: CostEntry, a: Amounts, common: dict) -> dict:
     }
 
 
-def _energy_row(e: CostEntry, a: Amounts, common: dict) -> dict:
+def _energy_row(e: ReportLine, a: LineAmounts, common: dict[str, Any]) -> dict[str, Any]:
     what = "idle GPU capacity" if e.kind == "idle" else f"GPU time of job {e.job_id}"
     # Energy is billed at the measured rate: list and contracted prices are the same.
     return {
@@ -379,18 +380,20 @@ def _energy_row(e: CostEntry, a: Amounts, common: dict) -> dict:
 
 
 def _line_rows(
-    e: CostEntry, a: Amounts, n: int, ctx: FocusContext, version: str
-) -> tuple[dict | None, dict | None]:
+    e: ReportLine, a: LineAmounts, n: int, ctx: FocusContext, version: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     common = _common(e, a, n, ctx, version)
     gpu = _gpu_row(e, a, common) if (a.cost_usd_micro or a.gpu_hours_micro) else None
     energy = _energy_row(e, a, common) if a.energy_usd_micro else None
     return gpu, energy
 
 
-def focus_rows(entries: Iterable[CostEntry], ctx: FocusContext | None = None) -> list[dict]:
+def focus_rows(
+    entries: Iterable[ReportLine], ctx: FocusContext | None = None
+) -> list[dict[str, Any]]:
     """FOCUS 1.2 CostAndUsage rows (column ID -> value, ``None`` = null), in a stable order."""
     ctx = ctx or FocusContext()
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for e, a, n in _fold(entries):
         if a.is_zero():
             continue
@@ -398,7 +401,9 @@ def focus_rows(entries: Iterable[CostEntry], ctx: FocusContext | None = None) ->
     return rows
 
 
-def focus_split_rows(entries: Iterable[CostEntry], ctx: FocusContext | None = None) -> list[dict]:
+def focus_split_rows(
+    entries: Iterable[ReportLine], ctx: FocusContext | None = None
+) -> list[dict[str, Any]]:
     """FOCUS 1.3 rows with split cost allocation of each node-window's GPU cost.
 
     The origin charge is the GPU cost of one node in one window (every job's line there plus
@@ -409,8 +414,8 @@ def focus_split_rows(entries: Iterable[CostEntry], ctx: FocusContext | None = No
     rows are each job's own measured charge, not a split, and carry null allocation columns.
     """
     ctx = ctx or FocusContext()
-    origins: dict[tuple[str, int], list[tuple[CostEntry, Amounts, int]]] = defaultdict(list)
-    energy: list[dict] = []
+    origins: dict[tuple[str, int], list[tuple[ReportLine, LineAmounts, int]]] = defaultdict(list)
+    energy: list[dict[str, Any]] = []
     for e, a, n in _fold(entries):
         if a.is_zero():
             continue
@@ -419,7 +424,7 @@ def focus_split_rows(entries: Iterable[CostEntry], ctx: FocusContext | None = No
             origins[(e.node, e.window_start_ms)].append((e, a, n))
         if en is not None:
             energy.append({**en, **dict.fromkeys(FOCUS_1_3_ALLOCATION_COLUMNS)})
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for (node, start_ms), lines in sorted(origins.items()):
         weights = [a.cost_usd_micro for _, a, _ in lines]
         if sum(weights) <= 0:
@@ -456,7 +461,7 @@ def focus_split_rows(entries: Iterable[CostEntry], ctx: FocusContext | None = No
     return rows + energy
 
 
-def focus_metadata(version: str, columns: tuple[str, ...], created_ms: int) -> dict:
+def focus_metadata(version: str, columns: tuple[str, ...], created_ms: int) -> dict[str, Any]:
     """The dataset-level statement of a FOCUS file: its version and column definitions.
 
     FOCUS carries its version in metadata, not in a column; this is the schema object of the
@@ -483,7 +488,7 @@ def focus_metadata(version: str, columns: tuple[str, ...], created_ms: int) -> d
     }  # fmt: skip
 
 
-def _csv(rows: list[dict], columns: tuple[str, ...]) -> str:
+def _csv(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")  # None is written empty
     w.writeheader()
@@ -491,11 +496,11 @@ def _csv(rows: list[dict], columns: tuple[str, ...]) -> str:
     return buf.getvalue()
 
 
-def focus_csv(entries: Iterable[CostEntry], ctx: FocusContext | None = None) -> str:
+def focus_csv(entries: Iterable[ReportLine], ctx: FocusContext | None = None) -> str:
     """FOCUS 1.2 rows as CSV with the spec's column IDs as the header (null = empty field)."""
     return _csv(focus_rows(entries, ctx), FOCUS_COLUMNS)
 
 
-def focus_split_csv(entries: Iterable[CostEntry], ctx: FocusContext | None = None) -> str:
+def focus_split_csv(entries: Iterable[ReportLine], ctx: FocusContext | None = None) -> str:
     """FOCUS 1.3 split-allocation rows as CSV."""
     return _csv(focus_split_rows(entries, ctx), FOCUS_SPLIT_COLUMNS)

@@ -17,10 +17,9 @@ from html import escape
 
 import msgspec
 
-from seedance.cost_ledger.core.lines import CostLine as CostEntry
-from seedance.cost_ledger.core.money import usd_from_micro
-from seedance.cost_ledger.reports import svg
-from seedance.cost_ledger.reports.summary import IDLE_KEY, CostSummary, ReportWindow, summarize
+from seedance.reports import svg
+from seedance.reports.lines import ReportLine, usd_from_micro
+from seedance.reports.summary import IDLE_KEY, CostSummary, ReportWindow, summarize
 
 __all__ = ["Baseline", "ReportInput", "render_html"]
 
@@ -42,7 +41,7 @@ class ReportInput(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     title: str
-    entries: Sequence[CostEntry]
+    entries: Sequence[ReportLine]
     generated_at_ms: int
     assumptions: Sequence[str] = ()
     baseline: Baseline | None = None
@@ -124,40 +123,12 @@ def render_html(data: ReportInput) -> str:
     n_buckets = max(1, -(-(t1 - t0) // bucket_ms))
     labels = [_bucket_label(t0 + i * bucket_ms, t1 - t0) for i in range(n_buckets)]
 
-    cost = {t: [0] * n_buckets for t in tenants}
-    idle_cost = [0] * n_buckets
-    alloc_h = [0] * n_buckets
-    idle_h = [0] * n_buckets
-    act_weighted = [0] * n_buckets
-    act_hours = [0] * n_buckets
-    by_tenant: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # $, GPU-h, TFLOP-h, list
-    idle_by_node: dict[str, int] = defaultdict(int)
-    assumed_models: set[str] = set()
+    sums = _Buckets(tenants, n_buckets)
     for e in entries:
-        b = (e.window_start_ms - t0) // bucket_ms
-        a = e.amounts
-        if e.activity_ppm is not None and a.gpu_hours_micro > 0:
-            act_weighted[b] += e.activity_ppm * a.gpu_hours_micro
-            act_hours[b] += a.gpu_hours_micro
-        if e.kind == "idle":
-            idle_cost[b] += a.total_usd_micro
-            idle_h[b] += a.gpu_hours_micro
-            idle_by_node[e.node] += a.total_usd_micro
-            continue
-        cost[e.tenant][b] += a.total_usd_micro
-        alloc_h[b] += a.gpu_hours_micro
-        row = by_tenant[e.tenant]
-        row[0] += a.total_usd_micro
-        row[1] += a.gpu_hours_micro
-        row[2] += a.tflop_hours_micro
-        row[3] += a.list_cost_usd_micro
-        if any(x.startswith("peak:") for x in e.assumptions):
-            assumed_models.add(e.tenant)
-
-    shared_idle: dict[str, int] = defaultdict(int)
-    for r in by_job.rows:
-        if r.key != IDLE_KEY:
-            shared_idle[r.tenant] += r.idle_usd_micro
+        sums.add(e, (e.window_start_ms - t0) // bucket_ms)
+    cost, idle_cost, alloc_h, idle_h = sums.cost, sums.idle_cost, sums.alloc_h, sums.idle_h
+    act_weighted, act_hours = sums.act_weighted, sums.act_hours
+    by_tenant, assumed_models = sums.by_tenant, sums.assumed_models
 
     total_alloc = sum(r[0] for r in by_tenant.values())
     total_idle = by_job.idle.total_usd_micro
@@ -195,90 +166,11 @@ def render_html(data: ReportInput) -> str:
         vmax=100,
     )
     idle_html, idle_tables = _idle_section(by_job, data.tenant)
-    tflop_rows = sorted(
-        ((t, r[0] / r[2]) for t, r in by_tenant.items() if r[2] > 0), key=lambda kv: -kv[1]
-    )
-    if tflop_rows:
-        tflop_chart = svg.hbars(
-            [(t, v, colours[t]) for t, v in tflop_rows],
-            label="Dollars per delivered TFLOP-hour by tenant",
-            value_text=[f"${v:.4f}{' *' if t in assumed_models else ''}" for t, v in tflop_rows],
-        )
-        tflop_html = (
-            '<section><h2>$ per TFLOP-hour</h2><p class="sub">Cost per delivered TFLOP-hour '
-            f"(activity × dense FP16 peak × hours). Lower is better.</p>{tflop_chart}</section>"
-        )
-    else:
-        tflop_html = (
-            '<section><h2>$ per TFLOP-hour</h2><p class="sub">Not shown: no line in this window '
-            "has a measured GPU activity and a known peak, so no TFLOP-hours were delivered "
-            "that the ledger can count.</p></section>"
-        )
+    tflop_html = _tflop_section(by_tenant, colours, assumed_models)
 
-    savings_html = ""
-    savings_tile = ""
-    if data.baseline is not None:
-        base = data.baseline
-        base_total = sum(base.cost_usd_micro_by_tenant.values())
-        saved = base_total - total_alloc
-        pct = 100 * saved / base_total if base_total else 0.0
-        names = sorted(set(base.cost_usd_micro_by_tenant) | set(by_tenant))
-        chart = svg.grouped_bars(
-            names,
-            [
-                (
-                    f"{base.policy_name} (baseline)",
-                    "#bab0ac",
-                    [base.cost_usd_micro_by_tenant.get(t, 0) / 1e6 for t in names],
-                ),
-                (
-                    "Seedance",
-                    "#59a14f",
-                    [by_tenant[t][0] / 1e6 if t in by_tenant else 0 for t in names],
-                ),
-            ],
-            label="Cost by tenant: baseline policy against Seedance",
-        )
-        cls = "good" if saved >= 0 else "bad"
-        savings_tile = (
-            f'<div class="tile"><div class="k">Saved vs {escape(base.policy_name)}</div>'
-            f'<div class="v {cls}">{_usd(saved)}</div><div class="s">{pct:.1f} % of the '
-            f"baseline's {_usd(base_total)}</div></div>"
-        )
-        savings_html = (
-            f"<section><h2>Savings against {escape(base.policy_name)}</h2>"
-            '<p class="sub">Allocated cost of the same work under the baseline placement policy '
-            f"(supplied by the caller) and under Seedance: {_usd(saved)} saved "
-            f"({pct:.1f} %).</p>{chart}</section>"
-        )
+    savings_tile, savings_html = _savings(data.baseline, by_tenant, total_alloc)
 
-    rows = []
-    for t in tenants:
-        c, h, tf, lst = by_tenant[t]
-        per = f"${c / tf:.4f}" if tf else "n/a"
-        mark = " *" if t in assumed_models else ""
-        idle_col = f"<td>{_usd(shared_idle[t])}</td>" if data.share_idle else ""
-        rows.append(
-            f'<tr><td><span style="color:{colours[t]}">■</span> {escape(t)}</td>'
-            f"<td>{_usd(c)}</td>{idle_col}<td>{h / 1e6:,.2f}</td><td>{tf / 1e6:,.1f}</td>"
-            f"<td>{per}{mark}</td><td>{_usd(lst)}</td></tr>"
-        )
-    if fleet and by_job.idle_unshared_usd_micro:
-        # The idle no tenant carries closes the table, so its Cost column adds up to the total.
-        unshared = by_job.idle_unshared_usd_micro
-        idle_col = f"<td>{_usd(0)}</td>" if data.share_idle else ""
-        hours = "" if data.share_idle else f"{sum(idle_h) / 1e6:,.2f}"
-        rows.append(
-            f'<tr class="idle-row"><td><span style="color:{svg.IDLE_COLOUR}">■</span> idle '
-            f"(no tenant)</td><td>{_usd(unshared)}</td>{idle_col}<td>{hours}</td><td></td>"
-            "<td></td><td></td></tr>"
-        )
-    idle_head = "<th>Shared idle</th>" if data.share_idle else ""
-    table = (
-        f"<table><thead><tr><th>Tenant</th><th>Cost</th>{idle_head}<th>GPU-hours</th>"
-        "<th>TFLOP-hours</th><th>$ / TFLOP-hour</th><th>At list price</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )
+    table = _tenant_table(data, by_job, tenants, colours, sums)
     assumptions = list(data.assumptions)
     if assumed_models:
         assumptions.append(
@@ -290,35 +182,10 @@ def render_html(data: ReportInput) -> str:
         else "<p class=sub>None: every price and peak used has a published source.</p>"
     )
     act_text = f"{activity_pct:.0f} %" if activity_pct is not None else "n/a"
-    if fleet:
-        idle_tile = (
-            f'<div class="v">{100 * total_idle / total if total else 0:.1f} %</div>'
-            f'<div class="s">{_usd(total_idle)}, {sum(idle_h) / 1e6:,.1f} idle GPU-hours</div>'
-        )
-        alloc_tile = (
-            '<div class="k">Allocation / activity</div>'
-            f'<div class="v">{alloc_pct:.0f} % / {act_text}</div>'
-            f'<div class="s">of {gpu_h / 1e6:,.1f} GPU-hours</div>'
-        )
-        cost_sub = (
-            "Attributed GPU cost per period, stacked by tenant; grey is capacity nobody held "
-            "(idle), kept as its own line."
-        )
-    else:
-        idle_tile = (
-            f'<div class="v">{_usd(total_idle)}</div><div class="s">its share of the fleet\'s '
-            "idle (OpenCost shareIdle, by node and window)</div>"
-            if data.share_idle
-            else '<div class="v">not included</div><div class="s">idle belongs to the fleet: '
-            "a share of it needs operator credentials (--share-idle)</div>"
-        )
-        alloc_tile = (
-            f'<div class="k">GPU activity</div><div class="v">{act_text}</div>'
-            f'<div class="s">over {gpu_h / 1e6:,.1f} GPU-hours held</div>'
-        )
-        cost_sub = "Attributed GPU cost per period" + (
-            " (the idle share is in the tables, not in this chart)." if data.share_idle else "."
-        )
+    idle_tile, alloc_tile, cost_sub = _tiles(
+        data, total_idle=total_idle, total=total, idle_h=sum(idle_h), alloc_pct=alloc_pct,
+        act_text=act_text, gpu_h=gpu_h,
+    )  # fmt: skip
     asked = "" if window == ReportWindow() else f" · window asked: {escape(window.label())}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -357,6 +224,188 @@ def render_html(data: ReportInput) -> str:
 rather than published.</p>{assume_html}</section>
 </main></body></html>
 """
+
+
+class _Buckets:
+    """Per-bucket and per-tenant sums of the report's lines (integers, exact)."""
+
+    def __init__(self, tenants: list[str], n_buckets: int) -> None:
+        self.cost = {t: [0] * n_buckets for t in tenants}
+        self.idle_cost = [0] * n_buckets
+        self.alloc_h = [0] * n_buckets
+        self.idle_h = [0] * n_buckets
+        self.act_weighted = [0] * n_buckets
+        self.act_hours = [0] * n_buckets
+        # $, GPU-h, TFLOP-h, list price
+        self.by_tenant: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        self.assumed_models: set[str] = set()
+
+    def add(self, e: ReportLine, b: int) -> None:
+        a = e.amounts
+        if e.activity_ppm is not None and a.gpu_hours_micro > 0:
+            self.act_weighted[b] += e.activity_ppm * a.gpu_hours_micro
+            self.act_hours[b] += a.gpu_hours_micro
+        if e.kind == "idle":
+            self.idle_cost[b] += a.total_usd_micro
+            self.idle_h[b] += a.gpu_hours_micro
+            return
+        self.cost[e.tenant][b] += a.total_usd_micro
+        self.alloc_h[b] += a.gpu_hours_micro
+        row = self.by_tenant[e.tenant]
+        row[0] += a.total_usd_micro
+        row[1] += a.gpu_hours_micro
+        row[2] += a.tflop_hours_micro
+        row[3] += a.list_cost_usd_micro
+        if any(x.startswith("peak:") for x in e.assumptions):
+            self.assumed_models.add(e.tenant)
+
+
+def _tflop_section(
+    by_tenant: dict[str, list[int]], colours: dict[str, str], assumed_models: set[str]
+) -> str:
+    tflop_rows = sorted(
+        ((t, r[0] / r[2]) for t, r in by_tenant.items() if r[2] > 0), key=lambda kv: -kv[1]
+    )
+    if not tflop_rows:
+        return (
+            '<section><h2>$ per TFLOP-hour</h2><p class="sub">Not shown: no line in this window '
+            "has a measured GPU activity and a known peak, so no TFLOP-hours were delivered "
+            "that the ledger can count.</p></section>"
+        )
+    tflop_chart = svg.hbars(
+        [(t, v, colours[t]) for t, v in tflop_rows],
+        label="Dollars per delivered TFLOP-hour by tenant",
+        value_text=[f"${v:.4f}{' *' if t in assumed_models else ''}" for t, v in tflop_rows],
+    )
+    return (
+        '<section><h2>$ per TFLOP-hour</h2><p class="sub">Cost per delivered TFLOP-hour '
+        f"(activity × dense FP16 peak × hours). Lower is better.</p>{tflop_chart}</section>"
+    )
+
+
+def _savings(
+    base: Baseline | None, by_tenant: dict[str, list[int]], total_alloc: int
+) -> tuple[str, str]:
+    """The savings tile and section against the caller's baseline (none without one)."""
+    if base is None:
+        return "", ""
+    base_total = sum(base.cost_usd_micro_by_tenant.values())
+    saved = base_total - total_alloc
+    pct = 100 * saved / base_total if base_total else 0.0
+    names = sorted(set(base.cost_usd_micro_by_tenant) | set(by_tenant))
+    chart = svg.grouped_bars(
+        names,
+        [
+            (
+                f"{base.policy_name} (baseline)",
+                "#bab0ac",
+                [base.cost_usd_micro_by_tenant.get(t, 0) / 1e6 for t in names],
+            ),
+            (
+                "Seedance",
+                "#59a14f",
+                [by_tenant[t][0] / 1e6 if t in by_tenant else 0 for t in names],
+            ),
+        ],
+        label="Cost by tenant: baseline policy against Seedance",
+    )
+    cls = "good" if saved >= 0 else "bad"
+    tile = (
+        f'<div class="tile"><div class="k">Saved vs {escape(base.policy_name)}</div>'
+        f'<div class="v {cls}">{_usd(saved)}</div><div class="s">{pct:.1f} % of the '
+        f"baseline's {_usd(base_total)}</div></div>"
+    )
+    section = (
+        f"<section><h2>Savings against {escape(base.policy_name)}</h2>"
+        '<p class="sub">Allocated cost of the same work under the baseline placement policy '
+        f"(supplied by the caller) and under Seedance: {_usd(saved)} saved "
+        f"({pct:.1f} %).</p>{chart}</section>"
+    )
+    return tile, section
+
+
+def _tenant_table(
+    data: ReportInput,
+    by_job: CostSummary,
+    tenants: list[str],
+    colours: dict[str, str],
+    sums: _Buckets,
+) -> str:
+    shared_idle: dict[str, int] = defaultdict(int)
+    for r in by_job.rows:
+        if r.key != IDLE_KEY:
+            shared_idle[r.tenant] += r.idle_usd_micro
+    rows = []
+    for t in tenants:
+        c, h, tf, lst = sums.by_tenant[t]
+        per = f"${c / tf:.4f}" if tf else "n/a"
+        mark = " *" if t in sums.assumed_models else ""
+        idle_col = f"<td>{_usd(shared_idle[t])}</td>" if data.share_idle else ""
+        rows.append(
+            f'<tr><td><span style="color:{colours[t]}">■</span> {escape(t)}</td>'
+            f"<td>{_usd(c)}</td>{idle_col}<td>{h / 1e6:,.2f}</td><td>{tf / 1e6:,.1f}</td>"
+            f"<td>{per}{mark}</td><td>{_usd(lst)}</td></tr>"
+        )
+    if data.tenant is None and by_job.idle_unshared_usd_micro:
+        # The idle no tenant carries closes the table, so its Cost column adds up to the total.
+        unshared = by_job.idle_unshared_usd_micro
+        idle_col = f"<td>{_usd(0)}</td>" if data.share_idle else ""
+        hours = "" if data.share_idle else f"{sum(sums.idle_h) / 1e6:,.2f}"
+        rows.append(
+            f'<tr class="idle-row"><td><span style="color:{svg.IDLE_COLOUR}">■</span> idle '
+            f"(no tenant)</td><td>{_usd(unshared)}</td>{idle_col}<td>{hours}</td><td></td>"
+            "<td></td><td></td></tr>"
+        )
+    idle_head = "<th>Shared idle</th>" if data.share_idle else ""
+    return (
+        f"<table><thead><tr><th>Tenant</th><th>Cost</th>{idle_head}<th>GPU-hours</th>"
+        "<th>TFLOP-hours</th><th>$ / TFLOP-hour</th><th>At list price</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _tiles(
+    data: ReportInput,
+    *,
+    total_idle: int,
+    total: int,
+    idle_h: int,
+    alloc_pct: float,
+    act_text: str,
+    gpu_h: int,
+) -> tuple[str, str, str]:
+    """The idle tile, the allocation tile and the cost chart's caption: the fleet's or a
+    tenant's."""
+    if data.tenant is None:
+        idle_tile = (
+            f'<div class="v">{100 * total_idle / total if total else 0:.1f} %</div>'
+            f'<div class="s">{_usd(total_idle)}, {idle_h / 1e6:,.1f} idle GPU-hours</div>'
+        )
+        alloc_tile = (
+            '<div class="k">Allocation / activity</div>'
+            f'<div class="v">{alloc_pct:.0f} % / {act_text}</div>'
+            f'<div class="s">of {gpu_h / 1e6:,.1f} GPU-hours</div>'
+        )
+        cost_sub = (
+            "Attributed GPU cost per period, stacked by tenant; grey is capacity nobody held "
+            "(idle), kept as its own line."
+        )
+        return idle_tile, alloc_tile, cost_sub
+    idle_tile = (
+        f'<div class="v">{_usd(total_idle)}</div><div class="s">its share of the fleet\'s '
+        "idle (OpenCost shareIdle, by node and window)</div>"
+        if data.share_idle
+        else '<div class="v">not included</div><div class="s">idle belongs to the fleet: '
+        "a share of it needs operator credentials (--share-idle)</div>"
+    )
+    alloc_tile = (
+        f'<div class="k">GPU activity</div><div class="v">{act_text}</div>'
+        f'<div class="s">over {gpu_h / 1e6:,.1f} GPU-hours held</div>'
+    )
+    cost_sub = "Attributed GPU cost per period" + (
+        " (the idle share is in the tables, not in this chart)." if data.share_idle else "."
+    )
+    return idle_tile, alloc_tile, cost_sub
 
 
 def _idle_section(summary: CostSummary, tenant: str | None) -> tuple[str, str]:

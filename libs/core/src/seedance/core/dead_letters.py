@@ -1,0 +1,86 @@
+"""Dead letters: the one way a Seedance reader sets aside a message it will never apply.
+
+Owns building a ``DeadLetter`` from a JetStream message (its payload, headers and place in the
+stream) and publishing it on ``seedance.dlq.<service>``. Shared by the acked pull consumer
+(``seedance.core.consumer``, which terminates the original once the letter is durable) and by
+readers that keep their own position and never ack (the ledger's replicas: the letter is all).
+Must not decide what is poison, nor settle the original: the caller does both.
+"""
+
+from __future__ import annotations
+
+from nats.aio.msg import Msg
+
+from seedance.core.bus import Bus
+from seedance.core.logs import get_logger
+from seedance.events import derived_event_id, new_event_id
+from seedance.events.dlq import DeadLetter
+from seedance.events.subjects import Header, dlq
+
+__all__ = ["DeadLetters", "dead_letter_of"]
+
+log = get_logger(__name__)
+
+
+def dead_letter_of(
+    msg: Msg, *, service: str, kind: str, reason: str, letter_id: str | None = None
+) -> DeadLetter:
+    """The dead letter for a JetStream message: its payload, headers and where it was.
+
+    Stamped with the original's stream time (no wall clock). ``letter_id`` defaults to a new id;
+    a deterministic replica passes one derived from the message, so its twins' letters are one.
+    """
+    md = msg.metadata
+    return DeadLetter(
+        id=letter_id or new_event_id(),
+        at=md.timestamp,
+        service=service,
+        subject=msg.subject,
+        stream_seq=md.sequence.stream,
+        num_delivered=md.num_delivered,
+        error_kind=kind,
+        reason=reason,
+        payload=msg.data,
+        headers=dict(msg.headers or {}),
+    )
+
+
+class DeadLetters:
+    """Publishes one service's dead letters and logs each one.
+
+    With ``derived_ids`` a letter's id is derived from its original (the ``Nats-Msg-Id`` it was
+    published with, else its stream and sequence), so deterministic replicas that all reject the
+    same input publish one letter: the others' copies are dropped by the duplicate window. A
+    failed publish raises (``NoStream``, a timeout, a NATS error): the caller decides whether to
+    retry the original later or to fail.
+    """
+
+    def __init__(self, bus: Bus, service: str, *, derived_ids: bool = False) -> None:
+        self._bus = bus
+        self.service = service
+        self._derived_ids = derived_ids
+
+    def letter(self, msg: Msg, kind: str, reason: str) -> DeadLetter:
+        letter_id = None
+        if self._derived_ids:
+            md = msg.metadata
+            cause = (msg.headers or {}).get(Header.MSG_ID.value) or (
+                f"{md.stream}:{md.sequence.stream}"
+            )
+            letter_id = derived_event_id(cause, f"{self.service}-dead-letter")
+        return dead_letter_of(msg, service=self.service, kind=kind, reason=reason,
+                              letter_id=letter_id)  # fmt: skip
+
+    async def send(self, msg: Msg, kind: str, reason: str) -> DeadLetter:
+        """Publish the letter for ``msg`` and wait for the stream's ack."""
+        letter = self.letter(msg, kind, reason)
+        await self._bus.publish(dlq.subject(self.service), letter)
+        log.warning(
+            "message_dead_lettered",
+            service=self.service,
+            kind=kind,
+            reason=reason,
+            subject=msg.subject,
+            stream_seq=msg.metadata.sequence.stream,
+        )
+        return letter
