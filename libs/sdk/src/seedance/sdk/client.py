@@ -205,6 +205,8 @@ class SeedanceClient:
         """Publish ``job.finished.v1``; with ``wait_s``, wait for its ``JobReleased``."""
         return await self._lifecycle("finished", tenant, job_id, at, wait_s)
 
+    # The four lifecycle verbs are deliberately parallel public methods (one per event, each
+    # with its own docstring and reply) over one `_lifecycle`.
     async def fail_job(
         self,
         tenant: str,
@@ -214,6 +216,8 @@ class SeedanceClient:
         at: datetime | None = None,
         wait_s: float | None = None,
     ) -> JobOutcome:
+        """Publish ``job.failed.v1`` with its ``reason``; with ``wait_s``, wait for its
+        ``JobReleased``."""
         return await self._lifecycle("failed", tenant, job_id, at, wait_s, reason=reason)
 
     async def cancel_job(
@@ -225,6 +229,8 @@ class SeedanceClient:
         at: datetime | None = None,
         wait_s: float | None = None,
     ) -> JobOutcome:
+        """Publish ``job.cancelled.v1`` with its ``reason``; with ``wait_s``, wait for its
+        ``JobReleased`` (a job cancelled before it was placed is released unplaced)."""
         return await self._lifecycle("cancelled", tenant, job_id, at, wait_s, reason=reason)
 
     async def _lifecycle(

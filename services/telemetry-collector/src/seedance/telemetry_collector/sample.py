@@ -24,6 +24,7 @@ __all__ = [
     "NodeInventory",
     "NodeSample",
     "ProcessSample",
+    "SlowFields",
     "merge_slow",
 ]
 
@@ -48,7 +49,22 @@ class MigInstanceSample(msgspec.Struct, frozen=True, kw_only=True):
     mem_total_mib: float | None = None
 
 
-class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
+class SlowFields(msgspec.Struct, frozen=True, kw_only=True):
+    """The expensive fields of a GPU (energy, ECC, XID, GPM), read on their own slower cadence:
+    declared once for the reading (``GpuSlowReading``) and the sample it is merged into."""
+
+    energy_j: float | None = None
+    power_from_energy_w: float | None = None
+    ecc_uncorrected_volatile: int | None = None
+    xid_last: int | None = None
+    gr_engine_active_ratio: float | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
+
+
+class GpuSample(SlowFields, frozen=True, kw_only=True):
     """One GPU at one moment: the cheap fields of this tick plus the latest expensive ones.
 
     ``gpu_util_ratio`` is NVML's "utilisation" (share of time any kernel ran), which reads 16 %
@@ -77,34 +93,16 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
     mig_enabled: bool | None = None
     mig_instances: tuple[MigInstanceSample, ...] = ()
     processes: tuple[ProcessSample, ...] | None = None
-    # Expensive fields: read on the slow cadence; ``slow_age_s`` says how old they are.
-    energy_j: float | None = None
-    power_from_energy_w: float | None = None
-    ecc_uncorrected_volatile: int | None = None
-    xid_last: int | None = None
-    gr_engine_active_ratio: float | None = None
-    sm_active_ratio: float | None = None
-    sm_occupancy_ratio: float | None = None
-    tensor_active_ratio: float | None = None
-    dram_active_ratio: float | None = None
+    # The expensive fields (``SlowFields``) come from the latest slow reading; this says how old.
     slow_age_s: float | None = None
 
 
-class GpuSlowReading(msgspec.Struct, frozen=True, kw_only=True):
+class GpuSlowReading(SlowFields, frozen=True, kw_only=True):
     """The expensive fields of one GPU, read on their own cadence (energy, ECC, XID, GPM)."""
 
     index: int
     read_at_monotonic_s: float
     health_reasons: tuple[str, ...] = ()
-    energy_j: float | None = None
-    power_from_energy_w: float | None = None
-    ecc_uncorrected_volatile: int | None = None
-    xid_last: int | None = None
-    gr_engine_active_ratio: float | None = None
-    sm_active_ratio: float | None = None
-    sm_occupancy_ratio: float | None = None
-    tensor_active_ratio: float | None = None
-    dram_active_ratio: float | None = None
 
 
 class NodeSample(msgspec.Struct, frozen=True, kw_only=True):
@@ -179,17 +177,7 @@ class HealthChange(msgspec.Struct, frozen=True, kw_only=True):
     at_unix_s: float
 
 
-_SLOW_FIELDS = (
-    "energy_j",
-    "power_from_energy_w",
-    "ecc_uncorrected_volatile",
-    "xid_last",
-    "gr_engine_active_ratio",
-    "sm_active_ratio",
-    "sm_occupancy_ratio",
-    "tensor_active_ratio",
-    "dram_active_ratio",
-)
+_SLOW_FIELDS = tuple(f.name for f in msgspec.structs.fields(SlowFields))
 
 
 def merge_slow(fast: GpuSample, slow: GpuSlowReading | None, now_monotonic_s: float) -> GpuSample:
