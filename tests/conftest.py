@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tools.stack import NatsServer
+from seedance.testing.servers import NatsServer
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -25,8 +25,10 @@ import time
 from pathlib import Path
 
 from seedance.core import Bus, BusSettings
+from seedance.testing.paths import REPO
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import NatsServer
 from tools.ledger_workload import audit_ledger, wait_checkpointed, workload
-from tools.stack import REPO, NatsServer, ServiceProcesses
 
 STATE_KEY = "chaos"
 

@@ -54,8 +54,9 @@ from seedance.core import Bus, BusSettings
 from seedance.events import decode
 from seedance.events.graph import CompileResult
 from seedance.sdk import SeedanceClient
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import nats_server_binary
 from tools.ledger_workload import audit_ledger, read_stream, wait_checkpointed, workload
-from tools.stack import ServiceProcesses, nats_server_binary
 
 STATE_KEY = "scale"
 LEDGER_SETTINGS = {

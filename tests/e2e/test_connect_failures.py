@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
-from tools.stack import NatsServer
+from seedance.testing.servers import NatsServer
 
 pytestmark = pytest.mark.e2e
 

@@ -36,8 +36,9 @@ from seedance.events.slicing import JobReleased, Placement
 from seedance.events.subjects import costs, inbox_prefix, jobs, telemetry
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import PermissionRefused, SeedanceClient
+from seedance.testing.paths import REPO
+from seedance.testing.servers import shipped_auth_server
 from tests.conftest import eventually
-from tools.stack import REPO, shipped_auth_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 

@@ -50,7 +50,8 @@ from seedance.events.subjects import (
     jobs,
     slicing,
 )
-from tools.stack import REPO, NatsServer
+from seedance.testing.paths import REPO
+from seedance.testing.servers import NatsServer
 
 pytestmark = [
     pytest.mark.integration,

@@ -25,9 +25,10 @@ from seedance.events.dlq import DeadLetter
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import GpuSample, GpuSampleBatch
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import NatsServer
 from tests.conftest import eventually, serving
 from tools.ledger_workload import START, workload
-from tools.stack import NatsServer, ServiceProcesses
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from seedance.cost_ledger import core
 from seedance.cost_ledger.__main__ import report
 from seedance.cost_ledger.core.mapping import to_bus
 from seedance.sdk.cli import main as seedance_cli
-from tools.stack import NatsServer
+from seedance.testing.servers import NatsServer
 
 pytestmark = pytest.mark.integration
 

@@ -42,13 +42,10 @@ from seedance.events.subjects import costs, ledger, observed, routing, slicing, 
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
 from seedance.traces import alibaba
-from tools.stack import (
-    NatsServer,
-    ServiceProcesses,
-    wait_consumer_settled,
-    wait_inventory_known,
-)
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
 # The replay's virtual time runs ahead of the wall clock (whole hours, so charge windows line

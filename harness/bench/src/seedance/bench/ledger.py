@@ -46,8 +46,8 @@ from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode
 from seedance.events.subjects import replica_consumer
+from seedance.testing.servers import NatsServer
 from tools.ledger_workload import workload
-from tools.stack import NatsServer
 
 GOAL = 5_000
 

@@ -1,0 +1,53 @@
+"""Waiting on the bus with a deadline: until a durable consumer has handled what a driver
+published, until the slicer knows the fleet's inventory.
+
+These poll the server's state because no local event exists to wait on; every loop is bounded
+by its timeout, and a timeout names what was awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nats.js.errors import NotFoundError
+
+from seedance.events.subjects import telemetry
+
+__all__ = ["wait_consumer_settled", "wait_inventory_known"]
+
+
+async def wait_consumer_settled(
+    bus: Any, stream: str, durable: str, seq: int = 0, timeout_s: float = 60.0
+) -> None:
+    """Wait until ``durable`` exists and has acknowledged everything up to stream ``seq``.
+
+    With ``seq=0``: until it exists and has nothing pending. This is how a driver knows a
+    service has handled what it published (the service acks only after its effects are durable).
+    """
+    async with asyncio.timeout(timeout_s):
+        while True:
+            try:
+                info = await bus.js.consumer_info(stream, durable)
+            except NotFoundError:
+                info = None
+            if info is not None and (
+                (seq and info.ack_floor.stream_seq >= seq)
+                or (info.num_pending == 0 and info.num_ack_pending == 0)
+            ):
+                return
+            await asyncio.sleep(0.01)  # polls the server's consumer state; bounded
+
+
+async def wait_inventory_known(bus: Any, timeout_s: float = 60.0) -> None:
+    """Wait until the collector published inventory and the slicer handled all of it."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            info = await bus.stream_info("SEEDANCE_TELEMETRY")
+            if info is not None and info.state.messages:
+                break
+            await asyncio.sleep(0.05)  # polls the server; bounded by the timeout
+    inv = await bus.js.stream_info("SEEDANCE_TELEMETRY", subjects_filter=telemetry.INVENTORY)
+    await wait_consumer_settled(
+        bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq, timeout_s
+    )
