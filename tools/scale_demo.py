@@ -401,7 +401,7 @@ async def router_part(args: argparse.Namespace, procs: ServiceProcesses) -> Part
     import numpy as np
     import tritonclient.grpc.aio as grpcclient
 
-    from tools.triton_process import TritonProcess, echo_request, free_port
+    from seedance.testing.triton import TritonProcess, echo_request, free_port
 
     tritons = {n: TritonProcess(n, log_dir=procs.logdir) for n in ("triton-a", "triton-b")}
     for t in tritons.values():
@@ -464,7 +464,7 @@ async def router_part(args: argparse.Namespace, procs: ServiceProcesses) -> Part
 
 
 def triton_available() -> bool:
-    from tools.triton_process import TRITON_PYTHON
+    from seedance.testing.triton import TRITON_PYTHON
 
     return TRITON_PYTHON.exists()
 

@@ -497,7 +497,7 @@ class _EchoLoad:
     async def one(self, i: int) -> None:
         import numpy as np
 
-        from tools.triton_process import echo_request
+        from seedance.testing.triton import echo_request
 
         inputs, x = echo_request(i, b"demo")
         t0 = time.perf_counter()
@@ -524,7 +524,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
     """Route real inference through the router to two real Triton servers; kill one midway."""
     import tritonclient.grpc.aio as grpcclient
 
-    from tools.triton_process import TritonProcess, free_port
+    from seedance.testing.triton import TritonProcess, free_port
 
     say("")
     say("Inference: the router in front of two real Triton servers (CPU, from nvidia-pytriton)")
