@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -40,16 +40,6 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from nats_server_url(
         request.config.getoption("--nats-url") or os.environ.get("SEEDANCE_TEST_NATS_URL")
     )
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    """Wait until ``await check()`` is true; fail with a TimeoutError after the deadline.
-
-    For state the server settles asynchronously (acks are fire-and-forget messages).
-    """
-    async with asyncio.timeout(timeout_s):
-        while not await check():  # noqa: ASYNC110 - the state is the server's, no local event
-            await asyncio.sleep(0.02)  # re-asks the server; bounded by the deadline
 
 
 @contextlib.asynccontextmanager

@@ -24,7 +24,7 @@ from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobEvent, JobFinished, JobSubmitted, ResourceRequest
 from seedance.events.subjects import ConsumerSpec, dlq, jobs
-from tests.conftest import eventually
+from seedance.testing.waits import eventually
 
 pytestmark = pytest.mark.integration
 

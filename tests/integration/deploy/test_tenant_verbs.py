@@ -52,6 +52,7 @@ from seedance.events.subjects import (
 )
 from seedance.testing.paths import REPO
 from seedance.testing.servers import NatsServer
+from seedance.testing.waits import eventually
 
 pytestmark = [
     pytest.mark.integration,
@@ -191,10 +192,9 @@ class Tenant:
                 await self.nc.publish(subject, body, reply=inbox)
             await self.nc.flush()
             wanted = {s.lower() for s, _ in chunk}
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(3.0):
-                    while not wanted <= self.refused():  # noqa: ASYNC110 - errors come by callback
-                        await asyncio.sleep(0.02)
+            with contextlib.suppress(TimeoutError):  # errors come by callback
+                # Awaited before the loop moves on, so the late binding of `wanted` is moot.
+                await eventually(lambda: wanted <= self.refused(), 3.0)  # noqa: B023
             await asyncio.sleep(0.1)  # a reply to an allowed request would come by now
             for sub in subs:
                 await sub.unsubscribe()

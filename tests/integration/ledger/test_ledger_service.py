@@ -27,7 +27,8 @@ from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import GpuSample, GpuSampleBatch
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer
-from tests.conftest import eventually, serving
+from seedance.testing.waits import eventually
+from tests.conftest import serving
 from tools.ledger_workload import START, workload
 
 pytestmark = pytest.mark.integration

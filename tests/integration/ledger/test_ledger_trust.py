@@ -37,7 +37,8 @@ from seedance.events.slicing import EndOutcome, GpuAssignment, JobReleased, Plac
 from seedance.events.subjects import jobs, slicing, telemetry
 from seedance.events.telemetry import GpuSample, GpuSampleBatch
 from seedance.testing.servers import NatsServer
-from tests.conftest import eventually, serving
+from seedance.testing.waits import eventually
+from tests.conftest import serving
 from tests.integration.ledger.fixtures import make_checkpoint_6ef02a6 as old_ckpt
 from tests.integration.ledger.test_ledger_service import CONFIG, caught_up, ledger, read_all
 

@@ -32,7 +32,8 @@ from seedance.events.subjects import CONSUMERS, costs, jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
-from tests.conftest import eventually, serving
+from seedance.testing.waits import eventually
+from tests.conftest import serving
 
 pytestmark = pytest.mark.integration
 

@@ -1,20 +1,56 @@
-"""Waiting on the bus with a deadline: until a durable consumer has handled what a driver
-published, until the slicer knows the fleet's inventory.
+"""Waiting with a deadline: ``eventually`` (until a check holds), and on the bus, until a
+durable consumer has handled what a driver published, until the slicer knows the inventory.
 
-These poll the server's state because no local event exists to wait on; every loop is bounded
-by its timeout, and a timeout names what was awaited.
+These poll because no local event exists to wait on (the state is the server's, a metric, a
+callback's list); every loop is bounded by its timeout, and a timeout names what was awaited.
+A test that can wait on an event or advance a virtual clock does that instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.js.errors import NotFoundError
 
 from seedance.events.subjects import telemetry
 
-__all__ = ["wait_consumer_settled", "wait_inventory_known"]
+__all__ = ["eventually", "wait_consumer_settled", "wait_inventory_known"]
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]],
+    timeout_s: float = 10.0,
+    *,
+    what: str | None = None,
+    interval_s: float = 0.02,
+) -> None:
+    """Return once ``check()`` (plain or awaitable) is true; raise ``TimeoutError`` naming
+    ``what`` (default: the check's name) if it is still false after ``timeout_s``.
+
+    The deadline bounds the checks too: one that hangs (a request to a stopped server) times
+    out like one that keeps answering false. A ``TimeoutError`` of the check's own, before the
+    deadline, propagates as it is.
+    """
+    bound = asyncio.timeout(timeout_s)
+    try:
+        async with bound:
+            while not await _holds(check):
+                await asyncio.sleep(interval_s)
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        name = what or getattr(check, "__qualname__", repr(check))
+        raise TimeoutError(f"not true within {timeout_s} s: {name}") from None
+
+
+async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
+    result = check()
+    if inspect.isawaitable(result):
+        result = await result
+    return bool(result)
 
 
 async def wait_consumer_settled(
