@@ -56,7 +56,7 @@ from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeIn
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
-from tools.ledger_workload import read_stream, wait_checkpointed
+from seedance.testing.workloads import read_stream, wait_checkpointed
 
 REPO = Path(__file__).resolve().parents[1]
 #: Virtual time of the honest fleet: in the past, so that no trusted fact runs ahead of the

@@ -6,7 +6,7 @@ that cluster:
 
 - **cost-ledger**: two replicas (``replica=a``/``b``, one shared ``state_key``), each reading the
   merged input stream ``SEEDANCE_LEDGER_IN`` through its own consumer ``ledger-in-<replica>``.
-  A seeded fleet's placements, releases and samples (tools/ledger_workload.py) are published at a
+  A seeded fleet's placements, releases and samples (seedance.testing.workloads) are published at a
   steady pace; a quarter in, the nats-server leading ``SEEDANCE_LEDGER_IN`` is SIGKILLed; half
   way, replica ``a`` is SIGKILLed; at three quarters both come back (new R3 buckets the other
   services create need three peers). At the end the cost stream
@@ -50,13 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seedance.bench.ledger_audit import audit_ledger
 from seedance.core import Bus, BusSettings
 from seedance.events import decode
 from seedance.events.graph import CompileResult
 from seedance.sdk import SeedanceClient
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import nats_server_binary
-from tools.ledger_workload import audit_ledger, read_stream, wait_checkpointed, workload
+from seedance.testing.workloads import read_stream, wait_checkpointed, workload
 
 STATE_KEY = "scale"
 LEDGER_SETTINGS = {

@@ -28,8 +28,8 @@ from seedance.events.telemetry import GpuSample, GpuSampleBatch
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
+from seedance.testing.workloads import START, workload
 from tests.conftest import serving
-from tools.ledger_workload import START, workload
 
 pytestmark = pytest.mark.integration
 
