@@ -47,7 +47,7 @@ from seedance.testing.processes import ServiceProcesses
 from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
 from tests.unit.router.test_gateway_fake_upstream import FakeReplica
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 COMPOSE = REPO / "deploy" / "compose"
 DASHBOARDS = sorted((COMPOSE / "grafana" / "dashboards").glob("*.json"))

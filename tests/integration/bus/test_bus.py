@@ -26,8 +26,6 @@ from seedance.events.jobs import JobEvent, JobFinished, JobSubmitted, ResourceRe
 from seedance.events.subjects import ConsumerSpec, dlq, jobs
 from seedance.testing.waits import eventually
 
-pytestmark = pytest.mark.integration
-
 
 def submitted(tenant: str, job: str) -> JobSubmitted:
     return JobSubmitted(

@@ -16,8 +16,6 @@ from seedance.events.jobs import JobEvent
 from seedance.events.subjects import jobs
 from tests.integration.bus.test_bus import drain, spec_for, submitted
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def spans() -> Iterator[InMemorySpanExporter]:

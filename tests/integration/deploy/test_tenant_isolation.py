@@ -40,7 +40,7 @@ from seedance.testing.paths import REPO
 from seedance.testing.servers import shipped_auth_server
 from seedance.testing.waits import eventually
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SERVICES = ("telemetry-collector", "slicer", "cost-ledger")
 TENANT_A, TENANT_B = "acme", "globex"

@@ -55,7 +55,6 @@ from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.asyncio(loop_scope="module"),
     # nats-py leaves the socket of a refused connect for the garbage collector
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),

@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 import nats.errors
-import pytest
 from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
@@ -30,8 +29,6 @@ from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
 from seedance.testing.workloads import START, workload
 from tests.conftest import serving
-
-pytestmark = pytest.mark.integration
 
 CONFIG = core.LedgerConfig(retention_windows=288)
 

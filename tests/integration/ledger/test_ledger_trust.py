@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 from nats.js import api as js_api
 
 from seedance.core import Bus
@@ -41,8 +40,6 @@ from seedance.testing.waits import eventually
 from tests.conftest import serving
 from tests.integration.ledger.fixtures import make_checkpoint_6ef02a6 as old_ckpt
 from tests.integration.ledger.test_ledger_service import CONFIG, caught_up, ledger, read_all
-
-pytestmark = pytest.mark.integration
 
 BOOK = core.default_price_book()
 NODES = ("h-a", "h-b")

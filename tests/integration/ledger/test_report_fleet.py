@@ -24,8 +24,6 @@ from seedance.sdk.cli import main as seedance_cli
 from seedance.testing.servers import NatsServer, shipped_auth_server
 from tests.unit.ledger.fleet import fleet_day
 
-pytestmark = pytest.mark.integration
-
 
 def _replay(tenant_names: dict[str, str] | None = None) -> tuple[list[CostLine], Ledger]:
     events, end_ms = fleet_day(hours=6)

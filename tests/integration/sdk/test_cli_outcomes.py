@@ -33,7 +33,7 @@ from seedance.testing.paths import REPO
 from seedance.testing.servers import shipped_auth_server
 from tests.conftest import serving
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TENANT = "acme"
 

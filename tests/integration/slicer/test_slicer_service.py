@@ -35,8 +35,6 @@ from seedance.slicer.settings import SlicerSettings
 from seedance.testing.waits import eventually
 from tests.conftest import serving
 
-pytestmark = pytest.mark.integration
-
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 DURABLES = ("slicer-inventory", "slicer-pauses", "slicer-jobs")
 

@@ -38,8 +38,6 @@ from seedance.testing.waits import eventually
 from tests.conftest import serving
 from tests.unit.telemetry.constructed import h100_nvlink_xid
 
-pytestmark = pytest.mark.integration
-
 RECORDINGS = Path(__file__).resolve().parents[2] / "unit" / "telemetry" / "recordings"
 H200_RECORDING = RECORDINGS / "h200_recording.json"
 T4 = GPU_MODELS["T4"]
