@@ -5,6 +5,7 @@ time is enumerated like a listed one)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import nkeys
@@ -20,6 +21,7 @@ from seedance.core.auth_callout import (
     password_matches,
     record_for,
 )
+from seedance.core.clock import VirtualClock
 from seedance.events.permissions import tenant_permissions
 
 ISSUER = new_issuer()
@@ -109,3 +111,15 @@ async def test_anyone_else_is_refused_with_the_reason(user: str, password: str, 
 async def test_something_that_is_not_an_authorization_request_is_not_answered() -> None:
     with pytest.raises(JwtError, match="not a nats-server authorization request"):
         await decide({"aud": "something-else", "nats": {}}, lookup, ISSUER)
+
+
+async def test_token_times_come_from_the_injected_clock() -> None:
+    clock = VirtualClock(datetime(2030, 1, 2, tzinfo=UTC))
+    response, _, refused = await decide(
+        request("tenant-initech", "the-right-one"), lookup, ISSUER, token_ttl_s=60, clock=clock
+    )
+    assert refused is None
+    inner = decode_jwt(decode_jwt(response)["nats"]["jwt"])
+    assert inner["iat"] == int(clock.now().timestamp())
+    assert inner["exp"] == inner["iat"] + 60
+    assert record_for("initech", "pw", clock=clock).added_at == clock.now()

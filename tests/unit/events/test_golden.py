@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -209,6 +210,12 @@ def test_event_ids_are_uuid7_and_time_ordered() -> None:
     assert ids == sorted(ids)
     assert all(i[14] == "7" for i in ids)
     assert len(set(ids)) == 100
+
+
+def test_an_event_id_takes_its_time_from_the_event() -> None:
+    at = datetime(2026, 3, 4, 5, 6, 7, 890_000, tzinfo=UTC)
+    assert uuid.UUID(new_event_id(at=at)).int >> 80 == int(at.timestamp() * 1000)
+    assert uuid.UUID(new_event_id()).int >> 80 == 0  # no time given: none read
 
 
 def test_round_trip_keeps_every_field() -> None:

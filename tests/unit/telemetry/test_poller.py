@@ -8,21 +8,11 @@ import msgspec
 import pynvml
 from constructed import h100_nvlink_xid
 
+from seedance.core.clock import VirtualClock
 from seedance.telemetry_collector.nvml import NvmlBackend
 from seedance.telemetry_collector.poller import Poller
 from seedance.telemetry_collector.recording import ReplayNvmlApi
 from seedance.telemetry_collector.sample import GpuSample, GpuSlowReading, NodeInventory
-
-
-class VirtualClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def monotonic_s(self) -> float:
-        return self.t
-
-    def now_unix_s(self) -> float:
-        return 1_700_000_000.0 + self.t
 
 
 class CountingBackend:
@@ -59,7 +49,7 @@ async def test_slow_fields_run_on_their_own_cadence() -> None:
         result = await poller.tick()
         await poller.settle()
         energies.append(result.sample.gpus[0].energy_j)
-        clock.t += 1.0
+        await clock.advance(1.0)
     assert backend.fast == 11
     assert backend.slow == 3  # t = 0, 5, 10
     # A slow read runs beside its tick's fast read and may land in that tick or the next;
@@ -81,7 +71,7 @@ async def test_slow_failure_does_not_stop_the_poller() -> None:
     for _ in range(3):
         result = await poller.tick()
         await poller.settle()
-        clock.t += 1.0
+        await clock.advance(1.0)
     assert result.sample.gpus[0].power_w == 3.0
     assert result.sample.gpus[0].energy_j is None
     assert backend.slow >= 2  # retried, not given up
@@ -100,17 +90,17 @@ async def test_xid_and_lost_gpu_become_health_changes() -> None:
     changes = []
     for _ in range(4):
         await poller.settle()
-        clock.t += 1.0
+        await clock.advance(1.0)
         result = await poller.tick()
         changes.extend(result.health_changes)
     assert [(c.index, c.healthy, c.reasons) for c in changes] == [(1, False, ("xid_79",))]
     api.push("nvmlDeviceGetPowerUsage", ["gpu0"], err=pynvml.NVML_ERROR_GPU_IS_LOST)
-    clock.t += 1.0
+    await clock.advance(1.0)
     result = await poller.tick()
     assert [(c.index, c.healthy) for c in result.health_changes] == [(0, False)]
     assert "gpu_lost" in result.health_changes[0].reasons
     # The inventory was re-read and the GPU answered again, so the next tick is healthy.
-    clock.t += 1.0
+    await clock.advance(1.0)
     result = await poller.tick()
     assert [(c.index, c.healthy) for c in result.health_changes] == [(0, True)]
     await poller.close()
@@ -147,4 +137,4 @@ async def test_sample_encodes_as_an_event_payload() -> None:
     await poller.close()
     payload = msgspec.msgpack.encode(result.sample)
     assert msgspec.msgpack.decode(payload, type=type(result.sample)) == result.sample
-    assert result.sample.sampled_at_unix_s == clock.now_unix_s()
+    assert result.sample.sampled_at_unix_s == clock.now().timestamp()

@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from nats.aio.msg import Msg
 from nats.js import api as js_api
 
 from seedance.bench.repo import REPO
@@ -37,6 +38,7 @@ from seedance.cost_ledger.core import LedgerConfig
 from seedance.cost_ledger.reports.summary import CostSummary
 from seedance.events import decode, new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
+from seedance.events.routing import RoutingDecision
 from seedance.events.slicing import Placement, Unschedulable
 from seedance.events.subjects import costs, ledger, observed, routing, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch
@@ -545,8 +547,8 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
         bus = await Bus.connect(BusSettings(url=url, name="seedance-demo-router"))
         decisions: dict[tuple[str, str], int] = defaultdict(int)
 
-        async def on_decision(msg: object) -> None:
-            ev = decode(msg.data)  # type: ignore[attr-defined]
+        async def on_decision(msg: Msg) -> None:
+            ev = decode(msg.data, RoutingDecision)
             decisions[(ev.replica, ev.reason)] += 1
 
         await bus.nc.subscribe(routing.subject("echo", "decision"), cb=on_decision)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pynvml
 
+from seedance.core.clock import WallClock
 from seedance.telemetry_collector.nvml import GPM_METRICS, NvmlBackend, PynvmlApi
 from seedance.telemetry_collector.poller import Poller
 from seedance.telemetry_collector.recording import RecordingNvmlApi
@@ -146,14 +147,6 @@ def call_costs(n: int) -> dict[str, dict[str, object]]:
     pynvml.nvmlGpmSampleFree(s1)
     pynvml.nvmlGpmSampleFree(s2)
     return out
-
-
-class WallClock:
-    def monotonic_s(self) -> float:
-        return time.monotonic()
-
-    def now_unix_s(self) -> float:
-        return time.time()
 
 
 async def poller_check(host: str) -> dict[str, object]:

@@ -32,8 +32,8 @@ import msgspec
 from seedance.events import decode, encode
 from seedance.events.subjects import telemetry
 from seedance.events.telemetry import GpuSampleBatch
-from seedance.telemetry_collector.bus_events import sample_batch_event
 from seedance.telemetry_collector.fleet import FleetSim, load_node_list
+from seedance.telemetry_collector.mapping import sample_batch_event
 from seedance.telemetry_collector.sample import NodeSample
 from seedance.traces import alibaba
 

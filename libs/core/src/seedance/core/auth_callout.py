@@ -38,9 +38,8 @@ import os
 import secrets
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -53,6 +52,7 @@ from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from seedance.core.bus import Bus
+from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import configure_logging, get_logger
 from seedance.core.settings import bus_settings
@@ -100,9 +100,12 @@ class JwtError(ValueError):
     """A token that is not a well-formed, correctly signed nkey JWT."""
 
 
-def encode_jwt(claims: dict[str, Any], issuer: nkeys.KeyPair, *, now: float | None = None) -> str:
+def encode_jwt(
+    claims: dict[str, Any], issuer: nkeys.KeyPair, *, clock: Clock = WALL_CLOCK
+) -> str:
     """Sign ``claims`` as ``issuer`` (adds iss, iat and jti, as the Go nats-io/jwt does)."""
-    body = {**claims, "iss": issuer.public_key.decode(), "iat": int(now or time.time())}
+    iat = int(clock.now().timestamp())
+    body = {**claims, "iss": issuer.public_key.decode(), "iat": iat}
     body["jti"] = ""
     digest = hashlib.sha512(json.dumps(body, separators=(",", ":")).encode()).digest()[:32]
     body["jti"] = base64.b32encode(digest).decode().rstrip("=")
@@ -153,13 +156,13 @@ def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=64 * 1024**2)
 
 
-def record_for(tenant: str, password: str) -> TenantRecord:
+def record_for(tenant: str, password: str, *, clock: Clock = WALL_CLOCK) -> TenantRecord:
     salt = secrets.token_bytes(16)
     return TenantRecord(
         tenant=check_tenant(tenant),
         salt_hex=salt.hex(),
         scrypt_hex=_scrypt(password, salt, **_SCRYPT).hex(),
-        added_at=datetime.now(UTC),
+        added_at=clock.now(),
         **_SCRYPT,
     )
 
@@ -172,18 +175,19 @@ def password_matches(record: TenantRecord, password: str) -> bool:
 class TenantRegistry:
     """Tenants' credentials in the ``seedance-tenants`` bucket, keyed by tenant id."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, *, clock: Clock = WALL_CLOCK) -> None:
         self._kv = kv
+        self._clock = clock  # a record's added_at
 
     @classmethod
     async def open(cls, bus: Bus) -> TenantRegistry:
-        return cls(await ensure_bucket(bus, TENANTS_BUCKET))
+        return cls(await ensure_bucket(bus, TENANTS_BUCKET), clock=bus.clock)
 
     async def add(self, tenant: str, password: str | None = None) -> str:
         """Register ``tenant`` (replacing its password if it exists); return the password."""
         tenant_permissions(tenant)  # a reserved or invalid id fails here, naming why
         password = password or secrets.token_urlsafe(24)
-        record = await asyncio.to_thread(record_for, tenant, password)
+        record = await asyncio.to_thread(record_for, tenant, password, clock=self._clock)
         await self._kv.put(tenant, msgspec.json.encode(record))
         return password
 
@@ -207,7 +211,9 @@ class Refused(Exception):
     """Why a connection is not authorised (sent back to the server, which logs it)."""
 
 
-def _user_claims(tenant: str, user_nkey: str, perms: Permissions, ttl_s: float) -> dict[str, Any]:
+def _user_claims(
+    tenant: str, user_nkey: str, perms: Permissions, ttl_s: float, now: datetime
+) -> dict[str, Any]:
     nats_claims: dict[str, Any] = {
         "pub": {"allow": list(perms.publish_allow), "deny": list(perms.publish_deny)},
         "sub": {"allow": list(perms.subscribe_allow), "deny": list(perms.subscribe_deny)},
@@ -225,7 +231,7 @@ def _user_claims(tenant: str, user_nkey: str, perms: Permissions, ttl_s: float) 
         "nats": nats_claims,
     }
     if ttl_s > 0:
-        claims["exp"] = int(time.time() + ttl_s)
+        claims["exp"] = int(now.timestamp() + ttl_s)
     return claims
 
 
@@ -235,6 +241,7 @@ async def decide(
     issuer: nkeys.KeyPair,
     *,
     token_ttl_s: float = 0.0,
+    clock: Clock = WALL_CLOCK,
 ) -> tuple[str, str, str | None]:
     """The signed authorization response to a decoded request, the user it names, and why it
     was refused (None: granted).
@@ -265,12 +272,11 @@ async def decide(
         password = str(opts.get("pass") or "")
         if not await asyncio.to_thread(password_matches, record, password):
             raise Refused(f"wrong password for {user!r}")
-        response["nats"]["jwt"] = encode_jwt(
-            _user_claims(tenant, user_nkey, perms, token_ttl_s), issuer
-        )
+        claims = _user_claims(tenant, user_nkey, perms, token_ttl_s, clock.now())
+        response["nats"]["jwt"] = encode_jwt(claims, issuer, clock=clock)
     except (Refused, InvalidToken, PermissionsError) as exc:
         response["nats"]["error"] = str(exc)
-    return encode_jwt(response, issuer), user, response["nats"].get("error")
+    return encode_jwt(response, issuer, clock=clock), user, response["nats"].get("error")
 
 
 # --- the service ----------------------------------------------------------------------------
@@ -320,7 +326,11 @@ class AuthCallout:
             # server and operators may publish on $SYS.REQ.USER.AUTH.
             request = decode_jwt(msg.data.decode())
             response, user, refused = await decide(
-                request, self._registry.get, self._issuer, token_ttl_s=self._token_ttl_s
+                request,
+                self._registry.get,
+                self._issuer,
+                token_ttl_s=self._token_ttl_s,
+                clock=self._bus.clock,
             )
         except (JwtError, UnicodeDecodeError) as exc:
             log.warning("auth_request_malformed", error=str(exc))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 
+from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
 from seedance.core.logs import get_logger
 from seedance.core.publisher import PubAck, Publisher, PublishRefused
@@ -98,8 +98,9 @@ class _ConnectWatch:
     stops the attempts at an authorization violation (retrying a wrong password cannot help).
     """
 
-    def __init__(self, settings: BusSettings) -> None:
+    def __init__(self, settings: BusSettings, clock: Clock) -> None:
         self.settings = settings
+        self._clock = clock
         self.connected = False
         self.closing = False  # our own close: its disconnect is not news
         self.last_error: BaseException | None = None
@@ -125,7 +126,7 @@ class _ConnectWatch:
         # A reconnect loop fails every reconnect_time_wait (2 s): one line, then one a minute
         # with the count, not hundreds.
         self._failing_since_log += 1
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if not self._last_line or now - self._last_line >= _ERROR_LINE_EVERY_S:
             log.warning(
                 "nats_error",
@@ -184,12 +185,14 @@ def check_server_version(version: tuple[int, int, int], minimum: tuple[int, int,
 class Bus:
     """One NATS connection and its JetStream context, shared by a process's components."""
 
-    def __init__(self, nc: NATS, settings: BusSettings) -> None:
+    def __init__(self, nc: NATS, settings: BusSettings, clock: Clock = WALL_CLOCK) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.settings = settings
+        #: The time this connection's parts read (log throttling, publish retries, readers).
+        self.clock = clock
         #: Pipelined JetStream publishing (one reply subscription, acks per batch).
-        self.publisher = Publisher(nc)
+        self.publisher = Publisher(nc, clock=clock)
         self._watch: _ConnectWatch | None = None
 
     @classmethod
@@ -198,6 +201,7 @@ class Bus:
         settings: BusSettings,
         *,
         error_cb: Callable[[Exception], Awaitable[None]] | None = None,
+        clock: Clock = WALL_CLOCK,
     ) -> Bus:
         """Connect and check the server version; raise ``ServerTooOld`` (and close) if too old.
 
@@ -206,7 +210,7 @@ class Bus:
         also hears the server's asynchronous errors (a permissions violation: a client reports
         which subject was refused rather than a timeout).
         """
-        watch = _ConnectWatch(settings)
+        watch = _ConnectWatch(settings, clock)
 
         async def on_error(exc: Exception) -> None:
             await watch.error(exc)
@@ -234,6 +238,8 @@ class Bus:
             kwargs["user"] = settings.user
             kwargs["password"] = settings.password or ""
         nc = NATS()
+        # nats-py types its options one by one (connect_timeout as an int, though it takes a
+        # float); the options are gathered as a dict above because most are conditional.
         attempt = asyncio.ensure_future(nc.connect(**kwargs))  # type: ignore[arg-type]
         refused = asyncio.ensure_future(watch.refused.wait())
         try:
@@ -266,7 +272,7 @@ class Bus:
         except BaseException:
             await nc.close()  # whatever failed, the connection is not left behind
             raise
-        bus = cls(nc, settings)
+        bus = cls(nc, settings, clock)
         bus._watch = watch
         return bus
 

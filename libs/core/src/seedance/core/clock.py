@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime
 from typing import Protocol
 
-__all__ = ["Clock", "VirtualClock", "WallClock"]
+__all__ = ["WALL_CLOCK", "Clock", "VirtualClock", "WallClock"]
 
 
 class Clock(Protocol):
@@ -34,6 +34,11 @@ class WallClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+#: The real clock, for the defaults of constructors whose callers may leave time uninjected
+#: (``Bus.connect(settings)``); tests and replays pass a ``VirtualClock`` instead.
+WALL_CLOCK: Clock = WallClock()
 
 
 class VirtualClock:

@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import msgspec
 import nats.errors
@@ -35,6 +36,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import NoStream, SeedanceError
 
 __all__ = ["AckedBatch", "PubAck", "PublishRefused", "Publisher"]
@@ -86,7 +88,8 @@ class PublishRefused(SeedanceError):
         self.err_code = err_code
 
 
-Message = tuple[str, bytes, Mapping[str, str]]
+# The headers are a dict because nats-py's ``publish`` is typed to take one.
+Message = tuple[str, bytes, dict[str, str]]
 
 
 @dataclass(eq=False)
@@ -153,8 +156,10 @@ class Publisher:
         retry_too_many_s: float = 0.1,
         max_too_many_retries: int = 60,
         resend_after_s: float = 5.0,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self._nc = nc
+        self._clock = clock  # the pauses before re-sends
         #: "not now" answer -> (pause before a re-send, most re-sends)
         self._retry = {
             IN_PROCESS: (retry_in_process_s, max_in_process_retries),
@@ -266,7 +271,8 @@ class Publisher:
             batch.acks[i] = PubAck(reply.stream, reply.seq, reply.duplicate)
             batch.missing -= 1
             if batch.missing == 0 and not batch.done.done():
-                batch.done.set_result(batch.acks)  # type: ignore[arg-type]
+                # missing == 0: every ack is filled in, none is None any more
+                batch.done.set_result(cast(list[PubAck], batch.acks))
         elif not (
             error.err_code in (IN_PROCESS, TOO_MANY_REQUESTS)
             and self._retry_later(token, error.err_code)
@@ -291,7 +297,7 @@ class Publisher:
         return True
 
     async def _resend(self, token: str, pause_s: float) -> None:
-        await asyncio.sleep(pause_s)
+        await self._clock.sleep(pause_s)
         entry = self._pending.get(token)
         if entry is None or self._sub is None:
             return  # answered meanwhile, or its batch failed or was forgotten

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections import deque
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import SeedanceError
 
 __all__ = ["PullReader", "ReaderInterrupted"]
@@ -60,10 +60,14 @@ class PullReader:
         depth: int = 2,
         expires_s: float = 5.0,
         api_prefix: str = "$JS.API",
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         if batch < 1 or depth < 1:
             raise ValueError(f"batch = {batch}, depth = {depth}: both must be >= 1")
         self._nc = nc
+        # Deadlines and the lost-request watch; the waits themselves are asyncio's timers, so
+        # this is the real clock unless a test drives both.
+        self._clock = clock
         self._next_subject = f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._request = json.dumps(
             {"batch": batch, "expires": int(expires_s * 1_000_000_000)}
@@ -76,7 +80,7 @@ class PullReader:
         self._ready: deque[Msg] = deque()
         self._arrived = asyncio.Event()
         self._owed = 0  # messages asked for and neither received nor released by a status
-        self._last_heard = time.monotonic()
+        self._last_heard = self._clock.monotonic()
         self._consumer_seq: int | None = None
         self._error: ReaderInterrupted | None = None
 
@@ -99,11 +103,11 @@ class PullReader:
 
     async def next_batch(self, timeout_s: float) -> list[Msg]:
         """Up to ``batch`` messages in consumer order; [] if none arrived within the timeout."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock.monotonic() + timeout_s
         while not self._ready:
             self._raise_if_interrupted()
             await self._top_up()
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 return []
             if self._ready or self._error is not None:
@@ -127,18 +131,18 @@ class PullReader:
         """Keep ``depth`` batches asked for beyond what is buffered, counting what is owed."""
         if self._sub is None or self._error is not None:
             return
-        if self._owed and time.monotonic() - self._last_heard > self._expires_s + 1.0:
+        if self._owed and self._clock.monotonic() - self._last_heard > self._expires_s + 1.0:
             # Nothing, not even a request's expiry: the requests were lost (with a connection,
             # or with a consumer re-created under the same name). Ask again (a surplus request
             # only expires).
             self._owed = 0
-            self._last_heard = time.monotonic()
+            self._last_heard = self._clock.monotonic()
         while self._owed + len(self._ready) <= (self._depth - 1) * self._batch:
             await self._nc.publish(self._next_subject, self._request, reply=self._inbox)
             self._owed += self._batch
 
     async def _on_msg(self, msg: Msg) -> None:
-        self._last_heard = time.monotonic()
+        self._last_heard = self._clock.monotonic()
         if self._error is not None:
             return  # interrupted: nothing after it is handed out (the caller re-reads)
         status = msg.headers.get("Status") if msg.headers and not msg.data else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -97,7 +97,7 @@ class ServiceRuntime(Lifecycle):
             else None
         )
         self._consumers: list[PullConsumer] = []
-        self._loops: list[Callable[[], Awaitable[None]]] = []
+        self._loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self._stopped = asyncio.Event()
         self._started = False
 
@@ -148,7 +148,7 @@ class ServiceRuntime(Lifecycle):
             self._consumers.append(c)
         return c
 
-    def loop(self, fn: Callable[[], Awaitable[None]]) -> None:
+    def loop(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Register a coroutine that runs until stop (cancelled then)."""
         self._loops.append(fn)
 

@@ -44,6 +44,7 @@ def configure_tracing(service_name: str) -> None:
     if exporter == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     elif exporter == "otlp":
+        # An optional extra, not installed with the workspace: the import is checked at run time.
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found]
             OTLPSpanExporter,
         )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import uuid
 from datetime import datetime
 from typing import Annotated
@@ -25,15 +24,19 @@ EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
-def new_event_id(unix_ms: int | None = None) -> str:
+def new_event_id(unix_ms: int | None = None, *, at: datetime | None = None) -> str:
     """Return a new UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness.
 
-    ``unix_ms`` lets a replay stamp ids in its own virtual time. Python 3.11 has no
-    ``uuid.uuid7``, hence this small implementation.
+    The time is the caller's: ``at`` (the event's own ``at``, from the producer's injected
+    clock, so a replay stamps ids in its virtual time) or ``unix_ms``. Without either the time
+    bits are zero: the id is still unique (74 random bits) but sorts before time-stamped ones.
+    This layer sits below ``seedance.core.clock`` and so never reads the wall clock itself; the
+    time part is an ordering hint that no decision reads. Python 3.11 has no ``uuid.uuid7``,
+    hence this small implementation.
     """
-    # The id's time part is an ordering hint, not a timestamp any decision reads, so the wall
-    # clock is acceptable here (the Clock abstraction lives in seedance.core, above this layer).
-    ms = time.time_ns() // 1_000_000 if unix_ms is None else unix_ms
+    if at is not None:
+        unix_ms = int(at.timestamp() * 1000)
+    ms = 0 if unix_ms is None else unix_ms
     rand = int.from_bytes(os.urandom(10), "big")
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76  # version 7
@@ -72,8 +75,9 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Fields every event carries.
 
     Attributes:
-        id: unique, time-ordered; published as ``Nats-Msg-Id`` so a re-send inside the
-            stream's duplicate window is dropped, and used by sinks to stay idempotent.
+        id: unique, time-ordered (by the ``at`` its producer stamped it with); published as
+            ``Nats-Msg-Id`` so a re-send inside the stream's duplicate window is dropped, and
+            used by sinks to stay idempotent.
         at: when the fact happened (UTC, timezone-aware). For replayed fleets this is the
             replay's virtual time. On a tenant's own subjects it is a *claim*: the service
             that reads the request stamps it with the server's receive time (DESIGN, "A

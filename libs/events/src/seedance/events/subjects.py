@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack
 
 from seedance.events.tokens import check_tenant, check_token
 
@@ -426,8 +427,20 @@ STREAMS: tuple[StreamSpec, ...] = (
 )
 
 
-def _c(durable: str, stream: str, *filters: str, **kw: float) -> ConsumerSpec:
-    return ConsumerSpec(durable=durable, stream=stream, filter_subjects=filters, **kw)  # type: ignore[arg-type]
+class _ConsumerOptions(TypedDict, total=False):
+    """The ``ConsumerSpec`` fields a catalogue entry may set besides its names and filters."""
+
+    ack_wait_s: float
+    max_deliver: int
+    max_ack_pending: int
+    backoff_s: tuple[float, ...]
+    acked: bool
+    start_seq: int
+    inactive_s: float
+
+
+def _c(durable: str, stream: str, *filters: str, **kw: Unpack[_ConsumerOptions]) -> ConsumerSpec:
+    return ConsumerSpec(durable=durable, stream=stream, filter_subjects=filters, **kw)
 
 
 CONSUMERS: dict[str, ConsumerSpec] = {

@@ -66,28 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     top = p.add_subparsers(dest="group", required=True)
 
-    j = top.add_parser("jobs", help="publish job events").add_subparsers(dest="cmd", required=True)
-    s = j.add_parser("submit", help="submit a job")
-    s.add_argument("--tenant", required=True)
-    s.add_argument("--job", required=True, help="job id, unique per tenant")
-    s.add_argument("--gpus", type=int, default=1)
-    s.add_argument("--gpu-milli", type=int, default=1000, help="share of each GPU, 1-1000")
-    s.add_argument("--gpu-mem-mib", type=int, default=0)
-    s.add_argument("--mig-profile", default=None, help="e.g. 3g.40gb")
-    s.add_argument("--gpu-model", action="append", default=[], help="allowed model (repeatable)")
-    s.add_argument("--cpu-milli", type=int, default=0)
-    s.add_argument("--memory-mib", type=int, default=0)
-    s.add_argument("--gang-size", type=int, default=1)
-    s.add_argument("--priority", type=int, default=0)
-    s.add_argument("--kind", choices=["training", "inference"], default="training")
-    _wait_args(s)
-    for name in ("start", "finish", "fail", "cancel"):
-        e = j.add_parser(name, help=f"say a job {name}ed" if name == "start" else f"{name} a job")
-        e.add_argument("--tenant", required=True)
-        e.add_argument("--job", required=True)
-        if name in ("fail", "cancel"):
-            e.add_argument("--reason", default="")
-        _wait_args(e)
+    _jobs_parser(top)
 
     a = top.add_parser("admin", help="operate the bus").add_subparsers(dest="cmd", required=True)
     a.add_parser("provision", help="create or update every stream of the catalogue")
@@ -120,6 +99,39 @@ def _parser() -> argparse.ArgumentParser:
         help="charge idle to the jobs beside it (OpenCost shareIdle; operator credentials)",
     )
 
+    _graph_parser(top)
+    return p
+
+
+# argparse's subparsers action is a private type: the groups below take it as Any.
+def _jobs_parser(top: Any) -> None:
+    """``seedance jobs submit|start|finish|fail|cancel``."""
+    j = top.add_parser("jobs", help="publish job events").add_subparsers(dest="cmd", required=True)
+    s = j.add_parser("submit", help="submit a job")
+    s.add_argument("--tenant", required=True)
+    s.add_argument("--job", required=True, help="job id, unique per tenant")
+    s.add_argument("--gpus", type=int, default=1)
+    s.add_argument("--gpu-milli", type=int, default=1000, help="share of each GPU, 1-1000")
+    s.add_argument("--gpu-mem-mib", type=int, default=0)
+    s.add_argument("--mig-profile", default=None, help="e.g. 3g.40gb")
+    s.add_argument("--gpu-model", action="append", default=[], help="allowed model (repeatable)")
+    s.add_argument("--cpu-milli", type=int, default=0)
+    s.add_argument("--memory-mib", type=int, default=0)
+    s.add_argument("--gang-size", type=int, default=1)
+    s.add_argument("--priority", type=int, default=0)
+    s.add_argument("--kind", choices=["training", "inference"], default="training")
+    _wait_args(s)
+    for name in ("start", "finish", "fail", "cancel"):
+        e = j.add_parser(name, help=f"say a job {name}ed" if name == "start" else f"{name} a job")
+        e.add_argument("--tenant", required=True)
+        e.add_argument("--job", required=True)
+        if name in ("fail", "cancel"):
+            e.add_argument("--reason", default="")
+        _wait_args(e)
+
+
+def _graph_parser(top: Any) -> None:
+    """``seedance graph compile``."""
     g = top.add_parser("graph", help="graph compiler").add_subparsers(dest="cmd", required=True)
     gc = g.add_parser("compile", help="compile an ONNX model and wait for the result")
     gc.add_argument("--tenant", required=True)
@@ -138,7 +150,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--timeout-s", type=float, default=1800.0)
     gc.add_argument("--json", action="store_true", help="print the result as JSON")
-    return p
 
 
 def _wait_args(p: argparse.ArgumentParser) -> None:

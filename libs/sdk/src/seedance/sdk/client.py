@@ -20,13 +20,12 @@ import asyncio
 import contextlib
 import hashlib
 import io
-import re
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping
-from datetime import UTC, datetime
-from typing import Any, Self, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from datetime import datetime
+from typing import Any, Self, TypeVar, Unpack
 
 import msgspec
 import nats.errors
@@ -34,6 +33,7 @@ import nats.js.errors
 from nats.js import api as js_api
 
 from seedance.core.bus import Bus, BusSettings
+from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import SeedanceError
 from seedance.core.kv import ensure_object_store
 from seedance.events import DecodeError, decode, new_event_id
@@ -45,15 +45,7 @@ from seedance.events.graph import (
     PrecisionPolicy,
     input_object_name,
 )
-from seedance.events.jobs import (
-    JobCancelled,
-    JobEvent,
-    JobFailed,
-    JobFinished,
-    JobKind,
-    JobStarted,
-    JobSubmitted,
-)
+from seedance.events.jobs import JobEvent, JobStarted, JobSubmitted
 from seedance.events.slicing import (
     JobRejected,
     JobReleased,
@@ -64,6 +56,9 @@ from seedance.events.slicing import (
 from seedance.events.subjects import costs, graph, jobs, slicing
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
+from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
+from seedance.sdk.refusals import PermissionRefused, Violations
+from seedance.sdk.watch import Watch
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -97,16 +92,6 @@ def tenant_of_user(user: str | None) -> str | None:
     return None
 
 
-class PermissionRefused(SeedanceError):
-    """The server refused this user a publish or subscribe; ``subject`` names what."""
-
-    def __init__(self, message: str, subject: str, server_text: str = "") -> None:
-        super().__init__(message)
-        self.subject = subject
-        #: The server's own words (in lower case: nats-py lowers them).
-        self.server_text = server_text
-
-
 class JobRejectedError(SeedanceError):
     """The slicer rejected the job event (``rejection.reason``: duplicate_job, unknown_job,
     job_ended, invalid_request, unknown_tenant); nothing it asked for happened."""
@@ -132,9 +117,12 @@ class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
 class SeedanceClient:
     """``async with SeedanceClient.connect(url) as client: await client.submit_job(...)``."""
 
-    def __init__(self, bus: Bus, violations: _Violations | None = None) -> None:
+    def __init__(self, bus: Bus, violations: Violations | None = None) -> None:
         self._bus = bus
-        self._violations = violations or _Violations()
+        self._violations = violations or Violations()
+        #: The client's time (events' ``at`` and ids): the bus's clock, the wall clock unless
+        #: ``connect`` was given another.
+        self._clock = bus.clock
 
     @classmethod
     async def connect(
@@ -145,6 +133,7 @@ class SeedanceClient:
         user: str | None = None,
         password: str | None = None,
         inbox_prefix: str | None = None,
+        clock: Clock = WALL_CLOCK,
     ) -> SeedanceClient:
         """Connect; raises ``ServerTooOld`` for a nats-server older than 2.10.
 
@@ -161,10 +150,10 @@ class SeedanceClient:
             inbox_prefix=inbox_prefix or (inbox_prefix_of(tenant) if tenant else None),
             name="seedance-sdk",
         )
-        violations = _Violations(settings.inbox_prefix or "_INBOX")
+        violations = Violations(settings.inbox_prefix or "_INBOX")
         # Connecting asks JetStream for the account (a request, answered on the inbox): a
         # refused inbox subscription is reported here, not as a time-out.
-        bus = await violations.guard(Bus.connect(settings, error_cb=violations.heard))
+        bus = await violations.guard(Bus.connect(settings, error_cb=violations.heard, clock=clock))
         return cls(bus, violations)
 
     async def __aenter__(self) -> Self:
@@ -187,45 +176,20 @@ class SeedanceClient:
         tenant: str,
         job_id: str,
         *,
-        gpus: int = 1,
-        gpu_milli: int = 1000,
-        gpu_mem_mib: int = 0,
-        mig_profile: str | None = None,
-        gpu_models: list[str] | None = None,
-        cpu_milli: int = 0,
-        memory_mib: int = 0,
-        gang_size: int = 1,
-        priority: int = 0,
-        kind: JobKind | str = JobKind.TRAINING,
-        expected_duration_s: float | None = None,
-        labels: Mapping[str, str] | None = None,
         at: datetime | None = None,
         wait_s: float | None = None,
+        **request: Unpack[JobRequest],
     ) -> JobOutcome:
         """Publish ``job.submitted.v1``; raises ``ValueError`` naming a bad field and value.
 
-        With ``wait_s``: waits that long for the slicer's answer (a placement, or why the job
-        waits) and raises ``JobRejectedError`` for a rejection, ``NoDecision`` for silence (an
-        identical re-submit of a live job is not answered: it changes nothing). ``at`` is a
-        claim: the slicer keeps it only within its skew of the server's receive time.
+        ``request`` is what `job_submitted` takes (GPUs, shares, memory, gang, priority, kind,
+        labels), with its defaults. With ``wait_s``: waits that long for the slicer's answer
+        (a placement, or why the job waits) and raises ``JobRejectedError`` for a rejection,
+        ``NoDecision`` for silence (an identical re-submit of a live job is not answered: it
+        changes nothing). ``at`` is a claim: the slicer keeps it only within its skew of the
+        server's receive time.
         """
-        event = job_submitted(
-            tenant,
-            job_id,
-            gpus=gpus,
-            gpu_milli=gpu_milli,
-            gpu_mem_mib=gpu_mem_mib,
-            mig_profile=mig_profile,
-            gpu_models=gpu_models,
-            cpu_milli=cpu_milli,
-            memory_mib=memory_mib,
-            gang_size=gang_size,
-            priority=priority,
-            kind=kind,
-            expected_duration_s=expected_duration_s,
-            labels=labels,
-            at=at,
-        )
+        event = job_submitted(tenant, job_id, at=at, clock=self._clock, **request)
         return await self.send_job_event(event, wait_s=wait_s)
 
     async def job_started(
@@ -273,12 +237,12 @@ class SeedanceClient:
         **extra: str,
     ) -> JobOutcome:
         return await self.send_job_event(
-            job_event(kind, tenant, job_id, at=at, **extra), wait_s=wait_s
+            job_event(kind, tenant, job_id, at=at, clock=self._clock, **extra), wait_s=wait_s
         )
 
     async def send_job_event(self, event: JobEvent, *, wait_s: float | None = None) -> JobOutcome:
         """Publish a job event built by `job_submitted` or `job_event` (see `submit_job`)."""
-        return await self._send(event, _KIND_OF[type(event)], wait_s)
+        return await self._send(event, KIND_OF[type(event)], wait_s)
 
     async def _send(self, event: Any, kind: str, wait_s: float | None) -> JobOutcome:
         subject = jobs.subject(event.tenant, kind)
@@ -301,7 +265,7 @@ class SeedanceClient:
                     "identical re-submit of a live job changes nothing and is not answered)"
                 ) from None
 
-    async def _answer(self, w: _Watch, event: Any) -> JobOutcome:
+    async def _answer(self, w: Watch, event: Any) -> JobOutcome:
         while True:
             try:
                 ev = decode(await w.next_data(), SlicingEvent)
@@ -362,7 +326,9 @@ class SeedanceClient:
                 if msg.metadata.num_pending == 0:
                     return out
 
-    async def costs(self, tenant: str, *, from_start: bool = True) -> AsyncIterator[Any]:
+    async def costs(
+        self, tenant: str, *, from_start: bool = True
+    ) -> AsyncGenerator[CostEvent, None]:
         """Yield the tenant's cost events (entries, job reports, alerts, pauses) as they come.
 
         ``from_start`` replays what the stream holds first; otherwise only new events.
@@ -375,7 +341,7 @@ class SeedanceClient:
     @contextlib.asynccontextmanager
     async def _watch(
         self, stream: str, filter_subject: str | None, from_start: bool
-    ) -> AsyncIterator[_Watch]:
+    ) -> AsyncIterator[Watch]:
         """A push consumer whose filter is in the API subject (what tenant permissions allow);
         it exists once the ``async with`` is entered. No filter: the whole stream (operators)."""
         nc = self._bus.nc
@@ -397,7 +363,7 @@ class SeedanceClient:
             await self._guarded(
                 self._bus.js.add_consumer(stream, config), "reading", filter_subject or stream
             )
-            yield _Watch(nc, queue, self._bus.js, stream, name)
+            yield Watch(nc, queue, self._bus.js, stream, name)
         finally:
             await sub.unsubscribe()
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
@@ -430,9 +396,10 @@ class SeedanceClient:
         store = await ensure_object_store(self._bus, GRAPH_MODELS_STORE)
         obj = input_object_name(tenant, request_id, name)
         await store.put(obj, io.BytesIO(model_bytes))
+        at = self._clock.now()
         request = CompileRequest(
-            id=new_event_id(),
-            at=datetime.now(UTC),
+            id=new_event_id(at=at),
+            at=at,
             request_id=request_id,
             tenant=tenant,
             model_name=name,
@@ -471,189 +438,10 @@ class SeedanceClient:
         return data
 
 
-class _Violations:
-    """The server's permission refusals heard on the connection, for `_guarded` to raise."""
-
-    def __init__(self, inbox_prefix: str = "_INBOX") -> None:
-        self._waiters: list[asyncio.Future[PermissionRefused]] = []
-        #: nats-py lowers the server's text; an inbox subject gets its prefix's case back.
-        self._inbox_prefix = inbox_prefix
-
-    async def heard(self, exc: Exception) -> None:
-        text = str(exc)
-        if "permissions violation" not in text.lower():
-            return
-        match = re.search(r'(?:publish|subscription) to "([^"]+)"', text, re.IGNORECASE)
-        subject = match.group(1) if match else "?"
-        server_text = text.removeprefix("nats: ")
-        prefix = self._inbox_prefix
-        if subject.startswith(prefix.lower()):
-            real = prefix + subject[len(prefix) :]
-            server_text = server_text.replace(subject, real)
-            subject = real
-        hint = (
-            " (a tenant's user subscribes only under its own inbox prefix: "
-            "seedance.events.subjects.inbox_prefix(tenant), the CLI's --inbox-prefix)"
-            if "subscription" in server_text
-            else ""
-        )
-        refused = PermissionRefused(
-            f"the server refused this user: {server_text}{hint}", subject, server_text
-        )
-        for w in self._waiters:
-            if not w.done():
-                w.set_result(refused)
-        self._waiters.clear()
-
-    async def next(self) -> PermissionRefused:
-        fut: asyncio.Future[PermissionRefused] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        return await fut
-
-    async def guard(self, op: Awaitable[_T]) -> _T:
-        """``op``'s result, or the PermissionRefused the server sends while it runs."""
-        task = asyncio.ensure_future(op)
-        refused = asyncio.ensure_future(self.next())
-        try:
-            done, _ = await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for f in (task, refused):
-                if not f.done():
-                    f.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await f
-        if task in done:
-            return task.result()
-        raise refused.result()
-
-
-class _Watch:
-    def __init__(self, nc: Any, queue: asyncio.Queue[Any], js: Any, stream: str, name: str) -> None:
-        self._nc = nc
-        self._queue = queue
-        self._js = js
-        self._stream = stream
-        self._name = name
-
-    async def is_empty(self) -> bool:
-        """True when the stream holds nothing for this watch (delivered or still pending)."""
-        info = await self._js.consumer_info(self._stream, self._name)
-        return int(info.num_pending) == 0 and int(info.delivered.consumer_seq or 0) == 0
-
-    async def next_msg(self) -> Any:
-        """The next event's message (answering heartbeats and flow control on the way)."""
-        while True:
-            msg = await self._queue.get()
-            if msg.data:
-                return msg
-            if msg.reply:
-                await self._nc.publish(msg.reply, b"")
-
-    async def next_data(self) -> bytes:
-        return bytes((await self.next_msg()).data)
-
-
 def _read_url(url: str) -> bytes:
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file":
         with open(urllib.request.url2pathname(parsed.path), "rb") as f:
             return f.read()
     with urllib.request.urlopen(url, timeout=60) as r:
-        return r.read()
-
-
-_KIND_OF: dict[type, str] = {
-    JobSubmitted: "submitted",
-    JobStarted: "started",
-    JobFinished: "finished",
-    JobFailed: "failed",
-    JobCancelled: "cancelled",
-}
-_EVENT_OF = {kind: cls for cls, kind in _KIND_OF.items()}
-
-
-def job_submitted(
-    tenant: str,
-    job_id: str,
-    *,
-    gpus: int = 1,
-    gpu_milli: int = 1000,
-    gpu_mem_mib: int = 0,
-    mig_profile: str | None = None,
-    gpu_models: list[str] | None = None,
-    cpu_milli: int = 0,
-    memory_mib: int = 0,
-    gang_size: int = 1,
-    priority: int = 0,
-    kind: JobKind | str = JobKind.TRAINING,
-    expected_duration_s: float | None = None,
-    labels: Mapping[str, str] | None = None,
-    at: datetime | None = None,
-) -> JobSubmitted:
-    """A ``job.submitted.v1`` checked against the schema's bounds; ValueError names a bad
-    field and value (nothing is published)."""
-    check_tenant(tenant)
-    check_token("job_id", job_id)
-    event: JobSubmitted = _validated(
-        JobSubmitted,
-        id=new_event_id(),
-        at=at or datetime.now(UTC),
-        job_id=job_id,
-        tenant=tenant,
-        kind=str(kind),
-        priority=priority,
-        request={
-            "gpus": gpus,
-            "gpu_milli": gpu_milli,
-            "gpu_mem_mib": gpu_mem_mib,
-            "mig_profile": mig_profile,
-            "gpu_models": list(gpu_models or []),
-            "cpu_milli": cpu_milli,
-            "memory_mib": memory_mib,
-            "gang_size": gang_size,
-        },
-        expected_duration_s=expected_duration_s,
-        labels=dict(labels or {}),
-    )
-    return event
-
-
-def job_event(
-    kind: str, tenant: str, job_id: str, *, at: datetime | None = None, reason: str = ""
-) -> JobEvent:
-    """A ``started``, ``finished``, ``failed`` or ``cancelled`` event, checked like
-    `job_submitted`."""
-    check_tenant(tenant)
-    check_token("job_id", job_id)
-    if kind not in ("started", "finished", "failed", "cancelled"):
-        raise ValueError(f"kind {kind!r} is not one of started, finished, failed, cancelled")
-    extra = {"reason": reason} if kind in ("failed", "cancelled") else {}
-    event: JobEvent = _validated(
-        _EVENT_OF[kind], id=new_event_id(), at=at or datetime.now(UTC), job_id=job_id,
-        tenant=tenant, **extra,
-    )  # fmt: skip
-    return event
-
-
-def _validated(cls: Any, **fields: Any) -> Any:
-    """The event, checked by msgspec against the event type's declared bounds (the slicer
-    decodes with the same type); a ValueError names the field and the bound."""
-    try:
-        return msgspec.convert(fields, cls)
-    except msgspec.ValidationError as exc:
-        got = _value_at(fields, str(exc))
-        raise ValueError(f"invalid {cls.__struct_config__.tag}: {exc}{got}") from exc
-
-
-def _value_at(fields: Mapping[str, Any], message: str) -> str:
-    """``" (got <value>)"`` for the path msgspec's message ends in (`$.request.gpus`)."""
-    match = re.search(r"at `\$((?:\.\w+)+)`$", message)
-    if match is None:
-        return ""
-    value: Any = fields
-    for part in match.group(1).strip(".").split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return ""
-        value = value[part]
-    text = repr(value)
-    return f" (got {text[:80]}{'...' if len(text) > 80 else ''})"
+        return bytes(r.read())

@@ -98,7 +98,8 @@ class PynvmlApi:
     """The real NVML through pynvml; only the GPM metric read is reshaped (see module doc)."""
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        return getattr(pynvml, name)
+        fn: Callable[..., Any] = getattr(pynvml, name)  # pynvml ships no types
+        return fn
 
     def nvmlGpmMetricsGet(  # pynvml's name, so recordings line up
         self, sample1: Any, sample2: Any, metric_ids: Sequence[int]

@@ -4,8 +4,9 @@ Owns the tick: cheap fields every tick, expensive fields (energy, ECC, XID, GPM)
 slower cadence is due, merged into one ``NodeSample``; health changes between ticks; and
 re-reading the inventory when a GPU is lost. Backend calls run in a thread executor, because an
 NVML energy or field-value read takes ~3 ms median and 15 ms p99 on an H200, which must never
-stall the event loop. Time comes from an injected ``Clock``. It must not publish, sleep or
-decide the tick rate: the service calls ``tick()`` when its clock says so.
+stall the event loop. Time comes from an injected ``seedance.core.clock.Clock`` (the service's
+own). It must not publish, sleep or decide the tick rate: the service calls ``tick()`` when its
+clock says so.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Protocol
 
 import msgspec
 
+from seedance.core.clock import Clock
 from seedance.telemetry_collector.backend import GpuBackend
 from seedance.telemetry_collector.sample import (
     GpuSlowReading,
@@ -26,13 +27,7 @@ from seedance.telemetry_collector.sample import (
     merge_slow,
 )
 
-__all__ = ["Clock", "PollResult", "Poller"]
-
-
-class Clock(Protocol):
-    def monotonic_s(self) -> float: ...
-
-    def now_unix_s(self) -> float: ...
+__all__ = ["PollResult", "Poller"]
 
 
 class PollResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +59,7 @@ class Poller:
         if slow_interval_s <= 0:
             raise ValueError(f"slow_interval_s must be > 0, got {slow_interval_s!r}")
         self._backend = backend
+        self._closed = False  # the backend's close() has been called
         self._clock = clock
         self._node = node
         self._slow_interval_s = slow_interval_s
@@ -90,16 +86,16 @@ class Poller:
 
     async def tick(self) -> PollResult:
         loop = asyncio.get_running_loop()
-        now = self._clock.monotonic_s()
+        now = self._clock.monotonic()
         self._collect_slow()
         if self._slow_task is None and (self._next_slow_s is None or now >= self._next_slow_s):
             self._next_slow_s = now + self._slow_interval_s
             self._slow_task = loop.run_in_executor(self._executor, self._backend.sample_slow, now)
         fast = await loop.run_in_executor(self._executor, self._backend.sample_fast)
         self._collect_slow()
-        now = self._clock.monotonic_s()
+        now = self._clock.monotonic()
         gpus = tuple(merge_slow(g, self._slow.get(g.index), now) for g in fast)
-        at = self._clock.now_unix_s()
+        at = self._clock.now().timestamp()
         sample = NodeSample(
             node=self._node, sampled_at_unix_s=at, gpus=gpus, simulated=self._simulated
         )
@@ -117,7 +113,7 @@ class Poller:
         if task.exception() is not None:
             # An unexpected NVML failure in the slow path: keep the last good slow reading
             # and let the next cadence try again; the fast path carries health on its own.
-            self._next_slow_s = self._clock.monotonic_s()
+            self._next_slow_s = self._clock.monotonic()
             return
         for reading in task.result():
             self._slow[reading.index] = reading
@@ -161,9 +157,9 @@ class Poller:
         """Idempotent: wait for work in flight, close the backend, stop owned threads."""
         await self.settle()
         loop = asyncio.get_running_loop()
-        if self._backend is not None:
-            backend, self._backend = self._backend, None  # type: ignore[assignment]
-            await loop.run_in_executor(self._executor, backend.close)
+        if not self._closed:
+            self._closed = True
+            await loop.run_in_executor(self._executor, self._backend.close)
         if self._own_executor:
             self._executor.shutdown(wait=True)
             self._own_executor = False

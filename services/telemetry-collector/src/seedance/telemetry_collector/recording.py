@@ -165,6 +165,8 @@ class RecordingNvmlApi:
 
 def load_recording(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a recording is a JSON object, got {type(data).__name__}")
     if data.get("format") != RECORDING_FORMAT:
         raise ValueError(f"{path}: format is {data.get('format')!r}, expected {RECORDING_FORMAT!r}")
     return data

@@ -9,7 +9,7 @@ every tick. With the replayed fleet it also follows the slicer's decisions (plac
 preemptions, releases: trusted facts, never a tenant's own job events), keyed by (tenant, job),
 and applies them to the fleet, which closes the loop of the demo.
 
-It must not compute samples itself (the sources and ``bus_events`` do) or read the wall clock
+It must not compute samples itself (the sources and ``mapping`` do) or read the wall clock
 (the clock is injected).
 """
 
@@ -27,7 +27,7 @@ from seedance.core.logs import get_logger
 from seedance.events import Event
 from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import telemetry
-from seedance.telemetry_collector.bus_events import (
+from seedance.telemetry_collector.mapping import (
     gpu_health_event,
     inventory_event,
     sample_batch_event,

@@ -22,8 +22,8 @@ from seedance.core.errors import RetryableError
 from seedance.core.logs import get_logger
 from seedance.events.slicing import Placement
 from seedance.events.tokens import InvalidToken, check_token
-from seedance.telemetry_collector.bus_events import placement_shares
 from seedance.telemetry_collector.fleet import FleetSim, load_node_list
+from seedance.telemetry_collector.mapping import placement_shares
 from seedance.telemetry_collector.nvml import NvmlBackend
 from seedance.telemetry_collector.poller import Poller
 from seedance.telemetry_collector.recording import ReplayNvmlApi, load_recording
@@ -154,19 +154,6 @@ class ReplaySource(Source):
         return ids is not None
 
 
-class _PollerClock:
-    """The poller's clock protocol over the service's ``Clock``."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-
-    def monotonic_s(self) -> float:
-        return self._clock.monotonic()
-
-    def now_unix_s(self) -> float:
-        return self._clock.now().timestamp()
-
-
 class NvmlSource(Source):
     """This node's GPUs through the ``Poller`` (NVML off the event loop, two cadences)."""
 
@@ -254,7 +241,7 @@ def build_source(settings: CollectorSettings, clock: Clock) -> Source:
         api = ReplayNvmlApi(load_recording(path))
     poller = Poller(
         NvmlBackend(node, api),
-        _PollerClock(clock),
+        clock,
         node=node,
         slow_interval_s=settings.slow_interval_s,
     )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from seedance.core import VirtualClock
@@ -13,7 +15,9 @@ from seedance.core.settings import SettingsError, load_settings
 from seedance.events import decode, encode, new_event_id
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.telemetry import GpuSampleBatch
-from seedance.telemetry_collector.bus_events import (
+from seedance.telemetry_collector.fleet import GPU_MODELS, FleetNode, FleetSim
+from seedance.telemetry_collector.mapping import (
+    NOT_CARRIED,
     gpu_health_event,
     inventory_event,
     nvlink_domains,
@@ -21,7 +25,6 @@ from seedance.telemetry_collector.bus_events import (
     sample_batch_event,
     xid_of,
 )
-from seedance.telemetry_collector.fleet import GPU_MODELS, FleetNode, FleetSim
 from seedance.telemetry_collector.sample import (
     GpuInventory,
     GpuLink,
@@ -188,3 +191,95 @@ def test_build_source_names_missing_files(tmp_path: Path) -> None:
         build_source(
             CollectorSettings(source="nvml", node_name="n", nvml_recording="nope.json"), clock
         )
+
+
+
+class _Reads:
+    """A stand-in for a source struct that records which of its fields the mapping reads
+    (structs inside it, like a node's GPUs, are stood in for too: ``every``)."""
+
+    def __init__(self, real: msgspec.Struct) -> None:
+        self._real = real
+        self.read: set[str] = set()
+        self.inner: list[_Reads] = []
+
+    def __getattr__(self, name: str) -> object:
+        self.read.add(name)
+        value = getattr(self._real, name)
+        if isinstance(value, tuple) and value and isinstance(value[0], msgspec.Struct):
+            inner = tuple(_Reads(v) for v in value)
+            self.inner.extend(inner)
+            return inner
+        return value
+
+
+def _populated(cls: type[msgspec.Struct], **given: Any) -> Any:
+    """An instance with every optional scalar set to something other than its default."""
+    by_type: dict[str, Any] = {"float | None": 0.5, "int | None": 3, "bool | None": True}
+    values = {
+        f.name: by_type[str(f.type)]
+        for f in msgspec.structs.fields(cls)
+        if f.name not in given and str(f.type) in by_type
+    }
+    return cls(**values, **given)
+
+
+def _left_at_default(event: msgspec.Struct) -> set[str]:
+    return {
+        f.name
+        for f in msgspec.structs.fields(event)
+        if f.default is not msgspec.NODEFAULT and getattr(event, f.name) == f.default
+    }
+
+
+def _unaccounted(cls: type, refused: dict[str, str], read: set[str]) -> set[str]:
+    """Fields of ``cls`` neither read by the mapping nor refused with a reason."""
+    names = {f.name for f in msgspec.structs.fields(cls)}
+    assert all(refused.values()), f"{cls.__name__}: a reason is empty"
+    assert read.isdisjoint(refused), f"{cls.__name__}: read and refused: {read & set(refused)}"
+    assert set(refused) <= names, f"{cls.__name__}: refuses what it lacks: {set(refused) - names}"
+    return names - read - set(refused)
+
+
+def test_every_sample_field_is_carried_or_refused_with_a_reason() -> None:
+    gpu = _populated(GpuSample, index=0, uuid="GPU-a", healthy=False)
+    node = _Reads(NodeSample(node="n1", sampled_at_unix_s=0.0, gpus=(gpu,), simulated=True))
+    event = sample_batch_event(node, AT)  # type: ignore[arg-type]
+    (gpu_reads,) = node.inner
+    assert _unaccounted(NodeSample, NOT_CARRIED[NodeSample], node.read) == set()
+    assert _unaccounted(GpuSample, NOT_CARRIED[GpuSample], gpu_reads.read) == set()
+    # And the other way: every field of the wire event is filled from the sample.
+    assert _left_at_default(event) == set()
+    assert _left_at_default(event.gpus[0]) == set()
+
+
+def test_every_inventory_and_health_field_is_carried_or_refused_with_a_reason() -> None:
+    gpu = _populated(GpuInventory, index=0, uuid="a", model="NVIDIA H200", mig_capable=True)
+    link = GpuLink(gpu_a=0, gpu_b=0, common_ancestor="single", nvlink_links=2)
+    inv = _Reads(NodeInventory(node="n", gpus=(gpu,), links=(link,), simulated=True))
+    event = inventory_event(inv, AT, cpu_milli=1, memory_mib=1, pool="p")  # type: ignore[arg-type]
+
+    def read_of(cls: type) -> set[str]:  # a GPU is read twice: for its domain, then itself
+        return set().union(*(r.read for r in inv.inner if type(r._real) is cls))
+
+    assert _unaccounted(NodeInventory, NOT_CARRIED[NodeInventory], inv.read) == set()
+    assert _unaccounted(GpuInventory, NOT_CARRIED[GpuInventory], read_of(GpuInventory)) == set()
+    assert _unaccounted(GpuLink, NOT_CARRIED[GpuLink], read_of(GpuLink)) == set()
+    assert _left_at_default(event) == set()
+    assert _left_at_default(event.gpus[0]) == set()
+    change = _Reads(
+        HealthChange(node="n", index=0, uuid="u", healthy=False, reasons=("xid_79",), at_unix_s=0)
+    )
+    health = gpu_health_event(change, AT)  # type: ignore[arg-type]
+    assert _unaccounted(HealthChange, NOT_CARRIED[HealthChange], change.read) == set()
+    assert _left_at_default(health) == set()
+
+
+def test_a_field_added_without_saying_whether_it_is_carried_fails_the_check() -> None:
+    class Wider(GpuSample, frozen=True, kw_only=True):
+        fan_speed_ratio: float | None = None
+
+    node = _Reads(NodeSample(node="n1", sampled_at_unix_s=0.0, gpus=(Wider(index=0, uuid="a"),)))
+    sample_batch_event(node, AT)  # type: ignore[arg-type]
+    (gpu_reads,) = node.inner
+    assert _unaccounted(Wider, NOT_CARRIED[GpuSample], gpu_reads.read) == {"fan_speed_ratio"}

@@ -1,0 +1,86 @@
+"""The server's permission refusals, raised as ``PermissionRefused`` naming the subject.
+
+Owns hearing a refusal on the connection's error callback (nats-py reports it asynchronously,
+in lower case) and raising it in the call that caused it, so a refused publish or subscription
+is never mistaken for a time-out. Must not decide what a tenant may do: the server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from seedance.core.errors import SeedanceError
+
+__all__ = ["PermissionRefused", "Violations"]
+
+_T = TypeVar("_T")
+
+
+class PermissionRefused(SeedanceError):
+    """The server refused this user a publish or subscribe; ``subject`` names what."""
+
+    def __init__(self, message: str, subject: str, server_text: str = "") -> None:
+        super().__init__(message)
+        self.subject = subject
+        #: The server's own words (in lower case: nats-py lowers them).
+        self.server_text = server_text
+
+
+class Violations:
+    """The server's permission refusals heard on the connection, for `_guarded` to raise."""
+
+    def __init__(self, inbox_prefix: str = "_INBOX") -> None:
+        self._waiters: list[asyncio.Future[PermissionRefused]] = []
+        #: nats-py lowers the server's text; an inbox subject gets its prefix's case back.
+        self._inbox_prefix = inbox_prefix
+
+    async def heard(self, exc: Exception) -> None:
+        text = str(exc)
+        if "permissions violation" not in text.lower():
+            return
+        match = re.search(r'(?:publish|subscription) to "([^"]+)"', text, re.IGNORECASE)
+        subject = match.group(1) if match else "?"
+        server_text = text.removeprefix("nats: ")
+        prefix = self._inbox_prefix
+        if subject.startswith(prefix.lower()):
+            real = prefix + subject[len(prefix) :]
+            server_text = server_text.replace(subject, real)
+            subject = real
+        hint = (
+            " (a tenant's user subscribes only under its own inbox prefix: "
+            "seedance.events.subjects.inbox_prefix(tenant), the CLI's --inbox-prefix)"
+            if "subscription" in server_text
+            else ""
+        )
+        refused = PermissionRefused(
+            f"the server refused this user: {server_text}{hint}", subject, server_text
+        )
+        for w in self._waiters:
+            if not w.done():
+                w.set_result(refused)
+        self._waiters.clear()
+
+    async def next(self) -> PermissionRefused:
+        fut: asyncio.Future[PermissionRefused] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        return await fut
+
+    async def guard(self, op: Awaitable[_T]) -> _T:
+        """``op``'s result, or the PermissionRefused the server sends while it runs."""
+        task = asyncio.ensure_future(op)
+        refused = asyncio.ensure_future(self.next())
+        try:
+            done, _ = await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in (task, refused):
+                if not f.done():
+                    f.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await f
+        if task in done:
+            return task.result()
+        raise refused.result()
