@@ -63,10 +63,10 @@ async def audit_ledger(bus: Any, sent: Workload) -> LedgerAudit:
     seen: Counter[str] = Counter()
     published = 0
     for msg in await read_stream(bus, "SEEDANCE_COSTS"):
-        ev = decode(msg.data)
-        seen[ev.id] += 1
-        if isinstance(ev, CostEntry):
-            published += ev.cost_micro_usd
+        out = decode(msg.data)
+        seen[out.id] += 1
+        if isinstance(out, CostEntry):
+            published += out.cost_micro_usd
     totals = core.recompute(
         ledger_inputs((ev for _, ev in sent.events), book), book, ref.clock_ms or 0, cfg
     )
