@@ -4,7 +4,7 @@
 # The Triton test servers (nvidia-pytriton bundles Triton 2.51) pin numpy<2, which the
 # workspace (numpy 2) cannot share, so they get their own venv, built from a hash-pinned
 # requirements file with the same interpreter as .venv (the bundled Python-backend stub must
-# match it; see tools/triton_server.py).
+# match it; see libs/testing/src/seedance/testing/triton_server.py).
 TRITON_VENV := .venv-triton
 TRITON_REQS := tests/integration/router/triton-requirements.txt
 

@@ -1,5 +1,9 @@
 """Test-session fixtures shared by every tier.
 
+The tier of a test is its directory: ``pytest_collection_modifyitems`` marks everything under
+``tests/integration/`` ``integration`` and under ``tests/e2e/`` ``e2e`` (so ``-m "not e2e"``
+cannot miss a file that forgot its ``pytestmark``); other marks stay in the modules.
+
 Integration tests talk to a real nats-server: by default the pinned binary in the project's
 virtual environment, started once per session on a random port with a temporary store; with
 ``--nats-url`` they run against an external server instead (the compose stack, say).
@@ -11,12 +15,29 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tools.stack import NatsServer
+from seedance.testing.servers import NatsServer
+
+TESTS = Path(__file__).resolve().parent
+#: Directory under tests/ -> the mark every test in it carries.
+TIERS = {"integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+
+
+def tier_marks(path: Path) -> list[pytest.MarkDecorator]:
+    """The marks a test module at ``path`` gets from its directory."""
+    rel = path.resolve().relative_to(TESTS)
+    return [TIERS[rel.parts[0]]] if len(rel.parts) > 1 and rel.parts[0] in TIERS else []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in tier_marks(item.path):
+            item.add_marker(mark)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,16 +61,6 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from nats_server_url(
         request.config.getoption("--nats-url") or os.environ.get("SEEDANCE_TEST_NATS_URL")
     )
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    """Wait until ``await check()`` is true; fail with a TimeoutError after the deadline.
-
-    For state the server settles asynchronously (acks are fire-and-forget messages).
-    """
-    async with asyncio.timeout(timeout_s):
-        while not await check():  # noqa: ASYNC110 - the state is the server's, no local event
-            await asyncio.sleep(0.02)  # re-asks the server; bounded by the deadline
 
 
 @contextlib.asynccontextmanager

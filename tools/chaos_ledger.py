@@ -1,6 +1,6 @@
 """`make chaos-ledger`: two ledger replicas, SIGKILLed and restarted at random, stay exact.
 
-A seeded fleet's placement, release, inventory and sample events (tools/ledger_workload.py) are
+A seeded fleet's placement, release, inventory and sample events (seedance.testing.workloads) are
 published at a steady pace on a throw-away nats-server while two cost-ledger replicas (real
 processes) consume them; at random instants one replica (sometimes both) is SIGKILLed and
 restarted after a random pause. When the publishing is done and both replicas have checkpointed
@@ -24,9 +24,12 @@ import sys
 import time
 from pathlib import Path
 
+from seedance.bench.ledger_audit import audit_ledger
 from seedance.core import Bus, BusSettings
-from tools.ledger_workload import audit_ledger, wait_checkpointed, workload
-from tools.stack import REPO, NatsServer, ServiceProcesses
+from seedance.testing.paths import REPO
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import NatsServer
+from seedance.testing.workloads import wait_checkpointed, workload
 
 STATE_KEY = "chaos"
 

@@ -53,8 +53,10 @@ from seedance.events.permissions import tenant_user_name
 from seedance.events.slicing import JobRejected, Placement, Preempted
 from seedance.events.subjects import inbox_prefix, jobs, observed, telemetry
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
-from tools.ledger_workload import read_stream, wait_checkpointed
-from tools.stack import NatsServer, ServiceProcesses, wait_consumer_settled, wait_inventory_known
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
+from seedance.testing.workloads import read_stream, wait_checkpointed
 
 REPO = Path(__file__).resolve().parents[1]
 #: Virtual time of the honest fleet: in the past, so that no trusted fact runs ahead of the

@@ -6,7 +6,7 @@ that cluster:
 
 - **cost-ledger**: two replicas (``replica=a``/``b``, one shared ``state_key``), each reading the
   merged input stream ``SEEDANCE_LEDGER_IN`` through its own consumer ``ledger-in-<replica>``.
-  A seeded fleet's placements, releases and samples (tools/ledger_workload.py) are published at a
+  A seeded fleet's placements, releases and samples (seedance.testing.workloads) are published at a
   steady pace; a quarter in, the nats-server leading ``SEEDANCE_LEDGER_IN`` is SIGKILLed; half
   way, replica ``a`` is SIGKILLed; at three quarters both come back (new R3 buckets the other
   services create need three peers). At the end the cost stream
@@ -50,12 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seedance.bench.ledger_audit import audit_ledger
 from seedance.core import Bus, BusSettings
 from seedance.events import decode
 from seedance.events.graph import CompileResult
 from seedance.sdk import SeedanceClient
-from tools.ledger_workload import audit_ledger, read_stream, wait_checkpointed, workload
-from tools.stack import ServiceProcesses, nats_server_binary
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import nats_server_binary
+from seedance.testing.workloads import read_stream, wait_checkpointed, workload
 
 STATE_KEY = "scale"
 LEDGER_SETTINGS = {
@@ -400,7 +402,7 @@ async def router_part(args: argparse.Namespace, procs: ServiceProcesses) -> Part
     import numpy as np
     import tritonclient.grpc.aio as grpcclient
 
-    from tools.triton_process import TritonProcess, echo_request, free_port
+    from seedance.testing.triton import TritonProcess, echo_request, free_port
 
     tritons = {n: TritonProcess(n, log_dir=procs.logdir) for n in ("triton-a", "triton-b")}
     for t in tritons.values():
@@ -463,7 +465,7 @@ async def router_part(args: argparse.Namespace, procs: ServiceProcesses) -> Part
 
 
 def triton_available() -> bool:
-    from tools.triton_process import TRITON_PYTHON
+    from seedance.testing.triton import TRITON_PYTHON
 
     return TRITON_PYTHON.exists()
 

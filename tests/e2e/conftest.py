@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from seedance.testing.processes import ServiceProcesses
 from tests.conftest import nats_server_url
-from tools.stack import ServiceProcesses
 
 
 @pytest.fixture

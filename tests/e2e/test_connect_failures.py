@@ -24,9 +24,7 @@ from typing import Any
 import pytest
 
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
-from tools.stack import NatsServer
-
-pytestmark = pytest.mark.e2e
+from seedance.testing.servers import NatsServer
 
 #: Python's start-up and imports on a loaded 2-core machine, on top of the connect bound.
 START_SLACK_S = 20.0

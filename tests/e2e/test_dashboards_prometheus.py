@@ -42,11 +42,12 @@ from seedance.events import new_event_id
 from seedance.events.graph import CompileRequest
 from seedance.events.subjects import graph, telemetry
 from seedance.sdk import SeedanceClient
+from seedance.testing.paths import REPO
+from seedance.testing.processes import ServiceProcesses
 from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
 from tests.unit.router.test_gateway_fake_upstream import FakeReplica
-from tools.stack import REPO, ServiceProcesses
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 COMPOSE = REPO / "deploy" / "compose"
 DASHBOARDS = sorted((COMPOSE / "grafana" / "dashboards").glob("*.json"))

@@ -15,8 +15,6 @@ from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-import pytest
-
 from seedance.core import Bus, BusSettings
 from seedance.cost_ledger.core import default_price_book, micro_from_usd
 from seedance.events import decode
@@ -26,8 +24,6 @@ from seedance.events.subjects import observed, slicing, telemetry
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
 from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
-
-pytestmark = pytest.mark.e2e
 
 
 async def next_placement(bus: Bus, tenant: str, job: str, timeout_s: float = 30.0) -> Placement:

@@ -24,9 +24,7 @@ from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobEvent, JobFinished, JobSubmitted, ResourceRequest
 from seedance.events.subjects import ConsumerSpec, dlq, jobs
-from tests.conftest import eventually
-
-pytestmark = pytest.mark.integration
+from seedance.testing.waits import eventually
 
 
 def submitted(tenant: str, job: str) -> JobSubmitted:

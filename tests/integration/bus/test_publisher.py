@@ -21,8 +21,6 @@ from seedance.events import encode
 from seedance.events.subjects import Header, jobs
 from tests.integration.bus.test_bus import submitted
 
-pytestmark = pytest.mark.integration
-
 IN_PROCESS = json.dumps(
     {"error": {"code": 409, "err_code": 10158, "description": "duplicate message id is in process"}}
 ).encode()

@@ -13,8 +13,6 @@ import pytest
 from seedance.core import Bus, BusSettings, PullReader, ReaderInterrupted, ServiceRuntime
 from seedance.events.subjects import ConsumerSpec, jobs
 
-pytestmark = pytest.mark.integration
-
 
 def unacked(unique: str, start_seq: int = 0) -> ConsumerSpec:
     return ConsumerSpec(

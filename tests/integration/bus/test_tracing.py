@@ -17,8 +17,6 @@ from seedance.events.jobs import JobEvent
 from seedance.events.subjects import jobs
 from tests.integration.bus.test_bus import drain, spec_for, submitted
 
-pytestmark = pytest.mark.integration
-
 
 def in_memory_spans() -> InMemorySpanExporter:
     """An exporter that keeps every span finished from now on, in this process.

@@ -50,10 +50,11 @@ from seedance.events.subjects import (
     jobs,
     slicing,
 )
-from tools.stack import REPO, NatsServer
+from seedance.testing.paths import REPO
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import eventually
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.asyncio(loop_scope="module"),
     # nats-py leaves the socket of a refused connect for the garbage collector
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
@@ -190,10 +191,9 @@ class Tenant:
                 await self.nc.publish(subject, body, reply=inbox)
             await self.nc.flush()
             wanted = {s.lower() for s, _ in chunk}
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(3.0):
-                    while not wanted <= self.refused():  # noqa: ASYNC110 - errors come by callback
-                        await asyncio.sleep(0.02)
+            with contextlib.suppress(TimeoutError):  # errors come by callback
+                # Awaited before the loop moves on, so the late binding of `wanted` is moot.
+                await eventually(lambda: wanted <= self.refused(), 3.0)  # noqa: B023
             await asyncio.sleep(0.1)  # a reply to an allowed request would come by now
             for sub in subs:
                 await sub.unsubscribe()

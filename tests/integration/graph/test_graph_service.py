@@ -28,6 +28,7 @@ from seedance.events.subjects import graph
 from seedance.graph_compiler.service import WORKERS_BUCKET
 from seedance.sdk import cli
 from seedance.sdk.client import GRAPH_MODELS_STORE, SeedanceClient
+from seedance.testing.waits import eventually
 from tests.unit.graph.gc_onnx_kit import overflow_ln_model
 
 
@@ -225,9 +226,7 @@ async def test_duplicate_request_gets_one_result(start_compiler, client, tenant)
     async def answered_twice() -> bool:
         return svc.metrics.duplicates_total._value.get() >= 1
 
-    async with asyncio.timeout(60):
-        while not await answered_twice():  # noqa: ASYNC110 - the service's counter
-            await asyncio.sleep(0.05)
+    await eventually(answered_twice, 60)  # the service's counter: no event to wait on
     assert await _results(client, tenant) == 1
 
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from seedance.core import Bus, BusSettings
-from tools.stack import NatsServer
+from seedance.testing.servers import NatsServer
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 import nats.errors
-import pytest
 from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
@@ -25,11 +24,11 @@ from seedance.events.dlq import DeadLetter
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import GpuSample, GpuSampleBatch
-from tests.conftest import eventually, serving
-from tools.ledger_workload import START, workload
-from tools.stack import NatsServer, ServiceProcesses
-
-pytestmark = pytest.mark.integration
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import eventually
+from seedance.testing.workloads import START, workload
+from tests.conftest import serving
 
 CONFIG = core.LedgerConfig(retention_windows=288)
 

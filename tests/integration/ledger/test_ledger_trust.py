@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 from nats.js import api as js_api
 
 from seedance.core import Bus
@@ -36,12 +35,11 @@ from seedance.events.jobs import JobFinished
 from seedance.events.slicing import EndOutcome, GpuAssignment, JobReleased, Placement, PlacementKind
 from seedance.events.subjects import jobs, slicing, telemetry
 from seedance.events.telemetry import GpuSample, GpuSampleBatch
-from tests.conftest import eventually, serving
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import eventually
+from tests.conftest import serving
 from tests.integration.ledger.fixtures import make_checkpoint_6ef02a6 as old_ckpt
 from tests.integration.ledger.test_ledger_service import CONFIG, caught_up, ledger, read_all
-from tools.stack import NatsServer
-
-pytestmark = pytest.mark.integration
 
 BOOK = core.default_price_book()
 NODES = ("h-a", "h-b")

@@ -5,16 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from seedance.core import Bus
 from seedance.cost_ledger import core
 from seedance.cost_ledger.__main__ import report
 from seedance.cost_ledger.core.mapping import to_bus
 from seedance.sdk.cli import main as seedance_cli
-from tools.stack import NatsServer
-
-pytestmark = pytest.mark.integration
+from seedance.testing.servers import NatsServer
 
 
 def _line(tenant: str, job: str, window: int, cost: int) -> core.CostLine:

@@ -21,10 +21,8 @@ from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_pr
 from seedance.cost_ledger.core.mapping import to_bus
 from seedance.reports.idle import share_idle
 from seedance.sdk.cli import main as seedance_cli
+from seedance.testing.servers import NatsServer, shipped_auth_server
 from tests.unit.ledger.fleet import fleet_day
-from tools.stack import NatsServer, shipped_auth_server
-
-pytestmark = pytest.mark.integration
 
 
 def _replay(tenant_names: dict[str, str] | None = None) -> tuple[list[CostLine], Ledger]:

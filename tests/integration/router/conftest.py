@@ -20,7 +20,7 @@ from seedance.router.gateway import (
     OipGateway,
     WarmupPolicy,
 )
-from tools.triton_process import TritonProcess
+from seedance.testing.triton import TritonProcess
 
 # Generous: three servers start at once on two shared cores.
 START_TIMEOUT_S = 150.0

@@ -19,6 +19,7 @@ from tritonclient.grpc import aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
 from seedance.router.gateway import OipGateway, ReplicaPhase
+from seedance.testing.waits import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -35,17 +36,6 @@ def _attempts(registry: CollectorRegistry, replica: str) -> float:
         )
         for s in ("ok", "client_error", "unavailable", "deadline", "cancelled", "server_error")
     )
-
-
-async def _wait_until(predicate: Any, *, timeout_s: float, what: str) -> None:
-    """Poll a metric with a deadline: the gateway records an outcome just after the client
-    sees it, so a client-side assertion must give it a moment."""
-    deadline_s = time.monotonic() + timeout_s
-    for _ in range(10_000):
-        if predicate() or time.monotonic() > deadline_s:
-            break
-        await asyncio.sleep(0.01)
-    assert predicate(), what
 
 
 def _echo_inputs(n: int, seed: int) -> tuple[list[InferInput], dict[str, np.ndarray]]:
@@ -146,7 +136,7 @@ async def test_client_deadline_carried_upstream(
     # The gateway's upstream call ended with the client's deadline (DEADLINE_EXCEEDED, or
     # cancelled when grpc cancels the handler first), not after the model's 3 s; no retry.
     ended = ("deadline", "cancelled")
-    await _wait_until(
+    await eventually(
         lambda: (
             sum(
                 _sample(

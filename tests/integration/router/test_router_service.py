@@ -7,10 +7,9 @@ route on them through its KV watch. Without a forecast model the selector falls 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from seedance.router.forecast_store import ModelStore
 from seedance.router.gateway import ModelRoute, WarmupPolicy
 from seedance.router.service import RouterService
 from seedance.router.settings import RouterSettings, gateway_settings
+from seedance.testing.waits import eventually
 from tests.conftest import serving
 
 pytestmark = pytest.mark.slow
@@ -45,12 +45,6 @@ WARMUP = WarmupPolicy(window=3, tolerance=0.5, min_requests=6, max_requests=30)
 def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
     value = registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
-
-
-async def eventually(check: Callable[[], Any], *, timeout_s: float = 20.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not await check():  # noqa: ASYNC110 - waits on server and service state
-            await asyncio.sleep(0.05)
 
 
 def _model(generation: int = 1) -> Any:
@@ -144,7 +138,7 @@ async def test_router_publishes_decisions_weights_and_stats_and_shares_weights(
                     return False
                 return decode_table(entry.value or b"").model_id == model.version.model_id
 
-            await eventually(table_in_kv)
+            await eventually(table_in_kv, 20)
             await _echo(router.gateway.address, 20)
             reg = router._rt.registry
 
@@ -157,7 +151,7 @@ async def test_router_publishes_decisions_weights_and_stats_and_shares_weights(
                 stats_requests = sum(s.requests for s in mine(ReplicaStats))
                 return len(decisions) >= 20 and stats_requests >= 20
 
-            await eventually(events_arrived)
+            await eventually(events_arrived, 20)
             decisions = [d for d in mine(RoutingDecision) if d.request_id.startswith("r")]
             assert {d.request_id for d in decisions} >= {f"r{i}" for i in range(20)}
             assert {d.replica for d in decisions} <= {"a", "b"}
@@ -177,7 +171,7 @@ async def test_router_publishes_decisions_weights_and_stats_and_shares_weights(
                     table = follower.selector.table("echo")
                     return table is not None and table.model_id == model.version.model_id
 
-                await eventually(follower_has_weights)
+                await eventually(follower_has_weights, 20)
                 assert (
                     _sample(
                         follower._rt.registry,
@@ -219,7 +213,7 @@ async def test_router_without_a_forecast_falls_back(
             async def arrived() -> bool:
                 return len(received) >= 8
 
-            await eventually(arrived)
+            await eventually(arrived, 20)
             assert {d.reason for d in received} == {"fallback_no_forecast"}
             reg = router._rt.registry
             assert (
@@ -273,7 +267,7 @@ async def test_router_publishes_replica_recommendations_and_its_gateway_follows_
             async def recommended() -> bool:
                 return len(received) >= 2
 
-            await eventually(recommended)
+            await eventually(recommended, 20)
             first = received[0]
             assert first.model == "echo"
             assert first.current == 2

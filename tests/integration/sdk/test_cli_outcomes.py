@@ -29,10 +29,11 @@ from seedance.sdk import SeedanceClient
 from seedance.sdk.client import JobRejectedError, PermissionRefused
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
+from seedance.testing.paths import REPO
+from seedance.testing.servers import shipped_auth_server
 from tests.conftest import serving
-from tools.stack import REPO, shipped_auth_server
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TENANT = "acme"
 

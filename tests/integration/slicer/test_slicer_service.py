@@ -32,9 +32,8 @@ from seedance.events.subjects import CONSUMERS, costs, jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
-from tests.conftest import eventually, serving
-
-pytestmark = pytest.mark.integration
+from seedance.testing.waits import eventually
+from tests.conftest import serving
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 DURABLES = ("slicer-inventory", "slicer-pauses", "slicer-jobs")

@@ -34,8 +34,6 @@ from tests.integration.slicer.test_slicer_service import (
     slicer,
 )
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def tenants(bus: Bus, unique: str) -> AsyncIterator[tuple[Bus, Decisions, str, str]]:

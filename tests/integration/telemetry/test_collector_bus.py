@@ -34,10 +34,9 @@ from seedance.telemetry_collector.fleet import GPU_MODELS
 from seedance.telemetry_collector.service import CollectorService
 from seedance.telemetry_collector.settings import CollectorSettings
 from seedance.telemetry_collector.sources import build_source
-from tests.conftest import eventually, serving
+from seedance.testing.waits import eventually
+from tests.conftest import serving
 from tests.unit.telemetry.constructed import h100_nvlink_xid
-
-pytestmark = pytest.mark.integration
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "unit" / "telemetry" / "recordings"
 H200_RECORDING = RECORDINGS / "h200_recording.json"

@@ -27,8 +27,8 @@ from seedance.events.subjects import (
     jobs,
     slicing,
 )
+from seedance.testing.servers import nats_server_binary
 from tests.unit.deploy.declared import DEPLOY, REPO, auth_users, load_tool, services
-from tools.stack import nats_server_binary
 
 gen = load_tool("gen_nats_auth")
 

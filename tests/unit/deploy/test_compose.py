@@ -18,6 +18,7 @@ import yaml
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
+from seedance.testing.servers import nats_server_binary
 from tests.unit.deploy.declared import (
     DEPLOY,
     REPO,
@@ -28,7 +29,6 @@ from tests.unit.deploy.declared import (
     pinned_nats_version,
     services,
 )
-from tools.stack import nats_server_binary
 
 COMPOSE_DIR = DEPLOY / "compose"
 SERVICES = services()

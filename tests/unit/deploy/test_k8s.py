@@ -22,8 +22,8 @@ import yaml
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config, subjects
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
+from seedance.testing.servers import nats_server_binary
 from tests.unit.deploy.declared import DEPLOY, REPO, auth_users, load_tool, services
-from tools.stack import nats_server_binary
 
 K8S = DEPLOY / "k8s"
 OVERLAYS = ("dev", "prod")

@@ -15,7 +15,7 @@ from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
 from seedance.events import Event, new_event_id
 from seedance.events import cost as cost_events
 from seedance.events.telemetry import GpuSample, GpuSampleBatch, NodeInventory
-from tools.ledger_workload import workload
+from seedance.testing.workloads import workload
 
 BOOK = core.default_price_book()
 

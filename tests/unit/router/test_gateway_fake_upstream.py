@@ -22,6 +22,7 @@ from seedance.router.gateway import (
     ReplicaPhase,
     WarmupPolicy,
 )
+from seedance.testing.waits import eventually
 
 
 class FakeReplica(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -199,13 +200,13 @@ async def test_a_drained_replica_finishes_in_flight_requests_and_takes_no_new_on
 ) -> None:
     fakes["a"].gate = asyncio.Event()
     held = asyncio.create_task(_infer(gateway, _request("r1")))  # the tie goes to "a"
-    async with asyncio.timeout(5):
-        while not fakes["a"].calls:  # noqa: ASYNC110 - waits on the fake's own state
-            await asyncio.sleep(0.01)
+    await eventually(lambda: bool(fakes["a"].calls), 5, what="r1 reached replica a")
     drain = asyncio.create_task(gateway.drain_replica("a", timeout_s=5.0))
-    async with asyncio.timeout(5):
-        while gateway.replica_phases().get("a") is not ReplicaPhase.DRAINING:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+    await eventually(
+        lambda: gateway.replica_phases().get("a") is ReplicaPhase.DRAINING,
+        5,
+        what="replica a draining",
+    )
     await _infer(gateway, _request("r2"))
     assert len(fakes["b"].calls) == 1  # the new request went to "b"
     assert not drain.done()  # "a" still holds r1

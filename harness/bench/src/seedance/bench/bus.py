@@ -37,13 +37,10 @@ from seedance.events.cost import JobCostReport
 from seedance.events.jobs import JobEvent, JobSubmitted, ResourceRequest
 from seedance.events.subjects import ConsumerSpec, costs, jobs
 from seedance.sdk import SeedanceClient
-from tools.stack import (
-    REPO,
-    NatsServer,
-    ServiceProcesses,
-    wait_consumer_settled,
-    wait_inventory_known,
-)
+from seedance.testing.paths import REPO
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
 
 
 def log(msg: str) -> None:

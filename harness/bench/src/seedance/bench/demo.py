@@ -44,13 +44,10 @@ from seedance.events.telemetry import GpuSampleBatch
 from seedance.reports.summary import CostSummary
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
+from seedance.testing.processes import ServiceProcesses
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
 from seedance.traces import alibaba
-from tools.stack import (
-    NatsServer,
-    ServiceProcesses,
-    wait_consumer_settled,
-    wait_inventory_known,
-)
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
 # The replay's virtual time runs ahead of the wall clock (whole hours, so charge windows line
@@ -502,7 +499,7 @@ class _EchoLoad:
     async def one(self, i: int) -> None:
         import numpy as np
 
-        from tools.triton_process import echo_request
+        from seedance.testing.triton import echo_request
 
         inputs, x = echo_request(i, b"demo")
         t0 = time.perf_counter()
@@ -529,7 +526,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
     """Route real inference through the router to two real Triton servers; kill one midway."""
     import tritonclient.grpc.aio as grpcclient
 
-    from tools.triton_process import TritonProcess, free_port
+    from seedance.testing.triton import TritonProcess, free_port
 
     say("")
     say("Inference: the router in front of two real Triton servers (CPU, from nvidia-pytriton)")

@@ -1,6 +1,6 @@
 """`make bench-ledger`: one cost-ledger replica's events/s through the bus.
 
-A seeded fleet's events (tools/ledger_workload.py: sample batches, inventory, placements,
+A seeded fleet's events (seedance.testing.workloads: sample batches, inventory, placements,
 releases) are published first, so the merged input stream holds them all; then one replica (the
 real ``LedgerService``, in this process, on a local nats-server) consumes them: fetch, decode,
 step the core, publish every cost entry / report and wait for the stream's acks, checkpoint to
@@ -46,8 +46,8 @@ from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode
 from seedance.events.subjects import replica_consumer
-from tools.ledger_workload import workload
-from tools.stack import NatsServer
+from seedance.testing.servers import NatsServer
+from seedance.testing.workloads import workload
 
 GOAL = 5_000
 

@@ -44,7 +44,7 @@ BRIEF_COLD_MS, BRIEF_WARM_MS = 1842.0, 127.0
 
 
 def _load_triton_process() -> object:
-    from tools import triton_process
+    from seedance.testing import triton as triton_process
 
     return triton_process
 

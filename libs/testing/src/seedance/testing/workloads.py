@@ -5,8 +5,13 @@ instance and are released (the slicer's ``JobReleased`` on ``seedance.slicing.<t
 the ledger bills trusted facts only, never a tenant's own job event), and every node reports a
 sample batch (activity and a cumulative energy counter) every ``tick_s`` of virtual time. The
 virtual time starts at ``START``, in the past: no input is ahead of the server's clock (the
-ledger dead-letters one that leads its stream timestamp by more than ``max_ahead_s``). Events come out in virtual-time order, with the
-subject each is published on. Deterministic for a seed; no wall clock.
+ledger dead-letters one that leads its stream timestamp by more than ``max_ahead_s``). Events
+come out in virtual-time order, with the subject each is published on. Deterministic for a seed;
+no wall clock.
+
+Also the waits a driver of the ledger needs (the merged input stream read in order, the
+replicas' shared checkpoint caught up). It builds wire events only and must not import a
+service: the audit against the ledger's core lives in ``seedance.bench.ledger_audit``.
 """
 
 from __future__ import annotations
@@ -23,9 +28,7 @@ from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeIn
 
 __all__ = [
     "START",
-    "LedgerAudit",
     "Workload",
-    "audit_ledger",
     "checkpoint_seq",
     "read_stream",
     "wait_checkpointed",
@@ -49,6 +52,49 @@ def _id(seed: int, *parts: object) -> str:
     return derived_event_id(f"{seed}:" + ":".join(map(str, parts)), "workload")
 
 
+def _shape(
+    rng: random.Random, model: str, free: list[int]
+) -> tuple[PlacementKind, list[GpuAssignment]]:
+    """A MIG instance (A100s only), a shared slice, or whole GPUs on the ``free`` ones."""
+    shape = rng.random()
+    if model == "A100" and shape < 0.3:
+        return PlacementKind.MIG, [GpuAssignment(index=free[0], mig_profile="3g.40gb")]
+    if shape < 0.5:
+        return PlacementKind.SHARED, [GpuAssignment(index=free[0], milli=500)]
+    n = min(len(free), rng.choice((1, 2, 4)))
+    return PlacementKind.WHOLE, [GpuAssignment(index=g) for g in free[:n]]
+
+
+def _sample(
+    rng: random.Random,
+    busy: dict[tuple[str, int], float],
+    energy: dict[tuple[str, int], float],
+    node: str,
+    g: int,
+    tick_s: int,
+) -> GpuSample:
+    """GPU ``g``'s sample for one tick: the activity of what runs there, the energy it adds."""
+    act = busy.get((node, g), 0.0) * rng.uniform(0.8, 1.0)
+    energy[(node, g)] += (60 + 240 * act) * tick_s
+    return GpuSample(
+        index=g,
+        sm_active=round(act, 4) if g % 2 == 0 else None,
+        util_gpu_pct=round(min(100.0, act * 110), 1),
+        energy_j=round(energy[(node, g)], 1),
+    )
+
+
+def _inventory(seed: int, node: str, model: str, count: int, mem: int) -> NodeInventory:
+    return NodeInventory(
+        id=_id(seed, "inv", node),
+        at=START,
+        node=node,
+        cpu_milli=64_000,
+        memory_mib=512_000,
+        gpus=[GpuInfo(index=g, model=model, mem_total_mib=mem) for g in range(count)],
+    )
+
+
 def workload(
     events: int = 12_000, *, nodes: int = 30, tick_s: int = 60, seed: int = 7, prefix: str = "n"
 ) -> Workload:
@@ -63,20 +109,10 @@ def workload(
         out.append((at, order, subject, ev))
         order += 1
 
-    for node, model, gpus, mem in spec:
-        add(
-            START,
-            telemetry.inventory(node),
-            NodeInventory(
-                id=_id(seed, "inv", node),
-                at=START,
-                node=node,
-                cpu_milli=64_000,
-                memory_mib=512_000,
-                gpus=[GpuInfo(index=g, model=model, mem_total_mib=mem) for g in range(gpus)],
-            ),
-        )
-    # Each tick: every node samples; jobs arrive and are released so that ~1/6 of events are job facts.
+    for node, model, count, mem in spec:
+        add(START, telemetry.inventory(node), _inventory(seed, node, model, count, mem))
+    # Each tick: every node samples; jobs arrive and are released so that ~1/6 of events are
+    # job facts.
     ticks = max(1, round(events * 0.93 / nodes))
     busy: dict[tuple[str, int], float] = {}  # (node, gpu) -> activity of what runs there
     running: list[tuple[datetime, str, str, list[tuple[str, int]]]] = []
@@ -85,36 +121,27 @@ def workload(
     for t in range(ticks):
         at = START + timedelta(seconds=t * tick_s)
         # releases first
-        still = []
-        for end, tenant, job, gpus in running:
-            if end <= at:
-                add(at, slicing.subject(tenant, "released"),
-                    JobReleased(id=_id(seed, "end", job), at=at, job_id=job, tenant=tenant,
-                                outcome=EndOutcome.FINISHED))  # fmt: skip
-                for key in gpus:
-                    busy.pop(key, None)
-            else:
-                still.append((end, tenant, job, gpus))
-        running = still
+        for _end, tenant, job, held in [r for r in running if r[0] <= at]:
+            released = JobReleased(
+                id=_id(seed, "end", job),
+                at=at,
+                job_id=job,
+                tenant=tenant,
+                outcome=EndOutcome.FINISHED,
+            )
+            add(at, slicing.subject(tenant, "released"), released)
+            for key in held:
+                busy.pop(key, None)
+        running = [r for r in running if r[0] > at]
         for _ in range(rng.choice((0, 1, 1, 2, 3, 5)) if t else 0):
-            node, model, count, _ = spec[rng.randrange(nodes)]
+            node, model, count, _mem = spec[rng.randrange(nodes)]
             free = [g for g in range(count) if (node, g) not in busy]
             if not free:
                 continue
             tenant = rng.choice(_TENANTS)
             job = f"job-{job_n}"
             job_n += 1
-            shape = rng.random()
-            if model == "A100" and shape < 0.3:
-                kind, gpus = (
-                    PlacementKind.MIG,
-                    [GpuAssignment(index=free[0], mig_profile="3g.40gb")],
-                )
-            elif shape < 0.5:
-                kind, gpus = PlacementKind.SHARED, [GpuAssignment(index=free[0], milli=500)]
-            else:
-                n = min(len(free), rng.choice((1, 2, 4)))
-                kind, gpus = PlacementKind.WHOLE, [GpuAssignment(index=g) for g in free[:n]]
+            kind, gpus = _shape(rng, model, free)
             add(
                 at,
                 slicing.subject(tenant, "placement"),
@@ -123,44 +150,17 @@ def workload(
                     gpu_model=model, kind=kind, gpus=gpus,
                 ),
             )  # fmt: skip
-            for g in gpus:
-                busy[(node, g.index)] = rng.uniform(0.2, 0.95)
+            for assigned in gpus:
+                busy[(node, assigned.index)] = rng.uniform(0.2, 0.95)
             duration = timedelta(seconds=tick_s * rng.randint(3, 90))
-            running.append((at + duration, tenant, job, [(node, g.index) for g in gpus]))
-        for node, _model, count, _ in spec:
-            samples = []
-            for g in range(count):
-                act = busy.get((node, g), 0.0) * rng.uniform(0.8, 1.0)
-                energy[(node, g)] += (60 + 240 * act) * tick_s
-                samples.append(
-                    GpuSample(
-                        index=g,
-                        sm_active=round(act, 4) if g % 2 == 0 else None,
-                        util_gpu_pct=round(min(100.0, act * 110), 1),
-                        energy_j=round(energy[(node, g)], 1),
-                    )
-                )
-            add(at, telemetry.sample(node),
-                GpuSampleBatch(id=_id(seed, "s", node, t), at=at, node=node, gpus=samples))  # fmt: skip
+            running.append((at + duration, tenant, job, [(node, a.index) for a in gpus]))
+        for node, _model, count, _mem in spec:
+            samples = [_sample(rng, busy, energy, node, g, tick_s) for g in range(count)]
+            batch = GpuSampleBatch(id=_id(seed, "s", node, t), at=at, node=node, gpus=samples)
+            add(at, telemetry.sample(node), batch)
     out.sort(key=lambda x: (x[0], x[1]))
     end = START + timedelta(seconds=ticks * tick_s)
     return Workload([(s, e) for _, _, s, e in out], _TENANTS, end)
-
-
-@dataclass(frozen=True)
-class LedgerAudit:
-    """What the cost stream holds against a reference replica and the core's recompute."""
-
-    cost_events: int
-    duplicates: int
-    lost: int
-    extra: int
-    published_micro_usd: int
-    recomputed_micro_usd: int
-
-    @property
-    def diff_micro_usd(self) -> int:
-        return abs(self.published_micro_usd - self.recomputed_micro_usd)
 
 
 async def read_stream(bus: Any, stream: str, timeout_s: float = 60.0) -> list[Any]:
@@ -230,52 +230,4 @@ async def wait_checkpointed(bus: Any, state_key: str, sent: int, timeout_s: floa
     raise TimeoutError(
         f"ledger replicas did not catch up in {timeout_s} s (checkpoint {seq}/{last}, "
         f"merged stream {held}/{sent} events)"
-    )
-
-
-async def audit_ledger(bus: Any, sent: Workload) -> LedgerAudit:
-    """Compare the cost stream with one unkilled reference replica stepped over the same merged
-    order (ids: nothing lost, duplicated or unexpected) and with the core's order-free
-    ``recompute`` over exactly the events sent (money, to the micro-dollar)."""
-    import contextlib
-    from collections import Counter
-
-    from seedance.cost_ledger import core
-    from seedance.cost_ledger.core.mapping import InputRejected
-    from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
-    from seedance.events import DecodeError, decode
-    from seedance.events.cost import CostEntry
-
-    book = core.default_price_book()
-    cfg = core.LedgerConfig(retention_windows=288)
-    ref = LedgerReplica(book, cfg)
-    expected: set[str] = set()
-    for msg in await read_stream(bus, "SEEDANCE_LEDGER_IN"):
-        try:
-            ev = decode(msg.data, INPUT_TYPES)
-        except DecodeError:
-            ev = None
-        md = msg.metadata
-        # Stepped as the service steps it (subject and stream time checked): the same outputs.
-        with contextlib.suppress(InputRejected):
-            pubs = ref.step(md.sequence.stream, ev, subject=msg.subject,
-                            stream_ms=core.epoch_ms(md.timestamp))  # fmt: skip
-            expected.update(p.event.id for p in pubs)
-    seen: Counter[str] = Counter()
-    published = 0
-    for msg in await read_stream(bus, "SEEDANCE_COSTS"):
-        ev = decode(msg.data)
-        seen[ev.id] += 1
-        if isinstance(ev, CostEntry):
-            published += ev.cost_micro_usd
-    totals = core.recompute(
-        ledger_inputs((ev for _, ev in sent.events), book), book, ref.clock_ms or 0, cfg
-    )
-    return LedgerAudit(
-        cost_events=len(seen),
-        duplicates=sum(c - 1 for c in seen.values() if c > 1),
-        lost=len(expected - set(seen)),
-        extra=len(set(seen) - expected),
-        published_micro_usd=published,
-        recomputed_micro_usd=totals.total.total_usd_micro,
     )

@@ -1,9 +1,9 @@
 """A real Triton 2.51 server (from nvidia-pytriton) serving the router's test models.
 
 Runs in `.venv-triton` (PyTriton pins numpy<2, the workspace has numpy 2), started by the
-integration tests and by `tools/bench_warmup.py` as a subprocess:
+integration tests, the warm-up bench and the demos through `seedance.testing.triton`, by path:
 
-    .venv-triton/bin/python tools/triton_server.py \
+    .venv-triton/bin/python libs/testing/src/seedance/testing/triton_server.py \
         --grpc-port 18001 --http-port 18000 --metrics-port 18002
 
 Everything binds 127.0.0.1. It serves until SIGTERM/SIGINT. Readiness is for the caller to

@@ -1,10 +1,11 @@
-"""Start and stop real Triton servers (`triton_server.py` in `.venv-triton`) as subprocesses.
+"""Start and stop real Triton servers (`triton_server.py` beside this module, run by path in
+`.venv-triton`) as subprocesses, for the router's integration-test fixtures, the warm-up
+bench and the demos.
 
-Used by the integration tests' fixtures and by `tools/bench_warmup.py`. Each server runs in its
-own process group, so `kill()` takes down PyTriton's Python wrapper, the `tritonserver` binary
-and its Python-backend stubs together (killing only the wrapper would leave tritonserver
-serving). Start-up is bounded: `start()` raises with the server's last log lines if it is not
-ready in time.
+Each server runs in its own process group, so `kill()` takes down PyTriton's Python wrapper,
+the `tritonserver` binary and its Python-backend stubs together (killing only the wrapper would
+leave tritonserver serving). Start-up is bounded: `wait_ready()` raises with the server's last
+log lines if it is not ready in time.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from tritonclient.utils import InferenceServerException
 
 __all__ = ["REPO_ROOT", "TRITON_PYTHON", "TritonProcess", "echo_request", "free_port"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from seedance.testing.paths import REPO as REPO_ROOT
+
 TRITON_PYTHON = REPO_ROOT / ".venv-triton" / "bin" / "python"
+# A script, not a module of this package: it runs in `.venv-triton` (PyTriton pins numpy<2),
+# which does not have the workspace installed; it is never imported here.
 _SERVER_SCRIPT = Path(__file__).resolve().parent / "triton_server.py"
 # The models triton_server.py binds; ready means all of them are.
 MODELS = ("echo", "nchw_stats", "slow")

@@ -1,0 +1,74 @@
+"""Seedance services as real processes (``python -m seedance.<svc>``) for the end-to-end tests,
+the benches and the demo, each with its log in a file of one directory (never a pipe: nobody
+drains it). ``stop_all`` drains them with SIGTERM and reports their exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["ServiceProcesses"]
+
+
+class ServiceProcesses:
+    """Seedance services as processes; ``start(name, **settings)`` sets SEEDANCE_<SVC>_*."""
+
+    def __init__(
+        self, nats_url: str, logdir: Path, credentials: dict[str, str] | None = None
+    ) -> None:
+        self.nats_url = nats_url
+        self.logdir = logdir
+        #: Service name -> password: each service then connects as its own NATS user.
+        self.credentials = credentials or {}
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *, instance: str = "", **settings: str) -> subprocess.Popen[bytes]:
+        """Start service ``name``; ``instance`` tells replicas of one service apart."""
+        module = "seedance." + name.replace("-", "_")
+        prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
+        env = {
+            **os.environ,
+            "NATS_URL": self.nats_url,
+            **(
+                {"NATS_USER": name, "NATS_PASSWORD": self.credentials[name]}
+                if name in self.credentials
+                else {}
+            ),
+            prefix + "HTTP_PORT": "0",
+            **{prefix + k.upper(): str(v) for k, v in settings.items()},
+        }
+        key = f"{name}{instance}"
+        with open(self.logdir / f"{key}.log", "ab") as log:  # the child keeps its own handle
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.procs[key] = proc
+        return proc
+
+    def kill(self, key: str) -> None:
+        proc = self.procs.pop(key)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop_all(self, timeout_s: float = 15.0) -> dict[str, int]:
+        """SIGTERM every service (a clean drain) and return their exit codes."""
+        codes: dict[str, int] = {}
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for key, proc in self.procs.items():
+            try:
+                codes[key] = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[key] = proc.wait()
+        self.procs.clear()
+        return codes
+
+    def log(self, key: str) -> str:
+        return (self.logdir / f"{key}.log").read_text(errors="replace")

@@ -1,0 +1,112 @@
+"""nats-server for tests, benches and the demo: the pinned binary on a random loopback port with
+a throw-away store, and the same server running the shipped authorization block.
+
+It must not pipe the server's output: nobody drains a pipe while the server runs, and a server
+that logs enough (permission violations, a chaos run) would block on a full one. The log goes to
+a file (``NatsServer.log_path``) that a failing test can read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from seedance.testing.paths import REPO
+
+__all__ = ["NatsServer", "nats_server_binary", "shipped_auth_server"]
+
+SHIPPED_AUTH = REPO / "deploy" / "auth" / "nats-auth.conf"
+
+
+def nats_server_binary() -> str:
+    exe = Path(sys.executable).parent / "nats-server"
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("no nats-server: run `make install` (it installs the pinned one)")
+    return found
+
+
+class NatsServer:
+    """A nats-server process on a random loopback port with its own store."""
+
+    def __init__(self, *extra_args: str, config: str | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="seedance-nats-"))
+        args = [nats_server_binary(), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(self.dir)]
+        if config is not None:
+            conf = self.dir / "server.conf"
+            conf.write_text(config)
+            args += ["-c", str(conf)]
+        self.ports_dir = self.dir / "ports"
+        self.ports_dir.mkdir()
+        args += ["--ports_file_dir", str(self.ports_dir), *extra_args]
+        self.log_path = self.dir / "server.log"
+        with open(self.log_path, "ab") as log:  # a file, never a pipe: see the module docstring
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            self.url = self._wait_for_port()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_for_port(self, timeout_s: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.log_path.read_text(errors="replace")
+                raise RuntimeError(f"nats-server exited at start: {err[-2000:]}")
+            files = list(self.ports_dir.glob("*.ports"))
+            if files:
+                ports = json.loads(files[0].read_text())
+                return str(ports["nats"][0])
+            time.sleep(0.02)  # polling a file the server writes; bounded by the deadline
+        raise RuntimeError(f"nats-server did not report its port within {timeout_s} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# One user entry of the rendered block: its name, then the variable its password is read from.
+_USER = re.compile(r'user:\s*"(?P<user>[^"]+)"\s*\n\s*password:\s*\$(?P<var>[A-Z0-9_]+)')
+
+
+def shipped_users(text: str) -> dict[str, str]:
+    """User name -> password variable, as the shipped block declares them."""
+    found = {m["user"]: m["var"] for m in _USER.finditer(text)}
+    if not found:
+        raise RuntimeError("no `user:` / `password: $VAR` pairs in the shipped auth block")
+    return found
+
+
+def shipped_auth_server(password: Callable[[str], str]) -> NatsServer:
+    """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
+    every user's password variable defined as ``password(user)`` and a fresh auth-callout
+    issuer key, so that tests exercise exactly the permissions deployments get.
+
+    The users and their variables are read from the shipped file itself, not re-derived from
+    ``deploy/auth/users.yaml`` through the generator: what the server is given is then exactly
+    what it reads, and a library does not import the ``tools/`` scripts. (That the shipped file
+    matches a fresh render is the generator's own ``--check``, tested elsewhere.)
+    """
+    from seedance.core.auth_callout import new_issuer
+    from seedance.events.nats_config import CALLOUT_ISSUER_VAR
+
+    text = SHIPPED_AUTH.read_text()
+    defs = "".join(f'{var}: "{password(user)}"\n' for user, var in shipped_users(text).items())
+    defs += f"{CALLOUT_ISSUER_VAR}: {new_issuer().public_key.decode()}\n"
+    return NatsServer(config=defs + text)
