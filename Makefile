@@ -33,11 +33,11 @@ $(UV):
 install: .venv/.synced  ## install the workspace (uv, Python packages, pinned nats-server)
 
 .PHONY: lint
-lint: install  ## ruff, import contracts
+lint: install  ## ruff (style, complexity, the wall-clock ban), import contracts, mypy
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
+	.venv/bin/mypy
 
-# TODO(#20): joins `lint` once every package passes (each step of #20 fixes its own packages).
 .PHONY: typecheck
 typecheck: install  ## mypy: every product package, strict on the libraries and the service cores
 	.venv/bin/mypy
