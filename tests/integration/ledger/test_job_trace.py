@@ -22,12 +22,12 @@ from seedance.events.jobs import JobSubmitted
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import ConsumerSpec, jobs, slicing, telemetry
 from seedance.sdk import SeedanceClient
+from seedance.testing.servers import NatsServer
+from seedance.testing.workloads import START
 from tests.conftest import serving
 from tests.integration.bus.test_bus import drain
 from tests.integration.bus.test_tracing import in_memory_spans
 from tests.integration.ledger.test_ledger_service import caught_up, ledger, read_all, sample
-from tools.ledger_workload import START
-from tools.stack import NatsServer
 
 pytestmark = pytest.mark.integration
 
