@@ -99,38 +99,47 @@ def check_invariants(entries: list[CostLine]) -> dict[tuple[str, str], list[dict
     for (resource, start), members in origins.items():
         node = resource.removeprefix("seedance:node/")
         key = next(k for k in origin_cost if k[0] == node and _iso(k[1]) == start)
-        # ratios: exactly 1, each the line's share of the origin's cost within 1e-12
-        assert sum(_ratio(r) for r in members) == 1
-        total = sum(Decimal(r["BilledCost"]) for r in members)
-        assert total == Decimal(origin_cost[key]).scaleb(-6)  # to the micro-dollar
-        for col in ("EffectiveCost", "ContractedCost", "PricingCurrencyEffectiveCost"):
-            assert sum(Decimal(r[col]) for r in members) == total
-        assert sum(Decimal(r["ListCost"]) for r in members) == Decimal(origin_list[key]).scaleb(-6)
-        for r in members:
-            share = Fraction(Decimal(r["BilledCost"])) / Fraction(total) if total else None
-            if share is not None:
-                assert abs(Fraction(_ratio(r)) - share) < Fraction(1, 10**12)
-            assert 0 <= _ratio(r) <= 1
-            details = json.loads(r["AllocatedMethodDetails"])
-            assert all("UsageUnit" in el for el in details["Elements"] if "UsageQuantity" in el)
-            assert r["AllocatedMethodId"] == "seedance.gpu-time-share.v1"
-        unallocated = [r for r in members if r["AllocatedResourceId"] is None]
-        assert len(unallocated) <= 1
-        for r in unallocated:
-            assert r["x_LineKind"] == "idle"
-            assert r["AllocatedResourceName"] is None
-            assert r["AllocatedTags"] is None
-        for r in members:
-            if r["AllocatedResourceId"] is not None:
-                assert r["x_LineKind"] == "usage"
-                assert r["AllocatedResourceId"] == f"{r['SubAccountId']}/{r['x_JobId']}"
-                assert r["AllocatedResourceName"] == r["x_JobId"]
-                assert json.loads(r["AllocatedTags"])["seedance:job"] == r["x_JobId"]
+        _check_origin(members, origin_cost[key], origin_list[key])
     for r in rows:
         if r["AllocatedMethodId"] is None:  # energy: each job's own charge, not a split
             assert all(r[c] is None for c in FOCUS_1_3_ALLOCATION_COLUMNS)
             assert r["PricingUnit"] == "kWh"
     return origins
+
+
+def _check_origin(members: list[dict], cost_micro: int, list_micro: int) -> None:
+    """One origin charge's split rows: ratios add to 1, costs to the charge, rows well formed."""
+    # ratios: exactly 1, each the line's share of the origin's cost within 1e-12
+    assert sum(_ratio(r) for r in members) == 1
+    total = sum(Decimal(r["BilledCost"]) for r in members)
+    assert total == Decimal(cost_micro).scaleb(-6)  # to the micro-dollar
+    for col in ("EffectiveCost", "ContractedCost", "PricingCurrencyEffectiveCost"):
+        assert sum(Decimal(r[col]) for r in members) == total
+    assert sum(Decimal(r["ListCost"]) for r in members) == Decimal(list_micro).scaleb(-6)
+    for r in members:
+        share = Fraction(Decimal(r["BilledCost"])) / Fraction(total) if total else None
+        if share is not None:
+            assert abs(Fraction(_ratio(r)) - share) < Fraction(1, 10**12)
+        assert 0 <= _ratio(r) <= 1
+        details = json.loads(r["AllocatedMethodDetails"])
+        assert all("UsageUnit" in el for el in details["Elements"] if "UsageQuantity" in el)
+        assert r["AllocatedMethodId"] == "seedance.gpu-time-share.v1"
+    assert len([r for r in members if r["AllocatedResourceId"] is None]) <= 1
+    for r in members:
+        _check_allocated_row(r)
+
+
+def _check_allocated_row(r: dict) -> None:
+    """A usage row names its job; the one unallocated (idle) row names nothing."""
+    if r["AllocatedResourceId"] is None:
+        assert r["x_LineKind"] == "idle"
+        assert r["AllocatedResourceName"] is None
+        assert r["AllocatedTags"] is None
+        return
+    assert r["x_LineKind"] == "usage"
+    assert r["AllocatedResourceId"] == f"{r['SubAccountId']}/{r['x_JobId']}"
+    assert r["AllocatedResourceName"] == r["x_JobId"]
+    assert json.loads(r["AllocatedTags"])["seedance:job"] == r["x_JobId"]
 
 
 def _iso(ms: int) -> str:
