@@ -20,8 +20,6 @@ TESTS = Path(__file__).resolve().parents[1]
 # logic into seedance.bench.
 PATH_LINKS = {
     "e2e/test_chaos_tenants.py": "runs the soak script (`-m tools.chaos_tenants`) as a process",
-    "integration/deploy/test_tenant_isolation.py": "loads tools/gen/gen_nats_auth.py by path",
-    "integration/sdk/test_cli_outcomes.py": "loads tools/gen/gen_nats_auth.py by path",
     "unit/deploy/declared.py": "loads tools/gen/*.py by path; reads tools/nats-server.sha256",
     "unit/events/test_golden.py": "runs tools/gen/gen_schemas.py --check",
     "unit/ledger/test_focus_conformance.py": "runs tools/bench/ledger_sample_report.py",

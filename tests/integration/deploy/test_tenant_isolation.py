@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
@@ -19,7 +18,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import nats
@@ -36,40 +34,13 @@ from seedance.events.slicing import JobReleased, Placement
 from seedance.events.subjects import costs, inbox_prefix, jobs, telemetry
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import PermissionRefused, SeedanceClient
-from seedance.testing.paths import REPO
-from seedance.testing.servers import shipped_auth_server
 from seedance.testing.waits import eventually
+from tests.integration.conftest import shipped_password
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SERVICES = ("telemetry-collector", "slicer", "cost-ledger")
 TENANT_A, TENANT_B = "acme", "globex"
-
-
-def load_tool(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "gen" / f"{name}.py")
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = load_tool("gen_nats_auth")
-
-
-def password(user: str) -> str:
-    return f"test-{user}-secret"
-
-
-@pytest.fixture(scope="module")
-def auth_url() -> Iterator[str]:
-    server = shipped_auth_server(password)
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -90,7 +61,7 @@ def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subproces
             **os.environ,
             "NATS_URL": auth_url,
             "NATS_USER": name,
-            "NATS_PASSWORD": password(name),
+            "NATS_PASSWORD": shipped_password(name),
             prefix + "HTTP_PORT": "0",
             **{prefix + k: v for k, v in extra[name].items()},
         }
@@ -117,7 +88,9 @@ def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subproces
 
 @pytest.fixture
 async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(BusSettings(url=auth_url, user="admin", password=password("admin")))
+    bus = await Bus.connect(
+        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
+    )
     try:
         yield bus
     finally:
@@ -127,7 +100,7 @@ async def admin(auth_url: str) -> AsyncIterator[Bus]:
 async def tenant_client(url: str, tenant: str) -> SeedanceClient:
     user = f"tenant-{tenant}"
     return await SeedanceClient.connect(
-        url, user=user, password=password(user), inbox_prefix=inbox_prefix(tenant)
+        url, user=user, password=shipped_password(user), inbox_prefix=inbox_prefix(tenant)
     )
 
 
@@ -224,7 +197,7 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
     raw = await nats.connect(
         auth_url,
         user=user_b,
-        password=password(user_b),
+        password=shipped_password(user_b),
         inbox_prefix=prefix_b,
         error_cb=on_error,
     )

@@ -10,14 +10,12 @@ printed nothing of what the slicer decided.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -30,45 +28,19 @@ from seedance.sdk.client import JobRejectedError, PermissionRefused
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.paths import REPO
-from seedance.testing.servers import shipped_auth_server
 from tests.conftest import serving
+from tests.integration.conftest import shipped_password
 
 pytestmark = pytest.mark.slow
 
 TENANT = "acme"
 
 
-def _gen() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gen_nats_auth", REPO / "tools" / "gen" / "gen_nats_auth.py"
-    )
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_nats_auth"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _gen()
-
-
-def password(user: str) -> str:
-    return f"test-{user}-secret"
-
-
-@pytest.fixture(scope="module")
-def auth_url() -> Iterator[str]:
-    server = shipped_auth_server(password)
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 async def slicer_up(auth_url: str) -> AsyncIterator[None]:
-    admin = await Bus.connect(BusSettings(url=auth_url, user="admin", password=password("admin")))
+    admin = await Bus.connect(
+        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
+    )
     await admin.ensure_streams()
     node = f"cli-node-{uuid.uuid4().hex[:6]}"
     inv = NodeInventory(
@@ -81,7 +53,7 @@ async def slicer_up(auth_url: str) -> AsyncIterator[None]:
     )
     await admin.publish(telemetry.inventory(node), inv)
     runtime = ServiceRuntime(
-        "slicer", BusSettings(url=auth_url, user="slicer", password=password("slicer"))
+        "slicer", BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
     )
     settings = SlicerSettings(pool=f"cli{uuid.uuid4().hex[:6]}", replica="a", lease_ttl_s=1.5)
     try:
@@ -94,7 +66,7 @@ async def slicer_up(auth_url: str) -> AsyncIterator[None]:
 async def cli(url: str, *args: str, user: str = f"tenant-{TENANT}") -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "seedance.sdk.cli", "--nats-url", url,
-        "--user", user, "--password", password(user), *args,
+        "--user", user, "--password", shipped_password(user), *args,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(REPO),
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
@@ -157,7 +129,9 @@ async def test_bounds_are_checked_before_publishing_and_refusals_name_the_subjec
 @pytest.mark.usefixtures("slicer_up")
 async def test_the_sdk_waits_and_raises_with_tenant_credentials(auth_url: str) -> None:
     user = f"tenant-{TENANT}"
-    async with await SeedanceClient.connect(auth_url, user=user, password=password(user)) as c:
+    async with await SeedanceClient.connect(
+        auth_url, user=user, password=shipped_password(user)
+    ) as c:
         job = f"s-{uuid.uuid4().hex[:6]}"
         out = await c.submit_job(TENANT, job, gpus=1, wait_s=10)
         assert out.decision is not None

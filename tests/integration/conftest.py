@@ -1,0 +1,22 @@
+"""Fixtures shared by the integration tests that run the shipped NATS authorisation."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from seedance.testing.servers import shipped_auth_server
+
+
+def shipped_password(user: str) -> str:
+    """The password each shipped user gets in these tests (a string nats-server reads as one)."""
+    return f"test-{user}-secret"
+
+
+@pytest.fixture(scope="module")
+def auth_url() -> Iterator[str]:
+    """A server running the shipped deploy/auth/nats-auth.conf, one per test module."""
+    server = shipped_auth_server(shipped_password)
+    try:
+        yield server.url
+    finally:
+        server.stop()
