@@ -10,7 +10,12 @@ import asyncio
 import contextlib
 
 from nats.js import api as js_api
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    BadRequestError,
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+)
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
@@ -22,6 +27,10 @@ from seedance.events.subjects import BUCKETS, OBJECT_STORES, BucketSpec, ObjectS
 __all__ = ["Lease", "ensure_bucket", "ensure_object_store"]
 
 log = get_logger(__name__)
+
+# JetStream's "wrong last sequence" codes: nats-py maps them to KeyWrongLastSequenceError on
+# update, but a delete with ``last=`` raises the plain BadRequestError that carries them.
+_WRONG_LAST_SEQUENCE = (10071, 10164)
 
 
 async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
@@ -100,8 +109,31 @@ class Lease:
             await self.release()
 
     async def release(self) -> None:
-        if self._revision is not None:
-            with contextlib.suppress(KeyNotFoundError, KeyWrongLastSequenceError):
-                await self._kv.delete(self._key, last=self._revision)
-            self._revision = None
-            self.acquired.clear()
+        """Give the key up if we still hold it, so that a standby need not wait for the TTL.
+
+        A refresh cancelled in flight may still have landed on the server, leaving the key
+        one revision ahead of ours: then the key is deleted at the revision it names us with.
+        A key that names someone else (or nobody) is left alone.
+        """
+        if self._revision is None:
+            return
+        revision, self._revision = self._revision, None
+        self.acquired.clear()
+        if await self._delete_at(revision):
+            return
+        with contextlib.suppress(KeyNotFoundError):
+            entry = await self._kv.get(self._key)
+            if entry.value == self._holder and entry.revision is not None:
+                await self._delete_at(entry.revision)
+
+    async def _delete_at(self, revision: int) -> bool:
+        """Delete the key if it is still at ``revision``; False when it has moved on."""
+        try:
+            await self._kv.delete(self._key, last=revision)
+        except KeyWrongLastSequenceError:
+            return False
+        except BadRequestError as err:
+            if err.err_code not in _WRONG_LAST_SEQUENCE:
+                raise
+            return False
+        return True
