@@ -419,6 +419,8 @@ def _reconcile_policies(
 
 
 def _checked_policy(spec: object) -> Mapping[str, Any]:
+    """The spec, or `_Invalid` with the first rule of the CRD it breaks (the same rules as its
+    schema and CEL rules, for an object stored before a rule existed)."""
     if not isinstance(spec, Mapping):
         raise _Invalid(Reason.INVALID_SPEC, "spec: expected an object")
     placement = spec.get("placementPolicy", "seedance")
@@ -427,29 +429,42 @@ def _checked_policy(spec: object) -> Mapping[str, Any]:
             Reason.INVALID_SPEC,
             f"spec.placementPolicy: {placement!r} is not one of {list(_PLACEMENT_POLICIES)}",
         )
-    mig = spec.get("mig") or {}
-    default = mig.get("defaultProfile") if isinstance(mig, Mapping) else None
-    if default is not None and (not isinstance(default, str) or not MIG_PROFILE.match(default)):
+    _check_mig(spec.get("mig") or {})
+    models: set[str] = set()
+    for i, shared in enumerate(spec.get("sharedGpu") or ()):
+        where = f"spec.sharedGpu[{i}]"
+        model = shared.get("gpuModel") if isinstance(shared, Mapping) else None
+        if not isinstance(model, str) or not model or model in models:
+            raise _Invalid(Reason.INVALID_SPEC, f"{where}.gpuModel: {model!r} is missing or twice")
+        models.add(model)
+        mode = shared.get("mode", "time-slicing")
+        if mode not in _SHARING_MODES:
+            raise _Invalid(
+                Reason.INVALID_SPEC, f"{where}.mode: {mode!r} is not one of {list(_SHARING_MODES)}"
+            )
+        if mode != "mps" and shared.get("memoryMiBPerReplica") is not None:
+            raise _Invalid(
+                Reason.INVALID_SPEC,
+                f"{where}.memoryMiBPerReplica: needs mode mps (time-slicing cannot enforce it)",
+            )
+    return spec
+
+
+def _check_mig(mig: object) -> None:
+    if not isinstance(mig, Mapping):
+        raise _Invalid(Reason.INVALID_SPEC, f"spec.mig: expected an object, got {mig!r}")
+    default = mig.get("defaultProfile")
+    if default is None:
+        return
+    if not isinstance(default, str) or not MIG_PROFILE.match(default):
         raise _Invalid(
             Reason.INVALID_SPEC,
             f"spec.mig.defaultProfile: {default!r} is not a MIG profile name like 3g.40gb",
         )
-    models: set[str] = set()
-    for i, shared in enumerate(spec.get("sharedGpu") or ()):
-        model = shared.get("gpuModel") if isinstance(shared, Mapping) else None
-        if not isinstance(model, str) or not model or model in models:
-            raise _Invalid(
-                Reason.INVALID_SPEC,
-                f"spec.sharedGpu[{i}].gpuModel: {model!r} is missing or given twice",
-            )
-        models.add(model)
-        if shared.get("mode", "time-slicing") not in _SHARING_MODES:
-            raise _Invalid(
-                Reason.INVALID_SPEC,
-                f"spec.sharedGpu[{i}].mode: {shared.get('mode')!r} is not one of "
-                f"{list(_SHARING_MODES)}",
-            )
-    return spec
+    if mig.get("strategy") == "none":
+        raise _Invalid(
+            Reason.INVALID_SPEC, "spec.mig.defaultProfile: needs MIG on (strategy single or mixed)"
+        )
 
 
 # --- status ---------------------------------------------------------------------------------
