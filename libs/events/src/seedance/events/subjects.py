@@ -33,6 +33,8 @@ __all__ = [
     "BUCKETS",
     "CONSUMERS",
     "OBJECT_STORES",
+    "POLICY_BUCKET",
+    "QUOTA_POLICY_KEY",
     "STREAMS",
     "TENANT_KINDS",
     "TRUSTED_FAMILIES",
@@ -532,8 +534,20 @@ BUCKETS: dict[str, BucketSpec] = {
         # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
         # the auth-callout service reads (seedance.core.auth_callout).
         BucketSpec("seedance-tenants", description="tenant credentials for the auth callout"),
+        # Policy documents reconciled from the cluster's CRs by the k8s-bridge (key `quota`:
+        # the slicer's QuotaPolicy, see QUOTA_POLICY_KEY); a little history for the operator.
+        BucketSpec(
+            "seedance-policy",
+            history=5,
+            description="policy documents the k8s-bridge reconciles from CRs (quota: the slicer's)",
+        ),
     )
 }
+
+#: The bucket and key holding the slicer's quota policy (the JSON or YAML mapping that
+#: QuotaPolicy.from_yaml parses). The k8s-bridge writes it, the slicer watches it.
+POLICY_BUCKET = "seedance-policy"
+QUOTA_POLICY_KEY = "quota"
 
 
 # --- object stores ------------------------------------------------------------------------
