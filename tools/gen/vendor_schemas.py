@@ -45,6 +45,7 @@ KINDS = {
     "ClusterRole": "clusterrole-rbac-v1",
     "ClusterRoleBinding": "clusterrolebinding-rbac-v1",
     "CustomResourceDefinition": "customresourcedefinition-apiextensions-v1",
+    "PriorityClass": "priorityclass-scheduling-v1",
 }
 DEFS_REF = "/api/_definitions.json#/$defs/"
 LOCAL_REF = "#/$defs/"
