@@ -134,7 +134,7 @@ def _age(created: str | None, now: datetime) -> str:
     return f"{secs // 86400}d"
 
 
-def _pod_cells(obj: dict[str, Any]) -> list[Any]:
+def _pod_cells(obj: dict[str, Any], age: str) -> list[Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     containers = spec.get("containers") or []
     statuses = status.get("containerStatuses") or []
@@ -143,31 +143,38 @@ def _pod_cells(obj: dict[str, Any]) -> list[Any]:
     phase = status.get("phase", "Pending")
     if obj["metadata"].get("deletionTimestamp"):
         phase = "Terminating"
-    return [f"{ready}/{len(containers)}", phase, restarts, spec.get("nodeName") or "<none>"]
+    node = spec.get("nodeName") or "<none>"
+    return [obj["metadata"]["name"], f"{ready}/{len(containers)}", phase, restarts, age, node]
 
 
-_EXTRA_COLUMNS: dict[tuple[str, str], list[tuple[str, str]]] = {
+def _cells(obj: dict[str, Any], age: str) -> list[Any]:
+    return [obj["metadata"]["name"], age]
+
+
+#: (name, type, priority): priority 1 columns show with ``-o wide`` only, as on a real server.
+_COLUMNS: dict[tuple[str, str], list[tuple[str, str, int]]] = {
     ("", "pods"): [
-        ("Ready", "string"),
-        ("Status", "string"),
-        ("Restarts", "integer"),
-        ("Node", "string"),
+        ("Name", "string", 0),
+        ("Ready", "string", 0),
+        ("Status", "string", 0),
+        ("Restarts", "integer", 0),
+        ("Age", "string", 0),
+        ("Node", "string", 1),
     ],
 }
+_DEFAULT_COLUMNS = [("Name", "string", 0), ("Age", "string", 0)]
 
 
 def table(
     rt: ResourceType, objects: list[dict[str, Any]], rv: str, now: datetime, include: str
 ) -> dict[str, Any]:
-    extra = _EXTRA_COLUMNS.get((rt.group, rt.plural), [])
-    columns = [("Name", "string"), *extra, ("Age", "string")]
+    columns = _COLUMNS.get((rt.group, rt.plural), _DEFAULT_COLUMNS)
+    cells_of = _pod_cells if (rt.group, rt.plural) == ("", "pods") else _cells
     rows = []
     for obj in objects:
-        cells: list[Any] = [obj["metadata"]["name"]]
-        if (rt.group, rt.plural) == ("", "pods"):
-            cells += _pod_cells(obj)
-        cells.append(_age(obj["metadata"].get("creationTimestamp"), now))
-        row: dict[str, Any] = {"cells": cells}
+        row: dict[str, Any] = {
+            "cells": cells_of(obj, _age(obj["metadata"].get("creationTimestamp"), now))
+        }
         if include == "Object":
             row["object"] = obj
         elif include != "None":
@@ -187,9 +194,71 @@ def table(
                 "type": t,
                 "format": "name" if n == "Name" else "",
                 "description": n,
-                "priority": 0,
+                "priority": p,
             }
-            for n, t in columns
+            for n, t, p in columns
         ],
         "rows": rows,
+    }
+
+
+# --- OpenAPI v3, as far as kubectl needs it -------------------------------------------------
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def _patch_types(rt: ResourceType) -> tuple[str, ...]:
+    base = ("application/json-patch+json", "application/merge-patch+json")
+    return base if rt.custom else (*base, "application/strategic-merge-patch+json")
+
+
+def openapi_root(types: Iterable[ResourceType]) -> dict[str, Any]:
+    """``/openapi/v3``: one entry per served group/version."""
+    gvs = sorted({(rt.group, rt.version) for rt in types})
+    return {
+        "paths": {
+            _gv_path(g, v): {"serverRelativeURL": f"/openapi/v3/{_gv_path(g, v)}?hash={n}"}
+            for n, (g, v) in enumerate(gvs)
+        }
+    }
+
+
+def openapi_group_version(
+    types: Iterable[ResourceType], group: str, version: str, kube_version: str
+) -> dict[str, Any] | None:
+    """``/openapi/v3/<gv>``: the PATCH operation of each kind, tagged with its GVK and the
+    ``fieldValidation`` parameter. That is what kubectl's query-parameter verifier reads to
+    decide that the server validates (so it sends ``fieldValidation=Strict`` instead of
+    validating on its side, which would need the whole OpenAPI v2 document). No schemas are
+    served: kubectl then builds strategic merge patches from its compiled-in types."""
+    served = [rt for rt in types if rt.group == group and rt.version == version]
+    if not served:
+        return None
+    params = [
+        {"name": p, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
+        for p in ("dryRun", "fieldManager", "fieldValidation", "force")
+    ]
+    paths: dict[str, Any] = {}
+    for rt in served:
+        scope = "namespaces/{namespace}/" if rt.namespaced else ""
+        gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+        paths[f"/{_gv_path(group, version)}/{scope}{rt.plural}/{{name}}"] = {
+            "patch": {
+                "operationId": f"patch{rt.kind}",
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": params,
+                "requestBody": {
+                    "content": {t: {"schema": {"type": "object"}} for t in _patch_types(rt)}
+                },
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": kube_version},
+        "paths": paths,
+        "components": {"schemas": {}},
     }

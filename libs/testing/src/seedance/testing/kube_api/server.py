@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -328,8 +329,10 @@ class KubeApiServer:
         if not info.is_resource:
             return self._non_resource(request, info)
         rt = self.api.resolve(info.group, info.version, info.resource)
-        if rt.namespaced is False and info.namespace and info.resource != "namespaces":
-            raise errors.not_found(info.resource, info.group, info.name)
+        if not rt.namespaced:
+            if info.namespace and info.resource != "namespaces":
+                raise errors.not_found(info.resource, info.group, info.name)
+            info = dataclasses.replace(info, namespace="")  # namespaces/x names x, not a scope
         handler = _HANDLERS.get(info.verb)
         if handler is None:
             raise errors.method_not_allowed(f"the server does not allow this method: {info.verb}")
@@ -345,6 +348,14 @@ class KubeApiServer:
             doc = discovery.api_versions(f"{self.settings.host}:{self.port}")
         elif path == "/apis":
             doc = discovery.api_groups(types)
+        elif path == "/openapi/v3":
+            doc = discovery.openapi_root(types)
+        elif path.startswith("/openapi/v3/"):
+            gv = path.removeprefix("/openapi/v3/").split("/")
+            group, version = ("", gv[-1]) if gv[0] == "api" else (gv[1], gv[-1])
+            doc = discovery.openapi_group_version(
+                types, group, version, self.settings.kubernetes_version
+            )
         elif path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok")
         else:
