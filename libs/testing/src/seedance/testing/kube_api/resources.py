@@ -39,6 +39,10 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     custom: bool = False
     schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    #: A CR version's ``additionalPrinterColumns``: (name, type, jsonPath, priority) each.
+    printer_columns: tuple[tuple[str, str, str, int], ...] = field(
+        default=(), compare=False, hash=False
+    )
 
     @property
     def api_version(self) -> str:
@@ -201,6 +205,10 @@ def crd_resource_types(crd: dict[str, Any]) -> list[ResourceType]:
                 categories=tuple(names.get("categories") or ()),
                 custom=True,
                 schema=(ver.get("schema") or {}).get("openAPIV3Schema") or {},
+                printer_columns=tuple(
+                    (c["name"], c["type"], c["jsonPath"], int(c.get("priority", 0)))
+                    for c in ver.get("additionalPrinterColumns") or ()
+                ),
             )
         )
     return out
