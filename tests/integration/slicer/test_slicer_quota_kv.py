@@ -21,8 +21,8 @@ import yaml
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.kv import ensure_bucket
 from seedance.events.slicing import Placement, Unschedulable
-from seedance.events.subjects import POLICY_BUCKET, QUOTA_POLICY_KEY
-from seedance.k8s_bridge.core.policy import TENANT_QUOTA, reconcile, tenant_entry
+from seedance.events.subjects import POLICY_BUCKET, QUOTA_POLICY_KEY, quota_usage_key
+from seedance.k8s_bridge.core.policy import TENANT_QUOTA, merge_usage, reconcile, tenant_entry
 from seedance.slicer.service import SlicerService, _Snapshot
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.paths import REPO
@@ -53,6 +53,11 @@ def updates(svc: SlicerService, outcome: str) -> float:
         "seedance_slicer_quota_updates_total", {"outcome": outcome}
     )
     return value or 0.0
+
+
+def usage_of(svc: SlicerService) -> dict[str, Any]:
+    """What the slicer last wrote to its pool's usage key (its own record of it)."""
+    return dict(json.loads(svc._usage_written or b"{}").get("tenants") or {})
 
 
 async def until(pred: Any, timeout_s: float = 15.0) -> None:
@@ -89,6 +94,12 @@ async def test_a_kv_policy_replaces_the_files_between_batches_and_held_jobs_foll
         assert updates(svc, "applied") == 1
         assert svc.scheduler.quota is not None
         assert svc.scheduler.quota.tenants[t].nominal == {"gpus": 3}
+        # the pool's usage, as the bridge reads it into the TenantQuota status
+        await until(lambda: usage_of(svc) == {t: {"gpus": 2}})
+        entry = await policy_kv.get(quota_usage_key(f"p{unique}"))
+        written = json.loads(entry.value)
+        assert merge_usage([written]) == {t: {"gpus": 2}}
+        assert written["revision"] == (await policy_kv.get(key)).revision  # the policy's
 
         # lowered below what runs: both keep running, a new job waits until enough ended
         await policy_kv.put(key, doc({t: {"quota": {"gpus": 1}}}))
@@ -232,7 +243,11 @@ async def test_under_the_shipped_permissions_the_slicer_reads_the_key_and_cannot
             own = await svc._rt.bus.js.key_value(POLICY_BUCKET)
             with pytest.raises(Exception, match=r"(?i)permission|timeout|no response"):
                 await own.put(QUOTA_POLICY_KEY, doc({"acme": {"quota": {"gpus": 99}}}))
+            await until(lambda: svc._usage_written is not None)
         assert (await kv.get(QUOTA_POLICY_KEY)).value == doc({"acme": {"quota": {"gpus": 7}}})
+        # the slicer may write its pool's usage (an operator reads it back)
+        usage = json.loads((await kv.get(quota_usage_key(f"p{unique}"))).value)
+        assert usage["tenants"] == {"acme": {}}
         await kv.delete(QUOTA_POLICY_KEY)
     finally:
         await admin.close()

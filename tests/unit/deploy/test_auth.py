@@ -31,6 +31,7 @@ from seedance.events.subjects import (
     OBJECT_STORES,
     POLICY_BUCKET,
     QUOTA_POLICY_KEY,
+    QUOTA_USAGE_KEYS,
     STREAMS,
     TENANT_KINDS,
     costs,
@@ -247,14 +248,17 @@ def test_check_env_names_each_bad_or_missing_password() -> None:
 
 def test_the_quota_policy_key_is_read_by_the_slicer_and_written_only_by_the_bridge() -> None:
     """KEY_GRANTS: the slicer watches `seedance-policy/quota` but may not write it; the
-    k8s-bridge may write that one key and nothing else of the bucket."""
+    k8s-bridge may write that one key and nothing else of the bucket; the usage keys go the
+    other way."""
     slicer = declaration_permissions(IDENTITIES["slicer"]).publish_allow
     kv = f"$KV.{POLICY_BUCKET}"
     assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{QUOTA_POLICY_KEY}" in slicer
     assert f"$JS.API.CONSUMER.CREATE.KV_{POLICY_BUCKET}" in slicer
-    assert not [p for p in slicer if p.startswith(kv)]
+    # it writes its pool's usage, and no other key of the bucket
+    assert [p for p in slicer if p.startswith(kv)] == [f"{kv}.{QUOTA_USAGE_KEYS}"]
     bridge = key_grant_subjects("k8s-bridge")
     assert [p for p in bridge if p.startswith(kv)] == [f"{kv}.{QUOTA_POLICY_KEY}"]
+    assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{QUOTA_USAGE_KEYS}" in bridge
     assert key_grant_subjects("router") == []
     with pytest.raises(PermissionsError, match="no KV bucket"):
         KeyGrant("slicer", "seedance-nope", "quota")

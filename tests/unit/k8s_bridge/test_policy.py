@@ -15,6 +15,7 @@ from seedance.k8s_bridge.core.policy import (
     SLICING_POLICY,
     TENANT_QUOTA,
     Reason,
+    merge_usage,
     reconcile,
     tenant_entry,
 )
@@ -305,3 +306,17 @@ def test_a_refusal_names_the_field(spec: dict[str, Any], field: str) -> None:
     accepted = out.statuses[(TENANT_QUOTA, "a")]["conditions"][0]
     assert (accepted["type"], accepted["status"]) == (ACCEPTED, "False")
     assert accepted["message"].startswith(field), accepted["message"]
+
+
+def test_the_slicers_usage_documents_are_summed_over_pools() -> None:
+    docs = [
+        {"revision": 3, "tenants": {"a": {"gpus": 2, "mig/1g.10gb": 1}, "b": {}}},
+        {"revision": 3, "tenants": {"a": {"gpus": 1}, "c": {"shared_gpus": 4}}},
+        {"revision": 3, "tenants": {"a": {"gpus": "x", "gpu_mem_mib": True}, "d": 5}},
+        {"tenants": None},
+    ]
+    assert merge_usage(docs) == {
+        "a": {"gpus": 3, "mig/1g.10gb": 1},
+        "b": {},
+        "c": {"shared_gpus": 4},
+    }

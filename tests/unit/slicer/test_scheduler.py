@@ -372,3 +372,15 @@ def test_a_restored_scheduler_under_the_new_policy_decides_as_the_original() -> 
         s.finish("solo", "s2", 7)
     assert kinds(e.finish("solo", "s3", 8)) == kinds(twin.finish("solo", "s3", 8))
     assert e.to_bytes() == twin.to_bytes()
+
+
+def test_quota_usage_is_what_admitted_work_holds() -> None:
+    e = Scheduler(quota=QuotaPolicy.from_yaml(QUOTA))
+    e.upsert_node(node("n", gpus=8), 0)
+    e.submit(job("b1", "b", gpus=3), 1)  # borrows a's idle quota
+    e.submit(job("s1", "solo", gpus=1), 2)
+    e.submit(job("s2", "solo", gpus=1), 3)  # held: not admitted, not counted
+    assert e.quota_usage() == {"a": {}, "b": {"gpus": 3}, "solo": {"gpus": 1}}
+    e.finish("b", "b1", 4)
+    assert e.quota_usage()["b"] == {}
+    assert Scheduler().quota_usage() == {}

@@ -42,6 +42,7 @@ from seedance.events.subjects import (
     OBJECT_STORES,
     POLICY_BUCKET,
     QUOTA_POLICY_KEY,
+    QUOTA_USAGE_KEYS,
     STREAMS,
     costs,
     dlq,
@@ -206,7 +207,9 @@ class KeyGrant:
 
     def __post_init__(self) -> None:
         check_token("identity", self.identity)
-        check_token("key", self.key)
+        for token in self.key.split("."):  # a key, or a pattern of keys (usage.*)
+            if token not in ("*", ">"):
+                check_token("key", token)
         if self.bucket not in BUCKETS:
             raise PermissionsError(
                 f"{self.identity}: no KV bucket {self.bucket!r} in the catalogue"
@@ -219,6 +222,11 @@ class KeyGrant:
 KEY_GRANTS: tuple[KeyGrant, ...] = (
     KeyGrant("slicer", POLICY_BUCKET, QUOTA_POLICY_KEY),
     KeyGrant("k8s-bridge", POLICY_BUCKET, QUOTA_POLICY_KEY, write=True),
+    # Each pool's slicer writes what its tenants hold (usage.<pool>); the bridge reads them
+    # into the TenantQuota statuses. A pool's name is not the slicer user's to choose in
+    # the permission, so any slicer may write any pool's figure (one user serves them all).
+    KeyGrant("slicer", POLICY_BUCKET, QUOTA_USAGE_KEYS, write=True),
+    KeyGrant("k8s-bridge", POLICY_BUCKET, QUOTA_USAGE_KEYS),
 )
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "OBJECT_STORES",
     "POLICY_BUCKET",
     "QUOTA_POLICY_KEY",
+    "QUOTA_USAGE_KEYS",
     "STREAMS",
     "TENANT_KINDS",
     "TRUSTED_FAMILIES",
@@ -56,6 +57,7 @@ __all__ = [
     "observed",
     "owner_of",
     "parse_tenant_subject",
+    "quota_usage_key",
     "replica_consumer",
     "routing",
     "slicing",
@@ -548,6 +550,15 @@ BUCKETS: dict[str, BucketSpec] = {
 #: QuotaPolicy.from_yaml parses). The k8s-bridge writes it, the slicer watches it.
 POLICY_BUCKET = "seedance-policy"
 QUOTA_POLICY_KEY = "quota"
+#: Keys ``usage.<pool>``: per tenant, what the pool's slicer has admitted now (JSON
+#: ``{"revision": <policy revision>, "tenants": {tenant: {dimension: amount}}}``); the slicer
+#: writes its pool's, the k8s-bridge reads them all into the TenantQuota statuses.
+QUOTA_USAGE_KEYS = "usage.*"
+
+
+def quota_usage_key(pool: str) -> str:
+    """The KV key (bucket POLICY_BUCKET) of pool `pool`'s quota usage."""
+    return f"usage.{check_token('pool', pool)}"
 
 
 # --- object stores ------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,7 +53,15 @@ from nats.js.kv import KeyValue
 from opentelemetry.context import Context
 from prometheus_client import Counter, Gauge
 
-from seedance.core import Clock, Delivery, InvalidMessage, Lifecycle, RetryableError, ServiceRuntime
+from seedance.core import (
+    TRANSIENT_BUS_ERRORS,
+    Clock,
+    Delivery,
+    InvalidMessage,
+    Lifecycle,
+    RetryableError,
+    ServiceRuntime,
+)
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
@@ -64,6 +73,7 @@ from seedance.events.subjects import (
     POLICY_BUCKET,
     SubjectShapeError,
     parse_tenant_subject,
+    quota_usage_key,
 )
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler, SchedulerConfig
@@ -200,6 +210,8 @@ class SlicerService(Lifecycle):
         self._latest_quota: tuple[bytes | None, int] | None = None
         self._refused_doc: bytes | None = None
         self._policy_kv: KeyValue | None = None
+        #: The pool's quota usage as last written to KV (`usage.<pool>`).
+        self._usage_written: bytes | None = None
         #: Wakes the leader loop: a new quota policy arrived, or stop.
         self._wake = asyncio.Event()
         self.scheduler = Scheduler(self._config, self._quota)
@@ -260,6 +272,7 @@ class SlicerService(Lifecycle):
         async with asyncio.TaskGroup() as tg:
             keeper = tg.create_task(self._lease.keep())
             watch = tg.create_task(self._watch_quota()) if self._policy_kv is not None else None
+            usage = tg.create_task(self._usage_loop()) if self._policy_kv is not None else None
             runtime_task = tg.create_task(self._rt.run())
             leading = tg.create_task(self._lead())
             await runtime_task
@@ -267,8 +280,9 @@ class SlicerService(Lifecycle):
             self._wake.set()
             await leading
             keeper.cancel()
-            if watch is not None:
-                watch.cancel()
+            for task in (watch, usage):
+                if task is not None:
+                    task.cancel()
 
     async def _lead(self) -> None:
         """Standby until the lease is ours; lead until it is lost or we stop; repeat."""
@@ -391,6 +405,32 @@ class SlicerService(Lifecycle):
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()
+
+    async def _usage_loop(self) -> None:
+        """Every leader poll period, `_publish_usage`: beside the batches and the leader loop,
+        so a slow or refused write delays neither."""
+        while not self._stopping.is_set():
+            await self._clock.sleep(self._settings.lease_ttl_s / 6)
+            await self._publish_usage()
+
+    async def _publish_usage(self) -> None:
+        """Write what each tenant holds in this pool (`usage.<pool>`, read by the k8s-bridge
+        into the TenantQuota statuses) when it changed; off the batch path, so the figure lags
+        by up to a poll period."""
+        if self._policy_kv is None or not self.leading:
+            return
+        usage = self.scheduler.quota_usage()
+        data = json.dumps(
+            {"revision": self._quota_revision, "tenants": usage}, sort_keys=True
+        ).encode()
+        if data == self._usage_written:
+            return
+        try:
+            await self._policy_kv.put(quota_usage_key(self._settings.pool), data)
+        except TRANSIENT_BUS_ERRORS as exc:
+            log.warning("slicer_usage_not_written", error=repr(exc))
+            return
+        self._usage_written = data
 
     def _saved_quota(self, doc: bytes | None) -> QuotaPolicy | None:
         """The policy a snapshot was decided under (None document: the file's)."""

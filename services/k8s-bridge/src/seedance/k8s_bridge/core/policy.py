@@ -44,6 +44,7 @@ __all__ = [
     "VERSION",
     "Reason",
     "Reconciled",
+    "merge_usage",
     "quota_dims",
     "reconcile",
     "tenant_entry",
@@ -164,6 +165,25 @@ def reconcile(
     return Reconciled(
         quota_document=document, slicing=slicing, namespaces=namespaces, statuses=statuses
     )
+
+
+def merge_usage(documents: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """The slicers' usage documents (KV ``usage.<pool>``: ``{"revision": n, "tenants":
+    {tenant: {dimension: amount}}}``, one per pool) summed per tenant: `reconcile`'s `usage`.
+    A malformed entry is skipped, never raised on (a status figure, not a decision)."""
+    out: dict[str, dict[str, int]] = {}
+    for doc in documents:
+        tenants = doc.get("tenants") if isinstance(doc, Mapping) else None
+        if not isinstance(tenants, Mapping):
+            continue
+        for tenant, dims in tenants.items():
+            if not isinstance(dims, Mapping):
+                continue
+            into = out.setdefault(str(tenant), {})
+            for dim, amount in dims.items():
+                if isinstance(amount, int) and not isinstance(amount, bool):
+                    into[str(dim)] = into.get(str(dim), 0) + amount
+    return out
 
 
 def _by_tenant(item: tuple[Mapping[str, Any], str, dict[str, Any]]) -> str:

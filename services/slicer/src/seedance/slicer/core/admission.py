@@ -43,6 +43,12 @@ class Admission:
             return job
         return msgspec.structs.replace(job, priority=quota.priority_cap)
 
+    def usage(self) -> dict[str, dict[str, int]]:
+        """Per tenant of the policy, what its admitted work holds (quota dimensions)."""
+        if self._tracker is None or self.quota is None:
+            return {}
+        return {t: dict(self._tracker.usage(t)) for t in sorted(self.quota.tenants)}
+
     def unknown_tenant(self, tenant: str) -> bool:
         return self.quota is not None and tenant not in self.quota.tenants
 

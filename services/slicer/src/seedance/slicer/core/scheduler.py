@@ -264,6 +264,11 @@ class Scheduler:
         """The quota policy in force (None: no quotas, every tenant known)."""
         return self._admission.quota
 
+    def quota_usage(self) -> dict[str, dict[str, int]]:
+        """Per tenant of the quota policy, what its admitted work holds now, in the quota's
+        dimensions (`gpus`, `shared_gpus`, `gpu_mem_mib`, `mig/<profile>`); {} without one."""
+        return self._admission.usage()
+
     def set_quota(self, quota: QuotaPolicy | None, now_s: float) -> list[Effect]:
         """Replace the quota policy between inputs, at trusted time `now_s`.
 
