@@ -2,9 +2,9 @@
 
 The services run as processes on a throw-away nats-server started with the generated NATS
 users (every service, the replayer and each tenant with its own credentials). A trusted
-replayer publishes an honest fleet in virtual time (``seedance.testing.workloads.
-tenant_workload``): inventory, sample batches and the honest tenants' job events on
-``seedance.observed.*`` (the only subjects whose ``at`` is honoured). Between its chunks a
+replayer publishes an honest fleet in virtual time (``tenant_workload`` of
+``seedance.testing.workloads``): inventory, sample batches and the honest tenants' job events
+on ``seedance.observed.*`` (the only subjects whose ``at`` is honoured). Between its chunks a
 hostile tenant, ``mallory``, connected with its own tenant credentials, sends what
 ``seedance.bench.chaos_hostile`` builds: every class of event that once crashed, inflated,
 erased or reached another tenant's bill (issue 13), plus property-based ones from hypothesis.
@@ -22,7 +22,8 @@ events. The figures:
 - ``refused`` (on the line before): publishes and JetStream API calls the server refused.
 
 Last line: ``tenants: tenants=<n> events=<n> hostile=<n> service_exits=0 cross_tenant_effects=0
-diff_usd=0.00 rejected=<n> dead_lettered=<n>``.
+diff_usd=0.00 rejected=<n> dead_lettered=<n>`` (``events``: the honest fleet's, its inventory
+included, plus the hostile ones sent).
 """
 
 from __future__ import annotations
