@@ -320,3 +320,41 @@ def test_the_slicers_usage_documents_are_summed_over_pools() -> None:
         "b": {},
         "c": {"shared_gpus": 4},
     }
+
+
+GARBAGE: list[Any] = [None, 5, "x", [], [1], {"a": 1}, True, -1, {"gpus": [1]}]
+
+
+@pytest.mark.parametrize("value", GARBAGE)
+@pytest.mark.parametrize(
+    "field",
+    [
+        "quota",
+        "lendingLimit",
+        "borrowingLimit",
+        "namespaces",
+        "cohort",
+        "defaultPriority",
+        "tenant",
+    ],
+)
+def test_a_malformed_tenant_quota_is_refused_never_raised(field: str, value: Any) -> None:
+    cr = quota("a", cohort="c")
+    cr["spec"][field] = value
+    out = reconcile([], [cr, quota("b", namespaces=["b"])])
+    assert (TENANT_QUOTA, "a") in out.statuses
+    assert out.namespaces["b"] == "b"  # the others are unaffected
+
+
+@pytest.mark.parametrize("value", GARBAGE)
+@pytest.mark.parametrize("field", ["placementPolicy", "mig", "sharedGpu"])
+def test_a_malformed_slicing_policy_is_refused_never_raised(field: str, value: Any) -> None:
+    out = reconcile([policy("default", **{field: value})], [])
+    assert (SLICING_POLICY, "default") in out.statuses
+
+
+def test_an_object_without_a_spec_is_refused() -> None:
+    bare = {"metadata": {"name": "x"}}
+    out = reconcile([bare], [bare])
+    assert conditions(out.statuses[(TENANT_QUOTA, "x")])[ACCEPTED][1] == Reason.INVALID_SPEC
+    assert conditions(out.statuses[(SLICING_POLICY, "x")])[ACCEPTED][1] == Reason.INVALID_SPEC

@@ -199,16 +199,22 @@ def tenant_entry(spec: Mapping[str, Any]) -> dict[str, Any]:
     The mapping only (field names and shapes): `reconcile` checks the result with the
     slicer's rules before it goes into the document. Priority class names stay names (the
     document carries the classes they resolve against)."""
-    entry: dict[str, Any] = {"quota": quota_dims(spec.get("quota") or {})}
+    entry: dict[str, Any] = {"quota": _dims_or_as_is(spec.get("quota") or {})}
     if spec.get("cohort") is not None:
         entry["cohort"] = spec["cohort"]
     for cr_key, key in (("lendingLimit", "lending_limit"), ("borrowingLimit", "borrowing_limit")):
         if spec.get(cr_key) is not None:
-            entry[key] = quota_dims(spec[cr_key])
+            entry[key] = _dims_or_as_is(spec[cr_key])
     for cr_key, key in (("defaultPriority", "default_priority"), ("maxPriority", "max_priority")):
         if spec.get(cr_key) is not None:
             entry[key] = spec[cr_key]
     return entry
+
+
+def _dims_or_as_is(value: object) -> object:
+    """A resource list in the document's names; anything else as it is (the API's JSON may
+    hold anything where a schema was not enforced: the check refuses it, naming the field)."""
+    return quota_dims(value) if isinstance(value, Mapping) else value
 
 
 def quota_dims(cr: Mapping[str, Any]) -> dict[str, Any]:
@@ -451,7 +457,10 @@ def _checked_policy(spec: object) -> Mapping[str, Any]:
         )
     _check_mig(spec.get("mig") or {})
     models: set[str] = set()
-    for i, shared in enumerate(spec.get("sharedGpu") or ()):
+    shared_gpus = spec.get("sharedGpu") or []
+    if not isinstance(shared_gpus, list):
+        raise _Invalid(Reason.INVALID_SPEC, f"spec.sharedGpu: expected a list, got {shared_gpus!r}")
+    for i, shared in enumerate(shared_gpus):
         where = f"spec.sharedGpu[{i}]"
         model = shared.get("gpuModel") if isinstance(shared, Mapping) else None
         if not isinstance(model, str) or not model or model in models:
