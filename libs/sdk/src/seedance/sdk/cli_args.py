@@ -26,7 +26,7 @@ from seedance.reports import FORMATS, GROUPS
 from seedance.sdk.client import DEFAULT_WAIT_S
 from seedance.sdk.job_status import JobState
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "EVENT_COMMANDS", "parse", "version"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "EVENT_COMMANDS", "parse", "parser", "version"]
 
 #: The bound on connecting when neither ``--connect-timeout-s`` nor the variable says.
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -125,7 +125,8 @@ def _globals(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _parser() -> _Parser:
+def parser() -> _Parser:
+    """The whole grammar (`parse` uses it; tests walk it for help on every flag)."""
     p = _Parser(
         prog="seedance",
         description="Seedance from a shell: submit jobs, see what became of them and what they "
@@ -305,7 +306,7 @@ def _graph_parser(top: Any) -> None:
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line as a namespace (``group``, ``cmd`` and the command's flags); exits 2
     with a usage line for a bad one."""
-    p = _parser()
+    p = parser()
     args = p.parse_args(argv)
     if args.group is None:
         p.choose()
