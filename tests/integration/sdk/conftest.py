@@ -8,6 +8,7 @@ as a subprocess under a tenant's shipped user, as a user would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import uuid
@@ -31,9 +32,10 @@ from tests.integration.conftest import shipped_password
 TENANT = "acme"
 
 
-@pytest.fixture
-async def slicer_up(auth_url: str) -> AsyncIterator[str]:
-    """The slicer, running; yields the name of the one node it knows."""
+@contextlib.asynccontextmanager
+async def running_slicer(auth_url: str, **settings: str) -> AsyncIterator[str]:
+    """A slicer under its shipped user (``settings``: more `SlicerSettings`), knowing one node of
+    two T4s; yields the node's name."""
     admin = await Bus.connect(
         BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
     )
@@ -51,12 +53,21 @@ async def slicer_up(auth_url: str) -> AsyncIterator[str]:
     runtime = ServiceRuntime(
         "slicer", BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
     )
-    settings = SlicerSettings(pool=f"cli{uuid.uuid4().hex[:6]}", replica="a", lease_ttl_s=1.5)
+    config = SlicerSettings(
+        pool=f"cli{uuid.uuid4().hex[:6]}", replica="a", lease_ttl_s=1.5, **settings
+    )
     try:
-        async with serving(SlicerService(runtime, WallClock(), settings)):
+        async with serving(SlicerService(runtime, WallClock(), config)):
             yield node
     finally:
         await admin.close()
+
+
+@pytest.fixture
+async def slicer_up(auth_url: str) -> AsyncIterator[str]:
+    """The slicer, running; yields the name of the one node it knows."""
+    async with running_slicer(auth_url) as node:
+        yield node
 
 
 async def cli(url: str, *args: str, user: str = f"tenant-{TENANT}") -> tuple[int, str, str]:

@@ -314,7 +314,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_run(args))
     except BusUnavailable as exc:
         if exc.refused:
-            return _fail(f"{exc} The CLI's flags: --user/--password or --creds.", EXIT_BUS_REFUSED)
+            hint = (
+                "The CLI's flags: --user/--password or --creds; a tenant's user (tenant-<t>) "
+                "exists once listed in deploy/auth/users.yaml or added with `seedance-auth "
+                "add-tenant`."
+            )
+            return _fail(f"{exc} {hint}", EXIT_BUS_REFUSED)
         hint = "The CLI's flags: --nats-url, --connect-timeout-s."
         return _fail(f"{exc} {hint}", EXIT_BUS_UNAVAILABLE)
     except ValueError as exc:

@@ -34,7 +34,7 @@ from nats.js import api as js_api
 
 from seedance.core.bus import Bus, BusSettings
 from seedance.core.clock import WALL_CLOCK, Clock
-from seedance.core.errors import SeedanceError
+from seedance.core.errors import NoStream, SeedanceError
 from seedance.core.kv import ensure_object_store
 from seedance.events import DecodeError, decode, new_event_id
 from seedance.events.cost import CostEvent, current
@@ -84,6 +84,8 @@ DEFAULT_WAIT_S = 10.0
 _TENANT_USER_PREFIX = "tenant-"
 #: The slicing stream: where the slicer's answers are read back.
 _SLICING_STREAM = "SEEDANCE_SLICING"
+#: JetStream's error code for a consumer asked of a stream that does not exist.
+_STREAM_NOT_FOUND = 10059
 
 
 def tenant_of_user(user: str | None) -> str | None:
@@ -403,9 +405,17 @@ class SeedanceClient:
             flow_control=True,
         )
         try:
-            await self._guarded(
-                self._bus.js.add_consumer(stream, config), "reading", filter_subject or stream
-            )
+            try:
+                await self._guarded(
+                    self._bus.js.add_consumer(stream, config), "reading", filter_subject or stream
+                )
+            except nats.js.errors.NotFoundError as exc:
+                if exc.err_code != _STREAM_NOT_FOUND:
+                    raise
+                raise NoStream(
+                    f"no stream {stream} on this server: Seedance's streams are created when "
+                    "its services start (or by `seedance admin provision`); are they running?"
+                ) from None
             yield Watch(nc, queue, self._bus.js, stream, name)
         finally:
             await sub.unsubscribe()
