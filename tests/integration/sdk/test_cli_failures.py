@@ -133,4 +133,4 @@ async def test_a_tenant_the_slicer_does_not_know_is_rejected_and_status_says_so(
         rc, out, _ = await cli(auth_url, "jobs", "status", "--tenant", TENANT, "--job", "q")
         assert rc == 0
         assert out.splitlines()[1].split() == ["state", "rejected"]
-        assert "rejected: unknown_tenant (" in out
+        assert "rejected (unknown_tenant): " in out

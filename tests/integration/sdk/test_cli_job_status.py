@@ -52,11 +52,11 @@ async def test_status_says_where_a_job_runs_why_another_waits_and_how_each_ended
     rc, out, _ = await cli(auth_url, "jobs", "status", "--tenant", TENANT, "--job", waits)
     assert rc == 0
     assert out.splitlines()[1].split() == ["state", "waiting"]
-    assert "waiting: no_capacity (" in out
+    assert "waiting (no_capacity: " in out
 
     rc, out, _ = await cli(auth_url, "jobs", "status", "--tenant", TENANT, "--job", refused)
     assert rc == 0
-    assert "rejected: invalid_request (gpus=9 per gang member exceeds 8 GPUs per node)" in out
+    assert "rejected (invalid_request): gpus=9 per gang member exceeds 8 GPUs per node" in out
 
     # Machines get the slicer's own events.
     rc, out, _ = await cli(

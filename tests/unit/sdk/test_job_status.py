@@ -121,7 +121,7 @@ def test_ends_keep_where_the_job_ran_and_an_id_used_again_starts_a_new_life() ->
 def test_a_refused_job_is_rejected_but_a_refused_later_request_does_not_change_its_state() -> None:
     s = one([rejected("j", 0, "invalid_request")])
     assert s.state is JobState.REJECTED
-    assert "rejected: invalid_request (why); it will not run" in describe(s)
+    assert "rejected (invalid_request): why; it will not run" in describe(s)
     s = one([placement("j", "n1", 0, 0), rejected("j", 5, "duplicate_job", "job.submitted.v1")])
     assert s.state is JobState.PLACED
     assert s.since == at(0)

@@ -252,12 +252,13 @@ def _state_lines(s: JobStatus) -> list[str]:
     if s.state is JobState.PLACED:
         return [f"placed on {_where(p)}" for p in s.placements]
     if s.state is JobState.WAITING and s.waiting is not None:
-        return [f"waiting: {s.waiting.reason} ({s.waiting.detail})"]
+        # the words of the submit's own answer (`seedance jobs submit`)
+        return [f"waiting ({s.waiting.reason}: {s.waiting.detail})"]
     if s.state is JobState.PREEMPTED and s.preempted is not None:
         by = f" by {s.preempted.by_job_id}" if s.preempted.by_job_id else ""
         return [f"preempted on {s.preempted.node}{by} ({s.preempted.reason}); queued again"]
     if s.state is JobState.REJECTED and s.rejection is not None:
-        return [f"rejected: {s.rejection.reason} ({s.rejection.detail}); it will not run"]
+        return [f"rejected ({s.rejection.reason}): {s.rejection.detail}; it will not run"]
     if s.released is not None:
         held = (
             "ran on " + "; ".join(_where(p) for p in s.placements)
