@@ -127,6 +127,8 @@ async def test_an_unknown_job_and_another_tenants_jobs_exit_non_zero(
     auth_url: str, slicer_up: str
 ) -> None:
     ghost = unique("ghost")
+    # A refused end of it is no job either (the slicer never knew it).
+    assert (await cli(auth_url, "jobs", "cancel", "--tenant", TENANT, "--job", ghost))[0] == 1
     rc, out, err = await cli(auth_url, "jobs", "status", "--tenant", TENANT, "--job", ghost)
     assert (rc, out) == (1, "")
     assert err.startswith(f"seedance: the bus knows no job {ghost!r} of tenant {TENANT!r}")

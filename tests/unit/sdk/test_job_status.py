@@ -118,6 +118,13 @@ def test_ends_keep_where_the_job_ran_and_an_id_used_again_starts_a_new_life() ->
     assert [p.node for p in s.placements] == ["n3"]
 
 
+def test_a_refused_end_of_a_job_nobody_submitted_makes_no_job() -> None:
+    assert fold_statuses("acme", [rejected("ghost", 0, "unknown_job", "job.finished.v1")]) == []
+    s = one([placement("j", "n1", 0, 0), released("j", 9), rejected("j", 10, "unknown_job")])
+    assert s.state is JobState.FINISHED  # after a known job's events it is only a refusal
+    assert s.rejection is not None
+
+
 def test_a_refused_job_is_rejected_but_a_refused_later_request_does_not_change_its_state() -> None:
     s = one([rejected("j", 0, "invalid_request")])
     assert s.state is JobState.REJECTED

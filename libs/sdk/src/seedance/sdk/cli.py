@@ -179,15 +179,9 @@ async def _job_command(client: SeedanceClient, args: argparse.Namespace) -> int:
     return 0
 
 
-#: How long ``jobs status|list`` may take to read the tenant's decisions and costs.
-_HISTORY_TIMEOUT_S = 60.0
-
-
 async def _jobs_status(client: SeedanceClient, args: argparse.Namespace) -> int:
     try:
-        found = await client.job_statuses(
-            args.tenant, job_id=args.job, timeout_s=_HISTORY_TIMEOUT_S
-        )
+        found = await client.job_statuses(args.tenant, job_id=args.job, timeout_s=args.timeout_s)
     except TimeoutError:
         return _history_timeout(args)
     if not found:
@@ -205,7 +199,7 @@ async def _jobs_status(client: SeedanceClient, args: argparse.Namespace) -> int:
 
 async def _jobs_list(client: SeedanceClient, args: argparse.Namespace) -> int:
     try:
-        found = await client.job_statuses(args.tenant, timeout_s=_HISTORY_TIMEOUT_S)
+        found = await client.job_statuses(args.tenant, timeout_s=args.timeout_s)
     except TimeoutError:
         return _history_timeout(args)
     wanted = {JobState(s) for s in args.state or ()}
@@ -223,7 +217,8 @@ async def _jobs_list(client: SeedanceClient, args: argparse.Namespace) -> int:
 def _history_timeout(args: argparse.Namespace) -> int:
     print(
         f"seedance: could not read tenant {args.tenant!r}'s decisions and costs within "
-        f"{_HISTORY_TIMEOUT_S:g} s: is NATS at {args.nats_url} overloaded?",
+        f"{args.timeout_s:g} s (--timeout-s): a long history, or NATS at {args.nats_url} "
+        "overloaded?",
         file=sys.stderr,
     )
     return 1

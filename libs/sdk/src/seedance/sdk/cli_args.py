@@ -26,10 +26,19 @@ from seedance.reports import FORMATS, GROUPS
 from seedance.sdk.client import DEFAULT_WAIT_S
 from seedance.sdk.job_status import JobState
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "EVENT_COMMANDS", "parse", "parser", "version"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_READ_TIMEOUT_S",
+    "EVENT_COMMANDS",
+    "parse",
+    "parser",
+    "version",
+]
 
 #: The bound on connecting when neither ``--connect-timeout-s`` nor the variable says.
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: How long ``jobs status|list`` may read the tenant's decisions and costs by default.
+DEFAULT_READ_TIMEOUT_S = 60.0
 #: Each ``jobs`` command that publishes a job event, and the past tense it prints.
 EVENT_COMMANDS = {
     "submit": "submitted",
@@ -187,6 +196,7 @@ def _jobs_parser(top: Any) -> None:
     _tenant(st)
     _job(st, "the job's id")
     _json(st, "print the status as one JSON object")
+    _read_timeout(st)
     ls = j.add_parser("list", help="a tenant's jobs, one line each, in the order first decided")
     _tenant(ls)
     ls.add_argument(
@@ -197,6 +207,19 @@ def _jobs_parser(top: Any) -> None:
         help="only jobs in this state (repeatable): " + ", ".join(str(s) for s in JobState),
     )
     _json(ls, "print the statuses as one JSON array")
+    _read_timeout(ls)
+
+
+def _read_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up reading the tenant's decisions and costs after this long (default "
+        f"{DEFAULT_READ_TIMEOUT_S:g}; the whole history is read, tens of thousands of events "
+        "a second)",
+    )
 
 
 def _submit_args(s: argparse.ArgumentParser) -> None:

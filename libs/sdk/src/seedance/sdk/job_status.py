@@ -26,6 +26,7 @@ from seedance.events.slicing import (
     JobReleased,
     Placement,
     Preempted,
+    RejectionReason,
     Unschedulable,
 )
 
@@ -166,6 +167,12 @@ def _costs(job_ids: set[str], cost_events: Iterable[object]) -> dict[str, JobCos
     return out
 
 
+def _never_a_job(ev: Decision) -> bool:
+    """A refused start or end of a job the slicer did not know (``unknown_job``): it says
+    nothing of a job, so it does not make one (`jobs status` of it: the bus knows no job)."""
+    return isinstance(ev, JobRejected) and ev.reason == RejectionReason.UNKNOWN_JOB
+
+
 def fold_statuses(
     tenant: str,
     decisions: Iterable[object],
@@ -184,6 +191,8 @@ def fold_statuses(
         if not isinstance(ev, Decision) or ev.tenant != tenant:
             continue
         if job_id is not None and ev.job_id != job_id:
+            continue
+        if _never_a_job(ev) and ev.job_id not in accs:
             continue
         accs.setdefault(ev.job_id, _Acc()).apply(ev)
     costs = _costs(set(accs), cost_events)
