@@ -357,6 +357,12 @@ class SeedanceClient:
         (``seedance.costs.<t>.*``), each through a consumer of this call's own whose filter is
         in the API subject. Another tenant's are refused (`PermissionRefused`). Raises
         ``TimeoutError`` when the two streams are not read within ``timeout_s``.
+
+        Why this way: a tenant may publish only its five job subjects (so no request reaches a
+        slicer, which answers none anyway), may not get stream messages directly (``STREAM.
+        MSG.GET``, ``DIRECT.GET``), and nats-py's ordered consumer first asks for stream names
+        and creates its consumer without the filter in the subject, both refused. The whole
+        history is read (no job token in the subjects); ``make bench-cli-status`` measures it.
         """
         check_tenant(tenant)
         if job_id is not None:
