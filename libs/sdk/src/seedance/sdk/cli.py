@@ -62,7 +62,7 @@ from seedance.sdk.client import (
 from seedance.sdk.job_status import JobState, describe, gpus_text, status_table
 from seedance.sdk.reports import render_report
 
-__all__ = ["main"]
+__all__ = ["invoke", "main"]
 
 
 def _job_event(args: argparse.Namespace) -> JobEvent:
@@ -301,10 +301,21 @@ def _fail(message: object, status: int) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``seedance`` console script: sets up this process's logging, then runs ``argv``."""
     args = parse(argv)
     # The core's structured lines (a connect retry, a lost connection) would interleave with
     # what the command prints; a failure is said once, in `_fail`'s line.
     configure_logging(json=False, level="WARNING" if args.verbose else "CRITICAL")
+    return _execute(args)
+
+
+def invoke(argv: Sequence[str]) -> int:
+    """``argv`` run as the CLI would, leaving the calling process's logging as it is (tests,
+    notebooks); returns the exit status."""
+    return _execute(parse(argv))
+
+
+def _execute(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_run(args))
     except BusUnavailable as exc:
