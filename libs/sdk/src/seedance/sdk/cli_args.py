@@ -228,7 +228,7 @@ def _submit_args(s: argparse.ArgumentParser) -> None:
 
     n("--gpus", 1, "GPUs per gang member (default 1; 0: CPU only)")
     n("--gpu-milli", 1000, "share of each GPU, 1-1000 (default 1000: whole)")
-    n("--gpu-mem-mib", 0, "GPU memory needed per GPU, MiB")
+    n("--gpu-mem-mib", 0, "GPU memory per GPU, MiB (default 0: whatever the GPU has)")
     s.add_argument(
         "--mig-profile", default=None, metavar="PROFILE", help="a MIG instance, e.g. 3g.40gb"
     )
@@ -236,10 +236,10 @@ def _submit_args(s: argparse.ArgumentParser) -> None:
         "--gpu-model", action="append", default=[], metavar="MODEL",
         help="a GPU model the job may run on (repeatable; default: any)",
     )  # fmt: skip
-    n("--cpu-milli", 0, "CPU per gang member, millicores")
-    n("--memory-mib", 0, "memory per gang member, MiB")
+    n("--cpu-milli", 0, "CPU per gang member, millicores (default 0)")
+    n("--memory-mib", 0, "memory per gang member, MiB (default 0)")
     n("--gang-size", 1, "members placed all or none (default 1)")
-    n("--priority", 0, "higher may preempt lower (default 0)")
+    n("--priority", 0, "a higher one may preempt the tenant's own lower ones (default 0)")
     s.add_argument(
         "--kind", choices=["training", "inference"], default="training",
         help="training or inference (default training)",
