@@ -30,7 +30,13 @@ from typing import Any
 from seedance.core import Bus, BusSettings
 from seedance.events import Event, new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
-from seedance.events.slicing import GpuAssignment, JobReleased, Placement
+from seedance.events.slicing import (
+    EndOutcome,
+    GpuAssignment,
+    JobReleased,
+    Placement,
+    PlacementKind,
+)
 from seedance.events.subjects import costs, slicing
 from seedance.sdk import SeedanceClient
 from seedance.testing.servers import NatsServer
@@ -50,11 +56,12 @@ def history(jobs: int, entries: int) -> list[tuple[str, Event]]:
         at = T0 + timedelta(seconds=i)
         out.append((slicing.subject(TENANT, "placement"), Placement(
             id=new_event_id(at=at), at=at, job_id=f"j{i}", tenant=TENANT, node=f"n{i % 50}",
-            kind="whole", gpu_model="T4", gpus=[GpuAssignment(index=i % 8)],
+            kind=PlacementKind.WHOLE, gpu_model="T4", gpus=[GpuAssignment(index=i % 8)],
         )))  # fmt: skip
         end = at + timedelta(hours=1)
         out.append((slicing.subject(TENANT, "released"), JobReleased(
-            id=new_event_id(at=end), at=end, job_id=f"j{i}", tenant=TENANT, outcome="finished",
+            id=new_event_id(at=end), at=end, job_id=f"j{i}", tenant=TENANT,
+            outcome=EndOutcome.FINISHED,
         )))  # fmt: skip
     for k in range(entries):
         at = T0 + timedelta(seconds=k)
