@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 import yaml
 
@@ -23,7 +22,7 @@ from seedance.core.kv import ensure_bucket
 from seedance.events.slicing import Placement, Unschedulable
 from seedance.events.subjects import POLICY_BUCKET, QUOTA_POLICY_KEY, quota_usage_key
 from seedance.k8s_bridge.core.policy import TENANT_QUOTA, merge_usage, reconcile, tenant_entry
-from seedance.slicer.service import SlicerService, _Snapshot
+from seedance.slicer.service import SlicerService, _unpack
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.paths import REPO
 from seedance.testing.waits import eventually
@@ -172,7 +171,7 @@ async def test_the_snapshot_carries_the_policy_to_a_restart_and_a_standby(
                 await submit(bus, t, f"c{i}", gpus=1, minute=i)
             await d.wait(lambda: [e.reason for e in d.of(Unschedulable, "c2")] == ["over_quota"])
             state = await (await ensure_bucket(bus, "seedance-slicer-state")).get(f"pool.p{unique}")
-            snap = msgspec.msgpack.decode(state.value or b"", type=_Snapshot)
+            snap = _unpack(state.value or b"")
             assert snap.quota_doc == policy
             await first.stop()
             await until(lambda: second.leading, 30)
