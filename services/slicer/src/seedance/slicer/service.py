@@ -227,6 +227,9 @@ class SlicerService(Lifecycle):
         #: logged once, not at every poll.
         self._latest_quota: tuple[bytes | None, int] | None = None
         self._refused_doc: bytes | None = None
+        #: Why the latest quota document was refused (the parser's words); None once one is
+        #: applied. Logged as `slicer_quota_refused` too.
+        self.quota_refusal: str | None = None
         self._policy_kv: KeyValue | None = None
         #: The pool's quota usage as last written to KV (`usage.<pool>`).
         self._usage_written: bytes | None = None
@@ -483,8 +486,9 @@ class SlicerService(Lifecycle):
             policy = self._file_quota if doc is None else QuotaPolicy.from_yaml(doc.decode())
         except (QuotaError, UnicodeDecodeError) as exc:
             self._refused_doc = doc
+            self.quota_refusal = str(exc)[:1000]
             self.metrics.quota_updates_total.labels("refused").inc()
-            log.warning("slicer_quota_refused", revision=revision, reason=str(exc)[:1000])
+            log.warning("slicer_quota_refused", revision=revision, reason=self.quota_refusal)
             return
         async with self._lock:
             await self._apply_quota(policy, doc, revision)
@@ -526,6 +530,7 @@ class SlicerService(Lifecycle):
         for outcome, reason in counts:
             self.metrics.decisions_total.labels(outcome, reason).inc()
         self.metrics.quota_updates_total.labels("applied").inc()
+        self.quota_refusal = None
         self.metrics.quota_revision.set(rev if doc is not None else 0)
         self._unpublished = out
         with contextlib.suppress(RetryableError):
