@@ -39,6 +39,8 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 #: Go's strconv.ParseBool truths, which the apiserver uses for ``watch`` and friends.
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+#: Encodings a real apiserver also accepts, which this one does not decode.
+_UNDECODED = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
 #: Subresources of a namespace itself (``namespaces/x/status``), not namespaced resources.
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 
@@ -386,6 +388,10 @@ class KubeApiServer:
         raw = await request.read()
         if not raw:
             return None
+        if request.content_type in _UNDECODED:
+            # A real server decodes these; this one answers as a server that does not, so
+            # that the client falls back to JSON (client-go does, for 415).
+            raise errors.unsupported_media_type(request.content_type)
         try:
             return _decode(raw)
         except msgspec.DecodeError:
