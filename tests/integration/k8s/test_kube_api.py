@@ -719,3 +719,42 @@ async def test_events_k8s_io_v1_events(kube_api: KubeApiServer, k8s: client.ApiC
     )
     found = await events.list_namespaced_event(NS, field_selector="regarding.name=p")
     assert [e.note for e in found.items] == ["placed"]
+
+
+async def test_node_status_subresource_and_an_open_watch_in_the_audit(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.node(kube_api, "gpu-1", gpus=8)
+    core = client.CoreV1Api(k8s)
+    w = watch.Watch()
+    stream = w.stream(core.list_node, timeout_seconds=5)
+    (initial,) = await _events(stream, 1)  # the stream is open once its first event is here
+    assert (initial["type"], initial["object"].metadata.name) == ("ADDED", "gpu-1")
+    assert ("", "nodes", "watch") in kube_api.verbs_used()  # recorded while still open
+    patched = await core.patch_node_status(
+        "gpu-1",
+        {"spec": {"unschedulable": True}, "status": {"allocatable": {"nvidia.com/gpu": "7"}}},
+    )
+    assert patched.status.allocatable["nvidia.com/gpu"] == "7"
+    assert patched.spec.unschedulable is None  # /status leaves the spec alone
+    (modified,) = await _events(stream, 1)
+    await w.close()
+    assert modified["type"] == "MODIFIED"
+    status = await core.read_node_status("gpu-1")
+    assert status.status.capacity["nvidia.com/gpu"] == "8"
+
+
+async def test_bodies_that_are_not_objects_are_validated_too(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    seed.pod(kube_api, NS, "p")
+    core = client.CoreV1Api(k8s)
+    code, status = await _bind(
+        core, "p", {"metadata": {"name": "p"}, "target": {"kind": "Node", "nmae": "n1"}}
+    )
+    assert (code, status["details"]["causes"][0]["field"]) == (422, "target.nmae")
+    with pytest.raises(ApiException) as bad_options:
+        await core.delete_namespaced_pod("p", NS, body={"propagationPolicy": 3})
+    assert bad_options.value.status == 422
+    assert (await core.read_namespaced_pod("p", NS)).spec.node_name is None

@@ -103,6 +103,10 @@ class Fault:
     reason: str
 
 
+_INFO = web.RequestKey("kube_api_info", RequestInfo)
+_AUDITED = web.RequestKey("kube_api_audited", bool)
+
+
 def _reason_for(code: int) -> str:
     return {
         400: "BadRequest",
@@ -291,6 +295,7 @@ class KubeApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         info = parse_request(request.method, request.path, query)
+        request[_INFO] = info
         code = 500
         try:
             fault = self._fault(request.method, request.path_qs)
@@ -303,21 +308,29 @@ class KubeApiServer:
             code = err.code
             return _error(err)
         finally:
-            self.audit.append(
-                AuditRecord(
-                    verb=info.verb,
-                    api_group=info.group,
-                    api_version=info.version,
-                    resource=info.resource,
-                    subresource=info.subresource,
-                    namespace=info.namespace,
-                    name=info.name,
-                    user_agent=request.headers.get("User-Agent", ""),
-                    method=request.method,
-                    path=request.path_qs,
-                    code=code,
-                )
+            if not request.get(_AUDITED):
+                self._record(request, code)
+
+    def _record(self, request: web.Request, code: int) -> None:
+        """One audit record per request; a watch is recorded once its stream opens (so a test
+        sees the watches that are still open)."""
+        info = request[_INFO]
+        request[_AUDITED] = True
+        self.audit.append(
+            AuditRecord(
+                verb=info.verb,
+                api_group=info.group,
+                api_version=info.version,
+                resource=info.resource,
+                subresource=info.subresource,
+                namespace=info.namespace,
+                name=info.name,
+                user_agent=request.headers.get("User-Agent", ""),
+                method=request.method,
+                path=request.path_qs,
+                code=code,
             )
+        )
 
     def _fault(self, method: str, path: str) -> Fault | None:
         for fault in self.faults:
@@ -564,6 +577,7 @@ class KubeApiServer:
         response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
+        self._record(request, 200)
         try:
             watcher = self.store.watch((rt.group, rt.plural), ns, selector, since)
         except ApiError as err:
