@@ -501,6 +501,20 @@ async def test_a_restarted_process_keeps_objects_revisions_and_watch_history(
             )
             await w.close()
             assert (event["type"], event["object"].metadata.name) == ("ADDED", "b")
+            assert server.compact() == int(b.metadata.resource_version)
+            w = watch.Watch()
+            with pytest.raises(ApiException) as expired:
+                await _events(
+                    w.stream(
+                        core.list_namespaced_pod,
+                        NS,
+                        timeout_seconds=2,
+                        resource_version=str(rv_before),
+                    ),
+                    1,
+                )
+            await w.close()
+            assert expired.value.status == 410
     finally:
         assert server.stop() == 0
 

@@ -32,9 +32,18 @@ from seedance.testing.kube_api.store import Journal, Store
 from seedance.testing.kube_api.strategy import Api, WriteOptions
 from seedance.testing.kube_api.validation import KUBERNETES_VERSION, builtin_schemas
 
-__all__ = ["AuditRecord", "Fault", "KubeApiServer", "KubeApiSettings", "RequestInfo"]
+__all__ = [
+    "COMPACT_PATH",
+    "AuditRecord",
+    "Fault",
+    "KubeApiServer",
+    "KubeApiSettings",
+    "RequestInfo",
+]
 
 _JSON = "application/json"
+#: ``POST`` here compacts (``?rv=N``, default now): the process form of ``compact()``.
+COMPACT_PATH = "/_testing/compact"
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 #: Go's strconv.ParseBool truths, which the apiserver uses for ``watch`` and friends.
@@ -374,6 +383,10 @@ class KubeApiServer:
             )
         elif path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok")
+        elif path == COMPACT_PATH and request.method == "POST":
+            # A test control, not Kubernetes: compaction of a server running as a process.
+            raw = request.query.get("rv", "")
+            return _json({"floor": self.compact(int(raw) if raw.isdigit() else None)})
         else:
             doc = self._group_doc(path, types)
         if doc is None:
