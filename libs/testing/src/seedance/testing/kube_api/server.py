@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import structlog
 import yaml
 from aiohttp import web
 
@@ -41,6 +42,7 @@ __all__ = [
     "RequestInfo",
 ]
 
+_log = structlog.get_logger(__name__)
 _JSON = "application/json"
 #: ``POST`` here compacts (``?rv=N``, default now): the process form of ``compact()``.
 COMPACT_PATH = "/_testing/compact"
@@ -316,6 +318,15 @@ class KubeApiServer:
         except ApiError as err:
             code = err.code
             return _error(err)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # A bug of this server or a body it does not expect: answer as the apiserver does
+            # for a panic (a 500 Status naming it) and log it, so the client's test fails
+            # with the reason instead of a bare "Server got itself in trouble".
+            _log.exception("kube_api_internal_error", path=request.path_qs)
+            code = 500
+            return _error(
+                ApiError(code=500, reason="InternalError", message=f"{type(exc).__name__}: {exc}")
+            )
         finally:
             if not request.get(_AUDITED):
                 self._record(request, code)
