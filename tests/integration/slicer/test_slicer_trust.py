@@ -331,7 +331,7 @@ async def test_a_snapshot_of_the_job_id_keyed_slicer_is_migrated_on_first_start(
             assert ("acme", "mig-1") not in svc.scheduler.running_jobs
         # The migrated state was written back as version 2.
         entry = await kv.get(f"pool.p{unique}")
-        snap = _unpack(entry.value or b"")  # deflated since the snapshot outgrew max_payload
+        snap = _unpack(entry.value or b"")
         assert msgspec.msgpack.decode(snap.engine)["version"] == 2
     finally:
         await d.close()

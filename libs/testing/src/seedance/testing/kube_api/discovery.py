@@ -148,6 +148,28 @@ def _pod_cells(obj: dict[str, Any], age: str) -> list[Any]:
     return [obj["metadata"]["name"], f"{ready}/{len(containers)}", phase, restarts, age, node]
 
 
+def json_path(obj: Any, path: str) -> Any:
+    """A printer column's ``jsonPath`` on `obj`: the subset CRDs use (``.a.b``, ``.a[0]``,
+    ``.a[?(@.k=="v")].b``, as in ``.status.conditions[?(@.type=="Ready")].status``); None
+    where nothing matches (kubectl shows ``<none>``)."""
+    node = obj
+    for key, index, fkey, fval in _STEP.findall(path.strip()):
+        if key:
+            node = node.get(key) if isinstance(node, dict) else None
+        elif index:
+            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
+        elif isinstance(node, list):
+            node = next((x for x in node if isinstance(x, dict) and x.get(fkey) == fval), None)
+        else:
+            node = None
+        if node is None:
+            return None
+    return node
+
+
+_STEP = re.compile(r'\.([A-Za-z0-9_-]+)|\[([0-9]+)\]|\[\?\(@\.([A-Za-z0-9_-]+)=="([^"]*)"\)\]')
+
+
 def _cells(obj: dict[str, Any], age: str) -> list[Any]:
     return [obj["metadata"]["name"], age]
 
@@ -166,50 +188,31 @@ _COLUMNS: dict[tuple[str, str], list[tuple[str, str, int]]] = {
 _DEFAULT_COLUMNS = [("Name", "string", 0), ("Age", "string", 0)]
 
 
-def json_path(obj: Any, path: str) -> Any:
-    """A printer column's JSONPath on `obj`: the subset CRDs use (``.a.b``, ``.a[0]``,
-    ``.a[?(@.k=="v")].b``); None where nothing matches (kubectl shows ``<none>``)."""
-    node = obj
-    for step in _STEP.findall(path):
-        key, index, fkey, fval = step
-        if key:
-            node = node.get(key) if isinstance(node, dict) else None
-        elif index:
-            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
-        elif fkey and isinstance(node, list):
-            node = next((x for x in node if isinstance(x, dict) and x.get(fkey) == fval), None)
-        else:
-            node = None
-        if node is None:
-            return None
-    return node
-
-
-_STEP = re.compile(r'\.([A-Za-z0-9_-]+)|\[([0-9]+)\]|\[\?\(@\.([A-Za-z0-9_-]+)=="([^"]*)"\)\]')
-
-
-def _printer_cells(rt: ResourceType, obj: dict[str, Any], now: datetime) -> list[Any]:
-    cells: list[Any] = [obj["metadata"]["name"]]
-    for _, kind, path, _ in rt.printer_columns:
-        value = json_path(obj, path)
-        if kind == "date" and isinstance(value, str):
-            value = _age(value, now)
-        cells.append(value)
-    return cells
-
-
 def table(
     rt: ResourceType, objects: list[dict[str, Any]], rv: str, now: datetime, include: str
 ) -> dict[str, Any]:
     columns = _COLUMNS.get((rt.group, rt.plural), _DEFAULT_COLUMNS)
     cells_of = _pod_cells if (rt.group, rt.plural) == ("", "pods") else _cells
-    if rt.printer_columns:  # a CRD's additionalPrinterColumns replace the default Age
+    if rt.printer_columns:  # as a real server: NAME, then exactly the CRD's columns
         columns = [("Name", "string", 0), *((n, t, p) for n, t, _, p in rt.printer_columns)]
+        paths = [path for _, _, path, _ in rt.printer_columns]
+
+        kinds = [kind for _, kind, _, _ in rt.printer_columns]
+
+        def cells_of(obj: dict[str, Any], age: str) -> list[Any]:
+            values = [json_path(obj, p) for p in paths]
+            # a date column prints as an age, as the real server's table convertor does
+            cells = [
+                _age(v, now) if k == "date" and isinstance(v, str) else v
+                for v, k in zip(values, kinds, strict=True)
+            ]
+            return [obj["metadata"]["name"], *cells]
+
     rows = []
     for obj in objects:
-        age = _age(obj["metadata"].get("creationTimestamp"), now)
-        cells = _printer_cells(rt, obj, now) if rt.printer_columns else cells_of(obj, age)
-        row: dict[str, Any] = {"cells": cells}
+        row: dict[str, Any] = {
+            "cells": cells_of(obj, _age(obj["metadata"].get("creationTimestamp"), now))
+        }
         if include == "Object":
             row["object"] = obj
         elif include != "None":

@@ -38,11 +38,9 @@ class ResourceType:
     subresources: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     custom: bool = False
+    #: A CRD version's ``additionalPrinterColumns`` as (name, type, jsonPath, priority).
+    printer_columns: tuple[tuple[str, str, str, int], ...] = ()
     schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
-    #: A CR version's ``additionalPrinterColumns``: (name, type, jsonPath, priority) each.
-    printer_columns: tuple[tuple[str, str, str, int], ...] = field(
-        default=(), compare=False, hash=False
-    )
 
     @property
     def api_version(self) -> str:
@@ -204,11 +202,11 @@ def crd_resource_types(crd: dict[str, Any]) -> list[ResourceType]:
                 subresources=tuple(s for s in ("status", "scale") if s in subs),
                 categories=tuple(names.get("categories") or ()),
                 custom=True,
-                schema=(ver.get("schema") or {}).get("openAPIV3Schema") or {},
                 printer_columns=tuple(
-                    (c["name"], c["type"], c["jsonPath"], int(c.get("priority", 0)))
+                    (c["name"], c.get("type", "string"), c["jsonPath"], int(c.get("priority", 0)))
                     for c in ver.get("additionalPrinterColumns") or ()
                 ),
+                schema=(ver.get("schema") or {}).get("openAPIV3Schema") or {},
             )
         )
     return out
