@@ -334,9 +334,12 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.DIRECT.GET.{kv}",
             f"{JS_API}.DIRECT.GET.{kv}.>",
             f"$KV.{bucket}.>",
-            # watches (the router's weights) read the bucket through an ordered consumer
+            # watches (the router's weights) read the bucket through an ordered consumer, and
+            # nats-py's watch asks for its info (refused, the watch fails at start: the
+            # slicer's quota watch under the shipped permissions showed it)
             f"{JS_API}.CONSUMER.CREATE.{kv}",
             f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+            f"{JS_API}.CONSUMER.INFO.{kv}.*",
             f"{JS_API}.CONSUMER.DELETE.{kv}.>",
         ]
     pub += [p for p in key_grant_subjects(d.name) if p not in pub]
