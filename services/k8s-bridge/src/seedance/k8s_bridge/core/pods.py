@@ -160,9 +160,9 @@ def _add(total: dict[str, Fraction], res: Mapping[str, Any]) -> None:
 
 
 def pod_resources(spec: Json) -> dict[str, Fraction]:
-    """The pod's effective request per resource, as the kubelet and kube-scheduler count it:
-    the containers' sum, at least each init container's (a sidecar, ``restartPolicy:
-    Always``, runs alongside and adds), plus ``overhead``.
+    """The pod's effective request per resource, as the kubelet and kube-scheduler count it
+    (KEP-753): the containers' and sidecars' (``restartPolicy: Always`` init containers) sum,
+    at least each init container's with the sidecars started before it, plus ``overhead``.
 
     Raises:
         InvalidQuantity: a quantity that does not parse, naming it.
@@ -170,13 +170,20 @@ def pod_resources(spec: Json) -> dict[str, Fraction]:
     total: dict[str, Fraction] = {}
     for c in spec.get("containers") or []:
         _add(total, _container_resources(c))
+    sidecars: dict[str, Fraction] = {}  # those started so far, in init order
+    peak: dict[str, Fraction] = {}
     for c in spec.get("initContainers") or []:
         res = _container_resources(c)
         if c.get("restartPolicy") == "Always":
-            _add(total, res)
+            _add(sidecars, res)
             continue
         for name, q in res.items():
-            total[name] = max(total.get(name, Fraction(0)), parse_quantity(q))
+            need = parse_quantity(q) + sidecars.get(name, Fraction(0))
+            peak[name] = max(peak.get(name, Fraction(0)), need)
+    for name, q in sidecars.items():
+        total[name] = total.get(name, Fraction(0)) + q
+    for name, q in peak.items():
+        total[name] = max(total.get(name, Fraction(0)), q)
     _add(total, spec.get("overhead") or {})
     return total
 
