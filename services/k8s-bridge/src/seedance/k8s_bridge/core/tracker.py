@@ -580,6 +580,28 @@ class Tracker:
             out.append(DeletePod(p.ref, why))
         return out
 
+    def holds(self, ev: Event) -> bool:
+        """Whether a decision must stay unacknowledged: a part of a gang's placement while the
+        gang is not yet placed whole (acked, it would be lost to a restart; redelivered, the
+        tracker takes it again by its id)."""
+        if not isinstance(ev, Placement):
+            return False
+        target = self._jobs.get(ev.job_id)
+        if not isinstance(target, tuple):
+            return False
+        g = self._gangs.get(target)
+        return g is not None and not g.placed and not g.ended
+
+    def bind_retry(self, ref: PodRef) -> None:
+        """A Binding that failed for now (no answer, 5xx, 429): the pod waits again, so the
+        placement, redelivered, binds it."""
+        p = self._pods.get(ref.uid)
+        if p is None or p.state is not PodState.BINDING:
+            return
+        p.state = PodState.WAITING
+        if p.gang is not None and (g := self._gangs.get(p.gang)) is not None:
+            g.placed = False
+
     # --- binding outcomes -------------------------------------------------------------------
 
     def bind_done(
