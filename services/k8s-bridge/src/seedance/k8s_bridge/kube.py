@@ -26,7 +26,7 @@ from kubernetes_asyncio.client.api_client import ApiClient
 
 from seedance.k8s_bridge import rbac
 
-__all__ = ["CALLS", "ApiStatus", "ApiUnavailable", "KubeApi", "connect"]
+__all__ = ["CALLS", "USER_AGENT", "ApiStatus", "ApiUnavailable", "KubeApi", "connect"]
 
 Json = dict[str, Any]
 
@@ -67,13 +67,20 @@ class ApiUnavailable(Exception):
     """No answer from the API server (refused, reset, timed out): retry later."""
 
 
+#: How the bridge names itself to the API server (its audit log, ``kubectl get events``).
+USER_AGENT = "seedance-k8s-bridge/0.1"
+
+
 async def connect(kubeconfig: str | None) -> ApiClient:
     """An API client from a kubeconfig file, or (``None``) the pod's service account."""
     if kubeconfig:
-        return await config.new_client_from_config(config_file=kubeconfig)
-    configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
-    return ApiClient(configuration)
+        api_client = await config.new_client_from_config(config_file=kubeconfig)
+    else:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        api_client = ApiClient(configuration)
+    api_client.user_agent = USER_AGENT
+    return api_client
 
 
 async def _json(call: Any) -> Json:

@@ -474,7 +474,9 @@ class BridgeService(Lifecycle):
         for r in retry:
             at = origin.get(r.uid)
             if at is not None:
-                outcomes[at] = RetryableError(f"binding failed for now: {r.why}")
+                outcomes[at] = RetryableError(
+                    f"binding failed for now: {r.why}", delay_s=self._settings.bind_retry_s
+                )
         return outcomes
 
 

@@ -36,6 +36,9 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Reconnect backoff after an API error: from ``backoff_initial_s``, doubling, capped.
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 10.0
+    #: A Binding that failed for now (no answer, 5xx, 429) is tried again after this long
+    #: (its placement is naked with this delay and redelivered).
+    bind_retry_s: float = 0.5
     #: Concurrent API writes (Bindings, status patches, Events, deletions).
     api_concurrency: int = 32
     #: Non-empty: the durable ``k8s-bridge-decisions-<instance>``, so that bridges of two
