@@ -384,22 +384,25 @@ async def test_a_gang_member_that_cannot_be_bound_deletes_the_gang(env: Env) -> 
 
 async def test_the_standby_takes_over_when_the_leader_goes(env: Env) -> None:
     gpu_node(env.kube, f"gpu-{env.unique}", gpus=8)
-    async with slicer(env.nats_url, env.unique):
-        async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path, replica="a") as a:
-            await _eventually(lambda: _true(a.leading))
-            async with bridge(
-                env.kube, env.nats_url, env.unique, env.tmp_path, replica="b"
-            ) as standby:
-                await env.create_pod("one")
-                one = await env.bound("one")
-                assert not standby.leading
-                assert (await env.events_of("one"))[0].reporting_instance == "bridge-a"
-                await a.stop()  # a clean stop releases the Lease: b need not wait for it
-                await _eventually(lambda: _true(standby.leading))
-                await env.create_pod("two")
-                await env.bound("two")
-                two = [e for e in await env.events_of("two") if e.reason == "Scheduled"]
-                assert two[0].reporting_instance == "bridge-b"
-                lease = await env.kube_lease(f"bridge-{env.unique}")
-                assert lease["spec"]["holderIdentity"] == "bridge-b"
-                del one
+    async with (
+        slicer(env.nats_url, env.unique),
+        bridge(env.kube, env.nats_url, env.unique, env.tmp_path, replica="a") as a,
+    ):
+        await _eventually(lambda: _true(a.leading), what="bridge-a leads")
+        async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path, replica="b") as b:
+            await env.create_pod("one")
+            await env.bound("one")
+            assert not b.leading
+            (one,) = [e for e in await env.events_of("one") if e.reason == "Scheduled"]
+            assert one.reporting_instance == "bridge-a"
+            await a.stop()  # a clean stop releases the Lease: b need not wait out its duration
+            await _eventually(lambda: _true(b.leading), what="bridge-b leads")
+            await env.create_pod("two")
+            await env.bound("two")
+            (two,) = [e for e in await env.events_of("two") if e.reason == "Scheduled"]
+            assert two.reporting_instance == "bridge-b"
+            lease = await env.kube_lease(f"bridge-{env.unique}")
+            assert lease["spec"]["holderIdentity"] == "bridge-b"
+            assert lease["spec"]["leaseTransitions"] == 1
+            # the hand-over re-sent nothing that reached the slicer twice
+            assert len(env.trail.of(Placement)) == 2
