@@ -406,3 +406,20 @@ async def test_the_standby_takes_over_when_the_leader_goes(env: Env) -> None:
             assert lease["spec"]["leaseTransitions"] == 1
             # the hand-over re-sent nothing that reached the slicer twice
             assert len(env.trail.of(Placement)) == 2
+
+
+async def test_a_node_the_bridge_cannot_read_stops_nothing_else(env: Env) -> None:
+    gpu_node(env.kube, f"gpu-{env.unique}", gpus=8)
+    gpu_node(env.kube, f"odd-{env.unique}", gpus=8, x="y")
+    rt = env.kube.api.resolve("", "v1", "nodes")
+    odd = env.kube.api.get(rt, "", f"odd-{env.unique}")
+    odd["status"]["allocatable"]["cpu"] = "lots"  # no quantity: node_inventory raises on it
+    env.kube.api.update(rt, "", odd["metadata"]["name"], odd, "status")
+    async with (
+        slicer(env.nats_url, env.unique),
+        bridge(env.kube, env.nats_url, env.unique, env.tmp_path) as b,
+    ):
+        await env.create_pod("fine")
+        pod = await env.bound("fine")
+        assert pod.spec.node_name == f"gpu-{env.unique}"
+        assert b.metrics.object_errors_total.labels("nodes")._value.get() >= 1

@@ -196,3 +196,12 @@ def test_every_job_field_says_which_pod_field_it_comes_from() -> None:
         f"request.{f}" for f in ResourceRequest.__struct_fields__
     }
     assert set(CARRIED) == wanted
+
+
+def test_job_bounds_are_the_events_own() -> None:
+    r = refused(pod(priority=2**31))
+    assert "priority" in r.message
+    r = refused(pod(annotations={"seedance.io/expected-duration-s": "-5"}))
+    assert "expected_duration_s" in r.message
+    r = refused(pod(uid="not a token"))
+    assert "job_id" in r.message

@@ -15,12 +15,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
 import msgspec
 
-from seedance.events.jobs import MAX_GANG_SIZE, JobKind, ResourceRequest
+from seedance.events.jobs import MAX_GANG_SIZE, JobKind, JobSubmitted, ResourceRequest
 from seedance.events.tokens import check_tenant
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.quantity import (
@@ -339,6 +340,41 @@ def _expected_duration(annotations: Mapping[str, str]) -> float | Refused | None
         )
 
 
+_PROBE_AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _job_problem(
+    ref: PodRef,
+    tenant: str,
+    kind: str,
+    priority: int,
+    request: ResourceRequest,
+    labels: Mapping[str, str],
+    expected: float | None,
+) -> str:
+    """What the job event's own bounds refuse (priority beyond int32, a duration beyond a
+    year...), checked by decoding it as the slicer will: the event's ``Meta`` is the one
+    statement of them."""
+    try:
+        msgspec.convert(
+            {
+                "id": "probe",
+                "at": _PROBE_AT,
+                "job_id": ref.uid,
+                "tenant": tenant,
+                "kind": kind,
+                "priority": priority,
+                "request": msgspec.to_builtins(request),
+                "expected_duration_s": expected,
+                "labels": _labels(ref, labels),
+            },
+            JobSubmitted,
+        )
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return ""
+
+
 def pod_ask(
     pod: Json,
     *,
@@ -378,6 +414,9 @@ def pod_ask(
     assert isinstance(request, ResourceRequest)
     assert not isinstance(gang, Refused)
     assert not isinstance(expected, Refused)
+    problem = _job_problem(ref, tenant, kind_raw, priority, request, labels, expected)
+    if problem:
+        return Refused(RefusalReason.INVALID_REQUEST, problem)
     return PodAsk(
         ref=ref,
         tenant=tenant,
