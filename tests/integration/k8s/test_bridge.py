@@ -423,3 +423,26 @@ async def test_a_node_the_bridge_cannot_read_stops_nothing_else(env: Env) -> Non
         pod = await env.bound("fine")
         assert pod.spec.node_name == f"gpu-{env.unique}"
         assert b.metrics.object_errors_total.labels("nodes")._value.get() >= 1
+
+
+async def test_a_pod_deleted_while_no_bridge_ran_still_ends_its_job(env: Env) -> None:
+    gpu_node(env.kube, f"gpu-{env.unique}", gpus=8)
+    async with slicer(env.nats_url, env.unique):
+        async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path):
+            lost = await env.create_pod("lost")
+            await env.bound("lost")
+            kept = await env.create_pod("kept")
+            await env.bound("kept")
+        await env.core.delete_namespaced_pod("lost", env.ns)  # nobody watches
+        async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path):
+            uid = lost["metadata"]["uid"]
+
+            async def released() -> bool:
+                return bool(env.trail.of(JobReleased, uid))
+
+            await _eventually(released)
+            (rel,) = env.trail.of(JobReleased, uid)
+            assert rel.outcome == "cancelled"
+            assert rel.was_placed
+            # the pod that is still there keeps its job
+            assert env.trail.of(JobReleased, kept["metadata"]["uid"]) == []
