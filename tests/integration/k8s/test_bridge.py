@@ -285,13 +285,22 @@ async def test_the_watch_resumes_across_an_api_server_restart_and_relists_after_
         await env.create_pod("second")
         await env.bound("second")
         assert b.pods.lists == 1
-        # the revision the watch holds is compacted away while the server is down: 410, relist
+        # the revision the watch holds is compacted away while the server is down, and a pod
+        # goes meanwhile: 410, relist, and the difference with the cache is the missed DELETED
         await env.kube.stop()
+        rt = env.kube.api.resolve("", "v1", "pods")
+        first = env.kube.api.delete(rt, env.ns, "first")
         env.kube.compact()
         await env.kube.start()
         await env.create_pod("third")
         await env.bound("third")
         assert b.pods.lists == 2
+        uid = first["metadata"]["uid"]
+
+        async def ended() -> bool:
+            return bool(env.trail.of(JobCancelled, uid))
+
+        await _eventually(ended)
         gone = b.metrics.watch_restarts_total.labels("pods", "gone")._value.get()
         assert gone >= 1
 
