@@ -17,7 +17,8 @@ from seedance.testing.paths import REPO
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 #: The dev overlay ships a KEDA ScaledObject; a real cluster needs KEDA's CRD for it, so does
-#: this server. Only its names matter here (the schema keeps every field).
+#: this server. Only its names and one printer column matter here (the schema keeps every
+#: field).
 KEDA_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -37,6 +38,9 @@ KEDA_CRD = {
                 "served": True,
                 "storage": True,
                 "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicaCount"}
+                ],
                 "schema": {
                     "openAPIV3Schema": {
                         "type": "object",
@@ -234,6 +238,8 @@ async def test_kubectl_create_and_custom_resources_by_short_name(
     assert (code, out.strip()) == (0, "scaledobject.keda.sh/router created")
     code, out = await kubectl(kube_api, tmp_path, "get", "so", "-n", "tenants", "-o", "name")
     assert (code, out.strip()) == (0, "scaledobject.keda.sh/router")
+    code, out = await kubectl(kube_api, tmp_path, "get", "so", "-n", "tenants")
+    assert [line.split() for line in out.strip().splitlines()] == [["NAME", "MAX"], ["router", "4"]]
     manifest.write_text(manifest.read_text().replace("maxReplicaCount: 4", "maxReplicaCount: 8"))
     code, out = await kubectl(kube_api, tmp_path, "apply", "-f", str(manifest))
     assert (code, out.strip()) == (0, "scaledobject.keda.sh/router configured")

@@ -147,6 +147,16 @@ def _pod_cells(obj: dict[str, Any], age: str) -> list[Any]:
     return [obj["metadata"]["name"], f"{ready}/{len(containers)}", phase, restarts, age, node]
 
 
+def _json_path(obj: dict[str, Any], path: str) -> Any:
+    """A printer column's ``jsonPath`` (dotted fields only, as CRDs mostly use)."""
+    node: Any = obj
+    for part in path.strip().lstrip(".").split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
 def _cells(obj: dict[str, Any], age: str) -> list[Any]:
     return [obj["metadata"]["name"], age]
 
@@ -170,6 +180,13 @@ def table(
 ) -> dict[str, Any]:
     columns = _COLUMNS.get((rt.group, rt.plural), _DEFAULT_COLUMNS)
     cells_of = _pod_cells if (rt.group, rt.plural) == ("", "pods") else _cells
+    if rt.printer_columns:  # as a real server: NAME, then exactly the CRD's columns
+        columns = [("Name", "string", 0), *((n, t, p) for n, t, _, p in rt.printer_columns)]
+        paths = [path for _, _, path, _ in rt.printer_columns]
+
+        def cells_of(obj: dict[str, Any], age: str) -> list[Any]:
+            return [obj["metadata"]["name"], *(_json_path(obj, p) for p in paths)]
+
     rows = []
     for obj in objects:
         row: dict[str, Any] = {

@@ -334,7 +334,7 @@ class CustomSchema:
                 field_path=raw.get("fieldPath", ""),
                 reason=raw.get("reason", "FieldValueInvalid"),
             )
-            cause = self._check(rule, value, old, path)
+            cause = self._check(rule, value, old, path, str(node.get("type", "object")))
             if cause is not None:
                 causes.append(cause)
         self._descend(value, old, node, path, causes)
@@ -368,7 +368,9 @@ class CustomSchema:
             for v in value
         ]
 
-    def _check(self, rule: _Rule, value: Any, old: Any, path: list[Any]) -> Cause | None:
+    def _check(
+        self, rule: _Rule, value: Any, old: Any, path: list[Any], node_type: str
+    ) -> Cause | None:
         if rule.transition and old is None:
             return None
         bindings = {"self": value}
@@ -391,8 +393,8 @@ class CustomSchema:
                 message = str(self._cel.evaluate(rule.message_expression, bindings))
             except Exception:  # the real server falls back to message on a failing expression
                 message = rule.message or f"failed rule: {rule.rule}"
-        shown = "object" if isinstance(value, dict) else json.dumps(value)
-        return Cause(field=field, message=f"Invalid value: {shown!r}: {message}")
+        # The real server names the schema type, not the value: `Invalid value: "object": ...`.
+        return Cause(field=field, message=f'Invalid value: "{node_type}": {message}')
 
 
 @cache
