@@ -204,6 +204,7 @@ class slicing:
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
     MIG_PLANS = f"{ROOT}.slicing.node.*.mig_plan"
+    UNSCHEDULABLE = f"{ROOT}.slicing.*.unschedulable"
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
@@ -464,6 +465,17 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             slicing.PREEMPTIONS,
             slicing.RELEASES,
         ),
+        # The Kubernetes bridge acts on every decision about a pod: binds placements, shows
+        # waits and refusals on the pod, deletes preempted pods (releases confirm its ends).
+        _c(
+            "k8s-bridge-decisions",
+            "SEEDANCE_SLICING",
+            slicing.PLACEMENTS,
+            slicing.UNSCHEDULABLE,
+            slicing.PREEMPTIONS,
+            slicing.REJECTIONS,
+            slicing.RELEASES,
+        ),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
     )
@@ -532,6 +544,12 @@ BUCKETS: dict[str, BucketSpec] = {
             "seedance-graph-workers",
             ttl_s=60.0,
             description="graph-compiler workers' capabilities (execution providers)",
+        ),
+        # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
+        # that a pod deleted while no bridge ran still ends its job (tenant.job -> creation).
+        BucketSpec(
+            "seedance-k8s-bridge-jobs",
+            description="pod jobs the k8s bridge submitted and has not yet ended",
         ),
         # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
         # the auth-callout service reads (seedance.core.auth_callout).
