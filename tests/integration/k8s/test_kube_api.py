@@ -5,7 +5,9 @@ schema and CEL checks, restarts. Each test talks real HTTP to a server on a rand
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,8 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from seedance.testing.kube_api import KubeApiServer, seed
+from seedance.testing.kube_api.process import KubeApiProcess
+from seedance.testing.waits import eventually
 
 NS = "tenants"
 
@@ -468,3 +472,95 @@ async def test_injected_faults_and_the_audit_log(
     }
     codes = [r.code for r in kube_api.audit if r.subresource == "binding"]
     assert codes == [201, 500, 201]
+
+
+async def test_a_restarted_process_keeps_objects_revisions_and_watch_history(
+    tmp_path: Path,
+) -> None:
+    server = KubeApiProcess(tmp_path / "apiserver", bookmark_interval_s=0.5)
+    server.start()
+    try:
+        cfg = client.Configuration(host=server.url)
+        async with client.ApiClient(configuration=cfg) as api_client:
+            core = client.CoreV1Api(api_client)
+            await core.create_namespace({"metadata": {"name": NS}})
+            a = await core.create_namespaced_pod(NS, _pod("a"))
+            rv_before = int(a.metadata.resource_version)
+            server.stop()
+            server.start()  # same port, same journal
+            kept = await core.read_namespaced_pod("a", NS)
+            assert kept.metadata.uid == a.metadata.uid
+            b = await core.create_namespaced_pod(NS, _pod("b"))
+            assert int(b.metadata.resource_version) == rv_before + 1
+            w = watch.Watch()
+            (event,) = await _events(
+                w.stream(
+                    core.list_namespaced_pod, NS, timeout_seconds=5, resource_version=str(rv_before)
+                ),
+                1,
+            )
+            await w.close()
+            assert (event["type"], event["object"].metadata.name) == ("ADDED", "b")
+    finally:
+        assert server.stop() == 0
+
+
+async def test_list_pages_with_limit_and_continue(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    for i in range(5):
+        seed.pod(kube_api, NS, f"p{i}")
+    core = client.CoreV1Api(k8s)
+    names, token = [], None
+    while True:
+        page = await core.list_namespaced_pod(NS, limit=2, _continue=token)
+        names += [p.metadata.name for p in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    assert names == ["p0", "p1", "p2", "p3", "p4"]
+
+
+async def test_leader_election_takes_the_lease_through_kubernetes_asyncio(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    led = asyncio.Event()
+
+    async def on_started() -> None:
+        led.set()
+
+    async def on_stopped() -> None:
+        return None
+
+    lock = LeaseLock("k8s-bridge", NS, "replica-a", k8s)
+    config = electionconfig.Config(
+        lock,
+        lease_duration=4,
+        renew_deadline=3,
+        retry_period=1,
+        onstarted_leading=on_started,
+        onstopped_leading=on_stopped,
+    )
+    election = asyncio.ensure_future(leaderelection.LeaderElection(config).run())
+    try:
+        async with asyncio.timeout(10):
+            await led.wait()
+        lease = await client.CoordinationV1Api(k8s).read_namespaced_lease("k8s-bridge", NS)
+        assert lease.spec.holder_identity == "replica-a"
+        first = int(lease.metadata.resource_version)
+
+        async def renewed() -> bool:
+            got = await client.CoordinationV1Api(k8s).read_namespaced_lease("k8s-bridge", NS)
+            return int(got.metadata.resource_version) > first
+
+        await eventually(renewed, timeout_s=10)
+    finally:
+        election.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await election
+    assert ("coordination.k8s.io", "leases", "update") in kube_api.verbs_used()

@@ -10,6 +10,7 @@ restarting apiserver does. It owns request parsing and response framing; the ver
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import re
@@ -438,6 +439,8 @@ class KubeApiServer:
         ns = info.namespace if rt.namespaced and info.namespace else None
         items = [self._out(rt, o) for o in self.api.select(rt, ns, selector)]
         rv = str(self.store.rv)
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        items = _page(items, query, meta)
         if _wants_table(request):
             return _json(
                 discovery.table(
@@ -448,7 +451,7 @@ class KubeApiServer:
             {
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version,
-                "metadata": {"resourceVersion": rv},
+                "metadata": meta,
                 "items": items,
             }
         )
@@ -550,7 +553,8 @@ class KubeApiServer:
         if info.name:  # a watch on one object is a field selector on its name
             selector = selector & parse_fields(f"metadata.name={info.name}")
         raw_rv = query.get("resourceVersion", "")
-        since = int(raw_rv) if raw_rv.isdigit() and raw_rv != "0" else None
+        initial = query.get("sendInitialEvents") in _TRUE
+        since = int(raw_rv) if raw_rv.isdigit() and raw_rv != "0" and not initial else None
         response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -560,6 +564,10 @@ class KubeApiServer:
             await response.write(_encode({"type": "ERROR", "object": status_body(err)}) + b"\n")
             await response.write_eof()
             return response
+        if initial:
+            # The watch-list protocol (client-go's WatchListClient): the current objects, then
+            # a bookmark that marks their end, then changes.
+            watcher.push(("BOOKMARK", self._bookmark_object(rt, initial_end=True)))
         self._streams.add(response)
         try:
             await self._stream(response, watcher, rt, query)
@@ -597,12 +605,40 @@ class KubeApiServer:
     def _bookmark(self, rt: ResourceType) -> bytes:
         # The watcher's queue is empty when this is written, so it has been sent every change
         # up to the store's revision: that is the bookmark's promise.
-        obj = {
-            "kind": rt.kind,
-            "apiVersion": rt.api_version,
-            "metadata": {"resourceVersion": str(self.store.rv)},
-        }
-        return _encode({"type": "BOOKMARK", "object": obj}) + b"\n"
+        return _encode({"type": "BOOKMARK", "object": self._bookmark_object(rt)}) + b"\n"
+
+    def _bookmark_object(self, rt: ResourceType, *, initial_end: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
+
+
+def _oid(obj: dict[str, Any]) -> list[str]:
+    return [obj["metadata"].get("namespace", ""), obj["metadata"]["name"]]
+
+
+def _page(
+    items: list[dict[str, Any]], query: dict[str, str], meta: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``limit``/``continue``: pages in key order. The token holds the last key served; a
+    later page shows the objects as they are then (a real server serves the first page's
+    snapshot, from etcd, until it is compacted)."""
+    token = query.get("continue", "")
+    if token:
+        try:
+            after = msgspec.json.decode(base64.urlsafe_b64decode(token.encode()))["after"]
+        except (ValueError, KeyError, TypeError, msgspec.DecodeError):
+            raise errors.bad_request("invalid continue token") from None
+        items = [o for o in items if _oid(o) > after]
+    limit = query.get("limit", "")
+    if limit.isdigit() and 0 < int(limit) < len(items):
+        rest = len(items) - int(limit)
+        items = items[: int(limit)]
+        last = _encode({"after": _oid(items[-1])})
+        meta["continue"] = base64.urlsafe_b64encode(last).decode()
+        meta["remainingItemCount"] = rest
+    return items
 
 
 def _success(code: int) -> dict[str, Any]:
