@@ -20,7 +20,7 @@ k8s-render: install  ## render deploy/k8s/overlays/$(OVERLAY) (default dev) with
 
 .PHONY: scale-demo
 scale-demo: install  ## 3-node NATS cluster, 2 replicas per service, kill a node and replicas, count
-	nice $(PY) -m tools.scale_demo --duration-s $(SCALE_DEMO_S) $(SCALE_DEMO_ARGS)
+	nice $(PY) -m tools.bench.scale_demo --duration-s $(SCALE_DEMO_S) $(SCALE_DEMO_ARGS)
 
 # Debian's Prometheus for the dashboards' test (tests/e2e/test_dashboards_prometheus.py), the
 # way Chromium is installed for the report's: `system-deps` (a prerequisite of `make test`)
@@ -32,11 +32,11 @@ system-deps-prometheus:  ## install Debian's prometheus (apt-get) when `promethe
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; \
 	  else echo "prometheus missing: run 'sudo apt-get install -y --no-install-recommends prometheus'" >&2; exit 1; fi; }
 
-# The hostile-tenant soak (tools/chaos_tenants.py): a tenant with its own credentials sends
+# The hostile-tenant soak (seedance.bench.chaos_tenants): a tenant with its own credentials sends
 # every class of event that once crashed, inflated, erased or crossed a bill, among an honest
 # fleet; the same fleet alone must decide and bill the same. CI runs a short form
 # (tests/e2e/test_chaos_tenants.py).
 CHAOS_TENANTS_ARGS ?=
 .PHONY: chaos-tenants
 chaos-tenants: install  ## a hostile tenant vs the real services; honest tenants must not notice
-	nice $(PY) -m tools.chaos_tenants $(CHAOS_TENANTS_ARGS)
+	nice $(PY) -m tools.bench.chaos_tenants $(CHAOS_TENANTS_ARGS)

@@ -15,7 +15,7 @@ report-ledger-sample: install  ## write a sample cost report (HTML, CSV, FOCUS) 
 
 .PHONY: chaos-ledger
 chaos-ledger: install  ## two ledger replicas, SIGKILLed at random, vs an offline recompute
-	nice $(PY) -m tools.chaos_ledger $(LEDGER_CHAOS_ARGS)
+	nice $(PY) -m tools.bench.chaos_ledger $(LEDGER_CHAOS_ARGS)
 
 .PHONY: bench-ledger
 bench-ledger: install  ## one ledger replica's events/s through the bus (consume + publish)

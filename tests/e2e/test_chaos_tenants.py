@@ -2,7 +2,7 @@
 
 The soak runs the slicer and the cost-ledger as processes under the generated NATS users, a
 hostile tenant with its own credentials among three honest ones, then the same honest fleet
-alone (tools/chaos_tenants.py says what each figure means). Its last line must report no
+alone (seedance.bench.chaos_tenants says what each figure means). Its last line must report no
 service exit, no effect on an honest tenant and totals equal to the offline recompute, and the
 hostile tenant must have been answered (rejections) and dead-lettered, not ignored.
 """
@@ -28,7 +28,7 @@ def test_a_hostile_tenant_changes_nothing_for_the_others() -> None:
         [
             sys.executable,
             "-m",
-            "tools.chaos_tenants",
+            "tools.bench.chaos_tenants",
             "--jobs",
             "45",
             "--nodes",

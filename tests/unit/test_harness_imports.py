@@ -15,13 +15,11 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 
 # Test module -> why it still reaches tools/ by path. Running an entry point as a process (its
-# last line is what a user sees) may stay; loading a script as a module should not. TODO(#20):
-# what the tests use of gen_nats_auth moves into seedance.events.nats_config; chaos_tenants'
-# logic into seedance.bench.
+# last line is what a user sees) may stay; loading a script as a module should not (what the
+# generators render is seedance.events.nats_config / seedance.events.schemas, which the deploy
+# and golden tests import).
 PATH_LINKS = {
-    "e2e/test_chaos_tenants.py": "runs the soak script (`-m tools.chaos_tenants`) as a process",
-    "unit/deploy/declared.py": "loads tools/gen/*.py by path; reads tools/nats-server.sha256",
-    "unit/events/test_golden.py": "runs tools/gen/gen_schemas.py --check",
+    "e2e/test_chaos_tenants.py": "runs the soak's entry point (`-m tools.bench...`) as a process",
     "unit/ledger/test_focus_conformance.py": "runs tools/bench/ledger_sample_report.py",
     "unit/router/test_bench_autoscale.py": "runs two benches' entry points (`-m tools.bench.*`)",
 }

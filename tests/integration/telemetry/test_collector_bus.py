@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -98,6 +99,102 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class OneNode:
+    """The replayed node of the placement test: two T4s, watched, and the two tenants whose
+    placements it follows (each check below is one step of that test, in order)."""
+
+    bus: Bus
+    node: str
+    tenant: str
+    other: str
+    samples: Watch
+
+
+async def _starts_idle(inventory: Watch, fleet: OneNode) -> None:
+    inv = await inventory.until(NodeInventory, lambda e: True)
+    assert (inv.simulated, inv.cpu_milli, inv.memory_mib) == (True, 32000, 131072)
+    assert [(g.index, g.model, g.mem_total_mib) for g in inv.gpus] == [
+        (0, "T4", int(T4.mem_total_mib)),
+        (1, "T4", int(T4.mem_total_mib)),
+    ]
+    idle = await fleet.samples.until(GpuSampleBatch, lambda e: True)
+    assert idle.simulated
+    assert [g.power_w for g in idle.gpus] == [T4.idle_w, T4.idle_w]
+    assert idle.gpus[0].util_gpu_pct == 0.0
+    assert idle.gpus[0].sm_clock_mhz is None
+
+
+async def _half_a_gpu_takes_half_its_memory(fleet: OneNode) -> None:
+    # Half of GPU 1, no memory request: half of its memory.
+    await fleet.bus.publish(
+        slicing.subject(fleet.tenant, "placement"),
+        Placement(
+            id=new_event_id(), at=now(), job_id="half", tenant=fleet.tenant, node=fleet.node,
+            gpu_model="T4", kind=PlacementKind.SHARED, gpus=[GpuAssignment(index=1, milli=500)],
+        ),
+    )  # fmt: skip
+    busy = await fleet.samples.until(GpuSampleBatch, lambda e: e.gpus[1].util_gpu_pct == 50.0)
+    g0, g1 = busy.gpus
+    assert g1.mem_used_mib == pytest.approx(T4.mem_total_mib / 2, abs=0.01)
+    assert g1.sm_active == pytest.approx(0.45)  # half a GPU at the 0.9 busy ratio
+    assert T4.idle_w < g1.power_w < T4.tdp_w
+    assert (g0.mem_used_mib, g0.power_w) == (0.0, T4.idle_w)
+
+
+async def _another_tenants_job_of_the_same_id_takes_gpu_0(fleet: OneNode) -> None:
+    # Another tenant's job of the same id, whole GPU 0: its part is all of the memory
+    # (no tenant job event is read, so no memory request: the share's part).
+    await fleet.bus.publish(
+        slicing.subject(fleet.other, "placement"),
+        Placement(
+            id=new_event_id(), at=now(), job_id="half", tenant=fleet.other, node=fleet.node,
+            kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0, milli=1000)],
+        ),
+    )  # fmt: skip
+    both = await fleet.samples.until(GpuSampleBatch, lambda e: e.gpus[0].util_gpu_pct == 100.0)
+    assert both.gpus[0].mem_used_mib == pytest.approx(T4.mem_total_mib, abs=0.01)
+    assert both.gpus[0].power_w == pytest.approx(T4.idle_w + (T4.tdp_w - T4.idle_w) * 0.9)
+
+
+async def _a_forged_release_is_dead_lettered(fleet: OneNode) -> None:
+    # A release on the other tenant's subject naming this tenant: dead-lettered by the
+    # consumer (subject vs payload), nothing released.
+    letters = await Watch.open(fleet.bus, dlq.subject("telemetry-collector"))
+    forged = JobReleased(
+        id=new_event_id(), at=now(), job_id="half", tenant=fleet.tenant,
+        outcome=EndOutcome.FINISHED,
+    )  # fmt: skip
+    await fleet.bus.publish(slicing.subject(fleet.other, "released"), forged)
+    try:
+        letter = await letters.until(DeadLetter, lambda d: forged.id.encode() in d.payload)
+    finally:
+        await letters.close()
+    assert letter.error_kind == "tenant_mismatch"
+
+
+async def _release_and_preemption_free_the_gpus(fleet: OneNode) -> None:
+    # This tenant's job is released (the slicer's JobReleased ends it, keyed by
+    # (tenant, job): the other tenant's "half" keeps GPU 0), the other's is preempted.
+    await fleet.bus.publish(
+        slicing.subject(fleet.tenant, "released"),
+        JobReleased(id=new_event_id(), at=now(), job_id="half", tenant=fleet.tenant,
+                    outcome=EndOutcome.FINISHED),
+    )  # fmt: skip
+    one = await fleet.samples.until(GpuSampleBatch, lambda e: e.gpus[1].util_gpu_pct == 0.0)
+    assert one.gpus[0].util_gpu_pct == 100.0
+    await fleet.bus.publish(
+        slicing.subject(fleet.other, "preempted"),
+        Preempted(id=new_event_id(), at=now(), job_id="half", tenant=fleet.other, node=fleet.node),
+    )
+    back = await fleet.samples.until(
+        GpuSampleBatch, lambda e: all(g.util_gpu_pct == 0.0 for g in e.gpus)
+    )
+    assert [g.mem_used_mib for g in back.gpus] == [0.0, 0.0]
+    assert [g.power_w for g in back.gpus] == [T4.idle_w, T4.idle_w]
+    assert back.gpus[0].energy_j > 0  # energy integrated over the busy ticks
+
+
 async def test_replayed_fleet_follows_placements_and_falls_back(
     nats_url: str, bus: Bus, tmp_path: Path, unique: str
 ) -> None:
@@ -107,95 +204,16 @@ async def test_replayed_fleet_follows_placements_and_falls_back(
     settings = CollectorSettings(
         source="replay", node_csv=str(csv), tick_s=0.1, http_port=0, instance=unique
     )
-    tenant = f"t{unique}"
     samples = await Watch.open(bus, telemetry.sample(node))
     inventory = await Watch.open(bus, telemetry.inventory(node))
+    fleet = OneNode(bus, node, tenant=f"t{unique}", other=f"o{unique}", samples=samples)
     try:
         async with running(nats_url, settings) as svc:
-            inv = await inventory.until(NodeInventory, lambda e: True)
-            assert (inv.simulated, inv.cpu_milli, inv.memory_mib) == (True, 32000, 131072)
-            assert [(g.index, g.model, g.mem_total_mib) for g in inv.gpus] == [
-                (0, "T4", int(T4.mem_total_mib)),
-                (1, "T4", int(T4.mem_total_mib)),
-            ]
-            idle = await samples.until(GpuSampleBatch, lambda e: True)
-            assert idle.simulated
-            assert [g.power_w for g in idle.gpus] == [T4.idle_w, T4.idle_w]
-            assert idle.gpus[0].util_gpu_pct == 0.0
-            assert idle.gpus[0].sm_clock_mhz is None
-
-            # Half of GPU 1, no memory request: half of its memory.
-            await bus.publish(
-                slicing.subject(tenant, "placement"),
-                Placement(
-                    id=new_event_id(),
-                    at=now(),
-                    job_id="half",
-                    tenant=tenant,
-                    node=node,
-                    gpu_model="T4",
-                    kind=PlacementKind.SHARED,
-                    gpus=[GpuAssignment(index=1, milli=500)],
-                ),
-            )
-            busy = await samples.until(GpuSampleBatch, lambda e: e.gpus[1].util_gpu_pct == 50.0)
-            g0, g1 = busy.gpus
-            assert g1.mem_used_mib == pytest.approx(T4.mem_total_mib / 2, abs=0.01)
-            assert g1.sm_active == pytest.approx(0.45)  # half a GPU at the 0.9 busy ratio
-            assert T4.idle_w < g1.power_w < T4.tdp_w
-            assert (g0.mem_used_mib, g0.power_w) == (0.0, T4.idle_w)
-
-            # Another tenant's job of the same id, whole GPU 0: its part is all of the memory
-            # (no tenant job event is read, so no memory request: the share's part).
-            other = f"o{unique}"
-            await bus.publish(
-                slicing.subject(other, "placement"),
-                Placement(
-                    id=new_event_id(),
-                    at=now(),
-                    job_id="half",
-                    tenant=other,
-                    node=node,
-                    kind=PlacementKind.WHOLE,
-                    gpus=[GpuAssignment(index=0, milli=1000)],
-                ),
-            )
-            both = await samples.until(GpuSampleBatch, lambda e: e.gpus[0].util_gpu_pct == 100.0)
-            assert both.gpus[0].mem_used_mib == pytest.approx(T4.mem_total_mib, abs=0.01)
-            assert both.gpus[0].power_w == pytest.approx(T4.idle_w + (T4.tdp_w - T4.idle_w) * 0.9)
-
-            # A release on the other tenant's subject naming this tenant: dead-lettered by the
-            # consumer (subject vs payload), nothing released.
-            letters = await Watch.open(bus, dlq.subject("telemetry-collector"))
-            forged = JobReleased(
-                id=new_event_id(), at=now(), job_id="half", tenant=tenant,
-                outcome=EndOutcome.FINISHED,
-            )  # fmt: skip
-            await bus.publish(slicing.subject(other, "released"), forged)
-            try:
-                letter = await letters.until(DeadLetter, lambda d: forged.id.encode() in d.payload)
-            finally:
-                await letters.close()
-            assert letter.error_kind == "tenant_mismatch"
-            # This tenant's job is released (the slicer's JobReleased ends it, keyed by
-            # (tenant, job): the other tenant's "half" keeps GPU 0), the other's is preempted.
-            await bus.publish(
-                slicing.subject(tenant, "released"),
-                JobReleased(id=new_event_id(), at=now(), job_id="half", tenant=tenant,
-                            outcome=EndOutcome.FINISHED),
-            )  # fmt: skip
-            one = await samples.until(GpuSampleBatch, lambda e: e.gpus[1].util_gpu_pct == 0.0)
-            assert one.gpus[0].util_gpu_pct == 100.0
-            await bus.publish(
-                slicing.subject(other, "preempted"),
-                Preempted(id=new_event_id(), at=now(), job_id="half", tenant=other, node=node),
-            )
-            back = await samples.until(
-                GpuSampleBatch, lambda e: all(g.util_gpu_pct == 0.0 for g in e.gpus)
-            )
-            assert [g.mem_used_mib for g in back.gpus] == [0.0, 0.0]
-            assert [g.power_w for g in back.gpus] == [T4.idle_w, T4.idle_w]
-            assert back.gpus[0].energy_j > 0  # energy integrated over the busy ticks
+            await _starts_idle(inventory, fleet)
+            await _half_a_gpu_takes_half_its_memory(fleet)
+            await _another_tenants_job_of_the_same_id_takes_gpu_0(fleet)
+            await _a_forged_release_is_dead_lettered(fleet)
+            await _release_and_preemption_free_the_gpus(fleet)
             counts = {
                 s.labels["outcome"]: s.value
                 for m in svc.metrics.placements_total.collect()

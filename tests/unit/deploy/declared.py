@@ -3,21 +3,22 @@
 Services come from the workspace (``services/*/pyproject.toml``), their settings from the one
 ``msgspec.Struct`` in ``seedance.<pkg>.settings``, their metric names from the metrics classes
 and collectors the services build, so a renamed field, port or metric fails the deploy tests.
+The NATS users come from ``deploy/auth/users.yaml`` through ``seedance.events.nats_config``, the
+functions the generator (``tools/gen/gen_nats_auth.py``) is a thin entry point over.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import msgspec
 import yaml
+
+from seedance.events import nats_config
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"
@@ -76,27 +77,13 @@ def services() -> dict[str, ServiceDecl]:
     return out
 
 
-def load_tool(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "gen" / f"{name}.py")
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def auth_users() -> dict[str, object]:
-    return yaml.safe_load((DEPLOY / "auth" / "users.yaml").read_text())
+    return yaml.safe_load((REPO / nats_config.USERS_FILE).read_text())
 
 
-def pinned_nats_version() -> tuple[int, int, int]:
-    text = (REPO / "tools" / "nats-server.sha256").read_text()
-    version = text.split("nats-server v", 1)[1].split()[0]
-    major, minor, patch = (int(x) for x in version.split("."))
-    return major, minor, patch
+def auth_choices() -> nats_config.AuthChoices:
+    """The deployment's choices, read as the generator reads them."""
+    return nats_config.AuthChoices.from_document(auth_users())
 
 
 def metric_names() -> set[str]:

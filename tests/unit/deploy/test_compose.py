@@ -18,15 +18,14 @@ import yaml
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
-from seedance.testing.servers import nats_server_binary
+from seedance.testing.servers import nats_server_binary, pinned_nats_version
 from tests.unit.deploy.declared import (
     DEPLOY,
     REPO,
     ServiceDecl,
+    auth_choices,
     auth_users,
-    load_tool,
     metric_names,
-    pinned_nats_version,
     services,
 )
 
@@ -109,18 +108,17 @@ def test_service_env_is_settings_fields_and_ports_agree(
 def test_each_service_has_its_own_nats_user_and_the_server_knows_every_password(
     compose: dict[str, Any],
 ) -> None:
-    gen = load_tool("gen_nats_auth")
     users = auth_users()
     nats_env = compose["services"]["nats"]["environment"]
-    rendered = gen.users_from(users)
+    rendered = auth_choices().users()
     callout = {nats_config.CALLOUT_ISSUER_VAR} if users.get("auth_callout") else set()
-    assert set(nats_env) == {gen.password_var(u.name) for u in rendered} | callout
+    assert set(nats_env) == {nats_config.password_var(u.name) for u in rendered} | callout
     for name in [*SERVICES, CALLOUT_USER]:
         env = compose["services"][name]["environment"]
         assert env["NATS_USER"] == name
         assert name in IDENTITIES
         # the service's password is the same substitution as the server's variable for it
-        var = gen.password_var(name)
+        var = nats_config.password_var(name)
         assert env["NATS_PASSWORD"] == nats_env[var]
         assert env["NATS_PASSWORD"].startswith("${" + var)
 

@@ -23,7 +23,7 @@ from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config, subjects
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from seedance.testing.servers import nats_server_binary
-from tests.unit.deploy.declared import DEPLOY, REPO, auth_users, load_tool, services
+from tests.unit.deploy.declared import DEPLOY, REPO, auth_choices, auth_users, services
 
 K8S = DEPLOY / "k8s"
 OVERLAYS = ("dev", "prod")
@@ -131,7 +131,6 @@ def test_service_monitor_scrapes_every_service_under_its_compose_job_name() -> N
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_service_workload_matches_the_code(overlay: str, name: str) -> None:
     decl = SERVICES[name]
-    gen = load_tool("gen_nats_auth")
     work = workloads(render(overlay))[name]
     pod = work["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -151,7 +150,9 @@ def test_service_workload_matches_the_code(overlay: str, name: str) -> None:
     assert pod["serviceAccountName"] == name
     assert work["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(port)
     assert env["NATS_USER"]["value"] == name
-    assert env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == gen.password_var(name)
+    assert env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == nats_config.password_var(
+        name
+    )
     assert name in by_kind(render(overlay), "ServiceAccount")
 
 
@@ -211,11 +212,10 @@ def test_keda_scales_on_the_catalogues_consumers_of_the_target_service(overlay: 
 
 
 def test_dev_secret_has_a_password_for_every_user_and_prod_brings_its_own() -> None:
-    gen = load_tool("gen_nats_auth")
-    users = gen.users_from(auth_users())
+    users = auth_choices().users()
     secret = by_kind(render("dev"), "Secret")["seedance-nats-passwords"]
     callout = {nats_config.CALLOUT_ISSUER_VAR} if auth_users().get("auth_callout") else set()
-    assert set(secret["data"]) == {gen.password_var(u.name) for u in users} | callout
+    assert set(secret["data"]) == {nats_config.password_var(u.name) for u in users} | callout
     assert "seedance-nats-passwords" not in by_kind(render("prod"), "Secret")
 
 
@@ -223,18 +223,21 @@ def test_dev_secret_has_a_password_for_every_user_and_prod_brings_its_own() -> N
 def test_nats_configmap_is_the_generated_auth_and_the_server_accepts_it(
     overlay: str, tmp_path: Path
 ) -> None:
-    gen = load_tool("gen_nats_auth")
     nats = by_kind(render(overlay), "StatefulSet")["nats"]
     (volume,) = [v for v in nats["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
     config = by_kind(render(overlay), "ConfigMap")[volume["configMap"]["name"]]["data"]
-    assert config["auth.conf"] == gen.render_source()
+    assert config["auth.conf"] == auth_choices().render()
     routes = re.findall(r"nats://([\w.-]+):6222", config["nats.conf"])
     service = nats["spec"]["serviceName"]
     assert routes == [f"nats-{i}.{service}" for i in range(nats["spec"]["replicas"])]
     for name, text in config.items():
         (tmp_path / name).write_text(text)
-    users = gen.users_from(auth_users())
-    env = {**os.environ, "POD_NAME": "nats-0", **{gen.password_var(u.name): "x" for u in users}}
+    users = auth_choices().users()
+    env = {
+        **os.environ,
+        "POD_NAME": "nats-0",
+        **{nats_config.password_var(u.name): "x" for u in users},
+    }
     env[nats_config.CALLOUT_ISSUER_VAR] = new_issuer().public_key.decode()
     done = subprocess.run(
         [nats_server_binary(), "-c", str(tmp_path / "nats.conf"), "-t"],

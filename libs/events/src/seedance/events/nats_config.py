@@ -1,7 +1,12 @@
 """nats-server's ``authorization`` block, rendered from ``seedance.events.permissions``.
 
 The output is text for nats-server's config (compose mounts it, Kubernetes ships it as a
-ConfigMap); ``tools/gen/gen_nats_auth.py`` is the entry point that writes and checks the files.
+ConfigMap). What a deployment chooses (``deploy/auth/users.yaml``: its static tenants, its
+operators, whether auth callout is on) is read into ``AuthChoices``, which gives the users, the
+rendered block and the password check of an environment; ``tools/gen/gen_nats_auth.py`` is only
+the entry point that reads that file and writes or checks the rendered copies, and the deploy
+tests read the same functions. This module parses no YAML and opens no file: its callers hand it
+the parsed document and the text.
 
 Passwords are never rendered: each user's is the server's environment variable
 ``NATS_PASSWORD_<USER>``. nats-server parses such a value as config syntax, not as a string
@@ -23,7 +28,8 @@ from __future__ import annotations
 import re
 import secrets
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from seedance.events.permissions import (
     CALLOUT_USER,
@@ -39,9 +45,13 @@ __all__ = [
     "CALLOUT_ISSUER_VAR",
     "CALLOUT_USER",
     "PASSWORD_RULE",
+    "RENDERED_FILES",
+    "USERS_FILE",
+    "AuthChoices",
     "PasswordError",
     "check_server_password",
     "new_password",
+    "parse_env_file",
     "password_var",
     "render",
     "users",
@@ -55,6 +65,15 @@ PASSWORD_RULE = (
     "(nats-server parses the variable's value as config: digits, true/false, dates, a leading "
     "'-' or spaces stop it from starting)"
 )
+
+
+#: Where a checkout keeps the deployment's choices and the rendered copies, relative to the
+#: repository root: one source, two copies of the same output (compose mounts the first;
+#: kustomize cannot read files above its root, hence the second, which it turns into the
+#: ConfigMap). The generator writes them; the deploy tests compare them with a fresh render.
+USERS_FILE = "deploy/auth/users.yaml"
+RENDERED_FILES = ("deploy/auth/nats-auth.conf", "deploy/k8s/base/nats/auth.conf")
+_CHOICES = ("tenants", "operators", "auth_callout")
 
 
 class PasswordError(ValueError):
@@ -141,3 +160,74 @@ def render(static: list[User], *, source: str, callout_issuer_var: str | None = 
         ]
     out += ["}", ""]
     return "\n".join(out)
+
+
+def _names(doc: Mapping[str, object], key: str, what: str) -> tuple[str, ...]:
+    value = doc.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PermissionsError(f"{key}: a list of {what}, not {value!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthChoices:
+    """What a deployment chooses: its static tenants, its operators, and whether auth callout
+    authorises everyone else (tenants added at run time). Services are declared in
+    ``seedance.events.permissions``, never here."""
+
+    tenants: tuple[str, ...] = ()
+    operators: tuple[str, ...] = ()
+    auth_callout: bool = False
+
+    @classmethod
+    def from_document(cls, doc: object, *, name: str = USERS_FILE) -> AuthChoices:
+        """The choices of a parsed ``users.yaml`` (``None``: an empty file); an unknown key or
+        a wrong type is refused naming it."""
+        doc = doc or {}
+        if not isinstance(doc, Mapping):
+            raise PermissionsError(f"{name}: a mapping of {list(_CHOICES)}, not {doc!r}")
+        unknown = set(doc) - set(_CHOICES)
+        if unknown:
+            raise PermissionsError(
+                f"{name}: unknown keys {sorted(unknown)} (services are declared in "
+                "seedance.events.permissions, not here)"
+            )
+        return cls(
+            tenants=_names(doc, "tenants", "tenant ids"),
+            operators=_names(doc, "operators", "user names"),
+            auth_callout=bool(doc.get("auth_callout")),
+        )
+
+    def users(self) -> list[User]:
+        return users(self.tenants, self.operators, callout=self.auth_callout)
+
+    def render(self, *, source: str = USERS_FILE) -> str:
+        """The ``authorization`` block; ``source`` names the file in its header."""
+        callout = CALLOUT_ISSUER_VAR if self.auth_callout else None
+        return render(self.users(), source=source, callout_issuer_var=callout)
+
+    def password_problems(self, values: Mapping[str, str]) -> list[str]:
+        """The problems of the passwords the rendered config needs in ``values`` (an
+        environment), one line each, naming the variable and never the value."""
+        problems = []
+        for user in self.users():
+            var = password_var(user.name)
+            if var not in values:
+                problems.append(f"{var} is not set")
+                continue
+            try:
+                check_server_password(var, values[var])
+            except PasswordError as exc:
+                problems.append(str(exc))
+        return problems
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """``KEY=value`` lines of an env file (compose's ``.env``); blanks and ``#`` lines skipped."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out

@@ -20,9 +20,18 @@ from pathlib import Path
 
 from seedance.testing.paths import REPO
 
-__all__ = ["NatsServer", "nats_server_binary", "shipped_auth_server"]
+__all__ = ["NatsServer", "nats_server_binary", "pinned_nats_version", "shipped_auth_server"]
 
 SHIPPED_AUTH = REPO / "deploy" / "auth" / "nats-auth.conf"
+#: The digest `make install` checks the binary against, with the version it is of.
+PIN = REPO / "tools" / "nats-server.sha256"
+
+
+def pinned_nats_version() -> tuple[int, int, int]:
+    """The version of the pinned nats-server (what the images must run too)."""
+    version = PIN.read_text().split("nats-server v", 1)[1].split()[0]
+    major, minor, patch = (int(x) for x in version.split("."))
+    return major, minor, patch
 
 
 def nats_server_binary() -> str:

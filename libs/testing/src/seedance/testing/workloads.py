@@ -1,10 +1,17 @@
-"""A seeded fleet's ledger inputs for the chaos run, the benchmark and the integration tests.
+"""A seeded fleet in virtual time for the chaos runs, the benchmarks and the integration tests.
 
-Nodes (T4, V100M32, A100) join with their inventory, jobs are placed whole, shared or on a MIG
-instance and are released (the slicer's ``JobReleased`` on ``seedance.slicing.<t>.released``:
-the ledger bills trusted facts only, never a tenant's own job event), and every node reports a
-sample batch (activity and a cumulative energy counter) every ``tick_s`` of virtual time. The
-virtual time starts at ``START``, in the past: no input is ahead of the server's clock (the
+Nodes (T4, V100M32, A100) join with their inventory and every node reports a sample batch
+(activity and a cumulative energy counter) every ``tick_s`` of virtual time. Two kinds of jobs
+run on it:
+
+- ``workload``: the ledger's inputs. Jobs are placed whole, shared or on a MIG instance and are
+  released (the slicer's ``JobReleased`` on ``seedance.slicing.<t>.released``: the ledger bills
+  trusted facts only, never a tenant's own job event);
+- ``tenant_workload``: the slicer's inputs. The tenants' jobs arrive and finish as a trusted
+  replayer observed them (``seedance.observed.<t>.submitted`` / ``finished``, the only job
+  subjects whose ``at`` is honoured), and the slicer decides where they run.
+
+The virtual time starts at ``START``, in the past: no input is ahead of the server's clock (the
 ledger dead-letters one that leads its stream timestamp by more than ``max_ahead_s``). Events
 come out in virtual-time order, with the subject each is published on. Deterministic for a seed;
 no wall clock.
@@ -22,8 +29,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from seedance.events import Event, derived_event_id
+from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
 from seedance.events.slicing import EndOutcome, GpuAssignment, JobReleased, Placement, PlacementKind
-from seedance.events.subjects import slicing, telemetry
+from seedance.events.subjects import observed, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
 
 __all__ = [
@@ -31,6 +39,7 @@ __all__ = [
     "Workload",
     "checkpoint_seq",
     "read_stream",
+    "tenant_workload",
     "wait_checkpointed",
     "workload",
 ]
@@ -38,6 +47,8 @@ __all__ = [
 START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
 _MODELS = (("T4", 4, 16_384), ("V100M32", 4, 32_768), ("A100", 4, 40_960))
 _TENANTS = ("acme", "globex", "initech")
+#: (model, GPUs, GPU memory in MiB) of each node, in turn.
+NodeModels = tuple[tuple[str, int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -84,13 +95,22 @@ def _sample(
     )
 
 
-def _inventory(seed: int, node: str, model: str, count: int, mem: int) -> NodeInventory:
+def _inventory(
+    seed: int,
+    node: str,
+    model: str,
+    count: int,
+    mem: int,
+    *,
+    cpu_milli: int = 64_000,
+    memory_mib: int = 512_000,
+) -> NodeInventory:
     return NodeInventory(
         id=_id(seed, "inv", node),
         at=START,
         node=node,
-        cpu_milli=64_000,
-        memory_mib=512_000,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
         gpus=[GpuInfo(index=g, model=model, mem_total_mib=mem) for g in range(count)],
     )
 
@@ -161,6 +181,79 @@ def workload(
     out.sort(key=lambda x: (x[0], x[1]))
     end = START + timedelta(seconds=ticks * tick_s)
     return Workload([(s, e) for _, _, s, e in out], _TENANTS, end)
+
+
+def _tenant_request(rng: random.Random) -> ResourceRequest:
+    """A shared slice, one or two A100s, or any one GPU."""
+    shape = rng.random()
+    if shape < 0.4:
+        return ResourceRequest(gpus=1, gpu_milli=500)
+    if shape < 0.7:
+        return ResourceRequest(gpus=rng.choice((1, 1, 2)), gpu_models=["A100"])
+    return ResourceRequest(gpus=1)
+
+
+def _tenant_jobs(
+    rng: random.Random, jobs: int, *, seed: int, tick_s: int, tenants: tuple[str, ...]
+) -> list[tuple[datetime, int, str, Event]]:
+    """Job ``j`` arrives about every second tick and lasts 3 to 40 ticks (order ``2j``/``2j+1``
+    after the samples of the same instant)."""
+    out: list[tuple[datetime, int, str, Event]] = []
+    for j in range(jobs):
+        tenant, job = tenants[j % len(tenants)], f"job-{j}"
+        arrive = START + timedelta(seconds=tick_s * (1 + j * 2 + rng.randrange(2)))
+        lasts = timedelta(seconds=tick_s * rng.randint(3, 40))
+        submitted = JobSubmitted(
+            id=_id(seed, "sub", job), at=arrive, job_id=job, tenant=tenant,
+            request=_tenant_request(rng), expected_duration_s=lasts.total_seconds(),
+        )  # fmt: skip
+        end = arrive + lasts
+        finished = JobFinished(id=_id(seed, "fin", job), at=end, job_id=job, tenant=tenant)
+        out.append((arrive, 2 * j, observed.subject(tenant, "submitted"), submitted))
+        out.append((end, 2 * j + 1, observed.subject(tenant, "finished"), finished))
+    return out
+
+
+def tenant_workload(
+    jobs: int,
+    *,
+    nodes: int,
+    seed: int,
+    tick_s: int = 60,
+    tenants: tuple[str, ...] = _TENANTS,
+    models: NodeModels = _MODELS,
+    cpu_milli: int = 64_000,
+    memory_mib: int = 512_000,
+) -> Workload:
+    """``jobs`` tenants' jobs as a replayer observed them, on ``nodes`` nodes that sample every
+    ``tick_s`` until two ticks after the last job ends.
+
+    The replayer does not know where the slicer puts a job, so every GPU reports the fleet's
+    mean activity (the ledger attributes by placement, not by sample). A driver that wants a
+    placement to depend only on the order of the events sizes the fleet so that jobs never wait
+    (``models``, ``cpu_milli`` and ``memory_mib`` are the node shapes).
+    """
+    rng = random.Random(seed)
+    spec = [(f"node-{i:02d}", *models[i % len(models)]) for i in range(nodes)]
+    timed = _tenant_jobs(rng, jobs, seed=seed, tick_s=tick_s, tenants=tenants)
+    end = max((t for t, *_ in timed), default=START) + timedelta(seconds=2 * tick_s)
+    inventory: list[tuple[str, Event]] = [
+        (
+            telemetry.inventory(n),
+            _inventory(seed, n, model, c, mem, cpu_milli=cpu_milli, memory_mib=memory_mib),
+        )
+        for n, model, c, mem in spec
+    ]
+    busy = {(n, g): 0.5 for n, _, c, _ in spec for g in range(c)}
+    energy = dict.fromkeys(busy, 0.0)
+    for k in range(int((end - START).total_seconds() // tick_s) + 1):
+        at = START + timedelta(seconds=k * tick_s)
+        for n, _model, count, _mem in spec:
+            samples = [_sample(rng, busy, energy, n, g, tick_s) for g in range(count)]
+            batch = GpuSampleBatch(id=_id(seed, "s", n, k), at=at, node=n, gpus=samples)
+            timed.append((at, -1, telemetry.sample(n), batch))
+    timed.sort(key=lambda x: (x[0], x[1]))
+    return Workload(inventory + [(s, e) for _, _, s, e in timed], tenants, end)
 
 
 async def read_stream(bus: Any, stream: str, timeout_s: float = 60.0) -> list[Any]:
