@@ -203,6 +203,10 @@ class Env:
         await eventually(check, timeout_s, what=f"pod {name} bound")
         return await self.pod(name)
 
+    async def kube_lease(self, name: str) -> dict[str, Any]:
+        rt = self.kube.api.resolve("coordination.k8s.io", "v1", "leases")
+        return dict(self.kube.api.get(rt, "seedance-system", name))
+
     async def events_of(self, name: str) -> list[client.CoreV1Event]:
         events = await self.core.list_namespaced_event(self.ns)
         return [e for e in events.items if e.involved_object.name == name]

@@ -200,3 +200,43 @@ async def test_kubectl_apply_of_an_invalid_manifest_names_the_field(
     assert code != 0
     assert "dta" in out
     assert _names(kube_api, "", "v1", "configmaps") == []
+
+
+async def test_kubectl_create_and_custom_resources_by_short_name(
+    kube_api: KubeApiServer, tmp_path: Path
+) -> None:
+    ns = tmp_path / "ns.yaml"
+    ns.write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenants"}})
+    )
+    code, out = await kubectl(kube_api, tmp_path, "create", "-f", str(ns))
+    assert (code, out.strip()) == (0, "namespace/tenants created")
+    code, out = await kubectl(kube_api, tmp_path, "create", "-f", str(ns))
+    assert code != 0
+    assert "AlreadyExists" in out
+    # The generator subcommands post protobuf, which this server does not decode (415).
+    code, out = await kubectl(kube_api, tmp_path, "create", "namespace", "other")
+    assert code != 0
+    assert "UnsupportedMediaType" in out
+    seed.create(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions", KEDA_CRD)
+    manifest = tmp_path / "so.yaml"
+    manifest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "keda.sh/v1alpha1",
+                "kind": "ScaledObject",
+                "metadata": {"name": "router", "namespace": "tenants"},
+                "spec": {"scaleTargetRef": {"name": "router"}, "maxReplicaCount": 4},
+            }
+        )
+    )
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-f", str(manifest))
+    assert (code, out.strip()) == (0, "scaledobject.keda.sh/router created")
+    code, out = await kubectl(kube_api, tmp_path, "get", "so", "-n", "tenants", "-o", "name")
+    assert (code, out.strip()) == (0, "scaledobject.keda.sh/router")
+    manifest.write_text(manifest.read_text().replace("maxReplicaCount: 4", "maxReplicaCount: 8"))
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-f", str(manifest))
+    assert (code, out.strip()) == (0, "scaledobject.keda.sh/router configured")
+    rt = kube_api.api.resolve("keda.sh", "v1alpha1", "scaledobjects")
+    stored = kube_api.api.get(rt, "tenants", "router")
+    assert (stored["spec"]["maxReplicaCount"], stored["metadata"]["generation"]) == (8, 2)

@@ -101,3 +101,13 @@ def test_a_journaled_store_comes_back_with_objects_revision_and_history(tmp_path
     ]
     assert again.put(PODS, ("a", "z"), _pod("z"))["metadata"]["resourceVersion"] == "4"
     replayed.close()
+
+
+def test_a_write_built_from_the_stored_object_leaves_the_history_as_it_was() -> None:
+    store = Store()
+    first = store.put(PODS, ("a", "x"), _pod("x"))
+    store.put(PODS, ("a", "x"), {**first, "status": {"phase": "Running"}})  # shares metadata
+    assert first["metadata"]["resourceVersion"] == "1"
+    replay = store.watch(PODS, None, Selector(), since=0)
+    assert [(k, o["metadata"]["resourceVersion"]) for k, o in replay.items] == [
+        ("ADDED", "1"), ("MODIFIED", "2")]

@@ -29,16 +29,16 @@ ANCHOR_PODS_PER_S = 50.0
 NS = "bench"
 
 
-def _pod(i: int) -> dict[str, Any]:
-    container = {
-        "name": "main",
-        "image": "registry.example/job:1",
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    }
-    return {
-        "metadata": {"name": f"p{i}"},
-        "spec": {"schedulerName": "seedance", "containers": [container]},
-    }
+def _pod(i: int) -> client.V1Pod:
+    container = client.V1Container(
+        name="main",
+        image="registry.example/job:1",
+        resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}),
+    )
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=f"p{i}"),
+        spec=client.V1PodSpec(scheduler_name="seedance", containers=[container]),
+    )
 
 
 async def _follow(core: client.CoreV1Api, rv: str, want: int, **kw: Any) -> float:
@@ -90,7 +90,10 @@ async def run(pods: int, rate: float) -> dict[str, float]:
                 return lambda: core.create_namespaced_pod(NS, _pod(i))
 
             def bind(i: int) -> Any:
-                body = {"metadata": {"name": f"p{i}"}, "target": {"kind": "Node", "name": "n"}}
+                body = client.V1Binding(
+                    metadata=client.V1ObjectMeta(name=f"p{i}"),
+                    target=client.V1ObjectReference(kind="Node", name="n"),
+                )
                 return lambda: core.create_namespaced_pod_binding(
                     f"p{i}", NS, body, _preload_content=False
                 )

@@ -110,6 +110,12 @@ class BridgeMetrics:
             ["resource", "cause"],
             registry=registry,
         )
+        self.object_errors_total = Counter(
+            "seedance_k8s_bridge_object_errors_total",
+            "Watched objects the bridge could not take (left as they are, logged).",
+            ["resource"],
+            registry=registry,
+        )
         self.leader = Gauge(
             "seedance_k8s_bridge_leader", "1 while this replica holds the Lease.", registry=registry
         )
@@ -269,13 +275,16 @@ class BridgeService(Lifecycle):
             tracker.namespace_seen(ns)
         if self._settings.publish_inventory:
             for node in self.nodes.cache.values():
-                actions += tracker.node_seen(node, now)
+                actions += self._taken("nodes", node, lambda n=node: tracker.node_seen(n, now))
         for pod in self.pods.cache.values():
-            actions += tracker.pod_seen(pod, now)
+            actions += self._taken("pods", pod, lambda p=pod: tracker.pod_seen(p, now))
         # Pods that went while we stood by: their ends, should the old leader have missed them.
         for pod in self._tombstones:
-            actions += tracker.pod_seen(pod, now)
-            actions += tracker.pod_seen(pod, now, deleted=True)
+            actions += self._taken(
+                "pods",
+                pod,
+                lambda p=pod: tracker.pod_seen(p, now) + tracker.pod_seen(p, now, deleted=True),
+            )
         self._tombstones = []
         self.tracker = tracker
         self.metrics.leader.set(1)
@@ -315,12 +324,41 @@ class BridgeService(Lifecycle):
                 self._tombstones.append(pod)
                 del self._tombstones[:-_TOMBSTONES_KEPT]
             return
-        self._enqueue(self.tracker.pod_seen(pod, self._clock.now(), deleted=kind == "DELETED"))
+        tracker = self.tracker
+        self._guarded(
+            "pods", pod, lambda: tracker.pod_seen(pod, self._clock.now(), deleted=kind == "DELETED")
+        )
 
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
-        if self.tracker is None or not self._settings.publish_inventory:
+        tracker = self.tracker
+        if tracker is None or not self._settings.publish_inventory:
             return
-        self._enqueue(self.tracker.node_seen(node, self._clock.now(), deleted=kind == "DELETED"))
+        self._guarded(
+            "nodes",
+            node,
+            lambda: tracker.node_seen(node, self._clock.now(), deleted=kind == "DELETED"),
+        )
+
+    def _guarded(self, resource: str, obj: dict[str, Any], step: Any) -> None:
+        self._enqueue(self._taken(resource, obj, step))
+
+    def _taken(self, resource: str, obj: dict[str, Any], step: Any) -> list[Action]:
+        """What one object's change calls for. An object the tracker cannot take (a bug, a
+        shape no schema foresaw) is left as it is, logged and counted, rather than stopping
+        the watch for every other pod: the per-object counterpart of a consumer's dead letter
+        (a watch event has no message to dead-letter)."""
+        try:
+            return list(step())
+        except Exception as exc:
+            md = obj.get("metadata") or {}
+            self.metrics.object_errors_total.labels(resource).inc()
+            log.error(
+                "bridge_object_failed",
+                resource=resource,
+                name=f"{md.get('namespace', '')}/{md.get('name', '')}",
+                error=repr(exc),
+            )
+            return []
 
     def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
         if self.tracker is not None:

@@ -9,10 +9,14 @@ file. It must not reach into the server's objects: a test talks HTTP to it.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+
+from seedance.testing.kube_api.server import COMPACT_PATH
 
 __all__ = ["KubeApiProcess"]
 
@@ -63,6 +67,13 @@ class KubeApiProcess:
                 raise RuntimeError(f"kube_api exited at start: {log_path.read_text()[-2000:]}")
             time.sleep(0.05)  # polling a file the server writes; bounded by the deadline
         raise RuntimeError(f"kube_api did not print its URL within {timeout_s} s")
+
+    def compact(self, rv: int | None = None) -> int:
+        """``compact()`` of the server process (over HTTP): the new floor."""
+        query = "" if rv is None else f"?rv={rv}"
+        req = urllib.request.Request(f"{self.url}{COMPACT_PATH}{query}", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(json.loads(resp.read())["floor"])
 
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL after 10 s; the exit code (None if it was not running)."""

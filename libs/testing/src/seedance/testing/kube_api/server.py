@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import structlog
 import yaml
 from aiohttp import web
 
@@ -32,13 +33,25 @@ from seedance.testing.kube_api.store import Journal, Store
 from seedance.testing.kube_api.strategy import Api, WriteOptions
 from seedance.testing.kube_api.validation import KUBERNETES_VERSION, builtin_schemas
 
-__all__ = ["AuditRecord", "Fault", "KubeApiServer", "KubeApiSettings", "RequestInfo"]
+__all__ = [
+    "COMPACT_PATH",
+    "AuditRecord",
+    "Fault",
+    "KubeApiServer",
+    "KubeApiSettings",
+    "RequestInfo",
+]
 
+_log = structlog.get_logger(__name__)
 _JSON = "application/json"
+#: ``POST`` here compacts (``?rv=N``, default now): the process form of ``compact()``.
+COMPACT_PATH = "/_testing/compact"
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 #: Go's strconv.ParseBool truths, which the apiserver uses for ``watch`` and friends.
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+#: Encodings a real apiserver also accepts, which this one does not decode.
+_UNDECODED = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
 #: Subresources of a namespace itself (``namespaces/x/status``), not namespaced resources.
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 
@@ -99,6 +112,10 @@ class Fault:
     remaining: int
     message: str
     reason: str
+
+
+_INFO = web.RequestKey("kube_api_info", RequestInfo)
+_AUDITED = web.RequestKey("kube_api_audited", bool)
 
 
 def _reason_for(code: int) -> str:
@@ -289,6 +306,7 @@ class KubeApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         info = parse_request(request.method, request.path, query)
+        request[_INFO] = info
         code = 500
         try:
             fault = self._fault(request.method, request.path_qs)
@@ -300,22 +318,39 @@ class KubeApiServer:
         except ApiError as err:
             code = err.code
             return _error(err)
-        finally:
-            self.audit.append(
-                AuditRecord(
-                    verb=info.verb,
-                    api_group=info.group,
-                    api_version=info.version,
-                    resource=info.resource,
-                    subresource=info.subresource,
-                    namespace=info.namespace,
-                    name=info.name,
-                    user_agent=request.headers.get("User-Agent", ""),
-                    method=request.method,
-                    path=request.path_qs,
-                    code=code,
-                )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # A bug of this server or a body it does not expect: answer as the apiserver does
+            # for a panic (a 500 Status naming it) and log it, so the client's test fails
+            # with the reason instead of a bare "Server got itself in trouble".
+            _log.exception("kube_api_internal_error", path=request.path_qs)
+            code = 500
+            return _error(
+                ApiError(code=500, reason="InternalError", message=f"{type(exc).__name__}: {exc}")
             )
+        finally:
+            if not request.get(_AUDITED):
+                self._record(request, code)
+
+    def _record(self, request: web.Request, code: int) -> None:
+        """One audit record per request; a watch is recorded once its stream opens (so a test
+        sees the watches that are still open)."""
+        info = request[_INFO]
+        request[_AUDITED] = True
+        self.audit.append(
+            AuditRecord(
+                verb=info.verb,
+                api_group=info.group,
+                api_version=info.version,
+                resource=info.resource,
+                subresource=info.subresource,
+                namespace=info.namespace,
+                name=info.name,
+                user_agent=request.headers.get("User-Agent", ""),
+                method=request.method,
+                path=request.path_qs,
+                code=code,
+            )
+        )
 
     def _fault(self, method: str, path: str) -> Fault | None:
         for fault in self.faults:
@@ -359,6 +394,10 @@ class KubeApiServer:
             )
         elif path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok")
+        elif path == COMPACT_PATH and request.method == "POST":
+            # A test control, not Kubernetes: compaction of a server running as a process.
+            raw = request.query.get("rv", "")
+            return _json({"floor": self.compact(int(raw) if raw.isdigit() else None)})
         else:
             doc = self._group_doc(path, types)
         if doc is None:
@@ -386,6 +425,10 @@ class KubeApiServer:
         raw = await request.read()
         if not raw:
             return None
+        if request.content_type in _UNDECODED:
+            # A real server decodes these; this one answers as a server that does not, so
+            # that the client falls back to JSON (client-go does, for 415).
+            raise errors.unsupported_media_type(request.content_type)
         try:
             return _decode(raw)
         except msgspec.DecodeError:
@@ -558,6 +601,7 @@ class KubeApiServer:
         response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
+        self._record(request, 200)
         try:
             watcher = self.store.watch((rt.group, rt.plural), ns, selector, since)
         except ApiError as err:

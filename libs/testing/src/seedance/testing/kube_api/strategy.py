@@ -333,6 +333,13 @@ class Api:
         self, rt: ResourceType, ns: str, name: str, options: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         old = self.get(rt, ns, name)
+        if options:
+            self._check_body(
+                "deleteoptions-meta-v1",
+                "DeleteOptions",
+                name,
+                {"apiVersion": "v1", "kind": "DeleteOptions", **options},
+            )
         pre = (options or {}).get("preconditions") or {}
         self._preconditions(rt, old, pre.get("uid"), pre.get("resourceVersion"))
         if old["metadata"].get("finalizers") and rt.key != ("", "v1", "namespaces"):
@@ -366,18 +373,22 @@ class Api:
             for obj in self.store.select(key, ns, Selector()):
                 self.store.remove(key, (ns, obj["metadata"]["name"]))
 
+    def _check_body(self, stem: str, kind: str, name: str, body: dict[str, Any]) -> None:
+        """A request body that is not a stored object (Binding, Eviction, DeleteOptions)."""
+        if self.schemas is not None:
+            causes = self.schemas.validate(stem, body)
+            if causes:
+                raise errors.invalid(kind, "", name, tuple(causes))
+
     # pods' subresources -----------------------------------------------------------------
     def bind(self, ns: str, name: str, binding: Any) -> None:
         """``POST pods/{name}/binding``: assign the pod to ``target.name`` once."""
         pods = self.types[("", "v1", "pods")]
         if not isinstance(binding, dict):
             raise errors.bad_request("the body of the request is not a JSON object")
-        if self.schemas is not None:
-            causes = self.schemas.validate(
-                "binding-v1", {"apiVersion": "v1", "kind": "Binding", **binding}
-            )
-            if causes:
-                raise errors.invalid("Binding", "", name, tuple(causes))
+        self._check_body(
+            "binding-v1", "Binding", name, {"apiVersion": "v1", "kind": "Binding", **binding}
+        )
         pod = self.get(pods, ns, name)
         meta = binding.get("metadata") or {}
         self._preconditions(pods, pod, meta.get("uid"), None)
@@ -422,7 +433,15 @@ class Api:
     def evict(self, ns: str, name: str, body: Any) -> None:
         """``POST pods/{name}/eviction``: no disruption budgets are checked; the pod goes."""
         pods = self.types[("", "v1", "pods")]
-        options = body.get("deleteOptions") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request is not a JSON object")
+        self._check_body(
+            "eviction-policy-v1",
+            "Eviction",
+            name,
+            {"apiVersion": "policy/v1", "kind": "Eviction", **body},
+        )
+        options = body.get("deleteOptions")
         self.delete(pods, ns, name, options)
 
 
