@@ -772,3 +772,21 @@ async def test_bodies_that_are_not_objects_are_validated_too(
         await core.delete_namespaced_pod("p", NS, body={"propagationPolicy": 3})
     assert bad_options.value.status == 422
     assert (await core.read_namespaced_pod("p", NS)).spec.node_name is None
+
+
+async def test_pod_defaults_copy_limits_into_requests_and_derive_qos(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    core = client.CoreV1Api(k8s)
+    gpu = _pod("gpu")
+    limits = {"nvidia.com/gpu": "2", "cpu": "1", "memory": "1Gi"}
+    gpu["spec"]["containers"][0]["resources"] = {"limits": limits}
+    made = await core.create_namespaced_pod(NS, gpu)
+    container = made.spec.containers[0]
+    assert container.resources.requests == {"nvidia.com/gpu": "2", "cpu": "1", "memory": "1Gi"}
+    assert (made.status.qos_class, made.status.phase) == ("Guaranteed", "Pending")
+    assert container.image_pull_policy == "IfNotPresent"
+    plain = await core.create_namespaced_pod(NS, _pod("plain"))
+    assert plain.status.qos_class == "BestEffort"
+    assert plain.spec.scheduler_name == "seedance"

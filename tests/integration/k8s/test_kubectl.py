@@ -17,7 +17,8 @@ from seedance.testing.paths import REPO
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 #: The dev overlay ships a KEDA ScaledObject; a real cluster needs KEDA's CRD for it, so does
-#: this server. Only its names matter here (the schema keeps every field).
+#: this server. Only its names and one printer column matter here (the schema keeps every
+#: field).
 KEDA_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -37,6 +38,9 @@ KEDA_CRD = {
                 "served": True,
                 "storage": True,
                 "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicaCount"}
+                ],
                 "schema": {
                     "openAPIV3Schema": {
                         "type": "object",
@@ -92,12 +96,16 @@ async def test_kubectl_applies_the_dev_overlay_twice(
     assert _names(kube_api, "apps", "v1", "deployments") == [
         "auth-callout",
         "cost-ledger",
+        "grafana",
         "graph-compiler",
+        "k8s-bridge",
         "router",
         "slicer",
     ]
     assert "nats" in _names(kube_api, "apps", "v1", "statefulsets")
-    assert "seedance" in _names(kube_api, "", "v1", "namespaces")
+    assert "seedance-system" in _names(kube_api, "", "v1", "namespaces")
+    crds = _names(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    assert {"slicingpolicies.seedance.io", "tenantquotas.seedance.io"} <= set(crds)
     rv = kube_api.store.rv
     code, out = await kubectl(
         kube_api, tmp_path, "apply", "-k", str(REPO / "deploy/k8s/overlays/dev")
@@ -107,7 +115,7 @@ async def test_kubectl_applies_the_dev_overlay_twice(
     # The second apply read each deployment and found nothing to patch.
     assert {r.verb for r in kube_api.audit if r.resource == "deployments"} == {"get", "create"}
     router = kube_api.api.get(
-        kube_api.api.resolve("apps", "v1", "deployments"), "seedance", "router"
+        kube_api.api.resolve("apps", "v1", "deployments"), "seedance-system", "router"
     )
     assert int(router["metadata"]["resourceVersion"]) <= rv  # unchanged: no write at all
     assert "kubectl.kubernetes.io/last-applied-configuration" in router["metadata"]["annotations"]
@@ -234,6 +242,8 @@ async def test_kubectl_create_and_custom_resources_by_short_name(
     assert (code, out.strip()) == (0, "scaledobject.keda.sh/router created")
     code, out = await kubectl(kube_api, tmp_path, "get", "so", "-n", "tenants", "-o", "name")
     assert (code, out.strip()) == (0, "scaledobject.keda.sh/router")
+    code, out = await kubectl(kube_api, tmp_path, "get", "so", "-n", "tenants")
+    assert [line.split() for line in out.strip().splitlines()] == [["NAME", "MAX"], ["router", "4"]]
     manifest.write_text(manifest.read_text().replace("maxReplicaCount: 4", "maxReplicaCount: 8"))
     code, out = await kubectl(kube_api, tmp_path, "apply", "-f", str(manifest))
     assert (code, out.strip()) == (0, "scaledobject.keda.sh/router configured")

@@ -453,14 +453,57 @@ def _no_defaults(obj: dict[str, Any], api: Api) -> None:
 
 
 def _pod_defaults(obj: dict[str, Any], api: Api) -> None:
+    """What the real server's defaulting gives a new pod: scheduler, restart and DNS policy,
+    container defaults, requests copied from limits (so an ``nvidia.com/gpu`` limit is also a
+    request), and the QoS class it derives."""
     spec = obj.setdefault("spec", {})
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("serviceAccountName", "default")
+    spec.setdefault("enableServiceLinks", True)
     spec.setdefault("priority", 0)
-    obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    containers = [
+        c
+        for key in ("initContainers", "containers")
+        for c in spec.get(key) or []
+        if isinstance(c, dict)
+    ]
+    for container in containers:
+        _container_defaults(container)
+    obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec.get("containers") or [])}
+
+
+def _container_defaults(container: dict[str, Any]) -> None:
+    image = str(container.get("image", ""))
+    tagged = ":" in image.rsplit("/", 1)[-1] or "@" in image
+    latest = not tagged or image.endswith(":latest")
+    container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+    resources = container.get("resources")
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
+        requests = resources.setdefault("requests", {})
+        for name, quantity in resources["limits"].items():
+            requests.setdefault(name, quantity)
+
+
+def _qos_class(containers: list[Any]) -> str:
+    """Guaranteed: every container's cpu and memory requests equal their limits; BestEffort:
+    no cpu or memory requests or limits at all; Burstable otherwise."""
+
+    def rl(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        res = (c.get("resources") or {}) if isinstance(c, dict) else {}
+        return res.get("requests") or {}, res.get("limits") or {}
+
+    pairs = [rl(c) for c in containers]
+    compute = ("cpu", "memory")
+    if not any(k in req or k in lim for req, lim in pairs for k in compute):
+        return "BestEffort"
+    if pairs and all(k in lim and req.get(k) == lim[k] for req, lim in pairs for k in compute):
+        return "Guaranteed"
+    return "Burstable"
 
 
 def _namespace_defaults(obj: dict[str, Any], api: Api) -> None:
