@@ -113,8 +113,8 @@ class Trail:
 
     @classmethod
     async def open(cls, bus: Bus, tenant: str) -> Trail:
-        subjects = [slicing.tenant_wildcard(tenant), f"seedance.observed.{tenant}.*"]
-        assert observed.subject(tenant, "submitted").startswith(subjects[1][:-1])
+        observed_all = observed.subject(tenant, "submitted").rsplit(".", 1)[0] + ".*"
+        subjects = [slicing.tenant_wildcard(tenant), observed_all]
         return cls([await bus.js.subscribe(s, ordered_consumer=True) for s in subjects])
 
     async def _read(self) -> None:

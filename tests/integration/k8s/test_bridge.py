@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -71,8 +72,11 @@ async def test_a_pending_pod_is_placed_bound_annotated_and_its_end_reported(env:
         (rel,) = env.trail.of(JobReleased, uid)
         assert rel.outcome == "finished"
         assert rel.was_placed
-        # the bill's end: the kubelet's finishedAt, bounded below by the bind
-        assert end.at >= placed.at.replace(microsecond=0) or end.at == placed.at
+        # the bill's end: the kubelet's finishedAt (10:00:00, behind the bridge's clock here)
+        # is bounded below by the bind, so the job ends at its bind time, never before
+        bound_at = datetime.fromisoformat(doc["boundAt"].replace("Z", "+00:00"))
+        assert end.at == bound_at
+        assert end.at >= placed.at
         assert b.metrics.pods_bound_total._value.get() == 1
     # everything the bridge did is in its RBAC declaration
     used = env.kube.verbs_used(user_agent=USER_AGENT)
@@ -281,13 +285,22 @@ async def test_the_watch_resumes_across_an_api_server_restart_and_relists_after_
         await env.create_pod("second")
         await env.bound("second")
         assert b.pods.lists == 1
-        # the revision the watch holds is compacted away while the server is down: 410, relist
+        # the revision the watch holds is compacted away while the server is down, and a pod
+        # goes meanwhile: 410, relist, and the difference with the cache is the missed DELETED
         await env.kube.stop()
+        rt = env.kube.api.resolve("", "v1", "pods")
+        first = env.kube.api.delete(rt, env.ns, "first")
         env.kube.compact()
         await env.kube.start()
         await env.create_pod("third")
         await env.bound("third")
         assert b.pods.lists == 2
+        uid = first["metadata"]["uid"]
+
+        async def ended() -> bool:
+            return bool(env.trail.of(JobCancelled, uid))
+
+        await _eventually(ended)
         gone = b.metrics.watch_restarts_total.labels("pods", "gone")._value.get()
         assert gone >= 1
 
@@ -423,3 +436,26 @@ async def test_a_node_the_bridge_cannot_read_stops_nothing_else(env: Env) -> Non
         pod = await env.bound("fine")
         assert pod.spec.node_name == f"gpu-{env.unique}"
         assert b.metrics.object_errors_total.labels("nodes")._value.get() >= 1
+
+
+async def test_a_pod_deleted_while_no_bridge_ran_still_ends_its_job(env: Env) -> None:
+    gpu_node(env.kube, f"gpu-{env.unique}", gpus=8)
+    async with slicer(env.nats_url, env.unique):
+        async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path):
+            lost = await env.create_pod("lost")
+            await env.bound("lost")
+            kept = await env.create_pod("kept")
+            await env.bound("kept")
+        await env.core.delete_namespaced_pod("lost", env.ns)  # nobody watches
+        async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path):
+            uid = lost["metadata"]["uid"]
+
+            async def released() -> bool:
+                return bool(env.trail.of(JobReleased, uid))
+
+            await _eventually(released)
+            (rel,) = env.trail.of(JobReleased, uid)
+            assert rel.outcome == "cancelled"
+            assert rel.was_placed
+            # the pod that is still there keeps its job
+            assert env.trail.of(JobReleased, kept["metadata"]["uid"]) == []

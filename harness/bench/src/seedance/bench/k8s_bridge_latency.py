@@ -242,10 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     logdir = args.logdir or Path(tempfile.mkdtemp(prefix="seedance-k8s-bench-"))
     logdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("SEEDANCE_CONNECT_TIMEOUT_S", "30")
-    # The slicer keeps its whole state in one KV value: past ~1,700 running jobs it outgrows
-    # the default 1 MiB max_payload (its batches then fail: MaxPayloadError). Raised here so
-    # that the bridge is what is measured; the slicer's snapshot size is its own issue.
-    nats = NatsServer(config="max_payload: 8388608\n")
+    nats = NatsServer()
     kube, api = _start_kube(logdir)
     try:
         r = asyncio.run(run(args.pods, args.rate, logdir, nats.url, api))

@@ -183,11 +183,13 @@ IDENTITIES: dict[str, Declaration] = {
         Declaration("replayer", publishes=("observed",), provisions=False, dead_letters=False),
         # Pods' job events (observed: the API server's and kubelet's facts, bounded by the
         # bridge's clock), node inventories from Nodes, and the slicer's decisions to act on.
-        # Its leader lease is a Kubernetes Lease, not a KV key.
+        # Its leader lease is a Kubernetes Lease, not a KV key; its KV bucket records the pod
+        # jobs it has not ended yet.
         Declaration(
             "k8s-bridge",
             publishes=("observed", "telemetry"),
             consumes=("k8s-bridge-decisions",),
+            buckets=("seedance-k8s-bridge-jobs",),
         ),
         # Authorises every connection the server config does not list (tenants added at run
         # time, seedance.core.auth_callout): reads their credentials, answers the server.

@@ -545,6 +545,12 @@ BUCKETS: dict[str, BucketSpec] = {
             ttl_s=60.0,
             description="graph-compiler workers' capabilities (execution providers)",
         ),
+        # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
+        # that a pod deleted while no bridge ran still ends its job (tenant.job -> creation).
+        BucketSpec(
+            "seedance-k8s-bridge-jobs",
+            description="pod jobs the k8s bridge submitted and has not yet ended",
+        ),
         # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
         # the auth-callout service reads (seedance.core.auth_callout).
         BucketSpec("seedance-tenants", description="tenant credentials for the auth callout"),
