@@ -24,3 +24,7 @@ bench-slicer-all: install  ## slicer: bench-slicer on every trace that has paper
 .PHONY: bench-slicer-queue
 bench-slicer-queue: install  ## slicer: queueing replay, P95 wait vs FIFO first-fit
 	nice -n 10 $(PY) -m tools.bench.bench_slicer_queue --nodes $(SLICER_NODES) --pods $(SLICER_PODS)
+
+.PHONY: bench-slicer-snapshot
+bench-slicer-snapshot: install  ## slicer: per-batch snapshot cost, ~1,800 running jobs on 260 trace nodes
+	nice -n 10 $(PY) -m tools.bench.bench_slicer_snapshot

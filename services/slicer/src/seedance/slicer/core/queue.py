@@ -137,15 +137,6 @@ class _Pending:
         return (-self.job.priority, self.submitted_s, self.seq)
 
 
-@dataclass(slots=True)
-class _Running:
-    job: Job
-    placements: tuple[NodeGpus, ...]
-    started_s: float
-    submitted_s: float
-    seq: int
-
-
 class PlacementQueue:
     """Event-driven queue over one node pool.
 
@@ -161,7 +152,9 @@ class PlacementQueue:
         self.config = config or QueueConfig()
         self._pending: dict[str, _Pending] = {}
         self._order: list[tuple[tuple[int, float, int], str]] = []
-        self._running: dict[str, _Running] = {}
+        # Frozen records, kept as they are handed out: a running job's record does not change
+        # until it ends or is preempted, so `running_records` builds none.
+        self._running: dict[str, RunningRecord] = {}
         self._on_node: list[set[str]] = [set() for _ in nodes]
         self._reserved_by = np.full(len(nodes), -1, dtype=np.int64)  # seq of the holder
         self._seq = 0
@@ -178,11 +171,9 @@ class PlacementQueue:
         return self._seq
 
     def running_records(self) -> list[RunningRecord]:
-        """The running jobs, in start order, as plain records."""
-        return [
-            RunningRecord(r.job, r.placements, r.started_s, r.submitted_s, r.seq)
-            for r in sorted(self._running.values(), key=lambda r: r.seq)
-        ]
+        """The running jobs, in start order, as plain records (the queue's own: frozen, and
+        the same object for as long as the job runs)."""
+        return sorted(self._running.values(), key=_record_seq)
 
     def pending_records(self) -> list[PendingRecord]:
         """The waiting jobs, in queue order, as plain records."""
@@ -210,9 +201,7 @@ class PlacementQueue:
             for p in r.placements:
                 queue.state.apply(r.job.request, p)
                 queue._on_node[p.node].add(r.job.job_id)
-            queue._running[r.job.job_id] = _Running(
-                r.job, r.placements, r.started_s, r.submitted_s, r.seq
-            )
+            queue._running[r.job.job_id] = r
             prio = r.job.priority
             queue._priorities[prio] = queue._priorities.get(prio, 0) + 1
         for rec in pending:
@@ -384,14 +373,14 @@ class PlacementQueue:
                 out.append(JobUnschedulable(job.job_id, reason, now_s))
             return False
         self._dequeue(job.job_id)
-        self._running[job.job_id] = _Running(job, res, now_s, pend.submitted_s, pend.seq)
+        self._running[job.job_id] = RunningRecord(job, res, now_s, pend.submitted_s, pend.seq)
         for p in res:
             self._on_node[p.node].add(job.job_id)
         self._priorities[job.priority] = self._priorities.get(job.priority, 0) + 1
         out.append(JobPlaced(job.job_id, res, now_s, now_s - pend.submitted_s))
         return True
 
-    def _release(self, run: _Running) -> None:
+    def _release(self, run: RunningRecord) -> None:
         for p in run.placements:
             self.state.release(run.job.request, p)
             self._on_node[p.node].discard(run.job.job_id)
@@ -510,3 +499,7 @@ class PlacementQueue:
         if pod.gpu_models and self.state.nodes[n].gpu_model not in pod.gpu_models:
             return False
         return int((gpu >= pod.gpu_milli).sum()) >= pod.num_gpu
+
+
+def _record_seq(r: RunningRecord) -> int:
+    return r.seq

@@ -63,6 +63,7 @@ from seedance.slicer.core.snapshot import (
     STATE_VERSION,
     HeldJob,
     MigSlot,
+    RunningJob,
     SchedulerSnapshot,
     decode_snapshot,
     encode_snapshot,
@@ -101,6 +102,11 @@ class Scheduler:
         self._workload = self._new_workload()
         self._policy = self._workload.policy(self.config.policy)
         self._queue = self._new_queue([], [], 0)
+        # The saved form of each running job, by key, beside the queue record it was made
+        # from, for `snapshot` (which the shell takes after every batch): a running job's
+        # record does not change until it ends or is preempted, so only new ones are built.
+        self._saved: dict[str, tuple[RunningRecord, RunningJob]] = {}
+        self._saved_names: list[str] = []
 
     # -- persistence ------------------------------------------------------------------------
     def snapshot(self) -> SchedulerSnapshot:
@@ -113,7 +119,7 @@ class Scheduler:
             jobs=dict(self._jobs),
             attempts=dict(self._attempts),
             submitted_s=dict(self._submitted_s),
-            running=tuple(saved_running(r, names) for r in self._queue.running_records()),
+            running=self._saved_running(names),
             pending=tuple(saved_pending(p, names) for p in self._queue.pending_records()),
             seq=self._queue.seq,
             mig=tuple(self._mig.slots),
@@ -152,6 +158,23 @@ class Scheduler:
         s._queue = s._new_queue(running, pending, snap.seq)
         s._admission.restore_admitted(s._jobs)
         return s
+
+    def _saved_running(self, names: list[str]) -> tuple[RunningJob, ...]:
+        """`saved_running` of every running record, in start order; a job's saved form is
+        reused while its record is the very same (frozen) object and the node names are the
+        same (a node list change drops them all)."""
+        if names != self._saved_names:
+            self._saved = {}
+            self._saved_names = names
+        old = self._saved
+        new: dict[str, tuple[RunningRecord, RunningJob]] = {}
+        for r in self._queue.running_records():
+            hit = old.get(r.job.job_id)
+            new[r.job.job_id] = (
+                hit if hit is not None and hit[0] is r else (r, saved_running(r, names))
+            )
+        self._saved = new
+        return tuple(saved for _, saved in new.values())
 
     def to_bytes(self) -> bytes:
         return encode_snapshot(self.snapshot())
