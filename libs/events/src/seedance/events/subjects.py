@@ -4,8 +4,11 @@ Subjects are ``seedance.<family>.<token>.<kind>``; the token is the tenant, node
 consumer or a permission filters on (tenant isolation is a subject permission on
 ``seedance.costs.<tenant>.>``). Tokens are validated before they are put in a subject.
 
-Streams and consumers are described here as plain data; ``seedance.core.bus`` turns them into
-JetStream configuration and creates them idempotently at start-up.
+Streams and consumers are described here as plain data (the entry shapes live in
+``seedance.events.specs``; the key-value buckets and object stores in ``seedance.events.stores``,
+re-exported here, where callers look for them); ``seedance.core.bus`` turns them into JetStream
+configuration and creates them idempotently at start-up. It must not connect to a server or
+read configuration: it is data and the pure functions that check and build subjects.
 
 Tenant subjects have one exact shape each: four tokens, ``seedance.<family>.<tenant>.<kind>``,
 with ``kind`` from the family's closed set (``TENANT_KINDS``). Permissions grant exactly those
@@ -23,10 +26,25 @@ the cost-ledger bills from.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
+from seedance.events.specs import (
+    BucketSpec,
+    ConsumerSpec,
+    Header,
+    ObjectStoreSpec,
+    StreamSource,
+    StreamSpec,
+)
+from seedance.events.stores import (
+    BUCKETS,
+    OBJECT_STORES,
+    POLICY_BUCKET,
+    QUOTA_POLICY_KEY,
+    QUOTA_USAGE_KEYS,
+    quota_usage_key,
+)
 from seedance.events.tokens import check_tenant, check_token
 
 __all__ = [
@@ -66,53 +84,6 @@ __all__ = [
 ]
 
 ROOT = "seedance"
-
-
-class Header(enum.StrEnum):
-    MSG_ID = "Nats-Msg-Id"
-    TRACEPARENT = "traceparent"
-    TRACESTATE = "tracestate"
-
-
-@dataclass(frozen=True)
-class StreamSource:
-    """Messages of another stream (those matching ``filter_subject``) copied into this one."""
-
-    stream: str
-    filter_subject: str
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    name: str
-    subjects: tuple[str, ...]
-    #: How long messages are kept; 0 keeps them until the size limit.
-    max_age_s: float = 0.0
-    #: Publish de-duplication window on Nats-Msg-Id (JetStream's default is 2 min).
-    duplicate_window_s: float = 120.0
-    max_bytes: int = -1
-    description: str = ""
-    #: A stream that merges others into one order (every reader sees the same interleaving).
-    sources: tuple[StreamSource, ...] = ()
-
-
-@dataclass(frozen=True)
-class ConsumerSpec:
-    """A durable pull consumer; replicas of a service bind the same durable and share work."""
-
-    durable: str
-    stream: str
-    filter_subjects: tuple[str, ...]
-    ack_wait_s: float = 30.0
-    max_deliver: int = 10
-    max_ack_pending: int = 10_000
-    #: Redelivery delays after a nak without an explicit delay or an ack timeout.
-    backoff_s: tuple[float, ...] = field(default=())
-    #: ``False``: no acks; the reader tracks its own position (a replica replaying from its
-    #: checkpoint), and the consumer is removed after ``inactive_s`` without a reader.
-    acked: bool = True
-    start_seq: int = 0
-    inactive_s: float = 0.0
 
 
 # --- subject builders ---------------------------------------------------------------------
@@ -505,107 +476,3 @@ def replica_consumer(durable: str, replica: str, start_seq: int = 0) -> Consumer
         start_seq=start_seq,
         inactive_s=spec.inactive_s,
     )
-
-
-# --- key-value buckets --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BucketSpec:
-    name: str
-    history: int = 1
-    #: Keys expire this long after their last write (0: never); leases rely on it.
-    ttl_s: float = 0.0
-    description: str = ""
-
-
-BUCKETS: dict[str, BucketSpec] = {
-    b.name: b
-    for b in (
-        BucketSpec("seedance-slicer-state", description="slicer state snapshot per pool"),
-        BucketSpec("seedance-leases", ttl_s=10.0, description="leader leases (slicer per pool)"),
-        BucketSpec(
-            "seedance-ledger", description="cost-ledger checkpoints (core snapshot + sequence)"
-        ),
-        BucketSpec(
-            "seedance-router-weights",
-            history=5,
-            description="routing weights shared by router gateways",
-        ),
-        # Idempotency by request id: a request already answered is not compiled again.
-        BucketSpec(
-            "seedance-graph-results",
-            ttl_s=30 * _DAY_S,
-            description="graph-compiler results by tenant and request id",
-        ),
-        # Each worker re-announces its execution providers well inside the TTL; a worker that
-        # died drops out, so a cuda request never waits on a GPU worker that is gone.
-        BucketSpec(
-            "seedance-graph-workers",
-            ttl_s=60.0,
-            description="graph-compiler workers' capabilities (execution providers)",
-        ),
-        # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
-        # that a pod deleted while no bridge ran still ends its job (tenant.job -> creation).
-        BucketSpec(
-            "seedance-k8s-bridge-jobs",
-            description="pod jobs the k8s bridge submitted and has not yet ended",
-        ),
-        # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
-        # the auth-callout service reads (seedance.core.auth_callout).
-        BucketSpec("seedance-tenants", description="tenant credentials for the auth callout"),
-        # Policy documents reconciled from the cluster's CRs by the k8s-bridge (key `quota`:
-        # the slicer's QuotaPolicy, see QUOTA_POLICY_KEY); a little history for the operator.
-        BucketSpec(
-            "seedance-policy",
-            history=5,
-            description="policy documents the k8s-bridge reconciles from CRs (quota: the slicer's)",
-        ),
-    )
-}
-
-#: The bucket and key holding the slicer's quota policy (the JSON or YAML mapping that
-#: QuotaPolicy.from_yaml parses). The k8s-bridge writes it, the slicer watches it.
-POLICY_BUCKET = "seedance-policy"
-QUOTA_POLICY_KEY = "quota"
-#: Keys ``usage.<pool>``: per tenant, what the pool's slicer has admitted now (JSON
-#: ``{"revision": <policy revision>, "tenants": {tenant: {dimension: amount}}}``); the slicer
-#: writes its pool's, the k8s-bridge reads them all into the TenantQuota statuses.
-QUOTA_USAGE_KEYS = "usage.*"
-
-
-def quota_usage_key(pool: str) -> str:
-    """The KV key (bucket POLICY_BUCKET) of pool `pool`'s quota usage."""
-    return f"usage.{check_token('pool', pool)}"
-
-
-# --- object stores ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ObjectStoreSpec:
-    name: str
-    #: Objects expire this long after they were written (0: never).
-    ttl_s: float = 0.0
-    max_bytes: int = -1
-    description: str = ""
-
-
-OBJECT_STORES: dict[str, ObjectStoreSpec] = {
-    o.name: o
-    for o in (
-        ObjectStoreSpec(
-            "seedance-router-models",
-            max_bytes=256 * 1024**2,
-            description="versioned router forecast models (LightGBM)",
-        ),
-        # Models to compile (inputs/<tenant>/...) and compiled artifacts (artifacts/<tenant>/...)
-        # up to the compiler's inline limit; larger artifacts go by reference (path + sha256).
-        ObjectStoreSpec(
-            "seedance-graph-models",
-            ttl_s=30 * _DAY_S,
-            max_bytes=16 * 1024**3,
-            description="graph-compiler inputs and compiled ONNX artifacts",
-        ),
-    )
-}

@@ -1,0 +1,87 @@
+"""The shapes of the catalogue's entries: streams, their sources, durable consumers, key-value
+buckets, object stores, and the message headers Seedance sets.
+
+Owns these frozen dataclasses and nothing else: the entries themselves are declared in
+``seedance.events.subjects`` (streams, subjects, consumers) and ``seedance.events.stores``
+(buckets, object stores); ``seedance.core.bus`` turns them into JetStream configuration. It must
+not name a stream, subject or bucket, nor import the bus.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+__all__ = [
+    "BucketSpec",
+    "ConsumerSpec",
+    "Header",
+    "ObjectStoreSpec",
+    "StreamSource",
+    "StreamSpec",
+]
+
+
+class Header(enum.StrEnum):
+    MSG_ID = "Nats-Msg-Id"
+    TRACEPARENT = "traceparent"
+    TRACESTATE = "tracestate"
+
+
+@dataclass(frozen=True)
+class StreamSource:
+    """Messages of another stream (those matching ``filter_subject``) copied into this one."""
+
+    stream: str
+    filter_subject: str
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: tuple[str, ...]
+    #: How long messages are kept; 0 keeps them until the size limit.
+    max_age_s: float = 0.0
+    #: Publish de-duplication window on Nats-Msg-Id (JetStream's default is 2 min).
+    duplicate_window_s: float = 120.0
+    max_bytes: int = -1
+    description: str = ""
+    #: A stream that merges others into one order (every reader sees the same interleaving).
+    sources: tuple[StreamSource, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A durable pull consumer; replicas of a service bind the same durable and share work."""
+
+    durable: str
+    stream: str
+    filter_subjects: tuple[str, ...]
+    ack_wait_s: float = 30.0
+    max_deliver: int = 10
+    max_ack_pending: int = 10_000
+    #: Redelivery delays after a nak without an explicit delay or an ack timeout.
+    backoff_s: tuple[float, ...] = field(default=())
+    #: ``False``: no acks; the reader tracks its own position (a replica replaying from its
+    #: checkpoint), and the consumer is removed after ``inactive_s`` without a reader.
+    acked: bool = True
+    start_seq: int = 0
+    inactive_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    name: str
+    history: int = 1
+    #: Keys expire this long after their last write (0: never); leases rely on it.
+    ttl_s: float = 0.0
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ObjectStoreSpec:
+    name: str
+    #: Objects expire this long after they were written (0: never).
+    ttl_s: float = 0.0
+    max_bytes: int = -1
+    description: str = ""

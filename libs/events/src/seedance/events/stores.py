@@ -1,0 +1,103 @@
+"""The key-value buckets and object stores of Seedance, declared once.
+
+Owns their names, history, TTLs and size limits, and the keys of the policy bucket that more than
+one service reads (the quota policy, the per-pool quota usage). ``seedance.events.subjects``
+re-exports them; ``seedance.core.bus`` creates them at start-up. It must not declare streams,
+subjects or consumers (``seedance.events.subjects`` owns those) nor connect to a server.
+"""
+
+from __future__ import annotations
+
+from seedance.events.specs import BucketSpec, ObjectStoreSpec
+from seedance.events.tokens import check_token
+
+__all__ = [
+    "BUCKETS",
+    "OBJECT_STORES",
+    "POLICY_BUCKET",
+    "QUOTA_POLICY_KEY",
+    "QUOTA_USAGE_KEYS",
+    "quota_usage_key",
+]
+
+_DAY_S = 86_400.0
+
+
+BUCKETS: dict[str, BucketSpec] = {
+    b.name: b
+    for b in (
+        BucketSpec("seedance-slicer-state", description="slicer state snapshot per pool"),
+        BucketSpec("seedance-leases", ttl_s=10.0, description="leader leases (slicer per pool)"),
+        BucketSpec(
+            "seedance-ledger", description="cost-ledger checkpoints (core snapshot + sequence)"
+        ),
+        BucketSpec(
+            "seedance-router-weights",
+            history=5,
+            description="routing weights shared by router gateways",
+        ),
+        # Idempotency by request id: a request already answered is not compiled again.
+        BucketSpec(
+            "seedance-graph-results",
+            ttl_s=30 * _DAY_S,
+            description="graph-compiler results by tenant and request id",
+        ),
+        # Each worker re-announces its execution providers well inside the TTL; a worker that
+        # died drops out, so a cuda request never waits on a GPU worker that is gone.
+        BucketSpec(
+            "seedance-graph-workers",
+            ttl_s=60.0,
+            description="graph-compiler workers' capabilities (execution providers)",
+        ),
+        # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
+        # that a pod deleted while no bridge ran still ends its job (tenant.job -> creation).
+        BucketSpec(
+            "seedance-k8s-bridge-jobs",
+            description="pod jobs the k8s bridge submitted and has not yet ended",
+        ),
+        # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
+        # the auth-callout service reads (seedance.core.auth_callout).
+        BucketSpec("seedance-tenants", description="tenant credentials for the auth callout"),
+        # Policy documents reconciled from the cluster's CRs by the k8s-bridge (key `quota`:
+        # the slicer's QuotaPolicy, see QUOTA_POLICY_KEY); a little history for the operator.
+        BucketSpec(
+            "seedance-policy",
+            history=5,
+            description="policy documents the k8s-bridge reconciles from CRs (quota: the slicer's)",
+        ),
+    )
+}
+
+#: The bucket and key holding the slicer's quota policy (the JSON or YAML mapping that
+#: QuotaPolicy.from_yaml parses). The k8s-bridge writes it, the slicer watches it.
+POLICY_BUCKET = "seedance-policy"
+QUOTA_POLICY_KEY = "quota"
+#: Keys ``usage.<pool>``: per tenant, what the pool's slicer has admitted now (JSON
+#: ``{"revision": <policy revision>, "tenants": {tenant: {dimension: amount}}}``); the slicer
+#: writes its pool's, the k8s-bridge reads them all into the TenantQuota statuses.
+QUOTA_USAGE_KEYS = "usage.*"
+
+
+def quota_usage_key(pool: str) -> str:
+    """The KV key (bucket POLICY_BUCKET) of pool `pool`'s quota usage."""
+    return f"usage.{check_token('pool', pool)}"
+
+
+OBJECT_STORES: dict[str, ObjectStoreSpec] = {
+    o.name: o
+    for o in (
+        ObjectStoreSpec(
+            "seedance-router-models",
+            max_bytes=256 * 1024**2,
+            description="versioned router forecast models (LightGBM)",
+        ),
+        # Models to compile (inputs/<tenant>/...) and compiled artifacts (artifacts/<tenant>/...)
+        # up to the compiler's inline limit; larger artifacts go by reference (path + sha256).
+        ObjectStoreSpec(
+            "seedance-graph-models",
+            ttl_s=30 * _DAY_S,
+            max_bytes=16 * 1024**3,
+            description="graph-compiler inputs and compiled ONNX artifacts",
+        ),
+    )
+}
