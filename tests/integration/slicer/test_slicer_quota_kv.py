@@ -22,7 +22,8 @@ from seedance.core.kv import ensure_bucket
 from seedance.events.slicing import Placement, Unschedulable
 from seedance.events.subjects import POLICY_BUCKET, QUOTA_POLICY_KEY, quota_usage_key
 from seedance.k8s_bridge.core.policy import TENANT_QUOTA, merge_usage, reconcile, tenant_entry
-from seedance.slicer.service import SlicerService, _unpack
+from seedance.slicer.durable import unpack_state
+from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.paths import REPO
 from seedance.testing.waits import eventually
@@ -176,7 +177,7 @@ async def test_the_snapshot_carries_the_policy_to_a_restart_and_a_standby(
                 await submit(bus, t, f"c{i}", gpus=1, minute=i)
             await d.wait(lambda: [e.reason for e in d.of(Unschedulable, "c2")] == ["over_quota"])
             state = await (await ensure_bucket(bus, "seedance-slicer-state")).get(f"pool.p{unique}")
-            snap = _unpack(state.value or b"")
+            snap = unpack_state(state.value or b"")
             assert snap.quota_doc == policy
             await first.stop()
             await until(lambda: second.leading, 30)

@@ -1,11 +1,11 @@
-"""Which clock the slicer takes an event's time from (`seedance.slicer.service.trusted_time`)."""
+"""Which clock the slicer takes an event's time from (`seedance.slicer.trusted_time`)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from seedance.events.subjects import jobs, observed, telemetry
-from seedance.slicer.service import trusted_time
+from seedance.slicer.trusted_time import trusted_time
 
 RECEIVED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

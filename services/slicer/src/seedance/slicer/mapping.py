@@ -4,7 +4,7 @@ Owns, for every event the slicer reads, which fields reach the core and, for eac
 does not, why (`NOT_CARRIED`: a test keeps it complete, so a new wire field is either carried
 or refused here with a reason), and the events each core effect is published as. Every event's
 `id` becomes the cause of what it decides (decision ids are derived from it) and its `at` is
-read as the trusted time the service decides (`seedance.slicer.service.trusted_time`).
+read as the trusted time the service decides (`seedance.slicer.trusted_time`).
 
 It must not decide anything (that is `seedance.slicer.core`'s) or do I/O (the service
 publishes what this returns).

@@ -21,17 +21,10 @@ the batch without that event, and dead-letters it (`apply_error`, with the excep
 rest of the batch is decided and acknowledged as usual. The scheduler is deterministic, so the
 replay decides exactly what the first pass did.
 
-Clocks (`trusted_time`): a tenant's request on `seedance.jobs.<tenant>.<kind>` is a claim. It
-is stamped with the stream's receive time (the server's, from the message metadata: the
-`SEEDANCE_JOBS` stream is not sourced); its `at` is used only when within `claim_skew_s` of
-it. An event from a trusted observer (`seedance.observed.*`: the replayer, later the k8s
-bridge) or from a Seedance service (inventory, health, pauses) happens at its `at`. That time
-orders the queue and stamps every decision the event causes (placement, release, rejection,
-unschedulable, preemption), so downstream (the cost-ledger) bills only trusted time. In a fleet
-replayed in virtual time (`request_clock=replay`) the server's clock is not the fleet's, so a
-tenant's request happens at the latest trusted time seen instead: "now" in the replay.
+Clocks: which time an event happens at is `seedance.slicer.trusted_time`'s.
 
-This module owns the wiring (leadership, batches, the durable snapshot, metrics); which wire
+This module owns the wiring (leadership, batches, writing the durable state, whose format is
+`seedance.slicer.durable`'s; metrics, declared in `seedance.slicer.metrics`); which wire
 field becomes which input and which effect becomes which event is `seedance.slicer.mapping`'s,
 and the decisions themselves are `seedance.slicer.core.Scheduler`'s.
 """
@@ -42,17 +35,14 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import zlib
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 from opentelemetry.context import Context
-from prometheus_client import Counter, Gauge
 
 from seedance.core import (
     TRANSIENT_BUS_ERRORS,
@@ -72,53 +62,19 @@ from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
 from seedance.events.subjects import (
     POLICY_BUCKET,
-    SubjectShapeError,
-    parse_tenant_subject,
     quota_usage_key,
 )
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler, SchedulerConfig
+from seedance.slicer.durable import APPLIED_KEPT, DurableState, pack_state, unpack_state
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
+from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
+from seedance.slicer.trusted_time import is_tenant_request, trusted_time
 
 __all__ = ["SlicerMetrics", "SlicerService", "load_quota", "scheduler_config", "trusted_time"]
 
 log = get_logger(__name__)
-
-#: Applied sequences remembered per durable: a message redelivered after this many later ones
-#: were applied would be taken for applied (redeliveries come within a second or so).
-_APPLIED_KEPT = 2048
-
-
-def is_tenant_request(subject: str) -> bool:
-    """Whether ``subject`` is a tenant's own request subject (``seedance.jobs.<t>.<kind>``)."""
-    try:
-        parsed = parse_tenant_subject(subject)
-    except SubjectShapeError:
-        return False
-    return parsed is not None and parsed.family == "jobs"
-
-
-def trusted_time(
-    claimed: datetime, subject: str, received_at: datetime | None, claim_skew_s: float
-) -> datetime:
-    """When an event is taken to have happened (see the module docstring).
-
-    A tenant's request (`seedance.jobs.*`) happens at the stream's receive time, or at its
-    claim when that is within `claim_skew_s` of it (a client clock a little off changes
-    nothing; a back-dated or future-dated claim is ignored). Every other event the slicer
-    reads comes from a trusted publisher and happens at its `at`. A delivery without a receive
-    time (built outside a consumer) keeps its claim.
-    """
-    try:
-        parsed = parse_tenant_subject(subject)
-    except SubjectShapeError:
-        parsed = None  # the consumer dead-letters these before they get here
-    if parsed is None or parsed.family != "jobs" or received_at is None:
-        return claimed
-    if abs(claimed - received_at) <= timedelta(seconds=claim_skew_s):
-        return claimed
-    return received_at
 
 
 class _EventFailed(Exception):
@@ -128,72 +84,6 @@ class _EventFailed(Exception):
         super().__init__(index, cause)
         self.index = index
         self.cause = cause
-
-
-class SlicerMetrics:
-    def __init__(self, registry: Any) -> None:
-        self.decisions_total = Counter(
-            "seedance_slicer_decisions_total",
-            "Scheduling decisions by outcome (placed, waiting, refused, rejected, released, "
-            "preempted, mig_plan) "
-            "and reason (placement kind, or why the job waits / was refused / was evicted).",
-            ["outcome", "reason"],
-            registry=registry,
-        )
-        self.queued_jobs = Gauge("seedance_slicer_queued_jobs", "Jobs waiting.", registry=registry)
-        self.allocated_gpus = Gauge(
-            "seedance_slicer_allocated_gpus", "GPUs allocated (shares summed).", registry=registry
-        )
-        self.leader = Gauge(
-            "seedance_slicer_leader", "1 while this replica leads its pool.", registry=registry
-        )
-        self.quota_updates_total = Counter(
-            "seedance_slicer_quota_updates_total",
-            "Quota policies read from KV, by outcome (applied, refused: invalid, the old stays).",
-            ["outcome"],
-            registry=registry,
-        )
-        self.quota_revision = Gauge(
-            "seedance_slicer_quota_revision",
-            "KV revision of the quota policy in force (0: the file's, or none).",
-            registry=registry,
-        )
-
-
-class _Snapshot(msgspec.Struct, kw_only=True):
-    #: The scheduler's snapshot (`Scheduler.to_bytes`); the key keeps the name deployed
-    #: slicers wrote it under.
-    engine: bytes
-    #: Per durable, the stream sequences applied recently (at most `_APPLIED_KEPT`) and the
-    #: floor below which every message counts as applied. Not a single watermark: a batch
-    #: that failed is redelivered *after* later messages were applied.
-    applied: dict[str, list[int]] = msgspec.field(default_factory=dict)
-    floor: dict[str, int] = msgspec.field(default_factory=dict)
-    #: The decisions of the batch this snapshot ends with: (subject, encoded event).
-    outbox: list[tuple[str, bytes]] = msgspec.field(default_factory=list)
-    #: The latest trusted time seen (Unix seconds): a request's time with ``request_clock=replay``.
-    replay_now_s: float | None = None
-    #: The quota policy in force, as read from KV (None: the file's, ``quota_file``): the
-    #: state was decided under it, so a restart and a standby restore it with the state.
-    quota_doc: bytes | None = None
-    quota_revision: int = 0
-
-
-#: A compressed snapshot starts with this (a msgpack map, as older slicers wrote, never does).
-_ZLIB_MAGIC = b"SDZ1"
-
-
-def _pack(snap: _Snapshot) -> bytes:
-    """The snapshot as written to the KV: msgpack, deflated at level 1 (about 3.7x smaller for
-    a pool of 1,800 running jobs, ~10 ms), so that a pool stays well under the server's
-    ``max_payload`` (1 MiB by default), which every KV value must fit in."""
-    return _ZLIB_MAGIC + zlib.compress(msgspec.msgpack.encode(snap), 1)
-
-
-def _unpack(value: bytes) -> _Snapshot:
-    if value.startswith(_ZLIB_MAGIC):
-        value = zlib.decompress(value[len(_ZLIB_MAGIC) :])
-    return msgspec.msgpack.decode(value, type=_Snapshot)
 
 
 def load_quota(path: str) -> QuotaPolicy | None:
@@ -366,7 +256,7 @@ class SlicerService(Lifecycle):
             self._replay_now_s = None
             self._unpublished = []
         else:
-            snap = _unpack(entry.value or b"")
+            snap = unpack_state(entry.value or b"")
             self._quota = self._saved_quota(snap.quota_doc)
             self._quota_doc, self._quota_revision = snap.quota_doc, snap.quota_revision
             self.scheduler = Scheduler.from_bytes(snap.engine, self._config, self._quota)
@@ -390,7 +280,7 @@ class SlicerService(Lifecycle):
 
     async def _save(self, state_bytes: bytes, outbox: list[tuple[str, Event]]) -> None:
         assert self._state_kv is not None
-        snap = _Snapshot(
+        snap = DurableState(
             engine=state_bytes,
             applied=self._applied,
             floor=self._floor,
@@ -399,7 +289,7 @@ class SlicerService(Lifecycle):
             quota_doc=self._quota_doc,
             quota_revision=self._quota_revision,
         )
-        data = _pack(snap)
+        data = pack_state(snap)
         limit = self._rt.bus.nc.max_payload
         if len(data) > limit:
             # Retried like any failed batch, but said in words: the pool outgrew the server.
@@ -637,10 +527,10 @@ class SlicerService(Lifecycle):
                 raise _EventFailed(i, exc) from exc
             seen.append(seq)
             fresh += 1
-        if len(seen) > _APPLIED_KEPT:
+        if len(seen) > APPLIED_KEPT:
             seen.sort()
-            self._floor[durable] = seen[-_APPLIED_KEPT - 1]
-            del seen[:-_APPLIED_KEPT]
+            self._floor[durable] = seen[-APPLIED_KEPT - 1]
+            del seen[:-APPLIED_KEPT]
         return out, counts, fresh
 
     async def _flush(self) -> None:

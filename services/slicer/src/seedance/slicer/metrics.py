@@ -1,0 +1,43 @@
+"""The slicer's Prometheus metrics, declared once on an injected registry.
+
+Owns their names (`seedance_slicer_<what>`), help texts and closed label sets. It must not
+update them on its own or read the scheduler: the service sets them after each batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+__all__ = ["SlicerMetrics"]
+
+
+class SlicerMetrics:
+    def __init__(self, registry: Any) -> None:
+        self.decisions_total = Counter(
+            "seedance_slicer_decisions_total",
+            "Scheduling decisions by outcome (placed, waiting, refused, rejected, released, "
+            "preempted, mig_plan) "
+            "and reason (placement kind, or why the job waits / was refused / was evicted).",
+            ["outcome", "reason"],
+            registry=registry,
+        )
+        self.queued_jobs = Gauge("seedance_slicer_queued_jobs", "Jobs waiting.", registry=registry)
+        self.allocated_gpus = Gauge(
+            "seedance_slicer_allocated_gpus", "GPUs allocated (shares summed).", registry=registry
+        )
+        self.leader = Gauge(
+            "seedance_slicer_leader", "1 while this replica leads its pool.", registry=registry
+        )
+        self.quota_updates_total = Counter(
+            "seedance_slicer_quota_updates_total",
+            "Quota policies read from KV, by outcome (applied, refused: invalid, the old stays).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.quota_revision = Gauge(
+            "seedance_slicer_quota_revision",
+            "KV revision of the quota policy in force (0: the file's, or none).",
+            registry=registry,
+        )
