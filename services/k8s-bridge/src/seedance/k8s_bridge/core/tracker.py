@@ -25,21 +25,23 @@ GPUs and never run. The gang's job ends then (cancelled); the re-created pods fo
 with a new id. A gang ends when one member fails or is deleted (failed / cancelled), or when
 every member succeeded (finished).
 
+The values it emits are `seedance.k8s_bridge.core.actions`' (re-exported here), its records of
+pods and gangs `seedance.k8s_bridge.core.tracked`'s, and the job events' shape and ids
+`seedance.k8s_bridge.core.job_events`'.
+
 Must not do I/O or read a clock (times come in as arguments).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from seedance.events import Event, derived_event_id
-from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
+from seedance.events.jobs import JobSubmitted
 from seedance.events.slicing import (
     GpuAssignment,
     JobRejected,
@@ -47,28 +49,44 @@ from seedance.events.slicing import (
     Preempted,
     Unschedulable,
 )
-from seedance.events.subjects import observed, telemetry
+from seedance.events.subjects import telemetry
 from seedance.events.telemetry import NodeInventory
-from seedance.k8s_bridge.core import keys
+from seedance.k8s_bridge.core import keys, notices
+from seedance.k8s_bridge.core.actions import (
+    Action,
+    Bind,
+    BindOutcome,
+    DeletePod,
+    PatchStatus,
+    PostEvent,
+    Publish,
+)
 from seedance.k8s_bridge.core.ends import billed_end, end_kind, parse_k8s_time
+from seedance.k8s_bridge.core.job_events import end_event, submit_event
 from seedance.k8s_bridge.core.kube import (
     binding_body,
     devices_text,
-    event_body,
     node_name,
     parse_annotation,
     placement_annotation,
-    scheduled_condition,
 )
 from seedance.k8s_bridge.core.nodes import node_inventory
 from seedance.k8s_bridge.core.pods import (
     Gang,
-    PodAsk,
     PodRef,
     RefusalReason,
     Refused,
     pod_ask,
     pod_ref,
+)
+from seedance.k8s_bridge.core.tracked import (
+    LIVE,
+    PodState,
+    TrackedGang,
+    TrackedPod,
+    attempt_of,
+    created_ms,
+    int_or_zero,
 )
 
 __all__ = [
@@ -86,110 +104,13 @@ __all__ = [
 Json = Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Publish:
-    subject: str
-    event: Event
-
-
-@dataclass(frozen=True, slots=True)
-class Bind:
-    """Post ``body`` (a v1 Binding) for ``ref``; report the outcome to `Tracker.bind_done`."""
-
-    ref: PodRef
-    node: str
-    body: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class PatchStatus:
-    """A strategic-merge patch of the pod's status subresource."""
-
-    ref: PodRef
-    body: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class PostEvent:
-    ref: PodRef
-    body: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class DeletePod:
-    """Delete the pod (uid precondition), for ``reason`` (its Event is a separate action)."""
-
-    ref: PodRef
-    reason: str
-
-
-Action = Publish | Bind | PatchStatus | PostEvent | DeletePod
-
-
-class BindOutcome(enum.StrEnum):
-    BOUND = "bound"  # 201, or 409 with the pod already on the placement's node
-    GONE = "gone"  # 404, or 409 on the uid precondition: the pod was deleted
-    CONFLICT = "conflict"  # 409: already bound to another node
-    FAILED = "failed"  # refused for good (4xx)
-
-
-class PodState(enum.StrEnum):
-    GROUPING = "grouping"
-    WAITING = "waiting"
-    BINDING = "binding"
-    BOUND = "bound"
-    ENDED = "ended"
-    REFUSED = "refused"
-
-
-_LIVE = (PodState.WAITING, PodState.BINDING, PodState.BOUND)
-
-
-@dataclass(slots=True)
-class _Pod:
-    ref: PodRef
-    state: PodState
-    created_ms: int
-    ask: PodAsk | None = None
-    job_id: str = ""
-    tenant: str = ""
-    gang: tuple[str, str] | None = None
-    node: str = ""
-    bound_at: datetime | None = None
-    succeeded: bool = False
-    #: The devices of its placement, for the Scheduled Event.
-    devices: str = ""
-    last: Json = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Gang:
-    key: tuple[str, str]
-    size: int
-    members: set[str] = field(default_factory=set)
-    job_id: str = ""
-    tenant: str = ""
-    gpus_per_member: int = 1
-    gpu_mem_mib: int = 0
-    created_ms: int = 0
-    #: Per placement attempt, its parts by event id.
-    parts: dict[str, Placement] = field(default_factory=dict)
-    placed: bool = False
-    ended: bool = False
-
-
-def _created_ms(pod: Json) -> int:
-    t = parse_k8s_time((pod.get("metadata") or {}).get("creationTimestamp"))
-    return int(t.timestamp() * 1000) if t is not None else 0
-
-
 class Tracker:
     """See the module docstring. ``instance`` names this bridge in its Events."""
 
     def __init__(self, *, instance: str = "") -> None:
         self._instance = instance
-        self._pods: dict[str, _Pod] = {}
-        self._gangs: dict[tuple[str, str], _Gang] = {}
+        self._pods: dict[str, TrackedPod] = {}
+        self._gangs: dict[tuple[str, str], TrackedGang] = {}
         #: job id -> the pod uid (a single pod's job) or the gang key.
         self._jobs: dict[str, str | tuple[str, str]] = {}
         self._nodes: dict[str, NodeInventory] = {}
@@ -217,7 +138,7 @@ class Tracker:
 
     def live_jobs(self) -> set[str]:
         """The jobs of pods that are submitted and not ended (the gangs' too)."""
-        out = {p.job_id for p in self._pods.values() if p.state in _LIVE and p.job_id}
+        out = {p.job_id for p in self._pods.values() if p.state in LIVE and p.job_id}
         out |= {g.job_id for g in self._gangs.values() if g.job_id and not g.ended}
         return out
 
@@ -225,7 +146,7 @@ class Tracker:
         """The end of a job whose pod is gone without the bridge seeing it go (it was deleted
         while no bridge ran): cancelled, at the bridge's time (the best bound it has)."""
         reason = "pod deleted while no bridge watched"
-        return self._end_event(job_id, tenant, "cancelled", reason, now, created_ms)
+        return end_event(job_id, tenant, "cancelled", reason, now, created_ms)
 
     # --- namespaces and nodes ---------------------------------------------------------------
 
@@ -278,7 +199,7 @@ class Tracker:
 
     def _new_pod(self, pod: Json, ref: PodRef, now: datetime) -> list[Action]:
         spec = pod.get("spec") or {}
-        created = _created_ms(pod)
+        created = created_ms(pod)
         if spec.get("nodeName"):
             adopted = self._adopt_bound(pod, ref, created, now)
             if adopted is not None:
@@ -287,18 +208,18 @@ class Tracker:
             pod, bindings=self.bindings, labelled=self.labelled, priorities=self.priorities
         )
         if isinstance(ask, Refused):
-            self._pods[ref.uid] = _Pod(ref, PodState.REFUSED, created, last=pod)
+            self._pods[ref.uid] = TrackedPod(ref, PodState.REFUSED, created, last=pod)
             return self._refuse(ref, ask, now)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             # Ended without ever being bound by us (never placed): nothing to submit.
-            self._pods[ref.uid] = _Pod(ref, PodState.ENDED, created, last=pod)
+            self._pods[ref.uid] = TrackedPod(ref, PodState.ENDED, created, last=pod)
             return []
         if ask.gang is None:
-            p = _Pod(ref, PodState.WAITING, created, ask, ref.uid, ask.tenant, last=pod)
+            p = TrackedPod(ref, PodState.WAITING, created, ask, ref.uid, ask.tenant, last=pod)
             self._pods[ref.uid] = p
             self._jobs[ref.uid] = ref.uid
-            return [self._submit(ask, ref.uid, ask.request.gang_size, created, now)]
-        p = _Pod(ref, PodState.GROUPING, created, ask, tenant=ask.tenant, last=pod)
+            return [submit_event(ask, ref.uid, ask.request.gang_size, created, now)]
+        p = TrackedPod(ref, PodState.GROUPING, created, ask, tenant=ask.tenant, last=pod)
         p.gang = (ask.gang.namespace, ask.gang.name)
         self._pods[ref.uid] = p
         return self._join_gang(p, ask.gang, now)
@@ -315,14 +236,16 @@ class Tracker:
         if doc is None or doc.get("podUid") != ref.uid or node_name(str(doc.get("node"))) != node:
             return None
         job_id, tenant = str(doc.get("jobId", "")), str(doc.get("tenant", ""))
-        p = _Pod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=str(node))
+        p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=str(node))
         p.bound_at = parse_k8s_time(doc.get("boundAt"))
         p.last = pod
         labels = md.get("labels") or {}
         group = labels.get(keys.LABEL_POD_GROUP)
         if group and job_id != ref.uid:
             key = (ref.namespace, str(group))
-            g = self._gangs.setdefault(key, _Gang(key, _int(labels.get(keys.LABEL_POD_GROUP_SIZE))))
+            g = self._gangs.setdefault(
+                key, TrackedGang(key, int_or_zero(labels.get(keys.LABEL_POD_GROUP_SIZE)))
+            )
             g.members.add(ref.uid)
             g.job_id, g.tenant = job_id, tenant
             p.gang = key
@@ -333,7 +256,7 @@ class Tracker:
         ended = end_kind(pod, deleted=False)
         return self._ended(p, pod, ended, now) if ended else []
 
-    def _bound_meanwhile(self, p: _Pod, pod: Json, now: datetime) -> list[Action]:
+    def _bound_meanwhile(self, p: TrackedPod, pod: Json, now: datetime) -> list[Action]:
         """A waiting pod that is bound now: by us (another leader, before a hand-over: our
         annotation names it) it is simply bound; by anyone else it left Seedance's hands."""
         doc = parse_annotation((pod.get("metadata") or {}).get("annotations") or {})
@@ -346,47 +269,15 @@ class Tracker:
         return self._ended(p, pod, ("failed", f"bound to {node} by another scheduler"), now)
 
     def _refuse(self, ref: PodRef, why: Refused, now: datetime) -> list[Action]:
-        message = f"{why.reason.value}: {why.message}"
-        return [
-            PatchStatus(ref, scheduled_condition(keys.REASON_REFUSED, message, now)),
-            PostEvent(
-                ref,
-                event_body(
-                    ref,
-                    reason=keys.EVENT_REFUSED,
-                    message=f"Seedance refused the pod: {message}",
-                    warning=True,
-                    at=now,
-                    role="refused",
-                    instance=self._instance,
-                ),
-            ),
-        ]
-
-    def _submit(
-        self, ask: PodAsk, job_id: str, gang_size: int, created_ms: int, now: datetime
-    ) -> Publish:
-        request = msgspec.structs.replace(ask.request, gang_size=gang_size)
-        ev = JobSubmitted(
-            id=derived_event_id(job_id, "submitted", created_ms),
-            at=now,
-            job_id=job_id,
-            tenant=ask.tenant,
-            kind=ask.kind,
-            priority=ask.priority,
-            request=request,
-            expected_duration_s=ask.expected_duration_s,
-            labels=ask.labels,
-        )
-        return Publish(observed.subject(ask.tenant, "submitted"), ev)
+        return notices.refusal(ref, why, now, self._instance)
 
     # --- gangs ------------------------------------------------------------------------------
 
-    def _join_gang(self, p: _Pod, gang: Gang, now: datetime) -> list[Action]:
+    def _join_gang(self, p: TrackedPod, gang: Gang, now: datetime) -> list[Action]:
         key = (gang.namespace, gang.name)
         g = self._gangs.get(key)
         if g is None or g.ended:
-            g = self._gangs[key] = _Gang(key, gang.size)
+            g = self._gangs[key] = TrackedGang(key, gang.size)
         if g.job_id and len(g.members) < g.size:
             # A member of a gang half bound before a restart: the placement, redelivered,
             # binds it.
@@ -411,7 +302,7 @@ class Tracker:
             return []
         return self._submit_gang(g, now)
 
-    def _submit_gang(self, g: _Gang, now: datetime) -> list[Action]:
+    def _submit_gang(self, g: TrackedGang, now: datetime) -> list[Action]:
         members = [self._pods[u] for u in sorted(g.members)]
         asks = [m.ask for m in members if m.ask is not None]
         first = asks[0]
@@ -452,17 +343,17 @@ class Tracker:
         self._jobs[g.job_id] = g.key
         for m in members:
             m.state, m.job_id = PodState.WAITING, g.job_id
-        return [self._submit(first, g.job_id, g.size, g.created_ms, now)]
+        return [submit_event(first, g.job_id, g.size, g.created_ms, now)]
 
-    def _gang_members(self, g: _Gang) -> list[_Pod]:
+    def _gang_members(self, g: TrackedGang) -> list[TrackedPod]:
         """Members in the order they take the placement's shares: by pod name."""
         members = [self._pods[u] for u in g.members if u in self._pods]
         return sorted(members, key=lambda m: m.ref.name)
 
-    def _gang_placed(self, g: _Gang, ev: Placement, now: datetime) -> list[Action]:
+    def _gang_placed(self, g: TrackedGang, ev: Placement, now: datetime) -> list[Action]:
         g.parts[ev.id] = ev
         parts = sorted(
-            (p for p in g.parts.values() if _attempt(p) == _attempt(ev)),
+            (p for p in g.parts.values() if attempt_of(p) == attempt_of(ev)),
             key=lambda p: p.id,
         )
         n = g.gpus_per_member
@@ -503,7 +394,7 @@ class Tracker:
             return self._preempt([p], ev, now)
         return []  # JobReleased: the slicer confirms an end the bridge reported
 
-    def _gang_decision(self, g: _Gang, ev: Event, now: datetime) -> list[Action]:
+    def _gang_decision(self, g: TrackedGang, ev: Event, now: datetime) -> list[Action]:
         members = self._gang_members(g)
         if isinstance(ev, Placement):
             return self._gang_placed(g, ev, now)
@@ -515,7 +406,7 @@ class Tracker:
 
     def _bind(
         self,
-        p: _Pod,
+        p: TrackedPod,
         ev: Placement,
         gpus: list[GpuAssignment],
         gpu_mem_mib: int,
@@ -539,7 +430,7 @@ class Tracker:
         return Bind(p.ref, node, binding_body(p.ref, node, annotation))
 
     def _unschedulable(
-        self, pods: list[_Pod], ev: Unschedulable | JobRejected, now: datetime
+        self, pods: list[TrackedPod], ev: Unschedulable | JobRejected, now: datetime
     ) -> list[Action]:
         if isinstance(ev, JobRejected) and ev.cause_type != JobSubmitted.__struct_config__.tag:
             return []  # the answer to an end the bridge reported twice: nothing to show
@@ -547,49 +438,19 @@ class Tracker:
         message = f"{reason}: {ev.detail}" if ev.detail and ev.detail != reason else reason
         out: list[Action] = []
         for p in pods:
-            if p.state is not PodState.WAITING:
-                continue
-            condition = scheduled_condition(keys.REASON_UNSCHEDULABLE, message, now)
-            out.append(PatchStatus(p.ref, condition))
-            out.append(
-                PostEvent(
-                    p.ref,
-                    event_body(
-                        p.ref,
-                        reason=keys.EVENT_FAILED_SCHEDULING,
-                        message=f"Seedance cannot place the pod now: {message}",
-                        warning=True,
-                        at=now,
-                        role=f"unschedulable/{reason}/{ev.id}",
-                        instance=self._instance,
-                    ),
-                )
-            )
+            if p.state is PodState.WAITING:
+                out += notices.unschedulable(p.ref, reason, message, ev.id, now, self._instance)
         return out
 
-    def _preempt(self, pods: list[_Pod], ev: Preempted, now: datetime) -> list[Action]:
+    def _preempt(self, pods: list[TrackedPod], ev: Preempted, now: datetime) -> list[Action]:
         out: list[Action] = []
         why = f"preempted on {node_name(ev.node)} ({ev.reason or 'priority'})" + (
             f" by job {ev.by_job_id}" if ev.by_job_id else ""
         )
         for p in pods:
-            if p.state not in _LIVE:
-                continue
-            out.append(
-                PostEvent(
-                    p.ref,
-                    event_body(
-                        p.ref,
-                        reason=keys.EVENT_PREEMPTED,
-                        message=f"Seedance {why}",
-                        warning=True,
-                        at=now,
-                        role=f"preempted/{ev.id}",
-                        instance=self._instance,
-                    ),
-                )
-            )
-            out.append(DeletePod(p.ref, why))
+            if p.state in LIVE:
+                out.append(notices.preempted(p.ref, why, ev.id, now, self._instance))
+                out.append(DeletePod(p.ref, why))
         return out
 
     def holds(self, ev: Event) -> bool:
@@ -628,21 +489,7 @@ class Tracker:
         if outcome is BindOutcome.BOUND:
             p.state = PodState.BOUND
             devices = p.devices or p.node
-            return [
-                PostEvent(
-                    ref,
-                    event_body(
-                        ref,
-                        reason=keys.EVENT_SCHEDULED,
-                        message=f"Successfully assigned {ref.namespace}/{ref.name} to "
-                        f"{devices} (Seedance job {p.job_id})",
-                        warning=False,
-                        at=now,
-                        role=f"scheduled/{p.job_id}",
-                        instance=self._instance,
-                    ),
-                )
-            ]
+            return [notices.scheduled(ref, devices, p.job_id, now, self._instance)]
         if outcome is BindOutcome.GONE:
             return self._ended(p, p.last, ("cancelled", "pod deleted before binding"), now)
         if g is not None:
@@ -660,7 +507,7 @@ class Tracker:
         return out
 
     def _gang_bind_failed(
-        self, g: _Gang, failed: _Pod, outcome: BindOutcome, detail: str, now: datetime
+        self, g: TrackedGang, failed: TrackedPod, outcome: BindOutcome, detail: str, now: datetime
     ) -> list[Action]:
         why = (
             f"member {failed.ref.name} of pod group {g.key[1]!r} could not be bound "
@@ -668,7 +515,7 @@ class Tracker:
         )
         out: list[Action] = []
         for m in self._gang_members(g):
-            if m.state not in _LIVE and m is not failed:
+            if m.state not in LIVE and m is not failed:
                 continue
             warning = self._warn(m.ref, keys.EVENT_GANG_BIND_FAILED, why, now, "gang")
             out.append(PostEvent(m.ref, warning))
@@ -679,14 +526,13 @@ class Tracker:
     def _warn(
         self, ref: PodRef, reason: str, message: str, now: datetime, role: str
     ) -> dict[str, Any]:
-        return event_body(
-            ref, reason=reason, message=message, warning=True, at=now, role=role,
-            instance=self._instance,
-        )  # fmt: skip
+        return notices.warning(ref, reason, message, now, role, self._instance)
 
     # --- ends -------------------------------------------------------------------------------
 
-    def _ended(self, p: _Pod, pod: Json, ended: tuple[str, str], now: datetime) -> list[Action]:
+    def _ended(
+        self, p: TrackedPod, pod: Json, ended: tuple[str, str], now: datetime
+    ) -> list[Action]:
         outcome, reason = ended
         if p.gang is not None and p.gang in self._gangs:
             g = self._gangs[p.gang]
@@ -699,46 +545,32 @@ class Tracker:
                 return []
             p.state = PodState.ENDED
             return self._gang_end(g, outcome, reason, now, p, pod)
-        if p.state not in _LIVE:
+        if p.state not in LIVE:
             return []
         p.state = PodState.ENDED
         at = billed_end(pod, observed_at=now, bound_at=p.bound_at)
-        return [self._end_event(p.job_id, p.tenant, outcome, reason, at, p.created_ms)]
+        return [end_event(p.job_id, p.tenant, outcome, reason, at, p.created_ms)]
 
     def _gang_end(
         self,
-        g: _Gang,
+        g: TrackedGang,
         outcome: str,
         reason: str,
         now: datetime,
-        last: _Pod,
+        last: TrackedPod,
         pod: Json | None = None,
     ) -> list[Action]:
         if g.ended or not g.job_id:
             return []
         g.ended = True
         at = billed_end(pod or last.last, observed_at=now, bound_at=last.bound_at)
-        out: list[Action] = [self._end_event(g.job_id, g.tenant, outcome, reason, at, g.created_ms)]
+        out: list[Action] = [end_event(g.job_id, g.tenant, outcome, reason, at, g.created_ms)]
         for m in self._gang_members(g):
-            if m.state in _LIVE:
+            if m.state in LIVE:
                 m.state = PodState.ENDED
         return out
 
-    def _end_event(
-        self, job_id: str, tenant: str, outcome: str, reason: str, at: datetime, created_ms: int
-    ) -> Publish:
-        # One id for every end of a job, whichever it is: a second end is a duplicate.
-        ev_id = derived_event_id(job_id, "end", created_ms)
-        ev: Event
-        if outcome == "finished":
-            ev = JobFinished(id=ev_id, at=at, job_id=job_id, tenant=tenant)
-        elif outcome == "failed":
-            ev = JobFailed(id=ev_id, at=at, job_id=job_id, tenant=tenant, reason=reason[:1024])
-        else:
-            ev = JobCancelled(id=ev_id, at=at, job_id=job_id, tenant=tenant, reason=reason[:1024])
-        return Publish(observed.subject(tenant, outcome), ev)
-
-    def _forget(self, p: _Pod) -> None:
+    def _forget(self, p: TrackedPod) -> None:
         self._pods.pop(p.ref.uid, None)
         if p.gang is not None and (g := self._gangs.get(p.gang)) is not None:
             g.members.discard(p.ref.uid)
@@ -747,18 +579,6 @@ class Tracker:
 
 
 _INVALID_GANG = RefusalReason.INVALID_GANG
-
-
-def _attempt(p: Placement) -> tuple[str, datetime]:
-    """The parts of one placement share its cause and its decision time."""
-    return p.cause_id, p.at
-
-
-def _int(raw: object) -> int:
-    try:
-        return int(str(raw))
-    except ValueError:
-        return 0
 
 
 def _same_inventory(a: NodeInventory, b: NodeInventory) -> bool:

@@ -1,0 +1,73 @@
+"""What the bridge's tracker asks the service to do: the `Action` values, and a Binding's outcome.
+
+Owns these frozen values (publish an event, post a Binding, patch a pod's status, post an Event,
+delete a pod) and `BindOutcome`, the service's report of a Binding back to the tracker. It must
+not decide when to emit one (`seedance.k8s_bridge.core.tracker` does) nor carry one out (the
+service does the I/O).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from seedance.events import Event
+from seedance.k8s_bridge.core.pods import PodRef
+
+__all__ = [
+    "Action",
+    "Bind",
+    "BindOutcome",
+    "DeletePod",
+    "PatchStatus",
+    "PostEvent",
+    "Publish",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    subject: str
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Post ``body`` (a v1 Binding) for ``ref``; report the outcome to `Tracker.bind_done`."""
+
+    ref: PodRef
+    node: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PatchStatus:
+    """A strategic-merge patch of the pod's status subresource."""
+
+    ref: PodRef
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PostEvent:
+    ref: PodRef
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePod:
+    """Delete the pod (uid precondition), for ``reason`` (its Event is a separate action)."""
+
+    ref: PodRef
+    reason: str
+
+
+Action = Publish | Bind | PatchStatus | PostEvent | DeletePod
+
+
+class BindOutcome(enum.StrEnum):
+    BOUND = "bound"  # 201, or 409 with the pod already on the placement's node
+    GONE = "gone"  # 404, or 409 on the uid precondition: the pod was deleted
+    CONFLICT = "conflict"  # 409: already bound to another node
+    FAILED = "failed"  # refused for good (4xx)

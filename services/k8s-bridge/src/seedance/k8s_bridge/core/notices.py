@@ -1,0 +1,74 @@
+"""What the bridge tells a pod's owner in Kubernetes terms: its scheduling condition and Events.
+
+Owns the shape of each notice the tracker gives: a refusal (the PodScheduled condition and a
+warning Event), a scheduled Event, a cannot-place-now condition and Event, a preemption Event,
+and any other warning, each with the role its Event name is derived from (so a rebuilt tracker
+posts the same Event, not a second one). It must not decide when a pod is told anything
+(`seedance.k8s_bridge.core.tracker` does) nor post it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from seedance.k8s_bridge.core import keys
+from seedance.k8s_bridge.core.actions import Action, PatchStatus, PostEvent
+from seedance.k8s_bridge.core.kube import event_body, scheduled_condition
+from seedance.k8s_bridge.core.pods import PodRef, Refused
+
+__all__ = ["preempted", "refusal", "scheduled", "unschedulable", "warning"]
+
+
+def warning(
+    ref: PodRef, reason: str, message: str, now: datetime, role: str, instance: str
+) -> dict[str, Any]:
+    """A warning Event's body (``instance``: the bridge that posts it)."""
+    return event_body(
+        ref, reason=reason, message=message, warning=True, at=now, role=role, instance=instance
+    )
+
+
+def refusal(ref: PodRef, why: Refused, now: datetime, instance: str) -> list[Action]:
+    """A pod Seedance will not take: its condition says why, and a warning Event."""
+    message = f"{why.reason.value}: {why.message}"
+    body = warning(ref, keys.EVENT_REFUSED, f"Seedance refused the pod: {message}", now,
+                   "refused", instance)  # fmt: skip
+    return [PatchStatus(ref, scheduled_condition(keys.REASON_REFUSED, message, now)),
+            PostEvent(ref, body)]  # fmt: skip
+
+
+def scheduled(ref: PodRef, devices: str, job_id: str, now: datetime, instance: str) -> PostEvent:
+    """The Event of a pod bound where the slicer placed it (``devices``: where, in words)."""
+    return PostEvent(
+        ref,
+        event_body(
+            ref,
+            reason=keys.EVENT_SCHEDULED,
+            message=f"Successfully assigned {ref.namespace}/{ref.name} to "
+            f"{devices} (Seedance job {job_id})",
+            warning=False,
+            at=now,
+            role=f"scheduled/{job_id}",
+            instance=instance,
+        ),
+    )
+
+
+def unschedulable(
+    ref: PodRef, reason: str, message: str, decision_id: str, now: datetime, instance: str
+) -> list[Action]:
+    """A waiting pod the slicer cannot place now: its condition and a warning Event, one per
+    decision (``decision_id``)."""
+    body = warning(ref, keys.EVENT_FAILED_SCHEDULING,
+                   f"Seedance cannot place the pod now: {message}", now,
+                   f"unschedulable/{reason}/{decision_id}", instance)  # fmt: skip
+    condition = scheduled_condition(keys.REASON_UNSCHEDULABLE, message, now)
+    return [PatchStatus(ref, condition), PostEvent(ref, body)]
+
+
+def preempted(ref: PodRef, why: str, decision_id: str, now: datetime, instance: str) -> PostEvent:
+    """The warning Event of a pod the slicer preempted (it is deleted beside it)."""
+    body = warning(ref, keys.EVENT_PREEMPTED, f"Seedance {why}", now,
+                   f"preempted/{decision_id}", instance)  # fmt: skip
+    return PostEvent(ref, body)
