@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from seedance.testing.kube_api.server import parse_request
+from seedance.testing.kube_api.requests import parse_request
 
 
 @pytest.mark.parametrize(

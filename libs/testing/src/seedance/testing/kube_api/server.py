@@ -3,19 +3,19 @@ streams of the real wire protocol, discovery, fault injection and the request au
 
 ``KubeApiServer`` runs in-process (``async with KubeApiServer() as api``) and can be stopped
 and started on the same port keeping its store, dropping open watches mid-stream the way a
-restarting apiserver does. It owns request parsing and response framing; the verbs' rules are
-``strategy``'s and the objects ``store``'s.
+restarting apiserver does. It owns routing each request to its verb, the watch streams, fault
+injection and the audit log; what a request is is ``requests``', response framing
+``responses``', the settings and test-control values ``controls``', the verbs' rules
+``strategy``'s and the objects ``store``'s. It must not validate or store objects itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,23 @@ from aiohttp import web
 
 from seedance.core.clock import Clock, WallClock
 from seedance.testing.kube_api import discovery, errors
+from seedance.testing.kube_api.controls import AuditRecord, Fault, KubeApiSettings, reason_for
 from seedance.testing.kube_api.errors import ApiError, status_body
+from seedance.testing.kube_api.requests import TRUE, RequestInfo, parse_request
 from seedance.testing.kube_api.resources import ResourceType
+from seedance.testing.kube_api.responses import (
+    JSON,
+    encode,
+    error_response,
+    json_response,
+    page,
+    success,
+    wants_table,
+)
 from seedance.testing.kube_api.selectors import SelectorError, parse_fields, parse_labels
 from seedance.testing.kube_api.store import Journal, Store
 from seedance.testing.kube_api.strategy import Api, WriteOptions
-from seedance.testing.kube_api.validation import KUBERNETES_VERSION, builtin_schemas
+from seedance.testing.kube_api.validation import builtin_schemas
 
 __all__ = [
     "COMPACT_PATH",
@@ -43,146 +54,13 @@ __all__ = [
 ]
 
 _log = structlog.get_logger(__name__)
-_JSON = "application/json"
 #: ``POST`` here compacts (``?rv=N``, default now): the process form of ``compact()``.
 COMPACT_PATH = "/_testing/compact"
-_encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
-#: Go's strconv.ParseBool truths, which the apiserver uses for ``watch`` and friends.
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 #: Encodings a real apiserver also accepts, which this one does not decode.
 _UNDECODED = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
-#: Subresources of a namespace itself (``namespaces/x/status``), not namespaced resources.
-_NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
-
-
-@dataclass(frozen=True, kw_only=True)
-class KubeApiSettings:
-    """``bookmark_interval_s``: how often an idle watch that asked for bookmarks gets one (a
-    real server: about a minute). ``history_window``: changes kept for watch resumption.
-    ``state_path``: the journal that makes the store survive a process restart."""
-
-    host: str = "127.0.0.1"
-    port: int = 0
-    bookmark_interval_s: float = 3.0
-    history_window: int = 10_000
-    watch_timeout_s: float = 1800.0
-    kubernetes_version: str = KUBERNETES_VERSION
-    validate: bool = True
-    state_path: Path | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RequestInfo:
-    """What a request is, as the apiserver's RequestInfoFactory decides it."""
-
-    verb: str
-    path: str
-    is_resource: bool = False
-    group: str = ""
-    version: str = ""
-    resource: str = ""
-    subresource: str = ""
-    namespace: str = ""
-    name: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuditRecord:
-    verb: str
-    api_group: str
-    api_version: str
-    resource: str
-    subresource: str
-    namespace: str
-    name: str
-    user_agent: str
-    method: str
-    path: str
-    code: int
-
-
-@dataclass(kw_only=True)
-class Fault:
-    """Fail the next ``remaining`` requests whose method and path match with ``code``."""
-
-    method: str
-    path: re.Pattern[str]
-    code: int
-    remaining: int
-    message: str
-    reason: str
-
-
 _INFO = web.RequestKey("kube_api_info", RequestInfo)
 _AUDITED = web.RequestKey("kube_api_audited", bool)
-
-
-def _reason_for(code: int) -> str:
-    return {
-        400: "BadRequest",
-        401: "Unauthorized",
-        403: "Forbidden",
-        404: "NotFound",
-        409: "Conflict",
-        410: "Expired",
-        422: "Invalid",
-        429: "TooManyRequests",
-        500: "InternalError",
-        503: "ServiceUnavailable",
-        504: "Timeout",
-    }.get(code, "Unknown")
-
-
-def parse_request(method: str, path: str, query: dict[str, str]) -> RequestInfo:
-    parts = [p for p in path.split("/") if p]
-    if len(parts) >= 2 and parts[0] == "api":
-        group, version, rest = "", parts[1], parts[2:]
-    elif len(parts) >= 3 and parts[0] == "apis":
-        group, version, rest = parts[1], parts[2], parts[3:]
-    else:
-        return RequestInfo(verb=method.lower(), path=path)
-    watch = bool(rest) and rest[0] == "watch"
-    if watch:
-        rest = rest[1:]
-    if not rest:
-        return RequestInfo(verb=method.lower(), path=path)
-    namespace = ""
-    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in _NAMESPACE_SUBRESOURCES:
-        namespace, rest = rest[1], rest[2:]
-    elif rest[0] == "namespaces" and len(rest) >= 2:
-        namespace = rest[1]
-    resource = rest[0]
-    name = rest[1] if len(rest) > 1 else ""
-    sub = rest[2] if len(rest) > 2 else ""
-    verb = _verb(method, bool(name), watch or query.get("watch") in _TRUE)
-    return RequestInfo(
-        verb=verb,
-        path=path,
-        is_resource=True,
-        group=group,
-        version=version,
-        resource=resource,
-        subresource=sub,
-        namespace=namespace,
-        name=name,
-    )
-
-
-def _verb(method: str, named: bool, watch: bool) -> str:
-    if method == "GET":
-        return "watch" if watch else ("get" if named else "list")
-    if method == "DELETE":
-        return "delete" if named else "deletecollection"
-    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_encode(body), status=status, content_type=_JSON)
-
-
-def _error(err: ApiError) -> web.Response:
-    return _json(status_body(err), err.code)
 
 
 class KubeApiServer:
@@ -289,7 +167,7 @@ class KubeApiServer:
             code=code,
             remaining=count,
             message=message,
-            reason=reason or _reason_for(code),
+            reason=reason or reason_for(code),
         )
         self.faults.append(fault)
         return fault
@@ -317,14 +195,14 @@ class KubeApiServer:
             return response
         except ApiError as err:
             code = err.code
-            return _error(err)
+            return error_response(err)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             # A bug of this server or a body it does not expect: answer as the apiserver does
             # for a panic (a 500 Status naming it) and log it, so the client's test fails
             # with the reason instead of a bare "Server got itself in trouble".
             _log.exception("kube_api_internal_error", path=request.path_qs)
             code = 500
-            return _error(
+            return error_response(
                 ApiError(code=500, reason="InternalError", message=f"{type(exc).__name__}: {exc}")
             )
         finally:
@@ -397,7 +275,7 @@ class KubeApiServer:
         elif path == COMPACT_PATH and request.method == "POST":
             # A test control, not Kubernetes: compaction of a server running as a process.
             raw = request.query.get("rv", "")
-            return _json({"floor": self.compact(int(raw) if raw.isdigit() else None)})
+            return json_response({"floor": self.compact(int(raw) if raw.isdigit() else None)})
         else:
             doc = self._group_doc(path, types)
         if doc is None:
@@ -407,7 +285,7 @@ class KubeApiServer:
                 message=f"the server could not find "
                 f"the requested resource ({request.method} {path})",
             )
-        return _json(doc)
+        return json_response(doc)
 
     @staticmethod
     def _group_doc(path: str, types: list[ResourceType]) -> dict[str, Any] | None:
@@ -455,8 +333,8 @@ class KubeApiServer:
     ) -> web.StreamResponse:
         self._check_sub(rt, info, ("status",))
         obj = self._out(rt, self.api.get(rt, info.namespace, info.name))
-        if _wants_table(request):
-            return _json(
+        if wants_table(request):
+            return json_response(
                 discovery.table(
                     rt,
                     [obj],
@@ -465,7 +343,7 @@ class KubeApiServer:
                     query.get("includeObject", "Metadata"),
                 )
             )
-        return _json(obj)
+        return json_response(obj)
 
     def _selector_of(self, query: dict[str, str]) -> Any:
         try:
@@ -483,14 +361,14 @@ class KubeApiServer:
         items = [self._out(rt, o) for o in self.api.select(rt, ns, selector)]
         rv = str(self.store.rv)
         meta: dict[str, Any] = {"resourceVersion": rv}
-        items = _page(items, query, meta)
-        if _wants_table(request):
-            return _json(
+        items = page(items, query, meta)
+        if wants_table(request):
+            return json_response(
                 discovery.table(
                     rt, items, rv, self.clock.now(), query.get("includeObject", "Metadata")
                 )
             )
-        return _json(
+        return json_response(
             {
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version,
@@ -507,18 +385,18 @@ class KubeApiServer:
             return self._bind(info, body)
         if info.subresource == "eviction" and rt.key == ("", "v1", "pods"):
             self.api.evict(info.namespace, info.name, body)
-            return _json(_success(201), 201)
+            return json_response(success(201), 201)
         if info.name:
             raise errors.method_not_allowed("POST to a named object is not allowed")
         obj = self.api.create(rt, info.namespace, body, self._opts(query))
-        return _json(self._out(rt, obj), 201)
+        return json_response(self._out(rt, obj), 201)
 
     def _bind(self, info: RequestInfo, body: Any) -> web.StreamResponse:
         name = info.name or ((body or {}).get("metadata") or {}).get("name", "")
         self.api.bind(info.namespace, name, body)
         # The real server answers a Binding with a Status, not the Binding (see the docs:
         # kubernetes_asyncio cannot deserialise it into V1Binding).
-        return _json(_success(201), 201)
+        return json_response(success(201), 201)
 
     @staticmethod
     def _check_sub(rt: ResourceType, info: RequestInfo, allowed: tuple[str, ...]) -> None:
@@ -539,7 +417,7 @@ class KubeApiServer:
         obj = self.api.update(
             rt, info.namespace, info.name, body, info.subresource or None, self._opts(query)
         )
-        return _json(self._out(rt, obj))
+        return json_response(self._out(rt, obj))
 
     async def _patch(
         self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
@@ -556,7 +434,7 @@ class KubeApiServer:
             info.subresource or None,
             self._opts(query),
         )
-        return _json(self._out(rt, obj))
+        return json_response(self._out(rt, obj))
 
     async def _delete(
         self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
@@ -565,7 +443,7 @@ class KubeApiServer:
         obj = self.api.delete(
             rt, info.namespace, info.name, body if isinstance(body, dict) else None
         )
-        return _json(self._out(rt, obj))
+        return json_response(self._out(rt, obj))
 
     async def _delete_collection(
         self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
@@ -578,7 +456,7 @@ class KubeApiServer:
             items.append(
                 self._out(rt, self.api.delete(rt, meta.get("namespace", ""), meta["name"]))
             )
-        return _json(
+        return json_response(
             {
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version,
@@ -596,16 +474,16 @@ class KubeApiServer:
         if info.name:  # a watch on one object is a field selector on its name
             selector = selector & parse_fields(f"metadata.name={info.name}")
         raw_rv = query.get("resourceVersion", "")
-        initial = query.get("sendInitialEvents") in _TRUE
+        initial = query.get("sendInitialEvents") in TRUE
         since = int(raw_rv) if raw_rv.isdigit() and raw_rv != "0" and not initial else None
-        response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
+        response = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
         self._record(request, 200)
         try:
             watcher = self.store.watch((rt.group, rt.plural), ns, selector, since)
         except ApiError as err:
-            await response.write(_encode({"type": "ERROR", "object": status_body(err)}) + b"\n")
+            await response.write(encode({"type": "ERROR", "object": status_body(err)}) + b"\n")
             await response.write_eof()
             return response
         if initial:
@@ -628,7 +506,7 @@ class KubeApiServer:
         deadline = loop.time() + (
             float(timeout) if timeout.isdigit() else self.settings.watch_timeout_s
         )
-        bookmarks = query.get("allowWatchBookmarks") in _TRUE
+        bookmarks = query.get("allowWatchBookmarks") in TRUE
         interval = self.settings.bookmark_interval_s if bookmarks else float("inf")
         next_bookmark = loop.time() + interval
         while (now := loop.time()) < deadline:
@@ -642,55 +520,20 @@ class KubeApiServer:
             if item is None:  # the server is stopping: cut the stream, no closing chunk
                 return
             kind, obj = item
-            await response.write(_encode({"type": kind, "object": self._out(rt, obj)}) + b"\n")
+            await response.write(encode({"type": kind, "object": self._out(rt, obj)}) + b"\n")
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
 
     def _bookmark(self, rt: ResourceType) -> bytes:
         # The watcher's queue is empty when this is written, so it has been sent every change
         # up to the store's revision: that is the bookmark's promise.
-        return _encode({"type": "BOOKMARK", "object": self._bookmark_object(rt)}) + b"\n"
+        return encode({"type": "BOOKMARK", "object": self._bookmark_object(rt)}) + b"\n"
 
     def _bookmark_object(self, rt: ResourceType, *, initial_end: bool = False) -> dict[str, Any]:
         meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
-
-
-def _oid(obj: dict[str, Any]) -> list[str]:
-    return [obj["metadata"].get("namespace", ""), obj["metadata"]["name"]]
-
-
-def _page(
-    items: list[dict[str, Any]], query: dict[str, str], meta: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """``limit``/``continue``: pages in key order. The token holds the last key served; a
-    later page shows the objects as they are then (a real server serves the first page's
-    snapshot, from etcd, until it is compacted)."""
-    token = query.get("continue", "")
-    if token:
-        try:
-            after = msgspec.json.decode(base64.urlsafe_b64decode(token.encode()))["after"]
-        except (ValueError, KeyError, TypeError, msgspec.DecodeError):
-            raise errors.bad_request("invalid continue token") from None
-        items = [o for o in items if _oid(o) > after]
-    limit = query.get("limit", "")
-    if limit.isdigit() and 0 < int(limit) < len(items):
-        rest = len(items) - int(limit)
-        items = items[: int(limit)]
-        last = _encode({"after": _oid(items[-1])})
-        meta["continue"] = base64.urlsafe_b64encode(last).decode()
-        meta["remainingItemCount"] = rest
-    return items
-
-
-def _success(code: int) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
-
-
-def _wants_table(request: web.Request) -> bool:
-    return "as=Table" in request.headers.get("Accept", "")
 
 
 _Handler = Callable[
