@@ -281,9 +281,11 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.DIRECT.GET.{kv}",
             f"{JS_API}.DIRECT.GET.{kv}.>",
             f"$KV.{bucket}.>",
-            # watches (the router's weights) read the bucket through an ordered consumer
+            # watches (the router's weights) read the bucket through an ordered consumer,
+            # whose INFO nats-py asks at once (the initial pending count)
             f"{JS_API}.CONSUMER.CREATE.{kv}",
             f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+            f"{JS_API}.CONSUMER.INFO.{kv}.*",
             f"{JS_API}.CONSUMER.DELETE.{kv}.>",
         ]
     for bucket in d.bucket_reads:
@@ -297,6 +299,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.DIRECT.GET.{kv}.>",
             f"{JS_API}.CONSUMER.CREATE.{kv}",
             f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+            f"{JS_API}.CONSUMER.INFO.{kv}.*",
             f"{JS_API}.CONSUMER.DELETE.{kv}.>",
         ]
     for store in d.object_stores:
