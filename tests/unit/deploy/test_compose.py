@@ -308,7 +308,8 @@ def test_router_is_reachable_and_its_replica_list_names_the_triton_of_the_stack(
     assert published.keys() == {8001, 8000}
     replicas = parse_replicas(settings.replicas)
     models = [m.strip() for m in settings.models.split(",") if m.strip()]
-    assert replicas and models
+    assert replicas
+    assert models
     for address in replicas.values():
         host, port = address.rsplit(":", 1)
         triton = compose["services"][host]
