@@ -109,9 +109,17 @@ async def test_replicas_join_and_leave_through_the_bucket_without_a_restart(
         await _echo_once(router.gateway.address, 1.0)
         assert _served(registry, "static-a") == 1
 
+        # An unreadable value and a registration under another replica's key are ignored (the
+        # watch handles keys in order, so by the time pod-b has joined they were seen).
+        await kv.put(routing.replica_key(fleet, "echo", "pod-x"), b"not json")
+        await _put(kv, fleet, ReplicaRegistration(model="echo", replica="pod-y", address=a))
+        await kv.delete(routing.replica_key(fleet, "echo", "pod-y"))
+        misfiled = ReplicaRegistration(model="echo", replica="pod-y", address=a)
+        await kv.put(routing.replica_key(fleet, "echo", "pod-z"), msgspec.json.encode(misfiled))
         # A replica registers: it joins, warmed up, and the fallback is drained.
         await _put(kv, fleet, ReplicaRegistration(model="echo", replica="pod-b", address=b))
         await eventually(lambda: _ready_replicas(router) == {"pod-b": b}, timeout_s=60)
+        assert set(router.registrations) == {routing.replica_key(fleet, "echo", "pod-b")}
         assert router.gateway.replica_models()["pod-b"] == (b, frozenset({"echo"}))
         await _echo_once(router.gateway.address, 2.0)
         assert _served(registry, "pod-b") == 1

@@ -348,7 +348,9 @@ class RouterService(Lifecycle):
             )
             out.append(event)
             events.append((routing.subject(model, "replicas"), event))
-        if self._settings.follow_plan and out:
+        # The plan sizes the configured replica set; registered replicas are the registrar's
+        # to scale, so it is followed only while the configured list is in use.
+        if self._settings.follow_plan and out and not self._registered_ready():
             await self._follow(max(e.replicas for e in out))
         try:
             await self._rt.bus.publish_many(events)
@@ -481,7 +483,7 @@ class RouterService(Lifecycle):
             return
         try:
             reg = msgspec.json.decode(value, type=ReplicaRegistration)
-        except msgspec.ValidationError as exc:
+        except msgspec.DecodeError as exc:  # malformed JSON or a wrong field (ValidationError)
             log.warning("replica_registration_unreadable", key=key, error=str(exc))
             self.registrations.pop(key, None)
             return
@@ -491,6 +493,9 @@ class RouterService(Lifecycle):
             self.registrations.pop(key, None)
             return
         self.registrations[key] = reg
+
+    def _registered_ready(self) -> bool:
+        return any(r.ready for r in self.registrations.values())
 
     async def reconcile_replicas(self) -> None:
         """Add and drain gateway replicas so that they are `desired_replicas` of now."""
