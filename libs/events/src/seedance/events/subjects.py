@@ -33,6 +33,9 @@ __all__ = [
     "BUCKETS",
     "CONSUMERS",
     "OBJECT_STORES",
+    "POLICY_BUCKET",
+    "QUOTA_POLICY_KEY",
+    "QUOTA_USAGE_KEYS",
     "STREAMS",
     "TENANT_KINDS",
     "TRUSTED_FAMILIES",
@@ -54,6 +57,7 @@ __all__ = [
     "observed",
     "owner_of",
     "parse_tenant_subject",
+    "quota_usage_key",
     "replica_consumer",
     "routing",
     "slicing",
@@ -200,6 +204,7 @@ class slicing:
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
     MIG_PLANS = f"{ROOT}.slicing.node.*.mig_plan"
+    UNSCHEDULABLE = f"{ROOT}.slicing.*.unschedulable"
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
@@ -475,6 +480,17 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             slicing.PREEMPTIONS,
             slicing.RELEASES,
         ),
+        # The Kubernetes bridge acts on every decision about a pod: binds placements, shows
+        # waits and refusals on the pod, deletes preempted pods (releases confirm its ends).
+        _c(
+            "k8s-bridge-decisions",
+            "SEEDANCE_SLICING",
+            slicing.PLACEMENTS,
+            slicing.UNSCHEDULABLE,
+            slicing.PREEMPTIONS,
+            slicing.REJECTIONS,
+            slicing.RELEASES,
+        ),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
     )
@@ -552,11 +568,38 @@ BUCKETS: dict[str, BucketSpec] = {
             "seedance-router-replicas",
             description="inference replicas (model, replica, address, ready) router gateways use",
         ),
+        # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
+        # that a pod deleted while no bridge ran still ends its job (tenant.job -> creation).
+        BucketSpec(
+            "seedance-k8s-bridge-jobs",
+            description="pod jobs the k8s bridge submitted and has not yet ended",
+        ),
         # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
         # the auth-callout service reads (seedance.core.auth_callout).
         BucketSpec("seedance-tenants", description="tenant credentials for the auth callout"),
+        # Policy documents reconciled from the cluster's CRs by the k8s-bridge (key `quota`:
+        # the slicer's QuotaPolicy, see QUOTA_POLICY_KEY); a little history for the operator.
+        BucketSpec(
+            "seedance-policy",
+            history=5,
+            description="policy documents the k8s-bridge reconciles from CRs (quota: the slicer's)",
+        ),
     )
 }
+
+#: The bucket and key holding the slicer's quota policy (the JSON or YAML mapping that
+#: QuotaPolicy.from_yaml parses). The k8s-bridge writes it, the slicer watches it.
+POLICY_BUCKET = "seedance-policy"
+QUOTA_POLICY_KEY = "quota"
+#: Keys ``usage.<pool>``: per tenant, what the pool's slicer has admitted now (JSON
+#: ``{"revision": <policy revision>, "tenants": {tenant: {dimension: amount}}}``); the slicer
+#: writes its pool's, the k8s-bridge reads them all into the TenantQuota statuses.
+QUOTA_USAGE_KEYS = "usage.*"
+
+
+def quota_usage_key(pool: str) -> str:
+    """The KV key (bucket POLICY_BUCKET) of pool `pool`'s quota usage."""
+    return f"usage.{check_token('pool', pool)}"
 
 
 # --- object stores ------------------------------------------------------------------------
