@@ -49,6 +49,14 @@ BUCKETS: dict[str, BucketSpec] = {
             ttl_s=60.0,
             description="graph-compiler workers' capabilities (execution providers)",
         ),
+        # Replicas join and leave without a gateway restart: one key per (model, replica), put
+        # and deleted by a registrar (routing.replica_key). No TTL: a registrar that only
+        # writes on change (the bridge) would see its entries expire; a stale entry is harmless
+        # because the gateway probes every replica and keeps an unready one out of traffic.
+        BucketSpec(
+            "seedance-router-replicas",
+            description="inference replicas (model, replica, address, ready) router gateways use",
+        ),
         # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
         # that a pod deleted while no bridge ran still ends its job (tenant.job -> creation).
         BucketSpec(

@@ -209,6 +209,21 @@ class routing:
     def subject(model: str, kind: str) -> str:
         return f"{ROOT}.routing.{check_token('model', model)}.{kind}"
 
+    #: Bucket of inference replicas that router gateways route to (`ReplicaRegistration`).
+    REPLICAS_BUCKET = "seedance-router-replicas"
+
+    @staticmethod
+    def replica_key(fleet: str, model: str, replica: str) -> str:
+        """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``.
+
+        A gateway of fleet ``f`` watches ``f.>``; a registrar (the Kubernetes bridge from
+        EndpointSlices, an operator) puts one key per (model, replica) and deletes it on leave.
+        """
+        return (
+            f"{check_token('fleet', fleet)}.{check_token('model', model)}."
+            f"{check_token('replica', replica)}"
+        )
+
 
 class graph:
     """``seedance.graph.<tenant>.{request,result}``."""
