@@ -96,12 +96,16 @@ async def test_kubectl_applies_the_dev_overlay_twice(
     assert _names(kube_api, "apps", "v1", "deployments") == [
         "auth-callout",
         "cost-ledger",
+        "grafana",
         "graph-compiler",
+        "k8s-bridge",
         "router",
         "slicer",
     ]
     assert "nats" in _names(kube_api, "apps", "v1", "statefulsets")
-    assert "seedance" in _names(kube_api, "", "v1", "namespaces")
+    assert "seedance-system" in _names(kube_api, "", "v1", "namespaces")
+    crds = _names(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    assert {"slicingpolicies.seedance.io", "tenantquotas.seedance.io"} <= set(crds)
     rv = kube_api.store.rv
     code, out = await kubectl(
         kube_api, tmp_path, "apply", "-k", str(REPO / "deploy/k8s/overlays/dev")
@@ -111,7 +115,7 @@ async def test_kubectl_applies_the_dev_overlay_twice(
     # The second apply read each deployment and found nothing to patch.
     assert {r.verb for r in kube_api.audit if r.resource == "deployments"} == {"get", "create"}
     router = kube_api.api.get(
-        kube_api.api.resolve("apps", "v1", "deployments"), "seedance", "router"
+        kube_api.api.resolve("apps", "v1", "deployments"), "seedance-system", "router"
     )
     assert int(router["metadata"]["resourceVersion"]) <= rv  # unchanged: no write at all
     assert "kubectl.kubernetes.io/last-applied-configuration" in router["metadata"]["annotations"]

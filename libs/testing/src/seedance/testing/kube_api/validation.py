@@ -320,7 +320,9 @@ class CustomSchema:
             if old is None
             else {k: v for k, v in old.items() if k not in ("apiVersion", "kind", "metadata")}
         )
-        self._rules(body, old_body, self.schema, [], causes)
+        # A root rule may read metadata.name and metadata.generateName, and nothing else of
+        # the metadata (as the real server binds it).
+        self._rules(_with_names(body, obj), _with_names(old_body, old), self.schema, [], causes)
         return causes
 
     def _rules(
@@ -395,6 +397,14 @@ class CustomSchema:
                 message = rule.message or f"failed rule: {rule.rule}"
         # The real server names the schema type, not the value: `Invalid value: "object": ...`.
         return Cause(field=field, message=f'Invalid value: "{node_type}": {message}')
+
+
+def _with_names(body: dict[str, Any] | None, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    if body is None or obj is None:
+        return body
+    meta = obj.get("metadata") or {}
+    names = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    return {**body, "metadata": names} if names else body
 
 
 @cache
