@@ -181,9 +181,9 @@ async def test_a_namespace_claimed_by_two_tenants_is_refused_in_the_younger_crs_
     async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path) as b:
 
         async def conflicted() -> bool:
-            return "Ready" in conditions(tq(env, "b-second"))
+            return all("Ready" in conditions(tq(env, n)) for n in ("a-first", "b-second"))
 
-        await eventually(conflicted, 15, what="the younger CR's status written")
+        await eventually(conflicted, 15, what="both CRs' statuses written")
         younger = conditions(tq(env, "b-second"))
         assert younger["Accepted"]["status"] == "True"  # its quota is enforced
         assert (younger["Ready"]["status"], younger["Ready"]["reason"]) == (
