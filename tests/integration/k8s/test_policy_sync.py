@@ -2,7 +2,8 @@
 (KV), which enforces it on the pods of the namespaces it binds (their tenant comes from it), and
 the CR's status shows Accepted/Ready and the usage the slicer reports; what only the
 reconciler can refuse (a namespace claimed by two tenants) becomes a status condition with its
-reason; what the schema's CEL rules refuse never reaches the bridge.
+reason; what the schema's CEL rules refuse never reaches the bridge; under the shipped NATS
+permissions the k8s-bridge user may do what the reconciler does with the policy bucket.
 
 Real nats-server, real SlicerService, the test API server over HTTP (the CRDs from
 deploy/k8s/crds/ created in it), the bridge through kubernetes_asyncio, the pinned kubectl.
@@ -10,6 +11,8 @@ deploy/k8s/crds/ created in it), the bridge through kubernetes_asyncio, the pinn
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,16 +21,21 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio import client
+from nats.js.errors import KeyNotFoundError
+from prometheus_client import CollectorRegistry
 
-from seedance.core import Bus
+from seedance.core import Bus, BusSettings, WallClock
 from seedance.core.kv import ensure_bucket
-from seedance.events.subjects import POLICY_BUCKET
+from seedance.events.subjects import POLICY_BUCKET, QUOTA_POLICY_KEY, quota_usage_key
 from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.core.policy import GROUP, VERSION
-from seedance.k8s_bridge.kube import USER_AGENT
+from seedance.k8s_bridge.kube import USER_AGENT, KubeApi, connect
+from seedance.k8s_bridge.policy_sync import PolicySync
+from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.paths import REPO
 from seedance.testing.waits import eventually
+from tests.integration.conftest import shipped_password
 from tests.integration.k8s.bridge import Env, bridge, environment, gpu_node, slicer
 from tests.integration.k8s.test_kubectl import kubectl
 
@@ -222,3 +230,66 @@ async def test_a_cr_its_cel_rule_refuses_is_refused_by_the_server_and_never_reac
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_under_the_shipped_permissions_the_bridge_writes_the_quota_and_reads_usage(
+    kube_api: KubeApiServer, auth_url: str, unique: str, tmp_path: Path
+) -> None:
+    """The k8s-bridge's NATS user (deploy/auth) may open the policy bucket, watch the usage
+    keys, read, put and delete the quota key: what `PolicySync` does, as that user."""
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        seed.create(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions", crd)
+    tenant = f"s{unique}"
+    seed.create(kube_api, GROUP, VERSION, "tenantquotas", quota_cr("s", tenant, ["ns-s"], 1))
+    admin = await Bus.connect(
+        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
+    )
+    own = await Bus.connect(
+        BusSettings(url=auth_url, user="k8s-bridge", password=shipped_password("k8s-bridge"))
+    )
+    api = KubeApi(await connect(str(kube_api.kubeconfig(tmp_path / "kubeconfig"))))
+    admin_kv = await ensure_bucket(admin, POLICY_BUCKET)
+    usage = {"tenants": {tenant: {"gpus": 1}}}
+    await admin_kv.put(quota_usage_key(f"p{unique}"), json.dumps(usage).encode())
+    settings = BridgeSettings(backoff_initial_s=0.05, backoff_max_s=0.5)
+    sync = PolicySync(
+        api, WallClock(), settings, CollectorRegistry(), set_bindings=lambda b: None,
+        leading=lambda: True,
+    )  # fmt: skip
+    try:
+        await sync.start(own)
+        task = asyncio.create_task(sync.run())
+
+        async def written() -> bool:
+            try:
+                entry = await admin_kv.get(QUOTA_POLICY_KEY)
+            except KeyNotFoundError:
+                return False
+            return tenant in json.loads(entry.value or b"{}").get("tenants", {})
+
+        await eventually(written, 15, what="the quota key written as k8s-bridge")
+
+        async def used() -> bool:
+            rt = kube_api.api.resolve(GROUP, VERSION, "tenantquotas")
+            return (kube_api.api.get(rt, "", "s").get("status") or {}).get("usage") == {"gpus": 1}
+
+        await eventually(used, 15, what="the usage key read as k8s-bridge")
+        # the last TenantQuota gone: the key is deleted (the slicer returns to its file's policy)
+        await client.CustomObjectsApi(api.client).delete_cluster_custom_object(
+            GROUP, VERSION, "tenantquotas", "s"
+        )
+
+        async def deleted() -> bool:
+            return not await written()
+
+        await eventually(deleted, 15, what="the quota key deleted as k8s-bridge")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        with contextlib.suppress(Exception):
+            await admin_kv.delete(QUOTA_POLICY_KEY)
+        await api.close()
+        await own.close()
+        await admin.close()
