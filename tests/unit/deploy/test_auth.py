@@ -84,9 +84,9 @@ def test_a_service_publishes_only_the_families_it_declares(name: str) -> None:
     assert set(data) == declared | {f"seedance.dlq.{name}"}
 
 
-def test_only_the_replayer_publishes_observed_events_and_no_tenant_a_trusted_family() -> None:
+def test_only_trusted_observers_publish_observed_events_and_no_tenant_a_trusted_family() -> None:
     observed = [i.name for i in IDENTITIES.values() if "observed" in i.publishes]
-    assert observed == ["replayer"]
+    assert sorted(observed) == ["k8s-bridge", "replayer"]
     user = permissions.tenant_user("acme")
     for s in user.permissions.publish_allow:
         family = s.split(".")[1] if s.startswith("seedance.") else None

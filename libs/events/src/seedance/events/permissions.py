@@ -172,9 +172,17 @@ IDENTITIES: dict[str, Declaration] = {
             consumes=("ledger-in",),
             buckets=("seedance-ledger",),
         ),
-        # The replayer of a recorded fleet (the demo, benches, chaos tools) and later the
-        # Kubernetes bridge: the only publisher of observed job events, whose `at` is honoured.
+        # The replayer of a recorded fleet (the demo, benches, chaos tools): with the
+        # Kubernetes bridge, the only publishers of observed job events, whose `at` is honoured.
         Declaration("replayer", publishes=("observed",), provisions=False, dead_letters=False),
+        # Pods' job events (observed: the API server's and kubelet's facts, bounded by the
+        # bridge's clock), node inventories from Nodes, and the slicer's decisions to act on.
+        # Its leader lease is a Kubernetes Lease, not a KV key.
+        Declaration(
+            "k8s-bridge",
+            publishes=("observed", "telemetry"),
+            consumes=("k8s-bridge-decisions",),
+        ),
         # Authorises every connection the server config does not list (tenants added at run
         # time, seedance.core.auth_callout): reads their credentials, answers the server.
         Declaration(
@@ -189,7 +197,9 @@ IDENTITIES: dict[str, Declaration] = {
 }
 
 #: Workspace services (``services/*``); the rest of IDENTITIES are other trusted publishers.
-SERVICES = ("telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger")
+SERVICES = (
+    "telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger", "k8s-bridge",
+)  # fmt: skip
 
 #: What a tenant reads: (stream, the tenant's filter on it). Its consumers may filter only so.
 TENANT_READS: tuple[tuple[str, Callable[[str], str]], ...] = (

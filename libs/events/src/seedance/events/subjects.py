@@ -200,6 +200,7 @@ class slicing:
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
     MIG_PLANS = f"{ROOT}.slicing.node.*.mig_plan"
+    UNSCHEDULABLE = f"{ROOT}.slicing.*.unschedulable"
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
@@ -458,6 +459,17 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             "SEEDANCE_SLICING",
             slicing.PLACEMENTS,
             slicing.PREEMPTIONS,
+            slicing.RELEASES,
+        ),
+        # The Kubernetes bridge acts on every decision about a pod: binds placements, shows
+        # waits and refusals on the pod, deletes preempted pods (releases confirm its ends).
+        _c(
+            "k8s-bridge-decisions",
+            "SEEDANCE_SLICING",
+            slicing.PLACEMENTS,
+            slicing.UNSCHEDULABLE,
+            slicing.PREEMPTIONS,
+            slicing.REJECTIONS,
             slicing.RELEASES,
         ),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),

@@ -1,10 +1,41 @@
-"""Entry point of the Kubernetes bridge (being built: #14)."""
+"""``python -m seedance.k8s_bridge``: load settings, connect to the API server, wire, serve."""
 
-import sys
+from __future__ import annotations
+
+import asyncio
+import os
+
+from seedance.core import ServiceRuntime, WallClock, serve
+from seedance.core.logs import configure_logging
+from seedance.core.settings import SettingsError, bus_settings, load_settings
+from seedance.core.tracing import configure_tracing
+from seedance.k8s_bridge.kube import KubeApi, connect
+from seedance.k8s_bridge.service import BridgeService
+from seedance.k8s_bridge.settings import BridgeSettings
+
+NAME = "k8s-bridge"
+
+
+async def _serve(settings: BridgeSettings, runtime: ServiceRuntime) -> None:
+    # KUBECONFIG is the ecosystem's name; without either, the pod's service account.
+    kubeconfig = settings.kubeconfig or os.environ.get("KUBECONFIG") or None
+    api = KubeApi(await connect(kubeconfig))
+    try:
+        await serve(BridgeService(runtime, WallClock(), settings, api))
+    finally:
+        await api.close()
 
 
 def main() -> None:
-    sys.exit("seedance-k8s-bridge: not built yet (#14)")
+    try:
+        settings = load_settings(BridgeSettings, NAME)
+        bus = bus_settings(NAME)
+    except (SettingsError, ValueError) as exc:
+        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
+    configure_logging()
+    configure_tracing(NAME)
+    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    asyncio.run(_serve(settings, runtime))
 
 
 if __name__ == "__main__":

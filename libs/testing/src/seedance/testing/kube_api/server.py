@@ -1,0 +1,629 @@
+"""The test Kubernetes API server's HTTP side (aiohttp): the REST paths, verbs and watch
+streams of the real wire protocol, discovery, fault injection and the request audit log.
+
+``KubeApiServer`` runs in-process (``async with KubeApiServer() as api``) and can be stopped
+and started on the same port keeping its store, dropping open watches mid-stream the way a
+restarting apiserver does. It owns request parsing and response framing; the verbs' rules are
+``strategy``'s and the objects ``store``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+from aiohttp import web
+
+from seedance.core.clock import Clock, WallClock
+from seedance.testing.kube_api import discovery, errors
+from seedance.testing.kube_api.errors import ApiError, status_body
+from seedance.testing.kube_api.resources import ResourceType
+from seedance.testing.kube_api.selectors import SelectorError, parse_fields, parse_labels
+from seedance.testing.kube_api.store import Journal, Store
+from seedance.testing.kube_api.strategy import Api, WriteOptions
+from seedance.testing.kube_api.validation import KUBERNETES_VERSION, builtin_schemas
+
+__all__ = ["AuditRecord", "Fault", "KubeApiServer", "KubeApiSettings", "RequestInfo"]
+
+_JSON = "application/json"
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+#: Go's strconv.ParseBool truths, which the apiserver uses for ``watch`` and friends.
+_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+#: Subresources of a namespace itself (``namespaces/x/status``), not namespaced resources.
+_NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeApiSettings:
+    """``bookmark_interval_s``: how often an idle watch that asked for bookmarks gets one (a
+    real server: about a minute). ``history_window``: changes kept for watch resumption.
+    ``state_path``: the journal that makes the store survive a process restart."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    bookmark_interval_s: float = 3.0
+    history_window: int = 10_000
+    watch_timeout_s: float = 1800.0
+    kubernetes_version: str = KUBERNETES_VERSION
+    validate: bool = True
+    state_path: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestInfo:
+    """What a request is, as the apiserver's RequestInfoFactory decides it."""
+
+    verb: str
+    path: str
+    is_resource: bool = False
+    group: str = ""
+    version: str = ""
+    resource: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditRecord:
+    verb: str
+    api_group: str
+    api_version: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    user_agent: str
+    method: str
+    path: str
+    code: int
+
+
+@dataclass(kw_only=True)
+class Fault:
+    """Fail the next ``remaining`` requests whose method and path match with ``code``."""
+
+    method: str
+    path: re.Pattern[str]
+    code: int
+    remaining: int
+    message: str
+    reason: str
+
+
+def _reason_for(code: int) -> str:
+    return {
+        400: "BadRequest",
+        401: "Unauthorized",
+        403: "Forbidden",
+        404: "NotFound",
+        409: "Conflict",
+        410: "Expired",
+        422: "Invalid",
+        429: "TooManyRequests",
+        500: "InternalError",
+        503: "ServiceUnavailable",
+        504: "Timeout",
+    }.get(code, "Unknown")
+
+
+def parse_request(method: str, path: str, query: dict[str, str]) -> RequestInfo:
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return RequestInfo(verb=method.lower(), path=path)
+    watch = bool(rest) and rest[0] == "watch"
+    if watch:
+        rest = rest[1:]
+    if not rest:
+        return RequestInfo(verb=method.lower(), path=path)
+    namespace = ""
+    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in _NAMESPACE_SUBRESOURCES:
+        namespace, rest = rest[1], rest[2:]
+    elif rest[0] == "namespaces" and len(rest) >= 2:
+        namespace = rest[1]
+    resource = rest[0]
+    name = rest[1] if len(rest) > 1 else ""
+    sub = rest[2] if len(rest) > 2 else ""
+    verb = _verb(method, bool(name), watch or query.get("watch") in _TRUE)
+    return RequestInfo(
+        verb=verb,
+        path=path,
+        is_resource=True,
+        group=group,
+        version=version,
+        resource=resource,
+        subresource=sub,
+        namespace=namespace,
+        name=name,
+    )
+
+
+def _verb(method: str, named: bool, watch: bool) -> str:
+    if method == "GET":
+        return "watch" if watch else ("get" if named else "list")
+    if method == "DELETE":
+        return "delete" if named else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_encode(body), status=status, content_type=_JSON)
+
+
+def _error(err: ApiError) -> web.Response:
+    return _json(status_body(err), err.code)
+
+
+class KubeApiServer:
+    """A Kubernetes API server for tests, over real HTTP. See the package docstring."""
+
+    def __init__(self, settings: KubeApiSettings | None = None, clock: Clock | None = None) -> None:
+        self.settings = settings or KubeApiSettings()
+        self.clock = clock or WallClock()
+        journal = Journal(self.settings.state_path) if self.settings.state_path else None
+        self.store = Store(history_window=self.settings.history_window, journal=journal)
+        schemas = (
+            builtin_schemas(self.settings.kubernetes_version) if self.settings.validate else None
+        )
+        self.api = Api(self.store, self.clock, schemas)
+        self.audit: list[AuditRecord] = []
+        self.faults: list[Fault] = []
+        self.port = self.settings.port
+        self._runner: web.AppRunner | None = None
+        self._streams: set[web.StreamResponse] = set()
+
+    # lifecycle --------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.host, self.port, reuse_address=True)
+        await site.start()
+        if self.port == 0:
+            server = site._server
+            assert isinstance(server, asyncio.base_events.Server)
+            self.port = server.sockets[0].getsockname()[1]
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Stop serving (idempotent). Open watches are cut mid-stream, without the closing
+        chunk, as a restarting apiserver drops them; the store stays for ``start()``."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self.store.close_watchers()
+        for stream in list(self._streams):
+            transport = stream._req.transport if stream._req is not None else None
+            if transport is not None:
+                transport.abort()
+        await runner.cleanup()
+        if self.store.journal is not None:
+            self.store.journal.close()
+
+    async def __aenter__(self) -> KubeApiServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # test controls ----------------------------------------------------------------------
+    def kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
+        """Write a kubeconfig pointing at this server (kubectl and kubernetes_asyncio)."""
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "seedance-test", "cluster": {"server": self.url}}],
+            "users": [{"name": "seedance-test", "user": {"token": "seedance-test"}}],
+            "contexts": [
+                {
+                    "name": "seedance-test",
+                    "context": {
+                        "cluster": "seedance-test",
+                        "user": "seedance-test",
+                        "namespace": namespace,
+                    },
+                }
+            ],
+            "current-context": "seedance-test",
+        }
+        out = Path(path)
+        out.write_text(yaml.safe_dump(doc))
+        return out
+
+    def compact(self, rv: int | None = None) -> int:
+        """Forget history up to ``rv`` (default: now): older watches get 410 Expired."""
+        return self.store.compact(rv)
+
+    def fail_next(
+        self,
+        method: str,
+        path_regex: str,
+        code: int,
+        count: int = 1,
+        message: str = "injected fault",
+        reason: str | None = None,
+    ) -> Fault:
+        """Make the next ``count`` requests matching (method, path regex) fail with ``code``."""
+        fault = Fault(
+            method=method.upper(),
+            path=re.compile(path_regex),
+            code=code,
+            remaining=count,
+            message=message,
+            reason=reason or _reason_for(code),
+        )
+        self.faults.append(fault)
+        return fault
+
+    def verbs_used(self, user_agent: str | None = None) -> set[tuple[str, str, str]]:
+        """(api group, resource[/subresource], verb) of every audited resource request."""
+        return {
+            (r.api_group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource, r.verb)
+            for r in self.audit
+            if r.resource and (user_agent is None or user_agent in r.user_agent)
+        }
+
+    # HTTP -------------------------------------------------------------------------------
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        info = parse_request(request.method, request.path, query)
+        code = 500
+        try:
+            fault = self._fault(request.method, request.path_qs)
+            if fault is not None:
+                raise ApiError(code=fault.code, reason=fault.reason, message=fault.message)
+            response = await self._dispatch(request, info, query)
+            code = response.status
+            return response
+        except ApiError as err:
+            code = err.code
+            return _error(err)
+        finally:
+            self.audit.append(
+                AuditRecord(
+                    verb=info.verb,
+                    api_group=info.group,
+                    api_version=info.version,
+                    resource=info.resource,
+                    subresource=info.subresource,
+                    namespace=info.namespace,
+                    name=info.name,
+                    user_agent=request.headers.get("User-Agent", ""),
+                    method=request.method,
+                    path=request.path_qs,
+                    code=code,
+                )
+            )
+
+    def _fault(self, method: str, path: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.remaining > 0 and fault.method in (method, "*") and fault.path.search(path):
+                fault.remaining -= 1
+                return fault
+        return None
+
+    async def _dispatch(
+        self, request: web.Request, info: RequestInfo, query: dict[str, str]
+    ) -> web.StreamResponse:
+        if not info.is_resource:
+            return self._non_resource(request, info)
+        rt = self.api.resolve(info.group, info.version, info.resource)
+        if not rt.namespaced:
+            if info.namespace and info.resource != "namespaces":
+                raise errors.not_found(info.resource, info.group, info.name)
+            info = dataclasses.replace(info, namespace="")  # namespaces/x names x, not a scope
+        handler = _HANDLERS.get(info.verb)
+        if handler is None:
+            raise errors.method_not_allowed(f"the server does not allow this method: {info.verb}")
+        return await handler(self, request, info, rt, query)
+
+    def _non_resource(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        path = info.path.rstrip("/")
+        types = list(self.api.types.values())
+        doc: dict[str, Any] | None
+        if path == "/version":
+            doc = discovery.version_info(self.settings.kubernetes_version)
+        elif path == "/api":
+            doc = discovery.api_versions(f"{self.settings.host}:{self.port}")
+        elif path == "/apis":
+            doc = discovery.api_groups(types)
+        elif path == "/openapi/v3":
+            doc = discovery.openapi_root(types)
+        elif path.startswith("/openapi/v3/"):
+            gv = path.removeprefix("/openapi/v3/").split("/")
+            group, version = ("", gv[-1]) if gv[0] == "api" else (gv[1], gv[-1])
+            doc = discovery.openapi_group_version(
+                types, group, version, self.settings.kubernetes_version
+            )
+        elif path in ("/healthz", "/readyz", "/livez"):
+            return web.Response(text="ok")
+        else:
+            doc = self._group_doc(path, types)
+        if doc is None:
+            raise ApiError(
+                code=404,
+                reason="NotFound",
+                message=f"the server could not find "
+                f"the requested resource ({request.method} {path})",
+            )
+        return _json(doc)
+
+    @staticmethod
+    def _group_doc(path: str, types: list[ResourceType]) -> dict[str, Any] | None:
+        parts = [p for p in path.split("/") if p]
+        if parts == ["api", "v1"]:
+            return discovery.api_resources(types, "", "v1")
+        if len(parts) == 2 and parts[0] == "apis":
+            return discovery.api_groups(types, parts[1])
+        if len(parts) == 3 and parts[0] == "apis":
+            return discovery.api_resources(types, parts[1], parts[2])
+        return None
+
+    # verbs ------------------------------------------------------------------------------
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        try:
+            return _decode(raw)
+        except msgspec.DecodeError:
+            try:
+                return yaml.safe_load(raw)
+            except yaml.YAMLError as exc:
+                raise errors.bad_request(f"the request body does not decode: {exc}") from None
+
+    def _out(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """The object as version ``rt.version`` serves it (custom resources share storage
+        across versions; no conversion webhook, only apiVersion changes)."""
+        if obj.get("apiVersion") != rt.api_version:
+            return {**obj, "apiVersion": rt.api_version}
+        return obj
+
+    @staticmethod
+    def _opts(query: dict[str, str]) -> WriteOptions:
+        return WriteOptions(
+            strict=query.get("fieldValidation") == "Strict", dry_run=query.get("dryRun") == "All"
+        )
+
+    async def _get(
+        self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
+    ) -> web.StreamResponse:
+        self._check_sub(rt, info, ("status",))
+        obj = self._out(rt, self.api.get(rt, info.namespace, info.name))
+        if _wants_table(request):
+            return _json(
+                discovery.table(
+                    rt,
+                    [obj],
+                    obj["metadata"]["resourceVersion"],
+                    self.clock.now(),
+                    query.get("includeObject", "Metadata"),
+                )
+            )
+        return _json(obj)
+
+    def _selector_of(self, query: dict[str, str]) -> Any:
+        try:
+            return parse_labels(query.get("labelSelector")) & parse_fields(
+                query.get("fieldSelector")
+            )
+        except SelectorError as exc:
+            raise errors.bad_request(str(exc)) from None
+
+    async def _list(
+        self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
+    ) -> web.StreamResponse:
+        selector = self._selector_of(query)
+        ns = info.namespace if rt.namespaced and info.namespace else None
+        items = [self._out(rt, o) for o in self.api.select(rt, ns, selector)]
+        rv = str(self.store.rv)
+        if _wants_table(request):
+            return _json(
+                discovery.table(
+                    rt, items, rv, self.clock.now(), query.get("includeObject", "Metadata")
+                )
+            )
+        return _json(
+            {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": rv},
+                "items": items,
+            }
+        )
+
+    async def _create(
+        self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
+    ) -> web.StreamResponse:
+        body = await self._body(request)
+        if info.subresource == "binding" or (rt.plural == "bindings"):
+            return self._bind(info, body)
+        if info.subresource == "eviction" and rt.key == ("", "v1", "pods"):
+            self.api.evict(info.namespace, info.name, body)
+            return _json(_success(201), 201)
+        if info.name:
+            raise errors.method_not_allowed("POST to a named object is not allowed")
+        obj = self.api.create(rt, info.namespace, body, self._opts(query))
+        return _json(self._out(rt, obj), 201)
+
+    def _bind(self, info: RequestInfo, body: Any) -> web.StreamResponse:
+        name = info.name or ((body or {}).get("metadata") or {}).get("name", "")
+        self.api.bind(info.namespace, name, body)
+        # The real server answers a Binding with a Status, not the Binding (see the docs:
+        # kubernetes_asyncio cannot deserialise it into V1Binding).
+        return _json(_success(201), 201)
+
+    @staticmethod
+    def _check_sub(rt: ResourceType, info: RequestInfo, allowed: tuple[str, ...]) -> None:
+        if info.subresource and (
+            info.subresource not in allowed or info.subresource not in rt.subresources
+        ):
+            raise ApiError(
+                code=404,
+                reason="NotFound",
+                message="the server could not find the requested resource",
+            )
+
+    async def _update(
+        self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
+    ) -> web.StreamResponse:
+        self._check_sub(rt, info, ("status",))
+        body = await self._body(request)
+        obj = self.api.update(
+            rt, info.namespace, info.name, body, info.subresource or None, self._opts(query)
+        )
+        return _json(self._out(rt, obj))
+
+    async def _patch(
+        self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
+    ) -> web.StreamResponse:
+        self._check_sub(rt, info, ("status",))
+        body = await self._body(request)
+        content_type = request.content_type
+        obj = self.api.patch(
+            rt,
+            info.namespace,
+            info.name,
+            content_type,
+            body,
+            info.subresource or None,
+            self._opts(query),
+        )
+        return _json(self._out(rt, obj))
+
+    async def _delete(
+        self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
+    ) -> web.StreamResponse:
+        body = await self._body(request)
+        obj = self.api.delete(
+            rt, info.namespace, info.name, body if isinstance(body, dict) else None
+        )
+        return _json(self._out(rt, obj))
+
+    async def _delete_collection(
+        self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
+    ) -> web.StreamResponse:
+        selector = self._selector_of(query)
+        ns = info.namespace if rt.namespaced and info.namespace else None
+        items = []
+        for obj in self.api.select(rt, ns, selector):
+            meta = obj["metadata"]
+            items.append(
+                self._out(rt, self.api.delete(rt, meta.get("namespace", ""), meta["name"]))
+            )
+        return _json(
+            {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": str(self.store.rv)},
+                "items": items,
+            }
+        )
+
+    # watch ------------------------------------------------------------------------------
+    async def _watch(
+        self, request: web.Request, info: RequestInfo, rt: ResourceType, query: dict[str, str]
+    ) -> web.StreamResponse:
+        selector = self._selector_of(query)
+        ns = info.namespace if rt.namespaced and info.namespace else None
+        if info.name:  # a watch on one object is a field selector on its name
+            selector = selector & parse_fields(f"metadata.name={info.name}")
+        raw_rv = query.get("resourceVersion", "")
+        since = int(raw_rv) if raw_rv.isdigit() and raw_rv != "0" else None
+        response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            watcher = self.store.watch((rt.group, rt.plural), ns, selector, since)
+        except ApiError as err:
+            await response.write(_encode({"type": "ERROR", "object": status_body(err)}) + b"\n")
+            await response.write_eof()
+            return response
+        self._streams.add(response)
+        try:
+            await self._stream(response, watcher, rt, query)
+        finally:
+            self._streams.discard(response)
+            self.store.unwatch(watcher)
+        return response
+
+    async def _stream(
+        self, response: web.StreamResponse, watcher: Any, rt: ResourceType, query: dict[str, str]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = query.get("timeoutSeconds", "")
+        deadline = loop.time() + (
+            float(timeout) if timeout.isdigit() else self.settings.watch_timeout_s
+        )
+        bookmarks = query.get("allowWatchBookmarks") in _TRUE
+        interval = self.settings.bookmark_interval_s if bookmarks else float("inf")
+        next_bookmark = loop.time() + interval
+        while (now := loop.time()) < deadline:
+            try:
+                item = await watcher.next(min(deadline, next_bookmark) - now)
+            except TimeoutError:
+                if loop.time() >= next_bookmark:
+                    await response.write(self._bookmark(rt))
+                    next_bookmark = loop.time() + interval
+                continue
+            if item is None:  # the server is stopping: cut the stream, no closing chunk
+                return
+            kind, obj = item
+            await response.write(_encode({"type": kind, "object": self._out(rt, obj)}) + b"\n")
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+
+    def _bookmark(self, rt: ResourceType) -> bytes:
+        # The watcher's queue is empty when this is written, so it has been sent every change
+        # up to the store's revision: that is the bookmark's promise.
+        obj = {
+            "kind": rt.kind,
+            "apiVersion": rt.api_version,
+            "metadata": {"resourceVersion": str(self.store.rv)},
+        }
+        return _encode({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+
+def _success(code: int) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+
+
+def _wants_table(request: web.Request) -> bool:
+    return "as=Table" in request.headers.get("Accept", "")
+
+
+_Handler = Callable[
+    [KubeApiServer, web.Request, RequestInfo, ResourceType, dict[str, str]],
+    Awaitable[web.StreamResponse],
+]
+_HANDLERS: dict[str, _Handler] = {
+    "get": KubeApiServer._get,
+    "list": KubeApiServer._list,
+    "watch": KubeApiServer._watch,
+    "create": KubeApiServer._create,
+    "update": KubeApiServer._update,
+    "patch": KubeApiServer._patch,
+    "delete": KubeApiServer._delete,
+    "deletecollection": KubeApiServer._delete_collection,
+}

@@ -1,0 +1,91 @@
+"""The Kubernetes names Seedance reads and writes: resources, labels, annotations, reasons.
+
+Owns every such string once, so the bridge, its tests, the docs and (later) the node agent
+agree on them. Must not do anything with them.
+
+Shared-GPU resources (Seedance's own extended resources, advertised by the node agent's device
+plugin; a pod asks for them in ``resources.limits``):
+
+- ``seedance.io/gpu-milli``: a share of one GPU in thousandths (1..1000; time-sliced or MPS).
+  Without ``nvidia.com/gpu`` it means one GPU; with ``nvidia.com/gpu: 1`` the same.
+- ``seedance.io/gpu-memory-mib``: the GPU memory (MiB) each of the pod's GPUs must give it;
+  the node agent caps the pod's allocations at it on a shared GPU.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ANNOTATION_EXPECTED_DURATION",
+    "ANNOTATION_PLACEMENT",
+    "DEFAULT_SCHEDULER_NAME",
+    "EVENT_FAILED_SCHEDULING",
+    "EVENT_GANG_BIND_FAILED",
+    "EVENT_PREEMPTED",
+    "EVENT_REFUSED",
+    "EVENT_SCHEDULED",
+    "LABEL_GPU_MEMORY",
+    "LABEL_GPU_PRODUCT",
+    "LABEL_KIND",
+    "LABEL_MIG_CAPABLE",
+    "LABEL_MIG_STRATEGY",
+    "LABEL_NAMESPACE",
+    "LABEL_POD",
+    "LABEL_POD_GROUP",
+    "LABEL_POD_GROUP_SIZE",
+    "LABEL_POOL",
+    "LABEL_TENANT",
+    "MIG_PREFIX",
+    "REASON_REFUSED",
+    "REASON_UNSCHEDULABLE",
+    "RES_CPU",
+    "RES_GPU",
+    "RES_GPU_MEMORY_MIB",
+    "RES_GPU_MILLI",
+    "RES_MEMORY",
+    "SOURCE_COMPONENT",
+]
+
+DEFAULT_SCHEDULER_NAME = "seedance"
+#: The component the bridge's Events name as their source (``kubectl describe`` shows it).
+SOURCE_COMPONENT = "seedance-scheduler"
+
+RES_CPU = "cpu"
+RES_MEMORY = "memory"
+RES_GPU = "nvidia.com/gpu"
+#: ``nvidia.com/mig-<profile>`` (the device plugin's "mixed" strategy): one MIG instance.
+MIG_PREFIX = "nvidia.com/mig-"
+RES_GPU_MILLI = "seedance.io/gpu-milli"
+RES_GPU_MEMORY_MIB = "seedance.io/gpu-memory-mib"
+
+#: A namespace label naming its tenant (until a TenantQuota binds the namespace).
+LABEL_TENANT = "seedance.io/tenant"
+#: Pod labels: a gang (all members placed or none) and its size.
+LABEL_POD_GROUP = "seedance.io/pod-group"
+LABEL_POD_GROUP_SIZE = "seedance.io/pod-group-size"
+#: Pod label: ``training`` (default) or ``inference``.
+LABEL_KIND = "seedance.io/kind"
+#: Job labels the bridge adds, so a cost line names the pod it was.
+LABEL_NAMESPACE = "seedance.io/namespace"
+LABEL_POD = "seedance.io/pod"
+#: Node label: the slicer pool the node belongs to (default ``default``).
+LABEL_POOL = "seedance.io/pool"
+#: GPU feature discovery's node labels.
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
+LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
+LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
+
+#: Where the bridge writes the slicer's choice (JSON, docs/k8s-bridge.md); the node agent reads it.
+ANNOTATION_PLACEMENT = "seedance.io/placement"
+#: Optional pod annotation: the expected run time in seconds (the scheduler may backfill with it).
+ANNOTATION_EXPECTED_DURATION = "seedance.io/expected-duration-s"
+
+#: ``PodScheduled=False`` reasons: the slicer's wait or refusal, and the bridge's own refusal.
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_REFUSED = "SeedanceRefused"
+#: Event reasons.
+EVENT_SCHEDULED = "Scheduled"
+EVENT_FAILED_SCHEDULING = "FailedScheduling"
+EVENT_PREEMPTED = "Preempted"
+EVENT_REFUSED = "FailedScheduling"
+EVENT_GANG_BIND_FAILED = "GangBindFailed"

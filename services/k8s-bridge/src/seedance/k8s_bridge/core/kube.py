@@ -1,0 +1,192 @@
+"""What the bridge writes to the API server, as plain JSON bodies: Bindings with the placement
+annotation, ``PodScheduled`` conditions, Events; and the node-name <-> subject-token mapping.
+
+Owns the placement annotation's format (``seedance.io/placement``, read by the node agent):
+
+    {"version": 1, "podUid": "...", "jobId": "...", "tenant": "...", "node": "gpu-1",
+     "kind": "whole|shared|mig|cpu", "gpuModel": "A100-SXM4-80GB",
+     "gpus": [{"index": 0, "uuid": "GPU-...", "milli": 1000,
+               "migProfile": null, "migStartSlot": null}],
+     "gpuMemoryMib": 0, "placementId": "<the Placement event id>", "boundAt": "<RFC 3339>"}
+
+``gpus`` are this pod's devices only (a gang member gets its own share of the node's part);
+``milli`` is the share of each (1000: the whole GPU), ``gpuMemoryMib`` the memory cap per GPU
+(0: no cap). The annotation travels in the Binding's metadata: the API server copies a
+Binding's annotations onto the pod in the same write that sets ``spec.nodeName``, so a pod is
+never on a node without its placement, and binding costs one request.
+
+Must not do I/O or decide anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from seedance.events.slicing import GpuAssignment
+from seedance.k8s_bridge.core import keys
+from seedance.k8s_bridge.core.pods import PodRef
+
+__all__ = [
+    "binding_body",
+    "devices_text",
+    "event_body",
+    "k8s_time",
+    "node_name",
+    "node_token",
+    "parse_annotation",
+    "placement_annotation",
+    "scheduled_condition",
+]
+
+
+def node_token(name: str) -> str:
+    """A node name as a subject token: Kubernetes node names may hold dots, tokens may not,
+    and ``:`` (allowed in tokens) never occurs in a node name, so the mapping is reversible."""
+    return name.replace(".", ":")
+
+
+def node_name(token: str) -> str:
+    return token.replace(":", ".")
+
+
+def k8s_time(t: datetime, *, micro: bool = False) -> str:
+    """RFC 3339 in UTC, as ``metav1.Time`` (seconds) or ``metav1.MicroTime`` writes it."""
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"
+    return t.strftime(fmt)
+
+
+def placement_annotation(
+    *,
+    ref: PodRef,
+    job_id: str,
+    tenant: str,
+    node: str,
+    kind: str,
+    gpu_model: str,
+    gpus: Sequence[GpuAssignment],
+    gpu_mem_mib: int,
+    placement_id: str,
+    bound_at: datetime,
+) -> str:
+    doc = {
+        "version": 1,
+        "podUid": ref.uid,
+        "jobId": job_id,
+        "tenant": tenant,
+        "node": node,
+        "kind": kind,
+        "gpuModel": gpu_model,
+        "gpus": [
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "milli": g.milli,
+                "migProfile": g.mig_profile,
+                "migStartSlot": g.mig_start_slot,
+            }
+            for g in gpus
+        ],
+        "gpuMemoryMib": gpu_mem_mib,
+        "placementId": placement_id,
+        "boundAt": k8s_time(bound_at, micro=True),
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def binding_body(ref: PodRef, node: str, annotation: str) -> dict[str, Any]:
+    """A v1 Binding of ``ref`` to ``node``. ``metadata.uid`` is a precondition: the API server
+    refuses the bind (409) if the pod of that name is another one (deleted and re-created)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "uid": ref.uid,
+            "annotations": {keys.ANNOTATION_PLACEMENT: annotation},
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def scheduled_condition(reason: str, message: str, at: datetime) -> dict[str, Any]:
+    """A strategic-merge patch of ``pods/status`` setting ``PodScheduled=False`` (conditions
+    merge by ``type``, so the pod's other conditions stay)."""
+    return {
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message[:32_768],
+                    "lastTransitionTime": k8s_time(at),
+                }
+            ]
+        }
+    }
+
+
+def event_body(
+    ref: PodRef,
+    *,
+    reason: str,
+    message: str,
+    warning: bool,
+    at: datetime,
+    role: str,
+    instance: str = "",
+) -> dict[str, Any]:
+    """A core/v1 Event about a pod. Its name is derived from the pod's uid and ``role`` (the
+    transition), so the same fact posted again after a restart is refused as AlreadyExists
+    rather than shown twice."""
+    digest = hashlib.blake2b(f"{ref.uid}/{role}".encode(), digest_size=8).hexdigest()
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{ref.name[:200]}.{digest}", "namespace": ref.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "uid": ref.uid,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": keys.SOURCE_COMPONENT},
+        "reportingComponent": keys.SOURCE_COMPONENT,
+        "reportingInstance": instance or keys.SOURCE_COMPONENT,
+        "firstTimestamp": k8s_time(at),
+        "lastTimestamp": k8s_time(at),
+        "count": 1,
+    }
+
+
+def devices_text(node: str, gpus: Sequence[GpuAssignment], kind: str) -> str:
+    """``gpu-1: GPU 0, GPU 1`` / ``gpu-1: GPU 2 (250 milli)`` / ``gpu-1: GPU 0 MIG 3g.40gb@4``."""
+    parts = []
+    for g in gpus:
+        text = f"GPU {g.index}" + (f" {g.uuid}" if g.uuid else "")
+        if g.mig_profile:
+            text += f" MIG {g.mig_profile}@{g.mig_start_slot}"
+        elif g.milli < 1000:
+            text += f" ({g.milli} milli)"
+        parts.append(text)
+    return f"{node}: " + (", ".join(parts) if parts else f"{kind}, no GPU")
+
+
+def parse_annotation(annotations: Mapping[str, str]) -> dict[str, Any] | None:
+    raw = annotations.get(keys.ANNOTATION_PLACEMENT)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

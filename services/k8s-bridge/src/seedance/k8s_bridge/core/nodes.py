@@ -1,0 +1,94 @@
+"""A Node (the API's JSON) to the `NodeInventory` the slicer places on.
+
+Owns which Node fields describe the node to the slicer: ``status.allocatable`` (what pods may
+use, after the kubelet's reservations; ``capacity`` when allocatable lacks a resource) for cpu,
+memory and ``nvidia.com/gpu``, and GPU feature discovery's labels for the model
+(``nvidia.com/gpu.product``), the memory per GPU in MiB (``nvidia.com/gpu.memory``) and MIG
+(``nvidia.com/mig.capable``, ``nvidia.com/mig.strategy``). A Node carries no GPU UUIDs: the
+inventory's are empty and the node agent (a later issue) publishes the real inventory instead,
+with ``publish_inventory`` off. A cordoned or not-ready node is published with no GPUs, so the
+slicer places nothing new there; a deleted one the same.
+
+The event id is derived from the node's uid and the observation time: the tracker publishes an
+inventory only when it differs from the last one it published, and a re-published unchanged
+one (after a restart) is an idempotent upsert for the slicer. (An id from the content alone
+would drop an A -> B -> A change inside the duplicate window.) Must not do I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from seedance.events.base import derived_event_id
+from seedance.events.telemetry import GpuInfo, NodeInventory
+from seedance.k8s_bridge.core import keys
+from seedance.k8s_bridge.core.kube import node_token
+from seedance.k8s_bridge.core.quantity import parse_quantity, to_mib, to_milli
+
+__all__ = ["node_inventory", "node_usable"]
+
+Json = Mapping[str, Any]
+
+
+def node_usable(node: Json) -> bool:
+    """Ready and not cordoned."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return bool(c.get("status") == "True")
+    return True  # a node without conditions yet (a test server, a fresh registration)
+
+
+def _resource(status: Json, name: str) -> Any:
+    alloc = status.get("allocatable") or {}
+    if name in alloc:
+        return alloc[name]
+    return (status.get("capacity") or {}).get(name, 0)
+
+
+def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeInventory:
+    """The inventory of ``node`` at ``at`` (the bridge's observation time).
+
+    Raises:
+        InvalidQuantity: an allocatable quantity that does not parse.
+    """
+    md = node.get("metadata") or {}
+    labels = md.get("labels") or {}
+    status = node.get("status") or {}
+    usable = not deleted and node_usable(node)
+    count = int(parse_quantity(_resource(status, keys.RES_GPU))) if usable else 0
+    try:
+        mem_mib = int(labels.get(keys.LABEL_GPU_MEMORY, "0"))
+    except ValueError:
+        mem_mib = 0
+    mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true"
+    gpus = [
+        GpuInfo(
+            index=i,
+            model=labels.get(keys.LABEL_GPU_PRODUCT, "unknown"),
+            mem_total_mib=mem_mib,
+            mig_capable=mig_capable,
+            mig_enabled=mig_capable and labels.get(keys.LABEL_MIG_STRATEGY, "none") != "none",
+        )
+        for i in range(count)
+    ]
+    cpu = to_milli(parse_quantity(_resource(status, keys.RES_CPU))) if usable else 0
+    memory = to_mib(parse_quantity(_resource(status, keys.RES_MEMORY))) if usable else 0
+    name = node_token(str(md.get("name", "")))
+    body = NodeInventory(
+        id="",
+        at=at,
+        node=name,
+        pool=str(labels.get(keys.LABEL_POOL, "default")),
+        cpu_milli=cpu,
+        memory_mib=memory,
+        gpus=gpus,
+    )
+    uid = str(md.get("uid") or name)
+    ms = int(at.timestamp() * 1000)
+    return msgspec.structs.replace(body, id=derived_event_id(uid, f"inventory/{ms}", ms))

@@ -1,0 +1,244 @@
+"""The bridge's calls to the Kubernetes API server, through kubernetes_asyncio, as plain JSON.
+
+kubernetes_asyncio is the official client generated from the API server's OpenAPI, on asyncio
+(the loop every Seedance service runs on): it brings kubeconfig and in-cluster credentials,
+TLS, and a typed call per endpoint (list/watch with resourceVersion and bookmarks, the Binding
+subresource, status patches, Leases). Its calls run here with ``_preload_content=False``, so
+objects stay the API's JSON (what the pure core reads) instead of being turned into generated
+model classes and back: on the bind path that is most of the client's cost.
+
+Owns the mapping of HTTP outcomes to the bridge's: `ApiStatus` (the server answered with an
+error status: ``code``, ``reason`` from the Status body) and `ApiUnavailable` (no answer:
+connection refused or reset, timeout; retried with backoff by the callers). Each call names
+the RBAC rule it needs (`CALLS`, checked against `seedance.k8s_bridge.rbac` at import).
+Must not decide anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import msgspec
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.api_client import ApiClient
+
+from seedance.k8s_bridge import rbac
+
+__all__ = ["CALLS", "USER_AGENT", "ApiStatus", "ApiUnavailable", "KubeApi", "connect"]
+
+Json = dict[str, Any]
+
+#: KubeApi method -> the (resource, verb) it needs.
+CALLS: dict[str, tuple[str, str]] = {
+    "list_pods": ("pods", "list"),
+    "watch_pods": ("pods", "watch"),
+    "get_pod": ("pods", "get"),
+    "delete_pod": ("pods", "delete"),
+    "bind": ("pods/binding", "create"),
+    "patch_pod_status": ("pods/status", "patch"),
+    "list_nodes": ("nodes", "list"),
+    "watch_nodes": ("nodes", "watch"),
+    "list_namespaces": ("namespaces", "list"),
+    "watch_namespaces": ("namespaces", "watch"),
+    "create_event": ("events", "create"),
+    "get_lease": ("leases", "get"),
+    "create_lease": ("leases", "create"),
+    "replace_lease": ("leases", "update"),
+}
+for _resource, _verb in CALLS.values():
+    rbac.needs(_resource, _verb)
+
+_decode = msgspec.json.Decoder()
+
+
+class ApiStatus(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+class ApiUnavailable(Exception):
+    """No answer from the API server (refused, reset, timed out): retry later."""
+
+
+#: How the bridge names itself to the API server (its audit log, ``kubectl get events``).
+USER_AGENT = "seedance-k8s-bridge/0.1"
+
+
+async def connect(kubeconfig: str | None) -> ApiClient:
+    """An API client from a kubeconfig file, or (``None``) the pod's service account."""
+    if kubeconfig:
+        api_client = await config.new_client_from_config(config_file=kubeconfig)
+    else:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        api_client = ApiClient(configuration)
+    api_client.user_agent = USER_AGENT
+    return api_client
+
+
+async def _json(call: Any) -> Json:
+    """Await a ``_preload_content=False`` call: its JSON body, or the error it is."""
+    try:
+        resp = await call
+    except (aiohttp.ClientError, TimeoutError, ConnectionError, OSError) as exc:
+        raise ApiUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    try:
+        data = await resp.read()
+    except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+        raise ApiUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        resp.release()
+    body = _body(data)
+    if resp.status >= 400:
+        raise ApiStatus(resp.status, str(body.get("reason", "")), str(body.get("message", "")))
+    return body
+
+
+def _body(data: bytes) -> Json:
+    try:
+        body = _decode.decode(data) if data else {}
+    except msgspec.DecodeError:
+        return {"message": data[:200].decode(errors="replace")}
+    return body if isinstance(body, dict) else {}
+
+
+class KubeApi:
+    """The calls the bridge makes (see `CALLS`), returning the API's JSON."""
+
+    def __init__(self, api_client: ApiClient, *, request_timeout_s: float = 10.0) -> None:
+        self.client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._coord = client.CoordinationV1Api(api_client)
+        self._timeout_s = request_timeout_s
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def _opts(self) -> dict[str, Any]:
+        return {"_preload_content": False, "_request_timeout": self._timeout_s}
+
+    # --- lists and watches ------------------------------------------------------------------
+
+    async def list_pods(self, field_selector: str) -> Json:
+        return await _json(
+            self._core.list_pod_for_all_namespaces(field_selector=field_selector, **self._opts())
+        )
+
+    async def list_nodes(self, field_selector: str = "") -> Json:
+        return await _json(self._core.list_node(**self._opts()))
+
+    async def list_namespaces(self, field_selector: str = "") -> Json:
+        return await _json(self._core.list_namespace(**self._opts()))
+
+    def watch_pods(
+        self, field_selector: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Json]:
+        return self._stream(
+            self._core.list_pod_for_all_namespaces,
+            field_selector=field_selector,
+            resource_version=resource_version,
+            timeout_s=timeout_s,
+        )
+
+    def watch_nodes(
+        self, field_selector: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Json]:
+        return self._stream(
+            self._core.list_node, resource_version=resource_version, timeout_s=timeout_s
+        )
+
+    def watch_namespaces(
+        self, field_selector: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Json]:
+        return self._stream(
+            self._core.list_namespace, resource_version=resource_version, timeout_s=timeout_s
+        )
+
+    async def _stream(
+        self, fn: Any, *, resource_version: str, timeout_s: int, **kw: Any
+    ) -> AsyncIterator[Json]:
+        """A watch's events (``{"type": ..., "object": ...}``) until the server ends it.
+
+        Raises:
+            ApiStatus: the watch was refused (410 Gone: the resourceVersion is compacted).
+            ApiUnavailable: the connection failed or broke.
+        """
+        try:
+            resp = await fn(
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_s,
+                _preload_content=False,
+                # the client-side bound: the server's timeout plus a margin
+                _request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_s + 30),
+                **kw,
+            )
+        except (aiohttp.ClientError, TimeoutError, ConnectionError, OSError) as exc:
+            raise ApiUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            if resp.status >= 400:
+                body = _body(await resp.read())
+                raise ApiStatus(
+                    resp.status, str(body.get("reason", "")), str(body.get("message", ""))
+                )
+            while True:
+                try:
+                    line = await resp.content.readline()
+                except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+                    raise ApiUnavailable(f"watch broke: {type(exc).__name__}: {exc}") from exc
+                if not line:
+                    return
+                if line.strip():
+                    yield _decode.decode(line)
+        finally:
+            resp.release()
+
+    # --- pods -------------------------------------------------------------------------------
+
+    async def get_pod(self, namespace: str, name: str) -> Json | None:
+        try:
+            return await _json(self._core.read_namespaced_pod(name, namespace, **self._opts()))
+        except ApiStatus as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    async def bind(self, namespace: str, name: str, body: Any) -> None:
+        await _json(self._core.create_namespaced_pod_binding(name, namespace, body, **self._opts()))
+
+    async def patch_pod_status(self, namespace: str, name: str, body: Json) -> None:
+        # A dict body is sent as a strategic-merge patch (conditions merge by type).
+        await _json(self._core.patch_namespaced_pod_status(name, namespace, body, **self._opts()))
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        body: Any = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        await _json(self._core.delete_namespaced_pod(name, namespace, body=body, **self._opts()))
+
+    async def create_event(self, namespace: str, body: Any) -> None:
+        await _json(self._core.create_namespaced_event(namespace, body, **self._opts()))
+
+    # --- leases -----------------------------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> Json | None:
+        try:
+            return await _json(self._coord.read_namespaced_lease(name, namespace, **self._opts()))
+        except ApiStatus as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    async def create_lease(self, namespace: str, body: Any) -> Json:
+        return await _json(self._coord.create_namespaced_lease(namespace, body, **self._opts()))
+
+    async def replace_lease(self, namespace: str, name: str, body: Any) -> Json:
+        return await _json(
+            self._coord.replace_namespaced_lease(name, namespace, body, **self._opts())
+        )

@@ -1,0 +1,486 @@
+"""The bridge service: the API server's pods and nodes in, job events out; the slicer's
+decisions in, Bindings, pod conditions, Events and deletions out.
+
+Every replica watches (informers on Pods with ``spec.schedulerName=<name>``, Nodes and
+Namespaces: `seedance.k8s_bridge.watch`), so a standby's cache is warm; only the holder of the
+Lease (`seedance.k8s_bridge.leader`) acts. On taking the lead it builds a fresh `Tracker` from
+the cache (plus the pods it saw deleted while standing by) and only then binds the decisions
+durable (``k8s-bridge-decisions``), so it never acts on a decision about a pod it has not
+seen. Everything it emits is idempotent (see `seedance.k8s_bridge.core.tracker`), so a
+hand-over or a restart repeats at most what the previous leader did, and duplicates nothing
+downstream.
+
+Two paths, each lean (no per-pod list or get on the way to a Binding):
+- watch -> tracker -> actions, queued and carried out by one executor task: job events are
+  published in batches (``publish_many``), API writes run concurrently (bounded);
+- decision batch -> tracker -> Bindings posted concurrently -> their outcomes -> Events. A
+  decision is acknowledged once its writes were made; a Binding that failed for now (no answer,
+  5xx, 429) is naked and redelivered; a gang's placement parts are held (naked) until the
+  gang is placed whole.
+
+Job events that could not be published stay in an outbox retried by the executor (their ids
+are derived, so a repeat is a duplicate). Must not decide anything itself: the tracker does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime
+from seedance.core.bus import TRANSIENT_BUS_ERRORS
+from seedance.core.consumer import PullConsumer
+from seedance.core.errors import NoStream
+from seedance.core.logs import get_logger
+from seedance.events import Event
+from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
+from seedance.k8s_bridge.core.tracker import (
+    Action,
+    Bind,
+    BindOutcome,
+    DeletePod,
+    PatchStatus,
+    PostEvent,
+    Publish,
+    Tracker,
+)
+from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
+from seedance.k8s_bridge.leader import LeaseElector
+from seedance.k8s_bridge.settings import BridgeSettings
+from seedance.k8s_bridge.watch import Informer
+
+__all__ = ["BridgeMetrics", "BridgeService"]
+
+log = get_logger(__name__)
+
+DURABLE = "k8s-bridge-decisions"
+DECISIONS = Placement | Unschedulable | Preempted | JobRejected | JobReleased
+#: Deleted pods remembered while standing by, replayed to the tracker on taking the lead.
+_TOMBSTONES_KEPT = 10_000
+#: Statuses of a write worth retrying (the server is busy or restarting).
+_RETRY_CODES = frozenset({429, 500, 502, 503, 504})
+#: What a publish raises when the bus is down or refusing for now (the outbox keeps the events).
+_PUBLISH_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_BUS_ERRORS, NoStream)
+
+
+class BridgeMetrics:
+    def __init__(self, registry: Any) -> None:
+        self.pods_seen_total = Counter(
+            "seedance_k8s_bridge_pods_seen_total",
+            "Pod watch events by type (ADDED, MODIFIED, DELETED).",
+            ["event"],
+            registry=registry,
+        )
+        self.pods_bound_total = Counter(
+            "seedance_k8s_bridge_pods_bound_total", "Pods bound to a node.", registry=registry
+        )
+        self.pods_refused_total = Counter(
+            "seedance_k8s_bridge_pods_refused_total",
+            "Pods refused (never submitted), and gang members deleted after a failed bind.",
+            ["reason"],
+            registry=registry,
+        )
+        self.bind_seconds = Histogram(
+            "seedance_k8s_bridge_bind_seconds",
+            "From the pod's ADDED watch event to its Binding accepted.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=registry,
+        )
+        self.api_writes_total = Counter(
+            "seedance_k8s_bridge_api_writes_total",
+            "API writes by call and outcome (ok, conflict, gone, retry, error).",
+            ["call", "outcome"],
+            registry=registry,
+        )
+        self.decisions_total = Counter(
+            "seedance_k8s_bridge_decisions_total",
+            "Slicer decisions read, by event type.",
+            ["type"],
+            registry=registry,
+        )
+        self.watch_restarts_total = Counter(
+            "seedance_k8s_bridge_watch_restarts_total",
+            "Watches re-opened, by resource and cause (ended, gone, unavailable, status_Nxx).",
+            ["resource", "cause"],
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "seedance_k8s_bridge_leader", "1 while this replica holds the Lease.", registry=registry
+        )
+        self.outbox = Gauge(
+            "seedance_k8s_bridge_outbox_events",
+            "Job events waiting to be published.",
+            registry=registry,
+        )
+
+
+class BridgeService(Lifecycle):
+    """See the module docstring. ``bindings`` maps namespaces to tenants (the TenantQuota
+    reconciler's ``namespaces``; `set_bindings` updates it), ``priorities`` PriorityClass
+    names to values (for pods whose ``spec.priority`` the API server did not resolve)."""
+
+    def __init__(
+        self,
+        runtime: ServiceRuntime,
+        clock: Clock,
+        settings: BridgeSettings,
+        api: KubeApi,
+        *,
+        bindings: Mapping[str, str] | None = None,
+        priorities: Mapping[str, int] | None = None,
+    ) -> None:
+        self._rt = runtime
+        self._clock = clock
+        self._settings = settings
+        self._api = api
+        self.metrics = BridgeMetrics(runtime.registry)
+        self.identity = settings.replica or socket.gethostname()
+        self._bindings: Mapping[str, str] = dict(bindings or {})
+        self._priorities = dict(priorities or {})
+        self.tracker: Tracker | None = None
+        self._tombstones: list[dict[str, Any]] = []
+        self._first_seen: dict[str, float] = {}
+        self._pending: list[Action] = []
+        self._wake = asyncio.Event()
+        self._outbox: list[tuple[str, Event]] = []
+        self._writes = asyncio.Semaphore(settings.api_concurrency)
+        self._stopping = asyncio.Event()
+        self._consumer = self._decisions_consumer()
+        self._consumer_task: asyncio.Task[None] | None = None
+        self.elector = LeaseElector(
+            api,
+            clock,
+            namespace=settings.lease_namespace,
+            name=settings.lease_name,
+            identity=self.identity,
+            duration_s=settings.lease_duration_s,
+            renew_s=settings.lease_renew_s,
+        )
+        self.pods = self._informer(
+            "pods", api.list_pods, api.watch_pods, self._on_pod,
+            f"spec.schedulerName={settings.scheduler_name}",
+        )  # fmt: skip
+        self.nodes = self._informer("nodes", api.list_nodes, api.watch_nodes, self._on_node)
+        self.namespaces = self._informer(
+            "namespaces", api.list_namespaces, api.watch_namespaces, self._on_namespace
+        )
+
+    def _informer(
+        self, kind: str, lister: Any, watcher: Any, handler: Any, selector: str = ""
+    ) -> Informer:
+        s = self._settings
+        return Informer(
+            kind, lister, watcher, handler, self._clock,
+            field_selector=selector, timeout_s=s.watch_timeout_s,
+            backoff_initial_s=s.backoff_initial_s, backoff_max_s=s.backoff_max_s,
+            on_restart=self._count_restart,
+        )  # fmt: skip
+
+    def _decisions_consumer(self) -> PullConsumer:
+        c = self._rt.consume(
+            DURABLE, DECISIONS, batch_handler=self._on_decisions, batch=self._settings.batch,
+            managed=False,
+        )  # fmt: skip
+        if self._settings.instance:
+            c.spec = dataclasses.replace(c.spec, durable=f"{DURABLE}-{self._settings.instance}")
+        return c
+
+    @property
+    def leading(self) -> bool:
+        return self.tracker is not None
+
+    def set_bindings(self, bindings: Mapping[str, str]) -> None:
+        """New namespace -> tenant bindings (from the TenantQuota reconciler)."""
+        self._bindings = dict(bindings)
+        if self.tracker is not None:
+            self.tracker.bindings = self._bindings
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._rt.start()
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            watches = [tg.create_task(i.run()) for i in (self.pods, self.nodes, self.namespaces)]
+            keeper = tg.create_task(self.elector.keep())
+            executor = tg.create_task(self._executor())
+            runtime_task = tg.create_task(self._rt.run())
+            leading = tg.create_task(self._lead())
+            await runtime_task
+            self._stopping.set()
+            await leading
+            for t in (*watches, keeper, executor):
+                t.cancel()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self._consumer.stop()
+        await self._rt.stop()
+
+    async def close(self) -> None:
+        await self._consumer.close()
+        with contextlib.suppress(ApiStatus, ApiUnavailable):
+            await self.elector.release()
+        await self._flush_outbox()
+        await self._rt.close()
+
+    # --- leadership -------------------------------------------------------------------------
+
+    async def _lead(self) -> None:
+        """Stand by until the Lease is ours and the caches are synced; lead until it is lost
+        or we stop; repeat."""
+        while not self._stopping.is_set():
+            if not await self._until(self.elector.leading.wait()):
+                continue
+            for informer in (self.namespaces, self.nodes, self.pods):
+                if not await self._until(informer.synced.wait()):
+                    break
+            else:
+                await self._take_over()
+                while self.elector.leading.is_set() and not self._stopping.is_set():
+                    await self._until(self.elector.lost.wait())
+                await self._step_down()
+
+    async def _until(self, aw: Any, poll_s: float = 0.5) -> bool:
+        """Await ``aw`` for at most ``poll_s``; False if it did not finish (or we stop)."""
+        task = asyncio.ensure_future(aw)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(poll_s):
+                await asyncio.shield(task)
+        if not task.done():
+            task.cancel()
+            return False
+        return not self._stopping.is_set()
+
+    async def _take_over(self) -> None:
+        tracker = Tracker(instance=self.identity)
+        tracker.bindings = self._bindings
+        tracker.priorities = self._priorities
+        now = self._clock.now()
+        actions: list[Action] = []
+        for ns in self.namespaces.cache.values():
+            tracker.namespace_seen(ns)
+        if self._settings.publish_inventory:
+            for node in self.nodes.cache.values():
+                actions += tracker.node_seen(node, now)
+        for pod in self.pods.cache.values():
+            actions += tracker.pod_seen(pod, now)
+        # Pods that went while we stood by: their ends, should the old leader have missed them.
+        for pod in self._tombstones:
+            actions += tracker.pod_seen(pod, now)
+            actions += tracker.pod_seen(pod, now, deleted=True)
+        self._tombstones = []
+        self.tracker = tracker
+        self.metrics.leader.set(1)
+        log.info(
+            "bridge_leading",
+            holder=self.identity,
+            pods=len(self.pods.cache),
+            nodes=len(self.nodes.cache),
+            **tracker.counts(),
+        )
+        self._enqueue(actions)
+        await self._consumer.start(self._rt.bus)
+        self._consumer_task = asyncio.create_task(self._consumer.run())
+
+    async def _step_down(self) -> None:
+        self._consumer.stop()
+        if self._consumer_task is not None:
+            await self._consumer_task
+            self._consumer_task = None
+        await self._consumer.close()  # unacked decisions go to the next leader
+        self.tracker = None
+        self.metrics.leader.set(0)
+        if not self._stopping.is_set():
+            log.warning("bridge_leadership_lost", holder=self.identity)
+
+    # --- watch handlers ---------------------------------------------------------------------
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        self.metrics.pods_seen_total.labels(kind).inc()
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if kind == "ADDED":
+            self._first_seen.setdefault(uid, self._clock.monotonic())
+        elif kind == "DELETED":
+            self._first_seen.pop(uid, None)
+        if self.tracker is None:
+            if kind == "DELETED":
+                self._tombstones.append(pod)
+                del self._tombstones[:-_TOMBSTONES_KEPT]
+            return
+        self._enqueue(self.tracker.pod_seen(pod, self._clock.now(), deleted=kind == "DELETED"))
+
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        if self.tracker is None or not self._settings.publish_inventory:
+            return
+        self._enqueue(self.tracker.node_seen(node, self._clock.now(), deleted=kind == "DELETED"))
+
+    def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
+        if self.tracker is not None:
+            self.tracker.namespace_seen(ns, deleted=kind == "DELETED")
+
+    def _count_restart(self, resource: str, cause: str) -> None:
+        self.metrics.watch_restarts_total.labels(resource, cause).inc()
+
+    # --- carrying out -----------------------------------------------------------------------
+
+    def _enqueue(self, actions: list[Action]) -> None:
+        if actions:
+            self._pending.extend(actions)
+            self._wake.set()
+
+    async def _executor(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._wake.wait()
+            self._wake.clear()
+            actions, self._pending = self._pending, []
+            await self._carry_out(actions)
+
+    async def _carry_out(self, actions: Sequence[Action]) -> list[PodRefRetry]:
+        """Publish the events (through the outbox), make the writes concurrently, then carry
+        out what their outcomes call for. Returns the Bindings to retry later."""
+        retry: list[PodRefRetry] = []
+        while actions:
+            self._outbox.extend((a.subject, a.event) for a in actions if isinstance(a, Publish))
+            writes = [a for a in actions if not isinstance(a, Publish)]
+            results = await asyncio.gather(*(self._write(a) for a in writes))
+            await self._flush_outbox()
+            actions = []
+            for follow, again in results:
+                actions.extend(follow)
+                retry.extend(again)
+        return retry
+
+    async def _flush_outbox(self) -> None:
+        if not self._outbox:
+            self.metrics.outbox.set(0)
+            return
+        items, self._outbox = self._outbox, []
+        try:
+            await self._rt.bus.publish_many(items)
+        except _PUBLISH_ERRORS as exc:
+            self._outbox = items + self._outbox  # the executor tries again within a second
+            log.warning("bridge_publish_failed", events=len(items), error=repr(exc))
+        self.metrics.outbox.set(len(self._outbox))
+
+    async def _write(self, a: Action) -> tuple[list[Action], list[PodRefRetry]]:
+        async with self._writes:
+            if isinstance(a, Bind):
+                return await self._bind(a)
+            call, coro = self._call_of(a)
+            try:
+                await coro
+                self.metrics.api_writes_total.labels(call, "ok").inc()
+            except ApiStatus as exc:
+                outcome = {404: "gone", 409: "conflict"}.get(exc.code, "error")
+                self.metrics.api_writes_total.labels(call, outcome).inc()
+                if outcome == "error":
+                    log.warning("bridge_write_failed", call=call, error=str(exc))
+            except ApiUnavailable as exc:
+                self.metrics.api_writes_total.labels(call, "retry").inc()
+                log.warning("bridge_write_unavailable", call=call, error=str(exc))
+            return [], []
+
+    def _call_of(self, a: Action) -> tuple[str, Any]:
+        ref = a.ref  # type: ignore[union-attr]
+        if isinstance(a, PatchStatus):
+            return "patch_pod_status", self._api.patch_pod_status(ref.namespace, ref.name, a.body)
+        if isinstance(a, PostEvent):
+            return "create_event", self._api.create_event(ref.namespace, a.body)
+        if isinstance(a, DeletePod):
+            return "delete_pod", self._api.delete_pod(ref.namespace, ref.name, ref.uid)
+        raise TypeError(f"no API call for {type(a).__name__}")
+
+    async def _bind(self, b: Bind) -> tuple[list[Action], list[PodRefRetry]]:
+        assert self.tracker is not None
+        ref = b.ref
+        try:
+            await self._api.bind(ref.namespace, ref.name, b.body)
+            outcome, detail = BindOutcome.BOUND, ""
+        except ApiUnavailable as exc:
+            return self._bind_later(b, str(exc))
+        except ApiStatus as exc:
+            if exc.code in _RETRY_CODES:
+                return self._bind_later(b, str(exc))
+            outcome, detail = await self._bind_refused(b, exc)
+        self.metrics.api_writes_total.labels("bind", outcome.value).inc()
+        if outcome is BindOutcome.BOUND:
+            self.metrics.pods_bound_total.inc()
+            seen = self._first_seen.pop(ref.uid, None)
+            if seen is not None:
+                self.metrics.bind_seconds.observe(self._clock.monotonic() - seen)
+        elif outcome is not BindOutcome.GONE:
+            self.metrics.pods_refused_total.labels(f"bind_{outcome.value}").inc()
+            log.warning("bridge_bind_refused", pod=f"{ref.namespace}/{ref.name}", detail=detail)
+        return self.tracker.bind_done(ref, outcome, self._clock.now(), detail), []
+
+    def _bind_later(self, b: Bind, why: str) -> tuple[list[Action], list[PodRefRetry]]:
+        assert self.tracker is not None
+        self.metrics.api_writes_total.labels("bind", "retry").inc()
+        log.warning("bridge_bind_retry", pod=f"{b.ref.namespace}/{b.ref.name}", error=why)
+        self.tracker.bind_retry(b.ref)
+        return [], [PodRefRetry(b.ref.uid, why)]
+
+    async def _bind_refused(self, b: Bind, exc: ApiStatus) -> tuple[BindOutcome, str]:
+        """404: the pod is gone. 409: read the pod to tell "already bound there" (ours, a
+        redelivery or a hand-over) from "bound elsewhere" and "another pod by that name"."""
+        if exc.code == 404:
+            return BindOutcome.GONE, str(exc)
+        if exc.code != 409:
+            return BindOutcome.FAILED, str(exc)
+        try:
+            pod = await self._api.get_pod(b.ref.namespace, b.ref.name)
+        except (ApiStatus, ApiUnavailable) as err:
+            return BindOutcome.CONFLICT, f"{exc}; reading the pod failed: {err}"
+        if pod is None or (pod.get("metadata") or {}).get("uid") != b.ref.uid:
+            return BindOutcome.GONE, str(exc)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node == b.node:
+            return BindOutcome.BOUND, ""
+        return BindOutcome.CONFLICT, f"on {node!r}, not {b.node!r}"
+
+    # --- decisions --------------------------------------------------------------------------
+
+    async def _on_decisions(self, ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
+        tracker = self.tracker
+        if tracker is None:
+            raise RetryableError("not leading: the next leader takes these decisions")
+        now = self._clock.now()
+        actions: list[Action] = []
+        origin: dict[str, int] = {}
+        held: set[int] = set()
+        for i, d in enumerate(ds):
+            self.metrics.decisions_total.labels(type(d.event).__name__).inc()
+            out = tracker.decision(d.event, now)
+            for a in out:
+                if isinstance(a, Bind):
+                    origin[a.ref.uid] = i
+            actions.extend(out)
+            if tracker.holds(d.event):
+                held.add(i)
+        retry = await self._carry_out(actions)
+        outcomes: list[BaseException | None] = [None] * len(ds)
+        for i in held:
+            outcomes[i] = RetryableError("a part of a gang placed whole only later", delay_s=0.5)
+        for r in retry:
+            at = origin.get(r.uid)
+            if at is not None:
+                outcomes[at] = RetryableError(
+                    f"binding failed for now: {r.why}", delay_s=self._settings.bind_retry_s
+                )
+        return outcomes
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRefRetry:
+    uid: str
+    why: str

@@ -1,0 +1,56 @@
+"""The bridge's settings (``SEEDANCE_K8S_BRIDGE_*``); the API server is found through
+``KUBECONFIG`` (the ecosystem's name) or, inside a pod, the service account."""
+
+from __future__ import annotations
+
+import msgspec
+
+from seedance.k8s_bridge.core.keys import DEFAULT_SCHEDULER_NAME
+
+__all__ = ["BridgeSettings"]
+
+
+class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
+    #: Pods whose ``spec.schedulerName`` is this are Seedance's.
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    #: A kubeconfig file; empty: ``KUBECONFIG``, else the in-cluster service account.
+    kubeconfig: str = ""
+    #: The ``coordination.k8s.io/v1`` Lease electing the one active bridge.
+    lease_name: str = "seedance-k8s-bridge"
+    lease_namespace: str = "seedance-system"
+    #: A standby takes over once the lease went unrenewed this long (by its own clock).
+    lease_duration_s: float = 15.0
+    #: The leader renews this often; it stops acting when it could not renew for
+    #: ``lease_duration_s`` * 2/3 (before any standby may take over).
+    lease_renew_s: float = 2.0
+    #: This replica's name in the lease and its Events (defaults to the host name).
+    replica: str = ""
+    http_port: int = 9406
+    #: Publish a NodeInventory per Node (off once node agents publish real inventories).
+    publish_inventory: bool = True
+    #: Decisions handled per fetched batch.
+    batch: int = 100
+    #: A watch is re-opened after this long (the server ends it; the resume is from its
+    #: resourceVersion, so nothing is missed).
+    watch_timeout_s: int = 300
+    #: Reconnect backoff after an API error: from ``backoff_initial_s``, doubling, capped.
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 10.0
+    #: A Binding that failed for now (no answer, 5xx, 429) is tried again after this long
+    #: (its placement is naked with this delay and redelivered).
+    bind_retry_s: float = 0.5
+    #: Concurrent API writes (Bindings, status patches, Events, deletions).
+    api_concurrency: int = 32
+    #: Non-empty: the durable ``k8s-bridge-decisions-<instance>``, so that bridges of two
+    #: clusters (tests) on one NATS do not share it. Development only: the generated NATS
+    #: permissions grant the catalogue's name alone.
+    instance: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lease_renew_s < self.lease_duration_s * 2 / 3:
+            raise ValueError(
+                f"SEEDANCE_K8S_BRIDGE_LEASE_RENEW_S={self.lease_renew_s} must be above 0 and "
+                f"below 2/3 of SEEDANCE_K8S_BRIDGE_LEASE_DURATION_S={self.lease_duration_s}"
+            )
+        if self.batch < 1 or self.api_concurrency < 1:
+            raise ValueError("SEEDANCE_K8S_BRIDGE_BATCH and _API_CONCURRENCY must be at least 1")

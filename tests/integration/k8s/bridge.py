@@ -1,0 +1,269 @@
+"""A k8s-bridge and a slicer for a test: the test API server (real HTTP), a real nats-server,
+the bridge through kubernetes_asyncio, a real SlicerService; names unique per test.
+
+Each test gets its own tenant (``t<unique>``, a namespace label), its own node names, its own
+slicer pool and durables (``instance``), its own bridge durable, all fast-forwarded past what
+earlier tests published, so it sees only its own pods and decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client, config
+
+from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
+from seedance.events import Event, decode
+from seedance.events.subjects import CONSUMERS, observed, slicing
+from seedance.k8s_bridge.kube import KubeApi, connect
+from seedance.k8s_bridge.service import DURABLE, BridgeService
+from seedance.k8s_bridge.settings import BridgeSettings
+from seedance.slicer.service import SlicerService
+from seedance.slicer.settings import SlicerSettings
+from seedance.testing.kube_api import KubeApiServer, seed
+from seedance.testing.waits import eventually
+from tests.conftest import serving
+
+__all__ = [
+    "Env",
+    "Trail",
+    "bridge",
+    "fast_forward",
+    "gpu_node",
+    "slicer",
+]
+
+SLICER_DURABLES = ("slicer-inventory", "slicer-pauses", "slicer-jobs")
+#: The lease namespace the bridges elect in.
+SYSTEM = "seedance-system"
+
+
+async def fast_forward(bus: Bus, unique: str) -> None:
+    """Create this test's durables and acknowledge everything already in their streams."""
+    names = [(n, f"{n}-{unique}") for n in SLICER_DURABLES] + [(DURABLE, f"{DURABLE}-{unique}")]
+    for name, durable in names:
+        spec = dataclasses.replace(CONSUMERS[name], durable=durable)
+        await bus.ensure_consumer(spec)
+        sub = await bus.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
+        while (pending := (await sub.consumer_info()).num_pending) > 0:
+            for m in await sub.fetch(min(pending, 500), timeout=5):
+                await m.ack_sync()
+        await sub.unsubscribe()
+
+
+@contextlib.asynccontextmanager
+async def slicer(nats_url: str, unique: str, **kw: Any) -> AsyncIterator[SlicerService]:
+    settings = SlicerSettings(
+        pool=f"p{unique}", replica="s", instance=unique, lease_ttl_s=1.5, batch=100, **kw
+    )
+    runtime = ServiceRuntime("slicer", BusSettings(url=nats_url, name="test-slicer"))
+    async with serving(SlicerService(runtime, WallClock(), settings), 15) as svc:
+        yield svc
+
+
+@contextlib.asynccontextmanager
+async def bridge(
+    kube: KubeApiServer, nats_url: str, unique: str, tmp_path: Path, replica: str = "a", **kw: Any
+) -> AsyncIterator[BridgeService]:
+    settings = BridgeSettings(
+        replica=f"bridge-{replica}",
+        instance=unique,
+        lease_namespace=SYSTEM,
+        lease_name=f"bridge-{unique}",
+        lease_duration_s=kw.pop("lease_duration_s", 1.5),
+        lease_renew_s=kw.pop("lease_renew_s", 0.2),
+        backoff_initial_s=0.05,
+        backoff_max_s=0.5,
+        **kw,
+    )
+    runtime = ServiceRuntime("k8s-bridge", BusSettings(url=nats_url, name=f"test-bridge-{replica}"))
+    api = KubeApi(await connect(str(kube.kubeconfig(tmp_path / f"kubeconfig-{replica}"))))
+    try:
+        async with serving(BridgeService(runtime, WallClock(), settings, api), 15) as svc:
+            yield svc
+    finally:
+        await api.close()
+
+
+def gpu_node(kube: KubeApiServer, name: str, gpus: int = 8, **labels: str) -> dict[str, Any]:
+    return seed.node(
+        kube,
+        name,
+        gpus=gpus,
+        labels={
+            "nvidia.com/gpu.product": "A100-SXM4-80GB",
+            "nvidia.com/gpu.memory": "81920",
+            **labels,
+        },
+    )
+
+
+class Trail:
+    """Every observed job event and slicer decision of the test's tenant, as they come."""
+
+    def __init__(self, subs: list[Any]) -> None:
+        self.subs = subs
+        self.events: list[Event] = []
+        self.task = asyncio.create_task(self._read())
+
+    @classmethod
+    async def open(cls, bus: Bus, tenant: str) -> Trail:
+        subjects = [slicing.tenant_wildcard(tenant), f"seedance.observed.{tenant}.*"]
+        assert observed.subject(tenant, "submitted").startswith(subjects[1][:-1])
+        return cls([await bus.js.subscribe(s, ordered_consumer=True) for s in subjects])
+
+    async def _read(self) -> None:
+        async def one(sub: Any) -> None:
+            async for msg in sub.messages:
+                self.events.append(decode(msg.data))
+
+        await asyncio.gather(*(one(s) for s in self.subs))
+
+    def of(self, kind: type, job: str | None = None) -> list[Any]:
+        return [
+            e
+            for e in self.events
+            if isinstance(e, kind) and (job is None or getattr(e, "job_id", None) == job)
+        ]
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        for s in self.subs:
+            await s.unsubscribe()
+
+
+@dataclasses.dataclass
+class Env:
+    """What a bridge test works with: the API server, a typed client of it (the test's own
+    reads and writes, over HTTP), the bus, the tenant's trail, names."""
+
+    kube: KubeApiServer
+    core: client.CoreV1Api
+    bus: Bus
+    trail: Trail
+    unique: str
+    tenant: str
+    ns: str
+    tmp_path: Path
+    nats_url: str
+
+    async def pod(self, name: str) -> client.V1Pod:
+        return await self.core.read_namespaced_pod(name, self.ns)
+
+    async def create_pod(
+        self,
+        name: str,
+        *,
+        gpus: int = 1,
+        labels: dict[str, str] | None = None,
+        priority: int | None = None,
+        node_name: str | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A pod of Seedance's scheduler, created over HTTP as a user would."""
+        spec: dict[str, Any] = {
+            "schedulerName": "seedance",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {},
+                }
+            ],
+        }
+        if priority is not None:
+            spec["priority"] = priority
+        if node_name:
+            spec["nodeName"] = node_name
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": labels or {},
+                "annotations": annotations or {},
+            },
+            "spec": spec,
+        }
+        resp = await self.core.create_namespaced_pod(self.ns, body, _preload_content=False)
+        assert resp.status == 201, await resp.text()
+        return dict(await resp.json())
+
+    async def bound(self, name: str, timeout_s: float = 15.0) -> client.V1Pod:
+        async def check() -> bool:
+            return bool((await self.pod(name)).spec.node_name)
+
+        await eventually(check, timeout_s, what=f"pod {name} bound")
+        return await self.pod(name)
+
+    async def events_of(self, name: str) -> list[client.CoreV1Event]:
+        events = await self.core.list_namespaced_event(self.ns)
+        return [e for e in events.items if e.involved_object.name == name]
+
+    async def reasons(self, name: str) -> list[str]:
+        return [e.reason for e in await self.events_of(name)]
+
+    async def finish(self, name: str, phase: str = "Succeeded", exit_code: int = 0) -> None:
+        """Report the pod's end as its kubelet would (the status subresource)."""
+        pod = await self.pod(name)
+        finished = "2026-12-01T10:00:00Z"
+        status = {
+            "phase": phase,
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "image": "registry.example/train:1",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": exit_code, "finishedAt": finished}},
+                }
+            ],
+        }
+        body = {"status": status}
+        resp = await self.core.patch_namespaced_pod_status(
+            name, self.ns, body, _preload_content=False
+        )
+        assert resp.status == 200, await resp.text()
+        del pod
+
+
+@contextlib.asynccontextmanager
+async def environment(
+    kube: KubeApiServer, bus: Bus, unique: str, tmp_path: Path, nats_url: str
+) -> AsyncIterator[Env]:
+    await fast_forward(bus, unique)
+    tenant, ns = f"t{unique}", f"ns-{unique}"
+    seed.namespace(kube, ns, labels={"seedance.io/tenant": tenant})
+    with contextlib.suppress(Exception):
+        seed.namespace(kube, SYSTEM)
+    cfg = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(kube.kubeconfig(tmp_path / "kubeconfig-test")), client_configuration=cfg
+    )
+    trail = await Trail.open(bus, tenant)
+    async with client.ApiClient(configuration=cfg) as api_client:
+        try:
+            yield Env(
+                kube=kube,
+                core=client.CoreV1Api(api_client),
+                bus=bus,
+                trail=trail,
+                unique=unique,
+                tenant=tenant,
+                ns=ns,
+                tmp_path=tmp_path,
+                nats_url=nats_url,
+            )
+        finally:
+            await trail.close()
+
+
+__all__ += ["environment"]

@@ -1,0 +1,202 @@
+"""The pinned kubectl (``.venv/bin/kubectl``) against the test API server: ``apply -k`` of the
+dev overlay (twice: create, then the three-way patch path), ``get``, ``describe`` with the
+pod's Events, ``delete``. kubectl runs as a subprocess with a kubeconfig the server wrote and a
+throw-away cache directory."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import yaml
+
+from seedance.testing.kube_api import KubeApiServer, seed
+from seedance.testing.kube_api.selectors import Selector
+from seedance.testing.paths import REPO
+
+KUBECTL = Path(sys.executable).parent / "kubectl"
+#: The dev overlay ships a KEDA ScaledObject; a real cluster needs KEDA's CRD for it, so does
+#: this server. Only its names matter here (the schema keeps every field).
+KEDA_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "scaledobjects.keda.sh"},
+    "spec": {
+        "group": "keda.sh",
+        "scope": "Namespaced",
+        "names": {
+            "plural": "scaledobjects",
+            "singular": "scaledobject",
+            "kind": "ScaledObject",
+            "shortNames": ["so"],
+        },
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            },
+                            "status": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            },
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+async def kubectl(api: KubeApiServer, tmp: Path, *args: str) -> tuple[int, str]:
+    config = api.kubeconfig(tmp / "kubeconfig")
+    proc = await asyncio.create_subprocess_exec(
+        str(KUBECTL),
+        "--kubeconfig",
+        str(config),
+        "--cache-dir",
+        str(tmp / "kube-cache"),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=90)
+    return proc.returncode or 0, out.decode()
+
+
+def _names(api: KubeApiServer, group: str, version: str, plural: str) -> list[str]:
+    rt = api.api.resolve(group, version, plural)
+    return sorted(o["metadata"]["name"] for o in api.api.select(rt, None, Selector()))
+
+
+async def test_kubectl_applies_the_dev_overlay_twice(
+    kube_api: KubeApiServer, tmp_path: Path
+) -> None:
+    seed.create(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions", KEDA_CRD)
+    code, out = await kubectl(
+        kube_api, tmp_path, "apply", "-k", str(REPO / "deploy/k8s/overlays/dev")
+    )
+    assert code == 0, out
+    assert "deployment.apps/router created" in out
+    assert "scaledobject.keda.sh/" in out
+    assert _names(kube_api, "apps", "v1", "deployments") == [
+        "auth-callout",
+        "cost-ledger",
+        "graph-compiler",
+        "router",
+        "slicer",
+    ]
+    assert "nats" in _names(kube_api, "apps", "v1", "statefulsets")
+    assert "seedance" in _names(kube_api, "", "v1", "namespaces")
+    rv = kube_api.store.rv
+    code, out = await kubectl(
+        kube_api, tmp_path, "apply", "-k", str(REPO / "deploy/k8s/overlays/dev")
+    )
+    assert code == 0, out
+    assert "deployment.apps/router unchanged" in out
+    # The second apply read each deployment and found nothing to patch.
+    assert {r.verb for r in kube_api.audit if r.resource == "deployments"} == {"get", "create"}
+    router = kube_api.api.get(
+        kube_api.api.resolve("apps", "v1", "deployments"), "seedance", "router"
+    )
+    assert int(router["metadata"]["resourceVersion"]) <= rv  # unchanged: no write at all
+    assert "kubectl.kubernetes.io/last-applied-configuration" in router["metadata"]["annotations"]
+
+
+async def test_kubectl_get_and_describe_show_a_pod_and_its_events(
+    kube_api: KubeApiServer, tmp_path: Path
+) -> None:
+    seed.namespace(kube_api, "tenants")
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "train-1", "namespace": "tenants", "labels": {"app": "train"}},
+                "spec": {
+                    "schedulerName": "seedance",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.example/job:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                },
+            }
+        )
+    )
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-f", str(manifest))
+    assert (code, out.strip()) == (0, "pod/train-1 created")
+    pod = kube_api.api.get(kube_api.api.resolve("", "v1", "pods"), "tenants", "train-1")
+    seed.create(
+        kube_api,
+        "",
+        "v1",
+        "events",
+        {
+            "metadata": {"name": "train-1.1", "namespace": "tenants"},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": "tenants",
+                "name": "train-1",
+                "uid": pod["metadata"]["uid"],
+                "apiVersion": "v1",
+            },
+            "reason": "Unschedulable",
+            "type": "Warning",
+            "message": "no MIG slice fits",
+            "source": {"component": "seedance"},
+            "count": 1,
+            "firstTimestamp": "2026-01-01T00:00:00Z",
+            "lastTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "tenants",
+    )
+    code, out = await kubectl(kube_api, tmp_path, "get", "pods", "-n", "tenants")
+    assert code == 0, out
+    header, row = out.strip().splitlines()
+    assert header.split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert row.split()[:4] == ["train-1", "0/1", "Pending", "0"]
+    code, out = await kubectl(kube_api, tmp_path, "describe", "pod", "train-1", "-n", "tenants")
+    assert code == 0, out
+    assert "nvidia.com/gpu:  1" in out
+    events = out.split("Events:", 1)[1]
+    assert "Unschedulable" in events
+    assert "no MIG slice fits" in events
+    code, out = await kubectl(kube_api, tmp_path, "delete", "pod", "train-1", "-n", "tenants")
+    assert code == 0, out
+    code, out = await kubectl(kube_api, tmp_path, "get", "pods", "-n", "tenants")
+    assert "No resources found" in out
+
+
+async def test_kubectl_apply_of_an_invalid_manifest_names_the_field(
+    kube_api: KubeApiServer, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "c"},
+                "data": {"a": "b"},
+                "dta": {"typo": "x"},
+            }
+        )
+    )
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-f", str(manifest))
+    assert code != 0
+    assert "dta" in out
+    assert _names(kube_api, "", "v1", "configmaps") == []

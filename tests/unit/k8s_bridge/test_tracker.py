@@ -1,0 +1,365 @@
+"""The tracker: pods in, job events and API writes out; restarts repeat ids, never facts."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from seedance.events import new_event_id
+from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
+from seedance.events.slicing import (
+    GpuAssignment,
+    JobRejected,
+    Placement,
+    PlacementKind,
+    Preempted,
+    RejectionReason,
+    Unschedulable,
+    UnschedulableReason,
+)
+from seedance.events.telemetry import NodeInventory
+from seedance.k8s_bridge.core.pods import pod_ref
+from seedance.k8s_bridge.core.tracker import (
+    Action,
+    Bind,
+    BindOutcome,
+    DeletePod,
+    PatchStatus,
+    PodState,
+    PostEvent,
+    Publish,
+    Tracker,
+)
+from tests.unit.k8s_bridge.pods import node, pod
+
+T0 = datetime(2026, 12, 1, 10, 0, 1, tzinfo=UTC)
+
+
+def tracker() -> Tracker:
+    t = Tracker(instance="bridge-0")
+    t.bindings = {"team-a": "acme"}
+    return t
+
+
+def published(actions: list[Action]) -> list[Any]:
+    return [a.event for a in actions if isinstance(a, Publish)]
+
+
+def of(actions: list[Action], kind: type) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def placement(
+    job_id: str, node_: str = "gpu-1", gpus: tuple[int, ...] = (0,), **kw: Any
+) -> Placement:
+    return Placement(
+        id=kw.pop("id", new_event_id(at=T0)),
+        at=kw.pop("at", T0),
+        job_id=job_id,
+        tenant="acme",
+        node=node_,
+        kind=PlacementKind.WHOLE,
+        gpu_model="A100",
+        gpus=[GpuAssignment(index=i, uuid=f"GPU-{i}") for i in gpus],
+        cause_id=kw.pop("cause_id", "c1"),
+    )
+
+
+def submit(t: Tracker, p: dict[str, Any]) -> JobSubmitted:
+    (ev,) = published(t.pod_seen(p, T0))
+    assert isinstance(ev, JobSubmitted)
+    return ev
+
+
+def test_a_pending_pod_is_submitted_once_as_an_observed_job() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    actions = t.pod_seen(p, T0)
+    (pub,) = of(actions, Publish)
+    assert pub.subject == "seedance.observed.acme.submitted"
+    ev = pub.event
+    assert ev.job_id == p["metadata"]["uid"]
+    assert ev.at == T0
+    assert ev.request.gpus == 1
+    # an update (our own patch, a label) submits nothing again
+    p["metadata"]["resourceVersion"] = "999"
+    assert t.pod_seen(p, T0 + timedelta(seconds=5)) == []
+    # a restarted bridge derives the same id (JetStream drops it; the slicer ignores a repeat)
+    again = submit(tracker(), p)
+    assert again.id == ev.id
+
+
+def test_placement_binds_with_the_annotation_then_reports_scheduled() -> None:
+    t = tracker()
+    p = pod(name="train", limits={"nvidia.com/gpu": 2})
+    job = submit(t, p)
+    (bind,) = t.decision(placement(job.job_id, "gpu.node-1", (2, 3)), T0)
+    assert isinstance(bind, Bind)
+    assert bind.node == "gpu.node-1"  # the subject token's ':' back to the node name's '.'
+    assert bind.body["kind"] == "Binding"
+    assert bind.body["metadata"]["uid"] == p["metadata"]["uid"]
+    assert bind.body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu.node-1"}
+    doc = json.loads(bind.body["metadata"]["annotations"]["seedance.io/placement"])
+    assert doc["podUid"] == p["metadata"]["uid"]
+    assert [g["index"] for g in doc["gpus"]] == [2, 3]
+    assert [g["uuid"] for g in doc["gpus"]] == ["GPU-2", "GPU-3"]
+    assert t.state_of(p["metadata"]["uid"]) is PodState.BINDING
+    # a redelivered placement binds nothing twice
+    assert t.decision(placement(job.job_id, "gpu:node-1", (2, 3)), T0) == []
+    (ev,) = t.bind_done(pod_ref(p), BindOutcome.BOUND, T0)
+    assert isinstance(ev, PostEvent)
+    assert ev.body["reason"] == "Scheduled"
+    assert "gpu.node-1" in ev.body["message"]
+    assert "GPU 2" in ev.body["message"]
+    assert t.state_of(p["metadata"]["uid"]) is PodState.BOUND
+
+
+def _bound(t: Tracker, p: dict[str, Any], at: datetime = T0) -> None:
+    job = submit(t, p)
+    (bind,) = t.decision(placement(job.job_id), at)
+    t.bind_done(pod_ref(p), BindOutcome.BOUND, at)
+    p["spec"]["nodeName"] = bind.node
+    p["metadata"]["annotations"].update(bind.body["metadata"]["annotations"])
+
+
+def _terminated(p: dict[str, Any], phase: str, finished: str, code: int = 0) -> None:
+    p["status"] = {
+        "phase": phase,
+        "containerStatuses": [
+            {
+                "name": "main",
+                "state": {
+                    "terminated": {"finishedAt": finished, "exitCode": code, "reason": "Error"}
+                },
+            }
+        ],
+    }
+
+
+def test_success_is_billed_at_the_kubelets_finish_within_the_bridges_bounds() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    _bound(t, p, T0)
+    _terminated(p, "Succeeded", "2026-12-01T10:05:00Z")
+    seen = T0 + timedelta(minutes=10)
+    (pub,) = of(t.pod_seen(p, seen), Publish)
+    assert pub.subject == "seedance.observed.acme.finished"
+    assert isinstance(pub.event, JobFinished)
+    assert pub.event.at == datetime(2026, 12, 1, 10, 5, tzinfo=UTC)
+    # the deletion that follows reports nothing more
+    assert t.pod_seen(p, seen, deleted=True) == []
+
+
+def test_a_kubelet_clock_ahead_is_bounded_by_observation_and_behind_by_the_bind() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    _bound(t, p, T0)
+    _terminated(p, "Failed", "2027-01-01T00:00:00Z", code=137)
+    seen = T0 + timedelta(minutes=1)
+    (ev,) = published(t.pod_seen(p, seen))
+    assert isinstance(ev, JobFailed)
+    assert ev.at == seen
+    assert "exit code 137" in ev.reason
+    t2 = tracker()
+    q = pod(limits={"nvidia.com/gpu": 1})
+    _bound(t2, q, T0)
+    _terminated(q, "Succeeded", "2026-01-01T00:00:00Z")
+    (ev,) = published(t2.pod_seen(q, seen))
+    assert ev.at == T0  # never before the bind
+
+
+def test_a_restarted_bridge_adopts_its_bound_pods_and_reports_their_end_once() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    _bound(t, p, T0)
+    _terminated(p, "Succeeded", "2026-12-01T10:05:00Z")
+    (first,) = published(t.pod_seen(p, T0 + timedelta(minutes=6)))
+    fresh = tracker()
+    (again,) = published(fresh.pod_seen(p, T0 + timedelta(minutes=7)))
+    assert again.id == first.id  # the same end, a duplicate downstream
+    assert fresh.state_of(p["metadata"]["uid"]) is PodState.ENDED
+
+
+def test_preset_node_name_is_refused_never_bound() -> None:
+    t = tracker()
+    p = pod(node_name="gpu-1", limits={"nvidia.com/gpu": 1})
+    actions = t.pod_seen(p, T0)
+    assert published(actions) == []
+    (patch,) = of(actions, PatchStatus)
+    cond = patch.body["status"]["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        "PodScheduled",
+        "False",
+        "SeedanceRefused",
+    )
+    assert "node_name_preset" in cond["message"]
+    (event,) = of(actions, PostEvent)
+    assert event.body["type"] == "Warning"
+    assert t.state_of(p["metadata"]["uid"]) is PodState.REFUSED
+    assert t.decision(placement(p["metadata"]["uid"]), T0) == []
+
+
+def test_a_pod_deleted_before_binding_is_cancelled() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    job = submit(t, p)
+    (pub,) = of(t.pod_seen(p, T0, deleted=True), Publish)
+    assert isinstance(pub.event, JobCancelled)
+    assert pub.subject == "seedance.observed.acme.cancelled"
+    assert t.decision(placement(job.job_id), T0) == []
+    # deleted while the Binding was in flight: the 404 cancels it
+    q = pod(limits={"nvidia.com/gpu": 1})
+    job = submit(t, q)
+    t.decision(placement(job.job_id), T0)
+    (ev,) = published(t.bind_done(pod_ref(q), BindOutcome.GONE, T0))
+    assert isinstance(ev, JobCancelled)
+    assert t.pod_seen(q, T0, deleted=True) == []
+
+
+def test_unschedulable_and_rejected_become_the_condition_and_an_event() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 8})
+    job = submit(t, p)
+    why = Unschedulable(
+        id=new_event_id(), at=T0, job_id=job.job_id, tenant="acme",
+        reason=UnschedulableReason.NO_CAPACITY, detail="8 GPUs free on no node",
+    )  # fmt: skip
+    actions = t.decision(why, T0)
+    cond = of(actions, PatchStatus)[0].body["status"]["conditions"][0]
+    assert cond["reason"] == "Unschedulable"
+    assert cond["message"] == "no_capacity: 8 GPUs free on no node"
+    assert of(actions, PostEvent)[0].body["reason"] == "FailedScheduling"
+    rejected = JobRejected(
+        id=new_event_id(), at=T0, job_id=job.job_id, tenant="acme",
+        reason=RejectionReason.INVALID_REQUEST, detail="bad", cause_type="job.submitted.v1",
+    )  # fmt: skip
+    assert of(t.decision(rejected, T0), PatchStatus)
+    end_answer = JobRejected(
+        id=new_event_id(), at=T0, job_id=job.job_id, tenant="acme",
+        reason=RejectionReason.JOB_ENDED, cause_type="job.finished.v1",
+    )  # fmt: skip
+    assert t.decision(end_answer, T0) == []
+
+
+def test_preemption_deletes_the_victim_with_an_event_and_its_deletion_ends_the_job() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    _bound(t, p, T0)
+    pre = Preempted(
+        id=new_event_id(), at=T0, job_id=p["metadata"]["uid"], tenant="acme",
+        node="gpu-1", by_job_id="other", reason="priority",
+    )  # fmt: skip
+    actions = t.decision(pre, T0)
+    (delete,) = of(actions, DeletePod)
+    assert delete.ref.uid == p["metadata"]["uid"]
+    assert of(actions, PostEvent)[0].body["reason"] == "Preempted"
+    (ev,) = published(t.pod_seen(p, T0 + timedelta(seconds=1), deleted=True))
+    assert isinstance(ev, JobCancelled)
+
+
+def _gang(n: int, size: int | None = None, **kw: Any) -> list[dict[str, Any]]:
+    labels = {"seedance.io/pod-group": "g1", "seedance.io/pod-group-size": str(size or n)}
+    return [pod(name=f"w-{i}", labels=labels, limits={"nvidia.com/gpu": 1}, **kw) for i in range(n)]
+
+
+def test_a_gang_is_submitted_once_complete_and_bound_only_when_every_member_is_placed() -> None:
+    t = tracker()
+    members = _gang(3)
+    assert t.pod_seen(members[0], T0) == []
+    assert t.pod_seen(members[1], T0) == []
+    (job,) = published(t.pod_seen(members[2], T0))
+    assert job.request.gang_size == 3
+    assert job.request.gpus == 1
+    assert job.job_id not in {m["metadata"]["uid"] for m in members}
+    part0 = placement(job.job_id, "gpu-1", (0, 1), cause_id=job.id)
+    assert t.decision(part0, T0) == []  # two of three placed: nothing bound yet
+    binds = t.decision(placement(job.job_id, "gpu-2", (5,), cause_id=job.id), T0)
+    assert len(binds) == 3
+    assert all(isinstance(b, Bind) for b in binds)
+    assert sorted(b.node for b in binds) == ["gpu-1", "gpu-1", "gpu-2"]
+    # each member its own GPU of the part
+    gpus = sorted(
+        (
+            b.node,
+            json.loads(b.body["metadata"]["annotations"]["seedance.io/placement"])["gpus"][0][
+                "index"
+            ],
+        )
+        for b in binds
+    )
+    assert gpus == [("gpu-1", 0), ("gpu-1", 1), ("gpu-2", 5)]
+
+
+def test_a_member_that_fails_to_bind_deletes_the_gang_and_cancels_its_job() -> None:
+    t = tracker()
+    members = _gang(2)
+    for m in members:
+        actions = t.pod_seen(m, T0)
+    (job,) = published(actions)
+    binds = t.decision(placement(job.job_id, "gpu-1", (0, 1), cause_id=job.id), T0)
+    first, second = (b.ref for b in binds)
+    assert t.bind_done(first, BindOutcome.BOUND, T0)
+    actions = t.bind_done(second, BindOutcome.FAILED, T0, "422 Unprocessable")
+    assert sorted(d.ref.uid for d in of(actions, DeletePod)) == sorted([first.uid, second.uid])
+    assert {e.body["reason"] for e in of(actions, PostEvent)} == {"GangBindFailed"}
+    (end,) = published(actions)
+    assert isinstance(end, JobCancelled)
+    assert end.job_id == job.job_id
+    # the controller re-creates the pods: a new gang, a new job
+    for m in members:
+        t.pod_seen(m, T0, deleted=True)
+    again = _gang(2)
+    for m in again:
+        actions = t.pod_seen(m, T0)
+    (job2,) = published(actions)
+    assert job2.job_id != job.job_id
+
+
+def test_gang_members_asking_for_different_resources_are_refused() -> None:
+    t = tracker()
+    a, b = _gang(2)
+    b["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": 2}
+    t.pod_seen(a, T0)
+    actions = t.pod_seen(b, T0)
+    assert published(actions) == []
+    assert len(of(actions, PatchStatus)) == 2
+
+
+def test_a_gang_finishes_when_every_member_succeeded() -> None:
+    t = tracker()
+    members = _gang(2)
+    for m in members:
+        actions = t.pod_seen(m, T0)
+    (job,) = published(actions)
+    binds = t.decision(placement(job.job_id, "gpu-1", (0, 1), cause_id=job.id), T0)
+    for b in binds:
+        t.bind_done(b.ref, BindOutcome.BOUND, T0)
+    for m in members:
+        m["spec"]["nodeName"] = "gpu-1"
+    _terminated(members[0], "Succeeded", "2026-12-01T10:05:00Z")
+    assert published(t.pod_seen(members[0], T0 + timedelta(minutes=6))) == []
+    _terminated(members[1], "Succeeded", "2026-12-01T10:05:30Z")
+    (end,) = published(t.pod_seen(members[1], T0 + timedelta(minutes=6)))
+    assert isinstance(end, JobFinished)
+    assert end.job_id == job.job_id
+
+
+def test_nodes_become_inventory_published_when_they_change() -> None:
+    t = tracker()
+    n = node("gpu.node-1", gpus=4, product="H200", memory_mib=143771)
+    (pub,) = t.node_seen(n, T0)
+    inv = pub.event
+    assert isinstance(inv, NodeInventory)
+    assert pub.subject == "seedance.telemetry.gpu:node-1.inventory"
+    assert [g.model for g in inv.gpus] == ["H200"] * 4
+    assert inv.gpus[0].mem_total_mib == 143771
+    assert inv.cpu_milli == 64_000
+    assert inv.memory_mib == 512 * 1024
+    assert t.node_seen(n, T0 + timedelta(seconds=10)) == []
+    n["spec"]["unschedulable"] = True
+    (pub,) = t.node_seen(n, T0 + timedelta(seconds=20))
+    assert pub.event.gpus == []
+    n["spec"]["unschedulable"] = False
+    assert len(t.node_seen(n, T0 + timedelta(seconds=25))[0].event.gpus) == 4
+    (pub,) = t.node_seen(n, T0 + timedelta(seconds=30), deleted=True)
+    assert pub.event.gpus == []
+    assert pub.event.cpu_milli == 0
