@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator, Iterable
 import grpc
 import structlog
 
-from seedance.slicer.deviceplugin import api_pb2, api_pb2_grpc
-from seedance.slicer.deviceplugin.devices import (
+from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
+from seedance.node_agent.deviceplugin.devices import (
     AllocationError,
     PluginDevice,
     container_allocation,
