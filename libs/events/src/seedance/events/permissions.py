@@ -183,6 +183,13 @@ IDENTITIES: dict[str, Declaration] = {
             publishes=("observed", "telemetry"),
             consumes=("k8s-bridge-decisions",),
         ),
+        # One per GPU node: reads the slicer's placements (to verify what a pod claims) and
+        # publishes per-pod measured shares on the node's telemetry subjects.
+        Declaration(
+            "node-agent",
+            publishes=("telemetry",),
+            consumes=("node-agent-in",),
+        ),
         # Authorises every connection the server config does not list (tenants added at run
         # time, seedance.core.auth_callout): reads their credentials, answers the server.
         Declaration(
@@ -199,6 +206,7 @@ IDENTITIES: dict[str, Declaration] = {
 #: Workspace services (``services/*``); the rest of IDENTITIES are other trusted publishers.
 SERVICES = (
     "telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger", "k8s-bridge",
+    "node-agent",
 )  # fmt: skip
 
 #: What a tenant reads: (stream, the tenant's filter on it). Its consumers may filter only so.
