@@ -71,44 +71,81 @@ async def kube(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, client.ApiC
 
 def placement(job_id: str, kind: PlacementKind, gpus: list[GpuAssignment], **kw: Any) -> Placement:
     return Placement(
-        id=new_event_id(), at=T0, job_id=job_id, tenant="acme", node=TOKEN, kind=kind, gpus=gpus,
+        id=new_event_id(),
+        at=T0,
+        job_id=job_id,
+        tenant="acme",
+        node=TOKEN,
+        kind=kind,
+        gpus=gpus,
         **kw,
-    )  # fmt: skip
+    )
 
 
-def annotation(uid: str, ev: Placement, *, gpus: list[GpuAssignment] | None = None,
-               mem: int = 0, **over: Any) -> str:  # fmt: skip
+def annotation(
+    uid: str, ev: Placement, *, gpus: list[GpuAssignment] | None = None, mem: int = 0, **over: Any
+) -> str:
     """The document the bridge writes (seedance.k8s_bridge.core.kube.placement_annotation)."""
     doc = {
-        "version": 1, "podUid": uid, "jobId": ev.job_id, "tenant": ev.tenant, "node": ev.node,
-        "kind": ev.kind.value, "gpuModel": "H200",
+        "version": 1,
+        "podUid": uid,
+        "jobId": ev.job_id,
+        "tenant": ev.tenant,
+        "node": ev.node,
+        "kind": ev.kind.value,
+        "gpuModel": "H200",
         "gpus": [
-            {"index": g.index, "uuid": g.uuid, "milli": g.milli, "migProfile": g.mig_profile,
-             "migStartSlot": g.mig_start_slot}
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "milli": g.milli,
+                "migProfile": g.mig_profile,
+                "migStartSlot": g.mig_start_slot,
+            }
             for g in (ev.gpus if gpus is None else gpus)
         ],
-        "gpuMemoryMib": mem, "placementId": ev.id, "boundAt": "2026-12-02T01:00:00.000000Z",
-    }  # fmt: skip
+        "gpuMemoryMib": mem,
+        "placementId": ev.id,
+        "boundAt": "2026-12-02T01:00:00.000000Z",
+    }
     doc.update(over)
     return json.dumps(doc)
 
 
 async def bound_pod(
-    api: KubeApiServer, api_client: client.ApiClient, name: str, resources: dict[str, str],
-    annotate: Any, labels: dict[str, str] | None = None,
-) -> str:  # fmt: skip
+    api: KubeApiServer,
+    api_client: client.ApiClient,
+    name: str,
+    resources: dict[str, str],
+    annotate: Any,
+    labels: dict[str, str] | None = None,
+) -> str:
     """A pod created, then bound to NODE with its annotation in the Binding (as the bridge does)."""
-    container = {"name": "main", "image": "registry.example/job:1",
-                 "resources": {"limits": resources, "requests": resources}}  # fmt: skip
-    pod = seed.pod(api, "team-a", name, scheduler_name="seedance", labels=labels,
-                   extra_spec={"containers": [container]})  # fmt: skip
+    container = {
+        "name": "main",
+        "image": "registry.example/job:1",
+        "resources": {"limits": resources, "requests": resources},
+    }
+    pod = seed.pod(
+        api,
+        "team-a",
+        name,
+        scheduler_name="seedance",
+        labels=labels,
+        extra_spec={"containers": [container]},
+    )
     uid = str(pod["metadata"]["uid"])
     body = {
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": name, "namespace": "team-a", "uid": uid,
-                     "annotations": {ANNOTATION_PLACEMENT: annotate(uid)}},
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": uid,
+            "annotations": {ANNOTATION_PLACEMENT: annotate(uid)},
+        },
         "target": {"apiVersion": "v1", "kind": "Node", "name": NODE},
-    }  # fmt: skip
+    }
     core = client.CoreV1Api(api_client)
     resp = await core.create_namespaced_pod_binding(name, "team-a", body, _preload_content=False)
     assert resp.status == 201
@@ -126,9 +163,11 @@ async def node_agent(
     await feed.start()
     task = asyncio.create_task(feed.run())
     allocator = PlacementAllocator(
-        node=NODE, book=feed.book, pending=PendingPods(api_client, NODE).list,
+        node=NODE,
+        book=feed.book,
+        pending=PendingPods(api_client, NODE).list,
         devices=lambda: DEVICES,
-    )  # fmt: skip
+    )
     devices = [
         PluginDevice(id=f"d{i}", kind=DeviceKind.WHOLE_GPU, uuid=f"x{i}", gpu_uuid=f"x{i}")
         for i in range(count)
@@ -186,8 +225,11 @@ async def test_whole_gpus_get_exactly_the_slicers_uuids_and_a_forged_claim_is_re
         holder: dict[str, Placement] = {}
 
         def claim_a(uid: str) -> str:
-            ev = placement(uid, PlacementKind.WHOLE, [
-                GpuAssignment(index=1, uuid=UUIDS[1]), GpuAssignment(index=2, uuid=UUIDS[2])])  # fmt: skip
+            ev = placement(
+                uid,
+                PlacementKind.WHOLE,
+                [GpuAssignment(index=1, uuid=UUIDS[1]), GpuAssignment(index=2, uuid=UUIDS[2])],
+            )
             holder["a"] = ev
             return annotation(uid, ev)
 
@@ -227,8 +269,12 @@ async def test_a_stale_or_altered_placement_is_refused_with_the_reason(
         await eventually(lambda: (p := feed.book.get(uid)) is not None and p.id == newer.id)
         assert f"stale placement {old['ev'].id}" in await refused(stub, 1)
         # Released: no placement at all.
-        await publish(bus, JobReleased(id=new_event_id(), at=T0, job_id=uid, tenant="acme",
-                                       outcome=EndOutcome.FINISHED))  # fmt: skip
+        await publish(
+            bus,
+            JobReleased(
+                id=new_event_id(), at=T0, job_id=uid, tenant="acme", outcome=EndOutcome.FINISHED
+            ),
+        )
         await eventually(lambda: feed.book.get(uid) is None, what="release read")
         assert "holds no placement" in await refused(stub, 1)
     # The kubelet gives up on it; the oldest pending pod is the one Allocate means (HAMi's rule).
@@ -278,8 +324,15 @@ async def test_shared_gpu_gets_mps_limits_and_mig_gets_the_instance_uuid(
 
         def mig(slot: int) -> Any:
             def claim(uid: str) -> str:
-                held[str(slot)] = placement(uid, PlacementKind.MIG, [
-                    GpuAssignment(index=3, uuid=UUIDS[3], mig_profile="3g.71gb", mig_start_slot=slot)])  # fmt: skip
+                held[str(slot)] = placement(
+                    uid,
+                    PlacementKind.MIG,
+                    [
+                        GpuAssignment(
+                            index=3, uuid=UUIDS[3], mig_profile="3g.71gb", mig_start_slot=slot
+                        )
+                    ],
+                )
                 return annotation(uid, held[str(slot)])
 
             return claim

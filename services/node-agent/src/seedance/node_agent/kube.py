@@ -65,7 +65,7 @@ class PendingPods:
         self._node = node
 
     async def list(self) -> list[PodView]:
-        resp = await self._core.list_pod_for_all_namespaces(
+        resp: Any = await self._core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self._node},status.phase=Pending",
             _preload_content=False,
         )

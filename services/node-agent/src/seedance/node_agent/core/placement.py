@@ -48,6 +48,7 @@ __all__ = [
     "Refusal",
     "node_token",
     "parse_claim",
+    "requested_count",
     "verify",
 ]
 
@@ -316,7 +317,8 @@ class AllocationBook:
             }
             if taken:
                 return Refusal(
-                    f"devices {sorted(taken)} are already allocated to pod(s) {sorted(set(taken.values()))}"
+                    f"devices {sorted(taken)} are already allocated to "
+                    f"pod(s) {sorted(set(taken.values()))}"
                 )
             for u in grant.uuids:
                 self._owner[u] = grant.pod_uid
