@@ -48,21 +48,26 @@ def test_a_plan_is_applied_once_and_replays_do_nothing() -> None:
     result = applier.apply(q)
     assert (result.outcome, result.steps) == (MigOutcome.APPLIED, 6)
     assert layout(nvml) == [("3g.71gb", 0, 1), ("1g.35gb", 4, 1), ("1g.35gb", 6, 1)]
-    assert nvml.calls[calls][0] == "destroy_ci" and nvml.calls[calls + 1][0] == "destroy_gi"
+    assert nvml.calls[calls][0] == "destroy_ci"
+    assert nvml.calls[calls + 1][0] == "destroy_gi"
 
 
 def test_only_a_drained_gpu_in_mig_mode_is_touched() -> None:
     nvml = ConstructedNvmlMig()
     busy = MigApplier(nvml, allocated=lambda gpu: ["team-a/train-0"])
     r = busy.apply(plan([], [("7g.141gb", 0)]))
-    assert r.outcome is MigOutcome.REFUSED and "team-a/train-0" in r.reason
+    assert r.outcome is MigOutcome.REFUSED
+    assert "team-a/train-0" in r.reason
     nvml.gpus[0].processes = 2
     r = MigApplier(nvml, allocated=lambda gpu: []).apply(plan([], [("7g.141gb", 0)]))
-    assert r.outcome is MigOutcome.REFUSED and "2 compute process" in r.reason
+    assert r.outcome is MigOutcome.REFUSED
+    assert "2 compute process" in r.reason
     off = ConstructedNvmlMig(mig_enabled=False)
     r = MigApplier(off, allocated=lambda gpu: []).apply(plan([], [("7g.141gb", 0)]))
-    assert r.outcome is MigOutcome.REFUSED and "not in MIG mode" in r.reason
-    assert nvml.calls == [] and off.calls == []
+    assert r.outcome is MigOutcome.REFUSED
+    assert "not in MIG mode" in r.reason
+    assert nvml.calls == []
+    assert off.calls == []
 
 
 def test_nvml_refusing_a_step_stops_the_plan_and_a_replay_resumes() -> None:
@@ -72,7 +77,8 @@ def test_nvml_refusing_a_step_stops_the_plan_and_a_replay_resumes() -> None:
     # 3g at slot 4 fits; 3g at slot 0 overlaps the 4g: NVML_ERROR_INSUFFICIENT_RESOURCES.
     p = plan([], [("3g.71gb", 4), ("3g.71gb", 0)])
     r = applier.apply(p)
-    assert r.outcome is MigOutcome.FAILED and r.steps == 2
+    assert r.outcome is MigOutcome.FAILED
+    assert r.steps == 2
     assert str(pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)) in r.reason
     # The operator frees slot 0; the same plan, replayed, does only what is left.
     nvml.destroy_compute_instance(0, 1, 0)

@@ -100,7 +100,8 @@ class MigApplier:
     def _do(self, gpu: int, step: Step) -> None:
         b = self._backend
         if step.kind is StepKind.DESTROY_CI:
-            assert step.gi_id is not None and step.ci_id is not None
+            assert step.gi_id is not None
+            assert step.ci_id is not None
             b.destroy_compute_instance(gpu, step.gi_id, step.ci_id)
         elif step.kind is StepKind.DESTROY_GI:
             assert step.gi_id is not None
@@ -110,8 +111,11 @@ class MigApplier:
         else:
             gi = step.gi_id
             if gi is None:  # the instance the step before created
-                (gi,) = [i.gi_id for i in b.gpu_instances(gpu)
-                         if (i.profile, i.start_slot) == (step.profile, step.start_slot)]  # fmt: skip
+                (gi,) = [
+                    i.gi_id
+                    for i in b.gpu_instances(gpu)
+                    if (i.profile, i.start_slot) == (step.profile, step.start_slot)
+                ]
             b.create_compute_instance(gpu, gi)
 
 

@@ -52,8 +52,10 @@ def plan_steps(current: Sequence[MigInstance], plan: MigLayoutPlan) -> list[Step
         inst = have.pop((d.profile, d.start_slot), None)
         if inst is None:
             continue  # already destroyed
-        steps += [Step(StepKind.DESTROY_CI, inst.profile, inst.start_slot, inst.gi_id, ci)
-                  for ci in inst.ci_ids]  # fmt: skip
+        steps += [
+            Step(StepKind.DESTROY_CI, inst.profile, inst.start_slot, inst.gi_id, ci)
+            for ci in inst.ci_ids
+        ]
         steps.append(Step(StepKind.DESTROY_GI, inst.profile, inst.start_slot, inst.gi_id))
     for c in plan.create:
         inst = have.get((c.profile, c.start_slot))
