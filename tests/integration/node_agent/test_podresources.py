@@ -110,7 +110,7 @@ async def test_list_get_allocatable_over_the_socket(
 ) -> None:
     client = PodResourcesClient(sock)
     try:
-        rows = await client.list()
+        rows = await client.list_pods()
         assert [(r.pod, r.container, r.device_ids) for r in rows] == [
             ("train-0", "main", (GPU[0], GPU[1])),
             ("infer-a", "server", ("r1", "r2")),

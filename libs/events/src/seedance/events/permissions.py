@@ -185,10 +185,13 @@ IDENTITIES: dict[str, Declaration] = {
         ),
         # One per GPU node: reads the slicer's placements (to verify what a pod claims) and
         # publishes per-pod measured shares on the node's telemetry subjects.
+        # MIG plans for its node arrive as core messages on their JetStream subject (the
+        # stream is tenant-read, so no per-node durable can be granted there).
         Declaration(
             "node-agent",
             publishes=("telemetry",),
             consumes=("node-agent-in",),
+            subscribes=(slicing.MIG_PLANS,),
         ),
         # Authorises every connection the server config does not list (tenants added at run
         # time, seedance.core.auth_callout): reads their credentials, answers the server.

@@ -44,6 +44,20 @@ class PlacementAllocator:
         self._pending = pending
         self._devices = devices
         self.allocations = allocations or AllocationBook()
+        self._names: dict[str, tuple[str, str]] = {}
+
+    def names_by_uid(self) -> dict[str, tuple[str, str]]:
+        """Granted pods' (namespace, name) by UID (the share sampler labels by name)."""
+        return dict(self._names)
+
+    def granted_by_pod(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """The devices granted to each pod, by (namespace, name) (pod-resources labels)."""
+        out = {}
+        for uid, key in self._names.items():
+            grant = self.allocations.granted(uid)
+            if grant is not None:
+                out[key] = grant.uuids
+        return out
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> ContainerAllocation:
         pods = await self._pending()

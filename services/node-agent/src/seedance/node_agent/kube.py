@@ -11,11 +11,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.api_client import ApiClient
 
 from seedance.node_agent.core.placement import ANNOTATION_PLACEMENT, PodView
 
-__all__ = ["PendingPods", "pod_view", "quantity_int"]
+__all__ = ["USER_AGENT", "PendingPods", "connect", "pod_view", "quantity_int"]
+
+USER_AGENT = "seedance-node-agent"
+
+
+async def connect(kubeconfig: str | None) -> ApiClient:
+    """An API client from a kubeconfig file, or (``None``) the pod's service account."""
+    if kubeconfig:
+        api_client = await config.new_client_from_config(config_file=kubeconfig)
+    else:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        api_client = ApiClient(configuration)
+    api_client.user_agent = USER_AGENT
+    return api_client
 
 
 def quantity_int(q: str) -> int:

@@ -1,6 +1,6 @@
 """Pod labels for this node's devices, refreshed from the kubelet's pod-resources API.
 
-Owns the loop step that lists the kubelet's assignments (``PodResourcesClient.list``), joins
+Owns the loop step that lists the kubelet's assignments (``PodResourcesClient.list_pods``), joins
 them with the node's device UUIDs and this agent's grants (``core.labels.device_owners``) and
 sets ``seedance_node_agent_gpu_pod_info``; ``owner_of`` serves the share sampler. Must not
 guess an owner the kubelet does not report.
@@ -33,7 +33,7 @@ class PodLabeller:
         self.owners: dict[str, list[Owner]] = {}
 
     async def refresh(self) -> dict[str, list[Owner]]:
-        rows = await self._client.list()
+        rows = await self._client.list_pods()
         owners = device_owners(rows, known_uuids=self._known(), granted=self._granted())
         self._metrics.gpu_pod_info.clear()
         for uuid, held in owners.items():

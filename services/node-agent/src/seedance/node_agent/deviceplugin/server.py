@@ -100,6 +100,10 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
         self.pre_started: list[tuple[str, ...]] = []
 
     @property
+    def resource_name(self) -> str:
+        return self._resource_name
+
+    @property
     def socket_path(self) -> str:
         return self._socket_path
 

@@ -37,7 +37,7 @@ class PodResourcesClient:
         self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
         self._timeout_s = timeout_s
 
-    async def list(self) -> list[ContainerDevices]:
+    async def list_pods(self) -> list[ContainerDevices]:
         resp = await self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout_s)
         return [row for pod in resp.pod_resources for row in container_devices(pod)]
 
