@@ -41,6 +41,9 @@ KINDS = {
     "PodDisruptionBudget": "poddisruptionbudget-policy-v1",
     "Role": "role-rbac-v1",
     "RoleBinding": "rolebinding-rbac-v1",
+    # the node agent lists the pods bound to its node, in every namespace
+    "ClusterRole": "clusterrole-rbac-v1",
+    "ClusterRoleBinding": "clusterrolebinding-rbac-v1",
 }
 DEFS_REF = "/api/_definitions.json#/$defs/"
 LOCAL_REF = "#/$defs/"
