@@ -34,3 +34,15 @@ proto-deviceplugin: install  ## regenerate the kubelet gRPC stubs (device plugin
 	done; \
 	if [ $$drift = 1 ]; then echo "proto-deviceplugin: stubs drifted from their protos; commit the regenerated files" >&2; exit 1; fi; \
 	echo "proto-deviceplugin: stubs match $(KUBELET_PROTOS)"
+
+# On the GPU machine (the `device` tool), with the device image's python3 (it holds torch and
+# nvidia-ml-py); no uv environment is needed there. msgspec (the collector's sample types) is
+# not in that image: put its wheel in .whl/ (docs/node-agent.md) and it is installed first.
+.PHONY: bench-nvml-shares
+bench-nvml-shares:  ## (GPU machine) two processes share a GPU: NVML per-process shares vs their CUDA-event kernel time; collector CPU
+	@set -e; site=""; \
+	if ls .whl/*.whl >/dev/null 2>&1; then \
+	  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; \
+	  site=":/tmp/site"; fi; \
+	PYTHONUNBUFFERED=1 PYTHONPATH="harness/bench/src:services/node-agent/src:services/telemetry-collector/src$$site" \
+	  python3 tools/bench/nvml_shares.py $(NVML_SHARES_ARGS)
