@@ -84,6 +84,7 @@ class PlacementAllocator:
                 "allocation_refused", pod=f"{pod.namespace}/{pod.name}", reason=result.reason
             )
             raise AllocationError(f"pod {pod.namespace}/{pod.name}: {result.reason}")
+        self._names[pod.uid] = (pod.namespace, pod.name)
         log.info(
             "allocation_granted", pod=f"{pod.namespace}/{pod.name}", devices=list(result.uuids)
         )
