@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -36,6 +39,37 @@ async def next_placement(bus: Bus, tenant: str, job: str, timeout_s: float = 30.
                     return p
     finally:
         await sub.unsubscribe()
+
+
+async def seedance(nats_url: str, *jobs_args: str) -> str:
+    """``seedance jobs *jobs_args`` as a subprocess; its stdout (it must succeed)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "seedance.sdk.cli", "--nats-url", nats_url, "jobs", *jobs_args,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert (proc.returncode, err.decode()) == (0, "")
+    return out.decode()
+
+
+async def the_cli_shows_it(nats_url: str, tenant: str, placement: Placement, expected: int) -> None:
+    """What a user sees of the job from the CLI: where it ran, how it ended, what it cost."""
+    status = json.loads(
+        await seedance(nats_url, "status", "--tenant", tenant, "--job", "train-1", "--json")
+    )
+    assert status["state"] == "finished"
+    assert [p["node"] for p in status["placements"]] == [placement.node]
+    assert status["cost"]["cost_micro_usd"] == expected
+    assert status["cost"]["report"]["cost_micro_usd"] == expected
+    text = await seedance(nats_url, "status", "--tenant", tenant, "--job", "train-1")
+    assert f"finished, released (ran on {placement.node} (whole, T4, GPUs [" in text
+    assert f"${expected / 1e6:,.6f} in total" in text
+    rows = {
+        r.split()[0]: r.split()
+        for r in (await seedance(nats_url, "list", "--tenant", tenant)).splitlines()[1:]
+    }
+    assert rows["train-1"][1:2] + rows["train-1"][3:4] == ["finished", f"{expected / 1e6:,.6f}"]
+    assert rows["claims"][1] == "finished"
 
 
 async def collect_until_report(it: Any, timeout_s: float) -> list[Any]:
@@ -113,5 +147,7 @@ async def test_submitted_job_is_placed_finishes_and_is_costed(
     assert sum(e.cost_micro_usd for e in entries) == expected
     assert report.cost_micro_usd == expected
     assert all(placement.id in e.source_ids for e in entries if e.revision == 0)
+
+    await the_cli_shows_it(nats_url, tenant, placement, expected)
     codes = services.stop_all()
     assert codes == {"telemetry-collector": 0, "slicer": 0, "cost-ledger": 0}, codes

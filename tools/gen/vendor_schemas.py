@@ -41,9 +41,12 @@ KINDS = {
     "PodDisruptionBudget": "poddisruptionbudget-policy-v1",
     "Role": "role-rbac-v1",
     "RoleBinding": "rolebinding-rbac-v1",
-    # the node agent lists the pods bound to its node, in every namespace
+    # the Kubernetes bridge's install (deploy/k8s/crds, deploy/k8s/seedance-system); the node
+    # agent's ClusterRole (it lists the pods bound to its node, in every namespace)
     "ClusterRole": "clusterrole-rbac-v1",
     "ClusterRoleBinding": "clusterrolebinding-rbac-v1",
+    "CustomResourceDefinition": "customresourcedefinition-apiextensions-v1",
+    "PriorityClass": "priorityclass-scheduling-v1",
 }
 DEFS_REF = "/api/_definitions.json#/$defs/"
 LOCAL_REF = "#/$defs/"
@@ -53,8 +56,8 @@ def _strip(node: Any, refs: set[str]) -> Any:
     if isinstance(node, dict):
         out = {}
         for k, v in node.items():
-            if k == "description":
-                continue
+            if k == "description" and isinstance(v, str):
+                continue  # a description text, not a property named `description` (CRDs have one)
             if k == "$ref" and isinstance(v, str) and v.startswith((DEFS_REF, LOCAL_REF)):
                 name = v.rsplit("/", 1)[1]
                 refs.add(name)

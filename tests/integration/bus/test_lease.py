@@ -7,7 +7,7 @@ import uuid
 import pytest
 from nats.js.errors import KeyNotFoundError
 
-from seedance.core import Bus, WallClock
+from seedance.core import Bus, BusSettings, WallClock
 from seedance.core.kv import Lease, ensure_bucket
 
 
@@ -32,3 +32,17 @@ async def test_release_after_a_refresh_that_landed_unseen(bus: Bus, moved_by: st
             await kv.get(key)
     else:
         assert (await kv.get(key)).value == b"b"
+
+
+async def test_release_without_a_server_leaves_the_key_to_its_ttl(nats_url: str) -> None:
+    # A service stopping after its server went away must stop cleanly (the lease task's
+    # `finally` releases): the error is logged, not raised over the service's own shutdown.
+    bus = await Bus.connect(BusSettings(url=nats_url, name="lease-test"))
+    kv = await ensure_bucket(bus, "seedance-leases")
+    lease = Lease(kv, f"test.{uuid.uuid4().hex[:8]}", "a", WallClock(), ttl_s=3.0)
+    assert await lease.try_acquire()
+    await bus.close()
+
+    await lease.release()
+
+    assert not lease.held

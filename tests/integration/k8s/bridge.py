@@ -113,8 +113,8 @@ class Trail:
 
     @classmethod
     async def open(cls, bus: Bus, tenant: str) -> Trail:
-        subjects = [slicing.tenant_wildcard(tenant), f"seedance.observed.{tenant}.*"]
-        assert observed.subject(tenant, "submitted").startswith(subjects[1][:-1])
+        observed_all = observed.subject(tenant, "submitted").rsplit(".", 1)[0] + ".*"
+        subjects = [slicing.tenant_wildcard(tenant), observed_all]
         return cls([await bus.js.subscribe(s, ordered_consumer=True) for s in subjects])
 
     async def _read(self) -> None:
@@ -202,6 +202,10 @@ class Env:
 
         await eventually(check, timeout_s, what=f"pod {name} bound")
         return await self.pod(name)
+
+    async def kube_lease(self, name: str) -> dict[str, Any]:
+        rt = self.kube.api.resolve("coordination.k8s.io", "v1", "leases")
+        return dict(self.kube.api.get(rt, "seedance-system", name))
 
     async def events_of(self, name: str) -> list[client.CoreV1Event]:
         events = await self.core.list_namespaced_event(self.ns)

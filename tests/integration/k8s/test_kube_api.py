@@ -5,7 +5,9 @@ schema and CEL checks, restarts. Each test talks real HTTP to a server on a rand
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,8 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from seedance.testing.kube_api import KubeApiServer, seed
+from seedance.testing.kube_api.process import KubeApiProcess
+from seedance.testing.waits import eventually
 
 NS = "tenants"
 
@@ -468,3 +472,321 @@ async def test_injected_faults_and_the_audit_log(
     }
     codes = [r.code for r in kube_api.audit if r.subresource == "binding"]
     assert codes == [201, 500, 201]
+
+
+async def test_a_restarted_process_keeps_objects_revisions_and_watch_history(
+    tmp_path: Path,
+) -> None:
+    server = KubeApiProcess(tmp_path / "apiserver", bookmark_interval_s=0.5)
+    server.start()
+    try:
+        cfg = client.Configuration(host=server.url)
+        async with client.ApiClient(configuration=cfg) as api_client:
+            core = client.CoreV1Api(api_client)
+            await core.create_namespace({"metadata": {"name": NS}})
+            a = await core.create_namespaced_pod(NS, _pod("a"))
+            rv_before = int(a.metadata.resource_version)
+            server.stop()
+            server.start()  # same port, same journal
+            kept = await core.read_namespaced_pod("a", NS)
+            assert kept.metadata.uid == a.metadata.uid
+            b = await core.create_namespaced_pod(NS, _pod("b"))
+            assert int(b.metadata.resource_version) == rv_before + 1
+            w = watch.Watch()
+            (event,) = await _events(
+                w.stream(
+                    core.list_namespaced_pod, NS, timeout_seconds=5, resource_version=str(rv_before)
+                ),
+                1,
+            )
+            await w.close()
+            assert (event["type"], event["object"].metadata.name) == ("ADDED", "b")
+            assert server.compact() == int(b.metadata.resource_version)
+            w = watch.Watch()
+            with pytest.raises(ApiException) as expired:
+                await _events(
+                    w.stream(
+                        core.list_namespaced_pod,
+                        NS,
+                        timeout_seconds=2,
+                        resource_version=str(rv_before),
+                    ),
+                    1,
+                )
+            await w.close()
+            assert expired.value.status == 410
+    finally:
+        assert server.stop() == 0
+
+
+async def test_list_pages_with_limit_and_continue(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    for i in range(5):
+        seed.pod(kube_api, NS, f"p{i}")
+    core = client.CoreV1Api(k8s)
+    names, token = [], None
+    while True:
+        page = await core.list_namespaced_pod(NS, limit=2, _continue=token)
+        names += [p.metadata.name for p in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    assert names == ["p0", "p1", "p2", "p3", "p4"]
+
+
+async def test_leader_election_takes_the_lease_through_kubernetes_asyncio(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    led = asyncio.Event()
+
+    async def on_started() -> None:
+        led.set()
+
+    async def on_stopped() -> None:
+        return None
+
+    lock = LeaseLock("k8s-bridge", NS, "replica-a", k8s)
+    config = electionconfig.Config(
+        lock,
+        lease_duration=4,
+        renew_deadline=3,
+        retry_period=1,
+        onstarted_leading=on_started,
+        onstopped_leading=on_stopped,
+    )
+    election = asyncio.ensure_future(leaderelection.LeaderElection(config).run())
+    try:
+        async with asyncio.timeout(10):
+            await led.wait()
+        lease = await client.CoordinationV1Api(k8s).read_namespaced_lease("k8s-bridge", NS)
+        assert lease.spec.holder_identity == "replica-a"
+        first = int(lease.metadata.resource_version)
+
+        async def renewed() -> bool:
+            got = await client.CoordinationV1Api(k8s).read_namespaced_lease("k8s-bridge", NS)
+            return int(got.metadata.resource_version) > first
+
+        await eventually(renewed, timeout_s=10)
+    finally:
+        election.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await election
+    assert ("coordination.k8s.io", "leases", "update") in kube_api.verbs_used()
+
+
+async def test_finalizers_hold_a_delete_until_the_last_one_goes(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    core = client.CoreV1Api(k8s)
+    pod = _pod("p")
+    pod["metadata"]["finalizers"] = ["seedance.io/ledger"]
+    await core.create_namespaced_pod(NS, pod)
+    deleting = await core.delete_namespaced_pod("p", NS)
+    assert deleting.metadata.deletion_timestamp is not None
+    still = await core.read_namespaced_pod("p", NS)
+    assert still.metadata.deletion_timestamp is not None
+    await core.patch_namespaced_pod("p", NS, {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as gone:
+        await core.read_namespaced_pod("p", NS)
+    assert gone.value.status == 404
+
+
+async def test_deleting_a_namespace_removes_what_it_held(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    seed.namespace(kube_api, "keep")
+    seed.pod(kube_api, NS, "a")
+    seed.pod(kube_api, "keep", "b")
+    core = client.CoreV1Api(k8s)
+    await core.delete_namespace(NS)
+    pods = await core.list_pod_for_all_namespaces()
+    assert [(p.metadata.namespace, p.metadata.name) for p in pods.items] == [("keep", "b")]
+    with pytest.raises(ApiException) as missing:
+        await core.create_namespaced_pod(NS, _pod("c"))
+    assert (missing.value.status, json.loads(missing.value.body)["reason"]) == (404, "NotFound")
+
+
+async def test_eviction_deletes_the_pod(kube_api: KubeApiServer, k8s: client.ApiClient) -> None:
+    seed.namespace(kube_api, NS)
+    seed.pod(kube_api, NS, "victim")
+    core = client.CoreV1Api(k8s)
+    await core.create_namespaced_pod_eviction(
+        "victim",
+        NS,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "victim", "namespace": NS},
+        },
+    )
+    assert (await core.list_namespaced_pod(NS)).items == []
+
+
+async def test_a_cluster_scoped_crd_strict_field_validation_and_crd_removal(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    ext = client.ApiextensionsV1Api(k8s)
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "slicingpolicies.seedance.io"},
+        "spec": {
+            "group": "seedance.io",
+            "scope": "Cluster",
+            "names": {"plural": "slicingpolicies", "kind": "SlicingPolicy"},
+            "versions": [
+                {
+                    "name": "v1alpha1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"mig": {"type": "boolean"}},
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    made = await ext.create_custom_resource_definition(crd)
+    established = {c.type: c.status for c in made.status.conditions}
+    assert established["Established"] == "True"
+    custom = client.CustomObjectsApi(k8s)
+    policy = {
+        "apiVersion": "seedance.io/v1alpha1",
+        "kind": "SlicingPolicy",
+        "metadata": {"name": "default"},
+        "spec": {"mig": True, "typo": 1},
+    }
+    with pytest.raises(ApiException) as strict:
+        await custom.create_cluster_custom_object(
+            "seedance.io", "v1alpha1", "slicingpolicies", policy, field_validation="Strict"
+        )
+    assert json.loads(strict.value.body)["details"]["causes"][0]["field"] == "spec.typo"
+    created = await custom.create_cluster_custom_object(
+        "seedance.io", "v1alpha1", "slicingpolicies", policy
+    )
+    assert created["spec"] == {"mig": True}
+    listed = await custom.list_cluster_custom_object("seedance.io", "v1alpha1", "slicingpolicies")
+    assert [o["metadata"]["name"] for o in listed["items"]] == ["default"]
+    await ext.delete_custom_resource_definition("slicingpolicies.seedance.io")
+    with pytest.raises(ApiException) as unserved:
+        await custom.list_cluster_custom_object("seedance.io", "v1alpha1", "slicingpolicies")
+    assert unserved.value.status == 404
+
+
+async def test_watch_list_sends_the_objects_then_the_initial_events_end_bookmark(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    seed.pod(kube_api, NS, "a")
+    core = client.CoreV1Api(k8s)
+    w = watch.Watch()
+    stream = w.stream(
+        core.list_namespaced_pod,
+        NS,
+        send_initial_events=True,
+        resource_version_match="NotOlderThan",
+        resource_version="",
+        allow_watch_bookmarks=True,
+        timeout_seconds=5,
+    )
+    added, end = await _events(stream, 2)
+    await w.close()
+    assert (added["type"], added["object"].metadata.name) == ("ADDED", "a")
+    assert end["type"] == "BOOKMARK"
+    assert end["raw_object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+async def test_events_k8s_io_v1_events(kube_api: KubeApiServer, k8s: client.ApiClient) -> None:
+    seed.namespace(kube_api, NS)
+    events = client.EventsV1Api(k8s)
+    await events.create_namespaced_event(
+        NS,
+        {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": "p.2"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "seedance.io/k8s-bridge",
+            "reportingInstance": "bridge-0",
+            "action": "Binding",
+            "reason": "Scheduled",
+            "type": "Normal",
+            "note": "placed",
+            "regarding": {"kind": "Pod", "name": "p", "namespace": NS},
+        },
+    )
+    found = await events.list_namespaced_event(NS, field_selector="regarding.name=p")
+    assert [e.note for e in found.items] == ["placed"]
+
+
+async def test_node_status_subresource_and_an_open_watch_in_the_audit(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.node(kube_api, "gpu-1", gpus=8)
+    core = client.CoreV1Api(k8s)
+    w = watch.Watch()
+    stream = w.stream(core.list_node, timeout_seconds=5)
+    (initial,) = await _events(stream, 1)  # the stream is open once its first event is here
+    assert (initial["type"], initial["object"].metadata.name) == ("ADDED", "gpu-1")
+    assert ("", "nodes", "watch") in kube_api.verbs_used()  # recorded while still open
+    patched = await core.patch_node_status(
+        "gpu-1",
+        {"spec": {"unschedulable": True}, "status": {"allocatable": {"nvidia.com/gpu": "7"}}},
+    )
+    assert patched.status.allocatable["nvidia.com/gpu"] == "7"
+    assert patched.spec.unschedulable is None  # /status leaves the spec alone
+    (modified,) = await _events(stream, 1)
+    await w.close()
+    assert modified["type"] == "MODIFIED"
+    status = await core.read_node_status("gpu-1")
+    assert status.status.capacity["nvidia.com/gpu"] == "8"
+
+
+async def test_bodies_that_are_not_objects_are_validated_too(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    seed.pod(kube_api, NS, "p")
+    core = client.CoreV1Api(k8s)
+    code, status = await _bind(
+        core, "p", {"metadata": {"name": "p"}, "target": {"kind": "Node", "nmae": "n1"}}
+    )
+    assert (code, status["details"]["causes"][0]["field"]) == (422, "target.nmae")
+    with pytest.raises(ApiException) as bad_options:
+        await core.delete_namespaced_pod("p", NS, body={"propagationPolicy": 3})
+    assert bad_options.value.status == 422
+    assert (await core.read_namespaced_pod("p", NS)).spec.node_name is None
+
+
+async def test_pod_defaults_copy_limits_into_requests_and_derive_qos(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    seed.namespace(kube_api, NS)
+    core = client.CoreV1Api(k8s)
+    gpu = _pod("gpu")
+    limits = {"nvidia.com/gpu": "2", "cpu": "1", "memory": "1Gi"}
+    gpu["spec"]["containers"][0]["resources"] = {"limits": limits}
+    made = await core.create_namespaced_pod(NS, gpu)
+    container = made.spec.containers[0]
+    assert container.resources.requests == {"nvidia.com/gpu": "2", "cpu": "1", "memory": "1Gi"}
+    assert (made.status.qos_class, made.status.phase) == ("Guaranteed", "Pending")
+    assert container.image_pull_policy == "IfNotPresent"
+    plain = await core.create_namespaced_pod(NS, _pod("plain"))
+    assert plain.status.qos_class == "BestEffort"
+    assert plain.spec.scheduler_name == "seedance"

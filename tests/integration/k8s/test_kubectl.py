@@ -17,7 +17,8 @@ from seedance.testing.paths import REPO
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 #: The dev overlay ships a KEDA ScaledObject; a real cluster needs KEDA's CRD for it, so does
-#: this server. Only its names matter here (the schema keeps every field).
+#: this server. Only its names and one printer column matter here (the schema keeps every
+#: field).
 KEDA_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -37,6 +38,9 @@ KEDA_CRD = {
                 "served": True,
                 "storage": True,
                 "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicaCount"}
+                ],
                 "schema": {
                     "openAPIV3Schema": {
                         "type": "object",
@@ -92,12 +96,16 @@ async def test_kubectl_applies_the_dev_overlay_twice(
     assert _names(kube_api, "apps", "v1", "deployments") == [
         "auth-callout",
         "cost-ledger",
+        "grafana",
         "graph-compiler",
+        "k8s-bridge",
         "router",
         "slicer",
     ]
     assert "nats" in _names(kube_api, "apps", "v1", "statefulsets")
-    assert "seedance" in _names(kube_api, "", "v1", "namespaces")
+    assert "seedance-system" in _names(kube_api, "", "v1", "namespaces")
+    crds = _names(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    assert {"slicingpolicies.seedance.io", "tenantquotas.seedance.io"} <= set(crds)
     rv = kube_api.store.rv
     code, out = await kubectl(
         kube_api, tmp_path, "apply", "-k", str(REPO / "deploy/k8s/overlays/dev")
@@ -107,7 +115,7 @@ async def test_kubectl_applies_the_dev_overlay_twice(
     # The second apply read each deployment and found nothing to patch.
     assert {r.verb for r in kube_api.audit if r.resource == "deployments"} == {"get", "create"}
     router = kube_api.api.get(
-        kube_api.api.resolve("apps", "v1", "deployments"), "seedance", "router"
+        kube_api.api.resolve("apps", "v1", "deployments"), "seedance-system", "router"
     )
     assert int(router["metadata"]["resourceVersion"]) <= rv  # unchanged: no write at all
     assert "kubectl.kubernetes.io/last-applied-configuration" in router["metadata"]["annotations"]
@@ -200,3 +208,45 @@ async def test_kubectl_apply_of_an_invalid_manifest_names_the_field(
     assert code != 0
     assert "dta" in out
     assert _names(kube_api, "", "v1", "configmaps") == []
+
+
+async def test_kubectl_create_and_custom_resources_by_short_name(
+    kube_api: KubeApiServer, tmp_path: Path
+) -> None:
+    ns = tmp_path / "ns.yaml"
+    ns.write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenants"}})
+    )
+    code, out = await kubectl(kube_api, tmp_path, "create", "-f", str(ns))
+    assert (code, out.strip()) == (0, "namespace/tenants created")
+    code, out = await kubectl(kube_api, tmp_path, "create", "-f", str(ns))
+    assert code != 0
+    assert "AlreadyExists" in out
+    # The generator subcommands post protobuf, which this server does not decode (415).
+    code, out = await kubectl(kube_api, tmp_path, "create", "namespace", "other")
+    assert code != 0
+    assert "UnsupportedMediaType" in out
+    seed.create(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions", KEDA_CRD)
+    manifest = tmp_path / "so.yaml"
+    manifest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "keda.sh/v1alpha1",
+                "kind": "ScaledObject",
+                "metadata": {"name": "router", "namespace": "tenants"},
+                "spec": {"scaleTargetRef": {"name": "router"}, "maxReplicaCount": 4},
+            }
+        )
+    )
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-f", str(manifest))
+    assert (code, out.strip()) == (0, "scaledobject.keda.sh/router created")
+    code, out = await kubectl(kube_api, tmp_path, "get", "so", "-n", "tenants", "-o", "name")
+    assert (code, out.strip()) == (0, "scaledobject.keda.sh/router")
+    code, out = await kubectl(kube_api, tmp_path, "get", "so", "-n", "tenants")
+    assert [line.split() for line in out.strip().splitlines()] == [["NAME", "MAX"], ["router", "4"]]
+    manifest.write_text(manifest.read_text().replace("maxReplicaCount: 4", "maxReplicaCount: 8"))
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-f", str(manifest))
+    assert (code, out.strip()) == (0, "scaledobject.keda.sh/router configured")
+    rt = kube_api.api.resolve("keda.sh", "v1alpha1", "scaledobjects")
+    stored = kube_api.api.get(rt, "tenants", "router")
+    assert (stored["spec"]["maxReplicaCount"], stored["metadata"]["generation"]) == (8, 2)

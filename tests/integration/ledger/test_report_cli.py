@@ -9,7 +9,7 @@ from seedance.core import Bus
 from seedance.cost_ledger import core
 from seedance.cost_ledger.__main__ import report
 from seedance.cost_ledger.core.mapping import to_bus
-from seedance.sdk.cli import main as seedance_cli
+from seedance.sdk.cli import invoke as seedance_cli
 from seedance.testing.servers import NatsServer
 
 

@@ -20,7 +20,7 @@ from seedance.core import Bus, BusSettings
 from seedance.cost_ledger.core import CostLine, Ledger, LedgerConfig, default_price_book
 from seedance.cost_ledger.core.mapping import to_bus
 from seedance.reports.idle import share_idle
-from seedance.sdk.cli import main as seedance_cli
+from seedance.sdk.cli import invoke as seedance_cli
 from seedance.testing.servers import NatsServer, shipped_auth_server
 from tests.unit.ledger.fleet import fleet_day
 

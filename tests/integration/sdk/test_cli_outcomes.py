@@ -9,69 +9,16 @@ printed nothing of what the slicer decided.
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
-import sys
 import uuid
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
-from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
-from seedance.events import new_event_id
-from seedance.events.subjects import telemetry
-from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import JobRejectedError, PermissionRefused
-from seedance.slicer.service import SlicerService
-from seedance.slicer.settings import SlicerSettings
-from seedance.testing.paths import REPO
-from tests.conftest import serving
 from tests.integration.conftest import shipped_password
+from tests.integration.sdk.conftest import TENANT, cli
 
 pytestmark = pytest.mark.slow
-
-TENANT = "acme"
-
-
-@pytest.fixture
-async def slicer_up(auth_url: str) -> AsyncIterator[None]:
-    admin = await Bus.connect(
-        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
-    )
-    await admin.ensure_streams()
-    node = f"cli-node-{uuid.uuid4().hex[:6]}"
-    inv = NodeInventory(
-        id=new_event_id(),
-        at=datetime.now(UTC),
-        node=node,
-        cpu_milli=32_000,
-        memory_mib=131_072,
-        gpus=[GpuInfo(index=i, model="T4", mem_total_mib=16_000) for i in range(2)],
-    )
-    await admin.publish(telemetry.inventory(node), inv)
-    runtime = ServiceRuntime(
-        "slicer", BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
-    )
-    settings = SlicerSettings(pool=f"cli{uuid.uuid4().hex[:6]}", replica="a", lease_ttl_s=1.5)
-    try:
-        async with serving(SlicerService(runtime, WallClock(), settings)):
-            yield
-    finally:
-        await admin.close()
-
-
-async def cli(url: str, *args: str, user: str = f"tenant-{TENANT}") -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "seedance.sdk.cli", "--nats-url", url,
-        "--user", user, "--password", shipped_password(user), *args,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(REPO),
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 @pytest.mark.usefixtures("slicer_up")

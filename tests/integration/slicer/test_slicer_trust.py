@@ -24,6 +24,7 @@ from seedance.events.jobs import JobFinished, JobStarted, JobSubmitted, Resource
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.events.subjects import dlq, jobs, observed
 from seedance.slicer.core import Scheduler
+from seedance.slicer.service import _unpack
 from tests.integration.slicer.test_slicer_service import (
     T0,
     Decisions,
@@ -330,7 +331,7 @@ async def test_a_snapshot_of_the_job_id_keyed_slicer_is_migrated_on_first_start(
             assert ("acme", "mig-1") not in svc.scheduler.running_jobs
         # The migrated state was written back as version 2.
         entry = await kv.get(f"pool.p{unique}")
-        snap = msgspec.msgpack.decode(entry.value or b"")
-        assert msgspec.msgpack.decode(snap["engine"])["version"] == 2
+        snap = _unpack(entry.value or b"")
+        assert msgspec.msgpack.decode(snap.engine)["version"] == 2
     finally:
         await d.close()

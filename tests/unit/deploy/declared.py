@@ -77,6 +77,15 @@ def services() -> dict[str, ServiceDecl]:
     return out
 
 
+#: Services that run only on Kubernetes, and why compose has none of them.
+KUBERNETES_ONLY = {"k8s-bridge": "it bridges a Kubernetes API server to the bus; compose runs none"}
+
+
+def compose_services() -> dict[str, ServiceDecl]:
+    """The workspace's services that compose runs (all but `KUBERNETES_ONLY`)."""
+    return {n: d for n, d in services().items() if n not in KUBERNETES_ONLY}
+
+
 def auth_users() -> dict[str, object]:
     return yaml.safe_load((REPO / nats_config.USERS_FILE).read_text())
 

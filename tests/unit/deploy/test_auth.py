@@ -15,11 +15,23 @@ import subprocess
 import pytest
 
 from seedance.events import nats_config, permissions
-from seedance.events.permissions import IDENTITIES, SERVICES, Declaration, PermissionsError
+from seedance.events.permissions import (
+    IDENTITIES,
+    KEY_GRANTS,
+    SERVICES,
+    Declaration,
+    KeyGrant,
+    PermissionsError,
+    declaration_permissions,
+    key_grant_subjects,
+)
 from seedance.events.subjects import (
     BUCKETS,
     CONSUMERS,
     OBJECT_STORES,
+    POLICY_BUCKET,
+    QUOTA_POLICY_KEY,
+    QUOTA_USAGE_KEYS,
     STREAMS,
     TENANT_KINDS,
     costs,
@@ -57,7 +69,7 @@ def test_every_catalogue_durable_is_declared_by_exactly_one_identity() -> None:
 
 def test_every_bucket_and_object_store_is_declared_by_someone() -> None:
     used = {b for i in IDENTITIES.values() for b in i.buckets}
-    assert used == set(BUCKETS)
+    assert used | {g.bucket for g in KEY_GRANTS} == set(BUCKETS)
     assert {o for i in IDENTITIES.values() for o in i.object_stores} == set(OBJECT_STORES)
 
 
@@ -231,6 +243,24 @@ def test_check_env_names_each_bad_or_missing_password() -> None:
     assert len(problems) == 2
     assert any(p.startswith("NATS_PASSWORD_SLICER does not follow the rule") for p in problems)
     assert "NATS_PASSWORD_ADMIN is not set" in problems
+
+
+def test_the_quota_policy_key_is_read_by_the_slicer_and_written_only_by_the_bridge() -> None:
+    """KEY_GRANTS: the slicer watches `seedance-policy/quota` but may not write it; the
+    k8s-bridge may write that one key and nothing else of the bucket; the usage keys go the
+    other way."""
+    slicer = declaration_permissions(IDENTITIES["slicer"]).publish_allow
+    kv = f"$KV.{POLICY_BUCKET}"
+    assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{QUOTA_POLICY_KEY}" in slicer
+    assert f"$JS.API.CONSUMER.CREATE.KV_{POLICY_BUCKET}" in slicer
+    # it writes its pool's usage, and no other key of the bucket
+    assert [p for p in slicer if p.startswith(kv)] == [f"{kv}.{QUOTA_USAGE_KEYS}"]
+    bridge = key_grant_subjects("k8s-bridge")
+    assert [p for p in bridge if p.startswith(kv)] == [f"{kv}.{QUOTA_POLICY_KEY}"]
+    assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{QUOTA_USAGE_KEYS}" in bridge
+    assert key_grant_subjects("router") == []
+    with pytest.raises(PermissionsError, match="no KV bucket"):
+        KeyGrant("slicer", "seedance-nope", "quota")
 
 
 def test_users_yaml_with_a_service_or_a_wrong_type_is_refused_naming_it() -> None:

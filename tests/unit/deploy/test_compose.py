@@ -21,16 +21,19 @@ from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from seedance.testing.servers import nats_server_binary, pinned_nats_version
 from tests.unit.deploy.declared import (
     DEPLOY,
+    KUBERNETES_ONLY,
     REPO,
     ServiceDecl,
     auth_choices,
     auth_users,
+    compose_services,
     metric_names,
     services,
 )
 
 COMPOSE_DIR = DEPLOY / "compose"
-SERVICES = services()
+SERVICES = compose_services()
+ALL_SERVICES = services()
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,8 @@ def test_schema_check_is_not_vacuous(compose: dict[str, Any]) -> None:
 
 def test_every_service_of_the_workspace_runs_in_compose(compose: dict[str, Any]) -> None:
     assert set(SERVICES) <= set(compose["services"])
+    assert set(KUBERNETES_ONLY) <= set(ALL_SERVICES)  # no stale exemption
+    assert not set(KUBERNETES_ONLY) & set(compose["services"])
     assert {"nats", "prometheus", "grafana"} <= set(compose["services"])
 
 
@@ -249,11 +254,11 @@ MUST_NOT_HAVE = {"router": ["onnxruntime", "onnx"], "graph-compiler": ["lightgbm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(SERVICES))
+@pytest.mark.parametrize("name", sorted(ALL_SERVICES))
 def test_dockerfile_install_step_gives_only_the_services_dependencies(
     name: str, tmp_path: Path
 ) -> None:
-    decl: ServiceDecl = SERVICES[name]
+    decl: ServiceDecl = ALL_SERVICES[name]
     step = [a.replace("${SERVICE}", name) for a in _install_step()]
     assert step[:3] == ["uv", "sync", "--package"]
     assert step[3] == decl.distribution
@@ -269,7 +274,7 @@ def test_dockerfile_install_step_gives_only_the_services_dependencies(
         [uv, *step[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    others = [s.package for s in SERVICES.values() if s.name != name]
+    others = [s.package for s in ALL_SERVICES.values() if s.name != name]
     probe = (
         "import importlib.util as u, sys\n"
         f"import {decl.package}.__main__\n"

@@ -23,13 +23,23 @@ from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config, subjects
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from seedance.testing.servers import nats_server_binary
-from tests.unit.deploy.declared import DEPLOY, REPO, auth_choices, auth_users, services
+from tests.unit.deploy.declared import (
+    DEPLOY,
+    KUBERNETES_ONLY,
+    REPO,
+    auth_choices,
+    auth_users,
+    services,
+)
 
 K8S = DEPLOY / "k8s"
 OVERLAYS = ("dev", "prod")
 SERVICES = services()
 KUBECTL = REPO / ".venv" / "bin" / "kubectl"
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+#: Kinds without a namespace (the rest of what the overlays render lands in seedance-system).
+CLUSTER_SCOPED = frozenset(
+    {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+)
 
 
 @cache
@@ -83,11 +93,8 @@ def test_every_rendered_object_validates_against_its_schema(overlay: str) -> Non
     assert {"PodDisruptionBudget", "HorizontalPodAutoscaler", "ServiceAccount"} <= kinds
     problems = {f"{d['kind']}/{d['metadata']['name']}": errors_of(d) for d in docs}
     assert not {k: v for k, v in problems.items() if v}
-    assert all(
-        d["metadata"].get("namespace") == "seedance"
-        for d in docs
-        if d["kind"] not in CLUSTER_SCOPED
-    )
+    namespaced = [d for d in docs if d["kind"] not in CLUSTER_SCOPED]
+    assert {d["metadata"].get("namespace") for d in namespaced} == {"seedance-system"}
 
 
 def test_the_schemas_reject_what_the_api_server_would() -> None:
@@ -119,7 +126,8 @@ def test_service_monitor_scrapes_every_service_under_its_compose_job_name() -> N
     ]
     jobs = {svc["metadata"]["labels"][job_label] for svc in selected}
     scrape = yaml.safe_load((DEPLOY / "compose" / "prometheus" / "prometheus.yml").read_text())
-    assert jobs == {c["job_name"] for c in scrape["scrape_configs"]} == set(SERVICES)
+    assert jobs == set(SERVICES)
+    assert {c["job_name"] for c in scrape["scrape_configs"]} == set(SERVICES) - set(KUBERNETES_ONLY)
     works = workloads(docs)
     for svc in selected:
         name = svc["metadata"]["labels"][job_label]
@@ -315,5 +323,9 @@ def test_node_agent_reaches_the_kubelets_sockets_nvml_and_only_lists_pods(overla
     binding = by_kind(docs, "ClusterRoleBinding")["seedance-node-agent"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "seedance"}
+        {
+            "kind": "ServiceAccount",
+            "name": pod["serviceAccountName"],
+            "namespace": "seedance-system",
+        }
     ]

@@ -186,4 +186,22 @@ def test_request_of_a_gang_member_checks_the_gang_rule() -> None:
 def test_every_carried_or_not_carried_entry_has_a_reason() -> None:
     assert all(CARRIED.values())
     assert all(NOT_CARRIED.values())
-    assert not set(CARRIED) & set(NOT_CARRIED)
+
+
+def test_every_job_field_says_which_pod_field_it_comes_from() -> None:
+    """A new JobSubmitted or ResourceRequest field must be mapped in CARRIED (or this fails)."""
+    from seedance.events.jobs import JobSubmitted
+
+    wanted = (set(JobSubmitted.__struct_fields__) - {"request"}) | {
+        f"request.{f}" for f in ResourceRequest.__struct_fields__
+    }
+    assert set(CARRIED) == wanted
+
+
+def test_job_bounds_are_the_events_own() -> None:
+    r = refused(pod(priority=2**31))
+    assert "priority" in r.message
+    r = refused(pod(annotations={"seedance.io/expected-duration-s": "-5"}))
+    assert "expected_duration_s" in r.message
+    r = refused(pod(uid="not a token"))
+    assert "job_id" in r.message

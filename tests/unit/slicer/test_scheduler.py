@@ -295,3 +295,92 @@ def test_quota_max_priority_is_validated() -> None:
         QuotaPolicy.from_yaml("version: 1\ntenants:\n  a: {default_priority: 5, max_priority: 1}\n")
     with pytest.raises(QuotaError, match=r"tenants.a.max_priority: unknown priority class 'top'"):
         QuotaPolicy.from_yaml("version: 1\ntenants:\n  a: {max_priority: top}\n")
+
+
+# --- a new quota policy between inputs (Scheduler.set_quota) ------------------------------
+
+ONE_GPU = "version: 1\ntenants:\n  solo: {quota: {gpus: 1}}\n"
+TWO_GPUS = "version: 1\ntenants:\n  solo: {quota: {gpus: 2}}\n"
+THREE_GPUS = "version: 1\ntenants:\n  solo: {quota: {gpus: 3}}\n"
+
+
+def test_a_raised_quota_admits_the_held_jobs() -> None:
+    e = Scheduler(quota=QuotaPolicy.from_yaml(ONE_GPU))
+    e.upsert_node(node("n"), 0)
+    assert kinds(e.submit(job("s1", "solo", gpus=1), 1)) == [("Placed", "s1")]
+    (w,) = e.submit(job("s2", "solo", gpus=1), 2)
+    assert isinstance(w, Waiting)
+    assert w.reason == "over_quota"
+    assert kinds(e.set_quota(QuotaPolicy.from_yaml(TWO_GPUS), 3)) == [("Placed", "s2")]
+    assert e.quota is not None
+    assert e.quota.tenants["solo"].nominal == {"gpus": 2}
+    assert sorted(e.running_ids) == ["s1", "s2"]
+
+
+def test_a_lowered_quota_keeps_admitted_work_and_admits_nothing_new_until_it_ends() -> None:
+    e = Scheduler(quota=QuotaPolicy.from_yaml(THREE_GPUS))
+    e.upsert_node(node("n"), 0)
+    for i in (1, 2, 3):
+        assert kinds(e.submit(job(f"s{i}", "solo", gpus=1), i)) == [("Placed", f"s{i}")]
+    assert e.set_quota(QuotaPolicy.from_yaml(ONE_GPU), 4) == []  # nothing preempted
+    assert sorted(e.running_ids) == ["s1", "s2", "s3"]
+    (w,) = e.submit(job("s4", "solo", gpus=1), 5)
+    assert isinstance(w, Waiting)
+    assert w.reason == "over_quota"
+    # two of three ended: the tenant still holds 1 = its new quota, so s4 still waits
+    assert kinds(e.finish("solo", "s1", 6)) == [("Ended", "s1")]
+    assert kinds(e.finish("solo", "s2", 7)) == [("Ended", "s2")]
+    assert kinds(e.finish("solo", "s3", 8)) == [("Ended", "s3"), ("Placed", "s4")]
+
+
+def test_a_tenant_dropped_from_the_policy_keeps_its_work_and_new_requests_are_refused() -> None:
+    e = Scheduler(quota=QuotaPolicy.from_yaml(QUOTA))
+    e.upsert_node(node("n"), 0)
+    assert kinds(e.submit(job("s1", "solo", gpus=1), 1)) == [("Placed", "s1")]
+    e.set_quota(QuotaPolicy.from_yaml("version: 1\ntenants:\n  a: {quota: {gpus: 1}}\n"), 2)
+    assert e.running_ids == ["s1"]
+    (r,) = e.submit(job("s2", "solo", gpus=1), 3)
+    assert isinstance(r, Refused)
+    assert r.reason == "unknown_tenant"
+    assert kinds(e.finish("solo", "s1", 4)) == [("Ended", "s1")]
+
+
+def test_no_quota_releases_every_job_held_for_quota_but_not_the_paused() -> None:
+    e = Scheduler(quota=QuotaPolicy.from_yaml(QUOTA))
+    e.upsert_node(node("n", gpus=8), 0)
+    e.submit(job("s1", "solo", gpus=1), 1)
+    e.submit(job("s2", "solo", gpus=1), 2)  # over quota
+    e.set_paused("b", True, 3)
+    e.submit(job("b1", "b", gpus=1), 4)  # paused
+    out = e.set_quota(None, 5)
+    assert kinds(out) == [("Placed", "s2")]
+    assert e.quota is None
+    assert ("b", "b1") in e.waiting_jobs
+
+
+def test_a_restored_scheduler_under_the_new_policy_decides_as_the_original() -> None:
+    e = Scheduler(quota=QuotaPolicy.from_yaml(THREE_GPUS))
+    e.upsert_node(node("n"), 0)
+    for i in (1, 2, 3):
+        e.submit(job(f"s{i}", "solo", gpus=1), i)
+    lowered = QuotaPolicy.from_yaml(ONE_GPU)
+    e.set_quota(lowered, 4)
+    twin = Scheduler.from_bytes(e.to_bytes(), quota=lowered)
+    for s in (e, twin):
+        s.submit(job("s4", "solo", gpus=1), 5)
+        s.finish("solo", "s1", 6)
+        s.finish("solo", "s2", 7)
+    assert kinds(e.finish("solo", "s3", 8)) == kinds(twin.finish("solo", "s3", 8))
+    assert e.to_bytes() == twin.to_bytes()
+
+
+def test_quota_usage_is_what_admitted_work_holds() -> None:
+    e = Scheduler(quota=QuotaPolicy.from_yaml(QUOTA))
+    e.upsert_node(node("n", gpus=8), 0)
+    e.submit(job("b1", "b", gpus=3), 1)  # borrows a's idle quota
+    e.submit(job("s1", "solo", gpus=1), 2)
+    e.submit(job("s2", "solo", gpus=1), 3)  # held: not admitted, not counted
+    assert e.quota_usage() == {"a": {}, "b": {"gpus": 3}, "solo": {"gpus": 1}}
+    e.finish("b", "b1", 4)
+    assert e.quota_usage()["b"] == {}
+    assert Scheduler().quota_usage() == {}

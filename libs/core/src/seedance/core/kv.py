@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import nats.errors
 from nats.js import api as js_api
 from nats.js.errors import (
     BadRequestError,
@@ -31,6 +32,11 @@ log = get_logger(__name__)
 # JetStream's "wrong last sequence" codes: nats-py maps them to KeyWrongLastSequenceError on
 # update, but a delete with ``last=`` raises the plain BadRequestError that carries them.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
+_UNREACHABLE = (
+    nats.errors.ConnectionClosedError,
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+)
 
 
 async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
@@ -119,12 +125,16 @@ class Lease:
             return
         revision, self._revision = self._revision, None
         self.acquired.clear()
-        if await self._delete_at(revision):
-            return
-        with contextlib.suppress(KeyNotFoundError):
-            entry = await self._kv.get(self._key)
-            if entry.value == self._holder and entry.revision is not None:
-                await self._delete_at(entry.revision)
+        try:
+            if await self._delete_at(revision):
+                return
+            with contextlib.suppress(KeyNotFoundError):
+                entry = await self._kv.get(self._key)
+                if entry.value == self._holder and entry.revision is not None:
+                    await self._delete_at(entry.revision)
+        except _UNREACHABLE as err:
+            # Stopping without a server: the bucket's TTL frees the key for a standby.
+            log.warning("lease_release_failed", key=self._key, error=repr(err))
 
     async def _delete_at(self, revision: int) -> bool:
         """Delete the key if it is still at ``revision``; False when it has moved on."""

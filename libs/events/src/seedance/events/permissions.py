@@ -40,6 +40,9 @@ from seedance.events.subjects import (
     BUCKETS,
     CONSUMERS,
     OBJECT_STORES,
+    POLICY_BUCKET,
+    QUOTA_POLICY_KEY,
+    QUOTA_USAGE_KEYS,
     STREAMS,
     costs,
     dlq,
@@ -56,15 +59,18 @@ __all__ = [
     "FAMILIES",
     "IDENTITIES",
     "JS_API",
+    "KEY_GRANTS",
     "RESERVED_TENANTS",
     "SERVICES",
     "SERVICE_INBOX",
     "TENANT_READS",
     "Declaration",
+    "KeyGrant",
     "Permissions",
     "PermissionsError",
     "User",
     "declaration_permissions",
+    "key_grant_subjects",
     "operator_user",
     "service_user",
     "tenant_permissions",
@@ -177,11 +183,13 @@ IDENTITIES: dict[str, Declaration] = {
         Declaration("replayer", publishes=("observed",), provisions=False, dead_letters=False),
         # Pods' job events (observed: the API server's and kubelet's facts, bounded by the
         # bridge's clock), node inventories from Nodes, and the slicer's decisions to act on.
-        # Its leader lease is a Kubernetes Lease, not a KV key.
+        # Its leader lease is a Kubernetes Lease, not a KV key; its KV bucket records the pod
+        # jobs it has not ended yet.
         Declaration(
             "k8s-bridge",
             publishes=("observed", "telemetry"),
             consumes=("k8s-bridge-decisions",),
+            buckets=("seedance-k8s-bridge-jobs",),
         ),
         # One per GPU node: reads the slicer's placements (to verify what a pod claims) and
         # publishes per-pod measured shares on the node's telemetry subjects.
@@ -205,6 +213,66 @@ IDENTITIES: dict[str, Declaration] = {
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class KeyGrant:
+    """One KV key an identity reads (or also writes), where a whole-bucket grant would be too
+    much: the slicer may read its quota policy but never write it; the k8s-bridge writes it."""
+
+    identity: str
+    bucket: str
+    key: str
+    write: bool = False
+
+    def __post_init__(self) -> None:
+        check_token("identity", self.identity)
+        for token in self.key.split("."):  # a key, or a pattern of keys (usage.*)
+            if token not in ("*", ">"):
+                check_token("key", token)
+        if self.bucket not in BUCKETS:
+            raise PermissionsError(
+                f"{self.identity}: no KV bucket {self.bucket!r} in the catalogue"
+            )
+
+
+#: Per-key KV grants, kept apart from IDENTITIES on purpose: the quota policy's writer (the
+#: k8s-bridge, whose declaration is its own) and reader (the slicer) meet here, in one place.
+#: A grant for an identity IDENTITIES does not (yet) declare gives nothing to anyone.
+KEY_GRANTS: tuple[KeyGrant, ...] = (
+    KeyGrant("slicer", POLICY_BUCKET, QUOTA_POLICY_KEY),
+    KeyGrant("k8s-bridge", POLICY_BUCKET, QUOTA_POLICY_KEY, write=True),
+    # Each pool's slicer writes what its tenants hold (usage.<pool>); the bridge reads them
+    # into the TenantQuota statuses. A pool's name is not the slicer user's to choose in
+    # the permission, so any slicer may write any pool's figure (one user serves them all).
+    KeyGrant("slicer", POLICY_BUCKET, QUOTA_USAGE_KEYS, write=True),
+    KeyGrant("k8s-bridge", POLICY_BUCKET, QUOTA_USAGE_KEYS),
+)
+
+
+def key_grant_subjects(identity: str) -> list[str]:
+    """The publish subjects `KEY_GRANTS` give `identity`: create/inspect the bucket, get and
+    watch the key (an ordered consumer: create, delete, flow-control replies), and for a
+    writer put/delete the key itself (``$KV.<bucket>.<key>``), nothing else of the bucket."""
+    pub: list[str] = []
+    for g in KEY_GRANTS:
+        if g.identity != identity:
+            continue
+        kv = f"KV_{g.bucket}"
+        pub += _stream_api(kv)
+        pub += [
+            f"{JS_API}.STREAM.MSG.GET.{kv}",
+            f"{JS_API}.DIRECT.GET.{kv}.$KV.{g.bucket}.{g.key}",
+            f"{JS_API}.CONSUMER.CREATE.{kv}",
+            f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+            f"{JS_API}.CONSUMER.INFO.{kv}.*",  # nats-py's watch asks for its consumer's info
+            f"{JS_API}.CONSUMER.DELETE.{kv}.>",
+            f"$JS.FC.{kv}.>",
+        ]
+        if g.write:
+            pub.append(f"$KV.{g.bucket}.{g.key}")
+    return list(dict.fromkeys(pub))
+
 
 #: Workspace services (``services/*``); the rest of IDENTITIES are other trusted publishers.
 SERVICES = (
@@ -289,11 +357,15 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.DIRECT.GET.{kv}",
             f"{JS_API}.DIRECT.GET.{kv}.>",
             f"$KV.{bucket}.>",
-            # watches (the router's weights) read the bucket through an ordered consumer
+            # watches (the router's weights) read the bucket through an ordered consumer, and
+            # nats-py's watch asks for its info (refused, the watch fails at start: the
+            # slicer's quota watch under the shipped permissions showed it)
             f"{JS_API}.CONSUMER.CREATE.{kv}",
             f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+            f"{JS_API}.CONSUMER.INFO.{kv}.*",
             f"{JS_API}.CONSUMER.DELETE.{kv}.>",
         ]
+    pub += [p for p in key_grant_subjects(d.name) if p not in pub]
     for store in d.object_stores:
         obj = f"OBJ_{store}"
         pub += _stream_api(obj)

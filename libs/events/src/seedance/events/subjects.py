@@ -33,6 +33,9 @@ __all__ = [
     "BUCKETS",
     "CONSUMERS",
     "OBJECT_STORES",
+    "POLICY_BUCKET",
+    "QUOTA_POLICY_KEY",
+    "QUOTA_USAGE_KEYS",
     "STREAMS",
     "TENANT_KINDS",
     "TRUSTED_FAMILIES",
@@ -54,6 +57,7 @@ __all__ = [
     "observed",
     "owner_of",
     "parse_tenant_subject",
+    "quota_usage_key",
     "replica_consumer",
     "routing",
     "slicing",
@@ -551,11 +555,38 @@ BUCKETS: dict[str, BucketSpec] = {
             ttl_s=60.0,
             description="graph-compiler workers' capabilities (execution providers)",
         ),
+        # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
+        # that a pod deleted while no bridge ran still ends its job (tenant.job -> creation).
+        BucketSpec(
+            "seedance-k8s-bridge-jobs",
+            description="pod jobs the k8s bridge submitted and has not yet ended",
+        ),
         # Tenants added at run time: tenant id -> its password's scrypt hash; operators write,
         # the auth-callout service reads (seedance.core.auth_callout).
         BucketSpec("seedance-tenants", description="tenant credentials for the auth callout"),
+        # Policy documents reconciled from the cluster's CRs by the k8s-bridge (key `quota`:
+        # the slicer's QuotaPolicy, see QUOTA_POLICY_KEY); a little history for the operator.
+        BucketSpec(
+            "seedance-policy",
+            history=5,
+            description="policy documents the k8s-bridge reconciles from CRs (quota: the slicer's)",
+        ),
     )
 }
+
+#: The bucket and key holding the slicer's quota policy (the JSON or YAML mapping that
+#: QuotaPolicy.from_yaml parses). The k8s-bridge writes it, the slicer watches it.
+POLICY_BUCKET = "seedance-policy"
+QUOTA_POLICY_KEY = "quota"
+#: Keys ``usage.<pool>``: per tenant, what the pool's slicer has admitted now (JSON
+#: ``{"revision": <policy revision>, "tenants": {tenant: {dimension: amount}}}``); the slicer
+#: writes its pool's, the k8s-bridge reads them all into the TenantQuota statuses.
+QUOTA_USAGE_KEYS = "usage.*"
+
+
+def quota_usage_key(pool: str) -> str:
+    """The KV key (bucket POLICY_BUCKET) of pool `pool`'s quota usage."""
+    return f"usage.{check_token('pool', pool)}"
 
 
 # --- object stores ------------------------------------------------------------------------

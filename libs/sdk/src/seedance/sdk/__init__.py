@@ -7,5 +7,14 @@ from seedance.sdk.client import (
     PermissionRefused,
     SeedanceClient,
 )
+from seedance.sdk.job_status import JobState, JobStatus
 
-__all__ = ["JobOutcome", "JobRejectedError", "NoDecision", "PermissionRefused", "SeedanceClient"]
+__all__ = [
+    "JobOutcome",
+    "JobRejectedError",
+    "JobState",
+    "JobStatus",
+    "NoDecision",
+    "PermissionRefused",
+    "SeedanceClient",
+]

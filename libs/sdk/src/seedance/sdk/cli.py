@@ -1,23 +1,35 @@
-"""The ``seedance`` command: submit job events and follow cost streams from a shell.
+"""The ``seedance`` command: submit job events, see what became of them, follow costs.
 
     seedance jobs submit --tenant acme --job train-1 --gpus 2
+    seedance jobs status --tenant acme --job train-1
+    seedance jobs list --tenant acme --state waiting
     seedance jobs finish --tenant acme --job train-1
     seedance costs watch --tenant acme
     seedance costs report --tenant acme --format html --out acme.html
     seedance costs report --fleet --from 2026-01-01 --to 2026-01-02 --by node --format text
     seedance graph compile --tenant acme --model resnet.onnx --out resnet.compiled.onnx
 
+Owns running a parsed command line (``cli_args`` is the grammar) and turning every failure into
+one line on stderr and an exit status; must not decide anything the slicer, the ledger or the
+server decide.
+
 Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``; ``--user`` /
 ``--password`` (``NATS_USER`` / ``NATS_PASSWORD``). A tenant's user (``tenant-<t>``) gets its
 inbox prefix on its own; ``--inbox-prefix`` (``NATS_INBOX_PREFIX``) gives it for a creds file.
+Connecting ends within ``--connect-timeout-s`` (``SEEDANCE_CONNECT_TIMEOUT_S``, 10 s) when
+nothing answers, at once when the server refuses the credentials.
 
-``jobs`` commands wait up to ``--wait-s`` (default 10 s; ``--no-wait`` not at all) for the
-slicer's answer on the tenant's own subjects and print it: the placement or why the job waits,
-the release of an ended job. A rejection (duplicate job, unknown or ended job, invalid
-request, unknown tenant) is printed with its reason and exits 1.
+``jobs`` commands that publish wait up to ``--wait-s`` (default 10 s; ``--no-wait`` not at all)
+for the slicer's answer on the tenant's own subjects and print it: the placement or why the job
+waits, the release of an ended job. A rejection (duplicate job, unknown or ended job, invalid
+request, unknown tenant) is printed with its reason and exits 1. ``jobs status`` and ``jobs
+list`` read what the bus holds (the tenant's own decisions and costs) and print a block or a
+table (``--json`` for machines); a job the bus knows nothing of exits 1.
 
-Errors name what is wrong and exit with status 2 (usage, a request over a declared bound) or 1
-(the server or the slicer refused, a permission named by its subject, no answer in time).
+Exit status: 0 done; 1 the server or the slicer refused (a permission named by its subject), a
+rejection, an unknown job, no answer in time; 2 usage or a request over a declared bound; 69
+(``EX_UNAVAILABLE``) no NATS at the URL within the bound; 77 (``EX_NOPERM``) NATS refused the
+credentials (the services exit the same way).
 """
 
 from __future__ import annotations
@@ -25,22 +37,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
-from seedance.core.errors import NoStream, ServerTooOld
+from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
+from seedance.core.logs import configure_logging
+from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
 from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseRequest
 from seedance.events.graph import CompileResult, PrecisionPolicy
 from seedance.events.jobs import JobEvent
 from seedance.events.slicing import JobReleased, Placement, Unschedulable
-from seedance.reports import FORMATS, GROUPS
+from seedance.sdk.cli_args import EVENT_COMMANDS, parse
 from seedance.sdk.client import (
-    DEFAULT_WAIT_S,
     JobOutcome,
     JobRejectedError,
     NoDecision,
@@ -49,126 +59,10 @@ from seedance.sdk.client import (
     job_event,
     job_submitted,
 )
+from seedance.sdk.job_status import JobState, describe, gpus_text, status_table
 from seedance.sdk.reports import render_report
 
-__all__ = ["main"]
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="seedance", description="Seedance command line")
-    p.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
-    p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
-    p.add_argument("--user", default=os.environ.get("NATS_USER"))
-    p.add_argument("--password", default=os.environ.get("NATS_PASSWORD"))
-    p.add_argument(
-        "--inbox-prefix",
-        default=os.environ.get("NATS_INBOX_PREFIX"),
-        help="reply subject prefix (default: the tenant's own for a tenant-<t> user)",
-    )
-    top = p.add_subparsers(dest="group", required=True)
-
-    _jobs_parser(top)
-
-    a = top.add_parser("admin", help="operate the bus").add_subparsers(dest="cmd", required=True)
-    a.add_parser("provision", help="create or update every stream of the catalogue")
-
-    c = top.add_parser("costs", help="cost streams").add_subparsers(dest="cmd", required=True)
-    w = c.add_parser("watch", help="follow a tenant's cost stream")
-    w.add_argument("--tenant", required=True)
-    w.add_argument("--new", action="store_true", help="only events from now on")
-    w.add_argument("--count", type=int, default=0, help="stop after N events (0: never)")
-    w.add_argument("--json", action="store_true", help="one JSON event per line")
-    r = c.add_parser(
-        "report",
-        help="a tenant's or the fleet's cost report from the cost stream",
-    )
-    scope = r.add_mutually_exclusive_group(required=True)
-    scope.add_argument("--tenant", help="one tenant's costs (its own credentials suffice)")
-    scope.add_argument(
-        "--fleet", action="store_true", help="every tenant and idle by node (operator)"
-    )
-    r.add_argument("--format", choices=FORMATS, default="html")
-    r.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
-    r.add_argument("--from", dest="start", default=None, help="ISO 8601 start, UTC (inclusive)")
-    r.add_argument("--to", dest="end", default=None, help="ISO 8601 end, UTC (exclusive)")
-    r.add_argument("--by", choices=GROUPS, default="tenant", help="grouping")
-    r.add_argument(
-        "--share-idle",
-        action="store_true",
-        help="charge idle to the jobs beside it (OpenCost shareIdle; operator credentials)",
-    )
-
-    _graph_parser(top)
-    return p
-
-
-# argparse's subparsers action is a private type: the groups below take it as Any.
-def _jobs_parser(top: Any) -> None:
-    """``seedance jobs submit|start|finish|fail|cancel``."""
-    j = top.add_parser("jobs", help="publish job events").add_subparsers(dest="cmd", required=True)
-    s = j.add_parser("submit", help="submit a job")
-    s.add_argument("--tenant", required=True)
-    s.add_argument("--job", required=True, help="job id, unique per tenant")
-    s.add_argument("--gpus", type=int, default=1)
-    s.add_argument("--gpu-milli", type=int, default=1000, help="share of each GPU, 1-1000")
-    s.add_argument("--gpu-mem-mib", type=int, default=0)
-    s.add_argument("--mig-profile", default=None, help="e.g. 3g.40gb")
-    s.add_argument("--gpu-model", action="append", default=[], help="allowed model (repeatable)")
-    s.add_argument("--cpu-milli", type=int, default=0)
-    s.add_argument("--memory-mib", type=int, default=0)
-    s.add_argument("--gang-size", type=int, default=1)
-    s.add_argument("--priority", type=int, default=0)
-    s.add_argument("--kind", choices=["training", "inference"], default="training")
-    _wait_args(s)
-    for name in ("start", "finish", "fail", "cancel"):
-        e = j.add_parser(name, help=f"say a job {name}ed" if name == "start" else f"{name} a job")
-        e.add_argument("--tenant", required=True)
-        e.add_argument("--job", required=True)
-        if name in ("fail", "cancel"):
-            e.add_argument("--reason", default="")
-        _wait_args(e)
-
-
-def _graph_parser(top: Any) -> None:
-    """``seedance graph compile``."""
-    g = top.add_parser("graph", help="graph compiler").add_subparsers(dest="cmd", required=True)
-    gc = g.add_parser("compile", help="compile an ONNX model and wait for the result")
-    gc.add_argument("--tenant", required=True)
-    gc.add_argument("--model", required=True, type=Path, help="ONNX file to compile")
-    gc.add_argument("--name", default=None, help="model name (default: the file's stem)")
-    gc.add_argument("--out", type=Path, default=None, help="write the compiled model here")
-    gc.add_argument("--target", default="cpu", help="cpu, cuda or transformer-gpu")
-    gc.add_argument(
-        "--precisions", default="int8,fp16,fp32", help="priority order, comma-separated"
-    )
-    gc.add_argument(
-        "--int8-threshold",
-        type=float,
-        default=0.999,
-        help="min cosine for INT8 (int8_failure_threshold)",
-    )
-    gc.add_argument("--timeout-s", type=float, default=1800.0)
-    gc.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def _wait_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--wait-s",
-        type=float,
-        default=DEFAULT_WAIT_S,
-        help=f"wait this long for the slicer's answer (default {DEFAULT_WAIT_S:g})",
-    )
-    p.add_argument("--no-wait", action="store_true", help="publish and return at once")
-
-
-#: Each ``jobs`` command and the event kind it publishes (the past tense it prints).
-_DONE = {
-    "submit": "submitted",
-    "start": "started",
-    "finish": "finished",
-    "fail": "failed",
-    "cancel": "cancelled",
-}
+__all__ = ["invoke", "main"]
 
 
 def _job_event(args: argparse.Namespace) -> JobEvent:
@@ -187,18 +81,15 @@ def _job_event(args: argparse.Namespace) -> JobEvent:
             priority=args.priority,
             kind=args.kind,
         )
-    return job_event(_DONE[args.cmd], args.tenant, args.job, reason=getattr(args, "reason", ""))
+    reason = getattr(args, "reason", "")
+    return job_event(EVENT_COMMANDS[args.cmd], args.tenant, args.job, reason=reason)
 
 
 def _render_outcome(verb: str, out: JobOutcome) -> str:
     ev, d = out.event, out.decision
     head = f"{verb} {ev.job_id} for {ev.tenant} (event {ev.id})"
     if isinstance(d, Placement):
-        gpus = ", ".join(
-            f"{g.index}" + (f" {g.mig_profile}" if g.mig_profile else "")
-            + (f" {g.milli}/1000" if g.milli != 1000 else "")
-            for g in d.gpus
-        )  # fmt: skip
+        gpus = gpus_text(d)
         return f"{head}: placed on {d.node} ({d.kind}, GPUs [{gpus}]) at {d.at.isoformat()}"
     if isinstance(d, Unschedulable):
         return f"{head}: waiting ({d.reason}: {d.detail})"
@@ -281,84 +172,173 @@ def _render(ev: object) -> str:
     return repr(ev)
 
 
+async def _job_command(client: SeedanceClient, args: argparse.Namespace) -> int:
+    # A job event is checked against the schema's bounds before connecting (`_run`).
+    out = await client.send_job_event(args.job_event, wait_s=None if args.no_wait else args.wait_s)
+    print(_render_outcome(EVENT_COMMANDS[args.cmd], out))
+    return 0
+
+
+async def _jobs_status(client: SeedanceClient, args: argparse.Namespace) -> int:
+    try:
+        found = await client.job_statuses(args.tenant, job_id=args.job, timeout_s=args.timeout_s)
+    except TimeoutError:
+        return _history_timeout(args)
+    if not found:
+        print(
+            f"seedance: the bus knows no job {args.job!r} of tenant {args.tenant!r}: the slicer "
+            "has decided nothing about it (never submitted, not read yet (is the slicer "
+            "running?), or decided more than 30 days ago)",
+            file=sys.stderr,
+        )
+        return 1
+    (status,) = found
+    print(msgspec.json.encode(status).decode() if args.json else describe(status))
+    return 0
+
+
+async def _jobs_list(client: SeedanceClient, args: argparse.Namespace) -> int:
+    try:
+        found = await client.job_statuses(args.tenant, timeout_s=args.timeout_s)
+    except TimeoutError:
+        return _history_timeout(args)
+    wanted = {JobState(s) for s in args.state or ()}
+    shown = [s for s in found if not wanted or s.state in wanted]
+    if args.json:
+        print(msgspec.json.encode(shown).decode())
+    elif not shown:
+        which = f" in state {', '.join(sorted(wanted))}" if wanted else ""
+        print(f"no jobs of tenant {args.tenant}{which} on the bus", file=sys.stderr)
+    else:
+        print(status_table(shown))
+    return 0
+
+
+def _history_timeout(args: argparse.Namespace) -> int:
+    print(
+        f"seedance: could not read tenant {args.tenant!r}'s decisions and costs within "
+        f"{args.timeout_s:g} s (--timeout-s): a long history, or NATS at {args.nats_url} "
+        "overloaded?",
+        file=sys.stderr,
+    )
+    return 1
+
+
+async def _provision(client: SeedanceClient, args: argparse.Namespace) -> int:
+    await client.provision()
+    print("streams provisioned")
+    return 0
+
+
+async def _costs_report(client: SeedanceClient, args: argparse.Namespace) -> int:
+    try:
+        text, n = await render_report(
+            client,
+            tenant=None if args.fleet else args.tenant,
+            fmt=args.format,
+            start=args.start,
+            end=args.end,
+            by=args.by,
+            share_idle=args.share_idle,
+        )
+    except LookupError as exc:
+        # The reports' contract: a report that cannot be made (nothing in the window, idle
+        # without operator credentials) is a LookupError; a bad request a ValueError.
+        print(f"seedance: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 1
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        print(f"wrote {n} cost lines as {args.format} to {args.out}", file=sys.stderr)
+    return 0
+
+
+async def _costs_watch(client: SeedanceClient, args: argparse.Namespace) -> int:
+    seen = 0
+    stream = client.costs(args.tenant, from_start=not args.new)
+    async with contextlib.aclosing(stream) as events:
+        async for ev in events:
+            print(msgspec.json.encode(ev).decode() if args.json else _render(ev), flush=True)
+            seen += 1
+            if args.count and seen >= args.count:
+                break
+    return 0
+
+
+_Command = Callable[[SeedanceClient, argparse.Namespace], Awaitable[int]]
+_COMMANDS: dict[tuple[str, str], _Command] = {
+    **{("jobs", verb): _job_command for verb in EVENT_COMMANDS},
+    ("jobs", "status"): _jobs_status,
+    ("jobs", "list"): _jobs_list,
+    ("admin", "provision"): _provision,
+    ("costs", "report"): _costs_report,
+    ("costs", "watch"): _costs_watch,
+    ("graph", "compile"): _graph_compile,
+}
+
+
 async def _run(args: argparse.Namespace) -> int:
-    # A job event is checked against the schema's bounds before connecting.
-    job = _job_event(args) if args.group == "jobs" else None
+    command = _COMMANDS[(args.group, args.cmd)]
+    if args.group == "jobs" and args.cmd in EVENT_COMMANDS:
+        args.job_event = _job_event(args)  # bounds checked before connecting
     client = await SeedanceClient.connect(
         args.nats_url,
         creds=args.creds,
         user=args.user,
         password=args.password,
         inbox_prefix=args.inbox_prefix,
+        connect_timeout_s=args.connect_timeout_s,
     )
     async with client:
-        wait_s = None if getattr(args, "no_wait", True) else args.wait_s
-        if job is not None:
-            out = await client.send_job_event(job, wait_s=wait_s)
-            print(_render_outcome(_DONE[args.cmd], out))
-        elif args.group == "graph" and args.cmd == "compile":
-            return await _graph_compile(client, args)
-        elif args.group == "admin" and args.cmd == "provision":
-            await client.provision()
-            print("streams provisioned")
-        elif args.group == "costs" and args.cmd == "report":
-            try:
-                text, n = await render_report(
-                    client,
-                    tenant=None if args.fleet else args.tenant,
-                    fmt=args.format,
-                    start=args.start,
-                    end=args.end,
-                    by=args.by,
-                    share_idle=args.share_idle,
-                )
-            except LookupError as exc:
-                # The reports' contract: a report that cannot be made (nothing in the window,
-                # idle without operator credentials) is a LookupError; a bad request a
-                # ValueError.
-                print(f"seedance: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-                return 1
-            if args.out is None:
-                sys.stdout.write(text)
-            else:
-                args.out.write_text(text)
-                print(f"wrote {n} cost lines as {args.format} to {args.out}", file=sys.stderr)
-        elif args.group == "costs" and args.cmd == "watch":
-            seen = 0
-            stream = client.costs(args.tenant, from_start=not args.new)
-            async with contextlib.aclosing(stream) as events:
-                async for ev in events:
-                    print(
-                        msgspec.json.encode(ev).decode() if args.json else _render(ev), flush=True
-                    )
-                    seen += 1
-                    if args.count and seen >= args.count:
-                        break
-    return 0
+        return await command(client, args)
+
+
+def _fail(message: object, status: int) -> int:
+    """One line on stderr (a message of several lines is joined) and the exit status."""
+    print(f"seedance: {' '.join(str(message).split())}", file=sys.stderr)
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The ``seedance`` console script: sets up this process's logging, then runs ``argv``."""
+    args = parse(argv)
+    # The core's structured lines (a connect retry, a lost connection) would interleave with
+    # what the command prints; a failure is said once, in `_fail`'s line.
+    configure_logging(json=False, level="WARNING" if args.verbose else "CRITICAL")
+    return _execute(args)
+
+
+def invoke(argv: Sequence[str]) -> int:
+    """``argv`` run as the CLI would, leaving the calling process's logging as it is (tests,
+    notebooks); returns the exit status."""
+    return _execute(parse(argv))
+
+
+def _execute(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_run(args))
+    except BusUnavailable as exc:
+        if exc.refused:
+            hint = (
+                "The CLI's flags: --user/--password or --creds; a tenant's user (tenant-<t>) "
+                "exists once listed in deploy/auth/users.yaml or added with `seedance-auth "
+                "add-tenant`."
+            )
+            return _fail(f"{exc} {hint}", EXIT_BUS_REFUSED)
+        hint = "The CLI's flags: --nats-url, --connect-timeout-s."
+        return _fail(f"{exc} {hint}", EXIT_BUS_UNAVAILABLE)
     except ValueError as exc:
-        print(f"seedance: {exc}", file=sys.stderr)
-        return 2
-    except (JobRejectedError, PermissionRefused, NoDecision) as exc:
-        print(f"seedance: {exc}", file=sys.stderr)
-        return 1
+        return _fail(exc, 2)
+    except (JobRejectedError, PermissionRefused, NoDecision, ServerTooOld, NoStream) as exc:
+        return _fail(exc, 1)
     except TimeoutError:
         what = "a graph compiler" if args.group == "graph" else "the service that answers"
-        print(f"seedance: no result in time: is {what} running?", file=sys.stderr)
-        return 1
-    except (ServerTooOld, NoStream) as exc:
-        print(f"seedance: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"no result in time: is {what} running?", 1)
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
-        print(f"seedance: cannot reach NATS at {args.nats_url}: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"cannot reach NATS at {args.nats_url}: {exc}", EXIT_BUS_UNAVAILABLE)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import io
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
 from datetime import datetime
 from typing import Any, Self, TypeVar, Unpack
 
@@ -34,7 +34,7 @@ from nats.js import api as js_api
 
 from seedance.core.bus import Bus, BusSettings
 from seedance.core.clock import WALL_CLOCK, Clock
-from seedance.core.errors import SeedanceError
+from seedance.core.errors import NoStream, SeedanceError
 from seedance.core.kv import ensure_object_store
 from seedance.events import DecodeError, decode, new_event_id
 from seedance.events.cost import CostEvent, current
@@ -57,6 +57,7 @@ from seedance.events.subjects import costs, graph, jobs, slicing
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
 from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
+from seedance.sdk.job_status import JobStatus, fold_statuses
 from seedance.sdk.refusals import PermissionRefused, Violations
 from seedance.sdk.watch import Watch
 
@@ -83,6 +84,8 @@ DEFAULT_WAIT_S = 10.0
 _TENANT_USER_PREFIX = "tenant-"
 #: The slicing stream: where the slicer's answers are read back.
 _SLICING_STREAM = "SEEDANCE_SLICING"
+#: JetStream's error code for a consumer asked of a stream that does not exist.
+_STREAM_NOT_FOUND = 10059
 
 
 def tenant_of_user(user: str | None) -> str | None:
@@ -134,8 +137,11 @@ class SeedanceClient:
         password: str | None = None,
         inbox_prefix: str | None = None,
         clock: Clock = WALL_CLOCK,
+        connect_timeout_s: float = 10.0,
     ) -> SeedanceClient:
-        """Connect; raises ``ServerTooOld`` for a nats-server older than 2.10.
+        """Connect; raises ``ServerTooOld`` for a nats-server older than 2.10, and
+        ``BusUnavailable`` (saying what to check) when no server answers at ``url`` within
+        ``connect_timeout_s`` or the server refuses the credentials (at once).
 
         A tenant's user may subscribe only to its own inbox prefix
         (``seedance.events.subjects.inbox_prefix(tenant)``): it is taken from a ``tenant-<t>``
@@ -149,6 +155,7 @@ class SeedanceClient:
             password=password,
             inbox_prefix=inbox_prefix or (inbox_prefix_of(tenant) if tenant else None),
             name="seedance-sdk",
+            connect_timeout_s=connect_timeout_s,
         )
         violations = Violations(settings.inbox_prefix or "_INBOX")
         # Connecting asks JetStream for the account (a request, answered on the inbox): a
@@ -319,18 +326,56 @@ class SeedanceClient:
         return await self._cost_history(None, timeout_s)
 
     async def _cost_history(self, filter_subject: str | None, timeout_s: float) -> list[Any]:
-        out: list[Any] = []
-        async with (
-            asyncio.timeout(timeout_s),
-            self._watch("SEEDANCE_COSTS", filter_subject, True) as w,
-        ):
+        async with asyncio.timeout(timeout_s):
+            held = await self._history("SEEDANCE_COSTS", filter_subject)
+        return [current(decode(data, CostEvent)) for data in held]
+
+    async def _history(self, stream: str, filter_subject: str | None) -> list[bytes]:
+        """Every message ``stream`` holds under ``filter_subject`` now, in stream order (the
+        caller bounds the time)."""
+        out: list[bytes] = []
+        async with self._watch(stream, filter_subject, True) as w:
             if await w.is_empty():
                 return out
             while True:
                 msg = await w.next_msg()
-                out.append(current(decode(bytes(msg.data), CostEvent)))
+                out.append(bytes(msg.data))
                 if msg.metadata.num_pending == 0:
                     return out
+
+    # --- what became of jobs ----------------------------------------------------------------
+
+    async def job_statuses(
+        self, tenant: str, *, job_id: str | None = None, timeout_s: float = 60.0
+    ) -> list[JobStatus]:
+        """What became of each of ``tenant``'s jobs (only ``job_id`` when given; an empty list
+        when the bus knows nothing of it): placement, waiting reason, rejection or release,
+        and the cost so far.
+
+        Read from what the server already lets a tenant read, with no service to ask: its own
+        slicer decisions (``seedance.slicing.<t>.*``, in stream order) and its own cost stream
+        (``seedance.costs.<t>.*``), each through a consumer of this call's own whose filter is
+        in the API subject. Another tenant's are refused (`PermissionRefused`). Raises
+        ``TimeoutError`` when the two streams are not read within ``timeout_s``.
+
+        Why this way: a tenant may publish only its five job subjects (so no request reaches a
+        slicer, which answers none anyway), may not get stream messages directly (``STREAM.
+        MSG.GET``, ``DIRECT.GET``), and nats-py's ordered consumer first asks for stream names
+        and creates its consumer without the filter in the subject, both refused. The whole
+        history is read (no job token in the subjects); ``make bench-cli-status`` measures it.
+        """
+        check_tenant(tenant)
+        if job_id is not None:
+            check_token("job_id", job_id)
+        async with asyncio.timeout(timeout_s):
+            decisions = await self._history(_SLICING_STREAM, slicing.tenant_wildcard(tenant))
+            cost_events = await self._history("SEEDANCE_COSTS", costs.tenant_wildcard(tenant))
+        return fold_statuses(
+            tenant,
+            _decoded(decisions, SlicingEvent),
+            (current(ev) for ev in _decoded(cost_events, CostEvent)),
+            job_id=job_id,
+        )
 
     async def costs(
         self, tenant: str, *, from_start: bool = True
@@ -366,9 +411,17 @@ class SeedanceClient:
             flow_control=True,
         )
         try:
-            await self._guarded(
-                self._bus.js.add_consumer(stream, config), "reading", filter_subject or stream
-            )
+            try:
+                await self._guarded(
+                    self._bus.js.add_consumer(stream, config), "reading", filter_subject or stream
+                )
+            except nats.js.errors.NotFoundError as exc:
+                if exc.err_code != _STREAM_NOT_FOUND:
+                    raise
+                raise NoStream(
+                    f"no stream {stream} on this server: Seedance's streams are created when "
+                    "its services start (or by `seedance admin provision`); are they running?"
+                ) from None
             yield Watch(nc, queue, self._bus.js, stream, name)
         finally:
             await sub.unsubscribe()
@@ -442,6 +495,16 @@ class SeedanceClient:
         if result.artifact_sha256 and hashlib.sha256(data).hexdigest() != result.artifact_sha256:
             raise ValueError("artifact does not match its sha256")
         return data
+
+
+def _decoded(held: list[bytes], family: Any) -> Iterator[Any]:
+    """The events of ``family`` in ``held``; one of a later version, which this SDK cannot
+    read, is skipped rather than failing the whole read."""
+    for data in held:
+        try:
+            yield decode(data, family)
+        except DecodeError:
+            continue
 
 
 def _read_url(url: str) -> bytes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 
+from kubernetes_asyncio.config import ConfigException
+
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.logs import configure_logging
 from seedance.core.settings import SettingsError, bus_settings, load_settings
@@ -19,7 +21,15 @@ NAME = "k8s-bridge"
 async def _serve(settings: BridgeSettings, runtime: ServiceRuntime) -> None:
     # KUBECONFIG is the ecosystem's name; without either, the pod's service account.
     kubeconfig = settings.kubeconfig or os.environ.get("KUBECONFIG") or None
-    api = KubeApi(await connect(kubeconfig))
+    try:
+        api_client = await connect(kubeconfig)
+    except (ConfigException, OSError, ValueError) as exc:
+        where = kubeconfig or "the pod's service account (in-cluster)"
+        raise SystemExit(
+            f"k8s-bridge: no Kubernetes API config from {where}: {exc}. Set KUBECONFIG or "
+            "SEEDANCE_K8S_BRIDGE_KUBECONFIG to a kubeconfig file, or run inside a pod."
+        ) from None
+    api = KubeApi(api_client)
     try:
         await serve(BridgeService(runtime, WallClock(), settings, api))
     finally:

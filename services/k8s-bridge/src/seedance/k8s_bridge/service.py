@@ -19,7 +19,10 @@ Two paths, each lean (no per-pod list or get on the way to a Binding):
   gang is placed whole.
 
 Job events that could not be published stay in an outbox retried by the executor (their ids
-are derived, so a repeat is a duplicate). Must not decide anything itself: the tracker does.
+are derived, so a repeat is a duplicate). Each submitted job is recorded in KV
+(``seedance-k8s-bridge-jobs``, before its submit goes out) until its end went out: a new leader
+ends the recorded jobs whose pods are gone, so a pod deleted while no bridge ran still ends its
+job. Must not decide anything itself: the tracker does.
 """
 
 from __future__ import annotations
@@ -28,17 +31,23 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
+import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge, Histogram
 
 from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.consumer import PullConsumer
 from seedance.core.errors import NoStream
+from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.events import Event
+from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.k8s_bridge.core.tracker import (
     Action,
@@ -60,6 +69,8 @@ __all__ = ["BridgeMetrics", "BridgeService"]
 log = get_logger(__name__)
 
 DURABLE = "k8s-bridge-decisions"
+JOBS_BUCKET = "seedance-k8s-bridge-jobs"
+_ENDS = (JobFinished, JobFailed, JobCancelled)
 DECISIONS = Placement | Unschedulable | Preempted | JobRejected | JobReleased
 #: Deleted pods remembered while standing by, replayed to the tracker on taking the lead.
 _TOMBSTONES_KEPT = 10_000
@@ -110,6 +121,12 @@ class BridgeMetrics:
             ["resource", "cause"],
             registry=registry,
         )
+        self.object_errors_total = Counter(
+            "seedance_k8s_bridge_object_errors_total",
+            "Watched objects the bridge could not take (left as they are, logged).",
+            ["resource"],
+            registry=registry,
+        )
         self.leader = Gauge(
             "seedance_k8s_bridge_leader", "1 while this replica holds the Lease.", registry=registry
         )
@@ -153,6 +170,7 @@ class BridgeService(Lifecycle):
         self._stopping = asyncio.Event()
         self._consumer = self._decisions_consumer()
         self._consumer_task: asyncio.Task[None] | None = None
+        self._jobs_kv: KeyValue | None = None
         self.elector = LeaseElector(
             api,
             clock,
@@ -205,6 +223,7 @@ class BridgeService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()
+        self._jobs_kv = await ensure_bucket(self._rt.bus, JOBS_BUCKET)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -269,14 +288,19 @@ class BridgeService(Lifecycle):
             tracker.namespace_seen(ns)
         if self._settings.publish_inventory:
             for node in self.nodes.cache.values():
-                actions += tracker.node_seen(node, now)
+                actions += self._taken("nodes", node, lambda n=node: tracker.node_seen(n, now))
         for pod in self.pods.cache.values():
-            actions += tracker.pod_seen(pod, now)
+            actions += self._taken("pods", pod, lambda p=pod: tracker.pod_seen(p, now))
         # Pods that went while we stood by: their ends, should the old leader have missed them.
         for pod in self._tombstones:
-            actions += tracker.pod_seen(pod, now)
-            actions += tracker.pod_seen(pod, now, deleted=True)
+            actions += self._taken(
+                "pods",
+                pod,
+                lambda p=pod: tracker.pod_seen(p, now) + tracker.pod_seen(p, now, deleted=True),
+            )
         self._tombstones = []
+        # From here on the watches feed this tracker: nothing await-ed between the cache's
+        # replay above and this line, or a pod added meanwhile would be seen by neither.
         self.tracker = tracker
         self.metrics.leader.set(1)
         log.info(
@@ -287,8 +311,32 @@ class BridgeService(Lifecycle):
             **tracker.counts(),
         )
         self._enqueue(actions)
+        self._enqueue(await self._orphans(tracker, self._clock.now()))
         await self._consumer.start(self._rt.bus)
         self._consumer_task = asyncio.create_task(self._consumer.run())
+
+    async def _orphans(self, tracker: Tracker, now: datetime) -> list[Action]:
+        """The ends of recorded jobs whose pods are gone (deleted while no bridge ran)."""
+        assert self._jobs_kv is not None
+        scope = f"{self._settings.lease_name}."
+        try:
+            # nats-py's `filters` match substrings, not subjects: the prefix is checked here.
+            keys = [k for k in await self._jobs_kv.keys() if k.startswith(scope)]
+        except NoKeysError:
+            return []
+        live = tracker.live_jobs()
+        out: list[Action] = []
+        for key in keys:
+            tenant, _, job_id = key.removeprefix(scope).partition(".")
+            if job_id in live:
+                continue
+            with contextlib.suppress(KeyNotFoundError):
+                entry = await self._jobs_kv.get(key)
+                created_ms = int(entry.value or b"0")
+                out.append(tracker.orphan_ended(job_id, tenant, created_ms, now))
+        if out:
+            log.warning("bridge_orphans_ended", jobs=len(out))
+        return out
 
     async def _step_down(self) -> None:
         self._consumer.stop()
@@ -315,12 +363,41 @@ class BridgeService(Lifecycle):
                 self._tombstones.append(pod)
                 del self._tombstones[:-_TOMBSTONES_KEPT]
             return
-        self._enqueue(self.tracker.pod_seen(pod, self._clock.now(), deleted=kind == "DELETED"))
+        tracker = self.tracker
+        self._guarded(
+            "pods", pod, lambda: tracker.pod_seen(pod, self._clock.now(), deleted=kind == "DELETED")
+        )
 
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
-        if self.tracker is None or not self._settings.publish_inventory:
+        tracker = self.tracker
+        if tracker is None or not self._settings.publish_inventory:
             return
-        self._enqueue(self.tracker.node_seen(node, self._clock.now(), deleted=kind == "DELETED"))
+        self._guarded(
+            "nodes",
+            node,
+            lambda: tracker.node_seen(node, self._clock.now(), deleted=kind == "DELETED"),
+        )
+
+    def _guarded(self, resource: str, obj: dict[str, Any], step: Any) -> None:
+        self._enqueue(self._taken(resource, obj, step))
+
+    def _taken(self, resource: str, obj: dict[str, Any], step: Any) -> list[Action]:
+        """What one object's change calls for. An object the tracker cannot take (a bug, a
+        shape no schema foresaw) is left as it is, logged and counted, rather than stopping
+        the watch for every other pod: the per-object counterpart of a consumer's dead letter
+        (a watch event has no message to dead-letter)."""
+        try:
+            return list(step())
+        except Exception as exc:
+            md = obj.get("metadata") or {}
+            self.metrics.object_errors_total.labels(resource).inc()
+            log.error(
+                "bridge_object_failed",
+                resource=resource,
+                name=f"{md.get('namespace', '')}/{md.get('name', '')}",
+                error=repr(exc),
+            )
+            return []
 
     def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
         if self.tracker is not None:
@@ -366,11 +443,39 @@ class BridgeService(Lifecycle):
             return
         items, self._outbox = self._outbox, []
         try:
+            await self._record(items)
             await self._rt.bus.publish_many(items)
+            await self._forget(items)
         except _PUBLISH_ERRORS as exc:
             self._outbox = items + self._outbox  # the executor tries again within a second
             log.warning("bridge_publish_failed", events=len(items), error=repr(exc))
         self.metrics.outbox.set(len(self._outbox))
+
+    async def _record(self, items: list[tuple[str, Event]]) -> None:
+        """Record each job before its submit goes out (a record without a job costs an end the
+        slicer answers; a job without a record could outlive its pod unseen). The value is the
+        pod's creation time in ms, the time bits of the job's event ids."""
+        assert self._jobs_kv is not None
+        kv = self._jobs_kv
+        await asyncio.gather(
+            *(
+                kv.put(self._job_key(ev), str(uuid.UUID(ev.id).int >> 80).encode())
+                for _, ev in items
+                if isinstance(ev, JobSubmitted)
+            )
+        )
+
+    def _job_key(self, ev: Any) -> str:
+        """``<lease name>.<tenant>.<job>``: the lease names the cluster's bridges, so bridges
+        of two clusters on one bus keep apart records."""
+        return f"{self._settings.lease_name}.{ev.tenant}.{ev.job_id}"
+
+    async def _forget(self, items: list[tuple[str, Event]]) -> None:
+        """Drop the records of jobs whose end went out."""
+        assert self._jobs_kv is not None
+        kv = self._jobs_kv
+        ends = [ev for _, ev in items if isinstance(ev, _ENDS)]
+        await asyncio.gather(*(kv.delete(self._job_key(ev)) for ev in ends))
 
     async def _write(self, a: Action) -> tuple[list[Action], list[PodRefRetry]]:
         async with self._writes:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from seedance.events.subjects import QUOTA_POLICY_KEY
+
 __all__ = ["SlicerSettings"]
 
 
@@ -29,6 +31,12 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     request_clock: str = "receive"
     #: A QuotaPolicy YAML (docs/slicer-mig-quota-k8s.md); empty: no quotas, every tenant known.
     quota_file: str = ""
+    #: The KV key (bucket ``seedance-policy``) holding the quota policy, written by the
+    #: k8s-bridge from the TenantQuota CRs (docs/k8s-crds.md); empty: not watched. A document
+    #: there replaces ``quota_file``'s between batches; deleting the key returns to
+    #: ``quota_file``'s. Another key is for tests side by side on one server: the generated
+    #: NATS permissions grant the catalogue's key (``QUOTA_POLICY_KEY``) alone.
+    quota_key: str = QUOTA_POLICY_KEY
     #: The target workload is the request shapes of the last this many jobs ...
     workload_window: int = 500
     #: ... and the policy is rebuilt from it every this many submissions.

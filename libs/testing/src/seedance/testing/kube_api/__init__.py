@@ -21,6 +21,10 @@ As a process (state journaled to FILE so a restart keeps objects and the revisio
 
     python -m seedance.testing.kube_api --port 0 --state FILE   # prints its URL on stdout
 
+    server = KubeApiProcess(tmp_path / "apiserver")   # seedance.testing.kube_api.process
+    url = server.start(); server.stop(); server.start()  # same port, objects and revisions
+    server.compact()                                      # POST /_testing/compact
+
 What it serves (see docs/k8s-test-api-server.md for what it does not):
 - get, list (label/field selectors), watch (from a resourceVersion, bookmarks, 410 after
   compaction, selector transitions as DELETED/ADDED), create, update (409 on a stale

@@ -10,6 +10,7 @@ when it gets plain JSON back.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -147,6 +148,28 @@ def _pod_cells(obj: dict[str, Any], age: str) -> list[Any]:
     return [obj["metadata"]["name"], f"{ready}/{len(containers)}", phase, restarts, age, node]
 
 
+def json_path(obj: Any, path: str) -> Any:
+    """A printer column's ``jsonPath`` on `obj`: the subset CRDs use (``.a.b``, ``.a[0]``,
+    ``.a[?(@.k=="v")].b``, as in ``.status.conditions[?(@.type=="Ready")].status``); None
+    where nothing matches (kubectl shows ``<none>``)."""
+    node = obj
+    for key, index, fkey, fval in _STEP.findall(path.strip()):
+        if key:
+            node = node.get(key) if isinstance(node, dict) else None
+        elif index:
+            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
+        elif isinstance(node, list):
+            node = next((x for x in node if isinstance(x, dict) and x.get(fkey) == fval), None)
+        else:
+            node = None
+        if node is None:
+            return None
+    return node
+
+
+_STEP = re.compile(r'\.([A-Za-z0-9_-]+)|\[([0-9]+)\]|\[\?\(@\.([A-Za-z0-9_-]+)=="([^"]*)"\)\]')
+
+
 def _cells(obj: dict[str, Any], age: str) -> list[Any]:
     return [obj["metadata"]["name"], age]
 
@@ -170,6 +193,21 @@ def table(
 ) -> dict[str, Any]:
     columns = _COLUMNS.get((rt.group, rt.plural), _DEFAULT_COLUMNS)
     cells_of = _pod_cells if (rt.group, rt.plural) == ("", "pods") else _cells
+    if rt.printer_columns:  # as a real server: NAME, then exactly the CRD's columns
+        columns = [("Name", "string", 0), *((n, t, p) for n, t, _, p in rt.printer_columns)]
+        paths = [path for _, _, path, _ in rt.printer_columns]
+
+        kinds = [kind for _, kind, _, _ in rt.printer_columns]
+
+        def cells_of(obj: dict[str, Any], age: str) -> list[Any]:
+            values = [json_path(obj, p) for p in paths]
+            # a date column prints as an age, as the real server's table convertor does
+            cells = [
+                _age(v, now) if k == "date" and isinstance(v, str) else v
+                for v, k in zip(values, kinds, strict=True)
+            ]
+            return [obj["metadata"]["name"], *cells]
+
     rows = []
     for obj in objects:
         row: dict[str, Any] = {

@@ -38,6 +38,8 @@ class ResourceType:
     subresources: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     custom: bool = False
+    #: A CRD version's ``additionalPrinterColumns`` as (name, type, jsonPath, priority).
+    printer_columns: tuple[tuple[str, str, str, int], ...] = ()
     schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @property
@@ -200,6 +202,10 @@ def crd_resource_types(crd: dict[str, Any]) -> list[ResourceType]:
                 subresources=tuple(s for s in ("status", "scale") if s in subs),
                 categories=tuple(names.get("categories") or ()),
                 custom=True,
+                printer_columns=tuple(
+                    (c["name"], c.get("type", "string"), c["jsonPath"], int(c.get("priority", 0)))
+                    for c in ver.get("additionalPrinterColumns") or ()
+                ),
                 schema=(ver.get("schema") or {}).get("openAPIV3Schema") or {},
             )
         )

@@ -10,6 +10,7 @@ restarting apiserver does. It owns request parsing and response framing; the ver
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import structlog
 import yaml
 from aiohttp import web
 
@@ -31,13 +33,25 @@ from seedance.testing.kube_api.store import Journal, Store
 from seedance.testing.kube_api.strategy import Api, WriteOptions
 from seedance.testing.kube_api.validation import KUBERNETES_VERSION, builtin_schemas
 
-__all__ = ["AuditRecord", "Fault", "KubeApiServer", "KubeApiSettings", "RequestInfo"]
+__all__ = [
+    "COMPACT_PATH",
+    "AuditRecord",
+    "Fault",
+    "KubeApiServer",
+    "KubeApiSettings",
+    "RequestInfo",
+]
 
+_log = structlog.get_logger(__name__)
 _JSON = "application/json"
+#: ``POST`` here compacts (``?rv=N``, default now): the process form of ``compact()``.
+COMPACT_PATH = "/_testing/compact"
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 #: Go's strconv.ParseBool truths, which the apiserver uses for ``watch`` and friends.
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+#: Encodings a real apiserver also accepts, which this one does not decode.
+_UNDECODED = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
 #: Subresources of a namespace itself (``namespaces/x/status``), not namespaced resources.
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 
@@ -98,6 +112,10 @@ class Fault:
     remaining: int
     message: str
     reason: str
+
+
+_INFO = web.RequestKey("kube_api_info", RequestInfo)
+_AUDITED = web.RequestKey("kube_api_audited", bool)
 
 
 def _reason_for(code: int) -> str:
@@ -288,6 +306,7 @@ class KubeApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         info = parse_request(request.method, request.path, query)
+        request[_INFO] = info
         code = 500
         try:
             fault = self._fault(request.method, request.path_qs)
@@ -299,22 +318,39 @@ class KubeApiServer:
         except ApiError as err:
             code = err.code
             return _error(err)
-        finally:
-            self.audit.append(
-                AuditRecord(
-                    verb=info.verb,
-                    api_group=info.group,
-                    api_version=info.version,
-                    resource=info.resource,
-                    subresource=info.subresource,
-                    namespace=info.namespace,
-                    name=info.name,
-                    user_agent=request.headers.get("User-Agent", ""),
-                    method=request.method,
-                    path=request.path_qs,
-                    code=code,
-                )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # A bug of this server or a body it does not expect: answer as the apiserver does
+            # for a panic (a 500 Status naming it) and log it, so the client's test fails
+            # with the reason instead of a bare "Server got itself in trouble".
+            _log.exception("kube_api_internal_error", path=request.path_qs)
+            code = 500
+            return _error(
+                ApiError(code=500, reason="InternalError", message=f"{type(exc).__name__}: {exc}")
             )
+        finally:
+            if not request.get(_AUDITED):
+                self._record(request, code)
+
+    def _record(self, request: web.Request, code: int) -> None:
+        """One audit record per request; a watch is recorded once its stream opens (so a test
+        sees the watches that are still open)."""
+        info = request[_INFO]
+        request[_AUDITED] = True
+        self.audit.append(
+            AuditRecord(
+                verb=info.verb,
+                api_group=info.group,
+                api_version=info.version,
+                resource=info.resource,
+                subresource=info.subresource,
+                namespace=info.namespace,
+                name=info.name,
+                user_agent=request.headers.get("User-Agent", ""),
+                method=request.method,
+                path=request.path_qs,
+                code=code,
+            )
+        )
 
     def _fault(self, method: str, path: str) -> Fault | None:
         for fault in self.faults:
@@ -358,6 +394,10 @@ class KubeApiServer:
             )
         elif path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok")
+        elif path == COMPACT_PATH and request.method == "POST":
+            # A test control, not Kubernetes: compaction of a server running as a process.
+            raw = request.query.get("rv", "")
+            return _json({"floor": self.compact(int(raw) if raw.isdigit() else None)})
         else:
             doc = self._group_doc(path, types)
         if doc is None:
@@ -385,6 +425,10 @@ class KubeApiServer:
         raw = await request.read()
         if not raw:
             return None
+        if request.content_type in _UNDECODED:
+            # A real server decodes these; this one answers as a server that does not, so
+            # that the client falls back to JSON (client-go does, for 415).
+            raise errors.unsupported_media_type(request.content_type)
         try:
             return _decode(raw)
         except msgspec.DecodeError:
@@ -438,6 +482,8 @@ class KubeApiServer:
         ns = info.namespace if rt.namespaced and info.namespace else None
         items = [self._out(rt, o) for o in self.api.select(rt, ns, selector)]
         rv = str(self.store.rv)
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        items = _page(items, query, meta)
         if _wants_table(request):
             return _json(
                 discovery.table(
@@ -448,7 +494,7 @@ class KubeApiServer:
             {
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version,
-                "metadata": {"resourceVersion": rv},
+                "metadata": meta,
                 "items": items,
             }
         )
@@ -550,16 +596,22 @@ class KubeApiServer:
         if info.name:  # a watch on one object is a field selector on its name
             selector = selector & parse_fields(f"metadata.name={info.name}")
         raw_rv = query.get("resourceVersion", "")
-        since = int(raw_rv) if raw_rv.isdigit() and raw_rv != "0" else None
+        initial = query.get("sendInitialEvents") in _TRUE
+        since = int(raw_rv) if raw_rv.isdigit() and raw_rv != "0" and not initial else None
         response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
+        self._record(request, 200)
         try:
             watcher = self.store.watch((rt.group, rt.plural), ns, selector, since)
         except ApiError as err:
             await response.write(_encode({"type": "ERROR", "object": status_body(err)}) + b"\n")
             await response.write_eof()
             return response
+        if initial:
+            # The watch-list protocol (client-go's WatchListClient): the current objects, then
+            # a bookmark that marks their end, then changes.
+            watcher.push(("BOOKMARK", self._bookmark_object(rt, initial_end=True)))
         self._streams.add(response)
         try:
             await self._stream(response, watcher, rt, query)
@@ -597,12 +649,40 @@ class KubeApiServer:
     def _bookmark(self, rt: ResourceType) -> bytes:
         # The watcher's queue is empty when this is written, so it has been sent every change
         # up to the store's revision: that is the bookmark's promise.
-        obj = {
-            "kind": rt.kind,
-            "apiVersion": rt.api_version,
-            "metadata": {"resourceVersion": str(self.store.rv)},
-        }
-        return _encode({"type": "BOOKMARK", "object": obj}) + b"\n"
+        return _encode({"type": "BOOKMARK", "object": self._bookmark_object(rt)}) + b"\n"
+
+    def _bookmark_object(self, rt: ResourceType, *, initial_end: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
+
+
+def _oid(obj: dict[str, Any]) -> list[str]:
+    return [obj["metadata"].get("namespace", ""), obj["metadata"]["name"]]
+
+
+def _page(
+    items: list[dict[str, Any]], query: dict[str, str], meta: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``limit``/``continue``: pages in key order. The token holds the last key served; a
+    later page shows the objects as they are then (a real server serves the first page's
+    snapshot, from etcd, until it is compacted)."""
+    token = query.get("continue", "")
+    if token:
+        try:
+            after = msgspec.json.decode(base64.urlsafe_b64decode(token.encode()))["after"]
+        except (ValueError, KeyError, TypeError, msgspec.DecodeError):
+            raise errors.bad_request("invalid continue token") from None
+        items = [o for o in items if _oid(o) > after]
+    limit = query.get("limit", "")
+    if limit.isdigit() and 0 < int(limit) < len(items):
+        rest = len(items) - int(limit)
+        items = items[: int(limit)]
+        last = _encode({"after": _oid(items[-1])})
+        meta["continue"] = base64.urlsafe_b64encode(last).decode()
+        meta["remainingItemCount"] = rest
+    return items
 
 
 def _success(code: int) -> dict[str, Any]:

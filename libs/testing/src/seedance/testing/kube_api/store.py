@@ -165,9 +165,11 @@ class Store:
 
     # writes -----------------------------------------------------------------------------
     def put(self, key: StoreKey, oid: ObjectId, obj: dict[str, Any]) -> dict[str, Any]:
-        """Store ``obj`` (a new dict the caller hands over) at the next revision."""
+        """Store ``obj`` at the next revision. Its top level and metadata are copied (a caller
+        may build it from the stored object with ``{**old, ...}``, sharing the metadata dict
+        that the history still holds); deeper parts must be new or unchanged."""
         self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.rv)}}
         bucket = self.objects.setdefault(key, {})
         old = bucket.get(oid)
         bucket[oid] = obj

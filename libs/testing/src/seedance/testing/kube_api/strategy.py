@@ -333,6 +333,13 @@ class Api:
         self, rt: ResourceType, ns: str, name: str, options: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         old = self.get(rt, ns, name)
+        if options:
+            self._check_body(
+                "deleteoptions-meta-v1",
+                "DeleteOptions",
+                name,
+                {"apiVersion": "v1", "kind": "DeleteOptions", **options},
+            )
         pre = (options or {}).get("preconditions") or {}
         self._preconditions(rt, old, pre.get("uid"), pre.get("resourceVersion"))
         if old["metadata"].get("finalizers") and rt.key != ("", "v1", "namespaces"):
@@ -366,18 +373,22 @@ class Api:
             for obj in self.store.select(key, ns, Selector()):
                 self.store.remove(key, (ns, obj["metadata"]["name"]))
 
+    def _check_body(self, stem: str, kind: str, name: str, body: dict[str, Any]) -> None:
+        """A request body that is not a stored object (Binding, Eviction, DeleteOptions)."""
+        if self.schemas is not None:
+            causes = self.schemas.validate(stem, body)
+            if causes:
+                raise errors.invalid(kind, "", name, tuple(causes))
+
     # pods' subresources -----------------------------------------------------------------
     def bind(self, ns: str, name: str, binding: Any) -> None:
         """``POST pods/{name}/binding``: assign the pod to ``target.name`` once."""
         pods = self.types[("", "v1", "pods")]
         if not isinstance(binding, dict):
             raise errors.bad_request("the body of the request is not a JSON object")
-        if self.schemas is not None:
-            causes = self.schemas.validate(
-                "binding-v1", {"apiVersion": "v1", "kind": "Binding", **binding}
-            )
-            if causes:
-                raise errors.invalid("Binding", "", name, tuple(causes))
+        self._check_body(
+            "binding-v1", "Binding", name, {"apiVersion": "v1", "kind": "Binding", **binding}
+        )
         pod = self.get(pods, ns, name)
         meta = binding.get("metadata") or {}
         self._preconditions(pods, pod, meta.get("uid"), None)
@@ -422,7 +433,15 @@ class Api:
     def evict(self, ns: str, name: str, body: Any) -> None:
         """``POST pods/{name}/eviction``: no disruption budgets are checked; the pod goes."""
         pods = self.types[("", "v1", "pods")]
-        options = body.get("deleteOptions") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request is not a JSON object")
+        self._check_body(
+            "eviction-policy-v1",
+            "Eviction",
+            name,
+            {"apiVersion": "policy/v1", "kind": "Eviction", **body},
+        )
+        options = body.get("deleteOptions")
         self.delete(pods, ns, name, options)
 
 
@@ -434,14 +453,57 @@ def _no_defaults(obj: dict[str, Any], api: Api) -> None:
 
 
 def _pod_defaults(obj: dict[str, Any], api: Api) -> None:
+    """What the real server's defaulting gives a new pod: scheduler, restart and DNS policy,
+    container defaults, requests copied from limits (so an ``nvidia.com/gpu`` limit is also a
+    request), and the QoS class it derives."""
     spec = obj.setdefault("spec", {})
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("serviceAccountName", "default")
+    spec.setdefault("enableServiceLinks", True)
     spec.setdefault("priority", 0)
-    obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    containers = [
+        c
+        for key in ("initContainers", "containers")
+        for c in spec.get(key) or []
+        if isinstance(c, dict)
+    ]
+    for container in containers:
+        _container_defaults(container)
+    obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec.get("containers") or [])}
+
+
+def _container_defaults(container: dict[str, Any]) -> None:
+    image = str(container.get("image", ""))
+    tagged = ":" in image.rsplit("/", 1)[-1] or "@" in image
+    latest = not tagged or image.endswith(":latest")
+    container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+    resources = container.get("resources")
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
+        requests = resources.setdefault("requests", {})
+        for name, quantity in resources["limits"].items():
+            requests.setdefault(name, quantity)
+
+
+def _qos_class(containers: list[Any]) -> str:
+    """Guaranteed: every container's cpu and memory requests equal their limits; BestEffort:
+    no cpu or memory requests or limits at all; Burstable otherwise."""
+
+    def rl(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        res = (c.get("resources") or {}) if isinstance(c, dict) else {}
+        return res.get("requests") or {}, res.get("limits") or {}
+
+    pairs = [rl(c) for c in containers]
+    compute = ("cpu", "memory")
+    if not any(k in req or k in lim for req, lim in pairs for k in compute):
+        return "BestEffort"
+    if pairs and all(k in lim and req.get(k) == lim[k] for req, lim in pairs for k in compute):
+        return "Guaranteed"
+    return "Burstable"
 
 
 def _namespace_defaults(obj: dict[str, Any], api: Api) -> None:

@@ -320,7 +320,9 @@ class CustomSchema:
             if old is None
             else {k: v for k, v in old.items() if k not in ("apiVersion", "kind", "metadata")}
         )
-        self._rules(body, old_body, self.schema, [], causes)
+        # A root rule may read metadata.name and metadata.generateName, and nothing else of
+        # the metadata (as the real server binds it).
+        self._rules(_with_names(body, obj), _with_names(old_body, old), self.schema, [], causes)
         return causes
 
     def _rules(
@@ -334,7 +336,7 @@ class CustomSchema:
                 field_path=raw.get("fieldPath", ""),
                 reason=raw.get("reason", "FieldValueInvalid"),
             )
-            cause = self._check(rule, value, old, path)
+            cause = self._check(rule, value, old, path, str(node.get("type", "object")))
             if cause is not None:
                 causes.append(cause)
         self._descend(value, old, node, path, causes)
@@ -368,7 +370,9 @@ class CustomSchema:
             for v in value
         ]
 
-    def _check(self, rule: _Rule, value: Any, old: Any, path: list[Any]) -> Cause | None:
+    def _check(
+        self, rule: _Rule, value: Any, old: Any, path: list[Any], node_type: str
+    ) -> Cause | None:
         if rule.transition and old is None:
             return None
         bindings = {"self": value}
@@ -391,8 +395,16 @@ class CustomSchema:
                 message = str(self._cel.evaluate(rule.message_expression, bindings))
             except Exception:  # the real server falls back to message on a failing expression
                 message = rule.message or f"failed rule: {rule.rule}"
-        shown = "object" if isinstance(value, dict) else json.dumps(value)
-        return Cause(field=field, message=f"Invalid value: {shown!r}: {message}")
+        # The real server names the schema type, not the value: `Invalid value: "object": ...`.
+        return Cause(field=field, message=f'Invalid value: "{node_type}": {message}')
+
+
+def _with_names(body: dict[str, Any] | None, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    if body is None or obj is None:
+        return body
+    meta = obj.get("metadata") or {}
+    names = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    return {**body, "metadata": names} if names else body
 
 
 @cache

@@ -15,12 +15,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
 import msgspec
 
-from seedance.events.jobs import MAX_GANG_SIZE, JobKind, ResourceRequest
+from seedance.events.jobs import MAX_GANG_SIZE, JobKind, JobSubmitted, ResourceRequest
 from seedance.events.tokens import check_tenant
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.quantity import (
@@ -48,17 +49,24 @@ __all__ = [
 
 Json = Mapping[str, Any]
 
-#: Pod fields and the job field each becomes.
+#: Every `JobSubmitted` field and the pod field it comes from (a test keeps it complete).
 CARRIED: Mapping[str, str] = {
-    "metadata.uid": "job_id (a gang's: derived from its members' uids)",
-    "metadata.namespace": "tenant (its TenantQuota binding, else its seedance.io/tenant label)",
-    "metadata.labels": "labels (and seedance.io/kind -> kind, seedance.io/pod-group -> gang)",
-    "metadata.annotations[seedance.io/expected-duration-s]": "expected_duration_s",
-    "spec.priority": "priority (else the PriorityClass named by spec.priorityClassName)",
-    "spec.containers[].resources": "request (cpu, memory, GPUs, MIG, shares)",
-    "spec.initContainers[].resources": "request (max with the containers; sidecars add)",
-    "spec.overhead": "request (added, as the kubelet counts it)",
-    "spec.nodeSelector[nvidia.com/gpu.product]": "request.gpu_models",
+    "id": "derived from metadata.uid and the transition (tracker), never resourceVersion",
+    "at": "the bridge's observation of the pending pod (its clock)",
+    "job_id": "metadata.uid (a gang's: derived from its members' uids)",
+    "tenant": "metadata.namespace: its TenantQuota binding, else its seedance.io/tenant label",
+    "kind": "metadata.labels[seedance.io/kind] (training by default)",
+    "priority": "spec.priority, else the PriorityClass named by spec.priorityClassName",
+    "expected_duration_s": "metadata.annotations[seedance.io/expected-duration-s]",
+    "labels": "metadata.labels (keys of at most 63 characters), namespace and name",
+    "request.gpus": "nvidia.com/gpu; 1 for a MIG instance or a seedance.io share",
+    "request.gpu_milli": "seedance.io/gpu-milli (1000 without it)",
+    "request.gpu_mem_mib": "seedance.io/gpu-memory-mib",
+    "request.mig_profile": "nvidia.com/mig-<profile>",
+    "request.gpu_models": "spec.nodeSelector[nvidia.com/gpu.product]",
+    "request.cpu_milli": "cpu of containers, init containers, sidecars and spec.overhead",
+    "request.memory_mib": "memory, counted as cpu",
+    "request.gang_size": "metadata.labels[seedance.io/pod-group-size] with seedance.io/pod-group",
 }
 
 #: Pod fields the bridge reads no job field from, and why.
@@ -332,6 +340,41 @@ def _expected_duration(annotations: Mapping[str, str]) -> float | Refused | None
         )
 
 
+_PROBE_AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _job_problem(
+    ref: PodRef,
+    tenant: str,
+    kind: str,
+    priority: int,
+    request: ResourceRequest,
+    labels: Mapping[str, str],
+    expected: float | None,
+) -> str:
+    """What the job event's own bounds refuse (priority beyond int32, a duration beyond a
+    year...), checked by decoding it as the slicer will: the event's ``Meta`` is the one
+    statement of them."""
+    try:
+        msgspec.convert(
+            {
+                "id": "probe",
+                "at": _PROBE_AT,
+                "job_id": ref.uid,
+                "tenant": tenant,
+                "kind": kind,
+                "priority": priority,
+                "request": msgspec.to_builtins(request),
+                "expected_duration_s": expected,
+                "labels": _labels(ref, labels),
+            },
+            JobSubmitted,
+        )
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return ""
+
+
 def pod_ask(
     pod: Json,
     *,
@@ -371,6 +414,9 @@ def pod_ask(
     assert isinstance(request, ResourceRequest)
     assert not isinstance(gang, Refused)
     assert not isinstance(expected, Refused)
+    problem = _job_problem(ref, tenant, kind_raw, priority, request, labels, expected)
+    if problem:
+        return Refused(RefusalReason.INVALID_REQUEST, problem)
     return PodAsk(
         ref=ref,
         tenant=tenant,

@@ -215,6 +215,18 @@ class Tracker:
             out[p.state.value] += 1
         return out
 
+    def live_jobs(self) -> set[str]:
+        """The jobs of pods that are submitted and not ended (the gangs' too)."""
+        out = {p.job_id for p in self._pods.values() if p.state in _LIVE and p.job_id}
+        out |= {g.job_id for g in self._gangs.values() if g.job_id and not g.ended}
+        return out
+
+    def orphan_ended(self, job_id: str, tenant: str, created_ms: int, now: datetime) -> Publish:
+        """The end of a job whose pod is gone without the bridge seeing it go (it was deleted
+        while no bridge ran): cancelled, at the bridge's time (the best bound it has)."""
+        reason = "pod deleted while no bridge watched"
+        return self._end_event(job_id, tenant, "cancelled", reason, now, created_ms)
+
     # --- namespaces and nodes ---------------------------------------------------------------
 
     def namespace_seen(self, ns: Json, *, deleted: bool = False) -> None:

@@ -43,17 +43,32 @@ class Admission:
             return job
         return msgspec.structs.replace(job, priority=quota.priority_cap)
 
+    def usage(self) -> dict[str, dict[str, int]]:
+        """Per tenant of the policy, what its admitted work holds (quota dimensions)."""
+        if self._tracker is None or self.quota is None:
+            return {}
+        return {t: dict(self._tracker.usage(t)) for t in sorted(self.quota.tenants)}
+
     def unknown_tenant(self, tenant: str) -> bool:
         return self.quota is not None and tenant not in self.quota.tenants
 
+    def with_quota(self, quota: QuotaPolicy | None, jobs: Mapping[str, JobSpec]) -> Admission:
+        """The same held jobs and pauses under another policy, the admitted ones of `jobs`
+        counted against it (`restore_admitted`)."""
+        out = Admission(quota, held=self.held, paused=self.paused)
+        out.restore_admitted(jobs)
+        return out
+
     def restore_admitted(self, jobs: Mapping[str, JobSpec]) -> None:
-        """Account the admitted ones of `jobs` (a restored state's): those not held back."""
+        """Account the admitted ones of `jobs` (those not held back), as they are: admitted
+        work counts against the policy even above it (a lowered quota, `Scheduler.set_quota`),
+        so the same state under the same policy always counts the same."""
         if self._tracker is None:
             return
         held = {h.job_id for h in self.held}
         for key, job in jobs.items():
             if key not in held and counts_quota(job):
-                self._tracker.admit(quota_request(job))
+                self._tracker.account(quota_request(job))
 
     def admit(self, job: JobSpec) -> QuotaDecision | None:
         """Account `job` against its quota (None: no quota applies to it)."""

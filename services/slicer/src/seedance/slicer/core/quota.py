@@ -375,6 +375,26 @@ class QuotaTracker:
             _add(self._usage[request.tenant], usage, +1)
         return decision
 
+    def account(self, request: QuotaRequest) -> bool:
+        """Record a workload admitted earlier, under another policy, without checking it.
+
+        A new policy (`Scheduler.set_quota`) takes over the workloads already admitted: they
+        keep running and count against it, even above a lowered quota (which then admits
+        nothing new until they end); nothing is preempted for it. False (nothing recorded) for
+        a tenant the policy does not know, an invalid request, or a workload already recorded.
+        """
+        if (
+            request.tenant not in self._policy.tenants
+            or request.workload_id in self._workloads
+            or _invalid(request)
+        ):
+            return False
+        usage = usage_of(request)
+        self._seq += 1
+        self._workloads[request.workload_id] = _Workload(request, usage, self._seq)
+        _add(self._usage[request.tenant], usage, +1)
+        return True
+
     def release(self, workload_id: str) -> bool:
         """Give a workload's quota back; False if it was not admitted (idempotent)."""
         wl = self._workloads.pop(workload_id, None)

@@ -259,6 +259,34 @@ class Scheduler:
         out.extend(self._pass(now_s))
         return out
 
+    @property
+    def quota(self) -> QuotaPolicy | None:
+        """The quota policy in force (None: no quotas, every tenant known)."""
+        return self._admission.quota
+
+    def quota_usage(self) -> dict[str, dict[str, int]]:
+        """Per tenant of the quota policy, what its admitted work holds now, in the quota's
+        dimensions (`gpus`, `shared_gpus`, `gpu_mem_mib`, `mig/<profile>`); {} without one."""
+        return self._admission.usage()
+
+    def set_quota(self, quota: QuotaPolicy | None, now_s: float) -> list[Effect]:
+        """Replace the quota policy between inputs, at trusted time `now_s`.
+
+        Work already admitted (placed or queued) stays admitted and keeps running: it counts
+        against the new policy even where that is below what it holds, so a lowered quota
+        admits nothing new for the tenant until enough of it ends, and preempts nothing. Jobs
+        held back for quota are tried again under the new policy (a raised quota admits them,
+        in priority then submission order); jobs held by a pause stay held. A tenant the new
+        policy no longer lists keeps its admitted work; its new requests are refused
+        (`unknown_tenant`). Priorities already capped stay as they were; new requests get the
+        new caps. The policy is not part of `snapshot`: the shell persists it beside the
+        snapshot and passes it to `restore`, so a restored scheduler enforces the same one.
+        """
+        self._admission = self._admission.with_quota(quota, self._jobs)
+        out = self._retry_held(now_s, lambda h: h.reason != "tenant_paused")
+        out.extend(self._pass(now_s))
+        return out
+
     def submit(self, job: JobSpec, now_s: float) -> list[Effect]:
         """A tenant's request, at its trusted time `now_s` (its place in the queue).
 

@@ -1,0 +1,108 @@
+"""Leader election on a coordination.k8s.io/v1 Lease of the test API server, on a virtual
+clock: one holder; a standby takes over only once the record went unchanged for the lease's
+duration by its own clock; a holder that cannot renew steps down before that; a release hands
+over at once; a stale write loses on resourceVersion."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from seedance.core import VirtualClock
+from seedance.k8s_bridge.kube import KubeApi, connect
+from seedance.k8s_bridge.leader import LeaseElector
+from seedance.testing.kube_api import KubeApiServer, seed
+
+NS = "seedance-system"
+
+
+@pytest.fixture
+async def api(kube_api: KubeApiServer, tmp_path: Path) -> AsyncIterator[KubeApi]:
+    seed.namespace(kube_api, NS)
+    a = KubeApi(await connect(str(kube_api.kubeconfig(tmp_path / "kubeconfig"))))
+    try:
+        yield a
+    finally:
+        await a.close()
+
+
+def elector(api: KubeApi, clock: VirtualClock, who: str) -> LeaseElector:
+    return LeaseElector(
+        api, clock, namespace=NS, name="bridge", identity=who, duration_s=15.0, renew_s=2.0
+    )
+
+
+async def test_one_holder_and_a_takeover_only_after_the_duration_by_the_standbys_clock(
+    api: KubeApi,
+) -> None:
+    clock = VirtualClock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    await a._step()
+    await b._step()
+    assert a.leading.is_set()
+    assert not b.leading.is_set()
+    await clock.advance(14.0)
+    await b._step()
+    assert not b.leading.is_set()  # unchanged for 14 s by b's clock: not yet
+    await clock.advance(1.5)
+    await b._step()
+    assert b.leading.is_set()
+    lease = await api.get_lease(NS, "bridge")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "b"
+    assert lease["spec"]["leaseTransitions"] == 1
+    # a, back, finds b holding it and steps down on its next renewal
+    await a._step()
+    assert not a.leading.is_set()
+    assert a.lost.is_set()
+
+
+async def test_a_renewing_holder_keeps_the_lease(api: KubeApi) -> None:
+    clock = VirtualClock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    await a._step()
+    for _ in range(20):
+        await clock.advance(2.0)
+        await a._step()
+        await b._step()
+    assert a.leading.is_set()
+    assert not b.leading.is_set()
+
+
+async def test_a_release_hands_over_at_once(api: KubeApi) -> None:
+    clock = VirtualClock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    await a._step()
+    await a.release()
+    assert not a.leading.is_set()
+    await b._step()
+    assert b.leading.is_set()
+
+
+async def test_a_holder_cut_off_from_the_api_steps_down_within_two_thirds_of_the_duration(
+    api: KubeApi, kube_api: KubeApiServer
+) -> None:
+    clock = VirtualClock()
+    a = elector(api, clock, "a")
+    await a._step()
+    kube_api.fail_next("*", r"/leases/bridge", 503, count=100)
+    await clock.advance(5.0)
+    await a._step()
+    assert a.leading.is_set()  # a short outage: still leading
+    await clock.advance(5.5)
+    await a._step()
+    assert not a.leading.is_set()  # 10.5 s > 2/3 of 15 s without a renewal
+
+
+async def test_a_stale_write_loses_on_the_resource_version(api: KubeApi) -> None:
+    clock = VirtualClock()
+    a = elector(api, clock, "a")
+    await a._step()
+    lease = await api.get_lease(NS, "bridge")
+    assert lease is not None
+    await clock.advance(2.0)
+    await a._step()  # a renews: the copy read above is stale now
+    with pytest.raises(Exception, match="409"):
+        await api.replace_lease(NS, "bridge", lease)

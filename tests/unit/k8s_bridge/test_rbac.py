@@ -1,0 +1,39 @@
+"""The bridge's RBAC declaration is exactly its calls: every API method names a rule, every
+granted verb is used by a call, and the ClusterRole is derived from it."""
+
+import inspect
+
+import pytest
+
+from seedance.k8s_bridge import rbac
+from seedance.k8s_bridge.kube import CALLS, KubeApi
+
+
+def test_every_api_call_names_its_rule() -> None:
+    methods = {
+        name
+        for name, fn in inspect.getmembers(KubeApi, inspect.isfunction)
+        if not name.startswith("_") and name != "close"
+    }
+    assert methods == set(CALLS)
+    for resource, verb in CALLS.values():
+        assert verb in rbac.needs(resource, verb).verbs
+
+
+def test_no_verb_is_granted_that_no_call_uses() -> None:
+    granted = {(r.resource, v) for r in rbac.RULES.values() for v in r.verbs}
+    assert granted == set(CALLS.values())
+
+
+def test_an_undeclared_call_fails() -> None:
+    with pytest.raises(LookupError, match="no 'patch' on 'nodes'"):
+        rbac.needs("nodes", "patch")
+
+
+def test_the_cluster_role_is_the_declaration() -> None:
+    role = rbac.cluster_role()
+    assert role["kind"] == "ClusterRole"
+    rules = {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in role["rules"]}
+    assert rules[("", "pods/binding")] == ["create"]
+    assert rules[("coordination.k8s.io", "leases")] == ["create", "get", "update"]
+    assert len(rules) == len(rbac.RULES)

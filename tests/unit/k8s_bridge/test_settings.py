@@ -1,0 +1,38 @@
+"""SEEDANCE_K8S_BRIDGE_* settings: typed, validated at load, unknown names refused."""
+
+import pytest
+
+from seedance.core.settings import SettingsError, load_settings
+from seedance.k8s_bridge.settings import BridgeSettings
+
+
+def test_defaults_and_overrides() -> None:
+    s = load_settings(BridgeSettings, "k8s-bridge", {})
+    assert s.scheduler_name == "seedance"
+    assert s.publish_inventory is True
+    s = load_settings(
+        BridgeSettings,
+        "k8s-bridge",
+        {
+            "SEEDANCE_K8S_BRIDGE_SCHEDULER_NAME": "gpu",
+            "SEEDANCE_K8S_BRIDGE_PUBLISH_INVENTORY": "false",
+        },
+    )
+    assert (s.scheduler_name, s.publish_inventory) == ("gpu", False)
+
+
+def test_a_misspelt_setting_is_refused() -> None:
+    with pytest.raises(SettingsError, match="SEEDANCE_K8S_BRIDGE_SCHEDULER_NAME"):
+        load_settings(BridgeSettings, "k8s-bridge", {"SEEDANCE_K8S_BRIDGE_SCHEDULER_NAM": "x"})
+
+
+def test_a_renewal_slower_than_the_lease_allows_is_refused() -> None:
+    with pytest.raises((SettingsError, ValueError), match="LEASE_RENEW_S"):
+        load_settings(
+            BridgeSettings,
+            "k8s-bridge",
+            {
+                "SEEDANCE_K8S_BRIDGE_LEASE_DURATION_S": "3",
+                "SEEDANCE_K8S_BRIDGE_LEASE_RENEW_S": "2.5",
+            },
+        )
