@@ -59,3 +59,9 @@ WARMUP_TRIALS ?= 5
 .PHONY: bench-warmup
 bench-warmup: install triton-env  ## warm-up benchmark: cold vs warm P95 of a new replica's first requests
 	nice $(PY) -m tools.bench.bench_warmup --first-n $(WARMUP_FIRST_N) --trials $(WARMUP_TRIALS)
+
+# Latency the gateway adds in front of one real Triton, gRPC and KServe v2 REST (CPU).
+ROUTER_REACH_REQUESTS ?= 500
+.PHONY: bench-router-reach
+bench-router-reach: install triton-env  ## router gRPC/REST latency vs Triton's own, one replica
+	nice $(PY) -m tools.bench.bench_router_reach --requests $(ROUTER_REACH_REQUESTS)

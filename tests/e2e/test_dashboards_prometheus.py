@@ -234,6 +234,7 @@ async def test_every_dashboard_query_returns_series_from_a_short_replay(
             replicas=f"fake={replica.address}",
             models="m",
             listen_address=router_address,
+            rest_address="",
             http_port=str(ports["router"]),
         )
         services.start("graph-compiler", http_port=str(ports["graph-compiler"]))

@@ -66,6 +66,7 @@ async def running_router(
 ) -> AsyncIterator[RouterService]:
     settings = RouterSettings(
         listen_address="127.0.0.1:0",
+        rest_address="127.0.0.1:0",
         replicas=f"a={tritons['a'].address},b={tritons['b'].address}",
         models="echo",
         forecast_interval_s=0.2,

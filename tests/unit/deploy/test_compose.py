@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 import pytest
 import yaml
 
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
+from seedance.router.settings import RouterSettings, parse_replicas
 from seedance.testing.servers import nats_server_binary, pinned_nats_version
 from tests.unit.deploy.declared import (
     DEPLOY,
@@ -286,3 +288,41 @@ def test_dockerfile_install_step_gives_only_the_services_dependencies(
     )
     assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout
     assert (venv / "bin" / next(iter(decl.scripts))).exists()
+
+
+def test_router_is_reachable_and_its_replica_list_names_the_triton_of_the_stack(
+    compose: dict[str, Any],
+) -> None:
+    """The router publishes the ports its settings make it listen on, and its fallback replica
+    list points at compose services that serve every routed model from a mounted repository."""
+    router = compose["services"]["router"]
+    env = router["environment"]
+    settings = msgspec.convert(
+        {
+            k[len("SEEDANCE_ROUTER_") :].lower(): v
+            for k, v in env.items()
+            if k.startswith("SEEDANCE_ROUTER_")
+        },
+        RouterSettings,
+        strict=False,
+    )
+    published = {int(p.split(":")[1]): int(p.split(":")[0]) for p in router["ports"]}
+    for address in (settings.listen_address, settings.rest_address):
+        port = int(address.rsplit(":", 1)[1])
+        assert published.get(port) == port, f"{address} is not published on the host"
+    assert published.keys() == {8001, 8000}
+    replicas = parse_replicas(settings.replicas)
+    models = [m.strip() for m in settings.models.split(",") if m.strip()]
+    assert replicas
+    assert models
+    for address in replicas.values():
+        host, port = address.rsplit(":", 1)
+        triton = compose["services"][host]
+        assert port in triton["expose"]
+        assert "--model-repository=/models" in triton["command"]
+        (mount,) = [v for v in triton["volumes"] if v.split(":")[1] == "/models"]
+        repo = COMPOSE_DIR / mount.split(":")[0]
+        for model in models:
+            config = (repo / model / "config.pbtxt").read_text()
+            assert f'name: "{model}"' in config
+            assert (repo / model / "1" / "model.py").is_file()

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 import pytest
 import yaml
 
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config, subjects
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
+from seedance.router.settings import RouterSettings, parse_replicas
 from seedance.testing.servers import nats_server_binary
 from tests.unit.deploy.declared import (
     DEPLOY,
@@ -36,6 +38,7 @@ K8S = DEPLOY / "k8s"
 OVERLAYS = ("dev", "prod")
 SERVICES = services()
 KUBECTL = REPO / ".venv" / "bin" / "kubectl"
+INFERENCE_PORTS = [{"name": "grpc", "containerPort": 8001}, {"name": "rest", "containerPort": 8000}]
 #: Kinds without a namespace (the rest of what the overlays render lands in seedance-system).
 CLUSTER_SCOPED = frozenset(
     {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
@@ -155,7 +158,9 @@ def test_service_workload_matches_the_code(overlay: str, name: str) -> None:
     else:
         assert not ours - decl.settings_fields, ours - decl.settings_fields
     port = int(env[decl.env_prefix + "HTTP_PORT"]["value"])
-    assert container["ports"] == [{"name": "http", "containerPort": port}]
+    # The metrics port first; the router adds its inference ports (test_router_inference_...).
+    extra = INFERENCE_PORTS if name == "router" else []
+    assert container["ports"] == [{"name": "http", "containerPort": port}, *extra]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert pod["serviceAccountName"] == name
@@ -329,3 +334,42 @@ def test_node_agent_reaches_the_kubelets_sockets_nvml_and_only_lists_pods(overla
             "namespace": "seedance-system",
         }
     ]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_router_inference_ports_reach_the_container_through_service_and_policy(
+    overlay: str,
+) -> None:
+    """Clients reach router:8001 (gRPC) and router:8000 (REST): the Service's ports target
+    container ports the settings make the router listen on, and the namespace's default-deny
+    has a policy letting them in."""
+    docs = render(overlay)
+    pod = workloads(docs)["router"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    settings = msgspec.convert(
+        {
+            k[len("SEEDANCE_ROUTER_") :].lower(): v
+            for k, v in env.items()
+            if k.startswith("SEEDANCE_ROUTER_")
+        },
+        RouterSettings,
+        strict=False,
+    )
+    listening = {
+        "grpc": int(settings.listen_address.rsplit(":", 1)[1]),
+        "rest": int(settings.rest_address.rsplit(":", 1)[1]),
+    }
+    assert listening == {"grpc": 8001, "rest": 8000}
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    service = by_kind(docs, "Service")["router"]
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    for name, port in listening.items():
+        assert ports[name]["port"] == port
+        assert named[ports[name]["targetPort"]] == port
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert parse_replicas(settings.replicas), "no fallback replica configured"
+    policy = by_kind(docs, "NetworkPolicy")["router-inference"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (rule,) = policy["spec"]["ingress"]
+    assert {p["port"] for p in rule["ports"]} == set(listening)

@@ -214,3 +214,38 @@ async def test_a_drained_replica_finishes_in_flight_requests_and_takes_no_new_on
     assert (await held).id == "r1"
     assert await drain is True
     assert list(gateway.replica_phases()) == ["b"]
+
+
+# -- ModelStreamInfer against a replica that does not stream: a clear status, not a bare one
+
+
+async def test_a_backend_without_streaming_is_named_in_the_status(gateway: OipGateway) -> None:
+    async def requests():  # type: ignore[no-untyped-def]
+        yield _request("s1")
+
+    async with grpc.aio.insecure_channel(gateway.address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        call = stub.ModelStreamInfer(requests(), timeout=5)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for _ in call:
+                pass
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "does not serve ModelStreamInfer" in (caught.value.details() or "")
+    assert sum(gateway.outstanding().values()) == 0
+
+
+async def test_a_stream_with_no_ready_replica_for_its_model_says_so(gateway: OipGateway) -> None:
+    request = service_pb2.ModelInferRequest(model_name="m", id="s1")
+    for name in list(gateway.replica_phases()):
+        await gateway.remove_replica(name)
+
+    async def requests():  # type: ignore[no-untyped-def]
+        yield request
+
+    async with grpc.aio.insecure_channel(gateway.address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for _ in stub.ModelStreamInfer(requests(), timeout=5):
+                pass
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "no ready replica for model 'm'" in (caught.value.details() or "")

@@ -540,6 +540,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
         procs.start(
             "router",
             listen_address=f"127.0.0.1:{port}",
+            rest_address=f"127.0.0.1:{free_port()}",
             replicas=",".join(f"{n}={t.address}" for n, t in tritons.items()),
             models="echo",
             forecast_interval_s="0.5",

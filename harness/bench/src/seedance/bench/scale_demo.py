@@ -373,7 +373,8 @@ async def _start_gateways(procs: ServiceProcesses, backends: str) -> tuple[_Gate
         restarts += await start_supervised(
             procs, "router", f"-{g}", functools.partial(ready, g), timeout_s=120.0,
             settings={
-                "listen_address": f"127.0.0.1:{port}", "replicas": backends, "models": "echo",
+                "listen_address": f"127.0.0.1:{port}", "rest_address": "", "replicas": backends,
+                "models": "echo",
                 "forecast_interval_s": "0.5", "forecast": "true" if g == "0" else "false",
             },
         )  # fmt: skip

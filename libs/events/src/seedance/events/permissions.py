@@ -115,6 +115,8 @@ class Declaration:
     #: Catalogue durables it binds (stream and filter come from the catalogue).
     consumes: tuple[str, ...] = ()
     buckets: tuple[str, ...] = ()
+    #: KV buckets it may create, read and watch but never write (``$KV.<bucket>.>`` refused).
+    bucket_reads: tuple[str, ...] = ()
     object_stores: tuple[str, ...] = ()
     #: Creates and updates every catalogue stream at start-up (every service replica does).
     provisions: bool = True
@@ -135,7 +137,7 @@ class Declaration:
         for durable in self.consumes:
             if durable not in CONSUMERS:
                 raise PermissionsError(f"{self.name}: no consumer {durable!r} in the catalogue")
-        for bucket in self.buckets:
+        for bucket in (*self.buckets, *self.bucket_reads):
             if bucket not in BUCKETS:
                 raise PermissionsError(f"{self.name}: no KV bucket {bucket!r} in the catalogue")
         for store in self.object_stores:
@@ -163,6 +165,10 @@ IDENTITIES: dict[str, Declaration] = {
             publishes=("routing",),
             consumes=("router-stats",),
             buckets=("seedance-router-weights",),
+            # Replicas are registered by the trusted observer (the bridge from EndpointSlices)
+            # or an operator; a gateway only watches them, so a compromised gateway cannot
+            # point the fleet's traffic at an address of its choosing.
+            bucket_reads=(subjects.routing.REPLICAS_BUCKET,),
             object_stores=("seedance-router-models",),
         ),
         Declaration(
@@ -180,16 +186,25 @@ IDENTITIES: dict[str, Declaration] = {
         ),
         # The replayer of a recorded fleet (the demo, benches, chaos tools): with the
         # Kubernetes bridge, the only publishers of observed job events, whose `at` is honoured.
-        Declaration("replayer", publishes=("observed",), provisions=False, dead_letters=False),
+        # Outside Kubernetes it is also the registrar of inference replicas for the routers
+        # (seedance-router-replicas).
+        Declaration(
+            "replayer",
+            publishes=("observed",),
+            buckets=(subjects.routing.REPLICAS_BUCKET,),
+            provisions=False,
+            dead_letters=False,
+        ),
         # Pods' job events (observed: the API server's and kubelet's facts, bounded by the
         # bridge's clock), node inventories from Nodes, and the slicer's decisions to act on.
         # Its leader lease is a Kubernetes Lease, not a KV key; its KV bucket records the pod
-        # jobs it has not ended yet.
+        # jobs it has not ended yet. It registers the routers' inference replicas from
+        # EndpointSlices (seedance-router-replicas, docs/router-gateway.md).
         Declaration(
             "k8s-bridge",
             publishes=("observed", "telemetry"),
             consumes=("k8s-bridge-decisions",),
-            buckets=("seedance-k8s-bridge-jobs",),
+            buckets=("seedance-k8s-bridge-jobs", subjects.routing.REPLICAS_BUCKET),
         ),
         # One per GPU node: reads the slicer's placements (to verify what a pod claims) and
         # publishes per-pod measured shares on the node's telemetry subjects.
@@ -360,6 +375,20 @@ def declaration_permissions(d: Declaration) -> Permissions:
             # watches (the router's weights) read the bucket through an ordered consumer, and
             # nats-py's watch asks for its info (refused, the watch fails at start: the
             # slicer's quota watch under the shipped permissions showed it)
+            f"{JS_API}.CONSUMER.CREATE.{kv}",
+            f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+            f"{JS_API}.CONSUMER.INFO.{kv}.*",
+            f"{JS_API}.CONSUMER.DELETE.{kv}.>",
+        ]
+    for bucket in d.bucket_reads:
+        kv = f"KV_{bucket}"
+        pub += [
+            # create (from the catalogue's spec) and bind, never UPDATE its configuration
+            f"{JS_API}.STREAM.CREATE.{kv}",
+            f"{JS_API}.STREAM.INFO.{kv}",
+            f"{JS_API}.STREAM.MSG.GET.{kv}",
+            f"{JS_API}.DIRECT.GET.{kv}",
+            f"{JS_API}.DIRECT.GET.{kv}.>",
             f"{JS_API}.CONSUMER.CREATE.{kv}",
             f"{JS_API}.CONSUMER.CREATE.{kv}.>",
             f"{JS_API}.CONSUMER.INFO.{kv}.*",

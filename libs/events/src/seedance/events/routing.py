@@ -12,6 +12,7 @@ from seedance.events.tokens import Name
 
 __all__ = [
     "ReplicaRecommendation",
+    "ReplicaRegistration",
     "ReplicaStats",
     "RoutingDecision",
     "RoutingEvent",
@@ -76,3 +77,19 @@ class ReplicaRecommendation(
 
 
 RoutingEvent = ReplicaStats | RoutingWeights | RoutingDecision | ReplicaRecommendation
+
+
+class ReplicaRegistration(msgspec.Struct, frozen=True, kw_only=True):
+    """One inference replica serving one model, as a registrar writes it into the
+    ``seedance-router-replicas`` bucket under ``routing.replica_key(fleet, model, replica)``.
+
+    Not an event (no id, no time): a KV value, the current truth about one key. `ready` false
+    keeps the replica registered but out of traffic (an EndpointSlice endpoint not ready, a
+    replica draining); deleting the key removes it.
+    """
+
+    model: Name
+    replica: Name
+    #: ``host:port`` of the replica's OIP gRPC endpoint (Triton's 8001).
+    address: str
+    ready: bool = True

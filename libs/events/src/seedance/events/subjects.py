@@ -238,6 +238,21 @@ class routing:
     def subject(model: str, kind: str) -> str:
         return f"{ROOT}.routing.{check_token('model', model)}.{kind}"
 
+    #: Bucket of inference replicas that router gateways route to (`ReplicaRegistration`).
+    REPLICAS_BUCKET = "seedance-router-replicas"
+
+    @staticmethod
+    def replica_key(fleet: str, model: str, replica: str) -> str:
+        """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``.
+
+        A gateway of fleet ``f`` watches ``f.>``; a registrar (the Kubernetes bridge from
+        EndpointSlices, an operator) puts one key per (model, replica) and deletes it on leave.
+        """
+        return (
+            f"{check_token('fleet', fleet)}.{check_token('model', model)}."
+            f"{check_token('replica', replica)}"
+        )
+
 
 class graph:
     """``seedance.graph.<tenant>.{request,result}``."""
@@ -554,6 +569,14 @@ BUCKETS: dict[str, BucketSpec] = {
             "seedance-graph-workers",
             ttl_s=60.0,
             description="graph-compiler workers' capabilities (execution providers)",
+        ),
+        # Replicas join and leave without a gateway restart: one key per (model, replica), put
+        # and deleted by a registrar (routing.replica_key). No TTL: a registrar that only
+        # writes on change (the bridge) would see its entries expire; a stale entry is harmless
+        # because the gateway probes every replica and keeps an unready one out of traffic.
+        BucketSpec(
+            "seedance-router-replicas",
+            description="inference replicas (model, replica, address, ready) router gateways use",
         ),
         # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
         # that a pod deleted while no bridge ran still ends its job (tenant.job -> creation).

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -23,7 +25,14 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-__all__ = ["REPO_ROOT", "TRITON_PYTHON", "TritonProcess", "echo_request", "free_port"]
+__all__ = [
+    "REPO_ROOT",
+    "TRITON_PYTHON",
+    "RepositoryTritonProcess",
+    "TritonProcess",
+    "echo_request",
+    "free_port",
+]
 
 from seedance.testing.paths import REPO as REPO_ROOT
 
@@ -99,11 +108,14 @@ class TritonProcess:
             cwd=REPO_ROOT,
         )
 
+    #: The models `wait_ready` waits for.
+    models: tuple[str, ...] = MODELS
+
     def _ready(self) -> bool:
         client = grpcclient.InferenceServerClient(self.address)
         try:
             return client.is_server_ready(client_timeout=1.0) and all(
-                client.is_model_ready(model, client_timeout=1.0) for model in MODELS
+                client.is_model_ready(model, client_timeout=1.0) for model in self.models
             )
         except InferenceServerException:
             return False
@@ -166,3 +178,63 @@ class TritonProcess:
         self._log.flush()
         text = self._log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
+
+
+class RepositoryTritonProcess(TritonProcess):
+    """PyTriton's bundled `tritonserver` binary serving a model repository directory (as the
+    Triton image does with ``--model-repository``), e.g. deploy/compose/triton/models.
+
+    The binaries are copied into the log directory with the Python-backend stub of this
+    interpreter's version (what PyTriton itself does at start), and the stub runs with
+    `.venv-triton` first on PATH (numpy) and its libpython on the loader path.
+    """
+
+    def __init__(
+        self, name: str, *, log_dir: Path, repository: Path, models: tuple[str, ...]
+    ) -> None:
+        super().__init__(name, log_dir=log_dir)
+        self.repository = repository
+        self.models = models
+
+    def start(self) -> None:
+        site = next((REPO_ROOT / ".venv-triton" / "lib").glob("python3.*/site-packages"))
+        dist = site / "pytriton" / "tritonserver"
+        server = self._workspace / "tritonserver"
+        shutil.copytree(dist, server, ignore=shutil.ignore_patterns("python_backend_stubs"))
+        version = subprocess.run(
+            [str(TRITON_PYTHON), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        shutil.copy(
+            dist / "python_backend_stubs" / version / "triton_python_backend_stub",
+            server / "backends" / "python" / "triton_python_backend_stub",
+        )
+        libdir = sysconfig.get_config_var("LIBDIR") or ""
+        env = {
+            **os.environ,
+            "LD_LIBRARY_PATH": os.pathsep.join(
+                p for p in (libdir, str(site / "nvidia_pytriton.libs")) if p
+            ),
+            "PATH": os.pathsep.join((str(TRITON_PYTHON.parent), os.environ.get("PATH", ""))),
+        }
+        self._process = subprocess.Popen(
+            [
+                str(server / "bin" / "tritonserver"),
+                f"--model-repository={self.repository}",
+                f"--backend-directory={server / 'backends'}",
+                f"--grpc-port={self.grpc_port}",
+                f"--http-port={self.http_port}",
+                f"--metrics-port={self.metrics_port}",
+                "--allow-metrics=false",
+                "--http-address=127.0.0.1",
+                "--grpc-address=127.0.0.1",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO_ROOT,
+            env=env,
+        )

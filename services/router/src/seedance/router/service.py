@@ -11,6 +11,12 @@ SLO outcomes the gateway saw, publishes its `ReplicaRecommendation` and sets the
 replicas gauge; with ``follow_plan`` the gateway's `ReplicaSet` follows it (the surplus members
 are drained and parked, returning ones are warmed up again).
 
+Replicas: the gateway starts with the configured ``SEEDANCE_ROUTER_REPLICAS`` and, with
+``discover_replicas``, watches the ``seedance-router-replicas`` bucket of its fleet; each change
+recomputes the wanted replicas (`core.replica_registry`: the ready registrations, else the
+configured fallback) and adds or drains the difference, without a restart. With a
+``rest_address`` the KServe v2 REST front (`RestGateway`) serves beside gRPC.
+
 Must not: publish on the request path. The observer only appends to bounded buffers; loops
 publish them.
 """
@@ -24,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightgbm as lgb
+import msgspec
 import numpy as np
 from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
@@ -32,7 +39,7 @@ from seedance.core import TRANSIENT_BUS_ERRORS, Clock, Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.events import Event
-from seedance.events.routing import ReplicaRecommendation
+from seedance.events.routing import ReplicaRecommendation, ReplicaRegistration
 from seedance.events.subjects import routing
 from seedance.router.core.forecast import RetrainPolicy, train_forecast_model
 from seedance.router.core.forecast.live import ForecastLoop
@@ -40,6 +47,11 @@ from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import ObservedSlo, PlanReason, PlanState, plan
 from seedance.router.core.planning.replica_set import ReplicaSet
 from seedance.router.core.policy import PredictiveSloPolicy
+from seedance.router.core.replica_registry import (
+    ReplicaTarget,
+    desired_replicas,
+    replica_changes,
+)
 from seedance.router.core.weight_table import WeightTable, decode_table, encode_table, table_key
 from seedance.router.forecast_selector import ForecastSelector, default_policy_config
 from seedance.router.forecast_store import ModelStore
@@ -47,6 +59,7 @@ from seedance.router.gateway import (
     FinishedRequest,
     GatewaySettings,
     OipGateway,
+    RestGateway,
     RoutedRequest,
 )
 from seedance.router.mapping import (
@@ -122,6 +135,12 @@ class RouterMetrics:
             ["model"],
             registry=registry,
         )
+        self.replica_changes = Counter(
+            "seedance_router_replica_changes",
+            "Replicas added to or drained from the gateway by discovery, by action (add, remove).",
+            ["action"],
+            registry=registry,
+        )
         self.recommendations = Counter(
             "seedance_router_replica_recommendations",
             "Planner decisions, by model and reason (scale_up, scale_down, hold, stabilising).",
@@ -195,10 +214,21 @@ class RouterService(Lifecycle):
             for m in self._models:
                 self.metrics.recommendations.labels(m, reason.value)
         self._kv: KeyValue | None = None
+        self._replicas_kv: KeyValue | None = None
+        self._static_replicas = dict(gw_settings.replicas)
+        # The bucket's current entries, by key; what the reconciliation reads.
+        self.registrations: dict[str, ReplicaRegistration] = {}
+        self.rest = (
+            RestGateway(self.gateway, listen_address=settings.rest_address)
+            if settings.rest_address
+            else None
+        )
         self._store: ModelStore | None = None
         self._training: asyncio.Task[None] | None = None
         runtime.loop(self._flush_loop)
         runtime.loop(self._watch_loop)
+        if settings.discover_replicas:
+            runtime.loop(self._replica_watch_loop)
         runtime.loop(self._stats_loop)
         if settings.plan:
             runtime.loop(self._plan_loop)
@@ -213,6 +243,8 @@ class RouterService(Lifecycle):
     async def start(self) -> None:
         await self._rt.start()
         self._kv = await ensure_bucket(self._rt.bus, WEIGHTS_BUCKET)
+        if self._settings.discover_replicas:
+            self._replicas_kv = await ensure_bucket(self._rt.bus, routing.REPLICAS_BUCKET)
         self._store = await ModelStore.open(self._rt.bus, self._settings.fleet)
         if self._settings.forecast:
             model = await self._store.latest()
@@ -221,12 +253,16 @@ class RouterService(Lifecycle):
                 self.metrics.model_generation.set(model.version.generation)
                 log.info("forecast_model_loaded", model_id=model.version.model_id)
         await self.gateway.start()
+        if self.rest is not None:
+            await self.rest.start()
 
     async def run(self) -> None:
         await self._rt.run()
 
     async def stop(self) -> None:
         """Drain: stop taking requests (in-flight ones get the grace), then stop the loops."""
+        if self.rest is not None:
+            await self.rest.stop()
         await self.gateway.stop(self._drain_grace_s)
         await self._rt.stop()
 
@@ -312,7 +348,9 @@ class RouterService(Lifecycle):
             )
             out.append(event)
             events.append((routing.subject(model, "replicas"), event))
-        if self._settings.follow_plan and out:
+        # The plan sizes the configured replica set; registered replicas are the registrar's
+        # to scale, so it is followed only while the configured list is in use.
+        if self._settings.follow_plan and out and not self._registered_ready():
             await self._follow(max(e.replicas for e in out))
         try:
             await self._rt.bus.publish_many(events)
@@ -423,6 +461,64 @@ class RouterService(Lifecycle):
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()
+
+    async def _replica_watch_loop(self) -> None:
+        """Follow the fleet's registered replicas (``<fleet>.<model>.<replica>`` keys)."""
+        assert self._replicas_kv is not None
+        watcher = await self._replicas_kv.watch(f"{self._settings.fleet}.>")
+        try:
+            async for entry in watcher:
+                if entry is not None:
+                    self._apply_registration(entry.key, entry.value, entry.operation)
+                    if entry.delta:
+                        continue  # more are pending (the initial values): reconcile at the end
+                await self.reconcile_replicas()
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+
+    def _apply_registration(self, key: str, value: bytes | None, operation: str | None) -> None:
+        if operation is not None or not value:  # a delete or purge: the replica left
+            self.registrations.pop(key, None)
+            return
+        try:
+            reg = msgspec.json.decode(value, type=ReplicaRegistration)
+        except msgspec.DecodeError as exc:  # malformed JSON or a wrong field (ValidationError)
+            log.warning("replica_registration_unreadable", key=key, error=str(exc))
+            self.registrations.pop(key, None)
+            return
+        expected = routing.replica_key(self._settings.fleet, reg.model, reg.replica)
+        if key != expected:
+            log.warning("replica_registration_misfiled", key=key, expected=expected)
+            self.registrations.pop(key, None)
+            return
+        self.registrations[key] = reg
+
+    def _registered_ready(self) -> bool:
+        return any(r.ready for r in self.registrations.values())
+
+    async def reconcile_replicas(self) -> None:
+        """Add and drain gateway replicas so that they are `desired_replicas` of now."""
+        desired = desired_replicas(self.registrations.values(), self._static_replicas)
+        current = {
+            name: ReplicaTarget(name=name, address=address, models=models)
+            for name, (address, models) in self.gateway.replica_models().items()
+        }
+        change = replica_changes(current, desired)
+        added = {t.name for t in change.add}
+        # A changed replica is drained before its new form is added; new ones come before the
+        # drains of those that left, so capacity arrives before it goes.
+        for name in [n for n in change.remove if n in added]:
+            await self.gateway.drain_replica(name, timeout_s=self._drain_grace_s)
+        for target in change.add:
+            await self.gateway.add_replica(target.name, target.address, models=target.models)
+            self.forecasts.add_replica(target.name)
+            self.metrics.replica_changes.labels("add").inc()
+            log.info("replica_joined", replica=target.name, address=target.address)
+        for name in [n for n in change.remove if n not in added]:
+            await self.gateway.drain_replica(name, timeout_s=self._drain_grace_s)
+            self.metrics.replica_changes.labels("remove").inc()
+            log.info("replica_left", replica=name)
 
     async def _stats_loop(self) -> None:
         window_s = self._settings.stats_window_s

@@ -29,8 +29,15 @@ __all__ = [
 class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Where the OIP gRPC gateway listens.
     listen_address: str = "0.0.0.0:8001"
-    #: ``name=host:port,...``: replica names are metric labels, so keep them few and stable.
+    #: Where the KServe v2 REST front listens (empty: no REST).
+    rest_address: str = "0.0.0.0:8000"
+    #: ``name=host:port,...``: the fallback replicas, used while no replica is registered
+    #: (ready) in the ``seedance-router-replicas`` bucket. Replica names are metric labels, so
+    #: keep them few and stable.
     replicas: str = ""
+    #: Watch the ``seedance-router-replicas`` bucket (keys ``<fleet>.<model>.<replica>``):
+    #: registered replicas join and leave without a restart.
+    discover_replicas: bool = True
     #: Comma-separated model names (the metric label set; others count as ``other``).
     models: str = ""
     #: ``model/tensor=CLIENT:BACKEND,...`` for inputs, e.g. ``resnet/image=NHWC:NCHW``.
@@ -95,6 +102,8 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("decision_queue_size must be >= 1")
         # The fleet is a KV key token and an object-name prefix.
         check_token("fleet", self.fleet)
+        if self.rest_address and ":" not in self.rest_address:
+            raise ValueError(f"rest_address={self.rest_address!r} is not host:port")
 
 
 def _items(text: str) -> list[str]:

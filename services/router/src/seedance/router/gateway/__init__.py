@@ -1,4 +1,5 @@
-"""The router's data plane: an Open Inference Protocol (KServe v2) gRPC gateway to Triton.
+"""The router's data plane: an Open Inference Protocol (KServe v2) gateway to Triton, gRPC
+and REST (`RestGateway`, translated to the same gRPC requests).
 
 Public surface: `OipGateway` with its `GatewaySettings` / `ModelRoute`, the `ReplicaSelector`
 protocol (and `Candidate`, `LeastOutstandingSelector`) a routing policy implements,
@@ -17,7 +18,13 @@ from seedance.router.gateway.ports import (
     RoutedRequest,
 )
 from seedance.router.gateway.replicas import ReplicaPhase, WarmupReport
-from seedance.router.gateway.server import OipGateway
+from seedance.router.gateway.rest import RestGateway, http_status
+from seedance.router.gateway.rest_tensors import (
+    RestRequestError,
+    infer_request_from_json,
+    infer_response_to_json,
+)
+from seedance.router.gateway.server import InferenceError, OipGateway
 from seedance.router.gateway.settings import GatewaySettings, ModelRoute
 from seedance.router.gateway.tensors import LayoutConversion, LayoutError
 from seedance.router.gateway.warmup import WarmupPolicy, latency_settled
@@ -29,6 +36,7 @@ __all__ = [
     "GatewayMetrics",
     "GatewayObserver",
     "GatewaySettings",
+    "InferenceError",
     "LayoutConversion",
     "LayoutError",
     "LeastOutstandingSelector",
@@ -36,9 +44,14 @@ __all__ = [
     "OipGateway",
     "ReplicaPhase",
     "ReplicaSelector",
+    "RestGateway",
+    "RestRequestError",
     "RoutedRequest",
     "WarmupPolicy",
     "WarmupReport",
+    "http_status",
+    "infer_request_from_json",
+    "infer_response_to_json",
     "is_retryable",
     "latency_settled",
     "status_class",

@@ -86,9 +86,11 @@ def warmup_request(metadata: service_pb2.ModelMetadataResponse) -> service_pb2.M
 class Replica:
     """One upstream Triton server as the gateway tracks it."""
 
-    def __init__(self, *, name: str, address: str) -> None:
+    def __init__(self, *, name: str, address: str, models: frozenset[str] | None = None) -> None:
         self.name = name
         self.address = address
+        # The models it may be sent (None: all); a registered replica serves what it registered.
+        self.models = models
         self.phase = ReplicaPhase.WARMING
         self.outstanding = 0
         # Set whenever nothing is in flight: what a drain waits on.
@@ -98,6 +100,9 @@ class Replica:
         self.latency_ewma_s: float | None = None
         self._channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+
+    def serves(self, model: str) -> bool:
+        return self.models is None or model in self.models
 
     def state(self, model: str) -> Candidate:
         return Candidate(

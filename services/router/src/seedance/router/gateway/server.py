@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -51,7 +51,7 @@ from seedance.router.gateway.tensors import (
     permute_shape,
 )
 
-__all__ = ["OipGateway"]
+__all__ = ["InferenceError", "OipGateway"]
 
 _log = structlog.get_logger(__name__)
 
@@ -60,14 +60,25 @@ _log = structlog.get_logger(__name__)
 _SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
 
 
-class _Failed(Exception):
-    """A forwarded call's final failure, to be returned to the client as this status."""
+class InferenceError(Exception):
+    """A forwarded call's final failure, to be returned to the client as this gRPC status
+    (the REST front maps it to an HTTP status)."""
 
     def __init__(self, code: grpc.StatusCode, details: str, replica: str | None) -> None:
         super().__init__(details)
         self.code = code
         self.details = details
         self.replica = replica
+
+
+def _stream_failure(replica: str, error: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str]:
+    code = error.code()
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return code, (
+            f"replica {replica!r} does not serve ModelStreamInfer (its backend has no "
+            "streaming); use ModelInfer, or route the model to a backend that streams"
+        )
+    return code, f"replica {replica!r}: {error.details() or code.name}"
 
 
 class OipGateway:
@@ -167,11 +178,16 @@ class OipGateway:
 
     # -- replicas --------------------------------------------------------------------------
 
-    async def add_replica(self, name: str, address: str) -> None:
-        """Register a replica; it takes traffic once it answers ready and is warmed up."""
+    async def add_replica(
+        self, name: str, address: str, *, models: frozenset[str] | None = None
+    ) -> None:
+        """Register a replica; it takes traffic once it answers ready and is warmed up.
+
+        `models`: the models it may be sent (None: every model); only those are warmed up.
+        """
         if name in self._replicas:
             raise ValueError(f"replica {name!r} already registered")
-        replica = Replica(name=name, address=address)
+        replica = Replica(name=name, address=address, models=models)
         self._replicas[name] = replica
         self._metrics.ready(replica=name, ready=False)
         self._begin_warmup(replica)
@@ -208,6 +224,10 @@ class OipGateway:
         if self._replicas.get(name) is replica:
             await self.remove_replica(name)
         return emptied
+
+    def replica_models(self) -> dict[str, tuple[str, frozenset[str] | None]]:
+        """Each registered replica's address and the models it may be sent (None: all)."""
+        return {name: (r.address, r.models) for name, r in self._replicas.items()}
 
     def replica_phases(self) -> dict[str, ReplicaPhase]:
         return {name: r.phase for name, r in self._replicas.items()}
@@ -246,7 +266,7 @@ class OipGateway:
             if not await replica.probe_ready(timeout_s=self._settings.probe_timeout_s):
                 await self._set_phase(replica, ReplicaPhase.EJECTED)
                 return
-            models = [m.name for m in self._settings.models if m.warm_up]
+            models = [m.name for m in self._settings.models if m.warm_up and replica.serves(m.name)]
             reports = await replica.warm_up(
                 models,
                 self._settings.warmup,
@@ -291,15 +311,17 @@ class OipGateway:
 
     # -- forwarding ------------------------------------------------------------------------
 
-    def _candidates(self, tried: set[str]) -> list[Replica]:
+    def _candidates(self, tried: set[str], model: str | None) -> list[Replica]:
         return [
             r
             for r in self._replicas.values()
-            if r.phase is ReplicaPhase.READY and r.name not in tried
+            if r.phase is ReplicaPhase.READY
+            and r.name not in tried
+            and (model is None or r.serves(model))
         ]
 
     def _pick(self, model: str, tried: set[str], request_id: str | None = None) -> Replica | None:
-        candidates = self._candidates(tried)
+        candidates = self._candidates(tried, model)
         reason: DecisionReason | str
         if not candidates:
             # After failed attempts this is "retries exhausted", already counted as failovers.
@@ -332,8 +354,7 @@ class OipGateway:
             )
         return chosen
 
-    def _timeout_s(self, context: grpc.aio.ServicerContext) -> float:
-        remaining = context.time_remaining()
+    def _timeout_s(self, remaining: float | None) -> float:
         if remaining is None:
             return self._settings.default_timeout_s
         return min(remaining, self._settings.default_timeout_s)
@@ -344,7 +365,7 @@ class OipGateway:
         model: str,
         request: Message,
         call: Callable[[Replica, Message, float], Awaitable[Message]],
-        context: grpc.aio.ServicerContext,
+        remaining: Callable[[], float | None],
         retry_safe: bool,
         on_first_send: Callable[[], None] | None = None,
         request_id: str | None = None,
@@ -354,16 +375,16 @@ class OipGateway:
         `request_id` is given for inference requests only: those are what the observer sees.
         """
         tried: set[str] = set()
-        last: _Failed | None = None
+        last: InferenceError | None = None
         while len(tried) < self._settings.max_attempts:
             replica = self._pick(model, tried, request_id)
             if replica is None:
                 break
             if on_first_send is not None and not tried:
                 on_first_send()
-            timeout_s = self._timeout_s(context)
+            timeout_s = self._timeout_s(remaining())
             if timeout_s <= 0:
-                raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded", None)
+                raise InferenceError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded", None)
             tried.add(replica.name)
             replica.begin(model)
             self._metrics.outstanding(replica=replica.name, count=replica.outstanding)
@@ -380,7 +401,7 @@ class OipGateway:
             except grpc.aio.AioRpcError as error:
                 code = error.code()
                 self._metrics.attempt(replica=replica.name, status=status_class(code))
-                last = _Failed(code, error.details() or code.name, replica.name)
+                last = InferenceError(code, error.details() or code.name, replica.name)
                 if not is_retryable(code):
                     raise last from None
                 # The replica could not take the request: keep new requests off it until a
@@ -397,9 +418,9 @@ class OipGateway:
             return response, replica
         if last is not None:
             raise last
-        raise _Failed(grpc.StatusCode.UNAVAILABLE, "no ready replica", None)
+        raise InferenceError(grpc.StatusCode.UNAVAILABLE, "no ready replica", None)
 
-    def _region(self, context: grpc.aio.ServicerContext) -> str | None:
+    def region_of(self, context: grpc.aio.ServicerContext) -> str | None:
         header = self._settings.region_header
         for key, value in context.invocation_metadata() or ():
             if key == header:
@@ -423,12 +444,33 @@ class OipGateway:
                 FinishedRequest(model=model, replica=replica, status=status, duration_s=duration_s)
             )
 
+    @property
+    def region_header(self) -> str:
+        return self._settings.region_header
+
     async def model_infer(
         self, request: service_pb2.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.ModelInferResponse:
+        """The gRPC ModelInfer: `infer`, its failure returned as the gRPC status."""
+        try:
+            return await self.infer(
+                request, region=self.region_of(context), remaining=context.time_remaining
+            )
+        except InferenceError as failure:
+            await context.abort(failure.code, failure.details)
+            raise AssertionError("unreachable: abort raises") from None
+
+    async def infer(
+        self,
+        request: service_pb2.ModelInferRequest,
+        *,
+        region: str | None,
+        remaining: Callable[[], float | None],
+    ) -> service_pb2.ModelInferResponse:
+        """Route one inference request (gRPC or REST alike): layouts, choice, failover,
+        metrics. Raises `InferenceError` with the status the client gets."""
         arrival_s = self._monotonic_s()
         model = request.model_name
-        region = self._region(context)
         route = self._routes.get(model)
         replica_name: str | None = None
         try:
@@ -436,7 +478,9 @@ class OipGateway:
                 try:
                     convert_request_layouts(request, route.input_layouts)
                 except LayoutError as error:
-                    raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, str(error), None) from None
+                    raise InferenceError(
+                        grpc.StatusCode.INVALID_ARGUMENT, str(error), None
+                    ) from None
             retry_safe = not (_SEQUENCE_PARAMETERS & set(request.parameters.keys()))
 
             def queued() -> None:
@@ -446,7 +490,7 @@ class OipGateway:
                 model=model,
                 request=request,
                 call=lambda r, req, t: r.stub.ModelInfer(req, timeout=t),
-                context=context,
+                remaining=remaining,
                 retry_safe=retry_safe,
                 on_first_send=queued,
                 request_id=request.id,
@@ -463,7 +507,7 @@ class OipGateway:
                 duration_s=self._monotonic_s() - arrival_s,
             )
             raise
-        except _Failed as failure:
+        except InferenceError as failure:
             self._done(
                 model=model,
                 replica=failure.replica,
@@ -471,8 +515,7 @@ class OipGateway:
                 region=region,
                 duration_s=self._monotonic_s() - arrival_s,
             )
-            await context.abort(failure.code, failure.details)
-            raise AssertionError("unreachable: abort raises") from None
+            raise
         self._done(
             model=model,
             replica=replica_name,
@@ -487,17 +530,75 @@ class OipGateway:
     ) -> Any:
         """ModelReady / ModelMetadata: answered by any ready replica, failing over."""
         try:
-            response, _ = await self._forward(
-                model=model,
-                request=request,
-                call=lambda r, req, t: getattr(r.stub, method)(req, timeout=t),
-                context=context,
-                retry_safe=True,
+            return await self.call_simple(
+                method, request, model=model, remaining=context.time_remaining
             )
-        except _Failed as failure:
+        except InferenceError as failure:
             await context.abort(failure.code, failure.details)
             raise AssertionError("unreachable: abort raises") from None
+
+    async def call_simple(
+        self,
+        method: str,
+        request: Message,
+        *,
+        model: str,
+        remaining: Callable[[], float | None],
+    ) -> Any:
+        """`forward_simple` without a gRPC context; raises `InferenceError`."""
+        response, _ = await self._forward(
+            model=model,
+            request=request,
+            call=lambda r, req, t: getattr(r.stub, method)(req, timeout=t),
+            remaining=remaining,
+            retry_safe=True,
+        )
         return response
+
+    async def stream_infer(
+        self,
+        requests: AsyncIterator[service_pb2.ModelInferRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
+        """ModelStreamInfer, proxied to one replica chosen for the stream's first request.
+
+        A stream is stateful (a decoupled model answers many responses per request), so it is
+        never failed over: an upstream failure ends the stream with the upstream's status. A
+        backend that does not serve streaming answers UNIMPLEMENTED, passed on with words.
+        """
+        first = await anext(aiter(requests), None)
+        if first is None:
+            return
+        model = first.model_name
+        replica = self._pick(model, set(), first.id)
+        if replica is None:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"no ready replica for model {model!r}"
+            )
+            raise AssertionError("unreachable: abort raises")
+        route = self._routes.get(model)
+
+        async def upstream_requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
+            pending: service_pb2.ModelInferRequest | None = first
+            while pending is not None:
+                if route is not None and route.input_layouts and pending.model_name == model:
+                    convert_request_layouts(pending, route.input_layouts)
+                yield pending
+                pending = await anext(aiter(requests), None)
+
+        replica.begin(model)
+        try:
+            call = replica.stub.ModelStreamInfer(
+                upstream_requests(), timeout=context.time_remaining()
+            )
+            async for response in call:
+                yield response
+        except grpc.aio.AioRpcError as error:
+            await context.abort(*_stream_failure(replica.name, error))
+        except LayoutError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        finally:
+            replica.end(model, latency_s=None)
 
     def client_view(
         self, metadata: service_pb2.ModelMetadataResponse
@@ -520,4 +621,4 @@ class OipGateway:
         return metadata
 
     def any_ready(self) -> bool:
-        return bool(self._candidates(set()))
+        return bool(self._candidates(set(), None))

@@ -1,13 +1,16 @@
-"""The OIP gRPC servicer: the six portable RPCs of `inference.GRPCInferenceService`.
+"""The OIP gRPC servicer: the six portable RPCs of `inference.GRPCInferenceService`, and
+Triton's ModelStreamInfer.
 
 Owns: the binding of each RPC to the gateway (ServerLive and ServerMetadata are answered here,
-ServerReady from the gateway's replicas, ModelReady / ModelMetadata / ModelInfer forwarded).
+ServerReady from the gateway's replicas, ModelReady / ModelMetadata / ModelInfer forwarded,
+ModelStreamInfer proxied to one replica).
 Must not: route, retry or convert tensors itself; `OipGateway` does. Triton's extensions (model
 repository, statistics, shared memory, ...) stay UNIMPLEMENTED, the base class's answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from importlib import metadata as importlib_metadata
 from typing import TYPE_CHECKING
 
@@ -17,11 +20,11 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 if TYPE_CHECKING:  # the gateway builds its servicer: a runtime import would be circular
     from seedance.router.gateway.server import OipGateway
 
-__all__ = ["OipServicer"]
+__all__ = ["OipServicer", "server_version"]
 
 
 class OipServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """The six portable OIP RPCs; Triton's extensions stay UNIMPLEMENTED (base class)."""
+    """The six portable OIP RPCs and streaming; Triton's other extensions stay UNIMPLEMENTED."""
 
     def __init__(self, gateway: OipGateway) -> None:
         self._gateway = gateway
@@ -40,7 +43,7 @@ class OipServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: service_pb2.ServerMetadataRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.ServerMetadataResponse:
         return service_pb2.ServerMetadataResponse(
-            name="seedance-router", version=_version(), extensions=[]
+            name="seedance-router", version=server_version(), extensions=[]
         )
 
     async def ModelReady(
@@ -63,8 +66,17 @@ class OipServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> service_pb2.ModelInferResponse:
         return await self._gateway.model_infer(request, context)
 
+    async def ModelStreamInfer(
+        self,
+        request_iterator: AsyncIterator[service_pb2.ModelInferRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
+        async for response in self._gateway.stream_infer(request_iterator, context):
+            yield response
 
-def _version() -> str:
+
+def server_version() -> str:
+    """The router's distribution version (ServerMetadata, ``GET /v2``)."""
     try:
         return importlib_metadata.version("seedance-router")
     except importlib_metadata.PackageNotFoundError:

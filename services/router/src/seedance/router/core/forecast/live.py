@@ -70,6 +70,14 @@ class ForecastLoop:
         self.scored_baseline_abs_error = 0.0
         self.scored_actual = 0.0
 
+    def add_replica(self, replica: str) -> None:
+        """Forecast `replica` too from now on (a replica that joined at run time)."""
+        if replica in self._replicas:
+            return
+        self._replicas = (*self._replicas, replica)
+        for m in self._models:
+            self._builders[(m, replica)] = FeatureBuilder(origin_s=self._origin_s)
+
     # -- input -------------------------------------------------------------------------------
 
     def observe_arrival(self, model: str, replica: str, at_s: float) -> None:
