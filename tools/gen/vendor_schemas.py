@@ -41,7 +41,8 @@ KINDS = {
     "PodDisruptionBudget": "poddisruptionbudget-policy-v1",
     "Role": "role-rbac-v1",
     "RoleBinding": "rolebinding-rbac-v1",
-    # the Kubernetes bridge's install (deploy/k8s/crds, deploy/k8s/seedance-system)
+    # the Kubernetes bridge's install (deploy/k8s/crds, deploy/k8s/seedance-system); the node
+    # agent's ClusterRole (it lists the pods bound to its node, in every namespace)
     "ClusterRole": "clusterrole-rbac-v1",
     "ClusterRoleBinding": "clusterrolebinding-rbac-v1",
     "CustomResourceDefinition": "customresourcedefinition-apiextensions-v1",

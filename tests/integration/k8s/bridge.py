@@ -58,6 +58,7 @@ async def fast_forward(bus: Bus, unique: str) -> None:
 
 @contextlib.asynccontextmanager
 async def slicer(nats_url: str, unique: str, **kw: Any) -> AsyncIterator[SlicerService]:
+    kw.setdefault("quota_key", f"quota-{unique}")  # the test's own (the bridge writes it)
     settings = SlicerSettings(
         pool=f"p{unique}", replica="s", instance=unique, lease_ttl_s=1.5, batch=100, **kw
     )
@@ -79,6 +80,7 @@ async def bridge(
         lease_renew_s=kw.pop("lease_renew_s", 0.2),
         backoff_initial_s=0.05,
         backoff_max_s=0.5,
+        policy_key=kw.pop("policy_key", f"quota-{unique}"),
         **kw,
     )
     runtime = ServiceRuntime("k8s-bridge", BusSettings(url=nats_url, name=f"test-bridge-{replica}"))

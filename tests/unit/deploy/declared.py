@@ -78,7 +78,10 @@ def services() -> dict[str, ServiceDecl]:
 
 
 #: Services that run only on Kubernetes, and why compose has none of them.
-KUBERNETES_ONLY = {"k8s-bridge": "it bridges a Kubernetes API server to the bus; compose runs none"}
+KUBERNETES_ONLY = {
+    "k8s-bridge": "it bridges a Kubernetes API server to the bus; compose runs none",
+    "node-agent": "it is a kubelet device plugin and reads the kubelet's pod-resources socket",
+}
 
 
 def compose_services() -> dict[str, ServiceDecl]:

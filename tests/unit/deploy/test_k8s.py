@@ -292,6 +292,51 @@ def test_the_auth_callout_runs_as_its_user_and_only_it_holds_the_signing_seed(
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_node_agent_reaches_the_kubelets_sockets_nvml_and_only_lists_pods(overlay: str) -> None:
+    """The DaemonSet mounts the kubelet's device-plugin and pod-resources directories (not
+    the sockets: a kubelet restart replaces them) where its settings say, sees every GPU
+    through the NVIDIA runtime, runs in the host PID namespace (NVML's PIDs -> cgroups), and
+    its RBAC is exactly the one call Allocate makes (list pods)."""
+    from seedance.node_agent.settings import NodeAgentSettings
+
+    docs = render(overlay)
+    ds = by_kind(docs, "DaemonSet")["node-agent"]
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["SEEDANCE_NODE_AGENT_NODE_NAME"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "spec.nodeName"}
+    }
+    assert pod["hostPID"] is True
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    defaults = NodeAgentSettings(node_name="n")
+    plugin_dir = env["SEEDANCE_NODE_AGENT_DEVICE_PLUGIN_DIR"]["value"]
+    pod_resources = env["SEEDANCE_NODE_AGENT_POD_RESOURCES_SOCKET"]["value"]
+    assert plugin_dir == defaults.device_plugin_dir
+    assert pod_resources == defaults.pod_resources_socket
+    assert mounts[plugin_dir] == "/var/lib/kubelet/device-plugins"
+    assert mounts[os.path.dirname(pod_resources)] == "/var/lib/kubelet/pod-resources"
+    (role,) = [
+        r
+        for r in by_kind(docs, "ClusterRole").values()
+        if r["metadata"]["name"] == "seedance-node-agent"
+    ]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    binding = by_kind(docs, "ClusterRoleBinding")["seedance-node-agent"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": pod["serviceAccountName"],
+            "namespace": "seedance-system",
+        }
+    ]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_router_inference_ports_reach_the_container_through_service_and_policy(
     overlay: str,
 ) -> None:

@@ -79,10 +79,17 @@ def test_the_bridge_runs_as_its_service_account_bound_to_exactly_the_listed_verb
     pod = workloads(docs)["k8s-bridge"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "k8s-bridge"
     assert pod["automountServiceAccountToken"] is True  # it calls the API
-    others = [n for n, w in workloads(docs).items() if n != "k8s-bridge"]
+    # The node agent is the other API caller (list pods on its node: test_k8s.py checks it).
+    callers = {"k8s-bridge", "node-agent"}
+    others = [n for n, w in workloads(docs).items() if n not in callers]
     for name in others:
         assert w_spec(docs, name).get("automountServiceAccountToken") is False, name
-    (role,) = by_kind(docs, "ClusterRole").values()
+    roles = {
+        b["roleRef"]["name"]: b
+        for b in by_kind(docs, "ClusterRoleBinding").values()
+        if b["subjects"][0]["name"] == "k8s-bridge"
+    }
+    (role,) = [r for r in by_kind(docs, "ClusterRole").values() if r["metadata"]["name"] in roles]
     granted: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
@@ -91,8 +98,7 @@ def test_the_bridge_runs_as_its_service_account_bound_to_exactly_the_listed_verb
         assert "*" not in rule["verbs"]
         assert "*" not in rule["resources"]
     assert granted == EXPECTED_RULES
-    (binding,) = by_kind(docs, "ClusterRoleBinding").values()
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    binding = roles[role["metadata"]["name"]]
     namespace = workloads(docs)["k8s-bridge"]["metadata"]["namespace"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "k8s-bridge", "namespace": namespace}

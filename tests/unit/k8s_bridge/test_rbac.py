@@ -4,9 +4,11 @@ granted verb is used by a call, and the ClusterRole is derived from it."""
 import inspect
 
 import pytest
+import yaml
 
 from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.kube import CALLS, KubeApi
+from seedance.testing.paths import REPO
 
 
 def test_every_api_call_names_its_rule() -> None:
@@ -37,3 +39,21 @@ def test_the_cluster_role_is_the_declaration() -> None:
     assert rules[("", "pods/binding")] == ["create"]
     assert rules[("coordination.k8s.io", "leases")] == ["create", "get", "update"]
     assert len(rules) == len(rbac.RULES)
+
+
+def test_the_shipped_cluster_role_grants_every_declared_verb() -> None:
+    """deploy/k8s/base/rbac/k8s-bridge.yaml grants at least the declaration (it also grants
+    issue #14's list, a superset the deploy test pins: tests/unit/deploy/test_k8s_install.py)."""
+    docs = yaml.safe_load_all((REPO / "deploy/k8s/base/rbac/k8s-bridge.yaml").read_text())
+    (role,) = [d for d in docs if d and d["kind"] == "ClusterRole"]
+    granted = {
+        (group, res, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for res in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    declared = {(r.api_group, r.resource, v) for r in rbac.RULES.values() for v in r.verbs}
+    assert declared - granted == set()
+    assert ("seedance.io", "tenantquotas/status", "patch") in declared
+    assert ("scheduling.k8s.io", "priorityclasses", "watch") in declared

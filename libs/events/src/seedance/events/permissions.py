@@ -206,6 +206,16 @@ IDENTITIES: dict[str, Declaration] = {
             consumes=("k8s-bridge-decisions",),
             buckets=("seedance-k8s-bridge-jobs", subjects.routing.REPLICAS_BUCKET),
         ),
+        # One per GPU node: reads the slicer's placements (to verify what a pod claims) and
+        # publishes per-pod measured shares on the node's telemetry subjects.
+        # MIG plans for its node arrive as core messages on their JetStream subject (the
+        # stream is tenant-read, so no per-node durable can be granted there).
+        Declaration(
+            "node-agent",
+            publishes=("telemetry",),
+            consumes=("node-agent-in",),
+            subscribes=(slicing.MIG_PLANS,),
+        ),
         # Authorises every connection the server config does not list (tenants added at run
         # time, seedance.core.auth_callout): reads their credentials, answers the server.
         Declaration(
@@ -282,6 +292,7 @@ def key_grant_subjects(identity: str) -> list[str]:
 #: Workspace services (``services/*``); the rest of IDENTITIES are other trusted publishers.
 SERVICES = (
     "telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger", "k8s-bridge",
+    "node-agent",
 )  # fmt: skip
 
 #: What a tenant reads: (stream, the tenant's filter on it). Its consumers may filter only so.

@@ -462,6 +462,16 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             slicing.REJECTIONS,
             slicing.RELEASES,
         ),
+        # Each node agent rebuilds its node's book of the slicer's placements at every start
+        # by reading the trusted decisions from the ledger's merged input (tenants cannot read
+        # it, so per-node reader names are safe there): ``node-agent-in-<node>``, no acks.
+        ConsumerSpec(
+            "node-agent-in",
+            "SEEDANCE_LEDGER_IN",
+            (slicing.PLACEMENTS, slicing.PREEMPTIONS, slicing.RELEASES),
+            acked=False,
+            inactive_s=3600.0,
+        ),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
     )

@@ -16,6 +16,7 @@ Must not decide anything.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,7 +27,16 @@ from kubernetes_asyncio.client.api_client import ApiClient
 
 from seedance.k8s_bridge import rbac
 
-__all__ = ["CALLS", "USER_AGENT", "ApiStatus", "ApiUnavailable", "KubeApi", "connect"]
+__all__ = [
+    "CALLS",
+    "CUSTOM_GROUP",
+    "CUSTOM_VERSION",
+    "USER_AGENT",
+    "ApiStatus",
+    "ApiUnavailable",
+    "KubeApi",
+    "connect",
+]
 
 Json = dict[str, Any]
 
@@ -46,7 +56,18 @@ CALLS: dict[str, tuple[str, str]] = {
     "get_lease": ("leases", "get"),
     "create_lease": ("leases", "create"),
     "replace_lease": ("leases", "update"),
+    # the policy reconciler (seedance.k8s_bridge.policy_sync)
+    "list_slicing_policies": ("slicingpolicies", "list"),
+    "watch_slicing_policies": ("slicingpolicies", "watch"),
+    "patch_slicing_policy_status": ("slicingpolicies/status", "patch"),
+    "list_tenant_quotas": ("tenantquotas", "list"),
+    "watch_tenant_quotas": ("tenantquotas", "watch"),
+    "patch_tenant_quota_status": ("tenantquotas/status", "patch"),
+    "list_priority_classes": ("priorityclasses", "list"),
+    "watch_priority_classes": ("priorityclasses", "watch"),
 }
+#: Seedance's custom resources (cluster-scoped), as the CRDs in deploy/k8s/crds/ serve them.
+CUSTOM_GROUP, CUSTOM_VERSION = "seedance.io", "v1alpha1"
 for _resource, _verb in CALLS.values():
     rbac.needs(_resource, _verb)
 
@@ -116,6 +137,8 @@ class KubeApi:
         self.client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coord = client.CoordinationV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        self._scheduling = client.SchedulingV1Api(api_client)
         self._timeout_s = request_timeout_s
 
     async def close(self) -> None:
@@ -241,4 +264,64 @@ class KubeApi:
     async def replace_lease(self, namespace: str, name: str, body: Any) -> Json:
         return await _json(
             self._coord.replace_namespaced_lease(name, namespace, body, **self._opts())
+        )
+
+    # --- the policy reconciler's: Seedance's cluster-scoped CRs, PriorityClasses ------------
+
+    async def list_slicing_policies(self, field_selector: str = "") -> Json:
+        return await self._list_custom("slicingpolicies")
+
+    def watch_slicing_policies(
+        self, field_selector: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Json]:
+        return self._watch_custom("slicingpolicies", resource_version, timeout_s)
+
+    async def patch_slicing_policy_status(self, name: str, body: Json) -> Json:
+        return await self._patch_custom_status("slicingpolicies", name, body)
+
+    async def list_tenant_quotas(self, field_selector: str = "") -> Json:
+        return await self._list_custom("tenantquotas")
+
+    def watch_tenant_quotas(
+        self, field_selector: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Json]:
+        return self._watch_custom("tenantquotas", resource_version, timeout_s)
+
+    async def patch_tenant_quota_status(self, name: str, body: Json) -> Json:
+        return await self._patch_custom_status("tenantquotas", name, body)
+
+    async def list_priority_classes(self, field_selector: str = "") -> Json:
+        return await _json(self._scheduling.list_priority_class(**self._opts()))
+
+    def watch_priority_classes(
+        self, field_selector: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Json]:
+        return self._stream(
+            self._scheduling.list_priority_class,
+            resource_version=resource_version,
+            timeout_s=timeout_s,
+        )
+
+    async def _list_custom(self, plural: str) -> Json:
+        return await _json(
+            self._custom.list_cluster_custom_object(
+                CUSTOM_GROUP, CUSTOM_VERSION, plural, **self._opts()
+            )
+        )
+
+    def _watch_custom(
+        self, plural: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Json]:
+        fn = functools.partial(
+            self._custom.list_cluster_custom_object, CUSTOM_GROUP, CUSTOM_VERSION, plural
+        )
+        return self._stream(fn, resource_version=resource_version, timeout_s=timeout_s)
+
+    async def _patch_custom_status(self, plural: str, name: str, body: Json) -> Json:
+        """A JSON merge patch of the CR's /status (the client's default is a JSON patch)."""
+        opts = {**self._opts(), "_content_type": "application/merge-patch+json"}
+        return await _json(
+            self._custom.patch_cluster_custom_object_status(
+                CUSTOM_GROUP, CUSTOM_VERSION, plural, name, body, **opts
+            )
         )

@@ -36,6 +36,13 @@ RULES: dict[str, Rule] = {
         Rule("", "events", ("create",)),
         # the leader lease
         Rule("coordination.k8s.io", "leases", ("get", "create", "update")),
+        # the policy reconciler: the CRs it turns into the slicer's quota, their status, and
+        # the PriorityClasses a TenantQuota's priorities may name
+        Rule("seedance.io", "slicingpolicies", ("list", "watch")),
+        Rule("seedance.io", "tenantquotas", ("list", "watch")),
+        Rule("seedance.io", "slicingpolicies/status", ("patch",)),
+        Rule("seedance.io", "tenantquotas/status", ("patch",)),
+        Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch")),
     )
 }
 

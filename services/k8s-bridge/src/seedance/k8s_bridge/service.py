@@ -61,6 +61,7 @@ from seedance.k8s_bridge.core.tracker import (
 )
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.leader import LeaseElector
+from seedance.k8s_bridge.policy_sync import PolicySync
 from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.k8s_bridge.watch import Informer
 
@@ -188,6 +189,13 @@ class BridgeService(Lifecycle):
         self.namespaces = self._informer(
             "namespaces", api.list_namespaces, api.watch_namespaces, self._on_namespace
         )
+        #: The SlicingPolicy/TenantQuota reconciler (None: ``policy_key`` empty).
+        self.policy: PolicySync | None = None
+        if settings.policy_key:
+            self.policy = PolicySync(
+                api, clock, settings, runtime.registry,
+                set_bindings=self.set_bindings, leading=lambda: self.leading,
+            )  # fmt: skip
 
     def _informer(
         self, kind: str, lister: Any, watcher: Any, handler: Any, selector: str = ""
@@ -224,6 +232,8 @@ class BridgeService(Lifecycle):
     async def start(self) -> None:
         await self._rt.start()
         self._jobs_kv = await ensure_bucket(self._rt.bus, JOBS_BUCKET)
+        if self.policy is not None:
+            await self.policy.start(self._rt.bus)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -232,6 +242,8 @@ class BridgeService(Lifecycle):
             executor = tg.create_task(self._executor())
             runtime_task = tg.create_task(self._rt.run())
             leading = tg.create_task(self._lead())
+            if self.policy is not None:
+                watches.append(tg.create_task(self.policy.run()))
             await runtime_task
             self._stopping.set()
             await leading
@@ -258,8 +270,11 @@ class BridgeService(Lifecycle):
         while not self._stopping.is_set():
             if not await self._until(self.elector.leading.wait()):
                 continue
-            for informer in (self.namespaces, self.nodes, self.pods):
-                if not await self._until(informer.synced.wait()):
+            # the TenantQuotas' namespace bindings too: a pod's tenant comes from them
+            synced = [i.synced for i in (self.namespaces, self.nodes, self.pods)]
+            synced += [self.policy.ready] if self.policy is not None else []
+            for ready in synced:
+                if not await self._until(ready.wait()):
                     break
             else:
                 await self._take_over()
@@ -303,6 +318,8 @@ class BridgeService(Lifecycle):
         # replay above and this line, or a pod added meanwhile would be seen by neither.
         self.tracker = tracker
         self.metrics.leader.set(1)
+        if self.policy is not None:
+            self.policy.kick()  # the leader writes the quota document and the CRs' statuses
         log.info(
             "bridge_leading",
             holder=self.identity,

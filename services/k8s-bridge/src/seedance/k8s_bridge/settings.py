@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from seedance.events.subjects import QUOTA_POLICY_KEY
 from seedance.k8s_bridge.core.keys import DEFAULT_SCHEDULER_NAME
 
 __all__ = ["BridgeSettings"]
@@ -45,6 +46,11 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: clusters (tests) on one NATS do not share it. Development only: the generated NATS
     #: permissions grant the catalogue's name alone.
     instance: str = ""
+    #: The KV key (bucket ``seedance-policy``) the TenantQuotas' quota document is written to,
+    #: the slicer's ``SEEDANCE_SLICER_QUOTA_KEY``; empty: the CRs are not reconciled.
+    policy_key: str = QUOTA_POLICY_KEY
+    #: Changes (CRs, PriorityClasses, the slicers' usage) within this long reconcile once.
+    policy_debounce_s: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0 < self.lease_renew_s < self.lease_duration_s * 2 / 3:

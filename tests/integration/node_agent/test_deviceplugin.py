@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 
-from seedance.slicer.deviceplugin import (
+from seedance.node_agent.deviceplugin import (
     ENV_MPS_MEM_LIMIT,
     ENV_MPS_PIPE_DIRECTORY,
     ENV_MPS_THREAD_PCT,

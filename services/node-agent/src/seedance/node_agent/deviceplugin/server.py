@@ -3,8 +3,9 @@
 This module owns the plugin's side of the kubelet conversation: serving `DevicePlugin` on its
 socket, registering with the kubelet's `Registration` service, streaming the device list on
 every change, and answering Allocate / GetPreferredAllocation / PreStartContainer from the pure
-rules in `devices`. It must not discover GPUs or decide placement: the node agent gives it the
-inventory (`set_devices`, `set_health`).
+rules in `devices`, or, given an `allocate` callback, from the node agent's placement-honouring
+allocator (the kubelet's device IDs are then only a count). It must not discover GPUs or decide
+placement: the node agent gives it the inventory (`set_devices`, `set_health`).
 
 One plugin serves one extended resource (the kubelet's rule): run one per resource name, e.g.
 `nvidia.com/gpu`, `nvidia.com/mig-3g.40gb`, `seedance.io/gpu-shared`, each on its own socket in
@@ -18,14 +19,15 @@ import contextlib
 import dataclasses
 import functools
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 import grpc
 import structlog
 
-from seedance.slicer.deviceplugin import api_pb2, api_pb2_grpc
-from seedance.slicer.deviceplugin.devices import (
+from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
+from seedance.node_agent.deviceplugin.devices import (
     AllocationError,
+    ContainerAllocation,
     PluginDevice,
     container_allocation,
     preferred_allocation,
@@ -80,11 +82,13 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
         devices: Iterable[PluginDevice] = (),
         mps_pipe_directory: str | None = None,
         pre_start_required: bool = True,
+        allocate: Callable[[str, Sequence[str]], Awaitable[ContainerAllocation]] | None = None,
     ) -> None:
         self._resource_name = resource_name
         self._socket_path = socket_path
         self._devices: dict[str, PluginDevice] = {d.id: d for d in devices}
         self._mps_pipe_directory = mps_pipe_directory
+        self._allocate = allocate
         self._options = api_pb2.DevicePluginOptions(
             pre_start_required=pre_start_required,
             get_preferred_allocation_available=True,
@@ -94,6 +98,10 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
         self._stopping = False
         self._server: grpc.aio.Server | None = None
         self.pre_started: list[tuple[str, ...]] = []
+
+    @property
+    def resource_name(self) -> str:
+        return self._resource_name
 
     @property
     def socket_path(self) -> str:
@@ -201,12 +209,15 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
             if unknown:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown devices {unknown}")
             try:
-                alloc = container_allocation(
-                    [self._devices[i] for i in creq.devices_ids],
-                    mps_pipe_directory=self._mps_pipe_directory,
-                )
+                alloc = await self._allocation(list(creq.devices_ids))
             except AllocationError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                # The kubelet fails the container with this message: the reason reaches the pod.
+                code = (
+                    grpc.StatusCode.FAILED_PRECONDITION
+                    if self._allocate is not None
+                    else grpc.StatusCode.INVALID_ARGUMENT
+                )
+                await context.abort(code, str(exc))
             resp = out.container_responses.add()
             resp.envs.update(alloc.envs)
             for container_path, host_path, read_only in alloc.mounts:
@@ -214,6 +225,13 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
                     container_path=container_path, host_path=host_path, read_only=read_only
                 )
         return out
+
+    async def _allocation(self, ids: list[str]) -> ContainerAllocation:
+        if self._allocate is not None:
+            return await self._allocate(self._resource_name, ids)
+        return container_allocation(
+            [self._devices[i] for i in ids], mps_pipe_directory=self._mps_pipe_directory
+        )
 
     async def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: grpc.aio.ServicerContext

@@ -5,7 +5,7 @@
 `make proto-deviceplugin` from proto/deviceplugin/v1beta1/api.proto and must not be edited.
 """
 
-from seedance.slicer.deviceplugin.devices import (
+from seedance.node_agent.deviceplugin.devices import (
     ENV_MPS_MEM_LIMIT,
     ENV_MPS_PIPE_DIRECTORY,
     ENV_MPS_THREAD_PCT,
@@ -18,7 +18,7 @@ from seedance.slicer.deviceplugin.devices import (
     preferred_allocation,
     thread_pct_for_priority,
 )
-from seedance.slicer.deviceplugin.server import (
+from seedance.node_agent.deviceplugin.server import (
     API_VERSION,
     DevicePluginServer,
     register_with_kubelet,

@@ -6,8 +6,8 @@
 import grpc
 import warnings
 
-from seedance.slicer.deviceplugin import (
-    api_pb2 as seedance_dot_slicer_dot_deviceplugin_dot_api__pb2,
+from seedance.node_agent.deviceplugin import (
+    api_pb2 as seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2,
 )
 
 GRPC_GENERATED_VERSION = "1.76.0"
@@ -24,7 +24,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f"The grpc package installed is at version {GRPC_VERSION},"
-        + " but the generated code in seedance/slicer/deviceplugin/api_pb2_grpc.py depends on"
+        + " but the generated code in seedance/node_agent/deviceplugin/api_pb2_grpc.py depends on"
         + f" grpcio>={GRPC_GENERATED_VERSION}."
         + f" Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}"
         + f" or downgrade your generated code using grpcio-tools<={GRPC_VERSION}."
@@ -48,8 +48,8 @@ class RegistrationStub(object):
         """
         self.Register = channel.unary_unary(
             "/v1beta1.Registration/Register",
-            request_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.RegisterRequest.SerializeToString,
-            response_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.FromString,
+            request_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.RegisterRequest.SerializeToString,
+            response_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.FromString,
             _registered_method=True,
         )
 
@@ -74,8 +74,8 @@ def add_RegistrationServicer_to_server(servicer, server):
     rpc_method_handlers = {
         "Register": grpc.unary_unary_rpc_method_handler(
             servicer.Register,
-            request_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.RegisterRequest.FromString,
-            response_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
+            request_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.RegisterRequest.FromString,
+            response_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
         ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -112,8 +112,8 @@ class Registration(object):
             request,
             target,
             "/v1beta1.Registration/Register",
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.RegisterRequest.SerializeToString,
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.FromString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.RegisterRequest.SerializeToString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,
@@ -137,32 +137,32 @@ class DevicePluginStub(object):
         """
         self.GetDevicePluginOptions = channel.unary_unary(
             "/v1beta1.DevicePlugin/GetDevicePluginOptions",
-            request_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
-            response_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.DevicePluginOptions.FromString,
+            request_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
+            response_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.DevicePluginOptions.FromString,
             _registered_method=True,
         )
         self.ListAndWatch = channel.unary_stream(
             "/v1beta1.DevicePlugin/ListAndWatch",
-            request_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
-            response_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.ListAndWatchResponse.FromString,
+            request_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
+            response_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.ListAndWatchResponse.FromString,
             _registered_method=True,
         )
         self.GetPreferredAllocation = channel.unary_unary(
             "/v1beta1.DevicePlugin/GetPreferredAllocation",
-            request_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreferredAllocationRequest.SerializeToString,
-            response_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreferredAllocationResponse.FromString,
+            request_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreferredAllocationRequest.SerializeToString,
+            response_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreferredAllocationResponse.FromString,
             _registered_method=True,
         )
         self.Allocate = channel.unary_unary(
             "/v1beta1.DevicePlugin/Allocate",
-            request_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.AllocateRequest.SerializeToString,
-            response_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.AllocateResponse.FromString,
+            request_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.AllocateRequest.SerializeToString,
+            response_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.AllocateResponse.FromString,
             _registered_method=True,
         )
         self.PreStartContainer = channel.unary_unary(
             "/v1beta1.DevicePlugin/PreStartContainer",
-            request_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreStartContainerRequest.SerializeToString,
-            response_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreStartContainerResponse.FromString,
+            request_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreStartContainerRequest.SerializeToString,
+            response_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreStartContainerResponse.FromString,
             _registered_method=True,
         )
 
@@ -221,28 +221,28 @@ def add_DevicePluginServicer_to_server(servicer, server):
     rpc_method_handlers = {
         "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(
             servicer.GetDevicePluginOptions,
-            request_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.FromString,
-            response_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.DevicePluginOptions.SerializeToString,
+            request_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.FromString,
+            response_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.DevicePluginOptions.SerializeToString,
         ),
         "ListAndWatch": grpc.unary_stream_rpc_method_handler(
             servicer.ListAndWatch,
-            request_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.FromString,
-            response_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.ListAndWatchResponse.SerializeToString,
+            request_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.FromString,
+            response_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.ListAndWatchResponse.SerializeToString,
         ),
         "GetPreferredAllocation": grpc.unary_unary_rpc_method_handler(
             servicer.GetPreferredAllocation,
-            request_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreferredAllocationRequest.FromString,
-            response_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreferredAllocationResponse.SerializeToString,
+            request_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreferredAllocationRequest.FromString,
+            response_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreferredAllocationResponse.SerializeToString,
         ),
         "Allocate": grpc.unary_unary_rpc_method_handler(
             servicer.Allocate,
-            request_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.AllocateRequest.FromString,
-            response_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.AllocateResponse.SerializeToString,
+            request_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.AllocateRequest.FromString,
+            response_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.AllocateResponse.SerializeToString,
         ),
         "PreStartContainer": grpc.unary_unary_rpc_method_handler(
             servicer.PreStartContainer,
-            request_deserializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreStartContainerRequest.FromString,
-            response_serializer=seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreStartContainerResponse.SerializeToString,
+            request_deserializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreStartContainerRequest.FromString,
+            response_serializer=seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreStartContainerResponse.SerializeToString,
         ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -273,8 +273,8 @@ class DevicePlugin(object):
             request,
             target,
             "/v1beta1.DevicePlugin/GetDevicePluginOptions",
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.DevicePluginOptions.FromString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.DevicePluginOptions.FromString,
             options,
             channel_credentials,
             insecure,
@@ -303,8 +303,8 @@ class DevicePlugin(object):
             request,
             target,
             "/v1beta1.DevicePlugin/ListAndWatch",
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.ListAndWatchResponse.FromString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.Empty.SerializeToString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.ListAndWatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -333,8 +333,8 @@ class DevicePlugin(object):
             request,
             target,
             "/v1beta1.DevicePlugin/GetPreferredAllocation",
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreferredAllocationRequest.SerializeToString,
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreferredAllocationResponse.FromString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreferredAllocationRequest.SerializeToString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreferredAllocationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -363,8 +363,8 @@ class DevicePlugin(object):
             request,
             target,
             "/v1beta1.DevicePlugin/Allocate",
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.AllocateRequest.SerializeToString,
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.AllocateResponse.FromString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.AllocateRequest.SerializeToString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.AllocateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -393,8 +393,8 @@ class DevicePlugin(object):
             request,
             target,
             "/v1beta1.DevicePlugin/PreStartContainer",
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreStartContainerRequest.SerializeToString,
-            seedance_dot_slicer_dot_deviceplugin_dot_api__pb2.PreStartContainerResponse.FromString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreStartContainerRequest.SerializeToString,
+            seedance_dot_node__agent_dot_deviceplugin_dot_api__pb2.PreStartContainerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,333 @@
+"""Which devices a container gets: the slicer's placement, checked, never the annotation alone.
+
+Owns three things, all pure:
+- the node's book of the slicer's own placements (``PlacementBook``), fed from the slicer's
+  trusted decisions on the bus (placements, preemptions, releases) and keyed by job id;
+- the reading of the bridge's ``seedance.io/placement`` pod annotation (its format is the
+  bridge's, ``seedance.k8s_bridge.core.kube``; services never import each other, so the few
+  keys read here are restated and pinned by a test against a document the bridge writes);
+- ``verify``: a pod and its annotation against the book and the node's devices, giving either
+  a ``Grant`` (exactly those devices: GPU UUIDs, MIG UUIDs, or one GPU with MPS limits) or a
+  ``Refusal`` with the reason. A tenant can write annotations: the annotation only says which
+  placement the pod claims; what the container receives comes from the slicer's placement.
+
+Must not do I/O, read a clock, or choose devices itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from seedance.events.slicing import (
+    GpuAssignment,
+    JobReleased,
+    Placement,
+    PlacementKind,
+    Preempted,
+)
+
+__all__ = [
+    "ANNOTATION_PLACEMENT",
+    "ENV_MPS_MEM_LIMIT",
+    "ENV_MPS_THREAD_PCT",
+    "ENV_VISIBLE_DEVICES",
+    "LABEL_POD_GROUP",
+    "RES_GPU",
+    "RES_GPU_MEMORY_MIB",
+    "RES_GPU_MILLI",
+    "AllocationBook",
+    "Claim",
+    "Grant",
+    "NodeDevices",
+    "PlacementBook",
+    "PodView",
+    "Refusal",
+    "node_token",
+    "parse_claim",
+    "requested_count",
+    "verify",
+]
+
+#: The bridge's keys (seedance.k8s_bridge.core.keys), restated: services never import each other.
+ANNOTATION_PLACEMENT = "seedance.io/placement"
+LABEL_POD_GROUP = "seedance.io/pod-group"
+RES_GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+RES_GPU_MILLI = "seedance.io/gpu-milli"
+RES_GPU_MEMORY_MIB = "seedance.io/gpu-memory-mib"
+
+ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+ENV_MPS_THREAD_PCT = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+ENV_MPS_MEM_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+
+
+def node_token(name: str) -> str:
+    """A Kubernetes node name as the slicer's node token (the bridge's mapping: ``.`` -> ``:``)."""
+    return name.replace(".", ":")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """What a pod's annotation claims (the bridge's document, version 1)."""
+
+    pod_uid: str
+    job_id: str
+    tenant: str
+    node: str
+    kind: str
+    gpus: tuple[GpuAssignment, ...]
+    gpu_mem_mib: int
+    placement_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodView:
+    """What the API server says of a pod (not its tenant): uid, node, and its requests."""
+
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Extended-resource requests summed over the pod's containers (limits == requests for them).
+    requests: Mapping[str, int] = field(default_factory=dict)
+    #: When the pod was bound (the annotation's ``boundAt``, RFC 3339), to take the oldest first.
+    bound_at: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDevices:
+    """The node's devices as NVML reports them: GPU UUID by index, MIG UUID by placement slot."""
+
+    gpus: Mapping[int, str]
+    #: (parent GPU UUID, profile, start slot) -> MIG UUID of an existing instance.
+    mig: Mapping[tuple[str, str, int], str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    pod_uid: str
+    job_id: str
+    kind: str
+    envs: dict[str, str]
+    #: The device UUIDs the container receives (GPU or MIG), for exclusivity and pod labels.
+    uuids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: str
+
+
+class PlacementBook:
+    """The slicer's live placements on one node, by job id (its decisions; nothing else)."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node_token(node)
+        self._by_job: dict[str, Placement] = {}
+
+    def apply(self, ev: Placement | Preempted | JobReleased) -> None:
+        if isinstance(ev, Placement):
+            if ev.node == self._node:
+                self._by_job[ev.job_id] = ev
+            else:
+                self._by_job.pop(ev.job_id, None)  # placed again elsewhere
+        else:
+            self._by_job.pop(ev.job_id, None)
+
+    def get(self, job_id: str) -> Placement | None:
+        return self._by_job.get(job_id)
+
+    def __len__(self) -> int:
+        return len(self._by_job)
+
+
+def _gpu(doc: Any) -> GpuAssignment:
+    if not isinstance(doc, dict):
+        raise ValueError(f"gpus entry {doc!r} is not an object")
+    profile, slot = doc.get("migProfile"), doc.get("migStartSlot")
+    return GpuAssignment(
+        index=int(doc["index"]),
+        uuid=str(doc.get("uuid", "")),
+        milli=int(doc.get("milli", 1000)),
+        mig_profile=None if profile is None else str(profile),
+        mig_start_slot=None if slot is None else int(slot),
+    )
+
+
+def parse_claim(annotations: Mapping[str, str]) -> Claim | Refusal:
+    raw = annotations.get(ANNOTATION_PLACEMENT)
+    if raw is None:
+        return Refusal(f"pod has no {ANNOTATION_PLACEMENT} annotation")
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict) or doc.get("version") != 1:
+            raise ValueError("not a version 1 placement document")
+        return Claim(
+            pod_uid=str(doc["podUid"]),
+            job_id=str(doc["jobId"]),
+            tenant=str(doc["tenant"]),
+            node=str(doc["node"]),
+            kind=str(doc["kind"]),
+            gpus=tuple(_gpu(g) for g in doc["gpus"]),
+            gpu_mem_mib=int(doc.get("gpuMemoryMib", 0)),
+            placement_id=str(doc["placementId"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        return Refusal(f"{ANNOTATION_PLACEMENT} annotation unreadable: {exc}")
+
+
+def _check_identity(pod: PodView, claim: Claim, node: str) -> str | None:
+    if claim.pod_uid != pod.uid:
+        return f"annotation names pod {claim.pod_uid}, this pod is {pod.uid}"
+    if claim.node != node_token(node) or pod.node_name != node:
+        return f"annotation names node {claim.node}, this node is {node}"
+    if claim.job_id != pod.uid and LABEL_POD_GROUP not in pod.labels:
+        return f"job {claim.job_id} is not this pod's ({pod.uid}) and the pod is in no gang"
+    return None
+
+
+def _check_against(pod: PodView, claim: Claim, placed: Placement | None) -> str | None:
+    if placed is None:
+        return f"the slicer holds no placement of job {claim.job_id} on this node"
+    if placed.id != claim.placement_id:
+        return f"stale placement {claim.placement_id}: the slicer's is {placed.id}"
+    if placed.tenant != claim.tenant or placed.kind.value != claim.kind:
+        return (
+            f"annotation says {claim.tenant}/{claim.kind}, "
+            f"the slicer placed {placed.tenant}/{placed.kind.value}"
+        )
+    ours = list(placed.gpus)
+    whole_job = claim.job_id == pod.uid
+    if whole_job and sorted(claim.gpus, key=_key) != sorted(ours, key=_key):
+        return f"annotation devices {_show(claim.gpus)} differ from the slicer's {_show(ours)}"
+    if not whole_job and not all(g in ours for g in claim.gpus):
+        return f"annotation devices {_show(claim.gpus)} not within the gang's {_show(ours)}"
+    want_mem = pod.requests.get(RES_GPU_MEMORY_MIB, 0)
+    if claim.gpu_mem_mib != want_mem:
+        return f"annotation memory cap {claim.gpu_mem_mib} MiB, the pod requests {want_mem} MiB"
+    return None
+
+
+def _key(g: GpuAssignment) -> tuple[int, str, int, str, int]:
+    return (g.index, g.uuid, g.milli, g.mig_profile or "", g.mig_start_slot or 0)
+
+
+def _show(gpus: Sequence[GpuAssignment]) -> str:
+    return "[" + ", ".join(f"{g.index}:{g.uuid}:{g.milli}" for g in gpus) + "]"
+
+
+def _whole(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
+    uuids = []
+    for g in claim.gpus:
+        uuid = devices.gpus.get(g.index)
+        if uuid is None or (g.uuid and g.uuid != uuid):
+            return Refusal(f"GPU {g.index} ({g.uuid}) is not on this node (node has {uuid})")
+        uuids.append(uuid)
+    return Grant(claim.pod_uid, claim.job_id, claim.kind, _visible(uuids), tuple(uuids))
+
+
+def _visible(uuids: Sequence[str]) -> dict[str, str]:
+    return {ENV_VISIBLE_DEVICES: ",".join(uuids)}
+
+
+def _mig(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
+    uuids = []
+    for g in claim.gpus:
+        parent = devices.gpus.get(g.index)
+        if parent is None or g.mig_profile is None or g.mig_start_slot is None:
+            return Refusal(f"MIG assignment {_show([g])} names no GPU of this node or no slot")
+        uuid = devices.mig.get((parent, g.mig_profile, g.mig_start_slot))
+        if uuid is None:
+            return Refusal(
+                f"no MIG instance {g.mig_profile} at slot {g.mig_start_slot} on GPU {parent}"
+                " (its MIG plan is not applied yet)"
+            )
+        uuids.append(uuid)
+    return Grant(claim.pod_uid, claim.job_id, claim.kind, _visible(uuids), tuple(uuids))
+
+
+def _shared(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
+    if len(claim.gpus) != 1:
+        return Refusal(f"a shared placement must name one GPU, names {_show(claim.gpus)}")
+    granted = _whole(claim, devices)
+    if isinstance(granted, Refusal):
+        return granted
+    (g,) = claim.gpus
+    # MPS takes 1..100 % of the SMs; a share of 1..1000 milli rounds up so it is never 0.
+    envs = {**granted.envs, ENV_MPS_THREAD_PCT: str(min(100, max(1, math.ceil(g.milli / 10))))}
+    if claim.gpu_mem_mib > 0:
+        envs[ENV_MPS_MEM_LIMIT] = f"0={claim.gpu_mem_mib}M"  # ordinal 0: the one visible GPU
+    return Grant(claim.pod_uid, claim.job_id, claim.kind, envs, granted.uuids)
+
+
+_RESOLVE = {
+    PlacementKind.WHOLE.value: _whole,
+    PlacementKind.MIG.value: _mig,
+    PlacementKind.SHARED.value: _shared,
+}
+
+
+def verify(pod: PodView, book: PlacementBook, node: str, devices: NodeDevices) -> Grant | Refusal:
+    """The devices ``pod`` may receive on ``node``, or why it may not run here."""
+    claim = parse_claim(pod.annotations)
+    if isinstance(claim, Refusal):
+        return claim
+    problem = _check_identity(pod, claim, node) or _check_against(
+        pod, claim, book.get(claim.job_id)
+    )
+    if problem is not None:
+        return Refusal(problem)
+    resolve = _RESOLVE.get(claim.kind)
+    if resolve is None:
+        return Refusal(f"a {claim.kind} placement holds no GPU to allocate")
+    return resolve(claim, devices)
+
+
+def requested_count(claim_kind: str, gpus: Sequence[GpuAssignment]) -> int:
+    """How many plugin devices the kubelet asks for such a placement: one per GPU or MIG
+    instance; for a shared GPU one per thousandth (the ``seedance.io/gpu-milli`` resource)."""
+    if claim_kind == PlacementKind.SHARED.value:
+        return sum(g.milli for g in gpus)
+    return len(gpus)
+
+
+class AllocationBook:
+    """Grants made on this node: a pod is granted once, a GPU or MIG instance to one pod."""
+
+    def __init__(self) -> None:
+        self._by_pod: dict[str, Grant] = {}
+        self._owner: dict[str, str] = {}
+
+    def granted(self, pod_uid: str) -> Grant | None:
+        return self._by_pod.get(pod_uid)
+
+    def take(self, grant: Grant) -> Grant | Refusal:
+        """Record ``grant``; refuse one whose exclusive device another pod already holds."""
+        if grant.kind != PlacementKind.SHARED.value:
+            taken = {
+                u: self._owner[u]
+                for u in grant.uuids
+                if self._owner.get(u, grant.pod_uid) != grant.pod_uid
+            }
+            if taken:
+                return Refusal(
+                    f"devices {sorted(taken)} are already allocated to "
+                    f"pod(s) {sorted(set(taken.values()))}"
+                )
+            for u in grant.uuids:
+                self._owner[u] = grant.pod_uid
+        self._by_pod[grant.pod_uid] = grant
+        return grant
+
+    def release(self, pod_uid: str) -> None:
+        grant = self._by_pod.pop(pod_uid, None)
+        if grant is not None:
+            for u in grant.uuids:
+                if self._owner.get(u) == pod_uid:
+                    del self._owner[u]

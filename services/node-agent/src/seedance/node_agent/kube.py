@@ -1,0 +1,95 @@
+"""The pods the kubelet may be allocating for, read from the API server (kubernetes_asyncio).
+
+Owns the one query Allocate needs, as HAMi's device plugin makes it: the pods bound to this
+node that are still Pending and carry a placement annotation, as ``PodView``s (uid, node, the
+annotation, labels and the extended resources the containers request). It must not decide
+which pod is meant, nor trust the annotation: that is ``core.placement``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.api_client import ApiClient
+
+from seedance.node_agent.core.placement import ANNOTATION_PLACEMENT, PodView
+
+__all__ = ["USER_AGENT", "PendingPods", "connect", "pod_view", "quantity_int"]
+
+USER_AGENT = "seedance-node-agent"
+
+
+async def connect(kubeconfig: str | None) -> ApiClient:
+    """An API client from a kubeconfig file, or (``None``) the pod's service account."""
+    if kubeconfig:
+        api_client = await config.new_client_from_config(config_file=kubeconfig)
+    else:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        api_client = ApiClient(configuration)
+    api_client.user_agent = USER_AGENT
+    return api_client
+
+
+def quantity_int(q: str) -> int:
+    """An extended resource's quantity (a whole number: the API server refuses fractions)."""
+    return int(str(q))
+
+
+def _requests(pod: dict[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in pod.get("spec", {}).get("containers", []):
+        res = c.get("resources") or {}
+        # Extended resources must have limits == requests; either names the count.
+        wants = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        for name, q in wants.items():
+            if "/" in name:
+                out[name] = out.get(name, 0) + quantity_int(q)
+    return out
+
+
+def pod_view(pod: dict[str, Any]) -> PodView:
+    meta = pod.get("metadata", {})
+    annotations = dict(meta.get("annotations") or {})
+    return PodView(
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        node_name=str(pod.get("spec", {}).get("nodeName", "")),
+        annotations=annotations,
+        labels=dict(meta.get("labels") or {}),
+        requests=_requests(pod),
+        bound_at=_bound_at(annotations),
+    )
+
+
+def _bound_at(annotations: dict[str, str]) -> str:
+    try:
+        return str(json.loads(annotations[ANNOTATION_PLACEMENT]).get("boundAt", ""))
+    except (ValueError, KeyError, AttributeError):
+        return ""
+
+
+class PendingPods:
+    """Lists this node's pending pods through an ``ApiClient`` (the caller owns it)."""
+
+    def __init__(self, api_client: Any, node: str) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._node = node
+
+    async def list(self) -> list[PodView]:
+        resp: Any = await self._core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self._node},status.phase=Pending",
+            _preload_content=False,
+        )
+        try:
+            body = await resp.json()
+        finally:
+            resp.release()
+        return [
+            pod_view(p)
+            for p in body.get("items", [])
+            if ANNOTATION_PLACEMENT in ((p.get("metadata") or {}).get("annotations") or {})
+        ]

@@ -1,0 +1,54 @@
+"""The node agent's Prometheus metrics (``seedance_node_agent_*``), on an injected registry.
+
+Per-device series carry dcgm-exporter's labels: ``UUID`` (its device label, so they join with
+the collector's ``DCGM_FI_*`` series) and, in its Kubernetes mode, ``pod``, ``namespace``,
+``container``. Must not compute anything: the labeller and the share sampler set them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+__all__ = ["DEVICE_POD_LABELS", "NodeAgentMetrics"]
+
+DEVICE_POD_LABELS = ["UUID", "pod", "namespace", "container"]
+
+
+class NodeAgentMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.allocations_total = Counter(
+            "seedance_node_agent_allocations_total",
+            "Allocate answers by resource and outcome (granted, refused).",
+            ["resource", "outcome"],
+            registry=registry,
+        )
+        self.mig_plans_total = Counter(
+            "seedance_node_agent_mig_plans_total",
+            "MIG layout plans by outcome (applied, already_applied, refused, failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.gpu_pod_info = Gauge(
+            "seedance_node_agent_gpu_pod_info",
+            "1 per (device, container) the kubelet's pod-resources API shows holding it.",
+            DEVICE_POD_LABELS,
+            registry=registry,
+        )
+        self.pod_sm_share_ratio = Gauge(
+            "seedance_node_agent_pod_sm_share_ratio",
+            "Measured share of the GPU's SM time used by a pod's processes (NVML per-process "
+            "utilisation, 0..1).",
+            DEVICE_POD_LABELS,
+            registry=registry,
+        )
+        self.pod_mem_share_ratio = Gauge(
+            "seedance_node_agent_pod_mem_share_ratio",
+            "Measured share of the GPU's memory-interface time used by a pod's processes (0..1).",
+            DEVICE_POD_LABELS,
+            registry=registry,
+        )
+        self.placements = Gauge(
+            "seedance_node_agent_placements",
+            "The slicer's live placements on this node, as the agent holds them.",
+            registry=registry,
+        )

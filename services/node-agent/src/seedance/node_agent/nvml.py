@@ -1,0 +1,84 @@
+"""The node's devices and per-process utilisation from NVML (pynvml), for the agent's cores.
+
+Owns the few NVML reads the node agent makes beside the collector's: GPU UUIDs by index, the
+MIG instances by (parent UUID, profile, start slot) for Allocate, and
+``nvmlDeviceGetProcessUtilization`` samples for the measured shares. It must not change any
+device state (MIG changes go through ``mig.MigBackend`` only). The MIG listing is written from
+NVML's API reference and is not verified on MIG hardware (the H200 here has MIG disabled).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seedance.node_agent.core.placement import NodeDevices
+from seedance.node_agent.core.shares import ProcessSample
+
+__all__ = ["NvmlNode"]
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class NvmlNode:
+    def __init__(self) -> None:
+        import pynvml
+
+        self._n: Any = pynvml
+        pynvml.nvmlInit()
+        self._handles = [
+            pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
+        self._last_seen_us = [0] * len(self._handles)
+
+    @property
+    def count(self) -> int:
+        return len(self._handles)
+
+    def devices(self) -> NodeDevices:
+        gpus = {i: _text(self._n.nvmlDeviceGetUUID(h)) for i, h in enumerate(self._handles)}
+        mig: dict[tuple[str, str, int], str] = {}
+        for i, h in enumerate(self._handles):
+            mig.update(self._mig_of(gpus[i], h))
+        return NodeDevices(gpus=gpus, mig=mig)
+
+    def _mig_of(self, parent: str, h: Any) -> dict[tuple[str, str, int], str]:
+        n = self._n
+        try:
+            current, _pending = n.nvmlDeviceGetMigMode(h)
+        except n.NVMLError_NotSupported:
+            return {}
+        if current != n.NVML_DEVICE_MIG_ENABLE:
+            return {}
+        out = {}
+        for k in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                mh = n.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+            except n.NVMLError_NotFound:
+                continue
+            gi = n.nvmlDeviceGetGpuInstanceById(h, n.nvmlDeviceGetGpuInstanceId(mh))
+            info = n.nvmlGpuInstanceGetInfo(gi)
+            prof = n.nvmlDeviceGetGpuInstanceProfileInfoV(
+                h, info.profileId, n.nvmlGpuInstanceProfileInfo_v2
+            )
+            name = _text(prof.name).removeprefix("MIG ")
+            out[(parent, name, int(info.placement.start))] = _text(n.nvmlDeviceGetUUID(mh))
+        return out
+
+    def process_samples(self, gpu_index: int) -> list[ProcessSample]:
+        """Samples since the last call (NVML keeps a short buffer of them per GPU)."""
+        n = self._n
+        try:
+            raw = n.nvmlDeviceGetProcessUtilization(
+                self._handles[gpu_index], self._last_seen_us[gpu_index]
+            )
+        except n.NVMLError_NotFound:
+            return []  # no sample since then (NVML's answer when nothing ran)
+        out = [
+            ProcessSample(int(s.pid), float(s.smUtil), float(s.memUtil), int(s.timeStamp))
+            for s in raw
+        ]
+        if out:
+            self._last_seen_us[gpu_index] = max(s.timestamp_us for s in out)
+        return out

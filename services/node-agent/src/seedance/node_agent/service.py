@@ -1,0 +1,271 @@
+"""The node agent service: device plugins that honour the slicer, MIG plans, pod labels, shares.
+
+Owns the wiring on one node: the bus (``ServiceRuntime``: health and metrics like every
+service), the slicer's placements (``PlacementFeed``), one kubelet device plugin per resource
+whose Allocate is the ``PlacementAllocator``, MIG plans for this node applied through
+``MigApplier`` (then the new instances advertised without restarting a plugin), pod labels
+from the kubelet's pod-resources API, and per-pod measured shares from NVML. ``main()`` only
+loads settings and builds the objects. It must not place anything: it enforces and measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import grpc
+from nats.aio.msg import Msg
+
+from seedance.core import ServiceRuntime, WallClock, serve
+from seedance.core.clock import Clock
+from seedance.core.logs import configure_logging, get_logger
+from seedance.core.settings import SettingsError, bus_settings, load_settings
+from seedance.core.tracing import configure_tracing
+from seedance.events.codec import DecodeError, decode
+from seedance.events.slicing import MigLayoutPlan
+from seedance.events.subjects import slicing
+from seedance.node_agent.allocator import PlacementAllocator
+from seedance.node_agent.core.cgroup import pod_of_cgroup
+from seedance.node_agent.core.placement import NodeDevices, node_token
+from seedance.node_agent.core.shares import pid_shares, pod_shares
+from seedance.node_agent.deviceplugin import DeviceKind, DevicePluginServer, PluginDevice
+from seedance.node_agent.kube import PendingPods, connect
+from seedance.node_agent.metrics import NodeAgentMetrics
+from seedance.node_agent.mig import MigApplier, MigBackend, NvmlMigBackend
+from seedance.node_agent.nvml import NvmlNode
+from seedance.node_agent.placements import PlacementFeed
+from seedance.node_agent.podlabels import PodLabeller
+from seedance.node_agent.podresources import PodResourcesClient
+from seedance.node_agent.settings import NodeAgentSettings
+
+__all__ = ["NAME", "NodeAgentService", "advertised", "main"]
+
+NAME = "node-agent"
+#: Replicas of one shared GPU the ``seedance.io/gpu-milli`` plugin advertises (thousandths).
+MILLI_PER_GPU = 1000
+
+log = get_logger(__name__)
+
+
+def advertised(resource: str, devices: NodeDevices) -> list[PluginDevice]:
+    """What a resource's plugin lists: counts the kubelet allocates from. Which devices a
+    container really gets is the placement's (``PlacementAllocator``), not these IDs."""
+    if resource == "seedance.io/gpu-milli":
+        return [
+            PluginDevice(
+                id=f"{uuid}::{k}",
+                kind=DeviceKind.SHARED,
+                uuid=uuid,
+                gpu_uuid=uuid,
+                active_thread_pct=100,
+            )
+            for uuid in devices.gpus.values()
+            for k in range(MILLI_PER_GPU)
+        ]
+    if resource.startswith("nvidia.com/mig-"):
+        profile = resource.removeprefix("nvidia.com/mig-")
+        return [
+            PluginDevice(id=uuid, kind=DeviceKind.MIG, uuid=uuid, gpu_uuid=parent)
+            for (parent, prof, _slot), uuid in sorted(devices.mig.items())
+            if prof == profile
+        ]
+    return [
+        PluginDevice(id=uuid, kind=DeviceKind.WHOLE_GPU, uuid=uuid, gpu_uuid=uuid)
+        for uuid in devices.gpus.values()
+    ]
+
+
+class NodeAgentService:
+    def __init__(
+        self,
+        runtime: ServiceRuntime,
+        settings: NodeAgentSettings,
+        *,
+        kube_client: Any,
+        nvml: NvmlNode,
+        mig: MigBackend | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._rt = runtime
+        self._s = settings
+        self._kube = kube_client
+        self._nvml = nvml
+        self._clock = clock or WallClock()
+        self.metrics = NodeAgentMetrics(runtime.registry)
+        self._devices = nvml.devices()
+        self._feed: PlacementFeed | None = None
+        self._plugins: list[DevicePluginServer] = []
+        self._mig = None if mig is None else MigApplier(mig, allocated=self._pods_on_gpu)
+        self._pods = PodResourcesClient(settings.pod_resources_socket)
+        self._allocator: PlacementAllocator | None = None
+        self._labeller: PodLabeller | None = None
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        if self._feed is not None:
+            return
+        await self._rt.start()
+        self._feed = PlacementFeed(self._rt.bus, self._s.node_name)
+        await self._feed.start()
+        self._allocator = PlacementAllocator(
+            node=self._s.node_name,
+            book=self._feed.book,
+            pending=PendingPods(self._kube, self._s.node_name).list,
+            devices=lambda: self._devices,
+        )
+        self._labeller = PodLabeller(
+            self._pods, self.metrics, known_uuids=self._known_uuids, granted=self._granted
+        )
+        for resource in self._s.resource_names:
+            await self._serve_plugin(resource)
+        self._sub = await self._rt.bus.nc.subscribe(
+            slicing.mig_plan(node_token(self._s.node_name)), cb=self._on_mig_plan
+        )
+        self._rt.loop(self._feed.run)
+        self._rt.loop(self._labels_loop)
+        self._rt.loop(self._shares_loop)
+
+    async def _serve_plugin(self, resource: str) -> None:
+        assert self._allocator is not None
+        name = resource.replace("/", "_").replace(".", "-")
+        plugin = DevicePluginServer(
+            resource_name=resource,
+            socket_path=os.path.join(self._s.device_plugin_dir, f"seedance-{name}.sock"),
+            devices=advertised(resource, self._devices),
+            mps_pipe_directory=self._s.mps_pipe_directory or None,
+            allocate=self._counted(resource),
+        )
+        await plugin.start()
+        await plugin.register(os.path.join(self._s.device_plugin_dir, "kubelet.sock"))
+        self._plugins.append(plugin)
+
+    def _counted(self, resource: str) -> Any:
+        assert self._allocator is not None
+        allocate = self._allocator.allocate
+
+        async def counted(res: str, ids: Any) -> Any:
+            try:
+                out = await allocate(res, ids)
+            except Exception:
+                self.metrics.allocations_total.labels(resource, "refused").inc()
+                raise
+            self.metrics.allocations_total.labels(resource, "granted").inc()
+            return out
+
+        return counted
+
+    def _known_uuids(self) -> list[str]:
+        return [*self._devices.gpus.values(), *self._devices.mig.values()]
+
+    def _granted(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        assert self._allocator is not None
+        return self._allocator.granted_by_pod()
+
+    def _pods_on_gpu(self, gpu_index: int) -> list[str]:
+        uuid = self._devices.gpus.get(gpu_index, "")
+        mig = {u for (parent, _p, _s), u in self._devices.mig.items() if parent == uuid}
+        owners = self._labeller.owners if self._labeller else {}
+        return sorted({f"{o.namespace}/{o.pod}" for u in {uuid, *mig} for o in owners.get(u, [])})
+
+    async def _on_mig_plan(self, msg: Msg) -> None:
+        if self._mig is None:
+            return
+        try:
+            plan = decode(msg.data, MigLayoutPlan)
+        except DecodeError as exc:
+            log.warning("mig_plan_undecodable", error=str(exc))
+            return
+        result = await asyncio.to_thread(self._mig.apply, plan)
+        self.metrics.mig_plans_total.labels(result.outcome.value).inc()
+        self._devices = self._nvml.devices()
+        for plugin in self._plugins:  # new instances advertised without a plugin restart
+            await plugin.set_devices(advertised(plugin.resource_name, self._devices))
+
+    async def _labels_loop(self) -> None:
+        assert self._labeller is not None
+        assert self._feed is not None
+        while True:
+            self.metrics.placements.set(len(self._feed.book))
+            try:
+                await self._labeller.refresh()
+            except grpc.RpcError as exc:  # the kubelet restarting: its socket comes back
+                log.warning("pod_resources_unreachable", error=str(exc))
+            await self._clock.sleep(self._s.labels_interval_s)
+
+    async def _shares_loop(self) -> None:
+        while True:
+            await self._clock.sleep(self._s.shares_interval_s)
+            for index, uuid in self._devices.gpus.items():
+                self._publish_shares(index, uuid)
+
+    def _pod_of_pid(self, pid: int) -> str | None:
+        try:
+            text = (Path(self._s.proc_root) / str(pid) / "cgroup").read_text()
+        except OSError:
+            return None  # the process ended since the sample
+        found = pod_of_cgroup(text)
+        return None if found is None else found.pod_uid
+
+    def _publish_shares(self, index: int, uuid: str) -> None:
+        assert self._allocator is not None
+        samples = self._nvml.process_samples(index)
+        periods = len({s.timestamp_us for s in samples}) or 1
+        per_pod = pod_shares(pid_shares(samples, periods), self._pod_of_pid)
+        names = self._allocator.names_by_uid()
+        owners = self._labeller.owners.get(uuid, []) if self._labeller else []
+        for pod_uid, share in per_pod.items():
+            ns, name = names.get(pod_uid, ("", pod_uid))
+            containers = sorted({o.container for o in owners if (o.namespace, o.pod) == (ns, name)})
+            container = containers[0] if len(containers) == 1 else ""
+            self.metrics.pod_sm_share_ratio.labels(uuid, name, ns, container).set(
+                share.sm_pct / 100
+            )
+            self.metrics.pod_mem_share_ratio.labels(uuid, name, ns, container).set(
+                share.mem_pct / 100
+            )
+
+    async def run(self) -> None:
+        await self.start()
+        await self._rt.run()
+
+    async def stop(self) -> None:
+        await self._rt.stop()
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+        for plugin in self._plugins:
+            await plugin.stop()
+        self._plugins.clear()
+        if self._feed is not None:
+            await self._feed.close()
+        await self._pods.close()
+        await self._rt.close()
+
+
+async def _serve(settings: NodeAgentSettings, runtime: ServiceRuntime) -> None:
+    kube = await connect(settings.kubeconfig or os.environ.get("KUBECONFIG") or None)
+    service = NodeAgentService(
+        runtime, settings, kube_client=kube, nvml=NvmlNode(), mig=NvmlMigBackend()
+    )
+    try:
+        await serve(service)  # stops and closes the service
+    finally:
+        await kube.close()
+
+
+def main() -> None:
+    try:
+        settings = load_settings(NodeAgentSettings, NAME)
+        bus = bus_settings(NAME)
+    except (SettingsError, ValueError) as exc:
+        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
+    configure_logging()
+    configure_tracing(NAME)
+    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    asyncio.run(_serve(settings, runtime))

@@ -1,0 +1,238 @@
+"""The node agent as a service: it registers its plugins with a kubelet of ours (real unix
+sockets), reads the slicer's placements from a real nats-server, answers Allocate through the
+test API server, applies a MIG plan sent on its node's subject, and serves health and metrics
+(pod shares mapped PID -> cgroup -> pod) over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from kubernetes_asyncio import client, config
+
+from seedance.core import ServiceRuntime
+from seedance.core.bus import BusSettings
+from seedance.events.base import new_event_id
+from seedance.events.slicing import GpuAssignment, MigInstanceChange, MigLayoutPlan, PlacementKind
+from seedance.events.subjects import slicing
+from seedance.node_agent.core.placement import NodeDevices
+from seedance.node_agent.core.shares import ProcessSample
+from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
+from seedance.node_agent.service import NodeAgentService
+from seedance.node_agent.settings import NodeAgentSettings
+from seedance.testing.kube_api import KubeApiServer, KubeApiSettings, seed
+from seedance.testing.waits import eventually
+from tests.integration.node_agent.test_allocation import (
+    NODE,
+    T0,
+    UUIDS,
+    annotation,
+    bound_pod,
+    placement,
+    publish,
+)
+from tests.unit.node_agent.nvml_mig import ConstructedNvmlMig
+
+pytestmark = pytest.mark.integration
+
+
+class NodeNvml:
+    """The node's NVML reads, constructed: four GPUs, and one process's samples on GPU 1."""
+
+    def __init__(self) -> None:
+        self.samples: list[ProcessSample] = []
+
+    def devices(self) -> NodeDevices:
+        return NodeDevices(gpus=UUIDS)
+
+    def process_samples(self, gpu_index: int) -> list[ProcessSample]:
+        out, self.samples = (self.samples, []) if gpu_index == 1 else ([], self.samples)
+        return out
+
+
+class Registrar(api_pb2_grpc.RegistrationServicer):
+    def __init__(self) -> None:
+        self.resources: list[str] = []
+
+    async def Register(self, request: Any, context: Any) -> api_pb2.Empty:
+        self.resources.append(request.resource_name)
+        return api_pb2.Empty()
+
+
+@pytest.fixture
+def plugin_dir() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="ns-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def kubelet(plugin_dir: str) -> AsyncIterator[Registrar]:
+    reg = Registrar()
+    server = grpc.aio.server()
+    api_pb2_grpc.add_RegistrationServicer_to_server(reg, server)
+    server.add_insecure_port(f"unix://{os.path.join(plugin_dir, 'kubelet.sock')}")
+    await server.start()
+    yield reg
+    await server.stop(grace=None)
+
+
+async def get(url: str) -> tuple[int, str]:
+    """Over real HTTP, without blocking the loop the agent's endpoint runs on."""
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        return resp.status, await resp.text()
+
+
+class Agent:
+    """The agent under test and what it talks to."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+    api: KubeApiServer
+    api_client: client.ApiClient
+    bus: Any
+    nvml: NodeNvml
+    mig: ConstructedNvmlMig
+    proc: Path
+    plugin_dir: str
+    base: str
+
+
+@pytest.fixture
+async def agent(
+    nats_url: str, bus: Any, kubelet: Registrar, plugin_dir: str, tmp_path: Path
+) -> AsyncIterator[Agent]:
+    async with KubeApiServer(KubeApiSettings()) as api:
+        cfg = client.Configuration()
+        await config.load_kube_config(
+            config_file=str(api.kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg
+        )
+        async with client.ApiClient(configuration=cfg) as api_client:
+            seed.namespace(api, "team-a")
+            seed.node(api, NODE, gpus=4)
+            settings = NodeAgentSettings(
+                node_name=NODE,
+                device_plugin_dir=plugin_dir,
+                http_port=0,
+                pod_resources_socket=os.path.join(plugin_dir, "absent.sock"),
+                shares_interval_s=0.1,
+                labels_interval_s=0.5,
+                proc_root=str(tmp_path / "proc"),
+            )
+            nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
+            runtime = ServiceRuntime("node-agent", BusSettings(url=nats_url), http_port=0)
+            service = NodeAgentService(
+                runtime,
+                settings,
+                kube_client=api_client,
+                nvml=nvml,
+                mig=mig,  # type: ignore[arg-type]
+            )
+            await service.start()
+            task = asyncio.create_task(service.run())
+            try:
+                assert sorted(kubelet.resources) == ["nvidia.com/gpu", "seedance.io/gpu-milli"]
+                yield Agent(
+                    api=api,
+                    api_client=api_client,
+                    bus=bus,
+                    nvml=nvml,
+                    mig=mig,
+                    proc=tmp_path / "proc",
+                    plugin_dir=plugin_dir,
+                    base=f"http://127.0.0.1:{runtime.http_port}",
+                )
+            finally:
+                await service.stop()
+                await asyncio.wait_for(task, 15)
+                await service.close()
+
+
+async def metric_line(a: Agent, line: str) -> bool:
+    return line in (await get(a.base + "/metrics"))[1]
+
+
+async def allocate_shared(a: Agent) -> tuple[str, dict[str, str]]:
+    held: dict[str, Any] = {}
+
+    def shared(uid: str) -> str:
+        gpus = [GpuAssignment(index=1, uuid=UUIDS[1], milli=500)]
+        held["ev"] = placement(uid, PlacementKind.SHARED, gpus)
+        return annotation(uid, held["ev"])
+
+    res = {"seedance.io/gpu-milli": "500"}
+    uid = await bound_pod(a.api, a.api_client, "sh", res, shared)
+    await publish(a.bus, held["ev"])
+    sock = os.path.join(a.plugin_dir, "seedance-seedance-io_gpu-milli.sock")
+    ids = [f"{UUIDS[0]}::{k}" for k in range(500)]
+    request = api_pb2.AllocateRequest(
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
+    )
+    async with grpc.aio.insecure_channel(f"unix://{sock}") as channel:
+        stub = api_pb2_grpc.DevicePluginStub(channel)
+
+        async def granted() -> bool:
+            try:
+                resp = await stub.Allocate(request)
+            except grpc.aio.AioRpcError:
+                return False  # the placement not read from the bus yet
+            held["envs"] = dict(resp.container_responses[0].envs)
+            return True
+
+        await eventually(granted, what="allocation granted")
+    return uid, held["envs"]
+
+
+async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Agent) -> None:
+    a = agent
+
+    async def ready() -> bool:
+        return (await get(a.base + "/readyz"))[0] == 200
+
+    await eventually(ready, what="ready")
+    uid, envs = await allocate_shared(a)
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]
+    assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert await metric_line(
+        a,
+        'seedance_node_agent_allocations_total{outcome="granted",resource="seedance.io/gpu-milli"}'
+        " 1.0",
+    )
+    # The pod's process runs on GPU 1: its host PID's cgroup names the pod.
+    (a.proc / "4242").mkdir(parents=True)
+    (a.proc / "4242" / "cgroup").write_text(
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{uid.replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope\n"
+    )
+    a.nvml.samples = [ProcessSample(4242, 40.0, 10.0, 1), ProcessSample(4242, 60.0, 30.0, 2)]
+    share = (
+        f'seedance_node_agent_pod_sm_share_ratio{{UUID="{UUIDS[1]}",container="",'
+        'namespace="team-a",pod="sh"} 0.5'
+    )
+    await eventually(lambda: metric_line(a, share), what="the pod's measured share")
+
+
+async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> None:
+    a = agent
+    plan = MigLayoutPlan(
+        id=new_event_id(),
+        at=T0,
+        node="gpu-1:example",
+        gpu_index=2,
+        create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
+    )
+    await a.bus.publish(slicing.mig_plan("gpu-1:example"), plan)
+    await eventually(lambda: len(a.mig.gpu_instances(2)) == 1, what="MIG plan applied")
+    await a.bus.publish(slicing.mig_plan("gpu-1:example"), plan)  # a re-send
+    replayed = 'seedance_node_agent_mig_plans_total{outcome="already_applied"} 1.0'
+    await eventually(lambda: metric_line(a, replayed), what="the re-send counted, not re-done")
+    assert [c[0] for c in a.mig.calls] == ["create_gi", "create_ci"]

@@ -1,0 +1,236 @@
+"""The placement core: what a pod's claim must agree with before it gets devices."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from seedance.events.slicing import (
+    EndOutcome,
+    GpuAssignment,
+    JobReleased,
+    Placement,
+    PlacementKind,
+    Preempted,
+)
+from seedance.node_agent.core.placement import (
+    ANNOTATION_PLACEMENT,
+    LABEL_POD_GROUP,
+    AllocationBook,
+    Grant,
+    NodeDevices,
+    PlacementBook,
+    PodView,
+    Refusal,
+    node_token,
+    requested_count,
+    verify,
+)
+
+T0 = datetime(2026, 12, 2, tzinfo=UTC)
+NODE = "gpu-1.example"
+UUIDS = {0: "GPU-a", 1: "GPU-b"}
+DEVICES = NodeDevices(gpus=UUIDS, mig={("GPU-b", "1g.18gb", 3): "MIG-x"})
+
+
+def placed(
+    job: str,
+    kind: PlacementKind,
+    gpus: list[GpuAssignment],
+    pid: str = "p1",
+    node: str = node_token(NODE),
+) -> Placement:
+    return Placement(id=pid, at=T0, job_id=job, tenant="acme", node=node, kind=kind, gpus=gpus)
+
+
+def pod(
+    uid: str,
+    ev: Placement,
+    *,
+    labels: dict[str, str] | None = None,
+    requests: dict[str, int] | None = None,
+    **over: Any,
+) -> PodView:
+    doc: dict[str, Any] = {
+        "version": 1,
+        "podUid": uid,
+        "jobId": ev.job_id,
+        "tenant": ev.tenant,
+        "node": ev.node,
+        "kind": ev.kind.value,
+        "gpus": [
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "milli": g.milli,
+                "migProfile": g.mig_profile,
+                "migStartSlot": g.mig_start_slot,
+            }
+            for g in ev.gpus
+        ],
+        "gpuMemoryMib": 0,
+        "placementId": ev.id,
+    }
+    doc.update(over)
+    return PodView(
+        uid=uid,
+        namespace="ns",
+        name=uid,
+        node_name=NODE,
+        annotations={ANNOTATION_PLACEMENT: json.dumps(doc)},
+        labels=labels or {},
+        requests=requests or {},
+    )
+
+
+def book(*evs: Placement) -> PlacementBook:
+    b = PlacementBook(NODE)
+    for e in evs:
+        b.apply(e)
+    return b
+
+
+WHOLE = placed("u1", PlacementKind.WHOLE, [GpuAssignment(index=0, uuid="GPU-a")])
+
+
+def test_whole_placement_is_granted_its_uuid() -> None:
+    got = verify(pod("u1", WHOLE), book(WHOLE), NODE, DEVICES)
+    assert got == Grant("u1", "u1", "whole", {"NVIDIA_VISIBLE_DEVICES": "GPU-a"}, ("GPU-a",))
+
+
+@pytest.mark.parametrize(
+    ("view", "reason"),
+    [
+        (PodView(uid="u1", namespace="ns", name="x", node_name=NODE), "no seedance.io/placement"),
+        (
+            PodView(
+                uid="u1",
+                namespace="ns",
+                name="x",
+                node_name=NODE,
+                annotations={ANNOTATION_PLACEMENT: "{not json"},
+            ),
+            "unreadable",
+        ),
+        (pod("u2", WHOLE, podUid="u1"), "this pod is u2"),  # copied from another pod
+        (pod("u1", WHOLE, node="gpu-2"), "this node is"),
+        (pod("u1", WHOLE, placementId="p0"), "stale placement p0"),
+        (pod("u1", WHOLE, tenant="evil"), "the slicer placed acme/whole"),
+        (pod("u1", WHOLE, gpus=[{"index": 1, "uuid": "GPU-b", "milli": 1000}]), "differ"),
+        (pod("u1", WHOLE, gpuMemoryMib=100), "memory cap 100 MiB"),
+    ],
+)
+def test_claims_that_disagree_are_refused(view: PodView, reason: str) -> None:
+    got = verify(view, book(WHOLE), NODE, DEVICES)
+    assert isinstance(got, Refusal)
+    assert reason in got.reason
+
+
+def test_a_preempted_or_released_or_moved_job_has_no_placement() -> None:
+    for ev in (
+        Preempted(id="x", at=T0, job_id="u1", tenant="acme", node=node_token(NODE)),
+        JobReleased(id="y", at=T0, job_id="u1", tenant="acme", outcome=EndOutcome.FINISHED),
+        placed("u1", PlacementKind.WHOLE, WHOLE.gpus, pid="p2", node="gpu-9"),
+    ):
+        b = book(WHOLE)
+        b.apply(ev)
+        got = verify(pod("u1", WHOLE), b, NODE, DEVICES)
+        assert isinstance(got, Refusal)
+        assert "holds no placement" in got.reason
+
+
+def test_a_job_not_the_pods_own_needs_a_gang_and_a_subset() -> None:
+    gang = placed(
+        "g1",
+        PlacementKind.WHOLE,
+        [GpuAssignment(index=0, uuid="GPU-a"), GpuAssignment(index=1, uuid="GPU-b")],
+    )
+    one = [{"index": 1, "uuid": "GPU-b", "milli": 1000}]
+    lone = verify(pod("u5", gang, gpus=one), book(gang), NODE, DEVICES)
+    assert isinstance(lone, Refusal)
+    assert "in no gang" in lone.reason
+    member = pod("u5", gang, gpus=one, labels={LABEL_POD_GROUP: "g"})
+    got = verify(member, book(gang), NODE, DEVICES)
+    assert isinstance(got, Grant)
+    assert got.uuids == ("GPU-b",)
+    # A second member claiming the same GPU of the gang does not get it too.
+    allocations = AllocationBook()
+    assert allocations.take(got) == got
+    twin = verify(
+        pod("u6", gang, gpus=one, labels={LABEL_POD_GROUP: "g"}), book(gang), NODE, DEVICES
+    )
+    assert isinstance(twin, Grant)
+    taken = allocations.take(twin)
+    assert isinstance(taken, Refusal)
+    assert "already allocated to pod(s) ['u5']" in taken.reason
+    allocations.release("u5")
+    assert allocations.take(twin) == twin
+
+
+def test_shared_and_mig() -> None:
+    shared = placed("u3", PlacementKind.SHARED, [GpuAssignment(index=1, uuid="GPU-b", milli=5)])
+    got = verify(
+        pod("u3", shared, gpuMemoryMib=512, requests={"seedance.io/gpu-memory-mib": 512}),
+        book(shared),
+        NODE,
+        DEVICES,
+    )
+    assert isinstance(got, Grant)
+    assert got.envs == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-b",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "1",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=512M",
+    }
+    assert requested_count("shared", shared.gpus) == 5
+    mig = placed(
+        "u4",
+        PlacementKind.MIG,
+        [GpuAssignment(index=1, uuid="GPU-b", mig_profile="1g.18gb", mig_start_slot=3)],
+    )
+    got = verify(pod("u4", mig), book(mig), NODE, DEVICES)
+    assert isinstance(got, Grant)
+    assert got.envs == {"NVIDIA_VISIBLE_DEVICES": "MIG-x"}
+    # The node's GPU 1 is another GPU than the placement names: refused.
+    other = NodeDevices(gpus={0: "GPU-a", 1: "GPU-z"})
+    got = verify(pod("u1", WHOLE), book(WHOLE), NODE, other)
+    assert isinstance(got, Grant)
+    moved = placed("u7", PlacementKind.WHOLE, [GpuAssignment(index=1, uuid="GPU-b")])
+    bad = verify(pod("u7", moved), book(moved), NODE, other)
+    assert isinstance(bad, Refusal)
+    assert "not on this node" in bad.reason
+
+
+def test_the_claim_format_is_the_bridges() -> None:
+    """The document the bridge's core writes parses here (pinned against its exact shape)."""
+    text = json.dumps(
+        {
+            "version": 1,
+            "podUid": "u1",
+            "jobId": "u1",
+            "tenant": "acme",
+            "node": node_token(NODE),
+            "kind": "whole",
+            "gpuModel": "H200",
+            "gpus": [
+                {
+                    "index": 0,
+                    "uuid": "GPU-a",
+                    "milli": 1000,
+                    "migProfile": None,
+                    "migStartSlot": None,
+                }
+            ],
+            "gpuMemoryMib": 0,
+            "placementId": "p1",
+            "boundAt": "2026-12-02T00:00:00.000000Z",
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+    view = PodView(
+        uid="u1", namespace="ns", name="a", node_name=NODE, annotations={ANNOTATION_PLACEMENT: text}
+    )
+    assert isinstance(verify(view, book(WHOLE), NODE, DEVICES), Grant)
