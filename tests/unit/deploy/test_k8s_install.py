@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from seedance.k8s_bridge import rbac
 from tests.unit.deploy.declared import DEPLOY
 from tests.unit.deploy.test_crds import PRIORITY_CLASSES, valid_examples
 from tests.unit.deploy.test_k8s import KUBECTL, OVERLAYS, by_kind, errors_of, render, workloads
@@ -24,21 +25,8 @@ GRAFANA = DEPLOY / "compose" / "grafana"
 #: namespaces (list/watch: a namespace's seedance.io/tenant label, as the bridge reads it) and
 #: events.k8s.io (the newer Events API, same verbs). The integrator's test derives the
 #: ClusterRole from seedance.k8s_bridge.rbac.RULES instead.
-EXPECTED_RULES = {
-    ("", "pods"): {"get", "list", "watch", "patch", "delete"},
-    ("", "pods/binding"): {"create"},
-    ("", "pods/status"): {"patch"},
-    ("", "nodes"): {"get", "list", "watch"},
-    ("", "namespaces"): {"list", "watch"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-    ("coordination.k8s.io", "leases"): {"get", "create", "update"},
-    ("seedance.io", "slicingpolicies"): {"get", "list", "watch"},
-    ("seedance.io", "tenantquotas"): {"get", "list", "watch"},
-    ("seedance.io", "slicingpolicies/status"): {"update", "patch"},
-    ("seedance.io", "tenantquotas/status"): {"update", "patch"},
-    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
-}
+#: What the bridge's ClusterRole must grant: its one declaration of the calls it makes.
+EXPECTED_RULES = {(rule.api_group, rule.resource): set(rule.verbs) for rule in rbac.RULES.values()}
 
 
 def kustomize(path: Path) -> list[dict[str, Any]]:
