@@ -22,7 +22,12 @@ Job events that could not be published stay in an outbox retried by the executor
 are derived, so a repeat is a duplicate). Each submitted job is recorded in KV
 (``seedance-k8s-bridge-jobs``, before its submit goes out) until its end went out: a new leader
 ends the recorded jobs whose pods are gone, so a pod deleted while no bridge ran still ends its
-job. Must not decide anything itself: the tracker does.
+job. The outbox and those records are `seedance.k8s_bridge.outbox`'s; the metrics
+`seedance.k8s_bridge.metrics`'s (`BridgeMetrics` is re-exported here).
+
+Owns: leadership hand-over, the watch handlers, the action queue and its executor, the API
+writes (Bindings and their outcomes, status patches, Events, deletions) and the decisions
+consumer. Must not decide anything itself: the tracker does.
 """
 
 from __future__ import annotations
@@ -31,23 +36,12 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
-import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
-from nats.js.errors import KeyNotFoundError, NoKeysError
-from nats.js.kv import KeyValue
-from prometheus_client import Counter, Gauge, Histogram
-
 from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime
-from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.consumer import PullConsumer
-from seedance.core.errors import NoStream
-from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.events import Event
-from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.k8s_bridge.core.tracker import (
     Action,
@@ -61,6 +55,8 @@ from seedance.k8s_bridge.core.tracker import (
 )
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.leader import LeaseElector
+from seedance.k8s_bridge.metrics import BridgeMetrics
+from seedance.k8s_bridge.outbox import JobOutbox
 from seedance.k8s_bridge.policy_sync import PolicySync
 from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.k8s_bridge.watch import Informer
@@ -70,72 +66,11 @@ __all__ = ["BridgeMetrics", "BridgeService"]
 log = get_logger(__name__)
 
 DURABLE = "k8s-bridge-decisions"
-JOBS_BUCKET = "seedance-k8s-bridge-jobs"
-_ENDS = (JobFinished, JobFailed, JobCancelled)
 DECISIONS = Placement | Unschedulable | Preempted | JobRejected | JobReleased
 #: Deleted pods remembered while standing by, replayed to the tracker on taking the lead.
 _TOMBSTONES_KEPT = 10_000
 #: Statuses of a write worth retrying (the server is busy or restarting).
 _RETRY_CODES = frozenset({429, 500, 502, 503, 504})
-#: What a publish raises when the bus is down or refusing for now (the outbox keeps the events).
-_PUBLISH_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_BUS_ERRORS, NoStream)
-
-
-class BridgeMetrics:
-    def __init__(self, registry: Any) -> None:
-        self.pods_seen_total = Counter(
-            "seedance_k8s_bridge_pods_seen_total",
-            "Pod watch events by type (ADDED, MODIFIED, DELETED).",
-            ["event"],
-            registry=registry,
-        )
-        self.pods_bound_total = Counter(
-            "seedance_k8s_bridge_pods_bound_total", "Pods bound to a node.", registry=registry
-        )
-        self.pods_refused_total = Counter(
-            "seedance_k8s_bridge_pods_refused_total",
-            "Pods refused (never submitted), and gang members deleted after a failed bind.",
-            ["reason"],
-            registry=registry,
-        )
-        self.bind_seconds = Histogram(
-            "seedance_k8s_bridge_bind_seconds",
-            "From the pod's ADDED watch event to its Binding accepted.",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-            registry=registry,
-        )
-        self.api_writes_total = Counter(
-            "seedance_k8s_bridge_api_writes_total",
-            "API writes by call and outcome (ok, conflict, gone, retry, error).",
-            ["call", "outcome"],
-            registry=registry,
-        )
-        self.decisions_total = Counter(
-            "seedance_k8s_bridge_decisions_total",
-            "Slicer decisions read, by event type.",
-            ["type"],
-            registry=registry,
-        )
-        self.watch_restarts_total = Counter(
-            "seedance_k8s_bridge_watch_restarts_total",
-            "Watches re-opened, by resource and cause (ended, gone, unavailable, status_Nxx).",
-            ["resource", "cause"],
-            registry=registry,
-        )
-        self.object_errors_total = Counter(
-            "seedance_k8s_bridge_object_errors_total",
-            "Watched objects the bridge could not take (left as they are, logged).",
-            ["resource"],
-            registry=registry,
-        )
-        self.leader = Gauge(
-            "seedance_k8s_bridge_leader", "1 while this replica holds the Lease.", registry=registry
-        )
-        self.outbox = Gauge(
-            "seedance_k8s_bridge_outbox_events",
-            "Job events waiting to be published.",
-            registry=registry,
-        )
 
 
 class BridgeService(Lifecycle):
@@ -166,12 +101,11 @@ class BridgeService(Lifecycle):
         self._first_seen: dict[str, float] = {}
         self._pending: list[Action] = []
         self._wake = asyncio.Event()
-        self._outbox: list[tuple[str, Event]] = []
+        self._outbox = JobOutbox(runtime, self.metrics, scope=settings.lease_name)
         self._writes = asyncio.Semaphore(settings.api_concurrency)
         self._stopping = asyncio.Event()
         self._consumer = self._decisions_consumer()
         self._consumer_task: asyncio.Task[None] | None = None
-        self._jobs_kv: KeyValue | None = None
         self.elector = LeaseElector(
             api,
             clock,
@@ -231,7 +165,7 @@ class BridgeService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()
-        self._jobs_kv = await ensure_bucket(self._rt.bus, JOBS_BUCKET)
+        await self._outbox.start()
         if self.policy is not None:
             await self.policy.start(self._rt.bus)
 
@@ -259,7 +193,7 @@ class BridgeService(Lifecycle):
         await self._consumer.close()
         with contextlib.suppress(ApiStatus, ApiUnavailable):
             await self.elector.release()
-        await self._flush_outbox()
+        await self._outbox.flush()
         await self._rt.close()
 
     # --- leadership -------------------------------------------------------------------------
@@ -328,32 +262,9 @@ class BridgeService(Lifecycle):
             **tracker.counts(),
         )
         self._enqueue(actions)
-        self._enqueue(await self._orphans(tracker, self._clock.now()))
+        self._enqueue(await self._outbox.orphans(tracker, self._clock.now()))
         await self._consumer.start(self._rt.bus)
         self._consumer_task = asyncio.create_task(self._consumer.run())
-
-    async def _orphans(self, tracker: Tracker, now: datetime) -> list[Action]:
-        """The ends of recorded jobs whose pods are gone (deleted while no bridge ran)."""
-        assert self._jobs_kv is not None
-        scope = f"{self._settings.lease_name}."
-        try:
-            # nats-py's `filters` match substrings, not subjects: the prefix is checked here.
-            keys = [k for k in await self._jobs_kv.keys() if k.startswith(scope)]
-        except NoKeysError:
-            return []
-        live = tracker.live_jobs()
-        out: list[Action] = []
-        for key in keys:
-            tenant, _, job_id = key.removeprefix(scope).partition(".")
-            if job_id in live:
-                continue
-            with contextlib.suppress(KeyNotFoundError):
-                entry = await self._jobs_kv.get(key)
-                created_ms = int(entry.value or b"0")
-                out.append(tracker.orphan_ended(job_id, tenant, created_ms, now))
-        if out:
-            log.warning("bridge_orphans_ended", jobs=len(out))
-        return out
 
     async def _step_down(self) -> None:
         self._consumer.stop()
@@ -444,55 +355,15 @@ class BridgeService(Lifecycle):
         out what their outcomes call for. Returns the Bindings to retry later."""
         retry: list[PodRefRetry] = []
         while actions:
-            self._outbox.extend((a.subject, a.event) for a in actions if isinstance(a, Publish))
+            self._outbox.add([(a.subject, a.event) for a in actions if isinstance(a, Publish)])
             writes = [a for a in actions if not isinstance(a, Publish)]
             results = await asyncio.gather(*(self._write(a) for a in writes))
-            await self._flush_outbox()
+            await self._outbox.flush()
             actions = []
             for follow, again in results:
                 actions.extend(follow)
                 retry.extend(again)
         return retry
-
-    async def _flush_outbox(self) -> None:
-        if not self._outbox:
-            self.metrics.outbox.set(0)
-            return
-        items, self._outbox = self._outbox, []
-        try:
-            await self._record(items)
-            await self._rt.bus.publish_many(items)
-            await self._forget(items)
-        except _PUBLISH_ERRORS as exc:
-            self._outbox = items + self._outbox  # the executor tries again within a second
-            log.warning("bridge_publish_failed", events=len(items), error=repr(exc))
-        self.metrics.outbox.set(len(self._outbox))
-
-    async def _record(self, items: list[tuple[str, Event]]) -> None:
-        """Record each job before its submit goes out (a record without a job costs an end the
-        slicer answers; a job without a record could outlive its pod unseen). The value is the
-        pod's creation time in ms, the time bits of the job's event ids."""
-        assert self._jobs_kv is not None
-        kv = self._jobs_kv
-        await asyncio.gather(
-            *(
-                kv.put(self._job_key(ev), str(uuid.UUID(ev.id).int >> 80).encode())
-                for _, ev in items
-                if isinstance(ev, JobSubmitted)
-            )
-        )
-
-    def _job_key(self, ev: Any) -> str:
-        """``<lease name>.<tenant>.<job>``: the lease names the cluster's bridges, so bridges
-        of two clusters on one bus keep apart records."""
-        return f"{self._settings.lease_name}.{ev.tenant}.{ev.job_id}"
-
-    async def _forget(self, items: list[tuple[str, Event]]) -> None:
-        """Drop the records of jobs whose end went out."""
-        assert self._jobs_kv is not None
-        kv = self._jobs_kv
-        ends = [ev for _, ev in items if isinstance(ev, _ENDS)]
-        await asyncio.gather(*(kv.delete(self._job_key(ev)) for ev in ends))
 
     async def _write(self, a: Action) -> tuple[list[Action], list[PodRefRetry]]:
         async with self._writes:

@@ -1,10 +1,9 @@
 """The Open Inference Protocol (KServe v2) gRPC gateway in front of Triton replicas.
 
-Owns: the gRPC server and its replicas (the RPCs themselves are `servicer.py`'s, the settings
-`settings.py`'s), forwarding to the replica a `ReplicaSelector` picks,
-the client's deadline carried upstream, retry on another replica for failures `outcomes.py`
-calls safe, per-model layout conversion, replica health probes, and warm-up of a new or
-recovered replica before it takes traffic.
+Owns: the gRPC server's lifecycle (the RPCs themselves are `servicer.py`'s, the settings
+`settings.py`'s, the replicas, their health probes and warm-up `pool.py`'s), forwarding to the
+replica a `ReplicaSelector` picks, the client's deadline carried upstream, retry on another
+replica for failures `outcomes.py` calls safe, and per-model layout conversion.
 
 Must not: decide routing policy (the selector does), retry what is not safe to retry, or change
 a tensor that no layout declaration names. Requests are forwarded as the message received, with
@@ -19,7 +18,6 @@ symbol per process, and any process that uses tritonclient already has them (see
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -33,6 +31,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from seedance.core.clock import Clock, WallClock
 from seedance.router.gateway.metrics import DecisionReason, GatewayMetrics
 from seedance.router.gateway.outcomes import StatusClass, is_retryable, status_class
+from seedance.router.gateway.pool import ReplicaPool
 from seedance.router.gateway.ports import (
     ExplainingSelector,
     FinishedRequest,
@@ -109,12 +108,9 @@ class OipGateway:
         self._metrics = GatewayMetrics(
             registry, models=self._routes.keys(), regions=settings.regions
         )
-        self._replicas: dict[str, Replica] = {}
-        self._warmups: dict[str, asyncio.Task[None]] = {}
+        self._pool = ReplicaPool(settings, metrics=self._metrics, monotonic_s=self._monotonic_s)
         self._server: grpc.aio.Server | None = None
-        self._probe_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
-        self._ready_changed = asyncio.Condition()
         self._port: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -137,8 +133,8 @@ class OipGateway:
         self._server = server
         for name, address in self._settings.replicas.items():
             await self.add_replica(name, address)
-        self._probe_task = asyncio.create_task(self._probe_loop(), name="gateway-probes")
-        _log.info("gateway_started", address=self.address, replicas=len(self._replicas))
+        self._pool.start_probes()
+        _log.info("gateway_started", address=self.address, replicas=len(self._pool))
 
     async def run(self) -> None:
         """Serve until `stop()`."""
@@ -149,20 +145,11 @@ class OipGateway:
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop serving (in-flight calls get `grace_s`), cancel warm-ups, close channels."""
         self._stopping.set()
-        tasks = [t for t in (self._probe_task, *self._warmups.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._probe_task = None
-        self._warmups.clear()
+        await self._pool.stop()
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
-        for replica in self._replicas.values():
-            await replica.close()
-        self._replicas.clear()
+        await self._pool.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -176,7 +163,7 @@ class OipGateway:
     ) -> None:
         await self.stop()
 
-    # -- replicas --------------------------------------------------------------------------
+    # -- replicas (the pool's; these are the gateway's public face of it) -------------------
 
     async def add_replica(
         self, name: str, address: str, *, models: frozenset[str] | None = None
@@ -185,143 +172,39 @@ class OipGateway:
 
         `models`: the models it may be sent (None: every model); only those are warmed up.
         """
-        if name in self._replicas:
-            raise ValueError(f"replica {name!r} already registered")
-        replica = Replica(name=name, address=address, models=models)
-        self._replicas[name] = replica
-        self._metrics.ready(replica=name, ready=False)
-        self._begin_warmup(replica)
+        await self._pool.add(name, address, models=models)
 
     async def remove_replica(self, name: str) -> None:
         """Stop sending new requests to a replica and close its channel."""
-        replica = self._replicas.pop(name)
-        task = self._warmups.pop(name, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._metrics.ready(replica=name, ready=False)
-        await replica.close()
+        await self._pool.remove(name)
 
     async def drain_replica(self, name: str, *, timeout_s: float) -> bool:
         """Stop sending new requests to a replica, let its in-flight ones finish (at most
         `timeout_s`), then remove it. True if it emptied in time; after the timeout the rest
         are cut off by the channel's close, as `remove_replica` does."""
-        replica = self._replicas[name]
-        task = self._warmups.pop(name, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self._set_phase(replica, ReplicaPhase.DRAINING)
-        emptied = True
-        try:
-            async with asyncio.timeout(timeout_s):
-                await replica.wait_idle()
-        except TimeoutError:
-            emptied = False
-            _log.warning("replica_drain_timeout", replica=name, outstanding=replica.outstanding)
-        if self._replicas.get(name) is replica:
-            await self.remove_replica(name)
-        return emptied
+        return await self._pool.drain(name, timeout_s=timeout_s)
 
     def replica_models(self) -> dict[str, tuple[str, frozenset[str] | None]]:
         """Each registered replica's address and the models it may be sent (None: all)."""
-        return {name: (r.address, r.models) for name, r in self._replicas.items()}
+        return self._pool.models()
 
     def replica_phases(self) -> dict[str, ReplicaPhase]:
-        return {name: r.phase for name, r in self._replicas.items()}
+        return self._pool.phases()
 
     def outstanding(self) -> dict[str, int]:
-        return {name: r.outstanding for name, r in self._replicas.items()}
+        return self._pool.outstanding()
 
     async def wait_ready(self, names: Sequence[str] | None = None, *, timeout_s: float) -> None:
         """Wait until the named replicas (default: all registered) take traffic.
 
         Raises TimeoutError naming the replicas still not ready.
         """
-        wanted = list(names) if names is not None else list(self._replicas)
-
-        def all_ready() -> bool:
-            return all(
-                n in self._replicas and self._replicas[n].phase is ReplicaPhase.READY
-                for n in wanted
-            )
-
-        try:
-            async with asyncio.timeout(timeout_s), self._ready_changed:
-                await self._ready_changed.wait_for(all_ready)
-        except TimeoutError:
-            phases = {n: self._replicas[n].phase.value for n in wanted if n in self._replicas}
-            raise TimeoutError(f"replicas not ready after {timeout_s} s: {phases}") from None
-
-    def _begin_warmup(self, replica: Replica) -> None:
-        replica.phase = ReplicaPhase.WARMING
-        self._warmups[replica.name] = asyncio.create_task(
-            self._warm(replica), name=f"warmup-{replica.name}"
-        )
-
-    async def _warm(self, replica: Replica) -> None:
-        try:
-            if not await replica.probe_ready(timeout_s=self._settings.probe_timeout_s):
-                await self._set_phase(replica, ReplicaPhase.EJECTED)
-                return
-            models = [m.name for m in self._settings.models if m.warm_up and replica.serves(m.name)]
-            reports = await replica.warm_up(
-                models,
-                self._settings.warmup,
-                monotonic_s=self._monotonic_s,
-                on_request=lambda: self._metrics.warmup_request(replica=replica.name),
-            )
-        except grpc.aio.AioRpcError as error:
-            _log.warning("replica_warmup_failed", replica=replica.name, code=error.code().name)
-            await self._set_phase(replica, ReplicaPhase.EJECTED)
-            return
-        finally:
-            self._warmups.pop(replica.name, None)
-        _log.info(
-            "replica_warmed_up",
-            replica=replica.name,
-            requests={r.model: len(r.latencies_s) for r in reports},
-        )
-        await self._set_phase(replica, ReplicaPhase.READY)
-
-    async def _set_phase(self, replica: Replica, phase: ReplicaPhase) -> None:
-        if replica.phase is not phase:
-            _log.info("replica_phase", replica=replica.name, phase=phase.value)
-        replica.phase = phase
-        self._metrics.ready(replica=replica.name, ready=phase is ReplicaPhase.READY)
-        async with self._ready_changed:
-            self._ready_changed.notify_all()
-
-    async def _probe_loop(self) -> None:
-        """Eject READY replicas that stop answering; warm up EJECTED ones that come back."""
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settings.probe_interval_s):
-                    await self._stopping.wait()
-            for replica in list(self._replicas.values()):
-                if replica.phase is ReplicaPhase.WARMING:
-                    continue
-                ready = await replica.probe_ready(timeout_s=self._settings.probe_timeout_s)
-                if replica.phase is ReplicaPhase.READY and not ready:
-                    await self._set_phase(replica, ReplicaPhase.EJECTED)
-                elif replica.phase is ReplicaPhase.EJECTED and ready:
-                    self._begin_warmup(replica)
+        await self._pool.wait_ready(names, timeout_s=timeout_s)
 
     # -- forwarding ------------------------------------------------------------------------
 
-    def _candidates(self, tried: set[str], model: str | None) -> list[Replica]:
-        return [
-            r
-            for r in self._replicas.values()
-            if r.phase is ReplicaPhase.READY
-            and r.name not in tried
-            and (model is None or r.serves(model))
-        ]
-
     def _pick(self, model: str, tried: set[str], request_id: str | None = None) -> Replica | None:
-        candidates = self._candidates(tried, model)
+        candidates = self._pool.candidates(tried, model)
         reason: DecisionReason | str
         if not candidates:
             # After failed attempts this is "retries exhausted", already counted as failovers.
@@ -406,7 +289,7 @@ class OipGateway:
                     raise last from None
                 # The replica could not take the request: keep new requests off it until a
                 # probe finds it ready again (then it is warmed up before it returns).
-                await self._set_phase(replica, ReplicaPhase.EJECTED)
+                await self._pool.set_phase(replica, ReplicaPhase.EJECTED)
                 _log.warning("upstream_unavailable", replica=replica.name, model=model)
                 if not retry_safe:
                     raise last from None
@@ -621,4 +504,4 @@ class OipGateway:
         return metadata
 
     def any_ready(self) -> bool:
-        return bool(self._candidates(set(), None))
+        return bool(self._pool.candidates(set(), None))

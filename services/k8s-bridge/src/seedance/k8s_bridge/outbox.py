@@ -1,0 +1,122 @@
+"""The bridge's job events on their way to the bus, and its KV record of live jobs.
+
+Owns: the outbox of job events not yet published (kept across failed publishes, retried at the
+next flush: their ids are derived, so a repeat is a duplicate the bus drops), the job records in
+KV (``seedance-k8s-bridge-jobs``: each submitted job is recorded before its submit goes out and
+forgotten once its end went out), and finding the recorded jobs whose pods are gone.
+
+Must not: decide what to publish or how an orphan ends (the tracker does), or publish anything
+but what it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from datetime import datetime
+from typing import Any
+
+from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.kv import KeyValue
+
+from seedance.core import ServiceRuntime
+from seedance.core.bus import TRANSIENT_BUS_ERRORS
+from seedance.core.errors import NoStream
+from seedance.core.kv import ensure_bucket
+from seedance.core.logs import get_logger
+from seedance.events import Event
+from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
+from seedance.k8s_bridge.core.tracker import Action, Tracker
+from seedance.k8s_bridge.metrics import BridgeMetrics
+
+__all__ = ["JOBS_BUCKET", "JobOutbox"]
+
+log = get_logger(__name__)
+
+JOBS_BUCKET = "seedance-k8s-bridge-jobs"
+_ENDS = (JobFinished, JobFailed, JobCancelled)
+#: What a publish raises when the bus is down or refusing for now (the outbox keeps the events).
+_PUBLISH_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_BUS_ERRORS, NoStream)
+
+
+class JobOutbox:
+    """Job events waiting to be published, and the job records. ``scope`` is the lease name:
+    it names the cluster's bridges, so bridges of two clusters on one bus keep apart records."""
+
+    def __init__(self, runtime: ServiceRuntime, metrics: BridgeMetrics, *, scope: str) -> None:
+        self._rt = runtime
+        self._metrics = metrics
+        self._scope = scope
+        self._items: list[tuple[str, Event]] = []
+        self._kv: KeyValue | None = None
+
+    async def start(self) -> None:
+        """Open (or create) the records' bucket; the runtime's bus must be connected."""
+        self._kv = await ensure_bucket(self._rt.bus, JOBS_BUCKET)
+
+    def add(self, items: list[tuple[str, Event]]) -> None:
+        self._items.extend(items)
+
+    async def flush(self) -> None:
+        """Record, publish, forget; on a transient bus failure keep the events for next time."""
+        if not self._items:
+            self._metrics.outbox.set(0)
+            return
+        items, self._items = self._items, []
+        try:
+            await self._record(items)
+            await self._rt.bus.publish_many(items)
+            await self._forget(items)
+        except _PUBLISH_ERRORS as exc:
+            self._items = items + self._items  # the executor tries again within a second
+            log.warning("bridge_publish_failed", events=len(items), error=repr(exc))
+        self._metrics.outbox.set(len(self._items))
+
+    async def orphans(self, tracker: Tracker, now: datetime) -> list[Action]:
+        """The ends of recorded jobs whose pods are gone (deleted while no bridge ran)."""
+        assert self._kv is not None
+        scope = f"{self._scope}."
+        try:
+            # nats-py's `filters` match substrings, not subjects: the prefix is checked here.
+            keys = [k for k in await self._kv.keys() if k.startswith(scope)]
+        except NoKeysError:
+            return []
+        live = tracker.live_jobs()
+        out: list[Action] = []
+        for key in keys:
+            tenant, _, job_id = key.removeprefix(scope).partition(".")
+            if job_id in live:
+                continue
+            with contextlib.suppress(KeyNotFoundError):
+                entry = await self._kv.get(key)
+                created_ms = int(entry.value or b"0")
+                out.append(tracker.orphan_ended(job_id, tenant, created_ms, now))
+        if out:
+            log.warning("bridge_orphans_ended", jobs=len(out))
+        return out
+
+    async def _record(self, items: list[tuple[str, Event]]) -> None:
+        """Record each job before its submit goes out (a record without a job costs an end the
+        slicer answers; a job without a record could outlive its pod unseen). The value is the
+        pod's creation time in ms, the time bits of the job's event ids."""
+        assert self._kv is not None
+        kv = self._kv
+        await asyncio.gather(
+            *(
+                kv.put(self._job_key(ev), str(uuid.UUID(ev.id).int >> 80).encode())
+                for _, ev in items
+                if isinstance(ev, JobSubmitted)
+            )
+        )
+
+    def _job_key(self, ev: Any) -> str:
+        """``<lease name>.<tenant>.<job>``."""
+        return f"{self._scope}.{ev.tenant}.{ev.job_id}"
+
+    async def _forget(self, items: list[tuple[str, Event]]) -> None:
+        """Drop the records of jobs whose end went out."""
+        assert self._kv is not None
+        kv = self._kv
+        ends = [ev for _, ev in items if isinstance(ev, _ENDS)]
+        await asyncio.gather(*(kv.delete(self._job_key(ev)) for ev in ends))
