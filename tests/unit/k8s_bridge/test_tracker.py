@@ -179,6 +179,25 @@ def test_a_restarted_bridge_adopts_its_bound_pods_and_reports_their_end_once() -
     assert fresh.state_of(p["metadata"]["uid"]) is PodState.ENDED
 
 
+def test_a_forged_placement_annotation_adopts_nothing_after_a_restart() -> None:
+    # A tenant can write annotations on its own pods: after a hand-over, a bound pod whose
+    # annotation names another tenant or another job must not take that job over (its deletion
+    # would end the victim's job on a trusted subject and stop the victim's bill).
+    victim = pod(limits={"nvidia.com/gpu": 1})
+    _bound(tracker(), victim, T0)
+    victim_doc = json.loads(victim["metadata"]["annotations"]["seedance.io/placement"])
+    for forged in ({"jobId": victim_doc["jobId"]}, {"tenant": "globex"}):
+        sneaky = pod(namespace="team-a", node_name="gpu-1", limits={"nvidia.com/gpu": 1})
+        doc = {**victim_doc, "podUid": sneaky["metadata"]["uid"], "node": "gpu-1", **forged}
+        sneaky["metadata"]["annotations"]["seedance.io/placement"] = json.dumps(doc)
+        fresh = tracker()
+        fresh.pod_seen(victim, T0 + timedelta(minutes=1))
+        fresh.pod_seen(sneaky, T0 + timedelta(minutes=1))
+        ended = published(fresh.pod_seen(sneaky, T0 + timedelta(minutes=2), deleted=True))
+        assert [e for e in ended if e.job_id == victim_doc["jobId"]] == [], forged
+        assert fresh.state_of(victim["metadata"]["uid"]) is PodState.BOUND
+
+
 def test_preset_node_name_is_refused_never_bound() -> None:
     t = tracker()
     p = pod(node_name="gpu-1", limits={"nvidia.com/gpu": 1})

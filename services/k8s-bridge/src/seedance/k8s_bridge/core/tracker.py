@@ -78,6 +78,7 @@ from seedance.k8s_bridge.core.pods import (
     Refused,
     pod_ask,
     pod_ref,
+    tenant_for,
 )
 from seedance.k8s_bridge.core.tracked import (
     LIVE,
@@ -236,11 +237,17 @@ class Tracker:
         if doc is None or doc.get("podUid") != ref.uid or node_name(str(doc.get("node"))) != node:
             return None
         job_id, tenant = str(doc.get("jobId", "")), str(doc.get("tenant", ""))
+        labels = md.get("labels") or {}
+        group = labels.get(keys.LABEL_POD_GROUP)
+        # A tenant can write annotations: the tenant is the namespace's, never the annotation's,
+        # and a lone pod's job is its own uid (else ending this pod would end another job).
+        if tenant != tenant_for(ref.namespace, self.bindings, self.labelled):
+            return None
+        if not group and job_id != ref.uid:
+            return None
         p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=str(node))
         p.bound_at = parse_k8s_time(doc.get("boundAt"))
         p.last = pod
-        labels = md.get("labels") or {}
-        group = labels.get(keys.LABEL_POD_GROUP)
         if group and job_id != ref.uid:
             key = (ref.namespace, str(group))
             g = self._gangs.setdefault(
