@@ -129,17 +129,33 @@ def test_claims_that_disagree_are_refused(view: PodView, reason: str) -> None:
     assert reason in got.reason
 
 
-def test_a_preempted_or_released_or_moved_job_has_no_placement() -> None:
+def test_a_preempted_or_released_job_has_no_placement() -> None:
     for ev in (
         Preempted(id="x", at=T0, job_id="u1", tenant="acme", node=node_token(NODE)),
         JobReleased(id="y", at=T0, job_id="u1", tenant="acme", outcome=EndOutcome.FINISHED),
-        placed("u1", PlacementKind.WHOLE, WHOLE.gpus, pid="p2", node="gpu-9"),
     ):
         b = book(WHOLE)
-        b.apply(ev)
+        assert b.apply(ev) == "u1"  # its grants are released
         got = verify(pod("u1", WHOLE), b, NODE, DEVICES)
         assert isinstance(got, Refusal)
         assert "holds no placement" in got.reason
+
+
+def test_another_nodes_part_of_a_gang_keeps_this_nodes_part() -> None:
+    # The slicer places a gang over nodes as one job with a part per node, in any order.
+    b = book(WHOLE)
+    assert b.apply(placed("u1", PlacementKind.WHOLE, WHOLE.gpus, pid="p2", node="gpu-9")) is None
+    assert b.get("u1") == WHOLE
+
+
+def test_an_ended_jobs_devices_can_be_granted_again() -> None:
+    allocations = AllocationBook()
+    first = Grant(pod_uid="pod-1", job_id="u1", kind="whole", envs={}, uuids=("GPU-a",))
+    second = Grant(pod_uid="pod-2", job_id="u2", kind="whole", envs={}, uuids=("GPU-a",))
+    assert allocations.take(first) == first
+    assert isinstance(allocations.take(second), Refusal)
+    assert allocations.release_job("u1") == ["pod-1"]
+    assert allocations.take(second) == second
 
 
 def test_a_job_not_the_pods_own_needs_a_gang_and_a_subset() -> None:

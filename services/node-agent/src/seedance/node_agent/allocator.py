@@ -46,6 +46,11 @@ class PlacementAllocator:
         self.allocations = allocations or AllocationBook()
         self._names: dict[str, tuple[str, str]] = {}
 
+    def job_ended(self, job_id: str) -> None:
+        """The slicer released or preempted ``job_id``: its devices may be granted again."""
+        for uid in self.allocations.release_job(job_id):
+            self._names.pop(uid, None)
+
     def names_by_uid(self) -> dict[str, tuple[str, str]]:
         """Granted pods' (namespace, name) by UID (the share sampler labels by name)."""
         return dict(self._names)

@@ -9,6 +9,8 @@ against this book, never the other way round.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from seedance.core.bus import Bus
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
@@ -29,6 +31,8 @@ class PlacementFeed:
 
     def __init__(self, bus: Bus, node: str, *, batch: int = 500) -> None:
         self.book = PlacementBook(node)
+        #: Called with a job id whose placement on this node ended (its grants are released).
+        self.on_end: Callable[[str], None] | None = None
         self.seq = 0
         self._bus = bus
         self._replica = node_token(node).replace(":", "-")
@@ -64,7 +68,9 @@ class PlacementFeed:
             # version this agent does not know: it cannot be a placement for it to honour.
             log.warning("node_agent_decision_undecodable", seq=seq, error=str(exc))
             return
-        self.book.apply(ev)
+        ended = self.book.apply(ev)
+        if ended is not None and self.on_end is not None:
+            self.on_end(ended)
 
     async def close(self) -> None:
         if self._reader is not None:

@@ -116,6 +116,7 @@ class NodeAgentService:
             pending=PendingPods(self._kube, self._s.node_name).list,
             devices=lambda: self._devices,
         )
+        self._feed.on_end = self._allocator.job_ended
         self._labeller = PodLabeller(
             self._pods, self.metrics, known_uuids=self._known_uuids, granted=self._granted
         )

@@ -131,14 +131,18 @@ class PlacementBook:
         self._node = node_token(node)
         self._by_job: dict[str, Placement] = {}
 
-    def apply(self, ev: Placement | Preempted | JobReleased) -> None:
+    def apply(self, ev: Placement | Preempted | JobReleased) -> str | None:
+        """Take one decision; the job id whose placement on this node it ended, if any.
+
+        Another node's `Placement` changes nothing here: a gang spread over nodes is one job
+        with a part per node, and a job is placed again only after the slicer said it was
+        preempted or released, which ends the placement it had.
+        """
         if isinstance(ev, Placement):
             if ev.node == self._node:
                 self._by_job[ev.job_id] = ev
-            else:
-                self._by_job.pop(ev.job_id, None)  # placed again elsewhere
-        else:
-            self._by_job.pop(ev.job_id, None)
+            return None
+        return ev.job_id if self._by_job.pop(ev.job_id, None) is not None else None
 
     def get(self, job_id: str) -> Placement | None:
         return self._by_job.get(job_id)
@@ -324,6 +328,13 @@ class AllocationBook:
                 self._owner[u] = grant.pod_uid
         self._by_pod[grant.pod_uid] = grant
         return grant
+
+    def release_job(self, job_id: str) -> list[str]:
+        """Release every grant of ``job_id`` (its placement ended); the pods released."""
+        pods = [uid for uid, g in self._by_pod.items() if g.job_id == job_id]
+        for uid in pods:
+            self.release(uid)
+        return pods
 
     def release(self, pod_uid: str) -> None:
         grant = self._by_pod.pop(pod_uid, None)
