@@ -259,6 +259,8 @@ def test_the_quota_policy_key_is_read_by_the_slicer_and_written_only_by_the_brid
     assert [p for p in bridge if p.startswith(kv)] == [f"{kv}.{QUOTA_POLICY_KEY}"]
     assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{QUOTA_USAGE_KEYS}" in bridge
     assert key_grant_subjects("router") == []
+    for holder in (slicer, bridge):  # a key's grant never reconfigures its bucket
+        assert f"$JS.API.STREAM.UPDATE.KV_{POLICY_BUCKET}" not in holder
     with pytest.raises(PermissionsError, match="no KV bucket"):
         KeyGrant("slicer", "seedance-nope", "quota")
 

@@ -274,7 +274,9 @@ def key_grant_subjects(identity: str) -> list[str]:
         if g.identity != identity:
             continue
         kv = f"KV_{g.bucket}"
-        pub += _stream_api(kv)
+        # Create (ensure_bucket) and inspect the bucket; never reconfigure it (STREAM.UPDATE):
+        # a key's writer owns that key, not the bucket's history, limits or subjects.
+        pub += [a for a in _stream_api(kv) if ".STREAM.UPDATE." not in a]
         pub += [
             f"{JS_API}.STREAM.MSG.GET.{kv}",
             f"{JS_API}.DIRECT.GET.{kv}.$KV.{g.bucket}.{g.key}",
