@@ -8,12 +8,14 @@ which pod is meant, nor trust the annotation: that is ``core.placement``.
 
 from __future__ import annotations
 
+import decimal
 import json
 from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.api_client import ApiClient
 
+from seedance.core.logs import get_logger
 from seedance.node_agent.core.placement import ANNOTATION_PLACEMENT, PodView
 
 __all__ = ["USER_AGENT", "PendingPods", "connect", "pod_view", "quantity_int"]
@@ -33,9 +35,35 @@ async def connect(kubeconfig: str | None) -> ApiClient:
     return api_client
 
 
-def quantity_int(q: str) -> int:
-    """An extended resource's quantity (a whole number: the API server refuses fractions)."""
-    return int(str(q))
+log = get_logger(__name__)
+
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+
+
+def quantity_int(q: object) -> int:
+    """An extended resource's quantity as a whole number (the API server refuses fractions but
+    accepts any integral quantity: ``2``, ``1k``, ``1e3``, ``1Ki``).
+
+    Raises:
+        ValueError: not a whole-number quantity; the message names it.
+    """
+    text = str(q).strip()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, factor = text[: -len(suffix)], _SUFFIXES[suffix]
+            break
+    else:
+        number, factor = text, 1
+    try:
+        value = decimal.Decimal(number) * factor
+    except decimal.InvalidOperation:
+        raise ValueError(f"quantity {text!r} is not a number") from None
+    if value != value.to_integral_value() or value < 0:
+        raise ValueError(f"quantity {text!r} is not a whole number of devices")
+    return int(value)
 
 
 def _requests(pod: dict[str, Any]) -> dict[str, int]:
@@ -46,7 +74,12 @@ def _requests(pod: dict[str, Any]) -> dict[str, int]:
         wants = {**(res.get("requests") or {}), **(res.get("limits") or {})}
         for name, q in wants.items():
             if "/" in name:
-                out[name] = out.get(name, 0) + quantity_int(q)
+                try:
+                    out[name] = out.get(name, 0) + quantity_int(q)
+                except ValueError as exc:
+                    # One pod's odd quantity must not stop Allocate for the node's other pods:
+                    # this pod matches no request and its own Allocate is refused.
+                    log.warning("node_agent_bad_quantity", resource=name, error=str(exc))
     return out
 
 
