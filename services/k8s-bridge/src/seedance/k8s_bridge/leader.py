@@ -73,7 +73,16 @@ class LeaseElector:
 
     async def _step(self) -> None:
         try:
-            held = await self._try()
+            if self.leading.is_set():
+                # A renewal that hangs must not keep us leading past 2/3 of the duration, when
+                # a standby may take over: bound it by what is left of that.
+                left = self._renewed_at + self._duration_s * 2 / 3 - self._clock.monotonic()
+                held = await asyncio.wait_for(self._try(), timeout=max(left, 0.0))
+            else:
+                held = await self._try()
+        except TimeoutError:
+            log.warning("lease_renewal_too_slow", lease=self._name)
+            held = False
         except (ApiStatus, ApiUnavailable) as exc:
             log.warning("lease_error", lease=self._name, error=str(exc))
             held = False
