@@ -26,5 +26,5 @@ bench-slicer-queue: install  ## slicer: queueing replay, P95 wait vs FIFO first-
 	nice -n 10 $(PY) -m tools.bench.bench_slicer_queue --nodes $(SLICER_NODES) --pods $(SLICER_PODS)
 
 .PHONY: bench-slicer-snapshot
-bench-slicer-snapshot: install  ## slicer: per-batch snapshot cost, ~1,800 running jobs on 260 trace nodes
-	nice -n 10 $(PY) -m tools.bench.bench_slicer_snapshot
+bench-slicer-snapshot: install data  ## slicer: per-batch snapshot cost, ~1,800 running jobs on 260 trace nodes
+	nice -n 10 $(PY) -m tools.bench.bench_slicer_snapshot --data $(SLICER_DATA)

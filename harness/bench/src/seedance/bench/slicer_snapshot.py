@@ -23,9 +23,6 @@ from seedance.traces import alibaba
 
 __all__ = ["main"]
 
-DATA = Path("/work/shared/data/alibaba-gpu-v2023")
-
-
 def _nodes(path: Path, count: int) -> list[NodeSpec]:
     rows = [r for r in alibaba.read_nodes(path) if r.gpu > 0][:count]
     return [
@@ -56,7 +53,9 @@ def _jobs(path: Path) -> list[JobSpec]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument(
+        "--data", type=Path, required=True, help="the Alibaba trace folder (alibaba-gpu-v2023)"
+    )
     ap.add_argument("--nodes", type=int, default=260)
     ap.add_argument("--running", type=int, default=1800)
     ap.add_argument("--batches", type=int, default=300)
