@@ -153,8 +153,7 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
         await eventually(stepped_all, timeout_s=60)
         await service._settle_acks()
         lines = lines_from_events(
-            current(decode(m.data, CostEvent))
-            for m in await read_stream(admin, "SEEDANCE_COSTS")
+            current(decode(m.data, CostEvent)) for m in await read_stream(admin, "SEEDANCE_COSTS")
         )
         own = await acme.allocation("30d", tenant="acme", aggregate="job")
         shared = await acme.allocation("30d", tenant="acme", share_idle=True)
@@ -182,9 +181,8 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
 
     mine = [e for e in lines if e.kind == "usage" and e.tenant == "acme"]
     assert mine, "the workload gave acme jobs"
-    assert own.scope == "acme" and own.totals.total_usd_micro == sum(
-        e.amounts.total_usd_micro for e in mine
-    )
+    assert own.scope == "acme"
+    assert own.totals.total_usd_micro == sum(e.amounts.total_usd_micro for e in mine)
     assert {r.tenant for r in own.allocations} == {"acme"}
     assert all(r.name.startswith("acme/") for r in own.allocations)
     share = sum(s.idle_usd_micro for s in share_idle(lines)[0] if s.tenant == "acme")
@@ -194,4 +192,5 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
     assert code == 0
     assert json.loads(printed)["totals"]["total_usd_micro"] == own.totals.total_usd_micro
     assert fleet.totals.total_usd_micro == sum(e.amounts.total_usd_micro for e in lines)
-    assert fleet.idle_by_node and fleet.totals.idle_usd_micro > 0
+    assert fleet.idle_by_node
+    assert fleet.totals.idle_usd_micro > 0

@@ -120,7 +120,8 @@ def test_tenant_publishes_exactly_its_request_subjects() -> None:
 def test_only_the_ledger_answers_allocation_requests_and_only_to_their_askers() -> None:
     answering = {n: permissions.service_user(n).permissions for n in IDENTITIES}
     ledger = answering.pop("cost-ledger")
-    assert api.ALLOCATIONS in ledger.subscribe_allow and ledger.allow_responses
+    assert api.ALLOCATIONS in ledger.subscribe_allow
+    assert ledger.allow_responses
     # replies go to each request's own reply subject: no inbox of any tenant is granted
     assert not [s for s in ledger.publish_allow if s.startswith("_INBOX")]
     assert not any(p.allow_responses for p in answering.values())

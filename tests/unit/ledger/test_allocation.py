@@ -48,7 +48,8 @@ def test_the_fleets_allocation_with_idle_totals_the_fleets_cost(day, aggregate, 
     lines, ledger = day
     t = ledger.totals()
     a = ask(lines, aggregate=aggregate, include_idle=True, share_idle=share)
-    assert a.scope == "fleet" and a.as_of_seq == 9
+    assert a.scope == "fleet"
+    assert a.as_of_seq == 9
     assert a.totals.total_usd_micro == t.total.total_usd_micro
     assert sum(r.total_usd_micro for r in a.allocations) == t.total.total_usd_micro
     assert a.totals.idle_usd_micro == t.idle.total_usd_micro > 0
@@ -71,7 +72,8 @@ def test_without_idle_the_fleet_gets_its_allocated_cost_only(day):
     assert {r.name: r.total_usd_micro for r in a.allocations} == {
         k: v.total_usd_micro for k, v in t.by_tenant.items()
     }
-    assert not a.idle_by_node and a.totals.idle_usd_micro == 0
+    assert not a.idle_by_node
+    assert a.totals.idle_usd_micro == 0
 
 
 @pytest.mark.parametrize("aggregate", GROUPS)
@@ -81,11 +83,14 @@ def test_a_tenant_sees_only_its_own_rows_and_its_share_of_idle(day, aggregate):
     share = sum(s.idle_usd_micro for s in share_idle(lines)[0] if s.tenant == "search")
     plain = ask(lines, "search", aggregate=aggregate)
     assert plain.scope == "search"
-    assert plain.totals.total_usd_micro == own and plain.totals.idle_usd_micro == 0
+    assert plain.totals.total_usd_micro == own
+    assert plain.totals.idle_usd_micro == 0
     shared = ask(lines, "search", aggregate=aggregate, share_idle=True)
-    assert shared.totals.total_usd_micro == own + share and share > 0
+    assert shared.totals.total_usd_micro == own + share
+    assert share > 0
     for a in (plain, shared):
-        assert not a.idle_by_node and a.idle_unshared_usd_micro == 0
+        assert not a.idle_by_node
+        assert a.idle_unshared_usd_micro == 0
         assert IDLE_KEY not in {r.name for r in a.allocations}
         text = msgspec.json.encode(a).decode()
         for other in ("ads-ranking", "llm-serving", "research"):
@@ -125,7 +130,8 @@ def test_windows_relative_to_the_newest_charge_period_and_absolute(day):
     assert last2h.totals.total_usd_micro == sum(e.amounts.total_usd_micro for e in inside)
     assert last2h.lines == len(inside)
     first = ask(lines, window="2026-01-01T00:00:00Z,2026-01-01T03:00:00Z", include_idle=True)
-    assert first.window_start_ms == DAY0_MS and first.window_end_ms == DAY0_MS + 3 * HOUR_MS
+    assert first.window_start_ms == DAY0_MS
+    assert first.window_end_ms == DAY0_MS + 3 * HOUR_MS
     head = [e for e in lines if e.window_start_ms < DAY0_MS + 3 * HOUR_MS]
     assert first.totals.total_usd_micro == sum(e.amounts.total_usd_micro for e in head)
     assert first.window == "2026-01-01T00:00:00Z,2026-01-01T03:00:00Z"
@@ -133,6 +139,9 @@ def test_windows_relative_to_the_newest_charge_period_and_absolute(day):
 
 def test_an_empty_window_is_an_answer_with_no_rows(day):
     a = ask(day[0], window="2030-01-01T00:00:00Z,2030-01-02T00:00:00Z", include_idle=True)
-    assert a.allocations == [] and a.lines == 0 and a.totals.total_usd_micro == 0
+    assert a.allocations == []
+    assert a.lines == 0
+    assert a.totals.total_usd_micro == 0
     none_yet = ask([], window="7d")
-    assert none_yet.allocations == [] and none_yet.window == "the whole stream"
+    assert none_yet.allocations == []
+    assert none_yet.window == "the whole stream"

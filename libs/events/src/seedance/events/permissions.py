@@ -151,9 +151,9 @@ class Declaration:
         for store in self.object_stores:
             if store not in OBJECT_STORES:
                 raise PermissionsError(f"{self.name}: no object store {store!r} in the catalogue")
-        for stream in self.stream_reads:
-            if stream not in {s.name for s in STREAMS}:
-                raise PermissionsError(f"{self.name}: no stream {stream!r} in the catalogue")
+        unknown = set(self.stream_reads) - {s.name for s in STREAMS}
+        if unknown:
+            raise PermissionsError(f"{self.name}: no stream {sorted(unknown)} in the catalogue")
 
 
 #: Every trusted identity but operators, by NATS user name. Services carry their workspace name.
@@ -370,14 +370,14 @@ def declaration_permissions(d: Declaration) -> Permissions:
     pub += d.replies_on
     if d.dead_letters:
         pub.append(dlq.subject(d.name))
-    for stream in d.stream_reads:
+    for read in d.stream_reads:
         # A consumer name is one token: the grant is any consumer of that stream, created
         # without a filter (the whole stream) and read without acks.
         pub += [
-            f"{JS_API}.CONSUMER.CREATE.{stream}.*",
-            f"{JS_API}.CONSUMER.DELETE.{stream}.*",
-            f"{JS_API}.CONSUMER.INFO.{stream}.*",
-            f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.*",
+            f"{JS_API}.CONSUMER.CREATE.{read}.*",
+            f"{JS_API}.CONSUMER.DELETE.{read}.*",
+            f"{JS_API}.CONSUMER.INFO.{read}.*",
+            f"{JS_API}.CONSUMER.MSG.NEXT.{read}.*",
         ]
     for durable in d.consumes:
         c = CONSUMERS[durable]

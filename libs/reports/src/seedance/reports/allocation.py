@@ -26,6 +26,8 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import msgspec
+
 from seedance.events.allocation import (
     AllocationAnswer,
     AllocationQuery,
@@ -40,6 +42,7 @@ from seedance.reports.summary import (
     IDLE_KEY,
     CostRow,
     EmptyReport,
+    IdleRow,
     ReportWindow,
     parse_instant,
     summarize,
@@ -125,9 +128,7 @@ def _iso(ms: int) -> str:
 
 def _check(q: AllocationQuery, tenant: str | None) -> None:
     if q.aggregate not in GROUPS:
-        raise _Refused(
-            "aggregate", f"aggregate {q.aggregate!r} is not one of {', '.join(GROUPS)}"
-        )
+        raise _Refused("aggregate", f"aggregate {q.aggregate!r} is not one of {', '.join(GROUPS)}")
     if tenant is not None and q.include_idle and not q.share_idle:
         raise _Refused(
             "include_idle",
@@ -157,12 +158,7 @@ def allocation(
         return AllocationRefusal(parameter=exc.parameter, message=str(exc))
     idle = query.include_idle or query.share_idle
     seen = lines if idle else [e for e in lines if e.kind == "usage"]
-    resolved = (
-        "the whole stream"
-        if window.start_ms is None or window.end_ms is None
-        else f"{_iso(window.start_ms)},{_iso(window.end_ms)}"
-    )
-    head = dict(
+    empty = AllocationAnswer(
         scope=tenant or FLEET,
         stream=stream,
         as_of_seq=as_of_seq,
@@ -171,34 +167,44 @@ def allocation(
         share_idle=query.share_idle,
         window_start_ms=window.start_ms,
         window_end_ms=window.end_ms,
-        window=resolved,
+        window=_label(window),
+        totals=_totals(LineAmounts(), LineAmounts()),
         replica=replica,
     )
     try:
         s = summarize(
-            seen, by=query.aggregate, window=window, tenant=tenant, share=query.share_idle  # type: ignore[arg-type]
+            seen,
+            by=query.aggregate,  # type: ignore[arg-type]  # checked against GROUPS above
+            window=window,
+            tenant=tenant,
+            share=query.share_idle,
         )
     except EmptyReport:
-        return AllocationAnswer(**head, totals=_totals(LineAmounts(), LineAmounts()))  # type: ignore[arg-type]
-    rows = [_row(r) for r in s.rows if idle or r.key != IDLE_KEY]
-    return AllocationAnswer(
-        **head,  # type: ignore[arg-type]
+        return empty
+    fleet_idle = tenant is None and idle
+    return msgspec.structs.replace(
+        empty,
         covered_start_ms=s.covered_start_ms,
         covered_end_ms=s.covered_end_ms,
         lines=s.lines,
-        allocations=rows,
+        allocations=[_row(r) for r in s.rows if idle or r.key != IDLE_KEY],
         totals=_totals(s.allocated, s.idle),
-        idle_unshared_usd_micro=s.idle_unshared_usd_micro if tenant is None and idle else 0,
-        idle_by_node=[
-            IdleAllocation(
-                node=r.key,
-                gpu_model=r.gpu_model,
-                idle_usd_micro=r.idle_usd_micro,
-                idle_gpu_hours_micro=r.idle_gpu_hours_micro,
-                gpu_hours_micro=r.gpu_hours_micro,
-            )
-            for r in s.idle_by_node
-        ]
-        if tenant is None and idle
-        else [],
+        idle_unshared_usd_micro=s.idle_unshared_usd_micro if fleet_idle else 0,
+        idle_by_node=[_idle(r) for r in s.idle_by_node] if fleet_idle else [],
+    )
+
+
+def _label(window: ReportWindow) -> str:
+    if window.start_ms is None or window.end_ms is None:
+        return "the whole stream"
+    return f"{_iso(window.start_ms)},{_iso(window.end_ms)}"
+
+
+def _idle(r: IdleRow) -> IdleAllocation:
+    return IdleAllocation(
+        node=r.key,
+        gpu_model=r.gpu_model,
+        idle_usd_micro=r.idle_usd_micro,
+        idle_gpu_hours_micro=r.idle_gpu_hours_micro,
+        gpu_hours_micro=r.gpu_hours_micro,
     )

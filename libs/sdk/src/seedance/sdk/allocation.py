@@ -56,13 +56,13 @@ def allocation_text(a: AllocationAnswer) -> str:
         f"{'name':<40} {'GPU-h':>10} {'allocated':>14}" + (f" {'idle':>14}" if idle else "")
         + f" {'total':>14}",
     ]  # fmt: skip
-    for r in [*a.allocations, a.totals]:
-        out.append(
-            f"{r.name:<40} {(r.gpu_hours_micro + r.idle_gpu_hours_micro) / 1e6:>10,.2f} "
-            f"{_usd(r.cost_usd_micro + r.energy_usd_micro):>14}"
-            + (f" {_usd(r.idle_usd_micro):>14}" if idle else "")
-            + f" {_usd(r.total_usd_micro):>14}"
-        )
+    out.extend(
+        f"{r.name:<40} {(r.gpu_hours_micro + r.idle_gpu_hours_micro) / 1e6:>10,.2f} "
+        f"{_usd(r.cost_usd_micro + r.energy_usd_micro):>14}"
+        + (f" {_usd(r.idle_usd_micro):>14}" if idle else "")
+        + f" {_usd(r.total_usd_micro):>14}"
+        for r in [*a.allocations, a.totals]
+    )
     if not a.allocations:
         out.append(f"(no cost in the window {a.window})")
     return "\n".join(out) + "\n"

@@ -173,7 +173,7 @@ class AllocationApi:
             except TRANSIENT_BUS_ERRORS as exc:
                 attempt += 1
                 log.warning("allocation_index_bind_failed", error=repr(exc), attempt=attempt)
-                await asyncio.sleep(_REBIND.delay_s(attempt))
+                await self._rt.bus.clock.sleep(_REBIND.delay_s(attempt))
 
     async def _bind(self) -> None:
         await self._unbind()
