@@ -36,6 +36,7 @@ from seedance.events.allocation import (
     AllocationRow,
     IdleAllocation,
 )
+from seedance.events.subjects import api
 from seedance.reports.lines import LineAmounts, ReportLine
 from seedance.reports.summary import (
     GROUPS,
@@ -134,7 +135,7 @@ def _check(q: AllocationQuery, tenant: str | None) -> None:
             "include_idle",
             "include_idle: the fleet's idle belongs to no tenant, so a tenant's allocation "
             "carries idle only as its share (share_idle=true); the fleet's idle is on "
-            "seedance.api.FLEET.allocation, for operators",
+            f"{api.allocation(None)}, for operators",
         )
 
 
