@@ -17,6 +17,7 @@ from __future__ import annotations
 import msgspec
 
 __all__ = [
+    "MESSAGE_TYPES",
     "AllocationAnswer",
     "AllocationQuery",
     "AllocationRefusal",
@@ -119,3 +120,10 @@ class AllocationRefusal(_Message, frozen=True, kw_only=True, tag="allocation.ref
 
 #: What the ledger replies.
 AllocationReply = AllocationAnswer | AllocationRefusal
+
+#: Every tagged message of the API, for schema generation and golden tests (``proto/``).
+MESSAGE_TYPES: tuple[type[msgspec.Struct], ...] = (
+    AllocationQuery,
+    AllocationAnswer,
+    AllocationRefusal,
+)
