@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from seedance.bench.repo import REPO
+from seedance.bench.repo import REPO, shown
 from seedance.core import Bus, BusSettings
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import SHIPPED_AUTH, shipped_auth_server, shipped_users
@@ -136,7 +136,7 @@ def start(args: argparse.Namespace) -> int:
         pids["nats-server"] = (server.proc.pid, "nats-server")
         say(
             f"nats    started the pinned nats-server at {url} with deploy/auth/nats-auth.conf"
-            f" (store {_rel(server.dir)})"
+            f" (store {shown(server.dir)})"
         )
     creds = {name: password(name) for name in SERVICES}
     procs = ServiceProcesses(url, DIR / "logs", creds, detach=True)
@@ -147,14 +147,14 @@ def start(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_ready(url, procs))
     except (RuntimeError, TimeoutError, OSError) as exc:
-        say(f"local-stack: not ready: {exc}; logs in {_rel(procs.logdir)}")
+        say(f"local-stack: not ready: {exc}; logs in {shown(procs.logdir)}")
         stop(argparse.Namespace(quiet=True))
         return 1
-    say(f"started {', '.join(SERVICES)} (logs in {_rel(procs.logdir)})")
+    say(f"started {', '.join(SERVICES)} (logs in {shown(procs.logdir)})")
     say(f"fleet   {_fleet()} (deploy/compose/collector/nodes.csv), known to the slicer")
     env = DIR / "env"
     env.write_text(f'export NATS_URL={url}\nexport PATH="{REPO / ".venv" / "bin"}:$PATH"\n')
-    say(f"env     source {_rel(env)}   # NATS_URL, and .venv/bin on PATH")
+    say(f"env     source {shown(env)}   # NATS_URL, and .venv/bin on PATH")
     return 0
 
 
@@ -163,10 +163,6 @@ def _fleet() -> str:
     gpus = sum(int(r[3]) for r in rows)
     models = sorted({r[4] for r in rows})
     return f"{len(rows)} nodes / {gpus} GPUs ({', '.join(models)})"
-
-
-def _rel(path: Path) -> str:
-    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def stop(args: argparse.Namespace) -> int:
@@ -188,7 +184,7 @@ def stop(args: argparse.Namespace) -> int:
             os.kill(pid, signal.SIGKILL)
             bad.append(f"{key} (killed after 15 s)")
         elif key != "nats-server" and any(e in _log(key) for e in _BAD_STOP):
-            bad.append(f"{key} (see {_rel(DIR / 'logs' / (key + '.log'))})")
+            bad.append(f"{key} (see {shown(DIR / 'logs' / (key + '.log'))})")
     _pids_path().unlink(missing_ok=True)
     if not args.quiet:
         if bad:
