@@ -32,7 +32,8 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.js import api as js_api
 
-from seedance.bench.repo import REPO
+from seedance.bench.demo_compile import compile_phase
+from seedance.bench.repo import REPO, shown
 from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import decode, new_event_id
@@ -42,7 +43,6 @@ from seedance.events.slicing import Placement, Unschedulable
 from seedance.events.subjects import costs, ledger, observed, routing, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.reports.summary import CostSummary
-from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer
@@ -50,6 +50,7 @@ from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
 from seedance.traces import alibaba
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
+DEFAULT_OUT = REPO / "out" / "demo"
 # The replay's virtual time runs ahead of the wall clock (whole hours, so charge windows line
 # up): the ledger's clock is event time, so the replay's own events close its windows, and the
 # collector's wall-clock samples arrive as (cheap) late facts.
@@ -139,8 +140,9 @@ async def nats_answering(url: str) -> bool:
 
 
 class Demo:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, rundir: Path) -> None:
         self.args = args
+        self.rundir = rundir
         self.placed: dict[str, Placement] = {}
         self.reasons: dict[str, int] = defaultdict(int)
         self.reports: dict[str, JobCostReport] = {}
@@ -162,7 +164,7 @@ class Demo:
         # The replay's virtual time runs ahead of the server's clock: the ledger honours input
         # times up to this far ahead of their stream timestamps (its default is 300 s).
         procs.start("cost-ledger", replica="demo", max_ahead_s=str(_LEDGER_MAX_AHEAD_S))
-        say(f"started telemetry-collector, slicer, cost-ledger (logs in {procs.logdir})")
+        say(f"started telemetry-collector, slicer, cost-ledger (logs in {shown(procs.logdir)})")
         bus = await Bus.connect(BusSettings(url=url, name="seedance-demo"))
         try:
             return await self._replay(bus, jobs)
@@ -359,8 +361,10 @@ class Demo:
         p95 = waits[min(len(waits) - 1, int(0.95 * len(waits)))] if waits else 0.0
         say("")
         say("What Seedance decided")
+        cpu_only = [j for j in ran if not j.gpus]
         say(
-            f"  jobs placed {len(ran)} of {len(jobs)}; never started {len(never)}; "
+            f"  jobs placed {len(ran)} of {len(jobs)} ({len(ran) - len(cpu_only)} on GPUs, "
+            f"{len(cpu_only)} CPU-only); never started {len(never)}; "
             f"waits p50 {waits[len(waits) // 2] / 60 if waits else 0:.1f} min, "
             f"p95 {p95 / 60:.1f} min"
         )
@@ -378,6 +382,11 @@ class Demo:
         )
         say("")
         say("What it cost (cost-ledger job reports, on-demand price book)")
+        # The ledger bills GPU time: a job that held no GPU has no cost line and no report.
+        say(
+            f"  costed: the {len(self.reports)} jobs that held GPUs; the {len(cpu_only)} "
+            "CPU-only jobs held no GPU, so the ledger bills them nothing"
+        )
         by_tenant: dict[str, list[JobCostReport]] = defaultdict(list)
         for r in self.reports.values():
             by_tenant[r.tenant].append(r)
@@ -444,14 +453,14 @@ class Demo:
             say("  no cost lines: no report written")
             return
         html, fleet = fleet_report_html(self.entries, whole_by_tenant)
-        out = Path(self.args.out) / "report.html"
+        out = self.rundir / "report.html"
         out.write_text(html)
         say(
             f"  cost report ({fleet.lines} cost lines, total ${fleet.total_usd_micro / 1e6:,.2f} "
-            f"of which ${fleet.idle.total_usd_micro / 1e6:,.2f} idle): {out}"
+            f"of which ${fleet.idle.total_usd_micro / 1e6:,.2f} idle): {shown(out)}"
         )
         # The run's real cost events as FinOps FOCUS files (with the idle lines: the fleet's).
-        for path in write_focus(self.entries, Path(self.args.out)):
+        for path in write_focus(self.entries, self.rundir):
             say(f"  FOCUS export: {path}")
 
 
@@ -590,47 +599,10 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
             t.stop()
 
 
-async def compile_phase(url: str, procs: ServiceProcesses) -> int:
-    """Compile a small BERT-style encoder through the graph-compiler, over the bus."""
-    from seedance.bench.models import build_bert
-
-    say("")
-    say("Compile: a 2-layer BERT-style encoder (random weights) through the graph-compiler")
-    procs.start("graph-compiler", measure_runs="20")
-    model = build_bert(layers=2, hidden=128, heads=4, ffn=512, vocab=1000, seq=64)
-    client = await SeedanceClient.connect(url)
-    try:
-        t0 = time.monotonic()
-        result = await client.compile_model(
-            "acme", "bert-mini", model.SerializeToString(), timeout_s=600
-        )
-    finally:
-        await client.close()
-    if not result.ok or result.report is None:
-        say(f"  compile failed: {result.error_kind}: {result.error}")
-        return 1
-    r = result.report
-    say(
-        f"  {r.nodes_before} -> {r.nodes_after} nodes, precision {r.precision}, "
-        f"{time.monotonic() - t0:.1f} s; passes: {', '.join(r.passes_fired)}"
-    )
-    if r.latency_ms_before and r.latency_ms_after:
-        say(
-            f"  latency {r.latency_ms_before:.2f} -> {r.latency_ms_after:.2f} ms (median of 20, "
-            f"fresh subprocesses); "
-            f"peak RSS {r.peak_rss_mb_before:.0f} -> {r.peak_rss_mb_after:.0f} MB"
-        )
-    say(
-        f"  accuracy vs FP32: cosine {r.cosine:.5f}, max abs err {r.max_abs_err:.2e}; "
-        f"{len(r.fallback_nodes)} nodes fell back"
-    )
-    return 0
-
-
 async def amain(args: argparse.Namespace) -> int:
     import os
 
-    rundir = Path(args.out)  # emptied by main()
+    rundir = Path(args.out)
     url = os.environ.get("NATS_URL", "")
     server: NatsServer | None = None
     if url and await nats_answering(url):
@@ -641,7 +613,7 @@ async def amain(args: argparse.Namespace) -> int:
         say(f"nats    started the pinned nats-server at {url}")
     procs = ServiceProcesses(url, rundir)
     try:
-        code = await Demo(args).run(url, procs, rundir / "nodes.csv")
+        code = await Demo(args, rundir).run(url, procs, rundir / "nodes.csv")
         if args.inference_requests:
             code = code or await inference_phase(url, procs, args.inference_requests)
         if args.compile:
@@ -649,8 +621,11 @@ async def amain(args: argparse.Namespace) -> int:
     finally:
         codes = procs.stop_all()
         bad = {k: v for k, v in codes.items() if v != 0}
+        names = ", ".join(codes)
         say(
-            f"stopped {len(codes)} services cleanly" if not bad else f"services exited badly: {bad}"
+            f"stopped {len(codes)} services cleanly ({names})"
+            if not bad
+            else f"services exited badly: {bad}"
         )
         if server:
             server.stop()
@@ -671,11 +646,6 @@ def main() -> int:
     p.add_argument("--load", type=float, default=1.3, help="offered GPU load, share of capacity")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument(
-        "--out",
-        default=str(REPO / "out" / "demo"),
-        help="folder of the run: logs, report.html, the FOCUS exports (emptied first)",
-    )
-    p.add_argument(
         "--inference-requests",
         type=int,
         default=400,
@@ -687,15 +657,22 @@ def main() -> int:
         action="store_false",
         help="skip compiling a model through the graph-compiler",
     )
+    p.add_argument(
+        "--out",
+        default=str(DEFAULT_OUT),
+        help="the run's folder (service logs, report.html, the FOCUS exports): new or empty "
+        "(out/demo, the default, is emptied first)",
+    )
     args = p.parse_args()
-    out = Path(args.out)
-    if out != REPO / "out" / "demo" and out.exists() and any(out.iterdir()):
-        print(f"demo: --out {out} is not empty (the run's folder is emptied)", file=sys.stderr)
+    rundir = Path(args.out)
+    if rundir.resolve() == DEFAULT_OUT.resolve():
+        shutil.rmtree(rundir, ignore_errors=True)  # logs and Triton workspaces of the last run
+    elif rundir.exists() and any(rundir.iterdir()):
+        print(f"demo: --out {rundir} is not empty", file=sys.stderr)
         return 2
+    rundir.mkdir(parents=True, exist_ok=True)
     for f in (args.nodes, args.pods):
         if not Path(f).exists():
             print(f"demo: {f} not found; run `make data` or set SEEDANCE_DATA_DIR", file=sys.stderr)
             return 2
-    shutil.rmtree(out, ignore_errors=True)  # logs and Triton workspaces of the last run
-    out.mkdir(parents=True)
     return asyncio.run(amain(args))

@@ -23,6 +23,7 @@ from seedance.traces import alibaba
 
 __all__ = ["main"]
 
+
 def _nodes(path: Path, count: int) -> list[NodeSpec]:
     rows = [r for r in alibaba.read_nodes(path) if r.gpu > 0][:count]
     return [

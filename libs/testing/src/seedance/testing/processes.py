@@ -18,10 +18,17 @@ class ServiceProcesses:
     """Seedance services as processes; ``start(name, **settings)`` sets SEEDANCE_<SVC>_*."""
 
     def __init__(
-        self, nats_url: str, logdir: Path, credentials: dict[str, str] | None = None
+        self,
+        nats_url: str,
+        logdir: Path,
+        credentials: dict[str, str] | None = None,
+        *,
+        detach: bool = False,
     ) -> None:
         self.nats_url = nats_url
         self.logdir = logdir
+        #: Each service in a session of its own: it outlives this process (`make local-stack`).
+        self.detach = detach
         #: Service name -> password: each service then connects as its own NATS user.
         self.credentials = credentials or {}
         logdir.mkdir(parents=True, exist_ok=True)
@@ -45,7 +52,11 @@ class ServiceProcesses:
         key = f"{name}{instance}"
         with open(self.logdir / f"{key}.log", "ab") as log:  # the child keeps its own handle
             proc = subprocess.Popen(
-                [sys.executable, "-m", module], env=env, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", module],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.detach,
             )
         self.procs[key] = proc
         return proc

@@ -45,11 +45,23 @@ def nats_server_binary() -> str:
 
 
 class NatsServer:
-    """A nats-server process on a random loopback port with its own store."""
+    """A nats-server process on a loopback port with its own store: a random port and a
+    throw-away directory unless ``port`` / ``store`` name them; ``detach`` starts it in a
+    session of its own, so it outlives the process that started it (`make local-stack`)."""
 
-    def __init__(self, *extra_args: str, config: str | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="seedance-nats-"))
-        args = [nats_server_binary(), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(self.dir)]
+    def __init__(
+        self,
+        *extra_args: str,
+        config: str | None = None,
+        store: Path | None = None,
+        port: int = -1,
+        detach: bool = False,
+    ) -> None:
+        if store is not None:
+            store.mkdir(parents=True, exist_ok=True)
+        self.dir = store or Path(tempfile.mkdtemp(prefix="seedance-nats-"))
+        args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js"]
+        args += ["-sd", str(self.dir)]
         if config is not None:
             conf = self.dir / "server.conf"
             conf.write_text(config)
@@ -59,7 +71,9 @@ class NatsServer:
         args += ["--ports_file_dir", str(self.ports_dir), *extra_args]
         self.log_path = self.dir / "server.log"
         with open(self.log_path, "ab") as log:  # a file, never a pipe: see the module docstring
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=log, start_new_session=detach
+            )
         try:
             self.url = self._wait_for_port()
         except BaseException:
@@ -102,7 +116,9 @@ def shipped_users(text: str) -> dict[str, str]:
     return found
 
 
-def shipped_auth_server(password: Callable[[str], str]) -> NatsServer:
+def shipped_auth_server(
+    password: Callable[[str], str], store: Path | None = None, port: int = -1, detach: bool = False
+) -> NatsServer:
     """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
     every user's password variable defined as ``password(user)`` and a fresh auth-callout
     issuer key, so that tests exercise exactly the permissions deployments get.
@@ -110,7 +126,8 @@ def shipped_auth_server(password: Callable[[str], str]) -> NatsServer:
     The users and their variables are read from the shipped file itself, not re-derived from
     ``deploy/auth/users.yaml`` through the generator: what the server is given is then exactly
     what it reads, and a library does not import the ``tools/`` scripts. (That the shipped file
-    matches a fresh render is the generator's own ``--check``, tested elsewhere.)
+    matches a fresh render is the generator's own ``--check``, tested elsewhere.) ``store``,
+    ``port`` and ``detach`` are ``NatsServer``'s.
     """
     from seedance.core.auth_callout import new_issuer
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR
@@ -118,4 +135,4 @@ def shipped_auth_server(password: Callable[[str], str]) -> NatsServer:
     text = SHIPPED_AUTH.read_text()
     defs = "".join(f'{var}: "{password(user)}"\n' for user, var in shipped_users(text).items())
     defs += f"{CALLOUT_ISSUER_VAR}: {new_issuer().public_key.decode()}\n"
-    return NatsServer(config=defs + text)
+    return NatsServer(config=defs + text, store=store, port=port, detach=detach)

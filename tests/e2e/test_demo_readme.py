@@ -1,0 +1,131 @@
+"""`make demo` in a short form, its printed figures compared with the README's excerpt of them.
+
+The demo runs as a user runs it (``python -m tools.demo``: the pinned nats-server, the services
+as processes, the graph-compiler compiling the same encoder), on 60 jobs of a thinner fleet
+slice and without the inference section (its Triton servers are the router tests'). What the
+README's excerpt (between the ``demo-output`` marker comments) says must hold of both outputs:
+which jobs were placed and which of them were costed, and why the rest cost nothing; what the
+compile did to the encoder (precision, size, node counts, the operators added and removed:
+the same model and policy give the same graph, so these lines must be equal); every service
+it started stopped cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seedance.testing.paths import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BEGIN, END = "<!-- demo-output:begin -->", "<!-- demo-output:end -->"
+_PLACED = re.compile(r"jobs placed (\d+) of (\d+) \((\d+) on GPUs, (\d+) CPU-only\)")
+_COSTED = re.compile(
+    r"costed: the (\d+) jobs that held GPUs; the (\d+) CPU-only jobs held no GPU, "
+    r"so the ledger bills them nothing"
+)
+_TENANT = re.compile(r"^  (\w+)\s+(\d+) jobs\s+[\d.,]+ GPU-h", re.M)
+_TOTAL = re.compile(r"^  total\s+(\d+) jobs", re.M)
+_STOPPED = re.compile(r"^stopped (\d+) services cleanly \(([^)]*)\)$", re.M)
+_NODES = re.compile(r"(\d+) -> (\d+) nodes")
+#: The compile's lines, by their first words: equal in the README and in any run.
+COMPILE = ("  precision ", "  model ", "  operators added: ", "  operators removed: ")
+
+
+def readme_excerpt() -> str:
+    text = (REPO / "README.md").read_text()
+    block = text[text.index(BEGIN) : text.index(END)]
+    (fence,) = re.findall(r"```\n(.*?)```", block, flags=re.S)
+    return str(fence)
+
+
+def run_short_demo(out: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}  # its own pinned server
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "tools.demo", "--jobs", "60", "--node-every", "120",
+            "--seed", "7", "--inference-requests", "0", "--out", str(out),
+        ],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=280, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def placed_and_costed(text: str) -> tuple[int, int]:
+    """The jobs placed and costed, checked against each other and the per-tenant lines."""
+    placed = _PLACED.search(text)
+    costed = _COSTED.search(text)
+    total = _TOTAL.search(text)
+    assert placed, text
+    assert costed, text
+    assert total, text
+    n_placed, _, on_gpus, cpu_only = (int(x) for x in placed.groups())
+    assert on_gpus + cpu_only == n_placed, placed[0]
+    # costed: exactly the jobs that held GPUs; the CPU-only ones, and no other, are not
+    assert (int(costed[1]), int(costed[2])) == (on_gpus, cpu_only), (placed[0], costed[0])
+    assert int(total[1]) == on_gpus, total[0]
+    tenants = [int(m[2]) for m in _TENANT.finditer(text) if m[1] != "total"]
+    assert len(tenants) == 4, text  # acme, globex, initech, umbrella
+    assert sum(tenants) == on_gpus, tenants
+    return n_placed, on_gpus
+
+
+def compile_lines(text: str) -> dict[str, str]:
+    lines = {p: ln for ln in text.splitlines() for p in COMPILE if ln.startswith(p)}
+    assert set(lines) == set(COMPILE), text
+    return lines
+
+
+def _ops(line: str) -> int:
+    return sum(int(n) for n in re.findall(r" (\d+)(?:,|$)", line))
+
+
+def _passes(text: str) -> str:
+    m = re.search(r"^  passes: ([^;]*);", text, flags=re.M)
+    assert m, text
+    return m[1]
+
+
+def stopped(text: str) -> list[str]:
+    m = _STOPPED.search(text)
+    assert m, text
+    names = m[2].split(", ")
+    assert int(m[1]) == len(names), m[0]
+    return names
+
+
+def test_the_demo_prints_what_the_readme_says(tmp_path: Path) -> None:
+    readme = readme_excerpt()
+    demo = run_short_demo(tmp_path / "demo")
+
+    # jobs placed vs costed, and why the others are not: in the README and in this run
+    placed_and_costed(readme)
+    n_placed, costed = placed_and_costed(demo)
+    assert 0 < costed < n_placed, "the short run must have CPU-only jobs to leave uncosted"
+
+    # what the compile did: the same encoder and policy, so the same graph
+    shown, ran = compile_lines(readme), compile_lines(demo)
+    assert shown == ran, (shown, ran)
+    passes = [_passes(t) for t in (readme, demo)]
+    assert passes[0] == passes[1], passes
+    model = ran["  model "]
+    before, after = (int(x) for x in _NODES.search(model).groups())  # type: ignore[union-attr]
+    added, removed = ran["  operators added: "], ran["  operators removed: "]
+    assert after - before == _ops(added) - _ops(removed), (model, added, removed)
+    if after > before:  # nodes were added: the words must say why, not "shrink"
+        assert "quantizing adds nodes" in model or "contrib" in model, model
+    readme_text = (REPO / "README.md").read_text()
+    compiler_row = next(ln for ln in readme_text.splitlines() if "**graph-compiler**" in ln)
+    assert "shrink" not in compiler_row, compiler_row
+
+    # the services it started stopped cleanly: the README's run also routed inference
+    names = stopped(demo)
+    assert names == ["telemetry-collector", "slicer", "cost-ledger", "graph-compiler"], names
+    assert sorted(stopped(readme)) == sorted([*names, "router"]), readme
