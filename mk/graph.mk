@@ -2,7 +2,7 @@
 GRAPH_MODELS_DIR ?= build/models
 MODEL ?= $(GRAPH_MODELS_DIR)/resnet50.onnx
 GRAPH_BENCH_RUNS ?= 50
-GRAPH_GPU_BENCH_RUNS ?= 300
+GRAPH_GPU_BENCH_RUNS ?= 600
 # The GPU bench runs where `make install` cannot (the H200 device machine has no registry): the
 # interpreter that has onnxruntime-gpu, numpy, onnx, onnxscript and onnx_ir, with the compiler's
 # sources on PYTHONPATH.

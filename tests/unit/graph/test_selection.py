@@ -4,6 +4,8 @@ one wins, GPU compiles need a GPU measurer, and the chosen profile travels with 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -30,7 +32,14 @@ from seedance.graph_compiler.core.profile import (
 )
 from seedance.graph_compiler.core.selection import BASELINE, select
 from seedance.graph_compiler.deployment import load_session, write_triton_model
-from seedance.graph_compiler.measuring import OrtMeasurer, ProfiledRunner, describe_machine
+from seedance.graph_compiler.measuring import (
+    OrtMeasurer,
+    ProfiledRunner,
+    Variant,
+    describe_machine,
+    measure_latency,
+    session_providers,
+)
 
 CPU_POLICY = PrecisionPolicy(calibration_samples=2)
 
@@ -189,7 +198,24 @@ def test_triton_config_carries_the_cuda_profile(small_cnn):
 def test_cuda_profiles_to_try():
     gpu = TargetInfo(provider=CUDA_EP, machine="gpu")
     labels = [p.label for p in candidate_profiles(gpu, conv_model=True)]
-    assert labels == ["cuda", "cuda+iob", "cuda+iob+graph", "cuda+iob+graph+nhwc"]
+    assert labels == [
+        "cuda",
+        "cuda+iob",
+        "cuda+iob+graph",
+        "cuda+iob+graph+nhwc",
+        "cuda+iob+graph+fcb",
+        "cuda+iob+graph+nhwc+fcb",
+        "cuda+iob+graph+nhwc+heur+fcb",
+    ]
+    # A transformer gets the attention-kernel choices, no convolution levers.
+    labels = [p.label for p in candidate_profiles(gpu, conv_model=False)]
+    assert labels == [
+        "cuda",
+        "cuda+iob",
+        "cuda+iob+graph",
+        "cuda+iob+graph+sdpa_kernel=8",
+        "cuda+iob+graph+sdpa_kernel=2",
+    ]
     cpu = TargetInfo(provider="CPUExecutionProvider", machine="cpu")
     assert [p.label for p in candidate_profiles(cpu, conv_model=True)] == ["cpu"]
 
@@ -240,3 +266,77 @@ def test_fp16_io_candidate_drops_the_edge_casts_and_says_so(small_cnn):
     got = [served.run(f) for f in feeds]
     ref = [run_ort(small_cnn, f) for f in feeds]
     assert compare_outputs(ref, got).min_cosine > 0.999
+
+
+def test_provider_options_win_only_by_time_and_travel_with_the_artifact(small_cnn, tmp_path):
+    # The fused convolution bias scripted faster on this (stand-in) GPU: it is chosen, and the
+    # artifact's metadata, the loader's providers and the Triton config all carry it.
+    gpu = StandInMeasurer(
+        {"baseline": 2.0, "fp32": 1.9, "fp16": 1.0, "fp16_io": 1.0},
+        provider=CUDA_EP,
+        int8_accelerated=False,
+        profile_ms={"fcb": -0.05, "heur": 0.01},
+    )
+    policy = PrecisionPolicy(target=Target.CUDA, calibration_samples=2)
+    result = compile_model(small_cnn, policy, gpu)
+    prof = result.report.profile
+    assert prof.label == "cuda+iob+graph+fcb"
+    assert prof.provider_options == (("fuse_conv_bias", "1"),)
+    model = onnx.load_from_string(result.model_bytes)
+    assert profile_from_model(model) == prof
+    providers = session_providers(json.loads(prof.to_json()))
+    assert providers == [
+        (CUDA_EP, {"device_id": "0", "enable_cuda_graph": "1", "fuse_conv_bias": "1"})
+    ]
+    root = write_triton_model(result.model_bytes, tmp_path, "cnn")
+    text = (root / "config.pbtxt").read_text()
+    assert 'parameters { key: "fuse_conv_bias" value: "1" }' in text
+    assert "profile cuda+iob+graph+fcb" in text
+    heur = next(t for t in result.report.timings if "+heur" in t.profile.label)
+    assert heur.reason.startswith("lost")
+    # Scripted slower, the same lever loses to the plain CUDA graph.
+    gpu.profile_ms = {"fcb": 0.05}
+    slower = compile_model(small_cnn, policy, gpu).report
+    assert slower.profile.provider_options == ()
+    assert all(t.reason.startswith("lost") for t in slower.timings if "fcb" in t.profile.label)
+
+
+def test_provider_options_are_sorted_and_may_not_shadow_profile_fields():
+    a = SessionProfile(provider=CUDA_EP, provider_options=(("b", "2"), ("a", "1")))
+    assert a.provider_options == (("a", "1"), ("b", "2"))
+    assert SessionProfile.from_json(a.to_json()) == a
+    assert json.loads(a.to_json())["provider_options"] == {"a": "1", "b": "2"}
+    with pytest.raises(ValueError, match="may not set enable_cuda_graph"):
+        SessionProfile(provider=CUDA_EP, provider_options=(("enable_cuda_graph", "1"),))
+    with pytest.raises(ValueError, match="names a key twice"):
+        SessionProfile(provider=CUDA_EP, provider_options=(("a", "1"), ("a", "2")))
+    # An artifact written before the field existed still loads its profile.
+    old = json.loads(SessionProfile(provider=CUDA_EP, cuda_graph=True).to_json())
+    del old["provider_options"]
+    assert SessionProfile.from_json(json.dumps(old)).provider_options == ()
+
+
+def test_triton_config_keeps_the_algorithm_search_beside_model_parameters(small_cnn):
+    # With model-level parameters present the onnxruntime backend resets cudnn_conv_algo_search
+    # from them: the config writes it there too.
+    prof = SessionProfile(
+        provider=CUDA_EP,
+        intra_op_threads=2,
+        provider_options=(("cudnn_conv_algo_search", "HEURISTIC"),),
+    )
+    text = triton_config("cnn", with_profile(small_cnn, prof), prof)
+    assert 'parameters { key: "cudnn_conv_algo_search" value: "HEURISTIC" }' in text
+    assert 'key: "cudnn_conv_algo_search" value: { string_value: "1" }' in text
+
+
+def test_latency_protocol_reports_spread_and_blocks(small_cnn, tmp_path):
+    path = tmp_path / "cnn.onnx"
+    path.write_bytes(small_cnn.SerializeToString())
+    feeds = runtime.sample_inputs(small_cnn, 1, 0)[0]
+    v = Variant(name="cnn", path=path)
+    got = measure_latency([v], feeds, runs=12, warmup=5, rounds=3)["cnn"]
+    assert got.runs == 12
+    assert len(got.round_medians) == 3
+    assert got.min_ms <= got.p10_ms <= got.median_ms <= got.p90_ms
+    with pytest.raises(ValueError, match="runs >= rounds"):
+        measure_latency([v], feeds, runs=2, rounds=3)

@@ -14,13 +14,19 @@ measures, at batch 1 with the model's static shapes, as medians of --runs timed 
                  ``ratio_vs_tuned``, the compiler's own merit);
   ours           the artifact under the deployment profile it carries, through the same runner
                  ``load_session`` uses (inputs copied in, outputs copied back to numpy per run).
+Every session gets the same protocol: --warmup untimed round-robin runs, then --runs timed ones
+in a shuffled round-robin, no garbage collection while timing; each figure is the median of all
+of its runs, logged with its p10-p90 spread and the median of each of --rounds consecutive
+blocks, and ``ratio`` is also computed per block (``ratio_by_round``), so a reader sees how far
+one shorter measurement could have moved it.
 Accuracy: held-out seeded inputs (another seed than calibration) through the artifact on the
 GPU via ``load_session`` against the raw FP32 model on the CPU EP (ORT_DISABLE_ALL); min cosine
 over every output and sample.
 
 Progress goes to stderr; the last line is
   graph_gpu: model=<name> ort_cuda_fp32_ms=<n> tuned_fp32_ms=<n> ours_ms=<n> ratio=<n>
-             ratio_vs_tuned=<n> cosine=<n> precision=<p>
+             ratio_vs_tuned=<n> cosine=<n> precision=<p> profile=<label>
+             ort_cuda_fp32_p10_p90_ms=<a>/<b> ratio_by_round=<r1>/<r2>/...
 (on one line). Usage: python tools/bench/bench_graph_gpu.py MODEL.onnx [--runs 300]
 """
 
@@ -83,8 +89,20 @@ def _variants(args: argparse.Namespace, ours: SessionProfile, ours_path: Path) -
         Variant(name=f"tuned_fp32[{p.label}]", path=args.model, profile=_prof(p)) for p in tuned
     ]
     variants.append(Variant(name="ours", path=ours_path, profile=_prof(ours)))
-    # Diagnostics, not in the last line: the same sessions with inputs and outputs left on the
-    # device (no per-run copies), to show how much of each figure the copies are.
+    # Diagnostics, not in the last line: the raw FP32 model under the tuned profiles plus the
+    # provider options ours won with (how much of ours is the options, how much the artifact);
+    # and the same sessions with inputs and outputs left on the device (no per-run copies), to
+    # show how much of each figure the copies are.
+    if ours.provider_options:
+        for p in tuned[1:]:
+            with_opts = replace(p, provider_options=ours.provider_options)
+            variants.append(
+                Variant(
+                    name=f"diag_fp32_with_ours_options[{with_opts.label}]",
+                    path=args.model,
+                    profile=_prof(with_opts),
+                )
+            )
     if ours.io_binding:
         resident = {**_prof(ours), "resident": True}
         variants.append(Variant(name="diag_ours_resident", path=ours_path, profile=resident))
@@ -97,6 +115,18 @@ def _variants(args: argparse.Namespace, ours: SessionProfile, ours_path: Path) -
                 )
             )
     return variants
+
+
+def _log_latency(lat: dict[str, Any]) -> None:
+    for k, s in lat.items():
+        if s.error:
+            log(f"  {k:34s} could not run: {s.error}")
+            continue
+        blocks = "/".join(f"{m:.3f}" for m in s.round_medians)
+        log(
+            f"  {k:34s} median {s.median_ms:8.3f} ms  p10 {s.p10_ms:8.3f}  p90 {s.p90_ms:8.3f}"
+            f"  min {s.min_ms:8.3f}  by round {blocks}"
+        )
 
 
 def _accuracy(raw: onnx.ModelProto, model_bytes: bytes, evals: list) -> Any:
@@ -113,7 +143,9 @@ def _accuracy(raw: onnx.ModelProto, model_bytes: bytes, evals: list) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", type=Path)
-    ap.add_argument("--runs", type=int, default=300, help="timed runs per variant")
+    ap.add_argument("--runs", type=int, default=600, help="timed runs per variant")
+    ap.add_argument("--warmup", type=int, default=50, help="untimed runs per variant first")
+    ap.add_argument("--rounds", type=int, default=3, help="blocks the timed runs are cut in")
     ap.add_argument("--select-runs", type=int, default=100, help="timed runs in the compile")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-samples", type=int, default=4)
@@ -158,18 +190,23 @@ def main(argv: list[str] | None = None) -> int:
 
     variants = _variants(args, rep.profile, ours_path)
     log(f"latency: {args.runs} timed runs per variant, interleaved, one child ...")
-    lat = measure_latency(variants, evals[0], runs=args.runs, seed=args.seed)
-    for k, s in lat.items():
-        if s.error:
-            log(f"  {k:34s} could not run: {s.error}")
-            continue
-        log(f"  {k:34s} median {s.median_ms:8.3f} ms  p90 {s.p90_ms:8.3f}  min {s.min_ms:8.3f}")
+    lat = measure_latency(
+        variants,
+        evals[0],
+        runs=args.runs,
+        seed=args.seed,
+        warmup=args.warmup,
+        rounds=args.rounds,
+    )
+    _log_latency(lat)
     tuned_ok = {k: s for k, s in lat.items() if k.startswith("tuned_fp32") and not s.error}
     tuned_name = min(tuned_ok, key=lambda k: tuned_ok[k].median_ms)
     base_ms = lat["ort_cuda_fp32"].median_ms
     tuned_ms = tuned_ok[tuned_name].median_ms
     ours_ms = lat["ours"].median_ms
     ratio, ratio_tuned = ours_ms / base_ms, ours_ms / tuned_ms
+    base = lat["ort_cuda_fp32"]
+    by_round = [o / b for o, b in zip(lat["ours"].round_medians, base.round_medians, strict=True)]
     goals = {
         f"ratio<={GOAL_RATIO}": ratio <= GOAL_RATIO,
         f"ratio_vs_tuned<={GOAL_RATIO_VS_TUNED}": ratio_tuned <= GOAL_RATIO_VS_TUNED,
@@ -182,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"graph_gpu: model={name} ort_cuda_fp32_ms={base_ms:.3f} tuned_fp32_ms={tuned_ms:.3f} "
         f"ours_ms={ours_ms:.3f} ratio={ratio:.3f} ratio_vs_tuned={ratio_tuned:.3f} "
-        f"cosine={acc.min_cosine:.6f} precision={precision}"
+        f"cosine={acc.min_cosine:.6f} precision={precision} profile={rep.profile.label} "
+        f"ort_cuda_fp32_p10_p90_ms={base.p10_ms:.3f}/{base.p90_ms:.3f} "
+        f"ratio_by_round={'/'.join(f'{r:.3f}' for r in by_round)}"
     )
     return 0

@@ -6,7 +6,9 @@ Owns the measurement protocol and the machine description:
   a shuffled order each round, so load from other processes on a shared machine hits every
   variant alike; each variant runs under its own ``SessionProfile`` (plain ``run`` with numpy
   feeds, IO binding, CUDA-graph replay), through ``ProfiledRunner``, the same code that
-  ``load_session`` serves an artifact with, so what is timed is what is deployed;
+  ``load_session`` serves an artifact with, so what is timed is what is deployed; warm-up
+  rounds before timing, no garbage collection while timing, and median, p10, p90 and the
+  median of each block of rounds reported, so one figure is not one noisy sample;
 * peak RSS: the VmHWM (procfs) of a fresh child after import, session creation and one run,
   so nothing the parent holds leaks into it (``ru_maxrss`` would: a child inherits its
   parent's high-water mark);
@@ -43,6 +45,7 @@ __all__ = [
     "describe_machine",
     "measure_latency",
     "measure_peak_rss_mb",
+    "session_providers",
 ]
 
 _CPU_EP = "CPUExecutionProvider"
@@ -86,6 +89,13 @@ class LatencyStats:
     min_ms: float
     runs: int
     error: str | None = None  # the variant could not be created or run under its profile
+    p10_ms: float = float("nan")
+    # The median of each consecutive block of rounds (``rounds`` > 1): how far one block's
+    # figure can move, i.e. what a single shorter measurement would have been at the mercy of.
+    round_medians: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "round_medians", tuple(self.round_medians))
 
 
 # --- the machine ------------------------------------------------------------------------------
@@ -189,6 +199,21 @@ _NP_TYPES = {
 }
 
 
+def session_providers(profile: Mapping[str, Any]) -> list[Any]:
+    """ORT's ``providers`` argument for a profile dict: on CUDA the provider options the
+    profile's fields and ``provider_options`` say (``fuse_conv_bias``, ...)."""
+    if profile.get("provider", _CPU_EP) != _CUDA_EP:
+        return [_CPU_EP]
+    graph = bool(profile.get("cuda_graph"))
+    opts = {"device_id": "0", "enable_cuda_graph": "1" if graph else "0"}
+    if profile.get("prefer_nhwc"):
+        opts["prefer_nhwc"] = "1"
+    opts.update({str(k): str(v) for k, v in dict(profile.get("provider_options") or {}).items()})
+    # No CPU fallback under a CUDA graph: ORT refuses to capture a graph with CPU nodes, and
+    # the refusal is the reason the profile records.
+    return [(_CUDA_EP, opts)] if graph else [(_CUDA_EP, opts), _CPU_EP]
+
+
 class ProfiledRunner:
     """An ORT session configured by a profile dict, with ``run(feeds) -> list[np.ndarray]``.
 
@@ -224,20 +249,8 @@ class ProfiledRunner:
             # Several sessions share one process and few cores: a finished session's pool must
             # not spin-wait (ORT's default) and steal the CPU from the next variant's run.
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        provider = p.get("provider", _CPU_EP)
-        self.cuda = provider == _CUDA_EP
-        if self.cuda:
-            opts = {"device_id": "0", "enable_cuda_graph": "1" if p.get("cuda_graph") else "0"}
-            if p.get("prefer_nhwc"):
-                opts["prefer_nhwc"] = "1"
-            # No CPU fallback under a CUDA graph: ORT refuses to capture a graph with CPU
-            # nodes, and the refusal is the reason the profile records.
-            providers: list[Any] = [(_CUDA_EP, opts)]
-            if not p.get("cuda_graph"):
-                providers.append(_CPU_EP)
-        else:
-            providers = [_CPU_EP]
-        self.session = ort.InferenceSession(model, so, providers=providers)
+        self.cuda = p.get("provider", _CPU_EP) == _CUDA_EP
+        self.session = ort.InferenceSession(model, so, providers=session_providers(p))
         if self.cuda and _CUDA_EP not in self.session.get_providers():
             raise RuntimeError(f"{_CUDA_EP} was asked for but not loaded: {ort.get_device()}")
         self._graph = bool(p.get("cuda_graph"))
@@ -363,15 +376,24 @@ def measure_latency(
     threads: int = 2,
     seed: int = 0,
     timeout_s: float = 900,
+    *,
+    warmup: int = 3,
+    rounds: int = 1,
 ) -> dict[str, LatencyStats]:
-    """Median/p90/min per variant over ``runs`` timed runs each, interleaved in one child. A
-    variant whose profile cannot hold comes back with ``error`` set and no figures."""
+    """Median/p10/p90/min per variant over ``runs`` timed runs each, interleaved in one child,
+    after ``warmup`` untimed runs of each (round-robin too); with ``rounds`` > 1 also each
+    consecutive block's median. A variant whose profile cannot hold comes back with ``error``
+    set and no figures."""
+    if warmup < 1 or rounds < 1 or runs < rounds:
+        raise ValueError(f"need warmup >= 1 and runs >= rounds >= 1: {warmup=} {runs=} {rounds=}")
     spec = {
         "mode": "latency",
         "variants": [v.spec() for v in variants],
         "threads": threads,
         "runs": runs,
         "seed": seed,
+        "warmup": warmup,
+        "rounds": rounds,
     }
     out = _child(spec, feeds, timeout_s)
     return {k: LatencyStats(**v) for k, v in out["latency"].items()}
@@ -397,11 +419,16 @@ def _runners(
         cpu_threads = threads if prof.get("provider", _CPU_EP) == _CPU_EP else None
         try:
             r = ProfiledRunner(v["path"], prof, threads=cpu_threads, quiet_pool=True)
-            for _ in range(3):  # warm-up: allocation, pre-packing, cuDNN search, graph capture
+            for _ in range(3):  # first runs: allocation, pre-packing, cuDNN plans, graph capture
                 r.run(feeds)
             runners[v["name"]] = r
         except Exception as exc:  # ORT's own error types; the reason goes into the report
             failed[v["name"]] = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+    # Then warm-up rounds over all of them, as the timed rounds run: clocks, caches and the
+    # allocator settle for every variant alike before anything is timed.
+    for _ in range(max(0, int(spec.get("warmup", 3)) - 3)):
+        for r in runners.values():
+            r.run(feeds)
     return runners, failed
 
 
@@ -411,6 +438,7 @@ def _timed_runs(
     """Round-robin single runs in a fresh shuffled order each round: on a machine shared with
     other users, load comes in bursts, and one run of each variant per round spreads every
     burst over all variants alike (blocks of runs let one variant absorb a whole burst)."""
+    import gc
     import random
     import time
 
@@ -419,14 +447,33 @@ def _timed_runs(
     # hands it float16, as the FP32 anchors' callers hand them float32).
     typed = {name: r.prepare(feeds) for name, r in runners.items()}
     rng = random.Random(seed)
-    for _ in range(runs):
-        order = list(runners)
-        rng.shuffle(order)
-        for name in order:
-            t0 = time.perf_counter()
-            runners[name].run(typed[name])  # outputs come back to host numpy: a request's cost
-            times[name].append((time.perf_counter() - t0) * 1e3)
+    # No garbage collection inside a timed run: a collection lands on whichever variant is
+    # running and is noise, not that variant's cost.
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(runs):
+            order = list(runners)
+            rng.shuffle(order)
+            for name in order:
+                t0 = time.perf_counter()
+                runners[name].run(typed[name])  # outputs come back to host numpy: a request's cost
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    finally:
+        gc.enable()
     return times
+
+
+def _stats(t: Sequence[float], rounds: int) -> dict[str, Any]:
+    blocks = np.array_split(np.asarray(t), rounds) if rounds > 1 else []
+    return {
+        "median_ms": float(np.median(t)),
+        "p10_ms": float(np.percentile(t, 10)),
+        "p90_ms": float(np.percentile(t, 90)),
+        "min_ms": float(np.min(t)),
+        "runs": len(t),
+        "round_medians": [float(np.median(b)) for b in blocks],
+    }
 
 
 def _main(spec_json: str) -> None:
@@ -444,15 +491,8 @@ def _main(spec_json: str) -> None:
         sys.stdout.write(json.dumps({"peak_rss_mb": _vm_hwm_mb()}) + "\n")
         return
     times = _timed_runs(runners, feeds, runs, int(spec["seed"]))
-    result: dict[str, dict[str, Any]] = {
-        name: {
-            "median_ms": float(np.median(t)),
-            "p90_ms": float(np.percentile(t, 90)),
-            "min_ms": float(np.min(t)),
-            "runs": len(t),
-        }
-        for name, t in times.items()
-    }
+    rounds = int(spec.get("rounds", 1))
+    result: dict[str, dict[str, Any]] = {name: _stats(t, rounds) for name, t in times.items()}
     for name, err in failed.items():
         result[name] = {
             "median_ms": float("nan"),
@@ -483,12 +523,16 @@ class OrtMeasurer:
         threads: int = 2,
         seed: int = 0,
         timeout_s: float = 1200,
+        warmup: int | None = None,
     ) -> None:
         have = available_providers()
         if provider not in have:
             raise ValueError(f"{provider} is not available in this onnxruntime ({', '.join(have)})")
         self.provider = provider
         self._runs, self._threads, self._seed, self._timeout_s = runs, threads, seed, timeout_s
+        # A GPU run is ~1 ms, so a longer warm-up is cheap there (clocks, CUDA-graph replay);
+        # on a CPU a run can take 100 ms and three settle the allocator and the pre-packing.
+        self._warmup = warmup if warmup is not None else (20 if provider == _CUDA_EP else 3)
         self._target = describe_machine(provider)
 
     @property
@@ -515,6 +559,7 @@ class OrtMeasurer:
                 threads=self._threads,
                 seed=self._seed,
                 timeout_s=self._timeout_s,
+                warmup=self._warmup,
             )
 
     def outputs(self, model: bytes, profile, feeds):

@@ -1,11 +1,12 @@
 """Session profiles: how an artifact is run where it is timed and where it is served.
 
 Owns the typed description of a session configuration (execution provider, optimisation level,
-IO binding, CUDA-graph capture, NHWC preference), the description of the machine a measurer
-times on (``TargetInfo``), the profiles worth trying per provider, their round trip through an
-artifact's ONNX metadata, and their translation into a Triton model configuration (the
-onnxruntime backend's parameters). Pure data and text: must not create sessions, read the
-machine or time anything (the injected measurer and ``seedance.graph_compiler.measuring`` do).
+IO binding, CUDA-graph capture, NHWC preference, further CUDA EP options), the description of
+the machine a measurer times on (``TargetInfo``), the profiles worth trying per provider, their
+round trip through an artifact's ONNX metadata, and their translation into a Triton model
+configuration (the onnxruntime backend's parameters). Pure data and text: must not create
+sessions, read the machine or time anything (the injected measurer and
+``seedance.graph_compiler.measuring`` do).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from dataclasses import asdict, dataclass, field, replace
 import onnx
 
 __all__ = [
+    "ALGO_HEURISTIC",
     "CPU_EP",
     "CUDA_EP",
+    "FUSE_CONV_BIAS",
     "PROFILE_METADATA_KEY",
+    "SDPA_KERNELS",
     "SessionProfile",
     "TargetInfo",
     "candidate_profiles",
@@ -31,6 +35,22 @@ __all__ = [
 CPU_EP = "CPUExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"
 PROFILE_METADATA_KEY = "seedance.deployment_profile"
+# CUDA EP options a profile sets through its own fields (or that name the device): never in
+# ``provider_options``, so one setting has one place.
+_RESERVED_OPTIONS = frozenset({"device_id", "enable_cuda_graph", "prefer_nhwc"})
+# cuDNN frontend convolutions (cuDNN 9 builds of ORT's CUDA EP): ``fuse_conv_bias`` puts a Conv's
+# bias add into the convolution's cuDNN graph (one kernel, not conv + cudnnAddTensor);
+# ``cudnn_conv_algo_search`` picks the heuristic that chooses the engine (EXHAUSTIVE, ORT's
+# default, is heuristic mode B; HEURISTIC is mode A).
+FUSE_CONV_BIAS = ("fuse_conv_bias", "1")
+ALGO_HEURISTIC = ("cudnn_conv_algo_search", "HEURISTIC")
+# Attention kernels of the fused MultiHeadAttention/Attention ops (a bitmask of ORT's
+# AttentionBackend; 0, the default, lets ORT choose among flash, memory-efficient and TensorRT's
+# fused kernels): 8 adds cuDNN's flash attention, off by default; 2 keeps memory-efficient only.
+# Values a build does not know fall back to ORT's unfused kernel, which simply loses on time.
+SDPA_KERNELS = (("sdpa_kernel", "8"), ("sdpa_kernel", "2"))
+# Short names for the label (the report's and the Triton comment's key for a profile).
+_OPTION_LABELS = {FUSE_CONV_BIAS: "fcb", ALGO_HEURISTIC: "heur"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +65,19 @@ class SessionProfile:
     cuda_graph: bool = False  # the whole graph captured once and replayed (CUDA EP only)
     prefer_nhwc: bool = False  # CUDA EP's NHWC kernels (tensor-core convolutions in FP16)
     io_dtype: str = "float32"  # the artifact's graph I/O type; FP16 casts sit inside the graph
+    # Further execution-provider options as (key, value) pairs, sorted: what ORT's
+    # provider-options dict and Triton's accelerator parameters take (e.g. fuse_conv_bias=1).
+    provider_options: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        opts = tuple(sorted((str(k), str(v)) for k, v in self.provider_options))
+        reserved = sorted({k for k, _ in opts} & _RESERVED_OPTIONS)
+        if reserved:
+            raise ValueError(f"provider_options may not set {', '.join(reserved)}: profile fields")
+        if len({k for k, _ in opts}) != len(opts):
+            raise ValueError(f"provider_options names a key twice: {opts}")
+        object.__setattr__(self, "provider_options", opts)
 
     @property
     def label(self) -> str:
@@ -59,11 +91,13 @@ class SessionProfile:
             )
             if on
         ]
+        parts += [_OPTION_LABELS.get(kv, f"{kv[0]}={kv[1]}") for kv in self.provider_options]
         return "+".join(parts)
 
     def to_json(self) -> str:
         d = asdict(self)
         d["notes"] = list(self.notes)
+        d["provider_options"] = dict(self.provider_options)
         return json.dumps(d, sort_keys=True)
 
     @classmethod
@@ -72,6 +106,7 @@ class SessionProfile:
         known = set(cls.__dataclass_fields__)
         d = {k: v for k, v in d.items() if k in known}  # newer writers may add fields
         d["notes"] = tuple(d.get("notes", ()))
+        d["provider_options"] = tuple(dict(d.get("provider_options", {})).items())
         return cls(**d)
 
 
@@ -93,14 +128,26 @@ class TargetInfo:
 def candidate_profiles(target: TargetInfo, conv_model: bool) -> list[SessionProfile]:
     """The session configurations timed for every candidate on ``target``, plainest first.
     On CUDA: IO binding, then CUDA graphs on top (batch-1 inference is launch-bound there),
-    and for convolutional nets NHWC kernels; on the CPU one configuration (ORT_ENABLE_ALL)."""
+    and for convolutional nets NHWC kernels, and the cuDNN levers on top of the graph profiles:
+    the bias fused into each convolution (one kernel fewer per Conv), with either engine
+    heuristic; for the others the attention-kernel choices (``SDPA_KERNELS``); on the CPU one
+    configuration (ORT_ENABLE_ALL). Which one wins is the measurer's call: a lever that is
+    slower on the target simply loses."""
     if target.provider != CUDA_EP:
         return [SessionProfile(provider=target.provider)]
     plain = SessionProfile(provider=CUDA_EP)
-    out = [plain, replace(plain, io_binding=True), replace(plain, io_binding=True, cuda_graph=True)]
-    if conv_model:
-        out.append(replace(plain, io_binding=True, cuda_graph=True, prefer_nhwc=True))
-    return out
+    graph = replace(plain, io_binding=True, cuda_graph=True)
+    out = [plain, replace(plain, io_binding=True), graph]
+    if not conv_model:
+        return out + [replace(graph, provider_options=(kv,)) for kv in SDPA_KERNELS]
+    nhwc = replace(graph, prefer_nhwc=True)
+    return [
+        *out,
+        nhwc,
+        replace(graph, provider_options=(FUSE_CONV_BIAS,)),
+        replace(nhwc, provider_options=(FUSE_CONV_BIAS,)),
+        replace(nhwc, provider_options=(FUSE_CONV_BIAS, ALGO_HEURISTIC)),
+    ]
 
 
 def with_profile(model: onnx.ModelProto, profile: SessionProfile) -> onnx.ModelProto:
@@ -176,6 +223,8 @@ def triton_config(model_name: str, model: onnx.ModelProto, profile: SessionProfi
         params = [("enable_cuda_graph", "1" if profile.cuda_graph else "0")]
         if profile.prefer_nhwc:
             params.append(("prefer_nhwc", "1"))
+        # The backend hands every key of the "cuda" accelerator to ORT's CUDA provider options.
+        params += list(profile.provider_options)
         body = " ".join(f'parameters {{ key: "{k}" value: "{v}" }}' for k, v in params)
         accel = f'[ {{ name: "cuda" {body} }} ]'
         opt.append(f"  execution_accelerators {{ gpu_execution_accelerator: {accel} }}")
@@ -186,6 +235,15 @@ def triton_config(model_name: str, model: onnx.ModelProto, profile: SessionProfi
             'parameters { key: "intra_op_thread_count" value: { string_value: '
             f'"{profile.intra_op_threads}" }} }}'
         )
+        algo = dict(profile.provider_options).get("cudnn_conv_algo_search")
+        if gpu and algo is not None:
+            # With model-level parameters present, the backend resets the algorithm search from
+            # them (EXHAUSTIVE when absent), overriding the accelerator's key: say it here too.
+            code = {"EXHAUSTIVE": 0, "HEURISTIC": 1, "DEFAULT": 2}.get(algo, algo)
+            lines.append(
+                'parameters { key: "cudnn_conv_algo_search" value: '
+                f'{{ string_value: "{code}" }} }}'
+            )
     if profile.io_binding:
         lines.append("# io_binding: Triton binds I/O itself; send inputs in CUDA shared memory")
     lines += [f"# note: {n}" for n in profile.notes]
