@@ -82,6 +82,13 @@ class ReplicaSync:
             ["op", "outcome"],
             registry=registry,
         )
+        self.passes_total = Counter(
+            "seedance_k8s_bridge_replica_passes_total",
+            "Reconcile passes of the replica registrar by outcome: standby (not leading: "
+            "nothing written), unchanged, written, retry (a write failed).",
+            ["outcome"],
+            registry=registry,
+        )
         self.slice_problems = Gauge(
             "seedance_k8s_bridge_replica_slice_problems",
             "EndpointSlices (or endpoints) labelled seedance.io/model that register nothing "
@@ -149,9 +156,13 @@ class ReplicaSync:
             await self._dirty.wait()
             await self._clock.sleep(self._settings.policy_debounce_s)
             self._dirty.clear()
-            if not self._leading() or not self.mirrored.is_set():
-                continue  # a standby writes nothing; the mirror's end of history sets dirty
+            if not self._leading():
+                self.passes_total.labels("standby").inc()
+                continue  # a standby writes nothing; taking the lead kicks
+            if not self.mirrored.is_set():
+                continue  # the mirror's end of history sets dirty again
             if not await self.reconcile_once():
+                self.passes_total.labels("retry").inc()
                 await self._clock.sleep(self._settings.backoff_initial_s)
                 self._dirty.set()
 
@@ -188,12 +199,11 @@ class ReplicaSync:
             self.writes_total.labels(op, "retry").inc()
             log.warning("replica_registration_not_written", op=op, error=repr(exc))
             return False
-        if not changes.empty:
-            log.info(
-                "replicas_registered",
-                put=sorted(changes.put),
-                deleted=list(changes.delete),
-            )
+        if changes.empty:
+            self.passes_total.labels("unchanged").inc()
+            return True
+        self.passes_total.labels("written").inc()
+        log.info("replicas_registered", put=sorted(changes.put), deleted=list(changes.delete))
         return True
 
 
