@@ -9,6 +9,7 @@ schemas), the bridge through kubernetes_asyncio.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -254,7 +255,7 @@ async def test_a_standby_writes_nothing_until_it_leads(
         assert await bucket(env.bus, fleet) == {}
         # The holder releases the Lease: the bridge takes it and registers at once.
         rt = env.kube.api.resolve("coordination.k8s.io", "v1", "leases")
-        held = env.kube.api.get(rt, SYSTEM, lease_name)
+        held = copy.deepcopy(env.kube.api.get(rt, SYSTEM, lease_name))
         held["spec"]["holderIdentity"] = ""
         env.kube.api.update(rt, SYSTEM, lease_name, held)
         await until_bucket(env.bus, fleet, {"r": ("10.0.0.1:8001", True)}, "registered on leading")
