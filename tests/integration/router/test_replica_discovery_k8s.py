@@ -33,6 +33,7 @@ from tests.integration.router.test_router_reach import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
+POD = "triton-echo-5d9f-x7k2p"
 EXAMPLE = REPO / "deploy" / "k8s" / "examples" / "inference" / "triton-echo.yaml"
 
 
@@ -41,32 +42,29 @@ def _example(kind: str) -> dict[str, Any]:
     return dict(doc)
 
 
-def _slice(service: dict[str, Any], fleet: str, address: str, *, ready: bool) -> dict[str, Any]:
-    """The slice the EndpointSlice controller writes for ``service`` with one pod behind it."""
+def _slice(
+    kube: KubeApiServer, service: dict[str, Any], fleet: str, address: str
+) -> dict[str, Any]:
+    """The slice the EndpointSlice controller writes for ``service`` with one ready pod."""
     host, port = address.rsplit(":", 1)
     (grpc,) = [p for p in service["spec"]["ports"] if p["name"] == "grpc"]
-    labels = {**service["metadata"]["labels"], "seedance.io/router-fleet": fleet}
-    return {
-        "metadata": {
-            "name": f"{service['metadata']['name']}-x7k2p",
-            "namespace": service["metadata"]["namespace"],
-            "labels": {
-                **labels,
-                "kubernetes.io/service-name": service["metadata"]["name"],
-                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
-            },
-        },
-        "addressType": "IPv4",
-        "endpoints": [
+    md = service["metadata"]
+    return seed.endpoint_slice(
+        kube,
+        md["namespace"],
+        f"{md['name']}-x7k2p",
+        service=md["name"],
+        labels={**md["labels"], "seedance.io/router-fleet": fleet},
+        endpoints=[
             {
                 "addresses": [host],
-                "conditions": {"ready": ready, "serving": ready, "terminating": False},
-                "targetRef": {"kind": "Pod", "name": "triton-echo-5d9f-x7k2p", "namespace": "x"},
+                "conditions": {"ready": True, "serving": True, "terminating": False},
+                "targetRef": {"kind": "Pod", "name": POD, "namespace": md["namespace"]},
             }
         ],
         # the Service's port by name; a slice carries the pod's (target) port number
-        "ports": [{"name": grpc["name"], "port": int(port), "protocol": "TCP"}],
-    }
+        ports=[{"name": grpc["name"], "port": int(port), "protocol": "TCP"}],
+    )
 
 
 async def test_a_replica_known_only_from_an_endpoint_slice_serves_the_router(
@@ -74,7 +72,7 @@ async def test_a_replica_known_only_from_an_endpoint_slice_serves_the_router(
 ) -> None:
     fleet = f"fleet-{unique}"
     a, b = tritons["a"].address, tritons["b"].address
-    pod = "triton-echo-5d9f-x7k2p"
+    pod = POD
     async with KubeApiServer(KubeApiSettings(bookmark_interval_s=0.5)) as kube:
         seed.namespace(kube, SYSTEM)
         namespace = _example("Namespace")
@@ -90,8 +88,7 @@ async def test_a_replica_known_only_from_an_endpoint_slice_serves_the_router(
             registry = router._rt.registry
 
             # The replica appears in Kubernetes only: it joins, warmed up, and takes traffic.
-            es = seed.create(kube, "discovery.k8s.io", "v1", "endpointslices",
-                             _slice(service, fleet, b, ready=True))  # fmt: skip
+            es = _slice(kube, service, fleet, b)
             await eventually(lambda: _ready_replicas(router) == {pod: b}, timeout_s=60)
             await _echo_once(router.gateway.address, 3.0)
             assert _served(registry, pod) == 1
