@@ -10,8 +10,6 @@ schemas), the bridge through kubernetes_asyncio.
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,19 +24,11 @@ from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.kube import USER_AGENT
 from seedance.k8s_bridge.replica_sync import ReplicaSync
 from seedance.k8s_bridge.service import BridgeService
-from seedance.testing.kube_api import KubeApiServer, seed
+from seedance.testing.kube_api import seed
 from seedance.testing.waits import eventually
-from tests.integration.k8s.bridge import SYSTEM, Env, bridge, environment
+from tests.integration.k8s.bridge import SYSTEM, Env, bridge
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def env(
-    kube_api: KubeApiServer, bus: Bus, unique: str, tmp_path: Path, nats_url: str
-) -> AsyncIterator[Env]:
-    async with environment(kube_api, bus, unique, tmp_path, nats_url) as e:
-        yield e
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ replaces the mirror with what it reads. Must not decide anything itself: the cor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from prometheus_client import Counter, Gauge
 
 from seedance.core import Bus, Clock
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, follow_keys
 from seedance.core.logs import get_logger
 from seedance.events import replicas
 from seedance.events.replicas import RegistrationChanges, ReplicaRegistration
@@ -74,6 +73,8 @@ class ReplicaSync:
         self.entries: dict[str, ReplicaRegistration] = {}
         #: Set once the mirror holds the bucket's current keys (after each (re)opened watch).
         self.mirrored = asyncio.Event()
+        #: The keys read so far by a (re)opened watch, until its current values are all read.
+        self._fresh: dict[str, ReplicaRegistration] | None = None
         self._problems: tuple[SliceProblem, ...] = ()
         self.writes_total = Counter(
             "seedance_k8s_bridge_replica_writes_total",
@@ -122,31 +123,27 @@ class ReplicaSync:
 
     async def _mirror(self) -> None:
         assert self._kv is not None
-        while True:
-            try:
-                await self._follow(await self._kv.watch(">"))
-            except TRANSIENT_BUS_ERRORS as exc:
-                log.warning("replica_mirror_watch_failed", error=repr(exc))
-            self.mirrored.clear()
-            await self._clock.sleep(self._settings.backoff_max_s)
+        await follow_keys(
+            self._kv, ">", self._mirror_entry, self._clock, retry_s=self._settings.backoff_max_s,
+            what="replica_mirror", on_open=self._mirror_open,
+        )  # fmt: skip
 
-    async def _follow(self, watcher: Any) -> None:
-        fresh: dict[str, ReplicaRegistration] | None = {}
-        try:
-            async for entry in watcher:
-                if entry is None:  # the bucket's current keys are read: the mirror is them
-                    if fresh is not None:
-                        self.entries, fresh = fresh, None
-                        self.mirrored.set()
-                        self._dirty.set()
-                    continue
-                _seen(self.entries if fresh is None else fresh, entry.key, entry.value,
-                      deleted=entry.operation is not None)  # fmt: skip
-                if fresh is None:
-                    self._dirty.set()  # someone else wrote (or deleted) a key: check it
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()
+    def _mirror_open(self) -> None:
+        """A (re)opened watch reads the bucket afresh: keys deleted meanwhile go too."""
+        self.mirrored.clear()
+        self._fresh = {}
+
+    def _mirror_entry(self, entry: KeyValue.Entry | None) -> None:
+        if entry is None:  # the bucket's current keys are read: the mirror is them
+            if self._fresh is not None:
+                self.entries, self._fresh = self._fresh, None
+                self.mirrored.set()
+                self._dirty.set()
+            return
+        into = self.entries if self._fresh is None else self._fresh
+        _seen(into, entry.key, entry.value, deleted=entry.operation is not None)
+        if self._fresh is None:
+            self._dirty.set()  # someone else wrote (or deleted) a key: check it
 
     # --- reconciling -------------------------------------------------------------------------
 
