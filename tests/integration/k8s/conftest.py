@@ -1,5 +1,6 @@
-"""Fixtures for the k8s tier: the test API server in-process and a kubernetes_asyncio client
-configured from the kubeconfig it writes (the way the bridge will be configured)."""
+"""Fixtures for the k8s tier: the test API server in-process, a kubernetes_asyncio client
+configured from the kubeconfig it writes (the way the bridge will be configured), and a bridge
+test's `Env` (its tenant, namespace, bus and trail)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client, config
 
+from seedance.core import Bus
 from seedance.testing.kube_api import KubeApiServer, KubeApiSettings
+from tests.integration.k8s.bridge import Env, environment
 
 
 @pytest.fixture
@@ -26,3 +29,11 @@ async def k8s(kube_api: KubeApiServer, tmp_path: Path) -> AsyncIterator[client.A
     )
     async with client.ApiClient(configuration=cfg) as api_client:
         yield api_client
+
+
+@pytest.fixture
+async def env(
+    kube_api: KubeApiServer, bus: Bus, unique: str, tmp_path: Path, nats_url: str
+) -> AsyncIterator[Env]:
+    async with environment(kube_api, bus, unique, tmp_path, nats_url) as e:
+        yield e

@@ -7,30 +7,18 @@ Bindings and the leader hand-over."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
-from seedance.core import Bus
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
 from seedance.events.slicing import JobReleased, Placement
 from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.kube import USER_AGENT
-from seedance.testing.kube_api import KubeApiServer
 from seedance.testing.waits import eventually
-from tests.integration.k8s.bridge import Env, bridge, environment, gpu_node, slicer
+from tests.integration.k8s.bridge import Env, bridge, gpu_node, slicer
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def env(
-    kube_api: KubeApiServer, bus: Bus, unique: str, tmp_path: Path, nats_url: str
-) -> AsyncIterator[Env]:
-    async with environment(kube_api, bus, unique, tmp_path, nats_url) as e:
-        yield e
 
 
 async def test_a_pending_pod_is_placed_bound_annotated_and_its_end_reported(env: Env) -> None:

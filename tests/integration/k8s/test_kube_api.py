@@ -790,3 +790,54 @@ async def test_pod_defaults_copy_limits_into_requests_and_derive_qos(
     plain = await core.create_namespaced_pod(NS, _pod("plain"))
     assert plain.status.qos_class == "BestEffort"
     assert plain.spec.scheduler_name == "seedance"
+
+
+async def test_endpoint_slices_list_and_watch_by_label_and_are_schema_validated(
+    kube_api: KubeApiServer, k8s: client.ApiClient
+) -> None:
+    """discovery.k8s.io/v1 EndpointSlices as the bridge's registrar reads them: listed and
+    watched in all namespaces by label; a body the 1.33 schema refuses is 422 naming the field."""
+    seed.namespace(kube_api, NS)
+    discovery = client.DiscoveryV1Api(k8s)
+    grpc = [{"name": "grpc", "port": 8001, "protocol": "TCP"}]
+    ready = [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}]
+    seed.endpoint_slice(
+        kube_api, NS, "model-a", service="a", labels={"seedance.io/model": "echo"},
+        endpoints=ready, ports=grpc,
+    )  # fmt: skip
+    seed.endpoint_slice(kube_api, NS, "plain", service="b", endpoints=ready, ports=grpc)
+    listed = await discovery.list_endpoint_slice_for_all_namespaces(
+        label_selector="seedance.io/model"
+    )
+    assert [s.metadata.name for s in listed.items] == ["model-a"]
+    assert listed.items[0].metadata.labels["kubernetes.io/service-name"] == "a"
+    assert listed.items[0].endpoints[0].conditions.ready is True
+    w = watch.Watch()
+    stream = w.stream(
+        discovery.list_endpoint_slice_for_all_namespaces,
+        label_selector="seedance.io/model",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=5,
+    )
+    body = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "model-b", "labels": {"seedance.io/model": "echo"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.2"], "conditions": {"ready": False}}],
+        "ports": grpc,
+    }
+    await discovery.create_namespaced_endpoint_slice(NS, body)
+    await discovery.delete_namespaced_endpoint_slice("model-b", NS)
+    events = await _events(stream, 2)
+    await w.close()
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [
+        ("ADDED", "model-b"),
+        ("DELETED", "model-b"),
+    ]
+    assert events[0]["object"].endpoints[0].conditions.ready is False
+    bad = {**body, "endpoints": [{"adresses": ["10.0.0.3"]}]}  # misspelt, and none given
+    resp = await discovery.create_namespaced_endpoint_slice(NS, bad, _preload_content=False)
+    assert resp.status == 422
+    fields = {c["field"] for c in (await resp.json())["details"]["causes"]}
+    assert fields == {"endpoints[0]", "endpoints[0].adresses"}

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import msgspec
 import nats.errors
 import numpy as np
 import pytest
@@ -23,7 +22,8 @@ from tritonclient.grpc import aio as triton_aio
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.kv import ensure_bucket
-from seedance.events.routing import ReplicaRegistration
+from seedance.events import replicas
+from seedance.events.replicas import ReplicaRegistration
 from seedance.events.subjects import routing
 from seedance.router.gateway import ModelRoute, OipGateway, ReplicaPhase, RestGateway, WarmupPolicy
 from seedance.router.gateway.metrics import OTHER
@@ -84,7 +84,7 @@ def _served(registry: CollectorRegistry, replica: str) -> float:
 
 
 async def _put(kv: Any, fleet: str, reg: ReplicaRegistration) -> None:
-    await kv.put(routing.replica_key(fleet, reg.model, reg.replica), msgspec.json.encode(reg))
+    await kv.put(routing.replica_key(fleet, reg.model, reg.replica), replicas.encode(reg))
 
 
 def _ready_replicas(router: RouterService) -> dict[str, str]:
@@ -115,7 +115,7 @@ async def test_replicas_join_and_leave_through_the_bucket_without_a_restart(
         await _put(kv, fleet, ReplicaRegistration(model="echo", replica="pod-y", address=a))
         await kv.delete(routing.replica_key(fleet, "echo", "pod-y"))
         misfiled = ReplicaRegistration(model="echo", replica="pod-y", address=a)
-        await kv.put(routing.replica_key(fleet, "echo", "pod-z"), msgspec.json.encode(misfiled))
+        await kv.put(routing.replica_key(fleet, "echo", "pod-z"), replicas.encode(misfiled))
         # A replica registers: it joins, warmed up, and the fallback is drained.
         await _put(kv, fleet, ReplicaRegistration(model="echo", replica="pod-b", address=b))
         await eventually(lambda: _ready_replicas(router) == {"pod-b": b}, timeout_s=60)
@@ -156,27 +156,28 @@ async def test_a_registration_present_at_start_replaces_the_fallback(
         await eventually(lambda: _ready_replicas(router) == {"pod-b": b}, timeout_s=60)
 
 
+@pytest.mark.parametrize("registrar_user", ["replayer", "k8s-bridge"])
 async def test_only_the_trusted_registrar_may_write_the_replicas_bucket(
-    auth_url: str, unique: str
+    auth_url: str, unique: str, registrar_user: str
 ) -> None:
     """On the shipped authorisation: the router creates, reads and watches the bucket but its
-    put is refused; the replayer (the trusted observer, later the bridge) writes it."""
+    put is refused; the registrars (the replayer, the Kubernetes bridge) write it."""
 
     def creds(user: str) -> BusSettings:
         return BusSettings(url=auth_url, user=user, password=shipped_password(user), name=user)
 
     router = await Bus.connect(creds("router"))
-    registrar = await Bus.connect(creds("replayer"))
+    registrar = await Bus.connect(creds(registrar_user))
     try:
         router_kv = await ensure_bucket(router, routing.REPLICAS_BUCKET)
         key = routing.replica_key(f"fleet-{unique}", "echo", "pod-1")
         reg = ReplicaRegistration(model="echo", replica="pod-1", address="10.0.0.1:8001")
         with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
-            await asyncio.wait_for(router_kv.put(key, msgspec.json.encode(reg)), timeout=3)
+            await asyncio.wait_for(router_kv.put(key, replicas.encode(reg)), timeout=3)
         registrar_kv = await ensure_bucket(registrar, routing.REPLICAS_BUCKET)
-        await registrar_kv.put(key, msgspec.json.encode(reg))
+        await registrar_kv.put(key, replicas.encode(reg))
         entry = await router_kv.get(key)
-        assert msgspec.json.decode(entry.value, type=ReplicaRegistration) == reg
+        assert replicas.decode(f"fleet-{unique}", key, entry.value) == reg
         watcher = await router_kv.watch(f"fleet-{unique}.>")
         first = await watcher.updates(timeout=5)
         if first is None:  # nats-py may put its end-of-history marker before the value
@@ -184,6 +185,7 @@ async def test_only_the_trusted_registrar_may_write_the_replicas_bucket(
         assert first is not None
         assert first.key == key
         await watcher.stop()
+        await registrar_kv.delete(key)  # a registrar also deletes (a replica that left)
     finally:
         await router.close()
         await registrar.close()

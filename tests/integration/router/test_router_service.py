@@ -271,6 +271,8 @@ async def test_router_publishes_replica_recommendations_and_its_gateway_follows_
             await eventually(recommended, 20)
             first = received[0]
             assert first.model == "echo"
+            # It names the replica set the fleet's gateways route to (the bucket's key prefix).
+            assert first.replica_set == f"fleet-{unique}.echo"
             assert first.current == 2
             assert first.replicas == 1
             assert first.startup_s == 60.0

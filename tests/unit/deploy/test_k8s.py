@@ -23,6 +23,8 @@ import yaml
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config, subjects
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
+from seedance.k8s_bridge.core.endpoints import FLEET_LABEL, MODEL_LABEL
+from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.router.settings import RouterSettings, parse_replicas
 from seedance.testing.servers import nats_server_binary
 from tests.unit.deploy.declared import (
@@ -373,3 +375,39 @@ def test_router_inference_ports_reach_the_container_through_service_and_policy(
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     (rule,) = policy["spec"]["ingress"]
     assert {p["port"] for p in rule["ports"]} == set(listening)
+
+
+def test_the_inference_example_is_a_replica_set_the_bridge_registers_and_keda_sizes() -> None:
+    """deploy/k8s/examples/inference: the Service carries the labels and the port name the
+    bridge registers by, selects the Deployment's pods on the container port that is Triton's
+    gRPC, and the ScaledObject sizes that Deployment to the planner's gauge for the same model."""
+    path = K8S / "examples" / "inference" / "triton-echo.yaml"
+    docs = tuple(d for d in yaml.safe_load_all(path.read_text()) if d)
+    problems = {f"{d['kind']}/{d['metadata']['name']}": errors_of(d) for d in docs}
+    assert not {k: v for k, v in problems.items() if v}
+    (service,) = by_kind(docs, "Service").values()
+    model = service["metadata"]["labels"][MODEL_LABEL]
+    assert service["metadata"]["labels"][FLEET_LABEL] == RouterSettings().fleet
+    (port,) = [
+        p for p in service["spec"]["ports"] if p["name"] == BridgeSettings().replica_port_name
+    ]
+    (deployment,) = by_kind(docs, "Deployment").values()
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert named[port["targetPort"]] == 8001  # Triton's gRPC
+    assert "readinessProbe" in container  # not ready: registered, out of traffic
+    (scaled,) = by_kind(docs, "ScaledObject").values()
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert (trigger["type"], trigger["metricType"], trigger["metadata"]["threshold"]) == (
+        "prometheus",
+        "AverageValue",
+        "1",
+    )
+    assert trigger["metadata"]["query"] == (
+        f'sum(seedance_router_recommended_replicas{{model="{model}"}})'
+    )
+    namespaced = [d for d in docs if d["kind"] != "Namespace"]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"inference"}

@@ -84,7 +84,15 @@ def _events() -> list[Event]:
             durations_s=[0.1, 0.3, 0.2],
             at=AT,
         ),
-        recommendation_event(rec, model="echo", current=2, cfg=PlannerConfig(), loads=loads, at=AT),
+        recommendation_event(
+            rec,
+            model="echo",
+            replica_set="default.echo",
+            current=2,
+            cfg=PlannerConfig(),
+            loads=loads,
+            at=AT,
+        ),
     ]
 
 

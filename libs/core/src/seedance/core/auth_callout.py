@@ -100,9 +100,7 @@ class JwtError(ValueError):
     """A token that is not a well-formed, correctly signed nkey JWT."""
 
 
-def encode_jwt(
-    claims: dict[str, Any], issuer: nkeys.KeyPair, *, clock: Clock = WALL_CLOCK
-) -> str:
+def encode_jwt(claims: dict[str, Any], issuer: nkeys.KeyPair, *, clock: Clock = WALL_CLOCK) -> str:
     """Sign ``claims`` as ``issuer`` (adds iss, iat and jti, as the Go nats-io/jwt does)."""
     iat = int(clock.now().timestamp())
     body = {**claims, "iss": issuer.public_key.decode(), "iat": iat}

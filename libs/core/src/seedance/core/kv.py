@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
+from typing import NoReturn
 
 import nats.errors
 from nats.js import api as js_api
@@ -20,12 +22,12 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
-from seedance.core.bus import Bus
+from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus
 from seedance.core.clock import Clock
 from seedance.core.logs import get_logger
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, BucketSpec, ObjectStoreSpec
 
-__all__ = ["Lease", "ensure_bucket", "ensure_object_store"]
+__all__ = ["Lease", "ensure_bucket", "ensure_object_store", "follow_keys"]
 
 log = get_logger(__name__)
 
@@ -70,6 +72,38 @@ async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
                 replicas=bus._replicas(),
             ),
         )
+
+
+async def follow_keys(
+    kv: KeyValue,
+    keys: str,
+    on_entry: Callable[[KeyValue.Entry | None], None],
+    clock: Clock,
+    *,
+    retry_s: float,
+    what: str,
+    on_open: Callable[[], None] | None = None,
+) -> NoReturn:
+    """Watch ``keys`` for as long as the caller runs: each entry (deletes and purges carry their
+    ``operation``) to ``on_entry``, and ``None`` once the current values of the watch were
+    delivered. A bus error (the server gone, the connection closed) is logged
+    (``kv_watch_failed`` with ``what``) and the watch re-opened after ``retry_s``;
+    ``on_open`` is called before each (re)opened watch, so a caller that mirrors the keys can
+    start afresh, the re-opened watch delivering the current values again."""
+    while True:
+        try:
+            if on_open is not None:
+                on_open()
+            watcher = await kv.watch(keys)
+            try:
+                async for entry in watcher:
+                    on_entry(entry)
+            finally:
+                with contextlib.suppress(Exception):
+                    await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
+        except TRANSIENT_BUS_ERRORS as exc:
+            log.warning("kv_watch_failed", what=what, keys=keys, error=repr(exc))
+        await clock.sleep(retry_s)
 
 
 class Lease:

@@ -1,5 +1,8 @@
 """Router events: per-replica request stats, routing weights, per-request decisions, and the
-replica planner's recommended replica count per model."""
+replica planner's recommended replica count per model.
+
+`ReplicaRegistration` (a KV value, not an event) lives in `seedance.events.replicas`, the
+replica-set model; it is re-exported here for its readers."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Annotated
 import msgspec
 
 from seedance.events.base import Event
+from seedance.events.replicas import ReplicaRegistration
 from seedance.events.tokens import Name
 
 __all__ = [
@@ -58,10 +62,13 @@ class ReplicaRecommendation(
 ):
     """How many replicas of a model the planner wants, so its TTFT SLO holds once they are ready.
 
-    What a Kubernetes adapter or KEDA scales the model's Deployment to; the gateway routes to the
-    first `replicas` members of its replica set and drains the rest. `reason` and `binding` are
-    small closed sets (the planner's `PlanReason` and `Binding`); `horizon_s` is the forecast
-    horizon that set `needed`, the count before scale-down hysteresis.
+    What a Kubernetes adapter or KEDA scales the model's Deployment to. `replica_set` names the
+    set it sizes (`seedance.events.replicas.replica_set`: ``<fleet>.<model>``, the key prefix of
+    its members in ``seedance-router-replicas``, on Kubernetes the Service labelled
+    ``seedance.io/model=<model>``), the one the fleet's gateways route to; the replicas the
+    autoscaler adds appear there once ready. `reason` and `binding` are small closed sets (the
+    planner's `PlanReason` and `Binding`); `horizon_s` is the forecast horizon that set
+    `needed`, the count before scale-down hysteresis.
     """
 
     model: Name
@@ -74,22 +81,8 @@ class ReplicaRecommendation(
     ttft_slo_s: float
     startup_s: float
     forecast_arrivals_per_s: float | None = None
+    #: ``<fleet>.<model>``; empty from a planner that predates it.
+    replica_set: str = ""
 
 
 RoutingEvent = ReplicaStats | RoutingWeights | RoutingDecision | ReplicaRecommendation
-
-
-class ReplicaRegistration(msgspec.Struct, frozen=True, kw_only=True):
-    """One inference replica serving one model, as a registrar writes it into the
-    ``seedance-router-replicas`` bucket under ``routing.replica_key(fleet, model, replica)``.
-
-    Not an event (no id, no time): a KV value, the current truth about one key. `ready` false
-    keeps the replica registered but out of traffic (an EndpointSlice endpoint not ready, a
-    replica draining); deleting the key removes it.
-    """
-
-    model: Name
-    replica: Name
-    #: ``host:port`` of the replica's OIP gRPC endpoint (Triton's 8001).
-    address: str
-    ready: bool = True

@@ -65,6 +65,9 @@ CALLS: dict[str, tuple[str, str]] = {
     "patch_tenant_quota_status": ("tenantquotas/status", "patch"),
     "list_priority_classes": ("priorityclasses", "list"),
     "watch_priority_classes": ("priorityclasses", "watch"),
+    # the router replicas' registrar (seedance.k8s_bridge.replica_sync)
+    "list_endpoint_slices": ("endpointslices", "list"),
+    "watch_endpoint_slices": ("endpointslices", "watch"),
 }
 #: Seedance's custom resources (cluster-scoped), as the CRDs in deploy/k8s/crds/ serve them.
 CUSTOM_GROUP, CUSTOM_VERSION = "seedance.io", "v1alpha1"
@@ -139,6 +142,7 @@ class KubeApi:
         self._coord = client.CoordinationV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._scheduling = client.SchedulingV1Api(api_client)
+        self._discovery = client.DiscoveryV1Api(api_client)
         self._timeout_s = request_timeout_s
 
     async def close(self) -> None:
@@ -298,6 +302,25 @@ class KubeApi:
     ) -> AsyncIterator[Json]:
         return self._stream(
             self._scheduling.list_priority_class,
+            resource_version=resource_version,
+            timeout_s=timeout_s,
+        )
+
+    # --- the replica registrar's: EndpointSlices of every namespace, by label -----------------
+
+    async def list_endpoint_slices(self, label_selector: str) -> Json:
+        return await _json(
+            self._discovery.list_endpoint_slice_for_all_namespaces(
+                label_selector=label_selector, **self._opts()
+            )
+        )
+
+    def watch_endpoint_slices(
+        self, label_selector: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Json]:
+        return self._stream(
+            self._discovery.list_endpoint_slice_for_all_namespaces,
+            label_selector=label_selector,
             resource_version=resource_version,
             timeout_s=timeout_s,
         )

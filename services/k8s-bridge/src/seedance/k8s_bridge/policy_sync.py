@@ -35,7 +35,7 @@ from prometheus_client import Counter
 
 from seedance.core import Bus, Clock
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, follow_keys
 from seedance.core.logs import get_logger
 from seedance.events.subjects import POLICY_BUCKET, QUOTA_USAGE_KEYS
 from seedance.k8s_bridge.core.policy import (
@@ -129,19 +129,14 @@ class PolicySync:
 
     async def _watch_usage(self) -> None:
         assert self._kv is not None
-        while True:
-            try:
-                watcher = await self._kv.watch(QUOTA_USAGE_KEYS)
-                try:
-                    async for entry in watcher:
-                        if entry is not None:
-                            self._usage_seen(entry.key, entry.value, deleted=bool(entry.operation))
-                finally:
-                    with contextlib.suppress(Exception):
-                        await watcher.stop()
-            except TRANSIENT_BUS_ERRORS as exc:
-                log.warning("policy_usage_watch_failed", error=repr(exc))
-            await self._clock.sleep(self._settings.backoff_max_s)
+        await follow_keys(
+            self._kv, QUOTA_USAGE_KEYS, self._usage_entry, self._clock,
+            retry_s=self._settings.backoff_max_s, what="policy_usage",
+        )  # fmt: skip
+
+    def _usage_entry(self, entry: KeyValue.Entry | None) -> None:
+        if entry is not None:
+            self._usage_seen(entry.key, entry.value, deleted=bool(entry.operation))
 
     def _usage_seen(self, key: str, value: bytes | None, *, deleted: bool) -> None:
         doc: Any = None

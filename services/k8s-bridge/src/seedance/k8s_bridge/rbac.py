@@ -43,6 +43,8 @@ RULES: dict[str, Rule] = {
         Rule("seedance.io", "slicingpolicies/status", ("patch",)),
         Rule("seedance.io", "tenantquotas/status", ("patch",)),
         Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch")),
+        # the router replicas: the slices of Services labelled seedance.io/model (by label)
+        Rule("discovery.k8s.io", "endpointslices", ("list", "watch")),
     )
 }
 

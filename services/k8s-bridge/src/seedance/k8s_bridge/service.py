@@ -23,7 +23,10 @@ are derived, so a repeat is a duplicate). Each submitted job is recorded in KV
 (``seedance-k8s-bridge-jobs``, before its submit goes out) until its end went out: a new leader
 ends the recorded jobs whose pods are gone, so a pod deleted while no bridge ran still ends its
 job. The outbox and those records are `seedance.k8s_bridge.outbox`'s; the metrics
-`seedance.k8s_bridge.metrics`'s (`BridgeMetrics` is re-exported here).
+`seedance.k8s_bridge.metrics`'s (`BridgeMetrics` is re-exported here). Beside it run the policy
+reconciler (`seedance.k8s_bridge.policy_sync`) and the router replicas' registrar
+(`seedance.k8s_bridge.replica_sync`: EndpointSlices into ``seedance-router-replicas``), which
+act only while this replica leads.
 
 Owns: leadership hand-over, the watch handlers, the action queue and its executor, the API
 writes (Bindings and their outcomes, status patches, Events, deletions) and the decisions
@@ -58,6 +61,7 @@ from seedance.k8s_bridge.leader import LeaseElector
 from seedance.k8s_bridge.metrics import BridgeMetrics
 from seedance.k8s_bridge.outbox import JobOutbox
 from seedance.k8s_bridge.policy_sync import PolicySync
+from seedance.k8s_bridge.replica_sync import ReplicaSync
 from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.k8s_bridge.watch import Informer
 
@@ -130,6 +134,13 @@ class BridgeService(Lifecycle):
                 api, clock, settings, runtime.registry,
                 set_bindings=self.set_bindings, leading=lambda: self.leading,
             )  # fmt: skip
+        #: The router replicas' registrar (None: ``discover_replicas`` off).
+        self.replicas: ReplicaSync | None = None
+        if settings.discover_replicas:
+            self.replicas = ReplicaSync(
+                api, clock, settings, runtime.registry,
+                leading=lambda: self.leading, on_restart=self._count_restart,
+            )  # fmt: skip
 
     def _informer(
         self, kind: str, lister: Any, watcher: Any, handler: Any, selector: str = ""
@@ -137,7 +148,7 @@ class BridgeService(Lifecycle):
         s = self._settings
         return Informer(
             kind, lister, watcher, handler, self._clock,
-            field_selector=selector, timeout_s=s.watch_timeout_s,
+            selector=selector, timeout_s=s.watch_timeout_s,
             backoff_initial_s=s.backoff_initial_s, backoff_max_s=s.backoff_max_s,
             on_restart=self._count_restart,
         )  # fmt: skip
@@ -168,6 +179,8 @@ class BridgeService(Lifecycle):
         await self._outbox.start()
         if self.policy is not None:
             await self.policy.start(self._rt.bus)
+        if self.replicas is not None:
+            await self.replicas.start(self._rt.bus)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -178,6 +191,8 @@ class BridgeService(Lifecycle):
             leading = tg.create_task(self._lead())
             if self.policy is not None:
                 watches.append(tg.create_task(self.policy.run()))
+            if self.replicas is not None:
+                watches.append(tg.create_task(self.replicas.run()))
             await runtime_task
             self._stopping.set()
             await leading
@@ -254,6 +269,8 @@ class BridgeService(Lifecycle):
         self.metrics.leader.set(1)
         if self.policy is not None:
             self.policy.kick()  # the leader writes the quota document and the CRs' statuses
+        if self.replicas is not None:
+            self.replicas.kick()  # and the router replicas the EndpointSlices register
         log.info(
             "bridge_leading",
             holder=self.identity,

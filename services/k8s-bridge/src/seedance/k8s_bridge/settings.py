@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import msgspec
 
+from seedance.events.replicas import DEFAULT_FLEET
 from seedance.events.subjects import QUOTA_POLICY_KEY
+from seedance.events.tokens import check_token
 from seedance.k8s_bridge.core.keys import DEFAULT_SCHEDULER_NAME
 
 __all__ = ["BridgeSettings"]
@@ -51,6 +53,13 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     policy_key: str = QUOTA_POLICY_KEY
     #: Changes (CRs, PriorityClasses, the slicers' usage) within this long reconcile once.
     policy_debounce_s: float = 0.1
+    #: Register the router's inference replicas from EndpointSlices labelled
+    #: ``seedance.io/model`` into the ``seedance-router-replicas`` bucket (leader only).
+    discover_replicas: bool = True
+    #: The slice port that is a replica's OIP gRPC endpoint.
+    replica_port_name: str = "grpc"
+    #: The router fleet of a Service without the ``seedance.io/router-fleet`` label.
+    router_fleet: str = DEFAULT_FLEET
 
     def __post_init__(self) -> None:
         if not 0 < self.lease_renew_s < self.lease_duration_s * 2 / 3:
@@ -58,5 +67,6 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
                 f"SEEDANCE_K8S_BRIDGE_LEASE_RENEW_S={self.lease_renew_s} must be above 0 and "
                 f"below 2/3 of SEEDANCE_K8S_BRIDGE_LEASE_DURATION_S={self.lease_duration_s}"
             )
+        check_token("SEEDANCE_K8S_BRIDGE_ROUTER_FLEET", self.router_fleet)
         if self.batch < 1 or self.api_concurrency < 1:
             raise ValueError("SEEDANCE_K8S_BRIDGE_BATCH and _API_CONCURRENCY must be at least 1")

@@ -43,7 +43,10 @@ def _key(obj: Json) -> str:
 
 
 class Informer:
-    """List + watch one resource into a cache, calling ``handler`` for every change."""
+    """List + watch one resource into a cache, calling ``handler`` for every change.
+
+    ``selector`` is handed to the lister and the watcher as it is: a field selector for pods
+    (``spec.schedulerName=...``), a label selector for EndpointSlices; its meaning is theirs."""
 
     def __init__(
         self,
@@ -53,7 +56,7 @@ class Informer:
         handler: Handler,
         clock: Clock,
         *,
-        field_selector: str = "",
+        selector: str = "",
         timeout_s: int = 300,
         backoff_initial_s: float = 0.2,
         backoff_max_s: float = 10.0,
@@ -64,7 +67,7 @@ class Informer:
         self._watch = watcher
         self._handler = handler
         self._clock = clock
-        self._selector = field_selector
+        self._selector = selector
         self._timeout_s = timeout_s
         self._backoff = (backoff_initial_s, backoff_max_s)
         self._on_restart = on_restart or (lambda kind, cause: None)

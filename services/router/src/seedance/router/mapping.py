@@ -197,6 +197,7 @@ def recommendation_event(
     rec: Recommendation,
     *,
     model: str,
+    replica_set: str,
     current: int,
     cfg: PlannerConfig,
     loads: Sequence[LoadForecast],
@@ -205,7 +206,8 @@ def recommendation_event(
     """One planner decision as published (what an autoscaler scales to).
 
     Carried: ``replicas``, ``needed``, ``reason`` and ``binding`` (their closed-set values),
-    ``horizon_s``; ``current`` (the count before this decision); from the planner's settings
+    ``horizon_s``; ``replica_set`` (the gateway's, ``seedance.events.replicas.replica_set``);
+    ``current`` (the count before this decision); from the planner's settings
     ``ttft_slo_s`` and ``startup_s``; the largest forecast arrival rate of ``loads`` (the load
     the decision covers) as ``forecast_arrivals_per_s``.
     Refused: the rest of each `LoadForecast` (prompt-size moments and quantiles, KV tokens: the
@@ -224,4 +226,5 @@ def recommendation_event(
         ttft_slo_s=cfg.ttft_slo_s,
         startup_s=cfg.startup_s,
         forecast_arrivals_per_s=max((load.arrivals_per_s for load in loads), default=None),
+        replica_set=replica_set,
     )

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightgbm as lgb
-import msgspec
 import numpy as np
 from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
@@ -38,7 +37,7 @@ from prometheus_client import Counter, Gauge
 from seedance.core import TRANSIENT_BUS_ERRORS, Clock, Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.events import Event
+from seedance.events import Event, replicas
 from seedance.events.routing import ReplicaRecommendation, ReplicaRegistration
 from seedance.events.subjects import routing
 from seedance.router.core.forecast import RetrainPolicy, train_forecast_model
@@ -344,7 +343,13 @@ class RouterService(Lifecycle):
             self.metrics.recommended_replicas.labels(model).set(rec.replicas)
             self.metrics.recommendations.labels(model, rec.reason.value).inc()
             event = recommendation_event(
-                rec, model=model, current=current, cfg=cfg, loads=loads, at=self._clock.now()
+                rec,
+                replica_set=replicas.replica_set(self._settings.fleet, model),
+                model=model,
+                current=current,
+                cfg=cfg,
+                loads=loads,
+                at=self._clock.now(),
             )
             out.append(event)
             events.append((routing.subject(model, "replicas"), event))
@@ -482,17 +487,10 @@ class RouterService(Lifecycle):
             self.registrations.pop(key, None)
             return
         try:
-            reg = msgspec.json.decode(value, type=ReplicaRegistration)
-        except msgspec.DecodeError as exc:  # malformed JSON or a wrong field (ValidationError)
-            log.warning("replica_registration_unreadable", key=key, error=str(exc))
+            self.registrations[key] = replicas.decode(self._settings.fleet, key, value)
+        except replicas.RegistrationError as exc:  # unreadable, or under another's key
+            log.warning("replica_registration_refused", key=key, error=str(exc))
             self.registrations.pop(key, None)
-            return
-        expected = routing.replica_key(self._settings.fleet, reg.model, reg.replica)
-        if key != expected:
-            log.warning("replica_registration_misfiled", key=key, expected=expected)
-            self.registrations.pop(key, None)
-            return
-        self.registrations[key] = reg
 
     def _registered_ready(self) -> bool:
         return any(r.ready for r in self.registrations.values())

@@ -132,6 +132,8 @@ BUILTIN: tuple[ResourceType, ...] = (
     _rt("apps", "v1", "daemonsets", "DaemonSet", short=("ds",), sub=("status",), categories=ALL),
     _rt("apps", "v1", "replicasets", "ReplicaSet", short=("rs",), sub=("status",), categories=ALL),
     _rt("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",)),
+    # What an EndpointSlice controller would write; here tests (and seed.endpoint_slice) do.
+    _rt("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
     _rt("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     _rt("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     _rt("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from seedance.testing.kube_api.server import KubeApiServer
 
-__all__ = ["create", "namespace", "node", "pod", "set_status"]
+__all__ = ["create", "endpoint_slice", "namespace", "node", "pod", "set_status"]
 
 
 def create(
@@ -94,6 +94,37 @@ def pod(
         "spec": {"schedulerName": scheduler_name, "containers": [container], **(extra_spec or {})},
     }
     return create(api, "", "v1", "pods", obj, namespace)
+
+
+def endpoint_slice(
+    api: KubeApiServer,
+    namespace: str,
+    name: str,
+    *,
+    service: str,
+    endpoints: list[dict[str, Any]],
+    ports: list[dict[str, Any]],
+    labels: dict[str, str] | None = None,
+    address_type: str = "IPv4",
+) -> dict[str, Any]:
+    """An EndpointSlice as the EndpointSlice controller writes one for ``service``: its labels
+    are the Service's (``labels``) plus ``kubernetes.io/service-name`` and the controller's
+    ``endpointslice.kubernetes.io/managed-by`` (this server runs no such controller)."""
+    obj = {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                **(labels or {}),
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+        },
+        "addressType": address_type,
+        "endpoints": endpoints,
+        "ports": ports,
+    }
+    return create(api, "discovery.k8s.io", "v1", "endpointslices", obj, namespace)
 
 
 def set_status(
