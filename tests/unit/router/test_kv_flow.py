@@ -13,7 +13,7 @@ from seedance.router.core.forecast import (
     KvFlowParams,
     RequestLog,
     ServerCounts,
-    choose_kv_flow_params,
+    choose_change_weight,
     expected_kv_change_tokens,
     fit_kv_flow_params,
     forecast_kv_mib,
@@ -198,22 +198,26 @@ def test_before_a_batch_has_finished_the_forecast_is_the_last_value() -> None:
     assert forecast_kv_mib(obs, PARAMS, kv_now_mib=123.0, horizon_s=30.0) == 123.0
 
 
-def test_the_choice_reads_the_training_span_only() -> None:
+def test_the_weight_is_chosen_on_the_training_span_and_can_be_the_last_value() -> None:
     log = _server(8)
     rows = np.arange(1.0, 150.0)
     kv_now = _kv_mib(log, rows, reserves=True)
-    counts = [_counts(log, x) for x in rows]
-    chosen = choose_kv_flow_params(
-        log, rows, kv_now, base=PARAMS, horizon_s=5.0, until_s=80.0, counts=counts
+    change = MIB_PER_TOKEN * np.array(
+        [
+            expected_kv_change_tokens(
+                log.observable_at(x), PARAMS, horizon_s=5.0, counts=_counts(log, x)
+            )
+            for x in rows
+        ]
     )
-    assert chosen is not None  # the model is right about this server: it is chosen
-    later = _perturb_the_unobservable(log, 80.0, 8)
-    kv_later = kv_now.copy()
-    kv_later[rows > 80.0] = 0.0
-    again = choose_kv_flow_params(
-        later, rows, kv_later, base=PARAMS, horizon_s=5.0, until_s=80.0, counts=counts
-    )
-    assert again == chosen
+    w = choose_change_weight(rows, kv_now, change, horizon_s=5.0, until_s=80.0)
+    assert w > 0.0  # the model is right about this server: its change is taken
+    later_kv, later_change = kv_now.copy(), change.copy()
+    later_kv[rows > 80.0] = 0.0  # targets past the span
+    later_change[rows > 75.0] *= -1.0  # rows whose target lies past the span
+    assert choose_change_weight(rows, later_kv, later_change, horizon_s=5.0, until_s=80.0) == w
+    # A model wrong about the direction is not taken: the last value.
+    assert choose_change_weight(rows, kv_now, -change, horizon_s=5.0, until_s=80.0) == 0.0
 
 
 def test_bad_input_names_the_field() -> None:

@@ -16,8 +16,8 @@ arrivals are dropped from the log and the queue behind reaches the model as a co
 The model (`seedance.router.core.forecast.kv_flow`): kv(t + H) = kv(t) + w · the expected change
 of KV held by a FIFO server with a capped batch (running requests' survival from a Kaplan–Meier
 curve of output lengths per prompt class, the queue head admitted into the freed slots);
-the cap, the KV mode and the MiB per token are fitted, the prompt classes and w (or the last
-value) chosen per horizon, on the first `train_frac` of the recording only. Split in time:
+the cap, the KV mode and the MiB per token are fitted, and w (0 = the last value) chosen per
+horizon, on the first `train_frac` of the recording only. Split in time:
 scored on the rest, from the first t whose target lies past the training span. References (not
 the model): the online ridge head of `kv_occupancy` and the forecaster's LightGBM KV heads
 (`train_forecast_model`, trained once on the training span). Baselines on the same t: last value
@@ -39,17 +39,16 @@ import numpy as np
 from seedance.router.core.forecast import (
     ArrivalHistory,
     ForecastTarget,
-    KvFlowParams,
     RequestLog,
     ServerCounts,
     TelemetrySample,
     TrainParams,
     arrival_rate_window_s,
     build_feature_rows,
-    choose_kv_flow_params,
+    choose_change_weight,
     choose_kv_forecaster,
+    expected_kv_change_tokens,
     fit_kv_flow_params,
-    forecast_kv_mib,
     kv_change_features,
     replay_kv_forecaster,
     train_forecast_model,
@@ -209,42 +208,29 @@ def flow_forecasts(
     row_t: np.ndarray,
     kv_now: np.ndarray,
     until_s: float,
-) -> tuple[dict[int, np.ndarray], dict[int, KvFlowParams | None]]:
-    """The flow head's forecasts per horizon at every row, its choices made on the training span."""
-    base = fit_kv_flow_params(log_, rec.t_s, rec.kv_cache_mib, until_s=until_s)
+) -> dict[int, np.ndarray]:
+    """The flow head's forecasts per horizon at every row (each from the view at its t); the
+    server's parameters and the change's weight come from the training span."""
+    params = fit_kv_flow_params(log_, rec.t_s, rec.kv_cache_mib, until_s=until_s)
     log(
-        f"flow model, fitted on the training span: max_batch={base.max_batch} "
-        f"reserves_output={base.reserves_output} mib_per_token={base.mib_per_token:.5f}"
+        f"flow model, fitted on the training span: max_batch={params.max_batch} "
+        f"reserves_output={params.reserves_output} mib_per_token={params.mib_per_token:.5f}"
     )
     preds: dict[int, np.ndarray] = {}
-    chosen: dict[int, KvFlowParams | None] = {}
     for h in HORIZONS_S:
         counts = server_counts(rec, row_t, float(h))
-        p = choose_kv_flow_params(
-            log_, row_t, kv_now, base=base, horizon_s=float(h), until_s=until_s, counts=counts
-        )
-        chosen[h] = p
-        if p is None:
-            log(f"H={h}s: flow head chose the last value on the training span")
-            preds[h] = kv_now.copy()
-            continue
-        log(
-            f"H={h}s: chosen on the training span: prompt_classes={p.prompt_classes} "
-            f"change_weight={p.change_weight}"
-        )
-        preds[h] = np.array(
+        change = params.mib_per_token * np.array(
             [
-                forecast_kv_mib(
-                    log_.observable_at(float(at)),
-                    p,
-                    kv_now_mib=float(kv_now[i]),
-                    horizon_s=float(h),
-                    counts=counts[i],
+                expected_kv_change_tokens(
+                    log_.observable_at(float(at)), params, horizon_s=float(h), counts=counts[i]
                 )
                 for i, at in enumerate(row_t)
             ]
         )
-    return preds, chosen
+        w = choose_change_weight(row_t, kv_now, change, horizon_s=float(h), until_s=until_s)
+        log(f"H={h}s: change weight chosen on the training span: {w} (0 = the last value)")
+        preds[h] = np.maximum(kv_now + w * change, 0.0)
+    return preds
 
 
 def ridge_forecasts(
@@ -342,7 +328,7 @@ def main() -> None:
     row_t = origin_s + np.arange(1, n_bins + 1, dtype=float)
     kv_now = value_at(t, kv, row_t)
 
-    flow, _ = flow_forecasts(log_, rec, row_t, kv_now, float(until_s))
+    flow = flow_forecasts(log_, rec, row_t, kv_now, float(until_s))
     ridge = ridge_forecasts(log_, row_t, kv_now, float(until_s))
     lgbm_id, lgbm_mib = lgbm_forecasts(arrivals_of(log_), samples, origin_s, until_s, n_bins)
 
