@@ -49,6 +49,7 @@ from seedance.router.core.forecast import (
     choose_kv_forecaster,
     expected_kv_change_tokens,
     fit_kv_flow_params,
+    fit_kv_modes,
     kv_change_features,
     replay_kv_forecaster,
     train_forecast_model,
@@ -211,6 +212,11 @@ def flow_forecasts(
 ) -> dict[int, np.ndarray]:
     """The flow head's forecasts per horizon at every row (each from the view at its t); the
     server's parameters and the change's weight come from the training span."""
+    for fit in fit_kv_modes(log_, rec.t_s, rec.kv_cache_mib, until_s=until_s)[0]:
+        log(
+            f"KV mode reserves_output={fit.reserves_output}: {fit.mib_per_token:.5f} MiB/token, "
+            f"mean |error| {fit.mean_abs_error_mib:.1f} MiB on the training span"
+        )
     params = fit_kv_flow_params(log_, rec.t_s, rec.kv_cache_mib, until_s=until_s)
     log(
         f"flow model, fitted on the training span: max_batch={params.max_batch} "

@@ -14,11 +14,13 @@ from seedance.router.core.forecast.features import (
 )
 from seedance.router.core.forecast.kv_flow import (
     KvFlowParams,
+    KvModeFit,
     ServerCounts,
     arrival_rate_window_s,
     choose_change_weight,
     expected_kv_change_tokens,
     fit_kv_flow_params,
+    fit_kv_modes,
     forecast_kv_mib,
     output_survival,
 )
@@ -62,6 +64,7 @@ __all__ = [
     "ForecastTarget",
     "KvFlowParams",
     "KvForecasterConfig",
+    "KvModeFit",
     "ModelForecast",
     "ModelVersion",
     "ObservedRequests",
@@ -82,6 +85,7 @@ __all__ = [
     "decode_step_s",
     "expected_kv_change_tokens",
     "fit_kv_flow_params",
+    "fit_kv_modes",
     "forecast_kv_mib",
     "kv_change_features",
     "output_survival",

@@ -37,11 +37,13 @@ from seedance.router.core.forecast.kv_occupancy import ObservedRequests, Request
 
 __all__ = [
     "KvFlowParams",
+    "KvModeFit",
     "ServerCounts",
     "arrival_rate_window_s",
     "choose_change_weight",
     "expected_kv_change_tokens",
     "fit_kv_flow_params",
+    "fit_kv_modes",
     "forecast_kv_mib",
     "has_seen_a_batch",
     "output_survival",
@@ -376,16 +378,23 @@ def _held_tokens(log: RequestLog, at_s: np.ndarray, *, reserves_output: bool) ->
     return out
 
 
-def fit_kv_flow_params(
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvModeFit:
+    """How well one KV mode reproduces the samples: least-squares MiB per token, mean |error|."""
+
+    reserves_output: bool
+    mib_per_token: float
+    mean_abs_error_mib: float
+
+
+def fit_kv_modes(
     log: RequestLog, sample_s: np.ndarray, kv_mib: np.ndarray, *, until_s: float
-) -> KvFlowParams:
-    """Cap, reservation mode and MiB per token from the span up to ``until_s`` only.
+) -> tuple[list[KvModeFit], int]:
+    """Both KV modes fitted on the span up to ``until_s``, and the most requests seen running.
 
     Uses the requests finished by ``until_s`` and the KV samples taken before the first
     admission of a request not finished by then (so every request held at a sample is known).
-    The mode is the one whose held tokens, scaled by a least-squares MiB per token, match the
-    samples better (the scale is the server's bytes per token: 2 × layers × KV heads × head size
-    × dtype size). The cap is the most requests seen running at once.
+    The scale is the server's bytes per token (2 × layers × KV heads × head size × dtype size).
     """
     done = log.finish_s <= until_s
     past = RequestLog(
@@ -401,15 +410,29 @@ def fit_kv_flow_params(
     keep = (sample_s <= min(until_s, complete_until)) & np.isfinite(kv_mib)
     at, kv = sample_s[keep], kv_mib[keep]
     if at.size < 10:
-        raise ValueError(f"fit_kv_flow_params: {at.size} complete KV samples before {until_s} s")
+        raise ValueError(f"fit_kv_modes: {at.size} complete KV samples before {until_s} s")
     fits = []
     for reserves in (True, False):
         held = _held_tokens(past, at, reserves_output=reserves)
         scale = float(held @ kv / max(float(held @ held), 1e-12))
-        fits.append((float(np.abs(kv - scale * held).mean()), reserves, scale))
-    _, reserves, scale = min(fits)
+        err = float(np.abs(kv - scale * held).mean())
+        fits.append(
+            KvModeFit(reserves_output=reserves, mib_per_token=scale, mean_abs_error_mib=err)
+        )
     running = [int(((past.admit_s <= x) & (past.finish_s > x)).sum()) for x in at]
-    return KvFlowParams(max_batch=max(running), reserves_output=reserves, mib_per_token=scale)
+    return fits, max(running)
+
+
+def fit_kv_flow_params(
+    log: RequestLog, sample_s: np.ndarray, kv_mib: np.ndarray, *, until_s: float
+) -> KvFlowParams:
+    """Cap, KV mode and MiB per token from the span up to ``until_s`` only (``fit_kv_modes``):
+    the mode that reproduces the samples better, the cap the most requests seen running."""
+    fits, max_batch = fit_kv_modes(log, sample_s, kv_mib, until_s=until_s)
+    best = min(fits, key=lambda f: f.mean_abs_error_mib)
+    return KvFlowParams(
+        max_batch=max_batch, reserves_output=best.reserves_output, mib_per_token=best.mib_per_token
+    )
 
 
 def choose_change_weight(
