@@ -7,7 +7,7 @@ bench-autoscale: install  ## GPU-hours at equal TTFT SLO: predictive planner vs 
 	nice $(PY) -m tools.bench.bench_autoscale $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))
 
 .PHONY: bench-kv-forecast
-bench-kv-forecast: install  ## KV-occupancy forecast (online head on the request log, clocks aligned; LightGBM heads as reference) vs last value / moving averages on real H200 telemetry
+bench-kv-forecast: install  ## KV-occupancy forecast (flow model of the server on the request log, clocks aligned; ridge and LightGBM heads as reference) vs last value / moving averages on real H200 telemetry
 	OMP_NUM_THREADS=1 nice $(PY) -m tools.bench.bench_kv_forecast \
 	  $(or $(TELEMETRY),$(KV_TELEMETRY_DIR)/h200_conv_x6_telemetry.csv) \
 	  $(or $(REQUESTS),$(KV_TELEMETRY_DIR)/h200_conv_x6_requests.csv)

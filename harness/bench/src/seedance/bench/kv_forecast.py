@@ -1,23 +1,29 @@
-"""KV-occupancy forecast on real serving telemetry: the router's online KV head vs baselines.
+"""KV-occupancy forecast on real serving telemetry: the router's flow-model KV head vs baselines.
 
 Usage: bench_kv_forecast.py TELEMETRY_CSV REQUESTS_CSV [--train-frac 0.6]
 (the h200-llm-telemetry recording's two files; see its README for the columns).
 
 Protocol. Target: the KV cache in use (`kv_cache_mib`) at t + H, H = 5 s and 30 s, forecast at the
 end of every one-second bin t. Inputs are strictly what was observable at t: telemetry samples
-stamped <= t, and the request log as `RequestLog.observable_at(t)` shows it (arrivals up to t with
-their prompt sizes; admissions, first tokens and finishes up to t; generated tokens only of
-requests finished by t), on the telemetry's clock: the requests file's times are shifted by the
-offset that matches the telemetry's completion counter on the training span (1.00 s on the
-shared recording; see `clock_offset_s`). The model (`seedance.router.core.forecast.kv_occupancy`):
-kv(t + H) = kv(t) + β · Δ, Δ = the change of tokens in flight (prompt + decoded so far) over the
-last second, β an online ridge fit on the rows whose target had been observed by t; its
-forgetting and ridge weight, or no correction at all, are chosen per horizon on the first
-`train_frac` of the recording only. Split in time: scored on the rest, from the first t whose
-target lies past the training span. Reference (not the model): the forecaster's LightGBM KV
-heads (`train_forecast_model`, trained once on the training span). Baselines on the same t: last
-value and the 10 s and 30 s trailing means of the samples. WAPE = sum |error| / sum actual.
-ratio = the larger of the two horizons' model WAPE / best-baseline WAPE. Last line key=value.
+stamped <= t (KV in use, the server's running / queued gauges and arrival counter), and the
+request log as `RequestLog.observable_at(t)` shows it (arrivals up to t with their prompt sizes;
+admissions, first tokens and finishes up to t; generated tokens only of requests finished by t),
+on the telemetry's clock: the requests file's times are shifted by the offset that matches the
+telemetry's completion counter on the training span (1.00 s on the shared recording; see
+`clock_offset_s`). The requests file lists only requests that finished within the recording, so
+from the first time it lists fewer arrivals than the server counted (`listed_until_s`) later
+arrivals are dropped from the log and the queue behind reaches the model as a count only.
+The model (`seedance.router.core.forecast.kv_flow`): kv(t + H) = kv(t) + w · the expected change
+of KV held by a FIFO server with a capped batch (running requests' survival from a Kaplan–Meier
+curve of output lengths per prompt class, the queue head admitted into the freed slots);
+the cap, the KV mode and the MiB per token are fitted, and w (0 = the last value) chosen per
+horizon, on the first `train_frac` of the recording only. Split in time:
+scored on the rest, from the first t whose target lies past the training span. References (not
+the model): the online ridge head of `kv_occupancy` and the forecaster's LightGBM KV heads
+(`train_forecast_model`, trained once on the training span). Baselines on the same t: last value
+and the 10 s and 30 s trailing means of the samples. WAPE = sum |error| / sum actual. ratio =
+the larger of the two horizons' model WAPE / best-baseline WAPE; also per phase (rows where the
+server had a queue at t, a saturated plateau, and rows where it had none). Last line key=value.
 """
 
 from __future__ import annotations
@@ -34,10 +40,16 @@ from seedance.router.core.forecast import (
     ArrivalHistory,
     ForecastTarget,
     RequestLog,
+    ServerCounts,
     TelemetrySample,
     TrainParams,
+    arrival_rate_window_s,
     build_feature_rows,
+    choose_change_weight,
     choose_kv_forecaster,
+    expected_kv_change_tokens,
+    fit_kv_flow_params,
+    fit_kv_modes,
     kv_change_features,
     replay_kv_forecaster,
     train_forecast_model,
@@ -83,6 +95,49 @@ def arrivals_of(log_: RequestLog) -> ArrivalHistory:
 
 def read_done_total(path: Path) -> np.ndarray:
     return h200.read_telemetry(path).done_total
+
+
+def listed_until_s(log_: RequestLog, t: np.ndarray, arrived_total: np.ndarray) -> float:
+    """The last time up to which the requests file lists every arrival the server counted.
+
+    The recording's requests file keeps only requests that finished within it: a request still
+    running or queued at its end is missing. Past this time, a view of the file would show a
+    queue thinned by the future (exactly the requests that finish in time), so the bench drops
+    later arrivals from the log and the queue behind them reaches the model as the server's
+    count only (``ServerCounts.queued``). The server's counter lags the stamps by up to a
+    sample; a gap of more than 3 requests marks the end.
+    """
+    listed = np.searchsorted(log_.arrival_s, t, side="right")
+    short = np.flatnonzero(arrived_total - listed > 3)
+    return float(t[short[0]]) if short.size else float("inf")
+
+
+def listed_only(log_: RequestLog, until_s: float) -> RequestLog:
+    keep = log_.arrival_s <= until_s
+    return RequestLog(
+        arrival_s=log_.arrival_s[keep],
+        context_tokens=log_.context_tokens[keep],
+        admit_s=log_.admit_s[keep],
+        first_token_s=log_.first_token_s[keep],
+        finish_s=log_.finish_s[keep],
+        generated_tokens=log_.generated_tokens[keep],
+    )
+
+
+def server_counts(
+    rec: h200.H200Telemetry, at_s: np.ndarray, horizon_s: float
+) -> list[ServerCounts]:
+    """The server's gauges at each t (samples stamped <= t): running, queued, and the arrival
+    rate over the window the flow model uses for this horizon (its counter, not the log)."""
+    window_s = arrival_rate_window_s(horizon_s)
+    arrived = value_at(rec.t_s, rec.arrived_total, at_s)
+    before = value_at(rec.t_s, rec.arrived_total, at_s - window_s)
+    running = value_at(rec.t_s, rec.active_reqs, at_s)
+    queued = value_at(rec.t_s, rec.queued_reqs, at_s)
+    return [
+        ServerCounts(running=int(r), queued=int(q), arrivals_per_s=float(a - b) / window_s)
+        for r, q, a, b in zip(running, queued, arrived, before, strict=True)
+    ]
 
 
 def clock_offset_s(
@@ -148,23 +203,62 @@ def wape(pred: np.ndarray, actual: np.ndarray) -> float:
     return float(np.abs(pred - actual).sum() / max(float(np.abs(actual).sum()), 1e-9))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("telemetry", type=Path)
-    ap.add_argument("requests", type=Path)
-    ap.add_argument("--train-frac", type=float, default=0.6)
-    args = ap.parse_args()
+def flow_forecasts(
+    log_: RequestLog,
+    rec: h200.H200Telemetry,
+    row_t: np.ndarray,
+    kv_now: np.ndarray,
+    until_s: float,
+) -> dict[int, np.ndarray]:
+    """The flow head's forecasts per horizon at every row (each from the view at its t); the
+    server's parameters and the change's weight come from the training span."""
+    for fit in fit_kv_modes(log_, rec.t_s, rec.kv_cache_mib, until_s=until_s)[0]:
+        log(
+            f"KV mode reserves_output={fit.reserves_output}: {fit.mib_per_token:.5f} MiB/token, "
+            f"mean |error| {fit.mean_abs_error_mib:.1f} MiB on the training span"
+        )
+    params = fit_kv_flow_params(log_, rec.t_s, rec.kv_cache_mib, until_s=until_s)
+    log(
+        f"flow model, fitted on the training span: max_batch={params.max_batch} "
+        f"reserves_output={params.reserves_output} mib_per_token={params.mib_per_token:.5f}"
+    )
+    preds: dict[int, np.ndarray] = {}
+    for h in HORIZONS_S:
+        counts = server_counts(rec, row_t, float(h))
+        change = params.mib_per_token * np.array(
+            [
+                expected_kv_change_tokens(
+                    log_.observable_at(float(at)), params, horizon_s=float(h), counts=counts[i]
+                )
+                for i, at in enumerate(row_t)
+            ]
+        )
+        w = choose_change_weight(row_t, kv_now, change, horizon_s=float(h), until_s=until_s)
+        log(f"H={h}s: change weight chosen on the training span: {w} (0 = the last value)")
+        preds[h] = np.maximum(kv_now + w * change, 0.0)
+    return preds
 
-    t, kv, samples = read_telemetry(args.telemetry)
-    origin_s = math.floor(t[0])
-    end_s = float(t[-1])
-    until_s = origin_s + math.floor(args.train_frac * (end_s - origin_s))
-    log(f"recording {end_s - origin_s:.0f} s, {len(samples)} samples; train until {until_s} s")
-    raw_log = read_log(args.requests)
-    offset_s = clock_offset_s(raw_log, t, read_done_total(args.telemetry), until_s)
-    log(f"requests file clock + {offset_s:.2f} s = telemetry clock (from done_total)")
-    log_ = shifted(raw_log, offset_s)
-    arrivals = arrivals_of(log_)
+
+def ridge_forecasts(
+    log_: RequestLog, row_t: np.ndarray, kv_now: np.ndarray, until_s: float
+) -> dict[int, np.ndarray]:
+    """Reference: the online ridge head on the change of tokens in flight (``kv_occupancy``)."""
+    x = np.array([kv_change_features(log_, float(at)) for at in row_t])
+    out = {}
+    for h in HORIZONS_S:
+        cfg = choose_kv_forecaster(row_t, x, kv_now, horizon_s=float(h), until_s=until_s)
+        out[h] = replay_kv_forecaster(cfg, row_t, x, kv_now)
+    return out
+
+
+def lgbm_forecasts(
+    arrivals: ArrivalHistory,
+    samples: list[TelemetrySample],
+    origin_s: int,
+    until_s: float,
+    n_bins: int,
+) -> tuple[str, np.ndarray]:
+    """Reference: the forecaster's LightGBM KV heads, trained once on the training span (MiB)."""
     model = train_forecast_model(
         arrivals,
         samples,
@@ -174,46 +268,104 @@ def main() -> None:
         until_s=until_s,
         params=PARAMS,
     )
-    n_bins = math.floor(end_s - origin_s)
     rows, _, _ = build_feature_rows(arrivals, samples, origin_s=origin_s, n_bins=n_bins)
-    lgbm_frac = model.predict_rows(rows)  # (rows, horizons): KV fraction at t + H
-    row_t = origin_s + np.arange(1, n_bins + 1, dtype=float)
+    return model.version.model_id, model.predict_rows(rows) * H200_MEM_MIB
 
-    # The online head: one feature row per t, each from the log as seen at that row's t.
-    x = np.array([kv_change_features(log_, float(at)) for at in row_t])
-    kv_now = value_at(t, kv, row_t)
-    configs = {
-        h: choose_kv_forecaster(row_t, x, kv_now, horizon_s=float(h), until_s=float(until_s))
-        for h in HORIZONS_S
+
+def best_baseline(
+    t: np.ndarray, kv: np.ndarray, at: np.ndarray, actual: np.ndarray
+) -> dict[str, float]:
+    return {
+        "last": wape(value_at(t, kv, at), actual),
+        "ma10s": wape(trailing_mean(t, kv, at, 10.0), actual),
+        "ma30s": wape(trailing_mean(t, kv, at, 30.0), actual),
     }
-    for h, cfg in configs.items():
-        log(f"H={h}s: chosen on the training span: half_life_s={cfg.half_life_s} ridge={cfg.ridge}")
+
+
+def print_by_phase(
+    t: np.ndarray,
+    kv: np.ndarray,
+    row_t: np.ndarray,
+    preds: dict[int, np.ndarray],
+    queued: np.ndarray,
+    spans: dict[str, dict[int, np.ndarray]],
+) -> None:
+    """Model / best baseline on rows where the server had a queue at t (a saturated plateau) and
+    where it had none (ramp, drain), per span."""
+    print(
+        f"{'span':>6}{'phase':>10}{'horizon':>8}{'n':>6}{'model':>9}{'best_base':>10}{'ratio':>8}"
+    )
+    for span, in_span in spans.items():
+        for h in HORIZONS_S:
+            for phase, mask in (("plateau", queued > 0), ("other", queued <= 0)):
+                keep = in_span[h] & mask
+                if not bool(keep.any()):
+                    print(f"{span:>6}{phase:>10}{h:>7}s{0:>6}{'-':>9}{'-':>10}{'-':>8}")
+                    continue
+                at = row_t[keep]
+                actual = value_at(t, kv, at + h)
+                m = wape(preds[h][keep], actual)
+                b = min(best_baseline(t, kv, at, actual).values())
+                n = int(keep.sum())
+                print(f"{span:>6}{phase:>10}{h:>7}s{n:>6}{m:>9.4f}{b:>10.4f}{m / b:>8.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("telemetry", type=Path)
+    ap.add_argument("requests", type=Path)
+    ap.add_argument("--train-frac", type=float, default=0.6)
+    args = ap.parse_args()
+
+    rec = h200.read_telemetry(args.telemetry)
+    t, kv, samples = read_telemetry(args.telemetry)
+    origin_s = math.floor(t[0])
+    end_s = float(t[-1])
+    until_s = origin_s + math.floor(args.train_frac * (end_s - origin_s))
+    log(f"recording {end_s - origin_s:.0f} s, {len(samples)} samples; train until {until_s} s")
+    raw_log = read_log(args.requests)
+    offset_s = clock_offset_s(raw_log, t, rec.done_total, until_s)
+    log(f"requests file clock + {offset_s:.2f} s = telemetry clock (from done_total)")
+    full_log = shifted(raw_log, offset_s)
+    listed_s = listed_until_s(full_log, t, rec.arrived_total)
+    log(f"requests file lists every arrival up to {listed_s:.1f} s (later ones: counts only)")
+    log_ = listed_only(full_log, listed_s)
+    n_bins = math.floor(end_s - origin_s)
+    row_t = origin_s + np.arange(1, n_bins + 1, dtype=float)
+    kv_now = value_at(t, kv, row_t)
+
+    flow = flow_forecasts(log_, rec, row_t, kv_now, float(until_s))
+    ridge = ridge_forecasts(log_, row_t, kv_now, float(until_s))
+    lgbm_id, lgbm_mib = lgbm_forecasts(arrivals_of(log_), samples, origin_s, until_s, n_bins)
 
     print(
         f"telemetry={args.telemetry.name} requests={args.requests.name} "
-        f"train_s=[{origin_s},{until_s}) rows={n_bins} lgbm={model.version.model_id}"
+        f"train_s=[{origin_s},{until_s}) rows={n_bins} lgbm={lgbm_id}"
     )
-    print(f"{'horizon':>8}{'test_n':>8}{'model':>9}{'last':>9}{'ma10s':>9}{'ma30s':>9}{'lgbm':>9}")
+    print(
+        f"{'horizon':>8}{'test_n':>8}{'model':>9}{'last':>9}{'ma10s':>9}{'ma30s':>9}"
+        f"{'ridge':>9}{'lgbm':>9}"
+    )
     result: dict[int, tuple[float, float]] = {}
+    test_rows: dict[int, np.ndarray] = {}
+    train_rows: dict[int, np.ndarray] = {}
     for j, h in enumerate(HORIZONS_S):
-        pred = replay_kv_forecaster(configs[h], row_t, x, kv_now)
         # Scored rows: the target lies past the training span and inside the recording.
         keep = (row_t + h > until_s) & (row_t >= until_s) & (row_t + h <= end_s)
+        test_rows[h], train_rows[h] = keep, row_t + h <= until_s
         at = row_t[keep]
         actual = value_at(t, kv, at + h)
-        model_w = wape(pred[keep], actual)
-        base = {
-            "last": wape(value_at(t, kv, at), actual),
-            "ma10s": wape(trailing_mean(t, kv, at, 10.0), actual),
-            "ma30s": wape(trailing_mean(t, kv, at, 30.0), actual),
-        }
-        lgbm_w = wape(lgbm_frac[keep, j] * H200_MEM_MIB, actual)
+        model_w = wape(flow[h][keep], actual)
+        base = best_baseline(t, kv, at, actual)
         best = min(base.values())
         result[h] = (model_w, best)
         print(
             f"{h:>7}s{int(keep.sum()):>8}{model_w:>9.4f}{base['last']:>9.4f}"
-            f"{base['ma10s']:>9.4f}{base['ma30s']:>9.4f}{lgbm_w:>9.4f}"
+            f"{base['ma10s']:>9.4f}{base['ma30s']:>9.4f}{wape(ridge[h][keep], actual):>9.4f}"
+            f"{wape(lgbm_mib[keep, j], actual):>9.4f}"
         )
+    queued = value_at(t, rec.queued_reqs, row_t)
+    print_by_phase(t, kv, row_t, flow, queued, {"train": train_rows, "test": test_rows})
     ratio = max(m / b for m, b in result.values())
     (w5, b5), (w30, b30) = result[5], result[30]
     print(
