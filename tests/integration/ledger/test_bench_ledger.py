@@ -26,5 +26,6 @@ def test_the_bench_prints_both_orders_medians_beside_the_bare_client(
         last,
     )
     assert m is not None, last
-    assert float(m.group(1)) > 0 and float(m.group(2)) > 0, "the replica produced no outputs"
+    assert float(m.group(1)) > 0, "the replica produced no outputs (live)"
+    assert float(m.group(2)) > 0, "the replica produced no outputs (backlog)"
     assert m.group(3) == "0.00"  # both orders' totals equal the recompute of the events sent

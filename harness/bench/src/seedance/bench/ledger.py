@@ -235,9 +235,10 @@ async def run(args: argparse.Namespace) -> int:
     orders = {"live": args.chunk, "backlog": 0}
     figs: dict[str, Figures] = {}
     for label, chunk in orders.items():
-        runs = []
-        for i in range(args.runs):
-            runs.append(await one_run(args, wl.events, chunk, f"{label} run {i}", recompute))
+        runs = [
+            await one_run(args, wl.events, chunk, f"{label} run {i}", recompute)
+            for i in range(args.runs)
+        ]
         figs[label] = Figures(runs)
         where_the_time_goes(label, figs[label])
     live, backlog = figs["live"], figs["backlog"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import time
 from collections import OrderedDict
 from typing import Any
 
@@ -375,7 +374,7 @@ class LedgerService(Lifecycle):
             seq = msg.metadata.sequence.stream
             if seq <= self.replica.seq:
                 continue
-            started_ns = time.time_ns()
+            started = self._clock.now()  # the span's start, should the step need one
             event, produced = self._step(msg, seq, letters)
             if not produced and not isinstance(event, Placement):
                 continue  # most inputs (samples inside a window) produce nothing
@@ -383,7 +382,7 @@ class LedgerService(Lifecycle):
                 _HANDLE_SPAN,
                 context=extract_context(msg.headers),
                 kind=trace.SpanKind.CONSUMER,
-                start_time=started_ns,
+                start_time=int(started.timestamp() * 1e9),
             )
             here = inject_headers({}, trace.set_span_in_context(span))
             span.end()

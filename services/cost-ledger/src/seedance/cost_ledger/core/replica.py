@@ -245,7 +245,7 @@ class LedgerReplica:
         s = self._s
         if s.now_ms is None or t > s.now_ms:
             s.now_ms = t
-        if s.samples_stream_ms is None or sample and stream_ms is not None:
+        if s.samples_stream_ms is None or (sample and stream_ms is not None):
             s.samples_stream_ms = stream_ms  # the silence is counted from the first input
         if sample:
             if s.samples_ms is None or t > s.samples_ms:
