@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import msgspec
+
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
 from seedance.events import Event, new_event_id
@@ -99,3 +101,80 @@ def test_without_samples_the_clock_trails_the_newest_event_by_the_skew() -> None
     assert replica.clock_ms == replica.now_ms - 600_000
     assert entries
     assert _exact(replica, events)
+
+
+def _replay_stored(
+    events: list[Event], stream_ms: list[int], skew_s: int = 600
+) -> tuple[LedgerReplica, list[core.CostLine]]:
+    """Stepped as the service steps them: each with its message's stream timestamp."""
+    replica = LedgerReplica(BOOK, core.LedgerConfig(source_skew_s=skew_s))
+    entries = []
+    for seq, (event, ms) in enumerate(zip(events, stream_ms, strict=True), 1):
+        entries += [p.event for p in replica.step(seq, event, stream_ms=ms)]
+    return replica, entries
+
+
+def _stored_within(events: list[Event], span_ms: int) -> list[int]:
+    """Stream timestamps of a backlog the server stored within ``span_ms``, after them all."""
+    base = core.epoch_ms(max(e.at for e in events)) + 3_600_000
+    return [base + i * span_ms // len(events) for i in range(len(events))]
+
+
+def _jobs_ahead(events: list[Event]) -> list[Event]:
+    """A backlog order: the slicing inputs an hour of event time ahead of the telemetry."""
+    telemetry = [e for e in events if isinstance(e, GpuSampleBatch | NodeInventory)]
+    others = [e for e in events if not isinstance(e, GpuSampleBatch | NodeInventory)]
+    ahead = [(e.at - timedelta(hours=1), 1, e) for e in others]
+    merged = sorted([(e.at, 0, e) for e in telemetry] + ahead, key=lambda x: (x[0], x[1]))
+    return [e for _, _, e in merged]
+
+
+def test_a_backlog_sourced_in_seconds_closes_windows_on_the_samples_only() -> None:
+    # The server stored the whole backlog within two seconds: the telemetry was never silent
+    # on its clock, so slicing inputs an hour ahead move nothing and no window closes before
+    # its samples: no adjustment, the same entries as the events in time order.
+    events = _fleet()
+    order = _jobs_ahead(events)
+    stored = _stored_within(order, 2_000)
+    replica, entries = _replay_stored(order, stored)
+    assert {e.revision for e in entries} == {0}
+    _, in_order = _replay_stored(events, stored)
+    assert sorted(e.id for e in entries) == sorted(e.id for e in in_order)
+    assert _exact(replica, order)
+    # The same order judged on event time alone (no stream timestamps) re-opens windows.
+    _, unstored = _replay(order, skew_s=600)
+    assert {e.revision for e in unstored} != {0}
+
+
+def test_telemetry_silent_on_the_servers_clock_lets_the_jobs_move_the_clock() -> None:
+    events = _fleet()
+    last_sample = max(e.at for e in events if isinstance(e, GpuSampleBatch))
+    cut = min(e.at for e in events) + (last_sample - min(e.at for e in events)) / 2
+    stalled = [e for e in events if not (isinstance(e, GpuSampleBatch) and e.at > cut)]
+    # Stored live: each message at its event time (ms), so the silence after the cut is real.
+    stored = [core.epoch_ms(e.at) for e in stalled]
+    replica, _ = _replay_stored(stalled, stored)
+    assert replica.now_ms is not None
+    assert replica.clock_ms == replica.now_ms - 600_000
+    assert _exact(replica, stalled)
+    # Stored in one second instead: the same silence is not one on the server's clock.
+    quick = _stored_within(stalled, 1_000)
+    held, _ = _replay_stored(stalled, quick)
+    assert held.clock_ms is not None
+    assert held.clock_ms < core.epoch_ms(cut) + 60_000
+    assert _exact(held, stalled)
+
+
+def test_a_checkpoint_from_before_keeps_its_clock() -> None:
+    # Written when every other input led the clock by the skew: restored, the clock is the
+    # one it had, and it goes on from there.
+    stalled = [e for e in _fleet() if not isinstance(e, GpuSampleBatch)]
+    replica, _ = _replay(stalled[:40], skew_s=600)
+    state = msgspec.msgpack.decode(replica.to_bytes())
+    for key in ("samples_stream_ms", "led_ms", "silence_on_server_clock"):
+        del state[key]
+    restored = LedgerReplica(BOOK, replica.config)
+    restored.restore(msgspec.msgpack.encode(state))
+    assert restored.now_ms is not None
+    assert restored.clock_ms == restored.now_ms - 600_000
+    assert restored.ledger.fingerprint() == replica.ledger.fingerprint()

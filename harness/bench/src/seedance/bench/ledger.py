@@ -1,4 +1,4 @@
-"""`make bench-ledger`: one cost-ledger replica's events/s through the bus.
+"""`make bench-ledger`: one cost-ledger replica's events/s through the bus, median of runs.
 
 A seeded fleet's events (seedance.testing.workloads: sample batches, inventory, placements,
 releases) are published first, so the merged input stream holds them all; then one replica (the
@@ -6,26 +6,27 @@ real ``LedgerService``, in this process, on a local nats-server) consumes them: 
 step the core, publish every cost entry / report and wait for the stream's acks, checkpoint to
 KV. Timed from the replica's first fetch (after its start: connection, checkpoint restore,
 consumer bound) to the moment it has stepped through the last input and its outputs are acked.
-Each pass is a fresh replica (its own checkpoint key) re-reading the same stream; its outputs
-are then duplicates of the first pass's to the stream, which still costs a publish and an ack.
+Its totals are then compared with the core's order-free ``recompute`` of the events sent, at
+the replica's clock (``diff_usd``: must be 0.00).
 
-Two orders of the same events, each on its own server, in one run:
+Two orders of the same events, ``--runs`` runs of each (default 5); every run is a fresh
+nats-server, so a backlog run is a fresh merge of the sources:
 - live (the goal's figure): published a few ticks at a time, each chunk sourced into the merged
   stream before the next is sent, so that stream follows event time as a live fleet's does;
 - backlog: published all at once. The server then sources the slicing and telemetry
-  streams at their own paces, a placement can land minutes of event time after the samples that
-  closed its window, and every such late fact re-opens a window: the replica recomputes it and
-  publishes adjustments, several outputs per input (what a replica catching up after an outage
-  does; `make chaos-ledger` checks its exactness).
+  streams at their own paces (one source can run hours of event time ahead of another), which
+  is what a replica catching up after an outage reads.
 
-The anchors, measured in the same run on the same events in the merged stream's order: the
-pure step function (decode + core, no bus) of ``LedgerReplica``, the ceiling of a replica's
-core; and, before each pass on the same server, the bare nats-py fetch + ack of the same stream
-(``seedance.bench.anchors``), the ceiling of any consumer on this machine.
+The anchors, measured in each run on the same server and the same merged stream: the bare
+nats-py fetch + ack of it (``seedance.bench.anchors``, the ceiling of any consumer on this
+machine; measured just before the replica's pass), and the pure step function (decode + core, no
+bus) of ``LedgerReplica`` over it, the ceiling of a replica's core.
 
-Last line: ``ledger_bench: events_per_s=<live> replicas=1 backlog_events_per_s=<n>
-outputs_per_input=<live> backlog_outputs_per_input=<n> bare_events_per_s=<live bare>
-ratio=<live / bare>``.
+Last line (rates are medians over the runs; ``ratio`` is the median of each run's replica rate
+over its own bare rate): ``ledger_bench: events_per_s=<live> replicas=1
+backlog_events_per_s=<n> outputs_per_input=<live> backlog_outputs_per_input=<n>
+bare_events_per_s=<live bare> ratio=<live / bare> runs=<n> backlog_bare_events_per_s=<n>
+backlog_ratio=<n> diff_usd=<largest |totals - recompute| of any run>``.
 """
 
 from __future__ import annotations
@@ -42,26 +43,37 @@ from prometheus_client import CollectorRegistry
 from seedance.bench.anchors import bare_fetch_ack_rate
 from seedance.core import Bus, BusSettings, PullReader, ServiceRuntime
 from seedance.cost_ledger import core
-from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica
+from seedance.cost_ledger.core.mapping import InputRejected
+from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
 from seedance.cost_ledger.service import LedgerService
-from seedance.events import decode
+from seedance.events import Event, decode
 from seedance.events.subjects import replica_consumer
 from seedance.testing.servers import NatsServer
 from seedance.testing.workloads import workload
 
 GOAL = 5_000
+CONFIG = core.LedgerConfig(retention_windows=288)
+
+#: One message of the merged stream: (sequence, subject, data, stream timestamp in epoch ms).
+Stored = tuple[int, str, bytes, int]
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def pure_rate(stream: list[tuple[int, bytes]]) -> tuple[float, int]:
-    """Inputs per second of the step function alone, and the outputs it returned."""
-    replica = LedgerReplica(core.default_price_book(), core.LedgerConfig(retention_windows=288))
+def pure_rate(stream: list[Stored]) -> tuple[float, int]:
+    """Inputs per second of the step function alone (stepped as the service steps each
+    message: its subject and stream timestamp checked), and the outputs it returned."""
+    replica = LedgerReplica(core.default_price_book(), CONFIG)
     outputs, t0 = 0, time.perf_counter()
-    for seq, data in stream:
-        outputs += len(replica.step(seq, decode(data, INPUT_TYPES)))
+    for seq, subject, data, stream_ms in stream:
+        try:
+            pubs = replica.step(seq, decode(data, INPUT_TYPES), subject=subject,
+                                stream_ms=stream_ms)  # fmt: skip
+        except InputRejected:
+            continue
+        outputs += len(pubs)
     return len(stream) / (time.perf_counter() - t0), outputs
 
 
@@ -81,20 +93,21 @@ async def publish_in_event_time_order(bus: Bus, events: list, chunk: int) -> Non
             log(f"published {want:,}/{len(events):,} events")
 
 
-async def timed_read(bus: Bus, last_seq: int, batch: int) -> tuple[float, list[tuple[int, bytes]]]:
+async def timed_read(bus: Bus, last_seq: int, batch: int) -> tuple[float, list[Stored]]:
     """Wall µs per input of reading the merged stream as a replica does (no step), and it."""
     spec = replica_consumer("ledger-in", "bench-read", start_seq=1)
     await bus.ensure_consumer(spec)
     reader = PullReader(bus.nc, spec.stream, spec.durable, batch=batch)
     await reader.start()
-    stream: list[tuple[int, bytes]] = []
+    stream: list[Stored] = []
     seq, t0 = 0, time.perf_counter()
     try:
         async with asyncio.timeout(120):
             while seq < last_seq:
                 for msg in await reader.next_batch(timeout_s=1.0):
-                    seq = msg.metadata.sequence.stream
-                    stream.append((seq, msg.data))
+                    md = msg.metadata  # what the replica reads of each message, too
+                    seq = md.sequence.stream
+                    stream.append((seq, msg.subject, msg.data, core.epoch_ms(md.timestamp)))
     finally:
         await reader.close()
         await bus.js.delete_consumer(spec.stream, spec.durable)
@@ -112,16 +125,12 @@ async def bare_rate(url: str, last_seq: int, i: int, batch: int) -> float:
         await bus.close()
 
 
-async def one_pass(url: str, last_seq: int, i: int, batch: int) -> float:
+async def one_pass(url: str, last_seq: int, batch: int) -> tuple[float, LedgerReplica]:
+    """One fresh replica through the whole merged stream: its events/s, and the replica."""
     runtime = ServiceRuntime("cost-ledger", BusSettings(url=url), registry=CollectorRegistry())
-    replica = LedgerReplica(core.default_price_book(), core.LedgerConfig(retention_windows=288))
+    replica = LedgerReplica(core.default_price_book(), CONFIG)
     service = LedgerService(
-        runtime,
-        replica,
-        name=f"bench{i}",
-        checkpoint_key=f"bench{i}",
-        batch=batch,
-        checkpoint_every_s=5.0,
+        runtime, replica, name="bench", checkpoint_key="bench", batch=batch, checkpoint_every_s=5.0
     )
     await service.start()
     t0 = time.perf_counter()
@@ -134,21 +143,54 @@ async def one_pass(url: str, last_seq: int, i: int, batch: int) -> float:
     await service.stop()
     await task
     await service.close()
-    return last_seq / dt
+    return last_seq / dt, replica
 
 
-@dataclass
-class Figures:
-    """One order's median rate, its pure-step anchor, outputs per input, reading cost."""
+@dataclass(frozen=True)
+class Run:
+    """One run of one order: a fresh server, its merge, the anchors and one replica's pass."""
 
     rate: float
-    anchor: float
     bare: float
+    anchor: float
     outputs_per_input: float
     read_us: float
+    diff_micro_usd: int
 
 
-async def measure(args: argparse.Namespace, events: list, chunk: int, label: str) -> Figures:
+@dataclass(frozen=True)
+class Figures:
+    """One order's runs and their medians."""
+
+    runs: list[Run]
+
+    def median(self, field: str) -> float:
+        return statistics.median(getattr(r, field) for r in self.runs)
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(r.rate / r.bare for r in self.runs)
+
+
+class Recompute:
+    """The core's order-free totals of the events sent, at a clock (cached per clock)."""
+
+    def __init__(self, events: list[Event]) -> None:
+        book = core.default_price_book()
+        self._book = book
+        self._inputs = ledger_inputs(events, book)
+        self._at: dict[int, int] = {}
+
+    def total_micro_usd(self, clock_ms: int) -> int:
+        if clock_ms not in self._at:
+            totals = core.recompute(self._inputs, self._book, clock_ms, CONFIG)
+            self._at[clock_ms] = totals.total.total_usd_micro
+        return self._at[clock_ms]
+
+
+async def one_run(
+    args: argparse.Namespace, events: list, chunk: int, label: str, recompute: Recompute
+) -> Run:
     server = NatsServer()
     try:
         bus = await Bus.connect(BusSettings(url=server.url))
@@ -157,57 +199,74 @@ async def measure(args: argparse.Namespace, events: list, chunk: int, label: str
         last = (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
         read_us, stream = await timed_read(bus, last, args.batch)
         await bus.close()
-        pure = [pure_rate(stream) for _ in range(2)]
-        anchor, outputs = statistics.median(r for r, _ in pure), pure[0][1] / len(stream)
-        log(
-            f"{label}: {len(stream)} inputs, {outputs:.2f} outputs per input; pure step "
-            f"(decode + core, no bus) {anchor:,.0f} events/s; reading alone {read_us:.0f} µs each"
-        )
-        rates, bare = [], []
-        for i in range(args.passes):
-            bare.append(await bare_rate(server.url, last, i, args.batch))
-            rates.append(await one_pass(server.url, last, i, args.batch))
-            log(f"{label} pass {i}: {rates[-1]:,.0f} events/s (consume, step, publish + acks, "
-                "checkpoint)")  # fmt: skip
+        anchor, outputs = pure_rate(stream)
+        bare = await bare_rate(server.url, last, 0, args.batch)
+        rate, replica = await one_pass(server.url, last, args.batch)
     finally:
         server.stop()
-    median, bare_median = statistics.median(rates), statistics.median(bare)
-    log(f"{label}: bare nats-py fetch+ack of the same stream {bare_median:,.0f} events/s (median)")
-    # Where a pass's time goes: per input, the step, the reading, and the rest (publishing
-    # the outputs and settling their acks, checkpoints).
-    step_us, pass_us = 1e6 / anchor, 1e6 / median
+    clock = replica.clock_ms or 0
+    diff = abs(replica.totals().total.total_usd_micro - recompute.total_micro_usd(clock))
+    run = Run(rate, bare, anchor, outputs / len(stream), read_us, diff)
     log(
-        f"{label}: median {median:,.0f} events/s = {median / anchor:.2f} x the pure step; "
-        f"per input {pass_us:.0f} µs = step {step_us:.0f} + reading {read_us:.0f} "
+        f"{label}: {rate:,.0f} events/s (consume, step, publish + acks, checkpoint); bare "
+        f"nats-py fetch+ack {bare:,.0f}/s, ratio {rate / bare:.2f}; pure step {anchor:,.0f}/s; "
+        f"{run.outputs_per_input:.2f} outputs per input; diff {diff / 1e6:.2f} USD"
+    )
+    return run
+
+
+def where_the_time_goes(label: str, fig: Figures) -> None:
+    """Per input, at the medians: the step, the reading, and the rest (publishing the outputs
+    and settling their acks, checkpoints, the service's own per-message work)."""
+    rate, anchor, read_us = fig.median("rate"), fig.median("anchor"), fig.median("read_us")
+    step_us, pass_us = 1e6 / anchor, 1e6 / rate
+    log(
+        f"{label}: median of {len(fig.runs)} runs {rate:,.0f} events/s, bare nats-py "
+        f"{fig.median('bare'):,.0f}/s (ratio {fig.ratio:.2f}), {rate / anchor:.2f} x the pure "
+        f"step; per input {pass_us:.0f} µs = step {step_us:.0f} + reading {read_us:.0f} "
         f"+ publishing, acks and checkpoints {pass_us - step_us - read_us:.0f}"
     )
-    return Figures(median, anchor, bare_median, outputs, read_us)
 
 
 async def run(args: argparse.Namespace) -> int:
     wl = workload(args.events, nodes=args.nodes, seed=args.seed)
-    live = await measure(args, wl.events, args.chunk, "live")
-    backlog = await measure(args, wl.events, 0, "backlog")
+    events = [e for _, e in wl.events]
+    recompute = Recompute(events)
+    orders = {"live": args.chunk, "backlog": 0}
+    figs: dict[str, Figures] = {}
+    for label, chunk in orders.items():
+        runs = [
+            await one_run(args, wl.events, chunk, f"{label} run {i}", recompute)
+            for i in range(args.runs)
+        ]
+        figs[label] = Figures(runs)
+        where_the_time_goes(label, figs[label])
+    live, backlog = figs["live"], figs["backlog"]
+    diff = max(r.diff_micro_usd for f in figs.values() for r in f.runs)
     log(
-        f"per replica: {live.rate:,.0f} events/s live = {live.rate / GOAL:.2f} x the 5,000/s "
-        f"goal; {backlog.rate:,.0f} events/s catching up on a backlog "
-        f"({backlog.outputs_per_input:.2f} outputs per input instead of "
-        f"{live.outputs_per_input:.2f})"
+        f"per replica: {live.median('rate'):,.0f} events/s live = "
+        f"{live.median('rate') / GOAL:.2f} x the 5,000/s goal; {backlog.median('rate'):,.0f} "
+        f"events/s catching up on a backlog = {backlog.median('rate') / GOAL:.2f} x "
+        f"({backlog.median('outputs_per_input'):.2f} outputs per input, live "
+        f"{live.median('outputs_per_input'):.2f})"
     )
     print(
-        f"ledger_bench: events_per_s={live.rate:.0f} replicas=1 "
-        f"backlog_events_per_s={backlog.rate:.0f} outputs_per_input={live.outputs_per_input:.2f} "
-        f"backlog_outputs_per_input={backlog.outputs_per_input:.2f} "
-        f"bare_events_per_s={live.bare:.0f} ratio={live.rate / live.bare:.2f}"
+        f"ledger_bench: events_per_s={live.median('rate'):.0f} replicas=1 "
+        f"backlog_events_per_s={backlog.median('rate'):.0f} "
+        f"outputs_per_input={live.median('outputs_per_input'):.2f} "
+        f"backlog_outputs_per_input={backlog.median('outputs_per_input'):.2f} "
+        f"bare_events_per_s={live.median('bare'):.0f} ratio={live.ratio:.2f} "
+        f"runs={args.runs} backlog_bare_events_per_s={backlog.median('bare'):.0f} "
+        f"backlog_ratio={backlog.ratio:.2f} diff_usd={diff / 1e6:.2f}"
     )
-    return 0
+    return 0 if diff == 0 else 1
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=20_000)
     p.add_argument("--nodes", type=int, default=30)
-    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--runs", type=int, default=5, help="runs of each order (fresh server each)")
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument(
@@ -216,4 +275,4 @@ def main() -> int:
         default=64,
         help="events per chunk in the live order (64: about two ticks of a 30-node fleet)",
     )
-    return asyncio.run(run(p.parse_args()))
+    return asyncio.run(run(p.parse_args(argv)))

@@ -18,8 +18,9 @@ reason (with an id derived from the input, so two replicas' letters are one): a 
 never decodes (a naive ``at``), a fact on another tenant's or node's subject, a time ahead of
 the message's stream timestamp by more than ``max_ahead_s``, and any error raised while
 stepping one event (``LedgerReplica.step``); the replica goes on with the next message.
-Each input is stepped under a span that continues its producer's trace, and what it produces
-carries W3C trace context beside ``Nats-Msg-Id``: a job's cost entries carry its placement's,
+Each input that produces outputs (or places a job) gets a span over its step that continues its
+producer's trace, and what it produces carries W3C trace context beside ``Nats-Msg-Id``: a job's
+cost entries carry its placement's,
 so one job is one trace from the SDK's submit to its costs (``_JobTraces``).
 """
 
@@ -359,8 +360,11 @@ class LedgerService(Lifecycle):
     async def process(self, msgs: list[Any]) -> None:
         """Step through one fetched batch in order, then publish its outputs durably.
 
-        Each message is stepped under a span of its own that continues its producer's trace;
-        what it produced carries that trace on, a job's costs their job's (``_JobTraces``).
+        Each message that produces outputs (or places a job) gets a span of its own, over its
+        step, that continues its producer's trace; what it produced carries that trace on, a
+        job's costs their job's (``_JobTraces``). The span is made once the step has shown it
+        is needed: most inputs (samples inside a window) produce nothing, and a span each
+        cost them more than a third of their step (8 µs without an SDK provider, 21 with one).
         """
         self._consistent = False
         out: list[Publication] = []
@@ -370,17 +374,22 @@ class LedgerService(Lifecycle):
             seq = msg.metadata.sequence.stream
             if seq <= self.replica.seq:
                 continue
-            with tracer().start_as_current_span(
-                _HANDLE_SPAN, context=extract_context(msg.headers), kind=trace.SpanKind.CONSUMER
-            ):
-                event, produced = self._step(msg, seq, letters)
-                if not produced and not isinstance(event, Placement):
-                    continue  # most inputs (samples inside a window) produce nothing
-                here = inject_headers({})
-                if isinstance(event, Placement):
-                    self._job_traces.remember((event.tenant, event.job_id), here)
-                out.extend(produced)
-                traces.extend(self._job_traces.of(p.event, here) for p in produced)
+            started = self._clock.now()  # the span's start, should the step need one
+            event, produced = self._step(msg, seq, letters)
+            if not produced and not isinstance(event, Placement):
+                continue  # most inputs (samples inside a window) produce nothing
+            span = tracer().start_span(
+                _HANDLE_SPAN,
+                context=extract_context(msg.headers),
+                kind=trace.SpanKind.CONSUMER,
+                start_time=int(started.timestamp() * 1e9),
+            )
+            here = inject_headers({}, trace.set_span_in_context(span))
+            span.end()
+            if isinstance(event, Placement):
+                self._job_traces.remember((event.tenant, event.job_id), here)
+            out.extend(produced)
+            traces.extend(self._job_traces.of(p.event, here) for p in produced)
         self.metrics.events_total.inc(len(msgs))
         self._stepped_since_ckpt += len(msgs)
         for msg, kind, reason in letters:

@@ -35,8 +35,8 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True):
     lateness_s: int = 60
     #: Closed windows kept open to late facts; older ones are sealed (bounds the checkpoint).
     retention_windows: int = 288
-    #: How far jobs/slicing inputs may lead the telemetry samples before they move the
-    #: ledger's clock (``LedgerReplica.clock_ms``).
+    #: How long the telemetry may be silent on the server's clock before slicing inputs move
+    #: the ledger's clock, to their time less this (``LedgerReplica.clock_ms``).
     source_skew_s: int = 900
     #: How far an input's ``at`` may lead the stream timestamp of its message (the server's
     #: clock) before it is dead-lettered: no input moves the ledger's clock past the server's

@@ -23,9 +23,10 @@ class LedgerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # per-window state dropped, which bounds the snapshot. None keeps everything (exact for
     # any lateness); a fact for a sealed window is counted in ``late_facts``, never applied.
     retention_windows: int | None = None
-    # How far other inputs may lead the telemetry samples before their time moves the clock
-    # (see ``LedgerReplica.clock_ms``): samples behind the job stream by less than this never
-    # arrive after their window closed; a stalled collector delays entries by at most this.
+    # How long the telemetry may be silent on the server's clock (no sample batch in the merged
+    # stream for this long by its stream timestamps) before other inputs move the clock to
+    # their time less this (see ``LedgerReplica.clock_ms``): a stalled collector delays
+    # entries by at most this; a backlog, sourced in seconds, never closes windows early.
     source_skew_s: int = 900
 
     @property

@@ -112,6 +112,8 @@ _LABEL: dict[type, str] = {GpuAllocation: "Placement"}
 
 def validate(e: LedgerInput, book: PriceBook) -> None:
     """Raise ``LedgerInputError`` (naming the field and the value) for a fact never applicable."""
+    if isinstance(e, GpuSample) and e.event_id and _sample_ok(e):
+        return  # the hottest path (every sample of every batch) builds no refusal
 
     def bad(field: str, value: object, why: str) -> LedgerInputError:
         label = _LABEL.get(type(e), type(e).__name__)
@@ -151,6 +153,11 @@ def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
             book.mig_fraction(e.gpu_model, e.mig_profile)
         except PriceBookError as exc:
             raise bad("mig_profile", e.mig_profile, str(exc)) from None
+
+
+def _sample_ok(e: GpuSample) -> bool:
+    """What ``_validate_sample`` checks, as one test."""
+    return 0.0 <= e.activity <= 1.0 and e.energy_mj >= 0 and e.gpu_index >= 0
 
 
 def _validate_sample(e: GpuSample, bad: _Bad) -> None:
@@ -198,6 +205,9 @@ class Facts:
         self.node_allocs: dict[str, list[str]] = defaultdict(list)
         self.job_allocs: dict[str, list[str]] = defaultdict(list)
         self.job_ends: dict[str, JobEnded] = {}  # by event id
+        # The earliest end of a job whose allocations are still in ``node_allocs`` (None:
+        # none ended): ``drop_ended_before`` has nothing to take out before it.
+        self._next_drop_ms: int | None = None
         self.job_end: dict[str, JobEnded] = {}  # effective end per job: the earliest
         # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms)}
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
@@ -218,6 +228,13 @@ class Facts:
         self.allocations[e.event_id] = e
         self.node_allocs[e.node].append(e.event_id)
         self.job_allocs[e.job_id].append(e.event_id)
+        end = self.job_end.get(e.job_id)
+        if end is not None:
+            self._due_drop(end.end_ms)
+
+    def _due_drop(self, end_ms: int) -> None:
+        if self._next_drop_ms is None or end_ms < self._next_drop_ms:
+            self._next_drop_ms = end_ms
 
     def add_end(self, e: JobEnded) -> int:
         """Record ``e``; returns the job's earliest end before it (the first instant changed)."""
@@ -225,6 +242,8 @@ class Facts:
         current = self.job_end.get(e.job_id)
         if current is None or (e.end_ms, e.event_id) < (current.end_ms, current.event_id):
             self.job_end[e.job_id] = e
+            if e.job_id in self.job_allocs:
+                self._due_drop(e.end_ms)
         return min(e.end_ms, current.end_ms if current else e.end_ms)
 
     def add_reading(
@@ -298,5 +317,14 @@ class Facts:
     def drop_ended_before(self, cutoff_ms: int) -> None:
         """Take allocations whose job ended by ``cutoff_ms`` out of the per-node index every
         computation scans (they stay facts, in the snapshot and the job's cost)."""
+        if self._next_drop_ms is None or cutoff_ms < self._next_drop_ms:
+            return  # no indexed allocation's job ended by then: a scan would change nothing
+        nxt: int | None = None
         for node, allocs in self.node_allocs.items():
-            self.node_allocs[node] = [a for a in allocs if not self.ended_by(a, cutoff_ms)]
+            kept = [a for a in allocs if not self.ended_by(a, cutoff_ms)]
+            self.node_allocs[node] = kept
+            for a in kept:
+                end = self.job_end.get(self.allocations[a].job_id)
+                if end is not None and (nxt is None or end.end_ms < nxt):
+                    nxt = end.end_ms
+        self._next_drop_ms = nxt

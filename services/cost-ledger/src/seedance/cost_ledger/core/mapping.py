@@ -51,6 +51,7 @@ derived here from the core's exact integers, display only; ``source_ids[0]`` is 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -112,7 +113,10 @@ def event_time_ms(event: Event) -> int:
     return epoch_ms(event.at)
 
 
+@functools.lru_cache(maxsize=4096)
 def utc_datetime(ms: int) -> datetime:
+    # Cached: a window's bounds are written on every line of the window (datetimes are
+    # immutable, so sharing one is safe).
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 

@@ -20,9 +20,14 @@ streams into the merged stream independently, so after a backlog (a bulk replay,
 restart) one source can run an hour ahead of another in the merged order. A clock at the
 largest time seen would close windows whose samples are still on their way, and every late
 sample would re-open its window (a recomputation and an adjustment entry each). The samples
-are the one input every node sends every tick, so the clock is the newest sample's time; other
-inputs move it only once they lead it by more than ``source_skew_s``, so a stalled collector
-(or a fleet without one) delays entries by at most that.
+are the one input every node sends every tick, so the clock is the newest sample's time. Other
+inputs move it (to their time less ``source_skew_s``) only once the telemetry has been silent
+for ``source_skew_s`` on the server's clock: no sample batch stored in the merged stream for
+that long by the messages' stream timestamps (counted from the first input, before any sample).
+So a stalled collector (or a fleet without one) delays entries by at most that, while a backlog,
+which the server sources in seconds whatever hours of event time it spans, never lets a source
+that runs ahead close windows whose samples are still on their way (each such sample re-opened
+its window: twice the outputs of the same events in time order).
 
 Trusted facts only (issue 13): the merged stream sources the slicer's placements, preemptions
 and releases (``JobReleased``: a job's billing ends there and at ``Preempted``, never at a
@@ -110,6 +115,12 @@ class _State(msgspec.Struct, kw_only=True):
     #: The largest event time seen, and the largest of the telemetry samples' (``clock_ms``).
     now_ms: int | None = None
     samples_ms: int | None = None
+    #: The stream timestamp of the newest sample batch (before any: of the first input), and
+    #: the clock other inputs moved while the telemetry was silent longer than the skew.
+    samples_stream_ms: int | None = None
+    led_ms: int | None = None
+    #: False in a checkpoint written while the skew was judged on event time alone.
+    silence_on_server_clock: bool = False
     #: Last cumulative energy per ``node/gpu`` in mJ (NVML's counter; the core wants deltas).
     energy_mj: dict[str, int] = msgspec.field(default_factory=dict)
     #: Budgeted tenants' spend per window end (micro-USD), and the guard's last status.
@@ -137,7 +148,7 @@ class LedgerReplica:
         self.tenants = frozenset(tenants)
         self.max_ahead_ms = max_ahead_s * 1000
         self.ledger = Ledger(book, self.config)
-        self._s = _State()
+        self._s = _State(silence_on_server_clock=True)
 
     # ------------------------------------------------------------------------- stepping
 
@@ -154,11 +165,10 @@ class LedgerReplica:
     @property
     def clock_ms(self) -> int | None:
         """The event-time clock windows close by (see the module's docstring)."""
-        now, samples = self._s.now_ms, self._s.samples_ms
-        if now is None:
-            return None
-        led = now - self.config.source_skew_ms
-        return led if samples is None else max(samples, led)
+        samples, led = self._s.samples_ms, self._s.led_ms
+        if samples is None or led is None:
+            return led if samples is None else samples
+        return max(samples, led)
 
     def start_after(self, seq: int) -> None:
         """Skip the stream up to ``seq`` (a fresh replica told not to replay history)."""
@@ -226,13 +236,29 @@ class LedgerReplica:
         except LedgerInputError as exc:
             raise InputRejected("invalid_input", str(exc)) from None
         self._s.energy_mj.update(energy)
-        if self._s.now_ms is None or t > self._s.now_ms:
-            self._s.now_ms = t
-        if isinstance(event, GpuSampleBatch) and (
-            self._s.samples_ms is None or t > self._s.samples_ms
-        ):
-            self._s.samples_ms = t
-        return self._advance_if_due(sample=isinstance(event, GpuSampleBatch))
+        sample = isinstance(event, GpuSampleBatch)
+        self._note_time(t, sample, stream_ms)
+        return self._advance_if_due(sample)
+
+    def _note_time(self, t: int, sample: bool, stream_ms: int | None) -> None:
+        """Move the clock's inputs: the newest times, and how long the telemetry was silent."""
+        s = self._s
+        if s.now_ms is None or t > s.now_ms:
+            s.now_ms = t
+        if s.samples_stream_ms is None or (sample and stream_ms is not None):
+            s.samples_stream_ms = stream_ms  # the silence is counted from the first input
+        if sample:
+            if s.samples_ms is None or t > s.samples_ms:
+                s.samples_ms = t
+            return
+        skew = self.config.source_skew_ms
+        # Without stream timestamps (an offline replay) there is no server's clock to judge the
+        # silence by: other inputs lead as soon as they are ahead by the skew.
+        since = s.samples_stream_ms
+        if stream_ms is None or since is None or stream_ms - since > skew:
+            led = s.now_ms - skew
+            if s.led_ms is None or led > s.led_ms:
+                s.led_ms = led
 
     @staticmethod
     def _check_subject(event: Event, subject: str) -> None:
@@ -347,6 +373,11 @@ class LedgerReplica:
         state = _DECODER.decode(data)
         self.ledger = Ledger.from_bytes(state.ledger, self.book)
         state.ledger = b""
+        if not state.silence_on_server_clock:
+            # Written when every other input led the clock by the skew: the clock it had then.
+            state.silence_on_server_clock = True
+            if state.now_ms is not None:
+                state.led_ms = state.now_ms - self.config.source_skew_ms
         self._s = state
 
     def totals(self) -> LedgerTotals:
