@@ -20,12 +20,14 @@ import msgspec
 
 from seedance.bench.ledger_core import trace_events
 from seedance.cost_ledger.core import (
+    BookRightsizer,
     CostLine,
     GpuAllocation,
     Ledger,
     LedgerConfig,
     default_price_book,
 )
+from seedance.events.cost import MeasuredUse
 from seedance.reports import (
     FOCUS_COLUMNS,
     FOCUS_SPLIT_COLUMNS,
@@ -37,6 +39,7 @@ from seedance.reports import (
     focus_csv,
     focus_metadata,
     focus_split_csv,
+    job_uses,
     render_html,
 )
 
@@ -53,6 +56,8 @@ def report_line(line: CostLine) -> ReportLine:
     library imports nothing from the ledger, so a replay hands it its own type."""
     fields = msgspec.structs.asdict(line)
     fields["amounts"] = LineAmounts(**msgspec.structs.asdict(line.amounts))
+    if line.usage is not None:
+        fields["usage"] = MeasuredUse(**msgspec.structs.asdict(line.usage))
     return ReportLine(**fields)
 
 
@@ -79,6 +84,7 @@ def main() -> None:
         cost_usd_micro_by_tenant={t: a.total_usd_micro for t, a in base.totals().by_tenant.items()},
     )
     book = default_price_book()
+    sizer = BookRightsizer(book)
     html = render_html(
         ReportInput(
             title="Seedance GPU cost report: Alibaba trace sample",
@@ -90,6 +96,8 @@ def main() -> None:
                 "activity and energy are synthetic (the trace has none).",
             ],
             baseline=baseline,
+            rightsizing=sizer.recommend_all(job_uses(entries)),
+            rightsizing_rule=sizer.rule,
         )
     )
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ __all__ = [
     "CostEvent",
     "CostKind",
     "JobCostReport",
+    "MeasuredUse",
     "PauseRequest",
     "TenantOrIdle",
     "current",
@@ -42,6 +43,29 @@ class CostKind(enum.StrEnum):
 
 #: A tenant, or empty for an idle line (published on the operator's ``seedance.ledger.idle``).
 TenantOrIdle = Annotated[str, msgspec.Meta(pattern=f"^(?:|{_TENANT.pattern[1:-1]})$")]
+
+
+class MeasuredUse(msgspec.Struct, frozen=True, kw_only=True):
+    """What a usage line's job held in its window and the most it was measured using there:
+    what right-sizing reads (``seedance.reports.rightsizing``).
+
+    The request: ``kind`` (``whole`` / ``shared`` / ``mig``), ``gpus`` held on the line's node,
+    ``milli`` (a share's thousandths of its GPU) and ``mig_profile``. The peaks are sums over
+    those GPUs of each GPU's highest single sample in the window (activity in ppm of one GPU, so
+    two GPUs both at 100 % read 2,000,000; used memory in MiB): never below the job's
+    simultaneous peak. On a shared GPU they are the GPU's (all its sharers'), unless
+    ``measured_by`` is ``pod`` (the node agent's per-pod share). ``peak_mem_mib`` 0: no
+    memory reading; ``samples`` 0: nothing measured.
+    """
+
+    kind: str
+    gpus: int
+    milli: int = 1000
+    mig_profile: str = ""
+    samples: int = 0
+    peak_activity_ppm: int = 0
+    peak_mem_mib: int = 0
+    measured_by: str = "gpu"
 
 
 class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v2"):
@@ -77,6 +101,8 @@ class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v2"):
     tflop_hours_micro: int = 0
     activity_ppm: int | None = None
     assumptions: list[str] = msgspec.field(default_factory=list)
+    #: What the job held and the most it used (usage lines; None: not known, e.g. idle).
+    usage: MeasuredUse | None = None
 
 
 def upgrade(entry: CostEntryV1) -> CostEntry:

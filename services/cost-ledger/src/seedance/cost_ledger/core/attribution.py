@@ -39,7 +39,7 @@ from seedance.cost_ledger.core.facts import (
     SampleReadings,
     WindowAllocation,
 )
-from seedance.cost_ledger.core.lines import Amounts
+from seedance.cost_ledger.core.lines import Amounts, LineUse
 from seedance.cost_ledger.core.money import (
     MICRO_PER_USD,
     Rational,
@@ -69,8 +69,9 @@ _GPU_HOURS_MICRO_PER_MS = Fraction(1_000_000, MS_PER_HOUR)
 #: A line of a node-window: ("usage", job key) or ("idle", "").
 LineKey = tuple[str, str]
 IDLE_KEY: LineKey = ("idle", "")
-#: A line's rounded amounts, mean activity in ppm (None: unmeasured), tenant and GPU model.
-LineResult = tuple[Amounts, int | None, str, str]
+#: A line's rounded amounts, mean activity in ppm (None: unmeasured), tenant, GPU model, and
+#: (usage lines) what its job held and the most it used.
+LineResult = tuple[Amounts, int | None, str, str, LineUse | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +179,7 @@ class _Line:
     activity: RatioSum = field(default_factory=RatioSum)
     activity_n: int = 0
     tflop_hours: RatioSum = field(default_factory=RatioSum)
+    use: _Use | None = None  # usage lines: what the job held and the most it used
 
     def charge(self, ms: Rational, rates: _Rates) -> None:
         """Add ``ms`` of GPU-time at ``rates`` ($/GPU-ms at the tier, at list price)."""
@@ -231,6 +233,34 @@ class _Line:
         return self.activity.round_scaled(1, self.activity_n) if self.activity_n else None
 
 
+@dataclass(slots=True)
+class _Use:
+    """A usage line's request and, per GPU it held, the highest activity and memory sampled."""
+
+    request: GpuAllocation
+    peaks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    samples: int = 0
+
+    def hold(self, p: GpuAllocation, gpu: int, usage: GpuUsage) -> None:
+        if (p.start_ms, p.event_id) > (self.request.start_ms, self.request.event_id):
+            self.request = p  # the request is the allocation that started last
+        if gpu not in self.peaks:
+            self.peaks[gpu] = (usage.ppm_max, usage.mem_max_mib)
+            self.samples += usage.n
+
+    def rounded(self) -> LineUse:
+        p = self.request
+        return LineUse(
+            kind=p.kind,
+            gpus=len(self.peaks),
+            milli=p.gpu_milli if p.kind == "shared" else 1000,
+            mig_profile=p.mig_profile,
+            samples=self.samples,
+            peak_activity_ppm=sum(a for a, _ in self.peaks.values()),
+            peak_mem_mib=sum(m for _, m in self.peaks.values()),
+        )
+
+
 class _LineSet:
     """The lines of one node-window being built, and the facts each comes from."""
 
@@ -256,6 +286,7 @@ class _LineSet:
                 line.activity_ppm(),
                 line.tenant,
                 line.gpu_model,
+                line.use.rounded() if line.use is not None else None,
             )
             for key, line in self.lines.items()
         }
@@ -268,20 +299,27 @@ Holder = tuple[GpuAllocation, Rational, int, str | None]
 
 @dataclass(frozen=True, slots=True)
 class GpuUsage:
-    """A GPU's measurements in the window: ``n`` samples, Σ activity ppm, Σ energy mJ."""
+    """A GPU's measurements in the window: ``n`` samples, Σ activity ppm, Σ energy mJ, and the
+    highest activity ppm and used MiB of one sample (what right-sizing reads)."""
 
     n: int
     ppm_sum: int
     energy_mj: int
     event_ids: SampleReadings
+    ppm_max: int = 0
+    mem_max_mib: int = 0
 
     @classmethod
     def of(cls, samples: SampleReadings) -> GpuUsage:
-        ppm_sum = energy = 0
-        for ppm, mj, _ in samples.values():
+        ppm_sum = energy = ppm_max = mem_max = 0
+        for ppm, mj, _, mem in samples.values():
             ppm_sum += ppm
             energy += mj
-        return cls(len(samples), ppm_sum, energy, samples)
+            if ppm > ppm_max:
+                ppm_max = ppm
+            if mem > mem_max:
+                mem_max = mem
+        return cls(len(samples), ppm_sum, energy, samples, ppm_max, mem_max)
 
 
 _NO_SAMPLES: SampleReadings = {}
@@ -314,7 +352,7 @@ def attribute(win: NodeWindow, pricing: Pricing) -> Attribution:
             continue
         rates = pricing.rates(model, tier)
         usage = GpuUsage.of(win.samples.get(g, _NO_SAMPLES))
-        charged_total = _charge_holders(out, holders, usage, model, rates, info, pricing)
+        charged_total = _charge_holders(out, g, holders, usage, model, rates, info, pricing)
         if info is not None and g < info.gpu_count:
             _charge_gpu_idle(out, win, info, usage, charged_total, model, rates, pricing)
     if untouched and info is not None and node_model is not None:
@@ -328,7 +366,7 @@ def _all_idle(win: NodeWindow, info: NodeInfo, pricing: Pricing) -> Attribution:
     if amounts.is_zero():
         return Attribution({}, {})
     return Attribution(
-        {IDLE_KEY: (amounts.copy(), None, "", info.gpu_model)}, {IDLE_KEY: (info.event_id,)}
+        {IDLE_KEY: (amounts.copy(), None, "", info.gpu_model, None)}, {IDLE_KEY: (info.event_id,)}
     )
 
 
@@ -375,6 +413,7 @@ def delivered_tflops(
 
 def _charge_holders(
     out: _LineSet,
+    gpu: int,
     holders: list[Holder],
     usage: GpuUsage,
     model: str,
@@ -382,7 +421,7 @@ def _charge_holders(
     info: NodeInfo | None,
     pricing: Pricing,
 ) -> Rational:
-    """Charge each holder of one GPU its share; returns the GPU-time charged in all."""
+    """Charge each holder of GPU ``gpu`` its share; returns the GPU-time charged in all."""
     W = pricing.window_ms
     shares = [f * t for _, f, t, _ in holders]
     allocated: Rational = sum(shares, 0)
@@ -396,6 +435,9 @@ def _charge_holders(
         line = out.line(key, p.tenant, model)
         charged = ft if k == 1 else ft * k
         line.charge(charged, rates)
+        if line.use is None:
+            line.use = _Use(p)
+        line.use.hold(p, gpu, usage)
         sources = out.sources[key]
         if n:
             line.measured(usage.energy_mj * charged, usage.ppm_sum, n)

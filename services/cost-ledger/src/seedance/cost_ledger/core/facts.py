@@ -164,8 +164,8 @@ def _validate_sample(e: GpuSample, bad: _Bad) -> None:
 
 # ---------------------------------------------------------------------------------- the set
 
-#: One GPU's samples in one window: {event id: (activity ppm, energy mJ, at ms)}.
-SampleReadings = dict[str, tuple[int, int, int]]
+#: One GPU's samples in one window: {event id: (activity ppm, energy mJ, at ms, used MiB)}.
+SampleReadings = dict[str, tuple[int, int, int, int]]
 
 #: An allocation overlapping a window: the allocation, its overlap in ms (> 0), and the id of
 #: its job's end where the end falls inside or before the window (a source of the line).
@@ -199,7 +199,7 @@ class Facts:
         self.job_allocs: dict[str, list[str]] = defaultdict(list)
         self.job_ends: dict[str, JobEnded] = {}  # by event id
         self.job_end: dict[str, JobEnded] = {}  # effective end per job: the earliest
-        # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms)}
+        # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms, mem_mib)}
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
         self.sample_nodes: dict[int, set[str]] = defaultdict(set)
         self.sample_gpus: dict[tuple[str, int], set[int]] = defaultdict(set)
@@ -228,10 +228,10 @@ class Facts:
         return min(e.end_ms, current.end_ms if current else e.end_ms)
 
     def add_reading(
-        self, node: str, gpu: int, w: int, event_id: str, reading: tuple[int, int, int]
+        self, node: str, gpu: int, w: int, event_id: str, reading: tuple[int, int, int, int]
     ) -> None:
-        """One sample's (activity ppm, energy mJ, at ms) in window ``w``; the caller indexes
-        ``sample_nodes`` (once per batch: the hottest path)."""
+        """One sample's (activity ppm, energy mJ, at ms, used MiB) in window ``w``; the caller
+        indexes ``sample_nodes`` (once per batch: the hottest path)."""
         self.samples.setdefault((node, gpu, w), {})[event_id] = reading
         self.sample_gpus[(node, w)].add(gpu)
 

@@ -136,7 +136,8 @@ class Ledger:
         # IEEE-754 multiply and round are the same on every machine, so this is
         # deterministic; activity carries no more than ppm precision anyway.
         ppm = round(e.activity * 1_000_000)
-        self.facts.add_reading(e.node, e.gpu_index, w, e.event_id, (ppm, e.energy_mj, e.at_ms))
+        reading = (ppm, e.energy_mj, e.at_ms, e.mem_used_mib)
+        self.facts.add_reading(e.node, e.gpu_index, w, e.event_id, reading)
         self.facts.sample_nodes[w].add(e.node)
         self._note_window(w)
         self._mark_dirty(e.node, w, w + 1)
@@ -168,7 +169,8 @@ class Ledger:
                 self.late_facts += 1  # as in _insert_sample: remembered as seen, not charged
                 continue
             ppm = round(e.activity * 1_000_000)  # as in _insert_sample
-            facts.add_reading(e.node, e.gpu_index, w, e.event_id, (ppm, e.energy_mj, e.at_ms))
+            reading = (ppm, e.energy_mj, e.at_ms, e.mem_used_mib)
+            facts.add_reading(e.node, e.gpu_index, w, e.event_id, reading)
             touched.add((e.node, w))
         for node, w in touched:
             facts.sample_nodes[w].add(node)
@@ -263,8 +265,8 @@ class Ledger:
             delta = now_amounts.minus(before)
             if delta.is_zero():
                 continue  # unchanged, or a line that never cost anything
-            activity, tenant, model = (
-                line[1:] if line is not None else (None, *self._line_meta(node, key))
+            activity, tenant, model, use = (
+                line[1:] if line is not None else (None, *self._line_meta(node, key), None)
             )
             entry = CostLine(
                 entry_id=f"{kind}:{job or node}:{node}:{w}:r{revision}",
@@ -281,6 +283,7 @@ class Ledger:
                 activity_ppm=activity,
                 source_event_ids=result.sources.get(key, ()),
                 assumptions=self.pricing.assumptions(model),
+                usage=use,
             )
             prev[key] = (revision + 1, now_amounts)
             self.running.count(node, kind, tenant, job, delta)
@@ -401,10 +404,10 @@ class Ledger:
         ]
         new += self.apply_many(facts)
         for (node, g, _w), samples in f.samples.items():
-            for eid, (ppm, mj, at_ms) in samples.items():
+            for eid, (ppm, mj, at_ms, mem) in samples.items():
                 sample = GpuSample(
                     event_id=eid, node=node, gpu_index=g, at_ms=at_ms,
-                    activity=ppm / 1_000_000, energy_mj=mj,
+                    activity=ppm / 1_000_000, energy_mj=mj, mem_used_mib=mem,
                 )  # fmt: skip
                 new += self.apply(sample)
         return new

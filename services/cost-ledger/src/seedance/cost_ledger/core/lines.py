@@ -23,6 +23,7 @@ __all__ = [
     "JobCost",
     "LedgerOutput",
     "LedgerTotals",
+    "LineUse",
     "output_id",
     "usd_per_tflop_hour_micro",
 ]
@@ -82,6 +83,26 @@ def usd_per_tflop_hour_micro(amounts: Amounts) -> int | None:
 LineKind = Literal["usage", "idle"]
 
 
+class LineUse(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """What a usage line's job held on its node in the window and the most it used there.
+
+    ``kind``, ``gpus``, ``milli`` and ``mig_profile`` are the request (the allocation that
+    started last, and every GPU the job held on the node). ``peak_activity_ppm`` and
+    ``peak_mem_mib`` are sums over those GPUs of each one's highest sample in the window
+    (activity in ppm of one GPU; memory in MiB, 0 where no sample read it): an upper bound of
+    the job's simultaneous peak, never below it. On a shared GPU they are the whole GPU's.
+    ``samples`` counts the samples read (0: nothing measured). Right-sizing reads this.
+    """
+
+    kind: str
+    gpus: int
+    milli: int
+    mig_profile: str
+    samples: int
+    peak_activity_ppm: int
+    peak_mem_mib: int
+
+
 class CostLine(msgspec.Struct, frozen=True, kw_only=True, tag="cost_entry"):
     """One cost line for one window: a job's usage on one node, or a node's idle.
 
@@ -105,6 +126,8 @@ class CostLine(msgspec.Struct, frozen=True, kw_only=True, tag="cost_entry"):
     activity_ppm: int | None
     source_event_ids: tuple[str, ...]
     assumptions: tuple[str, ...] = ()
+    #: Usage lines: the request and the peaks measured (None: idle, or a snapshot from before).
+    usage: LineUse | None = None
 
 
 class JobCost(msgspec.Struct, frozen=True, kw_only=True, tag="job_cost_report"):

@@ -42,11 +42,12 @@ energy; the GPU-time part is ``cost_micro_usd - energy_micro_usd``), ``line_id``
 ``entry_id``, ``job_id`` without its tenant prefix, the rest field for field
 (``gpu_hours_micro``, ``energy_mj``, ``energy_micro_usd``, ``list_cost_micro_usd``,
 ``tflop_hours_micro``, ``activity_ppm``, ``pricing_tier``, ``assumptions``, ``revision``,
-``source_ids``). ``JobCost`` → ``JobCostReport`` (v1; its floats ``gpu_hours = gpu_hours_micro
-/ 10⁶``, ``energy_j = energy_mj / 1000`` (None: none measured) and ``usd_per_tflop_hour`` are
-derived here from the core's exact integers, display only; ``source_ids[0]`` is the core's
-``report_id``: ``LedgerReplica.confirm_published`` reads it back; ``list_cost``,
-``energy_usd``, ``tflop_hours`` have no v1 field and stay in the ledger's totals).
+``source_ids``, ``usage``: the line's ``LineUse`` as ``MeasuredUse``, field for field).
+``JobCost`` → ``JobCostReport`` (v1; its floats ``gpu_hours = gpu_hours_micro / 10⁶``,
+``energy_j = energy_mj / 1000`` (None: none measured) and ``usd_per_tflop_hour`` are derived
+here from the core's exact integers, display only; ``source_ids[0]`` is the core's
+``report_id``: ``LedgerReplica.confirm_published`` reads it back; ``list_cost``, ``energy_usd``,
+``tflop_hours`` have no v1 field and stay in the ledger's totals).
 """
 
 from __future__ import annotations
@@ -64,10 +65,17 @@ from seedance.cost_ledger.core.facts import (
     LedgerInput,
     NodeInfo,
 )
-from seedance.cost_ledger.core.lines import CostLine, JobCost
+from seedance.cost_ledger.core.lines import CostLine, JobCost, LineUse
 from seedance.cost_ledger.core.windows import epoch_ms
 from seedance.events import Event, derived_event_id
-from seedance.events.cost import BudgetAlert, CostEntry, CostKind, JobCostReport, PauseRequest
+from seedance.events.cost import (
+    BudgetAlert,
+    CostEntry,
+    CostKind,
+    JobCostReport,
+    MeasuredUse,
+    PauseRequest,
+)
 from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
 from seedance.events.subjects import costs, ledger
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory
@@ -285,9 +293,24 @@ def _line_to_bus(o: CostLine) -> Publication:
         tflop_hours_micro=a.tflop_hours_micro,
         activity_ppm=o.activity_ppm,
         assumptions=list(o.assumptions),
+        usage=_use_to_bus(o.usage),
     )
     subject = ledger.idle(o.node) if o.kind == "idle" else costs.subject(o.tenant, "entry")
     return Publication(subject, entry)
+
+
+def _use_to_bus(u: LineUse | None) -> MeasuredUse | None:
+    if u is None:
+        return None
+    return MeasuredUse(
+        kind=u.kind,
+        gpus=u.gpus,
+        milli=u.milli,
+        mig_profile=u.mig_profile,
+        samples=u.samples,
+        peak_activity_ppm=u.peak_activity_ppm,
+        peak_mem_mib=u.peak_mem_mib,
+    )
 
 
 def alert_to_bus(a: BudgetDeviation) -> Publication:

@@ -53,6 +53,9 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     sealed_until: int | None = None
     late_facts: int = 0
     sealed_totals: LedgerTotals | None = None
+    #: (event id, used MiB) of the samples above that read memory; absent from snapshots
+    #: written before memory was kept (their samples restore with 0: no reading).
+    sample_mem: list[tuple[str, int]] = []
 
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
@@ -66,7 +69,10 @@ def encode(led: Ledger) -> bytes:
     samples = sorted(
         (eid, node, g, at_ms, ppm, mj)
         for (node, g, _w), d in f.samples.items()
-        for eid, (ppm, mj, at_ms) in d.items()
+        for eid, (ppm, mj, at_ms, _) in d.items()
+    )
+    sample_mem = sorted(
+        (eid, mem) for d in f.samples.values() for eid, (_, _, _, mem) in d.items() if mem
     )
     emitted = sorted(
         (node, w, kind, key, rev, amounts)
@@ -88,6 +94,7 @@ def encode(led: Ledger) -> bytes:
         sealed_until=led.sealed_until,
         late_facts=led.late_facts,
         sealed_totals=led.sealed_totals,
+        sample_mem=sample_mem,
         outbox=sorted(led.outbox, key=output_id),
     )
     # msgpack of event ids and repeated node names compresses several-fold; level 1 is
@@ -113,10 +120,11 @@ def restore(led: Ledger, snap: _Snapshot) -> None:
         led.insert(e)
     f = led.facts
     w_ms = led.config.window_ms
+    mem_of = dict(snap.sample_mem)
     for eid, node, g, at_ms, ppm, mj in snap.samples:
         w = window_of(at_ms, w_ms)
         f.seen.add(eid)
-        f.add_reading(node, g, w, eid, (ppm, mj, at_ms))
+        f.add_reading(node, g, w, eid, (ppm, mj, at_ms, mem_of.get(eid, 0)))
         f.sample_nodes[w].add(node)
     led.first_window = snap.first_window
     led.closed_until = snap.closed_until
