@@ -148,12 +148,14 @@ class observed:
 
 
 class telemetry:
-    """``seedance.telemetry.<node>.{sample,inventory,health}``."""
+    """``seedance.telemetry.<node>.{sample,inventory,health,pod_share}`` (``pod_share``: the
+    node agent's per-pod measured shares, ``gpu.pod_share.v1``)."""
 
     ALL = f"{ROOT}.telemetry.>"
     SAMPLES = f"{ROOT}.telemetry.*.sample"
     INVENTORY = f"{ROOT}.telemetry.*.inventory"
     HEALTH = f"{ROOT}.telemetry.*.health"
+    POD_SHARES = f"{ROOT}.telemetry.*.pod_share"
 
     @staticmethod
     def sample(node: str) -> str:
@@ -166,6 +168,10 @@ class telemetry:
     @staticmethod
     def health(node: str) -> str:
         return f"{ROOT}.telemetry.{check_token('node', node)}.health"
+
+    @staticmethod
+    def pod_share(node: str) -> str:
+        return f"{ROOT}.telemetry.{check_token('node', node)}.pod_share"
 
 
 class slicing:
