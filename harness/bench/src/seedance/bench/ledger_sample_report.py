@@ -55,7 +55,11 @@ def report_line(line: CostLine) -> ReportLine:
     """The ledger core's line as the reports library reads it (the same fields, exactly): the
     library imports nothing from the ledger, so a replay hands it its own type."""
     fields = msgspec.structs.asdict(line)
-    fields["amounts"] = LineAmounts(**msgspec.structs.asdict(line.amounts))
+    amounts = msgspec.structs.asdict(line.amounts)
+    alloc = amounts.pop("allocation_cost_usd_micro")
+    measured = fields.pop("shared_billing") == "measured"
+    fields["allocation_cost_usd_micro"] = alloc if measured else None
+    fields["amounts"] = LineAmounts(**amounts)
     if line.usage is not None:
         fields["usage"] = MeasuredUse(**msgspec.structs.asdict(line.usage))
     return ReportLine(**fields)

@@ -103,6 +103,10 @@ class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v2"):
     assumptions: list[str] = msgspec.field(default_factory=list)
     #: What the job held and the most it used (usage lines; None: not known, e.g. idle).
     usage: MeasuredUse | None = None
+    #: Where the ledger bills shared GPUs by measured share (price book ``[sharing] billing =
+    #: "measured"``): the line's GPU-time cost under allocation billing, beside the measured
+    #: ``cost_micro_usd - energy_micro_usd``. None under allocation billing.
+    allocation_cost_micro_usd: int | None = None
 
 
 def upgrade(entry: CostEntryV1) -> CostEntry:
@@ -194,6 +198,9 @@ class JobCostReport(Event, frozen=True, kw_only=True, tag="cost.job_report.v1"):
     assumptions: list[str] = msgspec.field(default_factory=list)
     revision: int = 0
     source_ids: list[str] = msgspec.field(default_factory=list)
+    #: Under measured billing of shared GPUs, the job's GPU-time cost under allocation billing
+    #: (``cost_micro_usd`` less energy is the measured bill); None under allocation billing.
+    allocation_cost_micro_usd: int | None = None
 
 
 class BudgetAlert(Event, frozen=True, kw_only=True, tag="cost.budget_alert.v1"):

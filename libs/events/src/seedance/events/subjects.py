@@ -418,6 +418,9 @@ STREAMS: tuple[StreamSpec, ...] = (
             StreamSource("SEEDANCE_SLICING", slicing.RELEASES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.SAMPLES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.INVENTORY),
+            # The node agents' per-pod measured shares: the ledger bills shared GPUs by them
+            # where the price book says so ([sharing] billing = "measured").
+            StreamSource("SEEDANCE_TELEMETRY", telemetry.POD_SHARES),
         ),
     ),
     StreamSpec("SEEDANCE_DLQ", (dlq.ALL,), max_age_s=30 * _DAY_S, description="dead letters"),

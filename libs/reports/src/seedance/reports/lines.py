@@ -82,6 +82,9 @@ class ReportLine(msgspec.Struct, frozen=True, kw_only=True):
     assumptions: tuple[str, ...] = ()
     #: Usage lines: what the job held and the most it used (right-sizing reads it).
     usage: MeasuredUse | None = None
+    #: Under measured billing of shared GPUs: the line's GPU-time cost by allocation (None:
+    #: billed by allocation, so ``amounts.cost_usd_micro`` is that figure).
+    allocation_cost_usd_micro: int | None = None
 
 
 def lines_from_events(events: Iterable[object]) -> list[ReportLine]:
@@ -117,4 +120,5 @@ def _line(ev: CostEntry) -> ReportLine:
         source_event_ids=tuple(ev.source_ids),
         assumptions=tuple(ev.assumptions),
         usage=ev.usage,
+        allocation_cost_usd_micro=ev.allocation_cost_micro_usd,
     )

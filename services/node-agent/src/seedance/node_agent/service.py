@@ -209,9 +209,10 @@ class NodeAgentService:
                 for m in self._publish_shares(index, uuid)
             ]  # fmt: skip
             end = self._clock.now()
-            if measured:
-                event = pod_shares_event(node, start, end, measured)
-                await self._rt.bus.publish(telemetry.pod_share(node), event)
+            # Published even when no pod ran: a window without a pod's share then reads as 0
+            # for it (the ledger averages a job's share over all the node's windows).
+            event = pod_shares_event(node, start, end, measured)
+            await self._rt.bus.publish(telemetry.pod_share(node), event)
             start = end
 
     def _pod_of_pid(self, pid: int) -> str | None:

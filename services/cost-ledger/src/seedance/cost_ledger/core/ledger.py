@@ -31,6 +31,7 @@ from seedance.cost_ledger.core.facts import (
     JobEnded,
     LedgerInput,
     NodeInfo,
+    PodShareReading,
     validate,
 )
 from seedance.cost_ledger.core.lines import (
@@ -102,8 +103,20 @@ class Ledger:
             self._insert_allocation(event)
         elif isinstance(event, JobEnded):
             self._insert_end(event)
+        elif isinstance(event, PodShareReading):
+            return self._insert_pod_shares(event)
         else:
             return self._insert_sample(event)
+        return True
+
+    def _insert_pod_shares(self, e: PodShareReading) -> bool:
+        w = window_of(e.at_ms, self.config.window_ms)
+        if self.sealed_until is not None and w < self.sealed_until:
+            self.late_facts += 1  # as a sample's: remembered as seen, not charged
+            return False
+        self.facts.add_pod_shares(e, w)
+        self._note_window(w)
+        self._mark_dirty(e.node, w, w + 1)
         return True
 
     def _insert_node(self, e: NodeInfo) -> None:
@@ -284,6 +297,7 @@ class Ledger:
                 source_event_ids=result.sources.get(key, ()),
                 assumptions=self.pricing.assumptions(model),
                 usage=use,
+                shared_billing=self.book.shared_billing,
             )
             prev[key] = (revision + 1, now_amounts)
             self.running.count(node, kind, tenant, job, delta)
@@ -333,6 +347,7 @@ class Ledger:
                     amounts=amounts,
                     usd_per_tflop_hour_micro=usd_per_tflop_hour_micro(amounts),
                     source_event_ids=tuple(sorted([*allocs, end.event_id])),
+                    shared_billing=self.book.shared_billing,
                 )
             )
         return out
@@ -401,6 +416,7 @@ class Ledger:
             *f.node_infos.values(),
             *f.allocations.values(),
             *f.job_ends.values(),
+            *(r for readings in f.pod_shares.values() for r in readings.values()),
         ]
         new += self.apply_many(facts)
         for (node, g, _w), samples in f.samples.items():

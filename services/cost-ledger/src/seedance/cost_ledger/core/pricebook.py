@@ -37,12 +37,16 @@ __all__ = [
     "PriceBook",
     "PriceBookError",
     "PricingTier",
+    "SharedBilling",
     "default_price_book",
     "load_price_book",
     "parse_price_book",
 ]
 
 PricingTier = Literal["on_demand", "reserved", "spot", "on_prem"]
+#: How a shared GPU is billed: by its sharers' requests (max(request, usage), the default) or by
+#: the node agent's per-pod measured shares (``[sharing] billing = "measured"``).
+SharedBilling = Literal["allocation", "measured"]
 PRICING_TIERS: tuple[str, ...] = get_args(PricingTier)
 HOURS_PER_YEAR = 8760
 MIG_COMPUTE_SLICES = 7
@@ -108,6 +112,7 @@ class PriceBook:
     peak_precision: Precision = "fp16"
     currency: str = "USD"
     notes: tuple[str, ...] = field(default=())
+    shared_billing: SharedBilling = "allocation"
 
     def gpu(self, model: str) -> GpuPrice:
         try:
@@ -252,6 +257,10 @@ def parse_price_book(text: str) -> PriceBook:
     )
     if weight > 1:
         raise PriceBookError(f"mig_compute_weight = {doc['mig_compute_weight']!r} must be <= 1")
+    sharing = doc.get("sharing", {})
+    billing = sharing.get("billing", "allocation") if isinstance(sharing, dict) else sharing
+    if billing not in ("allocation", "measured"):
+        raise PriceBookError(f"sharing.billing = {billing!r} is not 'allocation' or 'measured'")
     return PriceBook(
         gpus=gpus,
         energy_usd_per_kwh=_number(energy, "usd_per_kwh", "energy"),
@@ -259,6 +268,7 @@ def parse_price_book(text: str) -> PriceBook:
         mig_compute_weight=weight,
         peak_precision=precision,
         currency=str(doc.get("currency", "USD")),
+        shared_billing=billing,
     )
 
 

@@ -75,7 +75,7 @@ from seedance.events import Event
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import SubjectShapeError, owner_of, slicing, telemetry
-from seedance.events.telemetry import GpuSampleBatch, NodeInventory
+from seedance.events.telemetry import GpuSampleBatch, NodeInventory, PodShares
 
 __all__ = [
     "DEFAULT_MAX_AHEAD_S",
@@ -87,8 +87,8 @@ __all__ = [
 
 #: What the ledger reads from its merged input stream (trusted facts only); other valid events
 #: (a tenant's job event copied in before the upgrade) are skipped and move nothing.
-INPUT_TYPES = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased
-InputEvent = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased
+INPUT_TYPES = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased | PodShares
+InputEvent = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased | PodShares
 
 #: The slicing subject kind each tenant fact must arrive on.
 _SLICING_KIND: dict[type[Event], str] = {
@@ -232,7 +232,9 @@ class LedgerReplica:
             self._s.samples_ms is None or t > self._s.samples_ms
         ):
             self._s.samples_ms = t
-        return self._advance_if_due(sample=isinstance(event, GpuSampleBatch))
+        # Pod shares are telemetry too: a late one waits for the next window close, as a
+        # sample does (they do not move the samples' clock: the collectors' samples do).
+        return self._advance_if_due(sample=isinstance(event, GpuSampleBatch | PodShares))
 
     @staticmethod
     def _check_subject(event: Event, subject: str) -> None:
@@ -253,13 +255,14 @@ class LedgerReplica:
                     f"expected {expected!r}",
                 )
             return
-        if isinstance(event, GpuSampleBatch | NodeInventory):
+        if isinstance(event, GpuSampleBatch | NodeInventory | PodShares):
             node = event.node
-            expected = (
-                telemetry.sample(node)
-                if isinstance(event, GpuSampleBatch)
-                else telemetry.inventory(node)
-            )
+            if isinstance(event, GpuSampleBatch):
+                expected = telemetry.sample(node)
+            elif isinstance(event, PodShares):
+                expected = telemetry.pod_share(node)
+            else:
+                expected = telemetry.inventory(node)
             if subject != expected:
                 raise InputRejected(
                     "subject_mismatch",

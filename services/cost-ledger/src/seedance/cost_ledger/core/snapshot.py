@@ -23,6 +23,7 @@ from seedance.cost_ledger.core.facts import (
     LedgerInput,
     LedgerInputError,
     NodeInfo,
+    PodShareReading,
 )
 from seedance.cost_ledger.core.lines import Amounts, CostLine, JobCost, LedgerTotals, output_id
 from seedance.cost_ledger.core.windows import window_of
@@ -56,6 +57,8 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     #: (event id, used MiB) of the samples above that read memory; absent from snapshots
     #: written before memory was kept (their samples restore with 0: no reading).
     sample_mem: list[tuple[str, int]] = []
+    #: The node agents' per-pod share readings of unsealed windows (absent before them).
+    pod_shares: list[PodShareReading] = []
 
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
@@ -95,6 +98,9 @@ def encode(led: Ledger) -> bytes:
         late_facts=led.late_facts,
         sealed_totals=led.sealed_totals,
         sample_mem=sample_mem,
+        pod_shares=sorted(
+            (r for d in f.pod_shares.values() for r in d.values()), key=lambda r: r.event_id
+        ),
         outbox=sorted(led.outbox, key=output_id),
     )
     # msgpack of event ids and repeated node names compresses several-fold; level 1 is
@@ -115,7 +121,9 @@ def decode(data: bytes) -> _Snapshot:
 
 def restore(led: Ledger, snap: _Snapshot) -> None:
     """Load ``snap`` into a fresh ledger built with its config (totals re-derived)."""
-    facts: list[LedgerInput] = [*snap.node_infos, *snap.placements, *snap.job_ends]
+    facts: list[LedgerInput] = [
+        *snap.node_infos, *snap.placements, *snap.job_ends, *snap.pod_shares,
+    ]  # fmt: skip
     for e in facts:
         led.insert(e)
     f = led.facts
