@@ -79,7 +79,8 @@ async def test_rightsize_reads_the_stream_and_prices_with_the_ledgers_book(
     args = ["--tenant", mine, "--out", str(out), "--nats-url", server.url]
     assert await asyncio.to_thread(report, args, rightsize_only=True) == 0
     text = out.read_text()
-    assert f"{mine}/a" in text and "share 25 %" in text
+    assert f"{mine}/a" in text
+    assert "share 25 %" in text
     assert "$3,766.80" in text  # (1 - 1/4) x $6.88 x 730 h, the bundled book's H100
     html = tmp_path / "report.html"
     args = ["--tenant", mine, "--rightsize", "--out", str(html), "--nats-url", server.url]

@@ -41,9 +41,16 @@ def _events(*, readings: Sequence[dict[str, float]], whole: bool = False) -> lis
         NodeInfo(event_id="inv", node="n", gpu_model="X", gpu_count=2, at_ms=0),
         *(
             GpuAllocation(
-                event_id=f"p:{j}", job_id=f"acme/{j}", tenant="acme", node="n", gpu_model="X",
-                gpu_indices=(0,), start_ms=0, kind="shared", gpu_milli=500,
-            )  # fmt: skip
+                event_id=f"p:{j}",
+                job_id=f"acme/{j}",
+                tenant="acme",
+                node="n",
+                gpu_model="X",
+                gpu_indices=(0,),
+                start_ms=0,
+                kind="shared",
+                gpu_milli=500,
+            )
             for j in ("a", "b")
         ),
         GpuSample(event_id="s0", node="n", gpu_index=0, at_ms=1_000, activity=0.7),
@@ -51,16 +58,23 @@ def _events(*, readings: Sequence[dict[str, float]], whole: bool = False) -> lis
     if whole:
         out.append(
             GpuAllocation(
-                event_id="p:c", job_id="acme/c", tenant="acme", node="n", gpu_model="X",
-                gpu_indices=(1,), start_ms=0,
-            )  # fmt: skip
+                event_id="p:c",
+                job_id="acme/c",
+                tenant="acme",
+                node="n",
+                gpu_model="X",
+                gpu_indices=(1,),
+                start_ms=0,
+            )
         )
     for i, shares in enumerate(readings):
         out.append(
             PodShareReading(
-                event_id=f"ps{i}", node="n", at_ms=1_000 + i * 1_000,
+                event_id=f"ps{i}",
+                node="n",
+                at_ms=1_000 + i * 1_000,
                 shares=tuple((0, f"acme/{j}", round(v * 1e6)) for j, v in sorted(shares.items())),
-            )  # fmt: skip
+            )
         )
     out += [JobEnded(event_id=f"e:{j}", job_id=f"acme/{j}", end_ms=W) for j in ("a", "b", "c")]
     return out
@@ -138,5 +152,5 @@ def test_measured_billing_is_exact_in_any_order_with_duplicates_and_restarts() -
 
 def test_the_price_book_option_is_validated() -> None:
     assert parse_price_book(BOOK_TOML).shared_billing == "allocation"
-    with pytest.raises(PriceBookError, match="sharing.billing = 'usage'"):
+    with pytest.raises(PriceBookError, match=r"sharing\.billing = 'usage'"):
         parse_price_book(BOOK_TOML + '\n[sharing]\nbilling = "usage"\n')
