@@ -293,3 +293,22 @@ def _check(rec: Recommendation, use: JobUse, peak_act: int, peak_mem: int) -> No
     offered = options(BOOK, use.gpu_model, use.gpus)
     chosen = next(o for o in offered if o.label == rec.recommended)
     assert not any(o.covers(need_act, need_mem) and o.fraction < chosen.fraction for o in offered)
+
+
+def test_the_allocation_answer_carries_the_recommendations_when_asked() -> None:
+    from seedance.events.allocation import AllocationAnswer, AllocationQuery, AllocationRefusal
+    from seedance.reports.allocation import allocation
+
+    lines = _run_job([[(0, 0.2, 9 * GIB)]], _alloc("a", (0,))) + _run_job(
+        [[(1, 0.9, 70 * GIB)]], _alloc("b", (1,), tenant="globex")
+    )
+    query = AllocationQuery(window="30d", aggregate="job", rightsize=True)
+    sizer = BookRightsizer(BOOK)
+    answer = allocation(lines, query, tenant="acme", as_of_seq=9, rightsizer=sizer)
+    assert isinstance(answer, AllocationAnswer)
+    (rec,) = answer.rightsizing  # acme's own job only
+    assert (rec.job_id, rec.recommended, rec.saving_usd_micro) == ("a", "share 25 %", 3_766_800_000)
+    assert answer.rightsizing_rule == sizer.rule
+    refused = allocation(lines, query, tenant="acme", as_of_seq=9)
+    assert isinstance(refused, AllocationRefusal)
+    assert refused.parameter == "rightsize"

@@ -2,8 +2,10 @@
 
 Owns ``JobUse`` (what one job held and the most it was measured using, read from its cost
 lines' ``usage``), ``job_uses`` (lines → uses, in a window, for the fleet or one tenant), the
-``Recommendation`` and ``TenantSaving`` rows, the per-tenant roll-up and their rendering as a
-text table and an HTML section. Must not choose a recommendation: that needs the price book's
+``TenantSaving`` roll-up per tenant, and the rendering of recommendations as a text table and
+an HTML section (a ``Recommendation`` is the allocation API's
+``seedance.events.allocation.Recommendation``, so an answer carries it as reports show it).
+Must not choose a recommendation: that needs the price book's
 prices and MIG rule, which are the ledger's (``seedance.cost_ledger.core.rightsizing``); it
 hands its rows over, built from these uses.
 
@@ -24,6 +26,7 @@ from typing import Protocol
 
 import msgspec
 
+from seedance.events.allocation import Recommendation
 from seedance.reports.lines import ReportLine
 from seedance.reports.summary import ReportWindow
 
@@ -61,38 +64,6 @@ class JobUse(msgspec.Struct, frozen=True, kw_only=True):
     #: ``pod`` when every measured line came from the node agent's per-pod share, else ``gpu``
     #: (on a shared GPU the GPU's peak, all sharers included: an upper bound of the job's).
     measured_by: str = "gpu"
-
-
-class Recommendation(msgspec.Struct, frozen=True, kw_only=True):
-    """What one job should request instead, and what that saves a month (micro-USD).
-
-    ``recommended`` is None when nothing smaller covers the measured peak with its headroom
-    (or nothing was measured); ``reason`` then says which. ``need_*`` is what an option had to
-    hold (the peaks plus headroom; memory not read: what the job holds now), and capacities
-    are the recommended option's (activity in ppm of one GPU, memory in MiB), never below.
-    """
-
-    tenant: str
-    job_id: str
-    gpu_model: str
-    pricing_tier: str
-    current: str
-    recommended: str | None
-    reason: str
-    peak_activity_ppm: int
-    peak_mem_mib: int | None
-    need_activity_ppm: int
-    need_mem_mib: int
-    capacity_activity_ppm: int
-    capacity_mem_mib: int
-    monthly_now_usd_micro: int
-    monthly_after_usd_micro: int
-    measured_windows: int
-    samples: int
-
-    @property
-    def saving_usd_micro(self) -> int:
-        return self.monthly_now_usd_micro - self.monthly_after_usd_micro
 
 
 class TenantSaving(msgspec.Struct, frozen=True, kw_only=True):

@@ -141,7 +141,9 @@ def main() -> int | None:
         from_start=settings.from_start,
     )
     # The allocation API runs on the same runtime, beside the replica (docs/cost-ledger.md).
-    AllocationApi(runtime, replica=service.name)
+    AllocationApi(
+        runtime, replica=service.name, rightsizer=core.BookRightsizer(replica.book)
+    )  # fmt: skip
     asyncio.run(serve(service))
     return None
 
