@@ -61,7 +61,8 @@ def replica(url: str, name: str) -> tuple[LedgerService, AllocationApi]:
     service = LedgerService(
         runtime, LedgerReplica(core.default_price_book(), CONFIG), name=name, batch=100
     )
-    return service, AllocationApi(runtime, replica=name)
+    sizer = core.BookRightsizer(core.default_price_book())
+    return service, AllocationApi(runtime, replica=name, rightsizer=sizer)
 
 
 async def connect(url: str, user: str) -> SeedanceClient:
@@ -157,6 +158,7 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
         )
         own = await acme.allocation("30d", tenant="acme", aggregate="job")
         shared = await acme.allocation("30d", tenant="acme", share_idle=True)
+        sized = await acme.allocation("30d", tenant="acme", aggregate="job", rightsize=True)
         for other in ("globex", None):
             with pytest.raises(PermissionRefused) as refused:
                 await acme.allocation("30d", tenant=other)
@@ -184,6 +186,12 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
     assert own.scope == "acme"
     assert own.totals.total_usd_micro == sum(e.amounts.total_usd_micro for e in mine)
     assert {r.tenant for r in own.allocations} == {"acme"}
+    # with rightsize: one recommendation per job of acme's in the window, and the rule
+    assert {f"{r.tenant}/{r.job_id}" for r in sized.rightsizing} == {
+        r.name for r in own.allocations
+    }
+    assert sized.rightsizing_rule.startswith("Recommended: ")
+    assert not own.rightsizing
     assert all(r.name.startswith("acme/") for r in own.allocations)
     share = sum(s.idle_usd_micro for s in share_idle(lines)[0] if s.tenant == "acme")
     assert shared.totals.total_usd_micro == own.totals.total_usd_micro + share

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
+
 from seedance.core import Bus
 from seedance.cost_ledger import core
 from seedance.cost_ledger.__main__ import report
@@ -58,3 +60,31 @@ async def test_seedance_costs_report_renders_through_the_ledger_plugin(
     assert header[:2] == ["AvailabilityZone", "BilledCost"]  # FOCUS 1.2 column ids
     assert ",1.2," in text.splitlines()[1]  # x_FocusVersion: the version the file claims
     assert "0.000007" in text  # the one line's 7 micro-dollars
+
+
+async def test_rightsize_reads_the_stream_and_prices_with_the_ledgers_book(
+    bus: Bus, server: NatsServer, unique: str, tmp_path: Path
+) -> None:
+    mine = f"z{unique}"
+    use = core.LineUse(
+        kind="whole", gpus=1, milli=1000, mig_profile="", samples=30,
+        peak_activity_ppm=200_000, peak_mem_mib=9 * 1024,
+    )  # fmt: skip
+    lines = [
+        msgspec.structs.replace(_line(mine, "a", w, 1_000), gpu_model="H100", usage=use)
+        for w in range(3)
+    ]
+    await bus.publish_many([(p.subject, p.event) for p in map(to_bus, lines)])
+    out = tmp_path / "rightsize.txt"
+    args = ["--tenant", mine, "--out", str(out), "--nats-url", server.url]
+    assert await asyncio.to_thread(report, args, rightsize_only=True) == 0
+    text = out.read_text()
+    assert f"{mine}/a" in text
+    assert "share 25 %" in text
+    assert "$3,766.80" in text  # (1 - 1/4) x $6.88 x 730 h, the bundled book's H100
+    html = tmp_path / "report.html"
+    args = ["--tenant", mine, "--rightsize", "--out", str(html), "--nats-url", server.url]
+    assert await asyncio.to_thread(report, args) == 0
+    assert '<table class="rightsizing">' in html.read_text()
+    empty = ["--tenant", f"none{unique}", "--nats-url", server.url]
+    assert await asyncio.to_thread(report, empty, rightsize_only=True) == 1

@@ -21,8 +21,10 @@ from kubernetes_asyncio import client, config
 from seedance.core import ServiceRuntime
 from seedance.core.bus import BusSettings
 from seedance.events.base import new_event_id
+from seedance.events.codec import decode
 from seedance.events.slicing import GpuAssignment, MigInstanceChange, MigLayoutPlan, PlacementKind
-from seedance.events.subjects import slicing
+from seedance.events.subjects import slicing, telemetry
+from seedance.events.telemetry import PodShares
 from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.shares import ProcessSample
 from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
@@ -33,6 +35,7 @@ from seedance.testing.waits import eventually
 from tests.integration.node_agent.test_allocation import (
     NODE,
     T0,
+    TOKEN,
     UUIDS,
     annotation,
     bound_pod,
@@ -207,6 +210,15 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         'seedance_node_agent_allocations_total{outcome="granted",resource="seedance.io/gpu-milli"}'
         " 1.0",
     )
+    # The pod's shares also go to the bus, one gpu.pod_share.v1 per window on the node's subject.
+    got: list[PodShares] = []
+
+    async def on_share(msg: Any) -> None:
+        event = decode(msg.data, PodShares)
+        if event.shares:
+            got.append(event)
+
+    sub = await a.bus.nc.subscribe(telemetry.pod_share(TOKEN), cb=on_share)
     # The pod's process runs on GPU 1: its host PID's cgroup names the pod.
     (a.proc / "4242").mkdir(parents=True)
     (a.proc / "4242" / "cgroup").write_text(
@@ -219,6 +231,17 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         'namespace="team-a",pod="sh"} 0.5'
     )
     await eventually(lambda: metric_line(a, share), what="the pod's measured share")
+    await eventually(lambda: bool(got), what="the pod's share on the bus")
+    await sub.unsubscribe()
+    event = got[0]
+    assert event.node == TOKEN
+    assert event.window_start < event.at
+    (measured,) = event.shares
+    assert (measured.gpu_index, measured.gpu_uuid, measured.pod_uid) == (1, UUIDS[1], uid)
+    assert (measured.namespace, measured.pod) == ("team-a", "sh")
+    # (tenant, job) are the slicer's placement the pod was granted against
+    assert (measured.tenant, measured.job_id) == ("acme", uid)
+    assert (measured.sm_share, measured.mem_share, measured.periods) == (0.5, 0.2, 2)
 
 
 async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> None:

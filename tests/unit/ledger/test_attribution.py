@@ -33,7 +33,7 @@ def _alloc(job: str, kind: str = "whole", milli: int = 1000, gpu: int = 0) -> Gp
 
 
 def _usage(ppm: int, n: int = 1, mj: int = 0) -> GpuUsage:
-    samples = {f"s{i}": (ppm, mj, 0) for i in range(n)}
+    samples = {f"s{i}": (ppm, mj, 0, 0) for i in range(n)}
     return GpuUsage.of(samples)
 
 
@@ -83,7 +83,7 @@ def test_sharers_split_measured_use_and_the_rest_is_idle(book: PriceBook) -> Non
     win = NodeWindow(
         node="n1", start_ms=0, end_ms=W, info=_info(1),
         allocations=[(a, W, None), (b, W, None)],
-        sampled={0}, samples={0: {"s": (800_000, 0, 10)}},
+        sampled={0}, samples={0: {"s": (800_000, 0, 10, 0)}},
     )  # fmt: skip
     out = attribute(win, pricing)
     gpu_hours = {k: v[0].gpu_hours_micro for k, v in out.lines.items()}

@@ -481,13 +481,15 @@ def fleet_report_html(
     entries: list[CostEntry], whole_by_tenant: dict[str, int]
 ) -> tuple[str, CostSummary]:
     """The demo's report from the run's cost events (tenants' entries and the idle lines of
-    ``seedance.ledger.idle.*``), with whole-GPU allocation as the baseline, and the fleet's
-    figures it shows (its total is the fleet's cost: allocated + idle)."""
-    from seedance.reports import Baseline, ReportInput, render_html
+    ``seedance.ledger.idle.*``), with whole-GPU allocation as the baseline and right-sizing,
+    and the fleet's figures it shows (its total is the fleet's cost: allocated + idle)."""
+    from seedance.cost_ledger.core import BookRightsizer, default_price_book
+    from seedance.reports import Baseline, ReportInput, job_uses, render_html
     from seedance.reports.from_bus import lines_from_events
     from seedance.reports.summary import summarize
 
     lines = lines_from_events(entries)
+    sizer = BookRightsizer(default_price_book())  # the demo's ledger runs the bundled book
     html = render_html(
         ReportInput(
             title="Seedance demo: cost per tenant, and idle",
@@ -496,6 +498,8 @@ def fleet_report_html(
             baseline=Baseline(
                 policy_name="whole-GPU allocation", cost_usd_micro_by_tenant=whole_by_tenant
             ),
+            rightsizing=sizer.recommend_all(job_uses(lines)),
+            rightsizing_rule=sizer.rule,
         )
     )
     return html, summarize(lines)

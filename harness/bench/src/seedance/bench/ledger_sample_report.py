@@ -19,12 +19,14 @@ import msgspec
 
 from seedance.bench.ledger_core import trace_events
 from seedance.cost_ledger.core import (
+    BookRightsizer,
     CostLine,
     GpuAllocation,
     Ledger,
     LedgerConfig,
     default_price_book,
 )
+from seedance.events.cost import MeasuredUse
 from seedance.reports import (
     Baseline,
     LineAmounts,
@@ -32,6 +34,7 @@ from seedance.reports import (
     ReportLine,
     entries_csv,
     focus_files,
+    job_uses,
     render_html,
 )
 
@@ -47,7 +50,13 @@ def report_line(line: CostLine) -> ReportLine:
     """The ledger core's line as the reports library reads it (the same fields, exactly): the
     library imports nothing from the ledger, so a replay hands it its own type."""
     fields = msgspec.structs.asdict(line)
-    fields["amounts"] = LineAmounts(**msgspec.structs.asdict(line.amounts))
+    amounts = msgspec.structs.asdict(line.amounts)
+    alloc = amounts.pop("allocation_cost_usd_micro")
+    measured = fields.pop("shared_billing") == "measured"
+    fields["allocation_cost_usd_micro"] = alloc if measured else None
+    fields["amounts"] = LineAmounts(**amounts)
+    if line.usage is not None:
+        fields["usage"] = MeasuredUse(**msgspec.structs.asdict(line.usage))
     return ReportLine(**fields)
 
 
@@ -74,6 +83,7 @@ def main() -> None:
         cost_usd_micro_by_tenant={t: a.total_usd_micro for t, a in base.totals().by_tenant.items()},
     )
     book = default_price_book()
+    sizer = BookRightsizer(book)
     html = render_html(
         ReportInput(
             title="Seedance GPU cost report: Alibaba trace sample",
@@ -85,6 +95,8 @@ def main() -> None:
                 "activity and energy are synthetic (the trace has none).",
             ],
             baseline=baseline,
+            rightsizing=sizer.recommend_all(job_uses(entries)),
+            rightsizing_rule=sizer.rule,
         )
     )
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ __all__ = [
     "AllocationReply",
     "AllocationRow",
     "IdleAllocation",
+    "Recommendation",
 ]
 
 
@@ -50,6 +51,8 @@ class AllocationQuery(_Message, frozen=True, kw_only=True, tag="allocation.query
     aggregate: str = "tenant"
     include_idle: bool = False
     share_idle: bool = False
+    #: Add right-sizing recommendations for the jobs in the window (``rightsizing``).
+    rightsize: bool = False
 
 
 class AllocationRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +83,39 @@ class IdleAllocation(msgspec.Struct, frozen=True, kw_only=True):
     gpu_hours_micro: int  # allocated + idle on the node
 
 
+class Recommendation(msgspec.Struct, frozen=True, kw_only=True):
+    """What one job should request instead, and what that saves a month (micro-USD): chosen by
+    the ledger (``seedance.cost_ledger.core.rightsizing``, the rule in docs/cost-ledger.md).
+
+    ``recommended`` is None when nothing smaller covers the measured peak with its headroom
+    (or nothing was measured); ``reason`` then says which. ``need_*`` is what an option had to
+    hold (the peaks plus headroom; memory not read: what the job holds now), and capacities
+    are the recommended option's (activity in ppm of one GPU, memory in MiB), never below.
+    """
+
+    tenant: str
+    job_id: str
+    gpu_model: str
+    pricing_tier: str
+    current: str
+    recommended: str | None
+    reason: str
+    peak_activity_ppm: int
+    peak_mem_mib: int | None
+    need_activity_ppm: int
+    need_mem_mib: int
+    capacity_activity_ppm: int
+    capacity_mem_mib: int
+    monthly_now_usd_micro: int
+    monthly_after_usd_micro: int
+    measured_windows: int
+    samples: int
+
+    @property
+    def saving_usd_micro(self) -> int:
+        return self.monthly_now_usd_micro - self.monthly_after_usd_micro
+
+
 class AllocationAnswer(_Message, frozen=True, kw_only=True, tag="allocation.answer.v1"):
     """The allocation of one scope (``fleet`` or a tenant) in a window, as of a stream sequence.
 
@@ -108,6 +144,9 @@ class AllocationAnswer(_Message, frozen=True, kw_only=True, tag="allocation.answ
     idle_by_node: list[IdleAllocation] = msgspec.field(default_factory=list)
     #: Which replica answered (operational; the figures do not depend on it).
     replica: str = ""
+    #: With ``rightsize``: one recommendation per job in the window (of the scope).
+    rightsizing: list[Recommendation] = msgspec.field(default_factory=list)
+    rightsizing_rule: str = ""
 
 
 class AllocationRefusal(_Message, frozen=True, kw_only=True, tag="allocation.refusal.v1"):

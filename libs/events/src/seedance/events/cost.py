@@ -21,6 +21,7 @@ __all__ = [
     "CostEvent",
     "CostKind",
     "JobCostReport",
+    "MeasuredUse",
     "PauseRequest",
     "TenantOrIdle",
     "current",
@@ -42,6 +43,29 @@ class CostKind(enum.StrEnum):
 
 #: A tenant, or empty for an idle line (published on the operator's ``seedance.ledger.idle``).
 TenantOrIdle = Annotated[str, msgspec.Meta(pattern=f"^(?:|{_TENANT.pattern[1:-1]})$")]
+
+
+class MeasuredUse(msgspec.Struct, frozen=True, kw_only=True):
+    """What a usage line's job held in its window and the most it was measured using there:
+    what right-sizing reads (``seedance.reports.rightsizing``).
+
+    The request: ``kind`` (``whole`` / ``shared`` / ``mig``), ``gpus`` held on the line's node,
+    ``milli`` (a share's thousandths of its GPU) and ``mig_profile``. The peaks are sums over
+    those GPUs of each GPU's highest single sample in the window (activity in ppm of one GPU, so
+    two GPUs both at 100 % read 2,000,000; used memory in MiB): never below the job's
+    simultaneous peak. On a shared GPU they are the GPU's (all its sharers'), unless
+    ``measured_by`` is ``pod`` (the node agent's per-pod share). ``peak_mem_mib`` 0: no
+    memory reading; ``samples`` 0: nothing measured.
+    """
+
+    kind: str
+    gpus: int
+    milli: int = 1000
+    mig_profile: str = ""
+    samples: int = 0
+    peak_activity_ppm: int = 0
+    peak_mem_mib: int = 0
+    measured_by: str = "gpu"
 
 
 class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v2"):
@@ -77,6 +101,12 @@ class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v2"):
     tflop_hours_micro: int = 0
     activity_ppm: int | None = None
     assumptions: list[str] = msgspec.field(default_factory=list)
+    #: What the job held and the most it used (usage lines; None: not known, e.g. idle).
+    usage: MeasuredUse | None = None
+    #: Where the ledger bills shared GPUs by measured share (price book ``[sharing] billing =
+    #: "measured"``): the line's GPU-time cost under allocation billing, beside the measured
+    #: ``cost_micro_usd - energy_micro_usd``. None under allocation billing.
+    allocation_cost_micro_usd: int | None = None
 
 
 def upgrade(entry: CostEntryV1) -> CostEntry:
@@ -168,6 +198,9 @@ class JobCostReport(Event, frozen=True, kw_only=True, tag="cost.job_report.v1"):
     assumptions: list[str] = msgspec.field(default_factory=list)
     revision: int = 0
     source_ids: list[str] = msgspec.field(default_factory=list)
+    #: Under measured billing of shared GPUs, the job's GPU-time cost under allocation billing
+    #: (``cost_micro_usd`` less energy is the measured bill); None under allocation billing.
+    allocation_cost_micro_usd: int | None = None
 
 
 class BudgetAlert(Event, frozen=True, kw_only=True, tag="cost.budget_alert.v1"):

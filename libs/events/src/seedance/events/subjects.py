@@ -151,12 +151,14 @@ class observed:
 
 
 class telemetry:
-    """``seedance.telemetry.<node>.{sample,inventory,health}``."""
+    """``seedance.telemetry.<node>.{sample,inventory,health,pod_share}`` (``pod_share``: the
+    node agent's per-pod measured shares, ``gpu.pod_share.v1``)."""
 
     ALL = f"{ROOT}.telemetry.>"
     SAMPLES = f"{ROOT}.telemetry.*.sample"
     INVENTORY = f"{ROOT}.telemetry.*.inventory"
     HEALTH = f"{ROOT}.telemetry.*.health"
+    POD_SHARES = f"{ROOT}.telemetry.*.pod_share"
 
     @staticmethod
     def sample(node: str) -> str:
@@ -169,6 +171,10 @@ class telemetry:
     @staticmethod
     def health(node: str) -> str:
         return f"{ROOT}.telemetry.{check_token('node', node)}.health"
+
+    @staticmethod
+    def pod_share(node: str) -> str:
+        return f"{ROOT}.telemetry.{check_token('node', node)}.pod_share"
 
 
 class slicing:
@@ -455,6 +461,9 @@ STREAMS: tuple[StreamSpec, ...] = (
             StreamSource("SEEDANCE_SLICING", slicing.RELEASES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.SAMPLES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.INVENTORY),
+            # The node agents' per-pod measured shares: the ledger bills shared GPUs by them
+            # where the price book says so ([sharing] billing = "measured").
+            StreamSource("SEEDANCE_TELEMETRY", telemetry.POD_SHARES),
         ),
     ),
     StreamSpec("SEEDANCE_DLQ", (dlq.ALL,), max_age_s=30 * _DAY_S, description="dead letters"),

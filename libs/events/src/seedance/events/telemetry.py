@@ -1,17 +1,27 @@
-"""Telemetry events: per-node GPU sample batches, node inventory, GPU health.
+"""Telemetry events: per-node GPU sample batches, node inventory, GPU health, per-pod shares.
 
 Fields a GPU cannot report are ``None`` (absent), never zero: a zero would read as a real idle
-value to the slicer and the ledger.
+value to the slicer and the ledger. Every one is published by a node's own trusted measurer (the
+collector, or the node agent for per-pod shares) on that node's subject, never by a tenant.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from seedance.events.base import Event
+from seedance.events.base import Event, UtcDatetime
 from seedance.events.tokens import Name
 
-__all__ = ["GpuHealth", "GpuInfo", "GpuSample", "GpuSampleBatch", "NodeInventory", "TelemetryEvent"]
+__all__ = [
+    "GpuHealth",
+    "GpuInfo",
+    "GpuSample",
+    "GpuSampleBatch",
+    "NodeInventory",
+    "PodShare",
+    "PodShares",
+    "TelemetryEvent",
+]
 
 
 class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,4 +90,39 @@ class GpuHealth(Event, frozen=True, kw_only=True, tag="gpu.health.v1"):
     xid: int | None = None
 
 
-TelemetryEvent = GpuSampleBatch | NodeInventory | GpuHealth
+class PodShare(msgspec.Struct, frozen=True, kw_only=True):
+    """What one pod used of one GPU over a sample window, measured by the node agent.
+
+    ``sm_share`` and ``mem_share`` are ratios 0..1 of the GPU: the pod's processes' mean SM and
+    memory(-controller) utilisation from NVML's per-process samples, a period a process is
+    absent from counted as zero. ``tenant`` and ``job_id`` name the slicer's placement the pod
+    was granted against (empty: the pod holds no Seedance placement on this node).
+    """
+
+    gpu_index: int
+    gpu_uuid: str = ""
+    pod_uid: str
+    namespace: str = ""
+    pod: str = ""
+    tenant: str = ""
+    job_id: str = ""
+    sm_share: float
+    mem_share: float
+    #: NVML sampling periods the window held (how much the means are over).
+    periods: int = 0
+
+
+class PodShares(Event, frozen=True, kw_only=True, tag="gpu.pod_share.v1"):
+    """Per-pod measured shares of one node's GPUs over ``[window_start, at)``.
+
+    Published by the node agent on ``seedance.telemetry.<node>.pod_share`` (its node's token);
+    like a collector's sample its time is the node's clock, a trusted one: the agent is the
+    node's identity, not a tenant's. ``at`` is the window's end.
+    """
+
+    node: Name
+    window_start: UtcDatetime
+    shares: list[PodShare]
+
+
+TelemetryEvent = GpuSampleBatch | NodeInventory | GpuHealth | PodShares

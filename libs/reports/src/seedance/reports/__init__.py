@@ -25,6 +25,16 @@ from seedance.reports.from_bus import (
 )
 from seedance.reports.html import Baseline, ReportInput, render_html
 from seedance.reports.lines import LineAmounts, ReportLine, lines_from_events
+from seedance.reports.rightsizing import (
+    JobUse,
+    Recommendation,
+    Rightsizer,
+    TenantSaving,
+    job_uses,
+    rightsizing_html,
+    rightsizing_text,
+    tenant_savings,
+)
 from seedance.reports.summary import (
     GROUPS,
     CostSummary,
@@ -45,10 +55,14 @@ __all__ = [
     "FocusContext",
     "FocusError",
     "IdleNeedsOperator",
+    "JobUse",
     "LineAmounts",
+    "Recommendation",
     "ReportInput",
     "ReportLine",
     "ReportWindow",
+    "Rightsizer",
+    "TenantSaving",
     "entries_csv",
     "focus_csv",
     "focus_files",
@@ -56,9 +70,13 @@ __all__ = [
     "focus_rows",
     "focus_split_csv",
     "focus_split_rows",
+    "job_uses",
     "lines_from_events",
     "render_html",
     "render_lines",
+    "rightsizing_html",
+    "rightsizing_text",
     "summarize",
     "summary_text",
+    "tenant_savings",
 ]

@@ -38,6 +38,7 @@ from seedance.events.allocation import (
 )
 from seedance.events.subjects import api
 from seedance.reports.lines import LineAmounts, ReportLine
+from seedance.reports.rightsizing import Rightsizer, job_uses
 from seedance.reports.summary import (
     GROUPS,
     IDLE_KEY,
@@ -147,12 +148,17 @@ def allocation(
     as_of_seq: int,
     stream: str = "SEEDANCE_COSTS",
     replica: str = "",
+    rightsizer: Rightsizer | None = None,
 ) -> AllocationReply:
     """The answer to ``query`` for the fleet (``tenant=None``) or ``tenant``, from ``lines``
     (every line of the stream's messages 1..``as_of_seq``: usage and idle); a refusal naming
-    the parameter for a bad query. An empty window is an answer with no rows."""
+    the parameter for a bad query. An empty window is an answer with no rows. With
+    ``query.rightsize`` the answer carries ``rightsizer``'s recommendations for the scope's
+    jobs in the window (the ledger's, which holds the price book)."""
     try:
         _check(query, tenant)
+        if query.rightsize and rightsizer is None:
+            raise _Refused("rightsize", "rightsize: this answerer has no price book to size by")
         newest = max((e.window_end_ms for e in lines), default=None)
         window = resolve_window(query.window, newest)
     except _Refused as exc:
@@ -192,6 +198,12 @@ def allocation(
         totals=_totals(s.allocated, s.idle),
         idle_unshared_usd_micro=s.idle_unshared_usd_micro if fleet_idle else 0,
         idle_by_node=[_idle(r) for r in s.idle_by_node] if fleet_idle else [],
+        rightsizing=(
+            rightsizer.recommend_all(job_uses(lines, window=window, tenant=tenant))
+            if query.rightsize and rightsizer is not None
+            else []
+        ),
+        rightsizing_rule=rightsizer.rule if query.rightsize and rightsizer is not None else "",
     )
 
 

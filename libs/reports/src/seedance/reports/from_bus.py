@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from seedance.reports.lines import ReportLine, lines_from_events
+from seedance.reports.rightsizing import Rightsizer, job_uses, rightsizing_text
 from seedance.reports.summary import (
     IDLE_KEY,
     CostSummary,
@@ -54,12 +55,14 @@ def render_lines(
     by: str,
     share: bool,
     generated_at_ms: int,
+    rightsizer: Rightsizer | None = None,
 ) -> tuple[str, int]:
     """A report of ``lines`` in ``fmt`` and the number of lines it covers (pure).
 
     ``text`` is the grouped table (``--by``), ``html`` the HTML report, ``csv`` / ``focus``
-    the line exports of the window (idle rows only in the fleet's). Raises ``EmptyReport``
-    when nothing falls in the window.
+    the line exports of the window (idle rows only in the fleet's). With a ``rightsizer`` the
+    text and HTML reports end with its recommendations for the jobs in the window. Raises
+    ``EmptyReport`` when nothing falls in the window.
     """
     from seedance.reports import entries_csv, focus_csv, render_html
     from seedance.reports.html import ReportInput
@@ -67,8 +70,16 @@ def render_lines(
     if fmt not in FORMATS:
         raise ValueError(f"report format {fmt!r}: choose one of {', '.join(FORMATS)}")
     summary = summarize(lines, by=by, window=window, tenant=tenant, share=share)  # type: ignore[arg-type]
+    recs = (
+        rightsizer.recommend_all(job_uses(lines, window=window, tenant=tenant))
+        if rightsizer is not None and fmt in ("text", "html")
+        else None
+    )
     if fmt == "text":
-        return summary_text(summary), summary.lines
+        text = summary_text(summary)
+        if recs is not None and rightsizer is not None:
+            text += rightsizing_text(recs, rightsizer.rule)
+        return text, summary.lines
     if fmt in ("csv", "focus"):
         chosen = [
             e
@@ -84,6 +95,8 @@ def render_lines(
         window=window,
         tenant=tenant,
         share_idle=share,
+        rightsizing=recs,
+        rightsizing_rule=rightsizer.rule if rightsizer is not None else "",
     )
     return render_html(data), summary.lines
 

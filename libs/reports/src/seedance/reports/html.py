@@ -19,6 +19,7 @@ import msgspec
 
 from seedance.reports import svg
 from seedance.reports.lines import ReportLine, usd_from_micro
+from seedance.reports.rightsizing import Recommendation, rightsizing_html
 from seedance.reports.summary import IDLE_KEY, CostSummary, ReportWindow, summarize
 
 __all__ = ["Baseline", "ReportInput", "render_html"]
@@ -51,6 +52,10 @@ class ReportInput(msgspec.Struct, frozen=True, kw_only=True):
     tenant: str | None = None
     #: Rows of the per-job table; the rest are summed in one line under it.
     max_job_rows: int = 100
+    #: Right-sizing recommendations for the jobs in the window and the rule that chose them
+    #: (None: not computed, no section).
+    rightsizing: Sequence[Recommendation] | None = None
+    rightsizing_rule: str = ""
 
 
 _CSS = """
@@ -220,6 +225,11 @@ def render_html(data: ReportInput) -> str:
 {savings_html}
 <section><h2>By tenant</h2>{table}</section>
 {_jobs_section(by_job, data.max_job_rows)}
+{
+        ""
+        if data.rightsizing is None
+        else rightsizing_html(data.rightsizing, data.rightsizing_rule, data.max_job_rows)
+    }
 <section><h2>Assumptions</h2><p class="sub">Figures in this report that are configured
 rather than published.</p>{assume_html}</section>
 </main></body></html>

@@ -16,7 +16,7 @@ from typing import Literal
 
 import msgspec
 
-from seedance.events.cost import CostEntry, CostEntryV1, CostKind, upgrade
+from seedance.events.cost import CostEntry, CostEntryV1, CostKind, MeasuredUse, upgrade
 
 __all__ = ["LineAmounts", "ReportLine", "epoch_ms", "lines_from_events", "usd_from_micro"]
 
@@ -80,6 +80,11 @@ class ReportLine(msgspec.Struct, frozen=True, kw_only=True):
     activity_ppm: int | None
     source_event_ids: tuple[str, ...]
     assumptions: tuple[str, ...] = ()
+    #: Usage lines: what the job held and the most it used (right-sizing reads it).
+    usage: MeasuredUse | None = None
+    #: Under measured billing of shared GPUs: the line's GPU-time cost by allocation (None:
+    #: billed by allocation, so ``amounts.cost_usd_micro`` is that figure).
+    allocation_cost_usd_micro: int | None = None
 
 
 def lines_from_events(events: Iterable[object]) -> list[ReportLine]:
@@ -114,4 +119,6 @@ def _line(ev: CostEntry) -> ReportLine:
         activity_ppm=ev.activity_ppm,
         source_event_ids=tuple(ev.source_ids),
         assumptions=tuple(ev.assumptions),
+        usage=ev.usage,
+        allocation_cost_usd_micro=ev.allocation_cost_micro_usd,
     )

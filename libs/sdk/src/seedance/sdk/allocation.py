@@ -13,6 +13,7 @@ from decimal import Decimal
 from seedance.core.errors import SeedanceError
 from seedance.events import DecodeError, decode
 from seedance.events.allocation import AllocationAnswer, AllocationRefusal, AllocationReply
+from seedance.reports.rightsizing import rightsizing_text
 
 __all__ = ["AllocationRefused", "NoLedger", "allocation_text", "read_reply"]
 
@@ -65,4 +66,7 @@ def allocation_text(a: AllocationAnswer) -> str:
     )
     if not a.allocations:
         out.append(f"(no cost in the window {a.window})")
-    return "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    if a.rightsizing_rule:
+        text += rightsizing_text(a.rightsizing, a.rightsizing_rule)
+    return text

@@ -264,6 +264,7 @@ async def _costs_allocation(client: SeedanceClient, args: argparse.Namespace) ->
             aggregate=args.aggregate,
             include_idle=args.include_idle,
             share_idle=args.share_idle,
+            rightsize=args.rightsize,
             timeout_s=args.timeout_s,
         )
     except AllocationRefused as exc:

@@ -324,6 +324,10 @@ def _allocation_parser(c: Any) -> None:
         help="charge each node-window's idle to the jobs beside it (OpenCost shareIdle)",
     )  # fmt: skip
     a.add_argument(
+        "--rightsize", action="store_true",
+        help="add the ledger's right-sizing recommendations for the jobs in the window",
+    )  # fmt: skip
+    a.add_argument(
         "--timeout-s", type=float, default=30.0, metavar="SECONDS",
         help="give up waiting for the ledger's answer after this long (default 30)",
     )  # fmt: skip

@@ -354,6 +354,7 @@ class SeedanceClient:
         aggregate: str = "tenant",
         include_idle: bool = False,
         share_idle: bool = False,
+        rightsize: bool = False,
         timeout_s: float = 30.0,
     ) -> AllocationAnswer:
         """The cost-ledger's allocation (OpenCost ``/allocation``) of ``tenant``, or of the
@@ -361,8 +362,10 @@ class SeedanceClient:
         ``start,end`` RFC 3339), grouped by ``aggregate`` (tenant, job, node, gpu_model).
 
         ``include_idle`` (fleet only) adds idle as rows of its own; ``share_idle`` charges
-        each node-window's idle to the jobs beside it (a tenant gets its own jobs' shares).
-        The answer names the ``SEEDANCE_COSTS`` sequence it is as of (docs/cost-ledger.md).
+        each node-window's idle to the jobs beside it (a tenant gets its own jobs' shares);
+        ``rightsize`` adds the ledger's right-sizing recommendations for the jobs in the window
+        (``AllocationAnswer.rightsizing``, priced with the ledger's price book). The answer
+        names the ``SEEDANCE_COSTS`` sequence it is as of (docs/cost-ledger.md).
 
         Raises:
             PermissionRefused: another tenant's or the fleet's, with a tenant's credentials.
@@ -371,8 +374,9 @@ class SeedanceClient:
         """
         subject = api.allocation(tenant)
         query = AllocationQuery(
-            window=window, aggregate=aggregate, include_idle=include_idle, share_idle=share_idle
-        )
+            window=window, aggregate=aggregate, include_idle=include_idle,
+            share_idle=share_idle, rightsize=rightsize,
+        )  # fmt: skip
         ask = self._bus.nc.request(subject, msgspec.json.encode(query), timeout=timeout_s)
         try:
             msg = await self._guarded(ask, "asking", subject)

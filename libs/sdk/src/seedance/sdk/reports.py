@@ -12,13 +12,15 @@ from seedance.core.clock import Clock, WallClock
 from seedance.reports import (
     FORMATS,
     IdleNeedsOperator,
+    ReportLine,
     ReportWindow,
+    Rightsizer,
     lines_from_events,
     render_lines,
 )
 from seedance.sdk.client import PermissionRefused, SeedanceClient
 
-__all__ = ["render_report"]
+__all__ = ["render_report", "report_lines"]
 
 
 async def render_report(
@@ -31,6 +33,7 @@ async def render_report(
     by: str = "tenant",
     share_idle: bool = False,
     clock: Clock | None = None,
+    rightsizer: Rightsizer | None = None,
 ) -> tuple[str, int]:
     """A report from what the cost stream holds, and the number of lines it covers.
 
@@ -39,7 +42,8 @@ async def render_report(
     reads the fleet instead, since the share depends on the idle lines and on the other
     tenants' allocations beside it, which a tenant may not read: with a tenant's credentials
     that is refused with ``IdleNeedsOperator``. ``start`` / ``end`` are ISO 8601 (UTC);
-    ``clock`` stamps the report's "generated at".
+    ``clock`` stamps the report's "generated at". With a ``rightsizer`` (the ledger's, which
+    holds the price book) the text and HTML reports end with right-sizing recommendations.
 
     Raises:
         EmptyReport: no cost line in the window.
@@ -49,6 +53,28 @@ async def render_report(
     if fmt not in FORMATS:
         raise ValueError(f"report format {fmt!r}: choose one of {', '.join(FORMATS)}")
     window = ReportWindow.parse(start, end)
+    lines = await report_lines(client, tenant=tenant, share_idle=share_idle)
+    now = (clock or WallClock()).now()
+    return render_lines(
+        lines,
+        fmt=fmt,
+        tenant=tenant,
+        window=window,
+        by=by,
+        share=share_idle,
+        generated_at_ms=int(now.timestamp() * 1000),
+        rightsizer=rightsizer,
+    )
+
+
+async def report_lines(
+    client: SeedanceClient, *, tenant: str | None, share_idle: bool = False
+) -> list[ReportLine]:
+    """The cost lines a report of ``tenant`` (None: the fleet) reads; see ``render_report``.
+
+    Raises:
+        IdleNeedsOperator: the fleet, or ``share_idle``, without operator credentials.
+    """
     if tenant is None or share_idle:
         try:
             events = await client.fleet_cost_history()
@@ -62,13 +88,4 @@ async def render_report(
             ) from None
     else:
         events = await client.cost_history(tenant)
-    now = (clock or WallClock()).now()
-    return render_lines(
-        lines_from_events(events),
-        fmt=fmt,
-        tenant=tenant,
-        window=window,
-        by=by,
-        share=share_idle,
-        generated_at_ms=int(now.timestamp() * 1000),
-    )
+    return lines_from_events(events)

@@ -1,9 +1,12 @@
-"""``seedance-cost-ledger``: serve the ledger (default), or ``report`` a tenant's costs."""
+"""``seedance-cost-ledger``: serve the ledger (default), ``report`` costs, or ``rightsize`` jobs."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import sys
+from pathlib import Path
 
 from seedance.core import ServiceRuntime, serve
 from seedance.core.logs import configure_logging
@@ -18,41 +21,42 @@ from seedance.cost_ledger.settings import LedgerSettings, load_budgets, replica_
 NAME = "cost-ledger"
 
 
-def report(argv: list[str]) -> int:
+def report(argv: list[str], *, rightsize_only: bool = False) -> int:
     """``seedance-cost-ledger report (--tenant T | --fleet) [--format html|text|csv|focus]
-    [--from ISO] [--to ISO] [--by tenant|job|node|gpu_model] [--share-idle] [--out FILE]``.
+    [--from ISO] [--to ISO] [--by tenant|job|node|gpu_model] [--share-idle] [--rightsize]
+    [--price-book FILE] [--out FILE]``.
 
     Reads what the cost stream holds (a tenant's own with its credentials; the fleet's, idle
     included, with an operator's) and renders it with the reports library, so the
     figures match the ledger's to the cent. The same as ``seedance costs report``: both read
-    through ``seedance.sdk.reports`` and render with ``seedance.reports``. Exits 1 when
+    through ``seedance.sdk.reports`` and render with ``seedance.reports``; ``--rightsize``
+    (text and HTML) adds the right-sizing recommendations, priced with the ledger's price book
+    (``--price-book``, else ``SEEDANCE_COST_LEDGER_PRICE_BOOK``, else the bundled one), which
+    is why it is here. ``seedance-cost-ledger rightsize ...`` prints only those. Exits 1 when
     there is nothing in the window or idle was asked for without operator credentials.
     """
-    import argparse
-    import os
-    from pathlib import Path
-
-    from seedance.reports import FORMATS, GROUPS
+    from seedance.reports import ReportWindow, job_uses, rightsizing_text
     from seedance.sdk import SeedanceClient
-    from seedance.sdk.reports import render_report
+    from seedance.sdk.reports import render_report, report_lines
 
-    p = argparse.ArgumentParser(prog="seedance-cost-ledger report", description=report.__doc__)
-    scope = p.add_mutually_exclusive_group(required=True)
-    scope.add_argument("--tenant")
-    scope.add_argument("--fleet", action="store_true")
-    p.add_argument("--format", choices=FORMATS, default="html")
-    p.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
-    p.add_argument("--from", dest="start", default=None, help="ISO 8601 start, UTC (inclusive)")
-    p.add_argument("--to", dest="end", default=None, help="ISO 8601 end, UTC (exclusive)")
-    p.add_argument("--by", choices=GROUPS, default="tenant")
-    p.add_argument("--share-idle", action="store_true")
-    p.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
-    p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
-    args = p.parse_args(argv)
+    prog = "seedance-cost-ledger " + ("rightsize" if rightsize_only else "report")
+    args = _report_args(prog, rightsize_only).parse_args(argv)
+    if rightsize_only:
+        args.format, args.rightsize, args.by, args.share_idle = "rightsize", True, "job", False
 
     async def render() -> tuple[str, int]:
+        book = core.load_price_book(args.price_book) if args.price_book else None
+        sizer = core.BookRightsizer(book or core.default_price_book()) if args.rightsize else None
         client = await SeedanceClient.connect(args.nats_url, creds=args.creds)
         async with client:
+            if rightsize_only and sizer is not None:
+                tenant = None if args.fleet else args.tenant
+                window = ReportWindow.parse(args.start, args.end)
+                lines = await report_lines(client, tenant=tenant)
+                uses = job_uses(lines, window=window, tenant=tenant)
+                if not uses:
+                    raise LookupError(f"no job with measured use in {window.label()}")
+                return rightsizing_text(sizer.recommend_all(uses), sizer.rule), len(uses)
             return await render_report(
                 client,
                 tenant=None if args.fleet else args.tenant,
@@ -61,27 +65,55 @@ def report(argv: list[str]) -> int:
                 end=args.end,
                 by=args.by,
                 share_idle=args.share_idle,
+                rightsizer=sizer,
             )
 
     try:
         text, n = asyncio.run(render())
     except ValueError as exc:
-        sys.stderr.write(f"seedance-cost-ledger report: {exc}\n")
+        sys.stderr.write(f"{prog}: {exc}\n")
         return 2
     except LookupError as exc:
-        sys.stderr.write(f"seedance-cost-ledger report: {exc}\n")
+        sys.stderr.write(f"{prog}: {exc}\n")
         return 1
     if args.out is None:
         sys.stdout.write(text)
     else:
         args.out.write_text(text)
-        sys.stderr.write(f"wrote {n} cost lines as {args.format} to {args.out}\n")
+        what = (
+            f"{n} jobs' recommendations" if rightsize_only else f"{n} cost lines as {args.format}"
+        )
+        sys.stderr.write(f"wrote {what} to {args.out}\n")
     return 0
+
+
+def _report_args(prog: str, rightsize_only: bool) -> argparse.ArgumentParser:
+    """The options of ``report`` (``rightsize``: without format, grouping and idle sharing)."""
+    from seedance.reports import FORMATS, GROUPS
+
+    p = argparse.ArgumentParser(prog=prog, description=report.__doc__)
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--tenant")
+    scope.add_argument("--fleet", action="store_true")
+    if not rightsize_only:
+        p.add_argument("--format", choices=FORMATS, default="html")
+        p.add_argument("--rightsize", action="store_true", help="add right-sizing (text, html)")
+        p.add_argument("--by", choices=GROUPS, default="tenant")
+        p.add_argument("--share-idle", action="store_true")
+    p.add_argument("--price-book", default=os.environ.get("SEEDANCE_COST_LEDGER_PRICE_BOOK"))
+    p.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
+    p.add_argument("--from", dest="start", default=None, help="ISO 8601 start, UTC (inclusive)")
+    p.add_argument("--to", dest="end", default=None, help="ISO 8601 end, UTC (exclusive)")
+    p.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
+    return p
 
 
 def main() -> int | None:
     if sys.argv[1:2] == ["report"]:
         return report(sys.argv[2:])
+    if sys.argv[1:2] == ["rightsize"]:
+        return report(sys.argv[2:], rightsize_only=True)
     try:
         settings = load_settings(LedgerSettings, NAME)
         bus = bus_settings(NAME)
@@ -109,7 +141,9 @@ def main() -> int | None:
         from_start=settings.from_start,
     )
     # The allocation API runs on the same runtime, beside the replica (docs/cost-ledger.md).
-    AllocationApi(runtime, replica=service.name)
+    AllocationApi(
+        runtime, replica=service.name, rightsizer=core.BookRightsizer(replica.book)
+    )  # fmt: skip
     asyncio.run(serve(service))
     return None
 

@@ -43,6 +43,7 @@ from seedance.events.cost import CostEvent, current
 from seedance.events.subjects import api, cost_reader
 from seedance.reports.allocation import allocation
 from seedance.reports.lines import ReportLine, lines_from_events
+from seedance.reports.rightsizing import Rightsizer
 
 __all__ = ["AllocationApi", "CostIndex"]
 
@@ -115,9 +116,11 @@ class AllocationApi:
         replica: str,
         batch: int = 1000,
         answer_within_s: float = 10.0,
+        rightsizer: Rightsizer | None = None,
     ) -> None:
         self._rt = runtime
         self.replica = replica
+        self._rightsizer = rightsizer
         self.index = CostIndex()
         self._batch = batch
         self._answer_within_s = answer_within_s
@@ -244,8 +247,9 @@ class AllocationApi:
         # Off the event loop: a long history takes a while to sum, and the replica's own
         # consumption shares this loop.
         return await asyncio.to_thread(
-            allocation, lines, query, tenant=tenant, as_of_seq=as_of, replica=self.replica
-        )
+            allocation, lines, query, tenant=tenant, as_of_seq=as_of, replica=self.replica,
+            rightsizer=self._rightsizer,
+        )  # fmt: skip
 
     async def _caught_up(self, seq: int) -> bool:
         if self.index.seq >= seq:

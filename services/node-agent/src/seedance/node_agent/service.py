@@ -26,10 +26,11 @@ from seedance.core.settings import SettingsError, bus_settings, load_settings
 from seedance.core.tracing import configure_tracing
 from seedance.events.codec import DecodeError, decode
 from seedance.events.slicing import MigLayoutPlan
-from seedance.events.subjects import slicing
+from seedance.events.subjects import slicing, telemetry
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.placement import NodeDevices, node_token
+from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import pid_shares, pod_shares
 from seedance.node_agent.deviceplugin import DeviceKind, DevicePluginServer, PluginDevice
 from seedance.node_agent.kube import PendingPods, connect
@@ -197,10 +198,22 @@ class NodeAgentService:
             await self._clock.sleep(self._s.labels_interval_s)
 
     async def _shares_loop(self) -> None:
+        """Each window: every GPU's per-pod shares to the metrics and, as one
+        ``gpu.pod_share.v1`` of the node, to the bus (the ledger bills shared GPUs by it)."""
+        start = self._clock.now()
+        node = node_token(self._s.node_name)
         while True:
             await self._clock.sleep(self._s.shares_interval_s)
-            for index, uuid in self._devices.gpus.items():
-                self._publish_shares(index, uuid)
+            measured = [
+                m for index, uuid in self._devices.gpus.items()
+                for m in self._publish_shares(index, uuid)
+            ]  # fmt: skip
+            end = self._clock.now()
+            # Published even when no pod ran: a window without a pod's share then reads as 0
+            # for it (the ledger averages a job's share over all the node's windows).
+            event = pod_shares_event(node, start, end, measured)
+            await self._rt.bus.publish(telemetry.pod_share(node), event)
+            start = end
 
     def _pod_of_pid(self, pid: int) -> str | None:
         try:
@@ -210,13 +223,15 @@ class NodeAgentService:
         found = pod_of_cgroup(text)
         return None if found is None else found.pod_uid
 
-    def _publish_shares(self, index: int, uuid: str) -> None:
+    def _publish_shares(self, index: int, uuid: str) -> list[MeasuredPod]:
+        """One GPU's per-pod shares into the metrics; returned with each pod's placement."""
         assert self._allocator is not None
         samples = self._nvml.process_samples(index)
         periods = len({s.timestamp_us for s in samples}) or 1
         per_pod = pod_shares(pid_shares(samples, periods), self._pod_of_pid)
         names = self._allocator.names_by_uid()
         owners = self._labeller.owners.get(uuid, []) if self._labeller else []
+        out = []
         for pod_uid, share in per_pod.items():
             ns, name = names.get(pod_uid, ("", pod_uid))
             containers = sorted({o.container for o in owners if (o.namespace, o.pod) == (ns, name)})
@@ -227,6 +242,30 @@ class NodeAgentService:
             self.metrics.pod_mem_share_ratio.labels(uuid, name, ns, container).set(
                 share.mem_pct / 100
             )
+            tenant, job = self._placement_of(pod_uid)
+            out.append(
+                MeasuredPod(
+                    gpu_index=index,
+                    gpu_uuid=uuid,
+                    pod_uid=pod_uid,
+                    share=share,
+                    periods=periods,
+                    namespace=ns,
+                    pod=name if pod_uid in names else "",
+                    tenant=tenant,
+                    job_id=job,
+                )
+            )
+        return out
+
+    def _placement_of(self, pod_uid: str) -> tuple[str, str]:
+        """(tenant, job) of the slicer's placement the pod was granted against; empty if none
+        (the tenant is the slicer's, never the pod's annotation)."""
+        assert self._allocator is not None
+        assert self._feed is not None
+        grant = self._allocator.allocations.granted(pod_uid)
+        placed = self._feed.book.get(grant.job_id) if grant is not None else None
+        return (placed.tenant, placed.job_id) if placed is not None else ("", "")
 
     async def run(self) -> None:
         await self.start()

@@ -5,7 +5,8 @@ except the price book the caller asks to load.
 Modules: ``money`` (exact rationals, micro-dollars), ``pricebook`` / ``peaks`` (prices),
 ``facts`` (what is billed), ``attribution`` (one node-window's lines), ``lines`` (what is
 emitted), ``ledger`` (the state machine), ``snapshot`` (its bytes), ``budget``,
-``mapping`` (bus events ↔ core), ``replica`` (the deterministic step over the merged stream)."""
+``mapping`` (bus events ↔ core), ``replica`` (the deterministic step over the merged stream),
+``rightsizing`` (the smallest request that covers a job's measured peak, and its saving)."""
 
 from seedance.cost_ledger.core.budget import (
     Budget,
@@ -33,6 +34,7 @@ from seedance.cost_ledger.core.lines import (
     JobCost,
     LedgerOutput,
     LedgerTotals,
+    LineUse,
     usd_per_tflop_hour_micro,
 )
 from seedance.cost_ledger.core.money import format_usd, micro_from_usd, round_micro
@@ -45,11 +47,13 @@ from seedance.cost_ledger.core.pricebook import (
     load_price_book,
     parse_price_book,
 )
+from seedance.cost_ledger.core.rightsizing import BookRightsizer, recommend, recommend_all
 from seedance.cost_ledger.core.windows import emission_due, epoch_ms, next_emission_ms
 
 __all__ = [
     "PEAK_TFLOPS",
     "Amounts",
+    "BookRightsizer",
     "Budget",
     "BudgetDecision",
     "BudgetDeviation",
@@ -65,6 +69,7 @@ __all__ = [
     "LedgerInputError",
     "LedgerOutput",
     "LedgerTotals",
+    "LineUse",
     "NodeInfo",
     "PauseDecision",
     "PeakTflops",
@@ -81,6 +86,8 @@ __all__ = [
     "next_emission_ms",
     "parse_price_book",
     "plan_usd_micro",
+    "recommend",
+    "recommend_all",
     "recompute",
     "round_micro",
     "spend_points",

@@ -39,7 +39,7 @@ from seedance.cost_ledger.core.facts import (
     SampleReadings,
     WindowAllocation,
 )
-from seedance.cost_ledger.core.lines import Amounts
+from seedance.cost_ledger.core.lines import Amounts, LineUse
 from seedance.cost_ledger.core.money import (
     MICRO_PER_USD,
     Rational,
@@ -69,8 +69,9 @@ _GPU_HOURS_MICRO_PER_MS = Fraction(1_000_000, MS_PER_HOUR)
 #: A line of a node-window: ("usage", job key) or ("idle", "").
 LineKey = tuple[str, str]
 IDLE_KEY: LineKey = ("idle", "")
-#: A line's rounded amounts, mean activity in ppm (None: unmeasured), tenant and GPU model.
-LineResult = tuple[Amounts, int | None, str, str]
+#: A line's rounded amounts, mean activity in ppm (None: unmeasured), tenant, GPU model, and
+#: (usage lines) what its job held and the most it used.
+LineResult = tuple[Amounts, int | None, str, str, LineUse | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,8 @@ class Pricing:
         self.book = book
         self.window_ms = config.window_ms
         self.default_tier: PricingTier = config.default_tier
+        # Shared GPUs billed by the node agent's measured per-pod shares, where reported.
+        self.measured = book.shared_billing == "measured"
         # 1 / window ms and the µUSD of one mJ·ms of a line's energy_mj_ms (see _Line.amounts)
         self.per_window_ms = Fraction(1, config.window_ms)
         self.energy_rate = book.usd_per_mj() * MICRO_PER_USD / config.window_ms
@@ -178,6 +181,9 @@ class _Line:
     activity: RatioSum = field(default_factory=RatioSum)
     activity_n: int = 0
     tflop_hours: RatioSum = field(default_factory=RatioSum)
+    use: _Use | None = None  # usage lines: what the job held and the most it used
+    # Measured billing: the GPU-time the line would be charged under allocation billing
+    alloc_ms: Rational = 0
 
     def charge(self, ms: Rational, rates: _Rates) -> None:
         """Add ``ms`` of GPU-time at ``rates`` ($/GPU-ms at the tier, at list price)."""
@@ -195,11 +201,14 @@ class _Line:
         self.activity.add(ppm_sum, n)
         self.activity_n += 1
 
-    def amounts(self, per_window_ms: Fraction, energy_rate: Fraction | None) -> Amounts:
+    def amounts(
+        self, per_window_ms: Fraction, energy_rate: Fraction | None, measured: bool = False
+    ) -> Amounts:
         """The line rounded: each figure is the exact value rounded once, half to even.
 
         ``per_window_ms`` is 1 / the window's ms; ``energy_rate`` the µUSD of one mJ·ms of
-        ``energy_mj_ms`` ($/mJ · 10⁶ / window ms), None where energy is not billed.
+        ``energy_mj_ms`` ($/mJ · 10⁶ / window ms), None where energy is not billed;
+        ``measured``: shared GPUs are billed by measured share (``alloc_ms`` is priced too).
         """
         rates = self.rates
         if rates is None:
@@ -224,11 +233,42 @@ class _Line:
             gpu_hours_micro=round_product(self.gpu_ms, _GPU_HOURS_MICRO_PER_MS),
             energy_mj=energy_mj,
             tflop_hours_micro=self.tflop_hours.round_scaled(1_000_000),
+            allocation_cost_usd_micro=(
+                round_product(self.alloc_ms, rates[2]) if measured and rates is not None else 0
+            ),
         )
 
     def activity_ppm(self) -> int | None:
         """Mean activity of the GPUs the line was charged on, in ppm (None: none measured)."""
         return self.activity.round_scaled(1, self.activity_n) if self.activity_n else None
+
+
+@dataclass(slots=True)
+class _Use:
+    """A usage line's request and, per GPU it held, the highest activity and memory sampled."""
+
+    request: GpuAllocation
+    peaks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    samples: int = 0
+
+    def hold(self, p: GpuAllocation, gpu: int, usage: GpuUsage) -> None:
+        if (p.start_ms, p.event_id) > (self.request.start_ms, self.request.event_id):
+            self.request = p  # the request is the allocation that started last
+        if gpu not in self.peaks:
+            self.peaks[gpu] = (usage.ppm_max, usage.mem_max_mib)
+            self.samples += usage.n
+
+    def rounded(self) -> LineUse:
+        p = self.request
+        return LineUse(
+            kind=p.kind,
+            gpus=len(self.peaks),
+            milli=p.gpu_milli if p.kind == "shared" else 1000,
+            mig_profile=p.mig_profile,
+            samples=self.samples,
+            peak_activity_ppm=sum(a for a, _ in self.peaks.values()),
+            peak_mem_mib=sum(m for _, m in self.peaks.values()),
+        )
 
 
 class _LineSet:
@@ -252,10 +292,11 @@ class _LineSet:
         energy_rate = pricing.energy_rate_for(tier)
         lines = {
             key: (
-                line.amounts(pricing.per_window_ms, energy_rate),
+                line.amounts(pricing.per_window_ms, energy_rate, pricing.measured),
                 line.activity_ppm(),
                 line.tenant,
                 line.gpu_model,
+                line.use.rounded() if line.use is not None else None,
             )
             for key, line in self.lines.items()
         }
@@ -268,20 +309,27 @@ Holder = tuple[GpuAllocation, Rational, int, str | None]
 
 @dataclass(frozen=True, slots=True)
 class GpuUsage:
-    """A GPU's measurements in the window: ``n`` samples, Σ activity ppm, Σ energy mJ."""
+    """A GPU's measurements in the window: ``n`` samples, Σ activity ppm, Σ energy mJ, and the
+    highest activity ppm and used MiB of one sample (what right-sizing reads)."""
 
     n: int
     ppm_sum: int
     energy_mj: int
     event_ids: SampleReadings
+    ppm_max: int = 0
+    mem_max_mib: int = 0
 
     @classmethod
     def of(cls, samples: SampleReadings) -> GpuUsage:
-        ppm_sum = energy = 0
-        for ppm, mj, _ in samples.values():
+        ppm_sum = energy = ppm_max = mem_max = 0
+        for ppm, mj, _, mem in samples.values():
             ppm_sum += ppm
             energy += mj
-        return cls(len(samples), ppm_sum, energy, samples)
+            if ppm > ppm_max:
+                ppm_max = ppm
+            if mem > mem_max:
+                mem_max = mem
+        return cls(len(samples), ppm_sum, energy, samples, ppm_max, mem_max)
 
 
 _NO_SAMPLES: SampleReadings = {}
@@ -314,7 +362,10 @@ def attribute(win: NodeWindow, pricing: Pricing) -> Attribution:
             continue
         rates = pricing.rates(model, tier)
         usage = GpuUsage.of(win.samples.get(g, _NO_SAMPLES))
-        charged_total = _charge_holders(out, holders, usage, model, rates, info, pricing)
+        measured = _measured_ms(g, holders, win, pricing)
+        charged_total = _charge_holders(
+            out, g, holders, usage, model, rates, info, pricing, measured
+        )
         if info is not None and g < info.gpu_count:
             _charge_gpu_idle(out, win, info, usage, charged_total, model, rates, pricing)
     if untouched and info is not None and node_model is not None:
@@ -328,7 +379,7 @@ def _all_idle(win: NodeWindow, info: NodeInfo, pricing: Pricing) -> Attribution:
     if amounts.is_zero():
         return Attribution({}, {})
     return Attribution(
-        {IDLE_KEY: (amounts.copy(), None, "", info.gpu_model)}, {IDLE_KEY: (info.event_id,)}
+        {IDLE_KEY: (amounts.copy(), None, "", info.gpu_model, None)}, {IDLE_KEY: (info.event_id,)}
     )
 
 
@@ -373,29 +424,66 @@ def delivered_tflops(
     )
 
 
+def _measured_ms(
+    gpu: int, holders: list[Holder], win: NodeWindow, pricing: Pricing
+) -> list[Rational] | None:
+    """Under measured billing, each holder's GPU-time from the node agent's per-pod shares: its
+    job's SM share averaged over the window's readings of the node (a reading without the job
+    counts as 0) × the window, given once per job, scaled back where the shares add up past
+    the window. None (bill by allocation) unless every holder is shared and readings exist."""
+    readings = win.pod_shares
+    if not pricing.measured or not readings or not all(p.kind == "shared" for p, *_ in holders):
+        return None
+    W = pricing.window_ms
+    ppm: dict[str, int] = defaultdict(int)
+    for r in readings.values():
+        for g, job, share_ppm in r.shares:
+            if g == gpu:
+                ppm[job] += share_ppm
+    n, out, seen = len(readings), [], set()
+    for p, *_ in holders:
+        out.append(Fraction(ppm.get(p.job_id, 0) * W, n * 1_000_000) if p.job_id not in seen else 0)
+        seen.add(p.job_id)
+    total: Rational = sum(out, 0)
+    if total > W:
+        out = [ms * Fraction(W) / total for ms in out]
+    return out
+
+
 def _charge_holders(
     out: _LineSet,
+    gpu: int,
     holders: list[Holder],
     usage: GpuUsage,
     model: str,
     rates: _Rates,
     info: NodeInfo | None,
     pricing: Pricing,
+    measured: list[Rational] | None = None,
 ) -> Rational:
-    """Charge each holder of one GPU its share; returns the GPU-time charged in all."""
+    """Charge each holder of GPU ``gpu`` its share (``measured``: the GPU-time measured per
+    holder instead); returns the GPU-time charged in all."""
     W = pricing.window_ms
     shares = [f * t for _, f, t, _ in holders]
     allocated: Rational = sum(shares, 0)
     k = scale_factor(holders, allocated, usage, W)
-    charged_total = allocated if k == 1 else allocated * k
+    by_request = [ft if k == 1 else ft * k for ft in shares]
+    charged_each = by_request if measured is None else measured
+    charged_total: Rational = (
+        (allocated if k == 1 else allocated * k) if measured is None else sum(measured, 0)
+    )
     # Each line gets its charged share of the GPU's delivered TFLOP-hours.
     tflop_num, tflop_den = delivered_tflops(usage, pricing.peak(model), W, charged_total)
     n = usage.n
-    for (p, _, _, end_id), ft in zip(holders, shares, strict=True):
+    for (p, _, _, end_id), charged, alloc in zip(holders, charged_each, by_request, strict=True):
         key: LineKey = ("usage", p.job_id)
         line = out.line(key, p.tenant, model)
-        charged = ft if k == 1 else ft * k
         line.charge(charged, rates)
+        if pricing.measured:
+            line.alloc_ms += alloc
+        if line.use is None:
+            line.use = _Use(p)
+        line.use.hold(p, gpu, usage)
         sources = out.sources[key]
         if n:
             line.measured(usage.energy_mj * charged, usage.ppm_sum, n)

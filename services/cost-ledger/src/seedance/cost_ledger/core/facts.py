@@ -32,6 +32,7 @@ __all__ = [
     "LedgerInputError",
     "NodeInfo",
     "NodeWindow",
+    "PodShareReading",
     "SampleReadings",
     "WindowAllocation",
     "validate",
@@ -100,7 +101,18 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True, tag="gpu_sample"):
     mem_used_mib: int = 0
 
 
-LedgerInput = NodeInfo | GpuAllocation | JobEnded | GpuSample
+class PodShareReading(msgspec.Struct, frozen=True, kw_only=True, tag="pod_shares"):
+    """One node's per-pod measured shares over one sample window ending at ``at_ms`` (the node
+    agent's ``gpu.pod_share.v1``): ``shares`` are (GPU index, job key, SM share in ppm). Empty
+    shares still count: the node was measured and no pod used a GPU."""
+
+    event_id: str
+    node: str
+    at_ms: int
+    shares: tuple[tuple[int, str, int], ...] = ()
+
+
+LedgerInput = NodeInfo | GpuAllocation | JobEnded | GpuSample | PodShareReading
 
 # ---------------------------------------------------------------------------------- validation
 
@@ -129,6 +141,10 @@ def validate(e: LedgerInput, book: PriceBook) -> None:
         _validate_allocation(e, book, bad)
     elif isinstance(e, GpuSample):
         _validate_sample(e, bad)
+    elif isinstance(e, PodShareReading):
+        for gpu, job, ppm in e.shares:
+            if gpu < 0 or not job or not 0 <= ppm <= 1_000_000:
+                raise bad("shares", (gpu, job, ppm), "must be (GPU >= 0, a job, 0..1e6 ppm)")
 
 
 def _priced(model: str, book: PriceBook, bad: _Bad) -> None:
@@ -171,8 +187,8 @@ def _validate_sample(e: GpuSample, bad: _Bad) -> None:
 
 # ---------------------------------------------------------------------------------- the set
 
-#: One GPU's samples in one window: {event id: (activity ppm, energy mJ, at ms)}.
-SampleReadings = dict[str, tuple[int, int, int]]
+#: One GPU's samples in one window: {event id: (activity ppm, energy mJ, at ms, used MiB)}.
+SampleReadings = dict[str, tuple[int, int, int, int]]
 
 #: An allocation overlapping a window: the allocation, its overlap in ms (> 0), and the id of
 #: its job's end where the end falls inside or before the window (a source of the line).
@@ -192,6 +208,8 @@ class NodeWindow:
     #: The GPUs sampled in the window (None: none) and their readings.
     sampled: set[int] | None
     samples: dict[int, SampleReadings]
+    #: The node agent's per-pod share readings in the window, by event id (empty: none).
+    pod_shares: dict[str, PodShareReading] | None = None
 
 
 class Facts:
@@ -209,10 +227,12 @@ class Facts:
         # none ended): ``drop_ended_before`` has nothing to take out before it.
         self._next_drop_ms: int | None = None
         self.job_end: dict[str, JobEnded] = {}  # effective end per job: the earliest
-        # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms)}
+        # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms, mem_mib)}
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
         self.sample_nodes: dict[int, set[str]] = defaultdict(set)
         self.sample_gpus: dict[tuple[str, int], set[int]] = defaultdict(set)
+        # pod_shares[(node, window)] = {event_id: reading}
+        self.pod_shares: dict[tuple[str, int], dict[str, PodShareReading]] = {}
 
     # ------------------------------------------------------------------------------ adding
 
@@ -246,11 +266,14 @@ class Facts:
                 self._due_drop(e.end_ms)
         return min(e.end_ms, current.end_ms if current else e.end_ms)
 
+    def add_pod_shares(self, e: PodShareReading, w: int) -> None:
+        self.pod_shares.setdefault((e.node, w), {})[e.event_id] = e
+
     def add_reading(
-        self, node: str, gpu: int, w: int, event_id: str, reading: tuple[int, int, int]
+        self, node: str, gpu: int, w: int, event_id: str, reading: tuple[int, int, int, int]
     ) -> None:
-        """One sample's (activity ppm, energy mJ, at ms) in window ``w``; the caller indexes
-        ``sample_nodes`` (once per batch: the hottest path)."""
+        """One sample's (activity ppm, energy mJ, at ms, used MiB) in window ``w``; the caller
+        indexes ``sample_nodes`` (once per batch: the hottest path)."""
         self.samples.setdefault((node, gpu, w), {})[event_id] = reading
         self.sample_gpus[(node, w)].add(gpu)
 
@@ -301,7 +324,7 @@ class Facts:
         samples = {g: self.samples.get((node, g, w), {}) for g in sampled} if sampled else {}
         return NodeWindow(
             node=node, start_ms=a, end_ms=b, info=info, allocations=allocations,
-            sampled=sampled, samples=samples,
+            sampled=sampled, samples=samples, pod_shares=self.pod_shares.get((node, w)),
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------ sealing
@@ -313,6 +336,8 @@ class Facts:
             for node in self.sample_nodes.pop(w):
                 for g in self.sample_gpus.pop((node, w), ()):
                     self.samples.pop((node, g, w), None)
+        for key in [k for k in self.pod_shares if k[1] < until]:
+            del self.pod_shares[key]
 
     def drop_ended_before(self, cutoff_ms: int) -> None:
         """Take allocations whose job ended by ``cutoff_ms`` out of the per-node index every

@@ -31,6 +31,7 @@ from seedance.cost_ledger.core.facts import (
     JobEnded,
     LedgerInput,
     NodeInfo,
+    PodShareReading,
     validate,
 )
 from seedance.cost_ledger.core.lines import (
@@ -102,8 +103,20 @@ class Ledger:
             self._insert_allocation(event)
         elif isinstance(event, JobEnded):
             self._insert_end(event)
+        elif isinstance(event, PodShareReading):
+            return self._insert_pod_shares(event)
         else:
             return self._insert_sample(event)
+        return True
+
+    def _insert_pod_shares(self, e: PodShareReading) -> bool:
+        w = window_of(e.at_ms, self.config.window_ms)
+        if self.sealed_until is not None and w < self.sealed_until:
+            self.late_facts += 1  # as a sample's: remembered as seen, not charged
+            return False
+        self.facts.add_pod_shares(e, w)
+        self._note_window(w)
+        self._mark_dirty(e.node, w, w + 1)
         return True
 
     def _insert_node(self, e: NodeInfo) -> None:
@@ -136,7 +149,8 @@ class Ledger:
         # IEEE-754 multiply and round are the same on every machine, so this is
         # deterministic; activity carries no more than ppm precision anyway.
         ppm = round(e.activity * 1_000_000)
-        self.facts.add_reading(e.node, e.gpu_index, w, e.event_id, (ppm, e.energy_mj, e.at_ms))
+        reading = (ppm, e.energy_mj, e.at_ms, e.mem_used_mib)
+        self.facts.add_reading(e.node, e.gpu_index, w, e.event_id, reading)
         self.facts.sample_nodes[w].add(e.node)
         self._note_window(w)
         self._mark_dirty(e.node, w, w + 1)
@@ -168,7 +182,8 @@ class Ledger:
                 self.late_facts += 1  # as in _insert_sample: remembered as seen, not charged
                 continue
             ppm = round(e.activity * 1_000_000)  # as in _insert_sample
-            facts.add_reading(e.node, e.gpu_index, w, e.event_id, (ppm, e.energy_mj, e.at_ms))
+            reading = (ppm, e.energy_mj, e.at_ms, e.mem_used_mib)
+            facts.add_reading(e.node, e.gpu_index, w, e.event_id, reading)
             touched.add((e.node, w))
         for node, w in touched:
             facts.sample_nodes[w].add(node)
@@ -263,8 +278,8 @@ class Ledger:
             delta = now_amounts.minus(before)
             if delta.is_zero():
                 continue  # unchanged, or a line that never cost anything
-            activity, tenant, model = (
-                line[1:] if line is not None else (None, *self._line_meta(node, key))
+            activity, tenant, model, use = (
+                line[1:] if line is not None else (None, *self._line_meta(node, key), None)
             )
             entry = CostLine(
                 entry_id=f"{kind}:{job or node}:{node}:{w}:r{revision}",
@@ -281,6 +296,8 @@ class Ledger:
                 activity_ppm=activity,
                 source_event_ids=result.sources.get(key, ()),
                 assumptions=self.pricing.assumptions(model),
+                usage=use,
+                shared_billing=self.book.shared_billing,
             )
             prev[key] = (revision + 1, now_amounts)
             self.running.count(node, kind, tenant, job, delta)
@@ -330,6 +347,7 @@ class Ledger:
                     amounts=amounts,
                     usd_per_tflop_hour_micro=usd_per_tflop_hour_micro(amounts),
                     source_event_ids=tuple(sorted([*allocs, end.event_id])),
+                    shared_billing=self.book.shared_billing,
                 )
             )
         return out
@@ -398,13 +416,14 @@ class Ledger:
             *f.node_infos.values(),
             *f.allocations.values(),
             *f.job_ends.values(),
+            *(r for readings in f.pod_shares.values() for r in readings.values()),
         ]
         new += self.apply_many(facts)
         for (node, g, _w), samples in f.samples.items():
-            for eid, (ppm, mj, at_ms) in samples.items():
+            for eid, (ppm, mj, at_ms, mem) in samples.items():
                 sample = GpuSample(
                     event_id=eid, node=node, gpu_index=g, at_ms=at_ms,
-                    activity=ppm / 1_000_000, energy_mj=mj,
+                    activity=ppm / 1_000_000, energy_mj=mj, mem_used_mib=mem,
                 )  # fmt: skip
                 new += self.apply(sample)
         return new

@@ -23,6 +23,7 @@ __all__ = [
     "JobCost",
     "LedgerOutput",
     "LedgerTotals",
+    "LineUse",
     "output_id",
     "usd_per_tflop_hour_micro",
 ]
@@ -32,6 +33,9 @@ class Amounts(msgspec.Struct, kw_only=True, array_like=True):
     """Additive integer quantities of a line, a job or a tenant.
 
     Money in micro-USD; ``gpu_hours_micro`` and ``tflop_hours_micro`` in millionths.
+    ``allocation_cost_usd_micro``: under measured billing of shared GPUs (price book
+    ``[sharing] billing = "measured"``), the GPU-time cost the same line has under allocation
+    billing; 0 under allocation billing (where it is ``cost_usd_micro`` itself).
     """
 
     cost_usd_micro: int = 0
@@ -40,6 +44,7 @@ class Amounts(msgspec.Struct, kw_only=True, array_like=True):
     gpu_hours_micro: int = 0
     energy_mj: int = 0
     tflop_hours_micro: int = 0
+    allocation_cost_usd_micro: int = 0
 
     @property
     def total_usd_micro(self) -> int:
@@ -52,6 +57,7 @@ class Amounts(msgspec.Struct, kw_only=True, array_like=True):
         self.gpu_hours_micro += sign * other.gpu_hours_micro
         self.energy_mj += sign * other.energy_mj
         self.tflop_hours_micro += sign * other.tflop_hours_micro
+        self.allocation_cost_usd_micro += sign * other.allocation_cost_usd_micro
 
     def minus(self, other: Amounts) -> Amounts:
         out = self.copy()
@@ -66,6 +72,7 @@ class Amounts(msgspec.Struct, kw_only=True, array_like=True):
             gpu_hours_micro=self.gpu_hours_micro,
             energy_mj=self.energy_mj,
             tflop_hours_micro=self.tflop_hours_micro,
+            allocation_cost_usd_micro=self.allocation_cost_usd_micro,
         )
 
     def is_zero(self) -> bool:
@@ -80,6 +87,26 @@ def usd_per_tflop_hour_micro(amounts: Amounts) -> int | None:
 
 
 LineKind = Literal["usage", "idle"]
+
+
+class LineUse(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """What a usage line's job held on its node in the window and the most it used there.
+
+    ``kind``, ``gpus``, ``milli`` and ``mig_profile`` are the request (the allocation that
+    started last, and every GPU the job held on the node). ``peak_activity_ppm`` and
+    ``peak_mem_mib`` are sums over those GPUs of each one's highest sample in the window
+    (activity in ppm of one GPU; memory in MiB, 0 where no sample read it): an upper bound of
+    the job's simultaneous peak, never below it. On a shared GPU they are the whole GPU's.
+    ``samples`` counts the samples read (0: nothing measured). Right-sizing reads this.
+    """
+
+    kind: str
+    gpus: int
+    milli: int
+    mig_profile: str
+    samples: int
+    peak_activity_ppm: int
+    peak_mem_mib: int
 
 
 class CostLine(msgspec.Struct, frozen=True, kw_only=True, tag="cost_entry"):
@@ -105,6 +132,10 @@ class CostLine(msgspec.Struct, frozen=True, kw_only=True, tag="cost_entry"):
     activity_ppm: int | None
     source_event_ids: tuple[str, ...]
     assumptions: tuple[str, ...] = ()
+    #: Usage lines: the request and the peaks measured (None: idle, or a snapshot from before).
+    usage: LineUse | None = None
+    #: The price book's ``[sharing] billing`` the line was computed under.
+    shared_billing: str = "allocation"
 
 
 class JobCost(msgspec.Struct, frozen=True, kw_only=True, tag="job_cost_report"):
@@ -119,6 +150,7 @@ class JobCost(msgspec.Struct, frozen=True, kw_only=True, tag="job_cost_report"):
     amounts: Amounts
     usd_per_tflop_hour_micro: int | None
     source_event_ids: tuple[str, ...]
+    shared_billing: str = "allocation"
 
 
 LedgerOutput = CostLine | JobCost

@@ -35,6 +35,12 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   ``temp_c``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle_reasons``, ``healthy`` (a sick GPU
   held by a job is still billed to it), the batch's ``simulated``. Refused: an activity outside
   [0, 1], a negative index.
+- ``PodShares`` (the node agent's ``gpu.pod_share.v1``) → one ``PodShareReading``: ``node``,
+  its time the middle of ``[window_start, at)``, per share (GPU ``gpu_index``, job key of
+  ``tenant``/``job_id``, ``sm_share`` in ppm); shares naming no job are dropped (no one's to
+  bill). Not carried: ``gpu_uuid``, ``pod_uid``, ``namespace``, ``pod`` (the job key is what
+  bills), ``mem_share`` (shared GPUs are billed by SM share), ``periods``. Refused: an
+  ``sm_share`` outside [0, 1], a negative index, ``window_start`` after ``at``.
 
 Core → wire (``seedance.events.cost``): ``CostLine`` → ``CostEntry`` (``cost.entry.v2``: exact
 integers only, no float twins) with ``cost_micro_usd`` = the line's total (GPU time + billed
@@ -42,11 +48,12 @@ energy; the GPU-time part is ``cost_micro_usd - energy_micro_usd``), ``line_id``
 ``entry_id``, ``job_id`` without its tenant prefix, the rest field for field
 (``gpu_hours_micro``, ``energy_mj``, ``energy_micro_usd``, ``list_cost_micro_usd``,
 ``tflop_hours_micro``, ``activity_ppm``, ``pricing_tier``, ``assumptions``, ``revision``,
-``source_ids``). ``JobCost`` → ``JobCostReport`` (v1; its floats ``gpu_hours = gpu_hours_micro
-/ 10⁶``, ``energy_j = energy_mj / 1000`` (None: none measured) and ``usd_per_tflop_hour`` are
-derived here from the core's exact integers, display only; ``source_ids[0]`` is the core's
-``report_id``: ``LedgerReplica.confirm_published`` reads it back; ``list_cost``,
-``energy_usd``, ``tflop_hours`` have no v1 field and stay in the ledger's totals).
+``source_ids``, ``usage``: the line's ``LineUse`` as ``MeasuredUse``, field for field).
+``JobCost`` → ``JobCostReport`` (v1; its floats ``gpu_hours = gpu_hours_micro / 10⁶``,
+``energy_j = energy_mj / 1000`` (None: none measured) and ``usd_per_tflop_hour`` are derived
+here from the core's exact integers, display only; ``source_ids[0]`` is the core's
+``report_id``: ``LedgerReplica.confirm_published`` reads it back; ``list_cost``, ``energy_usd``,
+``tflop_hours`` have no v1 field and stay in the ledger's totals).
 """
 
 from __future__ import annotations
@@ -64,14 +71,22 @@ from seedance.cost_ledger.core.facts import (
     JobEnded,
     LedgerInput,
     NodeInfo,
+    PodShareReading,
 )
-from seedance.cost_ledger.core.lines import CostLine, JobCost
+from seedance.cost_ledger.core.lines import CostLine, JobCost, LineUse
 from seedance.cost_ledger.core.windows import epoch_ms
 from seedance.events import Event, derived_event_id
-from seedance.events.cost import BudgetAlert, CostEntry, CostKind, JobCostReport, PauseRequest
+from seedance.events.cost import (
+    BudgetAlert,
+    CostEntry,
+    CostKind,
+    JobCostReport,
+    MeasuredUse,
+    PauseRequest,
+)
 from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
 from seedance.events.subjects import costs, ledger
-from seedance.events.telemetry import GpuSampleBatch, NodeInventory
+from seedance.events.telemetry import GpuSampleBatch, NodeInventory, PodShares
 
 __all__ = [
     "InputRejected",
@@ -152,6 +167,8 @@ def facts_of(
         return _node(e, at_ms), {}
     if isinstance(e, GpuSampleBatch):
         return _samples(e, at_ms, energy_mj)
+    if isinstance(e, PodShares):
+        return [_pod_shares(e, at_ms)], {}
     return [], {}
 
 
@@ -195,6 +212,32 @@ def _node(e: NodeInventory, at_ms: int) -> list[LedgerInput]:
             event_id=e.id, node=e.node, gpu_model=models.pop(), gpu_count=len(e.gpus), at_ms=at_ms
         )
     ]
+
+
+def _pod_shares(e: PodShares, at_ms: int) -> PodShareReading:
+    """Filed at the middle of its window (a reading that straddles a window edge counts in the
+    window holding most of it); shares of pods without a placement are no job's."""
+    start_ms = epoch_ms(e.window_start)
+    if start_ms > at_ms:
+        raise InputRejected(
+            "invalid_input",
+            f"PodShares.window_start = {e.window_start.isoformat()!r} is after its at",
+        )
+    shares = []
+    for s in e.shares:
+        if not (0.0 <= s.sm_share <= 1.0) or s.gpu_index < 0:
+            raise InputRejected(
+                "invalid_input",
+                f"PodShares gpu {s.gpu_index} pod {s.pod_uid}: sm_share {s.sm_share!r} "
+                "not in [0, 1] or a negative index",
+            )
+        if s.tenant and s.job_id:
+            ppm = round(s.sm_share * 1_000_000)
+            shares.append((s.gpu_index, job_key(s.tenant, s.job_id), ppm))
+    return PodShareReading(
+        event_id=e.id, node=e.node, at_ms=start_ms + (at_ms - start_ms) // 2,
+        shares=tuple(sorted(shares)),
+    )  # fmt: skip
 
 
 def _samples(
@@ -259,6 +302,9 @@ def to_bus(o: CostLine | JobCost) -> Publication:
         energy_j=a.energy_mj / 1000 if a.energy_mj else None,
         usd_per_tflop_hour=per_tflop / 1e6 if per_tflop is not None else None,
         revision=o.revision,
+        allocation_cost_micro_usd=(
+            a.allocation_cost_usd_micro if o.shared_billing == "measured" else None
+        ),
         # The first source is the core's report id: confirm_published needs it back.
         source_ids=[o.report_id, *o.source_event_ids],
     )
@@ -289,9 +335,27 @@ def _line_to_bus(o: CostLine) -> Publication:
         tflop_hours_micro=a.tflop_hours_micro,
         activity_ppm=o.activity_ppm,
         assumptions=list(o.assumptions),
+        usage=_use_to_bus(o.usage),
+        allocation_cost_micro_usd=(
+            a.allocation_cost_usd_micro if o.shared_billing == "measured" else None
+        ),
     )
     subject = ledger.idle(o.node) if o.kind == "idle" else costs.subject(o.tenant, "entry")
     return Publication(subject, entry)
+
+
+def _use_to_bus(u: LineUse | None) -> MeasuredUse | None:
+    if u is None:
+        return None
+    return MeasuredUse(
+        kind=u.kind,
+        gpus=u.gpus,
+        milli=u.milli,
+        mig_profile=u.mig_profile,
+        samples=u.samples,
+        peak_activity_ppm=u.peak_activity_ppm,
+        peak_mem_mib=u.peak_mem_mib,
+    )
 
 
 def alert_to_bus(a: BudgetDeviation) -> Publication:

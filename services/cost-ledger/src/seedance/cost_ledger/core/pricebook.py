@@ -37,12 +37,16 @@ __all__ = [
     "PriceBook",
     "PriceBookError",
     "PricingTier",
+    "SharedBilling",
     "default_price_book",
     "load_price_book",
     "parse_price_book",
 ]
 
 PricingTier = Literal["on_demand", "reserved", "spot", "on_prem"]
+#: How a shared GPU is billed: by its sharers' requests (max(request, usage), the default) or by
+#: the node agent's per-pod measured shares (``[sharing] billing = "measured"``).
+SharedBilling = Literal["allocation", "measured"]
 PRICING_TIERS: tuple[str, ...] = get_args(PricingTier)
 HOURS_PER_YEAR = 8760
 MIG_COMPUTE_SLICES = 7
@@ -69,6 +73,13 @@ class GpuPrice:
     price_assumed: bool = False
     mig_memory_gb: int | None = None
     peak: PeakTflops | None = None
+    #: One GPU's memory in GB (decimal, the datasheet's figure); defaults to ``mig_memory_gb``.
+    #: Right-sizing needs it to know whether a share or fewer GPUs hold a job's memory.
+    memory_gb: int | None = None
+
+    @property
+    def gpu_memory_gb(self) -> int | None:
+        return self.memory_gb if self.memory_gb is not None else self.mig_memory_gb
 
     @property
     def on_prem_usd_per_hour(self) -> Fraction:
@@ -101,6 +112,7 @@ class PriceBook:
     peak_precision: Precision = "fp16"
     currency: str = "USD"
     notes: tuple[str, ...] = field(default=())
+    shared_billing: SharedBilling = "allocation"
 
     def gpu(self, model: str) -> GpuPrice:
         try:
@@ -183,6 +195,13 @@ def _number(table: Mapping[str, Any], key: str, where: str, *, positive: bool = 
     return value
 
 
+def _positive_int(table: Mapping[str, Any], key: str, where: str) -> int | None:
+    raw = table.get(key)
+    if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0):
+        raise PriceBookError(f"{where}.{key} = {raw!r} is not a positive integer")
+    return raw
+
+
 def parse_price_book(text: str) -> PriceBook:
     """Validate a TOML price book; errors name the field and the value."""
     try:
@@ -213,9 +232,8 @@ def parse_price_book(text: str) -> PriceBook:
                 source=str(t.get("peak_source", "configured")),
                 assumed=bool(t.get("peak_assumed", True)),
             )
-        mig = t.get("mig_memory_gb")
-        if mig is not None and (isinstance(mig, bool) or not isinstance(mig, int) or mig <= 0):
-            raise PriceBookError(f"{where}.mig_memory_gb = {mig!r} is not a positive integer")
+        mig = _positive_int(t, "mig_memory_gb", where)
+        memory = _positive_int(t, "memory_gb", where)
         gpus[model] = GpuPrice(
             model=model,
             on_demand_usd_per_hour=on_demand,
@@ -230,6 +248,7 @@ def parse_price_book(text: str) -> PriceBook:
             price_assumed=bool(t.get("price_assumed", False)),
             mig_memory_gb=mig,
             peak=peak,
+            memory_gb=memory,
         )
     weight = (
         _number(doc, "mig_compute_weight", "", positive=False)
@@ -238,6 +257,10 @@ def parse_price_book(text: str) -> PriceBook:
     )
     if weight > 1:
         raise PriceBookError(f"mig_compute_weight = {doc['mig_compute_weight']!r} must be <= 1")
+    sharing = doc.get("sharing", {})
+    billing = sharing.get("billing", "allocation") if isinstance(sharing, dict) else sharing
+    if billing not in ("allocation", "measured"):
+        raise PriceBookError(f"sharing.billing = {billing!r} is not 'allocation' or 'measured'")
     return PriceBook(
         gpus=gpus,
         energy_usd_per_kwh=_number(energy, "usd_per_kwh", "energy"),
@@ -245,6 +268,7 @@ def parse_price_book(text: str) -> PriceBook:
         mig_compute_weight=weight,
         peak_precision=precision,
         currency=str(doc.get("currency", "USD")),
+        shared_billing=billing,
     )
 
 
@@ -258,6 +282,7 @@ _GPU_KEYS = {
     "source",
     "price_assumed",
     "mig_memory_gb",
+    "memory_gb",
     "peak_fp16_dense_tflops",
     "peak_fp32_tflops",
     "peak_source",

@@ -80,7 +80,7 @@ from seedance.events import Event
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import SubjectShapeError, owner_of, slicing, telemetry
-from seedance.events.telemetry import GpuSampleBatch, NodeInventory
+from seedance.events.telemetry import GpuSampleBatch, NodeInventory, PodShares
 
 __all__ = [
     "DEFAULT_MAX_AHEAD_S",
@@ -92,8 +92,8 @@ __all__ = [
 
 #: What the ledger reads from its merged input stream (trusted facts only); other valid events
 #: (a tenant's job event copied in before the upgrade) are skipped and move nothing.
-INPUT_TYPES = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased
-InputEvent = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased
+INPUT_TYPES = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased | PodShares
+InputEvent = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased | PodShares
 
 #: The slicing subject kind each tenant fact must arrive on.
 _SLICING_KIND: dict[type[Event], str] = {
@@ -238,7 +238,9 @@ class LedgerReplica:
         self._s.energy_mj.update(energy)
         sample = isinstance(event, GpuSampleBatch)
         self._note_time(t, sample, stream_ms)
-        return self._advance_if_due(sample)
+        # Pod shares are telemetry too: a late one waits for the next window close, as a
+        # sample does (they do not move the samples' clock: the collectors' samples do).
+        return self._advance_if_due(sample or isinstance(event, PodShares))
 
     def _note_time(self, t: int, sample: bool, stream_ms: int | None) -> None:
         """Move the clock's inputs: the newest times, and how long the telemetry was silent."""
@@ -279,13 +281,14 @@ class LedgerReplica:
                     f"expected {expected!r}",
                 )
             return
-        if isinstance(event, GpuSampleBatch | NodeInventory):
+        if isinstance(event, GpuSampleBatch | NodeInventory | PodShares):
             node = event.node
-            expected = (
-                telemetry.sample(node)
-                if isinstance(event, GpuSampleBatch)
-                else telemetry.inventory(node)
-            )
+            if isinstance(event, GpuSampleBatch):
+                expected = telemetry.sample(node)
+            elif isinstance(event, PodShares):
+                expected = telemetry.pod_share(node)
+            else:
+                expected = telemetry.inventory(node)
             if subject != expected:
                 raise InputRejected(
                     "subject_mismatch",

@@ -23,6 +23,7 @@ from seedance.cost_ledger.core.facts import (
     LedgerInput,
     LedgerInputError,
     NodeInfo,
+    PodShareReading,
 )
 from seedance.cost_ledger.core.lines import Amounts, CostLine, JobCost, LedgerTotals, output_id
 from seedance.cost_ledger.core.windows import window_of
@@ -53,6 +54,11 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     sealed_until: int | None = None
     late_facts: int = 0
     sealed_totals: LedgerTotals | None = None
+    #: (event id, used MiB) of the samples above that read memory; absent from snapshots
+    #: written before memory was kept (their samples restore with 0: no reading).
+    sample_mem: list[tuple[str, int]] = []
+    #: The node agents' per-pod share readings of unsealed windows (absent before them).
+    pod_shares: list[PodShareReading] = []
 
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
@@ -66,7 +72,10 @@ def encode(led: Ledger) -> bytes:
     samples = sorted(
         (eid, node, g, at_ms, ppm, mj)
         for (node, g, _w), d in f.samples.items()
-        for eid, (ppm, mj, at_ms) in d.items()
+        for eid, (ppm, mj, at_ms, _) in d.items()
+    )
+    sample_mem = sorted(
+        (eid, mem) for d in f.samples.values() for eid, (_, _, _, mem) in d.items() if mem
     )
     emitted = sorted(
         (node, w, kind, key, rev, amounts)
@@ -88,6 +97,10 @@ def encode(led: Ledger) -> bytes:
         sealed_until=led.sealed_until,
         late_facts=led.late_facts,
         sealed_totals=led.sealed_totals,
+        sample_mem=sample_mem,
+        pod_shares=sorted(
+            (r for d in f.pod_shares.values() for r in d.values()), key=lambda r: r.event_id
+        ),
         outbox=sorted(led.outbox, key=output_id),
     )
     # msgpack of event ids and repeated node names compresses several-fold; level 1 is
@@ -108,15 +121,18 @@ def decode(data: bytes) -> _Snapshot:
 
 def restore(led: Ledger, snap: _Snapshot) -> None:
     """Load ``snap`` into a fresh ledger built with its config (totals re-derived)."""
-    facts: list[LedgerInput] = [*snap.node_infos, *snap.placements, *snap.job_ends]
+    facts: list[LedgerInput] = [
+        *snap.node_infos, *snap.placements, *snap.job_ends, *snap.pod_shares,
+    ]  # fmt: skip
     for e in facts:
         led.insert(e)
     f = led.facts
     w_ms = led.config.window_ms
+    mem_of = dict(snap.sample_mem)
     for eid, node, g, at_ms, ppm, mj in snap.samples:
         w = window_of(at_ms, w_ms)
         f.seen.add(eid)
-        f.add_reading(node, g, w, eid, (ppm, mj, at_ms))
+        f.add_reading(node, g, w, eid, (ppm, mj, at_ms, mem_of.get(eid, 0)))
         f.sample_nodes[w].add(node)
     led.first_window = snap.first_window
     led.closed_until = snap.closed_until

@@ -1,0 +1,65 @@
+"""The per-pod measured shares of one node's sample window as the bus event: pure.
+
+Owns ``pod_shares_event``: from what the agent measured in a window (each GPU's per-pod
+``Share``, see ``core.shares``) and what it knows of each pod (its granted placement's tenant
+and job, its name) to ``gpu.pod_share.v1`` on the node's subject. The event's id is derived
+from the node and the window's start, so a re-publish of the same window (a retry) is dropped
+by the stream. Must not measure or read a clock: the window's bounds come in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from seedance.events.base import derived_event_id
+from seedance.events.telemetry import PodShare, PodShares
+from seedance.node_agent.core.shares import Share
+
+__all__ = ["MeasuredPod", "pod_shares_event"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredPod:
+    """One pod's share of one GPU in the window, and who the pod is (empty where unknown)."""
+
+    gpu_index: int
+    gpu_uuid: str
+    pod_uid: str
+    share: Share
+    periods: int
+    namespace: str = ""
+    pod: str = ""
+    tenant: str = ""
+    job_id: str = ""
+
+
+def pod_shares_event(
+    node: str, window_start: datetime, window_end: datetime, measured: Iterable[MeasuredPod]
+) -> PodShares:
+    """The window's event (``node`` is the node's subject token). Percentages become ratios
+    clamped to [0, 1]: NVML's per-process figures are percent and can overshoot by rounding."""
+    shares = [
+        PodShare(
+            gpu_index=m.gpu_index,
+            gpu_uuid=m.gpu_uuid,
+            pod_uid=m.pod_uid,
+            namespace=m.namespace,
+            pod=m.pod,
+            tenant=m.tenant,
+            job_id=m.job_id,
+            sm_share=min(1.0, max(0.0, m.share.sm_pct / 100)),
+            mem_share=min(1.0, max(0.0, m.share.mem_pct / 100)),
+            periods=m.periods,
+        )
+        for m in sorted(measured, key=lambda m: (m.gpu_index, m.pod_uid))
+    ]
+    start_ms = int(window_start.timestamp() * 1000)
+    return PodShares(
+        id=derived_event_id(f"pod-share:{node}:{start_ms}", "pod-share", start_ms),
+        at=window_end,
+        node=node,
+        window_start=window_start,
+        shares=shares,
+    )

@@ -1,0 +1,42 @@
+"""The node agent's per-pod shares as the bus event: ratios, order and a stable id."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from seedance.events import decode, encode
+from seedance.events.subjects import telemetry
+from seedance.events.telemetry import PodShares
+from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
+from seedance.node_agent.core.shares import Share
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _pod(uid: str, gpu: int, sm: float, mem: float, **kw: str) -> MeasuredPod:
+    return MeasuredPod(
+        gpu_index=gpu, gpu_uuid=f"GPU-{gpu}", pod_uid=uid, share=Share(sm, mem), periods=5, **kw
+    )
+
+
+def test_shares_become_ratios_in_gpu_then_pod_order_under_a_stable_id() -> None:
+    pods = [
+        _pod("b", 1, 70.0, 35.0, namespace="acme", pod="b-0", tenant="acme", job_id="train"),
+        _pod("a", 1, 100.4, -0.1),  # NVML rounding past 100 % / below 0 is clamped
+        _pod("c", 0, 20.0, 5.0),
+    ]
+    end = T0 + timedelta(seconds=1)
+    event = pod_shares_event("gpu-1:example", T0, end, pods)
+    assert [(s.gpu_index, s.pod_uid) for s in event.shares] == [(0, "c"), (1, "a"), (1, "b")]
+    assert [(s.sm_share, s.mem_share) for s in event.shares] == [
+        (0.2, 0.05), (1.0, 0.0), (0.7, 0.35),
+    ]  # fmt: skip
+    b = event.shares[2]
+    assert (b.tenant, b.job_id, b.periods) == ("acme", "train", 5)
+    assert (b.namespace, b.pod) == ("acme", "b-0")
+    assert (event.window_start, event.at, event.node) == (T0, end, "gpu-1:example")
+    # The same window measured again (a retry) has the same id: the stream drops the repeat.
+    assert pod_shares_event("gpu-1:example", T0, end, pods[:1]).id == event.id
+    assert pod_shares_event("gpu-1:example", end, end, pods).id != event.id
+    assert decode(encode(event), PodShares) == event
+    assert telemetry.pod_share("gpu-1:example") == "seedance.telemetry.gpu-1:example.pod_share"
