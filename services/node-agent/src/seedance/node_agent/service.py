@@ -30,7 +30,7 @@ from seedance.events.subjects import slicing
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.placement import NodeDevices, node_token
-from seedance.node_agent.core.shares import pid_shares, pod_shares
+from seedance.node_agent.core.shares import ShareAccumulator, pod_shares
 from seedance.node_agent.deviceplugin import DeviceKind, DevicePluginServer, PluginDevice
 from seedance.node_agent.kube import PendingPods, connect
 from seedance.node_agent.metrics import NodeAgentMetrics
@@ -103,6 +103,7 @@ class NodeAgentService:
         self._allocator: PlacementAllocator | None = None
         self._labeller: PodLabeller | None = None
         self._sub: Any = None
+        self._shares: dict[int, ShareAccumulator] = {}  # GPU index -> its per-process cursors
 
     async def start(self) -> None:
         if self._feed is not None:
@@ -202,6 +203,10 @@ class NodeAgentService:
             for index, uuid in self._devices.gpus.items():
                 self._publish_shares(index, uuid)
 
+    def _now_us(self) -> int:
+        # NVML stamps its samples with CPU time (µs since the epoch): periods end on that clock.
+        return int(self._clock.now().timestamp() * 1e6)
+
     def _pod_of_pid(self, pid: int) -> str | None:
         try:
             text = (Path(self._s.proc_root) / str(pid) / "cgroup").read_text()
@@ -212,9 +217,12 @@ class NodeAgentService:
 
     def _publish_shares(self, index: int, uuid: str) -> None:
         assert self._allocator is not None
-        samples = self._nvml.process_samples(index)
-        periods = len({s.timestamp_us for s in samples}) or 1
-        per_pod = pod_shares(pid_shares(samples, periods), self._pod_of_pid)
+        acc = self._shares.get(index)
+        if acc is None:  # the first period starts now; the driver's older samples are not ours
+            self._shares[index] = ShareAccumulator(self._now_us())
+            return
+        samples = self._nvml.process_samples(index, acc.since_us)
+        per_pod = pod_shares(acc.close_period(samples, self._now_us()), self._pod_of_pid)
         names = self._allocator.names_by_uid()
         owners = self._labeller.owners.get(uuid, []) if self._labeller else []
         for pod_uid, share in per_pod.items():
