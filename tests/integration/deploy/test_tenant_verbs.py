@@ -45,6 +45,7 @@ from seedance.events.subjects import (
     OBJECT_STORES,
     STREAMS,
     TENANT_KINDS,
+    api,
     costs,
     inbox_prefix,
     jobs,
@@ -332,6 +333,10 @@ def probes(tenant: str) -> list[tuple[str, bytes]]:
         (f"seedance.graph.{tenant}.request", b"{}"),
         (f"seedance.dlq.{tenant}", b"{}"),
         ("seedance.ledger.idle.n1", b"{}"),
+        # allocation requests: another tenant's, the fleet's, a longer subject
+        (api.allocation(OTHER), b"{}"),
+        (api.allocation(None), b"{}"),
+        (f"{api.allocation(tenant)}.x", b"{}"),
         (permissions.CALLOUT_SUBJECT, b"{}"),
         ("_INBOX.x", b"{}"),
         (f"{inbox_prefix(OTHER)}.x", b"{}"),
@@ -345,6 +350,8 @@ def subscribe_probes(tenant: str) -> list[str]:
         "_INBOX.>",
         "seedance.>",
         costs.tenant_wildcard(tenant),  # own costs only through a consumer, never raw
+        api.ALLOCATIONS,  # nobody but the ledger hears (or answers) allocation requests
+        api.allocation(tenant),
         costs.tenant_wildcard(OTHER),
         slicing.tenant_wildcard(OTHER),
         "$KV.>",

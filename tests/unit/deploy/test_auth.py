@@ -34,6 +34,7 @@ from seedance.events.subjects import (
     QUOTA_USAGE_KEYS,
     STREAMS,
     TENANT_KINDS,
+    api,
     costs,
     inbox_prefix,
     jobs,
@@ -102,17 +103,33 @@ def test_only_trusted_observers_publish_observed_events_and_no_tenant_a_trusted_
     user = permissions.tenant_user("acme")
     for s in user.permissions.publish_allow:
         family = s.split(".")[1] if s.startswith("seedance.") else None
-        assert family is None or family == "jobs", s
+        assert family in (None, "jobs", "api"), s
 
 
 def test_tenant_publishes_exactly_its_request_subjects() -> None:
     p = permissions.tenant_permissions("acme")
     data = [s for s in p.publish_allow if not s.startswith("$")]
-    assert tuple(data) == jobs.tenant_subjects("acme")
-    assert len(data) == len(TENANT_KINDS["jobs"])
+    # its job requests, and its own allocation requests to the ledger (never the fleet's)
+    assert tuple(data) == (*jobs.tenant_subjects("acme"), api.allocation("acme"))
+    assert len(data) == len(TENANT_KINDS["jobs"]) + 1
     assert not any(s.endswith(">") for s in p.publish_allow if not s.startswith("$JS.FC."))
     assert not any("globex" in s for s in p.publish_allow + p.publish_deny)
     assert p.subscribe_allow == (f"{inbox_prefix('acme')}.>",)
+
+
+def test_only_the_ledger_answers_allocation_requests_and_only_to_their_askers() -> None:
+    answering = {n: permissions.service_user(n).permissions for n in IDENTITIES}
+    ledger = answering.pop("cost-ledger")
+    assert api.ALLOCATIONS in ledger.subscribe_allow
+    assert ledger.allow_responses
+    # replies go to each request's own reply subject: no inbox of any tenant is granted
+    assert not [s for s in ledger.publish_allow if s.startswith("_INBOX")]
+    assert not any(p.allow_responses for p in answering.values())
+    assert "allow_responses: true" in nats_config.AuthChoices().render()
+    # the fleet's subject is no tenant's: FLEET cannot be a tenant id
+    assert api.allocation(None) == "seedance.api.FLEET.allocation"
+    with pytest.raises(ValueError, match="not a valid tenant id"):
+        permissions.tenant_permissions(api.FLEET)
 
 
 def test_tenant_consumers_are_confined_to_its_own_costs_and_decisions() -> None:

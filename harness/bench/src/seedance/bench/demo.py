@@ -444,12 +444,28 @@ class Demo:
             say("  no cost lines: no report written")
             return
         html, fleet = fleet_report_html(self.entries, whole_by_tenant)
-        out = REPO / "out" / "demo" / "report.html"
+        out = Path(self.args.out) / "report.html"
         out.write_text(html)
         say(
             f"  cost report ({fleet.lines} cost lines, total ${fleet.total_usd_micro / 1e6:,.2f} "
             f"of which ${fleet.idle.total_usd_micro / 1e6:,.2f} idle): {out}"
         )
+        # The run's real cost events as FinOps FOCUS files (with the idle lines: the fleet's).
+        for path in write_focus(self.entries, Path(self.args.out)):
+            say(f"  FOCUS export: {path}")
+
+
+def write_focus(entries: list[CostEntry], out_dir: Path) -> list[Path]:
+    """``focus-1.2.csv`` (FOCUS 1.2 CostAndUsage) and ``focus-1.3.csv`` (1.3 split
+    allocation) of the run's cost events, each with its ``.metadata.json``; the CSV paths."""
+    from seedance.reports import focus_files
+    from seedance.reports.from_bus import lines_from_events
+
+    lines = lines_from_events(entries)
+    files = focus_files(lines, created_ms=max(ln.window_end_ms for ln in lines))
+    for name, text in files.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+    return [out_dir / name for name in files if name.endswith(".csv")]
 
 
 def fleet_report_html(
@@ -614,9 +630,7 @@ async def compile_phase(url: str, procs: ServiceProcesses) -> int:
 async def amain(args: argparse.Namespace) -> int:
     import os
 
-    rundir = REPO / "out" / "demo"
-    shutil.rmtree(rundir, ignore_errors=True)  # logs and Triton workspaces of the last run
-    rundir.mkdir(parents=True)
+    rundir = Path(args.out)  # emptied by main()
     url = os.environ.get("NATS_URL", "")
     server: NatsServer | None = None
     if url and await nats_answering(url):
@@ -657,6 +671,11 @@ def main() -> int:
     p.add_argument("--load", type=float, default=1.3, help="offered GPU load, share of capacity")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument(
+        "--out",
+        default=str(REPO / "out" / "demo"),
+        help="folder of the run: logs, report.html, the FOCUS exports (emptied first)",
+    )
+    p.add_argument(
         "--inference-requests",
         type=int,
         default=400,
@@ -669,8 +688,14 @@ def main() -> int:
         help="skip compiling a model through the graph-compiler",
     )
     args = p.parse_args()
+    out = Path(args.out)
+    if out != REPO / "out" / "demo" and out.exists() and any(out.iterdir()):
+        print(f"demo: --out {out} is not empty (the run's folder is emptied)", file=sys.stderr)
+        return 2
     for f in (args.nodes, args.pods):
         if not Path(f).exists():
             print(f"demo: {f} not found; run `make data` or set SEEDANCE_DATA_DIR", file=sys.stderr)
             return 2
+    shutil.rmtree(out, ignore_errors=True)  # logs and Triton workspaces of the last run
+    out.mkdir(parents=True)
     return asyncio.run(amain(args))

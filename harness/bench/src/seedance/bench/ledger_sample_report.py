@@ -13,7 +13,6 @@ Usage: ledger_sample_report.py DATA_DIR OUT_DIR [--pods N]
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import msgspec
@@ -27,16 +26,12 @@ from seedance.cost_ledger.core import (
     default_price_book,
 )
 from seedance.reports import (
-    FOCUS_COLUMNS,
-    FOCUS_SPLIT_COLUMNS,
     Baseline,
     LineAmounts,
     ReportInput,
     ReportLine,
     entries_csv,
-    focus_csv,
-    focus_metadata,
-    focus_split_csv,
+    focus_files,
     render_html,
 )
 
@@ -95,15 +90,8 @@ def main() -> None:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "cost-report.html").write_text(html, encoding="utf-8")
     (args.out_dir / "cost-entries.csv").write_text(entries_csv(entries), encoding="utf-8")
-    (args.out_dir / "cost-focus.csv").write_text(focus_csv(entries), encoding="utf-8")
-    (args.out_dir / "cost-focus-split.csv").write_text(focus_split_csv(entries), encoding="utf-8")
-    for name, version, columns in (
-        ("cost-focus", "1.2", FOCUS_COLUMNS),
-        ("cost-focus-split", "1.3", FOCUS_SPLIT_COLUMNS),
-    ):
-        meta = focus_metadata(version, columns, created_ms=as_of)
-        (args.out_dir / f"{name}.metadata.json").write_text(
-            json.dumps(meta, indent=2) + "\n", encoding="utf-8"
-        )
+    files = focus_files(entries, created_ms=as_of, names=("cost-focus", "cost-focus-split"))
+    for name, text in files.items():
+        (args.out_dir / name).write_text(text, encoding="utf-8")
     total = led.totals().total.total_usd_micro / 1e6
     print(f"wrote {args.out_dir}/cost-report.html ({len(entries)} entries, {total:,.2f} USD)")

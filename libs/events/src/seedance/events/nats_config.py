@@ -144,6 +144,9 @@ def render(static: list[User], *, source: str, callout_issuer_var: str | None = 
             out.append("      permissions: {")
             out.append(_perm_block("publish", p.publish_allow, p.publish_deny))
             out.append(_perm_block("subscribe", p.subscribe_allow, p.subscribe_deny))
+            if p.allow_responses:
+                # one reply per request received, to its reply subject (any inbox prefix)
+                out.append("        allow_responses: true")
             out.append("      }")
         out.append("    }")
     out.append("  ]")

@@ -13,7 +13,8 @@ tenants added at run time) and the tests all read the one definition, and none n
 
 Tenants get exactly:
 
-- publish ``jobs.tenant_subjects(t)``, the five exact request subjects (no ``>`` tail);
+- publish ``jobs.tenant_subjects(t)``, the five exact request subjects (no ``>`` tail), and
+  ``api.allocation(t)``, its own allocation requests to the ledger (answered on its inbox);
 - read their own costs (``seedance.costs.<t>.*``) and their own slicer decisions
   (``seedance.slicing.<t>.*``: placement, unschedulable, rejected, released, preempted) through
   push consumers whose filter travels in the API subject
@@ -44,6 +45,7 @@ from seedance.events.subjects import (
     QUOTA_POLICY_KEY,
     QUOTA_USAGE_KEYS,
     STREAMS,
+    api,
     costs,
     dlq,
     inbox_prefix,
@@ -126,6 +128,12 @@ class Declaration:
     subscribes: tuple[str, ...] = ()
     #: Core subjects it publishes replies on (the server's own inboxes, for the callout).
     replies_on: tuple[str, ...] = ()
+    #: Core request subjects it answers (subscribes to, in a queue group, and replies to each
+    #: request's own reply subject only: nats-server's ``allow_responses``).
+    answers: tuple[str, ...] = ()
+    #: Streams it reads whole through consumers of random names, without acks (the ledger's
+    #: allocation API reads the cost stream it writes; ``subjects.cost_reader``).
+    stream_reads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_token("identity", self.name)
@@ -143,6 +151,9 @@ class Declaration:
         for store in self.object_stores:
             if store not in OBJECT_STORES:
                 raise PermissionsError(f"{self.name}: no object store {store!r} in the catalogue")
+        unknown = set(self.stream_reads) - {s.name for s in STREAMS}
+        if unknown:
+            raise PermissionsError(f"{self.name}: no stream {sorted(unknown)} in the catalogue")
 
 
 #: Every trusted identity but operators, by NATS user name. Services carry their workspace name.
@@ -178,11 +189,15 @@ IDENTITIES: dict[str, Declaration] = {
             buckets=("seedance-graph-results", "seedance-graph-workers"),
             object_stores=("seedance-graph-models",),
         ),
+        # It answers the allocation API (seedance.api.<tenant>.allocation, the fleet's) from
+        # the cost stream it writes, which it reads back whole (docs/cost-ledger.md).
         Declaration(
             "cost-ledger",
             publishes=("costs", "ledger"),
             consumes=("ledger-in",),
             buckets=("seedance-ledger",),
+            answers=(api.ALLOCATIONS,),
+            stream_reads=("SEEDANCE_COSTS",),
         ),
         # The replayer of a recorded fleet (the demo, benches, chaos tools): with the
         # Kubernetes bridge, the only publishers of observed job events, whose `at` is honoured.
@@ -313,6 +328,10 @@ class Permissions:
     publish_deny: tuple[str, ...] = ()
     subscribe_allow: tuple[str, ...] = ()
     subscribe_deny: tuple[str, ...] = ()
+    #: May publish one reply to the reply subject of each request it received (nats-server's
+    #: ``allow_responses``): how a service answers a tenant on the tenant's own inbox, whose
+    #: prefix (``_INBOX_<t>``) no subject pattern could grant for every tenant.
+    allow_responses: bool = False
 
 
 @dataclass(frozen=True)
@@ -351,6 +370,15 @@ def declaration_permissions(d: Declaration) -> Permissions:
     pub += d.replies_on
     if d.dead_letters:
         pub.append(dlq.subject(d.name))
+    for read in d.stream_reads:
+        # A consumer name is one token: the grant is any consumer of that stream, created
+        # without a filter (the whole stream) and read without acks.
+        pub += [
+            f"{JS_API}.CONSUMER.CREATE.{read}.*",
+            f"{JS_API}.CONSUMER.DELETE.{read}.*",
+            f"{JS_API}.CONSUMER.INFO.{read}.*",
+            f"{JS_API}.CONSUMER.MSG.NEXT.{read}.*",
+        ]
     for durable in d.consumes:
         c = CONSUMERS[durable]
         pub += _durable_api(c.stream, c.durable)
@@ -410,7 +438,11 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.CONSUMER.DELETE.{obj}.>",
             f"$O.{store}.>",
         ]
-    return Permissions(publish_allow=tuple(pub), subscribe_allow=(SERVICE_INBOX, *d.subscribes))
+    return Permissions(
+        publish_allow=tuple(pub),
+        subscribe_allow=(SERVICE_INBOX, *d.subscribes, *d.answers),
+        allow_responses=bool(d.answers),
+    )
 
 
 def tenant_permissions(tenant: str) -> Permissions:
@@ -422,7 +454,7 @@ def tenant_permissions(tenant: str) -> Permissions:
             f"tenant {tenant!r} is reserved: its subjects would overlap non-tenant subjects "
             f"(seedance.slicing.{tenant}.<node>.mig_plan)"
         )
-    allow = [f"{JS_API}.INFO", *jobs.tenant_subjects(tenant)]
+    allow = [f"{JS_API}.INFO", *jobs.tenant_subjects(tenant), api.allocation(tenant)]
     deny: list[str] = []
     for stream, tenant_filter in TENANT_READS:
         allow += [

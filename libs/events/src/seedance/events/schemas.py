@@ -1,6 +1,7 @@
 """The JSON Schema of every event, as the text of ``proto/schemas/<tag>.json``, and its drift.
 
-``render()`` is what the files must hold (one per tag of ``event_types()``, sorted keys, two-space
+``render()`` is what the files must hold (one per tag of ``event_types()`` and of the request/reply
+messages, ``allocation.MESSAGE_TYPES``; sorted keys, two-space
 indent, a final newline), so the generator (``tools/gen/gen_schemas.py``, which writes them) and
 the golden tests (which compare) read one definition. It must not open files: callers hand
 ``drift`` the texts they read.
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from seedance.events.allocation import MESSAGE_TYPES
 from seedance.events.codec import event_types
 
 __all__ = ["drift", "render"]
@@ -21,7 +23,7 @@ __all__ = ["drift", "render"]
 def render() -> dict[str, str]:
     """File name (``<tag>.json``) -> the schema's text, for every event type."""
     files: dict[str, str] = {}
-    for t in event_types():
+    for t in (*event_types(), *MESSAGE_TYPES):
         tag = t.__struct_config__.tag
         files[f"{tag}.json"] = json.dumps(msgspec.json.schema(t), indent=2, sort_keys=True) + "\n"
     return files

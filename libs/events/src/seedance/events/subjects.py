@@ -65,7 +65,9 @@ __all__ = [
     "StreamSpec",
     "SubjectShapeError",
     "TenantSubject",
+    "api",
     "consumer",
+    "cost_reader",
     "costs",
     "dlq",
     "graph",
@@ -100,6 +102,7 @@ TENANT_KINDS: dict[str, frozenset[str]] = {
     "slicing": frozenset({"placement", "unschedulable", "preempted", "released", "rejected"}),
     "graph": frozenset({"request", "result"}),
     "costs": frozenset({"entry", "report", "alert", "pause"}),
+    "api": frozenset({"allocation"}),
 }
 
 #: Families only Seedance's own services publish on (never a tenant): their events are facts.
@@ -261,6 +264,45 @@ class ledger:
         return f"{ROOT}.ledger.idle.{check_token('node', node)}"
 
 
+class api:
+    """``seedance.api.<tenant>.allocation`` and ``seedance.api.FLEET.allocation``: requests
+    to the cost-ledger's allocation API (core request/reply, in no stream).
+
+    The tenant is the subject's token, so the server's permissions decide whose allocation a
+    caller may ask for: a tenant publishes only on its own subject, operators on any, and the
+    fleet's (``FLEET``: upper case, so no tenant id can spell it) is an operator's only. Ledger
+    replicas answer in one queue group: each request is answered by one of them.
+    """
+
+    #: What the ledger replicas subscribe to (every scope).
+    ALLOCATIONS = f"{ROOT}.api.*.allocation"
+    #: The scope token of the fleet's allocation (not a valid tenant id: upper case).
+    FLEET = "FLEET"
+    #: The queue group the ledger replicas answer in.
+    QUEUE = "cost-ledger-api"
+
+    @staticmethod
+    def allocation(tenant: str | None) -> str:
+        """A tenant's request subject, or the fleet's for ``None``."""
+        if tenant is None:
+            return f"{ROOT}.api.{api.FLEET}.allocation"
+        return _tenant_subject("api", tenant, "allocation")
+
+    @staticmethod
+    def scope_of(subject: str) -> str | None:
+        """The tenant a request subject names, ``FLEET`` for the fleet's, None for any other
+        subject (a shape this API does not answer)."""
+        parts = subject.split(".")
+        if len(parts) != 4 or parts[:2] != [ROOT, "api"] or parts[3] != "allocation":
+            return None
+        if parts[2] == api.FLEET:
+            return api.FLEET
+        try:
+            return check_tenant(parts[2])
+        except ValueError:
+            return None
+
+
 class dlq:
     """``seedance.dlq.<service>``: messages that will never be handled, with the reason."""
 
@@ -278,8 +320,9 @@ class TenantSubject:
     kind: str
 
 
-#: Subjects of a tenant family that belong to no tenant (the slicer's per-node MIG plans).
-_NODE_SUBJECTS = {"slicing": "node"}
+#: Subjects of a tenant family that belong to no tenant (the slicer's per-node MIG plans, the
+#: fleet's allocation requests).
+_NODE_SUBJECTS = {"slicing": "node", "api": api.FLEET}
 
 
 def parse_tenant_subject(subject: str) -> TenantSubject | None:
@@ -500,4 +543,27 @@ def replica_consumer(durable: str, replica: str, start_seq: int = 0) -> Consumer
         acked=spec.acked,
         start_seq=start_seq,
         inactive_s=spec.inactive_s,
+    )
+
+
+#: Name prefix of the consumers the ledger's allocation API reads the cost stream with.
+COST_READER_PREFIX = "ledger-api"
+
+
+def cost_reader(token: str, start_seq: int = 0) -> ConsumerSpec:
+    """A consumer of the whole cost stream for the ledger's allocation API, from ``start_seq``.
+
+    Not a catalogue durable: tenants read ``SEEDANCE_COSTS`` and may name consumers there, so a
+    name they could guess could be taken before the ledger binds it (``tenant_permissions``
+    refuses per-replica names on such a stream for that reason). The caller passes a random
+    ``token`` (64 bits), as the SDK does for its own, and tenants cannot list names. No acks:
+    the reader keeps its own position; the server removes the consumer after an hour unread.
+    """
+    return ConsumerSpec(
+        durable=f"{COST_READER_PREFIX}-{check_token('reader', token)}",
+        stream="SEEDANCE_COSTS",
+        filter_subjects=(),
+        acked=False,
+        start_seq=start_seq,
+        inactive_s=3600.0,
     )

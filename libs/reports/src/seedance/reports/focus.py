@@ -60,6 +60,7 @@ __all__ = [
     "FocusContext",
     "FocusError",
     "focus_csv",
+    "focus_files",
     "focus_metadata",
     "focus_rows",
     "focus_split_csv",
@@ -504,3 +505,24 @@ def focus_csv(entries: Iterable[ReportLine], ctx: FocusContext | None = None) ->
 def focus_split_csv(entries: Iterable[ReportLine], ctx: FocusContext | None = None) -> str:
     """FOCUS 1.3 split-allocation rows as CSV."""
     return _csv(focus_split_rows(entries, ctx), FOCUS_SPLIT_COLUMNS)
+
+
+def focus_files(
+    entries: Iterable[ReportLine],
+    *,
+    created_ms: int,
+    names: tuple[str, str] = ("focus-1.2", "focus-1.3"),
+    ctx: FocusContext | None = None,
+) -> dict[str, str]:
+    """Both exports with their metadata, as file name -> text: ``<names[0]>.csv`` (FOCUS 1.2)
+    and ``<names[1]>.csv`` (1.3 split allocation), each with its ``.metadata.json``."""
+    lines = list(entries)
+    out: dict[str, str] = {}
+    for name, version, columns, text in (
+        (names[0], "1.2", FOCUS_COLUMNS, focus_csv(lines, ctx)),
+        (names[1], "1.3", FOCUS_SPLIT_COLUMNS, focus_split_csv(lines, ctx)),
+    ):
+        out[f"{name}.csv"] = text
+        meta = focus_metadata(version, columns, created_ms=created_ms)
+        out[f"{name}.metadata.json"] = json.dumps(meta, indent=2) + "\n"
+    return out

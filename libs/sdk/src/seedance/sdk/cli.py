@@ -7,6 +7,7 @@
     seedance costs watch --tenant acme
     seedance costs report --tenant acme --format html --out acme.html
     seedance costs report --fleet --from 2026-01-01 --to 2026-01-02 --by node --format text
+    seedance costs allocation --tenant acme --window 7d --aggregate job --share-idle
     seedance graph compile --tenant acme --model resnet.onnx --out resnet.compiled.onnx
 
 Owns running a parsed command line (``cli_args`` is the grammar) and turning every failure into
@@ -49,6 +50,7 @@ from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseReq
 from seedance.events.graph import CompileResult, PrecisionPolicy
 from seedance.events.jobs import JobEvent
 from seedance.events.slicing import JobReleased, Placement, Unschedulable
+from seedance.sdk.allocation import AllocationRefused, NoLedger, allocation_text
 from seedance.sdk.cli_args import EVENT_COMMANDS, parse
 from seedance.sdk.client import (
     JobOutcome,
@@ -254,6 +256,27 @@ async def _costs_report(client: SeedanceClient, args: argparse.Namespace) -> int
     return 0
 
 
+async def _costs_allocation(client: SeedanceClient, args: argparse.Namespace) -> int:
+    try:
+        answer = await client.allocation(
+            args.window,
+            tenant=None if args.fleet else args.tenant,
+            aggregate=args.aggregate,
+            include_idle=args.include_idle,
+            share_idle=args.share_idle,
+            timeout_s=args.timeout_s,
+        )
+    except AllocationRefused as exc:
+        # A bad parameter is a usage error (2); a ledger not ready yet is a refusal (1).
+        return _fail(exc, 1 if exc.parameter == "ledger" else 2)
+    except NoLedger as exc:
+        return _fail(exc, 1)
+    sys.stdout.write(
+        msgspec.json.encode(answer).decode() + "\n" if args.json else allocation_text(answer)
+    )
+    return 0
+
+
 async def _costs_watch(client: SeedanceClient, args: argparse.Namespace) -> int:
     seen = 0
     stream = client.costs(args.tenant, from_start=not args.new)
@@ -274,6 +297,7 @@ _COMMANDS: dict[tuple[str, str], _Command] = {
     ("admin", "provision"): _provision,
     ("costs", "report"): _costs_report,
     ("costs", "watch"): _costs_watch,
+    ("costs", "allocation"): _costs_allocation,
     ("graph", "compile"): _graph_compile,
 }
 

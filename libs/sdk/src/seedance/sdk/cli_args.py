@@ -291,6 +291,43 @@ def _costs_parser(top: Any) -> None:
         action="store_true",
         help="charge idle to the jobs beside it (OpenCost shareIdle; operator credentials)",
     )
+    _allocation_parser(c)
+
+
+def _allocation_parser(c: Any) -> None:
+    """``seedance costs allocation``: the ledger's allocation API (request/reply)."""
+    a = c.add_parser(
+        "allocation",
+        help="ask the cost-ledger for an allocation (OpenCost /allocation) over NATS",
+    )
+    scope = a.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "--tenant", metavar="TENANT", help="one tenant's allocation (its own credentials suffice)"
+    )
+    scope.add_argument(
+        "--fleet", action="store_true", help="every tenant's, idle available (operator)"
+    )
+    a.add_argument(
+        "--window", default="7d", metavar="WINDOW",
+        help="7d, 24h, 90m (up to the newest charge period) or START,END in RFC 3339 "
+        "(default 7d)",
+    )  # fmt: skip
+    a.add_argument(
+        "--aggregate", choices=GROUPS, default="tenant", help="grouping (default tenant)"
+    )
+    a.add_argument(
+        "--include-idle", action="store_true",
+        help="idle as rows of its own (__idle__, or each node's / model's; fleet only)",
+    )  # fmt: skip
+    a.add_argument(
+        "--share-idle", action="store_true",
+        help="charge each node-window's idle to the jobs beside it (OpenCost shareIdle)",
+    )  # fmt: skip
+    a.add_argument(
+        "--timeout-s", type=float, default=30.0, metavar="SECONDS",
+        help="give up waiting for the ledger's answer after this long (default 30)",
+    )  # fmt: skip
+    _json(a, "print the answer as one JSON object (allocation.answer.v1)")
 
 
 def _graph_parser(top: Any) -> None:

@@ -37,6 +37,7 @@ from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import NoStream, SeedanceError
 from seedance.core.kv import ensure_object_store
 from seedance.events import DecodeError, decode, new_event_id
+from seedance.events.allocation import AllocationAnswer, AllocationQuery
 from seedance.events.cost import CostEvent, current
 from seedance.events.graph import (
     CompileRequest,
@@ -53,9 +54,10 @@ from seedance.events.slicing import (
     SlicingEvent,
     Unschedulable,
 )
-from seedance.events.subjects import costs, graph, jobs, slicing
+from seedance.events.subjects import api, costs, graph, jobs, slicing
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
+from seedance.sdk.allocation import NoLedger, read_reply
 from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
 from seedance.sdk.job_status import JobStatus, fold_statuses
 from seedance.sdk.refusals import PermissionRefused, Violations
@@ -306,8 +308,9 @@ class SeedanceClient:
         if subject:
             raise PermissionRefused(
                 f"the server refused {action} {subject!r} to this user ({heard.server_text}); "
-                "a tenant's user may publish only its own seedance.jobs.<tenant>.<kind> and "
-                "read only its own seedance.slicing.<tenant>.* and seedance.costs.<tenant>.*",
+                "a tenant's user may publish only its own seedance.jobs.<tenant>.<kind>, ask "
+                "only its own seedance.api.<tenant>.allocation, and read only its own "
+                "seedance.slicing.<tenant>.* and seedance.costs.<tenant>.*",
                 subject,
             ) from None
         raise heard
@@ -342,6 +345,45 @@ class SeedanceClient:
                 out.append(bytes(msg.data))
                 if msg.metadata.num_pending == 0:
                     return out
+
+    async def allocation(
+        self,
+        window: str,
+        *,
+        tenant: str | None = None,
+        aggregate: str = "tenant",
+        include_idle: bool = False,
+        share_idle: bool = False,
+        timeout_s: float = 30.0,
+    ) -> AllocationAnswer:
+        """The cost-ledger's allocation (OpenCost ``/allocation``) of ``tenant``, or of the
+        fleet for ``None`` (operator credentials), in ``window`` (``7d``, ``24h``, or
+        ``start,end`` RFC 3339), grouped by ``aggregate`` (tenant, job, node, gpu_model).
+
+        ``include_idle`` (fleet only) adds idle as rows of its own; ``share_idle`` charges
+        each node-window's idle to the jobs beside it (a tenant gets its own jobs' shares).
+        The answer names the ``SEEDANCE_COSTS`` sequence it is as of (docs/cost-ledger.md).
+
+        Raises:
+            PermissionRefused: another tenant's or the fleet's, with a tenant's credentials.
+            AllocationRefused: a bad parameter, named (a ``ValueError``).
+            NoLedger: no cost-ledger answers; TimeoutError: none within ``timeout_s``.
+        """
+        subject = api.allocation(tenant)
+        query = AllocationQuery(
+            window=window, aggregate=aggregate, include_idle=include_idle, share_idle=share_idle
+        )
+        ask = self._bus.nc.request(subject, msgspec.json.encode(query), timeout=timeout_s)
+        try:
+            msg = await self._guarded(ask, "asking", subject)
+        except nats.errors.NoRespondersError:
+            raise NoLedger(
+                f"no cost-ledger answers on {subject!r}: is one running (and its NATS user "
+                "rendered with the allocation API's permissions)?"
+            ) from None
+        except nats.errors.TimeoutError:
+            raise TimeoutError(f"no allocation answer on {subject!r} in {timeout_s:g} s") from None
+        return read_reply(msg.data)
 
     # --- what became of jobs ----------------------------------------------------------------
 

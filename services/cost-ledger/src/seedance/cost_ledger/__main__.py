@@ -10,6 +10,7 @@ from seedance.core.logs import configure_logging
 from seedance.core.settings import SettingsError, bus_settings, load_settings
 from seedance.core.tracing import configure_tracing
 from seedance.cost_ledger import core
+from seedance.cost_ledger.allocation_api import AllocationApi
 from seedance.cost_ledger.core.replica import LedgerReplica
 from seedance.cost_ledger.service import LedgerService
 from seedance.cost_ledger.settings import LedgerSettings, load_budgets, replica_name
@@ -107,6 +108,8 @@ def main() -> int | None:
         checkpoint_every_s=settings.checkpoint_every_s,
         from_start=settings.from_start,
     )
+    # The allocation API runs on the same runtime, beside the replica (docs/cost-ledger.md).
+    AllocationApi(runtime, replica=service.name)
     asyncio.run(serve(service))
     return None
 

@@ -1,0 +1,196 @@
+"""The allocation API over a real nats-server with the shipped permissions.
+
+Two ledger replicas run as the ``cost-ledger`` user over a replayed fleet: an operator's fleet
+allocation fetched *during* the replay equals the offline figures of the cost stream's messages
+up to the sequence the answer names; once the replay is done it equals the core's ``recompute``
+of the inputs, allocated + idle. A tenant gets its own allocation (and its share of idle) and is
+refused, by the server, another tenant's and the fleet's; both replicas answer (one queue
+group), identically. A bad parameter is refused naming it, and the CLI exits 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import msgspec
+import pytest
+from prometheus_client import CollectorRegistry
+
+from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.cost_ledger import core
+from seedance.cost_ledger.allocation_api import AllocationApi
+from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
+from seedance.cost_ledger.service import LedgerService
+from seedance.events import decode
+from seedance.events.allocation import AllocationAnswer
+from seedance.events.cost import CostEvent, current
+from seedance.reports.idle import share_idle
+from seedance.reports.lines import lines_from_events
+from seedance.reports.summary import IDLE_KEY, summarize
+from seedance.sdk import PermissionRefused, SeedanceClient
+from seedance.sdk.allocation import AllocationRefused
+from seedance.sdk.cli import invoke as seedance_cli
+from seedance.testing.servers import shipped_auth_server
+from seedance.testing.waits import eventually
+from seedance.testing.workloads import read_stream, workload
+from tests.conftest import serving
+
+CONFIG = core.LedgerConfig(retention_windows=288)
+
+
+def password(user: str) -> str:
+    return f"test-{user}-secret"
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    server = shipped_auth_server(password)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def replica(url: str, name: str) -> tuple[LedgerService, AllocationApi]:
+    """A ledger replica under the shipped ``cost-ledger`` user, with its allocation API."""
+    settings = BusSettings(url=url, user="cost-ledger", password=password("cost-ledger"))
+    runtime = ServiceRuntime("cost-ledger", settings, registry=CollectorRegistry())
+    service = LedgerService(
+        runtime, LedgerReplica(core.default_price_book(), CONFIG), name=name, batch=100
+    )
+    return service, AllocationApi(runtime, replica=name)
+
+
+async def connect(url: str, user: str) -> SeedanceClient:
+    return await SeedanceClient.connect(url, user=user, password=password(user))
+
+
+@pytest.fixture
+async def admin(url: str) -> AsyncIterator[Bus]:
+    bus = await Bus.connect(BusSettings(url=url, user="admin", password=password("admin")))
+    await bus.ensure_streams()
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+def offline(msgs: list[Any], as_of_seq: int) -> Any:
+    """The reports' offline path: the stream's messages 1..``as_of_seq``, summed by tenant."""
+    held = [m for m in msgs if m.metadata.sequence.stream <= as_of_seq]
+    lines = lines_from_events(current(decode(m.data, CostEvent)) for m in held)
+    return summarize(lines, by="tenant")
+
+
+async def test_allocations_during_a_replay_match_the_stream_and_then_recompute(
+    url: str, admin: Bus
+) -> None:
+    wl = workload(3000, nodes=8, seed=21)
+    a, a_api = replica(url, "alloc-a")
+    b, b_api = replica(url, "alloc-b")
+    async with serving(a), serving(b), await connect(url, "admin") as op:
+        chunk = len(wl.events) // 6
+        during: list[AllocationAnswer] = []
+        for i in range(0, len(wl.events), chunk):
+            await admin.publish_many(wl.events[i : i + chunk])
+            answer = await op.allocation("30d", include_idle=True)
+            during.append(answer)
+        last_in = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+
+        async def stepped_all() -> bool:
+            return all(s.replica.seq >= last_in and s._consistent for s in (a, b))
+
+        await eventually(stepped_all, timeout_s=60)
+        for s in (a, b):
+            await s._settle_acks()
+        final = await op.allocation("30d", include_idle=True)
+        answers = [await op.allocation("30d", include_idle=True) for _ in range(16)]
+
+    msgs = await read_stream(admin, "SEEDANCE_COSTS")
+    assert final.as_of_seq == msgs[-1].metadata.sequence.stream
+    # fetched while the ledger replayed: each equals the stream as of the sequence it names
+    mid = [d for d in during if 0 < d.as_of_seq < final.as_of_seq and d.lines]
+    assert len(mid) >= 2, [d.as_of_seq for d in during]
+    for d in [*mid, final]:
+        s = offline(msgs, d.as_of_seq)
+        assert d.totals.total_usd_micro == s.total_usd_micro
+        assert d.totals.idle_usd_micro == s.idle.total_usd_micro
+        assert {r.name: r.total_usd_micro for r in d.allocations} == {
+            r.key: r.total_usd_micro for r in s.rows
+        }
+    # the replay done: the core's offline recompute of the inputs, allocated + idle
+    book = core.default_price_book()
+    as_of = max(core.epoch_ms(e.at) for _, e in wl.events)
+    t = core.recompute(ledger_inputs((e for _, e in wl.events), book), book, as_of, CONFIG)
+    assert final.totals.total_usd_micro == t.total.total_usd_micro
+    assert final.totals.idle_usd_micro == t.idle.total_usd_micro > 0
+    rows = {r.name: r.total_usd_micro for r in final.allocations}
+    assert rows.pop(IDLE_KEY) == t.idle.total_usd_micro
+    assert rows == {k: v.total_usd_micro for k, v in t.by_tenant.items()}
+    # one queue group: both replicas answered, and answered the same
+    assert {x.replica for x in answers} == {"alloc-a", "alloc-b"}
+    same = {msgspec.json.encode(msgspec.structs.replace(x, replica="")) for x in answers}
+    assert len(same) == 1
+    assert a_api.metrics.requests_total.labels("fleet", "answer")._value.get() >= 1
+    assert b_api.metrics.requests_total.labels("fleet", "answer")._value.get() >= 1
+
+
+async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fleets(
+    url: str, admin: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = workload(1200, nodes=6, seed=22)
+    service, _ = replica(url, "alloc-t")
+    async with serving(service), await connect(url, "tenant-acme") as acme:
+        await admin.publish_many(wl.events)
+        last_in = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+
+        async def stepped_all() -> bool:
+            return service.replica.seq >= last_in and service._consistent
+
+        await eventually(stepped_all, timeout_s=60)
+        await service._settle_acks()
+        lines = lines_from_events(
+            current(decode(m.data, CostEvent)) for m in await read_stream(admin, "SEEDANCE_COSTS")
+        )
+        own = await acme.allocation("30d", tenant="acme", aggregate="job")
+        shared = await acme.allocation("30d", tenant="acme", share_idle=True)
+        for other in ("globex", None):
+            with pytest.raises(PermissionRefused) as refused:
+                await acme.allocation("30d", tenant=other)
+            assert refused.value.subject.endswith(f".{other or 'FLEET'}.allocation")
+        with pytest.raises(AllocationRefused) as bad:
+            await acme.allocation("30d", tenant="acme", include_idle=True)
+        assert bad.value.parameter == "include_idle"
+        code_bad = await asyncio.to_thread(
+            seedance_cli,
+            ["--nats-url", url, "--user", "tenant-acme", "--password", password("tenant-acme"),
+             "costs", "allocation", "--tenant", "acme", "--window", "a week"],
+        )  # fmt: skip
+        capsys.readouterr()
+        code = await asyncio.to_thread(
+            seedance_cli,
+            ["--nats-url", url, "--user", "tenant-acme", "--password", password("tenant-acme"),
+             "costs", "allocation", "--tenant", "acme", "--window", "30d", "--json"],
+        )  # fmt: skip
+        printed = capsys.readouterr().out
+        async with await connect(url, "admin") as op:
+            fleet = await op.allocation("30d", include_idle=True, aggregate="node")
+
+    mine = [e for e in lines if e.kind == "usage" and e.tenant == "acme"]
+    assert mine, "the workload gave acme jobs"
+    assert own.scope == "acme"
+    assert own.totals.total_usd_micro == sum(e.amounts.total_usd_micro for e in mine)
+    assert {r.tenant for r in own.allocations} == {"acme"}
+    assert all(r.name.startswith("acme/") for r in own.allocations)
+    share = sum(s.idle_usd_micro for s in share_idle(lines)[0] if s.tenant == "acme")
+    assert shared.totals.total_usd_micro == own.totals.total_usd_micro + share
+    assert share > 0
+    assert code_bad == 2
+    assert code == 0
+    assert json.loads(printed)["totals"]["total_usd_micro"] == own.totals.total_usd_micro
+    assert fleet.totals.total_usd_micro == sum(e.amounts.total_usd_micro for e in lines)
+    assert fleet.idle_by_node
+    assert fleet.totals.idle_usd_micro > 0
