@@ -92,11 +92,15 @@ def test_the_fast_path_reads_only_what_changes_at_its_rate() -> None:
     backend.inventory()
     log.calls.clear()
     fast = backend.sample_fast()
-    assert log.calls == [
-        "nvmlDeviceGetMemoryInfo",
-        "nvmlDeviceGetUtilizationRates",
-        "nvmlDeviceGetPowerUsage",
-    ] * 2  # two GPUs
+    assert (
+        log.calls
+        == [
+            "nvmlDeviceGetMemoryInfo",
+            "nvmlDeviceGetUtilizationRates",
+            "nvmlDeviceGetPowerUsage",
+        ]
+        * 2
+    )  # two GPUs
     slow = {r.index: r for r in backend.sample_slow(1.0)}
     merged = merge_slow(fast[0], slow[0], 1.5)
     assert (merged.temp_c, merged.clock_event_reasons) == (63.0, 0x4)
