@@ -59,7 +59,7 @@ def _fast_calls(n: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
 
 def _rotating(calls: list[tuple[str, Callable[[], Any]]], ticks: int) -> list[dict[str, Any]]:
     """One tick every 100 ms; each tick makes every call once, starting one later each tick."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for tick in range(ticks):
         time.sleep(0.1)
         k = tick % len(calls)
@@ -105,13 +105,11 @@ def _quiet(n: Any, fn: Callable[..., Any], h: Any) -> Any:
         return None
 
 
-def _slow_calls(n: Any, h: Any, reps: int) -> dict[str, dict[str, float]]:
+def _slow_calls(n: Any, h: Any, reps: int) -> dict[str, dict[str, Any]]:
     """Thread and wall µs (medians) of the slow path's calls, one every 100 ms."""
-    from seedance.node_agent.nvml import NvmlNode
     from seedance.telemetry_collector.nvml import GPM_METRICS, PynvmlApi
 
     api = PynvmlApi()
-    node = NvmlNode()
     s1, s2 = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
     n.nvmlGpmSampleGet(h, s1)
     time.sleep(0.1)
@@ -126,9 +124,10 @@ def _slow_calls(n: Any, h: Any, reps: int) -> dict[str, dict[str, float]]:
         ("GetFieldValues_energy_191", lambda: n.nvmlDeviceGetFieldValues(h, [191])),
         ("ProcessUtilization_pynvml", lambda: _quiet(n, n.nvmlDeviceGetProcessUtilization, h)),
     ]
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, fn in calls:
-        th, wa = [], []
+        th: list[float] = []
+        wa: list[float] = []
         for _ in range(reps):
             time.sleep(0.1)
             c0, w0 = time.thread_time(), time.perf_counter()

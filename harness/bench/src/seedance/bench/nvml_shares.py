@@ -297,7 +297,9 @@ def _sample_shares(seconds: float) -> dict[str, Any]:
     node = NvmlNode()
     start_us = int(time.time() * 1e6)
     acc = ShareAccumulator(start_us)
-    periods, raw, cpu_us = [], [], []
+    periods: list[dict[str, Any]] = []
+    raw: list[list[float]] = []
+    cpu_us: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         time.sleep(1.0)
