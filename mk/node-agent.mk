@@ -36,13 +36,14 @@ proto-deviceplugin: install  ## regenerate the kubelet gRPC stubs (device plugin
 	echo "proto-deviceplugin: stubs match $(KUBELET_PROTOS)"
 
 # On the GPU machine (the `device` tool), with the device image's python3 (it holds torch and
-# nvidia-ml-py); no uv environment is needed there. msgspec (the collector's sample types) is
-# not in that image: put its wheel in .whl/ (docs/node-agent.md) and it is installed first.
+# nvidia-ml-py); no uv environment is needed there. The collector's own dependencies that the
+# image lacks (msgspec, nats-py, structlog, opentelemetry-*) travel as wheels in .whl/
+# (docs/node-agent.md) and are installed first.
 .PHONY: bench-nvml-shares
 bench-nvml-shares:  ## (GPU machine) two processes share a GPU: NVML per-process shares vs their CUDA-event kernel time; collector CPU
 	@set -e; site=""; \
 	if ls .whl/*.whl >/dev/null 2>&1; then \
 	  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; \
 	  site=":/tmp/site"; fi; \
-	PYTHONUNBUFFERED=1 PYTHONPATH="harness/bench/src:services/node-agent/src:services/telemetry-collector/src$$site" \
+	PYTHONUNBUFFERED=1 PYTHONPATH="harness/bench/src:services/node-agent/src:services/telemetry-collector/src:libs/core/src:libs/events/src$$site" \
 	  python3 tools/bench/nvml_shares.py $(NVML_SHARES_ARGS)

@@ -9,6 +9,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,9 @@ class NodeNvml:
     def devices(self) -> NodeDevices:
         return NodeDevices(gpus=UUIDS)
 
-    def process_samples(self, gpu_index: int) -> list[ProcessSample]:
-        out, self.samples = (self.samples, []) if gpu_index == 1 else ([], self.samples)
-        return out
+    def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
+        # As NVML: the samples newer than since_us (they stay in its buffer after a read).
+        return [s for s in self.samples if s.timestamp_us > since_us] if gpu_index == 1 else []
 
 
 class Registrar(api_pb2_grpc.RegistrationServicer):
@@ -225,7 +226,13 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
         f"{uid.replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope\n"
     )
-    a.nvml.samples = [ProcessSample(4242, 40.0, 10.0, 1), ProcessSample(4242, 60.0, 30.0, 2)]
+    # Two driver slots of it, stamped as NVML stamps them (CPU time, µs), a little after now:
+    # ahead of the periods the service has started (its clock and time.time() differ by ms).
+    now_us = int(time.time() * 1e6)
+    a.nvml.samples = [
+        ProcessSample(4242, 40.0, 10.0, now_us + 300_000),
+        ProcessSample(4242, 60.0, 30.0, now_us + 301_000),
+    ]
     share = (
         f'seedance_node_agent_pod_sm_share_ratio{{UUID="{UUIDS[1]}",container="",'
         'namespace="team-a",pod="sh"} 0.5'

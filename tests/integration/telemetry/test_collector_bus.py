@@ -258,7 +258,10 @@ async def test_recorded_nvml_publishes_samples_and_an_xid_as_unhealthy(
 
             first = await samples.until(GpuSampleBatch, lambda e: True)
             assert not first.simulated
-            g = first.gpus[0]
+            assert (first.gpus[0].util_gpu_pct, first.gpus[0].power_w) == (97.0, 352.12)
+            # Temperature and clock-event reasons come with the first slow read merged.
+            merged = await samples.until(GpuSampleBatch, lambda e: e.gpus[0].temp_c is not None)
+            g = merged.gpus[0]
             assert (g.util_gpu_pct, g.util_mem_pct, g.power_w, g.temp_c) == (97.0, 41.0, 352.12, 63)
             assert g.mem_used_mib == pytest.approx(20480.0)
             assert g.throttle_reasons == 0x4

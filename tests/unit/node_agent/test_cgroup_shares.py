@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from seedance.node_agent.core.cgroup import PodProcess, pod_of_cgroup
-from seedance.node_agent.core.shares import ProcessSample, Share, pid_shares, pod_shares
+from seedance.node_agent.core.shares import (
+    ProcessSample,
+    Share,
+    ShareAccumulator,
+    pid_shares,
+    pod_shares,
+)
 
 UID = "6c3f0a52-1b7e-4d2a-9d51-0f5b8a3c9e21"
 CID = "a" * 63 + "b"
@@ -64,3 +70,60 @@ def test_absent_periods_count_as_zero_and_pods_sum_their_processes() -> None:
     assert pod_shares(per_pid, pods.get) == {"a": Share(70.0, 40.0), "b": Share(15.0, 5.0)}
     with pytest.raises(ValueError, match="periods"):
         pid_shares(samples, periods=0)
+
+
+# Shapes recorded on the H200 (driver 580): one entry per process per read, stamped with the
+# newest 200 ms driver sample; the two processes' stamps differ.
+T0 = 1_796_198_435_000_000  # µs since the epoch, as NVML stamps
+
+
+def test_two_processes_with_their_own_timestamps_both_count() -> None:
+    acc = ShareAccumulator(T0)
+    assert acc.since_us == T0
+    first = [
+        ProcessSample(553, 56.0, 14.0, T0 + 915_000),
+        ProcessSample(554, 12.0, 3.0, T0 + 715_000),
+    ]
+    assert acc.close_period(first, T0 + 1_000_000) == {
+        553: Share(56.0, 14.0),
+        554: Share(12.0, 3.0),
+    }
+    # The next read is asked from the period's start; the older process's entry is not dropped
+    # by the newer one's stamp (the old cursor, the newest stamp seen, dropped it).
+    assert acc.since_us == T0 + 1_000_000
+    second = [
+        ProcessSample(553, 50.0, 12.0, T0 + 1_915_000),
+        ProcessSample(554, 20.0, 5.0, T0 + 1_115_000),
+    ]
+    assert acc.close_period(second, T0 + 2_000_000) == {
+        553: Share(50.0, 12.0),
+        554: Share(20.0, 5.0),
+    }
+
+
+def test_an_entry_is_counted_once_and_gaps_count_as_zero() -> None:
+    acc = ShareAccumulator(T0)
+    # A driver that returns several samples per process: slots are the most any process had.
+    period = [
+        ProcessSample(10, 60.0, 20.0, T0 + 200_000),
+        ProcessSample(10, 80.0, 20.0, T0 + 400_000),
+        ProcessSample(11, 40.0, 10.0, T0 + 300_000),  # absent from the other slot: counts 0
+    ]
+    assert acc.close_period(period, T0 + 500_000) == {10: Share(70.0, 20.0), 11: Share(20.0, 5.0)}
+    # The same entries answered again (a read from an earlier timestamp) count nothing.
+    assert acc.close_period(period, T0 + 1_000_000) == {}
+    # A process that was idle for a period has no entry: absent, not a stale repeat.
+    later = [ProcessSample(11, 30.0, 0.0, T0 + 1_200_000)]
+    assert acc.close_period(later, T0 + 1_500_000) == {11: Share(30.0, 0.0)}
+
+
+def test_a_vanished_pid_is_forgotten_and_a_later_stamp_waits_for_its_period() -> None:
+    acc = ShareAccumulator(T0, forget_after_us=2_000_000)
+    acc.close_period([ProcessSample(7, 50.0, 5.0, T0 + 100_000)], T0 + 1_000_000)
+    assert acc._seen == {7: T0 + 100_000}
+    ahead = [ProcessSample(8, 10.0, 1.0, T0 + 3_500_000)]  # stamped after the period's end
+    assert acc.close_period(ahead, T0 + 3_000_000) == {}
+    assert acc._seen == {}  # 7 last seen 2.9 s before: it ended
+    assert acc.close_period(ahead, T0 + 4_000_000) == {8: Share(10.0, 1.0)}
+    with pytest.raises(ValueError, match="not after"):
+        acc.close_period([], T0 + 4_000_000)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pynvml
 import pytest
 from constructed import Builder, a100_mig, h100_nvlink_xid
 
 from seedance.telemetry_collector.nvml import NvmlBackend
 from seedance.telemetry_collector.recording import ReplayNvmlApi
+from seedance.telemetry_collector.sample import merge_slow
 
 
 def backend_for(recording: dict) -> tuple[NvmlBackend, ReplayNvmlApi]:
@@ -23,8 +26,8 @@ def test_units_are_converted_at_the_edge() -> None:
     assert g.mem_used_mib == pytest.approx(20480.0)  # 21,474,836,480 B
     assert g.mem_total_mib == pytest.approx(100485038080 / 2**20)
     assert g.gpu_util_ratio == pytest.approx(0.97)
-    assert g.clock_event_reasons == 0x4
     slow1 = backend.sample_slow(10.0)[0]
+    assert slow1.clock_event_reasons == 0x4  # slowly changing: on the slow path
     slow2 = backend.sample_slow(11.0)[0]
     assert slow1.energy_j == pytest.approx(5_000_000.0)  # 5e9 mJ
     assert slow1.power_from_energy_w is None  # needs two reads
@@ -58,9 +61,52 @@ def test_every_field_missing_still_samples() -> None:
     assert inv.driver_version is None
     g = backend.sample_fast()[0]
     assert g.healthy
-    assert (g.mem_used_mib, g.power_w, g.temp_c, g.sm_clock_mhz, g.processes) == (None,) * 5
+    assert (g.mem_used_mib, g.power_w, g.gpu_util_ratio) == (None,) * 3
     s = backend.sample_slow(1.0)[0]
     assert (s.energy_j, s.ecc_uncorrected_volatile, s.xid_last) == (None, None, None)
+    assert (s.temp_c, s.sm_clock_mhz, s.clock_event_reasons, s.processes) == (None,) * 4
+
+
+class CallLog:
+    """Names every NVML call the backend makes, then answers as the replay does."""
+
+    def __init__(self, api: ReplayNvmlApi) -> None:
+        self.api = api
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.api, name)
+
+        def call(*args: Any) -> Any:
+            self.calls.append(name)
+            return fn(*args)
+
+        return call
+
+
+def test_the_fast_path_reads_only_what_changes_at_its_rate() -> None:
+    """Memory, utilisation and power each tick; temperature, clocks, clock-event reasons and
+    the process list on the slow path, merged into the samples after it (``merge_slow``)."""
+    log = CallLog(ReplayNvmlApi(h100_nvlink_xid()))
+    backend = NvmlBackend("node-1", log)
+    backend.inventory()
+    log.calls.clear()
+    fast = backend.sample_fast()
+    assert (
+        log.calls
+        == [
+            "nvmlDeviceGetMemoryInfo",
+            "nvmlDeviceGetUtilizationRates",
+            "nvmlDeviceGetPowerUsage",
+        ]
+        * 2
+    )  # two GPUs
+    slow = {r.index: r for r in backend.sample_slow(1.0)}
+    merged = merge_slow(fast[0], slow[0], 1.5)
+    assert (merged.temp_c, merged.clock_event_reasons) == (63.0, 0x4)
+    assert merged.sm_clock_mhz is not None
+    assert merged.power_w == pytest.approx(352.12)
+    assert merged.slow_age_s == pytest.approx(0.5)
 
 
 def test_mig_instances_and_their_memory() -> None:
@@ -73,7 +119,8 @@ def test_mig_instances_and_their_memory() -> None:
     g = backend.sample_fast()[0]
     assert [m.mig_index for m in g.mig_instances] == [0, 2]  # slot 1 is empty (NotFound)
     assert [m.mem_used_mib for m in g.mig_instances] == [4096.0, 1024.0]
-    assert [p.gpu_instance_id for p in g.processes or ()] == [1, 5]
+    slow = backend.sample_slow(1.0)[0]
+    assert [p.gpu_instance_id for p in slow.processes or ()] == [1, 5]
 
 
 def test_nvlink_and_topology() -> None:

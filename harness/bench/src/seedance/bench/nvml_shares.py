@@ -3,56 +3,60 @@
 Run on a GPU machine (the H200 of the `device` tool; `make bench-nvml-shares`). Two child
 processes share GPU 0, each a torch bf16 matmul loop busy a fraction of every 100 ms (0.7 and
 0.2 by default) and each measuring its own kernel time with CUDA events (one event pair per
-matmul, summed; under contention the loops stretch, so the nominal duty cycles are not the
-truth: the measured kernel time is). Meanwhile this process runs the collector's work at its
-cadences, as the node agent would: the fast path (``NvmlBackend.sample_fast``) at 10 Hz, the
-slow path every 10 s, and NVML per-process utilisation (``nvmlDeviceGetProcessUtilization``)
-at 1 Hz, whose samples go through the node agent's own share core
-(``seedance.node_agent.core.shares``) and each PID's cgroup through ``core.cgroup``.
+matmul, summed per wall-clock second; under contention the loops stretch, so the nominal duty
+cycles are not the truth: the measured kernel time is). Beside them, as on a node:
 
-It prints, per process: its nominal duty, its kernel time as a share of the window (CUDA
-events), the share NVML attributes to it, and the difference; then the attributed sum against
-the device's own activity (NVML utilisation, mean over the window); then, as the last line:
+- **the collector**, in a process of its own that imports no torch, as the DaemonSet runs it:
+  the real ``Poller`` over ``NvmlBackend`` on its event loop and executor threads, ticking at
+  10 Hz with the slow path every 10 s, and each tick mapped to the bus event and encoded as the
+  service does before publishing (publishing itself is not run: no NATS server there);
+- **the node agent's share sampler**, in this process, at 1 Hz: ``NvmlNode.process_samples``
+  through ``core.shares.ShareAccumulator`` (each PID's cgroup through ``core.cgroup``).
+
+It prints, per process: its kernel time as a share of the window (CUDA events, the whole
+seconds inside the sampler's window), the share NVML attributes to it (mean over the 1-s
+periods), and the difference; then the attributed sum against the device's utilisation (the
+collector's own ``gpu_util_ratio`` readings over the same window); then, as the last line:
 
     nvml: fast_us_p90_under_load=<n> collector_cpu_ms_per_gpu_s_10hz=<n> raw_calls_us=<n>
 
-- ``fast_us_p90_under_load``: thread CPU µs of one ``sample_fast`` per GPU, p90 over the
-  10 Hz samples taken while both loads run (goal ≤ 50);
-- ``collector_cpu_ms_per_gpu_s_10hz``: process CPU (``time.process_time()`` deltas: every
-  thread of this process, NVML's own included) over the whole window, per GPU and per second,
-  with the fast path at 10 Hz, the slow path every 10 s and the share sampler at 1 Hz (goal
-  ≤ 1.25 ms, i.e. 1 % of a core for an 8-GPU node);
-- ``raw_calls_us``: thread CPU µs of the bare NVML calls the fast path makes for one GPU
-  (memory v2, utilisation, power, temperature, SM clock, clock-event reasons, compute
-  processes), median under load: the floor under ``fast_us``.
+- ``fast_us_p90_under_load``: thread CPU µs of one ``sample_fast`` per GPU (the executor
+  thread's ``time.thread_time()`` around the call), p90 over the 10 Hz ticks under load (goal
+  ≤ 50);
+- ``collector_cpu_ms_per_gpu_s_10hz``: the collector process's CPU (``time.process_time()``:
+  every thread, the event loop's, the executor's and NVML's own) over the window, per GPU and
+  per second (goal ≤ 1.25 ms, i.e. 1 % of a core for an 8-GPU node);
+- ``raw_calls_us``: thread CPU µs of the bare NVML calls ``sample_fast`` makes for one GPU, in
+  the same order, median under load, measured in the collector process after its window (not
+  counted in its CPU): the floor under ``fast_us``.
 
-Where ``nvidia-cuda-mps-control`` is on PATH it says so; the MPS pinned-memory limit and
-active-thread percentage are not exercised by this script and stay unverified.
+Beside, ``shares: sampler_cpu_ms_per_gpu_s_1hz=<n>`` is the node agent's sampler's thread CPU.
+MPS limits are checked by ``seedance.bench.mps_check``, not here.
 
-Needs python3 with torch (CUDA), nvidia-ml-py (pynvml) and msgspec (the collector's sample
-types); it stops with a message naming what is missing. Run from the repository root with
-``PYTHONPATH=harness/bench/src:services/node-agent/src:services/telemetry-collector/src``.
+Needs python3 with torch (CUDA) for the workers, nvidia-ml-py (pynvml), and the collector's
+own dependencies (msgspec, nats-py, structlog, opentelemetry-api/-sdk/-semantic-conventions:
+carried as wheels, docs/node-agent.md); it stops with a message naming what is missing. Run from
+the repository root with the ``PYTHONPATH`` of ``make bench-nvml-shares``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import asyncio
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
 WORKER = r"""
-import json, sys, time
+import json, random, sys, time
 import torch
 duty, seconds, warmup = (float(v) for v in sys.argv[1:4])
 n = int(sys.argv[4])
+phase = sys.argv[5]  # "random": the busy part starts anywhere in its 100 ms; "fixed": at 0
 period = 0.100
 a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -63,11 +67,15 @@ print("ready", flush=True)
 start = time.perf_counter()
 measure_from, measure_to = start + warmup, start + warmup + seconds
 kernel_ms = 0.0
+buckets = {}  # wall-clock second -> kernel ms ended in it (for per-second comparisons)
 periods = 0
-pending = []
 t = start
 while t < measure_to:
-    busy_until = t + duty * period
+    offset = random.uniform(0.0, (1.0 - duty) * period) if phase == "random" else 0.0
+    rest = t + offset - time.perf_counter()
+    if rest > 0:
+        time.sleep(rest)
+    busy_until = t + offset + duty * period
     measuring = t >= measure_from
     while time.perf_counter() < busy_until:
         batch = []
@@ -77,7 +85,10 @@ while t < measure_to:
             batch.append((e0, e1))
         torch.cuda.synchronize()
         if measuring:
-            kernel_ms += sum(e0.elapsed_time(e1) for e0, e1 in batch)
+            ms = sum(e0.elapsed_time(e1) for e0, e1 in batch)
+            kernel_ms += ms
+            sec = int(time.time())
+            buckets[sec] = buckets.get(sec, 0.0) + ms
     if measuring:
         periods += 1
     t += period
@@ -85,7 +96,8 @@ while t < measure_to:
     if rest > 0:
         time.sleep(rest)
 wall_ms = (time.perf_counter() - measure_from) * 1000.0
-report = {"duty": duty, "kernel_ms": kernel_ms, "wall_ms": wall_ms, "periods": periods}
+report = {"duty": duty, "kernel_ms": kernel_ms, "wall_ms": wall_ms, "periods": periods,
+          "kernel_ms_by_unix_s": buckets}
 print(json.dumps(report), flush=True)
 """
 
@@ -95,15 +107,8 @@ def _fail(msg: str) -> None:
     raise SystemExit(2)
 
 
-def _imports() -> tuple[Any, Any, Any]:
-    try:
-        torch = importlib.import_module("torch")  # not a workspace dependency: the device's own
-    except ImportError:
-        _fail(
-            "torch is not importable: run with the python3 that holds PyTorch (the device image's)"
-        )
-    if not torch.cuda.is_available():
-        _fail("torch sees no CUDA device")
+def _imports() -> tuple[Any, Any]:
+    """pynvml and the collector's backend, or a message naming what is missing."""
     try:
         import pynvml
     except ImportError:
@@ -116,11 +121,10 @@ def _imports() -> tuple[Any, Any, Any]:
         from seedance.telemetry_collector.nvml import NvmlBackend
     except ImportError as exc:
         _fail(
-            f"the collector's NVML backend is not importable ({exc}); set PYTHONPATH="
-            "services/node-agent/src:services/telemetry-collector/src and carry a msgspec "
-            "wheel if it is missing (docs/node-agent.md)"
+            f"the collector's NVML backend is not importable ({exc}); use the PYTHONPATH of "
+            "make bench-nvml-shares and carry the wheels it needs (docs/node-agent.md)"
         )
-    return torch, pynvml, NvmlBackend
+    return pynvml, NvmlBackend
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -129,101 +133,241 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _raw_calls(n: Any, h: Any) -> None:
+    """The bare NVML calls of ``NvmlBackend._fast_read`` for one GPU, in its order."""
     n.nvmlDeviceGetMemoryInfo(h, n.nvmlMemory_v2)
     n.nvmlDeviceGetUtilizationRates(h)
     n.nvmlDeviceGetPowerUsage(h)
-    n.nvmlDeviceGetTemperature(h, 0)
-    n.nvmlDeviceGetClockInfo(h, 1)
-    n.nvmlDeviceGetCurrentClocksEventReasons(h)
-    n.nvmlDeviceGetComputeRunningProcesses(h)
 
 
-class Collector:
-    """The collector's work at its cadences, on a thread of this process."""
+class _Timed:
+    """A ``GpuBackend`` that records the calling thread's CPU around each sample."""
 
-    def __init__(self, pynvml: Any, backend: Any, n_gpus: int) -> None:
-        self.n = pynvml
+    def __init__(self, backend: Any) -> None:
         self.backend = backend
-        self.n_gpus = n_gpus
-        self.h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
         self.fast_us: list[float] = []
-        self.raw_us: list[float] = []
+        self.slow_us: list[float] = []
         self.util: list[float] = []
-        self.proc_samples: dict[tuple[int, int], tuple[float, float]] = {}
-        self.stop = threading.Event()
-        self.last_ts = 0
 
-    def run(self, seconds: float) -> tuple[float, float]:
-        """Runs for ``seconds``; returns (process CPU s, wall s) over them."""
-        c0, w0 = time.process_time(), time.perf_counter()
-        next_fast = next_proc = w0
-        next_slow = w0 + 10.0
-        end = w0 + seconds
-        while (now := time.perf_counter()) < end:
-            if now >= next_fast:
-                t = time.thread_time()
-                self.backend.sample_fast()
-                self.fast_us.append((time.thread_time() - t) * 1e6 / self.n_gpus)
-                t = time.thread_time()
-                _raw_calls(self.n, self.h0)
-                self.raw_us.append((time.thread_time() - t) * 1e6)
-                self.util.append(self.n.nvmlDeviceGetUtilizationRates(self.h0).gpu)
-                next_fast += 0.1
-            if now >= next_proc:
-                self._proc()
-                next_proc += 1.0
-            if now >= next_slow:
-                self.backend.sample_slow(time.monotonic())
-                next_slow += 10.0
-            time.sleep(max(0.0, min(next_fast, next_proc, next_slow) - time.perf_counter()))
-        return time.process_time() - c0, time.perf_counter() - w0
+    def inventory(self) -> Any:
+        return self.backend.inventory()
 
-    def _proc(self) -> None:
-        n = self.n
+    def sample_fast(self) -> Any:
+        t = time.thread_time()
+        out = self.backend.sample_fast()
+        self.fast_us.append((time.thread_time() - t) * 1e6 / max(1, len(out)))
+        self.util.extend(100.0 * g.gpu_util_ratio for g in out if g.gpu_util_ratio is not None)
+        return out
+
+    def sample_slow(self, now_monotonic_s: float) -> Any:
+        t = time.thread_time()
+        out = self.backend.sample_slow(now_monotonic_s)
+        self.slow_us.append((time.thread_time() - t) * 1e6 / max(1, len(out)))
+        return out
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def _threads_cpu_ms() -> dict[str, float]:
+    """This process's threads' CPU (utime + stime, ms) by thread name, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
         try:
-            raw = n.nvmlDeviceGetProcessUtilization(self.h0, self.last_ts)
-        except n.NVMLError:
-            return  # NVML_ERROR_NOT_FOUND: no sample since last_ts
-        for s in raw:
-            self.proc_samples[(int(s.pid), int(s.timeStamp))] = (float(s.smUtil), float(s.memUtil))
-            self.last_ts = max(self.last_ts, int(s.timeStamp))
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ms = (int(fields[11]) + int(fields[12])) * 1000.0 / tick
+        out[f"{name}[{tid}]"] = ms
+    return out
+
+
+async def _collect(seconds: float, hz: float, slow_s: float, inline: bool) -> dict[str, Any]:
+    import pynvml
+
+    from seedance.core.clock import WallClock
+    from seedance.events import encode
+    from seedance.telemetry_collector.mapping import sample_batch_event
+    from seedance.telemetry_collector.nvml import NvmlBackend
+    from seedance.telemetry_collector.poller import Poller
+
+    clock = WallClock()
+    node = os.uname().nodename.split(".")[0]
+    timed = _Timed(NvmlBackend(node))
+    poller = Poller(timed, clock, node=node, slow_interval_s=slow_s, fast_inline=inline)
+    inv = await poller.start()
+    print("ready", flush=True)
+    threads0 = _threads_cpu_ms()
+    c0, w0 = time.process_time(), time.perf_counter()
+    next_at = w0
+    encoded = 0
+    tick_us, event_us = [], []  # the loop thread's own CPU: the tick, then the event
+    while time.perf_counter() < w0 + seconds:
+        t = time.thread_time()
+        result = await poller.tick()
+        t1 = time.thread_time()
+        event = sample_batch_event(result.sample, clock.now())
+        encoded += len(encode(event))
+        event_us.append((time.thread_time() - t1) * 1e6)
+        tick_us.append((t1 - t) * 1e6)
+        next_at += 1.0 / hz
+        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+    cpu_s, wall_s = time.process_time() - c0, time.perf_counter() - w0
+    threads1 = _threads_cpu_ms()
+    await poller.settle()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    raw = []
+    for _ in range(20):  # after the window: not in cpu_s
+        await asyncio.sleep(0.1)
+        t = time.thread_time()
+        _raw_calls(pynvml, h)
+        raw.append((time.thread_time() - t) * 1e6)
+    await poller.close()
+    return {
+        "n_gpus": len(inv.gpus),
+        "cpu_s": cpu_s,
+        "wall_s": wall_s,
+        "fast_us": timed.fast_us,
+        "slow_us": timed.slow_us,
+        "util_pct": timed.util,
+        "raw_us": raw,
+        "bytes_encoded": encoded,
+        "loop_tick_us": tick_us,
+        "loop_event_us": event_us,
+        "inline": inline,
+        "threads_cpu_ms": {k: v - threads0.get(k, 0.0) for k, v in threads1.items()},
+    }
+
+
+def collector_main() -> None:
+    """The collector process: ``python3 -c '...collector_main()' <seconds> <hz> <slow_s>
+    <inline|thread>``."""
+    seconds, hz, slow_s = (float(v) for v in sys.argv[1:4])
+    inline = sys.argv[4] == "inline"
+    print(json.dumps(asyncio.run(_collect(seconds, hz, slow_s, inline))), flush=True)
 
 
 def _start_workers(args: argparse.Namespace) -> list[subprocess.Popen[str]]:
     procs = []
     for duty in args.duty:
-        p = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                WORKER,
-                str(duty),
-                str(args.seconds),
-                str(args.warmup_s),
-                str(args.n),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        procs.append(p)
+        cmd = [sys.executable, "-c", WORKER, str(duty), str(args.worker_s), "0", str(args.n)]
+        cmd.append(getattr(args, "phase", "random"))
+        env = {**os.environ, **getattr(args, "worker_env", {})}
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env))
     for p in procs:
         assert p.stdout is not None
         line = p.stdout.readline().strip()
         if line != "ready":
-            _fail(f"a worker did not start (said {line!r})")
+            _fail(f"a worker did not start (said {line!r}): is torch with CUDA there?")
     return procs
 
 
-def _cgroups(procs: list[subprocess.Popen[str]]) -> dict[int, str]:
-    """Each worker's /proc/<pid>/cgroup, read while it runs (the node agent's PID -> pod path)."""
-    out = {}
-    for p in procs:
-        try:
-            with open(f"/proc/{p.pid}/cgroup") as f:
-                out[p.pid] = f.read()
-        except OSError:
-            out[p.pid] = ""
-    return out
+def _start_collector(args: argparse.Namespace) -> subprocess.Popen[str]:
+    code = "from seedance.bench.nvml_shares import collector_main; collector_main()"
+    cmd = [sys.executable, "-c", code, str(args.seconds), str(args.hz), str(args.slow_s)]
+    cmd.append("thread" if args.fast_in_thread else "inline")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    line = p.stdout.readline().strip()
+    if line != "ready":
+        _fail(f"the collector process did not start (said {line!r}); see its error above")
+    return p
+
+
+def _cgroup_pod(pid: int) -> str | None:
+    """The worker's pod through the node agent's cgroup rule (None outside Kubernetes)."""
+    from seedance.node_agent.core.cgroup import pod_of_cgroup
+
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            found = pod_of_cgroup(f.read())
+    except OSError:
+        return None
+    return found.pod_uid if found else None
+
+
+def _sample_shares(seconds: float) -> dict[str, Any]:
+    """The node agent's sampler on GPU 0 at 1 Hz for ``seconds``: its periods and its CPU."""
+    from seedance.node_agent.core.shares import ShareAccumulator
+    from seedance.node_agent.nvml import NvmlNode
+
+    node = NvmlNode()
+    start_us = int(time.time() * 1e6)
+    acc = ShareAccumulator(start_us)
+    periods: list[dict[str, Any]] = []
+    raw: list[list[float]] = []
+    cpu_us: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        time.sleep(1.0)
+        t = time.thread_time()
+        samples = node.process_samples(0, acc.since_us)
+        end_us = int(time.time() * 1e6)
+        shares = acc.close_period(samples, end_us)
+        cpu_us.append((time.thread_time() - t) * 1e6)
+        periods.append({"end_us": end_us, "sm": {p: s.sm_pct for p, s in shares.items()}})
+        raw.extend([s.pid, s.timestamp_us, s.sm_pct, s.mem_pct] for s in samples)
+    return {"start_us": start_us, "periods": periods, "raw": raw, "cpu_us": cpu_us}
+
+
+def _kernel_pct(report: dict[str, Any], start_us: int, end_us: int) -> float:
+    """A worker's kernel time over the whole wall-clock seconds inside [start, end]."""
+    first, last = start_us // 1_000_000 + 1, end_us // 1_000_000 - 1
+    secs = range(first, last + 1)
+    buckets = report["kernel_ms_by_unix_s"]
+    return sum(buckets.get(str(s), 0.0) for s in secs) / (10.0 * max(1, len(secs)))
+
+
+def _report(
+    args: argparse.Namespace,
+    shares: dict[str, Any],
+    coll: dict[str, Any],
+    workers: list[dict[str, Any]],
+) -> dict[str, Any]:
+    periods = shares["periods"]
+    start_us, end_us = shares["start_us"], periods[-1]["end_us"] if periods else shares["start_us"]
+    rows, attributed_sum, ok = [], 0.0, True
+    for w in workers:
+        measured = _kernel_pct(w, start_us, end_us)
+        got = [p["sm"].get(w["pid"], 0.0) for p in periods]
+        attributed = statistics.fmean(got) if got else 0.0
+        seen = sum(1 for p in periods if w["pid"] in p["sm"])
+        attributed_sum += attributed
+        diff = attributed - measured
+        ok = ok and abs(diff) <= 10.0
+        rows.append(
+            {
+                **w,
+                "measured_pct": measured,
+                "attributed_sm_pct": attributed,
+                "diff_pts": diff,
+                "periods_seen": seen,
+                "pod": _cgroup_pod(w["pid"]),
+            }
+        )
+        print(
+            f"process {w['pid']}: duty {w['duty']:.2f} kernel {measured:5.1f} % (CUDA events) "
+            f"attributed {attributed:5.1f} % (NVML, in {seen} of {len(periods)} 1-s periods) "
+            f"diff {diff:+5.1f} pts"
+        )
+    others: dict[int, float] = {}
+    known = {w["pid"] for w in workers}
+    for p in periods:
+        for pid, sm in p["sm"].items():
+            if int(pid) not in known:
+                others[int(pid)] = others.get(int(pid), 0.0) + sm / len(periods)
+    if others:  # e.g. an MPS server: NVML may name it rather than its clients
+        print(f"attributed to other processes: { {k: round(v, 1) for k, v in others.items()} }")
+    device_pct = statistics.fmean(coll["util_pct"]) if coll["util_pct"] else float("nan")
+    sum_ok = abs(attributed_sum - device_pct) <= 10.0
+    print(
+        f"attributed sum {attributed_sum:5.1f} % vs device utilisation {device_pct:5.1f} % "
+        f"(diff {attributed_sum - device_pct:+5.1f} pts) ok={ok and sum_ok}"
+    )
+    return {"rows": rows, "device_util_pct": device_pct, "shares_ok": ok and sum_ok}
 
 
 def main() -> None:
@@ -231,92 +375,83 @@ def main() -> None:
     ap.add_argument("--duty", type=float, nargs="+", default=[0.7, 0.2])
     ap.add_argument("--seconds", type=float, default=20.0, help="measured window")
     ap.add_argument("--warmup-s", type=float, default=3.0)
+    ap.add_argument("--hz", type=float, default=10.0, help="the collector's fast cadence")
+    ap.add_argument("--slow-s", type=float, default=10.0, help="the collector's slow cadence")
     ap.add_argument("--n", type=int, default=4096, help="matmul size (n x n, bf16)")
+    ap.add_argument(
+        "--phase",
+        choices=["random", "fixed"],
+        default="random",
+        help="where each 100 ms busy part starts: anywhere (random) or at 0 (fixed, which "
+        "locks the loads to the driver's 200 ms sampling grid)",
+    )
+    ap.add_argument(
+        "--fast-in-thread",
+        action="store_true",
+        help="the collector's fast read in its executor thread, not on the loop",
+    )
+    ap.add_argument(
+        "--mps",
+        action="store_true",
+        help="the workers as clients of an MPS daemon started for this run",
+    )
     ap.add_argument("--out", default="", help="write a JSON report here")
     args = ap.parse_args()
+    args.worker_s = args.warmup_s + args.seconds + 8.0  # outlasts the window and raw calls
 
-    _torch, pynvml, NvmlBackend = _imports()
-    from seedance.node_agent.core.cgroup import pod_of_cgroup
-    from seedance.node_agent.core.shares import ProcessSample, pid_shares
+    _imports()
+    args.worker_env = {}
+    mps_env = None
+    if args.mps:
+        from seedance.bench.mps_check import start_daemon
 
-    backend = NvmlBackend(os.uname().nodename)
-    inv = backend.inventory()
-    n_gpus = len(inv.gpus)
+        mps_env = args.worker_env = start_daemon()
+    try:
+        _run(args)
+    finally:
+        if mps_env is not None:
+            from seedance.bench.mps_check import stop_daemon
+
+            stop_daemon(mps_env)
+
+
+def _run(args: argparse.Namespace) -> None:
     procs = _start_workers(args)
-    cgroups = _cgroups(procs)
     time.sleep(args.warmup_s)
-    collector = Collector(pynvml, backend, n_gpus)
-    cpu_s, wall_s = collector.run(args.seconds)
-    reports = []
+    collector = _start_collector(args)
+    shares = _sample_shares(args.seconds)
+    out, _ = collector.communicate(timeout=120)
+    coll = json.loads(out.strip().splitlines()[-1])
+    workers = []
     for p in procs:
-        out, _ = p.communicate(timeout=60)
-        reports.append({"pid": p.pid, **json.loads(out.strip().splitlines()[-1])})
-    backend.close()
-
-    samples = [
-        ProcessSample(pid, sm, mem, ts) for (pid, ts), (sm, mem) in collector.proc_samples.items()
-    ]
-    periods = len({s.timestamp_us for s in samples}) or 1
-    shares = pid_shares(samples, periods)
-    device_pct = statistics.fmean(collector.util) if collector.util else float("nan")
-    rows, attributed_sum, ok = [], 0.0, True
-    for r in reports:
-        measured = 100.0 * r["kernel_ms"] / r["wall_ms"]
-        share = shares.get(r["pid"])
-        attributed = share.sm_pct if share else 0.0
-        attributed_sum += attributed
-        seen = sum(1 for s in samples if s.pid == r["pid"])
-        found = pod_of_cgroup(cgroups.get(r["pid"], ""))  # None outside Kubernetes
-        pod = found.pod_uid if found else None
-        diff = attributed - measured
-        ok = ok and abs(diff) <= 10.0
-        rows.append(
-            {
-                **r,
-                "measured_pct": measured,
-                "attributed_sm_pct": attributed,
-                "diff_pts": diff,
-                "samples_seen": seen,
-                "pod": pod,
-            }
-        )
-        print(
-            f"process {r['pid']}: duty {r['duty']:.2f} kernel {measured:5.1f} % (CUDA events) "
-            f"attributed {attributed:5.1f} % (NVML, in {seen} of {periods} sample periods) "
-            f"diff {diff:+5.1f} pts"
-        )
-    sum_ok = abs(attributed_sum - device_pct) <= 10.0
+        wout, _ = p.communicate(timeout=120)
+        workers.append({"pid": p.pid, **json.loads(wout.strip().splitlines()[-1])})
+    rep = _report(args, shares, coll, workers)
+    n_gpus = coll["n_gpus"]
+    fast_p90 = _pct(coll["fast_us"], 0.9)
+    cpu_ms = coll["cpu_s"] * 1000.0 / coll["wall_s"] / n_gpus
+    raw = statistics.median(coll["raw_us"]) if coll["raw_us"] else float("nan")
+    sampler_ms = sum(shares["cpu_us"]) / 1000.0 / args.seconds / n_gpus
+    top = sorted(coll["threads_cpu_ms"].items(), key=lambda kv: -kv[1])[:6]
+    print(f"collector threads (CPU ms over the window): {dict(top)}")
+    slow_us = statistics.median(coll["slow_us"]) if coll["slow_us"] else float("nan")
     print(
-        f"attributed sum {attributed_sum:5.1f} % vs device utilisation {device_pct:5.1f} % "
-        f"(diff {attributed_sum - device_pct:+5.1f} pts) ok={ok and sum_ok}"
+        f"collector: fast_us_p50={statistics.median(coll['fast_us']):.1f} "
+        f"slow_us_per_gpu={slow_us:.0f} ticks={len(coll['fast_us'])} "
+        f"slow_reads={len(coll['slow_us'])}"
     )
-    mps = shutil.which("nvidia-cuda-mps-control")
     print(
-        f"mps: {'control daemon at ' + mps if mps else 'no nvidia-cuda-mps-control on PATH'}; "
-        "pinned memory limit and thread percentage not exercised: unverified"
+        f"collector loop thread: tick_us_p50={statistics.median(coll['loop_tick_us']):.1f} "
+        f"event_us_p50={statistics.median(coll['loop_event_us']):.1f} "
+        f"fast_read={'inline' if coll['inline'] else 'thread'} phase={args.phase} mps={args.mps}"
     )
-    fast_p90 = _pct(collector.fast_us, 0.9)
-    cpu_ms_per_gpu_s = cpu_s * 1000.0 / wall_s / n_gpus
-    raw = statistics.median(collector.raw_us) if collector.raw_us else float("nan")
+    print(f"shares: sampler_cpu_ms_per_gpu_s_1hz={sampler_ms:.3f}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(
-                {
-                    "rows": rows,
-                    "periods": periods,
-                    "device_util_pct": device_pct,
-                    "fast_us": collector.fast_us,
-                    "raw_us": collector.raw_us,
-                    "cpu_s": cpu_s,
-                    "wall_s": wall_s,
-                    "n_gpus": n_gpus,
-                },
-                f,
-                indent=1,
-            )
+            json.dump({**rep, "collector": coll, "shares": shares, "args": vars(args)}, f)
     print(
         f"nvml: fast_us_p90_under_load={fast_p90:.1f} "
-        f"collector_cpu_ms_per_gpu_s_10hz={cpu_ms_per_gpu_s:.3f} raw_calls_us={raw:.1f}"
+        f"collector_cpu_ms_per_gpu_s_10hz={cpu_ms:.3f} raw_calls_us={raw:.1f}"
     )
 
 

@@ -31,7 +31,7 @@ from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.placement import NodeDevices, node_token
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
-from seedance.node_agent.core.shares import pid_shares, pod_shares
+from seedance.node_agent.core.shares import ShareAccumulator, pod_shares
 from seedance.node_agent.deviceplugin import DeviceKind, DevicePluginServer, PluginDevice
 from seedance.node_agent.kube import PendingPods, connect
 from seedance.node_agent.metrics import NodeAgentMetrics
@@ -104,6 +104,7 @@ class NodeAgentService:
         self._allocator: PlacementAllocator | None = None
         self._labeller: PodLabeller | None = None
         self._sub: Any = None
+        self._shares: dict[int, ShareAccumulator] = {}  # GPU index -> its per-process cursors
 
     async def start(self) -> None:
         if self._feed is not None:
@@ -202,6 +203,8 @@ class NodeAgentService:
         ``gpu.pod_share.v1`` of the node, to the bus (the ledger bills shared GPUs by it)."""
         start = self._clock.now()
         node = node_token(self._s.node_name)
+        for index in self._devices.gpus:  # the first window's periods start with it
+            self._shares.setdefault(index, ShareAccumulator(self._now_us()))
         while True:
             await self._clock.sleep(self._s.shares_interval_s)
             measured = [
@@ -215,6 +218,10 @@ class NodeAgentService:
             await self._rt.bus.publish(telemetry.pod_share(node), event)
             start = end
 
+    def _now_us(self) -> int:
+        # NVML stamps its samples with CPU time (µs since the epoch): periods end on that clock.
+        return int(self._clock.now().timestamp() * 1e6)
+
     def _pod_of_pid(self, pid: int) -> str | None:
         try:
             text = (Path(self._s.proc_root) / str(pid) / "cgroup").read_text()
@@ -226,9 +233,13 @@ class NodeAgentService:
     def _publish_shares(self, index: int, uuid: str) -> list[MeasuredPod]:
         """One GPU's per-pod shares into the metrics; returned with each pod's placement."""
         assert self._allocator is not None
-        samples = self._nvml.process_samples(index)
-        periods = len({s.timestamp_us for s in samples}) or 1
-        per_pod = pod_shares(pid_shares(samples, periods), self._pod_of_pid)
+        acc = self._shares.get(index)
+        if acc is None:  # a GPU new since: its first period starts now (older samples are not ours)
+            self._shares[index] = ShareAccumulator(self._now_us())
+            return []
+        samples = self._nvml.process_samples(index, acc.since_us)
+        per_pod = pod_shares(acc.close_period(samples, self._now_us()), self._pod_of_pid)
+        periods = acc.last_slots
         names = self._allocator.names_by_uid()
         owners = self._labeller.owners.get(uuid, []) if self._labeller else []
         out = []

@@ -245,6 +245,9 @@ def build_source(settings: CollectorSettings, clock: Clock) -> Source:
         clock,
         node=node,
         slow_interval_s=settings.slow_interval_s,
+        # Three NVML calls per GPU: on the loop's thread, not handed to the executor, which
+        # cost the collector 11.1 against 5.4-6.1 ms of CPU per GPU-second on an H200 at 10 Hz.
+        fast_inline=True,
     )
     cpu_milli, memory_mib = _host_resources()
     return NvmlSource(poller, cpu_milli=cpu_milli, memory_mib=memory_mib, pool=settings.pool)

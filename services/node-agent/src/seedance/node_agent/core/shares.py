@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["ProcessSample", "Share", "pid_shares", "pod_shares"]
+__all__ = ["ProcessSample", "Share", "ShareAccumulator", "pid_shares", "pod_shares"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +53,62 @@ def pod_shares(
         acc = out.get(pod, Share(0.0, 0.0))
         out[pod] = Share(acc.sm_pct + s.sm_pct, acc.mem_pct + s.mem_pct)
     return out
+
+
+class ShareAccumulator:
+    """One GPU's per-process samples, turned into each process's share of each period.
+
+    ``nvmlDeviceGetProcessUtilization(device, lastSeenTimeStamp)`` answers only samples newer
+    than the timestamp passed. On the H200 here (driver 580) it answers one entry per process:
+    its share of the driver's samples (200 ms apart) since that timestamp, stamped with the
+    newest. Other drivers return several per process. Each process's entries carry their own
+    timestamps, so the newest timestamp across processes is no cursor: passing it drops every
+    other process's older entries (which gave each period to one process). This passes the
+    period's start (``since_us``), keeps a cursor per process (the newest timestamp counted),
+    counts each entry once, and divides a process's sum by the period's slots (the most entries
+    any process had in it, one on that driver), so a slot a process is absent from counts as 0.
+
+    A process not seen for ``forget_after_us`` is forgotten (it ended). Pure: the caller passes
+    NVML's entries and the period's end on NVML's clock (CPU time, µs since the epoch).
+    """
+
+    def __init__(
+        self, start_us: int, *, grace_us: int = 0, forget_after_us: int = 60_000_000
+    ) -> None:
+        self._start_us = start_us
+        self._seen: dict[int, int] = {}
+        self._grace_us = grace_us
+        self._forget_after_us = forget_after_us
+        #: The sampling slots the last closed period held (what its shares are means over).
+        self.last_slots = 0
+
+    @property
+    def since_us(self) -> int:
+        """The ``lastSeenTimeStamp`` to pass: the period's start (less ``grace_us``, for a
+        driver whose samples become readable after later-stamped ones; 0 by default)."""
+        return max(0, self._start_us - self._grace_us)
+
+    def close_period(self, samples: Iterable[ProcessSample], end_us: int) -> dict[int, Share]:
+        """Each process's share of the period that ends at ``end_us`` (0..100 per field)."""
+        if end_us <= self._start_us:
+            raise ValueError(f"end_us {end_us} is not after the period start {self._start_us}")
+        new: dict[int, dict[int, ProcessSample]] = {}
+        for s in samples:
+            if s.timestamp_us > end_us:
+                continue  # a later period's (a clock step): counted when that period closes
+            if s.timestamp_us <= self._seen.get(s.pid, self._start_us):
+                continue  # counted already, or older than the period and never seen
+            new.setdefault(s.pid, {})[s.timestamp_us] = s
+        slots = max((len(v) for v in new.values()), default=0)
+        self.last_slots = slots
+        out: dict[int, Share] = {}
+        for pid, by_ts in new.items():
+            sm = sum(s.sm_pct for s in by_ts.values())
+            mem = sum(s.mem_pct for s in by_ts.values())
+            out[pid] = Share(sm / slots, mem / slots)
+            self._seen[pid] = max(by_ts)
+        for pid, ts in list(self._seen.items()):
+            if end_us - ts > self._forget_after_us:
+                del self._seen[pid]
+        self._start_us = end_us
+        return out
