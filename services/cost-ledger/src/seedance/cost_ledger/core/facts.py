@@ -142,9 +142,13 @@ def validate(e: LedgerInput, book: PriceBook) -> None:
     elif isinstance(e, GpuSample):
         _validate_sample(e, bad)
     elif isinstance(e, PodShareReading):
-        for gpu, job, ppm in e.shares:
-            if gpu < 0 or not job or not 0 <= ppm <= 1_000_000:
-                raise bad("shares", (gpu, job, ppm), "must be (GPU >= 0, a job, 0..1e6 ppm)")
+        _validate_shares(e, bad)
+
+
+def _validate_shares(e: PodShareReading, bad: _Bad) -> None:
+    for gpu, job, ppm in e.shares:
+        if gpu < 0 or not job or not 0 <= ppm <= 1_000_000:
+            raise bad("shares", (gpu, job, ppm), "must be (GPU >= 0, a job, 0..1e6 ppm)")
 
 
 def _priced(model: str, book: PriceBook, bad: _Bad) -> None:
