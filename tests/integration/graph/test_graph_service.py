@@ -7,6 +7,7 @@ Small models only (an MLP, a decomposed LayerNorm): each test pays one child-pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 from datetime import UTC, datetime
@@ -168,7 +169,16 @@ async def test_cuda_request_is_left_for_an_announced_gpu_worker(start_compiler, 
         providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
         targets=["cpu", "cuda", "transformer-gpu"],
     )
-    await kv.put(gpu.worker_id, msgspec.msgpack.encode(gpu))
+
+    async def announce_forever() -> None:
+        # As a real worker does: the bucket's TTL (60 s) is shorter than this test on a loaded
+        # machine (the compiler's start-up, then three deliveries).
+        while True:
+            await kv.put(gpu.worker_id, msgspec.msgpack.encode(gpu))
+            await asyncio.sleep(10)
+
+    announcer = asyncio.create_task(announce_forever())
+    await asyncio.sleep(0)
     try:
         await start_compiler()
         result = await client.compile_model(
@@ -180,6 +190,9 @@ async def test_cuda_request_is_left_for_an_announced_gpu_worker(start_compiler, 
             timeout_s=120,
         )
     finally:
+        announcer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await announcer
         await kv.delete(gpu.worker_id)
     assert not result.ok
     assert result.error_kind == "NoGpuWorker"
