@@ -20,6 +20,8 @@ from seedance.router.core.forecast import (
     output_survival,
 )
 
+from .request_log_kit import perturb_the_unobservable
+
 SLOTS = 32
 STEP_S = 0.02
 PREFILL_S = 0.01
@@ -79,29 +81,6 @@ def _counts(log: RequestLog, at_s: float) -> ServerCounts:
     )
 
 
-def _perturb_the_unobservable(log: RequestLog, now_s: float, seed: int) -> RequestLog:
-    """Later arrivals (how many, when, their prompts) and the output lengths and finish times of
-    requests in flight or queued at now_s, all changed."""
-    rng = np.random.default_rng(seed)
-    known = log.arrival_s <= now_s
-    unfinished = known & ~(log.finish_s <= now_s)
-    gen = log.generated_tokens.copy()
-    gen[unfinished] = rng.integers(2, 5_000, int(unfinished.sum()))
-    finish = log.finish_s.copy()
-    finish[unfinished] = now_s + rng.uniform(0.01, 60.0, int(unfinished.sum()))
-    n_late = int(rng.integers(10, 300))
-    late = np.sort(rng.uniform(now_s + 1e-6, now_s + 40.0, n_late))
-    nan = np.full(n_late, math.nan)
-    return RequestLog(
-        arrival_s=np.concatenate([log.arrival_s[known], late]),
-        context_tokens=np.concatenate([log.context_tokens[known], rng.integers(1, 9_000, n_late)]),
-        admit_s=np.concatenate([log.admit_s[known], nan]),
-        first_token_s=np.concatenate([log.first_token_s[known], nan]),
-        finish_s=np.concatenate([finish[known], nan]),
-        generated_tokens=np.concatenate([gen[known], nan]),
-    )
-
-
 PARAMS = KvFlowParams(max_batch=SLOTS, reserves_output=True, mib_per_token=MIB_PER_TOKEN)
 
 
@@ -112,7 +91,7 @@ def test_a_forecast_at_t_ignores_later_arrivals_and_in_flight_outputs_and_finish
 ) -> None:
     log = _server(seed)
     now_s = 62.0 + seed  # inside a swell: a queue has formed
-    other = _perturb_the_unobservable(log, now_s, seed)
+    other = perturb_the_unobservable(log, now_s, seed)
     n = int((log.arrival_s <= now_s).sum())
     assert not np.array_equal(log.generated_tokens[:n], other.generated_tokens[:n])  # has teeth
     assert not np.array_equal(log.finish_s[:n], other.finish_s[:n])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -18,6 +17,8 @@ from seedance.router.core.forecast import (
     replay_kv_forecaster,
     tokens_in_flight,
 )
+
+from .request_log_kit import perturb_the_unobservable
 
 NOW_S = 20.0
 
@@ -66,33 +67,10 @@ def test_the_view_masks_later_arrivals_and_in_flight_outputs() -> None:
     assert np.nanmax(obs.admit_s) <= NOW_S
 
 
-def _perturb_the_unobservable(log: RequestLog, now_s: float, seed: int) -> RequestLog:
-    """Everything a forecast at now_s must not see, changed: later arrivals (times, prompts,
-    how many) and the output lengths and finish times of requests in flight or queued."""
-    rng = np.random.default_rng(seed)
-    known = log.arrival_s <= now_s
-    unfinished = known & ~(log.finish_s <= now_s)
-    gen = log.generated_tokens.copy()
-    gen[unfinished] = rng.integers(2, 5_000, int(unfinished.sum()))
-    finish = log.finish_s.copy()
-    finish[unfinished] = now_s + rng.uniform(0.01, 60.0, int(unfinished.sum()))
-    n_late = int(rng.integers(10, 300))
-    late = np.sort(rng.uniform(now_s + 1e-6, now_s + 40.0, n_late))
-    late_nan = np.full(n_late, math.nan)
-    return RequestLog(
-        arrival_s=np.concatenate([log.arrival_s[known], late]),
-        context_tokens=np.concatenate([log.context_tokens[known], rng.integers(1, 9_000, n_late)]),
-        admit_s=np.concatenate([log.admit_s[known], late_nan]),
-        first_token_s=np.concatenate([log.first_token_s[known], late_nan]),
-        finish_s=np.concatenate([finish[known], late_nan]),
-        generated_tokens=np.concatenate([gen[known], late_nan]),
-    )
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_features_do_not_read_future_arrivals_or_in_flight_generated_tokens(seed: int) -> None:
     log = _log(seed)
-    other = _perturb_the_unobservable(log, NOW_S, seed)
+    other = perturb_the_unobservable(log, NOW_S, seed)
     # The perturbation reaches what a leaky feature would read...
     n = int((log.arrival_s <= NOW_S).sum())
     assert not np.array_equal(log.generated_tokens[:n], other.generated_tokens[:n])
@@ -110,7 +88,7 @@ def test_the_leak_check_catches_a_feature_that_reads_the_raw_log() -> None:
     """The perturbation test has teeth: a feature that sums the in-flight requests' true
     output lengths (or counts later arrivals) differs between the two logs."""
     log = _log(4)
-    other = _perturb_the_unobservable(log, NOW_S, 4)
+    other = perturb_the_unobservable(log, NOW_S, 4)
 
     def leaky(lg: RequestLog) -> tuple[float, int]:
         run = _in_flight_at(lg, NOW_S)
