@@ -112,18 +112,6 @@ def listed_until_s(log_: RequestLog, t: np.ndarray, arrived_total: np.ndarray) -
     return float(t[short[0]]) if short.size else float("inf")
 
 
-def listed_only(log_: RequestLog, until_s: float) -> RequestLog:
-    keep = log_.arrival_s <= until_s
-    return RequestLog(
-        arrival_s=log_.arrival_s[keep],
-        context_tokens=log_.context_tokens[keep],
-        admit_s=log_.admit_s[keep],
-        first_token_s=log_.first_token_s[keep],
-        finish_s=log_.finish_s[keep],
-        generated_tokens=log_.generated_tokens[keep],
-    )
-
-
 def server_counts(
     rec: h200.H200Telemetry, at_s: np.ndarray, horizon_s: float
 ) -> list[ServerCounts]:
@@ -329,7 +317,7 @@ def main() -> None:
     full_log = shifted(raw_log, offset_s)
     listed_s = listed_until_s(full_log, t, rec.arrived_total)
     log(f"requests file lists every arrival up to {listed_s:.1f} s (later ones: counts only)")
-    log_ = listed_only(full_log, listed_s)
+    log_ = full_log.subset(full_log.arrival_s <= listed_s)
     n_bins = math.floor(end_s - origin_s)
     row_t = origin_s + np.arange(1, n_bins + 1, dtype=float)
     kv_now = value_at(t, kv, row_t)

@@ -29,7 +29,7 @@ not bias its level. No clock, no I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -152,18 +152,6 @@ class _Curve:
         return np.asarray(np.interp(g, grid, self.tail, right=0.0))
 
 
-def _subset(obs: ObservedRequests, mask: np.ndarray) -> ObservedRequests:
-    return replace(
-        obs,
-        arrival_s=obs.arrival_s[mask],
-        context_tokens=obs.context_tokens[mask],
-        admit_s=obs.admit_s[mask],
-        first_token_s=obs.first_token_s[mask],
-        finish_s=obs.finish_s[mask],
-        generated_tokens=obs.generated_tokens[mask],
-    )
-
-
 def _prompt_classes(obs: ObservedRequests, step_s: float) -> tuple[np.ndarray, list[_Curve]]:
     """Each arrived request's class and each class's curve. Classes are quantiles of the
     finished requests' prompts, √(finished) of them with √(finished) outputs each (the
@@ -179,7 +167,7 @@ def _prompt_classes(obs: ObservedRequests, step_s: float) -> tuple[np.ndarray, l
         else np.array([])
     )
     cls = np.searchsorted(edges, obs.context_tokens, side="right")
-    curves = [_Curve.of(output_survival(_subset(obs, cls == b), step_s=step_s)) for b in range(n)]
+    curves = [_Curve.of(output_survival(obs.subset(cls == b), step_s=step_s)) for b in range(n)]
     return cls, curves
 
 

@@ -30,7 +30,7 @@ No clock, no I/O: times and samples are passed in.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,6 +55,11 @@ KV_CHANGE_FEATURE_NAMES: tuple[str, ...] = ("tokens_in_flight_change_1s",)
 # scales the decoded part of the first requests' token counts; a few seconds later it is
 # measured. 50 ms is the order of a busy batch on one GPU.
 _DEFAULT_STEP_S = 0.05
+
+# The per-request arrays of ``ObservedRequests`` and ``RequestLog``, in arrival order.
+_PER_REQUEST = (
+    "arrival_s", "context_tokens", "admit_s", "first_token_s", "finish_s", "generated_tokens"
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +91,10 @@ class ObservedRequests:
     def queued(self) -> np.ndarray:
         return np.asarray(np.isnan(self.admit_s))
 
+    def subset(self, index: np.ndarray) -> ObservedRequests:
+        """The requests ``index`` (a mask or indices in arrival order) selects."""
+        return replace(self, **{f: getattr(self, f)[index] for f in _PER_REQUEST})
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestLog:
@@ -104,12 +113,16 @@ class RequestLog:
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
-        for name in ("context_tokens", "admit_s", "first_token_s", "finish_s", "generated_tokens"):
+        for name in _PER_REQUEST[1:]:
             got = len(getattr(self, name))
             if got != n:
                 raise ValueError(f"RequestLog.{name}: length {got}, arrival_s has {n}")
         if n and bool(np.any(np.diff(self.arrival_s) < 0)):
             raise ValueError("RequestLog.arrival_s: not sorted (the log is in arrival order)")
+
+    def subset(self, index: np.ndarray) -> RequestLog:
+        """The requests ``index`` (a mask or ascending indices) selects, still sorted."""
+        return replace(self, **{f: getattr(self, f)[index] for f in _PER_REQUEST})
 
     def observable_at(self, now_s: float) -> ObservedRequests:
         """The log as a router knew it at ``now_s``: later arrivals dropped, later events masked."""
