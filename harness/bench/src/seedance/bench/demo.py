@@ -461,7 +461,7 @@ class Demo:
         )
         # The run's real cost events as FinOps FOCUS files (with the idle lines: the fleet's).
         for path in write_focus(self.entries, self.rundir):
-            say(f"  FOCUS export: {path}")
+            say(f"  FOCUS export: {shown(path)}")
 
 
 def write_focus(entries: list[CostEntry], out_dir: Path) -> list[Path]:
