@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from nats.aio.msg import Msg
+
 from seedance.core.bus import Bus
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
@@ -27,7 +29,11 @@ _Decision = Placement | Preempted | JobReleased
 
 
 class PlacementFeed:
-    """Keeps ``book`` current from the bus; ``seq`` is the last stream sequence applied."""
+    """Keeps ``book`` current from the bus; ``seq`` is the last stream sequence applied.
+
+    ``start`` binds the reader, ``catch_up`` applies the replay (what the stream held at the
+    bind), ``run`` applies the rest as it comes, rebinding from ``seq`` when interrupted.
+    """
 
     def __init__(self, bus: Bus, node: str, *, batch: int = 500) -> None:
         self.book = PlacementBook(node)
@@ -38,31 +44,55 @@ class PlacementFeed:
         self._replica = node_token(node).replace(":", "-")
         self._batch = batch
         self._reader: PullReader | None = None
+        # The replay: messages the consumer held for this reader when it was bound, and how
+        # many of this binding's deliveries are applied (its consumer sequence).
+        self._backlog = 0
+        self._delivered = 0
 
     async def start(self) -> None:
         spec = replica_consumer("node-agent-in", self._replica, start_seq=self.seq + 1)
         await self._bus.ensure_consumer(spec)
+        # Read before the first pull: a fresh no-ack consumer's pending count is exactly the
+        # filtered messages from start_seq on (whatever is published after only adds to them).
+        info = await self._bus.js.consumer_info(spec.stream, spec.durable)
+        self._backlog, self._delivered = info.num_pending or 0, 0
         if self._reader is not None:
             await self._reader.close()
         self._reader = PullReader(self._bus.nc, spec.stream, spec.durable, batch=self._batch)
         await self._reader.start()
 
+    @property
+    def caught_up(self) -> bool:
+        """Every message the stream held for this reader at its (last) bind is applied."""
+        return self._delivered >= self._backlog
+
+    async def catch_up(self) -> None:
+        """Apply the replay; return once ``caught_up`` (a rebind meanwhile re-counts it)."""
+        backlog = self._backlog
+        while not self.caught_up:
+            await self._step()
+        log.info("node_agent_feed_caught_up", replayed=backlog, seq=self.seq, book=len(self.book))
+
     async def run(self) -> None:
         while True:
-            assert self._reader is not None
-            try:
-                msgs = await self._reader.next_batch(timeout_s=1.0)
-            except ReaderInterrupted as exc:
-                log.warning("node_agent_feed_rebind", reason=str(exc), seq=self.seq)
-                await self.start()
-                continue
-            for msg in msgs:
-                self._apply(msg.data, msg.metadata.sequence.stream)
+            await self._step()
 
-    def _apply(self, data: bytes, seq: int) -> None:
-        self.seq = seq
+    async def _step(self) -> None:
+        assert self._reader is not None
         try:
-            ev = decode(data, _Decision)
+            msgs = await self._reader.next_batch(timeout_s=1.0)
+        except ReaderInterrupted as exc:
+            log.warning("node_agent_feed_rebind", reason=str(exc), seq=self.seq)
+            await self.start()
+            return
+        for msg in msgs:
+            self._apply(msg)
+
+    def _apply(self, msg: Msg) -> None:
+        self.seq = seq = msg.metadata.sequence.stream
+        self._delivered = msg.metadata.sequence.consumer
+        try:
+            ev = decode(msg.data, _Decision)
         except DecodeError as exc:
             # The stream holds trusted facts only; one that does not decode is a newer event
             # version this agent does not know: it cannot be a placement for it to honour.

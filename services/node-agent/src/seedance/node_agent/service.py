@@ -119,6 +119,10 @@ class NodeAgentService:
             devices=lambda: self._devices,
         )
         self._feed.on_end = self._allocator.job_ended
+        # Registered only once the replay is applied: the kubelet may send an Allocate the
+        # moment a plugin registers, and it must be checked against every placement the
+        # stream holds, not refused for one not read yet.
+        await self._feed.catch_up()
         self._labeller = PodLabeller(
             self._pods, self.metrics, known_uuids=self._known_uuids, granted=self._granted
         )
