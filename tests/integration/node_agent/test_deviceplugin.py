@@ -3,15 +3,19 @@
 A fake kubelet serves `Registration` on kubelet.sock in a temporary device-plugin directory;
 the plugin registers there, and the test then dials the plugin's socket (the endpoint it
 registered, joined to that directory, as the kubelet does) and speaks `DevicePlugin` to it.
+The fake kubelet also restarts as the real one does (every socket in the directory deleted,
+kubelet.sock re-created): `KubeletWatch` must get the plugin served and registered again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import glob
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
 import grpc
 import pytest
@@ -22,29 +26,80 @@ from seedance.node_agent.deviceplugin import (
     ENV_MPS_THREAD_PCT,
     ENV_VISIBLE_DEVICES,
     AllocationError,
+    ContainerAllocation,
     DeviceKind,
     DevicePluginServer,
+    KubeletWatch,
     PluginDevice,
+    Registration,
     api_pb2,
     api_pb2_grpc,
     container_allocation,
+    socket_identity,
     thread_pct_for_priority,
 )
+from seedance.testing.waits import eventually
 
 DEADLINE_S = 10.0
 
 
 class FakeKubelet(api_pb2_grpc.RegistrationServicer):
-    def __init__(self) -> None:
+    """The kubelet's `Registration` on `kubelet.sock` in `plugin_dir`, over a real socket.
+
+    `go_away()` is a kubelet that stopped and, starting again, deleted every socket in its
+    directory (the plugins' included, as the real kubelet does at start); `come_back()` serves
+    on a new `kubelet.sock` at the same path.
+    """
+
+    def __init__(self, plugin_dir: str) -> None:
+        self.plugin_dir = plugin_dir
+        self.socket = os.path.join(plugin_dir, "kubelet.sock")
         self.registered: asyncio.Queue[api_pb2.RegisterRequest] = asyncio.Queue()
+        #: Every Register as it came: resource, endpoint, the endpoint socket's identity as the
+        #: kubelet finds it when about to dial it, and whether it was accepted.
+        self.attempts: list[tuple[str, str, object, bool]] = []
+        #: Refuse this many Registers (UNAVAILABLE), as a kubelet still starting might.
+        self.refuse = 0
+        #: Called with each accepted request before Register answers.
+        self.on_register: Callable[[api_pb2.RegisterRequest], Awaitable[None]] | None = None
+        self._server: grpc.aio.Server | None = None
 
     async def Register(
         self, request: api_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> api_pb2.Empty:
         if request.version != "v1beta1":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unsupported version")
+        endpoint = socket_identity(os.path.join(self.plugin_dir, request.endpoint))
+        accepted = self.refuse == 0
+        self.attempts.append((request.resource_name, request.endpoint, endpoint, accepted))
+        if not accepted:
+            self.refuse -= 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet starting")
+        if self.on_register is not None:
+            await self.on_register(request)
         await self.registered.put(request)
         return api_pb2.Empty()
+
+    @property
+    def resources(self) -> list[str]:
+        return [resource for resource, _, _, accepted in self.attempts if accepted]
+
+    async def come_back(self) -> None:
+        server = grpc.aio.server()
+        api_pb2_grpc.add_RegistrationServicer_to_server(self, server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        await server.start()
+        self._server = server
+
+    async def go_away(self) -> None:
+        await self.stop()
+        for sock in glob.glob(os.path.join(self.plugin_dir, "*.sock")):
+            os.unlink(sock)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(grace=None)
 
 
 @pytest.fixture
@@ -57,14 +112,10 @@ def plugin_dir() -> Iterator[str]:
 
 @pytest.fixture
 async def kubelet(plugin_dir: str) -> AsyncIterator[tuple[FakeKubelet, str]]:
-    fake = FakeKubelet()
-    server = grpc.aio.server()
-    api_pb2_grpc.add_RegistrationServicer_to_server(fake, server)
-    sock = os.path.join(plugin_dir, "kubelet.sock")
-    server.add_insecure_port(f"unix://{sock}")
-    await server.start()
-    yield fake, sock
-    await server.stop(grace=None)
+    fake = FakeKubelet(plugin_dir)
+    await fake.come_back()
+    yield fake, fake.socket
+    await fake.stop()
 
 
 def gpu(i: int, **kw: object) -> PluginDevice:
@@ -304,3 +355,168 @@ def test_priority_becomes_an_mps_thread_percentage_and_bad_devices_are_refused()
         container_allocation([replicas[0], gpu(1)])
     with pytest.raises(AllocationError, match="no devices"):
         container_allocation([])
+
+
+class OneGrantEach:
+    """An allocate callback with state, as the node agent's is: a device is granted once."""
+
+    def __init__(self) -> None:
+        self.granted: set[str] = set()
+
+    async def __call__(self, resource: str, ids: Sequence[str]) -> ContainerAllocation:
+        taken = sorted(self.granted.intersection(ids))
+        if taken:
+            raise AllocationError(f"{taken} already granted")
+        self.granted.update(ids)
+        return ContainerAllocation({ENV_VISIBLE_DEVICES: ",".join(ids)})
+
+
+async def allocate(stub: api_pb2_grpc.DevicePluginStub, *ids: str) -> dict[str, str]:
+    resp = await stub.Allocate(
+        api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=list(ids))]
+        ),
+        timeout=DEADLINE_S,
+    )
+    return dict(resp.container_responses[0].envs)
+
+
+@contextlib.asynccontextmanager
+async def watching(watch: KubeletWatch) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(watch.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def dial(plugin_dir: str, endpoint: str) -> grpc.aio.Channel:
+    """As the kubelet dials a plugin: its endpoint joined to the kubelet's directory."""
+    return grpc.aio.insecure_channel(f"unix://{os.path.join(plugin_dir, endpoint)}")
+
+
+async def test_a_restarted_kubelet_gets_the_plugin_served_and_registered_again(
+    kubelet: tuple[FakeKubelet, str], plugin_dir: str
+) -> None:
+    fake, sock = kubelet
+    devices = [gpu(0), gpu(1)]
+    grants = OneGrantEach()
+    server = DevicePluginServer(
+        resource_name="nvidia.com/gpu",
+        socket_path=os.path.join(plugin_dir, "seedance-gpu.sock"),
+        devices=devices,
+        allocate=grants,
+    )
+    why: list[tuple[str, Registration]] = []
+    watch = KubeletWatch(
+        [server], sock, poll_interval_s=0.02, on_registered=lambda r, w: why.append((r, w))
+    )
+    await server.start()
+    try:
+        async with watching(watch) as task:
+            first = await asyncio.wait_for(fake.registered.get(), DEADLINE_S)
+            assert (first.resource_name, first.endpoint) == ("nvidia.com/gpu", "seedance-gpu.sock")
+            served = socket_identity(server.socket_path)
+            async with dial(plugin_dir, first.endpoint) as before:
+                stub = api_pb2_grpc.DevicePluginStub(before)
+                stream = stub.ListAndWatch(api_pb2.Empty())
+                listed = await asyncio.wait_for(stream.read(), DEADLINE_S)
+                assert [d.ID for d in listed.devices] == [d.id for d in devices]
+                assert await allocate(stub, devices[0].id) == {ENV_VISIBLE_DEVICES: devices[0].id}
+
+                # The kubelet goes: its socket and the plugin's are deleted. The watch waits
+                # (it does not end, nor register with nothing).
+                await fake.go_away()
+                await eventually(lambda: not watch.kubelet_present, what="the kubelet seen gone")
+                assert not task.done()
+                assert not os.path.exists(server.socket_path)  # noqa: ASYNC240
+
+                # It comes back on a new socket at the same path.
+                await fake.come_back()
+                again = await asyncio.wait_for(fake.registered.get(), DEADLINE_S)
+                assert (again.resource_name, again.endpoint) == (
+                    first.resource_name,
+                    first.endpoint,
+                )
+                assert again.options == first.options
+                # The stream the old kubelet read has ended: the server was restarted.
+                assert await asyncio.wait_for(stream.read(), DEADLINE_S) is grpc.aio.EOF
+            fresh = socket_identity(server.socket_path)
+            assert fresh is not None
+            assert fresh != served
+            # Registered while its new socket was there to dial.
+            assert fake.attempts[-1] == ("nvidia.com/gpu", "seedance-gpu.sock", fresh, True)
+            # The kubelet has the request before the plugin has its answer.
+            await eventually(lambda: len(why) == 2, what="the second registration answered")
+            assert why == [
+                ("nvidia.com/gpu", Registration.START),
+                ("nvidia.com/gpu", Registration.KUBELET_RESTARTED),
+            ]
+
+            async with dial(plugin_dir, again.endpoint) as after:
+                stub = api_pb2_grpc.DevicePluginStub(after)
+                listed = await asyncio.wait_for(
+                    stub.ListAndWatch(api_pb2.Empty()).read(), DEADLINE_S
+                )
+                assert [(d.ID, d.health) for d in listed.devices] == [
+                    (d.id, "Healthy") for d in devices
+                ]
+                # Allocate answers as before, with what was granted before the restart kept.
+                with pytest.raises(grpc.aio.AioRpcError) as taken:
+                    await allocate(stub, devices[0].id)
+                assert taken.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert "already granted" in (taken.value.details() or "")
+                assert await allocate(stub, devices[1].id) == {ENV_VISIBLE_DEVICES: devices[1].id}
+        assert fake.registered.empty()  # once per kubelet, no more
+    finally:
+        await server.stop()
+
+
+async def test_a_deleted_plugin_socket_is_served_again_and_a_refusal_retried(
+    kubelet: tuple[FakeKubelet, str], plugin_dir: str
+) -> None:
+    fake, sock = kubelet
+    server = DevicePluginServer(
+        resource_name="nvidia.com/gpu",
+        socket_path=os.path.join(plugin_dir, "seedance-gpu.sock"),
+        devices=[gpu(0)],
+    )
+    why: list[Registration] = []
+    failed: list[str] = []
+    watch = KubeletWatch(
+        [server],
+        sock,
+        poll_interval_s=0.02,
+        on_registered=lambda _r, w: why.append(w),
+        on_failed=failed.append,
+    )
+    await server.start()
+    try:
+        await watch.check()  # the first look registers at once, as the node agent's start does
+        assert why == [Registration.START]
+        await asyncio.wait_for(fake.registered.get(), DEADLINE_S)
+        async with watching(watch):
+            # The kubelet stays; the plugin's socket alone is deleted, and the kubelet refuses
+            # the next two registrations.
+            fake.refuse = 2
+            os.unlink(server.socket_path)
+            again = await asyncio.wait_for(fake.registered.get(), DEADLINE_S)
+            await eventually(lambda: len(why) == 2, what="the second registration answered")
+        assert again.endpoint == "seedance-gpu.sock"
+        assert why == [Registration.START, Registration.SOCKET_REMOVED]
+        assert failed == ["nvidia.com/gpu", "nvidia.com/gpu"]
+        # Served once on a fresh socket; the retries after a refusal kept it (not re-made).
+        retried = [ident for _r, _e, ident, _ok in fake.attempts[1:]]
+        assert [ok for *_, ok in fake.attempts] == [True, False, False, True]
+        assert retried[0] is not None
+        assert retried == [socket_identity(server.socket_path)] * 3
+        async with dial(plugin_dir, again.endpoint) as channel:
+            listed = await asyncio.wait_for(
+                api_pb2_grpc.DevicePluginStub(channel).ListAndWatch(api_pb2.Empty()).read(),
+                DEADLINE_S,
+            )
+            assert [d.ID for d in listed.devices] == [gpu(0).id]
+    finally:
+        await server.stop()

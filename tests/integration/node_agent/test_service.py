@@ -1,16 +1,18 @@
 """The node agent as a service: it registers its plugins with a kubelet of ours (real unix
-sockets), reads the slicer's placements from a real nats-server, answers Allocate through the
-test API server, applies a MIG plan sent on its node's subject, and serves health and metrics
-(pod shares mapped PID -> cgroup -> pod) over real HTTP."""
+sockets) once its placement feed has replayed the stream, and again when that kubelet restarts,
+reads the slicer's placements from a real nats-server, answers Allocate through the test API
+server, applies a MIG plan sent on its node's subject, and serves health and metrics (pod
+shares mapped PID -> cgroup -> pod) over real HTTP."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ from tests.integration.node_agent.test_allocation import (
     placement,
     publish,
 )
+from tests.integration.node_agent.test_deviceplugin import FakeKubelet
 from tests.unit.node_agent.nvml_mig import ConstructedNvmlMig
 
 pytestmark = pytest.mark.integration
@@ -62,15 +65,6 @@ class NodeNvml:
         return [s for s in self.samples if s.timestamp_us > since_us] if gpu_index == 1 else []
 
 
-class Registrar(api_pb2_grpc.RegistrationServicer):
-    def __init__(self) -> None:
-        self.resources: list[str] = []
-
-    async def Register(self, request: Any, context: Any) -> api_pb2.Empty:
-        self.resources.append(request.resource_name)
-        return api_pb2.Empty()
-
-
 @pytest.fixture
 def plugin_dir() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="ns-")
@@ -79,14 +73,11 @@ def plugin_dir() -> Iterator[str]:
 
 
 @pytest.fixture
-async def kubelet(plugin_dir: str) -> AsyncIterator[Registrar]:
-    reg = Registrar()
-    server = grpc.aio.server()
-    api_pb2_grpc.add_RegistrationServicer_to_server(reg, server)
-    server.add_insecure_port(f"unix://{os.path.join(plugin_dir, 'kubelet.sock')}")
-    await server.start()
-    yield reg
-    await server.stop(grace=None)
+async def kubelet(plugin_dir: str) -> AsyncIterator[FakeKubelet]:
+    fake = FakeKubelet(plugin_dir)
+    await fake.come_back()
+    yield fake
+    await fake.stop()
 
 
 async def get(url: str) -> tuple[int, str]:
@@ -111,10 +102,19 @@ class Agent:
     base: str
 
 
-@pytest.fixture
-async def agent(
-    nats_url: str, bus: Any, kubelet: Registrar, plugin_dir: str, tmp_path: Path
+Prepare = Callable[[KubeApiServer, client.ApiClient], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def running_agent(
+    nats_url: str,
+    bus: Any,
+    kubelet: FakeKubelet,
+    plugin_dir: str,
+    tmp_path: Path,
+    prepare: Prepare | None = None,
 ) -> AsyncIterator[Agent]:
+    """The agent started and running; ``prepare`` runs first, with the API server up."""
     async with KubeApiServer(KubeApiSettings()) as api:
         cfg = client.Configuration()
         await config.load_kube_config(
@@ -123,6 +123,8 @@ async def agent(
         async with client.ApiClient(configuration=cfg) as api_client:
             seed.namespace(api, "team-a")
             seed.node(api, NODE, gpus=4)
+            if prepare is not None:
+                await prepare(api, api_client)
             settings = NodeAgentSettings(
                 node_name=NODE,
                 device_plugin_dir=plugin_dir,
@@ -130,6 +132,7 @@ async def agent(
                 pod_resources_socket=os.path.join(plugin_dir, "absent.sock"),
                 shares_interval_s=0.1,
                 labels_interval_s=0.5,
+                kubelet_poll_interval_s=0.05,
                 proc_root=str(tmp_path / "proc"),
             )
             nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
@@ -159,6 +162,14 @@ async def agent(
                 await service.stop()
                 await asyncio.wait_for(task, 15)
                 await service.close()
+
+
+@pytest.fixture
+async def agent(
+    nats_url: str, bus: Any, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
+) -> AsyncIterator[Agent]:
+    async with running_agent(nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
+        yield a
 
 
 async def metric_line(a: Agent, line: str) -> bool:
@@ -266,3 +277,102 @@ async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> 
     replayed = 'seedance_node_agent_mig_plans_total{outcome="already_applied"} 1.0'
     await eventually(lambda: metric_line(a, replayed), what="the re-send counted, not re-done")
     assert [c[0] for c in a.mig.calls] == ["create_gi", "create_ci"]
+
+
+GPU_SOCKET = "seedance-nvidia-com_gpu.sock"
+
+
+def whole_gpu_request() -> api_pb2.AllocateRequest:
+    """One whole GPU, as the kubelet asks: one advertised ID (only a count to the agent)."""
+    return api_pb2.AllocateRequest(
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[UUIDS[0]])]
+    )
+
+
+async def allocate_whole(plugin_dir: str) -> dict[str, str] | str:
+    """One Allocate on the GPU plugin's socket: the env granted, or the refusal's reason."""
+    async with grpc.aio.insecure_channel(f"unix://{os.path.join(plugin_dir, GPU_SOCKET)}") as ch:
+        try:
+            resp = await api_pb2_grpc.DevicePluginStub(ch).Allocate(
+                whole_gpu_request(), timeout=10.0
+            )
+        except grpc.aio.AioRpcError as exc:
+            return str(exc.details())
+    return dict(resp.container_responses[0].envs)
+
+
+async def whole_gpu_pod(
+    bus: Any, api: KubeApiServer, api_client: Any, name: str, index: int
+) -> str:
+    """A pod bound to the node with the slicer's placement of one whole GPU, published."""
+    held: dict[str, Any] = {}
+
+    def whole(uid: str) -> str:
+        held["ev"] = placement(
+            uid, PlacementKind.WHOLE, [GpuAssignment(index=index, uuid=UUIDS[index])]
+        )
+        return annotation(uid, held["ev"])
+
+    uid = await bound_pod(api, api_client, name, {"nvidia.com/gpu": "1"}, whole)
+    await publish(bus, held["ev"])
+    return uid
+
+
+async def test_the_first_allocate_after_registration_sees_the_replayed_placements(
+    nats_url: str, bus: Any, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
+) -> None:
+    async def prepare(api: KubeApiServer, api_client: client.ApiClient) -> None:
+        await whole_gpu_pod(bus, api, api_client, "w", 2)  # on the bus before the agent starts
+
+    answers: list[dict[str, str] | str] = []
+
+    async def allocate_at_once(request: api_pb2.RegisterRequest) -> None:
+        # As the kubelet may: an Allocate the moment the plugin registers; before Register has
+        # answered, so before the agent's start has returned and its loops run.
+        if request.resource_name == "nvidia.com/gpu":
+            answers.append(await allocate_whole(plugin_dir))
+
+    kubelet.on_register = allocate_at_once
+    async with running_agent(nats_url, bus, kubelet, plugin_dir, tmp_path, prepare):
+        assert answers == [{"NVIDIA_VISIBLE_DEVICES": UUIDS[2]}]
+
+
+async def test_a_kubelet_restart_registers_every_plugin_again_and_keeps_the_grants(
+    agent: Agent, kubelet: FakeKubelet
+) -> None:
+    a = agent
+    w = await whole_gpu_pod(a.bus, a.api, a.api_client, "w", 2)
+
+    async def granted() -> bool:
+        return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[2]}
+
+    await eventually(granted, what="pod w granted GPU 2")
+
+    await kubelet.go_away()  # its socket and the plugins' deleted, as a restarting kubelet does
+    await kubelet.come_back()
+    for resource in ("nvidia.com/gpu", "seedance.io/gpu-milli"):
+        line = (
+            'seedance_node_agent_plugin_registrations_total{reason="kubelet_restarted",'
+            f'resource="{resource}"}} 1.0'
+        )
+        await eventually(lambda line=line: metric_line(a, line), what=f"{resource} re-registered")
+    assert sorted(kubelet.resources) == sorted(["nvidia.com/gpu", "seedance.io/gpu-milli"] * 2)
+    assert [e for _r, e, _i, _ok in kubelet.attempts[2:]] == [
+        e for _r, e, _i, _ok in kubelet.attempts[:2]
+    ]
+
+    # Pod x holds a placement of GPU 2 as well: the grant to w, made before the restart, is
+    # still held, so the Allocate through the new socket is refused for it.
+    await whole_gpu_pod(a.bus, a.api, a.api_client, "x", 2)
+
+    async def refused_as_taken() -> bool:
+        return f"already allocated to pod(s) ['{w}']" in str(await allocate_whole(a.plugin_dir))
+
+    await eventually(refused_as_taken, what="pod x refused: GPU 2 still granted to w")
+    a.api.api.delete(a.api.api.resolve("", "v1", "pods"), "team-a", "x")
+    await whole_gpu_pod(a.bus, a.api, a.api_client, "y", 3)
+
+    async def y_granted() -> bool:
+        return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
+
+    await eventually(y_granted, what="pod y granted GPU 3 after the restart")

@@ -22,6 +22,19 @@ class NodeAgentMetrics:
             ["resource", "outcome"],
             registry=registry,
         )
+        self.plugin_registrations_total = Counter(
+            "seedance_node_agent_plugin_registrations_total",
+            "Device plugins registered with the kubelet, by resource and reason (start, "
+            "kubelet_restarted, socket_removed); anything but start is a re-registration.",
+            ["resource", "reason"],
+            registry=registry,
+        )
+        self.plugin_registration_failures_total = Counter(
+            "seedance_node_agent_plugin_registration_failures_total",
+            "Registrations with the kubelet that failed (retried with backoff), by resource.",
+            ["resource"],
+            registry=registry,
+        )
         self.mig_plans_total = Counter(
             "seedance_node_agent_mig_plans_total",
             "MIG layout plans by outcome (applied, already_applied, refused, failed).",

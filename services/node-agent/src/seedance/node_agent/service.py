@@ -2,7 +2,8 @@
 
 Owns the wiring on one node: the bus (``ServiceRuntime``: health and metrics like every
 service), the slicer's placements (``PlacementFeed``), one kubelet device plugin per resource
-whose Allocate is the ``PlacementAllocator``, MIG plans for this node applied through
+whose Allocate is the ``PlacementAllocator``, registered once the feed's replay is applied and
+again whenever the kubelet restarts (``KubeletWatch``), MIG plans for this node applied through
 ``MigApplier`` (then the new instances advertised without restarting a plugin), pod labels
 from the kubelet's pod-resources API, and per-pod measured shares from NVML. ``main()`` only
 loads settings and builds the objects. It must not place anything: it enforces and measures.
@@ -32,7 +33,13 @@ from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.placement import NodeDevices, node_token
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import ShareAccumulator, pod_shares
-from seedance.node_agent.deviceplugin import DeviceKind, DevicePluginServer, PluginDevice
+from seedance.node_agent.deviceplugin import (
+    DeviceKind,
+    DevicePluginServer,
+    KubeletWatch,
+    PluginDevice,
+    Registration,
+)
 from seedance.node_agent.kube import PendingPods, connect
 from seedance.node_agent.metrics import NodeAgentMetrics
 from seedance.node_agent.mig import MigApplier, MigBackend, NvmlMigBackend
@@ -99,6 +106,7 @@ class NodeAgentService:
         self._devices = nvml.devices()
         self._feed: PlacementFeed | None = None
         self._plugins: list[DevicePluginServer] = []
+        self._watch: KubeletWatch | None = None
         self._mig = None if mig is None else MigApplier(mig, allocated=self._pods_on_gpu)
         self._pods = PodResourcesClient(settings.pod_resources_socket)
         self._allocator: PlacementAllocator | None = None
@@ -128,12 +136,22 @@ class NodeAgentService:
         )
         for resource in self._s.resource_names:
             await self._serve_plugin(resource)
+        self._watch = KubeletWatch(
+            self._plugins,
+            os.path.join(self._s.device_plugin_dir, "kubelet.sock"),
+            poll_interval_s=self._s.kubelet_poll_interval_s,
+            on_registered=self._registered,
+            on_failed=self._register_failed,
+            clock=self._clock,
+        )
+        await self._watch.check()  # registers now if the kubelet is there; else when it is
         self._sub = await self._rt.bus.nc.subscribe(
             slicing.mig_plan(node_token(self._s.node_name)), cb=self._on_mig_plan
         )
         self._rt.loop(self._feed.run)
         self._rt.loop(self._labels_loop)
         self._rt.loop(self._shares_loop)
+        self._rt.loop(self._watch.run)
 
     async def _serve_plugin(self, resource: str) -> None:
         assert self._allocator is not None
@@ -146,8 +164,13 @@ class NodeAgentService:
             allocate=self._counted(resource),
         )
         await plugin.start()
-        await plugin.register(os.path.join(self._s.device_plugin_dir, "kubelet.sock"))
         self._plugins.append(plugin)
+
+    def _registered(self, resource: str, why: Registration) -> None:
+        self.metrics.plugin_registrations_total.labels(resource, why.value).inc()
+
+    def _register_failed(self, resource: str) -> None:
+        self.metrics.plugin_registration_failures_total.labels(resource).inc()
 
     def _counted(self, resource: str) -> Any:
         assert self._allocator is not None

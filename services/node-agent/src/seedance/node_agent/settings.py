@@ -25,13 +25,16 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Pod labels from pod-resources, and measured shares from NVML, this often.
     labels_interval_s: float = 10.0
     shares_interval_s: float = 1.0
+    #: How often the kubelet's socket and the plugins' are looked at (a re-created
+    #: ``kubelet.sock`` is a restarted kubelet: the plugins serve and register again).
+    kubelet_poll_interval_s: float = 1.0
     #: Where host PIDs' cgroups are read (the host's /proc, mounted; the pod runs hostPID).
     proc_root: str = "/proc"
 
     def __post_init__(self) -> None:
         if not self.node_name:
             raise ValueError("SEEDANCE_NODE_AGENT_NODE_NAME must name this node")
-        if self.labels_interval_s <= 0 or self.shares_interval_s <= 0:
+        if min(self.labels_interval_s, self.shares_interval_s, self.kubelet_poll_interval_s) <= 0:
             raise ValueError("SEEDANCE_NODE_AGENT_*_INTERVAL_S must be above 0")
 
     @property

@@ -124,15 +124,26 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
         self._stopping = False
         _log.info("device_plugin_started", resource=self._resource_name, socket=self._socket_path)
 
-    async def register(self, kubelet_socket: str = KUBELET_SOCKET) -> None:
+    async def register(
+        self, kubelet_socket: str = KUBELET_SOCKET, *, timeout_s: float = 5.0
+    ) -> None:
         """Register with the kubelet; the plugin socket must sit in the kubelet's directory."""
         await register_with_kubelet(
             kubelet_socket,
             endpoint=os.path.basename(self._socket_path),
             resource_name=self._resource_name,
             options=self._options,
+            timeout_s=timeout_s,
         )
         _log.info("device_plugin_registered", resource=self._resource_name)
+
+    async def restart(self) -> None:
+        """Serve again on a fresh socket at the same path (the kubelet deleted the old one, or
+        restarted and holds no connection to it). The devices, their health and the allocate
+        callback (with whatever it granted) are this object's and stay; the old ListAndWatch
+        streams end, as the kubelet that read them is gone."""
+        await self.stop()
+        await self.start()
 
     async def stop(self) -> None:
         if self._server is None:
