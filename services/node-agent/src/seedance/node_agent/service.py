@@ -148,6 +148,9 @@ class NodeAgentService:
         self._sub = await self._rt.bus.nc.subscribe(
             slicing.mig_plan(node_token(self._s.node_name)), cb=self._on_mig_plan
         )
+        # Plans are core messages: one sent before the server has this SUB is not seen, so
+        # start returns only once the server has it (nats-py's subscribe does not wait).
+        await self._rt.bus.nc.flush()
         self._rt.loop(self._feed.run)
         self._rt.loop(self._labels_loop)
         self._rt.loop(self._shares_loop)
