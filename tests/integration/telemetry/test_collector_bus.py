@@ -239,6 +239,7 @@ async def test_recorded_nvml_publishes_samples_and_an_xid_as_unhealthy(
         nvml_recording=str(recording),
         tick_s=0.1,
         slow_interval_s=0.1,
+        costly_interval_s=0.1,
         http_port=0,
     )
     samples = await Watch.open(bus, telemetry.sample(node))
@@ -291,6 +292,7 @@ async def test_metrics_expose_dcgm_names_and_the_collector_own(
         nvml_recording=str(H200_RECORDING),
         tick_s=0.1,
         slow_interval_s=0.2,
+        costly_interval_s=0.2,
         http_port=0,
     )
     samples = await Watch.open(bus, telemetry.sample(node))

@@ -54,6 +54,11 @@ def mem(total: int, reserved: int, used: int) -> dict[str, int]:
     }
 
 
+def mem_v1(total: int, reserved: int, used: int) -> dict[str, int]:
+    """NVML's v1 answer for the same memory: its "used" folds the reserved memory in."""
+    return {"total": total, "free": total - reserved - used, "used": reserved + used}
+
+
 def a100_mig() -> dict[str, Any]:
     """One A100-SXM4-40GB with MIG on: a 3g.20gb and a 2g.10gb instance, slot 1 empty."""
     b = Builder("CONSTRUCTED: A100-SXM4-40GB, MIG enabled, two instances (3g.20gb, 2g.10gb)")
@@ -118,6 +123,7 @@ def _h100_gpu(b: Builder, i: int, bus: str, other_bus: str) -> None:
     b.ok("nvmlDeviceGetName", h, value="NVIDIA H100 NVL")
     b.ok("nvmlDeviceGetPciInfo", h, value={"busId": bus})
     b.ok("nvmlDeviceGetMemoryInfo", h, V2, value=mem(100485038080, 649068544, 21474836480))
+    b.ok("nvmlDeviceGetMemoryInfo", h, value=mem_v1(100485038080, 649068544, 21474836480))
     b.ok("nvmlDeviceGetArchitecture", h, value=pynvml.NVML_DEVICE_ARCH_HOPPER)
     b.ok("nvmlDeviceGetEnforcedPowerLimit", h, value=400000)
     b.ok("nvmlDeviceGetMigMode", h, value=[0, 0])

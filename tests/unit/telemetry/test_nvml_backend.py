@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -9,13 +10,17 @@ import pytest
 from constructed import Builder, a100_mig, h100_nvlink_xid
 
 from seedance.telemetry_collector.nvml import NvmlBackend
-from seedance.telemetry_collector.recording import ReplayNvmlApi
+from seedance.telemetry_collector.recording import ReplayNvmlApi, load_recording
 from seedance.telemetry_collector.sample import merge_slow
 
+H200 = Path(__file__).parent / "recordings" / "h200_recording.json"
 
-def backend_for(recording: dict) -> tuple[NvmlBackend, ReplayNvmlApi]:
+
+def backend_for(recording: dict, costly_s: float = 0.0) -> tuple[NvmlBackend, ReplayNvmlApi]:
+    """A backend over the recording; energy, ECC and GPM are read on every slow read unless
+    ``costly_s`` says otherwise (the tests below step the slow path a second at a time)."""
     api = ReplayNvmlApi(recording)
-    return NvmlBackend("node-1", api), api
+    return NvmlBackend("node-1", api, costly_interval_s=costly_s), api
 
 
 def test_units_are_converted_at_the_edge() -> None:
@@ -23,7 +28,9 @@ def test_units_are_converted_at_the_edge() -> None:
     backend.inventory()
     g = backend.sample_fast()[0]
     assert g.power_w == pytest.approx(352.12)  # 352,120 mW
-    assert g.mem_used_mib == pytest.approx(20480.0)  # 21,474,836,480 B
+    # v1's used (reserved folded in) less the inventory's v2 reserved: 21,474,836,480 B
+    assert g.mem_used_mib == pytest.approx(20480.0)
+    assert g.mem_reserved_mib == pytest.approx(649068544 / 2**20)
     assert g.mem_total_mib == pytest.approx(100485038080 / 2**20)
     assert g.gpu_util_ratio == pytest.approx(0.97)
     slow1 = backend.sample_slow(10.0)[0]
@@ -88,7 +95,7 @@ def test_the_fast_path_reads_only_what_changes_at_its_rate() -> None:
     """Memory, utilisation and power each tick; temperature, clocks, clock-event reasons and
     the process list on the slow path, merged into the samples after it (``merge_slow``)."""
     log = CallLog(ReplayNvmlApi(h100_nvlink_xid()))
-    backend = NvmlBackend("node-1", log)
+    backend = NvmlBackend("node-1", log, costly_interval_s=0.0)
     backend.inventory()
     log.calls.clear()
     fast = backend.sample_fast()
@@ -149,9 +156,8 @@ def test_xid_makes_the_gpu_unhealthy_and_stays() -> None:
 def test_lost_gpu_is_unhealthy_and_the_others_go_on() -> None:
     backend, api = backend_for(h100_nvlink_xid())
     backend.inventory()
-    api.push(
-        "nvmlDeviceGetMemoryInfo", ["gpu1", pynvml.nvmlMemory_v2], err=pynvml.NVML_ERROR_GPU_IS_LOST
-    )
+    # The fast path's first call (memory, v1) finds the GPU gone.
+    api.push("nvmlDeviceGetMemoryInfo", ["gpu1"], err=pynvml.NVML_ERROR_GPU_IS_LOST)
     g0, g1 = backend.sample_fast()
     assert g0.healthy
     assert g0.power_w is not None
@@ -167,7 +173,7 @@ def test_handle_failure_lists_an_unhealthy_stub() -> None:
     rec = h100_nvlink_xid()
     api = ReplayNvmlApi(rec)
     api.push("nvmlDeviceGetHandleByIndex", [1], err=pynvml.NVML_ERROR_GPU_IS_LOST)
-    backend = NvmlBackend("node-1", api)
+    backend = NvmlBackend("node-1", api, costly_interval_s=0.0)
     inv = backend.inventory()
     assert [g.healthy for g in inv.gpus] == [True, False]
     assert inv.links == ()  # no link can be read to a GPU without a handle
@@ -188,3 +194,28 @@ def test_undocumented_nvml_error_is_unhealthy_not_raised() -> None:
     assert g0.health_reasons == (f"nvml_error_{pynvml.NVML_ERROR_DRIVER_NOT_LOADED}",)
     assert g1.healthy
     assert backend.sample_fast()[0].healthy  # not sticky: the next tick reads it again
+
+
+def test_costly_reads_keep_their_own_cadence_and_memory_falls_back_to_v2() -> None:
+    """Energy, ECC and GPM are read on the first slow read and again only once the costly
+    interval has passed; between, a slow reading carries their last values. A driver that
+    has no v1 memory answer (the recorded H200 run made v2 calls only) is read through v2."""
+    backend, api = backend_for(h100_nvlink_xid(), costly_s=30.0)
+    backend.inventory()
+    first = backend.sample_slow(10.0)[0]
+    carried = backend.sample_slow(20.0)[0]
+    assert first.energy_j == carried.energy_j == pytest.approx(5_000_000.0)
+    assert carried.power_from_energy_w is None  # no second energy read yet
+    assert api.calls.count("nvmlDeviceGetTotalEnergyConsumption") == 2  # one per GPU of the pair
+    again = backend.sample_slow(40.0)[0]
+    assert again.energy_j == pytest.approx(5_000_352.12)
+    assert again.power_from_energy_w == pytest.approx(352.12 / 30.0)
+    assert again.sm_active_ratio == pytest.approx(0.912)
+
+    recorded = ReplayNvmlApi(load_recording(H200))
+    h200 = NvmlBackend("vm", recorded)
+    h200.inventory()
+    g = h200.sample_fast()[0]
+    assert g.mem_total_mib == pytest.approx(150754820096 / 2**20)
+    assert g.mem_used_mib is not None
+    assert g.mem_reserved_mib == pytest.approx(644939776 / 2**20)

@@ -23,7 +23,7 @@ def scrape(registry: CollectorRegistry) -> dict[str, list[tuple[dict[str, str], 
 
 
 def node_sample(recording: dict, host: str) -> tuple[NodeSample, object]:
-    backend = NvmlBackend(host, ReplayNvmlApi(recording))
+    backend = NvmlBackend(host, ReplayNvmlApi(recording), costly_interval_s=0.0)
     inv = backend.inventory()
     backend.sample_slow(1.0)
     slow = {s.index: s for s in backend.sample_slow(2.0)}

@@ -18,7 +18,8 @@ seconds inside the sampler's window), the share NVML attributes to it (mean over
 periods), and the difference; then the attributed sum against the device's utilisation (the
 collector's own ``gpu_util_ratio`` readings over the same window); then, as the last line:
 
-    nvml: fast_us_p90_under_load=<n> collector_cpu_ms_per_gpu_s_10hz=<n> raw_calls_us=<n>
+    nvml: fast_us_p90_under_load=<n> collector_cpu_ms_per_gpu_s_10hz=<n> raw_calls_us=<n> \
+          gpus=<n> gpus_as=<n>
 
 - ``fast_us_p90_under_load``: thread CPU µs of one ``sample_fast`` per GPU (the executor
   thread's ``time.thread_time()`` around the call), p90 over the 10 Hz ticks under load (goal
@@ -134,9 +135,59 @@ def _pct(xs: list[float], q: float) -> float:
 
 def _raw_calls(n: Any, h: Any) -> None:
     """The bare NVML calls of ``NvmlBackend._fast_read`` for one GPU, in its order."""
-    n.nvmlDeviceGetMemoryInfo(h, n.nvmlMemory_v2)
+    n.nvmlDeviceGetMemoryInfo(h)
     n.nvmlDeviceGetUtilizationRates(h)
     n.nvmlDeviceGetPowerUsage(h)
+
+
+class _OneGpuAsMany:
+    """``PynvmlApi`` with GPU 0 listed ``count`` times (``--gpus-as``): an 8-GPU node's
+    per-GPU cost, estimated on a machine that has one. Every call is the real one on the real
+    GPU; each stand-in has its own UUID suffix and GPM samples. Not an 8-GPU node: eight GPUs'
+    drivers do not share one device's state, and the unwrapping adds ~1 µs of Python a call."""
+
+    def __init__(self, count: int) -> None:
+        from seedance.telemetry_collector.nvml import PynvmlApi
+
+        self._api, self._count = PynvmlApi(), count
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._api, name)
+        if name == "nvmlDeviceGetCount":
+            return lambda: self._count
+        if name == "nvmlDeviceGetHandleByIndex":
+            return lambda i: _Stand(fn(0), i)
+        if name == "nvmlDeviceGetUUID":
+            return lambda h: f"{_text(fn(h.real))}-as{h.i}"
+
+        def call(*args: Any) -> Any:
+            return fn(*(a.real if isinstance(a, _Stand) else a for a in args))
+
+        return call
+
+
+class _Stand:
+    __slots__ = ("i", "real")
+
+    def __init__(self, real: Any, i: int) -> None:
+        self.real, self.i = real, i
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _memory_identity(n: Any, h: Any) -> dict[str, float]:
+    """NVML v1 against v2 memory on this GPU: the fast path reads v1 and takes v2's reserved
+    off its used; this says whether v1.used - v2.used == v2.reserved here (MiB)."""
+    v1, v2 = n.nvmlDeviceGetMemoryInfo(h), n.nvmlDeviceGetMemoryInfo(h, n.nvmlMemory_v2)
+    mib = 1024.0 * 1024.0
+    return {
+        "v1_used_minus_v2_used_mib": (v1.used - v2.used) / mib,
+        "v2_reserved_mib": v2.reserved / mib,
+        "total_diff_mib": (v1.total - v2.total) / mib,
+        "free_diff_mib": (v1.free - v2.free) / mib,
+    }
 
 
 class _Timed:
@@ -185,7 +236,9 @@ def _threads_cpu_ms() -> dict[str, float]:
     return out
 
 
-async def _collect(seconds: float, hz: float, slow_s: float, inline: bool) -> dict[str, Any]:
+async def _collect(
+    seconds: float, hz: float, slow_s: float, inline: bool, gpus_as: int
+) -> dict[str, Any]:
     import pynvml
 
     from seedance.core.clock import WallClock
@@ -196,7 +249,8 @@ async def _collect(seconds: float, hz: float, slow_s: float, inline: bool) -> di
 
     clock = WallClock()
     node = os.uname().nodename.split(".")[0]
-    timed = _Timed(NvmlBackend(node))
+    api = _OneGpuAsMany(gpus_as) if gpus_as else None
+    timed = _Timed(NvmlBackend(node, api))
     poller = Poller(timed, clock, node=node, slow_interval_s=slow_s, fast_inline=inline)
     inv = await poller.start()
     print("ready", flush=True)
@@ -219,6 +273,7 @@ async def _collect(seconds: float, hz: float, slow_s: float, inline: bool) -> di
     threads1 = _threads_cpu_ms()
     await poller.settle()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    memory = _memory_identity(pynvml, h)
     raw = []
     for _ in range(20):  # after the window: not in cpu_s
         await asyncio.sleep(0.1)
@@ -238,16 +293,18 @@ async def _collect(seconds: float, hz: float, slow_s: float, inline: bool) -> di
         "loop_tick_us": tick_us,
         "loop_event_us": event_us,
         "inline": inline,
+        "gpus_as": gpus_as,
+        "memory_v1_v2": memory,
         "threads_cpu_ms": {k: v - threads0.get(k, 0.0) for k, v in threads1.items()},
     }
 
 
 def collector_main() -> None:
     """The collector process: ``python3 -c '...collector_main()' <seconds> <hz> <slow_s>
-    <inline|thread>``."""
+    <inline|thread> <gpus_as>``."""
     seconds, hz, slow_s = (float(v) for v in sys.argv[1:4])
-    inline = sys.argv[4] == "inline"
-    print(json.dumps(asyncio.run(_collect(seconds, hz, slow_s, inline))), flush=True)
+    inline, gpus_as = sys.argv[4] == "inline", int(sys.argv[5])
+    print(json.dumps(asyncio.run(_collect(seconds, hz, slow_s, inline, gpus_as))), flush=True)
 
 
 def _start_workers(args: argparse.Namespace) -> list[subprocess.Popen[str]]:
@@ -268,7 +325,7 @@ def _start_workers(args: argparse.Namespace) -> list[subprocess.Popen[str]]:
 def _start_collector(args: argparse.Namespace) -> subprocess.Popen[str]:
     code = "from seedance.bench.nvml_shares import collector_main; collector_main()"
     cmd = [sys.executable, "-c", code, str(args.seconds), str(args.hz), str(args.slow_s)]
-    cmd.append("thread" if args.fast_in_thread else "inline")
+    cmd += ["thread" if args.fast_in_thread else "inline", str(args.gpus_as)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None
     line = p.stdout.readline().strip()
@@ -373,7 +430,13 @@ def _report(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duty", type=float, nargs="+", default=[0.7, 0.2])
-    ap.add_argument("--seconds", type=float, default=20.0, help="measured window")
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=30.0,
+        help="measured window (30 s holds one of the backend's 30 s costly reads and two "
+        "cheaper slow reads, as the steady state does)",
+    )
     ap.add_argument("--warmup-s", type=float, default=3.0)
     ap.add_argument("--hz", type=float, default=10.0, help="the collector's fast cadence")
     ap.add_argument("--slow-s", type=float, default=10.0, help="the collector's slow cadence")
@@ -394,6 +457,13 @@ def main() -> None:
         "--mps",
         action="store_true",
         help="the workers as clients of an MPS daemon started for this run",
+    )
+    ap.add_argument(
+        "--gpus-as",
+        type=int,
+        default=0,
+        help="the collector lists GPU 0 this many times (an 8-GPU node's per-GPU cost "
+        "estimated on one GPU; the figures then say gpus_as=N)",
     )
     ap.add_argument("--out", default="", help="write a JSON report here")
     args = ap.parse_args()
@@ -446,12 +516,19 @@ def _run(args: argparse.Namespace) -> None:
         f"fast_read={'inline' if coll['inline'] else 'thread'} phase={args.phase} mps={args.mps}"
     )
     print(f"shares: sampler_cpu_ms_per_gpu_s_1hz={sampler_ms:.3f}")
+    mem = coll["memory_v1_v2"]
+    print(
+        "memory v1 vs v2 (MiB): used diff {v1_used_minus_v2_used_mib:.1f} reserved "
+        "{v2_reserved_mib:.1f} total diff {total_diff_mib:.1f} free diff {free_diff_mib:.1f}"
+        .format(**mem)
+    )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({**rep, "collector": coll, "shares": shares, "args": vars(args)}, f)
     print(
         f"nvml: fast_us_p90_under_load={fast_p90:.1f} "
-        f"collector_cpu_ms_per_gpu_s_10hz={cpu_ms:.3f} raw_calls_us={raw:.1f}"
+        f"collector_cpu_ms_per_gpu_s_10hz={cpu_ms:.3f} raw_calls_us={raw:.1f} "
+        f"gpus={n_gpus} gpus_as={coll['gpus_as']}"
     )
 
 

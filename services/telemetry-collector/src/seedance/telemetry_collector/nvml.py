@@ -143,6 +143,9 @@ class _Gpu:
     gpm_samples: list[Any] = field(default_factory=list)
     gpm_have_prev: bool = False
     nvlink_remotes: list[str] | None = None
+    reserved_b: float | None = None  # NVML v2's reserved memory, read off the fast path
+    costly_due_s: float | None = None  # when energy, ECC and GPM are next read
+    costly: dict[str, Any] = field(default_factory=dict)  # their latest values
 
 
 class NvmlBackend:
@@ -150,7 +153,11 @@ class NvmlBackend:
 
     ``api`` is ``PynvmlApi()`` for the hardware, or a recorder / replayer from ``recording.py``.
     ``processes=False`` skips the per-process list (a slow-path read: 70 µs per GPU on an
-    H200 idle, 200 µs with two processes on it).
+    H200 idle, 200 µs with two processes on it). ``costly_interval_s`` is the cadence, within
+    the slow reads, of the reads that cost milliseconds of CPU each on an H200 (energy counter
+    3.1-3.5 ms, GPM metrics 1.4-2.2 ms, ECC counters): they are made on the first slow read and
+    then on the first slow read at least that long after the last (30 s is dcgm-exporter's
+    default collection interval); between them a slow reading carries their latest values.
     """
 
     def __init__(
@@ -161,7 +168,11 @@ class NvmlBackend:
         gpm: bool = True,
         processes: bool = True,
         xid_events: bool = True,
+        costly_interval_s: float = 30.0,
     ) -> None:
+        if costly_interval_s < 0:
+            raise ValueError(f"costly_interval_s must be >= 0, got {costly_interval_s!r}")
+        self._costly_interval_s = costly_interval_s
         self._node = node
         self._api: Any = api if api is not None else PynvmlApi()
         self._gpm = gpm
@@ -236,6 +247,7 @@ class NvmlBackend:
         limit_mw = self._call(gpu, "nvmlDeviceGetEnforcedPowerLimit", h)
         mig_mode = self._call(gpu, "nvmlDeviceGetMigMode", h)
         mig_max = self._call(gpu, "nvmlDeviceGetMaxMigDeviceCount", h)
+        gpu.reserved_b = None if mem is None else float(mem.reserved)
         gpu.mig_enabled = None if mig_mode is None else mig_mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
         migs = self._mig_inventory(gpu) if gpu.mig_enabled else ()
         gpu.gpm_supported = self._gpm_support(gpu)
@@ -365,8 +377,21 @@ class NvmlBackend:
     def _fast_read(self, gpu: _Gpu) -> GpuSample:
         # Only what changes at the tick's rate: each NVML call costs 7 µs of CPU or more on an
         # H200 (the first after an idle 100 ms ~45 µs), so the rest is read on the slow path.
+        # Memory is NVML's v1 call (10 µs against v2's 24-36 µs there): v1's "used" is v2's
+        # "used" plus the reserved memory, which v2 reads on the slow path and inventory.
         h = gpu.handle
-        mem = self._call(gpu, "nvmlDeviceGetMemoryInfo", h, pynvml.nvmlMemory_v2)
+        used_mib = reserved_mib = None
+        mem = self._call(gpu, "nvmlDeviceGetMemoryInfo", h)
+        reserved = gpu.reserved_b
+        if mem is None:  # a driver (or recording) without v1 answers: v2 says it all
+            mem = self._call(gpu, "nvmlDeviceGetMemoryInfo", h, pynvml.nvmlMemory_v2)
+            reserved = None if mem is None else float(mem.reserved)
+            used_b = None if mem is None else float(mem.used)
+        else:
+            used_b = float(mem.used) if reserved is None else max(0.0, mem.used - reserved)
+        if used_b is not None:
+            used_mib = used_b / _MIB
+            reserved_mib = None if reserved is None else reserved / _MIB
         # Not supported on MIG-enabled GPUs (NVML docs): absent there, per the rule.
         util = self._call(gpu, "nvmlDeviceGetUtilizationRates", h)
         power_mw = self._call(gpu, "nvmlDeviceGetPowerUsage", h)
@@ -377,10 +402,10 @@ class NvmlBackend:
             index=gpu.index,
             uuid=gpu.uuid,
             model=gpu.model,
-            mem_used_mib=None if mem is None else mem.used / _MIB,
+            mem_used_mib=used_mib,
             mem_free_mib=None if mem is None else mem.free / _MIB,
             mem_total_mib=None if mem is None else mem.total / _MIB,
-            mem_reserved_mib=None if mem is None else mem.reserved / _MIB,
+            mem_reserved_mib=reserved_mib,
             gpu_util_ratio=None if util is None else util.gpu / 100.0,
             mem_util_ratio=None if util is None else util.memory / 100.0,
             power_w=None if power_mw is None else power_mw / 1000.0,
@@ -424,6 +449,40 @@ class NvmlBackend:
 
     def _slow_read(self, gpu: _Gpu, now: float) -> GpuSlowReading:
         h = gpu.handle
+        if gpu.costly_due_s is None or now >= gpu.costly_due_s:
+            gpu.costly = self._costly_read(gpu, now)
+            gpu.costly_due_s = now + self._costly_interval_s
+        mem = self._call(gpu, "nvmlDeviceGetMemoryInfo", h, pynvml.nvmlMemory_v2)
+        if mem is not None:
+            gpu.reserved_b = float(mem.reserved)
+        reasons: list[str] = []
+        if self._xid_events:
+            self._poll_xid(gpu)
+        if gpu.xid_last is not None:
+            reasons.append(f"xid_{gpu.xid_last}")
+        if gpu.costly.get("ecc_uncorrected_volatile"):
+            reasons.append("ecc_uncorrected")
+        temp = self._call(gpu, "nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU)
+        procs = None
+        if self._processes:
+            raw = self._call(gpu, "nvmlDeviceGetComputeRunningProcesses", h)
+            procs = None if raw is None else tuple(_process(p) for p in raw)
+        return GpuSlowReading(
+            index=gpu.index,
+            read_at_monotonic_s=now,
+            health_reasons=tuple(reasons),
+            temp_c=None if temp is None else float(temp),
+            sm_clock_mhz=self._call(gpu, "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM),
+            mem_clock_mhz=self._call(gpu, "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM),
+            clock_event_reasons=self._call(gpu, "nvmlDeviceGetCurrentClocksEventReasons", h),
+            processes=procs,
+            xid_last=gpu.xid_last,
+            **gpu.costly,
+        )
+
+    def _costly_read(self, gpu: _Gpu, now: float) -> dict[str, Any]:
+        """Energy, uncorrected ECC and GPM activity: the milliseconds-each reads."""
+        h = gpu.handle
         energy_mj = self._call(gpu, "nvmlDeviceGetTotalEnergyConsumption", h)
         energy_j = None if energy_mj is None else energy_mj / 1000.0
         power_from_energy = None
@@ -439,34 +498,13 @@ class NvmlBackend:
             pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
             pynvml.NVML_VOLATILE_ECC,
         )
-        reasons: list[str] = []
-        if self._xid_events:
-            self._poll_xid(gpu)
-        if gpu.xid_last is not None:
-            reasons.append(f"xid_{gpu.xid_last}")
-        if ecc:
-            reasons.append("ecc_uncorrected")
         gpm = self._gpm_read(gpu) if gpu.gpm_supported else {}
-        temp = self._call(gpu, "nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU)
-        procs = None
-        if self._processes:
-            raw = self._call(gpu, "nvmlDeviceGetComputeRunningProcesses", h)
-            procs = None if raw is None else tuple(_process(p) for p in raw)
-        return GpuSlowReading(
-            index=gpu.index,
-            read_at_monotonic_s=now,
-            health_reasons=tuple(reasons),
-            temp_c=None if temp is None else float(temp),
-            sm_clock_mhz=self._call(gpu, "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM),
-            mem_clock_mhz=self._call(gpu, "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM),
-            clock_event_reasons=self._call(gpu, "nvmlDeviceGetCurrentClocksEventReasons", h),
-            processes=procs,
-            energy_j=energy_j,
-            power_from_energy_w=power_from_energy,
-            ecc_uncorrected_volatile=ecc,
-            xid_last=gpu.xid_last,
+        return {
+            "energy_j": energy_j,
+            "power_from_energy_w": power_from_energy,
+            "ecc_uncorrected_volatile": ecc,
             **gpm,
-        )
+        }
 
     def _poll_xid(self, gpu: _Gpu) -> None:
         """Drain XID critical-error events without blocking (one event set per GPU)."""

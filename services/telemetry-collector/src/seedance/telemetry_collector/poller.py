@@ -25,6 +25,7 @@ from seedance.telemetry_collector.sample import (
     NodeInventory,
     NodeSample,
     merge_slow,
+    slow_updates,
 )
 
 __all__ = ["PollResult", "Poller"]
@@ -75,6 +76,7 @@ class Poller:
         self._simulated = simulated
         self._fast_inline = fast_inline
         self._slow: dict[int, GpuSlowReading] = {}
+        self._slow_updates: dict[int, dict[str, object]] = {}  # merge_slow's, per reading
         self._slow_task: asyncio.Future[tuple[GpuSlowReading, ...]] | None = None
         self._next_slow_s: float | None = None
         self._healthy: dict[int, tuple[str, bool]] = {}
@@ -104,7 +106,8 @@ class Poller:
             fast = await loop.run_in_executor(self._executor, self._backend.sample_fast)
         self._collect_slow()
         now = self._clock.monotonic()
-        gpus = tuple(merge_slow(g, self._slow.get(g.index), now) for g in fast)
+        slow, updates = self._slow, self._slow_updates
+        gpus = tuple(merge_slow(g, slow.get(g.index), now, updates.get(g.index)) for g in fast)
         at = self._clock.now().timestamp()
         sample = NodeSample(
             node=self._node, sampled_at_unix_s=at, gpus=gpus, simulated=self._simulated
@@ -127,6 +130,7 @@ class Poller:
             return
         for reading in task.result():
             self._slow[reading.index] = reading
+            self._slow_updates[reading.index] = slow_updates(reading)
 
     def _health_changes(self, sample: NodeSample) -> tuple[HealthChange, ...]:
         changes = []

@@ -26,6 +26,7 @@ __all__ = [
     "ProcessSample",
     "SlowFields",
     "merge_slow",
+    "slow_updates",
 ]
 
 
@@ -183,18 +184,30 @@ class HealthChange(msgspec.Struct, frozen=True, kw_only=True):
 _SLOW_FIELDS = tuple(f.name for f in msgspec.structs.fields(SlowFields))
 
 
-def merge_slow(fast: GpuSample, slow: GpuSlowReading | None, now_monotonic_s: float) -> GpuSample:
+def slow_updates(slow: GpuSlowReading) -> dict[str, object]:
+    """The slow fields of a reading by name, as ``merge_slow`` applies them (a caller merging
+    the same reading into every tick computes this once per reading)."""
+    return {name: getattr(slow, name) for name in _SLOW_FIELDS}
+
+
+def merge_slow(
+    fast: GpuSample,
+    slow: GpuSlowReading | None,
+    now_monotonic_s: float,
+    updates: dict[str, object] | None = None,
+) -> GpuSample:
     """Combine this tick's cheap fields with the latest expensive reading of the same GPU.
 
     Health is the union: a GPU lost in the fast path or with an XID in the slow path is
-    unhealthy.
+    unhealthy. ``updates`` is ``slow_updates(slow)`` where the caller keeps it.
     """
     if slow is None:
         return fast
-    reasons = fast.health_reasons + tuple(
-        r for r in slow.health_reasons if r not in fast.health_reasons
-    )
-    updates = {name: getattr(slow, name) for name in _SLOW_FIELDS}
+    reasons = fast.health_reasons
+    if slow.health_reasons:
+        reasons += tuple(r for r in slow.health_reasons if r not in fast.health_reasons)
+    if updates is None:
+        updates = slow_updates(slow)
     return msgspec.structs.replace(
         fast,
         healthy=fast.healthy and not slow.health_reasons,

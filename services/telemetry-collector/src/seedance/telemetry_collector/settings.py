@@ -26,8 +26,11 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_nodes: int = 0
     #: Seconds between samples (one event per node per tick).
     tick_s: float = 1.0
-    #: Seconds between the expensive NVML reads (energy, ECC, XID, GPM); nvml only.
+    #: Seconds between the slow NVML reads (temperature, clocks, processes, XID); nvml only.
     slow_interval_s: float = 10.0
+    #: Seconds between the reads that cost milliseconds each (energy, ECC, GPM), made on the
+    #: first slow read this long after the last (dcgm-exporter collects every 30 s); nvml only.
+    costly_interval_s: float = 30.0
     #: This node's name in subjects and events (nvml); the host name when empty.
     node_name: str = ""
     #: The pool this node's inventory names (nvml; a replayed fleet is in ``default``).
@@ -47,7 +50,7 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     instance: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("tick_s", "slow_interval_s", "inventory_interval_s"):
+        for name in ("tick_s", "slow_interval_s", "costly_interval_s", "inventory_interval_s"):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be > 0, got {value!r}")

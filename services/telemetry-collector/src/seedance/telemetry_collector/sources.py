@@ -241,7 +241,7 @@ def build_source(settings: CollectorSettings, clock: Clock) -> Source:
             raise ValueError(f"{prefix}NVML_RECORDING={settings.nvml_recording!r}: no such file")
         api = ReplayNvmlApi(load_recording(path))
     poller = Poller(
-        NvmlBackend(node, api),
+        NvmlBackend(node, api, costly_interval_s=settings.costly_interval_s),
         clock,
         node=node,
         slow_interval_s=settings.slow_interval_s,
