@@ -8,7 +8,9 @@ cycles are not the truth: the measured kernel time is). Beside them, as on a nod
 
 - **the collector**, in a process of its own that imports no torch, as the DaemonSet runs it:
   the real ``Poller`` over ``NvmlBackend`` on its event loop and executor threads, ticking at
-  10 Hz with the slow path every 10 s, and each tick mapped to the bus event and encoded as the
+  10 Hz with the slow path every 10 s (energy, ECC and GPM every 30 s within it: the 30 s
+  window holds one such read and two cheaper slow reads, as the steady state does), and each
+  tick mapped to the bus event and encoded as the
   service does before publishing (publishing itself is not run: no NATS server there);
 - **the node agent's share sampler**, in this process, at 1 Hz: ``NvmlNode.process_samples``
   through ``core.shares.ShareAccumulator`` (each PID's cgroup through ``core.cgroup``).
@@ -29,7 +31,13 @@ collector's own ``gpu_util_ratio`` readings over the same window); then, as the 
   per second (goal ≤ 1.25 ms, i.e. 1 % of a core for an 8-GPU node);
 - ``raw_calls_us``: thread CPU µs of the bare NVML calls ``sample_fast`` makes for one GPU, in
   the same order, median under load, measured in the collector process after its window (not
-  counted in its CPU): the floor under ``fast_us``.
+  counted in its CPU): the floor under ``fast_us``;
+- ``gpus``: the GPUs the collector sampled, every figure above is per one of them;
+  ``gpus_as`` is ``--gpus-as N`` (0: the machine's own GPUs). With N, the collector lists GPU 0
+  N times (every call real, on the one GPU), so the per-tick costs that an 8-GPU node shares
+  among its GPUs (the loop's wake-up, the first NVML call after the idle, the event) are shared
+  as they would be there: an estimate of an 8-GPU node on a machine that has one, not a
+  measurement of one.
 
 Beside, ``shares: sampler_cpu_ms_per_gpu_s_1hz=<n>`` is the node agent's sampler's thread CPU.
 MPS limits are checked by ``seedance.bench.mps_check``, not here.
