@@ -509,7 +509,7 @@ def _run(args: argparse.Namespace) -> None:
     fast_p90 = _pct(coll["fast_us"], 0.9)
     cpu_ms = coll["cpu_s"] * 1000.0 / coll["wall_s"] / n_gpus
     raw = statistics.median(coll["raw_us"]) if coll["raw_us"] else float("nan")
-    sampler_ms = sum(shares["cpu_us"]) / 1000.0 / args.seconds / n_gpus
+    sampler_ms = sum(shares["cpu_us"]) / 1000.0 / args.seconds  # it samples GPU 0 only
     top = sorted(coll["threads_cpu_ms"].items(), key=lambda kv: -kv[1])[:6]
     print(f"collector threads (CPU ms over the window): {dict(top)}")
     slow_us = statistics.median(coll["slow_us"]) if coll["slow_us"] else float("nan")
