@@ -39,11 +39,16 @@ proto-deviceplugin: install  ## regenerate the kubelet gRPC stubs (device plugin
 # nvidia-ml-py); no uv environment is needed there. The collector's own dependencies that the
 # image lacks (msgspec, nats-py, structlog, opentelemetry-*) travel as wheels in .whl/
 # (docs/node-agent.md) and are installed first.
-.PHONY: bench-nvml-shares
-bench-nvml-shares:  ## (GPU machine) two processes share a GPU: NVML per-process shares vs their CUDA-event kernel time; collector CPU
-	@set -e; site=""; \
+GPU_BENCH_ENV = set -e; site=""; \
 	if ls .whl/*.whl >/dev/null 2>&1; then \
 	  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; \
 	  site=":/tmp/site"; fi; \
-	PYTHONUNBUFFERED=1 PYTHONPATH="harness/bench/src:services/node-agent/src:services/telemetry-collector/src:libs/core/src:libs/events/src$$site" \
-	  python3 tools/bench/nvml_shares.py $(NVML_SHARES_ARGS)
+	export PYTHONUNBUFFERED=1 PYTHONPATH="harness/bench/src:services/node-agent/src:services/telemetry-collector/src:libs/core/src:libs/events/src$$site"
+
+.PHONY: bench-nvml-shares
+bench-nvml-shares:  ## (GPU machine) two processes share a GPU: NVML per-process shares vs their CUDA-event kernel time; collector CPU
+	@$(GPU_BENCH_ENV); python3 tools/bench/nvml_shares.py $(NVML_SHARES_ARGS)
+
+.PHONY: bench-nvml-power
+bench-nvml-power:  ## (GPU machine) is NVML's power draw a 1 s average here (the collector reads it once a second)
+	@$(GPU_BENCH_ENV); python3 tools/bench/nvml_power.py $(NVML_POWER_ARGS)

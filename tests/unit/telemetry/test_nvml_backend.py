@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,9 @@ class CallLog:
 
 
 def test_the_fast_path_reads_only_what_changes_at_its_rate() -> None:
-    """Memory, utilisation and power each tick; temperature, clocks, clock-event reasons and
-    the process list on the slow path, merged into the samples after it (``merge_slow``)."""
+    """Memory, utilisation and power (this once a second given a time: below) each tick;
+    temperature, clocks, clock-event reasons and the process list on the slow path, merged
+    into the samples after it (``merge_slow``)."""
     log = CallLog(ReplayNvmlApi(h100_nvlink_xid()))
     backend = NvmlBackend("node-1", log, costly_interval_s=0.0)
     backend.inventory()
@@ -194,6 +196,31 @@ def test_undocumented_nvml_error_is_unhealthy_not_raised() -> None:
     assert g0.health_reasons == (f"nvml_error_{pynvml.NVML_ERROR_DRIVER_NOT_LOADED}",)
     assert g1.healthy
     assert backend.sample_fast()[0].healthy  # not sticky: the next tick reads it again
+
+
+def test_power_is_read_once_a_second_on_a_fixed_grid() -> None:
+    """With a time, the power (NVML's 1 s average) is read on the first tick at or after each
+    second and carried between. Ticks jitter; a tick landing just short of its second must not
+    stretch the cadence (reading at "last read + 1 s" reads 95 times in these 100 s, not 100).
+    Memory and utilisation are read every tick; without a time, power is read every call."""
+    log = CallLog(ReplayNvmlApi(h100_nvlink_xid()))
+    backend = NvmlBackend("node-1", log, costly_interval_s=0.0, power_interval_s=1.0)
+    backend.inventory()
+    log.calls.clear()
+    jitter = random.Random(7)
+    ticks = 1000  # 100 s at 10 Hz
+    for i in range(ticks):
+        g = backend.sample_fast(100.0 + i * 0.1 + jitter.uniform(-0.01, 0.01))[0]
+        assert g.power_w == pytest.approx(352.12)  # read, or carried from the last read
+    assert log.calls.count("nvmlDeviceGetPowerUsage") == 100 * 2  # two GPUs
+    assert log.calls.count("nvmlDeviceGetMemoryInfo") == ticks * 2
+    assert log.calls.count("nvmlDeviceGetUtilizationRates") == ticks * 2
+    log.calls.clear()
+    backend.sample_fast()
+    backend.sample_fast()
+    assert log.calls.count("nvmlDeviceGetPowerUsage") == 2 * 2
+    with pytest.raises(ValueError, match="power_interval_s must be >= 0"):
+        NvmlBackend("node-1", power_interval_s=-1.0)
 
 
 def test_costly_reads_keep_their_own_cadence_and_memory_falls_back_to_v2() -> None:

@@ -25,7 +25,7 @@ class CountingBackend:
     def inventory(self) -> NodeInventory:
         return NodeInventory(node="n", gpus=())
 
-    def sample_fast(self) -> tuple[GpuSample, ...]:
+    def sample_fast(self, now_monotonic_s: float | None = None) -> tuple[GpuSample, ...]:
         self.fast += 1
         return (GpuSample(index=0, uuid="GPU-0", power_w=float(self.fast)),)
 
@@ -112,10 +112,10 @@ async def test_ticks_do_not_block_the_event_loop() -> None:
     gate = asyncio.Event()
 
     class Slow(CountingBackend):
-        def sample_fast(self) -> tuple[GpuSample, ...]:
+        def sample_fast(self, now_monotonic_s: float | None = None) -> tuple[GpuSample, ...]:
             fut = asyncio.run_coroutine_threadsafe(gate.wait(), loop)
             fut.result(timeout=5)
-            return super().sample_fast()
+            return super().sample_fast(now_monotonic_s)
 
     loop = asyncio.get_running_loop()
     poller = Poller(Slow(), clock, node="n")

@@ -107,7 +107,7 @@ def _quiet(n: Any, fn: Callable[..., Any], h: Any) -> Any:
 
 def _slow_calls(n: Any, h: Any, reps: int) -> dict[str, dict[str, Any]]:
     """Thread and wall µs (medians) of the slow path's calls, one every 100 ms."""
-    from seedance.telemetry_collector.nvml import GPM_METRICS, PynvmlApi
+    from seedance.telemetry_collector.nvml_api import GPM_METRICS, PynvmlApi
 
     api = PynvmlApi()
     s1, s2 = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()

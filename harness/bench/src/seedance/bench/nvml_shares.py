@@ -8,10 +8,10 @@ cycles are not the truth: the measured kernel time is). Beside them, as on a nod
 
 - **the collector**, in a process of its own that imports no torch, as the DaemonSet runs it:
   the real ``Poller`` over ``NvmlBackend`` on its event loop and executor threads, ticking at
-  10 Hz with the slow path every 10 s (energy, ECC and GPM every 30 s within it: the 30 s
-  window holds one such read and two cheaper slow reads, as the steady state does), and each
-  tick mapped to the bus event and encoded as the
-  service does before publishing (publishing itself is not run: no NATS server there);
+  10 Hz (power once a second within it) with the slow path every 10 s (energy, ECC and GPM
+  every 30 s within it: the 30 s window holds one such read and two cheaper slow reads, as the
+  steady state does), and each tick mapped to the bus event and encoded as the service does
+  before publishing (publishing itself is not run: no NATS server there);
 - **the node agent's share sampler**, in this process, at 1 Hz: ``NvmlNode.process_samples``
   through ``core.shares.ShareAccumulator`` (each PID's cgroup through ``core.cgroup``).
 
@@ -21,7 +21,7 @@ periods), and the difference; then the attributed sum against the device's utili
 collector's own ``gpu_util_ratio`` readings over the same window); then, as the last line:
 
     nvml: fast_us_p90_under_load=<n> collector_cpu_ms_per_gpu_s_10hz=<n> raw_calls_us=<n> \
-          gpus=<n> gpus_as=<n>
+          floor_cpu_ms_per_gpu_s_10hz=<n> collector_vs_floor=<n> gpus=<n> gpus_as=<n>
 
 - ``fast_us_p90_under_load``: thread CPU µs of one ``sample_fast`` per GPU (the executor
   thread's ``time.thread_time()`` around the call), p90 over the 10 Hz ticks under load (goal
@@ -29,9 +29,15 @@ collector's own ``gpu_util_ratio`` readings over the same window); then, as the 
 - ``collector_cpu_ms_per_gpu_s_10hz``: the collector process's CPU (``time.process_time()``:
   every thread, the event loop's, the executor's and NVML's own) over the window, per GPU and
   per second (goal ≤ 1.25 ms, i.e. 1 % of a core for an 8-GPU node);
-- ``raw_calls_us``: thread CPU µs of the bare NVML calls ``sample_fast`` makes for one GPU, in
-  the same order, median under load, measured in the collector process after its window (not
-  counted in its CPU): the floor under ``fast_us``;
+- ``raw_calls_us``: thread CPU µs of the bare NVML calls ``sample_fast`` makes for one GPU on a
+  tick (memory and utilisation; power is read once a second), in the same order, median under
+  load, measured in the collector process after its window (not counted in its CPU): the floor
+  under ``fast_us``;
+- ``floor_cpu_ms_per_gpu_s_10hz``: the anchor for the collector's CPU, measured in the same
+  process right after its window, under the same load: a bare loop paced by ``time.sleep`` (the
+  cheapest wake-up Python has) making the same NVML calls for the same GPUs at the same
+  cadences (memory and utilisation at 10 Hz, power at 1 Hz) and nothing else: what any Python
+  collector of these fields must pay here; ``collector_vs_floor`` is the ratio;
 - ``gpus``: the GPUs the collector sampled, every figure above is per one of them;
   ``gpus_as`` is ``--gpus-as N`` (0: the machine's own GPUs). With N, the collector lists GPU 0
   N times (every call real, on the one GPU), so the per-tick costs that an 8-GPU node shares
@@ -142,10 +148,26 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _raw_calls(n: Any, h: Any) -> None:
-    """The bare NVML calls of ``NvmlBackend._fast_read`` for one GPU, in its order."""
+    """The bare NVML calls of ``NvmlBackend._fast_read`` for one GPU on a tick, in its order."""
     n.nvmlDeviceGetMemoryInfo(h)
     n.nvmlDeviceGetUtilizationRates(h)
-    n.nvmlDeviceGetPowerUsage(h)
+
+
+def _floor(n: Any, handles: list[Any], seconds: float, hz: float, power_s: float) -> float:
+    """CPU ms per GPU-second of a bare loop making the collector's NVML calls at its cadences
+    (``floor_cpu_ms_per_gpu_s_10hz`` in the module doc)."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    next_at, next_power = w0, w0
+    while time.perf_counter() < w0 + seconds:
+        power = time.perf_counter() >= next_power
+        for h in handles:
+            _raw_calls(n, h)
+            if power:
+                n.nvmlDeviceGetPowerUsage(h)
+        next_power += power_s if power else 0.0
+        next_at += 1.0 / hz
+        time.sleep(max(0.0, next_at - time.perf_counter()))
+    return (time.process_time() - c0) * 1000.0 / (time.perf_counter() - w0) / len(handles)
 
 
 class _OneGpuAsMany:
@@ -155,11 +177,15 @@ class _OneGpuAsMany:
     drivers do not share one device's state, and the unwrapping adds ~1 µs of Python a call."""
 
     def __init__(self, count: int) -> None:
-        from seedance.telemetry_collector.nvml import PynvmlApi
+        from seedance.telemetry_collector.nvml_api import PynvmlApi
 
         self._api, self._count = PynvmlApi(), count
 
     def __getattr__(self, name: str) -> Any:
+        setattr(self, name, wrapped := self._wrap(name))  # found there on the next lookup
+        return wrapped
+
+    def _wrap(self, name: str) -> Any:
         fn = getattr(self._api, name)
         if name == "nvmlDeviceGetCount":
             return lambda: self._count
@@ -210,9 +236,9 @@ class _Timed:
     def inventory(self) -> Any:
         return self.backend.inventory()
 
-    def sample_fast(self) -> Any:
+    def sample_fast(self, now_monotonic_s: float | None = None) -> Any:
         t = time.thread_time()
-        out = self.backend.sample_fast()
+        out = self.backend.sample_fast(now_monotonic_s)
         self.fast_us.append((time.thread_time() - t) * 1e6 / max(1, len(out)))
         self.util.extend(100.0 * g.gpu_util_ratio for g in out if g.gpu_util_ratio is not None)
         return out
@@ -245,7 +271,13 @@ def _threads_cpu_ms() -> dict[str, float]:
 
 
 async def _collect(
-    seconds: float, hz: float, slow_s: float, inline: bool, gpus_as: int
+    seconds: float,
+    hz: float,
+    slow_s: float,
+    inline: bool,
+    gpus_as: int,
+    floor_s: float,
+    power_s: float,
 ) -> dict[str, Any]:
     import pynvml
 
@@ -258,7 +290,7 @@ async def _collect(
     clock = WallClock()
     node = os.uname().nodename.split(".")[0]
     api = _OneGpuAsMany(gpus_as) if gpus_as else None
-    timed = _Timed(NvmlBackend(node, api))
+    timed = _Timed(NvmlBackend(node, api, power_interval_s=power_s))
     poller = Poller(timed, clock, node=node, slow_interval_s=slow_s, fast_inline=inline)
     inv = await poller.start()
     print("ready", flush=True)
@@ -288,6 +320,12 @@ async def _collect(
         t = time.thread_time()
         _raw_calls(pynvml, h)
         raw.append((time.thread_time() - t) * 1e6)
+    handles = (
+        [h] * gpus_as
+        if gpus_as
+        else [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(len(inv.gpus))]
+    )
+    floor_ms = _floor(pynvml, handles, floor_s, hz, power_s)
     await poller.close()
     return {
         "n_gpus": len(inv.gpus),
@@ -297,6 +335,7 @@ async def _collect(
         "slow_us": timed.slow_us,
         "util_pct": timed.util,
         "raw_us": raw,
+        "floor_cpu_ms_per_gpu_s": floor_ms,
         "bytes_encoded": encoded,
         "loop_tick_us": tick_us,
         "loop_event_us": event_us,
@@ -309,10 +348,12 @@ async def _collect(
 
 def collector_main() -> None:
     """The collector process: ``python3 -c '...collector_main()' <seconds> <hz> <slow_s>
-    <inline|thread> <gpus_as>``."""
+    <inline|thread> <gpus_as> <floor_s> <power_s>``."""
     seconds, hz, slow_s = (float(v) for v in sys.argv[1:4])
     inline, gpus_as = sys.argv[4] == "inline", int(sys.argv[5])
-    print(json.dumps(asyncio.run(_collect(seconds, hz, slow_s, inline, gpus_as))), flush=True)
+    floor_s, power_s = float(sys.argv[6]), float(sys.argv[7])
+    report = asyncio.run(_collect(seconds, hz, slow_s, inline, gpus_as, floor_s, power_s))
+    print(json.dumps(report), flush=True)
 
 
 def _start_workers(args: argparse.Namespace) -> list[subprocess.Popen[str]]:
@@ -334,6 +375,7 @@ def _start_collector(args: argparse.Namespace) -> subprocess.Popen[str]:
     code = "from seedance.bench.nvml_shares import collector_main; collector_main()"
     cmd = [sys.executable, "-c", code, str(args.seconds), str(args.hz), str(args.slow_s)]
     cmd += ["thread" if args.fast_in_thread else "inline", str(args.gpus_as)]
+    cmd += [str(args.floor_s), str(args.power_s)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None
     line = p.stdout.readline().strip()
@@ -473,9 +515,22 @@ def main() -> None:
         help="the collector lists GPU 0 this many times (an 8-GPU node's per-GPU cost "
         "estimated on one GPU; the figures then say gpus_as=N)",
     )
+    ap.add_argument(
+        "--power-s",
+        type=float,
+        default=1.0,
+        help="the collector's power cadence (NvmlBackend power_interval_s; 0: every tick)",
+    )
+    ap.add_argument(
+        "--floor-s",
+        type=float,
+        default=10.0,
+        help="seconds of the bare loop the collector's CPU is compared with (its anchor)",
+    )
     ap.add_argument("--out", default="", help="write a JSON report here")
     args = ap.parse_args()
-    args.worker_s = args.warmup_s + args.seconds + 8.0  # outlasts the window and raw calls
+    # The workers outlast the window, the raw calls and the floor: all are measured under load.
+    args.worker_s = args.warmup_s + args.seconds + args.floor_s + 10.0
 
     _imports()
     args.worker_env = {}
@@ -525,17 +580,17 @@ def _run(args: argparse.Namespace) -> None:
     )
     print(f"shares: sampler_cpu_ms_per_gpu_s_1hz={sampler_ms:.3f}")
     mem = coll["memory_v1_v2"]
-    print(
-        "memory v1 vs v2 (MiB): used diff {v1_used_minus_v2_used_mib:.1f} reserved "
-        "{v2_reserved_mib:.1f} total diff {total_diff_mib:.1f} free diff {free_diff_mib:.1f}"
-        .format(**mem)
-    )
+    line = "used diff {v1_used_minus_v2_used_mib:.1f} reserved {v2_reserved_mib:.1f} "
+    line += "total diff {total_diff_mib:.1f} free diff {free_diff_mib:.1f}"
+    print("memory v1 vs v2 (MiB): " + line.format(**mem))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({**rep, "collector": coll, "shares": shares, "args": vars(args)}, f)
+    floor = coll["floor_cpu_ms_per_gpu_s"]
     print(
         f"nvml: fast_us_p90_under_load={fast_p90:.1f} "
         f"collector_cpu_ms_per_gpu_s_10hz={cpu_ms:.3f} raw_calls_us={raw:.1f} "
+        f"floor_cpu_ms_per_gpu_s_10hz={floor:.3f} collector_vs_floor={cpu_ms / floor:.2f} "
         f"gpus={n_gpus} gpus_as={coll['gpus_as']}"
     )
 

@@ -27,7 +27,8 @@ from pathlib import Path
 import pynvml
 
 from seedance.core.clock import WallClock
-from seedance.telemetry_collector.nvml import GPM_METRICS, NvmlBackend, PynvmlApi
+from seedance.telemetry_collector.nvml import NvmlBackend
+from seedance.telemetry_collector.nvml_api import GPM_METRICS, PynvmlApi
 from seedance.telemetry_collector.poller import Poller
 from seedance.telemetry_collector.recording import RecordingNvmlApi
 from seedance.telemetry_collector.sample import merge_slow

@@ -18,8 +18,9 @@ class GpuBackend(Protocol):
         """The node's GPUs and the links between them (read at start and on change)."""
         ...
 
-    def sample_fast(self) -> tuple[GpuSample, ...]:
-        """Cheap fields of every GPU (memory, utilisation, power, clocks, processes, health)."""
+    def sample_fast(self, now_monotonic_s: float | None = None) -> tuple[GpuSample, ...]:
+        """Cheap fields of every GPU (memory, utilisation, power, health); ``now_monotonic_s``
+        lets a backend pace a field that changes slower than the tick (NVML's power)."""
         ...
 
     def sample_slow(self, now_monotonic_s: float) -> tuple[GpuSlowReading, ...]:

@@ -6,22 +6,25 @@ friends make a field absent (``None``), ``GpuIsLost`` marks the GPU unhealthy, a
 raises out of a sample. It must not sleep, read the wall clock or touch the event loop: the
 caller passes monotonic time in and runs these methods in a thread.
 
-All NVML access goes through an ``NvmlApi`` object whose methods carry pynvml's names and
-argument order, so the recorder and the replayer in ``recording.py`` can stand in for the
-hardware. ``PynvmlApi`` is the real one; it differs from the bare module in one place: GPM metric
-reads take sample handles and metric ids and return plain ``[metric_id, nvml_return, value]``
-triples instead of a ctypes struct, so that a recording can hold them.
+All NVML access goes through an ``NvmlApi`` object (``nvml_api.py``): ``PynvmlApi`` for the
+hardware, or the recorder / replayer of ``recording.py`` standing in for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import msgspec
 import pynvml
 
+from seedance.telemetry_collector.nvml_api import (
+    ABSENT_ERRORS,
+    GPM_METRICS,
+    LOST_ERRORS,
+    NvmlApi,
+    PynvmlApi,
+)
 from seedance.telemetry_collector.sample import (
     GpuInventory,
     GpuLink,
@@ -33,39 +36,9 @@ from seedance.telemetry_collector.sample import (
     ProcessSample,
 )
 
-__all__ = [
-    "GPM_METRICS",
-    "NvmlApi",
-    "NvmlBackend",
-    "PynvmlApi",
-]
-
-T = TypeVar("T")
+__all__ = ["NvmlBackend"]
 
 _MIB = 1024.0 * 1024.0
-
-# GPM metric id → the GpuSlowReading field it fills (NVML reports 0..100 percent).
-GPM_METRICS: dict[int, str] = {
-    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: "gr_engine_active_ratio",
-    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_active_ratio",
-    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy_ratio",
-    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active_ratio",
-    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active_ratio",
-}
-
-# Errors that mean "this GPU or driver cannot tell": the field is absent, not zero.
-_ABSENT = (
-    pynvml.NVML_ERROR_NOT_SUPPORTED,
-    pynvml.NVML_ERROR_NO_PERMISSION,
-    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    pynvml.NVML_ERROR_NOT_FOUND,
-    pynvml.NVML_ERROR_INVALID_ARGUMENT,
-    pynvml.NVML_ERROR_UNKNOWN,
-    pynvml.NVML_ERROR_TIMEOUT,
-    pynvml.NVML_ERROR_INSUFFICIENT_SIZE,
-)
-# Errors that mean the GPU is gone or must be reset: the GPU becomes unhealthy.
-_LOST = (pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED)
 
 _TOPOLOGY = {
     pynvml.NVML_TOPOLOGY_INTERNAL: "internal",
@@ -86,36 +59,6 @@ _ARCH = {
     9: "hopper",
     10: "blackwell",
 }
-
-
-class NvmlApi(Protocol):
-    """The pynvml functions the backend calls (same names and arguments as pynvml)."""
-
-    def __getattr__(self, name: str) -> Callable[..., Any]: ...
-
-
-class PynvmlApi:
-    """The real NVML through pynvml; only the GPM metric read is reshaped (see module doc)."""
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        fn: Callable[..., Any] = getattr(pynvml, name)  # pynvml ships no types
-        return fn
-
-    def nvmlGpmMetricsGet(  # pynvml's name, so recordings line up
-        self, sample1: Any, sample2: Any, metric_ids: Sequence[int]
-    ) -> list[list[float]]:
-        request = pynvml.c_nvmlGpmMetricsGet_t()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(metric_ids)
-        request.sample1 = sample1
-        request.sample2 = sample2
-        for i, metric_id in enumerate(metric_ids):
-            request.metrics[i].metricId = metric_id
-        pynvml.nvmlGpmMetricsGet(request)
-        return [
-            [request.metrics[i].metricId, request.metrics[i].nvmlReturn, request.metrics[i].value]
-            for i in range(len(metric_ids))
-        ]
 
 
 class _GpuLost(Exception):
@@ -144,6 +87,8 @@ class _Gpu:
     gpm_have_prev: bool = False
     nvlink_remotes: list[str] | None = None
     reserved_b: float | None = None  # NVML v2's reserved memory, read off the fast path
+    power_due_s: float | None = None  # when the power draw is next read
+    power_w: float | None = None  # its latest reading
     costly_due_s: float | None = None  # when energy, ECC and GPM are next read
     costly: dict[str, Any] = field(default_factory=dict)  # their latest values
 
@@ -158,6 +103,9 @@ class NvmlBackend:
     3.1-3.5 ms, GPM metrics 1.4-2.2 ms, ECC counters): they are made on the first slow read and
     then on the first slow read at least that long after the last (30 s is dcgm-exporter's
     default collection interval); between them a slow reading carries their latest values.
+    ``power_interval_s`` is the cadence of the power read within the fast reads: NVML's power
+    draw is a 1 s average on Ampere and newer except GA100 (its documentation), so a 10 Hz
+    read returns the same average ten times; between reads a sample carries the latest one.
     """
 
     def __init__(
@@ -169,10 +117,13 @@ class NvmlBackend:
         processes: bool = True,
         xid_events: bool = True,
         costly_interval_s: float = 30.0,
+        power_interval_s: float = 1.0,
     ) -> None:
-        if costly_interval_s < 0:
-            raise ValueError(f"costly_interval_s must be >= 0, got {costly_interval_s!r}")
+        for name, value in (("costly", costly_interval_s), ("power", power_interval_s)):
+            if value < 0:
+                raise ValueError(f"{name}_interval_s must be >= 0, got {value!r}")
         self._costly_interval_s = costly_interval_s
+        self._power_interval_s = power_interval_s
         self._node = node
         self._api: Any = api if api is not None else PynvmlApi()
         self._gpm = gpm
@@ -188,11 +139,11 @@ class NvmlBackend:
         try:
             return getattr(self._api, fn)(*args)
         except pynvml.NVMLError as exc:
-            if exc.value in _LOST:
+            if exc.value in LOST_ERRORS:
                 if gpu is not None:
                     gpu.lost = True
                 raise _GpuLost(fn) from exc
-            if exc.value in _ABSENT:
+            if exc.value in ABSENT_ERRORS:
                 return None
             raise
 
@@ -357,14 +308,16 @@ class NvmlBackend:
 
     # --- fast path -----------------------------------------------------------------------------
 
-    def sample_fast(self) -> tuple[GpuSample, ...]:
-        return tuple(self._fast_one(g) for g in self._gpus)
+    def sample_fast(self, now_monotonic_s: float | None = None) -> tuple[GpuSample, ...]:
+        """This tick's cheap fields; ``now_monotonic_s`` paces the power read (``None``: read
+        it now, as a caller without a cadence expects)."""
+        return tuple(self._fast_one(g, now_monotonic_s) for g in self._gpus)
 
-    def _fast_one(self, gpu: _Gpu) -> GpuSample:
+    def _fast_one(self, gpu: _Gpu, now: float | None) -> GpuSample:
         if gpu.lost:
             return _lost_sample(gpu)
         try:
-            return self._fast_read(gpu)
+            return self._fast_read(gpu, now)
         except _GpuLost:
             return _lost_sample(gpu)
         except pynvml.NVMLError as exc:
@@ -374,9 +327,10 @@ class NvmlBackend:
                 _lost_sample(gpu), health_reasons=(f"nvml_error_{exc.value}",)
             )
 
-    def _fast_read(self, gpu: _Gpu) -> GpuSample:
+    def _fast_read(self, gpu: _Gpu, now: float | None) -> GpuSample:
         # Only what changes at the tick's rate: each NVML call costs 7 µs of CPU or more on an
-        # H200 (the first after an idle 100 ms ~45 µs), so the rest is read on the slow path.
+        # H200 (the first after an idle 100 ms 45-115 µs), so the rest is read on the slow path
+        # and the power (a 1 s average) once a second.
         # Memory is NVML's v1 call (10 µs against v2's 24-36 µs there): v1's "used" is v2's
         # "used" plus the reserved memory, which v2 reads on the slow path and inventory.
         h = gpu.handle
@@ -394,7 +348,11 @@ class NvmlBackend:
             reserved_mib = None if reserved is None else reserved / _MIB
         # Not supported on MIG-enabled GPUs (NVML docs): absent there, per the rule.
         util = self._call(gpu, "nvmlDeviceGetUtilizationRates", h)
-        power_mw = self._call(gpu, "nvmlDeviceGetPowerUsage", h)
+        if now is None or gpu.power_due_s is None or now >= gpu.power_due_s:
+            power_mw = self._call(gpu, "nvmlDeviceGetPowerUsage", h)
+            gpu.power_w = None if power_mw is None else power_mw / 1000.0
+            due, every = gpu.power_due_s, self._power_interval_s
+            gpu.power_due_s = None if now is None else _next_due(due, now, every)
         migs: tuple[MigInstanceSample, ...] = ()
         if gpu.mig_enabled:
             migs = tuple(self._mig_sample(gpu, i, mh) for i, mh in gpu.mig_handles)
@@ -408,7 +366,7 @@ class NvmlBackend:
             mem_reserved_mib=reserved_mib,
             gpu_util_ratio=None if util is None else util.gpu / 100.0,
             mem_util_ratio=None if util is None else util.memory / 100.0,
-            power_w=None if power_mw is None else power_mw / 1000.0,
+            power_w=gpu.power_w,
             mig_enabled=gpu.mig_enabled,
             mig_instances=migs,
         )
@@ -521,7 +479,7 @@ class NvmlBackend:
             try:
                 data = self._api.nvmlEventSetWait_v2(gpu.xid_set, 0)
             except pynvml.NVMLError as exc:
-                if exc.value in _LOST:
+                if exc.value in LOST_ERRORS:
                     gpu.lost = True
                     raise _GpuLost("nvmlEventSetWait_v2") from exc
                 return  # Timeout: no event pending
@@ -534,7 +492,7 @@ class NvmlBackend:
                 gpu.handle, pynvml.nvmlEventTypeXidCriticalError, event_set
             )
         except pynvml.NVMLError as exc:
-            if exc.value in _LOST:
+            if exc.value in LOST_ERRORS:
                 gpu.lost = True
                 raise _GpuLost("nvmlDeviceRegisterEvents") from exc
             return False
@@ -588,6 +546,14 @@ def _process(p: Any) -> ProcessSample:
         gpu_instance_id=None if gi is None or gi == 0xFFFFFFFF else int(gi),
         compute_instance_id=None if ci is None or ci == 0xFFFFFFFF else int(ci),
     )
+
+
+def _next_due(due: float | None, now: float, interval: float) -> float:
+    """The next read's time on a fixed grid (reads at the first tick at or after each point),
+    so that ticks landing just short of a point do not stretch the cadence by a tick."""
+    if due is None or now - due >= interval:
+        return now + interval
+    return due + interval
 
 
 def _lost_sample(gpu: _Gpu) -> GpuSample:

@@ -47,7 +47,7 @@ class Poller:
     for it; ``settle()`` waits for one in flight (shutdown, tests).
 
     ``fast_inline=True`` makes the fast read on the event loop's own thread instead of the
-    executor: it is three NVML calls per GPU (about 0.1 ms), and handing it to a thread wakes
+    executor: it is two NVML calls per GPU (about 0.1 ms), and handing it to a thread wakes
     two more threads every tick, each wake-up costing CPU of its own. The slow read always
     runs in the executor (milliseconds).
     """
@@ -101,9 +101,9 @@ class Poller:
             self._next_slow_s = now + self._slow_interval_s
             self._slow_task = loop.run_in_executor(self._executor, self._backend.sample_slow, now)
         if self._fast_inline:
-            fast = self._backend.sample_fast()
+            fast = self._backend.sample_fast(now)
         else:
-            fast = await loop.run_in_executor(self._executor, self._backend.sample_fast)
+            fast = await loop.run_in_executor(self._executor, self._backend.sample_fast, now)
         self._collect_slow()
         now = self._clock.monotonic()
         slow, updates = self._slow, self._slow_updates

@@ -31,6 +31,9 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Seconds between the reads that cost milliseconds each (energy, ECC, GPM), made on the
     #: first slow read this long after the last (dcgm-exporter collects every 30 s); nvml only.
     costly_interval_s: float = 30.0
+    #: Seconds between NVML power reads, made on the first tick at or after each (NVML's power
+    #: draw is a 1 s average on Ampere and newer except GA100: a faster read repeats it); nvml.
+    power_interval_s: float = 1.0
     #: This node's name in subjects and events (nvml); the host name when empty.
     node_name: str = ""
     #: The pool this node's inventory names (nvml; a replayed fleet is in ``default``).
@@ -50,7 +53,8 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     instance: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("tick_s", "slow_interval_s", "costly_interval_s", "inventory_interval_s"):
+        names = ("slow_interval_s", "costly_interval_s", "power_interval_s", "inventory_interval_s")
+        for name in ("tick_s", *names):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be > 0, got {value!r}")
