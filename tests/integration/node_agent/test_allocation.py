@@ -34,7 +34,7 @@ from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.placement import ANNOTATION_PLACEMENT, NodeDevices
 from seedance.node_agent.deviceplugin import DevicePluginServer, PluginDevice, api_pb2, api_pb2_grpc
 from seedance.node_agent.deviceplugin.devices import DeviceKind
-from seedance.node_agent.kube import PendingPods
+from seedance.node_agent.kube import NodePods
 from seedance.node_agent.placements import PlacementFeed
 from seedance.testing.kube_api import KubeApiServer, KubeApiSettings, seed
 from seedance.testing.waits import eventually
@@ -165,7 +165,7 @@ async def node_agent(
     allocator = PlacementAllocator(
         node=NODE,
         book=feed.book,
-        pending=PendingPods(api_client, NODE).list,
+        pending=NodePods(api_client, NODE).pending,
         devices=lambda: DEVICES,
     )
     devices = [

@@ -106,6 +106,74 @@ Prepare = Callable[[KubeApiServer, client.ApiClient], Awaitable[None]]
 
 
 @contextlib.asynccontextmanager
+async def kube_api(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, client.ApiClient]]:
+    """The test API server with the team's namespace and the node, and a client of it."""
+    async with KubeApiServer(KubeApiSettings()) as api:
+        cfg = client.Configuration()
+        await config.load_kube_config(
+            config_file=str(api.kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg
+        )
+        async with client.ApiClient(configuration=cfg) as api_client:
+            seed.namespace(api, "team-a")
+            seed.node(api, NODE, gpus=4)
+            yield api, api_client
+
+
+@contextlib.asynccontextmanager
+async def agent_on(
+    api: KubeApiServer,
+    api_client: client.ApiClient,
+    nats_url: str,
+    bus: Any,
+    kubelet: FakeKubelet,
+    plugin_dir: str,
+    tmp_path: Path,
+) -> AsyncIterator[Agent]:
+    """An agent started against ``api`` and running; stopped and closed after the block."""
+    settings = NodeAgentSettings(
+        node_name=NODE,
+        device_plugin_dir=plugin_dir,
+        http_port=0,
+        pod_resources_socket=os.path.join(plugin_dir, "absent.sock"),
+        shares_interval_s=0.1,
+        labels_interval_s=0.5,
+        kubelet_poll_interval_s=0.05,
+        proc_root=str(tmp_path / "proc"),
+    )
+    nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
+    runtime = ServiceRuntime("node-agent", BusSettings(url=nats_url), http_port=0)
+    service = NodeAgentService(
+        runtime,
+        settings,
+        kube_client=api_client,
+        nvml=nvml,
+        mig=mig,  # type: ignore[arg-type]
+    )
+    registered = len(kubelet.resources)
+    await service.start()
+    task = asyncio.create_task(service.run())
+    try:
+        assert sorted(kubelet.resources[registered:]) == [
+            "nvidia.com/gpu",
+            "seedance.io/gpu-milli",
+        ]
+        yield Agent(
+            api=api,
+            api_client=api_client,
+            bus=bus,
+            nvml=nvml,
+            mig=mig,
+            proc=tmp_path / "proc",
+            plugin_dir=plugin_dir,
+            base=f"http://127.0.0.1:{runtime.http_port}",
+        )
+    finally:
+        await service.stop()
+        await asyncio.wait_for(task, 15)
+        await service.close()
+
+
+@contextlib.asynccontextmanager
 async def running_agent(
     nats_url: str,
     bus: Any,
@@ -115,53 +183,11 @@ async def running_agent(
     prepare: Prepare | None = None,
 ) -> AsyncIterator[Agent]:
     """The agent started and running; ``prepare`` runs first, with the API server up."""
-    async with KubeApiServer(KubeApiSettings()) as api:
-        cfg = client.Configuration()
-        await config.load_kube_config(
-            config_file=str(api.kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg
-        )
-        async with client.ApiClient(configuration=cfg) as api_client:
-            seed.namespace(api, "team-a")
-            seed.node(api, NODE, gpus=4)
-            if prepare is not None:
-                await prepare(api, api_client)
-            settings = NodeAgentSettings(
-                node_name=NODE,
-                device_plugin_dir=plugin_dir,
-                http_port=0,
-                pod_resources_socket=os.path.join(plugin_dir, "absent.sock"),
-                shares_interval_s=0.1,
-                labels_interval_s=0.5,
-                kubelet_poll_interval_s=0.05,
-                proc_root=str(tmp_path / "proc"),
-            )
-            nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
-            runtime = ServiceRuntime("node-agent", BusSettings(url=nats_url), http_port=0)
-            service = NodeAgentService(
-                runtime,
-                settings,
-                kube_client=api_client,
-                nvml=nvml,
-                mig=mig,  # type: ignore[arg-type]
-            )
-            await service.start()
-            task = asyncio.create_task(service.run())
-            try:
-                assert sorted(kubelet.resources) == ["nvidia.com/gpu", "seedance.io/gpu-milli"]
-                yield Agent(
-                    api=api,
-                    api_client=api_client,
-                    bus=bus,
-                    nvml=nvml,
-                    mig=mig,
-                    proc=tmp_path / "proc",
-                    plugin_dir=plugin_dir,
-                    base=f"http://127.0.0.1:{runtime.http_port}",
-                )
-            finally:
-                await service.stop()
-                await asyncio.wait_for(task, 15)
-                await service.close()
+    async with kube_api(tmp_path) as (api, api_client):
+        if prepare is not None:
+            await prepare(api, api_client)
+        async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
+            yield a
 
 
 @pytest.fixture

@@ -7,15 +7,21 @@ it: the oldest pending pod on this node, not yet allocated, whose containers ask
 of that resource. Its claim is verified by ``core.placement.verify``; what cannot be honoured
 raises ``AllocationError`` with the reason (the kubelet fails the container with it). It never
 hands out devices other than the placement's.
+
+``restore`` rebuilds the grants at start (before the plugins register) from the pods that
+already hold devices: each verified against the slicer's placement exactly as Allocate
+verifies it, never taken from its annotation alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from seedance.core.logs import get_logger
 from seedance.node_agent.core.placement import (
     AllocationBook,
+    Grant,
     NodeDevices,
     PlacementBook,
     PodView,
@@ -24,9 +30,19 @@ from seedance.node_agent.core.placement import (
 )
 from seedance.node_agent.deviceplugin.devices import AllocationError, ContainerAllocation
 
-__all__ = ["PlacementAllocator"]
+__all__ = ["PlacementAllocator", "Restored"]
 
 log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """One pod's grant rebuilt at start, or why it was not: ``resource`` is the served
+    resource the pod asks for."""
+
+    pod: PodView
+    resource: str
+    result: Grant | Refusal
 
 
 class PlacementAllocator:
@@ -64,6 +80,20 @@ class PlacementAllocator:
                 out[key] = grant.uuids
         return out
 
+    def restore(self, pods: Sequence[PodView], resources: Collection[str]) -> list[Restored]:
+        """Grant again what ``pods`` (already past Allocate: ``kube.holds_devices``) hold, each
+        checked as Allocate checks it; a pod whose placement is gone or stale is not granted.
+        Oldest first, as Allocate takes them: of two pods claiming one device, the older keeps
+        it. Pods asking for none of ``resources`` were never this agent's to grant."""
+        out = []
+        for pod in sorted(pods, key=lambda p: (p.bound_at, p.uid)):
+            resource = next((r for r in resources if pod.requests.get(r, 0) > 0), None)
+            if resource is None or self.allocations.granted(pod.uid) is not None:
+                continue
+            result = self._grant(pod, restoring=True)
+            out.append(Restored(pod, resource, result))
+        return out
+
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> ContainerAllocation:
         pods = await self._pending()
         wanted = len(device_ids)
@@ -81,16 +111,22 @@ class PlacementAllocator:
                 f"{wanted} {resource}"
             )
         pod = candidates[0]
+        result = self._grant(pod, restoring=False)
+        if isinstance(result, Refusal):
+            raise AllocationError(f"pod {pod.namespace}/{pod.name}: {result.reason}")
+        return ContainerAllocation(dict(result.envs))
+
+    def _grant(self, pod: PodView, *, restoring: bool) -> Grant | Refusal:
+        """``pod``'s claim verified and its devices taken (exclusive ones from no other pod)."""
         result = verify(pod, self._book, self._node, self._devices())
         if not isinstance(result, Refusal):
             result = self.allocations.take(result)
+        name = f"{pod.namespace}/{pod.name}"
         if isinstance(result, Refusal):
-            log.warning(
-                "allocation_refused", pod=f"{pod.namespace}/{pod.name}", reason=result.reason
-            )
-            raise AllocationError(f"pod {pod.namespace}/{pod.name}: {result.reason}")
+            event = "allocation_not_restored" if restoring else "allocation_refused"
+            log.warning(event, pod=name, uid=pod.uid, reason=result.reason)
+            return result
         self._names[pod.uid] = (pod.namespace, pod.name)
-        log.info(
-            "allocation_granted", pod=f"{pod.namespace}/{pod.name}", devices=list(result.uuids)
-        )
-        return ContainerAllocation(dict(result.envs))
+        event = "allocation_restored" if restoring else "allocation_granted"
+        log.info(event, pod=name, uid=pod.uid, devices=list(result.uuids))
+        return result

@@ -1,9 +1,12 @@
-"""The pods the kubelet may be allocating for, read from the API server (kubernetes_asyncio).
+"""This node's pods that carry a placement annotation, read from the API server
+(kubernetes_asyncio).
 
-Owns the one query Allocate needs, as HAMi's device plugin makes it: the pods bound to this
-node that are still Pending and carry a placement annotation, as ``PodView``s (uid, node, the
-annotation, labels and the extended resources the containers request). It must not decide
-which pod is meant, nor trust the annotation: that is ``core.placement``.
+Owns the two queries the agent makes, as ``PodView``s (uid, node, the annotation, labels and
+the extended resources the containers request): the pods Allocate may be meant for, as HAMi's
+device plugin finds them (bound to this node and still Pending), and, at start, the pods that
+already hold devices the kubelet granted (``holds_devices``: Running, or Pending with a
+container that has started). It must not decide which pod is meant, nor trust the
+annotation: that is ``core.placement``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from kubernetes_asyncio.client.api_client import ApiClient
 from seedance.core.logs import get_logger
 from seedance.node_agent.core.placement import ANNOTATION_PLACEMENT, PodView
 
-__all__ = ["USER_AGENT", "PendingPods", "connect", "pod_view", "quantity_int"]
+__all__ = ["USER_AGENT", "NodePods", "connect", "holds_devices", "pod_view", "quantity_int"]
 
 USER_AGENT = "seedance-node-agent"
 
@@ -105,24 +108,55 @@ def _bound_at(annotations: dict[str, str]) -> str:
         return ""
 
 
-class PendingPods:
-    """Lists this node's pending pods through an ``ApiClient`` (the caller owns it)."""
+def _started(statuses: Any) -> bool:
+    return any(
+        "running" in (st.get("state") or {}) or "terminated" in (st.get("state") or {})
+        for st in statuses or []
+    )
+
+
+def holds_devices(pod: dict[str, Any]) -> bool:
+    """Whether the API server shows the kubelet past the pod's Allocate: phase Running, or
+    Pending with an init or app container that has run (the kubelet allocates every
+    container's devices when it admits the pod, before the first one starts). A Pending pod
+    whose containers are all still waiting may or may not be past Allocate: not knowable
+    here, so not counted."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase == "Running":
+        return True
+    return phase == "Pending" and (
+        _started(status.get("initContainerStatuses")) or _started(status.get("containerStatuses"))
+    )
+
+
+def _annotated(pod: dict[str, Any]) -> bool:
+    return ANNOTATION_PLACEMENT in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
+class NodePods:
+    """Lists this node's annotated pods through an ``ApiClient`` (the caller owns it)."""
 
     def __init__(self, api_client: Any, node: str) -> None:
         self._core = client.CoreV1Api(api_client)
         self._node = node
 
-    async def list(self) -> list[PodView]:
+    async def pending(self) -> list[PodView]:
+        """The pods Allocate may be meant for: bound here, Pending."""
+        items = await self._list("status.phase=Pending")
+        return [pod_view(p) for p in items if _annotated(p)]
+
+    async def holding(self) -> list[PodView]:
+        """The pods that hold devices already (``holds_devices``); terminated ones do not."""
+        items = await self._list("status.phase!=Succeeded,status.phase!=Failed")
+        return [pod_view(p) for p in items if _annotated(p) and holds_devices(p)]
+
+    async def _list(self, phases: str) -> list[dict[str, Any]]:
         resp: Any = await self._core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self._node},status.phase=Pending",
-            _preload_content=False,
+            field_selector=f"spec.nodeName={self._node},{phases}", _preload_content=False
         )
         try:
             body = await resp.json()
         finally:
             resp.release()
-        return [
-            pod_view(p)
-            for p in body.get("items", [])
-            if ANNOTATION_PLACEMENT in ((p.get("metadata") or {}).get("annotations") or {})
-        ]
+        return list(body.get("items") or [])

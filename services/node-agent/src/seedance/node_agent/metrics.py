@@ -22,6 +22,14 @@ class NodeAgentMetrics:
             ["resource", "outcome"],
             registry=registry,
         )
+        self.restored_grants_total = Counter(
+            "seedance_node_agent_restored_grants_total",
+            "Grants rebuilt at start from the pods already holding devices, by resource and "
+            "outcome (restored; refused: the slicer's placement is gone or stale, or another "
+            "pod holds the device).",
+            ["resource", "outcome"],
+            registry=registry,
+        )
         self.plugin_registrations_total = Counter(
             "seedance_node_agent_plugin_registrations_total",
             "Device plugins registered with the kubelet, by resource and reason (start, "

@@ -3,7 +3,8 @@
 Owns the wiring on one node: the bus (``ServiceRuntime``: health and metrics like every
 service), the slicer's placements (``PlacementFeed``), one kubelet device plugin per resource
 whose Allocate is the ``PlacementAllocator``, registered once the feed's replay is applied and
-again whenever the kubelet restarts (``KubeletWatch``), MIG plans for this node applied through
+the grants of the pods already holding devices are rebuilt, and again whenever the kubelet
+restarts (``KubeletWatch``), MIG plans for this node applied through
 ``MigApplier`` (then the new instances advertised without restarting a plugin), pod labels
 from the kubelet's pod-resources API, and per-pod measured shares from NVML. ``main()`` only
 loads settings and builds the objects. It must not place anything: it enforces and measures.
@@ -30,7 +31,7 @@ from seedance.events.slicing import MigLayoutPlan
 from seedance.events.subjects import slicing, telemetry
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
-from seedance.node_agent.core.placement import NodeDevices, node_token
+from seedance.node_agent.core.placement import NodeDevices, Refusal, node_token
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import ShareAccumulator, pod_shares
 from seedance.node_agent.deviceplugin import (
@@ -40,7 +41,7 @@ from seedance.node_agent.deviceplugin import (
     PluginDevice,
     Registration,
 )
-from seedance.node_agent.kube import PendingPods, connect
+from seedance.node_agent.kube import NodePods, connect
 from seedance.node_agent.metrics import NodeAgentMetrics
 from seedance.node_agent.mig import MigApplier, MigBackend, NvmlMigBackend
 from seedance.node_agent.nvml import NvmlNode
@@ -120,10 +121,11 @@ class NodeAgentService:
         await self._rt.start()
         self._feed = PlacementFeed(self._rt.bus, self._s.node_name)
         await self._feed.start()
+        pods = NodePods(self._kube, self._s.node_name)
         self._allocator = PlacementAllocator(
             node=self._s.node_name,
             book=self._feed.book,
-            pending=PendingPods(self._kube, self._s.node_name).list,
+            pending=pods.pending,
             devices=lambda: self._devices,
         )
         self._feed.on_end = self._allocator.job_ended
@@ -131,6 +133,10 @@ class NodeAgentService:
         # moment a plugin registers, and it must be checked against every placement the
         # stream holds, not refused for one not read yet.
         await self._feed.catch_up()
+        # And once the running pods' grants are rebuilt (checked against that replay): else
+        # the first Allocate could hand a device a running pod holds to another pod. An API
+        # server that does not answer fails the start (the DaemonSet restarts the agent).
+        await self._restore_grants(pods)
         self._labeller = PodLabeller(
             self._pods, self.metrics, known_uuids=self._known_uuids, granted=self._granted
         )
@@ -155,6 +161,18 @@ class NodeAgentService:
         self._rt.loop(self._labels_loop)
         self._rt.loop(self._shares_loop)
         self._rt.loop(self._watch.run)
+
+    async def _restore_grants(self, pods: NodePods) -> None:
+        assert self._allocator is not None
+        restored = self._allocator.restore(await pods.holding(), self._s.resource_names)
+        for r in restored:
+            outcome = "refused" if isinstance(r.result, Refusal) else "restored"
+            self.metrics.restored_grants_total.labels(r.resource, outcome).inc()
+        log.info(
+            "node_agent_grants_restored",
+            restored=sum(not isinstance(r.result, Refusal) for r in restored),
+            refused=sum(isinstance(r.result, Refusal) for r in restored),
+        )
 
     async def _serve_plugin(self, resource: str) -> None:
         assert self._allocator is not None

@@ -1,0 +1,150 @@
+"""The node agent's grants across its own restart: a stopped agent's successor rebuilds them,
+before its plugins register, from the pods the test API server shows running on the node, each
+checked against the slicer's placements replayed from a real nats-server; Allocate then goes
+over the plugin's real unix socket as in the service tests."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seedance.events.slicing import GpuAssignment, PlacementKind
+from seedance.node_agent.core.shares import ProcessSample
+from seedance.testing.kube_api import KubeApiServer, seed
+from seedance.testing.waits import eventually
+from tests.integration.node_agent import test_service
+from tests.integration.node_agent.test_allocation import (
+    UUIDS,
+    annotation,
+    bound_pod,
+    placement,
+    publish,
+)
+from tests.integration.node_agent.test_deviceplugin import FakeKubelet
+from tests.integration.node_agent.test_service import (
+    agent_on,
+    allocate_whole,
+    kube_api,
+    metric_line,
+    whole_gpu_pod,
+)
+
+pytestmark = pytest.mark.integration
+
+# The service tests' fixtures: a plugin directory and a test kubelet serving in it.
+plugin_dir = test_service.plugin_dir
+kubelet = test_service.kubelet
+
+RESTORED = 'seedance_node_agent_restored_grants_total{outcome="%s",resource="nvidia.com/gpu"}'
+
+
+def kubelet_started(api: KubeApiServer, name: str) -> None:
+    """The pod's status as the kubelet reports it once its container runs."""
+    current = api.api.get(api.api.resolve("", "v1", "pods"), "team-a", name)
+    running = {
+        "name": "main",
+        "ready": True,
+        "restartCount": 0,
+        "image": "registry.example/job:1",
+        "imageID": "",
+        "started": True,
+        "state": {"running": {"startedAt": "2026-12-02T01:00:05Z"}},
+    }
+    status = {**current["status"], "phase": "Running", "containerStatuses": [running]}
+    seed.set_status(api, "", "v1", "pods", "team-a", name, status)
+
+
+async def test_a_restarted_agent_keeps_a_running_pods_grant_and_refuses_its_gpu_to_another(
+    nats_url: str,
+    bus: Any,
+    kubelet: FakeKubelet,
+    plugin_dir: str,
+    tmp_path: Path,
+) -> None:
+    async with kube_api(tmp_path) as (api, api_client):
+        async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
+            holder = await whole_gpu_pod(bus, api, api_client, "a", 1)
+
+            async def granted() -> bool:
+                return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[1]}
+
+            await eventually(granted, what="pod a granted GPU 1")
+        kubelet_started(api, "a")  # its container runs while no agent does
+        # Pod b's claim of GPU 1 passes every check but exclusivity: the slicer's book holds a
+        # placement of b on GPU 1 as well (a double booking, or a claim copied from one).
+        # Without the rebuilt grant the new agent would hand b pod a's GPU.
+        await whole_gpu_pod(bus, api, api_client, "b", 1)
+        answers: list[dict[str, str] | str] = []
+
+        async def allocate_at_once(request: Any) -> None:
+            # The kubelet's first Allocate the moment the plugin registers: the grants must
+            # be rebuilt by then.
+            if request.resource_name == "nvidia.com/gpu":
+                answers.append(await allocate_whole(plugin_dir))
+
+        kubelet.on_register = allocate_at_once
+        async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
+            assert answers == [
+                f"pod team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
+            ]
+            assert await metric_line(a, RESTORED % "restored" + " 1.0")
+            assert not await metric_line(a, RESTORED % "refused")
+            # The rebuilt grant keeps pod a's name: its measured share is labelled with it.
+            (a.proc / "4343").mkdir(parents=True)
+            (a.proc / "4343" / "cgroup").write_text(
+                "0::/kubepods.slice/kubepods-pod"
+                f"{holder.replace('-', '_')}.slice/cri-containerd-{'d' * 64}.scope\n"
+            )
+            now_us = int(time.time() * 1e6)  # NVML's stamps: ahead of the agent's periods
+            a.nvml.samples = [ProcessSample(4343, 40.0, 10.0, now_us + 300_000)]
+            share = (
+                f'seedance_node_agent_pod_sm_share_ratio{{UUID="{UUIDS[1]}",container="",'
+                'namespace="team-a",pod="a"} 0.4'
+            )
+            await eventually(lambda: metric_line(a, share), what="pod a's share, by its name")
+
+
+async def test_a_running_pod_without_the_slicers_placement_is_not_granted_at_start(
+    nats_url: str,
+    bus: Any,
+    kubelet: FakeKubelet,
+    plugin_dir: str,
+    tmp_path: Path,
+) -> None:
+    async with kube_api(tmp_path) as (api, api_client):
+        # Pod n claims GPU 3 under a placement the slicer never made.
+        def never_placed(uid: str) -> str:
+            ev = placement(uid, PlacementKind.WHOLE, [GpuAssignment(index=3, uuid=UUIDS[3])])
+            return annotation(uid, ev)
+
+        await bound_pod(api, api_client, "n", {"nvidia.com/gpu": "1"}, never_placed)
+        # Pod s claims GPU 3 under its job's placement that the slicer has since replaced.
+        held: dict[str, Any] = {}
+
+        def stale(uid: str) -> str:
+            held["old"] = placement(
+                uid, PlacementKind.WHOLE, [GpuAssignment(index=3, uuid=UUIDS[3])]
+            )
+            return annotation(uid, held["old"])
+
+        s = await bound_pod(api, api_client, "s", {"nvidia.com/gpu": "1"}, stale)
+        await publish(bus, held["old"])
+        await publish(
+            bus, placement(s, PlacementKind.WHOLE, [GpuAssignment(index=0, uuid=UUIDS[0])])
+        )
+        kubelet_started(api, "n")
+        kubelet_started(api, "s")
+
+        async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
+            assert await metric_line(a, RESTORED % "refused" + " 2.0")
+            assert not await metric_line(a, RESTORED % "restored")
+            # Neither holds GPU 3: a pod the slicer placed there is granted it.
+            await whole_gpu_pod(bus, api, api_client, "t", 3)
+
+            async def granted() -> bool:
+                return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
+
+            await eventually(granted, what="pod t granted GPU 3")

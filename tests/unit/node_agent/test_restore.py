@@ -1,0 +1,105 @@
+"""Grants rebuilt at start: which pods the API server shows past Allocate, and each pod's
+claim checked as Allocate checks it (a gone or stale placement, or a device already held, is
+not granted)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from seedance.events.slicing import GpuAssignment, PlacementKind
+from seedance.node_agent.allocator import PlacementAllocator
+from seedance.node_agent.core.placement import PodView, Refusal
+from seedance.node_agent.kube import holds_devices
+from tests.unit.node_agent.test_placement import DEVICES, NODE, book, placed, pod
+
+RUNNING = {"running": {"startedAt": "2026-12-02T01:00:00Z"}}
+WAITING = {"waiting": {"reason": "ContainerCreating"}}
+DONE = {"terminated": {"exitCode": 0}}
+
+
+def status(phase: str, **statuses: Any) -> dict[str, Any]:
+    return {"status": {"phase": phase, **{k: [{"state": s}] for k, s in statuses.items()}}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "holds"),
+    [
+        (status("Running"), True),
+        (status("Pending", containerStatuses=RUNNING), True),
+        (status("Pending", initContainerStatuses=DONE, containerStatuses=WAITING), True),
+        (status("Pending", initContainerStatuses=RUNNING), True),
+        (status("Pending", containerStatuses=WAITING), False),  # may be before Allocate
+        (status("Pending"), False),
+        (status("Succeeded", containerStatuses=DONE), False),
+        (status("Failed", containerStatuses=DONE), False),
+        (status("Unknown"), False),
+        ({}, False),
+    ],
+)
+def test_which_pods_hold_devices(obj: dict[str, Any], holds: bool) -> None:
+    assert holds_devices(obj) is holds
+
+
+GPU = {"nvidia.com/gpu": 1}
+
+
+def whole(job: str, index: int, pid: str = "p1") -> Any:
+    return placed(
+        job, PlacementKind.WHOLE, [GpuAssignment(index=index, uuid=DEVICES.gpus[index])], pid
+    )
+
+
+def allocator(*evs: Any) -> PlacementAllocator:
+    async def pending() -> list[PodView]:
+        return []
+
+    return PlacementAllocator(node=NODE, book=book(*evs), pending=pending, devices=lambda: DEVICES)
+
+
+def test_restored_grants_are_held_and_named() -> None:
+    ev = whole("a", 0)
+    alloc = allocator(ev)
+    (r,) = alloc.restore([pod("a", ev, requests=GPU)], ["nvidia.com/gpu"])
+    assert r.resource == "nvidia.com/gpu"
+    assert not isinstance(r.result, Refusal)
+    assert r.result.uuids == ("GPU-a",)
+    assert alloc.allocations.granted("a") == r.result
+    assert alloc.names_by_uid() == {"a": ("ns", "a")}
+    assert alloc.granted_by_pod() == {("ns", "a"): ("GPU-a",)}
+    alloc.job_ended("a")  # the slicer released it: the device is free again
+    assert alloc.allocations.granted("a") is None
+
+
+def test_a_gone_or_stale_placement_is_not_restored() -> None:
+    old, newer = whole("s", 0, "p-old"), whole("s", 1, "p-new")
+    alloc = allocator(old, newer)
+    gone = pod("n", whole("n", 0), requests=GPU)  # the slicer never placed job n
+    got = alloc.restore([gone, pod("s", old, requests=GPU)], ["nvidia.com/gpu"])
+    reasons = {r.pod.uid: r.result.reason for r in got if isinstance(r.result, Refusal)}
+    assert "holds no placement of job n" in reasons["n"]
+    assert "stale placement p-old" in reasons["s"]
+    assert alloc.allocations.granted("n") is None
+    assert alloc.allocations.granted("s") is None
+    assert alloc.names_by_uid() == {}
+
+
+def test_of_two_pods_claiming_one_gpu_the_older_keeps_it() -> None:
+    a, b = whole("a", 0, "pa"), whole("b", 0, "pb")  # a double booking in the slicer's book
+    alloc = allocator(a, b)
+    older = replace(pod("b", b, requests=GPU), bound_at="2026-12-02T01:00:00Z")
+    newer = replace(pod("a", a, requests=GPU), bound_at="2026-12-02T02:00:00Z")
+    first, second = alloc.restore([newer, older], ["nvidia.com/gpu"])
+    assert first.pod.uid == "b"
+    assert not isinstance(first.result, Refusal)
+    assert isinstance(second.result, Refusal)
+    assert "already allocated to pod(s) ['b']" in second.result.reason
+
+
+def test_a_pod_asking_for_no_served_resource_was_never_this_agents() -> None:
+    ev = whole("a", 0)
+    alloc = allocator(ev)
+    assert alloc.restore([pod("a", ev, requests={"example.com/fpga": 1})], ["nvidia.com/gpu"]) == []
+    assert alloc.allocations.granted("a") is None
