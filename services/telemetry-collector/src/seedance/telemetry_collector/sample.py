@@ -79,7 +79,8 @@ class GpuSample(SlowFields, frozen=True, kw_only=True):
     ``gpu_util_ratio`` is NVML's "utilisation" (share of time any kernel ran), which reads 16 %
     for a GPU running one tiny kernel; ``sm_active_ratio`` (GPM, Hopper and newer) is the share
     of SM cycles with work, i.e. how busy the GPU really is. Prefer the latter where present.
-    ``power_w`` is NVML's reading (a 1 s average on Ampere and newer except GA100);
+    ``power_w`` is NVML's reading (a 1 s average on Ampere and newer except GA100, so the
+    NVML backend reads it once a second);
     ``power_from_energy_w`` is the mean power between the last two energy-counter reads.
     """
 
