@@ -223,6 +223,30 @@ def test_power_is_read_once_a_second_on_a_fixed_grid() -> None:
         NvmlBackend("node-1", power_interval_s=-1.0)
 
 
+def test_the_latest_power_reading_is_carried_and_a_pause_restarts_the_grid() -> None:
+    """Between reads a sample carries the latest reading (an unsupported one as absent, not
+    the one before); after a pause of a whole interval or more the next tick reads at once and
+    the grid starts again from it."""
+    api = ReplayNvmlApi(h100_nvlink_xid())
+    backend = NvmlBackend("node-1", api, costly_interval_s=0.0, power_interval_s=1.0)
+    backend.inventory()
+    api.push("nvmlDeviceGetPowerUsage", ["gpu0"], ok=400_000)
+    assert backend.sample_fast(10.0)[0].power_w == pytest.approx(400.0)
+    api.push("nvmlDeviceGetPowerUsage", ["gpu0"], ok=500_000)
+    assert backend.sample_fast(10.5)[0].power_w == pytest.approx(400.0)  # carried, not re-read
+    assert backend.sample_fast(11.0)[0].power_w == pytest.approx(500.0)
+    api.push("nvmlDeviceGetPowerUsage", ["gpu0"], err=pynvml.NVML_ERROR_NOT_SUPPORTED)
+    assert backend.sample_fast(12.0)[0].power_w is None
+    assert backend.sample_fast(12.9)[0].power_w is None  # the absent reading is carried
+    api.push("nvmlDeviceGetPowerUsage", ["gpu0"], ok=600_000)
+    assert backend.sample_fast(20.3)[0].power_w == pytest.approx(600.0)  # after a pause
+    reads = api.calls.count("nvmlDeviceGetPowerUsage")
+    backend.sample_fast(21.2)  # the old grid (21.0) is gone: next read at 21.3
+    assert api.calls.count("nvmlDeviceGetPowerUsage") == reads
+    backend.sample_fast(21.3)
+    assert api.calls.count("nvmlDeviceGetPowerUsage") == reads + 2  # both GPUs
+
+
 def test_costly_reads_keep_their_own_cadence_and_memory_falls_back_to_v2() -> None:
     """Energy, ECC and GPM are read on the first slow read and again only once the costly
     interval has passed; between, a slow reading carries their last values. A driver that

@@ -11,10 +11,13 @@ latest driver sample before it. A 1 s average tracks (a) and not (b); an instant
 the other way round. Last line:
 
     nvml_power: usage_vs_1s_mean_w_p50=<n> usage_vs_latest_sample_w_p50=<n> \
-                usage_step_w_p50=<n> sample_step_w_p50=<n> readings=<n> samples=<n>
+                usage_step_w_p50=<n> sample_step_w_p50=<n> usage_changes_every_ms_p50=<n> \
+                readings=<n> samples=<n>
 
 (``*_step_*``: the median change between successive readings, 20 ms apart, and between
-successive driver samples.) Same ``PYTHONPATH`` as ``make bench-nvml-shares``.
+successive driver samples; ``usage_changes_every_ms_p50``: the median time between changes of
+the reading, i.e. how often NVML refreshes the average.) Same ``PYTHONPATH`` as
+``make bench-nvml-shares``.
 """
 
 from __future__ import annotations
@@ -53,6 +56,13 @@ def _steps(values: list[float]) -> float:
     return statistics.median(abs(b - a) for a, b in itertools.pairwise(values))
 
 
+def _change_ms(readings: list[tuple[int, float]]) -> float:
+    """Median time between changes of the reading (ms): how often NVML refreshes it."""
+    at = [t for (t, w), (_, prev) in zip(readings[1:], readings, strict=False) if w != prev]
+    gaps = [(b - a) / 1000.0 for a, b in itertools.pairwise(at)]
+    return statistics.median(gaps) if gaps else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=6.0, help="how long to read")
@@ -65,14 +75,18 @@ def main() -> None:
     try:
         time.sleep(2.0)
         readings, samples = _read(n, h, args.seconds)
+    except n.NVMLError as exc:
+        raise SystemExit(f"nvml_power: NVML's power readings or samples: {exc}") from None
     finally:
         for p in procs:
             p.kill()
     driver = sorted({(int(s.timeStamp), s.sampleValue.uiVal / 1000.0) for s in samples})
+    if not driver:
+        raise SystemExit("nvml_power: the driver returned no power samples")
     vs_mean, vs_latest = [], []
     for at, watts in readings:
         window = [w for t, w in driver if at - 1_000_000 <= t <= at]
-        if at - 1_000_000 < driver[0][0] or not window:
+        if not window or at - 1_000_000 < driver[0][0]:
             continue  # the samples do not reach a whole second back from this reading
         vs_mean.append(abs(watts - statistics.fmean(window)))
         vs_latest.append(abs(watts - window[-1]))
@@ -83,6 +97,7 @@ def main() -> None:
         f"usage_vs_latest_sample_w_p50={statistics.median(vs_latest):.1f} "
         f"usage_step_w_p50={_steps([w for _, w in readings]):.1f} "
         f"sample_step_w_p50={_steps([w for _, w in driver]):.1f} "
+        f"usage_changes_every_ms_p50={_change_ms(readings):.0f} "
         f"readings={len(vs_mean)} samples={len(driver)}"
     )
 

@@ -21,7 +21,7 @@ periods), and the difference; then the attributed sum against the device's utili
 collector's own ``gpu_util_ratio`` readings over the same window); then, as the last line:
 
     nvml: fast_us_p90_under_load=<n> collector_cpu_ms_per_gpu_s_10hz=<n> raw_calls_us=<n> \
-          floor_cpu_ms_per_gpu_s_10hz=<n> collector_vs_floor=<n> gpus=<n> gpus_as=<n>
+          floor_cpu_ms_per_gpu_s_10hz=<n> collector_vs_floor=<n> gpus=<n> gpus_as=<n> power_s=<n>
 
 - ``fast_us_p90_under_load``: thread CPU µs of one ``sample_fast`` per GPU (the executor
   thread's ``time.thread_time()`` around the call), p90 over the 10 Hz ticks under load (goal
@@ -591,7 +591,7 @@ def _run(args: argparse.Namespace) -> None:
         f"nvml: fast_us_p90_under_load={fast_p90:.1f} "
         f"collector_cpu_ms_per_gpu_s_10hz={cpu_ms:.3f} raw_calls_us={raw:.1f} "
         f"floor_cpu_ms_per_gpu_s_10hz={floor:.3f} collector_vs_floor={cpu_ms / floor:.2f} "
-        f"gpus={n_gpus} gpus_as={coll['gpus_as']}"
+        f"gpus={n_gpus} gpus_as={coll['gpus_as']} power_s={args.power_s:g}"
     )
 
 

@@ -104,8 +104,9 @@ class NvmlBackend:
     then on the first slow read at least that long after the last (30 s is dcgm-exporter's
     default collection interval); between them a slow reading carries their latest values.
     ``power_interval_s`` is the cadence of the power read within the fast reads: NVML's power
-    draw is a 1 s average on Ampere and newer except GA100 (its documentation), so a 10 Hz
-    read returns the same average ten times; between reads a sample carries the latest one.
+    draw is a 1 s average on Ampere and newer except GA100 (its documentation), so reading it
+    more often re-reads an average over mostly the same second; between reads a sample carries
+    the latest one.
     """
 
     def __init__(

@@ -32,7 +32,8 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: first slow read this long after the last (dcgm-exporter collects every 30 s); nvml only.
     costly_interval_s: float = 30.0
     #: Seconds between NVML power reads, made on the first tick at or after each (NVML's power
-    #: draw is a 1 s average on Ampere and newer except GA100: a faster read repeats it); nvml.
+    #: draw is a 1 s average on Ampere and newer except GA100, so a faster read mostly re-reads
+    #: the same second); nvml.
     power_interval_s: float = 1.0
     #: This node's name in subjects and events (nvml); the host name when empty.
     node_name: str = ""
