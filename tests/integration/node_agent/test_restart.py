@@ -1,18 +1,25 @@
 """The node agent's grants across its own restart: a stopped agent's successor rebuilds them,
-before its plugins register, from the pods the test API server shows running on the node, each
+before its plugins register, from the pods the test API server shows running on the node and
+those the test kubelet's pod-resources List (a real unix socket) reports holding devices, each
 checked against the slicer's placements replayed from a real nats-server; Allocate then goes
 over the plugin's real unix socket as in the service tests."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from seedance.events.slicing import GpuAssignment, PlacementKind
 from seedance.node_agent.core.shares import ProcessSample
+from seedance.node_agent.podresources import api_pb2, api_pb2_grpc
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.waits import eventually
 from tests.integration.node_agent import test_service
@@ -24,6 +31,7 @@ from tests.integration.node_agent.test_allocation import (
     publish,
 )
 from tests.integration.node_agent.test_deviceplugin import FakeKubelet
+from tests.integration.node_agent.test_podresources import FakeKubeletPodResources
 from tests.integration.node_agent.test_service import (
     agent_on,
     allocate_whole,
@@ -39,6 +47,56 @@ plugin_dir = test_service.plugin_dir
 kubelet = test_service.kubelet
 
 RESTORED = 'seedance_node_agent_restored_grants_total{outcome="%s",resource="nvidia.com/gpu"}'
+UNREACHABLE = 'seedance_node_agent_pod_resources_failures_total{use="restore"}'
+
+
+@pytest.fixture
+def pod_resources_socket() -> Iterator[str]:
+    # Its own directory, as the kubelet's: not the plugin directory a kubelet restart empties.
+    path = tempfile.mkdtemp(prefix="prs-")
+    yield os.path.join(path, "kubelet.sock")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def pod_resources(pod_resources_socket: str) -> AsyncIterator[FakeKubeletPodResources]:
+    """The test kubelet's pod-resources List over a real unix socket; it reports no pod until
+    a test says which."""
+    fake = FakeKubeletPodResources()
+    fake.pods = []
+    server = grpc.aio.server()
+    api_pb2_grpc.add_PodResourcesListerServicer_to_server(fake, server)
+    server.add_insecure_port(f"unix://{pod_resources_socket}")
+    await server.start()
+    yield fake
+    await server.stop(grace=None)
+
+
+def kubelet_pulling(api: KubeApiServer, name: str) -> None:
+    """The pod's status as the kubelet reports it once admitted (its devices allocated) while
+    its image is pulled: Pending, its container waiting."""
+    current = api.api.get(api.api.resolve("", "v1", "pods"), "team-a", name)
+    waiting = {
+        "name": "main",
+        "ready": False,
+        "restartCount": 0,
+        "image": "registry.example/job:1",
+        "imageID": "",
+        "started": False,
+        "state": {"waiting": {"reason": "ContainerCreating"}},
+    }
+    status = {**current["status"], "phase": "Pending", "containerStatuses": [waiting]}
+    seed.set_status(api, "", "v1", "pods", "team-a", name, status)
+
+
+def kubelet_assigned(name: str, resource: str, *device_ids: str) -> api_pb2.PodResources:
+    """A pod as the kubelet's pod-resources List reports it: its container's devices."""
+    devices = api_pb2.ContainerDevices(resource_name=resource, device_ids=list(device_ids))
+    return api_pb2.PodResources(
+        name=name,
+        namespace="team-a",
+        containers=[api_pb2.ContainerResources(name="main", devices=[devices])],
+    )
 
 
 def kubelet_started(api: KubeApiServer, name: str) -> None:
@@ -92,6 +150,8 @@ async def test_a_restarted_agent_keeps_a_running_pods_grant_and_refuses_its_gpu_
             ]
             assert await metric_line(a, RESTORED % "restored" + " 1.0")
             assert not await metric_line(a, RESTORED % "refused")
+            # No pod-resources socket here: the kubelet's view was missed, and counted.
+            assert await metric_line(a, UNREACHABLE + " 1.0")
             # The rebuilt grant keeps pod a's name: its measured share is labelled with it.
             (a.proc / "4343").mkdir(parents=True)
             (a.proc / "4343" / "cgroup").write_text(
@@ -148,3 +208,83 @@ async def test_a_running_pod_without_the_slicers_placement_is_not_granted_at_sta
                 return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
 
             await eventually(granted, what="pod t granted GPU 3")
+
+
+async def test_a_pod_the_kubelet_allocated_whose_container_waits_keeps_its_grant(
+    nats_url: str,
+    bus: Any,
+    kubelet: FakeKubelet,
+    plugin_dir: str,
+    tmp_path: Path,
+    pod_resources: FakeKubeletPodResources,
+    pod_resources_socket: str,
+) -> None:
+    async with kube_api(tmp_path) as (api, api_client):
+        async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
+            holder = await whole_gpu_pod(bus, api, api_client, "a", 1)
+
+            async def granted() -> bool:
+                return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[1]}
+
+            await eventually(granted, what="pod a granted GPU 1")
+        # Pod a's image is still pulling while no agent runs: the API server shows it Pending
+        # with its container waiting (as a pod not yet allocated is); only the kubelet's
+        # pod-resources List says it holds a GPU.
+        kubelet_pulling(api, "a")
+        pod_resources.pods = [kubelet_assigned("a", "nvidia.com/gpu", UUIDS[1])]
+        # Pod b claims GPU 1 too (a double booking in the slicer's book). Without pod a's
+        # grant rebuilt, the next Allocate of one GPU takes pod a again (the older pending
+        # pod) and hands out GPU 1 as if it were free.
+        await whole_gpu_pod(bus, api, api_client, "b", 1)
+        answers: list[dict[str, str] | str] = []
+
+        async def allocate_at_once(request: Any) -> None:
+            if request.resource_name == "nvidia.com/gpu":
+                answers.append(await allocate_whole(plugin_dir))
+
+        kubelet.on_register = allocate_at_once
+        async with agent_on(
+            api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, pod_resources_socket
+        ) as a:
+            assert answers == [
+                f"pod team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
+            ]
+            assert await metric_line(a, RESTORED % "restored" + " 1.0")
+            assert not await metric_line(a, UNREACHABLE)
+
+
+async def test_a_kubelet_reported_pod_is_checked_and_only_for_served_resources(
+    nats_url: str,
+    bus: Any,
+    kubelet: FakeKubelet,
+    plugin_dir: str,
+    tmp_path: Path,
+    pod_resources: FakeKubeletPodResources,
+    pod_resources_socket: str,
+) -> None:
+    async with kube_api(tmp_path) as (api, api_client):
+        # Pod n claims GPU 2 under a placement the slicer never made; the kubelet reports it
+        # holding a GPU (it may: Allocate is what refuses it) while its container waits.
+        def never_placed(uid: str) -> str:
+            ev = placement(uid, PlacementKind.WHOLE, [GpuAssignment(index=2, uuid=UUIDS[2])])
+            return annotation(uid, ev)
+
+        await bound_pod(api, api_client, "n", {"nvidia.com/gpu": "1"}, never_placed)
+        # Pod m has the slicer's placement of GPU 0, but the kubelet reports it holding only
+        # a resource this agent does not serve: not past this agent's Allocate.
+        await whole_gpu_pod(bus, api, api_client, "m", 0)
+        for name in ("n", "m"):
+            kubelet_pulling(api, name)
+        pod_resources.pods = [
+            kubelet_assigned("n", "nvidia.com/gpu", UUIDS[2]),
+            kubelet_assigned("m", "example.com/rdma", "mlx5_0"),
+            # One the API server does not have on this node: nothing to look for.
+            kubelet_assigned("elsewhere", "nvidia.com/gpu", UUIDS[3]),
+        ]
+        async with agent_on(
+            api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, pod_resources_socket
+        ) as a:
+            # n's claim is checked against the slicer's book, not taken from its annotation.
+            assert await metric_line(a, RESTORED % "refused" + " 1.0")
+            assert not await metric_line(a, RESTORED % "restored")
+            assert not await metric_line(a, UNREACHABLE)

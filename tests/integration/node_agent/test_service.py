@@ -128,13 +128,15 @@ async def agent_on(
     kubelet: FakeKubelet,
     plugin_dir: str,
     tmp_path: Path,
+    pod_resources_socket: str | None = None,
 ) -> AsyncIterator[Agent]:
-    """An agent started against ``api`` and running; stopped and closed after the block."""
+    """An agent started against ``api`` and running; stopped and closed after the block. The
+    kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one."""
     settings = NodeAgentSettings(
         node_name=NODE,
         device_plugin_dir=plugin_dir,
         http_port=0,
-        pod_resources_socket=os.path.join(plugin_dir, "absent.sock"),
+        pod_resources_socket=pod_resources_socket or os.path.join(plugin_dir, "absent.sock"),
         shares_interval_s=0.1,
         labels_interval_s=0.5,
         kubelet_poll_interval_s=0.05,

@@ -81,7 +81,7 @@ class PlacementAllocator:
         return out
 
     def restore(self, pods: Sequence[PodView], resources: Collection[str]) -> list[Restored]:
-        """Grant again what ``pods`` (already past Allocate: ``kube.holds_devices``) hold, each
+        """Grant again what ``pods`` (already past Allocate: ``kube.NodePods.holding``) hold, each
         checked as Allocate checks it; a pod whose placement is gone or stale is not granted.
         Oldest first, as Allocate takes them: of two pods claiming one device, the older keeps
         it. Pods asking for none of ``resources`` were never this agent's to grant."""

@@ -5,14 +5,16 @@ Owns the two queries the agent makes, as ``PodView``s (uid, node, the annotation
 the extended resources the containers request): the pods Allocate may be meant for, as HAMi's
 device plugin finds them (bound to this node and still Pending), and, at start, the pods that
 already hold devices the kubelet granted (``holds_devices``: Running, or Pending with a
-container that has started). It must not decide which pod is meant, nor trust the
-annotation: that is ``core.placement``.
+container that has started; or one the kubelet's pod-resources ``List`` names, found here by
+namespace and name). It must not decide which pod is meant, nor trust the annotation: that is
+``core.placement``.
 """
 
 from __future__ import annotations
 
 import decimal
 import json
+from collections.abc import Collection
 from typing import Any
 
 from kubernetes_asyncio import client, config
@@ -134,6 +136,11 @@ def _annotated(pod: dict[str, Any]) -> bool:
     return ANNOTATION_PLACEMENT in ((pod.get("metadata") or {}).get("annotations") or {})
 
 
+def _named(pod: dict[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
 class NodePods:
     """Lists this node's annotated pods through an ``ApiClient`` (the caller owns it)."""
 
@@ -146,10 +153,16 @@ class NodePods:
         items = await self._list("status.phase=Pending")
         return [pod_view(p) for p in items if _annotated(p)]
 
-    async def holding(self) -> list[PodView]:
-        """The pods that hold devices already (``holds_devices``); terminated ones do not."""
+    async def holding(self, allocated: Collection[tuple[str, str]] = ()) -> list[PodView]:
+        """The pods that hold devices already: ``holds_devices``, or named (namespace, name) in
+        ``allocated`` (the pods the kubelet reports holding devices, which include those whose
+        containers have not started); terminated ones do not."""
         items = await self._list("status.phase!=Succeeded,status.phase!=Failed")
-        return [pod_view(p) for p in items if _annotated(p) and holds_devices(p)]
+        return [
+            pod_view(p)
+            for p in items
+            if _annotated(p) and (holds_devices(p) or _named(p) in allocated)
+        ]
 
     async def _list(self, phases: str) -> list[dict[str, Any]]:
         resp: Any = await self._core.list_pod_for_all_namespaces(

@@ -30,6 +30,14 @@ class NodeAgentMetrics:
             ["resource", "outcome"],
             registry=registry,
         )
+        self.pod_resources_failures_total = Counter(
+            "seedance_node_agent_pod_resources_failures_total",
+            "Calls to the kubelet's pod-resources List that failed (socket absent, kubelet "
+            "down or slow), by use (restore: the grants rebuilt at start from the API server's "
+            "view alone; labels: that refresh skipped).",
+            ["use"],
+            registry=registry,
+        )
         self.plugin_registrations_total = Counter(
             "seedance_node_agent_plugin_registrations_total",
             "Device plugins registered with the kubelet, by resource and reason (start, "

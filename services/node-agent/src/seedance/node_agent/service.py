@@ -3,7 +3,8 @@
 Owns the wiring on one node: the bus (``ServiceRuntime``: health and metrics like every
 service), the slicer's placements (``PlacementFeed``), one kubelet device plugin per resource
 whose Allocate is the ``PlacementAllocator``, registered once the feed's replay is applied and
-the grants of the pods already holding devices are rebuilt, and again whenever the kubelet
+the grants of the pods already holding devices are rebuilt (those the API server shows
+started and those the kubelet's pod-resources ``List`` names), and again whenever the kubelet
 restarts (``KubeletWatch``), MIG plans for this node applied through
 ``MigApplier`` (then the new instances advertised without restarting a plugin), pod labels
 from the kubelet's pod-resources API, and per-pod measured shares from NVML. ``main()`` only
@@ -133,9 +134,10 @@ class NodeAgentService:
         # moment a plugin registers, and it must be checked against every placement the
         # stream holds, not refused for one not read yet.
         await self._feed.catch_up()
-        # And once the running pods' grants are rebuilt (checked against that replay): else
-        # the first Allocate could hand a device a running pod holds to another pod. An API
-        # server that does not answer fails the start (the DaemonSet restarts the agent).
+        # And once the grants of the pods past Allocate are rebuilt (checked against that
+        # replay): else the first Allocate could hand a device such a pod holds to another
+        # pod. An API server that does not answer fails the start (the DaemonSet restarts the
+        # agent); a kubelet that does not answer only narrows the view to the API server's.
         await self._restore_grants(pods)
         self._labeller = PodLabeller(
             self._pods, self.metrics, known_uuids=self._known_uuids, granted=self._granted
@@ -164,7 +166,8 @@ class NodeAgentService:
 
     async def _restore_grants(self, pods: NodePods) -> None:
         assert self._allocator is not None
-        restored = self._allocator.restore(await pods.holding(), self._s.resource_names)
+        allocated = await self._kubelet_allocated()
+        restored = self._allocator.restore(await pods.holding(allocated), self._s.resource_names)
         for r in restored:
             outcome = "refused" if isinstance(r.result, Refusal) else "restored"
             self.metrics.restored_grants_total.labels(r.resource, outcome).inc()
@@ -172,7 +175,22 @@ class NodeAgentService:
             "node_agent_grants_restored",
             restored=sum(not isinstance(r.result, Refusal) for r in restored),
             refused=sum(isinstance(r.result, Refusal) for r in restored),
+            kubelet_reported=len(allocated),
         )
+
+    async def _kubelet_allocated(self) -> set[tuple[str, str]]:
+        """(namespace, name) of the pods the kubelet's pod-resources ``List`` shows holding
+        devices of a served resource: past Allocate even while their containers wait (the API
+        server cannot tell those). Empty when the kubelet does not answer: the restore goes on
+        with the API server's view (a kubelet that comes back is ``KubeletWatch``'s)."""
+        served = set(self._s.resource_names)
+        try:
+            rows = await self._pods.list_pods()
+        except grpc.RpcError as exc:
+            self.metrics.pod_resources_failures_total.labels("restore").inc()
+            log.warning("pod_resources_unreachable", use="restore", error=str(exc))
+            return set()
+        return {(r.namespace, r.pod) for r in rows if r.resource in served and r.device_ids}
 
     async def _serve_plugin(self, resource: str) -> None:
         assert self._allocator is not None
@@ -243,7 +261,8 @@ class NodeAgentService:
             try:
                 await self._labeller.refresh()
             except grpc.RpcError as exc:  # the kubelet restarting: its socket comes back
-                log.warning("pod_resources_unreachable", error=str(exc))
+                self.metrics.pod_resources_failures_total.labels("labels").inc()
+                log.warning("pod_resources_unreachable", use="labels", error=str(exc))
             await self._clock.sleep(self._s.labels_interval_s)
 
     async def _shares_loop(self) -> None:
