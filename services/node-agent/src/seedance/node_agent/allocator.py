@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
+import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from seedance.core.logs import get_logger
 from seedance.node_agent.core.placement import (
     AllocationBook,
@@ -95,7 +98,14 @@ class PlacementAllocator:
         return out
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> ContainerAllocation:
-        pods = await self._pending()
+        try:
+            pods = await self._pending()
+        except (TimeoutError, OSError, ApiException, aiohttp.ClientError) as exc:
+            # The kubelet fails the container with this; it retries the pod on its own.
+            raise AllocationError(
+                f"the API server did not list this node's pending pods ({type(exc).__name__}: "
+                f"{exc}); nothing is allocated"
+            ) from exc
         wanted = len(device_ids)
         candidates = sorted(
             (

@@ -142,11 +142,18 @@ def _named(pod: dict[str, Any]) -> tuple[str, str]:
 
 
 class NodePods:
-    """Lists this node's annotated pods through an ``ApiClient`` (the caller owns it)."""
+    """Lists this node's annotated pods through an ``ApiClient`` (the caller owns it).
 
-    def __init__(self, api_client: Any, node: str) -> None:
+    Each list is bounded by ``timeout_s`` (kubernetes_asyncio's default has none): an API server
+    that accepts but never answers fails the agent's start, and the DaemonSet restarts it,
+    instead of leaving it alive with no plugin registered; an Allocate then fails with the
+    reason instead of hanging until the kubelet's own deadline.
+    """
+
+    def __init__(self, api_client: Any, node: str, *, timeout_s: float = 10.0) -> None:
         self._core = client.CoreV1Api(api_client)
         self._node = node
+        self._timeout_s = timeout_s
 
     async def pending(self) -> list[PodView]:
         """The pods Allocate may be meant for: bound here, Pending."""
@@ -166,7 +173,9 @@ class NodePods:
 
     async def _list(self, phases: str) -> list[dict[str, Any]]:
         resp: Any = await self._core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self._node},{phases}", _preload_content=False
+            field_selector=f"spec.nodeName={self._node},{phases}",
+            _preload_content=False,
+            _request_timeout=self._timeout_s,
         )
         try:
             body = await resp.json()
