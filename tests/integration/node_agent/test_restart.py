@@ -72,21 +72,26 @@ async def pod_resources(pod_resources_socket: str) -> AsyncIterator[FakeKubeletP
     await server.stop(grace=None)
 
 
-def kubelet_pulling(api: KubeApiServer, name: str) -> None:
-    """The pod's status as the kubelet reports it once admitted (its devices allocated) while
-    its image is pulled: Pending, its container waiting."""
+def _kubelet_status(api: KubeApiServer, name: str, phase: str, state: dict[str, Any]) -> None:
+    """Write the pod's status as the kubelet would: ``phase`` and its one container's state."""
     current = api.api.get(api.api.resolve("", "v1", "pods"), "team-a", name)
-    waiting = {
+    container = {
         "name": "main",
-        "ready": False,
+        "ready": "running" in state,
         "restartCount": 0,
         "image": "registry.example/job:1",
         "imageID": "",
-        "started": False,
-        "state": {"waiting": {"reason": "ContainerCreating"}},
+        "started": "running" in state,
+        "state": state,
     }
-    status = {**current["status"], "phase": "Pending", "containerStatuses": [waiting]}
+    status = {**current["status"], "phase": phase, "containerStatuses": [container]}
     seed.set_status(api, "", "v1", "pods", "team-a", name, status)
+
+
+def kubelet_pulling(api: KubeApiServer, name: str) -> None:
+    """The pod's status as the kubelet reports it once admitted (its devices allocated) while
+    its image is pulled: Pending, its container waiting."""
+    _kubelet_status(api, name, "Pending", {"waiting": {"reason": "ContainerCreating"}})
 
 
 def kubelet_assigned(name: str, resource: str, *device_ids: str) -> api_pb2.PodResources:
@@ -101,18 +106,7 @@ def kubelet_assigned(name: str, resource: str, *device_ids: str) -> api_pb2.PodR
 
 def kubelet_started(api: KubeApiServer, name: str) -> None:
     """The pod's status as the kubelet reports it once its container runs."""
-    current = api.api.get(api.api.resolve("", "v1", "pods"), "team-a", name)
-    running = {
-        "name": "main",
-        "ready": True,
-        "restartCount": 0,
-        "image": "registry.example/job:1",
-        "imageID": "",
-        "started": True,
-        "state": {"running": {"startedAt": "2026-12-02T01:00:05Z"}},
-    }
-    status = {**current["status"], "phase": "Running", "containerStatuses": [running]}
-    seed.set_status(api, "", "v1", "pods", "team-a", name, status)
+    _kubelet_status(api, name, "Running", {"running": {"startedAt": "2026-12-02T01:00:05Z"}})
 
 
 async def test_a_restarted_agent_keeps_a_running_pods_grant_and_refuses_its_gpu_to_another(
