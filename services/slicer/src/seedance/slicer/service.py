@@ -140,6 +140,7 @@ class SlicerService(Lifecycle):
         self._state_rev: int | None = None
         self._lease: Lease | None = None
         self._stopping = asyncio.Event()
+        self._restored = False  # this term's state restored (see ``leading``)
         self._consumers = [
             self._consume("slicer-inventory", NodeInventory | GpuHealth),
             self._consume("slicer-pauses", PauseRequest),
@@ -165,7 +166,10 @@ class SlicerService(Lifecycle):
 
     @property
     def leading(self) -> bool:
-        return self._lease is not None and self._lease.held
+        """The lease is ours and the state is restored under it: the scheduler, its policy and
+        the usage it reports are the pool's. (Between the lease and the restore they are not:
+        a usage write or a policy applied then would be the previous term's.)"""
+        return self._restored and self._lease is not None and self._lease.held
 
     async def start(self) -> None:
         await self._rt.start()
@@ -209,6 +213,7 @@ class SlicerService(Lifecycle):
                         await self._lease.acquired.wait()
                 continue
             await self._restore()
+            self._restored = True
             self.metrics.leader.set(1)
             await self._sync_quota()
             for c in self._consumers:
@@ -223,6 +228,7 @@ class SlicerService(Lifecycle):
             for c in self._consumers:
                 c.stop()
             await asyncio.gather(*tasks)
+            self._restored = False
             self.metrics.leader.set(0)
             if not self._stopping.is_set():
                 log.warning("slicer_leadership_lost", pool=self._settings.pool)
