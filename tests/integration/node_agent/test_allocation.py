@@ -56,8 +56,9 @@ def sock_dir() -> Iterator[str]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-async def kube(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, client.ApiClient]]:
+@contextlib.asynccontextmanager
+async def kube_api(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, client.ApiClient]]:
+    """The test API server with the team's namespace and the node, and a client of it."""
     async with KubeApiServer(KubeApiSettings()) as api:
         cfg = client.Configuration()
         await config.load_kube_config(
@@ -67,6 +68,12 @@ async def kube(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, client.ApiC
             seed.namespace(api, "team-a")
             seed.node(api, NODE, gpus=4)
             yield api, api_client
+
+
+@pytest.fixture
+async def kube(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, client.ApiClient]]:
+    async with kube_api(tmp_path) as pair:
+        yield pair
 
 
 def placement(job_id: str, kind: PlacementKind, gpus: list[GpuAssignment], **kw: Any) -> Placement:

@@ -4,6 +4,7 @@ allocatable devices, and the metrics it exports carry dcgm-exporter's Kubernetes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -94,15 +95,24 @@ def sock() -> Iterator[str]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-async def kubelet(sock: str) -> AsyncIterator[FakeKubeletPodResources]:
-    fake = FakeKubeletPodResources()
+@contextlib.asynccontextmanager
+async def serving(fake: FakeKubeletPodResources, sock: str) -> AsyncIterator[None]:
+    """``fake`` as the kubelet's pod-resources API over a real unix socket at ``sock``."""
     server = grpc.aio.server()
     api_pb2_grpc.add_PodResourcesListerServicer_to_server(fake, server)
     server.add_insecure_port(f"unix://{sock}")
     await server.start()
-    yield fake
-    await server.stop(grace=None)
+    try:
+        yield
+    finally:
+        await server.stop(grace=None)
+
+
+@pytest.fixture
+async def kubelet(sock: str) -> AsyncIterator[FakeKubeletPodResources]:
+    fake = FakeKubeletPodResources()
+    async with serving(fake, sock):
+        yield fake
 
 
 async def test_list_get_allocatable_over_the_socket(

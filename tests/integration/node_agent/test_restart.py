@@ -14,12 +14,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from seedance.events.slicing import GpuAssignment, PlacementKind
 from seedance.node_agent.core.shares import ProcessSample
-from seedance.node_agent.podresources import api_pb2, api_pb2_grpc
+from seedance.node_agent.podresources import api_pb2
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.waits import eventually
 from tests.integration.node_agent import test_service
@@ -31,7 +30,7 @@ from tests.integration.node_agent.test_allocation import (
     publish,
 )
 from tests.integration.node_agent.test_deviceplugin import FakeKubelet
-from tests.integration.node_agent.test_podresources import FakeKubeletPodResources
+from tests.integration.node_agent.test_podresources import FakeKubeletPodResources, serving
 from tests.integration.node_agent.test_service import (
     agent_on,
     allocate_whole,
@@ -64,12 +63,8 @@ async def pod_resources(pod_resources_socket: str) -> AsyncIterator[FakeKubeletP
     a test says which."""
     fake = FakeKubeletPodResources()
     fake.pods = []
-    server = grpc.aio.server()
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(fake, server)
-    server.add_insecure_port(f"unix://{pod_resources_socket}")
-    await server.start()
-    yield fake
-    await server.stop(grace=None)
+    async with serving(fake, pod_resources_socket):
+        yield fake
 
 
 def _kubelet_status(api: KubeApiServer, name: str, phase: str, state: dict[str, Any]) -> None:
@@ -109,6 +104,28 @@ def kubelet_started(api: KubeApiServer, name: str) -> None:
     _kubelet_status(api, name, "Running", {"running": {"startedAt": "2026-12-02T01:00:05Z"}})
 
 
+async def wait_granted(plugin_dir: str, gpu: int, pod: str) -> None:
+    """The next pending pod's Allocate of one GPU answers exactly GPU ``gpu``'s UUID."""
+
+    async def granted() -> bool:
+        return await allocate_whole(plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[gpu]}
+
+    await eventually(granted, what=f"pod {pod} granted GPU {gpu}")
+
+
+def first_allocate_answers(kubelet: FakeKubelet, plugin_dir: str) -> list[dict[str, str] | str]:
+    """What one Allocate of a GPU answers when the kubelet sends it the moment the plugin
+    registers (the grants must be rebuilt by then); filled as the registration happens."""
+    answers: list[dict[str, str] | str] = []
+
+    async def allocate_at_once(request: Any) -> None:
+        if request.resource_name == "nvidia.com/gpu":
+            answers.append(await allocate_whole(plugin_dir))
+
+    kubelet.on_register = allocate_at_once
+    return answers
+
+
 async def test_a_restarted_agent_keeps_a_running_pods_grant_and_refuses_its_gpu_to_another(
     nats_url: str,
     bus: Any,
@@ -120,24 +137,13 @@ async def test_a_restarted_agent_keeps_a_running_pods_grant_and_refuses_its_gpu_
         async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
             holder = await whole_gpu_pod(bus, api, api_client, "a", 1)
 
-            async def granted() -> bool:
-                return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[1]}
-
-            await eventually(granted, what="pod a granted GPU 1")
+            await wait_granted(a.plugin_dir, 1, "a")
         kubelet_started(api, "a")  # its container runs while no agent does
         # Pod b's claim of GPU 1 passes every check but exclusivity: the slicer's book holds a
         # placement of b on GPU 1 as well (a double booking, or a claim copied from one).
         # Without the rebuilt grant the new agent would hand b pod a's GPU.
         await whole_gpu_pod(bus, api, api_client, "b", 1)
-        answers: list[dict[str, str] | str] = []
-
-        async def allocate_at_once(request: Any) -> None:
-            # The kubelet's first Allocate the moment the plugin registers: the grants must
-            # be rebuilt by then.
-            if request.resource_name == "nvidia.com/gpu":
-                answers.append(await allocate_whole(plugin_dir))
-
-        kubelet.on_register = allocate_at_once
+        answers = first_allocate_answers(kubelet, plugin_dir)
         async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
             assert answers == [
                 f"pod team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
@@ -198,10 +204,7 @@ async def test_a_running_pod_without_the_slicers_placement_is_not_granted_at_sta
             # Neither holds GPU 3: a pod the slicer placed there is granted it.
             await whole_gpu_pod(bus, api, api_client, "t", 3)
 
-            async def granted() -> bool:
-                return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
-
-            await eventually(granted, what="pod t granted GPU 3")
+            await wait_granted(a.plugin_dir, 3, "t")
 
 
 async def test_a_pod_the_kubelet_allocated_whose_container_waits_keeps_its_grant(
@@ -217,10 +220,7 @@ async def test_a_pod_the_kubelet_allocated_whose_container_waits_keeps_its_grant
         async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
             holder = await whole_gpu_pod(bus, api, api_client, "a", 1)
 
-            async def granted() -> bool:
-                return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[1]}
-
-            await eventually(granted, what="pod a granted GPU 1")
+            await wait_granted(a.plugin_dir, 1, "a")
         # Pod a's image is still pulling while no agent runs: the API server shows it Pending
         # with its container waiting (as a pod not yet allocated is); only the kubelet's
         # pod-resources List says it holds a GPU.
@@ -230,13 +230,7 @@ async def test_a_pod_the_kubelet_allocated_whose_container_waits_keeps_its_grant
         # grant rebuilt, the next Allocate of one GPU takes pod a again (the older pending
         # pod) and hands out GPU 1 as if it were free.
         await whole_gpu_pod(bus, api, api_client, "b", 1)
-        answers: list[dict[str, str] | str] = []
-
-        async def allocate_at_once(request: Any) -> None:
-            if request.resource_name == "nvidia.com/gpu":
-                answers.append(await allocate_whole(plugin_dir))
-
-        kubelet.on_register = allocate_at_once
+        answers = first_allocate_answers(kubelet, plugin_dir)
         async with agent_on(
             api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, pod_resources_socket
         ) as a:

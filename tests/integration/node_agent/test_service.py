@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from seedance.core import ServiceRuntime
 from seedance.core.bus import BusSettings
@@ -33,7 +33,7 @@ from seedance.node_agent.core.shares import ProcessSample
 from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
 from seedance.node_agent.service import NodeAgentService
 from seedance.node_agent.settings import NodeAgentSettings
-from seedance.testing.kube_api import KubeApiServer, KubeApiSettings, seed
+from seedance.testing.kube_api import KubeApiServer
 from seedance.testing.waits import eventually
 from tests.integration.node_agent.test_allocation import (
     NODE,
@@ -42,6 +42,7 @@ from tests.integration.node_agent.test_allocation import (
     UUIDS,
     annotation,
     bound_pod,
+    kube_api,
     placement,
     publish,
 )
@@ -103,20 +104,6 @@ class Agent:
 
 
 Prepare = Callable[[KubeApiServer, client.ApiClient], Awaitable[None]]
-
-
-@contextlib.asynccontextmanager
-async def kube_api(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, client.ApiClient]]:
-    """The test API server with the team's namespace and the node, and a client of it."""
-    async with KubeApiServer(KubeApiSettings()) as api:
-        cfg = client.Configuration()
-        await config.load_kube_config(
-            config_file=str(api.kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg
-        )
-        async with client.ApiClient(configuration=cfg) as api_client:
-            seed.namespace(api, "team-a")
-            seed.node(api, NODE, gpus=4)
-            yield api, api_client
 
 
 @contextlib.asynccontextmanager
