@@ -73,8 +73,10 @@ async def serving(service: Any, stop_timeout_s: float | None = 15.0) -> AsyncIte
         yield service
     finally:
         await service.stop()
-        await asyncio.wait_for(task, timeout=stop_timeout_s)
-        await service.close()
+        try:
+            await asyncio.wait_for(task, timeout=stop_timeout_s)
+        finally:
+            await service.close()  # also after a run that would not end: no leak into the next test
 
 
 @pytest.fixture

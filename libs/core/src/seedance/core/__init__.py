@@ -23,6 +23,7 @@ from seedance.core.errors import (
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.core.retry import RetryPolicy
 from seedance.core.service import Lifecycle, Service, ServiceRuntime, serve
+from seedance.core.tasks import cancel_until_done
 
 __all__ = [
     "MIN_SERVER_VERSION",
@@ -46,6 +47,7 @@ __all__ = [
     "ServiceRuntime",
     "VirtualClock",
     "WallClock",
+    "cancel_until_done",
     "check_server_version",
     "dead_letter_of",
     "serve",

@@ -26,6 +26,7 @@ from seedance.core.errors import BusUnavailable, ServerTooOld
 from seedance.core.http import HealthServer
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
+from seedance.core.tasks import cancel_until_done
 from seedance.events.subjects import consumer
 
 __all__ = [
@@ -183,15 +184,7 @@ class ServiceRuntime(Lifecycle):
             await self._stopped.wait()
             for c in self._consumers:
                 c.stop()
-            for t in loops:
-                t.cancel()
-            # nats-py swallows a CancelledError that lands inside its publish path
-            # (``Client._flush_pending``), so a loop can miss the request: repeat it until
-            # every loop has ended, or the group would wait for that loop forever.
-            while pending := [t for t in loops if not t.done()]:
-                await asyncio.wait(pending, timeout=0.5)
-                for t in pending:
-                    t.cancel()
+            await cancel_until_done(loops)  # a loop can miss one cancel (nats-py)
 
     async def stop(self) -> None:
         """Idempotent; safe before ``start``."""

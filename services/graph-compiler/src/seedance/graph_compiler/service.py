@@ -56,7 +56,15 @@ from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 from prometheus_client import Counter, Histogram
 
-from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime, WallClock
+from seedance.core import (
+    Clock,
+    Delivery,
+    Lifecycle,
+    RetryableError,
+    ServiceRuntime,
+    WallClock,
+    cancel_until_done,
+)
 from seedance.core.kv import ensure_bucket, ensure_object_store
 from seedance.core.logs import get_logger
 from seedance.events import derived_event_id
@@ -160,9 +168,7 @@ class GraphCompilerService(Lifecycle):
 
     async def stop(self) -> None:
         if self._announcer is not None:
-            self._announcer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._announcer
+            await cancel_until_done([self._announcer])  # it publishes: one cancel can be lost
             self._announcer = None
             if self._workers is not None:
                 with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
@@ -464,9 +470,7 @@ class GraphCompilerService(Lifecycle):
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_until_done([task])  # it publishes: one cancel can be lost
 
     def _restart_pool(self) -> None:
         if self._pool is not None:

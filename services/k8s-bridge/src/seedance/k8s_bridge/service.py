@@ -42,7 +42,14 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime
+from seedance.core import (
+    Clock,
+    Delivery,
+    Lifecycle,
+    RetryableError,
+    ServiceRuntime,
+    cancel_until_done,
+)
 from seedance.core.consumer import PullConsumer
 from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
@@ -196,8 +203,7 @@ class BridgeService(Lifecycle):
             await runtime_task
             self._stopping.set()
             await leading
-            for t in (*watches, keeper, executor):
-                t.cancel()
+            await cancel_until_done((*watches, keeper, executor))  # one cancel can be lost
 
     async def stop(self) -> None:
         self._stopping.set()

@@ -52,6 +52,7 @@ from seedance.core import (
     Lifecycle,
     RetryableError,
     ServiceRuntime,
+    cancel_until_done,
 )
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
@@ -194,10 +195,8 @@ class SlicerService(Lifecycle):
             self._stopping.set()
             self._wake.set()
             await leading
-            keeper.cancel()
-            for task in (watch, usage):
-                if task is not None:
-                    task.cancel()
+            # The lease refresh and the usage write publish: one cancel can be lost (nats-py).
+            await cancel_until_done((keeper, watch, usage))
 
     async def _lead(self) -> None:
         """Standby until the lease is ours; lead until it is lost or we stop; repeat."""

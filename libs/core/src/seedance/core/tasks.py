@@ -1,0 +1,30 @@
+"""Ending background tasks for certain.
+
+nats-py swallows a ``CancelledError`` that lands inside its publish path
+(``Client._flush_pending`` catches it and returns), so one ``task.cancel()`` may be lost: a
+``while True`` loop that publishes (a lease refresh, a heartbeat, a KV put) then runs on, and
+whatever awaits it (a ``TaskGroup``, a ``stop``) waits forever. ``cancel_until_done`` repeats
+the request until each task has ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["cancel_until_done"]
+
+
+async def cancel_until_done(
+    tasks: Iterable[asyncio.Future[Any] | None], every_s: float = 0.5
+) -> None:
+    """Cancel ``tasks`` (None entries skipped) and wait until every one has ended, cancelling
+    again every ``every_s`` those still running. Their results and errors stay on them (a
+    ``TaskGroup`` still sees a child's error)."""
+    pending = [t for t in tasks if t is not None and not t.done()]
+    while pending:
+        for t in pending:
+            t.cancel()
+        await asyncio.wait(pending, timeout=every_s)
+        pending = [t for t in pending if not t.done()]
