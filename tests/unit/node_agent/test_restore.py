@@ -4,7 +4,6 @@ not granted)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from seedance.events.slicing import GpuAssignment, PlacementKind
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.placement import PodView, Refusal
-from seedance.node_agent.kube import holds_devices
+from seedance.node_agent.kube import holds_devices, pod_view
 from tests.unit.node_agent.test_placement import DEVICES, NODE, book, placed, pod
 
 RUNNING = {"running": {"startedAt": "2026-12-02T01:00:00Z"}}
@@ -86,11 +85,51 @@ def test_a_gone_or_stale_placement_is_not_restored() -> None:
     assert alloc.names_by_uid() == {}
 
 
+def from_api_server(view: PodView, scheduled_at: str, created_at: str) -> PodView:
+    """``view`` as ``kube.pod_view`` reads it from the API server's object for that pod."""
+    obj = {
+        "metadata": {
+            "uid": view.uid,
+            "namespace": view.namespace,
+            "name": view.name,
+            "creationTimestamp": created_at,
+            "annotations": dict(view.annotations),
+        },
+        "spec": {
+            "nodeName": view.node_name,
+            "containers": [{"name": "c", "resources": {"limits": dict(view.requests)}}],
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {
+                    "type": "Initialized",
+                    "status": "True",
+                    "lastTransitionTime": "2026-12-02T00:00:00Z",
+                },
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at},
+            ],
+        },
+    }
+    return pod_view(obj)
+
+
 def test_of_two_pods_claiming_one_gpu_the_older_keeps_it() -> None:
     a, b = whole("a", 0, "pa"), whole("b", 0, "pb")  # a double booking in the slicer's book
     alloc = allocator(a, b)
-    older = replace(pod("b", b, requests=GPU), bound_at="2026-12-02T01:00:00Z")
-    newer = replace(pod("a", a, requests=GPU), bound_at="2026-12-02T02:00:00Z")
+    # The annotation's boundAt is the tenant's to edit: pod a claims to be older; the API
+    # server's binding time (PodScheduled) says b is.
+    older = from_api_server(
+        pod("b", b, requests=GPU, boundAt="2026-12-02T03:00:00Z"),
+        scheduled_at="2026-12-02T01:00:00Z",
+        created_at="2026-12-02T00:59:00Z",
+    )
+    newer = from_api_server(
+        pod("a", a, requests=GPU, boundAt="2026-12-01T00:00:00Z"),
+        scheduled_at="2026-12-02T02:00:00Z",
+        created_at="2026-12-02T00:58:00Z",
+    )
+    assert (older.bound_at, newer.bound_at) == ("2026-12-02T01:00:00Z", "2026-12-02T02:00:00Z")
     first, second = alloc.restore([newer, older], ["nvidia.com/gpu"])
     assert first.pod.uid == "b"
     assert not isinstance(first.result, Refusal)
@@ -103,3 +142,16 @@ def test_a_pod_asking_for_no_served_resource_was_never_this_agents() -> None:
     alloc = allocator(ev)
     assert alloc.restore([pod("a", ev, requests={"example.com/fpga": 1})], ["nvidia.com/gpu"]) == []
     assert alloc.allocations.granted("a") is None
+
+
+def test_pods_bound_in_one_second_go_by_creation_then_uid() -> None:
+    a, b, c = whole("a", 0, "pa"), whole("b", 0, "pb"), whole("c", 0, "pc")
+    same = "2026-12-02T01:00:00Z"  # the binding's time has whole seconds
+    views = [
+        from_api_server(pod("a", a, requests=GPU), same, "2026-12-02T00:30:00Z"),
+        from_api_server(pod("b", b, requests=GPU), same, "2026-12-02T00:10:00Z"),
+        from_api_server(pod("c", c, requests=GPU), same, "2026-12-02T00:10:00Z"),
+    ]
+    assert [v.uid for v in sorted(views, key=lambda v: v.age_order)] == ["b", "c", "a"]
+    unbound = pod_view({"metadata": {"uid": "u", "creationTimestamp": "2026-12-02T00:00:00Z"}})
+    assert (unbound.bound_at, unbound.created_at) == ("", "2026-12-02T00:00:00Z")

@@ -89,7 +89,7 @@ class PlacementAllocator:
         Oldest first, as Allocate takes them: of two pods claiming one device, the older keeps
         it. Pods asking for none of ``resources`` were never this agent's to grant."""
         out = []
-        for pod in sorted(pods, key=lambda p: (p.bound_at, p.uid)):
+        for pod in sorted(pods, key=lambda p: p.age_order):
             resource = next((r for r in resources if pod.requests.get(r, 0) > 0), None)
             if resource is None or self.allocations.granted(pod.uid) is not None:
                 continue
@@ -113,7 +113,7 @@ class PlacementAllocator:
                 for p in pods
                 if self.allocations.granted(p.uid) is None and p.requests.get(resource) == wanted
             ),
-            key=lambda p: (p.bound_at, p.uid),
+            key=lambda p: p.age_order,
         )
         if not candidates:
             raise AllocationError(

@@ -13,7 +13,6 @@ namespace and name). It must not decide which pod is meant, nor trust the annota
 from __future__ import annotations
 
 import decimal
-import json
 from collections.abc import Collection
 from typing import Any
 
@@ -99,15 +98,20 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         annotations=annotations,
         labels=dict(meta.get("labels") or {}),
         requests=_requests(pod),
-        bound_at=_bound_at(annotations),
+        bound_at=_bound_at(pod),
+        created_at=str(meta.get("creationTimestamp") or ""),
     )
 
 
-def _bound_at(annotations: dict[str, str]) -> str:
-    try:
-        return str(json.loads(annotations[ANNOTATION_PLACEMENT]).get("boundAt", ""))
-    except (ValueError, KeyError, AttributeError):
-        return ""
+def _bound_at(pod: dict[str, Any]) -> str:
+    """When the API server bound the pod: the ``PodScheduled=True`` condition's
+    ``lastTransitionTime``, which the binding subresource writes (tenants do not write
+    ``pods/status``). Never the annotation's ``boundAt``: a tenant could edit that to take an
+    Allocate meant for another pod. Empty when the pod has none."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "True":
+            return str(c.get("lastTransitionTime") or "")
+    return ""
 
 
 def _started(statuses: Any) -> bool:

@@ -96,8 +96,15 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Extended-resource requests summed over the pod's containers (limits == requests for them).
     requests: Mapping[str, int] = field(default_factory=dict)
-    #: When the pod was bound (the annotation's ``boundAt``, RFC 3339), to take the oldest first.
+    #: When the API server bound the pod and created it (RFC 3339, server-written, never the
+    #: tenant-writable annotation): of the pods an Allocate could be for, the oldest goes first.
     bound_at: str = ""
+    created_at: str = ""
+
+    @property
+    def age_order(self) -> tuple[str, str, str]:
+        """Oldest first: bound, then created (the binding's time has whole seconds), then UID."""
+        return (self.bound_at, self.created_at, self.uid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
