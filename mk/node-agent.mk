@@ -17,7 +17,7 @@ proto-deviceplugin: install  ## regenerate the kubelet gRPC stubs (device plugin
 	  proto=$${pair%%=*}; pkg=$${pair#*=}; \
 	  tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	  mkdir -p "$$tmp/in/$$pkg" "$$tmp/out"; cp "$$proto" "$$tmp/in/$$pkg/api.proto"; \
-	  $(UV) run --locked --isolated --package seedance-node-agent --only-group proto \
+	  $(UV) run --locked --isolated --package seedance-gpu-node-agent --only-group proto \
 	    python -m grpc_tools.protoc -I "$$tmp/in" --python_out="$$tmp/out" --pyi_out="$$tmp/out" \
 	    --grpc_python_out="$$tmp/out" "$$pkg/api.proto"; \
 	  for f in $(KUBELET_STUBS); do \

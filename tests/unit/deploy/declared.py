@@ -28,7 +28,7 @@ DEPLOY = REPO / "deploy"
 class ServiceDecl:
     name: str  # telemetry-collector
     package: str  # seedance.telemetry_collector
-    distribution: str  # seedance-telemetry-collector
+    distribution: str  # seedance-gpu-telemetry-collector
     scripts: dict[str, str]
     #: The settings Struct, or None while the service has no settings module yet.
     settings: type[msgspec.Struct] | None

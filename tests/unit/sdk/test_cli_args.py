@@ -54,7 +54,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_version_is_the_installed_packages() -> None:
     done = run("--version")
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == f"seedance {importlib.metadata.version('seedance-sdk')}\n"
+    assert done.stdout == f"seedance {importlib.metadata.version('seedance-gpu-sdk')}\n"
 
 
 @pytest.mark.parametrize(

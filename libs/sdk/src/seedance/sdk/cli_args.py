@@ -2,7 +2,7 @@
 
 Owns parsing ``argv`` into a namespace and refusing a bad command line in the user's words
 (exit 2): a missing command names the choices, never argparse's destination names
-(``required: group``). ``--version`` is the installed ``seedance-sdk`` package's. Must not
+(``required: group``). ``--version`` is the installed ``seedance-gpu-sdk`` package's. Must not
 connect, publish or print anything but help, the version and usage errors: ``cli`` runs the
 commands.
 
@@ -50,11 +50,11 @@ EVENT_COMMANDS = {
 
 
 def version() -> str:
-    """The installed ``seedance-sdk`` package's version (the CLI ships in it)."""
+    """The installed ``seedance-gpu-sdk`` package's version (the CLI ships in it)."""
     try:
-        return importlib.metadata.version("seedance-sdk")
+        return importlib.metadata.version("seedance-gpu-sdk")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
-        return "unknown (seedance-sdk is not installed)"
+        return "unknown (seedance-gpu-sdk is not installed)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,7 +93,7 @@ def _globals(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
     p.add_argument(
         "--version", action="version", version=f"seedance {version()}",
-        help="print the installed version (seedance-sdk) and exit",
+        help="print the installed version (seedance-gpu-sdk) and exit",
     )  # fmt: skip
     p.add_argument(
         "--verbose",

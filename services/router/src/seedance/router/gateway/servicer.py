@@ -78,6 +78,6 @@ class OipServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 def server_version() -> str:
     """The router's distribution version (ServerMetadata, ``GET /v2``)."""
     try:
-        return importlib_metadata.version("seedance-router")
+        return importlib_metadata.version("seedance-gpu-router")
     except importlib_metadata.PackageNotFoundError:
         return "0"
