@@ -78,7 +78,8 @@ class FragmentationIndex:
     the shape (model allowed, enough GPUs with free share >= the shape's share), and part_g is
     the free share on GPUs below that share. This equals Σ_m p_m F_n(m) exactly.
 
-    Arrays: `cnt`/`part` (N × G), `tot` and `frag` (N).
+    Arrays: `cnt`/`part` (N × G), `tot` and `frag` (N), N the state's row capacity (rows of
+    nodes not there yet are unused); nodes added or re-described are followed at `sync`.
     """
 
     def __init__(self, state: ClusterState, workload: TargetWorkload) -> None:
@@ -89,27 +90,27 @@ class FragmentationIndex:
             if c.num_gpu:
                 shapes.setdefault((c.gpu_milli, c.num_gpu, c.gpu_models), len(shapes))
         keys = list(shapes)
+        self._models = [k[2] for k in keys]
         self.share = np.array([k[0] for k in keys], dtype=np.int64)
         self.need = np.array([k[1] for k in keys], dtype=np.int64)
-        n, g = len(state), len(keys)
-        self.host_ok = np.ones((n, g), dtype=bool)
-        for j, k in enumerate(keys):
-            if k[2]:
-                self.host_ok[:, j] = state.model_mask(k[2])
         pairs = zip(workload.classes, workload.weights, strict=True)
         gpu_classes = [(c, w) for c, w in pairs if c.num_gpu]
         self.cpu_steps = np.array(sorted({c.cpu_milli for c, _ in gpu_classes}), dtype=np.int64)
         # weight_at[b, g]: popularity of shape g's classes with CPU <= cpu_steps[b - 1].
-        w = np.zeros((len(self.cpu_steps) + 1, g), dtype=np.float64)
+        w = np.zeros((len(self.cpu_steps) + 1, len(keys)), dtype=np.float64)
         for c, p in gpu_classes:
             b = int(np.searchsorted(self.cpu_steps, c.cpu_milli)) + 1
             w[b, shapes[(c.gpu_milli, c.num_gpu, c.gpu_models)]] += p
         self.weight_at = np.cumsum(w, axis=0)
-        self.cnt = np.zeros((n, g), dtype=np.int64)
-        self.part = np.zeros((n, g), dtype=np.int64)
-        self.tot = np.zeros(n, dtype=np.int64)
-        self.frag = np.zeros(n, dtype=np.float64)
-        self._seen = np.full(n, -1, dtype=np.int64)
+        # Rows are allocated to the state's capacity, so nodes added later only fill rows.
+        rows, g = state.capacity, len(keys)
+        self.host_ok = np.ones((rows, g), dtype=bool)
+        self.cnt = np.zeros((rows, g), dtype=np.int64)
+        self.part = np.zeros((rows, g), dtype=np.int64)
+        self.tot = np.zeros(rows, dtype=np.int64)
+        self.frag = np.zeros(rows, dtype=np.float64)
+        self._seen = np.full(rows, -1, dtype=np.int64)
+        self._hw_seen = np.full(rows, -1, dtype=np.int64)
         # Change tables for a shared placement: indexed by the GPU's free share f before,
         # they give the change of cnt and part per shape when s is taken from that GPU.
         self._share_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -123,10 +124,33 @@ class FragmentationIndex:
         left: np.ndarray = tot - np.einsum("ij,ij->i", w, usable)
         return left
 
+    def _fit_nodes(self) -> None:
+        """Follow nodes added or re-described since the last sync: grow the rows to the state's
+        capacity, and recompute which shapes each new or changed node's model can host."""
+        st = self.state
+        n = len(st)
+        if len(self._seen) < n:
+            rows = st.capacity
+            for name, fill in (("host_ok", True), ("cnt", 0), ("part", 0), ("tot", 0),
+                               ("frag", 0.0), ("_seen", -1), ("_hw_seen", -1)):  # fmt: skip
+                old = getattr(self, name)
+                grown = np.full((rows, *old.shape[1:]), fill, dtype=old.dtype)
+                grown[: len(old)] = old
+                setattr(self, name, grown)
+        changed = np.flatnonzero(self._hw_seen[:n] != st.hw_version)
+        if changed.size == 0:
+            return
+        for j, models in enumerate(self._models):
+            if models:
+                self.host_ok[changed, j] = st.model_mask(models, changed)
+        self._hw_seen[changed] = st.hw_version[changed]
+        self._seen[changed] = -1
+
     def sync(self) -> None:
         """Recompute the rows of nodes whose state changed since the last sync."""
         st = self.state
-        rows = np.flatnonzero(self._seen != st.version)
+        self._fit_nodes()
+        rows = np.flatnonzero(self._seen[: len(st)] != st.version)
         if rows.size == 0:
             return
         free = st.gpu_free[rows]

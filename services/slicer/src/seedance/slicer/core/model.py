@@ -113,14 +113,27 @@ class ClusterState:
 
     `gpu_free[n, g]` is the free milli-share of GPU g on node n (0 for absent GPUs).
     `version[n]` increases each time node n changes, so scorers can cache per node.
+
+    Nodes come and go without a rebuild: `add_node` appends one (the arrays are views of
+    buffers that double when full, so a fleet loads in linear time) and `replace_node`
+    re-describes an idle one in place (a node that left is replaced by an empty one: its
+    index stays, nothing fits on it). Both cost what the node costs, not the fleet. A node's
+    hardware (capacity, model, NVLink domains) changes only through them, and each bumps the
+    node's `hw_version`, so caches of hardware-derived values (model masks, node types)
+    refresh just that row; `hw_epoch` counts every such change, for caches cheap enough to
+    rebuild whole.
     """
 
     __slots__ = (
+        "_buf",
+        "_n",
         "cpu_cap",
         "cpu_free",
         "gpu_cap",
         "gpu_count",
         "gpu_free",
+        "hw_epoch",
+        "hw_version",
         "mem_cap",
         "mem_free",
         "model_id",
@@ -130,31 +143,119 @@ class ClusterState:
         "version",
     )
 
+    cpu_cap: np.ndarray
+    mem_cap: np.ndarray
+    gpu_count: np.ndarray
+    gpu_cap: np.ndarray
+    nvlink: np.ndarray
+    cpu_free: np.ndarray
+    mem_free: np.ndarray
+    gpu_free: np.ndarray
+    version: np.ndarray
+    hw_version: np.ndarray
+    model_id: np.ndarray
+
+    #: The per-node arrays: (name, shape of one row, dtype). All are views of `_buf[name]`.
+    _ARRAYS: tuple[tuple[str, tuple[int, ...], type], ...] = (
+        ("cpu_cap", (), np.int64),
+        ("mem_cap", (), np.int64),
+        ("gpu_count", (), np.int64),
+        ("gpu_cap", (MAX_GPUS_PER_NODE,), np.int64),
+        ("nvlink", (MAX_GPUS_PER_NODE,), np.int64),
+        ("cpu_free", (), np.int64),
+        ("mem_free", (), np.int64),
+        ("gpu_free", (MAX_GPUS_PER_NODE,), np.int64),
+        ("version", (), np.int64),
+        ("hw_version", (), np.int64),
+        ("model_id", (), np.int32),
+    )
+
     def __init__(self, nodes: Sequence[Node]) -> None:
-        self.nodes = tuple(nodes)
-        n = len(self.nodes)
+        self.nodes: list[Node] = list(nodes)
+        n = self._n = len(self.nodes)
         self.model_names: tuple[str, ...] = tuple(sorted({x.gpu_model for x in self.nodes}))
         index = {m: i for i, m in enumerate(self.model_names)}
-        self.model_id = np.array([index[x.gpu_model] for x in self.nodes], dtype=np.int32)
-        self.cpu_cap = np.array([x.cpu_milli for x in self.nodes], dtype=np.int64)
-        self.mem_cap = np.array([x.memory_mib for x in self.nodes], dtype=np.int64)
-        self.gpu_count = np.array([x.gpu_count for x in self.nodes], dtype=np.int64)
-        self.gpu_cap = np.zeros((n, MAX_GPUS_PER_NODE), dtype=np.int64)
+        self._buf: dict[str, np.ndarray] = {
+            name: np.zeros((max(n, 1), *row), dtype=dt) for name, row, dt in self._ARRAYS
+        }
+        b = self._buf
+        b["model_id"][:n] = [index[x.gpu_model] for x in self.nodes]
+        b["cpu_cap"][:n] = [x.cpu_milli for x in self.nodes]
+        b["mem_cap"][:n] = [x.memory_mib for x in self.nodes]
+        b["gpu_count"][:n] = [x.gpu_count for x in self.nodes]
         for i, x in enumerate(self.nodes):
-            self.gpu_cap[i, : x.gpu_count] = GPU_MILLI
+            self._hardware(i, x)
+        b["cpu_free"][:n] = b["cpu_cap"][:n]
+        b["mem_free"][:n] = b["mem_cap"][:n]
+        b["gpu_free"][:n] = b["gpu_cap"][:n]
+        self.hw_epoch = 0
+        self._views()
+
+    def _views(self) -> None:
+        n = self._n
+        for name, _, _ in self._ARRAYS:
+            setattr(self, name, self._buf[name][:n])
+
+    def _hardware(self, i: int, x: Node) -> None:
+        """Row `i`'s GPU capacity and NVLink domains from `x` (buffers, before `_views`)."""
+        b = self._buf
+        b["gpu_cap"][i] = 0
+        b["gpu_cap"][i, : x.gpu_count] = GPU_MILLI
         # Absent GPUs get a domain of their own (-1 - slot) so they never match a real one.
-        self.nvlink = np.full((n, MAX_GPUS_PER_NODE), -1, dtype=np.int64)
-        for i, x in enumerate(self.nodes):
-            doms = x.nvlink_domains if x.nvlink_domains is not None else (0,) * x.gpu_count
-            self.nvlink[i, : x.gpu_count] = doms
-        self.cpu_free = self.cpu_cap.copy()
-        self.mem_free = self.mem_cap.copy()
-        self.gpu_free = self.gpu_cap.copy()
-        self.version = np.zeros(n, dtype=np.int64)
+        b["nvlink"][i] = -1
+        doms = x.nvlink_domains if x.nvlink_domains is not None else (0,) * x.gpu_count
+        b["nvlink"][i, : x.gpu_count] = doms
 
     def __len__(self) -> int:
-        return len(self.nodes)
+        return self._n
 
+    @property
+    def capacity(self) -> int:
+        """Rows allocated (>= len): per-node caches may size their buffers to it."""
+        return len(self._buf["version"])
+
+    # -- nodes coming and going -------------------------------------------------------------
+    def add_node(self, node: Node) -> int:
+        """Append `node` (all of it free); its index."""
+        i = self._n
+        if i == self.capacity:
+            for name, arr in self._buf.items():
+                grown = np.zeros((2 * len(arr), *arr.shape[1:]), dtype=arr.dtype)
+                grown[:i] = arr[:i]
+                self._buf[name] = grown
+        self.nodes.append(node)
+        self._n = i + 1
+        self._set_row(i, node)
+        return i
+
+    def replace_node(self, i: int, node: Node) -> None:
+        """Re-describe node `i` in place, all of it free: the caller makes sure nothing holds
+        anything there (a busy node keeps its shape until it drains)."""
+        self.nodes[i] = node
+        self._set_row(i, node)
+        self.version[i] += 1
+
+    def _set_row(self, i: int, node: Node) -> None:
+        b = self._buf
+        if node.gpu_model not in self.model_names:
+            # A new model: ids follow the sorted names, so earlier rows are renumbered (a
+            # handful of times per fleet; masks are by name, so no cache goes stale by it).
+            old = self.model_names
+            self.model_names = tuple(sorted({*old, node.gpu_model}))
+            remap = np.array([self.model_names.index(m) for m in old], dtype=np.int32)
+            if old:
+                b["model_id"][: self._n] = remap[b["model_id"][: self._n]]
+        b["model_id"][i] = self.model_names.index(node.gpu_model)
+        b["cpu_cap"][i] = b["cpu_free"][i] = node.cpu_milli
+        b["mem_cap"][i] = b["mem_free"][i] = node.memory_mib
+        b["gpu_count"][i] = node.gpu_count
+        self._hardware(i, node)
+        b["gpu_free"][i] = b["gpu_cap"][i]
+        b["hw_version"][i] += 1
+        self.hw_epoch += 1
+        self._views()
+
+    # -- views ------------------------------------------------------------------------------
     @property
     def gpu_capacity_milli(self) -> int:
         return int(self.gpu_cap.sum())
@@ -163,12 +264,15 @@ class ClusterState:
     def gpu_allocated_milli(self) -> int:
         return int(self.gpu_cap.sum() - self.gpu_free.sum())
 
-    def model_mask(self, models: Iterable[str]) -> np.ndarray:
-        """Boolean mask of nodes whose GPU model is in `models` (all nodes if empty)."""
-        ids = [i for i, m in enumerate(self.model_names) if m in set(models)]
-        if not ids and not models:
-            return np.ones(len(self.nodes), dtype=bool)
-        return np.isin(self.model_id, ids)
+    def model_mask(self, models: Iterable[str], rows: np.ndarray | None = None) -> np.ndarray:
+        """Boolean mask of nodes (of `rows`, default all) whose GPU model is in `models` (all
+        nodes if empty)."""
+        wanted = set(models)
+        ids = [i for i, m in enumerate(self.model_names) if m in wanted]
+        mid = self.model_id if rows is None else self.model_id[rows]
+        if not ids and not wanted:
+            return np.ones(len(mid), dtype=bool)
+        return np.isin(mid, ids)
 
     def feasible(self, pod: PodRequest, model_ok: np.ndarray | None = None) -> np.ndarray:
         """Boolean mask of nodes that can host `pod` now (CPU, memory, GPU share, model)."""
