@@ -156,13 +156,24 @@ class PlacementQueue:
         # until it ends or is preempted, so `running_records` builds none.
         self._running: dict[str, RunningRecord] = {}
         self._on_node: list[set[str]] = [set() for _ in nodes]
-        self._reserved_by = np.full(len(nodes), -1, dtype=np.int64)  # seq of the holder
+        # The seq of each node's reservation holder (-1: none); rows to the state's capacity.
+        self._reserved_buf = np.full(self.state.capacity, -1, dtype=np.int64)
         self._seq = 0
         # Request shapes that fitted nowhere since the last release: they cannot fit until
         # something is freed, so a pass skips them without asking the policy.
         self._failed: dict[tuple[PodRequest, int, int], str] = {}
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
         self._masked: set[tuple[int, int]] = set()
+        # Jobs whose record (running or pending: reason, reservation) changed since
+        # `take_touched`: what the scheduler's state writes after a batch.
+        self._touched: set[str] = set()
+        # GPU milli-shares the running jobs hold (a gauge read after every batch).
+        self._held_milli = 0
+
+    @property
+    def _reserved_by(self) -> np.ndarray:
+        """The seq of each node's reservation holder (-1: none), a view of the buffer."""
+        return self._reserved_buf[: len(self.state)]
 
     # -- persistence ------------------------------------------------------------------------
     @property
@@ -174,6 +185,21 @@ class PlacementQueue:
         """The running jobs, in start order, as plain records (the queue's own: frozen, and
         the same object for as long as the job runs)."""
         return sorted(self._running.values(), key=_record_seq)
+
+    def running_record(self, job_id: str) -> RunningRecord | None:
+        return self._running.get(job_id)
+
+    def pending_record(self, job_id: str) -> PendingRecord | None:
+        p = self._pending.get(job_id)
+        if p is None:
+            return None
+        return PendingRecord(p.job, p.submitted_s, p.seq, p.reason, tuple(p.reserved))
+
+    def take_touched(self) -> set[str]:
+        """The jobs whose record changed since the last call (added, removed, re-reasoned,
+        reserved for), and forget them."""
+        touched, self._touched = self._touched, set()
+        return touched
 
     def pending_records(self) -> list[PendingRecord]:
         """The waiting jobs, in queue order, as plain records."""
@@ -202,6 +228,7 @@ class PlacementQueue:
                 queue.state.apply(r.job.request, p)
                 queue._on_node[p.node].add(r.job.job_id)
             queue._running[r.job.job_id] = r
+            queue._held_milli += r.job.request.gpu_milli_total * r.job.replicas
             prio = r.job.priority
             queue._priorities[prio] = queue._priorities.get(prio, 0) + 1
         for rec in pending:
@@ -211,6 +238,27 @@ class PlacementQueue:
                 queue._reserved_by[list(rec.reserved)] = rec.seq
         queue._seq = seq
         return queue
+
+    # -- nodes coming and going ---------------------------------------------------------------
+    def add_node(self, node: Node) -> int:
+        """A node joined the pool (appended: indices never move); its index. Every shape that
+        failed may fit now."""
+        i = self.state.add_node(node)
+        self._on_node.append(set())
+        if len(self._reserved_buf) < len(self.state):
+            grown = np.full(self.state.capacity, -1, dtype=np.int64)
+            grown[: len(self._reserved_buf)] = self._reserved_buf
+            self._reserved_buf = grown
+        self._failed.clear()
+        return i
+
+    def replace_node(self, i: int, node: Node) -> None:
+        """Node `i` was re-described while nothing runs on it (a reservation held on it stays).
+        GPUs masked there are masked again by the caller's next `set_masked`."""
+        if self._on_node[i]:
+            raise ValueError(f"node {node.name} is busy: it keeps its shape until it drains")
+        self.state.replace_node(i, node)
+        self._failed.clear()
 
     # -- resources held or masked outside the queue ------------------------------------------
     def hold_host(self, node: int, cpu_milli: int, memory_mib: int) -> None:
@@ -270,12 +318,17 @@ class PlacementQueue:
             return
         run = self._running.pop(job_id, None)
         if run is not None:
+            self._touched.add(job_id)
             self._release(run)
 
     # -- views ------------------------------------------------------------------------------
     @property
     def pending_ids(self) -> list[str]:
         return [jid for _, jid in self._order]
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
 
     @property
     def running_ids(self) -> list[str]:
@@ -297,6 +350,12 @@ class PlacementQueue:
     def gpu_allocated_milli(self) -> int:
         return self.state.gpu_allocated_milli
 
+    @property
+    def held_milli(self) -> int:
+        """GPU milli-shares the running jobs hold (masked GPUs not counted, unlike
+        `gpu_allocated_milli`)."""
+        return self._held_milli
+
     # -- the pass ---------------------------------------------------------------------------
     def schedule(self, now_s: float) -> list[QueueDecision]:
         out: list[QueueDecision] = []
@@ -315,6 +374,7 @@ class PlacementQueue:
                     self._failed[shape] = reason
             elif pend.reason != reason:
                 pend.reason = reason
+                self._touched.add(job_id)
                 out.append(JobUnschedulable(job_id, reason, now_s))
             if not self.config.backfill:
                 break  # head-of-line blocking: nothing overtakes the head
@@ -328,10 +388,12 @@ class PlacementQueue:
 
     def _enqueue(self, pend: _Pending) -> None:
         self._pending[pend.job.job_id] = pend
+        self._touched.add(pend.job.job_id)
         bisect.insort(self._order, (pend.order, pend.job.job_id))
 
     def _dequeue(self, job_id: str) -> _Pending:
         pend = self._pending.pop(job_id)
+        self._touched.add(job_id)
         i = bisect.bisect_left(self._order, (pend.order, job_id))
         del self._order[i]
         if pend.reserved:
@@ -370,10 +432,12 @@ class PlacementQueue:
             reason = res.reason if job.replicas == 1 else f"gang_{res.reason}"
             if reason != pend.reason:
                 pend.reason = reason
+                self._touched.add(job.job_id)
                 out.append(JobUnschedulable(job.job_id, reason, now_s))
             return False
         self._dequeue(job.job_id)
         self._running[job.job_id] = RunningRecord(job, res, now_s, pend.submitted_s, pend.seq)
+        self._held_milli += job.request.gpu_milli_total * job.replicas
         for p in res:
             self._on_node[p.node].add(job.job_id)
         self._priorities[job.priority] = self._priorities.get(job.priority, 0) + 1
@@ -381,6 +445,7 @@ class PlacementQueue:
         return True
 
     def _release(self, run: RunningRecord) -> None:
+        self._held_milli -= run.job.request.gpu_milli_total * run.job.replicas
         for p in run.placements:
             self.state.release(run.job.request, p)
             self._on_node[p.node].discard(run.job.job_id)
@@ -433,6 +498,7 @@ class PlacementQueue:
         chosen = cand[order[:need]]
         self._reserved_by[chosen] = pend.seq
         pend.reserved = [int(n) for n in chosen]
+        self._touched.add(pend.job.job_id)
 
     def _preempt_for(
         self, pend: _Pending, now_s: float, out: list[QueueDecision]
@@ -455,6 +521,7 @@ class PlacementQueue:
             return Rejection("insufficient_resources")
         for victim_id in best[2]:
             run = self._running.pop(victim_id)
+            self._touched.add(victim_id)
             self._release(run)
             out.append(JobPreempted(victim_id, job.job_id, now_s, best[1]))
             self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
@@ -473,7 +540,9 @@ class PlacementQueue:
                 # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
                 and self._running[j].job.tenant == job.tenant
             ),
-            key=lambda r: (r.job.priority, -r.started_s),
+            # The seq last: jobs started together are taken in arrival order, not in the
+            # set's (hash-seeded, so per-process) order.
+            key=lambda r: (r.job.priority, -r.started_s, r.seq),
         )
         if not victims:
             return None

@@ -61,20 +61,34 @@ class WorkloadWindow:
         self.window: list[RequestShape] = list(window)
         self.policy_shapes: list[RequestShape] = list(policy_shapes)
         self.since_refresh = since_refresh
+        #: Shapes ever added (the window holds the last `size`): the ordinal of the next one.
+        self.learned = len(self.window)
+        # Whether `policy_shapes` is the window as it is now (a refresh would change nothing):
+        # unknown for a window handed in, so its first refresh says "changed".
+        self._shapes_current = False
 
     def learn(self, job: JobSpec) -> bool:
         """Add a request to the window; whether the policy's shapes were refreshed."""
         self.window.append(shape_of(job))
         del self.window[: -self._size]
+        self.learned += 1
+        self._shapes_current = False
         self.since_refresh += 1
         if self.since_refresh >= self._refresh_every or not self.policy_shapes:
             self.refresh()
             return True
         return False
 
-    def refresh(self) -> None:
+    def refresh(self) -> bool:
+        """The policy's shapes become the window's; whether they changed (when not, the
+        policy built from them still stands: a fleet's thousands of nodes joining build it
+        once, not once per node)."""
         self.since_refresh = 0
-        self.policy_shapes = list(self.window)
+        changed = not self._shapes_current
+        if changed:
+            self.policy_shapes = list(self.window)
+            self._shapes_current = True
+        return changed
 
     def policy(self, name: str) -> Policy:
         """The policy called `name` ("seedance" or "first-fit") for the current shapes."""
