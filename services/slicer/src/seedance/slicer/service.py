@@ -100,6 +100,7 @@ def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
         policy=settings.policy,
         workload_window=settings.workload_window,
         workload_refresh=settings.workload_refresh,
+        topology_levels=tuple(k for k in settings.topology_levels.split(",") if k),
     )
 
 

@@ -31,6 +31,9 @@ __all__ = [
 
 GPU_MILLI = 1000
 MAX_GPUS_PER_NODE = 8
+#: Topology levels a node may name (NVLink clique, rack, block, ...): Kueue's and KAI's
+#: topologies have three or four.
+MAX_TOPOLOGY_LEVELS = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +42,9 @@ class Node:
 
     `nvlink_domains`, when given, holds one domain id per GPU: GPUs with the same id share an
     NVLink/NVSwitch domain, and gang placement prefers to keep a job inside one.
+    `topology` names the node's domain at each topology level, innermost first (a multi-node
+    NVLink clique, then a rack, then a block; "" where the node has no such label): a gang
+    prefers the tightest domain that holds all its members (`seedance.slicer.core.gang`).
     """
 
     name: str
@@ -48,12 +54,15 @@ class Node:
     gpu_model: str
     gpu_memory_mib: int = 0
     nvlink_domains: tuple[int, ...] | None = None
+    topology: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.gpu_count <= MAX_GPUS_PER_NODE:
             raise ValueError(f"node {self.name}: gpu_count={self.gpu_count} not in 0..8")
         if self.nvlink_domains is not None and len(self.nvlink_domains) != self.gpu_count:
             raise ValueError(f"node {self.name}: nvlink_domains needs one id per GPU")
+        if len(self.topology) > MAX_TOPOLOGY_LEVELS:
+            raise ValueError(f"node {self.name}: more than {MAX_TOPOLOGY_LEVELS} topology levels")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +136,7 @@ class ClusterState:
     __slots__ = (
         "_buf",
         "_n",
+        "_topo_ids",
         "cpu_cap",
         "cpu_free",
         "gpu_cap",
@@ -140,6 +150,7 @@ class ClusterState:
         "model_names",
         "nodes",
         "nvlink",
+        "topo",
         "version",
     )
 
@@ -154,6 +165,8 @@ class ClusterState:
     version: np.ndarray
     hw_version: np.ndarray
     model_id: np.ndarray
+    #: Per node and topology level, the domain's number (-1: the node names none at that level).
+    topo: np.ndarray
 
     #: The per-node arrays: (name, shape of one row, dtype). All are views of `_buf[name]`.
     _ARRAYS: tuple[tuple[str, tuple[int, ...], type], ...] = (
@@ -168,6 +181,7 @@ class ClusterState:
         ("version", (), np.int64),
         ("hw_version", (), np.int64),
         ("model_id", (), np.int32),
+        ("topo", (MAX_TOPOLOGY_LEVELS,), np.int64),
     )
 
     def __init__(self, nodes: Sequence[Node]) -> None:
@@ -178,6 +192,7 @@ class ClusterState:
         self._buf: dict[str, np.ndarray] = {
             name: np.zeros((max(n, 1), *row), dtype=dt) for name, row, dt in self._ARRAYS
         }
+        self._topo_ids: list[dict[str, int]] = [{} for _ in range(MAX_TOPOLOGY_LEVELS)]
         b = self._buf
         b["model_id"][:n] = [index[x.gpu_model] for x in self.nodes]
         b["cpu_cap"][:n] = [x.cpu_milli for x in self.nodes]
@@ -205,6 +220,11 @@ class ClusterState:
         b["nvlink"][i] = -1
         doms = x.nvlink_domains if x.nvlink_domains is not None else (0,) * x.gpu_count
         b["nvlink"][i, : x.gpu_count] = doms
+        b["topo"][i] = -1
+        for level, value in enumerate(x.topology):
+            if value:
+                ids = self._topo_ids[level]
+                b["topo"][i, level] = ids.setdefault(value, len(ids))
 
     def __len__(self) -> int:
         return self._n

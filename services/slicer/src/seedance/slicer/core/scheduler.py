@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
+
 from seedance.events.jobs import request_problem
 from seedance.slicer.core.effects import (
     Effect,
@@ -72,6 +74,11 @@ class Scheduler(SchedulerState):
     def upsert_node(self, spec: NodeSpec, now_s: float) -> list[Effect]:
         if len(spec.gpus) > MAX_GPUS_PER_NODE:
             return []  # the core models at most 8 GPUs per node; such a node is not used
+        levels = self.config.topology_levels
+        if any(k not in levels for k in spec.labels):
+            # Only the labels that name its topology domains are the node's state here.
+            keep = {k: v for k, v in spec.labels.items() if k in levels}
+            spec = msgspec.structs.replace(spec, labels=keep)
         i = self._index.get(spec.name)
         if i is not None:
             if self._nodes[i] == spec or self._busy(spec.name):
@@ -79,12 +86,12 @@ class Scheduler(SchedulerState):
                 return []
             self._nodes[i] = spec
             self._mig.forget_node(spec.name)
-            self._queue.replace_node(i, core_node(spec))
+            self._queue.replace_node(i, core_node(spec, self.config.topology_levels))
         else:
             # Appended: indices never move, so nothing else is renumbered or rebuilt.
             i = self._index[spec.name] = len(self._nodes)
             self._nodes.append(spec)
-            self._queue.add_node(core_node(spec))
+            self._queue.add_node(core_node(spec, self.config.topology_levels))
         self._mig_mode(i)
         self._queue.set_masked(self._masked())
         self._dirty_nodes.add(spec.name)
@@ -350,7 +357,7 @@ class Scheduler(SchedulerState):
             return [Waiting(job, d.reason, "")]
         if isinstance(d, JobPreempted):
             by = self._jobs[d.by_job_id]
-            return [Evicted(job, self._nodes[d.node].name, by.job_id, "priority", by.tenant)]
+            return [Evicted(job, self._nodes[d.node].name, by.job_id, d.reason, by.tenant)]
         return list(self._placed(job, d))
 
     def _placed(self, job: JobSpec, d: JobPlaced) -> list[Placed]:

@@ -34,7 +34,7 @@ from seedance.slicer.core.entries import (
 from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
 from seedance.slicer.core.mig import profile
 from seedance.slicer.core.mig_pool import MigPool, gpu_mig_model
-from seedance.slicer.core.queue import PendingRecord, PlacementQueue, RunningRecord
+from seedance.slicer.core.queue import Job, PendingRecord, PlacementQueue, RunningRecord
 from seedance.slicer.core.quota import QuotaPolicy
 from seedance.slicer.core.snapshot import (
     STATE_VERSION,
@@ -304,7 +304,7 @@ class SchedulerState:
         """The placement queue over the current nodes holding these records, with the host
         resources of MIG jobs held and the GPUs it must not use masked."""
         queue = PlacementQueue.restore(
-            [core_node(n) for n in self._nodes],
+            [core_node(n, self.config.topology_levels) for n in self._nodes],
             self._policy,
             self.config.queue_config,
             running=running,
@@ -315,7 +315,18 @@ class SchedulerState:
             job = self._jobs[m.job_id]
             queue.hold_host(self._index[m.node], job.cpu_milli, job.memory_mib)
         queue.set_masked(self._masked())
+        queue.may_evict = self._may_evict
         return queue
+
+    def _may_evict(self, job: Job, victim: Job) -> bool:
+        """Whom a gang may evict for room: its tenant's lower-priority preemptible work, and a
+        cohort member's preemptible work while that member borrows the gang's tenant's quota
+        (the quota's cohort rules; never another tenant's work outside them)."""
+        if not victim.preemptible:
+            return False
+        if victim.tenant == job.tenant:
+            return victim.priority < job.priority
+        return self._admission.may_reclaim(job.tenant, victim.tenant)
 
     def _new_workload(self, snap: SchedulerSnapshot | None = None) -> WorkloadWindow:
         cfg = self.config

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from seedance.slicer.core.fragmentation import TargetWorkload
 from seedance.slicer.core.inputs import JobSpec
-from seedance.slicer.core.model import PodRequest
+from seedance.slicer.core.model import MAX_TOPOLOGY_LEVELS, PodRequest
 from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
 from seedance.slicer.core.queue import Job, QueueConfig
 from seedance.slicer.core.snapshot import RequestShape
@@ -34,10 +34,17 @@ class SchedulerConfig:
     workload_window: int = 500
     workload_refresh: int = 100
     queue: QueueConfig = field(default_factory=QueueConfig)
+    #: Node label keys naming topology domains, innermost first (say, a multi-node NVLink
+    #: clique, a rack, a block): a gang goes to the tightest domain that holds it whole.
+    topology_levels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.policy not in ("seedance", "first-fit"):
             raise ValueError(f"policy must be seedance or first-fit, got {self.policy!r}")
+        if len(self.topology_levels) > MAX_TOPOLOGY_LEVELS:
+            raise ValueError(
+                f"topology_levels={self.topology_levels!r}: at most {MAX_TOPOLOGY_LEVELS} levels"
+            )
 
     @property
     def queue_config(self) -> QueueConfig:
