@@ -159,3 +159,21 @@ def test_a_thousand_gpu_gang_goes_whole_into_one_block_and_a_small_one_into_one_
     small = nodes_of(s.submit(gang("small", 4), 2), "small")
     assert len(small) == 4
     assert len({int(n[1:]) // 4 for n in small}) == 1  # one rack
+
+
+def test_reclaim_takes_the_group_that_evicts_least_before_the_tighter_topology() -> None:
+    s = Scheduler(CONFIG)
+    for i in range(5):  # one A100 rack, all of it busy
+        s.upsert_node(node(f"a{i}", "NVIDIA A100-SXM4-80GB", rack="ra"), 0)
+    for i in range(5):  # H800s in no rack: four free, one busy
+        s.upsert_node(node(f"h{i}"), 0)
+    for i in range(5):
+        s.submit(
+            JobSpec(job_id=f"a{i}", tenant="a", gpus=8, gpu_models=("NVIDIA A100-SXM4-80GB",)), 1
+        )
+    s.submit(JobSpec(job_id="h", tenant="a", gpus=8, gpu_models=("NVIDIA H800",)), 2)
+    out = s.submit(gang("g", 5, priority=5), 3)
+    # The A100 rack would hold the gang whole once cleared (five evictions); the H800 pool
+    # holds it with one.
+    assert [e.job.job_id for e in out if isinstance(e, Evicted)] == ["h"]
+    assert nodes_of(out, "g") == {f"h{i}" for i in range(5)}

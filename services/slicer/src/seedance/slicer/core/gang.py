@@ -196,33 +196,75 @@ def reclaim_plan(
     """The evictions that let a gang in, None when even they would not.
 
     `victims_on(node)` lists the work on a node the caller may evict for this gang, in the
-    order it would evict it: (id, request, GPUs held there). The group is chosen as for a
-    free placement but counting what eviction would free; inside it, nodes with room now come
-    first, then the nodes whose eviction frees a member for the least GPU share."""
+    order it would evict it: (id, request, GPUs held there). Of the groups that would hold the
+    gang once evicted (one model's pool, or one of its domains), the one that evicts the least
+    GPU share wins, then the tighter topology (a block cleared whole is no better than free
+    nodes in the pool beside a few evictions); inside it, nodes with room now come first, then
+    the nodes whose eviction frees a member for the least GPU share."""
     fit_now = member_fit(state, pod, allowed)
     order, freed = _evictable(state, pod, allowed, victims_on)
     if not order:
         return None
     fit_after = member_fit(state, pod, allowed, freed)
-    group = best_group(state, pod, fit_after, replicas)
+    cost = np.zeros(len(state))  # GPU share evicted per member gained, on each node
+    gain = np.zeros(len(state), dtype=np.int64)
+    for n, victims in order.items():
+        gain[n] = int(fit_after[n] - fit_now[n])
+        if gain[n] > 0:
+            cost[n] = sum(req.gpu_milli_total for _, req, _ in victims) / gain[n]
+    group = _cheapest_group(state, pod, fit_now, fit_after, cost, gain, replicas)
     if group is None:
         return None
     have = int(fit_now[group.mask].sum())
     plan: dict[int, list[str]] = {}
-    # Nodes whose full eviction gains members, cheapest GPU share per member gained first.
-    gains = []
-    for n, victims in order.items():
-        gained = int(fit_after[n] - fit_now[n])
-        if group.mask[n] and gained > 0:
-            cost = sum(req.gpu_milli_total for _, req, _ in victims)
-            gains.append((cost / gained, n))
-    for _, n in sorted(gains):
+    for n in sorted(np.flatnonzero(group.mask & (gain > 0)).tolist(), key=lambda n: cost[n]):
         if have >= replicas:
             break
         taken, gained = _evict_until(state, pod, n, order[n], replicas - have, int(fit_now[n]))
         plan[n] = taken
         have += gained
     return Reclaim(group, plan) if have >= replicas else None
+
+
+def _cheapest_group(
+    state: ClusterState,
+    pod: PodRequest,
+    fit_now: np.ndarray,
+    fit_after: np.ndarray,
+    cost: np.ndarray,
+    gain: np.ndarray,
+    need: int,
+) -> Group | None:
+    """Of the groups `fit_after` says would hold `need` members, the one evicting least."""
+    best: tuple[tuple[float, int, int], Group] | None = None
+    pools = (
+        [state.model_id == m for m in range(len(state.model_names))]
+        if pod.num_gpu
+        else [np.ones(len(state), dtype=bool)]
+    )
+    for in_model in pools:
+        groups = [(MAX_TOPOLOGY_LEVELS, in_model)]
+        for level in range(MAX_TOPOLOGY_LEVELS):
+            dom = state.topo[:, level]
+            sel = in_model & (dom >= 0)
+            if sel.any():
+                sums = np.bincount(dom[sel], weights=fit_after[sel])
+                groups += [(level, in_model & (dom == d)) for d in np.flatnonzero(sums >= need)]
+        for level, mask in groups:
+            free = int(fit_now[mask].sum())
+            if int(fit_after[mask].sum()) < need:
+                continue
+            evicted, have = 0.0, free
+            for n in sorted(np.flatnonzero(mask & (gain > 0)).tolist(), key=lambda n: cost[n]):
+                if have >= need:
+                    break
+                evicted += cost[n] * gain[n]
+                have += int(gain[n])
+            spare = int(fit_after[mask].sum()) - need
+            key = (evicted, level, spare)
+            if best is None or key < best[0]:
+                best = (key, Group(mask, level, spare))
+    return best[1] if best is not None else None
 
 
 def _evictable(
