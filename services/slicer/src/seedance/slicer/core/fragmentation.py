@@ -82,7 +82,15 @@ class FragmentationIndex:
     nodes not there yet are unused); nodes added or re-described are followed at `sync`.
     """
 
-    def __init__(self, state: ClusterState, workload: TargetWorkload) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        workload: TargetWorkload,
+        previous: FragmentationIndex | None = None,
+    ) -> None:
+        """`previous`, an index of another workload on the same state, lends the columns of
+        the GPU shapes both have (they depend on the shape, not on its weight): a refreshed
+        policy computes only its new shapes' columns and the weighted sum, not the fleet's."""
         self.state = state
         self.workload = workload
         shapes: dict[tuple[int, int, frozenset[str]], int] = {}
@@ -114,7 +122,38 @@ class FragmentationIndex:
         # Change tables for a shared placement: indexed by the GPU's free share f before,
         # they give the change of cnt and part per shape when s is taken from that GPU.
         self._share_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._keys = keys
+        if previous is not None and previous.state is state and len(previous._seen) == rows:
+            self._borrow(previous)
         self.sync()
+
+    def _borrow(self, previous: FragmentationIndex) -> None:
+        """Take `previous`'s rows as they were synced, its columns for the shapes it has, and
+        compute the other columns and every node's F_n(M) under this workload."""
+        st, n = self.state, len(self.state)
+        self._seen[:] = previous._seen
+        self._hw_seen[:] = previous._hw_seen
+        self.tot[:] = previous.tot
+        old = {k: j for j, k in enumerate(previous._keys)}
+        new = [j for j, k in enumerate(self._keys) if k not in old]
+        for j, k in enumerate(self._keys):
+            if k in old:
+                self.host_ok[:, j] = previous.host_ok[:, old[k]]
+                self.cnt[:, j] = previous.cnt[:, old[k]]
+                self.part[:, j] = previous.part[:, old[k]]
+        if new:
+            # The rows as `previous` saw them (a row changed since is recomputed whole by sync).
+            free = st.gpu_free[:n]
+            share = self.share[new]
+            ge = free[:, :, None] >= share[None, None, :]
+            self.cnt[:n, new] = ge.sum(axis=1)
+            self.part[:n, new] = np.where(ge, 0, free[:, :, None]).sum(axis=1)
+            for j in new:
+                if self._models[j]:
+                    self.host_ok[:n, j] = st.model_mask(self._models[j])
+        self.frag[:n] = self._frag(
+            self.tot[:n], st.cpu_free[:n], self.cnt[:n], self.part[:n], self.host_ok[:n]
+        )
 
     def _frag(
         self, tot: np.ndarray, cpu: np.ndarray, cnt: np.ndarray, part: np.ndarray, ok: np.ndarray

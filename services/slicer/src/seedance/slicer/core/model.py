@@ -137,6 +137,7 @@ class ClusterState:
         "_buf",
         "_n",
         "_topo_ids",
+        "_type_ids",
         "cpu_cap",
         "cpu_free",
         "gpu_cap",
@@ -151,6 +152,7 @@ class ClusterState:
         "nodes",
         "nvlink",
         "topo",
+        "type_id",
         "version",
     )
 
@@ -167,6 +169,9 @@ class ClusterState:
     model_id: np.ndarray
     #: Per node and topology level, the domain's number (-1: the node names none at that level).
     topo: np.ndarray
+    #: Per node, its hardware type's number (model, CPU, memory, GPU count): nodes of one type
+    #: score alike while untouched, whatever the policy.
+    type_id: np.ndarray
 
     #: The per-node arrays: (name, shape of one row, dtype). All are views of `_buf[name]`.
     _ARRAYS: tuple[tuple[str, tuple[int, ...], type], ...] = (
@@ -182,6 +187,7 @@ class ClusterState:
         ("hw_version", (), np.int64),
         ("model_id", (), np.int32),
         ("topo", (MAX_TOPOLOGY_LEVELS,), np.int64),
+        ("type_id", (), np.int64),
     )
 
     def __init__(self, nodes: Sequence[Node]) -> None:
@@ -193,6 +199,7 @@ class ClusterState:
             name: np.zeros((max(n, 1), *row), dtype=dt) for name, row, dt in self._ARRAYS
         }
         self._topo_ids: list[dict[str, int]] = [{} for _ in range(MAX_TOPOLOGY_LEVELS)]
+        self._type_ids: dict[tuple[str, int, int, int], int] = {}
         b = self._buf
         b["model_id"][:n] = [index[x.gpu_model] for x in self.nodes]
         b["cpu_cap"][:n] = [x.cpu_milli for x in self.nodes]
@@ -220,6 +227,8 @@ class ClusterState:
         b["nvlink"][i] = -1
         doms = x.nvlink_domains if x.nvlink_domains is not None else (0,) * x.gpu_count
         b["nvlink"][i, : x.gpu_count] = doms
+        sig = (x.gpu_model, x.cpu_milli, x.memory_mib, x.gpu_count)
+        b["type_id"][i] = self._type_ids.setdefault(sig, len(self._type_ids))
         b["topo"][i] = -1
         for level, value in enumerate(x.topology):
             if value:

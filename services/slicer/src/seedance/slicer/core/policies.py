@@ -162,12 +162,20 @@ class FragmentationGradientDescent:
     def __init__(self, workload: TargetWorkload) -> None:
         self.workload = workload
         self._index: FragmentationIndex | None = None
+        self._previous: FragmentationIndex | None = None
         self._model_ok: dict[frozenset[str], np.ndarray] = {}
         self._model_ok_epoch = -1
 
+    def inherit(self, other: Policy) -> None:
+        """Start from `other`'s fragmentation index (this policy replaces it: a refresh of the
+        target workload), reusing the columns of the GPU shapes both workloads have."""
+        if isinstance(other, FragmentationGradientDescent):
+            self._previous = other._index
+
     def index(self, state: ClusterState) -> FragmentationIndex:
         if self._index is None or self._index.state is not state:
-            self._index = FragmentationIndex(state, self.workload)
+            self._index = FragmentationIndex(state, self.workload, self._previous)
+            self._previous = None
             self._model_ok = {}
         self._index.sync()
         return self._index
@@ -287,10 +295,6 @@ class SeedancePolicy(FragmentationGradientDescent):
         self.mem_mib_per_gpu_milli = mem_mib_per_gpu_milli
         self.strand_weight = strand_weight
         self._cache: dict[PodRequest, tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState]] = {}
-        # Node hardware types (model, CPU, memory, GPU count) as small ids, per row, with the
-        # hardware version each row was typed at: only new or re-described nodes are typed.
-        self._types: tuple[ClusterState, np.ndarray, np.ndarray] | None = None
-        self._type_ids: dict[tuple[str, int, int, int], int] = {}
 
     @classmethod
     def for_trace(cls, pods: list[PodRequest], **kw: float) -> SeedancePolicy:
@@ -304,22 +308,9 @@ class SeedancePolicy(FragmentationGradientDescent):
 
     def _node_type(self, state: ClusterState) -> np.ndarray:
         """A hardware-type id per node (only equality matters: nodes of one type score alike
-        while untouched)."""
-        n = len(state)
-        if self._types is None or self._types[0] is not state or len(self._types[1]) < n:
-            old = self._types if self._types is not None and self._types[0] is state else None
-            ids = np.full(state.capacity, -1, dtype=np.int64)
-            seen = np.full(state.capacity, -1, dtype=np.int64)
-            if old is not None:
-                ids[: len(old[1])], seen[: len(old[2])] = old[1], old[2]
-            self._types = (state, ids, seen)
-        _, ids, seen = self._types
-        for i in np.flatnonzero(seen[:n] != state.hw_version).tolist():
-            node = state.nodes[i]
-            sig = (node.gpu_model, node.cpu_milli, node.memory_mib, node.gpu_count)
-            ids[i] = self._type_ids.setdefault(sig, len(self._type_ids))
-            seen[i] = state.hw_version[i]
-        return ids[:n]
+        while untouched). Kept by the state, so a policy rebuilt from new shapes (every
+        refresh of the target workload) does not type the fleet again."""
+        return state.type_id
 
     def _stranded(self, tot: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         fed = np.minimum(cpu / self.cpu_per_gpu_milli, mem / self.mem_mib_per_gpu_milli)

@@ -50,6 +50,7 @@ from seedance.slicer.core.effects import (
 )
 from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
 from seedance.slicer.core.model import MAX_GPUS_PER_NODE
+from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
 from seedance.slicer.core.quota import Admitted, QuotaPolicy
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
@@ -96,8 +97,7 @@ class Scheduler(SchedulerState):
         self._queue.set_masked(self._masked())
         self._dirty_nodes.add(spec.name)
         if self.config.policy == "seedance" and self._workload.refresh():
-            self._policy = self._workload.policy(self.config.policy)
-            self._queue.policy = self._policy
+            self._refresh_policy()
         return self._pass(now_s)
 
     def set_health(self, node: str, gpu: int, healthy: bool, now_s: float) -> list[Effect]:
@@ -431,8 +431,14 @@ class Scheduler(SchedulerState):
     def _learn(self, job: JobSpec) -> None:
         """Add a request to the workload window; the policy follows when it refreshes."""
         if self.config.policy == "seedance" and self._workload.learn(job):
-            self._policy = self._workload.policy(self.config.policy)
-            self._queue.policy = self._policy
+            self._refresh_policy()
+
+    def _refresh_policy(self) -> None:
+        """The policy for the window's shapes now, starting from the old one's index."""
+        new = self._workload.policy(self.config.policy)
+        if isinstance(new, FragmentationGradientDescent):
+            new.inherit(self._policy)
+        self._policy = self._queue.policy = new
 
     def _busy(self, node: str) -> bool:
         return self._mig.busy(node) or self._queue.busy(self._index[node])
