@@ -29,8 +29,8 @@ states what the trace does not say and the bench assumes):
    commits during (a) and (b); ``slicer_rss_mb`` the process's peak resident memory
    (``VmHWM``); ``restore_s`` is the restore the next slicer process logs
    (``slicer_state_restored seconds=``: the store read and the scheduler rebuilt) after the
-   first is stopped, with ``--restore-at`` running jobs (CPU-only openb shapes top the count
-   up when the fill has fewer).
+   first is stopped; on the last fleet of the run with ``--restore-at`` running jobs (CPU-only
+   openb shapes top the count up when the fill has fewer), on the others as filled.
 
 Last line per fleet, the larger fleet's last: ``scale: nodes=<n> gpus=<n> running=<n>
 ingest_s=<n> decisions_per_s=<n> decide_p99_ms=<n> gang_gpus=1024 gang_bound_p50_s=<n>
@@ -458,7 +458,9 @@ async def restore_seconds(st: Stack, batch: int, timeout_s: float) -> float:
 # --- one fleet ---------------------------------------------------------------------------------
 
 
-async def run_fleet(args: argparse.Namespace, copies: int, workdir: Path) -> str:
+async def run_fleet(
+    args: argparse.Namespace, copies: int, workdir: Path, restore_at: int = 0
+) -> str:
     nodes = read_fleet(args.nodes, copies, args.limit_nodes)
     shapes = read_shapes(args.pods)
     gpus = sum(n.gpus for n in nodes)
@@ -501,8 +503,8 @@ async def run_fleet(args: argparse.Namespace, copies: int, workdir: Path) -> str
         log(f"state commits per batch (ms: count): {bucket_counts(hist0, hist1)}")
         rss = peak_rss_mb(st.procs.procs["slicer"].pid)
         total = len(st.heard.running)
-        if args.restore_at and total < args.restore_at:
-            total += await top_up(st, fleet, args.restore_at - total)
+        if restore_at and total < restore_at:
+            total += await top_up(st, fleet, restore_at - total)
         restore_s = await restore_seconds(st, args.batch, 300)
         log(f"restore: {restore_s:.2f} s at {total} running jobs")
     ok = [s for s in steps if s.sustained]
@@ -551,7 +553,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--copies", default="1,4", help="fleet sizes to run, as copies of the list")
     ap.add_argument("--limit-nodes", type=int, default=None, help="first N nodes only (CI form)")
     ap.add_argument("--fill", type=float, default=0.8)
-    ap.add_argument("--rates", default="250,500,750,1000,1250,1500,2000,2500,3000")
+    ap.add_argument("--rates", default="25,50,100,150,200,300,400,500,750,1000,1500,2000,2500,3000")
     ap.add_argument("--step-s", type=float, default=8.0)
     ap.add_argument("--drain-s", type=float, default=5.0)
     ap.add_argument("--gangs", type=int, default=10)
@@ -570,8 +572,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 async def amain(args: argparse.Namespace) -> int:
     lines = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
-        for copies in args.copies:
-            line = await run_fleet(args, copies, Path(tmp))
+        for i, copies in enumerate(args.copies):
+            # The restore is measured at --restore-at running jobs on the last (largest) fleet.
+            at = args.restore_at if i == len(args.copies) - 1 else 0
+            line = await run_fleet(args, copies, Path(tmp), at)
             print(line, flush=True)
             lines.append(line)
     return 0
