@@ -236,6 +236,7 @@ class SlicerService(Lifecycle):
             await asyncio.gather(*tasks)
             self._restored = False
             self.metrics.leader.set(0)
+            await self.state.store.close()  # a base being written is the next leader's to write
             if not self._stopping.is_set():
                 log.warning("slicer_leadership_lost", pool=self._settings.pool)
                 for c in self._consumers:
@@ -251,6 +252,8 @@ class SlicerService(Lifecycle):
     async def close(self) -> None:
         for c in self._consumers:
             await c.close()
+        if self._state is not None:
+            await self._state.store.close()
         if self._lease is not None:
             await self._lease.release()
         await self._rt.close()
@@ -259,7 +262,15 @@ class SlicerService(Lifecycle):
 
     async def _restore(self) -> None:
         started = asyncio.get_running_loop().time()
-        await self.state.load()
+        for attempt in range(5):
+            try:
+                await self.state.load()
+                break
+            except StateConflict as exc:
+                # Another writer moved the head while this one read its base: read again.
+                log.warning("slicer_state_reread", pool=self._settings.pool, error=str(exc))
+                if attempt == 4:
+                    raise
         self._update_gauges()
         self.metrics.quota_revision.set(self.state.quota_revision)
         with contextlib.suppress(RetryableError):
