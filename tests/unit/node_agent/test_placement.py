@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,7 @@ from seedance.node_agent.core.placement import (
     PlacementBook,
     PodView,
     Refusal,
+    gang_job_id,
     node_token,
     placement_of,
     pod_job_id,
@@ -169,26 +171,43 @@ def test_an_ended_jobs_devices_can_be_granted_again() -> None:
     assert allocations.take(second) == second
 
 
-def test_a_job_not_the_pods_own_needs_a_gang_and_a_subset() -> None:
+def test_a_job_not_the_pods_own_needs_a_gang_it_is_a_member_of_and_a_subset() -> None:
+    members = ("u5", "u6")
+    job = gang_job_id("ns", "g", members)
     gang = placed(
-        "g1",
+        job,
         PlacementKind.WHOLE,
         [GpuAssignment(index=0, uuid="GPU-a"), GpuAssignment(index=1, uuid="GPU-b")],
     )
     one = [{"index": 1, "uuid": "GPU-b", "milli": 1000}]
+    of_gang = {"name": "g", "members": list(members)}
     lone = verify(pod("u5", gang, gpus=one), book(gang), NODE, DEVICES)
     assert isinstance(lone, Refusal)
     assert "no placement of pod u5's job" in lone.reason
-    member = pod("u5", gang, gpus=one, labels={LABEL_POD_GROUP: "g"})
+    member = pod("u5", gang, gpus=one, gang=of_gang)
     got = verify(member, book(gang), NODE, DEVICES)
     assert isinstance(got, Grant)
     assert got.uuids == ("GPU-b",)
+    # A pod that is no member, or whose list (or namespace) derives another job, is refused,
+    # whatever its labels and annotation say.
+    for forged, reason in (
+        (pod("u7", gang, gpus=one, gang=of_gang), "u7 is not a member of pod group 'g'"),
+        (
+            pod("u7", gang, gpus=one, gang={"name": "g", "members": ["u5", "u7"]}),
+            "pod group ns/g with those members is job",
+        ),
+        (
+            dataclasses.replace(member, namespace="other"),
+            "pod group other/g with those members is job",
+        ),
+    ):
+        refused = verify(forged, book(gang), NODE, DEVICES)
+        assert isinstance(refused, Refusal)
+        assert reason in refused.reason
     # A second member claiming the same GPU of the gang does not get it too.
     allocations = AllocationBook()
     assert allocations.take(got) == got
-    twin = verify(
-        pod("u6", gang, gpus=one, labels={LABEL_POD_GROUP: "g"}), book(gang), NODE, DEVICES
-    )
+    twin = verify(pod("u6", gang, gpus=one, gang=of_gang), book(gang), NODE, DEVICES)
     assert isinstance(twin, Grant)
     taken = allocations.take(twin)
     assert isinstance(taken, Refusal)
@@ -318,3 +337,47 @@ def test_a_pod_the_bridge_binds_is_found_by_its_uid_and_verifies() -> None:
     got = verify(view, b, NODE, DEVICES)
     assert isinstance(got, Grant)
     assert (got.tenant, got.job_id, got.uuids) == ("acme", uid, ("GPU-b",))
+
+
+def test_a_gang_the_bridge_binds_verifies_for_its_members_only() -> None:
+    """Pinned against the bridge's core: a pod group's job id and the members its Bindings
+    list derive here as there."""
+    from seedance.k8s_bridge.core.actions import Bind
+    from seedance.k8s_bridge.core.tracker import Publish, Tracker
+    from tests.unit.k8s_bridge.pods import pod as api_pod
+
+    bridge = Tracker(instance="bridge-0")
+    bridge.bindings = {"team-a": "acme"}
+    labels = {LABEL_POD_GROUP: "train", "seedance.io/pod-group-size": "2"}
+    objs = [api_pod(f"w{i}", limits={"nvidia.com/gpu": 1}, labels=labels) for i in range(2)]
+    submitted = [a.event for o in objs for a in bridge.pod_seen(o, T0) if isinstance(a, Publish)]
+    (job,) = submitted
+    uids = [o["metadata"]["uid"] for o in objs]
+    assert job.job_id == gang_job_id("team-a", "train", uids)
+    ev = Placement(
+        id="p8",
+        at=T0,
+        job_id=job.job_id,
+        tenant="acme",
+        node=node_token(NODE),
+        kind=PlacementKind.WHOLE,
+        gpus=[GpuAssignment(index=0, uuid="GPU-a"), GpuAssignment(index=1, uuid="GPU-b")],
+    )
+    binds = [a for a in bridge.decision(ev, T0) if isinstance(a, Bind)]
+    assert len(binds) == 2
+    b = book(ev)
+    granted = []
+    for bind in binds:
+        view = PodView(
+            uid=bind.ref.uid,
+            namespace="team-a",
+            name=bind.ref.name,
+            node_name=bind.node,
+            annotations=bind.body["metadata"]["annotations"],
+            labels=labels,
+            requests={"nvidia.com/gpu": 1},
+        )
+        got = verify(view, b, NODE, DEVICES)
+        assert isinstance(got, Grant), got
+        granted.append(got.uuids)
+    assert sorted(granted) == [("GPU-a",), ("GPU-b",)]

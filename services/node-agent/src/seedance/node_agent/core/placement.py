@@ -14,11 +14,11 @@ Owns four things, all pure:
   ``Refusal`` with the reason. A tenant can write annotations: the annotation only says which
   placement the pod claims; what the container receives comes from the slicer's placement.
 
-A gang member's job is not its own UID (the bridge derives it from the members'), so for a pod
-with no placement of its own the annotation's job id selects the gang's placement; the
-``seedance.io/pod-group`` label and the annotation are the tenant's to write, so that choice is
-checked only against the slicer's book, not against the pod's namespace (docs/node-agent.md,
-"Not verified / not done").
+A gang member's job is not its own UID: the bridge derives it from the group's namespace, name
+and members' UIDs (``gang_job_id``), and its annotation lists them. For a pod with no placement
+of its own, the annotation's gang is taken only if the pod's own UID is a member and those
+members, with the pod's namespace (the API server's), derive exactly the job the annotation
+claims: an edited list or a pod of another namespace derives another id.
 
 Must not do I/O, read a clock, or choose devices itself.
 """
@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from seedance.events.base import derived_event_id
 from seedance.events.slicing import (
     GpuAssignment,
     JobReleased,
@@ -55,6 +56,7 @@ __all__ = [
     "PlacementBook",
     "PodView",
     "Refusal",
+    "gang_job_id",
     "node_token",
     "parse_claim",
     "placement_of",
@@ -83,6 +85,12 @@ def pod_job_id(pod_uid: str) -> str:
     return pod_uid
 
 
+def gang_job_id(namespace: str, group: str, members: Sequence[str]) -> str:
+    """A pod group's job id, as the bridge derives it (``seedance.k8s_bridge.core.kube``),
+    restated and pinned by a test against the bridge's own binding of a gang."""
+    return derived_event_id(f"gang/{namespace}/{group}/{','.join(sorted(members))}", "job")
+
+
 def node_token(name: str) -> str:
     """A Kubernetes node name as the slicer's node token (the bridge's mapping: ``.`` -> ``:``)."""
     return name.replace(".", ":")
@@ -100,6 +108,8 @@ class Claim:
     gpus: tuple[GpuAssignment, ...]
     gpu_mem_mib: int
     placement_id: str
+    #: A pod group's name and its members' UIDs (gang members only).
+    gang: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,6 +210,14 @@ def _gpu(doc: Any) -> GpuAssignment:
     )
 
 
+def _gang(doc: Any) -> tuple[str, tuple[str, ...]] | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("members"), list):
+        raise ValueError(f"gang {doc!r} is not an object with a list of members")
+    return str(doc["name"]), tuple(str(m) for m in doc["members"])
+
+
 def parse_claim(annotations: Mapping[str, str]) -> Claim | Refusal:
     raw = annotations.get(ANNOTATION_PLACEMENT)
     if raw is None:
@@ -217,6 +235,7 @@ def parse_claim(annotations: Mapping[str, str]) -> Claim | Refusal:
             gpus=tuple(_gpu(g) for g in doc["gpus"]),
             gpu_mem_mib=int(doc.get("gpuMemoryMib", 0)),
             placement_id=str(doc["placementId"]),
+            gang=_gang(doc.get("gang")),
         )
     except (ValueError, KeyError, TypeError) as exc:
         return Refusal(f"{ANNOTATION_PLACEMENT} annotation unreadable: {exc}")
@@ -228,8 +247,9 @@ def placement_of(pod: PodView, book: PlacementBook) -> Placement | Refusal:
     with a placement, whatever its annotation says.
 
     A pod whose own job (``pod_job_id``) is placed here runs under that placement and no other.
-    Only a pod with no placement of its own may be a gang member: its annotation's job id then
-    selects the gang's placement (see the module's note on what that trusts).
+    Only a pod with no placement of its own may be a gang member: its annotation's gang then
+    selects the gang's placement if the pod is a member and the members derive its job id
+    with the pod's namespace (the module's note).
     """
     own = book.for_job(pod_job_id(pod.uid))
     if len(own) > 1:
@@ -237,15 +257,25 @@ def placement_of(pod: PodView, book: PlacementBook) -> Placement | Refusal:
         return Refusal(f"tenants {tenants} each hold a placement of job {pod.uid}: ambiguous")
     if own:
         return own[0]
-    if LABEL_POD_GROUP not in pod.labels:
-        return Refusal(f"the slicer holds no placement of pod {pod.uid}'s job on this node")
     claim = parse_claim(pod.annotations)
-    if isinstance(claim, Refusal):
-        return claim
-    placed = book.get(claim.tenant, claim.job_id)
-    if placed is None:
+    if isinstance(claim, Refusal) or claim.gang is None:
+        return Refusal(f"the slicer holds no placement of pod {pod.uid}'s job on this node")
+    group, members = claim.gang
+    if pod.uid not in members:
+        return Refusal(f"pod {pod.uid} is not a member of pod group {group!r} it claims")
+    derived = gang_job_id(pod.namespace, group, members)
+    if derived != claim.job_id:
+        return Refusal(
+            f"pod group {pod.namespace}/{group} with those members is job {derived}, "
+            f"not {claim.job_id}"
+        )
+    gangs = book.for_job(claim.job_id)
+    if len(gangs) > 1:
+        tenants = [p.tenant for p in gangs]
+        return Refusal(f"tenants {tenants} each hold a placement of job {claim.job_id}: ambiguous")
+    if not gangs:
         return Refusal(f"the slicer holds no placement of job {claim.job_id} on this node")
-    return placed
+    return gangs[0]
 
 
 def _check_identity(pod: PodView, claim: Claim, node: str, placed: Placement) -> str | None:
