@@ -116,9 +116,11 @@ async def agent_on(
     plugin_dir: str,
     tmp_path: Path,
     pod_resources_socket: str | None = None,
+    bus_settings: BusSettings | None = None,
 ) -> AsyncIterator[Agent]:
     """An agent started against ``api`` and running; stopped and closed after the block. The
-    kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one."""
+    kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one; the
+    agent connects to ``nats_url`` without a user unless ``bus_settings`` say otherwise."""
     settings = NodeAgentSettings(
         node_name=NODE,
         device_plugin_dir=plugin_dir,
@@ -130,7 +132,7 @@ async def agent_on(
         proc_root=str(tmp_path / "proc"),
     )
     nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
-    runtime = ServiceRuntime("node-agent", BusSettings(url=nats_url), http_port=0)
+    runtime = ServiceRuntime("node-agent", bus_settings or BusSettings(url=nats_url), http_port=0)
     service = NodeAgentService(
         runtime,
         settings,
