@@ -46,6 +46,7 @@ from seedance.testing.kube_api import seed
 from seedance.testing.kube_api.admission import UserInfo
 from seedance.testing.kube_api.errors import ApiError
 from seedance.testing.kube_api.server import (
+    ADMIN_TOKEN,
     AuditRecord,
     Fault,
     KubeApiServer,
@@ -54,6 +55,7 @@ from seedance.testing.kube_api.server import (
 from seedance.testing.kube_api.validation import KUBERNETES_VERSION
 
 __all__ = [
+    "ADMIN_TOKEN",
     "KUBERNETES_VERSION",
     "ApiError",
     "AuditRecord",
