@@ -145,9 +145,11 @@ async def test_a_restarted_agent_keeps_a_running_pods_grant_and_refuses_its_gpu_
         await whole_gpu_pod(bus, api, api_client, "b", 1)
         answers = first_allocate_answers(kubelet, plugin_dir)
         async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
-            assert answers == [
-                f"pod team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
-            ]
+            (answer,) = answers
+            assert (
+                f"team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
+                in answer
+            )
             assert await metric_line(a, RESTORED % "restored" + " 1.0")
             assert not await metric_line(a, RESTORED % "refused")
             # No pod-resources socket here: the kubelet's view was missed, and counted.
@@ -234,9 +236,11 @@ async def test_a_pod_the_kubelet_allocated_whose_container_waits_keeps_its_grant
         async with agent_on(
             api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, pod_resources_socket
         ) as a:
-            assert answers == [
-                f"pod team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
-            ]
+            (answer,) = answers
+            assert (
+                f"team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
+                in answer
+            )
             assert await metric_line(a, RESTORED % "restored" + " 1.0")
             assert not await metric_line(a, UNREACHABLE)
 

@@ -116,9 +116,11 @@ async def agent_on(
     plugin_dir: str,
     tmp_path: Path,
     pod_resources_socket: str | None = None,
+    bus_settings: BusSettings | None = None,
 ) -> AsyncIterator[Agent]:
     """An agent started against ``api`` and running; stopped and closed after the block. The
-    kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one."""
+    kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one; the
+    agent connects to ``nats_url`` without a user unless ``bus_settings`` say otherwise."""
     settings = NodeAgentSettings(
         node_name=NODE,
         device_plugin_dir=plugin_dir,
@@ -130,7 +132,7 @@ async def agent_on(
         proc_root=str(tmp_path / "proc"),
     )
     nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
-    runtime = ServiceRuntime("node-agent", BusSettings(url=nats_url), http_port=0)
+    runtime = ServiceRuntime("node-agent", bus_settings or BusSettings(url=nats_url), http_port=0)
     service = NodeAgentService(
         runtime,
         settings,
@@ -297,19 +299,21 @@ async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> 
 GPU_SOCKET = "seedance-nvidia-com_gpu.sock"
 
 
-def whole_gpu_request() -> api_pb2.AllocateRequest:
+def whole_gpu_request(device_id: str = UUIDS[0]) -> api_pb2.AllocateRequest:
     """One whole GPU, as the kubelet asks: one advertised ID (only a count to the agent)."""
     return api_pb2.AllocateRequest(
-        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[UUIDS[0]])]
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[device_id])]
     )
 
 
-async def allocate_whole(plugin_dir: str) -> dict[str, str] | str:
-    """One Allocate on the GPU plugin's socket: the env granted, or the refusal's reason."""
+async def allocate_whole(plugin_dir: str, device_id: str = UUIDS[0]) -> dict[str, str] | str:
+    """One Allocate on the GPU plugin's socket: the env granted, or the refusal's reason. The
+    kubelet's ``device_id`` is one it has not recorded for another container (the same ID
+    again means it dropped the earlier answer)."""
     async with grpc.aio.insecure_channel(f"unix://{os.path.join(plugin_dir, GPU_SOCKET)}") as ch:
         try:
             resp = await api_pb2_grpc.DevicePluginStub(ch).Allocate(
-                whole_gpu_request(), timeout=10.0
+                whole_gpu_request(device_id), timeout=10.0
             )
         except grpc.aio.AioRpcError as exc:
             return str(exc.details())
@@ -381,13 +385,15 @@ async def test_a_kubelet_restart_registers_every_plugin_again_and_keeps_the_gran
     await whole_gpu_pod(a.bus, a.api, a.api_client, "x", 2)
 
     async def refused_as_taken() -> bool:
-        return f"already allocated to pod(s) ['{w}']" in str(await allocate_whole(a.plugin_dir))
+        answer = await allocate_whole(a.plugin_dir, UUIDS[1])
+        return f"already allocated to pod(s) ['{w}']" in str(answer)
 
     await eventually(refused_as_taken, what="pod x refused: GPU 2 still granted to w")
     a.api.api.delete(a.api.api.resolve("", "v1", "pods"), "team-a", "x")
     await whole_gpu_pod(a.bus, a.api, a.api_client, "y", 3)
 
     async def y_granted() -> bool:
-        return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
+        got = await allocate_whole(a.plugin_dir, UUIDS[2])
+        return got == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
 
     await eventually(y_granted, what="pod y granted GPU 3 after the restart")

@@ -43,7 +43,15 @@ KUBECTL = REPO / ".venv" / "bin" / "kubectl"
 INFERENCE_PORTS = [{"name": "grpc", "containerPort": 8001}, {"name": "rest", "containerPort": 8000}]
 #: Kinds without a namespace (the rest of what the overlays render lands in seedance-system).
 CLUSTER_SCOPED = frozenset(
-    {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+    {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
 )
 
 

@@ -7,7 +7,9 @@ the grants of the pods already holding devices are rebuilt (those the API server
 started and those the kubelet's pod-resources ``List`` names), and again whenever the kubelet
 restarts (``KubeletWatch``), MIG plans for this node applied through
 ``MigApplier`` (then the new instances advertised without restarting a plugin), pod labels
-from the kubelet's pod-resources API, and per-pod measured shares from NVML. ``main()`` only
+from the kubelet's pod-resources API, and per-pod measured shares from NVML. Each container
+starts only once the allocator confirms, from the kubelet's pod-resources records, that its
+pod is the one its devices were granted for (``PreStartContainer``). ``main()`` only
 loads settings and builds the objects. It must not place anything: it enforces and measures.
 """
 
@@ -128,6 +130,8 @@ class NodeAgentService:
             book=self._feed.book,
             pending=pods.pending,
             devices=lambda: self._devices,
+            kubelet=self._pods.list_pods,
+            metrics=self.metrics,
         )
         self._feed.on_end = self._allocator.job_ended
         # Registered only once the replay is applied: the kubelet may send an Allocate the
@@ -201,6 +205,9 @@ class NodeAgentService:
             devices=advertised(resource, self._devices),
             mps_pipe_directory=self._s.mps_pipe_directory or None,
             allocate=self._counted(resource),
+            # The kubelet calls PreStartContainer before each container start: the agent's
+            # check that the pod holding the devices is the one they were granted for.
+            pre_start=self._allocator.pre_start,
         )
         await plugin.start()
         self._plugins.append(plugin)
@@ -342,7 +349,7 @@ class NodeAgentService:
         assert self._allocator is not None
         assert self._feed is not None
         grant = self._allocator.allocations.granted(pod_uid)
-        placed = self._feed.book.get(grant.job_id) if grant is not None else None
+        placed = self._feed.book.get(grant.tenant, grant.job_id) if grant is not None else None
         return (placed.tenant, placed.job_id) if placed is not None else ("", "")
 
     async def run(self) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 
 import msgspec
 
-from seedance.events import Event, derived_event_id
+from seedance.events import Event
 from seedance.events.jobs import JobSubmitted
 from seedance.events.slicing import (
     GpuAssignment,
@@ -66,6 +66,7 @@ from seedance.k8s_bridge.core.job_events import end_event, submit_event
 from seedance.k8s_bridge.core.kube import (
     binding_body,
     devices_text,
+    gang_job_id,
     node_name,
     parse_annotation,
     placement_annotation,
@@ -340,9 +341,7 @@ class Tracker:
                 )
             del self._gangs[g.key]
             return out
-        g.job_id = derived_event_id(
-            f"gang/{g.key[0]}/{g.key[1]}/{','.join(sorted(g.members))}", "job"
-        )
+        g.job_id = gang_job_id(g.key[0], g.key[1], sorted(g.members))
         g.tenant = first.tenant
         g.gpus_per_member = first.request.gpus
         g.gpu_mem_mib = first.request.gpu_mem_mib
@@ -420,6 +419,7 @@ class Tracker:
         now: datetime,
     ) -> Bind:
         node = node_name(ev.node)
+        g = self._gangs.get(p.gang) if p.gang else None
         annotation = placement_annotation(
             ref=p.ref,
             job_id=p.job_id,
@@ -431,6 +431,8 @@ class Tracker:
             gpu_mem_mib=gpu_mem_mib,
             placement_id=ev.id,
             bound_at=now,
+            # the members the job id was derived from: the node agent's proof of membership
+            gang=(g.key[1], sorted(g.members)) if g is not None else None,
         )
         p.state, p.node, p.bound_at = PodState.BINDING, node, now
         p.devices = devices_text(node, gpus, ev.kind.value)
