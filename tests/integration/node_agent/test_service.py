@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,11 +56,25 @@ class NodeNvml:
 
     def __init__(self) -> None:
         self.samples: list[ProcessSample] = []
+        self._next: list[tuple[int, float, float]] = []
 
     def devices(self) -> NodeDevices:
         return NodeDevices(gpus=UUIDS)
 
+    def run(self, *slots: tuple[int, float, float]) -> None:
+        """GPU 1's driver samples ``slots`` (pid, SM %, memory %) during the period the agent
+        reads next: they are stamped at that read, one µs apart just after the period's start,
+        as a driver stamps what it sampled since. Stamping them from the test's own clock
+        instead raced the agent's periods: a period boundary between two stamps split them."""
+        self._next = list(slots)
+
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
+        if gpu_index == 1 and self._next:
+            self.samples += [
+                ProcessSample(pid, sm, mem, since_us + 1 + i)
+                for i, (pid, sm, mem) in enumerate(self._next)
+            ]
+            self._next = []
         # As NVML: the samples newer than since_us (they stay in its buffer after a read).
         return [s for s in self.samples if s.timestamp_us > since_us] if gpu_index == 1 else []
 
@@ -254,13 +267,8 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
         f"{uid.replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope\n"
     )
-    # Two driver slots of it, stamped as NVML stamps them (CPU time, µs), a little after now:
-    # ahead of the periods the service has started (its clock and time.time() differ by ms).
-    now_us = int(time.time() * 1e6)
-    a.nvml.samples = [
-        ProcessSample(4242, 40.0, 10.0, now_us + 300_000),
-        ProcessSample(4242, 60.0, 30.0, now_us + 301_000),
-    ]
+    # Two driver slots of it, in the period the agent reads next.
+    a.nvml.run((4242, 40.0, 10.0), (4242, 60.0, 30.0))
     share = (
         f'seedance_node_agent_pod_sm_share_ratio{{UUID="{UUIDS[1]}",container="",'
         'namespace="team-a",pod="sh"} 0.5'
