@@ -41,6 +41,7 @@ __all__ = [
     "families",
     "identify",
     "match_models",
+    "name_key",
 ]
 
 
@@ -242,6 +243,13 @@ def canonical_model(name: str) -> str:
     if got.identity and got.mig_profile:
         return f"{got.identity.model}-MIG-{got.mig_profile}"
     return got.model
+
+
+def name_key(name: str) -> str:
+    """``name`` as one comparable spelling (upper case, ``-``-separated, without vendor
+    prefix, MIG profile or ``SHARED``): how a price book matches its own aliases for names
+    the table does not know (``gpu-series-1`` = ``GPU-series-1``)."""
+    return "-".join(_tokens(name)[0])
 
 
 def families() -> tuple[str, ...]:
