@@ -133,5 +133,10 @@ def test_an_unknown_qualifier_is_not_dropped() -> None:
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(gpus.__all__) == [
         "GPU_MODELS", "GpuIdentity", "ModelMatch", "ReportedGpu", "canonical_model", "families",
-        "identify", "match_models",
+        "identify", "match_models", "name_key",
     ]  # fmt: skip
+
+
+def test_name_key_compares_any_name_without_resolving_it() -> None:
+    assert gpus.name_key("gpu_series 1") == gpus.name_key("GPU-series-1") == "GPU-SERIES-1"
+    assert gpus.name_key("NVIDIA-A100-SXM4-80GB-MIG-3g.40gb") == "A100-SXM4-80GB"
