@@ -54,7 +54,7 @@ def ledger(url: str, name: str, **kw: Any) -> LedgerService:
     """A ledger replica on its own runtime and checkpoint key (not started: see ``serving``)."""
     runtime = ServiceRuntime("cost-ledger", BusSettings(url=url), registry=CollectorRegistry())
     replica = LedgerReplica(
-        core.default_price_book(),
+        kw.pop("book", None) or core.default_price_book(),
         CONFIG,
         budgets=kw.pop("budgets", ()),
         tenants=kw.pop("tenants", ()),
