@@ -118,10 +118,23 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
     _gpu("A40-PCIE-48GB", "A40", 48, "PCIe", "Ampere", "A40"),
     _gpu("A100-PCIE-40GB", "A100", 40, "PCIe", "Ampere", mig=True),
     _gpu("A100-PCIE-80GB", "A100", 80, "PCIe", "Ampere", mig=True),
-    _gpu("A100-SXM4-40GB", "A100", 40, "SXM4", "Ampere", mig=True),
+    # ``A100-40GB`` / ``A100-80GB`` / ``H100-80GB`` / ``H200-141GB``: the short names the
+    # slicer's MIG tables, its fixtures and golden messages carry (the SXM parts, as the
+    # bundled book priced them).
+    _gpu("A100-SXM4-40GB", "A100", 40, "SXM4", "Ampere", "A100-40GB", mig=True),
     # ``A100`` (short) is what the bundled book priced as this part; ``A100-SXM-80GB`` is how
     # some HGX A100 80 GB boards report themselves.
-    _gpu("A100-SXM4-80GB", "A100", 80, "SXM4", "Ampere", "A100", "A100-SXM-80GB", mig=True),
+    _gpu(
+        "A100-SXM4-80GB",
+        "A100",
+        80,
+        "SXM4",
+        "Ampere",
+        "A100",
+        "A100-SXM-80GB",
+        "A100-80GB",
+        mig=True,
+    ),
     _gpu("A800-PCIE-40GB", "A800", 40, "PCIe", "Ampere", mig=True),
     _gpu("A800-PCIE-80GB", "A800", 80, "PCIe", "Ampere", mig=True),
     _gpu("A800-SXM4-80GB", "A800", 80, "SXM4", "Ampere", mig=True),
@@ -141,6 +154,7 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
         "H100",
         "H100-80GB-HBM3",
         "H100-SXM-80GB",
+        "H100-80GB",
         mig=True,
     ),
     _gpu("H100-NVL-94GB", "H100", 94, "NVL", "Hopper", "H100-NVL", mig=True),
@@ -156,6 +170,7 @@ GPU_MODELS: tuple[GpuIdentity, ...] = (
         "H200",
         "H200-141GB-HBM3E",
         "H200-SXM5-141GB",
+        "H200-141GB",
         mig=True,
     ),
     _gpu("H200-NVL-141GB", "H200", 141, "NVL", "Hopper", "H200-NVL", mig=True),
@@ -289,14 +304,11 @@ def _request(text: str) -> _Request:
     toks, _profile, _shared = _tokens(text)
     if not toks:
         return _Request(text)
-    if len(toks) == 1 and toks[0] in _FAMILIES:
-        return _Request(text, family=toks[0])  # ``a100``: any A100, whatever a short name meant
-    key = _key(toks)
-    gpu = _BY_KEY.get(key) if key else None
-    if gpu is not None:
-        return _Request(text, model=gpu.model)
     if toks[0] in _FAMILIES:
-        memory = form = None
+        # ``a100``: any A100, whatever a short name meant; ``a100-80gb`` any 80 GB one (SXM4
+        # or PCIe), ``h100-sxm`` any SXM H100: a family with memory and form qualifiers.
+        memory: int | None = None
+        form: str | None = None
         for t in toks[1:]:
             m = _MEMORY.match(t)
             if m:
@@ -304,9 +316,14 @@ def _request(text: str) -> _Request:
             elif t in _FORMS:
                 form = t  # ``SXM`` accepts SXM2/4/5/6; ``SXM4`` only SXM4
             else:
-                return _Request(text)  # a qualifier we do not know: no guess
-        return _Request(text, family=toks[0], memory_gb=memory, form=form)
-    return _Request(text)
+                break
+        else:
+            return _Request(text, family=toks[0], memory_gb=memory, form=form)
+    key = _key(toks)
+    gpu = _BY_KEY.get(key) if key else None
+    if gpu is not None:  # a name with more than qualifiers (``H100 80GB HBM3``): that model
+        return _Request(text, model=gpu.model)
+    return _Request(text)  # no model we know, or a qualifier we do not: no guess
 
 
 @dataclass(frozen=True, slots=True)
