@@ -13,7 +13,7 @@ UNKNOWN = [e for e in CORPUS if e.model == "unknown"]
 
 
 def test_the_corpus_covers_every_kind_of_source() -> None:
-    assert {e.kind for e in CORPUS} == {"nvml", "gfd", "trace", "legacy"}
+    assert {e.kind for e in CORPUS} == {"nvml", "gfd", "trace", "legacy", "device"}
     assert all(e.seen for e in CORPUS)
     assert UNKNOWN, "the corpus must hold names that do not resolve"
 
