@@ -1,4 +1,5 @@
-"""``seedance-cost-ledger``: serve the ledger (default), ``report`` costs, or ``rightsize`` jobs."""
+"""``seedance-cost-ledger``: serve the ledger (default), ``report`` costs, ``rightsize`` jobs, or
+print what a GPU name is billed at (``prices``)."""
 
 from __future__ import annotations
 
@@ -109,7 +110,30 @@ def _report_args(prog: str, rightsize_only: bool) -> argparse.ArgumentParser:
     return p
 
 
+def prices(argv: list[str]) -> int:
+    """``seedance-cost-ledger prices --gpu-model NAME [--gpu-model NAME ...] [--price-book FILE]``:
+    one line per name, ``model=<canonical|unknown> on_demand=<usd/h> reserved=<..> spot=<..>
+    on_prem=<..> assumed=<true|false> fallback=<true|false>``, for any name a system reports
+    (NVML, GPU feature discovery, a cloud, a trace). The book is ``--price-book``, else
+    ``SEEDANCE_COST_LEDGER_PRICE_BOOK``, else the bundled one. Exit 2 on a bad price book."""
+    p = argparse.ArgumentParser(prog="seedance-cost-ledger prices", description=prices.__doc__)
+    p.add_argument("--gpu-model", action="append", required=True, metavar="NAME")
+    p.add_argument("--price-book", default=os.environ.get("SEEDANCE_COST_LEDGER_PRICE_BOOK"))
+    args = p.parse_args(argv)
+    try:
+        book = core.load_price_book(args.price_book) if args.price_book else None
+    except (OSError, core.PriceBookError) as exc:
+        sys.stderr.write(f"seedance-cost-ledger prices: {exc}\n")
+        return 2
+    book = book or core.default_price_book()
+    for name in args.gpu_model:
+        sys.stdout.write(core.price_summary(book.lookup(name)) + "\n")
+    return 0
+
+
 def main() -> int | None:
+    if sys.argv[1:2] == ["prices"]:
+        return prices(sys.argv[2:])
     if sys.argv[1:2] == ["report"]:
         return report(sys.argv[2:])
     if sys.argv[1:2] == ["rightsize"]:

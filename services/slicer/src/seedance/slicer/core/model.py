@@ -6,6 +6,10 @@ request / placement / rejection values that cross the core's boundary.
 
 It must not decide where anything goes (that is `policies`), read clocks, or do I/O.
 
+A request's `gpu_models` are matched against the nodes' model names by the one GPU identity
+(`seedance.events.gpus.match_models`, `models_accept`): `t4` accepts a node whose GPUs report
+`T4` or `Tesla T4`, `a100` any A100, `a100-80gb` an 80 GB one, never by exact string alone.
+
 A GPU's capacity is 1000 milli-shares. A whole-GPU request takes 1000 on each of its GPUs; a
 shared request (time-slicing / MPS) takes `gpu_milli` < 1000 on exactly one GPU. Nodes have at
 most `MAX_GPUS_PER_NODE` GPUs; missing GPU slots are stored with 0 free share, which makes
@@ -14,10 +18,13 @@ them invisible to every comparison (`free >= share` with share >= 1) and to ever
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from seedance.events.gpus import ModelMatch, match_models
 
 __all__ = [
     "GPU_MILLI",
@@ -27,6 +34,7 @@ __all__ = [
     "NodeGpus",
     "PodRequest",
     "Rejection",
+    "models_accept",
 ]
 
 GPU_MILLI = 1000
@@ -100,6 +108,18 @@ class NodeGpus:
     gpus: tuple[int, ...] = ()
 
 
+@functools.lru_cache(maxsize=8192)
+def _accepts(requested: frozenset[str], model: str) -> bool:
+    return bool(match_models(requested, (model,)).matched)
+
+
+def models_accept(requested: Iterable[str], model: str) -> bool:
+    """Whether a request's `gpu_models` (empty: any) accept a GPU reported as `model`.
+    Memoised: a pass asks the same few pairs for every node."""
+    wanted = frozenset(requested)
+    return not wanted or _accepts(wanted, model)
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     """Why a request cannot be placed now. `reason` is a small closed set (metric label)."""
@@ -124,6 +144,7 @@ class ClusterState:
         "mem_cap",
         "mem_free",
         "model_id",
+        "model_matches",
         "model_names",
         "nodes",
         "nvlink",
@@ -136,6 +157,7 @@ class ClusterState:
         self.model_names: tuple[str, ...] = tuple(sorted({x.gpu_model for x in self.nodes}))
         index = {m: i for i, m in enumerate(self.model_names)}
         self.model_id = np.array([index[x.gpu_model] for x in self.nodes], dtype=np.int32)
+        self.model_matches: dict[frozenset[str], ModelMatch] = {}
         self.cpu_cap = np.array([x.cpu_milli for x in self.nodes], dtype=np.int64)
         self.mem_cap = np.array([x.memory_mib for x in self.nodes], dtype=np.int64)
         self.gpu_count = np.array([x.gpu_count for x in self.nodes], dtype=np.int64)
@@ -163,12 +185,26 @@ class ClusterState:
     def gpu_allocated_milli(self) -> int:
         return int(self.gpu_cap.sum() - self.gpu_free.sum())
 
+    def model_match(self, models: Iterable[str]) -> ModelMatch:
+        """Which of the fleet's model names a request's `gpu_models` accept (memoised)."""
+        key = frozenset(models)
+        found = self.model_matches.get(key)
+        if found is None:
+            found = self.model_matches[key] = match_models(sorted(key), self.model_names)
+        return found
+
     def model_mask(self, models: Iterable[str]) -> np.ndarray:
-        """Boolean mask of nodes whose GPU model is in `models` (all nodes if empty)."""
-        ids = [i for i, m in enumerate(self.model_names) if m in set(models)]
-        if not ids and not models:
+        """Boolean mask of nodes whose GPU model `models` accept (all nodes if empty)."""
+        wanted = frozenset(models)
+        if not wanted:
             return np.ones(len(self.nodes), dtype=bool)
+        accepted = set(self.model_match(wanted).matched)
+        ids = [i for i, m in enumerate(self.model_names) if m in accepted]
         return np.isin(self.model_id, ids)
+
+    def model_allows(self, n: int, models: Iterable[str]) -> bool:
+        """Whether node `n`'s GPU model is one `models` (empty: any) accept."""
+        return models_accept(models, self.nodes[n].gpu_model)
 
     def feasible(self, pod: PodRequest, model_ok: np.ndarray | None = None) -> np.ndarray:
         """Boolean mask of nodes that can host `pod` now (CPU, memory, GPU share, model)."""
@@ -185,7 +221,7 @@ class ClusterState:
             return False
         if len(placement.gpus) != pod.num_gpu or len(set(placement.gpus)) != pod.num_gpu:
             return False
-        if pod.gpu_models and self.nodes[n].gpu_model not in pod.gpu_models:
+        if not self.model_allows(n, pod.gpu_models):
             return False
         return all(self.gpu_free[n, g] >= pod.gpu_milli for g in placement.gpus)
 
