@@ -9,6 +9,12 @@ import structlog
 
 __all__ = ["configure_logging", "get_logger"]
 
+#: Whether a logger keeps the configuration it first logged with (structlog's
+#: ``cache_logger_on_first_use``: faster, and right for a process configured once). The test
+#: session turns it off: its tests call entry points in-process, which configure logging, and a
+#: cached logger would then ignore ``structlog.testing.capture_logs`` in every later test.
+CACHE_LOGGERS = True
+
 
 def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
     """Configure structlog and route stdlib logging through the same processors.
@@ -29,7 +35,7 @@ def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=CACHE_LOGGERS,
     )
     # Libraries' stdlib records (nats-py, grpc, asyncio) go through the same renderer: one
     # structured line each, their tracebacks inside it (JSON escapes the newlines).
