@@ -19,9 +19,10 @@ payload names another tenant than the subject (``owner_of``).
 Trust: a tenant's ``seedance.jobs.<tenant>.<kind>`` events are requests. Trusted observers (the
 replayer of a recorded fleet, the Kubernetes bridge) publish the same job events on
 ``seedance.observed.<tenant>.<kind>``, which no tenant may publish on; only there is an event's
-``at`` honoured as the time it happened. The slicer's decisions (``seedance.slicing``) and the
-collector's samples (``seedance.telemetry``) are the other trusted facts, and the only inputs
-the cost-ledger bills from.
+``at`` honoured as the time it happened. A tenant's request may not name the job of a Kubernetes
+pod (`seedance.events.jobs.tenant_job_problem`). The slicer's decisions (``seedance.slicing``)
+and the collector's samples (``seedance.telemetry``) are the other trusted facts, and the only
+inputs the cost-ledger bills from.
 """
 
 from __future__ import annotations
