@@ -14,11 +14,12 @@ want of capacity, never for a limit that is not written here).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
 
-from seedance.events.base import Event
+from seedance.events.base import Event, derived_event_id
 from seedance.events.subjects import SubjectShapeError, parse_tenant_subject
 from seedance.events.tokens import Name, TenantId
 
@@ -35,6 +36,7 @@ __all__ = [
     "JobStarted",
     "JobSubmitted",
     "ResourceRequest",
+    "gang_job_id",
     "is_k8s_job",
     "pod_job_id",
     "request_problem",
@@ -77,6 +79,13 @@ Reason = Annotated[str, msgspec.Meta(max_length=1024)]
 def pod_job_id(uid: str) -> str:
     """The job id of a lone pod (its ``metadata.uid``) in the Kubernetes pods' space."""
     return f"{K8S_JOB_PREFIX}{uid}"
+
+
+def gang_job_id(namespace: str, group: str, members: Sequence[str]) -> str:
+    """A pod group's job id in the Kubernetes pods' space: ``k8s:`` and an id derived from its
+    namespace, name and members' uids (sorted), none of which a bus tenant chooses."""
+    derived = derived_event_id(f"gang/{namespace}/{group}/{','.join(sorted(members))}", "job")
+    return f"{K8S_JOB_PREFIX}{derived}"
 
 
 def is_k8s_job(job_id: str) -> bool:

@@ -16,7 +16,8 @@ Two paths, each lean (no per-pod list or get on the way to a Binding):
 - decision batch -> tracker -> Bindings posted concurrently -> their outcomes -> Events. A
   decision is acknowledged once its writes were made; a Binding that failed for now (no answer,
   5xx, 429) is naked and redelivered; a gang's placement parts are held (naked) until the
-  gang is placed whole.
+  gang is placed whole. A decision naming one of its pods' jobs under another tenant than the
+  pod's (`Tracker.foreign`) is acknowledged untouched, counted and logged.
 
 Job events that could not be published stay in an outbox retried by the executor (their ids
 are derived, so a repeat is a duplicate). Each submitted job is recorded in KV
@@ -476,6 +477,9 @@ class BridgeService(Lifecycle):
         held: set[int] = set()
         for i, d in enumerate(ds):
             self.metrics.decisions_total.labels(type(d.event).__name__).inc()
+            if tracker.foreign(d.event):
+                self._refuse_foreign(d.event)
+                continue
             out = tracker.decision(d.event, now)
             for a in out:
                 if isinstance(a, Bind):
@@ -494,6 +498,18 @@ class BridgeService(Lifecycle):
                     f"binding failed for now: {r.why}", delay_s=self._settings.bind_retry_s
                 )
         return outcomes
+
+    def _refuse_foreign(self, ev: Any) -> None:
+        """A decision about one of our pods' jobs under another tenant: acked, never acted on,
+        counted and logged (a bus tenant submitted a job under a pod's job id)."""
+        self.metrics.decisions_refused_total.labels("other_tenant").inc()
+        log.warning(
+            "bridge_decision_other_tenant",
+            decision=type(ev).__name__,
+            event_id=ev.id,
+            job=ev.job_id,
+            tenant=ev.tenant,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from seedance.events.base import derived_event_id
+from seedance.events.jobs import gang_job_id
 from seedance.events.slicing import GpuAssignment
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.pods import PodRef
@@ -58,12 +58,6 @@ def node_token(name: str) -> str:
 
 def node_name(token: str) -> str:
     return token.replace(":", ".")
-
-
-def gang_job_id(namespace: str, group: str, members: Sequence[str]) -> str:
-    """A pod group's job id: derived from its namespace, name and members' UIDs (sorted), none
-    of which a bus tenant chooses."""
-    return derived_event_id(f"gang/{namespace}/{group}/{','.join(sorted(members))}", "job")
 
 
 def k8s_time(t: datetime, *, micro: bool = False) -> str:
