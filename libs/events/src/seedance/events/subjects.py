@@ -223,16 +223,16 @@ class routing:
     REPLICAS_BUCKET = "seedance-router-replicas"
 
     @staticmethod
-    def replica_key(fleet: str, model: str, replica: str) -> str:
-        """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``.
+    def replica_key(fleet: str, model: str, replica: str, owner: str = "") -> str:
+        """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``
+        in the operator's shared pool, ``<fleet>.<owner>.<model>.<replica>`` for a tenant's own
+        (``owner``, its tenant id: a gateway sends it that tenant's requests only).
 
         A gateway of fleet ``f`` watches ``f.>``; a registrar (the Kubernetes bridge from
         EndpointSlices, an operator) puts one key per (model, replica) and deletes it on leave.
         """
-        return (
-            f"{check_token('fleet', fleet)}.{check_token('model', model)}."
-            f"{check_token('replica', replica)}"
-        )
+        head = check_token("fleet", fleet) + (f".{check_tenant(owner)}" if owner else "")
+        return f"{head}.{check_token('model', model)}.{check_token('replica', replica)}"
 
 
 class graph:

@@ -54,6 +54,8 @@ from seedance.core import (
 from seedance.core.consumer import PullConsumer
 from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
+from seedance.k8s_bridge.core.endpoints import replica_owners
+from seedance.k8s_bridge.core.keys import LABEL_TENANT
 from seedance.k8s_bridge.core.tracker import (
     Action,
     Bind,
@@ -147,7 +149,8 @@ class BridgeService(Lifecycle):
         if settings.discover_replicas:
             self.replicas = ReplicaSync(
                 api, clock, settings, runtime.registry,
-                leading=lambda: self.leading, on_restart=self._count_restart,
+                leading=lambda: self.leading, owners=self._replica_owners,
+                instance=self.identity, on_restart=self._count_restart,
             )  # fmt: skip
 
     def _informer(
@@ -179,6 +182,23 @@ class BridgeService(Lifecycle):
         self._bindings = dict(bindings)
         if self.tracker is not None:
             self.tracker.bindings = self._bindings
+        if self.replicas is not None:
+            self.replicas.kick()  # a namespace's replicas follow its tenant
+
+    def _replica_owners(self) -> dict[str, str]:
+        """Namespace -> whose replicas its Services are (the shared pool's: ""), from the
+        settings, the TenantQuota bindings and the namespaces' tenant labels."""
+        labelled = {}
+        for ns in self.namespaces.cache.values():
+            md = ns.get("metadata") or {}
+            tenant = (md.get("labels") or {}).get(LABEL_TENANT)
+            if tenant:
+                labelled[str(md.get("name", ""))] = str(tenant)
+        return replica_owners(
+            shared=self._settings.shared_namespace_names,
+            bindings=self._bindings,
+            labelled=labelled,
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -354,6 +374,8 @@ class BridgeService(Lifecycle):
     def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
         if self.tracker is not None:
             self.tracker.namespace_seen(ns, deleted=kind == "DELETED")
+        if self.replicas is not None:
+            self.replicas.kick()
 
     def _count_restart(self, resource: str, cause: str) -> None:
         self.metrics.watch_restarts_total.labels(resource, cause).inc()

@@ -150,18 +150,20 @@ def event_body(
     at: datetime,
     role: str,
     instance: str = "",
+    kind: str = "Pod",
+    api_version: str = "v1",
 ) -> dict[str, Any]:
-    """A core/v1 Event about a pod. Its name is derived from the pod's uid and ``role`` (the
-    transition), so the same fact posted again after a restart is refused as AlreadyExists
-    rather than shown twice."""
+    """A core/v1 Event about a pod (or another object: ``kind``, ``api_version``). Its name is
+    derived from the object's uid and ``role`` (the transition), so the same fact posted again
+    after a restart is refused as AlreadyExists rather than shown twice."""
     digest = hashlib.blake2b(f"{ref.uid}/{role}".encode(), digest_size=8).hexdigest()
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": f"{ref.name[:200]}.{digest}", "namespace": ref.namespace},
         "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
+            "apiVersion": api_version,
+            "kind": kind,
             "namespace": ref.namespace,
             "name": ref.name,
             "uid": ref.uid,
