@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from seedance.events.jobs import K8S_JOB_PREFIX
 from seedance.events.slicing import (
     EndOutcome,
     GpuAssignment,
@@ -105,6 +106,24 @@ def test_whole_placement_is_granted_its_uuid() -> None:
     assert got == Grant(
         "u1", "u1", "whole", {"NVIDIA_VISIBLE_DEVICES": "GPU-a"}, ("GPU-a",), tenant="acme"
     )
+
+
+def test_a_pods_own_job_is_its_k8s_id_as_the_bridge_submits_it_or_its_bare_uid_before() -> None:
+    # The bridge names a lone pod's job k8s:<uid> (no tenant may submit into that space); a pod
+    # it bound before that keeps its bare uid (WHOLE above). Either is the pod's whole job.
+    assert pod_job_id("u1") == "k8s:u1"
+    ev = placed(pod_job_id("u1"), PlacementKind.WHOLE, [GpuAssignment(index=0, uuid="GPU-a")])
+    got = verify(pod("u1", ev), book(ev), NODE, DEVICES)
+    assert got == Grant(
+        "u1", "k8s:u1", "whole", {"NVIDIA_VISIBLE_DEVICES": "GPU-a"}, ("GPU-a",), tenant="acme"
+    )
+    # a gang bound before: its bare derived id, its members' list, still verifies
+    members = ("u5", "u6")
+    old_job = gang_job_id("ns", "g", members).removeprefix(K8S_JOB_PREFIX)
+    gang = placed(old_job, PlacementKind.WHOLE, [GpuAssignment(index=1, uuid="GPU-b")])
+    one = [{"index": 1, "uuid": "GPU-b", "milli": 1000}]
+    member = pod("u5", gang, gpus=one, gang={"name": "g", "members": list(members)})
+    assert isinstance(verify(member, book(gang), NODE, DEVICES), Grant)
 
 
 @pytest.mark.parametrize(
@@ -336,7 +355,8 @@ def test_a_pod_the_bridge_binds_is_found_by_its_uid_and_verifies() -> None:
     assert placement_of(view, b) == ev
     got = verify(view, b, NODE, DEVICES)
     assert isinstance(got, Grant)
-    assert (got.tenant, got.job_id, got.uuids) == ("acme", uid, ("GPU-b",))
+    assert (got.tenant, got.job_id, got.uuids) == ("acme", pod_job_id(uid), ("GPU-b",))
+    assert got.job_id == f"k8s:{uid}"
 
 
 def test_a_gang_the_bridge_binds_verifies_for_its_members_only() -> None:

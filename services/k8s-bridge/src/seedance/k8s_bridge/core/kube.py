@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from seedance.events.base import derived_event_id
+from seedance.events.jobs import gang_job_id
 from seedance.events.slicing import GpuAssignment
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.pods import PodRef
@@ -58,12 +58,6 @@ def node_token(name: str) -> str:
 
 def node_name(token: str) -> str:
     return token.replace(":", ".")
-
-
-def gang_job_id(namespace: str, group: str, members: Sequence[str]) -> str:
-    """A pod group's job id: derived from its namespace, name and members' UIDs (sorted), none
-    of which a bus tenant chooses."""
-    return derived_event_id(f"gang/{namespace}/{group}/{','.join(sorted(members))}", "job")
 
 
 def k8s_time(t: datetime, *, micro: bool = False) -> str:
@@ -156,18 +150,20 @@ def event_body(
     at: datetime,
     role: str,
     instance: str = "",
+    kind: str = "Pod",
+    api_version: str = "v1",
 ) -> dict[str, Any]:
-    """A core/v1 Event about a pod. Its name is derived from the pod's uid and ``role`` (the
-    transition), so the same fact posted again after a restart is refused as AlreadyExists
-    rather than shown twice."""
+    """A core/v1 Event about a pod (or another object: ``kind``, ``api_version``). Its name is
+    derived from the object's uid and ``role`` (the transition), so the same fact posted again
+    after a restart is refused as AlreadyExists rather than shown twice."""
     digest = hashlib.blake2b(f"{ref.uid}/{role}".encode(), digest_size=8).hexdigest()
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": f"{ref.name[:200]}.{digest}", "namespace": ref.namespace},
         "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
+            "apiVersion": api_version,
+            "kind": kind,
             "namespace": ref.namespace,
             "name": ref.name,
             "uid": ref.uid,

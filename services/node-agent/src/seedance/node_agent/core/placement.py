@@ -31,7 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seedance.events.base import derived_event_id
+from seedance.events.jobs import K8S_JOB_PREFIX
+from seedance.events.jobs import gang_job_id as events_gang_job_id
+from seedance.events.jobs import pod_job_id as events_pod_job_id
 from seedance.events.slicing import (
     GpuAssignment,
     JobReleased,
@@ -79,16 +81,21 @@ ENV_MPS_MEM_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
 
 def pod_job_id(pod_uid: str) -> str:
-    """The job id the bridge submits a single pod as (its ``CARRIED["job_id"]``: the pod's
-    ``metadata.uid``, which the API server assigns). Restated here, pinned by a test against the
-    bridge's own mapping: if the bridge moves pods' job ids into another space, this follows."""
-    return pod_uid
+    """The job id the bridge submits a single pod as (its ``CARRIED["job_id"]``): ``k8s:`` and
+    the pod's ``metadata.uid`` (which the API server assigns), the pods' own space that no
+    tenant may submit into (`seedance.events.jobs.pod_job_id`, the bridge's too)."""
+    return events_pod_job_id(pod_uid)
 
 
 def gang_job_id(namespace: str, group: str, members: Sequence[str]) -> str:
-    """A pod group's job id, as the bridge derives it (``seedance.k8s_bridge.core.kube``),
-    restated and pinned by a test against the bridge's own binding of a gang."""
-    return derived_event_id(f"gang/{namespace}/{group}/{','.join(sorted(members))}", "job")
+    """A pod group's job id, as the bridge derives it (`seedance.events.jobs.gang_job_id`)."""
+    return events_gang_job_id(namespace, group, members)
+
+
+def _job_ids(job_id: str) -> tuple[str, str]:
+    """A pod's (or group's) job id, and the one the bridge gave it before pods' jobs had a space
+    of their own (the bare uid, the bare derived id): a pod bound then keeps it until it ends."""
+    return job_id, job_id.removeprefix(K8S_JOB_PREFIX)
 
 
 def node_token(name: str) -> str:
@@ -251,7 +258,7 @@ def placement_of(pod: PodView, book: PlacementBook) -> Placement | Refusal:
     selects the gang's placement if the pod is a member and the members derive its job id
     with the pod's namespace (the module's note).
     """
-    own = book.for_job(pod_job_id(pod.uid))
+    own = book.for_job(pod_job_id(pod.uid)) or book.for_job(pod.uid)  # bound before: bare uid
     if len(own) > 1:
         tenants = [p.tenant for p in own]
         return Refusal(f"tenants {tenants} each hold a placement of job {pod.uid}: ambiguous")
@@ -264,7 +271,7 @@ def placement_of(pod: PodView, book: PlacementBook) -> Placement | Refusal:
     if pod.uid not in members:
         return Refusal(f"pod {pod.uid} is not a member of pod group {group!r} it claims")
     derived = gang_job_id(pod.namespace, group, members)
-    if derived != claim.job_id:
+    if claim.job_id not in _job_ids(derived):
         return Refusal(
             f"pod group {pod.namespace}/{group} with those members is job {derived}, "
             f"not {claim.job_id}"
@@ -297,7 +304,7 @@ def _check_against(pod: PodView, claim: Claim, placed: Placement) -> str | None:
             f"the slicer placed {placed.tenant}/{placed.kind.value}"
         )
     ours = list(placed.gpus)
-    whole_job = claim.job_id == pod_job_id(pod.uid)
+    whole_job = claim.job_id in _job_ids(pod_job_id(pod.uid))
     if whole_job and sorted(claim.gpus, key=_key) != sorted(ours, key=_key):
         return f"annotation devices {_show(claim.gpus)} differ from the slicer's {_show(ours)}"
     if not whole_job and not all(g in ours for g in claim.gpus):
