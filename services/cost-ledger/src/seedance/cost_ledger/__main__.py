@@ -153,7 +153,7 @@ def main() -> int | None:
         tenants=settings.tenant_set(),
         max_ahead_s=settings.max_ahead_s,
     )
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     service = LedgerService(
         runtime,
         replica,

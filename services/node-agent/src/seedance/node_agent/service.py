@@ -392,5 +392,5 @@ def main() -> None:
         raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
     configure_logging()
     configure_tracing(NAME)
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     asyncio.run(_serve(settings, runtime))

@@ -28,7 +28,7 @@ def main() -> None:
         source = build_source(settings, clock)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     asyncio.run(serve(CollectorService(runtime, source, clock, settings)))
 
 
