@@ -10,9 +10,7 @@ import sys
 from pathlib import Path
 
 from seedance.core import ServiceRuntime, serve
-from seedance.core.logs import configure_logging
-from seedance.core.settings import SettingsError, bus_settings, load_settings
-from seedance.core.tracing import configure_tracing
+from seedance.core.entry import start_service
 from seedance.cost_ledger import core
 from seedance.cost_ledger.allocation_api import AllocationApi
 from seedance.cost_ledger.core.replica import LedgerReplica
@@ -20,6 +18,18 @@ from seedance.cost_ledger.service import LedgerService
 from seedance.cost_ledger.settings import LedgerSettings, load_budgets, replica_name
 
 NAME = "cost-ledger"
+SUMMARY = (
+    "The cost ledger: attributes GPU time, slices, energy and idle to tenants and jobs, "
+    "exactly once, publishes cost entries, reports and budget alerts, and answers allocation "
+    "queries. Replicas share one durable consumer; its state lives in JetStream KV."
+)
+#: The sub-commands ``main`` dispatches before serving (each answers its own ``--help``).
+COMMANDS = {
+    "(none)": "serve the ledger",
+    "prices --gpu-model NAME": "what a GPU name is billed at, for any name a system reports",
+    "report (--tenant T | --fleet)": "render the costs the stream holds (html, text, csv, focus)",
+    "rightsize (--tenant T | --fleet)": "right-sizing recommendations from measured use",
+}
 
 
 def report(argv: list[str], *, rightsize_only: bool = False) -> int:
@@ -138,13 +148,9 @@ def main() -> int | None:
         return report(sys.argv[2:])
     if sys.argv[1:2] == ["rightsize"]:
         return report(sys.argv[2:], rightsize_only=True)
-    try:
-        settings = load_settings(LedgerSettings, NAME)
-        bus = bus_settings(NAME)
-    except SettingsError as exc:
-        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
-    configure_logging()
-    configure_tracing(NAME)
+    settings, bus = start_service(
+        NAME, LedgerSettings, summary=SUMMARY, argv=sys.argv[1:], commands=COMMANDS
+    )
     book = core.load_price_book(settings.price_book) if settings.price_book else None
     replica = LedgerReplica(
         book or core.default_price_book(),
@@ -153,7 +159,7 @@ def main() -> int | None:
         tenants=settings.tenant_set(),
         max_ahead_s=settings.max_ahead_s,
     )
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     service = LedgerService(
         runtime,
         replica,

@@ -33,6 +33,9 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: This replica's name in the lease and its Events (defaults to the host name).
     replica: str = ""
     http_port: int = 9406
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: Publish a NodeInventory per Node (off once node agents publish real inventories).
     publish_inventory: bool = True
     #: Decisions handled per fetched batch.

@@ -26,9 +26,8 @@ from nats.aio.msg import Msg
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.clock import Clock
-from seedance.core.logs import configure_logging, get_logger
-from seedance.core.settings import SettingsError, bus_settings, load_settings
-from seedance.core.tracing import configure_tracing
+from seedance.core.entry import start_service
+from seedance.core.logs import get_logger
 from seedance.events.codec import DecodeError, decode
 from seedance.events.slicing import MigLayoutPlan
 from seedance.events.subjects import slicing, telemetry
@@ -384,13 +383,15 @@ async def _serve(settings: NodeAgentSettings, runtime: ServiceRuntime) -> None:
         await kube.close()
 
 
+SUMMARY = (
+    "The node agent (one per GPU node, a DaemonSet): the kubelet's device plugin that enforces "
+    "the slicer's placements on the node, applies MIG plans, and measures what each pod uses. "
+    "The API server from KUBECONFIG (or SEEDANCE_NODE_AGENT_KUBECONFIG), else the pod's "
+    "service account."
+)
+
+
 def main() -> None:
-    try:
-        settings = load_settings(NodeAgentSettings, NAME)
-        bus = bus_settings(NAME)
-    except (SettingsError, ValueError) as exc:
-        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
-    configure_logging()
-    configure_tracing(NAME)
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    settings, bus = start_service(NAME, NodeAgentSettings, summary=SUMMARY)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     asyncio.run(_serve(settings, runtime))

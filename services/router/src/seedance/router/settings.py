@@ -68,6 +68,9 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int = 3
     default_timeout_s: float = 60.0
     http_port: int = 9402
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: Replica planner (docs/router.md): recommend each model's replica count every interval
     #: (`ReplicaRecommendation` on ``seedance.routing.<model>.replicas``).
     plan: bool = True
