@@ -33,6 +33,7 @@ def add_trace_context(
         event.setdefault("span_id", trace.format_span_id(context.span_id))
     return event
 
+
 #: Whether a logger keeps the configuration it first logged with (structlog's
 #: ``cache_logger_on_first_use``: faster, and right for a process configured once). The test
 #: session turns it off: its tests call entry points in-process, which configure logging, and a
