@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -20,8 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
+import seedance.core.logs
 from seedance.testing.servers import NatsServer
+
+# Entry points called in-process configure logging; with cached loggers, a test's capture_logs
+# would then see nothing from a logger some earlier test used (seedance.core.logs).
+seedance.core.logs.CACHE_LOGGERS = False
 
 TESTS = Path(__file__).resolve().parent
 #: Directory under tests/ -> the mark every test in it carries.
@@ -32,6 +39,20 @@ def tier_marks(path: Path) -> list[pytest.MarkDecorator]:
     """The marks a test module at ``path`` gets from its directory."""
     rel = path.resolve().relative_to(TESTS)
     return [TIERS[rel.parts[0]]] if len(rel.parts) > 1 and rel.parts[0] in TIERS else []
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """Each test ends with logging configured as it began. An entry point called in-process
+    (the CLI's ``main``) configures structlog and the root logger for the whole process: the
+    level it sets (CRITICAL, for the CLI) silenced every later test's ``capture_logs``."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -111,8 +111,13 @@ def test_no_server_at_the_url_ends_within_the_bound_with_one_line() -> None:
     assert f"could not connect to NATS at {url} within 2 s" in last["reason"]
     assert "Check that a nats-server runs there" in last["reason"]
     assert "NATS_URL" in last["reason"]
-    # The attempts in between are one warning, not a line per retry (nor tracebacks).
-    assert [r["event"] for r in records] == ["nats_connect_retrying", "nats_unavailable"]
+    # The attempts in between are one warning, not a line per retry (nor tracebacks); before
+    # them, where /healthz answers (it is up while connecting).
+    assert [r["event"] for r in records] == [
+        "http_listening",
+        "nats_connect_retrying",
+        "nats_unavailable",
+    ]
 
 
 def test_wrong_password_is_refused_at_once_naming_the_user(password_server: NatsServer) -> None:
@@ -127,7 +132,8 @@ def test_wrong_password_is_refused_at_once_naming_the_user(password_server: Nats
     # Well inside the 60 s bound: retrying a wrong password cannot help.
     assert time.monotonic() - started < START_SLACK_S
     assert code == EXIT_BUS_REFUSED == 77
-    (line,) = records
+    listening, line = records  # where /healthz answers, then why it ends
+    assert listening["event"] == "http_listening"
     assert line["event"] == "nats_unavailable"
     assert f"NATS at {password_server.url} refused user 'alice'" in line["reason"]
     assert "authorization violation" in line["reason"]

@@ -47,6 +47,10 @@ KINDS = {
     "ClusterRoleBinding": "clusterrolebinding-rbac-v1",
     "CustomResourceDefinition": "customresourcedefinition-apiextensions-v1",
     "PriorityClass": "priorityclass-scheduling-v1",
+    # the node agent's admission policy (deploy/k8s/base/admission): pods asking for the GPU
+    # resources Seedance serves are bound by Seedance only
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicy-admissionregistration-v1",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybinding-admissionregistration-v1",
 }
 DEFS_REF = "/api/_definitions.json#/$defs/"
 LOCAL_REF = "#/$defs/"

@@ -4,6 +4,10 @@ the bridge through kubernetes_asyncio, a real SlicerService; names unique per te
 Each test gets its own tenant (``t<unique>``, a namespace label), its own node names, its own
 slicer pool and durables (``instance``), its own bridge durable, all fast-forwarded past what
 earlier tests published, so it sees only its own pods and decisions.
+
+``slicer`` and ``bridge`` take ``user``: the service then runs as that shipped NATS user
+(``shipped(url, user)``) on the catalogue's own durables, as the deployment does; such tests run
+on the shipped-auth server (``auth_url``), one per module.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from seedance.slicer.settings import SlicerSettings
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.waits import eventually
 from tests.conftest import serving
+from tests.integration.conftest import shipped_password
 
 __all__ = [
     "Env",
@@ -35,6 +40,7 @@ __all__ = [
     "bridge",
     "fast_forward",
     "gpu_node",
+    "shipped",
     "slicer",
 ]
 
@@ -56,24 +62,39 @@ async def fast_forward(bus: Bus, unique: str) -> None:
         await sub.unsubscribe()
 
 
-@contextlib.asynccontextmanager
-async def slicer(nats_url: str, unique: str, **kw: Any) -> AsyncIterator[SlicerService]:
-    kw.setdefault("quota_key", f"quota-{unique}")  # the test's own (the bridge writes it)
-    settings = SlicerSettings(
-        pool=f"p{unique}", replica="s", instance=unique, lease_ttl_s=1.5, batch=100, **kw
+def shipped(url: str, user: str, **kw: Any) -> BusSettings:
+    """How ``user`` of deploy/auth connects to the shipped-auth server at ``url``."""
+    return BusSettings(
+        url=url, user=user, password=shipped_password(user), name=f"test-{user}", **kw
     )
-    runtime = ServiceRuntime("slicer", BusSettings(url=nats_url, name="test-slicer"))
+
+
+@contextlib.asynccontextmanager
+async def slicer(
+    nats_url: str, unique: str, user: str | None = None, **kw: Any
+) -> AsyncIterator[SlicerService]:
+    kw.setdefault("quota_key", f"quota-{unique}")  # the test's own (the bridge writes it)
+    kw.setdefault("instance", "" if user else unique)
+    settings = SlicerSettings(pool=f"p{unique}", replica="s", lease_ttl_s=1.5, batch=100, **kw)
+    bus = shipped(nats_url, user) if user else BusSettings(url=nats_url, name="test-slicer")
+    runtime = ServiceRuntime("slicer", bus)
     async with serving(SlicerService(runtime, WallClock(), settings), 15) as svc:
         yield svc
 
 
 @contextlib.asynccontextmanager
 async def bridge(
-    kube: KubeApiServer, nats_url: str, unique: str, tmp_path: Path, replica: str = "a", **kw: Any
+    kube: KubeApiServer,
+    nats_url: str,
+    unique: str,
+    tmp_path: Path,
+    replica: str = "a",
+    user: str | None = None,
+    **kw: Any,
 ) -> AsyncIterator[BridgeService]:
     settings = BridgeSettings(
         replica=f"bridge-{replica}",
-        instance=unique,
+        instance="" if user else unique,
         lease_namespace=SYSTEM,
         lease_name=f"bridge-{unique}",
         lease_duration_s=kw.pop("lease_duration_s", 1.5),
@@ -83,7 +104,12 @@ async def bridge(
         policy_key=kw.pop("policy_key", f"quota-{unique}"),
         **kw,
     )
-    runtime = ServiceRuntime("k8s-bridge", BusSettings(url=nats_url, name=f"test-bridge-{replica}"))
+    bus = (
+        shipped(nats_url, user)
+        if user
+        else BusSettings(url=nats_url, name=f"test-bridge-{replica}")
+    )
+    runtime = ServiceRuntime("k8s-bridge", bus)
     api = KubeApi(await connect(str(kube.kubeconfig(tmp_path / f"kubeconfig-{replica}"))))
     try:
         async with serving(BridgeService(runtime, WallClock(), settings, api), 15) as svc:
@@ -111,26 +137,34 @@ class Trail:
     def __init__(self, subs: list[Any]) -> None:
         self.subs = subs
         self.events: list[Event] = []
+        #: Each event's stream sequence, by event id (to wait for a consumer's ack floor).
+        self.seqs: dict[str, int] = {}
         self.task = asyncio.create_task(self._read())
 
     @classmethod
-    async def open(cls, bus: Bus, tenant: str) -> Trail:
-        observed_all = observed.subject(tenant, "submitted").rsplit(".", 1)[0] + ".*"
-        subjects = [slicing.tenant_wildcard(tenant), observed_all]
+    async def open(cls, bus: Bus, *tenants: str) -> Trail:
+        subjects = []
+        for tenant in tenants:
+            observed_all = observed.subject(tenant, "submitted").rsplit(".", 1)[0] + ".*"
+            subjects += [slicing.tenant_wildcard(tenant), observed_all]
         return cls([await bus.js.subscribe(s, ordered_consumer=True) for s in subjects])
 
     async def _read(self) -> None:
         async def one(sub: Any) -> None:
             async for msg in sub.messages:
-                self.events.append(decode(msg.data))
+                event = decode(msg.data)
+                self.seqs[event.id] = msg.metadata.sequence.stream
+                self.events.append(event)
 
         await asyncio.gather(*(one(s) for s in self.subs))
 
-    def of(self, kind: type, job: str | None = None) -> list[Any]:
+    def of(self, kind: type, job: str | None = None, tenant: str | None = None) -> list[Any]:
         return [
             e
             for e in self.events
-            if isinstance(e, kind) and (job is None or getattr(e, "job_id", None) == job)
+            if isinstance(e, kind)
+            and (job is None or getattr(e, "job_id", None) == job)
+            and (tenant is None or getattr(e, "tenant", None) == tenant)
         ]
 
     async def close(self) -> None:
@@ -243,10 +277,20 @@ class Env:
 
 @contextlib.asynccontextmanager
 async def environment(
-    kube: KubeApiServer, bus: Bus, unique: str, tmp_path: Path, nats_url: str
+    kube: KubeApiServer,
+    bus: Bus,
+    unique: str,
+    tmp_path: Path,
+    nats_url: str,
+    tenant: str | None = None,
+    others: tuple[str, ...] = (),
 ) -> AsyncIterator[Env]:
-    await fast_forward(bus, unique)
-    tenant, ns = f"t{unique}", f"ns-{unique}"
+    """``tenant``: a shipped tenant (``acme``) whose namespace this is, for tests on the
+    shipped-auth server, whose services bind the catalogue's durables (not fast-forwarded);
+    default: the test's own ``t<unique>``. The trail follows ``others``' subjects too."""
+    if tenant is None:
+        await fast_forward(bus, unique)
+    tenant, ns = tenant or f"t{unique}", f"ns-{unique}"
     seed.namespace(kube, ns, labels={"seedance.io/tenant": tenant})
     with contextlib.suppress(Exception):
         seed.namespace(kube, SYSTEM)
@@ -254,7 +298,7 @@ async def environment(
     await config.load_kube_config(
         config_file=str(kube.kubeconfig(tmp_path / "kubeconfig-test")), client_configuration=cfg
     )
-    trail = await Trail.open(bus, tenant)
+    trail = await Trail.open(bus, tenant, *others)
     async with client.ApiClient(configuration=cfg) as api_client:
         try:
             yield Env(

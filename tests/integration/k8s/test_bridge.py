@@ -11,7 +11,7 @@ from datetime import datetime
 
 import pytest
 
-from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
+from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted, pod_job_id
 from seedance.events.slicing import JobReleased, Placement
 from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.kube import USER_AGENT
@@ -34,13 +34,13 @@ async def test_a_pending_pod_is_placed_bound_annotated_and_its_end_reported(env:
         assert pod.spec.node_name == node
         doc = json.loads(pod.metadata.annotations["seedance.io/placement"])
         assert doc["podUid"] == uid
-        assert doc["jobId"] == uid
+        assert doc["jobId"] == pod_job_id(uid)
         assert doc["tenant"] == env.tenant
         assert len(doc["gpus"]) == 2
         assert {c.type: c.status for c in pod.status.conditions}["PodScheduled"] == "True"
-        (submitted,) = env.trail.of(JobSubmitted, uid)
+        (submitted,) = env.trail.of(JobSubmitted, pod_job_id(uid))
         assert submitted.request.gpus == 2
-        (placed,) = env.trail.of(Placement, uid)
+        (placed,) = env.trail.of(Placement, pod_job_id(uid))
         assert [g.index for g in placed.gpus] == [g["index"] for g in doc["gpus"]]
 
         async def scheduled() -> bool:
@@ -53,11 +53,11 @@ async def test_a_pending_pod_is_placed_bound_annotated_and_its_end_reported(env:
         await env.finish("train")
 
         async def released() -> bool:
-            return bool(env.trail.of(JobReleased, uid))
+            return bool(env.trail.of(JobReleased, pod_job_id(uid)))
 
         await eventually(released, 10)
-        (end,) = env.trail.of(JobFinished, uid)
-        (rel,) = env.trail.of(JobReleased, uid)
+        (end,) = env.trail.of(JobFinished, pod_job_id(uid))
+        (rel,) = env.trail.of(JobReleased, pod_job_id(uid))
         assert rel.outcome == "finished"
         assert rel.was_placed
         # the bill's end: the kubelet's finishedAt (10:00:00, behind the bridge's clock here)
@@ -112,7 +112,7 @@ async def test_a_pod_with_node_name_preset_is_refused_never_bound_nor_billed(env
             in {c.type: c for c in forged.status.conditions}["PodScheduled"].message
         )
         for uid in (created["metadata"]["uid"], preset["metadata"]["uid"]):
-            assert env.trail.of(JobSubmitted, uid) == []
+            assert env.trail.of(JobSubmitted, pod_job_id(uid)) == []
 
 
 async def test_an_unschedulable_pod_shows_the_slicers_reason_and_deleting_it_cancels(
@@ -140,12 +140,12 @@ async def test_an_unschedulable_pod_shows_the_slicers_reason_and_deleting_it_can
         await env.core.delete_namespaced_pod("huge", env.ns)
 
         async def released() -> bool:
-            return bool(env.trail.of(JobReleased, uid))
+            return bool(env.trail.of(JobReleased, pod_job_id(uid)))
 
         await _eventually(released)
-        (cancel,) = env.trail.of(JobCancelled, uid)
+        (cancel,) = env.trail.of(JobCancelled, pod_job_id(uid))
         assert cancel.reason == "pod deleted"
-        (rel,) = env.trail.of(JobReleased, uid)
+        (rel,) = env.trail.of(JobReleased, pod_job_id(uid))
         assert rel.outcome == "cancelled"
         assert not rel.was_placed
 
@@ -162,10 +162,10 @@ async def test_a_pod_deleted_while_its_binding_is_in_flight_is_cancelled(env: En
         uid = created["metadata"]["uid"]
 
         async def released() -> bool:
-            return bool(env.trail.of(JobReleased, uid))
+            return bool(env.trail.of(JobReleased, pod_job_id(uid)))
 
         await _eventually(released)
-        (rel,) = env.trail.of(JobReleased, uid)
+        (rel,) = env.trail.of(JobReleased, pod_job_id(uid))
         assert rel.outcome == "cancelled"
         assert rel.was_placed  # placed, then its pod was gone: what it held is free again
         assert not (await env.pod("gone")).spec.node_name
@@ -214,14 +214,14 @@ async def test_a_duplicate_binding_is_handled(env: Env) -> None:
         uid_dup, uid_taken = dup["metadata"]["uid"], taken["metadata"]["uid"]
 
         async def settled() -> bool:
-            return bool(env.trail.of(JobReleased, uid_taken)) and "Scheduled" in (
+            return bool(env.trail.of(JobReleased, pod_job_id(uid_taken))) and "Scheduled" in (
                 await env.reasons("dup")
             )
 
         await _eventually(settled)
         assert (await env.pod("dup")).spec.node_name == node
-        assert env.trail.of(JobReleased, uid_dup) == []  # still running, as bound
-        (failed,) = env.trail.of(JobFailed, uid_taken)
+        assert env.trail.of(JobReleased, pod_job_id(uid_dup)) == []  # still running, as bound
+        (failed,) = env.trail.of(JobFailed, pod_job_id(uid_taken))
         assert "elsewhere" in failed.reason
         warnings = [e for e in await env.events_of("taken") if e.type == "Warning"]
         assert any("elsewhere" in e.message for e in warnings)
@@ -244,14 +244,14 @@ async def test_a_restarted_bridge_resumes_loses_nothing_and_duplicates_nothing(e
             uid = before["metadata"]["uid"]
 
             async def released() -> bool:
-                return bool(env.trail.of(JobReleased, uid))
+                return bool(env.trail.of(JobReleased, pod_job_id(uid)))
 
             await _eventually(released)
         assert len(env.trail.of(JobSubmitted)) == submitted_before + 1
         # the re-sent submit of "before" (same id) was dropped by the stream: one each
-        assert len(env.trail.of(JobSubmitted, uid)) == 1
-        assert len(env.trail.of(Placement, uid)) == 1
-        assert len(env.trail.of(Placement, during["metadata"]["uid"])) == 1
+        assert len(env.trail.of(JobSubmitted, pod_job_id(uid))) == 1
+        assert len(env.trail.of(Placement, pod_job_id(uid))) == 1
+        assert len(env.trail.of(Placement, pod_job_id(during["metadata"]["uid"]))) == 1
         scheduled = [e for e in await env.events_of("before") if e.reason == "Scheduled"]
         assert len(scheduled) == 1
 
@@ -286,7 +286,7 @@ async def test_the_watch_resumes_across_an_api_server_restart_and_relists_after_
         uid = first["metadata"]["uid"]
 
         async def ended() -> bool:
-            return bool(env.trail.of(JobCancelled, uid))
+            return bool(env.trail.of(JobCancelled, pod_job_id(uid)))
 
         await _eventually(ended)
         gone = b.metrics.watch_restarts_total.labels("pods", "gone")._value.get()
@@ -316,7 +316,7 @@ async def test_preemption_deletes_the_victim_with_an_event(env: Env) -> None:
         uid = low["metadata"]["uid"]
 
         async def ended() -> bool:
-            return bool(env.trail.of(JobCancelled, uid))
+            return bool(env.trail.of(JobCancelled, pod_job_id(uid)))
 
         await _eventually(ended)
 
@@ -439,11 +439,11 @@ async def test_a_pod_deleted_while_no_bridge_ran_still_ends_its_job(env: Env) ->
             uid = lost["metadata"]["uid"]
 
             async def released() -> bool:
-                return bool(env.trail.of(JobReleased, uid))
+                return bool(env.trail.of(JobReleased, pod_job_id(uid)))
 
             await _eventually(released)
-            (rel,) = env.trail.of(JobReleased, uid)
+            (rel,) = env.trail.of(JobReleased, pod_job_id(uid))
             assert rel.outcome == "cancelled"
             assert rel.was_placed
             # the pod that is still there keeps its job
-            assert env.trail.of(JobReleased, kept["metadata"]["uid"]) == []
+            assert env.trail.of(JobReleased, pod_job_id(kept["metadata"]["uid"])) == []

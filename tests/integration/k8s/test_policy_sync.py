@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, WallClock
 from seedance.core.kv import ensure_bucket
+from seedance.events.jobs import pod_job_id
 from seedance.events.subjects import POLICY_BUCKET, QUOTA_POLICY_KEY, quota_usage_key
 from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.core.policy import GROUP, VERSION
@@ -147,7 +148,7 @@ async def test_a_tenant_quota_is_enforced_by_the_slicer_and_its_status_shows_usa
         # the namespace's binding gave the pods their tenant
         placement = (await env.core.read_namespaced_pod("fits", ns)).metadata.annotations
         assert json.loads(placement["seedance.io/placement"])["tenant"] == tenant
-        assert json.loads(placement["seedance.io/placement"])["jobId"] == first
+        assert json.loads(placement["seedance.io/placement"])["jobId"] == pod_job_id(first)
 
         async def used() -> bool:
             return (tq(env, f"tq-{env.unique}").get("status") or {}).get("usage") == {"gpus": 2}

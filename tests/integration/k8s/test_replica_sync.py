@@ -37,10 +37,11 @@ def discovery(k8s: client.ApiClient) -> client.DiscoveryV1Api:
 
 
 def endpoint(pod: str, ip: str, *, ready: bool = True, terminating: bool = False) -> dict[str, Any]:
+    # targetRef without a namespace: the slice's own (the controller writes it; the same).
     return {
         "addresses": [ip],
         "conditions": {"ready": ready, "serving": ready, "terminating": terminating},
-        "targetRef": {"kind": "Pod", "name": pod, "namespace": "x"},
+        "targetRef": {"kind": "Pod", "name": pod},
     }
 
 
@@ -105,14 +106,19 @@ async def bucket(bus: Bus, fleet: str) -> dict[str, ReplicaRegistration]:
     return out
 
 
+def pod_of(r: ReplicaRegistration) -> str:
+    """The pod of a registration the bridge wrote (``<namespace>_<pod>``); others' as named."""
+    return r.replica.split("_", 1)[1] if r.registrar else r.replica
+
+
 async def until_bucket(
     bus: Bus, fleet: str, want: dict[str, tuple[str, bool]], what: str
 ) -> dict[str, ReplicaRegistration]:
-    """Wait until the fleet's keys are exactly ``want`` (replica -> (address, ready))."""
+    """Wait until the fleet's keys are exactly ``want`` (pod -> (address, ready))."""
 
     async def check() -> bool:
         got = await bucket(bus, fleet)
-        return {r.replica: (r.address, r.ready) for r in got.values()} == want
+        return {pod_of(r): (r.address, r.ready) for r in got.values()} == want
 
     await eventually(check, 20, what=what, interval_s=0.1)
     return await bucket(bus, fleet)
@@ -146,7 +152,9 @@ async def test_slices_created_changed_and_deleted_are_the_bucket(
             "the slice's endpoints registered, the not-ready one out of traffic",
         )  # fmt: skip
         registrar = f"k8s-bridge/{SYSTEM}/bridge-{env.unique}"
-        assert got[routing.replica_key(fleet, "echo", "t-0")].registrar == registrar
+        # the namespace's tenant's own replica
+        own = got[routing.replica_key(fleet, "echo", f"{env.ns}_t-0", env.tenant)]
+        assert (own.registrar, own.owner) == (registrar, env.tenant)
         assert got[routing.replica_key(fleet, "echo", "manual")].registrar == ""
 
         # t-1 becomes ready, t-0 starts terminating, a second slice of the Service adds t-2.
@@ -240,7 +248,7 @@ async def test_a_standby_writes_nothing_until_it_leads(
         await eventually(
             lambda: sync.passes_total.labels("standby")._value.get() >= 1, 10, what="a pass"
         )
-        assert [r.replica for r in sync.changes().put.values()] == ["r"]
+        assert [pod_of(r) for r in sync.changes().put.values()] == ["r"]
         assert not b.leading
         assert await bucket(env.bus, fleet) == {}
         # The holder releases the Lease: the bridge takes it and registers at once.

@@ -54,7 +54,7 @@ def ledger(url: str, name: str, **kw: Any) -> LedgerService:
     """A ledger replica on its own runtime and checkpoint key (not started: see ``serving``)."""
     runtime = ServiceRuntime("cost-ledger", BusSettings(url=url), registry=CollectorRegistry())
     replica = LedgerReplica(
-        core.default_price_book(),
+        kw.pop("book", None) or core.default_price_book(),
         CONFIG,
         budgets=kw.pop("budgets", ()),
         tenants=kw.pop("tenants", ()),
@@ -112,10 +112,13 @@ async def test_invalid_inputs_are_dead_lettered_with_a_reason(bus: Bus, server: 
         )  # fmt: skip
         await bus.publish(slicing.subject("mallory", "placement"), unknown)
         await bus.js.publish(telemetry.sample("n1"), b'{"type": "gpu.sample_batch.v1", "id": 3}')
-        no_price = msgspec.structs.replace(
-            unknown, id="0190a000-0000-7000-8000-0000000bad02", tenant="acme", gpu_model="Z9"
-        )
-        await bus.publish(slicing.subject("acme", "placement"), no_price)
+        # A GPU model the price book cannot price is billed at its fallback, never refused
+        # (test_gpu_identity_billing.py); a MIG profile the GPU cannot have is refused.
+        bad_mig = msgspec.structs.replace(
+            unknown, id="0190a000-0000-7000-8000-0000000bad02", tenant="acme",
+            kind=PlacementKind.MIG, gpus=[GpuAssignment(index=0, mig_profile="3g.40gb")],
+        )  # fmt: skip
+        await bus.publish(slicing.subject("acme", "placement"), bad_mig)
         await caught_up(bus, service, 3)
 
     async def letters() -> list[DeadLetter]:
@@ -125,7 +128,8 @@ async def test_invalid_inputs_are_dead_lettered_with_a_reason(bus: Bus, server: 
     by_kind = {d.error_kind: d for d in await letters()}
     assert "mallory" in by_kind["unknown_tenant"].reason
     assert by_kind["decode_error"].subject == telemetry.sample("n1")
-    assert "Z9" in by_kind["invalid_input"].reason
+    assert "'3g.40gb'" in by_kind["invalid_input"].reason
+    assert "T4" in by_kind["invalid_input"].reason
 
 
 async def _has(letters: Any, n: int) -> bool:

@@ -44,11 +44,14 @@ from tests.integration.ledger.test_ledger_service import CONFIG, caught_up, ledg
 BOOK = core.default_price_book()
 NODES = ("h-a", "h-b")
 FIXTURE = Path(__file__).parent / "fixtures" / "checkpoint-6ef02a6.bin"
+# The bundled price book of the code that wrote the checkpoint (before issue 28 re-sourced the
+# prices): a restore must bill on as that ledger would have, so the test prices with it.
+BOOK_THEN = core.load_price_book(Path(__file__).parent / "fixtures" / "price-book-6ef02a6.toml")
 
 
-def _t4_micro(minutes: int) -> int:
+def _t4_micro(minutes: int, book: core.PriceBook = BOOK) -> int:
     """What one whole T4 costs over ``minutes`` of whole windows (rounded once per window)."""
-    per_window = BOOK.usd_per_gpu_hour("T4", "on_demand") * CONFIG.window_s / 3600
+    per_window = book.usd_per_gpu_hour("T4", "on_demand") * CONFIG.window_s / 3600
     return core.micro_from_usd(per_window) * (minutes * 60 // CONFIG.window_s)
 
 
@@ -271,9 +274,11 @@ async def test_a_checkpoint_written_before_the_upgrade_restores_and_goes_on(
         *(_sample(500 + m, old_ckpt.START + timedelta(minutes=m), "up-node")
           for m in range(45, 95, 5)),
     ]  # fmt: skip
-    service = ledger(server.url, "upgrade")
+    service = ledger(server.url, "upgrade", book=BOOK_THEN)
     async with serving(service):
         assert service.replica.seq == 13  # restored on first start
+        # kept under the canonical model its short name identifies (issue 28's migration)
+        assert service.replica.ledger.facts.node_info["up-node"].gpu_model == "T4-PCIE-16GB"
         for e in later[:-1]:
             await bus.publish(_subject(e), e)
         await _closed_after(bus, service, len(pad) + len(later) - 1, later[-1])
@@ -287,7 +292,7 @@ async def test_a_checkpoint_written_before_the_upgrade_restores_and_goes_on(
         for e in old_ckpt.events()
     ]
     expected = core.recompute(
-        ledger_inputs([*old_events, *later], BOOK), BOOK, clock_ms or 0, CONFIG
+        ledger_inputs([*old_events, *later], BOOK_THEN), BOOK_THEN, clock_ms or 0, CONFIG
     )
     assert totals == expected
     # Keyed by (tenant, job): the two tenants' "train-1" are two jobs, ended apart.
@@ -295,7 +300,7 @@ async def test_a_checkpoint_written_before_the_upgrade_restores_and_goes_on(
         totals.by_job["acme/train-1"].gpu_hours_micro == 4 * 83_333
     )  # whole windows, rounded once each
     assert totals.by_job["globex/train-1"].gpu_hours_micro == 12 * 83_333
-    assert totals.by_job["globex/train-1"].cost_usd_micro == _t4_micro(60)
+    assert totals.by_job["globex/train-1"].cost_usd_micro == _t4_micro(60, BOOK_THEN)
 
 
 def test_a_release_is_billed_at_the_slicers_time_and_a_placement_never_placed_ends_nothing() -> (

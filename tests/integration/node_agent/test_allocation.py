@@ -195,11 +195,16 @@ async def node_agent(
         await feed.close()
 
 
-async def allocate(stub: api_pb2_grpc.DevicePluginStub, n: int) -> dict[str, str]:
+async def allocate(stub: api_pb2_grpc.DevicePluginStub, n: int, first: int = 0) -> dict[str, str]:
+    """One Allocate of ``n`` devices, IDs ``d<first>``...: as the kubelet, which hands out only
+    IDs it has not recorded for another container (the same IDs again mean it dropped the
+    earlier answer)."""
     resp = await stub.Allocate(
         api_pb2.AllocateRequest(
             container_requests=[
-                api_pb2.ContainerAllocateRequest(devices_ids=[f"d{i}" for i in range(n)])
+                api_pb2.ContainerAllocateRequest(
+                    devices_ids=[f"d{i}" for i in range(first, first + n)]
+                )
             ]
         ),
         timeout=10.0,
@@ -208,9 +213,9 @@ async def allocate(stub: api_pb2_grpc.DevicePluginStub, n: int) -> dict[str, str
     return dict(container.envs)
 
 
-async def refused(stub: api_pb2_grpc.DevicePluginStub, n: int) -> str:
+async def refused(stub: api_pb2_grpc.DevicePluginStub, n: int, first: int = 0) -> str:
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await allocate(stub, n)
+        await allocate(stub, n, first)
     assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
     return str(err.value.details())
 
@@ -244,17 +249,19 @@ async def test_whole_gpus_get_exactly_the_slicers_uuids_and_a_forged_claim_is_re
         # Before the slicer's placement is on the bus, the claim alone is not honoured.
         assert "holds no placement" in await refused(stub, 2)
         await publish(bus, holder["a"])
-        await eventually(lambda: feed.book.get(pod_uid["a"]) is not None, what="placement read")
+        await eventually(
+            lambda: feed.book.get("acme", pod_uid["a"]) is not None, what="placement read"
+        )
         envs = await allocate(stub, 2)
         assert envs == {"NVIDIA_VISIBLE_DEVICES": f"{UUIDS[1]},{UUIDS[2]}"}
-        assert "no pending pod" in await refused(stub, 2)  # a is allocated once
+        assert "no pending pod" in await refused(stub, 2, first=2)  # a is allocated once
 
         # Pod b forges an annotation naming GPUs 0 and 3 under a placement that is not its own.
         def forged(uid: str) -> str:
             return annotation(uid, holder["a"], jobId=uid)
 
         await bound_pod(api, api_client, "b", {"nvidia.com/gpu": "2"}, forged)
-        assert "holds no placement of job" in await refused(stub, 2)
+        assert "holds no placement of pod" in await refused(stub, 2, first=2)
 
 
 async def test_a_stale_or_altered_placement_is_refused_with_the_reason(
@@ -273,7 +280,7 @@ async def test_a_stale_or_altered_placement_is_refused_with_the_reason(
         newer = placement(uid, PlacementKind.WHOLE, [GpuAssignment(index=3, uuid=UUIDS[3])])
         await publish(bus, old["ev"])
         await publish(bus, newer)
-        await eventually(lambda: (p := feed.book.get(uid)) is not None and p.id == newer.id)
+        await eventually(lambda: (p := feed.book.get("acme", uid)) is not None and p.id == newer.id)
         assert f"stale placement {old['ev'].id}" in await refused(stub, 1)
         # Released: no placement at all.
         await publish(
@@ -282,7 +289,7 @@ async def test_a_stale_or_altered_placement_is_refused_with_the_reason(
                 id=new_event_id(), at=T0, job_id=uid, tenant="acme", outcome=EndOutcome.FINISHED
             ),
         )
-        await eventually(lambda: feed.book.get(uid) is None, what="release read")
+        await eventually(lambda: feed.book.get("acme", uid) is None, what="release read")
         assert "holds no placement" in await refused(stub, 1)
     # The kubelet gives up on it; the oldest pending pod is the one Allocate means (HAMi's rule).
     api.api.delete(api.api.resolve("", "v1", "pods"), "team-a", "s")
@@ -300,7 +307,7 @@ async def test_a_stale_or_altered_placement_is_refused_with_the_reason(
         await bound_pod(api, api_client, "t", {"nvidia.com/gpu": "1"}, altered)
         await publish(bus, held["ev"])
         # A fresh agent rebuilds its book from the stream (the earlier placements included).
-        await eventually(lambda: feed.book.get(held["ev"].job_id) is not None)
+        await eventually(lambda: feed.book.get("acme", held["ev"].job_id) is not None)
         assert "differ from the slicer's" in await refused(stub, 1)
 
 
@@ -320,7 +327,7 @@ async def test_shared_gpu_gets_mps_limits_and_mig_gets_the_instance_uuid(
         res = {"seedance.io/gpu-milli": "250", "seedance.io/gpu-memory-mib": "20480"}
         await bound_pod(api, api_client, "sh", res, shared)
         await publish(bus, held["ev"])
-        await eventually(lambda: feed.book.get(held["ev"].job_id) is not None)
+        await eventually(lambda: feed.book.get("acme", held["ev"].job_id) is not None)
         assert await allocate(stub, 250) == {
             "NVIDIA_VISIBLE_DEVICES": UUIDS[2],
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
@@ -346,10 +353,10 @@ async def test_shared_gpu_gets_mps_limits_and_mig_gets_the_instance_uuid(
 
         await bound_pod(api, api_client, "m4", {"nvidia.com/mig-3g.71gb": "1"}, mig(4))
         await publish(bus, held["4"])
-        await eventually(lambda: feed.book.get(held["4"].job_id) is not None)
+        await eventually(lambda: feed.book.get("acme", held["4"].job_id) is not None)
         assert await allocate(stub, 1) == {"NVIDIA_VISIBLE_DEVICES": MIG_UUID}
         # A MIG instance the plan has not created yet: refused, never another instance.
         await bound_pod(api, api_client, "m0", {"nvidia.com/mig-3g.71gb": "1"}, mig(0))
         await publish(bus, held["0"])
-        await eventually(lambda: feed.book.get(held["0"].job_id) is not None)
-        assert "no MIG instance 3g.71gb at slot 0" in await refused(stub, 1)
+        await eventually(lambda: feed.book.get("acme", held["0"].job_id) is not None)
+        assert "no MIG instance 3g.71gb at slot 0" in await refused(stub, 1, first=1)

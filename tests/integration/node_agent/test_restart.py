@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from typing import Any
 import pytest
 
 from seedance.events.slicing import GpuAssignment, PlacementKind
-from seedance.node_agent.core.shares import ProcessSample
 from seedance.node_agent.podresources import api_pb2
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.waits import eventually
@@ -145,9 +143,11 @@ async def test_a_restarted_agent_keeps_a_running_pods_grant_and_refuses_its_gpu_
         await whole_gpu_pod(bus, api, api_client, "b", 1)
         answers = first_allocate_answers(kubelet, plugin_dir)
         async with agent_on(api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path) as a:
-            assert answers == [
-                f"pod team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
-            ]
+            (answer,) = answers
+            assert (
+                f"team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
+                in answer
+            )
             assert await metric_line(a, RESTORED % "restored" + " 1.0")
             assert not await metric_line(a, RESTORED % "refused")
             # No pod-resources socket here: the kubelet's view was missed, and counted.
@@ -158,8 +158,7 @@ async def test_a_restarted_agent_keeps_a_running_pods_grant_and_refuses_its_gpu_
                 "0::/kubepods.slice/kubepods-pod"
                 f"{holder.replace('-', '_')}.slice/cri-containerd-{'d' * 64}.scope\n"
             )
-            now_us = int(time.time() * 1e6)  # NVML's stamps: ahead of the agent's periods
-            a.nvml.samples = [ProcessSample(4343, 40.0, 10.0, now_us + 300_000)]
+            a.nvml.run((4343, 40.0, 10.0))
             share = (
                 f'seedance_node_agent_pod_sm_share_ratio{{UUID="{UUIDS[1]}",container="",'
                 'namespace="team-a",pod="a"} 0.4'
@@ -234,9 +233,11 @@ async def test_a_pod_the_kubelet_allocated_whose_container_waits_keeps_its_grant
         async with agent_on(
             api, api_client, nats_url, bus, kubelet, plugin_dir, tmp_path, pod_resources_socket
         ) as a:
-            assert answers == [
-                f"pod team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
-            ]
+            (answer,) = answers
+            assert (
+                f"team-a/b: devices ['{UUIDS[1]}'] are already allocated to pod(s) ['{holder}']"
+                in answer
+            )
             assert await metric_line(a, RESTORED % "restored" + " 1.0")
             assert not await metric_line(a, UNREACHABLE)
 

@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,11 +56,25 @@ class NodeNvml:
 
     def __init__(self) -> None:
         self.samples: list[ProcessSample] = []
+        self._next: list[tuple[int, float, float]] = []
 
     def devices(self) -> NodeDevices:
         return NodeDevices(gpus=UUIDS)
 
+    def run(self, *slots: tuple[int, float, float]) -> None:
+        """GPU 1's driver samples ``slots`` (pid, SM %, memory %) during the period the agent
+        reads next: they are stamped at that read, one µs apart just after the period's start,
+        as a driver stamps what it sampled since. Stamping them from the test's own clock
+        instead raced the agent's periods: a period boundary between two stamps split them."""
+        self._next = list(slots)
+
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
+        if gpu_index == 1 and self._next:
+            self.samples += [
+                ProcessSample(pid, sm, mem, since_us + 1 + i)
+                for i, (pid, sm, mem) in enumerate(self._next)
+            ]
+            self._next = []
         # As NVML: the samples newer than since_us (they stay in its buffer after a read).
         return [s for s in self.samples if s.timestamp_us > since_us] if gpu_index == 1 else []
 
@@ -116,9 +129,11 @@ async def agent_on(
     plugin_dir: str,
     tmp_path: Path,
     pod_resources_socket: str | None = None,
+    bus_settings: BusSettings | None = None,
 ) -> AsyncIterator[Agent]:
     """An agent started against ``api`` and running; stopped and closed after the block. The
-    kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one."""
+    kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one; the
+    agent connects to ``nats_url`` without a user unless ``bus_settings`` say otherwise."""
     settings = NodeAgentSettings(
         node_name=NODE,
         device_plugin_dir=plugin_dir,
@@ -130,7 +145,7 @@ async def agent_on(
         proc_root=str(tmp_path / "proc"),
     )
     nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
-    runtime = ServiceRuntime("node-agent", BusSettings(url=nats_url), http_port=0)
+    runtime = ServiceRuntime("node-agent", bus_settings or BusSettings(url=nats_url), http_port=0)
     service = NodeAgentService(
         runtime,
         settings,
@@ -252,13 +267,8 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
         f"{uid.replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope\n"
     )
-    # Two driver slots of it, stamped as NVML stamps them (CPU time, µs), a little after now:
-    # ahead of the periods the service has started (its clock and time.time() differ by ms).
-    now_us = int(time.time() * 1e6)
-    a.nvml.samples = [
-        ProcessSample(4242, 40.0, 10.0, now_us + 300_000),
-        ProcessSample(4242, 60.0, 30.0, now_us + 301_000),
-    ]
+    # Two driver slots of it, in the period the agent reads next.
+    a.nvml.run((4242, 40.0, 10.0), (4242, 60.0, 30.0))
     share = (
         f'seedance_node_agent_pod_sm_share_ratio{{UUID="{UUIDS[1]}",container="",'
         'namespace="team-a",pod="sh"} 0.5'
@@ -297,19 +307,21 @@ async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> 
 GPU_SOCKET = "seedance-nvidia-com_gpu.sock"
 
 
-def whole_gpu_request() -> api_pb2.AllocateRequest:
+def whole_gpu_request(device_id: str = UUIDS[0]) -> api_pb2.AllocateRequest:
     """One whole GPU, as the kubelet asks: one advertised ID (only a count to the agent)."""
     return api_pb2.AllocateRequest(
-        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[UUIDS[0]])]
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[device_id])]
     )
 
 
-async def allocate_whole(plugin_dir: str) -> dict[str, str] | str:
-    """One Allocate on the GPU plugin's socket: the env granted, or the refusal's reason."""
+async def allocate_whole(plugin_dir: str, device_id: str = UUIDS[0]) -> dict[str, str] | str:
+    """One Allocate on the GPU plugin's socket: the env granted, or the refusal's reason. The
+    kubelet's ``device_id`` is one it has not recorded for another container (the same ID
+    again means it dropped the earlier answer)."""
     async with grpc.aio.insecure_channel(f"unix://{os.path.join(plugin_dir, GPU_SOCKET)}") as ch:
         try:
             resp = await api_pb2_grpc.DevicePluginStub(ch).Allocate(
-                whole_gpu_request(), timeout=10.0
+                whole_gpu_request(device_id), timeout=10.0
             )
         except grpc.aio.AioRpcError as exc:
             return str(exc.details())
@@ -381,13 +393,15 @@ async def test_a_kubelet_restart_registers_every_plugin_again_and_keeps_the_gran
     await whole_gpu_pod(a.bus, a.api, a.api_client, "x", 2)
 
     async def refused_as_taken() -> bool:
-        return f"already allocated to pod(s) ['{w}']" in str(await allocate_whole(a.plugin_dir))
+        answer = await allocate_whole(a.plugin_dir, UUIDS[1])
+        return f"already allocated to pod(s) ['{w}']" in str(answer)
 
     await eventually(refused_as_taken, what="pod x refused: GPU 2 still granted to w")
     a.api.api.delete(a.api.api.resolve("", "v1", "pods"), "team-a", "x")
     await whole_gpu_pod(a.bus, a.api, a.api_client, "y", 3)
 
     async def y_granted() -> bool:
-        return await allocate_whole(a.plugin_dir) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
+        got = await allocate_whole(a.plugin_dir, UUIDS[2])
+        return got == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
 
     await eventually(y_granted, what="pod y granted GPU 3 after the restart")

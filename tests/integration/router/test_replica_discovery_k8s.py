@@ -72,7 +72,6 @@ async def test_a_replica_known_only_from_an_endpoint_slice_serves_the_router(
 ) -> None:
     fleet = f"fleet-{unique}"
     a, b = tritons["a"].address, tritons["b"].address
-    pod = POD
     async with KubeApiServer(KubeApiSettings(bookmark_interval_s=0.5)) as kube:
         seed.namespace(kube, SYSTEM)
         namespace = _example("Namespace")
@@ -80,9 +79,12 @@ async def test_a_replica_known_only_from_an_endpoint_slice_serves_the_router(
         service = seed.create(kube, "", "v1", "services", _example("Service"))
         es_rt = kube.api.resolve("discovery.k8s.io", "v1", "endpointslices")
         ns = namespace["metadata"]["name"]
+        pod = f"{ns}_{POD}"  # the replica: the namespace's pod
+        # The example's namespace is the operator's shared inference pool, as the shipped
+        # bridge Deployment lists it (SEEDANCE_K8S_BRIDGE_SHARED_NAMESPACES).
         async with (
             discovering_router(nats_url, f"static-a={a}", fleet) as router,
-            bridge(kube, nats_url, unique, tmp_path),
+            bridge(kube, nats_url, unique, tmp_path, shared_namespaces=ns),
         ):
             await eventually(lambda: _ready_replicas(router) == {"static-a": a}, timeout_s=60)
             registry = router._rt.registry

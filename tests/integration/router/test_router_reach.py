@@ -40,8 +40,10 @@ WARMUP = WarmupPolicy(window=3, tolerance=0.5, min_requests=6, max_requests=30)
 
 @contextlib.asynccontextmanager
 async def discovering_router(
-    nats_url: str, static: str, fleet: str
+    nats_url: str, static: str, fleet: str, bus: BusSettings | None = None
 ) -> AsyncIterator[RouterService]:
+    """A router of ``fleet`` discovering its replicas, ``static`` its fallback; ``bus``: how it
+    connects (a shipped user's settings), by default as nobody on ``nats_url``."""
     settings = RouterSettings(
         listen_address="127.0.0.1:0",
         rest_address="127.0.0.1:0",
@@ -57,7 +59,7 @@ async def discovering_router(
         warmup=WARMUP,
         probe_interval_s=0.2,
     )
-    runtime = ServiceRuntime("router", BusSettings(url=nats_url, name="test-router-reach"))
+    runtime = ServiceRuntime("router", bus or BusSettings(url=nats_url, name="test-router-reach"))
     service = RouterService(runtime, settings, WallClock(), gateway=gw, drain_grace_s=2.0)
     async with serving(service, None):
         yield service

@@ -109,6 +109,8 @@ def test_service_env_is_settings_fields_and_ports_agree(
     assert scrape_ports[name] == port, "Prometheus scrapes another port than the service serves"
     assert str(port) in svc["expose"]
     assert env["HTTP_PORT"] == str(port)  # what the healthcheck probes
+    # The endpoint binds loopback unless told: Prometheus scrapes it from another container.
+    assert env[decl.env_prefix + "HTTP_HOST"] == "0.0.0.0"
     assert env["NATS_URL"] == "nats://nats:4222"
 
 
@@ -281,7 +283,10 @@ def test_dockerfile_install_step_gives_only_the_services_dependencies(
         "import importlib.util as u, sys\n"
         f"import {decl.package}.__main__\n"
         f"bad = [m for m in {others + MUST_NOT_HAVE.get(name, [])!r} if u.find_spec(m)]\n"
-        "sys.exit(f'present: {bad}' if bad else 0)\n"
+        # Every image exports traces over OTLP/HTTP (seedance-gpu-core[otlp]).
+        "bad += [f'lacks {m}' for m in [\n"
+        "    'opentelemetry.exporter.otlp.proto.http.trace_exporter'] if not u.find_spec(m)]\n"
+        "sys.exit(f'has or lacks: {bad}' if bad else 0)\n"
     )
     ran = subprocess.run(
         [str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, timeout=120

@@ -43,7 +43,15 @@ KUBECTL = REPO / ".venv" / "bin" / "kubectl"
 INFERENCE_PORTS = [{"name": "grpc", "containerPort": 8001}, {"name": "rest", "containerPort": 8000}]
 #: Kinds without a namespace (the rest of what the overlays render lands in seedance-system).
 CLUSTER_SCOPED = frozenset(
-    {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+    {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
 )
 
 
@@ -160,6 +168,9 @@ def test_service_workload_matches_the_code(overlay: str, name: str) -> None:
     else:
         assert not ours - decl.settings_fields, ours - decl.settings_fields
     port = int(env[decl.env_prefix + "HTTP_PORT"]["value"])
+    # The endpoint binds loopback unless told: the kubelet's probes and Prometheus come from
+    # outside the pod.
+    assert env[decl.env_prefix + "HTTP_HOST"]["value"] == "0.0.0.0"
     # The metrics port first; the router adds its inference ports (test_router_inference_...).
     extra = INFERENCE_PORTS if name == "router" else []
     assert container["ports"] == [{"name": "http", "containerPort": port}, *extra]

@@ -99,3 +99,48 @@ def test_an_operators_key_that_the_slices_also_name_is_taken_over() -> None:
     out = replicas.registration_changes(current, [("f", reg("p"))], registrar=ME)
     assert out.put == {key("p"): reg("p", registrar=ME)}
     assert out.delete == ()
+
+
+# --- owners: a tenant's replicas live under its own keys -----------------------------------
+
+
+def owned(replica: str, owner: str = "acme") -> ReplicaRegistration:
+    return ReplicaRegistration(model="echo", replica=replica, address="10.0.0.1:8001", owner=owner)
+
+
+def test_a_tenants_replica_is_keyed_and_named_under_its_tenant() -> None:
+    assert routing.replica_key("f", "echo", "p", "acme") == "f.acme.echo.p"
+    assert replicas.replica_set("f", "echo", "acme") == "f.acme.echo"
+    assert routing.replica_key("f", "echo", "p", "acme").startswith("f.acme.echo.")
+    r = owned("p")
+    assert replicas.decode("f", "f.acme.echo.p", replicas.encode(r)) == r
+    with pytest.raises(InvalidToken, match="tenant 'Acme'"):
+        routing.replica_key("f", "echo", "p", "Acme")
+
+
+@pytest.mark.parametrize(
+    ("key_", "value"),
+    [
+        ("f.globex.echo.p", owned("p")),  # acme's registration under globex's key
+        ("f.echo.p", owned("p")),  # a tenant's posing as the shared pool's
+        ("f.acme.echo.p", reg("p")),  # the shared pool's posing as a tenant's
+    ],
+)
+def test_a_registration_under_another_owners_key_is_refused(
+    key_: str, value: ReplicaRegistration
+) -> None:
+    with pytest.raises(RegistrationError, match="belongs under"):
+        replicas.decode("f", key_, replicas.encode(value))
+
+
+def test_an_owner_that_is_no_tenant_id_is_refused() -> None:
+    value = b'{"model":"echo","replica":"p","address":"x:1","owner":"a.b"}'
+    with pytest.raises(RegistrationError, match=r"owner: tenant 'a\.b'"):
+        replicas.decode("f", "f.a.b.echo.p", value)
+
+
+def test_changes_key_each_registration_under_its_owner() -> None:
+    changes = replicas.registration_changes(
+        {}, [("f", owned("p")), ("f", owned("p", "globex")), ("f", reg("p"))], registrar=ME
+    )
+    assert sorted(changes.put) == ["f.acme.echo.p", "f.echo.p", "f.globex.echo.p"]

@@ -5,10 +5,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from seedance.events import new_event_id
-from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
+from seedance.events.jobs import (
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobSubmitted,
+    is_k8s_job,
+    pod_job_id,
+)
 from seedance.events.slicing import (
+    EndOutcome,
     GpuAssignment,
     JobRejected,
+    JobReleased,
     Placement,
     PlacementKind,
     Preempted,
@@ -55,7 +64,7 @@ def placement(
         id=kw.pop("id", new_event_id(at=T0)),
         at=kw.pop("at", T0),
         job_id=job_id,
-        tenant="acme",
+        tenant=kw.pop("tenant", "acme"),
         node=node_,
         kind=PlacementKind.WHOLE,
         gpu_model="A100",
@@ -77,7 +86,8 @@ def test_a_pending_pod_is_submitted_once_as_an_observed_job() -> None:
     (pub,) = of(actions, Publish)
     assert pub.subject == "seedance.observed.acme.submitted"
     ev = pub.event
-    assert ev.job_id == p["metadata"]["uid"]
+    # in the pods' own space, which no tenant may submit into
+    assert ev.job_id == pod_job_id(p["metadata"]["uid"]) == f"k8s:{p['metadata']['uid']}"
     assert ev.at == T0
     assert ev.request.gpus == 1
     # an update (our own patch, a label) submits nothing again
@@ -113,12 +123,14 @@ def test_placement_binds_with_the_annotation_then_reports_scheduled() -> None:
     assert t.state_of(p["metadata"]["uid"]) is PodState.BOUND
 
 
-def _bound(t: Tracker, p: dict[str, Any], at: datetime = T0) -> None:
+def _bound(t: Tracker, p: dict[str, Any], at: datetime = T0) -> str:
+    """Submit, place and bind ``p``; its job id."""
     job = submit(t, p)
     (bind,) = t.decision(placement(job.job_id), at)
     t.bind_done(pod_ref(p), BindOutcome.BOUND, at)
     p["spec"]["nodeName"] = bind.node
     p["metadata"]["annotations"].update(bind.body["metadata"]["annotations"])
+    return job.job_id
 
 
 def _terminated(p: dict[str, Any], phase: str, finished: str, code: int = 0) -> None:
@@ -214,7 +226,7 @@ def test_preset_node_name_is_refused_never_bound() -> None:
     (event,) = of(actions, PostEvent)
     assert event.body["type"] == "Warning"
     assert t.state_of(p["metadata"]["uid"]) is PodState.REFUSED
-    assert t.decision(placement(p["metadata"]["uid"]), T0) == []
+    assert t.decision(placement(pod_job_id(p["metadata"]["uid"])), T0) == []
 
 
 def test_a_pod_deleted_before_binding_is_cancelled() -> None:
@@ -262,9 +274,9 @@ def test_unschedulable_and_rejected_become_the_condition_and_an_event() -> None:
 def test_preemption_deletes_the_victim_with_an_event_and_its_deletion_ends_the_job() -> None:
     t = tracker()
     p = pod(limits={"nvidia.com/gpu": 1})
-    _bound(t, p, T0)
+    job_id = _bound(t, p, T0)
     pre = Preempted(
-        id=new_event_id(), at=T0, job_id=p["metadata"]["uid"], tenant="acme",
+        id=new_event_id(), at=T0, job_id=job_id, tenant="acme",
         node="gpu-1", by_job_id="other", reason="priority",
     )  # fmt: skip
     actions = t.decision(pre, T0)
@@ -288,7 +300,8 @@ def test_a_gang_is_submitted_once_complete_and_bound_only_when_every_member_is_p
     (job,) = published(t.pod_seen(members[2], T0))
     assert job.request.gang_size == 3
     assert job.request.gpus == 1
-    assert job.job_id not in {m["metadata"]["uid"] for m in members}
+    assert job.job_id not in {pod_job_id(m["metadata"]["uid"]) for m in members}
+    assert is_k8s_job(job.job_id)
     part0 = placement(job.job_id, "gpu-1", (0, 1), cause_id=job.id)
     assert t.decision(part0, T0) == []  # two of three placed: nothing bound yet
     binds = t.decision(placement(job.job_id, "gpu-2", (5,), cause_id=job.id), T0)
@@ -382,3 +395,100 @@ def test_nodes_become_inventory_published_when_they_change() -> None:
     (pub,) = t.node_seen(n, T0 + timedelta(seconds=30), deleted=True)
     assert pub.event.gpus == []
     assert pub.event.cpu_milli == 0
+
+
+# --- (tenant, job): a decision reaches a pod only under the pod's tenant -------------------
+
+
+def _decisions(job_id: str, tenant: str) -> list[Any]:
+    """Every kind of decision the slicer makes about ``job_id`` of ``tenant``."""
+    return [
+        placement(job_id, tenant=tenant),
+        Unschedulable(
+            id=new_event_id(), at=T0, job_id=job_id, tenant=tenant,
+            reason=UnschedulableReason.NO_CAPACITY, detail="none",
+        ),
+        JobRejected(
+            id=new_event_id(), at=T0, job_id=job_id, tenant=tenant,
+            reason=RejectionReason.DUPLICATE_JOB, cause_type="job.submitted.v1",
+        ),
+        Preempted(
+            id=new_event_id(), at=T0, job_id=job_id, tenant=tenant, node="gpu-1",
+            reason="priority",
+        ),
+        JobReleased(
+            id=new_event_id(), at=T0, job_id=job_id, tenant=tenant,
+            outcome=EndOutcome.CANCELLED, was_placed=False,
+        ),
+    ]  # fmt: skip
+
+
+def test_another_tenants_decision_about_a_pods_job_reaches_no_pod() -> None:
+    # globex's decisions (the answers to jobs it submitted under acme's pods' ids) are refused:
+    # nothing bound, deleted, patched or told; the pod's own decisions still act.
+    t = tracker()
+    waiting = pod(limits={"nvidia.com/gpu": 1})
+    waiting_job = submit(t, waiting).job_id
+    bound = pod(limits={"nvidia.com/gpu": 1})
+    bound_job = _bound(t, bound)
+    for job_id in (waiting_job, bound_job):
+        for ev in _decisions(job_id, "globex"):
+            assert t.decision(ev, T0) == [], ev
+            assert t.foreign(ev)
+            assert not t.holds(ev)
+        # the pod's uid alone (its id before pods had a space of their own) is no pod's job
+        for ev in _decisions(job_id.removeprefix("k8s:"), "globex"):
+            assert t.decision(ev, T0) == []
+            assert not t.foreign(ev)
+    assert t.state_of(waiting["metadata"]["uid"]) is PodState.WAITING
+    assert t.state_of(bound["metadata"]["uid"]) is PodState.BOUND
+    # acme's own decisions do act
+    assert of(t.decision(_decisions(waiting_job, "acme")[0], T0), Bind)
+    assert of(t.decision(_decisions(bound_job, "acme")[3], T0), DeletePod)
+    assert not t.foreign(_decisions(bound_job, "acme")[3])
+
+
+def test_another_tenants_placement_of_a_gangs_job_is_neither_bound_nor_held() -> None:
+    t = tracker()
+    for m in _gang(2):
+        actions = t.pod_seen(m, T0)
+    (job,) = published(actions)
+    part = placement(job.job_id, "gpu-1", (0, 1), cause_id=job.id, tenant="globex")
+    assert t.decision(part, T0) == []
+    assert t.foreign(part)
+    assert not t.holds(part)  # acked at once: never the gang's to wait for
+    pre = _decisions(job.job_id, "globex")[3]
+    assert t.decision(pre, T0) == []
+    ours = placement(job.job_id, "gpu-1", (0,), cause_id=job.id)
+    assert t.decision(ours, T0) == []
+    assert t.holds(ours)  # half the gang placed: held until the rest comes
+
+
+def test_a_pod_bound_before_pod_jobs_had_their_own_space_keeps_its_job_until_it_ends() -> None:
+    # Bound by the bridge before the upgrade: its annotation names its bare uid as the job.
+    old = pod(limits={"nvidia.com/gpu": 1})
+    _bound(tracker(), old)
+    doc = json.loads(old["metadata"]["annotations"]["seedance.io/placement"])
+    uid = old["metadata"]["uid"]
+    doc["jobId"] = uid
+    old["metadata"]["annotations"]["seedance.io/placement"] = json.dumps(doc)
+    t = tracker()
+    assert t.pod_seen(old, T0) == []  # adopted: nothing submitted again
+    assert t.state_of(uid) is PodState.BOUND
+    assert t.live_jobs() == {("acme", uid)}
+    # its tenant's decisions reach it under the old id; another tenant's do not
+    assert t.decision(_decisions(uid, "globex")[3], T0) == []
+    assert t.foreign(_decisions(uid, "globex")[3])
+    assert of(t.decision(_decisions(uid, "acme")[3], T0), DeletePod)
+    (end,) = published(t.pod_seen(old, T0 + timedelta(seconds=1), deleted=True))
+    assert isinstance(end, JobCancelled)
+    assert (end.tenant, end.job_id) == ("acme", uid)
+
+
+def test_live_jobs_are_tenant_and_job() -> None:
+    t = tracker()
+    t.bindings = {"team-a": "acme", "team-b": "globex"}
+    a = pod(namespace="team-a", limits={"nvidia.com/gpu": 1})
+    b = pod(namespace="team-b", limits={"nvidia.com/gpu": 1})
+    jobs = {submit(t, a).job_id: "acme", submit(t, b).job_id: "globex"}
+    assert t.live_jobs() == {(tenant, job) for job, tenant in jobs.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 
 from seedance.cost_ledger.core import (
@@ -254,7 +255,7 @@ def test_late_end_emits_a_negative_adjustment(book):
         (place("p", "j", gpus=(0, 0)), "names a GPU twice"),
         (sample("s", activity=1.5), "GpuSample.activity = 1.5"),
         (sample("s", energy_mj=-1), "GpuSample.energy_mj = -1"),
-        (node(model="Q"), "NodeInfo.gpu_model = 'Q'"),
+        (node(model=" "), "NodeInfo.gpu_model = ' ': must name the GPU model"),
     ],
 )
 def test_bad_input_is_refused_whole_and_named(book, event, message):
@@ -264,6 +265,35 @@ def test_bad_input_is_refused_whole_and_named(book, event, message):
     assert message in str(info.value)
     assert not led.seen(event.event_id)
     assert led.event_count == 0
+
+
+def test_a_gpu_the_book_cannot_price_is_billed_at_its_fallback_and_flagged(book):
+    # The test book has no [fallback]: an unknown GPU costs what its dearest GPU (X, $2) does.
+    led = Ledger(book, HOURLY)
+    unknown = msgspec.structs.replace(place("p1", "j1"), gpu_model="GPU-series-1")
+    led.apply_many([node(model="GPU-series-1", count=1), unknown])
+    lines = entries(led.advance(HOUR_MS))
+    (usage,) = [e for e in lines if e.kind == "usage"]
+    assert usage.gpu_model == "GPU-series-1"
+    assert usage.amounts.cost_usd_micro == 2_000_000
+    assert usage.price_assumed
+    assert usage.price_fallback
+    assert usage.assumptions == ("price:GPU-series-1", "fallback:GPU-series-1")
+    assert led.pricing.fallback_models == {"GPU-series-1"}
+    # a GPU the book prices is neither
+    led2 = run(book, [node(count=1), place("p1", "j1")])
+    assert not any(e.price_fallback or e.price_assumed for e in entries(led2.outbox))
+
+
+def test_facts_are_kept_under_the_canonical_model_the_book_bills(book):
+    led = Ledger(book, HOURLY)
+    led.apply(node(model="NVIDIA A100-SXM4-80GB"))
+    assert led.facts.node_info["node-a"].gpu_model == "A100-SXM4-80GB"
+    led.apply(node(eid="n2", name="node-b", model="T4"))
+    assert led.facts.node_info["node-b"].gpu_model == "T4-PCIE-16GB"
+    # a MIG device's name (GFD's single strategy) keeps its profile: it is priced as a share
+    led.apply(node(eid="n3", name="node-c", model="NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"))
+    assert led.facts.node_info["node-c"].gpu_model == "A100-SXM4-80GB-MIG-3g.40gb"
 
 
 def test_snapshot_round_trip_is_canonical(book):

@@ -55,6 +55,7 @@ def test_h200_profiles_round_to_memory_eighths():
     book = default_price_book()
     assert book.mig_fraction("H200", "1g.18gb") == (Fraction(1, 7) + Fraction(1, 8)) / 2
     assert book.mig_fraction("H200", "3g.71gb") + book.mig_fraction("H200", "4g.71gb") == 1
+    assert book.mig_fraction("NVIDIA H200", "1g.18gb+me") == book.mig_fraction("H200", "1g.18gb")
 
 
 def test_energy_price_per_millijoule(book):
@@ -66,27 +67,23 @@ def test_energy_price_per_millijoule(book):
 
 def test_default_book_covers_the_trace_and_flags_assumptions():
     book = default_price_book()
-    for model in (
-        "V100M16",
-        "V100M32",
-        "P100",
-        "T4",
-        "A10",
-        "G1",
-        "G2",
-        "G3",
-        "A100",
-        "H100",
-        "H200",
-    ):
-        assert book.gpu(model).on_demand_usd_per_hour > 0
-        assert book.gpu(model).source
-        assert book.peak_tflops(model) is not None
+    # the replayed fleets' short names keep resolving, to canonical models
+    for short, model in (
+        ("V100M16", "V100-SXM2-16GB"), ("V100M32", "V100-SXM2-32GB"), ("P100", "P100-PCIE-16GB"),
+        ("T4", "T4-PCIE-16GB"), ("A10", "A10-PCIE-24GB"), ("G1", "G1"), ("G2", "G2"),
+        ("G3", "G3"), ("A100", "A100-SXM4-80GB"), ("H100", "H100-SXM5-80GB"),
+        ("H200", "H200-SXM-141GB"),
+    ):  # fmt: skip
+        found = book.lookup(short)
+        assert (found.model, found.fallback) == (model, False)
+        assert book.gpu(short).on_demand_usd_per_hour > 0
+        assert book.gpu(short).source
+        assert book.peak_tflops(short) is not None
     flagged = " ".join(book.assumptions())
     for model in ("G1", "G2", "G3"):
         assert f"price of {model}" in flagged
         assert f"peak TFLOPS of {model}" in flagged
-    assert "H100" not in flagged
+    assert "price of H100-SXM5-80GB" not in flagged
 
 
 @pytest.mark.parametrize(
@@ -125,6 +122,8 @@ def test_validation_names_field_and_value(edit, message):
 def test_unknown_model_lookup_names_it(book):
     with pytest.raises(PriceBookError, match="'Z' is not in the price book"):
         book.gpu("Z")
+    # ... while billing it is never refused: ``lookup`` prices it at the fallback
+    assert book.lookup("Z").fallback
 
 
 def test_float_numbers_are_read_as_their_decimal_text():

@@ -267,7 +267,9 @@ def test_any_profile_gets_a_covering_cheaper_request_or_none(
     use = JobUse(
         tenant="t", job_id="j", gpu_model=model, pricing_tier=tier, kind=kind.rstrip("124"),
         gpus=gpus, milli=milli if kind == "shared" else 1000,
-        mig_profile="3g.40gb" if kind == "mig" and model != "H200" else "3g.71gb",
+        # three compute sevenths and half the memory, named as the model's own profiles are
+        # (A100 80GB: 3g.40gb; H200: 3g.70gb; A30: 3g.12gb)
+        mig_profile=f"3g.{(BOOK.gpus[model].mig_memory_gb or 0) // 2}gb" if kind == "mig" else "",
         windows=1, measured_windows=1, samples=1, peak_activity_ppm=peak_act,
         peak_mem_mib=peak_mem,
     )  # fmt: skip

@@ -68,7 +68,7 @@ def test_restored_grants_are_held_and_named() -> None:
     assert alloc.allocations.granted("a") == r.result
     assert alloc.names_by_uid() == {"a": ("ns", "a")}
     assert alloc.granted_by_pod() == {("ns", "a"): ("GPU-a",)}
-    alloc.job_ended("a")  # the slicer released it: the device is free again
+    alloc.job_ended("acme", "a")  # the slicer released it: the device is free again
     assert alloc.allocations.granted("a") is None
 
 
@@ -78,7 +78,7 @@ def test_a_gone_or_stale_placement_is_not_restored() -> None:
     gone = pod("n", whole("n", 0), requests=GPU)  # the slicer never placed job n
     got = alloc.restore([gone, pod("s", old, requests=GPU)], ["nvidia.com/gpu"])
     reasons = {r.pod.uid: r.result.reason for r in got if isinstance(r.result, Refusal)}
-    assert "holds no placement of job n" in reasons["n"]
+    assert "holds no placement of pod n's job" in reasons["n"]
     assert "stale placement p-old" in reasons["s"]
     assert alloc.allocations.granted("n") is None
     assert alloc.allocations.granted("s") is None

@@ -188,7 +188,7 @@ async def test_no_ready_replica_is_unavailable(
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     with pytest.raises(grpc.aio.AioRpcError) as again:
         await _infer(gateway, _request("y"))
-    assert again.value.details() == "no ready replica"
+    assert again.value.details() == "no ready replica of the shared pool's model 'm'"
     assert (
         registry.get_sample_value("seedance_router_decisions_total", {"reason": "no_ready_replica"})
         == 1
@@ -248,4 +248,51 @@ async def test_a_stream_with_no_ready_replica_for_its_model_says_so(gateway: Oip
             async for _ in stub.ModelStreamInfer(requests(), timeout=5):
                 pass
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert "no ready replica for model 'm'" in (caught.value.details() or "")
+    assert "no ready replica of the shared pool's model 'm'" in (caught.value.details() or "")
+
+
+# --- owners: a model is routed only to its owner's replicas --------------------------------
+
+
+async def _infer_as(
+    gateway: OipGateway, request: service_pb2.ModelInferRequest, tenant: str | None
+) -> service_pb2.ModelInferResponse:
+    metadata = (("x-seedance-tenant", tenant),) if tenant is not None else None
+    async with grpc.aio.insecure_channel(gateway.address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        return await stub.ModelInfer(request, timeout=5.0, metadata=metadata)
+
+
+async def test_a_request_reaches_only_the_replicas_of_the_tenant_it_names_else_the_shared(
+    fakes: dict[str, FakeReplica], gateway: OipGateway, registry: CollectorRegistry
+) -> None:
+    # a and b (configured) are the shared pool; globex registers a replica of its own "m".
+    rogue = FakeReplica()
+    await rogue.start()
+    try:
+        await gateway.add_replica(
+            "globex/r", rogue.address, models=frozenset({"m"}), owner="globex"
+        )
+        await gateway.wait_ready(["globex/r"], timeout_s=10)
+        assert gateway.replica_owners() == {"a": "", "b": "", "globex/r": "globex"}
+        for i in range(4):  # without the header: the shared pool's "m", never globex's
+            await _infer_as(gateway, _request(f"s{i}"), None)
+        assert rogue.calls == []
+        assert len(fakes["a"].calls) + len(fakes["b"].calls) == 4
+        await _infer_as(gateway, _request("g"), "globex")  # globex's own "m": its replica
+        assert len(rogue.calls) == 1
+        # acme runs no "m": nothing of anyone else's stands in for it
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await _infer_as(gateway, _request("acme"), "acme")
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert caught.value.details() == "no ready replica of tenant acme's model 'm'"
+        # a value that is no tenant id: refused, naming the header
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await _infer_as(gateway, _request("bad"), "a.>")
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "x-seedance-tenant" in (bad.value.details() or "")
+        assert len(rogue.calls) == 1
+        assert len(fakes["a"].calls) + len(fakes["b"].calls) == 4
+    finally:
+        await gateway.remove_replica("globex/r")
+        await rogue.stop()

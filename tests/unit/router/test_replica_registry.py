@@ -65,3 +65,38 @@ def test_changes_add_new_remove_gone_and_replace_changed() -> None:
     assert change.remove == ("gone", "moved")
     assert change.add == (new["moved"], new["new"])
     assert replica_changes(new, new).add == replica_changes(new, new).remove == ()
+
+
+def owned(replica: str, address: str, owner: str, model: str = "echo") -> ReplicaRegistration:
+    return ReplicaRegistration(model=model, replica=replica, address=address, owner=owner)
+
+
+def test_a_tenants_replicas_are_its_own_named_by_tenant_and_never_merged_with_others() -> None:
+    got = desired_replicas(
+        [
+            owned("p1", "10.0.0.1:8001", "acme"),
+            owned("p1", "10.0.0.2:8001", "globex"),  # the same replica id, another tenant
+            reg("echo", "p1", "10.0.0.3:8001"),  # and the shared pool's
+        ],
+        STATIC,
+    )
+    assert got == {
+        "acme/p1": ReplicaTarget(
+            name="acme/p1", address="10.0.0.1:8001", models=frozenset({"echo"}), owner="acme"
+        ),
+        "globex/p1": ReplicaTarget(
+            name="globex/p1", address="10.0.0.2:8001", models=frozenset({"echo"}), owner="globex"
+        ),
+        "p1": ReplicaTarget(name="p1", address="10.0.0.3:8001", models=frozenset({"echo"})),
+    }
+
+
+def test_a_tenants_registration_does_not_take_the_shared_fallback_away() -> None:
+    got = desired_replicas([owned("p1", "10.0.0.1:8001", "globex")], STATIC)
+    assert set(got) == {"s", "globex/p1"}
+    assert got["s"] == ReplicaTarget(name="s", address="10.0.0.9:8001", models=None)
+    # a shared registration does
+    got = desired_replicas(
+        [owned("p1", "10.0.0.1:8001", "globex"), reg("echo", "p2", "10.0.0.2:8001")], STATIC
+    )
+    assert set(got) == {"p2", "globex/p1"}

@@ -39,10 +39,27 @@ def test_rejection_names_the_missing_resource() -> None:
     st = ClusterState([node("a", gpus=1, model="T4")])
     for policy in (FirstFit(), BestFit()):
         res = policy.place(st, shared(100, models=frozenset({"A100"})))
-        assert res == Rejection("no_allowed_gpu_model", "A100")
+        assert res == Rejection(
+            "no_allowed_gpu_model",
+            "gpu_models [A100] match none of the fleet's models: T4 (T4-PCIE-16GB)",
+        )
         assert policy.place(st, whole(2)).reason == "insufficient_gpu"
         mig = PodRequest(cpu_milli=1, memory_mib=1, num_gpu=1, gpu_milli=1000, mig_profile="1g")
         assert policy.place(st, mig).reason == "mig_not_supported"
+
+
+def test_a_request_names_a_gpu_model_as_a_user_would() -> None:
+    # The fleet reports its GPUs as NVML and the replayed fleets do; requests name families.
+    st = ClusterState(
+        [node("a", gpus=1, model="T4"), node("b", gpus=1, model="NVIDIA A100-SXM4-80GB")]
+    )
+    for policy in (FirstFit(), BestFit()):
+        for request, node_index in (("t4", 0), ("Tesla-T4", 0), ("a100", 1), ("A100-80GB", 1)):
+            res = policy.place(st, shared(100, models=frozenset({request})))
+            assert isinstance(res, NodeGpus), request
+            assert res.node == node_index, request
+        assert st.model_match({"a100", "t4"}).matched == ("NVIDIA A100-SXM4-80GB", "T4")
+        assert not st.fits(shared(100, models=frozenset({"h100"})), NodeGpus(1, (0,)))
 
 
 def test_fgd_fills_a_partial_gpu_exactly_instead_of_breaking_a_whole_one() -> None:

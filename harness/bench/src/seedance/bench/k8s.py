@@ -54,6 +54,7 @@ from seedance.events.slicing import JobRejected, Placement, Unschedulable
 from seedance.events.subjects import slicing
 from seedance.k8s_bridge.core.kube import k8s_time
 from seedance.k8s_bridge.core.tracker import Publish, Tracker
+from seedance.testing.kube_api import ADMIN_TOKEN
 from seedance.testing.kube_api.process import KubeApiProcess
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer
@@ -448,7 +449,8 @@ def _kubeconfig(url: str) -> str:
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "bench", "cluster": {"server": url}}],
-            "users": [{"name": "bench", "user": {"token": "bench"}}],
+            # the test API server's admin: it refuses a token it does not know (401)
+            "users": [{"name": "bench", "user": {"token": ADMIN_TOKEN}}],
             "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
             "current-context": "bench",
         }

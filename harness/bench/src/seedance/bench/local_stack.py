@@ -151,6 +151,7 @@ def start(args: argparse.Namespace) -> int:
         stop(argparse.Namespace(quiet=True))
         return 1
     say(f"started {', '.join(SERVICES)} (logs in {shown(procs.logdir)})")
+    say("metrics " + ", ".join(f"{name} {procs.metrics_url(name)}" for name in SERVICES))
     say(f"fleet   {_fleet()} (deploy/compose/collector/nodes.csv), known to the slicer")
     env = DIR / "env"
     env.write_text(f'export NATS_URL={url}\nexport PATH="{REPO / ".venv" / "bin"}:$PATH"\n')

@@ -53,6 +53,7 @@ from nats.js.kv import KeyValue
 
 from seedance.core.bus import Bus
 from seedance.core.clock import WALL_CLOCK, Clock
+from seedance.core.entry import package_version
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import configure_logging, get_logger
 from seedance.core.settings import bus_settings
@@ -378,6 +379,9 @@ async def _serve(token_ttl_s: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="seedance-auth", description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--version", action="version", version=f"%(prog)s {package_version('seedance-gpu-core')}"
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="answer the server's auth-callout requests")
     serve.add_argument("--token-ttl-s", type=float, default=0.0, help="user JWT lifetime (0: none)")

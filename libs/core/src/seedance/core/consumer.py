@@ -35,6 +35,7 @@ from seedance.core.metrics import BusMetrics
 from seedance.core.retry import RetryPolicy
 from seedance.core.tracing import extract_context, tracer
 from seedance.events import DecodeError, Event, decode
+from seedance.events.jobs import tenant_job_problem
 from seedance.events.subjects import ConsumerSpec, SubjectShapeError, owner_of
 
 __all__ = ["Delivery", "PullConsumer"]
@@ -179,6 +180,12 @@ class PullConsumer:
             owner_of(msg.subject, getattr(event, "tenant", None))
         except SubjectShapeError as exc:
             await self._dead_letter(msg, "tenant_mismatch", str(exc))
+            return None
+        # A tenant's request naming a Kubernetes pod's job (k8s:...): never the tenant's to
+        # submit, start or end, whoever consumes it.
+        problem = tenant_job_problem(msg.subject, getattr(event, "job_id", None))
+        if problem:
+            await self._dead_letter(msg, "reserved_job_id", problem)
             return None
         return Delivery(
             event,

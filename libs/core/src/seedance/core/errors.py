@@ -19,6 +19,7 @@ __all__ = [
     "RetryableError",
     "SeedanceError",
     "ServerTooOld",
+    "SettingsError",
 ]
 
 
@@ -44,6 +45,12 @@ class RetryableError(SeedanceError):
 
 class ServerTooOld(SeedanceError):
     """The nats-server is older than Seedance supports."""
+
+
+class SettingsError(ValueError):
+    """A setting the process cannot start with (a ``SEEDANCE_*`` or ``OTEL_*`` variable); the
+    message names the variable and the value. Raised before anything connects; a ``main()``
+    ends with its message as one line."""
 
 
 class NoStream(SeedanceError):

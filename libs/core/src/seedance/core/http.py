@@ -39,6 +39,19 @@ class HealthServer:
             return self._port
         return int(self._server.sockets[0].getsockname()[1])
 
+    @property
+    def host(self) -> str:
+        """The address listened on: the bound socket's once started (a name given in the
+        settings, ``localhost`` say, becomes the address it resolved to)."""
+        if self._server is None:
+            return self._host
+        return str(self._server.sockets[0].getsockname()[0])
+
+    def url(self, path: str = "/") -> str:
+        """``http://host:port<path>`` where it listens (the bound address once started)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{path}"
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self._host, self._port)
 

@@ -1,13 +1,44 @@
-"""structlog, configured once per process: JSON in deployment, console when run locally."""
+"""structlog, configured once per process: JSON in deployment, console when run locally.
+
+Every line written inside a span carries its ``trace_id`` and ``span_id`` (W3C hex, as
+OpenTelemetry's log data model names them), so a log line leads to its trace and a trace to its
+lines. Must not configure tracing (``seedance.core.tracing`` does) nor write anywhere but stderr.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
+from opentelemetry import trace
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["add_trace_context", "configure_logging", "get_logger"]
+
+
+def add_trace_context(
+    logger: Any, method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """A structlog processor: the current span's trace and span ids, when a span is current.
+
+    Read from the context, not from a bound logger, so a line logged anywhere under a handled
+    message's span (a library's record included) names that message's trace. A context with
+    no valid span (outside any span, or ``OTEL_SDK_DISABLED``) adds nothing.
+    """
+    context = trace.get_current_span().get_span_context()
+    if context.is_valid:
+        event.setdefault("trace_id", trace.format_trace_id(context.trace_id))
+        event.setdefault("span_id", trace.format_span_id(context.span_id))
+    return event
+
+
+#: Whether a logger keeps the configuration it first logged with (structlog's
+#: ``cache_logger_on_first_use``: faster, and right for a process configured once). The test
+#: session turns it off: its tests call entry points in-process, which configure logging, and a
+#: cached logger would then ignore ``structlog.testing.capture_logs`` in every later test.
+CACHE_LOGGERS = True
 
 
 def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
@@ -21,6 +52,7 @@ def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        add_trace_context,
     ]
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
@@ -29,7 +61,7 @@ def configure_logging(*, json: bool | None = None, level: str = "INFO") -> None:
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=CACHE_LOGGERS,
     )
     # Libraries' stdlib records (nats-py, grpc, asyncio) go through the same renderer: one
     # structured line each, their tracebacks inside it (JSON escapes the newlines).

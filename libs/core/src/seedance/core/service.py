@@ -82,7 +82,7 @@ class ServiceRuntime(Lifecycle):
         bus_settings: BusSettings,
         *,
         registry: CollectorRegistry | None = None,
-        http_host: str = "0.0.0.0",
+        http_host: str = "127.0.0.1",
         http_port: int | None = None,
     ) -> None:
         self.name = name
@@ -111,6 +111,10 @@ class ServiceRuntime(Lifecycle):
     @property
     def http_port(self) -> int | None:
         return self._http.port if self._http else None
+
+    def http_url(self, path: str = "/metrics") -> str | None:
+        """Where the endpoint serves ``path`` (the bound port once started); None without one."""
+        return self._http.url(path) if self._http else None
 
     def ready(self) -> bool:
         return self._bus is not None and self._bus.nc.is_connected
@@ -159,6 +163,9 @@ class ServiceRuntime(Lifecycle):
         # The endpoint is up first, so that a probe sees "connecting" rather than nothing.
         if self._http:
             await self._http.start()
+            # Where it listens, said once (port 0 took any free port: this is the only place
+            # that names it). Console rendering makes it a plain line at a terminal.
+            log.info("http_listening", service=self.name, metrics_url=self.http_url())
         try:
             self._bus = await Bus.connect(self._bus_settings)
             await self._bus.ensure_streams()

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from seedance.core.bus import BusSettings
+from seedance.core.errors import SettingsError
 
 __all__ = ["CONNECT_TIMEOUT_VAR", "SettingsError", "bus_settings", "load_settings"]
 
@@ -23,10 +24,6 @@ __all__ = ["CONNECT_TIMEOUT_VAR", "SettingsError", "bus_settings", "load_setting
 CONNECT_TIMEOUT_VAR = "SEEDANCE_CONNECT_TIMEOUT_S"
 
 S = TypeVar("S", bound=msgspec.Struct)
-
-
-class SettingsError(ValueError):
-    pass
 
 
 def load_settings(cls: type[S], service: str, env: Mapping[str, str] | None = None) -> S:

@@ -1,20 +1,38 @@
-"""W3C trace context across NATS: inject into and extract from message headers.
+"""W3C trace context across NATS (inject into and extract from message headers), and the one
+place a process's tracer provider and exporters are set up from the ``OTEL_*`` variables.
 
-Set-up of exporters happens once, in a service's ``main()`` (``configure_tracing``); library code
-only creates spans on whatever provider is installed.
+Set-up happens once, in a service's ``main()`` (``configure_tracing``, through
+``seedance.core.entry``); library code only creates spans on whatever provider is installed and
+must not configure one. The OTLP exporter is an optional extra of this library
+(``seedance-gpu-core[otlp]``), imported only when asked for.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = ["configure_tracing", "extract_context", "inject_headers", "tracer"]
+from seedance.core.errors import SettingsError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+__all__ = [
+    "EXPORTERS",
+    "configure_tracing",
+    "extract_context",
+    "inject_headers",
+    "tracer",
+    "tracer_provider",
+]
 
 _propagator = TraceContextTextMapPropagator()
 
@@ -38,22 +56,119 @@ def extract_context(headers: Mapping[str, str] | None) -> Context:
     return _propagator.extract(dict(headers or {}))
 
 
-def configure_tracing(service_name: str) -> None:
-    """Install an SDK tracer provider. Spans are exported only when ``OTEL_TRACES_EXPORTER`` says
-    where (``console``, or ``otlp`` with the opentelemetry-exporter-otlp package installed)."""
-    from opentelemetry.sdk.resources import Resource
+#: What ``OTEL_TRACES_EXPORTER`` may name (a comma-separated list, as the specification says).
+EXPORTERS = ("otlp", "console", "none")
+
+#: The OTLP protocols (``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``) and the module that speaks each;
+#: ``http/json`` has no Python exporter.
+_OTLP_MODULES = {
+    "http/protobuf": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+}
+
+#: What to install for each protocol, said in the error when it is missing.
+_OTLP_INSTALL = {
+    "http/protobuf": "the core library's extra `seedance-gpu-core[otlp]` "
+    "(opentelemetry-exporter-otlp-proto-http; every service and its image depend on it)",
+    "grpc": "opentelemetry-exporter-otlp-proto-grpc (not shipped: Seedance's images speak "
+    "OTLP over HTTP; set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf and port 4318)",
+}
+
+
+def configure_tracing(service_name: str, *, version: str | None = None) -> None:
+    """Install ``tracer_provider``'s provider as this process's (once, in ``main()``)."""
+    provider = tracer_provider(service_name, version=version)
+    if provider is not None:
+        trace.set_tracer_provider(provider)
+
+
+def tracer_provider(service_name: str, *, version: str | None = None) -> TracerProvider | None:
+    """An SDK tracer provider, configured by the standard ``OTEL_*`` variables of the process's
+    environment (the SDK and the exporter read theirs from it too, so there is one source).
+
+    ``OTEL_TRACES_EXPORTER``: ``otlp`` (OTLP over HTTP/protobuf by default, to
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``,
+    ``http://localhost:4318`` when neither is set; headers, timeout, compression and
+    certificates from their ``OTEL_EXPORTER_OTLP_*`` variables, read by the exporter),
+    ``console``, ``none``. Unset means ``none``, unlike the specification's ``otlp``: a service
+    started without a collector must not log a failed export every few seconds. Spans are
+    still made (and their ids logged) without an exporter. ``OTEL_SERVICE_NAME`` (or
+    ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) overrides ``service_name``;
+    ``OTEL_SDK_DISABLED=true`` installs nothing (the API's no-op provider stays). Sampling
+    (``OTEL_TRACES_SAMPLER``) and batching (``OTEL_BSP_*``) are the SDK's own.
+
+    An exporter that is named but not installed, an unknown exporter or protocol, raises
+    ``SettingsError`` naming the variable and what to install or set: the service ends with
+    that one line, not a traceback. The provider flushes its spans and shuts down at exit
+    (the SDK's ``atexit`` hook): what a drained service did still leaves the process.
+    """
+    from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    exporter = os.environ.get("OTEL_TRACES_EXPORTER", "none")
-    if exporter == "console":
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-    elif exporter == "otlp":
-        # An optional extra, not installed with the workspace: the import is checked at run time.
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found]
-            OTLPSpanExporter,
-        )
+    env = os.environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    exporters: list[SpanExporter] = []
+    for name in _exporter_names(env):
+        if name == "console":
+            exporters.append(ConsoleSpanExporter())
+        elif name == "otlp":
+            exporters.append(_otlp_exporter(env))
+    # The resource from the environment first: OTEL_SERVICE_NAME must win over our default
+    # (Resource.create lets explicit attributes override the environment's, so the default is
+    # given only when the environment names no service).
+    attributes = {} if _names_service(env) else {SERVICE_NAME: service_name}
+    if version is not None:
+        attributes[SERVICE_VERSION] = version
+    provider = TracerProvider(resource=Resource.create(attributes))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
+
+def _exporter_names(env: Mapping[str, str]) -> list[str]:
+    raw = env.get("OTEL_TRACES_EXPORTER", "none")
+    names = [n.strip().lower() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in EXPORTERS]
+    if unknown:
+        raise SettingsError(
+            f"OTEL_TRACES_EXPORTER={raw!r}: {', '.join(unknown)} is not an exporter Seedance "
+            f"ships; expected {', '.join(EXPORTERS)} (comma-separated)"
+        )
+    return [] if "none" in names else names
+
+
+def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter:
+    var = next(
+        (
+            v
+            for v in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+            if env.get(v, "").strip()
+        ),
+        None,
+    )
+    protocol = env[var].strip().lower() if var else "http/protobuf"
+    module = _OTLP_MODULES.get(protocol)
+    if module is None:
+        raise SettingsError(
+            f"{var}={protocol!r}: expected http/protobuf (the default, shipped) or grpc; "
+            "the Python exporter has no http/json"
+        )
+    try:
+        exporter_class = importlib.import_module(module).OTLPSpanExporter
+    except ImportError as exc:
+        raise SettingsError(
+            f"OTEL_TRACES_EXPORTER=otlp over {protocol} needs the OTLP exporter, which is not "
+            f"installed ({exc.name or module} is missing): install {_OTLP_INSTALL[protocol]}"
+        ) from None
+    return cast("SpanExporter", exporter_class())
+
+
+def _names_service(env: Mapping[str, str]) -> bool:
+    if env.get("OTEL_SERVICE_NAME", "").strip():
+        return True
+    pairs = (
+        kv.split("=", 1)[0].strip() for kv in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(",")
+    )
+    return "service.name" in pairs

@@ -107,6 +107,10 @@ class CostEntry(Event, frozen=True, kw_only=True, tag="cost.entry.v2"):
     #: "measured"``): the line's GPU-time cost under allocation billing, beside the measured
     #: ``cost_micro_usd - energy_micro_usd``. None under allocation billing.
     allocation_cost_micro_usd: int | None = None
+    #: The price is an assumption (configured, not quoted), or the fallback below.
+    price_assumed: bool = False
+    #: The price book could not price ``gpu_model``: billed at the book's fallback price.
+    price_fallback: bool = False
 
 
 def upgrade(entry: CostEntryV1) -> CostEntry:

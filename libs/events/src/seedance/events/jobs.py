@@ -14,14 +14,17 @@ want of capacity, never for a limit that is not written here).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
 
-from seedance.events.base import Event
+from seedance.events.base import Event, derived_event_id
+from seedance.events.subjects import SubjectShapeError, parse_tenant_subject
 from seedance.events.tokens import Name, TenantId
 
 __all__ = [
+    "K8S_JOB_PREFIX",
     "MAX_GPUS",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
@@ -33,8 +36,20 @@ __all__ = [
     "JobStarted",
     "JobSubmitted",
     "ResourceRequest",
+    "gang_job_id",
+    "is_k8s_job",
+    "pod_job_id",
     "request_problem",
+    "tenant_job_problem",
 ]
+
+#: The job ids of Kubernetes pods and pod groups, which the k8s-bridge publishes as a trusted
+#: observer (``seedance.observed``): ``k8s:<pod uid>``, a group's ``k8s:<id derived from its
+#: members>``. It is a space no tenant may submit into: a request on a tenant's own subjects
+#: (``seedance.jobs.<tenant>.*``) naming such an id is dead-lettered by every consumer
+#: (`tenant_job_problem`), so a bus tenant can neither claim, end or
+#: block a pod's job nor be reached by one. (Pod uids are visible to anyone who lists pods.)
+K8S_JOB_PREFIX = "k8s:"
 
 #: Kubernetes' PriorityClass range (int32); the slicer caps a request at its quota's bound.
 PRIORITY_MIN = -(2**31)
@@ -59,6 +74,48 @@ LabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=63)]
 LabelValue = Annotated[str, msgspec.Meta(max_length=256)]
 #: A human-readable reason (a failure's, a cancellation's).
 Reason = Annotated[str, msgspec.Meta(max_length=1024)]
+
+
+def pod_job_id(uid: str) -> str:
+    """The job id of a lone pod (its ``metadata.uid``) in the Kubernetes pods' space."""
+    return f"{K8S_JOB_PREFIX}{uid}"
+
+
+def gang_job_id(namespace: str, group: str, members: Sequence[str]) -> str:
+    """A pod group's job id in the Kubernetes pods' space: ``k8s:`` and an id derived from its
+    namespace, name and members' uids (sorted), none of which a bus tenant chooses."""
+    derived = derived_event_id(f"gang/{namespace}/{group}/{','.join(sorted(members))}", "job")
+    return f"{K8S_JOB_PREFIX}{derived}"
+
+
+def is_k8s_job(job_id: str) -> bool:
+    """Whether ``job_id`` is in the Kubernetes pods' space (`K8S_JOB_PREFIX`)."""
+    return job_id.startswith(K8S_JOB_PREFIX)
+
+
+def tenant_job_problem(subject: str, job_id: str | None) -> str:
+    """Why a tenant's request on ``subject`` may not name ``job_id`` ("" when it may, or when
+    ``subject`` is no tenant's request subject).
+
+    A Kubernetes pod's job (``k8s:...``) is the k8s-bridge's, reported on
+    ``seedance.observed``: a tenant that could submit, start or end one on its own subjects
+    would take the pod's job (its placement would bind the pod, its preemption delete it, its
+    end stop the pod's bill) or block the pod's own submit. Every consumer refuses such a
+    request (``seedance.core.consumer``: dead-lettered as ``reserved_job_id``), the SDK before
+    publishing.
+    """
+    if job_id is None or not job_id.startswith(K8S_JOB_PREFIX):
+        return ""
+    try:
+        parsed = parse_tenant_subject(subject)
+    except SubjectShapeError:
+        return ""  # owner_of refuses the subject itself
+    if parsed is None or parsed.family != "jobs":
+        return ""
+    return (
+        f"job_id {job_id!r} on {subject!r}: ids starting {K8S_JOB_PREFIX!r} are the jobs of "
+        "Kubernetes pods, which only the k8s-bridge reports; a tenant's job needs another id"
+    )
 
 
 def request_problem(*, gpus: int, gpu_milli: int, mig_profile: str | None, gang_size: int) -> str:

@@ -4,11 +4,14 @@ and its readers (router gateways) share, and that the replica planner's recommen
 
 A replica set is one model's replicas in one router fleet, named ``<fleet>.<model>``
 (`replica_set`); each member is one key ``<fleet>.<model>.<replica>`` (`routing.replica_key`)
-whose value is a `ReplicaRegistration` as JSON (`encode` / `decode`). On Kubernetes the set is
-the ready endpoints of the Services labelled ``seedance.io/model=<model>`` (and
+whose value is a `ReplicaRegistration` as JSON (`encode` / `decode`). Those are the operator's
+shared pool; a tenant's own replicas of its model are ``<fleet>.<tenant>.<model>[.<replica>]``
+(the registration's ``owner``), and a gateway sends them only that tenant's requests: who owns a
+model is part of its name, so no replica can stand in for another owner's model. On Kubernetes
+the set is the ready endpoints of the Services labelled ``seedance.io/model=<model>`` (and
 ``seedance.io/router-fleet=<fleet>``, default ``default``); the planner's
-`ReplicaRecommendation.replica_set` carries the same name, so what an autoscaler scales and
-what a gateway routes to are one thing.
+`ReplicaRecommendation.replica_set` carries the same name, so what an autoscaler scales and what
+a gateway routes to are one thing.
 
 Owns the key and value format, the check that a value sits under its own key, and
 `registration_changes`, what a registrar must put and delete to make the bucket equal to what it
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 import msgspec
 
 from seedance.events.subjects import routing
-from seedance.events.tokens import Name, check_token
+from seedance.events.tokens import InvalidToken, Name, check_tenant, check_token
 
 __all__ = [
     "DEFAULT_FLEET",
@@ -59,6 +62,10 @@ class ReplicaRegistration(msgspec.Struct, frozen=True, kw_only=True):
     #: registrar prunes only its own keys; empty: an operator's or the replayer's. Gateways
     #: ignore it.
     registrar: str = ""
+    #: The tenant whose replica it is (the bridge: the slice's namespace's tenant), or empty:
+    #: the operator's shared pool. It is part of the key (`routing.replica_key`); a gateway
+    #: sends the replica only requests for this owner's models.
+    owner: str = ""
 
 
 class RegistrationError(ValueError):
@@ -69,10 +76,12 @@ _decoder = msgspec.json.Decoder(ReplicaRegistration)
 _encoder = msgspec.json.Encoder()
 
 
-def replica_set(fleet: str, model: str) -> str:
-    """The name of one model's replica set in one fleet: ``<fleet>.<model>``, the prefix of its
-    members' keys (a gateway of the fleet watches ``<fleet>.>``, an adapter ``<set>.*``)."""
-    return f"{check_token('fleet', fleet)}.{check_token('model', model)}"
+def replica_set(fleet: str, model: str, owner: str = "") -> str:
+    """The name of one model's replica set in one fleet: ``<fleet>.<model>`` (the shared pool's)
+    or ``<fleet>.<owner>.<model>`` (a tenant's), the prefix of its members' keys (a gateway of
+    the fleet watches ``<fleet>.>``, an adapter ``<set>.*``)."""
+    head = check_token("fleet", fleet) + (f".{check_tenant(owner)}" if owner else "")
+    return f"{head}.{check_token('model', model)}"
 
 
 def encode(reg: ReplicaRegistration) -> bytes:
@@ -84,17 +93,21 @@ def decode(fleet: str, key: str, value: bytes) -> ReplicaRegistration:
 
     Raises:
         RegistrationError: the value is not a registration (malformed JSON, a field of the
-            wrong type or pattern), or it names another (model, replica) than its key, which a
-            gateway must not trust: a registrar writes each replica under its own key.
+            wrong type or pattern, an owner that is no tenant id), or it names another (owner,
+            model, replica) than its key, which a gateway must not trust: a registrar writes
+            each replica under its own key.
     """
     try:
         reg = _decoder.decode(value)
+        expected = routing.replica_key(fleet, reg.model, reg.replica, reg.owner)
     except msgspec.DecodeError as exc:  # malformed JSON or a wrong field (ValidationError)
         raise RegistrationError(f"key {key!r}: not a replica registration: {exc}") from exc
-    expected = routing.replica_key(fleet, reg.model, reg.replica)
+    except InvalidToken as exc:
+        raise RegistrationError(f"key {key!r}: owner: {exc}") from None
     if key != expected:
+        whose = f"{reg.owner}'s " if reg.owner else "the shared pool's "
         raise RegistrationError(
-            f"key {key!r} holds the registration of {reg.model}/{reg.replica}, "
+            f"key {key!r} holds {whose}registration of {reg.model}/{reg.replica}, "
             f"which belongs under {expected!r}"
         )
     return reg
@@ -128,7 +141,7 @@ def registration_changes(
     """
     want: dict[str, ReplicaRegistration] = {}
     for fleet, reg in desired:
-        key = routing.replica_key(fleet, reg.model, reg.replica)
+        key = routing.replica_key(fleet, reg.model, reg.replica, reg.owner)
         stamped = msgspec.structs.replace(reg, registrar=registrar)
         held = want.get(key)
         if held is None or (not held.ready, held.address) > (not stamped.ready, stamped.address):

@@ -19,9 +19,10 @@ payload names another tenant than the subject (``owner_of``).
 Trust: a tenant's ``seedance.jobs.<tenant>.<kind>`` events are requests. Trusted observers (the
 replayer of a recorded fleet, the Kubernetes bridge) publish the same job events on
 ``seedance.observed.<tenant>.<kind>``, which no tenant may publish on; only there is an event's
-``at`` honoured as the time it happened. The slicer's decisions (``seedance.slicing``) and the
-collector's samples (``seedance.telemetry``) are the other trusted facts, and the only inputs
-the cost-ledger bills from.
+``at`` honoured as the time it happened. A tenant's request may not name the job of a Kubernetes
+pod (`seedance.events.jobs.tenant_job_problem`). The slicer's decisions (``seedance.slicing``)
+and the collector's samples (``seedance.telemetry``) are the other trusted facts, and the only
+inputs the cost-ledger bills from.
 """
 
 from __future__ import annotations
@@ -222,16 +223,16 @@ class routing:
     REPLICAS_BUCKET = "seedance-router-replicas"
 
     @staticmethod
-    def replica_key(fleet: str, model: str, replica: str) -> str:
-        """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``.
+    def replica_key(fleet: str, model: str, replica: str, owner: str = "") -> str:
+        """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``
+        in the operator's shared pool, ``<fleet>.<owner>.<model>.<replica>`` for a tenant's own
+        (``owner``, its tenant id: a gateway sends it that tenant's requests only).
 
         A gateway of fleet ``f`` watches ``f.>``; a registrar (the Kubernetes bridge from
         EndpointSlices, an operator) puts one key per (model, replica) and deletes it on leave.
         """
-        return (
-            f"{check_token('fleet', fleet)}.{check_token('model', model)}."
-            f"{check_token('replica', replica)}"
-        )
+        head = check_token("fleet", fleet) + (f".{check_tenant(owner)}" if owner else "")
+        return f"{head}.{check_token('model', model)}.{check_token('replica', replica)}"
 
 
 class graph:

@@ -143,6 +143,7 @@ FOCUS_1_3_ALLOCATION_COLUMNS = tuple(c for c, _, _ in FOCUS_1_3_ALLOCATION_SPEC)
 FOCUS_CUSTOM_COLUMNS = (
     "x_FocusVersion", "x_LineKind", "x_JobId", "x_GpuModel", "x_PricingTier",
     "x_EnergyMillijoules", "x_TflopHours", "x_Activity", "x_Assumptions", "x_SourceEventCount",
+    "x_PriceAssumed", "x_PriceFallback",
 )  # fmt: skip
 
 FOCUS_COLUMNS = FOCUS_1_2_COLUMNS + FOCUS_CUSTOM_COLUMNS
@@ -301,6 +302,10 @@ def _common(
         ),
         "x_Assumptions": " ".join(e.assumptions) or None,
         "x_SourceEventCount": n_sources,
+        # Issue 28: a price the book assumed (configured, or its fallback for a GPU it could
+        # not identify) is marked on every row it bills, not only among the assumptions.
+        "x_PriceAssumed": "true" if e.price_assumed else "false",
+        "x_PriceFallback": "true" if e.price_fallback else "false",
     }
 
 

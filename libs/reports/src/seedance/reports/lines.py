@@ -17,6 +17,7 @@ from typing import Literal
 import msgspec
 
 from seedance.events.cost import CostEntry, CostEntryV1, CostKind, MeasuredUse, upgrade
+from seedance.events.gpus import canonical_model
 
 __all__ = ["LineAmounts", "ReportLine", "epoch_ms", "lines_from_events", "usd_from_micro"]
 
@@ -85,6 +86,10 @@ class ReportLine(msgspec.Struct, frozen=True, kw_only=True):
     #: Under measured billing of shared GPUs: the line's GPU-time cost by allocation (None:
     #: billed by allocation, so ``amounts.cost_usd_micro`` is that figure).
     allocation_cost_usd_micro: int | None = None
+    #: The line's price is an assumption (a configured price, or the book's fallback).
+    price_assumed: bool = False
+    #: The GPU was billed at the price book's fallback: the book could not price it.
+    price_fallback: bool = False
 
 
 def lines_from_events(events: Iterable[object]) -> list[ReportLine]:
@@ -104,7 +109,9 @@ def _line(ev: CostEntry) -> ReportLine:
         tenant=ev.tenant,
         job_id=ev.job_id,
         node=ev.node,
-        gpu_model=ev.gpu_model,
+        # Entries published before issue 28 name the GPU by the replayed fleets' short names
+        # (``A100``, ``T4``): the canonical model keeps one key per GPU in every report.
+        gpu_model=canonical_model(ev.gpu_model) if ev.gpu_model else "",
         pricing_tier=ev.pricing_tier,
         window_start_ms=epoch_ms(ev.period_start),
         window_end_ms=epoch_ms(ev.period_end),
@@ -121,4 +128,7 @@ def _line(ev: CostEntry) -> ReportLine:
         assumptions=tuple(ev.assumptions),
         usage=ev.usage,
         allocation_cost_usd_micro=ev.allocation_cost_micro_usd,
+        # Older entries flag an assumed price only among their assumptions.
+        price_assumed=ev.price_assumed or any(a.startswith("price:") for a in ev.assumptions),
+        price_fallback=ev.price_fallback or any(a.startswith("fallback:") for a in ev.assumptions),
     )

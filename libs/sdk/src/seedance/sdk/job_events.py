@@ -24,7 +24,9 @@ from seedance.events.jobs import (
     JobKind,
     JobStarted,
     JobSubmitted,
+    tenant_job_problem,
 )
+from seedance.events.subjects import jobs
 from seedance.events.tokens import check_tenant, check_token
 
 __all__ = ["KIND_OF", "JobRequest", "job_event", "job_submitted"]
@@ -80,8 +82,7 @@ def job_submitted(
 ) -> JobSubmitted:
     """A ``job.submitted.v1`` checked against the schema's bounds; ValueError names a bad
     field and value (nothing is published)."""
-    check_tenant(tenant)
-    check_token("job_id", job_id)
+    _check_names(tenant, job_id, "submitted")
     at = at or clock.now()
     event: JobSubmitted = _validated(
         JobSubmitted,
@@ -118,16 +119,25 @@ def job_event(
 ) -> JobEvent:
     """A ``started``, ``finished``, ``failed`` or ``cancelled`` event, checked like
     `job_submitted`."""
-    check_tenant(tenant)
-    check_token("job_id", job_id)
     if kind not in ("started", "finished", "failed", "cancelled"):
         raise ValueError(f"kind {kind!r} is not one of started, finished, failed, cancelled")
+    _check_names(tenant, job_id, kind)
     extra = {"reason": reason} if kind in ("failed", "cancelled") else {}
     at = at or clock.now()
     event: JobEvent = _validated(
         _EVENT_OF[kind], id=new_event_id(at=at), at=at, job_id=job_id, tenant=tenant, **extra
     )
     return event
+
+
+def _check_names(tenant: str, job_id: str, kind: str) -> None:
+    """The tenant and the job id as the consumers will check them (a Kubernetes pod's job id is
+    refused here, as every consumer would dead-letter it)."""
+    check_tenant(tenant)
+    check_token("job_id", job_id)
+    problem = tenant_job_problem(jobs.subject(tenant, kind), job_id)
+    if problem:
+        raise ValueError(problem)
 
 
 def _validated(cls: Any, **fields: Any) -> Any:

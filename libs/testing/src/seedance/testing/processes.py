@@ -5,10 +5,12 @@ drains it). ``stop_all`` drains them with SIGTERM and reports their exit codes.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["ServiceProcesses"]
@@ -24,9 +26,12 @@ class ServiceProcesses:
         credentials: dict[str, str] | None = None,
         *,
         detach: bool = False,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self.nats_url = nats_url
         self.logdir = logdir
+        #: Variables every service gets that are none of its settings (``OTEL_*``, say).
+        self.environment = dict(environment or {})
         #: Each service in a session of its own: it outlives this process (`make local-stack`).
         self.detach = detach
         #: Service name -> password: each service then connects as its own NATS user.
@@ -47,6 +52,7 @@ class ServiceProcesses:
                 else {}
             ),
             prefix + "HTTP_PORT": "0",
+            **self.environment,
             **{prefix + k.upper(): str(v) for k, v in settings.items()},
         }
         key = f"{name}{instance}"
@@ -83,3 +89,15 @@ class ServiceProcesses:
 
     def log(self, key: str) -> str:
         return (self.logdir / f"{key}.log").read_text(errors="replace")
+
+    def metrics_url(self, key: str) -> str | None:
+        """Where ``key`` serves ``/metrics``, as its ``http_listening`` line says (its port is
+        any free one: ``start`` sets ``HTTP_PORT=0``); None before that line is written."""
+        for line in self.log(key).splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a library's own print, not a log record
+            if isinstance(record, dict) and record.get("event") == "http_listening":
+                return str(record["metrics_url"])
+        return None

@@ -1,4 +1,5 @@
-"""``seedance-cost-ledger``: serve the ledger (default), ``report`` costs, or ``rightsize`` jobs."""
+"""``seedance-cost-ledger``: serve the ledger (default), ``report`` costs, ``rightsize`` jobs, or
+print what a GPU name is billed at (``prices``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ import sys
 from pathlib import Path
 
 from seedance.core import ServiceRuntime, serve
-from seedance.core.logs import configure_logging
-from seedance.core.settings import SettingsError, bus_settings, load_settings
-from seedance.core.tracing import configure_tracing
+from seedance.core.entry import start_service
 from seedance.cost_ledger import core
 from seedance.cost_ledger.allocation_api import AllocationApi
 from seedance.cost_ledger.core.replica import LedgerReplica
@@ -19,6 +18,18 @@ from seedance.cost_ledger.service import LedgerService
 from seedance.cost_ledger.settings import LedgerSettings, load_budgets, replica_name
 
 NAME = "cost-ledger"
+SUMMARY = (
+    "The cost ledger: attributes GPU time, slices, energy and idle to tenants and jobs, "
+    "exactly once, publishes cost entries, reports and budget alerts, and answers allocation "
+    "queries. Replicas share one durable consumer; its state lives in JetStream KV."
+)
+#: The sub-commands ``main`` dispatches before serving (each answers its own ``--help``).
+COMMANDS = {
+    "(none)": "serve the ledger",
+    "prices --gpu-model NAME": "what a GPU name is billed at, for any name a system reports",
+    "report (--tenant T | --fleet)": "render the costs the stream holds (html, text, csv, focus)",
+    "rightsize (--tenant T | --fleet)": "right-sizing recommendations from measured use",
+}
 
 
 def report(argv: list[str], *, rightsize_only: bool = False) -> int:
@@ -109,18 +120,37 @@ def _report_args(prog: str, rightsize_only: bool) -> argparse.ArgumentParser:
     return p
 
 
+def prices(argv: list[str]) -> int:
+    """``seedance-cost-ledger prices --gpu-model NAME [--gpu-model NAME ...] [--price-book FILE]``:
+    one line per name, ``model=<canonical|unknown> on_demand=<usd/h> reserved=<..> spot=<..>
+    on_prem=<..> assumed=<true|false> fallback=<true|false>``, for any name a system reports
+    (NVML, GPU feature discovery, a cloud, a trace). The book is ``--price-book``, else
+    ``SEEDANCE_COST_LEDGER_PRICE_BOOK``, else the bundled one. Exit 2 on a bad price book."""
+    p = argparse.ArgumentParser(prog="seedance-cost-ledger prices", description=prices.__doc__)
+    p.add_argument("--gpu-model", action="append", required=True, metavar="NAME")
+    p.add_argument("--price-book", default=os.environ.get("SEEDANCE_COST_LEDGER_PRICE_BOOK"))
+    args = p.parse_args(argv)
+    try:
+        book = core.load_price_book(args.price_book) if args.price_book else None
+    except (OSError, core.PriceBookError) as exc:
+        sys.stderr.write(f"seedance-cost-ledger prices: {exc}\n")
+        return 2
+    book = book or core.default_price_book()
+    for name in args.gpu_model:
+        sys.stdout.write(core.price_summary(book.lookup(name)) + "\n")
+    return 0
+
+
 def main() -> int | None:
+    if sys.argv[1:2] == ["prices"]:
+        return prices(sys.argv[2:])
     if sys.argv[1:2] == ["report"]:
         return report(sys.argv[2:])
     if sys.argv[1:2] == ["rightsize"]:
         return report(sys.argv[2:], rightsize_only=True)
-    try:
-        settings = load_settings(LedgerSettings, NAME)
-        bus = bus_settings(NAME)
-    except SettingsError as exc:
-        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
-    configure_logging()
-    configure_tracing(NAME)
+    settings, bus = start_service(
+        NAME, LedgerSettings, summary=SUMMARY, argv=sys.argv[1:], commands=COMMANDS
+    )
     book = core.load_price_book(settings.price_book) if settings.price_book else None
     replica = LedgerReplica(
         book or core.default_price_book(),
@@ -129,7 +159,7 @@ def main() -> int | None:
         tenants=settings.tenant_set(),
         max_ahead_s=settings.max_ahead_s,
     )
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     service = LedgerService(
         runtime,
         replica,

@@ -136,6 +136,18 @@ class LedgerMetrics:
             "Input sequence of the last checkpoint this replica wrote.",
             registry=registry,
         )
+        self.fallback_priced_total = Counter(
+            "seedance_cost_ledger_fallback_priced_entries_total",
+            "Cost entries this replica published first for a GPU model the price book could "
+            "not price (billed at its fallback, flagged price_fallback), by line kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.fallback_models = Gauge(
+            "seedance_cost_ledger_fallback_models",
+            "GPU models this replica has billed at the price book's fallback (each logged once).",
+            registry=registry,
+        )
 
 
 class LedgerService(Lifecycle):
@@ -164,6 +176,8 @@ class LedgerService(Lifecycle):
         self._ckpt_s = checkpoint_every_s
         self._from_start = from_start
         self.metrics = LedgerMetrics(runtime.registry)
+        # GPU models billed at the price book's fallback that this replica has logged.
+        self._fallback_logged: set[str] = set()
         self._kv: KeyValue | None = None
         self._reader: PullReader | None = None
         self._letters: DeadLetters | None = None
@@ -470,6 +484,7 @@ class LedgerService(Lifecycle):
     def _count_published(self, pubs: list[Publication], acks: list[Any]) -> None:
         """Metrics of an acked batch, and the core's outbox emptied of it."""
         dup = sum(1 for a in acks if a.duplicate)
+        self._note_fallbacks(pubs, acks)
         for p, a in zip(pubs, acks, strict=True):
             # A counter cannot go down: downward adjustments (late facts) are only in the
             # stream, so this is an upper bound for dashboards, not the bill.
@@ -483,6 +498,26 @@ class LedgerService(Lifecycle):
         self.metrics.published_total.labels("true").inc(dup)
         self.metrics.published_total.labels("false").inc(len(acks) - dup)
         self.replica.confirm_published(pubs)
+
+    def _note_fallbacks(self, pubs: list[Publication], acks: list[Any]) -> None:
+        """Count entries billed at the book's fallback and log each such model once: a GPU
+        the book cannot identify is billed, never refused, but someone must price it."""
+        for p, a in zip(pubs, acks, strict=True):
+            e = p.event
+            if not isinstance(e, CostEntry) or not e.price_fallback:
+                continue
+            if not a.duplicate:
+                self.metrics.fallback_priced_total.labels(e.kind.value).inc()
+            if e.gpu_model not in self._fallback_logged:
+                self._fallback_logged.add(e.gpu_model)
+                found = self.replica.ledger.book.lookup(e.gpu_model)
+                log.warning(
+                    "gpu_model_priced_at_fallback",
+                    gpu_model=e.gpu_model,
+                    on_demand_usd_per_hour=float(found.usd_per_hour("on_demand")),
+                    fallback_source=found.price.source,
+                )
+        self.metrics.fallback_models.set(len(self._fallback_logged))
 
     async def _dead_letter(self, msg: Any, kind: str, reason: str) -> None:
         # No ack to settle: the reader keeps its own position. A letter that cannot be

@@ -18,6 +18,9 @@ __all__ = ["LedgerSettings", "load_budgets", "parse_budgets", "replica_name"]
 
 class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True):
     http_port: int = 9404
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: This replica's name (its consumer is ``ledger-in-<replica>``); the host name if empty.
     replica: str = ""
     #: Messages per fetch from the merged input stream.

@@ -17,6 +17,9 @@ __all__ = ["GraphCompilerSettings"]
 class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Health and metrics endpoint (deploy/compose and deploy/k8s use 9403).
     http_port: int = 9403
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: Object store for inputs and artifacts (a catalogue entry of `OBJECT_STORES`).
     object_store: str = "seedance-graph-models"
     #: Artifacts up to this size go into the object store; larger ones are written under

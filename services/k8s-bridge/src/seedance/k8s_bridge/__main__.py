@@ -1,4 +1,5 @@
-"""``python -m seedance.k8s_bridge``: load settings, connect to the API server, wire, serve."""
+"""``seedance-k8s-bridge`` / ``python -m seedance.k8s_bridge``: answer the command line, load
+settings, connect to the API server, wire, serve."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ import os
 from kubernetes_asyncio.config import ConfigException
 
 from seedance.core import ServiceRuntime, WallClock, serve
-from seedance.core.logs import configure_logging
-from seedance.core.settings import SettingsError, bus_settings, load_settings
-from seedance.core.tracing import configure_tracing
+from seedance.core.entry import start_service
 from seedance.k8s_bridge.kube import KubeApi, connect
 from seedance.k8s_bridge.service import BridgeService
 from seedance.k8s_bridge.settings import BridgeSettings
 
 NAME = "k8s-bridge"
+SUMMARY = (
+    "The Kubernetes bridge: pods with Seedance's schedulerName in as job events, the slicer's "
+    "placements out as Bindings, pod conditions and Events, CR status. The API server from "
+    "KUBECONFIG (or SEEDANCE_K8S_BRIDGE_KUBECONFIG), else the pod's service account. One "
+    "active replica per cluster (a Lease)."
+)
 
 
 async def _serve(settings: BridgeSettings, runtime: ServiceRuntime) -> None:
@@ -37,14 +42,8 @@ async def _serve(settings: BridgeSettings, runtime: ServiceRuntime) -> None:
 
 
 def main() -> None:
-    try:
-        settings = load_settings(BridgeSettings, NAME)
-        bus = bus_settings(NAME)
-    except (SettingsError, ValueError) as exc:
-        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
-    configure_logging()
-    configure_tracing(NAME)
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    settings, bus = start_service(NAME, BridgeSettings, summary=SUMMARY)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     asyncio.run(_serve(settings, runtime))
 
 

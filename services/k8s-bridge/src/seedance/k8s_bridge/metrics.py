@@ -49,6 +49,13 @@ class BridgeMetrics:
             ["type"],
             registry=registry,
         )
+        self.decisions_refused_total = Counter(
+            "seedance_k8s_bridge_decisions_refused_total",
+            "Slicer decisions the bridge refused to act on, by reason (other_tenant: one of "
+            "its pods' jobs named under another tenant than the pod's).",
+            ["reason"],
+            registry=registry,
+        )
         self.watch_restarts_total = Counter(
             "seedance_k8s_bridge_watch_restarts_total",
             "Watches re-opened, by resource and cause (ended, gone, unavailable, status_Nxx).",

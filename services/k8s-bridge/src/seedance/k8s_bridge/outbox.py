@@ -5,6 +5,14 @@ next flush: their ids are derived, so a repeat is a duplicate the bus drops), th
 KV (``seedance-k8s-bridge-jobs``: each submitted job is recorded before its submit goes out and
 forgotten once its end went out), and finding the recorded jobs whose pods are gone.
 
+A record is (tenant, job): key ``<lease name>.<tenant>.<job>``, the job id's ``:`` written
+``=`` (a KV key may hold neither ``:`` nor, in a job id, a ``.``; ``=`` is in no job id, so the
+key reads back to the very id). A recorded job is live only when a live pod's job has both its
+tenant and its id. Records the bridge wrote before pods' jobs had a space of their own
+(``<lease>.<tenant>.<pod uid>``) read back as that bare uid: a pod still bound under it keeps
+it live; a pod that was waiting was submitted anew under ``k8s:<uid>``, so its old job is an
+orphan and is ended (cancelled), which is the migration.
+
 Must not: decide what to publish or how an orphan ends (the tracker does), or publish anything
 but what it was given.
 """
@@ -85,8 +93,9 @@ class JobOutbox:
         live = tracker.live_jobs()
         out: list[Action] = []
         for key in keys:
-            tenant, _, job_id = key.removeprefix(scope).partition(".")
-            if job_id in live:
+            tenant, _, token = key.removeprefix(scope).partition(".")
+            job_id = token.replace("=", ":")
+            if (tenant, job_id) in live:
                 continue
             with contextlib.suppress(KeyNotFoundError):
                 entry = await self._kv.get(key)
@@ -111,8 +120,8 @@ class JobOutbox:
         )
 
     def _job_key(self, ev: Any) -> str:
-        """``<lease name>.<tenant>.<job>``."""
-        return f"{self._scope}.{ev.tenant}.{ev.job_id}"
+        """``<lease name>.<tenant>.<job>`` (the job id's ``:`` as ``=``: a KV key's alphabet)."""
+        return f"{self._scope}.{ev.tenant}.{ev.job_id.replace(':', '=')}"
 
     async def _forget(self, items: list[tuple[str, Event]]) -> None:
         """Drop the records of jobs whose end went out."""

@@ -2,15 +2,20 @@
 
 Every bridge replica watches (`seedance.k8s_bridge.watch.Informer`) the ``discovery.k8s.io/v1``
 EndpointSlices labelled ``seedance.io/model`` in every namespace, and mirrors the bucket (a KV
-watch on all its keys), so a standby that takes over knows both sides at once. Every change
-marks the state dirty; changes within ``policy_debounce_s`` are reconciled once: the pure
-`seedance.k8s_bridge.core.endpoints.registrations` turns the slices into registrations and
-`seedance.events.replicas.registration_changes` says what to put and delete. The leader only
-(``leading()``) writes, and only what differs from the mirror: an endpoint added or changed
-(address, readiness, termination) is a put, an endpoint or slice gone a delete. Each value is
-stamped with the bridge's registrar name (``k8s-bridge/<lease namespace>/<lease name>``) and only
-keys so stamped are ever deleted, so an operator's or the replayer's registrations in the same
-bucket are left alone.
+watch on all its keys), so a standby that takes over knows both sides at once. Every change (and
+a namespace's binding to a tenant changing: `kick`) marks the state dirty; changes within
+``policy_debounce_s`` are reconciled once: the pure
+`seedance.k8s_bridge.core.endpoints.registrations` turns the slices into registrations, each
+owned by its namespace's tenant or the operator's shared pool (``owners()``, the service's: a
+namespace of neither registers nothing), and `seedance.events.replicas.registration_changes`
+says what to put and delete. A slice that registers nothing is reported once while it stays so
+(a ``replica_slice_refused`` log line, ``seedance_k8s_bridge_replica_slices_refused_total`` by
+kind, a Warning Event on the slice) and skipped: never retried, never in the others' way. The
+leader only (``leading()``) writes, and only what differs from the mirror: an endpoint added or
+changed (address, readiness, termination) is a put, an endpoint or slice gone a delete. Each
+value is stamped with the bridge's registrar name (``k8s-bridge/<lease namespace>/<lease
+name>``) and only keys so stamped are ever deleted, so an operator's or the replayer's
+registrations in the same bucket are left alone.
 
 A restart (or a hand-over) needs nothing remembered: the informer lists the slices, the mirror
 reads the bucket, and the first reconcile after both are synced puts what is missing and prunes
@@ -22,7 +27,7 @@ replaces the mirror with what it reads. Must not decide anything itself: the cor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nats.js.kv import KeyValue
@@ -35,8 +40,15 @@ from seedance.core.logs import get_logger
 from seedance.events import replicas
 from seedance.events.replicas import RegistrationChanges, ReplicaRegistration
 from seedance.events.subjects import routing
-from seedance.k8s_bridge.core.endpoints import MODEL_LABEL, SliceProblem, registrations
-from seedance.k8s_bridge.kube import KubeApi
+from seedance.k8s_bridge.core.endpoints import (
+    MODEL_LABEL,
+    ProblemKind,
+    SliceProblem,
+    Slices,
+    refused_event,
+    registrations,
+)
+from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.k8s_bridge.watch import Informer
 
@@ -61,11 +73,17 @@ class ReplicaSync:
         registry: Any,
         *,
         leading: Callable[[], bool],
+        owners: Callable[[], Mapping[str, str]],
+        instance: str = "",
         on_restart: Callable[[str, str], None] | None = None,
     ) -> None:
+        self._api = api
         self._clock = clock
         self._settings = settings
         self._leading = leading
+        #: Namespace -> the owner of its replicas now (`core.endpoints.replica_owners`).
+        self._owners = owners
+        self._instance = instance
         self.registrar = registrar_name(settings)
         self._kv: KeyValue | None = None
         self._dirty = asyncio.Event()
@@ -75,7 +93,8 @@ class ReplicaSync:
         self.mirrored = asyncio.Event()
         #: The keys read so far by a (re)opened watch, until its current values are all read.
         self._fresh: dict[str, ReplicaRegistration] | None = None
-        self._problems: tuple[SliceProblem, ...] = ()
+        #: The problems reported so far that still stand (a problem gone and back is new).
+        self._reported: set[SliceProblem] = set()
         self.writes_total = Counter(
             "seedance_k8s_bridge_replica_writes_total",
             "Replica registrations written to seedance-router-replicas by op (put, delete) "
@@ -93,9 +112,18 @@ class ReplicaSync:
         self.slice_problems = Gauge(
             "seedance_k8s_bridge_replica_slice_problems",
             "EndpointSlices (or endpoints) labelled seedance.io/model that register nothing "
-            "(no port by the configured name, a label that is not a token).",
+            "now (a namespace bound to no tenant, no targetRef, no port by the configured "
+            "name, a label that is not a token...).",
             registry=registry,
         )
+        self.slices_refused_total = Counter(
+            "seedance_k8s_bridge_replica_slices_refused_total",
+            "EndpointSlice problems reported (each once while it stands), by kind.",
+            ["reason"],
+            registry=registry,
+        )
+        for kind in ProblemKind:
+            self.slices_refused_total.labels(kind.value)
         self.slices = Informer(
             "endpointslices", api.list_endpoint_slices, api.watch_endpoint_slices,
             self._changed, clock, selector=MODEL_LABEL, timeout_s=settings.watch_timeout_s,
@@ -163,24 +191,43 @@ class ReplicaSync:
                 await self._clock.sleep(self._settings.backoff_initial_s)
                 self._dirty.set()
 
-    def changes(self) -> RegistrationChanges:
-        """What the leader would write now."""
-        out = registrations(
+    def _slices(self) -> Slices:
+        return registrations(
             list(self.slices.cache.values()),
             port_name=self._settings.replica_port_name,
             default_fleet=self._settings.router_fleet,
+            owners=self._owners(),
         )
-        if out.problems != self._problems:
-            self._problems = out.problems
-            self.slice_problems.set(len(out.problems))
-            for p in out.problems:
-                log.warning("replica_slice_refused", slice=p.slice, reason=p.reason)
+
+    def changes(self, slices: Slices | None = None) -> RegistrationChanges:
+        """What the leader would write now."""
+        out = slices or self._slices()
         return replicas.registration_changes(self.entries, out.desired, registrar=self.registrar)
 
+    async def _report(self, problems: tuple[SliceProblem, ...]) -> None:
+        """Each problem once while it stands: logged, counted, a Warning Event on its slice
+        (named from the slice and the problem: a repeat after a restart is AlreadyExists)."""
+        self.slice_problems.set(len(problems))
+        current = set(problems)
+        new = [p for p in dict.fromkeys(problems) if p not in self._reported]
+        self._reported = current
+        for p in new:
+            self.slices_refused_total.labels(p.kind.value).inc()
+            log.warning("replica_slice_refused", slice=p.slice, kind=p.kind.value, reason=p.reason)
+            try:
+                await self._api.create_event(
+                    p.namespace, refused_event(p, self._clock.now(), self._instance)
+                )
+            except (ApiStatus, ApiUnavailable) as exc:  # 409: told before; else: logged above
+                if not (isinstance(exc, ApiStatus) and exc.code == 409):
+                    log.warning("replica_slice_event_failed", slice=p.slice, error=str(exc))
+
     async def reconcile_once(self) -> bool:
-        """Write what differs; True when every write was made."""
+        """Report what cannot register, write what differs; True when every write was made."""
         assert self._kv is not None
-        changes = self.changes()
+        slices = self._slices()
+        await self._report(slices.problems)
+        changes = self.changes(slices)
         op = "put"
         try:
             for key, reg in changes.put.items():

@@ -16,7 +16,8 @@ Two paths, each lean (no per-pod list or get on the way to a Binding):
 - decision batch -> tracker -> Bindings posted concurrently -> their outcomes -> Events. A
   decision is acknowledged once its writes were made; a Binding that failed for now (no answer,
   5xx, 429) is naked and redelivered; a gang's placement parts are held (naked) until the
-  gang is placed whole.
+  gang is placed whole. A decision naming one of its pods' jobs under another tenant than the
+  pod's (`Tracker.foreign`) is acknowledged untouched, counted and logged.
 
 Job events that could not be published stay in an outbox retried by the executor (their ids
 are derived, so a repeat is a duplicate). Each submitted job is recorded in KV
@@ -53,6 +54,8 @@ from seedance.core import (
 from seedance.core.consumer import PullConsumer
 from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
+from seedance.k8s_bridge.core.endpoints import replica_owners
+from seedance.k8s_bridge.core.keys import LABEL_TENANT
 from seedance.k8s_bridge.core.tracker import (
     Action,
     Bind,
@@ -146,7 +149,8 @@ class BridgeService(Lifecycle):
         if settings.discover_replicas:
             self.replicas = ReplicaSync(
                 api, clock, settings, runtime.registry,
-                leading=lambda: self.leading, on_restart=self._count_restart,
+                leading=lambda: self.leading, owners=self._replica_owners,
+                instance=self.identity, on_restart=self._count_restart,
             )  # fmt: skip
 
     def _informer(
@@ -178,6 +182,23 @@ class BridgeService(Lifecycle):
         self._bindings = dict(bindings)
         if self.tracker is not None:
             self.tracker.bindings = self._bindings
+        if self.replicas is not None:
+            self.replicas.kick()  # a namespace's replicas follow its tenant
+
+    def _replica_owners(self) -> dict[str, str]:
+        """Namespace -> whose replicas its Services are (the shared pool's: ""), from the
+        settings, the TenantQuota bindings and the namespaces' tenant labels."""
+        labelled = {}
+        for ns in self.namespaces.cache.values():
+            md = ns.get("metadata") or {}
+            tenant = (md.get("labels") or {}).get(LABEL_TENANT)
+            if tenant:
+                labelled[str(md.get("name", ""))] = str(tenant)
+        return replica_owners(
+            shared=self._settings.shared_namespace_names,
+            bindings=self._bindings,
+            labelled=labelled,
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -353,6 +374,8 @@ class BridgeService(Lifecycle):
     def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
         if self.tracker is not None:
             self.tracker.namespace_seen(ns, deleted=kind == "DELETED")
+        if self.replicas is not None:
+            self.replicas.kick()
 
     def _count_restart(self, resource: str, cause: str) -> None:
         self.metrics.watch_restarts_total.labels(resource, cause).inc()
@@ -476,6 +499,9 @@ class BridgeService(Lifecycle):
         held: set[int] = set()
         for i, d in enumerate(ds):
             self.metrics.decisions_total.labels(type(d.event).__name__).inc()
+            if tracker.foreign(d.event):
+                self._refuse_foreign(d.event)
+                continue
             out = tracker.decision(d.event, now)
             for a in out:
                 if isinstance(a, Bind):
@@ -494,6 +520,18 @@ class BridgeService(Lifecycle):
                     f"binding failed for now: {r.why}", delay_s=self._settings.bind_retry_s
                 )
         return outcomes
+
+    def _refuse_foreign(self, ev: Any) -> None:
+        """A decision about one of our pods' jobs under another tenant: acked, never acted on,
+        counted and logged (a bus tenant submitted a job under a pod's job id)."""
+        self.metrics.decisions_refused_total.labels("other_tenant").inc()
+        log.warning(
+            "bridge_decision_other_tenant",
+            decision=type(ev).__name__,
+            event_id=ev.id,
+            job=ev.job_id,
+            tenant=ev.tenant,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from seedance.events.replicas import DEFAULT_FLEET
@@ -11,6 +13,8 @@ from seedance.events.tokens import check_token
 from seedance.k8s_bridge.core.keys import DEFAULT_SCHEDULER_NAME
 
 __all__ = ["BridgeSettings"]
+
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,6 +33,9 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: This replica's name in the lease and its Events (defaults to the host name).
     replica: str = ""
     http_port: int = 9406
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: Publish a NodeInventory per Node (off once node agents publish real inventories).
     publish_inventory: bool = True
     #: Decisions handled per fetched batch.
@@ -60,6 +67,10 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     replica_port_name: str = "grpc"
     #: The router fleet of a Service without the ``seedance.io/router-fleet`` label.
     router_fleet: str = DEFAULT_FLEET
+    #: Comma-separated namespaces whose labelled Services are the operator's shared inference
+    #: pool (shared replica keys, sent every tenant's requests for the model). Any other
+    #: namespace registers replicas only when bound to a tenant, as that tenant's own.
+    shared_namespaces: str = ""
 
     def __post_init__(self) -> None:
         if not 0 < self.lease_renew_s < self.lease_duration_s * 2 / 3:
@@ -70,3 +81,14 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
         check_token("SEEDANCE_K8S_BRIDGE_ROUTER_FLEET", self.router_fleet)
         if self.batch < 1 or self.api_concurrency < 1:
             raise ValueError("SEEDANCE_K8S_BRIDGE_BATCH and _API_CONCURRENCY must be at least 1")
+        for ns in self.shared_namespace_names:
+            if not _NAMESPACE.match(ns):
+                raise ValueError(
+                    f"SEEDANCE_K8S_BRIDGE_SHARED_NAMESPACES: {ns!r} is not a namespace name "
+                    "(a DNS label: lower-case letters, digits and '-', at most 63)"
+                )
+
+    @property
+    def shared_namespace_names(self) -> tuple[str, ...]:
+        """`shared_namespaces` as names."""
+        return tuple(n.strip() for n in self.shared_namespaces.split(",") if n.strip())

@@ -1,12 +1,26 @@
 """Allocate, the slicer's way: which pod the kubelet is starting, and exactly its devices.
 
-Owns the join of the three sources an Allocate needs: the kubelet's request (a resource and a
-device count; the device IDs it picked are only a count to us), the pending pods bound to this
-node (the API server), and the slicer's placements (the bus). The pod is found as HAMi finds
-it: the oldest pending pod on this node, not yet allocated, whose containers ask for that many
-of that resource. Its claim is verified by ``core.placement.verify``; what cannot be honoured
-raises ``AllocationError`` with the reason (the kubelet fails the container with it). It never
-hands out devices other than the placement's.
+Owns the join of the sources an Allocate needs: the kubelet's request (a resource and a device
+count; the device IDs it picked are only a count to us, and the key of what it records), the
+pending pods bound to this node (the API server), the slicer's placements (the bus), and,
+afterwards, the kubelet's own record of which container got those device IDs (its
+pod-resources ``List``).
+
+The kubelet's Allocate names no pod, and it records the pod's devices only after Allocate
+returns, so during Allocate the pod is inferred: the candidates are only pods the bridge bound
+here, i.e. those the slicer holds a placement for on this node found by the pod's UID
+(``core.placement.placement_of``), never by what a tenant can write; oldest first by the API
+server's times; a candidate whose claim fails verification is passed over (logged), so a pod
+with a broken or forged claim never makes another pod's Allocate fail. What cannot be
+honoured raises ``AllocationError`` with the reasons (the kubelet fails the container with
+it). It never hands out devices other than the placement's.
+
+The inference is then checked (``core.confirm``): each answered Allocate is reconciled with the
+kubelet's records at the next Allocate and at every ``PreStartContainer`` (the plugins ask the
+kubelet for it). A container may start only if the pod holding its device IDs is one this
+agent granted; an answer the kubelet gave to another pod releases the pod it was meant for
+(its own Allocate is then granted) and the holder is refused at its container's start, with
+the reason.
 
 ``restore`` rebuilds the grants at start (before the plugins register) from the pods that
 already hold devices: each verified against the slicer's placement exactly as Allocate
@@ -19,9 +33,12 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import aiohttp
+import grpc
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from seedance.core.logs import get_logger
+from seedance.node_agent.core.confirm import Answered, PodName, holders, reconcile
+from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import (
     AllocationBook,
     Grant,
@@ -32,10 +49,16 @@ from seedance.node_agent.core.placement import (
     verify,
 )
 from seedance.node_agent.deviceplugin.devices import AllocationError, ContainerAllocation
+from seedance.node_agent.metrics import NodeAgentMetrics
 
 __all__ = ["PlacementAllocator", "Restored"]
 
 log = get_logger(__name__)
+
+#: Pods named in a "no pod" refusal (the kubelet shows the message on the pod; keep it short).
+_SHOWN_PASSED_OVER = 5
+#: Mismatches remembered for their refusal's message (each also refused without it).
+_MISMATCHES_KEPT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,25 +79,36 @@ class PlacementAllocator:
         book: PlacementBook,
         pending: Callable[[], Awaitable[list[PodView]]],
         devices: Callable[[], NodeDevices],
+        kubelet: Callable[[], Awaitable[list[ContainerDevices]]] | None = None,
+        metrics: NodeAgentMetrics | None = None,
         allocations: AllocationBook | None = None,
     ) -> None:
         self._node = node
         self._book = book
         self._pending = pending
         self._devices = devices
+        #: The kubelet's pod-resources ``List`` (None: no kubelet to confirm with; every
+        #: PreStartContainer is then refused, as nothing can show which pod it is for).
+        self._kubelet = kubelet
+        self._metrics = metrics
         self.allocations = allocations or AllocationBook()
-        self._names: dict[str, tuple[str, str]] = {}
+        self._names: dict[str, PodName] = {}
+        #: Allocates answered and not yet seen in the kubelet's records, by (resource, IDs).
+        self._answered: dict[tuple[str, frozenset[str]], Answered] = {}
+        #: Answers the kubelet gave to another pod: (resource, IDs) -> why its start is refused.
+        self._mismatched: dict[tuple[str, frozenset[str]], str] = {}
 
-    def job_ended(self, job_id: str) -> None:
-        """The slicer released or preempted ``job_id``: its devices may be granted again."""
-        for uid in self.allocations.release_job(job_id):
-            self._names.pop(uid, None)
+    def job_ended(self, tenant: str, job_id: str) -> None:
+        """The slicer released or preempted (``tenant``, ``job_id``): its devices may be
+        granted again."""
+        for uid in self.allocations.release_job(tenant, job_id):
+            self._forget(uid)
 
-    def names_by_uid(self) -> dict[str, tuple[str, str]]:
+    def names_by_uid(self) -> dict[str, PodName]:
         """Granted pods' (namespace, name) by UID (the share sampler labels by name)."""
         return dict(self._names)
 
-    def granted_by_pod(self) -> dict[tuple[str, str], tuple[str, ...]]:
+    def granted_by_pod(self) -> dict[PodName, tuple[str, ...]]:
         """The devices granted to each pod, by (namespace, name) (pod-resources labels)."""
         out = {}
         for uid, key in self._names.items():
@@ -98,6 +132,14 @@ class PlacementAllocator:
         return out
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> ContainerAllocation:
+        key = (resource, frozenset(device_ids))
+        earlier = self._answered.pop(key, None)
+        if earlier is not None:
+            # The kubelet asks again for IDs it was answered for: it did not keep that answer
+            # (its Allocate failed on its side), so the pod it was meant for holds nothing.
+            self._release(earlier.pod_uid, "the kubelet allocated its device IDs again")
+        if self._answered:
+            await self._reconcile("allocate")  # a wrong inference frees its pod for this one
         try:
             pods = await self._pending()
         except (TimeoutError, OSError, ApiException, aiohttp.ClientError) as exc:
@@ -115,16 +157,97 @@ class PlacementAllocator:
             ),
             key=lambda p: p.age_order,
         )
-        if not candidates:
+        passed_over = []
+        for pod in candidates:
+            result = self._grant(pod, restoring=False)
+            if isinstance(result, Grant):
+                self._answered[key] = Answered(resource, key[1], pod.uid, (pod.namespace, pod.name))
+                return ContainerAllocation(dict(result.envs))
+            passed_over.append(f"{pod.namespace}/{pod.name}: {result.reason}")
+        shown = "; ".join(passed_over[:_SHOWN_PASSED_OVER])
+        more = len(passed_over) - _SHOWN_PASSED_OVER
+        raise AllocationError(
+            f"no pending pod bound to {self._node} with the slicer's placement asks for "
+            f"{wanted} {resource}"
+            + (f" (passed over: {shown}" + (f"; and {more} more" if more > 0 else "") + ")")
+            * bool(passed_over)
+        )
+
+    async def pre_start(self, resource: str, device_ids: Sequence[str]) -> None:
+        """Let a container start only on devices granted to its own pod, as the kubelet's
+        records name it; raise ``AllocationError`` with the reason otherwise (the kubelet does
+        not start the container and retries later, asking again)."""
+        rows = await self._reconcile("prestart")
+        ids = sorted(device_ids)
+        if rows is None:
             raise AllocationError(
-                f"no pending pod bound to {self._node} with a placement asks for "
-                f"{wanted} {resource}"
+                f"cannot confirm which pod holds {resource} devices {ids}: the kubelet's "
+                "pod-resources List did not answer; the container is not started"
             )
-        pod = candidates[0]
-        result = self._grant(pod, restoring=False)
-        if isinstance(result, Refusal):
-            raise AllocationError(f"pod {pod.namespace}/{pod.name}: {result.reason}")
-        return ContainerAllocation(dict(result.envs))
+        found = holders(rows, resource, device_ids)
+        if not found:
+            raise AllocationError(f"the kubelet reports no pod holding {resource} devices {ids}")
+        granted = {name: uid for uid, name in self._names.items()}
+        for ns, name in found:
+            if (ns, name) not in granted:
+                why = self._mismatched.get((resource, frozenset(device_ids)))
+                self._count_start(resource, "refused")
+                raise AllocationError(
+                    f"pod {ns}/{name} holds {resource} devices {ids} that Seedance did not "
+                    f"grant it" + (f": {why}" if why else "")
+                )
+        self._count_start(resource, "allowed")
+
+    async def _reconcile(self, use: str) -> list[ContainerDevices] | None:
+        """The kubelet's records, with every answered Allocate checked against them; None when
+        the kubelet does not answer (the answers stay unconfirmed)."""
+        if self._kubelet is None:
+            return None
+        try:
+            rows = await self._kubelet()
+        except (grpc.RpcError, OSError, TimeoutError) as exc:
+            if self._metrics is not None:
+                self._metrics.pod_resources_failures_total.labels(use).inc()
+            log.warning("pod_resources_unreachable", use=use, error=str(exc))
+            return None
+        result = reconcile(list(self._answered.values()), rows)
+        for a in result.confirmed:
+            del self._answered[a.key]
+            self._count_confirm(a.resource, "confirmed")
+            log.info("allocation_confirmed", pod="/".join(a.pod), uid=a.pod_uid)
+        for a, found in result.mismatched:
+            del self._answered[a.key]
+            shown = ", ".join("/".join(f) for f in found)
+            why = (
+                f"the kubelet's Allocate names no pod; these devices were answered for pod "
+                f"{'/'.join(a.pod)} (the slicer's placement), and the kubelet gave them to "
+                f"{shown}, which holds no placement of its own granted here"
+            )
+            self._mismatched[a.key] = why
+            while len(self._mismatched) > _MISMATCHES_KEPT:
+                del self._mismatched[next(iter(self._mismatched))]
+            self._count_confirm(a.resource, "mismatched")
+            self._release(a.pod_uid, f"the kubelet gave its answer to {shown}")
+        return rows
+
+    def _release(self, pod_uid: str, why: str) -> None:
+        name = self._names.get(pod_uid, ("", ""))
+        self.allocations.release(pod_uid)
+        self._forget(pod_uid)
+        log.warning("allocation_mismatch", pod="/".join(name), uid=pod_uid, reason=why)
+
+    def _forget(self, pod_uid: str) -> None:
+        self._names.pop(pod_uid, None)
+        for key in [k for k, a in self._answered.items() if a.pod_uid == pod_uid]:
+            del self._answered[key]
+
+    def _count_confirm(self, resource: str, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.allocation_confirmations_total.labels(resource, outcome).inc()
+
+    def _count_start(self, resource: str, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.container_starts_total.labels(resource, outcome).inc()
 
     def _grant(self, pod: PodView, *, restoring: bool) -> Grant | Refusal:
         """``pod``'s claim verified and its devices taken (exclusive ones from no other pod)."""
@@ -133,7 +256,9 @@ class PlacementAllocator:
             result = self.allocations.take(result)
         name = f"{pod.namespace}/{pod.name}"
         if isinstance(result, Refusal):
-            event = "allocation_not_restored" if restoring else "allocation_refused"
+            # Allocating, a pod that fails is only not the one granted (the Allocate may not
+            # be for it); restoring, it is a pod the kubelet runs that keeps no grant.
+            event = "allocation_not_restored" if restoring else "allocation_passed_over"
             log.warning(event, pod=name, uid=pod.uid, reason=result.reason)
             return result
         self._names[pod.uid] = (pod.namespace, pod.name)

@@ -34,8 +34,24 @@ class NodeAgentMetrics:
             "seedance_node_agent_pod_resources_failures_total",
             "Calls to the kubelet's pod-resources List that failed (socket absent, kubelet "
             "down or slow), by use (restore: the grants rebuilt at start from the API server's "
-            "view alone; labels: that refresh skipped).",
+            "view alone; labels: that refresh skipped; allocate: answered Allocates left "
+            "unconfirmed; prestart: the container's start refused).",
             ["use"],
+            registry=registry,
+        )
+        self.allocation_confirmations_total = Counter(
+            "seedance_node_agent_allocation_confirmations_total",
+            "Answered Allocates checked against the kubelet's records (pod-resources List), by "
+            "resource and outcome (confirmed: the pod it was meant for holds it; mismatched: "
+            "the kubelet gave it to another pod, which is refused at its start).",
+            ["resource", "outcome"],
+            registry=registry,
+        )
+        self.container_starts_total = Counter(
+            "seedance_node_agent_container_starts_total",
+            "PreStartContainer answers by resource and outcome (allowed: the pod holding the "
+            "devices is one this agent granted; refused).",
+            ["resource", "outcome"],
             registry=registry,
         )
         self.plugin_registrations_total = Counter(

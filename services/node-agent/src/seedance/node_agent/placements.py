@@ -37,8 +37,9 @@ class PlacementFeed:
 
     def __init__(self, bus: Bus, node: str, *, batch: int = 500) -> None:
         self.book = PlacementBook(node)
-        #: Called with a job id whose placement on this node ended (its grants are released).
-        self.on_end: Callable[[str], None] | None = None
+        #: Called with the (tenant, job) whose placement on this node ended (its grants are
+        #: released).
+        self.on_end: Callable[[str, str], None] | None = None
         self.seq = 0
         self._bus = bus
         self._replica = node_token(node).replace(":", "-")
@@ -100,7 +101,7 @@ class PlacementFeed:
             return
         ended = self.book.apply(ev)
         if ended is not None and self.on_end is not None:
-            self.on_end(ended)
+            self.on_end(*ended)
 
     async def close(self) -> None:
         if self._reader is not None:

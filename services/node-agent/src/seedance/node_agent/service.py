@@ -7,7 +7,9 @@ the grants of the pods already holding devices are rebuilt (those the API server
 started and those the kubelet's pod-resources ``List`` names), and again whenever the kubelet
 restarts (``KubeletWatch``), MIG plans for this node applied through
 ``MigApplier`` (then the new instances advertised without restarting a plugin), pod labels
-from the kubelet's pod-resources API, and per-pod measured shares from NVML. ``main()`` only
+from the kubelet's pod-resources API, and per-pod measured shares from NVML. Each container
+starts only once the allocator confirms, from the kubelet's pod-resources records, that its
+pod is the one its devices were granted for (``PreStartContainer``). ``main()`` only
 loads settings and builds the objects. It must not place anything: it enforces and measures.
 """
 
@@ -24,9 +26,8 @@ from nats.aio.msg import Msg
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.clock import Clock
-from seedance.core.logs import configure_logging, get_logger
-from seedance.core.settings import SettingsError, bus_settings, load_settings
-from seedance.core.tracing import configure_tracing
+from seedance.core.entry import start_service
+from seedance.core.logs import get_logger
 from seedance.events.codec import DecodeError, decode
 from seedance.events.slicing import MigLayoutPlan
 from seedance.events.subjects import slicing, telemetry
@@ -128,6 +129,8 @@ class NodeAgentService:
             book=self._feed.book,
             pending=pods.pending,
             devices=lambda: self._devices,
+            kubelet=self._pods.list_pods,
+            metrics=self.metrics,
         )
         self._feed.on_end = self._allocator.job_ended
         # Registered only once the replay is applied: the kubelet may send an Allocate the
@@ -201,6 +204,9 @@ class NodeAgentService:
             devices=advertised(resource, self._devices),
             mps_pipe_directory=self._s.mps_pipe_directory or None,
             allocate=self._counted(resource),
+            # The kubelet calls PreStartContainer before each container start: the agent's
+            # check that the pod holding the devices is the one they were granted for.
+            pre_start=self._allocator.pre_start,
         )
         await plugin.start()
         self._plugins.append(plugin)
@@ -342,7 +348,7 @@ class NodeAgentService:
         assert self._allocator is not None
         assert self._feed is not None
         grant = self._allocator.allocations.granted(pod_uid)
-        placed = self._feed.book.get(grant.job_id) if grant is not None else None
+        placed = self._feed.book.get(grant.tenant, grant.job_id) if grant is not None else None
         return (placed.tenant, placed.job_id) if placed is not None else ("", "")
 
     async def run(self) -> None:
@@ -377,13 +383,15 @@ async def _serve(settings: NodeAgentSettings, runtime: ServiceRuntime) -> None:
         await kube.close()
 
 
+SUMMARY = (
+    "The node agent (one per GPU node, a DaemonSet): the kubelet's device plugin that enforces "
+    "the slicer's placements on the node, applies MIG plans, and measures what each pod uses. "
+    "The API server from KUBECONFIG (or SEEDANCE_NODE_AGENT_KUBECONFIG), else the pod's "
+    "service account."
+)
+
+
 def main() -> None:
-    try:
-        settings = load_settings(NodeAgentSettings, NAME)
-        bus = bus_settings(NAME)
-    except (SettingsError, ValueError) as exc:
-        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
-    configure_logging()
-    configure_tracing(NAME)
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    settings, bus = start_service(NAME, NodeAgentSettings, summary=SUMMARY)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     asyncio.run(_serve(settings, runtime))

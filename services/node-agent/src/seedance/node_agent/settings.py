@@ -14,6 +14,9 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: A kubeconfig file; empty: ``KUBECONFIG``, else the in-cluster service account.
     kubeconfig: str = ""
     http_port: int = 9407
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: The kubelet's device-plugin directory (its ``kubelet.sock`` and the plugins' sockets).
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     #: The kubelet's pod-resources socket.

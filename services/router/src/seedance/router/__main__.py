@@ -9,24 +9,21 @@ from __future__ import annotations
 import asyncio
 
 from seedance.core import ServiceRuntime, WallClock, serve
-from seedance.core.logs import configure_logging
-from seedance.core.settings import SettingsError, bus_settings, load_settings
-from seedance.core.tracing import configure_tracing
+from seedance.core.entry import start_service
 from seedance.router.service import RouterService
 from seedance.router.settings import RouterSettings
 
 NAME = "router"
+SUMMARY = (
+    "The router: an inference gateway (Open Inference Protocol over gRPC and REST) that picks "
+    "the replica serving each request from a forecast of each replica's load, so that SLAs "
+    "hold while replicas run hot. Stateless: run any number behind a Service."
+)
 
 
 def main() -> None:
-    try:
-        settings = load_settings(RouterSettings, NAME)
-        bus = bus_settings(NAME)
-    except SettingsError as exc:
-        raise SystemExit(str(exc)) from None  # one line naming the variable; exit status 1
-    configure_logging()
-    configure_tracing(NAME)
-    runtime = ServiceRuntime(NAME, bus, http_port=settings.http_port)
+    settings, bus = start_service(NAME, RouterSettings, summary=SUMMARY)
+    runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     service = RouterService(runtime, settings, WallClock())
     asyncio.run(serve(service))
 

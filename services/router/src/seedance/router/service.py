@@ -498,8 +498,9 @@ class RouterService(Lifecycle):
     async def reconcile_replicas(self) -> None:
         """Add and drain gateway replicas so that they are `desired_replicas` of now."""
         desired = desired_replicas(self.registrations.values(), self._static_replicas)
+        owners = self.gateway.replica_owners()
         current = {
-            name: ReplicaTarget(name=name, address=address, models=models)
+            name: ReplicaTarget(name=name, address=address, models=models, owner=owners[name])
             for name, (address, models) in self.gateway.replica_models().items()
         }
         change = replica_changes(current, desired)
@@ -509,7 +510,9 @@ class RouterService(Lifecycle):
         for name in [n for n in change.remove if n in added]:
             await self.gateway.drain_replica(name, timeout_s=self._drain_grace_s)
         for target in change.add:
-            await self.gateway.add_replica(target.name, target.address, models=target.models)
+            await self.gateway.add_replica(
+                target.name, target.address, models=target.models, owner=target.owner
+            )
             self.forecasts.add_replica(target.name)
             self.metrics.replica_changes.labels("add").inc()
             log.info("replica_joined", replica=target.name, address=target.address)

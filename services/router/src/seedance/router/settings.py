@@ -47,6 +47,9 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Comma-separated client regions (closed label set) and the header that carries them.
     regions: str = ""
     region_header: str = "x-seedance-region"
+    #: The header naming the tenant whose model a request is for (that tenant's registered
+    #: replicas only); without it, the shared pool's (docs/router-gateway.md).
+    tenant_header: str = "x-seedance-tenant"
     #: Router fleet: gateways of one fleet share weights (KV keys ``<fleet>.<model>``) and model
     #: versions (object names ``<fleet>/...``).
     fleet: str = "default"
@@ -65,6 +68,9 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int = 3
     default_timeout_s: float = 60.0
     http_port: int = 9402
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: Replica planner (docs/router.md): recommend each model's replica count every interval
     #: (`ReplicaRecommendation` on ``seedance.routing.<model>.replicas``).
     plan: bool = True
@@ -158,6 +164,7 @@ def gateway_settings(settings: RouterSettings) -> GatewaySettings:
         ),
         regions=tuple(_items(settings.regions)),
         region_header=settings.region_header,
+        tenant_header=settings.tenant_header,
         max_attempts=settings.max_attempts,
         default_timeout_s=settings.default_timeout_s,
     )

@@ -16,6 +16,9 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     replica: str = ""
     lease_ttl_s: float = 10.0
     http_port: int = 9401
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: Jobs handled per fetched batch; one state snapshot is written per batch.
     batch: int = 100
     #: ``seedance`` (SeedancePolicy, backfill, reservations, priority preemption) or

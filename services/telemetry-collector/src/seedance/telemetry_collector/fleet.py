@@ -17,6 +17,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from seedance.events.gpus import canonical_model
 from seedance.telemetry_collector.sample import (
     GpuInventory,
     GpuSample,
@@ -157,9 +158,16 @@ class FleetSim:
         if not 0.0 <= busy_ratio <= 1.0:
             raise ValueError(f"busy_ratio must be within 0..1, got {busy_ratio!r}")
         models = models or GPU_MODELS
-        unknown = sorted({n.model for n in nodes} - set(models))
+        # A node list may name its GPUs as NVML or GFD does (``Tesla T4``, ``NVIDIA H200``) or
+        # by the trace's short names (``T4``): the one GPU identity finds the spec of either.
+        by_model = {canonical_model(name): spec for name, spec in models.items()}
+        found = {
+            n.model: models.get(n.model) or by_model.get(canonical_model(n.model)) for n in nodes
+        }
+        unknown = sorted(m for m, spec in found.items() if spec is None)
         if unknown:
             raise ValueError(f"no GpuModelSpec for model(s) {unknown}")
+        spec_of = {m: spec for m, spec in found.items() if spec is not None}
         self._busy_ratio = busy_ratio
         self.nodes: tuple[FleetNode, ...] = tuple(nodes)
         counts = np.array([n.gpus for n in nodes], dtype=np.int64)
@@ -167,7 +175,7 @@ class FleetSim:
         self._node_index = {n.name: i for i, n in enumerate(nodes)}
         if len(self._node_index) != len(nodes):
             raise ValueError("node names must be unique")
-        specs = [models[n.model] for n in nodes for _ in range(n.gpus)]
+        specs = [spec_of[n.model] for n in nodes for _ in range(n.gpus)]
         self._mem_total = np.array([s.mem_total_mib for s in specs], dtype=np.float64)
         self._idle_w = np.array([s.idle_w for s in specs], dtype=np.float64)
         self._tdp_w = np.array([s.tdp_w for s in specs], dtype=np.float64)

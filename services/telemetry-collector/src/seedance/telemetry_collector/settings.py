@@ -41,6 +41,9 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     pool: str = "default"
     #: ``/metrics``, ``/healthz``, ``/readyz`` (dcgm-exporter's own port is 9400); 0: any free.
     http_port: int = 9400
+    #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
+    #: (compose and the k8s manifests set 0.0.0.0, where Prometheus and the probes reach it).
+    http_host: str = "127.0.0.1"
     #: TEST / DEMO AID: serve NVML from a recording (``seedance-nvml-recording/1`` JSON) instead
     #: of the hardware; the GPUs, their values and their errors are the recording's.
     nvml_recording: str = ""

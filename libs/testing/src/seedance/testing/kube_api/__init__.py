@@ -33,6 +33,9 @@ What it serves (see docs/k8s-test-api-server.md for what it does not):
   precondition; 404 when gone), pods/status, nodes/status, CR /status, pods/eviction;
 - built-in kinds validated against the Kubernetes 1.33 strict JSON schemas, custom resources
   against their CRD's structural schema and CEL rules: 422 Invalid naming the field;
+- bearer tokens naming users (``token_for``, ``service_account_token``; the kubeconfig's
+  default is a cluster admin), and the stored ValidatingAdmissionPolicies and their bindings
+  enforced on create and update with cel-python (``admission``);
 - discovery (/version, /api, /apis, resource lists) and server-side Tables for kubectl.
 
 Note: kubernetes_asyncio's ``create_namespaced_pod_binding`` fails to deserialise the Status
@@ -40,8 +43,10 @@ the server (like a real one) answers with; call it with ``_preload_content=False
 """
 
 from seedance.testing.kube_api import seed
+from seedance.testing.kube_api.admission import UserInfo
 from seedance.testing.kube_api.errors import ApiError
 from seedance.testing.kube_api.server import (
+    ADMIN_TOKEN,
     AuditRecord,
     Fault,
     KubeApiServer,
@@ -50,11 +55,13 @@ from seedance.testing.kube_api.server import (
 from seedance.testing.kube_api.validation import KUBERNETES_VERSION
 
 __all__ = [
+    "ADMIN_TOKEN",
     "KUBERNETES_VERSION",
     "ApiError",
     "AuditRecord",
     "Fault",
     "KubeApiServer",
     "KubeApiSettings",
+    "UserInfo",
     "seed",
 ]

@@ -172,6 +172,22 @@ BUILTIN: tuple[ResourceType, ...] = (
         sub=("status",),
         categories=ALL,
     ),
+    # validating admission policies: stored, and enforced on writes (``admission``)
+    _rt(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        namespaced=False,
+        sub=("status",),
+    ),
+    _rt(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        namespaced=False,
+    ),
     _rt(
         "policy",
         "v1",

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from seedance.core.clock import Clock, WallClock
 from seedance.testing.kube_api import discovery, errors
+from seedance.testing.kube_api.admission import ANONYMOUS, UserInfo, service_account
 from seedance.testing.kube_api.controls import AuditRecord, Fault, KubeApiSettings, reason_for
 from seedance.testing.kube_api.errors import ApiError, status_body
 from seedance.testing.kube_api.requests import TRUE, RequestInfo, parse_request
@@ -45,6 +46,7 @@ from seedance.testing.kube_api.strategy import Api, WriteOptions
 from seedance.testing.kube_api.validation import builtin_schemas
 
 __all__ = [
+    "ADMIN_TOKEN",
     "COMPACT_PATH",
     "AuditRecord",
     "Fault",
@@ -60,6 +62,11 @@ _decode = msgspec.json.Decoder().decode
 #: Encodings a real apiserver also accepts, which this one does not decode.
 _UNDECODED = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
 _INFO = web.RequestKey("kube_api_info", RequestInfo)
+_USER = web.RequestKey("kube_api_user", UserInfo)
+#: The token every kubeconfig this server writes carries unless a test names another user:
+#: a cluster admin (``system:masters``), as a test's own setup and kubectl act.
+ADMIN_TOKEN = "seedance-test"
+ADMIN = UserInfo("seedance-test", ("system:masters", "system:authenticated"))
 _AUDITED = web.RequestKey("kube_api_audited", bool)
 
 
@@ -80,6 +87,8 @@ class KubeApiServer:
         self.port = self.settings.port
         self._runner: web.AppRunner | None = None
         self._streams: set[web.StreamResponse] = set()
+        #: Bearer token -> user (the real server's static token file); see ``token_for``.
+        self.tokens: dict[str, UserInfo] = {ADMIN_TOKEN: ADMIN}
 
     # lifecycle --------------------------------------------------------------------------
     @property
@@ -124,13 +133,27 @@ class KubeApiServer:
         await self.stop()
 
     # test controls ----------------------------------------------------------------------
-    def kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
-        """Write a kubeconfig pointing at this server (kubectl and kubernetes_asyncio)."""
+    def token_for(self, user: UserInfo) -> str:
+        """A bearer token that authenticates as ``user`` (kept while the object lives)."""
+        token = f"token-{len(self.tokens)}-{user.username}"
+        self.tokens[token] = user
+        return token
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A token of service account ``namespace/name``
+        (``system:serviceaccount:<ns>:<name>``, its groups)."""
+        return self.token_for(service_account(namespace, name))
+
+    def kubeconfig(
+        self, path: Path | str, namespace: str = "default", token: str = ADMIN_TOKEN
+    ) -> Path:
+        """Write a kubeconfig pointing at this server (kubectl and kubernetes_asyncio), whose
+        user is the one ``token`` authenticates (default: a cluster admin)."""
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "seedance-test", "cluster": {"server": self.url}}],
-            "users": [{"name": "seedance-test", "user": {"token": "seedance-test"}}],
+            "users": [{"name": "seedance-test", "user": {"token": token}}],
             "contexts": [
                 {
                     "name": "seedance-test",
@@ -190,6 +213,7 @@ class KubeApiServer:
             fault = self._fault(request.method, request.path_qs)
             if fault is not None:
                 raise ApiError(code=fault.code, reason=fault.reason, message=fault.message)
+            request[_USER] = self._authenticate(request)
             response = await self._dispatch(request, info, query)
             code = response.status
             return response
@@ -208,6 +232,18 @@ class KubeApiServer:
         finally:
             if not request.get(_AUDITED):
                 self._record(request, code)
+
+    def _authenticate(self, request: web.Request) -> UserInfo:
+        """The user of the request's bearer token; anonymous without one; an unknown token is
+        refused (401), as the real server's token authenticator does."""
+        header = request.headers.get("Authorization", "")
+        if not header:
+            return ANONYMOUS
+        scheme, _, token = header.partition(" ")
+        user = self.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+        if user is None:
+            raise ApiError(code=401, reason="Unauthorized", message="Unauthorized")
+        return user
 
     def _record(self, request: web.Request, code: int) -> None:
         """One audit record per request; a watch is recorded once its stream opens (so a test
@@ -323,9 +359,11 @@ class KubeApiServer:
         return obj
 
     @staticmethod
-    def _opts(query: dict[str, str]) -> WriteOptions:
+    def _opts(request: web.Request, query: dict[str, str]) -> WriteOptions:
         return WriteOptions(
-            strict=query.get("fieldValidation") == "Strict", dry_run=query.get("dryRun") == "All"
+            strict=query.get("fieldValidation") == "Strict",
+            dry_run=query.get("dryRun") == "All",
+            user=request[_USER],
         )
 
     async def _get(
@@ -388,7 +426,7 @@ class KubeApiServer:
             return json_response(success(201), 201)
         if info.name:
             raise errors.method_not_allowed("POST to a named object is not allowed")
-        obj = self.api.create(rt, info.namespace, body, self._opts(query))
+        obj = self.api.create(rt, info.namespace, body, self._opts(request, query))
         return json_response(self._out(rt, obj), 201)
 
     def _bind(self, info: RequestInfo, body: Any) -> web.StreamResponse:
@@ -415,7 +453,12 @@ class KubeApiServer:
         self._check_sub(rt, info, ("status",))
         body = await self._body(request)
         obj = self.api.update(
-            rt, info.namespace, info.name, body, info.subresource or None, self._opts(query)
+            rt,
+            info.namespace,
+            info.name,
+            body,
+            info.subresource or None,
+            self._opts(request, query),
         )
         return json_response(self._out(rt, obj))
 
@@ -432,7 +475,7 @@ class KubeApiServer:
             content_type,
             body,
             info.subresource or None,
-            self._opts(query),
+            self._opts(request, query),
         )
         return json_response(self._out(rt, obj))
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from seedance.core.clock import Clock
 from seedance.testing.kube_api import errors
+from seedance.testing.kube_api.admission import Admission, UserInfo
 from seedance.testing.kube_api.errors import ApiError, Cause
 from seedance.testing.kube_api.patch import (
     PatchDecodeError,
@@ -59,10 +60,13 @@ _SERVER_META = (
 @dataclass(frozen=True, kw_only=True)
 class WriteOptions:
     """``fieldValidation=Strict`` refuses unknown fields of custom resources (built-ins are
-    always checked against the strict schemas); ``dry_run`` validates without storing."""
+    always checked against the strict schemas); ``dry_run`` validates without storing;
+    ``user`` is who asks (admission policies read it; None: a test's own setup, which no
+    policy sees as anyone)."""
 
     strict: bool = False
     dry_run: bool = False
+    user: UserInfo | None = None
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
@@ -91,6 +95,7 @@ class Api:
         self.schemas = schemas
         self.types: dict[tuple[str, str, str], ResourceType] = {rt.key: rt for rt in BUILTIN}
         self.custom: dict[tuple[str, str, str], CustomSchema] = {}
+        self.admission = Admission(store)
         for crd in store.select(_CRD_KEY, None, Selector()):
             self._serve_crd(crd)
         for ns in INITIAL_NAMESPACES:
@@ -155,6 +160,8 @@ class Api:
         if rt.custom and rt.has_status:
             obj.pop("status", None)
         obj = self._validated(rt, obj, None, opts, name)
+        if opts.user is not None:
+            self.admission.check("CREATE", rt, ns, obj, None, opts.user)
         if opts.dry_run:
             return obj
         stored = self.store.put(self._skey(rt), (ns, name), obj)
@@ -236,6 +243,8 @@ class Api:
         self._preconditions(rt, old, meta.get("uid"), meta.get("resourceVersion"))
         obj = self._merge_owned(rt, obj, old, sub)
         obj = self._validated(rt, obj, old, opts, name)
+        if opts.user is not None and sub is None:
+            self.admission.check("UPDATE", rt, ns, obj, old, opts.user)
         if _strip_rv(obj) == _strip_rv(old) or opts.dry_run:
             return old if not opts.dry_run else obj
         return self._write_update(rt, ns, name, obj, old)

@@ -43,9 +43,11 @@ from seedance.cost_ledger.core.pricebook import (
     GpuPrice,
     PriceBook,
     PriceBookError,
+    PriceLookup,
     default_price_book,
     load_price_book,
     parse_price_book,
+    price_summary,
 )
 from seedance.cost_ledger.core.rightsizing import BookRightsizer, recommend, recommend_all
 from seedance.cost_ledger.core.windows import emission_due, epoch_ms, next_emission_ms
@@ -75,6 +77,7 @@ __all__ = [
     "PeakTflops",
     "PriceBook",
     "PriceBookError",
+    "PriceLookup",
     "SpendPoint",
     "default_price_book",
     "emission_due",
@@ -86,6 +89,7 @@ __all__ = [
     "next_emission_ms",
     "parse_price_book",
     "plan_usd_micro",
+    "price_summary",
     "recommend",
     "recommend_all",
     "recompute",

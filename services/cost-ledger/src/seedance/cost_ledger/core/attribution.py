@@ -47,7 +47,7 @@ from seedance.cost_ledger.core.money import (
     round_micro,
     round_product,
 )
-from seedance.cost_ledger.core.pricebook import PriceBook, PricingTier
+from seedance.cost_ledger.core.pricebook import PriceBook, PriceLookup, PricingTier
 
 __all__ = [
     "IDLE_KEY",
@@ -99,16 +99,39 @@ class Pricing:
         self.per_window_ms = Fraction(1, config.window_ms)
         self.energy_rate = book.usd_per_mj() * MICRO_PER_USD / config.window_ms
         self._rates: dict[tuple[str, PricingTier], _Rates] = {}
+        self._lookups: dict[str, PriceLookup] = {}
+        #: Models priced at the book's fallback so far (the shell logs and counts each once).
+        self.fallback_models: set[str] = set()
         self._peaks: dict[str, Fraction | None] = {}
         self._idle: dict[tuple[str, str, int, int], Amounts] = {}
+
+    def lookup(self, model: str) -> PriceLookup:
+        """The book's answer for ``model`` (memoised: the book is immutable)."""
+        found = self._lookups.get(model)
+        if found is None:
+            found = self._lookups[model] = self.book.lookup(model)
+        if found.fallback:
+            self.fallback_models.add(found.model)
+        return found
+
+    def model_of(self, name: str) -> str:
+        """The canonical model a fact's GPU name is kept and billed as."""
+        return self.lookup(name).model
+
+    def price_assumed(self, model: str) -> bool:
+        return bool(model) and self.lookup(model).assumed
+
+    def fallback(self, model: str) -> bool:
+        return bool(model) and self.lookup(model).fallback
 
     def rates(self, model: str, tier: PricingTier) -> _Rates:
         """$/GPU-ms at the tier and at list price (one object per (model, tier): see _Line)."""
         key = (model, tier)
         rates = self._rates.get(key)
         if rates is None:
-            rate = self.book.usd_per_gpu_hour(model, tier) / MS_PER_HOUR
-            list_rate = self.book.usd_per_gpu_hour(model, "on_demand") / MS_PER_HOUR
+            found = self.lookup(model)
+            rate = found.usd_per_hour(tier) / MS_PER_HOUR
+            list_rate = found.usd_per_hour("on_demand") / MS_PER_HOUR
             rates = self._rates[key] = (
                 rate,
                 list_rate,
@@ -148,11 +171,15 @@ class Pricing:
         return amounts
 
     def assumptions(self, model: str) -> tuple[str, ...]:
-        """What a line's figures assume: a configured (not quoted) price or peak."""
-        if not model or model not in self.book.gpus:
+        """What a line's figures assume: a configured (not quoted) price or peak, or the
+        book's fallback price for a GPU it cannot price."""
+        if not model:
             return ()
+        found = self.lookup(model)
+        if found.fallback:
+            return (f"price:{model}", f"fallback:{model}")
         out = []
-        if self.book.gpus[model].price_assumed:
+        if found.price.price_assumed:
             out.append(f"price:{model}")
         peak = self.book.peak_tflops(model)
         if peak is not None and peak[1]:

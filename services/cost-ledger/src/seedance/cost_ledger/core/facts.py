@@ -136,7 +136,7 @@ def validate(e: LedgerInput, book: PriceBook) -> None:
     if isinstance(e, NodeInfo):
         if e.gpu_count < 0:
             raise bad("gpu_count", e.gpu_count, "must be >= 0")
-        _priced(e.gpu_model, book, bad)
+        _named(e.gpu_model, bad)
     elif isinstance(e, GpuAllocation):
         _validate_allocation(e, book, bad)
     elif isinstance(e, GpuSample):
@@ -151,9 +151,11 @@ def _validate_shares(e: PodShareReading, bad: _Bad) -> None:
             raise bad("shares", (gpu, job, ppm), "must be (GPU >= 0, a job, 0..1e6 ppm)")
 
 
-def _priced(model: str, book: PriceBook, bad: _Bad) -> None:
-    if model not in book.gpus:
-        raise bad("gpu_model", model, f"not in the price book (known: {sorted(book.gpus)})")
+def _named(model: str, bad: _Bad) -> None:
+    # Any GPU model is billed (one the book cannot price at its fallback, flagged): only a
+    # missing name is refused.
+    if not model.strip():
+        raise bad("gpu_model", model, "must name the GPU model")
 
 
 def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
@@ -163,7 +165,7 @@ def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
         raise bad("gpu_indices", e.gpu_indices, "must name GPUs (indices >= 0)")
     if len(set(e.gpu_indices)) != len(e.gpu_indices):
         raise bad("gpu_indices", e.gpu_indices, "names a GPU twice")
-    _priced(e.gpu_model, book, bad)
+    _named(e.gpu_model, bad)
     if e.kind != "whole" and len(e.gpu_indices) != 1:
         raise bad("gpu_indices", e.gpu_indices, f"a {e.kind} placement names one GPU")
     if e.kind == "shared" and not 0 < e.gpu_milli <= 1000:

@@ -95,7 +95,13 @@ class Ledger:
 
     def insert(self, event: LedgerInput) -> bool:
         """Record a validated fact (``snapshot.restore`` calls this directly: snapshots are
-        trusted)."""
+        trusted). A GPU model is kept as the canonical model the book bills it as, so facts
+        named as NVML, GPU feature discovery or an older fleet name them (``T4``, ``A100``:
+        checkpoints written before issue 28) all land on one key."""
+        if isinstance(event, NodeInfo | GpuAllocation):
+            model = self.pricing.model_of(event.gpu_model)
+            if model != event.gpu_model:
+                event = msgspec.structs.replace(event, gpu_model=model)
         self.facts.seen.add(event.event_id)
         if isinstance(event, NodeInfo):
             self._insert_node(event)
@@ -296,6 +302,8 @@ class Ledger:
                 activity_ppm=activity,
                 source_event_ids=result.sources.get(key, ()),
                 assumptions=self.pricing.assumptions(model),
+                price_assumed=self.pricing.price_assumed(model),
+                price_fallback=self.pricing.fallback(model),
                 usage=use,
                 shared_billing=self.book.shared_billing,
             )

@@ -136,6 +136,10 @@ class CostLine(msgspec.Struct, frozen=True, kw_only=True, tag="cost_entry"):
     usage: LineUse | None = None
     #: The price book's ``[sharing] billing`` the line was computed under.
     shared_billing: str = "allocation"
+    #: The line's price is an assumption (a configured price, or the fallback below).
+    price_assumed: bool = False
+    #: The book could not price the GPU model: billed at the book's fallback price.
+    price_fallback: bool = False
 
 
 class JobCost(msgspec.Struct, frozen=True, kw_only=True, tag="job_cost_report"):

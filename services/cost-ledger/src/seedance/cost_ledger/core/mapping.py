@@ -48,7 +48,8 @@ energy; the GPU-time part is ``cost_micro_usd - energy_micro_usd``), ``line_id``
 ``entry_id``, ``job_id`` without its tenant prefix, the rest field for field
 (``gpu_hours_micro``, ``energy_mj``, ``energy_micro_usd``, ``list_cost_micro_usd``,
 ``tflop_hours_micro``, ``activity_ppm``, ``pricing_tier``, ``assumptions``, ``revision``,
-``source_ids``, ``usage``: the line's ``LineUse`` as ``MeasuredUse``, field for field).
+``source_ids``, ``usage``: the line's ``LineUse`` as ``MeasuredUse``, field for field,
+``price_assumed`` and ``price_fallback``).
 ``JobCost`` → ``JobCostReport`` (v1; its floats ``gpu_hours = gpu_hours_micro / 10⁶``,
 ``energy_j = energy_mj / 1000`` (None: none measured) and ``usd_per_tflop_hour`` are derived
 here from the core's exact integers, display only; ``source_ids[0]`` is the core's
@@ -339,6 +340,8 @@ def _line_to_bus(o: CostLine) -> Publication:
         allocation_cost_micro_usd=(
             a.allocation_cost_usd_micro if o.shared_billing == "measured" else None
         ),
+        price_assumed=o.price_assumed,
+        price_fallback=o.price_fallback,
     )
     subject = ledger.idle(o.node) if o.kind == "idle" else costs.subject(o.tenant, "entry")
     return Publication(subject, entry)

@@ -150,7 +150,7 @@ def _need(peak: int) -> int:
 def recommend(use: JobUse, book: PriceBook) -> Recommendation:
     """The recommendation for one job (see the module's rule)."""
     tier = _tier(use.pricing_tier)
-    if use.gpu_model not in book.gpus:
+    if not book.knows(use.gpu_model):
         return _verdict(use, tier, f"GPU model {use.gpu_model!r} is not in the price book")
     rate = book.usd_per_gpu_hour(use.gpu_model, tier)
     now = _current(use, book)

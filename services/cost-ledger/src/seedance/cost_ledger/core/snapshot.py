@@ -4,9 +4,11 @@ Owns the checkpoint format (``_Snapshot``, version 1: zlib-compressed determinis
 fields in the order written by every ledger since the format was introduced) and the two
 directions, ``encode(ledger)`` and ``decode`` + ``restore``. Must not change a byte of the
 format without a new version: checkpoints written by earlier code restore as they are (the
-upgrade test reads one written before issue 13). The totals are not stored: they are the sum
-of ``emitted`` and are rebuilt on load, so a snapshot can never hold totals that disagree with
-its entries.
+upgrade tests read one written before issue 13 and one before issue 28, whose GPU names are the
+replayed fleets' short names: restoring keeps facts and unpublished lines under the canonical
+model their names identify, a migration with no new version because the format is unchanged).
+The totals are not stored: they are the sum of ``emitted`` and are rebuilt on load, so a
+snapshot can never hold totals that disagree with its entries.
 """
 
 from __future__ import annotations
@@ -147,4 +149,15 @@ def restore(led: Ledger, snap: _Snapshot) -> None:
         led.count_line(node, kind, key, amounts, led.running)
     led.reported = dict(snap.reported)
     led.unreported = {j for j in f.job_end if j not in led.reported}
-    led.outbox = list(snap.outbox)
+    led.outbox = [_canonical(o, led) for o in snap.outbox]
+
+
+def _canonical(o: CostLine | JobCost, led: Ledger) -> CostLine | JobCost:
+    """An unpublished line of a snapshot written before issue 28 names its GPU by the replayed
+    fleets' short name (``A100``): it is published under the canonical model, as the facts
+    restored above are kept (``Ledger.insert``)."""
+    if isinstance(o, CostLine) and o.gpu_model:
+        model = led.pricing.model_of(o.gpu_model)
+        if model != o.gpu_model:
+            return msgspec.structs.replace(o, gpu_model=model)
+    return o

@@ -25,6 +25,7 @@ __all__ = [
     "EVENT_SCHEDULED",
     "LABEL_GPU_MEMORY",
     "LABEL_GPU_PRODUCT",
+    "LABEL_GPU_REPLICAS",
     "LABEL_KIND",
     "LABEL_MIG_CAPABLE",
     "LABEL_MIG_STRATEGY",
@@ -74,6 +75,9 @@ LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
+#: GFD with time-slicing: how many replicas each GPU is advertised as (``nvidia.com/gpu`` is
+#: physical GPUs × replicas, and ``gpu.product`` gains ``-SHARED``).
+LABEL_GPU_REPLICAS = "nvidia.com/gpu.replicas"
 
 #: Where the bridge writes the slicer's choice (JSON, docs/k8s-bridge.md); the node agent reads it.
 ANNOTATION_PLACEMENT = "seedance.io/placement"

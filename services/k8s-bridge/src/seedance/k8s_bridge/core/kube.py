@@ -7,13 +7,18 @@ Owns the placement annotation's format (``seedance.io/placement``, read by the n
      "kind": "whole|shared|mig|cpu", "gpuModel": "A100-SXM4-80GB",
      "gpus": [{"index": 0, "uuid": "GPU-...", "milli": 1000,
                "migProfile": null, "migStartSlot": null}],
-     "gpuMemoryMib": 0, "placementId": "<the Placement event id>", "boundAt": "<RFC 3339>"}
+     "gpuMemoryMib": 0, "placementId": "<the Placement event id>", "boundAt": "<RFC 3339>",
+     "gang": {"name": "<seedance.io/pod-group>", "members": ["<uid>", ...]}}
 
 ``gpus`` are this pod's devices only (a gang member gets its own share of the node's part);
 ``milli`` is the share of each (1000: the whole GPU), ``gpuMemoryMib`` the memory cap per GPU
-(0: no cap). The annotation travels in the Binding's metadata: the API server copies a
-Binding's annotations onto the pod in the same write that sets ``spec.nodeName``, so a pod is
-never on a node without its placement, and binding costs one request.
+(0: no cap). ``gang`` (members of a pod group only) names the group and its members' UIDs,
+sorted: the group's job id is derived from them and the namespace (``gang_job_id``), so the
+node agent can tell that a pod claiming a gang's placement is one of its members without
+trusting the annotation (a tenant can edit it). The annotation travels in the Binding's
+metadata: the API server copies a Binding's annotations onto the pod in the same write that
+sets ``spec.nodeName``, so a pod is never on a node without its placement, and binding costs
+one request.
 
 Must not do I/O or decide anything.
 """
@@ -26,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from seedance.events.jobs import gang_job_id
 from seedance.events.slicing import GpuAssignment
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.pods import PodRef
@@ -34,6 +40,7 @@ __all__ = [
     "binding_body",
     "devices_text",
     "event_body",
+    "gang_job_id",
     "k8s_time",
     "node_name",
     "node_token",
@@ -71,6 +78,7 @@ def placement_annotation(
     gpu_mem_mib: int,
     placement_id: str,
     bound_at: datetime,
+    gang: tuple[str, Sequence[str]] | None = None,
 ) -> str:
     doc = {
         "version": 1,
@@ -94,6 +102,8 @@ def placement_annotation(
         "placementId": placement_id,
         "boundAt": k8s_time(bound_at, micro=True),
     }
+    if gang is not None:
+        doc["gang"] = {"name": gang[0], "members": sorted(gang[1])}
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
@@ -140,18 +150,20 @@ def event_body(
     at: datetime,
     role: str,
     instance: str = "",
+    kind: str = "Pod",
+    api_version: str = "v1",
 ) -> dict[str, Any]:
-    """A core/v1 Event about a pod. Its name is derived from the pod's uid and ``role`` (the
-    transition), so the same fact posted again after a restart is refused as AlreadyExists
-    rather than shown twice."""
+    """A core/v1 Event about a pod (or another object: ``kind``, ``api_version``). Its name is
+    derived from the object's uid and ``role`` (the transition), so the same fact posted again
+    after a restart is refused as AlreadyExists rather than shown twice."""
     digest = hashlib.blake2b(f"{ref.uid}/{role}".encode(), digest_size=8).hexdigest()
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": f"{ref.name[:200]}.{digest}", "namespace": ref.namespace},
         "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
+            "apiVersion": api_version,
+            "kind": kind,
             "namespace": ref.namespace,
             "name": ref.name,
             "uid": ref.uid,

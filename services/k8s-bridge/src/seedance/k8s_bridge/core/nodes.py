@@ -4,10 +4,15 @@ Owns which Node fields describe the node to the slicer: ``status.allocatable`` (
 use, after the kubelet's reservations; ``capacity`` when allocatable lacks a resource) for cpu,
 memory and ``nvidia.com/gpu``, and GPU feature discovery's labels for the model
 (``nvidia.com/gpu.product``), the memory per GPU in MiB (``nvidia.com/gpu.memory``) and MIG
-(``nvidia.com/mig.capable``, ``nvidia.com/mig.strategy``). A Node carries no GPU UUIDs: the
-inventory's are empty and the node agent (a later issue) publishes the real inventory instead,
-with ``publish_inventory`` off. A cordoned or not-ready node is published with no GPUs, so the
-slicer places nothing new there; a deleted one the same.
+(``nvidia.com/mig.capable``, ``nvidia.com/mig.strategy``). The product label is published as
+GFD writes it (what the bridge observes); the one GPU identity (``seedance.events.gpus``)
+reads what it implies: with time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.replicas``)
+``nvidia.com/gpu`` counts each GPU once per replica, so the inventory holds the physical GPUs
+(allocatable / replicas), never a fleet four times its size to bill; with the MIG single
+strategy (``...-MIG-3g.40gb``) each GPU of the inventory is a MIG device. A Node carries no GPU
+UUIDs: the inventory's are empty and the node agent (a later issue) publishes the real
+inventory instead, with ``publish_inventory`` off. A cordoned or not-ready node is published
+with no GPUs, so the slicer places nothing new there; a deleted one the same.
 
 The event id is derived from the node's uid and the observation time: the tracker publishes an
 inventory only when it differs from the last one it published, and a re-published unchanged
@@ -24,6 +29,7 @@ from typing import Any
 import msgspec
 
 from seedance.events.base import derived_event_id
+from seedance.events.gpus import identify
 from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.kube import node_token
@@ -51,6 +57,13 @@ def _resource(status: Json, name: str) -> Any:
     return (status.get("capacity") or {}).get(name, 0)
 
 
+def _int_label(labels: Json, key: str, default: int) -> int:
+    try:
+        return int(labels.get(key, default))
+    except (TypeError, ValueError):
+        return default
+
+
 def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeInventory:
     """The inventory of ``node`` at ``at`` (the bridge's observation time).
 
@@ -61,19 +74,21 @@ def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeIn
     labels = md.get("labels") or {}
     status = node.get("status") or {}
     usable = not deleted and node_usable(node)
+    product = str(labels.get(keys.LABEL_GPU_PRODUCT, "unknown"))
+    reported = identify(product)
     count = int(parse_quantity(_resource(status, keys.RES_GPU))) if usable else 0
-    try:
-        mem_mib = int(labels.get(keys.LABEL_GPU_MEMORY, "0"))
-    except ValueError:
-        mem_mib = 0
+    if reported.shared:
+        count //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
+    mem_mib = _int_label(labels, keys.LABEL_GPU_MEMORY, 0)
     mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true"
+    mig_enabled = mig_capable and labels.get(keys.LABEL_MIG_STRATEGY, "none") != "none"
     gpus = [
         GpuInfo(
             index=i,
-            model=labels.get(keys.LABEL_GPU_PRODUCT, "unknown"),
+            model=product,
             mem_total_mib=mem_mib,
             mig_capable=mig_capable,
-            mig_enabled=mig_capable and labels.get(keys.LABEL_MIG_STRATEGY, "none") != "none",
+            mig_enabled=mig_enabled or reported.mig_profile is not None,
         )
         for i in range(count)
     ]

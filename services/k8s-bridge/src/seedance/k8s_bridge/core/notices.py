@@ -1,10 +1,11 @@
 """What the bridge tells a pod's owner in Kubernetes terms: its scheduling condition and Events.
 
 Owns the shape of each notice the tracker gives: a refusal (the PodScheduled condition and a
-warning Event), a scheduled Event, a cannot-place-now condition and Event, a preemption Event,
-and any other warning, each with the role its Event name is derived from (so a rebuilt tracker
-posts the same Event, not a second one). It must not decide when a pod is told anything
-(`seedance.k8s_bridge.core.tracker` does) nor post it.
+warning Event), a scheduled Event, a cannot-place-now condition and Event (`cannot_place`, for
+the waiting pods of a job), a preemption Event and the deletion beside it (`preemption`, for the
+live pods of a job), and any other warning, each with the role its Event name is derived from
+(so a rebuilt tracker posts the same Event, not a second one). It must not decide when a pod is
+told anything (`seedance.k8s_bridge.core.tracker` does) nor post it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,23 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from seedance.events.jobs import JobSubmitted
+from seedance.events.slicing import JobRejected, Preempted, Unschedulable
 from seedance.k8s_bridge.core import keys
-from seedance.k8s_bridge.core.actions import Action, PatchStatus, PostEvent
-from seedance.k8s_bridge.core.kube import event_body, scheduled_condition
+from seedance.k8s_bridge.core.actions import Action, DeletePod, PatchStatus, PostEvent
+from seedance.k8s_bridge.core.kube import event_body, node_name, scheduled_condition
 from seedance.k8s_bridge.core.pods import PodRef, Refused
+from seedance.k8s_bridge.core.tracked import LIVE, PodState, TrackedPod
 
-__all__ = ["preempted", "refusal", "scheduled", "unschedulable", "warning"]
+__all__ = [
+    "cannot_place",
+    "preempted",
+    "preemption",
+    "refusal",
+    "scheduled",
+    "unschedulable",
+    "warning",
+]
 
 
 def warning(
@@ -72,3 +84,31 @@ def preempted(ref: PodRef, why: str, decision_id: str, now: datetime, instance: 
     body = warning(ref, keys.EVENT_PREEMPTED, f"Seedance {why}", now,
                    f"preempted/{decision_id}", instance)  # fmt: skip
     return PostEvent(ref, body)
+
+
+def cannot_place(
+    pods: list[TrackedPod], ev: Unschedulable | JobRejected, now: datetime, instance: str
+) -> list[Action]:
+    """The slicer cannot place (or refused) the job of ``pods``: each waiting one is told."""
+    if isinstance(ev, JobRejected) and ev.cause_type != JobSubmitted.__struct_config__.tag:
+        return []  # the answer to an end the bridge reported twice: nothing to show
+    reason = ev.reason.value
+    message = f"{reason}: {ev.detail}" if ev.detail and ev.detail != reason else reason
+    out: list[Action] = []
+    for p in pods:
+        if p.state is PodState.WAITING:
+            out += unschedulable(p.ref, reason, message, ev.id, now, instance)
+    return out
+
+
+def preemption(pods: list[TrackedPod], ev: Preempted, now: datetime, instance: str) -> list[Action]:
+    """The slicer preempted the job of ``pods``: each live one is told and deleted."""
+    out: list[Action] = []
+    why = f"preempted on {node_name(ev.node)} ({ev.reason or 'priority'})" + (
+        f" by job {ev.by_job_id}" if ev.by_job_id else ""
+    )
+    for p in pods:
+        if p.state in LIVE:
+            out.append(preempted(p.ref, why, ev.id, now, instance))
+            out.append(DeletePod(p.ref, why))
+    return out

@@ -53,7 +53,8 @@ Json = Mapping[str, Any]
 CARRIED: Mapping[str, str] = {
     "id": "derived from metadata.uid and the transition (tracker), never resourceVersion",
     "at": "the bridge's observation of the pending pod (its clock)",
-    "job_id": "metadata.uid (a gang's: derived from its members' uids)",
+    "job_id": "k8s:<metadata.uid>, the pods' own id space (a gang's: k8s: and an id derived "
+    "from its members' uids)",
     "tenant": "metadata.namespace: its TenantQuota binding, else its seedance.io/tenant label",
     "kind": "metadata.labels[seedance.io/kind] (training by default)",
     "priority": "spec.priority, else the PriorityClass named by spec.priorityClassName",

@@ -1,9 +1,9 @@
 """What the bridge's tracker remembers of each pod and pod group, and where each is in its life.
 
-Owns the records (`TrackedPod`, `TrackedGang`), the life states (`PodState`; `LIVE`: submitted
-and not ended) and the small pure readings of a pod they are built from (its creation time, a
-placement's attempt). It must not decide transitions or build actions
-(`seedance.k8s_bridge.core.tracker` does), nor do I/O.
+Owns the records (`TrackedPod`, `TrackedGang`), the index of their jobs by (tenant, job id)
+(`JobIndex`), the life states (`PodState`; `LIVE`: submitted and not ended) and the small pure
+readings of a pod they are built from (its creation time, a placement's attempt). It must not
+decide transitions or build actions (`seedance.k8s_bridge.core.tracker` does), nor do I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from seedance.k8s_bridge.core.pods import PodAsk, PodRef
 
 __all__ = [
     "LIVE",
+    "JobIndex",
+    "JobKey",
     "PodState",
     "TrackedGang",
     "TrackedPod",
@@ -74,6 +76,37 @@ class TrackedGang:
     parts: dict[str, Placement] = field(default_factory=dict)
     placed: bool = False
     ended: bool = False
+
+
+#: A job's key wherever the bridge keeps it: (tenant, job id).
+JobKey = tuple[str, str]
+
+
+class JobIndex:
+    """Which pod (its uid) or gang (its key) each job is, by (tenant, job id): a decision
+    reaches a pod only under the pod's own tenant."""
+
+    def __init__(self) -> None:
+        self._targets: dict[JobKey, str | tuple[str, str]] = {}
+        #: job id -> its tenant: tells a job of ours named under another tenant (`foreign`)
+        #: from a job that is no pod's.
+        self._tenant_of: dict[str, str] = {}
+
+    def add(self, tenant: str, job_id: str, target: str | tuple[str, str]) -> None:
+        self._targets[(tenant, job_id)] = target
+        self._tenant_of[job_id] = tenant
+
+    def drop(self, tenant: str, job_id: str) -> None:
+        if self._targets.pop((tenant, job_id), None) is not None:
+            self._tenant_of.pop(job_id, None)
+
+    def get(self, key: JobKey) -> str | tuple[str, str] | None:
+        return self._targets.get(key)
+
+    def foreign(self, key: JobKey) -> bool:
+        """Whether ``key`` names one of our jobs under another tenant than its own."""
+        owner = self._tenant_of.get(key[1])
+        return owner is not None and owner != key[0]
 
 
 def created_ms(pod: Json) -> int:

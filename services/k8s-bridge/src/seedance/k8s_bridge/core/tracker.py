@@ -14,11 +14,18 @@ A pod's life: ``grouping`` (a gang member waiting for its group to be complete) 
 -> ``ended``; or ``refused`` (never submitted: it would bypass the placement and the bill, or
 asks for what Seedance cannot place).
 
+Jobs are keyed by (tenant, job id), the tenant the pod's namespace's: a decision reaches a pod
+only under that tenant (one naming the pod's job under another is `foreign`: refused). A pod's
+job id (``k8s:<uid>``, `seedance.events.jobs.pod_job_id`) is in a space no tenant may submit
+into, so no bus tenant, not even the pod's own, can claim, end or block it; a pod bound before
+that space existed keeps the job its placement annotation names (its uid) until it ends.
+
 Gangs (``seedance.io/pod-group`` + ``seedance.io/pod-group-size``): one job with
-``gang_size = size`` is submitted once every member is pending; its id is derived from the
-members' uids. The slicer places a gang all at once, one `Placement` per node (``part``); the
-bridge binds only when the parts cover every member, each member taking its share of a part's
-GPUs in the order of the members' names (so a restarted bridge assigns the same). If one
+``gang_size = size`` is submitted once every member is pending; its id is ``k8s:`` and an id
+derived from the members' uids. The slicer places a gang all at once, one `Placement` per node
+(``part``); the bridge binds only when the parts cover every member, each member taking its
+share of a part's GPUs in the order of the members' names (so a restarted bridge assigns the
+same). If one
 member's Binding fails after others succeeded, every member is deleted (Events say why) for
 their controller to re-create, as KAI-Scheduler and Volcano do: a half-bound gang would hold
 GPUs and never run. The gang's job ends then (cancelled); the re-created pods form a new gang
@@ -40,8 +47,8 @@ from typing import Any
 
 import msgspec
 
-from seedance.events import Event, derived_event_id
-from seedance.events.jobs import JobSubmitted
+from seedance.events import Event
+from seedance.events.jobs import pod_job_id
 from seedance.events.slicing import (
     GpuAssignment,
     JobRejected,
@@ -66,6 +73,7 @@ from seedance.k8s_bridge.core.job_events import end_event, submit_event
 from seedance.k8s_bridge.core.kube import (
     binding_body,
     devices_text,
+    gang_job_id,
     node_name,
     parse_annotation,
     placement_annotation,
@@ -82,6 +90,8 @@ from seedance.k8s_bridge.core.pods import (
 )
 from seedance.k8s_bridge.core.tracked import (
     LIVE,
+    JobIndex,
+    JobKey,
     PodState,
     TrackedGang,
     TrackedPod,
@@ -112,8 +122,7 @@ class Tracker:
         self._instance = instance
         self._pods: dict[str, TrackedPod] = {}
         self._gangs: dict[tuple[str, str], TrackedGang] = {}
-        #: job id -> the pod uid (a single pod's job) or the gang key.
-        self._jobs: dict[str, str | tuple[str, str]] = {}
+        self._jobs = JobIndex()
         self._nodes: dict[str, NodeInventory] = {}
         #: namespace -> tenant, from TenantQuota bindings (``policy.reconcile``) and from labels.
         self.bindings: Mapping[str, str] = {}
@@ -137,10 +146,10 @@ class Tracker:
             out[p.state.value] += 1
         return out
 
-    def live_jobs(self) -> set[str]:
-        """The jobs of pods that are submitted and not ended (the gangs' too)."""
-        out = {p.job_id for p in self._pods.values() if p.state in LIVE and p.job_id}
-        out |= {g.job_id for g in self._gangs.values() if g.job_id and not g.ended}
+    def live_jobs(self) -> set[JobKey]:
+        """The (tenant, job) of pods that are submitted and not ended (the gangs' too)."""
+        out = {(p.tenant, p.job_id) for p in self._pods.values() if p.state in LIVE and p.job_id}
+        out |= {(g.tenant, g.job_id) for g in self._gangs.values() if g.job_id and not g.ended}
         return out
 
     def orphan_ended(self, job_id: str, tenant: str, created_ms: int, now: datetime) -> Publish:
@@ -184,7 +193,7 @@ class Tracker:
             return self._bound_meanwhile(known, pod, now)
         if known.state in (PodState.ENDED,):
             if deleted:
-                del self._pods[ref.uid]
+                self._gone(known)
             return []
         if known.state in (PodState.REFUSED, PodState.GROUPING):
             if deleted:
@@ -216,10 +225,11 @@ class Tracker:
             self._pods[ref.uid] = TrackedPod(ref, PodState.ENDED, created, last=pod)
             return []
         if ask.gang is None:
-            p = TrackedPod(ref, PodState.WAITING, created, ask, ref.uid, ask.tenant, last=pod)
+            job_id = pod_job_id(ref.uid)
+            p = TrackedPod(ref, PodState.WAITING, created, ask, job_id, ask.tenant, last=pod)
             self._pods[ref.uid] = p
-            self._jobs[ref.uid] = ref.uid
-            return [submit_event(ask, ref.uid, ask.request.gang_size, created, now)]
+            self._jobs.add(ask.tenant, job_id, ref.uid)
+            return [submit_event(ask, job_id, ask.request.gang_size, created, now)]
         p = TrackedPod(ref, PodState.GROUPING, created, ask, tenant=ask.tenant, last=pod)
         p.gang = (ask.gang.namespace, ask.gang.name)
         self._pods[ref.uid] = p
@@ -230,7 +240,9 @@ class Tracker:
     ) -> list[Action] | None:
         """A bound pod the bridge bound (before a restart or under another leader): our
         annotation names this very pod (its uid, which the API server assigned after any
-        annotation a creator could have written) and the node it is on."""
+        annotation a creator could have written) and the node it is on. Its job is the one the
+        annotation names: a lone pod's is its own (``k8s:<uid>``, or its bare uid if it was
+        bound before pods' jobs had a space of their own), a gang member's its gang's."""
         md = pod.get("metadata") or {}
         doc = parse_annotation(md.get("annotations") or {})
         node = (pod.get("spec") or {}).get("nodeName")
@@ -243,7 +255,7 @@ class Tracker:
         # and a lone pod's job is its own uid (else ending this pod would end another job).
         if tenant != tenant_for(ref.namespace, self.bindings, self.labelled):
             return None
-        if not group and job_id != ref.uid:
+        if not group and job_id not in (pod_job_id(ref.uid), ref.uid):
             return None
         p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=str(node))
         p.bound_at = parse_k8s_time(doc.get("boundAt"))
@@ -256,9 +268,9 @@ class Tracker:
             g.members.add(ref.uid)
             g.job_id, g.tenant = job_id, tenant
             p.gang = key
-            self._jobs[job_id] = key
+            self._jobs.add(tenant, job_id, key)
         else:
-            self._jobs[job_id] = ref.uid
+            self._jobs.add(tenant, job_id, ref.uid)
         self._pods[ref.uid] = p
         ended = end_kind(pod, deleted=False)
         return self._ended(p, pod, ended, now) if ended else []
@@ -340,14 +352,12 @@ class Tracker:
                 )
             del self._gangs[g.key]
             return out
-        g.job_id = derived_event_id(
-            f"gang/{g.key[0]}/{g.key[1]}/{','.join(sorted(g.members))}", "job"
-        )
+        g.job_id = gang_job_id(g.key[0], g.key[1], sorted(g.members))
         g.tenant = first.tenant
         g.gpus_per_member = first.request.gpus
         g.gpu_mem_mib = first.request.gpu_mem_mib
         g.created_ms = min(m.created_ms for m in members)
-        self._jobs[g.job_id] = g.key
+        self._jobs.add(g.tenant, g.job_id, g.key)
         for m in members:
             m.state, m.job_id = PodState.WAITING, g.job_id
         return [submit_event(first, g.job_id, g.size, g.created_ms, now)]
@@ -379,9 +389,9 @@ class Tracker:
     # --- decisions --------------------------------------------------------------------------
 
     def decision(self, ev: Event, now: datetime) -> list[Action]:
-        """A slicer decision from the bus; decisions on jobs that are not pods are ignored."""
-        job_id = getattr(ev, "job_id", "")
-        target = self._jobs.get(job_id)
+        """A slicer decision from the bus; decisions on jobs that are not pods are ignored, and
+        so are decisions naming a pod's job under another tenant than the pod's (`foreign`)."""
+        target = self._jobs.get(_key_of(ev))
         if target is None:
             return []
         if isinstance(target, tuple):
@@ -396,9 +406,9 @@ class Tracker:
             gpu_mem = p.ask.request.gpu_mem_mib if p.ask else 0
             return [self._bind(p, ev, list(ev.gpus), gpu_mem, now)]
         if isinstance(ev, Unschedulable | JobRejected):
-            return self._unschedulable([p], ev, now)
+            return notices.cannot_place([p], ev, now, self._instance)
         if isinstance(ev, Preempted):
-            return self._preempt([p], ev, now)
+            return notices.preemption([p], ev, now, self._instance)
         return []  # JobReleased: the slicer confirms an end the bridge reported
 
     def _gang_decision(self, g: TrackedGang, ev: Event, now: datetime) -> list[Action]:
@@ -406,9 +416,9 @@ class Tracker:
         if isinstance(ev, Placement):
             return self._gang_placed(g, ev, now)
         if isinstance(ev, Unschedulable | JobRejected):
-            return self._unschedulable(members, ev, now)
+            return notices.cannot_place(members, ev, now, self._instance)
         if isinstance(ev, Preempted):
-            return self._preempt(members, ev, now)
+            return notices.preemption(members, ev, now, self._instance)
         return []
 
     def _bind(
@@ -420,6 +430,7 @@ class Tracker:
         now: datetime,
     ) -> Bind:
         node = node_name(ev.node)
+        g = self._gangs.get(p.gang) if p.gang else None
         annotation = placement_annotation(
             ref=p.ref,
             job_id=p.job_id,
@@ -431,34 +442,18 @@ class Tracker:
             gpu_mem_mib=gpu_mem_mib,
             placement_id=ev.id,
             bound_at=now,
+            # the members the job id was derived from: the node agent's proof of membership
+            gang=(g.key[1], sorted(g.members)) if g is not None else None,
         )
         p.state, p.node, p.bound_at = PodState.BINDING, node, now
         p.devices = devices_text(node, gpus, ev.kind.value)
         return Bind(p.ref, node, binding_body(p.ref, node, annotation))
 
-    def _unschedulable(
-        self, pods: list[TrackedPod], ev: Unschedulable | JobRejected, now: datetime
-    ) -> list[Action]:
-        if isinstance(ev, JobRejected) and ev.cause_type != JobSubmitted.__struct_config__.tag:
-            return []  # the answer to an end the bridge reported twice: nothing to show
-        reason = ev.reason.value
-        message = f"{reason}: {ev.detail}" if ev.detail and ev.detail != reason else reason
-        out: list[Action] = []
-        for p in pods:
-            if p.state is PodState.WAITING:
-                out += notices.unschedulable(p.ref, reason, message, ev.id, now, self._instance)
-        return out
-
-    def _preempt(self, pods: list[TrackedPod], ev: Preempted, now: datetime) -> list[Action]:
-        out: list[Action] = []
-        why = f"preempted on {node_name(ev.node)} ({ev.reason or 'priority'})" + (
-            f" by job {ev.by_job_id}" if ev.by_job_id else ""
-        )
-        for p in pods:
-            if p.state in LIVE:
-                out.append(notices.preempted(p.ref, why, ev.id, now, self._instance))
-                out.append(DeletePod(p.ref, why))
-        return out
+    def foreign(self, ev: Event) -> bool:
+        """Whether a decision names one of our pods' jobs under another tenant than the pod's:
+        the answer to a job a bus tenant submitted under a pod's id (only a pod bound before
+        pods' jobs had a space of their own can still be named so). Never acted on."""
+        return self._jobs.foreign(_key_of(ev))
 
     def holds(self, ev: Event) -> bool:
         """Whether a decision must stay unacknowledged: a part of a gang's placement while the
@@ -466,7 +461,7 @@ class Tracker:
         tracker takes it again by its id)."""
         if not isinstance(ev, Placement):
             return False
-        target = self._jobs.get(ev.job_id)
+        target = self._jobs.get(_key_of(ev))
         if not isinstance(target, tuple):
             return False
         g = self._gangs.get(target)
@@ -577,6 +572,12 @@ class Tracker:
                 m.state = PodState.ENDED
         return out
 
+    def _gone(self, p: TrackedPod) -> None:
+        """An ended pod deleted: forgotten, with its job (a gang's stays with the gang)."""
+        del self._pods[p.ref.uid]
+        if p.gang is None:
+            self._jobs.drop(p.tenant, p.job_id)
+
     def _forget(self, p: TrackedPod) -> None:
         self._pods.pop(p.ref.uid, None)
         if p.gang is not None and (g := self._gangs.get(p.gang)) is not None:
@@ -586,6 +587,11 @@ class Tracker:
 
 
 _INVALID_GANG = RefusalReason.INVALID_GANG
+
+
+def _key_of(ev: Event) -> JobKey:
+    """The (tenant, job) a decision is about (every slicer decision names both)."""
+    return str(getattr(ev, "tenant", "")), str(getattr(ev, "job_id", ""))
 
 
 def _same_inventory(a: NodeInventory, b: NodeInventory) -> bool:

@@ -1,8 +1,11 @@
 """Which devices a container gets: the slicer's placement, checked, never the annotation alone.
 
-Owns three things, all pure:
+Owns four things, all pure:
 - the node's book of the slicer's own placements (``PlacementBook``), fed from the slicer's
-  trusted decisions on the bus (placements, preemptions, releases) and keyed by job id;
+  trusted decisions on the bus (placements, preemptions, releases) and keyed by (tenant, job);
+- which placement a pod runs under (``placement_of``), found from what the API server says of
+  the pod (its UID: the bridge's job id of a pod, ``pod_job_id``), never from its annotation
+  alone: a pod the slicer holds no placement for on this node is not one the bridge bound here;
 - the reading of the bridge's ``seedance.io/placement`` pod annotation (its format is the
   bridge's, ``seedance.k8s_bridge.core.kube``; services never import each other, so the few
   keys read here are restated and pinned by a test against a document the bridge writes);
@@ -10,6 +13,12 @@ Owns three things, all pure:
   a ``Grant`` (exactly those devices: GPU UUIDs, MIG UUIDs, or one GPU with MPS limits) or a
   ``Refusal`` with the reason. A tenant can write annotations: the annotation only says which
   placement the pod claims; what the container receives comes from the slicer's placement.
+
+A gang member's job is not its own UID: the bridge derives it from the group's namespace, name
+and members' UIDs (``gang_job_id``), and its annotation lists them. For a pod with no placement
+of its own, the annotation's gang is taken only if the pod's own UID is a member and those
+members, with the pod's namespace (the API server's), derive exactly the job the annotation
+claims: an edited list or a pod of another namespace derives another id.
 
 Must not do I/O, read a clock, or choose devices itself.
 """
@@ -22,6 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from seedance.events.jobs import K8S_JOB_PREFIX
+from seedance.events.jobs import gang_job_id as events_gang_job_id
+from seedance.events.jobs import pod_job_id as events_pod_job_id
 from seedance.events.slicing import (
     GpuAssignment,
     JobReleased,
@@ -46,8 +58,11 @@ __all__ = [
     "PlacementBook",
     "PodView",
     "Refusal",
+    "gang_job_id",
     "node_token",
     "parse_claim",
+    "placement_of",
+    "pod_job_id",
     "requested_count",
     "verify",
 ]
@@ -63,6 +78,24 @@ RES_GPU_MEMORY_MIB = "seedance.io/gpu-memory-mib"
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_MPS_THREAD_PCT = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 ENV_MPS_MEM_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+
+
+def pod_job_id(pod_uid: str) -> str:
+    """The job id the bridge submits a single pod as (its ``CARRIED["job_id"]``): ``k8s:`` and
+    the pod's ``metadata.uid`` (which the API server assigns), the pods' own space that no
+    tenant may submit into (`seedance.events.jobs.pod_job_id`, the bridge's too)."""
+    return events_pod_job_id(pod_uid)
+
+
+def gang_job_id(namespace: str, group: str, members: Sequence[str]) -> str:
+    """A pod group's job id, as the bridge derives it (`seedance.events.jobs.gang_job_id`)."""
+    return events_gang_job_id(namespace, group, members)
+
+
+def _job_ids(job_id: str) -> tuple[str, str]:
+    """A pod's (or group's) job id, and the one the bridge gave it before pods' jobs had a space
+    of their own (the bare uid, the bare derived id): a pod bound then keeps it until it ends."""
+    return job_id, job_id.removeprefix(K8S_JOB_PREFIX)
 
 
 def node_token(name: str) -> str:
@@ -82,6 +115,8 @@ class Claim:
     gpus: tuple[GpuAssignment, ...]
     gpu_mem_mib: int
     placement_id: str
+    #: A pod group's name and its members' UIDs (gang members only).
+    gang: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +159,8 @@ class Grant:
     envs: dict[str, str]
     #: The device UUIDs the container receives (GPU or MIG), for exclusivity and pod labels.
     uuids: tuple[str, ...]
+    #: The tenant of the slicer's placement (with ``job_id``, its key).
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,27 +169,36 @@ class Refusal:
 
 
 class PlacementBook:
-    """The slicer's live placements on one node, by job id (its decisions; nothing else)."""
+    """The slicer's live placements on one node, by (tenant, job) (its decisions; nothing
+    else). A job id alone names nothing: two tenants may use one (a tenant picks its own)."""
 
     def __init__(self, node: str) -> None:
         self._node = node_token(node)
-        self._by_job: dict[str, Placement] = {}
+        self._by_job: dict[tuple[str, str], Placement] = {}
 
-    def apply(self, ev: Placement | Preempted | JobReleased) -> str | None:
-        """Take one decision; the job id whose placement on this node it ended, if any.
+    def apply(self, ev: Placement | Preempted | JobReleased) -> tuple[str, str] | None:
+        """Take one decision; the (tenant, job) whose placement on this node it ended, if any.
 
         Another node's `Placement` changes nothing here: a gang spread over nodes is one job
         with a part per node, and a job is placed again only after the slicer said it was
         preempted or released, which ends the placement it had.
         """
+        key = (ev.tenant, ev.job_id)
         if isinstance(ev, Placement):
             if ev.node == self._node:
-                self._by_job[ev.job_id] = ev
+                self._by_job[key] = ev
             return None
-        return ev.job_id if self._by_job.pop(ev.job_id, None) is not None else None
+        return key if self._by_job.pop(key, None) is not None else None
 
-    def get(self, job_id: str) -> Placement | None:
-        return self._by_job.get(job_id)
+    def get(self, tenant: str, job_id: str) -> Placement | None:
+        return self._by_job.get((tenant, job_id))
+
+    def for_job(self, job_id: str) -> list[Placement]:
+        """Every tenant's placement of ``job_id`` on this node (more than one only where tenants
+        chose one id), by tenant."""
+        return sorted(
+            (p for (_t, j), p in self._by_job.items() if j == job_id), key=lambda p: p.tenant
+        )
 
     def __len__(self) -> int:
         return len(self._by_job)
@@ -169,6 +215,14 @@ def _gpu(doc: Any) -> GpuAssignment:
         mig_profile=None if profile is None else str(profile),
         mig_start_slot=None if slot is None else int(slot),
     )
+
+
+def _gang(doc: Any) -> tuple[str, tuple[str, ...]] | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("members"), list):
+        raise ValueError(f"gang {doc!r} is not an object with a list of members")
+    return str(doc["name"]), tuple(str(m) for m in doc["members"])
 
 
 def parse_claim(annotations: Mapping[str, str]) -> Claim | Refusal:
@@ -188,24 +242,60 @@ def parse_claim(annotations: Mapping[str, str]) -> Claim | Refusal:
             gpus=tuple(_gpu(g) for g in doc["gpus"]),
             gpu_mem_mib=int(doc.get("gpuMemoryMib", 0)),
             placement_id=str(doc["placementId"]),
+            gang=_gang(doc.get("gang")),
         )
     except (ValueError, KeyError, TypeError) as exc:
         return Refusal(f"{ANNOTATION_PLACEMENT} annotation unreadable: {exc}")
 
 
-def _check_identity(pod: PodView, claim: Claim, node: str) -> str | None:
+def placement_of(pod: PodView, book: PlacementBook) -> Placement | Refusal:
+    """The slicer's placement ``pod`` runs under on this node, found by the pod's UID (the API
+    server's), or why there is none, in which case the pod is not one the bridge bound here
+    with a placement, whatever its annotation says.
+
+    A pod whose own job (``pod_job_id``) is placed here runs under that placement and no other.
+    Only a pod with no placement of its own may be a gang member: its annotation's gang then
+    selects the gang's placement if the pod is a member and the members derive its job id
+    with the pod's namespace (the module's note).
+    """
+    own = book.for_job(pod_job_id(pod.uid)) or book.for_job(pod.uid)  # bound before: bare uid
+    if len(own) > 1:
+        tenants = [p.tenant for p in own]
+        return Refusal(f"tenants {tenants} each hold a placement of job {pod.uid}: ambiguous")
+    if own:
+        return own[0]
+    claim = parse_claim(pod.annotations)
+    if isinstance(claim, Refusal) or claim.gang is None:
+        return Refusal(f"the slicer holds no placement of pod {pod.uid}'s job on this node")
+    group, members = claim.gang
+    if pod.uid not in members:
+        return Refusal(f"pod {pod.uid} is not a member of pod group {group!r} it claims")
+    derived = gang_job_id(pod.namespace, group, members)
+    if claim.job_id not in _job_ids(derived):
+        return Refusal(
+            f"pod group {pod.namespace}/{group} with those members is job {derived}, "
+            f"not {claim.job_id}"
+        )
+    gangs = book.for_job(claim.job_id)
+    if len(gangs) > 1:
+        tenants = [p.tenant for p in gangs]
+        return Refusal(f"tenants {tenants} each hold a placement of job {claim.job_id}: ambiguous")
+    if not gangs:
+        return Refusal(f"the slicer holds no placement of job {claim.job_id} on this node")
+    return gangs[0]
+
+
+def _check_identity(pod: PodView, claim: Claim, node: str, placed: Placement) -> str | None:
     if claim.pod_uid != pod.uid:
         return f"annotation names pod {claim.pod_uid}, this pod is {pod.uid}"
     if claim.node != node_token(node) or pod.node_name != node:
         return f"annotation names node {claim.node}, this node is {node}"
-    if claim.job_id != pod.uid and LABEL_POD_GROUP not in pod.labels:
-        return f"job {claim.job_id} is not this pod's ({pod.uid}) and the pod is in no gang"
+    if claim.job_id != placed.job_id:
+        return f"annotation names job {claim.job_id}, the slicer placed this pod as {placed.job_id}"
     return None
 
 
-def _check_against(pod: PodView, claim: Claim, placed: Placement | None) -> str | None:
-    if placed is None:
-        return f"the slicer holds no placement of job {claim.job_id} on this node"
+def _check_against(pod: PodView, claim: Claim, placed: Placement) -> str | None:
     if placed.id != claim.placement_id:
         return f"stale placement {claim.placement_id}: the slicer's is {placed.id}"
     if placed.tenant != claim.tenant or placed.kind.value != claim.kind:
@@ -214,7 +304,7 @@ def _check_against(pod: PodView, claim: Claim, placed: Placement | None) -> str 
             f"the slicer placed {placed.tenant}/{placed.kind.value}"
         )
     ours = list(placed.gpus)
-    whole_job = claim.job_id == pod.uid
+    whole_job = claim.job_id in _job_ids(pod_job_id(pod.uid))
     if whole_job and sorted(claim.gpus, key=_key) != sorted(ours, key=_key):
         return f"annotation devices {_show(claim.gpus)} differ from the slicer's {_show(ours)}"
     if not whole_job and not all(g in ours for g in claim.gpus):
@@ -240,7 +330,11 @@ def _whole(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
         if uuid is None or (g.uuid and g.uuid != uuid):
             return Refusal(f"GPU {g.index} ({g.uuid}) is not on this node (node has {uuid})")
         uuids.append(uuid)
-    return Grant(claim.pod_uid, claim.job_id, claim.kind, _visible(uuids), tuple(uuids))
+    return _grant(claim, _visible(uuids), uuids)
+
+
+def _grant(claim: Claim, envs: dict[str, str], uuids: Sequence[str]) -> Grant:
+    return Grant(claim.pod_uid, claim.job_id, claim.kind, envs, tuple(uuids), tenant=claim.tenant)
 
 
 def _visible(uuids: Sequence[str]) -> dict[str, str]:
@@ -260,7 +354,7 @@ def _mig(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
                 " (its MIG plan is not applied yet)"
             )
         uuids.append(uuid)
-    return Grant(claim.pod_uid, claim.job_id, claim.kind, _visible(uuids), tuple(uuids))
+    return _grant(claim, _visible(uuids), uuids)
 
 
 def _shared(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
@@ -274,7 +368,7 @@ def _shared(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
     envs = {**granted.envs, ENV_MPS_THREAD_PCT: str(min(100, max(1, math.ceil(g.milli / 10))))}
     if claim.gpu_mem_mib > 0:
         envs[ENV_MPS_MEM_LIMIT] = f"0={claim.gpu_mem_mib}M"  # ordinal 0: the one visible GPU
-    return Grant(claim.pod_uid, claim.job_id, claim.kind, envs, granted.uuids)
+    return _grant(claim, envs, granted.uuids)
 
 
 _RESOLVE = {
@@ -285,13 +379,15 @@ _RESOLVE = {
 
 
 def verify(pod: PodView, book: PlacementBook, node: str, devices: NodeDevices) -> Grant | Refusal:
-    """The devices ``pod`` may receive on ``node``, or why it may not run here."""
+    """The devices ``pod`` may receive on ``node``, or why it may not run here: its placement
+    found by its UID (``placement_of``), its annotation checked against it."""
+    placed = placement_of(pod, book)
+    if isinstance(placed, Refusal):
+        return placed
     claim = parse_claim(pod.annotations)
     if isinstance(claim, Refusal):
         return claim
-    problem = _check_identity(pod, claim, node) or _check_against(
-        pod, claim, book.get(claim.job_id)
-    )
+    problem = _check_identity(pod, claim, node, placed) or _check_against(pod, claim, placed)
     if problem is not None:
         return Refusal(problem)
     resolve = _RESOLVE.get(claim.kind)
@@ -336,9 +432,10 @@ class AllocationBook:
         self._by_pod[grant.pod_uid] = grant
         return grant
 
-    def release_job(self, job_id: str) -> list[str]:
-        """Release every grant of ``job_id`` (its placement ended); the pods released."""
-        pods = [uid for uid, g in self._by_pod.items() if g.job_id == job_id]
+    def release_job(self, tenant: str, job_id: str) -> list[str]:
+        """Release every grant of (``tenant``, ``job_id``) (its placement ended); the pods
+        released."""
+        pods = [uid for uid, g in self._by_pod.items() if (g.tenant, g.job_id) == (tenant, job_id)]
         for uid in pods:
             self.release(uid)
         return pods

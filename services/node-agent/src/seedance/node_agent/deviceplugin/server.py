@@ -3,9 +3,11 @@
 This module owns the plugin's side of the kubelet conversation: serving `DevicePlugin` on its
 socket, registering with the kubelet's `Registration` service, streaming the device list on
 every change, and answering Allocate / GetPreferredAllocation / PreStartContainer from the pure
-rules in `devices`, or, given an `allocate` callback, from the node agent's placement-honouring
-allocator (the kubelet's device IDs are then only a count). It must not discover GPUs or decide
-placement: the node agent gives it the inventory (`set_devices`, `set_health`).
+rules in `devices`, or, given an `allocate` callback, from the node agent's
+placement-honouring allocator (the kubelet's device IDs are then only a count), and, given a
+`pre_start` callback, letting a container start only once that allocator confirms whose it
+is. It must not discover GPUs or decide placement: the node agent gives it the inventory
+(`set_devices`, `set_health`).
 
 One plugin serves one extended resource (the kubelet's rule): run one per resource name, e.g.
 `nvidia.com/gpu`, `nvidia.com/mig-3g.40gb`, `seedance.io/gpu-shared`, each on its own socket in
@@ -83,12 +85,14 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
         mps_pipe_directory: str | None = None,
         pre_start_required: bool = True,
         allocate: Callable[[str, Sequence[str]], Awaitable[ContainerAllocation]] | None = None,
+        pre_start: Callable[[str, Sequence[str]], Awaitable[None]] | None = None,
     ) -> None:
         self._resource_name = resource_name
         self._socket_path = socket_path
         self._devices: dict[str, PluginDevice] = {d.id: d for d in devices}
         self._mps_pipe_directory = mps_pipe_directory
         self._allocate = allocate
+        self._pre_start = pre_start
         self._options = api_pb2.DevicePluginOptions(
             pre_start_required=pre_start_required,
             get_preferred_allocation_available=True,
@@ -252,6 +256,13 @@ class DevicePluginServer(api_pb2_grpc.DevicePluginServicer):
         bad = [i for i in request.devices_ids if not self._devices.get(i, _MISSING).healthy]
         if bad:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"devices {bad} unhealthy")
+        if self._pre_start is not None:
+            # The node agent's check that the pod the kubelet gave these devices to is the one
+            # they were granted for (Allocate names no pod); its refusal reaches the pod.
+            try:
+                await self._pre_start(self._resource_name, list(request.devices_ids))
+            except AllocationError as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         self.pre_started.append(tuple(request.devices_ids))
         return api_pb2.PreStartContainerResponse()
 

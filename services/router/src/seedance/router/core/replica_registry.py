@@ -5,10 +5,18 @@ current entries (one `ReplicaRegistration` per (model, replica)) and the static
 ``SEEDANCE_ROUTER_REPLICAS`` list to the replicas the gateway should hold, each with the models
 it serves; and `replica_changes`, what to add and drain to get there.
 
+Each replica has an owner: the tenant whose registration it is, or ``""``, the operator's shared
+pool (its shared keys, and the static list). The gateway sends a replica only requests for its
+owner's models (`seedance.router.gateway`), and names a tenant's replica ``<tenant>/<replica>``,
+so no shared replica's name (a subject token, without ``/``) and no other tenant's can collide
+with it.
+
 Must not: read the bucket, touch the gateway or keep state; the service's watch loop does, and
-calls these on every change. The static list is a fallback, not a second source: while at least
-one registration is ready it is ignored, so a replica removed from the bucket really leaves
-(a union would keep a stale environment entry alive forever).
+calls these on every change. The static list is the shared pool's fallback, not a second
+source: while at least one shared registration is ready it is ignored, so a replica removed
+from the bucket really leaves (a union would keep a stale environment entry alive forever);
+a tenant's registrations never replace it (a tenant must not be able to take the shared pool's
+fallback away by registering a replica of its own).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ class ReplicaTarget:
     address: str
     #: None: every model (a static replica, of which nothing else is known).
     models: frozenset[str] | None
+    #: The tenant whose replica it is; "": the operator's shared pool.
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,21 +55,28 @@ def desired_replicas(
     one id registered with two addresses keeps the lowest (the conflict is the registrar's)."""
     addresses: dict[str, str] = {}
     models: dict[str, set[str]] = {}
-    for reg in sorted(registrations, key=lambda r: (r.replica, r.address, r.model)):
+    owners: dict[str, str] = {}
+    for reg in sorted(registrations, key=lambda r: (r.owner, r.replica, r.address, r.model)):
         if not reg.ready:
             continue
-        address = addresses.setdefault(reg.replica, reg.address)
+        name = f"{reg.owner}/{reg.replica}" if reg.owner else reg.replica
+        owners[name] = reg.owner
+        address = addresses.setdefault(name, reg.address)
         if address == reg.address:
-            models.setdefault(reg.replica, set()).add(reg.model)
-    if addresses:
-        return {
-            name: ReplicaTarget(name=name, address=addresses[name], models=frozenset(models[name]))
-            for name in addresses
-        }
-    return {
+            models.setdefault(name, set()).add(reg.model)
+    out = {
+        name: ReplicaTarget(
+            name=name, address=addresses[name], models=frozenset(models[name]), owner=owners[name]
+        )
+        for name in addresses
+    }
+    if any(not owner for owner in owners.values()):
+        return out
+    static_targets = {
         name: ReplicaTarget(name=name, address=address, models=None)
         for name, address in static.items()
     }
+    return {**static_targets, **out}
 
 
 def replica_changes(

@@ -74,14 +74,17 @@ class ReplicaPool:
 
     # -- membership ------------------------------------------------------------------------
 
-    async def add(self, name: str, address: str, *, models: frozenset[str] | None = None) -> None:
+    async def add(
+        self, name: str, address: str, *, models: frozenset[str] | None = None, owner: str = ""
+    ) -> None:
         """Register a replica; it takes traffic once it answers ready and is warmed up.
 
         `models`: the models it may be sent (None: every model); only those are warmed up.
+        `owner`: whose models those are (a tenant's; "": the shared pool's).
         """
         if name in self._replicas:
             raise ValueError(f"replica {name!r} already registered")
-        replica = Replica(name=name, address=address, models=models)
+        replica = Replica(name=name, address=address, models=models, owner=owner)
         self._replicas[name] = replica
         self._metrics.ready(replica=name, ready=False)
         self._begin_warmup(replica)
@@ -124,20 +127,25 @@ class ReplicaPool:
         """Each registered replica's address and the models it may be sent (None: all)."""
         return {name: (r.address, r.models) for name, r in self._replicas.items()}
 
+    def owners(self) -> dict[str, str]:
+        """Each registered replica's owner (a tenant; "": the shared pool)."""
+        return {name: r.owner for name, r in self._replicas.items()}
+
     def phases(self) -> dict[str, ReplicaPhase]:
         return {name: r.phase for name, r in self._replicas.items()}
 
     def outstanding(self) -> dict[str, int]:
         return {name: r.outstanding for name, r in self._replicas.items()}
 
-    def candidates(self, tried: set[str], model: str | None) -> list[Replica]:
-        """READY replicas not yet tried that may be sent `model` (None: any model)."""
+    def candidates(self, tried: set[str], model: str | None, owner: str = "") -> list[Replica]:
+        """READY replicas not yet tried that may be sent `model` of `owner` (a tenant; "": the
+        shared pool's) (model None: any replica)."""
         return [
             r
             for r in self._replicas.values()
             if r.phase is ReplicaPhase.READY
             and r.name not in tried
-            and (model is None or r.serves(model))
+            and (model is None or r.serves(model, owner))
         ]
 
     async def wait_ready(self, names: Sequence[str] | None = None, *, timeout_s: float) -> None:

@@ -86,11 +86,15 @@ def warmup_request(metadata: service_pb2.ModelMetadataResponse) -> service_pb2.M
 class Replica:
     """One upstream Triton server as the gateway tracks it."""
 
-    def __init__(self, *, name: str, address: str, models: frozenset[str] | None = None) -> None:
+    def __init__(
+        self, *, name: str, address: str, models: frozenset[str] | None = None, owner: str = ""
+    ) -> None:
         self.name = name
         self.address = address
         # The models it may be sent (None: all); a registered replica serves what it registered.
         self.models = models
+        # Whose models it serves: a tenant's (its registration's owner) or "", the shared pool's.
+        self.owner = owner
         self.phase = ReplicaPhase.WARMING
         self.outstanding = 0
         # Set whenever nothing is in flight: what a drain waits on.
@@ -101,7 +105,10 @@ class Replica:
         self._channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
-    def serves(self, model: str) -> bool:
+    def serves(self, model: str, owner: str | None = None) -> bool:
+        """Whether it may be sent ``model`` (of ``owner``: None for any owner, as warm-up asks)."""
+        if owner is not None and owner != self.owner:
+            return False
         return self.models is None or model in self.models
 
     def state(self, model: str) -> Candidate:

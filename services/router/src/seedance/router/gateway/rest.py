@@ -149,8 +149,9 @@ class RestGateway:
 
         async def call() -> web.Response:
             response = await self._gateway.call_simple(
-                "ModelMetadata", message, model=model, remaining=_no_deadline
-            )
+                "ModelMetadata", message, model=model, remaining=_no_deadline,
+                tenant=request.headers.get(self._gateway.tenant_header),
+            )  # fmt: skip
             return _json(metadata_to_json(self._gateway.client_view(response)))
 
         return await self._forwarded(call)
@@ -163,8 +164,9 @@ class RestGateway:
 
         async def call() -> web.Response:
             response = await self._gateway.call_simple(
-                "ModelReady", message, model=model, remaining=_no_deadline
-            )
+                "ModelReady", message, model=model, remaining=_no_deadline,
+                tenant=request.headers.get(self._gateway.tenant_header),
+            )  # fmt: skip
             ready = bool(response.ready)
             return _json({"name": model, "ready": ready}, 200 if ready else 503)
 
@@ -181,9 +183,12 @@ class RestGateway:
             return _error(str(exc), 400)
         message.model_version = request.match_info.get("version", "")
         region = request.headers.get(self._gateway.region_header)
+        tenant = request.headers.get(self._gateway.tenant_header)
 
         async def call() -> web.Response:
-            response = await self._gateway.infer(message, region=region, remaining=_no_deadline)
+            response = await self._gateway.infer(
+                message, region=region, remaining=_no_deadline, tenant=tenant
+            )
             return _json(infer_response_to_json(response))
 
         return await self._forwarded(call)

@@ -5,6 +5,11 @@ Owns: the gRPC server's lifecycle (the RPCs themselves are `servicer.py`'s, the 
 replica a `ReplicaSelector` picks, the client's deadline carried upstream, retry on another
 replica for failures `outcomes.py` calls safe, and per-model layout conversion.
 
+A request reaches only replicas of the owner of its model: the tenant its tenant header names
+(``x-seedance-tenant``; its registrations' replicas), or without the header the operator's
+shared pool (the shared registrations and the configured list). The header selects whose model
+is meant, it authenticates nobody: a replica can never serve another owner's model in its name.
+
 Must not: decide routing policy (the selector does), retry what is not safe to retry, or change
 a tensor that no layout declaration names. Requests are forwarded as the message received, with
 `tritonclient.grpc`'s generated stub rather than `InferenceServerClient.infer`, because the
@@ -29,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from seedance.core.clock import Clock, WallClock
+from seedance.events.tokens import InvalidToken, check_tenant
 from seedance.router.gateway.metrics import DecisionReason, GatewayMetrics
 from seedance.router.gateway.outcomes import StatusClass, is_retryable, status_class
 from seedance.router.gateway.pool import ReplicaPool
@@ -166,13 +172,15 @@ class OipGateway:
     # -- replicas (the pool's; these are the gateway's public face of it) -------------------
 
     async def add_replica(
-        self, name: str, address: str, *, models: frozenset[str] | None = None
+        self, name: str, address: str, *, models: frozenset[str] | None = None, owner: str = ""
     ) -> None:
         """Register a replica; it takes traffic once it answers ready and is warmed up.
 
         `models`: the models it may be sent (None: every model); only those are warmed up.
+        `owner`: the tenant whose models those are ("": the shared pool's); it is sent only
+        requests naming that tenant.
         """
-        await self._pool.add(name, address, models=models)
+        await self._pool.add(name, address, models=models, owner=owner)
 
     async def remove_replica(self, name: str) -> None:
         """Stop sending new requests to a replica and close its channel."""
@@ -187,6 +195,10 @@ class OipGateway:
     def replica_models(self) -> dict[str, tuple[str, frozenset[str] | None]]:
         """Each registered replica's address and the models it may be sent (None: all)."""
         return self._pool.models()
+
+    def replica_owners(self) -> dict[str, str]:
+        """Each registered replica's owner (a tenant; "": the shared pool)."""
+        return self._pool.owners()
 
     def replica_phases(self) -> dict[str, ReplicaPhase]:
         return self._pool.phases()
@@ -203,8 +215,10 @@ class OipGateway:
 
     # -- forwarding ------------------------------------------------------------------------
 
-    def _pick(self, model: str, tried: set[str], request_id: str | None = None) -> Replica | None:
-        candidates = self._pool.candidates(tried, model)
+    def _pick(
+        self, model: str, tried: set[str], request_id: str | None = None, owner: str = ""
+    ) -> Replica | None:
+        candidates = self._pool.candidates(tried, model, owner)
         reason: DecisionReason | str
         if not candidates:
             # After failed attempts this is "retries exhausted", already counted as failovers.
@@ -252,15 +266,17 @@ class OipGateway:
         retry_safe: bool,
         on_first_send: Callable[[], None] | None = None,
         request_id: str | None = None,
+        owner: str = "",
     ) -> tuple[Message, Replica]:
-        """Send `request` to a chosen replica, failing over while the failure is retryable.
+        """Send `request` to a chosen replica of `owner` ("": the shared pool), failing over
+        while the failure is retryable.
 
         `request_id` is given for inference requests only: those are what the observer sees.
         """
         tried: set[str] = set()
         last: InferenceError | None = None
         while len(tried) < self._settings.max_attempts:
-            replica = self._pick(model, tried, request_id)
+            replica = self._pick(model, tried, request_id, owner)
             if replica is None:
                 break
             if on_first_send is not None and not tried:
@@ -301,14 +317,27 @@ class OipGateway:
             return response, replica
         if last is not None:
             raise last
-        raise InferenceError(grpc.StatusCode.UNAVAILABLE, "no ready replica", None)
+        raise InferenceError(grpc.StatusCode.UNAVAILABLE, _no_replica(model, owner), None)
 
     def region_of(self, context: grpc.aio.ServicerContext) -> str | None:
-        header = self._settings.region_header
-        for key, value in context.invocation_metadata() or ():
-            if key == header:
-                return value if isinstance(value, str) else value.decode("utf-8", "replace")
-        return None
+        return _header(context, self._settings.region_header)
+
+    def tenant_of(self, context: grpc.aio.ServicerContext) -> str | None:
+        return _header(context, self._settings.tenant_header)
+
+    def owner_of(self, tenant: str | None) -> str:
+        """Whose replicas a request naming ``tenant`` (its tenant header) may reach: that
+        tenant's, or without one the shared pool's (""). Raises `InferenceError`
+        (INVALID_ARGUMENT) naming a value that is no tenant id."""
+        if not tenant:
+            return ""
+        try:
+            return check_tenant(tenant)
+        except InvalidToken as exc:
+            header = self._settings.tenant_header
+            raise InferenceError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"header {header}: {exc}", None
+            ) from None
 
     def _done(
         self,
@@ -331,13 +360,20 @@ class OipGateway:
     def region_header(self) -> str:
         return self._settings.region_header
 
+    @property
+    def tenant_header(self) -> str:
+        return self._settings.tenant_header
+
     async def model_infer(
         self, request: service_pb2.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.ModelInferResponse:
         """The gRPC ModelInfer: `infer`, its failure returned as the gRPC status."""
         try:
             return await self.infer(
-                request, region=self.region_of(context), remaining=context.time_remaining
+                request,
+                region=self.region_of(context),
+                remaining=context.time_remaining,
+                tenant=self.tenant_of(context),
             )
         except InferenceError as failure:
             await context.abort(failure.code, failure.details)
@@ -349,14 +385,17 @@ class OipGateway:
         *,
         region: str | None,
         remaining: Callable[[], float | None],
+        tenant: str | None = None,
     ) -> service_pb2.ModelInferResponse:
-        """Route one inference request (gRPC or REST alike): layouts, choice, failover,
-        metrics. Raises `InferenceError` with the status the client gets."""
+        """Route one inference request (gRPC or REST alike) to a replica of the model's owner
+        (``tenant``, the tenant header: `owner_of`): layouts, choice, failover, metrics.
+        Raises `InferenceError` with the status the client gets."""
         arrival_s = self._monotonic_s()
         model = request.model_name
         route = self._routes.get(model)
         replica_name: str | None = None
         try:
+            owner = self.owner_of(tenant)
             if route is not None and route.input_layouts:
                 try:
                     convert_request_layouts(request, route.input_layouts)
@@ -377,6 +416,7 @@ class OipGateway:
                 retry_safe=retry_safe,
                 on_first_send=queued,
                 request_id=request.id,
+                owner=owner,
             )
             replica_name = replica.name
             if route is not None and route.output_layouts:
@@ -414,8 +454,9 @@ class OipGateway:
         """ModelReady / ModelMetadata: answered by any ready replica, failing over."""
         try:
             return await self.call_simple(
-                method, request, model=model, remaining=context.time_remaining
-            )
+                method, request, model=model, remaining=context.time_remaining,
+                tenant=self.tenant_of(context),
+            )  # fmt: skip
         except InferenceError as failure:
             await context.abort(failure.code, failure.details)
             raise AssertionError("unreachable: abort raises") from None
@@ -427,6 +468,7 @@ class OipGateway:
         *,
         model: str,
         remaining: Callable[[], float | None],
+        tenant: str | None = None,
     ) -> Any:
         """`forward_simple` without a gRPC context; raises `InferenceError`."""
         response, _ = await self._forward(
@@ -435,6 +477,7 @@ class OipGateway:
             call=lambda r, req, t: getattr(r.stub, method)(req, timeout=t),
             remaining=remaining,
             retry_safe=True,
+            owner=self.owner_of(tenant),
         )
         return response
 
@@ -453,11 +496,14 @@ class OipGateway:
         if first is None:
             return
         model = first.model_name
-        replica = self._pick(model, set(), first.id)
+        try:
+            owner = self.owner_of(self.tenant_of(context))
+        except InferenceError as failure:
+            await context.abort(failure.code, failure.details)
+            raise AssertionError("unreachable: abort raises") from None
+        replica = self._pick(model, set(), first.id, owner)
         if replica is None:
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE, f"no ready replica for model {model!r}"
-            )
+            await context.abort(grpc.StatusCode.UNAVAILABLE, _no_replica(model, owner))
             raise AssertionError("unreachable: abort raises")
         route = self._routes.get(model)
 
@@ -505,3 +551,15 @@ class OipGateway:
 
     def any_ready(self) -> bool:
         return bool(self._pool.candidates(set(), None))
+
+
+def _header(context: grpc.aio.ServicerContext, header: str) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == header:
+            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return None
+
+
+def _no_replica(model: str, owner: str) -> str:
+    whose = f"tenant {owner}'s" if owner else "the shared pool's"
+    return f"no ready replica of {whose} model {model!r}"

@@ -43,6 +43,9 @@ class GatewaySettings:
     # Closed set of client regions; the region header's other values count as "other".
     regions: tuple[str, ...] = ()
     region_header: str = "x-seedance-region"
+    # Names the tenant whose model a request is for (its replicas only); without it, the
+    # operator's shared pool's. A selector, not a credential: see docs/security.md.
+    tenant_header: str = "x-seedance-tenant"
     # Attempts per request, first included, each on a different replica.
     max_attempts: int = 3
     # Upstream timeout when the client sets no deadline: a stuck replica must not hold a

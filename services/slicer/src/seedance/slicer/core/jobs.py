@@ -57,6 +57,8 @@ class JobUnschedulable:
     job_id: str
     reason: str
     at_s: float
+    #: What the reason means for this job (e.g. which GPU models its request matched).
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)

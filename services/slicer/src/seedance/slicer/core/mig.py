@@ -30,6 +30,8 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from seedance.events.gpus import identify
+
 __all__ = [
     "COMPUTE_SLICES",
     "MAX_INSTANCES",
@@ -142,16 +144,29 @@ def _build_profiles() -> dict[GpuModel, tuple[MigProfile, ...]]:
 MIG_PROFILES: Mapping[GpuModel, tuple[MigProfile, ...]] = _build_profiles()
 
 
+# The GPU identity's (family, memory) whose MIG geometry is one of the tables above: the China
+# market's A800 / H800 carve like their siblings. The H100 NVL (94 GB), H20 and Blackwell parts
+# have geometries of their own, not tabled here: their GPUs get no MIG plan.
+_GEOMETRY: Mapping[tuple[str, int], GpuModel] = {
+    ("A100", 40): GpuModel.A100_40GB,
+    ("A800", 40): GpuModel.A100_40GB,
+    ("A100", 80): GpuModel.A100_80GB,
+    ("A800", 80): GpuModel.A100_80GB,
+    ("H100", 80): GpuModel.H100_80GB,
+    ("H800", 80): GpuModel.H100_80GB,
+    ("H200", 141): GpuModel.H200_141GB,
+}
+
+
 def mig_model(model: str) -> GpuModel | None:
-    """The MIG geometry of an inventory model name ("H100-80GB", "NVIDIA H200", ...)."""
-    m = model.upper().replace(" ", "")
-    if "H200" in m:
-        return GpuModel.H200_141GB
-    if "H100" in m:
-        return GpuModel.H100_80GB
-    if "A100" in m:
-        return GpuModel.A100_80GB if "80G" in m else GpuModel.A100_40GB
-    return None
+    """The MIG geometry of a GPU as its inventory names it (``NVIDIA H100 80GB HBM3``,
+    ``NVIDIA-A100-SXM4-40GB``, ``NVIDIA H200``, the short ``A100``): the one GPU identity
+    (``seedance.events.gpus``) says which model it is, so ``A100`` is the 80 GB part the
+    replayed fleets and the price book mean, and an unknown name has none."""
+    gpu = identify(model).identity
+    if gpu is None or gpu.memory_gb is None:
+        return None
+    return _GEOMETRY.get((gpu.family, gpu.memory_gb))
 
 
 def profiles(model: GpuModel) -> tuple[MigProfile, ...]:

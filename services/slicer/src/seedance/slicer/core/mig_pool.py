@@ -28,6 +28,7 @@ from seedance.slicer.core.mig import (
     profile,
 )
 from seedance.slicer.core.mig import plan_repartition as plan_gpu
+from seedance.slicer.core.model import models_accept
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
 
 __all__ = ["MigCandidate", "MigPool", "gpu_mig_model"]
@@ -77,7 +78,7 @@ class MigPool:
         for n, spec in enumerate(nodes):
             for g, gpu in enumerate(spec.gpus):
                 gm = gpu_mig_model(spec, g, unhealthy)
-                if gm is None or (job.gpu_models and gpu.model not in job.gpu_models):
+                if gm is None or not models_accept(job.gpu_models, gpu.model):
                     continue
                 if not any(p.name == job.mig_profile for p in MIG_PROFILES[gm]):
                     continue

@@ -6,6 +6,10 @@ request / placement / rejection values that cross the core's boundary.
 
 It must not decide where anything goes (that is `policies`), read clocks, or do I/O.
 
+A request's `gpu_models` are matched against the nodes' model names by the one GPU identity
+(`seedance.events.gpus.match_models`, `models_accept`): `t4` accepts a node whose GPUs report
+`T4` or `Tesla T4`, `a100` any A100, `a100-80gb` an 80 GB one, never by exact string alone.
+
 A GPU's capacity is 1000 milli-shares. A whole-GPU request takes 1000 on each of its GPUs; a
 shared request (time-slicing / MPS) takes `gpu_milli` < 1000 on exactly one GPU. Nodes have at
 most `MAX_GPUS_PER_NODE` GPUs; missing GPU slots are stored with 0 free share, which makes
@@ -14,10 +18,13 @@ them invisible to every comparison (`free >= share` with share >= 1) and to ever
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from seedance.events.gpus import ModelMatch, match_models
 
 __all__ = [
     "GPU_MILLI",
@@ -27,6 +34,7 @@ __all__ = [
     "NodeGpus",
     "PodRequest",
     "Rejection",
+    "models_accept",
 ]
 
 GPU_MILLI = 1000
@@ -109,6 +117,18 @@ class NodeGpus:
     gpus: tuple[int, ...] = ()
 
 
+@functools.lru_cache(maxsize=8192)
+def _accepts(requested: frozenset[str], model: str) -> bool:
+    return bool(match_models(requested, (model,)).matched)
+
+
+def models_accept(requested: Iterable[str], model: str) -> bool:
+    """Whether a request's `gpu_models` (empty: any) accept a GPU reported as `model`.
+    Memoised: a pass asks the same few pairs for every node."""
+    wanted = frozenset(requested)
+    return not wanted or _accepts(wanted, model)
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     """Why a request cannot be placed now. `reason` is a small closed set (metric label)."""
@@ -148,6 +168,7 @@ class ClusterState:
         "mem_cap",
         "mem_free",
         "model_id",
+        "model_matches",
         "model_names",
         "nodes",
         "nvlink",
@@ -200,6 +221,9 @@ class ClusterState:
         }
         self._topo_ids: list[dict[str, int]] = [{} for _ in range(MAX_TOPOLOGY_LEVELS)]
         self._type_ids: dict[tuple[str, int, int, int], int] = {}
+        #: Which model names a request's `gpu_models` accept, memoised (cleared when a model
+        #: the fleet did not have joins).
+        self.model_matches: dict[frozenset[str], ModelMatch] = {}
         b = self._buf
         b["model_id"][:n] = [index[x.gpu_model] for x in self.nodes]
         b["cpu_cap"][:n] = [x.cpu_milli for x in self.nodes]
@@ -271,6 +295,7 @@ class ClusterState:
             # handful of times per fleet; masks are by name, so no cache goes stale by it).
             old = self.model_names
             self.model_names = tuple(sorted({*old, node.gpu_model}))
+            self.model_matches.clear()
             remap = np.array([self.model_names.index(m) for m in old], dtype=np.int32)
             if old:
                 b["model_id"][: self._n] = remap[b["model_id"][: self._n]]
@@ -293,15 +318,28 @@ class ClusterState:
     def gpu_allocated_milli(self) -> int:
         return int(self.gpu_cap.sum() - self.gpu_free.sum())
 
+    def model_match(self, models: Iterable[str]) -> ModelMatch:
+        """Which of the fleet's model names a request's `gpu_models` accept (memoised)."""
+        key = frozenset(models)
+        found = self.model_matches.get(key)
+        if found is None:
+            found = self.model_matches[key] = match_models(sorted(key), self.model_names)
+        return found
+
     def model_mask(self, models: Iterable[str], rows: np.ndarray | None = None) -> np.ndarray:
-        """Boolean mask of nodes (of `rows`, default all) whose GPU model is in `models` (all
+        """Boolean mask of nodes (of `rows`, default all) whose GPU model `models` accept (all
         nodes if empty)."""
-        wanted = set(models)
-        ids = [i for i, m in enumerate(self.model_names) if m in wanted]
+        wanted = frozenset(models)
         mid = self.model_id if rows is None else self.model_id[rows]
-        if not ids and not wanted:
+        if not wanted:
             return np.ones(len(mid), dtype=bool)
+        accepted = set(self.model_match(wanted).matched)
+        ids = [i for i, m in enumerate(self.model_names) if m in accepted]
         return np.isin(mid, ids)
+
+    def model_allows(self, n: int, models: Iterable[str]) -> bool:
+        """Whether node `n`'s GPU model is one `models` (empty: any) accept."""
+        return models_accept(models, self.nodes[n].gpu_model)
 
     def feasible(self, pod: PodRequest, model_ok: np.ndarray | None = None) -> np.ndarray:
         """Boolean mask of nodes that can host `pod` now (CPU, memory, GPU share, model)."""
@@ -318,7 +356,7 @@ class ClusterState:
             return False
         if len(placement.gpus) != pod.num_gpu or len(set(placement.gpus)) != pod.num_gpu:
             return False
-        if pod.gpu_models and self.nodes[n].gpu_model not in pod.gpu_models:
+        if not self.model_allows(n, pod.gpu_models):
             return False
         return all(self.gpu_free[n, g] >= pod.gpu_milli for g in placement.gpus)
 

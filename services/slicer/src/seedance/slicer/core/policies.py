@@ -55,7 +55,9 @@ def reject_reason(state: ClusterState, pod: PodRequest) -> Rejection:
     if pod.mig_profile is not None:
         return Rejection("mig_not_supported", "MIG requests go to the MIG planner")
     if pod.gpu_models and not state.model_mask(pod.gpu_models).any():
-        return Rejection("no_allowed_gpu_model", ",".join(sorted(pod.gpu_models)))
+        # The answer says what was asked and which models the fleet has (by their identity).
+        match = state.model_match(pod.gpu_models)
+        return Rejection("no_allowed_gpu_model", match.reason(state.model_names))
     if not (state.cpu_free >= pod.cpu_milli).any():
         return Rejection("insufficient_cpu")
     if not (state.mem_free >= pod.memory_mib).any():

@@ -376,7 +376,7 @@ class PlacementQueue:
             if reason != pend.reason:
                 pend.reason = reason
                 self._touched.add(job.job_id)
-                out.append(JobUnschedulable(job.job_id, reason, now_s))
+                out.append(JobUnschedulable(job.job_id, reason, now_s, res.detail))
             return False
         self._dequeue(job.job_id)
         self._running[job.job_id] = RunningRecord(job, res, now_s, pend.submitted_s, pend.seq)
@@ -416,7 +416,7 @@ class PlacementQueue:
         st = self.state
         if st.cpu_free[n] < pod.cpu_milli or st.mem_free[n] < pod.memory_mib:
             return False
-        if pod.gpu_models and st.nodes[n].gpu_model not in pod.gpu_models:
+        if not st.model_allows(n, pod.gpu_models):
             return False
         return int((st.gpu_free[n] >= pod.gpu_milli).sum()) >= pod.num_gpu
 
@@ -550,7 +550,7 @@ class PlacementQueue:
     def _fits_raw(self, pod: PodRequest, n: int, cpu: int, mem: int, gpu: np.ndarray) -> bool:
         if cpu < pod.cpu_milli or mem < pod.memory_mib:
             return False
-        if pod.gpu_models and self.state.nodes[n].gpu_model not in pod.gpu_models:
+        if not self.state.model_allows(n, pod.gpu_models):
             return False
         return int((gpu >= pod.gpu_milli).sum()) >= pod.num_gpu
 

@@ -354,7 +354,7 @@ class Scheduler(SchedulerState):
     def _convert(self, d: QueueDecision) -> list[Effect]:
         job = self._jobs[d.job_id]
         if isinstance(d, JobUnschedulable):
-            return [Waiting(job, d.reason, "")]
+            return [Waiting(job, d.reason, d.detail)]
         if isinstance(d, JobPreempted):
             by = self._jobs[d.by_job_id]
             return [Evicted(job, self._nodes[d.node].name, by.job_id, d.reason, by.tenant)]

@@ -1,0 +1,124 @@
+"""Real GPU names on the bus, billed by the cost-ledger running as its shipped user.
+
+The shipped-auth server (``auth_url``), the slicer's and the collector's own users publishing
+what they observe: GPUs named as NVML and GPU feature discovery name them, and one the price
+book cannot identify (an anonymised model of the Alibaba spot trace). Every one is billed; the
+unknown one at the book's fallback, flagged on its entries, counted in a metric and logged once.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.cost_ledger import core
+from seedance.cost_ledger.core.replica import LedgerReplica
+from seedance.cost_ledger.service import LedgerService
+from seedance.events import decode
+from seedance.events.cost import CostEntry, CostKind
+from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.subjects import slicing, telemetry
+from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
+from seedance.testing.workloads import START
+from tests.conftest import serving
+from tests.integration.conftest import shipped_password
+from tests.integration.ledger.test_ledger_service import caught_up, read_all
+
+CONFIG = core.LedgerConfig(retention_windows=288)
+# node, the name its GPUs report, the model it is billed as (None: unknown, the fallback)
+NODES = (
+    ("nvml-node", "NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("gfd-node", "NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB"),
+    ("spot-node", "GPU-series-1", None),
+)
+
+
+def bus_as(url: str, user: str) -> BusSettings:
+    return BusSettings(url=url, user=user, password=shipped_password(user), name=user)
+
+
+def inventory(node: str, model: str, n: int) -> NodeInventory:
+    return NodeInventory(
+        id=f"0190a000-0000-7000-8100-{n:012d}",
+        at=START, node=node, cpu_milli=8000, memory_mib=65536,
+        gpus=[GpuInfo(index=0, model=model, mem_total_mib=81920)],
+    )  # fmt: skip
+
+
+def placement(node: str, model: str, n: int) -> Placement:
+    return Placement(
+        id=f"0190a000-0000-7000-8000-{n:012d}", at=START, job_id=f"j{n}", tenant="acme",
+        node=node, gpu_model=model, kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
+    )  # fmt: skip
+
+
+def batch(node: str, minutes: int) -> GpuSampleBatch:
+    return GpuSampleBatch(
+        id=f"0190a000-0000-7000-9{minutes:03d}-{[n for n, _, _ in NODES].index(node):012d}",
+        at=START + timedelta(minutes=minutes), node=node,
+        gpus=[GpuSample(index=0, sm_active=0.5)],
+    )  # fmt: skip
+
+
+async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_fallback(
+    auth_url: str, unique: str
+) -> None:
+    admin = await Bus.connect(bus_as(auth_url, "admin"))
+    slicer = await Bus.connect(bus_as(auth_url, "slicer"))
+    collector = await Bus.connect(bus_as(auth_url, "telemetry-collector"))
+    book = core.default_price_book()
+    runtime = ServiceRuntime(
+        "cost-ledger", bus_as(auth_url, "cost-ledger"), registry=CollectorRegistry()
+    )
+    service = LedgerService(
+        runtime, LedgerReplica(book, CONFIG), name=f"ids{unique}", checkpoint_key=f"ids{unique}"
+    )
+    try:
+        await admin.ensure_streams()
+        with capture_logs() as logs:
+            async with serving(service):
+                for i, (node, name, _) in enumerate(NODES):
+                    await collector.publish(telemetry.inventory(node), inventory(node, name, i))
+                    await slicer.publish(
+                        slicing.subject("acme", "placement"), placement(node, name, i)
+                    )
+                for minutes in (5, 25):  # closes the first windows on each node's samples
+                    for node, _, _ in NODES:
+                        await collector.publish(telemetry.sample(node), batch(node, minutes))
+
+                # every input stepped and every output acked: nothing more will come
+                await caught_up(admin, service, 4 * len(NODES))
+                msgs = await read_all(admin, "SEEDANCE_COSTS")
+    finally:
+        for b in (admin, slicer, collector):
+            await b.close()
+    entries = [e for e in (decode(m.data) for m in msgs) if isinstance(e, CostEntry)]
+    window_h = CONFIG.window_s / 3600
+    for node, name, model in NODES:
+        usage = [e for e in entries if e.node == node and e.kind == CostKind.COMPUTE]
+        idle = [e for e in entries if e.node == node and e.kind == CostKind.IDLE]
+        assert usage, node
+        found = book.lookup(name)
+        per_window = core.micro_from_usd(found.usd_per_hour("on_demand") * window_h)
+        assert {e.cost_micro_usd for e in usage} == {per_window}, node
+        for e in usage + idle:
+            assert e.gpu_model == (model or name)
+            assert e.price_fallback is (model is None)
+            assert e.price_assumed is (model is None)
+        if model is None:
+            assert found.fallback
+            assert f"fallback:{name}" in usage[0].assumptions
+    registry = runtime.registry
+    assert registry.get_sample_value("seedance_cost_ledger_fallback_models") == 1
+    fallback_entries = registry.get_sample_value(
+        "seedance_cost_ledger_fallback_priced_entries_total", {"kind": "compute"}
+    )
+    assert fallback_entries == len(
+        [e for e in entries if e.price_fallback and e.kind == CostKind.COMPUTE]
+    )
+    logged = [r for r in logs if r["event"] == "gpu_model_priced_at_fallback"]
+    assert [r["gpu_model"] for r in logged] == ["GPU-series-1"]
+    assert logged[0]["on_demand_usd_per_hour"] == float(book.fallback.on_demand_usd_per_hour)

@@ -1,0 +1,142 @@
+"""One GPU identity (``seedance.events.gpus``): real names resolve; requests as users mean them."""
+
+from __future__ import annotations
+
+import pytest
+
+from seedance.events import gpus
+from seedance.events.gpus import canonical_model, identify, match_models
+from tests.fixtures.gpu_names.corpus import CORPUS
+
+KNOWN = [e for e in CORPUS if e.model != "unknown"]
+UNKNOWN = [e for e in CORPUS if e.model == "unknown"]
+
+
+def test_the_corpus_covers_every_kind_of_source() -> None:
+    assert {e.kind for e in CORPUS} == {"nvml", "gfd", "trace", "legacy", "device"}
+    assert all(e.seen for e in CORPUS)
+    assert UNKNOWN, "the corpus must hold names that do not resolve"
+
+
+@pytest.mark.parametrize("entry", KNOWN, ids=lambda e: f"{e.kind}:{e.name}")
+def test_every_real_name_resolves_to_its_model(entry) -> None:  # type: ignore[no-untyped-def]
+    got = identify(entry.name)
+    assert got.identity is not None, f"{entry.name!r} ({entry.seen}) did not resolve"
+    assert got.identity.model == entry.model
+    assert got.mig_profile == entry.mig_profile
+    assert got.shared == entry.shared
+
+
+@pytest.mark.parametrize("entry", UNKNOWN, ids=lambda e: e.name)
+def test_an_unknown_name_stays_unknown_and_keeps_its_name(entry) -> None:  # type: ignore[no-untyped-def]
+    got = identify(entry.name)
+    assert got.identity is None
+    assert not got.known
+    assert got.model == entry.name.strip()
+
+
+def test_normalisation_ignores_case_separators_vendor_and_token_order() -> None:
+    spellings = (
+        "nvidia a100 80gb pcie",
+        "NVIDIA_A100_PCIE_80GB",
+        "A100-PCIE-80GB",
+        "A100 PCIe 80GB",
+    )
+    for name in spellings:
+        assert canonical_model(name) == "A100-PCIE-80GB", name
+
+
+def test_a_neighbour_is_never_guessed() -> None:
+    # An A100 of a memory size NVIDIA never made, a new suffix: unknown, not "the nearest A100".
+    for name in ("NVIDIA A100-SXM4-64GB", "NVIDIA H100 96GB HBM3", "NVIDIA A100X"):
+        assert not identify(name).known, name
+
+
+def test_a_mig_device_keeps_its_profile_in_the_canonical_name() -> None:
+    assert canonical_model("NVIDIA-A100-SXM4-80GB-MIG-3g.40gb") == "A100-SXM4-80GB-MIG-3g.40gb"
+    me = canonical_model("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me")
+    assert me == "H100-SXM5-80GB-MIG-1g.10gb+me"
+    # the canonical name reads back to the same model and profile
+    again = identify(canonical_model("A100-SXM4-40GB-MIG-1g.5gb"))
+    assert again.identity is not None
+    assert again.identity.model == "A100-SXM4-40GB"
+    assert again.mig_profile == "1g.5gb"
+
+
+def test_every_alias_names_one_model_and_families_are_stated() -> None:
+    models = [g.model for g in gpus.GPU_MODELS]
+    assert len(models) == len(set(models))
+    for g in gpus.GPU_MODELS:
+        assert canonical_model(g.model) == g.model
+        for alias in g.aliases:
+            assert canonical_model(alias) == g.model, alias
+    assert {"V100", "T4", "A10G", "L4", "L40S", "A100", "H100", "H200", "B200", "GB200"} <= set(
+        gpus.families()
+    )
+
+
+def test_the_table_spans_volta_to_blackwell_with_memory_and_form() -> None:
+    archs = {g.architecture for g in gpus.GPU_MODELS}
+    assert {"Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell"} <= archs
+    for g in gpus.GPU_MODELS:
+        if not g.anonymised:
+            assert g.memory_gb, g.model
+    forms = {g.model: g.form_factor for g in gpus.GPU_MODELS if g.family == "H100"}
+    assert forms == {"H100-PCIE-80GB": "PCIe", "H100-SXM5-80GB": "SXM5", "H100-NVL-94GB": "NVL"}
+
+
+# ------------------------------------------------------------------------------ requests
+
+FLEET = ["T4", "A100", "G2", "V100M32", "NVIDIA A100-PCIE-40GB", "NVIDIA H100 NVL", "GPU-series-1"]
+
+
+@pytest.mark.parametrize(
+    ("request_", "matched"),
+    [
+        (["t4"], ("T4",)),
+        (["T4"], ("T4",)),
+        (["a100"], ("A100", "NVIDIA A100-PCIE-40GB")),
+        (["A100-80GB"], ("A100",)),
+        (["a100-pcie"], ("NVIDIA A100-PCIE-40GB",)),
+        (["NVIDIA-A100-SXM4-80GB"], ("A100",)),
+        (["h100"], ("NVIDIA H100 NVL",)),
+        (["h100-sxm"], ()),
+        (["v100"], ("V100M32",)),
+        (["g2"], ("G2",)),
+        (["gpu-series-1"], ("GPU-series-1",)),
+        (["b200"], ()),
+        (["t4", "g2"], ("G2", "T4")),
+    ],
+)
+def test_a_request_means_what_a_user_means(request_: list[str], matched: tuple[str, ...]) -> None:
+    assert match_models(request_, FLEET).matched == matched
+
+
+def test_the_answer_says_what_matched_what_did_not_and_what_there_is() -> None:
+    m = match_models(["t4", "b200", "tpu-v5"], FLEET)
+    assert m.by_request == {"t4": ("T4",), "b200": (), "tpu-v5": ()}
+    assert m.unknown == ("tpu-v5",)
+    none = match_models(["b200"], ["T4", "A100"])
+    assert none.matched == ()
+    assert none.reason(["T4", "A100"]) == (
+        "gpu_models [b200] match none of the fleet's models: "
+        "A100 (A100-SXM4-80GB), T4 (T4-PCIE-16GB)"
+    )
+
+
+def test_an_unknown_qualifier_is_not_dropped() -> None:
+    # "a100-64gb" is no A100 there is: it must not widen to every A100.
+    assert match_models(["a100-64gb"], FLEET).matched == ()
+    assert match_models(["a100-fast"], FLEET).matched == ()
+
+
+def test_the_public_surface_is_pinned() -> None:
+    assert sorted(gpus.__all__) == [
+        "GPU_MODELS", "GpuIdentity", "ModelMatch", "ReportedGpu", "canonical_model", "families",
+        "identify", "match_models", "name_key",
+    ]  # fmt: skip
+
+
+def test_name_key_compares_any_name_without_resolving_it() -> None:
+    assert gpus.name_key("gpu_series 1") == gpus.name_key("GPU-series-1") == "GPU-SERIES-1"
+    assert gpus.name_key("NVIDIA-A100-SXM4-80GB-MIG-3g.40gb") == "A100-SXM4-80GB"

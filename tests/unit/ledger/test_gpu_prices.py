@@ -1,0 +1,201 @@
+"""The price book keyed by the GPU identity: every real name priced, sources, the fallback."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import sys
+from fractions import Fraction
+
+import pytest
+
+from seedance.cost_ledger.core import (
+    PriceBookError,
+    default_price_book,
+    parse_price_book,
+    price_summary,
+)
+from seedance.events.gpus import GPU_MODELS
+from tests.fixtures.gpu_names.corpus import CORPUS
+
+from .conftest import BOOK_TOML
+
+BOOK = default_price_book()
+KNOWN = [e for e in CORPUS if e.model != "unknown"]
+
+
+@pytest.mark.parametrize("entry", KNOWN, ids=lambda e: f"{e.kind}:{e.name}")
+def test_every_real_name_is_priced_as_its_canonical_model(entry) -> None:  # type: ignore[no-untyped-def]
+    found = BOOK.lookup(entry.name)
+    assert not found.fallback, f"{entry.name!r} ({entry.seen}) fell back"
+    assert found.identified == entry.model
+    if entry.widely_rented:
+        assert not found.assumed, f"{entry.name}: {found.price.source}"
+        assert found.price.source
+
+
+@pytest.mark.parametrize("entry", [e for e in CORPUS if e.model == "unknown"], ids=str)
+def test_an_unknown_name_is_billed_at_the_fallback_and_flagged(entry) -> None:  # type: ignore[no-untyped-def]
+    found = BOOK.lookup(entry.name)
+    assert found.fallback
+    assert found.assumed
+    assert found.identified is None
+    assert found.model == entry.name
+    assert found.usd_per_hour("on_demand") == BOOK.fallback.on_demand_usd_per_hour
+    assert price_summary(found).startswith("model=unknown ")
+    assert price_summary(found).endswith(" assumed=true fallback=true")
+
+
+def test_every_data_center_gpu_from_volta_to_blackwell_has_a_price_with_its_source() -> None:
+    for gpu in GPU_MODELS:
+        price = BOOK.gpu(gpu.model)
+        assert price.source, gpu.model
+        if price.price_assumed:
+            assert price.source.startswith("assumption:"), gpu.model
+        else:
+            # a cited price names where it was read
+            assert "github.com" in price.source or "https://" in price.source, gpu.model
+        assert price.purchase_source.startswith("assumption:"), gpu.model
+        if gpu.memory_gb is not None:
+            assert price.gpu_memory_gb == gpu.memory_gb, gpu.model
+        if gpu.mig_capable and gpu.memory_gb is not None:
+            assert price.mig_memory_gb == gpu.memory_gb, gpu.model
+    for required in ("A10G-PCIE-24GB", "L4-PCIE-24GB", "L40S-PCIE-48GB", "H200-SXM-141GB"):
+        assert not BOOK.gpu(required).price_assumed
+    assert BOOK.knows("B200")
+
+
+def test_the_fallback_is_what_the_book_says_it_is() -> None:
+    cited = [g.on_demand_usd_per_hour for g in BOOK.gpus.values() if not g.price_assumed]
+    assert f"({len(cited)} of them" in BOOK.fallback.source
+    assert BOOK.fallback.on_demand_usd_per_hour == statistics.median_low(sorted(cited))
+    assert BOOK.fallback.price_assumed
+
+
+def test_china_market_parts_are_priced_as_their_international_siblings() -> None:
+    for part, sibling in (("H800", "H100"), ("A800-SXM4-80GB", "A100-SXM4-80GB"), ("H20", "H100")):
+        found = BOOK.lookup(part)
+        assert found.assumed
+        assert "sibling" in found.price.source
+        assert found.usd_per_hour("on_demand") == BOOK.usd_per_gpu_hour(sibling, "on_demand")
+
+
+def test_a_mig_device_named_as_a_gpu_costs_its_share_of_the_parent() -> None:
+    parent = BOOK.usd_per_gpu_hour("NVIDIA A100-SXM4-80GB", "on_demand")
+    share = BOOK.lookup("NVIDIA-A100-SXM4-80GB-MIG-3g.40gb")
+    assert share.share == Fraction(1, 2) * Fraction(3, 7) + Fraction(1, 2) * Fraction(4, 8)
+    assert share.usd_per_hour("on_demand") == parent * share.share
+    # 7 x 1g.10gb do not add up to the whole GPU: the unusable memory eighth is idle
+    small = BOOK.lookup("NVIDIA A100-SXM4-80GB MIG 1g.10gb")
+    assert 7 * small.usd_per_hour("on_demand") < parent
+
+
+def test_a_user_book_keys_by_any_name_and_adds_aliases() -> None:
+    book = parse_price_book(
+        BOOK_TOML
+        + """
+[gpu.NVIDIA-A100-SXM4-80GB]
+source = "our contract"
+on_demand_usd_per_hour = "2.5"
+reserved_usd_per_hour = "2"
+spot_usd_per_hour = "1"
+purchase_usd = "15000"
+lifetime_years = "4"
+hosting_overhead_fraction = "0.2"
+
+[gpu.series-1]
+source = "our contract"
+aliases = ["GPU-series-1"]
+on_demand_usd_per_hour = "1.5"
+reserved_usd_per_hour = "1"
+spot_usd_per_hour = "0.5"
+purchase_usd = "5000"
+lifetime_years = "4"
+hosting_overhead_fraction = "0.2"
+"""
+    )
+    assert "A100-SXM4-80GB" in book.gpus
+    assert book.lookup("A100").model == "A100-SXM4-80GB"
+    assert book.usd_per_gpu_hour("Tesla A100-SXM4-80GB", "on_demand") == Fraction(5, 2)
+    found = book.lookup("gpu_series 1")
+    assert (found.model, found.fallback) == ("series-1", False)
+    assert book.gpu("A100-SXM4-80GB").mig_memory_gb == 80  # a fact from the identity
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            '[gpu.A100]\nsource = "a"\non_demand_usd_per_hour = "1"\nreserved_usd_per_hour = "1"\n'
+            'spot_usd_per_hour = "1"\npurchase_usd = "1"\nlifetime_years = "1"\n'
+            'hosting_overhead_fraction = "0"\n'
+            '[gpu.NVIDIA-A100-SXM4-80GB]\nsource = "b"\non_demand_usd_per_hour = "1"\n'
+            'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'
+            'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n',
+            "gpu.NVIDIA-A100-SXM4-80GB and gpu.A100 are one model, A100-SXM4-80GB",
+        ),
+        (
+            '[gpu.T4]\nsource = "a"\naliases = ["NVIDIA L4"]\non_demand_usd_per_hour = "1"\n'
+            'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'
+            'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n',
+            "gpu.T4.aliases: 'NVIDIA L4' is the GPU L4-PCIE-24GB, not T4-PCIE-16GB",
+        ),
+        (
+            '[gpu.T4]\non_demand_usd_per_hour = "1"\nreserved_usd_per_hour = "1"\n'
+            'spot_usd_per_hour = "1"\npurchase_usd = "1"\nlifetime_years = "1"\n'
+            'hosting_overhead_fraction = "0"\n',
+            "gpu.T4.source is missing: a price is price_assumed = false only with a source",
+        ),
+        (
+            '[fallback]\nsource = "x"\non_demand_usd_per_hour = "1"\nreserved_usd_per_hour = "1"\n'
+            'spot_usd_per_hour = "1"\npurchase_usd = "1"\nlifetime_years = "1"\n'
+            'hosting_overhead_fraction = "0"\n',
+            "fallback.price_assumed = false: a fallback price is assumed",
+        ),
+        (
+            '[gpu.Tesla-T4-SHARED]\nsource = "a"\non_demand_usd_per_hour = "1"\n'
+            'reserved_usd_per_hour = "1"\nspot_usd_per_hour = "1"\npurchase_usd = "1"\n'
+            'lifetime_years = "1"\nhosting_overhead_fraction = "0"\n',
+            "gpu.Tesla-T4-SHARED: 'Tesla-T4-SHARED' names a MIG device or a shared GPU",
+        ),
+    ],
+)
+def test_a_user_book_is_refused_naming_what_is_wrong(extra: str, message: str) -> None:
+    with pytest.raises(PriceBookError) as info:
+        parse_price_book(BOOK_TOML + "\n" + extra)
+    assert message in str(info.value)
+
+
+def test_a_book_without_fallback_states_what_unknown_gpus_cost() -> None:
+    book = parse_price_book(BOOK_TOML)
+    assert book.fallback.on_demand_usd_per_hour == 2  # X, its dearest
+    assert "dearest GPU, X" in book.fallback.source
+
+
+def test_the_prices_command_prints_one_line_per_name() -> None:
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "seedance.cost_ledger", "prices",
+            "--gpu-model", "NVIDIA A100-SXM4-80GB", "--gpu-model", "Tesla-T4",
+            "--gpu-model", "GPU-series-1",
+        ],
+        capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    lines = out.stdout.splitlines()
+    names = ("NVIDIA A100-SXM4-80GB", "Tesla-T4", "GPU-series-1")
+    assert lines == [price_summary(BOOK.lookup(n)) for n in names]
+    pattern = re.compile(
+        r"^model=(\S+) on_demand=(\d+\.\d{6}) reserved=\d+\.\d{6} spot=\d+\.\d{6} "
+        r"on_prem=\d+\.\d{6} assumed=(true|false) fallback=(true|false)$"
+    )
+    got = [pattern.match(line) for line in lines]
+    assert all(got), lines
+    # the A100's price is AWS p4de.24xlarge's $27.44705/h over its 8 GPUs, to the micro-dollar
+    assert [(m.group(1), m.group(3), m.group(4)) for m in got if m] == [
+        ("A100-SXM4-80GB", "false", "false"),
+        ("T4-PCIE-16GB", "false", "false"),
+        ("unknown", "true", "true"),
+    ]
+    assert got[0] is not None
+    assert Fraction(got[0].group(2)) == round(Fraction("27.44705") / 8 * 10**6) / Fraction(10**6)
