@@ -40,9 +40,9 @@ def test_the_short_scale_bench_ingests_fills_decides_binds_gangs_and_restores() 
     assert int(figures["nodes"]) == 400
     assert int(figures["gpus"]) > 400
     assert int(figures["running"]) > 0
-    assert float(figures["ingest_s"]) > 0
+    assert float(figures["ingest_s"]) >= 0  # the bench waits until the slicer acknowledged all
     assert int(figures["gang_gpus"]) == 32
-    assert float(figures["gang_bound_max_s"]) >= float(figures["gang_bound_p50_s"]) > 0
+    assert float(figures["gang_bound_max_s"]) >= float(figures["gang_bound_p50_s"]) >= 0
     assert float(figures["snapshot_ms_p99"]) > 0
     assert float(figures["restore_s"]) > 0
     assert float(figures["slicer_rss_mb"]) > 0
@@ -55,5 +55,8 @@ def test_the_short_scale_bench_ingests_fills_decides_binds_gangs_and_restores() 
     sent = int(step.split("sent ")[1].split(",")[0])
     decided = int(step.split("decided ")[1].split(",")[0])
     assert decided == sent > 0, step
+    # Every gang was bound whole (the bench raises when one is not within its timeout).
+    assert "gang0: bound in" in log
+    assert "gang1: bound in" in log
     assert "restore: " in log
     assert done.returncode == 0, done.stderr[-3000:]

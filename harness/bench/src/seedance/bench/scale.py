@@ -521,8 +521,8 @@ async def run_fleet(
         f"decisions_per_s={best.achieved if best else 0:.0f} "
         f"decide_p99_ms={best.p99_ms if best else float('nan'):.1f} "
         f"gang_gpus={args.gang_members * GANG_GPUS} "
-        f"gang_bound_p50_s={statistics.median(times):.2f} "
-        f"gang_bound_max_s={max(times):.2f} snapshot_ms_p99={snap_ms:.2f} "
+        f"gang_bound_p50_s={statistics.median(times):.3f} "
+        f"gang_bound_max_s={max(times):.3f} snapshot_ms_p99={snap_ms:.2f} "
         f"restore_s={restore_s:.2f} slicer_rss_mb={rss:.0f}"
     )
 
