@@ -28,3 +28,10 @@ bench-slicer-queue: install  ## slicer: queueing replay, P95 wait vs FIFO first-
 .PHONY: bench-slicer-snapshot
 bench-slicer-snapshot: install data  ## slicer: per-batch snapshot cost, ~1,800 running jobs on 260 trace nodes
 	nice -n 10 $(PY) -m tools.bench.bench_slicer_snapshot --data $(SLICER_DATA)
+
+SCALE_NODES = $(SEEDANCE_DATA_DIR)/alibaba-spot-gpu-2026/node_info_df.csv
+SCALE_PODS = $(SEEDANCE_DATA_DIR)/alibaba-gpu-v2023/openb_pod_list_default.csv
+
+.PHONY: bench-scale
+bench-scale: install data  ## slicer: ingest, decisions/s, 1,024-GPU gangs, state cost on the 4,278- and 17,112-node spot fleets (bus path)
+	nice -n 10 $(PY) -m tools.bench.bench_scale --nodes $(SCALE_NODES) --pods $(SCALE_PODS) $(SCALE_ARGS)

@@ -20,6 +20,7 @@ TESTS = Path(__file__).resolve().parents[1]
 # and golden tests import).
 PATH_LINKS = {
     "e2e/test_bench_k8s.py": "runs the bench's CI form through its entry point, as make does",
+    "e2e/test_bench_scale.py": "runs the bench's CI form through its entry point, as make does",
     "e2e/test_chaos_tenants.py": "runs the soak's entry point (`-m tools.bench...`) as a process",
     "e2e/test_demo_exports.py": "runs `make demo`'s entry point (`-m tools.demo`), short",
     "e2e/test_demo_readme.py": "runs `make demo`'s entry point (`-m tools.demo`), short",

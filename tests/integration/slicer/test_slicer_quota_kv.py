@@ -19,10 +19,11 @@ import yaml
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.kv import ensure_bucket
+from seedance.core.state_store import StateStore
 from seedance.events.slicing import Placement, Unschedulable
 from seedance.events.subjects import POLICY_BUCKET, QUOTA_POLICY_KEY, quota_usage_key
 from seedance.k8s_bridge.core.policy import TENANT_QUOTA, merge_usage, reconcile, tenant_entry
-from seedance.slicer.durable import unpack_state
+from seedance.slicer.durable import SlicerState
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.paths import REPO
@@ -176,9 +177,14 @@ async def test_the_snapshot_carries_the_policy_to_a_restart_and_a_standby(
             for i in range(3):
                 await submit(bus, t, f"c{i}", gpus=1, minute=i)
             await d.wait(lambda: [e.reason for e in d.of(Unschedulable, "c2")] == ["over_quota"])
-            state = await (await ensure_bucket(bus, "seedance-slicer-state")).get(f"pool.p{unique}")
-            snap = unpack_state(state.value or b"")
-            assert snap.quota_doc == policy
+            saved = SlicerState(
+                await StateStore.open(bus, "seedance-slicer-state", f"pool.p{unique}"),
+                legacy_key=f"pool.p{unique}",
+                config=first._config,
+                parse_quota=first._saved_quota,
+            )
+            await saved.load()
+            assert saved.quota_doc == policy
             await first.stop()
             await until(lambda: second.leading, 30)
             # the standby restored the state and the policy it was decided under: nothing to

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
+from seedance.core.state_store import StateStore
 from seedance.events import Event, decode, new_event_id
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
@@ -30,6 +31,8 @@ from seedance.events.slicing import (
 )
 from seedance.events.subjects import CONSUMERS, costs, jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory
+from seedance.slicer.core import JobSpec
+from seedance.slicer.durable import SlicerState
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.waits import eventually
@@ -362,17 +365,18 @@ async def test_a_batch_that_fails_to_persist_is_replayed_with_the_same_decisions
     await add_nodes(bus, inventory(f"n0-{unique}", 4))
     async with slicer(nats_url, unique) as svc:
         await eventually(_is(lambda: svc.leading))
-        real_save = svc._save
+        store = svc.state.store
+        real_commit = store.commit
         failures: list[int] = []
 
-        async def flaky_save(data: bytes, outbox: Any) -> None:
-            # The snapshot write fails once: the batch is rolled back and redelivered.
+        async def flaky_commit(changes: Any) -> None:
+            # The state's commit fails once: the batch is rolled back and redelivered.
             if not failures:
                 failures.append(1)
                 raise ConnectionError("KV unavailable")
-            await real_save(data, outbox)
+            await real_commit(changes)
 
-        svc._save = flaky_save  # type: ignore[method-assign]
+        store.commit = flaky_commit  # type: ignore[method-assign]
         for i in range(3):
             await submit(bus, t, f"j{i}", gpus=1, minute=i)
         await d.wait(lambda: len({p.job_id for p in d.of(Placement)}) == 3)
@@ -395,3 +399,61 @@ def _is(pred: Callable[[], bool]) -> Callable[[], Any]:
         return pred()
 
     return check
+
+
+async def test_decisions_committed_but_not_published_go_out_once_from_the_next_leader(
+    nats_url: str, env: tuple[Bus, Decisions], unique: str
+) -> None:
+    """A leader that dies after its commit and before its publish: the next one restores the
+    outbox with the state and publishes it; nothing is decided twice."""
+    bus, d = env
+    t = f"t{unique}"
+    await add_nodes(bus, inventory(f"n0-{unique}", 2))
+    async with slicer(nats_url, unique, replica="a") as first:
+        await eventually(_is(lambda: first.leading))
+
+        async def cut(*args: Any, **kw: Any) -> None:
+            raise ConnectionError("the process died before publishing")
+
+        first._rt.bus.publish_many = cut  # type: ignore[method-assign]
+        await submit(bus, t, "j0", gpus=1)
+        await eventually(_is(lambda: first.scheduler.running_ids == ["j0"]))
+        assert [subj for subj, _ in first.state.outbox] == [f"seedance.slicing.{t}.placement"]
+        assert not d.of(Placement)
+    async with slicer(nats_url, unique, replica="b") as second:
+        await d.wait(lambda: len(d.of(Placement, "j0")) == 1)
+        await submit(bus, t, "j1", gpus=1, minute=2)
+        await d.wait(lambda: len(d.of(Placement, "j1")) == 1)
+        assert sorted(second.scheduler.running_ids) == ["j0", "j1"]
+    stream = await placements_in_stream(bus, t)
+    assert sorted(p.job_id for p in stream) == ["j0", "j1"]
+    assert len({(p.node, p.gpus[0].index) for p in stream}) == 2
+
+
+async def test_a_leader_whose_state_another_leader_moved_on_reloads_it_and_doubles_nothing(
+    nats_url: str, env: tuple[Bus, Decisions], unique: str
+) -> None:
+    """A split brain: another writer commits to the pool's state behind the leader's back.
+    The leader's next commit fails compare-and-set, it reloads the other's state and decides
+    its batch again on it."""
+    bus, d = env
+    t = f"t{unique}"
+    await add_nodes(bus, inventory(f"n0-{unique}", 2))
+    async with slicer(nats_url, unique) as svc:
+        await eventually(_is(lambda: svc.leading))
+        await submit(bus, t, "j0", gpus=1)
+        await d.wait(lambda: len(d.of(Placement, "j0")) == 1)
+        # The other writer: the same state, loaded from the store, one job placed and committed.
+        other = SlicerState(
+            await StateStore.open(bus, "seedance-slicer-state", f"pool.p{unique}"),
+            legacy_key=f"pool.p{unique}",
+            config=svc._config,
+            parse_quota=svc._saved_quota,
+        )
+        await other.load()
+        other.scheduler.submit(JobSpec(job_id="ghost", tenant=t, gpus=1), 1e9)
+        await other.commit()
+        await submit(bus, t, "j1", gpus=1, minute=2)
+        await d.wait(lambda: bool(d.of(Unschedulable, "j1")))
+        assert sorted(svc.scheduler.running_ids) == ["ghost", "j0"]
+        assert not d.of(Placement, "j1")  # the GPU the other writer took is not given twice

@@ -15,16 +15,18 @@ from typing import Any
 
 import msgspec
 import pytest
+from nats.js.errors import KeyNotFoundError
 
 from seedance.core import Bus
 from seedance.core.kv import ensure_bucket
+from seedance.core.state_store import StateStore
 from seedance.events import decode, encode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobFinished, JobStarted, JobSubmitted, ResourceRequest
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.events.subjects import dlq, jobs, observed
 from seedance.slicer.core import Scheduler
-from seedance.slicer.durable import unpack_state
+from seedance.slicer.core.entries import Globals, snapshot_of
 from tests.integration.slicer.test_slicer_service import (
     T0,
     Decisions,
@@ -329,9 +331,15 @@ async def test_a_snapshot_of_the_job_id_keyed_slicer_is_migrated_on_first_start(
             await end(bus, "acme", "mig-1")
             await d.wait(lambda: bool(of(d, JobReleased, "acme", "mig-1")))
             assert ("acme", "mig-1") not in svc.scheduler.running_jobs
-        # The migrated state was written back as version 2.
-        entry = await kv.get(f"pool.p{unique}")
-        snap = unpack_state(entry.value or b"")
-        assert msgspec.msgpack.decode(snap.engine)["version"] == 2
+            final = svc.scheduler.snapshot()
+        # The migrated state lives in the store as entries (version 3); the old key is gone.
+        with pytest.raises(KeyNotFoundError):
+            await kv.get(f"pool.p{unique}")
+        store = await StateStore.open(bus, "seedance-slicer-state", f"pool.p{unique}")
+        assert await store.load()
+        assert msgspec.msgpack.decode(store.entries["g"], type=Globals).version == 3
+        own = {k: v for k, v in store.entries.items() if not k.startswith("~")}
+        assert snapshot_of(own) == final
+        assert {r.job_id for r in final.running} == {"acme/train-2", "globex/g-1"}
     finally:
         await d.close()

@@ -94,3 +94,38 @@ def test_index_and_predicted_deltas_match_the_definition() -> None:
         idx.sync()
         assert np.allclose(idx.frag, _reference_frag(st, wl))
         assert np.isclose(predicted[0], idx.frag[res.node])
+
+
+def test_an_index_borrowed_from_another_workloads_equals_a_fresh_one() -> None:
+    rng = np.random.default_rng(3)
+    nodes = [
+        node(f"n{i}", gpus=int(g), model=m) for i, (g, m) in enumerate([(8, "G2"), (2, "T4")] * 6)
+    ]
+
+    def pods(k: int) -> list[PodRequest]:
+        shares = rng.choice([120, 250, 500, 810, 1000], size=k)
+        models = [frozenset({"T4"}) if i % 5 == 0 else frozenset() for i in range(k)]
+        return [
+            PodRequest(cpu_milli=1000, memory_mib=1, num_gpu=1, gpu_milli=int(s), gpu_models=m)
+            for s, m in zip(shares, models, strict=True)
+        ] + [PodRequest(cpu_milli=1000, memory_mib=1, num_gpu=2, gpu_milli=1000)]
+
+    st = ClusterState(nodes)
+    old = FragmentationIndex(st, TargetWorkload.from_pods(pods(20), coverage=1.0))
+    ff = FirstFit()
+    placed = 0
+    for pod in pods(30):
+        res = ff.place(st, pod)
+        if isinstance(res, NodeGpus):
+            st.apply(pod, res)
+            placed += 1
+            if placed % 3 == 0:
+                old.sync()  # the old index is left stale for some rows, as a live one is
+    wl = TargetWorkload.from_pods(pods(25), coverage=1.0)  # some shapes shared, some new
+    borrowed, fresh = FragmentationIndex(st, wl, old), FragmentationIndex(st, wl)
+    n = len(st)
+    for name in ("cnt", "part", "host_ok"):
+        assert np.array_equal(getattr(borrowed, name)[:n], getattr(fresh, name)[:n]), name
+    assert np.array_equal(borrowed.tot[:n], fresh.tot[:n])
+    assert np.allclose(borrowed.frag[:n], fresh.frag[:n])
+    assert np.allclose(borrowed.frag[:n], _reference_frag(st, wl))

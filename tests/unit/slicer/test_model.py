@@ -66,3 +66,21 @@ def test_feasible_checks_cpu_memory_share_and_model() -> None:
     st.gpu_free[1] = 400
     assert st.feasible(t4_only).tolist() == [False, False, True]
     assert np.array_equal(st.model_mask(["T4"]), [True, False, False])
+
+
+def test_nodes_join_and_are_re_described_in_place_and_model_matches_follow() -> None:
+    st = ClusterState([node("t0", gpus=2, model="T4")])
+    assert not st.model_mask({"a100"}).any()  # memoised: the fleet has no A100 yet
+    i = st.add_node(node("a0", gpus=8, model="NVIDIA A100-SXM4-80GB"))
+    assert i == 1
+    assert list(st.model_mask({"a100"})) == [False, True]
+    assert list(st.model_mask({"t4"})) == [True, False]
+    for k in range(2, 40):  # past the buffers' first doubling
+        st.add_node(node(f"t{k}", gpus=1, model="T4"))
+    assert len(st) == 40
+    assert st.gpu_capacity_milli == (2 + 8 + 38) * 1000
+    hw = int(st.hw_version[0])
+    st.replace_node(0, node("t0", gpus=4, model="T4"))
+    assert int(st.hw_version[0]) == hw + 1
+    assert st.gpu_count[0] == 4
+    assert list(st.gpu_free[0, :5]) == [1000, 1000, 1000, 1000, 0]

@@ -1,12 +1,17 @@
-"""Micro-benchmark of the slicer's per-batch snapshot (`Scheduler.snapshot` / `to_bytes`).
+"""Micro-benchmark of what the slicer writes per batch: the changed entries, not the whole state.
 
-Owns one measurement: a `Scheduler` on the first `--nodes` GPU nodes of the Alibaba GPU trace
-v2023 (openb), filled with the trace's pods until about `--running` jobs run, then `--batches`
-rounds of "one job ends, one is submitted, snapshot", as the service does after every batch.
-It prints the mean time of `snapshot()`, of its msgpack encoding, and of both per batch, and,
-as the anchor measured in the same run, `snapshot()` with its kept running records dropped
-before each call (every record built afresh, as before they were kept), with the ratio. It
-must not change the scheduler's decisions or touch the bus.
+Owns one measurement, in process and without the bus: a `Scheduler` on the Alibaba GPU trace
+v2023 (openb) GPU nodes (the list copied `--copies` times), filled with the trace's pods until
+about `--running` jobs run, then `--batches` rounds of "`--per-batch` jobs end, as many are
+submitted", as the service's batches do. Per batch it times what the service writes now:
+`state_changes()` and the deflated journal record (`seedance.core.state_store.encode_records`),
+and, as the anchor measured in the same run, what it wrote before: the whole state as one value
+(`to_bytes`) deflated. It prints both per batch (mean and p99) with the ratio, and checks that
+the entries written reproduce the state. It must not change the scheduler's decisions or touch
+the bus.
+
+Last line: ``slicer_snapshot: running=<n> nodes=<n> batch_ms_p99=<n> whole_ms_p99=<n>
+record_bytes_mean=<n> whole_bytes=<n> ratio=<n>``.
 """
 
 from __future__ import annotations
@@ -14,41 +19,47 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import zlib
 from pathlib import Path
 
+import numpy as np
+
+from seedance.core.state_store import encode_records
+from seedance.slicer.core.entries import snapshot_of
 from seedance.slicer.core.inputs import GpuSpec, JobSpec, NodeSpec
 from seedance.slicer.core.scheduler import Scheduler
-from seedance.slicer.core.snapshot import encode_snapshot
 from seedance.traces import alibaba
 
 __all__ = ["main"]
 
 
-def _nodes(path: Path, count: int) -> list[NodeSpec]:
+def _nodes(path: Path, count: int, copies: int) -> list[NodeSpec]:
     rows = [r for r in alibaba.read_nodes(path) if r.gpu > 0][:count]
     return [
         NodeSpec(
-            name=r.sn,
+            name=f"{r.sn}-{c}" if copies > 1 else r.sn,
             cpu_milli=r.cpu_milli,
             memory_mib=r.memory_mib,
             gpus=tuple(GpuSpec(model=r.model or "none") for _ in range(r.gpu)),
         )
+        for c in range(copies)
         for r in rows
     ]
 
 
 def _jobs(path: Path) -> list[JobSpec]:
+    pods = [p for p in alibaba.read_pods(path) if p.num_gpu <= 8]
     return [
         JobSpec(
-            job_id=p.name,
+            job_id=f"{p.name}-{i}",
             tenant="t",
             gpus=p.num_gpu,
             gpu_milli=p.gpu_milli if p.num_gpu else 1000,
             cpu_milli=p.cpu_milli,
             memory_mib=p.memory_mib,
         )
-        for p in alibaba.read_pods(path)
-        if p.num_gpu <= 8
+        for i in range(1000)
+        for p in pods
     ]
 
 
@@ -58,42 +69,63 @@ def main(argv: list[str] | None = None) -> int:
         "--data", type=Path, required=True, help="the Alibaba trace folder (alibaba-gpu-v2023)"
     )
     ap.add_argument("--nodes", type=int, default=260)
+    ap.add_argument("--copies", type=int, default=1)
     ap.add_argument("--running", type=int, default=1800)
     ap.add_argument("--batches", type=int, default=300)
+    ap.add_argument("--per-batch", type=int, default=20)
     args = ap.parse_args(argv)
     s = Scheduler()
-    for n in _nodes(args.data / "openb_node_list_gpu_node.csv", args.nodes):
+    for n in _nodes(args.data / "openb_node_list_gpu_node.csv", args.nodes, args.copies):
         s.upsert_node(n, 0.0)
     jobs = iter(_jobs(args.data / "openb_pod_list_default.csv"))
     now = 0.0
     while len(s.running_jobs) < args.running:
         now += 1.0
         s.submit(next(jobs), now)
+    copy = s.state_entries()
+    s.state_changes()
     running = list(s.running_jobs)
-    snap_s = enc_s = fresh_s = 0.0
+    batch_s: list[float] = []
+    whole_s: list[float] = []
+    sizes: list[int] = []
+    whole_bytes = 0
     for i in range(args.batches):
-        now += 1.0
-        tenant, job_id = running[i % len(running)]
-        s.finish(tenant, job_id, now)
-        s.submit(next(jobs), now)
+        for k in range(args.per_batch):
+            now += 1.0
+            tenant, job_id = running[(i * args.per_batch + k) % len(running)]
+            s.finish(tenant, job_id, now)
+            s.submit(next(jobs), now)
+        running = list(s.running_jobs) if i % 50 == 49 else running
         t0 = time.perf_counter()
-        snap = s.snapshot()
+        changes = s.state_changes()
+        records = encode_records(i, changes)
         t1 = time.perf_counter()
-        encode_snapshot(snap)
+        whole = zlib.compress(s.to_bytes(), 1)
         t2 = time.perf_counter()
-        snap_s += t1 - t0
-        enc_s += t2 - t1
-        s._saved = {}  # the anchor: nothing kept (its snapshot keeps them again)
-        t3 = time.perf_counter()
-        fresh = s.snapshot()
-        fresh_s += time.perf_counter() - t3
-        assert fresh == snap
-    b = args.batches
+        batch_s.append(t1 - t0)
+        whole_s.append(t2 - t1)
+        sizes.append(sum(len(r) for r in records))
+        whole_bytes = len(whole)
+        for key, value in changes.items():
+            if value is None:
+                copy.pop(key, None)
+            else:
+                copy[key] = value
+    assert snapshot_of(copy) == s.snapshot(), "the entries written do not reproduce the state"
+    b_p99 = float(np.percentile(batch_s, 99)) * 1e3
+    w_p99 = float(np.percentile(whole_s, 99)) * 1e3
     print(
         f"slicer snapshot: {len(s.running_jobs)} running on {len(s.node_names)} nodes, "
-        f"{b} batches: snapshot {snap_s / b * 1e3:.2f} ms, encode {enc_s / b * 1e3:.2f} ms, "
-        f"to_bytes {(snap_s + enc_s) / b * 1e3:.2f} ms per batch; anchor (nothing kept): "
-        f"snapshot {fresh_s / b * 1e3:.2f} ms, {fresh_s / snap_s:.1f}x"
+        f"{args.batches} batches of {args.per_batch} ends + {args.per_batch} submits: "
+        f"changed entries {np.mean(batch_s) * 1e3:.2f} ms mean / {b_p99:.2f} ms p99, "
+        f"{np.mean(sizes) / 1024:.1f} KiB; anchor (whole state, deflated): "
+        f"{np.mean(whole_s) * 1e3:.2f} ms mean / {w_p99:.2f} ms p99, {whole_bytes / 1024:.0f} KiB"
+    )
+    print(
+        f"slicer_snapshot: running={len(s.running_jobs)} nodes={len(s.node_names)} "
+        f"batch_ms_p99={b_p99:.2f} whole_ms_p99={w_p99:.2f} "
+        f"record_bytes_mean={np.mean(sizes):.0f} whole_bytes={whole_bytes} "
+        f"ratio={b_p99 / w_p99:.3f}"
     )
     return 0
 

@@ -7,6 +7,8 @@ collector, or the node agent for per-pod shares) on that node's subject, never b
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from seedance.events.base import Event, UtcDatetime
@@ -68,6 +70,12 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True):
     nvlink_domain: str | None = None
 
 
+#: A Kubernetes label key (an optional DNS-subdomain prefix of at most 253 characters, "/", a
+#: name of at most 63) and value (at most 63).
+NodeLabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=317)]
+NodeLabelValue = Annotated[str, msgspec.Meta(max_length=63)]
+
+
 class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
     """What a node has. Published at start and whenever it changes."""
 
@@ -77,6 +85,12 @@ class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
     memory_mib: int
     gpus: list[GpuInfo]
     simulated: bool = False
+    #: The node's labels that place it in the network: its topology domains (a multi-node
+    #: NVLink clique such as GPU feature discovery's ``nvidia.com/gpu.clique``, a rack, a
+    #: block: the labels Kueue's and KAI's topology-aware scheduling read). Empty: unknown.
+    labels: Annotated[dict[NodeLabelKey, NodeLabelValue], msgspec.Meta(max_length=64)] = (
+        msgspec.field(default_factory=dict)
+    )
 
 
 class GpuHealth(Event, frozen=True, kw_only=True, tag="gpu.health.v1"):

@@ -1,52 +1,61 @@
-"""The slicer's durable state: the one KV value a pool's leader writes after every batch.
+"""The slicer's durable state: the scheduler, what it applied and its outbox, written per batch.
 
-Owns its format (`DurableState`: the scheduler's snapshot, the stream sequences applied per
-durable, the batch's outbox, the replay clock and the quota policy in force) and its encoding
-(`pack_state` / `unpack_state`: msgpack, deflated; an uncompressed value, as older slicers
-wrote, still reads). It must not touch the KV or the bus, nor decide what goes in it: the
-service (`seedance.slicer.service`) writes it compare-and-set and restores from it.
+Owns what a pool's leader keeps in JetStream KV and how (`SlicerState`): the scheduler's state
+as entries (`seedance.slicer.core.entries`), the stream sequences applied per durable
+(`seedance.core.applied`), the batch's decisions not yet published (the outbox), the replay
+clock and the quota policy in force, all in one `seedance.core.state_store.StateStore` under
+``pool.<pool>``: a batch commits what it changed, never the whole pool. Entries the shell adds
+start with ``~`` (``~outbox``, ``~clock``, ``~quota``, and the applied sequences'); the others
+are the scheduler's. It also owns reading the format older slicers wrote (`DurableState`: the
+whole state deflated in the one key ``pool.<pool>``), which the first restore moves into the
+store and deletes.
+
+It must not decide anything or publish: the service (`seedance.slicer.service`) applies a
+batch, calls `commit`, then publishes the outbox.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import msgspec
 
-__all__ = ["APPLIED_KEPT", "ZLIB_MAGIC", "DurableState", "pack_state", "unpack_state"]
+from seedance.core.applied import APPLIED_KEPT, AppliedSequences
+from seedance.core.state_store import StateStore
+from seedance.events import Event, decode, encode
+from seedance.slicer.core import QuotaPolicy, Scheduler, SchedulerConfig
 
-#: Applied sequences remembered per durable: a message redelivered after this many later ones
-#: were applied would be taken for applied (redeliveries come within a second or so).
-APPLIED_KEPT = 2048
+__all__ = [
+    "APPLIED_KEPT",
+    "ZLIB_MAGIC",
+    "DurableState",
+    "SlicerState",
+    "pack_state",
+    "unpack_state",
+]
 
 
 class DurableState(msgspec.Struct, kw_only=True):
-    #: The scheduler's snapshot (`Scheduler.to_bytes`); the key keeps the name deployed
-    #: slicers wrote it under.
+    """The one KV value slicers wrote before the store (read once, to migrate)."""
+
+    #: The scheduler's snapshot (`Scheduler.to_bytes`).
     engine: bytes
-    #: Per durable, the stream sequences applied recently (at most `APPLIED_KEPT`) and the
-    #: floor below which every message counts as applied. Not a single watermark: a batch
-    #: that failed is redelivered *after* later messages were applied.
     applied: dict[str, list[int]] = msgspec.field(default_factory=dict)
     floor: dict[str, int] = msgspec.field(default_factory=dict)
     #: The decisions of the batch this snapshot ends with: (subject, encoded event).
     outbox: list[tuple[str, bytes]] = msgspec.field(default_factory=list)
-    #: The latest trusted time seen (Unix seconds): a request's time with ``request_clock=replay``.
     replay_now_s: float | None = None
-    #: The quota policy in force, as read from KV (None: the file's, ``quota_file``): the
-    #: state was decided under it, so a restart and a standby restore it with the state.
     quota_doc: bytes | None = None
     quota_revision: int = 0
 
 
-#: A compressed snapshot starts with this (a msgpack map, as older slicers wrote, never does).
+#: A compressed one-key state starts with this (a msgpack map, as the oldest wrote, never does).
 ZLIB_MAGIC = b"SDZ1"
 
 
 def pack_state(snap: DurableState) -> bytes:
-    """The snapshot as written to the KV: msgpack, deflated at level 1 (about 3.7x smaller for
-    a pool of 1,800 running jobs, ~10 ms), so that a pool stays well under the server's
-    ``max_payload`` (1 MiB by default), which every KV value must fit in."""
+    """The one-key format as older slicers wrote it (kept to test the migration from it)."""
     return ZLIB_MAGIC + zlib.compress(msgspec.msgpack.encode(snap), 1)
 
 
@@ -54,3 +63,107 @@ def unpack_state(value: bytes) -> DurableState:
     if value.startswith(ZLIB_MAGIC):
         value = zlib.decompress(value[len(ZLIB_MAGIC) :])
     return msgspec.msgpack.decode(value, type=DurableState)
+
+
+_enc = msgspec.msgpack.Encoder()
+_outbox_dec = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
+_clock_dec = msgspec.msgpack.Decoder(float | None)
+_quota_dec = msgspec.msgpack.Decoder(tuple[bytes | None, int])
+
+
+class SlicerState:
+    """The pool's state as the leader holds it, and its one durable copy.
+
+    `load` restores it (migrating the one-key format), `commit` writes what a batch changed
+    with the batch's `outbox`, `rollback` returns to what was last committed."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        legacy_key: str,
+        config: SchedulerConfig,
+        parse_quota: Callable[[bytes | None], QuotaPolicy | None],
+    ) -> None:
+        self.store = store
+        self._legacy_key = legacy_key
+        self._config = config
+        self._parse_quota = parse_quota
+        self.quota_doc: bytes | None = None
+        self.quota_revision = 0
+        self.quota = parse_quota(None)
+        self.scheduler = Scheduler(config, self.quota)
+        self.applied = AppliedSequences()
+        self.replay_now_s: float | None = None
+        #: Decisions made durable but not yet acknowledged by the stream.
+        self.outbox: list[tuple[str, Event]] = []
+        self._written: dict[str, object] = {"~outbox": [], "~clock": None, "~quota": (None, 0)}
+
+    async def load(self) -> None:
+        """The pool's state from the store (empty when nothing was ever written)."""
+        if await self.store.load():
+            self._from_entries()
+            if await self.store.take_legacy(self._legacy_key) is not None:
+                await self.store.drop_legacy(self._legacy_key)  # a migration that stopped short
+            return
+        legacy = await self.store.take_legacy(self._legacy_key)
+        if legacy is None:
+            self._from_entries()
+            return
+        old = unpack_state(legacy)
+        self.quota_doc, self.quota_revision = old.quota_doc, old.quota_revision
+        self.quota = self._parse_quota(old.quota_doc)
+        self.scheduler = Scheduler.from_bytes(old.engine, self._config, self.quota)
+        self.applied = AppliedSequences.of(old.applied, old.floor)
+        self.replay_now_s = old.replay_now_s
+        self.outbox = [(subj, decode(data)) for subj, data in old.outbox]
+        entries = self.scheduler.state_entries()
+        entries.update(self.applied.entries())
+        entries.update({k: v for k, v in self._runtime_changes(force=True).items() if v})
+        await self.store.install(entries)
+        await self.store.drop_legacy(self._legacy_key)
+
+    def rollback(self) -> None:
+        """Back to the committed state (a batch that failed, or a policy not saved)."""
+        self._from_entries()
+
+    async def commit(self) -> None:
+        """Write what changed since the last commit, with `outbox` (this batch's decisions).
+        Raises `StateConflict` (another leader wrote first) or the bus's error; then nothing
+        counts and `rollback` (or `load`, after a conflict) gives the state back."""
+        changes = self.scheduler.state_changes()
+        self.applied.trim()
+        changes.update(self.applied.changes())
+        changes.update(self._runtime_changes())
+        await self.store.commit(changes)
+
+    def _runtime_changes(self, *, force: bool = False) -> dict[str, bytes | None]:
+        values: dict[str, object] = {
+            "~outbox": [(subj, encode(ev)) for subj, ev in self.outbox],
+            "~clock": self.replay_now_s,
+            "~quota": (self.quota_doc, self.quota_revision),
+        }
+        out = {k: _enc.encode(v) for k, v in values.items() if force or v != self._written[k]}
+        self._written = values
+        return out  # type: ignore[return-value]
+
+    def _from_entries(self) -> None:
+        entries = self.store.entries
+        quota = entries.get("~quota")
+        self.quota_doc, self.quota_revision = _quota_dec.decode(quota) if quota else (None, 0)
+        self.quota = self._parse_quota(self.quota_doc)
+        own = {k: v for k, v in entries.items() if not k.startswith("~")}
+        if own:
+            self.scheduler = Scheduler.from_entries(own, self._config, self.quota)
+        else:
+            self.scheduler = Scheduler(self._config, self.quota)
+        self.applied = AppliedSequences.from_entries(entries)
+        clock = entries.get("~clock")
+        self.replay_now_s = _clock_dec.decode(clock) if clock else None
+        outbox = entries.get("~outbox")
+        self.outbox = [(s, decode(d)) for s, d in _outbox_dec.decode(outbox)] if outbox else []
+        self._written = {
+            "~outbox": [(subj, encode(ev)) for subj, ev in self.outbox],
+            "~clock": self.replay_now_s,
+            "~quota": (self.quota_doc, self.quota_revision),
+        }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = ["SlicerMetrics"]
 
@@ -34,6 +34,16 @@ class SlicerMetrics:
             "seedance_slicer_quota_updates_total",
             "Quota policies read from KV, by outcome (applied, refused: invalid, the old stays).",
             ["outcome"],
+            registry=registry,
+        )
+        self.state_write_seconds = Histogram(
+            "seedance_slicer_state_write_seconds",
+            "Time to commit one batch's state changes (journal record written and acknowledged).",
+            # Fine below 10 ms: the goal is a few milliseconds per batch whatever the pool holds.
+            buckets=(
+                *(0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075),
+                *(0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+            ),
             registry=registry,
         )
         self.quota_revision = Gauge(

@@ -4,16 +4,18 @@ One leader per node pool (a lease in JetStream KV) consumes; standbys wait for t
 take over when it lapses or is released, restoring the scheduler from the pool's snapshot. A
 leader that loses its lease stops consuming and becomes a standby again.
 
-After every batch the scheduler's state is written to KV *before* anything is published or acked,
-together with the last stream sequence applied per durable and the batch's decisions (an
-outbox). Then the decisions are published, then the batch is acked. So:
+After every batch what the batch changed in the scheduler's state is committed to KV *before*
+anything is published or acked, together with the stream sequences it applied and its
+decisions (an outbox): one journal record whose size follows the batch, not the pool
+(`seedance.slicer.durable`, `seedance.core.state_store`). Then the decisions are published, then
+the batch is acked. So:
 - a crash before the write publishes nothing: the batch is redelivered and decided afresh (in
   whatever order the redeliveries come, which is why nothing may be published before the write);
 - a crash after it: the next leader restores the state, skips the redelivered messages that the
   snapshot includes (by stream sequence) and publishes the outbox again; the decisions' ids are
   derived from their causes, so those already published are dropped as duplicates.
-The snapshot is written compare-and-set: a deposed leader's write fails and its batch is
-redelivered to the new leader instead of overwriting its state.
+The commit is compare-and-set: a deposed leader's commit fails (`StateConflict`), it reloads
+the state the new leader wrote and its batch is redelivered instead of overwriting anything.
 
 One bad event never stops the slicer: an exception while applying one event (the scheduler or the
 wiring raising on an input it cannot take) rolls the batch back to the durable state, replays
@@ -23,10 +25,11 @@ replay decides exactly what the first pass did.
 
 Clocks: which time an event happens at is `seedance.slicer.trusted_time`'s.
 
-This module owns the wiring (leadership, batches, writing the durable state, whose format is
-`seedance.slicer.durable`'s; metrics, declared in `seedance.slicer.metrics`); which wire
-field becomes which input and which effect becomes which event is `seedance.slicer.mapping`'s,
-and the decisions themselves are `seedance.slicer.core.Scheduler`'s.
+This module owns the wiring (leadership, batches, when the durable state is committed, rolled
+back or reloaded: its format is `seedance.slicer.durable`'s; metrics, declared in
+`seedance.slicer.metrics`); which wire field becomes which input and which effect becomes
+which event is `seedance.slicer.mapping`'s, and the decisions themselves are
+`seedance.slicer.core.Scheduler`'s.
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 from opentelemetry.context import Context
 
@@ -57,7 +59,8 @@ from seedance.core import (
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.events import Event, decode, encode
+from seedance.core.state_store import StateConflict, StateStore
+from seedance.events import Event
 from seedance.events.base import derived_event_id
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
@@ -67,7 +70,7 @@ from seedance.events.subjects import (
 )
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler, SchedulerConfig
-from seedance.slicer.durable import APPLIED_KEPT, DurableState, pack_state, unpack_state
+from seedance.slicer.durable import SlicerState
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
@@ -97,6 +100,7 @@ def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
         policy=settings.policy,
         workload_window=settings.workload_window,
         workload_refresh=settings.workload_refresh,
+        topology_levels=tuple(k for k in settings.topology_levels.split(",") if k),
     )
 
 
@@ -108,11 +112,6 @@ class SlicerService(Lifecycle):
         self.metrics = SlicerMetrics(runtime.registry)
         self._config = scheduler_config(settings)
         self._file_quota = load_quota(settings.quota_file)
-        #: The policy in force (that of the durable state), the KV document it came from (None:
-        #: the file's) and that document's revision.
-        self._quota = self._file_quota
-        self._quota_doc: bytes | None = None
-        self._quota_revision = 0
         #: The quota key's latest value seen by the watch (None: deleted) and its revision;
         #: None before the watch reported. A refused document is remembered so that it is
         #: logged once, not at every poll.
@@ -126,19 +125,14 @@ class SlicerService(Lifecycle):
         self._usage_written: bytes | None = None
         #: Wakes the leader loop: a new quota policy arrived, or stop.
         self._wake = asyncio.Event()
-        self.scheduler = Scheduler(self._config, self._quota)
-        self._durable_bytes = self.scheduler.to_bytes()
-        self._applied: dict[str, list[int]] = {}
-        self._floor: dict[str, int] = {}
-        self._replay_now_s: float | None = None
-        #: Decisions made durable but not yet acknowledged by the stream.
-        self._unpublished: list[tuple[str, Event]] = []
+        #: The pool's state and its durable copy (the quota policy in force is part of it);
+        #: bound to the KV at start.
+        self._state: SlicerState | None = None
+        self._idle = Scheduler(self._config, self._file_quota)
         #: The trace context of the delivery that caused each decision (by the decision's id),
         #: so a placement continues its job's trace; operational only, never in the snapshot.
         self._causes: dict[str, Context] = {}
         self._lock = asyncio.Lock()
-        self._state_kv: KeyValue | None = None
-        self._state_rev: int | None = None
         self._lease: Lease | None = None
         self._stopping = asyncio.Event()
         self._restored = False  # this term's state restored (see ``leading``)
@@ -166,6 +160,16 @@ class SlicerService(Lifecycle):
         return f"pool.{self._settings.pool}"
 
     @property
+    def scheduler(self) -> Scheduler:
+        """The pool's scheduler as this replica holds it (an empty one before the start)."""
+        return self._state.scheduler if self._state is not None else self._idle
+
+    @property
+    def state(self) -> SlicerState:
+        assert self._state is not None, "start() binds the state"
+        return self._state
+
+    @property
     def leading(self) -> bool:
         """The lease is ours and the state is restored under it: the scheduler, its policy and
         the usage it reports are the pool's. (Between the lease and the restore they are not:
@@ -174,7 +178,10 @@ class SlicerService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()
-        self._state_kv = await ensure_bucket(self._rt.bus, "seedance-slicer-state")
+        store = await StateStore.open(self._rt.bus, "seedance-slicer-state", self._key)
+        self._state = SlicerState(
+            store, legacy_key=self._key, config=self._config, parse_quota=self._saved_quota
+        )
         if self._settings.quota_key:
             self._policy_kv = await ensure_bucket(self._rt.bus, POLICY_BUCKET)
         leases = await ensure_bucket(self._rt.bus, "seedance-leases")
@@ -229,6 +236,7 @@ class SlicerService(Lifecycle):
             await asyncio.gather(*tasks)
             self._restored = False
             self.metrics.leader.set(0)
+            await self.state.store.close()  # a base being written is the next leader's to write
             if not self._stopping.is_set():
                 log.warning("slicer_leadership_lost", pool=self._settings.pool)
                 for c in self._consumers:
@@ -244,6 +252,8 @@ class SlicerService(Lifecycle):
     async def close(self) -> None:
         for c in self._consumers:
             await c.close()
+        if self._state is not None:
+            await self._state.store.close()
         if self._lease is not None:
             await self._lease.release()
         await self._rt.close()
@@ -251,65 +261,49 @@ class SlicerService(Lifecycle):
     # --- state ------------------------------------------------------------------------------
 
     async def _restore(self) -> None:
-        assert self._state_kv is not None
-        try:
-            entry = await self._state_kv.get(self._key)
-        except KeyNotFoundError:
-            self._quota, self._quota_doc, self._quota_revision = self._file_quota, None, 0
-            self.scheduler = Scheduler(self._config, self._quota)
-            self._applied, self._floor, self._state_rev = {}, {}, None
-            self._replay_now_s = None
-            self._unpublished = []
-        else:
-            snap = unpack_state(entry.value or b"")
-            self._quota = self._saved_quota(snap.quota_doc)
-            self._quota_doc, self._quota_revision = snap.quota_doc, snap.quota_revision
-            self.scheduler = Scheduler.from_bytes(snap.engine, self._config, self._quota)
-            self._applied, self._floor = snap.applied, snap.floor
-            self._replay_now_s = snap.replay_now_s
-            self._state_rev = entry.revision
-            # The previous leader may have died between its write and its publish.
-            self._unpublished = [(subj, decode(data)) for subj, data in snap.outbox]
-        self._durable_bytes = self.scheduler.to_bytes()
+        started = asyncio.get_running_loop().time()
+        for attempt in range(5):
+            try:
+                await self.state.load()
+                break
+            except StateConflict as exc:
+                # Another writer moved the head while this one read its base: read again.
+                log.warning("slicer_state_reread", pool=self._settings.pool, error=str(exc))
+                if attempt == 4:
+                    raise
         self._update_gauges()
-        self.metrics.quota_revision.set(self._quota_revision)
+        self.metrics.quota_revision.set(self.state.quota_revision)
         with contextlib.suppress(RetryableError):
-            await self._flush()  # else the first batch tries again
+            await self._flush()  # the previous leader may have died between commit and publish
         log.info(
             "slicer_state_restored",
             pool=self._settings.pool,
             nodes=len(self.scheduler.node_names),
-            running=len(self.scheduler.running_ids),
-            waiting=len(self.scheduler.waiting_ids),
+            running=len(self.scheduler.running_jobs),
+            seconds=round(asyncio.get_running_loop().time() - started, 3),
         )
 
-    async def _save(self, state_bytes: bytes, outbox: list[tuple[str, Event]]) -> None:
-        assert self._state_kv is not None
-        snap = DurableState(
-            engine=state_bytes,
-            applied=self._applied,
-            floor=self._floor,
-            outbox=[(subj, encode(ev)) for subj, ev in outbox],
-            replay_now_s=self._replay_now_s,
-            quota_doc=self._quota_doc,
-            quota_revision=self._quota_revision,
-        )
-        data = pack_state(snap)
-        limit = self._rt.bus.nc.max_payload
-        if len(data) > limit:
-            # Retried like any failed batch, but said in words: the pool outgrew the server.
-            log.error(
-                "slicer_snapshot_too_large",
-                bytes=len(data),
-                max_payload=limit,
-                running=len(self.scheduler.running_ids),
-                fix="raise max_payload in the nats-server configuration or split the pool",
-            )
-        if self._state_rev is None:
-            self._state_rev = await self._state_kv.create(self._key, data)
-        else:
-            # Compare-and-set: a second leader (a split brain) cannot overwrite silently.
-            self._state_rev = await self._state_kv.update(self._key, data, last=self._state_rev)
+    async def _commit(self) -> None:
+        """Commit what changed (with the outbox); on failure back to the committed state (a
+        conflict: the state another leader committed) and the caller's batch is retried."""
+        started = asyncio.get_running_loop().time()
+        try:
+            await self.state.commit()
+        except StateConflict:
+            log.warning("slicer_state_conflict", pool=self._settings.pool)
+            await self._reload()
+            raise
+        except Exception:
+            self.state.rollback()
+            raise
+        self.metrics.state_write_seconds.observe(asyncio.get_running_loop().time() - started)
+
+    async def _reload(self) -> None:
+        try:
+            await self.state.load()
+        except Exception:
+            self.state.rollback()  # the next commit conflicts again and reloads
+            raise
 
     # --- the quota policy from KV ------------------------------------------------------------
 
@@ -347,7 +341,7 @@ class SlicerService(Lifecycle):
             return
         usage = self.scheduler.quota_usage()
         data = json.dumps(
-            {"revision": self._quota_revision, "tenants": usage}, sort_keys=True
+            {"revision": self.state.quota_revision, "tenants": usage}, sort_keys=True
         ).encode()
         if data == self._usage_written:
             return
@@ -375,7 +369,7 @@ class SlicerService(Lifecycle):
         if latest is None or not self.leading:
             return
         doc, revision = latest
-        if doc == self._quota_doc or (doc is not None and doc == self._refused_doc):
+        if doc == self.state.quota_doc or (doc is not None and doc == self._refused_doc):
             return
         try:
             policy = self._file_quota if doc is None else QuotaPolicy.from_yaml(doc.decode())
@@ -391,8 +385,9 @@ class SlicerService(Lifecycle):
     def _policy_time(self) -> datetime:
         """When a new policy takes effect: the slicer's own clock (a trusted service's
         decision), or "now" in a replayed fleet."""
-        if self._settings.request_clock == "replay" and self._replay_now_s is not None:
-            return datetime.fromtimestamp(self._replay_now_s, UTC)
+        now_s = self.state.replay_now_s
+        if self._settings.request_clock == "replay" and now_s is not None:
+            return datetime.fromtimestamp(now_s, UTC)
         return self._clock.now()
 
     async def _apply_quota(self, policy: QuotaPolicy | None, doc: bytes | None, rev: int) -> None:
@@ -410,24 +405,20 @@ class SlicerService(Lifecycle):
             at=at,
         )
         counts: list[tuple[str, str]] = []
+        st = self.state
         out = self._publishable(self.scheduler.set_quota(policy, at.timestamp()), cause, at, counts)
-        before = (self._quota, self._quota_doc, self._quota_revision)
-        self._quota, self._quota_doc, self._quota_revision = policy, doc, rev
-        state_bytes = self.scheduler.to_bytes()
+        st.quota, st.quota_doc, st.quota_revision = policy, doc, rev
+        st.outbox = out
         try:
-            await self._save(state_bytes, out)
-        except Exception as exc:  # nothing published: back to the durable state, retried
-            self._quota, self._quota_doc, self._quota_revision = before
-            self.scheduler = Scheduler.from_bytes(self._durable_bytes, self._config, self._quota)
+            await self._commit()
+        except Exception as exc:  # nothing published: back to the committed state, retried
             log.warning("slicer_quota_not_saved", revision=rev, error=repr(exc))
             return
-        self._durable_bytes = state_bytes
         for outcome, reason in counts:
             self.metrics.decisions_total.labels(outcome, reason).inc()
         self.metrics.quota_updates_total.labels("applied").inc()
         self.quota_refusal = None
         self.metrics.quota_revision.set(rev if doc is not None else 0)
-        self._unpublished = out
         with contextlib.suppress(RetryableError):
             await self._flush()  # else the next batch publishes them first
         self._update_gauges()
@@ -445,42 +436,35 @@ class SlicerService(Lifecycle):
         async def handle(ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
             async with self._lock:
                 await self._flush()  # a previous batch's durable decisions go out first
-                applied_before = {k: list(v) for k, v in self._applied.items()}
-                floor_before = dict(self._floor)
-                replay_now_before = self._replay_now_s
                 failed: dict[int, BaseException] = {}
-                try:
-                    while True:
-                        try:
-                            out, counts, fresh = self._decide(durable, ds, failed)
-                            break
-                        except _EventFailed as f:
-                            # Roll back what the batch changed and decide it again without the
-                            # event that raised; it is dead-lettered with the reason.
-                            failed[f.index] = InvalidMessage(
-                                f"applying {type(ds[f.index].event).__name__} "
-                                f"{ds[f.index].event.id} raised {f.cause!r}"[:1000],
-                                kind="apply_error",
-                            )
-                            log.error(
-                                "slicer_event_failed",
-                                error=repr(f.cause),
-                                subject=ds[f.index].subject,
-                                stream_seq=ds[f.index].stream_seq,
-                            )
-                            self._rollback(applied_before, floor_before, replay_now_before)
-                    if fresh:
-                        state_bytes = self.scheduler.to_bytes()
-                        await self._save(state_bytes, out)
-                        self._durable_bytes = state_bytes
-                except Exception as exc:
-                    # Nothing was published: roll back to the durable state; the batch is
-                    # redelivered and decided afresh.
-                    self._rollback(applied_before, floor_before, replay_now_before)
-                    raise RetryableError(f"slicer batch not made durable: {exc!r}") from exc
+                while True:
+                    try:
+                        out, counts, fresh = self._decide(durable, ds, failed)
+                        break
+                    except _EventFailed as f:
+                        # Back to the committed state; decide the batch again without the event
+                        # that raised; it is dead-lettered with the reason.
+                        failed[f.index] = InvalidMessage(
+                            f"applying {type(ds[f.index].event).__name__} "
+                            f"{ds[f.index].event.id} raised {f.cause!r}"[:1000],
+                            kind="apply_error",
+                        )
+                        log.error(
+                            "slicer_event_failed",
+                            error=repr(f.cause),
+                            subject=ds[f.index].subject,
+                            stream_seq=ds[f.index].stream_seq,
+                        )
+                        self.state.rollback()
+                if fresh:
+                    self.state.outbox = out
+                    try:
+                        await self._commit()
+                    except Exception as exc:
+                        # Nothing was published: the batch is redelivered and decided afresh.
+                        raise RetryableError(f"slicer batch not made durable: {exc!r}") from exc
                 for outcome, reason in counts:
                     self.metrics.decisions_total.labels(outcome, reason).inc()
-                self._unpublished = out
                 await self._flush()
 
             self._update_gauges()
@@ -488,23 +472,16 @@ class SlicerService(Lifecycle):
 
         return handle
 
-    def _rollback(
-        self, applied: dict[str, list[int]], floor: dict[str, int], replay_now_s: float | None
-    ) -> None:
-        self.scheduler = Scheduler.from_bytes(self._durable_bytes, self._config, self._quota)
-        self._applied = {k: list(v) for k, v in applied.items()}
-        self._floor = dict(floor)
-        self._replay_now_s = replay_now_s
-
     def _event_time(self, d: Delivery[Any]) -> datetime:
         """The trusted time of one delivery (``trusted_time``; ``request_clock`` for requests)."""
         at = trusted_time(d.event.at, d.subject, d.received_at, self._settings.claim_skew_s)
+        st = self.state
         if not is_tenant_request(d.subject):
             now = at.timestamp()
-            if self._replay_now_s is None or now > self._replay_now_s:
-                self._replay_now_s = now
-        elif self._settings.request_clock == "replay" and self._replay_now_s is not None:
-            at = datetime.fromtimestamp(self._replay_now_s, UTC)
+            if st.replay_now_s is None or now > st.replay_now_s:
+                st.replay_now_s = now
+        elif self._settings.request_clock == "replay" and st.replay_now_s is not None:
+            at = datetime.fromtimestamp(st.replay_now_s, UTC)
         return at
 
     def _decide(
@@ -515,12 +492,12 @@ class SlicerService(Lifecycle):
         first delivery whose application raised (the scheduler may be half-changed then)."""
         out: list[tuple[str, Event]] = []
         counts: list[tuple[str, str]] = []
-        seen = self._applied.setdefault(durable, [])
+        applied = self.state.applied
         fresh = 0
         for i, d in enumerate(ds):
             seq = d.stream_seq
-            if i in skip or seq <= self._floor.get(durable, 0) or seq in seen:
-                continue  # dead-lettered, or already in the snapshot (a redelivery)
+            if i in skip or applied.is_applied(durable, seq):
+                continue  # dead-lettered, or already in the durable state (a redelivery)
             try:
                 at = self._event_time(d)
                 effects = self._apply(d.event, at)
@@ -530,27 +507,24 @@ class SlicerService(Lifecycle):
                 out.extend(decisions)
             except Exception as exc:  # the per-event dead-letter wrapper (module docstring)
                 raise _EventFailed(i, exc) from exc
-            seen.append(seq)
+            applied.add(durable, seq)
             fresh += 1
-        if len(seen) > APPLIED_KEPT:
-            seen.sort()
-            self._floor[durable] = seen[-APPLIED_KEPT - 1]
-            del seen[:-APPLIED_KEPT]
         return out, counts, fresh
 
     async def _flush(self) -> None:
         """Publish the durable decisions not yet published; on failure the batch is naked,
         its redelivery skipped (the snapshot has it) and the decisions tried again first."""
-        if not self._unpublished:
+        outbox = self.state.outbox
+        if not outbox:
             return
         try:
             # Each decision carries its cause's trace (a restored outbox's: the flush's own).
             await self._rt.bus.publish_many(
-                self._unpublished, causes=[self._causes.get(ev.id) for _, ev in self._unpublished]
+                outbox, causes=[self._causes.get(ev.id) for _, ev in outbox]
             )
         except Exception as exc:
             raise RetryableError(f"slicer decisions not published: {exc!r}") from exc
-        self._unpublished = []
+        self.state.outbox = []
         self._causes.clear()
 
     def _apply(self, ev: Any, at: datetime) -> list[Effect]:
@@ -584,7 +558,7 @@ class SlicerService(Lifecycle):
         return out
 
     def _update_gauges(self) -> None:
-        self.metrics.queued_jobs.set(len(self.scheduler.waiting_ids))
+        self.metrics.queued_jobs.set(self.scheduler.waiting_count)
         self.metrics.allocated_gpus.set(self.scheduler.allocated_gpus())
 
 

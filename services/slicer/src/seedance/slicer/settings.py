@@ -44,6 +44,11 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     workload_window: int = 500
     #: ... and the policy is rebuilt from it every this many submissions.
     workload_refresh: int = 100
+    #: Node label keys naming topology domains, innermost first, comma-separated (the levels
+    #: of the cluster's Kueue or KAI Topology; GPU feature discovery labels a multi-node
+    #: NVLink domain ``nvidia.com/gpu.clique``): a gang goes whole into the tightest domain
+    #: that holds it. Empty: gangs keep to one GPU model, no topology.
+    topology_levels: str = "nvidia.com/gpu.clique"
     #: Non-empty: durables ``slicer-<kind>-<instance>`` instead of the catalogue's names, so
     #: that slicers side by side on one server (tests, two demos) do not share a durable.
     #: Development only: the generated NATS permissions grant the catalogue's names alone.

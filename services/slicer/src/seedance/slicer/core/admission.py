@@ -82,6 +82,11 @@ class Admission:
         plan = self._tracker.plan_preemption(quota_request(job))
         return plan.victims if plan.feasible else ()
 
+    def may_reclaim(self, claimant: str, holder: str) -> bool:
+        """Whether `claimant` may take GPUs back from `holder` under the cohort rules (never
+        without a quota policy: then no tenant's work is another's to take)."""
+        return self._tracker is not None and self._tracker.may_reclaim(claimant, holder)
+
     def release(self, key: str) -> None:
         """Give back the quota `key` was admitted with (nothing when it was not)."""
         if self._tracker is not None:

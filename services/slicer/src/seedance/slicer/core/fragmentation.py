@@ -78,10 +78,19 @@ class FragmentationIndex:
     the shape (model allowed, enough GPUs with free share >= the shape's share), and part_g is
     the free share on GPUs below that share. This equals Σ_m p_m F_n(m) exactly.
 
-    Arrays: `cnt`/`part` (N × G), `tot` and `frag` (N).
+    Arrays: `cnt`/`part` (N × G), `tot` and `frag` (N), N the state's row capacity (rows of
+    nodes not there yet are unused); nodes added or re-described are followed at `sync`.
     """
 
-    def __init__(self, state: ClusterState, workload: TargetWorkload) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        workload: TargetWorkload,
+        previous: FragmentationIndex | None = None,
+    ) -> None:
+        """`previous`, an index of another workload on the same state, lends the columns of
+        the GPU shapes both have (they depend on the shape, not on its weight): a refreshed
+        policy computes only its new shapes' columns and the weighted sum, not the fleet's."""
         self.state = state
         self.workload = workload
         shapes: dict[tuple[int, int, frozenset[str]], int] = {}
@@ -89,31 +98,62 @@ class FragmentationIndex:
             if c.num_gpu:
                 shapes.setdefault((c.gpu_milli, c.num_gpu, c.gpu_models), len(shapes))
         keys = list(shapes)
+        self._models = [k[2] for k in keys]
         self.share = np.array([k[0] for k in keys], dtype=np.int64)
         self.need = np.array([k[1] for k in keys], dtype=np.int64)
-        n, g = len(state), len(keys)
-        self.host_ok = np.ones((n, g), dtype=bool)
-        for j, k in enumerate(keys):
-            if k[2]:
-                self.host_ok[:, j] = state.model_mask(k[2])
         pairs = zip(workload.classes, workload.weights, strict=True)
         gpu_classes = [(c, w) for c, w in pairs if c.num_gpu]
         self.cpu_steps = np.array(sorted({c.cpu_milli for c, _ in gpu_classes}), dtype=np.int64)
         # weight_at[b, g]: popularity of shape g's classes with CPU <= cpu_steps[b - 1].
-        w = np.zeros((len(self.cpu_steps) + 1, g), dtype=np.float64)
+        w = np.zeros((len(self.cpu_steps) + 1, len(keys)), dtype=np.float64)
         for c, p in gpu_classes:
             b = int(np.searchsorted(self.cpu_steps, c.cpu_milli)) + 1
             w[b, shapes[(c.gpu_milli, c.num_gpu, c.gpu_models)]] += p
         self.weight_at = np.cumsum(w, axis=0)
-        self.cnt = np.zeros((n, g), dtype=np.int64)
-        self.part = np.zeros((n, g), dtype=np.int64)
-        self.tot = np.zeros(n, dtype=np.int64)
-        self.frag = np.zeros(n, dtype=np.float64)
-        self._seen = np.full(n, -1, dtype=np.int64)
+        # Rows are allocated to the state's capacity, so nodes added later only fill rows.
+        rows, g = state.capacity, len(keys)
+        self.host_ok = np.ones((rows, g), dtype=bool)
+        self.cnt = np.zeros((rows, g), dtype=np.int64)
+        self.part = np.zeros((rows, g), dtype=np.int64)
+        self.tot = np.zeros(rows, dtype=np.int64)
+        self.frag = np.zeros(rows, dtype=np.float64)
+        self._seen = np.full(rows, -1, dtype=np.int64)
+        self._hw_seen = np.full(rows, -1, dtype=np.int64)
         # Change tables for a shared placement: indexed by the GPU's free share f before,
         # they give the change of cnt and part per shape when s is taken from that GPU.
         self._share_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._keys = keys
+        if previous is not None and previous.state is state and len(previous._seen) == rows:
+            self._borrow(previous)
         self.sync()
+
+    def _borrow(self, previous: FragmentationIndex) -> None:
+        """Take `previous`'s rows as they were synced, its columns for the shapes it has, and
+        compute the other columns and every node's F_n(M) under this workload."""
+        st, n = self.state, len(self.state)
+        self._seen[:] = previous._seen
+        self._hw_seen[:] = previous._hw_seen
+        self.tot[:] = previous.tot
+        old = {k: j for j, k in enumerate(previous._keys)}
+        new = [j for j, k in enumerate(self._keys) if k not in old]
+        for j, k in enumerate(self._keys):
+            if k in old:
+                self.host_ok[:, j] = previous.host_ok[:, old[k]]
+                self.cnt[:, j] = previous.cnt[:, old[k]]
+                self.part[:, j] = previous.part[:, old[k]]
+        if new:
+            # The rows as `previous` saw them (a row changed since is recomputed whole by sync).
+            free = st.gpu_free[:n]
+            share = self.share[new]
+            ge = free[:, :, None] >= share[None, None, :]
+            self.cnt[:n, new] = ge.sum(axis=1)
+            self.part[:n, new] = np.where(ge, 0, free[:, :, None]).sum(axis=1)
+            for j in new:
+                if self._models[j]:
+                    self.host_ok[:n, j] = st.model_mask(self._models[j])
+        self.frag[:n] = self._frag(
+            self.tot[:n], st.cpu_free[:n], self.cnt[:n], self.part[:n], self.host_ok[:n]
+        )
 
     def _frag(
         self, tot: np.ndarray, cpu: np.ndarray, cnt: np.ndarray, part: np.ndarray, ok: np.ndarray
@@ -123,10 +163,33 @@ class FragmentationIndex:
         left: np.ndarray = tot - np.einsum("ij,ij->i", w, usable)
         return left
 
+    def _fit_nodes(self) -> None:
+        """Follow nodes added or re-described since the last sync: grow the rows to the state's
+        capacity, and recompute which shapes each new or changed node's model can host."""
+        st = self.state
+        n = len(st)
+        if len(self._seen) < n:
+            rows = st.capacity
+            for name, fill in (("host_ok", True), ("cnt", 0), ("part", 0), ("tot", 0),
+                               ("frag", 0.0), ("_seen", -1), ("_hw_seen", -1)):  # fmt: skip
+                old = getattr(self, name)
+                grown = np.full((rows, *old.shape[1:]), fill, dtype=old.dtype)
+                grown[: len(old)] = old
+                setattr(self, name, grown)
+        changed = np.flatnonzero(self._hw_seen[:n] != st.hw_version)
+        if changed.size == 0:
+            return
+        for j, models in enumerate(self._models):
+            if models:
+                self.host_ok[changed, j] = st.model_mask(models, changed)
+        self._hw_seen[changed] = st.hw_version[changed]
+        self._seen[changed] = -1
+
     def sync(self) -> None:
         """Recompute the rows of nodes whose state changed since the last sync."""
         st = self.state
-        rows = np.flatnonzero(self._seen != st.version)
+        self._fit_nodes()
+        rows = np.flatnonzero(self._seen[: len(st)] != st.version)
         if rows.size == 0:
             return
         free = st.gpu_free[rows]

@@ -29,6 +29,8 @@ class NodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     cpu_milli: int
     memory_mib: int
     gpus: tuple[GpuSpec, ...] = ()
+    #: The node's labels the scheduler reads: those naming its topology domains.
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,8 +67,9 @@ def job_key(tenant: str, job_id: str) -> str:
     return f"{tenant}/{job_id}"
 
 
-def core_node(spec: NodeSpec) -> Node:
-    """The cluster model's node for `spec`: NVLink domains numbered in order of appearance."""
+def core_node(spec: NodeSpec, topology_levels: tuple[str, ...] = ()) -> Node:
+    """The cluster model's node for `spec`: NVLink domains numbered in order of appearance,
+    its domain at each of `topology_levels` (label keys, innermost first) from its labels."""
     doms = [g.nvlink_domain for g in spec.gpus]
     ids = {d: i for i, d in enumerate(dict.fromkeys(doms))}
     return Node(
@@ -77,4 +80,5 @@ def core_node(spec: NodeSpec) -> Node:
         gpu_model=spec.gpus[0].model if spec.gpus else "",
         gpu_memory_mib=spec.gpus[0].mem_mib if spec.gpus else 0,
         nvlink_domains=tuple(ids[d] for d in doms) if any(doms) else None,
+        topology=tuple(spec.labels.get(level, "") for level in topology_levels),
     )

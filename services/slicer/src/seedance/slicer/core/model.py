@@ -39,6 +39,9 @@ __all__ = [
 
 GPU_MILLI = 1000
 MAX_GPUS_PER_NODE = 8
+#: Topology levels a node may name (NVLink clique, rack, block, ...): Kueue's and KAI's
+#: topologies have three or four.
+MAX_TOPOLOGY_LEVELS = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +50,9 @@ class Node:
 
     `nvlink_domains`, when given, holds one domain id per GPU: GPUs with the same id share an
     NVLink/NVSwitch domain, and gang placement prefers to keep a job inside one.
+    `topology` names the node's domain at each topology level, innermost first (a multi-node
+    NVLink clique, then a rack, then a block; "" where the node has no such label): a gang
+    prefers the tightest domain that holds all its members (`seedance.slicer.core.gang`).
     """
 
     name: str
@@ -56,12 +62,15 @@ class Node:
     gpu_model: str
     gpu_memory_mib: int = 0
     nvlink_domains: tuple[int, ...] | None = None
+    topology: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.gpu_count <= MAX_GPUS_PER_NODE:
             raise ValueError(f"node {self.name}: gpu_count={self.gpu_count} not in 0..8")
         if self.nvlink_domains is not None and len(self.nvlink_domains) != self.gpu_count:
             raise ValueError(f"node {self.name}: nvlink_domains needs one id per GPU")
+        if len(self.topology) > MAX_TOPOLOGY_LEVELS:
+            raise ValueError(f"node {self.name}: more than {MAX_TOPOLOGY_LEVELS} topology levels")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,14 +142,29 @@ class ClusterState:
 
     `gpu_free[n, g]` is the free milli-share of GPU g on node n (0 for absent GPUs).
     `version[n]` increases each time node n changes, so scorers can cache per node.
+
+    Nodes come and go without a rebuild: `add_node` appends one (the arrays are views of
+    buffers that double when full, so a fleet loads in linear time) and `replace_node`
+    re-describes an idle one in place (a node that left is replaced by an empty one: its
+    index stays, nothing fits on it). Both cost what the node costs, not the fleet. A node's
+    hardware (capacity, model, NVLink domains) changes only through them, and each bumps the
+    node's `hw_version`, so caches of hardware-derived values (model masks, node types)
+    refresh just that row; `hw_epoch` counts every such change, for caches cheap enough to
+    rebuild whole.
     """
 
     __slots__ = (
+        "_buf",
+        "_n",
+        "_topo_ids",
+        "_type_ids",
         "cpu_cap",
         "cpu_free",
         "gpu_cap",
         "gpu_count",
         "gpu_free",
+        "hw_epoch",
+        "hw_version",
         "mem_cap",
         "mem_free",
         "model_id",
@@ -148,35 +172,144 @@ class ClusterState:
         "model_names",
         "nodes",
         "nvlink",
+        "topo",
+        "type_id",
         "version",
     )
 
+    cpu_cap: np.ndarray
+    mem_cap: np.ndarray
+    gpu_count: np.ndarray
+    gpu_cap: np.ndarray
+    nvlink: np.ndarray
+    cpu_free: np.ndarray
+    mem_free: np.ndarray
+    gpu_free: np.ndarray
+    version: np.ndarray
+    hw_version: np.ndarray
+    model_id: np.ndarray
+    #: Per node and topology level, the domain's number (-1: the node names none at that level).
+    topo: np.ndarray
+    #: Per node, its hardware type's number (model, CPU, memory, GPU count): nodes of one type
+    #: score alike while untouched, whatever the policy.
+    type_id: np.ndarray
+
+    #: The per-node arrays: (name, shape of one row, dtype). All are views of `_buf[name]`.
+    _ARRAYS: tuple[tuple[str, tuple[int, ...], type], ...] = (
+        ("cpu_cap", (), np.int64),
+        ("mem_cap", (), np.int64),
+        ("gpu_count", (), np.int64),
+        ("gpu_cap", (MAX_GPUS_PER_NODE,), np.int64),
+        ("nvlink", (MAX_GPUS_PER_NODE,), np.int64),
+        ("cpu_free", (), np.int64),
+        ("mem_free", (), np.int64),
+        ("gpu_free", (MAX_GPUS_PER_NODE,), np.int64),
+        ("version", (), np.int64),
+        ("hw_version", (), np.int64),
+        ("model_id", (), np.int32),
+        ("topo", (MAX_TOPOLOGY_LEVELS,), np.int64),
+        ("type_id", (), np.int64),
+    )
+
     def __init__(self, nodes: Sequence[Node]) -> None:
-        self.nodes = tuple(nodes)
-        n = len(self.nodes)
+        self.nodes: list[Node] = list(nodes)
+        n = self._n = len(self.nodes)
         self.model_names: tuple[str, ...] = tuple(sorted({x.gpu_model for x in self.nodes}))
         index = {m: i for i, m in enumerate(self.model_names)}
-        self.model_id = np.array([index[x.gpu_model] for x in self.nodes], dtype=np.int32)
+        self._buf: dict[str, np.ndarray] = {
+            name: np.zeros((max(n, 1), *row), dtype=dt) for name, row, dt in self._ARRAYS
+        }
+        self._topo_ids: list[dict[str, int]] = [{} for _ in range(MAX_TOPOLOGY_LEVELS)]
+        self._type_ids: dict[tuple[str, int, int, int], int] = {}
+        #: Which model names a request's `gpu_models` accept, memoised (cleared when a model
+        #: the fleet did not have joins).
         self.model_matches: dict[frozenset[str], ModelMatch] = {}
-        self.cpu_cap = np.array([x.cpu_milli for x in self.nodes], dtype=np.int64)
-        self.mem_cap = np.array([x.memory_mib for x in self.nodes], dtype=np.int64)
-        self.gpu_count = np.array([x.gpu_count for x in self.nodes], dtype=np.int64)
-        self.gpu_cap = np.zeros((n, MAX_GPUS_PER_NODE), dtype=np.int64)
+        b = self._buf
+        b["model_id"][:n] = [index[x.gpu_model] for x in self.nodes]
+        b["cpu_cap"][:n] = [x.cpu_milli for x in self.nodes]
+        b["mem_cap"][:n] = [x.memory_mib for x in self.nodes]
+        b["gpu_count"][:n] = [x.gpu_count for x in self.nodes]
         for i, x in enumerate(self.nodes):
-            self.gpu_cap[i, : x.gpu_count] = GPU_MILLI
+            self._hardware(i, x)
+        b["cpu_free"][:n] = b["cpu_cap"][:n]
+        b["mem_free"][:n] = b["mem_cap"][:n]
+        b["gpu_free"][:n] = b["gpu_cap"][:n]
+        self.hw_epoch = 0
+        self._views()
+
+    def _views(self) -> None:
+        n = self._n
+        for name, _, _ in self._ARRAYS:
+            setattr(self, name, self._buf[name][:n])
+
+    def _hardware(self, i: int, x: Node) -> None:
+        """Row `i`'s GPU capacity and NVLink domains from `x` (buffers, before `_views`)."""
+        b = self._buf
+        b["gpu_cap"][i] = 0
+        b["gpu_cap"][i, : x.gpu_count] = GPU_MILLI
         # Absent GPUs get a domain of their own (-1 - slot) so they never match a real one.
-        self.nvlink = np.full((n, MAX_GPUS_PER_NODE), -1, dtype=np.int64)
-        for i, x in enumerate(self.nodes):
-            doms = x.nvlink_domains if x.nvlink_domains is not None else (0,) * x.gpu_count
-            self.nvlink[i, : x.gpu_count] = doms
-        self.cpu_free = self.cpu_cap.copy()
-        self.mem_free = self.mem_cap.copy()
-        self.gpu_free = self.gpu_cap.copy()
-        self.version = np.zeros(n, dtype=np.int64)
+        b["nvlink"][i] = -1
+        doms = x.nvlink_domains if x.nvlink_domains is not None else (0,) * x.gpu_count
+        b["nvlink"][i, : x.gpu_count] = doms
+        sig = (x.gpu_model, x.cpu_milli, x.memory_mib, x.gpu_count)
+        b["type_id"][i] = self._type_ids.setdefault(sig, len(self._type_ids))
+        b["topo"][i] = -1
+        for level, value in enumerate(x.topology):
+            if value:
+                ids = self._topo_ids[level]
+                b["topo"][i, level] = ids.setdefault(value, len(ids))
 
     def __len__(self) -> int:
-        return len(self.nodes)
+        return self._n
 
+    @property
+    def capacity(self) -> int:
+        """Rows allocated (>= len): per-node caches may size their buffers to it."""
+        return len(self._buf["version"])
+
+    # -- nodes coming and going -------------------------------------------------------------
+    def add_node(self, node: Node) -> int:
+        """Append `node` (all of it free); its index."""
+        i = self._n
+        if i == self.capacity:
+            for name, arr in self._buf.items():
+                grown = np.zeros((2 * len(arr), *arr.shape[1:]), dtype=arr.dtype)
+                grown[:i] = arr[:i]
+                self._buf[name] = grown
+        self.nodes.append(node)
+        self._n = i + 1
+        self._set_row(i, node)
+        return i
+
+    def replace_node(self, i: int, node: Node) -> None:
+        """Re-describe node `i` in place, all of it free: the caller makes sure nothing holds
+        anything there (a busy node keeps its shape until it drains)."""
+        self.nodes[i] = node
+        self._set_row(i, node)
+        self.version[i] += 1
+
+    def _set_row(self, i: int, node: Node) -> None:
+        b = self._buf
+        if node.gpu_model not in self.model_names:
+            # A new model: ids follow the sorted names, so earlier rows are renumbered (a
+            # handful of times per fleet; masks are by name, so no cache goes stale by it).
+            old = self.model_names
+            self.model_names = tuple(sorted({*old, node.gpu_model}))
+            self.model_matches.clear()
+            remap = np.array([self.model_names.index(m) for m in old], dtype=np.int32)
+            if old:
+                b["model_id"][: self._n] = remap[b["model_id"][: self._n]]
+        b["model_id"][i] = self.model_names.index(node.gpu_model)
+        b["cpu_cap"][i] = b["cpu_free"][i] = node.cpu_milli
+        b["mem_cap"][i] = b["mem_free"][i] = node.memory_mib
+        b["gpu_count"][i] = node.gpu_count
+        self._hardware(i, node)
+        b["gpu_free"][i] = b["gpu_cap"][i]
+        b["hw_version"][i] += 1
+        self.hw_epoch += 1
+        self._views()
+
+    # -- views ------------------------------------------------------------------------------
     @property
     def gpu_capacity_milli(self) -> int:
         return int(self.gpu_cap.sum())
@@ -193,14 +326,16 @@ class ClusterState:
             found = self.model_matches[key] = match_models(sorted(key), self.model_names)
         return found
 
-    def model_mask(self, models: Iterable[str]) -> np.ndarray:
-        """Boolean mask of nodes whose GPU model `models` accept (all nodes if empty)."""
+    def model_mask(self, models: Iterable[str], rows: np.ndarray | None = None) -> np.ndarray:
+        """Boolean mask of nodes (of `rows`, default all) whose GPU model `models` accept (all
+        nodes if empty)."""
         wanted = frozenset(models)
+        mid = self.model_id if rows is None else self.model_id[rows]
         if not wanted:
-            return np.ones(len(self.nodes), dtype=bool)
+            return np.ones(len(mid), dtype=bool)
         accepted = set(self.model_match(wanted).matched)
         ids = [i for i, m in enumerate(self.model_names) if m in accepted]
-        return np.isin(self.model_id, ids)
+        return np.isin(mid, ids)
 
     def model_allows(self, n: int, models: Iterable[str]) -> bool:
         """Whether node `n`'s GPU model is one `models` (empty: any) accept."""

@@ -164,16 +164,29 @@ class FragmentationGradientDescent:
     def __init__(self, workload: TargetWorkload) -> None:
         self.workload = workload
         self._index: FragmentationIndex | None = None
+        self._previous: FragmentationIndex | None = None
         self._model_ok: dict[frozenset[str], np.ndarray] = {}
+        self._model_ok_epoch = -1
+
+    def inherit(self, other: Policy) -> None:
+        """Start from `other`'s fragmentation index (this policy replaces it: a refresh of the
+        target workload), reusing the columns of the GPU shapes both workloads have."""
+        if isinstance(other, FragmentationGradientDescent):
+            self._previous = other._index
 
     def index(self, state: ClusterState) -> FragmentationIndex:
         if self._index is None or self._index.state is not state:
-            self._index = FragmentationIndex(state, self.workload)
+            self._index = FragmentationIndex(state, self.workload, self._previous)
+            self._previous = None
             self._model_ok = {}
         self._index.sync()
         return self._index
 
     def _model_mask(self, state: ClusterState, models: frozenset[str]) -> np.ndarray:
+        if self._model_ok_epoch != state.hw_epoch:
+            # A node came or changed: the masks (one vector op each) are rebuilt as needed.
+            self._model_ok = {}
+            self._model_ok_epoch = state.hw_epoch
         mask = self._model_ok.get(models)
         if mask is None:
             mask = self._model_ok[models] = state.model_mask(models)
@@ -284,7 +297,6 @@ class SeedancePolicy(FragmentationGradientDescent):
         self.mem_mib_per_gpu_milli = mem_mib_per_gpu_milli
         self.strand_weight = strand_weight
         self._cache: dict[PodRequest, tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState]] = {}
-        self._types: tuple[ClusterState, np.ndarray] | None = None
 
     @classmethod
     def for_trace(cls, pods: list[PodRequest], **kw: float) -> SeedancePolicy:
@@ -297,10 +309,10 @@ class SeedancePolicy(FragmentationGradientDescent):
         )
 
     def _node_type(self, state: ClusterState) -> np.ndarray:
-        if self._types is None or self._types[0] is not state:
-            sig = np.stack([state.model_id, state.cpu_cap, state.mem_cap, state.gpu_count], 1)
-            self._types = (state, np.unique(sig, axis=0, return_inverse=True)[1].ravel())
-        return self._types[1]
+        """A hardware-type id per node (only equality matters: nodes of one type score alike
+        while untouched). Kept by the state, so a policy rebuilt from new shapes (every
+        refresh of the target workload) does not type the fleet again."""
+        return state.type_id
 
     def _stranded(self, tot: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         fed = np.minimum(cpu / self.cpu_per_gpu_milli, mem / self.mem_mib_per_gpu_milli)
@@ -330,19 +342,24 @@ class SeedancePolicy(FragmentationGradientDescent):
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         self.index(state)
+        n = len(state)
         entry = self._cache.get(pod)
-        if entry is None or entry[3] is not state:
-            n = len(state)
-            entry = (
-                np.full(n, _INFEASIBLE, dtype=np.int64),
-                np.full(n, -1, dtype=np.int64),
-                np.full(n, -1, dtype=np.int64),
+        if entry is None or entry[3] is not state or len(entry[0]) < n:
+            # Sized to the state's capacity: nodes added later are unseen rows (seen -1).
+            rows = state.capacity
+            grown = (
+                np.full(rows, _INFEASIBLE, dtype=np.int64),
+                np.full(rows, -1, dtype=np.int64),
+                np.full(rows, -1, dtype=np.int64),
                 state,
             )
-            if len(self._cache) >= _CACHE_REQUESTS:
+            if entry is not None and entry[3] is state:
+                for old, new in zip(entry[:3], grown[:3], strict=True):
+                    new[: len(old)] = old
+            elif len(self._cache) >= _CACHE_REQUESTS:
                 del self._cache[next(iter(self._cache))]  # oldest request shape
-            self._cache[pod] = entry
-        key, gpu, seen, _ = entry
+            entry = self._cache[pod] = grown
+        key, gpu, seen = entry[0][:n], entry[1][:n], entry[2][:n]
         stale = np.flatnonzero(seen != state.version)
         if stale.size:
             seen[stale] = state.version[stale]

@@ -25,11 +25,22 @@ Queue discipline (`SchedulerConfig`):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from seedance.slicer.core.gang import place_gang, reclaim_plan
+from seedance.slicer.core.jobs import (
+    Job,
+    JobPlaced,
+    JobPreempted,
+    JobUnschedulable,
+    PendingRecord,
+    QueueConfig,
+    QueueDecision,
+    RunningRecord,
+)
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import Policy
 
@@ -44,86 +55,6 @@ __all__ = [
     "QueueDecision",
     "RunningRecord",
 ]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Job:
-    """A unit of work: `replicas` identical pods that start together or not at all."""
-
-    job_id: str
-    request: PodRequest
-    replicas: int = 1
-    priority: int = 0
-    preemptible: bool = True
-    tenant: str = ""
-    #: The expected run time when the submitter knows it (replays do); carried for backfill
-    #: with estimates, not used by the queue's order today (reservations need no estimate).
-    expected_duration_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.replicas < 1:
-            raise ValueError(f"job {self.job_id}: replicas={self.replicas} must be >= 1")
-
-
-@dataclass(frozen=True, slots=True)
-class JobPlaced:
-    job_id: str
-    placements: tuple[NodeGpus, ...]
-    at_s: float
-    waited_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class JobUnschedulable:
-    """Published when a job's reason for waiting changes (not on every pass)."""
-
-    job_id: str
-    reason: str
-    at_s: float
-    #: What the reason means for this job (e.g. which GPU models its request matched).
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class JobPreempted:
-    """A running job was evicted from `node` (an index) and is back in the queue."""
-
-    job_id: str
-    by_job_id: str
-    at_s: float
-    node: int
-
-
-QueueDecision = JobPlaced | JobUnschedulable | JobPreempted
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueueConfig:
-    backfill: bool = True
-    # A job blocked this long gets nodes reserved for it. Short enough that 8-GPU jobs do not
-    # starve, long enough that transient blocking does not idle nodes.
-    reserve_after_s: float = 300.0
-    # Reserved nodes idle while they drain: cap how many the queue may hold at once.
-    max_reserved_nodes: int = 16
-    preemption: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class RunningRecord:
-    job: Job
-    placements: tuple[NodeGpus, ...]
-    started_s: float
-    submitted_s: float
-    seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class PendingRecord:
-    job: Job
-    submitted_s: float
-    seq: int
-    reason: str
-    reserved: tuple[int, ...]
 
 
 @dataclass(slots=True)
@@ -158,13 +89,27 @@ class PlacementQueue:
         # until it ends or is preempted, so `running_records` builds none.
         self._running: dict[str, RunningRecord] = {}
         self._on_node: list[set[str]] = [set() for _ in nodes]
-        self._reserved_by = np.full(len(nodes), -1, dtype=np.int64)  # seq of the holder
+        # The seq of each node's reservation holder (-1: none); rows to the state's capacity.
+        self._reserved_buf = np.full(self.state.capacity, -1, dtype=np.int64)
         self._seq = 0
         # Request shapes that fitted nowhere since the last release: they cannot fit until
         # something is freed, so a pass skips them without asking the policy.
-        self._failed: dict[tuple[PodRequest, int, int], str] = {}
+        self._failed: dict[tuple[PodRequest, int, int, str], str] = {}
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
         self._masked: set[tuple[int, int]] = set()
+        # Jobs whose record (running or pending: reason, reservation) changed since
+        # `take_touched`: what the scheduler's state writes after a batch.
+        self._touched: set[str] = set()
+        # GPU milli-shares the running jobs hold (a gauge read after every batch).
+        self._held_milli = 0
+        #: Whether a gang may evict a running job for room: the tenant's own lower-priority
+        #: preemptible work by default; the scheduler adds its quota's cohort reclaim.
+        self.may_evict: Callable[[Job, Job], bool] = own_lower_priority
+
+    @property
+    def _reserved_by(self) -> np.ndarray:
+        """The seq of each node's reservation holder (-1: none), a view of the buffer."""
+        return self._reserved_buf[: len(self.state)]
 
     # -- persistence ------------------------------------------------------------------------
     @property
@@ -176,6 +121,21 @@ class PlacementQueue:
         """The running jobs, in start order, as plain records (the queue's own: frozen, and
         the same object for as long as the job runs)."""
         return sorted(self._running.values(), key=_record_seq)
+
+    def running_record(self, job_id: str) -> RunningRecord | None:
+        return self._running.get(job_id)
+
+    def pending_record(self, job_id: str) -> PendingRecord | None:
+        p = self._pending.get(job_id)
+        if p is None:
+            return None
+        return PendingRecord(p.job, p.submitted_s, p.seq, p.reason, tuple(p.reserved))
+
+    def take_touched(self) -> set[str]:
+        """The jobs whose record changed since the last call (added, removed, re-reasoned,
+        reserved for), and forget them."""
+        touched, self._touched = self._touched, set()
+        return touched
 
     def pending_records(self) -> list[PendingRecord]:
         """The waiting jobs, in queue order, as plain records."""
@@ -204,6 +164,7 @@ class PlacementQueue:
                 queue.state.apply(r.job.request, p)
                 queue._on_node[p.node].add(r.job.job_id)
             queue._running[r.job.job_id] = r
+            queue._held_milli += r.job.request.gpu_milli_total * r.job.replicas
             prio = r.job.priority
             queue._priorities[prio] = queue._priorities.get(prio, 0) + 1
         for rec in pending:
@@ -213,6 +174,27 @@ class PlacementQueue:
                 queue._reserved_by[list(rec.reserved)] = rec.seq
         queue._seq = seq
         return queue
+
+    # -- nodes coming and going ---------------------------------------------------------------
+    def add_node(self, node: Node) -> int:
+        """A node joined the pool (appended: indices never move); its index. Every shape that
+        failed may fit now."""
+        i = self.state.add_node(node)
+        self._on_node.append(set())
+        if len(self._reserved_buf) < len(self.state):
+            grown = np.full(self.state.capacity, -1, dtype=np.int64)
+            grown[: len(self._reserved_buf)] = self._reserved_buf
+            self._reserved_buf = grown
+        self._failed.clear()
+        return i
+
+    def replace_node(self, i: int, node: Node) -> None:
+        """Node `i` was re-described while nothing runs on it (a reservation held on it stays).
+        GPUs masked there are masked again by the caller's next `set_masked`."""
+        if self._on_node[i]:
+            raise ValueError(f"node {node.name} is busy: it keeps its shape until it drains")
+        self.state.replace_node(i, node)
+        self._failed.clear()
 
     # -- resources held or masked outside the queue ------------------------------------------
     def hold_host(self, node: int, cpu_milli: int, memory_mib: int) -> None:
@@ -272,12 +254,17 @@ class PlacementQueue:
             return
         run = self._running.pop(job_id, None)
         if run is not None:
+            self._touched.add(job_id)
             self._release(run)
 
     # -- views ------------------------------------------------------------------------------
     @property
     def pending_ids(self) -> list[str]:
         return [jid for _, jid in self._order]
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
 
     @property
     def running_ids(self) -> list[str]:
@@ -299,6 +286,12 @@ class PlacementQueue:
     def gpu_allocated_milli(self) -> int:
         return self.state.gpu_allocated_milli
 
+    @property
+    def held_milli(self) -> int:
+        """GPU milli-shares the running jobs hold (masked GPUs not counted, unlike
+        `gpu_allocated_milli`)."""
+        return self._held_milli
+
     # -- the pass ---------------------------------------------------------------------------
     def schedule(self, now_s: float) -> list[QueueDecision]:
         out: list[QueueDecision] = []
@@ -306,17 +299,23 @@ class PlacementQueue:
             pend = self._pending.get(job_id)
             if pend is None:
                 continue
-            shape = (pend.job.request, pend.job.replicas, pend.job.priority)
-            reason = self._failed.get(shape) if not pend.reserved else None
+            job = pend.job
+            shape = (job.request, job.replicas, job.priority, job.tenant)
+            # A gang that may reclaim is tried every pass: whether it can depends on who runs
+            # where and who borrows, not only on what was freed (a restored queue, which
+            # remembers no failures, must decide as this one).
+            remember = not pend.reserved and not (self.config.preemption and job.replicas > 1)
+            reason = self._failed.get(shape) if remember else None
             if reason is None:
                 placed = self._try_place(pend, now_s, out)
                 if placed:
                     continue
                 reason = pend.reason
-                if not pend.reserved:
+                if remember:
                     self._failed[shape] = reason
             elif pend.reason != reason:
                 pend.reason = reason
+                self._touched.add(job_id)
                 out.append(JobUnschedulable(job_id, reason, now_s))
             if not self.config.backfill:
                 break  # head-of-line blocking: nothing overtakes the head
@@ -330,10 +329,12 @@ class PlacementQueue:
 
     def _enqueue(self, pend: _Pending) -> None:
         self._pending[pend.job.job_id] = pend
+        self._touched.add(pend.job.job_id)
         bisect.insort(self._order, (pend.order, pend.job.job_id))
 
     def _dequeue(self, job_id: str) -> _Pending:
         pend = self._pending.pop(job_id)
+        self._touched.add(job_id)
         i = bisect.bisect_left(self._order, (pend.order, job_id))
         del self._order[i]
         if pend.reserved:
@@ -349,40 +350,48 @@ class PlacementQueue:
         return allowed
 
     def _place_gang(self, job: Job, allowed: np.ndarray | None) -> tuple[NodeGpus, ...] | Rejection:
-        """All replicas or none: apply as we go, roll back on the first failure."""
-        done: list[NodeGpus] = []
-        for _ in range(job.replicas):
-            res = self.policy.place(self.state, job.request, allowed)
-            if isinstance(res, Rejection):
-                for p in reversed(done):
-                    self.state.release(job.request, p)
-                return res
-            self.state.apply(job.request, res)
-            done.append(res)
-        return tuple(done)
+        """One pod, or every member of a gang inside one GPU model's tightest topology domain
+        that holds them (`seedance.slicer.core.gang`), or nothing."""
+        if job.replicas > 1:
+            return place_gang(self.state, self.policy, job.request, job.replicas, allowed)
+        res = self.policy.place(self.state, job.request, allowed)
+        if isinstance(res, Rejection):
+            return res
+        self.state.apply(job.request, res)
+        return (res,)
 
     def _try_place(self, pend: _Pending, now_s: float, out: list[QueueDecision]) -> bool:
         job = pend.job
         res = self._place_gang(job, self._allowed_for(pend))
-        if isinstance(res, Rejection) and self.config.preemption and self._has_lower(job):
-            evicted = self._preempt_for(pend, now_s, out)
-            if not isinstance(evicted, Rejection):
+        if isinstance(res, Rejection) and self.config.preemption:
+            evicted: tuple[NodeGpus, ...] | Rejection | None = None
+            if job.replicas > 1:
+                evicted = self._reclaim_for_gang(pend, now_s, out)
+            elif self._has_lower(job):
+                evicted = self._preempt_for(pend, now_s, out)
+            if evicted is not None and not isinstance(evicted, Rejection):
                 res = evicted
         if isinstance(res, Rejection):
             reason = res.reason if job.replicas == 1 else f"gang_{res.reason}"
             if reason != pend.reason:
                 pend.reason = reason
+                self._touched.add(job.job_id)
                 out.append(JobUnschedulable(job.job_id, reason, now_s, res.detail))
             return False
         self._dequeue(job.job_id)
         self._running[job.job_id] = RunningRecord(job, res, now_s, pend.submitted_s, pend.seq)
+        self._held_milli += job.request.gpu_milli_total * job.replicas
         for p in res:
             self._on_node[p.node].add(job.job_id)
         self._priorities[job.priority] = self._priorities.get(job.priority, 0) + 1
+        # The tenant's higher-priority shapes that failed may evict this job now.
+        for s in [s for s in self._failed if s[3] == job.tenant and s[2] > job.priority]:
+            del self._failed[s]
         out.append(JobPlaced(job.job_id, res, now_s, now_s - pend.submitted_s))
         return True
 
     def _release(self, run: RunningRecord) -> None:
+        self._held_milli -= run.job.request.gpu_milli_total * run.job.replicas
         for p in run.placements:
             self.state.release(run.job.request, p)
             self._on_node[p.node].discard(run.job.job_id)
@@ -435,16 +444,56 @@ class PlacementQueue:
         chosen = cand[order[:need]]
         self._reserved_by[chosen] = pend.seq
         pend.reserved = [int(n) for n in chosen]
+        self._touched.add(pend.job.job_id)
+
+    def _reclaim_for_gang(
+        self, pend: _Pending, now_s: float, out: list[QueueDecision]
+    ) -> tuple[NodeGpus, ...] | Rejection:
+        """Evict what `may_evict` allows (its tenant's lower-priority work, its cohort's
+        borrowers) on the fewest nodes of one group that then holds the whole gang; each
+        victim goes back to the queue with its submit time."""
+        job = pend.job
+        allowed = self._allowed_for(pend)
+        plan = reclaim_plan(
+            self.state, job.request, job.replicas, allowed, lambda n: self._victims(job, n)
+        )
+        if plan is None:
+            return Rejection("insufficient_resources")
+        for n, ids in plan.victims.items():
+            for victim_id in dict.fromkeys(ids):
+                run = self._running.pop(victim_id, None)
+                if run is None:
+                    continue  # a victim of several nodes, already evicted on another
+                self._touched.add(victim_id)
+                self._release(run)
+                reason = "priority" if run.job.tenant == job.tenant else "quota_reclaim"
+                out.append(JobPreempted(victim_id, job.job_id, now_s, n, reason))
+                self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
+        res = place_gang(self.state, self.policy, job.request, job.replicas, allowed, plan.group)
+        if isinstance(res, Rejection):  # the plan's estimate was off: anywhere it fits now
+            res = place_gang(self.state, self.policy, job.request, job.replicas, allowed)
+        return res
+
+    def _victims(self, job: Job, n: int) -> list[tuple[str, PodRequest, tuple[int, ...]]]:
+        """What `job` may evict on node `n`, one entry per member there, in eviction order
+        (lowest priority, most recently started, then arrival): GPUs masked stay masked."""
+        runs = sorted(
+            (r for j in self._on_node[n] if self.may_evict(job, (r := self._running[j]).job)),
+            key=lambda r: (r.job.priority, -r.started_s, r.seq),
+        )
+        return [
+            (r.job.job_id, r.job.request, tuple(g for g in p.gpus if (n, g) not in self._masked))
+            for r in runs
+            for p in r.placements
+            if p.node == n
+        ]
 
     def _preempt_for(
         self, pend: _Pending, now_s: float, out: list[QueueDecision]
     ) -> tuple[NodeGpus, ...] | Rejection:
         """Evict lower-priority jobs from the one node where that frees the job's request
-        with the least evicted GPU share; single-node requests only (a gang spanning nodes
-        waits instead of evicting on several)."""
+        with the least evicted GPU share (a single pod; a gang reclaims instead)."""
         job = pend.job
-        if job.replicas != 1:
-            return Rejection("insufficient_resources_no_preemption_for_gangs")
         best: tuple[int, int, list[str]] | None = None
         allowed = self._allowed_for(pend)
         for n in range(len(self.state)):
@@ -457,6 +506,7 @@ class PlacementQueue:
             return Rejection("insufficient_resources")
         for victim_id in best[2]:
             run = self._running.pop(victim_id)
+            self._touched.add(victim_id)
             self._release(run)
             out.append(JobPreempted(victim_id, job.job_id, now_s, best[1]))
             self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
@@ -475,7 +525,9 @@ class PlacementQueue:
                 # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
                 and self._running[j].job.tenant == job.tenant
             ),
-            key=lambda r: (r.job.priority, -r.started_s),
+            # The seq last: jobs started together are taken in arrival order, not in the
+            # set's (hash-seeded, so per-process) order.
+            key=lambda r: (r.job.priority, -r.started_s, r.seq),
         )
         if not victims:
             return None
@@ -501,6 +553,11 @@ class PlacementQueue:
         if not self.state.model_allows(n, pod.gpu_models):
             return False
         return int((gpu >= pod.gpu_milli).sum()) >= pod.num_gpu
+
+
+def own_lower_priority(job: Job, victim: Job) -> bool:
+    """Priority orders a tenant's own work: it evicts only that tenant's preemptible jobs."""
+    return victim.preemptible and victim.tenant == job.tenant and victim.priority < job.priority
 
 
 def _record_seq(r: RunningRecord) -> int:

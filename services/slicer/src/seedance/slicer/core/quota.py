@@ -341,6 +341,21 @@ class QuotaTracker:
                 out[dim] = used - nominal
         return out
 
+    def may_reclaim(self, claimant: str, holder: str, dim: str = GPUS) -> bool:
+        """Whether `claimant`'s work may take capacity back from `holder`'s (Kueue's
+        `reclaimWithinCohort: Any`): two tenants of one cohort, `holder` above its nominal
+        quota in `dim` (it borrows), `claimant` within its own (what it asks for is its own
+        quota, lent out)."""
+        policy = self._policy.tenants
+        if claimant not in policy or holder not in policy or claimant == holder:
+            return False
+        cohort = policy[claimant].cohort
+        if cohort is None or policy[holder].cohort != cohort:
+            return False
+        nominal = policy[claimant].nominal_of(dim)
+        within = nominal is None or self._usage[claimant].get(dim, 0) <= nominal
+        return within and self.borrowed(holder).get(dim, 0) > 0
+
     def admitted(self, tenant: str | None = None) -> tuple[str, ...]:
         return tuple(
             w for w, wl in self._workloads.items() if tenant is None or wl.request.tenant == tenant

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
+
 from seedance.events.jobs import request_problem
 from seedance.slicer.core.effects import (
     Effect,
@@ -46,8 +48,9 @@ from seedance.slicer.core.effects import (
     ended_answer,
     unknown_answer,
 )
-from seedance.slicer.core.inputs import JobSpec, NodeSpec, job_key
+from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
 from seedance.slicer.core.model import MAX_GPUS_PER_NODE
+from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
 from seedance.slicer.core.quota import Admitted, QuotaPolicy
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
@@ -57,7 +60,7 @@ from seedance.slicer.core.workload import SchedulerConfig, core_job
 __all__ = ["ENDED_KEPT", "Scheduler", "SchedulerConfig"]
 
 #: Ended jobs remembered (so a late start or a second end is answered `job_ended`, not
-#: `unknown_job`): bounded, since the whole state is one KV value.
+#: `unknown_job`): bounded, so the state does not grow with every job ever run.
 ENDED_KEPT = 4096
 
 _PAUSE_DETAIL = "the budget guard paused this tenant's new work"
@@ -72,6 +75,11 @@ class Scheduler(SchedulerState):
     def upsert_node(self, spec: NodeSpec, now_s: float) -> list[Effect]:
         if len(spec.gpus) > MAX_GPUS_PER_NODE:
             return []  # the core models at most 8 GPUs per node; such a node is not used
+        levels = self.config.topology_levels
+        if any(k not in levels for k in spec.labels):
+            # Only the labels that name its topology domains are the node's state here.
+            keep = {k: v for k, v in spec.labels.items() if k in levels}
+            spec = msgspec.structs.replace(spec, labels=keep)
         i = self._index.get(spec.name)
         if i is not None:
             if self._nodes[i] == spec or self._busy(spec.name):
@@ -79,16 +87,17 @@ class Scheduler(SchedulerState):
                 return []
             self._nodes[i] = spec
             self._mig.forget_node(spec.name)
+            self._queue.replace_node(i, core_node(spec, self.config.topology_levels))
         else:
-            self._index[spec.name] = len(self._nodes)
+            # Appended: indices never move, so nothing else is renumbered or rebuilt.
+            i = self._index[spec.name] = len(self._nodes)
             self._nodes.append(spec)
-        if self.config.policy == "seedance":
-            self._workload.refresh()
-            self._policy = self._workload.policy(self.config.policy)
-        # Node indices are stable (a node is replaced in place or appended), so the queue's
-        # own records rebuild it over the new node list.
-        q = self._queue
-        self._queue = self._new_queue(q.running_records(), q.pending_records(), q.seq)
+            self._queue.add_node(core_node(spec, self.config.topology_levels))
+        self._mig_mode(i)
+        self._queue.set_masked(self._masked())
+        self._dirty_nodes.add(spec.name)
+        if self.config.policy == "seedance" and self._workload.refresh():
+            self._refresh_policy()
         return self._pass(now_s)
 
     def set_health(self, node: str, gpu: int, healthy: bool, now_s: float) -> list[Effect]:
@@ -155,6 +164,7 @@ class Scheduler(SchedulerState):
             return answer
         self._jobs[job.key] = job
         self._submitted_s[job.key] = now_s
+        self._dirty_jobs.add(job.key)
         if job.mig_profile is None:
             self._learn(job)
         out = self._admit(job, now_s, now_s)
@@ -183,8 +193,14 @@ class Scheduler(SchedulerState):
             if key in self._ended:
                 return [ended_answer(tenant, job_id, outcome)]
             return [unknown_answer(tenant, job_id, outcome)]
-        self._ended.append(key)
-        del self._ended[:-ENDED_KEPT]
+        self._dirty_jobs.add(key)
+        self._ended[key] = self._ended_next
+        self._ended_next += 1
+        self._dirty_ended.add(key)
+        while len(self._ended) > ENDED_KEPT:
+            forgotten = next(iter(self._ended))
+            del self._ended[forgotten]
+            self._dirty_ended.add(forgotten)
         was_placed = self._queue.is_running(key) or self._mig.instance_of(key) is not None
         self._attempts.pop(key, None)
         self._submitted_s.pop(key, None)
@@ -341,12 +357,13 @@ class Scheduler(SchedulerState):
             return [Waiting(job, d.reason, d.detail)]
         if isinstance(d, JobPreempted):
             by = self._jobs[d.by_job_id]
-            return [Evicted(job, self._nodes[d.node].name, by.job_id, "priority", by.tenant)]
+            return [Evicted(job, self._nodes[d.node].name, by.job_id, d.reason, by.tenant)]
         return list(self._placed(job, d))
 
     def _placed(self, job: JobSpec, d: JobPlaced) -> list[Placed]:
         attempt = self._attempts.get(job.key, 0) + 1
         self._attempts[job.key] = attempt
+        self._dirty_jobs.add(job.key)
         by_node: dict[int, list[int]] = {}
         for p in d.placements:
             by_node.setdefault(p.node, []).extend(p.gpus)
@@ -383,6 +400,7 @@ class Scheduler(SchedulerState):
             self._mig.dequeue(h.job_id)
             attempt = self._attempts.get(job.key, 0) + 1
             self._attempts[job.key] = attempt
+            self._dirty_jobs.add(job.key)
             share = GpuShare(res.gpu, 1000, res.profile, res.start)
             model = self._nodes[self._index[res.node]].gpus[res.gpu].model
             out.append(Placed(job, res.node, model, "mig", (share,), attempt))
@@ -413,8 +431,14 @@ class Scheduler(SchedulerState):
     def _learn(self, job: JobSpec) -> None:
         """Add a request to the workload window; the policy follows when it refreshes."""
         if self.config.policy == "seedance" and self._workload.learn(job):
-            self._policy = self._workload.policy(self.config.policy)
-            self._queue.policy = self._policy
+            self._refresh_policy()
+
+    def _refresh_policy(self) -> None:
+        """The policy for the window's shapes now, starting from the old one's index."""
+        new = self._workload.policy(self.config.policy)
+        if isinstance(new, FragmentationGradientDescent):
+            new.inherit(self._policy)
+        self._policy = self._queue.policy = new
 
     def _busy(self, node: str) -> bool:
         return self._mig.busy(node) or self._queue.busy(self._index[node])

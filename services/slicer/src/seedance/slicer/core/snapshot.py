@@ -116,6 +116,11 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     since_refresh: int = 0
     #: Keys of the jobs ended most recently (at most `ENDED_KEPT`), oldest first.
     ended: tuple[str, ...] = ()
+    #: How many shapes entered the window and how many jobs ended, ever (the ordinals of the
+    #: next ones: the state's entries are keyed by them). 0 in older snapshots: there the
+    #: counts start at the lengths of `window` and `ended`.
+    window_next: int = 0
+    ended_next: int = 0
 
 
 def saved_running(r: RunningRecord, names: Sequence[str]) -> RunningJob:

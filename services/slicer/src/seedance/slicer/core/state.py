@@ -4,9 +4,14 @@ Owns the fields of the one state (`SchedulerState`: nodes and GPU health, the jo
 their attempts and submit times, the ended jobs remembered, admission, the MIG pool, the
 workload window and its policy, the placement queue), building the placement queue over the
 current nodes, the views the shell and the tests read (`running_jobs`, `allocated_gpus`, ...),
-and `snapshot` / `restore` (and their bytes), which write that state as one plain value and
-rebuild an identical one (`seedance.slicer.core.snapshot`). `snapshot` keeps each running job's
-saved record while the job runs, since the shell writes a snapshot after every batch.
+and persistence in two forms: `snapshot` / `restore` (and their bytes), the whole state as one
+plain value (`seedance.slicer.core.snapshot`), and `state_changes` / `from_entries`, the same
+state as entries (`seedance.slicer.core.entries`) of which `state_changes` gives only those
+changed since it was last called: what the shell writes after every batch, so a batch costs
+what it changed, not the size of the pool. Changes are tracked where they happen (the jobs and
+nodes an input touched, the queue's records it changed: `PlacementQueue.take_touched`); the
+small whole collections (holds, pauses, MIG instances, unhealthy GPUs) are compared with what
+was last written.
 
 It must not decide anything: the inputs and the decisions they cause are
 `seedance.slicer.core.scheduler.Scheduler`'s, which extends this class. No bus, clock or I/O.
@@ -14,18 +19,25 @@ It must not decide anything: the inputs and the decisions they cause are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Self
 
 from seedance.slicer.core.admission import Admission
+from seedance.slicer.core.entries import (
+    Globals,
+    JobEntry,
+    NodeEntry,
+    encode_entry,
+    entries_of,
+    snapshot_of,
+)
 from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
 from seedance.slicer.core.mig import profile
 from seedance.slicer.core.mig_pool import MigPool, gpu_mig_model
-from seedance.slicer.core.queue import PendingRecord, PlacementQueue, RunningRecord
+from seedance.slicer.core.queue import Job, PendingRecord, PlacementQueue, RunningRecord
 from seedance.slicer.core.quota import QuotaPolicy
 from seedance.slicer.core.snapshot import (
     STATE_VERSION,
-    RunningJob,
     SchedulerSnapshot,
     decode_snapshot,
     encode_snapshot,
@@ -51,16 +63,22 @@ class SchedulerState:
         self._jobs: dict[str, JobSpec] = {}
         self._attempts: dict[str, int] = {}
         self._submitted_s: dict[str, float] = {}
-        self._ended: list[str] = []
+        #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
+        self._ended: dict[str, int] = {}
+        self._ended_next = 0
         self._mig = MigPool()
         self._workload = self._new_workload()
         self._policy = self._workload.policy(self.config.policy)
+        # GPUs in MIG mode, as (node index, GPU): masked from the queue with the unhealthy ones.
+        self._mig_masked: set[tuple[int, int]] = set()
         self._queue = self._new_queue([], [], 0)
-        # The saved form of each running job, by key, beside the queue record it was made
-        # from, for `snapshot` (which the shell takes after every batch): a running job's
-        # record does not change until it ends or is preempted, so only new ones are built.
-        self._saved: dict[str, tuple[RunningRecord, RunningJob]] = {}
-        self._saved_names: list[str] = []
+        # What changed since `state_changes` was last called (see the module docstring).
+        self._dirty_jobs: set[str] = set()
+        self._dirty_nodes: set[str] = set()
+        self._dirty_ended: set[str] = set()
+        self._written: dict[str, object] = {}
+        self._written_window = (0, 0)
+        self._mark_written()
 
     # -- persistence ------------------------------------------------------------------------
     def snapshot(self) -> SchedulerSnapshot:
@@ -73,7 +91,7 @@ class SchedulerState:
             jobs=dict(self._jobs),
             attempts=dict(self._attempts),
             submitted_s=dict(self._submitted_s),
-            running=self._saved_running(names),
+            running=tuple(saved_running(r, names) for r in self._queue.running_records()),
             pending=tuple(saved_pending(p, names) for p in self._queue.pending_records()),
             seq=self._queue.seq,
             mig=tuple(self._mig.slots),
@@ -84,6 +102,8 @@ class SchedulerState:
             policy_shapes=tuple(self._workload.policy_shapes),
             since_refresh=self._workload.since_refresh,
             ended=tuple(self._ended),
+            window_next=self._workload.learned,
+            ended_next=self._ended_next,
         )
 
     @classmethod
@@ -101,37 +121,26 @@ class SchedulerState:
         s._jobs = dict(snap.jobs)
         s._attempts = dict(snap.attempts)
         s._submitted_s = dict(snap.submitted_s)
-        s._ended = list(snap.ended)
+        first = max(snap.ended_next, len(snap.ended)) - len(snap.ended)
+        s._ended = {k: first + i for i, k in enumerate(snap.ended)}
+        s._ended_next = first + len(snap.ended)
         s._admission = Admission(quota, held=snap.held, paused=snap.paused)
         s._mig = MigPool(snap.mig, snap.mig_queue)
         s._workload = s._new_workload(snap)
         s._policy = s._workload.policy(s.config.policy)
+        s._mig_masked = {
+            (i, g) for i, n in enumerate(s._nodes) for g, x in enumerate(n.gpus) if x.mig_enabled
+        }
         idx = s._index
         running = [running_record(r, core_job(s._jobs[r.job_id]), idx) for r in snap.running]
         pending = [pending_record(p, core_job(s._jobs[p.job_id]), idx) for p in snap.pending]
         s._queue = s._new_queue(running, pending, snap.seq)
         s._admission.restore_admitted(s._jobs)
+        s._mark_written()
         return s
 
-    def _saved_running(self, names: list[str]) -> tuple[RunningJob, ...]:
-        """`saved_running` of every running record, in start order; a job's saved form is
-        reused while its record is the very same (frozen) object and the node names are the
-        same (a node list change drops them all)."""
-        if names != self._saved_names:
-            self._saved = {}
-            self._saved_names = names
-        old = self._saved
-        new: dict[str, tuple[RunningRecord, RunningJob]] = {}
-        for r in self._queue.running_records():
-            hit = old.get(r.job.job_id)
-            new[r.job.job_id] = (
-                hit if hit is not None and hit[0] is r else (r, saved_running(r, names))
-            )
-        self._saved = new
-        return tuple(saved for _, saved in new.values())
-
     def to_bytes(self) -> bytes:
-        """`snapshot` as bytes (msgpack), for the shell's durable state."""
+        """`snapshot` as bytes (msgpack): the whole state in one value."""
         return encode_snapshot(self.snapshot())
 
     @classmethod
@@ -139,6 +148,92 @@ class SchedulerState:
         cls, data: bytes, config: SchedulerConfig | None = None, quota: QuotaPolicy | None = None
     ) -> Self:
         return cls.restore(decode_snapshot(data), config, quota)
+
+    def state_entries(self) -> dict[str, bytes]:
+        """The whole state as entries (a first base; `state_changes` then gives what changed)."""
+        return entries_of(self.snapshot())
+
+    @classmethod
+    def from_entries(
+        cls,
+        entries: Mapping[str, bytes],
+        config: SchedulerConfig | None = None,
+        quota: QuotaPolicy | None = None,
+    ) -> Self:
+        """A scheduler holding the state `entries` describe, nothing changed since."""
+        return cls.restore(snapshot_of(entries), config, quota)
+
+    def state_changes(self) -> dict[str, bytes | None]:
+        """The entries changed since the last call (or the restore): new values, None for
+        entries gone. Writing them after each batch keeps a store's entries equal to
+        `state_entries()`."""
+        out: dict[str, bytes | None] = {}
+        w = self._written
+        g = self._globals()
+        if g != w["g"]:
+            out["g"] = encode_entry(g)
+        for name in self._dirty_nodes:
+            i = self._index[name]
+            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i]))
+        for key in self._dirty_jobs | self._queue.take_touched():
+            spec = self._jobs.get(key)
+            out[f"j/{key}"] = None if spec is None else encode_entry(self._job_entry(key, spec))
+        for key in self._dirty_ended:
+            ordinal = self._ended.get(key)
+            out[f"e/{key}"] = None if ordinal is None else encode_entry(ordinal)
+        lo_old, hi_old = self._written_window
+        wl = self._workload
+        lo, hi = wl.learned - len(wl.window), wl.learned
+        for o in range(lo_old, min(lo, hi_old)):
+            out[f"w/{o}"] = None
+        for o in range(max(lo, hi_old), hi):
+            out[f"w/{o}"] = encode_entry(wl.window[o - lo])
+        if wl.policy_shapes is not w["shapes"]:
+            out["shapes"] = encode_entry(tuple(wl.policy_shapes))
+        for name, value in self._whole().items():
+            if value != w[name]:
+                out[name] = encode_entry(value)
+        self._mark_written()
+        return out
+
+    def _globals(self) -> Globals:
+        return Globals(
+            seq=self._queue.seq,
+            since_refresh=self._workload.since_refresh,
+            window_next=self._workload.learned,
+            ended_next=self._ended_next,
+        )
+
+    def _whole(self) -> dict[str, object]:
+        return {
+            "unhealthy": tuple(self._unhealthy),
+            "paused": tuple(self._admission.paused),
+            "held": tuple(self._admission.held),
+            "mig": tuple(self._mig.slots),
+            "mig_queue": tuple(self._mig.waiting),
+        }
+
+    def _mark_written(self) -> None:
+        """What is written now (nothing changed since): the baseline `state_changes` diffs."""
+        wl = self._workload
+        self._written = {"g": self._globals(), "shapes": wl.policy_shapes, **self._whole()}
+        self._written_window = (wl.learned - len(wl.window), wl.learned)
+        self._dirty_jobs.clear()
+        self._dirty_nodes.clear()
+        self._dirty_ended.clear()
+        self._queue.take_touched()
+
+    def _job_entry(self, key: str, spec: JobSpec) -> JobEntry:
+        names = _NodeNames(self._nodes)
+        run = self._queue.running_record(key)
+        pend = self._queue.pending_record(key)
+        return JobEntry(
+            spec=spec,
+            attempts=self._attempts.get(key, 0),
+            submitted_s=self._submitted_s.get(key),
+            running=None if run is None else saved_running(run, names),
+            pending=None if pend is None else saved_pending(pend, names),
+        )
 
     # -- views ------------------------------------------------------------------------------
     @property
@@ -179,12 +274,14 @@ class SchedulerState:
         """Job ids of `waiting_jobs` (ids of different tenants may repeat)."""
         return [j for _, j in self.waiting_jobs]
 
+    @property
+    def waiting_count(self) -> int:
+        """How many jobs wait (queued, for MIG, or not admitted): `len(waiting_jobs)`, cheaply."""
+        return self._queue.pending_count + len(self._mig.waiting) + len(self._admission.held)
+
     def allocated_gpus(self) -> float:
         """GPUs held by running work: shares summed, MIG instances as compute slices / 7."""
-        total = 0.0
-        for key in self._queue.running_ids:
-            j = self._jobs[key]
-            total += j.gpus * j.gang_size * (j.gpu_milli if j.gpus else 0) / 1000
+        total = self._queue.held_milli / 1000
         for m in self._mig.held_slots():
             gm = gpu_mig_model(self._nodes[self._index[m.node]], m.gpu, self._unhealthy)
             if gm is not None:
@@ -194,10 +291,12 @@ class SchedulerState:
     # -- building -------------------------------------------------------------------------
     def _masked(self) -> set[tuple[int, int]]:
         """GPUs the queue must not place on: unhealthy ones and those in MIG mode."""
-        out = {(self._index[n], g) for n, g in self._unhealthy}
-        for i, spec in enumerate(self._nodes):
-            out.update((i, g) for g, x in enumerate(spec.gpus) if x.mig_enabled)
-        return out
+        return {(self._index[n], g) for n, g in self._unhealthy} | self._mig_masked
+
+    def _mig_mode(self, i: int) -> None:
+        """Node `i` was (re-)described: which of its GPUs are in MIG mode."""
+        self._mig_masked = {(n, g) for n, g in self._mig_masked if n != i}
+        self._mig_masked.update((i, g) for g, x in enumerate(self._nodes[i].gpus) if x.mig_enabled)
 
     def _new_queue(
         self, running: Sequence[RunningRecord], pending: Sequence[PendingRecord], seq: int
@@ -205,7 +304,7 @@ class SchedulerState:
         """The placement queue over the current nodes holding these records, with the host
         resources of MIG jobs held and the GPUs it must not use masked."""
         queue = PlacementQueue.restore(
-            [core_node(n) for n in self._nodes],
+            [core_node(n, self.config.topology_levels) for n in self._nodes],
             self._policy,
             self.config.queue_config,
             running=running,
@@ -216,7 +315,18 @@ class SchedulerState:
             job = self._jobs[m.job_id]
             queue.hold_host(self._index[m.node], job.cpu_milli, job.memory_mib)
         queue.set_masked(self._masked())
+        queue.may_evict = self._may_evict
         return queue
+
+    def _may_evict(self, job: Job, victim: Job) -> bool:
+        """Whom a gang may evict for room: its tenant's lower-priority preemptible work, and a
+        cohort member's preemptible work while that member borrows the gang's tenant's quota
+        (the quota's cohort rules; never another tenant's work outside them)."""
+        if not victim.preemptible:
+            return False
+        if victim.tenant == job.tenant:
+            return victim.priority < job.priority
+        return self._admission.may_reclaim(job.tenant, victim.tenant)
 
     def _new_workload(self, snap: SchedulerSnapshot | None = None) -> WorkloadWindow:
         cfg = self.config
@@ -225,4 +335,20 @@ class SchedulerState:
             window.window = list(snap.window)
             window.policy_shapes = list(snap.policy_shapes)
             window.since_refresh = snap.since_refresh
+            window.learned = max(snap.window_next, len(snap.window))
         return window
+
+
+class _NodeNames(Sequence[str]):
+    """Node index to name, over the node list as it is (no copy per saved record)."""
+
+    __slots__ = ("_nodes",)
+
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+        self._nodes = nodes
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]  # by index only
+        return self._nodes[i].name
+
+    def __len__(self) -> int:
+        return len(self._nodes)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from seedance.slicer.core.fragmentation import TargetWorkload
 from seedance.slicer.core.inputs import JobSpec
-from seedance.slicer.core.model import PodRequest
+from seedance.slicer.core.model import MAX_TOPOLOGY_LEVELS, PodRequest
 from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
 from seedance.slicer.core.queue import Job, QueueConfig
 from seedance.slicer.core.snapshot import RequestShape
@@ -34,10 +34,17 @@ class SchedulerConfig:
     workload_window: int = 500
     workload_refresh: int = 100
     queue: QueueConfig = field(default_factory=QueueConfig)
+    #: Node label keys naming topology domains, innermost first (say, a multi-node NVLink
+    #: clique, a rack, a block): a gang goes to the tightest domain that holds it whole.
+    topology_levels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.policy not in ("seedance", "first-fit"):
             raise ValueError(f"policy must be seedance or first-fit, got {self.policy!r}")
+        if len(self.topology_levels) > MAX_TOPOLOGY_LEVELS:
+            raise ValueError(
+                f"topology_levels={self.topology_levels!r}: at most {MAX_TOPOLOGY_LEVELS} levels"
+            )
 
     @property
     def queue_config(self) -> QueueConfig:
@@ -61,20 +68,34 @@ class WorkloadWindow:
         self.window: list[RequestShape] = list(window)
         self.policy_shapes: list[RequestShape] = list(policy_shapes)
         self.since_refresh = since_refresh
+        #: Shapes ever added (the window holds the last `size`): the ordinal of the next one.
+        self.learned = len(self.window)
+        # Whether `policy_shapes` is the window as it is now (a refresh would change nothing):
+        # unknown for a window handed in, so its first refresh says "changed".
+        self._shapes_current = False
 
     def learn(self, job: JobSpec) -> bool:
         """Add a request to the window; whether the policy's shapes were refreshed."""
         self.window.append(shape_of(job))
         del self.window[: -self._size]
+        self.learned += 1
+        self._shapes_current = False
         self.since_refresh += 1
         if self.since_refresh >= self._refresh_every or not self.policy_shapes:
             self.refresh()
             return True
         return False
 
-    def refresh(self) -> None:
+    def refresh(self) -> bool:
+        """The policy's shapes become the window's; whether they changed (when not, the
+        policy built from them still stands: a fleet's thousands of nodes joining build it
+        once, not once per node)."""
         self.since_refresh = 0
-        self.policy_shapes = list(self.window)
+        changed = not self._shapes_current
+        if changed:
+            self.policy_shapes = list(self.window)
+            self._shapes_current = True
+        return changed
 
     def policy(self, name: str) -> Policy:
         """The policy called `name` ("seedance" or "first-fit") for the current shapes."""
