@@ -40,3 +40,15 @@ CHAOS_TENANTS_ARGS ?=
 .PHONY: chaos-tenants
 chaos-tenants: install  ## a hostile tenant vs the real services; honest tenants must not notice
 	nice $(PY) -m tools.bench.chaos_tenants $(CHAOS_TENANTS_ARGS)
+
+# Images (docs/deploy.md#images): every service from deploy/docker/Dockerfile with the engine
+# present (podman, else a docker whose daemon answers, else Debian's podman, installed), named
+# $(SEEDANCE_IMAGE_PREFIX)/<service>:<version> and <version>-src.<digest> (a hash of the
+# Dockerfile, the lock and the sources: rebuilt when it differs). The base is the official
+# python:3.11-slim-bookworm, or the Debian stand-in deploy/docker/debian-base.sh builds where
+# that cannot be pulled (SEEDANCE_IMAGE_BASE=auto|debian|<image>).
+export SEEDANCE_IMAGE_PREFIX ?= seedance
+export SEEDANCE_IMAGE_BASE ?= auto
+.PHONY: images
+images: install  ## build every service image (podman or docker), print each one's size
+	nice -n 19 $(PY) -m tools.images $(IMAGE_SERVICES)
