@@ -438,6 +438,12 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.CONSUMER.DELETE.{obj}.>",
             f"$O.{store}.>",
         ]
+    if d.object_stores:
+        # nats-py's object store list/watch subscribes without naming the stream and looks it
+        # up by subject first (refused, the router's start-up read of its models timed out and
+        # it restarted for ever under the shipped permissions: `make compose-check` found it).
+        # The answer is stream names only, no data.
+        pub.append(f"{JS_API}.STREAM.NAMES")
     return Permissions(
         publish_allow=tuple(pub),
         subscribe_allow=(SERVICE_INBOX, *d.subscribes, *d.answers),
