@@ -52,3 +52,11 @@ export SEEDANCE_IMAGE_BASE ?= auto
 .PHONY: images
 images: install  ## build every service image (podman or docker), print each one's size
 	nice -n 19 $(PY) -m tools.images $(IMAGE_SERVICES)
+
+# `make compose-check`: the images, then deploy/compose/compose.yaml up for real (with the
+# listed override deploy/compose/check/compose.check.yaml and stand-ins for the third-party
+# images), a tenant's jobs, an inference through the router, a compile, Prometheus and every
+# dashboard panel; then down. A cold build takes 15-30 minutes on 2 cores: not part of `make test`.
+.PHONY: compose-check
+compose-check: install  ## build the images, run the compose stack end to end, bring it down
+	nice -n 19 $(PY) -m tools.bench.compose_check $(COMPOSE_CHECK_ARGS)
