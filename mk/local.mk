@@ -5,7 +5,8 @@
 # It runs from an environment of its own, .venv-local, synced from the same lock with only what
 # those three services and the `seedance` CLI need (plus seedance-gpu-testing, which starts them,
 # and its pinned nats-server): not the whole workspace of .venv (onnxruntime, lightgbm, scipy,
-# kubectl, mypy, ...). docs/deploy.md#the-local-stack-environment has the sizes.
+# kubectl, mypy, ...). The sizes: docs/deploy.md, "The SDK and CLI alone, and the local stack's
+# environment".
 LOCAL_VENV := .venv-local
 LOCAL_PACKAGES := seedance-gpu-sdk seedance-gpu-telemetry-collector seedance-gpu-slicer \
 	seedance-gpu-cost-ledger seedance-gpu-testing
