@@ -40,3 +40,23 @@ CHAOS_TENANTS_ARGS ?=
 .PHONY: chaos-tenants
 chaos-tenants: install  ## a hostile tenant vs the real services; honest tenants must not notice
 	nice $(PY) -m tools.bench.chaos_tenants $(CHAOS_TENANTS_ARGS)
+
+# Images (docs/deploy.md#images): every service from deploy/docker/Dockerfile with the engine
+# present (podman, else a docker whose daemon answers, else Debian's podman, installed), named
+# $(SEEDANCE_IMAGE_PREFIX)/<service>:<version> and <version>-src.<digest> (a hash of the
+# Dockerfile, the lock and the sources: rebuilt when it differs). The base is the official
+# python:3.11-slim-bookworm, or the Debian stand-in deploy/docker/debian-base.sh builds where
+# that cannot be pulled (SEEDANCE_IMAGE_BASE=auto|debian|<image>).
+export SEEDANCE_IMAGE_PREFIX ?= seedance
+export SEEDANCE_IMAGE_BASE ?= auto
+.PHONY: images
+images: install  ## build every service image (podman or docker), print each one's size
+	nice -n 19 $(PY) -m tools.images $(IMAGE_SERVICES)
+
+# `make compose-check`: the images, then deploy/compose/compose.yaml up for real (with the
+# listed override deploy/compose/check/compose.check.yaml and stand-ins for the third-party
+# images), a tenant's jobs, an inference through the router, a compile, Prometheus and every
+# dashboard panel; then down. A cold build takes 15-30 minutes on 2 cores: not part of `make test`.
+.PHONY: compose-check
+compose-check: install  ## build the images, run the compose stack end to end, bring it down
+	nice -n 19 $(PY) -m tools.bench.compose_check $(COMPOSE_CHECK_ARGS)

@@ -13,14 +13,14 @@ compile request for a model that is not there (the graph-compiler answers it wit
 its batch and outcome metrics). Then every panel's query, with the datasource and template
 variables substituted as Grafana would (``.*`` for "All"), goes through Prometheus's HTTP API
 and must return series; so must every query variable's ``label_values``. The one exception is
-named in ``NO_SERIES_IN_A_REPLAY`` with its reason, and the test fails if it gains series.
+named in ``NO_SERIES_IN_A_REPLAY`` (``seedance.bench.dashboards``, which `make compose-check`
+reads too) with its reason, and the test fails if it gains series.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shutil
 import socket
 import subprocess
@@ -37,6 +37,8 @@ import pytest
 import yaml
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from seedance.bench.dashboards import NO_SERIES_WITHOUT_GPUS, dashboard_queries
+from seedance.bench.dashboards import empty_queries as shared_empty_queries
 from seedance.core import Bus, BusSettings
 from seedance.events import new_event_id
 from seedance.events.graph import CompileRequest
@@ -50,18 +52,11 @@ from tests.unit.router.test_gateway_fake_upstream import FakeReplica
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 COMPOSE = REPO / "deploy" / "compose"
-DASHBOARDS = sorted((COMPOSE / "grafana" / "dashboards").glob("*.json"))
 NODES = 4
 
-#: Queries that cannot have series in a replay, and why. The test asserts that exactly these
-#: come back empty (a valid query, no series), so an entry that starts working must be removed.
-NO_SERIES_IN_A_REPLAY = {
-    "seedance-fleet: GPU utilisation [C]": (
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE comes from NVML's GPM counters on a real GPU; the "
-        "replayed fleet (FleetSim) models SM activity and memory, not the tensor pipe, so the "
-        "collector exports no such series for it"
-    ),
-}
+#: The one exception, with its reason, lives with the dashboards' queries (seedance.bench
+#: dashboards), which `make compose-check` reads too.
+NO_SERIES_IN_A_REPLAY = NO_SERIES_WITHOUT_GPUS
 
 
 def free_port() -> int:
@@ -131,49 +126,9 @@ class Prometheus:
         self.log.close()
 
 
-def substituted(expr: str, variables: list[dict[str, Any]]) -> str:
-    """The query as Grafana sends it: "All" is ``.*``, a custom variable its current value."""
-    for var in variables:
-        if var["type"] == "datasource":
-            continue
-        value = ".*" if var.get("includeAll") else var["current"]["value"]
-        expr = expr.replace(f"${var['name']}", value).replace(f"${{{var['name']}}}", value)
-    expr = expr.replace("$__range", "1h")
-    assert "$" not in expr, f"an unknown variable in {expr}"
-    return expr
-
-
-def dashboard_queries() -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-    """(panel title + refId -> PromQL, variable -> (series selector, label))."""
-    panels: dict[str, str] = {}
-    label_queries: dict[str, tuple[str, str]] = {}
-    for path in DASHBOARDS:
-        board = json.loads(path.read_text())
-        variables = board["templating"]["list"]
-        for panel in board["panels"]:
-            for target in panel["targets"]:
-                key = f"{path.stem}: {panel['title']} [{target['refId']}]"
-                panels[key] = substituted(target["expr"], variables)
-        for var in variables:
-            if var["type"] != "query":
-                continue
-            m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
-            assert m, var["query"]
-            label_queries[f"{path.stem}: ${var['name']}"] = (
-                substituted(m.group(1), variables),
-                m.group(2),
-            )
-    return panels, label_queries
-
-
 def empty_queries(prom: Prometheus) -> list[str]:
     """Queries with no series (a query Prometheus rejects fails the test at once)."""
-    panels, label_queries = dashboard_queries()
-    empty = [k for k, q in panels.items() if not prom.get("/api/v1/query", query=q)["result"]]
-    for key, (selector, label) in label_queries.items():
-        if not prom.get(f"/api/v1/label/{label}/values", **{"match[]": selector}):
-            empty.append(key)
-    return empty
+    return shared_empty_queries(prom.url)
 
 
 def _infer_request(i: int) -> service_pb2.ModelInferRequest:

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 import yaml
 
+from seedance.bench.images import workspace_version
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
@@ -84,7 +85,15 @@ def test_service_command_image_and_build_match_the_code(compose: dict[str, Any],
     assert decl.scripts.get(script) == f"{decl.package}.__main__:main", (script, decl.scripts)
     assert svc["build"]["args"]["SERVICE"] == name
     assert (COMPOSE_DIR / svc["build"]["context"] / svc["build"]["dockerfile"]).is_file()
-    assert svc["image"].split(":")[0].endswith("/" + name)
+    # The image `make images` builds: <prefix>/<service>:<version>, both settable (the check
+    # runs the digest-tagged ones), the defaults naming the release.
+    assert svc["image"] == (
+        "${SEEDANCE_IMAGE_PREFIX:-seedance}/"
+        + name
+        + ":${SEEDANCE_IMAGE_TAG:-"
+        + workspace_version()
+        + "}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
@@ -248,9 +257,10 @@ def test_grafana_provisioning_points_at_the_mounted_dashboards(compose: dict[str
 
 
 def _install_step() -> list[str]:
+    """The build stage's `uv sync ...` (after its cache and CA mounts), as `uv sync ...`."""
     text = (DEPLOY / "docker" / "Dockerfile").read_text()
-    (line,) = [ln for ln in text.splitlines() if ln.startswith("RUN uv sync")]
-    return shlex.split(line.removeprefix("RUN "))
+    (line,) = [ln.strip() for ln in text.splitlines() if "/opt/uv/bin/uv sync " in ln]
+    return ["uv", *shlex.split(line)[1:]]
 
 
 #: Heavy dependencies that must stay out of another service's image.

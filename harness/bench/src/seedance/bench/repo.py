@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from seedance.testing.paths import shown
+
 __all__ = ["REPO", "shown"]
 
 REPO = Path(__file__).resolve().parents[5]
 if not (REPO / "tools" / "nats-server.sha256").exists():  # pragma: no cover - a broken install
     raise ImportError(f"seedance.bench is not installed from a checkout ({REPO})")
-
-
-def shown(path: Path) -> str:
-    """A path as a user types it from the checkout: relative when inside it."""
-    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)

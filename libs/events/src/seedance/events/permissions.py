@@ -358,6 +358,31 @@ def _durable_api(stream: str, durable: str) -> list[str]:
     ]
 
 
+def _object_store_api(stores: tuple[str, ...]) -> list[str]:
+    """What reading and writing the object stores ``stores`` takes."""
+    api: list[str] = []
+    for store in stores:
+        obj = f"OBJ_{store}"
+        api += _stream_api(obj)
+        api += [
+            f"{JS_API}.STREAM.MSG.GET.{obj}",
+            f"{JS_API}.STREAM.PURGE.{obj}",
+            f"{JS_API}.DIRECT.GET.{obj}.>",
+            # a get reads the object's chunks through an ordered consumer
+            f"{JS_API}.CONSUMER.CREATE.{obj}",
+            f"{JS_API}.CONSUMER.CREATE.{obj}.>",
+            f"{JS_API}.CONSUMER.DELETE.{obj}.>",
+            f"$O.{store}.>",
+        ]
+    if stores:
+        # nats-py's object store list/watch subscribes without naming the stream and looks it
+        # up by subject first (refused, the router's start-up read of its models timed out and
+        # it restarted for ever under the shipped permissions: `make compose-check` found it).
+        # The answer is stream names only, no data.
+        api.append(f"{JS_API}.STREAM.NAMES")
+    return api
+
+
 def declaration_permissions(d: Declaration) -> Permissions:
     """The exact data and JetStream API subjects a trusted identity's declaration gives."""
     pub = [f"{JS_API}.INFO"]
@@ -425,19 +450,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.CONSUMER.DELETE.{kv}.>",
         ]
     pub += [p for p in key_grant_subjects(d.name) if p not in pub]
-    for store in d.object_stores:
-        obj = f"OBJ_{store}"
-        pub += _stream_api(obj)
-        pub += [
-            f"{JS_API}.STREAM.MSG.GET.{obj}",
-            f"{JS_API}.STREAM.PURGE.{obj}",
-            f"{JS_API}.DIRECT.GET.{obj}.>",
-            # a get reads the object's chunks through an ordered consumer
-            f"{JS_API}.CONSUMER.CREATE.{obj}",
-            f"{JS_API}.CONSUMER.CREATE.{obj}.>",
-            f"{JS_API}.CONSUMER.DELETE.{obj}.>",
-            f"$O.{store}.>",
-        ]
+    pub += _object_store_api(d.object_stores)
     return Permissions(
         publish_allow=tuple(pub),
         subscribe_allow=(SERVICE_INBOX, *d.subscribes, *d.answers),

@@ -6,9 +6,11 @@ background on this machine, for the README's walkthrough without Kubernetes.
 one is taken), or uses the server at ``NATS_URL`` when one answers there, and starts the
 telemetry collector (replaying the compose fleet, ``deploy/compose/collector/nodes.csv``), the
 slicer and the cost-ledger, each as its own NATS user. It returns once the slicer knows the
-fleet, after writing ``out/local-stack/env`` (``NATS_URL`` and ``.venv/bin`` on ``PATH``, to
-``source``). ``stop`` drains them with SIGTERM. Passwords are each user's
-``NATS_PASSWORD_<USER>`` when set, else compose's development default (``dev-<user>``).
+fleet, after writing ``out/local-stack/env`` (``NATS_URL``, and on ``PATH`` the bin directory
+of the environment it runs in: ``.venv-local``, which `make local-stack` syncs with only these
+services, the SDK and this library; to ``source``). ``stop`` drains them with SIGTERM.
+Passwords are each user's ``NATS_PASSWORD_<USER>`` when set, else compose's development default
+(``dev-<user>``).
 
 The ledger runs with 10 s charge windows (deployments keep 300 s), so a job's cost shows
 within seconds of its end rather than minutes. This is a convenience for one machine, not a
@@ -29,8 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from seedance.bench.repo import REPO, shown
 from seedance.core import Bus, BusSettings
+from seedance.testing.paths import REPO, shown
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import SHIPPED_AUTH, shipped_auth_server, shipped_users
 from seedance.testing.waits import wait_inventory_known
@@ -154,8 +156,11 @@ def start(args: argparse.Namespace) -> int:
     say("metrics " + ", ".join(f"{name} {procs.metrics_url(name)}" for name in SERVICES))
     say(f"fleet   {_fleet()} (deploy/compose/collector/nodes.csv), known to the slicer")
     env = DIR / "env"
-    env.write_text(f'export NATS_URL={url}\nexport PATH="{REPO / ".venv" / "bin"}:$PATH"\n')
-    say(f"env     source {shown(env)}   # NATS_URL, and .venv/bin on PATH")
+    # The environment this runs in has the services' and the CLI's scripts (not resolved: a
+    # venv's python is a link to the interpreter, its bin directory is the venv's).
+    bindir = Path(sys.executable).parent
+    env.write_text(f'export NATS_URL={url}\nexport PATH="{bindir}:$PATH"\n')
+    say(f"env     source {shown(env)}   # NATS_URL, and {shown(bindir)} on PATH")
     return 0
 
 
