@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -281,6 +282,17 @@ async def test_router_publishes_replica_recommendations_and_its_gateway_follows_
                 _sample(router._rt.registry, "seedance_router_recommended_replicas", model="echo")
                 == 1
             )
+            # Its account of itself: with no record yet it holds the count it started with
+            # (two replicas: the cap sets the recommendation), in mode "floor".
+            registry = router._rt.registry
+            assert _sample(registry, "seedance_router_planner_held_replicas", model="echo") == 2
+            modes = {
+                mode: _sample(registry, "seedance_router_planner_mode", model="echo", mode=mode)
+                for mode in ("forecast", "panic", "floor")
+            }
+            assert modes == {"forecast": 0, "panic": 0, "floor": 1}
+            name = "seedance_router_planner_forecast_record_ratio"
+            assert math.isnan(_sample(registry, name, model="echo"))  # not judged yet
             # The replica set's first member stays; the newest is parked.
             assert list(router.gateway.replica_phases()) == ["a"]
             await _echo(router.gateway.address, 5)

@@ -62,6 +62,21 @@ def test_a_new_replica_is_billed_from_the_request_and_routed_after_start_up() ->
     assert res.fleet_timeline[0] == (1.0, 2)
 
 
+def test_start_ups_follow_the_given_sequence_one_per_started_replica() -> None:
+    trace = [req(t) for t in (0.5, 2.5, 2.6, 6.5, 6.6, 6.7)]
+    sc = Scripted([3], tick_s=1.0)
+    # Two replicas asked for at t=1: the first takes 1 s, the second 5 s.
+    simulate(trace, LeastOutstanding(), 1, HAND, scaler=sc, startup_s=(1.0, 5.0))
+    ready = [len(o.ready) for o in sc.seen]
+    assert ready[1] == 2  # t=2: the 1-s one is ready
+    assert ready[4] == 2  # t=5: the 5-s one is not yet
+    assert ready[5] == 3  # t=6: it is
+    with pytest.raises(ValueError, match="startup_s"):
+        simulate(trace, LeastOutstanding(), 1, HAND, scaler=sc, startup_s=())
+    with pytest.raises(ValueError, match="startup_s"):
+        simulate(trace, LeastOutstanding(), 1, HAND, scaler=sc, startup_s=(1.0, -1.0))
+
+
 def test_removal_cancels_starting_replicas_first_then_drains_ready_ones() -> None:
     trace = [req(0.1, out=50), req(5.0)]
     sc = Scripted([3, 1], tick_s=1.0)
@@ -203,6 +218,34 @@ def test_replica_set_routes_to_its_first_members_and_keeps_join_order() -> None:
         ReplicaSet(members=(ReplicaMember(name="a", address="x:1"),) * 2)
     with pytest.raises(ValueError, match=">= 1"):
         rs.with_target(0)
+
+
+def test_the_margin_is_the_quantile_of_the_forecasts_own_errors() -> None:
+    est = LoadEstimator(
+        LoadEstimatorConfig(level_window_s=10.0, moments_window_s=60.0, margin_quantile=0.9)
+    )
+    # Twenty forecasts at 10 s ahead, each then wrong by k requests per second (k = 1..20):
+    # the level at 10 s is 1 req/s, at the due time 1 + k.
+    t = 0.0
+    for k in range(1, 21):
+        for j in range(10):
+            est.observe_arrival(t + j, 100)
+        est.forecast(t + 10.0, (10.0,))
+        for j in range(10 * (1 + k)):
+            est.observe_arrival(t + 10.0 + j / (1 + k), 100)
+        est.forecast(t + 20.0, ())
+        t += 20.0
+    # The 90th percentile of errors 1..20 is the 18th.
+    assert est.margin_per_s(10.0) == pytest.approx(18.0, abs=1.0)
+    with pytest.raises(ValueError, match="margin_quantile"):
+        LoadEstimatorConfig(margin_quantile=0.0)
+
+
+def test_recent_arrivals_are_the_window_in_order() -> None:
+    est = LoadEstimator()
+    for t in (1.0, 2.0, 3.0, 4.0):
+        est.observe_arrival(t, int(t * 10))
+    assert est.recent_arrivals(4.0, 2.5) == [(2.0, 20.0), (3.0, 30.0)]
 
 
 def test_an_unmeasured_forecast_is_padded_with_the_long_rate() -> None:

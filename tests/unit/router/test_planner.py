@@ -1,4 +1,7 @@
-"""The replica planner's core: SLO sizing, KV sizing, start-up lead time, hysteresis, feedback."""
+"""The replica planner's core: SLO sizing, KV sizing, start-up lead time, hysteresis, feedback.
+
+Where a test is about following the forecast, the planner is given a clean record (`reliable`):
+without one it holds the count it started with (test_planner_modes.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import math
 
 import pytest
 
+from seedance.router.core.planning.demand import DemandWindow
 from seedance.router.core.planning.planner import (  # the model's pieces
     Binding,
     LoadForecast,
@@ -27,6 +31,19 @@ CAP = ReplicaCapacity(
     kv_capacity_tokens=100_000,
 )
 CFG = PlannerConfig(interval_s=15.0, scale_down_window_s=60.0, startup_s=60.0, max_replicas=50)
+
+
+def reliable(replicas: int, until_s: float = 0.0, **kwargs: float) -> PlanState:
+    """A planner whose forecast (one replica) served every interval of the half hour up to
+    `until_s` (a record that stays valid while the test's clock is inside it)."""
+    n = int(CFG.calibration_window_s / CFG.interval_s)
+    windows = tuple(
+        (1, DemandWindow(end_s=until_s - (n - 1 - i) * CFG.interval_s, requests=10, met=(10,)))
+        for i in range(n)
+    )
+    # ... and whose SLO budget has room (a surplus: it may scale below what it holds).
+    kwargs.setdefault("budget", ((until_s - 1.0, 1000, 1000),))  # type: ignore[arg-type]
+    return PlanState(replicas=replicas, windows=windows, **kwargs)  # type: ignore[arg-type]
 
 
 def load(rate: float, prompt: float = 5_000.0, kv: float = 0.0, h: float = 0.0) -> LoadForecast:
@@ -98,14 +115,14 @@ def test_prompt_quantiles_set_the_budgets() -> None:
 
 
 def test_scale_up_is_immediate() -> None:
-    state, rec = plan(PlanState(replicas=2), 0.0, [load(20.0)], CAP, CFG)
+    state, rec = plan(reliable(2), 0.0, [load(20.0)], CAP, CFG)
     assert rec.reason is PlanReason.SCALE_UP
     assert rec.replicas == rec.needed == state.replicas > 2
 
 
 def test_the_lead_time_forecast_sets_the_count() -> None:
     now, later = load(1.0, h=0.0), load(20.0, h=CFG.lead_s)
-    _, rec = plan(PlanState(replicas=1), 0.0, [now, later], CAP, CFG)
+    _, rec = plan(reliable(1), 0.0, [now, later], CAP, CFG)
     assert rec.horizon_s == CFG.lead_s
     assert rec.replicas == replicas_needed(later, CAP, CFG)[0]
     assert CFG.lead_s == CFG.startup_s + CFG.interval_s
@@ -114,7 +131,7 @@ def test_the_lead_time_forecast_sets_the_count() -> None:
 def test_scale_down_waits_for_a_whole_window_then_takes_its_highest_need() -> None:
     high = replicas_needed(load(20.0), CAP, CFG)[0]
     mid = replicas_needed(load(10.0), CAP, CFG)[0]
-    state, _ = plan(PlanState(replicas=1), 0.0, [load(20.0)], CAP, CFG)
+    state, _ = plan(reliable(1), 0.0, [load(20.0)], CAP, CFG)
     assert state.replicas == high
     reasons = []
     t = 0.0
@@ -133,7 +150,7 @@ def test_scale_down_waits_for_a_whole_window_then_takes_its_highest_need() -> No
 
 
 def test_a_spike_inside_the_window_stops_the_scale_down() -> None:
-    state = PlanState(replicas=10)
+    state = reliable(10)
     t = 0.0
     for rate in (1.0, 1.0, 1.0, 19.0, 1.0, 1.0):
         t += CFG.interval_s
@@ -149,7 +166,7 @@ def test_the_count_holds_when_the_need_equals_it() -> None:
 
 def test_missed_slos_raise_the_capacity_factor_once_start_ups_are_done() -> None:
     base = replicas_needed(load(10.0), CAP, CFG)[0]
-    state = PlanState(replicas=base)
+    state = reliable(base, until_s=1900.0)
     bad = ObservedSlo(met=80, requests=100)
     state, rec = plan(state, 100.0, [load(10.0)], CAP, CFG, bad)
     assert state.capacity_factor == pytest.approx(1.0 + CFG.feedback_up)
@@ -230,7 +247,8 @@ def test_attainment_is_zero_when_unstable_and_one_when_idle() -> None:
 
 def test_misses_from_before_the_last_scale_up_was_ready_do_not_raise_the_factor() -> None:
     bad, good = ObservedSlo(met=50, requests=100), ObservedSlo(met=100, requests=100)
-    state = PlanState(replicas=3, last_scale_up_s=0.0)
+    # (A budget deep enough that these misses leave it a surplus: the model keeps the count.)
+    state = reliable(3, last_scale_up_s=0.0, budget=((-1.0, 100_000, 100_000),))
     # t=30: the misses were served while the scale-up at t=0 was still starting.
     state, _ = plan(state, 30.0, [load(1.0)], CAP, CFG, bad)
     assert state.capacity_factor == 1.0

@@ -39,6 +39,8 @@ import numpy as np
 from seedance.router.core.forecast import (
     ArrivalHistory,
     ForecastTarget,
+    HeadChoiceConfig,
+    KvHead,
     RequestLog,
     ServerCounts,
     TelemetrySample,
@@ -52,6 +54,7 @@ from seedance.router.core.forecast import (
     fit_kv_modes,
     kv_change_features,
     replay_kv_forecaster,
+    select_heads,
     train_forecast_model,
 )
 from seedance.traces import h200
@@ -227,6 +230,54 @@ def flow_forecasts(
     return preds
 
 
+def baseline_forecasts(t: np.ndarray, kv: np.ndarray, at: np.ndarray) -> dict[KvHead, np.ndarray]:
+    """The baselines as heads: the last value and the 10 s and 30 s trailing means at each t."""
+    return {
+        KvHead.LAST_VALUE: value_at(t, kv, at),
+        KvHead.MEAN_10S: trailing_mean(t, kv, at, 10.0),
+        KvHead.MEAN_30S: trailing_mean(t, kv, at, 30.0),
+    }
+
+
+def fallback_forecasts(
+    t: np.ndarray,
+    kv: np.ndarray,
+    row_t: np.ndarray,
+    flow: dict[int, np.ndarray],
+    until_s: float,
+    end_s: float,
+) -> tuple[dict[int, np.ndarray], dict[int, list[KvHead]]]:
+    """Per horizon, each row's forecast from the head with the lowest recent error
+    (`select_heads`; until enough targets have come due, the head best on the training span)."""
+    heads = (KvHead.FLOW, KvHead.LAST_VALUE, KvHead.MEAN_10S, KvHead.MEAN_30S)
+    base = baseline_forecasts(t, kv, row_t)
+    out: dict[int, np.ndarray] = {}
+    used: dict[int, list[KvHead]] = {}
+    for h in HORIZONS_S:
+        forecasts = {KvHead.FLOW: flow[h], **base}
+        target = row_t + h
+        actual = np.where(target <= end_s, value_at(t, kv, target), np.nan)
+        train = target <= until_s
+        default = min(
+            heads, key=lambda x: (wape(forecasts[x][train], actual[train]), heads.index(x))
+        )
+        out[h], used[h] = select_heads(
+            row_t,
+            forecasts,
+            actual,
+            HeadChoiceConfig(horizon_s=float(h)),
+            default=default,
+            order=heads,
+        )
+        log(f"H={h}s: default head (best on the training span): {default.value}")
+    return out, used
+
+
+def head_shares(used: list[KvHead]) -> list[tuple[KvHead, float]]:
+    n = max(len(used), 1)
+    return [(head, sum(1 for u in used if u is head) / n) for head in KvHead if head in used]
+
+
 def ridge_forecasts(
     log_: RequestLog, row_t: np.ndarray, kv_now: np.ndarray, until_s: float
 ) -> dict[int, np.ndarray]:
@@ -322,7 +373,8 @@ def main() -> None:
     row_t = origin_s + np.arange(1, n_bins + 1, dtype=float)
     kv_now = value_at(t, kv, row_t)
 
-    flow = flow_forecasts(log_, rec, row_t, kv_now, float(until_s))
+    flow_only = flow_forecasts(log_, rec, row_t, kv_now, float(until_s))
+    flow, heads_used = fallback_forecasts(t, kv, row_t, flow_only, float(until_s), end_s)
     ridge = ridge_forecasts(log_, row_t, kv_now, float(until_s))
     lgbm_id, lgbm_mib = lgbm_forecasts(arrivals_of(log_), samples, origin_s, until_s, n_bins)
 
@@ -354,6 +406,27 @@ def main() -> None:
         )
     queued = value_at(t, rec.queued_reqs, row_t)
     print_by_phase(t, kv, row_t, flow, queued, {"train": train_rows, "test": test_rows})
+    alone = {
+        h: wape(flow_only[h][test_rows[h]], value_at(t, kv, row_t[test_rows[h]] + h))
+        for h in HORIZONS_S
+    }
+    print(
+        "flow model alone (before the fallback): "
+        + " ".join(f"H={h}s wape={w:.4f}" for h, w in alone.items())
+    )
+    print(
+        "kv_heads: "
+        + " ".join(
+            f"h{h}="
+            + "/".join(
+                f"{head.value}:{100.0 * share:.0f}"
+                for head, share in head_shares(
+                    [heads_used[h][i] for i in np.flatnonzero(test_rows[h])]
+                )
+            )
+            for h in HORIZONS_S
+        )
+    )
     ratio = max(m / b for m, b in result.values())
     (w5, b5), (w30, b30) = result[5], result[30]
     print(

@@ -211,7 +211,10 @@ def recommendation_event(
     ``ttft_slo_s`` and ``startup_s``; the largest forecast arrival rate of ``loads`` (the load
     the decision covers) as ``forecast_arrivals_per_s``.
     Refused: the rest of each `LoadForecast` (prompt-size moments and quantiles, KV tokens: the
-    planner's inputs, not its decision) and of `PlannerConfig` (tuning, fixed per deployment).
+    planner's inputs, not its decision), of `PlannerConfig` (tuning, fixed per deployment) and
+    of the `Recommendation` (``mode``, ``held``, ``record``, ``forecast_error``,
+    ``observed_need``: the planner's account of itself, exported as the service's
+    ``seedance_router_planner_*`` metrics, not what an autoscaler scales on).
     """
     return ReplicaRecommendation(
         id=new_event_id(),

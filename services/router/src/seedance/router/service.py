@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -43,7 +44,14 @@ from seedance.events.subjects import routing
 from seedance.router.core.forecast import RetrainPolicy, train_forecast_model
 from seedance.router.core.forecast.live import ForecastLoop
 from seedance.router.core.planning.load import LoadEstimator
-from seedance.router.core.planning.planner import ObservedSlo, PlanReason, PlanState, plan
+from seedance.router.core.planning.planner import (
+    ObservedSlo,
+    PlannerMode,
+    PlanReason,
+    PlanState,
+    Recommendation,
+    plan,
+)
 from seedance.router.core.planning.replica_set import ReplicaSet
 from seedance.router.core.policy import PredictiveSloPolicy
 from seedance.router.core.replica_registry import (
@@ -144,6 +152,42 @@ class RouterMetrics:
             "seedance_router_replica_recommendations",
             "Planner decisions, by model and reason (scale_up, scale_down, hold, stabilising).",
             ["model", "reason"],
+            registry=registry,
+        )
+        self.planner_mode = Gauge(
+            "seedance_router_planner_mode",
+            "1 for the rule that set the model's last recommendation (forecast: the forecast "
+            "is followed; floor: it is not, the held count or the floor of recent work binds; "
+            "panic: the last interval outran the plan), 0 for the others.",
+            ["model", "mode"],
+            registry=registry,
+        )
+        self.planner_forecast_error = Gauge(
+            "seedance_router_planner_forecast_error_replicas",
+            "The last interval's replayed need minus the forecast made a lead time before it "
+            "(queue-model replicas; > 0: the forecast was short).",
+            ["model"],
+            registry=registry,
+        )
+        self.planner_margin = Gauge(
+            "seedance_router_planner_margin_requests_per_second",
+            "Margin added to the forecast arrival rate at the lead horizon: the quantile of "
+            "the forecast's own past errors there.",
+            ["model"],
+            registry=registry,
+        )
+        self.planner_record = Gauge(
+            "seedance_router_planner_forecast_record_ratio",
+            "Share of the calibration window's requests the forecasts then in force would have "
+            "served in time (NaN until judged); below the band's lower edge the forecast is not "
+            "followed.",
+            ["model"],
+            registry=registry,
+        )
+        self.planner_held = Gauge(
+            "seedance_router_planner_held_replicas",
+            "The count the planner holds where it does not follow the forecast.",
+            ["model"],
             registry=registry,
         )
 
@@ -330,7 +374,8 @@ class RouterService(Lifecycle):
         out: list[ReplicaRecommendation] = []
         for model in self._models:
             current = self.plans[model].replicas
-            loads = self._estimators[model].forecast(now_s, (0.0, cfg.lead_s))
+            estimator = self._estimators[model]
+            loads = estimator.forecast(now_s, (0.0, cfg.lead_s))
             met, requests = seen.get(model, (0, 0))
             self.plans[model], rec = plan(
                 self.plans[model],
@@ -339,9 +384,9 @@ class RouterService(Lifecycle):
                 self._capacity,
                 cfg,
                 ObservedSlo(met=met, requests=requests),
+                estimator.recent_arrivals(now_s, cfg.arrivals_window_s),
             )
-            self.metrics.recommended_replicas.labels(model).set(rec.replicas)
-            self.metrics.recommendations.labels(model, rec.reason.value).inc()
+            self._export_plan(model, rec, estimator.margin_per_s(cfg.lead_s))
             event = recommendation_event(
                 rec,
                 replica_set=replicas.replica_set(self._settings.fleet, model),
@@ -364,6 +409,18 @@ class RouterService(Lifecycle):
             return out
         self.metrics.events_published.labels("replicas").inc(len(events))
         return out
+
+    def _export_plan(self, model: str, rec: Recommendation, margin_per_s: float) -> None:
+        m = self.metrics
+        m.recommended_replicas.labels(model).set(rec.replicas)
+        m.recommendations.labels(model, rec.reason.value).inc()
+        for mode in PlannerMode:
+            m.planner_mode.labels(model, mode.value).set(1 if mode is rec.mode else 0)
+        if rec.forecast_error is not None:
+            m.planner_forecast_error.labels(model).set(rec.forecast_error)
+        m.planner_margin.labels(model).set(margin_per_s)
+        m.planner_record.labels(model).set(math.nan if rec.record is None else rec.record)
+        m.planner_held.labels(model).set(rec.held)
 
     async def _follow(self, target: int) -> None:
         """Make the gateway's registered replicas the routable members of the replica set."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 
 from seedance.bench.router_sim.engine import FleetObservation, Scaler
@@ -32,6 +32,7 @@ from seedance.router.core.planning.planner import (
     LoadForecast,
     ObservedSlo,
     PlannerConfig,
+    PlannerMode,
     PlanState,
     ReplicaCapacity,
     plan,
@@ -134,6 +135,8 @@ class PlannerScaler(Scaler):
         self.estimator = estimator or LoadEstimator()
         self.state = PlanState(replicas=initial_replicas)
         self.horizons_s = (0.0, cfg.lead_s)
+        # Decisions by the rule that set them (the bench's planner_mode_pct).
+        self.modes: Counter[PlannerMode] = Counter()
 
     @property
     def tick_s(self) -> float:
@@ -151,7 +154,9 @@ class PlannerScaler(Scaler):
             self.capacity,
             self.cfg,
             observed_slo(obs, self.capacity, self.cfg.ttft_slo_s),
+            self.estimator.recent_arrivals(obs.now_s, self.cfg.arrivals_window_s),
         )
+        self.modes[rec.mode] += 1
         return rec.replicas
 
 
@@ -178,6 +183,7 @@ class OracleScaler(Scaler):
         self.cfg = cfg
         self.capacity = capacity
         self.state = PlanState(replicas=initial_replicas)
+        self._seen: deque[tuple[float, float]] = deque()
         self._arrival_s = [r.arrival_s for r in trace]
         self._prompt = [r.prompt_tokens for r in trace]
         # KV a request holds and for how long, if it were served without queueing.
@@ -225,6 +231,9 @@ class OracleScaler(Scaler):
             self._window(now + k * step, now + (k + 1) * step, k * step)
             for k in range(math.ceil(self.cfg.lead_s / step))
         ]
+        self._seen.extend((t, float(p)) for t, p in obs.arrivals)
+        while self._seen and self._seen[0][0] < now - self.cfg.arrivals_window_s:
+            self._seen.popleft()
         self.state, rec = plan(
             self.state,
             now,
@@ -232,5 +241,6 @@ class OracleScaler(Scaler):
             self.capacity,
             self.cfg,
             observed_slo(obs, self.capacity, self.cfg.ttft_slo_s),
+            tuple(self._seen),
         )
         return rec.replicas

@@ -24,9 +24,11 @@ scheduler (vLLM V0's default, no chunked prefill):
 With a `Scaler` the fleet changes size during the replay (the autoscaling benchmark). At every
 `tick_s` the scaler sees a `FleetObservation` and names the replica count it wants; a replica it
 adds is billed from that instant and takes traffic only `startup_s` later (weights loading,
-engine start); one it removes first cancels replicas still starting (newest first), then stops
-routing to the least-loaded ready ones, which finish what they hold and are billed until they are
-empty. A removal is undone by reviving a draining replica before any new one is started.
+engine start; one time, or a sequence the k-th started replica takes the k-th of, so start-ups
+can follow a measured distribution); one it removes first cancels replicas still starting
+(newest first), then stops routing to the least-loaded ready ones, which finish what they hold
+and are billed until they are empty. A removal is undone by reviving a draining replica before
+any new one is started.
 
 The router sees each replica's exact state at the arrival instant and, when a forecast source is
 given, the latest forecast it has published. A policy that is a `HoldingPolicy` binds late: each
@@ -75,6 +77,7 @@ _STARTING, _READY, _DRAINING, _RETIRED = 0, 1, 2, 3
 
 class _Req:
     __slots__ = (
+        "admit_s",
         "arrival_s",
         "cached",
         "e2e_s",
@@ -96,6 +99,7 @@ class _Req:
         self.hashes = t.prefix_hashes
         self.cached = 0
         self.hold_s = 0.0
+        self.admit_s = math.nan
         self.ttft_s = math.nan
         self.e2e_s = math.nan
 
@@ -218,6 +222,8 @@ class SimResult:
     # Time each request spent held in the router before binding (all zero unless the policy
     # is a `HoldingPolicy`); it is part of its TTFT.
     hold_s: tuple[float, ...] = ()
+    # When each request was admitted into its replica's batch (KV reserved), NaN if never.
+    admit_s: tuple[float, ...] = ()
     # Billed replica time (start-up and draining included) up to the end of the replay, and the
     # fleet size (ready + starting) after each scaler decision: (time_s, replicas).
     replica_seconds: float = 0.0
@@ -250,7 +256,7 @@ def simulate(
     on_decision: Callable[[int, ReplicaState], None] | None = None,
     *,
     scaler: Scaler | None = None,
-    startup_s: float = 0.0,
+    startup_s: float | Sequence[float] = 0.0,
     max_replicas: int = 1024,
 ) -> SimResult:
     """Replay `trace` through `n_replicas` replicas (the starting fleet, with a `scaler`)."""
@@ -258,8 +264,11 @@ def simulate(
         raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
     if scaler is not None and isinstance(policy, HoldingPolicy):
         raise ValueError("a holding policy cannot be replayed with a scaler")
-    if startup_s < 0:
-        raise ValueError(f"startup_s must be >= 0, got {startup_s}")
+    times = (startup_s,) if isinstance(startup_s, int | float) else tuple(startup_s)
+    if not times or min(times) < 0:
+        raise ValueError(
+            f"startup_s must be >= 0 (one time or a non-empty sequence), got {startup_s}"
+        )
     replay = _Replay(
         trace,
         policy,
@@ -268,7 +277,7 @@ def simulate(
         forecast_source,
         on_decision,
         scaler=scaler,
-        startup_s=startup_s,
+        startup_s=times,
         max_replicas=max_replicas,
     )
     return replay.run()
@@ -287,7 +296,7 @@ class _Replay:
         on_decision: Callable[[int, ReplicaState], None] | None,
         *,
         scaler: Scaler | None,
-        startup_s: float,
+        startup_s: tuple[float, ...],
         max_replicas: int,
     ) -> None:
         self.policy = policy
@@ -295,7 +304,10 @@ class _Replay:
         self.forecast_source = forecast_source
         self.on_decision = on_decision
         self.scaler = scaler
+        # The k-th replica the scaler starts takes startup_s[k] (cycling): one constant, or
+        # draws from a measured distribution, the same sequence for every policy compared.
         self.startup_s = startup_s
+        self.started = 0
         self.max_replicas = max_replicas
         self.reps = [_Replica(f"r{i}") for i in range(n_replicas)]
         self.ids = [r.name for r in self.reps]
@@ -383,6 +395,8 @@ class _Replay:
         batch, tokens, full, free = self.admit(r)
         r.version += 1
         if batch:
+            for req in batch:
+                req.admit_s = now
             r.queued_tokens -= full
             r.kv_used = p.kv_capacity_tokens - free
             self.max_kv = max(self.max_kv, r.kv_used)
@@ -600,7 +614,9 @@ class _Replay:
             reps.append(_Replica(f"r{ri}", started_s=now, phase=_STARTING))
             self.ids.append(reps[ri].name)
             self.arrivals_tick.append(0)
-            heapq.heappush(self.pending, (now + self.startup_s, ri))
+            startup = self.startup_s[self.started % len(self.startup_s)]
+            self.started += 1
+            heapq.heappush(self.pending, (now + startup, ri))
             have += 1
         return have
 
@@ -691,4 +707,5 @@ class _Replay:
             prefix_hit_tokens=sum(q.cached for q in reqs),
             prompt_tokens=sum(q.prompt for q in reqs if not math.isnan(q.ttft_s)),
             hold_s=tuple(q.hold_s for q in reqs),
+            admit_s=tuple(q.admit_s for q in reqs),
         )

@@ -35,6 +35,9 @@ class ReplicaParams:
     # Automatic prefix caching (vLLM V1's default): prompt blocks already in the replica's KV
     # pool are not prefilled again. Needs traces that carry prefix block IDs.
     prefix_caching: bool = True
+    # Bytes of weights a new replica loads before it serves (what its measured start-up is
+    # scaled by, `router_sim.startup`); 0: not known.
+    weight_bytes: int = 0
 
     def typical_decode_step_s(self, batch: int = 32, ctx_tokens_per_seq: int = 1500) -> float:
         """A representative step time, for policies that need one number."""
@@ -55,6 +58,8 @@ LLAMA31_70B_FP8_H200 = ReplicaParams(
     kv_bytes_per_token=327_680,
     max_num_seqs=256,
     max_prefill_tokens_per_iter=8192,
+    # 70.6 B parameters at one byte (FP8).
+    weight_bytes=70_600_000_000,
 )
 
 
@@ -72,4 +77,6 @@ LLAMA31_8B_BF16_L4 = ReplicaParams(
     kv_bytes_per_token=131_072,
     max_num_seqs=256,
     max_prefill_tokens_per_iter=8192,
+    # 8.03 B parameters in bf16.
+    weight_bytes=16_060_000_000,
 )

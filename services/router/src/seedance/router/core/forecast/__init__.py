@@ -12,6 +12,7 @@ from seedance.router.core.forecast.features import (
     FeatureBuilder,
     TelemetrySample,
 )
+from seedance.router.core.forecast.kv_fallback import HeadChoiceConfig, KvHead, select_heads
 from seedance.router.core.forecast.kv_flow import (
     KvFlowParams,
     KvModeFit,
@@ -62,8 +63,10 @@ __all__ = [
     "FeatureBuilder",
     "ForecastModel",
     "ForecastTarget",
+    "HeadChoiceConfig",
     "KvFlowParams",
     "KvForecasterConfig",
+    "KvHead",
     "KvModeFit",
     "ModelForecast",
     "ModelVersion",
@@ -90,6 +93,7 @@ __all__ = [
     "kv_change_features",
     "output_survival",
     "replay_kv_forecaster",
+    "select_heads",
     "tokens_in_flight",
     "train_forecast_model",
 ]

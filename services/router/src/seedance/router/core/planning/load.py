@@ -9,10 +9,12 @@ Why a trailing level and not the LightGBM forecaster: on the Azure and Mooncake 
 LightGBM QPS forecast does not beat a 30-60 s moving average at 5-30 s horizons
 (docs/router-forecast.md, `make bench-predictor`), and at the planner's 75 s horizon there is
 even less structure to learn from one hour. What the planner needs is an honest upper bound, so
-the forecast is the trailing rate plus `z` times the RMS of the errors this same forecast made
-at the same horizon in the past (measured as they come due, so it is causal and adapts to how
-bursty the trace is). The KV forecast scales the KV in use now by the forecast rate over the
-recent one (Little's law: KV in use = arrival rate x KV per request x residence time).
+the forecast is the trailing rate plus a margin: the `margin_quantile` of the errors this same
+forecast made at the same horizon in the past (measured as they come due, so it is causal and
+adapts to how the trace moves). Whether following it keeps the SLO at all is the planner's to
+judge, on the demand it then observes (`planning.demand`). The KV forecast scales the KV in use
+now by the forecast rate over the recent one (Little's law: KV in use = arrival rate x KV per
+request x residence time).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ class LoadEstimatorConfig:
     level_window_s: float = 60.0
     # Window of the prompt-size moments (they vary slowly).
     moments_window_s: float = 600.0
-    # One-sided normal quantile of the margin: 1.64 ~ the 95th percentile of the error.
-    z: float = 1.64
+    # The margin is this quantile of the past errors (the SLO target's share of them).
+    margin_quantile: float = 0.95
     # Errors kept for the margin's RMS: about the last half hour of 15 s decisions.
     error_samples: int = 120
     # Errors that must have come due before the margin is trusted: before, the margin is at
@@ -46,8 +48,11 @@ class LoadEstimatorConfig:
     def __post_init__(self) -> None:
         if self.level_window_s <= 0 or self.moments_window_s < self.level_window_s:
             raise ValueError("need 0 < level_window_s <= moments_window_s")
-        if self.z < 0 or self.error_samples < 1:
-            raise ValueError("z must be >= 0 and error_samples >= 1")
+        if not 0.0 < self.margin_quantile <= 1.0 or self.error_samples < 1:
+            raise ValueError(
+                f"need 0 < margin_quantile <= 1 and error_samples >= 1, got "
+                f"{self.margin_quantile} and {self.error_samples}"
+            )
 
 
 class LoadEstimator:
@@ -70,6 +75,14 @@ class LoadEstimator:
     def observe_kv(self, kv_used_tokens: float) -> None:
         self._kv_used_tokens = kv_used_tokens
 
+    def recent_arrivals(self, now_s: float, window_s: float) -> list[tuple[float, float]]:
+        """(arrival_s, prompt tokens) of the arrivals in [now_s - window_s, now_s), in order
+        (at most `moments_window_s` back): the observed demand the planner replays."""
+        start = now_s - window_s
+        out = [(t, float(p)) for t, p in reversed(self._arrivals) if start <= t < now_s]
+        out.reverse()
+        return out
+
     def _rate(self, now_s: float, window_s: float) -> float:
         start = now_s - window_s
         if self._first_s is not None:
@@ -86,10 +99,15 @@ class LoadEstimator:
             errs.append(self._rate(now_s, self.cfg.level_window_s) - predicted)
 
     def margin_per_s(self, horizon_s: float, level_per_s: float = 0.0) -> float:
-        """z x RMS of the past errors at this horizon; at least `level_per_s` until
-        `min_error_samples` of them have come due (an unmeasured forecast is not trusted)."""
-        errs = self._errors.get(horizon_s, ())
-        margin = self.cfg.z * math.sqrt(sum(e * e for e in errs) / len(errs)) if errs else 0.0
+        """The `margin_quantile` of the past errors at this horizon (never below 0); at least
+        `level_per_s` until `min_error_samples` of them have come due (an unmeasured forecast
+        is not trusted)."""
+        errs = sorted(self._errors.get(horizon_s, ()))
+        margin = (
+            max(0.0, errs[min(len(errs) - 1, math.ceil(self.cfg.margin_quantile * len(errs)) - 1)])
+            if errs
+            else 0.0
+        )
         if len(errs) < self.cfg.min_error_samples:
             margin = max(margin, level_per_s)
         return margin
@@ -118,7 +136,11 @@ class LoadEstimator:
             if h > 0:
                 self._open.append((now_s + h, h, level))
             rate = level + self.margin_per_s(h, long_level if h > 0 else 0.0)
-            kv = self._kv_used_tokens * (rate / level) if level > 0 else self._kv_used_tokens
+            # KV scales with the rate (Little's law); over the larger of the two levels, so a
+            # minute that has barely begun does not multiply the KV in use by its margin (at a
+            # burst's first requests the ratio to the minute's rate reads 10x and KV "binds").
+            base = max(level, long_level)
+            kv = self._kv_used_tokens * (rate / base) if base > 0 else self._kv_used_tokens
             out.append(
                 LoadForecast(
                     horizon_s=h,

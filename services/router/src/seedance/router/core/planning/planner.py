@@ -1,10 +1,12 @@
-"""Predictive replica planning: how many replicas a model needs so its TTFT SLO holds.
+"""Predictive replica planning: how many replicas a model needs so its TTFT SLO holds, and
+what it falls back to where its forecast cannot be trusted.
 
-Owns the sizing rule, the start-up lead time and the scale-down hysteresis, as pure code from
-typed inputs (load forecasts, one replica's capacity, the planner's settings) to a typed
-`Recommendation`. Must not do: I/O, clocks or forecasting itself. The router service feeds it
-forecasts and publishes what it returns; the replay simulator feeds it the same forecasts (or,
-for the oracle, the true future) and applies it to a simulated fleet.
+Owns the sizing rule, the start-up lead time, the choice between following the forecast and
+holding, the floor, panic and the scale-down hysteresis, as pure code from typed inputs (load
+forecasts, the arrivals just seen, SLO outcomes, one replica's capacity, the settings) to a
+typed `Recommendation`. Must not do: I/O, clocks or forecasting itself. The router service
+feeds it and publishes what it returns; the replay simulator feeds it the same (or, for the
+oracle, the true future) and applies it to a simulated fleet.
 
 Sizing. The fleet is modelled as one M/G/n queue of prefill work (the engine runs prefill before
 decode, so a request's TTFT is the prefill work queued ahead of it plus its own; least-outstanding
@@ -21,25 +23,43 @@ routing keeps the replicas' queues close to one shared queue) and a KV pool per 
 * KV: the forecast KV tokens in use must fit n pools at `kv_headroom`; admission waits when a
   pool is full, which is TTFT the prefill model does not see.
 
-Feedback. The queue model is an approximation (least-outstanding routing does not see prompt
-sizes, so a long prefill blocks the replica it lands on more than one shared queue would let
-it: on Mooncake the model alone asks for half the replicas the SLO needs). So the need is the
-model's count times `capacity_factor`, which the planner learns from the SLO attainment it
-observes (first tokens are observable once out), as NVIDIA Dynamo's SLA planner corrects its
-performance model by what it observes. The factor aims at a band above `slo_target` (the
-allowed misses split in thirds: attainment between target + 1/3 and target + 2/3 of them), so
-that the transients of a 60 s start-up land above the target rather than on it: over the last
-`feedback_window_s`, attainment below the band raises the factor by `feedback_up`, above it
-lowers it by `feedback_down`, never below 1: one shared queue is the best any router can do, so
-the model's count is a floor. Up is faster than down because a miss costs an SLO and a surplus
-only money. Raising judges only what was served after the last scale-up's replicas became
-ready: misses from before are already answered by them, and counting them again winds the
-factor up (the first version did: 32.3 GPU-hours on Mooncake where this one spends 30.5).
-
 Lead time. A replica asked for now takes traffic `startup_s` later, and one removed now cannot
 come back sooner, so a recommendation must cover every load between now and then: the caller
-passes forecasts for the horizons up to start-up plus one planning interval, and the planner
-sizes for the largest.
+passes forecasts (level plus its error margin, `load.LoadEstimator`) for the horizons up to
+start-up plus one planning interval, and the planner sizes for the largest.
+
+Follow or hold (the mode; issue 32). A forecast from the past cannot see an on/off burst shorter
+than a start-up coming (the previous planner kept 76 % of the SLO on such a held-back trace), so
+the planner follows its forecast only where following it has kept the SLO: each interval's
+arrivals are replayed on one shared queue (`demand.replay_window`), and the forecast's *record*
+is the share of the requests of the last `calibration_window_s` that the forecast made a lead
+time before each interval would have served in time (out of sample: each was made before its
+window). The forecast is followed (mode `forecast`) when that record reaches the band's lower
+edge over at least `record_min_s` and following it would have cost `follow_saving` less than
+holding; otherwise the planner holds (mode `floor`): it keeps the count it started with (the
+operator's provisioning; it is not given up on a calm first half-hour), raised by one replica for
+`raise_s` whenever the SLO's error budget over `budget_window_s` is overspent while the fleet as
+it is now still misses. Scaling down is only ever done by following the forecast: capacity that
+cannot come back within a burst is not removed on a forecast that misses bursts.
+
+Floor. Never below the prefill work of the last `floor_window_s` (fewer replicas cannot keep up
+with what just arrived, whatever was forecast).
+
+Panic (Knative KPA's rule). When the last interval's replayed need is `panic_threshold` times
+the plan, the count is sized on it and does not come down for `panic_hold_s`.
+
+Feedback. The queue model is an approximation (least-outstanding routing does not see prompt
+sizes, so a long prefill blocks the replica it lands on more than one shared queue would let
+it: on Mooncake the model alone asks for half the replicas the SLO needs). So the forecast's
+count is the model's times `capacity_factor`, which the planner learns from the SLO attainment
+it observes while the model sets the count (first tokens are observable once out), as NVIDIA
+Dynamo's SLA planner corrects its performance model by what it observes. The factor aims at a
+band above `slo_target` (the allowed misses split in thirds: attainment between target + 1/3
+and target + 2/3 of them), so that the transients of a start-up land above the target rather
+than on it: attainment below the band raises it by `feedback_up`, above it lowers it by
+`feedback_down`, never below 1 (one shared queue is the best any router can do). Raising judges
+only what was served after the last scale-up's replicas became ready. While the planner holds,
+the factor only comes down on a surplus (a count it did not set says nothing against it).
 
 Hysteresis. Scaling up is immediate. Scaling down waits until the need has stayed below the
 current count for `scale_down_window_s` and then goes to the largest need seen in that window
@@ -50,9 +70,11 @@ replica that would have to be started again.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+
+from seedance.router.core.planning.demand import DemandWindow, replay_window
 
 __all__ = [
     "Binding",
@@ -61,6 +83,7 @@ __all__ = [
     "PlanReason",
     "PlanState",
     "PlannerConfig",
+    "PlannerMode",
     "Recommendation",
     "ReplicaCapacity",
     "plan",
@@ -76,6 +99,17 @@ class PlanReason(StrEnum):
     HOLD = "hold"
     # The need is lower than the current count, but not for long enough yet.
     STABILISING = "stabilising"
+
+
+class PlannerMode(StrEnum):
+    """Which rule set the count (exported as `planner_mode`): a closed set."""
+
+    # The forecast (level plus its error margin) through the queue model.
+    FORECAST = "forecast"
+    # The last interval's observed need outran the plan (Knative's panic).
+    PANIC = "panic"
+    # Not following the forecast: the held count, or the floor of the work that just arrived.
+    FLOOR = "floor"
 
 
 class Binding(StrEnum):
@@ -126,6 +160,28 @@ class PlannerConfig:
     factor_max: float = 4.0
     # Fewest first tokens in the window for its attainment to move the factor.
     feedback_min_requests: int = 20
+    # The forecast's record: the windows it is judged on, how much of them (and how many
+    # requests) it needs before it may be followed, and the saving following must bring. 20 of
+    # 30 min: a calm spell between bursts three times a start-up long is not a record (a
+    # shorter one let the planner scale down before a burst of a quarter of an hour's
+    # requests on an on/off proxy); 10 %: where following saves little (Mooncake's stationary
+    # hour) every dip it takes is SLO lost for nothing.
+    calibration_window_s: float = 1800.0
+    record_min_s: float = 1200.0
+    record_min_requests: int = 200
+    follow_saving: float = 0.1
+    # The floor: the prefill work of this trailing window, in replicas.
+    floor_window_s: float = 60.0
+    # Panic (Knative KPA): when the last interval needed this many times the replicas planned,
+    # size on it and do not scale down for `panic_hold_s` (Knative's stable window).
+    panic_threshold: float = 2.0
+    panic_hold_s: float = 60.0
+    # The error budget the held count answers to: its window, the requests it needs before it
+    # is read, and how long one raise lasts (one replica; a raise that outlived the dip it
+    # answered cost 10-24 % on the on/off proxies).
+    budget_window_s: float = 3600.0
+    budget_min_requests: int = 1000
+    raise_s: float = 300.0
     min_replicas: int = 1
     max_replicas: int = 64
 
@@ -138,6 +194,15 @@ class PlannerConfig:
             raise ValueError("ttft_slo_s and interval_s must be > 0")
         if self.startup_s < 0 or self.scale_down_window_s < 0:
             raise ValueError("startup_s and scale_down_window_s must be >= 0")
+        if self.floor_window_s <= 0 or self.calibration_window_s <= 0:
+            raise ValueError("floor_window_s and calibration_window_s must be > 0")
+        if not 0.0 <= self.follow_saving < 1.0:
+            raise ValueError(f"follow_saving must be in [0, 1), got {self.follow_saving}")
+        if self.panic_threshold < 1.0 or self.panic_hold_s < 0:
+            raise ValueError(
+                f"need panic_threshold >= 1 and panic_hold_s >= 0, got {self.panic_threshold} "
+                f"and {self.panic_hold_s}"
+            )
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError(
                 f"need 1 <= min_replicas <= max_replicas, got {self.min_replicas} and "
@@ -148,6 +213,18 @@ class PlannerConfig:
     def lead_s(self) -> float:
         """The furthest horizon a decision must cover: start-up plus one interval."""
         return self.startup_s + self.interval_s
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The attainment band the factor (and the record, and the budget) aim at."""
+        allowed = 1.0 - self.slo_target
+        return self.slo_target + allowed / 3.0, self.slo_target + 2.0 * allowed / 3.0
+
+    @property
+    def arrivals_window_s(self) -> float:
+        """How far back `plan` needs the arrivals: the floor window (or the last interval, if
+        longer) and one interval before it that warms the replayed queue up."""
+        return max(self.floor_window_s, self.interval_s) + self.interval_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,7 +256,7 @@ class LoadForecast:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanState:
-    """What the planner remembers between decisions: its last count and recent needs."""
+    """What the planner remembers between decisions (one serialisable value per model)."""
 
     replicas: int
     # (time_s, need) of the decisions inside the scale-down window, oldest first.
@@ -190,6 +267,20 @@ class PlanState:
     observed: tuple[tuple[float, int, int], ...] = ()
     # When the recommendation last rose.
     last_scale_up_s: float = -math.inf
+    # (time_s, queue-model need) of the forecasts made within the last lead time: the one in
+    # force for a window is the latest made a lead time before it ended.
+    forecasts: tuple[tuple[float, int], ...] = ()
+    # (forecast need in force, replayed window) over the calibration window, oldest first.
+    windows: tuple[tuple[int, DemandWindow], ...] = ()
+    # No scale-down before this time (the last panicking decision + `panic_hold_s`).
+    panic_until_s: float = -math.inf
+    # The count held where the forecast is not followed (None: the count at the first
+    # decision), whether the last decision held it, and when it was last raised.
+    held: int | None = None
+    holding: bool = False
+    raises: tuple[float, ...] = ()
+    # (time_s, met, requests) of the SLO observations inside the error-budget window.
+    budget: tuple[tuple[float, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,8 +298,18 @@ class Recommendation:
     needed: int
     reason: PlanReason
     binding: Binding
-    # The horizon whose forecast set the need.
+    # The horizon whose forecast set the forecast's need.
     horizon_s: float
+    # Which rule set the count, and the count held where the forecast is not followed.
+    mode: PlannerMode = PlannerMode.FORECAST
+    held: int = 0
+    # The forecast's record (share of the calibration window's requests it would have served
+    # in time; None before it has been judged on `record_min_requests`), and the last
+    # interval's observed need minus the forecast then in force (replicas of the queue model;
+    # None before a forecast has come due) next to that observed need.
+    record: float | None = None
+    forecast_error: int | None = None
+    observed_need: int = 0
 
 
 def _erlang_c(n: int, a: float) -> float:
@@ -258,24 +359,53 @@ def _service_moments(load: LoadForecast, capacity: ReplicaCapacity) -> tuple[flo
 
 def feedback(
     state: PlanState, now_s: float, observed: ObservedSlo | None, cfg: PlannerConfig
-) -> tuple[float, tuple[tuple[float, int, int], ...]]:
-    """The capacity factor and feedback window after this decision's SLO observation."""
+) -> PlanState:
+    """The state after this decision's SLO observation: the factor where the queue model set the
+    last count, the held count's raises where the hold did, and the observation windows."""
     cutoff_s = now_s - cfg.feedback_window_s
     window = tuple(x for x in state.observed if x[0] > cutoff_s)
+    budget = tuple(x for x in state.budget if x[0] > now_s - cfg.budget_window_s)
     if observed is not None and observed.requests > 0:
         window = (*window, (now_s, observed.met, observed.requests))
-    allowed = 1.0 - cfg.slo_target
-    lower, upper = cfg.slo_target + allowed / 3.0, cfg.slo_target + 2.0 * allowed / 3.0
+        budget = (*budget, (now_s, observed.met, observed.requests))
+    lower, upper = cfg.band
     factor = state.capacity_factor
+    raises = tuple(t for t in state.raises if t > now_s - cfg.raise_s)
     # Raising judges only the fleet as it is now: what was served after the last scale-up's
     # replicas became ready (earlier misses are already answered by them).
     ready_since_s = state.last_scale_up_s + cfg.startup_s
+    if raises:
+        ready_since_s = max(ready_since_s, raises[-1] + cfg.startup_s)
     fresh = [x for x in window if x[0] > ready_since_s]
-    if _attained(fresh, cfg) < lower:
+    if state.holding:
+        # The held count is raised when the error budget is overspent and the fleet as it is
+        # now still misses, one replica at a time (the next once the last one's has served):
+        # not on every window below the band (a burst no count short of its peak serves
+        # would ratchet it up, and those misses are what the budget is for).
+        settled = not raises or raises[-1] + cfg.startup_s + cfg.interval_s <= now_s
+        if (
+            settled
+            and sum(x[2] for x in budget) >= cfg.budget_min_requests
+            and _attained(budget, cfg) < lower
+            and _attained(fresh, cfg) < cfg.slo_target
+        ):
+            raises = (*raises, now_s)
+        if _attained(window, cfg) > upper:
+            # A surplus while holding says the queue model's count would not be short either
+            # (the factor never rises on a count it did not set; stuck at 1.05 it would keep a
+            # conversation fleet's 2 replicas at 3 for good, ceil(2 x 1.05)).
+            factor *= 1.0 - cfg.feedback_down
+    elif _attained(fresh, cfg) < lower:
         factor *= 1.0 + cfg.feedback_up
     elif _attained(window, cfg) > upper:
         factor *= 1.0 - cfg.feedback_down
-    return min(max(factor, 1.0), cfg.factor_max), window
+    return replace(
+        state,
+        capacity_factor=min(max(factor, 1.0), cfg.factor_max),
+        observed=window,
+        budget=budget,
+        raises=raises,
+    )
 
 
 def _attained(window: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> float:
@@ -286,13 +416,12 @@ def _attained(window: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> f
     return sum(x[1] for x in window) / requests
 
 
-def replicas_needed(
-    load: LoadForecast,
-    capacity: ReplicaCapacity,
-    cfg: PlannerConfig,
-    capacity_factor: float = 1.0,
-) -> tuple[int, Binding]:
-    """Fewest replicas (within the configured bounds) that keep this load inside the SLO."""
+def _queue_need(
+    load: LoadForecast, capacity: ReplicaCapacity, cfg: PlannerConfig, *, start: int = 0
+) -> int:
+    """Fewest replicas of one shared queue (from `min_replicas`, or `start` when the caller
+    knows fewer do not suffice; `max_replicas` + 1 when none suffices) that keep this load
+    inside the SLO target, by the M/G/n model."""
     c = capacity
     tps = c.prefill_tokens_per_s
     s1, s2 = _service_moments(load, capacity)
@@ -304,9 +433,7 @@ def replicas_needed(
         )
         if b >= 0.0
     ]
-    kv_n = math.ceil(load.kv_used_tokens / (cfg.kv_headroom * c.kv_capacity_tokens) - 1e-9)
-    prefill_n = cfg.max_replicas + 1
-    for n in range(cfg.min_replicas, cfg.max_replicas + 1):
+    for n in range(max(cfg.min_replicas, start), cfg.max_replicas + 1):
         # With no request servable in time, only stability is asked of the fleet.
         ok = (
             _attainment(n, load.arrivals_per_s, s1, s2, budgets_s) >= cfg.slo_target
@@ -314,15 +441,71 @@ def replicas_needed(
             else load.arrivals_per_s * s1 < n
         )
         if ok:
-            prefill_n = n
-            break
-    prefill_n = math.ceil(prefill_n * capacity_factor - 1e-9)
+            return n
+    return cfg.max_replicas + 1
+
+
+def _kv_need(load: LoadForecast, capacity: ReplicaCapacity, cfg: PlannerConfig) -> int:
+    return math.ceil(load.kv_used_tokens / (cfg.kv_headroom * capacity.kv_capacity_tokens) - 1e-9)
+
+
+def _bounded(prefill_n: int, kv_n: int, cfg: PlannerConfig) -> tuple[int, Binding]:
     need = max(prefill_n, kv_n, cfg.min_replicas)
     if need > cfg.max_replicas:
         return cfg.max_replicas, Binding.MAX_REPLICAS
     if prefill_n <= cfg.min_replicas and kv_n <= cfg.min_replicas:
         return need, Binding.MIN_REPLICAS
     return need, (Binding.KV if kv_n > prefill_n else Binding.PREFILL)
+
+
+def replicas_needed(
+    load: LoadForecast,
+    capacity: ReplicaCapacity,
+    cfg: PlannerConfig,
+    capacity_factor: float = 1.0,
+) -> tuple[int, Binding]:
+    """Fewest replicas (within the configured bounds) that keep this load inside the SLO."""
+    prefill_n = math.ceil(_queue_need(load, capacity, cfg) * capacity_factor - 1e-9)
+    return _bounded(prefill_n, _kv_need(load, capacity, cfg), cfg)
+
+
+def _replay(
+    arrivals: Sequence[tuple[float, float]],
+    now_s: float,
+    window_s: float,
+    capacity: ReplicaCapacity,
+    cfg: PlannerConfig,
+) -> DemandWindow:
+    start = now_s - window_s - cfg.interval_s  # one interval before the window warms it up
+    return replay_window(
+        [a for a in arrivals if start <= a[0] < now_s],
+        count_from_s=now_s - window_s,
+        end_s=now_s,
+        slo_s=cfg.ttft_slo_s,
+        prefill_tokens_per_s=capacity.prefill_tokens_per_s,
+        prefill_overhead_s=capacity.prefill_overhead_s,
+        decode_step_s=capacity.decode_step_s,
+        max_replicas=cfg.max_replicas,
+    )
+
+
+def _in_force(forecasts: Sequence[tuple[float, int]], at_s: float) -> int | None:
+    """The need of the latest forecast made at or before `at_s` (None: there was none)."""
+    got = None
+    for t, f in forecasts:
+        if t > at_s + 1e-9:
+            break
+        got = f
+    return got
+
+
+def _record(windows: Sequence[tuple[int, DemandWindow]], cfg: PlannerConfig) -> float | None:
+    """Share of the windows' requests the forecasts in force would have served in time."""
+    busy = [(f, w) for f, w in windows if w.requests > 0]
+    requests = sum(w.requests for _, w in busy)
+    if requests < cfg.record_min_requests or len(windows) * cfg.interval_s < cfg.record_min_s:
+        return None
+    return sum(w.met_at(f) for f, w in busy) / requests
 
 
 def plan(
@@ -332,45 +515,159 @@ def plan(
     capacity: ReplicaCapacity,
     cfg: PlannerConfig,
     observed: ObservedSlo | None = None,
+    arrivals: Sequence[tuple[float, float]] = (),
 ) -> tuple[PlanState, Recommendation]:
-    """One planning decision: the need over `loads` (now to `cfg.lead_s`), then hysteresis.
+    """One planning decision (the module docstring gives the rules, in order).
 
-    `observed` is the SLO attainment seen since the previous decision; it moves the capacity
-    factor before sizing.
+    `loads` are the forecasts from now to `cfg.lead_s`; `observed` the SLO attainment seen since
+    the previous decision; `arrivals` the (arrival_s, prompt tokens) the router saw over at
+    least the last `cfg.arrivals_window_s`, in time order (earlier ones are ignored).
     """
     if not loads:
         raise ValueError("plan needs at least one load forecast")
-    k, window = feedback(state, now_s, observed, cfg)
-    sized = [(replicas_needed(load, capacity, cfg, k), load.horizon_s) for load in loads]
-    (need, binding), horizon_s = max(sized, key=lambda x: (x[0][0], -x[1]))
-    cutoff_s = now_s - cfg.scale_down_window_s
-    needs = (*(x for x in state.needs if x[0] > cutoff_s), (now_s, need))
+    state = feedback(state, now_s, observed, cfg)
+    k = state.capacity_factor
+    held = (state.replicas if state.held is None else state.held) + len(state.raises)
+
+    def real(n: int) -> int:
+        return math.ceil(n * k - 1e-9)
+
+    # The forecast's own need, in replicas of one shared queue (the unit demand is replayed in).
+    queue_needs = [(_queue_need(load, capacity, cfg), load.horizon_s) for load in loads]
+    forecast_n, horizon_s = max(queue_needs, key=lambda x: (x[0], -x[1]))
+    # The interval that just ended, and the forecast made a lead time before its end.
+    last = _replay(arrivals, now_s, cfg.interval_s, capacity, cfg)
+    in_force = _in_force(state.forecasts, now_s - cfg.lead_s)
+    windows = tuple(x for x in state.windows if x[1].end_s > now_s - cfg.calibration_window_s)
+    if in_force is not None:
+        windows = (*windows, (in_force, last))
+    forecasts = (
+        *(x for x in state.forecasts if x[0] > now_s - cfg.lead_s - cfg.interval_s),
+        (now_s, forecast_n),
+    )
+    record = _record(windows, cfg)
+    following = _follows(state, windows, record, real(forecast_n), held, real, cfg)
+    # KV as forecast where the forecast is followed; where it is not, the KV in use now (the
+    # nearest horizon): a forecast judged unreliable does not size the pools either.
+    nearest = min(load.horizon_s for load in loads)
+    kv_n = max(
+        _kv_need(load, capacity, cfg) for load in loads if following or load.horizon_s == nearest
+    )
+    observed_n = last.need(cfg.slo_target)
+    floor_n = _floor_need(arrivals, now_s, capacity, cfg)
+    planned = real(forecast_n) if following else held
+    panic_until_s = state.panic_until_s
+    if real(observed_n) >= cfg.panic_threshold * max(planned, 1):
+        panic_until_s = now_s + cfg.panic_hold_s
+    panicking = now_s < panic_until_s
+    candidates = [
+        (planned, PlannerMode.FORECAST if following else PlannerMode.FLOOR),
+        (real(floor_n), PlannerMode.FLOOR),
+    ]
+    if panicking:
+        candidates.append((real(observed_n), PlannerMode.PANIC))
+    prefill_n, mode = max(candidates, key=lambda x: x[0])  # the first of equals wins
+    need, binding = _bounded(prefill_n, kv_n, cfg)
+
+    needs = (*(x for x in state.needs if x[0] > now_s - cfg.scale_down_window_s), (now_s, need))
+    current = state.replicas
+    if panicking and need < current:
+        # Knative's rule: no scale-down while panicking.
+        target, reason, mode = current, PlanReason.STABILISING, PlannerMode.PANIC
+    else:
+        target, reason = _hysteresis(state, now_s, need, needs, cfg)
+    return (
+        replace(
+            state,
+            replicas=target,
+            needs=needs,
+            last_scale_up_s=now_s if target > current else state.last_scale_up_s,
+            forecasts=forecasts,
+            windows=windows,
+            panic_until_s=panic_until_s,
+            held=state.replicas if state.held is None else state.held,
+            holding=not following and prefill_n == held,
+        ),
+        Recommendation(
+            replicas=target,
+            needed=need,
+            reason=reason,
+            binding=binding,
+            horizon_s=horizon_s,
+            mode=mode,
+            held=held,
+            record=record,
+            forecast_error=None if in_force is None else observed_n - in_force,
+            observed_need=observed_n,
+        ),
+    )
+
+
+def _follows(
+    state: PlanState,
+    windows: Sequence[tuple[int, DemandWindow]],
+    record: float | None,
+    forecast_real: int,
+    held: int,
+    real: Callable[[int], int],
+    cfg: PlannerConfig,
+) -> bool:
+    """Whether the forecast sets the count: where its record is clean, below the held count
+    only where following would have saved `follow_saving` over the window and the held count
+    shows a surplus (the error budget above the band: the queue model's factor is learnt only
+    while the model sets the count, so a record judged in the model's units says nothing of a
+    factor the held fleet never taught it; on Mooncake, where one replayed replica is worth ~2
+    real ones, an unlearnt factor halved the fleet and kept 86 %), above it wherever (a swell
+    seen coming is started in time)."""
+    if record is None or record < cfg.band[0]:
+        return False
+    if forecast_real > held:
+        return True
+    cheaper = sum(real(f) for f, _ in windows) <= (1.0 - cfg.follow_saving) * held * len(windows)
+    surplus = (
+        sum(x[2] for x in state.budget) >= cfg.budget_min_requests
+        and _attained(state.budget, cfg) > cfg.band[1]
+    )
+    return cheaper and surplus
+
+
+def _floor_need(
+    arrivals: Sequence[tuple[float, float]],
+    now_s: float,
+    capacity: ReplicaCapacity,
+    cfg: PlannerConfig,
+) -> int:
+    """The prefill work of the last `floor_window_s`, in replicas (fewer cannot keep up)."""
+    work_s = sum(
+        capacity.prefill_overhead_s + p / capacity.prefill_tokens_per_s
+        for t, p in arrivals
+        if now_s - cfg.floor_window_s <= t < now_s
+    )
+    return math.ceil(work_s / cfg.floor_window_s - 1e-9)
+
+
+def _hysteresis(
+    state: PlanState,
+    now_s: float,
+    need: int,
+    needs: Sequence[tuple[float, int]],
+    cfg: PlannerConfig,
+) -> tuple[int, PlanReason]:
+    """Up at once; down only once every need of a whole window is below the current count,
+    and then to the highest of them."""
     current = state.replicas
     if need > current:
         target, reason = need, PlanReason.SCALE_UP
     elif need == current:
         target, reason = current, PlanReason.HOLD
     else:
-        # Down only once every need of a whole window is below the current count.
         highest = max(n for _, n in needs)
+        cutoff_s = now_s - cfg.scale_down_window_s
         if highest < current and _covers_window(state, cutoff_s, cfg):
             target, reason = highest, PlanReason.SCALE_DOWN
         else:
             target, reason = current, PlanReason.STABILISING
-    target = max(cfg.min_replicas, min(cfg.max_replicas, target))
-    return (
-        replace(
-            state,
-            replicas=target,
-            needs=needs,
-            capacity_factor=k,
-            observed=window,
-            last_scale_up_s=now_s if target > current else state.last_scale_up_s,
-        ),
-        Recommendation(
-            replicas=target, needed=need, reason=reason, binding=binding, horizon_s=horizon_s
-        ),
-    )
+    return max(cfg.min_replicas, min(cfg.max_replicas, target)), reason
 
 
 def _covers_window(state: PlanState, cutoff_s: float, cfg: PlannerConfig) -> bool:

@@ -1,0 +1,97 @@
+"""The KV forecast's fallback (`kv_fallback.select_heads`): the head with the lowest recent error
+makes each forecast, judged only on targets already observed, and says which it was."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from seedance.router.core.forecast import HeadChoiceConfig, KvHead, select_heads
+
+H = 5.0
+CFG = HeadChoiceConfig(horizon_s=H, window_s=30.0, min_scored=5, switch_margin=0.1)
+
+
+def series(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """One row a second; the KV observed H seconds after each row (the target)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n, dtype=float)
+    actual = 1000.0 + np.cumsum(rng.normal(0.0, 5.0, n))
+    return t, actual
+
+
+def test_the_default_head_is_used_until_enough_targets_have_come_due() -> None:
+    t, actual = series()
+    good = actual.copy()  # a perfect head
+    bad = actual + 100.0
+    _, used = select_heads(
+        t, {KvHead.FLOW: bad, KvHead.LAST_VALUE: good}, actual, CFG, default=KvHead.FLOW
+    )
+    # Row i sees rows j with j + H <= i: the fifth scored row is there at i = H + 4.
+    first = int(H) + CFG.min_scored - 1
+    assert used[:first] == [KvHead.FLOW] * first
+    assert used[first] is KvHead.LAST_VALUE
+    assert set(used[first:]) == {KvHead.LAST_VALUE}
+
+
+def test_a_model_that_goes_wrong_is_dropped_for_the_last_value_and_taken_back() -> None:
+    t, actual = series(300)
+    flow = actual.copy()
+    flow[100:200] += 80.0  # the physical model breaks for 100 s, then recovers
+    last = actual + 20.0
+    out, used = select_heads(
+        t, {KvHead.FLOW: flow, KvHead.LAST_VALUE: last}, actual, CFG, default=KvHead.FLOW
+    )
+    assert used[90] is KvHead.FLOW
+    assert used[150] is KvHead.LAST_VALUE
+    assert used[290] is KvHead.FLOW
+    # Never as bad as the broken model alone.
+    assert np.abs(out - actual).sum() < np.abs(flow - actual).sum()
+
+
+def test_a_choice_at_t_ignores_targets_not_yet_observed() -> None:
+    t, actual = series()
+    rng = np.random.default_rng(1)
+    heads = {
+        KvHead.FLOW: actual + rng.normal(0, 10, len(t)),
+        KvHead.LAST_VALUE: actual + rng.normal(0, 12, len(t)),
+        KvHead.MEAN_10S: actual + rng.normal(0, 11, len(t)),
+    }
+    _, base = select_heads(t, heads, actual, CFG, default=KvHead.FLOW)
+    i = 120
+    later = actual.copy()
+    later[t + H > t[i]] += rng.normal(0, 500, int((t + H > t[i]).sum()))  # the future, changed
+    assert not np.array_equal(later, actual)  # the check has teeth
+    _, other = select_heads(t, heads, later, CFG, default=KvHead.FLOW)
+    assert other[: i + 1] == base[: i + 1]
+
+
+def test_a_small_edge_does_not_switch_heads() -> None:
+    t, actual = series()
+    flow = actual + 10.0
+    slightly = actual + 9.5  # 5 % better: inside the switch margin
+    _, used = select_heads(
+        t, {KvHead.FLOW: flow, KvHead.LAST_VALUE: slightly}, actual, CFG, default=KvHead.FLOW
+    )
+    assert set(used) == {KvHead.FLOW}
+    clearly = actual + 5.0
+    _, used = select_heads(
+        t, {KvHead.FLOW: flow, KvHead.LAST_VALUE: clearly}, actual, CFG, default=KvHead.FLOW
+    )
+    assert used[-1] is KvHead.LAST_VALUE
+
+
+def test_bad_inputs_name_what_is_wrong() -> None:
+    t, actual = series(20)
+    with pytest.raises(ValueError, match=r"default head 'mean_30s'"):
+        select_heads(t, {KvHead.FLOW: actual}, actual, CFG, default=KvHead.MEAN_30S)
+    with pytest.raises(ValueError, match=r"forecasts\['flow'\] has 19 rows, not 20"):
+        select_heads(t, {KvHead.FLOW: actual[:-1]}, actual, CFG, default=KvHead.FLOW)
+    with pytest.raises(ValueError, match="actual has 19 rows"):
+        select_heads(t, {KvHead.FLOW: actual}, actual[:-1], CFG, default=KvHead.FLOW)
+    with pytest.raises(ValueError, match="horizon_s"):
+        HeadChoiceConfig(horizon_s=0.0)
+    with pytest.raises(ValueError, match="min_scored"):
+        HeadChoiceConfig(horizon_s=5.0, min_scored=0)
+    with pytest.raises(ValueError, match=r"switch_margin: 1\.0"):
+        HeadChoiceConfig(horizon_s=5.0, switch_margin=1.0)

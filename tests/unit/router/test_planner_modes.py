@@ -1,0 +1,253 @@
+"""The planner's modes (issue 32): it follows its forecast only on a clean record, holds
+otherwise, never plans below the work that just arrived, panics when an interval outruns the
+plan, and answers an overspent error budget with a raise that expires."""
+
+from __future__ import annotations
+
+import pytest
+
+from seedance.router.core.planning.demand import DemandWindow, replay_window
+from seedance.router.core.planning.planner import (
+    LoadForecast,
+    ObservedSlo,
+    PlannerConfig,
+    PlannerMode,
+    PlanReason,
+    PlanState,
+    ReplicaCapacity,
+    plan,
+)
+
+# 5,000-token prompts take 0.5 s at 10k tokens/s; budget 2 s.
+CAP = ReplicaCapacity(
+    prefill_tokens_per_s=10_000.0,
+    prefill_overhead_s=0.0,
+    decode_step_s=0.0,
+    kv_capacity_tokens=100_000,
+)
+CFG = PlannerConfig(interval_s=15.0, scale_down_window_s=60.0, startup_s=60.0, max_replicas=50)
+WINDOWS = int(CFG.calibration_window_s / CFG.interval_s)
+
+
+def load(rate: float) -> LoadForecast:
+    return LoadForecast(
+        horizon_s=0.0,
+        arrivals_per_s=rate,
+        prompt_tokens_mean=5_000.0,
+        prompt_tokens_sq_mean=5_000.0**2,
+        kv_used_tokens=0.0,
+    )
+
+
+def history(
+    forecast: int, needed: int, *, until_s: float = 0.0
+) -> tuple[tuple[int, DemandWindow], ...]:
+    """A calibration window of intervals of 10 requests each that `needed` replicas serve in
+    full (fewer serve none), judged against a forecast that asked for `forecast`."""
+    met = tuple(0 if n < needed else 10 for n in range(1, needed + 1))
+    return tuple(
+        (
+            forecast,
+            DemandWindow(end_s=until_s - (WINDOWS - 1 - i) * CFG.interval_s, requests=10, met=met),
+        )
+        for i in range(WINDOWS)
+    )
+
+
+def arrivals(
+    rate: float, start_s: float, end_s: float, prompt: float = 5_000.0
+) -> list[tuple[float, float]]:
+    n = round(rate * (end_s - start_s))
+    return [(start_s + (k + 0.5) * (end_s - start_s) / n, prompt) for k in range(n)]
+
+
+def run(state: PlanState, t0: float, steps: int, rate: float) -> list[tuple[PlanState, object]]:
+    out = []
+    for k in range(1, steps + 1):
+        t = t0 + k * CFG.interval_s
+        state, rec = plan(state, t, [load(rate)], CAP, CFG)
+        out.append((state, rec))
+    return out
+
+
+def test_without_a_record_the_planner_holds_the_count_it_started_with() -> None:
+    steps = run(PlanState(replicas=8), 0.0, 20, rate=1.0)
+    for _, rec in steps:
+        assert rec.mode is PlannerMode.FLOOR
+        assert rec.record is None
+    assert steps[-1][0].replicas == 8  # the forecast (1 req/s: 2 replicas) did not take it down
+
+
+SURPLUS = ((-1.0, 1000, 1000),)  # the last hour kept every request in time
+
+
+def test_a_clean_record_that_saves_lets_the_forecast_take_the_count_down() -> None:
+    state = PlanState(replicas=8, windows=history(forecast=2, needed=2), budget=SURPLUS)
+    steps = run(state, 0.0, 8, rate=1.0)
+    assert all(rec.mode is PlannerMode.FORECAST for _, rec in steps)
+    assert steps[0][1].record == 1.0
+    final = steps[-1][0]
+    assert final.replicas < 8  # after the scale-down window, to the forecast's need
+    assert any(rec.reason is PlanReason.SCALE_DOWN for _, rec in steps)
+
+
+def test_without_a_surplus_a_clean_record_does_not_take_the_count_down() -> None:
+    # The held fleet keeps 95.4 % (Mooncake's hour at its hindsight count): below the band's
+    # upper edge, so nothing says a smaller one would do, whatever the record in model units.
+    tight = ((-1.0, 954, 1000),)
+    state = PlanState(replicas=8, windows=history(forecast=2, needed=2), budget=tight)
+    steps = run(state, 0.0, 8, rate=1.0)
+    assert all(rec.mode is PlannerMode.FLOOR for _, rec in steps)
+    assert steps[-1][0].replicas == 8
+
+
+def test_a_record_of_missed_bursts_keeps_the_planner_holding() -> None:
+    # The forecast asked for 2 where the intervals needed 6: its record is 0.
+    state = PlanState(replicas=8, windows=history(forecast=2, needed=6), budget=SURPLUS)
+    steps = run(state, 0.0, 8, rate=1.0)
+    assert all(rec.mode is PlannerMode.FLOOR for _, rec in steps)
+    assert steps[0][1].record == 0.0
+    assert steps[-1][0].replicas == 8
+
+
+def test_a_reliable_forecast_above_the_held_count_scales_up() -> None:
+    state = PlanState(replicas=2, windows=history(forecast=2, needed=2))
+    state, rec = plan(state, 15.0, [load(20.0)], CAP, CFG)
+    assert rec.mode is PlannerMode.FORECAST
+    assert rec.reason is PlanReason.SCALE_UP
+    assert rec.replicas > 10  # 20 req/s x 0.5 s = 10 replicas offered
+
+
+def test_the_floor_is_the_work_that_just_arrived() -> None:
+    # Held at 1, forecast 0.1 req/s; but the last minute brought 8 replicas' worth of prefill
+    # work (16 req/s x 0.5 s): never below it.
+    state = PlanState(replicas=1)
+    seen = arrivals(16.0, -60.0, 0.0)
+    state, rec = plan(state, 0.0, [load(0.1)], CAP, CFG, arrivals=seen)
+    assert rec.replicas >= 8
+    assert rec.mode in (PlannerMode.FLOOR, PlannerMode.PANIC)
+
+
+def test_an_interval_that_outruns_the_plan_panics_and_blocks_scale_down() -> None:
+    state = PlanState(replicas=2)
+    # The last 15 s: 12 req/s of 0.5 s prefills, six replicas' worth, three times the plan.
+    burst = arrivals(12.0, -15.0, 0.0)
+    state, rec = plan(state, 0.0, [load(0.1)], CAP, CFG, arrivals=burst)
+    assert rec.mode is PlannerMode.PANIC
+    assert rec.observed_need >= 6
+    assert rec.replicas >= rec.observed_need
+    assert state.panic_until_s == CFG.panic_hold_s
+    # Quiet again: within the panic hold it does not come down.
+    state, rec = plan(state, 30.0, [load(0.1)], CAP, CFG)
+    assert rec.mode is PlannerMode.PANIC
+    assert rec.reason is PlanReason.STABILISING
+
+
+def test_an_overspent_budget_raises_the_held_count_once_at_a_time_and_the_raise_expires() -> None:
+    bad = ObservedSlo(met=800, requests=1000)
+    state = PlanState(replicas=4, holding=True)
+    state, rec = plan(state, 1000.0, [load(1.0)], CAP, CFG, bad)
+    # One raise: the budget (80 %) is below the band and the fleet as it is now misses.
+    assert state.raises == (1000.0,)
+    assert rec.held == 5
+    assert rec.replicas == 5
+    # The next decision judges the fleet only once the raise's replica has served.
+    state, rec = plan(state, 1015.0, [load(1.0)], CAP, CFG, bad)
+    assert state.raises == (1000.0,)
+    # After `raise_s` the raise is gone and the held count is back to the start.
+    good = ObservedSlo(met=400, requests=400)
+    t = 1015.0
+    while t < 1000.0 + CFG.raise_s + CFG.interval_s:
+        t += CFG.interval_s
+        state, rec = plan(state, t, [load(1.0)], CAP, CFG, good)
+    assert rec.held == 4
+
+
+def test_too_few_requests_do_not_touch_the_budget() -> None:
+    state = PlanState(replicas=4, holding=True)
+    state, rec = plan(state, 0.0, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=100))
+    assert state.raises == ()
+    assert rec.held == 4
+
+
+def test_while_holding_the_factor_does_not_rise_but_a_surplus_lowers_it() -> None:
+    state = PlanState(replicas=4, holding=True, capacity_factor=1.2)
+    miss = ObservedSlo(met=10, requests=100)
+    state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, miss)
+    assert state.capacity_factor == 1.2
+    state = PlanState(replicas=4, holding=True, capacity_factor=1.2)
+    state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=100, requests=100))
+    assert state.capacity_factor == pytest.approx(1.2 * (1.0 - CFG.feedback_down))
+
+
+def test_the_record_judges_each_window_against_the_forecast_made_a_lead_time_before() -> None:
+    # A forecast of 2 replicas at t=0; the interval ending a lead time later brings a burst
+    # that needs more: its error is the need minus 2, and the window joins the record.
+    state, _ = plan(PlanState(replicas=2), 0.0, [load(1.0)], CAP, CFG)
+    end = CFG.lead_s
+    burst = arrivals(12.0, end - CFG.interval_s, end)
+    state, rec = plan(state, end, [load(1.0)], CAP, CFG, arrivals=burst)
+    assert rec.forecast_error == rec.observed_need - 1  # 1 req/s: the model asks for 1
+    assert rec.observed_need >= 6
+    assert state.windows[-1][0] == 1
+    assert state.windows[-1][1].requests == len(burst)
+
+
+def test_replay_serves_a_burst_as_it_came() -> None:
+    # Six requests at once, 0.5 s each, 2 s budget: one replica serves the first four in time.
+    burst = [(0.0, 5_000.0)] * 6
+    w = replay_window(
+        burst,
+        count_from_s=0.0,
+        end_s=15.0,
+        slo_s=2.0,
+        prefill_tokens_per_s=10_000.0,
+        prefill_overhead_s=0.0,
+        decode_step_s=0.0,
+        max_replicas=10,
+    )
+    assert w.requests == 6
+    assert w.met == (4, 6)  # two replicas serve all: the replay stops there
+    assert w.met_at(5) == 6
+    assert w.need(0.95) == 2
+    assert w.need(0.5) == 1
+
+
+def test_replay_counts_only_the_window_and_only_what_an_idle_replica_serves_in_time() -> None:
+    warm = [(-1.0, 5_000.0)] * 4  # before the window: they occupy the replica, uncounted
+    late = [(0.5, 30_000.0)]  # 3 s of prefill > 2 s budget: unattainable, uncounted
+    now = [(0.5, 5_000.0)]
+    w = replay_window(
+        warm + late + now,
+        count_from_s=0.0,
+        end_s=15.0,
+        slo_s=2.0,
+        prefill_tokens_per_s=10_000.0,
+        prefill_overhead_s=0.0,
+        decode_step_s=0.0,
+        max_replicas=10,
+    )
+    assert w.requests == 1
+    # One replica: the warm-up queue (2 s) then the long prompt (3 s) delay it past the budget.
+    assert w.met_at(1) == 0
+    assert w.met_at(3) == 1
+    empty = replay_window(
+        [],
+        count_from_s=0.0,
+        end_s=15.0,
+        slo_s=2.0,
+        prefill_tokens_per_s=1.0,
+        prefill_overhead_s=0.0,
+        decode_step_s=0.0,
+        max_replicas=3,
+    )
+    assert (empty.requests, empty.need(0.95), empty.met_at(2)) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"follow_saving": 1.0}, {"panic_threshold": 0.5}, {"floor_window_s": 0.0}],
+)
+def test_bad_mode_settings_are_refused(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=r"must|need"):
+        PlannerConfig(**kwargs)  # type: ignore[arg-type]
