@@ -20,6 +20,8 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import json
+import secrets
 import urllib.parse
 import urllib.request
 import uuid
@@ -54,7 +56,16 @@ from seedance.events.slicing import (
     SlicingEvent,
     Unschedulable,
 )
-from seedance.events.subjects import api, costs, graph, jobs, slicing
+from seedance.events.subjects import (
+    TENANT_CONSUMERS,
+    api,
+    consumer_create,
+    costs,
+    graph,
+    jobs,
+    slicing,
+    tenant_consumers,
+)
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
 from seedance.sdk.allocation import NoLedger, read_reply
@@ -66,6 +77,7 @@ from seedance.sdk.watch import Watch
 __all__ = [
     "DEFAULT_WAIT_S",
     "GRAPH_MODELS_STORE",
+    "ConsumersInUse",
     "JobOutcome",
     "JobRejectedError",
     "NoDecision",
@@ -88,6 +100,10 @@ _TENANT_USER_PREFIX = "tenant-"
 _SLICING_STREAM = "SEEDANCE_SLICING"
 #: JetStream's error code for a consumer asked of a stream that does not exist.
 _STREAM_NOT_FOUND = 10059
+#: ... and for a consumer created (action "create") under a name another one holds.
+_CONSUMER_EXISTS = 10148
+#: How long a JetStream API request waits for its answer (nats-py's default).
+_API_TIMEOUT_S = 5.0
 
 
 def tenant_of_user(user: str | None) -> str | None:
@@ -95,6 +111,15 @@ def tenant_of_user(user: str | None) -> str | None:
     if user and user.startswith(_TENANT_USER_PREFIX):
         return check_tenant(user.removeprefix(_TENANT_USER_PREFIX))
     return None
+
+
+def _tenant_of_inbox(prefix: str | None) -> str | None:
+    """The tenant whose own inbox prefix this is (credentials files give no user name)."""
+    candidate = (prefix or "").removeprefix("_INBOX_")
+    try:
+        return candidate if prefix == inbox_prefix_of(candidate) else None
+    except ValueError:  # not a tenant id
+        return None
 
 
 class JobRejectedError(SeedanceError):
@@ -110,6 +135,11 @@ class NoDecision(SeedanceError, TimeoutError):
     """No answer from the slicer within the bound (is it running?)."""
 
 
+class ConsumersInUse(SeedanceError):
+    """Every consumer name a tenant may hold on a stream is taken by its other readers (the
+    server allows ``TENANT_CONSUMERS`` per stream)."""
+
+
 class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What a job call published and, when it waited, what the slicer answered: a
     `Placement` (the first, for a gang) or an `Unschedulable` (why it waits) for a submit, a
@@ -122,9 +152,14 @@ class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
 class SeedanceClient:
     """``async with SeedanceClient.connect(url) as client: await client.submit_job(...)``."""
 
-    def __init__(self, bus: Bus, violations: Violations | None = None) -> None:
+    def __init__(
+        self, bus: Bus, violations: Violations | None = None, *, tenant: str | None = None
+    ) -> None:
         self._bus = bus
         self._violations = violations or Violations()
+        #: The tenant whose user this is (None: an operator's, or not known): its readers of
+        #: its own streams take its own consumer names (``subjects.tenant_consumers``).
+        self._tenant = tenant
         #: The client's time (events' ``at`` and ids): the bus's clock, the wall clock unless
         #: ``connect`` was given another.
         self._clock = bus.clock
@@ -163,7 +198,7 @@ class SeedanceClient:
         # Connecting asks JetStream for the account (a request, answered on the inbox): a
         # refused inbox subscription is reported here, not as a time-out.
         bus = await violations.guard(Bus.connect(settings, error_cb=violations.heard, clock=clock))
-        return cls(bus, violations)
+        return cls(bus, violations, tenant=tenant or _tenant_of_inbox(settings.inbox_prefix))
 
     async def __aenter__(self) -> Self:
         return self
@@ -266,7 +301,7 @@ class SeedanceClient:
             return JobOutcome(event=event)
         answers = slicing.tenant_wildcard(event.tenant)
         # The watch exists before the event is published, so its answer cannot be missed.
-        async with self._watch(_SLICING_STREAM, answers, False) as w:
+        async with self._watch(_SLICING_STREAM, answers, False, tenant=event.tenant) as w:
             await self._guarded(self._bus.publish(subject, event), "publishing to", subject)
             try:
                 async with asyncio.timeout(wait_s):
@@ -320,7 +355,7 @@ class SeedanceClient:
     async def cost_history(self, tenant: str, *, timeout_s: float = 60.0) -> list[Any]:
         """Every cost event the tenant's stream holds now (entries, reports, alerts, pauses)."""
         check_tenant(tenant)
-        return await self._cost_history(costs.tenant_wildcard(tenant), timeout_s)
+        return await self._cost_history(costs.tenant_wildcard(tenant), timeout_s, tenant)
 
     async def fleet_cost_history(self, *, timeout_s: float = 60.0) -> list[Any]:
         """Every cost event of the fleet: all tenants' and the idle lines of every node
@@ -328,16 +363,20 @@ class SeedanceClient:
         refused (:class:`PermissionRefused`)."""
         return await self._cost_history(None, timeout_s)
 
-    async def _cost_history(self, filter_subject: str | None, timeout_s: float) -> list[Any]:
+    async def _cost_history(
+        self, filter_subject: str | None, timeout_s: float, tenant: str | None = None
+    ) -> list[Any]:
         async with asyncio.timeout(timeout_s):
-            held = await self._history("SEEDANCE_COSTS", filter_subject)
+            held = await self._history("SEEDANCE_COSTS", filter_subject, tenant)
         return [current(decode(data, CostEvent)) for data in held]
 
-    async def _history(self, stream: str, filter_subject: str | None) -> list[bytes]:
-        """Every message ``stream`` holds under ``filter_subject`` now, in stream order (the
-        caller bounds the time)."""
+    async def _history(
+        self, stream: str, filter_subject: str | None, tenant: str | None = None
+    ) -> list[bytes]:
+        """Every message ``stream`` holds under ``filter_subject`` (``tenant``'s) now, in stream
+        order (the caller bounds the time)."""
         out: list[bytes] = []
-        async with self._watch(stream, filter_subject, True) as w:
+        async with self._watch(stream, filter_subject, True, tenant=tenant) as w:
             if await w.is_empty():
                 return out
             while True:
@@ -414,8 +453,12 @@ class SeedanceClient:
         if job_id is not None:
             check_token("job_id", job_id)
         async with asyncio.timeout(timeout_s):
-            decisions = await self._history(_SLICING_STREAM, slicing.tenant_wildcard(tenant))
-            cost_events = await self._history("SEEDANCE_COSTS", costs.tenant_wildcard(tenant))
+            decisions = await self._history(
+                _SLICING_STREAM, slicing.tenant_wildcard(tenant), tenant
+            )
+            cost_events = await self._history(
+                "SEEDANCE_COSTS", costs.tenant_wildcard(tenant), tenant
+            )
         return fold_statuses(
             tenant,
             _decoded(decisions, SlicingEvent),
@@ -431,23 +474,32 @@ class SeedanceClient:
         ``from_start`` replays what the stream holds first; otherwise only new events.
         """
         check_tenant(tenant)
-        async with self._watch("SEEDANCE_COSTS", costs.tenant_wildcard(tenant), from_start) as w:
+        async with self._watch(
+            "SEEDANCE_COSTS", costs.tenant_wildcard(tenant), from_start, tenant=tenant
+        ) as w:
             while True:
                 yield current(decode(await w.next_data(), CostEvent))
 
     @contextlib.asynccontextmanager
     async def _watch(
-        self, stream: str, filter_subject: str | None, from_start: bool
+        self,
+        stream: str,
+        filter_subject: str | None,
+        from_start: bool,
+        *,
+        tenant: str | None = None,
     ) -> AsyncIterator[Watch]:
         """A push consumer whose filter is in the API subject (what tenant permissions allow);
-        it exists once the ``async with`` is entered. No filter: the whole stream (operators)."""
+        it exists once the ``async with`` is entered. No filter: the whole stream (operators).
+
+        A tenant reading its own streams names it with one of its own consumer names (the
+        server allows no others), the first free one; anyone else with 64 random bits."""
         nc = self._bus.nc
         inbox = f"{nc._inbox_prefix.decode()}.{uuid.uuid4().hex}"
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=10_000)
         sub = await nc.subscribe(inbox, cb=queue.put)
-        name = f"watch-{uuid.uuid4().hex[:16]}"
+        name = ""
         config = js_api.ConsumerConfig(
-            name=name,
             filter_subject=filter_subject,
             deliver_subject=inbox,
             ack_policy=js_api.AckPolicy.NONE,
@@ -458,9 +510,15 @@ class SeedanceClient:
         )
         try:
             try:
-                await self._guarded(
-                    self._bus.js.add_consumer(stream, config), "reading", filter_subject or stream
-                )
+                if tenant is not None and tenant == self._tenant and filter_subject:
+                    name = await self._create_own(stream, tenant, filter_subject, config)
+                else:
+                    name = f"watch-{uuid.uuid4().hex[:16]}"
+                    await self._guarded(
+                        self._bus.js.add_consumer(stream, config.evolve(name=name)),
+                        "reading",
+                        filter_subject or stream,
+                    )
             except nats.js.errors.NotFoundError as exc:
                 if exc.err_code != _STREAM_NOT_FOUND:
                     raise
@@ -471,8 +529,45 @@ class SeedanceClient:
             yield Watch(nc, queue, self._bus.js, stream, name)
         finally:
             await sub.unsubscribe()
-            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                await self._bus.js.delete_consumer(stream, name)
+            if name:
+                with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                    await self._bus.js.delete_consumer(stream, name)
+
+    async def _create_own(
+        self, stream: str, tenant: str, filter_subject: str, config: js_api.ConsumerConfig
+    ) -> str:
+        """Create ``config`` under the first free one of ``tenant``'s consumer names (from a
+        random one on, so concurrent readers rarely meet); its name.
+
+        ``action: create`` makes the server refuse a name another reader holds, where nats-py's
+        create-or-update would take that reader's consumer over."""
+        names = tenant_consumers(tenant)
+        start = secrets.randbelow(len(names))
+        for name in names[start:] + names[:start]:
+            body = {
+                "stream_name": stream,
+                "config": config.evolve(name=name).as_dict(),
+                "action": "create",
+            }
+            msg = await self._guarded(
+                self._bus.nc.request(
+                    consumer_create(stream, name, filter_subject),
+                    json.dumps(body).encode(),
+                    timeout=_API_TIMEOUT_S,
+                ),
+                "reading",
+                filter_subject,
+            )
+            err = json.loads(msg.data).get("error")
+            if err is None:
+                return name
+            if err.get("err_code") != _CONSUMER_EXISTS:
+                nats.js.errors.APIError.from_error(err)  # raises the error it names
+        raise ConsumersInUse(
+            f"all {TENANT_CONSUMERS} of tenant {tenant!r}'s consumers on {stream} are in use by "
+            "its other readers (the server allows no more): close one, or wait for one whose "
+            "process went away to end (30 s after it stopped reading)"
+        )
 
     # --- graph compiler ---------------------------------------------------------------------
 
