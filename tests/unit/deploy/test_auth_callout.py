@@ -5,6 +5,7 @@ time is enumerated like a listed one)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +14,7 @@ import nkeys
 import pytest
 
 from seedance.core.auth_callout import (
+    AuthCallout,
     JwtError,
     PasswordRefused,
     TenantRecord,
@@ -27,6 +29,7 @@ from seedance.core.auth_callout import (
 from seedance.core.auth_callout import main as auth_main
 from seedance.core.clock import VirtualClock
 from seedance.events.permissions import tenant_permissions
+from seedance.testing.waits import eventually
 
 ISSUER = new_issuer()
 SERVER = nkeys.from_seed(nkeys.encode_seed(b"\x01" * 32, nkeys.PREFIX_BYTE_SERVER))
@@ -198,3 +201,28 @@ def test_add_tenant_refuses_a_password_outside_the_rule_before_connecting(
     assert "100000 characters" in err
     assert "16 to 256 characters" in err
     assert "x" * 100 not in err
+
+
+async def test_attempts_for_one_tenant_share_a_registry_read_in_flight() -> None:
+    """100 wrong passwords at once for one user are one registry read, not 100 queued."""
+    release = asyncio.Event()
+    reads: list[str] = []
+
+    class Registry:
+        async def get(self, tenant: str) -> TenantRecord | None:
+            reads.append(tenant)
+            await release.wait()
+            return RECORDS.get(tenant)
+
+    callout = AuthCallout(None, ISSUER)  # type: ignore[arg-type]  # no bus: lookups only
+    callout._registry = Registry()  # type: ignore[assignment]
+    waiting = [asyncio.create_task(callout._lookup("initech")) for _ in range(100)]
+    other = asyncio.create_task(callout._lookup("globex"))
+    await eventually(lambda: len(reads) == 2, 10, what="both reads started")
+    release.set()
+    assert {await w for w in waiting} == {RECORDS["initech"]}
+    assert await other is None
+    assert sorted(reads) == ["globex", "initech"]
+    # nothing is kept: the next attempt reads again (a removal counts at once)
+    assert await callout._lookup("initech") == RECORDS["initech"]
+    assert reads.count("initech") == 2

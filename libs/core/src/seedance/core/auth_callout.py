@@ -327,6 +327,7 @@ class AuthCallout:
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._log_windows: dict[str, tuple[float, int]] = {}
+        self._lookups: dict[str, asyncio.Future[TenantRecord | None]] = {}
 
     async def start(self) -> None:
         self._registry = await TenantRegistry.open(self._bus)
@@ -377,7 +378,7 @@ class AuthCallout:
             request = decode_jwt(msg.data.decode())
             response, user, refused = await decide(
                 request,
-                self._registry.get,
+                self._lookup,
                 self._issuer,
                 token_ttl_s=self._token_ttl_s,
                 clock=self._bus.clock,
@@ -399,6 +400,19 @@ class AuthCallout:
             log.info("auth_granted", user=user)
         with contextlib.suppress(nats.errors.Error):  # the connection is closing
             await msg.respond(response.encode())
+
+    async def _lookup(self, tenant: str) -> TenantRecord | None:
+        """The tenant's record; attempts that ask for the same tenant while a read of it is in
+        flight share that read (100 wrong passwords at once for one user are one registry
+        read, not 100 queued ones). Nothing is kept after the read: a removal counts for every
+        attempt that arrives after it lands."""
+        assert self._registry is not None
+        shared = self._lookups.get(tenant)
+        if shared is None:
+            shared = asyncio.ensure_future(self._registry.get(tenant))
+            self._lookups[tenant] = shared
+            shared.add_done_callback(lambda _: self._lookups.pop(tenant, None))
+        return await asyncio.shield(shared)
 
     async def _verify(self, tenant: str, record: TenantRecord, password: str) -> None:
         """The password through the gate: no hash for the one that last logged in, none for a
