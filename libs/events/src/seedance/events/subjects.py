@@ -402,17 +402,15 @@ def inbox_prefix(tenant: str) -> str:
     return f"_INBOX_{check_tenant(tenant)}"
 
 
-#: How many consumers a tenant may hold at once on each stream it reads (its costs, its
-#: decisions): its permissions name each one (``seedance.events.permissions``), so the server
-#: refuses a ninth. Unbounded, one tenant created 300 memory-stored durables on its cost stream.
+#: How many consumers a tenant may hold at once on each stream it reads: its permissions name
+#: each one, so the server refuses a ninth (one tenant once created 300 durables there).
 TENANT_CONSUMERS = 8
 
 
 def tenant_consumers(tenant: str) -> tuple[str, ...]:
     """The names a tenant's consumers may take on a stream it reads: ``<tenant>_0`` ..
-    ``<tenant>_7``. ``_`` is in no tenant id and in no other consumer's name (catalogue
-    durables and the ledger's readers use ``-``), so no two tenants' names meet and no tenant's
-    meets anyone else's."""
+    ``<tenant>_7``. ``_`` is in no tenant id nor any other consumer's name (catalogue durables
+    and the ledger's readers use ``-``): no tenant's names meet anyone else's."""
     check_tenant(tenant)
     return tuple(f"{tenant}_{k}" for k in range(TENANT_CONSUMERS))
 

@@ -20,23 +20,20 @@ import asyncio
 import contextlib
 import hashlib
 import io
-import json
-import secrets
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Iterator
 from datetime import datetime
 from typing import Any, Self, TypeVar, Unpack
 
 import msgspec
 import nats.errors
 import nats.js.errors
-from nats.js import api as js_api
 
 from seedance.core.bus import Bus, BusSettings
 from seedance.core.clock import WALL_CLOCK, Clock
-from seedance.core.errors import NoStream, SeedanceError
+from seedance.core.errors import SeedanceError
 from seedance.core.kv import ensure_object_store
 from seedance.events import DecodeError, decode, new_event_id
 from seedance.events.allocation import AllocationAnswer, AllocationQuery
@@ -57,14 +54,11 @@ from seedance.events.slicing import (
     Unschedulable,
 )
 from seedance.events.subjects import (
-    TENANT_CONSUMERS,
     api,
-    consumer_create,
     costs,
     graph,
     jobs,
     slicing,
-    tenant_consumers,
 )
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
@@ -72,7 +66,7 @@ from seedance.sdk.allocation import NoLedger, read_reply
 from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
 from seedance.sdk.job_status import JobStatus, fold_statuses
 from seedance.sdk.refusals import PermissionRefused, Violations
-from seedance.sdk.watch import Watch
+from seedance.sdk.watch import ConsumersInUse, Watch, watching
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -98,12 +92,6 @@ DEFAULT_WAIT_S = 10.0
 _TENANT_USER_PREFIX = "tenant-"
 #: The slicing stream: where the slicer's answers are read back.
 _SLICING_STREAM = "SEEDANCE_SLICING"
-#: JetStream's error code for a consumer asked of a stream that does not exist.
-_STREAM_NOT_FOUND = 10059
-#: ... and for a consumer created (action "create") under a name another one holds.
-_CONSUMER_EXISTS = 10148
-#: How long a JetStream API request waits for its answer (nats-py's default).
-_API_TIMEOUT_S = 5.0
 
 
 def tenant_of_user(user: str | None) -> str | None:
@@ -133,11 +121,6 @@ class JobRejectedError(SeedanceError):
 
 class NoDecision(SeedanceError, TimeoutError):
     """No answer from the slicer within the bound (is it running?)."""
-
-
-class ConsumersInUse(SeedanceError):
-    """Every consumer name a tenant may hold on a stream is taken by its other readers (the
-    server allows ``TENANT_CONSUMERS`` per stream)."""
 
 
 class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -480,93 +463,19 @@ class SeedanceClient:
             while True:
                 yield current(decode(await w.next_data(), CostEvent))
 
-    @contextlib.asynccontextmanager
-    async def _watch(
+    def _watch(
         self,
         stream: str,
         filter_subject: str | None,
         from_start: bool,
         *,
         tenant: str | None = None,
-    ) -> AsyncIterator[Watch]:
-        """A push consumer whose filter is in the API subject (what tenant permissions allow);
-        it exists once the ``async with`` is entered. No filter: the whole stream (operators).
-
-        A tenant reading its own streams names it with one of its own consumer names (the
-        server allows no others), the first free one; anyone else with 64 random bits."""
-        nc = self._bus.nc
-        inbox = f"{nc._inbox_prefix.decode()}.{uuid.uuid4().hex}"
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=10_000)
-        sub = await nc.subscribe(inbox, cb=queue.put)
-        name = ""
-        config = js_api.ConsumerConfig(
-            filter_subject=filter_subject,
-            deliver_subject=inbox,
-            ack_policy=js_api.AckPolicy.NONE,
-            deliver_policy=js_api.DeliverPolicy.ALL if from_start else js_api.DeliverPolicy.NEW,
-            inactive_threshold=30.0,
-            idle_heartbeat=5.0,
-            flow_control=True,
-        )
-        try:
-            try:
-                if tenant is not None and tenant == self._tenant and filter_subject:
-                    name = await self._create_own(stream, tenant, filter_subject, config)
-                else:
-                    name = f"watch-{uuid.uuid4().hex[:16]}"
-                    await self._guarded(
-                        self._bus.js.add_consumer(stream, config.evolve(name=name)),
-                        "reading",
-                        filter_subject or stream,
-                    )
-            except nats.js.errors.NotFoundError as exc:
-                if exc.err_code != _STREAM_NOT_FOUND:
-                    raise
-                raise NoStream(
-                    f"no stream {stream} on this server: Seedance's streams are created when "
-                    "its services start (or by `seedance admin provision`); are they running?"
-                ) from None
-            yield Watch(nc, queue, self._bus.js, stream, name)
-        finally:
-            await sub.unsubscribe()
-            if name:
-                with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                    await self._bus.js.delete_consumer(stream, name)
-
-    async def _create_own(
-        self, stream: str, tenant: str, filter_subject: str, config: js_api.ConsumerConfig
-    ) -> str:
-        """Create ``config`` under the first free one of ``tenant``'s consumer names (from a
-        random one on, so concurrent readers rarely meet); its name.
-
-        ``action: create`` makes the server refuse a name another reader holds, where nats-py's
-        create-or-update would take that reader's consumer over."""
-        names = tenant_consumers(tenant)
-        start = secrets.randbelow(len(names))
-        for name in names[start:] + names[:start]:
-            body = {
-                "stream_name": stream,
-                "config": config.evolve(name=name).as_dict(),
-                "action": "create",
-            }
-            msg = await self._guarded(
-                self._bus.nc.request(
-                    consumer_create(stream, name, filter_subject),
-                    json.dumps(body).encode(),
-                    timeout=_API_TIMEOUT_S,
-                ),
-                "reading",
-                filter_subject,
-            )
-            err = json.loads(msg.data).get("error")
-            if err is None:
-                return name
-            if err.get("err_code") != _CONSUMER_EXISTS:
-                nats.js.errors.APIError.from_error(err)  # raises the error it names
-        raise ConsumersInUse(
-            f"all {TENANT_CONSUMERS} of tenant {tenant!r}'s consumers on {stream} are in use by "
-            "its other readers (the server allows no more): close one, or wait for one whose "
-            "process went away to end (30 s after it stopped reading)"
+    ) -> contextlib.AbstractAsyncContextManager[Watch]:
+        """A push consumer on ``stream`` (`seedance.sdk.watch.watching`): under one of the
+        tenant's own names when this client is ``tenant``'s user reading its own streams."""
+        own = tenant if tenant is not None and tenant == self._tenant else None
+        return watching(
+            self._bus, self._guarded, stream, filter_subject, from_start, own_tenant=own
         )
 
     # --- graph compiler ---------------------------------------------------------------------
