@@ -34,6 +34,7 @@ from seedance.core.auth_callout import (
     new_issuer,
 )
 from seedance.events.permissions import CALLOUT_USER, tenant_user_name
+from seedance.events.tokens import InvalidToken
 from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
@@ -111,6 +112,10 @@ async def logins(url: str, tenant: str, password: str, count: int) -> Any:
     return await timed_logins(url, tenant_user_name(tenant), password, count=count)
 
 
+async def logins_as(url: str, user: str, password: str) -> Any:
+    return await timed_logins(url, user, password, count=1)
+
+
 async def test_wrong_passwords_flooding_a_tenants_own_user_leave_its_login_working(
     callout: Callout,
 ) -> None:
@@ -171,3 +176,15 @@ async def test_a_password_too_long_to_ever_log_in_is_refused_at_registration(
     await callout.registry.add("longest", longest)
     ok = await logins(callout.url, "longest", longest, 1)
     assert (ok.failed, ok.errors) == (0, [])
+
+
+async def test_a_tenant_id_with_a_trailing_newline_is_refused_naming_it(
+    callout: Callout,
+) -> None:
+    # check_tenant once accepted "evil\n" (Python's $ matches before a final newline): the
+    # registry got as far as the NATS client, which failed with "invalid subject".
+    with pytest.raises(InvalidToken, match=r"tenant 'evil\\n' is not a valid tenant id"):
+        await callout.registry.add("evil\n", "a-long-enough-password")
+    refused = await logins_as(callout.url, "tenant-evil\n", "a-long-enough-password")
+    assert refused.failed == 1
+    assert callout.count("refused", "not_tenant") == 1
