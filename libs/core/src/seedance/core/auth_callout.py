@@ -38,6 +38,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -74,6 +75,7 @@ from seedance.core.tenant_registry import (
 )
 from seedance.events.permissions import (
     CALLOUT_SUBJECT,
+    RESERVED_TENANTS,
     Permissions,
     PermissionsError,
     tenant_permissions,
@@ -134,6 +136,7 @@ def encode_jwt(claims: dict[str, Any], issuer: nkeys.KeyPair, *, clock: Clock = 
     return f"{header}.{payload}.{_b64(signature)}"
 
 
+@functools.lru_cache(maxsize=64)  # the few servers' keys: decoded once each, not per login
 def _public_key_bytes(public: str) -> bytes:
     raw = base64.b32decode(public + "=" * (-len(public) % 8))
     if len(raw) != 35:
@@ -165,6 +168,12 @@ def _brief(text: str, limit: int = 80) -> str:
 
 
 # --- the decision (pure) --------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def _permissions(tenant: str) -> Permissions:
+    """A registered tenant's declared permissions (the declaration is fixed at import)."""
+    return tenant_permissions(tenant)
 
 
 class Refused(Exception):
@@ -245,9 +254,10 @@ async def decide(
             raise Refused(f"user {_brief(user)} is not a tenant user (tenant-<id>)", "not_tenant")
         try:
             tenant = check_tenant(user.removeprefix(_TENANT_USER_PREFIX))
-            perms = tenant_permissions(tenant)
-        except (InvalidToken, PermissionsError) as exc:
+        except InvalidToken as exc:
             raise Refused(str(exc), "not_tenant") from None
+        if tenant in RESERVED_TENANTS:  # never registered (add refuses it); said as it is
+            raise Refused(f"tenant {tenant!r} is reserved", "not_tenant")
         password = str(opts.get("pass") or "")
         if not PASSWORD_MIN <= len(password) <= PASSWORD_MAX:
             raise Refused(
@@ -259,7 +269,8 @@ async def decide(
         if record is None:
             raise Refused(f"tenant {tenant!r} is not registered", "not_registered")
         await verify(tenant, record, password)
-        claims = _user_claims(tenant, user_nkey, perms, token_ttl_s, clock.now())
+        # built only for a verified login: a flood of random names costs no permission lists
+        claims = _user_claims(tenant, user_nkey, _permissions(tenant), token_ttl_s, clock.now())
         response["nats"]["jwt"] = encode_jwt(claims, issuer, clock=clock)
     except Refused as exc:
         refused = exc
