@@ -60,3 +60,12 @@ images: install  ## build every service image (podman or docker), print each one
 .PHONY: compose-check
 compose-check: install  ## build the images, run the compose stack end to end, bring it down
 	nice -n 19 $(PY) -m tools.bench.compose_check $(COMPOSE_CHECK_ARGS)
+
+# The auth callout under login floods (seedance.bench.callout): a run-time tenant's login p99
+# unflooded (the anchor) and during a flood of random user names and of wrong passwords for
+# its own user name, both from its own address. CI runs a short form
+# (tests/integration/deploy/test_bench_callout.py).
+CALLOUT_ARGS ?=
+.PHONY: bench-callout
+bench-callout: install  ## legitimate login p99 while the auth callout is flooded (goal <= 100 ms)
+	nice $(PY) -m tools.bench.bench_callout $(CALLOUT_ARGS)

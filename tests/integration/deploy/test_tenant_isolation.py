@@ -31,7 +31,7 @@ from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import JobReleased, Placement
-from seedance.events.subjects import costs, inbox_prefix, jobs, telemetry
+from seedance.events.subjects import costs, inbox_prefix, jobs, telemetry, tenant_consumers
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import PermissionRefused, SeedanceClient
 from seedance.testing.waits import eventually
@@ -207,7 +207,7 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         own = await js.add_consumer(
             "SEEDANCE_COSTS",
             js_api.ConsumerConfig(
-                name=f"watch-b-{uuid.uuid4().hex[:8]}",
+                name=tenant_consumers(TENANT_B)[0],  # only its own names are granted
                 filter_subject=costs.tenant_wildcard(TENANT_B),
                 deliver_subject=f"{prefix_b}.own",
                 ack_policy=js_api.AckPolicy.NONE,

@@ -50,6 +50,7 @@ from seedance.events.subjects import (
     inbox_prefix,
     jobs,
     slicing,
+    tenant_consumers,
 )
 from seedance.testing.paths import REPO
 from seedance.testing.servers import NatsServer
@@ -391,7 +392,7 @@ async def assert_can_do_its_own(url: str, admin: Bus, tenant: str) -> None:
         for stream, own in permissions.TENANT_READS:
             inbox = f"{t.prefix}.{uuid.uuid4().hex}"
             sub = await t.nc.subscribe(inbox)
-            name = f"watch-{uuid.uuid4().hex[:16]}"
+            name = tenant_consumers(tenant)[0]  # only its own names are granted
             info = await js.add_consumer(
                 stream,
                 js_api.ConsumerConfig(

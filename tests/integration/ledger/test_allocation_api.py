@@ -202,3 +202,27 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
     assert fleet.totals.total_usd_micro == sum(e.amounts.total_usd_micro for e in lines)
     assert fleet.idle_by_node
     assert fleet.totals.idle_usd_micro > 0
+
+
+async def test_a_window_out_of_bounds_is_refused_naming_it_and_the_api_answers_on(
+    url: str, admin: Bus
+) -> None:
+    # `999999d` once resolved to the year -711: the answer's task crashed and the asker got
+    # no reply at all (a timeout), while other requests went on being answered.
+    wl = workload(300, nodes=2, seed=23)
+    service, api = replica(url, "alloc-w")
+    async with serving(service), await connect(url, "tenant-acme") as acme:
+        await admin.publish_many(wl.events)
+
+        async def some_costs() -> bool:
+            return (await admin.js.stream_info("SEEDANCE_COSTS")).state.messages > 0
+
+        await eventually(some_costs, timeout_s=60)
+        for window in ("999999d", "0001-01-01T00:00:00+01:00,0001-01-02T00:00:00Z"):
+            with pytest.raises(AllocationRefused) as bad:
+                await acme.allocation(window, tenant="acme", timeout_s=10)
+            assert bad.value.parameter == "window"
+            assert repr(window) in str(bad.value)
+        after = await acme.allocation("30d", tenant="acme", timeout_s=10)
+    assert after.scope == "acme"
+    assert api.metrics.requests_total.labels("tenant", "refusal")._value.get() == 2

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from seedance.events import nats_config, permissions
+from seedance.events import nats_config, permissions, subjects
 from seedance.events.permissions import (
     IDENTITIES,
     KEY_GRANTS,
@@ -40,6 +40,7 @@ from seedance.events.subjects import (
     jobs,
     slicing,
 )
+from seedance.events.tokens import check_token
 from seedance.testing.servers import nats_server_binary
 from tests.unit.deploy.declared import DEPLOY, REPO, auth_choices, auth_users, services
 
@@ -132,14 +133,31 @@ def test_only_the_ledger_answers_allocation_requests_and_only_to_their_askers() 
         permissions.tenant_permissions(api.FLEET)
 
 
-def test_tenant_consumers_are_confined_to_its_own_costs_and_decisions() -> None:
+def test_tenant_consumers_are_confined_to_its_own_costs_and_decisions_and_names() -> None:
     p = permissions.tenant_permissions("acme")
     creates = [s for s in p.publish_allow if ".CONSUMER.CREATE." in s]
+    names = subjects.tenant_consumers("acme")
+    assert len(names) == subjects.TENANT_CONSUMERS
     assert creates == [
-        f"$JS.API.CONSUMER.CREATE.SEEDANCE_COSTS.*.{costs.tenant_wildcard('acme')}",
-        f"$JS.API.CONSUMER.CREATE.SEEDANCE_SLICING.*.{slicing.tenant_wildcard('acme')}",
-    ]
+        *(f"$JS.API.CONSUMER.CREATE.SEEDANCE_COSTS.{n}.{costs.tenant_wildcard('acme')}"
+          for n in names),
+        *(f"$JS.API.CONSUMER.CREATE.SEEDANCE_SLICING.{n}.{slicing.tenant_wildcard('acme')}"
+          for n in names),
+    ]  # fmt: skip
+    # every consumer verb names one of its own consumers: no wildcard name
+    verbs = [s for s in p.publish_allow if ".CONSUMER." in s]
+    assert all(s.split(".")[5] in names for s in verbs), verbs
     assert not [s for s in p.publish_allow if ".MSG.NEXT." in s or "DURABLE" in s]
+
+
+def test_no_tenants_consumer_name_is_anothers_or_anyone_elses() -> None:
+    """``<tenant>_<k>``: ``_`` is in no tenant id, no catalogue durable, no ledger reader."""
+    a, b = subjects.tenant_consumers("a"), subjects.tenant_consumers("a-0")
+    assert not set(a) & set(b)
+    assert all("_" not in d for d in CONSUMERS)
+    assert "_" not in subjects.cost_reader("0123456789abcdef").durable
+    for name in a:
+        assert check_token("consumer", name) == name
 
 
 @pytest.mark.parametrize("durable", sorted(CONSUMERS))

@@ -5,6 +5,8 @@ time is enumerated like a listed one)."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,8 +14,11 @@ import nkeys
 import pytest
 
 from seedance.core.auth_callout import (
+    AuthCallout,
     JwtError,
+    PasswordRefused,
     TenantRecord,
+    check_tenant_password,
     decide,
     decode_jwt,
     encode_jwt,
@@ -21,8 +26,10 @@ from seedance.core.auth_callout import (
     password_matches,
     record_for,
 )
+from seedance.core.auth_callout import main as auth_main
 from seedance.core.clock import VirtualClock
 from seedance.events.permissions import tenant_permissions
+from seedance.testing.waits import eventually
 
 ISSUER = new_issuer()
 SERVER = nkeys.from_seed(nkeys.encode_seed(b"\x01" * 32, nkeys.PREFIX_BYTE_SERVER))
@@ -45,7 +52,7 @@ def request(user: str, password: str) -> dict[str, Any]:
     return decode_jwt(token)
 
 
-RECORDS = {"initech": record_for("initech", "the-right-one")}
+RECORDS = {"initech": record_for("initech", "the-right-password-1")}
 
 
 async def lookup(tenant: str) -> TenantRecord | None:
@@ -67,14 +74,14 @@ def test_a_jwt_round_trips_and_a_tampered_one_is_refused() -> None:
 
 def test_password_hashes_check_and_never_hold_the_password() -> None:
     record = RECORDS["initech"]
-    assert password_matches(record, "the-right-one")
-    assert not password_matches(record, "the-wrong-one")
-    assert "the-right-one" not in repr(record)
+    assert password_matches(record, "the-right-password-1")
+    assert not password_matches(record, "the-wrong-password-1")
+    assert "the-right-password-1" not in repr(record)
 
 
 async def test_a_registered_tenant_gets_exactly_the_declared_tenant_permissions() -> None:
     response, user, refused = await decide(
-        request("tenant-initech", "the-right-one"), lookup, ISSUER
+        request("tenant-initech", "the-right-password-1"), lookup, ISSUER
     )
     assert (user, refused) == ("tenant-initech", None)
     outer = decode_jwt(response)
@@ -92,17 +99,17 @@ async def test_a_registered_tenant_gets_exactly_the_declared_tenant_permissions(
 @pytest.mark.parametrize(
     ("user", "password", "why"),
     [
-        ("tenant-initech", "the-wrong-one", "wrong password for 'tenant-initech'"),
-        ("tenant-globex", "whatever-it-is", "tenant 'globex' is not registered"),
-        ("slicer", "whatever-it-is", "user 'slicer' is not a tenant user"),
-        ("tenant-a.>", "whatever-it-is", "not a valid tenant id"),
-        ("tenant-node", "whatever-it-is", "reserved"),
+        ("tenant-initech", "the-wrong-password-1", "wrong password for 'tenant-initech'"),
+        ("tenant-globex", "whatever-it-is-really", "tenant 'globex' is not registered"),
+        ("slicer", "whatever-it-is-really", "user 'slicer' is not a tenant user"),
+        ("tenant-a.>", "whatever-it-is-really", "not a valid tenant id"),
+        ("tenant-node", "whatever-it-is-really", "reserved"),
     ],
 )
 async def test_anyone_else_is_refused_with_the_reason(user: str, password: str, why: str) -> None:
     response, _, refused = await decide(request(user, password), lookup, ISSUER)
     assert refused is not None
-    assert why in refused
+    assert why in str(refused)
     nats_claims = decode_jwt(response)["nats"]
     assert "jwt" not in nats_claims
     assert why in nats_claims["error"]
@@ -116,10 +123,106 @@ async def test_something_that_is_not_an_authorization_request_is_not_answered() 
 async def test_token_times_come_from_the_injected_clock() -> None:
     clock = VirtualClock(datetime(2030, 1, 2, tzinfo=UTC))
     response, _, refused = await decide(
-        request("tenant-initech", "the-right-one"), lookup, ISSUER, token_ttl_s=60, clock=clock
+        request("tenant-initech", "the-right-password-1"),
+        lookup,
+        ISSUER,
+        token_ttl_s=60,
+        clock=clock,
     )
     assert refused is None
     inner = decode_jwt(decode_jwt(response)["nats"]["jwt"])
     assert inner["iat"] == int(clock.now().timestamp())
     assert inner["exp"] == inner["iat"] + 60
-    assert record_for("initech", "pw", clock=clock).added_at == clock.now()
+    assert record_for("initech", "a-password-of-20-ch", clock=clock).added_at == clock.now()
+
+
+@pytest.mark.parametrize(
+    ("password", "why"),
+    [
+        ("", "of 0 characters"),
+        ("fifteen-chars-x", "of 15 characters"),
+        ("x" * 257, "of 257 characters"),
+        ("x" * 100_000, "of 100000 characters"),
+        ("a-password-with\na-newline", "control character"),
+        ("a-password-with-a-tab\t", "control character"),
+    ],
+)
+def test_a_tenant_password_outside_the_rule_is_refused_without_echoing_it(
+    password: str, why: str
+) -> None:
+    with pytest.raises(PasswordRefused) as err:
+        record_for("initech", password)
+    assert why in str(err.value)
+    assert "16 to 256 characters" in str(err.value)
+    assert (password or "\0") not in str(err.value)
+
+
+@pytest.mark.parametrize("password", ["x" * 16, "é" * 256, "a-generated-one-" * 2])
+def test_a_tenant_password_inside_the_rule_is_accepted(password: str) -> None:
+    assert check_tenant_password(password) == password
+
+
+@pytest.mark.parametrize(
+    ("user", "password", "code", "why"),
+    [
+        ("tenant-" + "a" * 100_000, "whatever-it-is-really", "not_tenant", "100007 characters"),
+        ("tenant-initech", "x" * 100_000, "password_length", "100000 characters"),
+        ("tenant-initech", "short", "password_length", "5 characters"),
+        ("tenant-initech\n", "the-right-password-1", "not_tenant", "not a valid tenant id"),
+    ],
+)
+async def test_an_overlong_or_short_name_or_password_is_refused_before_the_registry(
+    user: str, password: str, code: str, why: str
+) -> None:
+    asked: list[str] = []
+
+    async def counting(tenant: str) -> TenantRecord | None:
+        asked.append(tenant)
+        return RECORDS.get(tenant)
+
+    response, named, refused = await decide(request(user, password), counting, ISSUER)
+    assert refused is not None
+    assert (refused.code, asked) == (code, [])
+    assert why in str(refused)
+    assert len(str(refused)) < 300  # never the whole name or password
+    assert len(named) <= len("tenant-") + 63
+    assert why in decode_jwt(response)["nats"]["error"]
+
+
+def test_add_tenant_refuses_a_password_outside_the_rule_before_connecting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No NATS_URL and no server: the refusal comes before any connection is tried.
+    monkeypatch.setattr("sys.stdin", io.StringIO("x" * 100_000 + "\n"))
+    # main() configures structlog for the process: not for the rest of this test session
+    monkeypatch.setattr("seedance.core.auth_callout.configure_logging", lambda: None)
+    assert auth_main(["add-tenant", "initech", "--password-stdin"]) == 2
+    err = capsys.readouterr().err
+    assert "100000 characters" in err
+    assert "16 to 256 characters" in err
+    assert "x" * 100 not in err
+
+
+async def test_attempts_for_one_tenant_share_a_registry_read_in_flight() -> None:
+    """100 wrong passwords at once for one user are one registry read, not 100 queued."""
+    release = asyncio.Event()
+    reads: list[str] = []
+
+    class Registry:
+        async def get(self, tenant: str) -> TenantRecord | None:
+            reads.append(tenant)
+            await release.wait()
+            return RECORDS.get(tenant)
+
+    callout = AuthCallout(None, ISSUER)  # type: ignore[arg-type]  # no bus: lookups only
+    callout._registry = Registry()  # type: ignore[assignment]
+    waiting = [asyncio.create_task(callout._lookup("initech")) for _ in range(100)]
+    other = asyncio.create_task(callout._lookup("globex"))
+    await eventually(lambda: len(reads) == 2, 10, what="both reads started")
+    release.set()
+    assert {await w for w in waiting} == {RECORDS["initech"]}
+    assert await other is None
+    assert sorted(reads) == ["globex", "initech"]
+    # nothing is kept: the next attempt reads again (a removal counts at once)
+    assert await callout._lookup("initech") == RECORDS["initech"]
+    assert reads.count("initech") == 2

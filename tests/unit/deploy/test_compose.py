@@ -321,7 +321,7 @@ def test_router_is_reachable_and_its_replica_list_names_the_triton_of_the_stack(
         RouterSettings,
         strict=False,
     )
-    published = {int(p.split(":")[1]): int(p.split(":")[0]) for p in router["ports"]}
+    published = {int(p.rsplit(":", 2)[2]): int(p.rsplit(":", 2)[1]) for p in router["ports"]}
     for address in (settings.listen_address, settings.rest_address):
         port = int(address.rsplit(":", 1)[1])
         assert published.get(port) == port, f"{address} is not published on the host"
@@ -341,3 +341,26 @@ def test_router_is_reachable_and_its_replica_list_names_the_triton_of_the_stack(
             config = (repo / model / "config.pbtxt").read_text()
             assert f'name: "{model}"' in config
             assert (repo / model / "1" / "model.py").is_file()
+
+
+#: Published ports whose clients authenticate, with how: only these may face other machines.
+AUTHENTICATED_PORTS = {("nats", "4222"): "NATS users and passwords from deploy/auth"}
+
+
+def test_a_port_without_authentication_is_published_on_loopback_only(
+    compose: dict[str, Any],
+) -> None:
+    """The router's 8000/8001 were published on every interface, and neither authenticates a
+    client: anyone who reached the host could run inference on the fleet."""
+    published = {
+        (name, port.rsplit(":", 1)[1]): port
+        for name, svc in compose["services"].items()
+        for port in svc.get("ports", [])
+    }
+    assert ("router", "8000") in published
+    assert ("router", "8001") in published
+    for (name, container_port), spec in published.items():
+        if (name, container_port) in AUTHENTICATED_PORTS:
+            continue
+        assert spec.startswith("127.0.0.1:"), f"{name} publishes {spec} on every interface"
+        assert spec.count(":") == 2, spec

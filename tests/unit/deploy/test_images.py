@@ -245,7 +245,8 @@ def test_moved_ports_agree_and_the_check_refuses_a_taken_one(
     )
     assert f":{http[0].split('=')[1]}/" in " ".join(stack["triton"]["healthcheck"]["test"])
     ports = {int(nats_port), int(grpc[0].split("=")[1]), int(http[0].split("=")[1]), 8222, 9090}
-    ports |= {int(p.split(":")[0]) for p in compose["services"]["router"]["ports"]}
+    # [address:]host:container; the host port
+    ports |= {int(p.rsplit(":", 2)[-2]) for p in compose["services"]["router"]["ports"]}
     for name in compose_services():
         ports.add(int(compose["services"][name]["environment"]["HTTP_PORT"]))
     assert ports == set(compose_check.HOST_PORTS)

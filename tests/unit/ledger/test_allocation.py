@@ -113,6 +113,14 @@ def test_a_tenant_asking_for_the_fleets_idle_is_refused_naming_include_idle(day)
         ({"window": "2026-01-01T00:00:00Z"}, "window", "start,end"),
         ({"window": "2026-01-02T00:00:00Z,2026-01-01T00:00:00Z"}, "window", "before its end"),
         ({"window": "yesterday,today"}, "window", "not an ISO 8601 time"),
+        # once resolved to the year -711: the answer crashed, and nobody got a reply
+        ({"window": "999999d"}, "window", "more than 36525 days"),
+        ({"window": "999999h"}, "window", "more than 36525 days"),
+        ({"window": "36526d"}, "window", "more than 36525 days"),
+        ({"window": "0001-01-01T00:00:00+01:00,0001-01-02T00:00:00Z"}, "window", "outside"),
+        ({"window": "9999-12-31T00:00:00Z,9999-12-31T23:59:59-01:00"}, "window", "outside"),
+        ({"window": "1969-12-31T00:00:00Z,1970-01-02T00:00:00Z"}, "window", "outside"),
+        ({"window": "2000-01-01T00:00:00Z,2200-01-01T00:00:00Z"}, "window", "a century"),
     ],
 )
 def test_a_bad_parameter_is_refused_naming_it(day, query, parameter, words):
@@ -145,3 +153,12 @@ def test_an_empty_window_is_an_answer_with_no_rows(day):
     none_yet = ask([], window="7d")
     assert none_yet.allocations == []
     assert none_yet.window == "the whole stream"
+
+
+def test_a_relative_window_longer_than_the_history_starts_at_the_epoch(day):
+    lines, _ = day
+    newest = max(e.window_end_ms for e in lines)
+    everything = ask(lines, window="36525d", include_idle=True)
+    assert (everything.window_start_ms, everything.window_end_ms) == (0, newest)
+    assert everything.window.startswith("1970-01-01T00:00:00Z,")
+    assert everything.lines == len(lines)

@@ -17,6 +17,13 @@ the permissions stay the declared ones, issued per connection, not copied into J
 A removed tenant cannot connect again; a connection it already has lasts until it closes
 (``--token-ttl-s`` bounds that).
 
+Floods: each request is answered in a task of its own, and the cheap refusals come before any
+scrypt hash (not a tenant user, a password outside ``PASSWORD_RULE``, not registered); the rest
+goes through ``seedance.core.login_gate`` (the password that last logged in needs no hash, a
+known wrong one is refused, per-user backoff, a bound on concurrent hashes). Every refusal is
+answered ``refusal_delay_s`` late; beyond ``max_pending`` requests being decided a request is
+not answered (the server refuses the connection at its auth timeout).
+
     seedance-auth new-issuer                 # an account seed and its public key (config)
     seedance-auth serve                      # NATS_URL, NATS_USER=auth-callout, NATS_PASSWORD,
                                              # SEEDANCE_AUTH_CALLOUT_ISSUER_SEED
@@ -31,34 +38,44 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
-import hmac
 import json
 import os
-import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-import msgspec
 import nacl.exceptions
 import nacl.signing
 import nats.errors
 import nkeys
 from nats.aio.msg import Msg
-from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
+from prometheus_client import CollectorRegistry, Counter
 
 from seedance.core.bus import Bus
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.entry import package_version
-from seedance.core.kv import ensure_bucket
+from seedance.core.login_gate import Busy, GateSettings, HashSlots, LoginGate, Verdict
 from seedance.core.logs import configure_logging, get_logger
 from seedance.core.settings import bus_settings
+from seedance.core.tenant_registry import (
+    PASSWORD_MAX,
+    PASSWORD_MIN,
+    PASSWORD_RULE,
+    TENANTS_BUCKET,
+    PasswordRefused,
+    TenantRecord,
+    TenantRegistry,
+    check_tenant_password,
+    password_matches,
+    record_for,
+)
 from seedance.events.permissions import (
     CALLOUT_SUBJECT,
+    RESERVED_TENANTS,
     Permissions,
     PermissionsError,
     tenant_permissions,
@@ -67,23 +84,28 @@ from seedance.events.permissions import (
 from seedance.events.tokens import InvalidToken, check_tenant
 
 __all__ = [
+    "PASSWORD_RULE",
     "TENANTS_BUCKET",
     "AuthCallout",
+    "CalloutMetrics",
+    "PasswordRefused",
     "TenantRecord",
     "TenantRegistry",
+    "check_tenant_password",
     "decide",
     "decode_jwt",
     "encode_jwt",
     "new_issuer",
+    "password_matches",
+    "record_for",
 ]
 
 log = get_logger(__name__)
 
-TENANTS_BUCKET = "seedance-tenants"
 ISSUER_SEED_VAR = "SEEDANCE_AUTH_CALLOUT_ISSUER_SEED"
 _TENANT_USER_PREFIX = "tenant-"
-#: scrypt cost (RFC 7914's interactive figures): ~16 MiB and tens of ms per connect.
-_SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+#: ``tenant-`` and the longest tenant id: a longer user name is refused before anything else.
+_MAX_USER = len(_TENANT_USER_PREFIX) + 63
 
 
 # --- JWTs (the nats-server "ed25519-nkey" flavour) ------------------------------------------
@@ -114,6 +136,7 @@ def encode_jwt(claims: dict[str, Any], issuer: nkeys.KeyPair, *, clock: Clock = 
     return f"{header}.{payload}.{_b64(signature)}"
 
 
+@functools.lru_cache(maxsize=64)  # the few servers' keys: decoded once each, not per login
 def _public_key_bytes(public: str) -> bytes:
     raw = base64.b32decode(public + "=" * (-len(public) % 8))
     if len(raw) != 35:
@@ -138,76 +161,38 @@ def new_issuer() -> nkeys.KeyPair:
     return nkeys.from_seed(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT))
 
 
-# --- the tenant registry --------------------------------------------------------------------
-
-
-class TenantRecord(msgspec.Struct, frozen=True, kw_only=True):
-    tenant: str
-    salt_hex: str
-    scrypt_hex: str
-    n: int
-    r: int
-    p: int
-    added_at: datetime
-
-
-def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=64 * 1024**2)
-
-
-def record_for(tenant: str, password: str, *, clock: Clock = WALL_CLOCK) -> TenantRecord:
-    salt = secrets.token_bytes(16)
-    return TenantRecord(
-        tenant=check_tenant(tenant),
-        salt_hex=salt.hex(),
-        scrypt_hex=_scrypt(password, salt, **_SCRYPT).hex(),
-        added_at=clock.now(),
-        **_SCRYPT,
-    )
-
-
-def password_matches(record: TenantRecord, password: str) -> bool:
-    got = _scrypt(password, bytes.fromhex(record.salt_hex), record.n, record.r, record.p)
-    return hmac.compare_digest(got, bytes.fromhex(record.scrypt_hex))
-
-
-class TenantRegistry:
-    """Tenants' credentials in the ``seedance-tenants`` bucket, keyed by tenant id."""
-
-    def __init__(self, kv: KeyValue, *, clock: Clock = WALL_CLOCK) -> None:
-        self._kv = kv
-        self._clock = clock  # a record's added_at
-
-    @classmethod
-    async def open(cls, bus: Bus) -> TenantRegistry:
-        return cls(await ensure_bucket(bus, TENANTS_BUCKET), clock=bus.clock)
-
-    async def add(self, tenant: str, password: str | None = None) -> str:
-        """Register ``tenant`` (replacing its password if it exists); return the password."""
-        tenant_permissions(tenant)  # a reserved or invalid id fails here, naming why
-        password = password or secrets.token_urlsafe(24)
-        record = await asyncio.to_thread(record_for, tenant, password, clock=self._clock)
-        await self._kv.put(tenant, msgspec.json.encode(record))
-        return password
-
-    async def remove(self, tenant: str) -> None:
-        await self._kv.delete(check_tenant(tenant))
-
-    async def get(self, tenant: str) -> TenantRecord | None:
-        try:
-            entry = await self._kv.get(check_tenant(tenant))
-        except KeyNotFoundError:
-            return None
-        if not entry.value:
-            return None  # deleted
-        return msgspec.json.decode(entry.value, type=TenantRecord)
+def _brief(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut: a refusal names what it refused, never echoes 100 KB of it."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text)} characters)"
 
 
 # --- the decision (pure) --------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
+def _permissions(tenant: str) -> Permissions:
+    """A registered tenant's declared permissions (the declaration is fixed at import)."""
+    return tenant_permissions(tenant)
+
+
 class Refused(Exception):
-    """Why a connection is not authorised (sent back to the server, which logs it)."""
+    """Why a connection is not authorised (sent back to the server, which logs it); ``code``
+    is the reason's name in the callout's metrics (a small closed set)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: Checks ``password`` against a registered tenant's record; raises `Refused` when it is not
+#: accepted. The default hashes every attempt; the service goes through its `LoginGate`.
+Verifier = Callable[[str, "TenantRecord", str], Awaitable[None]]
+
+
+async def hash_every_attempt(tenant: str, record: TenantRecord, password: str) -> None:
+    if not await asyncio.to_thread(password_matches, record, password):
+        raise Refused(f"wrong password for {tenant_user_name(tenant)!r}", "wrong_password")
 
 
 def _user_claims(
@@ -241,12 +226,15 @@ async def decide(
     *,
     token_ttl_s: float = 0.0,
     clock: Clock = WALL_CLOCK,
-) -> tuple[str, str, str | None]:
-    """The signed authorization response to a decoded request, the user it names, and why it
-    was refused (None: granted).
+    verify: Verifier = hash_every_attempt,
+) -> tuple[str, str, Refused | None]:
+    """The signed authorization response to a decoded request, the user it names (cut to a
+    tenant user's longest name) and why it was refused (None: granted).
 
     Refuses (an error response, never an exception to the caller) any user that is not a
-    registered ``tenant-<id>`` with the right password.
+    registered ``tenant-<id>`` with the right password; what needs no registry and no hash
+    (the user's form, the password's length) is refused first, and ``verify`` checks the
+    password.
     """
     n = request.get("nats", {})
     if request.get("aud") != "nats-authorization-request" or not n.get("user_nkey"):
@@ -260,37 +248,97 @@ async def decide(
         "aud": server_id,
         "nats": {"type": "authorization_response", "version": 2},
     }
+    refused: Refused | None = None
     try:
-        if not user.startswith(_TENANT_USER_PREFIX):
-            raise Refused(f"user {user!r} is not a tenant user (tenant-<id>)")
-        tenant = check_tenant(user.removeprefix(_TENANT_USER_PREFIX))
-        perms = tenant_permissions(tenant)
+        if len(user) > _MAX_USER or not user.startswith(_TENANT_USER_PREFIX):
+            raise Refused(f"user {_brief(user)} is not a tenant user (tenant-<id>)", "not_tenant")
+        try:
+            tenant = check_tenant(user.removeprefix(_TENANT_USER_PREFIX))
+        except InvalidToken as exc:
+            raise Refused(str(exc), "not_tenant") from None
+        if tenant in RESERVED_TENANTS:  # never registered (add refuses it); said as it is
+            raise Refused(f"tenant {tenant!r} is reserved", "not_tenant")
+        password = str(opts.get("pass") or "")
+        if not PASSWORD_MIN <= len(password) <= PASSWORD_MAX:
+            raise Refused(
+                f"a password of {len(password)} characters for {user!r}: no tenant has one "
+                f"({PASSWORD_RULE})",
+                "password_length",
+            )
         record = await lookup(tenant)
         if record is None:
-            raise Refused(f"tenant {tenant!r} is not registered")
-        password = str(opts.get("pass") or "")
-        if not await asyncio.to_thread(password_matches, record, password):
-            raise Refused(f"wrong password for {user!r}")
-        claims = _user_claims(tenant, user_nkey, perms, token_ttl_s, clock.now())
+            raise Refused(f"tenant {tenant!r} is not registered", "not_registered")
+        await verify(tenant, record, password)
+        # built only for a verified login: a flood of random names costs no permission lists
+        claims = _user_claims(tenant, user_nkey, _permissions(tenant), token_ttl_s, clock.now())
         response["nats"]["jwt"] = encode_jwt(claims, issuer, clock=clock)
-    except (Refused, InvalidToken, PermissionsError) as exc:
+    except Refused as exc:
+        refused = exc
         response["nats"]["error"] = str(exc)
-    return encode_jwt(response, issuer, clock=clock), user, response["nats"].get("error")
+    return encode_jwt(response, issuer, clock=clock), user[:_MAX_USER], refused
 
 
 # --- the service ----------------------------------------------------------------------------
 
 
+class CalloutMetrics:
+    """The callout's answers, on an injected registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.answers_total = Counter(
+            "seedance_auth_callout_answers_total",
+            "Authorization requests answered: result (granted, refused) and how (known: the "
+            "password that last logged in, no hash; hashed; or the refusal's reason).",
+            ["result", "reason"],
+            registry=registry,
+        )
+        self.dropped_total = Counter(
+            "seedance_auth_callout_dropped_total",
+            "Authorization requests not answered: max_pending were in flight already.",
+            registry=registry,
+        )
+        self.hashes_total = Counter(
+            "seedance_auth_callout_hashes_total",
+            "scrypt hashes computed (each ~16 MiB and tens of ms of a core).",
+            registry=registry,
+        )
+
+
+#: How many refusals of one reason are logged per `_LOG_WINDOW_S`; the rest are counted and
+#: the count logged with the next one: a flood must not become a flood of log lines.
+_LOGGED_PER_WINDOW = 5
+_LOG_WINDOW_S = 10.0
+
+
 class AuthCallout:
     """Answers the server's authorization requests for users its config does not list."""
 
-    def __init__(self, bus: Bus, issuer: nkeys.KeyPair, *, token_ttl_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        issuer: nkeys.KeyPair,
+        *,
+        token_ttl_s: float = 0.0,
+        gate: GateSettings | None = None,
+        refusal_delay_s: float = 1.0,
+        max_pending: int = 4096,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self._bus = bus
         self._issuer = issuer
         self._token_ttl_s = token_ttl_s
+        self.gate = LoginGate(gate)
+        self._slots = HashSlots(self.gate.settings)
+        self._refusal_delay_s = refusal_delay_s
+        self._max_pending = max_pending
+        self._deciding = 0
+        self.metrics = CalloutMetrics(registry or CollectorRegistry())
         self._registry: TenantRegistry | None = None
         self._sub: Any = None
         self._stopped = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._log_windows: dict[str, tuple[float, int]] = {}
+        self._lookups: dict[str, asyncio.Future[TenantRecord | None]] = {}
 
     async def start(self) -> None:
         self._registry = await TenantRegistry.open(self._bus)
@@ -299,7 +347,7 @@ class AuthCallout:
             CALLOUT_SUBJECT, queue="seedance-auth-callout", cb=self._on_request
         )
         await self._bus.nc.flush()
-        log.info("auth_callout_ready", subject=CALLOUT_SUBJECT)
+        log.info("auth_callout_ready", subject=CALLOUT_SUBJECT, gate=str(self.gate.settings))
 
     async def run(self) -> None:
         await self._stopped.wait()
@@ -309,6 +357,10 @@ class AuthCallout:
             with contextlib.suppress(nats.errors.Error):  # a closed connection is fine
                 await self._sub.unsubscribe()
             self._sub = None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._slots.close()
         self._stopped.set()
 
     async def __aenter__(self) -> AuthCallout:
@@ -319,26 +371,103 @@ class AuthCallout:
         await self.stop()
 
     async def _on_request(self, msg: Msg) -> None:
+        # nats-py runs a subscription's callbacks one at a time: each request is answered in a
+        # task of its own, so one waiting for the registry or a hash does not hold the next.
+        if self._deciding >= self._max_pending:
+            self.metrics.dropped_total.inc()
+            return
+        task = asyncio.create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg: Msg) -> None:
         assert self._registry is not None
+        self._deciding += 1
         try:
             # The server signs its request with its own key (``iss``), checked here; only the
             # server and operators may publish on $SYS.REQ.USER.AUTH.
             request = decode_jwt(msg.data.decode())
             response, user, refused = await decide(
                 request,
-                self._registry.get,
+                self._lookup,
                 self._issuer,
                 token_ttl_s=self._token_ttl_s,
                 clock=self._bus.clock,
+                verify=self._verify,
             )
         except (JwtError, UnicodeDecodeError) as exc:
             log.warning("auth_request_malformed", error=str(exc))
             return  # the server times the connection out; nothing to answer
-        if refused:
-            log.info("auth_refused", user=user, reason=refused)
+        finally:
+            self._deciding -= 1
+        if refused is not None:
+            self.metrics.answers_total.labels("refused", refused.code).inc()
+            self._log_refusal(user, refused)
+            # A refusal is answered late (the server's auth timeout is 2 s): an attacker that
+            # waits for its answer before trying again tries at most once a delay per
+            # connection, and a waiting refusal costs a timer, not a decision slot.
+            await self._bus.clock.sleep(self._refusal_delay_s)
         else:
             log.info("auth_granted", user=user)
-        await msg.respond(response.encode())
+        with contextlib.suppress(nats.errors.Error):  # the connection is closing
+            await msg.respond(response.encode())
+
+    async def _lookup(self, tenant: str) -> TenantRecord | None:
+        """The tenant's record; attempts that ask for the same tenant while a read of it is in
+        flight share that read (100 wrong passwords at once for one user are one registry
+        read, not 100 queued ones). Nothing is kept after the read: a removal counts for every
+        attempt that arrives after it lands."""
+        assert self._registry is not None
+        shared = self._lookups.get(tenant)
+        if shared is None:
+            shared = asyncio.ensure_future(self._registry.get(tenant))
+            self._lookups[tenant] = shared
+            shared.add_done_callback(lambda _: self._lookups.pop(tenant, None))
+        return await asyncio.shield(shared)
+
+    async def _verify(self, tenant: str, record: TenantRecord, password: str) -> None:
+        """The password through the gate: no hash for the one that last logged in, none for a
+        known wrong one or while the tenant backs off, else one hash in a bounded slot."""
+        gate, clock = self.gate, self._bus.clock
+        digest = gate.digest(
+            bytes.fromhex(record.salt_hex), bytes.fromhex(record.scrypt_hex), password
+        )
+        verdict, why = gate.decide(tenant, digest, clock.monotonic())
+        user = tenant_user_name(tenant)
+        if verdict is Verdict.GRANT:
+            self.metrics.answers_total.labels("granted", "known").inc()
+            return
+        if verdict is not Verdict.HASH:
+            raise Refused(f"{why} for {user!r}", verdict.value)
+        ok: bool | None = None
+        try:
+            ok = await self._slots.run(password_matches, record, password)
+        except Busy as exc:
+            raise Refused(f"the callout is busy ({exc}): try again", "busy") from None
+        finally:
+            gate.hashed(tenant, digest, ok, clock.monotonic())
+        self.metrics.hashes_total.inc()
+        if not ok:
+            raise Refused(f"wrong password for {user!r}", "wrong_password")
+        self.metrics.answers_total.labels("granted", "hashed").inc()
+
+    def _log_refusal(self, user: str, refused: Refused) -> None:
+        now = self._bus.clock.monotonic()
+        start, seen = self._log_windows.get(refused.code, (now, 0))
+        if now - start >= _LOG_WINDOW_S:
+            suppressed = max(0, seen - _LOGGED_PER_WINDOW)
+            start, seen = now, 0
+        else:
+            suppressed = 0
+        self._log_windows[refused.code] = (start, seen + 1)
+        if seen < _LOGGED_PER_WINDOW:
+            log.info(
+                "auth_refused",
+                user=user,
+                reason=str(refused),
+                code=refused.code,
+                unlogged_before=suppressed,
+            )
 
 
 # --- entry point ----------------------------------------------------------------------------
@@ -352,7 +481,7 @@ async def _with_bus(name: str, fn: Callable[[Bus], Awaitable[int]]) -> int:
         await bus.close()
 
 
-async def _serve(token_ttl_s: float) -> int:
+async def _serve(token_ttl_s: float, gate: GateSettings) -> int:
     seed = os.environ.get(ISSUER_SEED_VAR, "")
     if not seed:
         print(
@@ -366,7 +495,7 @@ async def _serve(token_ttl_s: float) -> int:
         return 2
 
     async def run(bus: Bus) -> int:
-        callout = AuthCallout(bus, issuer, token_ttl_s=token_ttl_s)
+        callout = AuthCallout(bus, issuer, token_ttl_s=token_ttl_s, gate=gate)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(callout.stop()))
@@ -385,6 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="answer the server's auth-callout requests")
     serve.add_argument("--token-ttl-s", type=float, default=0.0, help="user JWT lifetime (0: none)")
+    serve.add_argument(
+        "--max-hashes",
+        type=int,
+        default=GateSettings().max_hashes,
+        help="scrypt hashes at once (each ~16 MiB and a core while it runs)",
+    )
     sub.add_parser("new-issuer", help="print a new issuer seed and its public key")
     add = sub.add_parser("add-tenant", help="register a tenant (operator credentials)")
     add.add_argument("tenant")
@@ -399,10 +534,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"NATS_AUTH_CALLOUT_ISSUER={kp.public_key.decode()}")
         return 0
     if args.cmd == "serve":
-        return asyncio.run(_serve(args.token_ttl_s))
+        try:
+            gate = GateSettings(max_hashes=args.max_hashes)
+        except ValueError as exc:
+            print(f"seedance-auth: --max-hashes: {exc}", file=sys.stderr)
+            return 2
+        return asyncio.run(_serve(args.token_ttl_s, gate))
+    given = None
     try:
         tenant_permissions(args.tenant)
-    except (InvalidToken, PermissionsError) as exc:
+        if args.cmd == "add-tenant" and args.password_stdin:
+            given = check_tenant_password(sys.stdin.readline().rstrip("\n"))
+    except (InvalidToken, PermissionsError, PasswordRefused) as exc:
         print(f"seedance-auth: {exc}", file=sys.stderr)
         return 2
 
@@ -411,7 +554,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "remove-tenant":
             await registry.remove(args.tenant)
             return 0
-        given = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
         password = await registry.add(args.tenant, given)
         print(f"{tenant_user_name(args.tenant)} {password}")
         return 0

@@ -12,7 +12,7 @@ from typing import Annotated, TypeVar
 import msgspec
 
 from seedance.events.base import Event, UtcDatetime
-from seedance.events.tokens import _TENANT, Name, TenantId
+from seedance.events.tokens import _TENANT_BODY, Name, TenantId, anchored
 
 __all__ = [
     "BudgetAlert",
@@ -42,7 +42,7 @@ class CostKind(enum.StrEnum):
 
 
 #: A tenant, or empty for an idle line (published on the operator's ``seedance.ledger.idle``).
-TenantOrIdle = Annotated[str, msgspec.Meta(pattern=f"^(?:|{_TENANT.pattern[1:-1]})$")]
+TenantOrIdle = Annotated[str, msgspec.Meta(pattern=anchored(f"(?:|{_TENANT_BODY})"))]
 
 
 class MeasuredUse(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ import msgspec
 
 from seedance.events.base import Event, derived_event_id
 from seedance.events.subjects import SubjectShapeError, parse_tenant_subject
-from seedance.events.tokens import Name, TenantId
+from seedance.events.tokens import Name, TenantId, anchored
 
 __all__ = [
     "K8S_JOB_PREFIX",
@@ -68,7 +68,7 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Priority = Annotated[int, msgspec.Meta(ge=PRIORITY_MIN, le=PRIORITY_MAX)]
 GpuModel = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 MigProfile = Annotated[
-    str, msgspec.Meta(pattern=r"^[0-9]+g\.[0-9]+gb(?:\+[a-z]+)?$", max_length=32)
+    str, msgspec.Meta(pattern=anchored(r"[0-9]+g\.[0-9]+gb(?:\+[a-z]+)?"), max_length=32)
 ]
 LabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=63)]
 LabelValue = Annotated[str, msgspec.Meta(max_length=256)]

@@ -87,7 +87,7 @@ def password_var(user: str) -> str:
 def check_server_password(var: str, value: str) -> str:
     """Return ``value`` if nats-server reads ``$var`` holding it as that string; else raise
     naming the variable (never the value) and the rule."""
-    if not _PASSWORD.match(value):
+    if not _PASSWORD.fullmatch(value):  # not match: its `$` passes a trailing newline
         why = "is empty" if not value else f"does not follow the rule ({len(value)} characters)"
         raise PasswordError(f"{var} {why}: a server password is {PASSWORD_RULE}")
     return value

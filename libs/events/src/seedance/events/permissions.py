@@ -20,15 +20,16 @@ Tenants get exactly:
   push consumers whose filter travels in the API subject
   (``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``, nats-server 2.10+ checks that it
   equals the request body's), so a consumer can see nothing else;
-- INFO and DELETE of such consumers by name, and their flow-control replies;
+- at most ``subjects.TENANT_CONSUMERS`` of them per stream: the names are the tenant's own
+  (``subjects.tenant_consumers(t)``, ``<t>_0`` ..), each granted by name for CREATE, INFO and
+  DELETE (a consumer name is one subject token, so no pattern could say "its own"; the server
+  names the consumer after the subject and refuses a body with another durable name), and
+  their flow-control replies;
 - subscribe only under ``inbox_prefix(t)``.
 
-A consumer name is one subject token and permissions match whole tokens, so "only its own
-consumers" cannot be a pattern; instead every catalogue durable on a stream a tenant reads is
-denied by name for every verb (re-creating ``slicer-pauses`` with a tenant's own filter once
-switched off budget pauses), a catalogue consumer with per-replica names (which could not be
-denied) on such a stream fails the render, and the SDK names its consumers with 64 random bits
-while LIST/NAMES are refused, so a tenant cannot find another tenant's.
+Every catalogue durable on a stream a tenant reads is also denied by name for every verb
+(re-creating ``slicer-pauses`` with a tenant's own filter once switched off budget pauses), and
+a catalogue consumer with per-replica names on such a stream fails the render.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from seedance.events.subjects import (
     inbox_prefix,
     jobs,
     slicing,
+    tenant_consumers,
 )
 from seedance.events.tokens import check_tenant, check_token
 
@@ -470,15 +472,18 @@ def tenant_permissions(tenant: str) -> Permissions:
     allow = [f"{JS_API}.INFO", *jobs.tenant_subjects(tenant), api.allocation(tenant)]
     deny: list[str] = []
     for stream, tenant_filter in TENANT_READS:
-        allow += [
-            # nats-server 2.10+: the filter travels in the subject, and the server checks it
-            # equals the request body's, so this confines the consumer to the tenant's subjects.
-            f"{JS_API}.CONSUMER.CREATE.{stream}.*.{tenant_filter(tenant)}",
-            f"{JS_API}.CONSUMER.DELETE.{stream}.*",
-            f"{JS_API}.CONSUMER.INFO.{stream}.*",
-            # flow-control replies of its push consumers
-            f"$JS.FC.{stream}.*.>",
-        ]
+        for name in tenant_consumers(tenant):
+            allow += [
+                # nats-server 2.10+: the filter travels in the subject, and the server checks
+                # it equals the request body's, so this confines the consumer to the tenant's
+                # subjects; the name in the subject is the consumer's (a body naming another
+                # durable is refused), so the tenant holds at most TENANT_CONSUMERS per stream.
+                f"{JS_API}.CONSUMER.CREATE.{stream}.{name}.{tenant_filter(tenant)}",
+                f"{JS_API}.CONSUMER.DELETE.{stream}.{name}",
+                f"{JS_API}.CONSUMER.INFO.{stream}.{name}",
+            ]
+        # flow-control replies of its push consumers
+        allow.append(f"$JS.FC.{stream}.*.>")
         for c in CONSUMERS.values():
             if c.stream != stream:
                 continue

@@ -56,6 +56,7 @@ __all__ = [
     "QUOTA_POLICY_KEY",
     "QUOTA_USAGE_KEYS",
     "STREAMS",
+    "TENANT_CONSUMERS",
     "TENANT_KINDS",
     "TRUSTED_FAMILIES",
     "BucketSpec",
@@ -68,6 +69,7 @@ __all__ = [
     "TenantSubject",
     "api",
     "consumer",
+    "consumer_create",
     "cost_reader",
     "costs",
     "dlq",
@@ -84,6 +86,7 @@ __all__ = [
     "slicing",
     "subject_tenant",
     "telemetry",
+    "tenant_consumers",
 ]
 
 ROOT = "seedance"
@@ -399,6 +402,25 @@ def inbox_prefix(tenant: str) -> str:
     return f"_INBOX_{check_tenant(tenant)}"
 
 
+#: How many consumers a tenant may hold at once on each stream it reads: its permissions name
+#: each one, so the server refuses a ninth (one tenant once created 300 durables there).
+TENANT_CONSUMERS = 8
+
+
+def tenant_consumers(tenant: str) -> tuple[str, ...]:
+    """The names a tenant's consumers may take on a stream it reads: ``<tenant>_0`` ..
+    ``<tenant>_7``. ``_`` is in no tenant id nor any other consumer's name (catalogue durables
+    and the ledger's readers use ``-``): no tenant's names meet anyone else's."""
+    check_tenant(tenant)
+    return tuple(f"{tenant}_{k}" for k in range(TENANT_CONSUMERS))
+
+
+def consumer_create(stream: str, name: str, filter_subject: str) -> str:
+    """The JetStream API subject that creates consumer ``name`` of ``stream`` filtered on
+    ``filter_subject`` (nats-server 2.10+ checks the body's filter and name against it)."""
+    return f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{filter_subject}"
+
+
 # --- streams and consumers ----------------------------------------------------------------
 
 _DAY_S = 86_400.0
@@ -563,10 +585,9 @@ COST_READER_PREFIX = "ledger-api"
 def cost_reader(token: str, start_seq: int = 0) -> ConsumerSpec:
     """A consumer of the whole cost stream for the ledger's allocation API, from ``start_seq``.
 
-    Not a catalogue durable: tenants read ``SEEDANCE_COSTS`` and may name consumers there, so a
-    name they could guess could be taken before the ledger binds it (``tenant_permissions``
-    refuses per-replica names on such a stream for that reason). The caller passes a random
-    ``token`` (64 bits), as the SDK does for its own, and tenants cannot list names. No acks:
+    Not a catalogue durable: tenants read ``SEEDANCE_COSTS`` (each may name only its own
+    ``tenant_consumers``, which contain ``_``; this name does not). The caller passes a random
+    ``token`` (64 bits) so replicas' readers never meet. No acks:
     the reader keeps its own position; the server removes the consumer after an hour unread.
     """
     return ConsumerSpec(

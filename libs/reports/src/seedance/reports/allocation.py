@@ -50,13 +50,22 @@ from seedance.reports.summary import (
     summarize,
 )
 
-__all__ = ["FLEET", "RELATIVE_UNITS_S", "allocation", "resolve_window"]
+__all__ = ["FLEET", "MAX_SPAN_DAYS", "RELATIVE_UNITS_S", "allocation", "resolve_window"]
 
 #: The scope of an operator's fleet-wide answer.
 FLEET = "fleet"
 #: Units of a relative window (``7d``, ``24h``, ``90m``).
 RELATIVE_UNITS_S = {"m": 60, "h": 3600, "d": 86_400}
-_RELATIVE = re.compile(r"^([1-9][0-9]{0,5})([mhd])$")
+_RELATIVE = re.compile(r"([1-9][0-9]{0,5})([mhd])")
+#: The longest window a query may span (relative or absolute): a century. The cost stream
+#: keeps 400 days, so nothing is lost; the bound keeps every resolved bound a date
+#: (``999999d`` once resolved to the year -711 and crashed the answer: no reply at all).
+MAX_SPAN_DAYS = 36_525
+_MAX_SPAN_MS = MAX_SPAN_DAYS * 86_400_000
+#: Every resolved bound lies in [the Unix epoch, year 9999]: no cost line is dated before the
+#: epoch (events carry UTC epoch times), and Python's dates end with 9999.
+_EARLIEST_MS = 0
+_LATEST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 class _Refused(ValueError):
@@ -67,18 +76,25 @@ class _Refused(ValueError):
 
 def resolve_window(text: str, newest_end_ms: int | None) -> ReportWindow:
     """``[start, end)`` of a window parameter; ``newest_end_ms`` ends a relative one (None:
-    no line yet, so a relative window is the whole, empty, stream).
+    no line yet, so a relative window is the whole, empty, stream). A window spans at most
+    ``MAX_SPAN_DAYS``; a relative one starts at the epoch at the earliest, an absolute one
+    must lie between the epoch and the end of year 9999.
 
     Raises ``ValueError`` naming ``window`` and the forms it takes.
     """
     raw = text.strip()
     forms = "give 7d, 24h, 90m or start,end in RFC 3339 (2026-03-01T00:00:00Z,2026-03-02T00:00:00Z)"
-    m = _RELATIVE.match(raw)
+    m = _RELATIVE.fullmatch(raw)
     if m:
+        span_ms = int(m.group(1)) * RELATIVE_UNITS_S[m.group(2)] * 1000
+        if span_ms > _MAX_SPAN_MS:
+            raise _Refused(
+                "window", f"window {text!r} spans more than {MAX_SPAN_DAYS} days (a century)"
+            )
         if newest_end_ms is None:
             return ReportWindow()
-        span_ms = int(m.group(1)) * RELATIVE_UNITS_S[m.group(2)] * 1000
-        return ReportWindow(start_ms=newest_end_ms - span_ms, end_ms=newest_end_ms)
+        # No cost line is older than the epoch, so a longer look back covers the same lines.
+        return _bounded(text, max(newest_end_ms - span_ms, _EARLIEST_MS), newest_end_ms)
     parts = raw.split(",")
     if len(parts) != 2:
         raise _Refused("window", f"window {text!r} is not a window: {forms}")
@@ -88,7 +104,21 @@ def resolve_window(text: str, newest_end_ms: int | None) -> ReportWindow:
         raise _Refused("window", f"window {text!r}: {exc}; {forms}") from None
     if start >= end:
         raise _Refused("window", f"window {text!r}: its start must be before its end")
-    return ReportWindow(start_ms=start, end_ms=end)
+    if end - start > _MAX_SPAN_MS:
+        raise _Refused(
+            "window", f"window {text!r} spans more than {MAX_SPAN_DAYS} days (a century)"
+        )
+    return _bounded(text, start, end)
+
+
+def _bounded(text: str, start_ms: int, end_ms: int) -> ReportWindow:
+    if not _EARLIEST_MS <= start_ms < end_ms <= _LATEST_MS:
+        raise _Refused(
+            "window",
+            f"window {text!r} reaches outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z "
+            "(no cost line lies there)",
+        )
+    return ReportWindow(start_ms=start_ms, end_ms=end_ms)
 
 
 def _row(r: CostRow) -> AllocationRow:

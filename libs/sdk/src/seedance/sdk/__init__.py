@@ -1,6 +1,7 @@
 """The Seedance SDK: a client to publish job events and follow cost streams, and the CLI."""
 
 from seedance.sdk.client import (
+    ConsumersInUse,
     JobOutcome,
     JobRejectedError,
     NoDecision,
@@ -10,6 +11,7 @@ from seedance.sdk.client import (
 from seedance.sdk.job_status import JobState, JobStatus
 
 __all__ = [
+    "ConsumersInUse",
     "JobOutcome",
     "JobRejectedError",
     "JobState",

@@ -23,18 +23,17 @@ import io
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Iterator
 from datetime import datetime
 from typing import Any, Self, TypeVar, Unpack
 
 import msgspec
 import nats.errors
 import nats.js.errors
-from nats.js import api as js_api
 
 from seedance.core.bus import Bus, BusSettings
 from seedance.core.clock import WALL_CLOCK, Clock
-from seedance.core.errors import NoStream, SeedanceError
+from seedance.core.errors import SeedanceError
 from seedance.core.kv import ensure_object_store
 from seedance.events import DecodeError, decode, new_event_id
 from seedance.events.allocation import AllocationAnswer, AllocationQuery
@@ -54,18 +53,25 @@ from seedance.events.slicing import (
     SlicingEvent,
     Unschedulable,
 )
-from seedance.events.subjects import api, costs, graph, jobs, slicing
+from seedance.events.subjects import (
+    api,
+    costs,
+    graph,
+    jobs,
+    slicing,
+)
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
 from seedance.sdk.allocation import NoLedger, read_reply
 from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
 from seedance.sdk.job_status import JobStatus, fold_statuses
 from seedance.sdk.refusals import PermissionRefused, Violations
-from seedance.sdk.watch import Watch
+from seedance.sdk.watch import ConsumersInUse, Watch, watching
 
 __all__ = [
     "DEFAULT_WAIT_S",
     "GRAPH_MODELS_STORE",
+    "ConsumersInUse",
     "JobOutcome",
     "JobRejectedError",
     "NoDecision",
@@ -86,8 +92,6 @@ DEFAULT_WAIT_S = 10.0
 _TENANT_USER_PREFIX = "tenant-"
 #: The slicing stream: where the slicer's answers are read back.
 _SLICING_STREAM = "SEEDANCE_SLICING"
-#: JetStream's error code for a consumer asked of a stream that does not exist.
-_STREAM_NOT_FOUND = 10059
 
 
 def tenant_of_user(user: str | None) -> str | None:
@@ -95,6 +99,15 @@ def tenant_of_user(user: str | None) -> str | None:
     if user and user.startswith(_TENANT_USER_PREFIX):
         return check_tenant(user.removeprefix(_TENANT_USER_PREFIX))
     return None
+
+
+def _tenant_of_inbox(prefix: str | None) -> str | None:
+    """The tenant whose own inbox prefix this is (credentials files give no user name)."""
+    candidate = (prefix or "").removeprefix("_INBOX_")
+    try:
+        return candidate if prefix == inbox_prefix_of(candidate) else None
+    except ValueError:  # not a tenant id
+        return None
 
 
 class JobRejectedError(SeedanceError):
@@ -122,9 +135,14 @@ class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
 class SeedanceClient:
     """``async with SeedanceClient.connect(url) as client: await client.submit_job(...)``."""
 
-    def __init__(self, bus: Bus, violations: Violations | None = None) -> None:
+    def __init__(
+        self, bus: Bus, violations: Violations | None = None, *, tenant: str | None = None
+    ) -> None:
         self._bus = bus
         self._violations = violations or Violations()
+        #: The tenant whose user this is (None: an operator's, or not known): its readers of
+        #: its own streams take its own consumer names (``subjects.tenant_consumers``).
+        self._tenant = tenant
         #: The client's time (events' ``at`` and ids): the bus's clock, the wall clock unless
         #: ``connect`` was given another.
         self._clock = bus.clock
@@ -163,7 +181,7 @@ class SeedanceClient:
         # Connecting asks JetStream for the account (a request, answered on the inbox): a
         # refused inbox subscription is reported here, not as a time-out.
         bus = await violations.guard(Bus.connect(settings, error_cb=violations.heard, clock=clock))
-        return cls(bus, violations)
+        return cls(bus, violations, tenant=tenant or _tenant_of_inbox(settings.inbox_prefix))
 
     async def __aenter__(self) -> Self:
         return self
@@ -266,7 +284,7 @@ class SeedanceClient:
             return JobOutcome(event=event)
         answers = slicing.tenant_wildcard(event.tenant)
         # The watch exists before the event is published, so its answer cannot be missed.
-        async with self._watch(_SLICING_STREAM, answers, False) as w:
+        async with self._watch(_SLICING_STREAM, answers, False, tenant=event.tenant) as w:
             await self._guarded(self._bus.publish(subject, event), "publishing to", subject)
             try:
                 async with asyncio.timeout(wait_s):
@@ -320,7 +338,7 @@ class SeedanceClient:
     async def cost_history(self, tenant: str, *, timeout_s: float = 60.0) -> list[Any]:
         """Every cost event the tenant's stream holds now (entries, reports, alerts, pauses)."""
         check_tenant(tenant)
-        return await self._cost_history(costs.tenant_wildcard(tenant), timeout_s)
+        return await self._cost_history(costs.tenant_wildcard(tenant), timeout_s, tenant)
 
     async def fleet_cost_history(self, *, timeout_s: float = 60.0) -> list[Any]:
         """Every cost event of the fleet: all tenants' and the idle lines of every node
@@ -328,16 +346,20 @@ class SeedanceClient:
         refused (:class:`PermissionRefused`)."""
         return await self._cost_history(None, timeout_s)
 
-    async def _cost_history(self, filter_subject: str | None, timeout_s: float) -> list[Any]:
+    async def _cost_history(
+        self, filter_subject: str | None, timeout_s: float, tenant: str | None = None
+    ) -> list[Any]:
         async with asyncio.timeout(timeout_s):
-            held = await self._history("SEEDANCE_COSTS", filter_subject)
+            held = await self._history("SEEDANCE_COSTS", filter_subject, tenant)
         return [current(decode(data, CostEvent)) for data in held]
 
-    async def _history(self, stream: str, filter_subject: str | None) -> list[bytes]:
-        """Every message ``stream`` holds under ``filter_subject`` now, in stream order (the
-        caller bounds the time)."""
+    async def _history(
+        self, stream: str, filter_subject: str | None, tenant: str | None = None
+    ) -> list[bytes]:
+        """Every message ``stream`` holds under ``filter_subject`` (``tenant``'s) now, in stream
+        order (the caller bounds the time)."""
         out: list[bytes] = []
-        async with self._watch(stream, filter_subject, True) as w:
+        async with self._watch(stream, filter_subject, True, tenant=tenant) as w:
             if await w.is_empty():
                 return out
             while True:
@@ -414,8 +436,12 @@ class SeedanceClient:
         if job_id is not None:
             check_token("job_id", job_id)
         async with asyncio.timeout(timeout_s):
-            decisions = await self._history(_SLICING_STREAM, slicing.tenant_wildcard(tenant))
-            cost_events = await self._history("SEEDANCE_COSTS", costs.tenant_wildcard(tenant))
+            decisions = await self._history(
+                _SLICING_STREAM, slicing.tenant_wildcard(tenant), tenant
+            )
+            cost_events = await self._history(
+                "SEEDANCE_COSTS", costs.tenant_wildcard(tenant), tenant
+            )
         return fold_statuses(
             tenant,
             _decoded(decisions, SlicingEvent),
@@ -431,48 +457,26 @@ class SeedanceClient:
         ``from_start`` replays what the stream holds first; otherwise only new events.
         """
         check_tenant(tenant)
-        async with self._watch("SEEDANCE_COSTS", costs.tenant_wildcard(tenant), from_start) as w:
+        async with self._watch(
+            "SEEDANCE_COSTS", costs.tenant_wildcard(tenant), from_start, tenant=tenant
+        ) as w:
             while True:
                 yield current(decode(await w.next_data(), CostEvent))
 
-    @contextlib.asynccontextmanager
-    async def _watch(
-        self, stream: str, filter_subject: str | None, from_start: bool
-    ) -> AsyncIterator[Watch]:
-        """A push consumer whose filter is in the API subject (what tenant permissions allow);
-        it exists once the ``async with`` is entered. No filter: the whole stream (operators)."""
-        nc = self._bus.nc
-        inbox = f"{nc._inbox_prefix.decode()}.{uuid.uuid4().hex}"
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=10_000)
-        sub = await nc.subscribe(inbox, cb=queue.put)
-        name = f"watch-{uuid.uuid4().hex[:16]}"
-        config = js_api.ConsumerConfig(
-            name=name,
-            filter_subject=filter_subject,
-            deliver_subject=inbox,
-            ack_policy=js_api.AckPolicy.NONE,
-            deliver_policy=js_api.DeliverPolicy.ALL if from_start else js_api.DeliverPolicy.NEW,
-            inactive_threshold=30.0,
-            idle_heartbeat=5.0,
-            flow_control=True,
+    def _watch(
+        self,
+        stream: str,
+        filter_subject: str | None,
+        from_start: bool,
+        *,
+        tenant: str | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[Watch]:
+        """A push consumer on ``stream`` (`seedance.sdk.watch.watching`): under one of the
+        tenant's own names when this client is ``tenant``'s user reading its own streams."""
+        own = tenant if tenant is not None and tenant == self._tenant else None
+        return watching(
+            self._bus, self._guarded, stream, filter_subject, from_start, own_tenant=own
         )
-        try:
-            try:
-                await self._guarded(
-                    self._bus.js.add_consumer(stream, config), "reading", filter_subject or stream
-                )
-            except nats.js.errors.NotFoundError as exc:
-                if exc.err_code != _STREAM_NOT_FOUND:
-                    raise
-                raise NoStream(
-                    f"no stream {stream} on this server: Seedance's streams are created when "
-                    "its services start (or by `seedance admin provision`); are they running?"
-                ) from None
-            yield Watch(nc, queue, self._bus.js, stream, name)
-        finally:
-            await sub.unsubscribe()
-            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                await self._bus.js.delete_consumer(stream, name)
 
     # --- graph compiler ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from seedance.testing.paths import REPO
 
@@ -117,7 +118,11 @@ def shipped_users(text: str) -> dict[str, str]:
 
 
 def shipped_auth_server(
-    password: Callable[[str], str], store: Path | None = None, port: int = -1, detach: bool = False
+    password: Callable[[str], str],
+    store: Path | None = None,
+    port: int = -1,
+    detach: bool = False,
+    issuer: Any = None,
 ) -> NatsServer:
     """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
     every user's password variable defined as ``password(user)`` and a fresh auth-callout
@@ -127,12 +132,13 @@ def shipped_auth_server(
     ``deploy/auth/users.yaml`` through the generator: what the server is given is then exactly
     what it reads, and a library does not import the ``tools/`` scripts. (That the shipped file
     matches a fresh render is the generator's own ``--check``, tested elsewhere.) ``store``,
-    ``port`` and ``detach`` are ``NatsServer``'s.
+    ``port`` and ``detach`` are ``NatsServer``'s; ``issuer`` (an nkeys account key pair) is
+    the auth callout's, for a caller that runs the callout (its seed signs the answers).
     """
     from seedance.core.auth_callout import new_issuer
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR
 
     text = SHIPPED_AUTH.read_text()
     defs = "".join(f'{var}: "{password(user)}"\n' for user, var in shipped_users(text).items())
-    defs += f"{CALLOUT_ISSUER_VAR}: {new_issuer().public_key.decode()}\n"
+    defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
     return NatsServer(config=defs + text, store=store, port=port, detach=detach)

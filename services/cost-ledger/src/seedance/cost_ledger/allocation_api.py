@@ -180,7 +180,8 @@ class AllocationApi:
 
     async def _bind(self) -> None:
         await self._unbind()
-        # 64 random bits: tenants may create consumers on this stream but cannot list them.
+        # 64 random bits, so replicas' readers never meet (tenants may name only their own
+        # consumers here, subjects.tenant_consumers).
         spec = cost_reader(uuid.uuid4().hex[:16], start_seq=self.index.seq + 1)
         await self._rt.bus.ensure_consumer(spec)
         self._consumer = spec.durable

@@ -4,6 +4,10 @@ Owns: an aiohttp server with the protocol's health, metadata and inference endpo
 (``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models/{m}``,
 ``/v2/models/{m}/ready``, ``POST /v2/models/{m}/infer``) and the HTTP status of each outcome.
 
+Every malformed body is answered 400 with the reason as the protocol's ``{"error": ...}``
+(a body over aiohttp's size limit 413), never 500: the translation names what is wrong, and a
+JSON document nested too deep for the decoder is refused here.
+
 Must not: route, retry or talk to a replica itself. Every request is translated
 (`rest_tensors.py`) into the same gRPC message a gRPC client would send and handed to the same
 `OipGateway` methods, so the routing policy, failover, layouts, metrics and the observer (the
@@ -175,10 +179,17 @@ class RestGateway:
     async def _infer(self, request: web.Request) -> web.Response:
         model = request.match_info["model"]
         try:
-            body = msgspec.json.decode(await request.read())
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:  # aiohttp's client_max_size
+            return _error(f"the request body is too large: {exc.text}", exc.status)
+        try:
+            body = msgspec.json.decode(raw)
             message = infer_request_from_json(model, body)
         except msgspec.DecodeError as exc:
             return _error(f"the request body is not JSON: {exc}", 400)
+        except RecursionError:
+            # msgspec's decoder recurses per nesting level and gives up near Python's limit
+            return _error("the request body nests too deep to be a v2 inference request", 400)
         except RestRequestError as exc:
             return _error(str(exc), 400)
         message.model_version = request.match_info.get("version", "")

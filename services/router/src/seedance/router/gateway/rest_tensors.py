@@ -4,14 +4,20 @@ Owns: the translation of the REST protocol's JSON bodies (inference request and 
 metadata) to and from `inference.*` protobuf messages, so REST requests travel to the replicas
 over the same gRPC path as gRPC ones. Pure functions: no I/O, no clock.
 
-Must not: accept what the spec does not say. Input tensors travel as raw little-endian bytes
-(one form for every datatype, FP16 included, which has no typed field); BYTES elements are
-JSON strings, sent UTF-8 encoded with the protocol's 4-byte length prefix. The binary-data
-extension (``binary_data_size``) is refused with a clear error rather than misread.
+Must not: accept what the spec does not say, or fail on what a client sends. Input tensors
+travel as raw little-endian bytes (one form for every datatype, FP16 included, which has no
+typed field); BYTES elements are JSON strings, sent UTF-8 encoded with the protocol's 4-byte
+length prefix. The binary-data extension (``binary_data_size``) is refused with a clear error
+rather than misread. Every other malformed body is a `RestRequestError` naming the field (the
+REST front answers 400 with it): a shape is at most ``MAX_RANK`` int64 dimensions whose exact
+product is the element count (``[2^32, 2^32]`` overflowed numpy's int64 product to 0 and let
+empty data through), data nests no deeper than its shape, elements are of the datatype's JSON
+kind and within its range, integer parameters fit int64.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +28,7 @@ from tritonclient.grpc import service_pb2
 from seedance.router.gateway.tensors import DATATYPE_TO_CONTENTS_FIELD, DATATYPE_TO_NUMPY
 
 __all__ = [
+    "MAX_RANK",
     "RestRequestError",
     "infer_request_from_json",
     "infer_response_to_json",
@@ -29,14 +36,45 @@ __all__ = [
 ]
 
 
+#: The most dimensions a tensor may have (ONNX and TensorRT allow far fewer); also how deep
+#: its data may nest, so the walk over it is bounded.
+MAX_RANK = 64
+_INT64 = (-(2**63), 2**63 - 1)
+_END = object()
+
+
 class RestRequestError(ValueError):
     """A REST body that is not a valid v2 inference request (answered 400, naming the field)."""
 
 
-def _flatten(data: Any) -> list[Any]:
-    if isinstance(data, list):
-        return [leaf for item in data for leaf in _flatten(item)]
-    return [data]
+def _brief(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error names the value, never echoes a
+    megabyte of it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _flatten(name: str, data: Any, rank: int) -> list[Any]:
+    """The elements of ``data`` in row-major order: a scalar, a flat list, or lists nested at
+    most ``rank`` deep (one level for a scalar's shape ``[]``). Iterative: a 50,000-deep
+    nesting once overflowed the recursion here."""
+    if not isinstance(data, list):
+        return [data]
+    out: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, list):
+            if len(stack) >= max(rank, 1):
+                raise RestRequestError(
+                    f"input {name!r}: data nests deeper than its shape's {rank} dimensions"
+                )
+            stack.append(iter(item))
+        else:
+            out.append(item)
+    return out
 
 
 def _bytes_raw(name: str, values: Sequence[Any]) -> bytes:
@@ -49,21 +87,37 @@ def _bytes_raw(name: str, values: Sequence[Any]) -> bytes:
     return bytes(out)
 
 
+def _json_kind_ok(datatype: str, value: Any) -> bool:
+    """Whether a JSON element is of the datatype's kind: BOOL takes true/false, the integer
+    types integers (never a bool, never 1.5 truncated to 1), the float types numbers."""
+    if datatype == "BOOL":
+        return isinstance(value, bool)
+    if datatype.startswith(("INT", "UINT")):
+        return type(value) is int
+    return type(value) in (int, float)
+
+
 def _input_raw(name: str, datatype: str, shape: Sequence[int], data: Any) -> bytes:
-    values = _flatten(data)
-    count = int(np.prod(shape)) if shape else 1
+    values = _flatten(name, data, len(shape))
+    count = math.prod(shape)  # exact: numpy's int64 product wraps ([2^32, 2^32] -> 0)
     if len(values) != count:
         raise RestRequestError(
-            f"input {name!r}: {len(values)} data elements, shape {list(shape)} needs {count}"
+            f"input {name!r}: {len(values)} data elements, shape {_brief(list(shape))} "
+            f"needs {count}"
         )
     if datatype == "BYTES":
         return _bytes_raw(name, values)
     dtype = DATATYPE_TO_NUMPY.get(datatype)
     if dtype is None:
-        raise RestRequestError(f"input {name!r}: unknown datatype {datatype!r}")
+        raise RestRequestError(f"input {name!r}: unknown datatype {_brief(datatype)}")
+    wrong = next((v for v in values if not _json_kind_ok(datatype, v)), _END)
+    if wrong is not _END:
+        raise RestRequestError(f"input {name!r}: data is not {datatype}: {_brief(wrong)}")
     try:
-        return np.asarray(values, dtype=dtype).tobytes()
-    except (TypeError, ValueError, OverflowError) as exc:
+        # over="raise": 1e300 as FP16 is an error, not a silent infinity
+        with np.errstate(over="raise"):
+            return np.asarray(values, dtype=dtype).tobytes()
+    except (TypeError, ValueError, OverflowError, FloatingPointError) as exc:
         raise RestRequestError(f"input {name!r}: data is not {datatype}: {exc}") from None
 
 
@@ -79,13 +133,19 @@ def _set_parameters(target: Any, parameters: Any, where: str) -> None:
         if isinstance(value, bool):
             param.bool_param = value
         elif isinstance(value, int):
+            if not _INT64[0] <= value <= _INT64[1]:
+                raise RestRequestError(
+                    f"{where}: parameter {key!r} = {_brief(value)} does not fit int64"
+                )
             param.int64_param = value
         elif isinstance(value, float):
             param.double_param = value
         elif isinstance(value, str):
             param.string_param = value
         else:
-            raise RestRequestError(f"{where}: parameter {key!r} must be a scalar, got {value!r}")
+            raise RestRequestError(
+                f"{where}: parameter {key!r} must be a scalar, got {_brief(value)}"
+            )
 
 
 def _add_input(request: service_pb2.ModelInferRequest, index: int, tensor: Any) -> None:
@@ -94,10 +154,15 @@ def _add_input(request: service_pb2.ModelInferRequest, index: int, tensor: Any) 
     name, datatype, shape = tensor.get("name"), tensor.get("datatype"), tensor.get("shape")
     if not isinstance(name, str) or not isinstance(datatype, str):
         raise RestRequestError(f"inputs[{index}]: name and datatype must be strings")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_RANK
+        or not all(type(d) is int and 0 <= d <= _INT64[1] for d in shape)
     ):
-        raise RestRequestError(f"input {name!r}: shape must be a list of non-negative integers")
+        raise RestRequestError(
+            f"input {name!r}: shape {_brief(shape)} must be a list of at most {MAX_RANK} "
+            "integers in 0..2^63-1"
+        )
     if "data" not in tensor:
         raise RestRequestError(f"input {name!r}: no data")
     entry = request.inputs.add(name=name, datatype=datatype)
@@ -113,11 +178,17 @@ def infer_request_from_json(model: str, body: Any) -> service_pb2.ModelInferRequ
     inputs = body.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise RestRequestError("inputs must be a non-empty list")
-    request = service_pb2.ModelInferRequest(model_name=model, id=str(body.get("id", "")))
+    request_id = body.get("id") or ""  # null: absent, as the spec's optional fields
+    if not isinstance(request_id, str):
+        raise RestRequestError(f"id must be a string, got {_brief(request_id)}")
+    outputs = body.get("outputs") or []
+    if not isinstance(outputs, list):
+        raise RestRequestError(f"outputs must be a list, got {_brief(outputs)}")
+    request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
     _set_parameters(request.parameters, body.get("parameters"), "request")
     for index, tensor in enumerate(inputs):
         _add_input(request, index, tensor)
-    for index, wanted in enumerate(body.get("outputs") or ()):
+    for index, wanted in enumerate(outputs):
         if not isinstance(wanted, Mapping) or not isinstance(wanted.get("name"), str):
             raise RestRequestError(f"outputs[{index}] must be an object with a name")
         out = request.outputs.add(name=wanted["name"])

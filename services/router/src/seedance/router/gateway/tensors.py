@@ -11,6 +11,7 @@ Must not: guess a layout. A conversion happens only where a model declares it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -122,7 +123,7 @@ def _transpose_tensor(
         raise LayoutError(f"tensor {name!r}: datatype {datatype!r} has no layout conversion")
     new_shape = permute_shape(shape, perm)
     if raw is not None:
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)  # exact: numpy's int64 product wraps ([2^32, 2^32] -> 0)
         if len(raw) != count * dtype.itemsize:
             raise LayoutError(
                 f"tensor {name!r}: {len(raw)} raw bytes, shape {list(shape)} of {datatype} "

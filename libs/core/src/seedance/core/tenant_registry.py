@@ -1,0 +1,131 @@
+"""The tenants added at run time: their credentials in the ``seedance-tenants`` KV bucket.
+
+Owns a tenant's record (an scrypt hash of its password, with the salt and cost), the rule a
+run-time tenant's password follows (``PASSWORD_RULE``), and reading and writing the bucket
+(`TenantRegistry`, an operator's ``seedance-auth add-tenant`` / ``remove-tenant`` and the
+auth callout's lookups). Must not decide a login: ``seedance.core.auth_callout`` does, through
+``seedance.core.login_gate``. The password itself is never stored nor put in an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+from datetime import datetime
+
+import msgspec
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from seedance.core.bus import Bus
+from seedance.core.clock import WALL_CLOCK, Clock
+from seedance.core.kv import ensure_bucket
+from seedance.events.permissions import tenant_permissions
+from seedance.events.tokens import check_tenant
+
+__all__ = [
+    "PASSWORD_MAX",
+    "PASSWORD_MIN",
+    "PASSWORD_RULE",
+    "TENANTS_BUCKET",
+    "PasswordRefused",
+    "TenantRecord",
+    "TenantRegistry",
+    "check_tenant_password",
+    "password_matches",
+    "record_for",
+]
+
+TENANTS_BUCKET = "seedance-tenants"
+#: scrypt cost (RFC 7914's interactive figures): ~16 MiB and tens of ms per connect.
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+#: A run-time tenant's password. nats-server refuses a CONNECT line over its max_control_line
+#: (4 KiB by default), so a 100,000-character password was registered and could never log in;
+#: 256 characters (at most 1 KiB of UTF-8) always fit. 16 at least: the generated ones have 32.
+PASSWORD_MIN, PASSWORD_MAX = 16, 256
+PASSWORD_RULE = (
+    f"{PASSWORD_MIN} to {PASSWORD_MAX} characters, no control characters "
+    "(`seedance-auth add-tenant` generates 32)"
+)
+
+
+class TenantRecord(msgspec.Struct, frozen=True, kw_only=True):
+    tenant: str
+    salt_hex: str
+    scrypt_hex: str
+    n: int
+    r: int
+    p: int
+    added_at: datetime
+
+
+class PasswordRefused(ValueError):
+    """A tenant password outside ``PASSWORD_RULE`` (the message never holds the password)."""
+
+
+def check_tenant_password(password: str) -> str:
+    """Return ``password`` if it follows ``PASSWORD_RULE``; else raise saying how it does not."""
+    if not PASSWORD_MIN <= len(password) <= PASSWORD_MAX:
+        raise PasswordRefused(
+            f"a tenant password of {len(password)} characters: the rule is {PASSWORD_RULE}"
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in password):
+        raise PasswordRefused(f"a tenant password with a control character: {PASSWORD_RULE}")
+    return password
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=64 * 1024**2)
+
+
+def record_for(tenant: str, password: str, *, clock: Clock = WALL_CLOCK) -> TenantRecord:
+    check_tenant_password(password)
+    salt = secrets.token_bytes(16)
+    return TenantRecord(
+        tenant=check_tenant(tenant),
+        salt_hex=salt.hex(),
+        scrypt_hex=_scrypt(password, salt, **_SCRYPT).hex(),
+        added_at=clock.now(),
+        **_SCRYPT,
+    )
+
+
+def password_matches(record: TenantRecord, password: str) -> bool:
+    got = _scrypt(password, bytes.fromhex(record.salt_hex), record.n, record.r, record.p)
+    return hmac.compare_digest(got, bytes.fromhex(record.scrypt_hex))
+
+
+class TenantRegistry:
+    """Tenants' credentials in the ``seedance-tenants`` bucket, keyed by tenant id."""
+
+    def __init__(self, kv: KeyValue, *, clock: Clock = WALL_CLOCK) -> None:
+        self._kv = kv
+        self._clock = clock  # a record's added_at
+
+    @classmethod
+    async def open(cls, bus: Bus) -> TenantRegistry:
+        return cls(await ensure_bucket(bus, TENANTS_BUCKET), clock=bus.clock)
+
+    async def add(self, tenant: str, password: str | None = None) -> str:
+        """Register ``tenant`` (replacing its password if it exists); return the password.
+        A password outside ``PASSWORD_RULE`` raises `PasswordRefused` before anything is
+        written."""
+        tenant_permissions(tenant)  # a reserved or invalid id fails here, naming why
+        password = check_tenant_password(password or secrets.token_urlsafe(24))
+        record = await asyncio.to_thread(record_for, tenant, password, clock=self._clock)
+        await self._kv.put(tenant, msgspec.json.encode(record))
+        return password
+
+    async def remove(self, tenant: str) -> None:
+        await self._kv.delete(check_tenant(tenant))
+
+    async def get(self, tenant: str) -> TenantRecord | None:
+        try:
+            entry = await self._kv.get(check_tenant(tenant))
+        except KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None  # deleted
+        return msgspec.json.decode(entry.value, type=TenantRecord)
