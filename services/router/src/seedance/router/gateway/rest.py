@@ -113,7 +113,13 @@ class RestGateway:
         if self._runner is not None:
             return
         host, _, port = self._listen_address.rpartition(":")
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        # auto_decompress off: aiohttp would inflate a compressed body as it arrives, on this
+        # event loop (the router's gRPC front and its bus loops share it), before any size
+        # limit applies: 1 MB of deflate made 1 GiB and stalled every other request for
+        # seconds. Compressed bodies are refused instead (`_infer`).
+        runner = web.AppRunner(
+            self.app(), access_log=None, handle_signals=False, auto_decompress=False
+        )
         await runner.setup()
         site = web.TCPSite(runner, host or "0.0.0.0", int(port))
         await site.start()
@@ -178,6 +184,13 @@ class RestGateway:
 
     async def _infer(self, request: web.Request) -> web.Response:
         model = request.match_info["model"]
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            return _error(
+                f"Content-Encoding {encoding[:40]!r} is not accepted: send the JSON body "
+                "uncompressed (a compressed body is never inflated here)",
+                415,
+            )
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:  # aiohttp's client_max_size
