@@ -129,6 +129,18 @@ def test_a_bad_parameter_is_refused_naming_it(day, query, parameter, words):
     assert words in r.message
 
 
+@pytest.mark.parametrize(
+    "window", ["\x7f" * 400_001, "7d," * 140_000, "1" * 101], ids=["del-400k", "7d-x140k", "101"]
+)
+def test_a_long_window_is_refused_without_repeating_it(day, window):
+    # A refusal once repeated the window twice: a 400 KB one made an 800 KB reply, and past the
+    # server's payload limit there was no reply at all (the asker timed out).
+    r = refused(day[0], window=window)
+    assert r.parameter == "window"
+    assert f"is {len(window)} characters, over 100" in r.message
+    assert len(r.message) < 400  # a few hundred characters, whatever the window
+
+
 def test_windows_relative_to_the_newest_charge_period_and_absolute(day):
     lines, _ = day
     newest = max(e.window_end_ms for e in lines)

@@ -50,7 +50,14 @@ from seedance.reports.summary import (
     summarize,
 )
 
-__all__ = ["FLEET", "MAX_SPAN_DAYS", "RELATIVE_UNITS_S", "allocation", "resolve_window"]
+__all__ = [
+    "FLEET",
+    "MAX_SPAN_DAYS",
+    "MAX_WINDOW_CHARS",
+    "RELATIVE_UNITS_S",
+    "allocation",
+    "resolve_window",
+]
 
 #: The scope of an operator's fleet-wide answer.
 FLEET = "fleet"
@@ -74,6 +81,19 @@ class _Refused(ValueError):
         self.parameter = parameter
 
 
+#: The longest window parameter read: two RFC 3339 instants with fractions and offsets and a
+#: comma take about 70 characters.
+MAX_WINDOW_CHARS = 100
+
+
+def _shown(text: str) -> str:
+    """``text`` as a refusal repeats it: quoted, whole up to `MAX_WINDOW_CHARS`, else its
+    first 40 characters."""
+    if len(text) <= MAX_WINDOW_CHARS:
+        return repr(text)
+    return repr(text[:40]) + "..."
+
+
 def resolve_window(text: str, newest_end_ms: int | None) -> ReportWindow:
     """``[start, end)`` of a window parameter; ``newest_end_ms`` ends a relative one (None:
     no line yet, so a relative window is the whole, empty, stream). A window spans at most
@@ -82,14 +102,21 @@ def resolve_window(text: str, newest_end_ms: int | None) -> ReportWindow:
 
     Raises ``ValueError`` naming ``window`` and the forms it takes.
     """
-    raw = text.strip()
     forms = "give 7d, 24h, 90m or start,end in RFC 3339 (2026-03-01T00:00:00Z,2026-03-02T00:00:00Z)"
+    if len(text) > MAX_WINDOW_CHARS:
+        # A refusal repeats what it refuses: of a 400 KB window it would be an 800 KB reply,
+        # and past the server's payload limit none at all (the asker timed out).
+        raise _Refused(
+            "window",
+            f"window {_shown(text)} is {len(text)} characters, over {MAX_WINDOW_CHARS}: {forms}",
+        )
+    raw = text.strip()
     m = _RELATIVE.fullmatch(raw)
     if m:
         span_ms = int(m.group(1)) * RELATIVE_UNITS_S[m.group(2)] * 1000
         if span_ms > _MAX_SPAN_MS:
             raise _Refused(
-                "window", f"window {text!r} spans more than {MAX_SPAN_DAYS} days (a century)"
+                "window", f"window {_shown(text)} spans more than {MAX_SPAN_DAYS} days (a century)"
             )
         if newest_end_ms is None:
             return ReportWindow()
@@ -97,16 +124,16 @@ def resolve_window(text: str, newest_end_ms: int | None) -> ReportWindow:
         return _bounded(text, max(newest_end_ms - span_ms, _EARLIEST_MS), newest_end_ms)
     parts = raw.split(",")
     if len(parts) != 2:
-        raise _Refused("window", f"window {text!r} is not a window: {forms}")
+        raise _Refused("window", f"window {_shown(text)} is not a window: {forms}")
     try:
         start, end = (parse_instant(p, "window") for p in parts)
     except ValueError as exc:
-        raise _Refused("window", f"window {text!r}: {exc}; {forms}") from None
+        raise _Refused("window", f"window {_shown(text)}: {exc}; {forms}") from None
     if start >= end:
-        raise _Refused("window", f"window {text!r}: its start must be before its end")
+        raise _Refused("window", f"window {_shown(text)}: its start must be before its end")
     if end - start > _MAX_SPAN_MS:
         raise _Refused(
-            "window", f"window {text!r} spans more than {MAX_SPAN_DAYS} days (a century)"
+            "window", f"window {_shown(text)} spans more than {MAX_SPAN_DAYS} days (a century)"
         )
     return _bounded(text, start, end)
 
@@ -115,7 +142,7 @@ def _bounded(text: str, start_ms: int, end_ms: int) -> ReportWindow:
     if not _EARLIEST_MS <= start_ms < end_ms <= _LATEST_MS:
         raise _Refused(
             "window",
-            f"window {text!r} reaches outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z "
+            f"window {_shown(text)} reaches outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z "
             "(no cost line lies there)",
         )
     return ReportWindow(start_ms=start_ms, end_ms=end_ms)
