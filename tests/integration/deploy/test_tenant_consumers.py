@@ -36,6 +36,7 @@ from seedance.events.subjects import (
     tenant_consumers,
 )
 from seedance.sdk import ConsumersInUse, SeedanceClient
+from seedance.sdk.cli import invoke
 from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
@@ -183,7 +184,7 @@ async def test_a_tenant_gets_only_its_own_consumer_names_on_a_stream_it_reads(
 
 
 async def test_the_sdk_reads_through_the_tenants_own_names_and_says_when_all_are_taken(
-    server: NatsServer, stack: dict[str, str]
+    server: NatsServer, stack: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     client = await SeedanceClient.connect(
         server.url, user=f"tenant-{RUNTIME}", password=stack[RUNTIME]
@@ -196,6 +197,13 @@ async def test_the_sdk_reads_through_the_tenants_own_names_and_says_when_all_are
         assert names == sorted(tenant_consumers(RUNTIME))
         with pytest.raises(ConsumersInUse, match=f"all {TENANT_CONSUMERS} of tenant"):
             await client.cost_history(RUNTIME)
+        # The CLI says so in one line and exits 1 (it once ended in a traceback).
+        argv = ["--nats-url", server.url, "--user", f"tenant-{RUNTIME}"]
+        argv += ["--password", stack[RUNTIME], "jobs", "list", "--tenant", RUNTIME]
+        assert await asyncio.to_thread(invoke, argv) == 1
+        err = capsys.readouterr().err
+        assert f"all {TENANT_CONSUMERS} of tenant {RUNTIME!r}'s consumers on" in err
+        assert "Traceback" not in err
         await readers.pop().aclose()  # one reader done: its name is free again
         held = await client.cost_history(RUNTIME)
         assert len(held) == 1

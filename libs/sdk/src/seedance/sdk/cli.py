@@ -53,6 +53,7 @@ from seedance.events.slicing import JobReleased, Placement, Unschedulable
 from seedance.sdk.allocation import AllocationRefused, NoLedger, allocation_text
 from seedance.sdk.cli_args import EVENT_COMMANDS, parse
 from seedance.sdk.client import (
+    ConsumersInUse,
     JobOutcome,
     JobRejectedError,
     NoDecision,
@@ -355,7 +356,14 @@ def _execute(args: argparse.Namespace) -> int:
         return _fail(f"{exc} {hint}", EXIT_BUS_UNAVAILABLE)
     except ValueError as exc:
         return _fail(exc, 2)
-    except (JobRejectedError, PermissionRefused, NoDecision, ServerTooOld, NoStream) as exc:
+    except (
+        JobRejectedError,
+        PermissionRefused,
+        NoDecision,
+        ServerTooOld,
+        NoStream,
+        ConsumersInUse,
+    ) as exc:
         return _fail(exc, 1)
     except TimeoutError:
         what = "a graph compiler" if args.group == "graph" else "the service that answers"

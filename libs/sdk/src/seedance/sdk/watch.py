@@ -156,7 +156,9 @@ async def _create_own(
         if err.get("err_code") != _CONSUMER_EXISTS:
             nats.js.errors.APIError.from_error(err)  # raises the error it names
     raise ConsumersInUse(
-        f"all {TENANT_CONSUMERS} of tenant {tenant!r}'s consumers on {stream} are in use by "
-        "its other readers (the server allows no more): close one, or wait for one whose "
-        "process went away to end (30 s after it stopped reading)"
+        f"all {TENANT_CONSUMERS} of tenant {tenant!r}'s consumers on {stream} "
+        f"({', '.join(names)}) are in use by its other readers (the server allows no more): "
+        "close one; one whose reader went away ends 30 s after it stopped reading, unless it "
+        "was created without that limit, which only deleting it ends (as this tenant: "
+        f"`nats consumer rm {stream} <name>`)"
     )
