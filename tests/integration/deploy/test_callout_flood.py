@@ -188,3 +188,28 @@ async def test_a_tenant_id_with_a_trailing_newline_is_refused_naming_it(
     refused = await logins_as(callout.url, "tenant-evil\n", "a-long-enough-password")
     assert refused.failed == 1
     assert callout.count("refused", "not_tenant") == 1
+
+
+async def test_a_registry_that_does_not_answer_is_a_busy_refusal_answered_at_once(
+    callout: Callout,
+) -> None:
+    # A flood of connections that never wait saturated the server: the callout's registry
+    # reads timed out, escaped its handler, and left the login unanswered (it failed at the
+    # server's auth timeout) with a traceback per attempt. Now it is refused as busy.
+    password = "a-registered-password-123"
+    await callout.registry.add("umbrella", password)
+    service = callout.service
+    assert service._registry is not None
+    real_get = service._registry.get
+
+    async def times_out(tenant: str) -> Any:
+        raise TimeoutError("nats: timeout")
+
+    service._registry.get = times_out  # type: ignore[method-assign]
+    try:
+        times = await logins(callout.url, "umbrella", password, 1)
+        assert times.failed == 1
+        assert callout.count("refused", "registry_busy") == 1
+    finally:
+        service._registry.get = real_get  # type: ignore[method-assign]
+    assert (await logins(callout.url, "umbrella", password, 1)).failed == 0

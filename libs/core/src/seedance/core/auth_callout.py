@@ -55,7 +55,7 @@ import nkeys
 from nats.aio.msg import Msg
 from prometheus_client import CollectorRegistry, Counter
 
-from seedance.core.bus import Bus
+from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.entry import package_version
 from seedance.core.login_gate import Busy, GateSettings, HashSlots, LoginGate, Verdict
@@ -423,7 +423,16 @@ class AuthCallout:
             shared = asyncio.ensure_future(self._registry.get(tenant))
             self._lookups[tenant] = shared
             shared.add_done_callback(lambda _: self._lookups.pop(tenant, None))
-        return await asyncio.shield(shared)
+        try:
+            return await asyncio.shield(shared)
+        except TRANSIENT_BUS_ERRORS:
+            # The registry did not answer (a flood of connections that never wait saturates
+            # the server): refuse this attempt as busy. Escaping, it left the request
+            # unanswered (the login failed only at the server's auth timeout) and logged a
+            # traceback per attempt, thousands a second, past the refusal log's limit.
+            raise Refused(
+                f"the tenant registry did not answer for {tenant!r}: try again", "registry_busy"
+            ) from None
 
     async def _verify(self, tenant: str, record: TenantRecord, password: str) -> None:
         """The password through the gate: no hash for the one that last logged in, none for a
