@@ -103,7 +103,9 @@ class SubjectShapeError(ValueError):
 TENANT_KINDS: dict[str, frozenset[str]] = {
     "jobs": frozenset({"submitted", "started", "finished", "failed", "cancelled"}),
     "observed": frozenset({"submitted", "started", "finished", "failed", "cancelled"}),
-    "slicing": frozenset({"placement", "unschedulable", "preempted", "released", "rejected"}),
+    "slicing": frozenset(
+        {"placement", "unschedulable", "preempted", "released", "rejected", "share", "alert"}
+    ),
     "graph": frozenset({"request", "result"}),
     "costs": frozenset({"entry", "report", "alert", "pause"}),
     "api": frozenset({"allocation"}),
@@ -183,7 +185,8 @@ class telemetry:
 
 class slicing:
     """``seedance.slicing.<tenant>.{placement,unschedulable,preempted,released,rejected}`` and
-    MIG plans per node: the slicer's decisions, trusted facts."""
+    MIG plans per node: the slicer's decisions, trusted facts; ``.share`` and ``.alert``: the
+    shares it resized on its own (``ShareChanged``) and the rollbacks' alerts (``ShareAlert``)."""
 
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
@@ -192,6 +195,8 @@ class slicing:
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
+    SHARES = f"{ROOT}.slicing.*.share"
+    ALERTS = f"{ROOT}.slicing.*.alert"
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
@@ -546,6 +551,17 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             (slicing.PLACEMENTS, slicing.PREEMPTIONS, slicing.RELEASES),
             acked=False,
             inactive_s=3600.0,
+        ),
+        # The slicer's automatic right-sizing (seedance.slicer.autosize, one active per pool):
+        # its own placements, preemptions and releases and the node agents' measured shares,
+        # in the one order the ledger bills them in.
+        _c(
+            "slicer-autosize",
+            "SEEDANCE_LEDGER_IN",
+            slicing.PLACEMENTS,
+            slicing.PREEMPTIONS,
+            slicing.RELEASES,
+            telemetry.POD_SHARES,
         ),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
