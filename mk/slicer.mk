@@ -46,5 +46,5 @@ bench-share: install  ## slicer: GPUs saved by sharing by measured use vs one po
 	  $(if $(FUTURE),--future $(FUTURE))
 
 .PHONY: bench-share-splits
-bench-share-splits: install  ## slicer: bench-share on 19 cuts of HISTORY (SHARE_ARGS="--grow-gib 3,6" injects growth)
+bench-share-splits: install  ## slicer: bench-share on 18 cuts of HISTORY (SHARE_ARGS="--grow-gib 3,6" injects growth)
 	nice -n 10 $(PY) -m tools.bench.bench_share_splits --history $(SHARE_HISTORY) $(SHARE_ARGS)

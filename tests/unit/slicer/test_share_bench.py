@@ -21,6 +21,7 @@ from seedance.bench.share import (
     main,
     replay,
 )
+from seedance.bench.share_splits import cuts, grown, peak_growth
 from seedance.slicer.core.sharing import Move, SharingConfig
 from seedance.traces.genai import BASEMODEL_FILE, DUTY_FILE, MEMORY_FILE
 from tests.unit.traces.conftest import data_dir as data_dir  # the fixture, reused
@@ -176,3 +177,22 @@ def test_the_short_ci_form_on_the_real_trace(
     assert out[-3].startswith("ffd_anchor: ")
     assert anchor["moves"] == "0"
     assert anchor["baseline_gpus"] == figures["baseline_gpus"]
+
+
+def test_the_validation_cuts_and_the_injected_growth(tmp_path: Path) -> None:
+    every = cuts(720)
+    assert len(every) == len(set(every)) == 18
+    assert (0, 480, 720) in every
+    assert (360, 540, 720) in every
+    assert all(0 <= a < s < e <= 720 for a, s, e in every)
+    series = {f"p{i}": [(1.0, 10.0)] * 300 for i in range(30)}
+    trace = load_trace(write(tmp_path / "h", series))
+    up = grown(trace, 4, seed=1)
+    assert np.array_equal(up.mem[:, : trace.split], trace.mem[:, : trace.split])
+    stepped = (up.mem[:, -1] - trace.mem[:, -1]) / 1024
+    assert set(stepped.tolist()) == {0.0, 4.0}
+    assert 0 < np.count_nonzero(stepped) < 30  # about a third
+    assert np.array_equal(grown(trace, 4, seed=1).mem, up.mem)  # seeded
+    lines = peak_growth(trace)
+    assert lines[0].startswith("peak x2 after 60 samples (30 pods): median 1.000")
+    assert lines[-1].startswith("new peaks after 240 samples: 0")

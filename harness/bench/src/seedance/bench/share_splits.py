@@ -13,6 +13,11 @@ first half cannot show by itself: each pod, with probability 1/3 (seeded), steps
 many GiB at a uniformly drawn replayed minute and stays there (a larger model loaded), on the
 first four cuts above. Every (size, seed, cut) is one run.
 
+**Memory growth on the folder itself** (printed first; what the headroom is set against): for a
+pod with n samples, its peak over its first 2n samples over its peak over the first n
+(`peak x2 after n`, quantiles over the pods with 2n samples), and the size of each new peak a
+pod sets once it has 240 samples (`new peaks after 240`: by how much it passed the previous).
+
 `--set field=value` changes a `SharingConfig` field (e.g. `memory_headroom_frac=0`), so two
 rules are compared on the same cuts. Each run prints Seedance's and the FFD anchor's figures;
 the last line is `share_splits: runs=<n> ratio_median=<r> ratio_max=<r>
@@ -34,7 +39,7 @@ import numpy as np
 from seedance.bench.share import FfdAnchor, MeasuredSharing, Trace, load_trace, replay
 from seedance.slicer.core.sharing import SharingConfig
 
-__all__ = ["cuts", "grown", "main"]
+__all__ = ["cuts", "grown", "main", "peak_growth"]
 
 _MIB_PER_GIB = 1024
 
@@ -47,7 +52,7 @@ def cuts(minutes: int) -> list[tuple[int, int, int]]:
             (start, start + length, start + 2 * length)
             for start in range(0, minutes - 2 * length + 1, 120)
         )
-    return out
+    return list(dict.fromkeys(out))  # the first half as history is also an equal-halves cut
 
 
 def grown(trace: Trace, gib: float, seed: int) -> Trace:
@@ -59,6 +64,35 @@ def grown(trace: Trace, gib: float, seed: int) -> Trace:
         if rng.random() < 1 / 3:
             mem[p, at:] += gib * _MIB_PER_GIB
     return dataclasses.replace(trace, mem=mem)
+
+
+def peak_growth(trace: Trace) -> list[str]:
+    """The lines describing how pods' memory peaks grow in `trace` (module docstring)."""
+    lives = [trace.mem[p, np.flatnonzero(trace.alive[p])] for p in range(len(trace.pods))]
+    out = []
+    for n in (60, 120, 240):
+        ratios = [m[: 2 * n].max() / m[:n].max() for m in lives if m.size >= 2 * n]
+        if not ratios:
+            out.append(f"peak x2 after {n} samples: no pod has {2 * n}")
+            continue
+        q = np.percentile(ratios, [50, 75, 90, 100])
+        out.append(
+            f"peak x2 after {n} samples ({len(ratios)} pods): median {q[0]:.3f}, "
+            f"p75 {q[1]:.3f}, p90 {q[2]:.3f}, max {q[3]:.3f}"
+        )
+    jumps = []
+    for m in lives:
+        if m.size > 240:
+            running = np.maximum.accumulate(m)
+            later = np.arange(240, m.size)
+            rise = m[later] - running[later - 1]
+            jumps.extend((rise[rise > 0] / _MIB_PER_GIB).tolist())
+    q = np.percentile(jumps, [50, 90, 100]) if jumps else [np.nan] * 3
+    out.append(
+        f"new peaks after 240 samples: {len(jumps)}, above the previous by median "
+        f"{q[0]:.2f} GiB, p90 {q[1]:.2f}, max {q[2]:.2f}"
+    )
+    return out
 
 
 def _config(pairs: Sequence[str]) -> SharingConfig:
@@ -94,18 +128,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         for seed in range(args.grow_seeds)
         for c in cuts(whole.minutes)[:4]
     ] or [(str(c), whole.cut(*c)) for c in cuts(whole.minutes)]
+    for line in peak_growth(whole):
+        print(line)
     print(f"{config}; {len(runs)} runs")
     ours, ffd = [], []
     for label, trace in runs:
-        o = replay(trace, MeasuredSharing(config), reserve_mib=config.context_reserve_mib,
-                   seed=args.seed)  # fmt: skip
-        a = replay(trace, FfdAnchor(config.context_reserve_mib),
-                   reserve_mib=config.context_reserve_mib, seed=args.seed)  # fmt: skip
+        o = replay(
+            trace, MeasuredSharing(config), reserve_mib=config.context_reserve_mib, seed=args.seed
+        )
+        a = replay(
+            trace,
+            FfdAnchor(config.context_reserve_mib),
+            reserve_mib=config.context_reserve_mib,
+            seed=args.seed,
+        )
         ours.append(o)
         ffd.append(a)
-        print(f"{label}: ratio {o.ratio:.3f} overload {o.overload_minute_pct:.3f} % oom "
-              f"{o.oom_minutes} moves {o.moves} | ffd ratio {a.ratio:.3f} oom {a.oom_minutes}",
-              flush=True)  # fmt: skip
+        print(
+            f"{label}: ratio {o.ratio:.3f} overload {o.overload_minute_pct:.3f} % oom "
+            f"{o.oom_minutes} moves {o.moves} | ffd ratio {a.ratio:.3f} oom {a.oom_minutes}",
+            flush=True,
+        )
     print(
         f"share_splits: runs={len(runs)} "
         f"ratio_median={statistics.median(o.ratio for o in ours):.3f} "

@@ -71,12 +71,15 @@ class SharingConfig:
     use", with the commands that measure them; none was chosen on the kept-back hours):
 
     * `duty_quantile` 0.95: the compute share covers all but the busiest 5 % of a pod's minutes.
-      Overload needs both pods of a GPU busy at once, which the recorded fleet almost never is
-      (p95 shares: at most 0.3 % overloaded GPU-minutes on every validation split, against a
-      1 % budget); p99 shares overloaded none of them but kept the ~20 busy pods (p99 ≥ 90 %)
-      from sharing at all and split pairs for compute that never contended; p90 passed 1 %.
-    * `memory_headroom_frac` 0.05 of the peak (~1.9 GiB at the median pod's 37 GiB; the median
-      new peak a pod sets after hours of history is ~2 GiB above its last): room to grow into
+      Overload needs both pods of a GPU busy at once, which the recorded fleet rarely is: on
+      18 cuts of the GenAI trace's first half (`make bench-share-splits`) p95 shares overloaded
+      at most 0.27 % of the GPU-minutes against a 1 % budget; p99 shares (at most 0.06 %) kept
+      the busiest pods (p99 near a whole GPU) from sharing at all and split pairs for
+      compute that never contended (GPUs 0.618 of one pod per GPU at the median cut, 0.661 at
+      the worst, against p95's 0.602 and 0.615); p90 went past the budget (1.65 %).
+    * `memory_headroom_frac` 0.05 of the peak (~1.9 GiB at the median pod's 37 GiB; a new
+      peak a pod sets after 4 hours of samples is a median 2.35 GiB above its last, as
+      `make bench-share-splits` prints for the folder it reads): room to grow into
       while a move is decided and made (one sample's decision plus a base-model load, p95
       45 s), so that half of the new peaks never reach contention. It is a buffer for reacting,
       not a forecast: a quarter of the pods' peaks still rise by 15 % or more when their
