@@ -62,7 +62,7 @@ async def slicer_with_autosize(url: str, pool: str, replica: str) -> AsyncIterat
     assert loop is not None
     slicer = SlicerService(runtime, clock, settings)
     async with serving(with_autosize(slicer, loop)):
-        yield slicer, loop
+        yield slicer, loop, runtime.registry
 
 
 def shares(node: str, job: str, gpu: int, sm: float, at: datetime) -> PodShares:
@@ -83,6 +83,24 @@ def shares(node: str, job: str, gpu: int, sm: float, at: datetime) -> PodShares:
             )
         ],
     )
+
+
+def a100_node(node: str) -> NodeInventory:
+    """One A100-80GB as NVML names it, in the collector's inventory."""
+    now = datetime.now(UTC)
+    return NodeInventory(
+        id=new_event_id(at=now), at=now, node=node, cpu_milli=32_000, memory_mib=131_072,
+        gpus=[GpuInfo(index=0, model="NVIDIA A100-SXM4-80GB", mem_total_mib=81_920)],
+    )  # fmt: skip
+
+
+async def measured(
+    agent: Bus, node: str, job: str, gpu: int, sm: float, base: datetime, tens: range
+) -> None:
+    """The node agent's readings of `job`, one per 10 s window ending at base + 10 s x i."""
+    for i in tens:
+        reading = shares(node, job, gpu, sm, base + timedelta(seconds=10 * i))
+        await agent.publish(telemetry.pod_share(node), reading)
 
 
 async def read(admin: Bus, stream: str, subject: str) -> list[Any]:
@@ -110,19 +128,8 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
     share_subject = slicing.subject(TENANT, "share")
     try:
         await admin.ensure_streams()
-        now = datetime.now(UTC)
-        await collector.publish(
-            telemetry.inventory(node),
-            NodeInventory(
-                id=new_event_id(at=now),
-                at=now,
-                node=node,
-                cpu_milli=32_000,
-                memory_mib=131_072,
-                gpus=[GpuInfo(index=0, model="NVIDIA A100-SXM4-80GB", mem_total_mib=81_920)],
-            ),
-        )
-        async with slicer_with_autosize(auth_url, pool, "a") as (slicer, loop):
+        await collector.publish(telemetry.inventory(node), a100_node(node))
+        async with slicer_with_autosize(auth_url, pool, "a") as (slicer, loop, registry):
             await eventually(lambda: node in slicer.scheduler.node_names, 20, what="inventory")
             placed = await tenant.submit_job(TENANT, job, gpu_milli=500, wait_s=20)
             assert isinstance(placed.decision, Placement)
@@ -133,21 +140,14 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
             # readings: measure only once the loop tracks the job (a reading before is no one's).
             await eventually(lambda: key in loop.autosizer.state.tracks, 20, what="job tracked")
             base = datetime.now(UTC)
-            for i in range(1, 7):  # 60 s of readings at 10 %
-                await agent.publish(
-                    telemetry.pod_share(node),
-                    shares(node, job, gpu, 0.10, base + timedelta(seconds=10 * i)),
-                )
+            await measured(agent, node, job, gpu, 0.10, base, range(1, 7))  # 60 s at 10 %
             await eventually(
                 lambda: loop.autosizer.state.tracks[key].phase is Phase.GUARDING,
                 20,
                 what="share lowered",
             )
-            for i in range(7, 10):  # then a 30 s window at 30 %: 3x what was predicted
-                await agent.publish(
-                    telemetry.pod_share(node),
-                    shares(node, job, gpu, 0.30, base + timedelta(seconds=10 * i)),
-                )
+            # then a 30 s window at 30 %: 3x what was predicted
+            await measured(agent, node, job, gpu, 0.30, base, range(7, 10))
 
             async def rolled_back() -> bool:  # decided, made durable and published
                 changed = await read(admin, "SEEDANCE_SLICING", share_subject)
@@ -157,6 +157,11 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
             await eventually(rolled_back, 20, what="share rolled back and published")
             track = loop.autosizer.state.tracks[key]
             assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
+            for reason in ("rightsized", "rolled_back"):
+                counted = registry.get_sample_value(
+                    "seedance_slicer_autosize_changes_total", {"reason": reason}
+                )
+                assert counted == 1, reason
             published = await read(admin, "SEEDANCE_SLICING", share_subject)
             alerts = await read(admin, "SEEDANCE_SLICING", slicing.subject(TENANT, "alert"))
         changes = [e for e in published if isinstance(e, ShareChanged) and e.job_id == job]
@@ -174,7 +179,7 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
 
         # A restarted loop (another replica) restores the rolled-back share from its state and
         # publishes nothing twice (the outbox's ids are derived from the readings).
-        async with slicer_with_autosize(auth_url, pool, "b") as (_, again):
+        async with slicer_with_autosize(auth_url, pool, "b") as (_, again, _):
             await eventually(lambda: key in again.autosizer.state.tracks, 20, what="restored")
             track = again.autosizer.state.tracks[key]
             assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)

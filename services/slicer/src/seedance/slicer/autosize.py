@@ -65,6 +65,7 @@ from seedance.slicer.core.autosize import (
     GuardTripped,
     ShareReading,
 )
+from seedance.slicer.metrics import AutosizeMetrics
 from seedance.slicer.settings import SlicerSettings
 
 __all__ = [
@@ -145,6 +146,7 @@ class AutosizeService(Lifecycle):
         self._pool, self._replica, self._ttl = pool, replica, lease_ttl_s
         self._max_ahead_s = max_ahead_s
         self.autosizer = Autosizer(config)
+        self.metrics = AutosizeMetrics(runtime.registry)
         self._durable = AutosizeDurable()
         self._state_rev: int | None = None
         self._unpublished: list[tuple[str, Event]] = []
@@ -190,6 +192,7 @@ class AutosizeService(Lifecycle):
                         await self._lease.acquired.wait()
                 continue
             await self._restore()
+            self.metrics.leader.set(1)
             await self._consumer.start(self._rt.bus)
             task = asyncio.create_task(self._consumer.run())
             while self._lease.held and not self._stopping.is_set():
@@ -199,6 +202,7 @@ class AutosizeService(Lifecycle):
             self._consumer.stop()
             await task
             await self._consumer.close()  # unacked messages go to the next leader
+            self.metrics.leader.set(0)
             if not self._stopping.is_set():
                 log.warning("slicer_autosize_leadership_lost", pool=self._pool)
 
@@ -277,9 +281,34 @@ class AutosizeService(Lifecycle):
                 except Exception as exc:  # nothing published: back to the durable state
                     self.autosizer = Autosizer.from_bytes(self._config, self._durable.core)
                     raise RetryableError(f"autosize batch not made durable: {exc!r}") from exc
+            self._count(out)
             self._unpublished = out
             await self._flush()
             return outcomes
+
+    def _count(self, out: list[tuple[str, Event]]) -> None:
+        """Metrics and logs of a batch's decisions, once they are durable."""
+        self.metrics.tracked_jobs.set(len(self.autosizer.state.tracks))
+        for _, ev in out:
+            if isinstance(ev, ShareChanged):
+                self.metrics.changes_total.labels(ev.reason.value).inc()
+                log.info(
+                    "slicer_share_changed",
+                    tenant=ev.tenant,
+                    job_id=ev.job_id,
+                    node=ev.node,
+                    from_milli=ev.from_milli,
+                    to_milli=ev.to_milli,
+                    reason=ev.reason.value,
+                )
+            elif isinstance(ev, ShareAlert):
+                log.warning(
+                    "slicer_share_rolled_back",
+                    tenant=ev.tenant,
+                    job_id=ev.job_id,
+                    deviation_ppm=ev.deviation_ppm,
+                    bound_ppm=ev.bound_ppm,
+                )
 
     def _decide(
         self, ds: Sequence[Delivery[Any]], fresh: list[int], outcomes: list[BaseException | None]
