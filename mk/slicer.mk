@@ -35,3 +35,16 @@ SCALE_PODS = $(SEEDANCE_DATA_DIR)/alibaba-gpu-v2023/openb_pod_list_default.csv
 .PHONY: bench-scale
 bench-scale: install data  ## slicer: ingest, decisions/s, 1,024-GPU gangs, state cost on the 4,278- and 17,112-node spot fleets (bus path)
 	nice -n 10 $(PY) -m tools.bench.bench_scale --nodes $(SCALE_NODES) --pods $(SCALE_PODS) $(SCALE_ARGS)
+
+# Sharing by measured use (docs/slicer.md): HISTORY=<folder shaped as alibaba-genai-2026>
+# [FUTURE=<the same pods' later samples>]; without FUTURE, HISTORY's last third is replayed.
+SHARE_HISTORY = $(or $(HISTORY),$(SEEDANCE_DATA_DIR)/alibaba-genai-2026)
+
+.PHONY: bench-share
+bench-share: install  ## slicer: GPUs saved by sharing by measured use vs one pod per GPU (HISTORY= [FUTURE=])
+	nice -n 10 $(PY) -m tools.bench.bench_share --history $(SHARE_HISTORY) \
+	  $(if $(FUTURE),--future $(FUTURE))
+
+.PHONY: bench-share-splits
+bench-share-splits: install  ## slicer: bench-share on 18 cuts of HISTORY (SHARE_ARGS="--grow-gib 3,6" injects growth)
+	nice -n 10 $(PY) -m tools.bench.bench_share_splits --history $(SHARE_HISTORY) $(SHARE_ARGS)

@@ -1,4 +1,5 @@
-"""The GenTD26 load-latency reader: rows in file order, bad values refused by line and field."""
+"""The GenTD26 readers: load latencies in file order, bad values refused by line and field;
+per-pod samples merged by (pod, instant) in MiB, a missing file named."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from seedance.traces.genai import read_load_latencies
+from seedance.traces.genai import (
+    DUTY_FILE,
+    MEMORY_FILE,
+    PodSample,
+    read_load_latencies,
+    read_pod_samples,
+)
 from tests.unit.traces.conftest import recording
 
 HEADER = "timestamp_anon,value,container_ip\n"
@@ -52,3 +59,35 @@ def test_the_real_recording(data_dir: Path) -> None:
     # The README's figures: p50 22.7 s, p95 45.4 s.
     assert ms[len(ms) // 2] == pytest.approx(22_718, rel=0.01)
     assert ms[int(0.95 * len(ms))] == pytest.approx(45_445, rel=0.01)
+
+
+def test_duty_and_memory_of_one_instant_are_one_sample(tmp_path: Path) -> None:
+    (tmp_path / DUTY_FILE).write_text(
+        "value,timestamp_anon,container_ip\n12.5,1662858720.0,p1\n0.0,1662858777.0,p1\n"
+    )
+    (tmp_path / MEMORY_FILE).write_text(
+        "timestamp_anon,value,container_ip\n1662858720.0,2147483648.0,p1\n"
+        "1662858720.0,1048576.0,p0\n"
+    )
+    assert read_pod_samples(tmp_path) == [
+        PodSample(pod="p0", at_s=1662858720.0, mem_mib=1.0),
+        PodSample(pod="p1", at_s=1662858720.0, duty_pct=12.5, mem_mib=2048.0),
+        PodSample(pod="p1", at_s=1662858777.0, duty_pct=0.0),
+    ]
+
+
+def test_a_missing_per_pod_file_or_a_bad_row_is_named(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=DUTY_FILE):
+        read_pod_samples(tmp_path)
+    (tmp_path / DUTY_FILE).write_text(
+        HEADER.replace("timestamp_anon,value", "value,timestamp_anon") + "busy,1.0,p1\n"
+    )
+    (tmp_path / MEMORY_FILE).write_text(HEADER)
+    with pytest.raises(ValueError, match=f"{DUTY_FILE}:2: value/timestamp_anon"):
+        read_pod_samples(tmp_path)
+
+
+def test_the_recorded_first_half_per_pod(data_dir: Path) -> None:
+    samples = read_pod_samples(recording(data_dir / "alibaba-genai-2026"))
+    assert len({s.pod for s in samples}) == 123  # the README's 143 span both halves
+    assert max(s.mem_mib or 0 for s in samples) < 81_920  # an 80 GB GPU's

@@ -170,7 +170,7 @@ IDENTITIES: dict[str, Declaration] = {
         Declaration(
             "slicer",
             publishes=("slicing",),
-            consumes=("slicer-jobs", "slicer-inventory", "slicer-pauses"),
+            consumes=("slicer-jobs", "slicer-inventory", "slicer-pauses", "slicer-autosize"),
             buckets=("seedance-slicer-state", "seedance-leases"),
         ),
         Declaration(

@@ -1,5 +1,5 @@
 """Slicer decisions: placements, releases, rejections, unschedulable reasons, preemptions, MIG
-layout plans.
+layout plans, and the shares it resizes on its own (automatic right-sizing) with their alerts.
 
 These are trusted facts: only the slicer publishes them, each at the time the slicer decided it
 (the server's receive time of the request that caused it, or a trusted observer's time), never
@@ -27,6 +27,9 @@ __all__ = [
     "PlacementKind",
     "Preempted",
     "RejectionReason",
+    "ShareAlert",
+    "ShareChangeReason",
+    "ShareChanged",
     "SlicingEvent",
     "Unschedulable",
     "UnschedulableReason",
@@ -159,4 +162,56 @@ class MigLayoutPlan(Event, frozen=True, kw_only=True, tag="slice.mig_plan.v1"):
     reason: str = ""
 
 
-SlicingEvent = Placement | Unschedulable | Preempted | MigLayoutPlan | JobReleased | JobRejected
+class ShareChangeReason(enum.StrEnum):
+    #: Lowered to the share the job was measured to use (its tenant opted in).
+    RIGHTSIZED = "rightsized"
+    #: Put back: what the job used after the change deviated past the bound.
+    ROLLED_BACK = "rolled_back"
+
+
+class ShareChanged(Event, frozen=True, kw_only=True, tag="slice.share_changed.v1"):
+    """The compute share a running shared job is enforced at changed, at ``at`` (the reading's
+    time that decided it), from ``from_milli`` to ``to_milli`` thousandths of GPU ``gpu_index``
+    of ``node`` (the MPS thread percentage is ``ceil(milli / 10)``). Memory is not resized."""
+
+    job_id: Name
+    tenant: TenantId
+    node: Name
+    gpu_index: int
+    from_milli: int
+    to_milli: int
+    reason: ShareChangeReason
+    detail: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    #: The id of the reading (``gpu.pod_share.v1``) that decided it.
+    cause_id: str = ""
+
+
+class ShareAlert(Event, frozen=True, kw_only=True, tag="slice.share_alert.v1"):
+    """An automatic right-sizing was rolled back: in a charge window after the change, what
+    the job was billed for (``max(share, measured use)``, the ledger's rule) exceeded what was
+    predicted (the new share) by ``deviation_ppm``, past ``bound_ppm``. The share is back at
+    ``restored_milli``; the job is not resized again while this placement lasts."""
+
+    job_id: Name
+    tenant: TenantId
+    node: Name
+    applied_milli: int
+    restored_milli: int
+    deviation_ppm: int
+    bound_ppm: int
+    #: Which signal deviated: ``cost`` (the only one wired today).
+    signal: str = "cost"
+    detail: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    cause_id: str = ""
+
+
+SlicingEvent = (
+    Placement
+    | Unschedulable
+    | Preempted
+    | MigLayoutPlan
+    | JobReleased
+    | JobRejected
+    | ShareChanged
+    | ShareAlert
+)

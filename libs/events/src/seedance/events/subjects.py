@@ -103,7 +103,9 @@ class SubjectShapeError(ValueError):
 TENANT_KINDS: dict[str, frozenset[str]] = {
     "jobs": frozenset({"submitted", "started", "finished", "failed", "cancelled"}),
     "observed": frozenset({"submitted", "started", "finished", "failed", "cancelled"}),
-    "slicing": frozenset({"placement", "unschedulable", "preempted", "released", "rejected"}),
+    "slicing": frozenset(
+        {"placement", "unschedulable", "preempted", "released", "rejected", "share", "alert"}
+    ),
     "graph": frozenset({"request", "result"}),
     "costs": frozenset({"entry", "report", "alert", "pause"}),
     "api": frozenset({"allocation"}),
@@ -182,8 +184,8 @@ class telemetry:
 
 
 class slicing:
-    """``seedance.slicing.<tenant>.{placement,unschedulable,preempted,released,rejected}`` and
-    MIG plans per node: the slicer's decisions, trusted facts."""
+    """``seedance.slicing.<tenant>.{placement,unschedulable,preempted,released,rejected,share,
+    alert}`` and MIG plans per node: the slicer's decisions (share: its own resizes), facts."""
 
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
@@ -192,6 +194,8 @@ class slicing:
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
+    #: Where a job starts and stops holding GPUs (what the ledger and the node agents follow).
+    HOLDS = (PLACEMENTS, PREEMPTIONS, RELEASES)
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
@@ -519,13 +523,7 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         # replica_consumer): no acks, it replays from its checkpoint's sequence.
         ConsumerSpec("ledger-in", "SEEDANCE_LEDGER_IN", (), acked=False, inactive_s=3600.0),
         # The replayed fleet follows the slicer's decisions: placements, preemptions, releases.
-        _c(
-            "collector-placements",
-            "SEEDANCE_SLICING",
-            slicing.PLACEMENTS,
-            slicing.PREEMPTIONS,
-            slicing.RELEASES,
-        ),
+        _c("collector-placements", "SEEDANCE_SLICING", *slicing.HOLDS),
         # The Kubernetes bridge acts on every decision about a pod: binds placements, shows
         # waits and refusals on the pod, deletes preempted pods (releases confirm its ends).
         _c(
@@ -543,10 +541,12 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         ConsumerSpec(
             "node-agent-in",
             "SEEDANCE_LEDGER_IN",
-            (slicing.PLACEMENTS, slicing.PREEMPTIONS, slicing.RELEASES),
+            slicing.HOLDS,
             acked=False,
             inactive_s=3600.0,
         ),
+        # The slicer's right-sizing loop: its decisions and the nodes' shares, as the ledger's.
+        _c("slicer-autosize", "SEEDANCE_LEDGER_IN", *slicing.HOLDS, telemetry.POD_SHARES),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
     )

@@ -1,21 +1,39 @@
-"""Reader of the Alibaba GenAI serving trace 2026 (GenTD26): the base-model load latencies
-(``basemodel_update_latency_anon.csv``), what a diffusion-serving replica's cold start is mostly
-made of.
+"""Reader of the Alibaba GenAI serving trace 2026 (GenTD26, `alibaba-genai-2026/`): the
+base-model load latencies (``basemodel_update_latency_anon.csv``, what a diffusion-serving
+replica's cold start is mostly made of) and the per-pod GPU duty cycle and memory, one sample a
+minute (``pod_gpu_duty_cycle_anon.csv``, ``pod_gpu_memory_used_bytes_anon.csv``).
 
-Owns the columns and their types; rows come back in file order, as written (milliseconds, as the
-file has them). Must not do: filter, scale or sample them (the autoscaling bench scales them to
-its replica profile's weight size, `seedance.bench.router_sim.startup`).
+Owns the columns and their types. Load latencies come back in file order, as written
+(milliseconds, as the file has them); per-pod samples merged by (pod, instant), memory in MiB.
+A folder "shaped as" the trace holds the two per-pod files. Must not do: filter, scale or
+sample rows, align samples to a grid, fill gaps or split history from future (the autoscaling
+bench scales the latencies to its replica profile's weight size,
+`seedance.bench.router_sim.startup`; the share bench makes its grid, `seedance.bench.share`).
 """
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LoadLatencyRow", "read_load_latencies"]
+__all__ = [
+    "BASEMODEL_FILE",
+    "DUTY_FILE",
+    "MEMORY_FILE",
+    "LoadLatencyRow",
+    "PodSample",
+    "read_load_latencies",
+    "read_pod_samples",
+]
+
+DUTY_FILE = "pod_gpu_duty_cycle_anon.csv"
+MEMORY_FILE = "pod_gpu_memory_used_bytes_anon.csv"
+BASEMODEL_FILE = "basemodel_update_latency_anon.csv"
 
 _COLUMNS = frozenset({"timestamp_anon", "value", "container_ip"})
+_MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,3 +64,46 @@ def read_load_latencies(path: Path) -> list[LoadLatencyRow]:
                 raise ValueError(f"{path}:{line}: value: {row['value']!r} (a latency is >= 0 ms)")
             out.append(LoadLatencyRow(timestamp_s=ts, latency_ms=ms, container=row["container_ip"]))
         return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodSample:
+    """One pod's reading at one instant; a value the files do not hold for it is None."""
+
+    pod: str
+    #: The anonymised timestamp, seconds (shifted by the publisher; spacing kept).
+    at_s: float
+    duty_pct: float | None = None
+    mem_mib: float | None = None
+
+
+def _rows(path: Path) -> Iterator[tuple[str, float, float]]:
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames is None or not set(reader.fieldnames) >= _COLUMNS:
+            raise ValueError(
+                f"{path}: expected columns {sorted(_COLUMNS)}, got {reader.fieldnames}"
+            )
+        for line, row in enumerate(reader, start=2):
+            try:
+                yield row["container_ip"], float(row["timestamp_anon"]), float(row["value"])
+            except ValueError as exc:
+                raise ValueError(f"{path}:{line}: value/timestamp_anon: {exc}") from None
+
+
+def read_pod_samples(folder: Path) -> list[PodSample]:
+    """Every pod's samples in `folder`, duty cycle and memory of one instant merged into one
+    sample, ordered by (pod, time). A file missing from the folder is an error naming it."""
+    merged: dict[tuple[str, float], dict[str, float]] = {}
+    for name, key, scale in ((DUTY_FILE, "duty_pct", 1.0), (MEMORY_FILE, "mem_mib", 1 / _MIB)):
+        path = folder / name
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{folder} has no {name} (a folder shaped as alibaba-genai-2026)"
+            )
+        for pod, at_s, value in _rows(path):
+            merged.setdefault((pod, at_s), {})[key] = value * scale
+    return [
+        PodSample(pod=pod, at_s=at_s, duty_pct=v.get("duty_pct"), mem_mib=v.get("mem_mib"))
+        for (pod, at_s), v in sorted(merged.items())
+    ]

@@ -4,9 +4,11 @@ wire the objects, serve."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.entry import start_service
+from seedance.slicer.autosize import autosize_service, with_autosize
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 
@@ -21,7 +23,11 @@ SUMMARY = (
 def main() -> None:
     settings, bus = start_service(NAME, SlicerSettings, summary=SUMMARY)
     runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
-    asyncio.run(serve(SlicerService(runtime, WallClock(), settings)))
+    clock = WallClock()
+    slicer = SlicerService(runtime, clock, settings)
+    # The right-sizing loop runs beside the slicer when a tenant opted in (docs/slicer.md).
+    autosize = autosize_service(runtime, clock, settings, settings.replica or socket.gethostname())
+    asyncio.run(serve(with_autosize(slicer, autosize)))
 
 
 if __name__ == "__main__":

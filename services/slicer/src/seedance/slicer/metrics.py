@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["SlicerMetrics"]
+__all__ = ["AutosizeMetrics", "SlicerMetrics"]
 
 
 class SlicerMetrics:
@@ -49,5 +49,27 @@ class SlicerMetrics:
         self.quota_revision = Gauge(
             "seedance_slicer_quota_revision",
             "KV revision of the quota policy in force (0: the file's, or none).",
+            registry=registry,
+        )
+
+
+class AutosizeMetrics:
+    """The right-sizing loop's (`seedance.slicer.autosize`), on the slicer's registry."""
+
+    def __init__(self, registry: Any) -> None:
+        self.changes_total = Counter(
+            "seedance_slicer_autosize_changes_total",
+            "Shares the right-sizing loop changed, by reason (rightsized, rolled_back).",
+            ["reason"],
+            registry=registry,
+        )
+        self.tracked_jobs = Gauge(
+            "seedance_slicer_autosize_tracked_jobs",
+            "Shared jobs of opted-in tenants the loop measures, guards or has settled.",
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "seedance_slicer_autosize_leader",
+            "1 while this replica runs its pool's loop.",
             registry=registry,
         )

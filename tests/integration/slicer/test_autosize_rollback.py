@@ -1,0 +1,227 @@
+"""Right-sizing that applies itself, with a guard, on the deployment's own server and users.
+
+The shipped-auth server (``auth_url``): the slicer and its right-sizing loop run as the
+``slicer`` user, composed as ``python -m seedance.slicer`` composes them; a tenant
+(``tenant-acme``) submits a shared job through the SDK; the node agent's user publishes the
+pod's measured shares of the node the job runs on; the collector's user the node's inventory.
+The job measured at 10 % of its 500-milli share is lowered to 100 milli; when it then runs at
+30 % the change is rolled back to exactly the previous share, with an alert; a restarted loop
+restores the rolled-back share and publishes nothing twice. A reading on another node's subject
+is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
+from seedance.events import decode, new_event_id
+from seedance.events.dlq import DeadLetter
+from seedance.events.slicing import Placement, PlacementKind, ShareAlert, ShareChanged
+from seedance.events.subjects import dlq, slicing, telemetry
+from seedance.events.telemetry import GpuInfo, NodeInventory, PodShare, PodShares
+from seedance.sdk import SeedanceClient
+from seedance.slicer.autosize import AutosizeService, autosize_service, with_autosize
+from seedance.slicer.core.autosize import Phase
+from seedance.slicer.service import SlicerService
+from seedance.slicer.settings import SlicerSettings
+from seedance.testing.waits import eventually
+from tests.conftest import serving
+from tests.integration.conftest import shipped_password
+
+pytestmark = pytest.mark.slow
+
+TENANT = "acme"  # a tenant of the shipped users (`tenant-acme`)
+
+
+def as_user(url: str, user: str) -> BusSettings:
+    return BusSettings(url=url, user=user, password=shipped_password(user), name=user)
+
+
+@contextlib.asynccontextmanager
+async def slicer_with_autosize(url: str, pool: str, replica: str) -> AsyncIterator[Any]:
+    settings = SlicerSettings(
+        pool=pool,
+        replica=replica,
+        lease_ttl_s=1.5,
+        autosize_tenants=TENANT,
+        autosize_min_history_s=60,
+        autosize_min_samples=6,
+        autosize_guard_s=600,
+        autosize_window_s=30,
+    )
+    runtime = ServiceRuntime("slicer", as_user(url, "slicer"))
+    clock = WallClock()
+    loop = autosize_service(runtime, clock, settings, replica)
+    assert loop is not None
+    slicer = SlicerService(runtime, clock, settings)
+    async with serving(with_autosize(slicer, loop)):
+        yield slicer, loop, runtime.registry
+
+
+def shares(node: str, job: str, gpu: int, sm: float, at: datetime) -> PodShares:
+    return PodShares(
+        id=new_event_id(at=at),
+        at=at,
+        node=node,
+        window_start=at - timedelta(seconds=10),
+        shares=[
+            PodShare(
+                gpu_index=gpu,
+                pod_uid=f"uid-{job}",
+                tenant=TENANT,
+                job_id=job,
+                sm_share=sm,
+                mem_share=0.0,
+                periods=10,
+            )
+        ],
+    )
+
+
+def a100_node(node: str) -> NodeInventory:
+    """One A100-80GB as NVML names it, in the collector's inventory."""
+    now = datetime.now(UTC)
+    return NodeInventory(
+        id=new_event_id(at=now), at=now, node=node, cpu_milli=32_000, memory_mib=131_072,
+        gpus=[GpuInfo(index=0, model="NVIDIA A100-SXM4-80GB", mem_total_mib=81_920)],
+    )  # fmt: skip
+
+
+async def measured(
+    agent: Bus, node: str, job: str, gpu: int, sm: float, base: datetime, tens: range
+) -> None:
+    """The node agent's readings of `job`, one per 10 s window ending at base + 10 s x i."""
+    for i in tens:
+        reading = shares(node, job, gpu, sm, base + timedelta(seconds=10 * i))
+        await agent.publish(telemetry.pod_share(node), reading)
+
+
+async def read(admin: Bus, stream: str, subject: str) -> list[Any]:
+    """Every event `stream` holds on `subject` now (the operator's view): as many as the
+    stream counts there, each awaited with a deadline (no guess at when the last one came)."""
+    info = await admin.js.stream_info(stream, subjects_filter=subject)
+    count = (info.state.subjects or {}).get(subject, 0)
+    if count == 0:
+        return []
+    sub = await admin.js.subscribe(subject, ordered_consumer=True)
+    try:
+        return [decode((await sub.next_msg(timeout=10)).data) for _ in range(count)]
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
+    admin = await Bus.connect(as_user(auth_url, "admin"))
+    agent = await Bus.connect(as_user(auth_url, "node-agent"))
+    collector = await Bus.connect(as_user(auth_url, "telemetry-collector"))
+    tenant = await SeedanceClient.connect(
+        auth_url, user=f"tenant-{TENANT}", password=shipped_password(f"tenant-{TENANT}")
+    )
+    node, job, pool = f"as-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}", "autosize"
+    share_subject = slicing.subject(TENANT, "share")
+    try:
+        await admin.ensure_streams()
+        await collector.publish(telemetry.inventory(node), a100_node(node))
+        async with slicer_with_autosize(auth_url, pool, "a") as (slicer, loop, registry):
+            await eventually(lambda: node in slicer.scheduler.node_names, 20, what="inventory")
+            placed = await tenant.submit_job(TENANT, job, gpu_milli=500, wait_s=20)
+            assert isinstance(placed.decision, Placement)
+            assert placed.decision.kind is PlacementKind.SHARED
+            gpu = placed.decision.gpus[0].index
+            key = f"{TENANT}/{job}"
+            # The placement reaches the loop through the merged stream, sourced apart from the
+            # readings: measure only once the loop tracks the job (a reading before is no one's).
+            await eventually(lambda: key in loop.autosizer.state.tracks, 20, what="job tracked")
+            base = datetime.now(UTC)
+            await measured(agent, node, job, gpu, 0.10, base, range(1, 7))  # 60 s at 10 %
+            await eventually(
+                lambda: loop.autosizer.state.tracks[key].phase is Phase.GUARDING,
+                20,
+                what="share lowered",
+            )
+            # then a 30 s window at 30 %: 3x what was predicted
+            await measured(agent, node, job, gpu, 0.30, base, range(7, 10))
+
+            async def rolled_back() -> bool:  # decided, made durable and published
+                changed = await read(admin, "SEEDANCE_SLICING", share_subject)
+                alerted = await read(admin, "SEEDANCE_SLICING", slicing.subject(TENANT, "alert"))
+                return (len(changed), len(alerted)) == (2, 1)
+
+            await eventually(rolled_back, 20, what="share rolled back and published")
+            track = loop.autosizer.state.tracks[key]
+            assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
+            for reason in ("rightsized", "rolled_back"):
+                counted = registry.get_sample_value(
+                    "seedance_slicer_autosize_changes_total", {"reason": reason}
+                )
+                assert counted == 1, reason
+            published = await read(admin, "SEEDANCE_SLICING", share_subject)
+            alerts = await read(admin, "SEEDANCE_SLICING", slicing.subject(TENANT, "alert"))
+        changes = [e for e in published if isinstance(e, ShareChanged) and e.job_id == job]
+        assert [(c.reason.value, c.from_milli, c.to_milli) for c in changes] == [
+            ("rightsized", 500, 100),
+            ("rolled_back", 100, 500),
+        ]
+        assert changes[1].to_milli == placed.decision.gpus[0].milli  # the previous share, exactly
+        assert (changes[0].node, changes[0].gpu_index) == (node, gpu)
+        assert changes[1].at == base + timedelta(seconds=90)  # the reading that decided it
+        (alert,) = [a for a in alerts if isinstance(a, ShareAlert) and a.job_id == job]
+        assert (alert.applied_milli, alert.restored_milli, alert.bound_ppm) == (100, 500, 50_000)
+        assert alert.deviation_ppm == pytest.approx(2_000_000, abs=1)
+        assert alert.cause_id == changes[1].cause_id
+
+        # A restarted loop (another replica) restores the rolled-back share from its state and
+        # publishes nothing twice (the outbox's ids are derived from the readings).
+        async with slicer_with_autosize(auth_url, pool, "b") as (_, again, _):
+            await eventually(lambda: key in again.autosizer.state.tracks, 20, what="restored")
+            track = again.autosizer.state.tracks[key]
+            assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
+            again_published = await read(admin, "SEEDANCE_SLICING", share_subject)
+        assert [e.id for e in again_published] == [e.id for e in published]
+    finally:
+        await tenant.close()
+        for b in (admin, agent, collector):
+            await b.close()
+
+
+async def test_a_reading_on_another_nodes_subject_is_dead_lettered(auth_url: str) -> None:
+    admin = await Bus.connect(as_user(auth_url, "admin"))
+    agent = await Bus.connect(as_user(auth_url, "node-agent"))
+    try:
+        await admin.ensure_streams()
+        async with slicer_with_autosize(auth_url, "autosize-dlq", "a"):
+            now = datetime.now(UTC)
+            forged = shares("node-b", "victim", 0, 0.99, now)
+            await agent.publish(telemetry.pod_share("node-a"), forged)
+
+            async def lettered() -> bool:
+                letters = await read(admin, "SEEDANCE_DLQ", dlq.subject("slicer"))
+                return any(
+                    isinstance(d, DeadLetter)
+                    and d.error_kind == "subject_mismatch"
+                    and forged.id.encode() in d.payload
+                    for d in letters
+                )
+
+            await eventually(lettered, 20, what="the forged reading dead-lettered")
+    finally:
+        for b in (admin, agent):
+            await b.close()
+
+
+def test_no_loop_without_a_tenant_that_opted_in() -> None:
+    runtime = ServiceRuntime("slicer", BusSettings(url="nats://127.0.0.1:1"))
+    assert autosize_service(runtime, WallClock(), SlicerSettings(), "a") is None
+    loop = autosize_service(
+        runtime, WallClock(), SlicerSettings(autosize_tenants=" acme , globex "), "a"
+    )
+    assert isinstance(loop, AutosizeService)
+    slicer = object()
+    assert with_autosize(slicer, None) is slicer

@@ -1,0 +1,163 @@
+"""Right-sizing that applies itself, with a guard (`seedance.slicer.core.autosize`): shares
+lowered to measured use for opted-in tenants, rolled back with an alarm when the billed cost
+deviates past the bound, kept otherwise; its state survives a restore at any point."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from seedance.slicer.core.autosize import (
+    AutosizeConfig,
+    Autosizer,
+    GuardTripped,
+    Phase,
+    ShareReading,
+    ShareResized,
+)
+
+CFG = AutosizeConfig(
+    tenants=frozenset({"acme"}), min_history_s=60, min_samples=6, guard_s=120, window_s=30
+)
+
+
+def reading(sm: float, at_s: float, *, job: str = "j", node: str = "n1", gpu: int = 0,
+            tenant: str = "acme", span_s: float = 10) -> ShareReading:  # fmt: skip
+    return ShareReading(tenant=tenant, job_id=job, node=node, gpu=gpu, sm_share=sm,
+                        window_start_s=at_s - span_s, at_s=at_s)  # fmt: skip
+
+
+def feed(a: Autosizer, sm: float, start_s: float, n: int, **kw: object) -> list[object]:
+    out: list[object] = []
+    for i in range(n):
+        out += a.observe(reading(sm, start_s + 10 * (i + 1), **kw))  # type: ignore[arg-type]
+    return out
+
+
+def measured(milli: int = 500) -> Autosizer:
+    a = Autosizer(CFG)
+    a.placed("acme", "j", "n1", [(0, milli)])
+    return a
+
+
+def test_a_job_is_lowered_to_its_measured_share_once_it_has_a_past() -> None:
+    a = measured()
+    assert feed(a, 0.10, 0, 5) == []  # 50 s and 5 readings: too short a past
+    (effect,) = feed(a, 0.10, 50, 1)
+    assert isinstance(effect, ShareResized)
+    assert (effect.from_milli, effect.to_milli, effect.reason) == (500, 100, "rightsized")
+    assert (effect.node, effect.gpu, effect.at_s) == ("n1", 0, 60)
+    assert "p95 of 6 readings over 60 s is 10 % of the GPU" in effect.detail
+    assert a.state.tracks["acme/j"].phase is Phase.GUARDING
+
+
+def test_a_job_whose_use_stays_under_its_new_share_keeps_it() -> None:
+    a = measured()
+    feed(a, 0.10, 0, 6)
+    assert feed(a, 0.10, 60, 12) == []  # 120 s of guard windows, none deviating
+    assert a.state.tracks["acme/j"].phase is Phase.KEPT
+    assert a.state.tracks["acme/j"].milli == 100
+    assert feed(a, 0.90, 180, 12) == []  # kept: no longer watched
+
+
+def test_a_deviation_past_the_bound_rolls_back_and_raises_the_alarm() -> None:
+    a = measured()
+    feed(a, 0.10, 0, 6)
+    # The first guard window (30 s) at 30 %: billed max(0.1, 0.3) = 3x the predicted 0.1.
+    out = feed(a, 0.30, 60, 3)
+    back, alarm = out
+    assert isinstance(back, ShareResized)
+    assert (back.from_milli, back.to_milli, back.reason) == (100, 500, "rolled_back")
+    assert isinstance(alarm, GuardTripped)
+    assert (alarm.applied_milli, alarm.restored_milli) == (100, 500)
+    assert alarm.deviation_ppm == pytest.approx(2_000_000, abs=1)
+    assert alarm.bound_ppm == 50_000
+    track = a.state.tracks["acme/j"]
+    assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
+    assert feed(a, 0.01, 90, 20) == []  # not tried again while the placement lasts
+
+
+@pytest.mark.parametrize(("sm", "trips"), [(0.104, False), (0.106, True)])
+def test_the_bound_is_five_percent_of_the_predicted_cost(sm: float, trips: bool) -> None:
+    a = measured()
+    feed(a, 0.10, 0, 6)
+    out = feed(a, sm, 60, 3)
+    assert bool(out) is trips
+
+
+def test_a_short_spike_inside_a_window_is_judged_on_the_window() -> None:
+    a = measured()
+    feed(a, 0.10, 0, 6)
+    # One 10 s reading at 20 % among three: the window billed (0.2 + 0.1 + 0.1) / 3 = 0.133.
+    out = feed(a, 0.20, 60, 1) + feed(a, 0.10, 70, 2)
+    assert [type(e) for e in out] == [ShareResized, GuardTripped]
+    assert out[1].deviation_ppm == pytest.approx(333_333, abs=1)  # type: ignore[attr-defined]
+
+
+def test_a_small_cut_is_not_worth_a_change() -> None:
+    a = measured(milli=140)  # measured 10 % -> 100 milli: 40 below, under the 50 step
+    assert feed(a, 0.10, 0, 20) == []
+    assert a.state.tracks["acme/j"].phase is Phase.MEASURING
+
+
+def test_only_opted_in_tenants_and_shared_placements_are_tracked() -> None:
+    a = Autosizer(CFG)
+    a.placed("globex", "j", "n1", [(0, 500)])
+    a.placed("acme", "whole", "n1", [(0, 1000)])
+    a.placed("acme", "two", "n1", [(0, 500), (1, 500)])
+    assert a.state.tracks == {}
+    assert feed(a, 0.1, 0, 10, tenant="globex") == []
+    every = Autosizer(AutosizeConfig(tenants=frozenset({"*"})))
+    every.placed("globex", "j", "n1", [(0, 500)])
+    assert list(every.state.tracks) == ["globex/j"]
+
+
+def test_readings_of_another_gpu_node_or_an_ended_job_change_nothing() -> None:
+    a = measured()
+    assert feed(a, 0.1, 0, 10, gpu=1) == []
+    assert feed(a, 0.1, 0, 10, node="n2") == []
+    assert a.state.tracks["acme/j"].use.samples == 0
+    a.ended("acme", "j")
+    assert feed(a, 0.1, 0, 10) == []
+    a.placed("acme", "j", "n2", [(3, 400)])  # placed again: a new track
+    assert a.state.tracks["acme/j"].node == "n2"
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [({"sm": 1.5}, "sm_share"), ({"sm": -0.1}, "sm_share"), ({"span_s": -5}, "window_start")],
+)
+def test_a_bad_reading_is_refused_naming_the_field(kw: dict[str, float], field: str) -> None:
+    a = measured()
+    before = a.to_bytes()
+    sm = kw.pop("sm", 0.1)
+    with pytest.raises(ValueError, match=field):
+        a.observe(reading(sm, 100, **kw))  # type: ignore[arg-type]
+    assert a.to_bytes() == before
+
+
+def test_a_restored_loop_decides_as_the_original() -> None:
+    """A random stream of placements, ends and readings, against a copy restored from bytes
+    before every input: the same effects and the same bytes throughout."""
+    rng = random.Random(5)
+    a = Autosizer(CFG)
+    effects_a: list[object] = []
+    effects_b: list[object] = []
+    t = 0.0
+    for _ in range(600):
+        b = Autosizer.from_bytes(CFG, a.to_bytes())
+        job = f"j{rng.randrange(3)}"
+        roll, milli, sm = rng.random(), rng.choice((300, 500, 800)), rng.choice((0.05, 0.1, 0.4))
+        for x, out in ((a, effects_a), (b, effects_b)):
+            if roll < 0.02:
+                x.placed("acme", job, "n1", [(0, milli)])
+            elif roll < 0.03:
+                x.ended("acme", job)
+            else:
+                out += x.observe(reading(sm, t + 10, job=job))
+        t += 10
+        assert a.to_bytes() == b.to_bytes()
+        a = b
+    assert effects_a == effects_b
+    assert any(isinstance(e, GuardTripped) for e in effects_a)
