@@ -67,6 +67,20 @@ class NodeAgentMetrics:
             ["resource"],
             registry=registry,
         )
+        self.plugin_conflicts_total = Counter(
+            "seedance_node_agent_plugin_conflicts_total",
+            "Starts refused because another device plugin serves the resource on this node "
+            "(NVIDIA's, deployed by the GPU operator: switch it off on the node), by resource.",
+            ["resource"],
+            registry=registry,
+        )
+        self.simulated_events_total = Counter(
+            "seedance_node_agent_simulated_events_total",
+            "Telemetry published for the node's simulated GPUs (development clusters), by kind "
+            "(inventory, sample).",
+            ["kind"],
+            registry=registry,
+        )
         self.mig_plans_total = Counter(
             "seedance_node_agent_mig_plans_total",
             "MIG layout plans by outcome (applied, already_applied, refused, failed).",
