@@ -55,7 +55,7 @@ class TestMigManager:
     async def start(self) -> None:
         node = await self.core.read_node(self.node)
         self._current = (node.metadata.labels or {}).get(CONFIG, "")
-        self._task = asyncio.create_task(self._run(node.metadata.resource_version))
+        self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -63,21 +63,31 @@ class TestMigManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def _run(self, resource_version: str) -> None:
-        w = watch.Watch()
-        async with w.stream(
-            self.core.list_node,
-            field_selector=f"metadata.name={self.node}",
-            resource_version=resource_version,
-        ) as events:
-            async for event in events:
-                labels = event["object"].metadata.labels or {}
-                wanted = labels.get(CONFIG, "")
-                if wanted and wanted != self._current:
-                    self._current = wanted
-                    await self._label(STATE, "pending")
-                    ok = await self._apply(wanted)
-                    await self._label(STATE, "success" if ok else "failed")
+    async def _run(self) -> None:
+        """Level-triggered, as a controller: the Node read, acted on, then watched from its
+        version until the watch ends (then read again); only ADDED and MODIFIED events carry
+        the Node (BOOKMARK and ERROR events do not)."""
+        while True:
+            node = await self.core.read_node(self.node)
+            await self._reconcile(node.metadata.labels or {})
+            w = watch.Watch()
+            async with w.stream(
+                self.core.list_node,
+                field_selector=f"metadata.name={self.node}",
+                resource_version=node.metadata.resource_version,
+                timeout_seconds=60,
+            ) as events:
+                async for event in events:
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        await self._reconcile(event["object"].metadata.labels or {})
+
+    async def _reconcile(self, labels: dict[str, str]) -> None:
+        wanted = labels.get(CONFIG, "")
+        if wanted and wanted != self._current:
+            self._current = wanted
+            await self._label(STATE, "pending")
+            ok = await self._apply(wanted)
+            await self._label(STATE, "success" if ok else "failed")
 
     async def _label(self, key: str, value: str) -> None:
         await self.core.patch_node(

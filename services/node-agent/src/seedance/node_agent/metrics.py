@@ -22,6 +22,13 @@ class NodeAgentMetrics:
             ["resource", "outcome"],
             registry=registry,
         )
+        self.allocation_waits_total = Counter(
+            "seedance_node_agent_allocation_waits_total",
+            "Allocates that waited for the slicer's placement to reach the agent (the pod bound "
+            "before the agent had read it), by resource.",
+            ["resource"],
+            registry=registry,
+        )
         self.restored_grants_total = Counter(
             "seedance_node_agent_restored_grants_total",
             "Grants rebuilt at start from the pods already holding devices, by resource and "

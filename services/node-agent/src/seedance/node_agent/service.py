@@ -166,6 +166,7 @@ class NodeAgentService:
             devices=lambda: self._devices,
             kubelet=self._pods.list_pods,
             metrics=self.metrics,
+            placement_news=self._feed.news,
         )
         self._feed.on_end = self._allocator.job_ended
         # Registered only once the replay is applied: the kubelet may send an Allocate the
