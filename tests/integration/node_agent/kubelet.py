@@ -19,9 +19,13 @@ plugin went away) every device of the resource is unhealthy (``PluginDisconnecte
 listed. pod-resources ``GetAllocatableResources`` lists every device held, whatever its
 health; the Node's ``status.capacity`` / ``status.allocatable`` in the API server are kept
 to all devices / the healthy ones per resource (a PATCH of ``nodes/<node>/status``, as the
-kubelet's status update). ``run`` admits a pod bound to the node as the kubelet does (its
+kubelet's status update). ``register_node`` creates the Node as a kubelet registers it (Ready,
+its CPU and memory). ``run`` admits a pod bound to the node as the kubelet does (its
 containers' extended-resource limits, the plugin serving each), starts its containers
-(PreStartContainer) and writes the pod's status Running; ``finish`` writes it Succeeded.
+(PreStartContainer) and writes the pod's status Running; a refused Allocate fails the pod
+(``UnexpectedAdmissionError``, as the kubelet's admission does); ``finish`` writes it
+Succeeded. ``start_syncing`` runs every pod bound to the node as it appears (a watch, as the
+kubelet's pod source), so pods bound by the bridge run without a test's call.
 
 Not covered (a real kubelet does): pods come from the tests' calls, not from watching the API
 server, and are admitted one at a time in the order called; GetPreferredAllocation is not
@@ -43,7 +47,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import grpc
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 
 from seedance.node_agent.deviceplugin import api_pb2 as dp
 from seedance.node_agent.deviceplugin import api_pb2_grpc as dp_grpc
@@ -203,6 +207,9 @@ class NodeKubelet(DeviceManager, dp_grpc.RegistrationServicer):
         self.registrations: list[tuple[str, str]] = []
         self._registration: grpc.aio.Server | None = None
         self._changed = asyncio.Event()
+        self._sync: asyncio.Task[None] | None = None
+        #: Each pod run by ``start_syncing``: None (started, or being admitted) or why not.
+        self.outcomes: dict[tuple[str, str], str | None] = {}
 
     # registration ------------------------------------------------------------------------
     async def Register(
@@ -259,6 +266,72 @@ class NodeKubelet(DeviceManager, dp_grpc.RegistrationServicer):
         )
         self._changed.set()
 
+    async def register_node(self, cpu: str = "8", memory: str = "32Gi") -> None:
+        """Create the Node, then write its status: Ready, with its CPU, memory and pods."""
+        await self.core.create_node(
+            {"metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node}}}
+        )
+        resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+        await self.core.patch_node_status(
+            self.node,
+            {
+                "status": {
+                    "capacity": resources,
+                    "allocatable": resources,
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                }
+            },
+            _content_type="application/merge-patch+json",
+        )
+
+    def start_syncing(self) -> None:
+        """Run each pod bound to the node as it appears (``outcomes`` says how each went)."""
+        self._sync = asyncio.create_task(self._sync_pods())
+
+    async def _sync_pods(self) -> None:
+        # Level-triggered like the kubelet's pod source: list, act, watch from the list's
+        # version, list again when the watch ends; BOOKMARK/ERROR events carry no pod.
+        while True:
+            pods = await self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self.node}"
+            )
+            for pod in pods.items:
+                await self._sync_pod(pod)
+            w = watch.Watch()
+            async with w.stream(
+                self.core.list_pod_for_all_namespaces,
+                field_selector=f"spec.nodeName={self.node}",
+                resource_version=pods.metadata.resource_version,
+                timeout_seconds=60,
+            ) as events:
+                async for event in events:
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        await self._sync_pod(event["object"])
+                    elif event["type"] == "DELETED":
+                        meta = event["object"].metadata
+                        self.remove(meta.namespace, meta.name)
+
+    async def _sync_pod(self, pod: Any) -> None:
+        key = (pod.metadata.namespace, pod.metadata.name)
+        if key in self.outcomes or (pod.status and pod.status.phase) != "Pending":
+            return
+        self.outcomes[key] = None  # being admitted: once, as the kubelet admits a pod once
+        refused = await self.run(*key)
+        self.outcomes[key] = refused
+        if refused is not None and key not in self.pods:  # admission failed: the pod fails
+            await self.core.patch_namespaced_pod_status(
+                key[1],
+                key[0],
+                {
+                    "status": {
+                        "phase": "Failed",
+                        "reason": "UnexpectedAdmissionError",
+                        "message": f"Allocate failed due to {refused}, which is unexpected",
+                    }
+                },
+                _content_type="application/merge-patch+json",
+            )
+
     def allocatable(self, resource: str) -> int:
         p = self.plugins.get(resource)
         return 0 if p is None else sum(h == "Healthy" for h in p.devices.values())
@@ -272,6 +345,10 @@ class NodeKubelet(DeviceManager, dp_grpc.RegistrationServicer):
         self._registration = server
 
     async def stop(self) -> None:
+        if self._sync is not None:
+            self._sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sync
         for p in self.plugins.values():
             if p.stream is not None:
                 p.stream.cancel()

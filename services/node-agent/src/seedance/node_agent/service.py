@@ -167,6 +167,7 @@ class NodeAgentService:
             kubelet=self._pods.list_pods,
             metrics=self.metrics,
             placement_news=self._feed.news,
+            placement_wait_s=self._s.placement_wait_s,
         )
         self._feed.on_end = self._allocator.job_ended
         # Registered only once the replay is applied: the kubelet may send an Allocate the

@@ -46,6 +46,11 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Where host PIDs' cgroups are read (the host's /proc, mounted; the pod runs hostPID).
     proc_root: str = "/proc"
 
+    #: How long an Allocate waits for the slicer's placement of a pod bound here to reach the
+    #: agent (the bridge binds once the slicer placed; the agent reads the placement from
+    #: another stream). The kubelet admits a node's pods one at a time, so this bounds how
+    #: long one such pod can hold the others up; a refused Allocate fails the pod for good.
+    placement_wait_s: float = 10.0
     #: Another device plugin serving a resource of ``resources`` on this node is looked at again
     #: for this long before the start is refused (the agent's own previous plugin counts on the
     #: Node until the kubelet's next node-status update, every 10 s by default).
@@ -77,6 +82,10 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("SEEDANCE_NODE_AGENT_NODE_NAME must name this node")
         if min(self.labels_interval_s, self.shares_interval_s, self.kubelet_poll_interval_s) <= 0:
             raise ValueError("SEEDANCE_NODE_AGENT_*_INTERVAL_S must be above 0")
+        if self.placement_wait_s < 0:
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_PLACEMENT_WAIT_S={self.placement_wait_s}: must be 0 or more"
+            )
         if self.plugin_conflict_wait_s < 0:
             raise ValueError(
                 f"SEEDANCE_NODE_AGENT_PLUGIN_CONFLICT_WAIT_S={self.plugin_conflict_wait_s}: "
