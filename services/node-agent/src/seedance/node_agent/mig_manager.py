@@ -18,7 +18,8 @@ It must not create or destroy MIG instances itself, nor touch another node's lab
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -34,21 +35,75 @@ from seedance.node_agent.core.migparted import (
     LayoutError,
     layout_entry,
     layout_name,
+    mig_manager_present,
     pair_slots,
     target_layouts,
     with_layout,
 )
 from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.kube import ThisNode
-from seedance.node_agent.mig import MigBackend, MigOutcome, MigResult, drained_refusal
+from seedance.node_agent.mig import MigApplier, MigBackend, MigOutcome, MigResult, drained_refusal
+from seedance.node_agent.settings import NodeAgentSettings
 
-__all__ = ["MigManagerApplier", "refusing"]
+__all__ = ["ApplyPlan", "MigManagerApplier", "mig_applier", "refusing"]
 
 log = get_logger(__name__)
 
 #: Concurrent writers of the ConfigMap (other nodes' agents) make a replace fail with 409; the
 #: read-modify-write is tried again this many times.
 _WRITE_ATTEMPTS = 8
+
+
+#: How the agent applies a plan on this node (NVML, mig-manager, or a refusal).
+ApplyPlan = Callable[[MigLayoutPlan], Awaitable[MigResult]]
+
+
+def mig_applier(
+    backend: MigBackend,
+    labels: Mapping[str, str],
+    settings: NodeAgentSettings,
+    *,
+    api_client: Any,
+    node: ThisNode,
+    gpus: Callable[[], list[int]],
+    allocated: Callable[[int], list[str]],
+    clock: Clock,
+) -> tuple[ApplyPlan, MigManagerApplier | None]:
+    """How plans are applied on a node with these ``labels``: through NVML where mig-manager
+    does not own MIG, through it where the agent was given its ConfigMap, else refused. The
+    mig-manager applier comes back too (Allocate resolves the slicer's slots through it)."""
+    config_map = settings.mig_manager_config_map
+    manager = None
+    if not mig_manager_present(labels):
+        nvml = MigApplier(backend, allocated=allocated)
+
+        async def apply(plan: MigLayoutPlan) -> MigResult:
+            return await asyncio.to_thread(nvml.apply, plan)
+
+        via = "nvml"
+    elif config_map is None:
+        refuse = refusing(str(labels.get(MIG_CONFIG_LABEL, "")))
+
+        async def apply(plan: MigLayoutPlan) -> MigResult:
+            return refuse(plan)
+
+        via = "mig-manager-unconfigured"
+    else:
+        manager = MigManagerApplier(
+            backend,
+            api_client,
+            node,
+            config_map,
+            gpus=gpus,
+            allocated=allocated,
+            clock=clock,
+            timeout_s=settings.mig_manager_timeout_s,
+            poll_s=settings.mig_manager_poll_s,
+        )
+        apply = manager.apply
+        via = "mig-manager"
+    log.info("mig_plans_applied_through", via=via, config_map=settings.mig_manager_config)
+    return apply, manager
 
 
 def refusing(label: str) -> Callable[[MigLayoutPlan], MigResult]:

@@ -39,7 +39,6 @@ from seedance.events.slicing import MigLayoutPlan
 from seedance.events.subjects import slicing, telemetry
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
-from seedance.node_agent.core.migparted import MIG_CONFIG_LABEL, mig_manager_present
 from seedance.node_agent.core.placement import NodeDevices, Refusal, node_token
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import ProcessSample, ShareAccumulator, pod_shares
@@ -53,8 +52,8 @@ from seedance.node_agent.deviceplugin import (
 )
 from seedance.node_agent.kube import NodePods, ThisNode, connect
 from seedance.node_agent.metrics import NodeAgentMetrics
-from seedance.node_agent.mig import MigApplier, MigBackend, MigResult, NvmlMigBackend
-from seedance.node_agent.mig_manager import MigManagerApplier, refusing
+from seedance.node_agent.mig import MigBackend, MigResult, NvmlMigBackend
+from seedance.node_agent.mig_manager import MigManagerApplier, mig_applier
 from seedance.node_agent.nvml import NvmlNode
 from seedance.node_agent.placements import PlacementFeed
 from seedance.node_agent.plugin_check import OWN_SOCKET_PREFIX, refuse_if_served
@@ -221,39 +220,19 @@ class NodeAgentService:
     async def _choose_mig(self) -> None:
         """NVML, or mig-manager where the node's labels show it owns MIG (looked at once, at
         start: a mig-manager deployed later is seen at the agent's next start)."""
-        backend = self._mig_backend
-        if backend is None:
+        if self._mig_backend is None:
             return
         labels = ((await self._node.get()).get("metadata") or {}).get("labels") or {}
-        config_map = self._s.mig_manager_config_map
-        if not mig_manager_present(labels):
-            nvml = MigApplier(backend, allocated=self._pods_on_gpu)
-
-            async def through_nvml(plan: MigLayoutPlan) -> MigResult:
-                return await asyncio.to_thread(nvml.apply, plan)
-
-            self._apply_mig, via = through_nvml, "nvml"
-        elif config_map is None:
-            refuse = refusing(str(labels.get(MIG_CONFIG_LABEL, "")))
-
-            async def refused(plan: MigLayoutPlan) -> MigResult:
-                return refuse(plan)
-
-            self._apply_mig, via = refused, "mig-manager-unconfigured"
-        else:
-            self._mig_manager = MigManagerApplier(
-                backend,
-                self._kube,
-                self._node,
-                config_map,
-                gpus=lambda: sorted(self._devices.gpus),
-                allocated=self._pods_on_gpu,
-                clock=self._clock,
-                timeout_s=self._s.mig_manager_timeout_s,
-                poll_s=self._s.mig_manager_poll_s,
-            )
-            self._apply_mig, via = self._mig_manager.apply, "mig-manager"
-        log.info("mig_plans_applied_through", via=via, config_map=self._s.mig_manager_config)
+        self._apply_mig, self._mig_manager = mig_applier(
+            self._mig_backend,
+            labels,
+            self._s,
+            api_client=self._kube,
+            node=self._node,
+            gpus=lambda: sorted(self._devices.gpus),
+            allocated=self._pods_on_gpu,
+            clock=self._clock,
+        )
 
     def _read_devices(self) -> NodeDevices:
         raw = self._nvml.devices()
