@@ -59,7 +59,7 @@ demo: install triton-env data  ## the whole stack on a local nats-server with a 
 
 .PHONY: test
 test: install triton-env system-deps  ## lint, then unit and integration tests (starts its own nats-server)
-	$(MAKE) --no-print-directory lint schemas-check nats-auth-check proto-oip-check proto-deviceplugin
+	$(MAKE) --no-print-directory lint schemas-check nats-auth-check rbac-check proto-oip-check proto-deviceplugin
 	.venv/bin/pytest $(PYTEST_ARGS)
 
 # Each service's benchmarks and extra targets live in mk/<area>.mk.

@@ -10,6 +10,13 @@ nats-auth: install  ## render NATS users/permissions (compose + k8s) from deploy
 nats-auth-check: install  ## fail if the rendered NATS auth config drifted from users.yaml
 	$(PY) -m tools.gen.gen_nats_auth --check
 
+.PHONY: rbac rbac-check
+rbac: install  ## render the k8s RBAC (and the docs' RBAC tables) from the services' declarations
+	$(PY) -m tools.gen.gen_rbac
+
+rbac-check: install  ## fail if the k8s RBAC or the docs' RBAC tables drifted from the declarations
+	$(PY) -m tools.gen.gen_rbac --check
+
 .PHONY: test-deploy
 test-deploy: install  ## the deployment tests (compose, k8s manifests, auth, tenant isolation)
 	.venv/bin/pytest tests/unit/deploy tests/integration/deploy -q

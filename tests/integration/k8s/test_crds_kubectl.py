@@ -38,12 +38,12 @@ async def test_the_crds_install_with_apply_f_and_the_examples_show_in_kubectl_ge
     assert code == 0, out
     assert "tenantquota.seedance.io/team-a created" in out
     assert "slicingpolicy.seedance.io/default created" in out
-    assert _names(kube_api, GROUP, VERSION, "tenantquotas") == ["team-a", "team-b"]
+    assert _names(kube_api, GROUP, VERSION, "tenantquotas") == ["acme", "team-a", "team-b"]
     code, out = await kubectl(kube_api, tmp_path, "get", "tq")
     assert code == 0, out
     header, *rows = out.strip().splitlines()
     assert header.split() == ["NAME", "TENANT", "COHORT", "GPUS", "USED", "READY", "REASON", "AGE"]
-    assert rows[0].split()[:4] == ["team-a", "team-a", "research", "8"]
+    assert rows[1].split()[:4] == ["team-a", "team-a", "research", "8"]
     code, out = await kubectl(kube_api, tmp_path, "get", "slicingpolicies")
     assert code == 0, out
     assert out.split()[:5] == ["NAME", "PLACEMENT", "MIG", "MIG-DEFAULT", "READY"]

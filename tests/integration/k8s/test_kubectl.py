@@ -1,14 +1,17 @@
-"""The pinned kubectl (``.venv/bin/kubectl``) against the test API server: ``apply -k`` of the
-dev overlay (twice: create, then the three-way patch path), ``get``, ``describe`` with the
-pod's Events, ``delete``. kubectl runs as a subprocess with a kubeconfig the server wrote and a
-throw-away cache directory."""
+"""The pinned kubectl (``.venv/bin/kubectl``) against the test API server: ``apply -k`` of each
+overlay on a cluster without KEDA's CRD (it must exit 0: KEDA is a component), of an overlay
+with the KEDA component once its CRD is there, and of the dev overlay twice (create, then the
+three-way patch path); ``get``, ``describe`` with the pod's Events, ``delete``. kubectl runs as
+a subprocess with a kubeconfig the server wrote and a throw-away cache directory."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from seedance.testing.kube_api import KubeApiServer, seed
@@ -16,9 +19,9 @@ from seedance.testing.kube_api.selectors import Selector
 from seedance.testing.paths import REPO
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
-#: The dev overlay ships a KEDA ScaledObject; a real cluster needs KEDA's CRD for it, so does
-#: this server. Only its names and one printer column matter here (the schema keeps every
-#: field).
+K8S = REPO / "deploy" / "k8s"
+#: KEDA's CRD, as a cluster running KEDA has it (the keda component's ScaledObject needs it).
+#: Only its names and one printer column matter here (the schema keeps every field).
 KEDA_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -83,16 +86,68 @@ def _names(api: KubeApiServer, group: str, version: str, plural: str) -> list[st
     return sorted(o["metadata"]["name"] for o in api.api.select(rt, None, Selector()))
 
 
+def with_components(tmp: Path, overlay: str, *components: str) -> Path:
+    """A kustomization adding ``components`` to ``overlay``, as deploy/k8s's overlays tell a
+    user to (kustomize wants the paths relative to it)."""
+    root = tmp / f"{overlay}-{'-'.join(components)}"
+    root.mkdir()
+    (root / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(K8S / "overlays" / overlay, root)],
+                "components": [os.path.relpath(K8S / "components" / c, root) for c in components],
+            }
+        )
+    )
+    return root
+
+
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+async def test_each_overlay_applies_on_a_cluster_without_keda(
+    kube_api: KubeApiServer, tmp_path: Path, overlay: str
+) -> None:
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-k", str(K8S / "overlays" / overlay))
+    assert code == 0, out
+    assert "deployment.apps/graph-compiler created" in out
+    assert "daemonset.apps/node-agent created" in out
+    assert "keda.sh" not in out
+    namespaces = {
+        n: kube_api.api.get(kube_api.api.resolve("", "v1", "namespaces"), "", n)
+        for n in ("seedance-system", "seedance-node")
+    }
+    labels = {n: ns["metadata"]["labels"] for n, ns in namespaces.items()}
+    assert labels["seedance-system"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["seedance-node"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    ds = kube_api.api.get(
+        kube_api.api.resolve("apps", "v1", "daemonsets"), "seedance-node", "node-agent"
+    )
+    assert ds["metadata"]["namespace"] == "seedance-node"
+
+
+async def test_an_overlay_with_the_keda_component_applies_once_kedas_crd_is_there(
+    kube_api: KubeApiServer, tmp_path: Path
+) -> None:
+    root = with_components(tmp_path, "prod", "keda")
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-k", str(root))
+    # Without the CRD the component cannot be applied (kubectl exits non-zero; this server's
+    # words for it are not the real one's: docs/k8s-test-api-server.md): why it is optional.
+    assert code != 0
+    assert "scaledobject" not in out
+    seed.create(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions", KEDA_CRD)
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-k", str(root))
+    assert code == 0, out
+    assert "scaledobject.keda.sh/graph-compiler created" in out
+    assert _names(kube_api, "keda.sh", "v1alpha1", "scaledobjects") == ["graph-compiler"]
+
+
 async def test_kubectl_applies_the_dev_overlay_twice(
     kube_api: KubeApiServer, tmp_path: Path
 ) -> None:
-    seed.create(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions", KEDA_CRD)
-    code, out = await kubectl(
-        kube_api, tmp_path, "apply", "-k", str(REPO / "deploy/k8s/overlays/dev")
-    )
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-k", str(K8S / "overlays" / "dev"))
     assert code == 0, out
     assert "deployment.apps/router created" in out
-    assert "scaledobject.keda.sh/" in out
     assert _names(kube_api, "apps", "v1", "deployments") == [
         "auth-callout",
         "cost-ledger",
@@ -102,14 +157,14 @@ async def test_kubectl_applies_the_dev_overlay_twice(
         "router",
         "slicer",
     ]
+    # The dev cluster's GPUs are the node agents' simulated ones: no collector replays a fleet.
+    assert _names(kube_api, "apps", "v1", "daemonsets") == ["node-agent"]
     assert "nats" in _names(kube_api, "apps", "v1", "statefulsets")
-    assert "seedance-system" in _names(kube_api, "", "v1", "namespaces")
+    assert {"seedance-system", "seedance-node"} <= set(_names(kube_api, "", "v1", "namespaces"))
     crds = _names(kube_api, "apiextensions.k8s.io", "v1", "customresourcedefinitions")
     assert {"slicingpolicies.seedance.io", "tenantquotas.seedance.io"} <= set(crds)
     rv = kube_api.store.rv
-    code, out = await kubectl(
-        kube_api, tmp_path, "apply", "-k", str(REPO / "deploy/k8s/overlays/dev")
-    )
+    code, out = await kubectl(kube_api, tmp_path, "apply", "-k", str(K8S / "overlays" / "dev"))
     assert code == 0, out
     assert "deployment.apps/router unchanged" in out
     # The second apply read each deployment and found nothing to patch.

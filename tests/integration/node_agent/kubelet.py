@@ -10,27 +10,51 @@ of each resource whose plugin asked for it, and does not start the container if 
 Its pod-resources ``List`` (``v1.PodResourcesLister``) reports the active pods it admitted
 with the devices recorded for them, by namespace and name (v1 carries no pod UID).
 
+``NodeKubelet`` adds the kubelet's side of registration and of the node, over the same real
+sockets and the API server's real HTTP: the ``Registration`` service on ``kubelet.sock``; at a
+plugin's ``Register`` it dials the plugin's endpoint, reads ``GetDevicePluginOptions`` and keeps
+a ``ListAndWatch`` stream, holding the plugin's devices under its resource (one plugin per
+resource: a later ``Register`` for it replaces the earlier plugin); when that stream ends (the
+plugin went away) every device of the resource is unhealthy (``PluginDisconnected``), still
+listed. pod-resources ``GetAllocatableResources`` lists every device held, whatever its
+health; the Node's ``status.capacity`` / ``status.allocatable`` in the API server are kept
+to all devices / the healthy ones per resource (a PATCH of ``nodes/<node>/status``, as the
+kubelet's status update). ``register_node`` creates the Node as a kubelet registers it (Ready,
+its CPU and memory). ``run`` admits a pod bound to the node as the kubelet does (its
+containers' extended-resource limits, the plugin serving each), starts its containers
+(PreStartContainer) and writes the pod's status Running; a refused Allocate fails the pod
+(``UnexpectedAdmissionError``, as the kubelet's admission does); ``finish`` writes it
+Succeeded. ``start_syncing`` runs every pod bound to the node as it appears (a watch, as the
+kubelet's pod source), so pods bound by the bridge run without a test's call.
+
 Not covered (a real kubelet does): pods come from the tests' calls, not from watching the API
 server, and are admitted one at a time in the order called; GetPreferredAllocation is not
 asked; init containers and device reuse between containers of a pod; the checkpoint of
-allocations across a kubelet restart; ``Get`` and ``GetAllocatableResources`` of
-pod-resources (see ``test_podresources.FakeKubeletPodResources``); a container refused at its
-start is not retried with backoff (the test calls ``start`` again).
+allocations across a kubelet restart; ``Get`` of pod-resources (see
+``test_podresources.FakeKubeletPodResources``); a container refused at its start is not retried
+with backoff (the test calls ``start`` again); the grace period after which a gone plugin's
+devices leave the capacity (5 min); the node-status update's own period (written at once);
+containers do not run (``run`` only writes their status), cgroups and ``/proc`` stay the test's.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 import grpc
+from kubernetes_asyncio import client, watch
 
 from seedance.node_agent.deviceplugin import api_pb2 as dp
 from seedance.node_agent.deviceplugin import api_pb2_grpc as dp_grpc
 from seedance.node_agent.podresources import api_pb2 as pr
 from seedance.node_agent.podresources import api_pb2_grpc as pr_grpc
 
-__all__ = ["Admitted", "DeviceManager"]
+__all__ = ["Admitted", "DeviceManager", "NodeKubelet"]
 
 
 @dataclass
@@ -153,3 +177,242 @@ class DeviceManager(pr_grpc.PodResourcesListerServicer):
             except grpc.aio.AioRpcError as exc:
                 return str(exc.details())
         return None
+
+
+@dataclass
+class _Plugin:
+    """A registered plugin as the kubelet holds it: its endpoint, and its devices' health."""
+
+    endpoint: str
+    devices: dict[str, str] = field(default_factory=dict)  # ID -> Healthy / Unhealthy
+    stream: asyncio.Task[None] | None = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeKubelet(DeviceManager, dp_grpc.RegistrationServicer):
+    """The test kubelet of node ``node``: registration, the device manager, pod-resources, and
+    the Node's and its pods' statuses in the API server (``api_client``, real HTTP)."""
+
+    def __init__(
+        self, node: str, plugin_dir: str, pod_resources_socket: str, api_client: client.ApiClient
+    ) -> None:
+        super().__init__(plugin_dir, pod_resources_socket)
+        self.node = node
+        self.core = client.CoreV1Api(api_client)
+        self.plugins: dict[str, _Plugin] = {}
+        #: Every accepted Register, in order: (resource, endpoint).
+        self.registrations: list[tuple[str, str]] = []
+        self._registration: grpc.aio.Server | None = None
+        self._changed = asyncio.Event()
+        self._sync: asyncio.Task[None] | None = None
+        #: Each pod run by ``start_syncing``: None (started, or being admitted) or why not.
+        self.outcomes: dict[tuple[str, str], str | None] = {}
+
+    # registration ------------------------------------------------------------------------
+    async def Register(
+        self, request: dp.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> dp.Empty:
+        if request.version != "v1beta1":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unsupported version")
+        old = self.plugins.get(request.resource_name)
+        if old is not None and old.stream is not None:
+            old.stream.cancel()  # one plugin per resource: the new one replaces it
+        plugin = _Plugin(request.endpoint)
+        self.plugins[request.resource_name] = plugin
+        self.registrations.append((request.resource_name, request.endpoint))
+        plugin.stream = asyncio.create_task(self._list_and_watch(request.resource_name, plugin))
+        return dp.Empty()
+
+    async def _list_and_watch(self, resource: str, plugin: _Plugin) -> None:
+        try:
+            async with self._channel(plugin.endpoint) as channel:
+                stub = dp_grpc.DevicePluginStub(channel)
+                await stub.GetDevicePluginOptions(dp.Empty(), timeout=10.0)
+                async for resp in stub.ListAndWatch(dp.Empty()):
+                    plugin.devices = {d.ID: d.health for d in resp.devices}
+                    await self._sync_node()
+        except grpc.aio.AioRpcError:
+            pass  # the plugin went away
+        except asyncio.CancelledError:
+            return  # replaced by a newer plugin of the resource: its devices are the new one's
+        # PluginDisconnected: the devices stay listed, unhealthy.
+        plugin.devices = dict.fromkeys(plugin.devices, "Unhealthy")
+        await self._sync_node()
+
+    async def GetAllocatableResources(
+        self, request: pr.AllocatableResourcesRequest, context: grpc.aio.ServicerContext
+    ) -> pr.AllocatableResourcesResponse:
+        return pr.AllocatableResourcesResponse(
+            devices=[
+                pr.ContainerDevices(resource_name=resource, device_ids=sorted(p.devices))
+                for resource, p in sorted(self.plugins.items())
+                if p.devices
+            ]
+        )
+
+    async def _sync_node(self) -> None:
+        """The Node's capacity (every device) and allocatable (the healthy ones) per resource."""
+        capacity = {r: str(len(p.devices)) for r, p in self.plugins.items()}
+        healthy = {
+            r: str(sum(h == "Healthy" for h in p.devices.values())) for r, p in self.plugins.items()
+        }
+        await self.core.patch_node_status(
+            self.node,
+            {"status": {"capacity": capacity, "allocatable": healthy}},
+            _content_type="application/merge-patch+json",
+        )
+        self._changed.set()
+
+    async def register_node(self, cpu: str = "8", memory: str = "32Gi") -> None:
+        """Create the Node, then write its status: Ready, with its CPU, memory and pods."""
+        await self.core.create_node(
+            {"metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node}}}
+        )
+        resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+        await self.core.patch_node_status(
+            self.node,
+            {
+                "status": {
+                    "capacity": resources,
+                    "allocatable": resources,
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                }
+            },
+            _content_type="application/merge-patch+json",
+        )
+
+    def start_syncing(self) -> None:
+        """Run each pod bound to the node as it appears (``outcomes`` says how each went)."""
+        self._sync = asyncio.create_task(self._sync_pods())
+
+    async def _sync_pods(self) -> None:
+        # Level-triggered like the kubelet's pod source: list, act, watch from the list's
+        # version, list again when the watch ends; BOOKMARK/ERROR events carry no pod.
+        while True:
+            pods = await self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self.node}"
+            )
+            for pod in pods.items:
+                await self._sync_pod(pod)
+            w = watch.Watch()
+            async with w.stream(
+                self.core.list_pod_for_all_namespaces,
+                field_selector=f"spec.nodeName={self.node}",
+                resource_version=pods.metadata.resource_version,
+                timeout_seconds=60,
+            ) as events:
+                async for event in events:
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        await self._sync_pod(event["object"])
+                    elif event["type"] == "DELETED":
+                        meta = event["object"].metadata
+                        self.remove(meta.namespace, meta.name)
+
+    async def _sync_pod(self, pod: Any) -> None:
+        key = (pod.metadata.namespace, pod.metadata.name)
+        if key in self.outcomes or (pod.status and pod.status.phase) != "Pending":
+            return
+        self.outcomes[key] = None  # being admitted: once, as the kubelet admits a pod once
+        refused = await self.run(*key)
+        self.outcomes[key] = refused
+        if refused is not None and key not in self.pods:  # admission failed: the pod fails
+            await self.core.patch_namespaced_pod_status(
+                key[1],
+                key[0],
+                {
+                    "status": {
+                        "phase": "Failed",
+                        "reason": "UnexpectedAdmissionError",
+                        "message": f"Allocate failed due to {refused}, which is unexpected",
+                    }
+                },
+                _content_type="application/merge-patch+json",
+            )
+
+    def allocatable(self, resource: str) -> int:
+        p = self.plugins.get(resource)
+        return 0 if p is None else sum(h == "Healthy" for h in p.devices.values())
+
+    async def serve(self) -> None:
+        await super().serve()
+        server = grpc.aio.server()
+        dp_grpc.add_RegistrationServicer_to_server(self, server)
+        server.add_insecure_port(f"unix://{os.path.join(self.plugin_dir, 'kubelet.sock')}")
+        await server.start()
+        self._registration = server
+
+    async def stop(self) -> None:
+        if self._sync is not None:
+            self._sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sync
+        for p in self.plugins.values():
+            if p.stream is not None:
+                p.stream.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await p.stream
+        if self._registration is not None:
+            server, self._registration = self._registration, None
+            await server.stop(grace=None)
+        await super().stop()
+
+    # pods ----------------------------------------------------------------------------------
+    async def run(self, namespace: str, name: str) -> str | None:
+        """Admit the pod (bound to this node: Allocate for each extended resource its
+        container ``main`` asks for), start it (PreStartContainer) and write it Running; None,
+        or why it did not start (nothing written then)."""
+        pod = await self.core.read_namespaced_pod(name, namespace)
+        assert pod.spec.node_name == self.node, f"{namespace}/{name} is not bound to {self.node}"
+        (container,) = pod.spec.containers
+        wants = {r: int(q) for r, q in ((container.resources.limits or {}).items()) if "/" in r}
+        for resource, count in sorted(wants.items()):
+            plugin = self.plugins.get(resource)
+            if plugin is None:
+                return f"no device plugin serves {resource} on {self.node}"
+            refused = await self.admit(namespace, name, plugin.endpoint, resource, count)
+            if refused is not None:
+                return refused
+        for resource in sorted(wants):
+            refused = await self.start(namespace, name, self.plugins[resource].endpoint, resource)
+            if refused is not None:
+                return refused
+        await self._status(
+            namespace, name, "Running", {"running": {"startedAt": _now()}}, container.name
+        )
+        return None
+
+    async def finish(self, namespace: str, name: str) -> None:
+        """The pod's container exited 0: Succeeded, its devices free."""
+        pod = await self.core.read_namespaced_pod(name, namespace)
+        (container,) = pod.spec.containers
+        state = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": _now()}}
+        await self._status(namespace, name, "Succeeded", state, container.name)
+        self.remove(namespace, name)
+
+    async def _status(
+        self, namespace: str, name: str, phase: str, state: dict[str, Any], container: str
+    ) -> None:
+        running = "running" in state
+        await self.core.patch_namespaced_pod_status(
+            name,
+            namespace,
+            {
+                "status": {
+                    "phase": phase,
+                    "containerStatuses": [
+                        {
+                            "name": container,
+                            "ready": running,
+                            "restartCount": 0,
+                            "image": "registry.example/job:1",
+                            "imageID": "",
+                            "state": state,
+                        }
+                    ],
+                }
+            },
+            _content_type="application/merge-patch+json",
+        )

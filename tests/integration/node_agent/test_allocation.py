@@ -66,7 +66,10 @@ async def kube_api(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, client.
         )
         async with client.ApiClient(configuration=cfg) as api_client:
             seed.namespace(api, "team-a")
-            seed.node(api, NODE, gpus=4)
+            # No nvidia.com/gpu allocatable yet: the kubelet counts a resource's devices once a
+            # plugin serving it registered, and the agent under test is that plugin (a count
+            # here before it registers is another plugin's: the agent refuses to start).
+            seed.node(api, NODE)
             yield api, api_client
 
 

@@ -405,3 +405,27 @@ async def test_a_kubelet_restart_registers_every_plugin_again_and_keeps_the_gran
         return got == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}
 
     await eventually(y_granted, what="pod y granted GPU 3 after the restart")
+
+
+async def test_an_allocate_that_comes_before_the_placement_waits_for_it(agent: Agent) -> None:
+    """The bridge binds a pod once the slicer placed it, but the agent reads the placement from
+    another stream: the kubelet may admit the pod first. Its Allocate waits for the feed rather
+    than failing the pod for good."""
+    a = agent
+    held: dict[str, Any] = {}
+
+    def whole(uid: str) -> str:
+        held["ev"] = placement(uid, PlacementKind.WHOLE, [GpuAssignment(index=3, uuid=UUIDS[3])])
+        return annotation(uid, held["ev"])
+
+    await bound_pod(a.api, a.api_client, "early", {"nvidia.com/gpu": "1"}, whole)
+    answer = asyncio.create_task(allocate_whole(a.plugin_dir))  # before the placement exists
+    waiting = 'seedance_node_agent_allocation_waits_total{resource="nvidia.com/gpu"} 1.0'
+
+    async def waits() -> bool:
+        return answer.done() or await metric_line(a, waiting)
+
+    await eventually(waits, what="the Allocate waiting for the placement")
+    assert not answer.done()
+    await publish(a.bus, held["ev"])
+    assert await asyncio.wait_for(answer, 10) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[3]}

@@ -215,7 +215,7 @@ async def test_the_slicer_takes_what_the_reconciler_makes_of_the_examples_and_re
         await policy_kv.put(key, json.dumps(out.quota_document).encode())
         await until(lambda: updates(svc, "applied") == 1)
         assert svc.scheduler.quota is not None
-        assert set(svc.scheduler.quota.tenants) == {"team-a", "team-b"}
+        assert set(svc.scheduler.quota.tenants) == {"acme", "team-a", "team-b"}
         assert svc.scheduler.quota.tenants["team-b"].max_priority == 1000
         # each invalid example the reconciler refuses, put in the document anyway: refused
         for path in sorted((EXAMPLES / "invalid").glob("*.yaml")):
@@ -228,7 +228,7 @@ async def test_the_slicer_takes_what_the_reconciler_makes_of_the_examples_and_re
             before = updates(svc, "refused")
             await policy_kv.put(key, json.dumps(bad).encode())
             await until(lambda b=before: updates(svc, "refused") == b + 1)  # type: ignore[misc]
-        assert set(svc.scheduler.quota.tenants) == {"team-a", "team-b"}
+        assert set(svc.scheduler.quota.tenants) == {"acme", "team-a", "team-b"}
     del bus, d
 
 

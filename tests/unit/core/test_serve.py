@@ -1,8 +1,11 @@
-"""`seedance.core.service.serve` ends the process however the service's stop goes.
+"""`seedance.core.service.serve` ends the process however the service's start and stop go.
 
-A service whose run fails and whose stop meets a vanished NATS (a slicer whose leader start met
-a server that went away) must still be closed: an open connection keeps nats-py's reconnect
-loop running, and the process then never exited after logging that it stopped.
+A service that refuses to start as things stand (``StartRefused``) ends the process with one
+``service_refused`` line naming the reason and EX_CONFIG, never a traceback, and is stopped and
+closed like any other. A service whose run fails and whose stop meets a vanished NATS (a slicer
+whose leader start met a server that went away) must still be closed: an open connection keeps
+nats-py's reconnect loop running, and the process then never exited after logging that it
+stopped.
 """
 
 from __future__ import annotations
@@ -11,8 +14,41 @@ import asyncio
 
 import nats.errors
 import pytest
+from structlog.testing import capture_logs
 
-from seedance.core.service import EXIT_BUS_UNAVAILABLE, serve
+from seedance.core import serve
+from seedance.core.errors import StartRefused
+from seedance.core.service import EXIT_BUS_UNAVAILABLE, EXIT_START_REFUSED
+
+
+class Refusing:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def start(self) -> None:
+        self.calls.append("start")
+        raise StartRefused("nvidia.com/gpu is already served on node n by another device plugin")
+
+    async def run(self) -> None:
+        self.calls.append("run")
+
+    async def stop(self) -> None:
+        self.calls.append("stop")
+
+    async def close(self) -> None:
+        self.calls.append("close")
+
+
+async def test_a_refused_start_exits_ex_config_with_one_line() -> None:
+    service = Refusing()
+    with capture_logs() as logs, pytest.raises(SystemExit) as exited:
+        await serve(service)
+    assert exited.value.code == EXIT_START_REFUSED == 78
+    (line,) = [e for e in logs if e["log_level"] == "error"]
+    assert line["event"] == "service_refused"
+    assert "already served on node n" in line["reason"]
+    assert "exc_info" not in line
+    assert service.calls == ["start", "stop", "close"]
 
 
 class Failing:
@@ -37,6 +73,6 @@ class Failing:
 def test_a_stop_that_cannot_finish_still_closes_the_service() -> None:
     service = Failing()
     with pytest.raises(SystemExit) as ended:
-        asyncio.run(serve(service))  # type: ignore[arg-type]
+        asyncio.run(serve(service))
     assert ended.value.code == EXIT_BUS_UNAVAILABLE
     assert service.closed

@@ -301,7 +301,12 @@ def test_the_transition_rule_accepts_a_create_and_refuses_only_a_rename() -> Non
     ],
 )
 def test_the_schemas_refuse_what_needs_no_rule(kind: str, mutate: Any) -> None:
-    (doc,) = [copy.deepcopy(d) for d in valid_examples() if d["kind"] == kind][:1]
+    # The examples that use every field (team-a's quota has MIG; acme's does not)
+    (doc,) = [
+        copy.deepcopy(d)
+        for d in valid_examples()
+        if d["kind"] == kind and d["metadata"]["name"] in ("team-a", "default")
+    ]
     assert schema_errors(doc) == []
     mutate(doc["spec"])
     assert schema_errors(doc)
@@ -324,7 +329,12 @@ def test_the_reconciler_accepts_the_valid_examples() -> None:
         states = {c["type"]: c["status"] for c in status["conditions"]}
         assert states == {ACCEPTED: "True", READY: "True"}, (kind, name, status)
     assert len(out.statuses) == len(docs)
-    assert out.namespaces == {"team-a": "team-a", "team-a-batch": "team-a", "team-b": "team-b"}
+    assert out.namespaces == {
+        "team-a": "team-a",
+        "team-a-batch": "team-a",
+        "team-b": "team-b",
+        "acme": "acme",
+    }
 
 
 @pytest.mark.parametrize(

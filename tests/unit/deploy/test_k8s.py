@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,36 @@ CLUSTER_SCOPED = frozenset(
 )
 
 
+#: The optional components (deploy/k8s/components), each needing what a cluster may lack.
+COMPONENTS = ("keda", "servicemonitor", "nvidia-runtime", "mig-manager")
+#: Where the node agent runs (Pod Security `privileged`); everything else is in seedance-system.
+NODE_NAMESPACE = "seedance-node"
+
+
 @cache
-def render(overlay: str) -> tuple[dict[str, Any], ...]:
-    done = subprocess.run(
-        [str(KUBECTL), "kustomize", str(K8S / "overlays" / overlay)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def render(overlay: str, components: tuple[str, ...] = ()) -> tuple[dict[str, Any], ...]:
+    """``overlay`` rendered by the real kustomize, with ``components`` added the way the
+    overlays' comments tell a user to (a kustomization naming the overlay and them)."""
+    path = K8S / "overlays" / overlay
+    with tempfile.TemporaryDirectory() as tmp:
+        if components:
+            Path(tmp, "kustomization.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                        "kind": "Kustomization",
+                        # kustomize takes no absolute root: relative to the temporary one
+                        "resources": [os.path.relpath(path, tmp)],
+                        "components": [
+                            os.path.relpath(K8S / "components" / c, tmp) for c in components
+                        ],
+                    }
+                )
+            )
+            path = Path(tmp)
+        done = subprocess.run(
+            [str(KUBECTL), "kustomize", str(path)], capture_output=True, text=True, timeout=60
+        )
     assert done.returncode == 0, done.stderr
     return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
 
@@ -98,26 +121,44 @@ def workloads(docs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
     return out
 
 
+@pytest.mark.parametrize("components", [(), COMPONENTS], ids=["plain", "all-components"])
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_rendered_object_validates_against_its_schema(overlay: str) -> None:
-    docs = render(overlay)
+def test_every_rendered_object_validates_against_its_schema(
+    overlay: str, components: tuple[str, ...]
+) -> None:
+    docs = render(overlay, components)
     kinds = {d["kind"] for d in docs}
-    assert {"StatefulSet", "DaemonSet", "Deployment", "ScaledObject", "NetworkPolicy"} <= kinds
+    assert {"StatefulSet", "DaemonSet", "Deployment", "NetworkPolicy"} <= kinds
     assert {"PodDisruptionBudget", "HorizontalPodAutoscaler", "ServiceAccount"} <= kinds
+    if not components:  # nothing an overlay renders needs a CRD a cluster may lack
+        assert not kinds & {"ScaledObject", "ServiceMonitor"}
     problems = {f"{d['kind']}/{d['metadata']['name']}": errors_of(d) for d in docs}
     assert not {k: v for k, v in problems.items() if v}
     namespaced = [d for d in docs if d["kind"] not in CLUSTER_SCOPED]
-    assert {d["metadata"].get("namespace") for d in namespaced} == {"seedance-system"}
+    where = {(d["kind"], d["metadata"]["name"]): d["metadata"].get("namespace") for d in namespaced}
+    node = {k for k, ns in where.items() if ns == NODE_NAMESPACE}
+    # The node agent's objects alone are in its namespace (the mig-manager component's in the
+    # GPU operator's); the rest in seedance-system.
+    assert {name for _kind, name in node} <= {
+        "node-agent", "node-agent-metrics", "seedance-nats-passwords", "default-deny-ingress",
+        "metrics-from-monitoring",
+    }  # fmt: skip
+    assert ("DaemonSet", "node-agent") in node
+    others = {ns for k, ns in where.items() if k not in node}
+    assert others <= {"seedance-system", "gpu-operator"}
 
 
 def test_the_schemas_reject_what_the_api_server_would() -> None:
     deployment = json.loads(json.dumps(by_kind(render("dev"), "Deployment")["slicer"]))
     deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}  # misspelt
     assert errors_of(deployment)
-    scaled = json.loads(json.dumps(by_kind(render("dev"), "ScaledObject")["graph-compiler"]))
+    keda = render("dev", ("keda",))
+    scaled = json.loads(json.dumps(by_kind(keda, "ScaledObject")["graph-compiler"]))
     scaled["spec"]["minReplicas"] = 1  # an HPA field, not a ScaledObject one
     assert errors_of(scaled)
-    monitor = json.loads(json.dumps(by_kind(render("prod"), "ServiceMonitor")["seedance"]))
+    monitor = json.loads(
+        json.dumps(by_kind(render("prod", ("servicemonitor",)), "ServiceMonitor")["seedance"])
+    )
     monitor["spec"]["endpoints"][0]["intervall"] = "15s"  # misspelt
     assert errors_of(monitor)
 
@@ -125,17 +166,20 @@ def test_the_schemas_reject_what_the_api_server_would() -> None:
 def test_service_monitor_scrapes_every_service_under_its_compose_job_name() -> None:
     """prod's ServiceMonitor reaches each service's `http` port through a Service; job names
     are the services' names, as in compose's prometheus.yml (the dashboards filter on them)."""
-    docs = render("prod")
+    docs = render("prod", ("servicemonitor",))
     (monitor,) = by_kind(docs, "ServiceMonitor").values()
-    assert "ServiceMonitor" not in {d["kind"] for d in render("dev")}  # no operator assumed
+    for overlay in OVERLAYS:  # no operator assumed: only the component brings it
+        assert "ServiceMonitor" not in {d["kind"] for d in render(overlay)}
     (endpoint,) = monitor["spec"]["endpoints"]
     assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
     job_label = monitor["spec"]["jobLabel"]
     (expr,) = monitor["spec"]["selector"]["matchExpressions"]
+    namespaces = monitor["spec"]["namespaceSelector"]["matchNames"]
     selected = [
         svc
-        for svc in by_kind(docs, "Service").values()
+        for svc in (d for d in docs if d["kind"] == "Service")
         if svc["metadata"]["labels"].get(expr["key"]) in expr["values"]
+        and svc["metadata"]["namespace"] in namespaces
     ]
     jobs = {svc["metadata"]["labels"][job_label] for svc in selected}
     scrape = yaml.safe_load((DEPLOY / "compose" / "prometheus" / "prometheus.yml").read_text())
@@ -151,8 +195,14 @@ def test_service_monitor_scrapes_every_service_under_its_compose_job_name() -> N
         assert port["targetPort"] in {p["name"] for p in container["ports"]}
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-@pytest.mark.parametrize("name", sorted(SERVICES))
+#: Every (overlay, service) whose workload the overlay runs: all but the dev overlay's collector
+#: (no GPU for NVML to read there: test_dev_runs_simulated_gpus_on_every_node_and_no_phantoms).
+WORKLOADS = [
+    (o, n) for o in OVERLAYS for n in sorted(SERVICES) if (o, n) != ("dev", "telemetry-collector")
+]
+
+
+@pytest.mark.parametrize(("overlay", "name"), WORKLOADS)
 def test_service_workload_matches_the_code(overlay: str, name: str) -> None:
     decl = SERVICES[name]
     work = workloads(render(overlay))[name]
@@ -193,7 +243,7 @@ def test_topology_nats_cluster_daemonset_leader_election_and_disruption_budgets(
     nats = by_kind(docs, "StatefulSet")["nats"]
     assert nats["spec"]["replicas"] == 3
     assert by_kind(docs, "Service")[nats["spec"]["serviceName"]]["spec"]["clusterIP"] == "None"
-    assert by_kind(docs, "DaemonSet")["telemetry-collector"]
+    assert by_kind(docs, "DaemonSet")["node-agent"]
     assert by_kind(docs, "Deployment")["slicer"]["spec"]["replicas"] == 2
     hpa = by_kind(docs, "HorizontalPodAutoscaler")["router"]
     assert hpa["spec"]["scaleTargetRef"] == {
@@ -222,7 +272,7 @@ def test_prod_collector_runs_on_gpu_nodes_only() -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_keda_scales_on_the_catalogues_consumers_of_the_target_service(overlay: str) -> None:
-    docs = render(overlay)
+    docs = render(overlay, ("keda",))
     scaled = by_kind(docs, "ScaledObject")
     # The cost-ledger's replicas are deterministic and each does all the work: not scaled.
     assert set(scaled) == {"graph-compiler"}
@@ -242,9 +292,19 @@ def test_keda_scales_on_the_catalogues_consumers_of_the_target_service(overlay: 
 
 def test_dev_secret_has_a_password_for_every_user_and_prod_brings_its_own() -> None:
     users = auth_choices().users()
-    secret = by_kind(render("dev"), "Secret")["seedance-nats-passwords"]
+    secrets = {
+        d["metadata"]["namespace"]: d
+        for d in render("dev")
+        if d["kind"] == "Secret" and d["metadata"]["name"] == "seedance-nats-passwords"
+    }
     callout = {nats_config.CALLOUT_ISSUER_VAR} if auth_users().get("auth_callout") else set()
-    assert set(secret["data"]) == {nats_config.password_var(u.name) for u in users} | callout
+    assert (
+        set(secrets["seedance-system"]["data"])
+        == {nats_config.password_var(u.name) for u in users} | callout
+    )
+    # The node agents read theirs in their own namespace: the same password, nothing more.
+    own = nats_config.password_var("node-agent")
+    assert secrets[NODE_NAMESPACE]["data"] == {own: secrets["seedance-system"]["data"][own]}
     assert "seedance-nats-passwords" not in by_kind(render("prod"), "Secret")
 
 
@@ -305,15 +365,19 @@ def test_the_auth_callout_runs_as_its_user_and_only_it_holds_the_signing_seed(
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_node_agent_reaches_the_kubelets_sockets_nvml_and_only_lists_pods(overlay: str) -> None:
+def test_node_agent_reaches_the_kubelets_sockets_nvml_and_only_what_it_declares(
+    overlay: str,
+) -> None:
     """The DaemonSet mounts the kubelet's device-plugin and pod-resources directories (not
     the sockets: a kubelet restart replaces them) where its settings say, sees every GPU
-    through the NVIDIA runtime, runs in the host PID namespace (NVML's PIDs -> cgroups), and
-    its RBAC is exactly the one call Allocate makes (list pods)."""
+    through the NVIDIA runtime, runs in the host PID namespace (NVML's PIDs -> cgroups), in its
+    own namespace, reaches NATS across namespaces, and its RBAC is exactly its declaration."""
+    from seedance.node_agent import rbac
     from seedance.node_agent.settings import NodeAgentSettings
 
     docs = render(overlay)
     ds = by_kind(docs, "DaemonSet")["node-agent"]
+    assert ds["metadata"]["namespace"] == NODE_NAMESPACE
     pod = ds["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
@@ -321,8 +385,15 @@ def test_node_agent_reaches_the_kubelets_sockets_nvml_and_only_lists_pods(overla
     assert env["SEEDANCE_NODE_AGENT_NODE_NAME"]["valueFrom"] == {
         "fieldRef": {"fieldPath": "spec.nodeName"}
     }
+    nats = by_kind(docs, "Service")["nats"]
+    assert env["NATS_URL"]["value"] == f"nats://nats.{nats['metadata']['namespace']}.svc:4222"
     assert pod["hostPID"] is True
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    if overlay == "prod":
+        # GPU nodes where the operator's device plugin is switched off: Seedance's replaces it.
+        assert pod["nodeSelector"] == {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.deploy.device-plugin": "false",
+        }
     volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
     defaults = NodeAgentSettings(node_name="n")
@@ -337,16 +408,26 @@ def test_node_agent_reaches_the_kubelets_sockets_nvml_and_only_lists_pods(overla
         for r in by_kind(docs, "ClusterRole").values()
         if r["metadata"]["name"] == "seedance-node-agent"
     ]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert role["rules"] == [
+        {"apiGroups": [r.api_group], "resources": [r.resource], "verbs": sorted(r.verbs)}
+        for r in rbac.RULES
+    ]
     binding = by_kind(docs, "ClusterRoleBinding")["seedance-node-agent"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
-        {
-            "kind": "ServiceAccount",
-            "name": pod["serviceAccountName"],
-            "namespace": "seedance-system",
-        }
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NODE_NAMESPACE}
     ]
+    account = [
+        d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "node-agent"
+    ]
+    assert [a["metadata"]["namespace"] for a in account] == [NODE_NAMESPACE]
+    secret = env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"]
+    if overlay == "dev":
+        assert any(
+            d["kind"] == "Secret"
+            and (d["metadata"]["name"], d["metadata"]["namespace"]) == (secret, NODE_NAMESPACE)
+            for d in docs
+        )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

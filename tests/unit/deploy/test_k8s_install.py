@@ -10,13 +10,22 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 
 from seedance.k8s_bridge import rbac
 from tests.unit.deploy.declared import DEPLOY
 from tests.unit.deploy.test_crds import PRIORITY_CLASSES, valid_examples
-from tests.unit.deploy.test_k8s import KUBECTL, OVERLAYS, by_kind, errors_of, render, workloads
+from tests.unit.deploy.test_k8s import (
+    KUBECTL,
+    NODE_NAMESPACE,
+    OVERLAYS,
+    by_kind,
+    errors_of,
+    render,
+    workloads,
+)
 
 K8S = DEPLOY / "k8s"
 GRAFANA = DEPLOY / "compose" / "grafana"
@@ -51,7 +60,7 @@ def test_the_crd_folder_installs_alike_with_apply_k_and_apply_f() -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_overlay_installs_the_crds_the_bridge_and_the_dashboard(overlay: str) -> None:
     docs = render(overlay)
-    assert set(by_kind(docs, "Namespace")) == {"seedance-system"}
+    assert set(by_kind(docs, "Namespace")) == {"seedance-system", NODE_NAMESPACE}
     crds = by_kind(docs, "CustomResourceDefinition")
     assert set(crds) == {"slicingpolicies.seedance.io", "tenantquotas.seedance.io"}
     on_disk = {d["metadata"]["name"]: d for d in kustomize(K8S / "crds")}
@@ -152,9 +161,216 @@ def test_the_dashboard_installs_on_its_own_in_seedance_system() -> None:
     assert {d["kind"] for d in docs} == {
         "ConfigMap",
         "Deployment",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Service",
         "ServiceAccount",
     }
     assert {d["metadata"]["namespace"] for d in docs} == {"seedance-system"}
     assert all(errors_of(d) == [] for d in docs)
+
+
+# --- install friction: Pod Security, optional components, the dev cluster, RBAC, policies ----
+
+
+def _pod_specs(docs: tuple[dict[str, Any], ...]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (w["metadata"]["namespace"], n): w["spec"]["template"]["spec"]
+        for n, w in workloads(docs).items()
+    }
+
+
+#: Volume types Pod Security's `restricted` profile allows (the Kubernetes documentation's list).
+RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+    "projected", "secret",
+}  # fmt: skip
+
+
+def _container_violations(c: dict[str, Any], pod_sc: dict[str, Any]) -> list[str]:
+    sc = c.get("securityContext") or {}
+    caps = sc.get("capabilities") or {}
+    seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
+    checks = {
+        "privileged": bool(sc.get("privileged")),
+        "allowPrivilegeEscalation not false": sc.get("allowPrivilegeEscalation") is not False,
+        "capabilities not dropped": "ALL" not in (caps.get("drop") or []),
+        "capabilities added": bool(set(caps.get("add") or []) - {"NET_BIND_SERVICE"}),
+        "runAsNonRoot not set": not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")),
+        "runAsUser 0": sc.get("runAsUser", pod_sc.get("runAsUser")) == 0,
+        f"seccompProfile {seccomp}": seccomp not in ("RuntimeDefault", "Localhost"),
+    }
+    return [f"{c['name']}: {what}" for what, bad in checks.items() if bad]
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    """What in a pod spec Pod Security's `restricted` profile (v1.33) refuses: the baseline's
+    host namespaces, hostPath and privilege, and restricted's own rules."""
+    out = [f"{k}: true" for k in ("hostPID", "hostIPC", "hostNetwork") if pod.get(k)]
+    for v in pod.get("volumes", []):
+        kind = next(k for k in v if k != "name")
+        if kind not in RESTRICTED_VOLUMES:
+            out.append(f"volume {v['name']}: {kind}")
+    pod_sc = pod.get("securityContext") or {}
+    for c in [*pod.get("containers", []), *pod.get("initContainers", [])]:
+        out += _container_violations(c, pod_sc)
+    return out
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_pod_security_labels_and_every_pod_meets_its_namespaces_level(overlay: str) -> None:
+    """seedance-system enforces `restricted` and every pod there meets it; only the node agent,
+    in a namespace of its own, runs privileged."""
+    docs = render(overlay, ("keda", "servicemonitor", "nvidia-runtime", "mig-manager"))
+    namespaces = {n: d["metadata"]["labels"] for n, d in by_kind(docs, "Namespace").items()}
+    assert namespaces["seedance-system"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert namespaces[NODE_NAMESPACE]["pod-security.kubernetes.io/enforce"] == "privileged"
+    for labels in namespaces.values():
+        assert labels["pod-security.kubernetes.io/enforce-version"] == "latest"
+        assert {"pod-security.kubernetes.io/warn", "pod-security.kubernetes.io/audit"} <= set(
+            labels
+        )
+    pods = _pod_specs(docs)
+    assert {name for ns, name in pods if ns == NODE_NAMESPACE} == {"node-agent"}
+    problems = {
+        name: restricted_violations(pod) for (ns, name), pod in pods.items() if ns != NODE_NAMESPACE
+    }
+    assert {n: p for n, p in problems.items() if p} == {}
+    # The node agent would not pass it (which is why it has its own namespace).
+    assert restricted_violations(pods[(NODE_NAMESPACE, "node-agent")])
+
+
+def test_the_nvidia_runtime_component_sets_the_runtime_class_of_the_nvml_pods_only() -> None:
+    plain = _pod_specs(render("prod"))
+    assert not any("runtimeClassName" in p for p in plain.values())
+    pods = _pod_specs(render("prod", ("nvidia-runtime",)))
+    with_class = {name for (_ns, name), p in pods.items() if "runtimeClassName" in p}
+    assert with_class == {"telemetry-collector", "node-agent"}
+    assert {pods[k]["runtimeClassName"] for k in pods if k[1] in with_class} == {"nvidia"}
+
+
+def test_the_mig_manager_component_points_the_agent_at_the_layouts_it_installs() -> None:
+    from seedance.node_agent import rbac
+    from seedance.node_agent.settings import NodeAgentSettings
+
+    docs = render("prod", ("mig-manager",))
+    (cm,) = [
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and d["metadata"]["namespace"] != ("seedance-system")
+    ]
+    assert (cm["metadata"]["namespace"], cm["metadata"]["name"]) == (
+        rbac.MIG_LAYOUTS_NAMESPACE,
+        rbac.MIG_LAYOUTS_CONFIG_MAP,
+    )
+    layouts = yaml.safe_load(cm["data"]["config.yaml"])
+    assert layouts["version"] == "v1"
+    assert "all-disabled" in layouts["mig-configs"]  # the operator's default label value
+    ds = by_kind(docs, "DaemonSet")["node-agent"]
+    env = {
+        e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    settings = NodeAgentSettings(
+        node_name="n", mig_manager_config=env["SEEDANCE_NODE_AGENT_MIG_MANAGER_CONFIG"]
+    )
+    assert settings.mig_manager_config_map == (cm["metadata"]["namespace"], cm["metadata"]["name"])
+    (role,) = by_kind(docs, "Role").values()
+    assert role["metadata"]["namespace"] == cm["metadata"]["namespace"]
+    assert role["rules"][0]["resourceNames"] == [cm["metadata"]["name"]]
+    binding = by_kind(docs, "RoleBinding")[role["metadata"]["name"]]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "node-agent", "namespace": NODE_NAMESPACE}
+    ]
+    # Without the component no Role exists: nothing else may call the API.
+    assert not by_kind(render("prod"), "Role")
+
+
+def test_dev_runs_simulated_gpus_on_every_node_and_no_phantoms() -> None:
+    """No fleet of nodes no kubelet runs: the node agent on every node advertises simulated
+    GPUs of a model the GPU identity knows and publishes their inventory; the collector (no
+    NVML to read) and the bridge's own inventory of Nodes are off."""
+    from seedance.events.gpus import identify
+    from seedance.k8s_bridge.settings import BridgeSettings
+    from seedance.node_agent.settings import NodeAgentSettings
+
+    docs = render("dev")
+    assert "telemetry-collector" not in workloads(docs)
+    assert not [d for d in docs if d["kind"] == "ConfigMap" and "nodes" in d["metadata"]["name"]]
+    pod = w_spec(docs, "node-agent")
+    assert "nodeSelector" not in pod  # every node of a kind or minikube cluster
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    fields = {
+        k.removeprefix("SEEDANCE_NODE_AGENT_").lower(): v
+        for k, v in env.items()
+        if k.startswith("SEEDANCE_NODE_AGENT_") and v is not None
+    }
+    settings = msgspec.convert(
+        {**fields, "node_name": "kind-worker"}, NodeAgentSettings, strict=False
+    )
+    assert settings.simulated_gpus >= 1
+    assert identify(settings.simulated_gpu_model).known
+    bridge = {e["name"]: e.get("value") for e in w_spec(docs, "k8s-bridge")["containers"][0]["env"]}
+    assert bridge["SEEDANCE_K8S_BRIDGE_PUBLISH_INVENTORY"] == "false"
+    assert BridgeSettings().publish_inventory is True  # prod keeps the bridge's
+    prod = {e["name"] for e in w_spec(render("prod"), "node-agent")["containers"][0]["env"]}
+    assert not {"SEEDANCE_NODE_AGENT_SIMULATED_GPUS"} & prod
+
+
+def test_the_rbac_and_its_docs_are_generated_from_the_declarations() -> None:
+    """`make rbac-check`'s test: the ClusterRoles, the Role and the docs' tables are what the
+    services' declarations render to now."""
+    from tools.gen import gen_rbac
+
+    assert gen_rbac.drifted() == []
+    files = gen_rbac.rendered()
+    for doc in gen_rbac.DOCS:
+        table = files[doc].split(gen_rbac.BEGIN)[1].split(gen_rbac.END)[0]
+        for rule in rbac.RULES.values():
+            assert f"| `{rule.resource}` | {', '.join(sorted(rule.verbs))} |" in table
+
+
+def test_prometheus_and_grafanas_clients_are_let_in() -> None:
+    docs = render("prod", ("servicemonitor",))
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    # default deny in both namespaces
+    denies = {p["metadata"]["namespace"] for p in policies if p["spec"]["podSelector"] == {}}
+    assert denies == {"seedance-system", NODE_NAMESPACE}
+
+    def admitted(namespace: str, labels: dict[str, str], port: str, source: dict[str, str]) -> bool:
+        for p in policies:
+            if p["metadata"]["namespace"] != namespace or p["spec"]["podSelector"] == {}:
+                continue
+            sel = p["spec"]["podSelector"]
+            if "matchLabels" in sel and not sel["matchLabels"].items() <= labels.items():
+                continue
+            if "matchExpressions" in sel and not all(
+                labels.get(e["key"]) in e["values"] for e in sel["matchExpressions"]
+            ):
+                continue
+            for rule in p["spec"].get("ingress", []):
+                ports = {q["port"] for q in rule.get("ports", [])}
+                froms = [f["namespaceSelector"]["matchLabels"] for f in rule["from"]
+                         if "namespaceSelector" in f]  # fmt: skip
+                if port in ports and any(m.items() <= source.items() for m in froms):
+                    return True
+        return False
+
+    monitoring = {"kubernetes.io/metadata.name": "monitoring"}
+    elsewhere = {
+        "kubernetes.io/metadata.name": "observability",
+        "seedance.io/metrics-client": "true",
+    }
+    ingress = {
+        "kubernetes.io/metadata.name": "ingress-nginx",
+        "seedance.io/dashboard-client": "true",
+    }
+    stranger = {"kubernetes.io/metadata.name": "team-a"}
+    for namespace, name in _pod_specs(docs):
+        labels = workloads(docs)[name]["spec"]["template"]["metadata"]["labels"]
+        if name in ("nats", "auth-callout"):
+            continue  # no http metrics port (NATS's monitor port is checked by its own policy)
+        assert admitted(namespace, labels, "http", monitoring), name
+        assert admitted(namespace, labels, "http", elsewhere), name
+        assert not admitted(namespace, labels, "http", stranger), name
+    grafana = workloads(docs)["grafana"]["spec"]["template"]["metadata"]["labels"]
+    assert admitted("seedance-system", grafana, "http", ingress)

@@ -20,6 +20,7 @@ __all__ = [
     "SeedanceError",
     "ServerTooOld",
     "SettingsError",
+    "StartRefused",
 ]
 
 
@@ -67,3 +68,9 @@ class BusUnavailable(SeedanceError):
     def __init__(self, message: str, *, refused: bool) -> None:
         super().__init__(message)
         self.refused = refused
+
+
+class StartRefused(SeedanceError):
+    """The service will not start here as things stand, for a reason an operator must act on
+    (the message says what); ``serve`` ends the process with one ``service_refused`` line and
+    ``EXIT_START_REFUSED``, not a traceback."""

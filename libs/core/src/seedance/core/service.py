@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus, BusSettings
 from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
-from seedance.core.errors import BusUnavailable, ServerTooOld
+from seedance.core.errors import BusUnavailable, ServerTooOld, StartRefused
 from seedance.core.http import HealthServer
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
@@ -32,6 +32,7 @@ from seedance.events.subjects import consumer
 __all__ = [
     "EXIT_BUS_REFUSED",
     "EXIT_BUS_UNAVAILABLE",
+    "EXIT_START_REFUSED",
     "Lifecycle",
     "Service",
     "ServiceRuntime",
@@ -42,6 +43,9 @@ __all__ = [
 #: so that a supervisor or a script can tell "nothing there" from "wrong credentials".
 EXIT_BUS_UNAVAILABLE = os.EX_UNAVAILABLE
 EXIT_BUS_REFUSED = os.EX_NOPERM
+#: A service that refused to start as things stand (``StartRefused``: e.g. another device plugin
+#: serves the node agent's resource): sysexits.h's EX_CONFIG, the operator's to fix.
+EXIT_START_REFUSED = os.EX_CONFIG
 
 log = get_logger(__name__)
 
@@ -245,6 +249,9 @@ async def serve(service: Service) -> None:
         except ServerTooOld as exc:
             log.error("nats_refused", reason=str(exc))
             raise SystemExit(EXIT_BUS_UNAVAILABLE) from None
+        except StartRefused as exc:
+            log.error("service_refused", reason=str(exc))
+            raise SystemExit(EXIT_START_REFUSED) from None
         await service.run()
     except Exception:
         # Not carried on from: the process ends, but with one structured line (the traceback
@@ -262,15 +269,25 @@ async def _stop_and_close(service: Service) -> None:
     what needs the server (a lease, the drain); what was not settled is redelivered to another
     replica, a lease lapses after its TTL. The exit status says the stop was not clean.
     """
+    incomplete: BaseException | None = None
     try:
         await service.stop()
-        closer = getattr(service, "close", None)
-        if closer is not None:
-            await closer()
     except TRANSIENT_BUS_ERRORS as exc:
+        incomplete = exc
+    # Closed even when the stop could not finish: a connection left open keeps nats-py's
+    # reconnect loop running, which swallows the cancel that ends the process (asyncio.run
+    # then waited on it for ever: a slicer whose leader start met a vanished server logged
+    # that it stopped and never exited).
+    closer = getattr(service, "close", None)
+    if closer is not None:
+        try:
+            await closer()
+        except TRANSIENT_BUS_ERRORS as exc:
+            incomplete = incomplete or exc
+    if incomplete is not None:
         log.error(
             "service_stop_incomplete",
-            error=f"{type(exc).__name__}: {exc}",
+            error=f"{type(incomplete).__name__}: {incomplete}",
             reason="NATS was unreachable while stopping; unsettled messages are redelivered",
         )
         raise SystemExit(EXIT_BUS_UNAVAILABLE) from None

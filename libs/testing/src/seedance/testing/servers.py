@@ -89,8 +89,14 @@ class NatsServer:
                 raise RuntimeError(f"nats-server exited at start: {err[-2000:]}")
             files = list(self.ports_dir.glob("*.ports"))
             if files:
-                ports = json.loads(files[0].read_text())
-                return str(ports["nats"][0])
+                # The server creates the file, then writes it: read between the two, it is
+                # empty (or partial), which is "not yet", not an error.
+                try:
+                    ports = json.loads(files[0].read_text())
+                except json.JSONDecodeError:
+                    ports = None
+                if ports is not None:
+                    return str(ports["nats"][0])
             time.sleep(0.02)  # polling a file the server writes; bounded by the deadline
         raise RuntimeError(f"nats-server did not report its port within {timeout_s} s")
 

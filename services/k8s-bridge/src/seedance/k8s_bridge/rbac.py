@@ -19,32 +19,74 @@ class Rule:
     api_group: str
     resource: str
     verbs: tuple[str, ...]
+    #: Why the bridge makes the call: the generated manifest's comment and the docs' table
+    #: (``make rbac``).
+    why: str = ""
 
 
 RULES: dict[str, Rule] = {
     r.resource: r
     for r in (
-        # list + watch with the spec.schedulerName field selector; get after a 409 Binding
-        Rule("", "pods", ("get", "list", "watch", "delete")),
-        # the Binding subresource (POST pods/<name>/binding)
-        Rule("", "pods/binding", ("create",)),
-        # PodScheduled=False with the slicer's reason
-        Rule("", "pods/status", ("patch",)),
-        Rule("", "nodes", ("list", "watch")),
-        # a namespace's seedance.io/tenant label
-        Rule("", "namespaces", ("list", "watch")),
-        Rule("", "events", ("create",)),
-        # the leader lease
-        Rule("coordination.k8s.io", "leases", ("get", "create", "update")),
-        # the policy reconciler: the CRs it turns into the slicer's quota, their status, and
-        # the PriorityClasses a TenantQuota's priorities may name
-        Rule("seedance.io", "slicingpolicies", ("list", "watch")),
-        Rule("seedance.io", "tenantquotas", ("list", "watch")),
-        Rule("seedance.io", "slicingpolicies/status", ("patch",)),
-        Rule("seedance.io", "tenantquotas/status", ("patch",)),
-        Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch")),
-        # the router replicas: the slices of Services labelled seedance.io/model (by label)
-        Rule("discovery.k8s.io", "endpointslices", ("list", "watch")),
+        Rule(
+            "",
+            "pods",
+            ("get", "list", "watch", "delete"),
+            "pods with its schedulerName: list + watch (field selector), get after a 409 "
+            "Binding, delete a preemption's victim or a half-bound gang",
+        ),
+        Rule(
+            "",
+            "pods/binding",
+            ("create",),
+            "the Binding, carrying the placement annotation in its own metadata",
+        ),
+        Rule("", "pods/status", ("patch",), "PodScheduled=False with the slicer's reason"),
+        Rule("", "nodes", ("list", "watch"), "each Node's inventory for the slicer"),
+        Rule(
+            "",
+            "namespaces",
+            ("list", "watch"),
+            "a namespace's seedance.io/tenant label (one no TenantQuota binds)",
+        ),
+        Rule(
+            "",
+            "events",
+            ("create",),
+            "Seedance's Events on pods (Scheduled, FailedScheduling, Preempted, GangBindFailed)",
+        ),
+        Rule(
+            "coordination.k8s.io",
+            "leases",
+            ("get", "create", "update"),
+            "the leader lease (seedance-k8s-bridge in seedance-system)",
+        ),
+        Rule(
+            "seedance.io",
+            "slicingpolicies",
+            ("list", "watch"),
+            "the CRs it reconciles into the slicer's policy",
+        ),
+        Rule(
+            "seedance.io",
+            "tenantquotas",
+            ("list", "watch"),
+            "the CRs it reconciles into the slicer's quota",
+        ),
+        Rule("seedance.io", "slicingpolicies/status", ("patch",), "the CR's status"),
+        Rule("seedance.io", "tenantquotas/status", ("patch",), "the CR's status (usage)"),
+        Rule(
+            "scheduling.k8s.io",
+            "priorityclasses",
+            ("list", "watch"),
+            "a TenantQuota's defaultPriority/maxPriority may name a PriorityClass",
+        ),
+        Rule(
+            "discovery.k8s.io",
+            "endpointslices",
+            ("list", "watch"),
+            "the router's inference replicas: the EndpointSlices of Services labelled "
+            "seedance.io/model (by label), registered in seedance-router-replicas",
+        ),
     )
 }
 

@@ -29,6 +29,7 @@ verifies it, never taken from its annotation alone.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ from seedance.node_agent.core.placement import (
     PlacementBook,
     PodView,
     Refusal,
+    placement_of,
     verify,
 )
 from seedance.node_agent.deviceplugin.devices import AllocationError, ContainerAllocation
@@ -82,6 +84,8 @@ class PlacementAllocator:
         kubelet: Callable[[], Awaitable[list[ContainerDevices]]] | None = None,
         metrics: NodeAgentMetrics | None = None,
         allocations: AllocationBook | None = None,
+        placement_news: Callable[[float], Awaitable[bool]] | None = None,
+        placement_wait_s: float = 5.0,
     ) -> None:
         self._node = node
         self._book = book
@@ -92,6 +96,13 @@ class PlacementAllocator:
         self._kubelet = kubelet
         self._metrics = metrics
         self.allocations = allocations or AllocationBook()
+        #: Waits up to the given seconds for the slicer's next decision to reach the book
+        #: (True: one did). The bridge binds a pod once the slicer placed it, but the agent
+        #: reads that placement from another stream: the kubelet may admit the pod first. A
+        #: refused Allocate fails the pod for good, so an Allocate whose candidates the book
+        #: does not hold a placement for waits (bounded) for the feed.
+        self._news = placement_news
+        self._wait_s = placement_wait_s
         self._names: dict[str, PodName] = {}
         #: Allocates answered and not yet seen in the kubelet's records, by (resource, IDs).
         self._answered: dict[tuple[str, frozenset[str]], Answered] = {}
@@ -157,13 +168,28 @@ class PlacementAllocator:
             ),
             key=lambda p: p.age_order,
         )
-        passed_over = []
-        for pod in candidates:
-            result = self._grant(pod, restoring=False)
-            if isinstance(result, Grant):
-                self._answered[key] = Answered(resource, key[1], pod.uid, (pod.namespace, pod.name))
-                return ContainerAllocation(dict(result.envs))
-            passed_over.append(f"{pod.namespace}/{pod.name}: {result.reason}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_s
+        while True:
+            passed_over = []
+            for pod in candidates:
+                result = self._grant(pod, restoring=False)
+                if isinstance(result, Grant):
+                    named = (pod.namespace, pod.name)
+                    self._answered[key] = Answered(resource, key[1], pod.uid, named)
+                    return ContainerAllocation(dict(result.envs))
+                passed_over.append(f"{pod.namespace}/{pod.name}: {result.reason}")
+            unplaced = [p for p in candidates if isinstance(placement_of(p, self._book), Refusal)]
+            left = deadline - loop.time()
+            if self._news is None or not unplaced or left <= 0:
+                break
+            log.info(
+                "allocation_awaits_placement", pods=[f"{p.namespace}/{p.name}" for p in unplaced]
+            )
+            if self._metrics is not None:
+                self._metrics.allocation_waits_total.labels(resource).inc()
+            if not await self._news(left):
+                break
         shown = "; ".join(passed_over[:_SHOWN_PASSED_OVER])
         more = len(passed_over) - _SHOWN_PASSED_OVER
         raise AllocationError(

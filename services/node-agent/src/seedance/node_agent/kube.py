@@ -1,7 +1,10 @@
-"""This node's pods that carry a placement annotation, read from the API server
-(kubernetes_asyncio).
+"""This node's pods that carry a placement annotation, and the Node itself, read from the API
+server (kubernetes_asyncio).
 
-Owns the two queries the agent makes, as ``PodView``s (uid, node, the annotation, labels and
+Owns the node agent's calls to the API server. This node's Node (``ThisNode``): its
+``status.allocatable`` (does another device plugin serve a resource already?), its labels
+(does NVIDIA's mig-manager own MIG here?) and, where mig-manager does, the ``nvidia.com/mig.config``
+label set on it. And the two pod queries, as ``PodView``s (uid, node, the annotation, labels and
 the extended resources the containers request): the pods Allocate may be meant for, as HAMi's
 device plugin finds them (bound to this node and still Pending), and, at start, the pods that
 already hold devices the kubelet granted (``holds_devices``: Running, or Pending with a
@@ -22,7 +25,18 @@ from kubernetes_asyncio.client.api_client import ApiClient
 from seedance.core.logs import get_logger
 from seedance.node_agent.core.placement import ANNOTATION_PLACEMENT, PodView
 
-__all__ = ["USER_AGENT", "NodePods", "connect", "holds_devices", "pod_view", "quantity_int"]
+__all__ = [
+    "USER_AGENT",
+    "NodePods",
+    "ThisNode",
+    "allocatable_counts",
+    "connect",
+    "holds_devices",
+    "node_cpu_memory",
+    "pod_view",
+    "quantity_int",
+    "quantity_value",
+]
 
 USER_AGENT = "seedance-node-agent"
 
@@ -41,10 +55,31 @@ async def connect(kubeconfig: str | None) -> ApiClient:
 
 log = get_logger(__name__)
 
-_SUFFIXES = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
+_BINARY = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_SUFFIXES: dict[str, decimal.Decimal] = {
+    **{s: decimal.Decimal(2) ** (10 * (i + 1)) for i, s in enumerate(_BINARY)},
+    **{s: decimal.Decimal(10) ** e for s, e in _DECIMAL.items()},
+}
+
+
+def quantity_value(q: object) -> decimal.Decimal:
+    """A Kubernetes quantity (``2``, ``500m``, ``1Ki``, ``1e3``, ``32Gi``) as an exact number.
+
+    Raises:
+        ValueError: not a quantity; the message names it.
+    """
+    text = str(q).strip()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, factor = text[: -len(suffix)], _SUFFIXES[suffix]
+            break
+    else:
+        number, factor = text, decimal.Decimal(1)
+    try:
+        return decimal.Decimal(number) * factor
+    except decimal.InvalidOperation:
+        raise ValueError(f"quantity {text!r} is not a number") from None
 
 
 def quantity_int(q: object) -> int:
@@ -54,20 +89,23 @@ def quantity_int(q: object) -> int:
     Raises:
         ValueError: not a whole-number quantity; the message names it.
     """
-    text = str(q).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if text.endswith(suffix):
-            number, factor = text[: -len(suffix)], _SUFFIXES[suffix]
-            break
-    else:
-        number, factor = text, 1
-    try:
-        value = decimal.Decimal(number) * factor
-    except decimal.InvalidOperation:
-        raise ValueError(f"quantity {text!r} is not a number") from None
+    value = quantity_value(q)
     if value != value.to_integral_value() or value < 0:
-        raise ValueError(f"quantity {text!r} is not a whole number of devices")
+        raise ValueError(f"quantity {str(q).strip()!r} is not a whole number of devices")
     return int(value)
+
+
+def node_cpu_memory(node: dict[str, Any]) -> tuple[int, int]:
+    """A Node's allocatable CPU (millicores, rounded down: never more than it has) and memory
+    (MiB, rounded down), what the slicer may place there; (0, 0) for what does not parse."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    try:
+        cpu = int(quantity_value(alloc.get("cpu", 0)) * 1000)
+        memory = int(quantity_value(alloc.get("memory", 0)) / 2**20)
+    except ValueError as exc:
+        log.warning("node_agent_bad_quantity", resource="cpu/memory", error=str(exc))
+        return 0, 0
+    return max(cpu, 0), max(memory, 0)
 
 
 def _requests(pod: dict[str, Any]) -> dict[str, int]:
@@ -186,3 +224,54 @@ class NodePods:
         finally:
             resp.release()
         return list(body.get("items") or [])
+
+
+def allocatable_counts(node: dict[str, Any]) -> dict[str, int]:
+    """A Node's ``status.allocatable`` extended resources (names with a ``/``) as counts; an
+    unreadable quantity counts 0 (logged: it cannot be what a device plugin reported)."""
+    out: dict[str, int] = {}
+    for name, q in ((node.get("status") or {}).get("allocatable") or {}).items():
+        if "/" not in name:
+            continue
+        try:
+            out[name] = quantity_int(q)
+        except ValueError as exc:
+            log.warning("node_agent_bad_quantity", resource=name, error=str(exc))
+    return out
+
+
+class ThisNode:
+    """This node's Node object through an ``ApiClient`` (the caller owns it); each call bounded
+    by ``timeout_s`` like ``NodePods``'. Reads need ``get nodes``; ``set_labels`` needs ``patch
+    nodes`` (the mig-manager component's ClusterRole, docs/node-agent.md)."""
+
+    def __init__(self, api_client: Any, node: str, *, timeout_s: float = 10.0) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self.name = node
+        self._timeout_s = timeout_s
+
+    async def get(self) -> dict[str, Any]:
+        """The Node as the API server has it; ``{}`` where it does not exist (yet)."""
+        # Raw: kubernetes_asyncio's models would drop what this reads as typed objects, and
+        # with _preload_content=False an error status raises nothing (read it here).
+        resp: Any = await self._core.read_node(
+            self.name, _preload_content=False, _request_timeout=self._timeout_s
+        )
+        try:
+            if resp.status == 404:
+                return {}
+            if resp.status >= 400:
+                raise client.ApiException(status=resp.status, reason=await resp.text())
+            body: dict[str, Any] = await resp.json()
+        finally:
+            resp.release()
+        return body
+
+    async def set_labels(self, labels: dict[str, str | None]) -> None:
+        """Merge ``labels`` into the Node's (None removes one)."""
+        # A JSON merge patch (the client's default for a dict body is a JSON patch).
+        opts: dict[str, Any] = {
+            "_content_type": "application/merge-patch+json",
+            "_request_timeout": self._timeout_s,
+        }
+        await self._core.patch_node(self.name, {"metadata": {"labels": labels}}, **opts)

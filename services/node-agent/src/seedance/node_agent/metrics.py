@@ -22,6 +22,13 @@ class NodeAgentMetrics:
             ["resource", "outcome"],
             registry=registry,
         )
+        self.allocation_waits_total = Counter(
+            "seedance_node_agent_allocation_waits_total",
+            "Allocates that waited for the slicer's placement to reach the agent (the pod bound "
+            "before the agent had read it), by resource.",
+            ["resource"],
+            registry=registry,
+        )
         self.restored_grants_total = Counter(
             "seedance_node_agent_restored_grants_total",
             "Grants rebuilt at start from the pods already holding devices, by resource and "
@@ -65,6 +72,20 @@ class NodeAgentMetrics:
             "seedance_node_agent_plugin_registration_failures_total",
             "Registrations with the kubelet that failed (retried with backoff), by resource.",
             ["resource"],
+            registry=registry,
+        )
+        self.plugin_conflicts_total = Counter(
+            "seedance_node_agent_plugin_conflicts_total",
+            "Starts refused because another device plugin serves the resource on this node "
+            "(NVIDIA's, deployed by the GPU operator: switch it off on the node), by resource.",
+            ["resource"],
+            registry=registry,
+        )
+        self.simulated_events_total = Counter(
+            "seedance_node_agent_simulated_events_total",
+            "Telemetry published for the node's simulated GPUs (development clusters), by kind "
+            "(inventory, sample).",
+            ["kind"],
             registry=registry,
         )
         self.mig_plans_total = Counter(

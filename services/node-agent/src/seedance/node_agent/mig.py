@@ -24,7 +24,14 @@ from seedance.core.logs import get_logger
 from seedance.events.slicing import MigLayoutPlan
 from seedance.node_agent.core.mig import MigInstance, Step, StepKind, plan_steps
 
-__all__ = ["MigApplier", "MigBackend", "MigOutcome", "MigResult", "NvmlMigBackend"]
+__all__ = [
+    "MigApplier",
+    "MigBackend",
+    "MigOutcome",
+    "MigResult",
+    "NvmlMigBackend",
+    "drained_refusal",
+]
 
 log = get_logger(__name__)
 
@@ -87,15 +94,7 @@ class MigApplier:
         return MigResult(MigOutcome.APPLIED if steps else MigOutcome.ALREADY, done)
 
     def _refusal(self, gpu: int) -> str | None:
-        if not self._backend.mig_enabled(gpu):
-            return f"GPU {gpu} is not in MIG mode (the agent never changes it)"
-        procs = self._backend.compute_processes(gpu)
-        if procs:
-            return f"GPU {gpu} is not drained: {procs} compute process(es) running"
-        pods = self._allocated(gpu)
-        if pods:
-            return f"GPU {gpu} is not drained: allocated to pod(s) {sorted(pods)}"
-        return None
+        return drained_refusal(self._backend, self._allocated, gpu)
 
     def _do(self, gpu: int, step: Step) -> None:
         b = self._backend
@@ -117,6 +116,23 @@ class MigApplier:
                     if (i.profile, i.start_slot) == (step.profile, step.start_slot)
                 ]
             b.create_compute_instance(gpu, gi)
+
+
+def drained_refusal(
+    backend: MigBackend, allocated: Callable[[int], list[str]], gpu: int
+) -> str | None:
+    """Why a plan may not touch ``gpu`` now (None: it may): MIG mode off (never changed by the
+    agent), a compute process on it, or a container allocated on it or its instances. The same
+    for both ways of applying a plan (NVML here, mig-manager)."""
+    if not backend.mig_enabled(gpu):
+        return f"GPU {gpu} is not in MIG mode (the agent never changes it)"
+    procs = backend.compute_processes(gpu)
+    if procs:
+        return f"GPU {gpu} is not drained: {procs} compute process(es) running"
+    pods = allocated(gpu)
+    if pods:
+        return f"GPU {gpu} is not drained: allocated to pod(s) {sorted(pods)}"
+    return None
 
 
 def _nvml_errors() -> tuple[type[BaseException], ...]:

@@ -9,6 +9,7 @@ against this book, never the other way round.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from nats.aio.msg import Msg
@@ -49,6 +50,8 @@ class PlacementFeed:
         # many of this binding's deliveries are applied (its consumer sequence).
         self._backlog = 0
         self._delivered = 0
+        #: Set (and replaced) at every decision applied: ``news`` waits on it.
+        self._news = asyncio.Event()
 
     async def start(self) -> None:
         spec = replica_consumer("node-agent-in", self._replica, start_seq=self.seq + 1)
@@ -102,6 +105,16 @@ class PlacementFeed:
         ended = self.book.apply(ev)
         if ended is not None and self.on_end is not None:
             self.on_end(*ended)
+        news, self._news = self._news, asyncio.Event()
+        news.set()
+
+    async def news(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the next decision to be applied; whether one was."""
+        try:
+            await asyncio.wait_for(self._news.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     async def close(self) -> None:
         if self._reader is not None:

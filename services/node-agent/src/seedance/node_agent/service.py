@@ -9,8 +9,13 @@ restarts (``KubeletWatch``), MIG plans for this node applied through
 ``MigApplier`` (then the new instances advertised without restarting a plugin), pod labels
 from the kubelet's pod-resources API, and per-pod measured shares from NVML. Each container
 starts only once the allocator confirms, from the kubelet's pod-resources records, that its
-pod is the one its devices were granted for (``PreStartContainer``). ``main()`` only
-loads settings and builds the objects. It must not place anything: it enforces and measures.
+pod is the one its devices were granted for (``PreStartContainer``). Before any plugin
+registers, the start is refused where another device plugin (NVIDIA's) serves a resource it
+would serve (``plugin_check``). MIG plans go through NVML, or through NVIDIA's mig-manager
+where the node's labels show it owns MIG (``mig_manager``). On a development cluster without
+GPUs the node's GPUs are simulated (``core.simulated``) and their telemetry published
+(``simulated``). ``main()`` only loads settings and builds the objects. It must not place
+anything: it enforces and measures.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from nats.aio.msg import Msg
@@ -35,7 +41,8 @@ from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.placement import NodeDevices, Refusal, node_token
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
-from seedance.node_agent.core.shares import ShareAccumulator, pod_shares
+from seedance.node_agent.core.shares import ProcessSample, ShareAccumulator, pod_shares
+from seedance.node_agent.core.simulated import SimulatedGpus
 from seedance.node_agent.deviceplugin import (
     DeviceKind,
     DevicePluginServer,
@@ -43,16 +50,19 @@ from seedance.node_agent.deviceplugin import (
     PluginDevice,
     Registration,
 )
-from seedance.node_agent.kube import NodePods, connect
+from seedance.node_agent.kube import NodePods, ThisNode, connect
 from seedance.node_agent.metrics import NodeAgentMetrics
-from seedance.node_agent.mig import MigApplier, MigBackend, NvmlMigBackend
+from seedance.node_agent.mig import MigBackend, MigResult, NvmlMigBackend
+from seedance.node_agent.mig_manager import MigManagerApplier, mig_applier
 from seedance.node_agent.nvml import NvmlNode
 from seedance.node_agent.placements import PlacementFeed
+from seedance.node_agent.plugin_check import OWN_SOCKET_PREFIX, refuse_if_served
 from seedance.node_agent.podlabels import PodLabeller
 from seedance.node_agent.podresources import PodResourcesClient
 from seedance.node_agent.settings import NodeAgentSettings
+from seedance.node_agent.simulated import SimulatedTelemetry
 
-__all__ = ["NAME", "NodeAgentService", "advertised", "main"]
+__all__ = ["NAME", "GpuSource", "NodeAgentService", "advertised", "main"]
 
 NAME = "node-agent"
 #: Replicas of one shared GPU the ``seedance.io/gpu-milli`` plugin advertises (thousandths).
@@ -89,6 +99,13 @@ def advertised(resource: str, devices: NodeDevices) -> list[PluginDevice]:
     ]
 
 
+class GpuSource(Protocol):
+    """The node's GPUs as the agent reads them: NVML's (``NvmlNode``) or simulated ones."""
+
+    def devices(self) -> NodeDevices: ...
+    def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]: ...
+
+
 class NodeAgentService:
     def __init__(
         self,
@@ -96,7 +113,7 @@ class NodeAgentService:
         settings: NodeAgentSettings,
         *,
         kube_client: Any,
-        nvml: NvmlNode,
+        nvml: GpuSource,
         mig: MigBackend | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -110,7 +127,12 @@ class NodeAgentService:
         self._feed: PlacementFeed | None = None
         self._plugins: list[DevicePluginServer] = []
         self._watch: KubeletWatch | None = None
-        self._mig = None if mig is None else MigApplier(mig, allocated=self._pods_on_gpu)
+        self._mig_backend = mig
+        #: How a MIG plan is applied here (chosen at start from the node's labels); None: no
+        #: MIG backend (simulated GPUs).
+        self._apply_mig: Callable[[MigLayoutPlan], Awaitable[MigResult]] | None = None
+        self._mig_manager: MigManagerApplier | None = None
+        self._node = ThisNode(kube_client, settings.node_name)
         self._pods = PodResourcesClient(settings.pod_resources_socket)
         self._allocator: PlacementAllocator | None = None
         self._labeller: PodLabeller | None = None
@@ -120,6 +142,18 @@ class NodeAgentService:
     async def start(self) -> None:
         if self._feed is not None:
             return
+        # Before anything connects or registers: a node where another plugin (NVIDIA's)
+        # serves these resources is refused with what to switch off (StartRefused).
+        await refuse_if_served(
+            node=self._node,
+            pods=self._pods,
+            resources=self._s.resource_names,
+            plugin_dir=self._s.device_plugin_dir,
+            clock=self._clock,
+            metrics=self.metrics,
+            wait_s=self._s.plugin_conflict_wait_s,
+        )
+        await self._choose_mig()
         await self._rt.start()
         self._feed = PlacementFeed(self._rt.bus, self._s.node_name)
         await self._feed.start()
@@ -131,6 +165,8 @@ class NodeAgentService:
             devices=lambda: self._devices,
             kubelet=self._pods.list_pods,
             metrics=self.metrics,
+            placement_news=self._feed.news,
+            placement_wait_s=self._s.placement_wait_s,
         )
         self._feed.on_end = self._allocator.job_ended
         # Registered only once the replay is applied: the kubelet may send an Allocate the
@@ -145,6 +181,20 @@ class NodeAgentService:
         self._labeller = PodLabeller(
             self._pods, self.metrics, known_uuids=self._known_uuids, granted=self._granted
         )
+        if isinstance(self._nvml, SimulatedGpus):
+            # The node's inventory is on the bus before its plugins register: the slicer
+            # places on it only once it knows it.
+            telemetry_ = SimulatedTelemetry(
+                self._rt.bus,
+                self._nvml,
+                self._node,
+                self._feed.book.placements,
+                clock=self._clock,
+                metrics=self.metrics,
+                sample_interval_s=self._s.simulated_sample_interval_s,
+            )
+            await telemetry_.publish_inventory()
+            self._rt.loop(telemetry_.run)
         for resource in self._s.resource_names:
             await self._serve_plugin(resource)
         self._watch = KubeletWatch(
@@ -166,6 +216,27 @@ class NodeAgentService:
         self._rt.loop(self._labels_loop)
         self._rt.loop(self._shares_loop)
         self._rt.loop(self._watch.run)
+
+    async def _choose_mig(self) -> None:
+        """NVML, or mig-manager where the node's labels show it owns MIG (looked at once, at
+        start: a mig-manager deployed later is seen at the agent's next start)."""
+        if self._mig_backend is None:
+            return
+        labels = ((await self._node.get()).get("metadata") or {}).get("labels") or {}
+        self._apply_mig, self._mig_manager = mig_applier(
+            self._mig_backend,
+            labels,
+            self._s,
+            api_client=self._kube,
+            node=self._node,
+            gpus=lambda: sorted(self._devices.gpus),
+            allocated=self._pods_on_gpu,
+            clock=self._clock,
+        )
+
+    def _read_devices(self) -> NodeDevices:
+        raw = self._nvml.devices()
+        return raw if self._mig_manager is None else self._mig_manager.devices(raw)
 
     async def _restore_grants(self, pods: NodePods) -> None:
         assert self._allocator is not None
@@ -200,7 +271,7 @@ class NodeAgentService:
         name = resource.replace("/", "_").replace(".", "-")
         plugin = DevicePluginServer(
             resource_name=resource,
-            socket_path=os.path.join(self._s.device_plugin_dir, f"seedance-{name}.sock"),
+            socket_path=os.path.join(self._s.device_plugin_dir, f"{OWN_SOCKET_PREFIX}{name}.sock"),
             devices=advertised(resource, self._devices),
             mps_pipe_directory=self._s.mps_pipe_directory or None,
             allocate=self._counted(resource),
@@ -246,16 +317,16 @@ class NodeAgentService:
         return sorted({f"{o.namespace}/{o.pod}" for u in {uuid, *mig} for o in owners.get(u, [])})
 
     async def _on_mig_plan(self, msg: Msg) -> None:
-        if self._mig is None:
+        if self._apply_mig is None:
             return
         try:
             plan = decode(msg.data, MigLayoutPlan)
         except DecodeError as exc:
             log.warning("mig_plan_undecodable", error=str(exc))
             return
-        result = await asyncio.to_thread(self._mig.apply, plan)
+        result = await self._apply_mig(plan)
         self.metrics.mig_plans_total.labels(result.outcome.value).inc()
-        self._devices = self._nvml.devices()
+        self._devices = self._read_devices()
         for plugin in self._plugins:  # new instances advertised without a plugin restart
             await plugin.set_devices(advertised(plugin.resource_name, self._devices))
 
@@ -374,9 +445,20 @@ class NodeAgentService:
 
 async def _serve(settings: NodeAgentSettings, runtime: ServiceRuntime) -> None:
     kube = await connect(settings.kubeconfig or os.environ.get("KUBECONFIG") or None)
-    service = NodeAgentService(
-        runtime, settings, kube_client=kube, nvml=NvmlNode(), mig=NvmlMigBackend()
-    )
+    gpus: GpuSource
+    mig: MigBackend | None
+    if settings.simulated_gpus:
+        # A development cluster without GPUs: NVML is never loaded.
+        gpus = SimulatedGpus(
+            node=settings.node_name,
+            model=settings.simulated_gpu_model,
+            count=settings.simulated_gpus,
+            pool=settings.simulated_pool,
+        )
+        mig = None
+    else:
+        gpus, mig = NvmlNode(), NvmlMigBackend()
+    service = NodeAgentService(runtime, settings, kube_client=kube, nvml=gpus, mig=mig)
     try:
         await serve(service)  # stops and closes the service
     finally:

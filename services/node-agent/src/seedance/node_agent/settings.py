@@ -3,9 +3,21 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
+from seedance.events.gpus import identify
+from seedance.events.tokens import check_token
+
 __all__ = ["NodeAgentSettings"]
+
+#: More simulated GPUs than a real node holds would only make a fleet no one has.
+_MAX_SIMULATED = 16
+#: ``<namespace>/<name>``: a DNS label, then a DNS subdomain.
+_CONFIG_MAP = re.compile(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$"
+)
 
 
 class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -34,11 +46,89 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Where host PIDs' cgroups are read (the host's /proc, mounted; the pod runs hostPID).
     proc_root: str = "/proc"
 
+    #: How long an Allocate waits for the slicer's placement of a pod bound here to reach the
+    #: agent (the bridge binds once the slicer placed; the agent reads the placement from
+    #: another stream). The kubelet admits a node's pods one at a time, so this bounds how
+    #: long one such pod can hold the others up; a refused Allocate fails the pod for good.
+    placement_wait_s: float = 10.0
+    #: Another device plugin serving a resource of ``resources`` on this node is looked at again
+    #: for this long before the start is refused (the agent's own previous plugin counts on the
+    #: Node until the kubelet's next node-status update, every 10 s by default).
+    plugin_conflict_wait_s: float = 30.0
+    #: DEVELOPMENT CLUSTERS WITHOUT GPUS (kind, minikube): advertise this many simulated GPUs
+    #: instead of reading NVML, and publish the node's inventory and samples for them (the
+    #: k8s-bridge's own inventory of the Node is then off). 0: the node's real GPUs.
+    simulated_gpus: int = 0
+    #: The simulated GPUs' model, named as NVML names it (``NVIDIA A100-SXM4-80GB``,
+    #: ``Tesla T4``); it must be a model the GPU identity (``seedance.events.gpus``) knows.
+    simulated_gpu_model: str = "NVIDIA A100-SXM4-80GB"
+    #: The simulated GPUs' samples this often (the ledger's clock moves with samples).
+    simulated_sample_interval_s: float = 5.0
+    #: The pool the simulated node's inventory names.
+    simulated_pool: str = "default"
+    #: ``<namespace>/<name>`` of the ConfigMap of named MIG layouts (mig-parted's format) that
+    #: NVIDIA's mig-manager reads (the GPU operator's ``migManager.config.name``). Where the
+    #: node's labels show mig-manager owns MIG (``nvidia.com/mig.config``), plans are applied
+    #: through it: the layout written there, the node's ``nvidia.com/mig.config`` label set
+    #: to it. Empty: plans for such a node are refused (the agent never fights mig-manager).
+    mig_manager_config: str = ""
+    #: How long a layout may take mig-manager (``nvidia.com/mig.config.state``), and how often
+    #: the Node is read meanwhile.
+    mig_manager_timeout_s: float = 600.0
+    mig_manager_poll_s: float = 2.0
+
     def __post_init__(self) -> None:
         if not self.node_name:
             raise ValueError("SEEDANCE_NODE_AGENT_NODE_NAME must name this node")
         if min(self.labels_interval_s, self.shares_interval_s, self.kubelet_poll_interval_s) <= 0:
             raise ValueError("SEEDANCE_NODE_AGENT_*_INTERVAL_S must be above 0")
+        if self.placement_wait_s < 0:
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_PLACEMENT_WAIT_S={self.placement_wait_s}: must be 0 or more"
+            )
+        if self.plugin_conflict_wait_s < 0:
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_PLUGIN_CONFLICT_WAIT_S={self.plugin_conflict_wait_s}: "
+                "must be 0 or more"
+            )
+        if (
+            min(
+                self.simulated_sample_interval_s,
+                self.mig_manager_timeout_s,
+                self.mig_manager_poll_s,
+            )
+            <= 0
+        ):
+            raise ValueError(
+                "SEEDANCE_NODE_AGENT_SIMULATED_SAMPLE_INTERVAL_S, _MIG_MANAGER_TIMEOUT_S and "
+                "_MIG_MANAGER_POLL_S must be above 0"
+            )
+        if not 0 <= self.simulated_gpus <= _MAX_SIMULATED:
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_SIMULATED_GPUS={self.simulated_gpus}: "
+                f"must be within 0..{_MAX_SIMULATED}"
+            )
+        if self.simulated_gpus and not identify(self.simulated_gpu_model).known:
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_SIMULATED_GPU_MODEL={self.simulated_gpu_model!r} is no GPU "
+                "model Seedance knows: name it as NVML does (e.g. 'NVIDIA A100-SXM4-80GB', "
+                "'Tesla T4', 'NVIDIA H100 80GB HBM3')"
+            )
+        check_token("SEEDANCE_NODE_AGENT_SIMULATED_POOL", self.simulated_pool)
+        if self.mig_manager_config and not _CONFIG_MAP.match(self.mig_manager_config):
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_MIG_MANAGER_CONFIG={self.mig_manager_config!r}: "
+                "must be <namespace>/<name> of a ConfigMap (e.g. gpu-operator/"
+                "seedance-mig-parted-config)"
+            )
+
+    @property
+    def mig_manager_config_map(self) -> tuple[str, str] | None:
+        """(namespace, name) of mig-manager's layouts ConfigMap, or None."""
+        if not self.mig_manager_config:
+            return None
+        namespace, name = self.mig_manager_config.split("/")
+        return namespace, name
 
     @property
     def resource_names(self) -> tuple[str, ...]:

@@ -200,6 +200,10 @@ class PlacementBook:
             (p for (_t, j), p in self._by_job.items() if j == job_id), key=lambda p: p.tenant
         )
 
+    def placements(self) -> list[Placement]:
+        """Every live placement on this node, by (tenant, job)."""
+        return [self._by_job[k] for k in sorted(self._by_job)]
+
     def __len__(self) -> int:
         return len(self._by_job)
 

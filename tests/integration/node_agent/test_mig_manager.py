@@ -1,0 +1,286 @@
+"""MIG beside NVIDIA's mig-manager: on a node whose labels show mig-manager owns MIG, the node
+agent applies the slicer's plan through mig-manager's contract (a named layout in the
+ConfigMap the mig-manager component installs, the node's ``nvidia.com/mig.config`` label), never
+through NVML itself; Allocate then resolves the slicer's start slot to the instance mig-manager
+created. Without the component's ConfigMap configured, plans on such a node are refused.
+
+Real interfaces: the test API server over HTTP (labels, the ConfigMap, pods and Bindings), a
+test mig-manager (``mig_manager.TestMigManager``) acting on the label as the real one does on a
+constructed NVML backend, the shipped ConfigMap (deploy/k8s/components/mig-manager), the agent
+under its shipped NATS user on the shipped-auth server, the plan and the placement published
+by the slicer's shipped user, and the test kubelet (device-plugin gRPC over real sockets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from prometheus_client import generate_latest
+
+from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.events.base import new_event_id
+from seedance.events.slicing import (
+    GpuAssignment,
+    MigInstanceChange,
+    MigLayoutPlan,
+    PlacementKind,
+)
+from seedance.events.subjects import slicing
+from seedance.node_agent.core.mig import MigInstance
+from seedance.node_agent.core.placement import NodeDevices
+from seedance.node_agent.core.shares import ProcessSample
+from seedance.node_agent.kube import USER_AGENT, connect
+from seedance.node_agent.rbac import MIG_MANAGER_RULES, RULES
+from seedance.node_agent.service import NodeAgentService
+from seedance.node_agent.settings import NodeAgentSettings
+from seedance.testing.kube_api import seed
+from seedance.testing.paths import REPO
+from seedance.testing.waits import eventually
+from tests.integration.conftest import shipped_password
+from tests.integration.node_agent.kubelet import NodeKubelet
+from tests.integration.node_agent.mig_manager import TestMigManager
+from tests.integration.node_agent.test_allocation import (
+    NODE,
+    T0,
+    TOKEN,
+    UUIDS,
+    annotation,
+    bound_pod,
+    kube_api,
+    placement,
+    publish,
+)
+from tests.unit.node_agent.nvml_mig import ConstructedNvmlMig
+
+pytestmark = pytest.mark.integration
+
+COMPONENT = REPO / "deploy" / "k8s" / "components" / "mig-manager"
+MIG_RESOURCE = "nvidia.com/mig-1g.18gb"
+
+
+class ReadOnlyMig:
+    """The agent's MIG backend on this node: NVML's reads of the constructed GPUs; a create or
+    destroy fails the test (mig-manager, not the agent, changes the layout here)."""
+
+    def __init__(self, nvml: ConstructedNvmlMig) -> None:
+        self.nvml = nvml
+
+    def mig_enabled(self, gpu_index: int) -> bool:
+        return self.nvml.mig_enabled(gpu_index)
+
+    def gpu_instances(self, gpu_index: int) -> list[MigInstance]:
+        return self.nvml.gpu_instances(gpu_index)
+
+    def compute_processes(self, gpu_index: int) -> int:
+        return self.nvml.compute_processes(gpu_index)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the agent called {name} beside mig-manager")
+
+
+class MigNodeNvml:
+    """The node's GPUs as NVML lists them: four GPUs, and each MIG instance the constructed
+    backend holds (its UUID derived from the GPU, profile and real start slot)."""
+
+    def __init__(self, nvml: ConstructedNvmlMig) -> None:
+        self.nvml = nvml
+
+    def devices(self) -> NodeDevices:
+        mig = {
+            (UUIDS[g], i.profile, i.start_slot): f"MIG-{g}-{i.profile}-{i.start_slot}"
+            for g in range(len(self.nvml.gpus))
+            for i in self.nvml.gpu_instances(g)
+        }
+        return NodeDevices(gpus=UUIDS, mig=mig)
+
+    def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
+        return []
+
+
+def shipped(url: str, user: str) -> BusSettings:
+    return BusSettings(url=url, user=user, password=shipped_password(user))
+
+
+@contextlib.asynccontextmanager
+async def mig_node(
+    auth_url: str, tmp_path: Path, *, configured: bool
+) -> AsyncIterator[dict[str, Any]]:
+    """A node labelled as the GPU operator labels one where mig-manager runs, the component's
+    ConfigMap, the test mig-manager, the test kubelet and the agent; yields them by name."""
+    plugin_dir = tempfile.mkdtemp(prefix="mm-")
+    admin = await Bus.connect(shipped(auth_url, "admin"))
+    await admin.ensure_streams()
+    await admin.close()
+    slicer = await Bus.connect(shipped(auth_url, "slicer"))
+    nvml = ConstructedNvmlMig(gpus=4)
+    try:
+        async with kube_api(tmp_path) as (api, api_client):
+            core = client.CoreV1Api(api_client)
+            await core.patch_node(
+                NODE,
+                {
+                    "metadata": {
+                        "labels": {
+                            "nvidia.com/mig.capable": "true",
+                            "nvidia.com/mig.config": "all-enabled",
+                            "nvidia.com/mig.config.state": "success",
+                        }
+                    }
+                },
+                _content_type="application/merge-patch+json",
+            )
+            shipped_cm = yaml.safe_load((COMPONENT / "configmap.yaml").read_text())
+            namespace = shipped_cm["metadata"]["namespace"]
+            seed.namespace(api, namespace)
+            seed.create(api, "", "v1", "configmaps", shipped_cm, namespace)
+            manager = TestMigManager(
+                api_client, NODE, (namespace, shipped_cm["metadata"]["name"]), nvml
+            )
+            await manager.start()
+            kubelet = NodeKubelet(
+                NODE, plugin_dir, os.path.join(plugin_dir, "pod-resources.sock"), api_client
+            )
+            await kubelet.serve()
+            settings = NodeAgentSettings(
+                node_name=NODE,
+                device_plugin_dir=plugin_dir,
+                pod_resources_socket=kubelet.socket,
+                http_port=0,
+                resources=f"nvidia.com/gpu,{MIG_RESOURCE}",
+                kubelet_poll_interval_s=0.05,
+                proc_root=str(tmp_path / "proc"),
+                mig_manager_config=(
+                    f"{namespace}/{shipped_cm['metadata']['name']}" if configured else ""
+                ),
+                mig_manager_poll_s=0.05,
+                mig_manager_timeout_s=30.0,
+            )
+            runtime = ServiceRuntime("node-agent", shipped(auth_url, "node-agent"), http_port=0)
+            # The agent's own client, as main() builds it (its user agent names its calls).
+            agent_client = await connect(str(tmp_path / "kubeconfig"))
+            agent = NodeAgentService(
+                runtime,
+                settings,
+                kube_client=agent_client,
+                nvml=MigNodeNvml(nvml),
+                mig=ReadOnlyMig(nvml),  # type: ignore[arg-type]
+            )
+            await agent.start()
+            task = asyncio.create_task(agent.run())
+            try:
+                yield {
+                    "api": api,
+                    "api_client": api_client,
+                    "core": core,
+                    "slicer": slicer,
+                    "nvml": nvml,
+                    "manager": manager,
+                    "kubelet": kubelet,
+                    "runtime": runtime,
+                    "cm": (namespace, shipped_cm["metadata"]["name"]),
+                }
+            finally:
+                await agent.stop()
+                await asyncio.wait_for(task, 15)
+                await agent.close()
+                await agent_client.close()
+                await kubelet.stop()
+                await manager.stop()
+    finally:
+        await slicer.close()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
+
+
+def plan_for_gpu_0() -> MigLayoutPlan:
+    """The slicer's plan: a 3g.71gb at slot 0 and a 1g.18gb at slot 6 (its choice of slot)."""
+    return MigLayoutPlan(
+        id=new_event_id(),
+        at=T0,
+        node=TOKEN,
+        gpu_index=0,
+        create=[
+            MigInstanceChange(profile="1g.18gb", start_slot=6),
+            MigInstanceChange(profile="3g.71gb", start_slot=0),
+        ],
+    )
+
+
+def outcome(n: dict[str, Any], what: str) -> bool:
+    line = f'seedance_node_agent_mig_plans_total{{outcome="{what}"}} 1.0'
+    return line in generate_latest(n["runtime"].registry).decode()
+
+
+async def test_a_plan_goes_through_mig_managers_layout_and_label_and_allocate_follows(
+    auth_url: str, tmp_path: Path
+) -> None:
+    async with mig_node(auth_url, tmp_path, configured=True) as n:
+        await n["slicer"].publish(slicing.mig_plan(TOKEN), plan_for_gpu_0())
+        await eventually(lambda: outcome(n, "applied"), timeout_s=30, what="plan applied")
+        node = await n["core"].read_node(NODE)
+        name = node.metadata.labels["nvidia.com/mig.config"]
+        assert name.startswith("seedance-")
+        assert node.metadata.labels["nvidia.com/mig.config.state"] == "success"
+        assert n["manager"].applied == [name]
+        cm = await n["core"].read_namespaced_config_map(n["cm"][1], n["cm"][0])
+        layouts = yaml.safe_load(cm.data["config.yaml"])["mig-configs"]
+        assert {"all-disabled", "all-enabled"} <= set(layouts)  # the operator's, untouched
+        assert layouts[name] == [
+            {"devices": [0], "mig-enabled": True, "mig-devices": {"1g.18gb": 1, "3g.71gb": 1}},
+            {"devices": [1, 2, 3], "mig-enabled": True, "mig-devices": {}},
+        ]
+        # mig-manager (the driver) placed the 1g.18gb at slot 4, not the slicer's 6.
+        real = [(i.profile, i.start_slot) for i in n["nvml"].gpu_instances(0)]
+        assert sorted(real) == [("1g.18gb", 4), ("3g.71gb", 0)]
+
+        # A pod the slicer placed on its 1g.18gb at slot 6 gets the instance at slot 4.
+        held: dict[str, Any] = {}
+
+        def mig(uid: str) -> str:
+            gpus = [GpuAssignment(index=0, uuid="", mig_profile="1g.18gb", mig_start_slot=6)]
+            held["ev"] = placement(uid, PlacementKind.MIG, gpus)
+            return annotation(uid, held["ev"])
+
+        await bound_pod(n["api"], n["api_client"], "m", {MIG_RESOURCE: "1"}, mig)
+        await publish(n["slicer"], held["ev"])
+        kubelet: NodeKubelet = n["kubelet"]
+
+        async def admitted() -> bool:
+            endpoint = kubelet.plugins[MIG_RESOURCE].endpoint
+            return await kubelet.admit("team-a", "m", endpoint, MIG_RESOURCE, 1) is None
+
+        await eventually(admitted, timeout_s=15, what="the MIG pod admitted")
+        envs = kubelet.pods[("team-a", "m")].envs[("main", MIG_RESOURCE)]
+        assert envs == {"NVIDIA_VISIBLE_DEVICES": "MIG-0-1g.18gb-4"}
+        # Every call the agent made is one its RBAC declares (the manifests are made from it).
+        declared = {
+            (r.api_group, r.resource, v) for r in (*RULES, *MIG_MANAGER_RULES) for v in r.verbs
+        }
+        used = n["api"].verbs_used(user_agent=USER_AGENT)
+        assert ("", "configmaps", "update") in used
+        assert ("", "nodes", "patch") in used
+        assert used <= declared
+
+
+async def test_without_the_layouts_configmap_a_plan_on_a_mig_manager_node_is_refused(
+    auth_url: str, tmp_path: Path
+) -> None:
+    async with mig_node(auth_url, tmp_path, configured=False) as n:
+        before = await n["core"].read_namespaced_config_map(n["cm"][1], n["cm"][0])
+        await n["slicer"].publish(slicing.mig_plan(TOKEN), plan_for_gpu_0())
+        await eventually(lambda: outcome(n, "refused"), what="plan refused")
+        node = await n["core"].read_node(NODE)
+        assert node.metadata.labels["nvidia.com/mig.config"] == "all-enabled"
+        after = await n["core"].read_namespaced_config_map(n["cm"][1], n["cm"][0])
+        assert after.data == before.data
+        assert n["nvml"].gpu_instances(0) == []
+        assert n["manager"].applied == []

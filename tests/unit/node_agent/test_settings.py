@@ -1,0 +1,51 @@
+"""The node agent's settings refuse, naming the variable and the value: a simulated GPU model
+the GPU identity does not know, more simulated GPUs than a node holds, a mig-manager ConfigMap
+that is not <namespace>/<name>, negative waits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from seedance.node_agent.settings import NodeAgentSettings
+
+
+def test_the_defaults_serve_real_gpus_and_no_mig_manager() -> None:
+    s = NodeAgentSettings(node_name="gpu-1")
+    assert (s.simulated_gpus, s.mig_manager_config_map) == (0, None)
+    assert s.placement_wait_s > 0
+    assert s.plugin_conflict_wait_s > 0
+
+
+def test_simulated_gpus_of_a_model_named_as_nvml_does() -> None:
+    s = NodeAgentSettings(node_name="kind-worker", simulated_gpus=2, simulated_gpu_model="Tesla T4")
+    assert (s.simulated_gpus, s.simulated_gpu_model) == (2, "Tesla T4")
+
+
+def test_a_mig_manager_configmap_is_namespace_and_name() -> None:
+    s = NodeAgentSettings(
+        node_name="n", mig_manager_config="gpu-operator/seedance-mig-parted-config"
+    )
+    assert s.mig_manager_config_map == ("gpu-operator", "seedance-mig-parted-config")
+
+
+@pytest.mark.parametrize(
+    ("field", "kw", "message"),
+    [
+        ("SIMULATED_GPU_MODEL", {"simulated_gpus": 1, "simulated_gpu_model": "NVIDIA Z9"}, "Z9"),
+        ("SIMULATED_GPUS", {"simulated_gpus": 17}, "17"),
+        ("SIMULATED_GPUS", {"simulated_gpus": -1}, "-1"),
+        ("MIG_MANAGER_CONFIG", {"mig_manager_config": "seedance-mig-parted-config"}, "parted"),
+        ("MIG_MANAGER_CONFIG", {"mig_manager_config": "GPU/x"}, "GPU/x"),
+        ("PLACEMENT_WAIT_S", {"placement_wait_s": -1.0}, "-1"),
+        ("PLUGIN_CONFLICT_WAIT_S", {"plugin_conflict_wait_s": -0.5}, "-0.5"),
+        ("SIMULATED_SAMPLE_INTERVAL_S", {"simulated_sample_interval_s": 0}, "above 0"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_variable(
+    field: str, kw: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"SEEDANCE_NODE_AGENT_{field}") as caught:
+        NodeAgentSettings(node_name="n", **kw)
+    assert message in str(caught.value)
