@@ -1,18 +1,17 @@
-"""The bridge's job events on their way to the bus, and its KV records of live jobs.
+"""The bridge's job events on their way to the bus, and its KV record of live jobs.
 
 Owns: the outbox of job events not yet published (kept across failed publishes, retried at the
 next flush: their ids are derived, so a repeat is a duplicate the bus drops), the job records in
 KV (``seedance-k8s-bridge-jobs``: each submitted job is recorded before its submit goes out and
-forgotten once its end went out), reading them back when the bridge takes the lead, and finding
-the recorded jobs whose pods are gone.
+forgotten once its end went out), and finding the recorded jobs whose pods are gone.
 
-A record is (tenant, job) and names the pods it covers (`seedance.k8s_bridge.core.records`
-owns its key and value): a restarted bridge adopts a bound pod by it, never by the pod's
-annotation. A recorded job is live only when a live pod's job has both its tenant and its id.
-Records the bridge wrote before pods' jobs had a space of their own (``<lease>.<tenant>.<pod
-uid>``) read back as that bare uid: a pod still bound under it keeps it live; a pod that was
-waiting was submitted anew under ``k8s:<uid>``, so its old job is an orphan and is ended
-(cancelled), which is the migration.
+A record is (tenant, job): key ``<lease name>.<tenant>.<job>``, the job id's ``:`` written
+``=`` (a KV key may hold neither ``:`` nor, in a job id, a ``.``; ``=`` is in no job id, so the
+key reads back to the very id). A recorded job is live only when a live pod's job has both its
+tenant and its id. Records the bridge wrote before pods' jobs had a space of their own
+(``<lease>.<tenant>.<pod uid>``) read back as that bare uid: a pod still bound under it keeps
+it live; a pod that was waiting was submitted anew under ``k8s:<uid>``, so its old job is an
+orphan and is ended (cancelled), which is the migration.
 
 Must not: decide what to publish or how an orphan ends (the tracker does), or publish anything
 but what it was given.
@@ -22,8 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from datetime import datetime
+from typing import Any
 
+from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 
 from seedance.core import ServiceRuntime
@@ -31,15 +33,9 @@ from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.errors import NoStream
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
+from seedance.events import Event
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
-from seedance.k8s_bridge.core.records import (
-    JobRecord,
-    decode_record,
-    encode_record,
-    record_key,
-    split_key,
-)
-from seedance.k8s_bridge.core.tracker import Action, Publish, Tracker
+from seedance.k8s_bridge.core.tracker import Action, Tracker
 from seedance.k8s_bridge.metrics import BridgeMetrics
 
 __all__ = ["JOBS_BUCKET", "JobOutbox"]
@@ -60,14 +56,14 @@ class JobOutbox:
         self._rt = runtime
         self._metrics = metrics
         self._scope = scope
-        self._items: list[Publish] = []
+        self._items: list[tuple[str, Event]] = []
         self._kv: KeyValue | None = None
 
     async def start(self) -> None:
         """Open (or create) the records' bucket; the runtime's bus must be connected."""
         self._kv = await ensure_bucket(self._rt.bus, JOBS_BUCKET)
 
-    def add(self, items: list[Publish]) -> None:
+    def add(self, items: list[tuple[str, Event]]) -> None:
         self._items.extend(items)
 
     async def flush(self) -> None:
@@ -78,65 +74,58 @@ class JobOutbox:
         items, self._items = self._items, []
         try:
             await self._record(items)
-            await self._rt.bus.publish_many([(a.subject, a.event) for a in items])
+            await self._rt.bus.publish_many(items)
             await self._forget(items)
         except _PUBLISH_ERRORS as exc:
             self._items = items + self._items  # the executor tries again within a second
             log.warning("bridge_publish_failed", events=len(items), error=repr(exc))
         self._metrics.outbox.set(len(self._items))
 
-    async def records(self) -> list[JobRecord]:
-        """Every job record of this scope (read when taking the lead, before the tracker is
-        built from the cache: adoption needs them)."""
-        assert self._kv is not None
-        out: list[JobRecord] = []
-        watcher = await self._kv.watch(f"{self._scope}.>", ignore_deletes=True)
-        try:
-            # The current values, then None (nats-py's end of the initial values).
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.operation is not None:  # a delete or purge marker
-                    continue
-                key = split_key(self._scope, entry.key)
-                if key is not None:
-                    out.append(decode_record(*key, entry.value))
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
-        return out
-
-    def orphans(self, tracker: Tracker, records: list[JobRecord], now: datetime) -> list[Action]:
+    async def orphans(self, tracker: Tracker, now: datetime) -> list[Action]:
         """The ends of recorded jobs whose pods are gone (deleted while no bridge ran)."""
+        assert self._kv is not None
+        scope = f"{self._scope}."
+        try:
+            # nats-py's `filters` match substrings, not subjects: the prefix is checked here.
+            keys = [k for k in await self._kv.keys() if k.startswith(scope)]
+        except NoKeysError:
+            return []
         live = tracker.live_jobs()
-        out: list[Action] = [
-            tracker.orphan_ended(r.job_id, r.tenant, r.created_ms, now)
-            for r in records
-            if (r.tenant, r.job_id) not in live
-        ]
+        out: list[Action] = []
+        for key in keys:
+            tenant, _, token = key.removeprefix(scope).partition(".")
+            job_id = token.replace("=", ":")
+            if (tenant, job_id) in live:
+                continue
+            with contextlib.suppress(KeyNotFoundError):
+                entry = await self._kv.get(key)
+                created_ms = int(entry.value or b"0")
+                out.append(tracker.orphan_ended(job_id, tenant, created_ms, now))
         if out:
             log.warning("bridge_orphans_ended", jobs=len(out))
         return out
 
-    async def _record(self, items: list[Publish]) -> None:
+    async def _record(self, items: list[tuple[str, Event]]) -> None:
         """Record each job before its submit goes out (a record without a job costs an end the
-        slicer answers; a job without a record could outlive its pod unseen)."""
+        slicer answers; a job without a record could outlive its pod unseen). The value is the
+        pod's creation time in ms, the time bits of the job's event ids."""
         assert self._kv is not None
         kv = self._kv
         await asyncio.gather(
             *(
-                kv.put(self._key(a.record.tenant, a.record.job_id), encode_record(a.record))
-                for a in items
-                if isinstance(a.event, JobSubmitted) and a.record is not None
+                kv.put(self._job_key(ev), str(uuid.UUID(ev.id).int >> 80).encode())
+                for _, ev in items
+                if isinstance(ev, JobSubmitted)
             )
         )
 
-    def _key(self, tenant: str, job_id: str) -> str:
-        return record_key(self._scope, tenant, job_id)
+    def _job_key(self, ev: Any) -> str:
+        """``<lease name>.<tenant>.<job>`` (the job id's ``:`` as ``=``: a KV key's alphabet)."""
+        return f"{self._scope}.{ev.tenant}.{ev.job_id.replace(':', '=')}"
 
-    async def _forget(self, items: list[Publish]) -> None:
+    async def _forget(self, items: list[tuple[str, Event]]) -> None:
         """Drop the records of jobs whose end went out."""
         assert self._kv is not None
         kv = self._kv
-        ends = [a.event for a in items if isinstance(a.event, _ENDS)]
-        await asyncio.gather(*(kv.delete(self._key(ev.tenant, ev.job_id)) for ev in ends))
+        ends = [ev for _, ev in items if isinstance(ev, _ENDS)]
+        await asyncio.gather(*(kv.delete(self._job_key(ev)) for ev in ends))

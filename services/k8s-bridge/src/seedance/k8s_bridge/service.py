@@ -56,7 +56,6 @@ from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.k8s_bridge.core.endpoints import replica_owners
 from seedance.k8s_bridge.core.keys import LABEL_TENANT
-from seedance.k8s_bridge.core.records import Records
 from seedance.k8s_bridge.core.tracker import (
     Action,
     Bind,
@@ -274,10 +273,6 @@ class BridgeService(Lifecycle):
         tracker = Tracker(instance=self.identity)
         tracker.bindings = self._bindings
         tracker.priorities = self._priorities
-        # The jobs the bridge recorded, before the replay: a bound pod is adopted by its
-        # record (the bridge's own word), never by its annotation (its author's).
-        records = await self._outbox.records()
-        tracker.records = Records(records)
         now = self._clock.now()
         actions: list[Action] = []
         for ns in self.namespaces.cache.values():
@@ -311,7 +306,7 @@ class BridgeService(Lifecycle):
             **tracker.counts(),
         )
         self._enqueue(actions)
-        self._enqueue(self._outbox.orphans(tracker, records, self._clock.now()))
+        self._enqueue(await self._outbox.orphans(tracker, self._clock.now()))
         await self._consumer.start(self._rt.bus)
         self._consumer_task = asyncio.create_task(self._consumer.run())
 
@@ -406,7 +401,7 @@ class BridgeService(Lifecycle):
         out what their outcomes call for. Returns the Bindings to retry later."""
         retry: list[PodRefRetry] = []
         while actions:
-            self._outbox.add([a for a in actions if isinstance(a, Publish)])
+            self._outbox.add([(a.subject, a.event) for a in actions if isinstance(a, Publish)])
             writes = [a for a in actions if not isinstance(a, Publish)]
             results = await asyncio.gather(*(self._write(a) for a in writes))
             await self._outbox.flush()

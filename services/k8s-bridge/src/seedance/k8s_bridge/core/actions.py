@@ -14,7 +14,6 @@ from typing import Any
 
 from seedance.events import Event
 from seedance.k8s_bridge.core.pods import PodRef
-from seedance.k8s_bridge.core.records import JobRecord
 
 __all__ = [
     "Action",
@@ -29,12 +28,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """Publish ``event``; a submit carries the ``record`` kept in KV until the job's end went
-    out (`seedance.k8s_bridge.core.records`: what a restarted bridge adopts the pod by)."""
-
     subject: str
     event: Event
-    record: JobRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)

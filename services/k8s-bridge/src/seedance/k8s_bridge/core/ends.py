@@ -10,13 +10,11 @@ change: always after the fact, late by the watch delay). The bridge bills
     at = min(observed_at, max(bound_at, finished_at))
 
 ``finished_at`` is the kubelet's latest container ``finishedAt`` when every container has
-terminated (else ``observed_at``); ``bound_at`` is the bridge's time of the Binding (a bridge
-that adopted the pod after a restart takes the API server's, ``scheduled_at``: the
-annotation's ``boundAt`` is its author's to edit). So a kubelet clock ahead of ours cannot
-bill past what the bridge saw, and one behind cannot end a job before it was bound; within
-those bounds the kubelet's finer account wins. A pod deleted while running ends when the
-bridge sees it gone. A job's start is billed by the slicer from its placement
-(``Placement.at``), which is the bridge's submit time.
+terminated (else ``observed_at``); ``bound_at`` is the bridge's time of the Binding (in the
+placement annotation). So a kubelet clock ahead of ours cannot bill past what the bridge saw,
+and one behind cannot end a job before it was bound; within those bounds the kubelet's finer
+account wins. A pod deleted while running ends when the bridge sees it gone. A job's start is
+billed by the slicer from its placement (``Placement.at``), which is the bridge's submit time.
 
 Must not do I/O.
 """
@@ -27,7 +25,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["EndKind", "billed_end", "end_kind", "finished_at", "parse_k8s_time", "scheduled_at"]
+__all__ = ["EndKind", "billed_end", "end_kind", "finished_at", "parse_k8s_time"]
 
 Json = Mapping[str, Any]
 
@@ -44,16 +42,6 @@ def parse_k8s_time(raw: object) -> datetime | None:
     except ValueError:
         return None
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
-def scheduled_at(pod: Json) -> datetime | None:
-    """When the API server bound the pod: its ``PodScheduled=True`` condition's
-    ``lastTransitionTime``, which the Binding writes (a pod's author cannot write
-    ``pods/status``; it can edit the annotation's ``boundAt``). None without one."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "True":
-            return parse_k8s_time(c.get("lastTransitionTime"))
-    return None
 
 
 def finished_at(pod: Json) -> datetime | None:

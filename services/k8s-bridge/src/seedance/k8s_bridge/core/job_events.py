@@ -17,23 +17,13 @@ from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmit
 from seedance.events.subjects import observed
 from seedance.k8s_bridge.core.actions import Publish
 from seedance.k8s_bridge.core.pods import PodAsk
-from seedance.k8s_bridge.core.records import JobRecord
 
 __all__ = ["end_event", "submit_event"]
 
 
 def submit_event(
-    ask: PodAsk,
-    job_id: str,
-    gang_size: int,
-    created_ms: int,
-    now: datetime,
-    *,
-    pods: tuple[str, ...],
-    group: str = "",
+    ask: PodAsk, job_id: str, gang_size: int, created_ms: int, now: datetime
 ) -> Publish:
-    """The submit of ``job_id`` for ``pods`` (a lone pod's uid, or a gang's members), with
-    the record the bridge keeps of it."""
     request = msgspec.structs.replace(ask.request, gang_size=gang_size)
     ev = JobSubmitted(
         id=derived_event_id(job_id, "submitted", created_ms),
@@ -46,10 +36,7 @@ def submit_event(
         expected_duration_s=ask.expected_duration_s,
         labels=ask.labels,
     )
-    record = JobRecord(
-        ask.tenant, job_id, created_ms, tuple(sorted(pods)), ask.ref.namespace, group
-    )
-    return Publish(observed.subject(ask.tenant, "submitted"), ev, record)
+    return Publish(observed.subject(ask.tenant, "submitted"), ev)
 
 
 def end_event(

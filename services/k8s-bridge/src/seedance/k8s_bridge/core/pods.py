@@ -382,15 +382,12 @@ def pod_ask(
     bindings: Mapping[str, str],
     labelled: Mapping[str, str],
     priorities: Mapping[str, int],
-    tenant: str | None = None,
 ) -> PodAsk | Refused:
     """What a pending, unbound pod of Seedance's scheduler asks for, or why it is refused.
 
     ``bindings`` maps namespaces to tenants (the TenantQuota reconciler's ``namespaces``),
     ``labelled`` the same from namespaces' ``seedance.io/tenant`` labels; ``priorities`` maps
-    PriorityClass names to values, used only when ``spec.priority`` is unset. ``tenant``, when
-    given, is the tenant the pod was already submitted under (the bridge's record of it), kept
-    whatever the namespace is bound to now.
+    PriorityClass names to values, used only when ``spec.priority`` is unset.
     """
     preset = _preset(pod)
     if preset is not None:
@@ -399,16 +396,13 @@ def pod_ask(
     spec = pod.get("spec") or {}
     ref = pod_ref(pod)
     labels = md.get("labels") or {}
-    if tenant is None:
-        owner = tenant_for(ref.namespace, bindings, labelled)
-    else:
-        owner = check_tenant(tenant)
+    tenant = tenant_for(ref.namespace, bindings, labelled)
     gang = _gang_of(ref, labels)
     priority = _priority(spec, priorities)
     expected = _expected_duration(md.get("annotations") or {})
     request = request_of(spec)
     kind_raw = labels.get(keys.LABEL_KIND, JobKind.TRAINING.value)
-    for v in (owner, gang, priority, expected, request):
+    for v in (tenant, gang, priority, expected, request):
         if isinstance(v, Refused):
             return v
     if kind_raw not in {k.value for k in JobKind}:
@@ -416,17 +410,17 @@ def pod_ask(
             RefusalReason.INVALID_REQUEST,
             f"label {keys.LABEL_KIND}={kind_raw!r}: expected one of {sorted(JobKind)}",
         )
-    assert isinstance(owner, str)
+    assert isinstance(tenant, str)
     assert isinstance(priority, int)
     assert isinstance(request, ResourceRequest)
     assert not isinstance(gang, Refused)
     assert not isinstance(expected, Refused)
-    problem = _job_problem(ref, owner, kind_raw, priority, request, labels, expected)
+    problem = _job_problem(ref, tenant, kind_raw, priority, request, labels, expected)
     if problem:
         return Refused(RefusalReason.INVALID_REQUEST, problem)
     return PodAsk(
         ref=ref,
-        tenant=owner,
+        tenant=tenant,
         kind=JobKind(kind_raw),
         priority=priority,
         request=request,

@@ -68,7 +68,7 @@ from seedance.k8s_bridge.core.actions import (
     PostEvent,
     Publish,
 )
-from seedance.k8s_bridge.core.ends import billed_end, end_kind, scheduled_at
+from seedance.k8s_bridge.core.ends import billed_end, end_kind, parse_k8s_time
 from seedance.k8s_bridge.core.job_events import end_event, submit_event
 from seedance.k8s_bridge.core.kube import (
     binding_body,
@@ -79,7 +79,6 @@ from seedance.k8s_bridge.core.kube import (
     placement_annotation,
 )
 from seedance.k8s_bridge.core.nodes import node_inventory
-from seedance.k8s_bridge.core.records import JobRecord, Records
 from seedance.k8s_bridge.core.pods import (
     Gang,
     PodRef,
@@ -130,9 +129,6 @@ class Tracker:
         self.labelled: dict[str, str] = {}
         #: PriorityClass name -> value (used when a pod's ``spec.priority`` is unset).
         self.priorities: dict[str, int] = {}
-        #: The bridge's records of the jobs it submitted (read from KV before the cache is
-        #: replayed into a fresh tracker): what a bound pod is adopted by.
-        self.records = Records()
 
     # --- queries (metrics, tests) ------------------------------------------------------------
 
@@ -214,26 +210,12 @@ class Tracker:
     def _new_pod(self, pod: Json, ref: PodRef, now: datetime) -> list[Action]:
         spec = pod.get("spec") or {}
         created = created_ms(pod)
-        record = self._record_of(pod, ref)
         if spec.get("nodeName"):
-            if record is not None:
-                return self._adopt_bound(pod, ref, created, record, now)
-            if _ours(pod, ref):
-                # Bound by us, and its job's end already went out (its record is deleted only
-                # then: a gang ended by one member while the others run on).
-                self._pods[ref.uid] = TrackedPod(ref, PodState.ENDED, created, last=pod)
-                return []
-        # A pod already submitted keeps the tenant it was submitted under (its namespace's
-        # tenant may have changed since: that applies to new pods); the bare uid of a pod
-        # that was waiting at the upgrade is not kept: it is submitted anew in the pods' space
-        # and its old job ended as an orphan.
-        kept = record.tenant if record is not None and not record.legacy else None
+            adopted = self._adopt_bound(pod, ref, created, now)
+            if adopted is not None:
+                return adopted
         ask = pod_ask(
-            pod,
-            bindings=self.bindings,
-            labelled=self.labelled,
-            priorities=self.priorities,
-            tenant=kept,
+            pod, bindings=self.bindings, labelled=self.labelled, priorities=self.priorities
         )
         if isinstance(ask, Refused):
             self._pods[ref.uid] = TrackedPod(ref, PodState.REFUSED, created, last=pod)
@@ -247,43 +229,42 @@ class Tracker:
             p = TrackedPod(ref, PodState.WAITING, created, ask, job_id, ask.tenant, last=pod)
             self._pods[ref.uid] = p
             self._jobs.add(ask.tenant, job_id, ref.uid)
-            return [
-                submit_event(ask, job_id, ask.request.gang_size, created, now, pods=(ref.uid,))
-            ]
+            return [submit_event(ask, job_id, ask.request.gang_size, created, now)]
         p = TrackedPod(ref, PodState.GROUPING, created, ask, tenant=ask.tenant, last=pod)
         p.gang = (ask.gang.namespace, ask.gang.name)
         self._pods[ref.uid] = p
         return self._join_gang(p, ask.gang, now)
 
-    def _record_of(self, pod: Json, ref: PodRef) -> JobRecord | None:
-        """The bridge's record of the job this pod runs under (`core.records`), or None."""
-        tenant = tenant_for(ref.namespace, self.bindings, self.labelled)
-        doc = parse_annotation((pod.get("metadata") or {}).get("annotations") or {})
-        return self.records.of_pod(
-            ref.uid,
-            ref.namespace,
-            tenant if isinstance(tenant, str) else None,
-            gang=_annotated_gang(doc),
-        )
-
     def _adopt_bound(
-        self, pod: Json, ref: PodRef, created: int, record: JobRecord, now: datetime
-    ) -> list[Action]:
-        """A bound pod whose job the bridge recorded (it bound the pod before a restart or
-        under another leader): it runs under that job and tenant, the record's, never under
-        what its annotation says (`core.records`)."""
-        node = str((pod.get("spec") or {}).get("nodeName"))
-        tenant, job_id = record.tenant, record.job_id
-        p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=node)
-        # The API server's time of the Binding (PodScheduled), not the annotation's boundAt.
-        p.bound_at = scheduled_at(pod)
+        self, pod: Json, ref: PodRef, created: int, now: datetime
+    ) -> list[Action] | None:
+        """A bound pod the bridge bound (before a restart or under another leader): our
+        annotation names this very pod (its uid, which the API server assigned after any
+        annotation a creator could have written) and the node it is on. Its job is the one the
+        annotation names: a lone pod's is its own (``k8s:<uid>``, or its bare uid if it was
+        bound before pods' jobs had a space of their own), a gang member's its gang's."""
+        md = pod.get("metadata") or {}
+        doc = parse_annotation(md.get("annotations") or {})
+        node = (pod.get("spec") or {}).get("nodeName")
+        if doc is None or doc.get("podUid") != ref.uid or node_name(str(doc.get("node"))) != node:
+            return None
+        job_id, tenant = str(doc.get("jobId", "")), str(doc.get("tenant", ""))
+        labels = md.get("labels") or {}
+        group = labels.get(keys.LABEL_POD_GROUP)
+        # A tenant can write annotations: the tenant is the namespace's, never the annotation's,
+        # and a lone pod's job is its own uid (else ending this pod would end another job).
+        if tenant != tenant_for(ref.namespace, self.bindings, self.labelled):
+            return None
+        if not group and job_id not in (pod_job_id(ref.uid), ref.uid):
+            return None
+        p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=str(node))
+        p.bound_at = parse_k8s_time(doc.get("boundAt"))
         p.last = pod
-        if record.group:
-            key = (ref.namespace, record.group)
-            g = self._gangs.get(key)
-            if g is None or g.job_id != job_id:
-                g = self._gangs[key] = TrackedGang(key, len(record.pods))
-                g.created_ms = record.created_ms
+        if group and job_id != ref.uid:
+            key = (ref.namespace, str(group))
+            g = self._gangs.setdefault(
+                key, TrackedGang(key, int_or_zero(labels.get(keys.LABEL_POD_GROUP_SIZE)))
+            )
             g.members.add(ref.uid)
             g.job_id, g.tenant = job_id, tenant
             p.gang = key
@@ -301,7 +282,7 @@ class Tracker:
         node = str((pod.get("spec") or {}).get("nodeName"))
         if doc is not None and doc.get("podUid") == p.ref.uid:
             p.state, p.node = PodState.BOUND, node
-            p.bound_at = scheduled_at(pod) or now
+            p.bound_at = parse_k8s_time(doc.get("boundAt")) or now
             ended = end_kind(pod, deleted=False)
             return self._ended(p, pod, ended, now) if ended else []
         return self._ended(p, pod, ("failed", f"bound to {node} by another scheduler"), now)
@@ -379,12 +360,7 @@ class Tracker:
         self._jobs.add(g.tenant, g.job_id, g.key)
         for m in members:
             m.state, m.job_id = PodState.WAITING, g.job_id
-        return [
-            submit_event(
-                first, g.job_id, g.size, g.created_ms, now,
-                pods=tuple(sorted(g.members)), group=g.key[1],
-            )  # fmt: skip
-        ]
+        return [submit_event(first, g.job_id, g.size, g.created_ms, now)]
 
     def _gang_members(self, g: TrackedGang) -> list[TrackedPod]:
         """Members in the order they take the placement's shares: by pod name."""
@@ -611,21 +587,6 @@ class Tracker:
 
 
 _INVALID_GANG = RefusalReason.INVALID_GANG
-
-
-def _ours(pod: Json, ref: PodRef) -> bool:
-    """Whether the pod's placement annotation names this very pod (the uid the API server
-    assigned after anything its creator wrote): the bridge bound it."""
-    doc = parse_annotation((pod.get("metadata") or {}).get("annotations") or {})
-    return doc is not None and doc.get("podUid") == ref.uid
-
-
-def _annotated_gang(doc: Mapping[str, Any] | None) -> tuple[str, list[str]] | None:
-    """The annotation's group and members (a claim, checked by derivation in `Records`)."""
-    gang = (doc or {}).get("gang")
-    if not isinstance(gang, dict) or not isinstance(gang.get("members"), list):
-        return None
-    return str(gang.get("name", "")), [str(m) for m in gang["members"]]
 
 
 def _key_of(ev: Event) -> JobKey:
