@@ -185,7 +185,7 @@ async def test_an_overlong_or_short_name_or_password_is_refused_before_the_regis
     assert (refused.code, asked) == (code, [])
     assert why in str(refused)
     assert len(str(refused)) < 300  # never the whole name or password
-    assert len(named) <= len("tenant-") + 63
+    assert len(named) <= len("node-") + 128  # the longest user name: a node's
     assert why in decode_jwt(response)["nats"]["error"]
 
 
