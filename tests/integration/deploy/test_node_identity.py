@@ -28,7 +28,7 @@ import pytest_asyncio
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
-from seedance.events import nats_config, permissions
+from seedance.events import nats_config, node_permissions, permissions
 from seedance.events.subjects import slicing, telemetry
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
@@ -185,7 +185,7 @@ async def test_a_statically_listed_node_is_held_to_its_own_subjects_too(
 async def test_the_replayer_speaks_for_the_nodes_of_its_replay_and_no_other(
     running: Running,
 ) -> None:
-    user = permissions.TELEMETRY_REPLAYER
+    user = node_permissions.TELEMETRY_REPLAYER
     async with connect(running.url, user, password(user)) as conn:
         for node in REPLAYED:
             await speaks_for(conn, node)
@@ -193,7 +193,7 @@ async def test_the_replayer_speaks_for_the_nodes_of_its_replay_and_no_other(
 
 
 async def test_the_shared_node_users_are_gone(running: Running) -> None:
-    for user in permissions.NODE_AGENTS:
+    for user in node_permissions.NODE_AGENTS:
         with pytest.raises(nats.errors.Error):
             async with connect(running.url, user, password(user)):
                 pass

@@ -19,7 +19,8 @@ import yaml
 from seedance.bench.images import workspace_version
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config
-from seedance.events.permissions import CALLOUT_USER, IDENTITIES, TELEMETRY_REPLAYER
+from seedance.events.node_permissions import TELEMETRY_REPLAYER
+from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from seedance.router.settings import RouterSettings, parse_replicas
 from seedance.testing.servers import nats_server_binary, pinned_nats_version
 from tests.unit.deploy.declared import (

@@ -52,7 +52,8 @@ from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica, ledger
 from seedance.events import DecodeError, Event, decode, nats_config
 from seedance.events.cost import CostEntry, PauseRequest
 from seedance.events.dlq import DeadLetter
-from seedance.events.permissions import node_user_name, tenant_user_name
+from seedance.events.node_permissions import node_user_name
+from seedance.events.permissions import tenant_user_name
 from seedance.events.slicing import JobRejected, Placement, Preempted
 from seedance.events.subjects import inbox_prefix
 from seedance.events.telemetry import NodeInventory

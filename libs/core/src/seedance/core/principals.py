@@ -14,11 +14,10 @@ from __future__ import annotations
 import functools
 
 from seedance.core.tenant_registry import node_key
+from seedance.events.node_permissions import NODE_USER_PREFIX, node_permissions
 from seedance.events.permissions import (
-    NODE_USER_PREFIX,
     RESERVED_TENANTS,
     Permissions,
-    node_permissions,
     tenant_permissions,
     tenant_user_name,
 )

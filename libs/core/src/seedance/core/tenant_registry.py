@@ -29,7 +29,8 @@ from nats.js.kv import KeyValue
 from seedance.core.bus import Bus
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.kv import ensure_bucket
-from seedance.events.permissions import node_permissions, tenant_permissions
+from seedance.events.node_permissions import node_permissions
+from seedance.events.permissions import tenant_permissions
 from seedance.events.tokens import InvalidToken, check_tenant, check_token
 
 __all__ = [

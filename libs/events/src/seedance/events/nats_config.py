@@ -31,16 +31,14 @@ import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from seedance.events.node_permissions import NODE_AGENTS, node_user, telemetry_replayer_user
 from seedance.events.permissions import (
     CALLOUT_USER,
     IDENTITIES,
-    NODE_AGENTS,
     PermissionsError,
     User,
-    node_user,
     operator_user,
     service_user,
-    telemetry_replayer_user,
     tenant_user,
 )
 

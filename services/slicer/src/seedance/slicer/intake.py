@@ -3,7 +3,7 @@ dated no later than the server's receive time allows.
 
 A node's identity is its subject (``seedance.telemetry.<node>.<kind>``), which the NATS server
 lets only that node's credentials (or the k8s-bridge, or the declared replayer of a recorded
-fleet) publish on (``seedance.events.permissions.node_permissions``). A payload naming another
+fleet) publish on (``seedance.events.node_permissions``). A payload naming another
 node is refused, as a tenant's payload that disagrees with its subject is: it would speak for
 a node its publisher does not observe (an inventory for node B relabelling its A10s ``H100``
 once made the slicer place on "H100" and the ledger bill at H100 prices). A fact dated beyond
