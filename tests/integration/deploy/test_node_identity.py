@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -30,8 +33,10 @@ from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
 from seedance.events import nats_config, node_permissions, permissions
 from seedance.events.subjects import slicing, telemetry
+from seedance.testing.paths import REPO
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
+from tests.integration.conftest import shipped_password
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
@@ -215,3 +220,62 @@ async def test_a_node_s_credentials_rotate_and_are_revoked(running: Running) -> 
     with pytest.raises(nats.errors.Error):
         async with connect(running.url, f"node-{node}", new):
             pass
+
+
+@contextlib.contextmanager
+def collector(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The telemetry collector as a process (as compose runs it), stopped after the block."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "seedance.telemetry_collector"],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def test_compose_s_replaying_collector_runs_as_the_replayer_of_its_nodes(
+    auth_url: str, tmp_path: Path
+) -> None:
+    """The shipped config, compose's collector settings: the collector process replays
+    deploy/compose/collector/nodes.csv as ``telemetry-replayer`` and every node's inventory
+    reaches the stream (a permission the replayer lacked would stop it)."""
+    nodes_csv = REPO / "deploy" / "compose" / "collector" / "nodes.csv"
+    nodes = [line.split(",")[0] for line in nodes_csv.read_text().splitlines()[1:] if line]
+    user = node_permissions.TELEMETRY_REPLAYER
+    admin = await Bus.connect(
+        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
+    )
+    log = tmp_path / "collector.log"
+    env = {
+        **os.environ,
+        "NATS_URL": auth_url,
+        "NATS_USER": user,
+        "NATS_PASSWORD": shipped_password(user),
+        "SEEDANCE_TELEMETRY_COLLECTOR_HTTP_PORT": "0",
+        "SEEDANCE_TELEMETRY_COLLECTOR_SOURCE": "replay",
+        "SEEDANCE_TELEMETRY_COLLECTOR_NODE_CSV": str(nodes_csv),
+        "SEEDANCE_TELEMETRY_COLLECTOR_TICK_S": "1",
+    }
+    try:
+        await admin.ensure_streams()
+        with collector(env, log) as proc:
+
+            async def every_inventory() -> bool:
+                info = await admin.js.stream_info(
+                    "SEEDANCE_TELEMETRY", subjects_filter=telemetry.INVENTORY
+                )
+                return set(info.state.subjects or {}) >= {telemetry.inventory(n) for n in nodes}
+
+            await eventually(every_inventory, 30)
+            assert proc.poll() is None, log.read_text()[-3000:]
+    finally:
+        await admin.close()
+    assert "permissions violation" not in log.read_text().lower()
