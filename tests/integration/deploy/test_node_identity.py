@@ -179,6 +179,18 @@ async def test_a_node_speaks_for_itself_and_is_refused_for_any_other_node(
         assert not any(slicing.mig_plan(RUNTIME) in e for e in conn.errors)
 
 
+async def test_a_node_is_named_as_kubernetes_names_it(running: Running) -> None:
+    """A cloud node's name has dots (the DaemonSet connects as ``node-$(spec.nodeName)``);
+    its subjects' token writes them ``:``: the same node either way."""
+    name = "ip-10-0-0-7.ec2.internal"
+    pw = await running.registry.add_node(name)
+    async with connect(running.url, f"node-{name}", pw) as conn:
+        await speaks_for(conn, "ip-10-0-0-7:ec2:internal")
+        await refused_for(conn, "ip-10-0-0-8:ec2:internal")
+    async with connect(running.url, "node-ip-10-0-0-7:ec2:internal", pw) as conn:
+        await speaks_for(conn, "ip-10-0-0-7:ec2:internal")
+
+
 async def test_a_statically_listed_node_is_held_to_its_own_subjects_too(
     running: Running,
 ) -> None:

@@ -3,6 +3,8 @@
 A ``tenant-<id>`` user is a tenant registered at run time (its registry key is the tenant id);
 a ``node-<node>`` user is one node's own identity (issue 27: each node's agents publish only
 that node's telemetry; registry key ``node.<node>``, ``seedance.core.tenant_registry.node_key``).
+``<node>`` is the node's Kubernetes name (what the DaemonSet knows, dots and all) or its
+subject token (the same name with ``:`` for ``.``): either names the same node.
 Owns the mapping between user names, registry keys and the declared permissions each is
 issued (``seedance.events.permissions``), and the refusal of any other name, cheaply, before
 the registry or a hash. Must not read the registry or decide a password:
@@ -59,8 +61,8 @@ def brief(text: str, limit: int = 80) -> str:
 def permissions_of(key: str) -> Permissions:
     """A registered tenant's or node's declared permissions, by registry key (the declaration
     is fixed at import)."""
-    if key.startswith(_NODE_KEY):
-        return node_permissions((key.removeprefix(_NODE_KEY),))
+    if key.startswith(_NODE_KEY):  # node.<Kubernetes name>: its token has ':' for '.'
+        return node_permissions((key.removeprefix(_NODE_KEY).replace(".", ":"),))
     return tenant_permissions(key)
 
 

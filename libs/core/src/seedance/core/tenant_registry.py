@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import re
 import secrets
 from datetime import datetime
 
@@ -31,7 +30,7 @@ from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.kv import ensure_bucket
 from seedance.events.node_permissions import node_permissions
 from seedance.events.permissions import tenant_permissions
-from seedance.events.tokens import InvalidToken, check_tenant, check_token
+from seedance.events.tokens import check_tenant, check_token
 
 __all__ = [
     "PASSWORD_MAX",
@@ -89,19 +88,14 @@ def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=64 * 1024**2)
 
 
-#: A KV key takes letters, digits, ``-_=/.`` only: a node token's ``:`` cannot be one.
-_KV_KEY_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
-
-
 def node_key(node: str) -> str:
-    """The registry key of node ``node``'s credentials (``node.<node>``)."""
-    check_token("node", node)
-    if not _KV_KEY_TOKEN.fullmatch(node):
-        raise InvalidToken(
-            f"node {node!r} cannot have run-time credentials: a registry key takes letters, "
-            "digits, '_' and '-' only (list it in deploy/auth/users.yaml `nodes` instead)"
-        )
-    return f"node.{node}"
+    """The registry key of node ``node``'s credentials: ``node.<its Kubernetes name>``.
+
+    ``node`` is the node's subject token or its Kubernetes name (dots; the token writes them
+    ``:``, which never occurs in a node name, the bridge's and the node agent's mapping). A KV
+    key cannot hold ``:``, so the key has the name's dots."""
+    token = check_token("node", node.replace(".", ":"))
+    return "node." + token.replace(":", ".")
 
 
 def _check_key(key: str) -> str:
@@ -155,7 +149,7 @@ class TenantRegistry:
         """Issue (or rotate: the old password stops logging in at once) node ``node``'s
         credentials for user ``node-<node>``; return the password."""
         key = node_key(node)
-        node_permissions((node,))
+        node_permissions((node.replace(".", ":"),))
         password = check_tenant_password(password or secrets.token_urlsafe(24))
         record = await asyncio.to_thread(record_for, key, password, clock=self._clock)
         await self._kv.put(key, msgspec.json.encode(record))
