@@ -54,9 +54,11 @@ def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subproces
         # The test closes its job's window with a sample batch ahead of the server's clock
         # (a node's own facts have a bound of their own, 10 s by default).
         "cost-ledger": {
-            "STATE_KEY": unique, "REPLICA": f"l-{unique}", "MAX_AHEAD_S": "3600",
+            "STATE_KEY": unique,
+            "REPLICA": f"l-{unique}",
+            "MAX_AHEAD_S": "3600",
             "TELEMETRY_AHEAD_S": "3600",
-        },  # fmt: skip
+        },
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for name in SERVICES:
