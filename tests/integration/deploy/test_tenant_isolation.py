@@ -51,8 +51,14 @@ def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subproces
     extra = {
         "telemetry-collector": {"NODE_CSV": str(nodes), "TICK_S": "5"},
         "slicer": {"REPLICA": f"s-{unique}", "POOL": f"pool{unique}"},
-        # The test closes its job's window with a sample batch ahead of the server's clock.
-        "cost-ledger": {"STATE_KEY": unique, "REPLICA": f"l-{unique}", "MAX_AHEAD_S": "3600"},
+        # The test closes its job's window with a sample batch ahead of the server's clock
+        # (a node's own facts have a bound of their own, 10 s by default).
+        "cost-ledger": {
+            "STATE_KEY": unique,
+            "REPLICA": f"l-{unique}",
+            "MAX_AHEAD_S": "3600",
+            "TELEMETRY_AHEAD_S": "3600",
+        },
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for name in SERVICES:

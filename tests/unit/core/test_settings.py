@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 import pytest
 
@@ -43,3 +45,18 @@ def test_connect_timeout_defaults_to_ten_seconds_and_must_be_positive() -> None:
     for bad in ("0", "-1", "soon", "nan"):
         with pytest.raises(SettingsError, match="SEEDANCE_CONNECT_TIMEOUT_S"):
             bus_settings("demo", {"SEEDANCE_CONNECT_TIMEOUT_S": bad})
+
+
+def test_a_node_reads_its_password_from_a_file(tmp_path: Path) -> None:
+    """``NATS_PASSWORD_FILE`` (a node's own credentials, mounted from the node): the file's
+    content less one trailing newline; ``NATS_PASSWORD`` wins where both are set."""
+    secret = tmp_path / "nats-password"
+    secret.write_text("a-node-s-own-password\n")
+    env = {"NATS_USER": "node-gpu-1", "NATS_PASSWORD_FILE": str(secret)}
+    assert bus_settings("node-agent", env).password == "a-node-s-own-password"
+    assert bus_settings("node-agent", {**env, "NATS_PASSWORD": "given"}).password == "given"
+    with pytest.raises(SettingsError, match=r"NATS_PASSWORD_FILE=.*cannot read it"):
+        bus_settings("node-agent", {"NATS_PASSWORD_FILE": str(tmp_path / "absent")})
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(SettingsError, match="the file is empty"):
+        bus_settings("node-agent", {"NATS_PASSWORD_FILE": str(tmp_path / "empty")})

@@ -210,7 +210,9 @@ def test_every_service_provisions_every_stream() -> None:
 
 
 def test_users_yaml_lists_only_deployment_choices() -> None:
-    assert set(auth_users()) <= {"tenants", "operators", "auth_callout"}
+    assert set(auth_users()) <= {
+        "tenants", "operators", "auth_callout", "nodes", "replay_nodes", "shared_node_users"
+    }  # fmt: skip
     names = [u.name for u in auth_choices().users()]
     assert set(IDENTITIES) <= set(names)
     assert {f"tenant-{t}" for t in auth_users()["tenants"]} <= set(names)

@@ -185,7 +185,7 @@ async def test_an_overlong_or_short_name_or_password_is_refused_before_the_regis
     assert (refused.code, asked) == (code, [])
     assert why in str(refused)
     assert len(str(refused)) < 300  # never the whole name or password
-    assert len(named) <= len("tenant-") + 63
+    assert len(named) <= len("node-") + 128  # the longest user name: a node's
     assert why in decode_jwt(response)["nats"]["error"]
 
 
@@ -226,3 +226,21 @@ async def test_attempts_for_one_tenant_share_a_registry_read_in_flight() -> None
     # nothing is kept: the next attempt reads again (a removal counts at once)
     assert await callout._lookup("initech") == RECORDS["initech"]
     assert reads.count("initech") == 2
+
+
+def test_a_node_user_gets_its_own_node_s_permissions_by_either_name() -> None:
+    """Issue 27: ``node-<node>`` by its Kubernetes name (dots) or its subject token (``:``)
+    is one registry key and the permissions of that node's subjects alone."""
+    from seedance.core.principals import Refused, permissions_of, registry_key, user_of
+    from seedance.core.tenant_registry import node_key
+
+    key = registry_key("node-ip-10-0-0-7.ec2.internal")
+    assert key == registry_key("node-ip-10-0-0-7:ec2:internal") == "node.ip-10-0-0-7.ec2.internal"
+    assert key == node_key("ip-10-0-0-7:ec2:internal")
+    assert user_of(key) == "node-ip-10-0-0-7.ec2.internal"
+    allowed = permissions_of(key).publish_allow
+    assert "seedance.telemetry.ip-10-0-0-7:ec2:internal.inventory" in allowed
+    assert not any(s.startswith("seedance.telemetry.") and "ip-10-0-0-7" not in s for s in allowed)
+    assert "seedance.telemetry.>" not in allowed
+    with pytest.raises(Refused, match="not a valid subject token"):
+        registry_key("node-a b")

@@ -19,6 +19,7 @@ import yaml
 from seedance.bench.images import workspace_version
 from seedance.core.auth_callout import new_issuer
 from seedance.events import nats_config
+from seedance.events.node_permissions import TELEMETRY_REPLAYER
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from seedance.router.settings import RouterSettings, parse_replicas
 from seedance.testing.servers import nats_server_binary, pinned_nats_version
@@ -133,12 +134,23 @@ def test_each_service_has_its_own_nats_user_and_the_server_knows_every_password(
     assert set(nats_env) == {nats_config.password_var(u.name) for u in rendered} | callout
     for name in [*SERVICES, CALLOUT_USER]:
         env = compose["services"][name]["environment"]
-        assert env["NATS_USER"] == name
+        # compose's collector replays a recorded fleet: the declared replayer of its nodes
+        user = TELEMETRY_REPLAYER if name == "telemetry-collector" else name
+        assert env["NATS_USER"] == user
         assert name in IDENTITIES
         # the service's password is the same substitution as the server's variable for it
-        var = nats_config.password_var(name)
+        var = nats_config.password_var(user)
         assert env["NATS_PASSWORD"] == nats_env[var]
         assert env["NATS_PASSWORD"].startswith("${" + var)
+
+
+def test_the_replaying_collector_may_speak_for_exactly_the_nodes_it_replays() -> None:
+    """Issue 27: compose's collector connects as ``telemetry-replayer``, whose nodes are
+    ``users.yaml``'s ``replay_nodes``: the nodes of the CSV it replays, no more, no fewer."""
+    csv = (REPO / "deploy" / "compose" / "collector" / "nodes.csv").read_text().splitlines()
+    replayed = [line.split(",")[0] for line in csv[1:] if line.strip()]
+    assert replayed
+    assert auth_users()["replay_nodes"] == replayed
 
 
 def test_nats_image_is_the_pinned_server_line(compose: dict[str, Any]) -> None:

@@ -57,7 +57,7 @@ CLUSTER_SCOPED = frozenset(
 
 
 #: The optional components (deploy/k8s/components), each needing what a cluster may lack.
-COMPONENTS = ("keda", "servicemonitor", "nvidia-runtime", "mig-manager")
+COMPONENTS = ("keda", "servicemonitor", "nvidia-runtime", "mig-manager", "per-node-credentials")
 #: Where the node agent runs (Pod Security `privileged`); everything else is in seedance-system.
 NODE_NAMESPACE = "seedance-node"
 
@@ -503,3 +503,25 @@ def test_the_inference_example_is_a_replica_set_the_bridge_registers_and_keda_si
     )
     namespaced = [d for d in docs if d["kind"] != "Namespace"]
     assert {d["metadata"]["namespace"] for d in namespaced} == {"inference"}
+
+
+def test_per_node_credentials_give_each_node_agent_its_own_user_and_no_shared_password() -> None:
+    """The per-node-credentials component (issue 27): the node agent connects as
+    ``node-<its node name>`` with the password its node holds, never the shared user's."""
+    ds = by_kind(render("dev", ("per-node-credentials",)), "DaemonSet")["node-agent"]
+    pod = ds["spec"]["template"]["spec"]
+    env = pod["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    by_name = {e["name"]: e for e in env}
+    assert by_name["NATS_USER"]["value"] == "node-$(SEEDANCE_NODE)"
+    # Kubernetes expands $(VAR) only from variables defined earlier in the list.
+    assert names.index("SEEDANCE_NODE") < names.index("NATS_USER")
+    assert by_name["SEEDANCE_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "NATS_PASSWORD" not in by_name
+    assert by_name["NATS_PASSWORD_FILE"]["value"] == "/etc/seedance/node/nats-password"
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["node-credentials"] == {
+        "name": "node-credentials", "mountPath": "/etc/seedance/node", "readOnly": True
+    }  # fmt: skip
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["node-credentials"]["hostPath"]["path"] == "/etc/seedance/node"

@@ -7,7 +7,9 @@ replayer publishes an honest fleet in virtual time (``tenant_workload`` of
 on ``seedance.observed.*`` (the only subjects whose ``at`` is honoured). Between its chunks a
 hostile tenant, ``mallory``, connected with its own tenant credentials, sends what
 ``seedance.bench.chaos_hostile`` builds: every class of event that once crashed, inflated,
-erased or reached another tenant's bill (issue 13), plus property-based ones from hypothesis.
+erased or reached another tenant's bill (issue 13), plus property-based ones from hypothesis,
+and issue 27's claim-skew games; a compromised GPU node (``seedance.bench.chaos_node``), with
+its own node credentials, speaks for other nodes and from the future.
 
 Then the same honest fleet runs again, in a fresh server and fresh services, without the hostile
 events. The figures:
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from seedance.bench.chaos_hostile import HONEST, HOSTILE, Hostile, crafted_hostile, property_hostile
+from seedance.bench.chaos_node import ROGUE_NODE, claim_skew_hostile, node_hostile
 from seedance.core import Bus, BusSettings
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.mapping import InputRejected
@@ -49,6 +52,7 @@ from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica, ledger
 from seedance.events import DecodeError, Event, decode, nats_config
 from seedance.events.cost import CostEntry, PauseRequest
 from seedance.events.dlq import DeadLetter
+from seedance.events.node_permissions import node_user_name
 from seedance.events.permissions import tenant_user_name
 from seedance.events.slicing import JobRejected, Placement, Preempted
 from seedance.events.subjects import inbox_prefix
@@ -122,7 +126,8 @@ class Outcome:
 
 def _auth(tenants: list[str]) -> tuple[str, dict[str, str]]:
     """The generated server config for this run and every user's password."""
-    static = nats_config.users(tenants, ["admin"], callout=False)
+    # A node of its own for the compromised node of seedance.bench.chaos_node (issue 27).
+    static = nats_config.users(tenants, ["admin"], callout=False, nodes=(ROGUE_NODE,))
     passwords = {u.name: nats_config.new_password() for u in static}
     defs = "".join(f'{nats_config.password_var(n)}: "{p}"\n' for n, p in passwords.items())
     return defs + nats_config.render(static, source="seedance.bench.chaos_tenants"), passwords
@@ -145,6 +150,8 @@ class _Stage:
     fleet: Bus
     mallory: Bus
     refused: list[str]
+    #: The compromised node (``seedance.bench.chaos_node``), its own credentials.
+    rogue: Bus
 
 
 @contextlib.asynccontextmanager
@@ -170,6 +177,8 @@ async def _stage(logdir: Path, out: Outcome) -> AsyncIterator[_Stage]:
             server.url, user, passwords[user], on_error, inbox_prefix=inbox_prefix(HOSTILE)
         )
     )
+    rogue = node_user_name(ROGUE_NODE)
+    buses.append(await _connect(server.url, rogue, passwords[rogue], on_error))
     try:
         await buses[0].ensure_streams()
         # A fleet replayed in virtual time: a tenant's request happens "now" in the replay.
@@ -181,8 +190,8 @@ async def _stage(logdir: Path, out: Outcome) -> AsyncIterator[_Stage]:
             "cost-ledger", replica="chaos", state_key=STATE_KEY, checkpoint_every_s="1",
             retention_windows="400",
         )  # fmt: skip
-        admin, replayer, fleet, mallory = buses
-        yield _Stage(server, procs, admin, replayer, fleet, mallory, refused)
+        admin, replayer, fleet, mallory, rogue_bus = buses
+        yield _Stage(server, procs, admin, replayer, fleet, mallory, refused, rogue_bus)
     finally:
         out.note_exits(procs)
         codes = procs.stop_all()
@@ -235,14 +244,25 @@ async def _wait_ledger(admin: Bus, samples_and_inventory: int) -> None:
     await wait_checkpointed(admin, STATE_KEY, sourced + samples_and_inventory, timeout_s=300)
 
 
-async def run_once(fleet: Workload, hostile: list[Hostile], *, logdir: Path, chunk: int) -> Outcome:
-    """One run of the honest fleet, with ``hostile`` events between its chunks."""
+async def run_once(
+    fleet: Workload,
+    hostile: list[Hostile],
+    *,
+    logdir: Path,
+    chunk: int,
+    rogue: list[Hostile] | None = None,
+) -> Outcome:
+    """One run of the honest fleet, with ``hostile`` events between its chunks (and what the
+    compromised node sends, ``rogue``, once the fleet's inventory is known)."""
     out = Outcome()
     inventory = [(s, e) for s, e in fleet.events if isinstance(e, NodeInventory)]
     events = [(s, e) for s, e in fleet.events if not isinstance(e, NodeInventory)]
     async with _stage(logdir, out) as stage:
         await stage.fleet.publish_many(inventory)
         await wait_inventory_known(stage.admin)
+        if rogue:
+            await _send_hostile(stage.rogue, rogue)
+            out.hostile_sent += len(rogue)
         await _replay(stage, events, hostile, chunk, out)
         samples = sum(1 for s, _ in events if s.startswith("seedance.telemetry"))
         await _wait_ledger(stage.admin, samples + len(inventory))
@@ -353,20 +373,25 @@ def diff_micro_usd(out: Outcome) -> int:
 async def run(args: argparse.Namespace) -> int:
     fleet = honest_fleet(args.jobs, nodes=args.nodes, seed=args.seed)
     hostile = crafted_hostile(args.seed, args.jobs) + property_hostile(args.seed, args.property)
-    kinds = Counter(h.kind for h in hostile)
+    hostile += claim_skew_hostile(args.seed)
+    inventories = [e for _, e in fleet.events if isinstance(e, NodeInventory)]
+    rogue = node_hostile(args.seed, inventories)
+    kinds = Counter(h.kind for h in (*hostile, *rogue))
     log(
         f"honest fleet: {args.nodes} nodes, {args.jobs} jobs of {len(HONEST)} tenants, "
         f"{len(fleet.events)} events from {START:%Y-%m-%d %H:%M} to {fleet.end:%H:%M} UTC "
         "(virtual time)"
     )
     log(
-        f"hostile tenant {HOSTILE!r}: {len(hostile)} events: "
+        f"hostile tenant {HOSTILE!r} and node {ROGUE_NODE!r}: {len(hostile) + len(rogue)} events: "
         + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
     )
     logdir = REPO / "build" / "chaos-tenants"
     started = time.monotonic()
     log("run 1: honest fleet and the hostile tenant")
-    attacked = await run_once(fleet, hostile, logdir=logdir / "hostile", chunk=args.chunk)
+    attacked = await run_once(
+        fleet, hostile, logdir=logdir / "hostile", chunk=args.chunk, rogue=rogue
+    )
     log(
         f"  {len(attacked.placements)} placements, {attacked.rejected} rejections, "
         f"{sum(attacked.dead_letters.values())} dead letters "

@@ -163,7 +163,11 @@ class Demo:
         procs.start("slicer", replica="demo-slicer-1", request_clock="replay")
         # The replay's virtual time runs ahead of the server's clock: the ledger honours input
         # times up to this far ahead of their stream timestamps (its default is 300 s).
-        procs.start("cost-ledger", replica="demo", max_ahead_s=str(_LEDGER_MAX_AHEAD_S))
+        # (Its closing sample batch too: a node's facts get a bound of a few seconds otherwise.)
+        procs.start(
+            "cost-ledger", replica="demo", max_ahead_s=str(_LEDGER_MAX_AHEAD_S),
+            telemetry_ahead_s=str(_LEDGER_MAX_AHEAD_S),
+        )  # fmt: skip
         say(f"started telemetry-collector, slicer, cost-ledger (logs in {shown(procs.logdir)})")
         bus = await Bus.connect(BusSettings(url=url, name="seedance-demo"))
         try:

@@ -29,6 +29,8 @@ not answered (the server refuses the connection at its auth timeout).
                                              # SEEDANCE_AUTH_CALLOUT_ISSUER_SEED
     seedance-auth add-tenant ACME            # operator credentials; prints the new password
     seedance-auth remove-tenant ACME
+    seedance-auth add-node gpu-node-7        # a node's own user (node-gpu-node-7): issue or
+    seedance-auth remove-node gpu-node-7     # rotate its password; revoke it
 """
 
 from __future__ import annotations
@@ -60,6 +62,14 @@ from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.entry import package_version
 from seedance.core.login_gate import Busy, GateSettings, HashSlots, LoginGate, Verdict
 from seedance.core.logs import configure_logging, get_logger
+from seedance.core.principals import MAX_USER as _MAX_USER
+from seedance.core.principals import (
+    Refused,
+    permissions_of,
+    principal_of,
+    registry_key,
+    user_of,
+)
 from seedance.core.settings import bus_settings
 from seedance.core.tenant_registry import (
     PASSWORD_MAX,
@@ -70,18 +80,18 @@ from seedance.core.tenant_registry import (
     TenantRecord,
     TenantRegistry,
     check_tenant_password,
+    node_key,
     password_matches,
     record_for,
 )
 from seedance.events.permissions import (
     CALLOUT_SUBJECT,
-    RESERVED_TENANTS,
     Permissions,
     PermissionsError,
     tenant_permissions,
     tenant_user_name,
 )
-from seedance.events.tokens import InvalidToken, check_tenant
+from seedance.events.tokens import InvalidToken
 
 __all__ = [
     "PASSWORD_RULE",
@@ -103,9 +113,6 @@ __all__ = [
 log = get_logger(__name__)
 
 ISSUER_SEED_VAR = "SEEDANCE_AUTH_CALLOUT_ISSUER_SEED"
-_TENANT_USER_PREFIX = "tenant-"
-#: ``tenant-`` and the longest tenant id: a longer user name is refused before anything else.
-_MAX_USER = len(_TENANT_USER_PREFIX) + 63
 
 
 # --- JWTs (the nats-server "ed25519-nkey" flavour) ------------------------------------------
@@ -161,42 +168,18 @@ def new_issuer() -> nkeys.KeyPair:
     return nkeys.from_seed(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT))
 
 
-def _brief(text: str, limit: int = 80) -> str:
-    """``repr(text)``, cut: a refusal names what it refused, never echoes 100 KB of it."""
-    shown = repr(text)
-    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text)} characters)"
-
-
-# --- the decision (pure) --------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)
-def _permissions(tenant: str) -> Permissions:
-    """A registered tenant's declared permissions (the declaration is fixed at import)."""
-    return tenant_permissions(tenant)
-
-
-class Refused(Exception):
-    """Why a connection is not authorised (sent back to the server, which logs it); ``code``
-    is the reason's name in the callout's metrics (a small closed set)."""
-
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 #: Checks ``password`` against a registered tenant's record; raises `Refused` when it is not
 #: accepted. The default hashes every attempt; the service goes through its `LoginGate`.
 Verifier = Callable[[str, "TenantRecord", str], Awaitable[None]]
 
 
-async def hash_every_attempt(tenant: str, record: TenantRecord, password: str) -> None:
+async def hash_every_attempt(key: str, record: TenantRecord, password: str) -> None:
     if not await asyncio.to_thread(password_matches, record, password):
-        raise Refused(f"wrong password for {tenant_user_name(tenant)!r}", "wrong_password")
+        raise Refused(f"wrong password for {user_of(key)!r}", "wrong_password")
 
 
 def _user_claims(
-    tenant: str, user_nkey: str, perms: Permissions, ttl_s: float, now: datetime
+    key: str, user_nkey: str, perms: Permissions, ttl_s: float, now: datetime
 ) -> dict[str, Any]:
     nats_claims: dict[str, Any] = {
         "pub": {"allow": list(perms.publish_allow), "deny": list(perms.publish_deny)},
@@ -209,7 +192,7 @@ def _user_claims(
     }
     claims: dict[str, Any] = {
         "sub": user_nkey,
-        "name": tenant_user_name(tenant),
+        "name": user_of(key),
         # Config-file accounts: the user lands in the global account, with the services.
         "aud": "$G",
         "nats": nats_claims,
@@ -232,7 +215,8 @@ async def decide(
     tenant user's longest name) and why it was refused (None: granted).
 
     Refuses (an error response, never an exception to the caller) any user that is not a
-    registered ``tenant-<id>`` with the right password; what needs no registry and no hash
+    registered ``tenant-<id>`` or ``node-<node>`` (issue 27: one identity per node, issued the
+    node's own permissions) with the right password; what needs no registry and no hash
     (the user's form, the password's length) is refused first, and ``verify`` checks the
     password.
     """
@@ -250,14 +234,7 @@ async def decide(
     }
     refused: Refused | None = None
     try:
-        if len(user) > _MAX_USER or not user.startswith(_TENANT_USER_PREFIX):
-            raise Refused(f"user {_brief(user)} is not a tenant user (tenant-<id>)", "not_tenant")
-        try:
-            tenant = check_tenant(user.removeprefix(_TENANT_USER_PREFIX))
-        except InvalidToken as exc:
-            raise Refused(str(exc), "not_tenant") from None
-        if tenant in RESERVED_TENANTS:  # never registered (add refuses it); said as it is
-            raise Refused(f"tenant {tenant!r} is reserved", "not_tenant")
+        tenant = registry_key(user)  # a tenant id, or node.<node>
         password = str(opts.get("pass") or "")
         if not PASSWORD_MIN <= len(password) <= PASSWORD_MAX:
             raise Refused(
@@ -267,10 +244,10 @@ async def decide(
             )
         record = await lookup(tenant)
         if record is None:
-            raise Refused(f"tenant {tenant!r} is not registered", "not_registered")
+            raise Refused(f"{principal_of(tenant)} is not registered", "not_registered")
         await verify(tenant, record, password)
         # built only for a verified login: a flood of random names costs no permission lists
-        claims = _user_claims(tenant, user_nkey, _permissions(tenant), token_ttl_s, clock.now())
+        claims = _user_claims(tenant, user_nkey, permissions_of(tenant), token_ttl_s, clock.now())
         response["nats"]["jwt"] = encode_jwt(claims, issuer, clock=clock)
     except Refused as exc:
         refused = exc
@@ -442,7 +419,7 @@ class AuthCallout:
             bytes.fromhex(record.salt_hex), bytes.fromhex(record.scrypt_hex), password
         )
         verdict, why = gate.decide(tenant, digest, clock.monotonic())
-        user = tenant_user_name(tenant)
+        user = user_of(tenant)
         if verdict is Verdict.GRANT:
             self.metrics.answers_total.labels("granted", "known").inc()
             return
@@ -535,6 +512,13 @@ def main(argv: list[str] | None = None) -> int:
     add.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
     rm = sub.add_parser("remove-tenant", help="unregister a tenant (operator credentials)")
     rm.add_argument("tenant")
+    node = sub.add_parser(
+        "add-node", help="issue or rotate a node's own credentials (user node-<node>)"
+    )
+    node.add_argument("tenant", metavar="node")
+    node.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    rm_node = sub.add_parser("remove-node", help="revoke a node's credentials")
+    rm_node.add_argument("tenant", metavar="node")
     args = ap.parse_args(argv)
     configure_logging()
     if args.cmd == "new-issuer":
@@ -550,9 +534,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return asyncio.run(_serve(args.token_ttl_s, gate))
     given = None
+    nodes = args.cmd in ("add-node", "remove-node")
     try:
-        tenant_permissions(args.tenant)
-        if args.cmd == "add-tenant" and args.password_stdin:
+        node_key(args.tenant) if nodes else tenant_permissions(args.tenant)
+        if args.cmd in ("add-tenant", "add-node") and args.password_stdin:
             given = check_tenant_password(sys.stdin.readline().rstrip("\n"))
     except (InvalidToken, PermissionsError, PasswordRefused) as exc:
         print(f"seedance-auth: {exc}", file=sys.stderr)
@@ -562,6 +547,13 @@ def main(argv: list[str] | None = None) -> int:
         registry = await TenantRegistry.open(bus)
         if args.cmd == "remove-tenant":
             await registry.remove(args.tenant)
+            return 0
+        if args.cmd == "remove-node":
+            await registry.remove_node(args.tenant)
+            return 0
+        if args.cmd == "add-node":
+            password = await registry.add_node(args.tenant, given)
+            print(f"{user_of(node_key(args.tenant))} {password}")
             return 0
         password = await registry.add(args.tenant, given)
         print(f"{tenant_user_name(args.tenant)} {password}")

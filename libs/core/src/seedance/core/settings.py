@@ -67,6 +67,24 @@ def _refuse_unknown(cls: type[msgspec.Struct], prefix: str, env: Mapping[str, st
     )
 
 
+def _password_file(path: str | None) -> str | None:
+    """``NATS_PASSWORD_FILE``: the password in a file (a node's own credentials, written on
+    the node by its provisioning and mounted read-only: docs/security.md, "One identity per
+    node"); one trailing newline is not part of it."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().removesuffix("\n")
+    except OSError as exc:
+        raise SettingsError(
+            f"NATS_PASSWORD_FILE={path!r}: cannot read it ({exc.strerror})"
+        ) from None
+    if not value:
+        raise SettingsError(f"NATS_PASSWORD_FILE={path!r}: the file is empty")
+    return value
+
+
 def bus_settings(service: str, env: Mapping[str, str] | None = None) -> BusSettings:
     env = os.environ if env is None else env
     raw_timeout = env.get(CONNECT_TIMEOUT_VAR, "10")
@@ -80,7 +98,7 @@ def bus_settings(service: str, env: Mapping[str, str] | None = None) -> BusSetti
         url=env.get("NATS_URL", "nats://127.0.0.1:4222"),
         creds=env.get("NATS_CREDS") or None,
         user=env.get("NATS_USER") or None,
-        password=env.get("NATS_PASSWORD") or None,
+        password=env.get("NATS_PASSWORD") or _password_file(env.get("NATS_PASSWORD_FILE")),
         name=f"seedance-{service}",
         connect_timeout_s=connect_timeout_s,
     )

@@ -1,4 +1,10 @@
-"""The tenants added at run time: their credentials in the ``seedance-tenants`` KV bucket.
+"""The tenants (and nodes) added at run time: their credentials in the ``seedance-tenants`` KV
+bucket.
+
+A node's identity (``node-<node>``, issue 27) is kept beside the tenants' under the key
+``node.<node>`` (a tenant id has no dot, so the two never meet): the same record, the same
+password rule, the same gate in the callout; ``add_node`` is how an operator issues or rotates
+one node's credentials.
 
 Owns a tenant's record (an scrypt hash of its password, with the salt and cost), the rule a
 run-time tenant's password follows (``PASSWORD_RULE``), and reading and writing the bucket
@@ -22,8 +28,9 @@ from nats.js.kv import KeyValue
 from seedance.core.bus import Bus
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.kv import ensure_bucket
+from seedance.events.node_permissions import node_permissions
 from seedance.events.permissions import tenant_permissions
-from seedance.events.tokens import check_tenant
+from seedance.events.tokens import check_tenant, check_token
 
 __all__ = [
     "PASSWORD_MAX",
@@ -34,6 +41,7 @@ __all__ = [
     "TenantRecord",
     "TenantRegistry",
     "check_tenant_password",
+    "node_key",
     "password_matches",
     "record_for",
 ]
@@ -80,11 +88,30 @@ def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=64 * 1024**2)
 
 
+def node_key(node: str) -> str:
+    """The registry key of node ``node``'s credentials: ``node.<its Kubernetes name>``.
+
+    ``node`` is the node's subject token or its Kubernetes name (dots; the token writes them
+    ``:``, which never occurs in a node name, the bridge's and the node agent's mapping). A KV
+    key cannot hold ``:``, so the key has the name's dots."""
+    token = check_token("node", node.replace(".", ":"))
+    return "node." + token.replace(":", ".")
+
+
+def _check_key(key: str) -> str:
+    """A registry key: a tenant id, or ``node.<node>``."""
+    if key.startswith("node."):
+        node_key(key.removeprefix("node."))
+        return key
+    return check_tenant(key)
+
+
 def record_for(tenant: str, password: str, *, clock: Clock = WALL_CLOCK) -> TenantRecord:
+    """The record of the registry key ``tenant`` (a tenant id, or ``node_key(node)``)."""
     check_tenant_password(password)
     salt = secrets.token_bytes(16)
     return TenantRecord(
-        tenant=check_tenant(tenant),
+        tenant=_check_key(tenant),
         salt_hex=salt.hex(),
         scrypt_hex=_scrypt(password, salt, **_SCRYPT).hex(),
         added_at=clock.now(),
@@ -118,12 +145,26 @@ class TenantRegistry:
         await self._kv.put(tenant, msgspec.json.encode(record))
         return password
 
+    async def add_node(self, node: str, password: str | None = None) -> str:
+        """Issue (or rotate: the old password stops logging in at once) node ``node``'s
+        credentials for user ``node-<node>``; return the password."""
+        key = node_key(node)
+        node_permissions((node.replace(".", ":"),))
+        password = check_tenant_password(password or secrets.token_urlsafe(24))
+        record = await asyncio.to_thread(record_for, key, password, clock=self._clock)
+        await self._kv.put(key, msgspec.json.encode(record))
+        return password
+
+    async def remove_node(self, node: str) -> None:
+        await self._kv.delete(node_key(node))
+
     async def remove(self, tenant: str) -> None:
         await self._kv.delete(check_tenant(tenant))
 
     async def get(self, tenant: str) -> TenantRecord | None:
+        """The record under key ``tenant`` (a tenant id, or ``node_key(node)``)."""
         try:
-            entry = await self._kv.get(check_tenant(tenant))
+            entry = await self._kv.get(_check_key(tenant))
         except KeyNotFoundError:
             return None
         if not entry.value:

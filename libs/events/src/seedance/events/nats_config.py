@@ -31,6 +31,7 @@ import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from seedance.events.node_permissions import NODE_AGENTS, node_user, telemetry_replayer_user
 from seedance.events.permissions import (
     CALLOUT_USER,
     IDENTITIES,
@@ -73,7 +74,7 @@ PASSWORD_RULE = (
 #: ConfigMap). The generator writes them; the deploy tests compare them with a fresh render.
 USERS_FILE = "deploy/auth/users.yaml"
 RENDERED_FILES = ("deploy/auth/nats-auth.conf", "deploy/k8s/base/nats/auth.conf")
-_CHOICES = ("tenants", "operators", "auth_callout")
+_CHOICES = ("tenants", "operators", "auth_callout", "nodes", "replay_nodes", "shared_node_users")
 
 
 class PasswordError(ValueError):
@@ -101,10 +102,28 @@ def new_password(length: int = 32) -> str:
     )
 
 
-def users(tenants: Iterable[str], operators: Iterable[str], *, callout: bool) -> list[User]:
+def users(
+    tenants: Iterable[str],
+    operators: Iterable[str],
+    *,
+    callout: bool,
+    nodes: Iterable[str] = (),
+    replay_nodes: Iterable[str] = (),
+    shared_node_users: bool = True,
+) -> list[User]:
     """Every static user: the declared identities, the listed tenants and operators, and the
-    callout service's user when auth callout is on."""
-    out = [service_user(name) for name in IDENTITIES if callout or name != CALLOUT_USER]
+    callout service's user when auth callout is on; one ``node-<node>`` user per listed node,
+    the ``telemetry-replayer`` for the replay's nodes when there are any; and the shared node
+    users (``telemetry-collector``, ``node-agent``: any node's telemetry) only while
+    ``shared_node_users`` (a cluster moving to per-node credentials, docs/security.md)."""
+    skip = set() if shared_node_users else set(NODE_AGENTS)
+    if not callout:
+        skip.add(CALLOUT_USER)
+    out = [service_user(name) for name in IDENTITIES if name not in skip]
+    replay = tuple(replay_nodes)
+    if replay:
+        out.append(telemetry_replayer_user(replay))
+    out += [node_user(n) for n in nodes]
     out += [tenant_user(t) for t in tenants]
     out += [operator_user(o) for o in operators]
     names = [u.name for u in out]
@@ -181,6 +200,12 @@ class AuthChoices:
     tenants: tuple[str, ...] = ()
     operators: tuple[str, ...] = ()
     auth_callout: bool = False
+    #: Nodes with a static ``node-<node>`` user (others get theirs from the auth callout).
+    nodes: tuple[str, ...] = ()
+    #: The nodes a replaying collector speaks for (the ``telemetry-replayer`` user).
+    replay_nodes: tuple[str, ...] = ()
+    #: The shared node users of before issue 27: on while a cluster moves to per-node ones.
+    shared_node_users: bool = True
 
     @classmethod
     def from_document(cls, doc: object, *, name: str = USERS_FILE) -> AuthChoices:
@@ -199,10 +224,16 @@ class AuthChoices:
             tenants=_names(doc, "tenants", "tenant ids"),
             operators=_names(doc, "operators", "user names"),
             auth_callout=bool(doc.get("auth_callout")),
+            nodes=_names(doc, "nodes", "node names"),
+            replay_nodes=_names(doc, "replay_nodes", "node names"),
+            shared_node_users=bool(doc.get("shared_node_users", True)),
         )
 
     def users(self) -> list[User]:
-        return users(self.tenants, self.operators, callout=self.auth_callout)
+        return users(
+            self.tenants, self.operators, callout=self.auth_callout, nodes=self.nodes,
+            replay_nodes=self.replay_nodes, shared_node_users=self.shared_node_users,
+        )  # fmt: skip
 
     def render(self, *, source: str = USERS_FILE) -> str:
         """The ``authorization`` block; ``source`` names the file in its header."""

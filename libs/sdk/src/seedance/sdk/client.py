@@ -213,8 +213,8 @@ class SeedanceClient:
         labels), with its defaults. With ``wait_s``: waits that long for the slicer's answer
         (a placement, or why the job waits) and raises ``JobRejectedError`` for a rejection,
         ``NoDecision`` for silence (an identical re-submit of a live job is not answered: it
-        changes nothing). ``at`` is a claim: the slicer keeps it only within its skew of the
-        server's receive time.
+        changes nothing). ``at`` is a claim, kept for the record: the slicer takes the
+        server's receive time (never earlier than its latest decision) whatever it says.
         """
         event = job_submitted(tenant, job_id, at=at, clock=self._clock, **request)
         return await self.send_job_event(event, wait_s=wait_s)

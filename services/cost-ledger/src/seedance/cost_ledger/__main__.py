@@ -158,6 +158,7 @@ def main() -> int | None:
         budgets=load_budgets(settings.budgets),
         tenants=settings.tenant_set(),
         max_ahead_s=settings.max_ahead_s,
+        telemetry_ahead_s=settings.telemetry_ahead_s,
     )
     runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     service = LedgerService(

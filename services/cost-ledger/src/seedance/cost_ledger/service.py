@@ -118,7 +118,12 @@ class LedgerMetrics:
             registry=registry,
         )
         self.dead_letters_total = Counter(
-            "seedance_cost_ledger_dead_letters_total", "Inputs dead-lettered.", registry=registry
+            "seedance_cost_ledger_dead_letters_total",
+            "Inputs dead-lettered, by kind (future_time: dated past the bound; subject_mismatch: a "
+            "node's fact naming another node than its subject's; tenant_mismatch; invalid_input; "
+            "step_error; decode_error).",
+            ["kind"],
+            registry=registry,
         )
         self.rebinds_total = Counter(
             "seedance_cost_ledger_input_rebinds_total",
@@ -524,7 +529,7 @@ class LedgerService(Lifecycle):
         # published fails the replica, which resumes from its checkpoint and rejects it again.
         assert self._letters is not None
         await self._letters.send(msg, kind, reason)
-        self.metrics.dead_letters_total.inc()
+        self.metrics.dead_letters_total.labels(kind).inc()
 
 
 class _JobTraces:

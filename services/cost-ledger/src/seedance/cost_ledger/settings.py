@@ -45,6 +45,10 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: clock) before it is dead-lettered: no input moves the ledger's clock past the server's
     #: time by more. A replay in virtual time ahead of the wall clock (the demo) sets more.
     max_ahead_s: Annotated[int, msgspec.Meta(ge=0)] = 300
+    #: The same bound for a node's own facts (samples, inventory, pod shares), stamped by the
+    #: node's clock a moment before the server gets them: a few seconds. A replay whose
+    #: virtual time runs ahead of the wall clock (the demo's closing batch) sets more.
+    telemetry_ahead_s: Annotated[int, msgspec.Meta(ge=0)] = 10
     #: A budgets file (YAML, see ``parse_budgets``); no guard if empty.
     budgets: str = ""
     #: Known tenants, comma-separated; inputs naming another tenant are dead-lettered. Empty:

@@ -95,9 +95,17 @@ class SlicerState:
         self.scheduler = Scheduler(config, self.quota)
         self.applied = AppliedSequences()
         self.replay_now_s: float | None = None
+        #: The latest trusted time any event was applied at (the decisions' latest time): a
+        #: tenant's request never happens before it (`seedance.slicer.trusted_time`).
+        self.decided_s: float | None = None
         #: Decisions made durable but not yet acknowledged by the stream.
         self.outbox: list[tuple[str, Event]] = []
-        self._written: dict[str, object] = {"~outbox": [], "~clock": None, "~quota": (None, 0)}
+        self._written: dict[str, object] = {
+            "~outbox": [],
+            "~clock": None,
+            "~decided": None,
+            "~quota": (None, 0),
+        }
 
     async def load(self) -> None:
         """The pool's state from the store (empty when nothing was ever written)."""
@@ -116,6 +124,7 @@ class SlicerState:
         self.scheduler = Scheduler.from_bytes(old.engine, self._config, self.quota)
         self.applied = AppliedSequences.of(old.applied, old.floor)
         self.replay_now_s = old.replay_now_s
+        self.decided_s = old.replay_now_s  # the one-key format kept no other time
         self.outbox = [(subj, decode(data)) for subj, data in old.outbox]
         entries = self.scheduler.state_entries()
         entries.update(self.applied.entries())
@@ -141,6 +150,7 @@ class SlicerState:
         values: dict[str, object] = {
             "~outbox": [(subj, encode(ev)) for subj, ev in self.outbox],
             "~clock": self.replay_now_s,
+            "~decided": self.decided_s,
             "~quota": (self.quota_doc, self.quota_revision),
         }
         out = {k: _enc.encode(v) for k, v in values.items() if force or v != self._written[k]}
@@ -160,10 +170,14 @@ class SlicerState:
         self.applied = AppliedSequences.from_entries(entries)
         clock = entries.get("~clock")
         self.replay_now_s = _clock_dec.decode(clock) if clock else None
+        decided = entries.get("~decided")
+        # A state written before "~decided" existed: its trusted clock is the best floor known.
+        self.decided_s = _clock_dec.decode(decided) if decided else self.replay_now_s
         outbox = entries.get("~outbox")
         self.outbox = [(s, decode(d)) for s, d in _outbox_dec.decode(outbox)] if outbox else []
         self._written = {
             "~outbox": [(subj, encode(ev)) for subj, ev in self.outbox],
             "~clock": self.replay_now_s,
+            "~decided": self.decided_s,
             "~quota": (self.quota_doc, self.quota_revision),
         }

@@ -23,6 +23,15 @@ class SlicerMetrics:
             ["outcome", "reason"],
             registry=registry,
         )
+        self.refused_total = Counter(
+            "seedance_slicer_refused_node_facts_total",
+            "Node inventories and health dead-lettered by reason (subject_mismatch: a payload "
+            "naming another node than its subject's; future_time: dated past the bound).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("subject_mismatch", "future_time"):
+            self.refused_total.labels(reason)
         self.queued_jobs = Gauge("seedance_slicer_queued_jobs", "Jobs waiting.", registry=registry)
         self.allocated_gpus = Gauge(
             "seedance_slicer_allocated_gpus", "GPUs allocated (shares summed).", registry=registry

@@ -71,6 +71,7 @@ from seedance.events.subjects import (
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler, SchedulerConfig
 from seedance.slicer.durable import SlicerState
+from seedance.slicer.intake import refusal
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
@@ -473,15 +474,19 @@ class SlicerService(Lifecycle):
         return handle
 
     def _event_time(self, d: Delivery[Any]) -> datetime:
-        """The trusted time of one delivery (``trusted_time``; ``request_clock`` for requests)."""
-        at = trusted_time(d.event.at, d.subject, d.received_at, self._settings.claim_skew_s)
+        """The trusted time of one delivery (``trusted_time``; ``request_clock`` for requests),
+        never before the latest time decided at for a tenant's request; noted as decided."""
         st = self.state
+        floor = None if st.decided_s is None else datetime.fromtimestamp(st.decided_s, UTC)
+        at = trusted_time(d.event.at, d.subject, d.received_at, floor)
         if not is_tenant_request(d.subject):
             now = at.timestamp()
             if st.replay_now_s is None or now > st.replay_now_s:
                 st.replay_now_s = now
         elif self._settings.request_clock == "replay" and st.replay_now_s is not None:
             at = datetime.fromtimestamp(st.replay_now_s, UTC)
+        if st.decided_s is None or at.timestamp() > st.decided_s:
+            st.decided_s = at.timestamp()
         return at
 
     def _decide(
@@ -498,6 +503,15 @@ class SlicerService(Lifecycle):
             seq = d.stream_seq
             if i in skip or applied.is_applied(durable, seq):
                 continue  # dead-lettered, or already in the durable state (a redelivery)
+            refused = refusal(d.event, d.subject, d.received_at, self._settings.telemetry_ahead_s)
+            if refused is not None:  # a node speaking for another, or from the future
+                skip[i] = refused
+                self.metrics.refused_total.labels(refused.kind).inc()
+                log.warning(
+                    "slicer_node_fact_refused", kind=refused.kind, subject=d.subject,
+                    stream_seq=seq,
+                )  # fmt: skip
+                continue
             try:
                 at = self._event_time(d)
                 effects = self._apply(d.event, at)

@@ -24,9 +24,12 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: ``seedance`` (SeedancePolicy, backfill, reservations, priority preemption) or
     #: ``first-fit`` (first-fit, strict FIFO: the queueing baseline).
     policy: str = "seedance"
-    #: A tenant request's claimed `at` is used when within this many seconds of the stream's
-    #: receive time, else the receive time is (a back-dated or future-dated claim moves nothing).
-    claim_skew_s: float = 5.0
+    #: How far a node's inventory or health may be dated past the server's receive time before
+    #: it is dead-lettered (``future_time``, ``seedance.slicer.intake``): a publisher's clock
+    #: a little off is fine, a fact from the future never moves the slicer's clock. A replay
+    #: whose virtual time runs ahead of the wall clock sets more. (A tenant's claimed `at`
+    #: counts for nothing at all: ``seedance.slicer.trusted_time``.)
+    telemetry_ahead_s: float = 10.0
     #: ``receive``: a tenant's request happens at the stream's receive time (above). ``replay``:
     #: at the latest trusted time the slicer has seen, for a fleet replayed in virtual time (the
     #: demo, the chaos runs), where the server's clock is not the fleet's: a tenant's request
@@ -67,6 +70,10 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     autosize_window_s: float = 300.0
 
     def __post_init__(self) -> None:
+        if self.telemetry_ahead_s < 0:
+            raise ValueError(
+                f"SEEDANCE_SLICER_TELEMETRY_AHEAD_S={self.telemetry_ahead_s!r}: must be >= 0"
+            )
         if self.request_clock not in ("receive", "replay"):
             raise ValueError(
                 f"SEEDANCE_SLICER_REQUEST_CLOCK={self.request_clock!r}: expected receive or replay"

@@ -1,23 +1,32 @@
 """When the slicer takes an event to have happened: the trusted time of each input.
 
 Clocks (`trusted_time`): a tenant's request on `seedance.jobs.<tenant>.<kind>` is a claim. It
-is stamped with the stream's receive time (the server's, from the message metadata: the
-`SEEDANCE_JOBS` stream is not sourced); its `at` is used only when within `claim_skew_s` of
-it. An event from a trusted observer (`seedance.observed.*`: the replayer, later the k8s
-bridge) or from a Seedance service (inventory, health, pauses) happens at its `at`. That time
-orders the queue and stamps every decision the event causes (placement, release, rejection,
-unschedulable, preemption), so downstream (the cost-ledger) bills only trusted time. In a fleet
-replayed in virtual time (`request_clock=replay`) the server's clock is not the fleet's, so a
-tenant's request happens at the latest trusted time seen instead: "now" in the replay.
+happens at the stream's receive time (the server's, from the message metadata: the
+`SEEDANCE_JOBS` stream is not sourced), but never before the latest trusted time the slicer
+has already decided at (`floor`: a decision others have seen, e.g. the placement of the job
+the request ends, or of the job waiting for its GPUs). Its `at` is kept for the record and
+moves nothing: a claim up to a few seconds off was once honoured, and a finish back-dated
+4.9 s placed the waiting tenant 1.8 s before its own submit, and a submit at +4.9 s with a
+finish at -4.9 s billed a job nothing. So a tenant's time is never later than the receive time
+(unless decisions already stand later) nor earlier than what others saw, and a job's billed
+span (placement to release, both stamped here) is never negative nor moved by its own claims.
+
+An event from a trusted observer (`seedance.observed.*`: the replayer, the k8s bridge) or from
+a Seedance service (inventory, health, pauses) happens at its `at` (telemetry beyond the
+receive time's bound never gets here: `seedance.slicer.intake`). That time orders the queue
+and stamps every decision the event causes (placement, release, rejection, unschedulable,
+preemption), so downstream (the cost-ledger) bills only trusted time. In a fleet replayed in
+virtual time (`request_clock=replay`) the server's clock is not the fleet's, so a tenant's
+request happens at the latest trusted time seen instead: "now" in the replay.
 
 Owns that rule (`trusted_time`) and the test of a tenant's own request subject
 (`is_tenant_request`). It must not read a clock, touch the bus or decide anything: the service
-passes in the claim, the subject and the stream's receive time.
+passes in the claim, the subject, the stream's receive time and its decisions' latest time.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from seedance.events.subjects import SubjectShapeError, parse_tenant_subject
 
@@ -34,15 +43,14 @@ def is_tenant_request(subject: str) -> bool:
 
 
 def trusted_time(
-    claimed: datetime, subject: str, received_at: datetime | None, claim_skew_s: float
+    claimed: datetime, subject: str, received_at: datetime | None, floor: datetime | None
 ) -> datetime:
     """When an event is taken to have happened (see this module's docstring).
 
-    A tenant's request (`seedance.jobs.*`) happens at the stream's receive time, or at its
-    claim when that is within `claim_skew_s` of it (a client clock a little off changes
-    nothing; a back-dated or future-dated claim is ignored). Every other event the slicer
-    reads comes from a trusted publisher and happens at its `at`. A delivery without a receive
-    time (built outside a consumer) keeps its claim.
+    A tenant's request (`seedance.jobs.*`) happens at the stream's receive time, or at
+    `floor` (the latest time the slicer has decided at) when that is later; its claim counts
+    for nothing. Every other event the slicer reads comes from a trusted publisher and happens
+    at its `at`. A delivery without a receive time (built outside a consumer) keeps its claim.
     """
     try:
         parsed = parse_tenant_subject(subject)
@@ -50,6 +58,6 @@ def trusted_time(
         parsed = None  # the consumer dead-letters these before they get here
     if parsed is None or parsed.family != "jobs" or received_at is None:
         return claimed
-    if abs(claimed - received_at) <= timedelta(seconds=claim_skew_s):
-        return claimed
+    if floor is not None and floor > received_at:
+        return floor
     return received_at

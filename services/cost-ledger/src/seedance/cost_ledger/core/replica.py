@@ -38,7 +38,8 @@ moves nothing. Each input is checked before it is applied:
   its own kind (``owner_of``), a sample or inventory on its own node's telemetry subject;
 - its time: an ``at`` ahead of the message's stream timestamp (the server's clock when the
   merged stream received the copy, never earlier than the original's receipt) by more than
-  ``max_ahead_s`` is refused, so no input, however trusted its publisher, moves the clock past
+  ``max_ahead_s`` (a node's own sample, inventory or pod shares: ``telemetry_ahead_s``, a few
+  seconds) is refused, so no input, however trusted its publisher, moves the clock past
   the server's time (a ``job.finished`` dated two days ahead once closed every window up to it).
 A back-dated end from a trusted publisher is a late fact like any other: the windows it changes
 are recomputed and adjusted while retained (the slicer stamps a release with the server's
@@ -84,6 +85,7 @@ from seedance.events.telemetry import GpuSampleBatch, NodeInventory, PodShares
 
 __all__ = [
     "DEFAULT_MAX_AHEAD_S",
+    "DEFAULT_TELEMETRY_AHEAD_S",
     "INPUT_TYPES",
     "InputEvent",
     "LedgerReplica",
@@ -106,6 +108,10 @@ _SLICING_KIND: dict[type[Event], str] = {
 #: agree within milliseconds under NTP; a replay in virtual time ahead of the wall clock (the
 #: demo) configures more.
 DEFAULT_MAX_AHEAD_S = 300
+#: A node's own facts (samples, inventory, pod shares) are stamped by the node's clock a moment
+#: before the server receives them: a small bound (a sample 290 s ahead, inside the general
+#: bound, once produced 52 cost entries ending in the future).
+DEFAULT_TELEMETRY_AHEAD_S = 10
 
 
 class _State(msgspec.Struct, kw_only=True):
@@ -139,14 +145,18 @@ class LedgerReplica:
         budgets: Sequence[Budget] = (),
         tenants: Iterable[str] = (),
         max_ahead_s: int = DEFAULT_MAX_AHEAD_S,
+        telemetry_ahead_s: int = DEFAULT_TELEMETRY_AHEAD_S,
     ) -> None:
         if max_ahead_s < 0:
             raise ValueError(f"max_ahead_s = {max_ahead_s!r}: must be >= 0")
+        if telemetry_ahead_s < 0:
+            raise ValueError(f"telemetry_ahead_s = {telemetry_ahead_s!r}: must be >= 0")
         self.book = book
         self.config = config or LedgerConfig()
         self.budgets = {b.tenant: b for b in budgets}
         self.tenants = frozenset(tenants)
         self.max_ahead_ms = max_ahead_s * 1000
+        self.telemetry_ahead_ms = telemetry_ahead_s * 1000
         self.ledger = Ledger(book, self.config)
         self._s = _State(silence_on_server_clock=True)
 
@@ -213,13 +223,18 @@ class LedgerReplica:
         if subject is not None:
             self._check_subject(event, subject)
         t = event_time_ms(event)
-        if stream_ms is not None and t - stream_ms > self.max_ahead_ms:
+        node_fact = isinstance(event, GpuSampleBatch | NodeInventory | PodShares)
+        bound_ms, bound = (
+            (self.telemetry_ahead_ms, "telemetry_ahead_s")
+            if node_fact
+            else (self.max_ahead_ms, "max_ahead_s")
+        )
+        if stream_ms is not None and t - stream_ms > bound_ms:
             raise InputRejected(
                 "future_time",
                 f"{type(event).__name__}.at = {event.at.isoformat()!r} is "
                 f"{(t - stream_ms) / 1000:.3f} s ahead of its stream time "
-                f"{utc_datetime(stream_ms).isoformat()!r} "
-                f"(max_ahead_s = {self.max_ahead_ms // 1000})",
+                f"{utc_datetime(stream_ms).isoformat()!r} ({bound} = {bound_ms // 1000})",
             )
         inputs, energy = facts_of(event, t, self.tenants, self._s.energy_mj)  # raises first
         if not inputs and not isinstance(event, GpuSampleBatch):

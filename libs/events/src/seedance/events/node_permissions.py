@@ -1,0 +1,97 @@
+"""One identity per node (issue 27): what a node's own user, and the replayer of a recorded
+fleet's nodes, may do on the bus.
+
+Beside ``seedance.events.permissions`` (the services', the replayer's and tenants'
+declarations), built from the node agents' declarations there: a node's agents do what they are
+declared to do, but publish telemetry only on their own node's subjects and read only their own
+node's MIG plans. Read by the config renderer (``seedance.events.nats_config``: static node users,
+the telemetry replayer) and the auth callout (``seedance.core.principals``: ``node-<node>`` users
+registered at run time). Catalogue data, no connections.
+"""
+
+from __future__ import annotations
+
+from seedance.events import subjects
+from seedance.events.permissions import (
+    FAMILIES,
+    IDENTITIES,
+    Permissions,
+    PermissionsError,
+    User,
+    declaration_permissions,
+)
+from seedance.events.subjects import slicing
+from seedance.events.tokens import check_token
+
+__all__ = [
+    "NODE_AGENTS",
+    "NODE_USER_PREFIX",
+    "TELEMETRY_REPLAYER",
+    "node_permissions",
+    "node_user",
+    "node_user_name",
+    "telemetry_replayer_user",
+]
+
+
+#: A node's own user: ``node-<node>``, issued by the auth callout from the node registry
+#: (``seedance-auth add-node``) or listed in ``deploy/auth/users.yaml`` (``nodes``).
+NODE_USER_PREFIX = "node-"
+#: The agents that run on every node and speak for it: what they do on the bus is their
+#: declarations' (``IDENTITIES``), but for the telemetry they publish, which is the node's own.
+NODE_AGENTS = ("telemetry-collector", "node-agent")
+#: The replaying collector of a recorded fleet (compose, the demo, the local stack): it speaks
+#: for the nodes of its replay (``users.yaml`` ``replay_nodes``) and nothing else.
+TELEMETRY_REPLAYER = "telemetry-replayer"
+
+
+def _node_subjects(node: str) -> list[str]:
+    return [
+        subjects.telemetry.sample(node),
+        subjects.telemetry.inventory(node),
+        subjects.telemetry.health(node),
+        subjects.telemetry.pod_share(node),
+    ]
+
+
+def node_permissions(
+    nodes: tuple[str, ...] | list[str], agents: tuple[str, ...] = NODE_AGENTS
+) -> Permissions:
+    """What the agents ``agents`` of the nodes ``nodes`` may do: their declarations, with
+    telemetry published only on those nodes' own subjects and MIG plans read only for them.
+
+    A node's user can no longer speak for another node: an inventory for node B relabelling
+    its A10s ``H100``, published with the shared node user's password on B's subject, once
+    made the slicer place on "H100" and the ledger bill at H100 prices. The server refuses it
+    now; the slicer and the ledger also refuse a payload whose node is not its subject's."""
+    if not nodes:
+        raise PermissionsError("node permissions for no node")
+    for node in nodes:
+        check_token("node", node)
+    family = FAMILIES["telemetry"]
+    pub: list[str] = []
+    sub: list[str] = []
+    for agent in agents:
+        p = declaration_permissions(IDENTITIES[agent])
+        pub += [s for s in p.publish_allow if s != family]
+        sub += [s for s in p.subscribe_allow if s != slicing.MIG_PLANS]
+        if slicing.MIG_PLANS in p.subscribe_allow:
+            sub += [slicing.mig_plan(node) for node in nodes]
+    for node in nodes:
+        pub += _node_subjects(node)
+    return Permissions(
+        publish_allow=tuple(dict.fromkeys(pub)), subscribe_allow=tuple(dict.fromkeys(sub))
+    )
+
+
+def node_user_name(node: str) -> str:
+    return NODE_USER_PREFIX + check_token("node", node)
+
+
+def node_user(node: str) -> User:
+    return User(node_user_name(node), node_permissions((node,)))
+
+
+def telemetry_replayer_user(nodes: tuple[str, ...] | list[str]) -> User:
+    """The replaying collector's user: a telemetry collector for the replay's nodes alone."""
+    return User(TELEMETRY_REPLAYER, node_permissions(nodes, agents=("telemetry-collector",)))

@@ -1,0 +1,57 @@
+"""Which node facts the slicer takes: a node's inventory or health on that node's own subject,
+dated no later than the server's receive time allows.
+
+A node's identity is its subject (``seedance.telemetry.<node>.<kind>``), which the NATS server
+lets only that node's credentials (or the k8s-bridge, or the declared replayer of a recorded
+fleet) publish on (``seedance.events.node_permissions``). A payload naming another
+node is refused, as a tenant's payload that disagrees with its subject is: it would speak for
+a node its publisher does not observe (an inventory for node B relabelling its A10s ``H100``
+once made the slicer place on "H100" and the ledger bill at H100 prices). A fact dated beyond
+``telemetry_ahead_s`` past its receive time is refused too: it would move the slicer's clock
+(and so every later decision's time) into the future.
+
+Owns those two checks (`refusal`). It must not read a clock, touch the bus or count: the
+service dead-letters what it returns (``subject_mismatch``, ``future_time``) and counts it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from seedance.core import InvalidMessage
+from seedance.events.subjects import telemetry
+from seedance.events.telemetry import GpuHealth, NodeInventory
+
+__all__ = ["REFUSALS", "refusal"]
+
+#: The dead letters' kinds, and the metric's closed label set.
+REFUSALS = ("subject_mismatch", "future_time")
+
+
+def refusal(
+    event: Any, subject: str, received_at: datetime | None, ahead_s: float
+) -> InvalidMessage | None:
+    """Why the slicer refuses this node fact (None: it does not, or it is no node fact)."""
+    if isinstance(event, NodeInventory):
+        expected = telemetry.inventory(event.node)
+    elif isinstance(event, GpuHealth):
+        expected = telemetry.health(event.node)
+    else:
+        return None
+    if subject != expected:
+        return InvalidMessage(
+            f"{type(event).__name__} of node {event.node!r} on subject {subject!r}: "
+            f"expected {expected!r} (a node speaks only for itself)",
+            kind="subject_mismatch",
+        )
+    if received_at is not None:
+        ahead = (event.at - received_at).total_seconds()
+        if ahead > ahead_s:
+            return InvalidMessage(
+                f"{type(event).__name__} of node {event.node!r}: at={event.at.isoformat()} is "
+                f"{ahead:.3f} s after the server's receive time {received_at.isoformat()} "
+                f"(telemetry_ahead_s = {ahead_s:g})",
+                kind="future_time",
+            )
+    return None
