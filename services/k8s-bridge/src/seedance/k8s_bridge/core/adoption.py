@@ -58,6 +58,7 @@ class Adopted:
 
     tenant: str
     job_id: str
+    node: str
     bound_at: datetime | None
     gang: tuple[str, str] | None = None
     gang_size: int = 0
@@ -90,9 +91,13 @@ def scheduled_at(pod: Json) -> datetime | None:
     return None
 
 
-def adoption(pod: Json, ref: PodRef, records: JobRecords) -> Adopted | Refused | None:
+def adoption(
+    pod: Json, ref: PodRef, records: JobRecords, namespace_tenant: str = ""
+) -> Adopted | Refused | None:
     """The job of ``pod`` (bound: ``spec.nodeName`` set), or why it is none of ours; None when
-    it carries no placement annotation of ours at all (then it was created bound)."""
+    it carries no placement annotation of ours at all (then it was created bound). Of several
+    records of its job (tenants that each had it, the namespace relabelled between), the one
+    of ``namespace_tenant`` (the namespace's tenant now) is taken."""
     md = pod.get("metadata") or {}
     doc = parse_annotation(md.get("annotations") or {})
     node = str((pod.get("spec") or {}).get("nodeName"))
@@ -108,6 +113,8 @@ def adoption(pod: Json, ref: PodRef, records: JobRecords) -> Adopted | Refused |
     # A pod bound before pods' jobs had a space of their own was submitted under the bare id.
     ids += [i.removeprefix(K8S_JOB_PREFIX) for i in ids]
     found = [(t, j) for j in ids for t in sorted(records.tenants_of(j))]
+    if len(found) > 1:
+        found = [(t, j) for t, j in found if t == namespace_tenant]
     if len(found) != 1:
         why = "no record of its job" if not found else f"records of {found} are ambiguous"
         return _refused(ref, node, why)
@@ -115,6 +122,7 @@ def adoption(pod: Json, ref: PodRef, records: JobRecords) -> Adopted | Refused |
     return Adopted(
         tenant=tenant,
         job_id=job_id,
+        node=node,
         bound_at=scheduled_at(pod),
         gang=(ref.namespace, str(group)) if group else None,
         gang_size=int_or_zero(labels.get(keys.LABEL_POD_GROUP_SIZE)) if group else 0,

@@ -262,14 +262,14 @@ class Tracker:
         another leader) is taken over under the job and tenant the bridge recorded for it
         (`seedance.k8s_bridge.core.adoption`); any other is refused. None: it carries no
         placement annotation (created bound: `pod_ask` refuses it)."""
-        adopted = adoption(pod, ref, self.records)
+        tenant = tenant_for(ref.namespace, self.bindings, self.labelled)
+        adopted = adoption(pod, ref, self.records, tenant if isinstance(tenant, str) else "")
         if adopted is None:
             return None
         if isinstance(adopted, Refused):
             self._pods[ref.uid] = TrackedPod(ref, PodState.REFUSED, created, last=pod)
             return self._refuse(ref, adopted, now)
-        tenant, job_id = adopted.tenant, adopted.job_id
-        node = str((pod.get("spec") or {}).get("nodeName"))
+        tenant, job_id, node = adopted.tenant, adopted.job_id, adopted.node
         p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=node)
         p.bound_at, p.last = adopted.bound_at, pod
         if adopted.gang is not None:
