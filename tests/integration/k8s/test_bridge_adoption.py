@@ -36,7 +36,8 @@ def running_bridge(env: Env) -> contextlib.AbstractAsyncContextManager[BridgeSer
 
 
 async def refused_events(env: Env, name: str) -> list[str]:
-    return [e.message for e in await env.events_of(name) if e.reason == "FailedScheduling"]
+    """The bridge's refusals of pod ``name`` (its waits share their Event reason)."""
+    return [m for e in await env.events_of(name) if "Seedance refused" in (m := e.message or "")]
 
 
 async def forge(env: Env, name: str, doc: dict[str, object]) -> None:
