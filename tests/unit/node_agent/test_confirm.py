@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 import pytest
@@ -91,7 +92,9 @@ def view(uid: str, ev: Placement, bound_at: str, **over: str) -> PodView:
     )
 
 
-def setup(*placed: Placement) -> tuple[PlacementAllocator, list[PodView], Kubelet]:
+def setup(
+    *placed: Placement, warn: Any = None
+) -> tuple[PlacementAllocator, list[PodView], Kubelet]:
     book = PlacementBook(NODE)
     for ev in placed:
         book.apply(ev)
@@ -102,8 +105,9 @@ def setup(*placed: Placement) -> tuple[PlacementAllocator, list[PodView], Kubele
         return list(pods)
 
     alloc = PlacementAllocator(
-        node=NODE, book=book, pending=pending, devices=lambda: DEVICES, kubelet=kubelet.list_pods
-    )
+        node=NODE, book=book, pending=pending, devices=lambda: DEVICES,
+        kubelet=kubelet.list_pods, warn=warn,
+    )  # fmt: skip
     return alloc, pods, kubelet
 
 
@@ -137,6 +141,27 @@ async def test_an_answer_the_kubelet_gave_another_pod_frees_its_pod_and_stops_th
     assert "answered for pod ns/v" in str(refused.value)
     await alloc.pre_start(GPU, ["d1"])
     assert alloc.names_by_uid() == {"v": ("ns", "v")}
+
+
+async def test_the_holder_of_another_pods_answer_is_told_why_once() -> None:
+    told: list[tuple[tuple[str, str], str]] = []
+
+    async def warn(pod: tuple[str, str], message: str) -> None:
+        told.append((pod, message))
+
+    v_placed = placement("v", 1)
+    alloc, pods, kubelet = setup(v_placed, warn=warn)
+    pods += [view("v", v_placed, "2026-12-02T01:00:00Z")]
+    await allocate(alloc, ["d0"])
+    kubelet.rows = [row("r", "d0")]
+    with pytest.raises(AllocationError):
+        await alloc.pre_start(GPU, ["d0"])
+    with pytest.raises(AllocationError):
+        await alloc.pre_start(GPU, ["d0"])  # the kubelet retries: refused, not told again
+    ((pod, message),) = told
+    assert pod == ("ns", "r")
+    assert "Seedance refuses to start this pod's containers on nvidia.com/gpu devices" in message
+    assert "answered for pod ns/v" in message
 
 
 async def test_a_pod_whose_claim_fails_is_passed_over_not_the_allocates_end() -> None:

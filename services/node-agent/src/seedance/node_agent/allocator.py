@@ -86,6 +86,7 @@ class PlacementAllocator:
         allocations: AllocationBook | None = None,
         placement_news: Callable[[float], Awaitable[bool]] | None = None,
         placement_wait_s: float = 5.0,
+        warn: Callable[[PodName, str], Awaitable[None]] | None = None,
     ) -> None:
         self._node = node
         self._book = book
@@ -103,6 +104,9 @@ class PlacementAllocator:
         #: does not hold a placement for waits (bounded) for the feed.
         self._news = placement_news
         self._wait_s = placement_wait_s
+        #: Tells a pod's owner why its container will not start (a Warning Event on the pod
+        #: the kubelet gave another pod's answer to); None: logged only.
+        self._warn = warn
         self._names: dict[str, PodName] = {}
         #: Allocates answered and not yet seen in the kubelet's records, by (resource, IDs).
         self._answered: dict[tuple[str, frozenset[str]], Answered] = {}
@@ -275,7 +279,21 @@ class PlacementAllocator:
                 del self._mismatched[next(iter(self._mismatched))]
             self._count_confirm(a.resource, "mismatched")
             self._release(a.pod_uid, f"the kubelet gave its answer to {shown}")
+            for holder in found:
+                await self._warn_of(holder, a, why)
         return rows
+
+    async def _warn_of(self, holder: PodName, a: Answered, why: str) -> None:
+        if self._warn is None:
+            return
+        ids = sorted(a.device_ids)
+        message = (
+            f"Seedance refuses to start this pod's containers on {a.resource} devices {ids}: {why}"
+        )
+        try:
+            await self._warn(holder, message)
+        except (TimeoutError, OSError, ApiException, aiohttp.ClientError) as exc:
+            log.warning("allocation_event_failed", pod="/".join(holder), error=str(exc))
 
     def _release(self, pod_uid: str, why: str) -> None:
         name = self._names.get(pod_uid, ("", ""))

@@ -66,6 +66,8 @@ from seedance.node_agent.simulated import SimulatedTelemetry
 __all__ = ["NAME", "GpuSource", "NodeAgentService", "advertised", "main"]
 
 NAME = "node-agent"
+#: The reason of the Warning Event on a pod whose container start is refused (docs/node-agent.md).
+EVENT_DEVICES_REFUSED = "SeedanceDevicesRefused"
 #: Replicas of one shared GPU the ``seedance.io/gpu-milli`` plugin advertises (thousandths).
 MILLI_PER_GPU = 1000
 
@@ -168,6 +170,9 @@ class NodeAgentService:
             metrics=self.metrics,
             placement_news=self._feed.news,
             placement_wait_s=self._s.placement_wait_s,
+            warn=lambda pod, message: pods.warn(
+                *pod, EVENT_DEVICES_REFUSED, message, self._clock.now()
+            ),
         )
         self._feed.on_end = self._allocator.job_ended
         # Registered only once the replay is applied: the kubelet may send an Allocate the
