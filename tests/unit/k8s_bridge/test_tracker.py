@@ -559,3 +559,14 @@ def test_a_pod_of_another_tenant_neither_joins_nor_counts_toward_a_group() -> No
     (job,) = published(t.pod_seen(c, T0))  # acme's second member completes acme's group
     assert job.tenant == "acme"
     assert job.request.gang_size == 2
+
+
+def test_a_pod_that_ended_before_a_restart_is_remembered_not_refused() -> None:
+    # Its end went out, so its record is gone: the restarted bridge tells it nothing.
+    p = pod(limits={"nvidia.com/gpu": 1})
+    _bound(tracker(), p)
+    _terminated(p, "Succeeded", "2026-12-01T10:05:00Z")
+    t = restarted()
+    assert t.pod_seen(p, T0 + timedelta(minutes=6)) == []
+    assert t.state_of(p["metadata"]["uid"]) is PodState.ENDED
+    assert t.pod_seen(p, T0 + timedelta(minutes=7), deleted=True) == []

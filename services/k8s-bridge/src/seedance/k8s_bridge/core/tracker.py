@@ -136,10 +136,8 @@ class Tracker:
         return p.state if p else None
 
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in PodState}
-        for p in self._pods.values():
-            out[p.state.value] += 1
-        return out
+        states = [p.state.value for p in self._pods.values()]
+        return {s.value: states.count(s.value) for s in PodState}
 
     def live_jobs(self) -> set[JobKey]:
         """The (tenant, job) of pods that are submitted and not ended (the gangs' too)."""
@@ -258,17 +256,18 @@ class Tracker:
     def _adopt_bound(
         self, pod: Json, ref: PodRef, created: int, now: datetime
     ) -> list[Action] | None:
-        """A bound pod new to this tracker: one the bridge bound (before a restart or under
-        another leader) is taken over under the job and tenant the bridge recorded for it
-        (`seedance.k8s_bridge.core.adoption`); any other is refused. None: it carries no
-        placement annotation (created bound: `pod_ask` refuses it)."""
+        """A bound pod new to this tracker is taken over under the job and tenant the bridge
+        recorded for it (`seedance.k8s_bridge.core.adoption`), else refused; one that ended
+        has no record once its end went out: it is only remembered. None: no annotation."""
         tenant = tenant_for(ref.namespace, self.bindings, self.labelled)
         adopted = adoption(pod, ref, self.records, tenant if isinstance(tenant, str) else "")
+        if isinstance(adopted, Refused):
+            ended = end_kind(pod, deleted=False) is not None
+            state = PodState.ENDED if ended else PodState.REFUSED
+            self._pods[ref.uid] = TrackedPod(ref, state, created, last=pod)
+            return [] if ended else self._refuse(ref, adopted, now)
         if adopted is None:
             return None
-        if isinstance(adopted, Refused):
-            self._pods[ref.uid] = TrackedPod(ref, PodState.REFUSED, created, last=pod)
-            return self._refuse(ref, adopted, now)
         tenant, job_id, node = adopted.tenant, adopted.job_id, adopted.node
         p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=node)
         p.bound_at, p.last = adopted.bound_at, pod
