@@ -208,7 +208,7 @@ class NodePods:
         now = at.strftime("%Y-%m-%dT%H:%M:%SZ")
         key = message
         digest = hashlib.blake2b(f"{namespace}/{pod}/{key}".encode(), digest_size=8).hexdigest()
-        body = {
+        body: Any = {  # kubernetes_asyncio sends a plain dict as the JSON body
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"{pod[:200]}.{digest}", "namespace": namespace},

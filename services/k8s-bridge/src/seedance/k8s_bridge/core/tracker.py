@@ -262,10 +262,10 @@ class Tracker:
         tenant = tenant_for(ref.namespace, self.bindings, self.labelled)
         adopted = adoption(pod, ref, self.records, tenant if isinstance(tenant, str) else "")
         if isinstance(adopted, Refused):
-            ended = end_kind(pod, deleted=False) is not None
-            state = PodState.ENDED if ended else PodState.REFUSED
+            done = end_kind(pod, deleted=False) is not None
+            state = PodState.ENDED if done else PodState.REFUSED
             self._pods[ref.uid] = TrackedPod(ref, state, created, last=pod)
-            return [] if ended else self._refuse(ref, adopted, now)
+            return [] if done else self._refuse(ref, adopted, now)
         if adopted is None:
             return None
         tenant, job_id, node = adopted.tenant, adopted.job_id, adopted.node
