@@ -294,3 +294,36 @@ async def test_under_the_shipped_permissions_the_bridge_writes_the_quota_and_rea
         await api.close()
         await own.close()
         await admin.close()
+
+
+async def test_a_pod_seen_before_a_tenant_quota_binds_its_namespace_is_placed_once_it_does(
+    env: Env,
+) -> None:
+    """Reported and not placed while no TenantQuota (nor label) binds its namespace; submitted
+    under the quota's tenant and placed once one does (hostile review item 7)."""
+    tenant, ns = f"q{env.unique}", f"late-{env.unique}"
+    seed.namespace(env.kube, ns)
+    gpu_node(env.kube, f"gpu-{env.unique}", gpus=2)
+    async with (
+        slicer(env.nats_url, env.unique),
+        bridge(env.kube, env.nats_url, env.unique, env.tmp_path),
+    ):
+        await create_pod(env, ns, "early", gpus=1)
+
+        async def reported() -> bool:
+            cond = await scheduled(env, ns, "early")
+            return cond is not None and "no_tenant" in cond.message
+
+        await eventually(reported, 15, what="the early pod reported")
+        assert not (await env.core.read_namespaced_pod("early", ns)).spec.node_name
+        manifest = env.tmp_path / "tq.yaml"
+        manifest.write_text(yaml.safe_dump(quota_cr(f"tq-{env.unique}", tenant, [ns], gpus=2)))
+        code, out = await kubectl(env.kube, env.tmp_path, "apply", "-f", str(manifest))
+        assert code == 0, out
+
+        async def bound() -> bool:
+            return bool((await env.core.read_namespaced_pod("early", ns)).spec.node_name)
+
+        await eventually(bound, 15, what="the early pod bound once its namespace is bound")
+        placement = (await env.core.read_namespaced_pod("early", ns)).metadata.annotations
+        assert json.loads(placement["seedance.io/placement"])["tenant"] == tenant

@@ -109,3 +109,67 @@ async def test_the_shipped_policy_refuses_a_gpu_pod_with_its_node_preset(tmp_pat
         async with as_user(api, tmp_path / "stranger", "not-a-token") as core:
             err = await refusal(core, "team-b", gpu_pod("x", {"cpu": "1"}, node=None))
             assert err.status == 401
+
+
+SCHEDULED = REPO / "deploy" / "k8s" / "base" / "admission" / "pods-scheduled-by-seedance.yaml"
+
+
+def scheduled_pod(name: str, resources: dict[str, str], scheduler: str | None) -> Any:
+    body = gpu_pod(name, resources, node=None)
+    if scheduler is None:
+        del body["spec"]["schedulerName"]
+    else:
+        body["spec"]["schedulerName"] = scheduler
+    return body
+
+
+async def test_the_shipped_policy_refuses_a_gpu_pod_left_to_another_scheduler(
+    tmp_path: Path,
+) -> None:
+    """A pod asking for what the node agent serves must name Seedance's scheduler, or the
+    default scheduler could put it on a node whose agent has no placement for it; in a
+    namespace the operator labels ``seedance.io/gpu-scheduler=default`` (other GPU nodes keep
+    NVIDIA's device plugin) only seedance.io/* still needs it."""
+    async with KubeApiServer(KubeApiSettings()) as api:
+        seed.namespace(api, "team-b")
+        seed.namespace(api, "mixed", labels={"seedance.io/gpu-scheduler": "default"})
+        async with as_user(api, tmp_path / "admin", "seedance-test") as admin:
+            admission = client.AdmissionregistrationV1Api(admin.api_client)
+            policy, binding = yaml.safe_load_all(SCHEDULED.read_text())
+            await admission.create_validating_admission_policy(policy)
+            await admission.create_validating_admission_policy_binding(binding)
+
+        tenant = api.service_account_token("team-b", "default")
+        async with as_user(api, tmp_path / "tenant", tenant) as core:
+            for name, resources, scheduler in (
+                ("d", {"nvidia.com/gpu": "1"}, None),
+                ("k", {"nvidia.com/mig-1g.10gb": "1"}, "default-scheduler"),
+                ("v", {"seedance.io/gpu-milli": "500"}, "volcano"),
+            ):
+                err = await refusal(core, "team-b", scheduled_pod(name, resources, scheduler))
+                assert err.status == 403, name
+                shown = scheduler or "default-scheduler"
+                assert (
+                    "ValidatingAdmissionPolicy 'seedance-pods-scheduled-by-seedance' with "
+                    "binding 'seedance-pods-scheduled-by-seedance' denied request: "
+                    f"pod {name} asks for GPU resources Seedance serves but names scheduler "
+                    f"{shown}"
+                ) in str(err.body)
+            assert (await core.list_namespaced_pod("team-b")).items == []
+            # Seedance's scheduler, or no resource of Seedance's: created.
+            await core.create_namespaced_pod(
+                "team-b", scheduled_pod("s", {"nvidia.com/gpu": "1"}, "seedance")
+            )
+            await core.create_namespaced_pod("team-b", scheduled_pod("c", {"cpu": "1"}, None))
+
+        other = api.service_account_token("mixed", "default")
+        async with as_user(api, tmp_path / "mixed", other) as core:
+            # The install mode beside NVIDIA's device plugin: nvidia.com/* goes to the default
+            # scheduler there; seedance.io/* exists only on Seedance's nodes.
+            await core.create_namespaced_pod(
+                "mixed", scheduled_pod("n", {"nvidia.com/gpu": "1"}, None)
+            )
+            err = await refusal(
+                core, "mixed", scheduled_pod("m", {"seedance.io/gpu-milli": "1"}, None)
+            )
+            assert err.status == 403

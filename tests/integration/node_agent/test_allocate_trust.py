@@ -146,6 +146,16 @@ async def test_a_pod_created_on_the_node_never_starts_on_the_victims_gpu(
         assert "pod team-b/r holds nvidia.com/gpu devices" in refused
         assert "that Seedance did not grant it" in refused
         assert await devices.start("team-a", "v", GPU_SOCKET, GPU) is None
+
+        # r's owner is told why, on r itself: a Warning Event naming the pod it was meant for.
+        async def told() -> list[Any]:
+            events = await core.list_namespaced_event("team-b")
+            return [e for e in events.items if e.reason == "SeedanceDevicesRefused"]
+
+        await eventually(told, what="the refusal's Event on r")
+        (event,) = await told()
+        assert (event.involved_object.name, event.type) == ("r", "Warning")
+        assert "answered for pod team-a/v" in event.message
         for line in (
             'seedance_node_agent_allocation_confirmations_total{outcome="mismatched",'
             f'resource="{GPU}"}} 1.0',

@@ -26,6 +26,7 @@ from seedance.events.slicing import (
     UnschedulableReason,
 )
 from seedance.events.telemetry import NodeInventory
+from seedance.k8s_bridge.core.adoption import JobRecords
 from seedance.k8s_bridge.core.pods import pod_ref
 from seedance.k8s_bridge.core.tracker import (
     Action,
@@ -46,6 +47,13 @@ T0 = datetime(2026, 12, 1, 10, 0, 1, tzinfo=UTC)
 def tracker() -> Tracker:
     t = Tracker(instance="bridge-0")
     t.bindings = {"team-a": "acme"}
+    return t
+
+
+def restarted(*records: tuple[str, str]) -> Tracker:
+    """A tracker of a bridge taking the lead, with the job records it read from KV."""
+    t = tracker()
+    t.records = JobRecords(records)
     return t
 
 
@@ -185,7 +193,7 @@ def test_a_restarted_bridge_adopts_its_bound_pods_and_reports_their_end_once() -
     _bound(t, p, T0)
     _terminated(p, "Succeeded", "2026-12-01T10:05:00Z")
     (first,) = published(t.pod_seen(p, T0 + timedelta(minutes=6)))
-    fresh = tracker()
+    fresh = restarted(("acme", pod_job_id(p["metadata"]["uid"])))
     (again,) = published(fresh.pod_seen(p, T0 + timedelta(minutes=7)))
     assert again.id == first.id  # the same end, a duplicate downstream
     assert fresh.state_of(p["metadata"]["uid"]) is PodState.ENDED
@@ -195,18 +203,32 @@ def test_a_forged_placement_annotation_adopts_nothing_after_a_restart() -> None:
     # A tenant can write annotations on its own pods: after a hand-over, a bound pod whose
     # annotation names another tenant or another job must not take that job over (its deletion
     # would end the victim's job on a trusted subject and stop the victim's bill).
+    # Nor may it take its own uid's job, which the bridge never submitted (it was created
+    # bound), nor, as a pod group's member, its group's: only a recorded job is taken over.
     victim = pod(limits={"nvidia.com/gpu": 1})
     _bound(tracker(), victim, T0)
     victim_doc = json.loads(victim["metadata"]["annotations"]["seedance.io/placement"])
-    for forged in ({"jobId": victim_doc["jobId"]}, {"tenant": "globex"}):
-        sneaky = pod(namespace="team-a", node_name="gpu-1", limits={"nvidia.com/gpu": 1})
-        doc = {**victim_doc, "podUid": sneaky["metadata"]["uid"], "node": "gpu-1", **forged}
+    group = {"seedance.io/pod-group": "g", "seedance.io/pod-group-size": "2"}
+    for labels, forged in (
+        ({}, {"jobId": victim_doc["jobId"]}),
+        ({}, {"tenant": "globex"}),
+        ({}, {"jobId": "own"}),
+        (group, {"gang": {"name": "g", "members": ["self", victim["metadata"]["uid"]]}}),
+    ):
+        sneaky = pod(node_name="gpu-1", labels=labels, limits={"nvidia.com/gpu": 1})
+        uid = sneaky["metadata"]["uid"]
+        doc = {**victim_doc, "podUid": uid, "node": "gpu-1", **forged}
+        doc = json.loads(json.dumps(doc).replace('"own"', f'"k8s:{uid}"').replace("self", uid))
         sneaky["metadata"]["annotations"]["seedance.io/placement"] = json.dumps(doc)
-        fresh = tracker()
+        fresh = restarted(("acme", victim_doc["jobId"]))
         fresh.pod_seen(victim, T0 + timedelta(minutes=1))
-        fresh.pod_seen(sneaky, T0 + timedelta(minutes=1))
+        refusal = fresh.pod_seen(sneaky, T0 + timedelta(minutes=1))
+        assert (
+            "not_adopted" in of(refusal, PatchStatus)[0].body["status"]["conditions"][0]["message"]
+        ), forged
+        assert fresh.state_of(uid) is PodState.REFUSED
         ended = published(fresh.pod_seen(sneaky, T0 + timedelta(minutes=2), deleted=True))
-        assert [e for e in ended if e.job_id == victim_doc["jobId"]] == [], forged
+        assert ended == [], forged
         assert fresh.state_of(victim["metadata"]["uid"]) is PodState.BOUND
 
 
@@ -472,7 +494,7 @@ def test_a_pod_bound_before_pod_jobs_had_their_own_space_keeps_its_job_until_it_
     uid = old["metadata"]["uid"]
     doc["jobId"] = uid
     old["metadata"]["annotations"]["seedance.io/placement"] = json.dumps(doc)
-    t = tracker()
+    t = restarted(("acme", uid))
     assert t.pod_seen(old, T0) == []  # adopted: nothing submitted again
     assert t.state_of(uid) is PodState.BOUND
     assert t.live_jobs() == {("acme", uid)}
@@ -492,3 +514,59 @@ def test_live_jobs_are_tenant_and_job() -> None:
     b = pod(namespace="team-b", limits={"nvidia.com/gpu": 1})
     jobs = {submit(t, a).job_id: "acme", submit(t, b).job_id: "globex"}
     assert t.live_jobs() == {(tenant, job) for job, tenant in jobs.items()}
+
+
+def test_a_relabelled_namespace_leaves_a_bound_pod_under_its_jobs_tenant() -> None:
+    p = pod(limits={"nvidia.com/gpu": 1})
+    job = _bound(tracker(), p)
+    t = restarted(("acme", job))
+    t.bindings = {"team-a": "globex"}  # relabelled while no bridge ran
+    assert t.pod_seen(p, T0) == []
+    assert t.live_jobs() == {("acme", job)}
+    (end,) = published(t.pod_seen(p, T0 + timedelta(seconds=1), deleted=True))
+    assert (end.tenant, end.job_id) == ("acme", job)
+
+
+def test_a_pod_of_a_namespace_bound_to_no_tenant_is_taken_once_it_is() -> None:
+    t = tracker()
+    p = pod(namespace="early", limits={"nvidia.com/gpu": 1})
+    refused = t.pod_seen(p, T0)
+    assert published(refused) == []
+    assert "no_tenant" in of(refused, PatchStatus)[0].body["status"]["conditions"][0]["message"]
+    assert t.namespace_seen({"metadata": {"name": "other", "labels": {}}}, T0) == []
+    label = {"metadata": {"name": "early", "labels": {"seedance.io/tenant": "acme"}}}
+    (submitted,) = published(t.namespace_seen(label, T0))
+    assert (submitted.tenant, submitted.job_id) == ("acme", pod_job_id(p["metadata"]["uid"]))
+    assert t.namespace_seen(label, T0) == []  # once
+    q = pod(namespace="late", limits={"nvidia.com/gpu": 1})
+    t.pod_seen(q, T0)
+    (by_quota,) = published(t.rebind({"team-a": "acme", "late": "globex"}, T0))
+    assert by_quota.tenant == "globex"
+
+
+def test_a_pod_of_another_tenant_neither_joins_nor_counts_toward_a_group() -> None:
+    t = tracker()
+    a, b = _gang(2)
+    assert t.pod_seen(a, T0) == []
+    t.bindings = {"team-a": "globex"}  # relabelled: b is globex's
+    refused = t.pod_seen(b, T0)
+    assert published(refused) == []
+    assert "tenant 'acme'" in of(refused, PatchStatus)[0].body["status"]["conditions"][0]["message"]
+    assert t.state_of(a["metadata"]["uid"]) is PodState.GROUPING
+    assert t.state_of(b["metadata"]["uid"]) is PodState.REFUSED
+    t.bindings = {"team-a": "acme"}
+    c = _gang(2)[0]
+    (job,) = published(t.pod_seen(c, T0))  # acme's second member completes acme's group
+    assert job.tenant == "acme"
+    assert job.request.gang_size == 2
+
+
+def test_a_pod_that_ended_before_a_restart_is_remembered_not_refused() -> None:
+    # Its end went out, so its record is gone: the restarted bridge tells it nothing.
+    p = pod(limits={"nvidia.com/gpu": 1})
+    _bound(tracker(), p)
+    _terminated(p, "Succeeded", "2026-12-01T10:05:00Z")
+    t = restarted()
+    assert t.pod_seen(p, T0 + timedelta(minutes=6)) == []
+    assert t.state_of(p["metadata"]["uid"]) is PodState.ENDED
+    assert t.pod_seen(p, T0 + timedelta(minutes=7), deleted=True) == []

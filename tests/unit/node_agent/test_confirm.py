@@ -3,8 +3,10 @@ of them: a wrong inference frees the pod it was meant for and stops the holder's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 import pytest
@@ -13,7 +15,13 @@ from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.confirm import Answered, holders, reconcile
 from seedance.node_agent.core.labels import ContainerDevices
-from seedance.node_agent.core.placement import NodeDevices, PlacementBook, PodView, node_token
+from seedance.node_agent.core.placement import (
+    NodeDevices,
+    PlacementBook,
+    PodView,
+    Refusal,
+    node_token,
+)
 from seedance.node_agent.deviceplugin.devices import AllocationError
 from tests.unit.node_agent.test_placement import pod as claimed
 
@@ -84,7 +92,9 @@ def view(uid: str, ev: Placement, bound_at: str, **over: str) -> PodView:
     )
 
 
-def setup(*placed: Placement) -> tuple[PlacementAllocator, list[PodView], Kubelet]:
+def setup(
+    *placed: Placement, warn: Any = None
+) -> tuple[PlacementAllocator, list[PodView], Kubelet]:
     book = PlacementBook(NODE)
     for ev in placed:
         book.apply(ev)
@@ -95,8 +105,9 @@ def setup(*placed: Placement) -> tuple[PlacementAllocator, list[PodView], Kubele
         return list(pods)
 
     alloc = PlacementAllocator(
-        node=NODE, book=book, pending=pending, devices=lambda: DEVICES, kubelet=kubelet.list_pods
-    )
+        node=NODE, book=book, pending=pending, devices=lambda: DEVICES,
+        kubelet=kubelet.list_pods, warn=warn,
+    )  # fmt: skip
     return alloc, pods, kubelet
 
 
@@ -130,6 +141,27 @@ async def test_an_answer_the_kubelet_gave_another_pod_frees_its_pod_and_stops_th
     assert "answered for pod ns/v" in str(refused.value)
     await alloc.pre_start(GPU, ["d1"])
     assert alloc.names_by_uid() == {"v": ("ns", "v")}
+
+
+async def test_the_holder_of_another_pods_answer_is_told_why_once() -> None:
+    told: list[tuple[tuple[str, str], str]] = []
+
+    async def warn(pod: tuple[str, str], message: str) -> None:
+        told.append((pod, message))
+
+    v_placed = placement("v", 1)
+    alloc, pods, kubelet = setup(v_placed, warn=warn)
+    pods += [view("v", v_placed, "2026-12-02T01:00:00Z")]
+    await allocate(alloc, ["d0"])
+    kubelet.rows = [row("r", "d0")]
+    with pytest.raises(AllocationError):
+        await alloc.pre_start(GPU, ["d0"])
+    with pytest.raises(AllocationError):
+        await alloc.pre_start(GPU, ["d0"])  # the kubelet retries: refused, not told again
+    ((pod, message),) = told
+    assert pod == ("ns", "r")
+    assert "Seedance refuses to start this pod's containers on nvidia.com/gpu devices" in message
+    assert "answered for pod ns/v" in message
 
 
 async def test_a_pod_whose_claim_fails_is_passed_over_not_the_allocates_end() -> None:
@@ -187,3 +219,35 @@ async def test_ids_allocated_again_were_not_kept_by_the_kubelet() -> None:
     # the first answer was for holds nothing, and is the one answered again.
     assert await allocate(alloc, ["d0"]) == {"NVIDIA_VISIBLE_DEVICES": "GPU-a"}
     assert alloc.allocations.granted("b") is None
+
+
+async def test_a_pod_recreated_under_a_granted_pods_name_inherits_no_grant() -> None:
+    # Pod p (uid p-old) is granted GPU-a and starts. It is deleted and re-created under the
+    # same name (uid p-new) before the slicer's release of the old one's job reached the agent.
+    old, q_placed = placement("p-old", 0), placement("q", 1)
+    alloc, pods, kubelet = setup(old, q_placed)
+    first = view("p-old", old, "2026-12-02T00:00:00Z")
+    pods.append(dataclasses.replace(first, name="p"))
+    assert await allocate(alloc, ["d0"]) == {"NVIDIA_VISIBLE_DEVICES": "GPU-a"}
+    kubelet.rows = [row("p", "d0")]
+    await alloc.pre_start(GPU, ["d0"])
+    # The new p has no placement yet; the kubelet admits it and its Allocate is answered for
+    # q (older, placed): the kubelet records d1 as the new p's.
+    renewed = dataclasses.replace(view("p-new", old, "2026-12-02T02:00:00Z"), name="p")
+    pods[:] = [view("q", q_placed, "2026-12-02T01:00:00Z"), renewed]
+    assert await allocate(alloc, ["d1"]) == {"NVIDIA_VISIBLE_DEVICES": "GPU-b"}
+    kubelet.rows = [row("p", "d1")]
+    # Its container does not start on q's GPU, though a pod named p holds a grant.
+    with pytest.raises(AllocationError, match=r"pod ns/p holds nvidia\.com/gpu devices \['d1'\]"):
+        await alloc.pre_start(GPU, ["d1"])
+    assert alloc.allocations.granted("p-new") is None
+
+
+async def test_a_restored_grant_lets_its_own_pods_containers_start_again() -> None:
+    v_placed = placement("v", 0)
+    alloc, _pods, kubelet = setup(v_placed)
+    held = [row("v", "d0")]
+    kubelet.rows = held
+    (restored,) = alloc.restore([view("v", v_placed, "2026-12-02T00:00:00Z")], [GPU], held)
+    assert not isinstance(restored.result, Refusal)
+    await alloc.pre_start(GPU, ["d0"])  # a container restart after the agent's own

@@ -126,6 +126,10 @@ def test_a_pods_own_job_is_its_k8s_id_as_the_bridge_submits_it_or_its_bare_uid_b
     assert isinstance(verify(member, book(gang), NODE, DEVICES), Grant)
 
 
+#: A lone pod's placement as the bridge submits its job today (``k8s:<uid>``).
+OWN = placed(pod_job_id("u1"), PlacementKind.WHOLE, [GpuAssignment(index=0, uuid="GPU-a")])
+
+
 @pytest.mark.parametrize(
     ("view", "reason"),
     [
@@ -142,19 +146,19 @@ def test_a_pods_own_job_is_its_k8s_id_as_the_bridge_submits_it_or_its_bare_uid_b
         ),
         # copied from another pod: u2 has no placement of its own, so it is no pod the bridge
         # bound here, whatever its annotation says
-        (pod("u2", WHOLE, podUid="u1"), "no placement of pod u2's job"),
-        (pod("u1", WHOLE, podUid="u2"), "this pod is u1"),
+        (pod("u2", OWN, podUid="u1"), "no placement of pod u2's job"),
+        (pod("u1", OWN, podUid="u2"), "this pod is u1"),
         # a pod with its own placement runs under it, never under another job's it names
-        (pod("u1", WHOLE, jobId="u9", labels={LABEL_POD_GROUP: "g"}), "annotation names job u9"),
-        (pod("u1", WHOLE, node="gpu-2"), "this node is"),
-        (pod("u1", WHOLE, placementId="p0"), "stale placement p0"),
-        (pod("u1", WHOLE, tenant="evil"), "the slicer placed acme/whole"),
-        (pod("u1", WHOLE, gpus=[{"index": 1, "uuid": "GPU-b", "milli": 1000}]), "differ"),
-        (pod("u1", WHOLE, gpuMemoryMib=100), "memory cap 100 MiB"),
+        (pod("u1", OWN, jobId="u9", labels={LABEL_POD_GROUP: "g"}), "annotation names job u9"),
+        (pod("u1", OWN, node="gpu-2"), "this node is"),
+        (pod("u1", OWN, placementId="p0"), "stale placement p0"),
+        (pod("u1", OWN, tenant="evil"), "the slicer placed acme/whole"),
+        (pod("u1", OWN, gpus=[{"index": 1, "uuid": "GPU-b", "milli": 1000}]), "differ"),
+        (pod("u1", OWN, gpuMemoryMib=100), "memory cap 100 MiB"),
     ],
 )
 def test_claims_that_disagree_are_refused(view: PodView, reason: str) -> None:
-    got = verify(view, book(WHOLE), NODE, DEVICES)
+    got = verify(view, book(OWN), NODE, DEVICES)
     assert isinstance(got, Refusal)
     assert reason in got.reason
 
@@ -235,7 +239,9 @@ def test_a_job_not_the_pods_own_needs_a_gang_it_is_a_member_of_and_a_subset() ->
     assert allocations.take(twin) == twin
 
 
-def test_placements_are_keyed_by_tenant_and_job_and_a_shared_id_is_ambiguous() -> None:
+def test_placements_are_keyed_by_tenant_and_job_and_a_bare_id_is_the_claimed_tenants() -> None:
+    # globex's bus job under the bare uid of acme's pod (bound before pods' jobs had a space of
+    # their own): the pod runs under its own tenant's placement only, never under globex's.
     theirs = Placement(
         id="p9", at=T0, job_id="u1", tenant="globex", node=node_token(NODE),
         kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=1, uuid="GPU-b")],
@@ -243,10 +249,17 @@ def test_placements_are_keyed_by_tenant_and_job_and_a_shared_id_is_ambiguous() -
     b = book(WHOLE, theirs)
     assert len(b) == 2
     assert (b.get("acme", "u1"), b.get("globex", "u1")) == (WHOLE, theirs)
-    # Which tenant's placement pod u1 runs under cannot be told from the pod: refused.
     got = verify(pod("u1", WHOLE), b, NODE, DEVICES)
-    assert isinstance(got, Refusal)
-    assert "tenants ['acme', 'globex'] each hold a placement of job u1" in got.reason
+    assert isinstance(got, Grant)
+    assert (got.tenant, got.uuids) == ("acme", ("GPU-a",))
+    # An annotation edited to name globex picks globex's placement only with its id.
+    edited = verify(pod("u1", WHOLE, tenant="globex"), b, NODE, DEVICES)
+    assert isinstance(edited, Refusal)
+    assert "stale placement p1" in edited.reason
+    # A pod of today (its annotation names k8s:u1) is never answered by the bare id.
+    today = verify(pod("u1", OWN), b, NODE, DEVICES)
+    assert isinstance(today, Refusal)
+    assert "no placement of pod u1's job" in today.reason
     # globex's job ending leaves acme's placement.
     released = JobReleased(id="r", at=T0, job_id="u1", tenant="globex", outcome=EndOutcome.FAILED)
     assert b.apply(released) == ("globex", "u1")

@@ -13,6 +13,9 @@ tenant and its id. Records the bridge wrote before pods' jobs had a space of the
 it live; a pod that was waiting was submitted anew under ``k8s:<uid>``, so its old job is an
 orphan and is ended (cancelled), which is the migration.
 
+A bridge taking the lead reads the records (``records``) before it looks at any pod: a bound
+pod is taken over only under the job recorded for it (`seedance.k8s_bridge.core.adoption`).
+
 Must not: decide what to publish or how an orphan ends (the tracker does), or publish anything
 but what it was given.
 """
@@ -81,8 +84,8 @@ class JobOutbox:
             log.warning("bridge_publish_failed", events=len(items), error=repr(exc))
         self._metrics.outbox.set(len(self._items))
 
-    async def orphans(self, tracker: Tracker, now: datetime) -> list[Action]:
-        """The ends of recorded jobs whose pods are gone (deleted while no bridge ran)."""
+    async def records(self) -> list[tuple[str, str]]:
+        """The (tenant, job) of every recorded job of this cluster's bridges."""
         assert self._kv is not None
         scope = f"{self._scope}."
         try:
@@ -90,15 +93,22 @@ class JobOutbox:
             keys = [k for k in await self._kv.keys() if k.startswith(scope)]
         except NoKeysError:
             return []
-        live = tracker.live_jobs()
-        out: list[Action] = []
+        out = []
         for key in keys:
             tenant, _, token = key.removeprefix(scope).partition(".")
-            job_id = token.replace("=", ":")
+            out.append((tenant, token.replace("=", ":")))
+        return out
+
+    async def orphans(self, tracker: Tracker, now: datetime) -> list[Action]:
+        """The ends of recorded jobs whose pods are gone (deleted while no bridge ran)."""
+        assert self._kv is not None
+        live = tracker.live_jobs()
+        out: list[Action] = []
+        for tenant, job_id in await self.records():
             if (tenant, job_id) in live:
                 continue
             with contextlib.suppress(KeyNotFoundError):
-                entry = await self._kv.get(key)
+                entry = await self._kv.get(self._job_key_of(tenant, job_id))
                 created_ms = int(entry.value or b"0")
                 out.append(tracker.orphan_ended(job_id, tenant, created_ms, now))
         if out:
@@ -120,8 +130,11 @@ class JobOutbox:
         )
 
     def _job_key(self, ev: Any) -> str:
+        return self._job_key_of(ev.tenant, ev.job_id)
+
+    def _job_key_of(self, tenant: str, job_id: str) -> str:
         """``<lease name>.<tenant>.<job>`` (the job id's ``:`` as ``=``: a KV key's alphabet)."""
-        return f"{self._scope}.{ev.tenant}.{ev.job_id.replace(':', '=')}"
+        return f"{self._scope}.{tenant}.{job_id.replace(':', '=')}"
 
     async def _forget(self, items: list[tuple[str, Event]]) -> None:
         """Drop the records of jobs whose end went out."""

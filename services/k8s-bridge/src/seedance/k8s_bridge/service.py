@@ -54,6 +54,7 @@ from seedance.core import (
 from seedance.core.consumer import PullConsumer
 from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
+from seedance.k8s_bridge.core.adoption import JobRecords
 from seedance.k8s_bridge.core.endpoints import replica_owners
 from seedance.k8s_bridge.core.keys import LABEL_TENANT
 from seedance.k8s_bridge.core.tracker import (
@@ -181,7 +182,8 @@ class BridgeService(Lifecycle):
         """New namespace -> tenant bindings (from the TenantQuota reconciler)."""
         self._bindings = dict(bindings)
         if self.tracker is not None:
-            self.tracker.bindings = self._bindings
+            # pods that waited for their namespace's tenant are taken now
+            self._enqueue(self.tracker.rebind(self._bindings, self._clock.now()))
         if self.replicas is not None:
             self.replicas.kick()  # a namespace's replicas follow its tenant
 
@@ -273,6 +275,8 @@ class BridgeService(Lifecycle):
         tracker = Tracker(instance=self.identity)
         tracker.bindings = self._bindings
         tracker.priorities = self._priorities
+        # Before any pod: a bound pod is taken over only under the job recorded for it.
+        tracker.records = JobRecords(await self._outbox.records())
         now = self._clock.now()
         actions: list[Action] = []
         for ns in self.namespaces.cache.values():
@@ -372,8 +376,11 @@ class BridgeService(Lifecycle):
             return []
 
     def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
-        if self.tracker is not None:
-            self.tracker.namespace_seen(ns, deleted=kind == "DELETED")
+        if (tracker := self.tracker) is not None:
+            now = self._clock.now()
+            self._guarded(
+                "namespaces", ns, lambda: tracker.namespace_seen(ns, now, deleted=kind == "DELETED")
+            )
         if self.replicas is not None:
             self.replicas.kick()
 

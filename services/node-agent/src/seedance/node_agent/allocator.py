@@ -86,6 +86,7 @@ class PlacementAllocator:
         allocations: AllocationBook | None = None,
         placement_news: Callable[[float], Awaitable[bool]] | None = None,
         placement_wait_s: float = 5.0,
+        warn: Callable[[PodName, str], Awaitable[None]] | None = None,
     ) -> None:
         self._node = node
         self._book = book
@@ -103,11 +104,18 @@ class PlacementAllocator:
         #: does not hold a placement for waits (bounded) for the feed.
         self._news = placement_news
         self._wait_s = placement_wait_s
+        #: Tells a pod's owner why its container will not start (a Warning Event on the pod
+        #: the kubelet gave another pod's answer to); None: logged only.
+        self._warn = warn
         self._names: dict[str, PodName] = {}
         #: Allocates answered and not yet seen in the kubelet's records, by (resource, IDs).
         self._answered: dict[tuple[str, frozenset[str]], Answered] = {}
         #: Answers the kubelet gave to another pod: (resource, IDs) -> why its start is refused.
         self._mismatched: dict[tuple[str, frozenset[str]], str] = {}
+        #: (resource, IDs) -> the UID of the granted pod the kubelet's records show holding
+        #: them: a start is let through by the grant's UID, never by a pod's name alone (a pod
+        #: deleted and re-created under its name is another pod, with no grant of its own).
+        self._held: dict[tuple[str, frozenset[str]], str] = {}
 
     def job_ended(self, tenant: str, job_id: str) -> None:
         """The slicer released or preempted (``tenant``, ``job_id``): its devices may be
@@ -128,11 +136,18 @@ class PlacementAllocator:
                 out[key] = grant.uuids
         return out
 
-    def restore(self, pods: Sequence[PodView], resources: Collection[str]) -> list[Restored]:
+    def restore(
+        self,
+        pods: Sequence[PodView],
+        resources: Collection[str],
+        rows: Sequence[ContainerDevices] = (),
+    ) -> list[Restored]:
         """Grant again what ``pods`` (already past Allocate: ``kube.NodePods.holding``) hold, each
         checked as Allocate checks it; a pod whose placement is gone or stale is not granted.
         Oldest first, as Allocate takes them: of two pods claiming one device, the older keeps
-        it. Pods asking for none of ``resources`` were never this agent's to grant."""
+        it. Pods asking for none of ``resources`` were never this agent's to grant. ``rows``
+        (the kubelet's records, read just before ``pods``) tie each restored grant's device IDs
+        to the pod's UID, so its containers' next starts are let through."""
         out = []
         for pod in sorted(pods, key=lambda p: p.age_order):
             resource = next((r for r in resources if pod.requests.get(r, 0) > 0), None)
@@ -140,6 +155,10 @@ class PlacementAllocator:
                 continue
             result = self._grant(pod, restoring=True)
             out.append(Restored(pod, resource, result))
+            if isinstance(result, Grant):
+                for r in rows:
+                    if (r.namespace, r.pod) == (pod.namespace, pod.name) and r.device_ids:
+                        self._held[(r.resource, frozenset(r.device_ids))] = pod.uid
         return out
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> ContainerAllocation:
@@ -213,14 +232,19 @@ class PlacementAllocator:
         found = holders(rows, resource, device_ids)
         if not found:
             raise AllocationError(f"the kubelet reports no pod holding {resource} devices {ids}")
-        granted = {name: uid for uid, name in self._names.items()}
+        key = (resource, frozenset(device_ids))
+        uid = self._held.get(key)
+        granted = uid is not None and self.allocations.granted(uid) is not None
         for ns, name in found:
-            if (ns, name) not in granted:
-                why = self._mismatched.get((resource, frozenset(device_ids)))
+            if not granted or self._names.get(uid or "") != (ns, name):
+                why = self._mismatched.get(key) or (
+                    "no grant of this pod's UID holds them (a pod of that name granted before "
+                    "is another pod)"
+                )
                 self._count_start(resource, "refused")
                 raise AllocationError(
                     f"pod {ns}/{name} holds {resource} devices {ids} that Seedance did not "
-                    f"grant it" + (f": {why}" if why else "")
+                    f"grant it: {why}"
                 )
         self._count_start(resource, "allowed")
 
@@ -239,6 +263,7 @@ class PlacementAllocator:
         result = reconcile(list(self._answered.values()), rows)
         for a in result.confirmed:
             del self._answered[a.key]
+            self._held[a.key] = a.pod_uid
             self._count_confirm(a.resource, "confirmed")
             log.info("allocation_confirmed", pod="/".join(a.pod), uid=a.pod_uid)
         for a, found in result.mismatched:
@@ -254,7 +279,21 @@ class PlacementAllocator:
                 del self._mismatched[next(iter(self._mismatched))]
             self._count_confirm(a.resource, "mismatched")
             self._release(a.pod_uid, f"the kubelet gave its answer to {shown}")
+            for holder in found:
+                await self._warn_of(holder, a, why)
         return rows
+
+    async def _warn_of(self, holder: PodName, a: Answered, why: str) -> None:
+        if self._warn is None:
+            return
+        ids = sorted(a.device_ids)
+        message = (
+            f"Seedance refuses to start this pod's containers on {a.resource} devices {ids}: {why}"
+        )
+        try:
+            await self._warn(holder, message)
+        except (TimeoutError, OSError, ApiException, aiohttp.ClientError) as exc:
+            log.warning("allocation_event_failed", pod="/".join(holder), error=str(exc))
 
     def _release(self, pod_uid: str, why: str) -> None:
         name = self._names.get(pod_uid, ("", ""))
@@ -264,6 +303,8 @@ class PlacementAllocator:
 
     def _forget(self, pod_uid: str) -> None:
         self._names.pop(pod_uid, None)
+        for key in [k for k, uid in self._held.items() if uid == pod_uid]:
+            del self._held[key]
         for key in [k for k, a in self._answered.items() if a.pod_uid == pod_uid]:
             del self._answered[key]
 

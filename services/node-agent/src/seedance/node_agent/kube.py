@@ -9,18 +9,22 @@ the extended resources the containers request): the pods Allocate may be meant f
 device plugin finds them (bound to this node and still Pending), and, at start, the pods that
 already hold devices the kubelet granted (``holds_devices``: Running, or Pending with a
 container that has started; or one the kubelet's pod-resources ``List`` names, found here by
-namespace and name). It must not decide which pod is meant, nor trust the annotation: that is
+namespace and name). And a Warning Event on a pod (``NodePods.warn``): why its container start is
+refused. It must not decide which pod is meant, nor trust the annotation: that is
 ``core.placement``.
 """
 
 from __future__ import annotations
 
 import decimal
+import hashlib
 from collections.abc import Collection
+from datetime import datetime
 from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.api_client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from seedance.core.logs import get_logger
 from seedance.node_agent.core.placement import ANNOTATION_PLACEMENT, PodView
@@ -196,6 +200,36 @@ class NodePods:
         self._core = client.CoreV1Api(api_client)
         self._node = node
         self._timeout_s = timeout_s
+
+    async def warn(self, namespace: str, pod: str, reason: str, message: str, at: datetime) -> None:
+        """A Warning Event on pod ``namespace/pod`` at ``at``; its name is derived from the pod
+        and the message, so the same fact posted again is refused as AlreadyExists rather than
+        shown twice."""
+        now = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        key = message
+        digest = hashlib.blake2b(f"{namespace}/{pod}/{key}".encode(), digest_size=8).hexdigest()
+        body: Any = {  # kubernetes_asyncio sends a plain dict as the JSON body
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{pod[:200]}.{digest}", "namespace": namespace},
+            "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod},
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning",
+            "source": {"component": USER_AGENT, "host": self._node},
+            "reportingComponent": USER_AGENT,
+            "reportingInstance": self._node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._core.create_namespaced_event(
+                namespace, body, _request_timeout=self._timeout_s
+            )
+        except ApiException as exc:
+            if exc.status != 409:  # 409: posted before
+                raise
 
     async def pending(self) -> list[PodView]:
         """The pods Allocate may be meant for: bound here, Pending."""

@@ -50,6 +50,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "",
+        "events",
+        ("create",),
+        "a Warning Event on a pod whose container start it refuses because the kubelet gave "
+        "it devices answered for another pod (the reason, where the pod's owner looks)",
+    ),
+    Rule(
+        "",
         "nodes",
         ("get",),
         "its own Node: the allocatable another device plugin would fill (checked before "

@@ -39,6 +39,7 @@ from seedance.events.slicing import MigLayoutPlan
 from seedance.events.subjects import slicing, telemetry
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
+from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import NodeDevices, Refusal, node_token
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import ProcessSample, ShareAccumulator, pod_shares
@@ -65,6 +66,8 @@ from seedance.node_agent.simulated import SimulatedTelemetry
 __all__ = ["NAME", "GpuSource", "NodeAgentService", "advertised", "main"]
 
 NAME = "node-agent"
+#: The reason of the Warning Event on a pod whose container start is refused (docs/node-agent.md).
+EVENT_DEVICES_REFUSED = "SeedanceDevicesRefused"
 #: Replicas of one shared GPU the ``seedance.io/gpu-milli`` plugin advertises (thousandths).
 MILLI_PER_GPU = 1000
 
@@ -167,6 +170,9 @@ class NodeAgentService:
             metrics=self.metrics,
             placement_news=self._feed.news,
             placement_wait_s=self._s.placement_wait_s,
+            warn=lambda pod, message: pods.warn(
+                *pod, EVENT_DEVICES_REFUSED, message, self._clock.now()
+            ),
         )
         self._feed.on_end = self._allocator.job_ended
         # Registered only once the replay is applied: the kubelet may send an Allocate the
@@ -240,8 +246,11 @@ class NodeAgentService:
 
     async def _restore_grants(self, pods: NodePods) -> None:
         assert self._allocator is not None
-        allocated = await self._kubelet_allocated()
-        restored = self._allocator.restore(await pods.holding(allocated), self._s.resource_names)
+        rows = await self._kubelet_allocated()
+        allocated = {(r.namespace, r.pod) for r in rows}
+        restored = self._allocator.restore(
+            await pods.holding(allocated), self._s.resource_names, rows
+        )
         for r in restored:
             outcome = "refused" if isinstance(r.result, Refusal) else "restored"
             self.metrics.restored_grants_total.labels(r.resource, outcome).inc()
@@ -252,9 +261,9 @@ class NodeAgentService:
             kubelet_reported=len(allocated),
         )
 
-    async def _kubelet_allocated(self) -> set[tuple[str, str]]:
-        """(namespace, name) of the pods the kubelet's pod-resources ``List`` shows holding
-        devices of a served resource: past Allocate even while their containers wait (the API
+    async def _kubelet_allocated(self) -> list[ContainerDevices]:
+        """The kubelet's pod-resources ``List`` rows of containers holding devices of a served
+        resource (their pods are past Allocate even while their containers wait: the API
         server cannot tell those). Empty when the kubelet does not answer: the restore goes on
         with the API server's view (a kubelet that comes back is ``KubeletWatch``'s)."""
         served = set(self._s.resource_names)
@@ -263,8 +272,8 @@ class NodeAgentService:
         except grpc.RpcError as exc:
             self.metrics.pod_resources_failures_total.labels("restore").inc()
             log.warning("pod_resources_unreachable", use="restore", error=str(exc))
-            return set()
-        return {(r.namespace, r.pod) for r in rows if r.resource in served and r.device_ids}
+            return []
+        return [r for r in rows if r.resource in served and r.device_ids]
 
     async def _serve_plugin(self, resource: str) -> None:
         assert self._allocator is not None

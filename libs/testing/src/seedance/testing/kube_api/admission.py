@@ -8,14 +8,15 @@ matches the request (``matchConstraints.resourceRules``: groups, versions, opera
 resources, with ``*``; ``namespaceSelector``/``objectSelector`` by ``matchLabels``), whose
 ``matchConditions`` all hold, runs the policy's ``validations`` with its ``variables``, each a
 CEL expression evaluated by cel-python over ``object``, ``oldObject``, ``request`` (kind,
-resource, name, namespace, operation, userInfo) and ``variables``. A failed validation of a
-binding with ``Deny`` refuses the request as the real server words it (``ValidatingAdmission
-Policy 'P' with binding 'B' denied request: <message>``, the validation's ``reason``, 422 for
-Invalid, 403 for Forbidden); an expression that fails to evaluate refuses it under
-``failurePolicy: Fail`` and is skipped under ``Ignore``.
+resource, name, namespace, operation, userInfo), ``namespaceObject`` (the stored namespace)
+and ``variables``. A failed validation of a binding with ``Deny`` refuses the request as the
+real server words it (``ValidatingAdmissionPolicy 'P' with binding 'B' denied request:
+<message>``, the validation's ``reason``, 422 for Invalid, 403 for Forbidden); an expression
+that fails to evaluate refuses it under ``failurePolicy: Fail`` and is skipped under
+``Ignore``.
 
 Not covered (docs/k8s-test-api-server.md): ``paramKind``/``paramRef`` (params), the
-``authorizer`` and ``namespaceObject`` variables, ``matchExpressions`` in selectors,
+``authorizer`` variable, ``matchExpressions`` in selectors,
 ``excludeResourceRules``, ``matchPolicy: Equivalent``, ``auditAnnotations``, ``Warn``/``Audit``
 actions (only ``Deny`` acts), type checking and cost limits, and the Kubernetes CEL extension
 libraries (quantity, IP, regex extensions); DELETE and CONNECT are not admitted. It owns no
@@ -187,7 +188,12 @@ class Admission:
     ) -> None:
         spec = policy["spec"]
         fail_open = spec.get("failurePolicy", "Fail") == "Ignore"
+        ns = request.get("namespace") or ""
         env: dict[str, Any] = {
+            # the namespace of a namespaced request, as stored (null for a cluster-scoped one)
+            "namespaceObject": celpy.json_to_cel(
+                self._store.get(_NS_KEY, ("", ns)) if ns else None
+            ),
             "object": celpy.json_to_cel(obj),
             "oldObject": celpy.json_to_cel(old),
             "request": celpy.json_to_cel(request),

@@ -35,7 +35,7 @@ from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.kube import node_token
 from seedance.k8s_bridge.core.quantity import parse_quantity, to_mib, to_milli
 
-__all__ = ["node_inventory", "node_usable"]
+__all__ = ["node_inventory", "node_usable", "same_inventory"]
 
 Json = Mapping[str, Any]
 
@@ -107,3 +107,8 @@ def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeIn
     uid = str(md.get("uid") or name)
     ms = int(at.timestamp() * 1000)
     return msgspec.structs.replace(body, id=derived_event_id(uid, f"inventory/{ms}", ms))
+
+
+def same_inventory(a: NodeInventory, b: NodeInventory) -> bool:
+    """Whether two inventories of a node say the same (their ids and times aside)."""
+    return msgspec.structs.replace(a, id="", at=b.at) == msgspec.structs.replace(b, id="")

@@ -13,7 +13,7 @@ them. Must not do I/O or keep state (the tracker does).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -40,6 +40,7 @@ __all__ = [
     "PodRef",
     "RefusalReason",
     "Refused",
+    "gang_problem",
     "pod_ask",
     "pod_ref",
     "pod_resources",
@@ -89,6 +90,7 @@ _IGNORED_RESOURCES = frozenset({"ephemeral-storage", "pods"})
 
 class RefusalReason(enum.StrEnum):
     NODE_NAME_PRESET = "node_name_preset"
+    NOT_ADOPTED = "not_adopted"
     PLACEMENT_PRESET = "placement_preset"
     NO_TENANT = "no_tenant"
     INVALID_REQUEST = "invalid_request"
@@ -283,6 +285,25 @@ def _gang_of(ref: PodRef, labels: Mapping[str, str]) -> Gang | Refused | None:
             f"count from 1 to {MAX_GANG_SIZE}",
         )
     return Gang(ref.namespace, group, size) if size > 1 else None
+
+
+def gang_problem(asks: Sequence[PodAsk | None], size: int) -> str:
+    """Why a complete pod group's members (their asks, in any order) make no gang job ("" when
+    they do): they must ask for the same resources, be of one tenant and name one size, and a
+    group must ask for GPUs (the slicer's placement of a CPU-only gang names nodes, not
+    members per node)."""
+    first = asks[0] if asks else None
+    if first is None or any(
+        a is None
+        or a.request != first.request
+        or a.tenant != first.tenant
+        or (a.gang.size if a.gang else 0) != size
+        for a in asks
+    ):
+        return "members ask for different resources, tenants or group sizes"
+    if first.request.gpus == 0:
+        return "a pod group must ask for GPUs"
+    return ""
 
 
 def _priority(spec: Json, priorities: Mapping[str, int]) -> int | Refused:

@@ -14,23 +14,24 @@ A pod's life: ``grouping`` (a gang member waiting for its group to be complete) 
 -> ``ended``; or ``refused`` (never submitted: it would bypass the placement and the bill, or
 asks for what Seedance cannot place).
 
-Jobs are keyed by (tenant, job id), the tenant the pod's namespace's: a decision reaches a pod
-only under that tenant (one naming the pod's job under another is `foreign`: refused). A pod's
-job id (``k8s:<uid>``, `seedance.events.jobs.pod_job_id`) is in a space no tenant may submit
-into, so no bus tenant, not even the pod's own, can claim, end or block it; a pod bound before
-that space existed keeps the job its placement annotation names (its uid) until it ends.
+Jobs are keyed by (tenant, job id), the tenant the pod's namespace's when its job is
+submitted (a relabel later moves no submitted job): a decision reaches a pod only under that
+tenant (one naming the pod's job under another is `foreign`: refused). A pod's job id
+(``k8s:<uid>``, `seedance.events.jobs.pod_job_id`) is in a space no tenant may submit into.
+A pod whose namespace is bound to no tenant is refused and taken again once it is. A bound pod
+new to the tracker (after a restart) is taken over only under the job the bridge recorded for
+it (`seedance.k8s_bridge.core.adoption`), never on its annotation's word.
 
 Gangs (``seedance.io/pod-group`` + ``seedance.io/pod-group-size``): one job with
 ``gang_size = size`` is submitted once every member is pending; its id is ``k8s:`` and an id
 derived from the members' uids. The slicer places a gang all at once, one `Placement` per node
 (``part``); the bridge binds only when the parts cover every member, each member taking its
 share of a part's GPUs in the order of the members' names (so a restarted bridge assigns the
-same). If one
-member's Binding fails after others succeeded, every member is deleted (Events say why) for
-their controller to re-create, as KAI-Scheduler and Volcano do: a half-bound gang would hold
-GPUs and never run. The gang's job ends then (cancelled); the re-created pods form a new gang
-with a new id. A gang ends when one member fails or is deleted (failed / cancelled), or when
-every member succeeded (finished).
+same). A group is one tenant's: a pod of another may not join it. If one member's Binding
+fails after others succeeded, every member is deleted (Events say why) for their controller
+to re-create, as KAI-Scheduler and Volcano do: a half-bound gang would hold GPUs and never
+run; its job ends (cancelled). A gang ends when one member fails or is deleted (failed /
+cancelled), or when every member succeeded (finished).
 
 The values it emits are `seedance.k8s_bridge.core.actions`' (re-exported here), its records of
 pods and gangs `seedance.k8s_bridge.core.tracked`'s, and the job events' shape and ids
@@ -45,17 +46,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-import msgspec
-
 from seedance.events import Event
 from seedance.events.jobs import pod_job_id
-from seedance.events.slicing import (
-    GpuAssignment,
-    JobRejected,
-    Placement,
-    Preempted,
-    Unschedulable,
-)
+from seedance.events.slicing import GpuAssignment, JobRejected, Placement, Preempted, Unschedulable
 from seedance.events.subjects import telemetry
 from seedance.events.telemetry import NodeInventory
 from seedance.k8s_bridge.core import keys, notices
@@ -68,7 +61,8 @@ from seedance.k8s_bridge.core.actions import (
     PostEvent,
     Publish,
 )
-from seedance.k8s_bridge.core.ends import billed_end, end_kind, parse_k8s_time
+from seedance.k8s_bridge.core.adoption import JobRecords, adoption, scheduled_at
+from seedance.k8s_bridge.core.ends import billed_end, end_kind
 from seedance.k8s_bridge.core.job_events import end_event, submit_event
 from seedance.k8s_bridge.core.kube import (
     binding_body,
@@ -78,12 +72,13 @@ from seedance.k8s_bridge.core.kube import (
     parse_annotation,
     placement_annotation,
 )
-from seedance.k8s_bridge.core.nodes import node_inventory
+from seedance.k8s_bridge.core.nodes import node_inventory, same_inventory
 from seedance.k8s_bridge.core.pods import (
     Gang,
     PodRef,
     RefusalReason,
     Refused,
+    gang_problem,
     pod_ask,
     pod_ref,
     tenant_for,
@@ -97,7 +92,6 @@ from seedance.k8s_bridge.core.tracked import (
     TrackedPod,
     attempt_of,
     created_ms,
-    int_or_zero,
 )
 
 __all__ = [
@@ -129,6 +123,11 @@ class Tracker:
         self.labelled: dict[str, str] = {}
         #: PriorityClass name -> value (used when a pod's ``spec.priority`` is unset).
         self.priorities: dict[str, int] = {}
+        #: The jobs the bridge recorded as submitted (KV), read on taking the lead: a bound
+        #: pod is taken over only under its record.
+        self.records = JobRecords()
+        #: Pods refused only because their namespace is bound to no tenant (yet).
+        self._unbound: set[str] = set()
 
     # --- queries (metrics, tests) ------------------------------------------------------------
 
@@ -136,15 +135,9 @@ class Tracker:
         p = self._pods.get(uid)
         return p.state if p else None
 
-    def job_of(self, uid: str) -> str:
-        p = self._pods.get(uid)
-        return p.job_id if p else ""
-
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in PodState}
-        for p in self._pods.values():
-            out[p.state.value] += 1
-        return out
+        states = [p.state.value for p in self._pods.values()]
+        return {s.value: states.count(s.value) for s in PodState}
 
     def live_jobs(self) -> set[JobKey]:
         """The (tenant, job) of pods that are submitted and not ended (the gangs' too)."""
@@ -153,14 +146,18 @@ class Tracker:
         return out
 
     def orphan_ended(self, job_id: str, tenant: str, created_ms: int, now: datetime) -> Publish:
-        """The end of a job whose pod is gone without the bridge seeing it go (it was deleted
-        while no bridge ran): cancelled, at the bridge's time (the best bound it has)."""
-        reason = "pod deleted while no bridge watched"
-        return end_event(job_id, tenant, "cancelled", reason, now, created_ms)
+        """The end of a job whose pod went while no bridge ran: cancelled, at the bridge's time
+        (the best bound it has)."""
+        return end_event(job_id, tenant, "cancelled", _ORPHANED, now, created_ms)
 
     # --- namespaces and nodes ---------------------------------------------------------------
 
-    def namespace_seen(self, ns: Json, *, deleted: bool = False) -> None:
+    def namespace_seen(
+        self, ns: Json, now: datetime | None = None, *, deleted: bool = False
+    ) -> list[Action]:
+        """A namespace's tenant label; with ``now``, the submits of pods that waited for their
+        namespace to be bound to a tenant and now are. A relabel moves no pod already
+        submitted: each keeps the tenant its job was submitted for."""
         md = ns.get("metadata") or {}
         name = str(md.get("name", ""))
         tenant = (md.get("labels") or {}).get(keys.LABEL_TENANT)
@@ -168,12 +165,31 @@ class Tracker:
             self.labelled.pop(name, None)
         else:
             self.labelled[name] = str(tenant)
+        return self._unbound_again(now) if now is not None else []
+
+    def rebind(self, bindings: Mapping[str, str], now: datetime) -> list[Action]:
+        """New namespace -> tenant bindings (the TenantQuotas'), as `namespace_seen`."""
+        self.bindings = bindings
+        return self._unbound_again(now)
+
+    def _unbound_again(self, now: datetime) -> list[Action]:
+        """Pods refused because their namespace had no tenant, taken again where it has one."""
+        out: list[Action] = []
+        for uid in sorted(self._unbound):
+            p = self._pods.get(uid)
+            if p is not None and p.state is PodState.REFUSED:
+                if isinstance(tenant_for(p.ref.namespace, self.bindings, self.labelled), Refused):
+                    continue
+                del self._pods[uid]
+                out += self._new_pod(p.last, p.ref, now)
+            self._unbound.discard(uid)
+        return out
 
     def node_seen(self, node: Json, now: datetime, *, deleted: bool = False) -> list[Action]:
         """The node's inventory when it changed since the last one published."""
         inv = node_inventory(node, now, deleted=deleted)
         last = self._nodes.get(inv.node)
-        if last is not None and _same_inventory(last, inv):
+        if last is not None and same_inventory(last, inv):
             return []
         self._nodes[inv.node] = inv
         return [Publish(telemetry.inventory(inv.node), inv)]
@@ -219,6 +235,8 @@ class Tracker:
         )
         if isinstance(ask, Refused):
             self._pods[ref.uid] = TrackedPod(ref, PodState.REFUSED, created, last=pod)
+            if ask.reason is RefusalReason.NO_TENANT:
+                self._unbound.add(ref.uid)  # taken again once its namespace is bound
             return self._refuse(ref, ask, now)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             # Ended without ever being bound by us (never placed): nothing to submit.
@@ -238,37 +256,32 @@ class Tracker:
     def _adopt_bound(
         self, pod: Json, ref: PodRef, created: int, now: datetime
     ) -> list[Action] | None:
-        """A bound pod the bridge bound (before a restart or under another leader): our
-        annotation names this very pod (its uid, which the API server assigned after any
-        annotation a creator could have written) and the node it is on. Its job is the one the
-        annotation names: a lone pod's is its own (``k8s:<uid>``, or its bare uid if it was
-        bound before pods' jobs had a space of their own), a gang member's its gang's."""
-        md = pod.get("metadata") or {}
-        doc = parse_annotation(md.get("annotations") or {})
-        node = (pod.get("spec") or {}).get("nodeName")
-        if doc is None or doc.get("podUid") != ref.uid or node_name(str(doc.get("node"))) != node:
+        """A bound pod new to this tracker is taken over under the job and tenant the bridge
+        recorded for it (`seedance.k8s_bridge.core.adoption`), else refused; one that ended
+        has no record once its end went out: it is only remembered. None: no annotation."""
+        tenant = tenant_for(ref.namespace, self.bindings, self.labelled)
+        adopted = adoption(pod, ref, self.records, tenant if isinstance(tenant, str) else "")
+        if isinstance(adopted, Refused):
+            done = end_kind(pod, deleted=False) is not None
+            state = PodState.ENDED if done else PodState.REFUSED
+            self._pods[ref.uid] = TrackedPod(ref, state, created, last=pod)
+            return [] if done else self._refuse(ref, adopted, now)
+        if adopted is None:
             return None
-        job_id, tenant = str(doc.get("jobId", "")), str(doc.get("tenant", ""))
-        labels = md.get("labels") or {}
-        group = labels.get(keys.LABEL_POD_GROUP)
-        # A tenant can write annotations: the tenant is the namespace's, never the annotation's,
-        # and a lone pod's job is its own uid (else ending this pod would end another job).
-        if tenant != tenant_for(ref.namespace, self.bindings, self.labelled):
-            return None
-        if not group and job_id not in (pod_job_id(ref.uid), ref.uid):
-            return None
-        p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=str(node))
-        p.bound_at = parse_k8s_time(doc.get("boundAt"))
-        p.last = pod
-        if group and job_id != ref.uid:
-            key = (ref.namespace, str(group))
-            g = self._gangs.setdefault(
-                key, TrackedGang(key, int_or_zero(labels.get(keys.LABEL_POD_GROUP_SIZE)))
-            )
+        tenant, job_id, node = adopted.tenant, adopted.job_id, adopted.node
+        p = TrackedPod(ref, PodState.BOUND, created, job_id=job_id, tenant=tenant, node=node)
+        p.bound_at, p.last = adopted.bound_at, pod
+        if adopted.gang is not None:
+            g = self._gangs.setdefault(adopted.gang, TrackedGang(adopted.gang, adopted.gang_size))
+            if g.job_id and (g.job_id, g.tenant) != (job_id, tenant):
+                p.state = PodState.REFUSED
+                self._pods[ref.uid] = p
+                why = f"pod group {adopted.gang[1]!r} is another job's ({g.tenant}/{g.job_id})"
+                return self._refuse(ref, Refused(RefusalReason.NOT_ADOPTED, why), now)
             g.members.add(ref.uid)
             g.job_id, g.tenant = job_id, tenant
-            p.gang = key
-            self._jobs.add(tenant, job_id, key)
+            p.gang = adopted.gang
+            self._jobs.add(tenant, job_id, adopted.gang)
         else:
             self._jobs.add(tenant, job_id, ref.uid)
         self._pods[ref.uid] = p
@@ -280,9 +293,9 @@ class Tracker:
         annotation names it) it is simply bound; by anyone else it left Seedance's hands."""
         doc = parse_annotation((pod.get("metadata") or {}).get("annotations") or {})
         node = str((pod.get("spec") or {}).get("nodeName"))
-        if doc is not None and doc.get("podUid") == p.ref.uid:
+        if doc is not None and (doc.get("podUid"), doc.get("jobId")) == (p.ref.uid, p.job_id):
             p.state, p.node = PodState.BOUND, node
-            p.bound_at = parse_k8s_time(doc.get("boundAt")) or now
+            p.bound_at = scheduled_at(pod) or now
             ended = end_kind(pod, deleted=False)
             return self._ended(p, pod, ended, now) if ended else []
         return self._ended(p, pod, ("failed", f"bound to {node} by another scheduler"), now)
@@ -297,6 +310,13 @@ class Tracker:
         g = self._gangs.get(key)
         if g is None or g.ended:
             g = self._gangs[key] = TrackedGang(key, gang.size)
+            g.tenant = p.tenant
+        if g.tenant != p.tenant:
+            # The namespace was relabelled since the group's first member came: this pod may
+            # neither join another tenant's group nor count toward or end it.
+            p.state = PodState.REFUSED
+            why = f"pod group {gang.name!r} is tenant {g.tenant!r}'s, this pod {p.tenant!r}'s"
+            return self._refuse(p.ref, Refused(_INVALID_GANG, why), now)
         if g.job_id and len(g.members) < g.size:
             # A member of a gang half bound before a restart: the placement, redelivered,
             # binds it.
@@ -323,35 +343,18 @@ class Tracker:
 
     def _submit_gang(self, g: TrackedGang, now: datetime) -> list[Action]:
         members = [self._pods[u] for u in sorted(g.members)]
-        asks = [m.ask for m in members if m.ask is not None]
-        first = asks[0]
-        if any(a.request != first.request or a.tenant != first.tenant for a in asks) or any(
-            (m.ask.gang.size if m.ask and m.ask.gang else 0) != g.size for m in members
-        ):
+        asks = [m.ask for m in members]
+        problem = gang_problem(asks, g.size)
+        if problem:
             out: list[Action] = []
             for m in members:
                 m.state = PodState.REFUSED
-                out += self._refuse(
-                    m.ref,
-                    Refused(
-                        _INVALID_GANG,
-                        f"pod group {g.key[1]!r}: members ask for different resources, "
-                        "tenants or group sizes",
-                    ),
-                    now,
-                )
+                why = Refused(_INVALID_GANG, f"pod group {g.key[1]!r}: {problem}")
+                out += self._refuse(m.ref, why, now)
             del self._gangs[g.key]
             return out
-        if first.request.gpus == 0:
-            # The slicer's placement of a CPU-only gang names nodes, not members per node.
-            out = []
-            for m in members:
-                m.state = PodState.REFUSED
-                out += self._refuse(
-                    m.ref, Refused(_INVALID_GANG, "a pod group must ask for GPUs"), now
-                )
-            del self._gangs[g.key]
-            return out
+        first = asks[0]
+        assert first is not None
         g.job_id = gang_job_id(g.key[0], g.key[1], sorted(g.members))
         g.tenant = first.tenant
         g.gpus_per_member = first.request.gpus
@@ -580,6 +583,7 @@ class Tracker:
 
     def _forget(self, p: TrackedPod) -> None:
         self._pods.pop(p.ref.uid, None)
+        self._unbound.discard(p.ref.uid)
         if p.gang is not None and (g := self._gangs.get(p.gang)) is not None:
             g.members.discard(p.ref.uid)
             if not g.members:
@@ -587,12 +591,9 @@ class Tracker:
 
 
 _INVALID_GANG = RefusalReason.INVALID_GANG
+_ORPHANED = "pod deleted while no bridge watched"
 
 
 def _key_of(ev: Event) -> JobKey:
     """The (tenant, job) a decision is about (every slicer decision names both)."""
     return str(getattr(ev, "tenant", "")), str(getattr(ev, "job_id", ""))
-
-
-def _same_inventory(a: NodeInventory, b: NodeInventory) -> bool:
-    return msgspec.structs.replace(a, id="", at=b.at) == msgspec.structs.replace(b, id="")

@@ -253,23 +253,31 @@ def parse_claim(annotations: Mapping[str, str]) -> Claim | Refusal:
 
 
 def placement_of(pod: PodView, book: PlacementBook) -> Placement | Refusal:
-    """The slicer's placement ``pod`` runs under on this node, found by the pod's UID (the API
-    server's), or why there is none, in which case the pod is not one the bridge bound here
-    with a placement, whatever its annotation says.
+    """The slicer's placement ``pod`` runs under on this node, found by (tenant, job) with the
+    job derived from the pod's UID (the API server's), or why there is none, in which case
+    the pod is not one the bridge bound here with a placement, whatever its annotation says.
 
-    A pod whose own job (``pod_job_id``) is placed here runs under that placement and no other.
+    A pod's own job is ``k8s:<uid>``, a space no bus tenant may submit into. Its bare UID is
+    taken only for a pod whose annotation names it (bound before that space existed), and only
+    under the annotation's tenant (which only picks among the slicer's placements: the
+    placement id must match too, ``verify``), so a bus tenant's job named after the pod's UID
+    is never the pod's, nor cuts an Allocate's wait for the pod's own placement short.
     Only a pod with no placement of its own may be a gang member: its annotation's gang then
     selects the gang's placement if the pod is a member and the members derive its job id
     with the pod's namespace (the module's note).
     """
-    own = book.for_job(pod_job_id(pod.uid)) or book.for_job(pod.uid)  # bound before: bare uid
-    if len(own) > 1:
+    own = book.for_job(pod_job_id(pod.uid))
+    if len(own) > 1:  # the bridge submits a pod's job under its namespace's tenant alone
         tenants = [p.tenant for p in own]
-        return Refusal(f"tenants {tenants} each hold a placement of job {pod.uid}: ambiguous")
+        return Refusal(f"tenants {tenants} each hold a placement of job {own[0].job_id}")
     if own:
         return own[0]
     claim = parse_claim(pod.annotations)
-    if isinstance(claim, Refusal) or claim.gang is None:
+    if isinstance(claim, Refusal):
+        return Refusal(f"the slicer holds no placement of pod {pod.uid}'s job on this node")
+    if claim.job_id == pod.uid and (old := book.get(claim.tenant, pod.uid)) is not None:
+        return old  # bound before pods' jobs had their space: under its tenant only
+    if claim.gang is None:
         return Refusal(f"the slicer holds no placement of pod {pod.uid}'s job on this node")
     group, members = claim.gang
     if pod.uid not in members:
@@ -280,13 +288,10 @@ def placement_of(pod: PodView, book: PlacementBook) -> Placement | Refusal:
             f"pod group {pod.namespace}/{group} with those members is job {derived}, "
             f"not {claim.job_id}"
         )
-    gangs = book.for_job(claim.job_id)
-    if len(gangs) > 1:
-        tenants = [p.tenant for p in gangs]
-        return Refusal(f"tenants {tenants} each hold a placement of job {claim.job_id}: ambiguous")
-    if not gangs:
+    gang = book.get(claim.tenant, claim.job_id)
+    if gang is None:
         return Refusal(f"the slicer holds no placement of job {claim.job_id} on this node")
-    return gangs[0]
+    return gang
 
 
 def _check_identity(pod: PodView, claim: Claim, node: str, placed: Placement) -> str | None:
