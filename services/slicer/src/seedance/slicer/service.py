@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from nats.js.kv import KeyValue
 from opentelemetry.context import Context
 
@@ -70,6 +71,7 @@ from seedance.events.subjects import (
 )
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler, SchedulerConfig
+from seedance.slicer.core.satisfiable import NodePool, node_pools
 from seedance.slicer.durable import SlicerState
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
 from seedance.slicer.metrics import SlicerMetrics
@@ -95,8 +97,14 @@ def load_quota(path: str) -> QuotaPolicy | None:
     return QuotaPolicy.from_yaml(Path(path).read_text()) if path else None
 
 
+def load_node_pools(path: str) -> tuple[NodePool, ...]:
+    """The pools named by ``SEEDANCE_SLICER_NODE_POOLS_FILE`` (YAML; none when not set)."""
+    return node_pools(yaml.safe_load(Path(path).read_text())) if path else ()
+
+
 def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
     return SchedulerConfig(
+        node_pools=load_node_pools(settings.node_pools_file),
         policy=settings.policy,
         workload_window=settings.workload_window,
         workload_refresh=settings.workload_refresh,

@@ -40,6 +40,11 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: ``quota_file``'s. Another key is for tests side by side on one server: the generated
     #: NATS permissions grant the catalogue's key (``QUOTA_POLICY_KEY``) alone.
     quota_key: str = QUOTA_POLICY_KEY
+    #: A YAML file of node pools that may have no node now (scaled to zero by an autoscaler):
+    #: their node type and optional ``max_nodes`` (docs/slicer.md, "Impossible is said at
+    #: once"). A request one of them could hold waits for it instead of being answered
+    #: ``unsatisfiable``. Empty: the fleet is the nodes the inventory described.
+    node_pools_file: str = ""
     #: The target workload is the request shapes of the last this many jobs ...
     workload_window: int = 500
     #: ... and the policy is rebuilt from it every this many submissions.
