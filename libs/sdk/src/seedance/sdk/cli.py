@@ -78,6 +78,7 @@ def _job_event(args: argparse.Namespace) -> JobEvent:
             gpu_milli=args.gpu_milli,
             gpu_mem_mib=args.gpu_mem_mib,
             mig_profile=args.mig_profile,
+            mig=args.mig,
             gpu_models=args.gpu_model,
             cpu_milli=args.cpu_milli,
             memory_mib=args.memory_mib,

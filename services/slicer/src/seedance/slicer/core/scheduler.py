@@ -498,10 +498,16 @@ def _invalid(job: JobSpec) -> str:
     publishing), and this core's node model (at most 8 GPUs per node, a limit of the pool, not
     of the request schema)."""
     problem = request_problem(
-        gpus=job.gpus, gpu_milli=job.gpu_milli, mig_profile=job.mig_profile, gang_size=job.gang_size
-    )
+        gpus=job.gpus, gpu_milli=job.gpu_milli, mig_profile=job.mig_profile,
+        gang_size=job.gang_size, mig=job.mig,
+    )  # fmt: skip
     if problem:
         return problem
+    if job.mig and job.mig_profile is None:
+        return (
+            "a MIG instance of the SlicingPolicy's default profile, and the policy in force "
+            "names none (spec.mig.defaultProfile): name a profile or set one"
+        )
     if job.gpus > MAX_GPUS_PER_NODE:
         return f"gpus={job.gpus} per gang member exceeds {MAX_GPUS_PER_NODE} GPUs per node"
     return ""
