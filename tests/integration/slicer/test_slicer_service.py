@@ -411,6 +411,9 @@ async def test_decisions_committed_but_not_published_go_out_once_from_the_next_l
     await add_nodes(bus, inventory(f"n0-{unique}", 2))
     async with slicer(nats_url, unique, replica="a") as first:
         await eventually(_is(lambda: first.leading))
+        # The node known first: a job read before it would wait `no_inventory`, a decision
+        # whose publish is cut below, which would then hold every later batch back.
+        await eventually(_is(lambda: bool(first.scheduler.node_names)))
 
         async def cut(*args: Any, **kw: Any) -> None:
             raise ConnectionError("the process died before publishing")
