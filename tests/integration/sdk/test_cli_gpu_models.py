@@ -23,6 +23,7 @@ async def test_gpu_model_t4_finds_the_fleets_t4_and_b200_is_unsatisfiable_at_onc
         )
         assert (rc, err) == (0, ""), asked
         assert "placed on cli-node-" in out, asked
+        assert "(whole, T4, GPUs [" in out, asked  # the model the request matched
     job = f"g-{uuid.uuid4().hex[:6]}"
     rc, out, err = await cli(
         auth_url, "jobs", "submit", "--tenant", TENANT, "--job", job, "--gpu-model", "b200"

@@ -73,9 +73,10 @@ async def test_status_says_where_a_job_runs_why_another_waits_and_how_each_ended
     }  # fmt: skip
 
     # An end is a release; a later refused request about the job is said beside its state.
+    # (the waiting job cancelled first: the finished job's GPU would place it)
+    assert (await cli(auth_url, "jobs", "cancel", "--tenant", TENANT, "--job", waits))[0] == 0
     assert (await cli(auth_url, "jobs", "finish", "--tenant", TENANT, "--job", placed))[0] == 0
     assert (await cli(auth_url, "jobs", "finish", "--tenant", TENANT, "--job", placed))[0] == 1
-    assert (await cli(auth_url, "jobs", "cancel", "--tenant", TENANT, "--job", waits))[0] == 0
     rc, out, _ = await cli(auth_url, "jobs", "status", "--tenant", TENANT, "--job", placed)
     assert out.splitlines()[1].split() == ["state", "finished"]
     assert f"finished, released (ran on {node} (whole, T4, GPUs [0]))" in out

@@ -94,8 +94,10 @@ def _render_outcome(verb: str, out: JobOutcome) -> str:
     ev, d = out.event, out.decision
     head = f"{verb} {ev.job_id} for {ev.tenant} (event {ev.id})"
     if isinstance(d, Placement):
-        gpus = gpus_text(d)
-        return f"{head}: placed on {d.node} ({d.kind}, GPUs [{gpus}]) at {d.at.isoformat()}"
+        # the model it got: which of the fleet's models a --gpu-model matched
+        model = f", {d.gpu_model}" if d.gpu_model else ""
+        where = f"{d.node} ({d.kind}{model}, GPUs [{gpus_text(d)}])"
+        return f"{head}: placed on {where} at {d.at.isoformat()}"
     if isinstance(d, Unschedulable) and d.reason == UnschedulableReason.UNSATISFIABLE:
         return f"{head}: unsatisfiable ({d.detail}); it stays queued in case the fleet changes"
     if isinstance(d, Unschedulable):
