@@ -329,3 +329,12 @@ async def test_a_slicing_policy_is_in_force_only_once_the_slicer_applied_it(env:
             policy = svc.cluster_policy.policy
             assert policy is not None
             assert policy.mig_default_profile == "1g.10gb"
+
+            # the CR deleted: the key is deleted, and the slicer has no policy in force
+            code, out = await kubectl(env.kube, env.tmp_path, "delete", "slicingpolicy", "default")
+            assert code == 0, out
+
+            async def dropped() -> bool:
+                return svc.cluster_policy.policy is None
+
+            await eventually(dropped, 15, what="the slicer's policy gone with the CR")
