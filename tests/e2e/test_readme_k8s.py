@@ -10,9 +10,10 @@ stored the dev overlay, the slicer, cost-ledger, k8s-bridge and node agent it de
 processes with its settings (each as its NATS user), and one node's test kubelet runs the pods
 bound to it; the CLI runs as tenant acme with the password the dev overlay gives it.
 
-A MIG pod placed per the SlicingPolicy's default profile joins the walkthrough once the slicer
-reads SlicingPolicy (issue 28, item 4): add its commands to the README block and their checks
-to ``EXPECTED`` here.
+A MIG pod placed per the SlicingPolicy's default profile joins the walkthrough once a pod can
+ask for "a MIG instance" and the node agent serves MIG instances of its simulated GPUs (the
+slicer reads the SlicingPolicy already: issue 28, item 4): add its commands to the README block
+and their checks to ``EXPECTED`` here.
 """
 
 from __future__ import annotations

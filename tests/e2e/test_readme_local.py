@@ -116,7 +116,9 @@ async def shell() -> AsyncIterator[Shell]:
         await asyncio.wait_for(stop.wait(), timeout=60)
 
 
-_PLACED = re.compile(r"placed on (?P<node>\S+) \(whole, GPUs \[(?P<gpus>[^\]]*)\]\) at (?P<at>\S+)")
+_PLACED = re.compile(
+    r"placed on (?P<node>\S+) \(whole, (?P<model>[^,]+), GPUs \[(?P<gpus>[^\]]*)\]\) at (?P<at>\S+)"
+)
 _TOTAL = re.compile(r"cost\s+\$(?P<usd>[\d.]+) in total \((?P<h>[\d.]+) GPU-h;")
 
 
@@ -139,8 +141,20 @@ class Facts:
     def _submitted(self, job: str, out: str) -> bool:
         if job == "train-3":  # two nodes have 8 GPUs, and train-1 and train-2 hold them
             return out.endswith("waiting (no_capacity: insufficient_gpu)")
+        if job == "big-1":  # no node type has a B200: said at once, with the models, exit 1
+            return (
+                "unsatisfiable (gpu_models [b200] match none of the fleet's models: "
+                "A10 (A10-PCIE-24GB), T4 (T4-PCIE-16GB))"
+                in out
+                and out.endswith("exit status 1")
+            )
         m = _PLACED.search(out)
         assert m, out
+        if job == "small-1":  # `t4` finds the fleet's T4 nodes (4 GPUs each)
+            assert (m["model"], m["gpus"]) == ("T4", "0, 1, 2, 3"), out
+            assert m["node"] in ("compose-node-2", "compose-node-3"), out
+            return True
+        assert m["model"] == "A10", out
         assert m["gpus"] == "0, 1, 2, 3, 4, 5, 6, 7", out  # 8 whole GPUs: only an A10 node
         assert m["node"] in ("compose-node-0", "compose-node-1"), out
         assert m["node"] not in self.nodes.values(), out  # train-1 and train-2: one node each

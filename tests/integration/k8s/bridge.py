@@ -23,6 +23,7 @@ from kubernetes_asyncio import client, config
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.events import Event, decode
+from seedance.events.stores import SLICING_POLICY_KEY
 from seedance.events.subjects import CONSUMERS, observed, slicing
 from seedance.k8s_bridge.kube import KubeApi, connect
 from seedance.k8s_bridge.service import DURABLE, BridgeService
@@ -74,6 +75,8 @@ async def slicer(
     nats_url: str, unique: str, user: str | None = None, **kw: Any
 ) -> AsyncIterator[SlicerService]:
     kw.setdefault("quota_key", f"quota-{unique}")  # the test's own (the bridge writes it)
+    # the SlicingPolicy's key: the test's own, or the catalogue's under the shipped user
+    kw.setdefault("slicing_key", SLICING_POLICY_KEY if user else f"slicing-{unique}")
     kw.setdefault("instance", "" if user else unique)
     settings = SlicerSettings(pool=f"p{unique}", replica="s", lease_ttl_s=1.5, batch=100, **kw)
     bus = shipped(nats_url, user) if user else BusSettings(url=nats_url, name="test-slicer")
@@ -102,6 +105,7 @@ async def bridge(
         backoff_initial_s=0.05,
         backoff_max_s=0.5,
         policy_key=kw.pop("policy_key", f"quota-{unique}"),
+        slicing_key=kw.pop("slicing_key", SLICING_POLICY_KEY if user else f"slicing-{unique}"),
         **kw,
     )
     bus = (

@@ -134,7 +134,9 @@ async def test_an_unschedulable_pod_shows_the_slicers_reason_and_deleting_it_can
         await _eventually(waiting)
         pod = await env.pod("huge")
         message = {c.type: c for c in pod.status.conditions}["PodScheduled"].message
-        assert message.split(":")[0] in {"no_capacity", "no_matching_gpu"}
+        # No node of the fleet has 8 GPUs: said at once, as cluster-autoscaler reads it
+        # (PodScheduled=False, Unschedulable), with what no node offers (issue 28, item 5).
+        assert message.startswith("unsatisfiable: gpus=8 per member: a node has at most 4 GPUs")
         assert "FailedScheduling" in await env.reasons("huge")
         assert not pod.spec.node_name
         await env.core.delete_namespaced_pod("huge", env.ns)

@@ -327,3 +327,47 @@ async def test_a_pod_seen_before_a_tenant_quota_binds_its_namespace_is_placed_on
         await eventually(bound, 15, what="the early pod bound once its namespace is bound")
         placement = (await env.core.read_namespaced_pod("early", ns)).metadata.annotations
         assert json.loads(placement["seedance.io/placement"])["tenant"] == tenant
+
+
+async def test_a_slicing_policy_is_in_force_only_once_the_slicer_applied_it(env: Env) -> None:
+    """The status never lies: `NotApplied` while no slicer said it applied the spec, then
+    `PartiallyInForce` naming the fields the slicer does not follow (the example's sharedGpu
+    caps), and the slicer places "a MIG instance" with the default profile (issue 28, item 4)."""
+    manifest = REPO / "deploy" / "k8s" / "examples" / "slicingpolicy.yaml"
+    code, out = await kubectl(env.kube, env.tmp_path, "apply", "-f", str(manifest))
+    assert code == 0, out
+    rt = env.kube.api.resolve(GROUP, VERSION, "slicingpolicies")
+
+    def ready() -> dict[str, Any]:
+        return conditions(dict(env.kube.api.get(rt, "", "default"))).get("Ready") or {}
+
+    async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path):
+
+        async def not_applied() -> bool:
+            return ready().get("reason") == "NotApplied"
+
+        await eventually(not_applied, 15, what="Ready=False NotApplied without a slicer")
+        assert ready()["status"] == "False"
+        async with slicer(env.nats_url, env.unique) as svc:
+
+            async def partial() -> bool:
+                return ready().get("reason") == "PartiallyInForce"
+
+            await eventually(partial, 15, what="PartiallyInForce once the slicer applied it")
+            assert ready()["status"] == "True"
+            message = ready()["message"]
+            assert "spec.sharedGpu[0]" in message
+            assert "spec.sharedGpu[1]" in message
+            assert "spec.mig" not in message  # the default profile and mixed: followed
+            policy = svc.cluster_policy.policy
+            assert policy is not None
+            assert policy.mig_default_profile == "1g.10gb"
+
+            # the CR deleted: the key is deleted, and the slicer has no policy in force
+            code, out = await kubectl(env.kube, env.tmp_path, "delete", "slicingpolicy", "default")
+            assert code == 0, out
+
+            async def dropped() -> bool:
+                return svc.cluster_policy.policy is None
+
+            await eventually(dropped, 15, what="the slicer's policy gone with the CR")

@@ -28,9 +28,9 @@ async def test_status_says_where_a_job_runs_why_another_waits_and_how_each_ended
     node = slicer_up
     placed, waits, refused = unique("placed"), unique("waits"), unique("refused")
     assert (await cli(auth_url, "jobs", "submit", "--tenant", TENANT, "--job", placed))[0] == 0
-    # Three GPUs on a pool of one two-GPU node: it waits, and says why.
+    # Two GPUs on a pool of one two-GPU node, one of them taken: it waits, and says why.
     rc, out, _ = await cli(
-        auth_url, "jobs", "submit", "--tenant", TENANT, "--job", waits, "--gpus", "3"
+        auth_url, "jobs", "submit", "--tenant", TENANT, "--job", waits, "--gpus", "2"
     )
     assert rc == 0
     assert "waiting (" in out
@@ -73,9 +73,10 @@ async def test_status_says_where_a_job_runs_why_another_waits_and_how_each_ended
     }  # fmt: skip
 
     # An end is a release; a later refused request about the job is said beside its state.
+    # (the waiting job cancelled first: the finished job's GPU would place it)
+    assert (await cli(auth_url, "jobs", "cancel", "--tenant", TENANT, "--job", waits))[0] == 0
     assert (await cli(auth_url, "jobs", "finish", "--tenant", TENANT, "--job", placed))[0] == 0
     assert (await cli(auth_url, "jobs", "finish", "--tenant", TENANT, "--job", placed))[0] == 1
-    assert (await cli(auth_url, "jobs", "cancel", "--tenant", TENANT, "--job", waits))[0] == 0
     rc, out, _ = await cli(auth_url, "jobs", "status", "--tenant", TENANT, "--job", placed)
     assert out.splitlines()[1].split() == ["state", "finished"]
     assert f"finished, released (ran on {node} (whole, T4, GPUs [0]))" in out

@@ -25,6 +25,7 @@ from seedance.events.permissions import (
     declaration_permissions,
     key_grant_subjects,
 )
+from seedance.events.stores import SLICING_POLICY_KEY
 from seedance.events.subjects import (
     BUCKETS,
     CONSUMERS,
@@ -293,7 +294,12 @@ def test_the_quota_policy_key_is_read_by_the_slicer_and_written_only_by_the_brid
     # it writes its pool's usage, and no other key of the bucket
     assert [p for p in slicer if p.startswith(kv)] == [f"{kv}.{QUOTA_USAGE_KEYS}"]
     bridge = key_grant_subjects("k8s-bridge")
-    assert [p for p in bridge if p.startswith(kv)] == [f"{kv}.{QUOTA_POLICY_KEY}"]
+    assert [p for p in bridge if p.startswith(kv)] == [
+        f"{kv}.{QUOTA_POLICY_KEY}",
+        f"{kv}.{SLICING_POLICY_KEY}",
+    ]
+    # the SlicingPolicy in force: the slicer follows it and cannot write it
+    assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{SLICING_POLICY_KEY}" in slicer
     assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{QUOTA_USAGE_KEYS}" in bridge
     assert key_grant_subjects("router") == []
     for holder in (slicer, bridge):  # a key's grant never reconfigures its bucket

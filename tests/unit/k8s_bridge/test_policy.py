@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
+from seedance.events.slicing_policy import SlicingApplied, digest, encode_policy, from_spec
 from seedance.k8s_bridge.core.policy import (
     ACCEPTED,
     READY,
     SLICING_POLICY,
     TENANT_QUOTA,
     Reason,
+    merge_applied,
     merge_usage,
     reconcile,
     tenant_entry,
@@ -212,15 +214,50 @@ def test_only_the_default_slicing_policy_is_in_force() -> None:
     }
     out = reconcile([policy("default", **spec), policy("other", **spec)], [])
     assert out.slicing == spec
+    assert out.slicing_document == encode_policy(from_spec(spec))
+    # Valid, but no slicer has said it applied it: not in force (a status never lies)
     assert conditions(out.statuses[(SLICING_POLICY, "default")]) == {
         ACCEPTED: ("True", Reason.VALID),
-        READY: ("True", Reason.IN_FORCE),
+        READY: ("False", Reason.NOT_APPLIED),
     }
     assert conditions(out.statuses[(SLICING_POLICY, "other")])[READY] == (
         "False",
         Reason.NOT_THE_DEFAULT,
     )
     assert out.statuses[(SLICING_POLICY, "default")]["observedGeneration"] == 2
+
+
+def test_a_slicing_policys_status_is_what_the_slicers_said_they_applied() -> None:
+    spec = {"mig": {"defaultProfile": "1g.10gb"}}
+    data = encode_policy(from_spec(spec))
+    usage = {
+        "usage.a": {"tenants": {}, "slicing": {"digest": digest(data), "key": "slicing"}},
+        "usage.b": {"tenants": {}, "slicing": {"digest": "old", "key": "slicing"}},
+        "usage.c": {"tenants": {}, "slicing": {"digest": "x", "key": "other-key"}},
+        "usage.d": {"tenants": {}},  # a slicer that follows no SlicingPolicy key
+        "usage.e": {"tenants": {}, "slicing": {"digest": 7}},  # malformed: never "applied"
+    }
+    applied = merge_applied(usage, "slicing")
+    assert sorted(applied) == ["usage.a", "usage.b"]
+
+    def ready(applied: dict[str, Any]) -> tuple[str, str, str]:
+        out = reconcile([policy("default", **spec)], [], slicing_applied=applied)
+        cond = {c["type"]: c for c in out.statuses[(SLICING_POLICY, "default")]["conditions"]}
+        return cond[READY]["status"], cond[READY]["reason"], cond[READY]["message"]
+
+    status, reason, message = ready(applied)
+    assert (status, reason) == ("False", Reason.NOT_APPLIED)
+    assert message == "the slicer of pool(s) b has not applied this spec yet"
+    done = {"usage.a": applied["usage.a"]}
+    assert ready(done) == ("True", Reason.IN_FORCE, "the slicer follows every field of this policy")
+    partial = {
+        "usage.a": SlicingApplied(
+            digest=digest(data), key="slicing", unhonoured={"spec.mig.strategy": "not yet"}
+        )
+    }
+    status, reason, message = ready(partial)
+    assert (status, reason) == ("True", Reason.PARTIALLY_IN_FORCE)
+    assert message == "the slicer follows it except spec.mig.strategy: not yet"
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,8 @@ def test_a_gang_takes_one_gpu_model_and_never_splits_across_models() -> None:
         s.upsert_node(node(f"h{i}"), 0)
     out = s.submit(gang("g4", 4), 1)  # 5 nodes would hold it, but no one model has 4
     assert not nodes_of(out, "g4")
-    assert [e.reason for e in out if isinstance(e, Waiting)] == ["gang_insufficient_gpu"]
+    # No model has 4 such nodes even empty: said at once (issue 28, item 5).
+    assert [e.reason for e in out if isinstance(e, Waiting)] == ["unsatisfiable"]
     out = s.submit(gang("g3", 3), 2)
     assert nodes_of(out, "g3") == {"a0", "a1", "a2"}
     out = s.submit(gang("g2", 2), 3)

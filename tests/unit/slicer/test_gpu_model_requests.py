@@ -38,10 +38,10 @@ def test_a_family_finds_the_fleets_gpus_however_they_are_named() -> None:
         assert placed.node == where, jid
 
 
-def test_a_model_the_fleet_lacks_waits_naming_what_the_fleet_has() -> None:
+def test_a_model_the_fleet_lacks_is_unsatisfiable_naming_what_the_fleet_has() -> None:
     (waiting,) = fleet().submit(job("b", gpu_models=("b200",)), 1)
     assert isinstance(waiting, Waiting)
-    assert waiting.reason == "no_allowed_gpu_model"
+    assert waiting.reason == "unsatisfiable"
     assert waiting.detail == (
         "gpu_models [b200] match none of the fleet's models: "
         "NVIDIA A100-SXM4-80GB (A100-SXM4-80GB), T4 (T4-PCIE-16GB)"

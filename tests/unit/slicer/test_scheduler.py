@@ -161,7 +161,8 @@ def test_mig_gpus_take_no_whole_gpu_work_and_unknown_profiles_do_not_match() -> 
     assert isinstance(w, Waiting)
     (w2,) = e.submit(job("m", mig_profile="3g.40gb"), 2)  # an H100 name, not an H200 one
     assert isinstance(w2, Waiting)
-    assert published_reason(w2.reason) == "no_matching_gpu"
+    assert published_reason(w2.reason) == "unsatisfiable"  # no GPU of the fleet offers it
+    assert "3g.40gb: no GPU of the fleet offers it" in w2.detail
 
 
 def test_unhealthy_gpu_is_not_used_until_it_recovers() -> None:

@@ -226,6 +226,8 @@ class Rebuilding(Scheduler):
         i = self._index.get(spec.name)
         if i is not None and (self._nodes[i] == spec or self._busy(spec.name)):
             return []
+        before = self.fleet_types()
+        self._type_counts = self._types = None  # the node types derived afresh, every time
         if i is not None:
             self._nodes[i] = spec
             self._mig.forget_node(spec.name)
@@ -239,7 +241,10 @@ class Rebuilding(Scheduler):
         self._policy = self._workload.policy(self.config.policy)
         q = self._queue
         self._queue = self._new_queue(q.running_records(), q.pending_records(), q.seq)
-        return self._pass(now_s)
+        out: list[Effect] = []
+        if self.fleet_types() != before:
+            out = self._retry_held(now_s, lambda h: h.reason == "unsatisfiable")
+        return out + self._pass(now_s)
 
 
 def test_nodes_joining_incrementally_decide_as_rebuilding_the_queue_per_node_did() -> None:

@@ -118,7 +118,9 @@ def tenant_job_problem(subject: str, job_id: str | None) -> str:
     )
 
 
-def request_problem(*, gpus: int, gpu_milli: int, mig_profile: str | None, gang_size: int) -> str:
+def request_problem(
+    *, gpus: int, gpu_milli: int, mig_profile: str | None, gang_size: int, mig: bool = False
+) -> str:
     """Why a request's fields do not make one of the three shapes ("" when they do).
 
     The one statement of the rule that crosses fields (the per-field bounds are the ``Meta``
@@ -128,7 +130,7 @@ def request_problem(*, gpus: int, gpu_milli: int, mig_profile: str | None, gang_
     """
     if gpu_milli < 1000 and gpus > 1:
         return f"a shared-GPU request takes one GPU: gpus={gpus} with gpu_milli={gpu_milli}"
-    if mig_profile is not None and (gpus != 1 or gang_size != 1):
+    if (mig_profile is not None or mig) and (gpus != 1 or gang_size != 1):
         return (
             "a MIG request takes one instance: gpus=1 and gang_size=1, "
             f"got gpus={gpus} gang_size={gang_size}"
@@ -149,6 +151,8 @@ class ResourceRequest(msgspec.Struct, frozen=True, kw_only=True):
         gpu_milli: share of each GPU in thousandths; 1000 is a whole GPU.
         gpu_mem_mib: GPU memory per GPU; 0 means "whatever the GPU has".
         mig_profile: a MIG profile such as ``"3g.40gb"``; the job then gets one MIG instance.
+        mig: one MIG instance, of ``mig_profile`` or, when none is named, of the SlicingPolicy's
+            default profile (``spec.mig.defaultProfile``) in force when the slicer takes it.
         gpu_models: allowed GPU models; empty means any.
         gang_size: members placed all or nothing.
     """
@@ -157,6 +161,7 @@ class ResourceRequest(msgspec.Struct, frozen=True, kw_only=True):
     gpu_milli: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1000
     gpu_mem_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_MEM_MIB)] = 0
     mig_profile: MigProfile | None = None
+    mig: bool = False
     gpu_models: Annotated[list[GpuModel], msgspec.Meta(max_length=32)] = msgspec.field(
         default_factory=list
     )
@@ -170,6 +175,7 @@ class ResourceRequest(msgspec.Struct, frozen=True, kw_only=True):
             gpu_milli=self.gpu_milli,
             mig_profile=self.mig_profile,
             gang_size=self.gang_size,
+            mig=self.mig,
         )
         if problem:
             raise ValueError(problem)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seedance.events import subjects
+from seedance.events.stores import SLICING_POLICY_KEY
 from seedance.events.subjects import (
     BUCKETS,
     CONSUMERS,
@@ -279,6 +280,9 @@ KEY_GRANTS: tuple[KeyGrant, ...] = (
     # the permission, so any slicer may write any pool's figure (one user serves them all).
     KeyGrant("slicer", POLICY_BUCKET, QUOTA_USAGE_KEYS, write=True),
     KeyGrant("k8s-bridge", POLICY_BUCKET, QUOTA_USAGE_KEYS),
+    # The SlicingPolicy in force: the bridge writes it, the slicers follow it.
+    KeyGrant("slicer", POLICY_BUCKET, SLICING_POLICY_KEY),
+    KeyGrant("k8s-bridge", POLICY_BUCKET, SLICING_POLICY_KEY, write=True),
 )
 
 

@@ -77,6 +77,10 @@ class UnschedulableReason(enum.StrEnum):
     UNKNOWN_TENANT = "unknown_tenant"
     TENANT_PAUSED = "tenant_paused"
     INVALID_REQUEST = "invalid_request"
+    #: No node type of the fleet (pools scaled to zero included) could hold the request even
+    #: empty: the detail names what no node offers and the values the fleet has. The job stays
+    #: queued and is placed if the fleet changes.
+    UNSATISFIABLE = "unsatisfiable"
 
 
 class Unschedulable(Event, frozen=True, kw_only=True, tag="slice.unschedulable.v1"):

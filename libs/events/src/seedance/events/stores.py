@@ -84,6 +84,10 @@ QUOTA_POLICY_KEY = "quota"
 #: ``{"revision": <policy revision>, "tenants": {tenant: {dimension: amount}}}``); the slicer
 #: writes its pool's, the k8s-bridge reads them all into the TenantQuota statuses.
 QUOTA_USAGE_KEYS = "usage.*"
+#: The key holding the SlicingPolicy in force (`seedance.events.slicing_policy.SlicingPolicyDoc`
+#: as JSON): the k8s-bridge writes it from the `default` SlicingPolicy CR, the slicer watches
+#: it and says in its ``usage.<pool>`` document which of its fields it follows.
+SLICING_POLICY_KEY = "slicing"
 
 
 def quota_usage_key(pool: str) -> str:

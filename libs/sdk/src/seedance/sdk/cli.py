@@ -28,9 +28,10 @@ list`` read what the bus holds (the tenant's own decisions and costs) and print 
 table (``--json`` for machines); a job the bus knows nothing of exits 1.
 
 Exit status: 0 done; 1 the server or the slicer refused (a permission named by its subject), a
-rejection, an unknown job, no answer in time; 2 usage or a request over a declared bound; 69
-(``EX_UNAVAILABLE``) no NATS at the URL within the bound; 77 (``EX_NOPERM``) NATS refused the
-credentials (the services exit the same way).
+rejection, a request no node type of the fleet could hold (``unsatisfiable``: it stays
+queued and is placed if the fleet changes), an unknown job, no answer in time; 2 usage or a
+request over a declared bound; 69 (``EX_UNAVAILABLE``) no NATS at the URL within the bound; 77
+(``EX_NOPERM``) NATS refused the credentials (the services exit the same way).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
 from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseRequest
 from seedance.events.graph import CompileResult, PrecisionPolicy
 from seedance.events.jobs import JobEvent
-from seedance.events.slicing import JobReleased, Placement, Unschedulable
+from seedance.events.slicing import JobReleased, Placement, Unschedulable, UnschedulableReason
 from seedance.sdk.allocation import AllocationRefused, NoLedger, allocation_text
 from seedance.sdk.cli_args import EVENT_COMMANDS, parse
 from seedance.sdk.client import (
@@ -77,6 +78,7 @@ def _job_event(args: argparse.Namespace) -> JobEvent:
             gpu_milli=args.gpu_milli,
             gpu_mem_mib=args.gpu_mem_mib,
             mig_profile=args.mig_profile,
+            mig=args.mig,
             gpu_models=args.gpu_model,
             cpu_milli=args.cpu_milli,
             memory_mib=args.memory_mib,
@@ -92,8 +94,12 @@ def _render_outcome(verb: str, out: JobOutcome) -> str:
     ev, d = out.event, out.decision
     head = f"{verb} {ev.job_id} for {ev.tenant} (event {ev.id})"
     if isinstance(d, Placement):
-        gpus = gpus_text(d)
-        return f"{head}: placed on {d.node} ({d.kind}, GPUs [{gpus}]) at {d.at.isoformat()}"
+        # the model it got: which of the fleet's models a --gpu-model matched
+        model = f", {d.gpu_model}" if d.gpu_model else ""
+        where = f"{d.node} ({d.kind}{model}, GPUs [{gpus_text(d)}])"
+        return f"{head}: placed on {where} at {d.at.isoformat()}"
+    if isinstance(d, Unschedulable) and d.reason == UnschedulableReason.UNSATISFIABLE:
+        return f"{head}: unsatisfiable ({d.detail}); it stays queued in case the fleet changes"
     if isinstance(d, Unschedulable):
         return f"{head}: waiting ({d.reason}: {d.detail})"
     if isinstance(d, JobReleased):
@@ -179,7 +185,11 @@ async def _job_command(client: SeedanceClient, args: argparse.Namespace) -> int:
     # A job event is checked against the schema's bounds before connecting (`_run`).
     out = await client.send_job_event(args.job_event, wait_s=None if args.no_wait else args.wait_s)
     print(_render_outcome(EVENT_COMMANDS[args.cmd], out))
-    return 0
+    d = out.decision
+    # No node type of the fleet could hold it even empty: said at once, not a wait.
+    return (
+        1 if isinstance(d, Unschedulable) and d.reason == UnschedulableReason.UNSATISFIABLE else 0
+    )
 
 
 async def _jobs_status(client: SeedanceClient, args: argparse.Namespace) -> int:

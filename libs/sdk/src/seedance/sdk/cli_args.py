@@ -233,6 +233,10 @@ def _submit_args(s: argparse.ArgumentParser) -> None:
         "--mig-profile", default=None, metavar="PROFILE", help="a MIG instance, e.g. 3g.40gb"
     )
     s.add_argument(
+        "--mig", action="store_true",
+        help="a MIG instance of the SlicingPolicy's default profile (without --mig-profile)",
+    )  # fmt: skip
+    s.add_argument(
         "--gpu-model", action="append", default=[], metavar="MODEL",
         help="a GPU model the job may run on (repeatable; default: any)",
     )  # fmt: skip

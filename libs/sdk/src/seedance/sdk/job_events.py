@@ -51,6 +51,7 @@ class JobRequest(TypedDict, total=False):
     gpu_milli: int
     gpu_mem_mib: int
     mig_profile: str | None
+    mig: bool
     gpu_models: list[str] | None
     cpu_milli: int
     memory_mib: int
@@ -69,6 +70,7 @@ def job_submitted(
     gpu_milli: int = 1000,
     gpu_mem_mib: int = 0,
     mig_profile: str | None = None,
+    mig: bool = False,
     gpu_models: list[str] | None = None,
     cpu_milli: int = 0,
     memory_mib: int = 0,
@@ -97,6 +99,7 @@ def job_submitted(
             "gpu_milli": gpu_milli,
             "gpu_mem_mib": gpu_mem_mib,
             "mig_profile": mig_profile,
+            "mig": mig,
             "gpu_models": list(gpu_models or []),
             "cpu_milli": cpu_milli,
             "memory_mib": memory_mib,

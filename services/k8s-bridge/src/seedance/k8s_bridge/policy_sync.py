@@ -9,7 +9,9 @@ reconciled once, by the pure `seedance.k8s_bridge.core.policy.reconcile`. Then:
 - every replica hands the namespace -> tenant bindings to the bridge (``set_bindings``), so a
   standby that takes over gives pods their tenants at once;
 - the leader only (``leading()``) writes the quota document to the KV key ``policy_key`` when
-  its bytes changed (deletes the key when no TenantQuota is accepted), and patches each CR's
+  its bytes changed (deletes the key when no TenantQuota is accepted), the SlicingPolicy in
+  force to ``slicing_key`` the same way (the slicers' ``usage.*`` documents say back what they
+  applied of it, which the SlicingPolicy's status reports), and patches each CR's
   ``/status`` with the merge patch `seedance.k8s_bridge.core.status.status_patches` computes,
   only when it changed, so its own status writes (watched back) cause no further write.
 
@@ -42,6 +44,7 @@ from seedance.k8s_bridge.core.policy import (
     SLICING_POLICY,
     TENANT_QUOTA,
     Reconciled,
+    merge_applied,
     merge_usage,
     reconcile,
 )
@@ -79,13 +82,15 @@ class PolicySync:
         self._kv: KeyValue | None = None
         self._dirty = asyncio.Event()
         self._written: object = _UNKNOWN
+        self._slicing_written: object = _UNKNOWN
         self._bindings: Mapping[str, str] | None = None
         self._usage: dict[str, Json] = {}
         self.ready = asyncio.Event()
         self.last: Reconciled | None = None
         self.writes_total = Counter(
             "seedance_k8s_bridge_policy_writes_total",
-            "Policy reconciler writes by target (quota_key, status) and outcome (ok, gone, retry).",
+            "Policy reconciler writes by target (quota_key, slicing_key, status) and outcome "
+            "(ok, gone, retry).",
             ["target", "outcome"],
             registry=registry,
         )
@@ -112,7 +117,7 @@ class PolicySync:
 
     def kick(self) -> None:
         """Reconcile again and write what differs (the bridge took the lead)."""
-        self._written = _UNKNOWN
+        self._written = self._slicing_written = _UNKNOWN
         self._dirty.set()
 
     async def start(self, bus: Bus) -> None:
@@ -171,6 +176,7 @@ class PolicySync:
             priority_classes=self._priority_classes(),
             usage=merge_usage(self._usage.values()),
             observed_at=self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            slicing_applied=merge_applied(self._usage, self._settings.slicing_key),
         )
         self.last = out
         if out.namespaces != self._bindings:
@@ -180,6 +186,8 @@ class PolicySync:
         if not self._leading():
             return True
         written = await self._write_document(out.quota_document)
+        if self._settings.slicing_key:
+            written = await self._write_slicing(out.slicing_document) and written
         return await self._write_statuses(out) and written
 
     def _priority_classes(self) -> dict[str, int]:
@@ -211,10 +219,32 @@ class PolicySync:
         log.info("policy_quota_written", key=self._settings.policy_key, deleted=data is None)
         return True
 
-    async def _current(self) -> bytes | None:
+    async def _write_slicing(self, data: bytes | None) -> bool:
+        """The SlicingPolicy document to its key when its bytes changed (None: delete)."""
+        assert self._kv is not None
+        key = self._settings.slicing_key
+        try:
+            if self._slicing_written is _UNKNOWN:
+                self._slicing_written = await self._current(key)
+            if data == self._slicing_written:
+                return True
+            if data is None:
+                await self._kv.delete(key)
+            else:
+                await self._kv.put(key, data)
+        except TRANSIENT_BUS_ERRORS as exc:
+            self.writes_total.labels("slicing_key", "retry").inc()
+            log.warning("policy_slicing_not_written", error=repr(exc))
+            return False
+        self._slicing_written = data
+        self.writes_total.labels("slicing_key", "ok").inc()
+        log.info("policy_slicing_written", key=key, deleted=data is None)
+        return True
+
+    async def _current(self, key: str | None = None) -> bytes | None:
         assert self._kv is not None
         try:
-            entry = await self._kv.get(self._settings.policy_key)
+            entry = await self._kv.get(key or self._settings.policy_key)
         except KeyNotFoundError:  # also what a deleted key answers
             return None
         return bytes(entry.value) if entry.value else None

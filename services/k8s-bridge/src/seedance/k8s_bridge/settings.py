@@ -8,6 +8,7 @@ import re
 import msgspec
 
 from seedance.events.replicas import DEFAULT_FLEET
+from seedance.events.stores import SLICING_POLICY_KEY
 from seedance.events.subjects import QUOTA_POLICY_KEY
 from seedance.events.tokens import check_token
 from seedance.k8s_bridge.core.keys import DEFAULT_SCHEDULER_NAME
@@ -58,6 +59,9 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: The KV key (bucket ``seedance-policy``) the TenantQuotas' quota document is written to,
     #: the slicer's ``SEEDANCE_SLICER_QUOTA_KEY``; empty: the CRs are not reconciled.
     policy_key: str = QUOTA_POLICY_KEY
+    #: The KV key the SlicingPolicy in force is written to, the slicer's
+    #: ``SEEDANCE_SLICER_SLICING_KEY``; empty: not written.
+    slicing_key: str = SLICING_POLICY_KEY
     #: Changes (CRs, PriorityClasses, the slicers' usage) within this long reconcile once.
     policy_debounce_s: float = 0.1
     #: Register the router's inference replicas from EndpointSlices labelled

@@ -43,6 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import yaml
 from nats.js.kv import KeyValue
 from opentelemetry.context import Context
 
@@ -69,7 +71,9 @@ from seedance.events.subjects import (
     quota_usage_key,
 )
 from seedance.events.telemetry import GpuHealth, NodeInventory
+from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler, SchedulerConfig
+from seedance.slicer.core.satisfiable import NodePool, node_pools
 from seedance.slicer.durable import SlicerState
 from seedance.slicer.intake import refusal
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
@@ -96,8 +100,14 @@ def load_quota(path: str) -> QuotaPolicy | None:
     return QuotaPolicy.from_yaml(Path(path).read_text()) if path else None
 
 
+def load_node_pools(path: str) -> tuple[NodePool, ...]:
+    """The pools named by ``SEEDANCE_SLICER_NODE_POOLS_FILE`` (YAML; none when not set)."""
+    return node_pools(yaml.safe_load(Path(path).read_text())) if path else ()
+
+
 def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
     return SchedulerConfig(
+        node_pools=load_node_pools(settings.node_pools_file),
         policy=settings.policy,
         workload_window=settings.workload_window,
         workload_refresh=settings.workload_refresh,
@@ -113,6 +123,10 @@ class SlicerService(Lifecycle):
         self.metrics = SlicerMetrics(runtime.registry)
         self._config = scheduler_config(settings)
         self._file_quota = load_quota(settings.quota_file)
+        #: The SlicingPolicy in force (KV key ``slicing``, or a file): `cluster_policy`.
+        self.cluster_policy = ClusterPolicy(
+            settings.policy, key=settings.slicing_key, file=settings.slicing_file
+        )
         #: The quota key's latest value seen by the watch (None: deleted) and its revision;
         #: None before the watch reported. A refused document is remembered so that it is
         #: logged once, not at every poll.
@@ -183,7 +197,7 @@ class SlicerService(Lifecycle):
         self._state = SlicerState(
             store, legacy_key=self._key, config=self._config, parse_quota=self._saved_quota
         )
-        if self._settings.quota_key:
+        if self._settings.quota_key or self._settings.slicing_key:
             self._policy_kv = await ensure_bucket(self._rt.bus, POLICY_BUCKET)
         leases = await ensure_bucket(self._rt.bus, "seedance-leases")
         holder = self._settings.replica or _hostname()
@@ -195,7 +209,13 @@ class SlicerService(Lifecycle):
         assert self._lease is not None
         async with asyncio.TaskGroup() as tg:
             keeper = tg.create_task(self._lease.keep())
-            watch = tg.create_task(self._watch_quota()) if self._policy_kv is not None else None
+            kv = self._policy_kv
+            watch = tg.create_task(self._watch_quota()) if kv and self._settings.quota_key else None
+            slicing = (
+                tg.create_task(self.cluster_policy.watch(kv))
+                if kv and self._settings.slicing_key
+                else None
+            )
             usage = tg.create_task(self._usage_loop()) if self._policy_kv is not None else None
             runtime_task = tg.create_task(self._rt.run())
             leading = tg.create_task(self._lead())
@@ -204,7 +224,7 @@ class SlicerService(Lifecycle):
             self._wake.set()
             await leading
             # The lease refresh and the usage write publish: one cancel can be lost (nats-py).
-            await cancel_until_done((keeper, watch, usage))
+            await cancel_until_done((keeper, watch, usage, slicing))
 
     async def _lead(self) -> None:
         """Standby until the lease is ours; lead until it is lost or we stop; repeat."""
@@ -220,6 +240,11 @@ class SlicerService(Lifecycle):
                         await self._lease.acquired.wait()
                 continue
             await self._restore()
+            # Decide nothing before the SlicingPolicy in force is known (bounded: a watch that
+            # cannot start leaves the file's policy, or none, in force).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._settings.lease_ttl_s):
+                    await self.cluster_policy.synced.wait()
             self._restored = True
             self.metrics.leader.set(1)
             await self._sync_quota()
@@ -340,10 +365,14 @@ class SlicerService(Lifecycle):
         by up to a poll period."""
         if self._policy_kv is None or not self.leading:
             return
-        usage = self.scheduler.quota_usage()
-        data = json.dumps(
-            {"revision": self.state.quota_revision, "tenants": usage}, sort_keys=True
-        ).encode()
+        doc: dict[str, Any] = {
+            "revision": self.state.quota_revision,
+            "tenants": self.scheduler.quota_usage(),
+        }
+        applied = self.cluster_policy.applied()
+        if applied is not None:  # what it follows of the SlicingPolicy (the CR's status)
+            doc["slicing"] = msgspec.to_builtins(applied)
+        data = json.dumps(doc, sort_keys=True).encode()
         if data == self._usage_written:
             return
         try:
@@ -551,7 +580,7 @@ class SlicerService(Lifecycle):
         if isinstance(ev, PauseRequest):
             return sched.set_paused(ev.tenant, ev.paused, now_s)
         if isinstance(ev, JobSubmitted):
-            return sched.submit(job_spec(ev), now_s)
+            return sched.submit(self.cluster_policy.resolve(job_spec(ev)), now_s)
         if isinstance(ev, JobFinished | JobFailed | JobCancelled):
             return sched.finish(ev.tenant, ev.job_id, now_s, OUTCOMES[type(ev)].value)
         if isinstance(ev, JobStarted):

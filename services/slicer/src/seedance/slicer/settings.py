@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from seedance.events.stores import SLICING_POLICY_KEY
 from seedance.events.subjects import QUOTA_POLICY_KEY
 
 __all__ = ["SlicerSettings"]
@@ -43,6 +44,18 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: ``quota_file``'s. Another key is for tests side by side on one server: the generated
     #: NATS permissions grant the catalogue's key (``QUOTA_POLICY_KEY``) alone.
     quota_key: str = QUOTA_POLICY_KEY
+    #: The KV key (bucket ``seedance-policy``) holding the SlicingPolicy in force, written by
+    #: the k8s-bridge from the ``default`` SlicingPolicy CR (docs/k8s-crds.md); empty: not
+    #: watched. Another key is for tests side by side on one server (as ``quota_key``).
+    slicing_key: str = SLICING_POLICY_KEY
+    #: The same document as a JSON file (`seedance.events.slicing_policy.SlicingPolicyDoc`),
+    #: in force while the key holds none: the SlicingPolicy outside Kubernetes.
+    slicing_file: str = ""
+    #: A YAML file of node pools that may have no node now (scaled to zero by an autoscaler):
+    #: their node type and optional ``max_nodes`` (docs/slicer.md, "Impossible is said at
+    #: once"). A request one of them could hold waits for it instead of being answered
+    #: ``unsatisfiable``. Empty: the fleet is the nodes the inventory described.
+    node_pools_file: str = ""
     #: The target workload is the request shapes of the last this many jobs ...
     workload_window: int = 500
     #: ... and the policy is rebuilt from it every this many submissions.

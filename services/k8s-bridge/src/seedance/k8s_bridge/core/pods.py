@@ -65,6 +65,9 @@ CARRIED: Mapping[str, str] = {
     "request.gpu_milli": "seedance.io/gpu-milli (1000 without it)",
     "request.gpu_mem_mib": "seedance.io/gpu-memory-mib",
     "request.mig_profile": "nvidia.com/mig-<profile>",
+    "request.mig": "never set from a pod yet (False): a pod names its MIG profile, as the "
+    "kubelet admits only resources a device plugin serves; the SlicingPolicy's default profile "
+    "serves the CLI's and the SDK's requests for 'a MIG instance'",
     "request.gpu_models": "spec.nodeSelector[nvidia.com/gpu.product]",
     "request.cpu_milli": "cpu of containers, init containers, sidecars and spec.overhead",
     "request.memory_mib": "memory, counted as cpu",

@@ -31,7 +31,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from seedance.events.slicing_policy import SlicingApplied
 from seedance.events.tokens import InvalidToken, check_tenant
+from seedance.k8s_bridge.core.cr_status import ACCEPTED, MIG_PROFILE, READY, Reason
+from seedance.k8s_bridge.core.cr_status import Invalid as _Invalid
+from seedance.k8s_bridge.core.cr_status import cr_name as _name
+from seedance.k8s_bridge.core.cr_status import oldest_first as _oldest_first
+from seedance.k8s_bridge.core.cr_status import status as _status
+from seedance.k8s_bridge.core.slicing_cr import (
+    SLICING_POLICY,
+    SLICING_POLICY_IN_FORCE,
+    merge_applied,
+    reconcile_policies,
+)
 
 __all__ = [
     "ACCEPTED",
@@ -44,6 +56,7 @@ __all__ = [
     "VERSION",
     "Reason",
     "Reconciled",
+    "merge_applied",
     "merge_usage",
     "quota_dims",
     "reconcile",
@@ -52,46 +65,12 @@ __all__ = [
 
 GROUP = "seedance.io"
 VERSION = "v1alpha1"
-SLICING_POLICY = "SlicingPolicy"
 TENANT_QUOTA = "TenantQuota"
-#: The one SlicingPolicy in force (as a Kueue or GPU-operator singleton): others are refused.
-SLICING_POLICY_IN_FORCE = "default"
-ACCEPTED = "Accepted"
-READY = "Ready"
-
-#: A MIG profile name: compute slices, memory, optional media extensions (1g.10gb, 3g.40gb+me).
-#: The CRD's CEL rule uses the same expression.
-MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
 
 #: CR quota field (camelCase, the Kubernetes convention) -> the slicer's quota dimension.
 _SCALARS = (("gpus", "gpus"), ("sharedGpus", "shared_gpus"), ("gpuMemMiB", "gpu_mem_mib"))
-_PLACEMENT_POLICIES = ("seedance", "first-fit")
-_SHARING_MODES = ("time-slicing", "mps")
 #: Reserved tenant ids (their subjects would overlap non-tenant ones: seedance.events.permissions).
 _RESERVED_TENANTS = frozenset({"node"})
-
-
-class Reason:
-    """Condition reasons (CamelCase, as Kubernetes writes them). A closed set."""
-
-    VALID = "Valid"
-    INVALID_SPEC = "InvalidSpec"
-    UNKNOWN_PRIORITY_CLASS = "UnknownPriorityClass"
-    DUPLICATE_TENANT = "DuplicateTenant"
-    IN_FORCE = "InForce"
-    NOT_ACCEPTED = "NotAccepted"
-    NAMESPACE_CONFLICT = "NamespaceConflict"
-    COHORT_HAS_ONE_MEMBER = "CohortHasOneMember"
-    NOT_THE_DEFAULT = "NotTheDefault"
-
-
-class _Invalid(ValueError):
-    """A spec the slicer would refuse; the message names the field and the value."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +79,9 @@ class Reconciled:
 
     - `quota_document`: the mapping `QuotaPolicy.from_yaml` parses (dump it as YAML or JSON);
       None when no TenantQuota is accepted (then the slicer has no quota from Kubernetes).
-    - `slicing`: the spec of the SlicingPolicy in force (`default`), None when there is none.
+    - `slicing`: the spec of the SlicingPolicy in force (`default`), None when there is none;
+      `slicing_document`: it as the slicer reads it (`SlicingPolicyDoc` JSON, for the KV key
+      ``slicing``; None: delete the key).
     - `namespaces`: namespace -> tenant id, for accepted quotas only.
     - `statuses`: (kind, name) -> the status to write on that CR's /status subresource.
     """
@@ -109,6 +90,7 @@ class Reconciled:
     slicing: Mapping[str, Any] | None
     namespaces: Mapping[str, str]
     statuses: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    slicing_document: bytes | None = None
 
 
 def reconcile(
@@ -118,6 +100,7 @@ def reconcile(
     priority_classes: Mapping[str, int] | None = None,
     usage: Mapping[str, Mapping[str, int]] | None = None,
     observed_at: str = "",
+    slicing_applied: Mapping[str, SlicingApplied] | None = None,
 ) -> Reconciled:
     """Reconcile the SlicingPolicy and TenantQuota objects (the API's JSON, as dicts).
 
@@ -129,7 +112,9 @@ def reconcile(
     """
     classes = dict(priority_classes or {})
     statuses: dict[tuple[str, str], Mapping[str, Any]] = {}
-    slicing = _reconcile_policies(policies, observed_at, statuses)
+    slicing, slicing_document = reconcile_policies(
+        policies, observed_at, statuses, slicing_applied or {}
+    )
     accepted: list[tuple[Mapping[str, Any], str, dict[str, Any]]] = []
     taken: dict[str, str] = {}  # tenant id -> the CR that holds it
     for cr in _oldest_first(quotas):
@@ -163,7 +148,11 @@ def reconcile(
             "tenants": {tenant: entry for _, tenant, entry in sorted(accepted, key=_by_tenant)},
         }
     return Reconciled(
-        quota_document=document, slicing=slicing, namespaces=namespaces, statuses=statuses
+        quota_document=document,
+        slicing=slicing,
+        namespaces=namespaces,
+        statuses=statuses,
+        slicing_document=slicing_document,
     )
 
 
@@ -413,153 +402,3 @@ def _readiness(
             "nobody to lend to",
         )
     return True, Reason.IN_FORCE, "the slicer enforces this quota"
-
-
-# --- SlicingPolicy --------------------------------------------------------------------------
-
-
-def _reconcile_policies(
-    policies: Sequence[Mapping[str, Any]],
-    observed_at: str,
-    statuses: dict[tuple[str, str], Mapping[str, Any]],
-) -> Mapping[str, Any] | None:
-    in_force: Mapping[str, Any] | None = None
-    for cr in _oldest_first(policies):
-        name = _name(cr)
-        try:
-            spec = _checked_policy(cr.get("spec"))
-        except _Invalid as bad:
-            statuses[(SLICING_POLICY, name)] = _status(cr, observed_at, (bad.reason, bad.message))
-            continue
-        if name != SLICING_POLICY_IN_FORCE:
-            ready = (
-                False,
-                Reason.NOT_THE_DEFAULT,
-                f"only the SlicingPolicy named {SLICING_POLICY_IN_FORCE!r} is in force",
-            )
-        else:
-            in_force = spec
-            ready = (True, Reason.IN_FORCE, "the slicer follows this policy")
-        statuses[(SLICING_POLICY, name)] = _status(cr, observed_at, None, ready)
-    return in_force
-
-
-def _checked_policy(spec: object) -> Mapping[str, Any]:
-    """The spec, or `_Invalid` with the first rule of the CRD it breaks (the same rules as its
-    schema and CEL rules, for an object stored before a rule existed)."""
-    if not isinstance(spec, Mapping):
-        raise _Invalid(Reason.INVALID_SPEC, "spec: expected an object")
-    placement = spec.get("placementPolicy", "seedance")
-    if placement not in _PLACEMENT_POLICIES:
-        raise _Invalid(
-            Reason.INVALID_SPEC,
-            f"spec.placementPolicy: {placement!r} is not one of {list(_PLACEMENT_POLICIES)}",
-        )
-    _check_mig(spec.get("mig") or {})
-    models: set[str] = set()
-    shared_gpus = spec.get("sharedGpu") or []
-    if not isinstance(shared_gpus, list):
-        raise _Invalid(Reason.INVALID_SPEC, f"spec.sharedGpu: expected a list, got {shared_gpus!r}")
-    for i, shared in enumerate(shared_gpus):
-        where = f"spec.sharedGpu[{i}]"
-        model = shared.get("gpuModel") if isinstance(shared, Mapping) else None
-        if not isinstance(model, str) or not model or model in models:
-            raise _Invalid(Reason.INVALID_SPEC, f"{where}.gpuModel: {model!r} is missing or twice")
-        models.add(model)
-        mode = shared.get("mode", "time-slicing")
-        if mode not in _SHARING_MODES:
-            raise _Invalid(
-                Reason.INVALID_SPEC, f"{where}.mode: {mode!r} is not one of {list(_SHARING_MODES)}"
-            )
-        if mode != "mps" and shared.get("memoryMiBPerReplica") is not None:
-            raise _Invalid(
-                Reason.INVALID_SPEC,
-                f"{where}.memoryMiBPerReplica: needs mode mps (time-slicing cannot enforce it)",
-            )
-    return spec
-
-
-def _check_mig(mig: object) -> None:
-    if not isinstance(mig, Mapping):
-        raise _Invalid(Reason.INVALID_SPEC, f"spec.mig: expected an object, got {mig!r}")
-    default = mig.get("defaultProfile")
-    if default is None:
-        return
-    if not isinstance(default, str) or not MIG_PROFILE.match(default):
-        raise _Invalid(
-            Reason.INVALID_SPEC,
-            f"spec.mig.defaultProfile: {default!r} is not a MIG profile name like 3g.40gb",
-        )
-    if mig.get("strategy") == "none":
-        raise _Invalid(
-            Reason.INVALID_SPEC, "spec.mig.defaultProfile: needs MIG on (strategy single or mixed)"
-        )
-
-
-# --- status ---------------------------------------------------------------------------------
-
-
-def _status(
-    cr: Mapping[str, Any],
-    observed_at: str,
-    refused: tuple[str, str] | None,
-    ready: tuple[bool, str, str] | None = None,
-) -> Mapping[str, Any]:
-    """A status with `Accepted` and `Ready`: refused (reason, message) or ready (ok, reason,
-    message). A condition whose status and reason are unchanged keeps its transition time."""
-    meta = cr.get("metadata") or {}
-    generation = meta.get("generation", 0)
-    if refused is not None:
-        reason, message = refused
-        accepted = ("False", reason, message)
-        readiness = ("False", Reason.NOT_ACCEPTED, "the spec is not accepted: see Accepted")
-    else:
-        assert ready is not None
-        accepted = ("True", Reason.VALID, "the spec is valid")
-        readiness = ("True" if ready[0] else "False", ready[1], ready[2])
-    previous = {c.get("type"): c for c in ((cr.get("status") or {}).get("conditions") or ()) if c}
-    at = observed_at or meta.get("creationTimestamp") or "1970-01-01T00:00:00Z"
-    conditions = [
-        _condition(kind, state, previous.get(kind), generation, at)
-        for kind, state in ((ACCEPTED, accepted), (READY, readiness))
-    ]
-    return {"observedGeneration": generation, "conditions": conditions}
-
-
-def _condition(
-    kind: str,
-    state: tuple[str, str, str],
-    previous: Mapping[str, Any] | None,
-    generation: int,
-    at: str,
-) -> dict[str, Any]:
-    status, reason, message = state
-    unchanged = (
-        previous is not None
-        and previous.get("status") == status
-        and previous.get("reason") == reason
-        and previous.get("lastTransitionTime")
-    )
-    return {
-        "type": kind,
-        "status": status,
-        "reason": reason,
-        "message": message[:32768],
-        "observedGeneration": generation,
-        "lastTransitionTime": previous["lastTransitionTime"] if unchanged and previous else at,
-    }
-
-
-def _name(cr: Mapping[str, Any]) -> str:
-    return str((cr.get("metadata") or {}).get("name", ""))
-
-
-def _oldest_first(crs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """CRs in precedence order: oldest creationTimestamp first (RFC 3339 in UTC sorts as text),
-    then name."""
-
-    def key(cr: Mapping[str, Any]) -> tuple[str, str]:
-        meta = cr.get("metadata") or {}
-        return (str(meta.get("creationTimestamp") or ""), _name(cr))
-
-    return sorted(crs, key=key)

@@ -117,7 +117,7 @@ _QUOTA_REASONS = {r.value for r in RejectReason} - {"unknown_tenant", "invalid_r
 
 def published_reason(reason: str) -> str:
     """The `UnschedulableReason` value for a fine reason (closed sets on both sides)."""
-    if reason in ("unknown_tenant", "invalid_request", "tenant_paused"):
+    if reason in ("unknown_tenant", "invalid_request", "tenant_paused", "unsatisfiable"):
         return reason
     if reason in _QUOTA_REASONS:
         return "over_quota"

@@ -47,6 +47,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     gpu_milli: int = 1000
     gpu_mem_mib: int = 0
     mig_profile: str | None = None
+    #: One MIG instance of the SlicingPolicy's default profile when `mig_profile` is None (the
+    #: shell fills the profile in from the policy in force: `core.slicing_policy`).
+    mig: bool = False
     gpu_models: tuple[str, ...] = ()
     cpu_milli: int = 0
     memory_mib: int = 0

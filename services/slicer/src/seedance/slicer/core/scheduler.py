@@ -53,6 +53,8 @@ from seedance.slicer.core.model import MAX_GPUS_PER_NODE
 from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
 from seedance.slicer.core.quota import Admitted, QuotaPolicy
+from seedance.slicer.core.satisfiable import REASON as UNSATISFIABLE
+from seedance.slicer.core.satisfiable import NodeType, TypeKey, type_key, types_of, unsatisfiable
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
 from seedance.slicer.core.state import SchedulerState
 from seedance.slicer.core.workload import SchedulerConfig, core_job
@@ -71,6 +73,11 @@ class Scheduler(SchedulerState):
     returns the effects it caused. `snapshot` / `restore` (and their bytes, `to_bytes` /
     `from_bytes`) persist it exactly (`SchedulerState`)."""
 
+    #: Nodes per hardware type and the fleet's node types (`fleet_types`), kept up to date
+    #: node by node; derived from the nodes, so not part of the state (None: derive them).
+    _type_counts: dict[TypeKey, int] | None = None
+    _types: tuple[NodeType, ...] | None = None
+
     # -- inputs -----------------------------------------------------------------------------
     def upsert_node(self, spec: NodeSpec, now_s: float) -> list[Effect]:
         if len(spec.gpus) > MAX_GPUS_PER_NODE:
@@ -81,10 +88,12 @@ class Scheduler(SchedulerState):
             keep = {k: v for k, v in spec.labels.items() if k in levels}
             spec = msgspec.structs.replace(spec, labels=keep)
         i = self._index.get(spec.name)
+        before = self.fleet_types()
         if i is not None:
             if self._nodes[i] == spec or self._busy(spec.name):
                 # A busy node keeps its known shape until it drains (jobs hold GPU indices).
                 return []
+            self._count_type(self._nodes[i], -1)
             self._nodes[i] = spec
             self._mig.forget_node(spec.name)
             self._queue.replace_node(i, core_node(spec, self.config.topology_levels))
@@ -93,12 +102,17 @@ class Scheduler(SchedulerState):
             i = self._index[spec.name] = len(self._nodes)
             self._nodes.append(spec)
             self._queue.add_node(core_node(spec, self.config.topology_levels))
+        self._count_type(spec, +1)
         self._mig_mode(i)
         self._queue.set_masked(self._masked())
         self._dirty_nodes.add(spec.name)
         if self.config.policy == "seedance" and self._workload.refresh():
             self._refresh_policy()
-        return self._pass(now_s)
+        out: list[Effect] = []
+        if self.fleet_types() != before:  # what no type could hold may fit a new one
+            out = self._retry_held(now_s, lambda h: h.reason == UNSATISFIABLE)
+        out.extend(self._pass(now_s))
+        return out
 
     def set_health(self, node: str, gpu: int, healthy: bool, now_s: float) -> list[Effect]:
         key = (node, gpu)
@@ -262,6 +276,9 @@ class Scheduler(SchedulerState):
     def _admit(self, job: JobSpec, submitted_s: float, now_s: float) -> list[Effect]:
         if job.tenant in self._admission.paused:
             return [self._hold(job.key, "tenant_paused", submitted_s)]
+        why = unsatisfiable(job, self.fleet_types())
+        if why:  # held, not queued: tried again when the fleet changes (`upsert_node`)
+            return [self._hold(job.key, UNSATISFIABLE, submitted_s, why)]
         out: list[Effect] = []
         if self._admission.quota is not None:
             refusal = self._admit_quota(job, now_s, out)
@@ -354,7 +371,7 @@ class Scheduler(SchedulerState):
     def _convert(self, d: QueueDecision) -> list[Effect]:
         job = self._jobs[d.job_id]
         if isinstance(d, JobUnschedulable):
-            return [Waiting(job, d.reason, d.detail)]
+            return [self._judged(Waiting(job, d.reason, d.detail))]
         if isinstance(d, JobPreempted):
             by = self._jobs[d.by_job_id]
             return [Evicted(job, self._nodes[d.node].name, by.job_id, d.reason, by.tenant)]
@@ -395,7 +412,7 @@ class Scheduler(SchedulerState):
             if isinstance(res, str):
                 if res != h.reason:
                     self._mig.set_reason(h.job_id, res)
-                    out.append(Waiting(job, res, f"MIG {job.mig_profile}"))
+                    out.append(self._judged(Waiting(job, res, f"MIG {job.mig_profile}")))
                 continue
             self._mig.dequeue(h.job_id)
             attempt = self._attempts.get(job.key, 0) + 1
@@ -428,6 +445,31 @@ class Scheduler(SchedulerState):
         self._queue.hold_host(self._index[slot.node], job.cpu_milli, job.memory_mib)
         return slot
 
+    # -- impossible requests ----------------------------------------------------------------
+    def fleet_types(self) -> tuple[NodeType, ...]:
+        """The fleet's node types (`seedance.slicer.core.satisfiable`): the nodes described,
+        with the configured pools that may have none now."""
+        if self._types is None:
+            if self._type_counts is None:
+                self._type_counts = {}
+                for node in self._nodes:
+                    self._count_type(node, +1)
+            self._types = types_of(self._type_counts, self.config.node_pools)
+        return self._types
+
+    def _count_type(self, node: NodeSpec, delta: int) -> None:
+        if self._type_counts is None:
+            return  # derived from the nodes at the next `fleet_types`
+        key = type_key(node)
+        self._type_counts[key] = self._type_counts.get(key, 0) + delta
+        self._types = None
+
+    def _judged(self, waiting: Waiting) -> Waiting:
+        """`waiting`, or `unsatisfiable` with why when no node type could hold the job (one
+        admitted before a node was re-described smaller)."""
+        why = unsatisfiable(waiting.job, self.fleet_types())
+        return Waiting(waiting.job, UNSATISFIABLE, why) if why else waiting
+
     def _learn(self, job: JobSpec) -> None:
         """Add a request to the workload window; the policy follows when it refreshes."""
         if self.config.policy == "seedance" and self._workload.learn(job):
@@ -456,10 +498,16 @@ def _invalid(job: JobSpec) -> str:
     publishing), and this core's node model (at most 8 GPUs per node, a limit of the pool, not
     of the request schema)."""
     problem = request_problem(
-        gpus=job.gpus, gpu_milli=job.gpu_milli, mig_profile=job.mig_profile, gang_size=job.gang_size
-    )
+        gpus=job.gpus, gpu_milli=job.gpu_milli, mig_profile=job.mig_profile,
+        gang_size=job.gang_size, mig=job.mig,
+    )  # fmt: skip
     if problem:
         return problem
+    if job.mig and job.mig_profile is None:
+        return (
+            "a MIG instance of the SlicingPolicy's default profile, and the policy in force "
+            "names none (spec.mig.defaultProfile): name a profile or set one"
+        )
     if job.gpus > MAX_GPUS_PER_NODE:
         return f"gpus={job.gpus} per gang member exceeds {MAX_GPUS_PER_NODE} GPUs per node"
     return ""

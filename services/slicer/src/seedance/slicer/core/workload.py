@@ -18,6 +18,7 @@ from seedance.slicer.core.inputs import JobSpec
 from seedance.slicer.core.model import MAX_TOPOLOGY_LEVELS, PodRequest
 from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
 from seedance.slicer.core.queue import Job, QueueConfig
+from seedance.slicer.core.satisfiable import NodePool
 from seedance.slicer.core.snapshot import RequestShape
 
 __all__ = ["SchedulerConfig", "WorkloadWindow", "core_job", "pod_request", "shape_of"]
@@ -37,6 +38,9 @@ class SchedulerConfig:
     #: Node label keys naming topology domains, innermost first (say, a multi-node NVLink
     #: clique, a rack, a block): a gang goes to the tightest domain that holds it whole.
     topology_levels: tuple[str, ...] = ()
+    #: Node types of pools that may have no node now (scaled to zero): a request one of them
+    #: could hold is not `unsatisfiable` (`seedance.slicer.core.satisfiable`).
+    node_pools: tuple[NodePool, ...] = ()
 
     def __post_init__(self) -> None:
         if self.policy not in ("seedance", "first-fit"):
