@@ -40,11 +40,9 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 from nats.js.kv import KeyValue
 from opentelemetry.context import Context
 
@@ -72,8 +70,8 @@ from seedance.events.subjects import (
 )
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.cluster_policy import ClusterPolicy
-from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler, SchedulerConfig
-from seedance.slicer.core.satisfiable import NodePool, node_pools
+from seedance.slicer.config import load_quota, scheduler_config
+from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler
 from seedance.slicer.durable import SlicerState
 from seedance.slicer.intake import refusal
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
@@ -81,7 +79,7 @@ from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
 from seedance.slicer.trusted_time import is_tenant_request, trusted_time
 
-__all__ = ["SlicerMetrics", "SlicerService", "load_quota", "scheduler_config", "trusted_time"]
+__all__ = ["SlicerMetrics", "SlicerService", "trusted_time"]
 
 log = get_logger(__name__)
 
@@ -93,26 +91,6 @@ class _EventFailed(Exception):
         super().__init__(index, cause)
         self.index = index
         self.cause = cause
-
-
-def load_quota(path: str) -> QuotaPolicy | None:
-    """The quota policy named by ``SEEDANCE_SLICER_QUOTA_FILE`` (None when not set)."""
-    return QuotaPolicy.from_yaml(Path(path).read_text()) if path else None
-
-
-def load_node_pools(path: str) -> tuple[NodePool, ...]:
-    """The pools named by ``SEEDANCE_SLICER_NODE_POOLS_FILE`` (YAML; none when not set)."""
-    return node_pools(yaml.safe_load(Path(path).read_text())) if path else ()
-
-
-def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
-    return SchedulerConfig(
-        node_pools=load_node_pools(settings.node_pools_file),
-        policy=settings.policy,
-        workload_window=settings.workload_window,
-        workload_refresh=settings.workload_refresh,
-        topology_levels=tuple(k for k in settings.topology_levels.split(",") if k),
-    )
 
 
 class SlicerService(Lifecycle):
