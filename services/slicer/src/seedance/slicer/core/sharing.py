@@ -344,7 +344,16 @@ def plan_moves(
        leaving the least memory or, when none does or it is unsettled, to one of its own. A need
        that still fits is granted where the pod is (no move).
     2. **Consolidation** (`consolidate`): settled pods alone on their GPU pair up, the largest
-       memory first with the partner leaving the least memory; the smaller moves.
+       memory first with the partner leaving the *most* memory free (unlike `pack`'s best fit:
+       a pair formed late joins pods whose memory has already been seen to rise, so it keeps
+       the most room to grow into); the smaller moves.
+    3. **Exchange** (`consolidate`): two lone pods X and Y that do not fit together, and a
+       pair A + B where X fits beside A and B beside Y: B moves beside Y now, and X beside A
+       once B has left A's GPU (consolidation, a later round: until B's replica has loaded
+       elsewhere it still holds A's GPU). Two moves free a GPU (an augmenting path of the
+       pairing): pairs formed as pods came and went drift from the best pairing, and this
+       brings them back to it a GPU at a time. Among exchanges, the one leaving the most memory
+       free, as consolidation.
 
     Deterministic for a given input order.
     """
@@ -357,6 +366,7 @@ def plan_moves(
             plan.outgrown(gpu, pods, held)
     if consolidate:
         plan.consolidate()
+        plan.exchange()
     return plan.moves
 
 
@@ -435,7 +445,7 @@ class _Plan(Generic[P, G]):
                 grants = [want[pod], want[other]]
                 if other not in paired and fits(grants, self.mem, self.config):
                     slack = _mem_slack(grants, self.mem, self.config)
-                    if best is None or slack < best[0]:
+                    if best is None or slack > best[0]:
                         best = (slack, j)
             if best is None:
                 continue
@@ -450,3 +460,51 @@ class _Plan(Generic[P, G]):
                 f"{want[other].milli} milli, {want[pod].mem_mib} + "
                 f"{want[other].mem_mib} MiB)",
             )
+
+    def exchange(self) -> None:
+        want, settled = self.want, self._settled
+        lone = [
+            (gpu, pods[0])
+            for gpu, pods in self.gpus.items()
+            if len(pods) == 1 and gpu not in self.touched and pods[0] in want
+        ]
+        lone.sort(key=lambda gp: (-want[gp[1]].mem_mib, -want[gp[1]].milli))
+        pairs = [
+            (gpu, tuple(pods))
+            for gpu, pods in self.gpus.items()
+            if len(pods) == 2 and gpu not in self.touched and all(p in want for p in pods)
+        ]
+        for xi, (x_gpu, x) in enumerate(lone):
+            if x_gpu in self.touched or not settled(x):
+                continue
+            best: tuple[int, G, P, P, G, P] | None = None
+            for gpu, (a0, b0) in pairs:
+                if gpu in self.touched:
+                    continue
+                for a, b in ((a0, b0), (b0, a0)):
+                    if not settled(b) or not fits([want[x], want[a]], self.mem, self.config):
+                        continue
+                    for y_gpu, y in lone[xi + 1 :] + lone[:xi]:
+                        if y_gpu in self.touched or y == x:
+                            continue
+                        if fits([want[x], want[y]], self.mem, self.config):
+                            continue  # consolidation's, not an exchange
+                        if not fits([want[b], want[y]], self.mem, self.config):
+                            continue
+                        slack = _mem_slack([want[x], want[a]], self.mem, self.config) + _mem_slack(
+                            [want[b], want[y]], self.mem, self.config
+                        )
+                        if best is None or slack > best[0]:
+                            best = (slack, gpu, a, b, y_gpu, y)
+            if best is None:
+                continue
+            _, gpu, a, b, y_gpu, y = best
+            why = (
+                f"exchange: {b!s} fits beside {y!s} and, once it has left, {x!s} beside {a!s}; "
+                f"frees {x!s}'s GPU"
+            )
+            self._move(b, gpu, y_gpu, MoveReason.CONSOLIDATION, why)
+            self.touched.add(x_gpu)  # X waits for A's GPU: not a target for anyone else now
+
+    def _settled(self, pod: P) -> bool:
+        return pod not in self.unsettled
