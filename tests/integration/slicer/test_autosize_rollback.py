@@ -126,6 +126,23 @@ async def read(admin: Bus, stream: str, subject: str, job: str | None = None) ->
         await sub.unsubscribe()
 
 
+async def outbox(admin: Bus, pool: str) -> list[tuple[str, bytes]]:
+    """The events the loop of `pool` keeps to re-send, as its durable state holds them."""
+    state = await (await ensure_bucket(admin, "seedance-slicer-state")).get(f"autosize.{pool}")
+    return msgspec.msgpack.decode(state.value or b"", type=AutosizeDurable).outbox
+
+
+async def restarted(auth_url: str, admin: Bus, pool: str, job: str) -> list[Any]:
+    """Another replica's loop of `pool`, once it has restored `job`'s rolled-back share: what
+    the tenant's share subject then holds of `job`."""
+    key = f"{TENANT}/{job}"
+    async with slicer_with_autosize(auth_url, pool, "b") as (_, again, _):
+        await eventually(lambda: key in again.autosizer.state.tracks, 20, what="restored")
+        track = again.autosizer.state.tracks[key]
+        assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
+        return await read(admin, "SEEDANCE_SLICING", slicing.subject(TENANT, "share"), job)
+
+
 async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
     admin = await Bus.connect(as_user(auth_url, "admin"))
     agent = await Bus.connect(as_user(auth_url, "node-agent"))
@@ -190,16 +207,11 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
         # Stopped gracefully, the loop left nothing to re-send: the outbox it keeps until its
         # events are out is empty (else a successor's re-send would be dropped only inside the
         # stream's 2-minute duplicate window, a bound on the clock, not on the protocol).
-        state = await (await ensure_bucket(admin, "seedance-slicer-state")).get(f"autosize.{pool}")
-        assert msgspec.msgpack.decode(state.value or b"", type=AutosizeDurable).outbox == []
+        assert await outbox(admin, pool) == []
 
         # A restarted loop (another replica) restores the rolled-back share from its state and
         # publishes nothing twice (the outbox's ids are derived from the readings).
-        async with slicer_with_autosize(auth_url, pool, "b") as (_, again, _):
-            await eventually(lambda: key in again.autosizer.state.tracks, 20, what="restored")
-            track = again.autosizer.state.tracks[key]
-            assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
-            again_published = await read(admin, "SEEDANCE_SLICING", share_subject, job)
+        again_published = await restarted(auth_url, admin, pool, job)
         assert [e.id for e in again_published] == [e.id for e in published]
     finally:
         await tenant.close()

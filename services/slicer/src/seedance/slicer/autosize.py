@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from seedance.core import (
@@ -249,7 +249,7 @@ class AutosizeService(Lifecycle):
             return
         try:
             await self._save(msgspec.structs.replace(self._durable, outbox=[]))
-        except (KeyWrongLastSequenceError, *TRANSIENT_BUS_ERRORS) as exc:
+        except TRANSIENT_BUS_ERRORS as exc:  # a CAS refusal (deposed) among them
             log.warning("slicer_autosize_outbox_kept", pool=self._pool, error=repr(exc))
 
     async def _save(self, durable: AutosizeDurable) -> None:

@@ -73,10 +73,10 @@ class SharingConfig:
     * `duty_quantile` 0.95: the compute share covers all but the busiest 5 % of a pod's minutes.
       Overload needs both pods of a GPU busy at once, which the recorded fleet rarely is: on
       18 cuts of the GenAI trace's first half (`make bench-share-splits`) p95 shares overloaded
-      at most 0.27 % of the GPU-minutes against a 1 % budget; p99 shares (at most 0.06 %) kept
+      at most 0.31 % of the GPU-minutes against a 1 % budget; p99 shares (at most 0.05 %) kept
       the busiest pods (p99 near a whole GPU) from sharing at all and split pairs for
-      compute that never contended (GPUs 0.618 of one pod per GPU at the median cut, 0.661 at
-      the worst, against p95's 0.602 and 0.615); p90 went past the budget (1.65 %).
+      compute that never contended (GPUs 0.598 of one pod per GPU at the median cut, 0.620 at
+      the worst, against p95's 0.592 and 0.601); p90 went past the budget (1.72 %).
     * `memory_headroom_frac` 0.05 of the peak (~1.9 GiB at the median pod's 37 GiB; a new
       peak a pod sets after 4 hours of samples is a median 2.35 GiB above its last, as
       `make bench-share-splits` prints for the folder it reads): room to grow into
@@ -462,7 +462,7 @@ class _Plan(Generic[P, G]):
             )
 
     def exchange(self) -> None:
-        want, settled = self.want, self._settled
+        want = self.want
         lone = [
             (gpu, pods[0])
             for gpu, pods in self.gpus.items()
@@ -470,35 +470,17 @@ class _Plan(Generic[P, G]):
         ]
         lone.sort(key=lambda gp: (-want[gp[1]].mem_mib, -want[gp[1]].milli))
         pairs = [
-            (gpu, tuple(pods))
+            (gpu, (pods[0], pods[1]))
             for gpu, pods in self.gpus.items()
-            if len(pods) == 2 and gpu not in self.touched and all(p in want for p in pods)
+            if len(pods) == 2 and all(p in want for p in pods)
         ]
-        for xi, (x_gpu, x) in enumerate(lone):
-            if x_gpu in self.touched or not settled(x):
+        for x_gpu, x in lone:
+            if x_gpu in self.touched or x in self.unsettled:
                 continue
-            best: tuple[int, G, P, P, G, P] | None = None
-            for gpu, (a0, b0) in pairs:
-                if gpu in self.touched:
-                    continue
-                for a, b in ((a0, b0), (b0, a0)):
-                    if not settled(b) or not fits([want[x], want[a]], self.mem, self.config):
-                        continue
-                    for y_gpu, y in lone[xi + 1 :] + lone[:xi]:
-                        if y_gpu in self.touched or y == x:
-                            continue
-                        if fits([want[x], want[y]], self.mem, self.config):
-                            continue  # consolidation's, not an exchange
-                        if not fits([want[b], want[y]], self.mem, self.config):
-                            continue
-                        slack = _mem_slack([want[x], want[a]], self.mem, self.config) + _mem_slack(
-                            [want[b], want[y]], self.mem, self.config
-                        )
-                        if best is None or slack > best[0]:
-                            best = (slack, gpu, a, b, y_gpu, y)
-            if best is None:
+            found = self._exchange_for(x, lone, pairs)
+            if found is None:
                 continue
-            _, gpu, a, b, y_gpu, y = best
+            gpu, a, b, y_gpu, y = found
             why = (
                 f"exchange: {b!s} fits beside {y!s} and, once it has left, {x!s} beside {a!s}; "
                 f"frees {x!s}'s GPU"
@@ -506,5 +488,29 @@ class _Plan(Generic[P, G]):
             self._move(b, gpu, y_gpu, MoveReason.CONSOLIDATION, why)
             self.touched.add(x_gpu)  # X waits for A's GPU: not a target for anyone else now
 
-    def _settled(self, pod: P) -> bool:
-        return pod not in self.unsettled
+    def _exchange_for(
+        self, x: P, lone: Sequence[tuple[G, P]], pairs: Sequence[tuple[G, tuple[P, P]]]
+    ) -> tuple[G, P, P, G, P] | None:
+        """The exchange freeing `x`'s GPU that leaves the most memory free: (A's GPU, A, B,
+        Y's GPU, Y); None when there is none."""
+        best: tuple[int, tuple[G, P, P, G, P]] | None = None
+        ys = [(g, y) for g, y in lone if y != x and g not in self.touched]
+        ys = [(g, y) for g, y in ys if not self._fit(x, y)]  # else consolidation's
+        for gpu, (p0, p1) in pairs:
+            if gpu in self.touched:
+                continue
+            for a, b in ((p0, p1), (p1, p0)):
+                if b in self.unsettled or not self._fit(x, a):
+                    continue
+                for y_gpu, y in ys:
+                    if self._fit(b, y):
+                        slack = self._slack(x, a) + self._slack(b, y)
+                        if best is None or slack > best[0]:
+                            best = (slack, (gpu, a, b, y_gpu, y))
+        return None if best is None else best[1]
+
+    def _fit(self, p: P, q: P) -> bool:
+        return fits([self.want[p], self.want[q]], self.mem, self.config)
+
+    def _slack(self, p: P, q: P) -> int:
+        return _mem_slack([self.want[p], self.want[q]], self.mem, self.config)
