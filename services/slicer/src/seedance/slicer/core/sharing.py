@@ -86,8 +86,8 @@ class SharingConfig:
       history doubles, so the peak a pod later reaches is learned as it happens (its grant
       rises) and a pod that outgrows its GPU, or its partner, moves (`plan_moves`). With
       injected growth (`make bench-share-splits SHARE_ARGS="--grow-gib 3,6"`, 64 runs) it left
-      3 out-of-memory minutes where no headroom left 5 (first-fit decreasing: 336), for about
-      0.01 more of the baseline's GPUs.
+      4 out-of-memory minutes where no headroom left 7 (first-fit decreasing: 336), for about
+      0.01 more of the baseline's GPUs (median 0.600 against 0.589).
     * `context_reserve_mib` 528: GPU memory set aside per pod on a shared GPU for the CUDA
       context a co-located process holds besides the others' (a bare driver context measured
       on an H200, driver 580: 528 MiB each, additive over 1-3 processes; torch with cuBLAS
