@@ -18,16 +18,23 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
+from seedance.core.kv import ensure_bucket
 from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.slicing import Placement, PlacementKind, ShareAlert, ShareChanged
 from seedance.events.subjects import dlq, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory, PodShare, PodShares
 from seedance.sdk import SeedanceClient
-from seedance.slicer.autosize import AutosizeService, autosize_service, with_autosize
+from seedance.slicer.autosize import (
+    AutosizeDurable,
+    AutosizeService,
+    autosize_service,
+    with_autosize,
+)
 from seedance.slicer.core.autosize import Phase
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
@@ -103,8 +110,9 @@ async def measured(
         await agent.publish(telemetry.pod_share(node), reading)
 
 
-async def read(admin: Bus, stream: str, subject: str) -> list[Any]:
-    """Every event `stream` holds on `subject` now (the operator's view): as many as the
+async def read(admin: Bus, stream: str, subject: str, job: str | None = None) -> list[Any]:
+    """Every event `stream` holds on `subject` now (the operator's view), only `job`'s when
+    given (the subject is the tenant's, which other tests' jobs may share): as many as the
     stream counts there, each awaited with a deadline (no guess at when the last one came)."""
     info = await admin.js.stream_info(stream, subjects_filter=subject)
     count = (info.state.subjects or {}).get(subject, 0)
@@ -112,9 +120,27 @@ async def read(admin: Bus, stream: str, subject: str) -> list[Any]:
         return []
     sub = await admin.js.subscribe(subject, ordered_consumer=True)
     try:
-        return [decode((await sub.next_msg(timeout=10)).data) for _ in range(count)]
+        events = [decode((await sub.next_msg(timeout=10)).data) for _ in range(count)]
+        return [e for e in events if job is None or getattr(e, "job_id", None) == job]
     finally:
         await sub.unsubscribe()
+
+
+async def outbox(admin: Bus, pool: str) -> list[tuple[str, bytes]]:
+    """The events the loop of `pool` keeps to re-send, as its durable state holds them."""
+    state = await (await ensure_bucket(admin, "seedance-slicer-state")).get(f"autosize.{pool}")
+    return msgspec.msgpack.decode(state.value or b"", type=AutosizeDurable).outbox
+
+
+async def restarted(auth_url: str, admin: Bus, pool: str, job: str) -> list[Any]:
+    """Another replica's loop of `pool`, once it has restored `job`'s rolled-back share: what
+    the tenant's share subject then holds of `job`."""
+    key = f"{TENANT}/{job}"
+    async with slicer_with_autosize(auth_url, pool, "b") as (_, again, _):
+        await eventually(lambda: key in again.autosizer.state.tracks, 20, what="restored")
+        track = again.autosizer.state.tracks[key]
+        assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
+        return await read(admin, "SEEDANCE_SLICING", slicing.subject(TENANT, "share"), job)
 
 
 async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
@@ -126,6 +152,7 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
     )
     node, job, pool = f"as-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}", "autosize"
     share_subject = slicing.subject(TENANT, "share")
+    alert_subject = slicing.subject(TENANT, "alert")
     try:
         await admin.ensure_streams()
         await collector.publish(telemetry.inventory(node), a100_node(node))
@@ -150,8 +177,8 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
             await measured(agent, node, job, gpu, 0.30, base, range(7, 10))
 
             async def rolled_back() -> bool:  # decided, made durable and published
-                changed = await read(admin, "SEEDANCE_SLICING", share_subject)
-                alerted = await read(admin, "SEEDANCE_SLICING", slicing.subject(TENANT, "alert"))
+                changed = await read(admin, "SEEDANCE_SLICING", share_subject, job)
+                alerted = await read(admin, "SEEDANCE_SLICING", alert_subject, job)
                 return (len(changed), len(alerted)) == (2, 1)
 
             await eventually(rolled_back, 20, what="share rolled back and published")
@@ -162,9 +189,9 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
                     "seedance_slicer_autosize_changes_total", {"reason": reason}
                 )
                 assert counted == 1, reason
-            published = await read(admin, "SEEDANCE_SLICING", share_subject)
-            alerts = await read(admin, "SEEDANCE_SLICING", slicing.subject(TENANT, "alert"))
-        changes = [e for e in published if isinstance(e, ShareChanged) and e.job_id == job]
+            published = await read(admin, "SEEDANCE_SLICING", share_subject, job)
+            alerts = await read(admin, "SEEDANCE_SLICING", alert_subject, job)
+        changes = [e for e in published if isinstance(e, ShareChanged)]
         assert [(c.reason.value, c.from_milli, c.to_milli) for c in changes] == [
             ("rightsized", 500, 100),
             ("rolled_back", 100, 500),
@@ -177,13 +204,14 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
         assert alert.deviation_ppm == pytest.approx(2_000_000, abs=1)
         assert alert.cause_id == changes[1].cause_id
 
+        # Stopped gracefully, the loop left nothing to re-send: the outbox it keeps until its
+        # events are out is empty (else a successor's re-send would be dropped only inside the
+        # stream's 2-minute duplicate window, a bound on the clock, not on the protocol).
+        assert await outbox(admin, pool) == []
+
         # A restarted loop (another replica) restores the rolled-back share from its state and
         # publishes nothing twice (the outbox's ids are derived from the readings).
-        async with slicer_with_autosize(auth_url, pool, "b") as (_, again, _):
-            await eventually(lambda: key in again.autosizer.state.tracks, 20, what="restored")
-            track = again.autosizer.state.tracks[key]
-            assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
-            again_published = await read(admin, "SEEDANCE_SLICING", share_subject)
+        again_published = await restarted(auth_url, admin, pool, job)
         assert [e.id for e in again_published] == [e.id for e in published]
     finally:
         await tenant.close()

@@ -180,7 +180,7 @@ def test_an_unsettled_pod_is_never_moved_in_beside_another() -> None:
     assert pair.reason is MoveReason.CONSOLIDATION
 
 
-def test_lone_pods_pair_up_tightest_first_and_the_smaller_moves() -> None:
+def test_lone_pods_pair_up_largest_first_with_the_most_room_and_the_smaller_moves() -> None:
     gpus = {0: ["a"], 1: ["b"], 2: ["c"], 3: ["short"]}
     held = {
         "a": ShareGrant(300, 45_000),
@@ -189,14 +189,39 @@ def test_lone_pods_pair_up_tightest_first_and_the_smaller_moves() -> None:
     }
     need: dict[str, ShareGrant | None] = {**held, "short": None}
     (move,) = plan_moves(gpus, held, need, GPU, CFG)
-    # a (45 GB) with b (35 GB) leaves the least memory; c stays alone, "short" has no past.
+    # a (45 GB) fits beside b (35 GB) and c (30 GB); beside c it keeps the most room to grow
+    # into, so c moves; b stays alone, "short" has no past.
     assert (move.pod, move.source, move.target, move.reason) == (
-        "b",
-        1,
+        "c",
+        2,
         0,
         MoveReason.CONSOLIDATION,
     )
     assert plan_moves(gpus, held, need, GPU, CFG, consolidate=False) == []
+
+
+def test_an_exchange_frees_a_gpu_two_lone_pods_could_not() -> None:
+    """X and Y (busy) do not fit together; A and B (quiet) share a GPU. B moves beside Y now;
+    once it has left, X and A (both alone) pair up: three GPUs become two."""
+    busy_pod, quiet = ShareGrant(900, 30_000), ShareGrant(100, 30_000)
+    held = {"x": busy_pod, "y": busy_pod, "a": quiet, "b": quiet}
+    gpus = {0: ["x"], 1: ["y"], 2: ["a", "b"]}
+    (move,) = plan_moves(gpus, held, dict(held), GPU, CFG)
+    assert (move.source, move.target, move.reason) == (2, 1, MoveReason.CONSOLIDATION)
+    assert move.detail.startswith("exchange:")
+    stayed = "a" if move.pod == "b" else "b"
+    # B's replica has loaded beside Y: X and A are alone, and fit.
+    after = {0: ["x"], 1: ["y", move.pod], 2: [stayed]}
+    (pair,) = plan_moves(after, held, dict(held), GPU, CFG)
+    assert {pair.source, pair.target} == {0, 2}
+    after[pair.source].remove(pair.pod)
+    assert pair.target is not None
+    after[pair.target].append(pair.pod)
+    assert sum(1 for ps in after.values() if ps) == 2
+    # While B is still loading (its old GPU busy), X is not moved in beside A.
+    assert plan_moves(after, held, dict(held), GPU, CFG, busy={2}) == []
+    # Nothing is exchanged when X and Y fit together (that is consolidation) or X is unsettled.
+    assert plan_moves(gpus, held, dict(held), GPU, CFG, unsettled={"x", "y"}) == []
 
 
 def test_gpus_with_a_move_in_flight_are_left_alone() -> None:

@@ -42,6 +42,7 @@ from seedance.core import (
     ServiceRuntime,
     cancel_until_done,
 )
+from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
@@ -202,6 +203,8 @@ class AutosizeService(Lifecycle):
             self._consumer.stop()
             await task
             await self._consumer.close()  # unacked messages go to the next leader
+            if self._stopping.is_set():
+                await self._retire()
             self.metrics.leader.set(0)
             if not self._stopping.is_set():
                 log.warning("slicer_autosize_leadership_lost", pool=self._pool)
@@ -233,6 +236,21 @@ class AutosizeService(Lifecycle):
         log.info(
             "slicer_autosize_restored", pool=self._pool, tracked=len(self.autosizer.state.tracks)
         )
+
+    async def _retire(self) -> None:
+        """A graceful stop, still leading: the last batch's events are published, so the
+        durable outbox is emptied and a successor re-sends nothing. Without this the successor
+        re-sends that batch, and only the stream's duplicate window (2 minutes) keeps it from
+        being stored twice: a handover later than that would publish it again. A crash keeps
+        the outbox (re-sent with the same ids); so does a write that fails here (logged)."""
+        if self._unpublished or not self._durable.outbox or self._lease is None:
+            return
+        if not self._lease.held:
+            return
+        try:
+            await self._save(msgspec.structs.replace(self._durable, outbox=[]))
+        except TRANSIENT_BUS_ERRORS as exc:  # a CAS refusal (deposed) among them
+            log.warning("slicer_autosize_outbox_kept", pool=self._pool, error=repr(exc))
 
     async def _save(self, durable: AutosizeDurable) -> None:
         assert self._kv is not None

@@ -73,10 +73,10 @@ class SharingConfig:
     * `duty_quantile` 0.95: the compute share covers all but the busiest 5 % of a pod's minutes.
       Overload needs both pods of a GPU busy at once, which the recorded fleet rarely is: on
       18 cuts of the GenAI trace's first half (`make bench-share-splits`) p95 shares overloaded
-      at most 0.27 % of the GPU-minutes against a 1 % budget; p99 shares (at most 0.06 %) kept
+      at most 0.31 % of the GPU-minutes against a 1 % budget; p99 shares (at most 0.05 %) kept
       the busiest pods (p99 near a whole GPU) from sharing at all and split pairs for
-      compute that never contended (GPUs 0.618 of one pod per GPU at the median cut, 0.661 at
-      the worst, against p95's 0.602 and 0.615); p90 went past the budget (1.65 %).
+      compute that never contended (GPUs 0.598 of one pod per GPU at the median cut, 0.620 at
+      the worst, against p95's 0.592 and 0.601); p90 went past the budget (1.72 %).
     * `memory_headroom_frac` 0.05 of the peak (~1.9 GiB at the median pod's 37 GiB; a new
       peak a pod sets after 4 hours of samples is a median 2.35 GiB above its last, as
       `make bench-share-splits` prints for the folder it reads): room to grow into
@@ -86,8 +86,8 @@ class SharingConfig:
       history doubles, so the peak a pod later reaches is learned as it happens (its grant
       rises) and a pod that outgrows its GPU, or its partner, moves (`plan_moves`). With
       injected growth (`make bench-share-splits SHARE_ARGS="--grow-gib 3,6"`, 64 runs) it left
-      3 out-of-memory minutes where no headroom left 5 (first-fit decreasing: 336), for about
-      0.01 more of the baseline's GPUs.
+      4 out-of-memory minutes where no headroom left 7 (first-fit decreasing: 336), for about
+      0.01 more of the baseline's GPUs (median 0.600 against 0.589).
     * `context_reserve_mib` 528: GPU memory set aside per pod on a shared GPU for the CUDA
       context a co-located process holds besides the others' (a bare driver context measured
       on an H200, driver 580: 528 MiB each, additive over 1-3 processes; torch with cuBLAS
@@ -344,7 +344,16 @@ def plan_moves(
        leaving the least memory or, when none does or it is unsettled, to one of its own. A need
        that still fits is granted where the pod is (no move).
     2. **Consolidation** (`consolidate`): settled pods alone on their GPU pair up, the largest
-       memory first with the partner leaving the least memory; the smaller moves.
+       memory first with the partner leaving the *most* memory free (unlike `pack`'s best fit:
+       a pair formed late joins pods whose memory has already been seen to rise, so it keeps
+       the most room to grow into); the smaller moves.
+    3. **Exchange** (`consolidate`): two lone pods X and Y that do not fit together, and a
+       pair A + B where X fits beside A and B beside Y: B moves beside Y now, and X beside A
+       once B has left A's GPU (consolidation, a later round: until B's replica has loaded
+       elsewhere it still holds A's GPU). Two moves free a GPU (an augmenting path of the
+       pairing): pairs formed as pods came and went drift from the best pairing, and this
+       brings them back to it a GPU at a time. Among exchanges, the one leaving the most memory
+       free, as consolidation.
 
     Deterministic for a given input order.
     """
@@ -357,6 +366,7 @@ def plan_moves(
             plan.outgrown(gpu, pods, held)
     if consolidate:
         plan.consolidate()
+        plan.exchange()
     return plan.moves
 
 
@@ -435,7 +445,7 @@ class _Plan(Generic[P, G]):
                 grants = [want[pod], want[other]]
                 if other not in paired and fits(grants, self.mem, self.config):
                     slack = _mem_slack(grants, self.mem, self.config)
-                    if best is None or slack < best[0]:
+                    if best is None or slack > best[0]:
                         best = (slack, j)
             if best is None:
                 continue
@@ -450,3 +460,57 @@ class _Plan(Generic[P, G]):
                 f"{want[other].milli} milli, {want[pod].mem_mib} + "
                 f"{want[other].mem_mib} MiB)",
             )
+
+    def exchange(self) -> None:
+        want = self.want
+        lone = [
+            (gpu, pods[0])
+            for gpu, pods in self.gpus.items()
+            if len(pods) == 1 and gpu not in self.touched and pods[0] in want
+        ]
+        lone.sort(key=lambda gp: (-want[gp[1]].mem_mib, -want[gp[1]].milli))
+        pairs = [
+            (gpu, (pods[0], pods[1]))
+            for gpu, pods in self.gpus.items()
+            if len(pods) == 2 and all(p in want for p in pods)
+        ]
+        for x_gpu, x in lone:
+            if x_gpu in self.touched or x in self.unsettled:
+                continue
+            found = self._exchange_for(x, lone, pairs)
+            if found is None:
+                continue
+            gpu, a, b, y_gpu, y = found
+            why = (
+                f"exchange: {b!s} fits beside {y!s} and, once it has left, {x!s} beside {a!s}; "
+                f"frees {x!s}'s GPU"
+            )
+            self._move(b, gpu, y_gpu, MoveReason.CONSOLIDATION, why)
+            self.touched.add(x_gpu)  # X waits for A's GPU: not a target for anyone else now
+
+    def _exchange_for(
+        self, x: P, lone: Sequence[tuple[G, P]], pairs: Sequence[tuple[G, tuple[P, P]]]
+    ) -> tuple[G, P, P, G, P] | None:
+        """The exchange freeing `x`'s GPU that leaves the most memory free: (A's GPU, A, B,
+        Y's GPU, Y); None when there is none."""
+        best: tuple[int, tuple[G, P, P, G, P]] | None = None
+        ys = [(g, y) for g, y in lone if y != x and g not in self.touched]
+        ys = [(g, y) for g, y in ys if not self._fit(x, y)]  # else consolidation's
+        for gpu, (p0, p1) in pairs:
+            if gpu in self.touched:
+                continue
+            for a, b in ((p0, p1), (p1, p0)):
+                if b in self.unsettled or not self._fit(x, a):
+                    continue
+                for y_gpu, y in ys:
+                    if self._fit(b, y):
+                        slack = self._slack(x, a) + self._slack(b, y)
+                        if best is None or slack > best[0]:
+                            best = (slack, (gpu, a, b, y_gpu, y))
+        return None if best is None else best[1]
+
+    def _fit(self, p: P, q: P) -> bool:
+        return fits([self.want[p], self.want[q]], self.mem, self.config)
+
+    def _slack(self, p: P, q: P) -> int:
+        return _mem_slack([self.want[p], self.want[q]], self.mem, self.config)
