@@ -136,6 +136,13 @@ def services_as_themselves() -> Iterator[None]:
         check_identities(server, seen, state="open")
 
 
+def own_server_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """For a module or directory whose services bind the catalogue's own durables (as deployed,
+    not per-test ``instance`` names, which the shipped permissions do not grant): its ``nats_url``
+    fixture yields from this, a fresh server per test (or ``--nats-url``'s)."""
+    yield from nats_server_url(request.config.getoption("--nats-url"))
+
+
 @pytest.fixture(scope="session")
 def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from nats_server_url(
