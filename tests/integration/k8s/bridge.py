@@ -23,7 +23,7 @@ from kubernetes_asyncio import client, config
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.events import Event, decode
-from seedance.events.subjects import CONSUMERS, observed, slicing
+from seedance.events.subjects import CONSUMERS, QUOTA_POLICY_KEY, observed, slicing
 from seedance.k8s_bridge.kube import KubeApi, connect
 from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.k8s_bridge.settings import BridgeSettings
@@ -73,7 +73,6 @@ def shipped(url: str, user: str, **kw: Any) -> BusSettings:
 async def slicer(
     nats_url: str, unique: str, user: str | None = None, **kw: Any
 ) -> AsyncIterator[SlicerService]:
-    kw.setdefault("quota_key", f"quota-{unique}")  # the test's own (the bridge writes it)
     settings = SlicerSettings(pool=f"p{unique}", replica="s", lease_ttl_s=1.5, batch=100, **kw)
     bus = shipped(nats_url, user) if user else BusSettings(url=nats_url, name="test-slicer")
     runtime = ServiceRuntime("slicer", bus)
@@ -99,7 +98,7 @@ async def bridge(
         lease_renew_s=kw.pop("lease_renew_s", 0.2),
         backoff_initial_s=0.05,
         backoff_max_s=0.5,
-        policy_key=kw.pop("policy_key", f"quota-{unique}"),
+        policy_key=kw.pop("policy_key", QUOTA_POLICY_KEY),
         **kw,
     )
     bus = (
