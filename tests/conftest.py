@@ -5,8 +5,17 @@ The tier of a test is its directory: ``pytest_collection_modifyitems`` marks eve
 cannot miss a file that forgot its ``pytestmark``); other marks stay in the modules.
 
 Integration tests talk to a real nats-server: by default the pinned binary in the project's
-virtual environment, started once per session on a random port with a temporary store; with
-``--nats-url`` they run against an external server instead (the compose stack, say).
+virtual environment, started once per session on a random port with a temporary store, running
+the shipped authorization (``deploy/auth/nats-auth.conf``) with test passwords; with
+``--nats-url`` they run against an external server instead, which must run the same block with
+the same passwords (``seedance.testing.identities.password``: ``NATS_PASSWORD_<USER>`` when set,
+else ``test-<user>-secret``).
+
+Every connection of the session goes through ``identities.connect_policy``: a service started
+in-process connects as its own generated user (any other is refused), test code that names no
+user as the operator. Services started as processes connect as their own users too
+(``ServiceProcesses``); after each test, the connections to the servers started here are
+checked: one named ``seedance-<service>`` authorised as another user fails the test.
 """
 
 from __future__ import annotations
@@ -24,7 +33,9 @@ import pytest
 import structlog
 
 import seedance.core.logs
-from seedance.testing.servers import NatsServer
+from seedance.core.bus import set_connect_policy
+from seedance.testing import identities
+from seedance.testing.servers import NatsServer, shipped_auth_server
 
 # Entry points called in-process configure logging; with cached loggers, a test's capture_logs
 # would then see nothing from a logger some earlier test used (seedance.core.logs).
@@ -65,16 +76,71 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--nats-url", default=None, help="use this nats-server, not a new one")
 
 
+#: The servers started here that are running now, each with the connections already checked.
+_RUNNING: list[tuple[NatsServer, set[int]]] = []
+
+
+def shipped_test_server() -> NatsServer:
+    """The pinned nats-server running the shipped authorization, with each user's test
+    password, monitored (``check_identities``)."""
+    return shipped_auth_server(identities.password, monitor=True)
+
+
+def check_identities(server: NatsServer, seen: set[int], state: str = "all") -> None:
+    """Fail if a connection to ``server`` (in ``state``: ``open``, ``all``) not in ``seen``
+    ran a service as another user than its own."""
+    conns = [c for c in server.connections(state) if c.get("cid") not in seen]
+    seen.update(int(c["cid"]) for c in conns)
+    foreign = identities.foreign_connections(conns)
+    assert not foreign, "services connected as other users than their own: " + "; ".join(foreign)
+
+
 def nats_server_url(external: str | None) -> Iterator[str]:
-    """``external`` if given, else a fresh pinned nats-server's URL, stopped afterwards."""
+    """``external`` if given, else a fresh pinned nats-server's URL (``shipped_test_server``),
+    stopped afterwards, once every connection it saw is checked (``check_identities``)."""
     if external:
         yield external
         return
-    server = NatsServer()
+    server = shipped_test_server()
+    running: tuple[NatsServer, set[int]] = (server, set())
+    _RUNNING.append(running)
     try:
         yield server.url
     finally:
-        server.stop()
+        _RUNNING.remove(running)
+        try:
+            check_identities(*running)
+        finally:
+            server.stop()
+
+
+def started_server(url: str) -> NatsServer | None:
+    """The running server started here at ``url`` (None for an external one)."""
+    return next((server for server, _ in _RUNNING if server.url == url), None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def connect_as_deployed() -> Iterator[None]:
+    """Every connection of the session as ``identities.connect_policy`` says."""
+    previous = set_connect_policy(identities.connect_policy)
+    yield
+    set_connect_policy(previous)
+
+
+@pytest.fixture(autouse=True)
+def services_as_themselves() -> Iterator[None]:
+    """After each test, the connections still open to the running test servers (the closed
+    ones are checked when a server stops: a full listing per test would cost too much)."""
+    yield
+    for server, seen in _RUNNING:
+        check_identities(server, seen, state="open")
+
+
+def own_server_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """For a module or directory whose services bind the catalogue's own durables (as deployed,
+    not per-test ``instance`` names, which the shipped permissions do not grant): its ``nats_url``
+    fixture yields from this, a fresh server per test (or ``--nats-url``'s)."""
+    yield from nats_server_url(request.config.getoption("--nats-url"))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,9 @@
 
 A whole stack reads its streams from the start (the slicer's durable replays every job event), so
 an end-to-end test gets a fresh server rather than the session's, where other tests' jobs would
-queue ahead of its own. With ``--nats-url`` the external server is used as it is.
+queue ahead of its own. With ``--nats-url`` the external server is used as it is. Either runs the
+shipped authorization: each service process connects as its own user (``ServiceProcesses``), and
+after the test the server's connections are checked for a service under another user.
 """
 
 from __future__ import annotations

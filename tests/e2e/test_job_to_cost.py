@@ -26,6 +26,7 @@ from seedance.events.slicing import JobReleased, Placement
 from seedance.events.subjects import observed, slicing, telemetry
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
+from seedance.testing.identities import ADMIN, password
 from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
 
 
@@ -42,9 +43,11 @@ async def next_placement(bus: Bus, tenant: str, job: str, timeout_s: float = 30.
 
 
 async def seedance(nats_url: str, *jobs_args: str) -> str:
-    """``seedance jobs *jobs_args`` as a subprocess; its stdout (it must succeed)."""
+    """``seedance jobs *jobs_args`` as a subprocess, as the operator (the tenant is no shipped
+    user); its stdout (it must succeed)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "seedance.sdk.cli", "--nats-url", nats_url, "jobs", *jobs_args,
+        sys.executable, "-m", "seedance.sdk.cli", "--nats-url", nats_url,
+        "--user", ADMIN, "--password", password(ADMIN), "jobs", *jobs_args,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)

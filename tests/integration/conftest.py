@@ -4,12 +4,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from seedance.testing.identities import password
 from seedance.testing.servers import shipped_auth_server
 
 
 def shipped_password(user: str) -> str:
-    """The password each shipped user gets in these tests (a string nats-server reads as one)."""
-    return f"test-{user}-secret"
+    """The password each shipped user gets in these tests (``identities.password``)."""
+    return password(user)
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,12 @@
 the bridge through kubernetes_asyncio, a real SlicerService; names unique per test.
 
 Each test gets its own tenant (``t<unique>``, a namespace label), its own node names, its own
-slicer pool and durables (``instance``), its own bridge durable, all fast-forwarded past what
-earlier tests published, so it sees only its own pods and decisions.
+slicer pool, and a server of its own (``nats_url``): the slicer and the bridge run under their
+shipped NATS users on the catalogue's own durables, as the deployment does, so a test sees only
+its own pods and decisions.
 
-``slicer`` and ``bridge`` take ``user``: the service then runs as that shipped NATS user
-(``shipped(url, user)``) on the catalogue's own durables, as the deployment does; such tests run
-on the shipped-auth server (``auth_url``), one per module.
+``slicer`` and ``bridge`` take ``user``, the shipped user to run as (``shipped(url, user)``; by
+default the service's own); tests naming it run on the module's shipped-auth server (``auth_url``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kubernetes_asyncio import client, config
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.events import Event, decode
 from seedance.events.stores import SLICING_POLICY_KEY
-from seedance.events.subjects import CONSUMERS, observed, slicing
+from seedance.events.subjects import CONSUMERS, QUOTA_POLICY_KEY, observed, slicing
 from seedance.k8s_bridge.kube import KubeApi, connect
 from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.k8s_bridge.settings import BridgeSettings
@@ -74,10 +74,6 @@ def shipped(url: str, user: str, **kw: Any) -> BusSettings:
 async def slicer(
     nats_url: str, unique: str, user: str | None = None, **kw: Any
 ) -> AsyncIterator[SlicerService]:
-    kw.setdefault("quota_key", f"quota-{unique}")  # the test's own (the bridge writes it)
-    # the SlicingPolicy's key: the test's own, or the catalogue's under the shipped user
-    kw.setdefault("slicing_key", SLICING_POLICY_KEY if user else f"slicing-{unique}")
-    kw.setdefault("instance", "" if user else unique)
     settings = SlicerSettings(pool=f"p{unique}", replica="s", lease_ttl_s=1.5, batch=100, **kw)
     bus = shipped(nats_url, user) if user else BusSettings(url=nats_url, name="test-slicer")
     runtime = ServiceRuntime("slicer", bus)
@@ -97,15 +93,14 @@ async def bridge(
 ) -> AsyncIterator[BridgeService]:
     settings = BridgeSettings(
         replica=f"bridge-{replica}",
-        instance="" if user else unique,
         lease_namespace=SYSTEM,
         lease_name=f"bridge-{unique}",
         lease_duration_s=kw.pop("lease_duration_s", 1.5),
         lease_renew_s=kw.pop("lease_renew_s", 0.2),
         backoff_initial_s=0.05,
         backoff_max_s=0.5,
-        policy_key=kw.pop("policy_key", f"quota-{unique}"),
-        slicing_key=kw.pop("slicing_key", SLICING_POLICY_KEY if user else f"slicing-{unique}"),
+        policy_key=kw.pop("policy_key", QUOTA_POLICY_KEY),
+        slicing_key=kw.pop("slicing_key", SLICING_POLICY_KEY),
         **kw,
     )
     bus = (

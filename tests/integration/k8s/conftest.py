@@ -4,7 +4,7 @@ test's `Env` (its tenant, namespace, bus and trail)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,14 @@ from kubernetes_asyncio import client, config
 
 from seedance.core import Bus
 from seedance.testing.kube_api import KubeApiServer, KubeApiSettings
+from tests.conftest import own_server_url
 from tests.integration.k8s.bridge import Env, environment
+
+
+@pytest.fixture
+def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A server of each test's own: the slicer and the bridge bind the catalogue's durables."""
+    yield from own_server_url(request)
 
 
 @pytest.fixture

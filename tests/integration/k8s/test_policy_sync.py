@@ -120,7 +120,7 @@ async def test_a_tenant_quota_is_enforced_by_the_slicer_and_its_status_shows_usa
 
         async def written() -> bool:
             try:
-                entry = await kv.get(f"quota-{env.unique}")
+                entry = await kv.get(QUOTA_POLICY_KEY)
             except Exception:
                 return False
             return tenant in json.loads(entry.value or b"{}").get("tenants", {})

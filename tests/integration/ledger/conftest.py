@@ -8,14 +8,17 @@ import pytest
 
 from seedance.core import Bus, BusSettings
 from seedance.testing.servers import NatsServer
+from tests.conftest import check_identities, shipped_test_server
 
 
 @pytest.fixture
 def server() -> Iterator[NatsServer]:
-    """A server of the test's own: replicas replay the merged stream from its start."""
-    s = NatsServer()
+    """A server of the test's own (replicas replay the merged stream from its start), running
+    the shipped authorization like the session's."""
+    s = shipped_test_server()
     try:
         yield s
+        check_identities(s, set())
     finally:
         s.stop()
 

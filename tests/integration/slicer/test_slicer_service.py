@@ -1,8 +1,9 @@
 """The slicer service against a real nats-server: placements, quotas, pauses, MIG, failover.
 
-Each test runs its slicer(s) in-process with its own pool, tenants, node names and durables
-(``instance``); the durables are fast-forwarded past what earlier tests published, so a test
-sees only its own inventory and jobs.
+Each test runs its slicer(s) in-process under the slicer's shipped user, with its own pool,
+tenants and node names, on a server of its own (``nats_url``, tests/integration/slicer/conftest.py):
+the slicer binds the catalogue's durables, as deployed, so a test sees only its own inventory and
+jobs. (``fast_forward`` is left from the shared server, where it skipped earlier tests' events.)
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from seedance.testing.waits import eventually
 from tests.conftest import serving
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
 DURABLES = ("slicer-inventory", "slicer-pauses", "slicer-jobs")
 
 
@@ -58,9 +61,7 @@ async def fast_forward(bus: Bus, instance: str) -> None:
 async def slicer(
     nats_url: str, unique: str, replica: str = "a", **kw: Any
 ) -> AsyncIterator[SlicerService]:
-    settings = SlicerSettings(
-        pool=f"p{unique}", replica=replica, instance=unique, lease_ttl_s=1.5, batch=50, **kw
-    )
+    settings = SlicerSettings(pool=f"p{unique}", replica=replica, lease_ttl_s=1.5, batch=50, **kw)
     runtime = ServiceRuntime("slicer", BusSettings(url=nats_url, name=f"test-slicer-{replica}"))
     async with serving(SlicerService(runtime, WallClock(), settings), 15) as svc:
         yield svc

@@ -1,7 +1,8 @@
 """The telemetry collector against a real nats-server: replayed fleet, recorded NVML, /metrics.
 
-Each test runs its own collector in-process with unique node names and its own durables
-(``instance``), so tests do not see each other's fleets or steal each other's placements.
+Each test runs its own collector in-process under its shipped user, with unique node names, on
+a server of its own (``nats_url``): the collector binds the catalogue's durables, as deployed, so
+tests do not see each other's fleets or steal each other's placements.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,13 +37,18 @@ from seedance.telemetry_collector.service import CollectorService
 from seedance.telemetry_collector.settings import CollectorSettings
 from seedance.telemetry_collector.sources import build_source
 from seedance.testing.waits import eventually
-from tests.conftest import serving
+from tests.conftest import own_server_url, serving
 from tests.unit.telemetry.constructed import h100_nvlink_xid
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "unit" / "telemetry" / "recordings"
 H200_RECORDING = RECORDINGS / "h200_recording.json"
 T4 = GPU_MODELS["T4"]
 E = TypeVar("E")
+
+
+@pytest.fixture
+def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from own_server_url(request)
 
 
 @contextlib.asynccontextmanager
@@ -201,9 +207,7 @@ async def test_replayed_fleet_follows_placements_and_falls_back(
     node = f"tw-{unique}-0"
     csv = tmp_path / "nodes.csv"
     csv.write_text(f"sn,cpu_milli,memory_mib,gpu,model\n{node},32000,131072,2,T4\n")
-    settings = CollectorSettings(
-        source="replay", node_csv=str(csv), tick_s=0.1, http_port=0, instance=unique
-    )
+    settings = CollectorSettings(source="replay", node_csv=str(csv), tick_s=0.1, http_port=0)
     samples = await Watch.open(bus, telemetry.sample(node))
     inventory = await Watch.open(bus, telemetry.inventory(node))
     fleet = OneNode(bus, node, tenant=f"t{unique}", other=f"o{unique}", samples=samples)

@@ -1,9 +1,11 @@
 """`make demo`: the whole stack on a local nats-server with a replayed fleet.
 
-Starts the pinned nats-server (or uses NATS_URL when a new enough server answers there), starts
-the services as processes, replays a few hundred real jobs of the Alibaba GPU trace across a few
-tenants in virtual time, and prints what Seedance decided and what it cost and saved. Then it
-shuts everything down with SIGTERM and checks that each service drained cleanly.
+Starts the pinned nats-server with the shipped users and permissions (``deploy/auth``; or uses
+NATS_URL when a new enough server answers there as the operator), starts the services as
+processes, each as its own NATS user (``seedance.testing.identities`` gives the passwords), the
+demo itself connecting as the operator; replays a few hundred real jobs of the Alibaba GPU
+trace across a few tenants in virtual time, and prints what Seedance decided and what it cost
+and saved. Then it shuts everything down with SIGTERM and checks that each service drained cleanly.
 
 Virtual time: job events carry the replay's timestamps (arrivals are a Poisson process that
 offers ``--load`` of the fleet's GPU capacity; durations are the trace's own lifetimes, capped),
@@ -44,8 +46,9 @@ from seedance.events.subjects import costs, ledger, observed, routing, slicing, 
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.reports.summary import CostSummary
 from seedance.sdk.client import job_event, job_submitted
+from seedance.testing.identities import ADMIN, as_user, password
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
 from seedance.traces import alibaba
 
@@ -126,9 +129,14 @@ def node_subset(nodes_csv: Path, every: int, out: Path) -> tuple[int, float]:
     return len(rows), float(sum(r.gpu for r in rows))
 
 
+def operator(url: str, **settings: Any) -> BusSettings:
+    """How the demo itself connects: as the operator (``admin``)."""
+    return as_user(url, ADMIN, **settings)
+
+
 async def nats_answering(url: str) -> bool:
     try:
-        bus = await Bus.connect(BusSettings(url=url, connect_timeout_s=1.0))
+        bus = await Bus.connect(operator(url, connect_timeout_s=1.0))
     except ServerTooOld as exc:
         say(f"  {url} answers but is refused: {exc}")
         return False
@@ -169,7 +177,7 @@ class Demo:
             telemetry_ahead_s=str(_LEDGER_MAX_AHEAD_S),
         )  # fmt: skip
         say(f"started telemetry-collector, slicer, cost-ledger (logs in {shown(procs.logdir)})")
-        bus = await Bus.connect(BusSettings(url=url, name="seedance-demo"))
+        bus = await Bus.connect(operator(url, name="seedance-demo"))
         try:
             return await self._replay(bus, jobs)
         finally:
@@ -578,7 +586,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
             models="echo",
             forecast_interval_s="0.5",
         )
-        bus = await Bus.connect(BusSettings(url=url, name="seedance-demo-router"))
+        bus = await Bus.connect(operator(url, name="seedance-demo-router"))
         decisions: dict[tuple[str, str], int] = defaultdict(int)
 
         async def on_decision(msg: Msg) -> None:
@@ -616,7 +624,7 @@ async def amain(args: argparse.Namespace) -> int:
     if url and await nats_answering(url):
         say(f"nats    using {url}")
     else:
-        server = NatsServer()
+        server = shipped_auth_server(password)
         url = server.url
         say(f"nats    started the pinned nats-server at {url}")
     procs = ServiceProcesses(url, rundir)

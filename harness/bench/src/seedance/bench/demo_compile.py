@@ -18,6 +18,7 @@ from typing import Any
 import onnx
 
 from seedance.sdk import SeedanceClient
+from seedance.testing.identities import ADMIN, password
 from seedance.testing.processes import ServiceProcesses
 
 __all__ = ["compile_phase", "describe_compile"]
@@ -74,7 +75,7 @@ async def compile_phase(url: str, procs: ServiceProcesses) -> int:
     say("Compile: a 2-layer BERT-style encoder (random weights) through the graph-compiler")
     procs.start("graph-compiler", measure_runs="20")
     model = build_bert(layers=2, hidden=128, heads=4, ffn=512, vocab=1000, seq=64)
-    client = await SeedanceClient.connect(url)
+    client = await SeedanceClient.connect(url, user=ADMIN, password=password(ADMIN))
     try:
         t0 = time.monotonic()
         result = await client.compile_model(

@@ -47,17 +47,18 @@ from typing import Any
 
 import aiohttp
 
-from seedance.core import Bus, BusSettings
+from seedance.core import Bus
 from seedance.events import decode
 from seedance.events.jobs import JobSubmitted
 from seedance.events.slicing import JobRejected, Placement, Unschedulable
 from seedance.events.subjects import slicing
 from seedance.k8s_bridge.core.kube import k8s_time
 from seedance.k8s_bridge.core.tracker import Publish, Tracker
+from seedance.testing.identities import ADMIN, as_user, password
 from seedance.testing.kube_api import ADMIN_TOKEN
 from seedance.testing.kube_api.process import KubeApiProcess
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import wait_inventory_known
 from seedance.traces.alibaba import NodeRow, PodRow, read_nodes, read_pods
 
@@ -234,10 +235,11 @@ class Paced:
 async def slicer_stack(
     workdir: Path, name: str
 ) -> AsyncIterator[tuple[NatsServer, ServiceProcesses, Bus]]:
-    """A fresh nats-server with the streams, and a slicer process on it."""
-    server = NatsServer()
+    """A fresh nats-server with the streams, and a slicer process on it: the shipped users and
+    permissions, each service as its own user, the bench as the operator."""
+    server = shipped_auth_server(password)
     procs = ServiceProcesses(server.url, workdir / f"logs-{name}")
-    bus = await Bus.connect(BusSettings(url=server.url, name=f"bench-k8s-{name}"))
+    bus = await Bus.connect(as_user(server.url, ADMIN, name=f"bench-k8s-{name}"))
     try:
         await bus.ensure_streams()
         procs.start("slicer", pool=f"bench{name}", replica="a", lease_ttl_s="3", batch="200")

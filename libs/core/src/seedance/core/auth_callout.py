@@ -460,7 +460,7 @@ class AuthCallout:
 
 
 async def _with_bus(name: str, fn: Callable[[Bus], Awaitable[int]]) -> int:
-    bus = await Bus.connect(bus_settings(name))
+    bus = await Bus.connect(bus_settings(name), service=name)
     try:
         return await fn(bus)
     finally:

@@ -34,7 +34,9 @@ __all__ = [
     "TRANSIENT_BUS_ERRORS",
     "Bus",
     "BusSettings",
+    "ConnectPolicy",
     "check_server_version",
+    "set_connect_policy",
 ]
 
 #: What a publish, KV or object-store call raises when the bus is down, slow or refusing for
@@ -76,6 +78,25 @@ class BusSettings:
 _ATTEMPT_TIMEOUT_S = 5.0
 #: While the connection is lost, at most one error line per this many seconds.
 _ERROR_LINE_EVERY_S = 60.0
+
+
+#: Decides the identity a connection presents: given the settings and the service connecting
+#: (``ServiceRuntime``'s name; None for a client), the settings to connect with, or an error.
+ConnectPolicy = Callable[[BusSettings, str | None], BusSettings]
+_policy: ConnectPolicy | None = None
+
+
+def set_connect_policy(policy: ConnectPolicy | None) -> ConnectPolicy | None:
+    """Install ``policy`` for every later ``Bus.connect`` of this process; return the previous.
+
+    Deployments install none: each process connects as its settings say (``NATS_USER``...).
+    The test session installs ``seedance.testing.identities``' policy, so that a service
+    started in-process connects as its own generated user (and no other), and test code that
+    names no user connects as the operator, on a server running the shipped authorization.
+    """
+    global _policy
+    previous, _policy = _policy, policy
+    return previous
 
 
 def _who(settings: BusSettings) -> str:
@@ -201,6 +222,7 @@ class Bus:
         cls,
         settings: BusSettings,
         *,
+        service: str | None = None,
         error_cb: Callable[[Exception], Awaitable[None]] | None = None,
         clock: Clock = WALL_CLOCK,
     ) -> Bus:
@@ -209,8 +231,10 @@ class Bus:
         The first connection ends within ``settings.connect_timeout_s``, or at once on an
         authorization violation, with ``BusUnavailable`` saying what to check. ``error_cb``
         also hears the server's asynchronous errors (a permissions violation: a client reports
-        which subject was refused rather than a timeout).
+        which subject was refused rather than a timeout). ``service`` names the service whose
+        connection this is (None for a client), for the connect policy (``set_connect_policy``).
         """
+        settings = _policy(settings, service) if _policy is not None else settings
         watch = _ConnectWatch(settings, clock)
 
         async def on_error(exc: Exception) -> None:

@@ -171,7 +171,7 @@ class ServiceRuntime(Lifecycle):
             # that names it). Console rendering makes it a plain line at a terminal.
             log.info("http_listening", service=self.name, metrics_url=self.http_url())
         try:
-            self._bus = await Bus.connect(self._bus_settings)
+            self._bus = await Bus.connect(self._bus_settings, service=self.name)
             await self._bus.ensure_streams()
             for c in self._consumers:
                 await c.start(self._bus)

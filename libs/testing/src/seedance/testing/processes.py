@@ -1,6 +1,8 @@
 """Seedance services as real processes (``python -m seedance.<svc>``) for the end-to-end tests,
 the benches and the demo, each with its log in a file of one directory (never a pipe: nobody
-drains it). ``stop_all`` drains them with SIGTERM and reports their exit codes.
+drains it). ``stop_all`` drains them with SIGTERM and reports their exit codes. Each connects as
+its own shipped NATS user (``NATS_USER`` / ``NATS_PASSWORD``), with its test password unless the
+caller hands others.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from seedance.testing.identities import password, service_user, users
 
 __all__ = ["ServiceProcesses"]
 
@@ -34,8 +38,13 @@ class ServiceProcesses:
         self.environment = dict(environment or {})
         #: Each service in a session of its own: it outlives this process (`make local-stack`).
         self.detach = detach
-        #: Service name -> password: each service then connects as its own NATS user.
-        self.credentials = credentials or {}
+        #: Service name -> password: each service then connects as its own NATS user. By
+        #: default every service's shipped user with its test password (``identities``).
+        self.credentials = (
+            credentials
+            if credentials is not None
+            else {u: password(u) for u in users() if service_user(u) is not None}
+        )
         logdir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 

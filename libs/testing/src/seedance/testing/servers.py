@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,12 +58,16 @@ class NatsServer:
         store: Path | None = None,
         port: int = -1,
         detach: bool = False,
+        monitor: bool = False,
     ) -> None:
         if store is not None:
             store.mkdir(parents=True, exist_ok=True)
         self.dir = store or Path(tempfile.mkdtemp(prefix="seedance-nats-"))
         args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js"]
         args += ["-sd", str(self.dir)]
+        if monitor:  # the HTTP monitoring endpoint on a free port (``connections``)
+            args += ["-m", "-1"]
+        self.monitor_url: str | None = None
         if config is not None:
             conf = self.dir / "server.conf"
             conf.write_text(config)
@@ -96,9 +101,20 @@ class NatsServer:
                 except json.JSONDecodeError:
                     ports = None
                 if ports is not None:
+                    self.monitor_url = (ports.get("monitoring") or [None])[0]
                     return str(ports["nats"][0])
             time.sleep(0.02)  # polling a file the server writes; bounded by the deadline
         raise RuntimeError(f"nats-server did not report its port within {timeout_s} s")
+
+    def connections(self, state: str = "all") -> list[dict[str, Any]]:
+        """The connections in ``state`` (``open``, ``closed``, ``all``: every one the server
+        remembers, ``/connz``), with the user each was authorised as; needs ``monitor=True``."""
+        if self.monitor_url is None:
+            raise RuntimeError("this nats-server runs without monitoring (monitor=True)")
+        query = f"connz?state={state}&auth=true&limit=1000000"
+        with urllib.request.urlopen(f"{self.monitor_url}/{query}", timeout=10) as reply:
+            conns: list[dict[str, Any]] = json.loads(reply.read()).get("connections") or []
+        return conns
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -129,6 +145,7 @@ def shipped_auth_server(
     port: int = -1,
     detach: bool = False,
     issuer: Any = None,
+    monitor: bool = False,
 ) -> NatsServer:
     """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
     every user's password variable defined as ``password(user)`` and a fresh auth-callout
@@ -139,7 +156,8 @@ def shipped_auth_server(
     what it reads, and a library does not import the ``tools/`` scripts. (That the shipped file
     matches a fresh render is the generator's own ``--check``, tested elsewhere.) ``store``,
     ``port`` and ``detach`` are ``NatsServer``'s; ``issuer`` (an nkeys account key pair) is
-    the auth callout's, for a caller that runs the callout (its seed signs the answers).
+    the auth callout's, for a caller that runs the callout (its seed signs the answers);
+    ``monitor`` serves the monitoring endpoint (``NatsServer.connections``).
     """
     from seedance.core.auth_callout import new_issuer
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR
@@ -147,4 +165,4 @@ def shipped_auth_server(
     text = SHIPPED_AUTH.read_text()
     defs = "".join(f'{var}: "{password(user)}"\n' for user, var in shipped_users(text).items())
     defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
-    return NatsServer(config=defs + text, store=store, port=port, detach=detach)
+    return NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
