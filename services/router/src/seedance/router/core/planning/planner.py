@@ -320,7 +320,8 @@ def feedback(
         factor *= 1.0 + cfg.feedback_up
         # The count of one shared queue that would have served what the fleet served over the
         # same windows: the fleet's count over it is what routing made of one such replica.
-        matched = pooled_need([w for w in seen if w.end_s > ready_since_s], attained)
+        since_s = max(ready_since_s, cutoff_s)  # the windows the fresh observations cover
+        matched = pooled_need([w for w in seen if w.end_s > since_s], attained)
         if matched is not None and matched < state.replicas:
             factor = max(factor, state.replicas / matched)
     elif _attained(window, cfg) > upper:
