@@ -1,6 +1,6 @@
 """Autoscaling benchmark: GPU-hours at equal TTFT SLO, predictive planner vs reactive and static.
 
-Usage: bench_autoscale.py TRACE [--slo-s 2.0] [--startup-s 60] [--slo-target 95]
+Usage: bench_autoscale.py TRACE [--slo-s 2.0] [--startup-s 60] [--slo-target 95] [--startup-seed 0]
 TRACE is an Azure LLM inference CSV or the Mooncake conversation JSONL (format from line one).
 
 Every policy replays the same trace through the same simulator (`seedance.bench.router_sim`), the
@@ -274,6 +274,12 @@ def main() -> None:
         help="GenTD26 basemodel_update_latency_anon.csv (default: under SEEDANCE_DATA_DIR)",
     )
     ap.add_argument("--startup-quantile", type=float, default=STARTUP_PLAN_QUANTILE)
+    ap.add_argument(
+        "--startup-seed",
+        type=int,
+        default=STARTUP_SEED,
+        help="seed of the measured start-up draws (another draw of the same distribution)",
+    )
     ap.add_argument("--limit-s", type=float, default=None, help="replay only the first seconds")
     args = ap.parse_args()
 
@@ -289,7 +295,7 @@ def main() -> None:
     )
     startup_path = args.startup_data or data_dir() / "alibaba-genai-2026" / LOAD_LATENCY_FILE
     measured = StartupModel.measured(startup_path, weight_bytes=P.weight_bytes)
-    draws = measured.draws(STARTUP_DRAWS, seed=STARTUP_SEED)
+    draws = measured.draws(STARTUP_DRAWS, seed=args.startup_seed)
     plan_startup_s = measured.quantile(args.startup_quantile)
 
     n_static, static_runs = static_count(trace, ok, args.slo_s, args.slo_target)
