@@ -282,8 +282,8 @@ async def test_router_publishes_replica_recommendations_and_its_gateway_follows_
                 _sample(router._rt.registry, "seedance_router_recommended_replicas", model="echo")
                 == 1
             )
-            # Its account of itself: with no record yet it holds the count it started with
-            # (two replicas: the cap sets the recommendation), in mode "floor".
+            # Its account of itself: with no record and no demand observed yet it keeps what
+            # runs (two replicas: the cap sets the recommendation), in mode "floor".
             registry = router._rt.registry
             assert _sample(registry, "seedance_router_planner_held_replicas", model="echo") == 2
             modes = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from seedance.bench.autoscale import start_count
 from seedance.bench.router_sim import ReplicaParams, TraceRequest, simulate
 from seedance.bench.router_sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
 from seedance.bench.router_sim.engine import FleetObservation, Scaler
@@ -256,3 +257,26 @@ def test_an_unmeasured_forecast_is_padded_with_the_long_rate() -> None:
     assert now.arrivals_per_s == 0.0  # the trailing 10 s are empty
     # No error at 30 s has come due yet: the margin is the rate over the last 100 s (50 / 60 s).
     assert ahead.arrivals_per_s == pytest.approx(50 / 60.0)
+
+
+def test_the_bench_starts_scaling_policies_from_the_first_windows_demand() -> None:
+    # The starting fleet is what the first minute's arrivals needed on one shared queue, not
+    # the static count (hindsight over the whole trace): a trace that is quiet for its first
+    # minute and busy after starts from 1, and the same minute busy starts from more.
+    cap = ReplicaCapacity(
+        prefill_tokens_per_s=10_000.0,
+        prefill_overhead_s=0.0,
+        decode_step_s=0.0,
+        kv_capacity_tokens=100_000,
+    )
+    cfg = PlannerConfig(startup_s=60.0, max_replicas=64)
+
+    def req(t: float) -> TraceRequest:
+        return TraceRequest(arrival_s=t, prompt_tokens=5_000, output_tokens=10)
+
+    quiet_then_busy = [req(float(t)) for t in range(0, 60, 10)] + [
+        req(60.0 + k * 0.05) for k in range(2000)
+    ]
+    assert start_count(quiet_then_busy, cap, cfg) == 1
+    busy = [req(k * 0.05) for k in range(2000)]
+    assert start_count(busy, cap, cfg) >= 10  # 20 req/s x 0.5 s = 10 replicas offered

@@ -76,7 +76,7 @@ def test_bench_kv_forecast_prints_its_line() -> None:
         str(rec / "h200_conv_x6_telemetry.csv"),
         str(rec / "h200_conv_x6_requests.csv"),
     )
-    keys = ("wape", "baseline_wape", "wape_30s", "baseline_wape_30s", "ratio")
+    keys = ("wape", "baseline_wape", "wape_30s", "baseline_wape_30s", "ratio", "ratio_last")
     pattern = "kv_forecast: horizon_s=5 " + " ".join(f"{k}={NUM}" for k in keys)
     assert re.fullmatch(pattern, line), line
 

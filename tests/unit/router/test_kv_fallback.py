@@ -95,3 +95,31 @@ def test_bad_inputs_name_what_is_wrong() -> None:
         HeadChoiceConfig(horizon_s=5.0, min_scored=0)
     with pytest.raises(ValueError, match=r"switch_margin: 1\.0"):
         HeadChoiceConfig(horizon_s=5.0, switch_margin=1.0)
+
+
+def test_with_an_anchor_a_head_worse_than_it_gives_way_at_once() -> None:
+    # The mean is 5 % worse than the last value over the window: inside the switch margin, so
+    # without an anchor it stays; anchored on the last value, it gives way as soon as it is
+    # worse, and the anchored forecast is never worse than the last value here.
+    t, actual = series(300)
+    rng = np.random.default_rng(2)
+    noise = rng.normal(0.0, 10.0, len(t))
+    last = actual + noise
+    mean = actual + 1.05 * noise
+    heads = {KvHead.MEAN_10S: mean, KvHead.LAST_VALUE: last}
+    _, free = select_heads(t, heads, actual, CFG, default=KvHead.MEAN_10S)
+    assert set(free) == {KvHead.MEAN_10S}
+    out, anchored = select_heads(
+        t, heads, actual, CFG, default=KvHead.MEAN_10S, anchor=KvHead.LAST_VALUE
+    )
+    first = int(H) + CFG.min_scored - 1
+    assert set(anchored[first:]) == {KvHead.LAST_VALUE}
+    assert np.abs(out - actual)[first:].sum() <= np.abs(last - actual)[first:].sum()
+
+
+def test_an_anchor_without_forecasts_is_refused() -> None:
+    t, actual = series()
+    with pytest.raises(ValueError, match="anchor"):
+        select_heads(
+            t, {KvHead.FLOW: actual}, actual, CFG, default=KvHead.FLOW, anchor=KvHead.LAST_VALUE
+        )

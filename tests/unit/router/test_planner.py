@@ -18,11 +18,10 @@ from seedance.router.core.planning.planner import (  # the model's pieces
     PlanReason,
     PlanState,
     ReplicaCapacity,
-    _attainment,
-    _erlang_c,
     plan,
     replicas_needed,
 )
+from seedance.router.core.planning.sizing import _attainment, _erlang_c
 
 CAP = ReplicaCapacity(
     prefill_tokens_per_s=10_000.0,

@@ -16,6 +16,7 @@ from seedance.router.core.planning.planner import (
     PlanState,
     ReplicaCapacity,
     plan,
+    pooled_need,
 )
 
 # 5,000-token prompts take 0.5 s at 10k tokens/s; budget 2 s.
@@ -70,12 +71,46 @@ def run(state: PlanState, t0: float, steps: int, rate: float) -> list[tuple[Plan
     return out
 
 
-def test_without_a_record_the_planner_holds_the_count_it_started_with() -> None:
+def test_without_a_record_or_any_demand_the_planner_keeps_what_runs() -> None:
     steps = run(PlanState(replicas=8), 0.0, 20, rate=1.0)
     for _, rec in steps:
         assert rec.mode is PlannerMode.FLOOR
         assert rec.record is None
+        assert rec.held == 8
     assert steps[-1][0].replicas == 8  # the forecast (1 req/s: 2 replicas) did not take it down
+
+
+def calm(
+    needed: int, until_s: float, n: int = WINDOWS, requests: int = 10
+) -> tuple[DemandWindow, ...]:
+    """`n` intervals up to `until_s` of `requests` each that `needed` replicas serve in full."""
+    met = tuple(0 if k < needed else requests for k in range(1, needed + 1))
+    return tuple(
+        DemandWindow(end_s=until_s - (n - 1 - i) * CFG.interval_s, requests=requests, met=met)
+        for i in range(n)
+    )
+
+
+def test_the_held_count_is_the_observed_demand_not_the_count_it_started_with() -> None:
+    # Started with 8 (or 1); the last half hour's intervals each needed 3 replicas of one shared
+    # queue: the held count is 3 either way (observed demand only), and 8 comes down to it.
+    for start in (8, 1):
+        state = PlanState(replicas=start, seen=calm(3, until_s=0.0))
+        steps = run(state, 0.0, 12, rate=1.0)
+        assert all(rec.held == 3 for _, rec in steps)
+        assert steps[-1][0].replicas == 3
+    # Demand that outgrew the hour before it: the pooled need follows what was observed.
+    state = PlanState(replicas=3, seen=(*calm(3, -CFG.interval_s, 100), *calm(6, 0.0, 140)))
+    _, rec = plan(state, 15.0, [load(1.0)], CAP, CFG)
+    assert rec.held == 6
+
+
+def test_pooled_need_serves_the_target_of_every_request_observed() -> None:
+    # 90 intervals served by 2, 10 by 5: 96.7 % of all requests needs 5, 90 % needs 2.
+    seen = (*calm(2, 0.0, 90), *calm(5, 1500.0, 10))
+    assert pooled_need(seen, CFG.band[0]) == 5
+    assert pooled_need(seen, 0.9) == 2
+    assert pooled_need((), 0.95) is None
 
 
 SURPLUS = ((-1.0, 1000, 1000),)  # the last hour kept every request in time
@@ -84,7 +119,9 @@ SURPLUS = ((-1.0, 1000, 1000),)  # the last hour kept every request in time
 def test_a_clean_record_that_saves_lets_the_forecast_take_the_count_down() -> None:
     state = PlanState(replicas=8, windows=history(forecast=2, needed=2), budget=SURPLUS)
     steps = run(state, 0.0, 8, rate=1.0)
-    assert all(rec.mode is PlannerMode.FORECAST for _, rec in steps)
+    # With no demand observed the held count stays at 8 but follows the count down (what
+    # runs): the forecast sets it while following saves against it.
+    assert steps[0][1].mode is PlannerMode.FORECAST
     assert steps[0][1].record == 1.0
     final = steps[-1][0]
     assert final.replicas < 8  # after the scale-down window, to the forecast's need
@@ -129,8 +166,9 @@ def test_the_floor_is_the_work_that_just_arrived() -> None:
 
 
 def test_an_interval_that_outruns_the_plan_panics_and_blocks_scale_down() -> None:
-    state = PlanState(replicas=2)
-    # The last 15 s: 12 req/s of 0.5 s prefills, six replicas' worth, three times the plan.
+    state = PlanState(replicas=2, seen=calm(1, until_s=-CFG.interval_s, requests=100))
+    # The last 15 s: 12 req/s of 0.5 s prefills, six replicas' worth, three times the plan
+    # (pooled with the calm half hour before it, the held count stays at 1).
     burst = arrivals(12.0, -15.0, 0.0)
     state, rec = plan(state, 0.0, [load(0.1)], CAP, CFG, arrivals=burst)
     assert rec.mode is PlannerMode.PANIC
@@ -170,14 +208,26 @@ def test_too_few_requests_do_not_touch_the_budget() -> None:
     assert rec.held == 4
 
 
-def test_while_holding_the_factor_does_not_rise_but_a_surplus_lowers_it() -> None:
+def test_while_holding_a_miss_raises_the_factor_and_a_surplus_lowers_it() -> None:
+    # The held count is the queue model's too (pooled observed demand), so the factor learns
+    # in every mode.
     state = PlanState(replicas=4, holding=True, capacity_factor=1.2)
     miss = ObservedSlo(met=10, requests=100)
     state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, miss)
-    assert state.capacity_factor == 1.2
+    assert state.capacity_factor == pytest.approx(1.2 * (1.0 + CFG.feedback_up))
     state = PlanState(replicas=4, holding=True, capacity_factor=1.2)
     state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=100, requests=100))
     assert state.capacity_factor == pytest.approx(1.2 * (1.0 - CFG.feedback_down))
+
+
+def test_a_miss_sets_the_factor_to_what_routing_made_of_one_shared_queue() -> None:
+    # 4 replicas served 50 % of requests that one shared queue of 2 serves in full and of 1
+    # serves half: the fleet is worth 1 such replica, so the factor becomes 4 / 1.
+    met = (5, 10)
+    seen = tuple(DemandWindow(end_s=100.0 - 15.0 * i, requests=10, met=met) for i in range(3))
+    state = PlanState(replicas=4, seen=seen[::-1], observed=((90.0, 10, 20),))
+    state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=5, requests=10))
+    assert state.capacity_factor == pytest.approx(4.0)
 
 
 def test_the_record_judges_each_window_against_the_forecast_made_a_lead_time_before() -> None:

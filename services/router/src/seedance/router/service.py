@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 import lightgbm as lgb
 import numpy as np
 from nats.js.kv import KeyValue
-from prometheus_client import Counter, Gauge
 
 from seedance.core import TRANSIENT_BUS_ERRORS, Clock, Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket
@@ -46,10 +43,8 @@ from seedance.router.core.forecast.live import ForecastLoop
 from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import (
     ObservedSlo,
-    PlannerMode,
     PlanReason,
     PlanState,
-    Recommendation,
     plan,
 )
 from seedance.router.core.planning.replica_set import ReplicaSet
@@ -75,6 +70,7 @@ from seedance.router.mapping import (
     stats_event,
     weights_event,
 )
+from seedance.router.metrics import RouterMetrics
 from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
     RouterSettings,
@@ -98,98 +94,6 @@ _RETRAIN_ERRORS: tuple[type[BaseException], ...] = (
 WEIGHTS_BUCKET = "seedance-router-weights"
 # Decisions per publish_many call: bounds one flush's latency.
 _FLUSH_MAX = 2_000
-
-
-class RouterMetrics:
-    def __init__(self, registry: Any) -> None:
-        self.events_published = Counter(
-            "seedance_router_events_published",
-            "Routing events published on the bus, by kind.",
-            ["kind"],
-            registry=registry,
-        )
-        self.decisions_dropped = Counter(
-            "seedance_router_decisions_dropped",
-            "Decision events dropped: the publish queue was full or the publish failed.",
-            registry=registry,
-        )
-        self.weight_updates = Counter(
-            "seedance_router_weight_updates",
-            "Weight tables installed in this gateway's selector, by source (local, watch).",
-            ["source"],
-            registry=registry,
-        )
-        self.retrains = Counter(
-            "seedance_router_forecast_retrains",
-            "Forecast model trainings, by the retraining decision's reason.",
-            ["reason"],
-            registry=registry,
-        )
-        self.retrain_failures = Counter(
-            "seedance_router_forecast_retrain_failures",
-            "Forecast trainings that failed (the model in use stays), by the decision's reason.",
-            ["reason"],
-            registry=registry,
-        )
-        self.model_generation = Gauge(
-            "seedance_router_forecast_model_generation",
-            "Generation of the forecast model in use (0: none).",
-            registry=registry,
-        )
-        self.recommended_replicas = Gauge(
-            "seedance_router_recommended_replicas",
-            "Replicas the planner recommends per model (what an autoscaler should scale to).",
-            ["model"],
-            registry=registry,
-        )
-        self.replica_changes = Counter(
-            "seedance_router_replica_changes",
-            "Replicas added to or drained from the gateway by discovery, by action (add, remove).",
-            ["action"],
-            registry=registry,
-        )
-        self.recommendations = Counter(
-            "seedance_router_replica_recommendations",
-            "Planner decisions, by model and reason (scale_up, scale_down, hold, stabilising).",
-            ["model", "reason"],
-            registry=registry,
-        )
-        self.planner_mode = Gauge(
-            "seedance_router_planner_mode",
-            "1 for the rule that set the model's last recommendation (forecast: the forecast "
-            "is followed; floor: it is not, the held count or the floor of recent work binds; "
-            "panic: the last interval outran the plan), 0 for the others.",
-            ["model", "mode"],
-            registry=registry,
-        )
-        self.planner_forecast_error = Gauge(
-            "seedance_router_planner_forecast_error_replicas",
-            "The last interval's replayed need minus the forecast made a lead time before it "
-            "(queue-model replicas; > 0: the forecast was short).",
-            ["model"],
-            registry=registry,
-        )
-        self.planner_margin = Gauge(
-            "seedance_router_planner_margin_requests_per_second",
-            "Margin added to the forecast arrival rate at the lead horizon: the quantile of "
-            "the forecast's own past errors there.",
-            ["model"],
-            registry=registry,
-        )
-        self.planner_record = Gauge(
-            "seedance_router_planner_forecast_record_ratio",
-            "Share of the calibration window's requests the forecasts then in force would have "
-            "served in time (NaN until judged); below the band's lower edge the forecast is not "
-            "followed.",
-            ["model"],
-            registry=registry,
-        )
-        self.planner_held = Gauge(
-            "seedance_router_planner_held_replicas",
-            "The count the planner holds where it does not follow the forecast.",
-            ["model"],
-            registry=registry,
-        )
 
 
 class _Window:
@@ -386,7 +290,7 @@ class RouterService(Lifecycle):
                 ObservedSlo(met=met, requests=requests),
                 estimator.recent_arrivals(now_s, cfg.arrivals_window_s),
             )
-            self._export_plan(model, rec, estimator.margin_per_s(cfg.lead_s))
+            self.metrics.export_plan(model, rec, estimator.margin_per_s(cfg.lead_s))
             event = recommendation_event(
                 rec,
                 replica_set=replicas.replica_set(self._settings.fleet, model),
@@ -409,18 +313,6 @@ class RouterService(Lifecycle):
             return out
         self.metrics.events_published.labels("replicas").inc(len(events))
         return out
-
-    def _export_plan(self, model: str, rec: Recommendation, margin_per_s: float) -> None:
-        m = self.metrics
-        m.recommended_replicas.labels(model).set(rec.replicas)
-        m.recommendations.labels(model, rec.reason.value).inc()
-        for mode in PlannerMode:
-            m.planner_mode.labels(model, mode.value).set(1 if mode is rec.mode else 0)
-        if rec.forecast_error is not None:
-            m.planner_forecast_error.labels(model).set(rec.forecast_error)
-        m.planner_margin.labels(model).set(margin_per_s)
-        m.planner_record.labels(model).set(math.nan if rec.record is None else rec.record)
-        m.planner_held.labels(model).set(rec.held)
 
     async def _follow(self, target: int) -> None:
         """Make the gateway's registered replicas the routable members of the replica set."""

@@ -74,14 +74,19 @@ def select_heads(
     *,
     default: KvHead,
     order: Sequence[KvHead] | None = None,
+    anchor: KvHead | None = None,
 ) -> tuple[np.ndarray, list[KvHead]]:
     """The forecast used at each row and the head that made it.
 
     `times_s` are the rows' times (increasing); `forecasts[h][i]` is head h's forecast made at
     `times_s[i]` for `times_s[i] + cfg.horizon_s`; `actual[i]` is the value observed at that
     target time (read only by rows at or after it). Ties go to the head first in `order`
-    (default: the order of `forecasts`).
+    (default: the order of `forecasts`). With an `anchor` (the last value), a head in use whose
+    recent error exceeds the anchor's gives way to it at once, without the switch margin: the
+    forecast falls back to the anchor wherever the anchor has recently been better.
     """
+    if anchor is not None and anchor not in forecasts:
+        raise ValueError(f"select_heads: anchor head {anchor.value!r} has no forecasts")
     if default not in forecasts:
         raise ValueError(f"select_heads: default head {default.value!r} has no forecasts")
     heads = list(order or forecasts)
@@ -106,6 +111,8 @@ def select_heads(
             best = int(np.argmin(recent))
             if recent[best] < (1.0 - cfg.switch_margin) * recent[heads.index(head)]:
                 head = heads[best]
+            elif anchor is not None and recent[heads.index(head)] > recent[heads.index(anchor)]:
+                head = anchor
         used.append(head)
         out[i] = forecasts[head][i]
     return out, used

@@ -23,7 +23,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from seedance.router.core.planning.planner import LoadForecast
+from seedance.router.core.planning.sizing import LoadForecast
 
 __all__ = ["LoadEstimator", "LoadEstimatorConfig"]
 

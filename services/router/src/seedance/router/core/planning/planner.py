@@ -36,11 +36,14 @@ is the share of the requests of the last `calibration_window_s` that the forecas
 time before each interval would have served in time (out of sample: each was made before its
 window). The forecast is followed (mode `forecast`) when that record reaches the band's lower
 edge over at least `record_min_s` and following it would have cost `follow_saving` less than
-holding; otherwise the planner holds (mode `floor`): it keeps the count it started with (the
-operator's provisioning; it is not given up on a calm first half-hour), raised by one replica for
-`raise_s` whenever the SLO's error budget over `budget_window_s` is overspent while the fleet as
-it is now still misses. Scaling down is only ever done by following the forecast: capacity that
-cannot come back within a burst is not removed on a forecast that misses bursts.
+holding; otherwise the planner holds (mode `floor`): it keeps the count that the requests
+observed over the last `hold_window_s` needed (`pooled_need`: the fewest replicas of one shared
+queue that would have served the band's lower edge of them, times the capacity factor), raised
+by one replica for `raise_s` whenever the SLO's error budget over `budget_window_s` is overspent
+while the fleet as it is now still misses. Observed demand only: neither the count it started
+with nor any figure computed with hindsight sets it (before any request, it keeps what runs); it
+comes down as the hour's demand does, the one way the count goes down without following the
+forecast.
 
 Floor. Never below the prefill work of the last `floor_window_s` (fewer replicas cannot keep up
 with what just arrived, whatever was forecast).
@@ -51,15 +54,16 @@ the plan, the count is sized on it and does not come down for `panic_hold_s`.
 Feedback. The queue model is an approximation (least-outstanding routing does not see prompt
 sizes, so a long prefill blocks the replica it lands on more than one shared queue would let
 it: on Mooncake the model alone asks for half the replicas the SLO needs). So the forecast's
-count is the model's times `capacity_factor`, which the planner learns from the SLO attainment
-it observes while the model sets the count (first tokens are observable once out), as NVIDIA
-Dynamo's SLA planner corrects its performance model by what it observes. The factor aims at a
+and the held count are the model's times `capacity_factor`, which the planner learns from the
+SLO attainment it observes (first tokens are observable once out), as NVIDIA Dynamo's SLA
+planner corrects its performance model by what it observes. On a miss the factor is at least
+the fleet's count over the count of one shared queue that would have served the same share of
+the same windows' requests (what routing made of one such replica). The factor aims at a
 band above `slo_target` (the allowed misses split in thirds: attainment between target + 1/3
 and target + 2/3 of them), so that the transients of a start-up land above the target rather
 than on it: attainment below the band raises it by `feedback_up`, above it lowers it by
 `feedback_down`, never below 1 (one shared queue is the best any router can do). Raising judges
-only what was served after the last scale-up's replicas became ready. While the planner holds,
-the factor only comes down on a surplus (a count it did not set says nothing against it).
+only what was served after the last scale-up's replicas became ready.
 
 Hysteresis. Scaling up is immediate. Scaling down waits until the need has stayed below the
 current count for `scale_down_window_s` and then goes to the largest need seen in that window
@@ -75,6 +79,15 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from seedance.router.core.planning.demand import DemandWindow, replay_window
+from seedance.router.core.planning.sizing import (
+    Binding,
+    LoadForecast,
+    ReplicaCapacity,
+    _bounded,
+    _kv_need,
+    _queue_need,
+    replicas_needed,
+)
 
 __all__ = [
     "Binding",
@@ -87,6 +100,7 @@ __all__ = [
     "Recommendation",
     "ReplicaCapacity",
     "plan",
+    "pooled_need",
     "replicas_needed",
 ]
 
@@ -110,34 +124,6 @@ class PlannerMode(StrEnum):
     PANIC = "panic"
     # Not following the forecast: the held count, or the floor of the work that just arrived.
     FLOOR = "floor"
-
-
-class Binding(StrEnum):
-    """Which constraint set the need."""
-
-    PREFILL = "prefill"
-    KV = "kv"
-    MIN_REPLICAS = "min_replicas"
-    MAX_REPLICAS = "max_replicas"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplicaCapacity:
-    """What one replica of the model can do (an engine profile, the same for every policy)."""
-
-    prefill_tokens_per_s: float
-    prefill_overhead_s: float
-    decode_step_s: float
-    kv_capacity_tokens: int
-
-    def __post_init__(self) -> None:
-        if self.prefill_tokens_per_s <= 0 or self.kv_capacity_tokens <= 0:
-            raise ValueError(
-                "prefill_tokens_per_s and kv_capacity_tokens must be > 0, got "
-                f"{self.prefill_tokens_per_s} and {self.kv_capacity_tokens}"
-            )
-        if self.prefill_overhead_s < 0 or self.decode_step_s < 0:
-            raise ValueError("prefill_overhead_s and decode_step_s must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,6 +168,10 @@ class PlannerConfig:
     budget_window_s: float = 3600.0
     budget_min_requests: int = 1000
     raise_s: float = 300.0
+    # The held count: the fewest replicas that would have served the band's lower edge of the
+    # requests observed over this trailing window, pooled (observed demand only: a start-up
+    # count or a hindsight figure never sets it).
+    hold_window_s: float = 3600.0
     min_replicas: int = 1
     max_replicas: int = 64
 
@@ -228,33 +218,6 @@ class PlannerConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LoadForecast:
-    """The model's load at one horizon, fleet-wide (a forecast, or the truth for an oracle)."""
-
-    horizon_s: float
-    arrivals_per_s: float
-    # First and second moments of prompt tokens per request (what prefill work depends on).
-    prompt_tokens_mean: float
-    prompt_tokens_sq_mean: float
-    # KV tokens in use over the whole fleet.
-    kv_used_tokens: float
-    # Prompt sizes at equally spaced quantiles (each stands for the same share of requests);
-    # empty means every request is of the mean size.
-    prompt_tokens_quantiles: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.arrivals_per_s < 0 or self.kv_used_tokens < 0 or self.prompt_tokens_mean < 0:
-            raise ValueError(
-                f"load forecast at {self.horizon_s} s has a negative rate, KV or prompt mean"
-            )
-        if self.prompt_tokens_sq_mean < self.prompt_tokens_mean**2 * (1 - 1e-9):
-            raise ValueError(
-                f"prompt_tokens_sq_mean {self.prompt_tokens_sq_mean} is below the square of "
-                f"prompt_tokens_mean {self.prompt_tokens_mean}"
-            )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PlanState:
     """What the planner remembers between decisions (one serialisable value per model)."""
 
@@ -274,9 +237,12 @@ class PlanState:
     windows: tuple[tuple[int, DemandWindow], ...] = ()
     # No scale-down before this time (the last panicking decision + `panic_hold_s`).
     panic_until_s: float = -math.inf
-    # The count held where the forecast is not followed (None: the count at the first
-    # decision), whether the last decision held it, and when it was last raised.
-    held: int | None = None
+    # The intervals replayed over the hold window (`hold_window_s`), oldest first: the held
+    # count is what they needed, pooled. Whether the last decision held, and its raises.
+    seen: tuple[DemandWindow, ...] = ()
+    # The held count before raises as last sized on observed demand (None: no demand observed
+    # yet, when the planner keeps what runs).
+    held_base: int | None = None
     holding: bool = False
     raises: tuple[float, ...] = ()
     # (time_s, met, requests) of the SLO observations inside the error-budget window.
@@ -312,53 +278,12 @@ class Recommendation:
     observed_need: int = 0
 
 
-def _erlang_c(n: int, a: float) -> float:
-    """Probability of waiting in M/M/n with offered load a < n (via the Erlang B recursion)."""
-    b = 1.0
-    for k in range(1, n + 1):
-        b = a * b / (k + a * b)
-    rho = a / n
-    return b / (1.0 - rho * (1.0 - b))
-
-
-def _erlang_c_wait(n: int, rate_per_s: float, s1: float, s2: float) -> tuple[float, float]:
-    """(P(wait), mean wait given a wait) on n replicas; (1, inf) when the load is unstable."""
-    a = rate_per_s * s1
-    if a >= n:
-        return 1.0, math.inf
-    if a <= 0.0:
-        return 0.0, 0.0
-    cv2 = max(s2 / (s1 * s1) - 1.0, 0.0)
-    return _erlang_c(n, a), s1 / (n - a) * (1.0 + cv2) / 2.0
-
-
-def _attainment(
-    n: int, rate_per_s: float, s1: float, s2: float, budgets_s: Sequence[float]
-) -> float:
-    """Share of requests (one per budget) whose prefill wait fits their budget, on n replicas."""
-    c, wait_if_any_s = _erlang_c_wait(n, rate_per_s, s1, s2)
-    if c >= 1.0:
-        return 0.0
-    if c <= 0.0:
-        return 1.0
-    return sum(1.0 - c * math.exp(-b / wait_if_any_s) for b in budgets_s) / len(budgets_s)
-
-
-def _service_moments(load: LoadForecast, capacity: ReplicaCapacity) -> tuple[float, float]:
-    c = capacity
-    tps = c.prefill_tokens_per_s
-    s1 = c.prefill_overhead_s + load.prompt_tokens_mean / tps
-    # E[(a + X/b)^2] = a^2 + 2a E[X]/b + E[X^2]/b^2.
-    s2 = (
-        c.prefill_overhead_s**2
-        + 2.0 * c.prefill_overhead_s * load.prompt_tokens_mean / tps
-        + load.prompt_tokens_sq_mean / tps**2
-    )
-    return s1, s2
-
-
 def feedback(
-    state: PlanState, now_s: float, observed: ObservedSlo | None, cfg: PlannerConfig
+    state: PlanState,
+    now_s: float,
+    observed: ObservedSlo | None,
+    cfg: PlannerConfig,
+    seen: Sequence[DemandWindow] = (),
 ) -> PlanState:
     """The state after this decision's SLO observation: the factor where the queue model set the
     last count, the held count's raises where the hold did, and the observation windows."""
@@ -390,13 +315,15 @@ def feedback(
             and _attained(fresh, cfg) < cfg.slo_target
         ):
             raises = (*raises, now_s)
-        if _attained(window, cfg) > upper:
-            # A surplus while holding says the queue model's count would not be short either
-            # (the factor never rises on a count it did not set; stuck at 1.05 it would keep a
-            # conversation fleet's 2 replicas at 3 for good, ceil(2 x 1.05)).
-            factor *= 1.0 - cfg.feedback_down
-    elif _attained(fresh, cfg) < lower:
+    attained = _attained(fresh, cfg)
+    if attained < lower:
         factor *= 1.0 + cfg.feedback_up
+        # The count of one shared queue that would have served what the fleet served over the
+        # same windows: the fleet's count over it is what routing made of one such replica.
+        since_s = max(ready_since_s, cutoff_s)  # the windows the fresh observations cover
+        matched = pooled_need([w for w in seen if w.end_s > since_s], attained)
+        if matched is not None and matched < state.replicas:
+            factor = max(factor, state.replicas / matched)
     elif _attained(window, cfg) > upper:
         factor *= 1.0 - cfg.feedback_down
     return replace(
@@ -414,59 +341,6 @@ def _attained(window: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> f
     if requests < cfg.feedback_min_requests:
         return math.nan
     return sum(x[1] for x in window) / requests
-
-
-def _queue_need(
-    load: LoadForecast, capacity: ReplicaCapacity, cfg: PlannerConfig, *, start: int = 0
-) -> int:
-    """Fewest replicas of one shared queue (from `min_replicas`, or `start` when the caller
-    knows fewer do not suffice; `max_replicas` + 1 when none suffices) that keep this load
-    inside the SLO target, by the M/G/n model."""
-    c = capacity
-    tps = c.prefill_tokens_per_s
-    s1, s2 = _service_moments(load, capacity)
-    sizes = load.prompt_tokens_quantiles or (load.prompt_tokens_mean,)
-    budgets_s = [
-        b
-        for b in (
-            cfg.ttft_slo_s - c.decode_step_s - c.prefill_overhead_s - size / tps for size in sizes
-        )
-        if b >= 0.0
-    ]
-    for n in range(max(cfg.min_replicas, start), cfg.max_replicas + 1):
-        # With no request servable in time, only stability is asked of the fleet.
-        ok = (
-            _attainment(n, load.arrivals_per_s, s1, s2, budgets_s) >= cfg.slo_target
-            if budgets_s
-            else load.arrivals_per_s * s1 < n
-        )
-        if ok:
-            return n
-    return cfg.max_replicas + 1
-
-
-def _kv_need(load: LoadForecast, capacity: ReplicaCapacity, cfg: PlannerConfig) -> int:
-    return math.ceil(load.kv_used_tokens / (cfg.kv_headroom * capacity.kv_capacity_tokens) - 1e-9)
-
-
-def _bounded(prefill_n: int, kv_n: int, cfg: PlannerConfig) -> tuple[int, Binding]:
-    need = max(prefill_n, kv_n, cfg.min_replicas)
-    if need > cfg.max_replicas:
-        return cfg.max_replicas, Binding.MAX_REPLICAS
-    if prefill_n <= cfg.min_replicas and kv_n <= cfg.min_replicas:
-        return need, Binding.MIN_REPLICAS
-    return need, (Binding.KV if kv_n > prefill_n else Binding.PREFILL)
-
-
-def replicas_needed(
-    load: LoadForecast,
-    capacity: ReplicaCapacity,
-    cfg: PlannerConfig,
-    capacity_factor: float = 1.0,
-) -> tuple[int, Binding]:
-    """Fewest replicas (within the configured bounds) that keep this load inside the SLO."""
-    prefill_n = math.ceil(_queue_need(load, capacity, cfg) * capacity_factor - 1e-9)
-    return _bounded(prefill_n, _kv_need(load, capacity, cfg), cfg)
 
 
 def _replay(
@@ -525,9 +399,6 @@ def plan(
     """
     if not loads:
         raise ValueError("plan needs at least one load forecast")
-    state = feedback(state, now_s, observed, cfg)
-    k = state.capacity_factor
-    held = (state.replicas if state.held is None else state.held) + len(state.raises)
 
     def real(n: int) -> int:
         return math.ceil(n * k - 1e-9)
@@ -537,6 +408,15 @@ def plan(
     forecast_n, horizon_s = max(queue_needs, key=lambda x: (x[0], -x[1]))
     # The interval that just ended, and the forecast made a lead time before its end.
     last = _replay(arrivals, now_s, cfg.interval_s, capacity, cfg)
+    seen = tuple(w for w in state.seen if w.end_s > now_s - cfg.hold_window_s)
+    if last.requests > 0:
+        seen = (*seen, last)
+    state = feedback(state, now_s, observed, cfg, seen)
+    k = state.capacity_factor
+    pooled = pooled_need(seen, cfg.band[0])
+    # No demand in the hold window: the base last sized on demand, or before any, what runs.
+    base = real(pooled) if pooled is not None else state.held_base or state.replicas
+    held = base + len(state.raises)
     in_force = _in_force(state.forecasts, now_s - cfg.lead_s)
     windows = tuple(x for x in state.windows if x[1].end_s > now_s - cfg.calibration_window_s)
     if in_force is not None:
@@ -585,7 +465,8 @@ def plan(
             forecasts=forecasts,
             windows=windows,
             panic_until_s=panic_until_s,
-            held=state.replicas if state.held is None else state.held,
+            seen=seen,
+            held_base=base,
             holding=not following and prefill_n == held,
         ),
         Recommendation(
@@ -601,6 +482,20 @@ def plan(
             observed_need=observed_n,
         ),
     )
+
+
+def pooled_need(windows: Sequence[DemandWindow], target: float) -> int | None:
+    """Fewest replicas of one shared queue that would have served `target` of the windows'
+    requests in time, pooled over them (None: no request in them)."""
+    requests = sum(w.requests for w in windows)
+    if requests == 0:
+        return None
+    want = target * requests - 1e-9
+    top = max(len(w.met) for w in windows)
+    for n in range(1, top + 1):
+        if sum(w.met_at(n) for w in windows) >= want:
+            return n
+    return top
 
 
 def _follows(
