@@ -213,3 +213,44 @@ async def test_a_registry_that_does_not_answer_is_a_busy_refusal_answered_at_onc
     finally:
         service._registry.get = real_get  # type: ignore[method-assign]
     assert (await logins(callout.url, "umbrella", password, 1)).failed == 0
+
+
+async def test_a_registered_tenant_and_an_unregistered_name_need_no_registry_read(
+    callout: Callout,
+) -> None:
+    """The callout's mirror of the registry (seedance.core.tenant_mirror) answers both: a
+    login's path has no round trip through the server, and a flood of random user names costs
+    the server no JetStream read."""
+    mirror = callout.service.mirror
+    assert mirror is not None
+    assert mirror.complete
+    password = await callout.registry.add("regular")
+    assert (await logins(callout.url, "regular", password, 1)).failed == 0  # written: one read
+    reads = mirror.answered["read"]
+    async with flooding(callout.url, "random-users", "tenant-regular") as counts:
+        await eventually(lambda: callout.count("refused", "not_registered") >= ATTACKERS, 120)
+        again = await logins(callout.url, "regular", password, 3)
+    assert (again.failed, again.errors) == (0, [])
+    assert mirror.answered["read"] == reads
+    refused = callout.count("refused", "not_registered")
+    assert counts[0].attempts >= refused >= ATTACKERS
+    assert mirror.answered["memory"] >= refused + 3  # each flood attempt, each login
+
+
+async def test_a_removal_or_a_new_password_counts_for_the_very_next_login(
+    callout: Callout,
+) -> None:
+    """The bucket's writes reach the callout on its own connection before any login started
+    after the write returned (core subscription, one connection, in order): no window where a
+    removed tenant or a replaced password still logs in from the mirror, and none where a
+    tenant just added is refused. Repeated: the order holds every time, not by luck."""
+    for i in range(10):
+        first = await callout.registry.add("rotating")
+        assert (await logins(callout.url, "rotating", first, 1)).failed == 0, i
+        second = await callout.registry.add("rotating")  # a new password
+        assert (await logins(callout.url, "rotating", first, 1)).failed == 1, i
+        assert (await logins(callout.url, "rotating", second, 1)).failed == 0, i
+        await callout.registry.remove("rotating")
+        gone = await logins(callout.url, "rotating", second, 1)
+        assert gone.failed == 1, i
+        assert "Authorization Violation" in gone.errors[0]
