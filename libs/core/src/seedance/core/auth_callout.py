@@ -435,13 +435,13 @@ class AuthCallout:
             ) from None
 
     async def _verify(self, tenant: str, record: TenantRecord, password: str) -> None:
-        """The password through the gate: no hash for the one that last logged in, none for a
-        known wrong one or while the tenant backs off, else one hash in a bounded slot."""
+        """The password through the gate: no hash for the one that last logged in, nor for
+        any other while its record stands, nor for a known wrong one or while the tenant
+        backs off; else one hash in a bounded slot."""
         gate, clock = self.gate, self._bus.clock
-        digest = gate.digest(
-            bytes.fromhex(record.salt_hex), bytes.fromhex(record.scrypt_hex), password
-        )
-        verdict, why = gate.decide(tenant, digest, clock.monotonic())
+        stored = bytes.fromhex(record.scrypt_hex)
+        digest = gate.digest(bytes.fromhex(record.salt_hex), stored, password)
+        verdict, why = gate.decide(tenant, digest, clock.monotonic(), record=stored)
         user = tenant_user_name(tenant)
         if verdict is Verdict.GRANT:
             self.metrics.answers_total.labels("granted", "known").inc()
@@ -454,7 +454,7 @@ class AuthCallout:
         except Busy as exc:
             raise Refused(f"the callout is busy ({exc}): try again", "busy") from None
         finally:
-            gate.hashed(tenant, digest, ok, clock.monotonic())
+            gate.hashed(tenant, digest, ok, clock.monotonic(), record=stored)
         self.metrics.hashes_total.inc()
         if not ok:
             raise Refused(f"wrong password for {user!r}", "wrong_password")
