@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -196,12 +197,12 @@ async def k8s_stage(logdir: Path, args: argparse.Namespace) -> AsyncIterator[Sta
     try:
         url = api.start()
         (tmp / "kubeconfig").write_text(kubeconfig(url))
-        for name in ("admin", tenant_user_name(HOSTILE)):
-            tenant = name.removeprefix("tenant-") if name.startswith("tenant-") else None
+        for name, prefix in (("admin", None), (tenant_user_name(HOSTILE), inbox_prefix(HOSTILE))):
             settings = BusSettings(
                 url=server.url, user=name, password=passwords[name], name=f"chaos-k8s-{name}",
-                **({"inbox_prefix": inbox_prefix(tenant)} if tenant else {}),
             )  # fmt: skip
+            if prefix:
+                settings = dataclasses.replace(settings, inbox_prefix=prefix)
             buses.append(await Bus.connect(settings))
         admin, mallory = buses
         await admin.ensure_streams()
@@ -255,23 +256,25 @@ def _requests(job_ids: list[str], now: datetime) -> list[tuple[str, Any]]:
     """The hostile tenant's requests naming ``job_ids``: a submit (1 GPU, the highest priority
     its quota allows), a start, a finish, a cancel of each."""
     out: list[tuple[str, Any]] = []
+    m = HOSTILE
     for job in job_ids:
-        base = {"at": now, "job_id": job, "tenant": HOSTILE}
+        submit = JobSubmitted(
+            id=new_event_id(at=now), at=now, job_id=job, tenant=m,
+            request=ResourceRequest(gpus=1), priority=2**31 - 1,
+        )  # fmt: skip
         out += [
+            (jobs.subject(m, "submitted"), submit),
             (
-                jobs.subject(HOSTILE, "submitted"),
-                JobSubmitted(
-                    id=new_event_id(at=now),
-                    request=ResourceRequest(gpus=1),
-                    priority=2**31 - 1,
-                    **base,
-                ),
+                jobs.subject(m, "started"),
+                JobStarted(id=new_event_id(at=now), at=now, job_id=job, tenant=m),
             ),
-            (jobs.subject(HOSTILE, "started"), JobStarted(id=new_event_id(at=now), **base)),
-            (jobs.subject(HOSTILE, "finished"), JobFinished(id=new_event_id(at=now), **base)),
             (
-                jobs.subject(HOSTILE, "cancelled"),
-                JobCancelled(id=new_event_id(at=now), reason="chaos", **base),
+                jobs.subject(m, "finished"),
+                JobFinished(id=new_event_id(at=now), at=now, job_id=job, tenant=m),
+            ),
+            (
+                jobs.subject(m, "cancelled"),
+                JobCancelled(id=new_event_id(at=now), at=now, job_id=job, tenant=m, reason="x"),
             ),
         ]
     return out
@@ -429,7 +432,7 @@ async def _registrations(bus: Bus) -> dict[str, str]:
             else:
                 out.pop(entry.key, None)
     finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
+        await watcher.stop()
     return out
 
 
