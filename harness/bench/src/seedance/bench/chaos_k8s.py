@@ -24,6 +24,7 @@ waiting over quota: the strongest form of the attack.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -418,62 +419,79 @@ ROGUE_SLICES = (
 OWN_SLICE = (HOSTILE, "own-acme-llm", MODEL, (("10.6.6.5", "m-0", HOSTILE),))
 
 
-async def _registrations(bus: Bus) -> dict[str, str]:
-    """The replicas bucket now: key -> address."""
+@contextlib.asynccontextmanager
+async def _registrations(bus: Bus) -> AsyncIterator[dict[str, str]]:
+    """The replicas bucket as it changes (one watch for the block): key -> address."""
     kv = await ensure_bucket(bus, routing.REPLICAS_BUCKET)
     watcher = await kv.watch(f"{DEFAULT_FLEET}.>")
     out: dict[str, str] = {}
-    try:
+
+    async def follow() -> None:
         async for entry in watcher:
             if entry is None:
-                break
+                continue  # the current values are in; changes follow
             if entry.operation is None and entry.value:
                 out[entry.key] = str(json.loads(entry.value).get("address", ""))
             else:
                 out.pop(entry.key, None)
+
+    task = asyncio.create_task(follow())
+    try:
+        yield out
     finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         await watcher.stop()
-    return out
+
+
+async def _refused_slices(kube: Kube) -> set[tuple[str, str]]:
+    """The slices the bridge reported (a ``ReplicaRefused`` Event on each)."""
+    warned = set()
+    for ns in (ROGUE_NS, HOSTILE):
+        for ev in await kube.events(ns):
+            if ev.get("reason") == "ReplicaRefused":
+                warned.add((ns, str((ev.get("involvedObject") or {}).get("name"))))
+    return warned
 
 
 async def rogue_endpoint_slices(stage: KubeStage, args: argparse.Namespace) -> ClassOutcome:
     out = ClassOutcome("rogue-endpoint-slices")
     kube = stage.kube
-    for ns, name, model, eps in (*HONEST_SLICES, *ROGUE_SLICES, OWN_SLICE):
-        await kube.create(
-            f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", _slice(name, model, *eps)
-        )
-    out.sent = len(ROGUE_SLICES) + 1
     own_key = f"{replica_set(DEFAULT_FLEET, MODEL, HOSTILE)}.{HOSTILE}_m-0"
-    rogue_names = {(ns, name) for ns, name, *_ in ROGUE_SLICES}
+    address = {(ns, name): {f"{ip}:8001" for ip, *_ in eps} for ns, name, _, eps in ROGUE_SLICES}
+    async with _registrations(stage.admin) as regs:
+        for ns, name, model, eps in (*HONEST_SLICES, *ROGUE_SLICES, OWN_SLICE):
+            await kube.create(
+                f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+                _slice(name, model, *eps),
+            )
+        out.sent = len(ROGUE_SLICES) + 1
 
-    async def reported() -> bool:
-        warned = set()
-        for ns in (ROGUE_NS, HOSTILE):
-            for ev in await kube.events(ns):
-                obj = ev.get("involvedObject") or {}
-                if ev.get("reason") == "ReplicaRefused":
-                    warned.add((ns, obj.get("name")))
-        regs = await _registrations(stage.admin)
-        return warned >= rogue_names and own_key in regs and len(regs) >= len(HONEST_SLICES) + 1
+        async def settled() -> bool:
+            """Each rogue slice either reported or registered; the others registered."""
+            warned = await _refused_slices(kube)
+            seen = set(regs.values())
+            decided = all(k in warned or a & seen for k, a in address.items())
+            return decided and own_key in regs and len(regs) >= len(HONEST_SLICES) + 1
 
-    await eventually(reported, 60, what="the rogue slices reported and the others registered")
-    out.refused = len(rogue_names)
-    regs = await _registrations(stage.admin)
+        await eventually(settled, 60, what="every slice registered or reported", interval_s=0.1)
+        out.refused = len(await _refused_slices(kube) & set(address))
+        registered = dict(regs)
     rogue_addresses = {f"{ip}:8001" for *_, eps in (*ROGUE_SLICES, OWN_SLICE) for ip, *_ in eps}
     for ns, _name, model, eps in HONEST_SLICES:
         owner = VICTIM if ns == VICTIM else ""
         prefix = replica_set(DEFAULT_FLEET, model, owner) + "."
-        members = {k: a for k, a in regs.items() if k.startswith(prefix)}
+        members = {k: a for k, a in registered.items() if k.startswith(prefix)}
         honest = {f"{ip}:8001" for ip, *_ in eps}
         if set(members.values()) != honest:
             out.effects.append(
                 f"{model!r} of {owner or 'the shared pool'} routes to {sorted(members.values())}, "
                 f"not {sorted(honest)}"
             )
-    for key, address in regs.items():
-        if address in rogue_addresses and key != own_key:
-            out.effects.append(f"a rogue slice registered as {key} ({address})")
+    for key, addr in registered.items():
+        if addr in rogue_addresses and key != own_key:
+            out.effects.append(f"a rogue slice registered as {key} ({addr})")
     return out
 
 
