@@ -20,8 +20,9 @@ A removed tenant cannot connect again; a connection it already has lasts until i
 Floods: each request is answered in a task of its own, and the cheap refusals come before any
 scrypt hash (not a tenant user, a password outside ``PASSWORD_RULE``, not registered: from the
 callout's mirror of the registry, ``seedance.core.tenant_mirror``, with no read); the rest
-goes through ``seedance.core.login_gate`` (the password that last logged in needs no hash, a
-known wrong one is refused, per-user backoff, a bound on concurrent hashes). Every refusal is
+goes through ``seedance.core.login_gate`` (the password that last logged in needs no hash, nor
+does any other while its record stands: refused; a known wrong one is refused, per-user
+backoff, a bound on concurrent hashes). Every refusal is
 answered ``refusal_delay_s`` late; beyond ``max_pending`` requests being decided a request is
 not answered (the server refuses the connection at its auth timeout).
 
