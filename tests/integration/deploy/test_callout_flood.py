@@ -23,6 +23,7 @@ from typing import Any
 import nkeys
 import pytest
 import pytest_asyncio
+from nats.js.errors import KeyNotFoundError
 
 from seedance.bench.callout_flood import FloodCounts, flood, timed_logins
 from seedance.core import Bus, BusSettings
@@ -33,9 +34,10 @@ from seedance.core.auth_callout import (
     TenantRegistry,
     new_issuer,
 )
+from seedance.events.nats_config import CALLOUT_ISSUER_VAR
 from seedance.events.permissions import CALLOUT_USER, tenant_user_name
 from seedance.events.tokens import InvalidToken
-from seedance.testing.servers import NatsServer, shipped_auth_server
+from seedance.testing.servers import SHIPPED_AUTH, NatsServer, shipped_auth_server, shipped_users
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
@@ -232,6 +234,9 @@ async def test_a_registered_tenant_and_an_unregistered_name_need_no_registry_rea
         again = await logins(callout.url, "regular", password, 3)
     assert (again.failed, again.errors) == (0, [])
     assert mirror.answered["read"] == reads
+    # the probe that proved the subscription (refused by the stream) was never stored
+    with pytest.raises(KeyNotFoundError):
+        await callout.registry._kv.get(mirror._probe)
     refused = callout.count("refused", "not_registered")
     assert counts[0].attempts >= refused >= ATTACKERS
     assert mirror.answered["memory"] >= refused + 3  # each flood attempt, each login
@@ -254,3 +259,42 @@ async def test_a_removal_or_a_new_password_counts_for_the_very_next_login(
         gone = await logins(callout.url, "rotating", second, 1)
         assert gone.failed == 1, i
         assert "Authorization Violation" in gone.errors[0]
+
+
+async def test_under_a_config_rendered_before_the_mirror_every_login_reads_the_registry(
+    issuer: nkeys.KeyPair,
+) -> None:
+    """A server whose config predates the callout's subscription to the bucket's writes
+    refuses it: the callout must then read the registry for every login (a mirror that never
+    hears of a removal would let a removed tenant in), and say so."""
+    text = SHIPPED_AUTH.read_text()
+    granted = '"$SYS.REQ.USER.AUTH"\n            "$KV.seedance-tenants.>"'
+    assert granted in text
+    text = text.replace(granted, '"$SYS.REQ.USER.AUTH"')
+    defs = "".join(f'{v}: "{shipped_password(u)}"\n' for u, v in shipped_users(text).items())
+    defs += f"{CALLOUT_ISSUER_VAR}: {issuer.public_key.decode()}\n"
+    server = NatsServer(config=defs + text)
+    try:
+        own = await Bus.connect(
+            BusSettings(url=server.url, user=CALLOUT_USER, password=shipped_password(CALLOUT_USER))
+        )
+        admin = await Bus.connect(
+            BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+        )
+        try:
+            async with AuthCallout(own, issuer) as service:
+                mirror = service.mirror
+                assert mirror is not None
+                assert not mirror.permitted
+                registry = await TenantRegistry.open(admin)
+                password = await registry.add("legacy")
+                assert (await logins(server.url, "legacy", password, 2)).failed == 0
+                await registry.remove("legacy")
+                assert (await logins(server.url, "legacy", password, 1)).failed == 1
+                assert mirror.answered["memory"] == 0
+                assert mirror.answered["read"] == 3
+        finally:
+            await admin.close()
+            await own.close()
+    finally:
+        server.stop()

@@ -20,9 +20,13 @@ How it stays exactly as fresh as a read (what makes it safe):
 - A message does not carry the record as stored (a publish the stream then refuses would look
   the same), so it only marks its tenant *stale*: the next `get` for that tenant reads the
   bucket (the truth), and keeps what it read unless another write came meanwhile.
+- It starts only once a probe published on the bucket's subjects (and refused by the stream:
+  nothing stored) came back through its subscription.
 - It is complete only between a full read of the bucket and the next reconnection (messages
   sent while the connection was down are lost to a core subscription): until the (re)read
-  finished, every `get` reads the bucket, as before.
+  finished, every `get` reads the bucket, as before. If the probe does not come back (the
+  server refused the subscription: a config rendered before the callout's user was granted
+  it), it is never complete: an error is logged once and every `get` reads the bucket.
 
 Memory: one record per registered tenant and one name per tenant written since its last read;
 never anything for the names a flood tries.
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -47,6 +52,8 @@ log = get_logger(__name__)
 #: The bucket's own subjects: every put and delete of a tenant's record is published here.
 TENANT_WRITES = f"$KV.{TENANTS_BUCKET}.>"
 _PREFIX = TENANT_WRITES[:-1]
+#: A last sequence no key of the bucket reaches (the stream refuses the probe).
+_NEVER = str(2**63 - 1)
 
 
 class TenantMirror:
@@ -68,10 +75,39 @@ class TenantMirror:
         self._reads: dict[str, asyncio.Future[TenantRecord | None]] = {}
         #: How lookups were answered: from memory, or by a read of the bucket.
         self.answered = {"memory": 0, "read": 0}
+        #: False when the server refused the subscription to the bucket's writes: then every
+        #: lookup reads the bucket (as before the mirror).
+        self.permitted = True
+        #: Not a tenant id (``_`` is in none), so never a login's key.
+        self._probe = f"_mirror-probe-{secrets.token_hex(8)}"
+        self._confirmed = asyncio.Event()
 
-    async def start(self) -> None:
-        self._sub = await self._bus.nc.subscribe(TENANT_WRITES, cb=self._on_write)
-        await self._bus.nc.flush()  # subscribed at the server before the bucket is read
+    async def start(self, confirm_s: float = 10.0) -> None:
+        nc = self._bus.nc
+        self._sub = await nc.subscribe(TENANT_WRITES, cb=self._on_write)
+        # A probe proves the server delivers the bucket's writes here: a publish on the
+        # bucket's subjects that the stream refuses (it expects a last sequence the probe's
+        # key never has), so nothing is stored, while core subscribers get it as routed. A
+        # server config rendered before the callout was granted the subscription refuses it
+        # (asynchronously): then the mirror is never complete and every login reads the
+        # registry, rather than a mirror that never hears of a removal.
+        await nc.publish(
+            _PREFIX + self._probe, b"", headers={"Nats-Expected-Last-Subject-Sequence": _NEVER}
+        )
+        try:
+            async with asyncio.timeout(confirm_s):
+                await self._confirmed.wait()
+        except TimeoutError:
+            log.error(
+                "tenant_mirror_not_permitted",
+                error=repr(nc.last_error),
+                fix="re-render the server config (make nats-auth) and reload the server; "
+                "until then every login reads the registry",
+            )
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub, self.permitted = None, False
+            return
         await self._load()
 
     async def stop(self) -> None:
@@ -86,11 +122,18 @@ class TenantMirror:
 
     @property
     def complete(self) -> bool:
-        return self._complete and self._reconnects == self._bus.nc.stats["reconnects"]
+        return (
+            self.permitted
+            and self._complete
+            and self._reconnects == self._bus.nc.stats["reconnects"]
+        )
 
     async def _on_write(self, msg: Msg) -> None:
         try:
             tenant = msg.subject.removeprefix(_PREFIX)
+            if tenant == self._probe:
+                self._confirmed.set()
+                return
             self._stale.add(tenant)
             self._writes[tenant] = self._writes.get(tenant, 0) + 1
             self._records.pop(tenant, None)
@@ -131,7 +174,8 @@ class TenantMirror:
         """The tenant's record, as a read of the bucket now would return it."""
         await self._caught_up()
         if not self.complete:
-            self._reload()
+            if self.permitted:
+                self._reload()
             return await self._read(tenant, keep=False)
         if tenant in self._stale:
             return await self._read(tenant, keep=True)
