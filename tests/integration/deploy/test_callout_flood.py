@@ -23,6 +23,7 @@ from typing import Any
 import nkeys
 import pytest
 import pytest_asyncio
+from nats.js.errors import KeyNotFoundError
 
 from seedance.bench.callout_flood import FloodCounts, flood, timed_logins
 from seedance.core import Bus, BusSettings
@@ -33,9 +34,10 @@ from seedance.core.auth_callout import (
     TenantRegistry,
     new_issuer,
 )
+from seedance.events.nats_config import CALLOUT_ISSUER_VAR
 from seedance.events.permissions import CALLOUT_USER, tenant_user_name
 from seedance.events.tokens import InvalidToken
-from seedance.testing.servers import NatsServer, shipped_auth_server
+from seedance.testing.servers import SHIPPED_AUTH, NatsServer, shipped_auth_server, shipped_users
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
@@ -123,15 +125,15 @@ async def test_wrong_passwords_flooding_a_tenants_own_user_leave_its_login_worki
     assert (await logins(callout.url, "victim", password, 1)).failed == 0  # it had logged in
     assert callout.hashes == 1
     async with flooding(callout.url, "wrong-passwords", "tenant-victim") as counts:
-        # the flood is in the callout's backoff: refused without a hash
-        await eventually(lambda: callout.count("refused", "backoff") >= 3 * ATTACKERS, 120)
+        # not the password its record accepted: refused without a hash (and no backoff)
+        await eventually(lambda: callout.count("refused", "not_the_known") >= 3 * ATTACKERS, 120)
         during = await logins(callout.url, "victim", password, 5)
     assert (during.failed, during.errors) == (0, [])
     assert callout.count("granted", "known") == 5
-    refused = callout.count("refused", "backoff") + callout.count("refused", "wrong_password")
+    refused = callout.count("refused", "not_the_known")
     assert counts[0].attempts >= refused >= 3 * ATTACKERS  # answers of the last wave pending
-    # 1 login + the 5 free wrong ones + a probe per doubling backoff (1, 2, 4, ... s)
-    assert callout.hashes < 20
+    assert callout.count("refused", "backoff") == callout.count("refused", "wrong_password") == 0
+    assert callout.hashes == 1  # its own first login; none for the flood (before: 5 + probes)
 
 
 async def test_random_users_flooding_cost_no_hash_and_a_new_tenant_still_logs_in(
@@ -213,3 +215,86 @@ async def test_a_registry_that_does_not_answer_is_a_busy_refusal_answered_at_onc
     finally:
         service._registry.get = real_get  # type: ignore[method-assign]
     assert (await logins(callout.url, "umbrella", password, 1)).failed == 0
+
+
+async def test_a_registered_tenant_and_an_unregistered_name_need_no_registry_read(
+    callout: Callout,
+) -> None:
+    """The callout's mirror of the registry (seedance.core.tenant_mirror) answers both: a
+    login's path has no round trip through the server, and a flood of random user names costs
+    the server no JetStream read."""
+    mirror = callout.service.mirror
+    assert mirror is not None
+    assert mirror.complete
+    password = await callout.registry.add("regular")
+    assert (await logins(callout.url, "regular", password, 1)).failed == 0  # written: one read
+    reads = mirror.answered["read"]
+    async with flooding(callout.url, "random-users", "tenant-regular") as counts:
+        await eventually(lambda: callout.count("refused", "not_registered") >= ATTACKERS, 120)
+        again = await logins(callout.url, "regular", password, 3)
+    assert (again.failed, again.errors) == (0, [])
+    assert mirror.answered["read"] == reads
+    # the probe that proved the subscription (refused by the stream) was never stored
+    with pytest.raises(KeyNotFoundError):
+        await callout.registry._kv.get(mirror._probe)
+    refused = callout.count("refused", "not_registered")
+    assert counts[0].attempts >= refused >= ATTACKERS
+    assert mirror.answered["memory"] >= refused + 3  # each flood attempt, each login
+
+
+async def test_a_removal_or_a_new_password_counts_for_the_very_next_login(
+    callout: Callout,
+) -> None:
+    """The bucket's writes reach the callout on its own connection before any login started
+    after the write returned (core subscription, one connection, in order): no window where a
+    removed tenant or a replaced password still logs in from the mirror, and none where a
+    tenant just added is refused. Repeated: the order holds every time, not by luck."""
+    for i in range(10):
+        first = await callout.registry.add("rotating")
+        assert (await logins(callout.url, "rotating", first, 1)).failed == 0, i
+        second = await callout.registry.add("rotating")  # a new password
+        assert (await logins(callout.url, "rotating", first, 1)).failed == 1, i
+        assert (await logins(callout.url, "rotating", second, 1)).failed == 0, i
+        await callout.registry.remove("rotating")
+        gone = await logins(callout.url, "rotating", second, 1)
+        assert gone.failed == 1, i
+        assert "Authorization Violation" in gone.errors[0]
+
+
+async def test_under_a_config_rendered_before_the_mirror_every_login_reads_the_registry(
+    issuer: nkeys.KeyPair,
+) -> None:
+    """A server whose config predates the callout's subscription to the bucket's writes
+    refuses it: the callout must then read the registry for every login (a mirror that never
+    hears of a removal would let a removed tenant in), and say so."""
+    text = SHIPPED_AUTH.read_text()
+    granted = '"$SYS.REQ.USER.AUTH"\n            "$KV.seedance-tenants.>"'
+    assert granted in text
+    text = text.replace(granted, '"$SYS.REQ.USER.AUTH"')
+    defs = "".join(f'{v}: "{shipped_password(u)}"\n' for u, v in shipped_users(text).items())
+    defs += f"{CALLOUT_ISSUER_VAR}: {issuer.public_key.decode()}\n"
+    server = NatsServer(config=defs + text)
+    try:
+        own = await Bus.connect(
+            BusSettings(url=server.url, user=CALLOUT_USER, password=shipped_password(CALLOUT_USER))
+        )
+        admin = await Bus.connect(
+            BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+        )
+        try:
+            async with AuthCallout(own, issuer) as service:
+                mirror = service.mirror
+                assert mirror is not None
+                assert not mirror.permitted
+                registry = await TenantRegistry.open(admin)
+                password = await registry.add("legacy")
+                assert (await logins(server.url, "legacy", password, 2)).failed == 0
+                await registry.remove("legacy")
+                assert (await logins(server.url, "legacy", password, 1)).failed == 1
+                assert mirror.answered["memory"] == 0
+                assert mirror.answered["read"] == 3
+        finally:
+            await admin.close()
+            await own.close()
+    finally:
+        server.stop()

@@ -145,3 +145,27 @@ async def test_a_wait_for_a_hash_is_bounded() -> None:
         await slots.run(lambda: None)
     release.set()
     assert await holder is True
+
+
+def test_once_a_record_accepted_a_password_every_other_one_is_refused_without_a_hash() -> None:
+    """A record accepts one password: after a hash accepted it, any other digest under that
+    record is wrong, known without a hash, and counts no failure (no backoff to wait out)."""
+    gate = LoginGate(S)
+    right = gate.digest(SALT, HASH, "right-password-16")
+    assert gate.decide("acme", right, 0.0, record=HASH)[0] is Verdict.HASH
+    gate.hashed("acme", right, True, 0.0, record=HASH)
+    for i in range(100):
+        wrong = gate.digest(SALT, HASH, f"wrong-{i:012d}")
+        verdict, why = gate.decide("acme", wrong, 0.01 * i, record=HASH)
+        assert verdict is Verdict.NOT_THE_KNOWN
+        assert "not the one" in why
+    assert gate.decide("acme", right, 1.0, record=HASH)[0] is Verdict.GRANT
+    # a new record (a new password: a new salt and hash) is not that record: hashed again
+    new_hash = b"record-hash-2"
+    rotated = gate.digest(b"t" * 16, new_hash, "new-password-1234")
+    assert gate.decide("acme", rotated, 1.1, record=new_hash)[0] is Verdict.HASH
+    gate.hashed("acme", rotated, True, 1.1, record=new_hash)
+    old = gate.digest(b"t" * 16, new_hash, "right-password-16")
+    assert gate.decide("acme", old, 1.2, record=new_hash)[0] is Verdict.NOT_THE_KNOWN
+    # without the record said, the rule cannot apply (the older callers' backoff path)
+    assert gate.decide("acme", old, 1.3)[0] is Verdict.HASH

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import io
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import nkeys
 import pytest
 
 from seedance.core.auth_callout import (
-    AuthCallout,
     JwtError,
     PasswordRefused,
     TenantRecord,
@@ -28,6 +28,7 @@ from seedance.core.auth_callout import (
 )
 from seedance.core.auth_callout import main as auth_main
 from seedance.core.clock import VirtualClock
+from seedance.core.tenant_mirror import TenantMirror
 from seedance.events.permissions import tenant_permissions
 from seedance.testing.waits import eventually
 
@@ -204,8 +205,11 @@ def test_add_tenant_refuses_a_password_outside_the_rule_before_connecting(
 
 
 async def test_attempts_for_one_tenant_share_a_registry_read_in_flight() -> None:
-    """100 wrong passwords at once for one user are one registry read, not 100 queued."""
-    release = asyncio.Event()
+    """Until the callout's mirror of the registry is complete, 100 wrong passwords at once for
+    one user are one registry read, not 100 queued; once it is, a registered tenant and an
+    unregistered name need none, and a write to a tenant's key makes its next lookup a read
+    (the write's ordering against logins is tests/integration/deploy/test_tenant_mirror.py's)."""
+    release, loaded = asyncio.Event(), asyncio.Event()
     reads: list[str] = []
 
     class Registry:
@@ -214,17 +218,26 @@ async def test_attempts_for_one_tenant_share_a_registry_read_in_flight() -> None
             await release.wait()
             return RECORDS.get(tenant)
 
-    callout = AuthCallout(None, ISSUER)  # type: ignore[arg-type]  # no bus: lookups only
-    callout._registry = Registry()  # type: ignore[assignment]
-    waiting = [asyncio.create_task(callout._lookup("initech")) for _ in range(100)]
-    other = asyncio.create_task(callout._lookup("globex"))
+        async def records(self) -> dict[str, TenantRecord]:
+            await loaded.wait()
+            return dict(RECORDS)
+
+    bus = SimpleNamespace(nc=SimpleNamespace(stats={"reconnects": 0}))
+    mirror = TenantMirror(bus, Registry())  # type: ignore[arg-type]  # no server: lookups only
+    waiting = [asyncio.create_task(mirror.get("initech")) for _ in range(100)]
+    other = asyncio.create_task(mirror.get("globex"))
     await eventually(lambda: len(reads) == 2, 10, what="both reads started")
     release.set()
     assert {await w for w in waiting} == {RECORDS["initech"]}
     assert await other is None
     assert sorted(reads) == ["globex", "initech"]
-    # nothing is kept: the next attempt reads again (a removal counts at once)
-    assert await callout._lookup("initech") == RECORDS["initech"]
+    loaded.set()
+    await eventually(lambda: mirror.complete, 10, what="the mirror loaded")
+    assert await mirror.get("initech") == RECORDS["initech"]
+    assert await mirror.get("tenant-nobody-registered") is None
+    assert reads.count("initech") == 1
+    await mirror._on_write(SimpleNamespace(subject="$KV.seedance-tenants.initech"))  # type: ignore[arg-type]
+    assert await mirror.get("initech") == RECORDS["initech"]
     assert reads.count("initech") == 2
 
 

@@ -125,7 +125,7 @@ async def stack() -> AsyncIterator[Stack]:
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-async def _callout_answers(url: str, tenant: str, pw: str) -> None:
+async def wait_callout_answers(url: str, tenant: str, pw: str) -> None:
     """Wait (bounded) until the callout process answers: its first login succeeds."""
 
     async def ok() -> bool:
@@ -161,7 +161,7 @@ async def run(p: argparse.Namespace) -> int:
     async with stack() as s:
         url = s.server.url
         user, pw = tenant_user_name(VICTIM), s.passwords[VICTIM]
-        await _callout_answers(url, VICTIM, pw)
+        await wait_callout_answers(url, VICTIM, pw)
         anchor = await timed_logins(url, user, pw, count=p.logins, interval_s=p.interval_s)
         log(_figures("unflooded (anchor)", anchor))
         flooded: dict[str, tuple[LoginTimes, FloodCounts]] = {}

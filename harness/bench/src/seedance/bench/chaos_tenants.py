@@ -23,9 +23,18 @@ events. The figures:
 - ``dead_lettered``: messages the services dead-lettered, each with its reason;
 - ``refused`` (on the line before): publishes and JetStream API calls the server refused.
 
+Then the attack classes of other surfaces (``--classes``, default all of
+`seedance.bench.chaos_classes.CLASSES`: forged job ids on pods and rogue EndpointSlices against
+the test API server and the k8s-bridge, a login flood against the auth callout), each in a
+stage of its own; what an honest tenant would notice of them counts in
+``cross_tenant_effects``, their service exits in ``service_exits``.
+
 Last line: ``tenants: tenants=<n> events=<n> hostile=<n> service_exits=0 cross_tenant_effects=0
-diff_usd=0.00 rejected=<n> dead_lettered=<n>`` (``events``: the honest fleet's, its inventory
-included, plus the hostile ones sent).
+diff_usd=0.00 rejected=<n> dead_lettered=<n> classes=<n> class_attacks=<n>
+random_users_p99_ms=<x> wrong_passwords_p99_ms=<x> login_p99_ms=<x>`` (``events``: the honest
+fleet's, its inventory included, plus the hostile bus events sent; ``class_attacks``: what the
+classes sent, flood attempts included; ``login_p99_ms``: a run-time tenant's login p99 under
+the worse of the two floods, goal <= 100; `seedance.bench.chaos_callout`).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seedance.bench.chaos_classes import ClassOutcome, add_class_arguments, run_classes
 from seedance.bench.chaos_hostile import HONEST, HOSTILE, Hostile, crafted_hostile, property_hostile
 from seedance.bench.chaos_node import ROGUE_NODE, claim_skew_hostile, node_hostile
 from seedance.core import Bus, BusSettings
@@ -400,13 +410,25 @@ async def run(args: argparse.Namespace) -> int:
     )
     log("run 2: the same honest fleet alone")
     reference = await run_once(fleet, [], logdir=logdir / "reference", chunk=args.chunk)
-    return _report(fleet, attacked, reference, logdir=logdir, elapsed_s=time.monotonic() - started)
+    log("the attack classes of other surfaces (seedance.bench.chaos_classes)")
+    classes, class_exits = await run_classes(args.classes, args, logdir / "classes", log)
+    attacked.exits += class_exits
+    return _report(
+        fleet, attacked, reference, classes, logdir=logdir, elapsed_s=time.monotonic() - started
+    )
 
 
 def _report(
-    fleet: Workload, attacked: Outcome, reference: Outcome, *, logdir: Path, elapsed_s: float
+    fleet: Workload,
+    attacked: Outcome,
+    reference: Outcome,
+    classes: list[ClassOutcome],
+    *,
+    logdir: Path,
+    elapsed_s: float,
 ) -> int:
     effects = cross_tenant_effects(attacked, reference)
+    effects += [f"{c.name}: {e}" for c in classes for e in c.effects]
     for line in effects[:20]:
         log(f"  cross-tenant effect: {line}")
     exits = attacked.exits + reference.exits
@@ -421,11 +443,13 @@ def _report(
         )
     log(f"  {HOSTILE:8s} billed ${attacked.totals_micro[HOSTILE] / 1e6:10.2f}")
     log(f"refused={attacked.refused} elapsed_s={elapsed_s:.0f}")
+    figures = "".join(f" {k}={v}" for c in classes for k, v in c.figures.items())
     print(
         f"tenants: tenants={len(HONEST) + 1} events={len(fleet.events) + attacked.hostile_sent} "
         f"hostile={attacked.hostile_sent} service_exits={len(exits)} "
         f"cross_tenant_effects={len(effects)} diff_usd={diff / 1e6:.2f} "
-        f"rejected={attacked.rejected} dead_lettered={sum(attacked.dead_letters.values())}",
+        f"rejected={attacked.rejected} dead_lettered={sum(attacked.dead_letters.values())} "
+        f"classes={len(classes)} class_attacks={sum(c.sent for c in classes)}{figures}",
         flush=True,
     )
     return 0 if not exits and not effects and diff == 0 else 1
@@ -445,4 +469,5 @@ def main() -> int:
         "--chunk", type=int, default=200, help="replayed events between two bursts of hostile ones"
     )
     p.add_argument("--seed", type=int, default=13)
+    add_class_arguments(p)
     return asyncio.run(run(p.parse_args()))

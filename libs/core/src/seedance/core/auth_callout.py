@@ -18,9 +18,11 @@ A removed tenant cannot connect again; a connection it already has lasts until i
 (``--token-ttl-s`` bounds that).
 
 Floods: each request is answered in a task of its own, and the cheap refusals come before any
-scrypt hash (not a tenant user, a password outside ``PASSWORD_RULE``, not registered); the rest
-goes through ``seedance.core.login_gate`` (the password that last logged in needs no hash, a
-known wrong one is refused, per-user backoff, a bound on concurrent hashes). Every refusal is
+scrypt hash (not a tenant user, a password outside ``PASSWORD_RULE``, not registered: from the
+callout's mirror of the registry, ``seedance.core.tenant_mirror``, with no read); the rest
+goes through ``seedance.core.login_gate`` (the password that last logged in needs no hash, nor
+does any other while its record stands: refused; a known wrong one is refused, per-user
+backoff, a bound on concurrent hashes). Every refusal is
 answered ``refusal_delay_s`` late; beyond ``max_pending`` requests being decided a request is
 not answered (the server refuses the connection at its auth timeout).
 
@@ -71,6 +73,7 @@ from seedance.core.principals import (
     user_of,
 )
 from seedance.core.settings import bus_settings
+from seedance.core.tenant_mirror import TenantMirror
 from seedance.core.tenant_registry import (
     PASSWORD_MAX,
     PASSWORD_MIN,
@@ -311,14 +314,16 @@ class AuthCallout:
         self._deciding = 0
         self.metrics = CalloutMetrics(registry or CollectorRegistry())
         self._registry: TenantRegistry | None = None
+        self.mirror: TenantMirror | None = None
         self._sub: Any = None
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._log_windows: dict[str, tuple[float, int]] = {}
-        self._lookups: dict[str, asyncio.Future[TenantRecord | None]] = {}
 
     async def start(self) -> None:
         self._registry = await TenantRegistry.open(self._bus)
+        self.mirror = TenantMirror(self._bus, self._registry)
+        await self.mirror.start()  # before the first request: a login needs no registry read
         # replicas share the requests; the server takes the first answer anyway
         self._sub = await self._bus.nc.subscribe(
             CALLOUT_SUBJECT, queue="seedance-auth-callout", cb=self._on_request
@@ -337,6 +342,8 @@ class AuthCallout:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.mirror is not None:
+            await self.mirror.stop()
         self._slots.close()
         self._stopped.set()
 
@@ -390,18 +397,12 @@ class AuthCallout:
             await msg.respond(response.encode())
 
     async def _lookup(self, tenant: str) -> TenantRecord | None:
-        """The tenant's record; attempts that ask for the same tenant while a read of it is in
-        flight share that read (100 wrong passwords at once for one user are one registry
-        read, not 100 queued ones). Nothing is kept after the read: a removal counts for every
-        attempt that arrives after it lands."""
-        assert self._registry is not None
-        shared = self._lookups.get(tenant)
-        if shared is None:
-            shared = asyncio.ensure_future(self._registry.get(tenant))
-            self._lookups[tenant] = shared
-            shared.add_done_callback(lambda _: self._lookups.pop(tenant, None))
+        """The tenant's record from the callout's mirror of the registry
+        (`seedance.core.tenant_mirror`: as fresh as a read, without one for a registered
+        tenant or an unregistered name; attempts that need a read share the one in flight)."""
+        assert self.mirror is not None
         try:
-            return await asyncio.shield(shared)
+            return await self.mirror.get(tenant)
         except TRANSIENT_BUS_ERRORS:
             # The registry did not answer (a flood of connections that never wait saturates
             # the server): refuse this attempt as busy. Escaping, it left the request
@@ -412,13 +413,13 @@ class AuthCallout:
             ) from None
 
     async def _verify(self, tenant: str, record: TenantRecord, password: str) -> None:
-        """The password through the gate: no hash for the one that last logged in, none for a
-        known wrong one or while the tenant backs off, else one hash in a bounded slot."""
+        """The password through the gate: no hash for the one that last logged in, nor for
+        any other while its record stands, nor for a known wrong one or while the tenant
+        backs off; else one hash in a bounded slot."""
         gate, clock = self.gate, self._bus.clock
-        digest = gate.digest(
-            bytes.fromhex(record.salt_hex), bytes.fromhex(record.scrypt_hex), password
-        )
-        verdict, why = gate.decide(tenant, digest, clock.monotonic())
+        stored = bytes.fromhex(record.scrypt_hex)
+        digest = gate.digest(bytes.fromhex(record.salt_hex), stored, password)
+        verdict, why = gate.decide(tenant, digest, clock.monotonic(), record=stored)
         user = user_of(tenant)
         if verdict is Verdict.GRANT:
             self.metrics.answers_total.labels("granted", "known").inc()
@@ -431,7 +432,7 @@ class AuthCallout:
         except Busy as exc:
             raise Refused(f"the callout is busy ({exc}): try again", "busy") from None
         finally:
-            gate.hashed(tenant, digest, ok, clock.monotonic())
+            gate.hashed(tenant, digest, ok, clock.monotonic(), record=stored)
         self.metrics.hashes_total.inc()
         if not ok:
             raise Refused(f"wrong password for {user!r}", "wrong_password")

@@ -11,9 +11,16 @@ past the server's auth timeout. This module owns the policy that bounds them
    again is granted by comparing digests. So a flood of wrong passwords for a tenant's own user
    name cannot lock that tenant out: the client presenting the right password is let in
    cheaply while everything else for that user is refused.
-2. **A wrong password already checked is refused without a hash** (the last
+2. **Any other password is refused without a hash while that record stands.** A record
+   (salt and scrypt hash) accepts exactly one password (another would be a 256-bit scrypt
+   collision), so once a hash accepted one for the tenant's current record, every password
+   whose digest differs is wrong, known without hashing it. A flood of wrong passwords at the
+   user name of a tenant that has logged in therefore costs no hash and no backoff at all. A
+   new record (a new password, a re-added tenant: a new salt) is not that record: its first
+   login is hashed as below.
+3. **A wrong password already checked is refused without a hash** (the last
    ``failure_cache`` per tenant, for ``forget_s``).
-3. **Per-user backoff.** A tenant's first ``free_failures`` unknown passwords get a hash each
+4. **Per-user backoff.** A tenant's first ``free_failures`` unknown passwords get a hash each
    (those in flight count, so a burst cannot take more); after that one at a time, and after
    each failure none for a backoff that doubles from ``backoff_s`` up to ``max_backoff_s``.
    Meanwhile an unknown password is refused at once. A success, or ``forget_s`` without a
@@ -85,6 +92,7 @@ class GateSettings:
 
 class Verdict(enum.Enum):
     GRANT = "grant"  # the password that last logged in: no hash
+    NOT_THE_KNOWN = "not_the_known"  # not the password this record accepted: no hash
     KNOWN_WRONG = "known_wrong"  # a wrong password already checked: no hash
     BACKOFF = "backoff"  # the tenant has too many wrong passwords: no hash for now
     HASH = "hash"  # a hash is reserved for this attempt: call `hashed` with its outcome
@@ -93,6 +101,8 @@ class Verdict(enum.Enum):
 @dataclass
 class _Tenant:
     good: bytes | None = None
+    #: The record (its scrypt hash) ``good`` was accepted by; b"": not said.
+    good_record: bytes = b""
     failed: OrderedDict[bytes, float] = field(default_factory=OrderedDict)
     failures: int = 0
     last_failure_s: float = 0.0
@@ -116,13 +126,18 @@ class LoginGate:
         h.update(password.encode("utf-8", "surrogatepass"))
         return h.digest()
 
-    def decide(self, tenant: str, digest: bytes, now_s: float) -> tuple[Verdict, str]:
-        """What to do with an attempt of ``tenant`` (registered) whose password has ``digest``,
+    def decide(
+        self, tenant: str, digest: bytes, now_s: float, *, record: bytes = b""
+    ) -> tuple[Verdict, str]:
+        """What to do with an attempt of ``tenant`` (registered) whose password has ``digest``
+        under its current ``record`` (its scrypt hash; b"": not said, so rule 2 cannot apply),
         and why (for a refusal)."""
         s = self.settings
         t = self._tenants.setdefault(tenant, _Tenant())
         if t.good is not None and hmac.compare_digest(t.good, digest):
             return Verdict.GRANT, ""
+        if record and t.good is not None and hmac.compare_digest(t.good_record, record):
+            return Verdict.NOT_THE_KNOWN, "wrong password (not the one its record accepts)"
         self._forget(t, now_s)
         if digest in t.failed:
             return Verdict.KNOWN_WRONG, "wrong password (already checked)"
@@ -140,16 +155,18 @@ class LoginGate:
         t.in_flight += 1
         return Verdict.HASH, ""
 
-    def hashed(self, tenant: str, digest: bytes, ok: bool | None, now_s: float) -> None:
-        """The outcome of the hash `decide` reserved: ``ok``, or None when it never ran
-        (no hash slot came in time)."""
+    def hashed(
+        self, tenant: str, digest: bytes, ok: bool | None, now_s: float, *, record: bytes = b""
+    ) -> None:
+        """The outcome of the hash `decide` reserved (under ``record``, as `decide` was told):
+        ``ok``, or None when it never ran (no hash slot came in time)."""
         s = self.settings
         t = self._tenants[tenant]
         t.in_flight -= 1
         if ok is None:
             return
         if ok:
-            t.good, t.failures, t.blocked_until_s = digest, 0, 0.0
+            t.good, t.good_record, t.failures, t.blocked_until_s = digest, record, 0, 0.0
             t.failed.clear()
             return
         t.failed[digest] = now_s

@@ -16,6 +16,7 @@ auth callout's lookups). Must not decide a login: ``seedance.core.auth_callout``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -160,6 +161,25 @@ class TenantRegistry:
 
     async def remove(self, tenant: str) -> None:
         await self._kv.delete(check_tenant(tenant))
+
+    async def records(self) -> dict[str, TenantRecord]:
+        """Every registered tenant's record now (one watch of the bucket's current values); a
+        value that is not a record is left out, as `get` would fail on it."""
+        out: dict[str, TenantRecord] = {}
+        watcher = await self._kv.watch(">")
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                if entry.operation is None and entry.value:
+                    with contextlib.suppress(msgspec.DecodeError):
+                        out[entry.key] = msgspec.json.decode(entry.value, type=TenantRecord)
+                else:
+                    out.pop(entry.key, None)
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
+        return out
 
     async def get(self, tenant: str) -> TenantRecord | None:
         """The record under key ``tenant`` (a tenant id, or ``node_key(node)``)."""

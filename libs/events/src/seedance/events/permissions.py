@@ -235,11 +235,13 @@ IDENTITIES: dict[str, Declaration] = {
             subscribes=(slicing.MIG_PLANS,),
         ),
         # Authorises every connection the server config does not list (tenants added at run
-        # time, seedance.core.auth_callout): reads their credentials, answers the server.
+        # time, seedance.core.auth_callout): reads their credentials, answers the server. It
+        # follows the bucket's writes as core messages (seedance.core.tenant_mirror), on the
+        # connection its requests come over, so none reaches it before a write made earlier.
         Declaration(
             CALLOUT_USER,
             buckets=("seedance-tenants",),
-            subscribes=(CALLOUT_SUBJECT,),
+            subscribes=(CALLOUT_SUBJECT, "$KV.seedance-tenants.>"),
             replies_on=(CALLOUT_REPLIES,),
             provisions=False,
             dead_letters=False,
