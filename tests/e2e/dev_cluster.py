@@ -34,6 +34,7 @@ from pathlib import Path
 from kubernetes_asyncio import client, config
 
 from seedance.events.permissions import tenant_user_name
+from seedance.node_agent.core.simulated import parse_mig_layout
 from seedance.testing.kube_api import KubeApiServer, KubeApiSettings
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import SHIPPED_AUTH, shipped_auth_server, shipped_users
@@ -42,11 +43,13 @@ from tests.integration.node_agent.kubelet import NodeKubelet
 from tests.unit.deploy.test_k8s import render
 
 __all__ = [
+    "MIG",
     "NODE",
     "SERVICES",
     "DevCluster",
     "dev_cluster",
     "dev_passwords",
+    "mig_gpu",
     "overlay_settings",
     "tenant_credentials",
 ]
@@ -55,8 +58,10 @@ __all__ = [
 NODE = "kind-worker"
 #: The overlay's workloads that run as processes, in start order.
 SERVICES = ("slicer", "cost-ledger", "k8s-bridge", "node-agent")
-#: Simulated GPUs the dev overlay gives each node (node-agent-simulated.yaml).
+#: Simulated GPUs the dev overlay gives each node (node-agent-simulated.yaml): whole GPUs, and
+#: the MIG instances of the last one, in MIG mode.
 GPU = "nvidia.com/gpu"
+MIG = "seedance.io/mig"
 
 
 def dev_passwords() -> dict[str, str]:
@@ -70,6 +75,13 @@ def dev_passwords() -> dict[str, str]:
     ]
     data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     return {user: data[var] for user, var in shipped_users(SHIPPED_AUTH.read_text()).items()}
+
+
+def mig_gpu() -> int:
+    """The index of the dev overlay's simulated GPU in MIG mode (the last; it has one)."""
+    s = overlay_settings("node-agent")
+    assert s.get("simulated_mig_gpus") == "1", s
+    return int(s["simulated_gpus"]) - 1
 
 
 def overlay_settings(name: str) -> dict[str, str]:
@@ -145,8 +157,12 @@ class DevCluster:
 
     async def _gpus_counted(self) -> bool:
         node = await client.CoreV1Api(self.api_client).read_node(NODE)
-        want = overlay_settings("node-agent")["simulated_gpus"]
-        return bool((node.status.allocatable or {}).get(GPU) == want)
+        s = overlay_settings("node-agent")
+        mig_gpus = int(s.get("simulated_mig_gpus", "0"))
+        instances = mig_gpus * len(parse_mig_layout(s.get("simulated_mig_layout", "")))
+        want = {GPU: str(int(s["simulated_gpus"]) - mig_gpus), MIG: str(instances)}
+        got = node.status.allocatable or {}
+        return all(got.get(r, "0") == n for r, n in want.items())
 
     async def until(
         self, check: Callable[[], bool | Awaitable[bool]], *, timeout_s: float, what: str

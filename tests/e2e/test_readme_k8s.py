@@ -10,15 +10,18 @@ stored the dev overlay, the slicer, cost-ledger, k8s-bridge and node agent it de
 processes with its settings (each as its NATS user), and one node's test kubelet runs the pods
 bound to it; the CLI runs as tenant acme with the password the dev overlay gives it.
 
-A MIG pod placed per the SlicingPolicy's default profile joins the walkthrough once a pod can
-ask for "a MIG instance" and the node agent serves MIG instances of its simulated GPUs (the
-slicer reads the SlicingPolicy already: issue 28, item 4): add its commands to the README block
-and their checks to ``EXPECTED`` here.
+The walkthrough then applies the SlicingPolicy example (default MIG profile ``1g.10gb``) and,
+once its status says the slicer follows it, a pod asking for ``seedance.io/mig: 1`` (a MIG
+instance, no profile named): it runs on the node, its placement is a ``1g.10gb`` instance of the
+simulated GPU in MIG mode, the container got that instance's MIG UUID from the node agent's
+``seedance.io/mig`` plugin (read from the test kubelet's Allocate answer), and acme's
+``jobs status`` shows it placed as ``mig`` with its cost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -27,9 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kubernetes_asyncio import client
 
+from seedance.node_agent.core.simulated import simulated_mig_uuid
 from seedance.testing.paths import REPO
-from tests.e2e.dev_cluster import NODE, dev_cluster
+from tests.e2e.dev_cluster import NODE, dev_cluster, mig_gpu
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -75,6 +80,16 @@ def _tq_row(ready: str, reason: str, used: str) -> Callable[[str], bool]:
     return check
 
 
+def _mig_placement(out: str) -> tuple[int, str] | None:
+    """(GPU index, MIG profile) of a MIG placement annotation (None: not one)."""
+    try:
+        doc = json.loads(out)
+        (gpu,) = doc["gpus"]
+        return (gpu["index"], gpu["migProfile"]) if doc["kind"] == "mig" else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _total_usd(out: str) -> float:
     found = re.search(r"^total \$(\d+\.\d+)", out, flags=re.M)
     return float(found.group(1)) if found else 0.0
@@ -106,6 +121,14 @@ EXPECTED: list[tuple[str, Callable[[str], bool]]] = [
         ),
     ),
     ("get tq acme", _tq_row("True", "InForce", "1")),
+    ("slicingpolicy.yaml", lambda o: "slicingpolicy.seedance.io/default created" in o),
+    (
+        "get slicingpolicy default",
+        lambda o: (columns(o).get("MIG-DEFAULT"), columns(o).get("READY")) == ("1g.10gb", "True"),
+    ),
+    ("mig-pod.yaml", lambda o: "pod/infer-mig-1 created" in o),
+    ("infer-mig-1 -n acme -o wide", lambda o: NODE in o.splitlines()[-1] and "Running" in o),
+    ("seedance\\.io/placement", lambda o: _mig_placement(o) == (mig_gpu(), "1g.10gb")),
     ("export NATS_USER=tenant-acme", lambda o: True),  # sets the variables of what follows
     (
         "jobs status",
@@ -113,6 +136,14 @@ EXPECTED: list[tuple[str, Callable[[str], bool]]] = [
             "state      placed" in o
             and f"placed on {NODE}" in o
             and "NVIDIA A100-SXM4-80GB" in o
+            and bool(re.search(r"cost\s+\$\d+\.\d+ so far", o))
+        ),
+    ),
+    (
+        "infer-mig-1",
+        lambda o: (
+            "state      placed" in o
+            and f"placed on {NODE} (mig, NVIDIA A100-SXM4-80GB, GPUs [{mig_gpu()} 1g.10gb])" in o
             and bool(re.search(r"cost\s+\$\d+\.\d+ so far", o))
         ),
     ),
@@ -139,6 +170,13 @@ async def test_the_readmes_kubernetes_walkthrough_runs_as_written(tmp_path: Path
             assert (code, check(out)) == (0, True), f"{command}\n{out}\n{c.logs()}"
             if "apply -k" in command:  # what the overlay deploys, as processes
                 await c.start()
+        # The MIG pod's container got the placed instance's MIG UUID (the test kubelet's
+        # record of the node agent's Allocate answer).
+        pod = await client.CoreV1Api(c.api_client).read_namespaced_pod("infer-mig-1", "acme")
+        (gpu,) = json.loads(pod.metadata.annotations["seedance.io/placement"])["gpus"]
+        envs = c.kubelet.pods[("acme", "infer-mig-1")].envs[("main", "seedance.io/mig")]
+        want = simulated_mig_uuid(NODE, mig_gpu(), "1g.10gb", gpu["migStartSlot"])
+        assert envs == {"NVIDIA_VISIBLE_DEVICES": want}
 
 
 async def _until(

@@ -77,9 +77,20 @@ def test_mig_instance() -> None:
     assert a.request.gpus == 1
 
 
+def test_a_mig_instance_of_the_default_profile() -> None:
+    """seedance.io/mig: 1 names no profile: the request's ``mig`` (the slicer fills in the
+    SlicingPolicy's default profile)."""
+    a = asked(pod(limits={"seedance.io/mig": 1}))
+    assert (a.request.mig, a.request.mig_profile, a.request.gpus) == (True, None, 1)
+
+
 @pytest.mark.parametrize(
     "limits",
     [
+        {"seedance.io/mig": 2},
+        {"seedance.io/mig": 1, "nvidia.com/mig-1g.10gb": 1},
+        {"seedance.io/mig": 1, "nvidia.com/gpu": 1},
+        {"seedance.io/mig": 1, "seedance.io/gpu-milli": 500},
         {"nvidia.com/mig-3g.40gb": 2},
         {"nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-1g.10gb": 1},
         {"nvidia.com/mig-3g.40gb": 1, "nvidia.com/gpu": 1},

@@ -41,6 +41,8 @@ def test_a_mig_manager_configmap_is_namespace_and_name() -> None:
         ("PLACEMENT_WAIT_S", {"placement_wait_s": -1.0}, "-1"),
         ("PLUGIN_CONFLICT_WAIT_S", {"plugin_conflict_wait_s": -0.5}, "-0.5"),
         ("SIMULATED_SAMPLE_INTERVAL_S", {"simulated_sample_interval_s": 0}, "above 0"),
+        ("SIMULATED_MIG_GPUS", {"simulated_gpus": 2, "simulated_mig_gpus": 3}, "3"),
+        ("SIMULATED_MIG_LAYOUT", {"simulated_mig_layout": "1g.10gb:9"}, "'9'"),
     ],
 )
 def test_bad_values_are_refused_naming_the_variable(

@@ -13,9 +13,22 @@ import pytest
 from seedance.events.base import new_event_id
 from seedance.events.codec import decode, encode
 from seedance.events.gpus import identify
-from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.slicing import (
+    GpuAssignment,
+    MigInstanceChange,
+    MigLayoutPlan,
+    Placement,
+    PlacementKind,
+)
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory
-from seedance.node_agent.core.simulated import SimulatedGpus, simulated_uuid
+from seedance.node_agent.core.simulated import (
+    SimulatedGpus,
+    parse_mig_layout,
+    simulated_mig_uuid,
+    simulated_uuid,
+)
+from seedance.node_agent.mig import MigApplier, MigOutcome
+from seedance.node_agent.service import advertised
 
 T0 = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
 NVML_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -82,3 +95,56 @@ def test_samples_follow_the_placements_on_the_node() -> None:
 def test_a_model_the_identity_does_not_know_is_refused(model: str) -> None:
     with pytest.raises(ValueError, match="no GPU model Seedance knows"):
         SimulatedGpus(node="n", model=model, count=1)
+
+
+def mig_node() -> SimulatedGpus:
+    return SimulatedGpus(
+        node="kind-worker", model="NVIDIA A100-SXM4-80GB", count=3, mig_gpus=1,
+        mig_layout=parse_mig_layout("1g.10gb:0,1,2,3,4,5,6"),
+    )  # fmt: skip
+
+
+def test_the_last_gpus_are_in_mig_mode_cut_into_the_layout_and_served_as_instances() -> None:
+    gpus = mig_node()
+    d = gpus.devices()
+    assert d.mig_enabled == frozenset({2})
+    assert sorted(d.mig) == [(d.gpus[2], "1g.10gb", s) for s in range(7)]
+    assert d.mig[(d.gpus[2], "1g.10gb", 3)] == simulated_mig_uuid("kind-worker", 2, "1g.10gb", 3)
+    assert all(u.startswith("MIG-") for u in d.mig.values())
+    inv = gpus.inventory(T0)
+    assert [(g.mig_capable, g.mig_enabled) for g in inv.gpus] == [(False, False)] * 2 + [
+        (True, True)
+    ]
+    # NVIDIA's mixed strategy: whole GPUs only where not in MIG mode; instances as
+    # seedance.io/mig (any profile) and nvidia.com/mig-<profile>.
+    assert [p.uuid for p in advertised("nvidia.com/gpu", d)] == [d.gpus[0], d.gpus[1]]
+    assert len(advertised("seedance.io/mig", d)) == 7
+    assert len(advertised("nvidia.com/mig-1g.10gb", d)) == 7
+    assert advertised("nvidia.com/mig-3g.40gb", d) == []
+
+
+def test_a_slicer_plan_re_cuts_a_simulated_mig_gpu_through_the_nvml_path() -> None:
+    gpus = mig_node()
+    applier = MigApplier(gpus.mig, allocated=lambda gpu: [])
+    plan = MigLayoutPlan(
+        id=new_event_id(), at=T0, node="kind-worker", gpu_index=2,
+        destroy=[MigInstanceChange(profile="1g.10gb", start_slot=s) for s in range(4, 7)],
+        create=[MigInstanceChange(profile="3g.40gb", start_slot=4)],
+    )  # fmt: skip
+    assert applier.apply(plan).outcome is MigOutcome.APPLIED
+    d = gpus.devices()
+    assert sorted((p, s) for _g, p, s in d.mig) == [("1g.10gb", s) for s in range(4)] + [
+        ("3g.40gb", 4)
+    ]
+    refused = MigApplier(gpus.mig, allocated=lambda gpu: []).apply(
+        MigLayoutPlan(id=new_event_id(), at=T0, node="kind-worker", gpu_index=0)
+    )
+    assert refused.outcome is MigOutcome.REFUSED  # GPU 0 is not in MIG mode
+
+
+@pytest.mark.parametrize(
+    "text", ["1g.10gb", "1g.10gb:8", "1g.10gb:0,0", ":0", "1g.10gb:x"]
+)  # fmt: skip
+def test_a_mig_layout_that_does_not_read_is_refused_naming_it(text: str) -> None:
+    with pytest.raises(ValueError, match="MIG layout"):
+        parse_mig_layout(text)

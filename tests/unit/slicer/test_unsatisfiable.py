@@ -152,3 +152,16 @@ def test_a_pool_scaled_to_zero_counts_as_fleet() -> None:
 def test_a_bad_node_pools_document_names_the_field(doc: object, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         node_pools(doc)
+
+
+def test_a_node_with_only_its_last_gpu_in_mig_mode_offers_its_profiles() -> None:
+    """NVIDIA's "mixed" strategy: GPU 0 whole, GPU 1 in MIG mode. The node's type offers the
+    model's profiles (judged on any GPU, not the first alone), and the MIG job is placed on
+    GPU 1."""
+    s = Scheduler()
+    whole = GpuSpec(model=A100, mem_mib=81_920)
+    mig = GpuSpec(model=A100, mem_mib=81_920, mig_capable=True, mig_enabled=True)
+    s.upsert_node(NodeSpec(name="n", cpu_milli=8_000, memory_mib=32_768, gpus=(whole, mig)), 0)
+    (placed,) = s.submit(job("m", mig_profile="1g.10gb"), 1)
+    assert isinstance(placed, Placed), placed
+    assert (placed.kind, [g.index for g in placed.gpus]) == ("mig", [1])

@@ -43,7 +43,7 @@ from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import NodeDevices, Refusal, node_token
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import ProcessSample, ShareAccumulator, pod_shares
-from seedance.node_agent.core.simulated import SimulatedGpus
+from seedance.node_agent.core.simulated import SimulatedGpus, parse_mig_layout
 from seedance.node_agent.deviceplugin import (
     DeviceKind,
     DevicePluginServer,
@@ -68,6 +68,9 @@ __all__ = ["NAME", "GpuSource", "NodeAgentService", "advertised", "main"]
 NAME = "node-agent"
 #: The reason of the Warning Event on a pod whose container start is refused (docs/node-agent.md).
 EVENT_DEVICES_REFUSED = "SeedanceDevicesRefused"
+#: One MIG instance of whatever profile the slicer placed (a pod asking for "a MIG instance":
+#: the SlicingPolicy's default profile).
+RES_MIG = "seedance.io/mig"
 #: Replicas of one shared GPU the ``seedance.io/gpu-milli`` plugin advertises (thousandths).
 MILLI_PER_GPU = 1000
 
@@ -89,16 +92,19 @@ def advertised(resource: str, devices: NodeDevices) -> list[PluginDevice]:
             for uuid in devices.gpus.values()
             for k in range(MILLI_PER_GPU)
         ]
-    if resource.startswith("nvidia.com/mig-"):
+    if resource.startswith("nvidia.com/mig-") or resource == RES_MIG:
+        # seedance.io/mig: an instance of any profile (the slicer's placement names which one:
+        # the SlicingPolicy's default profile); nvidia.com/mig-<profile>: of that profile.
         profile = resource.removeprefix("nvidia.com/mig-")
         return [
             PluginDevice(id=uuid, kind=DeviceKind.MIG, uuid=uuid, gpu_uuid=parent)
             for (parent, prof, _slot), uuid in sorted(devices.mig.items())
-            if prof == profile
+            if resource == RES_MIG or prof == profile
         ]
     return [
         PluginDevice(id=uuid, kind=DeviceKind.WHOLE_GPU, uuid=uuid, gpu_uuid=uuid)
-        for uuid in devices.gpus.values()
+        for i, uuid in devices.gpus.items()
+        if i not in devices.mig_enabled  # a GPU in MIG mode serves its instances only
     ]
 
 
@@ -463,8 +469,11 @@ async def _serve(settings: NodeAgentSettings, runtime: ServiceRuntime) -> None:
             model=settings.simulated_gpu_model,
             count=settings.simulated_gpus,
             pool=settings.simulated_pool,
+            mig_gpus=settings.simulated_mig_gpus,
+            mig_layout=parse_mig_layout(settings.simulated_mig_layout),
         )
-        mig = None
+        # The slicer's MIG plans are applied to the simulated instances as NVML's would be.
+        mig = gpus.mig if settings.simulated_mig_gpus else None
     else:
         gpus, mig = NvmlNode(), NvmlMigBackend()
     service = NodeAgentService(runtime, settings, kube_client=kube, nvml=gpus, mig=mig)

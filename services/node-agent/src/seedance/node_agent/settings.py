@@ -9,6 +9,7 @@ import msgspec
 
 from seedance.events.gpus import identify
 from seedance.events.tokens import check_token
+from seedance.node_agent.core.simulated import parse_mig_layout
 
 __all__ = ["NodeAgentSettings"]
 
@@ -66,6 +67,12 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
     simulated_sample_interval_s: float = 5.0
     #: The pool the simulated node's inventory names.
     simulated_pool: str = "default"
+    #: How many of the simulated GPUs (the last ones) are in MIG mode, each cut at start into
+    #: ``simulated_mig_layout``'s instances: ``<profile>:<start>,<start>;...`` (NVML's start
+    #: slots, as ``nvidia-smi mig -lgipp`` prints them), e.g. ``1g.10gb:0,1,2,3,4,5,6`` (an
+    #: A100-80GB cut as mig-parted's ``all-1g.10gb``). The slicer's MIG plans re-cut them.
+    simulated_mig_gpus: int = 0
+    simulated_mig_layout: str = ""
     #: ``<namespace>/<name>`` of the ConfigMap of named MIG layouts (mig-parted's format) that
     #: NVIDIA's mig-manager reads (the GPU operator's ``migManager.config.name``). Where the
     #: node's labels show mig-manager owns MIG (``nvidia.com/mig.config``), plans are applied
@@ -115,12 +122,24 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
                 "'Tesla T4', 'NVIDIA H100 80GB HBM3')"
             )
         check_token("SEEDANCE_NODE_AGENT_SIMULATED_POOL", self.simulated_pool)
+        self._check_simulated_mig()
         if self.mig_manager_config and not _CONFIG_MAP.match(self.mig_manager_config):
             raise ValueError(
                 f"SEEDANCE_NODE_AGENT_MIG_MANAGER_CONFIG={self.mig_manager_config!r}: "
                 "must be <namespace>/<name> of a ConfigMap (e.g. gpu-operator/"
                 "seedance-mig-parted-config)"
             )
+
+    def _check_simulated_mig(self) -> None:
+        if not 0 <= self.simulated_mig_gpus <= self.simulated_gpus:
+            raise ValueError(
+                f"SEEDANCE_NODE_AGENT_SIMULATED_MIG_GPUS={self.simulated_mig_gpus}: must be "
+                f"within 0..SEEDANCE_NODE_AGENT_SIMULATED_GPUS ({self.simulated_gpus})"
+            )
+        try:
+            parse_mig_layout(self.simulated_mig_layout)
+        except ValueError as exc:
+            raise ValueError(f"SEEDANCE_NODE_AGENT_SIMULATED_MIG_LAYOUT: {exc}") from None
 
     @property
     def mig_manager_config_map(self) -> tuple[str, str] | None:

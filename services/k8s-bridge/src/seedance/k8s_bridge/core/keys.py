@@ -43,6 +43,7 @@ __all__ = [
     "RES_GPU_MEMORY_MIB",
     "RES_GPU_MILLI",
     "RES_MEMORY",
+    "RES_MIG",
     "SOURCE_COMPONENT",
 ]
 
@@ -56,6 +57,9 @@ RES_GPU = "nvidia.com/gpu"
 #: ``nvidia.com/mig-<profile>`` (the device plugin's "mixed" strategy): one MIG instance.
 MIG_PREFIX = "nvidia.com/mig-"
 RES_GPU_MILLI = "seedance.io/gpu-milli"
+#: ``seedance.io/mig: 1``: one MIG instance of the SlicingPolicy's default profile (the
+#: request's ``mig``); the node agent serves it with the instance the slicer placed.
+RES_MIG = "seedance.io/mig"
 RES_GPU_MEMORY_MIB = "seedance.io/gpu-memory-mib"
 
 #: A namespace label naming its tenant (until a TenantQuota binds the namespace).

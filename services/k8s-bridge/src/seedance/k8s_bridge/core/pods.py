@@ -65,9 +65,8 @@ CARRIED: Mapping[str, str] = {
     "request.gpu_milli": "seedance.io/gpu-milli (1000 without it)",
     "request.gpu_mem_mib": "seedance.io/gpu-memory-mib",
     "request.mig_profile": "nvidia.com/mig-<profile>",
-    "request.mig": "never set from a pod yet (False): a pod names its MIG profile, as the "
-    "kubelet admits only resources a device plugin serves; the SlicingPolicy's default profile "
-    "serves the CLI's and the SDK's requests for 'a MIG instance'",
+    "request.mig": "seedance.io/mig: 1 (one MIG instance of the SlicingPolicy's default "
+    "profile, which the node agent's seedance.io/mig plugin serves)",
     "request.gpu_models": "spec.nodeSelector[nvidia.com/gpu.product]",
     "request.cpu_milli": "cpu of containers, init containers, sidecars and spec.overhead",
     "request.memory_mib": "memory, counted as cpu",
@@ -214,6 +213,17 @@ def _gpu_fields(res: Mapping[str, Fraction]) -> dict[str, Any] | str:
         if keys.RES_GPU_MEMORY_MIB in res
         else 0
     )
+    if keys.RES_MIG in res:
+        count = res[keys.RES_MIG]
+        if migs or gpus or milli is not None:
+            others = sorted(n for n in res if n.startswith("nvidia.com/") or n.endswith("-milli"))
+            return (
+                f"{keys.RES_MIG} asks for one MIG instance of the default profile and nothing "
+                f"else, got {others} beside it"
+            )
+        if count != 1:
+            return f"{keys.RES_MIG}={float(count):g}: one MIG instance per pod"
+        return {"gpus": 1, "mig": True, "gpu_mem_mib": mem}
     if migs:
         if len(migs) > 1 or gpus or milli is not None:
             return (
@@ -233,7 +243,8 @@ def _gpu_fields(res: Mapping[str, Fraction]) -> dict[str, Any] | str:
 
 def _unsupported(res: Mapping[str, Fraction]) -> list[str]:
     known = {
-        keys.RES_CPU, keys.RES_MEMORY, keys.RES_GPU, keys.RES_GPU_MILLI, keys.RES_GPU_MEMORY_MIB
+        keys.RES_CPU, keys.RES_MEMORY, keys.RES_GPU, keys.RES_GPU_MILLI, keys.RES_GPU_MEMORY_MIB,
+        keys.RES_MIG,
     }  # fmt: skip
     return sorted(
         n
@@ -251,8 +262,8 @@ def request_of(spec: Json, *, gang_size: int = 1) -> ResourceRequest | Refused:
             return Refused(
                 RefusalReason.INVALID_REQUEST,
                 f"resources {unsupported} are not placed by Seedance (it places cpu, memory, "
-                f"{keys.RES_GPU}, {keys.MIG_PREFIX}<profile>, {keys.RES_GPU_MILLI}, "
-                f"{keys.RES_GPU_MEMORY_MIB})",
+                f"{keys.RES_GPU}, {keys.MIG_PREFIX}<profile>, {keys.RES_MIG}, "
+                f"{keys.RES_GPU_MILLI}, {keys.RES_GPU_MEMORY_MIB})",
             )
         gpu = _gpu_fields(res)
         if isinstance(gpu, str):

@@ -149,6 +149,9 @@ class NodeDevices:
     gpus: Mapping[int, str]
     #: (parent GPU UUID, profile, start slot) -> MIG UUID of an existing instance.
     mig: Mapping[tuple[str, str, int], str] = field(default_factory=dict)
+    #: Indices of the GPUs in MIG mode (not advertised as whole GPUs); filled for simulated
+    #: GPUs (NVML's reader leaves it empty: a MIG-mode GPU is advertised whole there).
+    mig_enabled: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,14 @@ thousandths), and uses the memory placed on it (a whole GPU all of it, a shared 
 thousandths of it: the placement carries no memory cap).
 No power or energy is simulated: the ledger bills no energy it did not measure.
 
+MIG: the last ``mig_gpus`` of them are in MIG mode (``mig_capable``, ``mig_enabled`` in the
+inventory), cut at start into the instances of ``mig_layout`` (``SimulatedMig``: the layout a
+node's mig-manager would have applied), each with a MIG UUID derived as the GPUs' are. The
+agent applies the slicer's MIG plans to them through the same ``MigApplier`` as NVML's, and
+its ``seedance.io/mig`` and ``nvidia.com/mig-<profile>`` plugins advertise them; the
+``nvidia.com/gpu`` plugin advertises the other GPUs only (NVIDIA's "mixed" strategy). The
+layout is taken as written: its slots are not checked against the model's MIG geometry.
+
 Must not read a clock, NVML or the bus; the shell passes the time and the placements in.
 """
 
@@ -18,17 +26,24 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from seedance.events.base import derived_event_id
 from seedance.events.gpus import identify
 from seedance.events.slicing import Placement, PlacementKind
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
+from seedance.node_agent.core.mig import MigInstance
 from seedance.node_agent.core.placement import NodeDevices, node_token
 from seedance.node_agent.core.shares import ProcessSample
 
-__all__ = ["SimulatedGpus", "simulated_uuid"]
+__all__ = [
+    "SimulatedGpus",
+    "SimulatedMig",
+    "parse_mig_layout",
+    "simulated_mig_uuid",
+    "simulated_uuid",
+]
 
 #: The namespace of the simulated GPUs' UUIDs (uuid5 of the node's name and the index): fixed,
 #: so that every agent on every node derives the same UUIDs for the same node.
@@ -40,6 +55,76 @@ _DEFAULT_MEMORY_MIB = 16 * 1024
 def simulated_uuid(node: str, index: int) -> str:
     """GPU ``index``'s UUID on ``node``, in NVML's form (``GPU-`` and a UUID)."""
     return f"GPU-{uuid.uuid5(_NAMESPACE, f'{node}/{index}')}"
+
+
+def simulated_mig_uuid(node: str, index: int, profile: str, start: int) -> str:
+    """The MIG instance ``profile`` at ``start`` on GPU ``index`` of ``node``, in NVML's form."""
+    return f"MIG-{uuid.uuid5(_NAMESPACE, f'{node}/{index}/{profile}@{start}')}"
+
+
+def parse_mig_layout(text: str) -> tuple[tuple[str, int], ...]:
+    """``<profile>:<start>,<start>;<profile>:<start>...`` (e.g. ``1g.10gb:0,1,2,3,4,5,6``) as
+    (profile, start slot) pairs; raises ``ValueError`` naming what does not read."""
+    out: list[tuple[str, int]] = []
+    for entry in (e.strip() for e in text.split(";")):
+        if not entry:
+            continue
+        profile, sep, starts = entry.partition(":")
+        if not sep or not profile.strip():
+            raise ValueError(f"MIG layout entry {entry!r} is not <profile>:<start>[,<start>...]")
+        for start in starts.split(","):
+            if not start.strip().isdigit() or not 0 <= int(start) <= 7:
+                raise ValueError(f"MIG layout entry {entry!r}: start slot {start!r} is not 0..7")
+            out.append((profile.strip(), int(start)))
+    if len(set(out)) != len(out):
+        raise ValueError(f"MIG layout {text!r} names an instance twice")
+    return tuple(out)
+
+
+class SimulatedMig:
+    """The MIG instances of a node's simulated MIG-mode GPUs, in memory: a ``MigBackend``
+    (``seedance.node_agent.mig``), so the slicer's plans are applied as on NVML. No process
+    ever runs on them. GPU instance ids count from 1 per GPU, as NVML's; one compute instance
+    (id 0) spans each."""
+
+    def __init__(self, gpus: Iterable[int], layout: Iterable[tuple[str, int]]) -> None:
+        self._instances: dict[int, dict[int, MigInstance]] = {}
+        self._next: dict[int, int] = {}
+        for gpu in gpus:
+            self._instances[gpu], self._next[gpu] = {}, 1
+            for profile, start in layout:
+                self.create_compute_instance(gpu, self.create_gpu_instance(gpu, profile, start))
+
+    def mig_enabled(self, gpu_index: int) -> bool:
+        return gpu_index in self._instances
+
+    def gpu_instances(self, gpu_index: int) -> list[MigInstance]:
+        return sorted(self._instances.get(gpu_index, {}).values(), key=lambda i: i.start_slot)
+
+    def compute_processes(self, gpu_index: int) -> int:
+        return 0
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start_slot: int) -> int:
+        gis = self._instances[gpu_index]
+        if any((i.profile, i.start_slot) == (profile, start_slot) for i in gis.values()):
+            raise ValueError(f"GPU {gpu_index} holds {profile} at slot {start_slot} already")
+        gi = self._next[gpu_index]
+        self._next[gpu_index] += 1
+        gis[gi] = MigInstance(profile, start_slot, gi)
+        return gi
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int) -> int:
+        inst = self._instances[gpu_index][gi_id]
+        self._instances[gpu_index][gi_id] = MigInstance(inst.profile, inst.start_slot, gi_id, (0,))
+        return 0
+
+    def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None:
+        inst = self._instances[gpu_index][gi_id]
+        cis = tuple(c for c in inst.ci_ids if c != ci_id)
+        self._instances[gpu_index][gi_id] = MigInstance(inst.profile, inst.start_slot, gi_id, cis)
+
+    def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
+        del self._instances[gpu_index][gi_id]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +139,18 @@ class SimulatedGpus:
     model: str
     count: int
     pool: str = "default"
+    #: How many of them (the last ones) are in MIG mode, cut into ``mig_layout`` at start.
+    mig_gpus: int = 0
+    mig_layout: tuple[tuple[str, int], ...] = ()
+    mig: SimulatedMig = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.count < 1:
             raise ValueError(f"simulated GPUs: count {self.count} must be at least 1")
+        if not 0 <= self.mig_gpus <= self.count:
+            raise ValueError(f"simulated GPUs: {self.mig_gpus} in MIG mode of {self.count}")
+        in_mig_mode = range(self.count - self.mig_gpus, self.count)
+        object.__setattr__(self, "mig", SimulatedMig(in_mig_mode, self.mig_layout))
         if not identify(self.model).known:
             raise ValueError(f"simulated GPUs: model {self.model!r} is no GPU model Seedance knows")
 
@@ -68,7 +161,16 @@ class SimulatedGpus:
         return gb * 1024 if gb else _DEFAULT_MEMORY_MIB
 
     def devices(self) -> NodeDevices:
-        return NodeDevices(gpus={i: simulated_uuid(self.node, i) for i in range(self.count)})
+        gpus = {i: simulated_uuid(self.node, i) for i in range(self.count)}
+        mig = {
+            (gpus[i], inst.profile, inst.start_slot): simulated_mig_uuid(
+                self.node, i, inst.profile, inst.start_slot
+            )
+            for i in gpus
+            for inst in self.mig.gpu_instances(i)
+        }
+        enabled = frozenset(i for i in gpus if self.mig.mig_enabled(i))
+        return NodeDevices(gpus=gpus, mig=mig, mig_enabled=enabled)
 
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
         return []
@@ -91,8 +193,8 @@ class SimulatedGpus:
                     model=self.model,
                     mem_total_mib=self.mem_total_mib,
                     uuid=uuid_,
-                    mig_capable=False,
-                    mig_enabled=False,
+                    mig_capable=self.mig.mig_enabled(i),
+                    mig_enabled=self.mig.mig_enabled(i),
                 )
                 for i, uuid_ in self.devices().gpus.items()
             ],

@@ -158,7 +158,11 @@ def type_key(node: NodeSpec) -> TypeKey:
         gpu.mem_mib if gpu else 0,
         node.cpu_milli,
         node.memory_mib,
-        _mig_profiles(gpu.model) if gpu and (gpu.mig_capable or gpu.mig_enabled) else (),
+        # Any GPU of it, not the first alone: NVIDIA's "mixed" strategy puts some of a node's
+        # GPUs in MIG mode and leaves the others whole (the dev overlay's node: its last).
+        _mig_profiles(gpu.model)
+        if gpu and any(g.mig_capable or g.mig_enabled for g in node.gpus)
+        else (),
     )
 
 
