@@ -76,9 +76,28 @@ def test_the_headroom_follows_the_forecast_arrivals() -> None:
         assert abs(lam * mean_gap_s - 1.0) < 0.25
         assert (g1, g2) == (gpus, gpus * gpus)
         h = headroom_gpus(f, t, 180.0, 2.0)
-        # Compound Poisson over the 3-minute start-up: mean + 2 standard deviations, whole.
+        # Nothing ends: the whole arriving demand of the 3-minute start-up, + 2 std devs.
         assert h == round(lam * g1 * 180 + 2 * np.sqrt(lam * g2 * 180))
         forecasts.append(h)
     slow, fast, big = forecasts
     assert 5 * slow < fast < big  # ten times the rate, and then four GPUs per job
     assert headroom_gpus(ArrivalForecast(), 0.0, 180.0, 2.0) == 0.0
+
+
+def test_in_a_steady_state_the_headroom_is_the_noise_not_the_flow() -> None:
+    rng = np.random.default_rng(11)
+    f, t = ArrivalForecast(), 0.0
+    for _ in range(4000):  # one GPU arrives and one ends, each about once a second
+        t += float(rng.exponential(1.0))
+        f.observe(t, 1.0)
+        f.observe_end(t + float(rng.uniform(0, 1e-3)), 1.0)
+    lam_in, _, _ = f.rate(t)
+    lam_out, _, _ = f.end_rate(t)
+    h = headroom_gpus(f, t, 180.0, 2.0)
+    assert h == round(2 * np.sqrt((lam_in + lam_out) * 180))  # ~38, not 180 + 27
+    assert h < 0.3 * lam_in * 180
+    # Growing demand (nothing ends): the flow is back in.
+    grow = ArrivalForecast()
+    for i in range(4000):
+        grow.observe(float(i), 1.0)
+    assert headroom_gpus(grow, 4000.0, 180.0, 2.0) > 180

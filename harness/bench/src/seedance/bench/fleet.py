@@ -178,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             headroom_z=args.headroom_z,
             only=args.only,
         )
-        lines.append(fleet_line(name, load, r))
-        print(lines[-1], flush=True)
+        if len(r) == 3:  # `--only` runs part of the comparison: no ratio to print
+            lines.append(fleet_line(name, load, r))
+            print(lines[-1], flush=True)
     return 0
 
 

@@ -145,7 +145,7 @@ class FleetSim:
                 job_id, token = key.rsplit("@", 1)
                 if self.jobs[job_id].token != int(token):
                     continue  # the run it ended was moved: its new run ends later
-                self._finish(job_id, t)
+                self._end(job_id, t)
             elif kind == _READY:
                 self._ready(self.machines[int(key)])
             elif kind == _TICK:
@@ -178,6 +178,11 @@ class FleetSim:
             run.row = d.placements[0].node
             self.on_row.setdefault(run.row, set()).add(d.job_id)
             self._push(t + run.remaining_s, _FINISH, f"{d.job_id}@{run.token}")
+
+    def _end(self, job_id: str, t: float) -> None:
+        """The job's run ended for good: the forecast sees the GPUs given back."""
+        self.forecast.observe_end(t, self.jobs[job_id].arrival.request.gpu_milli_total / GPU_MILLI)
+        self._finish(job_id, t)
 
     def _finish(self, job_id: str, t: float) -> None:
         run = self.jobs[job_id]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,51 +84,87 @@ class LeaveEmpty:
 
 
 @dataclass(slots=True)
+class _Flow:
+    """One stream of GPU demand (arrivals or departures), weighted by age."""
+
+    jobs: float = 0.0
+    g1: float = 0.0
+    g2: float = 0.0
+
+    def decay(self, k: float) -> None:
+        self.jobs *= k
+        self.g1 *= k
+        self.g2 *= k
+
+    def add(self, gpus: float) -> None:
+        self.jobs += 1.0
+        self.g1 += gpus
+        self.g2 += gpus * gpus
+
+
+@dataclass(slots=True)
 class ArrivalForecast:
-    """Arrivals of GPU demand, weighted by age with time constant `tau_s`: the rate of jobs
-    and the first two moments of their GPU demand (in GPUs), from which `headroom_gpus`
-    sizes what arrives during a node's start-up. `since_s` is when observing began (the rate
-    is per second observed, so a first arrival soon after it is not read as a burst)."""
+    """GPU demand arriving and leaving, weighted by age with time constant `tau_s`: per
+    stream the rate of jobs and the first two moments of their GPUs, from which
+    `headroom_gpus` sizes the net demand that comes while a node starts. `since_s` is when
+    observing began (rates are per second observed, so a first arrival soon after it is not
+    read as a burst)."""
 
     tau_s: float = 1800.0
     since_s: float = 0.0
     _t: float | None = None
-    _jobs: float = 0.0
-    _g1: float = 0.0
-    _g2: float = 0.0
+    _in: _Flow = field(default_factory=_Flow)
+    _out: _Flow = field(default_factory=_Flow)
 
     def observe(self, now_s: float, gpus: float) -> None:
+        """A job arrived asking for `gpus`."""
         self._decay(now_s)
-        self._jobs += 1.0
-        self._g1 += gpus
-        self._g2 += gpus * gpus
+        self._in.add(gpus)
+
+    def observe_end(self, now_s: float, gpus: float) -> None:
+        """A job ended, giving back `gpus` (a move is no end: its job arrives again)."""
+        self._decay(now_s)
+        self._out.add(gpus)
 
     def _decay(self, now_s: float) -> None:
         if self._t is None:
             self._t = self.since_s
-        dt = max(0.0, now_s - self._t)
-        k = math.exp(-dt / self.tau_s)
-        self._jobs *= k
-        self._g1 *= k
-        self._g2 *= k
+        k = math.exp(-max(0.0, now_s - self._t) / self.tau_s)
+        self._in.decay(k)
+        self._out.decay(k)
         self._t = now_s
 
+    def _span(self, now_s: float) -> float:
+        return self.tau_s * (1.0 - math.exp(-(now_s - self.since_s) / self.tau_s))
+
     def rate(self, now_s: float) -> tuple[float, float, float]:
-        """(jobs per s, mean GPUs per job, mean squared GPUs per job) as of `now_s`."""
+        """Arrivals: (jobs per s, mean GPUs per job, mean squared GPUs per job)."""
+        return self._rates(self._in, now_s)
+
+    def end_rate(self, now_s: float) -> tuple[float, float, float]:
+        """Ends, as `rate`."""
+        return self._rates(self._out, now_s)
+
+    def _rates(self, flow: _Flow, now_s: float) -> tuple[float, float, float]:
         self._decay(now_s)
-        span = self.tau_s * (1.0 - math.exp(-(now_s - self.since_s) / self.tau_s))
-        if self._jobs <= 0 or span <= 0:
+        span = self._span(now_s)
+        if flow.jobs <= 0 or span <= 0:
             return 0.0, 0.0, 0.0
-        return self._jobs / span, self._g1 / self._jobs, self._g2 / self._jobs
+        return flow.jobs / span, flow.g1 / flow.jobs, flow.g2 / flow.jobs
 
 
 def headroom_gpus(forecast: ArrivalForecast, now_s: float, startup_s: float, z: float) -> float:
-    """Whole GPUs that cover the demand arriving in `startup_s` at `z` standard deviations
-    above its mean (compound Poisson: mean λ·E[g]·T, variance λ·E[g²]·T), rounded to the
-    nearest whole GPU (a fraction of a GPU expected is no reason to keep a node)."""
-    lam, g1, g2 = forecast.rate(now_s)
-    mean = lam * g1 * startup_s
-    return float(round(mean + z * math.sqrt(lam * g2 * startup_s)))
+    """Whole GPUs that cover the net demand of `startup_s` (what arrives less what ends) at
+    `z` standard deviations over its mean: arrivals and ends are compound Poisson streams, so
+    the net change has mean (λ_in·E[g_in] − λ_out·E[g_out])·T (a growth only: a shrinking
+    demand needs no room) and variance (λ_in·E[g_in²] + λ_out·E[g_out²])·T. Rounded to the
+    nearest whole GPU (a fraction of a GPU expected is no reason to keep a node). In a steady
+    state the ends free about what arrives, so the headroom is the noise, not the flow."""
+    lam_in, g_in, g2_in = forecast.rate(now_s)
+    lam_out, g_out, g2_out = forecast.end_rate(now_s)
+    growth = max(0.0, lam_in * g_in - lam_out * g_out) * startup_s
+    spread = math.sqrt((lam_in * g2_in + lam_out * g2_out) * startup_s)
+    return float(round(growth + z * spread))
 
 
 def free_whole_gpus(state: ClusterState, rows: np.ndarray | None = None) -> int:
