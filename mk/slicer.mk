@@ -51,8 +51,10 @@ bench-share-splits: install  ## slicer: bench-share on 18 cuts of HISTORY (SHARE
 
 # Fleet cost on an elastic fleet (docs/slicer.md "bench-fleet"): TRACE=<openb pod list with
 # creation/deletion times> [LOAD=<pct>[,<pct>...]] (default 40,60,80; the 60 % line prints last).
-FLEET_TRACE = $(or $(TRACE),$(SLICER_DATA)/openb_pod_list_default.csv)
-FLEET_LOADS = $(or $(LOAD),40,60,80)
+# TRACE has a default elsewhere (the router's request trace): only a TRACE given on the command
+# line or in the environment names the pod list here.
+FLEET_TRACE = $(if $(filter command line environment,$(origin TRACE)),$(TRACE),$(SLICER_DATA)/openb_pod_list_default.csv)
+FLEET_LOADS = $(if $(filter command line environment,$(origin LOAD)),$(LOAD),40,60,80)
 
 .PHONY: bench-fleet
 bench-fleet: install  ## slicer: GPU-hours paid by Seedance vs Kubernetes + cluster-autoscaler (TRACE= LOAD=)
