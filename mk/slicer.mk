@@ -48,3 +48,15 @@ bench-share: install  ## slicer: GPUs saved by sharing by measured use vs one po
 .PHONY: bench-share-splits
 bench-share-splits: install  ## slicer: bench-share on 18 cuts of HISTORY (SHARE_ARGS="--grow-gib 3,6" injects growth)
 	nice -n 10 $(PY) -m tools.bench.bench_share_splits --history $(SHARE_HISTORY) $(SHARE_ARGS)
+
+# Fleet cost on an elastic fleet (docs/slicer.md "bench-fleet"): TRACE=<openb pod list with
+# creation/deletion times> [LOAD=<pct>[,<pct>...]] (default 40,60,80; the 60 % line prints last).
+# TRACE has a default elsewhere (the router's request trace): only a TRACE given on the command
+# line or in the environment names the pod list here.
+FLEET_TRACE = $(if $(filter command line environment,$(origin TRACE)),$(TRACE),$(SLICER_DATA)/openb_pod_list_default.csv)
+FLEET_LOADS = $(if $(filter command line environment,$(origin LOAD)),$(LOAD),40,60,80)
+
+.PHONY: bench-fleet
+bench-fleet: install  ## slicer: GPU-hours paid by Seedance vs Kubernetes + cluster-autoscaler (TRACE= LOAD=)
+	nice -n 10 $(PY) -m tools.bench.bench_fleet --nodes $(SLICER_NODES) --pods $(FLEET_TRACE) \
+	  --loads $(FLEET_LOADS) $(FLEET_ARGS)

@@ -25,7 +25,7 @@ from seedance.events.slicing import (
     Unschedulable,
     UnschedulableReason,
 )
-from seedance.events.telemetry import NodeInventory
+from seedance.events.telemetry import NodeInventory, NodeState
 from seedance.k8s_bridge.core.adoption import JobRecords
 from seedance.k8s_bridge.core.pods import pod_ref
 from seedance.k8s_bridge.core.tracker import (
@@ -409,12 +409,28 @@ def test_nodes_become_inventory_published_when_they_change() -> None:
     assert inv.cpu_milli == 64_000
     assert inv.memory_mib == 512 * 1024
     assert t.node_seen(n, T0 + timedelta(seconds=10)) == []
+    assert inv.state == NodeState.READY
+    # Cordoned: nothing new lands there, its shape stays (the jobs there hold its GPUs).
     n["spec"]["unschedulable"] = True
     (pub,) = t.node_seen(n, T0 + timedelta(seconds=20))
-    assert pub.event.gpus == []
+    assert pub.event.state == NodeState.CORDONED
+    assert len(pub.event.gpus) == 4
     n["spec"]["unschedulable"] = False
-    assert len(t.node_seen(n, T0 + timedelta(seconds=25))[0].event.gpus) == 4
+    (pub,) = t.node_seen(n, T0 + timedelta(seconds=25))
+    assert (pub.event.state, len(pub.event.gpus)) == (NodeState.READY, 4)
+    # The taint an autoscaler puts on a node it is about to delete cordons it too; a GPU
+    # pool's own taint does not.
+    n["spec"]["taints"] = [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert t.node_seen(n, T0 + timedelta(seconds=26)) == []
+    for taint in ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted"):
+        n["spec"]["taints"] = [{"key": taint, "effect": "NoSchedule"}]
+        (pub,) = t.node_seen(n, T0 + timedelta(seconds=27))
+        assert pub.event.state == NodeState.CORDONED, taint
+        n["spec"]["taints"] = []
+        (pub,) = t.node_seen(n, T0 + timedelta(seconds=28))
+        assert pub.event.state == NodeState.READY
     (pub,) = t.node_seen(n, T0 + timedelta(seconds=30), deleted=True)
+    assert pub.event.state == NodeState.REMOVED
     assert pub.event.gpus == []
     assert pub.event.cpu_milli == 0
 

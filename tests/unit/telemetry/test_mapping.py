@@ -15,6 +15,7 @@ from seedance.core.settings import SettingsError, load_settings
 from seedance.events import decode, encode, new_event_id
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.telemetry import GpuSampleBatch
+from seedance.events.telemetry import NodeState as NodeStateWire
 from seedance.telemetry_collector.fleet import GPU_MODELS, FleetNode, FleetSim
 from seedance.telemetry_collector.mapping import (
     NOT_CARRIED,
@@ -193,7 +194,6 @@ def test_build_source_names_missing_files(tmp_path: Path) -> None:
         )
 
 
-
 class _Reads:
     """A stand-in for a source struct that records which of its fields the mapping reads
     (structs inside it, like a node's GPUs, are stood in for too: ``every``)."""
@@ -257,7 +257,14 @@ def test_every_inventory_and_health_field_is_carried_or_refused_with_a_reason() 
     gpu = _populated(GpuInventory, index=0, uuid="a", model="NVIDIA H200", mig_capable=True)
     link = GpuLink(gpu_a=0, gpu_b=0, common_ancestor="single", nvlink_links=2)
     inv = _Reads(NodeInventory(node="n", gpus=(gpu,), links=(link,), simulated=True))
-    event = inventory_event(inv, AT, cpu_milli=1, memory_mib=1, pool="p")  # type: ignore[arg-type]
+    event = inventory_event(
+        inv,  # type: ignore[arg-type]
+        AT,
+        cpu_milli=1,
+        memory_mib=1,
+        pool="p",
+        state=NodeStateWire.CORDONED,
+    )
 
     def read_of(cls: type) -> set[str]:  # a GPU is read twice: for its domain, then itself
         return set().union(*(r.read for r in inv.inner if type(r._real) is cls))

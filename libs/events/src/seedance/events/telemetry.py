@@ -7,6 +7,7 @@ collector, or the node agent for per-pod shares) on that node's subject, never b
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated
 
 import msgspec
@@ -20,6 +21,7 @@ __all__ = [
     "GpuSample",
     "GpuSampleBatch",
     "NodeInventory",
+    "NodeState",
     "PodShare",
     "PodShares",
     "TelemetryEvent",
@@ -76,8 +78,19 @@ NodeLabelKey = Annotated[str, msgspec.Meta(min_length=1, max_length=317)]
 NodeLabelValue = Annotated[str, msgspec.Meta(max_length=63)]
 
 
+class NodeState(enum.StrEnum):
+    """Whether work may land on a node: `ready`; `cordoned` (draining: nothing new lands
+    there, what runs there stays: Kubernetes' ``spec.unschedulable`` or a ``NoSchedule``
+    taint); `removed` (gone: what ran there ended with it)."""
+
+    READY = "ready"
+    CORDONED = "cordoned"
+    REMOVED = "removed"
+
+
 class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
-    """What a node has. Published at start and whenever it changes."""
+    """What a node has. Published at start and whenever it changes, including when it is
+    cordoned or leaves (`state`; a removed node's other fields are its last description)."""
 
     node: Name
     pool: Name = "default"
@@ -91,6 +104,7 @@ class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
     labels: Annotated[dict[NodeLabelKey, NodeLabelValue], msgspec.Meta(max_length=64)] = (
         msgspec.field(default_factory=dict)
     )
+    state: NodeState = NodeState.READY
 
 
 class GpuHealth(Event, frozen=True, kw_only=True, tag="gpu.health.v1"):

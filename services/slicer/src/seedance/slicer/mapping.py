@@ -73,7 +73,7 @@ _BASE = frozenset({"id", "at"})
 
 #: Per wire type, the fields that reach the core.
 CARRIED: Mapping[type, frozenset[str]] = {
-    NodeInventory: _BASE | {"node", "cpu_milli", "memory_mib", "gpus", "labels"},
+    NodeInventory: _BASE | {"node", "cpu_milli", "memory_mib", "gpus", "labels", "state"},
     GpuInfo: frozenset({"index", "model", "mem_total_mib", "mig_capable", "mig_enabled",
                         "nvlink_domain"}),
     GpuHealth: _BASE | {"node", "gpu_index", "healthy"},
@@ -137,6 +137,7 @@ def node_spec(ev: NodeInventory) -> NodeSpec:
             for g in sorted(ev.gpus, key=lambda g: g.index)
         ),
         labels=dict(ev.labels),
+        state=ev.state.value,
     )
 
 

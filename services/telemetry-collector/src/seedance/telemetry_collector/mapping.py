@@ -171,8 +171,11 @@ def inventory_event(
     memory_mib: int,
     pool: str = "default",
     event_id: str | None = None,
+    state: ev.NodeState = ev.NodeState.READY,
 ) -> ev.NodeInventory:
-    """The node's inventory as the bus event. Memory totals are whole MiB (rounded down)."""
+    """The node's inventory as the bus event. Memory totals are whole MiB (rounded down).
+    `state`: a collector running on its node reports it ready; whether it is cordoned or gone
+    is the cluster's to say (the k8s bridge's Node watch)."""
     domains = nvlink_domains(inv.node, inv.gpus, inv.links)
     return ev.NodeInventory(
         id=event_id or new_event_id(at=at),
@@ -195,6 +198,7 @@ def inventory_event(
             for g in inv.gpus
         ],
         simulated=inv.simulated,
+        state=state,
     )
 
 

@@ -24,7 +24,9 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   a node has one price), ``len(gpus)``. Not carried: ``pool``, ``cpu_milli``, ``memory_mib``,
   each GPU's ``index`` / ``uuid`` / ``mem_total_mib`` / ``mig_capable`` / ``mig_enabled`` /
   ``nvlink_domain`` (prices are per model and count), ``simulated`` (a replayed fleet is billed
-  like a real one), ``labels`` (topology, the slicer's for gangs). An inventory without GPUs
+  like a real one), ``labels`` (topology, the slicer's for gangs), ``state`` (a cordoned or
+  removed node's jobs end where the slicer says: its ``Preempted`` at the removal's time, so
+  nothing is billed past it). An inventory without GPUs
   gives no fact. The tier is not on the wire:
   ``on_demand``.
 - ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id ``<id>:<index>``):

@@ -11,8 +11,17 @@ reads what it implies: with time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.
 (allocatable / replicas), never a fleet four times its size to bill; with the MIG single
 strategy (``...-MIG-3g.40gb``) each GPU of the inventory is a MIG device. A Node carries no GPU
 UUIDs: the inventory's are empty and the node agent (a later issue) publishes the real
-inventory instead, with ``publish_inventory`` off. A cordoned or not-ready node is published
-with no GPUs, so the slicer places nothing new there; a deleted one the same.
+inventory instead, with ``publish_inventory`` off.
+
+A node's state (`NodeState`): ``cordoned`` where nothing new may land but what runs stays:
+``spec.unschedulable`` (``kubectl cordon``, which also sets the taint
+``node.kubernetes.io/unschedulable``), a not-ready node (``Ready`` condition not True, or the
+``node.kubernetes.io/not-ready`` / ``unreachable`` taints), or the taint an autoscaler puts on
+a node it is about to delete (cluster-autoscaler's ``ToBeDeletedByClusterAutoscaler``,
+Karpenter's ``karpenter.sh/disrupted``); the node keeps its description, so the slicer keeps
+the jobs placed there. ``removed`` for a deleted Node (published with no resources): the slicer
+evicts and re-queues its jobs, and their billing ends then. Other taints (a GPU pool's own
+``nvidia.com/gpu:NoSchedule``, which GPU pods tolerate) say nothing about draining.
 
 The event id is derived from the node's uid and the observation time: the tracker publishes an
 inventory only when it differs from the last one it published, and a re-published unchanged
@@ -30,19 +39,31 @@ import msgspec
 
 from seedance.events.base import derived_event_id
 from seedance.events.gpus import identify
-from seedance.events.telemetry import GpuInfo, NodeInventory
+from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.kube import node_token
 from seedance.k8s_bridge.core.quantity import parse_quantity, to_mib, to_milli
 
-__all__ = ["node_inventory", "node_usable", "same_inventory"]
+__all__ = ["DRAINING_TAINTS", "node_inventory", "node_state", "node_usable", "same_inventory"]
+
+#: Taints that mean the node is going or gone, whatever their effect.
+DRAINING_TAINTS = frozenset({
+    "node.kubernetes.io/unschedulable",
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "ToBeDeletedByClusterAutoscaler",
+    "karpenter.sh/disrupted",
+})  # fmt: skip
 
 Json = Mapping[str, Any]
 
 
 def node_usable(node: Json) -> bool:
-    """Ready and not cordoned."""
-    if (node.get("spec") or {}).get("unschedulable"):
+    """Ready, not cordoned, and not tainted as going away."""
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    if any(t.get("key") in DRAINING_TAINTS for t in spec.get("taints") or []):
         return False
     for c in (node.get("status") or {}).get("conditions") or []:
         if c.get("type") == "Ready":
@@ -64,6 +85,12 @@ def _int_label(labels: Json, key: str, default: int) -> int:
         return default
 
 
+def node_state(node: Json, *, deleted: bool = False) -> NodeState:
+    if deleted:
+        return NodeState.REMOVED
+    return NodeState.READY if node_usable(node) else NodeState.CORDONED
+
+
 def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeInventory:
     """The inventory of ``node`` at ``at`` (the bridge's observation time).
 
@@ -73,10 +100,11 @@ def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeIn
     md = node.get("metadata") or {}
     labels = md.get("labels") or {}
     status = node.get("status") or {}
-    usable = not deleted and node_usable(node)
+    state = node_state(node, deleted=deleted)
+    described = not deleted  # a cordoned node keeps its shape: its jobs hold GPU indices
     product = str(labels.get(keys.LABEL_GPU_PRODUCT, "unknown"))
     reported = identify(product)
-    count = int(parse_quantity(_resource(status, keys.RES_GPU))) if usable else 0
+    count = int(parse_quantity(_resource(status, keys.RES_GPU))) if described else 0
     if reported.shared:
         count //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
     mem_mib = _int_label(labels, keys.LABEL_GPU_MEMORY, 0)
@@ -92,8 +120,8 @@ def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeIn
         )
         for i in range(count)
     ]
-    cpu = to_milli(parse_quantity(_resource(status, keys.RES_CPU))) if usable else 0
-    memory = to_mib(parse_quantity(_resource(status, keys.RES_MEMORY))) if usable else 0
+    cpu = to_milli(parse_quantity(_resource(status, keys.RES_CPU))) if described else 0
+    memory = to_mib(parse_quantity(_resource(status, keys.RES_MEMORY))) if described else 0
     name = node_token(str(md.get("name", "")))
     body = NodeInventory(
         id="",
@@ -103,6 +131,7 @@ def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeIn
         cpu_milli=cpu,
         memory_mib=memory,
         gpus=gpus,
+        state=state,
     )
     uid = str(md.get("uid") or name)
     ms = int(at.timestamp() * 1000)

@@ -73,7 +73,7 @@ class Evicted:
     job: JobSpec
     node: str
     by_job_id: str
-    reason: str  # priority | quota_reclaim
+    reason: str  # priority | quota_reclaim | node_removed | consolidation
     #: The preempting job's tenant: the job's own for `priority`, a cohort member's for
     #: `quota_reclaim`.
     by_tenant: str = ""

@@ -13,7 +13,10 @@ import msgspec
 
 from seedance.slicer.core.model import Node
 
-__all__ = ["GpuSpec", "JobSpec", "NodeSpec", "core_node", "job_key"]
+__all__ = ["NODE_STATES", "GpuSpec", "JobSpec", "NodeSpec", "core_node", "job_key"]
+
+#: A node's states, as the inventory names them (`seedance.events.telemetry.NodeState`).
+NODE_STATES = ("ready", "cordoned", "removed")
 
 
 class GpuSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +34,12 @@ class NodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     gpus: tuple[GpuSpec, ...] = ()
     #: The node's labels the scheduler reads: those naming its topology domains.
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    #: `ready`, `cordoned` (nothing new lands there) or `removed` (`NODE_STATES`).
+    state: str = "ready"
+
+    def same_hardware(self, other: NodeSpec) -> bool:
+        """Whether `other` describes this node as it is, its state aside."""
+        return msgspec.structs.replace(other, state=self.state) == self
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -279,6 +279,10 @@ class PlacementQueue:
     def is_pending(self, job_id: str) -> bool:
         return job_id in self._pending
 
+    def jobs_on(self, node: int) -> list[str]:
+        """The running jobs holding anything on `node`, in id order."""
+        return sorted(self._on_node[node])
+
     def busy(self, node: int) -> bool:
         """Whether a running job holds anything on `node`."""
         return bool(self._on_node[node])

@@ -59,7 +59,11 @@ from seedance.slicer.core.snapshot import HeldJob, MigSlot
 from seedance.slicer.core.state import SchedulerState
 from seedance.slicer.core.workload import SchedulerConfig, core_job
 
-__all__ = ["ENDED_KEPT", "Scheduler", "SchedulerConfig"]
+__all__ = ["ENDED_KEPT", "NODE_REMOVED", "Scheduler", "SchedulerConfig"]
+
+#: The eviction reason of a job whose node left (beside `priority`, `quota_reclaim` and
+#: `consolidation`).
+NODE_REMOVED = "node_removed"
 
 #: Ended jobs remembered (so a late start or a second end is answered `job_ended`, not
 #: `unknown_job`): bounded, so the state does not grow with every job ever run.
@@ -88,12 +92,18 @@ class Scheduler(SchedulerState):
             keep = {k: v for k, v in spec.labels.items() if k in levels}
             spec = msgspec.structs.replace(spec, labels=keep)
         i = self._index.get(spec.name)
+        if spec.state == "removed":
+            return self._remove_node(i, spec.name, now_s) if i is not None else []
         before = self.fleet_types()
         if i is not None:
-            if self._nodes[i] == spec or self._busy(spec.name):
+            known = self._nodes[i]
+            if known.state != spec.state and (known.same_hardware(spec) or self._busy(spec.name)):
+                return self._set_state(i, spec.state, now_s)
+            if known == spec or self._busy(spec.name):
                 # A busy node keeps its known shape until it drains (jobs hold GPU indices).
                 return []
-            self._count_type(self._nodes[i], -1)
+            if known.state != "removed":  # a removed node's type was uncounted then
+                self._count_type(known, -1)
             self._nodes[i] = spec
             self._mig.forget_node(spec.name)
             self._queue.replace_node(i, core_node(spec, self.config.topology_levels))
@@ -104,6 +114,7 @@ class Scheduler(SchedulerState):
             self._queue.add_node(core_node(spec, self.config.topology_levels))
         self._count_type(spec, +1)
         self._mig_mode(i)
+        self._cordon(i)
         self._queue.set_masked(self._masked())
         self._dirty_nodes.add(spec.name)
         if self.config.policy == "seedance" and self._workload.refresh():
@@ -111,6 +122,54 @@ class Scheduler(SchedulerState):
         out: list[Effect] = []
         if self.fleet_types() != before:  # what no type could hold may fit a new one
             out = self._retry_held(now_s, lambda h: h.reason == UNSATISFIABLE)
+        out.extend(self._pass(now_s))
+        return out
+
+    def _cordon(self, i: int) -> None:
+        if self._nodes[i].state == "cordoned":
+            self._cordoned.add(i)
+        else:
+            self._cordoned.discard(i)
+
+    def _set_state(self, i: int, state: str, now_s: float) -> list[Effect]:
+        """Node `i` was cordoned (nothing new lands there; what runs stays) or made ready
+        again (what waits may start there)."""
+        self._nodes[i] = msgspec.structs.replace(self._nodes[i], state=state)
+        self._dirty_nodes.add(self._nodes[i].name)
+        self._cordon(i)
+        self._queue.set_masked(self._masked())
+        return self._pass(now_s) if state == "ready" else []
+
+    def _remove_node(self, i: int, name: str, now_s: float) -> list[Effect]:
+        """Node `i` left: each job that ran there is evicted (reason `node_removed`, at the
+        trusted time of the inventory, where its billing ends) and queued again at its
+        original submit time; the node's row stays, empty, for a node of that name to come
+        back. Costs what the node held, not the fleet."""
+        if self._nodes[i].state == "removed":
+            return []
+        out: list[Effect] = []
+        for key in self._queue.jobs_on(i):
+            job = self._jobs[key]
+            self._queue.finish(key, now_s)
+            self._queue.submit(core_job(job), self._submitted_s.get(key, now_s))
+            self._dirty_jobs.add(key)
+            out.append(Evicted(job, name, "", NODE_REMOVED))
+        for slot in [m for m in self._mig.held_slots() if m.node == name]:
+            job = self._jobs[slot.job_id]
+            self._mig.release(slot.job_id)
+            self._queue.free_host(i, job.cpu_milli, job.memory_mib)
+            self._mig.enqueue(slot.job_id, self._submitted_s.get(slot.job_id, now_s))
+            self._dirty_jobs.add(slot.job_id)
+            out.append(Evicted(job, name, "", NODE_REMOVED))
+        self._mig.forget_node(name)
+        self._count_type(self._nodes[i], -1)
+        gone = NodeSpec(name=name, cpu_milli=0, memory_mib=0, state="removed")
+        self._nodes[i] = gone
+        self._queue.replace_node(i, core_node(gone, self.config.topology_levels))
+        self._mig_mode(i)
+        self._cordon(i)
+        self._queue.set_masked(self._masked())
+        self._dirty_nodes.add(name)
         out.extend(self._pass(now_s))
         return out
 
@@ -453,7 +512,8 @@ class Scheduler(SchedulerState):
             if self._type_counts is None:
                 self._type_counts = {}
                 for node in self._nodes:
-                    self._count_type(node, +1)
+                    if node.state != "removed":
+                        self._count_type(node, +1)
             self._types = types_of(self._type_counts, self.config.node_pools)
         return self._types
 

@@ -71,6 +71,8 @@ class SchedulerState:
         self._policy = self._workload.policy(self.config.policy)
         # GPUs in MIG mode, as (node index, GPU): masked from the queue with the unhealthy ones.
         self._mig_masked: set[tuple[int, int]] = set()
+        # Nodes cordoned (by index): all their GPUs masked, so nothing new lands there.
+        self._cordoned: set[int] = set()
         self._queue = self._new_queue([], [], 0)
         # What changed since `state_changes` was last called (see the module docstring).
         self._dirty_jobs: set[str] = set()
@@ -131,6 +133,7 @@ class SchedulerState:
         s._mig_masked = {
             (i, g) for i, n in enumerate(s._nodes) for g, x in enumerate(n.gpus) if x.mig_enabled
         }
+        s._cordoned = {i for i, n in enumerate(s._nodes) if n.state == "cordoned"}
         idx = s._index
         running = [running_record(r, core_job(s._jobs[r.job_id]), idx) for r in snap.running]
         pending = [pending_record(p, core_job(s._jobs[p.job_id]), idx) for p in snap.pending]
@@ -290,8 +293,10 @@ class SchedulerState:
 
     # -- building -------------------------------------------------------------------------
     def _masked(self) -> set[tuple[int, int]]:
-        """GPUs the queue must not place on: unhealthy ones and those in MIG mode."""
-        return {(self._index[n], g) for n, g in self._unhealthy} | self._mig_masked
+        """GPUs the queue must not place on: unhealthy ones, those in MIG mode and those of
+        cordoned nodes (their count: what the cordoned nodes hold, not the fleet)."""
+        cordoned = {(i, g) for i in self._cordoned for g in range(len(self._nodes[i].gpus))}
+        return {(self._index[n], g) for n, g in self._unhealthy} | self._mig_masked | cordoned
 
     def _mig_mode(self, i: int) -> None:
         """Node `i` was (re-)described: which of its GPUs are in MIG mode."""

@@ -1,0 +1,253 @@
+"""Consolidation: which running, movable jobs to move so whole nodes empty and can be released.
+
+Owns the planner (`plan_consolidation`) and what bounds it: the disruption budget
+(`DisruptionBudget`: moves per window, per job, per tenant) and the record of moves made
+(`MoveHistory`). A move is a preemption with reason `consolidation` plus the job's
+re-placement by the queue; this module only names the jobs and why.
+
+Rules it keeps, whatever the caller asks:
+  * a job that did not say it is movable is never moved (a node holding one is never drained);
+  * a drain is all of a node's jobs or none: a half-emptied node frees nothing;
+  * every job of a drained node must fit on the nodes that stay busy (checked by a trial
+    placement on a copy of the free resources, tightest fit first), so no drain creates demand
+    for a new node, and the free whole GPUs left must stay at or above `keep_free_gpus` (the
+    capacity plan's headroom);
+  * a drain is made only when the capacity it frees is worth more than the restarts cost it:
+    freed GPU-seconds (the node's GPUs × how long it would otherwise stay up: its longest job's
+    expected remaining time, at least `prior_remaining_s`, Lindy's rule past it) ≥
+    `worth_ratio` × lost GPU-seconds (each job's GPUs × (progress lost + its restart time));
+  * the budget holds: no more than `moves_per_window` moves in any `window_s`, per tenant
+    `moves_per_tenant`, and no job moved more than `moves_per_job` times.
+
+It must not read a clock, touch the bus or change the cluster state: the caller passes `now_s`
+and applies the moves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from seedance.slicer.core.model import GPU_MILLI, ClusterState, PodRequest
+
+__all__ = [
+    "CONSOLIDATION",
+    "DisruptionBudget",
+    "Drain",
+    "MovableJob",
+    "MoveHistory",
+    "plan_consolidation",
+    "trial_place",
+]
+
+#: The preemption reason of a move (beside `priority` and `quota_reclaim`).
+CONSOLIDATION = "consolidation"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisruptionBudget:
+    """How much moving is allowed. A window's allowance scales with the running jobs
+    (`window_fraction` of them, at least `min_per_window`), so the bound does not need
+    re-tuning per fleet size; `moves_per_tenant` caps one tenant's share of a window."""
+
+    window_s: float = 600.0
+    window_fraction: float = 0.01
+    min_per_window: int = 1
+    moves_per_tenant: int | None = None
+    moves_per_job: int = 1
+
+    def per_window(self, running_jobs: int) -> int:
+        return max(self.min_per_window, int(self.window_fraction * running_jobs))
+
+
+@dataclass(slots=True)
+class MoveHistory:
+    """Moves made: (time, tenant) in the current window and a count per job. Part of the
+    caller's state; `record` after a move is applied."""
+
+    recent: deque[tuple[float, str]] = field(default_factory=deque)
+    per_job: Counter[str] = field(default_factory=Counter)
+
+    def record(self, now_s: float, tenant: str, job_id: str) -> None:
+        self.recent.append((now_s, tenant))
+        self.per_job[job_id] += 1
+
+    def forget(self, job_id: str) -> None:
+        """A job ended: its count is no longer needed."""
+        self.per_job.pop(job_id, None)
+
+    def in_window(self, now_s: float, window_s: float) -> Counter[str]:
+        while self.recent and self.recent[0][0] <= now_s - window_s:
+            self.recent.popleft()
+        return Counter(t for _, t in self.recent)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MovableJob:
+    """A running job as the planner sees it (one node; gangs are not moved)."""
+
+    job_id: str
+    tenant: str
+    node: int
+    request: PodRequest
+    started_s: float
+    movable: bool
+    #: What a restart costs the job beyond its lost progress (the request's restart-cost hint).
+    restart_s: float = 180.0
+    #: The submitter's expected run time, where it gave one.
+    expected_duration_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Empty `node`: move each of `jobs` (reason `consolidation`), then release it."""
+
+    node: int
+    jobs: tuple[MovableJob, ...]
+    freed_gpu_s: float
+    lost_gpu_s: float
+
+
+def plan_consolidation(
+    state: ClusterState,
+    jobs_on: Mapping[int, Sequence[MovableJob]],
+    now_s: float,
+    budget: DisruptionBudget,
+    history: MoveHistory,
+    *,
+    busy: np.ndarray | None = None,
+    running_jobs: int | None = None,
+    keep_free_gpus: float = 0.0,
+    max_used_fraction: float = 0.5,
+    worth_ratio: float = 2.0,
+    prior_remaining_s: float = 1800.0,
+) -> list[Drain]:
+    """The drains worth making now, least-used node first. `jobs_on` maps each node that may be
+    drained to its running jobs. Where it holds only some of the busy nodes (the candidates),
+    `busy` (a bool per node: something runs there) and `running_jobs` say what the whole
+    pool holds; by default they are taken from `jobs_on`."""
+    running = sum(len(v) for v in jobs_on.values()) if running_jobs is None else running_jobs
+    used_window = history.in_window(now_s, budget.window_s)
+    left = budget.per_window(running) - sum(used_window.values())
+    if left <= 0:
+        return []
+    cpu, mem, gpu = state.cpu_free.copy(), state.mem_free.copy(), state.gpu_free.copy()
+    busy = _busy(state, jobs_on) if busy is None else busy
+    order = sorted(
+        (n for n, js in jobs_on.items() if js),
+        key=lambda n: (int(state.gpu_cap[n].sum() - state.gpu_free[n].sum()), n),
+    )
+    out: list[Drain] = []
+    drained = np.zeros(len(state), dtype=bool)
+    per_tenant = Counter(used_window)
+    for n in order:
+        jobs = jobs_on[n]
+        if len(jobs) > left or not _light(state, n, max_used_fraction):
+            continue
+        if not _allowed(jobs, budget, history, per_tenant):
+            continue
+        freed, lost = _worth(jobs, int(state.gpu_count[n]), now_s, prior_remaining_s)
+        if freed < worth_ratio * lost:
+            continue
+        # The node's own free whole GPUs go with it; the moved jobs take some elsewhere.
+        target = busy & ~drained
+        target[n] = False
+        trial = trial_place(state, jobs, target, cpu, mem, gpu)
+        if trial is None:
+            continue
+        cpu2, mem2, gpu2 = trial
+        after = float((gpu2[target] == GPU_MILLI).sum()) + float(
+            (gpu2[~busy & ~drained] == GPU_MILLI).sum()
+        )
+        if after < keep_free_gpus:
+            continue
+        cpu, mem, gpu = cpu2, mem2, gpu2
+        drained[n] = True
+        left -= len(jobs)
+        for j in jobs:
+            per_tenant[j.tenant] += 1
+        out.append(Drain(n, tuple(jobs), freed, lost))
+        if left <= 0:
+            break
+    return out
+
+
+def _busy(state: ClusterState, jobs_on: Mapping[int, Sequence[MovableJob]]) -> np.ndarray:
+    busy = np.zeros(len(state), dtype=bool)
+    busy[[n for n, js in jobs_on.items() if js]] = True
+    return busy
+
+
+def _light(state: ClusterState, n: int, max_used_fraction: float) -> bool:
+    """Whether node `n` has GPUs and at most `max_used_fraction` of their share in use."""
+    cap = int(state.gpu_cap[n].sum())
+    return cap > 0 and cap - int(state.gpu_free[n].sum()) <= max_used_fraction * cap
+
+
+def _allowed(
+    jobs: Sequence[MovableJob],
+    budget: DisruptionBudget,
+    history: MoveHistory,
+    per_tenant: Counter[str],
+) -> bool:
+    """Whether every job may move: it said it is movable, it has moves left, and its tenant
+    has room in the window."""
+    if not all(j.movable and history.per_job[j.job_id] < budget.moves_per_job for j in jobs):
+        return False
+    if budget.moves_per_tenant is None:
+        return True
+    want = Counter(j.tenant for j in jobs)
+    return all(per_tenant[t] + k <= budget.moves_per_tenant for t, k in want.items())
+
+
+def _worth(
+    jobs: Sequence[MovableJob], node_gpus: int, now_s: float, prior_remaining_s: float
+) -> tuple[float, float]:
+    """(GPU-seconds freed by releasing the node, GPU-seconds the restarts lose)."""
+    remaining = 0.0
+    lost = 0.0
+    for j in jobs:
+        ran = max(0.0, now_s - j.started_s)
+        if j.expected_duration_s is not None:
+            left = max(j.expected_duration_s - ran, 0.0)
+        else:
+            left = max(ran, prior_remaining_s)  # Lindy: a job that ran long runs on
+        remaining = max(remaining, left)
+        lost += j.request.gpu_milli_total / GPU_MILLI * (ran + j.restart_s)
+    return node_gpus * remaining, lost
+
+
+def trial_place(
+    state: ClusterState,
+    jobs: Sequence[MovableJob],
+    target: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    gpu: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Place `jobs` (largest first) on `target` nodes of copies of the free resources, the
+    tightest node first; the copies after, or None when one does not fit."""
+    cpu, mem, gpu = cpu.copy(), mem.copy(), gpu.copy()
+    for j in sorted(jobs, key=lambda j: -j.request.gpu_milli_total):
+        p = j.request
+        ok = target & (cpu >= p.cpu_milli) & (mem >= p.memory_mib)
+        if p.num_gpu:
+            ok &= (gpu >= p.gpu_milli).sum(axis=1) >= p.num_gpu
+            if p.gpu_models:
+                ok &= state.model_mask(p.gpu_models)
+        rows = np.flatnonzero(ok)
+        if rows.size == 0:
+            return None
+        n = int(rows[np.argmin(gpu[rows].sum(axis=1))])
+        cpu[n] -= p.cpu_milli
+        mem[n] -= p.memory_mib
+        if p.num_gpu:
+            free = gpu[n]
+            fits = np.flatnonzero(free >= p.gpu_milli)
+            # Shared requests take the tightest GPU; whole ones the first free ones.
+            picks = fits[np.argsort(free[fits], kind="stable")][: p.num_gpu]
+            free[picks] -= p.gpu_milli
+    return cpu, mem, gpu
