@@ -8,12 +8,7 @@ import pytest
 
 from seedance.bench.callout import main
 
-pytestmark = [
-    pytest.mark.slow,
-    # nats-py leaves the socket of a refused connect (before the callout answers) for the
-    # garbage collector
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
+pytestmark = [pytest.mark.slow]
 
 
 def test_the_bench_floods_both_ways_and_prints_its_figure(

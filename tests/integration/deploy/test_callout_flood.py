@@ -44,8 +44,6 @@ from tests.integration.conftest import shipped_password
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
     pytest.mark.slow,
-    # nats-py leaves the socket of a refused connect for the garbage collector
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 ATTACKERS = 100
