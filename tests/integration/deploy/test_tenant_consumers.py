@@ -43,7 +43,6 @@ from tests.integration.conftest import shipped_password
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 STATIC, RUNTIME = "acme", "initech"

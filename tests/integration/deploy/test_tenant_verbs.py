@@ -58,8 +58,6 @@ from seedance.testing.waits import eventually
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
-    # nats-py leaves the socket of a refused connect for the garbage collector
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 STATIC, RUNTIME, OTHER = "acme", "initech", "globex"
