@@ -65,6 +65,12 @@ __all__ = ["LedgerMetrics", "LedgerService"]
 
 log = get_logger(__name__)
 
+#: The kinds an input is dead-lettered with (``InputRejected.kind``, and ``decode_error``).
+DEAD_LETTER_KINDS = (
+    "future_time", "subject_mismatch", "tenant_mismatch", "unknown_tenant", "invalid_input",
+    "step_error", "decode_error",
+)  # fmt: skip
+
 _BUCKET = "seedance-ledger"
 _MAX_INFLIGHT_BATCHES = 4
 _CHUNK = 512 * 1024  # below the server's default 1 MiB message limit
@@ -125,6 +131,8 @@ class LedgerMetrics:
             ["kind"],
             registry=registry,
         )
+        for kind in DEAD_LETTER_KINDS:  # each at 0 from the start: a rate, not "no data"
+            self.dead_letters_total.labels(kind)
         self.rebinds_total = Counter(
             "seedance_cost_ledger_input_rebinds_total",
             "Attempts to re-create the input consumer after it went away, by result.",
