@@ -146,9 +146,8 @@ def test_every_rendered_object_validates_against_its_schema(
     }  # fmt: skip
     assert ("DaemonSet", "node-agent") in node
     if overlay == "prod":  # dev runs no collector (no GPU for NVML to read)
-        assert {("DaemonSet", "telemetry-collector"), ("ServiceAccount", "telemetry-collector")} <= (
-            node
-        )
+        collector = "telemetry-collector"
+        assert {("DaemonSet", collector), ("ServiceAccount", collector)} <= node
     others = {ns for k, ns in where.items() if k not in node}
     assert others <= {"seedance-system", "gpu-operator"}
 

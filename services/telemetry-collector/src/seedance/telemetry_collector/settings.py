@@ -72,13 +72,19 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"{ENV_PREFIX}NODE_CSV is required with SOURCE=replay")
         if self.source != "nvml" and self.nvml_recording:
             raise ValueError(f"{ENV_PREFIX}NVML_RECORDING applies only to SOURCE=nvml")
-        for name in ("node_name", "pool", "instance"):
+        checks = {"node_name": kube_node_token, "pool": _pool, "instance": _instance}
+        for name, check in checks.items():
             value = getattr(self, name)
             if value:
                 try:
-                    if name == "node_name":
-                        kube_node_token(value)
-                    else:
-                        check_token(name, value)
+                    check(value)
                 except InvalidToken as exc:
                     raise ValueError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
+
+
+def _pool(value: str) -> str:
+    return check_token("pool", value)
+
+
+def _instance(value: str) -> str:
+    return check_token("instance", value)
