@@ -58,7 +58,8 @@ CLUSTER_SCOPED = frozenset(
 
 #: The optional components (deploy/k8s/components), each needing what a cluster may lack.
 COMPONENTS = ("keda", "servicemonitor", "nvidia-runtime", "mig-manager", "per-node-credentials")
-#: Where the node agent runs (Pod Security `privileged`); everything else is in seedance-system.
+#: Where a node's agents run, the node agent (Pod Security `privileged`) and the telemetry
+#: collector; everything else is in seedance-system.
 NODE_NAMESPACE = "seedance-node"
 
 
@@ -137,13 +138,16 @@ def test_every_rendered_object_validates_against_its_schema(
     namespaced = [d for d in docs if d["kind"] not in CLUSTER_SCOPED]
     where = {(d["kind"], d["metadata"]["name"]): d["metadata"].get("namespace") for d in namespaced}
     node = {k for k, ns in where.items() if ns == NODE_NAMESPACE}
-    # The node agent's objects alone are in its namespace (the mig-manager component's in the
-    # GPU operator's); the rest in seedance-system.
+    # The node's agents' objects alone are in their namespace (the mig-manager component's in
+    # the GPU operator's); the rest in seedance-system.
     assert {name for _kind, name in node} <= {
         "node-agent", "node-agent-metrics", "seedance-nats-passwords", "default-deny-ingress",
-        "metrics-from-monitoring",
+        "metrics-from-monitoring", "telemetry-collector", "telemetry-collector-metrics",
     }  # fmt: skip
     assert ("DaemonSet", "node-agent") in node
+    if overlay == "prod":  # dev runs no collector (no GPU for NVML to read)
+        collector = "telemetry-collector"
+        assert {("DaemonSet", collector), ("ServiceAccount", collector)} <= node
     others = {ns for k, ns in where.items() if k not in node}
     assert others <= {"seedance-system", "gpu-operator"}
 
@@ -263,7 +267,27 @@ def test_topology_nats_cluster_daemonset_leader_election_and_disruption_budgets(
 
 
 def test_prod_collector_runs_on_gpu_nodes_only() -> None:
-    pod = workloads(render("prod"))["telemetry-collector"]["spec"]["template"]["spec"]
+    """On every GPU node, beside the node agent in the node's namespace, reaching NATS across
+    namespaces, with its shared password from that namespace's Secret (a Secret is read only
+    in its own namespace)."""
+    docs = render("prod")
+    ds = workloads(docs)["telemetry-collector"]
+    assert ds["metadata"]["namespace"] == NODE_NAMESPACE
+    pod = ds["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    nats = by_kind(docs, "Service")["nats"]
+    assert env["NATS_URL"]["value"] == f"nats://nats.{nats['metadata']['namespace']}.svc:4222"
+    node_agent = by_kind(docs, "DaemonSet")["node-agent"]["spec"]["template"]["spec"]
+    node_env = {e["name"]: e for e in node_agent["containers"][0]["env"]}
+    secret = env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"]
+    assert secret == node_env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"]
+    dev_secrets = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]): d
+        for d in render("dev")
+        if d["kind"] == "Secret"
+    }
+    key = env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"]
+    assert key in dev_secrets[(NODE_NAMESPACE, secret)]["data"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
@@ -302,9 +326,10 @@ def test_dev_secret_has_a_password_for_every_user_and_prod_brings_its_own() -> N
         set(secrets["seedance-system"]["data"])
         == {nats_config.password_var(u.name) for u in users} | callout
     )
-    # The node agents read theirs in their own namespace: the same password, nothing more.
-    own = nats_config.password_var("node-agent")
-    assert secrets[NODE_NAMESPACE]["data"] == {own: secrets["seedance-system"]["data"][own]}
+    # The node's agents read theirs in their own namespace: the same passwords, nothing more.
+    own = {nats_config.password_var(n) for n in ("node-agent", "telemetry-collector")}
+    system = secrets["seedance-system"]["data"]
+    assert secrets[NODE_NAMESPACE]["data"] == {k: system[k] for k in own}
     assert "seedance-nats-passwords" not in by_kind(render("prod"), "Secret")
 
 
@@ -505,10 +530,20 @@ def test_the_inference_example_is_a_replica_set_the_bridge_registers_and_keda_si
     assert {d["metadata"]["namespace"] for d in namespaced} == {"inference"}
 
 
-def test_per_node_credentials_give_each_node_agent_its_own_user_and_no_shared_password() -> None:
-    """The per-node-credentials component (issue 27): the node agent connects as
-    ``node-<its node name>`` with the password its node holds, never the shared user's."""
-    ds = by_kind(render("dev", ("per-node-credentials",)), "DaemonSet")["node-agent"]
+@pytest.mark.parametrize(
+    ("overlay", "name"),
+    [("dev", "node-agent"), ("prod", "node-agent"), ("prod", "telemetry-collector")],
+)
+def test_per_node_credentials_give_each_node_agent_its_own_user_and_no_shared_password(
+    overlay: str, name: str
+) -> None:
+    """The per-node-credentials component (issue 27): each of the node's agents, the node
+    agent and the telemetry collector, connects as ``node-<its node name>`` with the password
+    its node holds, never a shared user's: so every publisher of a node's telemetry speaks only
+    for its own node, and ``shared_node_users: false`` can be set."""
+    docs = render(overlay, ("per-node-credentials",))
+    ds = by_kind(docs, "DaemonSet")[name]
+    assert ds["metadata"]["namespace"] == NODE_NAMESPACE
     pod = ds["spec"]["template"]["spec"]
     env = pod["containers"][0]["env"]
     names = [e["name"] for e in env]
@@ -525,3 +560,11 @@ def test_per_node_credentials_give_each_node_agent_its_own_user_and_no_shared_pa
     }  # fmt: skip
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["node-credentials"]["hostPath"]["path"] == "/etc/seedance/node"
+    # No pod of the overlay mounts a shared node user's password any more.
+    shared = {nats_config.password_var(n) for n in ("node-agent", "telemetry-collector")}
+    for work in workloads(docs).values():
+        if work["metadata"]["namespace"] != NODE_NAMESPACE:
+            continue  # the NATS server reads every user's password, the shared ones too
+        for c in work["spec"]["template"]["spec"]["containers"]:
+            refs = [e["valueFrom"].get("secretKeyRef") for e in c["env"] if "valueFrom" in e]
+            assert not {r["key"] for r in refs if r} & shared

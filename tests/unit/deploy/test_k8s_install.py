@@ -220,7 +220,9 @@ def restricted_violations(pod: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_pod_security_labels_and_every_pod_meets_its_namespaces_level(overlay: str) -> None:
     """seedance-system enforces `restricted` and every pod there meets it; only the node agent,
-    in a namespace of its own, runs privileged."""
+    in the node's namespace, runs privileged. The collector is there beside it (where, with
+    the per-node credentials, it reads its node's password from the host) but needs no
+    privilege: it meets `restricted` too."""
     docs = render(overlay, ("keda", "servicemonitor", "nvidia-runtime", "mig-manager"))
     namespaces = {n: d["metadata"]["labels"] for n, d in by_kind(docs, "Namespace").items()}
     assert namespaces["seedance-system"]["pod-security.kubernetes.io/enforce"] == "restricted"
@@ -231,13 +233,23 @@ def test_pod_security_labels_and_every_pod_meets_its_namespaces_level(overlay: s
             labels
         )
     pods = _pod_specs(docs)
-    assert {name for ns, name in pods if ns == NODE_NAMESPACE} == {"node-agent"}
+    # dev runs no collector (no GPU for NVML to read)
+    node_pods = {"node-agent", "telemetry-collector"} if overlay == "prod" else {"node-agent"}
+    assert {name for ns, name in pods if ns == NODE_NAMESPACE} == node_pods
     problems = {
-        name: restricted_violations(pod) for (ns, name), pod in pods.items() if ns != NODE_NAMESPACE
+        name: restricted_violations(pod)
+        for (ns, name), pod in pods.items()
+        if (ns, name) != (NODE_NAMESPACE, "node-agent")
     }
     assert {n: p for n, p in problems.items() if p} == {}
     # The node agent would not pass it (which is why it has its own namespace).
     assert restricted_violations(pods[(NODE_NAMESPACE, "node-agent")])
+    if overlay == "prod":
+        # With the per-node credentials the collector's one departure is its node's password,
+        # read-only from the host: why it runs in the node's namespace, not seedance-system.
+        per_node = _pod_specs(render(overlay, ("per-node-credentials",)))
+        collector = per_node[(NODE_NAMESPACE, "telemetry-collector")]
+        assert restricted_violations(collector) == ["volume node-credentials: hostPath"]
 
 
 def test_the_nvidia_runtime_component_sets_the_runtime_class_of_the_nvml_pods_only() -> None:

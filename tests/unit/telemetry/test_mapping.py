@@ -16,6 +16,7 @@ from seedance.events import decode, encode, new_event_id
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.events.telemetry import NodeState as NodeStateWire
+from seedance.events.tokens import kube_node_token
 from seedance.telemetry_collector.fleet import GPU_MODELS, FleetNode, FleetSim
 from seedance.telemetry_collector.mapping import (
     NOT_CARRIED,
@@ -168,7 +169,7 @@ def test_settings_errors_name_the_variable() -> None:
         (
             {
                 "SEEDANCE_TELEMETRY_COLLECTOR_SOURCE": "nvml",
-                "SEEDANCE_TELEMETRY_COLLECTOR_NODE_NAME": "a.b",
+                "SEEDANCE_TELEMETRY_COLLECTOR_NODE_NAME": "a.>",
             },
             "NODE_NAME",
         ),
@@ -178,6 +179,12 @@ def test_settings_errors_name_the_variable() -> None:
     for e, message in bad:
         with pytest.raises(SettingsError, match=message):
             load_settings(CollectorSettings, "telemetry-collector", e)
+    # A Kubernetes node name, dots and all (the DaemonSet's spec.nodeName): the same node as
+    # the token the bridge and the node agent write (`:` for `.`).
+    nvml = {"SEEDANCE_TELEMETRY_COLLECTOR_SOURCE": "nvml"}
+    name = {"SEEDANCE_TELEMETRY_COLLECTOR_NODE_NAME": "ip-10-0-0-7.ec2.internal"}
+    settings = load_settings(CollectorSettings, "telemetry-collector", {**nvml, **name})
+    assert kube_node_token(settings.node_name) == "ip-10-0-0-7:ec2:internal"
 
 
 def test_build_source_names_missing_files(tmp_path: Path) -> None:

@@ -65,3 +65,24 @@ def test_foreign_connections_names_a_service_process_under_another_user() -> Non
     assert len(found) == 2
     assert "connection 2 'seedance-cost-ledger' authorised as 'admin', not 'cost-ledger'" in found
     assert "connection 5 'seedance-router' authorised as None, not 'router'" in found
+
+
+@pytest.mark.parametrize("service", ["telemetry-collector", "node-agent"])
+def test_a_nodes_agents_may_run_as_a_nodes_own_user_and_no_other_service_may(
+    service: str,
+) -> None:
+    """On Kubernetes with the per-node credentials the collector and the node agent connect as
+    ``node-<their node>`` (docs/security.md, "One identity per node"): tests run them so."""
+    node = BusSettings(url=URL, user="node-gpu-a.example", password="pw")
+    assert connect_policy(node, service) is node
+    with pytest.raises(ForeignIdentity):
+        connect_policy(identities.as_user(URL, "admin"), service)
+    with pytest.raises(ForeignIdentity):
+        connect_policy(node, "slicer")
+    conns = [
+        {"cid": 1, "name": f"seedance-{service}", "authorized_user": "node-gpu-a.example"},
+        {"cid": 2, "name": "seedance-slicer", "authorized_user": "node-gpu-a.example"},
+        {"cid": 3, "name": f"seedance-{service}", "authorized_user": "admin"},
+    ]
+    found = identities.foreign_connections(conns)
+    assert [f.split()[1] for f in found] == ["2", "3"]

@@ -12,7 +12,15 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["InvalidToken", "Name", "TenantId", "anchored", "check_tenant", "check_token"]
+__all__ = [
+    "InvalidToken",
+    "Name",
+    "TenantId",
+    "anchored",
+    "check_tenant",
+    "check_token",
+    "kube_node_token",
+]
 
 
 def anchored(body: str) -> str:
@@ -52,6 +60,14 @@ def check_token(kind: str, value: str) -> str:
             "(letters, digits, '_', '-' and ':' only, 1-128 characters)"
         )
     return value
+
+
+def kube_node_token(name: str) -> str:
+    """A Kubernetes node name as its subject token, checked: node names may hold dots, tokens
+    may not, and ``:`` (allowed in tokens) never occurs in a node name, so ``.`` -> ``:`` is
+    reversible. The bridge, the node agent and the collector name a node alike, and its user
+    ``node-<name>`` speaks for this token's subjects (``seedance.events.node_permissions``)."""
+    return check_token("node", name.replace(".", ":") if isinstance(name, str) else name)
 
 
 def check_tenant(value: str) -> str:

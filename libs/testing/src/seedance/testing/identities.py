@@ -9,6 +9,9 @@ The test session's server runs the shipped block (``servers.shipped_auth_server(
   connects as the user of its name, with that user's password here;
 - a service whose settings name another user is refused with ``ForeignIdentity``: a test
   cannot run a service as the operator, where a permission the deployment lacks would pass;
+  but a node's agents (``node_permissions.NODE_AGENTS``: the telemetry collector, the node
+  agent) may run as a node's own user ``node-<node>``, as they do on Kubernetes with the
+  per-node credentials (docs/security.md, "One identity per node");
 - anything else that names no user (test code creating streams, inspecting, publishing as a
   tenant's stand-in) connects as the operator, ``ADMIN``.
 
@@ -30,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from seedance.core import BusSettings
+from seedance.events.node_permissions import NODE_AGENTS, NODE_USER_PREFIX
 from seedance.testing.servers import SHIPPED_AUTH, shipped_users
 
 __all__ = [
@@ -79,11 +83,18 @@ def as_user(url: str, user: str, **settings: Any) -> BusSettings:
     return BusSettings(url=url, user=user, password=password(user), **settings)
 
 
+def _own_users(service: str, own: str, user: str | None) -> bool:
+    """Is ``user`` one ``service`` (whose generated user is ``own``) may run as?"""
+    if user is None or user == own:
+        return True
+    return service in NODE_AGENTS and user.startswith(NODE_USER_PREFIX)
+
+
 def connect_policy(settings: BusSettings, service: str | None) -> BusSettings:
     """The identity a connection of the test session presents (see the module docstring)."""
     own = service_user(service) if service else None
-    if own is not None:
-        if settings.creds or (settings.user is not None and settings.user != own):
+    if own is not None and service is not None:
+        if settings.creds or not _own_users(service, own, settings.user):
             who = settings.user or settings.creds
             raise ForeignIdentity(
                 f"service {service!r} would connect as {who!r}: tests run each service as its "
@@ -105,8 +116,10 @@ def foreign_connections(connz: Iterable[Mapping[str, Any]]) -> list[str]:
     for conn in connz:
         name = str(conn.get("name") or "")
         prefixed = name.startswith(_PROCESS_NAME)
-        own = service_user(name.removeprefix(_PROCESS_NAME)) if prefixed else None
-        if own is not None and conn.get("authorized_user") != own:
+        service = name.removeprefix(_PROCESS_NAME)
+        own = service_user(service) if prefixed else None
+        user = str(conn.get("authorized_user") or "")
+        if own is not None and not (user and _own_users(service, own, user)):
             found.append(
                 f"connection {conn.get('cid')} {name!r} authorised as "
                 f"{conn.get('authorized_user')!r}, not {own!r}"

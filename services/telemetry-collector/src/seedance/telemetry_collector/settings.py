@@ -10,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-from seedance.events.tokens import InvalidToken, check_token
+from seedance.events.tokens import InvalidToken, check_token, kube_node_token
 
 __all__ = ["ENV_PREFIX", "CollectorSettings"]
 
@@ -35,7 +35,9 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: draw is a 1 s average on Ampere and newer except GA100, so a faster read mostly re-reads
     #: the same second); nvml.
     power_interval_s: float = 1.0
-    #: This node's name in subjects and events (nvml); the host name when empty.
+    #: This node's name (nvml): its Kubernetes name, dots and all (``spec.nodeName``), written
+    #: with ``:`` for ``.`` in subjects and events, as the bridge and the node agent write it
+    #: (its user ``node-<name>`` speaks for those subjects); the host name when empty.
     node_name: str = ""
     #: The pool this node's inventory names (nvml; a replayed fleet is in ``default``).
     pool: str = "default"
@@ -70,10 +72,19 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"{ENV_PREFIX}NODE_CSV is required with SOURCE=replay")
         if self.source != "nvml" and self.nvml_recording:
             raise ValueError(f"{ENV_PREFIX}NVML_RECORDING applies only to SOURCE=nvml")
-        for name, kind in (("node_name", "node"), ("pool", "pool"), ("instance", "instance")):
+        checks = {"node_name": kube_node_token, "pool": _pool, "instance": _instance}
+        for name, check in checks.items():
             value = getattr(self, name)
             if value:
                 try:
-                    check_token(kind, value)
+                    check(value)
                 except InvalidToken as exc:
                     raise ValueError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
+
+
+def _pool(value: str) -> str:
+    return check_token("pool", value)
+
+
+def _instance(value: str) -> str:
+    return check_token("instance", value)

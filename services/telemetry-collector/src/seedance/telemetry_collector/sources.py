@@ -21,7 +21,7 @@ from seedance.core import Clock
 from seedance.core.errors import RetryableError
 from seedance.core.logs import get_logger
 from seedance.events.slicing import Placement
-from seedance.events.tokens import InvalidToken, check_token
+from seedance.events.tokens import InvalidToken, kube_node_token
 from seedance.telemetry_collector.fleet import FleetSim, load_node_list
 from seedance.telemetry_collector.mapping import placement_shares
 from seedance.telemetry_collector.nvml import NvmlBackend
@@ -231,7 +231,7 @@ def build_source(settings: CollectorSettings, clock: Clock) -> Source:
         return ReplaySource(FleetSim(nodes), clock)
     node = settings.node_name or socket.gethostname().split(".")[0]
     try:
-        check_token("node", node)
+        node = kube_node_token(node)
     except InvalidToken as exc:
         raise ValueError(f"{exc}: set {prefix}NODE_NAME") from None
     api = None
