@@ -1,9 +1,7 @@
 """A removed node's jobs are not billed past its removal: the slicer's `Preempted` (reason
 `node_removed`, at the removal's time) ends the job's charge there (issue 30).
 
-(The job's placement on its next node is not asserted here: the ledger keeps one end per job,
-so a job preempted and placed again is billed only up to its first end, whatever ended it; a
-defect of the ledger's facts reported beside this test, not a rule.)"""
+(The job's placement on its next node, billed from there: ``test_reallocation``.)"""
 
 from __future__ import annotations
 
