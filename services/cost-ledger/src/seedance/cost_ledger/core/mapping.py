@@ -16,7 +16,8 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   change the price), ``cpu_milli`` / ``memory_mib`` (the ledger bills GPUs), ``policy`` (the
   slicer's record), ``cause_id`` (tracing's link, read by the service shell).
 - ``Preempted`` / ``JobReleased`` → ``JobEnded`` at ``at`` (the slicer's trusted time), for the
-  same job key. Not carried: ``node`` (an end ends all the job's allocations), ``by_job_id`` and
+  same job key. Not carried: ``node`` (an end ends every allocation of the job running at its
+  time; one placed later bills to its own end), ``by_job_id`` and
   ``reason`` (records), ``outcome`` (billing ends the same way for all three), ``cause_id``.
   Refused: ``claimed_at`` (the tenant's claim, never billed); ``was_placed=False`` gives no fact
   (a job that never held anything ends nothing, and its time moves nothing).
