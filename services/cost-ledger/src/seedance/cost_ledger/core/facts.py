@@ -12,7 +12,7 @@ may be renamed, a field or a tag may not without a new snapshot version.
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_right, insort
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +47,8 @@ class LedgerInputError(ValueError):
 
 
 class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, tag="node_info"):
-    """A GPU node joins the pool at ``at_ms``: its model, GPU count and how it is paid for."""
+    """A GPU node joins the pool at ``at_ms``: its model, GPU count and how it is paid for;
+    or, ``removed``, leaves it then (its idle GPU-time is billed up to there, not past it)."""
 
     event_id: str
     node: str
@@ -55,6 +56,8 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, tag="node_info"):
     gpu_count: int
     at_ms: int
     pricing_tier: PricingTier = "on_demand"
+    #: Absent from snapshots written before removals were kept (they held no removal).
+    removed: bool = False
 
 
 class GpuAllocation(msgspec.Struct, frozen=True, kw_only=True, tag="placement"):
@@ -212,7 +215,8 @@ class NodeWindow:
     node: str
     start_ms: int
     end_ms: int
-    #: The node's inventory, None where it joined at or after the window's end.
+    #: The node's inventory in force at the last instant of the window it was in the pool
+    #: (None: not in the pool at any instant of the window).
     info: NodeInfo | None
     allocations: list[WindowAllocation]
     #: The GPUs sampled in the window (None: none) and their readings.
@@ -220,6 +224,17 @@ class NodeWindow:
     samples: dict[int, SampleReadings]
     #: The node agent's per-pod share readings in the window, by event id (empty: none).
     pod_shares: dict[str, PodShareReading] | None = None
+    #: How much of the window the node was in the pool (its idle capacity per GPU), and the
+    #: inventories (joins and removals) in force during it.
+    #: (None: from ``info.at_ms`` to the window's end, for a window built by hand.)
+    pool_ms: int | None = None
+    pool_ids: tuple[str, ...] = ()
+
+    def idle_ms(self, info: NodeInfo) -> int:
+        """How long each GPU of ``info`` was in the pool in the window."""
+        if self.pool_ms is not None:
+            return self.pool_ms
+        return max(0, self.end_ms - max(self.start_ms, info.at_ms))
 
 
 class Facts:
@@ -227,8 +242,11 @@ class Facts:
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
-        self.node_info: dict[str, NodeInfo] = {}  # the latest per node
+        self.node_info: dict[str, NodeInfo] = {}  # the latest join per node
         self.node_infos: dict[str, NodeInfo] = {}  # by event id, for the snapshot
+        #: Each node's inventories (joins and removals) by (at_ms, event id): from each one
+        #: until the next, the node is as it says (``pool``).
+        self._timeline: dict[str, list[tuple[int, str]]] = {}
         self.allocations: dict[str, GpuAllocation] = {}  # by event id
         self.node_allocs: dict[str, list[str]] = defaultdict(list)
         self.job_allocs: dict[str, list[str]] = defaultdict(list)
@@ -252,12 +270,40 @@ class Facts:
     # ------------------------------------------------------------------------------ adding
 
     def add_node(self, e: NodeInfo) -> int:
-        """Record ``e``; returns the earliest instant its node's inventory now changes."""
+        """Record ``e``; returns the first instant it changes (its own: an inventory holds
+        from its time until the node's next one)."""
         self.node_infos[e.event_id] = e
+        insort(self._timeline.setdefault(e.node, []), (e.at_ms, e.event_id))
         current = self.node_info.get(e.node)
-        if current is None or (e.at_ms, e.event_id) > (current.at_ms, current.event_id):
+        if not e.removed and (
+            current is None or (e.at_ms, e.event_id) > (current.at_ms, current.event_id)
+        ):
             self.node_info[e.node] = e
-        return min(e.at_ms, current.at_ms if current else e.at_ms)
+        return e.at_ms
+
+    def pool(self, node: str, a: int, b: int) -> tuple[NodeInfo | None, int, tuple[str, ...]]:
+        """The node in ``[a, b)``: the inventory in force at the last instant it was in the
+        pool (None: never), how long it was in the pool, and the inventories in force."""
+        line = self._timeline.get(node)
+        if not line:
+            return None, 0, ()
+        k = max(0, bisect_right(line, (a, "\uffff")) - 1)  # in force at a (or the first)
+        info: NodeInfo | None = None
+        ms = 0
+        ids: list[str] = []
+        while k < len(line) and line[k][0] < b:
+            at, eid = line[k]
+            until = line[k + 1][0] if k + 1 < len(line) else b
+            lo, hi = max(a, at), min(b, until)
+            k += 1
+            if hi <= lo:
+                continue  # superseded at the same instant, or outside the window
+            e = self.node_infos[eid]
+            ids.append(eid)
+            if not e.removed and hi > lo:
+                ms += hi - lo
+                info = e
+        return (info, ms, tuple(sorted(ids))) if info is not None else (None, 0, ())
 
     def add_allocation(self, e: GpuAllocation) -> int | None:
         """Record ``e``; returns, where it changes another allocation's end (it starts before
@@ -352,7 +398,7 @@ class Facts:
     def nodes_in_window(self, w: int, window_ms: int) -> set[str]:
         """Nodes with inventory, samples or an allocation in window ``w``."""
         a, b = window_bounds_ms(w, window_ms)
-        nodes = {n for n, info in self.node_info.items() if info.at_ms < b}
+        nodes = {n for n in self._timeline if self.pool(n, a, b)[1] > 0}
         nodes.update(self.sample_nodes.get(w, ()))
         for node, allocs in self.node_allocs.items():
             if node not in nodes and any(self.overlap_ms(aid, a, b) for aid in allocs):
@@ -362,9 +408,7 @@ class Facts:
     def window(self, node: str, w: int, window_ms: int) -> NodeWindow:
         """The facts of ``node`` in window ``w`` (what ``attribution.attribute`` reads)."""
         a, b = window_bounds_ms(w, window_ms)
-        info = self.node_info.get(node)
-        if info is not None and info.at_ms >= b:
-            info = None
+        info, pool_ms, pool_ids = self.pool(node, a, b)
         allocations: list[WindowAllocation] = []
         for aid in self.node_allocs.get(node, ()):
             t = self.overlap_ms(aid, a, b)
@@ -380,6 +424,7 @@ class Facts:
         return NodeWindow(
             node=node, start_ms=a, end_ms=b, info=info, allocations=allocations,
             sampled=sampled, samples=samples, pod_shares=self.pod_shares.get((node, w)),
+            pool_ms=pool_ms, pool_ids=pool_ids,
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------ sealing

@@ -25,11 +25,11 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   a node has one price), ``len(gpus)``. Not carried: ``pool``, ``cpu_milli``, ``memory_mib``,
   each GPU's ``index`` / ``uuid`` / ``mem_total_mib`` / ``mig_capable`` / ``mig_enabled`` /
   ``nvlink_domain`` (prices are per model and count), ``simulated`` (a replayed fleet is billed
-  like a real one), ``labels`` (topology, the slicer's for gangs), ``state`` (a cordoned or
-  removed node's jobs end where the slicer says: its ``Preempted`` at the removal's time, so
-  nothing is billed past it). An inventory without GPUs
-  gives no fact. The tier is not on the wire:
-  ``on_demand``.
+  like a real one), ``labels`` (topology, the slicer's for gangs). ``state`` ``removed`` →
+  ``removed`` (the node's idle is billed up to the removal, not past it; its jobs end where the
+  slicer says: its ``Preempted`` at the removal's time); ``cordoned`` is carried as ``ready``
+  (a draining node is still paid for). An inventory without GPUs gives no fact (a removal
+  without its last GPUs is not learnt). The tier is not on the wire: ``on_demand``.
 - ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id ``<id>:<index>``):
   ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
   differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
@@ -91,7 +91,7 @@ from seedance.events.cost import (
 )
 from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
 from seedance.events.subjects import costs, ledger
-from seedance.events.telemetry import GpuSampleBatch, NodeInventory, PodShares
+from seedance.events.telemetry import GpuSampleBatch, NodeInventory, NodeState, PodShares
 
 __all__ = [
     "InputRejected",
@@ -214,7 +214,12 @@ def _node(e: NodeInventory, at_ms: int) -> list[LedgerInput]:
         raise InputRejected("invalid_input", f"NodeInventory.gpus mixes models {models}")
     return [
         NodeInfo(
-            event_id=e.id, node=e.node, gpu_model=models.pop(), gpu_count=len(e.gpus), at_ms=at_ms
+            event_id=e.id,
+            node=e.node,
+            gpu_model=models.pop(),
+            gpu_count=len(e.gpus),
+            at_ms=at_ms,
+            removed=e.state == NodeState.REMOVED,
         )
     ]
 

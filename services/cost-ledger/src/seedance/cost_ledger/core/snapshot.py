@@ -163,9 +163,11 @@ def restore(led: Ledger, snap: _Snapshot) -> None:
 
 def _rebill_later_runs(led: Ledger) -> None:
     """A snapshot written before each allocation had its own end billed every run of a job
-    until the job's first end: a run placed after it was free. Mark the closed windows where
-    an allocation's own end differs from that rule dirty, so the next ``advance`` bills them as
-    adjustments (windows already sealed stay as they were: their state is gone)."""
+    until the job's first end: a run placed after it was free; and a node's idle from its last
+    inventory only. Mark the closed windows those rules may have got wrong dirty (a node's
+    with several inventories from its first: recomputing a right one emits nothing), so the
+    next ``advance`` bills the difference as adjustments (windows sealed stay: their state is
+    gone)."""
     f = led.facts
     if led.closed_until is None:
         return
@@ -173,16 +175,29 @@ def _rebill_later_runs(led: Ledger) -> None:
     first_end: dict[str, int] = {}
     for e in f.job_ends.values():
         first_end[e.job_id] = min(e.end_ms, first_end.get(e.job_id, e.end_ms))
+    # ... and each node's idle by its last inventory alone (a re-inventory moved its start).
+    infos: dict[str, list[int]] = {}
+    for i in f.node_infos.values():
+        infos.setdefault(i.node, []).append(i.at_ms)
+    for node, times in infos.items():
+        if len(times) > 1:  # one inventory: the rules agree
+            _dirty_from(led, node, window_of(min(times), w_ms))
     for aid, p in f.allocations.items():
         old = first_end.get(p.job_id)
         end = f.alloc_end.get(aid)
         if old is None or (end is not None and end.end_ms == old):
             continue
-        start_w = window_of(max(p.start_ms, old), w_ms)
-        if led.sealed_until is not None:
-            start_w = max(start_w, led.sealed_until)
-        for w in range(start_w, led.closed_until):
-            led.dirty.add((p.node, w))
+        _dirty_from(led, p.node, window_of(max(p.start_ms, old), w_ms))
+
+
+def _dirty_from(led: Ledger, node: str, start_w: int) -> None:
+    """The node's closed windows from ``start_w`` on, less those sealed, are recomputed."""
+    if led.closed_until is None:
+        return
+    if led.sealed_until is not None:
+        start_w = max(start_w, led.sealed_until)
+    for w in range(start_w, led.closed_until):
+        led.dirty.add((node, w))
 
 
 def _canonical(o: CostLine | JobCost, led: Ledger) -> CostLine | JobCost:
