@@ -125,3 +125,13 @@ def test_a_node_inventoried_again_keeps_its_earlier_idle(book: PriceBook) -> Non
     led.apply_many(later)
     led.advance(epoch_ms(T0) + HOUR_MS)
     assert led.totals().idle_by_node["n0"].gpu_hours_micro == 2 * 1_000_000
+
+
+def test_a_removal_without_its_gpus_ends_the_idle_too(book: PriceBook) -> None:
+    # The k8s-bridge describes a deleted node without its GPUs.
+    gone = NodeInventory(
+        id=new_event_id(), at=T0 + timedelta(minutes=15), node="n0", cpu_milli=0, memory_mib=0,
+        gpus=[], state=NodeState.REMOVED,
+    )  # fmt: skip
+    led = _billed(book, [inventory("n0", T0), gone], T0 + timedelta(hours=1))
+    assert led.totals().idle_by_node["n0"].gpu_hours_micro == 2 * 250_000

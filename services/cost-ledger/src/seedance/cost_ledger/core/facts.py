@@ -143,7 +143,8 @@ def validate(e: LedgerInput, book: PriceBook) -> None:
     if isinstance(e, NodeInfo):
         if e.gpu_count < 0:
             raise bad("gpu_count", e.gpu_count, "must be >= 0")
-        _named(e.gpu_model, bad)
+        if not e.removed:  # a removal need not describe what left
+            _named(e.gpu_model, bad)
     elif isinstance(e, GpuAllocation):
         _validate_allocation(e, book, bad)
     elif isinstance(e, GpuSample):

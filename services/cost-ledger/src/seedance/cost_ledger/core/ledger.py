@@ -98,7 +98,7 @@ class Ledger:
         trusted). A GPU model is kept as the canonical model the book bills it as, so facts
         named as NVML, GPU feature discovery or an older fleet name them (``T4``, ``A100``:
         checkpoints written before issue 28) all land on one key."""
-        if isinstance(event, NodeInfo | GpuAllocation):
+        if isinstance(event, NodeInfo | GpuAllocation) and event.gpu_model:
             model = self.pricing.model_of(event.gpu_model)
             if model != event.gpu_model:
                 event = msgspec.structs.replace(event, gpu_model=model)

@@ -27,9 +27,10 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   ``nvlink_domain`` (prices are per model and count), ``simulated`` (a replayed fleet is billed
   like a real one), ``labels`` (topology, the slicer's for gangs). ``state`` ``removed`` →
   ``removed`` (the node's idle is billed up to the removal, not past it; its jobs end where the
-  slicer says: its ``Preempted`` at the removal's time); ``cordoned`` is carried as ``ready``
-  (a draining node is still paid for). An inventory without GPUs gives no fact (a removal
-  without its last GPUs is not learnt). The tier is not on the wire: ``on_demand``.
+  slicer says: its ``Preempted`` at the removal's time), with or without its GPUs (the
+  bridge lists none for a deleted node: model ``""``, count 0); ``cordoned`` is carried as
+  ``ready`` (a draining node is still paid for). Any other inventory without GPUs gives no
+  fact. The tier is not on the wire: ``on_demand``.
 - ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id ``<id>:<index>``):
   ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
   differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
@@ -207,6 +208,13 @@ def _allocation(e: Placement, at_ms: int, tenants: frozenset[str]) -> list[Ledge
 
 
 def _node(e: NodeInventory, at_ms: int) -> list[LedgerInput]:
+    if e.state == NodeState.REMOVED and not e.gpus:
+        # The bridge describes a deleted node without its GPUs: the removal is still a fact.
+        return [
+            NodeInfo(
+                event_id=e.id, node=e.node, gpu_model="", gpu_count=0, at_ms=at_ms, removed=True
+            )
+        ]
     if not e.gpus:
         return []
     models = {g.model for g in e.gpus}
