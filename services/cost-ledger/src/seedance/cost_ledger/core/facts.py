@@ -288,6 +288,12 @@ class Facts:
         line = self._timeline.get(node)
         if not line:
             return None, 0, ()
+        if len(line) == 1:  # most nodes: one inventory, the fast path of every window
+            at, eid = line[0]
+            e = self.node_infos[eid]
+            if e.removed or at >= b:
+                return None, 0, ()
+            return e, b - max(a, at), (eid,)
         k = max(0, bisect_right(line, (a, "\uffff")) - 1)  # in force at a (or the first)
         info: NodeInfo | None = None
         ms = 0
