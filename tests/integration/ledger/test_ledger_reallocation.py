@@ -1,7 +1,9 @@
 """A job preempted and placed again is billed for both runs, exactly, through the bus (a real
 nats-server): the slicer's placement, preemption, second placement and release go over their
 subjects into the ledger's merged stream; the preemption is delivered twice and the replica is
-restarted from its checkpoint between the runs, and nothing is billed twice or left out.
+restarted from its checkpoint between the runs, and nothing is billed twice or left out. And a
+node removed (its inventory, ``state: removed``, without GPUs as the bridge sends it) stops
+its idle at the removal while its evicted job bills on the node it is placed on next.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from seedance.cost_ledger.core.replica import ledger_inputs
 from seedance.events import Event, decode, encode
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import Preempted
-from seedance.events.subjects import slicing
+from seedance.events.subjects import slicing, telemetry
+from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
 from seedance.testing.servers import NatsServer
 from tests.conftest import serving
 from tests.integration.ledger.test_ledger_service import CONFIG, caught_up, ledger, read_all
@@ -93,3 +96,58 @@ async def test_a_job_preempted_and_placed_again_is_billed_for_both_runs_once(
     final = max(reports, key=lambda r: r.revision)
     assert final.finished_at == at(60)
     assert final.cost_micro_usd == _t4_micro(15) + _t4_micro(30)
+
+
+def _inventory(n: int, at: datetime, node: str, state: NodeState) -> NodeInventory:
+    gpus = (
+        []
+        if state == NodeState.REMOVED
+        else [GpuInfo(index=i, model="T4", mem_total_mib=16_000) for i in range(2)]
+    )
+    return NodeInventory(
+        id=_uid(n), at=at, node=node, cpu_milli=8000, memory_mib=64_000, gpus=gpus, state=state
+    )
+
+
+async def test_a_removed_node_s_idle_ends_at_its_removal_and_its_job_bills_on_the_next(
+    bus: Bus, server: NatsServer
+) -> None:
+    start = _recent_start()
+
+    def at(minutes: float) -> datetime:
+        return start + timedelta(minutes=minutes)
+
+    events: list[Event] = [
+        _inventory(1, at(0), "h-a", NodeState.READY),
+        _inventory(2, at(0), "h-b", NodeState.READY),
+        _place(3, at(0), "acme", "train-1", "h-a"),
+        # h-a is deleted (the bridge lists no GPUs) and the slicer evicts its job then
+        _inventory(4, at(20), "h-a", NodeState.REMOVED),
+        Preempted(
+            id=_uid(5),
+            at=at(20),
+            job_id="train-1",
+            tenant="acme",
+            node="h-a",
+            reason="node_removed",
+        ),
+        _place(6, at(30), "acme", "train-1", "h-b"),
+        _release(7, at(50), "acme", "train-1"),
+        *(_sample(100 + m, at(m), "h-a") for m in range(0, 20, 5)),
+        *(_sample(200 + m, at(m), "h-b") for m in range(0, 70, 5)),
+    ]
+    closer = _sample(99, at(75), "h-b")
+    async with serving(ledger(server.url, "removal")) as service:
+        for e in events:
+            subject = telemetry.inventory(e.node) if isinstance(e, NodeInventory) else None
+            await bus.publish(subject or _pub_subject(e), e)
+        await _closed_after(bus, service, len(events), closer)
+        clock_ms = service.replica.clock_ms
+        totals = service.replica.totals()
+
+    assert clock_ms is not None
+    assert totals == core.recompute(ledger_inputs([*events, closer], BOOK), BOOK, clock_ms, CONFIG)
+    # h-a: its second GPU idle for the 20 minutes before the removal, nothing after
+    assert totals.idle_by_node["h-a"].cost_usd_micro == _t4_micro(20)
+    costs = [decode(m.data) for m in await read_all(bus, "SEEDANCE_COSTS")]
+    assert _billed(costs) == {"acme/train-1": _t4_micro(20) + _t4_micro(20)}
