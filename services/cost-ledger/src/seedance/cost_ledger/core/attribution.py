@@ -402,11 +402,12 @@ def attribute(win: NodeWindow, pricing: Pricing) -> Attribution:
 
 def _all_idle(win: NodeWindow, info: NodeInfo, pricing: Pricing) -> Attribution:
     """A node no allocation or sample touched in the window: all of it idle."""
-    amounts = pricing.idle_amounts(info, win.end_ms - max(win.start_ms, info.at_ms))
+    amounts = pricing.idle_amounts(info, win.idle_ms(info))
     if amounts.is_zero():
         return Attribution({}, {})
     return Attribution(
-        {IDLE_KEY: (amounts.copy(), None, "", info.gpu_model, None)}, {IDLE_KEY: (info.event_id,)}
+        {IDLE_KEY: (amounts.copy(), None, "", info.gpu_model, None)},
+        {IDLE_KEY: win.pool_ids or (info.event_id,)},
     )
 
 
@@ -545,14 +546,19 @@ def _charge_gpu_idle(
 ) -> None:
     """The node's GPU-time on one GPU that no holder was charged: the idle line."""
     W = pricing.window_ms
-    capacity = win.end_ms - max(win.start_ms, info.at_ms)
+    capacity = win.idle_ms(info)
     line = out.line(IDLE_KEY, "", model)
     line.charge(max(0, capacity - charged_total), rates)
     if usage.n:
         # energy · (1 - min(1, charged_total / W)); the / W is taken once per line
         line.measured(usage.energy_mj * (W - min(W, charged_total)), usage.ppm_sum, usage.n)
         out.sources[IDLE_KEY].update(usage.event_ids)
-    out.sources[IDLE_KEY].add(info.event_id)
+    _idle_sources(out, win, info)
+
+
+def _idle_sources(out: _LineSet, win: NodeWindow, info: NodeInfo) -> None:
+    """The inventories in force in the window (the node's join, a removal, a return)."""
+    out.sources[IDLE_KEY].update(win.pool_ids or (info.event_id,))
 
 
 def _charge_untouched(
@@ -560,5 +566,5 @@ def _charge_untouched(
 ) -> None:
     """``untouched`` GPUs of the node's model, idle all the window they were in the pool."""
     line = out.line(IDLE_KEY, "", info.gpu_model)
-    line.charge(untouched * (win.end_ms - max(win.start_ms, info.at_ms)), rates)
-    out.sources[IDLE_KEY].add(info.event_id)
+    line.charge(untouched * win.idle_ms(info), rates)
+    _idle_sources(out, win, info)

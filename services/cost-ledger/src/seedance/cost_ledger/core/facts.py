@@ -12,6 +12,7 @@ may be renamed, a field or a tag may not without a new snapshot version.
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +47,8 @@ class LedgerInputError(ValueError):
 
 
 class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, tag="node_info"):
-    """A GPU node joins the pool at ``at_ms``: its model, GPU count and how it is paid for."""
+    """A GPU node joins the pool at ``at_ms``: its model, GPU count and how it is paid for;
+    or, ``removed``, leaves it then (its idle GPU-time is billed up to there, not past it)."""
 
     event_id: str
     node: str
@@ -54,6 +56,8 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, tag="node_info"):
     gpu_count: int
     at_ms: int
     pricing_tier: PricingTier = "on_demand"
+    #: Absent from snapshots written before removals were kept (they held no removal).
+    removed: bool = False
 
 
 class GpuAllocation(msgspec.Struct, frozen=True, kw_only=True, tag="placement"):
@@ -77,7 +81,10 @@ class GpuAllocation(msgspec.Struct, frozen=True, kw_only=True, tag="placement"):
 
 
 class JobEnded(msgspec.Struct, frozen=True, kw_only=True, tag="job_ended"):
-    """The job stopped using all its allocations at ``end_ms``."""
+    """The job stopped using the allocations it held at ``end_ms`` (a preemption, an eviction
+    or its release). It ends each allocation of the job that started before ``end_ms`` and no
+    earlier end ended; one that starts later (the job placed again) is billed until its own
+    end (``Facts.end_of``)."""
 
     event_id: str
     job_id: str
@@ -136,7 +143,8 @@ def validate(e: LedgerInput, book: PriceBook) -> None:
     if isinstance(e, NodeInfo):
         if e.gpu_count < 0:
             raise bad("gpu_count", e.gpu_count, "must be >= 0")
-        _named(e.gpu_model, bad)
+        if not e.removed:  # a removal need not describe what left
+            _named(e.gpu_model, bad)
     elif isinstance(e, GpuAllocation):
         _validate_allocation(e, book, bad)
     elif isinstance(e, GpuSample):
@@ -197,7 +205,7 @@ def _validate_sample(e: GpuSample, bad: _Bad) -> None:
 SampleReadings = dict[str, tuple[int, int, int, int]]
 
 #: An allocation overlapping a window: the allocation, its overlap in ms (> 0), and the id of
-#: its job's end where the end falls inside or before the window (a source of the line).
+#: its own end where the end falls inside or before the window (a source of the line).
 WindowAllocation = tuple[GpuAllocation, int, str | None]
 
 
@@ -208,7 +216,8 @@ class NodeWindow:
     node: str
     start_ms: int
     end_ms: int
-    #: The node's inventory, None where it joined at or after the window's end.
+    #: The node's inventory in force at the last instant of the window it was in the pool
+    #: (None: not in the pool at any instant of the window).
     info: NodeInfo | None
     allocations: list[WindowAllocation]
     #: The GPUs sampled in the window (None: none) and their readings.
@@ -216,6 +225,17 @@ class NodeWindow:
     samples: dict[int, SampleReadings]
     #: The node agent's per-pod share readings in the window, by event id (empty: none).
     pod_shares: dict[str, PodShareReading] | None = None
+    #: How much of the window the node was in the pool (its idle capacity per GPU), and the
+    #: inventories (joins and removals) in force during it.
+    #: (None: from ``info.at_ms`` to the window's end, for a window built by hand.)
+    pool_ms: int | None = None
+    pool_ids: tuple[str, ...] = ()
+
+    def idle_ms(self, info: NodeInfo) -> int:
+        """How long each GPU of ``info`` was in the pool in the window."""
+        if self.pool_ms is not None:
+            return self.pool_ms
+        return max(0, self.end_ms - max(self.start_ms, info.at_ms))
 
 
 class Facts:
@@ -223,16 +243,24 @@ class Facts:
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
-        self.node_info: dict[str, NodeInfo] = {}  # the latest per node
+        self.node_info: dict[str, NodeInfo] = {}  # the latest join per node
         self.node_infos: dict[str, NodeInfo] = {}  # by event id, for the snapshot
+        #: Each node's inventories (joins and removals) by (at_ms, event id): from each one
+        #: until the next, the node is as it says (``pool``).
+        self._timeline: dict[str, list[tuple[int, str]]] = {}
         self.allocations: dict[str, GpuAllocation] = {}  # by event id
         self.node_allocs: dict[str, list[str]] = defaultdict(list)
         self.job_allocs: dict[str, list[str]] = defaultdict(list)
         self.job_ends: dict[str, JobEnded] = {}  # by event id
-        # The earliest end of a job whose allocations are still in ``node_allocs`` (None:
-        # none ended): ``drop_ended_before`` has nothing to take out before it.
+        # The earliest end of an allocation still in ``node_allocs`` (None: none ended):
+        # ``drop_ended_before`` has nothing to take out before it.
         self._next_drop_ms: int | None = None
-        self.job_end: dict[str, JobEnded] = {}  # effective end per job: the earliest
+        # Each job's ends, sorted by (end_ms, event id), and each allocation's own end (the
+        # first end at or after its start: ``_end_for``); absent: still running.
+        self._ends_of: dict[str, list[tuple[int, str]]] = {}
+        self.alloc_end: dict[str, JobEnded] = {}
+        #: The job's end where every allocation it has is ended: its last allocation's end.
+        self.job_end: dict[str, JobEnded] = {}
         # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms, mem_mib)}
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
         self.sample_nodes: dict[int, set[str]] = defaultdict(set)
@@ -243,34 +271,103 @@ class Facts:
     # ------------------------------------------------------------------------------ adding
 
     def add_node(self, e: NodeInfo) -> int:
-        """Record ``e``; returns the earliest instant its node's inventory now changes."""
+        """Record ``e``; returns the first instant it changes (its own: an inventory holds
+        from its time until the node's next one)."""
         self.node_infos[e.event_id] = e
+        insort(self._timeline.setdefault(e.node, []), (e.at_ms, e.event_id))
         current = self.node_info.get(e.node)
-        if current is None or (e.at_ms, e.event_id) > (current.at_ms, current.event_id):
+        if not e.removed and (
+            current is None or (e.at_ms, e.event_id) > (current.at_ms, current.event_id)
+        ):
             self.node_info[e.node] = e
-        return min(e.at_ms, current.at_ms if current else e.at_ms)
+        return e.at_ms
 
-    def add_allocation(self, e: GpuAllocation) -> None:
+    def pool(self, node: str, a: int, b: int) -> tuple[NodeInfo | None, int, tuple[str, ...]]:
+        """The node in ``[a, b)``: the inventory in force at the last instant it was in the
+        pool (None: never), how long it was in the pool, and the inventories in force."""
+        line = self._timeline.get(node)
+        if not line:
+            return None, 0, ()
+        if len(line) == 1:  # most nodes: one inventory, the fast path of every window
+            at, eid = line[0]
+            e = self.node_infos[eid]
+            if e.removed or at >= b:
+                return None, 0, ()
+            return e, b - max(a, at), (eid,)
+        k = max(0, bisect_right(line, (a, "\uffff")) - 1)  # in force at a (or the first)
+        info: NodeInfo | None = None
+        ms = 0
+        ids: list[str] = []
+        while k < len(line) and line[k][0] < b:
+            at, eid = line[k]
+            until = line[k + 1][0] if k + 1 < len(line) else b
+            lo, hi = max(a, at), min(b, until)
+            k += 1
+            if hi <= lo:
+                continue  # superseded at the same instant, or outside the window
+            e = self.node_infos[eid]
+            ids.append(eid)
+            if not e.removed and hi > lo:
+                ms += hi - lo
+                info = e
+        return (info, ms, tuple(sorted(ids))) if info is not None else (None, 0, ())
+
+    def add_allocation(self, e: GpuAllocation) -> int | None:
+        """Record ``e``; returns, where it changes another allocation's end (it starts before
+        all the job's others: an end at their start is now its), the earliest instant changed."""
+        allocs = self.job_allocs[e.job_id]
+        first = min((self.allocations[a].start_ms for a in allocs), default=None)
         self.allocations[e.event_id] = e
         self.node_allocs[e.node].append(e.event_id)
-        self.job_allocs[e.job_id].append(e.event_id)
-        end = self.job_end.get(e.job_id)
-        if end is not None:
-            self._due_drop(end.end_ms)
+        allocs.append(e.event_id)
+        self._settle_job(e.job_id)
+        return first if first is not None and e.start_ms < first else None
 
     def _due_drop(self, end_ms: int) -> None:
         if self._next_drop_ms is None or end_ms < self._next_drop_ms:
             self._next_drop_ms = end_ms
 
     def add_end(self, e: JobEnded) -> int:
-        """Record ``e``; returns the job's earliest end before it (the first instant changed)."""
+        """Record ``e``; returns the first instant it changes (its own: it ends only what ran
+        at ``end_ms``)."""
         self.job_ends[e.event_id] = e
-        current = self.job_end.get(e.job_id)
-        if current is None or (e.end_ms, e.event_id) < (current.end_ms, current.event_id):
-            self.job_end[e.job_id] = e
-            if e.job_id in self.job_allocs:
-                self._due_drop(e.end_ms)
-        return min(e.end_ms, current.end_ms if current else e.end_ms)
+        insort(self._ends_of.setdefault(e.job_id, []), (e.end_ms, e.event_id))
+        self._settle_job(e.job_id)
+        return e.end_ms
+
+    def _settle_job(self, job: str) -> None:
+        """Re-derive the ends of ``job``'s allocations and the job's own end (a pure function
+        of its facts, so any order of arrival gives the same ends)."""
+        allocs = self.job_allocs.get(job)
+        ends = self._ends_of.get(job)
+        if not allocs or not ends:
+            return
+        first = min(self.allocations[a].start_ms for a in allocs)
+        last: JobEnded | None = None
+        running = False
+        for aid in allocs:
+            end = self._end_for(self.allocations[aid].start_ms, ends, first)
+            if end is None:
+                self.alloc_end.pop(aid, None)
+                running = True
+                continue
+            self.alloc_end[aid] = end
+            self._due_drop(end.end_ms)
+            if last is None or (end.end_ms, end.event_id) > (last.end_ms, last.event_id):
+                last = end
+        if running or last is None:
+            self.job_end.pop(job, None)
+        else:
+            self.job_end[job] = last
+
+    def _end_for(self, start_ms: int, ends: list[tuple[int, str]], first: int) -> JobEnded | None:
+        """An allocation's end: the job's first end after its start. An end at the very instant
+        it starts ends the run before it (a job moved: ended and placed again in one instant),
+        unless it is of the job's first allocations (placed and ended at once)."""
+        for end_ms, eid in ends:
+            if end_ms > start_ms or (end_ms == start_ms and start_ms == first):
+                return self.job_ends[eid]
+        return None
 
     def add_pod_shares(self, e: PodShareReading, w: int) -> None:
         self.pod_shares.setdefault((e.node, w), {})[e.event_id] = e
@@ -288,13 +385,18 @@ class Facts:
     def overlap_ms(self, alloc_id: str, a: int, b: int) -> int:
         """How much of ``[a, b)`` the allocation holds (0: none)."""
         p = self.allocations[alloc_id]
-        end = self.job_end.get(p.job_id)
+        end = self.alloc_end.get(alloc_id)
         e = b if end is None else min(end.end_ms, b)
         return max(0, e - max(p.start_ms, a))
 
     def ended_by(self, alloc_id: str, t_ms: int) -> bool:
-        end = self.job_end.get(self.allocations[alloc_id].job_id)
+        end = self.alloc_end.get(alloc_id)
         return end is not None and end.end_ms <= t_ms
+
+    def ends_of_job(self, job: str) -> list[str]:
+        """The ids of the ends that ended one of ``job``'s allocations, sorted."""
+        ends = self.alloc_end
+        return sorted({ends[a].event_id for a in self.job_allocs.get(job, ()) if a in ends})
 
     def tenant_of(self, job: str) -> str:
         allocs = self.job_allocs.get(job)
@@ -303,7 +405,7 @@ class Facts:
     def nodes_in_window(self, w: int, window_ms: int) -> set[str]:
         """Nodes with inventory, samples or an allocation in window ``w``."""
         a, b = window_bounds_ms(w, window_ms)
-        nodes = {n for n, info in self.node_info.items() if info.at_ms < b}
+        nodes = {n for n in self._timeline if self.pool(n, a, b)[1] > 0}
         nodes.update(self.sample_nodes.get(w, ()))
         for node, allocs in self.node_allocs.items():
             if node not in nodes and any(self.overlap_ms(aid, a, b) for aid in allocs):
@@ -313,16 +415,14 @@ class Facts:
     def window(self, node: str, w: int, window_ms: int) -> NodeWindow:
         """The facts of ``node`` in window ``w`` (what ``attribution.attribute`` reads)."""
         a, b = window_bounds_ms(w, window_ms)
-        info = self.node_info.get(node)
-        if info is not None and info.at_ms >= b:
-            info = None
+        info, pool_ms, pool_ids = self.pool(node, a, b)
         allocations: list[WindowAllocation] = []
         for aid in self.node_allocs.get(node, ()):
             t = self.overlap_ms(aid, a, b)
             if t <= 0:
                 continue
             p = self.allocations[aid]
-            end = self.job_end.get(p.job_id)
+            end = self.alloc_end.get(aid)
             allocations.append(
                 (p, t, end.event_id if end is not None and end.end_ms <= b else None)
             )
@@ -331,6 +431,7 @@ class Facts:
         return NodeWindow(
             node=node, start_ms=a, end_ms=b, info=info, allocations=allocations,
             sampled=sampled, samples=samples, pod_shares=self.pod_shares.get((node, w)),
+            pool_ms=pool_ms, pool_ids=pool_ids,
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------ sealing
@@ -355,7 +456,7 @@ class Facts:
             kept = [a for a in allocs if not self.ended_by(a, cutoff_ms)]
             self.node_allocs[node] = kept
             for a in kept:
-                end = self.job_end.get(self.allocations[a].job_id)
+                end = self.alloc_end.get(a)
                 if end is not None and (nxt is None or end.end_ms < nxt):
                     nxt = end.end_ms
         self._next_drop_ms = nxt

@@ -98,7 +98,7 @@ class Ledger:
         trusted). A GPU model is kept as the canonical model the book bills it as, so facts
         named as NVML, GPU feature discovery or an older fleet name them (``T4``, ``A100``:
         checkpoints written before issue 28) all land on one key."""
-        if isinstance(event, NodeInfo | GpuAllocation):
+        if isinstance(event, NodeInfo | GpuAllocation) and event.gpu_model:
             model = self.pricing.model_of(event.gpu_model)
             if model != event.gpu_model:
                 event = msgspec.structs.replace(event, gpu_model=model)
@@ -131,18 +131,23 @@ class Ledger:
         self._mark_dirty(e.node, start_w, None)
 
     def _insert_allocation(self, e: GpuAllocation) -> None:
-        self.facts.add_allocation(e)
-        start_w = window_of(e.start_ms, self.config.window_ms)
+        changed_ms = self.facts.add_allocation(e)
+        w_ms = self.config.window_ms
+        start_w = window_of(e.start_ms, w_ms)
         self._note_window(start_w)
         self._mark_dirty(e.node, start_w, None)
+        if changed_ms is not None:  # an earlier run of the job, late: the later runs' ends moved
+            for alloc_id in self.facts.job_allocs[e.job_id]:
+                p = self.facts.allocations[alloc_id]
+                self._mark_dirty(p.node, window_of(max(changed_ms, p.start_ms), w_ms), None)
 
     def _insert_end(self, e: JobEnded) -> None:
         w_ms = self.config.window_ms
         end_w = window_of(self.facts.add_end(e), w_ms)
         if e.job_id not in self.reported:
             self.unreported.add(e.job_id)
-        # Windows that end before the (earliest) end are unchanged by it: overlaps and
-        # sources there do not read the end, so only the end's window onwards is dirty.
+        # Windows that end before the end are unchanged by it (it ends only what ran at its
+        # instant): overlaps and sources there do not read it, so only its window onwards.
         for alloc_id in self.facts.job_allocs.get(e.job_id, ()):
             p = self.facts.allocations[alloc_id]
             self._mark_dirty(p.node, max(end_w, window_of(p.start_ms, w_ms)), None)
@@ -354,7 +359,7 @@ class Ledger:
                     end_ms=end.end_ms,
                     amounts=amounts,
                     usd_per_tflop_hour_micro=usd_per_tflop_hour_micro(amounts),
-                    source_event_ids=tuple(sorted([*allocs, end.event_id])),
+                    source_event_ids=tuple(sorted([*allocs, *self.facts.ends_of_job(job)])),
                     shared_billing=self.book.shared_billing,
                 )
             )

@@ -16,7 +16,8 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   change the price), ``cpu_milli`` / ``memory_mib`` (the ledger bills GPUs), ``policy`` (the
   slicer's record), ``cause_id`` (tracing's link, read by the service shell).
 - ``Preempted`` / ``JobReleased`` → ``JobEnded`` at ``at`` (the slicer's trusted time), for the
-  same job key. Not carried: ``node`` (an end ends all the job's allocations), ``by_job_id`` and
+  same job key. Not carried: ``node`` (an end ends every allocation of the job running at its
+  time; one placed later bills to its own end), ``by_job_id`` and
   ``reason`` (records), ``outcome`` (billing ends the same way for all three), ``cause_id``.
   Refused: ``claimed_at`` (the tenant's claim, never billed); ``was_placed=False`` gives no fact
   (a job that never held anything ends nothing, and its time moves nothing).
@@ -24,11 +25,12 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   a node has one price), ``len(gpus)``. Not carried: ``pool``, ``cpu_milli``, ``memory_mib``,
   each GPU's ``index`` / ``uuid`` / ``mem_total_mib`` / ``mig_capable`` / ``mig_enabled`` /
   ``nvlink_domain`` (prices are per model and count), ``simulated`` (a replayed fleet is billed
-  like a real one), ``labels`` (topology, the slicer's for gangs), ``state`` (a cordoned or
-  removed node's jobs end where the slicer says: its ``Preempted`` at the removal's time, so
-  nothing is billed past it). An inventory without GPUs
-  gives no fact. The tier is not on the wire:
-  ``on_demand``.
+  like a real one), ``labels`` (topology, the slicer's for gangs). ``state`` ``removed`` →
+  ``removed`` (the node's idle is billed up to the removal, not past it; its jobs end where the
+  slicer says: its ``Preempted`` at the removal's time), with or without its GPUs (the
+  bridge lists none for a deleted node: model ``""``, count 0); ``cordoned`` is carried as
+  ``ready`` (a draining node is still paid for). Any other inventory without GPUs gives no
+  fact. The tier is not on the wire: ``on_demand``.
 - ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id ``<id>:<index>``):
   ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
   differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
@@ -90,7 +92,7 @@ from seedance.events.cost import (
 )
 from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
 from seedance.events.subjects import costs, ledger
-from seedance.events.telemetry import GpuSampleBatch, NodeInventory, PodShares
+from seedance.events.telemetry import GpuSampleBatch, NodeInventory, NodeState, PodShares
 
 __all__ = [
     "InputRejected",
@@ -206,6 +208,13 @@ def _allocation(e: Placement, at_ms: int, tenants: frozenset[str]) -> list[Ledge
 
 
 def _node(e: NodeInventory, at_ms: int) -> list[LedgerInput]:
+    if e.state == NodeState.REMOVED and not e.gpus:
+        # The bridge describes a deleted node without its GPUs: the removal is still a fact.
+        return [
+            NodeInfo(
+                event_id=e.id, node=e.node, gpu_model="", gpu_count=0, at_ms=at_ms, removed=True
+            )
+        ]
     if not e.gpus:
         return []
     models = {g.model for g in e.gpus}
@@ -213,7 +222,12 @@ def _node(e: NodeInventory, at_ms: int) -> list[LedgerInput]:
         raise InputRejected("invalid_input", f"NodeInventory.gpus mixes models {models}")
     return [
         NodeInfo(
-            event_id=e.id, node=e.node, gpu_model=models.pop(), gpu_count=len(e.gpus), at_ms=at_ms
+            event_id=e.id,
+            node=e.node,
+            gpu_model=models.pop(),
+            gpu_count=len(e.gpus),
+            at_ms=at_ms,
+            removed=e.state == NodeState.REMOVED,
         )
     ]
 

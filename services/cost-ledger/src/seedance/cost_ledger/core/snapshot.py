@@ -6,7 +6,9 @@ directions, ``encode(ledger)`` and ``decode`` + ``restore``. Must not change a b
 format without a new version: checkpoints written by earlier code restore as they are (the
 upgrade tests read one written before issue 13 and one before issue 28, whose GPU names are the
 replayed fleets' short names: restoring keeps facts and unpublished lines under the canonical
-model their names identify, a migration with no new version because the format is unchanged).
+model their names identify, a migration with no new version because the format is unchanged;
+and one written before each allocation had its own end, ``alloc_ends`` absent: restoring marks
+the windows of runs placed after a job's first end dirty, and the next ``advance`` bills them).
 The totals are not stored: they are the sum of ``emitted`` and are rebuilt on load, so a
 snapshot can never hold totals that disagree with its entries.
 """
@@ -61,6 +63,10 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     sample_mem: list[tuple[str, int]] = []
     #: The node agents' per-pod share readings of unsealed windows (absent before them).
     pod_shares: list[PodShareReading] = []
+    #: True: its lines bill each allocation to its own end. False (absent: written before
+    #: re-placed jobs were billed) : they stopped every run of a job at its first end, and
+    #: ``restore`` marks the windows that rule left unbilled dirty (``_rebill_later_runs``).
+    alloc_ends: bool = False
 
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
@@ -104,6 +110,7 @@ def encode(led: Ledger) -> bytes:
             (r for d in f.pod_shares.values() for r in d.values()), key=lambda r: r.event_id
         ),
         outbox=sorted(led.outbox, key=output_id),
+        alloc_ends=True,
     )
     # msgpack of event ids and repeated node names compresses several-fold; level 1 is
     # fast, and zlib output is deterministic for equal input, so bytes stay canonical.
@@ -148,8 +155,49 @@ def restore(led: Ledger, snap: _Snapshot) -> None:
         led.emitted.setdefault((node, w), {})[(kind, key)] = (rev, amounts)
         led.count_line(node, kind, key, amounts, led.running)
     led.reported = dict(snap.reported)
-    led.unreported = {j for j in f.job_end if j not in led.reported}
+    led.unreported = {e.job_id for e in f.job_ends.values() if e.job_id not in led.reported}
     led.outbox = [_canonical(o, led) for o in snap.outbox]
+    if not snap.alloc_ends:
+        _rebill_later_runs(led)
+
+
+def _rebill_later_runs(led: Ledger) -> None:
+    """A snapshot written before each allocation had its own end billed every run of a job
+    until the job's first end: a run placed after it was free; and a node's idle from its last
+    inventory only. Mark the closed windows those rules may have got wrong dirty (a node's
+    with several inventories from its first: recomputing a right one emits nothing), so the
+    next ``advance`` bills the difference as adjustments (windows sealed stay: their state is
+    gone)."""
+    f = led.facts
+    if led.closed_until is None:
+        return
+    w_ms = led.config.window_ms
+    first_end: dict[str, int] = {}
+    for e in f.job_ends.values():
+        first_end[e.job_id] = min(e.end_ms, first_end.get(e.job_id, e.end_ms))
+    # ... and each node's idle by its last inventory alone (a re-inventory moved its start).
+    infos: dict[str, list[int]] = {}
+    for i in f.node_infos.values():
+        infos.setdefault(i.node, []).append(i.at_ms)
+    for node, times in infos.items():
+        if len(times) > 1:  # one inventory: the rules agree
+            _dirty_from(led, node, window_of(min(times), w_ms))
+    for aid, p in f.allocations.items():
+        old = first_end.get(p.job_id)
+        end = f.alloc_end.get(aid)
+        if old is None or (end is not None and end.end_ms == old):
+            continue
+        _dirty_from(led, p.node, window_of(max(p.start_ms, old), w_ms))
+
+
+def _dirty_from(led: Ledger, node: str, start_w: int) -> None:
+    """The node's closed windows from ``start_w`` on, less those sealed, are recomputed."""
+    if led.closed_until is None:
+        return
+    if led.sealed_until is not None:
+        start_w = max(start_w, led.sealed_until)
+    for w in range(start_w, led.closed_until):
+        led.dirty.add((node, w))
 
 
 def _canonical(o: CostLine | JobCost, led: Ledger) -> CostLine | JobCost:
