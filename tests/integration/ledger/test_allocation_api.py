@@ -11,6 +11,7 @@ group), identically. A bad parameter is refused naming it, and the CLI exits 2.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -94,17 +95,21 @@ async def test_allocations_during_a_replay_match_the_stream_and_then_recompute(
     b, b_api = replica(url, "alloc-b")
     async with serving(a), serving(b), await connect(url, "admin") as op:
         chunk = len(wl.events) // 6
+
+        async def stepped_to(seq: int) -> bool:
+            return all(s.replica.seq >= seq and s._consistent for s in (a, b))
+
         during: list[AllocationAnswer] = []
         for i in range(0, len(wl.events), chunk):
             await admin.publish_many(wl.events[i : i + chunk])
+            # asked once the replicas stepped this chunk (the later ones not yet published):
+            # a state in the middle of the replay whatever the machine's speed
+            seq = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+            await eventually(functools.partial(stepped_to, seq), timeout_s=60)
             answer = await op.allocation("30d", include_idle=True)
             during.append(answer)
         last_in = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
-
-        async def stepped_all() -> bool:
-            return all(s.replica.seq >= last_in and s._consistent for s in (a, b))
-
-        await eventually(stepped_all, timeout_s=60)
+        await eventually(functools.partial(stepped_to, last_in), timeout_s=60)
         for s in (a, b):
             await s._settle_acks()
         final = await op.allocation("30d", include_idle=True)
