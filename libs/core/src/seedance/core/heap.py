@@ -3,8 +3,9 @@
 CPython's full (generation 2) collection walks every tracked object. A service that holds a
 large state (the slicer's fleet, queue and running jobs: hundreds of thousands of objects at
 4,278 nodes and 11,000 running jobs) stops its event loop for that walk: measured in the slicer
-under ``make bench-scale`` (docs/slicer-scale.md), pauses of 54 to 180 ms about every 10 s at
-300 to 400 decisions/s, each one stalling every decision in flight; they grow with the state.
+under ``make bench-scale`` (docs/slicer.md, "Where a decision's time goes"), pauses of 54 to
+180 ms about every 10 s at 300 to 400 decisions/s, each one stalling every decision in flight;
+they grow with the state.
 
 `freeze_survivors` moves what survived each full collection into the permanent generation
 (`gc.freeze`): those objects are live state, and the next full collection walks only what was
