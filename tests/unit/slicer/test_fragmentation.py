@@ -129,3 +129,45 @@ def test_an_index_borrowed_from_another_workloads_equals_a_fresh_one() -> None:
     assert np.array_equal(borrowed.tot[:n], fresh.tot[:n])
     assert np.allclose(borrowed.frag[:n], fresh.frag[:n])
     assert np.allclose(borrowed.frag[:n], _reference_frag(st, wl))
+
+
+def test_a_workload_from_counts_is_the_one_from_the_pods_counted() -> None:
+    rng = np.random.default_rng(5)
+    kinds = [
+        PodRequest(cpu_milli=c, memory_mib=m, num_gpu=g, gpu_milli=s if g else 0)
+        for c, m, g, s in [(1000, 1, 1, 500), (2000, 1, 1, 500), (1000, 9, 1, 500),
+                           (4000, 1, 2, 1000), (500, 1, 0, 0), (1000, 1, 1, 250)]
+    ]  # fmt: skip
+    pods = [kinds[int(i)] for i in rng.integers(0, len(kinds), size=200)]
+    counted: dict[PodRequest, int] = {}
+    for p in pods:
+        counted[p] = counted.get(p, 0) + 1  # first-seen order, as the window counts them
+    for coverage in (1.0, 0.95, 0.6):
+        assert TargetWorkload.from_counts(counted.items(), coverage) == TargetWorkload.from_pods(
+            pods, coverage
+        )
+
+
+def test_the_windows_policy_is_built_from_every_shape_it_holds() -> None:
+    from seedance.slicer.core.policies import SeedancePolicy
+    from seedance.slicer.core.snapshot import RequestShape
+    from seedance.slicer.core.workload import WorkloadWindow, pod_request
+
+    rng = np.random.default_rng(9)
+    kinds = [RequestShape(1000, 4096, 1, 500), RequestShape(8000, 65536, 8, 1000),
+             RequestShape(2000, 1024, 0, 0), RequestShape(1000, 4096, 1, 250, ("T4",))]  # fmt: skip
+    shapes = [kinds[int(i)] for i in rng.integers(0, len(kinds), size=300)]
+    got = WorkloadWindow(size=500, refresh_every=100, policy_shapes=shapes).policy("seedance")
+    pods = [pod_request(s) for s in shapes]
+    gpu = sum(p.gpu_milli_total for p in pods)
+    assert isinstance(got, SeedancePolicy)
+    assert got.workload == TargetWorkload.from_pods(pods, coverage=1.0)
+    assert got.cpu_per_gpu_milli == sum(p.cpu_milli for p in pods) / gpu
+    assert got.mem_mib_per_gpu_milli == sum(p.memory_mib for p in pods) / gpu
+    # CPU-only shapes alone: the default whole GPU joins them, once.
+    cpu_only = WorkloadWindow(size=500, refresh_every=100, policy_shapes=[kinds[2]] * 5)
+    only = cpu_only.policy("seedance")
+    assert isinstance(only, SeedancePolicy)
+    assert only.workload == TargetWorkload.from_pods(
+        [pod_request(kinds[2])] * 5 + [pod_request(RequestShape(0, 0, 1, 1000))], coverage=1.0
+    )

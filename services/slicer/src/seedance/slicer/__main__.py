@@ -8,6 +8,7 @@ import socket
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.entry import start_service
+from seedance.core.heap import freeze_survivors
 from seedance.slicer.autosize import autosize_service, with_autosize
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
@@ -24,6 +25,9 @@ def main() -> None:
     settings, bus = start_service(NAME, SlicerSettings, summary=SUMMARY)
     runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     clock = WallClock()
+    # The fleet and the running jobs are long-lived: full collections walk only what changed
+    # since the last one (seedance.core.heap), so they do not stall decisions as the state grows.
+    freeze_survivors()
     slicer = SlicerService(runtime, clock, settings)
     # The right-sizing loop runs beside the slicer when a tenant opted in (docs/slicer.md).
     autosize = autosize_service(runtime, clock, settings, settings.replica or socket.gethostname())

@@ -51,7 +51,16 @@ class TargetWorkload:
     def from_pods(cls, pods: Iterable[PodRequest], coverage: float = 0.95) -> TargetWorkload:
         """The paper's rule: most popular classes until they cover `coverage` of the pods,
         then renormalised (`podPopularityThreshold = 95`). Ties keep first-seen order."""
-        counts = Counter(TaskClass.of(p) for p in pods)
+        return cls.from_counts(((p, 1) for p in pods), coverage)
+
+    @classmethod
+    def from_counts(
+        cls, pods: Iterable[tuple[PodRequest, int]], coverage: float = 0.95
+    ) -> TargetWorkload:
+        """`from_pods` of pods given as (pod, how many such pods), in first-seen order."""
+        counts: Counter[TaskClass] = Counter()
+        for p, c in pods:
+            counts[TaskClass.of(p)] += c
         total = sum(counts.values())
         if total == 0:
             raise ValueError("target workload needs at least one pod")
@@ -136,11 +145,13 @@ class FragmentationIndex:
         self.tot[:] = previous.tot
         old = {k: j for j, k in enumerate(previous._keys)}
         new = [j for j, k in enumerate(self._keys) if k not in old]
-        for j, k in enumerate(self._keys):
-            if k in old:
-                self.host_ok[:, j] = previous.host_ok[:, old[k]]
-                self.cnt[:, j] = previous.cnt[:, old[k]]
-                self.part[:, j] = previous.part[:, old[k]]
+        kept = [(j, old[k]) for j, k in enumerate(self._keys) if k in old]
+        if kept:
+            # One gather per array (not one strided copy per column).
+            to, fro = (np.array(c, dtype=np.intp) for c in zip(*kept, strict=True))
+            self.host_ok[:, to] = previous.host_ok[:, fro]
+            self.cnt[:, to] = previous.cnt[:, fro]
+            self.part[:, to] = previous.part[:, fro]
         if new:
             # The rows as `previous` saw them (a row changed since is recomputed whole by sync).
             free = st.gpu_free[:n]

@@ -10,6 +10,7 @@ anything; no clock, no I/O.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -105,15 +106,18 @@ class WorkloadWindow:
         """The policy called `name` ("seedance" or "first-fit") for the current shapes."""
         if name == "first-fit":
             return FirstFit()
-        pods = [pod_request(s) for s in self.policy_shapes or [_DEFAULT_SHAPE]]
-        if not any(p.num_gpu for p in pods):
-            pods.append(pod_request(_DEFAULT_SHAPE))
-        gpu = sum(p.gpu_milli_total for p in pods)
+        # Each distinct shape once, with how often the window holds it (in first-seen order,
+        # as the pods would be counted): a refresh costs the shapes, not the window's length.
+        counts = Counter(self.policy_shapes or [_DEFAULT_SHAPE])
+        pods = [(pod_request(s), c) for s, c in counts.items()]
+        if not any(p.num_gpu for p, _ in pods):
+            pods.append((pod_request(_DEFAULT_SHAPE), 1))
+        gpu = sum(p.gpu_milli_total * c for p, c in pods)
         return SeedancePolicy(
-            TargetWorkload.from_pods(pods, coverage=1.0),
+            TargetWorkload.from_counts(pods, coverage=1.0),
             # A workload that asks no CPU (or memory) strands nothing through it.
-            cpu_per_gpu_milli=max(sum(p.cpu_milli for p in pods) / gpu, 1e-9),
-            mem_mib_per_gpu_milli=max(sum(p.memory_mib for p in pods) / gpu, 1e-9),
+            cpu_per_gpu_milli=max(sum(p.cpu_milli * c for p, c in pods) / gpu, 1e-9),
+            mem_mib_per_gpu_milli=max(sum(p.memory_mib * c for p, c in pods) / gpu, 1e-9),
         )
 
 

@@ -1,0 +1,113 @@
+"""The slicer's scheduler alone, in-process, on bench-scale's fleet: what a decision costs the
+core, and a digest of every decision, to show that a change to the hot path decides the same.
+
+The fleet (`seedance.bench.scale_fleet`: the spot-GPU list, ``--copies`` times) is loaded node by
+node, filled to ``--fill`` of its GPUs with openb shapes (seeded), then ``--pairs`` times one
+random running job finishes and one single pod is submitted (bench-scale's rate step without the
+bus). Printed: pairs per second, the p50/p99 of a pair, the mean of the submits that refreshed the
+target workload, and the digest (sha256, first 16 hex digits) of every effect in order: each
+placement's job, node and GPU shares, and the kind and job of every other effect. Two runs of one
+seed on code that decides alike print the same digest.
+
+Last line: ``scale_replay: nodes=<n> running=<n> pairs=<n> pairs_per_s=<n> pair_p50_ms=<n>
+pair_p99_ms=<n> refresh_ms_mean=<n> refreshes=<n> digest=<hex>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from seedance.bench.scale import TENANT, submit
+from seedance.bench.scale_fleet import TOPOLOGY_LEVELS, inventory, read_fleet, read_shapes
+from seedance.slicer.config import scheduler_config
+from seedance.slicer.core import Scheduler
+from seedance.slicer.core.effects import Effect, Placed
+from seedance.slicer.mapping import job_spec, node_spec
+from seedance.slicer.settings import SlicerSettings
+
+__all__ = ["main"]
+
+
+class Replay:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        self.digest = hashlib.sha256()
+        self.running: list[str] = []
+        self.milli = 0
+
+    def take(self, effects: list[Effect]) -> None:
+        for e in effects:
+            if isinstance(e, Placed):
+                self.running.append(e.job.job_id)
+                self.milli += sum(g.milli for g in e.gpus)
+                shares = [(g.index, g.milli) for g in e.gpus]
+                self.digest.update(f"{e.job.job_id}>{e.node}:{shares};".encode())
+            else:
+                job = getattr(getattr(e, "job", None), "job_id", "")
+                self.digest.update(f"{type(e).__name__}:{job};".encode())
+
+
+def run(args: argparse.Namespace) -> str:
+    nodes = read_fleet(args.nodes, args.copies)
+    shapes = read_shapes(args.pods)
+    sched = Scheduler(scheduler_config(SlicerSettings(topology_levels=",".join(TOPOLOGY_LEVELS))))
+    now = datetime.now(UTC)
+    for n in nodes:
+        sched.upsert_node(node_spec(inventory(n, now)), 1.0)
+    r = Replay(sched)
+    rng = random.Random(args.seed)
+    cap = sum(n.gpus for n in nodes) * 1000
+    clock, k = 2.0, 0
+    while r.milli < args.fill * cap:
+        k += 1
+        clock += 0.001
+        _, ev = submit(f"j{k}", rng.choice(shapes))
+        r.take(sched.submit(job_spec(ev), clock))  # type: ignore[arg-type]
+    running = len(r.running)
+    singles = [s for s in shapes if s.gpus <= 8]
+    lat: list[float] = []
+    refresh: list[float] = []
+    started = time.perf_counter()
+    for _ in range(args.pairs):
+        t0 = time.perf_counter()
+        job = r.running.pop(rng.randrange(len(r.running)))
+        clock += 0.001
+        r.take(sched.finish(TENANT, job, clock))
+        k += 1
+        _, ev = submit(f"s{k}", rng.choice(singles))
+        policy = sched._policy
+        r.take(sched.submit(job_spec(ev), clock))  # type: ignore[arg-type]
+        lat.append(time.perf_counter() - t0)
+        if sched._policy is not policy:
+            refresh.append(lat[-1])
+    elapsed = time.perf_counter() - started
+    lat.sort()
+    mean_refresh = sum(refresh) / len(refresh) * 1000 if refresh else float("nan")
+    return (
+        f"scale_replay: nodes={len(nodes)} running={running} pairs={args.pairs} "
+        f"pairs_per_s={args.pairs / elapsed:.0f} pair_p50_ms={lat[len(lat) // 2] * 1000:.3f} "
+        f"pair_p99_ms={lat[int(0.99 * len(lat))] * 1000:.2f} refresh_ms_mean={mean_refresh:.2f} "
+        f"refreshes={len(refresh)} digest={r.digest.hexdigest()[:16]}"
+    )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--nodes", type=Path, required=True, help="alibaba-spot-gpu-2026 node list")
+    ap.add_argument("--pods", type=Path, required=True, help="openb_pod_list_default.csv")
+    ap.add_argument("--copies", type=int, default=1)
+    ap.add_argument("--fill", type=float, default=0.8)
+    ap.add_argument("--pairs", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=42)
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    print(run(parse_args(argv)), flush=True)
+    return 0
