@@ -78,7 +78,8 @@ CARRIED: Mapping[type, frozenset[str]] = {
                         "nvlink_domain"}),
     GpuHealth: _BASE | {"node", "gpu_index", "healthy"},
     PauseRequest: _BASE | {"tenant", "paused"},
-    JobSubmitted: _BASE | {"job_id", "tenant", "priority", "request", "expected_duration_s"},
+    JobSubmitted: _BASE | {"job_id", "tenant", "priority", "request", "expected_duration_s",
+                           "movable", "restart_s"},
     ResourceRequest: frozenset({"gpus", "gpu_milli", "gpu_mem_mib", "mig_profile", "mig",
                                 "gpu_models", "cpu_milli", "memory_mib", "gang_size"}),
     JobStarted: _BASE | {"job_id", "tenant"},
@@ -158,6 +159,8 @@ def job_spec(ev: JobSubmitted) -> JobSpec:
         memory_mib=r.memory_mib,
         gang_size=r.gang_size,
         expected_duration_s=ev.expected_duration_s,
+        movable=ev.movable,
+        restart_s=ev.restart_s,
     )
 
 

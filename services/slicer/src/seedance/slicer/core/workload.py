@@ -146,4 +146,6 @@ def core_job(job: JobSpec) -> Job:
         priority=job.priority,
         tenant=job.tenant,
         expected_duration_s=job.expected_duration_s,
+        movable=job.movable,
+        restart_s=job.restart_s,
     )
