@@ -101,6 +101,9 @@ class Preempted(Event, frozen=True, kw_only=True, tag="slice.preempted.v1"):
     node: Name
     by_job_id: str = ""
     reason: str = ""
+    #: Why, in words, where the reason needs more: a `consolidation` move says which node is
+    #: being emptied and what the move is worth against the restarts it costs.
+    detail: Annotated[str, msgspec.Meta(max_length=1024)] = ""
 
 
 class EndOutcome(enum.StrEnum):

@@ -266,6 +266,7 @@ def _preempted(e: Evicted, cause: Event, at: datetime, pool: str, policy: str) -
         # Another tenant's job id is not this tenant's to read (a cohort reclaim).
         by_job_id=e.by_job_id if e.by_tenant == e.job.tenant else "",
         reason=e.reason,
+        detail=e.detail,
     )
     return slicing.subject(e.job.tenant, "preempted"), ev, ("preempted", e.reason)
 

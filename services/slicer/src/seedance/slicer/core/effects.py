@@ -77,6 +77,8 @@ class Evicted:
     #: The preempting job's tenant: the job's own for `priority`, a cohort member's for
     #: `quota_reclaim`.
     by_tenant: str = ""
+    #: Why, in words, where the reason needs more (a consolidation move's drained node).
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)

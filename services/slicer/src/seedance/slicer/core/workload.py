@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from seedance.slicer.core.fragmentation import TargetWorkload
 from seedance.slicer.core.inputs import JobSpec
@@ -20,6 +21,9 @@ from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
 from seedance.slicer.core.queue import Job, QueueConfig
 from seedance.slicer.core.satisfiable import NodePool
 from seedance.slicer.core.snapshot import RequestShape
+
+if TYPE_CHECKING:  # draining places jobs with `core_job` below
+    from seedance.slicer.core.draining import ConsolidationConfig
 
 __all__ = ["SchedulerConfig", "WorkloadWindow", "core_job", "pod_request", "shape_of"]
 
@@ -41,6 +45,8 @@ class SchedulerConfig:
     #: Node types of pools that may have no node now (scaled to zero): a request one of them
     #: could hold is not `unsatisfiable` (`seedance.slicer.core.satisfiable`).
     node_pools: tuple[NodePool, ...] = ()
+    #: Consolidation rounds (`Scheduler.consolidate`); None: the slicer never moves work.
+    consolidation: ConsolidationConfig | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in ("seedance", "first-fit"):
