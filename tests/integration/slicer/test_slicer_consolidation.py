@@ -110,7 +110,7 @@ async def test_the_disruption_budget_holds_under_a_burst_of_light_nodes(
             await add_nodes(bus, inventory(f"n{i}-{unique}", 2))
             await submit(bus, t, f"m{i}", movable=True)
             await submit(bus, t, f"f{i}", movable=False)
-            await d.wait(lambda: len(d.of(Placement)) == 2 * (i + 1))
+            await d.wait(lambda n=2 * (i + 1): len(d.of(Placement)) == n)
         # A burst: every filler ends, every node is half used, two drains would fit.
         for i in range(4):
             await finish(bus, t, f"f{i}")
