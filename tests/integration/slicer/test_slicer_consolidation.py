@@ -3,7 +3,8 @@ after batches, on trusted time, over its real state. A job that said it is movab
 (``job.submitted.v1``'s ``movable``) is moved off a lightly used node: a ``slice.preempted.v1``
 with reason ``consolidation`` and its explanation, then its placement elsewhere. A job that did
 not say so is never moved. The disruption budget holds when a burst of ends leaves many nodes
-light at once."""
+light at once. Each round publishes the capacity plan per pool (GPU model) and exports it as
+metrics."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from datetime import timedelta
 import pytest
 
 from seedance.core import Bus
-from seedance.events import new_event_id
+from seedance.events import decode, new_event_id
 from seedance.events.jobs import JobSubmitted, ResourceRequest
-from seedance.events.slicing import Placement, Preempted
-from seedance.events.subjects import jobs
+from seedance.events.slicing import CapacityPlan, Placement, Preempted
+from seedance.events.subjects import jobs, slicing
 from seedance.slicer.service import SlicerService
 from tests.integration.slicer.test_slicer_service import (
     T0,
@@ -118,3 +119,39 @@ async def test_the_disruption_budget_holds_under_a_burst_of_light_nodes(
         await settled(svc, d, bus, t, "probe-2")  # more rounds: the window's budget is spent
         assert len(moves(d)) == expected
         assert {m.job_id for m in moves(d)} <= {f"m{i}" for i in range(4)}
+
+
+async def test_the_capacity_plan_per_pool_is_published_and_exported(
+    nats_url: str, env: tuple[Bus, Decisions], unique: str
+) -> None:
+    bus, d = env
+    t = f"t{unique}"
+    pool = f"p{unique}"
+    sub = await bus.js.subscribe(slicing.capacity(pool), ordered_consumer=True)
+    try:
+        async with slicer(nats_url, unique, **EVERY_BATCH) as svc:
+            await add_nodes(bus, inventory(f"n0-{unique}", 4), inventory(f"n1-{unique}", 4))
+            for j in ("a", "b", "c"):
+                await submit(bus, t, j, movable=False)
+            await d.wait(lambda: len(d.of(Placement)) == 3)
+            # A round after the placements: the plan says 3 GPUs in use, one node needed, one
+            # empty node releasable (headroom: none yet, observed for less than a start-up).
+            while True:
+                msg = await sub.next_msg(timeout=15)
+                plan = decode(msg.data)
+                assert isinstance(plan, CapacityPlan)
+                if plan.gpus_in_use == 3:
+                    break
+            assert (plan.pool, plan.gpu_model, plan.nodes, plan.gpus_per_node) == (pool, "T4", 2, 4)
+            assert (plan.nodes_busy, plan.nodes_needed, plan.releasable_nodes) == (1, 1, 1)
+            assert msg.subject == slicing.capacity(pool)
+
+            def gauge(state: str) -> float | None:
+                return svc._rt.registry.get_sample_value(
+                    "seedance_slicer_capacity_nodes", {"gpu_model": "T4", "state": state}
+                )
+
+            await d.wait(lambda: gauge("needed") == 1.0 and gauge("releasable") == 1.0)
+            assert gauge("present") == 2.0
+    finally:
+        await sub.unsubscribe()

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from seedance.slicer.core import Evicted, GpuSpec, JobSpec, NodeSpec, Placed, Scheduler
+from seedance.slicer.core import (
+    CapacityPlanned,
+    Evicted,
+    GpuSpec,
+    JobSpec,
+    NodeSpec,
+    Placed,
+    Scheduler,
+)
 from seedance.slicer.core.consolidation import CONSOLIDATION, DisruptionBudget
 from seedance.slicer.core.draining import ConsolidationConfig
 from seedance.slicer.core.workload import SchedulerConfig
@@ -33,6 +41,10 @@ def job(jid: str, movable: bool = False, tenant: str = "a") -> JobSpec:
 
 def placed_on(effects: Sequence[object]) -> dict[str, str]:
     return {e.job.job_id: e.node for e in effects if isinstance(e, Placed)}
+
+
+def only_plans(effects: Sequence[object]) -> bool:
+    return bool(effects) and all(isinstance(e, CapacityPlanned) for e in effects)
 
 
 def light_fleet(movable: bool) -> Scheduler:
@@ -63,7 +75,7 @@ def test_a_movable_job_is_moved_off_a_light_node_and_placed_again() -> None:
 def test_a_job_that_did_not_say_it_is_movable_is_never_moved() -> None:
     s = light_fleet(movable=False)
     for t in range(100, 5000, 60):
-        assert s.consolidate(float(t)) == []
+        assert only_plans(s.consolidate(float(t)))
     assert sorted(s.running_jobs) == [("a", "a"), ("a", "b"), ("a", "e")]
 
 
@@ -72,7 +84,7 @@ def test_a_drained_node_is_held_empty_until_released_or_its_hold_lapses() -> Non
     s.consolidate(100.0)
     assert placed_on(s.submit(job("f"), 110.0)) == {"f": "n1"}  # n1's last GPU, not n2
     assert placed_on(s.submit(job("g"), 120.0)) == {}  # n2 is held empty
-    assert s.consolidate(130.0) == []  # not due: one round per interval
+    assert s.consolidate(130.0) == []  # not due: one round per interval (no plan either)
     # The fleet did not release n2 within the hold: it takes work again.
     assert placed_on(s.consolidate(700.0)) == {"g": "n2"}
 
@@ -109,4 +121,55 @@ def test_without_a_consolidation_config_nothing_moves() -> None:
     s = Scheduler()
     s.upsert_node(node("n1"), 0.0)
     s.submit(job("a", movable=True), 1.0)
-    assert s.consolidate(100.0) == []
+    assert s.consolidate(100.0) == []  # no moves, no plan
+
+
+def plans(effects: Sequence[object]) -> dict[str, object]:
+    return {e.plan.gpu_model: e.plan for e in effects if isinstance(e, CapacityPlanned)}
+
+
+def test_the_capacity_plan_counts_each_pools_use_waiting_demand_and_what_is_short() -> None:
+    s = Scheduler(CFG)
+    for name in ("n1", "n2", "n3"):
+        s.upsert_node(node(name), 0.0)
+    s.upsert_node(NodeSpec(name="a1", cpu_milli=32_000, memory_mib=256_000,
+                           gpus=(GpuSpec(model="A100"), GpuSpec(model="A100"))), 0.0)  # fmt: skip
+    for i in range(5):
+        s.submit(JobSpec(job_id=f"t{i}", tenant="a", gpus=1, gpu_models=("T4",)), 1.0)
+    for jid in ("x", "y"):  # y waits: a1 is the only A100 node
+        s.submit(JobSpec(job_id=jid, tenant="a", gpus=2, gpu_models=("A100",)), 2.0)
+    p = plans(s.consolidate(100.0))
+    t4, a100 = p["T4"], p["A100"]
+    assert (t4.nodes, t4.gpus_per_node, t4.gpus_in_use, t4.gpus_waiting) == (3, 4, 5, 0.0)
+    assert t4.headroom_gpus == 0.0  # observed for less than a node's start-up: no rate yet
+    assert t4.nodes_needed == 2
+    assert t4.releasable_nodes == 3 - max(2, t4.nodes_busy)
+    assert (a100.gpus_in_use, a100.gpus_waiting, a100.nodes_needed, a100.nodes_short) == (
+        2,
+        2.0,
+        2,
+        1,
+    )
+
+
+def test_arrivals_past_a_start_up_raise_the_headroom_and_the_need_at_the_horizon() -> None:
+    s = Scheduler(CFG)
+    for name in ("n1", "n2", "n3"):
+        s.upsert_node(node(name), 0.0)
+    for i in range(12):  # a GPU every 10 s, none ending
+        s.submit(job(f"j{i}"), 10.0 * i)
+    quiet = plans(s.consolidate(150.0))["T4"]
+    assert quiet.headroom_gpus == 0.0  # 150 s observed < the 180 s start-up
+    t4 = plans(s.consolidate(300.0))["T4"]
+    assert t4.gpus_in_use == 12
+    assert t4.headroom_gpus >= 1.0
+    assert t4.nodes_needed == -(-(12 + int(t4.headroom_gpus)) // 4)
+    assert t4.nodes_needed_at_horizon > t4.nodes_needed  # the demand grows
+    assert t4.nodes_short == t4.nodes_needed - 3
+    # Every job ends: the flow out now exceeds the flow in; nothing is releasable while busy.
+    for i in range(12):
+        s.finish("a", f"j{i}", 400.0 + i)
+    after = plans(s.consolidate(500.0))["T4"]
+    assert after.gpus_in_use == 0
+    assert after.nodes_busy == 0
+    assert after.nodes_needed_at_horizon <= after.nodes_needed

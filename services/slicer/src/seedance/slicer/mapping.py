@@ -27,6 +27,7 @@ from seedance.events.jobs import (
     ResourceRequest,
 )
 from seedance.events.slicing import (
+    CapacityPlan,
     EndOutcome,
     GpuAssignment,
     JobRejected,
@@ -43,6 +44,7 @@ from seedance.events.slicing import (
 from seedance.events.subjects import slicing
 from seedance.events.telemetry import GpuHealth, GpuInfo, NodeInventory
 from seedance.slicer.core import (
+    CapacityPlanned,
     Effect,
     Ended,
     Evicted,
@@ -56,6 +58,7 @@ from seedance.slicer.core import (
     Waiting,
     published_reason,
 )
+from seedance.slicer.core.capacity_plan import PoolPlan
 
 __all__ = [
     "CARRIED",
@@ -271,6 +274,19 @@ def _preempted(e: Evicted, cause: Event, at: datetime, pool: str, policy: str) -
     return slicing.subject(e.job.tenant, "preempted"), ev, ("preempted", e.reason)
 
 
+def _capacity_plan(
+    e: CapacityPlanned, cause: Event, at: datetime, pool: str, policy: str
+) -> Published:
+    p = e.plan
+    ev = CapacityPlan(
+        id=derived_event_id(cause.id, f"capacity/{pool}/{p.gpu_model}"),
+        at=at,
+        pool=pool,
+        **{f: getattr(p, f) for f in PoolPlan.__dataclass_fields__},
+    )
+    return slicing.capacity(pool), ev, ("capacity_plan", "round")
+
+
 def _mig_plan(e: MigPlanned, cause: Event, at: datetime, pool: str, policy: str) -> Published:
     ev = MigLayoutPlan(
         id=derived_event_id(cause.id, f"mig/{e.node}/{e.gpu}"),
@@ -292,4 +308,5 @@ _BUILDERS: Mapping[type, Callable[[Any, Event, datetime, str, str], Published]] 
     Waiting: _unschedulable,
     Evicted: _preempted,
     MigPlanned: _mig_plan,
+    CapacityPlanned: _capacity_plan,
 }

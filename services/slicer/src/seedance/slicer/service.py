@@ -587,6 +587,7 @@ class SlicerService(Lifecycle):
     def _update_gauges(self) -> None:
         self.metrics.queued_jobs.set(self.scheduler.waiting_count)
         self.metrics.allocated_gpus.set(self.scheduler.allocated_gpus())
+        self.metrics.set_capacity(self.scheduler.capacity_plans)
 
 
 def _hostname() -> str:

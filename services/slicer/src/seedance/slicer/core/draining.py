@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from seedance.slicer.core.capacity_plan import Forecasts, PlanConfig, plan_pools
 from seedance.slicer.core.consolidation import (
     CONSOLIDATION,
     DisruptionBudget,
@@ -29,7 +30,7 @@ from seedance.slicer.core.consolidation import (
     MoveHistory,
     plan_consolidation,
 )
-from seedance.slicer.core.effects import Effect, Evicted
+from seedance.slicer.core.effects import CapacityPlanned, Effect, Evicted
 from seedance.slicer.core.snapshot import MovesRecord
 from seedance.slicer.core.workload import core_job
 
@@ -56,6 +57,8 @@ class ConsolidationConfig:
     prior_remaining_s: float = 1800.0
     #: Whole GPUs to keep free on the busy nodes after the moves (headroom).
     keep_free_gpus: float = 0.0
+    #: The capacity plan published at each round (`core.capacity_plan`).
+    plan: PlanConfig = field(default_factory=PlanConfig)
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0 or not self.hold_s > 0:
@@ -67,11 +70,13 @@ class ConsolidationConfig:
 @dataclass(slots=True)
 class Moves:
     """Consolidation's live state: the last round's time, the moves made (the budget's
-    record) and the nodes held empty (name: until when)."""
+    record), the nodes held empty (name: until when) and the capacity plan's forecasts."""
 
     last_round_s: float | None = None
     history: MoveHistory = field(default_factory=MoveHistory)
     drained: dict[str, float] = field(default_factory=dict)
+
+    forecasts: Forecasts = field(default_factory=Forecasts)
 
     def record(self) -> MovesRecord:
         return MovesRecord(
@@ -79,11 +84,16 @@ class Moves:
             recent=tuple(self.history.recent),
             per_job=tuple(sorted(self.history.per_job.items())),
             drained=tuple(sorted(self.drained.items())),
+            forecasts=self.forecasts.saved(),
         )
 
     @classmethod
     def of(cls, rec: MovesRecord) -> Moves:
-        m = cls(last_round_s=rec.last_round_s, drained=dict(rec.drained))
+        m = cls(
+            last_round_s=rec.last_round_s,
+            drained=dict(rec.drained),
+            forecasts=Forecasts.of(rec.forecasts),
+        )
         m.history.recent.extend((t, tenant) for t, tenant in rec.recent)
         m.history.per_job.update(dict(rec.per_job))
         return m
@@ -92,7 +102,7 @@ class Moves:
 def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) -> list[Effect]:
     """One round at trusted time `now_s`, if one is due: lapsed holds end, then the planner's
     drains are applied. The effects: each move's eviction, then what the queue's pass decides
-    (the moved jobs' new placements among them)."""
+    (the moved jobs' new placements among them), then each pool's capacity plan."""
     m = s._moves
     if m.last_round_s is not None and now_s - m.last_round_s < cfg.interval_s:
         return []
@@ -131,11 +141,13 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
             s._dirty_jobs.add(j.job_id)
             m.history.record(now_s, job.tenant, j.job_id)
             out.append(Evicted(job, name, "", CONSOLIDATION, detail=detail))
-    if not lapsed and not drains:
-        return out
-    s._queue.set_masked(s._masked())
-    s._queue.resources_changed()
-    out.extend(s._pass(now_s))
+    if lapsed or drains:
+        s._queue.set_masked(s._masked())
+        s._queue.resources_changed()
+        out.extend(s._pass(now_s))
+    # The plan after the round's moves and placements: what the fleet needs now.
+    s.capacity_plans = plan_pools(s, cfg.plan, now_s)
+    out.extend(CapacityPlanned(p) for p in s.capacity_plans)
     return out
 
 

@@ -1,4 +1,5 @@
-"""What the slicer's scheduler decides: placements, waits, refusals, evictions, MIG plans, ends.
+"""What the slicer's scheduler decides: placements, waits, refusals, evictions, MIG plans, ends,
+capacity plans.
 
 Owns the typed effects `Scheduler` returns for every input and the one mapping of a fine
 waiting reason (a metric label) to the published `UnschedulableReason` value. The shell turns
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from seedance.slicer.core.capacity_plan import PoolPlan
 from seedance.slicer.core.inputs import JobSpec
 from seedance.slicer.core.quota import RejectReason
 
 __all__ = [
+    "CapacityPlanned",
     "Effect",
     "Ended",
     "Evicted",
@@ -112,7 +115,16 @@ class RejectedInput:
     detail: str
 
 
-Effect = Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput
+@dataclass(frozen=True, slots=True)
+class CapacityPlanned:
+    """A pool's capacity plan at a consolidation round (`core.capacity_plan.PoolPlan`)."""
+
+    plan: PoolPlan
+
+
+Effect = (
+    Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput | CapacityPlanned
+)
 
 _QUOTA_REASONS = {r.value for r in RejectReason} - {"unknown_tenant", "invalid_request"}
 

@@ -36,6 +36,7 @@ from collections.abc import Callable
 import msgspec
 
 from seedance.events.jobs import request_problem
+from seedance.slicer.core.capacity_plan import observe
 from seedance.slicer.core.draining import consolidation_round
 from seedance.slicer.core.effects import (
     Effect,
@@ -283,6 +284,7 @@ class Scheduler(SchedulerState):
             del self._ended[forgotten]
             self._dirty_ended.add(forgotten)
         was_placed = self._queue.is_running(key) or self._mig.instance_of(key) is not None
+        observe(self, key, job, now_s, ended=True)  # its GPUs back to its pool's forecast
         self._attempts.pop(key, None)
         self._submitted_s.pop(key, None)
         self._moves.history.forget(key)
@@ -452,6 +454,8 @@ class Scheduler(SchedulerState):
         by_node: dict[int, list[int]] = {}
         for p in d.placements:
             by_node.setdefault(p.node, []).extend(p.gpus)
+        if attempt == 1:  # an arrival for the plan's forecast (a move or a retry is none)
+            observe(self, job.key, job, d.at_s, ended=False)
         kind = "cpu" if job.gpus == 0 else "shared" if job.gpu_milli < 1000 else "whole"
         milli = job.gpu_milli if job.gpus else 0
         return [

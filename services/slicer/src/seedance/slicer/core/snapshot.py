@@ -85,15 +85,23 @@ class HeldJob(msgspec.Struct, frozen=True, kw_only=True):
     submitted_s: float
 
 
+#: One demand forecast: (since_s, last time, arrivals' jobs, Σg, Σg², ends' jobs, Σg, Σg²).
+SavedForecast = tuple[float, float, float, float, float, float, float, float]
+
+
 class MovesRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Consolidation's state (`seedance.slicer.core.draining`): when the last round ran, the
-    moves of the budget's window (time, tenant) and per live job, and the nodes being emptied
-    (name, the time their hold lapses)."""
+    moves of the budget's window (time, tenant) and per live job, the nodes being emptied
+    (name, the time their hold lapses), and the capacity plan's demand forecasts."""
 
     last_round_s: float | None = None
     recent: tuple[tuple[float, str], ...] = ()
     per_job: tuple[tuple[str, int], ...] = ()
     drained: tuple[tuple[str, float], ...] = ()
+    #: The capacity plan's demand forecast per GPU model (`core.capacity_plan.Forecasts`).
+    forecasts: tuple[
+        tuple[str, tuple[float, float, float, float, float, float, float, float]], ...
+    ] = ()
 
 
 class RequestShape(msgspec.Struct, frozen=True, array_like=True):

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Self
 
 from seedance.slicer.core.admission import Admission
+from seedance.slicer.core.capacity_plan import PoolPlan
 from seedance.slicer.core.draining import Moves
 from seedance.slicer.core.entries import (
     Globals,
@@ -76,6 +77,9 @@ class SchedulerState:
         # so nothing new lands there.
         self._cordoned: set[int] = set()
         self._moves = Moves()
+        #: The pools' capacity plans of the latest round (for metrics; the next round's after
+        #: a restore).
+        self.capacity_plans: list[PoolPlan] = []
         self._queue = self._new_queue([], [], 0)
         # What changed since `state_changes` was last called (see the module docstring).
         self._dirty_jobs: set[str] = set()
