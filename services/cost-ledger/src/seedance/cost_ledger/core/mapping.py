@@ -16,8 +16,9 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   change the price), ``cpu_milli`` / ``memory_mib`` (the ledger bills GPUs), ``policy`` (the
   slicer's record), ``cause_id`` (tracing's link, read by the service shell).
 - ``Preempted`` / ``JobReleased`` → ``JobEnded`` at ``at`` (the slicer's trusted time), for the
-  same job key. Not carried: ``node`` (an end ends all the job's allocations), ``by_job_id`` and
-  ``reason`` (records), ``outcome`` (billing ends the same way for all three), ``cause_id``.
+  same job key. Not carried: ``node`` (an end ends all the job's allocations), ``by_job_id``,
+  ``reason`` and ``detail`` (records), ``outcome`` (billing ends the same way for all three),
+  ``cause_id``.
   Refused: ``claimed_at`` (the tenant's claim, never billed); ``was_placed=False`` gives no fact
   (a job that never held anything ends nothing, and its time moves nothing).
 - ``NodeInventory`` → ``NodeInfo``: ``node``, the one ``model`` of ``gpus`` (mixed refused:
