@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ TENANT = "acme"
 
 
 @contextlib.asynccontextmanager
-async def running_slicer(auth_url: str, **settings: str) -> AsyncIterator[str]:
+async def running_slicer(auth_url: str, **settings: Any) -> AsyncIterator[str]:
     """A slicer under its shipped user (``settings``: more `SlicerSettings`), knowing one node of
     two T4s; yields the node's name."""
     admin = await Bus.connect(

@@ -428,7 +428,10 @@ async def test_decisions_committed_but_not_published_go_out_once_from_the_next_l
         first._rt.bus.publish_many = cut  # type: ignore[method-assign]
         await submit(bus, t, "j0", gpus=1)
         await eventually(_is(lambda: first.scheduler.running_ids == ["j0"]))
-        assert [subj for subj, _ in first.state.outbox] == [f"seedance.slicing.{t}.placement"]
+        # Its decisions, and the round's capacity plan after the batch (one per GPU model).
+        assert [subj for subj, _ in first.state.outbox] == [
+            f"seedance.slicing.{t}.placement", slicing.capacity(f"p{unique}")
+        ]
         assert not d.of(Placement)
     async with slicer(nats_url, unique, replica="b") as second:
         await d.wait(lambda: len(d.of(Placement, "j0")) == 1)

@@ -216,3 +216,32 @@ def test_job_bounds_are_the_events_own() -> None:
     assert "expected_duration_s" in r.message
     r = refused(pod(uid="not a token"))
     assert "job_id" in r.message
+
+
+def test_a_pod_is_movable_only_when_its_annotation_says_true() -> None:
+    plain = asked(pod(limits={"nvidia.com/gpu": 1}))
+    assert (plain.movable, plain.restart_s) == (False, None)
+    said = asked(
+        pod(annotations={"seedance.io/movable": "true", "seedance.io/restart-s": "240"},
+            limits={"nvidia.com/gpu": 1})
+    )  # fmt: skip
+    assert (said.movable, said.restart_s) == (True, 240.0)
+    assert asked(pod(annotations={"seedance.io/movable": "false"})).movable is False
+    r = refused(pod(annotations={"seedance.io/movable": "yes"}))
+    assert (r.reason, "seedance.io/movable='yes'" in r.message) == (
+        RefusalReason.INVALID_REQUEST, True
+    )
+    r = refused(pod(annotations={"seedance.io/restart-s": "-1"}))
+    assert "restart_s" in r.message
+    r = refused(pod(annotations={"seedance.io/restart-s": "soon"}))
+    assert "seedance.io/restart-s='soon'" in r.message
+
+
+def test_the_submit_event_carries_what_the_pod_said_about_moving() -> None:
+    from datetime import UTC, datetime
+
+    from seedance.k8s_bridge.core.job_events import submit_event
+
+    a = asked(pod(annotations={"seedance.io/movable": "true", "seedance.io/restart-s": "90"}))
+    ev = submit_event(a, "k8s:u", 1, 0, datetime(2026, 1, 1, tzinfo=UTC)).event
+    assert (ev.movable, ev.restart_s) == (True, 90.0)  # type: ignore[attr-defined]

@@ -101,3 +101,23 @@ def test_parse_gives_the_command_and_its_flags() -> None:
     assert (args.group, args.cmd, args.tenant) == ("jobs", "list", "acme")
     assert args.state == ["placed", "waiting"]
     assert args.connect_timeout_s == 2.5
+
+
+def test_submit_says_movable_and_its_restart_cost_only_when_asked() -> None:
+    from seedance.sdk.cli import _job_event
+
+    plain = _job_event(parse(["jobs", "submit", "--tenant", "acme", "--job", "j"]))
+    assert (plain.movable, plain.restart_s) == (False, None)  # type: ignore[union-attr]
+    asked = _job_event(
+        parse(["jobs", "submit", "--tenant", "acme", "--job", "j", "--movable",
+               "--restart-s", "240"])
+    )  # fmt: skip
+    assert (asked.movable, asked.restart_s) == (True, 240.0)  # type: ignore[union-attr]
+
+
+def test_a_negative_restart_cost_is_refused_naming_the_field_before_connecting() -> None:
+    # Port 1 refuses connections: a refusal after connecting would say so, not name the field.
+    done = run("--nats-url", "nats://127.0.0.1:1", "jobs", "submit", "--tenant", "acme",
+               "--job", "j", "--movable", "--restart-s", "-5")  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "restart_s" in done.stderr

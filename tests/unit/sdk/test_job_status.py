@@ -105,6 +105,22 @@ def test_a_preempted_job_is_queued_again_and_its_next_placement_replaces_the_old
     assert "preempted  on n1 at 2026-12-01T12:10:00+00:00" in describe(s)
 
 
+def test_a_consolidation_move_says_why_while_queued_and_after_its_new_placement() -> None:
+    why = "consolidation: node n1 is being emptied so the fleet can release it (...)"
+    moved = Preempted(
+        id=new_event_id(at=at(10)), at=at(10), job_id="j", tenant="acme", node="n1",
+        reason="consolidation", detail=why,
+    )  # fmt: skip
+    s = one([placement("j", "n1", 0, 0), moved])
+    assert "preempted on n1 (consolidation); queued again" in describe(s)
+    assert why in describe(s)
+    s = one([placement("j", "n1", 0, 0), moved, placement("j", "n2", 10, 1)])
+    text = describe(s)
+    assert "placed on n2" in text
+    assert "preempted  on n1 at 2026-12-01T12:10:00+00:00 (consolidation)" in text
+    assert why in text
+
+
 def test_ends_keep_where_the_job_ran_and_an_id_used_again_starts_a_new_life() -> None:
     s = one([placement("j", "n1", 0, 0), released("j", 30, "failed")])
     assert s.state is JobState.FAILED

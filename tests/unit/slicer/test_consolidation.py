@@ -117,3 +117,12 @@ def test_the_headroom_is_kept() -> None:
     # go with it. Without a drain, 6 are free.
     assert plan(state, jobs, keep_free_gpus=2) == [0]
     assert plan(state, jobs, keep_free_gpus=3) == []
+
+
+def test_a_node_that_takes_moved_jobs_is_not_drained_in_the_same_round() -> None:
+    # Four 2-GPU nodes, each half used by a movable job. Draining n0 moves its job to n1; n1,
+    # still listed with its own job alone, must not be drained too (m0 would be stranded on a
+    # node being emptied). n2's job goes to n3.
+    layout = [[(f"a/m{i}", True)] for i in range(4)]
+    state, jobs = cluster(layout, gpus=2)
+    assert plan(state, jobs) == [0, 2]

@@ -40,6 +40,22 @@ def test_expected_duration_reaches_the_core() -> None:
     assert (spec.expected_duration_s, spec.gpus, spec.cause_id) == (3600.0, 2, ev.id)
 
 
+def test_movable_and_the_restart_hint_reach_the_queues_job() -> None:
+    from seedance.slicer.core.workload import core_job
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    ev = JobSubmitted(
+        id=new_event_id(), at=at, job_id="j", tenant="a", request=ResourceRequest(),
+        movable=True, restart_s=240.0,
+    )  # fmt: skip
+    job = core_job(job_spec(ev))
+    assert (job.movable, job.restart_s, job.job_id) == (True, 240.0, "a/j")
+    plain = core_job(job_spec(JobSubmitted(
+        id=new_event_id(), at=at, job_id="k", tenant="a", request=ResourceRequest()
+    )))  # fmt: skip
+    assert (plain.movable, plain.restart_s) == (False, None)
+
+
 def test_the_sdk_and_the_slicer_refuse_a_mig_gang_with_the_same_rule() -> None:
     rule = request_problem(gpus=1, gpu_milli=1000, mig_profile="1g.10gb", gang_size=2)
     assert "gang_size=1" in rule

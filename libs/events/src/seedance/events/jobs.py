@@ -26,6 +26,7 @@ from seedance.events.tokens import Name, TenantId, anchored
 __all__ = [
     "K8S_JOB_PREFIX",
     "MAX_GPUS",
+    "MAX_RESTART_S",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "JobCancelled",
@@ -63,6 +64,8 @@ MAX_MEMORY_MIB = 2 * 1024**3
 MAX_GANG_SIZE = 4096
 #: A job's expected run time is at most a year.
 MAX_EXPECTED_DURATION_S = 366 * 86_400.0
+#: A restart (re-load, re-warm, checkpoint restore) costs a job at most a day.
+MAX_RESTART_S = 86_400.0
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Priority = Annotated[int, msgspec.Meta(ge=PRIORITY_MIN, le=PRIORITY_MAX)]
@@ -195,6 +198,12 @@ class JobSubmitted(Event, frozen=True, kw_only=True, tag="job.submitted.v1"):
     labels: Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=64)] = msgspec.field(
         default_factory=dict
     )
+    #: The job may be stopped and placed again elsewhere to empty a node (a consolidation
+    #: move). False by default: a job that did not say so is never moved for consolidation.
+    movable: bool = False
+    #: What one restart costs the job beyond its lost progress (model load, warm-up), when the
+    #: submitter knows it; the slicer weighs moves with it (its default when None).
+    restart_s: Annotated[float, msgspec.Meta(ge=0.0, le=MAX_RESTART_S)] | None = None
 
 
 class JobStarted(Event, frozen=True, kw_only=True, tag="job.started.v1"):

@@ -17,6 +17,7 @@ from seedance.events.base import Event, UtcDatetime
 from seedance.events.tokens import Name, TenantId
 
 __all__ = [
+    "CapacityPlan",
     "EndOutcome",
     "GpuAssignment",
     "JobRejected",
@@ -101,6 +102,9 @@ class Preempted(Event, frozen=True, kw_only=True, tag="slice.preempted.v1"):
     node: Name
     by_job_id: str = ""
     reason: str = ""
+    #: Why, in words, where the reason needs more: a `consolidation` move says which node is
+    #: being emptied and what the move is worth against the restarts it costs.
+    detail: Annotated[str, msgspec.Meta(max_length=1024)] = ""
 
 
 class EndOutcome(enum.StrEnum):
@@ -209,6 +213,37 @@ class ShareAlert(Event, frozen=True, kw_only=True, tag="slice.share_alert.v1"):
     cause_id: str = ""
 
 
+class CapacityPlan(Event, frozen=True, kw_only=True, tag="slice.capacity_plan.v1"):
+    """What one pool of GPUs (the nodes of one GPU model in a slicer's pool) needs, now and at
+    a horizon, published by the slicer at each consolidation round (docs/slicer-fleet.md).
+
+    ``nodes`` are the pool's nodes not removed, of which ``nodes_busy`` run something and
+    ``nodes_draining`` take nothing new (cordoned, or held empty by consolidation for the
+    fleet to release). ``gpus_in_use`` GPUs hold work, ``gpus_waiting`` are asked for by jobs
+    queued for capacity that this pool could hold, ``headroom_gpus`` cover what arrives while
+    a new node starts (``startup_s``, a high quantile of the forecast demand). ``nodes_needed``
+    = ⌈(in use + waiting + headroom) / ``gpus_per_node``⌉; ``nodes_needed_at_horizon`` adds the
+    forecast net growth over ``horizon_s``. ``releasable_nodes``: empty nodes beyond both the
+    need and the busy nodes (what an autoscaler may remove now); ``nodes_short``: ready nodes
+    missing for the need now."""
+
+    pool: Name
+    gpu_model: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    nodes: int
+    nodes_busy: int
+    nodes_draining: int
+    gpus_per_node: int
+    gpus_in_use: int
+    gpus_waiting: float
+    headroom_gpus: float
+    startup_s: float
+    nodes_needed: int
+    horizon_s: float
+    nodes_needed_at_horizon: int
+    releasable_nodes: int
+    nodes_short: int
+
+
 SlicingEvent = (
     Placement
     | Unschedulable
@@ -218,4 +253,5 @@ SlicingEvent = (
     | JobRejected
     | ShareChanged
     | ShareAlert
+    | CapacityPlan
 )

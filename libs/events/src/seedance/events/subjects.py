@@ -4,25 +4,21 @@ Subjects are ``seedance.<family>.<token>.<kind>``; the token is the tenant, node
 consumer or a permission filters on (tenant isolation is a subject permission on
 ``seedance.costs.<tenant>.>``). Tokens are validated before they are put in a subject.
 
-Streams and consumers are described here as plain data (the entry shapes live in
-``seedance.events.specs``; the key-value buckets and object stores in ``seedance.events.stores``,
-re-exported here, where callers look for them); ``seedance.core.bus`` turns them into JetStream
-configuration and creates them idempotently at start-up. It must not connect to a server or
-read configuration: it is data and the pure functions that check and build subjects.
+Streams and consumers are plain data here (entry shapes: ``seedance.events.specs``; buckets and
+object stores: ``seedance.events.stores``, re-exported here); ``seedance.core.bus`` creates them
+idempotently at start-up. It must not connect to a server or read configuration: it is data and
+the pure functions that check and build subjects.
 
-Tenant subjects have one exact shape each: four tokens, ``seedance.<family>.<tenant>.<kind>``,
-with ``kind`` from the family's closed set (``TENANT_KINDS``). Permissions grant exactly those
-subjects (no ``>`` tail: ``seedance.jobs.globex.finished.x`` once carried acme's job past a
-4-token check), and every consumer refuses an event on a subject of another shape, or whose
-payload names another tenant than the subject (``owner_of``).
+Tenant subjects have one exact shape: ``seedance.<family>.<tenant>.<kind>``, ``kind`` from the
+family's closed set (``TENANT_KINDS``). Permissions grant exactly those (no ``>`` tail:
+``seedance.jobs.globex.finished.x`` once carried acme's job past a 4-token check); consumers
+refuse other shapes, or a payload naming another tenant than the subject (``owner_of``).
 
-Trust: a tenant's ``seedance.jobs.<tenant>.<kind>`` events are requests. Trusted observers (the
-replayer of a recorded fleet, the Kubernetes bridge) publish the same job events on
-``seedance.observed.<tenant>.<kind>``, which no tenant may publish on; only there is an event's
-``at`` honoured as the time it happened. A tenant's request may not name the job of a Kubernetes
-pod (`seedance.events.jobs.tenant_job_problem`). The slicer's decisions (``seedance.slicing``)
-and the collector's samples (``seedance.telemetry``) are the other trusted facts, and the only
-inputs the cost-ledger bills from.
+Trust: ``seedance.jobs.<tenant>.<kind>`` events are requests. Trusted observers (a replayer, the
+k8s-bridge) publish on ``seedance.observed.<tenant>.<kind>``, closed to tenants; only there is an
+event's ``at`` honoured. A tenant may not name a Kubernetes pod's job
+(`seedance.events.jobs.tenant_job_problem`). The slicer's decisions and the collector's samples are
+the other trusted facts, the only inputs the cost-ledger bills from.
 """
 
 from __future__ import annotations
@@ -185,7 +181,7 @@ class telemetry:
 
 class slicing:
     """``seedance.slicing.<tenant>.{placement,unschedulable,preempted,released,rejected,share,
-    alert}`` and MIG plans per node: the slicer's decisions (share: its own resizes), facts."""
+    alert}``, MIG plans per node, capacity plans per pool: the slicer's decisions and facts."""
 
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
@@ -209,6 +205,10 @@ class slicing:
     def mig_plan(node: str) -> str:
         # Five tokens, so that no tenant's four-token subjects (or their filters) can match.
         return f"{ROOT}.slicing.node.{check_token('node', node)}.mig_plan"
+
+    @staticmethod
+    def capacity(pool: str) -> str:  # a slicer pool's capacity plans; 5 tokens, as `mig_plan`
+        return f"{ROOT}.slicing.pool.{check_token('pool', pool)}.capacity"
 
 
 class routing:

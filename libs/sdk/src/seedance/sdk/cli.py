@@ -85,6 +85,8 @@ def _job_event(args: argparse.Namespace) -> JobEvent:
             gang_size=args.gang_size,
             priority=args.priority,
             kind=args.kind,
+            movable=args.movable,
+            restart_s=args.restart_s,
         )
     reason = getattr(args, "reason", "")
     return job_event(EVENT_COMMANDS[args.cmd], args.tenant, args.job, reason=reason)

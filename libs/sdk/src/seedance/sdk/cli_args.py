@@ -248,6 +248,16 @@ def _submit_args(s: argparse.ArgumentParser) -> None:
         "--kind", choices=["training", "inference"], default="training",
         help="training or inference (default training)",
     )  # fmt: skip
+    s.add_argument(
+        "--movable", action="store_true",
+        help="the slicer may stop the job and place it again elsewhere to empty a node "
+        "(a consolidation move; default: never moved)",
+    )  # fmt: skip
+    s.add_argument(
+        "--restart-s", type=float, default=None, metavar="S",
+        help="what one restart costs the job beyond its lost progress, seconds "
+        "(weighs its moves; default: the slicer's)",
+    )  # fmt: skip
 
 
 def _wait_args(p: argparse.ArgumentParser) -> None:

@@ -60,6 +60,8 @@ class JobRequest(TypedDict, total=False):
     kind: JobKind | str
     expected_duration_s: float | None
     labels: Mapping[str, str] | None
+    movable: bool
+    restart_s: float | None
 
 
 def job_submitted(
@@ -79,6 +81,8 @@ def job_submitted(
     kind: JobKind | str = JobKind.TRAINING,
     expected_duration_s: float | None = None,
     labels: Mapping[str, str] | None = None,
+    movable: bool = False,
+    restart_s: float | None = None,
     at: datetime | None = None,
     clock: Clock = WALL_CLOCK,
 ) -> JobSubmitted:
@@ -107,6 +111,8 @@ def job_submitted(
         },
         expected_duration_s=expected_duration_s,
         labels=dict(labels or {}),
+        movable=movable,
+        restart_s=restart_s,
     )
     return event
 

@@ -265,7 +265,8 @@ def _state_lines(s: JobStatus) -> list[str]:
         return [f"waiting ({s.waiting.reason}: {s.waiting.detail})"]
     if s.state is JobState.PREEMPTED and s.preempted is not None:
         by = f" by {s.preempted.by_job_id}" if s.preempted.by_job_id else ""
-        return [f"preempted on {s.preempted.node}{by} ({s.preempted.reason}); queued again"]
+        line = f"preempted on {s.preempted.node}{by} ({s.preempted.reason}); queued again"
+        return [line] + ([s.preempted.detail] if s.preempted.detail else [])
     if s.state is JobState.REJECTED and s.rejection is not None:
         return [f"rejected ({s.rejection.reason}): {s.rejection.detail}; it will not run"]
     if s.released is not None:
@@ -287,7 +288,11 @@ def describe(s: JobStatus) -> str:
         r = s.rejection
         rows.append(("refused", f"a later {r.cause_type or 'request'}: {r.reason} ({r.detail})"))
     if s.preempted is not None and s.state is not JobState.PREEMPTED:
-        rows.append(("preempted", f"on {s.preempted.node} at {_time(s.preempted.at)}"))
+        p = s.preempted
+        why = f" ({p.reason})" if p.reason else ""
+        rows.append(("preempted", f"on {p.node} at {_time(p.at)}{why}"))
+        if p.detail:
+            rows.append(("", p.detail))
     rows.append(("cost", _cost_text(s.cost)))
     rows.append(("decisions", str(s.decisions)))
     return "\n".join(f"{label:<10} {value}" for label, value in rows)

@@ -9,10 +9,12 @@ from pathlib import Path
 import yaml
 
 from seedance.slicer.core import QuotaPolicy, SchedulerConfig
+from seedance.slicer.core.consolidation import DisruptionBudget
+from seedance.slicer.core.draining import ConsolidationConfig
 from seedance.slicer.core.satisfiable import NodePool, node_pools
 from seedance.slicer.settings import SlicerSettings
 
-__all__ = ["load_node_pools", "load_quota", "scheduler_config"]
+__all__ = ["consolidation_config", "load_node_pools", "load_quota", "scheduler_config"]
 
 
 def load_quota(path: str) -> QuotaPolicy | None:
@@ -32,4 +34,23 @@ def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
         workload_window=settings.workload_window,
         workload_refresh=settings.workload_refresh,
         topology_levels=tuple(k for k in settings.topology_levels.split(",") if k),
+        consolidation=consolidation_config(settings),
+    )
+
+
+def consolidation_config(settings: SlicerSettings) -> ConsolidationConfig | None:
+    """The consolidation rounds ``SEEDANCE_SLICER_CONSOLIDATE*`` ask for (None: off)."""
+    if not settings.consolidate:
+        return None
+    return ConsolidationConfig(
+        interval_s=settings.consolidate_interval_s,
+        hold_s=settings.consolidate_hold_s,
+        restart_s=settings.consolidate_restart_s,
+        budget=DisruptionBudget(
+            window_s=settings.consolidate_window_s,
+            window_fraction=settings.consolidate_window_fraction,
+            min_per_window=settings.consolidate_min_per_window,
+            moves_per_tenant=settings.consolidate_per_tenant or None,
+            moves_per_job=settings.consolidate_per_job,
+        ),
     )

@@ -27,6 +27,7 @@ from seedance.events.jobs import (
     ResourceRequest,
 )
 from seedance.events.slicing import (
+    CapacityPlan,
     EndOutcome,
     GpuAssignment,
     JobRejected,
@@ -43,6 +44,7 @@ from seedance.events.slicing import (
 from seedance.events.subjects import slicing
 from seedance.events.telemetry import GpuHealth, GpuInfo, NodeInventory
 from seedance.slicer.core import (
+    CapacityPlanned,
     Effect,
     Ended,
     Evicted,
@@ -56,6 +58,7 @@ from seedance.slicer.core import (
     Waiting,
     published_reason,
 )
+from seedance.slicer.core.capacity_plan import PoolPlan
 
 __all__ = [
     "CARRIED",
@@ -78,7 +81,8 @@ CARRIED: Mapping[type, frozenset[str]] = {
                         "nvlink_domain"}),
     GpuHealth: _BASE | {"node", "gpu_index", "healthy"},
     PauseRequest: _BASE | {"tenant", "paused"},
-    JobSubmitted: _BASE | {"job_id", "tenant", "priority", "request", "expected_duration_s"},
+    JobSubmitted: _BASE | {"job_id", "tenant", "priority", "request", "expected_duration_s",
+                           "movable", "restart_s"},
     ResourceRequest: frozenset({"gpus", "gpu_milli", "gpu_mem_mib", "mig_profile", "mig",
                                 "gpu_models", "cpu_milli", "memory_mib", "gang_size"}),
     JobStarted: _BASE | {"job_id", "tenant"},
@@ -158,6 +162,8 @@ def job_spec(ev: JobSubmitted) -> JobSpec:
         memory_mib=r.memory_mib,
         gang_size=r.gang_size,
         expected_duration_s=ev.expected_duration_s,
+        movable=ev.movable,
+        restart_s=ev.restart_s,
     )
 
 
@@ -263,8 +269,22 @@ def _preempted(e: Evicted, cause: Event, at: datetime, pool: str, policy: str) -
         # Another tenant's job id is not this tenant's to read (a cohort reclaim).
         by_job_id=e.by_job_id if e.by_tenant == e.job.tenant else "",
         reason=e.reason,
+        detail=e.detail,
     )
     return slicing.subject(e.job.tenant, "preempted"), ev, ("preempted", e.reason)
+
+
+def _capacity_plan(
+    e: CapacityPlanned, cause: Event, at: datetime, pool: str, policy: str
+) -> Published:
+    p = e.plan
+    ev = CapacityPlan(
+        id=derived_event_id(cause.id, f"capacity/{pool}/{p.gpu_model}"),
+        at=at,
+        pool=pool,
+        **{f: getattr(p, f) for f in PoolPlan.__dataclass_fields__},
+    )
+    return slicing.capacity(pool), ev, ("capacity_plan", "round")
 
 
 def _mig_plan(e: MigPlanned, cause: Event, at: datetime, pool: str, policy: str) -> Published:
@@ -288,4 +308,5 @@ _BUILDERS: Mapping[type, Callable[[Any, Event, datetime, str, str], Published]] 
     Waiting: _unschedulable,
     Evicted: _preempted,
     MigPlanned: _mig_plan,
+    CapacityPlanned: _capacity_plan,
 }

@@ -6,9 +6,12 @@ update them on its own or read the scheduler: the service sets them after each b
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from seedance.slicer.core.capacity_plan import PoolPlan
 
 __all__ = ["AutosizeMetrics", "SlicerMetrics"]
 
@@ -60,6 +63,32 @@ class SlicerMetrics:
             "KV revision of the quota policy in force (0: the file's, or none).",
             registry=registry,
         )
+        # The capacity plan per pool (GPU model) of the latest consolidation round: the same
+        # figures as the published slice.capacity_plan.v1 (docs/slicer-fleet.md).
+        self.capacity_nodes = Gauge(
+            "seedance_slicer_capacity_nodes",
+            "Nodes per pool (GPU model): those present (state=present), running work (busy), "
+            "taking nothing new (draining), needed now and at the plan's horizon (needed, "
+            "needed_at_horizon), empty beyond the need (releasable), missing (short).",
+            ["gpu_model", "state"],
+            registry=registry,
+        )
+        self.capacity_headroom_gpus = Gauge(
+            "seedance_slicer_capacity_headroom_gpus",
+            "Free GPUs the plan keeps per pool for what arrives while a new node starts.",
+            ["gpu_model"],
+            registry=registry,
+        )
+
+    def set_capacity(self, plans: Iterable[PoolPlan]) -> None:
+        for p in plans:
+            for state, value in (
+                ("present", p.nodes), ("busy", p.nodes_busy), ("draining", p.nodes_draining),
+                ("needed", p.nodes_needed), ("needed_at_horizon", p.nodes_needed_at_horizon),
+                ("releasable", p.releasable_nodes), ("short", p.nodes_short),
+            ):  # fmt: skip
+                self.capacity_nodes.labels(p.gpu_model, state).set(value)
+            self.capacity_headroom_gpus.labels(p.gpu_model).set(p.headroom_gpus)
 
 
 class AutosizeMetrics:

@@ -506,6 +506,7 @@ class SlicerService(Lifecycle):
         counts: list[tuple[str, str]] = []
         applied = self.state.applied
         fresh = 0
+        last: Event | None = None
         for i, d in enumerate(ds):
             seq = d.stream_seq
             if i in skip or applied.is_applied(durable, seq):
@@ -530,6 +531,11 @@ class SlicerService(Lifecycle):
                 raise _EventFailed(i, exc) from exc
             applied.add(durable, seq)
             fresh += 1
+            last = d.event
+        if last is not None:  # after the batch, a consolidation round when due (core.draining)
+            at = datetime.fromtimestamp(self.state.decided_s or 0.0, UTC)
+            moves = self.scheduler.consolidate(at.timestamp())
+            out.extend(self._publishable(moves, last, at, counts))
         return out, counts, fresh
 
     async def _flush(self) -> None:
@@ -581,6 +587,7 @@ class SlicerService(Lifecycle):
     def _update_gauges(self) -> None:
         self.metrics.queued_jobs.set(self.scheduler.waiting_count)
         self.metrics.allocated_gpus.set(self.scheduler.allocated_gpus())
+        self.metrics.set_capacity(self.scheduler.capacity_plans)
 
 
 def _hostname() -> str:

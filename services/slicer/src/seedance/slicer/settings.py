@@ -81,6 +81,21 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     autosize_min_samples: int = 60
     autosize_guard_s: float = 3600.0
     autosize_window_s: float = 300.0
+    #: Consolidation (docs/slicer-fleet.md): after a batch, at most once per interval of
+    #: trusted time, running jobs that said they are movable are moved off lightly used nodes
+    #: so whole nodes empty; a drained node is held empty for ``consolidate_hold_s``. The
+    #: disruption budget: moves per ``consolidate_window_s``, a fraction of the running jobs
+    #: but at least ``consolidate_min_per_window``; per tenant in a window (0: no cap) and per
+    #: job. ``consolidate_restart_s``: a restart's cost where a job gave no hint.
+    consolidate: bool = True
+    consolidate_interval_s: float = 60.0
+    consolidate_hold_s: float = 600.0
+    consolidate_window_s: float = 600.0
+    consolidate_window_fraction: float = 0.01
+    consolidate_min_per_window: int = 1
+    consolidate_per_tenant: int = 0
+    consolidate_per_job: int = 1
+    consolidate_restart_s: float = 180.0
 
     def __post_init__(self) -> None:
         if self.telemetry_ahead_s < 0:

@@ -17,8 +17,8 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   slicer's record), ``cause_id`` (tracing's link, read by the service shell).
 - ``Preempted`` / ``JobReleased`` → ``JobEnded`` at ``at`` (the slicer's trusted time), for the
   same job key. Not carried: ``node`` (an end ends every allocation of the job running at its
-  time; one placed later bills to its own end), ``by_job_id`` and
-  ``reason`` (records), ``outcome`` (billing ends the same way for all three), ``cause_id``.
+  time; one placed later bills to its own end), ``by_job_id``, ``reason`` and ``detail``
+  (records), ``outcome`` (billing ends the same way for all three), ``cause_id``.
   Refused: ``claimed_at`` (the tenant's claim, never billed); ``was_placed=False`` gives no fact
   (a job that never held anything ends nothing, and its time moves nothing).
 - ``NodeInventory`` → ``NodeInfo``: ``node``, the one ``model`` of ``gpus`` (mixed refused:

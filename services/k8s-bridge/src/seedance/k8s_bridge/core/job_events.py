@@ -35,6 +35,8 @@ def submit_event(
         request=request,
         expected_duration_s=ask.expected_duration_s,
         labels=ask.labels,
+        movable=ask.movable,
+        restart_s=ask.restart_s,
     )
     return Publish(observed.subject(ask.tenant, "submitted"), ev)
 

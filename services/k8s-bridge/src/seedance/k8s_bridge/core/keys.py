@@ -16,7 +16,9 @@ from __future__ import annotations
 
 __all__ = [
     "ANNOTATION_EXPECTED_DURATION",
+    "ANNOTATION_MOVABLE",
     "ANNOTATION_PLACEMENT",
+    "ANNOTATION_RESTART",
     "DEFAULT_SCHEDULER_NAME",
     "EVENT_FAILED_SCHEDULING",
     "EVENT_GANG_BIND_FAILED",
@@ -87,6 +89,11 @@ LABEL_GPU_REPLICAS = "nvidia.com/gpu.replicas"
 ANNOTATION_PLACEMENT = "seedance.io/placement"
 #: Optional pod annotation: the expected run time in seconds (the scheduler may backfill with it).
 ANNOTATION_EXPECTED_DURATION = "seedance.io/expected-duration-s"
+#: Optional pod annotation, ``"true"`` or ``"false"`` (the default): the slicer may delete the
+#: pod and place it again elsewhere to empty a node (a consolidation move).
+ANNOTATION_MOVABLE = "seedance.io/movable"
+#: Optional pod annotation: what one restart costs the pod beyond its lost progress, seconds.
+ANNOTATION_RESTART = "seedance.io/restart-s"
 
 #: ``PodScheduled=False`` reasons: the slicer's wait or refusal, and the bridge's own refusal.
 REASON_UNSCHEDULABLE = "Unschedulable"

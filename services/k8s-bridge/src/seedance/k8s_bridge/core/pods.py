@@ -60,6 +60,9 @@ CARRIED: Mapping[str, str] = {
     "kind": "metadata.labels[seedance.io/kind] (training by default)",
     "priority": "spec.priority, else the PriorityClass named by spec.priorityClassName",
     "expected_duration_s": "metadata.annotations[seedance.io/expected-duration-s]",
+    "movable": "metadata.annotations[seedance.io/movable]: \"true\" or \"false\" (false by "
+    "default)",
+    "restart_s": "metadata.annotations[seedance.io/restart-s]",
     "labels": "metadata.labels (keys of at most 63 characters), namespace and name",
     "request.gpus": "nvidia.com/gpu; 1 for a MIG instance or a seedance.io share",
     "request.gpu_milli": "seedance.io/gpu-milli (1000 without it)",
@@ -135,6 +138,8 @@ class PodAsk:
     labels: dict[str, str] = field(default_factory=dict)
     expected_duration_s: float | None = None
     gang: Gang | None = None
+    movable: bool = False
+    restart_s: float | None = None
 
 
 def pod_ref(pod: Json) -> PodRef:
@@ -363,17 +368,26 @@ def _preset(pod: Json) -> Refused | None:
     return None
 
 
-def _expected_duration(annotations: Mapping[str, str]) -> float | Refused | None:
-    raw = annotations.get(keys.ANNOTATION_EXPECTED_DURATION)
+def _seconds(annotations: Mapping[str, str], key: str) -> float | Refused | None:
+    raw = annotations.get(key)
     if raw is None:
         return None
     try:
         return float(raw)
     except ValueError:
         return Refused(
-            RefusalReason.INVALID_REQUEST,
-            f"annotation {keys.ANNOTATION_EXPECTED_DURATION}={raw!r} is not a number of seconds",
+            RefusalReason.INVALID_REQUEST, f"annotation {key}={raw!r} is not a number of seconds"
         )
+
+
+def _movable(annotations: Mapping[str, str]) -> bool | Refused:
+    raw = annotations.get(keys.ANNOTATION_MOVABLE, "false")
+    if raw not in ("true", "false"):
+        return Refused(
+            RefusalReason.INVALID_REQUEST,
+            f"annotation {keys.ANNOTATION_MOVABLE}={raw!r}: expected \"true\" or \"false\"",
+        )
+    return raw == "true"
 
 
 _PROBE_AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -387,6 +401,7 @@ def _job_problem(
     request: ResourceRequest,
     labels: Mapping[str, str],
     expected: float | None,
+    restart: float | None,
 ) -> str:
     """What the job event's own bounds refuse (priority beyond int32, a duration beyond a
     year...), checked by decoding it as the slicer will: the event's ``Meta`` is the one
@@ -403,6 +418,7 @@ def _job_problem(
                 "request": msgspec.to_builtins(request),
                 "expected_duration_s": expected,
                 "labels": _labels(ref, labels),
+                "restart_s": restart,
             },
             JobSubmitted,
         )
@@ -434,10 +450,13 @@ def pod_ask(
     tenant = tenant_for(ref.namespace, bindings, labelled)
     gang = _gang_of(ref, labels)
     priority = _priority(spec, priorities)
-    expected = _expected_duration(md.get("annotations") or {})
+    annotations = md.get("annotations") or {}
+    expected = _seconds(annotations, keys.ANNOTATION_EXPECTED_DURATION)
+    restart = _seconds(annotations, keys.ANNOTATION_RESTART)
+    movable = _movable(annotations)
     request = request_of(spec)
     kind_raw = labels.get(keys.LABEL_KIND, JobKind.TRAINING.value)
-    for v in (tenant, gang, priority, expected, request):
+    for v in (tenant, gang, priority, expected, restart, movable, request):
         if isinstance(v, Refused):
             return v
     if kind_raw not in {k.value for k in JobKind}:
@@ -450,7 +469,9 @@ def pod_ask(
     assert isinstance(request, ResourceRequest)
     assert not isinstance(gang, Refused)
     assert not isinstance(expected, Refused)
-    problem = _job_problem(ref, tenant, kind_raw, priority, request, labels, expected)
+    assert not isinstance(restart, Refused)
+    assert isinstance(movable, bool)
+    problem = _job_problem(ref, tenant, kind_raw, priority, request, labels, expected, restart)
     if problem:
         return Refused(RefusalReason.INVALID_REQUEST, problem)
     return PodAsk(
@@ -462,4 +483,6 @@ def pod_ask(
         labels=_labels(ref, labels),
         expected_duration_s=expected,
         gang=gang,
+        movable=movable,
+        restart_s=restart,
     )

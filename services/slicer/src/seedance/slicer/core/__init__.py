@@ -12,6 +12,7 @@ quotas), `inputs` / `effects` / `snapshot` (its values).
 """
 
 from seedance.slicer.core.effects import (
+    CapacityPlanned,
     Effect,
     Ended,
     Evicted,
@@ -46,6 +47,7 @@ from seedance.slicer.core.snapshot import STATE_VERSION, SchedulerSnapshot
 __all__ = [
     "STATE_VERSION",
     "BestFit",
+    "CapacityPlanned",
     "ClusterState",
     "Effect",
     "Ended",

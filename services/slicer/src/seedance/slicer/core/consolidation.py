@@ -7,7 +7,8 @@ re-placement by the queue; this module only names the jobs and why.
 
 Rules it keeps, whatever the caller asks:
   * a job that did not say it is movable is never moved (a node holding one is never drained);
-  * a drain is all of a node's jobs or none: a half-emptied node frees nothing;
+  * a drain is all of a node's jobs or none: a half-emptied node frees nothing; a node that
+    takes moved jobs in a round is not drained in it;
   * every job of a drained node must fit on the nodes that stay busy (checked by a trial
     placement on a copy of the free resources, tightest fit first), so no drain creates demand
     for a new node, and the free whole GPUs left must stay at or above `keep_free_gpus` (the
@@ -142,10 +143,11 @@ def plan_consolidation(
     )
     out: list[Drain] = []
     drained = np.zeros(len(state), dtype=bool)
+    receiving = np.zeros(len(state), dtype=bool)
     per_tenant = Counter(used_window)
     for n in order:
         jobs = jobs_on[n]
-        if len(jobs) > left or not _light(state, n, max_used_fraction):
+        if receiving[n] or len(jobs) > left or not _light(state, n, max_used_fraction):
             continue
         if not _allowed(jobs, budget, history, per_tenant):
             continue
@@ -164,6 +166,9 @@ def plan_consolidation(
         )
         if after < keep_free_gpus:
             continue
+        # A node that takes moved jobs is not drained later in the round: its jobs as listed
+        # would no longer be all it holds.
+        receiving |= (gpu2 != gpu).any(axis=1) | (cpu2 != cpu) | (mem2 != mem)
         cpu, mem, gpu = cpu2, mem2, gpu2
         drained[n] = True
         left -= len(jobs)

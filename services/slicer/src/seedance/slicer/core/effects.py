@@ -1,4 +1,5 @@
-"""What the slicer's scheduler decides: placements, waits, refusals, evictions, MIG plans, ends.
+"""What the slicer's scheduler decides: placements, waits, refusals, evictions, MIG plans, ends,
+capacity plans.
 
 Owns the typed effects `Scheduler` returns for every input and the one mapping of a fine
 waiting reason (a metric label) to the published `UnschedulableReason` value. The shell turns
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from seedance.slicer.core.capacity_plan import PoolPlan
 from seedance.slicer.core.inputs import JobSpec
 from seedance.slicer.core.quota import RejectReason
 
 __all__ = [
+    "CapacityPlanned",
     "Effect",
     "Ended",
     "Evicted",
@@ -77,6 +80,8 @@ class Evicted:
     #: The preempting job's tenant: the job's own for `priority`, a cohort member's for
     #: `quota_reclaim`.
     by_tenant: str = ""
+    #: Why, in words, where the reason needs more (a consolidation move's drained node).
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +115,16 @@ class RejectedInput:
     detail: str
 
 
-Effect = Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput
+@dataclass(frozen=True, slots=True)
+class CapacityPlanned:
+    """A pool's capacity plan at a consolidation round (`core.capacity_plan.PoolPlan`)."""
+
+    plan: PoolPlan
+
+
+Effect = (
+    Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput | CapacityPlanned
+)
 
 _QUOTA_REASONS = {r.value for r in RejectReason} - {"unknown_tenant", "invalid_request"}
 

@@ -38,6 +38,7 @@ from seedance.slicer.core.snapshot import (
     STATE_VERSION,
     HeldJob,
     MigSlot,
+    MovesRecord,
     PendingJob,
     RequestShape,
     RunningJob,
@@ -96,6 +97,7 @@ _DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {
     "held": msgspec.msgpack.Decoder(tuple[HeldJob, ...]),
     "mig": msgspec.msgpack.Decoder(tuple[MigSlot, ...]),
     "mig_queue": msgspec.msgpack.Decoder(tuple[HeldJob, ...]),
+    "moves": msgspec.msgpack.Decoder(MovesRecord),
 }
 
 
@@ -123,6 +125,7 @@ def entries_of(snap: SchedulerSnapshot) -> dict[str, bytes]:
         "held": e(snap.held),
         "mig": e(snap.mig),
         "mig_queue": e(snap.mig_queue),
+        "moves": e(snap.moves),
     }
     out.update((f"n/{n.name}", e(NodeEntry(i, n))) for i, n in enumerate(snap.nodes))
     for key, spec in snap.jobs.items():
@@ -204,6 +207,7 @@ def snapshot_of(entries: Mapping[str, bytes]) -> SchedulerSnapshot:
         held=whole.get("held", ()),
         mig=whole.get("mig", ()),
         mig_queue=whole.get("mig_queue", ()),
+        moves=whole.get("moves", MovesRecord()),
     )
 
 

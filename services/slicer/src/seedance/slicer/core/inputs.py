@@ -64,6 +64,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     memory_mib: int = 0
     gang_size: int = 1
     expected_duration_s: float | None = None
+    #: The submitter said the job may be moved (consolidation); what a restart costs it.
+    movable: bool = False
+    restart_s: float | None = None
 
     @property
     def key(self) -> str:

@@ -36,6 +36,10 @@ class Job:
     #: The expected run time when the submitter knows it (replays do); carried for backfill
     #: with estimates, not used by the queue's order today (reservations need no estimate).
     expected_duration_s: float | None = None
+    #: The submitter said the job may be stopped and placed again elsewhere (a consolidation
+    #: move); `restart_s` is its hint of what one restart costs (None: the planner's default).
+    movable: bool = False
+    restart_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:

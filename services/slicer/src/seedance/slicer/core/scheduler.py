@@ -36,6 +36,8 @@ from collections.abc import Callable
 import msgspec
 
 from seedance.events.jobs import request_problem
+from seedance.slicer.core.capacity_plan import observe
+from seedance.slicer.core.draining import consolidation_round
 from seedance.slicer.core.effects import (
     Effect,
     Ended,
@@ -126,7 +128,7 @@ class Scheduler(SchedulerState):
         return out
 
     def _cordon(self, i: int) -> None:
-        if self._nodes[i].state == "cordoned":
+        if self._nodes[i].state == "cordoned" or self._nodes[i].name in self._moves.drained:
             self._cordoned.add(i)
         else:
             self._cordoned.discard(i)
@@ -147,6 +149,7 @@ class Scheduler(SchedulerState):
         back. Costs what the node held, not the fleet."""
         if self._nodes[i].state == "removed":
             return []
+        self._moves.drained.pop(name, None)  # released: consolidation's hold is done
         out: list[Effect] = []
         for key in self._queue.jobs_on(i):
             job = self._jobs[key]
@@ -244,6 +247,12 @@ class Scheduler(SchedulerState):
         out.extend(self._pass(now_s))
         return out
 
+    def consolidate(self, now_s: float) -> list[Effect]:
+        """A consolidation round at trusted time `now_s` when one is due and configured
+        (`seedance.slicer.core.draining`): moves of movable jobs that empty whole nodes."""
+        cfg = self.config.consolidation
+        return [] if cfg is None or not self._nodes else consolidation_round(self, cfg, now_s)
+
     def start(self, tenant: str, job_id: str) -> list[Effect]:
         """A tenant says its job started: nothing to decide for a known job; a job the
         scheduler does not know, or that has ended, is answered."""
@@ -275,8 +284,10 @@ class Scheduler(SchedulerState):
             del self._ended[forgotten]
             self._dirty_ended.add(forgotten)
         was_placed = self._queue.is_running(key) or self._mig.instance_of(key) is not None
+        observe(self, key, job, now_s, ended=True)  # its GPUs back to its pool's forecast
         self._attempts.pop(key, None)
         self._submitted_s.pop(key, None)
+        self._moves.history.forget(key)
         self._admission.drop(key)
         self._mig.dequeue(key)
         self._release(key, job, now_s)
@@ -443,6 +454,8 @@ class Scheduler(SchedulerState):
         by_node: dict[int, list[int]] = {}
         for p in d.placements:
             by_node.setdefault(p.node, []).extend(p.gpus)
+        if attempt == 1:  # an arrival for the plan's forecast (a move or a retry is none)
+            observe(self, job.key, job, d.at_s, ended=False)
         kind = "cpu" if job.gpus == 0 else "shared" if job.gpu_milli < 1000 else "whole"
         milli = job.gpu_milli if job.gpus else 0
         return [

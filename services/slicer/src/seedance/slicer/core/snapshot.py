@@ -27,6 +27,7 @@ __all__ = [
     "STATE_VERSION",
     "HeldJob",
     "MigSlot",
+    "MovesRecord",
     "PendingJob",
     "RequestShape",
     "RunningJob",
@@ -84,6 +85,25 @@ class HeldJob(msgspec.Struct, frozen=True, kw_only=True):
     submitted_s: float
 
 
+#: One demand forecast: (since_s, last time, arrivals' jobs, Σg, Σg², ends' jobs, Σg, Σg²).
+SavedForecast = tuple[float, float, float, float, float, float, float, float]
+
+
+class MovesRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """Consolidation's state (`seedance.slicer.core.draining`): when the last round ran, the
+    moves of the budget's window (time, tenant) and per live job, the nodes being emptied
+    (name, the time their hold lapses), and the capacity plan's demand forecasts."""
+
+    last_round_s: float | None = None
+    recent: tuple[tuple[float, str], ...] = ()
+    per_job: tuple[tuple[str, int], ...] = ()
+    drained: tuple[tuple[str, float], ...] = ()
+    #: The capacity plan's demand forecast per GPU model (`core.capacity_plan.Forecasts`).
+    forecasts: tuple[
+        tuple[str, tuple[float, float, float, float, float, float, float, float]], ...
+    ] = ()
+
+
 class RequestShape(msgspec.Struct, frozen=True, array_like=True):
     """A request's shape, as the target workload of `SeedancePolicy` counts it."""
 
@@ -121,6 +141,8 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     #: counts start at the lengths of `window` and `ended`.
     window_next: int = 0
     ended_next: int = 0
+    #: Consolidation's moves and drained nodes (empty in snapshots written before it ran).
+    moves: MovesRecord = msgspec.field(default_factory=MovesRecord)
 
 
 def saved_running(r: RunningRecord, names: Sequence[str]) -> RunningJob:

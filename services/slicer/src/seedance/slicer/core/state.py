@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Self
 
 from seedance.slicer.core.admission import Admission
+from seedance.slicer.core.capacity_plan import PoolPlan
+from seedance.slicer.core.draining import Moves
 from seedance.slicer.core.entries import (
     Globals,
     JobEntry,
@@ -71,8 +73,13 @@ class SchedulerState:
         self._policy = self._workload.policy(self.config.policy)
         # GPUs in MIG mode, as (node index, GPU): masked from the queue with the unhealthy ones.
         self._mig_masked: set[tuple[int, int]] = set()
-        # Nodes cordoned (by index): all their GPUs masked, so nothing new lands there.
+        # Nodes cordoned (by index), or held empty by consolidation: all their GPUs masked,
+        # so nothing new lands there.
         self._cordoned: set[int] = set()
+        self._moves = Moves()
+        #: The pools' capacity plans of the latest round (for metrics; the next round's after
+        #: a restore).
+        self.capacity_plans: list[PoolPlan] = []
         self._queue = self._new_queue([], [], 0)
         # What changed since `state_changes` was last called (see the module docstring).
         self._dirty_jobs: set[str] = set()
@@ -106,6 +113,7 @@ class SchedulerState:
             ended=tuple(self._ended),
             window_next=self._workload.learned,
             ended_next=self._ended_next,
+            moves=self._moves.record(),
         )
 
     @classmethod
@@ -133,7 +141,10 @@ class SchedulerState:
         s._mig_masked = {
             (i, g) for i, n in enumerate(s._nodes) for g, x in enumerate(n.gpus) if x.mig_enabled
         }
-        s._cordoned = {i for i, n in enumerate(s._nodes) if n.state == "cordoned"}
+        s._moves = Moves.of(snap.moves)
+        s._cordoned = {
+            i for i, n in enumerate(s._nodes) if n.state == "cordoned" or n.name in s._moves.drained
+        }
         idx = s._index
         running = [running_record(r, core_job(s._jobs[r.job_id]), idx) for r in snap.running]
         pending = [pending_record(p, core_job(s._jobs[p.job_id]), idx) for p in snap.pending]
@@ -214,6 +225,7 @@ class SchedulerState:
             "held": tuple(self._admission.held),
             "mig": tuple(self._mig.slots),
             "mig_queue": tuple(self._mig.waiting),
+            "moves": self._moves.record(),
         }
 
     def _mark_written(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from seedance.slicer.core.fragmentation import TargetWorkload
 from seedance.slicer.core.inputs import JobSpec
@@ -21,6 +22,9 @@ from seedance.slicer.core.policies import FirstFit, Policy, SeedancePolicy
 from seedance.slicer.core.queue import Job, QueueConfig
 from seedance.slicer.core.satisfiable import NodePool
 from seedance.slicer.core.snapshot import RequestShape
+
+if TYPE_CHECKING:  # draining places jobs with `core_job` below
+    from seedance.slicer.core.draining import ConsolidationConfig
 
 __all__ = ["SchedulerConfig", "WorkloadWindow", "core_job", "pod_request", "shape_of"]
 
@@ -42,6 +46,8 @@ class SchedulerConfig:
     #: Node types of pools that may have no node now (scaled to zero): a request one of them
     #: could hold is not `unsatisfiable` (`seedance.slicer.core.satisfiable`).
     node_pools: tuple[NodePool, ...] = ()
+    #: Consolidation rounds (`Scheduler.consolidate`); None: the slicer never moves work.
+    consolidation: ConsolidationConfig | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in ("seedance", "first-fit"):
@@ -150,4 +156,6 @@ def core_job(job: JobSpec) -> Job:
         priority=job.priority,
         tenant=job.tenant,
         expected_duration_s=job.expected_duration_s,
+        movable=job.movable,
+        restart_s=job.restart_s,
     )

@@ -1,0 +1,197 @@
+"""Consolidation in the running slicer: a round of the planner over the scheduler's own state.
+
+Owns when a round runs (at most once per `ConsolidationConfig.interval_s` of trusted time, as
+the shell calls `Scheduler.consolidate` after a batch), what it reads (the running jobs of the
+ready nodes: a gang member, a MIG instance's job and a job on a cordoned or drained node is
+never a candidate), and how its drains are applied: the node is held empty (its GPUs masked
+like a cordoned node's) for `hold_s`, each job on it is evicted with reason `consolidation` and
+an explanation, queued again at its original submit time and placed again by the queue's own
+pass. A drained node that the fleet did not remove in `hold_s` takes work again. Its state
+(`Moves`) is part of the scheduler's and persisted with it (`MovesRecord`).
+
+It must not decide which jobs move or whether a move is worth it: that is the planner's
+(`seedance.slicer.core.consolidation`), which keeps the rules (only jobs that said they are
+movable; all of a node or none; the disruption budget; worth more than it costs). No clock,
+no bus.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from seedance.slicer.core.capacity_plan import Forecasts, PlanConfig, plan_pools
+from seedance.slicer.core.consolidation import (
+    CONSOLIDATION,
+    DisruptionBudget,
+    MovableJob,
+    MoveHistory,
+    plan_consolidation,
+)
+from seedance.slicer.core.effects import CapacityPlanned, Effect, Evicted
+from seedance.slicer.core.snapshot import MovesRecord
+from seedance.slicer.core.workload import core_job
+
+if TYPE_CHECKING:
+    from seedance.slicer.core.scheduler import Scheduler
+
+__all__ = ["ConsolidationConfig", "Moves", "consolidation_round"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsolidationConfig:
+    """When rounds run and what bounds them (the planner's knobs, `plan_consolidation`)."""
+
+    #: Seconds of trusted time between rounds: a round costs a pass over the busy nodes.
+    interval_s: float = 60.0
+    budget: DisruptionBudget = field(default_factory=DisruptionBudget)
+    #: How long a drained node is held empty for the fleet to release it: about a node's
+    #: start-up time, so a node not released is not idle longer than a new one takes to come.
+    hold_s: float = 600.0
+    #: A restart's cost where the job gave no hint (`JobSubmitted.restart_s`).
+    restart_s: float = 180.0
+    worth_ratio: float = 2.0
+    max_used_fraction: float = 0.5
+    prior_remaining_s: float = 1800.0
+    #: Whole GPUs to keep free on the busy nodes after the moves (headroom).
+    keep_free_gpus: float = 0.0
+    #: The capacity plan published at each round (`core.capacity_plan`).
+    plan: PlanConfig = field(default_factory=PlanConfig)
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0 or not self.hold_s > 0:
+            raise ValueError(
+                f"consolidation interval_s={self.interval_s} and hold_s={self.hold_s} must be > 0"
+            )
+
+
+@dataclass(slots=True)
+class Moves:
+    """Consolidation's live state: the last round's time, the moves made (the budget's
+    record), the nodes held empty (name: until when) and the capacity plan's forecasts."""
+
+    last_round_s: float | None = None
+    history: MoveHistory = field(default_factory=MoveHistory)
+    drained: dict[str, float] = field(default_factory=dict)
+
+    forecasts: Forecasts = field(default_factory=Forecasts)
+
+    def record(self) -> MovesRecord:
+        return MovesRecord(
+            last_round_s=self.last_round_s,
+            recent=tuple(self.history.recent),
+            per_job=tuple(sorted(self.history.per_job.items())),
+            drained=tuple(sorted(self.drained.items())),
+            forecasts=self.forecasts.saved(),
+        )
+
+    @classmethod
+    def of(cls, rec: MovesRecord) -> Moves:
+        m = cls(
+            last_round_s=rec.last_round_s,
+            drained=dict(rec.drained),
+            forecasts=Forecasts.of(rec.forecasts),
+        )
+        m.history.recent.extend((t, tenant) for t, tenant in rec.recent)
+        m.history.per_job.update(dict(rec.per_job))
+        return m
+
+
+def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) -> list[Effect]:
+    """One round at trusted time `now_s`, if one is due: lapsed holds end, then the planner's
+    drains are applied. The effects: each move's eviction, then what the queue's pass decides
+    (the moved jobs' new placements among them), then each pool's capacity plan."""
+    m = s._moves
+    if m.last_round_s is not None and now_s - m.last_round_s < cfg.interval_s:
+        return []
+    m.last_round_s = now_s
+    lapsed = [name for name, until in m.drained.items() if now_s >= until]
+    for name in lapsed:
+        del m.drained[name]
+        s._cordon(s._index[name])
+    drains = plan_consolidation(
+        s._queue.state,
+        _candidates(s, cfg),
+        now_s,
+        cfg.budget,
+        m.history,
+        busy=_busy(s),
+        running_jobs=len(s._queue.running_ids),
+        keep_free_gpus=cfg.keep_free_gpus,
+        max_used_fraction=cfg.max_used_fraction,
+        worth_ratio=cfg.worth_ratio,
+        prior_remaining_s=cfg.prior_remaining_s,
+    )
+    out: list[Effect] = []
+    for d in drains:
+        name = s._nodes[d.node].name
+        m.drained[name] = now_s + cfg.hold_s
+        s._cordon(d.node)
+        detail = (
+            f"consolidation: node {name} is being emptied so the fleet can release it "
+            f"({d.freed_gpu_s / 3600:.1f} GPU-hours freed against {d.lost_gpu_s / 3600:.1f} "
+            f"lost to {len(d.jobs)} restart(s)); the job is placed again"
+        )
+        for j in d.jobs:
+            job = s._jobs[j.job_id]
+            s._queue.finish(j.job_id, now_s)
+            s._queue.submit(core_job(job), s._submitted_s.get(j.job_id, now_s))
+            s._dirty_jobs.add(j.job_id)
+            m.history.record(now_s, job.tenant, j.job_id)
+            out.append(Evicted(job, name, "", CONSOLIDATION, detail=detail))
+    if lapsed or drains:
+        s._queue.set_masked(s._masked())
+        s._queue.resources_changed()
+        out.extend(s._pass(now_s))
+    # The plan after the round's moves and placements: what the fleet needs now.
+    s.capacity_plans = plan_pools(s, cfg.plan, now_s)
+    out.extend(CapacityPlanned(p) for p in s.capacity_plans)
+    return out
+
+
+def _candidates(s: Scheduler, cfg: ConsolidationConfig) -> dict[int, list[MovableJob]]:
+    """The running jobs of each ready, busy node the planner may drain; a job that cannot be
+    moved here (a gang's, a node's that is not ready) is listed as not movable, so its node
+    is never drained."""
+    out: dict[int, list[MovableJob]] = {}
+    queue = s._queue
+    for i in _ready_busy(s):
+        jobs: list[MovableJob] = []
+        for key in queue.jobs_on(i):
+            rec = queue.running_record(key)
+            job = s._jobs[key]
+            if rec is None:
+                continue
+            jobs.append(
+                MovableJob(
+                    job_id=key,
+                    tenant=job.tenant,
+                    node=i,
+                    request=rec.job.request,
+                    started_s=rec.started_s,
+                    movable=job.movable and rec.job.replicas == 1,
+                    restart_s=cfg.restart_s if job.restart_s is None else job.restart_s,
+                    expected_duration_s=job.expected_duration_s,
+                )
+            )
+        if jobs:
+            out[i] = jobs
+    # A MIG instance's job is not the queue's to move: its node is never drained.
+    for m in s._mig.held_slots():
+        out.pop(s._index[m.node], None)
+    return out
+
+
+def _ready_busy(s: Scheduler) -> list[int]:
+    """The nodes, not cordoned or drained, that run something in the queue (a pass over the
+    node rows, once a round)."""
+    return [i for i in range(len(s._nodes)) if i not in s._cordoned and s._queue.busy(i)]
+
+
+def _busy(s: Scheduler) -> np.ndarray:
+    """A bool per node: ready and running something (where moved jobs may go)."""
+    busy = np.zeros(len(s._queue.state), dtype=bool)
+    busy[_ready_busy(s)] = True
+    return busy

@@ -1,0 +1,175 @@
+"""Consolidation rounds in the slicer's scheduler (`Scheduler.consolidate`): a job that said it
+is movable is moved off a lightly used node (an eviction with reason `consolidation` and its
+explanation, then its placement elsewhere), the node is held empty until the fleet releases it
+or the hold lapses, a job that did not say so is never moved, rounds run at most once per
+interval, and all of it survives a snapshot and the state's entries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from seedance.slicer.core import (
+    CapacityPlanned,
+    Evicted,
+    GpuSpec,
+    JobSpec,
+    NodeSpec,
+    Placed,
+    Scheduler,
+)
+from seedance.slicer.core.consolidation import CONSOLIDATION, DisruptionBudget
+from seedance.slicer.core.draining import ConsolidationConfig
+from seedance.slicer.core.workload import SchedulerConfig
+
+CFG = SchedulerConfig(
+    consolidation=ConsolidationConfig(
+        interval_s=60.0, hold_s=600.0, budget=DisruptionBudget(min_per_window=4)
+    )
+)
+
+
+def node(name: str, gpus: int = 4, state: str = "ready") -> NodeSpec:
+    return NodeSpec(
+        name=name, cpu_milli=32_000, memory_mib=256_000,
+        gpus=tuple(GpuSpec(model="T4") for _ in range(gpus)), state=state,
+    )  # fmt: skip
+
+
+def job(jid: str, movable: bool = False, tenant: str = "a") -> JobSpec:
+    return JobSpec(job_id=jid, tenant=tenant, cause_id=f"c-{jid}", gpus=1, movable=movable)
+
+
+def placed_on(effects: Sequence[object]) -> dict[str, str]:
+    return {e.job.job_id: e.node for e in effects if isinstance(e, Placed)}
+
+
+def only_plans(effects: Sequence[object]) -> bool:
+    return bool(effects) and all(isinstance(e, CapacityPlanned) for e in effects)
+
+
+def light_fleet(movable: bool) -> Scheduler:
+    """n1 holds two jobs (two GPUs free), n2 one job `e` (movable or not) on one GPU of four."""
+    s = Scheduler(CFG)
+    s.upsert_node(node("n1"), 0.0)
+    for jid in "abcd":
+        s.submit(job(jid), 1.0)
+    s.upsert_node(node("n2"), 2.0)
+    assert placed_on(s.submit(job("e", movable=movable), 3.0)) == {"e": "n2"}
+    s.finish("a", "c", 4.0)
+    s.finish("a", "d", 4.0)
+    return s
+
+
+def test_a_movable_job_is_moved_off_a_light_node_and_placed_again() -> None:
+    s = light_fleet(movable=True)
+    out = s.consolidate(100.0)
+    (ev,) = [e for e in out if isinstance(e, Evicted)]
+    assert (ev.job.job_id, ev.node, ev.reason, ev.by_job_id) == ("e", "n2", CONSOLIDATION, "")
+    assert "node n2 is being emptied" in ev.detail
+    assert placed_on(out) == {"e": "n1"}
+    assert out.index(ev) < next(i for i, e in enumerate(out) if isinstance(e, Placed))
+    # Placed again: its second attempt.
+    assert [e.attempt for e in out if isinstance(e, Placed)] == [2]
+
+
+def test_a_job_that_did_not_say_it_is_movable_is_never_moved() -> None:
+    s = light_fleet(movable=False)
+    for t in range(100, 5000, 60):
+        assert only_plans(s.consolidate(float(t)))
+    assert sorted(s.running_jobs) == [("a", "a"), ("a", "b"), ("a", "e")]
+
+
+def test_a_drained_node_is_held_empty_until_released_or_its_hold_lapses() -> None:
+    s = light_fleet(movable=True)
+    s.consolidate(100.0)
+    assert placed_on(s.submit(job("f"), 110.0)) == {"f": "n1"}  # n1's last GPU, not n2
+    assert placed_on(s.submit(job("g"), 120.0)) == {}  # n2 is held empty
+    assert s.consolidate(130.0) == []  # not due: one round per interval (no plan either)
+    # The fleet did not release n2 within the hold: it takes work again.
+    assert placed_on(s.consolidate(700.0)) == {"g": "n2"}
+
+
+def test_a_released_drained_node_ends_the_hold() -> None:
+    s = light_fleet(movable=True)
+    s.consolidate(100.0)
+    s.upsert_node(node("n2", state="removed"), 200.0)
+    assert s._moves.drained == {}
+    assert placed_on(s.upsert_node(node("n2"), 300.0)) == {}
+    assert placed_on(s.submit(job("f"), 310.0)) == {"f": "n1"}
+    assert placed_on(s.submit(job("g"), 320.0)) == {"g": "n2"}
+
+
+def test_moves_and_holds_survive_a_snapshot_and_the_state_entries() -> None:
+    s = light_fleet(movable=True)
+    s.state_changes()
+    s.consolidate(100.0)
+    changes = s.state_changes()
+    assert "moves" in changes
+    for restored in (
+        Scheduler.restore(s.snapshot(), CFG),
+        Scheduler.from_entries(s.state_entries(), CFG),
+    ):
+        assert restored.snapshot() == s.snapshot()
+        assert restored.snapshot().moves.drained == (("n2", 700.0),)
+        # The budget's record came back: `e` may move once, so it is not moved again.
+        assert dict(restored.snapshot().moves.per_job) == {"a/e": 1}
+        assert placed_on(restored.submit(job("f"), 110.0)) == {"f": "n1"}
+        assert placed_on(restored.submit(job("g"), 120.0)) == {}
+
+
+def test_without_a_consolidation_config_nothing_moves() -> None:
+    s = Scheduler()
+    s.upsert_node(node("n1"), 0.0)
+    s.submit(job("a", movable=True), 1.0)
+    assert s.consolidate(100.0) == []  # no moves, no plan
+
+
+def plans(effects: Sequence[object]) -> dict[str, object]:
+    return {e.plan.gpu_model: e.plan for e in effects if isinstance(e, CapacityPlanned)}
+
+
+def test_the_capacity_plan_counts_each_pools_use_waiting_demand_and_what_is_short() -> None:
+    s = Scheduler(CFG)
+    for name in ("n1", "n2", "n3"):
+        s.upsert_node(node(name), 0.0)
+    s.upsert_node(NodeSpec(name="a1", cpu_milli=32_000, memory_mib=256_000,
+                           gpus=(GpuSpec(model="A100"), GpuSpec(model="A100"))), 0.0)  # fmt: skip
+    for i in range(5):
+        s.submit(JobSpec(job_id=f"t{i}", tenant="a", gpus=1, gpu_models=("T4",)), 1.0)
+    for jid in ("x", "y"):  # y waits: a1 is the only A100 node
+        s.submit(JobSpec(job_id=jid, tenant="a", gpus=2, gpu_models=("A100",)), 2.0)
+    p = plans(s.consolidate(100.0))
+    t4, a100 = p["T4"], p["A100"]
+    assert (t4.nodes, t4.gpus_per_node, t4.gpus_in_use, t4.gpus_waiting) == (3, 4, 5, 0.0)
+    assert t4.headroom_gpus == 0.0  # observed for less than a node's start-up: no rate yet
+    assert t4.nodes_needed == 2
+    assert t4.releasable_nodes == 3 - max(2, t4.nodes_busy)
+    assert (a100.gpus_in_use, a100.gpus_waiting, a100.nodes_needed, a100.nodes_short) == (
+        2,
+        2.0,
+        2,
+        1,
+    )
+
+
+def test_arrivals_past_a_start_up_raise_the_headroom_and_the_need_at_the_horizon() -> None:
+    s = Scheduler(CFG)
+    for name in ("n1", "n2", "n3"):
+        s.upsert_node(node(name), 0.0)
+    for i in range(12):  # a GPU every 10 s, none ending
+        s.submit(job(f"j{i}"), 10.0 * i)
+    quiet = plans(s.consolidate(150.0))["T4"]
+    assert quiet.headroom_gpus == 0.0  # 150 s observed < the 180 s start-up
+    t4 = plans(s.consolidate(300.0))["T4"]
+    assert t4.gpus_in_use == 12
+    assert t4.headroom_gpus >= 1.0
+    assert t4.nodes_needed == -(-(12 + int(t4.headroom_gpus)) // 4)
+    assert t4.nodes_needed_at_horizon > t4.nodes_needed  # the demand grows
+    assert t4.nodes_short == t4.nodes_needed - 3
+    # Every job ends: the flow out now exceeds the flow in; nothing is releasable while busy.
+    for i in range(12):
+        s.finish("a", f"j{i}", 400.0 + i)
+    after = plans(s.consolidate(500.0))["T4"]
+    assert after.gpus_in_use == 0
+    assert after.nodes_busy == 0
+    assert after.nodes_needed_at_horizon <= after.nodes_needed
