@@ -207,6 +207,10 @@ class NodeKubelet(DeviceManager, dp_grpc.RegistrationServicer):
         self.registrations: list[tuple[str, str]] = []
         self._registration: grpc.aio.Server | None = None
         self._changed = asyncio.Event()
+        # One node-status write at a time, each computed when its turn comes: the plugins'
+        # streams sync concurrently, and two PATCHes in flight could land in the other order,
+        # leaving an older count on the Node for good.
+        self._node_status = asyncio.Lock()
         self._sync: asyncio.Task[None] | None = None
         #: Each pod run by ``start_syncing``: None (started, or being admitted) or why not.
         self.outcomes: dict[tuple[str, str], str | None] = {}
@@ -255,15 +259,17 @@ class NodeKubelet(DeviceManager, dp_grpc.RegistrationServicer):
 
     async def _sync_node(self) -> None:
         """The Node's capacity (every device) and allocatable (the healthy ones) per resource."""
-        capacity = {r: str(len(p.devices)) for r, p in self.plugins.items()}
-        healthy = {
-            r: str(sum(h == "Healthy" for h in p.devices.values())) for r, p in self.plugins.items()
-        }
-        await self.core.patch_node_status(
-            self.node,
-            {"status": {"capacity": capacity, "allocatable": healthy}},
-            _content_type="application/merge-patch+json",
-        )
+        async with self._node_status:
+            capacity = {r: str(len(p.devices)) for r, p in self.plugins.items()}
+            healthy = {
+                r: str(sum(h == "Healthy" for h in p.devices.values()))
+                for r, p in self.plugins.items()
+            }
+            await self.core.patch_node_status(
+                self.node,
+                {"status": {"capacity": capacity, "allocatable": healthy}},
+                _content_type="application/merge-patch+json",
+            )
         self._changed.set()
 
     async def register_node(self, cpu: str = "8", memory: str = "32Gi") -> None:
