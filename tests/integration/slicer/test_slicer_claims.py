@@ -26,21 +26,9 @@ from seedance.slicer.service import SlicerService
 from seedance.testing.waits import eventually
 from tests.integration.slicer.test_slicer_service import (
     Decisions,
-    fast_forward,
     inventory,
     slicer,
 )
-
-
-@pytest.fixture
-async def tenants(bus: Bus, unique: str) -> AsyncIterator[tuple[Bus, Decisions, str, str]]:
-    await fast_forward(bus, unique)
-    acme, globex = f"acme{unique}", f"globex{unique}"
-    decisions = await Decisions.open(bus, acme, globex)
-    try:
-        yield bus, decisions, acme, globex
-    finally:
-        await decisions.close()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ job event, and one event the engine raised on stalling its whole batch.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,17 +35,6 @@ from tests.integration.slicer.test_slicer_service import (
     inventory,
     slicer,
 )
-
-
-@pytest.fixture
-async def tenants(bus: Bus, unique: str) -> AsyncIterator[tuple[Bus, Decisions, str, str]]:
-    await fast_forward(bus, unique)
-    acme, globex = f"acme{unique}", f"globex{unique}"
-    decisions = await Decisions.open(bus, acme, globex)
-    try:
-        yield bus, decisions, acme, globex
-    finally:
-        await decisions.close()
 
 
 def now() -> datetime:
