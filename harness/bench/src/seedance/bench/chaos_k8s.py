@@ -40,7 +40,6 @@ from seedance.bench.chaos_classes import (
     AttackClass,
     ClassOutcome,
     StageRun,
-    generated_auth,
     register,
     register_stage,
 )
@@ -69,7 +68,7 @@ from seedance.events.replicas import DEFAULT_FLEET, replica_set
 from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import inbox_prefix, jobs, routing
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import NatsServer, generated_auth
 from seedance.testing.waits import eventually, wait_consumer_settled
 from seedance.testing.workloads import read_stream
 
@@ -124,7 +123,7 @@ def _pod(name: str, gpus: int) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def k8s_stage(logdir: Path, args: argparse.Namespace) -> AsyncIterator[StageRun]:
-    config, passwords = generated_auth([VICTIM, HOSTILE])
+    config, passwords = generated_auth([VICTIM, HOSTILE], source=__name__)
     server = NatsServer(config=config)
     tmp = Path(tempfile.mkdtemp(prefix="chaos-k8s-"))
     (tmp / "quota.yaml").write_text(QUOTA)

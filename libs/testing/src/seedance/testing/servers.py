@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from seedance.testing.paths import REPO
 __all__ = [
     "NatsServer",
     "auth_server",
+    "generated_auth",
     "nats_server_binary",
     "pinned_nats_version",
     "shipped_auth_server",
@@ -175,6 +176,21 @@ def auth_server(
     if f"${CALLOUT_ISSUER_VAR}" in text:  # a variable the block never reads fails the start
         defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
     return NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
+
+
+def generated_auth(
+    tenants: Iterable[str], *, nodes: Iterable[str] = (), source: str
+) -> tuple[str, dict[str, str]]:
+    """A run's own server config, rendered from the catalogue as deploy/auth is (every service,
+    ``tenants``, the operator ``admin``, a ``node-<node>`` user per one of ``nodes``, no
+    callout), with its passwords defined in front (fresh ones), and every user's password.
+    ``source`` names the bench or harness in the block's header."""
+    from seedance.events import nats_config
+
+    static = nats_config.users(tenants, ["admin"], callout=False, nodes=nodes)
+    passwords = {u.name: nats_config.new_password() for u in static}
+    defs = "".join(f'{nats_config.password_var(n)}: "{p}"\n' for n, p in passwords.items())
+    return defs + nats_config.render(static, source=source), passwords
 
 
 def shipped_auth_server(
