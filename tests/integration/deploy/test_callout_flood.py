@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import nkeys
@@ -32,11 +32,10 @@ from seedance.core.auth_callout import (
     AuthCallout,
     PasswordRefused,
     TenantRegistry,
-    new_issuer,
 )
 from seedance.events.permissions import CALLOUT_USER, tenant_user_name
 from seedance.events.tokens import InvalidToken
-from seedance.testing.servers import SHIPPED_AUTH, NatsServer, auth_server, shipped_auth_server
+from seedance.testing.servers import SHIPPED_AUTH, NatsServer, auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
@@ -46,20 +45,6 @@ pytestmark = [
 ]
 
 ATTACKERS = 100
-
-
-@pytest.fixture(scope="module")
-def issuer() -> nkeys.KeyPair:
-    return new_issuer()
-
-
-@pytest.fixture(scope="module")
-def server(issuer: nkeys.KeyPair) -> Iterator[NatsServer]:
-    s = shipped_auth_server(shipped_password, issuer=issuer)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 class Callout:
