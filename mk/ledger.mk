@@ -9,6 +9,10 @@ test-ledger: install  ## cost-ledger unit tests (HTML report rendered in headles
 bench-ledger-core: install  ## cost-ledger core throughput and exactness on the Alibaba trace
 	nice .venv/bin/python -m tools.bench.bench_ledger_core $(SEEDANCE_DATA_DIR) $(LEDGER_BENCH_ARGS)
 
+.PHONY: bench-ledger-order
+bench-ledger-order: install  ## cost messages of the same inputs by the merged stream's order (telemetry ahead)
+	nice .venv/bin/python -m tools.bench.bench_ledger_order
+
 .PHONY: report-ledger-sample
 report-ledger-sample: install  ## write a sample cost report (HTML, CSV, FOCUS) under build/ledger
 	.venv/bin/python -m tools.bench.ledger_sample_report $(SEEDANCE_DATA_DIR) build/ledger

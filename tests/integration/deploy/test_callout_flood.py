@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import nkeys
@@ -32,12 +32,10 @@ from seedance.core.auth_callout import (
     AuthCallout,
     PasswordRefused,
     TenantRegistry,
-    new_issuer,
 )
-from seedance.events.nats_config import CALLOUT_ISSUER_VAR
 from seedance.events.permissions import CALLOUT_USER, tenant_user_name
 from seedance.events.tokens import InvalidToken
-from seedance.testing.servers import SHIPPED_AUTH, NatsServer, shipped_auth_server, shipped_users
+from seedance.testing.servers import SHIPPED_AUTH, NatsServer, auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
@@ -47,20 +45,6 @@ pytestmark = [
 ]
 
 ATTACKERS = 100
-
-
-@pytest.fixture(scope="module")
-def issuer() -> nkeys.KeyPair:
-    return new_issuer()
-
-
-@pytest.fixture(scope="module")
-def server(issuer: nkeys.KeyPair) -> Iterator[NatsServer]:
-    s = shipped_auth_server(shipped_password, issuer=issuer)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 class Callout:
@@ -269,30 +253,27 @@ async def test_under_a_config_rendered_before_the_mirror_every_login_reads_the_r
     granted = '"$SYS.REQ.USER.AUTH"\n            "$KV.seedance-tenants.>"'
     assert granted in text
     text = text.replace(granted, '"$SYS.REQ.USER.AUTH"')
-    defs = "".join(f'{v}: "{shipped_password(u)}"\n' for u, v in shipped_users(text).items())
-    defs += f"{CALLOUT_ISSUER_VAR}: {issuer.public_key.decode()}\n"
-    server = NatsServer(config=defs + text)
-    try:
+    with auth_server(text, shipped_password, issuer=issuer) as server:
         own = await Bus.connect(
             BusSettings(url=server.url, user=CALLOUT_USER, password=shipped_password(CALLOUT_USER))
         )
-        admin = await Bus.connect(
-            BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
-        )
         try:
-            async with AuthCallout(own, issuer) as service:
-                mirror = service.mirror
-                assert mirror is not None
-                assert not mirror.permitted
-                registry = await TenantRegistry.open(admin)
-                password = await registry.add("legacy")
-                assert (await logins(server.url, "legacy", password, 2)).failed == 0
-                await registry.remove("legacy")
-                assert (await logins(server.url, "legacy", password, 1)).failed == 1
-                assert mirror.answered["memory"] == 0
-                assert mirror.answered["read"] == 3
+            admin = await Bus.connect(
+                BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+            )
+            try:
+                async with AuthCallout(own, issuer) as service:
+                    mirror = service.mirror
+                    assert mirror is not None
+                    assert not mirror.permitted
+                    registry = await TenantRegistry.open(admin)
+                    password = await registry.add("legacy")
+                    assert (await logins(server.url, "legacy", password, 2)).failed == 0
+                    await registry.remove("legacy")
+                    assert (await logins(server.url, "legacy", password, 1)).failed == 1
+                    assert mirror.answered["memory"] == 0
+                    assert mirror.answered["read"] == 3
+            finally:
+                await admin.close()
         finally:
-            await admin.close()
             await own.close()
-    finally:
-        server.stop()

@@ -18,11 +18,9 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import nats
 import nats.errors
@@ -34,7 +32,7 @@ from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
 from seedance.events import nats_config, node_permissions, permissions
 from seedance.events.subjects import slicing, telemetry
 from seedance.testing.paths import REPO
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
@@ -55,17 +53,6 @@ def password(user: str) -> str:
     return f"test-{user}-secret-pw"
 
 
-@contextlib.contextmanager
-def server_with(conf_text: str, env: dict[str, str]) -> Iterator[NatsServer]:
-    log = Path(tempfile.mkdtemp(prefix="seedance-node-auth-")) / "nats.log"
-    with mock.patch.dict(os.environ, env):  # the server resolves $NATS_PASSWORD_* from it
-        server = NatsServer("-l", str(log), config=conf_text)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 class Running:
     def __init__(self, url: str, registry: TenantRegistry) -> None:
         self.url = url
@@ -75,9 +62,7 @@ class Running:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def running() -> AsyncIterator[Running]:
     issuer = new_issuer()
-    env = {nats_config.password_var(u.name): password(u.name) for u in CHOICES.users()}
-    env[nats_config.CALLOUT_ISSUER_VAR] = issuer.public_key.decode()
-    with server_with(CHOICES.render(), env) as server:
+    with auth_server(CHOICES.render(), password, issuer=issuer) as server:
         admin = await Bus.connect(
             BusSettings(url=server.url, user="admin", password=password("admin"))
         )

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 
 from seedance.core import Bus, BusSettings
-from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
+from seedance.core.auth_callout import AuthCallout, TenantRegistry
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry
 from seedance.events.permissions import CALLOUT_USER, TENANT_READS
@@ -37,7 +37,7 @@ from seedance.events.subjects import (
 )
 from seedance.sdk import ConsumersInUse, SeedanceClient
 from seedance.sdk.cli import invoke
-from seedance.testing.servers import NatsServer, shipped_auth_server
+from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
@@ -47,20 +47,6 @@ pytestmark = [
 
 STATIC, RUNTIME = "acme", "initech"
 HOSTILE_CREATES = 300
-
-
-@pytest.fixture(scope="module")
-def issuer() -> nkeys.KeyPair:
-    return new_issuer()
-
-
-@pytest.fixture(scope="module")
-def server(issuer: nkeys.KeyPair) -> Iterator[NatsServer]:
-    s = shipped_auth_server(shipped_password, issuer=issuer)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

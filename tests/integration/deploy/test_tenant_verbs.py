@@ -22,12 +22,10 @@ import asyncio
 import contextlib
 import json
 import os
-import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import nats
 import nats.errors
@@ -38,7 +36,7 @@ from nats.js import api as js_api
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
 from seedance.core.kv import ensure_bucket, ensure_object_store
-from seedance.events import nats_config, permissions
+from seedance.events import permissions
 from seedance.events.subjects import (
     BUCKETS,
     CONSUMERS,
@@ -53,7 +51,7 @@ from seedance.events.subjects import (
     tenant_consumers,
 )
 from seedance.testing.paths import REPO
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import auth_server
 from seedance.testing.waits import eventually
 
 pytestmark = [
@@ -77,25 +75,6 @@ def read(path: Path) -> str:
     return path.read_text()
 
 
-def static_users(conf_text: str) -> list[str]:
-    return [
-        line.split('"')[1] for line in conf_text.splitlines() if line.strip().startswith("user:")
-    ]
-
-
-@contextlib.contextmanager
-def server_with(conf_text: str, env: dict[str, str]) -> Iterator[NatsServer]:
-    # Its log goes to a file: hundreds of refusals would fill the unread stderr pipe that
-    # NatsServer gives it, and a server blocked on its log stops answering.
-    log = Path(tempfile.mkdtemp(prefix="seedance-auth-log-")) / "nats.log"
-    with mock.patch.dict(os.environ, env):  # the server resolves $NATS_PASSWORD_* from it
-        server = NatsServer("-l", str(log), config=conf_text)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 class Running:
     def __init__(self, url: str, admin: Bus, callout: bool) -> None:
         self.url = url
@@ -112,9 +91,7 @@ async def running() -> AsyncIterator[Running]:
     text = read(CONF)
     callout = "auth_callout {" in text
     issuer = new_issuer()
-    env = {nats_config.password_var(u): password(u) for u in static_users(text)}
-    env[nats_config.CALLOUT_ISSUER_VAR] = issuer.public_key.decode()
-    with server_with(text, env) as server:
+    with auth_server(text, password, issuer=issuer) as server:
         admin = await Bus.connect(
             BusSettings(url=server.url, user="admin", password=password("admin"))
         )
@@ -505,9 +482,7 @@ async def take_slicer_pauses(url: str, tenant: str) -> str | None:
 
 async def test_trust_base_config_let_a_tenant_take_slicer_pauses() -> None:
     """The same probe on the config trust-base shipped: the server took the tenant's filter."""
-    text = read(OLD_CONF)
-    defs = "".join(f'{nats_config.password_var(u)}: "{password(u)}"\n' for u in static_users(text))
-    with server_with(defs + text, {}) as server:
+    with auth_server(read(OLD_CONF), password) as server:
         admin = await Bus.connect(
             BusSettings(url=server.url, user="admin", password=password("admin"))
         )

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from seedance.core import Bus, BusSettings
+from seedance.core import Bus
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.testing.identities import as_user
 from seedance.testing.kube_api import seed
 from seedance.testing.waits import eventually
-from tests.integration.conftest import shipped_password
 from tests.integration.node_agent import test_service
+from tests.integration.node_agent.agent import slicer_bus
 from tests.integration.node_agent.kubelet import DeviceManager
 from tests.integration.node_agent.test_allocation import (
     NODE,
@@ -46,25 +47,17 @@ plugin_dir = test_service.plugin_dir
 kubelet = test_service.kubelet
 
 
-def shipped(url: str, user: str) -> BusSettings:
-    return BusSettings(url=url, user=user, password=shipped_password(user))
-
-
 @contextlib.asynccontextmanager
 async def node_under_test(
     auth_url: str, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
 ) -> AsyncIterator[tuple[Agent, DeviceManager, Bus]]:
     """The agent under its shipped user, the test kubelet's device manager and pod-resources
     socket, and the slicer's bus connection (its shipped user) to publish placements with."""
-    admin = await Bus.connect(shipped(auth_url, "admin"))
-    await admin.ensure_streams()
-    await admin.close()
-    slicer = await Bus.connect(shipped(auth_url, "slicer"))
     sock_dir = tempfile.mkdtemp(prefix="prt-")  # a unix socket path must stay short
     devices = DeviceManager(plugin_dir, os.path.join(sock_dir, "kubelet.sock"))
     await devices.serve()
     try:
-        async with kube_api(tmp_path) as (api, api_client):
+        async with slicer_bus(auth_url) as slicer, kube_api(tmp_path) as (api, api_client):
             seed.namespace(api, "team-b")
             async with agent_on(
                 api,
@@ -75,12 +68,11 @@ async def node_under_test(
                 plugin_dir,
                 tmp_path,
                 pod_resources_socket=devices.socket,
-                bus_settings=shipped(auth_url, "node-agent"),
+                bus_settings=as_user(auth_url, "node-agent"),
             ) as agent:
                 yield agent, devices, slicer
     finally:
         await devices.stop()
-        await slicer.close()
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 

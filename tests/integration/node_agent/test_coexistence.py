@@ -12,7 +12,6 @@ wire protocol. The agent runs as its shipped NATS user on the shipped-auth serve
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -24,15 +23,16 @@ import pytest
 from kubernetes_asyncio import client
 from prometheus_client import generate_latest
 
-from seedance.core import BusSettings, ServiceRuntime
+from seedance.core import ServiceRuntime
 from seedance.core.errors import StartRefused
 from seedance.node_agent.deviceplugin import DeviceKind, DevicePluginServer, PluginDevice
 from seedance.node_agent.kube import allocatable_counts
 from seedance.node_agent.service import NodeAgentService
-from seedance.node_agent.settings import NodeAgentSettings
+from seedance.testing.identities import as_user
 from seedance.testing.kube_api import KubeApiServer
 from seedance.testing.waits import eventually
-from tests.integration.conftest import shipped_password
+from tests.conftest import serving
+from tests.integration.node_agent.agent import agent_settings, node_agent
 from tests.integration.node_agent.kubelet import NodeKubelet
 from tests.integration.node_agent.test_allocation import NODE, UUIDS, kube_api
 from tests.integration.node_agent.test_service import NodeNvml
@@ -95,20 +95,16 @@ async def node_allocatable(api_client: client.ApiClient) -> dict[str, int]:
 def agent(
     api_client: client.ApiClient, kubelet: NodeKubelet, auth_url: str, tmp_path: Path
 ) -> tuple[NodeAgentService, ServiceRuntime]:
-    settings = NodeAgentSettings(
-        node_name=NODE,
-        device_plugin_dir=kubelet.plugin_dir,
-        pod_resources_socket=kubelet.socket,
-        http_port=0,
-        kubelet_poll_interval_s=0.05,
-        proc_root=str(tmp_path / "proc"),
+    settings = agent_settings(
+        kubelet.plugin_dir,
+        tmp_path,
+        kubelet.socket,
         # NVIDIA's plugin stays registered throughout the refusal below: the outcome does not
         # depend on how long the agent looks again, only that it does.
         plugin_conflict_wait_s=0.3,
     )
-    bus = BusSettings(url=auth_url, user="node-agent", password=shipped_password("node-agent"))
-    runtime = ServiceRuntime("node-agent", bus, http_port=0)
-    return NodeAgentService(runtime, settings, kube_client=api_client, nvml=NodeNvml()), runtime
+    bus = as_user(auth_url, "node-agent")
+    return node_agent(settings, bus, kube_client=api_client, nvml=NodeNvml())
 
 
 async def test_the_agent_refuses_to_register_beside_nvidias_plugin_and_says_what_to_switch_off(
@@ -140,10 +136,7 @@ async def test_the_agent_refuses_to_register_beside_nvidias_plugin_and_says_what
         await eventually(lambda: _counts_gpus(api_client, 0), what="NVIDIA's devices unhealthy")
         assert sorted(kubelet.plugins[GPU].devices) == sorted(UUIDS.values())
         started, _ = agent(api_client, kubelet, auth_url, tmp_path)
-        task: asyncio.Task[None] | None = None
-        try:
-            await started.start()
-            task = asyncio.create_task(started.run())
+        async with serving(started):
             assert kubelet.plugins[GPU].endpoint == "seedance-nvidia-com_gpu.sock"
             assert [r for r, _ in kubelet.registrations] == [
                 GPU,
@@ -152,11 +145,6 @@ async def test_the_agent_refuses_to_register_beside_nvidias_plugin_and_says_what
             ]
             # Now the Node counts the agent's GPUs.
             await eventually(lambda: _counts_gpus(api_client, 4), what="the agent's 4 GPUs")
-        finally:
-            await started.stop()
-            if task is not None:
-                await asyncio.wait_for(task, 15)
-            await started.close()
 
 
 async def _counts_gpus(api_client: client.ApiClient, n: int) -> bool:

@@ -13,7 +13,6 @@ by the slicer's shipped user, and the test kubelet (device-plugin gRPC over real
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -27,7 +26,6 @@ import yaml
 from kubernetes_asyncio import client
 from prometheus_client import generate_latest
 
-from seedance.core import Bus, BusSettings, ServiceRuntime
 from seedance.events.base import new_event_id
 from seedance.events.slicing import (
     GpuAssignment,
@@ -41,12 +39,12 @@ from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.shares import ProcessSample
 from seedance.node_agent.kube import USER_AGENT, connect
 from seedance.node_agent.rbac import MIG_MANAGER_RULES, RULES
-from seedance.node_agent.service import NodeAgentService
-from seedance.node_agent.settings import NodeAgentSettings
+from seedance.testing.identities import as_user
 from seedance.testing.kube_api import seed
 from seedance.testing.paths import REPO
 from seedance.testing.waits import eventually
-from tests.integration.conftest import shipped_password
+from tests.conftest import serving
+from tests.integration.node_agent.agent import agent_settings, node_agent, slicer_bus
 from tests.integration.node_agent.kubelet import NodeKubelet
 from tests.integration.node_agent.mig_manager import TestMigManager
 from tests.integration.node_agent.test_allocation import (
@@ -107,10 +105,6 @@ class MigNodeNvml:
         return []
 
 
-def shipped(url: str, user: str) -> BusSettings:
-    return BusSettings(url=url, user=user, password=shipped_password(user))
-
-
 @contextlib.asynccontextmanager
 async def mig_node(
     auth_url: str, tmp_path: Path, *, configured: bool
@@ -118,13 +112,9 @@ async def mig_node(
     """A node labelled as the GPU operator labels one where mig-manager runs, the component's
     ConfigMap, the test mig-manager, the test kubelet and the agent; yields them by name."""
     plugin_dir = tempfile.mkdtemp(prefix="mm-")
-    admin = await Bus.connect(shipped(auth_url, "admin"))
-    await admin.ensure_streams()
-    await admin.close()
-    slicer = await Bus.connect(shipped(auth_url, "slicer"))
     nvml = ConstructedNvmlMig(gpus=4)
     try:
-        async with kube_api(tmp_path) as (api, api_client):
+        async with slicer_bus(auth_url) as slicer, kube_api(tmp_path) as (api, api_client):
             core = client.CoreV1Api(api_client)
             await core.patch_node(
                 NODE,
@@ -151,53 +141,44 @@ async def mig_node(
                 NODE, plugin_dir, os.path.join(plugin_dir, "pod-resources.sock"), api_client
             )
             await kubelet.serve()
-            settings = NodeAgentSettings(
-                node_name=NODE,
-                device_plugin_dir=plugin_dir,
-                pod_resources_socket=kubelet.socket,
-                http_port=0,
+            settings = agent_settings(
+                plugin_dir,
+                tmp_path,
+                kubelet.socket,
                 resources=f"nvidia.com/gpu,{MIG_RESOURCE}",
-                kubelet_poll_interval_s=0.05,
-                proc_root=str(tmp_path / "proc"),
                 mig_manager_config=(
                     f"{namespace}/{shipped_cm['metadata']['name']}" if configured else ""
                 ),
                 mig_manager_poll_s=0.05,
                 mig_manager_timeout_s=30.0,
             )
-            runtime = ServiceRuntime("node-agent", shipped(auth_url, "node-agent"), http_port=0)
             # The agent's own client, as main() builds it (its user agent names its calls).
             agent_client = await connect(str(tmp_path / "kubeconfig"))
-            agent = NodeAgentService(
-                runtime,
+            agent, runtime = node_agent(
                 settings,
+                as_user(auth_url, "node-agent"),
                 kube_client=agent_client,
                 nvml=MigNodeNvml(nvml),
-                mig=ReadOnlyMig(nvml),  # type: ignore[arg-type]
+                mig=ReadOnlyMig(nvml),
             )
-            await agent.start()
-            task = asyncio.create_task(agent.run())
             try:
-                yield {
-                    "api": api,
-                    "api_client": api_client,
-                    "core": core,
-                    "slicer": slicer,
-                    "nvml": nvml,
-                    "manager": manager,
-                    "kubelet": kubelet,
-                    "runtime": runtime,
-                    "cm": (namespace, shipped_cm["metadata"]["name"]),
-                }
+                async with serving(agent):
+                    yield {
+                        "api": api,
+                        "api_client": api_client,
+                        "core": core,
+                        "slicer": slicer,
+                        "nvml": nvml,
+                        "manager": manager,
+                        "kubelet": kubelet,
+                        "runtime": runtime,
+                        "cm": (namespace, shipped_cm["metadata"]["name"]),
+                    }
             finally:
-                await agent.stop()
-                await asyncio.wait_for(task, 15)
-                await agent.close()
                 await agent_client.close()
                 await kubelet.stop()
                 await manager.stop()
     finally:
-        await slicer.close()
         shutil.rmtree(plugin_dir, ignore_errors=True)
 
 

@@ -20,7 +20,6 @@ import grpc
 import pytest
 from kubernetes_asyncio import client
 
-from seedance.core import ServiceRuntime
 from seedance.core.bus import BusSettings
 from seedance.events.base import new_event_id
 from seedance.events.codec import decode
@@ -30,12 +29,11 @@ from seedance.events.telemetry import PodShares
 from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.shares import ProcessSample
 from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
-from seedance.node_agent.service import NodeAgentService
-from seedance.node_agent.settings import NodeAgentSettings
 from seedance.testing.kube_api import KubeApiServer
 from seedance.testing.waits import eventually
+from tests.conftest import serving
+from tests.integration.node_agent.agent import agent_settings, node_agent
 from tests.integration.node_agent.test_allocation import (
-    NODE,
     T0,
     TOKEN,
     UUIDS,
@@ -134,29 +132,23 @@ async def agent_on(
     """An agent started against ``api`` and running; stopped and closed after the block. The
     kubelet's pod-resources socket is absent unless ``pod_resources_socket`` names one; the
     agent connects to ``nats_url`` without a user unless ``bus_settings`` say otherwise."""
-    settings = NodeAgentSettings(
-        node_name=NODE,
-        device_plugin_dir=plugin_dir,
-        http_port=0,
-        pod_resources_socket=pod_resources_socket or os.path.join(plugin_dir, "absent.sock"),
+    settings = agent_settings(
+        plugin_dir,
+        tmp_path,
+        pod_resources_socket or os.path.join(plugin_dir, "absent.sock"),
         shares_interval_s=0.1,
         labels_interval_s=0.5,
-        kubelet_poll_interval_s=0.05,
-        proc_root=str(tmp_path / "proc"),
     )
     nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
-    runtime = ServiceRuntime("node-agent", bus_settings or BusSettings(url=nats_url), http_port=0)
-    service = NodeAgentService(
-        runtime,
+    service, runtime = node_agent(
         settings,
+        bus_settings or BusSettings(url=nats_url),
         kube_client=api_client,
         nvml=nvml,
-        mig=mig,  # type: ignore[arg-type]
+        mig=mig,
     )
     registered = len(kubelet.resources)
-    await service.start()
-    task = asyncio.create_task(service.run())
-    try:
+    async with serving(service):
         assert sorted(kubelet.resources[registered:]) == [
             "nvidia.com/gpu",
             "seedance.io/gpu-milli",
@@ -171,10 +163,6 @@ async def agent_on(
             plugin_dir=plugin_dir,
             base=f"http://127.0.0.1:{runtime.http_port}",
         )
-    finally:
-        await service.stop()
-        await asyncio.wait_for(task, 15)
-        await service.close()
 
 
 @contextlib.asynccontextmanager

@@ -132,8 +132,7 @@ def test_a_checkpoint_of_today_round_trips_unchanged(book: PriceBook) -> None:
     assert again.dirty == set()
 
 
-def test_a_checkpoint_written_before_bills_the_free_run_as_adjustments() -> None:
-    book = core.parse_price_book(old.BOOK_TOML)
+def test_a_checkpoint_written_before_bills_the_free_run_as_adjustments(book: PriceBook) -> None:
     led = Ledger.from_bytes((FIXTURES / "checkpoint-2a21cb4.bin").read_bytes(), book)
     # as written: the second run (from +30 min) went unbilled; 3 windows of 5 min, each
     # 83,333 micro GPU-hours (rounded per line)

@@ -10,18 +10,19 @@ import pytest
 
 from seedance.events.jobs import pod_job_id
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.tokens import kube_node_token
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.placement import PlacementBook, PodView
 from seedance.node_agent.deviceplugin.devices import AllocationError
-from tests.unit.node_agent.test_placement import DEVICES, NODE, T0, book, node_token, pod
+from tests.unit.node_agent.test_placement import DEVICES, NODE, T0, book, pod
 
 GPU = "nvidia.com/gpu"
 
 
 def whole(job: str, tenant: str, index: int, pid: str) -> Placement:
     return Placement(
-        id=pid, at=T0, job_id=job, tenant=tenant, node=node_token(NODE), kind=PlacementKind.WHOLE,
-        gpus=[GpuAssignment(index=index, uuid=DEVICES.gpus[index])],
+        id=pid, at=T0, job_id=job, tenant=tenant, node=kube_node_token(NODE),
+        kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=index, uuid=DEVICES.gpus[index])],
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.tokens import kube_node_token
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.confirm import Answered, holders, reconcile
 from seedance.node_agent.core.labels import ContainerDevices
@@ -20,7 +21,6 @@ from seedance.node_agent.core.placement import (
     PlacementBook,
     PodView,
     Refusal,
-    node_token,
 )
 from seedance.node_agent.deviceplugin.devices import AllocationError
 from tests.unit.node_agent.test_placement import pod as claimed
@@ -73,7 +73,7 @@ def placement(uid: str, index: int, pid: str = "") -> Placement:
         at=T0,
         job_id=uid,
         tenant="acme",
-        node=node_token(NODE),
+        node=kube_node_token(NODE),
         kind=PlacementKind.WHOLE,
         gpus=[GpuAssignment(index=index, uuid=DEVICES.gpus[index])],
     )

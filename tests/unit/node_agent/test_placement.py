@@ -18,6 +18,7 @@ from seedance.events.slicing import (
     PlacementKind,
     Preempted,
 )
+from seedance.events.tokens import kube_node_token
 from seedance.node_agent.core.placement import (
     ANNOTATION_PLACEMENT,
     LABEL_POD_GROUP,
@@ -28,7 +29,6 @@ from seedance.node_agent.core.placement import (
     PodView,
     Refusal,
     gang_job_id,
-    node_token,
     placement_of,
     pod_job_id,
     requested_count,
@@ -46,7 +46,7 @@ def placed(
     kind: PlacementKind,
     gpus: list[GpuAssignment],
     pid: str = "p1",
-    node: str = node_token(NODE),
+    node: str = kube_node_token(NODE),
 ) -> Placement:
     return Placement(id=pid, at=T0, job_id=job, tenant="acme", node=node, kind=kind, gpus=gpus)
 
@@ -165,7 +165,7 @@ def test_claims_that_disagree_are_refused(view: PodView, reason: str) -> None:
 
 def test_a_preempted_or_released_job_has_no_placement() -> None:
     for ev in (
-        Preempted(id="x", at=T0, job_id="u1", tenant="acme", node=node_token(NODE)),
+        Preempted(id="x", at=T0, job_id="u1", tenant="acme", node=kube_node_token(NODE)),
         JobReleased(id="y", at=T0, job_id="u1", tenant="acme", outcome=EndOutcome.FINISHED),
     ):
         b = book(WHOLE)
@@ -243,7 +243,7 @@ def test_placements_are_keyed_by_tenant_and_job_and_a_bare_id_is_the_claimed_ten
     # globex's bus job under the bare uid of acme's pod (bound before pods' jobs had a space of
     # their own): the pod runs under its own tenant's placement only, never under globex's.
     theirs = Placement(
-        id="p9", at=T0, job_id="u1", tenant="globex", node=node_token(NODE),
+        id="p9", at=T0, job_id="u1", tenant="globex", node=kube_node_token(NODE),
         kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=1, uuid="GPU-b")],
     )  # fmt: skip
     b = book(WHOLE, theirs)
@@ -307,7 +307,7 @@ def test_the_claim_format_is_the_bridges() -> None:
             "podUid": "u1",
             "jobId": "u1",
             "tenant": "acme",
-            "node": node_token(NODE),
+            "node": kube_node_token(NODE),
             "kind": "whole",
             "gpuModel": "H200",
             "gpus": [
@@ -351,7 +351,7 @@ def test_a_pod_the_bridge_binds_is_found_by_its_uid_and_verifies() -> None:
         at=T0,
         job_id=submitted.job_id,
         tenant=submitted.tenant,
-        node=node_token(NODE),
+        node=kube_node_token(NODE),
         kind=PlacementKind.WHOLE,
         gpus=[GpuAssignment(index=1, uuid="GPU-b")],
     )
@@ -392,7 +392,7 @@ def test_a_gang_the_bridge_binds_verifies_for_its_members_only() -> None:
         at=T0,
         job_id=job.job_id,
         tenant="acme",
-        node=node_token(NODE),
+        node=kube_node_token(NODE),
         kind=PlacementKind.WHOLE,
         gpus=[GpuAssignment(index=0, uuid="GPU-a"), GpuAssignment(index=1, uuid="GPU-b")],
     )

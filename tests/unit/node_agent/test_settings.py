@@ -1,6 +1,6 @@
 """The node agent's settings refuse, naming the variable and the value: a simulated GPU model
 the GPU identity does not know, more simulated GPUs than a node holds, a mig-manager ConfigMap
-that is not <namespace>/<name>, negative waits."""
+that is not <namespace>/<name>, negative waits, a node name that is no subject token."""
 
 from __future__ import annotations
 
@@ -51,3 +51,16 @@ def test_bad_values_are_refused_naming_the_variable(
     with pytest.raises(ValueError, match=f"SEEDANCE_NODE_AGENT_{field}") as caught:
         NodeAgentSettings(node_name="n", **kw)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["gpu 1", "n" * 129, "gpu-1.example>"])
+def test_a_node_name_that_cannot_name_its_subjects_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="SEEDANCE_NODE_AGENT_NODE_NAME") as caught:
+        NodeAgentSettings(node_name=name)
+    assert repr(name) in str(caught.value)
+
+
+def test_a_dotted_node_name_is_accepted_as_kubernetes_names_nodes() -> None:
+    assert NodeAgentSettings(node_name="ip-10-0-0-7.ec2.internal").node_name == (
+        "ip-10-0-0-7.ec2.internal"
+    )

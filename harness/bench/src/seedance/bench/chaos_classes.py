@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seedance.events import nats_config
-
 __all__ = [
     "CLASSES",
     "STAGES",
@@ -38,7 +36,6 @@ __all__ = [
     "ClassOutcome",
     "StageRun",
     "add_class_arguments",
-    "generated_auth",
     "load",
     "register",
     "register_stage",
@@ -88,16 +85,6 @@ STAGES: dict[str, Stage] = {}
 
 #: The modules that register classes and stages (imported by `load`).
 MODULES = ("seedance.bench.chaos_k8s", "seedance.bench.chaos_callout")
-
-
-def generated_auth(tenants: list[str]) -> tuple[str, dict[str, str]]:
-    """A stage's server config, rendered from the catalogue as deploy/auth is (every service,
-    the replayer, ``tenants`` and the operator ``admin``, no callout), and every user's
-    password (fresh)."""
-    static = nats_config.users(tenants, ["admin"], callout=False)
-    passwords = {u.name: nats_config.new_password() for u in static}
-    defs = "".join(f'{nats_config.password_var(n)}: "{p}"\n' for n, p in passwords.items())
-    return defs + nats_config.render(static, source="seedance.bench.chaos_classes"), passwords
 
 
 def register(cls: AttackClass) -> AttackClass:

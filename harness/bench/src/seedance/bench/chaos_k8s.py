@@ -36,17 +36,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from seedance.bench.chaos_classes import (
     AttackClass,
     ClassOutcome,
     StageRun,
-    generated_auth,
     register,
     register_stage,
 )
 from seedance.bench.chaos_hostile import HOSTILE
+from seedance.bench.kube_cluster import (
+    Kube,
+    gpu_node_object,
+    kube_api,
+    namespace_object,
+    start_bridge,
+)
 from seedance.core import Bus, BusSettings
 from seedance.core.kv import ensure_bucket
 from seedance.events import decode, new_event_id
@@ -63,11 +67,9 @@ from seedance.events.permissions import tenant_user_name
 from seedance.events.replicas import DEFAULT_FLEET, replica_set
 from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import inbox_prefix, jobs, routing
-from seedance.testing.kube_api import ADMIN_TOKEN
-from seedance.testing.kube_api.process import KubeApiProcess
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer
-from seedance.testing.waits import eventually, wait_consumer_settled, wait_inventory_known
+from seedance.testing.servers import NatsServer, generated_auth
+from seedance.testing.waits import eventually, wait_consumer_settled
 from seedance.testing.workloads import read_stream
 
 __all__ = ["KubeStage", "forged_pod_job_ids", "rogue_endpoint_slices"]
@@ -88,50 +90,6 @@ tenants:
 """
 
 
-class Kube:
-    """The harness's HTTP client of the test API server (it plays users and controllers)."""
-
-    def __init__(self, url: str, http: aiohttp.ClientSession) -> None:
-        self.url = url
-        self.http = http
-
-    async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        async with self.http.post(self.url + path, json=obj) as r:
-            body: dict[str, Any] = await r.json()
-            if r.status >= 300:
-                raise RuntimeError(f"POST {path}: {r.status} {body.get('message')}")
-            return body
-
-    async def get(self, path: str) -> dict[str, Any] | None:
-        async with self.http.get(self.url + path) as r:
-            if r.status == 404:
-                return None
-            body: dict[str, Any] = await r.json()
-            if r.status >= 300:
-                raise RuntimeError(f"GET {path}: {r.status} {body.get('message')}")
-            return body
-
-    async def pod(self, ns: str, name: str) -> dict[str, Any] | None:
-        return await self.get(f"/api/v1/namespaces/{ns}/pods/{name}")
-
-    async def events(self, ns: str) -> list[dict[str, Any]]:
-        body = await self.get(f"/api/v1/namespaces/{ns}/events")
-        return list((body or {}).get("items") or [])
-
-
-def kubeconfig(url: str) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "chaos", "cluster": {"server": url}}],
-            "users": [{"name": "chaos", "user": {"token": ADMIN_TOKEN}}],
-            "contexts": [{"name": "chaos", "context": {"cluster": "chaos", "user": "chaos"}}],
-            "current-context": "chaos",
-        }
-    )
-
-
 @dataclass
 class KubeStage:
     kube: Kube
@@ -140,30 +98,8 @@ class KubeStage:
     refused: list[str] = field(default_factory=list)
 
 
-def _namespace(name: str, tenant: str | None = None) -> dict[str, Any]:
-    labels = {"seedance.io/tenant": tenant} if tenant else {}
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
-
-
 def _node(name: str, gpus: int) -> dict[str, Any]:
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "nvidia.com/gpu.product": "A100-SXM4-80GB",
-                "nvidia.com/gpu.memory": "81920",
-            },
-        },
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
+    return gpu_node_object(name, gpus=gpus, product="A100-SXM4-80GB", gpu_memory_mib=81920)
 
 
 def _pod(name: str, gpus: int) -> dict[str, Any]:
@@ -187,57 +123,59 @@ def _pod(name: str, gpus: int) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def k8s_stage(logdir: Path, args: argparse.Namespace) -> AsyncIterator[StageRun]:
-    config, passwords = generated_auth([VICTIM, HOSTILE])
+    config, passwords = generated_auth([VICTIM, HOSTILE], source=__name__)
     server = NatsServer(config=config)
     tmp = Path(tempfile.mkdtemp(prefix="chaos-k8s-"))
     (tmp / "quota.yaml").write_text(QUOTA)
-    api = KubeApiProcess(tmp / "kube-api", bookmark_interval_s=5.0)
     procs = ServiceProcesses(server.url, logdir, credentials=passwords)
     run = StageRun(parts=None)
-    buses: list[Bus] = []
     try:
-        url = api.start()
-        (tmp / "kubeconfig").write_text(kubeconfig(url))
-        for name, prefix in (("admin", None), (tenant_user_name(HOSTILE), inbox_prefix(HOSTILE))):
-            settings = BusSettings(
-                url=server.url, user=name, password=passwords[name], name=f"chaos-k8s-{name}",
-            )  # fmt: skip
-            if prefix:
-                settings = dataclasses.replace(settings, inbox_prefix=prefix)
-            buses.append(await Bus.connect(settings))
-        admin, mallory = buses
-        await admin.ensure_streams()
-        async with aiohttp.ClientSession() as http:
-            kube = Kube(url, http)
-            for ns in (
-                _namespace(SYSTEM), _namespace(VICTIM, VICTIM), _namespace(HOSTILE, HOSTILE),
-                _namespace(ROGUE_NS), _namespace(SHARED_NS),
-            ):  # fmt: skip
-                await kube.create("/api/v1/namespaces", ns)
-            await kube.create("/api/v1/nodes", _node(NODE, 2))
-            procs.start(
-                "slicer", replica="chaos", quota_file=str(tmp / "quota.yaml"), batch="50",
-            )  # fmt: skip
-            procs.start(
-                "k8s-bridge", kubeconfig=str(tmp / "kubeconfig"), replica="chaos",
-                lease_namespace=SYSTEM, lease_duration_s="6", lease_renew_s="1",
-                policy_key="", shared_namespaces=SHARED_NS,
-            )  # fmt: skip
-            # The bridge leads once it publishes the node's inventory; the slicer read it.
-            await wait_inventory_known(admin)
-            run.parts = KubeStage(kube, admin, mallory)
-            yield run
+        async with kube_api(tmp) as kube, _clients(server.url, passwords) as (admin, mallory):
+            try:
+                await admin.ensure_streams()
+                procs.start(
+                    "slicer", replica="chaos", quota_file=str(tmp / "quota.yaml"), batch="50",
+                )  # fmt: skip
+                await start_bridge(
+                    kube, procs, admin, replica="chaos", policy_key="",
+                    shared_namespaces=SHARED_NS, nodes=[_node(NODE, 2)],
+                    namespaces=[
+                        namespace_object(VICTIM, VICTIM), namespace_object(HOSTILE, HOSTILE),
+                        namespace_object(ROGUE_NS), namespace_object(SHARED_NS),
+                    ],
+                )  # fmt: skip
+                run.parts = KubeStage(kube, admin, mallory)
+                yield run
+            finally:
+                _stop(procs, run)  # before the API server and the clients go
     finally:
-        for key, proc in procs.procs.items():
-            if proc.poll() is not None:
-                run.exits.append(f"{key} exited {proc.returncode} during the k8s stage")
-        codes = procs.stop_all()
-        run.exits += [f"{k} exited {c}" for k, c in codes.items() if c != 0]
-        for bus in reversed(buses):
-            await bus.close()
-        api.stop()
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def _clients(url: str, passwords: dict[str, str]) -> AsyncIterator[tuple[Bus, Bus]]:
+    """The operator's connection and the hostile tenant's (under its own inbox prefix)."""
+    async with contextlib.AsyncExitStack() as stack:
+        buses = []
+        for name, prefix in (("admin", None), (tenant_user_name(HOSTILE), inbox_prefix(HOSTILE))):
+            settings = BusSettings(
+                url=url, user=name, password=passwords[name], name=f"chaos-k8s-{name}"
+            )
+            if prefix:
+                settings = dataclasses.replace(settings, inbox_prefix=prefix)
+            bus = await Bus.connect(settings)
+            stack.push_async_callback(bus.close)
+            buses.append(bus)
+        yield buses[0], buses[1]
+
+
+def _stop(procs: ServiceProcesses, run: StageRun) -> None:
+    for key, proc in procs.procs.items():
+        if proc.poll() is not None:
+            run.exits.append(f"{key} exited {proc.returncode} during the k8s stage")
+    codes = procs.stop_all()
+    run.exits += [f"{k} exited {c}" for k, c in codes.items() if c != 0]
 
 
 register_stage("k8s", k8s_stage)

@@ -59,7 +59,7 @@ from seedance.core import Bus, BusSettings
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.mapping import InputRejected
 from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica, ledger_inputs
-from seedance.events import DecodeError, Event, decode, nats_config
+from seedance.events import DecodeError, Event, decode
 from seedance.events.cost import CostEntry, PauseRequest
 from seedance.events.dlq import DeadLetter
 from seedance.events.node_permissions import node_user_name
@@ -69,7 +69,7 @@ from seedance.events.subjects import inbox_prefix
 from seedance.events.telemetry import NodeInventory
 from seedance.testing.paths import REPO
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import NatsServer, generated_auth
 from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
 from seedance.testing.workloads import (
     START,
@@ -134,15 +134,6 @@ class Outcome:
                 self.exits.append(key)
 
 
-def _auth(tenants: list[str]) -> tuple[str, dict[str, str]]:
-    """The generated server config for this run and every user's password."""
-    # A node of its own for the compromised node of seedance.bench.chaos_node (issue 27).
-    static = nats_config.users(tenants, ["admin"], callout=False, nodes=(ROGUE_NODE,))
-    passwords = {u.name: nats_config.new_password() for u in static}
-    defs = "".join(f'{nats_config.password_var(n)}: "{p}"\n' for n, p in passwords.items())
-    return defs + nats_config.render(static, source="seedance.bench.chaos_tenants"), passwords
-
-
 async def _connect(url: str, user: str, password: str, error_cb: Any = None, **kw: Any) -> Bus:
     settings = BusSettings(url=url, user=user, password=password, name=f"chaos-{user}", **kw)
     return await Bus.connect(settings, error_cb=error_cb)
@@ -166,7 +157,8 @@ class _Stage:
 
 @contextlib.asynccontextmanager
 async def _stage(logdir: Path, out: Outcome) -> AsyncIterator[_Stage]:
-    config, passwords = _auth([*HONEST, HOSTILE])
+    # A node of its own for the compromised node of seedance.bench.chaos_node (issue 27).
+    config, passwords = generated_auth([*HONEST, HOSTILE], nodes=(ROGUE_NODE,), source=__name__)
     server = NatsServer(config=config)
     tmp = Path(tempfile.mkdtemp(prefix="chaos-tenants-"))
     (tmp / "quota.yaml").write_text(QUOTA)

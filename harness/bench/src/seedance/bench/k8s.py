@@ -47,6 +47,13 @@ from typing import Any
 
 import aiohttp
 
+from seedance.bench.kube_cluster import (
+    Kube,
+    gpu_node_object,
+    kube_api,
+    namespace_object,
+    start_bridge,
+)
 from seedance.core import Bus
 from seedance.events import decode
 from seedance.events.jobs import JobSubmitted
@@ -55,8 +62,6 @@ from seedance.events.subjects import slicing
 from seedance.k8s_bridge.core.kube import k8s_time
 from seedance.k8s_bridge.core.tracker import Publish, Tracker
 from seedance.testing.identities import ADMIN, as_user, password
-from seedance.testing.kube_api import ADMIN_TOKEN
-from seedance.testing.kube_api.process import KubeApiProcess
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import wait_inventory_known
@@ -66,7 +71,6 @@ __all__ = ["main"]
 
 TENANT = "openb"
 NAMESPACE = "openb"
-SYSTEM = "seedance-system"
 #: GPU memory per model, MiB, for the nodes' ``nvidia.com/gpu.memory`` label. The trace's
 #: pods ask for no GPU memory, so these only describe the nodes; G1-G3 are anonymised models.
 GPU_MEMORY_MIB = {"T4": 15360, "P100": 16384, "V100M16": 16384, "V100M32": 32768, "A10": 24576}
@@ -101,31 +105,16 @@ def fleet_slice(
 
 
 def node_object(row: NodeRow) -> dict[str, Any]:
-    """A Node as a kubelet registers it, with GPU feature discovery's labels."""
-    resources = {
-        "cpu": f"{row.cpu_milli}m",
-        "memory": f"{row.memory_mib}Mi",
-        "pods": "1100",
-        "nvidia.com/gpu": str(row.gpu),
-    }
-    mem = GPU_MEMORY_MIB.get(row.model, DEFAULT_GPU_MEMORY_MIB)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": row.sn,
-            "labels": {
-                "kubernetes.io/hostname": row.sn,
-                "nvidia.com/gpu.product": row.model,
-                "nvidia.com/gpu.memory": str(mem),
-            },
-        },
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
+    """A trace node as a kubelet registers it, with GPU feature discovery's labels."""
+    return gpu_node_object(
+        row.sn,
+        gpus=row.gpu,
+        product=row.model,
+        gpu_memory_mib=GPU_MEMORY_MIB.get(row.model, DEFAULT_GPU_MEMORY_MIB),
+        cpu=f"{row.cpu_milli}m",
+        memory=f"{row.memory_mib}Mi",
+        pods=1100,
+    )
 
 
 def pod_object(row: PodRow) -> dict[str, Any]:
@@ -150,11 +139,6 @@ def pod_object(row: PodRow) -> dict[str, Any]:
             ],
         },
     }
-
-
-def namespace_object(name: str, tenant: str | None = None) -> dict[str, Any]:
-    labels = {"seedance.io/tenant": tenant} if tenant else {}
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
 
 
 def gpus_of(row: PodRow) -> int:
@@ -334,25 +318,6 @@ async def _until_decided(decisions: DecisionLog, jobs: set[str], settle_s: float
 # --- the Kubernetes path --------------------------------------------------------------------
 
 
-class Kube:
-    """The bench's own HTTP client of the API server (it plays the users and the kubelet)."""
-
-    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
-        self.url = url
-        self.http = session
-
-    async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        async with self.http.post(self.url + path, json=obj) as r:
-            body: dict[str, Any] = await r.json()
-            if r.status >= 300:
-                raise RuntimeError(f"POST {path}: {r.status} {body.get('message')}")
-            return body
-
-    async def list_rv(self, path: str) -> str:
-        async with self.http.get(self.url + path) as r:
-            return str((await r.json())["metadata"]["resourceVersion"])
-
-
 @dataclass(slots=True)
 class PodWatch:
     created: dict[str, float] = field(default_factory=dict)
@@ -399,64 +364,33 @@ async def watch_pods(kube: Kube, rv: str, watch: PodWatch) -> None:
 async def kube_path(
     workdir: Path, nodes: Sequence[NodeRow], pods: Sequence[PodRow], rate: float, settle_s: float
 ) -> PathResult:
-    api = KubeApiProcess(workdir / "kube-api", bookmark_interval_s=5.0)
-    url = api.start()
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(_kubeconfig(url))
-    try:
-        async with (
-            slicer_stack(workdir, "kube") as (_, procs, bus),
-            aiohttp.ClientSession() as http,
-        ):
-            kube = Kube(url, http)
-            for ns in (namespace_object(SYSTEM), namespace_object(NAMESPACE, TENANT)):
-                await kube.create("/api/v1/namespaces", ns)
-            for node in nodes:
-                await kube.create("/api/v1/nodes", node_object(node))
-            procs.start(
-                "k8s-bridge",
-                kubeconfig=str(kubeconfig),
-                replica="bench-a",
-                lease_namespace=SYSTEM,
-                lease_duration_s="6",
-                lease_renew_s="1",
-            )
-            # The bridge leads once it publishes the nodes' inventory; the slicer has read it.
-            await wait_inventory_known(bus)
-            watch = PodWatch()
-            rv = await kube.list_rv(f"/api/v1/namespaces/{NAMESPACE}/pods")
-            watcher = asyncio.create_task(watch_pods(kube, rv, watch))
-            pacer = Paced(rate)
-            for row in pods:
-                await pacer.tick()
-                await kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(row))
-                watch.created[row.name] = time.monotonic()
-            names = {p.name for p in pods}
-            deadline = time.monotonic() + settle_s
-            while time.monotonic() < deadline and not watch.settled(names):
-                watch.changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watch.changed.wait(), 0.5)
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            return watch.result
-    finally:
-        api.stop()
-
-
-def _kubeconfig(url: str) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "bench", "cluster": {"server": url}}],
-            # the test API server's admin: it refuses a token it does not know (401)
-            "users": [{"name": "bench", "user": {"token": ADMIN_TOKEN}}],
-            "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-            "current-context": "bench",
-        }
-    )
+    async with kube_api(workdir) as kube, slicer_stack(workdir, "kube") as (_, procs, bus):
+        await start_bridge(
+            kube,
+            procs,
+            bus,
+            namespaces=[namespace_object(NAMESPACE, TENANT)],
+            nodes=[node_object(node) for node in nodes],
+            replica="bench-a",
+        )
+        watch = PodWatch()
+        rv = await kube.list_rv(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        watcher = asyncio.create_task(watch_pods(kube, rv, watch))
+        pacer = Paced(rate)
+        for row in pods:
+            await pacer.tick()
+            await kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(row))
+            watch.created[row.name] = time.monotonic()
+        names = {p.name for p in pods}
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline and not watch.settled(names):
+            watch.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watch.changed.wait(), 0.5)
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        return watch.result
 
 
 # --- main -----------------------------------------------------------------------------------

@@ -16,13 +16,20 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from seedance.testing.paths import REPO
 
-__all__ = ["NatsServer", "nats_server_binary", "pinned_nats_version", "shipped_auth_server"]
+__all__ = [
+    "NatsServer",
+    "auth_server",
+    "generated_auth",
+    "nats_server_binary",
+    "pinned_nats_version",
+    "shipped_auth_server",
+]
 
 SHIPPED_AUTH = REPO / "deploy" / "auth" / "nats-auth.conf"
 #: The digest `make install` checks the binary against, with the version it is of.
@@ -116,6 +123,12 @@ class NatsServer:
             conns: list[dict[str, Any]] = json.loads(reply.read()).get("connections") or []
         return conns
 
+    def __enter__(self) -> NatsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -132,11 +145,52 @@ _USER = re.compile(r'user:\s*"(?P<user>[^"]+)"\s*\n\s*password:\s*\$(?P<var>[A-Z
 
 
 def shipped_users(text: str) -> dict[str, str]:
-    """User name -> password variable, as the shipped block declares them."""
+    """User name -> password variable, as a rendered block declares them."""
     found = {m["user"]: m["var"] for m in _USER.finditer(text)}
     if not found:
-        raise RuntimeError("no `user:` / `password: $VAR` pairs in the shipped auth block")
+        raise RuntimeError("no `user:` / `password: $VAR` pairs in the auth block")
     return found
+
+
+def auth_server(
+    text: str,
+    password: Callable[[str], str],
+    *,
+    issuer: Any = None,
+    store: Path | None = None,
+    port: int = -1,
+    detach: bool = False,
+    monitor: bool = False,
+) -> NatsServer:
+    """A server running the authorization block ``text`` as `seedance.events.nats_config`
+    renders it (the shipped file, another ``AuthChoices``' render, an older shipped config),
+    with every user's password variable defined as ``password(user)`` and the auth callout's
+    issuer key (``issuer``, an nkeys account key pair whose seed signs the callout's answers;
+    a fresh one by default). The definitions go in front of the block, as compose and
+    Kubernetes give them in the environment (the issuer's only where the block has a callout).
+    ``store``, ``port``, ``detach`` and ``monitor`` are `NatsServer`'s."""
+    from seedance.core.auth_callout import new_issuer
+    from seedance.events.nats_config import CALLOUT_ISSUER_VAR
+
+    defs = "".join(f'{var}: "{password(user)}"\n' for user, var in shipped_users(text).items())
+    if f"${CALLOUT_ISSUER_VAR}" in text:  # a variable the block never reads fails the start
+        defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
+    return NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
+
+
+def generated_auth(
+    tenants: Iterable[str], *, nodes: Iterable[str] = (), source: str
+) -> tuple[str, dict[str, str]]:
+    """A run's own server config, rendered from the catalogue as deploy/auth is (every service,
+    ``tenants``, the operator ``admin``, a ``node-<node>`` user per one of ``nodes``, no
+    callout), with its passwords defined in front (fresh ones), and every user's password.
+    ``source`` names the bench or harness in the block's header."""
+    from seedance.events import nats_config
+
+    static = nats_config.users(tenants, ["admin"], callout=False, nodes=nodes)
+    passwords = {u.name: nats_config.new_password() for u in static}
+    defs = "".join(f'{nats_config.password_var(n)}: "{p}"\n' for n, p in passwords.items())
+    return defs + nats_config.render(static, source=source), passwords
 
 
 def shipped_auth_server(
@@ -154,15 +208,15 @@ def shipped_auth_server(
     The users and their variables are read from the shipped file itself, not re-derived from
     ``deploy/auth/users.yaml`` through the generator: what the server is given is then exactly
     what it reads, and a library does not import the ``tools/`` scripts. (That the shipped file
-    matches a fresh render is the generator's own ``--check``, tested elsewhere.) ``store``,
-    ``port`` and ``detach`` are ``NatsServer``'s; ``issuer`` (an nkeys account key pair) is
-    the auth callout's, for a caller that runs the callout (its seed signs the answers);
-    ``monitor`` serves the monitoring endpoint (``NatsServer.connections``).
+    matches a fresh render is the generator's own ``--check``, tested elsewhere.) The rest is
+    `auth_server`'s.
     """
-    from seedance.core.auth_callout import new_issuer
-    from seedance.events.nats_config import CALLOUT_ISSUER_VAR
-
-    text = SHIPPED_AUTH.read_text()
-    defs = "".join(f'{var}: "{password(user)}"\n' for user, var in shipped_users(text).items())
-    defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
-    return NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
+    return auth_server(
+        SHIPPED_AUTH.read_text(),
+        password,
+        issuer=issuer,
+        store=store,
+        port=port,
+        detach=detach,
+        monitor=monitor,
+    )

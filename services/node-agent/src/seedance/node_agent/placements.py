@@ -20,7 +20,8 @@ from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.events.codec import DecodeError, decode
 from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import replica_consumer
-from seedance.node_agent.core.placement import PlacementBook, node_token
+from seedance.events.tokens import kube_node_token
+from seedance.node_agent.core.placement import PlacementBook
 
 __all__ = ["PlacementFeed"]
 
@@ -43,7 +44,7 @@ class PlacementFeed:
         self.on_end: Callable[[str, str], None] | None = None
         self.seq = 0
         self._bus = bus
-        self._replica = node_token(node).replace(":", "-")
+        self._replica = kube_node_token(node).replace(":", "-")
         self._batch = batch
         self._reader: PullReader | None = None
         # The replay: messages the consumer held for this reader when it was bound, and how

@@ -37,10 +37,11 @@ from seedance.core.logs import get_logger
 from seedance.events.codec import DecodeError, decode
 from seedance.events.slicing import MigLayoutPlan
 from seedance.events.subjects import slicing, telemetry
+from seedance.events.tokens import kube_node_token
 from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.labels import ContainerDevices
-from seedance.node_agent.core.placement import NodeDevices, Refusal, node_token
+from seedance.node_agent.core.placement import NodeDevices, Refusal
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import ProcessSample, ShareAccumulator, pod_shares
 from seedance.node_agent.core.simulated import SimulatedGpus, parse_mig_layout
@@ -219,7 +220,7 @@ class NodeAgentService:
         )
         await self._watch.check()  # registers now if the kubelet is there; else when it is
         self._sub = await self._rt.bus.nc.subscribe(
-            slicing.mig_plan(node_token(self._s.node_name)), cb=self._on_mig_plan
+            slicing.mig_plan(kube_node_token(self._s.node_name)), cb=self._on_mig_plan
         )
         # Plans are core messages: one sent before the server has this SUB is not seen, so
         # start returns only once the server has it (nats-py's subscribe does not wait).
@@ -361,7 +362,7 @@ class NodeAgentService:
         """Each window: every GPU's per-pod shares to the metrics and, as one
         ``gpu.pod_share.v1`` of the node, to the bus (the ledger bills shared GPUs by it)."""
         start = self._clock.now()
-        node = node_token(self._s.node_name)
+        node = kube_node_token(self._s.node_name)
         for index in self._devices.gpus:  # the first window's periods start with it
             self._shares.setdefault(index, ShareAccumulator(self._now_us()))
         while True:

@@ -8,7 +8,7 @@ import re
 import msgspec
 
 from seedance.events.gpus import identify
-from seedance.events.tokens import check_token
+from seedance.events.tokens import InvalidToken, check_token, kube_node_token
 from seedance.node_agent.core.simulated import parse_mig_layout
 
 __all__ = ["NodeAgentSettings"]
@@ -87,6 +87,10 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if not self.node_name:
             raise ValueError("SEEDANCE_NODE_AGENT_NODE_NAME must name this node")
+        try:  # its subjects and its NATS user (node-<token>) are named by its token
+            kube_node_token(self.node_name)
+        except InvalidToken as exc:
+            raise ValueError(f"SEEDANCE_NODE_AGENT_NODE_NAME={self.node_name!r}: {exc}") from None
         if min(self.labels_interval_s, self.shares_interval_s, self.kubelet_poll_interval_s) <= 0:
             raise ValueError("SEEDANCE_NODE_AGENT_*_INTERVAL_S must be above 0")
         if self.placement_wait_s < 0:

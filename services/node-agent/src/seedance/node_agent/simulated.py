@@ -22,7 +22,7 @@ from seedance.core.clock import Clock
 from seedance.core.logs import get_logger
 from seedance.events.slicing import Placement
 from seedance.events.subjects import telemetry
-from seedance.node_agent.core.placement import node_token
+from seedance.events.tokens import kube_node_token
 from seedance.node_agent.core.simulated import SimulatedGpus
 from seedance.node_agent.kube import ThisNode, node_cpu_memory
 from seedance.node_agent.metrics import NodeAgentMetrics
@@ -61,7 +61,7 @@ class SimulatedTelemetry:
         self._metrics = metrics
         self._sample_s = sample_interval_s
         self._inventory_s = inventory_interval_s
-        token = node_token(gpus.node)
+        token = kube_node_token(gpus.node)
         self._inventory_subject = telemetry.inventory(token)
         self._sample_subject = telemetry.sample(token)
 

@@ -43,20 +43,15 @@ __all__ = [
     "gang_job_id",
     "k8s_time",
     "node_name",
-    "node_token",
     "parse_annotation",
     "placement_annotation",
     "scheduled_condition",
 ]
 
 
-def node_token(name: str) -> str:
-    """A node name as a subject token: Kubernetes node names may hold dots, tokens may not,
-    and ``:`` (allowed in tokens) never occurs in a node name, so the mapping is reversible."""
-    return name.replace(".", ":")
-
-
 def node_name(token: str) -> str:
+    """The Kubernetes node name of a subject token (``seedance.events.tokens.kube_node_token``
+    the other way)."""
     return token.replace(":", ".")
 
 

@@ -40,8 +40,8 @@ import msgspec
 from seedance.events.base import derived_event_id
 from seedance.events.gpus import identify
 from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
+from seedance.events.tokens import kube_node_token
 from seedance.k8s_bridge.core import keys
-from seedance.k8s_bridge.core.kube import node_token
 from seedance.k8s_bridge.core.quantity import parse_quantity, to_mib, to_milli
 
 __all__ = ["DRAINING_TAINTS", "node_inventory", "node_state", "node_usable", "same_inventory"]
@@ -122,7 +122,7 @@ def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeIn
     ]
     cpu = to_milli(parse_quantity(_resource(status, keys.RES_CPU))) if described else 0
     memory = to_mib(parse_quantity(_resource(status, keys.RES_MEMORY))) if described else 0
-    name = node_token(str(md.get("name", "")))
+    name = kube_node_token(str(md.get("name", "")))
     body = NodeInventory(
         id="",
         at=at,

@@ -41,6 +41,7 @@ from seedance.events.slicing import (
     PlacementKind,
     Preempted,
 )
+from seedance.events.tokens import kube_node_token
 
 __all__ = [
     "ANNOTATION_PLACEMENT",
@@ -59,7 +60,6 @@ __all__ = [
     "PodView",
     "Refusal",
     "gang_job_id",
-    "node_token",
     "parse_claim",
     "placement_of",
     "pod_job_id",
@@ -96,11 +96,6 @@ def _job_ids(job_id: str) -> tuple[str, str]:
     """A pod's (or group's) job id, and the one the bridge gave it before pods' jobs had a space
     of their own (the bare uid, the bare derived id): a pod bound then keeps it until it ends."""
     return job_id, job_id.removeprefix(K8S_JOB_PREFIX)
-
-
-def node_token(name: str) -> str:
-    """A Kubernetes node name as the slicer's node token (the bridge's mapping: ``.`` -> ``:``)."""
-    return name.replace(".", ":")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,7 +171,7 @@ class PlacementBook:
     else). A job id alone names nothing: two tenants may use one (a tenant picks its own)."""
 
     def __init__(self, node: str) -> None:
-        self._node = node_token(node)
+        self._node = kube_node_token(node)
         self._by_job: dict[tuple[str, str], Placement] = {}
 
     def apply(self, ev: Placement | Preempted | JobReleased) -> tuple[str, str] | None:
@@ -300,7 +295,7 @@ def placement_of(pod: PodView, book: PlacementBook) -> Placement | Refusal:
 def _check_identity(pod: PodView, claim: Claim, node: str, placed: Placement) -> str | None:
     if claim.pod_uid != pod.uid:
         return f"annotation names pod {claim.pod_uid}, this pod is {pod.uid}"
-    if claim.node != node_token(node) or pod.node_name != node:
+    if claim.node != kube_node_token(node) or pod.node_name != node:
         return f"annotation names node {claim.node}, this node is {node}"
     if claim.job_id != placed.job_id:
         return f"annotation names job {claim.job_id}, the slicer placed this pod as {placed.job_id}"

@@ -33,8 +33,9 @@ from seedance.events.base import derived_event_id
 from seedance.events.gpus import identify
 from seedance.events.slicing import Placement, PlacementKind
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
+from seedance.events.tokens import kube_node_token
 from seedance.node_agent.core.mig import MigInstance
-from seedance.node_agent.core.placement import NodeDevices, node_token
+from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.shares import ProcessSample
 
 __all__ = [
@@ -179,7 +180,7 @@ class SimulatedGpus:
         """The node's inventory at ``at``; its id is derived from the node and the time, so a
         retried publish of the same one is dropped."""
         ms = int(at.timestamp() * 1000)
-        token = node_token(self.node)
+        token = kube_node_token(self.node)
         return NodeInventory(
             id=derived_event_id(f"simulated-inventory:{token}:{ms}", "inventory", ms),
             at=at,
@@ -217,7 +218,7 @@ class SimulatedGpus:
                     milli[g.index] += 1000
                     mem[g.index] += total
         ms = int(at.timestamp() * 1000)
-        token = node_token(self.node)
+        token = kube_node_token(self.node)
         devices = self.devices().gpus
         return GpuSampleBatch(
             id=derived_event_id(f"simulated-sample:{token}:{ms}", "sample", ms),
