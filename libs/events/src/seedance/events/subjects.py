@@ -186,6 +186,7 @@ class slicing:
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
     MIG_PLANS = f"{ROOT}.slicing.node.*.mig_plan"
+    CAPACITY = f"{ROOT}.slicing.pool.*.capacity"
     UNSCHEDULABLE = f"{ROOT}.slicing.*.unschedulable"
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
@@ -535,6 +536,9 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             slicing.REJECTIONS,
             slicing.RELEASES,
         ),
+        # ... and follows the capacity plans: the nodes consolidation holds empty are cordoned
+        # and tainted for the cluster's autoscaler to remove, and lifted once not held.
+        _c("k8s-bridge-capacity", "SEEDANCE_SLICING", slicing.CAPACITY),
         # Each node agent rebuilds its node's book of the slicer's placements at every start
         # by reading the trusted decisions from the ledger's merged input (tenants cannot read
         # it, so per-node reader names are safe there): ``node-agent-in-<node>``, no acks.
