@@ -338,6 +338,10 @@ class TenantSubject:
 #: Subjects of a tenant family that belong to no tenant (the slicer's per-node MIG plans, the
 #: fleet's allocation requests).
 _NODE_SUBJECTS = {"slicing": "node", "api": api.FLEET}
+#: A pool's subjects of a tenant family, by (family, third token): their last token, the
+#: only one allowed (``seedance.slicing.pool.<pool>.capacity``; five tokens, so no tenant's
+#: four-token subject is taken for one, a tenant named ``pool`` included).
+_POOL_SUBJECTS = {("slicing", "pool"): "capacity"}
 
 
 def parse_tenant_subject(subject: str) -> TenantSubject | None:
@@ -352,6 +356,8 @@ def parse_tenant_subject(subject: str) -> TenantSubject | None:
         return None
     family = parts[1]
     if len(parts) > 2 and _NODE_SUBJECTS.get(family) == parts[2]:
+        return None
+    if len(parts) == 5 and _POOL_SUBJECTS.get((family, parts[2])) == parts[4]:
         return None
     if len(parts) != 4:
         raise SubjectShapeError(

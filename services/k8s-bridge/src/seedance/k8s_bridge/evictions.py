@@ -64,7 +64,8 @@ class Evictions:
         except ApiStatus as exc:
             if exc.code == 429:
                 self._metrics.evictions_blocked_total.inc()
-                return self._later(a, "blocked", exc.message, tell=True)
+                why = "; ".join((exc.message, *exc.causes))
+                return self._later(a, "blocked", why, tell=True)
             if exc.code in _RETRY_CODES:
                 return self._later(a, "retry", str(exc))
             # 404: gone; 409: the uid precondition (another pod by that name): nothing to do.

@@ -80,13 +80,15 @@ _decode = msgspec.json.Decoder()
 
 
 class ApiStatus(Exception):
-    """The API server answered with an error status."""
+    """The API server answered with an error status (``causes``: its ``details.causes``'
+    messages, e.g. which PodDisruptionBudget refused an eviction)."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, causes: tuple[str, ...] = ()) -> None:
         super().__init__(f"{code} {reason}: {message}")
         self.code = code
         self.reason = reason
         self.message = message
+        self.causes = causes
 
 
 class ApiUnavailable(Exception):
@@ -123,7 +125,14 @@ async def _json(call: Any) -> Json:
         resp.release()
     body = _body(data)
     if resp.status >= 400:
-        raise ApiStatus(resp.status, str(body.get("reason", "")), str(body.get("message", "")))
+        details = body.get("details")
+        causes = details.get("causes") if isinstance(details, dict) else None
+        raise ApiStatus(
+            resp.status,
+            str(body.get("reason", "")),
+            str(body.get("message", "")),
+            tuple(str(c.get("message", "")) for c in causes or [] if isinstance(c, dict)),
+        )
     return body
 
 
