@@ -193,6 +193,9 @@ class slicing:
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
     #: Where a job starts and stops holding GPUs (what the ledger and the node agents follow).
     HOLDS = (PLACEMENTS, PREEMPTIONS, RELEASES)
+    #: What the Kubernetes bridge acts on: it binds placements, shows waits and refusals on
+    #: the pod, evicts or deletes preempted pods (releases confirm the ends it reported).
+    POD_DECISIONS = (PLACEMENTS, UNSCHEDULABLE, PREEMPTIONS, REJECTIONS, RELEASES)
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
@@ -336,11 +339,8 @@ class TenantSubject:
 
 
 #: Subjects of a tenant family that belong to no tenant (the slicer's per-node MIG plans, the
-#: fleet's allocation requests).
+#: fleet's allocation requests; five-token pool capacity plans, whose last token must match).
 _NODE_SUBJECTS = {"slicing": "node", "api": api.FLEET}
-#: A pool's subjects of a tenant family, by (family, third token): their last token, the
-#: only one allowed (``seedance.slicing.pool.<pool>.capacity``; five tokens, so no tenant's
-#: four-token subject is taken for one, a tenant named ``pool`` included).
 _POOL_SUBJECTS = {("slicing", "pool"): "capacity"}
 
 
@@ -531,19 +531,9 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         ConsumerSpec("ledger-in", "SEEDANCE_LEDGER_IN", (), acked=False, inactive_s=3600.0),
         # The replayed fleet follows the slicer's decisions: placements, preemptions, releases.
         _c("collector-placements", "SEEDANCE_SLICING", *slicing.HOLDS),
-        # The Kubernetes bridge acts on every decision about a pod: binds placements, shows
-        # waits and refusals on the pod, deletes preempted pods (releases confirm its ends).
-        _c(
-            "k8s-bridge-decisions",
-            "SEEDANCE_SLICING",
-            slicing.PLACEMENTS,
-            slicing.UNSCHEDULABLE,
-            slicing.PREEMPTIONS,
-            slicing.REJECTIONS,
-            slicing.RELEASES,
-        ),
-        # ... and follows the capacity plans: the nodes consolidation holds empty are cordoned
-        # and tainted for the cluster's autoscaler to remove, and lifted once not held.
+        # The Kubernetes bridge acts on every decision about a pod (`slicing.POD_DECISIONS`),
+        # and cordons + taints the nodes the capacity plans say are held empty (issue 30).
+        _c("k8s-bridge-decisions", "SEEDANCE_SLICING", *slicing.POD_DECISIONS),
         _c("k8s-bridge-capacity", "SEEDANCE_SLICING", slicing.CAPACITY),
         # Each node agent rebuilds its node's book of the slicer's placements at every start
         # by reading the trusted decisions from the ledger's merged input (tenants cannot read
