@@ -6,6 +6,7 @@ from __future__ import annotations
 from seedance.events import new_event_id
 from seedance.events.slicing import Preempted
 from seedance.k8s_bridge.core.actions import DeletePod, EvictPod, PostEvent
+from seedance.k8s_bridge.evictions import MAX_EVICT_RETRY_S, PodRefRetry
 from tests.unit.k8s_bridge.pods import pod
 from tests.unit.k8s_bridge.test_tracker import T0, _bound, of, tracker
 
@@ -35,3 +36,12 @@ def test_a_priority_preemption_still_deletes() -> None:
     actions = t.decision(preempted(_bound(t, p, T0), "priority"), T0)
     assert of(actions, EvictPod) == []
     assert len(of(actions, DeletePod)) == 1
+
+
+def test_a_blocked_eviction_backs_off_and_its_tries_span_the_slicers_hold() -> None:
+    blocked = PodRefRetry("u", "pdb", 5.0, backoff=True)
+    waits = [blocked.after(n) for n in range(1, 10)]  # max_deliver 10: nine waits between
+    assert waits[:5] == [5.0, 10.0, 20.0, 40.0, 80.0]
+    assert max(waits) == MAX_EVICT_RETRY_S
+    assert sum(waits) >= 600.0  # the slicer's default hold of an emptied node
+    assert PodRefRetry("u", "503", 5.0).after(7) == 5.0  # no answer: no backoff

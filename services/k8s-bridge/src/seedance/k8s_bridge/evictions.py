@@ -4,10 +4,11 @@ A consolidation move is voluntary (the slicer empties a node so the fleet can re
 its pod goes the way ``kubectl drain`` and the autoscalers take pods off a node: ``POST
 pods/{name}/eviction`` (policy/v1), which the API server refuses with 429 while one of the
 pod's PodDisruptionBudgets allows no disruption. Then the pod stays where it is, a warning
-Event on it says why, and the slicer's decision is redelivered after ``evict_retry_s`` so the
-eviction is tried again (``kubectl drain`` retries the same way) until the budget allows it or
-the decisions consumer's ``max_deliver`` runs out (dead-lettered with the reason; the pod is
-left running). A priority or quota preemption is not voluntary and stays a deletion.
+Event on it says why, and the slicer's decision is redelivered after ``evict_retry_s``, doubled
+at each try up to `MAX_EVICT_RETRY_S`, so the eviction is tried again (``kubectl drain`` retries
+the same way) until the budget allows it or the decisions consumer's ``max_deliver`` runs out
+(dead-lettered with the reason; the pod is left running). A priority or quota preemption is
+not voluntary and stays a deletion.
 
 Owns `PodRefRetry` (a write to try again, with its delay) and the eviction call's outcomes;
 must not decide which pod is evicted (the tracker's notices do).
@@ -24,7 +25,7 @@ from seedance.k8s_bridge.core.actions import Action, EvictPod
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
 
-__all__ = ["Evictions", "PodRefRetry"]
+__all__ = ["MAX_EVICT_RETRY_S", "Evictions", "PodRefRetry"]
 
 log = get_logger(__name__)
 
@@ -32,14 +33,28 @@ log = get_logger(__name__)
 _RETRY_CODES = frozenset({500, 502, 503, 504})
 
 
+#: The longest wait between two tries of a refused eviction: with the decisions consumer's
+#: ``max_deliver`` (10) and ``evict_retry_s`` 5, the tries span about 10 minutes, the slicer's
+#: default hold of an emptied node (a PDB refusal usually lasts until a replica is ready).
+MAX_EVICT_RETRY_S = 120.0
+
+
 @dataclasses.dataclass(frozen=True)
 class PodRefRetry:
     """A write about pod ``uid`` that failed for now; its decision is redelivered after
-    ``delay_s`` (0: the caller's default)."""
+    ``delay_s`` (0: the caller's default), doubled at each delivery when ``backoff``."""
 
     uid: str
     why: str
     delay_s: float = 0.0
+    backoff: bool = False
+
+    def after(self, delivered: int) -> float:
+        """The wait before the next try, the decision having been delivered ``delivered``
+        times."""
+        if not self.backoff:
+            return self.delay_s
+        return min(self.delay_s * 2 ** max(0, delivered - 1), MAX_EVICT_RETRY_S)
 
 
 class Evictions:
@@ -88,4 +103,4 @@ class Evictions:
         if tell:
             now = self._clock.now()
             follow.append(notices.eviction_refused(a.ref, why, a.decision_id, now, self._instance))
-        return follow, [PodRefRetry(a.ref.uid, why, self._retry_s)]
+        return follow, [PodRefRetry(a.ref.uid, why, self._retry_s, backoff=outcome == "blocked")]

@@ -539,10 +539,8 @@ class BridgeService(Lifecycle):
         for r in retry:
             at = origin.get(r.uid)
             if at is not None:
-                outcomes[at] = RetryableError(
-                    f"write failed for now: {r.why}",
-                    delay_s=r.delay_s or self._settings.bind_retry_s,
-                )
+                delay_s = r.after(ds[at].num_delivered) or self._settings.bind_retry_s
+                outcomes[at] = RetryableError(f"write failed for now: {r.why}", delay_s=delay_s)
         return outcomes
 
     def _refuse_foreign(self, ev: Any) -> None:
