@@ -76,14 +76,16 @@ def marked(node: client.V1Node) -> bool:
 
 @asynccontextmanager
 async def consolidating(
-    env: Env, pdb: dict[str, Any] | None = None
+    env: Env, pdb: dict[str, Any] | None = None, hold_s: float = 2.0
 ) -> AsyncIterator[tuple[SlicerService, BridgeService, str, str]]:
     """Node A runs an unmovable filler and a movable mover (Ready, labelled ``app=mover``);
     node B runs a 3-GPU job and has one GPU free. The filler's end lets the slicer drain A."""
     a, b = f"gpu-a-{env.unique}", f"gpu-b-{env.unique}"
     gpu_node(env.kube, a, gpus=4)
     async with (
-        slicer(env.nats_url, env.unique, consolidate_interval_s=1e-6, consolidate_hold_s=2.0) as s,
+        slicer(
+            env.nats_url, env.unique, consolidate_interval_s=1e-6, consolidate_hold_s=hold_s
+        ) as s,
         bridge(
             env.kube, env.nats_url, env.unique, env.tmp_path, cluster=f"c-{env.unique}",
             evict_retry_s=0.3,
@@ -197,3 +199,44 @@ async def test_a_pdb_blocks_a_move_until_it_allows_one(env: Env) -> None:
             return "mover" not in {p.metadata.name for p in pods.items}
 
         await until(evicted)
+
+
+async def test_a_new_leader_reads_the_marks_from_the_nodes_and_gives_the_node_back(
+    env: Env,
+) -> None:
+    """The mark is the record: the bridge that cordoned A stops, a standby takes the lead with
+    nothing but the Nodes to go on, and lifts A's mark when the slicer takes A back."""
+    # A hold long enough for the hand-over (the lease lapses in 1.5 s) to come first.
+    async with consolidating(env, hold_s=8.0) as (s, first, a, _b):
+
+        async def a_marked() -> bool:
+            return marked(await env.core.read_node(a))
+
+        await until(a_marked)
+        until_s = s.scheduler._moves.drained[a]
+        async with bridge(
+            env.kube, env.nats_url, env.unique, env.tmp_path, replica="b",
+            cluster=f"c-{env.unique}",
+        ) as second:  # fmt: skip
+            await first.stop()  # its lease lapses; the standby takes over
+
+            async def second_leads_with_the_mark() -> bool:
+                release = second.release
+                return bool(
+                    second.leading and release and release.marks and a in release.marks.marked
+                )
+
+            await until(second_leads_with_the_mark)
+
+            async def hold_over() -> bool:
+                return time.time() > until_s
+
+            await until(hold_over, 10)
+            await env.create_pod("late")
+
+            async def a_given_back() -> bool:
+                n = await env.core.read_node(a)
+                return not marked(n) and not n.spec.unschedulable
+
+            await until(a_given_back)
+            assert second.metrics.nodes_marked._value.get() == 0
