@@ -122,6 +122,12 @@ def test_subject_tenant_and_node_subjects_cannot_collide() -> None:
     plan = slicing.mig_plan("placement")
     assert subject_tenant(plan) is None
     assert len(plan.split(".")) != len(slicing.PLACEMENTS.split("."))
+    # A pool's capacity plans belong to no tenant, and only they: a tenant named "pool" keeps
+    # its own subjects, and another kind under a pool is refused.
+    assert owner_of(slicing.capacity("placement"), None) is None
+    assert subject_tenant(slicing.subject("pool", "placement")) == "pool"
+    with pytest.raises(SubjectShapeError, match="5 tokens"):
+        owner_of("seedance.slicing.pool.p1.placement", None)
 
 
 def test_subjects_and_catalogue() -> None:

@@ -173,3 +173,21 @@ def test_arrivals_past_a_start_up_raise_the_headroom_and_the_need_at_the_horizon
     assert after.gpus_in_use == 0
     assert after.nodes_busy == 0
     assert after.nodes_needed_at_horizon <= after.nodes_needed
+
+
+def test_the_plan_names_the_nodes_held_empty_until_their_hold_lapses() -> None:
+    """What the Kubernetes bridge cordons: the drained nodes by name, in their pool's plan,
+    and no longer once the slicer takes the node back."""
+    s = light_fleet(movable=True)
+    (plan,) = plans(s.consolidate(100.0)).values()
+    assert plan.drained_nodes == ("n2",)  # type: ignore[attr-defined]
+    (plan,) = plans(s.consolidate(700.0)).values()
+    assert plan.drained_nodes == ()  # type: ignore[attr-defined]
+
+
+def test_a_removed_drained_node_leaves_the_plan() -> None:
+    s = light_fleet(movable=True)
+    s.consolidate(100.0)
+    s.upsert_node(node("n2", state="removed"), 200.0)
+    (plan,) = plans(s.consolidate(300.0)).values()
+    assert plan.drained_nodes == ()  # type: ignore[attr-defined]

@@ -221,7 +221,7 @@ IDENTITIES: dict[str, Declaration] = {
         Declaration(
             "k8s-bridge",
             publishes=("observed", "telemetry"),
-            consumes=("k8s-bridge-decisions",),
+            consumes=("k8s-bridge-decisions", "k8s-bridge-capacity"),
             buckets=("seedance-k8s-bridge-jobs", subjects.routing.REPLICAS_BUCKET),
         ),
         # One per GPU node: reads the slicer's placements (to verify what a pod claims) and

@@ -225,7 +225,9 @@ class CapacityPlan(Event, frozen=True, kw_only=True, tag="slice.capacity_plan.v1
     = ⌈(in use + waiting + headroom) / ``gpus_per_node``⌉; ``nodes_needed_at_horizon`` adds the
     forecast net growth over ``horizon_s``. ``releasable_nodes``: empty nodes beyond both the
     need and the busy nodes (what an autoscaler may remove now); ``nodes_short``: ready nodes
-    missing for the need now."""
+    missing for the need now. ``drained_nodes``: the nodes of this pool consolidation holds
+    empty now, by name (sorted; a node leaves the list when its hold lapses or it is removed):
+    the Kubernetes bridge cordons and taints these and lifts both once a node is not listed."""
 
     pool: Name
     gpu_model: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -242,6 +244,10 @@ class CapacityPlan(Event, frozen=True, kw_only=True, tag="slice.capacity_plan.v1
     nodes_needed_at_horizon: int
     releasable_nodes: int
     nodes_short: int
+    #: A field added in v1 with a default: a plan without it names no held node.
+    drained_nodes: Annotated[list[Name], msgspec.Meta(max_length=4096)] = msgspec.field(
+        default_factory=list
+    )
 
 
 SlicingEvent = (

@@ -186,12 +186,16 @@ class slicing:
     ALL = f"{ROOT}.slicing.>"
     PLACEMENTS = f"{ROOT}.slicing.*.placement"
     MIG_PLANS = f"{ROOT}.slicing.node.*.mig_plan"
+    CAPACITY = f"{ROOT}.slicing.pool.*.capacity"
     UNSCHEDULABLE = f"{ROOT}.slicing.*.unschedulable"
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
     #: Where a job starts and stops holding GPUs (what the ledger and the node agents follow).
     HOLDS = (PLACEMENTS, PREEMPTIONS, RELEASES)
+    #: What the Kubernetes bridge acts on: it binds placements, shows waits and refusals on
+    #: the pod, evicts or deletes preempted pods (releases confirm the ends it reported).
+    POD_DECISIONS = (PLACEMENTS, UNSCHEDULABLE, PREEMPTIONS, REJECTIONS, RELEASES)
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
@@ -335,8 +339,9 @@ class TenantSubject:
 
 
 #: Subjects of a tenant family that belong to no tenant (the slicer's per-node MIG plans, the
-#: fleet's allocation requests).
+#: fleet's allocation requests; five-token pool capacity plans, whose last token must match).
 _NODE_SUBJECTS = {"slicing": "node", "api": api.FLEET}
+_POOL_SUBJECTS = {("slicing", "pool"): "capacity"}
 
 
 def parse_tenant_subject(subject: str) -> TenantSubject | None:
@@ -351,6 +356,8 @@ def parse_tenant_subject(subject: str) -> TenantSubject | None:
         return None
     family = parts[1]
     if len(parts) > 2 and _NODE_SUBJECTS.get(family) == parts[2]:
+        return None
+    if len(parts) == 5 and _POOL_SUBJECTS.get((family, parts[2])) == parts[4]:
         return None
     if len(parts) != 4:
         raise SubjectShapeError(
@@ -524,17 +531,10 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         ConsumerSpec("ledger-in", "SEEDANCE_LEDGER_IN", (), acked=False, inactive_s=3600.0),
         # The replayed fleet follows the slicer's decisions: placements, preemptions, releases.
         _c("collector-placements", "SEEDANCE_SLICING", *slicing.HOLDS),
-        # The Kubernetes bridge acts on every decision about a pod: binds placements, shows
-        # waits and refusals on the pod, deletes preempted pods (releases confirm its ends).
-        _c(
-            "k8s-bridge-decisions",
-            "SEEDANCE_SLICING",
-            slicing.PLACEMENTS,
-            slicing.UNSCHEDULABLE,
-            slicing.PREEMPTIONS,
-            slicing.REJECTIONS,
-            slicing.RELEASES,
-        ),
+        # The Kubernetes bridge acts on every decision about a pod (`slicing.POD_DECISIONS`),
+        # and cordons + taints the nodes the capacity plans say are held empty (issue 30).
+        _c("k8s-bridge-decisions", "SEEDANCE_SLICING", *slicing.POD_DECISIONS),
+        _c("k8s-bridge-capacity", "SEEDANCE_SLICING", slicing.CAPACITY),
         # Each node agent rebuilds its node's book of the slicer's placements at every start
         # by reading the trusted decisions from the ledger's merged input (tenants cannot read
         # it, so per-node reader names are safe there): ``node-agent-in-<node>``, no acks.

@@ -46,10 +46,12 @@ CALLS: dict[str, tuple[str, str]] = {
     "watch_pods": ("pods", "watch"),
     "get_pod": ("pods", "get"),
     "delete_pod": ("pods", "delete"),
+    "evict_pod": ("pods/eviction", "create"),
     "bind": ("pods/binding", "create"),
     "patch_pod_status": ("pods/status", "patch"),
     "list_nodes": ("nodes", "list"),
     "watch_nodes": ("nodes", "watch"),
+    "patch_node": ("nodes", "patch"),
     "list_namespaces": ("namespaces", "list"),
     "watch_namespaces": ("namespaces", "watch"),
     "create_event": ("events", "create"),
@@ -78,13 +80,15 @@ _decode = msgspec.json.Decoder()
 
 
 class ApiStatus(Exception):
-    """The API server answered with an error status."""
+    """The API server answered with an error status (``causes``: its ``details.causes``'
+    messages, e.g. which PodDisruptionBudget refused an eviction)."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, causes: tuple[str, ...] = ()) -> None:
         super().__init__(f"{code} {reason}: {message}")
         self.code = code
         self.reason = reason
         self.message = message
+        self.causes = causes
 
 
 class ApiUnavailable(Exception):
@@ -121,7 +125,14 @@ async def _json(call: Any) -> Json:
         resp.release()
     body = _body(data)
     if resp.status >= 400:
-        raise ApiStatus(resp.status, str(body.get("reason", "")), str(body.get("message", "")))
+        details = body.get("details")
+        causes = details.get("causes") if isinstance(details, dict) else None
+        raise ApiStatus(
+            resp.status,
+            str(body.get("reason", "")),
+            str(body.get("message", "")),
+            tuple(str(c.get("message", "")) for c in causes or [] if isinstance(c, dict)),
+        )
     return body
 
 
@@ -248,6 +259,26 @@ class KubeApi:
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         body: Any = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         await _json(self._core.delete_namespaced_pod(name, namespace, body=body, **self._opts()))
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """``POST pods/{name}/eviction`` (policy/v1): 429 while a PodDisruptionBudget allows
+        no disruption of the pod."""
+        body: Any = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        await _json(
+            self._core.create_namespaced_pod_eviction(name, namespace, body, **self._opts())
+        )
+
+    async def patch_node(self, name: str, body: Json) -> None:
+        """A JSON merge patch of the Node (its ``metadata.resourceVersion``: 409 if it moved);
+        merge, not strategic: ``spec.taints`` is replaced whole either way, and a merge patch
+        says so."""
+        opts = {**self._opts(), "_content_type": "application/merge-patch+json"}
+        await _json(self._core.patch_node(name, body, **opts))
 
     async def create_event(self, namespace: str, body: Any) -> None:
         await _json(self._core.create_namespaced_event(namespace, body, **self._opts()))

@@ -71,6 +71,16 @@ class BridgeMetrics:
         self.leader = Gauge(
             "seedance_k8s_bridge_leader", "1 while this replica holds the Lease.", registry=registry
         )
+        self.nodes_marked = Gauge(
+            "seedance_k8s_bridge_nodes_marked",
+            "Nodes this bridge holds cordoned and tainted for the autoscaler to release.",
+            registry=registry,
+        )
+        self.evictions_blocked_total = Counter(
+            "seedance_k8s_bridge_evictions_blocked_total",
+            "Consolidation moves whose eviction a PodDisruptionBudget refused for now (429).",
+            registry=registry,
+        )
         self.outbox = Gauge(
             "seedance_k8s_bridge_outbox_events",
             "Job events waiting to be published.",

@@ -41,7 +41,19 @@ RULES: dict[str, Rule] = {
             "the Binding, carrying the placement annotation in its own metadata",
         ),
         Rule("", "pods/status", ("patch",), "PodScheduled=False with the slicer's reason"),
-        Rule("", "nodes", ("list", "watch"), "each Node's inventory for the slicer"),
+        Rule(
+            "",
+            "pods/eviction",
+            ("create",),
+            "a consolidation move's pod, evicted so that its PodDisruptionBudgets hold",
+        ),
+        Rule(
+            "",
+            "nodes",
+            ("list", "watch", "patch"),
+            "each Node's inventory for the slicer; patch: cordon and taint the nodes the "
+            "slicer holds empty for the autoscaler to release, and lift both",
+        ),
         Rule(
             "",
             "namespaces",

@@ -54,6 +54,7 @@ from seedance.core import (
 from seedance.core.consumer import PullConsumer
 from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
+from seedance.k8s_bridge.core.actions import EvictPod
 from seedance.k8s_bridge.core.adoption import JobRecords
 from seedance.k8s_bridge.core.endpoints import replica_owners
 from seedance.k8s_bridge.core.keys import LABEL_TENANT
@@ -67,9 +68,11 @@ from seedance.k8s_bridge.core.tracker import (
     Publish,
     Tracker,
 )
+from seedance.k8s_bridge.evictions import Evictions, PodRefRetry
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.leader import LeaseElector
 from seedance.k8s_bridge.metrics import BridgeMetrics
+from seedance.k8s_bridge.node_release import NodeRelease
 from seedance.k8s_bridge.outbox import JobOutbox
 from seedance.k8s_bridge.policy_sync import PolicySync
 from seedance.k8s_bridge.replica_sync import ReplicaSync
@@ -118,6 +121,7 @@ class BridgeService(Lifecycle):
         self._wake = asyncio.Event()
         self._outbox = JobOutbox(runtime, self.metrics, scope=settings.lease_name)
         self._writes = asyncio.Semaphore(settings.api_concurrency)
+        self._evictions = Evictions(api, clock, self.metrics, settings.evict_retry_s, self.identity)
         self._stopping = asyncio.Event()
         self._consumer = self._decisions_consumer()
         self._consumer_task: asyncio.Task[None] | None = None
@@ -138,6 +142,10 @@ class BridgeService(Lifecycle):
         self.namespaces = self._informer(
             "namespaces", api.list_namespaces, api.watch_namespaces, self._on_namespace
         )
+        #: Capacity release: cordon + taint the nodes the slicer holds empty (None: off).
+        self.release: NodeRelease | None = None
+        if settings.release_nodes:
+            self.release = NodeRelease(runtime, clock, settings, api, self.metrics, self.nodes)
         #: The SlicingPolicy/TenantQuota reconciler (None: ``policy_key`` empty).
         self.policy: PolicySync | None = None
         if settings.policy_key:
@@ -313,6 +321,8 @@ class BridgeService(Lifecycle):
         self._enqueue(await self._outbox.orphans(tracker, self._clock.now()))
         await self._consumer.start(self._rt.bus)
         self._consumer_task = asyncio.create_task(self._consumer.run())
+        if self.release is not None:
+            await self.release.lead(self._rt.bus)
 
     async def _step_down(self) -> None:
         self._consumer.stop()
@@ -320,6 +330,8 @@ class BridgeService(Lifecycle):
             await self._consumer_task
             self._consumer_task = None
         await self._consumer.close()  # unacked decisions go to the next leader
+        if self.release is not None:
+            await self.release.step_down()
         self.tracker = None
         self.metrics.leader.set(0)
         if not self._stopping.is_set():
@@ -345,6 +357,8 @@ class BridgeService(Lifecycle):
         )
 
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        if self.release is not None:
+            self.release.node_seen(kind, node)
         tracker = self.tracker
         if tracker is None or not self._settings.publish_inventory:
             return
@@ -422,6 +436,8 @@ class BridgeService(Lifecycle):
         async with self._writes:
             if isinstance(a, Bind):
                 return await self._bind(a)
+            if isinstance(a, EvictPod):
+                return await self._evictions.evict(a)
             call, coro = self._call_of(a)
             try:
                 await coro
@@ -511,7 +527,7 @@ class BridgeService(Lifecycle):
                 continue
             out = tracker.decision(d.event, now)
             for a in out:
-                if isinstance(a, Bind):
+                if isinstance(a, Bind | EvictPod):
                     origin[a.ref.uid] = i
             actions.extend(out)
             if tracker.holds(d.event):
@@ -523,9 +539,8 @@ class BridgeService(Lifecycle):
         for r in retry:
             at = origin.get(r.uid)
             if at is not None:
-                outcomes[at] = RetryableError(
-                    f"binding failed for now: {r.why}", delay_s=self._settings.bind_retry_s
-                )
+                delay_s = r.after(ds[at].num_delivered) or self._settings.bind_retry_s
+                outcomes[at] = RetryableError(f"write failed for now: {r.why}", delay_s=delay_s)
         return outcomes
 
     def _refuse_foreign(self, ev: Any) -> None:
@@ -539,9 +554,3 @@ class BridgeService(Lifecycle):
             job=ev.job_id,
             tenant=ev.tenant,
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class PodRefRetry:
-    uid: str
-    why: str

@@ -16,6 +16,7 @@ from seedance.k8s_bridge.core.keys import DEFAULT_SCHEDULER_NAME
 __all__ = ["BridgeSettings"]
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +76,15 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: pool (shared replica keys, sent every tenant's requests for the model). Any other
     #: namespace registers replicas only when bound to a tenant, as that tenant's own.
     shared_namespaces: str = ""
+    #: This cluster's name in the release taint's value and annotation (``seedance.io/
+    #: releasing``): the nodes this bridge marked are those carrying its name.
+    cluster: str = "default"
+    #: Cordon and taint the nodes the slicer holds empty (its capacity plans' ``drained_nodes``)
+    #: for the cluster's autoscaler to remove; lift both when the slicer takes one back.
+    release_nodes: bool = True
+    #: A consolidation move's eviction refused by a PodDisruptionBudget (429) is tried again
+    #: after this long (its decision is naked with this delay and redelivered).
+    evict_retry_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not 0 < self.lease_renew_s < self.lease_duration_s * 2 / 3:
@@ -85,6 +95,11 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
         check_token("SEEDANCE_K8S_BRIDGE_ROUTER_FLEET", self.router_fleet)
         if self.batch < 1 or self.api_concurrency < 1:
             raise ValueError("SEEDANCE_K8S_BRIDGE_BATCH and _API_CONCURRENCY must be at least 1")
+        if not _LABEL_VALUE.match(self.cluster):
+            raise ValueError(
+                f"SEEDANCE_K8S_BRIDGE_CLUSTER={self.cluster!r} must be a label value (1 to 63 "
+                "letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+            )
         for ns in self.shared_namespace_names:
             if not _NAMESPACE.match(ns):
                 raise ValueError(

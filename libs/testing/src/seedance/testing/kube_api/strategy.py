@@ -25,6 +25,7 @@ from typing import Any
 from seedance.core.clock import Clock
 from seedance.testing.kube_api import errors
 from seedance.testing.kube_api.admission import Admission, UserInfo
+from seedance.testing.kube_api.disruption import check_eviction
 from seedance.testing.kube_api.errors import ApiError, Cause
 from seedance.testing.kube_api.patch import (
     PatchDecodeError,
@@ -440,7 +441,8 @@ class Api:
         self.store.put(self._skey(pods), (ns, name), new)
 
     def evict(self, ns: str, name: str, body: Any) -> None:
-        """``POST pods/{name}/eviction``: no disruption budgets are checked; the pod goes."""
+        """``POST pods/{name}/eviction``: the pod goes unless its PodDisruptionBudget allows no
+        disruption now (429; `seedance.testing.kube_api.disruption`)."""
         pods = self.types[("", "v1", "pods")]
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request is not a JSON object")
@@ -451,6 +453,12 @@ class Api:
             {"apiVersion": "policy/v1", "kind": "Eviction", **body},
         )
         options = body.get("deleteOptions")
+        pod = self.get(pods, ns, name)
+        uid = ((options or {}).get("preconditions") or {}).get("uid")
+        self._preconditions(pods, pod, uid, None)
+        pdbs = self.types[("policy", "v1", "poddisruptionbudgets")]
+        everything = Selector()
+        check_eviction(pod, self.select(pdbs, ns, everything), self.select(pods, ns, everything))
         self.delete(pods, ns, name, options)
 
 

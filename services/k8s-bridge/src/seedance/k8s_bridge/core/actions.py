@@ -1,9 +1,9 @@
 """What the bridge's tracker asks the service to do: the `Action` values, and a Binding's outcome.
 
 Owns these frozen values (publish an event, post a Binding, patch a pod's status, post an Event,
-delete a pod) and `BindOutcome`, the service's report of a Binding back to the tracker. It must
-not decide when to emit one (`seedance.k8s_bridge.core.tracker` does) nor carry one out (the
-service does the I/O).
+delete or evict a pod) and `BindOutcome`, the service's report of a Binding back to the
+tracker. It must not decide when to emit one (`seedance.k8s_bridge.core.tracker` does) nor
+carry one out (the service does the I/O).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = [
     "Bind",
     "BindOutcome",
     "DeletePod",
+    "EvictPod",
     "PatchStatus",
     "PostEvent",
     "Publish",
@@ -63,7 +64,18 @@ class DeletePod:
     reason: str
 
 
-Action = Publish | Bind | PatchStatus | PostEvent | DeletePod
+@dataclass(frozen=True, slots=True)
+class EvictPod:
+    """Evict the pod through the Eviction API (``pods/eviction``, uid precondition), which
+    honours its PodDisruptionBudgets: the API server answers 429 while one allows no
+    disruption. ``decision_id``: the slicer's decision it carries out (retried while refused)."""
+
+    ref: PodRef
+    reason: str
+    decision_id: str
+
+
+Action = Publish | Bind | PatchStatus | PostEvent | DeletePod | EvictPod
 
 
 class BindOutcome(enum.StrEnum):

@@ -20,6 +20,7 @@ __all__ = [
     "ANNOTATION_PLACEMENT",
     "ANNOTATION_RESTART",
     "DEFAULT_SCHEDULER_NAME",
+    "EVENT_EVICTION_BLOCKED",
     "EVENT_FAILED_SCHEDULING",
     "EVENT_GANG_BIND_FAILED",
     "EVENT_PREEMPTED",
@@ -104,3 +105,5 @@ EVENT_FAILED_SCHEDULING = "FailedScheduling"
 EVENT_PREEMPTED = "Preempted"
 EVENT_REFUSED = "FailedScheduling"
 EVENT_GANG_BIND_FAILED = "GangBindFailed"
+#: A consolidation move's eviction refused for now by a PodDisruptionBudget (retried).
+EVENT_EVICTION_BLOCKED = "EvictionBlocked"

@@ -20,7 +20,9 @@ A node's state (`NodeState`): ``cordoned`` where nothing new may land but what r
 a node it is about to delete (cluster-autoscaler's ``ToBeDeletedByClusterAutoscaler``,
 Karpenter's ``karpenter.sh/disrupted``); the node keeps its description, so the slicer keeps
 the jobs placed there. ``removed`` for a deleted Node (published with no resources): the slicer
-evicts and re-queues its jobs, and their billing ends then. Other taints (a GPU pool's own
+evicts and re-queues its jobs, and their billing ends then. A node Seedance itself cordoned and
+tainted for release (`seedance.k8s_bridge.core.release`) stays ``ready``: the slicer's own hold
+keeps work away from it. Other taints (a GPU pool's own
 ``nvidia.com/gpu:NoSchedule``, which GPU pods tolerate) say nothing about draining.
 
 The event id is derived from the node's uid and the observation time: the tracker publishes an
@@ -43,6 +45,7 @@ from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
 from seedance.events.tokens import kube_node_token
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.quantity import parse_quantity, to_mib, to_milli
+from seedance.k8s_bridge.core.release import is_ours
 
 __all__ = ["DRAINING_TAINTS", "node_inventory", "node_state", "node_usable", "same_inventory"]
 
@@ -56,14 +59,20 @@ DRAINING_TAINTS = frozenset({
 })  # fmt: skip
 
 Json = Mapping[str, Any]
+#: The taint the node lifecycle controller adds for ``spec.unschedulable``.
+_OWN_CORDON = frozenset({"node.kubernetes.io/unschedulable"})
 
 
 def node_usable(node: Json) -> bool:
-    """Ready, not cordoned, and not tainted as going away."""
+    """Ready, not cordoned, and not tainted as going away. A cordon that is Seedance's own
+    release mark (`seedance.k8s_bridge.core.release`) is not one: the slicer holds that node
+    empty itself and must be free to take it back."""
     spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
+    ours = is_ours(node)
+    if spec.get("unschedulable") and not ours:
         return False
-    if any(t.get("key") in DRAINING_TAINTS for t in spec.get("taints") or []):
+    draining = DRAINING_TAINTS - _OWN_CORDON if ours else DRAINING_TAINTS
+    if any(t.get("key") in draining for t in spec.get("taints") or []):
         return False
     for c in (node.get("status") or {}).get("conditions") or []:
         if c.get("type") == "Ready":

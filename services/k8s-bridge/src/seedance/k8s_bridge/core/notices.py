@@ -4,8 +4,10 @@ Owns the shape of each notice the tracker gives: a refusal (the PodScheduled con
 warning Event), a scheduled Event, a cannot-place-now condition and Event (`cannot_place`, for
 the waiting pods of a job), a preemption Event and the deletion beside it (`preemption`, for the
 live pods of a job), and any other warning, each with the role its Event name is derived from
-(so a rebuilt tracker posts the same Event, not a second one). It must not decide when a pod is
-told anything (`seedance.k8s_bridge.core.tracker` does) nor post it.
+(so a rebuilt tracker posts the same Event, not a second one); a consolidation move's victim
+is evicted (PodDisruptionBudgets honoured), not deleted, and a refused eviction has its
+Event. It must not decide when a pod is told anything (`seedance.k8s_bridge.core.tracker`
+does) nor post it.
 """
 
 from __future__ import annotations
@@ -16,13 +18,18 @@ from typing import Any
 from seedance.events.jobs import JobSubmitted
 from seedance.events.slicing import JobRejected, Preempted, Unschedulable
 from seedance.k8s_bridge.core import keys
-from seedance.k8s_bridge.core.actions import Action, DeletePod, PatchStatus, PostEvent
+from seedance.k8s_bridge.core.actions import Action, DeletePod, EvictPod, PatchStatus, PostEvent
 from seedance.k8s_bridge.core.kube import event_body, node_name, scheduled_condition
 from seedance.k8s_bridge.core.pods import PodRef, Refused
 from seedance.k8s_bridge.core.tracked import LIVE, PodState, TrackedPod
 
+#: `Preempted.reason` of a consolidation move (the slicer's ``CONSOLIDATION``; services never
+#: import each other, the wire value is the contract).
+CONSOLIDATION = "consolidation"
+
 __all__ = [
     "cannot_place",
+    "eviction_refused",
     "preempted",
     "preemption",
     "refusal",
@@ -102,7 +109,9 @@ def cannot_place(
 
 
 def preemption(pods: list[TrackedPod], ev: Preempted, now: datetime, instance: str) -> list[Action]:
-    """The slicer preempted the job of ``pods``: each live one is told and deleted."""
+    """The slicer preempted the job of ``pods``: each live one is told and deleted, or, for a
+    consolidation move (`CONSOLIDATION`: voluntary, as a drain is), evicted through the
+    Eviction API so that its PodDisruptionBudgets are honoured."""
     out: list[Action] = []
     why = f"preempted on {node_name(ev.node)} ({ev.reason or 'priority'})" + (
         f" by job {ev.by_job_id}" if ev.by_job_id else ""
@@ -110,5 +119,18 @@ def preemption(pods: list[TrackedPod], ev: Preempted, now: datetime, instance: s
     for p in pods:
         if p.state in LIVE:
             out.append(preempted(p.ref, why, ev.id, now, instance))
-            out.append(DeletePod(p.ref, why))
+            if ev.reason == CONSOLIDATION:
+                out.append(EvictPod(p.ref, why, ev.id))
+            else:
+                out.append(DeletePod(p.ref, why))
     return out
+
+
+def eviction_refused(ref: PodRef, message: str, decision_id: str, now: datetime,
+                     instance: str) -> PostEvent:  # fmt: skip
+    """The warning Event of a consolidation move a PodDisruptionBudget refused for now (one
+    per decision: its retries post the same Event name, which the API server keeps once)."""
+    body = warning(ref, keys.EVENT_EVICTION_BLOCKED,
+                   f"Seedance's consolidation move waits: {message}", now,
+                   f"eviction-blocked/{decision_id}", instance)  # fmt: skip
+    return PostEvent(ref, body)

@@ -60,8 +60,7 @@ CARRIED: Mapping[str, str] = {
     "kind": "metadata.labels[seedance.io/kind] (training by default)",
     "priority": "spec.priority, else the PriorityClass named by spec.priorityClassName",
     "expected_duration_s": "metadata.annotations[seedance.io/expected-duration-s]",
-    "movable": "metadata.annotations[seedance.io/movable]: \"true\" or \"false\" (false by "
-    "default)",
+    "movable": 'metadata.annotations[seedance.io/movable]: "true" or "false" (false by default)',
     "restart_s": "metadata.annotations[seedance.io/restart-s]",
     "labels": "metadata.labels (keys of at most 63 characters), namespace and name",
     "request.gpus": "nvidia.com/gpu; 1 for a MIG instance or a seedance.io share",
@@ -385,7 +384,7 @@ def _movable(annotations: Mapping[str, str]) -> bool | Refused:
     if raw not in ("true", "false"):
         return Refused(
             RefusalReason.INVALID_REQUEST,
-            f"annotation {keys.ANNOTATION_MOVABLE}={raw!r}: expected \"true\" or \"false\"",
+            f'annotation {keys.ANNOTATION_MOVABLE}={raw!r}: expected "true" or "false"',
         )
     return raw == "true"
 

@@ -62,6 +62,9 @@ class PoolPlan:
     nodes_needed_at_horizon: int
     releasable_nodes: int
     nodes_short: int
+    #: The nodes consolidation holds empty for the fleet to release (by name, sorted): what
+    #: the Kubernetes bridge cordons and taints, and lifts once a node is no longer listed.
+    drained_nodes: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -171,6 +174,9 @@ def plan_pools(s: Scheduler, cfg: PlanConfig, now_s: float) -> list[PoolPlan]:
                 nodes_needed_at_horizon=at_horizon,
                 releasable_nodes=max(0, nodes - max(needed, busy)),
                 nodes_short=max(0, needed - (nodes - draining)),
+                drained_nodes=tuple(
+                    sorted(s._nodes[i].name for i in rs if s._nodes[i].name in s._moves.drained)
+                ),
             )
         )
     return out

@@ -1,0 +1,106 @@
+"""Evicting a consolidation move's pod through the Eviction API, and what a refusal calls for.
+
+A consolidation move is voluntary (the slicer empties a node so the fleet can release it), so
+its pod goes the way ``kubectl drain`` and the autoscalers take pods off a node: ``POST
+pods/{name}/eviction`` (policy/v1), which the API server refuses with 429 while one of the
+pod's PodDisruptionBudgets allows no disruption. Then the pod stays where it is, a warning
+Event on it says why, and the slicer's decision is redelivered after ``evict_retry_s``, doubled
+at each try up to `MAX_EVICT_RETRY_S`, so the eviction is tried again (``kubectl drain`` retries
+the same way) until the budget allows it or the decisions consumer's ``max_deliver`` runs out
+(dead-lettered with the reason; the pod is left running). A priority or quota preemption is
+not voluntary and stays a deletion.
+
+Owns `PodRefRetry` (a write to try again, with its delay) and the eviction call's outcomes;
+must not decide which pod is evicted (the tracker's notices do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from seedance.core import Clock
+from seedance.core.logs import get_logger
+from seedance.k8s_bridge.core import notices
+from seedance.k8s_bridge.core.actions import Action, EvictPod
+from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
+from seedance.k8s_bridge.metrics import BridgeMetrics
+
+__all__ = ["MAX_EVICT_RETRY_S", "Evictions", "PodRefRetry"]
+
+log = get_logger(__name__)
+
+#: Statuses worth retrying besides 429 (the server is busy or restarting).
+_RETRY_CODES = frozenset({500, 502, 503, 504})
+
+
+#: The longest wait between two tries of a refused eviction: with the decisions consumer's
+#: ``max_deliver`` (10) and ``evict_retry_s`` 5, the tries span about 10 minutes, the slicer's
+#: default hold of an emptied node (a PDB refusal usually lasts until a replica is ready).
+MAX_EVICT_RETRY_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRefRetry:
+    """A write about pod ``uid`` that failed for now; its decision is redelivered after
+    ``delay_s`` (0: the caller's default), doubled at each delivery when ``backoff``."""
+
+    uid: str
+    why: str
+    delay_s: float = 0.0
+    backoff: bool = False
+
+    def after(self, delivered: int) -> float:
+        """The wait before the next try, the decision having been delivered ``delivered``
+        times."""
+        if not self.backoff:
+            return self.delay_s
+        return min(self.delay_s * 2 ** max(0, delivered - 1), MAX_EVICT_RETRY_S)
+
+
+class Evictions:
+    """See the module docstring. ``instance`` names this bridge in its Events."""
+
+    def __init__(
+        self, api: KubeApi, clock: Clock, metrics: BridgeMetrics, retry_s: float, instance: str
+    ) -> None:
+        self._api = api
+        self._clock = clock
+        self._metrics = metrics
+        self._retry_s = retry_s
+        self._instance = instance
+
+    async def evict(self, a: EvictPod) -> tuple[list[Action], list[PodRefRetry]]:
+        """Evict ``a.ref``: follow-up actions (the refusal's Event) and the retry, if any."""
+        ref = a.ref
+        try:
+            await self._api.evict_pod(ref.namespace, ref.name, ref.uid)
+        except ApiUnavailable as exc:
+            return self._later(a, "retry", str(exc))
+        except ApiStatus as exc:
+            if exc.code == 429:
+                self._metrics.evictions_blocked_total.inc()
+                why = "; ".join((exc.message, *exc.causes))
+                return self._later(a, "blocked", why, tell=True)
+            if exc.code in _RETRY_CODES:
+                return self._later(a, "retry", str(exc))
+            # 404: gone; 409: the uid precondition (another pod by that name): nothing to do.
+            outcome = "gone" if exc.code in (404, 409) else "error"
+            self._metrics.api_writes_total.labels("evict_pod", outcome).inc()
+            if outcome == "error":
+                log.warning("bridge_eviction_failed", pod=f"{ref.namespace}/{ref.name}",
+                            error=str(exc))  # fmt: skip
+            return [], []
+        self._metrics.api_writes_total.labels("evict_pod", "ok").inc()
+        return [], []
+
+    def _later(
+        self, a: EvictPod, outcome: str, why: str, *, tell: bool = False
+    ) -> tuple[list[Action], list[PodRefRetry]]:
+        self._metrics.api_writes_total.labels("evict_pod", outcome).inc()
+        log.warning("bridge_eviction_refused", pod=f"{a.ref.namespace}/{a.ref.name}",
+                    outcome=outcome, error=why)  # fmt: skip
+        follow: list[Action] = []
+        if tell:
+            now = self._clock.now()
+            follow.append(notices.eviction_refused(a.ref, why, a.decision_id, now, self._instance))
+        return follow, [PodRefRetry(a.ref.uid, why, self._retry_s, backoff=outcome == "blocked")]

@@ -1,0 +1,242 @@
+"""Capacity release and PodDisruptionBudgets on the test API server (issue 30): a real slicer
+consolidates movable pods off a node and holds it empty; the bridge cordons and taints that
+node (the fields cluster-autoscaler and Karpenter read are checked on the API server's
+objects), evicts the moved pod through ``pods/eviction``, and lifts the mark when the slicer
+takes the node back. A PodDisruptionBudget that allows no disruption blocks the move: the pod
+stays where it is until the budget allows it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from seedance.events.jobs import pod_job_id
+from seedance.events.slicing import Placement, Preempted
+from seedance.k8s_bridge import rbac
+from seedance.k8s_bridge.kube import USER_AGENT
+from seedance.k8s_bridge.service import BridgeService
+from seedance.slicer.service import SlicerService
+from seedance.testing.waits import eventually
+from tests.integration.k8s.bridge import Env, bridge, gpu_node, slicer
+
+pytestmark = pytest.mark.timeout(90)
+
+TAINT = "seedance.io/releasing"
+#: What the autoscalers read that would keep a node (docs/k8s-bridge.md, "Capacity release").
+CA_SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+CA_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+async def until(pred: Any, timeout_s: float = 20.0, what: str = "") -> None:
+    async def check() -> bool:
+        return bool(await pred())
+
+    await eventually(check, timeout_s, what=what or getattr(pred, "__name__", None))
+
+
+async def ready(env: Env, name: str) -> None:
+    """Report the pod running and Ready, as its kubelet would (a PDB counts Ready pods)."""
+    body = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    resp = await env.core.patch_namespaced_pod_status(name, env.ns, body, _preload_content=False)
+    assert resp.status == 200, await resp.text()
+
+
+async def finish_after(env: Env, name: str, after: datetime) -> None:
+    """The pod succeeded, as its kubelet reports it, in a second later than ``after`` (the
+    slicer's last decision): ``finishedAt`` has whole seconds, and an end stamped before the
+    slicer's latest time moves no consolidation round (the slicer's trusted time only goes
+    forward). So the report waits for the clock to pass that second, as a pod runs on."""
+    second = after.replace(microsecond=0) + timedelta(seconds=1)
+
+    async def passed() -> bool:
+        return datetime.now(UTC) >= second
+
+    await until(passed, 5)
+    terminated = {"exitCode": 0, "finishedAt": second.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    status = {"phase": "Succeeded", "containerStatuses": [{
+        "name": "main", "image": "registry.example/train:1", "imageID": "", "ready": False,
+        "restartCount": 0, "state": {"terminated": terminated},
+    }]}  # fmt: skip
+    resp = await env.core.patch_namespaced_pod_status(
+        name, env.ns, {"status": status}, _preload_content=False
+    )
+    assert resp.status == 200, await resp.text()
+
+
+def marked(node: client.V1Node) -> bool:
+    return any(t.key == TAINT for t in node.spec.taints or [])
+
+
+@asynccontextmanager
+async def consolidating(
+    env: Env, pdb: dict[str, Any] | None = None, hold_s: float = 2.0
+) -> AsyncIterator[tuple[SlicerService, BridgeService, str, str]]:
+    """Node A runs an unmovable filler and a movable mover (Ready, labelled ``app=mover``);
+    node B runs a 3-GPU job and has one GPU free. The filler's end lets the slicer drain A."""
+    a, b = f"gpu-a-{env.unique}", f"gpu-b-{env.unique}"
+    gpu_node(env.kube, a, gpus=4)
+    async with (
+        slicer(
+            env.nats_url, env.unique, consolidate_interval_s=1e-6, consolidate_hold_s=hold_s
+        ) as s,
+        bridge(
+            env.kube, env.nats_url, env.unique, env.tmp_path, cluster=f"c-{env.unique}",
+            evict_retry_s=0.3,
+        ) as br,
+    ):  # fmt: skip
+        await env.create_pod("filler")
+        await env.create_pod(
+            "mover", labels={"app": "mover"}, annotations={"seedance.io/movable": "true"}
+        )
+        for name in ("filler", "mover"):
+            assert (await env.bound(name)).spec.node_name == a
+        await ready(env, "mover")
+        if pdb is not None:
+            policy = client.PolicyV1Api(env.core.api_client)
+            await policy.create_namespaced_pod_disruption_budget(env.ns, pdb)
+        gpu_node(env.kube, b, gpus=4)
+        await env.create_pod("other", gpus=3)  # only B has 3 GPUs free
+        assert (await env.bound("other")).spec.node_name == b
+        other = (await env.pod("other")).metadata.uid
+        (placed,) = env.trail.of(Placement, pod_job_id(other))
+        await finish_after(env, "filler", placed.at)
+        yield s, br, a, b
+
+
+async def test_a_node_the_slicer_empties_is_cordoned_tainted_and_given_back(env: Env) -> None:
+    async with consolidating(env) as (s, br, a, b):
+
+        async def a_marked() -> bool:
+            return marked(await env.core.read_node(a))
+
+        await until(a_marked)
+        node = await env.core.read_node(a)
+        # What cluster-autoscaler and Karpenter read: nothing new lands (cordon + NoSchedule
+        # taint), nothing keeps the node (no scale-down-disabled annotation) ...
+        assert node.spec.unschedulable is True
+        (taint,) = [t for t in node.spec.taints if t.key == TAINT]
+        assert (taint.value, taint.effect) == (f"c-{env.unique}", "NoSchedule")
+        assert CA_SCALE_DOWN_DISABLED not in (node.metadata.annotations or {})
+        assert not marked(await env.core.read_node(b))
+
+        # ... and no Seedance pod still runs there: the mover was evicted (pods/eviction).
+        async def a_empty() -> bool:
+            pods = await env.core.list_namespaced_pod(env.ns, field_selector=f"spec.nodeName={a}")
+            return all(p.status.phase in ("Succeeded", "Failed") for p in pods.items)
+
+        await until(a_empty)
+        pods = await env.core.list_namespaced_pod(env.ns, field_selector=f"spec.nodeName={a}")
+        for p in pods.items:
+            annotations = p.metadata.annotations or {}
+            assert annotations.get(CA_SAFE_TO_EVICT) != "false"
+            assert annotations.get(KARPENTER_DO_NOT_DISRUPT) != "true"
+        (pre,) = [e for e in env.trail.of(Preempted) if e.node == a]
+        assert pre.reason == "consolidation"
+        assert br.metrics.nodes_marked._value.get() == 1
+
+        # The fleet did not remove A: once the slicer's hold lapses (its trusted time, the
+        # next input's), it takes A back, and the bridge lifts the cordon and the taint.
+        until_s = s.scheduler._moves.drained[a]
+
+        async def hold_over() -> bool:
+            return time.time() > until_s
+
+        await until(hold_over, 10)
+        await env.create_pod("late")  # an input: the slicer's next round is after the hold
+
+        async def a_given_back() -> bool:
+            n = await env.core.read_node(a)
+            return not marked(n) and not n.spec.unschedulable
+
+        await until(a_given_back)
+        node = await env.core.read_node(a)
+        assert "seedance.io/releasing" not in (node.metadata.annotations or {})
+        assert br.metrics.nodes_marked._value.get() == 0
+    used = env.kube.verbs_used(user_agent=USER_AGENT)
+    declared = {(r.api_group, r.resource, v) for r in rbac.RULES.values() for v in r.verbs}
+    assert {("", "nodes", "patch"), ("", "pods/eviction", "create")} <= used <= declared
+
+
+async def test_a_pdb_blocks_a_move_until_it_allows_one(env: Env) -> None:
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "mover-pdb"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "mover"}}},
+    }
+    async with consolidating(env, pdb) as (_s, br, a, _b):
+
+        async def blocked() -> bool:
+            return "EvictionBlocked" in await env.reasons("mover")
+
+        await until(blocked)
+        # The budget holds: the pod still runs on A, and its Event says why.
+        mover = await env.pod("mover")
+        assert mover.spec.node_name == a
+        assert mover.metadata.deletion_timestamp is None
+        (ev,) = [e for e in await env.events_of("mover") if e.reason == "EvictionBlocked"]
+        assert "mover-pdb needs 1 healthy pods and has 1 currently" in ev.message
+        assert ev.type == "Warning"
+        assert br.metrics.evictions_blocked_total._value.get() >= 1
+        job = pod_job_id(mover.metadata.uid)
+        assert [e.reason for e in env.trail.of(Preempted, job)] == ["consolidation"]
+
+        # The budget allows a disruption (its owner lowers it): the retried eviction goes.
+        policy = client.PolicyV1Api(env.core.api_client)
+        await policy.patch_namespaced_pod_disruption_budget(
+            "mover-pdb", env.ns, {"spec": {"minAvailable": 0}}
+        )
+
+        async def evicted() -> bool:
+            pods = await env.core.list_namespaced_pod(env.ns)
+            return "mover" not in {p.metadata.name for p in pods.items}
+
+        await until(evicted)
+
+
+async def test_a_new_leader_reads_the_marks_from_the_nodes_and_gives_the_node_back(
+    env: Env,
+) -> None:
+    """The mark is the record: the bridge that cordoned A stops, a standby takes the lead with
+    nothing but the Nodes to go on, and lifts A's mark when the slicer takes A back."""
+    # A hold long enough for the hand-over (the lease lapses in 1.5 s) to come first.
+    async with consolidating(env, hold_s=8.0) as (s, first, a, _b):
+
+        async def a_marked() -> bool:
+            return marked(await env.core.read_node(a))
+
+        await until(a_marked)
+        until_s = s.scheduler._moves.drained[a]
+        async with bridge(
+            env.kube, env.nats_url, env.unique, env.tmp_path, replica="b",
+            cluster=f"c-{env.unique}",
+        ) as second:  # fmt: skip
+            await first.stop()  # its lease lapses; the standby takes over
+
+            async def second_leads_with_the_mark() -> bool:
+                release = second.release
+                return bool(
+                    second.leading and release and release.marks and a in release.marks.marked
+                )
+
+            await until(second_leads_with_the_mark)
+
+            async def hold_over() -> bool:
+                return time.time() > until_s
+
+            await until(hold_over, 10)
+            await env.create_pod("late")
+
+            async def a_given_back() -> bool:
+                n = await env.core.read_node(a)
+                return not marked(n) and not n.spec.unschedulable
+
+            await until(a_given_back)
+            assert second.metrics.nodes_marked._value.get() == 0

@@ -1,0 +1,47 @@
+"""A consolidation move's pod is evicted through the Eviction API (its PodDisruptionBudgets
+honoured), while a priority preemption stays a deletion."""
+
+from __future__ import annotations
+
+from seedance.events import new_event_id
+from seedance.events.slicing import Preempted
+from seedance.k8s_bridge.core.actions import DeletePod, EvictPod, PostEvent
+from seedance.k8s_bridge.evictions import MAX_EVICT_RETRY_S, PodRefRetry
+from tests.unit.k8s_bridge.pods import pod
+from tests.unit.k8s_bridge.test_tracker import T0, _bound, of, tracker
+
+
+def preempted(job_id: str, reason: str) -> Preempted:
+    return Preempted(
+        id=new_event_id(), at=T0, job_id=job_id, tenant="acme", node="gpu-1", reason=reason,
+        detail="consolidation: node gpu-1 is being emptied" if reason == "consolidation" else "",
+    )  # fmt: skip
+
+
+def test_a_consolidation_move_evicts_the_pod_instead_of_deleting_it() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    job_id = _bound(t, p, T0)
+    ev = preempted(job_id, "consolidation")
+    actions = t.decision(ev, T0)
+    assert of(actions, DeletePod) == []
+    (evict,) = of(actions, EvictPod)
+    assert (evict.ref.uid, evict.decision_id) == (p["metadata"]["uid"], ev.id)
+    assert "(consolidation)" in of(actions, PostEvent)[0].body["message"]
+
+
+def test_a_priority_preemption_still_deletes() -> None:
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    actions = t.decision(preempted(_bound(t, p, T0), "priority"), T0)
+    assert of(actions, EvictPod) == []
+    assert len(of(actions, DeletePod)) == 1
+
+
+def test_a_blocked_eviction_backs_off_and_its_tries_span_the_slicers_hold() -> None:
+    blocked = PodRefRetry("u", "pdb", 5.0, backoff=True)
+    waits = [blocked.after(n) for n in range(1, 10)]  # max_deliver 10: nine waits between
+    assert waits[:5] == [5.0, 10.0, 20.0, 40.0, 80.0]
+    assert max(waits) == MAX_EVICT_RETRY_S
+    assert sum(waits) >= 600.0  # the slicer's default hold of an emptied node
+    assert PodRefRetry("u", "503", 5.0).after(7) == 5.0  # no answer: no backoff
