@@ -196,6 +196,9 @@ class slicing:
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
+    #: Right-sizing of running shared jobs (``slice.share_changed.v1``): the slicer's own state,
+    #: the node agents' MPS limits and the ledger's billed share follow them.
+    SHARES = f"{ROOT}.slicing.*.share"
     #: Where a job starts and stops holding GPUs (what the ledger and the node agents follow).
     HOLDS = (PLACEMENTS, PREEMPTIONS, RELEASES)
 
@@ -467,6 +470,7 @@ STREAMS: tuple[StreamSpec, ...] = (
             StreamSource("SEEDANCE_SLICING", slicing.PLACEMENTS),
             StreamSource("SEEDANCE_SLICING", slicing.PREEMPTIONS),
             StreamSource("SEEDANCE_SLICING", slicing.RELEASES),
+            StreamSource("SEEDANCE_SLICING", slicing.SHARES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.SAMPLES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.INVENTORY),
             # The node agents' per-pod measured shares: the ledger bills shared GPUs by them
@@ -522,12 +526,14 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         ConsumerSpec(
             "node-agent-in",
             "SEEDANCE_LEDGER_IN",
-            slicing.HOLDS,
+            (*slicing.HOLDS, slicing.SHARES),
             acked=False,
             inactive_s=3600.0,
         ),
         # The slicer's right-sizing loop: its decisions and the nodes' shares, as the ledger's.
         _c("slicer-autosize", "SEEDANCE_LEDGER_IN", *slicing.HOLDS, telemetry.POD_SHARES),
+        # The scheduler follows its loop's share changes (the freed thousandths are placeable).
+        _c("slicer-shares", "SEEDANCE_SLICING", slicing.SHARES),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
     )
