@@ -41,6 +41,7 @@ from seedance.slicer.core.policies import (
     SeedancePolicy,
 )
 from seedance.slicer.core.quota import QuotaError, QuotaPolicy
+from seedance.slicer.core.resize import ShareChange
 from seedance.slicer.core.scheduler import Scheduler, SchedulerConfig
 from seedance.slicer.core.snapshot import STATE_VERSION, SchedulerSnapshot
 
@@ -74,6 +75,7 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerSnapshot",
     "SeedancePolicy",
+    "ShareChange",
     "TargetWorkload",
     "TaskClass",
     "Waiting",

@@ -55,6 +55,7 @@ from seedance.slicer.core.model import MAX_GPUS_PER_NODE
 from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
 from seedance.slicer.core.quota import Admitted, QuotaPolicy
+from seedance.slicer.core.resize import ShareChange, resize_share
 from seedance.slicer.core.satisfiable import REASON as UNSATISFIABLE
 from seedance.slicer.core.satisfiable import NodeType, TypeKey, type_key, types_of, unsatisfiable
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
@@ -252,6 +253,10 @@ class Scheduler(SchedulerState):
         (`seedance.slicer.core.draining`): moves of movable jobs that empty whole nodes."""
         cfg = self.config.consolidation
         return [] if cfg is None or not self._nodes else consolidation_round(self, cfg, now_s)
+
+    def resize_share(self, change: ShareChange, now_s: float) -> list[Effect]:
+        """A running shared job's share changed (`seedance.slicer.core.resize`)."""
+        return resize_share(self, change, now_s)
 
     def start(self, tenant: str, job_id: str) -> list[Effect]:
         """A tenant says its job started: nothing to decide for a known job; a job the
