@@ -37,7 +37,9 @@ def shared(jid: str, milli: int, movable: bool = False) -> JobSpec:
     )
 
 
-def change(jid: str, frm: int, to: int, node: str = "n1", reason: str = "rightsized") -> ShareChange:
+def change(
+    jid: str, frm: int, to: int, node: str = "n1", reason: str = "rightsized"
+) -> ShareChange:
     return ShareChange(
         tenant="acme", job_id=jid, node=node, gpu=0, from_milli=frm, to_milli=to, reason=reason
     )
