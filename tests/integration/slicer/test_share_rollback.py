@@ -142,3 +142,78 @@ async def test_a_rollback_restores_the_previous_share_in_the_slicer_node_agent_a
         await tenant.close()
         for b in (admin, agent, collector):
             await b.close()
+
+
+async def test_a_rollback_without_room_keeps_all_three_at_the_share_the_job_holds(
+    auth_url: str,
+) -> None:
+    """The share freed by right-sizing is placed (another job of the tenant takes it); the
+    rollback then finds no room and the job did not say it may move: the slicer keeps it at
+    the share it holds and says so, and the node agent and the ledger follow that share."""
+    admin = await Bus.connect(as_user(auth_url, "admin"))
+    agent = await Bus.connect(as_user(auth_url, "node-agent"))
+    collector = await Bus.connect(as_user(auth_url, "telemetry-collector"))
+    tenant = await SeedanceClient.connect(
+        auth_url, user=f"tenant-{TENANT}", password=shipped_password(f"tenant-{TENANT}")
+    )
+    uniq = uuid.uuid4().hex[:6]
+    node, job, pool = f"sk-{uniq}", f"serve-{uniq}", f"kept{uniq}"
+    key = f"{TENANT}/{job}"
+    feed = PlacementFeed(agent, node)
+    feed_task: asyncio.Task[None] | None = None
+    try:
+        await admin.ensure_streams()
+        await feed.start()
+        await feed.catch_up()
+        feed_task = asyncio.create_task(feed.run())
+        await collector.publish(telemetry.inventory(node), a100_node(node))
+        async with (
+            serving(ledger(auth_url, f"sk{uniq}")) as led,
+            slicer_with_autosize(auth_url, pool, "a") as (slicer, loop, _),
+        ):
+            await eventually(lambda: node in slicer.scheduler.node_names, 20, what="inventory")
+            other = await tenant.submit_job(TENANT, f"base-{uniq}", gpu_milli=500, wait_s=20)
+            placed = await tenant.submit_job(TENANT, job, gpu_milli=500, wait_s=20)
+            assert isinstance(other.decision, Placement)
+            assert isinstance(placed.decision, Placement)
+            gpu = placed.decision.gpus[0].index
+            assert other.decision.gpus[0].index == gpu  # the GPU is full
+
+            def everywhere() -> tuple[int | None, int | None, int | None]:
+                billed = billed_shares(led, key)
+                return (
+                    slicer_share(slicer, key),
+                    feed.book.share_of(TENANT, job),
+                    billed[-1] if billed else None,
+                )
+
+            await eventually(lambda: key in loop.autosizer.state.tracks, 20, what="job tracked")
+            base = datetime.now(UTC)
+            await measured(agent, node, job, gpu, 0.10, base, range(1, 7))
+            await eventually(lambda: everywhere() == (100, 100, 100), 20, what="right-sized")
+            late = await tenant.submit_job(TENANT, f"late-{uniq}", gpu_milli=400, wait_s=20)
+            assert isinstance(late.decision, Placement)  # the freed 400 milli, reused
+            assert (late.decision.node, late.decision.gpus[0].index) == (node, gpu)
+            await measured(agent, node, job, gpu, 0.30, base, range(7, 10))
+            await eventually(
+                lambda: loop.autosizer.state.tracks[key].phase is Phase.ROLLED_BACK,
+                20,
+                what="rolled back",
+            )
+            # The rollback (to 500) and the slicer's answer (it holds 100) both reach the node
+            # agent and the ledger; all three end at 100.
+            await eventually(
+                lambda: (
+                    billed_shares(led, key) == [500, 100, 500, 100]
+                    and everywhere() == (100, 100, 100)
+                ),
+                20,
+                what="the share held, everywhere",
+            )
+    finally:
+        if feed_task is not None:
+            await cancel_until_done((feed_task,))
+        await feed.close()
+        await tenant.close()
+        for b in (admin, agent, collector):
+            await b.close()

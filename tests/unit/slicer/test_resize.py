@@ -18,6 +18,7 @@ from seedance.slicer.core import (
     Placed,
     Scheduler,
     ShareChange,
+    ShareKept,
 )
 from seedance.slicer.core.consolidation import CONSOLIDATION
 
@@ -100,11 +101,19 @@ def test_a_job_that_did_not_say_it_is_movable_is_never_moved_by_a_rollback() -> 
     s = full_gpu(a_movable=False)
     s.resize_share(change("a", 600, 300), 10.0)
     s.upsert_node(node("n2"), 11.0)
-    assert s.resize_share(change("a", 300, 600, reason="rolled_back"), 30.0) == []
-    assert held(s)["a"] == ("n1", 300)  # what the GPU had free: nothing more
-    s.finish("acme", "c", 40.0)
-    s.resize_share(change("a", 300, 600, reason="rolled_back"), 50.0)
-    assert held(s)["a"] == ("n1", 600)
+    (kept,) = s.resize_share(change("a", 300, 600, reason="rolled_back"), 30.0)
+    # It keeps what the GPU had free (nothing more) and says so: the node agent and the
+    # ledger follow the share it holds.
+    assert isinstance(kept, ShareKept)
+    assert (kept.job.job_id, kept.node, kept.gpu, kept.asked_milli, kept.held_milli) == (
+        "a",
+        "n1",
+        0,
+        600,
+        300,
+    )
+    assert "did not say it may move" in kept.detail
+    assert held(s)["a"] == ("n1", 300)
 
 
 @pytest.mark.parametrize(
@@ -133,3 +142,16 @@ def test_an_ended_jobs_change_changes_nothing() -> None:
 def test_a_share_that_is_not_one_of_a_gpu_is_refused_naming_it(frm: int, to: int) -> None:
     with pytest.raises(ValueError, match="milli="):
         change("a", frm, to)
+
+
+def test_a_rollback_restores_what_the_gpu_has_free_when_it_cannot_restore_all() -> None:
+    s = Scheduler()
+    s.upsert_node(node("n1"), 0.0)
+    s.submit(shared("a", 600), 1.0)
+    s.submit(shared("b", 400), 2.0)
+    s.resize_share(change("a", 600, 300), 10.0)
+    assert placed(s.submit(shared("c", 200), 11.0)) == {"c": "n1"}  # 100 left free
+    (kept,) = s.resize_share(change("a", 300, 600, reason="rolled_back"), 30.0)
+    assert isinstance(kept, ShareKept)
+    assert (kept.asked_milli, kept.held_milli) == (600, 400)
+    assert held(s) == {"a": ("n1", 400), "b": ("n1", 400), "c": ("n1", 200)}

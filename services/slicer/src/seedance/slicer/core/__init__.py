@@ -21,6 +21,7 @@ from seedance.slicer.core.effects import (
     Placed,
     Refused,
     RejectedInput,
+    ShareKept,
     Waiting,
     published_reason,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "SchedulerSnapshot",
     "SeedancePolicy",
     "ShareChange",
+    "ShareKept",
     "TargetWorkload",
     "TaskClass",
     "Waiting",

@@ -24,6 +24,7 @@ __all__ = [
     "Placed",
     "Refused",
     "RejectedInput",
+    "ShareKept",
     "Waiting",
     "ended_answer",
     "published_reason",
@@ -122,8 +123,23 @@ class CapacityPlanned:
     plan: PoolPlan
 
 
+@dataclass(frozen=True, slots=True)
+class ShareKept:
+    """A rollback asked `asked_milli` for a running job that may not move, and its GPU had room
+    for `held_milli` only (its freed share was placed meanwhile): it holds that, and says so,
+    so that the node agent and the ledger follow the share it holds (`core.resize`)."""
+
+    job: JobSpec
+    node: str
+    gpu: int
+    asked_milli: int
+    held_milli: int
+    detail: str
+
+
 Effect = (
     Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput | CapacityPlanned
+    | ShareKept
 )
 
 _QUOTA_REASONS = {r.value for r in RejectReason} - {"unknown_tenant", "invalid_request"}

@@ -13,9 +13,10 @@ persisted with its state):
     detail says why), queued again at its submit time and placed by the same pass at its
     request, which is the share it had before right-sizing;
   * any other job is never moved: it gets back what its GPU has free now (at least the share
-    it holds) and keeps running there. Its node agent applies the restored MPS limit all the
-    same (a ceiling on its SMs, not a reservation), so the GPU may be over-committed until a
-    neighbour ends; the slicer does not restore the rest later (known gap, docs/slicer.md).
+    it holds) and keeps running there, and the scheduler says so (`ShareKept`, published as
+    a `ShareChanged` from the share asked to the share held), so the node agent's limit and
+    the ledger's bill follow what it holds. The rest is not restored later when a neighbour
+    ends (known gap, docs/slicer.md).
 - **Stale** (the job ended, moved, or holds another share than the change's `from_milli`):
   nothing changes. The change was decided on a placement that no longer exists; its own new
   placement starts a new right-sizing track.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from seedance.slicer.core.consolidation import CONSOLIDATION
-from seedance.slicer.core.effects import Effect, Evicted
+from seedance.slicer.core.effects import Effect, Evicted, ShareKept
 from seedance.slicer.core.inputs import job_key
 from seedance.slicer.core.model import GPU_MILLI, NodeGpus
 from seedance.slicer.core.workload import core_job
@@ -94,4 +95,9 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
         return out
     if room > held:
         queue.resize(key, room)
-    return []
+    detail = (
+        f"rolled back to {c.to_milli} milli, but GPU {c.gpu} of {c.node} has room for {room} "
+        "only (its freed share was placed meanwhile) and the job did not say it may move: it "
+        f"holds {room}"
+    )
+    return [ShareKept(job, c.node, c.gpu, c.to_milli, room, detail)]
