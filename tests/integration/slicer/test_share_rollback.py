@@ -144,12 +144,13 @@ async def test_a_rollback_restores_the_previous_share_in_the_slicer_node_agent_a
             await b.close()
 
 
-async def test_a_rollback_without_room_keeps_all_three_at_the_share_the_job_holds(
+async def test_a_rollback_without_room_holds_what_fits_then_gets_the_rest_back(
     auth_url: str,
 ) -> None:
     """The share freed by right-sizing is placed (another job of the tenant takes it); the
     rollback then finds no room and the job did not say it may move: the slicer keeps it at
-    the share it holds and says so, and the node agent and the ledger follow that share."""
+    the share it holds and says so, and the node agent and the ledger follow that share; once
+    the job that took the room ends, the rest is given back and all three are at 500."""
     admin = await Bus.connect(as_user(auth_url, "admin"))
     agent = await Bus.connect(as_user(auth_url, "node-agent"))
     collector = await Bus.connect(as_user(auth_url, "telemetry-collector"))
@@ -209,6 +210,17 @@ async def test_a_rollback_without_room_keeps_all_three_at_the_share_the_job_hold
                 ),
                 20,
                 what="the share held, everywhere",
+            )
+            # The rest is owed: when the job that took the room ends, the slicer gives it back
+            # (before anything waiting), and all three are at the previous share, 500.
+            await tenant.finish_job(TENANT, f"late-{uniq}", wait_s=20)
+            await eventually(
+                lambda: (
+                    billed_shares(led, key) == [500, 100, 500, 100, 500]
+                    and everywhere() == (500, 500, 500)
+                ),
+                20,
+                what="the rest given back, everywhere",
             )
     finally:
         if feed_task is not None:

@@ -100,3 +100,22 @@ def test_the_slicers_share_change_is_the_fact_and_a_bad_share_is_refused(book: P
     assert fact == resize("sc1", 600, 300, 15)
     with pytest.raises(LedgerInputError, match="gpu_milli = 0"):
         Ledger(book, CONFIG).apply(resize("bad", 600, 0, 15))
+
+
+def test_a_change_at_the_very_instant_of_another_takes_effect_a_millisecond_later(
+    book: PriceBook,
+) -> None:
+    # A rollback to 600 at 30 min, the slicer's answer (it holds 300) at the same instant, and
+    # the rest given back at that instant too (a neighbour ended then).
+    led = Ledger(book, CONFIG)
+    changes = (
+        resize("s1", 600, 300, 15), resize("s2", 300, 600, 30), resize("s3", 600, 300, 30),
+        resize("s4", 300, 600, 30),
+    )  # fmt: skip
+    led.apply_many(facts(*changes))  # type: ignore[arg-type]
+    allocs = [led.facts.allocations[a] for a in led.facts.job_allocs["acme/a"]]
+    assert [(p.start_ms, p.gpu_milli) for p in allocs] == [
+        (0, 600), (15 * MIN, 300), (30 * MIN, 600), (30 * MIN + 1, 300), (30 * MIN + 2, 600)
+    ]  # fmt: skip
+    # 0.6 x 15 min + 0.3 x 15 min + 0.6 x 30 min (the two 1 ms parts round away)
+    assert billed_hours_micro(led) == 525_000

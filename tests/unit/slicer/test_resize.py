@@ -18,7 +18,7 @@ from seedance.slicer.core import (
     Placed,
     Scheduler,
     ShareChange,
-    ShareKept,
+    ShareSet,
 )
 from seedance.slicer.core.consolidation import CONSOLIDATION
 
@@ -104,14 +104,9 @@ def test_a_job_that_did_not_say_it_is_movable_is_never_moved_by_a_rollback() -> 
     (kept,) = s.resize_share(change("a", 300, 600, reason="rolled_back"), 30.0)
     # It keeps what the GPU had free (nothing more) and says so: the node agent and the
     # ledger follow the share it holds.
-    assert isinstance(kept, ShareKept)
-    assert (kept.job.job_id, kept.node, kept.gpu, kept.asked_milli, kept.held_milli) == (
-        "a",
-        "n1",
-        0,
-        600,
-        300,
-    )
+    assert isinstance(kept, ShareSet)
+    got = (kept.job.job_id, kept.node, kept.gpu, kept.from_milli, kept.to_milli, kept.why)
+    assert got == ("a", "n1", 0, 600, 300, "kept")
     assert "did not say it may move" in kept.detail
     assert held(s)["a"] == ("n1", 300)
 
@@ -149,9 +144,31 @@ def test_a_rollback_restores_what_the_gpu_has_free_when_it_cannot_restore_all() 
     s.upsert_node(node("n1"), 0.0)
     s.submit(shared("a", 600), 1.0)
     s.submit(shared("b", 400), 2.0)
+    entries = s.state_entries()  # as the service keeps them: a base, then each batch's changes
     s.resize_share(change("a", 600, 300), 10.0)
     assert placed(s.submit(shared("c", 200), 11.0)) == {"c": "n1"}  # 100 left free
     (kept,) = s.resize_share(change("a", 300, 600, reason="rolled_back"), 30.0)
-    assert isinstance(kept, ShareKept)
-    assert (kept.asked_milli, kept.held_milli) == (600, 400)
+    assert isinstance(kept, ShareSet)
+    assert (kept.from_milli, kept.to_milli) == (600, 400)
     assert held(s) == {"a": ("n1", 400), "b": ("n1", 400), "c": ("n1", 200)}
+    for k, v in s.state_changes().items():
+        if v is None:
+            entries.pop(k, None)
+        else:
+            entries[k] = v
+    assert Scheduler.from_entries(entries).snapshot() == s.snapshot()
+    (a,) = [r for r in s.snapshot().running if r.job_id == "acme/a"]
+    assert (a.milli, a.owed_milli) == (400, 600)
+    # The rest is owed: when c ends, a gets it back (before anything waiting), and a restored
+    # scheduler owes the same.
+    s = Scheduler.from_bytes(s.to_bytes())
+    s.submit(shared("d", 300), 40.0)  # waits: 0 free
+    out = s.finish("acme", "c", 50.0)
+    given = [e for e in out if isinstance(e, ShareSet)]
+    assert [(e.job.job_id, e.from_milli, e.to_milli, e.why) for e in given] == [
+        ("a", 400, 600, "given_back")
+    ]
+    assert placed(out) == {}  # d still waits: a was owed the room first
+    assert held(s) == {"a": ("n1", 600), "b": ("n1", 400)}
+    assert s.finish("acme", "b", 60.0)  # nothing owed any more: b's room goes to d
+    assert held(s) == {"a": ("n1", 600), "d": ("n1", 300)}

@@ -13,7 +13,7 @@ publishes what this returns).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from seedance.core import InvalidMessage
@@ -59,7 +59,7 @@ from seedance.slicer.core import (
     Refused,
     RejectedInput,
     ShareChange,
-    ShareKept,
+    ShareSet,
     Waiting,
     published_reason,
 )
@@ -324,19 +324,20 @@ def _mig_plan(e: MigPlanned, cause: Event, at: datetime, pool: str, policy: str)
     return slicing.mig_plan(e.node), ev, ("mig_plan", "repartition")
 
 
-def _share_kept(e: ShareKept, cause: Event, at: datetime, pool: str, policy: str) -> Published:
-    """The share a rollback could not restore in full, from the share asked to the one held;
-    1 ms after the rollback it answers (its cause), so each reader ends the rollback's share
-    before this one starts (the ledger bills a share from its change's time on)."""
+def _share_set(e: ShareSet, cause: Event, at: datetime, pool: str, policy: str) -> Published:
+    """A share the scheduler set itself (part of a rollback: kept, or given back later), as a
+    rollback's change at its cause's time (a kept share's cause is the rollback itself, at the
+    same instant: each reader takes the changes in the stream's order, and the ledger a change
+    at the instant of another 1 ms after it)."""
     job = e.job
     ev = ShareChanged(
-        id=derived_event_id(cause.id, f"share-kept/{job.tenant}/{job.job_id}"),
-        at=at + timedelta(milliseconds=1),
+        id=derived_event_id(cause.id, f"share-{e.why}/{job.tenant}/{job.job_id}"),
+        at=at,
         job_id=job.job_id, tenant=job.tenant, node=e.node, gpu_index=e.gpu,
-        from_milli=e.asked_milli, to_milli=e.held_milli, reason=ShareChangeReason.ROLLED_BACK,
+        from_milli=e.from_milli, to_milli=e.to_milli, reason=ShareChangeReason.ROLLED_BACK,
         detail=e.detail[:1024], cause_id=cause.id,
     )  # fmt: skip
-    return slicing.subject(job.tenant, "share"), ev, ("share", "rolled_back_in_part")
+    return slicing.subject(job.tenant, "share"), ev, ("share", e.why)
 
 
 _BUILDERS: Mapping[type, Callable[[Any, Event, datetime, str, str], Published]] = {
@@ -348,5 +349,5 @@ _BUILDERS: Mapping[type, Callable[[Any, Event, datetime, str, str], Published]] 
     Evicted: _preempted,
     MigPlanned: _mig_plan,
     CapacityPlanned: _capacity_plan,
-    ShareKept: _share_kept,
+    ShareSet: _share_set,
 }

@@ -423,27 +423,28 @@ class Facts:
         return None
 
     def resized(self, e: ShareResize) -> tuple[GpuAllocation, JobEnded] | None:
-        """The two facts ``e`` is applied as: the job's shared allocation on ``e``'s GPU in
-        force at ``at_ms`` at the new share from then on, and the end of the one before. None
-        where no allocation at ``from_milli`` is in force then (the job ended or moved first:
-        the change was about a placement that is gone)."""
+        """The two facts ``e`` is applied as: the job's latest shared allocation on ``e``'s GPU
+        at the new share from ``at_ms`` on (1 ms after it began at the earliest), and the end
+        of it there. None where that allocation ended first or holds another share than
+        ``from_milli`` (the change was about a placement that is gone)."""
         for aid in reversed(self.job_allocs.get(e.job_id, ())):
             p = self.allocations[aid]
             end = self.alloc_end.get(aid)
-            if (
-                p.kind != "shared"
-                or (p.node, p.gpu_indices) != (e.node, (e.gpu_index,))
-                or p.start_ms >= e.at_ms
-                or (end is not None and end.end_ms <= e.at_ms)
-            ):
+            # A change takes effect no earlier than 1 ms after the share it changes began: a
+            # run cannot end at its own start (``_end_for``), and the slicer may answer a
+            # change at its very instant (a rollback it could restore in part only).
+            at_ms = max(e.at_ms, p.start_ms + 1)
+            if p.kind != "shared" or (p.node, p.gpu_indices) != (e.node, (e.gpu_index,)):
                 continue
+            if end is not None and end.end_ms <= at_ms:
+                return None  # the latest run on that GPU ended first: nothing to change
             if p.gpu_milli != e.from_milli:
                 return None
             resized = msgspec.structs.replace(
-                p, event_id=e.event_id, start_ms=e.at_ms, gpu_milli=e.gpu_milli
+                p, event_id=e.event_id, start_ms=at_ms, gpu_milli=e.gpu_milli
             )
             return resized, JobEnded(
-                event_id=f"{e.event_id}:resized", job_id=e.job_id, end_ms=e.at_ms
+                event_id=f"{e.event_id}:resized", job_id=e.job_id, end_ms=at_ms
             )
         return None
 

@@ -21,7 +21,7 @@ from seedance.slicer.core.effects import (
     Placed,
     Refused,
     RejectedInput,
-    ShareKept,
+    ShareSet,
     Waiting,
     published_reason,
 )
@@ -77,7 +77,7 @@ __all__ = [
     "SchedulerSnapshot",
     "SeedancePolicy",
     "ShareChange",
-    "ShareKept",
+    "ShareSet",
     "TargetWorkload",
     "TaskClass",
     "Waiting",

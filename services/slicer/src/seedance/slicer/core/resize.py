@@ -13,10 +13,13 @@ persisted with its state):
     detail says why), queued again at its submit time and placed by the same pass at its
     request, which is the share it had before right-sizing;
   * any other job is never moved: it gets back what its GPU has free now (at least the share
-    it holds) and keeps running there, and the scheduler says so (`ShareKept`, published as
-    a `ShareChanged` from the share asked to the share held), so the node agent's limit and
-    the ledger's bill follow what it holds. The rest is not restored later when a neighbour
-    ends (known gap, docs/slicer.md).
+    it holds) and keeps running there, and the scheduler says so (`ShareSet` `kept`, published
+    as a `ShareChanged` from the share asked to the share held), so the node agent's limit and
+    the ledger's bill follow what it holds. The rest is owed to it (persisted with the running
+    job): `give_back`, at the head of every scheduling pass (a neighbour ended, a share was
+    lowered, ...), gives it what its GPU has free, before any waiting job, up to the share
+    asked (`ShareSet` `given_back`). A later change of its share, its end or a move settles
+    the debt.
 - **Stale** (the job ended, moved, or holds another share than the change's `from_milli`):
   nothing changes. The change was decided on a placement that no longer exists; its own new
   placement starts a new right-sizing track.
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from seedance.slicer.core.consolidation import CONSOLIDATION
-from seedance.slicer.core.effects import Effect, Evicted, ShareKept
+from seedance.slicer.core.effects import Effect, Evicted, ShareSet
 from seedance.slicer.core.inputs import job_key
 from seedance.slicer.core.model import GPU_MILLI, NodeGpus
 from seedance.slicer.core.workload import core_job
@@ -39,7 +42,7 @@ from seedance.slicer.core.workload import core_job
 if TYPE_CHECKING:
     from seedance.slicer.core.scheduler import Scheduler
 
-__all__ = ["ShareChange", "resize_share"]
+__all__ = ["ShareChange", "give_back", "resize_share"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +78,8 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
         return []
     # A masked GPU (unhealthy, drained) shows no free share: it takes nothing more.
     room = held + int(queue.state.gpu_free[i, c.gpu])
+    if s._owed.pop(key, None) is not None:
+        s._dirty_jobs.add(key)  # a new change of its share settles what was owed
     if c.to_milli <= room:
         queue.resize(key, c.to_milli)
         # Freed room (a lowered share) may start a waiting job now.
@@ -95,9 +100,38 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
         return out
     if room > held:
         queue.resize(key, room)
+    s._owed[key] = c.to_milli
+    s._dirty_jobs.add(key)
     detail = (
         f"rolled back to {c.to_milli} milli, but GPU {c.gpu} of {c.node} has room for {room} "
         "only (its freed share was placed meanwhile) and the job did not say it may move: it "
-        f"holds {room}"
+        f"holds {room}, and gets the rest as room frees there"
     )
-    return [ShareKept(job, c.node, c.gpu, c.to_milli, room, detail)]
+    return [ShareSet(job, c.node, c.gpu, c.to_milli, room, "kept", detail)]
+
+
+def give_back(s: Scheduler) -> list[Effect]:
+    """Give the jobs owed part of a rolled-back share what their GPUs have free now, up to
+    what they are owed; a job that ended, moved or holds its due already owes nothing more."""
+    out: list[Effect] = []
+    queue = s._queue
+    for key in sorted(s._owed):
+        want = s._owed[key]
+        run = queue.running_record(key)
+        held = run.job.request.gpu_milli if run is not None else 0
+        if run is None or len(run.placements) != 1 or held >= want:
+            del s._owed[key]
+            s._dirty_jobs.add(key)
+            continue
+        (p,) = run.placements
+        n, g = p.node, p.gpus[0]
+        new = min(want, held + int(queue.state.gpu_free[n, g]))
+        if new <= held:
+            continue
+        queue.resize(key, new)
+        if new == want:
+            del s._owed[key]
+        s._dirty_jobs.add(key)
+        detail = f"room freed on its GPU: {new} of the {want} milli its rollback asked"
+        out.append(ShareSet(s._jobs[key], s._nodes[n].name, g, held, new, "given_back", detail))
+    return out

@@ -55,7 +55,7 @@ from seedance.slicer.core.model import MAX_GPUS_PER_NODE
 from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
 from seedance.slicer.core.quota import Admitted, QuotaPolicy
-from seedance.slicer.core.resize import ShareChange, resize_share
+from seedance.slicer.core.resize import ShareChange, give_back, resize_share
 from seedance.slicer.core.satisfiable import REASON as UNSATISFIABLE
 from seedance.slicer.core.satisfiable import NodeType, TypeKey, type_key, types_of, unsatisfiable
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
@@ -436,7 +436,7 @@ class Scheduler(SchedulerState):
 
     # -- the pass ---------------------------------------------------------------------------
     def _pass(self, now_s: float) -> list[Effect]:
-        out: list[Effect] = []
+        out: list[Effect] = give_back(self) if self._owed else []  # owed first (core.resize)
         if self._nodes:
             for d in self._queue.schedule(now_s):
                 out.extend(self._convert(d))

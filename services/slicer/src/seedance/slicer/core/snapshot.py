@@ -58,6 +58,9 @@ class RunningJob(msgspec.Struct, frozen=True, kw_only=True):
     #: The share of its GPU a shared job holds now where right-sizing changed it from its
     #: request (`queue.resize`); 0: its request's.
     milli: int = 0
+    #: The share a rollback asked for it that its GPU had no room for yet (0: none), given
+    #: back as room frees there (`core.resize.give_back`).
+    owed_milli: int = 0
 
 
 class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,7 +152,7 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     moves: MovesRecord = msgspec.field(default_factory=MovesRecord)
 
 
-def saved_running(r: RunningRecord, names: Sequence[str]) -> RunningJob:
+def saved_running(r: RunningRecord, names: Sequence[str], owed_milli: int = 0) -> RunningJob:
     """A placement queue's running record, by node name (`names[i]`: node i's)."""
     return RunningJob(
         job_id=r.job.job_id,
@@ -158,6 +161,7 @@ def saved_running(r: RunningRecord, names: Sequence[str]) -> RunningJob:
         submitted_s=r.submitted_s,
         seq=r.seq,
         milli=r.job.request.gpu_milli if r.job.request.is_shared else 0,
+        owed_milli=owed_milli,
     )
 
 
