@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from seedance.events import new_event_id
-from seedance.events.subjects import jobs, observed, telemetry
+from seedance.events.subjects import jobs, observed, slicing, telemetry
 from seedance.events.telemetry import GpuHealth, GpuInfo, NodeInventory
 from seedance.slicer.intake import refusal
 from seedance.slicer.trusted_time import trusted_time
@@ -37,6 +37,13 @@ def test_trusted_publishers_keep_their_time() -> None:
     virtual = RECEIVED - timedelta(days=30)
     for subject in (observed.subject("acme", "finished"), telemetry.inventory("n0")):
         assert trusted_time(virtual, subject, RECEIVED, RECEIVED) == virtual
+
+
+def test_a_share_change_moves_no_clock() -> None:
+    """Dated by a node's reading (its loop allows 300 s ahead): applied at what was decided."""
+    floor = RECEIVED - timedelta(seconds=30)
+    ahead = RECEIVED + timedelta(seconds=290)
+    assert trusted_time(ahead, slicing.subject("acme", "share"), RECEIVED, floor) == floor
 
 
 def test_a_delivery_without_a_receive_time_keeps_its_claim() -> None:

@@ -171,7 +171,10 @@ IDENTITIES: dict[str, Declaration] = {
         Declaration(
             "slicer",
             publishes=("slicing",),
-            consumes=("slicer-jobs", "slicer-inventory", "slicer-pauses", "slicer-autosize"),
+            consumes=(
+                "slicer-jobs", "slicer-inventory", "slicer-pauses", "slicer-autosize",
+                "slicer-shares",
+            ),
             buckets=("seedance-slicer-state", "seedance-leases"),
         ),
         Declaration(

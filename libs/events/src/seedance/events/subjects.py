@@ -42,6 +42,12 @@ from seedance.events.stores import (
     QUOTA_USAGE_KEYS,
     quota_usage_key,
 )
+from seedance.events.tenant_names import (
+    TENANT_CONSUMERS,
+    consumer_create,
+    inbox_prefix,
+    tenant_consumers,
+)
 from seedance.events.tokens import check_tenant, check_token
 
 __all__ = [
@@ -191,6 +197,9 @@ class slicing:
     PREEMPTIONS = f"{ROOT}.slicing.*.preempted"
     RELEASES = f"{ROOT}.slicing.*.released"
     REJECTIONS = f"{ROOT}.slicing.*.rejected"
+    #: Right-sizing of running shared jobs (``slice.share_changed.v1``): the slicer's own state,
+    #: the node agents' MPS limits and the ledger's billed share follow them.
+    SHARES = f"{ROOT}.slicing.*.share"
     #: Where a job starts and stops holding GPUs (what the ledger and the node agents follow).
     HOLDS = (PLACEMENTS, PREEMPTIONS, RELEASES)
     #: What the Kubernetes bridge acts on: it binds placements, shows waits and refusals on
@@ -407,31 +416,6 @@ def owner_of(subject: str, claimed_tenant: str | None) -> str | None:
     return parsed.tenant
 
 
-def inbox_prefix(tenant: str) -> str:
-    """The inbox prefix a tenant's connection uses (``connect(inbox_prefix=...)``): replies to
-    its requests come back under it, and its permissions allow only that prefix."""
-    return f"_INBOX_{check_tenant(tenant)}"
-
-
-#: How many consumers a tenant may hold at once on each stream it reads: its permissions name
-#: each one, so the server refuses a ninth (one tenant once created 300 durables there).
-TENANT_CONSUMERS = 8
-
-
-def tenant_consumers(tenant: str) -> tuple[str, ...]:
-    """The names a tenant's consumers may take on a stream it reads: ``<tenant>_0`` ..
-    ``<tenant>_7``. ``_`` is in no tenant id nor any other consumer's name (catalogue durables
-    and the ledger's readers use ``-``): no tenant's names meet anyone else's."""
-    check_tenant(tenant)
-    return tuple(f"{tenant}_{k}" for k in range(TENANT_CONSUMERS))
-
-
-def consumer_create(stream: str, name: str, filter_subject: str) -> str:
-    """The JetStream API subject that creates consumer ``name`` of ``stream`` filtered on
-    ``filter_subject`` (nats-server 2.10+ checks the body's filter and name against it)."""
-    return f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{filter_subject}"
-
-
 # --- streams and consumers ----------------------------------------------------------------
 
 _DAY_S = 86_400.0
@@ -493,6 +477,7 @@ STREAMS: tuple[StreamSpec, ...] = (
             StreamSource("SEEDANCE_SLICING", slicing.PLACEMENTS),
             StreamSource("SEEDANCE_SLICING", slicing.PREEMPTIONS),
             StreamSource("SEEDANCE_SLICING", slicing.RELEASES),
+            StreamSource("SEEDANCE_SLICING", slicing.SHARES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.SAMPLES),
             StreamSource("SEEDANCE_TELEMETRY", telemetry.INVENTORY),
             # The node agents' per-pod measured shares: the ledger bills shared GPUs by them
@@ -541,12 +526,14 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         ConsumerSpec(
             "node-agent-in",
             "SEEDANCE_LEDGER_IN",
-            slicing.HOLDS,
+            (*slicing.HOLDS, slicing.SHARES),
             acked=False,
             inactive_s=3600.0,
         ),
         # The slicer's right-sizing loop: its decisions and the nodes' shares, as the ledger's.
         _c("slicer-autosize", "SEEDANCE_LEDGER_IN", *slicing.HOLDS, telemetry.POD_SHARES),
+        # The scheduler follows its loop's share changes (the freed thousandths are placeable).
+        _c("slicer-shares", "SEEDANCE_SLICING", slicing.SHARES),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
     )

@@ -1,7 +1,8 @@
 """The slicer's placements on this node, read from the bus into the pure ``PlacementBook``.
 
 Owns the node agent's reader of the slicer's trusted decisions: at every start it replays the
-ledger's merged input (placements, preemptions, releases; tenants cannot read that stream)
+ledger's merged input (placements, preemptions, releases and share changes; tenants cannot
+read that stream)
 from its first message with its own ``node-agent-in-<node>`` consumer, so the book is whole
 again after a restart. It must not trust anything a tenant wrote: pod annotations are checked
 against this book, never the other way round.
@@ -18,7 +19,7 @@ from seedance.core.bus import Bus
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.events.codec import DecodeError, decode
-from seedance.events.slicing import JobReleased, Placement, Preempted
+from seedance.events.slicing import JobReleased, Placement, Preempted, ShareChanged
 from seedance.events.subjects import replica_consumer
 from seedance.events.tokens import kube_node_token
 from seedance.node_agent.core.placement import PlacementBook
@@ -27,7 +28,7 @@ __all__ = ["PlacementFeed"]
 
 log = get_logger(__name__)
 
-_Decision = Placement | Preempted | JobReleased
+_Decision = Placement | Preempted | JobReleased | ShareChanged
 
 
 class PlacementFeed:
@@ -104,10 +105,31 @@ class PlacementFeed:
             log.warning("node_agent_decision_undecodable", seq=seq, error=str(exc))
             return
         ended = self.book.apply(ev)
+        if isinstance(ev, ShareChanged):
+            self._share_changed(ev)
         if ended is not None and self.on_end is not None:
             self.on_end(*ended)
         news, self._news = self._news, asyncio.Event()
         news.set()
+
+    def _share_changed(self, ev: ShareChanged) -> None:
+        """Log what a share change does on this node. A container's MPS limit is the
+        ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` its Allocate answer set, read by CUDA when the
+        client connects, and the kubelet keeps that answer for the pod's life: a running pod
+        keeps its limit. The new share is what this node grants from now on (an Allocate for
+        the job: its next pod), and what the ledger bills (docs/node-agent.md)."""
+        share = self.book.share_of(ev.tenant, ev.job_id)
+        log.info(
+            "node_agent_share_changed",
+            tenant=ev.tenant,
+            job_id=ev.job_id,
+            gpu=ev.gpu_index,
+            from_milli=ev.from_milli,
+            to_milli=ev.to_milli,
+            reason=ev.reason.value,
+            applied=share == ev.to_milli,
+            applies_at="next_allocate",
+        )
 
     async def news(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the next decision to be applied; whether one was."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from seedance.core import InvalidMessage
 from seedance.events import Event, derived_event_id
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import (
@@ -38,6 +39,8 @@ from seedance.events.slicing import (
     PlacementKind,
     Preempted,
     RejectionReason,
+    ShareChanged,
+    ShareChangeReason,
     Unschedulable,
     UnschedulableReason,
 )
@@ -55,6 +58,8 @@ from seedance.slicer.core import (
     Placed,
     Refused,
     RejectedInput,
+    ShareChange,
+    ShareSet,
     Waiting,
     published_reason,
 )
@@ -68,6 +73,7 @@ __all__ = [
     "job_spec",
     "node_spec",
     "published",
+    "share_change",
 ]
 
 #: Fields of the base `Event` every input has: `id` is the cause of its decisions, `at` its
@@ -89,6 +95,8 @@ CARRIED: Mapping[type, frozenset[str]] = {
     JobFinished: _BASE | {"job_id", "tenant"},
     JobFailed: _BASE | {"job_id", "tenant"},
     JobCancelled: _BASE | {"job_id", "tenant"},
+    ShareChanged: _BASE | {"job_id", "tenant", "node", "gpu_index", "from_milli", "to_milli",
+                           "reason"},
 }  # fmt: skip
 
 #: Per wire type, the fields that do not reach the core, and why.
@@ -115,6 +123,10 @@ NOT_CARRIED: Mapping[type, Mapping[str, str]] = {
     JobFinished: {},
     JobFailed: {"reason": "the release records the outcome; the reason stays on the event"},
     JobCancelled: {"reason": "as for JobFailed"},
+    ShareChanged: {
+        "detail": "the loop's explanation, already on the bus; the share is what is applied",
+        "cause_id": "the reading that decided it; the change's own id is the cause here",
+    },
 }
 
 #: Ending events and the outcome their release records.
@@ -169,6 +181,18 @@ def job_spec(ev: JobSubmitted) -> JobSpec:
 
 #: One publishable decision: its subject, the event, and its metric (outcome, reason).
 Published = tuple[str, Event, tuple[str, str]]
+
+
+def share_change(ev: ShareChanged) -> ShareChange:
+    """The core's input for a share change of the slicer's own right-sizing loop. Raises
+    InvalidMessage (dead-lettered) for a share that is not one of a GPU, naming it."""
+    try:
+        return ShareChange(
+            tenant=ev.tenant, job_id=ev.job_id, node=ev.node, gpu=ev.gpu_index,
+            from_milli=ev.from_milli, to_milli=ev.to_milli, reason=ev.reason.value,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise InvalidMessage(f"ShareChanged {ev.id}: {exc}", kind="invalid_input") from None
 
 
 def published(effect: Effect, cause: Event, at: datetime, *, pool: str, policy: str) -> Published:
@@ -300,6 +324,22 @@ def _mig_plan(e: MigPlanned, cause: Event, at: datetime, pool: str, policy: str)
     return slicing.mig_plan(e.node), ev, ("mig_plan", "repartition")
 
 
+def _share_set(e: ShareSet, cause: Event, at: datetime, pool: str, policy: str) -> Published:
+    """A share the scheduler set itself (part of a rollback: kept, or given back later), as a
+    rollback's change at its cause's time (a kept share's cause is the rollback itself, at the
+    same instant: each reader takes the changes in the stream's order, and the ledger a change
+    at the instant of another 1 ms after it)."""
+    job = e.job
+    ev = ShareChanged(
+        id=derived_event_id(cause.id, f"share-{e.why}/{job.tenant}/{job.job_id}"),
+        at=at,
+        job_id=job.job_id, tenant=job.tenant, node=e.node, gpu_index=e.gpu,
+        from_milli=e.from_milli, to_milli=e.to_milli, reason=ShareChangeReason.ROLLED_BACK,
+        detail=e.detail[:1024], cause_id=cause.id,
+    )  # fmt: skip
+    return slicing.subject(job.tenant, "share"), ev, ("share", e.why)
+
+
 _BUILDERS: Mapping[type, Callable[[Any, Event, datetime, str, str], Published]] = {
     Placed: _placement,
     Refused: _refused,
@@ -309,4 +349,5 @@ _BUILDERS: Mapping[type, Callable[[Any, Event, datetime, str, str], Published]] 
     Evicted: _preempted,
     MigPlanned: _mig_plan,
     CapacityPlanned: _capacity_plan,
+    ShareSet: _share_set,
 }

@@ -21,7 +21,7 @@ class SlicerMetrics:
         self.decisions_total = Counter(
             "seedance_slicer_decisions_total",
             "Scheduling decisions by outcome (placed, waiting, refused, rejected, released, "
-            "preempted, mig_plan) "
+            "preempted, mig_plan, share: a rollback kept in part or given back) "
             "and reason (placement kind, or why the job waits / was refused / was evicted).",
             ["outcome", "reason"],
             registry=registry,

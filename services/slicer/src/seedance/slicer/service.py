@@ -64,6 +64,7 @@ from seedance.events import Event
 from seedance.events.base import derived_event_id
 from seedance.events.cost import PauseRequest
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
+from seedance.events.slicing import ShareChanged
 from seedance.events.subjects import (
     POLICY_BUCKET,
     quota_usage_key,
@@ -74,7 +75,7 @@ from seedance.slicer.config import load_quota, scheduler_config
 from seedance.slicer.core import Effect, QuotaError, QuotaPolicy, Scheduler
 from seedance.slicer.durable import SlicerState
 from seedance.slicer.intake import refusal
-from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
+from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published, share_change
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
 from seedance.slicer.trusted_time import is_tenant_request, trusted_time
@@ -132,6 +133,7 @@ class SlicerService(Lifecycle):
         self._consumers = [
             self._consume("slicer-inventory", NodeInventory | GpuHealth),
             self._consume("slicer-pauses", PauseRequest),
+            self._consume("slicer-shares", ShareChanged),  # right-sizing (core.resize)
             self._consume(
                 "slicer-jobs",
                 JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled,
@@ -569,6 +571,8 @@ class SlicerService(Lifecycle):
             return sched.finish(ev.tenant, ev.job_id, now_s, OUTCOMES[type(ev)].value)
         if isinstance(ev, JobStarted):
             return sched.start(ev.tenant, ev.job_id)
+        if isinstance(ev, ShareChanged):
+            return sched.resize_share(share_change(ev), now_s)
         raise TypeError(f"the slicer has no use for {type(ev).__name__}")
 
     def _publishable(

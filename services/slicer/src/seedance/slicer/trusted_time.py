@@ -19,6 +19,11 @@ preemption), so downstream (the cost-ledger) bills only trusted time. In a fleet
 virtual time (`request_clock=replay`) the server's clock is not the fleet's, so a tenant's
 request happens at the latest trusted time seen instead: "now" in the replay.
 
+A share change of the slicer's own right-sizing loop (`seedance.slicing.<tenant>.share`) is
+dated by the node agent's reading that decided it, a node's clock which that loop bounds more
+loosely than the slicer bounds node facts: it is applied at `floor`, the latest time the slicer
+decided at (it resizes what an earlier decision placed), and moves no clock.
+
 Owns that rule (`trusted_time`) and the test of a tenant's own request subject
 (`is_tenant_request`). It must not read a clock, touch the bus or decide anything: the service
 passes in the claim, the subject, the stream's receive time and its decisions' latest time.
@@ -56,6 +61,8 @@ def trusted_time(
         parsed = parse_tenant_subject(subject)
     except SubjectShapeError:
         parsed = None  # the consumer dead-letters these before they get here
+    if parsed is not None and (parsed.family, parsed.kind) == ("slicing", "share") and floor:
+        return floor
     if parsed is None or parsed.family != "jobs" or received_at is None:
         return claimed
     if floor is not None and floor > received_at:

@@ -35,6 +35,7 @@ __all__ = [
     "NodeWindow",
     "PodShareReading",
     "SampleReadings",
+    "ShareResize",
     "WindowAllocation",
     "validate",
 ]
@@ -119,7 +120,23 @@ class PodShareReading(msgspec.Struct, frozen=True, kw_only=True, tag="pod_shares
     shares: tuple[tuple[int, str, int], ...] = ()
 
 
-LedgerInput = NodeInfo | GpuAllocation | JobEnded | GpuSample | PodShareReading
+class ShareResize(msgspec.Struct, frozen=True, kw_only=True, tag="share_resize"):
+    """The share of its GPU a running shared allocation of ``job_id`` holds went from
+    ``from_milli`` to ``gpu_milli`` at ``at_ms`` (the slicer's right-sizing). Applied as two
+    facts (``Facts.resized``): the allocation in force ends at ``at_ms`` and a copy of it at
+    the new share starts there, as a job moved in one instant is billed. Never stored itself,
+    so snapshots hold only those two."""
+
+    event_id: str
+    job_id: str
+    node: str
+    gpu_index: int
+    from_milli: int
+    gpu_milli: int
+    at_ms: int
+
+
+LedgerInput = NodeInfo | GpuAllocation | JobEnded | GpuSample | PodShareReading | ShareResize
 
 # ---------------------------------------------------------------------------------- validation
 
@@ -141,22 +158,36 @@ def validate(e: LedgerInput, book: PriceBook) -> None:
     if not e.event_id:
         raise bad("event_id", e.event_id, "must not be empty")
     if isinstance(e, NodeInfo):
-        if e.gpu_count < 0:
-            raise bad("gpu_count", e.gpu_count, "must be >= 0")
-        if not e.removed:  # a removal need not describe what left
-            _named(e.gpu_model, bad)
+        _validate_node(e, bad)
     elif isinstance(e, GpuAllocation):
         _validate_allocation(e, book, bad)
     elif isinstance(e, GpuSample):
         _validate_sample(e, bad)
     elif isinstance(e, PodShareReading):
         _validate_shares(e, bad)
+    elif isinstance(e, ShareResize):
+        _validate_resize(e, bad)
 
 
 def _validate_shares(e: PodShareReading, bad: _Bad) -> None:
     for gpu, job, ppm in e.shares:
         if gpu < 0 or not job or not 0 <= ppm <= 1_000_000:
             raise bad("shares", (gpu, job, ppm), "must be (GPU >= 0, a job, 0..1e6 ppm)")
+
+
+def _validate_node(e: NodeInfo, bad: _Bad) -> None:
+    if e.gpu_count < 0:
+        raise bad("gpu_count", e.gpu_count, "must be >= 0")
+    if not e.removed:  # a removal need not describe what left
+        _named(e.gpu_model, bad)
+
+
+def _validate_resize(e: ShareResize, bad: _Bad) -> None:
+    for field, v in (("from_milli", e.from_milli), ("gpu_milli", e.gpu_milli)):
+        if not 0 < v <= 1000:
+            raise bad(field, v, "must be in 1..1000")
+    if e.gpu_index < 0:
+        raise bad("gpu_index", e.gpu_index, "must be >= 0")
 
 
 def _named(model: str, bad: _Bad) -> None:
@@ -345,8 +376,10 @@ class Facts:
         first = min(self.allocations[a].start_ms for a in allocs)
         last: JobEnded | None = None
         running = False
-        for aid in allocs:
-            end = self._end_for(self.allocations[aid].start_ms, ends, first)
+        for aid in sorted(allocs, key=lambda a: (self.allocations[a].start_ms, a)):
+            end = self._piece_end(aid, allocs) or self._end_for(
+                self.allocations[aid].start_ms, ends, first
+            )
             if end is None:
                 self.alloc_end.pop(aid, None)
                 running = True
@@ -360,6 +393,26 @@ class Facts:
         else:
             self.job_end[job] = last
 
+    def _piece_end(self, aid: str, allocs: list[str]) -> JobEnded | None:
+        """For the part of a run at a changed share (``resized``: its predecessor's end is
+        ``<its id>:resized``), the end of the run where that came first: an end that arrived
+        after the change but is dated before it ends the run at that end, this part with it
+        (it then holds nothing). None otherwise (its own end is found as any allocation's).
+        Allocations are settled in start order, so the predecessor's end is known here."""
+        if f"{aid}:resized" not in self.job_ends:
+            return None
+        q = self.allocations[aid]
+        before = [
+            a for a in allocs
+            if (p := self.allocations[a]).start_ms < q.start_ms
+            and (p.node, p.gpu_indices) == (q.node, q.gpu_indices)
+        ]  # fmt: skip
+        if not before:
+            return None
+        pred = max(before, key=lambda a: (self.allocations[a].start_ms, a))
+        end = self.alloc_end.get(pred)
+        return end if end is not None and end.event_id != f"{aid}:resized" else None
+
     def _end_for(self, start_ms: int, ends: list[tuple[int, str]], first: int) -> JobEnded | None:
         """An allocation's end: the job's first end after its start. An end at the very instant
         it starts ends the run before it (a job moved: ended and placed again in one instant),
@@ -367,6 +420,32 @@ class Facts:
         for end_ms, eid in ends:
             if end_ms > start_ms or (end_ms == start_ms and start_ms == first):
                 return self.job_ends[eid]
+        return None
+
+    def resized(self, e: ShareResize) -> tuple[GpuAllocation, JobEnded] | None:
+        """The two facts ``e`` is applied as: the job's latest shared allocation on ``e``'s GPU
+        at the new share from ``at_ms`` on (1 ms after it began at the earliest), and the end
+        of it there. None where that allocation ended first or holds another share than
+        ``from_milli`` (the change was about a placement that is gone)."""
+        for aid in reversed(self.job_allocs.get(e.job_id, ())):
+            p = self.allocations[aid]
+            end = self.alloc_end.get(aid)
+            # A change takes effect no earlier than 1 ms after the share it changes began: a
+            # run cannot end at its own start (``_end_for``), and the slicer may answer a
+            # change at its very instant (a rollback it could restore in part only).
+            at_ms = max(e.at_ms, p.start_ms + 1)
+            if p.kind != "shared" or (p.node, p.gpu_indices) != (e.node, (e.gpu_index,)):
+                continue
+            if end is not None and end.end_ms <= at_ms:
+                return None  # the latest run on that GPU ended first: nothing to change
+            if p.gpu_milli != e.from_milli:
+                return None
+            resized = msgspec.structs.replace(
+                p, event_id=e.event_id, start_ms=at_ms, gpu_milli=e.gpu_milli
+            )
+            return resized, JobEnded(
+                event_id=f"{e.event_id}:resized", job_id=e.job_id, end_ms=at_ms
+            )
         return None
 
     def add_pod_shares(self, e: PodShareReading, w: int) -> None:

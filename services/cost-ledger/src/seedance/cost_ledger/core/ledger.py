@@ -32,6 +32,7 @@ from seedance.cost_ledger.core.facts import (
     LedgerInput,
     NodeInfo,
     PodShareReading,
+    ShareResize,
     validate,
 )
 from seedance.cost_ledger.core.lines import (
@@ -91,7 +92,20 @@ class Ledger:
         if event.event_id in self.facts.seen:
             return False
         validate(event, self.book)
+        if isinstance(event, ShareResize):
+            return self._resize(event)
         return self.insert(event)
+
+    def _resize(self, e: ShareResize) -> bool:
+        """A share change as the facts it stands for (``Facts.resized``); nothing where the
+        allocation it was about is gone."""
+        facts = self.facts.resized(e)
+        if facts is None:
+            return False
+        resized, ended = facts
+        self.insert(resized)  # first: the end then ends only the allocation before it
+        self.insert(ended)
+        return True
 
     def insert(self, event: LedgerInput) -> bool:
         """Record a validated fact (``snapshot.restore`` calls this directly: snapshots are
@@ -111,6 +125,8 @@ class Ledger:
             self._insert_end(event)
         elif isinstance(event, PodShareReading):
             return self._insert_pod_shares(event)
+        elif isinstance(event, ShareResize):
+            raise TypeError("a ShareResize is applied (Ledger.apply), never inserted")
         else:
             return self._insert_sample(event)
         return True

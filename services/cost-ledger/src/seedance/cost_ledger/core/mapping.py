@@ -46,6 +46,10 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   bill). Not carried: ``gpu_uuid``, ``pod_uid``, ``namespace``, ``pod`` (the job key is what
   bills), ``mem_share`` (shared GPUs are billed by SM share), ``periods``. Refused: an
   ``sm_share`` outside [0, 1], a negative index, ``window_start`` after ``at``.
+- ``ShareChanged`` (the slicer's right-sizing, ``slice.share_changed.v1``) → one ``ShareResize``:
+  job key, ``node``, ``gpu_index``, ``from_milli``, ``to_milli`` as ``gpu_milli``, at its ``at``
+  (the reading's time that decided it). Not carried: ``reason`` (a rollback bills as any
+  change), ``detail``, ``cause_id``. A share outside 1..1000 is refused.
 
 Core → wire (``seedance.events.cost``): ``CostLine`` → ``CostEntry`` (``cost.entry.v2``: exact
 integers only, no float twins) with ``cost_micro_usd`` = the line's total (GPU time + billed
@@ -78,6 +82,7 @@ from seedance.cost_ledger.core.facts import (
     LedgerInput,
     NodeInfo,
     PodShareReading,
+    ShareResize,
 )
 from seedance.cost_ledger.core.lines import CostLine, JobCost, LineUse
 from seedance.cost_ledger.core.windows import epoch_ms
@@ -90,7 +95,7 @@ from seedance.events.cost import (
     MeasuredUse,
     PauseRequest,
 )
-from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted
+from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted, ShareChanged
 from seedance.events.subjects import costs, ledger
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory, NodeState, PodShares
 
@@ -175,7 +180,20 @@ def facts_of(
         return _samples(e, at_ms, energy_mj)
     if isinstance(e, PodShares):
         return [_pod_shares(e, at_ms)], {}
+    if isinstance(e, ShareChanged):
+        _check_tenant(e.tenant, tenants)
+        return [_resize(e, at_ms)], {}
     return [], {}
+
+
+def _resize(e: ShareChanged, at_ms: int) -> ShareResize:
+    """A right-sizing of the slicer's: the job's granted share from the change's ``at`` on
+    (the reading's time that decided it, a node fact the slicer's loop checked against the
+    server's receive time; the replica bounds it by ``max_ahead_s`` like every decision)."""
+    return ShareResize(
+        event_id=e.id, job_id=job_key(e.tenant, e.job_id), node=e.node, gpu_index=e.gpu_index,
+        from_milli=e.from_milli, gpu_milli=e.to_milli, at_ms=at_ms,
+    )  # fmt: skip
 
 
 def _check_tenant(tenant: str, tenants: frozenset[str]) -> None:

@@ -79,7 +79,7 @@ from seedance.cost_ledger.core.pricebook import PriceBook
 from seedance.cost_ledger.core.windows import closable_until
 from seedance.events import Event
 from seedance.events.cost import CostEntry, JobCostReport
-from seedance.events.slicing import JobReleased, Placement, Preempted
+from seedance.events.slicing import JobReleased, Placement, Preempted, ShareChanged
 from seedance.events.subjects import SubjectShapeError, owner_of, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory, PodShares
 
@@ -94,14 +94,19 @@ __all__ = [
 
 #: What the ledger reads from its merged input stream (trusted facts only); other valid events
 #: (a tenant's job event copied in before the upgrade) are skipped and move nothing.
-INPUT_TYPES = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased | PodShares
-InputEvent = NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased | PodShares
+INPUT_TYPES = (
+    NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased | PodShares | ShareChanged
+)
+InputEvent = (
+    NodeInventory | GpuSampleBatch | Placement | Preempted | JobReleased | PodShares | ShareChanged
+)
 
 #: The slicing subject kind each tenant fact must arrive on.
 _SLICING_KIND: dict[type[Event], str] = {
     Placement: "placement",
     Preempted: "preempted",
     JobReleased: "released",
+    ShareChanged: "share",
 }
 
 #: How far an input's ``at`` may lead its message's stream timestamp by default: hosts' clocks

@@ -2,7 +2,8 @@
 
 Owns four things, all pure:
 - the node's book of the slicer's own placements (``PlacementBook``), fed from the slicer's
-  trusted decisions on the bus (placements, preemptions, releases) and keyed by (tenant, job);
+  trusted decisions on the bus (placements, preemptions, releases, and the share changes of
+  its right-sizing: the share in force of a shared placement) and keyed by (tenant, job);
 - which placement a pod runs under (``placement_of``), found from what the API server says of
   the pod (its UID: the bridge's job id of a pod, ``pod_job_id``), never from its annotation
   alone: a pod the slicer holds no placement for on this node is not one the bridge bound here;
@@ -10,7 +11,8 @@ Owns four things, all pure:
   bridge's, ``seedance.k8s_bridge.core.kube``; services never import each other, so the few
   keys read here are restated and pinned by a test against a document the bridge writes);
 - ``verify``: a pod and its annotation against the book and the node's devices, giving either
-  a ``Grant`` (exactly those devices: GPU UUIDs, MIG UUIDs, or one GPU with MPS limits) or a
+  a ``Grant`` (exactly those devices: GPU UUIDs, MIG UUIDs, or one GPU with MPS limits at the
+  share in force) or a
   ``Refusal`` with the reason. A tenant can write annotations: the annotation only says which
   placement the pod claims; what the container receives comes from the slicer's placement.
 
@@ -40,6 +42,7 @@ from seedance.events.slicing import (
     Placement,
     PlacementKind,
     Preempted,
+    ShareChanged,
 )
 from seedance.events.tokens import kube_node_token
 
@@ -173,20 +176,45 @@ class PlacementBook:
     def __init__(self, node: str) -> None:
         self._node = kube_node_token(node)
         self._by_job: dict[tuple[str, str], Placement] = {}
+        #: The share in force of a shared placement whose share the slicer changed since.
+        self._shares: dict[tuple[str, str], int] = {}
 
-    def apply(self, ev: Placement | Preempted | JobReleased) -> tuple[str, str] | None:
+    def apply(
+        self, ev: Placement | Preempted | JobReleased | ShareChanged
+    ) -> tuple[str, str] | None:
         """Take one decision; the (tenant, job) whose placement on this node it ended, if any.
 
         Another node's `Placement` changes nothing here: a gang spread over nodes is one job
         with a part per node, and a job is placed again only after the slicer said it was
-        preempted or released, which ends the placement it had.
+        preempted or released, which ends the placement it had. A `ShareChanged` of a shared
+        placement here, on its GPU and from the share in force, sets its share (`share_of`);
+        one about a placement that is gone (moved, ended, another share) changes nothing.
         """
         key = (ev.tenant, ev.job_id)
+        if isinstance(ev, ShareChanged):
+            placed = self._by_job.get(key)
+            if (
+                placed is not None
+                and placed.kind is PlacementKind.SHARED
+                and [g.index for g in placed.gpus] == [ev.gpu_index]
+                and self.share_of(*key) == ev.from_milli
+            ):
+                self._shares[key] = ev.to_milli
+            return None
+        self._shares.pop(key, None)
         if isinstance(ev, Placement):
             if ev.node == self._node:
                 self._by_job[key] = ev
             return None
         return key if self._by_job.pop(key, None) is not None else None
+
+    def share_of(self, tenant: str, job_id: str) -> int | None:
+        """The thousandths of its GPU a shared placement holds now (its placement's, or the
+        latest change's); None for no shared placement here."""
+        placed = self._by_job.get((tenant, job_id))
+        if placed is None or placed.kind is not PlacementKind.SHARED or len(placed.gpus) != 1:
+            return None
+        return self._shares.get((tenant, job_id), placed.gpus[0].milli)
 
     def get(self, tenant: str, job_id: str) -> Placement | None:
         return self._by_job.get((tenant, job_id))
@@ -364,15 +392,18 @@ def _mig(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
     return _grant(claim, _visible(uuids), uuids)
 
 
-def _shared(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
+def _shared(claim: Claim, devices: NodeDevices, milli: int | None = None) -> Grant | Refusal:
+    """One GPU with MPS limits: the share in force (``milli``, the book's: the slicer's
+    placement or its latest change) or, without one, the annotation's (checked equal to the
+    placement's)."""
     if len(claim.gpus) != 1:
         return Refusal(f"a shared placement must name one GPU, names {_show(claim.gpus)}")
     granted = _whole(claim, devices)
     if isinstance(granted, Refusal):
         return granted
-    (g,) = claim.gpus
+    share = claim.gpus[0].milli if milli is None else milli
     # MPS takes 1..100 % of the SMs; a share of 1..1000 milli rounds up so it is never 0.
-    envs = {**granted.envs, ENV_MPS_THREAD_PCT: str(min(100, max(1, math.ceil(g.milli / 10))))}
+    envs = {**granted.envs, ENV_MPS_THREAD_PCT: str(min(100, max(1, math.ceil(share / 10))))}
     if claim.gpu_mem_mib > 0:
         envs[ENV_MPS_MEM_LIMIT] = f"0={claim.gpu_mem_mib}M"  # ordinal 0: the one visible GPU
     return _grant(claim, envs, granted.uuids)
@@ -397,6 +428,8 @@ def verify(pod: PodView, book: PlacementBook, node: str, devices: NodeDevices) -
     problem = _check_identity(pod, claim, node, placed) or _check_against(pod, claim, placed)
     if problem is not None:
         return Refusal(problem)
+    if claim.kind == PlacementKind.SHARED.value:
+        return _shared(claim, devices, book.share_of(placed.tenant, placed.job_id))
     resolve = _RESOLVE.get(claim.kind)
     if resolve is None:
         return Refusal(f"a {claim.kind} placement holds no GPU to allocate")

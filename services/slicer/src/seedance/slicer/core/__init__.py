@@ -21,6 +21,7 @@ from seedance.slicer.core.effects import (
     Placed,
     Refused,
     RejectedInput,
+    ShareSet,
     Waiting,
     published_reason,
 )
@@ -41,6 +42,7 @@ from seedance.slicer.core.policies import (
     SeedancePolicy,
 )
 from seedance.slicer.core.quota import QuotaError, QuotaPolicy
+from seedance.slicer.core.resize import ShareChange
 from seedance.slicer.core.scheduler import Scheduler, SchedulerConfig
 from seedance.slicer.core.snapshot import STATE_VERSION, SchedulerSnapshot
 
@@ -74,6 +76,8 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerSnapshot",
     "SeedancePolicy",
+    "ShareChange",
+    "ShareSet",
     "TargetWorkload",
     "TaskClass",
     "Waiting",

@@ -24,6 +24,7 @@ __all__ = [
     "Placed",
     "Refused",
     "RejectedInput",
+    "ShareSet",
     "Waiting",
     "ended_answer",
     "published_reason",
@@ -122,8 +123,26 @@ class CapacityPlanned:
     plan: PoolPlan
 
 
+@dataclass(frozen=True, slots=True)
+class ShareSet:
+    """The scheduler set a running shared job's share itself (`core.resize`), from
+    `from_milli` to `to_milli`, and says so, so that the node agent and the ledger follow the
+    share it holds. `why`: `kept` (a rollback asked `from_milli` and the GPU had room for
+    `to_milli` only, the job may not move) or `given_back` (room freed on its GPU gives it more
+    of what a rollback asked)."""
+
+    job: JobSpec
+    node: str
+    gpu: int
+    from_milli: int
+    to_milli: int
+    why: str
+    detail: str
+
+
 Effect = (
     Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput | CapacityPlanned
+    | ShareSet
 )
 
 _QUOTA_REASONS = {r.value for r in RejectReason} - {"unknown_tenant", "invalid_request"}

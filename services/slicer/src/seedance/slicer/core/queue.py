@@ -25,6 +25,7 @@ Queue discipline (`SchedulerConfig`):
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -256,6 +257,27 @@ class PlacementQueue:
         if run is not None:
             self._touched.add(job_id)
             self._release(run)
+
+    def resize(self, job_id: str, milli: int) -> None:
+        """A running shared job now holds `milli` of its GPU (the slicer's right-sizing);
+        raises ValueError, changing nothing, if the GPU has no room for that much."""
+        run = self._running[job_id]
+        old = run.job.request
+        new = dataclasses.replace(old, gpu_milli=milli)  # validates 1..1000
+        (p,) = run.placements
+        self.state.release(old, p)
+        if not self.state.fits(new, p):
+            self.state.apply(old, p)
+            raise ValueError(f"GPU {p.gpus} of node {p.node} has no room for {milli} milli")
+        self.state.apply(new, p)
+        if (p.node, p.gpus[0]) in self._masked:
+            self._zero(p.node, p.gpus[0])  # a masked GPU shows no free share
+        self._running[job_id] = dataclasses.replace(
+            run, job=dataclasses.replace(run.job, request=new)
+        )
+        self._held_milli += milli - old.gpu_milli
+        self._touched.add(job_id)
+        self._failed.clear()  # room freed (or taken): shapes that failed may fit now
 
     # -- views ------------------------------------------------------------------------------
     @property

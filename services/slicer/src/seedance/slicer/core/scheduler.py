@@ -55,6 +55,7 @@ from seedance.slicer.core.model import MAX_GPUS_PER_NODE
 from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
 from seedance.slicer.core.quota import Admitted, QuotaPolicy
+from seedance.slicer.core.resize import ShareChange, give_back, resize_share
 from seedance.slicer.core.satisfiable import REASON as UNSATISFIABLE
 from seedance.slicer.core.satisfiable import NodeType, TypeKey, type_key, types_of, unsatisfiable
 from seedance.slicer.core.snapshot import HeldJob, MigSlot
@@ -253,6 +254,10 @@ class Scheduler(SchedulerState):
         cfg = self.config.consolidation
         return [] if cfg is None or not self._nodes else consolidation_round(self, cfg, now_s)
 
+    def resize_share(self, change: ShareChange, now_s: float) -> list[Effect]:
+        """A running shared job's share changed (`seedance.slicer.core.resize`)."""
+        return resize_share(self, change, now_s)
+
     def start(self, tenant: str, job_id: str) -> list[Effect]:
         """A tenant says its job started: nothing to decide for a known job; a job the
         scheduler does not know, or that has ended, is answered."""
@@ -431,7 +436,7 @@ class Scheduler(SchedulerState):
 
     # -- the pass ---------------------------------------------------------------------------
     def _pass(self, now_s: float) -> list[Effect]:
-        out: list[Effect] = []
+        out: list[Effect] = give_back(self) if self._owed else []  # owed first (core.resize)
         if self._nodes:
             for d in self._queue.schedule(now_s):
                 out.extend(self._convert(d))

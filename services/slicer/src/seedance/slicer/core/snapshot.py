@@ -15,6 +15,7 @@ The layout is the format deployed slicers wrote to KV (version 2, field for fiel
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import msgspec
@@ -54,6 +55,12 @@ class RunningJob(msgspec.Struct, frozen=True, kw_only=True):
     started_s: float
     submitted_s: float
     seq: int
+    #: The share of its GPU a shared job holds now where right-sizing changed it from its
+    #: request (`queue.resize`); 0: its request's.
+    milli: int = 0
+    #: The share a rollback asked for it that its GPU had no room for yet (0: none), given
+    #: back as room frees there (`core.resize.give_back`).
+    owed_milli: int = 0
 
 
 class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,7 +152,7 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     moves: MovesRecord = msgspec.field(default_factory=MovesRecord)
 
 
-def saved_running(r: RunningRecord, names: Sequence[str]) -> RunningJob:
+def saved_running(r: RunningRecord, names: Sequence[str], owed_milli: int = 0) -> RunningJob:
     """A placement queue's running record, by node name (`names[i]`: node i's)."""
     return RunningJob(
         job_id=r.job.job_id,
@@ -153,6 +160,8 @@ def saved_running(r: RunningRecord, names: Sequence[str]) -> RunningJob:
         started_s=r.started_s,
         submitted_s=r.submitted_s,
         seq=r.seq,
+        milli=r.job.request.gpu_milli if r.job.request.is_shared else 0,
+        owed_milli=owed_milli,
     )
 
 
@@ -169,6 +178,8 @@ def saved_pending(p: PendingRecord, names: Sequence[str]) -> PendingJob:
 def running_record(r: RunningJob, job: Job, index: Mapping[str, int]) -> RunningRecord:
     """The queue's record of `r` (`index`: node name to the queue's node index)."""
     placements = tuple(NodeGpus(index[n], tuple(g)) for n, g in r.placements)
+    if r.milli and job.request.is_shared and r.milli != job.request.gpu_milli:
+        job = dataclasses.replace(job, request=dataclasses.replace(job.request, gpu_milli=r.milli))
     return RunningRecord(job, placements, r.started_s, r.submitted_s, r.seq)
 
 

@@ -77,6 +77,8 @@ class SchedulerState:
         # so nothing new lands there.
         self._cordoned: set[int] = set()
         self._moves = Moves()
+        #: Running jobs owed part of a rolled-back share, by key (`core.resize`).
+        self._owed: dict[str, int] = {}
         #: The pools' capacity plans of the latest round (for metrics; the next round's after
         #: a restore).
         self.capacity_plans: list[PoolPlan] = []
@@ -100,7 +102,10 @@ class SchedulerState:
             jobs=dict(self._jobs),
             attempts=dict(self._attempts),
             submitted_s=dict(self._submitted_s),
-            running=tuple(saved_running(r, names) for r in self._queue.running_records()),
+            running=tuple(
+                saved_running(r, names, self._owed.get(r.job.job_id, 0))
+                for r in self._queue.running_records()
+            ),
             pending=tuple(saved_pending(p, names) for p in self._queue.pending_records()),
             seq=self._queue.seq,
             mig=tuple(self._mig.slots),
@@ -142,6 +147,7 @@ class SchedulerState:
             (i, g) for i, n in enumerate(s._nodes) for g, x in enumerate(n.gpus) if x.mig_enabled
         }
         s._moves = Moves.of(snap.moves)
+        s._owed = {r.job_id: r.owed_milli for r in snap.running if r.owed_milli}
         s._cordoned = {
             i for i, n in enumerate(s._nodes) if n.state == "cordoned" or n.name in s._moves.drained
         }
@@ -246,7 +252,7 @@ class SchedulerState:
             spec=spec,
             attempts=self._attempts.get(key, 0),
             submitted_s=self._submitted_s.get(key),
-            running=None if run is None else saved_running(run, names),
+            running=None if run is None else saved_running(run, names, self._owed.get(key, 0)),
             pending=None if pend is None else saved_pending(pend, names),
         )
 

@@ -1,0 +1,137 @@
+"""Right-sizing taking effect in the scheduler: a running shared job's share changed.
+
+Owns what the scheduler does with a `ShareChange` (the slicer's own right-sizing loop decided
+it, `seedance.slicer.core.autosize`, and published it as `slice.share_changed.v1`; the shell
+reads it back like any input, so the change is applied once, in the scheduler's order, and
+persisted with its state):
+
+- **Lowered** (`rightsized`): the job holds the new share of its GPU from now on; the
+  thousandths freed are the pool's again, and the queue's pass may place a waiting job there.
+- **Raised** (`rolled_back`): the previous share is restored where its GPU still has room.
+  Where the freed thousandths were given to another job meanwhile:
+  * a job that said it is movable is moved (a preemption with reason `consolidation`, the
+    detail says why), queued again at its submit time and placed by the same pass at its
+    request, which is the share it had before right-sizing;
+  * any other job is never moved: it gets back what its GPU has free now (at least the share
+    it holds) and keeps running there, and the scheduler says so (`ShareSet` `kept`, published
+    as a `ShareChanged` from the share asked to the share held), so the node agent's limit and
+    the ledger's bill follow what it holds. The rest is owed to it (persisted with the running
+    job): `give_back`, at the head of every scheduling pass (a neighbour ended, a share was
+    lowered, ...), gives it what its GPU has free, before any waiting job, up to the share
+    asked (`ShareSet` `given_back`). A later change of its share, its end or a move settles
+    the debt.
+- **Stale** (the job ended, moved, or holds another share than the change's `from_milli`):
+  nothing changes. The change was decided on a placement that no longer exists; its own new
+  placement starts a new right-sizing track.
+
+It must not decide whether a share should change (the autosize loop does), read a clock or do
+I/O: `now_s` is the change's trusted time (the reading's, checked by the loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from seedance.slicer.core.consolidation import CONSOLIDATION
+from seedance.slicer.core.effects import Effect, Evicted, ShareSet
+from seedance.slicer.core.inputs import job_key
+from seedance.slicer.core.model import GPU_MILLI, NodeGpus
+from seedance.slicer.core.workload import core_job
+
+if TYPE_CHECKING:
+    from seedance.slicer.core.scheduler import Scheduler
+
+__all__ = ["ShareChange", "give_back", "resize_share"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareChange:
+    """The share of GPU `gpu` of `node` that (tenant, job) holds goes from `from_milli` to
+    `to_milli` thousandths (`reason`: rightsized | rolled_back)."""
+
+    tenant: str
+    job_id: str
+    node: str
+    gpu: int
+    from_milli: int
+    to_milli: int
+    reason: str
+
+    def __post_init__(self) -> None:
+        for name in ("from_milli", "to_milli"):
+            v = getattr(self, name)
+            if not 0 < v < GPU_MILLI:
+                raise ValueError(f"{name}={v} not in 1..{GPU_MILLI - 1} (a share of one GPU)")
+
+
+def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
+    """Apply `c` to the scheduler `s` (module docstring); the effects it causes."""
+    key = job_key(c.tenant, c.job_id)
+    queue = s._queue
+    run = queue.running_record(key)
+    i = s._index.get(c.node)
+    if run is None or i is None or run.placements != (NodeGpus(i, (c.gpu,)),):
+        return []  # ended or moved since: the change was about a placement that is gone
+    held = run.job.request.gpu_milli
+    if held != c.from_milli or not run.job.request.is_shared or held == c.to_milli:
+        return []
+    # A masked GPU (unhealthy, drained) shows no free share: it takes nothing more.
+    room = held + int(queue.state.gpu_free[i, c.gpu])
+    if s._owed.pop(key, None) is not None:
+        s._dirty_jobs.add(key)  # a new change of its share settles what was owed
+    if c.to_milli <= room:
+        queue.resize(key, c.to_milli)
+        # Freed room (a lowered share) may start a waiting job now.
+        return s._pass(now_s) if c.to_milli < held else []
+    job = s._jobs[key]
+    if job.movable:
+        s._queue.finish(key, now_s)
+        s._queue.submit(core_job(job), s._submitted_s.get(key, now_s))
+        s._dirty_jobs.add(key)
+        s._moves.history.record(now_s, job.tenant, key)
+        detail = (
+            f"consolidation: its share of GPU {c.gpu} of {c.node} was rolled back to "
+            f"{c.to_milli} milli and the GPU has {room} free for it (its freed share was "
+            "placed meanwhile); the job is placed again at its request"
+        )
+        out: list[Effect] = [Evicted(job, c.node, "", CONSOLIDATION, detail=detail)]
+        out.extend(s._pass(now_s))
+        return out
+    if room > held:
+        queue.resize(key, room)
+    s._owed[key] = c.to_milli
+    s._dirty_jobs.add(key)
+    detail = (
+        f"rolled back to {c.to_milli} milli, but GPU {c.gpu} of {c.node} has room for {room} "
+        "only (its freed share was placed meanwhile) and the job did not say it may move: it "
+        f"holds {room}, and gets the rest as room frees there"
+    )
+    return [ShareSet(job, c.node, c.gpu, c.to_milli, room, "kept", detail)]
+
+
+def give_back(s: Scheduler) -> list[Effect]:
+    """Give the jobs owed part of a rolled-back share what their GPUs have free now, up to
+    what they are owed; a job that ended, moved or holds its due already owes nothing more."""
+    out: list[Effect] = []
+    queue = s._queue
+    for key in sorted(s._owed):
+        want = s._owed[key]
+        run = queue.running_record(key)
+        held = run.job.request.gpu_milli if run is not None else 0
+        if run is None or len(run.placements) != 1 or held >= want:
+            del s._owed[key]
+            s._dirty_jobs.add(key)
+            continue
+        (p,) = run.placements
+        n, g = p.node, p.gpus[0]
+        new = min(want, held + int(queue.state.gpu_free[n, g]))
+        if new <= held:
+            continue
+        queue.resize(key, new)
+        if new == want:
+            del s._owed[key]
+        s._dirty_jobs.add(key)
+        detail = f"room freed on its GPU: {new} of the {want} milli its rollback asked"
+        out.append(ShareSet(s._jobs[key], s._nodes[n].name, g, held, new, "given_back", detail))
+    return out
