@@ -16,11 +16,11 @@ from seedance.events.slicing import (
     ShareChanged,
     ShareChangeReason,
 )
+from seedance.events.tokens import kube_node_token
 from seedance.node_agent.core.placement import (
     ENV_MPS_THREAD_PCT,
     Grant,
     PlacementBook,
-    node_token,
     pod_job_id,
     verify,
 )
@@ -33,7 +33,7 @@ SHARED = placed(JOB, PlacementKind.SHARED, [GpuAssignment(index=1, uuid="GPU-b",
 def change(frm: int, to: int, *, gpu: int = 1, eid: str = "s1") -> ShareChanged:
     reason = ShareChangeReason.RIGHTSIZED if to < frm else ShareChangeReason.ROLLED_BACK
     return ShareChanged(
-        id=eid, at=T0, job_id=JOB, tenant="acme", node=node_token(NODE), gpu_index=gpu,
+        id=eid, at=T0, job_id=JOB, tenant="acme", node=kube_node_token(NODE), gpu_index=gpu,
         from_milli=frm, to_milli=to, reason=reason,
     )  # fmt: skip
 
