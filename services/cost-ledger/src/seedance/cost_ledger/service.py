@@ -27,16 +27,11 @@ so one job is one trace from the SDK's submit to its costs (``_JobTraces``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 from collections import OrderedDict
 from typing import Any
 
-import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
 from opentelemetry import trace
-from prometheus_client import Counter, Gauge
 
 from seedance.core import (
     TRANSIENT_BUS_ERRORS,
@@ -49,6 +44,7 @@ from seedance.core import (
     ServiceRuntime,
     WallClock,
 )
+from seedance.core.durable.checkpoints import Checkpoints
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch
@@ -56,6 +52,7 @@ from seedance.core.tracing import extract_context, inject_headers, tracer
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.mapping import InputRejected, Publication
 from seedance.cost_ledger.core.replica import INPUT_TYPES, LedgerReplica
+from seedance.cost_ledger.metrics import LedgerMetrics
 from seedance.events import DecodeError, decode, encode
 from seedance.events.cost import CostEntry, CostKind, JobCostReport
 from seedance.events.slicing import Placement
@@ -65,102 +62,13 @@ __all__ = ["LedgerMetrics", "LedgerService"]
 
 log = get_logger(__name__)
 
-#: The kinds an input is dead-lettered with (``InputRejected.kind``, and ``decode_error``).
-DEAD_LETTER_KINDS = (
-    "future_time", "subject_mismatch", "tenant_mismatch", "unknown_tenant", "invalid_input",
-    "step_error", "decode_error",
-)  # fmt: skip
-
 _BUCKET = "seedance-ledger"
 _MAX_INFLIGHT_BATCHES = 4
-_CHUNK = 512 * 1024  # below the server's default 1 MiB message limit
 _CHECKPOINT_SPACING = 10  # at least this many times the last checkpoint's cost between two
 # Re-creating the input consumer is retried this long (a NATS node's fail-over takes seconds).
 _REBIND_FOR_S = 60.0
 _REBIND_BACKOFF = RetryPolicy(initial_s=0.5, max_s=5.0)
 _HANDLE_SPAN = "handle ledger-in"
-
-
-class _Head(msgspec.Struct, array_like=True, frozen=True):
-    """Where the latest checkpoint is: its input sequence, chunks' key prefix and digest."""
-
-    seq: int
-    chunks: int
-    replica: str
-    slot: int
-    prefix: str
-    digest: bytes
-    revision: int = 0  # the head key's KV revision (not stored)
-
-    def _replace_rev(self, revision: int) -> _Head:
-        return msgspec.structs.replace(self, revision=revision)
-
-
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-class LedgerMetrics:
-    def __init__(self, registry: Any) -> None:
-        self.events_total = Counter(
-            "seedance_cost_ledger_events_total", "Inputs stepped through.", registry=registry
-        )
-        self.published_total = Counter(
-            "seedance_cost_ledger_outputs_total",
-            "Outputs published, by whether the stream already had them (another replica).",
-            ["duplicate"],
-            registry=registry,
-        )
-        self.cost_usd_total = Counter(
-            "seedance_cost_ledger_cost_usd_total",
-            "Positive cost entries this replica published first, by tenant (the bill: the stream).",
-            ["tenant"],
-            registry=registry,
-        )
-        self.idle_cost_usd_total = Counter(
-            "seedance_cost_ledger_idle_cost_usd_total",
-            "Positive idle-capacity cost entries this replica published first, by node.",
-            ["node"],
-            registry=registry,
-        )
-        self.dead_letters_total = Counter(
-            "seedance_cost_ledger_dead_letters_total",
-            "Inputs dead-lettered, by kind (future_time: dated past the bound; subject_mismatch: a "
-            "node's fact naming another node than its subject's; tenant_mismatch; invalid_input; "
-            "step_error; decode_error).",
-            ["kind"],
-            registry=registry,
-        )
-        for kind in DEAD_LETTER_KINDS:  # each at 0 from the start: a rate, not "no data"
-            self.dead_letters_total.labels(kind)
-        self.rebinds_total = Counter(
-            "seedance_cost_ledger_input_rebinds_total",
-            "Attempts to re-create the input consumer after it went away, by result.",
-            ["result"],
-            registry=registry,
-        )
-        self.checkpoint_failures_total = Counter(
-            "seedance_cost_ledger_checkpoint_failures_total",
-            "Checkpoints that failed on a transient bus error (retried later).",
-            registry=registry,
-        )
-        self.checkpoint_seq = Gauge(
-            "seedance_cost_ledger_checkpoint_seq",
-            "Input sequence of the last checkpoint this replica wrote.",
-            registry=registry,
-        )
-        self.fallback_priced_total = Counter(
-            "seedance_cost_ledger_fallback_priced_entries_total",
-            "Cost entries this replica published first for a GPU model the price book could "
-            "not price (billed at its fallback, flagged price_fallback), by line kind.",
-            ["kind"],
-            registry=registry,
-        )
-        self.fallback_models = Gauge(
-            "seedance_cost_ledger_fallback_models",
-            "GPU models this replica has billed at the price book's fallback (each logged once).",
-            registry=registry,
-        )
 
 
 class LedgerService(Lifecycle):
@@ -191,7 +99,7 @@ class LedgerService(Lifecycle):
         self.metrics = LedgerMetrics(runtime.registry)
         # GPU models billed at the price book's fallback that this replica has logged.
         self._fallback_logged: set[str] = set()
-        self._kv: KeyValue | None = None
+        self._checkpoints: Checkpoints | None = None
         self._reader: PullReader | None = None
         self._letters: DeadLetters | None = None
         self._job_traces = _JobTraces()
@@ -207,7 +115,8 @@ class LedgerService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()
-        self._kv = await ensure_bucket(self._rt.bus, _BUCKET)
+        kv = await ensure_bucket(self._rt.bus, _BUCKET)
+        self._checkpoints = Checkpoints(kv, self._key, self.name)
         # Letters' ids derive from their inputs: the other replica's letter for one is the same.
         self._letters = DeadLetters(self._rt.bus, "cost-ledger", derived_ids=True)
         await self._restore()
@@ -228,7 +137,7 @@ class LedgerService(Lifecycle):
             # A half-stepped batch or outputs the stream refused: the next start replays
             # from the previous checkpoint (docs/deploy.md: not a moment to upgrade).
             log.warning("ledger_final_checkpoint_skipped", seq=self.replica.seq)
-        elif self._kv is not None and self._stepped_since_ckpt:
+        elif self._checkpoints is not None and self._stepped_since_ckpt:
             try:
                 await self.checkpoint()
             except Exception as exc:  # the next start replays from the previous checkpoint
@@ -241,80 +150,25 @@ class LedgerService(Lifecycle):
     # ---------------------------------------------------------------- checkpoint
 
     async def _restore(self) -> None:
-        for _ in range(10):
-            head = await self._head()
-            if head is None:
-                return
-            data = await self._read_chunks(head)
-            if data is not None:
-                self.replica.restore(data)
-                return
-            # The writer re-used that slot while we read it: a newer head is there, re-read.
-        raise RuntimeError(f"{self._key}: no consistent checkpoint after 10 reads")
-
-    async def _head(self) -> _Head | None:
-        assert self._kv is not None
-        try:
-            entry = await self._kv.get(self._key)
-        except KeyNotFoundError:
-            return None
-        if not entry.value:
-            return None
-        return msgspec.msgpack.decode(entry.value, type=_Head)._replace_rev(entry.revision or 0)
-
-    async def _read_chunks(self, head: _Head) -> bytes | None:
-        assert self._kv is not None
-        parts = []
-        for i in range(head.chunks):
-            try:
-                parts.append((await self._kv.get(f"{head.prefix}.{i}")).value or b"")
-            except KeyNotFoundError:
-                return None
-        data = b"".join(parts)
-        return data if _digest(data) == head.digest else None
+        assert self._checkpoints is not None
+        found = await self._checkpoints.read()
+        if found is not None:
+            self.replica.restore(found[1])
 
     async def checkpoint(self) -> bool:
-        """Write this replica's state unless the stored one is as advanced; True if written.
-
-        A snapshot can exceed a message's size limit, so it is stored in chunks under this
-        replica's two slots (the one the head does not point to), then the head key (sequence,
-        where, digest) is moved forward by compare-and-set. A reader checks the digest, so a
-        slot re-used while it read is noticed and it re-reads the newer head.
-        """
-        assert self._kv is not None
+        """Write this replica's state unless the stored one is as advanced; True if written
+        (`seedance.core.durable.Checkpoints`: chunks in this replica's free slot, then the head
+        moved forward by compare-and-set)."""
+        assert self._checkpoints is not None
         await self._settle_acks()
         seq = self.replica.seq
-        head = await self._head()
-        if head is not None and head.seq >= seq:
-            self._mark_checkpointed()
-            return False  # another replica is there already (equal state at equal seq)
-        slot = 1 - head.slot if head is not None and head.replica == self.name else 0
         started = self._clock.monotonic()
-        data = self.replica.to_bytes()
-        chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
-        prefix = f"{self._key}.{self.name}.{slot}"
-        for i, chunk in enumerate(chunks):
-            await self._kv.put(f"{prefix}.{i}", chunk)
-        new = _Head(seq=seq, chunks=len(chunks), replica=self.name, slot=slot,
-                    prefix=prefix, digest=_digest(data))  # fmt: skip
-        value = msgspec.msgpack.encode(new)
-        for _ in range(5):
-            try:
-                if head is None:
-                    await self._kv.create(self._key, value)
-                else:
-                    await self._kv.update(self._key, value, last=head.revision)
-            except KeyWrongLastSequenceError:
-                head = await self._head()  # the other replica moved it: look again
-                if head is not None and head.seq >= seq:
-                    break
-                continue
-            self._mark_checkpointed()
+        written = await self._checkpoints.write(seq, self.replica.to_bytes())
+        self._mark_checkpointed()
+        if written:
             self._ckpt_cost_s = self._clock.monotonic() - started
             self.metrics.checkpoint_seq.set(seq)
-            return True
-        self._mark_checkpointed()
-        return False
+        return written
 
     def _mark_checkpointed(self) -> None:
         self._stepped_since_ckpt = 0
