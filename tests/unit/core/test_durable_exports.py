@@ -7,6 +7,9 @@ import seedance.core.durable as durable
 
 def test_the_durable_runtime_exports_exactly_these_names() -> None:
     assert sorted(durable.__all__) == [
+        "CheckpointHead",
+        "Checkpointing",
+        "Checkpoints",
         "DurableCore",
         "DurableMetrics",
         "DurableRuntime",
@@ -15,5 +18,8 @@ def test_the_durable_runtime_exports_exactly_these_names() -> None:
         "LEASE_BUCKET",
         "OUTBOX_KEY",
         "Outbox",
+        "ReplicatedCore",
+        "ReplicatedRuntime",
+        "Stepped",
     ]
     assert all(hasattr(durable, name) for name in durable.__all__)
