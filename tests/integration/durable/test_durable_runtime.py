@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,17 +36,10 @@ from seedance.events.dlq import DeadLetter
 from seedance.events.slicing import JobRejected, RejectionReason
 from seedance.events.subjects import costs, dlq, slicing
 from seedance.testing.waits import eventually
-from tests.conftest import own_server_url
 from tests.integration.slicer.test_slicer_service import fast_forward
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 _int = msgspec.msgpack.Decoder(int)
-
-
-@pytest.fixture
-def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    # The runtime binds the catalogue's own durable (as the slicer does): a server per test.
-    yield from own_server_url(request)
 
 
 class Tally(DurableState):
