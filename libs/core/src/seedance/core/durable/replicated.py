@@ -130,7 +130,11 @@ class ReplicatedRuntime:
         self._consumer = consumer
         self._spec = checkpointing
         self._step_batch = step_batch
-        self._hooks = (on_acked, on_dead_letter, on_checkpoint, on_checkpoint_failed, on_rebind)
+        self._on_acked = on_acked
+        self._on_dead_letter = on_dead_letter
+        self._on_checkpoint = on_checkpoint
+        self._on_checkpoint_failed = on_checkpoint_failed
+        self._on_rebind = on_rebind
         self._batch = batch
         self._from_start = from_start
         self._checkpoints: Checkpoints | None = None
@@ -187,7 +191,7 @@ class ReplicatedRuntime:
         self._last_ckpt = self._clock.monotonic()
         if written:
             self._ckpt_cost_s = self._last_ckpt - started
-            self._hooks[2](seq)
+            self._on_checkpoint(seq)
         return written
 
     def _checkpoint_due(self) -> bool:
@@ -209,7 +213,7 @@ class ReplicatedRuntime:
         except TRANSIENT_BUS_ERRORS as exc:
             # KV unreachable for now (its stream's leader failing over): the next checkpoint
             # covers this one; a restart meanwhile re-reads a little more.
-            self._hooks[3]()
+            self._on_checkpoint_failed()
             self._ckpt_retry_at = self._clock.monotonic() + self._spec.every_s
             log.warning("durable_checkpoint_failed", error=repr(exc), seq=self._core.seq)
 
@@ -235,10 +239,10 @@ class ReplicatedRuntime:
         for attempt in itertools.count(1):
             try:
                 await self._bind()
-                self._hooks[4](True)
+                self._on_rebind(True)
                 return
             except TRANSIENT_BUS_ERRORS as exc:
-                self._hooks[4](False)
+                self._on_rebind(False)
                 if self._clock.monotonic() > deadline:
                     raise  # not a fail-over: let the replica restart from its checkpoint
                 log.warning("durable_rebind_failed", error=repr(exc), attempt=attempt)
@@ -277,7 +281,7 @@ class ReplicatedRuntime:
         # published fails the replica, which resumes from its checkpoint and rejects it again.
         assert self._letters is not None
         await self._letters.send(msg, kind, reason)
-        self._hooks[1](kind)
+        self._on_dead_letter(kind)
 
     # --- publishing ---------------------------------------------------------------------------
 
@@ -316,5 +320,5 @@ class ReplicatedRuntime:
                     self.consistent = False
                     raise
                 self._inflight.pop(0)
-                self._hooks[0](outputs, acks)
+                self._on_acked(outputs, acks)
                 self._core.confirm_published(outputs)

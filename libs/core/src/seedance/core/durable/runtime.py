@@ -135,7 +135,10 @@ class DurableRuntime:
         self._make_state = state
         self._core = core
         self._metrics = metrics
-        self._hooks = (on_restored, on_lead, between_batches, on_batch)
+        self._on_restored = on_restored
+        self._on_lead = on_lead
+        self._between_batches = between_batches
+        self._on_batch = on_batch
         self._state: DurableState | None = None
         self._lease: Lease | None = None
         self._consumers: list[PullConsumer] = []
@@ -221,7 +224,7 @@ class DurableRuntime:
         """Standby until the lease is ours; lead until it is lost or we stop; repeat."""
         assert self._lease is not None
         poll_s = self._spec.lease_ttl_s / 6
-        _, on_lead, between, _ = self._hooks
+        on_lead, between = self._on_lead, self._between_batches
         while not self._stopping.is_set():
             if not self._lease.held:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
@@ -277,7 +280,7 @@ class DurableRuntime:
                 log.warning("durable_state_reread", key=self._spec.key, error=str(exc))
                 if attempt == _LOAD_ATTEMPTS - 1:
                     raise
-        self._hooks[0](asyncio.get_running_loop().time() - started)
+        self._on_restored(asyncio.get_running_loop().time() - started)
         with contextlib.suppress(RetryableError):
             await self._flush()  # the previous leader may have died between commit and publish
 
@@ -367,7 +370,7 @@ class DurableRuntime:
                     ) from exc
             self._core.settled(True)
             await self._flush()
-        self._hooks[3]()
+        self._on_batch()
         return [failed.get(i) for i in range(len(ds))]
 
     def _failure(self, d: Delivery[Any], cause: Exception) -> InvalidMessage:
