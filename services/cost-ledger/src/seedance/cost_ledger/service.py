@@ -95,7 +95,7 @@ class LedgerService(Lifecycle):
             on_checkpoint=metrics.checkpoint_seq.set,
             on_checkpoint_failed=metrics.checkpoint_failures_total.inc,
             on_rebind=lambda ok: metrics.rebinds_total.labels("ok" if ok else "failed").inc(),
-            batch=batch, from_start=from_start,
+            batch=batch, from_start=from_start, log_as="ledger",
         )  # fmt: skip
         return cls(runtime, durable, replica=replica, name=name, metrics=metrics)
 

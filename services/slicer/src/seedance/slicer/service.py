@@ -102,7 +102,7 @@ class SlicerService(Lifecycle):
             core=decider, metrics=metrics,
             on_restored=decider.restored,
             on_lead=partial(_policy_synced, policy, settings.lease_ttl_s),
-            between_batches=quota.sync, on_batch=decider.update_gauges,
+            between_batches=quota.sync, on_batch=decider.update_gauges, log_as="slicer",
         )  # fmt: skip
         decider.bind(durable)
         durable.consume([_consumer(runtime, durable, settings, n, t) for n, t in _DURABLES])

@@ -123,8 +123,11 @@ class ReplicatedRuntime:
         on_rebind: Callable[[bool], None] = lambda ok: None,
         batch: int = 1000,
         from_start: bool = True,
+        log_as: str = "durable",
     ) -> None:
         self._rt = runtime
+        #: Log events are named ``<log_as>_<what>`` (the service's names, as its docs give them).
+        self._log_as = log_as
         self._clock = clock  # operational timing only, never what is computed
         self._core = core
         self._consumer = consumer
@@ -149,6 +152,9 @@ class ReplicatedRuntime:
         self._inflight: list[tuple[Sequence[Any], AckedBatch]] = []
         self._settling = asyncio.Lock()
 
+    def _named(self, what: str) -> str:
+        return f"{self._log_as}_{what}"
+
     async def start(self) -> None:
         """Restore, bind the input, publish what a predecessor may not have (the bus started)."""
         bus = self._rt.bus
@@ -168,12 +174,12 @@ class ReplicatedRuntime:
         if not self.consistent:
             # A half-stepped batch or outputs the stream refused: the next start replays
             # from the previous checkpoint (docs/deploy.md: not a moment to upgrade).
-            log.warning("durable_final_checkpoint_skipped", seq=self._core.seq)
+            log.warning(self._named("final_checkpoint_skipped"), seq=self._core.seq)
         elif self._checkpoints is not None and self._stepped_since:
             try:
                 await self.checkpoint()
             except Exception as exc:  # the next start replays from the previous checkpoint
-                log.warning("durable_final_checkpoint_failed", error=repr(exc))
+                log.warning(self._named("final_checkpoint_failed"), error=repr(exc))
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
@@ -215,7 +221,7 @@ class ReplicatedRuntime:
             # covers this one; a restart meanwhile re-reads a little more.
             self._on_checkpoint_failed()
             self._ckpt_retry_at = self._clock.monotonic() + self._spec.every_s
-            log.warning("durable_checkpoint_failed", error=repr(exc), seq=self._core.seq)
+            log.warning(self._named("checkpoint_failed"), error=repr(exc), seq=self._core.seq)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -245,7 +251,7 @@ class ReplicatedRuntime:
                 self._on_rebind(False)
                 if self._clock.monotonic() > deadline:
                     raise  # not a fail-over: let the replica restart from its checkpoint
-                log.warning("durable_rebind_failed", error=repr(exc), attempt=attempt)
+                log.warning(self._named("rebind_failed"), error=repr(exc), attempt=attempt)
                 await self._clock.sleep(_REBIND_BACKOFF.delay_s(attempt))
 
     async def consume(self) -> None:
@@ -257,7 +263,7 @@ class ReplicatedRuntime:
             except ReaderInterrupted as exc:
                 # The consumer went away (server restart) or a delivery was lost in a
                 # reconnect: read again from the next sequence not yet stepped through.
-                log.warning("durable_input_rebind", reason=str(exc), seq=self._core.seq)
+                log.warning(self._named("input_rebind"), reason=str(exc), seq=self._core.seq)
                 await self._rebind()
                 continue
             if msgs:

@@ -128,8 +128,11 @@ class DurableRuntime:
         on_lead: Callable[[], Awaitable[None]] | None = None,
         between_batches: Callable[[], Awaitable[None]] | None = None,
         on_batch: Callable[[], None] = lambda: None,
+        log_as: str = "durable",
     ) -> None:
         self._rt = runtime
+        #: Log events are named ``<log_as>_<what>`` (the service's names, as its docs give them).
+        self._log_as = log_as
         self._clock = clock
         self._spec = spec
         self._make_state = state
@@ -148,6 +151,9 @@ class DurableRuntime:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._restored = False  # this term's state restored (see ``leading``)
+
+    def _named(self, what: str) -> str:
+        return f"{self._log_as}_{what}"
 
     @property
     def state(self) -> DurableState:
@@ -245,7 +251,9 @@ class DurableRuntime:
             self._metrics.leader.set(0)
             await self.state.store.close()  # a base being written is the next leader's to write
             if not self._stopping.is_set():
-                log.warning("durable_leadership_lost", service=self._rt.name, key=self._spec.key)
+                log.warning(
+                    self._named("leadership_lost"), service=self._rt.name, key=self._spec.key
+                )
                 for c in self._consumers:
                     await c.close()  # unacked messages go to the new leader
 
@@ -277,7 +285,7 @@ class DurableRuntime:
                 break
             except StateConflict as exc:
                 # Another writer moved the head while this one read its base: read again.
-                log.warning("durable_state_reread", key=self._spec.key, error=str(exc))
+                log.warning(self._named("state_reread"), key=self._spec.key, error=str(exc))
                 if attempt == _LOAD_ATTEMPTS - 1:
                     raise
         self._on_restored(asyncio.get_running_loop().time() - started)
@@ -291,7 +299,7 @@ class DurableRuntime:
         try:
             await self.state.commit()
         except StateConflict:
-            log.warning("durable_state_conflict", key=self._spec.key)
+            log.warning(self._named("state_conflict"), key=self._spec.key)
             await self._reload()
             raise
         except Exception:
@@ -334,7 +342,7 @@ class DurableRuntime:
             try:
                 await self._commit()
             except Exception as exc:  # nothing published: back to the committed state
-                log.warning("durable_change_not_saved", key=self._spec.key, error=repr(exc))
+                log.warning(self._named("change_not_saved"), key=self._spec.key, error=repr(exc))
                 self._core.settled(False)
                 return False
             self._core.settled(True)
@@ -375,8 +383,8 @@ class DurableRuntime:
 
     def _failure(self, d: Delivery[Any], cause: Exception) -> InvalidMessage:
         log.error(
-            "durable_event_failed", service=self._rt.name, error=repr(cause), subject=d.subject,
-            stream_seq=d.stream_seq,
+            self._named("event_failed"), service=self._rt.name, error=repr(cause),
+            subject=d.subject, stream_seq=d.stream_seq,
         )  # fmt: skip
         return InvalidMessage(
             f"applying {type(d.event).__name__} {d.event.id} raised {cause!r}"[:1000],
