@@ -77,7 +77,7 @@ async def slicer(
     settings = SlicerSettings(pool=f"p{unique}", replica="s", lease_ttl_s=1.5, batch=100, **kw)
     bus = shipped(nats_url, user) if user else BusSettings(url=nats_url, name="test-slicer")
     runtime = ServiceRuntime("slicer", bus)
-    async with serving(SlicerService(runtime, WallClock(), settings), 15) as svc:
+    async with serving(SlicerService.build(runtime, WallClock(), settings), 15) as svc:
         yield svc
 
 

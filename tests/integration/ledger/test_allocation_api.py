@@ -58,7 +58,7 @@ def replica(url: str, name: str) -> tuple[LedgerService, AllocationApi]:
     """A ledger replica under the shipped ``cost-ledger`` user, with its allocation API."""
     settings = BusSettings(url=url, user="cost-ledger", password=password("cost-ledger"))
     runtime = ServiceRuntime("cost-ledger", settings, registry=CollectorRegistry())
-    service = LedgerService(
+    service = LedgerService.build(
         runtime, LedgerReplica(core.default_price_book(), CONFIG), name=name, batch=100
     )
     sizer = core.BookRightsizer(core.default_price_book())
@@ -155,10 +155,10 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
         last_in = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
 
         async def stepped_all() -> bool:
-            return service.replica.seq >= last_in and service._consistent
+            return service.replica.seq >= last_in and service.durable.consistent
 
         await eventually(stepped_all, timeout_s=60)
-        await service._settle_acks()
+        await service.durable.settle_acks()
         lines = lines_from_events(
             current(decode(m.data, CostEvent)) for m in await read_stream(admin, "SEEDANCE_COSTS")
         )

@@ -73,7 +73,7 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
     runtime = ServiceRuntime(
         "cost-ledger", bus_as(auth_url, "cost-ledger"), registry=CollectorRegistry()
     )
-    service = LedgerService(
+    service = LedgerService.build(
         runtime, LedgerReplica(book, CONFIG), name=f"ids{unique}", checkpoint_key=f"ids{unique}"
     )
     try:

@@ -59,7 +59,7 @@ def ledger(url: str, name: str, **kw: Any) -> LedgerService:
         budgets=kw.pop("budgets", ()),
         tenants=kw.pop("tenants", ()),
     )
-    return LedgerService(runtime, replica, name=name, checkpoint_key=name, **kw)
+    return LedgerService.build(runtime, replica, name=name, checkpoint_key=name, **kw)
 
 
 async def caught_up(bus: Bus, service: LedgerService, n: int) -> None:
@@ -67,10 +67,10 @@ async def caught_up(bus: Bus, service: LedgerService, n: int) -> None:
 
     async def done() -> bool:
         last = (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
-        return last >= n and service.replica.seq >= last and service._consistent
+        return last >= n and service.replica.seq >= last and service.durable.consistent
 
     await eventually(done, timeout_s=30)
-    await service._settle_acks()
+    await service.durable.settle_acks()
 
 
 def sample(node: str, minutes: int, activity: float = 0.5) -> GpuSampleBatch:

@@ -24,10 +24,10 @@ import msgspec
 from nats.js import api as js_api
 
 from seedance.core import Bus
+from seedance.core.durable.checkpoints import CheckpointHead, checkpoint_digest
 from seedance.core.kv import ensure_bucket
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
-from seedance.cost_ledger.service import _digest, _Head
 from seedance.events import Event, decode, encode
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.dlq import DeadLetter
@@ -258,7 +258,9 @@ async def test_a_checkpoint_written_before_the_upgrade_restores_and_goes_on(
     kv = await ensure_bucket(bus, "seedance-ledger")
     prefix = "checkpoint.upgrade.old.0"
     await kv.put(f"{prefix}.0", data)
-    head = _Head(seq=13, chunks=1, replica="old", slot=0, prefix=prefix, digest=_digest(data))
+    head = CheckpointHead(
+        seq=13, chunks=1, replica="old", slot=0, prefix=prefix, digest=checkpoint_digest(data)
+    )
     await kv.put("checkpoint.upgrade", msgspec.msgpack.encode(head))
     # The old replica had stepped 13 messages: the same number on this stream come first.
     pad = [_sample(400 + i, old_ckpt.START, "pad-node") for i in range(13)]

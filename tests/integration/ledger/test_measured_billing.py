@@ -52,7 +52,7 @@ def _start() -> datetime:
 def _ledger(url: str, name: str) -> LedgerService:
     runtime = ServiceRuntime("cost-ledger", BusSettings(url=url), registry=CollectorRegistry())
     replica = LedgerReplica(BOOK, CONFIG)
-    return LedgerService(runtime, replica, name=name, checkpoint_key=name)
+    return LedgerService.build(runtime, replica, name=name, checkpoint_key=name)
 
 
 def _subject(e: Event) -> str:

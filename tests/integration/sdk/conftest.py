@@ -58,7 +58,7 @@ async def running_slicer(auth_url: str, **settings: Any) -> AsyncIterator[str]:
         pool=f"cli{uuid.uuid4().hex[:6]}", replica="a", lease_ttl_s=1.5, **settings
     )
     try:
-        async with serving(SlicerService(runtime, WallClock(), config)):
+        async with serving(SlicerService.build(runtime, WallClock(), config)):
             yield node
     finally:
         await admin.close()

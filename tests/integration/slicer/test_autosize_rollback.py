@@ -67,7 +67,7 @@ async def slicer_with_autosize(url: str, pool: str, replica: str) -> AsyncIterat
     clock = WallClock()
     loop = autosize_service(runtime, clock, settings, replica)
     assert loop is not None
-    slicer = SlicerService(runtime, clock, settings)
+    slicer = SlicerService.build(runtime, clock, settings)
     async with serving(with_autosize(slicer, loop)):
         yield slicer, loop, runtime.registry
 

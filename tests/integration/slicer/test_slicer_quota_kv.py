@@ -58,7 +58,7 @@ def updates(svc: SlicerService, outcome: str) -> float:
 
 def usage_of(svc: SlicerService) -> dict[str, Any]:
     """What the slicer last wrote to its pool's usage key (its own record of it)."""
-    return dict(json.loads(svc._usage_written or b"{}").get("tenants") or {})
+    return dict(json.loads(svc.quota.usage_written or b"{}").get("tenants") or {})
 
 
 async def until(pred: Any, timeout_s: float = 15.0) -> None:
@@ -148,8 +148,8 @@ async def test_an_invalid_policy_is_refused_with_its_reason_and_the_old_one_stay
         await until(lambda: updates(svc, "applied") == 1)
         await policy_kv.put(key, bad)
         await until(lambda: updates(svc, "refused") == 1)
-        assert svc.quota_refusal is not None
-        assert reason in svc.quota_refusal  # the parser's words, as logged
+        assert svc.quota.refusal is not None
+        assert reason in svc.quota.refusal  # the parser's words, as logged
         assert svc.scheduler.quota is not None
         assert svc.scheduler.quota.tenants[t].nominal == {"gpus": 1}
         # still the old policy, and the service still decides
@@ -159,7 +159,7 @@ async def test_an_invalid_policy_is_refused_with_its_reason_and_the_old_one_stay
         await policy_kv.put(key, doc({t: {"quota": {"gpus": 2}}}))
         await d.wait(lambda: "b2" in [p.job_id for p in d.of(Placement)])
         assert updates(svc, "refused") == 1
-        assert svc.quota_refusal is None
+        assert svc.quota.refusal is None
 
 
 async def test_the_snapshot_carries_the_policy_to_a_restart_and_a_standby(
@@ -177,12 +177,10 @@ async def test_the_snapshot_carries_the_policy_to_a_restart_and_a_standby(
             for i in range(3):
                 await submit(bus, t, f"c{i}", gpus=1, minute=i)
             await d.wait(lambda: [e.reason for e in d.of(Unschedulable, "c2")] == ["over_quota"])
-            saved = SlicerState(
-                await StateStore.open(bus, "seedance-slicer-state", f"pool.p{unique}"),
-                legacy_key=f"pool.p{unique}",
-                config=first._config,
-                parse_quota=first._saved_quota,
+            saved = first.durable.new_state(
+                await StateStore.open(bus, "seedance-slicer-state", f"pool.p{unique}")
             )
+            assert isinstance(saved, SlicerState)
             await saved.load()
             assert saved.quota_doc == policy
             await first.stop()
@@ -247,14 +245,14 @@ async def test_under_the_shipped_permissions_the_slicer_reads_the_key_and_cannot
             "slicer",
             BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer")),
         )
-        async with serving(SlicerService(runtime, WallClock(), settings), 15) as svc:
+        async with serving(SlicerService.build(runtime, WallClock(), settings), 15) as svc:
             await until(lambda: updates(svc, "applied") == 1)
             assert svc.scheduler.quota is not None
             assert svc.scheduler.quota.tenants["acme"].nominal == {"gpus": 7}
             own = await svc._rt.bus.js.key_value(POLICY_BUCKET)
             with pytest.raises(Exception, match=r"(?i)permission|timeout|no response"):
                 await own.put(QUOTA_POLICY_KEY, doc({"acme": {"quota": {"gpus": 99}}}))
-            await until(lambda: svc._usage_written is not None)
+            await until(lambda: svc.quota.usage_written is not None)
         assert (await kv.get(QUOTA_POLICY_KEY)).value == doc({"acme": {"quota": {"gpus": 7}}})
         # the slicer may write its pool's usage (an operator reads it back)
         usage = json.loads((await kv.get(quota_usage_key(f"p{unique}"))).value)

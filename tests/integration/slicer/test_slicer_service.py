@@ -63,7 +63,7 @@ async def slicer(
 ) -> AsyncIterator[SlicerService]:
     settings = SlicerSettings(pool=f"p{unique}", replica=replica, lease_ttl_s=1.5, batch=50, **kw)
     runtime = ServiceRuntime("slicer", BusSettings(url=nats_url, name=f"test-slicer-{replica}"))
-    async with serving(SlicerService(runtime, WallClock(), settings), 15) as svc:
+    async with serving(SlicerService.build(runtime, WallClock(), settings), 15) as svc:
         yield svc
 
 
@@ -420,7 +420,11 @@ async def test_decisions_committed_but_not_published_go_out_once_from_the_next_l
         # The node first: a submit decided before it would leave an unschedulable decision in
         # the outbox that no flush can publish, and the inventory's batch (which flushes first)
         # would never apply (this test failed about one run in two so).
-        await eventually(_is(lambda: f"n0-{unique}" in first.scheduler.node_names))
+        # And its batch settled: the node shows in the scheduler as soon as it is applied, before
+        # the commit and the publish of its decisions, which the cut below would leave pending.
+        await eventually(
+            _is(lambda: f"n0-{unique}" in first.scheduler.node_names and not first.state.outbox)
+        )
 
         async def cut(*args: Any, **kw: Any) -> None:
             raise ConnectionError("the process died before publishing")
@@ -430,7 +434,8 @@ async def test_decisions_committed_but_not_published_go_out_once_from_the_next_l
         await eventually(_is(lambda: first.scheduler.running_ids == ["j0"]))
         # Its decisions, and the round's capacity plan after the batch (one per GPU model).
         assert [subj for subj, _ in first.state.outbox] == [
-            f"seedance.slicing.{t}.placement", slicing.capacity(f"p{unique}")
+            f"seedance.slicing.{t}.placement",
+            slicing.capacity(f"p{unique}"),
         ]
         assert not d.of(Placement)
     async with slicer(nats_url, unique, replica="b") as second:
@@ -457,12 +462,10 @@ async def test_a_leader_whose_state_another_leader_moved_on_reloads_it_and_doubl
         await submit(bus, t, "j0", gpus=1)
         await d.wait(lambda: len(d.of(Placement, "j0")) == 1)
         # The other writer: the same state, loaded from the store, one job placed and committed.
-        other = SlicerState(
-            await StateStore.open(bus, "seedance-slicer-state", f"pool.p{unique}"),
-            legacy_key=f"pool.p{unique}",
-            config=svc._config,
-            parse_quota=svc._saved_quota,
+        other = svc.durable.new_state(
+            await StateStore.open(bus, "seedance-slicer-state", f"pool.p{unique}")
         )
+        assert isinstance(other, SlicerState)
         await other.load()
         other.scheduler.submit(JobSpec(job_id="ghost", tenant=t, gpus=1), 1e9)
         await other.commit()

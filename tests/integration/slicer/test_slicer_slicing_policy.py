@@ -81,7 +81,7 @@ async def test_a_mig_request_gets_the_default_profile_and_the_status_names_what_
 
         # what the pool's slicer says it follows, as the bridge reads it
         async def reported() -> bool:
-            written = json.loads(svc._usage_written or b"{}")
+            written = json.loads(svc.quota.usage_written or b"{}")
             return (written.get("slicing") or {}).get("digest") == digest(data)
 
         await eventually(reported, 15)

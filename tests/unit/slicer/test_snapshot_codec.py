@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import msgspec
 
-from seedance.slicer.durable import DurableState, pack_state, unpack_state
+from seedance.slicer.durable import LegacyState, pack_state, unpack_state
 
 
-def _big() -> DurableState:
+def _big() -> LegacyState:
     # About what 1,800 running jobs weigh: job ids, tenants, labels, node names repeat a lot.
     engine = b"".join(
         msgspec.msgpack.encode({"job": f"0192e4c1-{i:04x}-7000-8000-00000000{i:04x}",
@@ -17,7 +17,7 @@ def _big() -> DurableState:
                                            "seedance.io/pod": f"openb-pod-{i:04d}"}})
         for i in range(8000)
     )  # fmt: skip
-    return DurableState(engine=engine, applied={"slicer-jobs": [1, 2, 3]}, floor={"slicer-jobs": 0})
+    return LegacyState(engine=engine, applied={"slicer-jobs": [1, 2, 3]}, floor={"slicer-jobs": 0})
 
 
 def test_a_pool_over_one_mebibyte_is_written_under_it_and_reads_back() -> None:
@@ -30,5 +30,5 @@ def test_a_pool_over_one_mebibyte_is_written_under_it_and_reads_back() -> None:
 
 
 def test_a_snapshot_written_by_an_older_slicer_still_restores() -> None:
-    snap = DurableState(engine=b"\x01\x02", outbox=[("seedance.slicing.acme.placement", b"x")])
+    snap = LegacyState(engine=b"\x01\x02", outbox=[("seedance.slicing.acme.placement", b"x")])
     assert unpack_state(msgspec.msgpack.encode(snap)) == snap

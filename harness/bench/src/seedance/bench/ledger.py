@@ -129,16 +129,16 @@ async def one_pass(url: str, last_seq: int, batch: int) -> tuple[float, LedgerRe
     """One fresh replica through the whole merged stream: its events/s, and the replica."""
     runtime = ServiceRuntime("cost-ledger", BusSettings(url=url), registry=CollectorRegistry())
     replica = LedgerReplica(core.default_price_book(), CONFIG)
-    service = LedgerService(
+    service = LedgerService.build(
         runtime, replica, name="bench", checkpoint_key="bench", batch=batch, checkpoint_every_s=5.0
     )
     await service.start()
     t0 = time.perf_counter()
     task = asyncio.create_task(service.run())
     async with asyncio.timeout(600):
-        while replica.seq < last_seq or not service._consistent:
+        while replica.seq < last_seq or not service.durable.consistent:
             await asyncio.sleep(0.01)  # the replica runs in this loop; a poll, bounded above
-        await service._settle_acks()  # every output durable on the stream
+        await service.durable.settle_acks()  # every output durable on the stream
     dt = time.perf_counter() - t0
     await service.stop()
     await task

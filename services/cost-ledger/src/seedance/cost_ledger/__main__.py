@@ -161,7 +161,7 @@ def main() -> int | None:
         telemetry_ahead_s=settings.telemetry_ahead_s,
     )
     runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
-    service = LedgerService(
+    service = LedgerService.build(
         runtime,
         replica,
         name=replica_name(settings),

@@ -28,7 +28,7 @@ def main() -> None:
     # The fleet and the running jobs are long-lived: full collections walk only what changed
     # since the last one (seedance.core.heap), so they do not stall decisions as the state grows.
     freeze_survivors()
-    slicer = SlicerService(runtime, clock, settings)
+    slicer = SlicerService.build(runtime, clock, settings)
     # The right-sizing loop runs beside the slicer when a tenant opted in (docs/slicer.md).
     autosize = autosize_service(runtime, clock, settings, settings.replica or socket.gethostname())
     asyncio.run(serve(with_autosize(slicer, autosize)))

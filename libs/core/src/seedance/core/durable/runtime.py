@@ -1,0 +1,422 @@
+"""The durable runtime: a stateful service's core applied exactly once, under one leader.
+
+Owns, for a core that turns an input and its trusted time into effects (`DurableCore`) and its
+state (`seedance.core.durable.state.DurableState`):
+
+* leadership: a lease in KV (`seedance.core.kv.Lease`); standby until it is ours, then restore
+  the state, consume, and stop consuming when the lease is lost (unacked messages go to the
+  next leader);
+* sequence dedupe: a delivery whose stream sequence the durable state includes (a redelivery
+  after a crash) is acknowledged without being applied;
+* snapshot before publish: after a batch, what it changed, the sequences it applied and its
+  effects (the outbox) are one compare-and-set commit *before* anything is published or acked.
+  A crash before the commit publishes nothing (the batch is redelivered and decided afresh);
+  a crash after it leaves the outbox to the next leader, which publishes it again: the effects'
+  ids are their ``Nats-Msg-Id``, so JetStream drops what had gone out. A deposed leader's commit
+  fails (`StateConflict`): it reloads the state the new leader wrote and its batch is
+  redelivered, never overwriting anything;
+* outbox flush: published (pipelined, each effect carrying its cause's trace) after the commit
+  and before the next batch or change;
+* skip-and-dead-letter: an input the core refuses (`DurableCore.check`) or whose application
+  raises is dead-lettered with the reason (the consumer's wrapper); after a raise the batch is
+  rolled back to the durable state and replayed without it, so nothing is half-applied and the
+  rest of the batch is decided as usual (the core must be deterministic for that).
+
+Changes that are not a consumed input (a policy from KV) go through `transact`, as a batch.
+It must not decide anything: which input becomes which effect is the core's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from opentelemetry.context import Context
+
+from seedance.core.clock import Clock
+from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
+from seedance.core.durable.state import DurableState, Outbox
+from seedance.core.errors import InvalidMessage, RetryableError
+from seedance.core.kv import Lease, ensure_bucket
+from seedance.core.logs import get_logger
+from seedance.core.service import ServiceRuntime
+from seedance.core.state_store import StateConflict, StateStore
+from seedance.core.tasks import cancel_until_done
+from seedance.events import Event
+
+__all__ = ["LEASE_BUCKET", "DurableCore", "DurableMetrics", "DurableRuntime", "DurableSpec"]
+
+log = get_logger(__name__)
+
+#: Where the leaders' leases live.
+LEASE_BUCKET = "seedance-leases"
+#: Reads of the state retried when another writer moves it meanwhile.
+_LOAD_ATTEMPTS = 5
+
+
+class DurableCore(Protocol):
+    """What the runtime drives: inputs to effects, on the state it holds."""
+
+    def check(self, d: Delivery[Any]) -> InvalidMessage | None:
+        """Why a delivery must not be applied at all (dead-lettered), or None."""
+
+    def trusted_time(self, d: Delivery[Any]) -> datetime:
+        """When the delivery's event happens, from trusted clocks (may move the state's)."""
+
+    def apply(self, event: Any, at: datetime) -> Outbox:
+        """The event applied at `at`: the effects to publish. May raise: the batch is rolled
+        back and replayed without it."""
+
+    def after_batch(self, last: Event) -> Outbox:
+        """What a batch that applied something ends with (`last`: its last applied event)."""
+
+    def settled(self, committed: bool) -> None:
+        """The batch or change since the last call was made durable (or rolled back): count
+        what it decided, or forget it."""
+
+
+class DurableMetrics(Protocol):
+    @property
+    def leader(self) -> Any: ...  # a Gauge: 1 while leading
+
+    @property
+    def state_write_seconds(self) -> Any: ...  # a Histogram: one commit's time
+
+
+@dataclass(frozen=True, kw_only=True)
+class DurableSpec:
+    #: The KV bucket and key prefix of the state (`StateStore`).
+    bucket: str
+    key: str
+    #: The lease's key in `LEASE_BUCKET`, who holds it (the replica; "" the host name), its TTL.
+    lease_key: str
+    holder: str = ""
+    lease_ttl_s: float = 10.0
+
+
+class _EventFailed(Exception):
+    """Applying the batch's event at `index` raised `cause`."""
+
+    def __init__(self, index: int, cause: Exception) -> None:
+        super().__init__(index, cause)
+        self.index = index
+        self.cause = cause
+
+
+class DurableRuntime:
+    """Leadership, batches, commits and the outbox around one `DurableCore`.
+
+    Hooks (all optional): ``on_restored(seconds)`` after a leader's restore; ``on_lead()``
+    before it consumes; ``between_batches()`` at every poll and `wake` while leading;
+    ``on_batch()`` after each batch."""
+
+    def __init__(
+        self,
+        runtime: ServiceRuntime,
+        clock: Clock,
+        spec: DurableSpec,
+        *,
+        state: Callable[[StateStore], DurableState],
+        core: DurableCore,
+        metrics: DurableMetrics,
+        on_restored: Callable[[float], None] = lambda seconds: None,
+        on_lead: Callable[[], Awaitable[None]] | None = None,
+        between_batches: Callable[[], Awaitable[None]] | None = None,
+        on_batch: Callable[[], None] = lambda: None,
+        log_as: str = "durable",
+    ) -> None:
+        self._rt = runtime
+        #: Log events are named ``<log_as>_<what>`` (the service's names, as its docs give them).
+        self._log_as = log_as
+        self._clock = clock
+        self._spec = spec
+        self._make_state = state
+        self._core = core
+        self._metrics = metrics
+        self._on_restored = on_restored
+        self._on_lead = on_lead
+        self._between_batches = between_batches
+        self._on_batch = on_batch
+        self._state: DurableState | None = None
+        self._lease: Lease | None = None
+        self._consumers: list[PullConsumer] = []
+        #: The trace context of each effect's cause (by the effect's id); never durable.
+        self._causes: dict[str, Context] = {}
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._restored = False  # this term's state restored (see ``leading``)
+
+    def _named(self, what: str) -> str:
+        return f"{self._log_as}_{what}"
+
+    @property
+    def state(self) -> DurableState:
+        assert self._state is not None, "start() binds the state"
+        return self._state
+
+    @property
+    def started(self) -> bool:
+        return self._state is not None
+
+    @property
+    def leading(self) -> bool:
+        """The lease is ours and the state restored under it (between the two it is the
+        previous term's)."""
+        return self._restored and self._lease is not None and self._lease.held
+
+    def new_state(self, store: StateStore) -> DurableState:
+        """A state of this runtime's kind on `store` (unloaded): another writer's, in a test."""
+        return self._make_state(store)
+
+    def handler(self, durable: str) -> BatchHandler:
+        """The batch handler of the consumer named `durable` (its sequences are deduped apart)."""
+
+        async def handle(ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
+            return await self._handle(durable, ds)
+
+        return handle
+
+    def consume(self, consumers: Sequence[PullConsumer]) -> None:
+        """The consumers to bind while leading (unmanaged ones, built with `handler`)."""
+        self._consumers.extend(consumers)
+
+    def wake(self) -> None:
+        """Run ``between_batches`` now (e.g. a new policy arrived)."""
+        self._wake.set()
+
+    async def start(self) -> None:
+        bus = self._rt.bus
+        self._state = self._make_state(
+            await StateStore.open(bus, self._spec.bucket, self._spec.key)
+        )
+        leases = await ensure_bucket(bus, LEASE_BUCKET)
+        holder = self._spec.holder or socket.gethostname()
+        self._lease = Lease(
+            leases, self._spec.lease_key, holder, self._clock, self._spec.lease_ttl_s
+        )
+
+    async def run(self) -> None:
+        """Keep the lease and lead whenever it is ours, until `stop`."""
+        assert self._lease is not None, "start() first"
+        keeper = asyncio.create_task(self._lease.keep())
+        try:
+            await self._lead()
+        finally:
+            await cancel_until_done((keeper,))  # the lease refresh publishes: a cancel can be lost
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        for c in self._consumers:
+            c.stop()
+
+    async def close(self) -> None:
+        for c in self._consumers:
+            await c.close()
+        if self._state is not None:
+            await self._state.store.close()
+        if self._lease is not None:
+            await self._lease.release()
+
+    # --- leadership ---------------------------------------------------------------------------
+
+    async def _lead(self) -> None:
+        """Standby until the lease is ours; lead until it is lost or we stop; repeat."""
+        assert self._lease is not None
+        poll_s = self._spec.lease_ttl_s / 6
+        on_lead, between = self._on_lead, self._between_batches
+        while not self._stopping.is_set():
+            if not self._lease.held:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that lands as the event fires (see seedance.core.reader).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll_s):
+                        await self._lease.acquired.wait()
+                continue
+            await self._restore()
+            if on_lead is not None:
+                await on_lead()
+            self._restored = True
+            self._metrics.leader.set(1)
+            if between is not None:
+                await between()
+            await self._consume_while_leading(poll_s, between)
+            self._restored = False
+            self._metrics.leader.set(0)
+            await self.state.store.close()  # a base being written is the next leader's to write
+            if not self._stopping.is_set():
+                log.warning(
+                    self._named("leadership_lost"), service=self._rt.name, key=self._spec.key
+                )
+                for c in self._consumers:
+                    await c.close()  # unacked messages go to the new leader
+
+    async def _consume_while_leading(
+        self, poll_s: float, between: Callable[[], Awaitable[None]] | None
+    ) -> None:
+        assert self._lease is not None
+        for c in self._consumers:
+            await c.start(self._rt.bus)
+        tasks = [asyncio.create_task(c.run()) for c in self._consumers]
+        while self._lease.held and not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll_s):
+                    await self._wake.wait()
+            self._wake.clear()
+            if between is not None:
+                await between()
+        for c in self._consumers:
+            c.stop()
+        await asyncio.gather(*tasks)
+
+    # --- the state ----------------------------------------------------------------------------
+
+    async def _restore(self) -> None:
+        started = asyncio.get_running_loop().time()
+        for attempt in range(_LOAD_ATTEMPTS):
+            try:
+                await self.state.load()
+                break
+            except StateConflict as exc:
+                # Another writer moved the head while this one read its base: read again.
+                log.warning(self._named("state_reread"), key=self._spec.key, error=str(exc))
+                if attempt == _LOAD_ATTEMPTS - 1:
+                    raise
+        self._on_restored(asyncio.get_running_loop().time() - started)
+        with contextlib.suppress(RetryableError):
+            await self._flush()  # the previous leader may have died between commit and publish
+
+    async def _commit(self) -> None:
+        """Commit what changed (with the outbox); on failure back to the committed state (on a
+        conflict: the state another leader committed) and the caller's work is retried."""
+        started = asyncio.get_running_loop().time()
+        try:
+            await self.state.commit()
+        except StateConflict:
+            log.warning(self._named("state_conflict"), key=self._spec.key)
+            await self._reload()
+            raise
+        except Exception:
+            self.state.rollback()
+            raise
+        self._metrics.state_write_seconds.observe(asyncio.get_running_loop().time() - started)
+
+    async def _reload(self) -> None:
+        try:
+            await self.state.load()
+        except Exception:
+            self.state.rollback()  # the next commit conflicts again and reloads
+            raise
+
+    async def _flush(self) -> None:
+        """Publish the durable effects not yet published; on failure the caller's batch is
+        naked, its redelivery skipped (the state has it) and the effects tried again first."""
+        outbox = self.state.outbox
+        if not outbox:
+            return
+        try:
+            await self._rt.bus.publish_many(
+                outbox, causes=[self._causes.get(ev.id) for _, ev in outbox]
+            )
+        except Exception as exc:
+            raise RetryableError(f"{self._rt.name} effects not published: {exc!r}") from exc
+        self.state.outbox = []
+        self._causes.clear()
+
+    async def transact(self, change: Callable[[], Outbox]) -> bool:
+        """Run `change` (it changes the state and returns its effects) as a batch: committed
+        with its effects, then published. False when it was not made durable (the state is the
+        committed one again; the caller tries later)."""
+        async with self._lock:
+            try:
+                await self._flush()  # a previous batch's durable effects go out first
+            except RetryableError:
+                return False
+            self.state.outbox = change()
+            try:
+                await self._commit()
+            except Exception as exc:  # nothing published: back to the committed state
+                log.warning(self._named("change_not_saved"), key=self._spec.key, error=repr(exc))
+                self._core.settled(False)
+                return False
+            self._core.settled(True)
+            with contextlib.suppress(RetryableError):
+                await self._flush()  # else the next batch publishes them first
+        return True
+
+    # --- batches ------------------------------------------------------------------------------
+
+    async def _handle(
+        self, durable: str, ds: Sequence[Delivery[Any]]
+    ) -> list[BaseException | None]:
+        async with self._lock:
+            await self._flush()  # a previous batch's durable effects go out first
+            failed: dict[int, BaseException] = {}
+            while True:
+                try:
+                    out, fresh = self._decide(durable, ds, failed)
+                    break
+                except _EventFailed as f:
+                    failed[f.index] = self._failure(ds[f.index], f.cause)
+                    self.state.rollback()
+                    self._core.settled(False)
+            if fresh:
+                self.state.outbox = out
+                try:
+                    await self._commit()
+                except Exception as exc:
+                    # Nothing was published: the batch is redelivered and decided afresh.
+                    self._core.settled(False)
+                    raise RetryableError(
+                        f"{self._rt.name} batch not made durable: {exc!r}"
+                    ) from exc
+            self._core.settled(True)
+            await self._flush()
+        self._on_batch()
+        return [failed.get(i) for i in range(len(ds))]
+
+    def _failure(self, d: Delivery[Any], cause: Exception) -> InvalidMessage:
+        log.error(
+            self._named("event_failed"), service=self._rt.name, error=repr(cause),
+            subject=d.subject, stream_seq=d.stream_seq,
+        )  # fmt: skip
+        return InvalidMessage(
+            f"applying {type(d.event).__name__} {d.event.id} raised {cause!r}"[:1000],
+            kind="apply_error",
+        )
+
+    def _decide(
+        self, durable: str, ds: Sequence[Delivery[Any]], skip: dict[int, BaseException]
+    ) -> tuple[Outbox, int]:
+        """Apply the batch's fresh deliveries (not in `skip`): their effects and how many were
+        applied. Raises `_EventFailed` naming the first whose application raised."""
+        out: Outbox = []
+        applied = self.state.applied
+        fresh = 0
+        last: Event | None = None
+        for i, d in enumerate(ds):
+            if i in skip or applied.is_applied(durable, d.stream_seq):
+                continue  # dead-lettered, or already in the durable state (a redelivery)
+            refused = self._core.check(d)
+            if refused is not None:
+                skip[i] = refused
+                continue
+            try:
+                effects = self._core.apply(d.event, self._core.trusted_time(d))
+            except Exception as exc:  # the per-event dead-letter wrapper (module docstring)
+                raise _EventFailed(i, exc) from exc
+            if d.trace_context is not None:
+                self._causes.update((ev.id, d.trace_context) for _, ev in effects)
+            out.extend(effects)
+            applied.add(durable, d.stream_seq)
+            fresh += 1
+            last = d.event
+        if last is not None:
+            out.extend(self._core.after_batch(last))
+        return out, fresh

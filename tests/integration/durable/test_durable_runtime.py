@@ -1,0 +1,353 @@
+"""`seedance.core.durable` against a real nats-server, one duty per test, under the slicer's
+shipped user (its state bucket, its leases, its ``slicer-pauses`` durable, its decisions' subjects).
+
+The core is a tally: each tenant's pause requests counted, each answered by one `JobRejected`
+numbered by the count (so a decision depends on the state, and a state applied twice or half would
+show in what is published). Batches go straight to the runtime's handler (deliveries with the
+sequences a consumer would give them), except in the leadership test, which consumes for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import pytest
+
+from seedance.core import (
+    Bus,
+    BusSettings,
+    Delivery,
+    InvalidMessage,
+    RetryableError,
+    ServiceRuntime,
+    WallClock,
+)
+from seedance.core.durable import DurableRuntime, DurableSpec, DurableState, Outbox
+from seedance.core.state_store import StateStore
+from seedance.events import Event, decode, new_event_id
+from seedance.events.base import derived_event_id
+from seedance.events.cost import PauseRequest
+from seedance.events.dlq import DeadLetter
+from seedance.events.slicing import JobRejected, RejectionReason
+from seedance.events.subjects import costs, dlq, slicing
+from seedance.testing.waits import eventually
+from tests.integration.slicer.test_slicer_service import fast_forward
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+_int = msgspec.msgpack.Decoder(int)
+
+
+class Tally(DurableState):
+    """Pauses counted per tenant; entries ``t/<tenant>``."""
+
+    def __init__(self, store: StateStore) -> None:
+        super().__init__(store)
+        self.counts: dict[str, int] = {}
+        self._changed: set[str] = set()
+
+    def core_changes(self) -> dict[str, bytes | None]:
+        out = {f"t/{t}": msgspec.msgpack.encode(self.counts[t]) for t in self._changed}
+        self._changed.clear()
+        return dict(out)
+
+    def core_entries(self) -> dict[str, bytes]:
+        return {f"t/{t}": msgspec.msgpack.encode(n) for t, n in self.counts.items()}
+
+    def restore_core(self, entries: Mapping[str, bytes]) -> None:
+        self.counts = {k[2:]: _int.decode(v) for k, v in entries.items() if k.startswith("t/")}
+        self._changed.clear()
+
+
+class TallyCore:
+    """Refuses a pause whose reason is ``refuse``; raises on ``boom`` after changing the state
+    (a half-applied event the runtime must roll back)."""
+
+    def __init__(self) -> None:
+        self.durable: DurableRuntime | None = None
+        self.counted: list[int] = []
+        self._pending = 0
+
+    @property
+    def tally(self) -> Tally:
+        assert self.durable is not None
+        state = self.durable.state
+        assert isinstance(state, Tally)
+        return state
+
+    def check(self, d: Delivery[Any]) -> InvalidMessage | None:
+        if d.event.reason == "refuse":
+            return InvalidMessage("refused by the test", kind="refused")
+        return None
+
+    def trusted_time(self, d: Delivery[Any]) -> datetime:
+        return d.event.at  # the test's own events: their time is the test's
+
+    def apply(self, event: Any, at: datetime) -> Outbox:
+        st = self.tally
+        n = st.counts.get(event.tenant, 0) + 1
+        st.counts[event.tenant] = n
+        st._changed.add(event.tenant)
+        if event.reason == "boom":
+            raise ValueError("boom")
+        self._pending += 1
+        ev = JobRejected(
+            id=derived_event_id(event.id, "tally"), at=at, tenant=event.tenant,
+            job_id=f"pause-{n}", reason=RejectionReason.INVALID_REQUEST,
+        )  # fmt: skip
+        return [(slicing.subject(event.tenant, "rejected"), ev)]
+
+    def after_batch(self, last: Event) -> Outbox:
+        return []
+
+    def settled(self, committed: bool) -> None:
+        if committed:
+            self.counted.append(self._pending)
+        self._pending = 0
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.leader = _Gauge()
+        self.state_write_seconds = _Histogram()
+
+
+class _Gauge:
+    value = 0.0
+
+    def set(self, v: float) -> None:
+        self.value = v
+
+
+class _Histogram:
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    def observe(self, v: float) -> None:
+        self.seen.append(v)
+
+
+@contextlib.asynccontextmanager
+async def tally_runtime(
+    nats_url: str, unique: str, replica: str = "a"
+) -> AsyncIterator[tuple[DurableRuntime, TallyCore, ServiceRuntime]]:
+    rt = ServiceRuntime("slicer", BusSettings(url=nats_url, name=f"test-durable-{replica}"))
+    core = TallyCore()
+    spec = DurableSpec(
+        bucket="seedance-slicer-state", key=f"pool.d{unique}", lease_key=f"slicer.d{unique}",
+        holder=replica, lease_ttl_s=1.5,
+    )  # fmt: skip
+    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, core=core, metrics=Metrics())
+    core.durable = durable
+    await rt.start()
+    try:
+        await durable.start()
+        yield durable, core, rt
+    finally:
+        durable.stop()
+        await durable.close()
+        await rt.close()
+
+
+def pause(tenant: str, reason: str = "", minute: int = 0) -> PauseRequest:
+    return PauseRequest(
+        id=new_event_id(), at=T0 + timedelta(minutes=minute), tenant=tenant, reason=reason
+    )
+
+
+def deliveries(events: Sequence[PauseRequest], first_seq: int) -> list[Delivery[Any]]:
+    return [
+        Delivery(
+            event=e,
+            subject=costs.subject(e.tenant, "pause"),
+            stream_seq=first_seq + i,
+            num_delivered=1,
+        )
+        for i, e in enumerate(events)
+    ]
+
+
+async def rejections(bus: Bus, tenant: str) -> list[str]:
+    """The job ids of the tenant's rejections in the stream, in order (duplicates shown)."""
+    sub = await bus.js.subscribe(slicing.subject(tenant, "rejected"), ordered_consumer=True)
+    try:
+        info = await bus.js.stream_info("SEEDANCE_SLICING", subjects_filter=None)
+        out: list[str] = []
+        want = info.state.messages  # at most this many
+        with contextlib.suppress(TimeoutError):
+            while len(out) < want:
+                msg = await sub.next_msg(timeout=0.5)
+                out.append(decode(msg.data).job_id)
+        return out
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_a_redelivered_sequence_is_acknowledged_without_being_applied_again(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    t = f"t{unique}"
+    first, second, third = pause(t), pause(t, minute=1), pause(t, minute=2)
+    async with tally_runtime(nats_url, unique) as (durable, core, _):
+        await durable.state.load()
+        outcomes = await durable.handler("slicer-pauses")(deliveries([first, second], 1))
+        assert outcomes == [None, None]
+        assert core.tally.counts == {t: 2}
+    # Another process: the same two sequences again (the acks were lost), then a new one.
+    async with tally_runtime(nats_url, unique) as (durable, core, _):
+        await durable.state.load()
+        assert core.tally.counts == {t: 2}
+        outcomes = await durable.handler("slicer-pauses")(deliveries([first, second, third], 1))
+        assert outcomes == [None, None, None]
+        assert core.tally.counts == {t: 3}
+        assert core.counted == [1]  # one event applied, one decision counted
+        # Another durable's sequences are its own: the same numbers there are fresh.
+        await durable.handler("other")(deliveries([pause(t, minute=3)], 1))
+        assert core.tally.counts == {t: 4}
+    assert await rejections(bus, t) == ["pause-1", "pause-2", "pause-3", "pause-4"]
+
+
+async def test_a_crash_between_snapshot_and_publish_loses_nothing_and_doubles_nothing(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    t = f"t{unique}"
+    batch = [pause(t), pause(t, minute=1)]
+    async with tally_runtime(nats_url, unique, replica="a") as (durable, core, rt):
+        await durable.state.load()
+
+        async def died(*args: Any, **kw: Any) -> None:
+            raise ConnectionError("the process died before publishing")
+
+        rt.bus.publish_many = died  # type: ignore[method-assign]
+        with pytest.raises(RetryableError):
+            await durable.handler("slicer-pauses")(deliveries(batch, 1))
+        # Committed before publishing: the state and its decisions are durable, none is out.
+        assert core.tally.counts == {t: 2}
+        assert [ev.job_id for _, ev in durable.state.outbox] == ["pause-1", "pause-2"]  # type: ignore[attr-defined]
+    assert await rejections(bus, t) == []
+    # The next leader restores the outbox and publishes it; the redelivered batch is skipped.
+    async with tally_runtime(nats_url, unique, replica="b") as (durable, core, _):
+        task = asyncio.create_task(durable.run())
+        try:
+            await eventually(lambda: durable.leading, 15, what="b leads")
+            await eventually(lambda: not durable.state.outbox, 15, what="outbox published")
+            assert await durable.handler("slicer-pauses")(deliveries(batch, 1)) == [None, None]
+            assert core.tally.counts == {t: 2}
+        finally:
+            durable.stop()
+            await task
+    assert await rejections(bus, t) == ["pause-1", "pause-2"]
+
+
+async def test_effects_published_again_after_a_crash_are_dropped_by_their_ids(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    """Published, then died before the next commit emptied the durable outbox: the next leader
+    publishes it again with the same ``Nats-Msg-Id``s and JetStream keeps one of each."""
+    t = f"t{unique}"
+    async with tally_runtime(nats_url, unique, replica="a") as (durable, _, _):
+        await durable.state.load()
+        await durable.handler("slicer-pauses")(deliveries([pause(t), pause(t, minute=1)], 1))
+        assert not durable.state.outbox  # published, in memory
+    assert await rejections(bus, t) == ["pause-1", "pause-2"]
+    async with tally_runtime(nats_url, unique, replica="b") as (durable, _, _):
+        await durable.state.load()
+        assert len(durable.state.outbox) == 2  # the durable copy still holds them
+        task = asyncio.create_task(durable.run())
+        try:
+            await eventually(lambda: durable.leading and not durable.state.outbox, 15)
+        finally:
+            durable.stop()
+            await task
+    assert await rejections(bus, t) == ["pause-1", "pause-2"]
+
+
+async def test_a_bad_event_is_dead_lettered_and_the_rest_of_its_batch_applied_once(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    t = f"t{unique}"
+    batch = [pause(t), pause(t, "boom", 1), pause(t, "refuse", 2), pause(t, minute=3)]
+    async with tally_runtime(nats_url, unique) as (durable, core, _):
+        await durable.state.load()
+        outcomes = await durable.handler("slicer-pauses")(deliveries(batch, 1))
+        assert outcomes[0] is None
+        assert outcomes[3] is None
+        assert isinstance(outcomes[1], InvalidMessage)
+        assert outcomes[1].kind == "apply_error"
+        assert "ValueError('boom')" in str(outcomes[1])
+        assert isinstance(outcomes[2], InvalidMessage)
+        assert outcomes[2].kind == "refused"
+        # The half-applied event was rolled back: two counted, in the state and in the store.
+        assert core.tally.counts == {t: 2}
+        assert core.counted == [2]
+    async with tally_runtime(nats_url, unique) as (durable, core, _):
+        await durable.state.load()
+        assert core.tally.counts == {t: 2}
+    assert await rejections(bus, t) == ["pause-1", "pause-2"]
+
+
+async def test_a_deposed_writer_reloads_the_others_state_and_its_batch_is_retried(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    t = f"t{unique}"
+    async with (
+        tally_runtime(nats_url, unique, replica="a") as (a, core_a, _),
+        tally_runtime(nats_url, unique, replica="b") as (b, core_b, _),
+    ):
+        await a.state.load()
+        await b.state.load()
+        await a.handler("slicer-pauses")(deliveries([pause(t)], 1))
+        with pytest.raises(RetryableError, match="not made durable"):
+            await b.handler("slicer-pauses")(deliveries([pause(t, minute=1)], 2))
+        assert core_b.tally.counts == {t: 1}  # a's state, reloaded; its own batch not counted
+        assert core_b.counted == []
+        assert await b.handler("slicer-pauses")(deliveries([pause(t, minute=1)], 2)) == [None]
+        assert core_b.tally.counts == {t: 2}
+        assert core_a.tally.counts == {t: 1}
+    assert await rejections(bus, t) == ["pause-1", "pause-2"]
+
+
+async def test_one_leader_consumes_dead_letters_and_a_standby_takes_over_with_its_state(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    t = f"t{unique}"
+    await fast_forward(bus, "")  # the catalogue's durable itself, past anything before
+    async with (
+        tally_runtime(nats_url, unique, replica="a") as (a, core_a, rt_a),
+        tally_runtime(nats_url, unique, replica="b") as (b, core_b, rt_b),
+    ):
+        for durable, rt in ((a, rt_a), (b, rt_b)):
+            c = rt.consume("slicer-pauses", PauseRequest, managed=False,
+                           batch_handler=durable.handler("slicer-pauses"))  # fmt: skip
+            durable.consume([c])
+        task_a = asyncio.create_task(a.run())
+        await eventually(lambda: a.leading, 15, what="a leads")
+        task_b = asyncio.create_task(b.run())
+        try:
+            for e in (pause(t), pause(t, "boom", 1), pause(t, minute=2)):
+                await bus.publish(costs.subject(t, "pause"), e)
+            await eventually(lambda: core_a.tally.counts == {t: 2}, 15, what="a applied two")
+            assert not b.leading
+            a.stop()
+            await task_a
+            await a.close()  # releases the lease
+            await eventually(lambda: b.leading, 15, what="b took over")
+            assert core_b.tally.counts == {t: 2}
+            await bus.publish(costs.subject(t, "pause"), pause(t, minute=3))
+            await eventually(lambda: core_b.tally.counts == {t: 3}, 15, what="b applied it")
+        finally:
+            b.stop()
+            await task_b
+    assert await rejections(bus, t) == ["pause-1", "pause-2", "pause-3"]
+    letters = await bus.js.subscribe(dlq.subject("slicer"), ordered_consumer=True)
+    try:
+        letter = decode((await letters.next_msg(timeout=5)).data)
+        assert isinstance(letter, DeadLetter)
+        assert letter.error_kind == "apply_error"
+        assert decode(letter.payload).reason == "boom"
+    finally:
+        await letters.unsubscribe()
