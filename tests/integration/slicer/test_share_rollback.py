@@ -75,7 +75,7 @@ def ledger(url: str, name: str) -> LedgerService:
     replica = LedgerReplica(
         BOOK, ledger_core.LedgerConfig(), max_ahead_s=300, telemetry_ahead_s=300
     )
-    return LedgerService(runtime, replica, name=name, checkpoint_key=name)
+    return LedgerService.build(runtime, replica, name=name, checkpoint_key=name)
 
 
 async def test_a_rollback_restores_the_previous_share_in_the_slicer_node_agent_and_ledger(
