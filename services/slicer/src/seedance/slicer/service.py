@@ -76,6 +76,7 @@ from seedance.slicer.durable import SlicerState
 from seedance.slicer.intake import refusal
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published
 from seedance.slicer.metrics import SlicerMetrics
+from seedance.slicer.quiet_rounds import quiet_round
 from seedance.slicer.settings import SlicerSettings
 from seedance.slicer.trusted_time import is_tenant_request, trusted_time
 
@@ -235,6 +236,7 @@ class SlicerService(Lifecycle):
                         await self._wake.wait()
                 self._wake.clear()
                 await self._sync_quota()  # also retries a policy whose save failed
+                await quiet_round(self)  # a consolidation round due on the slicer's own clock
             for c in self._consumers:
                 c.stop()
             await asyncio.gather(*tasks)
