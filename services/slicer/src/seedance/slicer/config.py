@@ -35,6 +35,7 @@ def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
         workload_refresh=settings.workload_refresh,
         topology_levels=tuple(k for k in settings.topology_levels.split(",") if k),
         consolidation=consolidation_config(settings),
+        leave_empty=settings.leave_empty,
     )
 
 

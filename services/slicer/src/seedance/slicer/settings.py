@@ -81,6 +81,12 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     autosize_min_samples: int = 60
     autosize_guard_s: float = 3600.0
     autosize_window_s: float = 300.0
+    #: The placement term that leaves nodes empty (docs/slicer-fleet.md, "Capacity release"):
+    #: with ``policy=seedance`` a job goes to the fullest nodes in use that fit (the policy's
+    #: fragmentation descent choosing among them), an empty node only when none does, so the
+    #: least used nodes empty as their work ends and the fleet's autoscaler can release them.
+    #: The default from `make bench-fleet` and `make bench-slicer` (docs/slicer.md).
+    leave_empty: bool = True
     #: Consolidation (docs/slicer-fleet.md): after a batch, at most once per interval of
     #: trusted time, running jobs that said they are movable are moved off lightly used nodes
     #: so whole nodes empty; a drained node is held empty for ``consolidate_hold_s``. The

@@ -36,6 +36,7 @@ from collections.abc import Callable
 import msgspec
 
 from seedance.events.jobs import request_problem
+from seedance.slicer.core.capacity import LeaveEmpty
 from seedance.slicer.core.capacity_plan import observe
 from seedance.slicer.core.draining import consolidation_round
 from seedance.slicer.core.effects import (
@@ -551,7 +552,7 @@ class Scheduler(SchedulerState):
     def _refresh_policy(self) -> None:
         """The policy for the window's shapes now, starting from the old one's index."""
         new = self._workload.policy(self.config.policy)
-        if isinstance(new, FragmentationGradientDescent):
+        if isinstance(new, FragmentationGradientDescent | LeaveEmpty):
             new.inherit(self._policy)
         self._policy = self._queue.policy = new
 

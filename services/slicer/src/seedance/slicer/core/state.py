@@ -347,7 +347,11 @@ class SchedulerState:
 
     def _new_workload(self, snap: SchedulerSnapshot | None = None) -> WorkloadWindow:
         cfg = self.config
-        window = WorkloadWindow(size=cfg.workload_window, refresh_every=cfg.workload_refresh)
+        window = WorkloadWindow(
+            size=cfg.workload_window,
+            refresh_every=cfg.workload_refresh,
+            leave_empty=cfg.leave_empty,
+        )
         if snap is not None:
             window.window = list(snap.window)
             window.policy_shapes = list(snap.policy_shapes)
