@@ -101,6 +101,8 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     consolidate_min_per_window: int = 1
     consolidate_per_tenant: int = 0
     consolidate_per_job: int = 1
+    #: A job that has run longer than this is never moved (a move restarts it); 0: no bound.
+    consolidate_max_lost_s: float = 3600.0
     consolidate_restart_s: float = 180.0
 
     def __post_init__(self) -> None:

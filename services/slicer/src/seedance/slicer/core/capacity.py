@@ -41,12 +41,10 @@ class LeaveEmpty:
         *,
         enabled: bool = True,
         tiers: tuple[float, ...] = (0.75, 0.5, 0.25),
-        slack: float | None = None,
     ) -> None:
         self.inner = inner
         self.enabled = enabled
         self.tiers = tiers
-        self.slack = slack
         self.name = f"{inner.name}+leave-empty" if enabled else inner.name
         self._draining: tuple[int, ...] = ()
 
@@ -78,10 +76,8 @@ class LeaveEmpty:
         cap = state.gpu_cap.sum(axis=1)
         used = cap - state.gpu_free.sum(axis=1)
         in_use = (used > 0) | (state.cpu_free < state.cpu_cap)
-        fits = state.feasible(pod)
-        if self.slack is not None:
-            return self._soft(state, pod, allowed, keep, keep & in_use & fits)
         share = used / np.maximum(cap, 1)
+        fits = state.feasible(pod)
         for mask in (
             *(keep & in_use & (share >= t) for t in self.tiers),
             keep & in_use,
@@ -94,41 +90,6 @@ class LeaveEmpty:
                 if not isinstance(res, Rejection):
                     return res
         return self.inner.place(state, pod, allowed)
-
-    def _soft(
-        self,
-        state: ClusterState,
-        pod: PodRequest,
-        allowed: np.ndarray | None,
-        keep: np.ndarray,
-        in_use_fits: np.ndarray,
-    ) -> NodeGpus | Rejection:
-        """`inner`'s own choice, unless that is an empty node and a node in use would
-        fragment at most `slack` × the request's GPUs more (the inner policy's Δ): then that
-        node in use. So the fragmentation descent keeps its choice wherever it matters."""
-        best = self.inner.place(state, pod, keep)
-        if isinstance(best, Rejection):
-            return self.inner.place(state, pod, allowed)  # a node being emptied, last
-        if not in_use_fits.any() or in_use_fits[best.node]:
-            return best
-        alt = self.inner.place(state, pod, in_use_fits)
-        if isinstance(alt, Rejection):
-            return best
-        d_best, d_alt = _delta(self.inner, state, pod, best), _delta(self.inner, state, pod, alt)
-        if d_best is None or d_alt is None:
-            return alt
-        assert self.slack is not None
-        return alt if d_alt <= d_best + self.slack * pod.gpu_milli_total else best
-
-
-def _delta(inner: Policy, state: ClusterState, pod: PodRequest, res: NodeGpus) -> float | None:
-    """The inner policy's fragmentation change for placing `pod` as `res` (None: it has no
-    such measure, e.g. first-fit)."""
-    deltas = getattr(inner, "deltas", None)
-    if deltas is None:
-        return None
-    free = np.array([state.gpu_free[res.node, res.gpus[0]]]) if pod.is_shared else None
-    return float(deltas(state, pod, np.array([res.node]), free)[0])
 
 
 @dataclass(slots=True)
