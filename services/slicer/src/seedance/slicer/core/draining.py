@@ -142,7 +142,7 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
             m.history.record(now_s, job.tenant, j.job_id)
             out.append(Evicted(job, name, "", CONSOLIDATION, detail=detail))
     if lapsed or drains:
-        s._queue.set_masked(s._masked())
+        s._queue.set_masked(s._masked(), s._cordoned)
         s._queue.resources_changed()
         out.extend(s._pass(now_s))
     # The plan after the round's moves and placements: what the fleet needs now.

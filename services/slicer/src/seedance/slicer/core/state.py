@@ -331,7 +331,7 @@ class SchedulerState:
         for m in self._mig.held_slots():
             job = self._jobs[m.job_id]
             queue.hold_host(self._index[m.node], job.cpu_milli, job.memory_mib)
-        queue.set_masked(self._masked())
+        queue.set_masked(self._masked(), self._cordoned)
         queue.may_evict = self._may_evict
         return queue
 
