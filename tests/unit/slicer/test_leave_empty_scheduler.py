@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from seedance.bench import fleet
 from seedance.slicer.config import scheduler_config
 from seedance.slicer.core import GpuSpec, JobSpec, NodeSpec, Placed, Scheduler
 from seedance.slicer.core.capacity import LeaveEmpty
@@ -83,5 +84,6 @@ def test_the_setting_reaches_the_scheduler(on: bool) -> None:
     assert isinstance(Scheduler(cfg)._policy, LeaveEmpty) is on
 
 
-def test_the_setting_is_on_by_default() -> None:
-    assert SlicerSettings().leave_empty is True
+def test_the_setting_is_off_by_default_and_the_fleet_bench_places_as_the_service() -> None:
+    assert SlicerSettings().leave_empty is False
+    assert fleet.LEAVE_EMPTY is SlicerSettings().leave_empty

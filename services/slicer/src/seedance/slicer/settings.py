@@ -85,8 +85,10 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: with ``policy=seedance`` a job goes to the fullest nodes in use that fit (the policy's
     #: fragmentation descent choosing among them), an empty node only when none does, so the
     #: least used nodes empty as their work ends and the fleet's autoscaler can release them.
-    #: The default from `make bench-fleet` and `make bench-slicer` (docs/slicer.md).
-    leave_empty: bool = True
+    #: Off by default, from measurement (docs/slicer-fleet.md, "LeaveEmpty in the running
+    #: slicer"): on, it gives up the fragmentation win (`make bench-slicer`) and the paid
+    #: GPU-hours of `make bench-fleet` move within the seeds' spread (it halves the moves).
+    leave_empty: bool = False
     #: Consolidation (docs/slicer-fleet.md): after a batch, at most once per interval of
     #: trusted time, running jobs that said they are movable are moved off lightly used nodes
     #: so whole nodes empty; a drained node is held empty for ``consolidate_hold_s``. The
