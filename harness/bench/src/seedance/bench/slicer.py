@@ -154,7 +154,7 @@ def main() -> int:
     ap.add_argument("--pods", type=Path, required=True)
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--paper-results", type=Path, default=None)
-    ap.add_argument("--policies", default="seedance,seedance-leave-empty,fgd,first-fit,bestfit")
+    ap.add_argument("--policies", default="seedance,leave-empty,fgd,first-fit,bestfit")
     args = ap.parse_args()
 
     nodes = read_nodes(args.nodes)
@@ -169,7 +169,7 @@ def main() -> int:
         "seedance": lambda: SeedancePolicy.for_trace(pods),
         # The running slicer's knob on (`SEEDANCE_SLICER_LEAVE_EMPTY=true`): what the term that
         # leaves nodes empty costs the fragmentation win (docs/slicer-fleet.md).
-        "seedance-leave-empty": lambda: LeaveEmpty(SeedancePolicy.for_trace(pods)),
+        "leave-empty": lambda: LeaveEmpty(SeedancePolicy.for_trace(pods)),
         "fgd": lambda: FragmentationGradientDescent(paper_wl),
         "first-fit": FirstFit,
         "bestfit": BestFit,
