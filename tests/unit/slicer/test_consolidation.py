@@ -126,3 +126,17 @@ def test_a_node_that_takes_moved_jobs_is_not_drained_in_the_same_round() -> None
     layout = [[(f"a/m{i}", True)] for i in range(4)]
     state, jobs = cluster(layout, gpus=2)
     assert plan(state, jobs) == [0, 2]
+
+
+def test_a_job_that_ran_longer_than_the_bound_is_not_moved() -> None:
+    # An 8-GPU node holding one one-GPU job that has run 3 h: by GPU-seconds alone the node
+    # (8 GPUs × ≥ 3 h) is worth the restart (1 GPU × 3 h), but the move would put the job's
+    # end back 3 h. The default bound (1 h of progress) keeps it; no bound moves it.
+    ran = 3 * 3600.0
+    state, jobs = cluster([[("a/old", True)], [("a/anchor", False)]], gpus=8, started_s=NOW - ran)
+    assert plan(state, jobs) == []
+    unbounded = DisruptionBudget(window_fraction=1.0, max_lost_s=None)
+    assert plan(state, jobs, budget=unbounded) == [0]
+    # Within the bound it moves.
+    state, jobs = cluster([[("a/new", True)], [("a/anchor", False)]], gpus=8, started_s=NOW - 3000)
+    assert plan(state, jobs) == [0]

@@ -89,6 +89,28 @@ def test_a_drained_node_is_held_empty_until_released_or_its_hold_lapses() -> Non
     assert placed_on(s.consolidate(700.0)) == {"g": "n2"}
 
 
+def test_a_drained_or_cordoned_node_takes_no_cpu_only_job_either() -> None:
+    # `make demo` showed it: a CPU-only job moved off a node held empty was placed straight
+    # back on it (masking a node's GPUs does not keep a job that asks for none off it).
+    s = Scheduler(CFG)
+    s.upsert_node(node("n1"), 0.0)
+    for jid in "abcd":  # n1's GPUs and CPUs all taken
+        s.submit(JobSpec(job_id=jid, tenant="a", cause_id=f"c-{jid}", cpu_milli=8000), 1.0)
+    s.upsert_node(node("n2"), 2.0)
+    cpu = JobSpec(job_id="z", tenant="a", cause_id="c-z", gpus=0, cpu_milli=1000, movable=True)
+    assert placed_on(s.submit(cpu, 3.0)) == {"z": "n2"}
+    s.finish("a", "d", 4.0)  # n1 has room for it; n2 runs the CPU-only job alone
+    out = s.consolidate(100.0)
+    assert [(e.job.job_id, e.node) for e in out if isinstance(e, Evicted)] == [("z", "n2")]
+    assert placed_on(out) == {"z": "n1"}
+    later = JobSpec(job_id="k", tenant="a", cause_id="c-k", gpus=0, cpu_milli=1000)
+    assert placed_on(s.submit(later, 110.0)) == {"k": "n1"}  # n2 is held empty
+    # A cordoned node likewise.
+    s.upsert_node(node("n1", state="cordoned"), 120.0)
+    more = JobSpec(job_id="m", tenant="a", cause_id="c-m", gpus=0, cpu_milli=1000)
+    assert placed_on(s.submit(more, 130.0)) == {}
+
+
 def test_a_released_drained_node_ends_the_hold() -> None:
     s = light_fleet(movable=True)
     s.consolidate(100.0)

@@ -35,13 +35,14 @@ from nats.aio.msg import Msg
 from nats.js import api as js_api
 
 from seedance.bench.demo_compile import compile_phase
+from seedance.bench.demo_release import released, write_events
 from seedance.bench.repo import REPO, shown
 from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import decode, new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.routing import RoutingDecision
-from seedance.events.slicing import Placement, Unschedulable
+from seedance.events.slicing import Placement, Preempted, Unschedulable
 from seedance.events.subjects import costs, ledger, observed, routing, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.reports.summary import CostSummary
@@ -73,6 +74,8 @@ class _Step:
     order: int
     kind: str = field(compare=False)
     job: str = field(compare=False)
+    #: A finish belongs to one run of its job: a job moved since runs again, ends later.
+    run: int = field(default=0, compare=False)
 
 
 @dataclass
@@ -85,12 +88,19 @@ class _Job:
     memory_mib: int
     duration_s: float
     gpu_models: list[str]
+    #: The trace's ``qos=BE`` pods say they may move (as in `make bench-fleet`).
+    movable: bool = False
     arrival_s: float = 0.0
     started_s: float | None = None
     ended_s: float | None = None
+    #: Its current run (a move ends one: the job is queued again and restarts).
+    run: int = 0
+    preempted: bool = False
 
 
-def load_jobs(pods_csv: Path, n: int, load: float, capacity_gpus: float, seed: int) -> list[_Job]:
+def load_jobs(
+    pods_csv: Path, n: int, load: float, capacity_gpus: float, seed: int, movable_qos: str = "BE"
+) -> list[_Job]:
     rng = random.Random(seed)
     rows = [r for r in alibaba.read_pods(pods_csv) if r.deletion_time is not None]
     rng.shuffle(rows)
@@ -109,6 +119,7 @@ def load_jobs(pods_csv: Path, n: int, load: float, capacity_gpus: float, seed: i
                 # Trace lifetimes run to months; the demo caps them at 4 h of virtual time.
                 duration_s=min(max(lifetime, 300.0), 4 * 3600.0),
                 gpu_models=list(r.gpu_spec),
+                movable=bool(movable_qos) and r.qos in movable_qos.split(","),
             )
         )
     demand = sum(j.gpus * j.gpu_milli / 1000 * j.duration_s for j in jobs) / len(jobs)
@@ -155,11 +166,15 @@ class Demo:
         self.reasons: dict[str, int] = defaultdict(int)
         self.reports: dict[str, JobCostReport] = {}
         self.entries: list[CostEntry] = []
+        #: The slicer's placements and preemptions of the run, in the order read.
+        self.slicing: list[Placement | Preempted] = []
 
     async def run(self, url: str, procs: ServiceProcesses, nodes_csv: Path) -> int:
         a = self.args
         n_nodes, gpus = node_subset(Path(a.nodes), a.node_every, nodes_csv)
-        jobs = {j.name: j for j in load_jobs(Path(a.pods), a.jobs, a.load, gpus, a.seed)}
+        jobs = {
+            j.name: j for j in load_jobs(Path(a.pods), a.jobs, a.load, gpus, a.seed, a.movable_qos)
+        }
         self.capacity_gpus = gpus
         say(
             f"fleet   {n_nodes} nodes / {gpus:.0f} GPUs (every {a.node_every}th node of the "
@@ -196,6 +211,7 @@ class Demo:
                 memory_mib=j.memory_mib,
                 gpu_models=j.gpu_models,
                 expected_duration_s=j.duration_s,
+                movable=j.movable,
                 at=at,
             )
             await bus.publish(observed.subject(j.tenant, "submitted"), ev)
@@ -207,13 +223,26 @@ class Demo:
     def _take_placements(
         self, events: list[object], jobs: dict[str, _Job], steps: list[_Step], order: int
     ) -> int:
-        """Record the slicer's decisions; each placed job's finish becomes a step."""
+        """Record the slicer's decisions; each placed job's finish becomes a step. A job
+        preempted (a consolidation move) runs again from its next placement: its earlier
+        finish no longer holds, its new one is a duration after the new start."""
         for p in events:
-            if isinstance(p, Placement) and p.job_id in jobs and p.job_id not in self.placed:
-                self.placed[p.job_id] = p
+            if isinstance(p, Preempted) and p.job_id in jobs:
+                self.slicing.append(p)
                 j = jobs[p.job_id]
-                j.started_s = (p.at - START).total_seconds()
-                heapq.heappush(steps, _Step(j.started_s + j.duration_s, order, "finish", j.name))
+                j.run += 1
+                j.preempted = True
+            elif isinstance(p, Placement) and p.job_id in jobs:
+                self.slicing.append(p)
+                j = jobs[p.job_id]
+                if p.job_id in self.placed and not j.preempted:
+                    continue
+                at_s = (p.at - START).total_seconds()
+                if p.job_id not in self.placed:
+                    self.placed[p.job_id] = p
+                    j.started_s = at_s
+                j.preempted = False
+                heapq.heappush(steps, _Step(at_s + j.duration_s, order, "finish", j.name, j.run))
                 order += 1
             elif isinstance(p, Unschedulable):
                 self.reasons[p.reason.value] += 1
@@ -253,6 +282,8 @@ class Demo:
             while steps and steps[0].at_s == at_s:
                 batch.append(heapq.heappop(steps))
             for st in batch:
+                if st.kind == "finish" and st.run != jobs[st.job].run:
+                    continue  # the run it ended was moved: the job ends later
                 await self._publish_step(bus, jobs[st.job], st.kind, at_s)
                 done_steps += 1
             info = await bus.js.stream_info("SEEDANCE_JOBS")
@@ -447,6 +478,11 @@ class Demo:
                 f"  GPU sharing: ${saved:,.2f} ({100 * saved / whole_total:.1f} %) less than "
                 f"whole-GPU allocation of the same jobs (${whole_total:,.2f})"
             )
+        # Moves and the nodes they emptied, from the slicer's and the ledger's events (the
+        # definitions: seedance.bench.demo_release), which are written beside the report.
+        say(released(self.slicing, self.entries).line(sum(j.movable for j in jobs.values())))
+        write_events(self.rundir / "slicing-events.jsonl", self.slicing)
+        write_events(self.rundir / "cost-entries.jsonl", self.entries)
         self._write_report(dict(whole_by_tenant))
 
     def _fleet(self) -> CostSummary | None:
@@ -661,6 +697,12 @@ def main() -> int:
     p.add_argument("--node-every", type=int, default=60, help="take every Nth node of the list")
     p.add_argument("--load", type=float, default=1.3, help="offered GPU load, share of capacity")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--movable-qos",
+        default="BE",
+        help="the trace's qos classes whose jobs say they may move (comma-separated; empty: "
+        "none), as the openb pods of qos=BE in make bench-fleet",
+    )
     p.add_argument(
         "--inference-requests",
         type=int,

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from seedance.bench.openb import read_nodes, read_pods, trace_name
+from seedance.slicer.core.capacity import LeaveEmpty
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
 from seedance.slicer.core.model import ClusterState, PodRequest
 from seedance.slicer.core.model import NodeGpus as Placement
@@ -153,7 +154,7 @@ def main() -> int:
     ap.add_argument("--pods", type=Path, required=True)
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--paper-results", type=Path, default=None)
-    ap.add_argument("--policies", default="seedance,fgd,first-fit,bestfit")
+    ap.add_argument("--policies", default="seedance,leave-empty,fgd,first-fit,bestfit")
     args = ap.parse_args()
 
     nodes = read_nodes(args.nodes)
@@ -166,6 +167,9 @@ def main() -> int:
     paper_wl = TargetWorkload.from_pods(pods)
     factories: dict[str, Callable[[], Policy]] = {
         "seedance": lambda: SeedancePolicy.for_trace(pods),
+        # The running slicer's knob on (`SEEDANCE_SLICER_LEAVE_EMPTY=true`): what the term that
+        # leaves nodes empty costs the fragmentation win (docs/slicer-fleet.md).
+        "leave-empty": lambda: LeaveEmpty(SeedancePolicy.for_trace(pods)),
         "fgd": lambda: FragmentationGradientDescent(paper_wl),
         "first-fit": FirstFit,
         "bestfit": BestFit,

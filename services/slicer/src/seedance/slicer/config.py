@@ -35,6 +35,7 @@ def scheduler_config(settings: SlicerSettings) -> SchedulerConfig:
         workload_refresh=settings.workload_refresh,
         topology_levels=tuple(k for k in settings.topology_levels.split(",") if k),
         consolidation=consolidation_config(settings),
+        leave_empty=settings.leave_empty,
     )
 
 
@@ -52,5 +53,6 @@ def consolidation_config(settings: SlicerSettings) -> ConsolidationConfig | None
             min_per_window=settings.consolidate_min_per_window,
             moves_per_tenant=settings.consolidate_per_tenant or None,
             moves_per_job=settings.consolidate_per_job,
+            max_lost_s=settings.consolidate_max_lost_s or None,
         ),
     )

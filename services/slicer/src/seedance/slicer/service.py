@@ -36,6 +36,7 @@ from seedance.slicer.core import Scheduler
 from seedance.slicer.decider import SlicerDecider
 from seedance.slicer.durable import SlicerState
 from seedance.slicer.metrics import SlicerMetrics
+from seedance.slicer.quiet_rounds import QuietRounds
 from seedance.slicer.quota_sync import QuotaSync
 from seedance.slicer.settings import SlicerSettings
 from seedance.slicer.trusted_time import trusted_time
@@ -93,6 +94,12 @@ class SlicerService(Lifecycle):
             settings=settings, clock=clock, file_quota=file_quota, cluster_policy=policy,
             decider=decider, metrics=metrics,
         )  # fmt: skip
+        rounds = QuietRounds(settings=settings, clock=clock, decider=decider)
+
+        async def between_batches() -> None:
+            await quota.sync()  # a new quota policy in force
+            await rounds.tick()  # a consolidation round due on a quiet fleet
+
         key = f"pool.{settings.pool}"
         spec = DurableSpec(
             bucket="seedance-slicer-state", key=key, lease_key=f"slicer.{settings.pool}",
@@ -104,9 +111,10 @@ class SlicerService(Lifecycle):
             core=decider, metrics=metrics,
             on_restored=decider.restored,
             on_lead=partial(_policy_synced, policy, settings.lease_ttl_s),
-            between_batches=quota.sync, on_batch=decider.update_gauges, log_as="slicer",
+            between_batches=between_batches, on_batch=decider.update_gauges, log_as="slicer",
         )  # fmt: skip
         decider.bind(durable)
+        rounds.bind(durable)
         durable.consume([_consumer(runtime, durable, settings, n, t) for n, t in _DURABLES])
         return cls(
             runtime, durable, settings=settings, quota=quota,

@@ -81,6 +81,14 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     autosize_min_samples: int = 60
     autosize_guard_s: float = 3600.0
     autosize_window_s: float = 300.0
+    #: The placement term that leaves nodes empty (docs/slicer-fleet.md, "Capacity release"):
+    #: with ``policy=seedance`` a job goes to the fullest nodes in use that fit (the policy's
+    #: fragmentation descent choosing among them), an empty node only when none does, so the
+    #: least used nodes empty as their work ends and the fleet's autoscaler can release them.
+    #: Off by default, from measurement (docs/slicer-fleet.md, "LeaveEmpty in the running
+    #: slicer"): on, it gives up the fragmentation win (`make bench-slicer`) and the paid
+    #: GPU-hours of `make bench-fleet` move within the seeds' spread (it halves the moves).
+    leave_empty: bool = False
     #: Consolidation (docs/slicer-fleet.md): after a batch, at most once per interval of
     #: trusted time, running jobs that said they are movable are moved off lightly used nodes
     #: so whole nodes empty; a drained node is held empty for ``consolidate_hold_s``. The
@@ -95,6 +103,8 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     consolidate_min_per_window: int = 1
     consolidate_per_tenant: int = 0
     consolidate_per_job: int = 1
+    #: A job that has run longer than this is never moved (a move restarts it); 0: no bound.
+    consolidate_max_lost_s: float = 3600.0
     consolidate_restart_s: float = 180.0
 
     def __post_init__(self) -> None:

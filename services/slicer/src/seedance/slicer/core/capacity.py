@@ -48,6 +48,15 @@ class LeaveEmpty:
         self.name = f"{inner.name}+leave-empty" if enabled else inner.name
         self._draining: tuple[int, ...] = ()
 
+    def inherit(self, other: Policy) -> None:
+        """Start from `other`'s state (a refresh of the target workload): the inner policy
+        inherits from `other`'s inner policy (or from `other` itself), the draining rows stay."""
+        inherit = getattr(self.inner, "inherit", None)
+        if inherit is not None:
+            inherit(other.inner if isinstance(other, LeaveEmpty) else other)
+        if isinstance(other, LeaveEmpty):
+            self._draining = other._draining
+
     def set_draining(self, rows: Iterable[int]) -> None:
         self._draining = tuple(sorted(set(rows)))
 

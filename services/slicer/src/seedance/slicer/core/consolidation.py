@@ -18,7 +18,9 @@ Rules it keeps, whatever the caller asks:
     expected remaining time, at least `prior_remaining_s`, Lindy's rule past it) ≥
     `worth_ratio` × lost GPU-seconds (each job's GPUs × (progress lost + its restart time));
   * the budget holds: no more than `moves_per_window` moves in any `window_s`, per tenant
-    `moves_per_tenant`, and no job moved more than `moves_per_job` times.
+    `moves_per_tenant`, and no job moved more than `moves_per_job` times, nor one that has run
+    longer than `max_lost_s` (its restart would lose more of its progress than that: the
+    GPU-seconds rule alone would move a CPU-only job, or a sliver of a GPU, after hours).
 
 It must not read a clock, touch the bus or change the cluster state: the caller passes `now_s`
 and applies the moves.
@@ -59,6 +61,9 @@ class DisruptionBudget:
     min_per_window: int = 1
     moves_per_tenant: int | None = None
     moves_per_job: int = 1
+    #: A job that has run longer than this is not moved (None: no bound). A move restarts it:
+    #: this bounds the delay a move adds to its end, whatever GPUs it holds.
+    max_lost_s: float | None = 3600.0
 
     def per_window(self, running_jobs: int) -> int:
         return max(self.min_per_window, int(self.window_fraction * running_jobs))
@@ -149,7 +154,7 @@ def plan_consolidation(
         jobs = jobs_on[n]
         if receiving[n] or len(jobs) > left or not _light(state, n, max_used_fraction):
             continue
-        if not _allowed(jobs, budget, history, per_tenant):
+        if not _allowed(jobs, budget, history, per_tenant, now_s):
             continue
         freed, lost = _worth(jobs, int(state.gpu_count[n]), now_s, prior_remaining_s)
         if freed < worth_ratio * lost:
@@ -197,10 +202,14 @@ def _allowed(
     budget: DisruptionBudget,
     history: MoveHistory,
     per_tenant: Counter[str],
+    now_s: float,
 ) -> bool:
-    """Whether every job may move: it said it is movable, it has moves left, and its tenant
-    has room in the window."""
+    """Whether every job may move: it said it is movable, it has moves left, it would lose at
+    most `max_lost_s` of progress, and its tenant has room in the window."""
     if not all(j.movable and history.per_job[j.job_id] < budget.moves_per_job for j in jobs):
+        return False
+    cap = budget.max_lost_s
+    if cap is not None and any(now_s - j.started_s > cap for j in jobs):
         return False
     if budget.moves_per_tenant is None:
         return True

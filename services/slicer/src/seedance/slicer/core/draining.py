@@ -37,7 +37,7 @@ from seedance.slicer.core.workload import core_job
 if TYPE_CHECKING:
     from seedance.slicer.core.scheduler import Scheduler
 
-__all__ = ["ConsolidationConfig", "Moves", "consolidation_round"]
+__all__ = ["ConsolidationConfig", "Moves", "consolidation_round", "round_due"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,7 +104,7 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
     drains are applied. The effects: each move's eviction, then what the queue's pass decides
     (the moved jobs' new placements among them), then each pool's capacity plan."""
     m = s._moves
-    if m.last_round_s is not None and now_s - m.last_round_s < cfg.interval_s:
+    if not _due(m, cfg, now_s):
         return []
     m.last_round_s = now_s
     lapsed = [name for name, until in m.drained.items() if now_s >= until]
@@ -142,13 +142,25 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
             m.history.record(now_s, job.tenant, j.job_id)
             out.append(Evicted(job, name, "", CONSOLIDATION, detail=detail))
     if lapsed or drains:
-        s._queue.set_masked(s._masked())
+        s._queue.set_masked(s._masked(), s._cordoned)
         s._queue.resources_changed()
         out.extend(s._pass(now_s))
     # The plan after the round's moves and placements: what the fleet needs now.
     s.capacity_plans = plan_pools(s, cfg.plan, now_s)
     out.extend(CapacityPlanned(p) for p in s.capacity_plans)
     return out
+
+
+def round_due(s: Scheduler, now_s: float) -> bool:
+    """Whether `Scheduler.consolidate(now_s)` would run a round: consolidation is configured,
+    the pool has nodes and `interval_s` has passed since the last round. (The shell's quiet
+    rounds ask first, so a quiet fleet's poll writes nothing when none is due.)"""
+    cfg = s.config.consolidation
+    return cfg is not None and bool(s._nodes) and _due(s._moves, cfg, now_s)
+
+
+def _due(m: Moves, cfg: ConsolidationConfig, now_s: float) -> bool:
+    return m.last_round_s is None or now_s - m.last_round_s >= cfg.interval_s
 
 
 def _candidates(s: Scheduler, cfg: ConsolidationConfig) -> dict[int, list[MovableJob]]:

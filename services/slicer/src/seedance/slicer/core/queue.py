@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -98,6 +98,8 @@ class PlacementQueue:
         self._failed: dict[tuple[PodRequest, int, int, str], str] = {}
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
         self._masked: set[tuple[int, int]] = set()
+        # Nodes closed to new work of any kind (cordoned, held empty): `set_masked`.
+        self._closed: frozenset[int] = frozenset()
         # Jobs whose record (running or pending: reason, reservation) changed since
         # `take_touched`: what the scheduler's state writes after a batch.
         self._touched: set[str] = set()
@@ -210,11 +212,14 @@ class PlacementQueue:
         """Give back what `hold_host` took."""
         self.hold_host(node, -cpu_milli, -memory_mib)
 
-    def set_masked(self, gpus: set[tuple[int, int]]) -> None:
+    def set_masked(self, gpus: set[tuple[int, int]], closed: Iterable[int] | None = None) -> None:
         """GPUs (node index, GPU index) no job may be placed on: unhealthy ones and those in
         MIG mode. A masked GPU shows no free share; an unmasked one gets back what the
-        running jobs do not hold."""
+        running jobs do not hold. `closed` (when given): nodes nothing new may land on, a
+        CPU-only job either (a cordoned node, one held empty: masking its GPUs is not enough)."""
         st = self.state
+        if closed is not None:
+            self._closed = frozenset(closed)
         for n, g in self._masked - gpus:
             used = sum(
                 self._running[j].job.request.gpu_milli
@@ -370,9 +375,14 @@ class PlacementQueue:
         return pend
 
     def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
+        closed = [n for n in self._closed if n < len(self.state)]
         if not (self._reserved_by >= 0).any():
-            return None
-        allowed: np.ndarray = (self._reserved_by < 0) | (self._reserved_by == pend.seq)
+            if not closed:
+                return None
+            allowed: np.ndarray = np.ones(len(self.state), dtype=bool)
+        else:
+            allowed = (self._reserved_by < 0) | (self._reserved_by == pend.seq)
+        allowed[closed] = False
         return allowed
 
     def _place_gang(self, job: Job, allowed: np.ndarray | None) -> tuple[NodeGpus, ...] | Rejection:

@@ -36,6 +36,7 @@ from collections.abc import Callable
 import msgspec
 
 from seedance.events.jobs import request_problem
+from seedance.slicer.core.capacity import LeaveEmpty
 from seedance.slicer.core.capacity_plan import observe
 from seedance.slicer.core.draining import consolidation_round
 from seedance.slicer.core.effects import (
@@ -118,7 +119,7 @@ class Scheduler(SchedulerState):
         self._count_type(spec, +1)
         self._mig_mode(i)
         self._cordon(i)
-        self._queue.set_masked(self._masked())
+        self._queue.set_masked(self._masked(), self._cordoned)
         self._dirty_nodes.add(spec.name)
         if self.config.policy == "seedance" and self._workload.refresh():
             self._refresh_policy()
@@ -140,7 +141,7 @@ class Scheduler(SchedulerState):
         self._nodes[i] = msgspec.structs.replace(self._nodes[i], state=state)
         self._dirty_nodes.add(self._nodes[i].name)
         self._cordon(i)
-        self._queue.set_masked(self._masked())
+        self._queue.set_masked(self._masked(), self._cordoned)
         return self._pass(now_s) if state == "ready" else []
 
     def _remove_node(self, i: int, name: str, now_s: float) -> list[Effect]:
@@ -172,7 +173,7 @@ class Scheduler(SchedulerState):
         self._queue.replace_node(i, core_node(gone, self.config.topology_levels))
         self._mig_mode(i)
         self._cordon(i)
-        self._queue.set_masked(self._masked())
+        self._queue.set_masked(self._masked(), self._cordoned)
         self._dirty_nodes.add(name)
         out.extend(self._pass(now_s))
         return out
@@ -185,7 +186,7 @@ class Scheduler(SchedulerState):
             self._unhealthy.remove(key)
         else:
             self._unhealthy.append(key)
-        self._queue.set_masked(self._masked())
+        self._queue.set_masked(self._masked(), self._cordoned)
         return self._pass(now_s) if healthy else []
 
     def set_paused(self, tenant: str, paused: bool, now_s: float) -> list[Effect]:
@@ -556,7 +557,7 @@ class Scheduler(SchedulerState):
     def _refresh_policy(self) -> None:
         """The policy for the window's shapes now, starting from the old one's index."""
         new = self._workload.policy(self.config.policy)
-        if isinstance(new, FragmentationGradientDescent):
+        if isinstance(new, FragmentationGradientDescent | LeaveEmpty):
             new.inherit(self._policy)
         self._policy = self._queue.policy = new
 

@@ -337,7 +337,7 @@ class SchedulerState:
         for m in self._mig.held_slots():
             job = self._jobs[m.job_id]
             queue.hold_host(self._index[m.node], job.cpu_milli, job.memory_mib)
-        queue.set_masked(self._masked())
+        queue.set_masked(self._masked(), self._cordoned)
         queue.may_evict = self._may_evict
         return queue
 
@@ -353,7 +353,11 @@ class SchedulerState:
 
     def _new_workload(self, snap: SchedulerSnapshot | None = None) -> WorkloadWindow:
         cfg = self.config
-        window = WorkloadWindow(size=cfg.workload_window, refresh_every=cfg.workload_refresh)
+        window = WorkloadWindow(
+            size=cfg.workload_window,
+            refresh_every=cfg.workload_refresh,
+            leave_empty=cfg.leave_empty,
+        )
         if snap is not None:
             window.window = list(snap.window)
             window.policy_shapes = list(snap.policy_shapes)

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from seedance.slicer.core.capacity import LeaveEmpty
 from seedance.slicer.core.fragmentation import TargetWorkload
 from seedance.slicer.core.inputs import JobSpec
 from seedance.slicer.core.model import MAX_TOPOLOGY_LEVELS, PodRequest
@@ -48,6 +49,11 @@ class SchedulerConfig:
     node_pools: tuple[NodePool, ...] = ()
     #: Consolidation rounds (`Scheduler.consolidate`); None: the slicer never moves work.
     consolidation: ConsolidationConfig | None = None
+    #: The placement term that leaves nodes empty (`LeaveEmpty` around `SeedancePolicy`: the
+    #: fullest nodes in use that fit first, so the least used empty as their work ends and
+    #: the fleet can release them). False: `SeedancePolicy` alone. Not for first-fit. The
+    #: service's default is its setting's (`SEEDANCE_SLICER_LEAVE_EMPTY`).
+    leave_empty: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in ("seedance", "first-fit"):
@@ -70,12 +76,14 @@ class WorkloadWindow:
         *,
         size: int,
         refresh_every: int,
+        leave_empty: bool = False,
         window: Iterable[RequestShape] = (),
         policy_shapes: Iterable[RequestShape] = (),
         since_refresh: int = 0,
     ) -> None:
         self._size = size
         self._refresh_every = refresh_every
+        self._leave_empty = leave_empty
         self.window: list[RequestShape] = list(window)
         self.policy_shapes: list[RequestShape] = list(policy_shapes)
         self.since_refresh = since_refresh
@@ -109,9 +117,14 @@ class WorkloadWindow:
         return changed
 
     def policy(self, name: str) -> Policy:
-        """The policy called `name` ("seedance" or "first-fit") for the current shapes."""
+        """The policy called `name` ("seedance" or "first-fit") for the current shapes;
+        "seedance" behind `LeaveEmpty` when the window was made with `leave_empty`."""
         if name == "first-fit":
             return FirstFit()
+        inner = self._seedance()
+        return LeaveEmpty(inner) if self._leave_empty else inner
+
+    def _seedance(self) -> SeedancePolicy:
         # Each distinct shape once, with how often the window holds it (in first-seen order,
         # as the pods would be counted): a refresh costs the shapes, not the window's length.
         counts = Counter(self.policy_shapes or [_DEFAULT_SHAPE])
