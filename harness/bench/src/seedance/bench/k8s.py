@@ -62,7 +62,7 @@ from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import wait_inventory_known
 from seedance.traces.alibaba import NodeRow, PodRow, read_nodes, read_pods
 
-__all__ = ["main"]
+__all__ = ["Kube", "KubeStack", "PodWatch", "kube_stack", "main", "namespace_object", "watch_pods"]
 
 TENANT = "openb"
 NAMESPACE = "openb"
@@ -233,16 +233,18 @@ class Paced:
 
 @contextlib.asynccontextmanager
 async def slicer_stack(
-    workdir: Path, name: str
+    workdir: Path, name: str, **slicer: str
 ) -> AsyncIterator[tuple[NatsServer, ServiceProcesses, Bus]]:
-    """A fresh nats-server with the streams, and a slicer process on it: the shipped users and
-    permissions, each service as its own user, the bench as the operator."""
+    """A fresh nats-server with the streams, and a slicer process on it (``slicer``: settings
+    over the bench's): the shipped users and permissions, each service as its own user, the
+    bench as the operator."""
     server = shipped_auth_server(password)
     procs = ServiceProcesses(server.url, workdir / f"logs-{name}")
     bus = await Bus.connect(as_user(server.url, ADMIN, name=f"bench-k8s-{name}"))
     try:
         await bus.ensure_streams()
-        procs.start("slicer", pool=f"bench{name}", replica="a", lease_ttl_s="3", batch="200")
+        settings = {"pool": f"bench{name}", "replica": "a", "lease_ttl_s": "3", "batch": "200"}
+        procs.start("slicer", **(settings | slicer))
         yield server, procs, bus
     finally:
         await bus.close()
@@ -348,6 +350,25 @@ class Kube:
                 raise RuntimeError(f"POST {path}: {r.status} {body.get('message')}")
             return body
 
+    async def create_all(
+        self, path: str, objs: Sequence[dict[str, Any]], concurrency: int = 32
+    ) -> float:
+        """Create ``objs`` (``concurrency`` requests at a time); when the last one returned."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(obj: dict[str, Any]) -> None:
+            async with gate:
+                await self.create(path, obj)
+
+        await asyncio.gather(*(one(o) for o in objs))
+        return time.monotonic()
+
+    async def delete_all(self, path: str, label_selector: str) -> None:
+        """``deletecollection`` of the objects under ``path`` that match the selector."""
+        async with self.http.delete(self.url + path, params={"labelSelector": label_selector}) as r:
+            if r.status >= 300:
+                raise RuntimeError(f"DELETE {path}: {r.status} {await r.text()}")
+
     async def list_rv(self, path: str) -> str:
         async with self.http.get(self.url + path) as r:
             return str((await r.json())["metadata"]["resourceVersion"])
@@ -396,53 +417,81 @@ async def watch_pods(kube: Kube, rv: str, watch: PodWatch) -> None:
                 watch.seen(ev["object"], time.monotonic())
 
 
-async def kube_path(
-    workdir: Path, nodes: Sequence[NodeRow], pods: Sequence[PodRow], rate: float, settle_s: float
-) -> PathResult:
+@dataclass
+class KubeStack:
+    """The Kubernetes path's processes, running: the test API server at ``url``, the bench's
+    client of it, the slicer and the bridge, the bench's bus (the operator)."""
+
+    url: str
+    kube: Kube
+    procs: ServiceProcesses
+    bus: Bus
+    kubeconfig: Path
+
+
+@contextlib.asynccontextmanager
+async def kube_stack(
+    workdir: Path,
+    nodes: Sequence[dict[str, Any]],
+    *,
+    slicer: dict[str, str] | None = None,
+    bridge: dict[str, str] | None = None,
+    ready_timeout_s: float = 60.0,
+) -> AsyncIterator[KubeStack]:
+    """The test API server (a process) holding the namespaces and ``nodes`` (Node objects), a
+    fresh nats-server and slicer, and the bridge (a process; ``slicer``/``bridge``: settings
+    over the bench's); yielded once the slicer knows every node the bridge published."""
     api = KubeApiProcess(workdir / "kube-api", bookmark_interval_s=5.0)
     url = api.start()
     kubeconfig = workdir / "kubeconfig"
     kubeconfig.write_text(_kubeconfig(url))
     try:
         async with (
-            slicer_stack(workdir, "kube") as (_, procs, bus),
+            slicer_stack(workdir, "kube", **(slicer or {})) as (_, procs, bus),
             aiohttp.ClientSession() as http,
         ):
             kube = Kube(url, http)
             for ns in (namespace_object(SYSTEM), namespace_object(NAMESPACE, TENANT)):
                 await kube.create("/api/v1/namespaces", ns)
-            for node in nodes:
-                await kube.create("/api/v1/nodes", node_object(node))
-            procs.start(
-                "k8s-bridge",
-                kubeconfig=str(kubeconfig),
-                replica="bench-a",
-                lease_namespace=SYSTEM,
-                lease_duration_s="6",
-                lease_renew_s="1",
-            )
+            await kube.create_all("/api/v1/nodes", nodes)
+            settings = {
+                "kubeconfig": str(kubeconfig),
+                "replica": "bench-a",
+                "lease_namespace": SYSTEM,
+                "lease_duration_s": "6",
+                "lease_renew_s": "1",
+            }
+            procs.start("k8s-bridge", **(settings | (bridge or {})))
             # The bridge leads once it publishes the nodes' inventory; the slicer has read it.
-            await wait_inventory_known(bus)
-            watch = PodWatch()
-            rv = await kube.list_rv(f"/api/v1/namespaces/{NAMESPACE}/pods")
-            watcher = asyncio.create_task(watch_pods(kube, rv, watch))
-            pacer = Paced(rate)
-            for row in pods:
-                await pacer.tick()
-                await kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(row))
-                watch.created[row.name] = time.monotonic()
-            names = {p.name for p in pods}
-            deadline = time.monotonic() + settle_s
-            while time.monotonic() < deadline and not watch.settled(names):
-                watch.changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watch.changed.wait(), 0.5)
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            return watch.result
+            await wait_inventory_known(bus, ready_timeout_s, nodes=len(nodes))
+            yield KubeStack(url, kube, procs, bus, kubeconfig)
     finally:
         api.stop()
+
+
+async def kube_path(
+    workdir: Path, nodes: Sequence[NodeRow], pods: Sequence[PodRow], rate: float, settle_s: float
+) -> PathResult:
+    async with kube_stack(workdir, [node_object(n) for n in nodes]) as ks:
+        kube = ks.kube
+        watch = PodWatch()
+        rv = await kube.list_rv(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        watcher = asyncio.create_task(watch_pods(kube, rv, watch))
+        pacer = Paced(rate)
+        for row in pods:
+            await pacer.tick()
+            await kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(row))
+            watch.created[row.name] = time.monotonic()
+        names = {p.name for p in pods}
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline and not watch.settled(names):
+            watch.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watch.changed.wait(), 0.5)
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        return watch.result
 
 
 def _kubeconfig(url: str) -> str:
