@@ -161,7 +161,8 @@ async def test_the_bridge_takes_every_node_and_pod_of_lists_longer_than_a_page(e
         assert set(nodes) <= {n["metadata"]["name"] for n in b.nodes.cache.values()}
         assert {p["metadata"]["uid"] for p in b.pods.cache.values()} == set(uids)
     pods = _list_requests(env.kube, "pods")
-    assert len(pods) >= 3 and all("limit=3" in path for path, _ in pods)
+    assert len(pods) >= 3
+    assert all("limit=3" in path for path, _ in pods)
     node_codes = [code for _, code in _list_requests(env.kube, "nodes")]
     assert 410 in node_codes
     assert node_codes.count(200) >= 4  # a first page, then the whole list again in 3+ pages
