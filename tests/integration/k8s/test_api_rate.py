@@ -50,6 +50,8 @@ async def test_bindings_past_the_burst_wait_for_the_rate_and_the_lease_does_not(
     kube_api: KubeApiServer, api: KubeApi, clock: VirtualClock
 ) -> None:
     seed.node(kube_api, "gpu-1", gpus=8)
+    waits: list[tuple[str, float]] = []
+    api.on_rate_wait(lambda bucket, s: waits.append((bucket, s)))  # the bridge's metric
     for i in range(4):
         seed.pod(kube_api, NS, f"m{i}", scheduler_name="seedance")
     binds = [
@@ -75,3 +77,4 @@ async def test_bindings_past_the_burst_wait_for_the_rate_and_the_lease_does_not(
     bound = [r.name for r in kube_api.audit if r.subresource == "binding" and r.code == 201]
     assert sorted(bound) == ["m0", "m1", "m2", "m3"]
     assert api.rate.waited == 2
+    assert waits == [("api", pytest.approx(0.5)), ("api", pytest.approx(1.0))]

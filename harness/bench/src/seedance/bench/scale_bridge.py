@@ -30,7 +30,9 @@ places gangs without the rack preference the bus path's inventory gives.
 
 Line, before the fleet's ``scale:`` line: ``scale-bridge: nodes=<n> gangs=<n> gang_gpus=<n>
 bridge_bound_p50_s=<n> bridge_bound_max_s=<n> api_alone_p50_s=<n> api_alone_max_s=<n>
-bridge_net_max_s=<n> api_qps=<n> api_burst=<n> rate_floor_s=<n>``.
+bridge_net_max_s=<n> api_qps=<n> api_burst=<n> rate_floor_s=<n> rate_waits=<n>`` (the last: the
+bridge's requests its rate held back over the run, from its
+``seedance_k8s_bridge_api_rate_wait_seconds`` metric).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import re
 import statistics
 import sys
 import time
@@ -60,6 +64,7 @@ from seedance.events.slicing import JobReleased
 from seedance.events.subjects import slicing
 from seedance.k8s_bridge.kube import KubeApi, connect
 from seedance.k8s_bridge.settings import BridgeSettings
+from seedance.testing.processes import ServiceProcesses
 
 __all__ = ["add_args", "run_fleet", "spot_node_object"]
 
@@ -69,6 +74,7 @@ ALONE = "alone"
 ALONE_SCHEDULER = "bench-alone"
 LABEL_GROUP, LABEL_SIZE = "seedance.io/pod-group", "seedance.io/pod-group-size"
 _DEFAULTS = BridgeSettings()
+_RATE_WAIT = "seedance_k8s_bridge_api_rate_wait_seconds"
 
 
 def log(msg: str) -> None:
@@ -183,6 +189,25 @@ async def alone(kube: Kube, api: KubeApi, placed: dict[str, str], group: str) ->
     return took
 
 
+def _bridge_port(procs: ServiceProcesses) -> int:
+    """The bridge process's metrics port, from its ``service_started`` log line."""
+    for line in procs.log("k8s-bridge").splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if isinstance(rec, dict) and rec.get("event") == "service_started":
+                return int(rec["http_port"])
+    raise RuntimeError("the k8s-bridge logged no http port")
+
+
+async def rate_waits(kube: Kube, port: int) -> tuple[int, float]:
+    """The bridge's requests held back by its rate so far, and their seconds in all (its
+    ``seedance_k8s_bridge_api_rate_wait_seconds{bucket="api"}``)."""
+    async with kube.http.get(f"http://127.0.0.1:{port}/metrics") as r:
+        text = await r.text()
+    found = dict(re.findall(_RATE_WAIT + r'_(count|sum)\{bucket="api"\} (\S+)', text))
+    return int(float(found.get("count", 0))), float(found.get("sum", 0.0))
+
+
 async def _gang(
     kube: Kube, watch: PodWatch, api: KubeApi, i: int, members: int, timeout_s: float
 ) -> tuple[float, float]:
@@ -222,16 +247,22 @@ async def run_fleet(args: argparse.Namespace, copies: int, workdir: Path) -> str
         done.push_async_callback(sub.unsubscribe)
         api = KubeApi(await connect(str(ks.kubeconfig)), qps=0)
         done.push_async_callback(api.close)
+        port = _bridge_port(ks.procs)
         times: list[tuple[float, float]] = []
+        held = await rate_waits(ks.kube, port)
         for i in range(args.gangs):
             bound_s, alone_s = await _gang(
                 ks.kube, watch, api, i, args.gang_members, args.gang_timeout_s
             )
             times.append((bound_s, alone_s))
+            now = await rate_waits(ks.kube, port)
             log(f"bridge gang{i}: bound in {bound_s:.3f} s; the same Bindings alone "
-                f"{alone_s:.3f} s")  # fmt: skip
+                f"{alone_s:.3f} s; {now[0] - held[0]} of the bridge's requests held back by "
+                f"its rate, {now[1] - held[1]:.2f} s in all")  # fmt: skip
+            held = now
             await releases.until(i + 1, args.gang_timeout_s)
-    return _line(args, len(nodes), times)
+        waited = await rate_waits(ks.kube, port)
+    return _line(args, len(nodes), times) + f" rate_waits={waited[0]}"
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -10,6 +10,8 @@ what the requests are; the caller picks which of its calls share one bucket.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from seedance.core.clock import WALL_CLOCK, Clock
 
 __all__ = ["TokenBucket"]
@@ -27,9 +29,11 @@ class TokenBucket:
         self._clock = clock
         self._tokens = float(burst)
         self._at = clock.monotonic()
-        #: Requests that had to wait, and the seconds they waited in all (for metrics, logs).
+        #: Requests that had to wait, and the seconds they waited in all.
         self.waited = 0
         self.waited_s = 0.0
+        #: Called with each wait's seconds, before it (a metric's ``observe``).
+        self.on_wait: Callable[[float], None] | None = None
 
     async def take(self) -> None:
         """Return once this request may go."""
@@ -43,4 +47,6 @@ class TokenBucket:
             delay_s = -self._tokens / self.qps
             self.waited += 1
             self.waited_s += delay_s
+            if self.on_wait is not None:
+                self.on_wait(delay_s)
             await self._clock.sleep(delay_s)

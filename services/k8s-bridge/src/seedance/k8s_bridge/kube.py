@@ -28,7 +28,7 @@ Must not decide anything.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -184,6 +184,12 @@ class KubeApi:
 
     async def close(self) -> None:
         await self.client.close()
+
+    def on_rate_wait(self, hook: Callable[[str, float], None]) -> None:
+        """Call ``hook(bucket, seconds)`` for each request held back by the rate (``api`` or
+        ``events``): the service's metric."""
+        self.rate.on_wait = functools.partial(hook, "api")
+        self._events_rate.on_wait = functools.partial(hook, "events")
 
     def _opts(self) -> dict[str, Any]:
         return {"_preload_content": False, "_request_timeout": self._timeout_s}
