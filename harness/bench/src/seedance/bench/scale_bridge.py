@@ -30,8 +30,9 @@ places gangs without the rack preference the bus path's inventory gives.
 
 Line, before the fleet's ``scale:`` line: ``scale-bridge: nodes=<n> gangs=<n> gang_gpus=<n>
 bridge_bound_p50_s=<n> bridge_bound_max_s=<n> api_alone_p50_s=<n> api_alone_max_s=<n>
-bridge_net_max_s=<n> api_qps=<n> api_burst=<n> rate_floor_s=<n> rate_waits=<n>`` (the last: the
-bridge's requests its rate held back over the run, from its
+bridge_net_max_s=<n> api_qps=<n> api_burst=<n> rate_floor_s=<n> bound_vs_alone_p50=<ratio>
+rate_waits=<n>`` (the ratio: the medians' through the bridge over alone, the anchor; the last:
+the bridge's requests its rate held back over the run, its
 ``seedance_k8s_bridge_api_rate_wait_seconds`` metric).
 """
 
@@ -281,5 +282,6 @@ def _line(args: argparse.Namespace, nodes: int, times: list[tuple[float, float]]
         f"bridge_bound_p50_s={statistics.median(bound):.3f} bridge_bound_max_s={max(bound):.3f} "
         f"api_alone_p50_s={statistics.median(lone):.3f} api_alone_max_s={max(lone):.3f} "
         f"bridge_net_max_s={max(b - a for b, a in times):.3f} api_qps={args.api_qps:g} "
-        f"api_burst={args.api_burst} rate_floor_s={floor_s:.2f}"
+        f"api_burst={args.api_burst} rate_floor_s={floor_s:.2f} "
+        f"bound_vs_alone_p50={statistics.median(bound) / max(statistics.median(lone), 1e-9):.1f}"
     )

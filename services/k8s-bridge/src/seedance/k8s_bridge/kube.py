@@ -216,7 +216,7 @@ class KubeApi:
         first: Json | None = None
         token = ""
         while True:
-            paging = {"limit": self._page_size} if self._page_size > 0 else {}
+            paging: dict[str, Any] = {"limit": self._page_size} if self._page_size > 0 else {}
             if token:
                 paging["_continue"] = token
             try:
