@@ -194,10 +194,11 @@ class KubeApi:
     def _opts(self) -> dict[str, Any]:
         return {"_preload_content": False, "_request_timeout": self._timeout_s}
 
-    async def _call(self, call: Any) -> Json:
-        """One rate-limited request (``call`` is not sent before it is awaited)."""
+    async def _call(self, fn: Any, *args: Any, **kw: Any) -> Json:
+        """``fn(*args, **kw)``, once the rate lets it go (the request is made only then: a
+        stop while it waits leaves nothing half-made)."""
         await self.rate.take()
-        return await _json(call)
+        return await _json(fn(*args, **{**self._opts(), **kw}))
 
     async def _list(self, fn: Any, **kw: Any) -> Json:
         """Every page of a list, as one list at the first page's resourceVersion."""
@@ -220,7 +221,7 @@ class KubeApi:
             if token:
                 paging["_continue"] = token
             try:
-                body = await self._call(fn(**kw, **paging, **self._opts()))
+                body = await self._call(fn, **kw, **paging)
             except ApiStatus as exc:
                 if token and exc.code == 410:
                     raise _ContinueExpired(exc) from exc
@@ -315,28 +316,22 @@ class KubeApi:
 
     async def get_pod(self, namespace: str, name: str) -> Json | None:
         try:
-            return await self._call(self._core.read_namespaced_pod(name, namespace, **self._opts()))
+            return await self._call(self._core.read_namespaced_pod, name, namespace)
         except ApiStatus as exc:
             if exc.code == 404:
                 return None
             raise
 
     async def bind(self, namespace: str, name: str, body: Any) -> None:
-        await self._call(
-            self._core.create_namespaced_pod_binding(name, namespace, body, **self._opts())
-        )
+        await self._call(self._core.create_namespaced_pod_binding, name, namespace, body)
 
     async def patch_pod_status(self, namespace: str, name: str, body: Json) -> None:
         # A dict body is sent as a strategic-merge patch (conditions merge by type).
-        await self._call(
-            self._core.patch_namespaced_pod_status(name, namespace, body, **self._opts())
-        )
+        await self._call(self._core.patch_namespaced_pod_status, name, namespace, body)
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         body: Any = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
-        await self._call(
-            self._core.delete_namespaced_pod(name, namespace, body=body, **self._opts())
-        )
+        await self._call(self._core.delete_namespaced_pod, name, namespace, body=body)
 
     async def create_event(self, namespace: str, body: Any) -> None:
         await self._events_rate.take()
@@ -429,12 +424,11 @@ class KubeApi:
 
     async def _patch_custom_status(self, plural: str, name: str, body: Json) -> Json:
         """A JSON merge patch of the CR's /status (the client's default is a JSON patch)."""
-        opts = {**self._opts(), "_content_type": "application/merge-patch+json"}
         return await self._call(
-            self._custom.patch_cluster_custom_object_status(
-                CUSTOM_GROUP, CUSTOM_VERSION, plural, name, body, **opts
-            )
-        )
+            self._custom.patch_cluster_custom_object_status,
+            CUSTOM_GROUP, CUSTOM_VERSION, plural, name, body,
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
 
 
 class _ContinueExpired(Exception):
