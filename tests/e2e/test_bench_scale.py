@@ -1,10 +1,13 @@
 """`make bench-scale` in its short CI form: the first 400 nodes of the spot fleet, two rate steps,
-two small gangs, and a restore (seedance.bench.scale says what each figure means).
+two small gangs, and a restore (seedance.bench.scale says what each figure means), then the
+same gangs through the test API server, the k8s-bridge and the slicer
+(seedance.bench.scale_bridge).
 
 It checks what must hold on any machine: the whole inventory is ingested, the fleet fills to
-80 %, every submit of the first step is decided, every gang is bound whole, the per-batch
-state commits are measured, and the next slicer restores the state. Rates and latencies are
-printed, not asserted (a bench's figures, not a test's: CI runs on two loaded cores).
+80 %, every submit of the first step is decided, every gang is bound whole (on the bus and
+through the bridge, where the same Bindings are also timed alone), the per-batch state commits
+are measured, and the next slicer restores the state. Rates and latencies are printed, not
+asserted (a bench's figures, not a test's: CI runs on two loaded cores).
 """
 
 from __future__ import annotations
@@ -59,4 +62,18 @@ def test_the_short_scale_bench_ingests_fills_decides_binds_gangs_and_restores() 
     assert "gang0: bound in" in log
     assert "gang1: bound in" in log
     assert "restore: " in log
+    # The same two gangs through the bridge: its line comes just before the fleet's.
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) >= 2, done.stdout
+    assert lines[-2].startswith("scale-bridge: "), done.stdout
+    bridge = dict(kv.split("=", 1) for kv in lines[-2].removeprefix("scale-bridge: ").split())
+    assert int(bridge["nodes"]) == 400
+    assert int(bridge["gangs"]) == 2
+    assert int(bridge["gang_gpus"]) == 32
+    assert float(bridge["bridge_bound_max_s"]) >= float(bridge["bridge_bound_p50_s"]) > 0
+    assert float(bridge["api_alone_max_s"]) >= float(bridge["api_alone_p50_s"]) > 0
+    assert (float(bridge["api_qps"]), int(bridge["api_burst"])) == (50.0, 100)
+    assert float(bridge["rate_floor_s"]) == 0.0  # 4 members, a burst of 100
+    assert "bridge gang0: bound in" in log
+    assert "bridge gang1: bound in" in log
     assert done.returncode == 0, done.stderr[-3000:]

@@ -109,7 +109,12 @@ async def bridge(
         else BusSettings(url=nats_url, name=f"test-bridge-{replica}")
     )
     runtime = ServiceRuntime("k8s-bridge", bus)
-    api = KubeApi(await connect(str(kube.kubeconfig(tmp_path / f"kubeconfig-{replica}"))))
+    api = KubeApi(
+        await connect(str(kube.kubeconfig(tmp_path / f"kubeconfig-{replica}"))),
+        page_size=settings.list_page_size,
+        qps=settings.api_qps,
+        burst=settings.api_burst,
+    )
     try:
         async with serving(BridgeService(runtime, WallClock(), settings, api), 15) as svc:
             yield svc

@@ -36,3 +36,18 @@ def test_a_renewal_slower_than_the_lease_allows_is_refused() -> None:
                 "SEEDANCE_K8S_BRIDGE_LEASE_RENEW_S": "2.5",
             },
         )
+
+
+def test_the_request_rate_and_page_size_default_to_kube_schedulers_and_are_checked() -> None:
+    s = load_settings(BridgeSettings, "k8s-bridge", {})
+    assert (s.api_qps, s.api_burst, s.list_page_size) == (50.0, 100, 500)
+    with pytest.raises((SettingsError, ValueError), match="API_BURST=0"):
+        load_settings(BridgeSettings, "k8s-bridge", {"SEEDANCE_K8S_BRIDGE_API_BURST": "0"})
+    with pytest.raises((SettingsError, ValueError), match="LIST_PAGE_SIZE=-1"):
+        load_settings(BridgeSettings, "k8s-bridge", {"SEEDANCE_K8S_BRIDGE_LIST_PAGE_SIZE": "-1"})
+    unlimited = load_settings(
+        BridgeSettings,
+        "k8s-bridge",
+        {"SEEDANCE_K8S_BRIDGE_API_QPS": "0", "SEEDANCE_K8S_BRIDGE_API_BURST": "0"},
+    )
+    assert unlimited.api_qps == 0

@@ -67,7 +67,7 @@ from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import wait_inventory_known
 from seedance.traces.alibaba import NodeRow, PodRow, read_nodes, read_pods
 
-__all__ = ["main"]
+__all__ = ["Kube", "KubeStack", "PodWatch", "kube_stack", "main", "namespace_object", "watch_pods"]
 
 TENANT = "openb"
 NAMESPACE = "openb"
@@ -217,16 +217,18 @@ class Paced:
 
 @contextlib.asynccontextmanager
 async def slicer_stack(
-    workdir: Path, name: str
+    workdir: Path, name: str, **slicer: str
 ) -> AsyncIterator[tuple[NatsServer, ServiceProcesses, Bus]]:
-    """A fresh nats-server with the streams, and a slicer process on it: the shipped users and
-    permissions, each service as its own user, the bench as the operator."""
+    """A fresh nats-server with the streams, and a slicer process on it (``slicer``: settings
+    over the bench's): the shipped users and permissions, each service as its own user, the
+    bench as the operator."""
     server = shipped_auth_server(password)
     procs = ServiceProcesses(server.url, workdir / f"logs-{name}")
     bus = await Bus.connect(as_user(server.url, ADMIN, name=f"bench-k8s-{name}"))
     try:
         await bus.ensure_streams()
-        procs.start("slicer", pool=f"bench{name}", replica="a", lease_ttl_s="3", batch="200")
+        settings = {"pool": f"bench{name}", "replica": "a", "lease_ttl_s": "3", "batch": "200"}
+        procs.start("slicer", **(settings | slicer))
         yield server, procs, bus
     finally:
         await bus.close()
@@ -361,18 +363,52 @@ async def watch_pods(kube: Kube, rv: str, watch: PodWatch) -> None:
                 watch.seen(ev["object"], time.monotonic())
 
 
-async def kube_path(
-    workdir: Path, nodes: Sequence[NodeRow], pods: Sequence[PodRow], rate: float, settle_s: float
-) -> PathResult:
-    async with kube_api(workdir) as kube, slicer_stack(workdir, "kube") as (_, procs, bus):
+@dataclass
+class KubeStack:
+    """The Kubernetes path's processes, running: the test API server at ``url``, the bench's
+    client of it, the slicer and the bridge, the bench's bus (the operator)."""
+
+    url: str
+    kube: Kube
+    procs: ServiceProcesses
+    bus: Bus
+    kubeconfig: Path
+
+
+@contextlib.asynccontextmanager
+async def kube_stack(
+    workdir: Path,
+    nodes: Sequence[dict[str, Any]],
+    *,
+    slicer: dict[str, str] | None = None,
+    bridge: dict[str, str] | None = None,
+    ready_timeout_s: float = 60.0,
+) -> AsyncIterator[KubeStack]:
+    """The test API server (a process) holding the namespaces and ``nodes`` (Node objects), a
+    fresh nats-server and slicer, and the bridge (a process; ``slicer``/``bridge``: settings
+    over the bench's); yielded once the slicer knows every node the bridge published."""
+    async with (
+        kube_api(workdir) as kube,
+        slicer_stack(workdir, "kube", **(slicer or {})) as (_, procs, bus),
+    ):
         await start_bridge(
             kube,
             procs,
             bus,
             namespaces=[namespace_object(NAMESPACE, TENANT)],
-            nodes=[node_object(node) for node in nodes],
+            nodes=nodes,
             replica="bench-a",
+            ready_timeout_s=ready_timeout_s,
+            **(bridge or {}),
         )
+        yield KubeStack(kube.url, kube, procs, bus, kube.kubeconfig)
+
+
+async def kube_path(
+    workdir: Path, nodes: Sequence[NodeRow], pods: Sequence[PodRow], rate: float, settle_s: float
+) -> PathResult:
+    async with kube_stack(workdir, [node_object(n) for n in nodes]) as ks:
+        kube = ks.kube
         watch = PodWatch()
         rv = await kube.list_rv(f"/api/v1/namespaces/{NAMESPACE}/pods")
         watcher = asyncio.create_task(watch_pods(kube, rv, watch))

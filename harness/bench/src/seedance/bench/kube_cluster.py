@@ -17,9 +17,11 @@ users, pools, quotas), nor judge what the bench measures.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,25 @@ class Kube:
             if r.status >= 300:
                 raise RuntimeError(f"POST {path}: {r.status} {body.get('message')}")
             return body
+
+    async def create_all(
+        self, path: str, objs: Sequence[dict[str, Any]], concurrency: int = 32
+    ) -> float:
+        """Create ``objs`` (``concurrency`` requests at a time); when the last one returned."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(obj: dict[str, Any]) -> None:
+            async with gate:
+                await self.create(path, obj)
+
+        await asyncio.gather(*(one(o) for o in objs))
+        return time.monotonic()
+
+    async def delete_all(self, path: str, label_selector: str) -> None:
+        """``deletecollection`` of the objects under ``path`` that match the selector."""
+        async with self.http.delete(self.url + path, params={"labelSelector": label_selector}) as r:
+            if r.status >= 300:
+                raise RuntimeError(f"DELETE {path}: {r.status} {await r.text()}")
 
     async def get(self, path: str) -> dict[str, Any] | None:
         async with self.http.get(self.url + path) as r:
@@ -160,15 +181,16 @@ async def start_bridge(
     namespaces: Iterable[dict[str, Any]],
     nodes: Iterable[dict[str, Any]],
     replica: str,
+    ready_timeout_s: float = 60.0,
     **settings: str,
 ) -> None:
     """Create ``namespaces`` (and `SYSTEM`) and ``nodes``, start the k8s-bridge as ``replica``
-    (``settings``: its other ``SEEDANCE_K8S_BRIDGE_*``), and wait until the slicer has the
-    nodes' inventory."""
+    (``settings``: its other ``SEEDANCE_K8S_BRIDGE_*``), and wait (at most
+    ``ready_timeout_s``) until the slicer has every node's inventory."""
     for ns in (namespace_object(SYSTEM), *namespaces):
         await kube.create("/api/v1/namespaces", ns)
-    for node in nodes:
-        await kube.create("/api/v1/nodes", node)
+    node_objs = list(nodes)
+    await kube.create_all("/api/v1/nodes", node_objs)
     # A short lease: a bench or chaos stage should not wait long for the first leader.
     procs.start(
         "k8s-bridge",
@@ -180,4 +202,4 @@ async def start_bridge(
         **settings,
     )
     # The bridge leads once it publishes the nodes' inventory; the slicer has read it.
-    await wait_inventory_known(bus)
+    await wait_inventory_known(bus, ready_timeout_s, nodes=len(node_objs))

@@ -34,7 +34,8 @@ states what the trace does not say and the bench assumes):
 
 Last line per fleet, the larger fleet's last: ``scale: nodes=<n> gpus=<n> running=<n>
 ingest_s=<n> decisions_per_s=<n> decide_p99_ms=<n> gang_gpus=1024 gang_bound_p50_s=<n>
-gang_bound_max_s=<n> snapshot_ms_p99=<n> restore_s=<n> slicer_rss_mb=<n>``.
+gang_bound_max_s=<n> snapshot_ms_p99=<n> restore_s=<n> slicer_rss_mb=<n>``; before it (unless
+``--no-bridge``) the same gangs through the k8s-bridge: `seedance.bench.scale_bridge`'s line.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from seedance.bench import scale_bridge
 from seedance.bench.scale_fleet import (
     TOPOLOGY_LEVELS,
     Shape,
@@ -563,6 +565,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--restore-at", type=int, default=50_000)
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--seed", type=int, default=42)
+    scale_bridge.add_args(ap)
     args = ap.parse_args(argv)
     args.rates = [float(r) for r in args.rates.split(",") if r]
     args.copies = [int(c) for c in args.copies.split(",") if c]
@@ -576,6 +579,9 @@ async def amain(args: argparse.Namespace) -> int:
             # The restore is measured at --restore-at running jobs on the last (largest) fleet.
             at = args.restore_at if i == len(args.copies) - 1 else 0
             line = await run_fleet(args, copies, Path(tmp), at)
+            if not args.no_bridge:
+                (work := Path(tmp) / f"bridge-x{copies}").mkdir()
+                print(await scale_bridge.run_fleet(args, copies, work), flush=True)
             print(line, flush=True)
             lines.append(line)
     return 0

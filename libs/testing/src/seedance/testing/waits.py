@@ -75,15 +75,21 @@ async def wait_consumer_settled(
             await asyncio.sleep(0.01)  # polls the server's consumer state; bounded
 
 
-async def wait_inventory_known(bus: Any, timeout_s: float = 60.0) -> None:
-    """Wait until the collector published inventory and the slicer handled all of it."""
+async def wait_inventory_known(bus: Any, timeout_s: float = 60.0, *, nodes: int = 0) -> None:
+    """Wait until the collector published inventory (of at least ``nodes`` nodes: a publisher
+    such as the k8s-bridge may send a large fleet's in several batches) and the slicer handled
+    all of it."""
     async with asyncio.timeout(timeout_s):
         while True:
             info = await bus.stream_info("SEEDANCE_TELEMETRY")
             if info is not None and info.state.messages:
-                break
-            await asyncio.sleep(0.05)  # polls the server; bounded by the timeout
-    inv = await bus.js.stream_info("SEEDANCE_TELEMETRY", subjects_filter=telemetry.INVENTORY)
+                inv = await bus.js.stream_info(
+                    "SEEDANCE_TELEMETRY", subjects_filter=telemetry.INVENTORY
+                )
+                if len(inv.state.subjects or {}) >= nodes:
+                    break
+            # polls the server, bounded by the timeout; a fleet's subject list is a large answer
+            await asyncio.sleep(0.25 if nodes else 0.05)
     await wait_consumer_settled(
         bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq, timeout_s
     )

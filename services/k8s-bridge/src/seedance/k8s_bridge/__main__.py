@@ -34,7 +34,12 @@ async def _serve(settings: BridgeSettings, runtime: ServiceRuntime) -> None:
             f"k8s-bridge: no Kubernetes API config from {where}: {exc}. Set KUBECONFIG or "
             "SEEDANCE_K8S_BRIDGE_KUBECONFIG to a kubeconfig file, or run inside a pod."
         ) from None
-    api = KubeApi(api_client)
+    api = KubeApi(
+        api_client,
+        page_size=settings.list_page_size,
+        qps=settings.api_qps,
+        burst=settings.api_burst,
+    )
     try:
         await serve(BridgeService(runtime, WallClock(), settings, api))
     finally:

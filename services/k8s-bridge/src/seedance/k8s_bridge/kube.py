@@ -11,13 +11,24 @@ Owns the mapping of HTTP outcomes to the bridge's: `ApiStatus` (the server answe
 error status: ``code``, ``reason`` from the Status body) and `ApiUnavailable` (no answer:
 connection refused or reset, timeout; retried with backoff by the callers). Each call names
 the RBAC rule it needs (`CALLS`, checked against `seedance.k8s_bridge.rbac` at import).
+
+Lists come in pages (``limit`` = ``page_size``, then ``continue``), as client-go's pager reads
+them, so a 17,000-node list is never one response the API server must build and hold whole.
+Every page belongs to the first page's snapshot (its resourceVersion, where the watch starts);
+a ``continue`` token that outlived that snapshot (etcd compacted it: ``410 Expired``) restarts
+the list from its first page, at most `LIST_ATTEMPTS` times.
+
+Requests go at a bounded rate, like a client-go client's ``QPS``/``Burst`` (a token bucket,
+`seedance.core.ratelimit`): one bucket for the pod, node and list/watch calls, one of the same
+size for Events, none for the Lease, as kube-scheduler builds a client, an event client and a
+leader-election client apiece, so a burst of Bindings never delays a renewal.
 Must not decide anything.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -25,12 +36,17 @@ import msgspec
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.api_client import ApiClient
 
+from seedance.core import Clock
+from seedance.core.clock import WALL_CLOCK
+from seedance.core.logs import get_logger
+from seedance.core.ratelimit import TokenBucket
 from seedance.k8s_bridge import rbac
 
 __all__ = [
     "CALLS",
     "CUSTOM_GROUP",
     "CUSTOM_VERSION",
+    "LIST_ATTEMPTS",
     "USER_AGENT",
     "ApiStatus",
     "ApiUnavailable",
@@ -77,6 +93,10 @@ for _resource, _verb in CALLS.values():
     rbac.needs(_resource, _verb)
 
 _decode = msgspec.json.Decoder()
+log = get_logger(__name__)
+#: A list whose continue token expired is started again this many times in all, then the
+#: 410 goes to the caller (the informer lists again after its backoff).
+LIST_ATTEMPTS = 3
 
 
 class ApiStatus(Exception):
@@ -147,7 +167,18 @@ def _body(data: bytes) -> Json:
 class KubeApi:
     """The calls the bridge makes (see `CALLS`), returning the API's JSON."""
 
-    def __init__(self, api_client: ApiClient, *, request_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        request_timeout_s: float = 10.0,
+        page_size: int = 500,
+        qps: float = 50.0,
+        burst: int = 100,
+        clock: Clock = WALL_CLOCK,
+    ) -> None:
+        """``page_size`` (0: whole lists), ``qps`` (0 or less: no limit) and ``burst``: the
+        bridge's ``LIST_PAGE_SIZE``, ``API_QPS`` and ``API_BURST`` settings."""
         self.client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coord = client.CoordinationV1Api(api_client)
@@ -155,25 +186,77 @@ class KubeApi:
         self._scheduling = client.SchedulingV1Api(api_client)
         self._discovery = client.DiscoveryV1Api(api_client)
         self._timeout_s = request_timeout_s
+        self._page_size = page_size
+        #: The pod/node/list/watch calls' bucket, and the Events' own.
+        self.rate = TokenBucket(qps, burst, clock)
+        self._events_rate = TokenBucket(qps, burst, clock)
+        #: Lists started again because a continue token had expired (410).
+        self.lists_expired = 0
 
     async def close(self) -> None:
         await self.client.close()
 
+    def on_rate_wait(self, hook: Callable[[str, float], None]) -> None:
+        """Call ``hook(bucket, seconds)`` for each request held back by the rate (``api`` or
+        ``events``): the service's metric."""
+        self.rate.on_wait = functools.partial(hook, "api")
+        self._events_rate.on_wait = functools.partial(hook, "events")
+
     def _opts(self) -> dict[str, Any]:
         return {"_preload_content": False, "_request_timeout": self._timeout_s}
+
+    async def _call(self, fn: Any, *args: Any, **kw: Any) -> Json:
+        """``fn(*args, **kw)``, once the rate lets it go (the request is made only then: a
+        stop while it waits leaves nothing half-made)."""
+        await self.rate.take()
+        return await _json(fn(*args, **{**self._opts(), **kw}))
+
+    async def _list(self, fn: Any, **kw: Any) -> Json:
+        """Every page of a list, as one list at the first page's resourceVersion."""
+        for attempt in range(1, LIST_ATTEMPTS + 1):
+            try:
+                return await self._pages(fn, **kw)
+            except _ContinueExpired as exc:
+                self.lists_expired += 1
+                log.info("list_continue_expired", attempt=attempt, error=str(exc.status))
+                if attempt == LIST_ATTEMPTS:
+                    raise exc.status from None
+        raise AssertionError("unreachable")
+
+    async def _pages(self, fn: Any, **kw: Any) -> Json:
+        items: list[Json] = []
+        first: Json | None = None
+        token = ""
+        while True:
+            paging: dict[str, Any] = {"limit": self._page_size} if self._page_size > 0 else {}
+            if token:
+                paging["_continue"] = token
+            try:
+                body = await self._call(fn, **kw, **paging)
+            except ApiStatus as exc:
+                if token and exc.code == 410:
+                    raise _ContinueExpired(exc) from exc
+                raise
+            first = first or body
+            items.extend(body.get("items") or [])
+            token = str((body.get("metadata") or {}).get("continue") or "")
+            if not token:
+                break
+        rv = (first.get("metadata") or {}).get("resourceVersion", "")
+        return {**first, "metadata": {"resourceVersion": rv}, "items": items}
 
     # --- lists and watches ------------------------------------------------------------------
 
     async def list_pods(self, field_selector: str) -> Json:
-        return await _json(
-            self._core.list_pod_for_all_namespaces(field_selector=field_selector, **self._opts())
+        return await self._list(
+            self._core.list_pod_for_all_namespaces, field_selector=field_selector
         )
 
     async def list_nodes(self, field_selector: str = "") -> Json:
-        return await _json(self._core.list_node(**self._opts()))
+        return await self._list(self._core.list_node)
 
     async def list_namespaces(self, field_selector: str = "") -> Json:
-        return await _json(self._core.list_namespace(**self._opts()))
+        return await self._list(self._core.list_namespace)
 
     def watch_pods(
         self, field_selector: str, resource_version: str, timeout_s: int
@@ -208,6 +291,7 @@ class KubeApi:
             ApiStatus: the watch was refused (410 Gone: the resourceVersion is compacted).
             ApiUnavailable: the connection failed or broke.
         """
+        await self.rate.take()
         try:
             resp = await fn(
                 watch=True,
@@ -243,22 +327,22 @@ class KubeApi:
 
     async def get_pod(self, namespace: str, name: str) -> Json | None:
         try:
-            return await _json(self._core.read_namespaced_pod(name, namespace, **self._opts()))
+            return await self._call(self._core.read_namespaced_pod, name, namespace)
         except ApiStatus as exc:
             if exc.code == 404:
                 return None
             raise
 
     async def bind(self, namespace: str, name: str, body: Any) -> None:
-        await _json(self._core.create_namespaced_pod_binding(name, namespace, body, **self._opts()))
+        await self._call(self._core.create_namespaced_pod_binding, name, namespace, body)
 
     async def patch_pod_status(self, namespace: str, name: str, body: Json) -> None:
         # A dict body is sent as a strategic-merge patch (conditions merge by type).
-        await _json(self._core.patch_namespaced_pod_status(name, namespace, body, **self._opts()))
+        await self._call(self._core.patch_namespaced_pod_status, name, namespace, body)
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         body: Any = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
-        await _json(self._core.delete_namespaced_pod(name, namespace, body=body, **self._opts()))
+        await self._call(self._core.delete_namespaced_pod, name, namespace, body=body)
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         """``POST pods/{name}/eviction`` (policy/v1): 429 while a PodDisruptionBudget allows
@@ -281,6 +365,7 @@ class KubeApi:
         await _json(self._core.patch_node(name, body, **opts))
 
     async def create_event(self, namespace: str, body: Any) -> None:
+        await self._events_rate.take()
         await _json(self._core.create_namespaced_event(namespace, body, **self._opts()))
 
     # --- leases -----------------------------------------------------------------------------
@@ -326,7 +411,7 @@ class KubeApi:
         return await self._patch_custom_status("tenantquotas", name, body)
 
     async def list_priority_classes(self, field_selector: str = "") -> Json:
-        return await _json(self._scheduling.list_priority_class(**self._opts()))
+        return await self._list(self._scheduling.list_priority_class)
 
     def watch_priority_classes(
         self, field_selector: str, resource_version: str, timeout_s: int
@@ -340,10 +425,8 @@ class KubeApi:
     # --- the replica registrar's: EndpointSlices of every namespace, by label -----------------
 
     async def list_endpoint_slices(self, label_selector: str) -> Json:
-        return await _json(
-            self._discovery.list_endpoint_slice_for_all_namespaces(
-                label_selector=label_selector, **self._opts()
-            )
+        return await self._list(
+            self._discovery.list_endpoint_slice_for_all_namespaces, label_selector=label_selector
         )
 
     def watch_endpoint_slices(
@@ -357,11 +440,10 @@ class KubeApi:
         )
 
     async def _list_custom(self, plural: str) -> Json:
-        return await _json(
-            self._custom.list_cluster_custom_object(
-                CUSTOM_GROUP, CUSTOM_VERSION, plural, **self._opts()
-            )
+        fn = functools.partial(
+            self._custom.list_cluster_custom_object, CUSTOM_GROUP, CUSTOM_VERSION, plural
         )
+        return await self._list(fn)
 
     def _watch_custom(
         self, plural: str, resource_version: str, timeout_s: int
@@ -373,9 +455,16 @@ class KubeApi:
 
     async def _patch_custom_status(self, plural: str, name: str, body: Json) -> Json:
         """A JSON merge patch of the CR's /status (the client's default is a JSON patch)."""
-        opts = {**self._opts(), "_content_type": "application/merge-patch+json"}
-        return await _json(
-            self._custom.patch_cluster_custom_object_status(
-                CUSTOM_GROUP, CUSTOM_VERSION, plural, name, body, **opts
-            )
-        )
+        return await self._call(
+            self._custom.patch_cluster_custom_object_status,
+            CUSTOM_GROUP, CUSTOM_VERSION, plural, name, body,
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+
+
+class _ContinueExpired(Exception):
+    """A continue token the server no longer serves (410): the list starts again."""
+
+    def __init__(self, status: ApiStatus) -> None:
+        super().__init__(str(status))
+        self.status = status

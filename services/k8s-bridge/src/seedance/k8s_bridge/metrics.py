@@ -37,6 +37,14 @@ class BridgeMetrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=registry,
         )
+        self.api_rate_wait_seconds = Histogram(
+            "seedance_k8s_bridge_api_rate_wait_seconds",
+            "Requests held back by the client's rate (API_QPS/API_BURST), by bucket (api, "
+            "events), and how long.",
+            ["bucket"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=registry,
+        )
         self.api_writes_total = Counter(
             "seedance_k8s_bridge_api_writes_total",
             "API writes by call and outcome (ok, conflict, gone, retry, error).",

@@ -111,6 +111,7 @@ class BridgeService(Lifecycle):
         self._settings = settings
         self._api = api
         self.metrics = BridgeMetrics(runtime.registry)
+        api.on_rate_wait(lambda b, s: self.metrics.api_rate_wait_seconds.labels(b).observe(s))
         self.identity = settings.replica or socket.gethostname()
         self._bindings: Mapping[str, str] = dict(bindings or {})
         self._priorities = dict(priorities or {})

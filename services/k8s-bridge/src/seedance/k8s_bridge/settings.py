@@ -53,6 +53,14 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     bind_retry_s: float = 0.5
     #: Concurrent API writes (Bindings, status patches, Events, deletions).
     api_concurrency: int = 32
+    #: Requests a second to the API server, and at once (a token bucket: client-go's ``QPS`` /
+    #: ``Burst``), for the pod, node and list/watch calls; Events have a bucket of the same size
+    #: and the Lease none (`seedance.k8s_bridge.kube`). kube-scheduler's defaults (its
+    #: ``clientConnection.qps``/``burst``); client-go's own are 5/10. ``API_QPS`` 0: no limit.
+    api_qps: float = 50.0
+    api_burst: int = 100
+    #: Objects per list page (``limit``; then ``continue``); 0: whole lists at once.
+    list_page_size: int = 500
     #: Non-empty: the durable ``k8s-bridge-decisions-<instance>``, so that bridges of two
     #: clusters (tests) on one NATS do not share it. Development only: the generated NATS
     #: permissions grant the catalogue's name alone.
@@ -99,6 +107,16 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(
                 f"SEEDANCE_K8S_BRIDGE_CLUSTER={self.cluster!r} must be a label value (1 to 63 "
                 "letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+            )
+        if self.api_qps > 0 and self.api_burst < 1:
+            raise ValueError(
+                f"SEEDANCE_K8S_BRIDGE_API_BURST={self.api_burst} must be at least 1 where "
+                f"SEEDANCE_K8S_BRIDGE_API_QPS={self.api_qps} limits the rate"
+            )
+        if self.list_page_size < 0:
+            raise ValueError(
+                f"SEEDANCE_K8S_BRIDGE_LIST_PAGE_SIZE={self.list_page_size} must be 0 (whole "
+                "lists) or more"
             )
         for ns in self.shared_namespace_names:
             if not _NAMESPACE.match(ns):

@@ -91,7 +91,9 @@ class Informer:
                 if events:
                     continue  # the server ended the watch (its timeout): resume at once
             except ApiStatus as exc:
-                if exc.code == 410:
+                # A watch's 410: list again at once. A list's own (its continue token kept
+                # expiring, `kube.LIST_ATTEMPTS` times) backs off like any failure.
+                if exc.code == 410 and self.resource_version:
                     log.info("watch_gone_relisting", kind=self.kind, rv=self.resource_version)
                     self.resource_version = ""
                     self._on_restart(self.kind, "gone")

@@ -33,6 +33,7 @@ from seedance.testing.kube_api.requests import TRUE, RequestInfo, parse_request
 from seedance.testing.kube_api.resources import ResourceType
 from seedance.testing.kube_api.responses import (
     JSON,
+    continued,
     encode,
     error_response,
     json_response,
@@ -396,10 +397,11 @@ class KubeApiServer:
     ) -> web.StreamResponse:
         selector = self._selector_of(query)
         ns = info.namespace if rt.namespaced and info.namespace else None
-        items = [self._out(rt, o) for o in self.api.select(rt, ns, selector)]
-        rv = str(self.store.rv)
-        meta: dict[str, Any] = {"resourceVersion": rv}
-        items = page(items, query, meta)
+        cont = continued(query, self.store.floor)  # a later page: the first page's snapshot
+        at = cont.rv if cont is not None else self.store.rv
+        items = [self._out(rt, o) for o in self.api.select(rt, ns, selector, at)]
+        meta: dict[str, Any] = {"resourceVersion": (rv := str(at))}
+        items = page(items, query, meta, cont)
         if wants_table(request):
             return json_response(
                 discovery.table(

@@ -151,14 +151,31 @@ class Store:
         return self.objects.get(key, {}).get(oid)
 
     def select(
-        self, key: StoreKey, namespace: str | None, selector: Selector
+        self, key: StoreKey, namespace: str | None, selector: Selector, at: int | None = None
     ) -> list[dict[str, Any]]:
+        """The objects that match, in key order; as of revision ``at`` (not below the floor:
+        the caller checks) when given, rebuilt by undoing the history's later changes."""
         items = self.objects.get(key, {})
+        if at is not None and at < self.rv:
+            items = self._as_of(key, at)
         return [
             obj
             for oid, obj in sorted(items.items())
             if (namespace is None or oid[0] == namespace) and selector.matches(obj)
         ]
+
+    def _as_of(self, key: StoreKey, rv: int) -> dict[ObjectId, dict[str, Any]]:
+        items = dict(self.objects.get(key, {}))
+        for change in reversed(self.history):
+            if change.rv <= rv:
+                break
+            if change.key != key:
+                continue
+            if change.old is None:
+                items.pop(change.oid, None)
+            else:
+                items[change.oid] = change.old
+        return items
 
     def resource_keys(self) -> list[StoreKey]:
         return list(self.objects)

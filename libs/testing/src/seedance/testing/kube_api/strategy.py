@@ -133,8 +133,10 @@ class Api:
             raise errors.not_found(rt.plural, rt.group, name)
         return obj
 
-    def select(self, rt: ResourceType, ns: str | None, selector: Selector) -> list[dict[str, Any]]:
-        return self.store.select(self._skey(rt), ns, selector)
+    def select(
+        self, rt: ResourceType, ns: str | None, selector: Selector, at: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self.store.select(self._skey(rt), ns, selector, at)
 
     @staticmethod
     def _skey(rt: ResourceType) -> StoreKey:
