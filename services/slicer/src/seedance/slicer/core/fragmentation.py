@@ -89,6 +89,9 @@ class FragmentationIndex:
 
     Arrays: `cnt`/`part` (N × G), `tot` and `frag` (N), N the state's row capacity (rows of
     nodes not there yet are unused); nodes added or re-described are followed at `sync`.
+    `desc` (N × GPU slots) holds each node's free GPU shares largest first, so whether a node
+    has k GPUs with at least s free is one lookup (``desc[n, k - 1] >= s``) for any request,
+    not a count over every GPU of every node per scoring.
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class FragmentationIndex:
         self.part = np.zeros((rows, g), dtype=np.int64)
         self.tot = np.zeros(rows, dtype=np.int64)
         self.frag = np.zeros(rows, dtype=np.float64)
+        self.desc = np.zeros((rows, state.gpu_free.shape[1]), dtype=np.int64)
         self._seen = np.full(rows, -1, dtype=np.int64)
         self._hw_seen = np.full(rows, -1, dtype=np.int64)
         # Change tables for a shared placement: indexed by the GPU's free share f before,
@@ -143,6 +147,7 @@ class FragmentationIndex:
         self._seen[:] = previous._seen
         self._hw_seen[:] = previous._hw_seen
         self.tot[:] = previous.tot
+        self.desc[:] = previous.desc
         old = {k: j for j, k in enumerate(previous._keys)}
         new = [j for j, k in enumerate(self._keys) if k not in old]
         kept = [(j, old[k]) for j, k in enumerate(self._keys) if k in old]
@@ -182,7 +187,8 @@ class FragmentationIndex:
         if len(self._seen) < n:
             rows = st.capacity
             for name, fill in (("host_ok", True), ("cnt", 0), ("part", 0), ("tot", 0),
-                               ("frag", 0.0), ("_seen", -1), ("_hw_seen", -1)):  # fmt: skip
+                               ("frag", 0.0), ("desc", 0), ("_seen", -1),
+                               ("_hw_seen", -1)):  # fmt: skip
                 old = getattr(self, name)
                 grown = np.full((rows, *old.shape[1:]), fill, dtype=old.dtype)
                 grown[: len(old)] = old
@@ -208,6 +214,7 @@ class FragmentationIndex:
         self.cnt[rows] = ge.sum(axis=1)
         self.part[rows] = np.where(ge, 0, free[:, :, None]).sum(axis=1)
         self.tot[rows] = free.sum(axis=1)
+        self.desc[rows] = -np.sort(-free, axis=1)
         self.frag[rows] = self._frag(
             self.tot[rows], st.cpu_free[rows], self.cnt[rows], self.part[rows], self.host_ok[rows]
         )
@@ -248,6 +255,14 @@ class FragmentationIndex:
         elif pod.num_gpu:
             cnt = cnt - pod.num_gpu
         return self._frag(tot_after, cpu_after, cnt, part, self.host_ok[nodes])
+
+    def hosts(self, nodes: np.ndarray, num_gpu: int, gpu_milli: int) -> np.ndarray:
+        """Per node of `nodes` (synced): whether `num_gpu` of its GPUs have `gpu_milli` free
+        each (the same as counting them, read off the sorted shares)."""
+        if num_gpu > self.desc.shape[1]:
+            return np.zeros(nodes.size, dtype=bool)
+        ok: np.ndarray = self.desc[nodes, num_gpu - 1] >= gpu_milli
+        return ok
 
 
 def cluster_fragmentation(state: ClusterState, workload: TargetWorkload) -> tuple[float, float]:

@@ -204,9 +204,9 @@ class FragmentationGradientDescent:
         st = state
         ok = (st.cpu_free[nodes] >= pod.cpu_milli) & (st.mem_free[nodes] >= pod.memory_mib)
         if pod.num_gpu:
-            free = st.gpu_free[nodes]
-            fits = free >= pod.gpu_milli
-            ok &= fits.sum(axis=1) >= pod.num_gpu
+            # The GPUs' free shares are read for the nodes that pass, not the whole fleet.
+            idx = self._index if self._index is not None else self.index(state)
+            ok &= idx.hosts(nodes, pod.num_gpu, pod.gpu_milli)
             if pod.gpu_models:
                 ok &= self._model_mask(state, pod.gpu_models)[nodes]
         rows = np.flatnonzero(ok)
@@ -218,8 +218,8 @@ class FragmentationGradientDescent:
             return key, gpu
         # Shared request: one candidate per (node, GPU); fully free GPUs of a node are
         # interchangeable, so only the first of them is scored.
-        free = free[rows]
-        fits = fits[rows]
+        free = st.gpu_free[nodes[rows]]
+        fits = free >= pod.gpu_milli
         full = free == GPU_MILLI
         fits &= ~full | (np.cumsum(full, axis=1) == 1)
         r, g = np.nonzero(fits)
