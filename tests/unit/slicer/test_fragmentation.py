@@ -171,3 +171,41 @@ def test_the_windows_policy_is_built_from_every_shape_it_holds() -> None:
     assert only.workload == TargetWorkload.from_pods(
         [pod_request(kinds[2])] * 5 + [pod_request(RequestShape(0, 0, 1, 1000))], coverage=1.0
     )
+
+
+def test_hosts_answers_as_counting_the_free_gpus_does() -> None:
+    """`hosts` reads each node's sorted free shares: it must agree with counting the GPUs with
+    enough free share, for every GPU count and share, as nodes fill, are borrowed by another
+    workload's index, and join later."""
+    rng = np.random.default_rng(11)
+    shapes = [(8, "G2"), (2, "T4"), (4, "V100M16"), (1, "P100")]
+    st = ClusterState([node(f"n{i}", gpus=g, model=m) for i, (g, m) in enumerate(shapes * 3)])
+    pods = [
+        PodRequest(
+            cpu_milli=1000, memory_mib=1, num_gpu=int(k), gpu_milli=int(s) if k == 1 else 1000
+        )
+        for k, s in zip(
+            rng.choice([1, 1, 1, 2, 4], size=80),
+            rng.choice([120, 250, 500, 810, 1000], size=80),
+            strict=True,
+        )
+    ]
+    idx = FragmentationIndex(st, TargetWorkload.from_pods(pods[:10], coverage=1.0))
+
+    def agrees(index: FragmentationIndex) -> None:
+        rows = np.arange(len(st))
+        for k in range(1, 10):  # 9: more GPUs than a node has
+            for s in (1, 120, 250, 500, 501, 810, 1000):
+                counted = (st.gpu_free[: len(st)] >= s).sum(axis=1) >= k
+                assert (index.hosts(rows, k, s) == counted).all(), (k, s)
+
+    ff = FirstFit()
+    for i, pod in enumerate(pods):
+        res = ff.place(st, pod)
+        if isinstance(res, NodeGpus):
+            st.apply(pod, res)
+        if i == 40:
+            st.add_node(node("late", gpus=8))  # a node that joins: rows grow
+        idx.sync()
+        agrees(idx)
+    agrees(FragmentationIndex(st, TargetWorkload.from_pods(pods[10:], coverage=1.0), idx))
