@@ -29,8 +29,8 @@ states what the trace does not say and the bench assumes):
    commits during (a) and (b); ``slicer_rss_mb`` the process's peak resident memory
    (``VmHWM``); ``restore_s`` is the restore the next slicer process logs
    (``slicer_state_restored seconds=``: the store read and the scheduler rebuilt) after the
-   first is stopped; on the last fleet of the run with ``--restore-at`` running jobs (CPU-only
-   openb shapes top the count up when the fill has fewer), on the others as filled.
+   first is stopped; on the last fleet of the run with ``--restore-at`` running jobs (the
+   smallest CPU-only openb shape tops the count up), on the others as filled.
 
 Last line per fleet, the larger fleet's last: ``scale: nodes=<n> gpus=<n> running=<n>
 ingest_s=<n> decisions_per_s=<n> decide_p99_ms=<n> gang_gpus=1024 gang_bound_p50_s=<n>
@@ -507,8 +507,13 @@ async def run_fleet(
         total = len(st.heard.running)
         if restore_at and total < restore_at:
             total += await top_up(st, fleet, restore_at - total)
+        lost = len(logged(st, "slicer", "slicer_leadership_lost"))
         restore_s = await restore_seconds(st, args.batch, 300)
         log(f"restore: {restore_s:.2f} s at {total} running jobs")
+        if restore_at and total < restore_at:
+            log(f"restore: measured at {total} running jobs, short of --restore-at {restore_at}")
+        if lost:
+            log(f"the slicer lost its leadership {lost} times (lease_ttl_s 6: a stall or restore)")
     ok = [s for s in steps if s.sustained]
     best = max(ok, key=lambda s: s.achieved) if ok else None
     times = sorted(s for s, _ in bound)
@@ -530,12 +535,16 @@ async def run_fleet(
 
 
 async def top_up(st: Stack, fleet: Fleet, count: int) -> int:
-    """CPU-only openb shapes until `count` more jobs run (the restore's measuring point)."""
+    """The smallest CPU-only openb shape until `count` more jobs run (the restore's measuring
+    point: what is restored is the number of jobs, so the smallest shape, which the fleet's
+    CPUs can hold 50,000 of beside the fill; drawn from all CPU-only shapes, the fleet ran out
+    of CPU near 39,000 running jobs and the rest waited)."""
     cpu_only = [s for s in fleet.shapes if not s.gpus] or [Shape(1000, 1024, 0, 0)]
+    smallest = min(cpu_only, key=lambda s: (s.cpu_milli, s.memory_mib))
     before = len(st.heard.running)
     for i in range(0, count, 1000):
         part = [fleet.next_id("c") for _ in range(min(1000, count - i))]
-        await send(st, [submit(j, fleet.rng.choice(cpu_only)) for j in part])
+        await send(st, [submit(j, smallest) for j in part])
         await st.heard.decided(300)
     return len(st.heard.running) - before
 
