@@ -53,11 +53,17 @@ def ledger(url: str, name: str, **kw: Any) -> LedgerService:
 async def caught_up(bus: Bus, service: LedgerService, n: int) -> None:
     """Until the ``n`` inputs are sourced into the merged stream and the replica stepped them."""
 
+    seen: dict[str, object] = {}
+
     async def done() -> bool:
         last = (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+        seen.update(merged=last, stepped=service.replica.seq, consistent=service._consistent)
         return last >= n and service.replica.seq >= last and service._consistent
 
-    await eventually(done, timeout_s=30)
+    try:
+        await eventually(done, timeout_s=30)
+    except TimeoutError as exc:  # what it was doing, for whoever meets this next
+        raise TimeoutError(f"{exc}; waiting for {n} inputs, last seen {seen}") from None
     await service._settle_acks()
 
 
