@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats.errors
 from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
@@ -27,27 +26,16 @@ from seedance.events.telemetry import GpuSample, GpuSampleBatch
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
-from seedance.testing.workloads import START, workload
+from seedance.testing.workloads import START, read_stream, workload
 from tests.conftest import serving
 
 CONFIG = core.LedgerConfig(retention_windows=288)
 
 
 async def read_all(bus: Bus, stream: str, subject: str = ">") -> list[Any]:
-    info = await bus.js.stream_info(stream)
-    if not info.state.messages:
-        return []
-    sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True)
-    out = []
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=0.5)
-            except (TimeoutError, nats.errors.TimeoutError):
-                return out
-            out.append(msg)
-    finally:
-        await sub.unsubscribe()
+    """What ``stream`` holds on ``subject`` now, in order (``read_stream``: to its count, not
+    to a quiet gap, which a loaded machine's stalls ended early, dropping messages)."""
+    return await read_stream(bus, stream, 10.0, subject=subject)
 
 
 def ledger(url: str, name: str, **kw: Any) -> LedgerService:
@@ -65,11 +53,17 @@ def ledger(url: str, name: str, **kw: Any) -> LedgerService:
 async def caught_up(bus: Bus, service: LedgerService, n: int) -> None:
     """Until the ``n`` inputs are sourced into the merged stream and the replica stepped them."""
 
+    seen: dict[str, object] = {}
+
     async def done() -> bool:
         last = (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+        seen.update(merged=last, stepped=service.replica.seq, consistent=service.durable.consistent)
         return last >= n and service.replica.seq >= last and service.durable.consistent
 
-    await eventually(done, timeout_s=30)
+    try:
+        await eventually(done, timeout_s=30)
+    except TimeoutError as exc:  # what it was doing, for whoever meets this next
+        raise TimeoutError(f"{exc}; waiting for {n} inputs, last seen {seen}") from None
     await service.durable.settle_acks()
 
 

@@ -100,7 +100,7 @@ async def _closed_after(bus: Bus, service: Any, n: int, closer: GpuSampleBatch) 
     async def copied() -> bool:
         return (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).state.messages >= n
 
-    await eventually(copied)
+    await eventually(copied, what=f"the merged stream holding {n} inputs")
     await bus.publish(_subject(closer), closer)
     await caught_up(bus, service, n + 1)
 

@@ -285,11 +285,22 @@ async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> 
         create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
     )
     await a.bus.publish(slicing.mig_plan("gpu-1:example"), plan)
-    await eventually(lambda: len(a.mig.gpu_instances(2)) == 1, what="MIG plan applied")
+    await mig_wait(a, lambda: len(a.mig.gpu_instances(2)) == 1, "MIG plan applied")
     await a.bus.publish(slicing.mig_plan("gpu-1:example"), plan)  # a re-send
     replayed = 'seedance_node_agent_mig_plans_total{outcome="already_applied"} 1.0'
-    await eventually(lambda: metric_line(a, replayed), what="the re-send counted, not re-done")
+    await mig_wait(a, lambda: metric_line(a, replayed), "the re-send counted, not re-done")
     assert [c[0] for c in a.mig.calls] == ["create_gi", "create_ci"]
+
+
+async def mig_wait(a: Agent, check: Callable[[], Any], what: str) -> None:
+    """``eventually``; a timeout also says what the agent did with the plans it got (this
+    test failed twice, once, with nothing else to go on)."""
+    try:
+        await eventually(check, what=what)
+    except TimeoutError as exc:
+        metrics = (await get(a.base + "/metrics"))[1].splitlines()
+        outcomes = [m for m in metrics if m.startswith("seedance_node_agent_mig_plans_total")]
+        raise TimeoutError(f"{exc}; plans handled: {outcomes}; NVML calls: {a.mig.calls}") from None
 
 
 GPU_SOCKET = "seedance-nvidia-com_gpu.sock"

@@ -36,7 +36,7 @@ from seedance.slicer.core import JobSpec
 from seedance.slicer.durable import SlicerState
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, wait_inventory_known
 from tests.conftest import serving
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -417,14 +417,14 @@ async def test_decisions_committed_but_not_published_go_out_once_from_the_next_l
     await add_nodes(bus, inventory(f"n0-{unique}", 2))
     async with slicer(nats_url, unique, replica="a") as first:
         await eventually(_is(lambda: first.leading))
-        # The node first: a submit decided before it would leave an unschedulable decision in
-        # the outbox that no flush can publish, and the inventory's batch (which flushes first)
-        # would never apply (this test failed about one run in two so).
-        # And its batch settled: the node shows in the scheduler as soon as it is applied, before
-        # the commit and the publish of its decisions, which the cut below would leave pending.
-        await eventually(
-            _is(lambda: f"n0-{unique}" in first.scheduler.node_names and not first.state.outbox)
-        )
+        # The inventory's batch handled to the end (acknowledged: its decisions published)
+        # before the cut. A submit decided before it would leave an unschedulable decision in
+        # the outbox that no flush can publish. Waiting only until the node is in the scheduler
+        # is not enough: that holds as soon as the batch is decided, while its commit and flush
+        # are still to come; a cut then leaves the inventory's capacity plan in the outbox, and
+        # every later batch (j0's) fails on flushing it before deciding anything.
+        await wait_inventory_known(bus, timeout_s=10)
+        assert f"n0-{unique}" in first.scheduler.node_names
 
         async def cut(*args: Any, **kw: Any) -> None:
             raise ConnectionError("the process died before publishing")

@@ -61,18 +61,39 @@ async def wait_consumer_settled(
     With ``seq=0``: until it exists and has nothing pending. This is how a driver knows a
     service has handled what it published (the service acks only after its effects are durable).
     """
-    async with asyncio.timeout(timeout_s):
-        while True:
-            try:
-                info = await bus.js.consumer_info(stream, durable)
-            except NotFoundError:
-                info = None
-            if info is not None and (
-                (seq and info.ack_floor.stream_seq >= seq)
-                or (info.num_pending == 0 and info.num_ack_pending == 0)
-            ):
-                return
-            await asyncio.sleep(0.01)  # polls the server's consumer state; bounded
+    info = None
+    bound = asyncio.timeout(timeout_s)
+    try:
+        async with bound:
+            while True:
+                try:
+                    info = await bus.js.consumer_info(stream, durable)
+                except NotFoundError:
+                    info = None
+                if info is not None and (
+                    (seq and info.ack_floor.stream_seq >= seq)
+                    or (info.num_pending == 0 and info.num_ack_pending == 0)
+                ):
+                    return
+                await asyncio.sleep(0.01)  # polls the server's consumer state; bounded
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        raise TimeoutError(
+            f"{stream}/{durable} has not handled up to seq {seq or 'the end'} within "
+            f"{timeout_s} s: {_consumer_state(info)}"
+        ) from None
+
+
+def _consumer_state(info: Any) -> str:
+    """What the consumer was doing when a wait for it ran out (for the next person)."""
+    if info is None:
+        return "the durable does not exist"
+    return (
+        f"ack floor {info.ack_floor.stream_seq}, delivered {info.delivered.stream_seq}, "
+        f"pending {info.num_pending}, awaiting ack {info.num_ack_pending}, "
+        f"redelivered {info.num_redelivered}"
+    )
 
 
 async def wait_inventory_known(bus: Any, timeout_s: float = 60.0, *, nodes: int = 0) -> None:

@@ -256,29 +256,40 @@ def tenant_workload(
     return Workload(inventory + [(s, e) for _, _, s, e in timed], tenants, end)
 
 
-async def read_stream(bus: Any, stream: str, timeout_s: float = 60.0) -> list[Any]:
-    """Every message of ``stream`` in order, through one ordered consumer.
+async def read_stream(
+    bus: Any, stream: str, timeout_s: float = 60.0, *, subject: str = ">"
+) -> list[Any]:
+    """Every message of ``stream`` on ``subject`` (a filter; default all) that the stream holds
+    when called, in order, through one ordered consumer.
 
-    An ordered consumer that resets (a leader change) can hand a message out twice: kept once.
+    It reads until it has as many as the stream counted, never until a quiet gap: a consumer
+    that stalls for a moment on a loaded machine would end such a read early, and the caller
+    would see part of the stream. An ordered consumer that resets (a leader change) can hand a
+    message out twice: kept once.
     """
     import asyncio
 
-    info = await bus.js.stream_info(stream)
-    last = info.state.last_seq
-    if not info.state.messages:
+    info = await bus.js.stream_info(stream, subjects_filter=None if subject == ">" else subject)
+    total = info.state.messages if subject == ">" else sum((info.state.subjects or {}).values())
+    if not total:
         return []
     out: list[Any] = []
-    sub = await bus.js.subscribe(">", stream=stream, ordered_consumer=True)
+    sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True)
+    bound = asyncio.timeout(timeout_s)
     try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                msg = await sub.next_msg(timeout=timeout_s)
-                seq = msg.metadata.sequence.stream
-                if out and seq <= out[-1].metadata.sequence.stream:
+        async with bound:
+            while len(out) < total:
+                msg = await sub.next_msg(timeout=None)  # bounded by timeout_s
+                if out and msg.metadata.sequence.stream <= out[-1].metadata.sequence.stream:
                     continue
                 out.append(msg)
-                if seq >= last:
-                    return out
+        return out
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        raise TimeoutError(
+            f"read {len(out)} of the {total} messages of {stream} on {subject} in {timeout_s} s"
+        ) from None
     finally:
         await sub.unsubscribe()
 

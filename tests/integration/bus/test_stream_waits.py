@@ -1,0 +1,53 @@
+"""The test library's reads and waits on the bus against a real nats-server: ``read_stream``
+returns what a stream holds on a subject, all of it, in order; ``wait_consumer_settled``
+returns once a durable has handled a sequence and, when it does not in time, says what the
+consumer was doing."""
+
+from __future__ import annotations
+
+import pytest
+
+from seedance.core import Bus
+from seedance.events import decode
+from seedance.events.jobs import JobSubmitted
+from seedance.events.subjects import jobs
+from seedance.testing.waits import wait_consumer_settled
+from seedance.testing.workloads import read_stream
+from tests.integration.bus.test_bus import spec_for, submitted
+
+
+async def test_read_stream_returns_every_message_on_its_subject_in_order(
+    bus: Bus, unique: str
+) -> None:
+    mine, other = f"t{unique}", f"u{unique}"
+    for i in range(30):
+        await bus.publish(jobs.subject(mine, "submitted"), submitted(mine, f"j{i}"))
+        await bus.publish(jobs.subject(other, "submitted"), submitted(other, f"j{i}"))
+    msgs = await read_stream(bus, "SEEDANCE_JOBS", 10, subject=jobs.tenant_wildcard(mine))
+    events = [decode(m.data, JobSubmitted) for m in msgs]
+    assert [(e.tenant, e.job_id) for e in events] == [(mine, f"j{i}") for i in range(30)]
+    nobody = jobs.tenant_wildcard(f"x{unique}")
+    assert await read_stream(bus, "SEEDANCE_JOBS", 10, subject=nobody) == []
+
+
+async def test_a_consumer_that_does_not_settle_is_described(bus: Bus, unique: str) -> None:
+    tenant = f"t{unique}"
+    spec = spec_for(tenant, unique)
+    await bus.ensure_consumer(spec)
+    ack = None
+    for i in range(2):
+        ack = await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, f"j{i}"))
+    assert ack is not None
+    # Nobody fetches: both stay pending, and the timeout says so.
+    with pytest.raises(TimeoutError, match=r"test-\w+ has not handled up to seq \d+ .*pending 2"):
+        await wait_consumer_settled(bus, "SEEDANCE_JOBS", spec.durable, ack.seq, 0.2)
+    with pytest.raises(TimeoutError, match="the durable does not exist"):
+        await wait_consumer_settled(bus, "SEEDANCE_JOBS", f"absent-{unique}", 1, 0.2)
+    # Handled (fetched and acknowledged): it returns.
+    sub = await bus.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
+    try:
+        for m in await sub.fetch(2, timeout=5):
+            await m.ack_sync()
+    finally:
+        await sub.unsubscribe()
+    await wait_consumer_settled(bus, "SEEDANCE_JOBS", spec.durable, ack.seq, 10)
