@@ -81,7 +81,7 @@ def traces(paths: list[Path]) -> list[Path]:
 
 
 def run_one(path: Path, root: Path | None, startup_seed: int) -> list[Outcome]:
-    name = str(path.relative_to(root)) if root is not None else path.stem
+    name = str(path.relative_to(root)) if root is not None else f"{path.parent.name}/{path.name}"
     proc = subprocess.run(
         [
             sys.executable,
