@@ -9,6 +9,17 @@ KV_TELEMETRY_DIR := $(SEEDANCE_DATA_DIR)/h200-llm-telemetry
 bench-autoscale: install  ## GPU-hours at equal TTFT SLO: predictive planner vs reactive, static, oracle (measured and 60 s start-ups)
 	nice $(PY) -m tools.bench.bench_autoscale $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))
 
+# bench-autoscale-sweep [PROXIES=dir] [SEEDS="3 11 29"] [JOBS=2]: the proxies of every generator
+# seed, bench-autoscale on each, one line per run and how many meet every goal of issue 32.
+PROXIES ?= /tmp/autoscale-proxies
+SEEDS ?= 3 11 29
+JOBS ?= 2
+
+.PHONY: bench-autoscale-sweep
+bench-autoscale-sweep: install  ## bench-autoscale over the proxy traces of several seeds: runs meeting every goal (issue 32)
+	for s in $(SEEDS); do $(PY) -m tools.bench.autoscale_traces $(SEEDANCE_DATA_DIR) $(PROXIES)/s$$s --seed $$s >/dev/null; done
+	nice $(PY) -m tools.bench.autoscale_sweep $(PROXIES) --jobs $(JOBS)
+
 .PHONY: bench-kv-forecast
 bench-kv-forecast: install  ## KV-occupancy forecast (flow model of the server on the request log, clocks aligned, with a fallback to the head of lowest recent error; ridge and LightGBM heads as reference) vs last value / moving averages on real H200 telemetry
 	OMP_NUM_THREADS=1 nice $(PY) -m tools.bench.bench_kv_forecast \

@@ -4,6 +4,8 @@ plan, and answers an overspent error budget with a raise that expires."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from seedance.router.core.planning.demand import DemandWindow, replay_window
@@ -103,6 +105,21 @@ def test_the_held_count_is_the_observed_demand_not_the_count_it_started_with() -
     state = PlanState(replicas=3, seen=(*calm(3, -CFG.interval_s, 100), *calm(6, 0.0, 140)))
     _, rec = plan(state, 15.0, [load(1.0)], CAP, CFG)
     assert rec.held == 6
+
+
+def test_a_young_history_holds_its_largest_interval_and_a_long_one_pools() -> None:
+    # 40 calm intervals that 2 replicas serve and one burst interval that needs 6: pooled, 2.
+    seen = (*calm(2, -CFG.interval_s, 40, requests=100), *calm(6, 0.0, 1, requests=100))
+    assert pooled_need(seen, CFG.band[0]) == 2
+    # Seen for 10 min (under `record_min_s`): the pooled need of so few intervals is not
+    # trusted, the held count is the largest interval's need.
+    young = PlanState(replicas=2, seen=seen, first_seen_s=-600.0)
+    _, rec = plan(young, 15.0, [load(0.1)], CAP, CFG)
+    assert rec.held == 6
+    # The same intervals after demand has been seen for an hour: the pooled need.
+    old = PlanState(replicas=2, seen=seen, first_seen_s=-3600.0)
+    _, rec = plan(old, 15.0, [load(0.1)], CAP, CFG)
+    assert rec.held == 2
 
 
 def test_pooled_need_serves_the_target_of_every_request_observed() -> None:
@@ -228,6 +245,55 @@ def test_a_miss_sets_the_factor_to_what_routing_made_of_one_shared_queue() -> No
     state = PlanState(replicas=4, seen=seen[::-1], observed=((90.0, 10, 20),))
     state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=5, requests=10))
     assert state.capacity_factor == pytest.approx(4.0)
+
+
+def test_misses_are_blamed_on_the_fleet_ready_when_the_requests_arrived() -> None:
+    # The last scale-up's replicas were ready at 160 s. The tick's first tokens are a burst's
+    # backlog that arrived before then (all late) and requests that arrived after (all met).
+    state = PlanState(replicas=8, holding=True, capacity_factor=1.2, last_scale_up_s=100.0)
+    backlog_then_served = ObservedSlo(
+        met=100, requests=400, by_arrival=((135.0, 0, 300), (165.0, 100, 100))
+    )
+    after, _ = plan(state, 180.0, [load(1.0)], CAP, CFG, backlog_then_served)
+    # By arrival, the fleet as it is now served everything: neither the factor nor the held
+    # count rises.
+    assert after.capacity_factor == pytest.approx(1.2)
+    assert after.raises == ()
+    # The same first tokens filed at the decision's time read as the fleet's misses.
+    lumped = ObservedSlo(met=100, requests=400)
+    blamed, _ = plan(state, 180.0, [load(1.0)], CAP, CFG, lumped)
+    assert blamed.capacity_factor > 1.2
+    # The budget keeps every group, by arrival: 400 requests, 100 met.
+    assert sum(x[2] for x in after.budget) == 400
+    assert sum(x[1] for x in after.budget) == 100
+
+
+def test_queues_that_are_behind_and_growing_panic_by_the_work_they_gained() -> None:
+    # 3 ready replicas held at 3; the engines' queues hold 30 s of prefill work (10 s per
+    # replica: a new arrival waits past the 2 s SLO), 15 s more than at the last decision.
+    state = PlanState(replicas=3, holding=True, held_base=3, backlog_s=15.0)
+    behind = ObservedSlo(met=0, requests=0, backlog_s=30.0, ready=3)
+    after, rec = plan(state, 100.0, [load(0.1)], CAP, CFG, behind)
+    # The interval's gain is one replica's worth of work (15 s over 15 s): 3 + 1.
+    assert rec.mode is PlannerMode.PANIC
+    assert rec.replicas == 4
+    assert after.backlog_s == 30.0
+    assert after.panic_until_s == 100.0 + CFG.panic_hold_s
+    # Draining (less than last time) or short (under the SLO per replica): no panic.
+    for backlog_s in (10.0, 5.0):
+        _, rec = plan(
+            replace(state, backlog_s=40.0 if backlog_s == 10.0 else 0.0),
+            100.0,
+            [load(0.1)],
+            CAP,
+            CFG,
+            ObservedSlo(met=0, requests=0, backlog_s=backlog_s, ready=3),
+        )
+        assert rec.mode is PlannerMode.FLOOR
+        assert rec.replicas == 3
+    # Without the gauges the rule is off, whatever the state remembers.
+    _, rec = plan(state, 100.0, [load(0.1)], CAP, CFG, ObservedSlo(met=0, requests=0))
+    assert rec.replicas == 3
 
 
 def test_the_record_judges_each_window_against_the_forecast_made_a_lead_time_before() -> None:

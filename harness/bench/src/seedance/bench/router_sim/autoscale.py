@@ -153,21 +153,39 @@ class PlannerScaler(Scaler):
             loads,
             self.capacity,
             self.cfg,
-            observed_slo(obs, self.capacity, self.cfg.ttft_slo_s),
+            observed_slo(obs, self.capacity, self.cfg.ttft_slo_s, self.cfg.interval_s),
             self.estimator.recent_arrivals(obs.now_s, self.cfg.arrivals_window_s),
         )
         self.modes[rec.mode] += 1
         return rec.replicas
 
 
-def observed_slo(obs: FleetObservation, capacity: ReplicaCapacity, slo_s: float) -> ObservedSlo:
-    """The tick's first tokens of requests an idle replica serves within the SLO, and met."""
-    own = [
-        (ttft, capacity.prefill_overhead_s + prompt / capacity.prefill_tokens_per_s)
-        for ttft, prompt in obs.first_tokens
+def observed_slo(
+    obs: FleetObservation, capacity: ReplicaCapacity, slo_s: float, group_s: float = 15.0
+) -> ObservedSlo:
+    """The tick's first tokens of requests an idle replica serves within the SLO, and met,
+    also grouped by when they arrived (`group_s` bins, filed at each bin's start)."""
+    servable = [
+        (ttft, arrival_s)
+        for ttft, prompt, arrival_s in obs.first_tokens
+        if capacity.prefill_overhead_s + prompt / capacity.prefill_tokens_per_s <= slo_s
     ]
-    servable = [ttft for ttft, own_s in own if own_s <= slo_s]
-    return ObservedSlo(met=sum(1 for t in servable if t <= slo_s), requests=len(servable))
+    bins: dict[float, list[int]] = {}
+    for ttft, arrival_s in servable:
+        b = bins.setdefault(math.floor(arrival_s / group_s) * group_s, [0, 0])
+        b[0] += ttft <= slo_s
+        b[1] += 1
+    return ObservedSlo(
+        met=sum(1 for t, _ in servable if t <= slo_s),
+        requests=len(servable),
+        by_arrival=tuple((t, m, n) for t, (m, n) in sorted(bins.items())),
+        backlog_s=sum(
+            r.waiting * capacity.prefill_overhead_s
+            + r.prefill_tokens_waiting / capacity.prefill_tokens_per_s
+            for r in obs.ready
+        ),
+        ready=len(obs.ready),
+    )
 
 
 class OracleScaler(Scaler):
@@ -240,7 +258,7 @@ class OracleScaler(Scaler):
             loads,
             self.capacity,
             self.cfg,
-            observed_slo(obs, self.capacity, self.cfg.ttft_slo_s),
+            observed_slo(obs, self.capacity, self.cfg.ttft_slo_s, self.cfg.interval_s),
             tuple(self._seen),
         )
         return rec.replicas

@@ -190,8 +190,8 @@ class FleetObservation:
     finished_output_tokens: int
     # KV tokens held by every billed replica (draining ones included).
     kv_used_tokens: int
-    # First tokens since the previous tick: (TTFT s, prompt tokens) of each request.
-    first_tokens: tuple[tuple[float, int], ...] = ()
+    # First tokens since the previous tick: (TTFT s, prompt tokens, arrival s) of each request.
+    first_tokens: tuple[tuple[float, int, float], ...] = ()
 
 
 class Scaler:
@@ -317,7 +317,7 @@ class _Replay:
         self.next_scale = scaler.tick_s if scaler is not None else math.inf
         self.scale_arrivals: list[tuple[float, int]] = []
         self.scale_finished = [0, 0]  # requests, output tokens
-        self.scale_first: list[tuple[float, int]] = []
+        self.scale_first: list[tuple[float, int, float]] = []
         self.timeline: list[tuple[float, int]] = []
         self.last_event_s = 0.0
         self.events: list[tuple[float, int, int, int]] = []  # (time, seq, replica, version)
@@ -425,7 +425,7 @@ class _Replay:
         for req in r.prefill_batch:
             req.ttft_s = now - req.arrival_s
             if self.scaler is not None:
-                self.scale_first.append((req.ttft_s, req.prompt))
+                self.scale_first.append((req.ttft_s, req.prompt, req.arrival_s))
             if self.caching and req.hashes:
                 self.insert_blocks(r, req)
             if req.output == 1:

@@ -49,7 +49,14 @@ Floor. Never below the prefill work of the last `floor_window_s` (fewer replicas
 with what just arrived, whatever was forecast).
 
 Panic (Knative KPA's rule). When the last interval's replayed need is `panic_threshold` times
-the plan, the count is sized on it and does not come down for `panic_hold_s`.
+the plan, the count is sized on it and does not come down for `panic_hold_s`. And, where the
+caller reads the engines' queues (`ObservedSlo.backlog_s`), when the prefill work queued per
+ready replica exceeds the SLO and grew over the interval, the count is the ready replicas plus
+that growth in replicas (observed, not modelled: the replay of prefill alone does not see what
+decode takes from a replica).
+
+Young history. Until `record_min_s` of demand has been observed the held count is at least the
+largest interval's need: the pooled need of a few intervals is not calibrated yet.
 
 Feedback. The queue model is an approximation (least-outstanding routing does not see prompt
 sizes, so a long prefill blocks the replica it lands on more than one shared queue would let
@@ -63,7 +70,11 @@ band above `slo_target` (the allowed misses split in thirds: attainment between 
 and target + 2/3 of them), so that the transients of a start-up land above the target rather
 than on it: attainment below the band raises it by `feedback_up`, above it lowers it by
 `feedback_down`, never below 1 (one shared queue is the best any router can do). Raising judges
-only what was served after the last scale-up's replicas became ready.
+only what was served after the last scale-up's replicas became ready; where the caller says
+when the observed requests arrived (`ObservedSlo.by_arrival`), by arrival: a burst's backlog on
+a fleet too small, drained after the scale-up, is not blamed on the fleet that then served it
+(filed by first-token time it drove the factor to its maximum on on/off proxies and held 2-3x
+the replicas for half an hour).
 
 Hysteresis. Scaling up is immediate. Scaling down waits until the need has stayed below the
 current count for `scale_down_window_s` and then goes to the largest need seen in that window
@@ -75,8 +86,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from seedance.router.core.planning.demand import DemandWindow, replay_window
 from seedance.router.core.planning.sizing import (
@@ -87,6 +97,14 @@ from seedance.router.core.planning.sizing import (
     _kv_need,
     _queue_need,
     replicas_needed,
+)
+from seedance.router.core.planning.types import (
+    ObservedSlo,
+    PlannerConfig,
+    PlannerMode,
+    PlanReason,
+    PlanState,
+    Recommendation,
 )
 
 __all__ = [
@@ -105,179 +123,6 @@ __all__ = [
 ]
 
 
-class PlanReason(StrEnum):
-    """Why the recommendation is what it is: a closed set, exported as a metric label."""
-
-    SCALE_UP = "scale_up"
-    SCALE_DOWN = "scale_down"
-    HOLD = "hold"
-    # The need is lower than the current count, but not for long enough yet.
-    STABILISING = "stabilising"
-
-
-class PlannerMode(StrEnum):
-    """Which rule set the count (exported as `planner_mode`): a closed set."""
-
-    # The forecast (level plus its error margin) through the queue model.
-    FORECAST = "forecast"
-    # The last interval's observed need outran the plan (Knative's panic).
-    PANIC = "panic"
-    # Not following the forecast: the held count, or the floor of the work that just arrived.
-    FLOOR = "floor"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlannerConfig:
-    ttft_slo_s: float = 2.0
-    # Share of requests that must meet the SLO; the sizing's tail target is 1 - this.
-    slo_target: float = 0.95
-    # Time from asking for a replica to its first routed request (see docs/router.md).
-    startup_s: float = 60.0
-    # How often the planner runs; a decision must hold until the next one takes effect.
-    interval_s: float = 15.0
-    # Highest planned KV pool occupancy: admission blocks at 100 %, and the forecast errs.
-    kv_headroom: float = 0.85
-    # How long the need must stay below the current count before scaling down.
-    scale_down_window_s: float = 120.0
-    # SLO feedback (see the module docstring): window, step sizes and bounds of the factor.
-    feedback_window_s: float = 120.0
-    feedback_up: float = 0.05
-    feedback_down: float = 0.01
-    factor_max: float = 4.0
-    # Fewest first tokens in the window for its attainment to move the factor.
-    feedback_min_requests: int = 20
-    # The forecast's record: the windows it is judged on, how much of them (and how many
-    # requests) it needs before it may be followed, and the saving following must bring. 20 of
-    # 30 min: a calm spell between bursts three times a start-up long is not a record (a
-    # shorter one let the planner scale down before a burst of a quarter of an hour's
-    # requests on an on/off proxy); 10 %: where following saves little (Mooncake's stationary
-    # hour) every dip it takes is SLO lost for nothing.
-    calibration_window_s: float = 1800.0
-    record_min_s: float = 1200.0
-    record_min_requests: int = 200
-    follow_saving: float = 0.1
-    # The floor: the prefill work of this trailing window, in replicas.
-    floor_window_s: float = 60.0
-    # Panic (Knative KPA): when the last interval needed this many times the replicas planned,
-    # size on it and do not scale down for `panic_hold_s` (Knative's stable window).
-    panic_threshold: float = 2.0
-    panic_hold_s: float = 60.0
-    # The error budget the held count answers to: its window, the requests it needs before it
-    # is read, and how long one raise lasts (one replica; a raise that outlived the dip it
-    # answered cost 10-24 % on the on/off proxies).
-    budget_window_s: float = 3600.0
-    budget_min_requests: int = 1000
-    raise_s: float = 300.0
-    # The held count: the fewest replicas that would have served the band's lower edge of the
-    # requests observed over this trailing window, pooled (observed demand only: a start-up
-    # count or a hindsight figure never sets it).
-    hold_window_s: float = 3600.0
-    min_replicas: int = 1
-    max_replicas: int = 64
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.slo_target < 1.0:
-            raise ValueError(f"slo_target must be in (0, 1), got {self.slo_target}")
-        if not 0.0 < self.kv_headroom <= 1.0:
-            raise ValueError(f"kv_headroom must be in (0, 1], got {self.kv_headroom}")
-        if self.ttft_slo_s <= 0 or self.interval_s <= 0:
-            raise ValueError("ttft_slo_s and interval_s must be > 0")
-        if self.startup_s < 0 or self.scale_down_window_s < 0:
-            raise ValueError("startup_s and scale_down_window_s must be >= 0")
-        if self.floor_window_s <= 0 or self.calibration_window_s <= 0:
-            raise ValueError("floor_window_s and calibration_window_s must be > 0")
-        if not 0.0 <= self.follow_saving < 1.0:
-            raise ValueError(f"follow_saving must be in [0, 1), got {self.follow_saving}")
-        if self.panic_threshold < 1.0 or self.panic_hold_s < 0:
-            raise ValueError(
-                f"need panic_threshold >= 1 and panic_hold_s >= 0, got {self.panic_threshold} "
-                f"and {self.panic_hold_s}"
-            )
-        if not 1 <= self.min_replicas <= self.max_replicas:
-            raise ValueError(
-                f"need 1 <= min_replicas <= max_replicas, got {self.min_replicas} and "
-                f"{self.max_replicas}"
-            )
-
-    @property
-    def lead_s(self) -> float:
-        """The furthest horizon a decision must cover: start-up plus one interval."""
-        return self.startup_s + self.interval_s
-
-    @property
-    def band(self) -> tuple[float, float]:
-        """The attainment band the factor (and the record, and the budget) aim at."""
-        allowed = 1.0 - self.slo_target
-        return self.slo_target + allowed / 3.0, self.slo_target + 2.0 * allowed / 3.0
-
-    @property
-    def arrivals_window_s(self) -> float:
-        """How far back `plan` needs the arrivals: the floor window (or the last interval, if
-        longer) and one interval before it that warms the replayed queue up."""
-        return max(self.floor_window_s, self.interval_s) + self.interval_s
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlanState:
-    """What the planner remembers between decisions (one serialisable value per model)."""
-
-    replicas: int
-    # (time_s, need) of the decisions inside the scale-down window, oldest first.
-    needs: tuple[tuple[float, int], ...] = ()
-    # Multiplies the queue model's count (see the module docstring).
-    capacity_factor: float = 1.0
-    # (time_s, met, requests) of the SLO observations inside the feedback window.
-    observed: tuple[tuple[float, int, int], ...] = ()
-    # When the recommendation last rose.
-    last_scale_up_s: float = -math.inf
-    # (time_s, queue-model need) of the forecasts made within the last lead time: the one in
-    # force for a window is the latest made a lead time before it ended.
-    forecasts: tuple[tuple[float, int], ...] = ()
-    # (forecast need in force, replayed window) over the calibration window, oldest first.
-    windows: tuple[tuple[int, DemandWindow], ...] = ()
-    # No scale-down before this time (the last panicking decision + `panic_hold_s`).
-    panic_until_s: float = -math.inf
-    # The intervals replayed over the hold window (`hold_window_s`), oldest first: the held
-    # count is what they needed, pooled. Whether the last decision held, and its raises.
-    seen: tuple[DemandWindow, ...] = ()
-    # The held count before raises as last sized on observed demand (None: no demand observed
-    # yet, when the planner keeps what runs).
-    held_base: int | None = None
-    holding: bool = False
-    raises: tuple[float, ...] = ()
-    # (time_s, met, requests) of the SLO observations inside the error-budget window.
-    budget: tuple[tuple[float, int, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ObservedSlo:
-    """First tokens seen since the last decision, of requests an idle replica serves in time."""
-
-    met: int
-    requests: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Recommendation:
-    replicas: int
-    # The count the load alone asks for, before hysteresis.
-    needed: int
-    reason: PlanReason
-    binding: Binding
-    # The horizon whose forecast set the forecast's need.
-    horizon_s: float
-    # Which rule set the count, and the count held where the forecast is not followed.
-    mode: PlannerMode = PlannerMode.FORECAST
-    held: int = 0
-    # The forecast's record (share of the calibration window's requests it would have served
-    # in time; None before it has been judged on `record_min_requests`), and the last
-    # interval's observed need minus the forecast then in force (replicas of the queue model;
-    # None before a forecast has come due) next to that observed need.
-    record: float | None = None
-    forecast_error: int | None = None
-    observed_need: int = 0
-
-
 def feedback(
     state: PlanState,
     now_s: float,
@@ -290,9 +135,10 @@ def feedback(
     cutoff_s = now_s - cfg.feedback_window_s
     window = tuple(x for x in state.observed if x[0] > cutoff_s)
     budget = tuple(x for x in state.budget if x[0] > now_s - cfg.budget_window_s)
-    if observed is not None and observed.requests > 0:
-        window = (*window, (now_s, observed.met, observed.requests))
-        budget = (*budget, (now_s, observed.met, observed.requests))
+    if observed is not None:
+        got = observed.groups(now_s)
+        window = (*window, *(x for x in got if x[0] > cutoff_s))
+        budget = (*budget, *(x for x in got if x[0] > now_s - cfg.budget_window_s))
     lower, upper = cfg.band
     factor = state.capacity_factor
     raises = tuple(t for t in state.raises if t > now_s - cfg.raise_s)
@@ -413,9 +259,10 @@ def plan(
         seen = (*seen, last)
     state = feedback(state, now_s, observed, cfg, seen)
     k = state.capacity_factor
-    pooled = pooled_need(seen, cfg.band[0])
-    # No demand in the hold window: the base last sized on demand, or before any, what runs.
-    base = real(pooled) if pooled is not None else state.held_base or state.replicas
+    first_seen_s = state.first_seen_s
+    if first_seen_s is None and seen:
+        first_seen_s = seen[0].end_s - cfg.interval_s
+    base = _held_base(state, seen, now_s, first_seen_s, real, cfg)
     held = base + len(state.raises)
     in_force = _in_force(state.forecasts, now_s - cfg.lead_s)
     windows = tuple(x for x in state.windows if x[1].end_s > now_s - cfg.calibration_window_s)
@@ -436,16 +283,13 @@ def plan(
     observed_n = last.need(cfg.slo_target)
     floor_n = _floor_need(arrivals, now_s, capacity, cfg)
     planned = real(forecast_n) if following else held
-    panic_until_s = state.panic_until_s
-    if real(observed_n) >= cfg.panic_threshold * max(planned, 1):
-        panic_until_s = now_s + cfg.panic_hold_s
+    panic_until_s, panic_ns = _panic(state, now_s, observed, real(observed_n), planned, k, cfg)
     panicking = now_s < panic_until_s
     candidates = [
         (planned, PlannerMode.FORECAST if following else PlannerMode.FLOOR),
         (real(floor_n), PlannerMode.FLOOR),
+        *((n, PlannerMode.PANIC) for n in panic_ns),
     ]
-    if panicking:
-        candidates.append((real(observed_n), PlannerMode.PANIC))
     prefill_n, mode = max(candidates, key=lambda x: x[0])  # the first of equals wins
     need, binding = _bounded(prefill_n, kv_n, cfg)
 
@@ -467,7 +311,11 @@ def plan(
             panic_until_s=panic_until_s,
             seen=seen,
             held_base=base,
+            first_seen_s=first_seen_s,
             holding=not following and prefill_n == held,
+            backlog_s=state.backlog_s
+            if observed is None or observed.backlog_s is None
+            else observed.backlog_s,
         ),
         Recommendation(
             replicas=target,
@@ -482,6 +330,28 @@ def plan(
             observed_need=observed_n,
         ),
     )
+
+
+def _held_base(
+    state: PlanState,
+    seen: Sequence[DemandWindow],
+    now_s: float,
+    first_seen_s: float | None,
+    real: Callable[[int], int],
+    cfg: PlannerConfig,
+) -> int:
+    """The held count before raises: the pooled need of the observed intervals; while less
+    than `record_min_s` of demand has been seen, at least the largest interval's need (the
+    pooled need of a few intervals is not calibrated: a burst larger than any so far is
+    likely). No demand in the hold window: the base last sized on demand, or, before any,
+    what runs."""
+    pooled = pooled_need(seen, cfg.band[0])
+    if pooled is None:
+        return state.held_base or state.replicas
+    base = real(pooled)
+    if first_seen_s is not None and now_s - first_seen_s < cfg.record_min_s:
+        base = max(base, real(max(w.need(cfg.band[0]) for w in seen)))
+    return base
 
 
 def pooled_need(windows: Sequence[DemandWindow], target: float) -> int | None:
@@ -524,6 +394,46 @@ def _follows(
         and _attained(state.budget, cfg) > cfg.band[1]
     )
     return cheaper and surplus
+
+
+def _panic(
+    state: PlanState,
+    now_s: float,
+    observed: ObservedSlo | None,
+    observed_real: int,
+    planned: int,
+    k: float,
+    cfg: PlannerConfig,
+) -> tuple[float, list[int]]:
+    """Until when the planner panics, and the counts panic asks for now: the last interval's
+    replayed need where it is `panic_threshold` times the plan (and within the hold), the
+    backlog's need where the engines' queues are behind and growing."""
+    panic_until_s = state.panic_until_s
+    if observed_real >= cfg.panic_threshold * max(planned, 1):
+        panic_until_s = now_s + cfg.panic_hold_s
+    backlog_n = _backlog_need(state, observed, k, cfg)
+    if backlog_n is not None:
+        panic_until_s = now_s + cfg.panic_hold_s
+    counts = [observed_real] if now_s < panic_until_s else []
+    if backlog_n is not None:
+        counts.append(backlog_n)
+    return panic_until_s, counts
+
+
+def _backlog_need(
+    state: PlanState, observed: ObservedSlo | None, k: float, cfg: PlannerConfig
+) -> int | None:
+    """The ready replicas plus the work the queues gained over the interval, in replicas (times
+    the factor), where the queues are behind: a new arrival would wait past the SLO behind the
+    work queued per ready replica, and that work grew (arrivals outran what the fleet really
+    serves, decode included, which no replay of prefill sees). None otherwise. Observed, not
+    modelled: Knative's panic on measured concurrency, here on the engines' queues."""
+    if observed is None or observed.backlog_s is None or observed.ready <= 0:
+        return None
+    grown_s = observed.backlog_s - state.backlog_s
+    if observed.backlog_s / observed.ready <= cfg.ttft_slo_s or grown_s <= 0:
+        return None
+    return observed.ready + math.ceil(k * grown_s / cfg.interval_s - 1e-9)
 
 
 def _floor_need(
