@@ -531,8 +531,15 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             acked=False,
             inactive_s=3600.0,
         ),
-        # The slicer's right-sizing loop: its decisions and the nodes' shares, as the ledger's.
-        _c("slicer-autosize", "SEEDANCE_LEDGER_IN", *slicing.HOLDS, telemetry.POD_SHARES),
+        # The slicer's right-sizing loop: its decisions (the shares the scheduler set among
+        # them: it follows what the scheduler holds) and the nodes' shares, as the ledger's.
+        _c(
+            "slicer-autosize",
+            "SEEDANCE_LEDGER_IN",
+            *slicing.HOLDS,
+            slicing.SHARES,
+            telemetry.POD_SHARES,
+        ),
         # The scheduler follows its loop's share changes (the freed thousandths are placeable).
         # Only those published after the durable was made: the first leader after the upgrade
         # that added it must not apply 30 days of changes no scheduler applied then.

@@ -1,8 +1,8 @@
 """The slicer's automatic right-sizing on the bus: one active loop per pool, beside the slicer.
 
 Reads `slicer-autosize` (the ledger's merged input `SEEDANCE_LEDGER_IN`: the slicer's own
-placements, preemptions and releases, and the node agents' per-pod measured shares, in the one
-order the ledger bills them in), steps `seedance.slicer.core.autosize.Autosizer`, and publishes
+placements, preemptions, releases and share changes, and the node agents' per-pod measured
+shares, in the one order the ledger bills them in), steps `seedance.slicer.core.autosize.Autosizer`, and publishes
 what it decides on the tenant's own subjects: `ShareChanged` on `seedance.slicing.<t>.share`
 and, for a rollback, `ShareAlert` on `seedance.slicing.<t>.alert`.
 
@@ -157,7 +157,7 @@ class AutosizeService(Lifecycle):
         self._lease: Lease | None = None
         self._consumer: PullConsumer = runtime.consume(
             DURABLE,
-            Placement | Preempted | JobReleased | PodShares,
+            Placement | Preempted | JobReleased | ShareChanged | PodShares,
             batch_handler=self._handle,
             batch=batch,
             managed=False,
@@ -368,6 +368,12 @@ class AutosizeService(Lifecycle):
             return []
         if isinstance(ev, Preempted | JobReleased):
             sizer.ended(ev.tenant, ev.job_id)
+            return []
+        if isinstance(ev, ShareChanged):
+            # The scheduler's own (a rollback kept in part, given back later): the share it
+            # holds. The loop's changes come back too; the tracker knows them by their
+            # from_milli (core.autosize.Autosizer.share_set).
+            sizer.share_set(ev.tenant, ev.job_id, ev.node, ev.gpu_index, ev.from_milli, ev.to_milli)
             return []
         readings = self._readings(d)
         out: list[tuple[str, Event]] = []
