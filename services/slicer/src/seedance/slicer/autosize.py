@@ -2,9 +2,10 @@
 
 Reads `slicer-autosize` (the ledger's merged input `SEEDANCE_LEDGER_IN`: the slicer's own
 placements, preemptions, releases and share changes, and the node agents' per-pod measured
-shares, in the one order the ledger bills them in), steps `seedance.slicer.core.autosize.Autosizer`, and publishes
-what it decides on the tenant's own subjects: `ShareChanged` on `seedance.slicing.<t>.share`
-and, for a rollback, `ShareAlert` on `seedance.slicing.<t>.alert`.
+shares, in the one order the ledger bills them in), steps
+`seedance.slicer.core.autosize.Autosizer`, and publishes what it decides on the tenant's own
+subjects: `ShareChanged` on `seedance.slicing.<t>.share` and, for a rollback, `ShareAlert` on
+`seedance.slicing.<t>.alert`.
 
 Exactly once, as the slicer: one leader per pool holds `slicer-autosize.<pool>` (a lease in
 `seedance-leases`); per batch the loop's state, the stream sequences applied and the batch's
