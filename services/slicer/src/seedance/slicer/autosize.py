@@ -58,7 +58,7 @@ from seedance.events.slicing import (
     ShareChanged,
     ShareChangeReason,
 )
-from seedance.events.subjects import slicing, telemetry
+from seedance.events.subjects import consumer, slicing, telemetry
 from seedance.events.telemetry import PodShares
 from seedance.slicer.core.autosize import (
     AutosizeConfig,
@@ -81,6 +81,8 @@ __all__ = [
 log = get_logger(__name__)
 
 DURABLE = "slicer-autosize"
+#: The scheduler's reader of the share changes this loop publishes (`seedance.slicer.service`).
+SHARES_DURABLE = "slicer-shares"
 #: Applied stream sequences remembered (a redelivery comes long before this many later ones).
 APPLIED_KEPT = 4096
 
@@ -170,6 +172,10 @@ class AutosizeService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()  # idempotent: the slicer's runtime, started once
+        # The scheduler's reader of share changes starts at its creation (`deliver_new`): it
+        # must exist before this loop publishes one, or the first change after the upgrade
+        # could precede the slicer's first lead and be skipped there alone.
+        await self._rt.bus.ensure_consumer(consumer(SHARES_DURABLE))
         self._kv = await ensure_bucket(self._rt.bus, "seedance-slicer-state")
         leases = await ensure_bucket(self._rt.bus, "seedance-leases")
         self._lease = Lease(
