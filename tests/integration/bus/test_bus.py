@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from nats.js.api import DeliverPolicy
 
 from seedance.core import (
     Bus,
@@ -251,3 +252,52 @@ async def test_retryable_error_on_the_last_delivery_is_dead_lettered(bus: Bus, u
     assert attempts == [1, 2, 3]
     await sub.unsubscribe()
     await consumer.close()
+
+
+async def test_a_deliver_new_consumer_skips_what_was_published_before_it_was_made(
+    bus: Bus, unique: str
+) -> None:
+    tenant = f"t{unique}"
+    subject = jobs.subject(tenant, "submitted")
+    for job in ("old-1", "old-2"):
+        await bus.publish(subject, submitted(tenant, job))
+    handled: list[str] = []
+
+    async def handler(d: Delivery[Any]) -> None:
+        handled.append(d.event.job_id)
+
+    spec = spec_for(tenant, unique, deliver_new=True)
+    consumer = PullConsumer(spec, service=f"svc{unique}", types=JobEvent, handler=handler)
+    try:
+        await consumer.start(bus)
+        await bus.publish(subject, submitted(tenant, "new-1"))
+        await drain(consumer, lambda: "new-1" in handled)
+        assert handled == ["new-1"]  # the stream's older messages come first, had they come
+    finally:
+        await consumer.close()
+    # Made again (a restart): it keeps its start and its place.
+    again = PullConsumer(spec, service=f"svc{unique}", types=JobEvent, handler=handler)
+    try:
+        await again.start(bus)
+        await bus.publish(subject, submitted(tenant, "new-2"))
+        await drain(again, lambda: "new-2" in handled)
+        assert handled == ["new-1", "new-2"]
+    finally:
+        await again.close()
+    info = await bus.js.consumer_info("SEEDANCE_JOBS", spec.durable)
+    assert info.config.deliver_policy == DeliverPolicy.NEW
+
+
+async def test_an_existing_consumer_keeps_its_start_when_its_spec_says_deliver_new(
+    bus: Bus, unique: str
+) -> None:
+    # A durable made before its catalogue entry said `deliver_new` (the server refuses to
+    # change a consumer's start): it is updated, not refused, and reads on where it was.
+    tenant = f"t{unique}"
+    subject = jobs.subject(tenant, "submitted")
+    await bus.publish(subject, submitted(tenant, "old-1"))
+    await bus.ensure_consumer(spec_for(tenant, unique))
+    await bus.ensure_consumer(spec_for(tenant, unique, deliver_new=True, max_deliver=7))
+    info = await bus.js.consumer_info("SEEDANCE_JOBS", f"test-{unique}")
+    assert (info.config.deliver_policy, info.config.max_deliver) == (DeliverPolicy.ALL, 7)
+    assert info.num_pending == 1

@@ -13,6 +13,7 @@ import pytest
 from seedance.core import VirtualClock
 from seedance.k8s_bridge.kube import KubeApi, connect
 from seedance.testing.kube_api import KubeApiServer, seed
+from seedance.testing.waits import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,3 +79,40 @@ async def test_bindings_past_the_burst_wait_for_the_rate_and_the_lease_does_not(
     assert sorted(bound) == ["m0", "m1", "m2", "m3"]
     assert api.rate.waited == 2
     assert waits == [("api", pytest.approx(0.5)), ("api", pytest.approx(1.0))]
+
+
+async def test_evictions_and_node_patches_wait_for_the_rate_too(
+    kube_api: KubeApiServer, api: KubeApi, clock: VirtualClock
+) -> None:
+    seed.node(kube_api, "gpu-1", gpus=8)
+    pod = seed.pod(kube_api, NS, "e0", scheduler_name="seedance")
+    for _ in range(2):  # the burst
+        assert await asyncio.wait_for(api.get_pod(NS, "e0"), 10) is not None
+
+    def done(subresource: str, resource: str) -> list[int]:
+        return [
+            r.code
+            for r in kube_api.audit
+            if r.subresource == subresource and r.resource == resource
+        ]
+
+    evict = asyncio.create_task(api.evict_pod(NS, "e0", pod["metadata"]["uid"]))
+    patch = asyncio.create_task(api.patch_node("gpu-1", {"metadata": {"labels": {"held": "x"}}}))
+    try:
+        await eventually(lambda: api.rate.waited == 2, what="both requests wait on the bucket")
+        assert done("eviction", "pods") == []
+        assert [r for r in kube_api.audit if r.verb == "patch"] == []
+        await clock.advance(0.5)
+        await asyncio.wait_for(evict, 10)
+        assert done("eviction", "pods") == [201]
+        assert not patch.done()
+        await clock.advance(0.5)
+        await asyncio.wait_for(patch, 10)
+    finally:
+        for t in (evict, patch):
+            t.cancel()
+    (patched,) = [r for r in kube_api.audit if r.verb == "patch" and r.resource == "nodes"]
+    assert patched.code == 200  # sent as a merge patch, which the server took
+    await clock.advance(0.5)  # a token for the read
+    node = await asyncio.wait_for(api._call(api._core.read_node, "gpu-1"), 10)
+    assert node["metadata"]["labels"]["held"] == "x"

@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from nats.js.api import DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.kv import ensure_bucket
@@ -242,6 +244,32 @@ async def test_a_reading_on_another_nodes_subject_is_dead_lettered(auth_url: str
     finally:
         for b in (admin, agent):
             await b.close()
+
+
+async def test_the_loop_makes_the_schedulers_share_reader_before_it_publishes(
+    auth_url: str,
+) -> None:
+    """`slicer-shares` starts at its creation (deliver policy new): the loop makes it at its
+    own start, so no change it publishes can come before the scheduler's reader exists (the
+    slicer makes it only when it first leads)."""
+    admin = await Bus.connect(as_user(auth_url, "admin"))
+    settings = SlicerSettings(pool="autosize-mk", replica="a", autosize_tenants=TENANT)
+    runtime = ServiceRuntime("slicer", as_user(auth_url, "slicer"))
+    try:
+        await admin.ensure_streams()
+        with contextlib.suppress(NotFoundError):
+            await admin.js.delete_consumer("SEEDANCE_SLICING", "slicer-shares")
+        loop = autosize_service(runtime, WallClock(), settings, "a")
+        assert loop is not None
+        try:
+            await loop.start()
+        finally:
+            await loop.close()
+        info = await admin.js.consumer_info("SEEDANCE_SLICING", "slicer-shares")
+        assert info.config.deliver_policy == DeliverPolicy.NEW
+    finally:
+        await runtime.close()
+        await admin.close()
 
 
 def test_no_loop_without_a_tenant_that_opted_in() -> None:

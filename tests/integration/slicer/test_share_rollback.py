@@ -211,6 +211,11 @@ async def test_a_rollback_without_room_holds_what_fits_then_gets_the_rest_back(
                 20,
                 what="the share held, everywhere",
             )
+            # The right-sizing loop follows the share the scheduler holds (its reader takes
+            # the slicer's share changes too): a later change of it would start from 100.
+            await eventually(
+                lambda: loop.autosizer.state.tracks[key].milli == 100, 20, what="loop at 100"
+            )
             # The rest is owed: when the job that took the room ends, the slicer gives it back
             # (before anything waiting), and all three are at the previous share, 500.
             await tenant.finish_job(TENANT, f"late-{uniq}", wait_s=20)
@@ -221,6 +226,9 @@ async def test_a_rollback_without_room_holds_what_fits_then_gets_the_rest_back(
                 ),
                 20,
                 what="the rest given back, everywhere",
+            )
+            await eventually(
+                lambda: loop.autosizer.state.tracks[key].milli == 500, 20, what="loop at 500"
             )
     finally:
         if feed_task is not None:

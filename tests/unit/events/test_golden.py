@@ -268,3 +268,10 @@ def test_a_stored_v1_cost_entry_reads_as_v2_with_its_exact_quantities() -> None:
     assert new.cost_micro_usd == old.cost_micro_usd
     assert "gpu_hours" not in CostEntry.__struct_fields__
     assert "energy_j" not in CostEntry.__struct_fields__
+
+
+def test_the_schedulers_share_reader_starts_at_its_creation() -> None:
+    """Share changes are commands to the scheduler: the first leader after the upgrade that
+    added `slicer-shares` must not apply the 30 days of them SEEDANCE_SLICING keeps."""
+    assert CONSUMERS["slicer-shares"].deliver_new
+    assert not CONSUMERS["slicer-jobs"].deliver_new  # the job stream is state: read it all

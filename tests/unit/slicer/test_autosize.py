@@ -161,3 +161,49 @@ def test_a_restored_loop_decides_as_the_original() -> None:
         a = b
     assert effects_a == effects_b
     assert any(isinstance(e, GuardTripped) for e in effects_a)
+
+
+def rolled_back() -> Autosizer:
+    """Placed at 500, lowered to 100, rolled back to 500: the loop asked 500 again."""
+    a = measured()
+    feed(a, 0.10, 0, 6)
+    assert [type(e) for e in feed(a, 0.30, 60, 3)] == [ShareResized, GuardTripped]
+    return a
+
+
+def test_the_track_follows_the_share_the_scheduler_kept_and_gave_back() -> None:
+    a = rolled_back()
+    # The loop's own changes come back on the stream: they start from a share it left.
+    a.share_set("acme", "j", "n1", 0, 500, 100)  # its rightsizing
+    a.share_set("acme", "j", "n1", 0, 100, 500)  # its rollback
+    assert a.state.tracks["acme/j"].milli == 500
+    a.share_set("acme", "j", "n1", 0, 500, 400)  # the scheduler kept 400 of the 500 asked
+    a = Autosizer.from_bytes(CFG, a.to_bytes())
+    assert a.state.tracks["acme/j"].milli == 400
+    a.share_set("acme", "j", "n2", 0, 400, 450)  # another placement's: nothing
+    a.share_set("acme", "j", "n1", 1, 400, 450)
+    a.share_set("acme", "j", "n1", 0, 350, 450)  # from a share it does not hold: nothing
+    assert a.state.tracks["acme/j"].milli == 400
+    a.share_set("acme", "j", "n1", 0, 400, 500)  # given back as room freed
+    assert (a.state.tracks["acme/j"].milli, a.state.tracks["acme/j"].phase) == (
+        500,
+        Phase.ROLLED_BACK,
+    )
+
+
+def test_a_later_change_after_a_kept_share_starts_from_the_share_the_scheduler_holds() -> None:
+    # Whatever the phase: a track the scheduler set a share of (here, still measuring)
+    # decides its next change from that share, not from the one it last asked.
+    a = measured(600)
+    a.share_set("acme", "j", "n1", 0, 600, 400)
+    (effect,) = feed(a, 0.10, 0, 6)
+    assert isinstance(effect, ShareResized)
+    assert (effect.from_milli, effect.to_milli, effect.reason) == (400, 100, "rightsized")
+
+
+def test_a_share_set_outside_one_gpu_is_refused_naming_it() -> None:
+    a = rolled_back()
+    before = a.to_bytes()
+    with pytest.raises(ValueError, match="to_milli=1000"):
+        a.share_set("acme", "j", "n1", 0, 500, 1000)
+    assert a.to_bytes() == before

@@ -17,10 +17,12 @@ from seedance.slicer.core import (
     NodeSpec,
     Placed,
     Scheduler,
+    SchedulerConfig,
     ShareChange,
     ShareSet,
 )
-from seedance.slicer.core.consolidation import CONSOLIDATION
+from seedance.slicer.core.consolidation import CONSOLIDATION, DisruptionBudget
+from seedance.slicer.core.draining import ConsolidationConfig
 
 A100 = "NVIDIA A100-SXM4-80GB"  # as NVML reports it
 
@@ -60,9 +62,10 @@ def placed(effects: Sequence[object]) -> dict[str, str]:
     return {e.job.job_id: e.node for e in effects if isinstance(e, Placed)}
 
 
-def full_gpu(a_movable: bool = False) -> Scheduler:
+def full_gpu(a_movable: bool = False, budget: DisruptionBudget | None = None) -> Scheduler:
     """n1's one GPU holds `a` (600) and `b` (400); `c` (300) waits."""
-    s = Scheduler()
+    cfg = SchedulerConfig(consolidation=ConsolidationConfig(budget=budget)) if budget else None
+    s = Scheduler(cfg)
     s.upsert_node(node("n1"), 0.0)
     assert placed(s.submit(shared("a", 600, movable=a_movable), 1.0)) == {"a": "n1"}
     assert placed(s.submit(shared("b", 400), 2.0)) == {"b": "n1"}
@@ -109,6 +112,43 @@ def test_a_job_that_did_not_say_it_is_movable_is_never_moved_by_a_rollback() -> 
     assert got == ("a", "n1", 0, 600, 300, "kept")
     assert "did not say it may move" in kept.detail
     assert held(s)["a"] == ("n1", 300)
+
+
+def test_a_movable_job_moved_once_already_keeps_what_fits_at_its_next_rollback() -> None:
+    s = full_gpu(a_movable=True)  # the default budget: one move per job
+    s.resize_share(change("a", 600, 300), 10.0)  # c takes the freed 300
+    s.upsert_node(node("n2"), 11.0)
+    assert placed(s.resize_share(change("a", 300, 600, reason="rolled_back"), 30.0)) == {"a": "n2"}
+    s.resize_share(change("a", 600, 300, node="n2"), 40.0)
+    assert placed(s.submit(shared("e", 500), 41.0)) == {"e": "n2"}  # 200 left free on n2
+    s = Scheduler.from_bytes(s.to_bytes())  # the budget's record is part of the state
+    out = s.resize_share(change("a", 300, 600, node="n2", reason="rolled_back"), 50.0)
+    assert [e for e in out if isinstance(e, Evicted)] == []
+    (kept,) = out
+    assert isinstance(kept, ShareSet)
+    assert (kept.job.job_id, kept.node, kept.from_milli, kept.to_milli, kept.why) == (
+        "a",
+        "n2",
+        600,
+        500,
+        "kept",
+    )
+    assert "disruption budget" in kept.detail
+    assert held(s) == {"a": ("n2", 500), "b": ("n1", 400), "c": ("n1", 300), "e": ("n2", 500)}
+
+
+@pytest.mark.parametrize(("max_lost_s", "moved"), [(20.0, False), (60.0, True)])
+def test_a_rollback_moves_a_job_only_if_its_restart_loses_at_most_max_lost_s(
+    max_lost_s: float, moved: bool
+) -> None:
+    s = full_gpu(a_movable=True, budget=DisruptionBudget(max_lost_s=max_lost_s))
+    s.resize_share(change("a", 600, 300), 10.0)
+    s.upsert_node(node("n2"), 11.0)
+    out = s.resize_share(change("a", 300, 600, reason="rolled_back"), 30.0)  # a ran 29 s
+    assert [e.job.job_id for e in out if isinstance(e, Evicted)] == (["a"] if moved else [])
+    assert held(s)["a"] == (("n2", 600) if moved else ("n1", 300))
+    kept = [e.why for e in out if isinstance(e, ShareSet)]
+    assert kept == ([] if moved else ["kept"])
 
 
 @pytest.mark.parametrize(

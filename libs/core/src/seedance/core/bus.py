@@ -346,14 +346,13 @@ class Bus:
             # start cannot be changed, so the old one goes first.
             with contextlib.suppress(NotFoundError):
                 await self.js.delete_consumer(spec.stream, spec.durable)
+        deliver, start_seq = await self._consumer_start(spec)
         config = js_api.ConsumerConfig(
             durable_name=spec.durable if spec.acked else None,
             name=spec.durable,
             ack_policy=js_api.AckPolicy.EXPLICIT if spec.acked else js_api.AckPolicy.NONE,
-            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE
-            if spec.start_seq
-            else js_api.DeliverPolicy.ALL,
-            opt_start_seq=spec.start_seq or None,
+            deliver_policy=deliver,
+            opt_start_seq=start_seq,
             ack_wait=spec.ack_wait_s if spec.acked else None,
             max_deliver=spec.max_deliver if spec.acked else None,
             max_ack_pending=spec.max_ack_pending if spec.acked else None,
@@ -368,6 +367,21 @@ class Bus:
             config.filter_subjects = list(spec.filter_subjects)
         # Since 2.10 a create on an existing durable with a changed config is an update.
         await self.js.add_consumer(spec.stream, config)
+
+    async def _consumer_start(self, spec: ConsumerSpec) -> tuple[js_api.DeliverPolicy, int | None]:
+        """Where a created (or updated) consumer starts: its ``start_seq``, else the stream's
+        next message for a ``deliver_new`` one (an existing one keeps the start it was made
+        with: the server refuses to change it), else the stream's first."""
+        if spec.start_seq:
+            return js_api.DeliverPolicy.BY_START_SEQUENCE, spec.start_seq
+        if not spec.deliver_new:
+            return js_api.DeliverPolicy.ALL, None
+        try:
+            info = await self.js.consumer_info(spec.stream, spec.durable)
+        except NotFoundError:
+            return js_api.DeliverPolicy.NEW, None
+        had = info.config
+        return had.deliver_policy or js_api.DeliverPolicy.ALL, had.opt_start_seq
 
     async def ensure_consumers(self, durables: Iterable[str]) -> None:
         for durable in durables:

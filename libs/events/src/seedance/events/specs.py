@@ -67,6 +67,10 @@ class ConsumerSpec:
     acked: bool = True
     start_seq: int = 0
     inactive_s: float = 0.0
+    #: ``True``: created, the consumer delivers only what is published after (a reader of
+    #: commands that must not act on a stream's history, e.g. on the first start after an
+    #: upgrade); one that exists keeps its start (a consumer's start cannot change).
+    deliver_new: bool = False
 
 
 @dataclass(frozen=True)

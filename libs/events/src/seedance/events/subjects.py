@@ -499,6 +499,7 @@ class _ConsumerOptions(TypedDict, total=False):
     acked: bool
     start_seq: int
     inactive_s: float
+    deliver_new: bool
 
 
 def _c(durable: str, stream: str, *filters: str, **kw: Unpack[_ConsumerOptions]) -> ConsumerSpec:
@@ -530,10 +531,19 @@ CONSUMERS: dict[str, ConsumerSpec] = {
             acked=False,
             inactive_s=3600.0,
         ),
-        # The slicer's right-sizing loop: its decisions and the nodes' shares, as the ledger's.
-        _c("slicer-autosize", "SEEDANCE_LEDGER_IN", *slicing.HOLDS, telemetry.POD_SHARES),
+        # The slicer's right-sizing loop: its decisions (the shares the scheduler set among
+        # them: it follows what the scheduler holds) and the nodes' shares, as the ledger's.
+        _c(
+            "slicer-autosize",
+            "SEEDANCE_LEDGER_IN",
+            *slicing.HOLDS,
+            slicing.SHARES,
+            telemetry.POD_SHARES,
+        ),
         # The scheduler follows its loop's share changes (the freed thousandths are placeable).
-        _c("slicer-shares", "SEEDANCE_SLICING", slicing.SHARES),
+        # Only those published after the durable was made: the first leader after the upgrade
+        # that added it must not apply 30 days of changes no scheduler applied then.
+        _c("slicer-shares", "SEEDANCE_SLICING", slicing.SHARES, deliver_new=True),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
     )
@@ -562,6 +572,7 @@ def replica_consumer(durable: str, replica: str, start_seq: int = 0) -> Consumer
         acked=spec.acked,
         start_seq=start_seq,
         inactive_s=spec.inactive_s,
+        deliver_new=spec.deliver_new,
     )
 
 

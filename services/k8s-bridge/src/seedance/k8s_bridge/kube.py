@@ -353,16 +353,15 @@ class KubeApi:
             "metadata": {"name": name, "namespace": namespace},
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
-        await _json(
-            self._core.create_namespaced_pod_eviction(name, namespace, body, **self._opts())
-        )
+        await self._call(self._core.create_namespaced_pod_eviction, name, namespace, body)
 
     async def patch_node(self, name: str, body: Json) -> None:
         """A JSON merge patch of the Node (its ``metadata.resourceVersion``: 409 if it moved);
         merge, not strategic: ``spec.taints`` is replaced whole either way, and a merge patch
         says so."""
-        opts = {**self._opts(), "_content_type": "application/merge-patch+json"}
-        await _json(self._core.patch_node(name, body, **opts))
+        await self._call(
+            self._core.patch_node, name, body, _content_type="application/merge-patch+json"
+        )
 
     async def create_event(self, namespace: str, body: Any) -> None:
         await self._events_rate.take()

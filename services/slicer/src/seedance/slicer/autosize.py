@@ -1,10 +1,11 @@
 """The slicer's automatic right-sizing on the bus: one active loop per pool, beside the slicer.
 
 Reads `slicer-autosize` (the ledger's merged input `SEEDANCE_LEDGER_IN`: the slicer's own
-placements, preemptions and releases, and the node agents' per-pod measured shares, in the one
-order the ledger bills them in), steps `seedance.slicer.core.autosize.Autosizer`, and publishes
-what it decides on the tenant's own subjects: `ShareChanged` on `seedance.slicing.<t>.share`
-and, for a rollback, `ShareAlert` on `seedance.slicing.<t>.alert`.
+placements, preemptions, releases and share changes, and the node agents' per-pod measured
+shares, in the one order the ledger bills them in), steps
+`seedance.slicer.core.autosize.Autosizer`, and publishes what it decides on the tenant's own
+subjects: `ShareChanged` on `seedance.slicing.<t>.share` and, for a rollback, `ShareAlert` on
+`seedance.slicing.<t>.alert`.
 
 Exactly once, as the slicer: one leader per pool holds `slicer-autosize.<pool>` (a lease in
 `seedance-leases`); per batch the loop's state, the stream sequences applied and the batch's
@@ -57,7 +58,7 @@ from seedance.events.slicing import (
     ShareChanged,
     ShareChangeReason,
 )
-from seedance.events.subjects import slicing, telemetry
+from seedance.events.subjects import consumer, slicing, telemetry
 from seedance.events.telemetry import PodShares
 from seedance.slicer.core.autosize import (
     AutosizeConfig,
@@ -80,6 +81,8 @@ __all__ = [
 log = get_logger(__name__)
 
 DURABLE = "slicer-autosize"
+#: The scheduler's reader of the share changes this loop publishes (`seedance.slicer.service`).
+SHARES_DURABLE = "slicer-shares"
 #: Applied stream sequences remembered (a redelivery comes long before this many later ones).
 APPLIED_KEPT = 4096
 
@@ -157,7 +160,7 @@ class AutosizeService(Lifecycle):
         self._lease: Lease | None = None
         self._consumer: PullConsumer = runtime.consume(
             DURABLE,
-            Placement | Preempted | JobReleased | PodShares,
+            Placement | Preempted | JobReleased | ShareChanged | PodShares,
             batch_handler=self._handle,
             batch=batch,
             managed=False,
@@ -169,6 +172,10 @@ class AutosizeService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()  # idempotent: the slicer's runtime, started once
+        # The scheduler's reader of share changes starts at its creation (`deliver_new`): it
+        # must exist before this loop publishes one, or the first change after the upgrade
+        # could precede the slicer's first lead and be skipped there alone.
+        await self._rt.bus.ensure_consumer(consumer(SHARES_DURABLE))
         self._kv = await ensure_bucket(self._rt.bus, "seedance-slicer-state")
         leases = await ensure_bucket(self._rt.bus, "seedance-leases")
         self._lease = Lease(
@@ -368,6 +375,12 @@ class AutosizeService(Lifecycle):
             return []
         if isinstance(ev, Preempted | JobReleased):
             sizer.ended(ev.tenant, ev.job_id)
+            return []
+        if isinstance(ev, ShareChanged):
+            # The scheduler's own (a rollback kept in part, given back later): the share it
+            # holds. The loop's changes come back too; the tracker knows them by their
+            # from_milli (core.autosize.Autosizer.share_set).
+            sizer.share_set(ev.tenant, ev.job_id, ev.node, ev.gpu_index, ev.from_milli, ev.to_milli)
             return []
         readings = self._readings(d)
         out: list[tuple[str, Event]] = []

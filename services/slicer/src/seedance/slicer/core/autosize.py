@@ -22,6 +22,11 @@ that opted in (`AutosizeConfig.tenants`):
 4. **Done.** A change the guard passed is kept; one rolled back is not tried again while the
    placement lasts (no flapping). A job's end or preemption ends its track.
 
+The share in force is the scheduler's: where it set a share itself (a rollback it could honour
+only in part, `kept`, and the rest `given_back` later; `seedance.slicer.core.resize`), the
+track follows (`share_set`), so any later change of the job's share starts from the share the
+scheduler, the node agent and the ledger hold (they drop a change from any other as stale).
+
 It must not place, move or resize anything in the scheduler (the shell publishes the effects),
 read a clock (times are the readings'), or do I/O.
 """
@@ -183,6 +188,20 @@ class Autosizer:
     def ended(self, tenant: str, job_id: str) -> None:
         """The job was released or preempted: its track ends."""
         self.state.tracks.pop(_key(tenant, job_id), None)
+
+    def share_set(
+        self, tenant: str, job_id: str, node: str, gpu: int, from_milli: int, to_milli: int
+    ) -> None:
+        """The scheduler moved the job's share on `node`'s GPU `gpu` from `from_milli` to
+        `to_milli` (module docstring): the track's share in force follows. A change about
+        another placement, or from a share the track does not hold (the loop's own changes:
+        the track moved when it decided them), changes nothing."""
+        t = self.state.tracks.get(_key(tenant, job_id))
+        if t is None or (t.node, t.gpu, t.milli) != (node, gpu, from_milli):
+            return
+        if not 0 < to_milli < GPU_MILLI:
+            raise ValueError(f"to_milli={to_milli} not in 1..{GPU_MILLI - 1}")
+        t.milli = to_milli
 
     # -- the node agent's readings ----------------------------------------------------------
     def observe(self, r: ShareReading) -> list[AutosizeEffect]:

@@ -68,6 +68,13 @@ class DisruptionBudget:
     def per_window(self, running_jobs: int) -> int:
         return max(self.min_per_window, int(self.window_fraction * running_jobs))
 
+    def may_move(self, history: MoveHistory, job_id: str, started_s: float, now_s: float) -> bool:
+        """Whether the job started at `started_s` may move at `now_s` (it said it is movable):
+        it has moves left (`moves_per_job`) and would lose at most `max_lost_s` of progress."""
+        if history.per_job[job_id] >= self.moves_per_job:
+            return False
+        return self.max_lost_s is None or now_s - started_s <= self.max_lost_s
+
 
 @dataclass(slots=True)
 class MoveHistory:
@@ -206,10 +213,7 @@ def _allowed(
 ) -> bool:
     """Whether every job may move: it said it is movable, it has moves left, it would lose at
     most `max_lost_s` of progress, and its tenant has room in the window."""
-    if not all(j.movable and history.per_job[j.job_id] < budget.moves_per_job for j in jobs):
-        return False
-    cap = budget.max_lost_s
-    if cap is not None and any(now_s - j.started_s > cap for j in jobs):
+    if not all(j.movable and budget.may_move(history, j.job_id, j.started_s, now_s) for j in jobs):
         return False
     if budget.moves_per_tenant is None:
         return True

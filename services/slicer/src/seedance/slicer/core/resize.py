@@ -9,9 +9,12 @@ persisted with its state):
   thousandths freed are the pool's again, and the queue's pass may place a waiting job there.
 - **Raised** (`rolled_back`): the previous share is restored where its GPU still has room.
   Where the freed thousandths were given to another job meanwhile:
-  * a job that said it is movable is moved (a preemption with reason `consolidation`, the
-    detail says why), queued again at its submit time and placed by the same pass at its
-    request, which is the share it had before right-sizing;
+  * a job that said it is movable, and that the disruption budget lets move
+    (`DisruptionBudget.may_move`: moves left of `moves_per_job`, run no longer than
+    `max_lost_s`; the consolidation config's budget, the default one where none is set), is
+    moved (a preemption with reason `consolidation`, the detail says why), queued again at its
+    submit time and placed by the same pass at its request, which is the share it had before
+    right-sizing; the move counts in the budget's record like consolidation's own;
   * any other job is never moved: it gets back what its GPU has free now (at least the share
     it holds) and keeps running there, and the scheduler says so (`ShareSet` `kept`, published
     as a `ShareChanged` from the share asked to the share held), so the node agent's limit and
@@ -33,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from seedance.slicer.core.consolidation import CONSOLIDATION
+from seedance.slicer.core.consolidation import CONSOLIDATION, DisruptionBudget
 from seedance.slicer.core.effects import Effect, Evicted, ShareSet
 from seedance.slicer.core.inputs import job_key
 from seedance.slicer.core.model import GPU_MILLI, NodeGpus
@@ -85,7 +88,7 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
         # Freed room (a lowered share) may start a waiting job now.
         return s._pass(now_s) if c.to_milli < held else []
     job = s._jobs[key]
-    if job.movable:
+    if job.movable and _budget(s).may_move(s._moves.history, key, run.started_s, now_s):
         s._queue.finish(key, now_s)
         s._queue.submit(core_job(job), s._submitted_s.get(key, now_s))
         s._dirty_jobs.add(key)
@@ -102,12 +105,24 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
         queue.resize(key, room)
     s._owed[key] = c.to_milli
     s._dirty_jobs.add(key)
+    why = (
+        "the disruption budget does not let it move again (moves per job, or progress a "
+        "restart would lose)"
+        if job.movable
+        else "the job did not say it may move"
+    )
     detail = (
         f"rolled back to {c.to_milli} milli, but GPU {c.gpu} of {c.node} has room for {room} "
-        "only (its freed share was placed meanwhile) and the job did not say it may move: it "
-        f"holds {room}, and gets the rest as room frees there"
+        f"only (its freed share was placed meanwhile) and {why}: it holds {room}, and gets the "
+        "rest as room frees there"
     )
     return [ShareSet(job, c.node, c.gpu, c.to_milli, room, "kept", detail)]
+
+
+def _budget(s: Scheduler) -> DisruptionBudget:
+    """The budget a rollback's move keeps: consolidation's, where it is configured."""
+    cfg = s.config.consolidation
+    return cfg.budget if cfg is not None else DisruptionBudget()
 
 
 def give_back(s: Scheduler) -> list[Effect]:
