@@ -68,13 +68,17 @@ def stream(kept_first: bool) -> list[tuple[LedgerInput, int]]:
     given back at 30 min (a neighbour left), released at 60 min."""
     rollback, kept = rollback_pair(kept_first)
     rs, rb = ShareChangeReason.RIGHTSIZED, ShareChangeReason.ROLLED_BACK
+    inventory = NodeInfo(
+        event_id=uuid7("inventory", 0), node="n", gpu_model="X", gpu_count=1, at_ms=0
+    )
+    placed = GpuAllocation(
+        event_id=uuid7("placed", 0), job_id="acme/a", tenant="acme", node="n", gpu_model="X",
+        gpu_indices=(0,), start_ms=0, kind="shared", gpu_milli=600,
+    )  # fmt: skip
     released = JobEnded(event_id=uuid7("released", 60), job_id="acme/a", end_ms=60 * MIN)
     return [
-        (NodeInfo(event_id=uuid7("inventory", 0), node="n", gpu_model="X", gpu_count=1, at_ms=0), 0),
-        (GpuAllocation(
-            event_id=uuid7("placed", 0), job_id="acme/a", tenant="acme", node="n",
-            gpu_model="X", gpu_indices=(0,), start_ms=0, kind="shared", gpu_milli=600,
-        ), 0),  # fmt: skip
+        (inventory, 0),
+        (placed, 0),
         (change(uuid7("rightsized", 10), 600, 300, 10, rs), 10 * MIN),
         (change(rollback, 300, 600, 15, rb), 15 * MIN),
         (change(kept, 600, 450, 15, rb), 15 * MIN),
