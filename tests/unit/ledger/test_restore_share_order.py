@@ -120,3 +120,5 @@ def test_a_restored_ledger_publishes_the_entries_of_one_that_ran_on(
         differ = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
         assert not differ, f"restored after {cut} inputs, these entries differ: {differ}"
         assert restored.fingerprint() == ran_on.fingerprint(), f"restored after {cut} inputs"
+        # What "the job's latest" and "first" allocation read, in the same order on both
+        assert restored.facts.job_allocs == ran_on.facts.job_allocs, f"restored after {cut}"
