@@ -119,3 +119,25 @@ def test_a_change_at_the_very_instant_of_another_takes_effect_a_millisecond_late
     ]  # fmt: skip
     # 0.6 x 15 min + 0.3 x 15 min + 0.6 x 30 min (the two 1 ms parts round away)
     assert billed_hours_micro(led) == 525_000
+
+
+def test_a_change_is_about_the_latest_run_by_start_whatever_order_the_runs_arrived_in(
+    book: PriceBook,
+) -> None:
+    # Placed at 0, preempted at 10 min, placed again at 20 min on the same GPU; right-sized at
+    # 30 min. The second run's placement may reach the ledger before the first's.
+    first = placed()
+    ended = JobEnded(event_id="preempted", job_id="acme/a", end_ms=10 * MIN)
+    again = GpuAllocation(
+        event_id="p2", job_id="acme/a", tenant="acme", node="n", gpu_model="X",
+        gpu_indices=(0,), start_ms=20 * MIN, kind="shared", gpu_milli=600,
+    )  # fmt: skip
+    inv = NodeInfo(event_id="inv", node="n", gpu_model="X", gpu_count=1, at_ms=0)
+    end = JobEnded(event_id="released", job_id="acme/a", end_ms=60 * MIN)
+    billed = []
+    for runs in ([first, ended, again], [again, first, ended]):
+        led = Ledger(book, CONFIG)
+        led.apply_many([inv, *runs, resize("s1", 600, 300, 30), end])  # type: ignore[list-item]
+        billed.append(billed_hours_micro(led))
+    # 0.6 x 10 min + 0.6 x 10 min + 0.3 x 30 min = 0.35 GPU-hours, in either order
+    assert billed == [350_000, 350_000]

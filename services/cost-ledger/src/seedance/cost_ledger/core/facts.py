@@ -280,6 +280,9 @@ class Facts:
         #: until the next, the node is as it says (``pool``).
         self._timeline: dict[str, list[tuple[int, str]]] = {}
         self.allocations: dict[str, GpuAllocation] = {}  # by event id
+        #: Each node's and each job's allocation ids in (start_ms, event id) order, whatever
+        #: order they arrived in: a replica restored from a snapshot (which lists them by id)
+        #: must read "the job's latest allocation" and every first one as the one that ran on.
         self.node_allocs: dict[str, list[str]] = defaultdict(list)
         self.job_allocs: dict[str, list[str]] = defaultdict(list)
         self.job_ends: dict[str, JobEnded] = {}  # by event id
@@ -347,12 +350,18 @@ class Facts:
         """Record ``e``; returns, where it changes another allocation's end (it starts before
         all the job's others: an end at their start is now its), the earliest instant changed."""
         allocs = self.job_allocs[e.job_id]
-        first = min((self.allocations[a].start_ms for a in allocs), default=None)
+        first = self.allocations[allocs[0]].start_ms if allocs else None
         self.allocations[e.event_id] = e
-        self.node_allocs[e.node].append(e.event_id)
-        allocs.append(e.event_id)
+        # Facts mostly arrive in start order (and a restore inserts them so): then this is a
+        # bisection and an append.
+        insort(self.node_allocs[e.node], e.event_id, key=self._order)
+        insort(allocs, e.event_id, key=self._order)
         self._settle_job(e.job_id)
         return first if first is not None and e.start_ms < first else None
+
+    def _order(self, alloc_id: str) -> tuple[int, str]:
+        """Where an allocation sorts in ``node_allocs`` and ``job_allocs``."""
+        return self.allocations[alloc_id].start_ms, alloc_id
 
     def _due_drop(self, end_ms: int) -> None:
         if self._next_drop_ms is None or end_ms < self._next_drop_ms:
@@ -373,10 +382,10 @@ class Facts:
         ends = self._ends_of.get(job)
         if not allocs or not ends:
             return
-        first = min(self.allocations[a].start_ms for a in allocs)
+        first = self.allocations[allocs[0]].start_ms
         last: JobEnded | None = None
         running = False
-        for aid in sorted(allocs, key=lambda a: (self.allocations[a].start_ms, a)):
+        for aid in allocs:  # in start order (``_piece_end`` reads its predecessor's end)
             end = self._piece_end(aid, allocs) or self._end_for(
                 self.allocations[aid].start_ms, ends, first
             )
@@ -426,7 +435,9 @@ class Facts:
         """The two facts ``e`` is applied as: the job's latest shared allocation on ``e``'s GPU
         at the new share from ``at_ms`` on (1 ms after it began at the earliest), and the end
         of it there. None where that allocation ended first or holds another share than
-        ``from_milli`` (the change was about a placement that is gone)."""
+        ``from_milli`` (the change was about a placement that is gone). Latest is by (start,
+        event id), not by arrival: a rollback and the share it kept start 1 ms apart, and a
+        restored replica, which met them in id order, must pick as the one that ran on."""
         for aid in reversed(self.job_allocs.get(e.job_id, ())):
             p = self.allocations[aid]
             end = self.alloc_end.get(aid)

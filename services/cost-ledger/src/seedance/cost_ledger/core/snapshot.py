@@ -130,8 +130,11 @@ def decode(data: bytes) -> _Snapshot:
 
 def restore(led: Ledger, snap: _Snapshot) -> None:
     """Load ``snap`` into a fresh ledger built with its config (totals re-derived)."""
+    # Allocations in start order: each is then appended to the indexes (``Facts.add_allocation``
+    # keeps them in that order whatever the order it is given them in).
+    placements = sorted(snap.placements, key=lambda p: (p.start_ms, p.event_id))
     facts: list[LedgerInput] = [
-        *snap.node_infos, *snap.placements, *snap.job_ends, *snap.pod_shares,
+        *snap.node_infos, *placements, *snap.job_ends, *snap.pod_shares,
     ]  # fmt: skip
     for e in facts:
         led.insert(e)
