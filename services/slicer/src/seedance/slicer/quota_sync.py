@@ -182,7 +182,7 @@ class QuotaSync:
             decisions.append(len(out))
             return out
 
-        if not await self._durable.transact(change):
+        if not await self._durable.transact(change, what="quota", log_fields={"revision": rev}):
             return
         self._metrics.quota_updates_total.labels("applied").inc()
         self.refusal = None
