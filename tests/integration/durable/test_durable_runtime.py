@@ -65,11 +65,13 @@ class Tally(DurableState):
 
 class TallyCore:
     """Refuses a pause whose reason is ``refuse``; raises on ``boom`` after changing the state
-    (a half-applied event the runtime must roll back)."""
+    (a half-applied event the runtime must roll back), and in `check` on ``unreadable``; a
+    batch's end raises while `after_batch_raises`."""
 
     def __init__(self) -> None:
         self.durable: DurableRuntime | None = None
         self.counted: list[int] = []
+        self.after_batch_raises = False
         self._pending = 0
 
     @property
@@ -82,6 +84,8 @@ class TallyCore:
     def check(self, d: Delivery[Any]) -> InvalidMessage | None:
         if d.event.reason == "refuse":
             return InvalidMessage("refused by the test", kind="refused")
+        if d.event.reason == "unreadable":
+            raise KeyError("a bug in check")
         return None
 
     def trusted_time(self, d: Delivery[Any]) -> datetime:
@@ -102,6 +106,8 @@ class TallyCore:
         return [(slicing.subject(event.tenant, "rejected"), ev)]
 
     def after_batch(self, last: Event) -> Outbox:
+        if self.after_batch_raises:
+            raise RuntimeError("a bug at the batch's end")
         return []
 
     def settled(self, committed: bool) -> None:
@@ -133,15 +139,18 @@ class _Histogram:
 
 @contextlib.asynccontextmanager
 async def tally_runtime(
-    nats_url: str, unique: str, replica: str = "a"
+    nats_url: str, unique: str, replica: str = "a", **hooks: Any
 ) -> AsyncIterator[tuple[DurableRuntime, TallyCore, ServiceRuntime]]:
+    """A tally's runtime under the slicer's user (`hooks`: `DurableRuntime`'s), started."""
     rt = ServiceRuntime("slicer", BusSettings(url=nats_url, name=f"test-durable-{replica}"))
     core = TallyCore()
     spec = DurableSpec(
         bucket="seedance-slicer-state", key=f"pool.d{unique}", lease_key=f"slicer.d{unique}",
         holder=replica, lease_ttl_s=1.5,
     )  # fmt: skip
-    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, core=core, metrics=Metrics())
+    durable = DurableRuntime(
+        rt, WallClock(), spec, state=Tally, core=core, metrics=Metrics(), **hooks
+    )
     core.durable = durable
     await rt.start()
     try:
@@ -343,11 +352,23 @@ async def test_one_leader_consumes_dead_letters_and_a_standby_takes_over_with_it
             b.stop()
             await task_b
     assert await rejections(bus, t) == ["pause-1", "pause-2", "pause-3"]
-    letters = await bus.js.subscribe(dlq.subject("slicer"), ordered_consumer=True)
+    letters = await dead_letters(bus, t)
+    assert [(d.error_kind, decode(d.payload).reason) for d in letters] == [("apply_error", "boom")]
+
+
+async def dead_letters(bus: Bus, tenant: str) -> list[DeadLetter]:
+    """The slicer's dead letters of the tenant's pauses, in order (a server another test also
+    uses holds theirs too)."""
+    subject = dlq.subject("slicer")
+    sub = await bus.js.subscribe(subject, ordered_consumer=True)
     try:
-        letter = decode((await letters.next_msg(timeout=5)).data)
-        assert isinstance(letter, DeadLetter)
-        assert letter.error_kind == "apply_error"
-        assert decode(letter.payload).reason == "boom"
+        info = await bus.js.stream_info("SEEDANCE_DLQ", subjects_filter=subject)
+        out: list[DeadLetter] = []
+        for _ in range((info.state.subjects or {}).get(subject, 0)):  # every letter there is
+            letter = decode((await sub.next_msg(timeout=5)).data)
+            assert isinstance(letter, DeadLetter)
+            if letter.subject == costs.subject(tenant, "pause"):
+                out.append(letter)
+        return out
     finally:
-        await letters.unsubscribe()
+        await sub.unsubscribe()

@@ -46,9 +46,12 @@ DURABLES = ("slicer-inventory", "slicer-pauses", "slicer-jobs")
 
 
 async def fast_forward(bus: Bus, instance: str) -> None:
-    """Create this test's durables and acknowledge everything already in their streams."""
+    """Create this test's durables (``<name>-<instance>``; ``""``: the catalogue's own, as the
+    slicer binds them) and acknowledge everything already in their streams."""
     for name in DURABLES:
-        spec = dataclasses.replace(CONSUMERS[name], durable=f"{name}-{instance}")
+        spec = CONSUMERS[name]
+        if instance:
+            spec = dataclasses.replace(spec, durable=f"{name}-{instance}")
         await bus.ensure_consumer(spec)
         sub = await bus.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
         while (pending := (await sub.consumer_info()).num_pending) > 0:

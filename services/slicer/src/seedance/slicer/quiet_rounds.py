@@ -75,8 +75,9 @@ class QuietRounds:
         return round_due(self._state().scheduler, self.time().timestamp())
 
     async def tick(self) -> None:
-        """Run the round due now, if any (leader only). A failed commit publishes nothing and
-        leaves the committed state: the next poll tries again."""
+        """Run the round due now, if any (leader only). A failed commit, or a round that
+        raises, publishes nothing and leaves the committed state: the next poll tries again
+        (one round at most per poll, so a round that keeps failing does not spin)."""
         durable = self._durable
         if durable is None or not durable.leading or not self._due():
             return
@@ -97,6 +98,16 @@ class QuietRounds:
             decisions.append(len(out))
             return out
 
-        if await durable.transact(change) and decisions:
+        try:
+            saved = await durable.transact(change, what="quiet_round")
+        except Exception as exc:
+            # A bug in a round (the scheduler's `consolidate`, or mapping its decisions):
+            # `transact` rolled the state back. Raised, it would take the leader down, and the
+            # next leader would run the same due round at once and go down too: the round is
+            # a leader's own housekeeping, not an input that could be dead-lettered, so it is
+            # logged and the slicer goes on deciding its inputs.
+            log.error("slicer_quiet_round_failed", pool=self._settings.pool, error=repr(exc))
+            return
+        if saved and decisions:
             self._decider.update_gauges()
-            log.info("slicer_quiet_round", decisions=decisions[0])
+            log.info("slicer_quiet_round", pool=self._settings.pool, decisions=decisions[0])

@@ -135,7 +135,8 @@ class QuotaSync:
 
     async def sync(self) -> None:
         """Put the latest KV quota policy in force when it is new (leader only, between
-        batches). An invalid document is refused with its reason, once; the old policy stays."""
+        batches). An invalid document, or one whose application raises, is refused with its
+        reason, once; the old policy stays."""
         latest = self._latest
         if latest is None or self._durable is None or not self._durable.leading:
             return
@@ -145,12 +146,15 @@ class QuotaSync:
         try:
             policy = self._file_quota if doc is None else QuotaPolicy.from_yaml(doc.decode())
         except (QuotaError, UnicodeDecodeError) as exc:
-            self._refused_doc = doc
-            self.refusal = str(exc)[:1000]
-            self._metrics.quota_updates_total.labels("refused").inc()
-            log.warning("slicer_quota_refused", revision=revision, reason=self.refusal)
+            self._refuse(doc, revision, str(exc))
             return
         await self._apply(policy, doc, revision)
+
+    def _refuse(self, doc: bytes | None, revision: int, reason: str) -> None:
+        self._refused_doc = doc
+        self.refusal = reason[:1000]
+        self._metrics.quota_updates_total.labels("refused").inc()
+        log.warning("slicer_quota_refused", revision=revision, reason=self.refusal)
 
     def _policy_time(self) -> datetime:
         """When a new policy takes effect: the slicer's own clock (a trusted service's
@@ -182,7 +186,15 @@ class QuotaSync:
             decisions.append(len(out))
             return out
 
-        if not await self._durable.transact(change):
+        try:
+            saved = await self._durable.transact(change, what="quota", log_fields={"revision": rev})
+        except Exception as exc:
+            # Applying the document raised (a bug it meets in the scheduler): `transact` rolled
+            # the state back. Raised, it would take the leader down, and every next leader
+            # with it, on the same document: refused, as an invalid one is; the old stays.
+            self._refuse(doc, rev, f"applying it raised {exc!r}")
+            return
+        if not saved:
             return
         self._metrics.quota_updates_total.labels("applied").inc()
         self.refusal = None

@@ -104,6 +104,7 @@ class SlicerService(Lifecycle):
         spec = DurableSpec(
             bucket="seedance-slicer-state", key=key, lease_key=f"slicer.{settings.pool}",
             holder=settings.replica, lease_ttl_s=settings.lease_ttl_s,
+            log_fields={"pool": settings.pool},
         )  # fmt: skip
         durable = DurableRuntime(
             runtime, clock, spec,

@@ -17,10 +17,16 @@ state (`seedance.core.durable.state.DurableState`):
   redelivered, never overwriting anything;
 * outbox flush: published (pipelined, each effect carrying its cause's trace) after the commit
   and before the next batch or change;
-* skip-and-dead-letter: an input the core refuses (`DurableCore.check`) or whose application
-  raises is dead-lettered with the reason (the consumer's wrapper); after a raise the batch is
-  rolled back to the durable state and replayed without it, so nothing is half-applied and the
-  rest of the batch is decided as usual (the core must be deterministic for that).
+* skip-and-dead-letter: an input the core refuses (`DurableCore.check`) or whose check or
+  application raises is dead-lettered with the reason (the consumer's wrapper); after a raise
+  the batch is rolled back to the durable state and replayed without it, so nothing is
+  half-applied and the rest of the batch is decided as usual (the core must be deterministic
+  for that);
+* roll back on any other raise: a batch whose `DurableCore.after_batch` raises, or a change
+  (`transact`) that raises, leaves the committed state in memory (sequences, core, outbox) and
+  the exception propagates (the batch is naked and decided afresh when redelivered). Kept
+  instead, its sequences would count as applied on the redelivery and its effects would never
+  be committed nor published.
 
 Changes that are not a consumed input (a policy from KV) go through `transact`, as a batch.
 It must not decide anything: which input becomes which effect is the core's.
@@ -31,8 +37,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -63,7 +69,8 @@ class DurableCore(Protocol):
     """What the runtime drives: inputs to effects, on the state it holds."""
 
     def check(self, d: Delivery[Any]) -> InvalidMessage | None:
-        """Why a delivery must not be applied at all (dead-lettered), or None."""
+        """Why a delivery must not be applied at all (dead-lettered), or None. May raise:
+        dead-lettered as an application that raised."""
 
     def trusted_time(self, d: Delivery[Any]) -> datetime:
         """When the delivery's event happens, from trusted clocks (may move the state's)."""
@@ -73,7 +80,8 @@ class DurableCore(Protocol):
         back and replayed without it."""
 
     def after_batch(self, last: Event) -> Outbox:
-        """What a batch that applied something ends with (`last`: its last applied event)."""
+        """What a batch that applied something ends with (`last`: its last applied event).
+        May raise: the batch is rolled back and naked."""
 
     def settled(self, committed: bool) -> None:
         """The batch or change since the last call was made durable (or rolled back): count
@@ -97,6 +105,8 @@ class DurableSpec:
     lease_key: str
     holder: str = ""
     lease_ttl_s: float = 10.0
+    #: Fields every log line of the runtime carries besides its own (the slicer's ``pool``).
+    log_fields: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 class _EventFailed(Exception):
@@ -154,6 +164,15 @@ class DurableRuntime:
 
     def _named(self, what: str) -> str:
         return f"{self._log_as}_{what}"
+
+    def _fields(self, **fields: object) -> dict[str, object]:
+        """A log line's fields: the spec's `log_fields`, then the line's own."""
+        return {**self._spec.log_fields, **fields}
+
+    def _roll_back(self) -> None:
+        """Back to the committed state; the core forgets what it decided since."""
+        self.state.rollback()
+        self._core.settled(False)
 
     @property
     def state(self) -> DurableState:
@@ -244,15 +263,18 @@ class DurableRuntime:
                 await on_lead()
             self._restored = True
             self._metrics.leader.set(1)
-            if between is not None:
-                await between()
-            await self._consume_while_leading(poll_s, between)
-            self._restored = False
-            self._metrics.leader.set(0)
+            try:
+                if between is not None:
+                    await between()
+                await self._consume_while_leading(poll_s, between)
+            finally:
+                self._restored = False
+                self._metrics.leader.set(0)
             await self.state.store.close()  # a base being written is the next leader's to write
             if not self._stopping.is_set():
                 log.warning(
-                    self._named("leadership_lost"), service=self._rt.name, key=self._spec.key
+                    self._named("leadership_lost"),
+                    **self._fields(service=self._rt.name, key=self._spec.key),
                 )
                 for c in self._consumers:
                     await c.close()  # unacked messages go to the new leader
@@ -264,16 +286,20 @@ class DurableRuntime:
         for c in self._consumers:
             await c.start(self._rt.bus)
         tasks = [asyncio.create_task(c.run()) for c in self._consumers]
-        while self._lease.held and not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(poll_s):
-                    await self._wake.wait()
-            self._wake.clear()
-            if between is not None:
-                await between()
-        for c in self._consumers:
-            c.stop()
-        await asyncio.gather(*tasks)
+        try:
+            while self._lease.held and not self._stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll_s):
+                        await self._wake.wait()
+                self._wake.clear()
+                if between is not None:
+                    await between()
+        finally:
+            # Also when `between` raised: consumers left running would go on applying batches
+            # for a runtime that no longer leads.
+            for c in self._consumers:
+                c.stop()
+            await asyncio.gather(*tasks)
 
     # --- the state ----------------------------------------------------------------------------
 
@@ -285,7 +311,9 @@ class DurableRuntime:
                 break
             except StateConflict as exc:
                 # Another writer moved the head while this one read its base: read again.
-                log.warning(self._named("state_reread"), key=self._spec.key, error=str(exc))
+                log.warning(
+                    self._named("state_reread"), **self._fields(key=self._spec.key, error=str(exc))
+                )
                 if attempt == _LOAD_ATTEMPTS - 1:
                     raise
         self._on_restored(asyncio.get_running_loop().time() - started)
@@ -299,7 +327,7 @@ class DurableRuntime:
         try:
             await self.state.commit()
         except StateConflict:
-            log.warning(self._named("state_conflict"), key=self._spec.key)
+            log.warning(self._named("state_conflict"), **self._fields(key=self._spec.key))
             await self._reload()
             raise
         except Exception:
@@ -329,20 +357,35 @@ class DurableRuntime:
         self.state.outbox = []
         self._causes.clear()
 
-    async def transact(self, change: Callable[[], Outbox]) -> bool:
+    async def transact(
+        self,
+        change: Callable[[], Outbox],
+        *,
+        what: str = "change",
+        log_fields: Mapping[str, object] | None = None,
+    ) -> bool:
         """Run `change` (it changes the state and returns its effects) as a batch: committed
-        with its effects, then published. False when it was not made durable (the state is the
-        committed one again; the caller tries later)."""
+        with its effects, then published. False when it was not made durable (logged as
+        ``<log_as>_<what>_not_saved`` with `log_fields`; the state is the committed one again;
+        the caller tries later). If `change` raises, the state is rolled back and the exception
+        propagates."""
         async with self._lock:
             try:
                 await self._flush()  # a previous batch's durable effects go out first
             except RetryableError:
                 return False
-            self.state.outbox = change()
+            try:
+                self.state.outbox = change()
+            except BaseException:
+                self._roll_back()  # else the next commit would save the half-made change
+                raise
             try:
                 await self._commit()
             except Exception as exc:  # nothing published: back to the committed state
-                log.warning(self._named("change_not_saved"), key=self._spec.key, error=repr(exc))
+                log.warning(
+                    self._named(f"{what}_not_saved"),
+                    **self._fields(key=self._spec.key, error=repr(exc), **(log_fields or {})),
+                )
                 self._core.settled(False)
                 return False
             self._core.settled(True)
@@ -358,14 +401,7 @@ class DurableRuntime:
         async with self._lock:
             await self._flush()  # a previous batch's durable effects go out first
             failed: dict[int, BaseException] = {}
-            while True:
-                try:
-                    out, fresh = self._decide(durable, ds, failed)
-                    break
-                except _EventFailed as f:
-                    failed[f.index] = self._failure(ds[f.index], f.cause)
-                    self.state.rollback()
-                    self._core.settled(False)
+            out, fresh = self._decide_all(durable, ds, failed)
             if fresh:
                 self.state.outbox = out
                 try:
@@ -381,10 +417,28 @@ class DurableRuntime:
         self._on_batch()
         return [failed.get(i) for i in range(len(ds))]
 
+    def _decide_all(
+        self, durable: str, ds: Sequence[Delivery[Any]], failed: dict[int, BaseException]
+    ) -> tuple[Outbox, int]:
+        """`_decide` until no event raises, each that raised rolled back and put in `failed`.
+        Any other raise (`DurableCore.after_batch`'s) rolls the batch back and propagates."""
+        while True:
+            try:
+                return self._decide(durable, ds, failed)
+            except _EventFailed as f:
+                failed[f.index] = self._failure(ds[f.index], f.cause)
+                self._roll_back()
+            except BaseException:
+                self._roll_back()
+                raise
+
     def _failure(self, d: Delivery[Any], cause: Exception) -> InvalidMessage:
         log.error(
-            self._named("event_failed"), service=self._rt.name, error=repr(cause),
-            subject=d.subject, stream_seq=d.stream_seq,
+            self._named("event_failed"),
+            **self._fields(
+                service=self._rt.name, error=repr(cause), subject=d.subject,
+                stream_seq=d.stream_seq,
+            ),
         )  # fmt: skip
         return InvalidMessage(
             f"applying {type(d.event).__name__} {d.event.id} raised {cause!r}"[:1000],
@@ -395,7 +449,7 @@ class DurableRuntime:
         self, durable: str, ds: Sequence[Delivery[Any]], skip: dict[int, BaseException]
     ) -> tuple[Outbox, int]:
         """Apply the batch's fresh deliveries (not in `skip`): their effects and how many were
-        applied. Raises `_EventFailed` naming the first whose application raised."""
+        applied. Raises `_EventFailed` naming the first whose check or application raised."""
         out: Outbox = []
         applied = self.state.applied
         fresh = 0
@@ -403,11 +457,11 @@ class DurableRuntime:
         for i, d in enumerate(ds):
             if i in skip or applied.is_applied(durable, d.stream_seq):
                 continue  # dead-lettered, or already in the durable state (a redelivery)
-            refused = self._core.check(d)
-            if refused is not None:
-                skip[i] = refused
-                continue
             try:
+                refused = self._core.check(d)
+                if refused is not None:
+                    skip[i] = refused
+                    continue
                 effects = self._core.apply(d.event, self._core.trusted_time(d))
             except Exception as exc:  # the per-event dead-letter wrapper (module docstring)
                 raise _EventFailed(i, exc) from exc
