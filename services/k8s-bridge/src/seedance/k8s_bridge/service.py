@@ -54,7 +54,7 @@ from seedance.core import (
 from seedance.core.consumer import PullConsumer
 from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
-from seedance.k8s_bridge.core.actions import EvictPod
+from seedance.k8s_bridge.core.actions import EvictPod, per_pod
 from seedance.k8s_bridge.core.adoption import JobRecords
 from seedance.k8s_bridge.core.endpoints import replica_owners
 from seedance.k8s_bridge.core.keys import LABEL_TENANT
@@ -419,19 +419,25 @@ class BridgeService(Lifecycle):
             await self._carry_out(actions)
 
     async def _carry_out(self, actions: Sequence[Action]) -> list[PodRefRetry]:
-        """Publish the events (through the outbox), make the writes concurrently, then carry
-        out what their outcomes call for. Returns the Bindings to retry later."""
+        """Publish the events (through the outbox), make the writes (concurrently across
+        pods, in order within one: `per_pod`), then carry out what their outcomes call for.
+        Returns the Bindings to retry later."""
         retry: list[PodRefRetry] = []
         while actions:
             self._outbox.add([(a.subject, a.event) for a in actions if isinstance(a, Publish)])
             writes = [a for a in actions if not isinstance(a, Publish)]
-            results = await asyncio.gather(*(self._write(a) for a in writes))
+            groups = await asyncio.gather(*(self._write_all(g) for g in per_pod(writes)))
             await self._outbox.flush()
             actions = []
-            for follow, again in results:
+            for follow, again in (r for g in groups for r in g):
                 actions.extend(follow)
                 retry.extend(again)
         return retry
+
+    async def _write_all(
+        self, writes: Sequence[Action]
+    ) -> list[tuple[list[Action], list[PodRefRetry]]]:
+        return [await self._write(a) for a in writes]
 
     async def _write(self, a: Action) -> tuple[list[Action], list[PodRefRetry]]:
         async with self._writes:

@@ -9,6 +9,7 @@ carry one out (the service does the I/O).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ __all__ = [
     "PatchStatus",
     "PostEvent",
     "Publish",
+    "Write",
+    "per_pod",
 ]
 
 
@@ -76,6 +79,19 @@ class EvictPod:
 
 
 Action = Publish | Bind | PatchStatus | PostEvent | DeletePod | EvictPod
+#: An action that writes to the API server about one pod.
+Write = Bind | PatchStatus | PostEvent | DeletePod | EvictPod
+
+
+def per_pod(writes: Sequence[Write]) -> list[list[Write]]:
+    """``writes`` in groups of one pod each, each group in the order given: a pod's writes must
+    land in the order decided (a ``PodScheduled=False`` patch made concurrently with the pod's
+    Binding could land after it and leave a bound pod marked unscheduled), while different
+    pods' writes may go concurrently."""
+    groups: dict[str, list[Write]] = {}
+    for w in writes:
+        groups.setdefault(w.ref.uid, []).append(w)
+    return list(groups.values())
 
 
 class BindOutcome(enum.StrEnum):
