@@ -126,10 +126,18 @@ async def test_an_unschedulable_pod_shows_the_slicers_reason_and_deleting_it_can
         created = await env.create_pod("huge", gpus=8)
         uid = created["metadata"]["uid"]
 
+        # The bridge publishes the node and the job together, and the slicer may decide the
+        # job before it has read the node ("no_capacity: no node inventory received yet"); it
+        # judges the held job again once the node is known: wait for that answer.
         async def waiting() -> bool:
             pod = await env.pod("huge")
             conds = {c.type: c for c in pod.status.conditions or []}
-            return "PodScheduled" in conds and conds["PodScheduled"].reason == "Unschedulable"
+            cond = conds.get("PodScheduled")
+            return (
+                cond is not None
+                and cond.reason == "Unschedulable"
+                and (cond.message or "").startswith("unsatisfiable:")
+            )
 
         await _eventually(waiting)
         pod = await env.pod("huge")
