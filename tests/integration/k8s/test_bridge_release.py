@@ -20,9 +20,9 @@ from seedance.events.jobs import JobMoveRefused, pod_job_id
 from seedance.events.slicing import Placement, Preempted
 from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.kube import USER_AGENT
-from seedance.k8s_bridge.service import BridgeService
+from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.slicer.service import SlicerService
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, wait_consumer_settled
 from tests.integration.k8s.bridge import Env, bridge, gpu_node, slicer
 
 pytestmark = pytest.mark.timeout(90)
@@ -211,7 +211,10 @@ async def test_a_pdb_refuses_a_move_and_the_slicer_puts_the_job_back(env: Env) -
         assert [sched._nodes[p.node].name for p in rec.placements] == [a]
         assert a not in sched._moves.drained
         assert s.metrics.refused_moves_total.labels("undone")._value.get() == 1
-        # ... and the pod was never touched: still bound to A, not being deleted.
+        # ... and the pod was never touched: once the bridge has handled the end of the
+        # placement on B (acknowledged after its writes), it is still bound to A, not deleted.
+        durable = f"{DURABLE}-{br._settings.instance}" if br._settings.instance else DURABLE
+        await wait_consumer_settled(env.bus, "SEEDANCE_SLICING", durable, env.trail.seqs[ended.id])
         mover = await env.pod("mover")
         assert mover.spec.node_name == a
         assert mover.metadata.deletion_timestamp is None
