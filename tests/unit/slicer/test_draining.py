@@ -280,6 +280,7 @@ def test_a_refused_move_whose_old_gpu_is_not_free_is_left_where_it_is() -> None:
     after = s._queue.running_record("a/e")
     assert after is not None
     assert s._nodes[after.placements[0].node].name == "n1"  # left at its new placement
+    assert s.snapshot().moves.drained == (("n2", 700.0),)  # and n2 still held
 
 
 def test_a_moved_jobs_old_place_survives_a_snapshot_and_the_state_entries() -> None:

@@ -49,16 +49,19 @@ def undo_refused_move(s: Scheduler, key: str, node: str, now_s: float) -> tuple[
         del m.moved[key]
         return [], "job_ended"
     i = s._index[node]
-    # The node keeps a pod that may not move: it is not held empty any longer.
-    m.drained.pop(node, None)
-    s._cordon(i)
-    queue.set_masked(s._masked(), s._cordoned)
+    # The node keeps a pod that may not move: it is not held empty any longer (its GPUs
+    # unmasked, which is also what shows whether the old ones are free).
+    until = m.drained.pop(node, None)
+    _hold(s, i)
     job = s._jobs[key]
     rec = queue.running_record(key)
     src = rec or queue.pending_record(key)
     assert src is not None  # running or pending, checked above
     back = NodeGpus(i, was[1])
     if not queue.state.fits(src.job.request, back):
+        if until is not None:  # left as it was: the hold too
+            m.drained[node] = until
+            _hold(s, i)
         return [], "old_gpus_taken"
     del m.moved[key]
     out: list[Effect] = []
@@ -71,6 +74,12 @@ def undo_refused_move(s: Scheduler, key: str, node: str, now_s: float) -> tuple[
     out.extend(s._placed(job, JobPlaced(key, (back,), now_s, 0.0)))
     out.extend(s._pass(now_s))
     return out, UNDONE
+
+
+def _hold(s: Scheduler, i: int) -> None:
+    """Node `i`'s hold changed: its cordon and masked GPUs follow."""
+    s._cordon(i)
+    s._queue.set_masked(s._masked(), s._cordoned)
 
 
 _DETAIL = (
