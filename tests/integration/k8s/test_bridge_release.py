@@ -2,8 +2,8 @@
 consolidates movable pods off a node and holds it empty; the bridge cordons and taints that
 node (the fields cluster-autoscaler and Karpenter read are checked on the API server's
 objects), evicts the moved pod through ``pods/eviction``, and lifts the mark when the slicer
-takes the node back. A PodDisruptionBudget that allows no disruption blocks the move: the pod
-stays where it is until the budget allows it."""
+takes the node back. A PodDisruptionBudget that allows no disruption refuses the move: the pod
+stays where it is, the bridge reports the refusal and the slicer puts the job back there."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from seedance.events.jobs import pod_job_id
+from seedance.events.jobs import JobMoveRefused, pod_job_id
 from seedance.events.slicing import Placement, Preempted
 from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.kube import USER_AGENT
-from seedance.k8s_bridge.service import BridgeService
+from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.slicer.service import SlicerService
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, wait_consumer_settled
 from tests.integration.k8s.bridge import Env, bridge, gpu_node, slicer
 
 pytestmark = pytest.mark.timeout(90)
@@ -164,14 +164,14 @@ async def test_a_node_the_slicer_empties_is_cordoned_tainted_and_given_back(env:
     assert {("", "nodes", "patch"), ("", "pods/eviction", "create")} <= used <= declared
 
 
-async def test_a_pdb_blocks_a_move_until_it_allows_one(env: Env) -> None:
+async def test_a_pdb_refuses_a_move_and_the_slicer_puts_the_job_back(env: Env) -> None:
     pdb = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": "mover-pdb"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "mover"}}},
     }
-    async with consolidating(env, pdb) as (_s, br, a, _b):
+    async with consolidating(env, pdb) as (s, br, a, b):
 
         async def blocked() -> bool:
             return "EvictionBlocked" in await env.reasons("mover")
@@ -184,21 +184,41 @@ async def test_a_pdb_blocks_a_move_until_it_allows_one(env: Env) -> None:
         (ev,) = [e for e in await env.events_of("mover") if e.reason == "EvictionBlocked"]
         assert "mover-pdb needs 1 healthy pods and has 1 currently" in ev.message
         assert ev.type == "Warning"
-        assert br.metrics.evictions_blocked_total._value.get() >= 1
         job = pod_job_id(mover.metadata.uid)
-        assert [e.reason for e in env.trail.of(Preempted, job)] == ["consolidation"]
 
-        # The budget allows a disruption (its owner lowers it): the retried eviction goes.
-        policy = client.PolicyV1Api(env.core.api_client)
-        await policy.patch_namespaced_pod_disruption_budget(
-            "mover-pdb", env.ns, {"spec": {"minAvailable": 0}}
-        )
+        # The bridge reports the refusal (once, for that decision) and the slicer undoes the
+        # move: the job back on A's GPUs it held, its placement on B ended at the refusal.
+        async def undone() -> bool:
+            return len(env.trail.of(Placement, job)) == 3 and bool(env.trail.of(JobMoveRefused))
 
-        async def evicted() -> bool:
-            pods = await env.core.list_namespaced_pod(env.ns)
-            return "mover" not in {p.metadata.name for p in pods.items}
-
-        await until(evicted)
+        await until(undone)
+        pre, ended = env.trail.of(Preempted, job)
+        assert (pre.reason, pre.node) == ("consolidation", a)
+        (refused,) = env.trail.of(JobMoveRefused, job)
+        assert (refused.node, refused.decision_id) == (a, pre.id)
+        assert "mover-pdb" in refused.reason
+        placements = env.trail.of(Placement, job)
+        assert [p.node for p in placements] == [a, b, a]
+        assert (ended.reason, ended.node) == ("move_refused", b)
+        back = placements[-1]
+        assert ended.at == back.at >= refused.at  # billed on B up to the refusal, on A after
+        assert back.gpus == placements[0].gpus  # the very GPUs it never left
+        assert [p for p in placements if p.node == b and p.at >= refused.at] == []
+        # The slicer's state says the same: the job runs on A, and A is no longer held empty.
+        sched = s.scheduler
+        rec = sched._queue.running_record(f"{pre.tenant}/{job}")
+        assert rec is not None
+        assert [sched._nodes[p.node].name for p in rec.placements] == [a]
+        assert a not in sched._moves.drained
+        assert s.metrics.refused_moves_total.labels("undone")._value.get() == 1
+        # ... and the pod was never touched: once the bridge has handled the end of the
+        # placement on B (acknowledged after its writes), it is still bound to A, not deleted.
+        durable = f"{DURABLE}-{br._settings.instance}" if br._settings.instance else DURABLE
+        await wait_consumer_settled(env.bus, "SEEDANCE_SLICING", durable, env.trail.seqs[ended.id])
+        mover = await env.pod("mover")
+        assert mover.spec.node_name == a
+        assert mover.metadata.deletion_timestamp is None
+        assert br.metrics.evictions_blocked_total._value.get() == 1  # reported, not retried
 
 
 async def test_a_new_leader_reads_the_marks_from_the_nodes_and_gives_the_node_back(

@@ -1,12 +1,15 @@
 """A consolidation move's pod is evicted through the Eviction API (its PodDisruptionBudgets
-honoured), while a priority preemption stays a deletion."""
+honoured), while a priority preemption stays a deletion; the end of a refused move's placement
+(the slicer's undo) touches no pod."""
 
 from __future__ import annotations
 
 from seedance.events import new_event_id
 from seedance.events.slicing import Preempted
 from seedance.k8s_bridge.core.actions import DeletePod, EvictPod, PostEvent
+from seedance.k8s_bridge.core.notices import MOVE_REFUSED
 from seedance.k8s_bridge.evictions import MAX_EVICT_RETRY_S, PodRefRetry
+from seedance.slicer.core.refused_moves import MOVE_REFUSED as SLICER_MOVE_REFUSED
 from tests.unit.k8s_bridge.pods import pod
 from tests.unit.k8s_bridge.test_tracker import T0, _bound, of, tracker
 
@@ -27,6 +30,8 @@ def test_a_consolidation_move_evicts_the_pod_instead_of_deleting_it() -> None:
     assert of(actions, DeletePod) == []
     (evict,) = of(actions, EvictPod)
     assert (evict.ref.uid, evict.decision_id) == (p["metadata"]["uid"], ev.id)
+    # What a refusal is reported about (`JobMoveRefused`): the decision's job and node.
+    assert (evict.tenant, evict.job_id, evict.node) == ("acme", job_id, "gpu-1")
     assert "(consolidation)" in of(actions, PostEvent)[0].body["message"]
 
 
@@ -38,10 +43,19 @@ def test_a_priority_preemption_still_deletes() -> None:
     assert len(of(actions, DeletePod)) == 1
 
 
-def test_a_blocked_eviction_backs_off_and_its_tries_span_the_slicers_hold() -> None:
-    blocked = PodRefRetry("u", "pdb", 5.0, backoff=True)
+def test_the_end_of_a_refused_moves_placement_leaves_the_pod_alone() -> None:
+    # The slicer undid a move the bridge reported refused: the placement it ends (reason
+    # `move_refused`) is one the pod never took; the pod runs on, untouched.
+    t = tracker()
+    p = pod(limits={"nvidia.com/gpu": 1})
+    assert t.decision(preempted(_bound(t, p, T0), "move_refused"), T0) == []
+    assert MOVE_REFUSED == SLICER_MOVE_REFUSED  # the wire value is the contract
+
+
+def test_an_unanswered_eviction_backs_off_and_its_tries_span_the_slicers_hold() -> None:
+    blocked = PodRefRetry("u", "503", 5.0, backoff=True)
     waits = [blocked.after(n) for n in range(1, 10)]  # max_deliver 10: nine waits between
     assert waits[:5] == [5.0, 10.0, 20.0, 40.0, 80.0]
     assert max(waits) == MAX_EVICT_RETRY_S
     assert sum(waits) >= 600.0  # the slicer's default hold of an emptied node
-    assert PodRefRetry("u", "503", 5.0).after(7) == 5.0  # no answer: no backoff
+    assert PodRefRetry("u", "bind", 5.0).after(7) == 5.0  # a Binding's retry: no backoff

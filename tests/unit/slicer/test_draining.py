@@ -19,6 +19,7 @@ from seedance.slicer.core import (
 )
 from seedance.slicer.core.consolidation import CONSOLIDATION, DisruptionBudget
 from seedance.slicer.core.draining import ConsolidationConfig
+from seedance.slicer.core.refused_moves import MOVE_REFUSED
 from seedance.slicer.core.workload import SchedulerConfig
 
 CFG = SchedulerConfig(
@@ -213,3 +214,81 @@ def test_a_removed_drained_node_leaves_the_plan() -> None:
     s.upsert_node(node("n2", state="removed"), 200.0)
     (plan,) = plans(s.consolidate(300.0)).values()
     assert plan.drained_nodes == ()  # type: ignore[attr-defined]
+
+
+# -- a move the cluster refused (a PodDisruptionBudget): undone (`core.refused_moves`) -----------
+
+
+def test_a_refused_move_puts_the_job_back_on_its_old_gpus_and_ends_the_hold() -> None:
+    s = light_fleet(movable=True)
+    before = s._queue.running_record("a/e")
+    assert before is not None
+    s.consolidate(100.0)
+    out, outcome = s.move_refused("a", "e", "n2", 150.0)
+    assert outcome == "undone"
+    # Its placement on n1 ends at the refusal (a preemption the bridge does nothing to), then
+    # it is placed back where it ran, on the very GPUs: billed there from the refusal on.
+    (ev,) = [e for e in out if isinstance(e, Evicted)]
+    assert (ev.job.job_id, ev.node, ev.reason) == ("e", "n1", MOVE_REFUSED)
+    (back,) = [e for e in out if isinstance(e, Placed)]
+    assert (back.job.job_id, back.node, back.attempt) == ("e", "n2", 3)
+    assert out.index(ev) < out.index(back)
+    after = s._queue.running_record("a/e")
+    assert after is not None
+    assert after.placements == before.placements
+    assert after.started_s == before.started_s  # it never restarted
+    assert s.snapshot().moves.drained == ()  # n2 keeps a pod: no longer held empty
+    assert s.snapshot().moves.moved == ()
+    # n1's GPU is free again (two there), and n2 takes work.
+    assert placed_on(s.submit(job("f"), 160.0)) == {"f": "n1"}
+    assert placed_on(s.submit(job("g"), 170.0)) == {"g": "n1"}
+    assert placed_on(s.submit(job("h"), 180.0)) == {"h": "n2"}
+    # The move stays in the budget's record: the job is not moved again.
+    for t in range(200, 3000, 60):
+        assert not [e for e in s.consolidate(float(t)) if isinstance(e, Evicted)]
+
+
+def test_a_refusal_is_undone_once_and_only_for_the_node_moved_off() -> None:
+    s = light_fleet(movable=True)
+    s.consolidate(100.0)
+    assert s.move_refused("a", "e", "n1", 150.0) == ([], "no_move")  # not where it ran
+    assert s.move_refused("b", "e", "n2", 150.0) == ([], "no_move")  # another tenant's job
+    assert s.move_refused("a", "e", "n2", 150.0)[1] == "undone"
+    assert s.move_refused("a", "e", "n2", 151.0) == ([], "no_move")  # a second report
+
+
+def test_a_refusal_after_the_job_ended_or_the_hold_lapsed_changes_nothing() -> None:
+    s = light_fleet(movable=True)
+    s.consolidate(100.0)
+    s.finish("a", "e", 120.0)
+    assert s.move_refused("a", "e", "n2", 150.0) == ([], "job_ended")
+    s = light_fleet(movable=True)
+    s.consolidate(100.0)
+    s.consolidate(700.0)  # the hold lapsed: n2 takes work again, the record is forgotten
+    assert s.move_refused("a", "e", "n2", 750.0) == ([], "no_move")
+
+
+def test_a_refused_move_whose_old_gpu_is_not_free_is_left_where_it_is() -> None:
+    s = light_fleet(movable=True)
+    before = s._queue.running_record("a/e")
+    assert before is not None
+    (gpu,) = before.placements[0].gpus
+    s.consolidate(100.0)
+    s.set_health("n2", gpu, False, 120.0)  # its old GPU can take nothing now
+    out, outcome = s.move_refused("a", "e", "n2", 150.0)
+    assert (out, outcome) == ([], "old_gpus_taken")
+    after = s._queue.running_record("a/e")
+    assert after is not None
+    assert s._nodes[after.placements[0].node].name == "n1"  # left at its new placement
+    assert s.snapshot().moves.drained == (("n2", 700.0),)  # and n2 still held
+
+
+def test_a_moved_jobs_old_place_survives_a_snapshot_and_the_state_entries() -> None:
+    s = light_fleet(movable=True)
+    s.consolidate(100.0)
+    for restored in (
+        Scheduler.restore(s.snapshot(), CFG),
+        Scheduler.from_entries(s.state_entries(), CFG),
+    ):
+        assert restored.snapshot() == s.snapshot()
+        assert restored.move_refused("a", "e", "n2", 150.0)[1] == "undone"

@@ -15,7 +15,7 @@ from seedance.events.base import Event
 from seedance.events.cost import CostEvent
 from seedance.events.dlq import DeadLetter
 from seedance.events.graph import GraphEvent
-from seedance.events.jobs import JobEvent
+from seedance.events.jobs import ObservedJobEvent
 from seedance.events.routing import RoutingEvent
 from seedance.events.slicing import SlicingEvent
 from seedance.events.telemetry import TelemetryEvent
@@ -29,7 +29,13 @@ if TYPE_CHECKING:
 __all__ = ["AnyEvent", "DecodeError", "decode", "encode", "event_types"]
 
 AnyEvent = (
-    TelemetryEvent | JobEvent | SlicingEvent | RoutingEvent | GraphEvent | CostEvent | DeadLetter
+    TelemetryEvent
+    | ObservedJobEvent
+    | SlicingEvent
+    | RoutingEvent
+    | GraphEvent
+    | CostEvent
+    | DeadLetter
 )
 
 T = TypeVar("T")
@@ -73,7 +79,14 @@ def decode(data: bytes, types: Any = AnyEvent) -> Any:
 def event_types() -> list[type[Event]]:
     """Every concrete event type, for schema generation and golden tests."""
     out: list[type[Event]] = []
-    for union in (TelemetryEvent, JobEvent, SlicingEvent, RoutingEvent, GraphEvent, CostEvent):
+    for union in (
+        TelemetryEvent,
+        ObservedJobEvent,
+        SlicingEvent,
+        RoutingEvent,
+        GraphEvent,
+        CostEvent,
+    ):
         out.extend(cast(Any, union).__args__)
     out.append(DeadLetter)
     return out

@@ -34,8 +34,10 @@ __all__ = [
     "JobFailed",
     "JobFinished",
     "JobKind",
+    "JobMoveRefused",
     "JobStarted",
     "JobSubmitted",
+    "ObservedJobEvent",
     "ResourceRequest",
     "gang_job_id",
     "is_k8s_job",
@@ -229,3 +231,23 @@ class JobCancelled(Event, frozen=True, kw_only=True, tag="job.cancelled.v1"):
 
 
 JobEvent = JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled
+
+
+class JobMoveRefused(Event, frozen=True, kw_only=True, tag="job.move_refused.v1"):
+    """A consolidation move the cluster refused (issue 30): the k8s-bridge's eviction of the
+    job's pod was answered 429 because a PodDisruptionBudget allows no disruption, so the pod
+    still runs on ``node``. Observed by the bridge for its own cluster only, published once per
+    refused decision (``decision_id``: the slicer's ``slice.preempted.v1`` it carried out; the
+    event id is derived from it) on ``seedance.observed.<tenant>.move_refused``, which no tenant
+    may publish on. ``at`` is when the refusal was observed: the slicer undoes the move there."""
+
+    job_id: Name
+    tenant: TenantId
+    node: Name
+    decision_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    reason: Reason = ""
+
+
+#: What only a trusted observer reports about a job (never a tenant's request, so not a
+#: `JobEvent`, which the SDK and the CLI build).
+ObservedJobEvent = JobEvent | JobMoveRefused

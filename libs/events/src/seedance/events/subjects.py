@@ -101,10 +101,12 @@ class SubjectShapeError(ValueError):
     """A subject of a tenant family that does not have the family's exact shape."""
 
 
-#: The closed set of kinds each tenant family's subjects end in.
+_JOB_KINDS = frozenset({"submitted", "started", "finished", "failed", "cancelled"})
+#: The closed set of kinds each tenant family's subjects end in (``observed.move_refused``: the
+#: k8s-bridge's refusal of a consolidation move, `JobMoveRefused`, never a tenant's request).
 TENANT_KINDS: dict[str, frozenset[str]] = {
-    "jobs": frozenset({"submitted", "started", "finished", "failed", "cancelled"}),
-    "observed": frozenset({"submitted", "started", "finished", "failed", "cancelled"}),
+    "jobs": _JOB_KINDS,
+    "observed": _JOB_KINDS | {"move_refused"},
     "slicing": frozenset(
         {"placement", "unschedulable", "preempted", "released", "rejected", "share", "alert"}
     ),

@@ -4,11 +4,15 @@ A consolidation move is voluntary (the slicer empties a node so the fleet can re
 its pod goes the way ``kubectl drain`` and the autoscalers take pods off a node: ``POST
 pods/{name}/eviction`` (policy/v1), which the API server refuses with 429 while one of the
 pod's PodDisruptionBudgets allows no disruption. Then the pod stays where it is, a warning
-Event on it says why, and the slicer's decision is redelivered after ``evict_retry_s``, doubled
-at each try up to `MAX_EVICT_RETRY_S`, so the eviction is tried again (``kubectl drain`` retries
-the same way) until the budget allows it or the decisions consumer's ``max_deliver`` runs out
-(dead-lettered with the reason; the pod is left running). A priority or quota preemption is
-not voluntary and stays a deletion.
+Event on it says why, and the bridge reports the refusal to the slicer as an observed fact
+(`JobMoveRefused` on ``seedance.observed.<tenant>.move_refused``, its id derived from the
+decision's, so once per decision): the slicer undoes the move (the job back on its old node,
+billed there from the refusal on, the node no longer held empty) and does not try it again for
+its disruption budget's window. The eviction is not retried: a retry that succeeded later
+would move a job the slicer has put back. An unavailable or busy API server (no answer, 5xx)
+is retried: the decision is redelivered after ``evict_retry_s``, doubled at each try up to
+`MAX_EVICT_RETRY_S`, until the decisions consumer's ``max_deliver`` runs out. A priority or
+quota preemption is not voluntary and stays a deletion.
 
 Owns `PodRefRetry` (a write to try again, with its delay) and the eviction call's outcomes;
 must not decide which pod is evicted (the tracker's notices do).
@@ -20,8 +24,11 @@ import dataclasses
 
 from seedance.core import Clock
 from seedance.core.logs import get_logger
+from seedance.events import derived_event_id
+from seedance.events.jobs import JobMoveRefused
+from seedance.events.subjects import observed
 from seedance.k8s_bridge.core import notices
-from seedance.k8s_bridge.core.actions import Action, EvictPod
+from seedance.k8s_bridge.core.actions import Action, EvictPod, Publish
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
 
@@ -33,9 +40,9 @@ log = get_logger(__name__)
 _RETRY_CODES = frozenset({500, 502, 503, 504})
 
 
-#: The longest wait between two tries of a refused eviction: with the decisions consumer's
-#: ``max_deliver`` (10) and ``evict_retry_s`` 5, the tries span about 10 minutes, the slicer's
-#: default hold of an emptied node (a PDB refusal usually lasts until a replica is ready).
+#: The longest wait between two tries of an eviction the API server could not answer: with the
+#: decisions consumer's ``max_deliver`` (10) and ``evict_retry_s`` 5, the tries span about 10
+#: minutes, the slicer's default hold of an emptied node.
 MAX_EVICT_RETRY_S = 120.0
 
 
@@ -78,9 +85,7 @@ class Evictions:
             return self._later(a, "retry", str(exc))
         except ApiStatus as exc:
             if exc.code == 429:
-                self._metrics.evictions_blocked_total.inc()
-                why = "; ".join((exc.message, *exc.causes))
-                return self._later(a, "blocked", why, tell=True)
+                return self._refused(a, "; ".join((exc.message, *exc.causes)))
             if exc.code in _RETRY_CODES:
                 return self._later(a, "retry", str(exc))
             # 404: gone; 409: the uid precondition (another pod by that name): nothing to do.
@@ -93,14 +98,27 @@ class Evictions:
         self._metrics.api_writes_total.labels("evict_pod", "ok").inc()
         return [], []
 
-    def _later(
-        self, a: EvictPod, outcome: str, why: str, *, tell: bool = False
-    ) -> tuple[list[Action], list[PodRefRetry]]:
+    def _refused(self, a: EvictPod, why: str) -> tuple[list[Action], list[PodRefRetry]]:
+        """A PodDisruptionBudget refused the move: say so on the pod and to the slicer; no
+        retry (the decision is done with)."""
+        self._metrics.evictions_blocked_total.inc()
+        self._metrics.api_writes_total.labels("evict_pod", "blocked").inc()
+        log.warning("bridge_eviction_refused", pod=f"{a.ref.namespace}/{a.ref.name}",
+                    outcome="blocked", error=why)  # fmt: skip
+        now = self._clock.now()
+        follow: list[Action] = [
+            notices.eviction_refused(a.ref, why, a.decision_id, now, self._instance)
+        ]
+        if a.job_id:
+            ev = JobMoveRefused(
+                id=derived_event_id(a.decision_id, "move_refused"), at=now, job_id=a.job_id,
+                tenant=a.tenant, node=a.node, decision_id=a.decision_id, reason=why[:1024],
+            )  # fmt: skip
+            follow.append(Publish(observed.subject(a.tenant, "move_refused"), ev))
+        return follow, []
+
+    def _later(self, a: EvictPod, outcome: str, why: str) -> tuple[list[Action], list[PodRefRetry]]:
         self._metrics.api_writes_total.labels("evict_pod", outcome).inc()
         log.warning("bridge_eviction_refused", pod=f"{a.ref.namespace}/{a.ref.name}",
                     outcome=outcome, error=why)  # fmt: skip
-        follow: list[Action] = []
-        if tell:
-            now = self._clock.now()
-            follow.append(notices.eviction_refused(a.ref, why, a.decision_id, now, self._instance))
-        return follow, [PodRefRetry(a.ref.uid, why, self._retry_s, backoff=outcome == "blocked")]
+        return [], [PodRefRetry(a.ref.uid, why, self._retry_s, backoff=True)]

@@ -19,7 +19,14 @@ from seedance.core.durable import DurableRuntime, Outbox
 from seedance.core.logs import get_logger
 from seedance.events import Event
 from seedance.events.cost import PauseRequest
-from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
+from seedance.events.jobs import (
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobMoveRefused,
+    JobStarted,
+    JobSubmitted,
+)
 from seedance.events.slicing import ShareChanged
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.cluster_policy import ClusterPolicy
@@ -124,7 +131,18 @@ class SlicerDecider:
             return sched.start(ev.tenant, ev.job_id)
         if isinstance(ev, ShareChanged):
             return sched.resize_share(share_change(ev), now_s)
+        if isinstance(ev, JobMoveRefused):
+            return self._undo_move(ev, now_s)
         raise TypeError(f"the slicer has no use for {type(ev).__name__}")
+
+    def _undo_move(self, ev: JobMoveRefused, now_s: float) -> list[Effect]:
+        """The cluster refused a consolidation move (`seedance.slicer.core.refused_moves`)."""
+        effects, outcome = self._scheduler.move_refused(ev.tenant, ev.job_id, ev.node, now_s)
+        self._metrics.refused_moves_total.labels(outcome).inc()
+        log_at = log.info if outcome == "undone" else log.warning
+        log_at("slicer_move_refused", tenant=ev.tenant, job_id=ev.job_id, node=ev.node,
+               outcome=outcome, decision_id=ev.decision_id, reason=ev.reason)  # fmt: skip
+        return effects
 
     def publishable(self, effects: list[Effect], cause: Event, at: datetime) -> Outbox:
         """The events of `cause`'s decisions, each at `at` (the cause's trusted time)."""

@@ -35,6 +35,16 @@ class SlicerMetrics:
         )
         for reason in ("subject_mismatch", "future_time"):
             self.refused_total.labels(reason)
+        self.refused_moves_total = Counter(
+            "seedance_slicer_refused_moves_total",
+            "Consolidation moves the cluster refused (a PodDisruptionBudget), by what the slicer "
+            "did: undone (the job back on its old GPUs), old_gpus_taken (left where it is), "
+            "no_move (no such move remembered), job_ended.",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("undone", "old_gpus_taken", "no_move", "job_ended"):
+            self.refused_moves_total.labels(outcome)
         self.queued_jobs = Gauge("seedance_slicer_queued_jobs", "Jobs waiting.", registry=registry)
         self.allocated_gpus = Gauge(
             "seedance_slicer_allocated_gpus", "GPUs allocated (shares summed).", registry=registry

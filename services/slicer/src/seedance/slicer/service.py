@@ -26,7 +26,14 @@ from seedance.core.durable import DurableRuntime, DurableSpec
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.events.cost import PauseRequest
-from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobStarted, JobSubmitted
+from seedance.events.jobs import (
+    JobCancelled,
+    JobFailed,
+    JobFinished,
+    JobMoveRefused,
+    JobStarted,
+    JobSubmitted,
+)
 from seedance.events.slicing import ShareChanged
 from seedance.events.subjects import POLICY_BUCKET
 from seedance.events.telemetry import GpuHealth, NodeInventory
@@ -50,7 +57,10 @@ _DURABLES: tuple[tuple[str, Any], ...] = (
     ("slicer-inventory", NodeInventory | GpuHealth),
     ("slicer-pauses", PauseRequest),
     ("slicer-shares", ShareChanged),  # right-sizing's share changes (core.resize)
-    ("slicer-jobs", JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled),
+    (
+        "slicer-jobs",
+        JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled | JobMoveRefused,
+    ),  # fmt: skip  (a refused consolidation move: core.refused_moves)
 )
 
 

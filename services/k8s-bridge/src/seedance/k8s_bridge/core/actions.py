@@ -71,11 +71,15 @@ class DeletePod:
 class EvictPod:
     """Evict the pod through the Eviction API (``pods/eviction``, uid precondition), which
     honours its PodDisruptionBudgets: the API server answers 429 while one allows no
-    disruption. ``decision_id``: the slicer's decision it carries out (retried while refused)."""
+    disruption. ``decision_id``: the slicer's decision it carries out; ``tenant``, ``job_id``
+    and ``node`` (the decision's): what a refusal is reported about (`JobMoveRefused`)."""
 
     ref: PodRef
     reason: str
     decision_id: str
+    tenant: str = ""
+    job_id: str = ""
+    node: str = ""
 
 
 Action = Publish | Bind | PatchStatus | PostEvent | DeletePod | EvictPod

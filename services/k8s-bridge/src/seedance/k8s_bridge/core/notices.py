@@ -26,6 +26,9 @@ from seedance.k8s_bridge.core.tracked import LIVE, PodState, TrackedPod
 #: `Preempted.reason` of a consolidation move (the slicer's ``CONSOLIDATION``; services never
 #: import each other, the wire value is the contract).
 CONSOLIDATION = "consolidation"
+#: `Preempted.reason` of a move the slicer undid after the bridge reported its refusal
+#: (`JobMoveRefused`): the pod never left its node, so there is nothing to do to it.
+MOVE_REFUSED = "move_refused"
 
 __all__ = [
     "cannot_place",
@@ -111,7 +114,10 @@ def cannot_place(
 def preemption(pods: list[TrackedPod], ev: Preempted, now: datetime, instance: str) -> list[Action]:
     """The slicer preempted the job of ``pods``: each live one is told and deleted, or, for a
     consolidation move (`CONSOLIDATION`: voluntary, as a drain is), evicted through the
-    Eviction API so that its PodDisruptionBudgets are honoured."""
+    Eviction API so that its PodDisruptionBudgets are honoured. A `MOVE_REFUSED` preemption
+    ends only the slicer's record of a placement the pod never took: nothing is done."""
+    if ev.reason == MOVE_REFUSED:
+        return []  # the end of a placement the pod never took (its move was refused)
     out: list[Action] = []
     why = f"preempted on {node_name(ev.node)} ({ev.reason or 'priority'})" + (
         f" by job {ev.by_job_id}" if ev.by_job_id else ""
@@ -120,7 +126,7 @@ def preemption(pods: list[TrackedPod], ev: Preempted, now: datetime, instance: s
         if p.state in LIVE:
             out.append(preempted(p.ref, why, ev.id, now, instance))
             if ev.reason == CONSOLIDATION:
-                out.append(EvictPod(p.ref, why, ev.id))
+                out.append(EvictPod(p.ref, why, ev.id, ev.tenant, ev.job_id, ev.node))
             else:
                 out.append(DeletePod(p.ref, why))
     return out
@@ -128,9 +134,10 @@ def preemption(pods: list[TrackedPod], ev: Preempted, now: datetime, instance: s
 
 def eviction_refused(ref: PodRef, message: str, decision_id: str, now: datetime,
                      instance: str) -> PostEvent:  # fmt: skip
-    """The warning Event of a consolidation move a PodDisruptionBudget refused for now (one
-    per decision: its retries post the same Event name, which the API server keeps once)."""
+    """The warning Event of a consolidation move a PodDisruptionBudget refused (one per
+    decision: a redelivery posts the same Event name, which the API server keeps once); the
+    slicer is told (`JobMoveRefused`) and puts the job back where it runs."""
     body = warning(ref, keys.EVENT_EVICTION_BLOCKED,
-                   f"Seedance's consolidation move waits: {message}", now,
+                   f"Seedance's consolidation move was refused, the pod stays: {message}", now,
                    f"eviction-blocked/{decision_id}", instance)  # fmt: skip
     return PostEvent(ref, body)

@@ -75,7 +75,9 @@ class Moves:
     last_round_s: float | None = None
     history: MoveHistory = field(default_factory=MoveHistory)
     drained: dict[str, float] = field(default_factory=dict)
-
+    #: Where each job moved off a held node ran (node, GPUs, start): a refused move is undone
+    #: there (`seedance.slicer.core.refused_moves`); forgotten when the node's hold ends.
+    moved: dict[str, tuple[str, tuple[int, ...], float]] = field(default_factory=dict)
     forecasts: Forecasts = field(default_factory=Forecasts)
 
     def record(self) -> MovesRecord:
@@ -84,6 +86,7 @@ class Moves:
             recent=tuple(self.history.recent),
             per_job=tuple(sorted(self.history.per_job.items())),
             drained=tuple(sorted(self.drained.items())),
+            moved=tuple((k, *v) for k, v in sorted(self.moved.items())),
             forecasts=self.forecasts.saved(),
         )
 
@@ -92,6 +95,7 @@ class Moves:
         m = cls(
             last_round_s=rec.last_round_s,
             drained=dict(rec.drained),
+            moved={k: (node, gpus, started) for k, node, gpus, started in rec.moved},
             forecasts=Forecasts.of(rec.forecasts),
         )
         m.history.recent.extend((t, tenant) for t, tenant in rec.recent)
@@ -111,6 +115,8 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
     for name in lapsed:
         del m.drained[name]
         s._cordon(s._index[name])
+    for key in [k for k, (node, _, _) in m.moved.items() if node not in m.drained]:
+        del m.moved[key]
     drains = plan_consolidation(
         s._queue.state,
         _candidates(s, cfg),
@@ -136,6 +142,8 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
         )
         for j in d.jobs:
             job = s._jobs[j.job_id]
+            (was,) = s._queue.placements_of(j.job_id)  # one node: gangs are never moved
+            m.moved[j.job_id] = (name, was.gpus, j.started_s)
             s._queue.finish(j.job_id, now_s)
             s._queue.submit(core_job(job), s._submitted_s.get(j.job_id, now_s))
             s._dirty_jobs.add(j.job_id)

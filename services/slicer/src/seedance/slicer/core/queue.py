@@ -159,17 +159,10 @@ class PlacementQueue:
         seq: int,
     ) -> PlacementQueue:
         """A queue over `nodes` (a superset, in the same order, of those the records were
-        taken on) holding these running and pending jobs; raises ValueError if one does not
-        fit."""
+        taken on) holding these running and pending jobs; ValueError if one does not fit."""
         queue = cls(nodes, policy, config)
         for r in running:
-            for p in r.placements:
-                queue.state.apply(r.job.request, p)
-                queue._on_node[p.node].add(r.job.job_id)
-            queue._running[r.job.job_id] = r
-            queue._held_milli += r.job.request.gpu_milli_total * r.job.replicas
-            prio = r.job.priority
-            queue._priorities[prio] = queue._priorities.get(prio, 0) + 1
+            queue.adopt(r)
         for rec in pending:
             pend = _Pending(rec.job, rec.submitted_s, rec.seq, rec.reason, list(rec.reserved))
             queue._enqueue(pend)
@@ -177,6 +170,15 @@ class PlacementQueue:
                 queue._reserved_by[list(rec.reserved)] = rec.seq
         queue._seq = seq
         return queue
+
+    def adopt(self, r: RunningRecord) -> None:
+        """Run `r` where it says (a restore; a refused move undone); ValueError if it won't fit."""
+        for p in r.placements:
+            self.state.apply(r.job.request, p)
+            self._on_node[p.node].add(r.job.job_id)
+        self._running[r.job.job_id] = r
+        self._held_milli += r.job.request.gpu_milli_total * r.job.replicas
+        self._priorities[r.job.priority] = self._priorities.get(r.job.priority, 0) + 1
 
     # -- nodes coming and going ---------------------------------------------------------------
     def add_node(self, node: Node) -> int:
@@ -319,8 +321,7 @@ class PlacementQueue:
 
     @property
     def held_milli(self) -> int:
-        """GPU milli-shares the running jobs hold (masked GPUs not counted, unlike
-        `gpu_allocated_milli`)."""
+        """GPU milli-shares the running jobs hold (masked GPUs not counted, unlike the state)."""
         return self._held_milli
 
     # -- the pass ---------------------------------------------------------------------------
@@ -439,8 +440,7 @@ class PlacementQueue:
         nodes = {p.node for p in run.placements}
         for shape in [s for s in self._failed if any(self._could_fit(s[0], n) for n in nodes)]:
             del self._failed[shape]
-        left = self._priorities[run.job.priority] - 1
-        if left:
+        if left := self._priorities[run.job.priority] - 1:
             self._priorities[run.job.priority] = left
         else:
             del self._priorities[run.job.priority]

@@ -56,6 +56,7 @@ from seedance.slicer.core.model import MAX_GPUS_PER_NODE
 from seedance.slicer.core.policies import FragmentationGradientDescent
 from seedance.slicer.core.queue import JobPlaced, JobPreempted, JobUnschedulable, QueueDecision
 from seedance.slicer.core.quota import Admitted, QuotaPolicy
+from seedance.slicer.core.refused_moves import undo_refused_move
 from seedance.slicer.core.resize import ShareChange, give_back, resize_share
 from seedance.slicer.core.satisfiable import REASON as UNSATISFIABLE
 from seedance.slicer.core.satisfiable import NodeType, TypeKey, type_key, types_of, unsatisfiable
@@ -254,6 +255,12 @@ class Scheduler(SchedulerState):
         (`seedance.slicer.core.draining`): moves of movable jobs that empty whole nodes."""
         cfg = self.config.consolidation
         return [] if cfg is None or not self._nodes else consolidation_round(self, cfg, now_s)
+
+    def move_refused(
+        self, tenant: str, job_id: str, node: str, now_s: float
+    ) -> tuple[list[Effect], str]:
+        """The cluster refused the job's move off `node` (`core.refused_moves`): undone."""
+        return undo_refused_move(self, job_key(tenant, job_id), node, now_s)
 
     def resize_share(self, change: ShareChange, now_s: float) -> list[Effect]:
         """A running shared job's share changed (`seedance.slicer.core.resize`)."""

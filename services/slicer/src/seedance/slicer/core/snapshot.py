@@ -105,6 +105,8 @@ class MovesRecord(msgspec.Struct, frozen=True, kw_only=True):
     recent: tuple[tuple[float, str], ...] = ()
     per_job: tuple[tuple[str, int], ...] = ()
     drained: tuple[tuple[str, float], ...] = ()
+    #: The jobs moved off a held node: (job key, node, GPUs, start), for a refusal's undo.
+    moved: tuple[tuple[str, str, tuple[int, ...], float], ...] = ()
     #: The capacity plan's demand forecast per GPU model (`core.capacity_plan.Forecasts`).
     forecasts: tuple[
         tuple[str, tuple[float, float, float, float, float, float, float, float]], ...
