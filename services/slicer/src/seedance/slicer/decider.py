@@ -31,7 +31,7 @@ from seedance.events.slicing import ShareChanged
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.core import Effect, Scheduler, SchedulerConfig
-from seedance.slicer.durable import SlicerState
+from seedance.slicer.durable import SlicerState, slicer_state
 from seedance.slicer.intake import refusal
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published, share_change
 from seedance.slicer.metrics import SlicerMetrics
@@ -65,10 +65,7 @@ class SlicerDecider:
         self._durable = durable
 
     def _state(self) -> SlicerState:
-        assert self._durable is not None, "bind() first"
-        state = self._durable.state
-        assert isinstance(state, SlicerState)
-        return state
+        return slicer_state(self._durable)
 
     @property
     def _scheduler(self) -> Scheduler:

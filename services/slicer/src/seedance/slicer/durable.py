@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from seedance.core.applied import APPLIED_KEPT, AppliedSequences
-from seedance.core.durable import DurableState
+from seedance.core.durable import DurableRuntime, DurableState
 from seedance.core.state_store import StateStore
 from seedance.events import decode
 from seedance.slicer.core import QuotaPolicy, Scheduler, SchedulerConfig
@@ -31,6 +31,7 @@ __all__ = [
     "LegacyState",
     "SlicerState",
     "pack_state",
+    "slicer_state",
     "unpack_state",
 ]
 
@@ -138,3 +139,11 @@ class SlicerState(DurableState):
         self.replay_now_s = old.replay_now_s
         self.decided_s = old.replay_now_s  # the one-key format kept no other time
         self.outbox = [(subj, decode(data)) for subj, data in old.outbox]
+
+
+def slicer_state(durable: DurableRuntime | None) -> SlicerState:
+    """The pool's state as ``durable`` holds it (bound at its start)."""
+    assert durable is not None, "bind() first"
+    state = durable.state
+    assert isinstance(state, SlicerState)
+    return state

@@ -32,7 +32,7 @@ from seedance.events import Event
 from seedance.events.base import derived_event_id
 from seedance.slicer.core.draining import round_due
 from seedance.slicer.decider import SlicerDecider
-from seedance.slicer.durable import SlicerState
+from seedance.slicer.durable import SlicerState, slicer_state
 from seedance.slicer.settings import SlicerSettings
 
 __all__ = ["QuietRounds"]
@@ -54,10 +54,7 @@ class QuietRounds:
         self._durable = durable
 
     def _state(self) -> SlicerState:
-        assert self._durable is not None, "bind() first"
-        state = self._durable.state
-        assert isinstance(state, SlicerState)
-        return state
+        return slicer_state(self._durable)
 
     def time(self) -> datetime:
         """When a round decided now happens: the slicer's clock (the replay's latest trusted

@@ -27,7 +27,7 @@ from seedance.events.subjects import quota_usage_key
 from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.core import QuotaError, QuotaPolicy
 from seedance.slicer.decider import SlicerDecider
-from seedance.slicer.durable import SlicerState
+from seedance.slicer.durable import SlicerState, slicer_state
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
 
@@ -73,10 +73,7 @@ class QuotaSync:
 
     @property
     def _state(self) -> SlicerState:
-        assert self._durable is not None
-        state = self._durable.state
-        assert isinstance(state, SlicerState)
-        return state
+        return slicer_state(self._durable)
 
     def saved(self, doc: bytes | None) -> QuotaPolicy | None:
         """The policy a snapshot was decided under (None document: the file's)."""

@@ -41,7 +41,7 @@ from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.config import load_quota, scheduler_config
 from seedance.slicer.core import Scheduler
 from seedance.slicer.decider import SlicerDecider
-from seedance.slicer.durable import SlicerState
+from seedance.slicer.durable import SlicerState, slicer_state
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.quiet_rounds import QuietRounds
 from seedance.slicer.quota_sync import QuotaSync
@@ -139,7 +139,7 @@ class SlicerService(Lifecycle):
 
     @property
     def state(self) -> SlicerState:
-        return _slicer_state(self.durable)
+        return slicer_state(self.durable)
 
     @property
     def leading(self) -> bool:
@@ -178,12 +178,6 @@ class SlicerService(Lifecycle):
     async def close(self) -> None:
         await self.durable.close()
         await self._rt.close()
-
-
-def _slicer_state(durable: DurableRuntime) -> SlicerState:
-    state = durable.state
-    assert isinstance(state, SlicerState)
-    return state
 
 
 def _consumer(
