@@ -488,7 +488,8 @@ def test_retention_is_exact_for_facts_up_to_its_bound(book, seed):
         if i % 70 == 0:  # a replica dies and another resumes from the last snapshot
             led = Ledger.from_bytes(led.to_bytes(), book)
     led.advance(as_of)
-    assert led.sealed_until is not None and led.sealed_until > 0  # retention did seal windows
+    assert led.sealed_until is not None  # retention did seal windows
+    assert led.sealed_until > 0
     assert led.late_facts == 0
     assert led.totals() == recompute(events, book, as_of, config)
 
