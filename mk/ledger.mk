@@ -11,7 +11,7 @@ bench-ledger-core: install  ## cost-ledger core throughput and exactness on the 
 
 .PHONY: bench-ledger-order
 bench-ledger-order: install  ## cost messages of the same inputs by the merged stream's order (telemetry ahead)
-	nice .venv/bin/python -m tools.bench.bench_ledger_order
+	nice .venv/bin/python -m tools.bench.bench_ledger_order $(LEDGER_ORDER_ARGS)
 
 .PHONY: report-ledger-sample
 report-ledger-sample: install  ## write a sample cost report (HTML, CSV, FOCUS) under build/ledger

@@ -21,6 +21,7 @@ from tests.integration.durable.test_durable_runtime import (
     deliveries,
     pause,
     rejections,
+    restored,
     tally_runtime,
 )
 
@@ -30,8 +31,7 @@ async def test_a_batch_whose_end_raises_is_rolled_back_and_decided_again_when_re
 ) -> None:
     t = f"t{unique}"
     batch = deliveries([pause(t), pause(t, minute=1)], 1)
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, loaded=True) as (durable, core, _):
         core.after_batch_raises = True
         with pytest.raises(RuntimeError, match="a bug at the batch's end"):
             await durable.handler("slicer-pauses")(batch)
@@ -42,9 +42,7 @@ async def test_a_batch_whose_end_raises_is_rolled_back_and_decided_again_when_re
         assert await durable.handler("slicer-pauses")(batch) == [None, None]  # the redelivery
         assert core.tally.counts == {t: 2}
         assert core.counted == [2]
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
-        assert core.tally.counts == {t: 2}  # committed
+    assert await restored(nats_url, unique) == {t: 2}  # committed
     assert await rejections(bus, t) == ["pause-1", "pause-2"]  # and published
 
 
@@ -53,8 +51,7 @@ async def test_an_event_whose_check_raises_is_dead_lettered_and_the_rest_applied
 ) -> None:
     t = f"t{unique}"
     batch = [pause(t), pause(t, "unreadable", 1), pause(t, minute=2)]
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, loaded=True) as (durable, core, _):
         outcomes = await durable.handler("slicer-pauses")(deliveries(batch, 1))
         assert outcomes[0] is None
         assert outcomes[2] is None
@@ -70,8 +67,7 @@ async def test_a_change_that_raises_is_rolled_back_and_never_saved(
     nats_url: str, bus: Bus, unique: str
 ) -> None:
     t = f"t{unique}"
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, loaded=True) as (durable, core, _):
         await durable.handler("slicer-pauses")(deliveries([pause(t)], 1))
 
         def change() -> Outbox:
@@ -86,9 +82,7 @@ async def test_a_change_that_raises_is_rolled_back_and_never_saved(
         await durable.handler("slicer-pauses")(deliveries([pause(t, minute=1)], 2))
         assert core.tally.counts == {t: 2}
         assert core.counted == [1, 1]
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
-        assert core.tally.counts == {t: 2}
+    assert await restored(nats_url, unique) == {t: 2}
     assert await rejections(bus, t) == ["pause-1", "pause-2"]
 
 

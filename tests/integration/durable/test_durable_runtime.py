@@ -139,9 +139,11 @@ class _Histogram:
 
 @contextlib.asynccontextmanager
 async def tally_runtime(
-    nats_url: str, unique: str, replica: str = "a", **hooks: Any
+    nats_url: str, unique: str, replica: str = "a", *, loaded: bool = False, **hooks: Any
 ) -> AsyncIterator[tuple[DurableRuntime, TallyCore, ServiceRuntime]]:
-    """A tally's runtime under the slicer's user (`hooks`: `DurableRuntime`'s), started."""
+    """A tally's runtime under the slicer's user (`hooks`: `DurableRuntime`'s), started;
+    `loaded`: its state read from the store too, as a test that hands batches to the handler
+    itself (no `run`, which reads it as a leader) needs."""
     rt = ServiceRuntime("slicer", BusSettings(url=nats_url, name=f"test-durable-{replica}"))
     core = TallyCore()
     spec = DurableSpec(
@@ -155,11 +157,30 @@ async def tally_runtime(
     await rt.start()
     try:
         await durable.start()
+        if loaded:
+            await durable.state.load()
         yield durable, core, rt
     finally:
         durable.stop()
         await durable.close()
         await rt.close()
+
+
+async def restored(nats_url: str, unique: str) -> dict[str, int]:
+    """The tally another process restores from the store: what was committed."""
+    async with tally_runtime(nats_url, unique, loaded=True) as (_, core, _):
+        return dict(core.tally.counts)
+
+
+@contextlib.asynccontextmanager
+async def running(durable: DurableRuntime) -> AsyncIterator[None]:
+    """``durable.run()`` (leading when it can) for the block; stopped and awaited after it."""
+    task = asyncio.create_task(durable.run())
+    try:
+        yield
+    finally:
+        durable.stop()
+        await task
 
 
 def pause(tenant: str, reason: str = "", minute: int = 0) -> PauseRequest:
@@ -201,14 +222,12 @@ async def test_a_redelivered_sequence_is_acknowledged_without_being_applied_agai
 ) -> None:
     t = f"t{unique}"
     first, second, third = pause(t), pause(t, minute=1), pause(t, minute=2)
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, loaded=True) as (durable, core, _):
         outcomes = await durable.handler("slicer-pauses")(deliveries([first, second], 1))
         assert outcomes == [None, None]
         assert core.tally.counts == {t: 2}
     # Another process: the same two sequences again (the acks were lost), then a new one.
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, loaded=True) as (durable, core, _):
         assert core.tally.counts == {t: 2}
         outcomes = await durable.handler("slicer-pauses")(deliveries([first, second, third], 1))
         assert outcomes == [None, None, None]
@@ -225,8 +244,7 @@ async def test_a_crash_between_snapshot_and_publish_loses_nothing_and_doubles_no
 ) -> None:
     t = f"t{unique}"
     batch = [pause(t), pause(t, minute=1)]
-    async with tally_runtime(nats_url, unique, replica="a") as (durable, core, rt):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, replica="a", loaded=True) as (durable, core, rt):
 
         async def died(*args: Any, **kw: Any) -> None:
             raise ConnectionError("the process died before publishing")
@@ -239,16 +257,14 @@ async def test_a_crash_between_snapshot_and_publish_loses_nothing_and_doubles_no
         assert [ev.job_id for _, ev in durable.state.outbox] == ["pause-1", "pause-2"]  # type: ignore[attr-defined]
     assert await rejections(bus, t) == []
     # The next leader restores the outbox and publishes it; the redelivered batch is skipped.
-    async with tally_runtime(nats_url, unique, replica="b") as (durable, core, _):
-        task = asyncio.create_task(durable.run())
-        try:
-            await eventually(lambda: durable.leading, 15, what="b leads")
-            await eventually(lambda: not durable.state.outbox, 15, what="outbox published")
-            assert await durable.handler("slicer-pauses")(deliveries(batch, 1)) == [None, None]
-            assert core.tally.counts == {t: 2}
-        finally:
-            durable.stop()
-            await task
+    async with (
+        tally_runtime(nats_url, unique, replica="b") as (durable, core, _),
+        running(durable),
+    ):
+        await eventually(lambda: durable.leading, 15, what="b leads")
+        await eventually(lambda: not durable.state.outbox, 15, what="outbox published")
+        assert await durable.handler("slicer-pauses")(deliveries(batch, 1)) == [None, None]
+        assert core.tally.counts == {t: 2}
     assert await rejections(bus, t) == ["pause-1", "pause-2"]
 
 
@@ -258,20 +274,14 @@ async def test_effects_published_again_after_a_crash_are_dropped_by_their_ids(
     """Published, then died before the next commit emptied the durable outbox: the next leader
     publishes it again with the same ``Nats-Msg-Id``s and JetStream keeps one of each."""
     t = f"t{unique}"
-    async with tally_runtime(nats_url, unique, replica="a") as (durable, _, _):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, replica="a", loaded=True) as (durable, _, _):
         await durable.handler("slicer-pauses")(deliveries([pause(t), pause(t, minute=1)], 1))
         assert not durable.state.outbox  # published, in memory
     assert await rejections(bus, t) == ["pause-1", "pause-2"]
-    async with tally_runtime(nats_url, unique, replica="b") as (durable, _, _):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, replica="b", loaded=True) as (durable, _, _):
         assert len(durable.state.outbox) == 2  # the durable copy still holds them
-        task = asyncio.create_task(durable.run())
-        try:
+        async with running(durable):
             await eventually(lambda: durable.leading and not durable.state.outbox, 15)
-        finally:
-            durable.stop()
-            await task
     assert await rejections(bus, t) == ["pause-1", "pause-2"]
 
 
@@ -280,8 +290,7 @@ async def test_a_bad_event_is_dead_lettered_and_the_rest_of_its_batch_applied_on
 ) -> None:
     t = f"t{unique}"
     batch = [pause(t), pause(t, "boom", 1), pause(t, "refuse", 2), pause(t, minute=3)]
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
+    async with tally_runtime(nats_url, unique, loaded=True) as (durable, core, _):
         outcomes = await durable.handler("slicer-pauses")(deliveries(batch, 1))
         assert outcomes[0] is None
         assert outcomes[3] is None
@@ -293,9 +302,7 @@ async def test_a_bad_event_is_dead_lettered_and_the_rest_of_its_batch_applied_on
         # The half-applied event was rolled back: two counted, in the state and in the store.
         assert core.tally.counts == {t: 2}
         assert core.counted == [2]
-    async with tally_runtime(nats_url, unique) as (durable, core, _):
-        await durable.state.load()
-        assert core.tally.counts == {t: 2}
+    assert await restored(nats_url, unique) == {t: 2}
     assert await rejections(bus, t) == ["pause-1", "pause-2"]
 
 
@@ -304,11 +311,9 @@ async def test_a_deposed_writer_reloads_the_others_state_and_its_batch_is_retrie
 ) -> None:
     t = f"t{unique}"
     async with (
-        tally_runtime(nats_url, unique, replica="a") as (a, core_a, _),
-        tally_runtime(nats_url, unique, replica="b") as (b, core_b, _),
+        tally_runtime(nats_url, unique, replica="a", loaded=True) as (a, core_a, _),
+        tally_runtime(nats_url, unique, replica="b", loaded=True) as (b, core_b, _),
     ):
-        await a.state.load()
-        await b.state.load()
         await a.handler("slicer-pauses")(deliveries([pause(t)], 1))
         with pytest.raises(RetryableError, match="not made durable"):
             await b.handler("slicer-pauses")(deliveries([pause(t, minute=1)], 2))

@@ -519,23 +519,6 @@ async def test_a_restarted_process_keeps_objects_revisions_and_watch_history(
         assert server.stop() == 0
 
 
-async def test_list_pages_with_limit_and_continue(
-    kube_api: KubeApiServer, k8s: client.ApiClient
-) -> None:
-    seed.namespace(kube_api, NS)
-    for i in range(5):
-        seed.pod(kube_api, NS, f"p{i}")
-    core = client.CoreV1Api(k8s)
-    names, token = [], None
-    while True:
-        page = await core.list_namespaced_pod(NS, limit=2, _continue=token)
-        names += [p.metadata.name for p in page.items]
-        token = page.metadata._continue
-        if not token:
-            break
-    assert names == ["p0", "p1", "p2", "p3", "p4"]
-
-
 async def test_leader_election_takes_the_lease_through_kubernetes_asyncio(
     kube_api: KubeApiServer, k8s: client.ApiClient
 ) -> None:

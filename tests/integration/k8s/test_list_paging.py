@@ -45,14 +45,21 @@ def _list_requests(kube: KubeApiServer, resource: str) -> list[tuple[str, int]]:
 # --- the test API server serves pages as a real one does ----------------------------------
 
 
+async def _first_page(
+    kube: KubeApiServer, k8s: client.ApiClient, pods: int
+) -> tuple[client.CoreV1Api, client.V1PodList]:
+    """Pods ``p0``.. of a namespace of their own, and the first page (of 2) of their list."""
+    seed.namespace(kube, NS)
+    for i in range(pods):
+        seed.pod(kube, NS, f"p{i}")
+    core = client.CoreV1Api(k8s)
+    return core, await core.list_namespaced_pod(NS, limit=2)
+
+
 async def test_every_page_is_the_first_pages_snapshot(
     kube_api: KubeApiServer, k8s: client.ApiClient
 ) -> None:
-    seed.namespace(kube_api, NS)
-    for i in range(6):
-        seed.pod(kube_api, NS, f"p{i}")
-    core = client.CoreV1Api(k8s)
-    first = await core.list_namespaced_pod(NS, limit=2)
+    core, first = await _first_page(kube_api, k8s, pods=6)
     rv = first.metadata.resource_version
     assert [p.metadata.name for p in first.items] == ["p0", "p1"]
     assert first.metadata.remaining_item_count == 4
@@ -78,11 +85,7 @@ async def test_every_page_is_the_first_pages_snapshot(
 async def test_a_continue_token_older_than_the_compaction_is_410_expired(
     kube_api: KubeApiServer, k8s: client.ApiClient
 ) -> None:
-    seed.namespace(kube_api, NS)
-    for i in range(4):
-        seed.pod(kube_api, NS, f"p{i}")
-    core = client.CoreV1Api(k8s)
-    first = await core.list_namespaced_pod(NS, limit=2)
+    core, first = await _first_page(kube_api, k8s, pods=4)
     token = first.metadata._continue
     seed.pod(kube_api, NS, "later")
     kube_api.compact()

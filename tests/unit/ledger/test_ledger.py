@@ -460,6 +460,54 @@ def test_retention_bounds_the_snapshot_and_counts_facts_too_late(book):
     assert b.totals() == before
 
 
+def _fact_ms(e) -> int:
+    if isinstance(e, GpuAllocation):
+        return e.start_ms
+    return e.end_ms if isinstance(e, JobEnded) else e.at_ms
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_retention_is_exact_for_facts_up_to_its_bound(book, seed):
+    """Retention's promise: facts arriving up to ``late_fact_bound_ms`` behind the clock are
+    charged as in any order (none is refused), with duplicates and restarts."""
+    config = LedgerConfig(window_s=900, lateness_s=60, retention_windows=2)
+    bound = config.late_fact_bound_ms
+    assert bound == 2 * 900_000 + 60_000
+    events, as_of = random_stream(seed)
+    rng = random.Random(seed)
+    stream = events + rng.sample(events, len(events) // 3)
+    # Each delivery delayed by up to the bound (at it, often): no fact arrives further behind
+    # the newest fact before it than that.
+    stream.sort(key=lambda e: (_fact_ms(e) + rng.choice([rng.randint(0, bound), bound]), 0))
+    led, now = Ledger(book, config), 0
+    for i in range(0, len(stream), 10):
+        batch = stream[i : i + 10]
+        led.apply_many(batch)
+        now = max(now, *(_fact_ms(e) for e in batch))
+        led.advance(min(now, as_of))  # some ends lie past as_of, where recompute stops
+        if i % 70 == 0:  # a replica dies and another resumes from the last snapshot
+            led = Ledger.from_bytes(led.to_bytes(), book)
+    led.advance(as_of)
+    assert led.sealed_until is not None  # retention did seal windows
+    assert led.sealed_until > 0
+    assert led.late_facts == 0
+    assert led.totals() == recompute(events, book, as_of, config)
+
+
+def test_a_fact_at_the_retention_bound_is_charged_and_one_past_it_is_not(book):
+    config = LedgerConfig(window_s=900, lateness_s=60, retention_windows=2)
+    assert LedgerConfig(window_s=900).late_fact_bound_ms is None  # no retention: any lateness
+    led = Ledger(book, config)
+    led.apply(node())
+    now = 10 * 900_000 + 60_000  # lateness behind it is a window's start: so is the bound
+    led.advance(now)
+    at = now - config.late_fact_bound_ms
+    assert led.apply(sample("at-bound", at_ms=at)) is True
+    assert led.late_facts == 0
+    assert led.apply(sample("past-bound", at_ms=at - 1)) is False
+    assert led.late_facts == 1
+
+
 def test_merging_two_replicas_knowledge_equals_recompute(book):
     events, as_of = random_stream(21)
     config = LedgerConfig(window_s=900, lateness_s=0)

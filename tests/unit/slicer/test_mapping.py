@@ -105,3 +105,30 @@ def test_the_one_snapshot_round_trips_the_whole_state() -> None:
     assert sched.running_jobs
     assert sched.waiting_jobs
     assert any(m.job_id for m in snap.mig)
+
+
+def test_the_published_capacity_plan_carries_the_core_plans_inputs_and_counts() -> None:
+    from seedance.events.slicing import CapacityPlan
+    from seedance.slicer.core import CapacityPlanned
+    from seedance.slicer.core.capacity_plan import PoolPlan
+    from seedance.slicer.mapping import published
+
+    plan = PoolPlan(
+        gpu_model="T4", gpus_per_node=4, nodes=5, nodes_busy=2, nodes_draining=1,
+        drained_nodes=("n5",), gpus_in_use=6, gpus_waiting=1.5, headroom_gpus=2.0,
+        startup_s=180.0, growth_gpus=-20.0, horizon_s=3600.0,
+    )  # fmt: skip
+    # ⌈(6 + 1.5 + 2) / 4⌉ now; at the horizon the demand shrinks to none, the headroom stays
+    assert (plan.nodes_needed, plan.nodes_needed_at_horizon) == (3, 1)
+    assert (plan.releasable_nodes, plan.nodes_short) == (5 - 3, 0)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    cause = JobSubmitted(
+        id=new_event_id(), at=at, job_id="j", tenant="a", request=ResourceRequest()
+    )
+    _, ev, _ = published(CapacityPlanned(plan), cause, at, pool="p1", policy="best_fit")
+    back = msgspec.json.decode(msgspec.json.encode(ev), type=CapacityPlan)
+    figures = {f.name for f in msgspec.structs.fields(CapacityPlan)} - {"id", "at", "pool"}
+    assert back.pool == "p1"
+    assert {f: getattr(back, f) for f in figures} == {
+        f: list(v) if isinstance(v := getattr(plan, f), tuple) else v for f in figures
+    }

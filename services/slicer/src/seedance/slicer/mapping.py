@@ -63,7 +63,6 @@ from seedance.slicer.core import (
     Waiting,
     published_reason,
 )
-from seedance.slicer.core.capacity_plan import PoolPlan
 
 __all__ = [
     "CARRIED",
@@ -298,6 +297,13 @@ def _preempted(e: Evicted, cause: Event, at: datetime, pool: str, policy: str) -
     return slicing.subject(e.job.tenant, "preempted"), ev, ("preempted", e.reason)
 
 
+#: What a published capacity plan carries of the core's plan (a field or a count it derives):
+#: every field of the event but the envelope and the pool.
+_PLAN_FIGURES = tuple(
+    f for f in CapacityPlan.__struct_fields__ if f not in {*Event.__struct_fields__, "pool"}
+)
+
+
 def _capacity_plan(
     e: CapacityPlanned, cause: Event, at: datetime, pool: str, policy: str
 ) -> Published:
@@ -306,7 +312,7 @@ def _capacity_plan(
         id=derived_event_id(cause.id, f"capacity/{pool}/{p.gpu_model}"),
         at=at,
         pool=pool,
-        **{f: getattr(p, f) for f in PoolPlan.__dataclass_fields__},
+        **{f: getattr(p, f) for f in _PLAN_FIGURES},
     )
     return slicing.capacity(pool), ev, ("capacity_plan", "round")
 

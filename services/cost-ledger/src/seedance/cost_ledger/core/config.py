@@ -34,6 +34,19 @@ class LedgerConfig(msgspec.Struct, frozen=True, kw_only=True):
         return self.window_s * 1000
 
     @property
+    def late_fact_bound_ms(self) -> int | None:
+        """How far behind the time the ledger was last advanced to (``advance(now_ms)``) a fact
+        may be dated and still be charged exactly, as in any order (None: any lateness).
+
+        A fact's window is sealed when it lies ``retention_windows`` below the first window
+        still open (``closable_until``, ``lateness`` behind the clock); a fact dated at most
+        this far behind the clock lies in a window at or above that, whatever the windows'
+        alignment. Later facts are counted in ``late_facts``, never charged."""
+        if self.retention_windows is None:
+            return None
+        return self.retention_windows * self.window_ms + self.lateness_ms
+
+    @property
     def source_skew_ms(self) -> int:
         return self.source_skew_s * 1000
 

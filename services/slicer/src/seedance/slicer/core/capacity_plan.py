@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["Forecasts", "PlanConfig", "PoolPlan", "observe", "plan_pools"]
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanConfig:
     #: A new node's start-up: the time the headroom covers.
@@ -44,27 +43,56 @@ class PlanConfig:
     tau_s: float = 1800.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PoolPlan:
-    """One pool's plan; the fields are `seedance.events.slicing.CapacityPlan`'s."""
+    """One pool's plan: what the pool holds and what it is asked for, from which its node
+    counts follow (the properties: the plan's rule, stated once here). Unlike the published
+    `slice.capacity_plan.v1`, which carries the counts as figures for readers that do not
+    compute them, it keeps the forecast growth the horizon's count comes from and cannot hold
+    counts that disagree with their inputs; the shell's mapping copies it onto the event."""
 
     gpu_model: str
+    gpus_per_node: int
+    # What the pool holds: its nodes not removed, those running something, those taking nothing
+    # new (cordoned, or held empty), and those consolidation holds empty for the fleet to
+    # release (by name, sorted: what the Kubernetes bridge cordons and taints, and lifts once
+    # a node is no longer listed).
     nodes: int
     nodes_busy: int
     nodes_draining: int
-    gpus_per_node: int
+    drained_nodes: tuple[str, ...] = ()
+    # What it is asked for, in GPUs: held by running jobs, asked for by jobs queued for
+    # capacity, kept free for what arrives while a new node starts (`startup_s`), and the
+    # forecast net growth of the demand over `horizon_s`.
     gpus_in_use: int
     gpus_waiting: float
     headroom_gpus: float
     startup_s: float
-    nodes_needed: int
+    growth_gpus: float
     horizon_s: float
-    nodes_needed_at_horizon: int
-    releasable_nodes: int
-    nodes_short: int
-    #: The nodes consolidation holds empty for the fleet to release (by name, sorted): what
-    #: the Kubernetes bridge cordons and taints, and lifts once a node is no longer listed.
-    drained_nodes: tuple[str, ...] = ()
+
+    @property
+    def nodes_needed(self) -> int:
+        """Nodes for the demand now: ⌈(in use + waiting + headroom) / GPUs per node⌉."""
+        demand = self.gpus_in_use + self.gpus_waiting
+        return math.ceil((demand + self.headroom_gpus) / self.gpus_per_node)
+
+    @property
+    def nodes_needed_at_horizon(self) -> int:
+        """The same with the forecast net growth over the horizon (a demand that shrinks
+        counts down to none, the headroom stays)."""
+        demand = max(0.0, self.gpus_in_use + self.gpus_waiting + self.growth_gpus)
+        return math.ceil((demand + self.headroom_gpus) / self.gpus_per_node)
+
+    @property
+    def releasable_nodes(self) -> int:
+        """Nodes beyond both the need and the busy ones: what an autoscaler may remove now."""
+        return max(0, self.nodes - max(self.nodes_needed, self.nodes_busy))
+
+    @property
+    def nodes_short(self) -> int:
+        """Nodes that take work missing for the need now."""
+        return max(0, self.nodes_needed - (self.nodes - self.nodes_draining))
 
 
 @dataclass(slots=True)
@@ -154,29 +182,22 @@ def plan_pools(s: Scheduler, cfg: PlanConfig, now_s: float) -> list[PoolPlan]:
             lam_in, g_in, _ = f.rate(now_s)
             lam_out, g_out, _ = f.end_rate(now_s)
             growth = (lam_in * g_in - lam_out * g_out) * cfg.horizon_s
-        demand = in_use[model] + waiting[model]
-        needed = math.ceil((demand + head) / gpn)
-        at_horizon = math.ceil((max(0.0, demand + growth) + head) / gpn)
-        nodes = len(rs)
         out.append(
             PoolPlan(
                 gpu_model=model,
-                nodes=nodes,
+                gpus_per_node=gpn,
+                nodes=len(rs),
                 nodes_busy=busy,
                 nodes_draining=draining,
-                gpus_per_node=gpn,
+                drained_nodes=tuple(
+                    sorted(s._nodes[i].name for i in rs if s._nodes[i].name in s._moves.drained)
+                ),
                 gpus_in_use=in_use[model],
                 gpus_waiting=waiting[model],
                 headroom_gpus=head,
                 startup_s=cfg.startup_s,
-                nodes_needed=needed,
+                growth_gpus=growth,
                 horizon_s=cfg.horizon_s,
-                nodes_needed_at_horizon=at_horizon,
-                releasable_nodes=max(0, nodes - max(needed, busy)),
-                nodes_short=max(0, needed - (nodes - draining)),
-                drained_nodes=tuple(
-                    sorted(s._nodes[i].name for i in rs if s._nodes[i].name in s._moves.drained)
-                ),
             )
         )
     return out
