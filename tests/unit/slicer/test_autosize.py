@@ -1,16 +1,20 @@
 """Right-sizing that applies itself, with a guard (`seedance.slicer.core.autosize`): shares
-lowered to measured use for opted-in tenants, rolled back with an alarm when the billed cost
-deviates past the bound, kept otherwise; its state survives a restore at any point."""
+lowered to measured use for opted-in tenants, rolled back with an alarm when the billed cost or
+the time held at the share (the SLO signal) deviates past its bound, kept otherwise; its state
+survives a restore at any point."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+import msgspec
 import pytest
 
 from seedance.slicer.core.autosize import (
     AutosizeConfig,
     Autosizer,
+    GuardSignal,
     GuardTripped,
     Phase,
     ShareReading,
@@ -73,6 +77,7 @@ def test_a_deviation_past_the_bound_rolls_back_and_raises_the_alarm() -> None:
     assert (alarm.applied_milli, alarm.restored_milli) == (100, 500)
     assert alarm.deviation_ppm == pytest.approx(2_000_000, abs=1)
     assert alarm.bound_ppm == 50_000
+    assert alarm.signal is GuardSignal.COST
     track = a.state.tracks["acme/j"]
     assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
     assert feed(a, 0.01, 90, 20) == []  # not tried again while the placement lasts
@@ -207,3 +212,89 @@ def test_a_share_set_outside_one_gpu_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="to_milli=1000"):
         a.share_set("acme", "j", "n1", 0, 500, 1000)
     assert a.to_bytes() == before
+
+
+# -- the SLO signal: the time held at the share ---------------------------------------------
+SLO_CFG = dataclasses.replace(CFG, min_history_s=200, min_samples=20)
+
+
+def throttle_prone(cfg: AutosizeConfig = SLO_CFG) -> Autosizer:
+    """Placed at 500; 20 readings, 18 at 4 % and 2 at 10 %: lowered to its p95, 100 milli,
+    which its history reached 10 % of the time (the time at the limit the change predicts)."""
+    a = Autosizer(cfg)
+    a.placed("acme", "j", "n1", [(0, 500)])
+    feed(a, 0.10, 0, 2)
+    (lowered,) = feed(a, 0.04, 20, 18)
+    assert isinstance(lowered, ShareResized)
+    assert (lowered.from_milli, lowered.to_milli) == (500, 100)
+    assert a.state.tracks["acme/j"].expected_held == pytest.approx(0.10)
+    return a
+
+
+def test_a_job_held_at_its_new_share_rolls_back_on_the_slo_signal_alone() -> None:
+    a = throttle_prone()
+    # A guard window (30 s) pinned at the new limit: billed exactly the share (cost +0 %), but
+    # held there 100 % of the time where its history reached it 10 % of the time.
+    back, alarm = feed(a, 0.10, 200, 3)
+    assert isinstance(back, ShareResized)
+    assert (back.from_milli, back.to_milli, back.reason) == (100, 500, "rolled_back")
+    assert isinstance(alarm, GuardTripped)
+    assert alarm.signal is GuardSignal.SLO
+    assert (alarm.deviation_ppm, alarm.bound_ppm) == (900_000, 50_000)
+    assert "held at its share 100.0% of the time against 10.0%" in alarm.detail
+    assert "billed +0.0%" in alarm.detail
+    assert (a.state.tracks["acme/j"].milli, a.state.tracks["acme/j"].phase) == (
+        500,
+        Phase.ROLLED_BACK,
+    )
+
+
+@pytest.mark.parametrize(("held_s", "trips"), [(4.4, False), (4.6, True)])
+def test_the_slo_bound_is_five_points_over_the_time_its_history_predicts(
+    held_s: float, trips: bool
+) -> None:
+    """One 30 s window, `held_s` of it at the limit: 14.7 % and 15.3 % against 10 % + 5."""
+    a = throttle_prone()
+    out = a.observe(reading(0.10, 200 + held_s, span_s=held_s))
+    out += a.observe(reading(0.04, 230, span_s=30 - held_s))
+    assert [type(e) for e in out] == ([ShareResized, GuardTripped] if trips else [])
+    if not trips:  # the window closed within the bound: the next starts afresh
+        assert a.state.tracks["acme/j"].window_held_s == 0.0
+
+
+def test_a_window_within_the_bound_does_not_carry_into_the_next_and_nothing_flaps() -> None:
+    a = throttle_prone(dataclasses.replace(SLO_CFG, window_s=100, guard_s=200))
+    # 100 s windows held at the limit 1 reading in 10, as its history was: within the bound,
+    # each window judged on its own, over the whole guard: kept and no longer watched.
+    assert feed(a, 0.04, 200, 9) + feed(a, 0.10, 290, 1) == []
+    assert feed(a, 0.04, 300, 9) + feed(a, 0.10, 390, 1) == []
+    assert a.state.tracks["acme/j"].phase is Phase.KEPT
+    assert feed(a, 0.10, 400, 20) == []  # kept: pinned later is not a rollback any more
+
+
+def test_after_an_slo_rollback_the_job_is_not_lowered_again_while_placed() -> None:
+    a = throttle_prone()
+    assert [type(e) for e in feed(a, 0.10, 200, 3)] == [ShareResized, GuardTripped]
+    # A long quiet past at the restored share: no second try, no second alarm.
+    assert feed(a, 0.01, 230, 60) == []
+    assert a.state.tracks["acme/j"].milli == 500
+    a.placed("acme", "j", "n1", [(0, 500)])  # placed again: a new track, measured afresh
+    assert a.state.tracks["acme/j"].phase is Phase.MEASURING
+
+
+def test_a_track_guarded_before_the_slo_check_existed_is_guarded_on_cost_alone() -> None:
+    a = throttle_prone()
+    old = a.state.tracks["acme/j"]
+    # The state a build without the field wrote: the field is absent, decoded as its default.
+    raw = msgspec.msgpack.decode(a.to_bytes())
+    del raw["tracks"]["acme/j"]["expected_held"]
+    b = Autosizer.from_bytes(SLO_CFG, msgspec.msgpack.encode(raw))
+    assert b.state.tracks["acme/j"].expected_held == 1.0
+    assert b.state.tracks["acme/j"].milli == old.milli
+    assert feed(b, 0.10, 200, 12) == []  # pinned, but no SLO prediction to deviate from
+
+
+@pytest.mark.parametrize("bound", [0.0, 1.0])
+def test_the_slo_bound_is_checked_at_construction(bound: float) -> None:
+    with pytest.raises(ValueError, match="slo_bound"):
+        AutosizeConfig(slo_bound=bound)

@@ -195,10 +195,13 @@ class ShareChanged(Event, frozen=True, kw_only=True, tag="slice.share_changed.v1
 
 
 class ShareAlert(Event, frozen=True, kw_only=True, tag="slice.share_alert.v1"):
-    """An automatic right-sizing was rolled back: in a charge window after the change, what
-    the job was billed for (``max(share, measured use)``, the ledger's rule) exceeded what was
-    predicted (the new share) by ``deviation_ppm``, past ``bound_ppm``. The share is back at
-    ``restored_milli``; the job is not resized again while this placement lasts."""
+    """An automatic right-sizing was rolled back: in a charge window after the change, one
+    measured signal deviated by ``deviation_ppm``, past ``bound_ppm``: ``signal`` ``cost``,
+    what the job was billed for (``max(share, measured use)``, the ledger's rule) over what was
+    predicted (the new share); ``slo``, the fraction of the window the job was held at its new
+    share over the fraction of its measured history at or above it (a throttled job). The
+    share is back at ``restored_milli``; the job is not resized again while this placement
+    lasts."""
 
     job_id: Name
     tenant: TenantId
@@ -207,7 +210,7 @@ class ShareAlert(Event, frozen=True, kw_only=True, tag="slice.share_alert.v1"):
     restored_milli: int
     deviation_ppm: int
     bound_ppm: int
-    #: Which signal deviated: ``cost`` (the only one wired today).
+    #: Which signal deviated: ``cost`` or ``slo`` (an alert from before ``slo`` existed: cost).
     signal: str = "cost"
     detail: Annotated[str, msgspec.Meta(max_length=1024)] = ""
     cause_id: str = ""

@@ -17,8 +17,18 @@ that opted in (`AutosizeConfig.tenants`):
    checked: the ledger bills a sharer `max(share, measured use)` (docs/cost-ledger.md), so the
    window's billed cost over the predicted one (the new share) is `mean(max(f, u)) / f`; a
    deviation past `bound` (5 %) rolls the change back (`ShareResized`, `rolled_back`, to the
-   share before) and raises the alarm (`GuardTripped`). The price cancels out: the deviation of
-   the cost is the deviation of the billed share.
+   share before) and raises the alarm (`GuardTripped`, `signal` cost). The price cancels out:
+   the deviation of the cost is the deviation of the billed share.
+   The same window is checked for the measured SLO signal, the time the job was held at its
+   limit: a reading whose SM share reaches the share in force (in the whole-% bins of the
+   measured history) is one in which the job used all it was given. With MPS enforcing the
+   limit a pod that needs more cannot show more: it shows as readings at its share, which the
+   cost check cannot tell from use that fits. Its history says how often, uncapped, it used at
+   least the new share (`Track.expected_held`, set when the change is applied); a window's
+   fraction of read time at the limit past that by more than `slo_bound` (5 points) rolls the
+   change back too (`signal` slo): the job is being throttled where it was not before. Where
+   both deviate, cost is named (it is checked first); the detail gives both figures. Why this
+   signal and not the router's request latency: docs/slicer.md ("The SLO signal").
 4. **Done.** A change the guard passed is kept; one rolled back is not tried again while the
    placement lasts (no flapping). A job's end or preemption ends its track.
 
@@ -35,19 +45,27 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import msgspec
 
 from seedance.slicer.core.model import GPU_MILLI
-from seedance.slicer.core.sharing import MeasuredUse, SharingConfig, UseRecord, grant_share
+from seedance.slicer.core.sharing import (
+    DUTY_BINS,
+    MeasuredUse,
+    SharingConfig,
+    UseRecord,
+    grant_share,
+)
 
 __all__ = [
     "AutosizeConfig",
     "AutosizeEffect",
     "AutosizeState",
     "Autosizer",
+    "GuardSignal",
     "GuardTripped",
     "Phase",
     "ShareReading",
@@ -63,6 +81,9 @@ class AutosizeConfig:
     tenants: frozenset[str] = frozenset()
     #: How far the billed cost may exceed the predicted one before the change is rolled back.
     bound: float = 0.05
+    #: How far the fraction of a window the job was held at its limit may exceed the fraction
+    #: of its history it used at least that share (points of time) before a rollback.
+    slo_bound: float = 0.05
     min_history_s: float = 3600.0
     min_samples: int = 60
     guard_s: float = 3600.0
@@ -75,11 +96,23 @@ class AutosizeConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.bound < 1.0:
             raise ValueError(f"bound={self.bound} not in (0, 1)")
+        if not 0.0 < self.slo_bound < 1.0:
+            raise ValueError(f"slo_bound={self.slo_bound} not in (0, 1)")
         if min(self.min_history_s, self.guard_s, self.window_s) <= 0:
             raise ValueError("min_history_s, guard_s and window_s must be above 0")
 
     def opted_in(self, tenant: str) -> bool:
         return "*" in self.tenants or tenant in self.tenants
+
+
+class GuardSignal(enum.StrEnum):
+    """Which measured signal tripped the guard (a closed set: a metrics label and the alert's
+    `signal`)."""
+
+    #: The window's billed cost over the predicted one (the ledger's `max(share, use)`).
+    COST = "cost"
+    #: The window's time held at the share, past what the grant predicts.
+    SLO = "slo"
 
 
 class Phase(enum.StrEnum):
@@ -103,12 +136,17 @@ class Track(msgspec.Struct, kw_only=True):
     use: UseRecord = msgspec.field(default_factory=UseRecord)
     first_s: float | None = None
     #: When the change was applied, the share before it, and the open guard window's sums
-    #: (seconds read, and seconds x share billed) since `window_from_s`.
+    #: (seconds read, seconds x share billed, seconds held at the share) since `window_from_s`.
     applied_s: float = 0.0
     previous_milli: int = 0
     window_from_s: float = 0.0
     window_read_s: float = 0.0
     window_billed: float = 0.0
+    window_held_s: float = 0.0
+    #: The fraction of the measured history at or above the applied share: the time at the
+    #: limit the change predicts. A track applied by a build without the SLO check decodes it
+    #: as 1.0, so it is guarded on cost alone, as it was when applied.
+    expected_held: float = 1.0
 
 
 class AutosizeState(msgspec.Struct, kw_only=True):
@@ -151,10 +189,13 @@ class GuardTripped:
     #: The share that was applied, and the one restored.
     applied_milli: int
     restored_milli: int
+    #: The deviation of the signal that tripped and its bound (cost: relative to the predicted
+    #: cost; slo: points of the window's time above the predicted time at the limit).
     deviation_ppm: int
     bound_ppm: int
     detail: str
     at_s: float
+    signal: GuardSignal = GuardSignal.COST
 
 
 AutosizeEffect = ShareResized | GuardTripped
@@ -162,6 +203,17 @@ AutosizeEffect = ShareResized | GuardTripped
 
 def _key(tenant: str, job_id: str) -> str:
     return f"{tenant}/{job_id}"
+
+
+def _bin(share: float) -> int:
+    """A share 0..1 in the measured history's whole-% bins, computed as `MeasuredUse.add` bins a
+    sample (so a reading and a share of equal value share a bin)."""
+    return min(DUTY_BINS - 1, math.ceil(100.0 * share))
+
+
+def _at_least(use: UseRecord, b: int) -> float:
+    """The fraction of `use`'s samples in bin `b` or above."""
+    return sum(use.duty_counts[b:]) / use.samples if use.samples else 0.0
 
 
 class Autosizer:
@@ -236,7 +288,8 @@ class Autosizer:
             return []
         t.previous_milli, t.milli, t.phase = t.milli, grant.milli, Phase.GUARDING
         t.applied_s = t.window_from_s = r.at_s
-        t.window_read_s = t.window_billed = 0.0
+        t.window_read_s = t.window_billed = t.window_held_s = 0.0
+        t.expected_held = _at_least(t.use, _bin(grant.milli / GPU_MILLI))
         q = int(100 * cfg.sharing.duty_quantile)
         return [
             ShareResized(
@@ -259,48 +312,63 @@ class Autosizer:
         f = t.milli / GPU_MILLI
         t.window_read_s += span
         t.window_billed += span * max(f, r.sm_share)
-        out: list[AutosizeEffect] = []
+        if _bin(r.sm_share) >= _bin(f):
+            t.window_held_s += span
         if r.at_s - t.window_from_s >= cfg.window_s and t.window_read_s > 0:
-            deviation = t.window_billed / (f * t.window_read_s) - 1.0
-            if deviation > cfg.bound:
-                applied = t.milli
-                t.milli, t.phase = t.previous_milli, Phase.ROLLED_BACK
-                why = (
-                    f"in the window to {r.at_s:.0f} s the job used {deviation:.1%} more than "
-                    f"its new share of {applied} milli (bound {cfg.bound:.0%}): the ledger "
-                    f"would bill it max(share, use)"
-                )
-                out.append(
-                    ShareResized(
-                        t.tenant,
-                        t.job_id,
-                        t.node,
-                        t.gpu,
-                        applied,
-                        t.milli,
-                        "rolled_back",
-                        why,
-                        r.at_s,
-                    )
-                )
-                out.append(
-                    GuardTripped(
-                        t.tenant,
-                        t.job_id,
-                        t.node,
-                        applied,
-                        t.milli,
-                        round(deviation * 1e6),
-                        round(cfg.bound * 1e6),
-                        why,
-                        r.at_s,
-                    )
-                )
-                return out
+            cost = t.window_billed / (f * t.window_read_s) - 1.0
+            held = t.window_held_s / t.window_read_s
+            expected = t.expected_held
+            slo = held - expected
+            if cost > cfg.bound or slo > cfg.slo_bound:
+                signal = GuardSignal.COST if cost > cfg.bound else GuardSignal.SLO
+                return self._roll_back(t, r.at_s, signal, cost, held, expected)
             t.window_from_s, t.window_read_s, t.window_billed = r.at_s, 0.0, 0.0
+            t.window_held_s = 0.0
         if r.at_s - t.applied_s >= cfg.guard_s:
             t.phase = Phase.KEPT
-        return out
+        return []
+
+    def _roll_back(
+        self, t: Track, at_s: float, signal: GuardSignal, cost: float, held: float, expected: float
+    ) -> list[AutosizeEffect]:
+        cfg = self.config
+        applied = t.milli
+        t.milli, t.phase = t.previous_milli, Phase.ROLLED_BACK
+        figures = (
+            f"billed {cost:+.1%} against the predicted cost (bound {cfg.bound:.0%}); held at its "
+            f"share {held:.1%} of the time against {expected:.1%} of its history at or above it "
+            f"(bound +{cfg.slo_bound:.0%} points)"
+        )
+        if signal is GuardSignal.COST:
+            deviation, bound = cost, cfg.bound
+            lead = (
+                f"in the window to {at_s:.0f} s the job used more than its new share of "
+                f"{applied} milli (the ledger bills max(share, use))"
+            )
+        else:
+            deviation, bound = held - expected, cfg.slo_bound
+            lead = (
+                f"in the window to {at_s:.0f} s the job was held at its new share of "
+                f"{applied} milli longer than predicted (it needs more than its limit gives)"
+            )
+        why = f"{lead}: {figures}"
+        return [
+            ShareResized(
+                t.tenant, t.job_id, t.node, t.gpu, applied, t.milli, "rolled_back", why, at_s
+            ),
+            GuardTripped(
+                t.tenant,
+                t.job_id,
+                t.node,
+                applied,
+                t.milli,
+                round(deviation * 1e6),
+                round(bound * 1e6),
+                why,
+                at_s,
+                signal,
+            ),
+        ]
 
     # -- persistence ------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
