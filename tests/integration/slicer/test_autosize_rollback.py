@@ -8,7 +8,8 @@ The job measured at 10 % of its 500-milli share is lowered to 100 milli; when it
 30 % the change is rolled back to exactly the previous share, with an alert naming the cost; a
 restarted loop restores the rolled-back share and publishes nothing twice. A job lowered to a
 share its history reached a sixth of the time, then held at that share (billed exactly it), is
-rolled back on the SLO signal alone. A reading on another node's subject is dead-lettered.
+rolled back on the SLO signal alone (its memory limit, set from the memory its readings
+carried, put back with it). A reading on another node's subject is dead-lettered.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ async def slicer_with_autosize(url: str, pool: str, replica: str) -> AsyncIterat
         yield slicer, loop, runtime.registry
 
 
-def shares(node: str, job: str, gpu: int, sm: float, at: datetime) -> PodShares:
+def shares(
+    node: str, job: str, gpu: int, sm: float, at: datetime, mem: float | None = None
+) -> PodShares:
     return PodShares(
         id=new_event_id(at=at),
         at=at,
@@ -90,6 +93,7 @@ def shares(node: str, job: str, gpu: int, sm: float, at: datetime) -> PodShares:
                 sm_share=sm,
                 mem_share=0.0,
                 periods=10,
+                mem_used_mib=mem,
             )
         ],
     )
@@ -105,11 +109,18 @@ def a100_node(node: str) -> NodeInventory:
 
 
 async def measured(
-    agent: Bus, node: str, job: str, gpu: int, sm: float, base: datetime, tens: range
+    agent: Bus,
+    node: str,
+    job: str,
+    gpu: int,
+    sm: float,
+    base: datetime,
+    tens: range,
+    mem: float | None = None,
 ) -> None:
     """The node agent's readings of `job`, one per 10 s window ending at base + 10 s x i."""
     for i in tens:
-        reading = shares(node, job, gpu, sm, base + timedelta(seconds=10 * i))
+        reading = shares(node, job, gpu, sm, base + timedelta(seconds=10 * i), mem)
         await agent.publish(telemetry.pod_share(node), reading)
 
 
@@ -247,8 +258,8 @@ async def test_a_job_held_at_its_new_share_is_rolled_back_on_the_slo_signal(
             base = datetime.now(UTC)
             # 60 s of history: one window at 10 %, five at 4 %: its p95 is 10 %, reached 1/6
             # of the time. Lowered to 100 milli.
-            await measured(agent, node, job, gpu, 0.10, base, range(1, 2))
-            await measured(agent, node, job, gpu, 0.04, base, range(2, 7))
+            await measured(agent, node, job, gpu, 0.10, base, range(1, 2), 30_000.0)
+            await measured(agent, node, job, gpu, 0.04, base, range(2, 7), 28_000.0)
             await eventually(
                 lambda: loop.autosizer.state.tracks[key].phase is Phase.GUARDING,
                 20,
@@ -274,9 +285,11 @@ async def test_a_job_held_at_its_new_share_is_rolled_back_on_the_slo_signal(
                 )
                 for signal in ("cost", "slo")
             }
-        assert [(c.reason.value, c.from_milli, c.to_milli) for c in changes] == [
-            ("rightsized", 500, 100),
-            ("rolled_back", 100, 500),
+        # With the memory each reading carried: the limit at its 30,000 MiB peak + 5 %, and
+        # back to the placement's own with the rollback.
+        assert [(c.reason.value, c.from_milli, c.to_milli, c.mem_limit_mib) for c in changes] == [
+            ("rightsized", 500, 100, 31_500),
+            ("rolled_back", 100, 500, 0),
         ]
         assert (alert.signal, alert.applied_milli, alert.restored_milli) == ("slo", 100, 500)
         assert (alert.deviation_ppm, alert.bound_ppm) == (833_333, 50_000)

@@ -27,9 +27,10 @@ CFG = AutosizeConfig(
 
 
 def reading(sm: float, at_s: float, *, job: str = "j", node: str = "n1", gpu: int = 0,
-            tenant: str = "acme", span_s: float = 10) -> ShareReading:  # fmt: skip
+            tenant: str = "acme", span_s: float = 10,
+            mem: float | None = None) -> ShareReading:  # fmt: skip
     return ShareReading(tenant=tenant, job_id=job, node=node, gpu=gpu, sm_share=sm,
-                        window_start_s=at_s - span_s, at_s=at_s)  # fmt: skip
+                        window_start_s=at_s - span_s, at_s=at_s, mem_used_mib=mem)  # fmt: skip
 
 
 def feed(a: Autosizer, sm: float, start_s: float, n: int, **kw: object) -> list[object]:
@@ -131,7 +132,13 @@ def test_readings_of_another_gpu_node_or_an_ended_job_change_nothing() -> None:
 
 @pytest.mark.parametrize(
     ("kw", "field"),
-    [({"sm": 1.5}, "sm_share"), ({"sm": -0.1}, "sm_share"), ({"span_s": -5}, "window_start")],
+    [
+        ({"sm": 1.5}, "sm_share"),
+        ({"sm": -0.1}, "sm_share"),
+        ({"span_s": -5}, "window_start"),
+        ({"mem": -1.0}, "mem_used_mib"),
+        ({"mem": float("nan")}, "mem_used_mib"),
+    ],
 )
 def test_a_bad_reading_is_refused_naming_the_field(kw: dict[str, float], field: str) -> None:
     a = measured()
@@ -298,3 +305,63 @@ def test_a_track_guarded_before_the_slo_check_existed_is_guarded_on_cost_alone()
 def test_the_slo_bound_is_checked_at_construction(bound: float) -> None:
     with pytest.raises(ValueError, match="slo_bound"):
         AutosizeConfig(slo_bound=bound)
+
+
+# -- memory: the MPS memory limit from the measured peak, raised back as the pod grows --------
+def with_memory(last_mib: float | None = 1000.0) -> tuple[Autosizer, ShareResized]:
+    """Placed at 500; six readings at 10 %, five holding 800 MiB and the last `last_mib`:
+    lowered to 100 milli."""
+    a = measured()
+    for i in range(5):
+        assert a.observe(reading(0.10, 10 * (i + 1), mem=800.0)) == []
+    (lowered,) = a.observe(reading(0.10, 60, mem=last_mib))
+    assert isinstance(lowered, ShareResized)
+    return a, lowered
+
+
+def test_the_memory_limit_is_lowered_with_the_share_to_the_measured_peak_plus_headroom() -> None:
+    a, lowered = with_memory()
+    assert (lowered.to_milli, lowered.mem_limit_mib) == (100, 1050)  # 1000 MiB + 5 %
+    assert "memory limit 1050 MiB: peak 1000 MiB plus 5%" in lowered.detail
+    assert (a.state.tracks["acme/j"].mem_limit_mib, a.state.tracks["acme/j"].previous_mem_mib) == (
+        1050,
+        0,
+    )
+
+
+def test_a_history_missing_a_memory_reading_leaves_the_memory_limit_alone() -> None:
+    a, lowered = with_memory(last_mib=None)
+    assert (lowered.to_milli, lowered.mem_limit_mib) == (100, 0)
+    assert feed(a, 0.05, 60, 1, mem=5000.0) == []  # no limit of the loop's to outgrow
+
+
+@pytest.mark.parametrize(("used_mib", "trips"), [(1024.0, False), (1025.0, True)])
+def test_memory_grown_half_into_the_headroom_rolls_the_change_back(
+    used_mib: float, trips: bool
+) -> None:
+    a, _ = with_memory()  # limit 1050 from a 1000 MiB peak: the alarm at 1025
+    out = a.observe(reading(0.05, 70, mem=used_mib))
+    if not trips:
+        assert out == []
+        return
+    back, alarm = out
+    assert isinstance(back, ShareResized)
+    assert isinstance(alarm, GuardTripped)
+    assert (back.from_milli, back.to_milli, back.mem_limit_mib) == (100, 500, 0)
+    assert alarm.signal is GuardSignal.MEMORY
+    assert (alarm.deviation_ppm, alarm.bound_ppm) == (25_000, 25_000)
+    assert "1025 MiB in use against the 1000 MiB peak its limit of 1050 MiB" in alarm.detail
+    t = a.state.tracks["acme/j"]
+    assert (t.milli, t.mem_limit_mib, t.phase) == (500, 0, Phase.ROLLED_BACK)
+    assert feed(a, 0.05, 70, 10, mem=2000.0) == []  # rolled back: nothing more to do
+
+
+def test_a_kept_change_is_still_rolled_back_when_its_memory_grows() -> None:
+    a, _ = with_memory()
+    assert feed(a, 0.08, 60, 12, mem=1000.0) == []  # the guard passes: kept
+    assert a.state.tracks["acme/j"].phase is Phase.KEPT
+    back, alarm = feed(a, 0.08, 180, 1, mem=1040.0)
+    assert isinstance(back, ShareResized)
+    assert isinstance(alarm, GuardTripped)
+    assert alarm.signal is GuardSignal.MEMORY
+    assert (back.to_milli, back.mem_limit_mib) == (500, 0)

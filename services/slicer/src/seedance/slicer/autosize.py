@@ -5,7 +5,7 @@ placements, preemptions, releases and share changes, and the node agents' per-po
 shares, in the one order the ledger bills them in), steps
 `seedance.slicer.core.autosize.Autosizer`, and publishes what it decides on the tenant's own
 subjects: `ShareChanged` on `seedance.slicing.<t>.share` and, for a rollback, `ShareAlert` on
-`seedance.slicing.<t>.alert`, naming the signal that tripped (`cost` or `slo`).
+`seedance.slicing.<t>.alert`, naming the signal that tripped (`cost`, `slo` or `memory`).
 
 Exactly once, as the slicer: one leader per pool holds `slicer-autosize.<pool>` (a lease in
 `seedance-leases`); per batch the loop's state, the stream sequences applied and the batch's
@@ -128,6 +128,7 @@ def events_of(effect: AutosizeEffect, cause_id: str) -> tuple[str, Event]:
         reason=ShareChangeReason(effect.reason),
         detail=effect.detail[:1024],
         cause_id=cause_id,
+        mem_limit_mib=effect.mem_limit_mib,
     )
 
 
@@ -431,6 +432,7 @@ class AutosizeService(Lifecycle):
                         sm_share=s.sm_share,
                         window_start_s=start_s,
                         at_s=at_s,
+                        mem_used_mib=s.mem_used_mib,
                     )
                 )
         return out
