@@ -39,11 +39,12 @@ agent's `mem_used_mib`), the change also sets the MPS pinned memory limit
 next Allocate, never above the pod's own request). From then on, while the change stands
 (guarded or kept), a reading whose memory has grown past the peak by `mem_alarm_frac` (half) of
 that headroom rolls the whole change back (`signal` memory): the limit is raised back to the
-placement's own, not the pod moved. A running MPS client keeps the limit it connected with,
-so the raised limit is the one the pod's next start gets; until then growth past its limit
-fails the pod's own allocation (CUDA out of memory, measured on an H100) and never its
-neighbour's, which is what the limit is for. A move would restart the pod as surely, cost a
-base-model load, and need room elsewhere; the rollback comes while half the headroom is left.
+placement's own, not the pod moved. A running MPS client keeps the limit it connected with
+(and the kubelet keeps a pod's Allocate answer across container restarts), so the raised limit
+reaches the job at its next Allocate; until then growth past a lowered limit fails the pod's
+own allocation (CUDA out of memory, measured on an H100) and never its neighbour's, which is
+what the limit is for. A move would restart the pod as surely, cost a base-model load, and
+need room elsewhere; the rollback comes while half the headroom is left.
 
 The share in force is the scheduler's: where it set a share itself (a rollback it could honour
 only in part, `kept`, and the rest `given_back` later; `seedance.slicer.core.resize`), the
@@ -443,7 +444,7 @@ class Autosizer:
         peak, limit = t.mem_peak_mib, t.mem_limit_mib
         why = (
             f"at {r.at_s:.0f} s the job's memory grew toward its new limit, so the limit goes "
-            f"back to the placement's for its next start: {used_mib:.0f} MiB in use against the "
+            f"back to the placement's for its next Allocate: {used_mib:.0f} MiB in use against the "
             f"{peak:.0f} MiB peak its limit of {limit} MiB was sized from (alarm at "
             f"{cfg.mem_alarm_frac:.0%} of the headroom)"
         )
