@@ -113,7 +113,7 @@ class AutosizeMetrics:
         )
         self.guard_trips_total = Counter(
             "seedance_slicer_autosize_guard_trips_total",
-            "Changes the guard rolled back, by the signal that tripped (cost, slo).",
+            "Changes the guard rolled back, by the signal that tripped (cost, slo, memory).",
             ["signal"],
             registry=registry,
         )

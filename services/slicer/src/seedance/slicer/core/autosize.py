@@ -22,8 +22,8 @@ that opted in (`AutosizeConfig.tenants`):
    The same window is checked for the measured SLO signal, the time the job was held at its
    limit: a reading whose SM share reaches the share in force (in the whole-% bins of the
    measured history) is one in which the job used all it was given. With MPS enforcing the
-   limit a pod that needs more cannot show more: it shows as readings at its share, which the
-   cost check cannot tell from use that fits. Its history says how often, uncapped, it used at
+   limit a pod that needs more need not show more: it can show as readings at its share, which
+   the cost check cannot tell from use that fits. Its history says how often, uncapped, it used at
    least the new share (`Track.expected_held`, set when the change is applied); a window's
    fraction of read time at the limit past that by more than `slo_bound` (5 points) rolls the
    change back too (`signal` slo): the job is being throttled where it was not before. Where
