@@ -45,7 +45,6 @@ from seedance.node_agent.core.placement import NodeDevices, Refusal
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import (
     ProcessSample,
-    Share,
     ShareAccumulator,
     pod_memory,
     pod_shares,
@@ -411,8 +410,9 @@ class NodeAgentService:
         names = self._allocator.names_by_uid()
         owners = self._labeller.owners.get(uuid, []) if self._labeller else []
         out = []
-        for pod_uid in sorted(per_pod.keys() | memory.keys()):  # a pod idle but holding memory
-            share = per_pod.get(pod_uid, Share(0.0, 0.0))
+        # Only pods NVML sampled: a pod holding memory without samples of its own is not read
+        # as idle, since under MPS the clients' utilisation is the MPS server's (docs).
+        for pod_uid, share in per_pod.items():
             ns, name = names.get(pod_uid, ("", pod_uid))
             containers = sorted({o.container for o in owners if (o.namespace, o.pod) == (ns, name)})
             container = containers[0] if len(containers) == 1 else ""

@@ -21,14 +21,14 @@ that opted in (`AutosizeConfig.tenants`):
    the deviation of the cost is the deviation of the billed share.
    The same window is checked for the measured SLO signal, the time the job was held at its
    limit: a reading whose SM share reaches the share in force (in the whole-% bins of the
-   measured history) is one in which the job used all it was given. With MPS enforcing the
-   limit a pod that needs more need not show more: it can show as readings at its share, which
-   the cost check cannot tell from use that fits. Its history says how often, uncapped, it used at
-   least the new share (`Track.expected_held`, set when the change is applied); a window's
-   fraction of read time at the limit past that by more than `slo_bound` (5 points) rolls the
-   change back too (`signal` slo): the job is being throttled where it was not before. Where
-   both deviate, cost is named (it is checked first); the detail gives both figures. Why this
-   signal and not the router's request latency: docs/slicer.md ("The SLO signal").
+   measured history) is one in which the job used all it was given, so its requests wait; the
+   mean excess the cost check sees can stay small while that happens often. Its history says
+   how often, before the change, it used at least the new share (`Track.expected_held`, set
+   when the change is applied); a window's fraction of read time at the limit past that by
+   more than `slo_bound` (5 points) rolls the change back too (`signal` slo): the job contends
+   where it did not before. Where both deviate, cost is named (it is checked first); the
+   detail gives both figures. Why this signal and not the router's request latency, and what
+   the readings are under MPS (none per pod): docs/slicer.md ("The SLO signal").
 4. **Done.** A change the guard passed is kept; one rolled back is not tried again while the
    placement lasts (no flapping). A job's end or preemption ends its track.
 
