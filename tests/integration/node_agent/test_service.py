@@ -260,9 +260,16 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
         f"{uid.replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope\n"
     )
+    # Another pod's process holds memory but has no utilisation samples of its own (as an MPS
+    # client, whose utilisation NVML gives to the MPS server): it must not read as idle.
+    (a.proc / "4343").mkdir(parents=True)
+    (a.proc / "4343" / "cgroup").write_text(
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{'1' * 8}_{'2' * 4}_{'3' * 4}_{'4' * 4}_{'5' * 12}.slice/cri-containerd-{'d' * 64}.scope\n"
+    )
     # Two driver slots of it, in the period the agent reads next; it holds 1.5 GiB in two
     # allocations NVML counts per process, and a process outside any pod holds more.
-    a.nvml.memory = {4242: 1536.0, 77: 4096.0}
+    a.nvml.memory = {4242: 1536.0, 77: 4096.0, 4343: 2048.0}
     a.nvml.run((4242, 40.0, 10.0), (4242, 60.0, 30.0))
     share = (
         f'seedance_node_agent_pod_sm_share_ratio{{UUID="{UUIDS[1]}",container="",'
@@ -274,7 +281,7 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
     event = got[0]
     assert event.node == TOKEN
     assert event.window_start < event.at
-    (measured,) = event.shares
+    (measured,) = event.shares  # not the pod of 4343, which NVML did not sample
     assert (measured.gpu_index, measured.gpu_uuid, measured.pod_uid) == (1, UUIDS[1], uid)
     assert (measured.namespace, measured.pod) == ("team-a", "sh")
     # (tenant, job) are the slicer's placement the pod was granted against
