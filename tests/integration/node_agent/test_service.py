@@ -265,7 +265,8 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
     (a.proc / "4343").mkdir(parents=True)
     (a.proc / "4343" / "cgroup").write_text(
         "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-        f"{'1' * 8}_{'2' * 4}_{'3' * 4}_{'4' * 4}_{'5' * 12}.slice/cri-containerd-{'d' * 64}.scope\n"
+        f"{'1' * 8}_{'2' * 4}_{'3' * 4}_{'4' * 4}_{'5' * 12}.slice/"
+        f"cri-containerd-{'d' * 64}.scope\n"
     )
     # Two driver slots of it, in the period the agent reads next; it holds 1.5 GiB in two
     # allocations NVML counts per process, and a process outside any pod holds more.
