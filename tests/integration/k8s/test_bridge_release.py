@@ -3,7 +3,9 @@ consolidates movable pods off a node and holds it empty; the bridge cordons and 
 node (the fields cluster-autoscaler and Karpenter read are checked on the API server's
 objects), evicts the moved pod through ``pods/eviction``, and lifts the mark when the slicer
 takes the node back. A PodDisruptionBudget that allows no disruption refuses the move: the pod
-stays where it is, the bridge reports the refusal and the slicer puts the job back there."""
+stays where it is, the bridge reports the refusal and the slicer puts the job back there. An
+eviction the API server never answers is given up after the bridge's tries and reported the
+same way, so the slicer puts that job back too."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from seedance.events.jobs import JobMoveRefused, pod_job_id
+from seedance.events.jobs import JobMoveRefused, MoveRefusedCause, pod_job_id
 from seedance.events.slicing import Placement, Preempted
 from seedance.k8s_bridge import rbac
 from seedance.k8s_bridge.kube import USER_AGENT
@@ -76,10 +78,11 @@ def marked(node: client.V1Node) -> bool:
 
 @asynccontextmanager
 async def consolidating(
-    env: Env, pdb: dict[str, Any] | None = None, hold_s: float = 2.0
+    env: Env, pdb: dict[str, Any] | None = None, hold_s: float = 2.0, **bridge_kw: Any
 ) -> AsyncIterator[tuple[SlicerService, BridgeService, str, str]]:
     """Node A runs an unmovable filler and a movable mover (Ready, labelled ``app=mover``);
-    node B runs a 3-GPU job and has one GPU free. The filler's end lets the slicer drain A."""
+    node B runs a 3-GPU job and has one GPU free. The filler's end lets the slicer drain A.
+    ``bridge_kw``: the bridge's settings besides the cluster and a 0.3 s eviction retry."""
     a, b = f"gpu-a-{env.unique}", f"gpu-b-{env.unique}"
     gpu_node(env.kube, a, gpus=4)
     async with (
@@ -88,7 +91,7 @@ async def consolidating(
         ) as s,
         bridge(
             env.kube, env.nats_url, env.unique, env.tmp_path, cluster=f"c-{env.unique}",
-            evict_retry_s=0.3,
+            evict_retry_s=0.3, **bridge_kw,
         ) as br,
     ):  # fmt: skip
         await env.create_pod("filler")
@@ -184,41 +187,68 @@ async def test_a_pdb_refuses_a_move_and_the_slicer_puts_the_job_back(env: Env) -
         (ev,) = [e for e in await env.events_of("mover") if e.reason == "EvictionBlocked"]
         assert "mover-pdb needs 1 healthy pods and has 1 currently" in ev.message
         assert ev.type == "Warning"
-        job = pod_job_id(mover.metadata.uid)
-
-        # The bridge reports the refusal (once, for that decision) and the slicer undoes the
-        # move: the job back on A's GPUs it held, its placement on B ended at the refusal.
-        async def undone() -> bool:
-            return len(env.trail.of(Placement, job)) == 3 and bool(env.trail.of(JobMoveRefused))
-
-        await until(undone)
-        pre, ended = env.trail.of(Preempted, job)
-        assert (pre.reason, pre.node) == ("consolidation", a)
-        (refused,) = env.trail.of(JobMoveRefused, job)
-        assert (refused.node, refused.decision_id) == (a, pre.id)
+        refused = await put_back(env, s, br, a, b)
+        assert refused.cause is MoveRefusedCause.DISRUPTION_BUDGET
         assert "mover-pdb" in refused.reason
-        placements = env.trail.of(Placement, job)
-        assert [p.node for p in placements] == [a, b, a]
-        assert (ended.reason, ended.node) == ("move_refused", b)
-        back = placements[-1]
-        assert ended.at == back.at >= refused.at  # billed on B up to the refusal, on A after
-        assert back.gpus == placements[0].gpus  # the very GPUs it never left
-        assert [p for p in placements if p.node == b and p.at >= refused.at] == []
-        # The slicer's state says the same: the job runs on A, and A is no longer held empty.
-        sched = s.scheduler
-        rec = sched._queue.running_record(f"{pre.tenant}/{job}")
-        assert rec is not None
-        assert [sched._nodes[p.node].name for p in rec.placements] == [a]
-        assert a not in sched._moves.drained
-        assert s.metrics.refused_moves_total.labels("undone")._value.get() == 1
-        # ... and the pod was never touched: once the bridge has handled the end of the
-        # placement on B (acknowledged after its writes), it is still bound to A, not deleted.
-        durable = f"{DURABLE}-{br._settings.instance}" if br._settings.instance else DURABLE
-        await wait_consumer_settled(env.bus, "SEEDANCE_SLICING", durable, env.trail.seqs[ended.id])
-        mover = await env.pod("mover")
-        assert mover.spec.node_name == a
-        assert mover.metadata.deletion_timestamp is None
         assert br.metrics.evictions_blocked_total._value.get() == 1  # reported, not retried
+
+
+async def test_an_eviction_never_answered_is_given_up_and_the_slicer_puts_the_job_back(
+    env: Env,
+) -> None:
+    """The API server answers every eviction of the mover 503: after the bridge's 3 tries the
+    move is reported refused (cause ``unanswered``), so the slicer does not believe it moved."""
+    fault = env.kube.fail_next("POST", r"/pods/mover/eviction$", 503, count=1000)
+    async with consolidating(env, hold_s=10.0, evict_tries=3) as (s, br, a, b):
+        refused = await put_back(env, s, br, a, b)
+        assert refused.cause is MoveRefusedCause.UNANSWERED
+        assert "did not answer the eviction in 3 tries" in refused.reason
+        assert fault.remaining == 1000 - 3  # tried 3 times, then no more
+        writes = br.metrics.api_writes_total
+        assert writes.labels("evict_pod", "retry")._value.get() == 2
+        assert writes.labels("evict_pod", "gave_up")._value.get() == 1
+        assert "EvictionBlocked" not in await env.reasons("mover")
+
+
+async def put_back(
+    env: Env, s: SlicerService, br: BridgeService, a: str, b: str
+) -> JobMoveRefused:
+    """The mover's move off A was not carried out: the bridge reports it (once, for that
+    decision) and the slicer undoes the move (the job back on A's GPUs it held, its placement
+    on B ended at the refusal), the pod untouched on A. The report."""
+    mover = await env.pod("mover")
+    job = pod_job_id(mover.metadata.uid)
+
+    async def undone() -> bool:
+        return len(env.trail.of(Placement, job)) == 3 and bool(env.trail.of(JobMoveRefused))
+
+    await until(undone)
+    pre, ended = env.trail.of(Preempted, job)
+    assert (pre.reason, pre.node) == ("consolidation", a)
+    (refused,) = env.trail.of(JobMoveRefused, job)
+    assert (refused.node, refused.decision_id) == (a, pre.id)
+    placements = env.trail.of(Placement, job)
+    assert [p.node for p in placements] == [a, b, a]
+    assert (ended.reason, ended.node) == ("move_refused", b)
+    back = placements[-1]
+    assert ended.at == back.at >= refused.at  # billed on B up to the refusal, on A after
+    assert back.gpus == placements[0].gpus  # the very GPUs it never left
+    assert [p for p in placements if p.node == b and p.at >= refused.at] == []
+    # The slicer's state says the same: the job runs on A, and A is no longer held empty.
+    sched = s.scheduler
+    rec = sched._queue.running_record(f"{pre.tenant}/{job}")
+    assert rec is not None
+    assert [sched._nodes[p.node].name for p in rec.placements] == [a]
+    assert a not in sched._moves.drained
+    assert s.metrics.refused_moves_total.labels("undone")._value.get() == 1
+    # ... and the pod was never touched: once the bridge has handled the end of the
+    # placement on B (acknowledged after its writes), it is still bound to A, not deleted.
+    durable = f"{DURABLE}-{br._settings.instance}" if br._settings.instance else DURABLE
+    await wait_consumer_settled(env.bus, "SEEDANCE_SLICING", durable, env.trail.seqs[ended.id])
+    mover = await env.pod("mover")
+    assert mover.spec.node_name == a
+    assert mover.metadata.deletion_timestamp is None
+    return refused
 
 
 async def test_a_new_leader_reads_the_marks_from_the_nodes_and_gives_the_node_back(

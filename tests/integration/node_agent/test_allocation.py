@@ -28,6 +28,8 @@ from seedance.events.slicing import (
     JobReleased,
     Placement,
     PlacementKind,
+    ShareChanged,
+    ShareChangeReason,
 )
 from seedance.events.subjects import slicing
 from seedance.node_agent.allocator import PlacementAllocator
@@ -312,6 +314,50 @@ async def test_a_stale_or_altered_placement_is_refused_with_the_reason(
         # A fresh agent rebuilds its book from the stream (the earlier placements included).
         await eventually(lambda: feed.book.get("acme", held["ev"].job_id) is not None)
         assert "differ from the slicer's" in await refused(stub, 1)
+
+
+async def test_a_right_sized_memory_limit_is_the_next_allocates_and_a_rollback_restores_it(
+    bus: Any, kube: tuple[KubeApiServer, client.ApiClient], sock_dir: str
+) -> None:
+    """The slicer's right-sizing lowers a shared job's share and memory limit (250 milli, 20 GiB
+    asked, to 100 milli and its measured peak plus headroom): an Allocate of the pod after it
+    (the kubelet asks for the pod's 250 devices; the same IDs again: it dropped its earlier
+    answer) gets both limits; after the rollback, the request's again."""
+    api, api_client = kube
+    async with node_agent(bus, api_client, sock_dir, "seedance.io/gpu-milli", 1000) as (feed, stub):
+        held: dict[str, Placement] = {}
+
+        def shared(uid: str) -> str:
+            held["ev"] = placement(
+                uid, PlacementKind.SHARED, [GpuAssignment(index=2, uuid=UUIDS[2], milli=250)]
+            )
+            return annotation(uid, held["ev"], mem=20480)
+
+        res = {"seedance.io/gpu-milli": "250", "seedance.io/gpu-memory-mib": "20480"}
+        await bound_pod(api, api_client, "rs", res, shared)
+        ev = held["ev"]
+        await publish(bus, ev)
+        await eventually(lambda: feed.book.get("acme", ev.job_id) is not None)
+
+        async def changed(frm: int, to: int, mem: int) -> None:
+            reason = ShareChangeReason.RIGHTSIZED if to < frm else ShareChangeReason.ROLLED_BACK
+            change = ShareChanged(
+                id=new_event_id(), at=T0, job_id=ev.job_id, tenant="acme", node=TOKEN,
+                gpu_index=2, from_milli=frm, to_milli=to, reason=reason, mem_limit_mib=mem,
+            )  # fmt: skip
+            await bus.publish(slicing.subject("acme", "share"), change)
+            await eventually(lambda: feed.book.share_of("acme", ev.job_id) == to, what="read")
+
+        await changed(250, 100, 12_390)
+        assert await allocate(stub, 250) == {
+            "NVIDIA_VISIBLE_DEVICES": UUIDS[2],
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "10",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=12390M",
+        }
+        await changed(100, 250, 0)
+        envs = await allocate(stub, 250)
+        assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
 
 
 async def test_shared_gpu_gets_mps_limits_and_mig_gets_the_instance_uuid(

@@ -104,6 +104,9 @@ class MigNodeNvml:
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
         return []
 
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float]:
+        return {}
+
 
 @contextlib.asynccontextmanager
 async def mig_node(

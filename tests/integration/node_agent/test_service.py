@@ -55,6 +55,8 @@ class NodeNvml:
     def __init__(self) -> None:
         self.samples: list[ProcessSample] = []
         self._next: list[tuple[int, float, float]] = []
+        #: GPU 1's processes' memory in use (MiB by pid), answered once they have run.
+        self.memory: dict[int, float] = {}
 
     def devices(self) -> NodeDevices:
         return NodeDevices(gpus=UUIDS)
@@ -75,6 +77,9 @@ class NodeNvml:
             self._next = []
         # As NVML: the samples newer than since_us (they stay in its buffer after a read).
         return [s for s in self.samples if s.timestamp_us > since_us] if gpu_index == 1 else []
+
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float]:
+        return dict(self.memory) if gpu_index == 1 and self.samples else {}
 
 
 @pytest.fixture
@@ -255,7 +260,17 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
         f"{uid.replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope\n"
     )
-    # Two driver slots of it, in the period the agent reads next.
+    # Another pod's process holds memory but has no utilisation samples of its own (as an MPS
+    # client, whose utilisation NVML gives to the MPS server): it must not read as idle.
+    (a.proc / "4343").mkdir(parents=True)
+    (a.proc / "4343" / "cgroup").write_text(
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{'1' * 8}_{'2' * 4}_{'3' * 4}_{'4' * 4}_{'5' * 12}.slice/"
+        f"cri-containerd-{'d' * 64}.scope\n"
+    )
+    # Two driver slots of it, in the period the agent reads next; it holds 1.5 GiB in two
+    # allocations NVML counts per process, and a process outside any pod holds more.
+    a.nvml.memory = {4242: 1536.0, 77: 4096.0, 4343: 2048.0}
     a.nvml.run((4242, 40.0, 10.0), (4242, 60.0, 30.0))
     share = (
         f'seedance_node_agent_pod_sm_share_ratio{{UUID="{UUIDS[1]}",container="",'
@@ -267,12 +282,13 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
     event = got[0]
     assert event.node == TOKEN
     assert event.window_start < event.at
-    (measured,) = event.shares
+    (measured,) = event.shares  # not the pod of 4343, which NVML did not sample
     assert (measured.gpu_index, measured.gpu_uuid, measured.pod_uid) == (1, UUIDS[1], uid)
     assert (measured.namespace, measured.pod) == ("team-a", "sh")
     # (tenant, job) are the slicer's placement the pod was granted against
     assert (measured.tenant, measured.job_id) == ("acme", uid)
     assert (measured.sm_share, measured.mem_share, measured.periods) == (0.5, 0.2, 2)
+    assert measured.mem_used_mib == 1536.0  # its memory in use; pid 77 is no pod's
 
 
 async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> None:

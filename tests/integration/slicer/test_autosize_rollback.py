@@ -5,9 +5,11 @@ The shipped-auth server (``auth_url``): the slicer and its right-sizing loop run
 (``tenant-acme``) submits a shared job through the SDK; the node agent's user publishes the
 pod's measured shares of the node the job runs on; the collector's user the node's inventory.
 The job measured at 10 % of its 500-milli share is lowered to 100 milli; when it then runs at
-30 % the change is rolled back to exactly the previous share, with an alert; a restarted loop
-restores the rolled-back share and publishes nothing twice. A reading on another node's subject
-is dead-lettered.
+30 % the change is rolled back to exactly the previous share, with an alert naming the cost; a
+restarted loop restores the rolled-back share and publishes nothing twice. A job lowered to a
+share its history reached a sixth of the time, then held at that share (billed exactly it), is
+rolled back on the SLO signal alone (its memory limit, set from the memory its readings
+carried, put back with it). A reading on another node's subject is dead-lettered.
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ async def slicer_with_autosize(url: str, pool: str, replica: str) -> AsyncIterat
         yield slicer, loop, runtime.registry
 
 
-def shares(node: str, job: str, gpu: int, sm: float, at: datetime) -> PodShares:
+def shares(
+    node: str, job: str, gpu: int, sm: float, at: datetime, mem: float | None = None
+) -> PodShares:
     return PodShares(
         id=new_event_id(at=at),
         at=at,
@@ -89,6 +93,7 @@ def shares(node: str, job: str, gpu: int, sm: float, at: datetime) -> PodShares:
                 sm_share=sm,
                 mem_share=0.0,
                 periods=10,
+                mem_used_mib=mem,
             )
         ],
     )
@@ -104,11 +109,18 @@ def a100_node(node: str) -> NodeInventory:
 
 
 async def measured(
-    agent: Bus, node: str, job: str, gpu: int, sm: float, base: datetime, tens: range
+    agent: Bus,
+    node: str,
+    job: str,
+    gpu: int,
+    sm: float,
+    base: datetime,
+    tens: range,
+    mem: float | None = None,
 ) -> None:
     """The node agent's readings of `job`, one per 10 s window ending at base + 10 s x i."""
     for i in tens:
-        reading = shares(node, job, gpu, sm, base + timedelta(seconds=10 * i))
+        reading = shares(node, job, gpu, sm, base + timedelta(seconds=10 * i), mem)
         await agent.publish(telemetry.pod_share(node), reading)
 
 
@@ -204,6 +216,7 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
         (alert,) = [a for a in alerts if isinstance(a, ShareAlert) and a.job_id == job]
         assert (alert.applied_milli, alert.restored_milli, alert.bound_ppm) == (100, 500, 50_000)
         assert alert.deviation_ppm == pytest.approx(2_000_000, abs=1)
+        assert alert.signal == "cost"
         assert alert.cause_id == changes[1].cause_id
 
         # Stopped gracefully, the loop left nothing to re-send: the outbox it keeps until its
@@ -215,6 +228,72 @@ async def test_a_rollback_restores_the_previous_share(auth_url: str) -> None:
         # publishes nothing twice (the outbox's ids are derived from the readings).
         again_published = await restarted(auth_url, admin, pool, job)
         assert [e.id for e in again_published] == [e.id for e in published]
+    finally:
+        await tenant.close()
+        for b in (admin, agent, collector):
+            await b.close()
+
+
+async def test_a_job_held_at_its_new_share_is_rolled_back_on_the_slo_signal(
+    auth_url: str,
+) -> None:
+    admin = await Bus.connect(as_user(auth_url, "admin"))
+    agent = await Bus.connect(as_user(auth_url, "node-agent"))
+    collector = await Bus.connect(as_user(auth_url, "telemetry-collector"))
+    tenant = await SeedanceClient.connect(
+        auth_url, user=f"tenant-{TENANT}", password=shipped_password(f"tenant-{TENANT}")
+    )
+    node, job = f"slo-{uuid.uuid4().hex[:6]}", f"serve-{uuid.uuid4().hex[:6]}"
+    share_subject = slicing.subject(TENANT, "share")
+    alert_subject = slicing.subject(TENANT, "alert")
+    try:
+        await admin.ensure_streams()
+        await collector.publish(telemetry.inventory(node), a100_node(node))
+        async with slicer_with_autosize(auth_url, "autosize-slo", "a") as (slicer, loop, registry):
+            await eventually(lambda: node in slicer.scheduler.node_names, 20, what="inventory")
+            placed = await tenant.submit_job(TENANT, job, gpu_milli=500, wait_s=20)
+            assert isinstance(placed.decision, Placement)
+            gpu, key = placed.decision.gpus[0].index, f"{TENANT}/{job}"
+            await eventually(lambda: key in loop.autosizer.state.tracks, 20, what="job tracked")
+            base = datetime.now(UTC)
+            # 60 s of history: one window at 10 %, five at 4 %: its p95 is 10 %, reached 1/6
+            # of the time. Lowered to 100 milli.
+            await measured(agent, node, job, gpu, 0.10, base, range(1, 2), 30_000.0)
+            await measured(agent, node, job, gpu, 0.04, base, range(2, 7), 28_000.0)
+            await eventually(
+                lambda: loop.autosizer.state.tracks[key].phase is Phase.GUARDING,
+                20,
+                what="share lowered",
+            )
+            # Then a 30 s window pinned at the new limit: billed the share exactly (cost +0 %),
+            # held there all the time where its history was 1/6 of it.
+            await measured(agent, node, job, gpu, 0.10, base, range(7, 10))
+
+            async def alerted() -> list[Any]:
+                return [
+                    a
+                    for a in await read(admin, "SEEDANCE_SLICING", alert_subject, job)
+                    if isinstance(a, ShareAlert)
+                ]
+
+            await eventually(alerted, 20, what="the alert published")
+            (alert,) = await alerted()
+            changes = await read(admin, "SEEDANCE_SLICING", share_subject, job)
+            trips = {
+                signal: registry.get_sample_value(
+                    "seedance_slicer_autosize_guard_trips_total", {"signal": signal}
+                )
+                for signal in ("cost", "slo")
+            }
+        # With the memory each reading carried: the limit at its 30,000 MiB peak + 5 %, and
+        # back to the placement's own with the rollback.
+        assert [(c.reason.value, c.from_milli, c.to_milli, c.mem_limit_mib) for c in changes] == [
+            ("rightsized", 500, 100, 31_500),
+            ("rolled_back", 100, 500, 0),
+        ]
+        assert (alert.signal, alert.applied_milli, alert.restored_milli) == ("slo", 100, 500)
+        assert (alert.deviation_ppm, alert.bound_ppm) == (833_333, 50_000)
+        assert trips == {"cost": None, "slo": 1.0}
     finally:
         await tenant.close()
         for b in (admin, agent, collector):

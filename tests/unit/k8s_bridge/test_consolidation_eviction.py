@@ -9,6 +9,7 @@ from seedance.events.slicing import Preempted
 from seedance.k8s_bridge.core.actions import DeletePod, EvictPod, PostEvent
 from seedance.k8s_bridge.core.notices import MOVE_REFUSED
 from seedance.k8s_bridge.evictions import MAX_EVICT_RETRY_S, PodRefRetry
+from seedance.k8s_bridge.settings import DECISIONS_MAX_DELIVER, BridgeSettings
 from seedance.slicer.core.refused_moves import MOVE_REFUSED as SLICER_MOVE_REFUSED
 from tests.unit.k8s_bridge.pods import pod
 from tests.unit.k8s_bridge.test_tracker import T0, _bound, of, tracker
@@ -59,3 +60,13 @@ def test_an_unanswered_eviction_backs_off_and_its_tries_span_the_slicers_hold() 
     assert max(waits) == MAX_EVICT_RETRY_S
     assert sum(waits) >= 600.0  # the slicer's default hold of an emptied node
     assert PodRefRetry("u", "bind", 5.0).after(7) == 5.0  # a Binding's retry: no backoff
+
+
+def test_an_unanswered_eviction_is_given_up_inside_the_slicers_hold_before_a_dead_letter() -> None:
+    # The give-up (`evict_tries`, 9) reports the move refused at the 9th try: the eight waits
+    # before it end inside the slicer's default 600 s hold of the emptied node, which is when
+    # it still remembers the move to undo; the decision is never dead-lettered (10 tries).
+    tries = BridgeSettings().evict_tries
+    assert tries < DECISIONS_MAX_DELIVER == 10
+    blocked = PodRefRetry("u", "503", BridgeSettings().evict_retry_s, backoff=True)
+    assert sum(blocked.after(n) for n in range(1, tries)) < 600.0

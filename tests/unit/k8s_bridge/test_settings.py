@@ -51,3 +51,10 @@ def test_the_request_rate_and_page_size_default_to_kube_schedulers_and_are_check
         {"SEEDANCE_K8S_BRIDGE_API_QPS": "0", "SEEDANCE_K8S_BRIDGE_API_BURST": "0"},
     )
     assert unlimited.api_qps == 0
+
+
+def test_the_eviction_tries_end_before_the_decision_is_dead_lettered() -> None:
+    assert BridgeSettings(evict_tries=1).evict_tries == 1
+    for tries in (0, 10):
+        with pytest.raises(ValueError, match=f"EVICT_TRIES={tries} .* max_deliver \\(10\\)"):
+            BridgeSettings(evict_tries=tries)

@@ -10,6 +10,7 @@ from seedance.node_agent.core.shares import (
     Share,
     ShareAccumulator,
     pid_shares,
+    pod_memory,
     pod_shares,
 )
 
@@ -70,6 +71,9 @@ def test_absent_periods_count_as_zero_and_pods_sum_their_processes() -> None:
     assert pod_shares(per_pid, pods.get) == {"a": Share(70.0, 40.0), "b": Share(15.0, 5.0)}
     with pytest.raises(ValueError, match="periods"):
         pid_shares(samples, periods=0)
+    # Memory in use: summed per pod like the shares, a host process's left out.
+    used = {10: 1024.0, 11: 512.0, 12: 256.0, 99: 8192.0}
+    assert pod_memory(used, pods.get) == {"a": 1024.0, "b": 768.0}
 
 
 # Shapes recorded on the H200 (driver 580): one entry per process per read, stamped with the

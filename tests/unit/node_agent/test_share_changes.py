@@ -18,6 +18,7 @@ from seedance.events.slicing import (
 )
 from seedance.events.tokens import kube_node_token
 from seedance.node_agent.core.placement import (
+    ENV_MPS_MEM_LIMIT,
     ENV_MPS_THREAD_PCT,
     Grant,
     PlacementBook,
@@ -30,12 +31,39 @@ JOB = pod_job_id("u1")
 SHARED = placed(JOB, PlacementKind.SHARED, [GpuAssignment(index=1, uuid="GPU-b", milli=600)])
 
 
-def change(frm: int, to: int, *, gpu: int = 1, eid: str = "s1") -> ShareChanged:
+def change(frm: int, to: int, *, gpu: int = 1, eid: str = "s1", mem: int = 0) -> ShareChanged:
     reason = ShareChangeReason.RIGHTSIZED if to < frm else ShareChangeReason.ROLLED_BACK
     return ShareChanged(
         id=eid, at=T0, job_id=JOB, tenant="acme", node=kube_node_token(NODE), gpu_index=gpu,
-        from_milli=frm, to_milli=to, reason=reason,
+        from_milli=frm, to_milli=to, reason=reason, mem_limit_mib=mem,
     )  # fmt: skip
+
+
+def mps_mem(b: PlacementBook, asked_mib: int = 0) -> str | None:
+    asked = {"seedance.io/gpu-memory-mib": asked_mib} if asked_mib else {}
+    got = verify(pod("u1", SHARED, requests=asked, gpuMemoryMib=asked_mib), b, NODE, DEVICES)
+    assert isinstance(got, Grant), got
+    return got.envs.get(ENV_MPS_MEM_LIMIT)
+
+
+def test_the_memory_limit_follows_the_change_never_above_the_request_and_a_rollback_drops_it() -> (
+    None
+):
+    b = PlacementBook(NODE)
+    b.apply(SHARED)
+    assert (mps_mem(b), mps_mem(b, 20_480)) == (None, "0=20480M")  # the request's, or none
+    b.apply(change(600, 250, mem=12_390))
+    assert b.mem_limit_of("acme", JOB) == 12_390
+    assert (mps_mem(b), mps_mem(b, 20_480), mps_mem(b, 8_192)) == (
+        "0=12390M",
+        "0=12390M",
+        "0=8192M",  # a pod that asked for less keeps what it asked for
+    )
+    b.apply(change(250, 600, eid="s2"))  # rolled back: the placement's own again
+    assert (b.mem_limit_of("acme", JOB), mps_mem(b, 20_480)) == (0, "0=20480M")
+    b.apply(change(600, 250, eid="s3", mem=12_390))
+    b.apply(JobReleased(id="r9", at=T0, job_id=JOB, tenant="acme", outcome=EndOutcome.FINISHED))
+    assert b.mem_limit_of("acme", JOB) == 0  # an end forgets it
 
 
 def mps_pct(b: PlacementBook) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from seedance.events import decode, encode
@@ -33,6 +34,9 @@ def test_shares_become_ratios_in_gpu_then_pod_order_under_a_stable_id() -> None:
     ]  # fmt: skip
     b = event.shares[2]
     assert (b.tenant, b.job_id, b.periods) == ("acme", "train", 5)
+    assert [s.mem_used_mib for s in event.shares] == [None, None, None]  # NVML gave none
+    held = dataclasses.replace(pods[0], mem_used_mib=1536.0)
+    assert pod_shares_event("n", T0, end, [held]).shares[0].mem_used_mib == 1536.0
     assert (b.namespace, b.pod) == ("acme", "b-0")
     assert (event.window_start, event.at, event.node) == (T0, end, "gpu-1:example")
     # The same window measured again (a retry) has the same id: the stream drops the repeat.

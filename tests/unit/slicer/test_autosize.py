@@ -1,16 +1,20 @@
 """Right-sizing that applies itself, with a guard (`seedance.slicer.core.autosize`): shares
-lowered to measured use for opted-in tenants, rolled back with an alarm when the billed cost
-deviates past the bound, kept otherwise; its state survives a restore at any point."""
+lowered to measured use for opted-in tenants, rolled back with an alarm when the billed cost or
+the time held at the share (the SLO signal) deviates past its bound, kept otherwise; its state
+survives a restore at any point."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+import msgspec
 import pytest
 
 from seedance.slicer.core.autosize import (
     AutosizeConfig,
     Autosizer,
+    GuardSignal,
     GuardTripped,
     Phase,
     ShareReading,
@@ -23,9 +27,10 @@ CFG = AutosizeConfig(
 
 
 def reading(sm: float, at_s: float, *, job: str = "j", node: str = "n1", gpu: int = 0,
-            tenant: str = "acme", span_s: float = 10) -> ShareReading:  # fmt: skip
+            tenant: str = "acme", span_s: float = 10,
+            mem: float | None = None) -> ShareReading:  # fmt: skip
     return ShareReading(tenant=tenant, job_id=job, node=node, gpu=gpu, sm_share=sm,
-                        window_start_s=at_s - span_s, at_s=at_s)  # fmt: skip
+                        window_start_s=at_s - span_s, at_s=at_s, mem_used_mib=mem)  # fmt: skip
 
 
 def feed(a: Autosizer, sm: float, start_s: float, n: int, **kw: object) -> list[object]:
@@ -73,6 +78,7 @@ def test_a_deviation_past_the_bound_rolls_back_and_raises_the_alarm() -> None:
     assert (alarm.applied_milli, alarm.restored_milli) == (100, 500)
     assert alarm.deviation_ppm == pytest.approx(2_000_000, abs=1)
     assert alarm.bound_ppm == 50_000
+    assert alarm.signal is GuardSignal.COST
     track = a.state.tracks["acme/j"]
     assert (track.milli, track.phase) == (500, Phase.ROLLED_BACK)
     assert feed(a, 0.01, 90, 20) == []  # not tried again while the placement lasts
@@ -126,7 +132,13 @@ def test_readings_of_another_gpu_node_or_an_ended_job_change_nothing() -> None:
 
 @pytest.mark.parametrize(
     ("kw", "field"),
-    [({"sm": 1.5}, "sm_share"), ({"sm": -0.1}, "sm_share"), ({"span_s": -5}, "window_start")],
+    [
+        ({"sm": 1.5}, "sm_share"),
+        ({"sm": -0.1}, "sm_share"),
+        ({"span_s": -5}, "window_start"),
+        ({"mem": -1.0}, "mem_used_mib"),
+        ({"mem": float("nan")}, "mem_used_mib"),
+    ],
 )
 def test_a_bad_reading_is_refused_naming_the_field(kw: dict[str, float], field: str) -> None:
     a = measured()
@@ -207,3 +219,149 @@ def test_a_share_set_outside_one_gpu_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="to_milli=1000"):
         a.share_set("acme", "j", "n1", 0, 500, 1000)
     assert a.to_bytes() == before
+
+
+# -- the SLO signal: the time held at the share ---------------------------------------------
+SLO_CFG = dataclasses.replace(CFG, min_history_s=200, min_samples=20)
+
+
+def throttle_prone(cfg: AutosizeConfig = SLO_CFG) -> Autosizer:
+    """Placed at 500; 20 readings, 18 at 4 % and 2 at 10 %: lowered to its p95, 100 milli,
+    which its history reached 10 % of the time (the time at the limit the change predicts)."""
+    a = Autosizer(cfg)
+    a.placed("acme", "j", "n1", [(0, 500)])
+    feed(a, 0.10, 0, 2)
+    (lowered,) = feed(a, 0.04, 20, 18)
+    assert isinstance(lowered, ShareResized)
+    assert (lowered.from_milli, lowered.to_milli) == (500, 100)
+    assert a.state.tracks["acme/j"].expected_held == pytest.approx(0.10)
+    return a
+
+
+def test_a_job_held_at_its_new_share_rolls_back_on_the_slo_signal_alone() -> None:
+    a = throttle_prone()
+    # A guard window (30 s) pinned at the new limit: billed exactly the share (cost +0 %), but
+    # held there 100 % of the time where its history reached it 10 % of the time.
+    back, alarm = feed(a, 0.10, 200, 3)
+    assert isinstance(back, ShareResized)
+    assert (back.from_milli, back.to_milli, back.reason) == (100, 500, "rolled_back")
+    assert isinstance(alarm, GuardTripped)
+    assert alarm.signal is GuardSignal.SLO
+    assert (alarm.deviation_ppm, alarm.bound_ppm) == (900_000, 50_000)
+    assert "held at its share 100.0% of the time against 10.0%" in alarm.detail
+    assert "billed +0.0%" in alarm.detail
+    assert (a.state.tracks["acme/j"].milli, a.state.tracks["acme/j"].phase) == (
+        500,
+        Phase.ROLLED_BACK,
+    )
+
+
+@pytest.mark.parametrize(("held_s", "trips"), [(4.4, False), (4.6, True)])
+def test_the_slo_bound_is_five_points_over_the_time_its_history_predicts(
+    held_s: float, trips: bool
+) -> None:
+    """One 30 s window, `held_s` of it at the limit: 14.7 % and 15.3 % against 10 % + 5."""
+    a = throttle_prone()
+    out = a.observe(reading(0.10, 200 + held_s, span_s=held_s))
+    out += a.observe(reading(0.04, 230, span_s=30 - held_s))
+    assert [type(e) for e in out] == ([ShareResized, GuardTripped] if trips else [])
+    if not trips:  # the window closed within the bound: the next starts afresh
+        assert a.state.tracks["acme/j"].window_held_s == 0.0
+
+
+def test_a_window_within_the_bound_does_not_carry_into_the_next_and_nothing_flaps() -> None:
+    a = throttle_prone(dataclasses.replace(SLO_CFG, window_s=100, guard_s=200))
+    # 100 s windows held at the limit 1 reading in 10, as its history was: within the bound,
+    # each window judged on its own, over the whole guard: kept and no longer watched.
+    assert feed(a, 0.04, 200, 9) + feed(a, 0.10, 290, 1) == []
+    assert feed(a, 0.04, 300, 9) + feed(a, 0.10, 390, 1) == []
+    assert a.state.tracks["acme/j"].phase is Phase.KEPT
+    assert feed(a, 0.10, 400, 20) == []  # kept: pinned later is not a rollback any more
+
+
+def test_after_an_slo_rollback_the_job_is_not_lowered_again_while_placed() -> None:
+    a = throttle_prone()
+    assert [type(e) for e in feed(a, 0.10, 200, 3)] == [ShareResized, GuardTripped]
+    # A long quiet past at the restored share: no second try, no second alarm.
+    assert feed(a, 0.01, 230, 60) == []
+    assert a.state.tracks["acme/j"].milli == 500
+    a.placed("acme", "j", "n1", [(0, 500)])  # placed again: a new track, measured afresh
+    assert a.state.tracks["acme/j"].phase is Phase.MEASURING
+
+
+def test_a_track_guarded_before_the_slo_check_existed_is_guarded_on_cost_alone() -> None:
+    a = throttle_prone()
+    old = a.state.tracks["acme/j"]
+    # The state a build without the field wrote: the field is absent, decoded as its default.
+    raw = msgspec.msgpack.decode(a.to_bytes())
+    del raw["tracks"]["acme/j"]["expected_held"]
+    b = Autosizer.from_bytes(SLO_CFG, msgspec.msgpack.encode(raw))
+    assert b.state.tracks["acme/j"].expected_held == 1.0
+    assert b.state.tracks["acme/j"].milli == old.milli
+    assert feed(b, 0.10, 200, 12) == []  # pinned, but no SLO prediction to deviate from
+
+
+@pytest.mark.parametrize("bound", [0.0, 1.0])
+def test_the_slo_bound_is_checked_at_construction(bound: float) -> None:
+    with pytest.raises(ValueError, match="slo_bound"):
+        AutosizeConfig(slo_bound=bound)
+
+
+# -- memory: the MPS memory limit from the measured peak, raised back as the pod grows --------
+def with_memory(last_mib: float | None = 1000.0) -> tuple[Autosizer, ShareResized]:
+    """Placed at 500; six readings at 10 %, five holding 800 MiB and the last `last_mib`:
+    lowered to 100 milli."""
+    a = measured()
+    for i in range(5):
+        assert a.observe(reading(0.10, 10 * (i + 1), mem=800.0)) == []
+    (lowered,) = a.observe(reading(0.10, 60, mem=last_mib))
+    assert isinstance(lowered, ShareResized)
+    return a, lowered
+
+
+def test_the_memory_limit_is_lowered_with_the_share_to_the_measured_peak_plus_headroom() -> None:
+    a, lowered = with_memory()
+    assert (lowered.to_milli, lowered.mem_limit_mib) == (100, 1050)  # 1000 MiB + 5 %
+    assert "memory limit 1050 MiB: peak 1000 MiB plus 5%" in lowered.detail
+    assert (a.state.tracks["acme/j"].mem_limit_mib, a.state.tracks["acme/j"].previous_mem_mib) == (
+        1050,
+        0,
+    )
+
+
+def test_a_history_missing_a_memory_reading_leaves_the_memory_limit_alone() -> None:
+    a, lowered = with_memory(last_mib=None)
+    assert (lowered.to_milli, lowered.mem_limit_mib) == (100, 0)
+    assert feed(a, 0.05, 60, 1, mem=5000.0) == []  # no limit of the loop's to outgrow
+
+
+@pytest.mark.parametrize(("used_mib", "trips"), [(1024.0, False), (1025.0, True)])
+def test_memory_grown_half_into_the_headroom_rolls_the_change_back(
+    used_mib: float, trips: bool
+) -> None:
+    a, _ = with_memory()  # limit 1050 from a 1000 MiB peak: the alarm at 1025
+    out = a.observe(reading(0.05, 70, mem=used_mib))
+    if not trips:
+        assert out == []
+        return
+    back, alarm = out
+    assert isinstance(back, ShareResized)
+    assert isinstance(alarm, GuardTripped)
+    assert (back.from_milli, back.to_milli, back.mem_limit_mib) == (100, 500, 0)
+    assert alarm.signal is GuardSignal.MEMORY
+    assert (alarm.deviation_ppm, alarm.bound_ppm) == (25_000, 25_000)
+    assert "1025 MiB in use against the 1000 MiB peak its limit of 1050 MiB" in alarm.detail
+    t = a.state.tracks["acme/j"]
+    assert (t.milli, t.mem_limit_mib, t.phase) == (500, 0, Phase.ROLLED_BACK)
+    assert feed(a, 0.05, 70, 10, mem=2000.0) == []  # rolled back: nothing more to do
+
+
+def test_a_kept_change_is_still_rolled_back_when_its_memory_grows() -> None:
+    a, _ = with_memory()
+    assert feed(a, 0.08, 60, 12, mem=1000.0) == []  # the guard passes: kept
+    assert a.state.tracks["acme/j"].phase is Phase.KEPT
+    back, alarm = feed(a, 0.08, 180, 1, mem=1040.0)
+    assert isinstance(back, ShareResized)
+    assert isinstance(alarm, GuardTripped)
+    assert alarm.signal is GuardSignal.MEMORY
+    assert (back.to_milli, back.mem_limit_mib) == (500, 0)

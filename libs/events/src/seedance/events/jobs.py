@@ -37,6 +37,7 @@ __all__ = [
     "JobMoveRefused",
     "JobStarted",
     "JobSubmitted",
+    "MoveRefusedCause",
     "ObservedJobEvent",
     "ResourceRequest",
     "gang_job_id",
@@ -233,10 +234,20 @@ class JobCancelled(Event, frozen=True, kw_only=True, tag="job.cancelled.v1"):
 JobEvent = JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled
 
 
+class MoveRefusedCause(enum.StrEnum):
+    """Why a consolidation move did not happen (`JobMoveRefused.cause`)."""
+
+    #: The eviction was answered 429: a PodDisruptionBudget allows no disruption.
+    DISRUPTION_BUDGET = "disruption_budget"
+    #: The API server never answered the eviction (no answer, 5xx) within the bridge's tries.
+    UNANSWERED = "unanswered"
+
+
 class JobMoveRefused(Event, frozen=True, kw_only=True, tag="job.move_refused.v1"):
     """A consolidation move the cluster refused (issue 30): the k8s-bridge's eviction of the
-    job's pod was answered 429 because a PodDisruptionBudget allows no disruption, so the pod
-    still runs on ``node``. Observed by the bridge for its own cluster only, published once per
+    job's pod was answered 429 because a PodDisruptionBudget allows no disruption, or was not
+    answered within the bridge's tries (``cause``), so the pod still runs on ``node`` as far as
+    the bridge knows. Observed by the bridge for its own cluster only, published once per
     refused decision (``decision_id``: the slicer's ``slice.preempted.v1`` it carried out; the
     event id is derived from it) on ``seedance.observed.<tenant>.move_refused``, which no tenant
     may publish on. ``at`` is when the refusal was observed: the slicer undoes the move there."""
@@ -246,6 +257,8 @@ class JobMoveRefused(Event, frozen=True, kw_only=True, tag="job.move_refused.v1"
     node: Name
     decision_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
     reason: Reason = ""
+    #: A report from before the field existed was a budget's refusal.
+    cause: MoveRefusedCause = MoveRefusedCause.DISRUPTION_BUDGET
 
 
 #: What only a trusted observer reports about a job (never a tenant's request, so not a

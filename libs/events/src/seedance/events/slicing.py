@@ -180,7 +180,8 @@ class ShareChangeReason(enum.StrEnum):
 class ShareChanged(Event, frozen=True, kw_only=True, tag="slice.share_changed.v1"):
     """The compute share a running shared job is enforced at changed, at ``at`` (the reading's
     time that decided it), from ``from_milli`` to ``to_milli`` thousandths of GPU ``gpu_index``
-    of ``node`` (the MPS thread percentage is ``ceil(milli / 10)``). Memory is not resized."""
+    of ``node`` (the MPS thread percentage is ``ceil(milli / 10)``), and with it the MPS pinned
+    memory limit, ``mem_limit_mib`` (0: the placement's own, the request's GPU memory or none)."""
 
     job_id: Name
     tenant: TenantId
@@ -192,13 +193,19 @@ class ShareChanged(Event, frozen=True, kw_only=True, tag="slice.share_changed.v1
     detail: Annotated[str, msgspec.Meta(max_length=1024)] = ""
     #: The id of the reading (``gpu.pod_share.v1``) that decided it.
     cause_id: str = ""
+    #: The MPS pinned memory limit after the change, MiB: the measured peak plus headroom of a
+    #: right-sizing; 0 (and every change from before the field): the placement's own.
+    mem_limit_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class ShareAlert(Event, frozen=True, kw_only=True, tag="slice.share_alert.v1"):
-    """An automatic right-sizing was rolled back: in a charge window after the change, what
-    the job was billed for (``max(share, measured use)``, the ledger's rule) exceeded what was
-    predicted (the new share) by ``deviation_ppm``, past ``bound_ppm``. The share is back at
-    ``restored_milli``; the job is not resized again while this placement lasts."""
+    """An automatic right-sizing was rolled back: in a charge window after the change, one
+    measured signal deviated by ``deviation_ppm``, past ``bound_ppm``: ``signal`` ``cost``,
+    what the job was billed for (``max(share, measured use)``, the ledger's rule) over what was
+    predicted (the new share); ``slo``, the fraction of the window the job was held at its new
+    share over the fraction of its measured history at or above it (a throttled job). The
+    share is back at ``restored_milli``; the job is not resized again while this placement
+    lasts."""
 
     job_id: Name
     tenant: TenantId
@@ -207,7 +214,9 @@ class ShareAlert(Event, frozen=True, kw_only=True, tag="slice.share_alert.v1"):
     restored_milli: int
     deviation_ppm: int
     bound_ppm: int
-    #: Which signal deviated: ``cost`` (the only one wired today).
+    #: Which signal deviated: ``cost``, ``slo`` or ``memory`` (the pod's memory in use grown
+    #: into its lowered limit's headroom; ``deviation_ppm`` its growth over the measured peak);
+    #: an alert from before the field: cost.
     signal: str = "cost"
     detail: Annotated[str, msgspec.Meta(max_length=1024)] = ""
     cause_id: str = ""

@@ -138,6 +138,10 @@ class PodShare(msgspec.Struct, frozen=True, kw_only=True):
     mem_share: float
     #: NVML sampling periods the window held (how much the means are over).
     periods: int = 0
+    #: GPU memory the pod's processes held at the window's end, MiB (NVML's per-process used
+    #: memory, summed): the measured memory a share's MPS memory limit is sized from. None:
+    #: NVML gave no figure (or an agent from before the field).
+    mem_used_mib: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
 class PodShares(Event, frozen=True, kw_only=True, tag="gpu.pod_share.v1"):

@@ -1,4 +1,5 @@
-"""Evicting a consolidation move's pod through the Eviction API, and what a refusal calls for.
+"""Evicting a consolidation move's pod through the Eviction API, and what a refusal (or no
+answer) calls for.
 
 A consolidation move is voluntary (the slicer empties a node so the fleet can release it), so
 its pod goes the way ``kubectl drain`` and the autoscalers take pods off a node: ``POST
@@ -11,8 +12,13 @@ billed there from the refusal on, the node no longer held empty) and does not tr
 its disruption budget's window. The eviction is not retried: a retry that succeeded later
 would move a job the slicer has put back. An unavailable or busy API server (no answer, 5xx)
 is retried: the decision is redelivered after ``evict_retry_s``, doubled at each try up to
-`MAX_EVICT_RETRY_S`, until the decisions consumer's ``max_deliver`` runs out. A priority or
-quota preemption is not voluntary and stays a deletion.
+`MAX_EVICT_RETRY_S`, for ``evict_tries`` tries (9, one below the decisions consumer's
+``max_deliver``). Then the bridge gives up and reports the move refused as for a budget's
+refusal (`JobMoveRefused`, cause ``unanswered``), so the slicer puts the job back rather than
+believe it moved: the pod was never evicted as far as the bridge knows. (Should the API server
+have evicted it without the answer reaching the bridge, the pod's deletion reaches the slicer
+as that pod's end, like any pod deleted behind its back.) A priority or quota preemption is not
+voluntary and stays a deletion.
 
 Owns `PodRefRetry` (a write to try again, with its delay) and the eviction call's outcomes;
 must not decide which pod is evicted (the tracker's notices do).
@@ -21,11 +27,12 @@ must not decide which pod is evicted (the tracker's notices do).
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 
 from seedance.core import Clock
 from seedance.core.logs import get_logger
 from seedance.events import derived_event_id
-from seedance.events.jobs import JobMoveRefused
+from seedance.events.jobs import JobMoveRefused, MoveRefusedCause
 from seedance.events.subjects import observed
 from seedance.k8s_bridge.core import notices
 from seedance.k8s_bridge.core.actions import Action, EvictPod, Publish
@@ -68,13 +75,20 @@ class Evictions:
     """See the module docstring. ``instance`` names this bridge in its Events."""
 
     def __init__(
-        self, api: KubeApi, clock: Clock, metrics: BridgeMetrics, retry_s: float, instance: str
+        self,
+        api: KubeApi,
+        clock: Clock,
+        metrics: BridgeMetrics,
+        retry_s: float,
+        instance: str,
+        tries: int = 9,
     ) -> None:
         self._api = api
         self._clock = clock
         self._metrics = metrics
         self._retry_s = retry_s
         self._instance = instance
+        self._tries = tries
 
     async def evict(self, a: EvictPod) -> tuple[list[Action], list[PodRefRetry]]:
         """Evict ``a.ref``: follow-up actions (the refusal's Event) and the retry, if any."""
@@ -109,16 +123,35 @@ class Evictions:
         follow: list[Action] = [
             notices.eviction_refused(a.ref, why, a.decision_id, now, self._instance)
         ]
-        if a.job_id:
-            ev = JobMoveRefused(
-                id=derived_event_id(a.decision_id, "move_refused"), at=now, job_id=a.job_id,
-                tenant=a.tenant, node=a.node, decision_id=a.decision_id, reason=why[:1024],
-            )  # fmt: skip
-            follow.append(Publish(observed.subject(a.tenant, "move_refused"), ev))
+        follow.extend(_reported(a, now, why, MoveRefusedCause.DISRUPTION_BUDGET))
         return follow, []
 
     def _later(self, a: EvictPod, outcome: str, why: str) -> tuple[list[Action], list[PodRefRetry]]:
+        if a.delivered >= self._tries:
+            return self._given_up(a, why)
         self._metrics.api_writes_total.labels("evict_pod", outcome).inc()
         log.warning("bridge_eviction_refused", pod=f"{a.ref.namespace}/{a.ref.name}",
                     outcome=outcome, error=why)  # fmt: skip
         return [], [PodRefRetry(a.ref.uid, why, self._retry_s, backoff=True)]
+
+    def _given_up(self, a: EvictPod, why: str) -> tuple[list[Action], list[PodRefRetry]]:
+        """The retry budget is spent with no answer: the move is reported refused (no Event on
+        the pod: the API server that would store it is the one not answering)."""
+        self._metrics.api_writes_total.labels("evict_pod", "gave_up").inc()
+        log.warning("bridge_eviction_given_up", pod=f"{a.ref.namespace}/{a.ref.name}",
+                    tries=a.delivered, error=why)  # fmt: skip
+        reason = f"the API server did not answer the eviction in {a.delivered} tries: {why}"
+        return _reported(a, self._clock.now(), reason, MoveRefusedCause.UNANSWERED), []
+
+
+def _reported(a: EvictPod, now: datetime, why: str, cause: MoveRefusedCause) -> list[Action]:
+    """The refusal of ``a``'s move, for the slicer (nothing for a pod of no job), its id
+    derived from the decision's: one report per decision, whichever way it was refused."""
+    if not a.job_id:
+        return []
+    ev = JobMoveRefused(
+        id=derived_event_id(a.decision_id, "move_refused"), at=now, job_id=a.job_id,
+        tenant=a.tenant, node=a.node, decision_id=a.decision_id, reason=why[:1024],
+        cause=cause,
+    )  # fmt: skip
+    return [Publish(observed.subject(a.tenant, "move_refused"), ev)]

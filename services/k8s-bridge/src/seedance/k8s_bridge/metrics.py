@@ -47,7 +47,7 @@ class BridgeMetrics:
         )
         self.api_writes_total = Counter(
             "seedance_k8s_bridge_api_writes_total",
-            "API writes by call and outcome (ok, conflict, gone, retry, error).",
+            "API writes by call and outcome (ok, conflict, gone, retry, blocked, gave_up, error).",
             ["call", "outcome"],
             registry=registry,
         )

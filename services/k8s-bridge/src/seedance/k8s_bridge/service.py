@@ -122,7 +122,9 @@ class BridgeService(Lifecycle):
         self._wake = asyncio.Event()
         self._outbox = JobOutbox(runtime, self.metrics, scope=settings.lease_name)
         self._writes = asyncio.Semaphore(settings.api_concurrency)
-        self._evictions = Evictions(api, clock, self.metrics, settings.evict_retry_s, self.identity)
+        self._evictions = Evictions(
+            api, clock, self.metrics, settings.evict_retry_s, self.identity, settings.evict_tries
+        )
         self._stopping = asyncio.Event()
         self._consumer = self._decisions_consumer()
         self._consumer_task: asyncio.Task[None] | None = None
@@ -532,7 +534,10 @@ class BridgeService(Lifecycle):
             if tracker.foreign(d.event):
                 self._refuse_foreign(d.event)
                 continue
-            out = tracker.decision(d.event, now)
+            out = [
+                dataclasses.replace(a, delivered=d.num_delivered) if isinstance(a, EvictPod) else a
+                for a in tracker.decision(d.event, now)
+            ]
             for a in out:
                 if isinstance(a, Bind | EvictPod):
                     origin[a.ref.uid] = i

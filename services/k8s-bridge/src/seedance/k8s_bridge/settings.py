@@ -9,7 +9,7 @@ import msgspec
 
 from seedance.events.replicas import DEFAULT_FLEET
 from seedance.events.stores import SLICING_POLICY_KEY
-from seedance.events.subjects import QUOTA_POLICY_KEY
+from seedance.events.subjects import QUOTA_POLICY_KEY, consumer
 from seedance.events.tokens import check_token
 from seedance.k8s_bridge.core.keys import DEFAULT_SCHEDULER_NAME
 
@@ -17,6 +17,8 @@ __all__ = ["BridgeSettings"]
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+#: Deliveries of one decision before the consumer dead-letters it (the catalogue's).
+DECISIONS_MAX_DELIVER = consumer("k8s-bridge-decisions").max_deliver
 
 
 class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,6 +95,11 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: A consolidation move's eviction refused by a PodDisruptionBudget (429) is tried again
     #: after this long (its decision is naked with this delay and redelivered).
     evict_retry_s: float = 5.0
+    #: An eviction the API server has not answered (no answer, 5xx) at this many tries of its
+    #: decision is given up: the move is reported refused (`JobMoveRefused`, cause
+    #: ``unanswered``) so the slicer puts the job back. Below the decisions consumer's
+    #: ``max_deliver`` (10), so the give-up comes before the decision would be dead-lettered.
+    evict_tries: int = 9
 
     def __post_init__(self) -> None:
         if not 0 < self.lease_renew_s < self.lease_duration_s * 2 / 3:
@@ -101,6 +108,12 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
                 f"below 2/3 of SEEDANCE_K8S_BRIDGE_LEASE_DURATION_S={self.lease_duration_s}"
             )
         check_token("SEEDANCE_K8S_BRIDGE_ROUTER_FLEET", self.router_fleet)
+        if not 1 <= self.evict_tries < DECISIONS_MAX_DELIVER:
+            raise ValueError(
+                f"SEEDANCE_K8S_BRIDGE_EVICT_TRIES={self.evict_tries} must be at least 1 and "
+                f"below the decisions consumer's max_deliver ({DECISIONS_MAX_DELIVER}), or the "
+                "decision is dead-lettered before the move is reported"
+            )
         if self.batch < 1 or self.api_concurrency < 1:
             raise ValueError("SEEDANCE_K8S_BRIDGE_BATCH and _API_CONCURRENCY must be at least 1")
         if not _LABEL_VALUE.match(self.cluster):

@@ -1,11 +1,12 @@
-"""The node's devices and per-process utilisation from NVML (pynvml), for the agent's cores.
+"""The node's devices, per-process utilisation and memory from NVML (pynvml), for the cores.
 
 Owns the few NVML reads the node agent makes beside the collector's: GPU UUIDs by index, the
-MIG instances by (parent UUID, profile, start slot) for Allocate, and
-``nvmlDeviceGetProcessUtilization`` samples for the measured shares. It must not change any
-device state (MIG changes go through ``mig.MigBackend`` only). The MIG listing is written from
-NVML's API reference and is not verified on MIG hardware (the H200 here has MIG disabled).
-"""
+MIG instances by (parent UUID, profile, start slot) for Allocate,
+``nvmlDeviceGetProcessUtilization`` samples for the measured shares, and each compute
+process's GPU memory in use (``nvmlDeviceGetComputeRunningProcesses``) for the measured
+memory. It must not change any device state (MIG changes go through ``mig.MigBackend`` only).
+The MIG listing is written from NVML's API reference and is not verified on MIG hardware (the
+H200 here has MIG disabled)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.shares import ProcessSample
 
 __all__ = ["NvmlNode"]
+
+_MIB = 1024 * 1024
 
 
 def _text(v: Any) -> str:
@@ -79,3 +82,19 @@ class NvmlNode:
             ProcessSample(int(s.pid), float(s.smUtil), float(s.memUtil), int(s.timeStamp))
             for s in raw
         ]
+
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float]:
+        """Each compute process's GPU memory in use now, MiB by pid. A process NVML gives no
+        figure for (``usedGpuMemory`` unavailable, as some drivers answer for MPS clients or
+        without the rights to see other containers' processes) is left out, never read as 0."""
+        n = self._n
+        try:
+            raw = n.nvmlDeviceGetComputeRunningProcesses(self._handles[gpu_index])
+        except n.NVMLError_NotFound:
+            return {}
+        out: dict[int, float] = {}
+        for p in raw:
+            used = getattr(p, "usedGpuMemory", None)
+            if used is not None:
+                out[int(p.pid)] = out.get(int(p.pid), 0.0) + used / _MIB
+        return out

@@ -126,6 +126,7 @@ class PlacementFeed:
             gpu=ev.gpu_index,
             from_milli=ev.from_milli,
             to_milli=ev.to_milli,
+            mem_limit_mib=self.book.mem_limit_of(ev.tenant, ev.job_id),
             reason=ev.reason.value,
             applied=share == ev.to_milli,
             applies_at="next_allocate",

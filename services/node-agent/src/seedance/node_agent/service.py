@@ -43,7 +43,12 @@ from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import NodeDevices, Refusal
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
-from seedance.node_agent.core.shares import ProcessSample, ShareAccumulator, pod_shares
+from seedance.node_agent.core.shares import (
+    ProcessSample,
+    ShareAccumulator,
+    pod_memory,
+    pod_shares,
+)
 from seedance.node_agent.core.simulated import SimulatedGpus, parse_mig_layout
 from seedance.node_agent.deviceplugin import (
     DeviceKind,
@@ -114,6 +119,7 @@ class GpuSource(Protocol):
 
     def devices(self) -> NodeDevices: ...
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]: ...
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float]: ...
 
 
 class NodeAgentService:
@@ -399,10 +405,13 @@ class NodeAgentService:
             return []
         samples = self._nvml.process_samples(index, acc.since_us)
         per_pod = pod_shares(acc.close_period(samples, self._now_us()), self._pod_of_pid)
+        memory = pod_memory(self._nvml.process_memory_mib(index), self._pod_of_pid)
         periods = acc.last_slots
         names = self._allocator.names_by_uid()
         owners = self._labeller.owners.get(uuid, []) if self._labeller else []
         out = []
+        # Only pods NVML sampled: a pod holding memory without samples of its own is not read
+        # as idle, since under MPS the clients' utilisation is the MPS server's (docs).
         for pod_uid, share in per_pod.items():
             ns, name = names.get(pod_uid, ("", pod_uid))
             containers = sorted({o.container for o in owners if (o.namespace, o.pod) == (ns, name)})
@@ -425,6 +434,7 @@ class NodeAgentService:
                     pod=name if pod_uid in names else "",
                     tenant=tenant,
                     job_id=job,
+                    mem_used_mib=memory.get(pod_uid),
                 )
             )
         return out

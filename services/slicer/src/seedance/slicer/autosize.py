@@ -5,7 +5,7 @@ placements, preemptions, releases and share changes, and the node agents' per-po
 shares, in the one order the ledger bills them in), steps
 `seedance.slicer.core.autosize.Autosizer`, and publishes what it decides on the tenant's own
 subjects: `ShareChanged` on `seedance.slicing.<t>.share` and, for a rollback, `ShareAlert` on
-`seedance.slicing.<t>.alert`.
+`seedance.slicing.<t>.alert`, naming the signal that tripped (`cost`, `slo` or `memory`).
 
 Exactly once, as the slicer: one leader per pool holds `slicer-autosize.<pool>` (a lease in
 `seedance-leases`); per batch the loop's state, the stream sequences applied and the batch's
@@ -111,6 +111,7 @@ def events_of(effect: AutosizeEffect, cause_id: str) -> tuple[str, Event]:
             restored_milli=effect.restored_milli,
             deviation_ppm=effect.deviation_ppm,
             bound_ppm=effect.bound_ppm,
+            signal=effect.signal.value,
             detail=effect.detail[:1024],
             cause_id=cause_id,
         )
@@ -127,6 +128,7 @@ def events_of(effect: AutosizeEffect, cause_id: str) -> tuple[str, Event]:
         reason=ShareChangeReason(effect.reason),
         detail=effect.detail[:1024],
         cause_id=cause_id,
+        mem_limit_mib=effect.mem_limit_mib,
     )
 
 
@@ -327,10 +329,12 @@ class AutosizeService(Lifecycle):
                     reason=ev.reason.value,
                 )
             elif isinstance(ev, ShareAlert):
+                self.metrics.guard_trips_total.labels(ev.signal).inc()
                 log.warning(
                     "slicer_share_rolled_back",
                     tenant=ev.tenant,
                     job_id=ev.job_id,
+                    signal=ev.signal,
                     deviation_ppm=ev.deviation_ppm,
                     bound_ppm=ev.bound_ppm,
                 )
@@ -428,6 +432,7 @@ class AutosizeService(Lifecycle):
                         sm_share=s.sm_share,
                         window_start_s=start_s,
                         at_s=at_s,
+                        mem_used_mib=s.mem_used_mib,
                     )
                 )
         return out
@@ -471,6 +476,7 @@ def autosize_config(settings: SlicerSettings) -> AutosizeConfig | None:
     return AutosizeConfig(
         tenants=tenants,
         bound=settings.autosize_bound,
+        slo_bound=settings.autosize_slo_bound,
         min_history_s=settings.autosize_min_history_s,
         min_samples=settings.autosize_min_samples,
         guard_s=settings.autosize_guard_s,

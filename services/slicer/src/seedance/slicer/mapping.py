@@ -125,6 +125,8 @@ NOT_CARRIED: Mapping[type, Mapping[str, str]] = {
     ShareChanged: {
         "detail": "the loop's explanation, already on the bus; the share is what is applied",
         "cause_id": "the reading that decided it; the change's own id is the cause here",
+        "mem_limit_mib": "the MPS memory limit the node agent enforces; placement counts the "
+        "request's memory",
     },
 }
 

@@ -111,6 +111,12 @@ class AutosizeMetrics:
             ["reason"],
             registry=registry,
         )
+        self.guard_trips_total = Counter(
+            "seedance_slicer_autosize_guard_trips_total",
+            "Changes the guard rolled back, by the signal that tripped (cost, slo, memory).",
+            ["signal"],
+            registry=registry,
+        )
         self.tracked_jobs = Gauge(
             "seedance_slicer_autosize_tracked_jobs",
             "Shared jobs of opted-in tenants the loop measures, guards or has settled.",

@@ -72,11 +72,13 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Tenants whose shared jobs' compute shares are right-sized automatically, with a guard,
     #: comma-separated (``*``: every tenant); empty: the loop does not run (docs/slicer.md,
     #: "Recommendations that apply themselves"). Then: how far the billed cost may exceed the
-    #: predicted one before a change is rolled back, how long (and over how many of the node
-    #: agent's readings) a job is measured before, and guarded after, a change, and the charge
-    #: window the guard checks.
+    #: predicted one before a change is rolled back, and how many points of a window's time the
+    #: job may be held at its new share beyond its history's (the SLO signal), how long (and
+    #: over how many of the node agent's readings) a job is measured before, and guarded after,
+    #: a change, and the charge window the guard checks.
     autosize_tenants: str = ""
     autosize_bound: float = 0.05
+    autosize_slo_bound: float = 0.05
     autosize_min_history_s: float = 3600.0
     autosize_min_samples: int = 60
     autosize_guard_s: float = 3600.0

@@ -44,12 +44,14 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   its time the middle of ``[window_start, at)``, per share (GPU ``gpu_index``, job key of
   ``tenant``/``job_id``, ``sm_share`` in ppm); shares naming no job are dropped (no one's to
   bill). Not carried: ``gpu_uuid``, ``pod_uid``, ``namespace``, ``pod`` (the job key is what
-  bills), ``mem_share`` (shared GPUs are billed by SM share), ``periods``. Refused: an
+  bills), ``mem_share`` and ``mem_used_mib`` (shared GPUs are billed by SM share),
+  ``periods``. Refused: an
   ``sm_share`` outside [0, 1], a negative index, ``window_start`` after ``at``.
 - ``ShareChanged`` (the slicer's right-sizing, ``slice.share_changed.v1``) → one ``ShareResize``:
   job key, ``node``, ``gpu_index``, ``from_milli``, ``to_milli`` as ``gpu_milli``, at its ``at``
   (the reading's time that decided it). Not carried: ``reason`` (a rollback bills as any
-  change), ``detail``, ``cause_id``. A share outside 1..1000 is refused.
+  change), ``detail``, ``cause_id``, ``mem_limit_mib`` (the memory limit is enforced, not
+  billed). A share outside 1..1000 is refused.
 
 Core → wire (``seedance.events.cost``): ``CostLine`` → ``CostEntry`` (``cost.entry.v2``: exact
 integers only, no float twins) with ``cost_micro_usd`` = the line's total (GPU time + billed

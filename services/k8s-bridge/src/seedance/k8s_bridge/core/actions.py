@@ -72,7 +72,9 @@ class EvictPod:
     """Evict the pod through the Eviction API (``pods/eviction``, uid precondition), which
     honours its PodDisruptionBudgets: the API server answers 429 while one allows no
     disruption. ``decision_id``: the slicer's decision it carries out; ``tenant``, ``job_id``
-    and ``node`` (the decision's): what a refusal is reported about (`JobMoveRefused`)."""
+    and ``node`` (the decision's): what a refusal is reported about (`JobMoveRefused`).
+    ``delivered``: how many times that decision has been delivered with this try (the retry
+    budget of an eviction the API server does not answer counts these)."""
 
     ref: PodRef
     reason: str
@@ -80,6 +82,7 @@ class EvictPod:
     tenant: str = ""
     job_id: str = ""
     node: str = ""
+    delivered: int = 1
 
 
 Action = Publish | Bind | PatchStatus | PostEvent | DeletePod | EvictPod

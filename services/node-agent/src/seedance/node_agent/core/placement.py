@@ -3,7 +3,8 @@
 Owns four things, all pure:
 - the node's book of the slicer's own placements (``PlacementBook``), fed from the slicer's
   trusted decisions on the bus (placements, preemptions, releases, and the share changes of
-  its right-sizing: the share in force of a shared placement) and keyed by (tenant, job);
+  its right-sizing: the share and memory limit in force of a shared placement) and keyed by
+  (tenant, job);
 - which placement a pod runs under (``placement_of``), found from what the API server says of
   the pod (its UID: the bridge's job id of a pod, ``pod_job_id``), never from its annotation
   alone: a pod the slicer holds no placement for on this node is not one the bridge bound here;
@@ -178,6 +179,8 @@ class PlacementBook:
         self._by_job: dict[tuple[str, str], Placement] = {}
         #: The share in force of a shared placement whose share the slicer changed since.
         self._shares: dict[tuple[str, str], int] = {}
+        #: The MPS memory limit (MiB) the slicer's latest change set, where it set one.
+        self._mem: dict[tuple[str, str], int] = {}
 
     def apply(
         self, ev: Placement | Preempted | JobReleased | ShareChanged
@@ -200,8 +203,13 @@ class PlacementBook:
                 and self.share_of(*key) == ev.from_milli
             ):
                 self._shares[key] = ev.to_milli
+                if ev.mem_limit_mib > 0:
+                    self._mem[key] = ev.mem_limit_mib
+                else:  # the placement's own again
+                    self._mem.pop(key, None)
             return None
         self._shares.pop(key, None)
+        self._mem.pop(key, None)
         if isinstance(ev, Placement):
             if ev.node == self._node:
                 self._by_job[key] = ev
@@ -215,6 +223,11 @@ class PlacementBook:
         if placed is None or placed.kind is not PlacementKind.SHARED or len(placed.gpus) != 1:
             return None
         return self._shares.get((tenant, job_id), placed.gpus[0].milli)
+
+    def mem_limit_of(self, tenant: str, job_id: str) -> int:
+        """The MPS memory limit (MiB) the slicer's latest change of the job's share set; 0: none
+        (the placement's own holds)."""
+        return self._mem.get((tenant, job_id), 0)
 
     def get(self, tenant: str, job_id: str) -> Placement | None:
         return self._by_job.get((tenant, job_id))
@@ -392,10 +405,13 @@ def _mig(claim: Claim, devices: NodeDevices) -> Grant | Refusal:
     return _grant(claim, _visible(uuids), uuids)
 
 
-def _shared(claim: Claim, devices: NodeDevices, milli: int | None = None) -> Grant | Refusal:
+def _shared(
+    claim: Claim, devices: NodeDevices, milli: int | None = None, mem_mib: int = 0
+) -> Grant | Refusal:
     """One GPU with MPS limits: the share in force (``milli``, the book's: the slicer's
     placement or its latest change) or, without one, the annotation's (checked equal to the
-    placement's)."""
+    placement's); the memory limit the slicer's latest change set (``mem_mib``, its right-sizing
+    from the measured peak), never above the pod's own request, or else the request's."""
     if len(claim.gpus) != 1:
         return Refusal(f"a shared placement must name one GPU, names {_show(claim.gpus)}")
     granted = _whole(claim, devices)
@@ -404,8 +420,11 @@ def _shared(claim: Claim, devices: NodeDevices, milli: int | None = None) -> Gra
     share = claim.gpus[0].milli if milli is None else milli
     # MPS takes 1..100 % of the SMs; a share of 1..1000 milli rounds up so it is never 0.
     envs = {**granted.envs, ENV_MPS_THREAD_PCT: str(min(100, max(1, math.ceil(share / 10))))}
-    if claim.gpu_mem_mib > 0:
-        envs[ENV_MPS_MEM_LIMIT] = f"0={claim.gpu_mem_mib}M"  # ordinal 0: the one visible GPU
+    mem = claim.gpu_mem_mib
+    if mem_mib > 0:
+        mem = min(mem, mem_mib) if mem > 0 else mem_mib
+    if mem > 0:
+        envs[ENV_MPS_MEM_LIMIT] = f"0={mem}M"  # ordinal 0: the one visible GPU
     return _grant(claim, envs, granted.uuids)
 
 
@@ -429,7 +448,8 @@ def verify(pod: PodView, book: PlacementBook, node: str, devices: NodeDevices) -
     if problem is not None:
         return Refusal(problem)
     if claim.kind == PlacementKind.SHARED.value:
-        return _shared(claim, devices, book.share_of(placed.tenant, placed.job_id))
+        key = (placed.tenant, placed.job_id)
+        return _shared(claim, devices, book.share_of(*key), book.mem_limit_of(*key))
     resolve = _RESOLVE.get(claim.kind)
     if resolve is None:
         return Refusal(f"a {claim.kind} placement holds no GPU to allocate")

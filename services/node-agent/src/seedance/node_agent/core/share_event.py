@@ -33,6 +33,8 @@ class MeasuredPod:
     pod: str = ""
     tenant: str = ""
     job_id: str = ""
+    #: The GPU memory its processes held at the window's end, MiB (None: NVML gave none).
+    mem_used_mib: float | None = None
 
 
 def pod_shares_event(
@@ -52,6 +54,7 @@ def pod_shares_event(
             sm_share=min(1.0, max(0.0, m.share.sm_pct / 100)),
             mem_share=min(1.0, max(0.0, m.share.mem_pct / 100)),
             periods=m.periods,
+            mem_used_mib=m.mem_used_mib,
         )
         for m in sorted(measured, key=lambda m: (m.gpu_index, m.pod_uid))
     ]

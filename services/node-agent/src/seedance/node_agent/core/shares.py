@@ -1,7 +1,8 @@
 """Measured per-pod shares of a shared GPU from NVML's per-process utilisation samples: pure.
 
 Owns the aggregation of ``nvmlDeviceGetProcessUtilization`` samples (pid, SM %, memory %,
-timestamp) over a window into each pid's mean share, and the sum per pod. NVML answers
+timestamp) over a window into each pid's mean share, and the sum per pod; and the sum per pod
+of its processes' GPU memory in use (``pod_memory``). NVML answers
 per-process utilisation noisily (a process can be missing from a sample set): a pid's mean is
 over the window's sampling periods, counting a period it is absent from as zero, so a sparse
 process is not over-counted. Must not call NVML.
@@ -12,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["ProcessSample", "Share", "ShareAccumulator", "pid_shares", "pod_shares"]
+__all__ = [
+    "ProcessSample",
+    "Share",
+    "ShareAccumulator",
+    "pid_shares",
+    "pod_memory",
+    "pod_shares",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,19 @@ def pod_shares(
             continue
         acc = out.get(pod, Share(0.0, 0.0))
         out[pod] = Share(acc.sm_pct + s.sm_pct, acc.mem_pct + s.mem_pct)
+    return out
+
+
+def pod_memory(
+    used_mib: Mapping[int, float], pod_of: Callable[[int], str | None]
+) -> dict[str, float]:
+    """Per pod (its UID): the GPU memory its processes hold, MiB, summed; pids outside pods are
+    left out."""
+    out: dict[str, float] = {}
+    for pid, mib in used_mib.items():
+        pod = pod_of(pid)
+        if pod is not None:
+            out[pod] = out.get(pod, 0.0) + mib
     return out
 
 

@@ -176,6 +176,9 @@ class SimulatedGpus:
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
         return []
 
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float]:
+        return {}
+
     def inventory(self, at: datetime, *, cpu_milli: int = 0, memory_mib: int = 0) -> NodeInventory:
         """The node's inventory at ``at``; its id is derived from the node and the time, so a
         retried publish of the same one is dropped."""

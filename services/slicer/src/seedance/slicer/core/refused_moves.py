@@ -1,7 +1,8 @@
 """A consolidation move the cluster refused, undone (issue 30).
 
 On Kubernetes a move's pod is evicted through the Eviction API, which a PodDisruptionBudget may
-refuse: the pod then still runs on the node the move was to empty. The k8s-bridge reports that
+refuse, or an unavailable API server may never answer within the bridge's tries: the pod then
+still runs on the node the move was to empty. The k8s-bridge reports that
 (`seedance.events.jobs.JobMoveRefused`, once per move) and `undo_refused_move` makes the
 slicer's state say what really runs where: the job back on the GPUs it held on its old node
 (recorded when the move was made: `Moves.moved`), billed there from the refusal's trusted time
@@ -83,6 +84,7 @@ def _hold(s: Scheduler, i: int) -> None:
 
 
 _DETAIL = (
-    "move_refused: the cluster refused the consolidation move (a PodDisruptionBudget allows no "
-    "disruption); the job runs on where it was"
+    "move_refused: the cluster did not carry out the consolidation move (a PodDisruptionBudget "
+    "allowed no disruption, or the API server never answered the eviction); the job runs on "
+    "where it was"
 )
