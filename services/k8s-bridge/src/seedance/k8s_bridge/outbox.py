@@ -14,7 +14,8 @@ it live; a pod that was waiting was submitted anew under ``k8s:<uid>``, so its o
 orphan and is ended (cancelled), which is the migration.
 
 A bridge taking the lead reads the records (``records``) before it looks at any pod: a bound
-pod is taken over only under the job recorded for it (`seedance.k8s_bridge.core.adoption`).
+pod is taken over only under the job recorded for it (`seedance.k8s_bridge.core.adoption`),
+and the orphans are found in that same listing (``orphans``).
 
 Must not: decide what to publish or how an orphan ends (the tracker does), or publish anything
 but what it was given.
@@ -25,19 +26,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from seedance.core import ServiceRuntime
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.errors import NoStream
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, live_keys
 from seedance.core.logs import get_logger
 from seedance.events import Event
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
+from seedance.k8s_bridge.core.tracked import JobKey
 from seedance.k8s_bridge.core.tracker import Action, Tracker
 from seedance.k8s_bridge.metrics import BridgeMetrics
 
@@ -84,30 +87,30 @@ class JobOutbox:
             log.warning("bridge_publish_failed", events=len(items), error=repr(exc))
         self._metrics.outbox.set(len(self._items))
 
-    async def records(self) -> list[tuple[str, str]]:
-        """The (tenant, job) of every recorded job of this cluster's bridges."""
+    async def records(self) -> list[JobKey]:
+        """The (tenant, job) of every recorded job of this cluster's bridges: all of them
+        (`seedance.core.kv.live_keys`, not nats-py's keys(), which can return part of them:
+        a restarted bridge would then refuse a live bound pod and end its job)."""
         assert self._kv is not None
         scope = f"{self._scope}."
-        try:
-            # nats-py's `filters` match substrings, not subjects: the prefix is checked here.
-            keys = [k for k in await self._kv.keys() if k.startswith(scope)]
-        except NoKeysError:
-            return []
         out = []
-        for key in keys:
+        for key in await live_keys(self._kv, self._scope):
             tenant, _, token = key.removeprefix(scope).partition(".")
             out.append((tenant, token.replace("=", ":")))
         return out
 
-    async def orphans(self, tracker: Tracker, now: datetime) -> list[Action]:
-        """The ends of recorded jobs whose pods are gone (deleted while no bridge ran)."""
+    async def orphans(
+        self, tracker: Tracker, records: Iterable[JobKey], now: datetime
+    ) -> list[Action]:
+        """The ends of the ``records`` (the listing the take-over adopted pods under, not a
+        second one) whose pods are gone (deleted while no bridge ran)."""
         assert self._kv is not None
         live = tracker.live_jobs()
         out: list[Action] = []
-        for tenant, job_id in await self.records():
+        for tenant, job_id in records:
             if (tenant, job_id) in live:
                 continue
-            with contextlib.suppress(KeyNotFoundError):
+            with contextlib.suppress(KeyNotFoundError):  # its end went out since
                 entry = await self._kv.get(self._job_key_of(tenant, job_id))
                 created_ms = int(entry.value or b"0")
                 out.append(tracker.orphan_ended(job_id, tenant, created_ms, now))

@@ -285,7 +285,8 @@ class BridgeService(Lifecycle):
         tracker.bindings = self._bindings
         tracker.priorities = self._priorities
         # Before any pod: a bound pod is taken over only under the job recorded for it.
-        tracker.records = JobRecords(await self._outbox.records())
+        records = await self._outbox.records()
+        tracker.records = JobRecords(records)
         now = self._clock.now()
         actions: list[Action] = []
         for ns in self.namespaces.cache.values():
@@ -319,7 +320,7 @@ class BridgeService(Lifecycle):
             **tracker.counts(),
         )
         self._enqueue(actions)
-        self._enqueue(await self._outbox.orphans(tracker, self._clock.now()))
+        self._enqueue(await self._outbox.orphans(tracker, records, self._clock.now()))
         await self._consumer.start(self._rt.bus)
         self._consumer_task = asyncio.create_task(self._consumer.run())
         if self.release is not None:
