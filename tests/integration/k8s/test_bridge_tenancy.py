@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from seedance.core import Bus
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, live_keys
 from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobCancelled, JobFinished, JobSubmitted, ResourceRequest
@@ -288,6 +288,6 @@ async def test_job_records_are_keyed_by_tenant_and_job_and_old_records_migrate(
         assert env.trail.of(JobCancelled, bound, tenant=ACME) == []
         async with connected(auth_url, "k8s-bridge") as own:
             kv = await ensure_bucket(own, JOBS_BUCKET)
-            keys = {k for k in await kv.keys() if k.startswith(f"{scope}.")}
+            keys = set(await live_keys(kv, scope))
         assert f"{scope}.{ACME}.{waiting}" not in keys
         assert f"{scope}.{GLOBEX}.{bound}" not in keys
