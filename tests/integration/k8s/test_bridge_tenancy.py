@@ -40,7 +40,7 @@ from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempt
 from seedance.events.subjects import QUOTA_POLICY_KEY, dlq, inbox_prefix, jobs, slicing
 from seedance.k8s_bridge.core.kube import binding_body, placement_annotation
 from seedance.k8s_bridge.core.pods import PodRef
-from seedance.k8s_bridge.outbox import JOBS_BUCKET
+from seedance.k8s_bridge.records import JOBS_BUCKET
 from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.waits import eventually, wait_consumer_settled

@@ -406,6 +406,20 @@ class StateStore:
         await self._stop_compacting()
 
     # -- older formats ----------------------------------------------------------------------
+    @property
+    def empty(self) -> bool:
+        """Nothing was ever written under the prefix (as of the last `load`)."""
+        return self._head is None and self._next == 0
+
+    async def take_legacy_keys(self, prefix: str) -> dict[str, bytes]:
+        """Every live key under `prefix` and its value (an older format's keys, one a record:
+        `prefix` must not be this store's own)."""
+        out: dict[str, bytes] = {}
+        for key in await live_keys(self._kv, prefix):
+            with contextlib.suppress(KeyNotFoundError):  # deleted since the listing
+                out[key] = (await self._kv.get(key)).value or b""
+        return out
+
     async def take_legacy(self, key: str) -> bytes | None:
         """The value of `key` (an older format's one key), None when absent."""
         try:
