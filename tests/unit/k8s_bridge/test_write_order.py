@@ -13,7 +13,7 @@ from typing import Any
 
 from seedance.k8s_bridge.core.actions import Bind, PatchStatus, PostEvent, Write, per_pod
 from seedance.k8s_bridge.core.pods import PodRef
-from seedance.k8s_bridge.service import BridgeService
+from seedance.k8s_bridge.executor import Executor
 from seedance.k8s_bridge.writes import ApiWrites
 
 A = PodRef("team", "a", "uid-a")
@@ -36,7 +36,7 @@ def test_per_pod_keeps_each_pods_writes_in_order_and_apart() -> None:
 
 
 class _Writes:
-    """The service's writes, over writes that record when they land: a status patch is slow to
+    """The bridge's writes, over writes that record when they land: a status patch is slow to
     land (as a loaded API server may be), a Binding quick."""
 
     all = ApiWrites.all
@@ -55,22 +55,22 @@ class _Writes:
         return [], []
 
 
-class _Bridge:
-    """The service's carrying out, over `_Writes`, publishing nothing."""
+class _Executor:
+    """The bridge's carrying out, over `_Writes`, publishing nothing."""
 
-    _carry_out = BridgeService._carry_out
+    carry_out = Executor.carry_out
 
     def __init__(self) -> None:
         self._writes = _Writes()
         self._unsaved: list[Any] = []
 
-    async def _publish(self) -> None:
+    async def publish(self) -> None:
         pass
 
 
 async def test_a_pods_status_patch_lands_before_its_binding_and_pods_go_concurrently() -> None:
-    bridge = _Bridge()
-    await bridge._carry_out([unscheduled(A), Bind(A, "n1", {}), unscheduled(B)])
-    writes = bridge._writes
+    executor = _Executor()
+    await executor.carry_out([unscheduled(A), Bind(A, "n1", {}), unscheduled(B)])
+    writes = executor._writes
     assert writes.landed.index(("PatchStatus", "a")) < writes.landed.index(("Bind", "a"))
     assert writes.most_concurrent == 2  # pod a's writes beside pod b's

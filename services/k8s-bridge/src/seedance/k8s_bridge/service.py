@@ -1,35 +1,25 @@
 """The bridge service: the API server's pods and nodes in, job events out; the slicer's
-decisions in, Bindings, pod conditions, Events and deletions out. Wiring only.
+decisions in, Bindings, pod conditions, Events and deletions out. Wiring only: each part is
+built here and handed what it needs.
 
-Its parts: `ClusterView` (the informers every replica runs, so a standby's cache is warm, and
-their changes handed to the leader's `Tracker`, which decides everything), `ApiWrites` (the API
-writes and their outcomes), `BridgeRecords` on the durable runtime (`seedance.core.durable`:
-the job records committed with the job events they came with *before* those are published, the
-outbox re-published by the next leader under the same ``Nats-Msg-Id``), the decisions consumer
-(``k8s-bridge-decisions``, bound only while leading), the capacity release, the policy
-reconciler and the router replicas' registrar (`seedance.k8s_bridge.policy_sync`,
-`seedance.k8s_bridge.replica_sync`: they act only while this replica leads).
+Parts: `ClusterView` (informers on every replica, so a standby's cache is warm; their changes
+go to the leader's `Tracker`, which decides everything), `Executor` with `ApiWrites` (the
+actions carried out), `Decisions` (the ``k8s-bridge-decisions`` consumer's handler, bound only
+while leading), `BridgeRecords` on the durable runtime (`seedance.core.durable`: the job
+records committed with the job events they came with *before* those are published, the outbox
+re-published by the next leader under the same ``Nats-Msg-Id``), the capacity release, the
+policy reconciler and the router replicas' registrar (these act only while this replica leads).
 
 Leadership is the Kubernetes Lease (`seedance.k8s_bridge.leader`), handed to the runtime as its
-`Leadership`; the runtime's NATS-KV lease is not used. The bridge writes to the cluster
-(Bindings, deletions, evictions), so the fence that matters is the one the cluster's own
-controllers use and operators read (``kubectl get lease``); a second lease in KV could be held
-by another replica than the Lease, one acting on the cluster while the other commits. The
-commits themselves stay fenced by the store's compare-and-set (a deposed leader's fails). The
-elector stops leading once it could not renew for 2/3 of the Lease's duration; the runtime then
-stops the consumer and steps down (the tracker dropped: the watches act on nothing).
-
-On taking the lead (the runtime restored the records first) it waits for the caches, builds a
-fresh `Tracker` from them under the records, ends the recorded jobs whose pods are gone (in
-that same listing), and only then is the decisions durable bound, so it never acts on a
-decision about a pod it has not seen. Two paths, each lean (no per-pod list or get on the way
-to a Binding): watch -> tracker -> actions, queued and carried out by one executor task; a
-decision batch -> tracker -> Bindings posted concurrently -> their outcomes -> Events. A
-decision is acknowledged once its writes were made; a Binding that failed for now is naked and
-redelivered; a gang's placement parts are held (naked) until the gang is placed whole; a
-decision naming one of its pods' jobs under another tenant than the pod's (`Tracker.foreign`) is
-acknowledged untouched, counted and logged. Job events not yet made durable stay queued and go
-with the next commit.
+`Leadership`, not the runtime's NATS-KV lease: the bridge writes to the cluster (Bindings,
+deletions, evictions), so the fence is the one the cluster's own controllers use and operators
+read (``kubectl get lease``); a second lease in KV could be held by another replica than the
+Lease, one acting on the cluster while the other commits. Commits stay fenced by the store's
+compare-and-set (a deposed leader's fails). The elector stops leading once it could not renew
+for 2/3 of the Lease's duration; the runtime then stops the consumer and steps down (the
+tracker dropped: the watches act on nothing). Taking the lead (the records restored first), it
+waits for the caches, builds a fresh tracker from them under the records and ends the recorded
+jobs whose pods are gone, in that same listing; only then are decisions consumed.
 """
 
 from __future__ import annotations
@@ -38,23 +28,22 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import partial
-from typing import Any
 
-from seedance.core import Clock, Delivery, Lifecycle, RetryableError, ServiceRuntime
-from seedance.core import cancel_until_done as cancel_all
-from seedance.core.consumer import PullConsumer
-from seedance.core.durable import DurableRuntime, DurableSpec, Outbox
+from seedance.core import Clock, Lifecycle, ServiceRuntime, cancel_until_done
+from seedance.core.consumer import BatchHandler, PullConsumer
+from seedance.core.durable import DurableRuntime, DurableSpec
 from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.k8s_bridge.cluster_view import ClusterView
-from seedance.k8s_bridge.core.actions import EvictPod, per_pod
 from seedance.k8s_bridge.core.adoption import JobRecords
 from seedance.k8s_bridge.core.endpoints import replica_owners
 from seedance.k8s_bridge.core.keys import LABEL_TENANT
-from seedance.k8s_bridge.core.tracker import Action, Bind, Publish, Tracker
-from seedance.k8s_bridge.evictions import Evictions, PodRefRetry
+from seedance.k8s_bridge.core.tracker import Tracker
+from seedance.k8s_bridge.decisions import Decisions
+from seedance.k8s_bridge.evictions import Evictions
+from seedance.k8s_bridge.executor import Executor
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.leader import LeaseElector
 from seedance.k8s_bridge.metrics import BridgeMetrics
@@ -96,26 +85,27 @@ class BridgeService(Lifecycle):
         self._bindings: Mapping[str, str] = dict(bindings or {})
         self._priorities = dict(priorities or {})
         self.tracker: Tracker | None = None
-        self._pending: list[Action] = []  # actions to carry out
-        self._unsaved: Outbox = []  # job events not yet committed with their records
-        self._wake, self._stopping = asyncio.Event(), asyncio.Event()
+        self._stopping = asyncio.Event()
+        tracker = lambda: self.tracker  # noqa: E731  # the leader's, None while standing by
         self.view = ClusterView(
-            api, clock, settings, m, tracker=lambda: self.tracker, enqueue=self._enqueue,
+            api, clock, settings, m, tracker=tracker, enqueue=lambda a: self._executor.enqueue(a),
             on_restart=self._count_restart,
         )  # fmt: skip
         evictions = Evictions(api, clock, m, settings.evict_retry_s, self.identity)
-        self._writes = ApiWrites(
-            api, clock, m, evictions, concurrency=settings.api_concurrency,
-            tracker=lambda: self.tracker, first_seen=self.view.first_seen,
+        writes = ApiWrites(
+            api, clock, m, evictions, concurrency=settings.api_concurrency, tracker=tracker,
+            first_seen=self.view.first_seen,
         )  # fmt: skip
         self.elector = LeaseElector(
             api, clock, namespace=settings.lease_namespace, name=settings.lease_name,
             identity=self.identity, duration_s=settings.lease_duration_s,
             renew_s=settings.lease_renew_s,
         )  # fmt: skip
+        # The runtime looks at the Lease every sixth of this: at most every 0.5 s, so a lost
+        # Lease stops the decisions well before a standby may take over.
         spec = DurableSpec(
             bucket=JOBS_BUCKET, key=state_key(settings.lease_name), lease_key="",
-            holder=self.identity, lease_ttl_s=settings.lease_duration_s,
+            holder=self.identity, lease_ttl_s=min(settings.lease_duration_s, 3.0),
             log_fields={"lease": settings.lease_name},
         )  # fmt: skip
         self.durable = DurableRuntime(
@@ -123,7 +113,12 @@ class BridgeService(Lifecycle):
             metrics=m, on_lead=self._take_over, on_step_down=self._step_down,
             leadership=self.elector, log_as="bridge",
         )  # fmt: skip
-        self.durable.consume([self._decisions_consumer()])
+        self._executor = Executor(writes, self.durable, m, leading=lambda: self.leading)
+        decisions = Decisions(
+            clock, m, tracker=tracker, carry_out=self._executor.carry_out,
+            bind_retry_s=settings.bind_retry_s,
+        )  # fmt: skip
+        self.durable.consume([self._decisions_consumer(decisions.handle)])
         #: Capacity release: cordon + taint the nodes the slicer holds empty (None: off).
         self.release: NodeRelease | None = None
         if settings.release_nodes:
@@ -146,11 +141,10 @@ class BridgeService(Lifecycle):
             )  # fmt: skip
             self.view.namespace_listeners.append(self.replicas.kick)
 
-    def _decisions_consumer(self) -> PullConsumer:
+    def _decisions_consumer(self, handler: BatchHandler) -> PullConsumer:
         c = self._rt.consume(
-            DURABLE, DECISIONS, batch_handler=self._on_decisions, batch=self._settings.batch,
-            managed=False,
-        )  # fmt: skip
+            DURABLE, DECISIONS, batch_handler=handler, batch=self._settings.batch, managed=False
+        )
         if self._settings.instance:
             c.spec = dataclasses.replace(c.spec, durable=f"{DURABLE}-{self._settings.instance}")
         return c
@@ -174,16 +168,14 @@ class BridgeService(Lifecycle):
     @property
     def records(self) -> BridgeRecords:
         """The job records (and the events owed) as this replica holds them."""
-        state = self.durable.state
-        assert isinstance(state, BridgeRecords)
-        return state
+        return self._executor.records
 
     def set_bindings(self, bindings: Mapping[str, str]) -> None:
         """New namespace -> tenant bindings (from the TenantQuota reconciler)."""
         self._bindings = dict(bindings)
         if self.tracker is not None:
             # pods that waited for their namespace's tenant are taken now
-            self._enqueue(self.tracker.rebind(self._bindings, self._clock.now()))
+            self._executor.enqueue(self.tracker.rebind(self._bindings, self._clock.now()))
         if self.replicas is not None:
             self.replicas.kick()  # a namespace's replicas follow its tenant
 
@@ -215,14 +207,14 @@ class BridgeService(Lifecycle):
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
             side = [tg.create_task(i.run()) for i in self.view.informers]
-            side += [tg.create_task(self._executor())]
+            side += [tg.create_task(self._executor.run())]
             side += [tg.create_task(p.run()) for p in (self.policy, self.replicas) if p]
             leading = tg.create_task(self.durable.run())  # keeps the Lease, leads while ours
             await self._rt.run()
             self._stopping.set()
             self.durable.stop()
             await leading
-            await cancel_all(side)  # one cancel can be lost
+            await cancel_until_done(side)  # one cancel can be lost
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -249,7 +241,7 @@ class BridgeService(Lifecycle):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         await event.wait()
-        self._forget_unsaved()  # made after the last step-down, by writes then in flight
+        self._executor.forget_unsaved()  # made after the last step-down by writes in flight
         records = self.records
         tracker = Tracker(instance=self.identity)
         tracker.bindings, tracker.priorities = self._bindings, self._priorities
@@ -267,7 +259,7 @@ class BridgeService(Lifecycle):
             "bridge_leading", holder=self.identity, pods=len(self.pods.cache),
             nodes=len(self.nodes.cache), **tracker.counts(),
         )  # fmt: skip
-        self._enqueue(actions)
+        self._executor.enqueue(actions)
         if self.release is not None:
             await self.release.lead(self._rt.bus)
 
@@ -275,95 +267,4 @@ class BridgeService(Lifecycle):
         if self.release is not None:
             await self.release.step_down()
         self.tracker = None
-        self._forget_unsaved()
-
-    def _forget_unsaved(self) -> None:
-        """Events never made durable are a term's own: the next leader derives them again
-        from the cluster (the same ids), so a standby never writes the records."""
-        if self._unsaved:
-            log.warning("bridge_events_left_to_next_leader", events=len(self._unsaved))
-        self._unsaved = []
-
-    # --- carrying out -----------------------------------------------------------------------
-
-    def _enqueue(self, actions: list[Action]) -> None:
-        if actions:
-            self._pending.extend(actions)
-            self._wake.set()
-
-    async def _executor(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await self._wake.wait()
-            self._wake.clear()
-            actions, self._pending = self._pending, []
-            await self._carry_out(actions)
-
-    async def _carry_out(self, actions: Sequence[Action]) -> list[PodRefRetry]:
-        """Publish the events (committed with the records first), make the writes
-        (concurrently across pods, in order within one: `per_pod`), then carry out what their
-        outcomes call for. Returns the Bindings to retry later."""
-        retry: list[PodRefRetry] = []
-        while actions:
-            self._unsaved += [(a.subject, a.event) for a in actions if isinstance(a, Publish)]
-            writes = [a for a in actions if not isinstance(a, Publish)]
-            groups = await asyncio.gather(*(self._writes.all(g) for g in per_pod(writes)))
-            await self._publish()
-            actions = []
-            for follow, again in (r for g in groups for r in g):
-                actions.extend(follow)
-                retry.extend(again)
-        return retry
-
-    async def _publish(self) -> None:
-        """The events not yet durable, with their records, as one commit, then published (the
-        runtime; also the events it owes from before). Not made durable: kept for the next.
-        Only while leading: the state is then the one restored under the Lease."""
-        if self.tracker is None:
-            return
-        items, self._unsaved = self._unsaved, []
-        if items or self.records.outbox:
-            saved = await self.durable.transact(lambda: self.records.publish(items), what="events")
-            if not saved:
-                self._unsaved = items + self._unsaved  # the executor tries again within 1 s
-        self.metrics.outbox.set(len(self._unsaved) + len(self.records.outbox))
-
-    # --- decisions --------------------------------------------------------------------------
-
-    async def _on_decisions(self, ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
-        tracker = self.tracker
-        if tracker is None:
-            raise RetryableError("not leading: the next leader takes these decisions")
-        now = self._clock.now()
-        actions: list[Action] = []
-        origin: dict[str, int] = {}
-        held: set[int] = set()
-        for i, d in enumerate(ds):
-            self.metrics.decisions_total.labels(type(d.event).__name__).inc()
-            if tracker.foreign(d.event):
-                self._refuse_foreign(d.event)
-                continue
-            out = tracker.decision(d.event, now)
-            origin.update((a.ref.uid, i) for a in out if isinstance(a, Bind | EvictPod))
-            actions.extend(out)
-            if tracker.holds(d.event):
-                held.add(i)
-        retry = await self._carry_out(actions)
-        outcomes: list[BaseException | None] = [None] * len(ds)
-        for i in held:
-            outcomes[i] = RetryableError("a part of a gang placed whole only later", delay_s=0.5)
-        for r in retry:
-            if (at := origin.get(r.uid)) is not None:
-                delay_s = r.after(ds[at].num_delivered) or self._settings.bind_retry_s
-                outcomes[at] = RetryableError(f"write failed for now: {r.why}", delay_s=delay_s)
-        return outcomes
-
-    def _refuse_foreign(self, ev: Any) -> None:
-        """A decision about one of our pods' jobs under another tenant: acked, never acted on,
-        counted and logged (a bus tenant submitted a job under a pod's job id)."""
-        self.metrics.decisions_refused_total.labels("other_tenant").inc()
-        log.warning(
-            "bridge_decision_other_tenant", decision=type(ev).__name__, event_id=ev.id,
-            job=ev.job_id, tenant=ev.tenant,
-        )  # fmt: skip
+        self._executor.forget_unsaved()
