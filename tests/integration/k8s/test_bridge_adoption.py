@@ -189,6 +189,8 @@ async def test_a_restarted_bridge_with_many_recorded_jobs_adopts_every_bound_pod
         async with running_bridge(env) as b:
             for uid in uids:
                 await state_is(b, uid, PodState.BOUND)
+            # the records the new leader restored are the runtime's state, every job in them
+            assert {(env.tenant, pod_job_id(u)) for u in uids} <= set(b.records.records)
             # its end goes out after whatever the take-over enqueued (the orphans' ends)
             await env.finish(names[-1])
 
