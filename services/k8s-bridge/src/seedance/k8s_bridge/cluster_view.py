@@ -3,21 +3,24 @@ each change calls for once this replica leads.
 
 Owns the informers (`seedance.k8s_bridge.watch`: every replica watches, so a standby's cache is
 warm), the pods deleted while standing by (replayed on taking the lead, should the old leader
-have missed their ends), when each pod was first seen (the bind latency's start), and handing
-each change to the leader's `Tracker` (``tracker()``; None: standing by). Its actions go to
-``enqueue``; an object the tracker cannot take is logged and counted, never stops the watch.
+have missed their ends), when each pod was first seen (the bind latency's start), whose
+replicas a namespace's Services are (`replica_owners`), and handing each change to the
+leader's `Tracker` (``tracker()``; None: standing by). Its actions go to ``enqueue``; an
+object the tracker cannot take is logged and counted, never stops the watch.
 
 Must not decide anything (the tracker does) nor carry an action out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from seedance.core import Clock
 from seedance.core.logs import get_logger
+from seedance.k8s_bridge.core.endpoints import replica_owners
+from seedance.k8s_bridge.core.keys import LABEL_TENANT
 from seedance.k8s_bridge.core.tracker import Action, Tracker
 from seedance.k8s_bridge.kube import KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
@@ -83,6 +86,18 @@ class ClusterView:
         """In the order their caches must be synced before leading (a pod's tenant comes from
         its namespace)."""
         return self.namespaces, self.nodes, self.pods
+
+    def replica_owners(self, bindings: Mapping[str, str]) -> dict[str, str]:
+        """Namespace -> whose replicas its Services are (the shared pool's: ""), from the
+        settings, the TenantQuota ``bindings`` and the namespaces' tenant labels."""
+        labelled = {}
+        for ns in self.namespaces.cache.values():
+            md = ns.get("metadata") or {}
+            if tenant := (md.get("labels") or {}).get(LABEL_TENANT):
+                labelled[str(md.get("name", ""))] = str(tenant)
+        return replica_owners(
+            shared=self._settings.shared_namespace_names, bindings=bindings, labelled=labelled
+        )
 
     def replay(self, tracker: Tracker, now: datetime) -> list[Action]:
         """What the caches (and the pods deleted while standing by) call for, taken by a new

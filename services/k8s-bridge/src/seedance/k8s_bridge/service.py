@@ -38,8 +38,6 @@ from seedance.core.logs import get_logger
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.k8s_bridge.cluster_view import ClusterView
 from seedance.k8s_bridge.core.adoption import JobRecords
-from seedance.k8s_bridge.core.endpoints import replica_owners
-from seedance.k8s_bridge.core.keys import LABEL_TENANT
 from seedance.k8s_bridge.core.tracker import Tracker
 from seedance.k8s_bridge.decisions import Decisions
 from seedance.k8s_bridge.evictions import Evictions
@@ -136,7 +134,8 @@ class BridgeService(Lifecycle):
         if settings.discover_replicas:
             self.replicas = ReplicaSync(
                 api, clock, settings, runtime.registry,
-                leading=lambda: self.leading, owners=self._replica_owners,
+                leading=lambda: self.leading,
+                owners=lambda: self.view.replica_owners(self._bindings),
                 instance=self.identity, on_restart=self._count_restart,
             )  # fmt: skip
             self.view.namespace_listeners.append(self.replicas.kick)
@@ -158,10 +157,6 @@ class BridgeService(Lifecycle):
         return self.view.nodes
 
     @property
-    def namespaces(self) -> Informer:
-        return self.view.namespaces
-
-    @property
     def leading(self) -> bool:
         return self.tracker is not None
 
@@ -178,19 +173,6 @@ class BridgeService(Lifecycle):
             self._executor.enqueue(self.tracker.rebind(self._bindings, self._clock.now()))
         if self.replicas is not None:
             self.replicas.kick()  # a namespace's replicas follow its tenant
-
-    def _replica_owners(self) -> dict[str, str]:
-        """Namespace -> whose replicas its Services are (the shared pool's: ""), from the
-        settings, the TenantQuota bindings and the namespaces' tenant labels."""
-        labelled = {}
-        for ns in self.namespaces.cache.values():
-            md = ns.get("metadata") or {}
-            if tenant := (md.get("labels") or {}).get(LABEL_TENANT):
-                labelled[str(md.get("name", ""))] = str(tenant)
-        return replica_owners(
-            shared=self._settings.shared_namespace_names, bindings=self._bindings,
-            labelled=labelled,
-        )  # fmt: skip
 
     def _count_restart(self, resource: str, cause: str) -> None:
         self.metrics.watch_restarts_total.labels(resource, cause).inc()
