@@ -23,9 +23,9 @@ async def kv(bus: Bus) -> KeyValue:
 
 
 @pytest.fixture
-def store_of(bus: Bus, kv: KeyValue) -> Callable[..., StateStore]:
+def store_of(kv: KeyValue) -> Callable[..., StateStore]:
     def make(prefix: str, **kw: int) -> StateStore:
-        return StateStore(bus.js, kv, BUCKET, prefix, **kw)
+        return StateStore(kv, prefix, **kw)
 
     return make
 

@@ -171,3 +171,35 @@ async def test_a_pod_of_an_unbound_namespace_waits_reported_then_is_placed(env: 
             return bool(read.spec.node_name)
 
         await eventually(bound, 20, what="the early pod bound")
+
+
+async def test_a_restarted_bridge_with_many_recorded_jobs_adopts_every_bound_pod(
+    env: Env,
+) -> None:
+    # Enough records that listing them all matters (nats-py's keys() could return part of
+    # them: a restarted bridge then refused its own bound pods and ended their jobs).
+    for i in range(4):
+        gpu_node(env.kube, f"gpu-{env.unique}-{i}", gpus=8)
+    names = [f"p{i}" for i in range(24)]
+    async with slicer(env.nats_url, env.unique):
+        async with running_bridge(env):
+            uids = [(await env.create_pod(n, gpus=1))["metadata"]["uid"] for n in names]
+            for n in names:
+                await env.bound(n)
+        async with running_bridge(env) as b:
+            for uid in uids:
+                await state_is(b, uid, PodState.BOUND)
+            # the records the new leader restored are the runtime's state, every job in them
+            assert {(env.tenant, pod_job_id(u)) for u in uids} <= set(b.records.records)
+            # its end goes out after whatever the take-over enqueued (the orphans' ends)
+            await env.finish(names[-1])
+
+            async def last_ended() -> bool:
+                # its end and any orphan's come in order on the one observed subscription
+                return bool(env.trail.of(JobFinished, pod_job_id(uids[-1])))
+
+            await eventually(last_ended, 20, what="the last pod's end published")
+            for uid in uids:
+                assert env.trail.of(JobCancelled, pod_job_id(uid)) == [], "a live job ended"
+            for n in names:
+                assert await refused_events(env, n) == []

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from seedance.core import Bus
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, live_keys
 from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobCancelled, JobFinished, JobSubmitted, ResourceRequest
@@ -40,7 +40,7 @@ from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempt
 from seedance.events.subjects import QUOTA_POLICY_KEY, dlq, inbox_prefix, jobs, slicing
 from seedance.k8s_bridge.core.kube import binding_body, placement_annotation
 from seedance.k8s_bridge.core.pods import PodRef
-from seedance.k8s_bridge.outbox import JOBS_BUCKET
+from seedance.k8s_bridge.records import JOBS_BUCKET
 from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.waits import eventually, wait_consumer_settled
@@ -288,6 +288,6 @@ async def test_job_records_are_keyed_by_tenant_and_job_and_old_records_migrate(
         assert env.trail.of(JobCancelled, bound, tenant=ACME) == []
         async with connected(auth_url, "k8s-bridge") as own:
             kv = await ensure_bucket(own, JOBS_BUCKET)
-            keys = {k for k in await kv.keys() if k.startswith(f"{scope}.")}
+            keys = set(await live_keys(kv, scope))
         assert f"{scope}.{ACME}.{waiting}" not in keys
         assert f"{scope}.{GLOBEX}.{bound}" not in keys

@@ -16,6 +16,7 @@ def test_the_durable_runtime_exports_exactly_these_names() -> None:
         "DurableSpec",
         "DurableState",
         "LEASE_BUCKET",
+        "Leadership",
         "OUTBOX_KEY",
         "Outbox",
         "ReplicatedCore",

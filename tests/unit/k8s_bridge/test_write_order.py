@@ -13,7 +13,8 @@ from typing import Any
 
 from seedance.k8s_bridge.core.actions import Bind, PatchStatus, PostEvent, Write, per_pod
 from seedance.k8s_bridge.core.pods import PodRef
-from seedance.k8s_bridge.service import BridgeService
+from seedance.k8s_bridge.executor import Executor
+from seedance.k8s_bridge.writes import ApiWrites
 
 A = PodRef("team", "a", "uid-a")
 B = PodRef("team", "b", "uid-b")
@@ -34,28 +35,18 @@ def test_per_pod_keeps_each_pods_writes_in_order_and_apart() -> None:
     assert per_pod(writes) == [[writes[0], writes[2], writes[4]], [writes[1], writes[3]]]
 
 
-class _Outbox:
-    def add(self, events: list[Any]) -> None:
-        pass
+class _Writes:
+    """The bridge's writes, over writes that record when they land: a status patch is slow to
+    land (as a loaded API server may be), a Binding quick."""
 
-    async def flush(self) -> None:
-        pass
-
-
-class _Bridge:
-    """The service's carrying out, over writes that record when they land: a status patch
-    is slow to land (as a loaded API server may be), a Binding quick."""
-
-    _carry_out = BridgeService._carry_out
-    _write_all = BridgeService._write_all
+    all = ApiWrites.all
 
     def __init__(self) -> None:
-        self._outbox = _Outbox()
         self.landed: list[tuple[str, str]] = []
         self.concurrent = 0
         self.most_concurrent = 0
 
-    async def _write(self, a: Any) -> tuple[list[Any], list[Any]]:
+    async def one(self, a: Any) -> tuple[list[Any], list[Any]]:
         self.concurrent += 1
         self.most_concurrent = max(self.most_concurrent, self.concurrent)
         await asyncio.sleep(0.05 if isinstance(a, PatchStatus) else 0.0)
@@ -64,8 +55,22 @@ class _Bridge:
         return [], []
 
 
+class _Executor:
+    """The bridge's carrying out, over `_Writes`, publishing nothing."""
+
+    carry_out = Executor.carry_out
+
+    def __init__(self) -> None:
+        self._writes = _Writes()
+        self._unsaved: list[Any] = []
+
+    async def publish(self) -> None:
+        pass
+
+
 async def test_a_pods_status_patch_lands_before_its_binding_and_pods_go_concurrently() -> None:
-    bridge = _Bridge()
-    await bridge._carry_out([unscheduled(A), Bind(A, "n1", {}), unscheduled(B)])
-    assert bridge.landed.index(("PatchStatus", "a")) < bridge.landed.index(("Bind", "a"))
-    assert bridge.most_concurrent == 2  # pod a's writes beside pod b's
+    executor = _Executor()
+    await executor.carry_out([unscheduled(A), Bind(A, "n1", {}), unscheduled(B)])
+    writes = executor._writes
+    assert writes.landed.index(("PatchStatus", "a")) < writes.landed.index(("Bind", "a"))
+    assert writes.most_concurrent == 2  # pod a's writes beside pod b's

@@ -1,4 +1,5 @@
-"""JetStream key-value buckets and object stores from the catalogue, and leader leases.
+"""JetStream key-value buckets and object stores from the catalogue, the live keys of a bucket,
+and leader leases.
 
 A lease is a key created only if absent (``create``) and kept by compare-and-set updates; the
 bucket's TTL removes a key whose holder stopped refreshing it, and a standby then wins ``create``.
@@ -27,7 +28,7 @@ from seedance.core.clock import Clock
 from seedance.core.logs import get_logger
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, BucketSpec, ObjectStoreSpec
 
-__all__ = ["Lease", "ensure_bucket", "ensure_object_store", "follow_keys"]
+__all__ = ["Lease", "ensure_bucket", "ensure_object_store", "follow_keys", "live_keys"]
 
 log = get_logger(__name__)
 
@@ -104,6 +105,44 @@ async def follow_keys(
         except TRANSIENT_BUS_ERRORS as exc:
             log.warning("kv_watch_failed", what=what, keys=keys, error=repr(exc))
         await clock.sleep(retry_s)
+
+
+async def live_keys(kv: KeyValue, prefix: str = "", *, timeout_s: float = 5.0) -> dict[str, int]:
+    """Every live key of ``kv`` under ``prefix`` (key tokens; "": the whole bucket) and its
+    revision; deleted and purged keys are left out. Use it instead of nats-py's
+    ``KeyValue.keys()``, which can return a partial list (nats-io/nats.py#842).
+
+    Why not ``keys()``: it stops at the watch's "initial values done" marker, which nats-py
+    sends when the server reports nothing pending *and the client has received nothing yet*;
+    when the server pushed every key before nats-py asks, the marker comes before the keys
+    (an empty or partial list, seen as a restarted bridge refusing its own bound pods). Here
+    whether the watch has anything to deliver comes from the server's own count (the
+    consumer's delivered + pending when it was made), and the watch is read until a key
+    arrives with nothing pending after it. A read that stalls ``timeout_s`` raises nats-py's
+    TimeoutError (a transient bus error): never a silent short list."""
+    pattern = f"{prefix}.>" if prefix else ">"
+    watcher = await kv.watch(pattern, meta_only=True)
+    try:
+        # nats-py's own keys() asks its watch's consumer the same way (there is no public
+        # accessor): delivered counts what the server already pushed, received or not.
+        info = await watcher._sub.consumer_info()  # type: ignore[union-attr]
+        delivered = info.delivered.consumer_seq if info.delivered is not None else 0
+        if not info.num_pending and not delivered:
+            return {}
+        revs: dict[str, int] = {}
+        while True:
+            entry = await watcher.updates(timeout=timeout_s)  # type: ignore[no-untyped-call]
+            if entry is None:
+                continue  # the early marker: keep reading
+            if entry.operation is None and entry.revision is not None:
+                revs[entry.key] = entry.revision
+            else:
+                revs.pop(entry.key, None)
+            if entry.delta == 0:
+                return revs
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
 
 
 class Lease:

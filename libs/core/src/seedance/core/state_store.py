@@ -47,15 +47,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import msgspec
-from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus
 from seedance.core.errors import SeedanceError
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, live_keys
 from seedance.core.logs import get_logger
-from seedance.events.subjects import BUCKETS
 
 __all__ = ["Head", "StateConflict", "StateStore", "StoreStats", "decode_record", "encode_records"]
 
@@ -152,9 +150,7 @@ class StateStore:
 
     def __init__(
         self,
-        js: JetStreamContext,
         kv: KeyValue,
-        bucket: str,
         prefix: str,
         *,
         slots: int = 1024,
@@ -163,9 +159,7 @@ class StateStore:
     ) -> None:
         if not 2 <= compact_records < slots:
             raise ValueError(f"compact_records={compact_records} must be in 2..slots-1")
-        self._js = js
         self._kv = kv
-        self._bucket = bucket
         self._prefix = prefix
         self._slots = slots
         self._compact_records = compact_records
@@ -183,8 +177,7 @@ class StateStore:
     @classmethod
     async def open(cls, bus: Bus, bucket: str, prefix: str, **kw: int) -> StateStore:
         """The store under `prefix` in the catalogue's bucket `bucket` (created if needed)."""
-        kv = await ensure_bucket(bus, bucket)
-        return cls(bus.js, kv, BUCKETS[bucket].name, prefix, **kw)
+        return cls(await ensure_bucket(bus, bucket), prefix, **kw)
 
     # -- keys -------------------------------------------------------------------------------
     def _key(self, *tokens: object) -> str:
@@ -271,31 +264,9 @@ class StateStore:
         return self._revs.get(key, 0)
 
     async def _revisions(self) -> dict[str, int]:
-        """Every key under the prefix and its revision (metadata only, one ordered consumer).
-
-        Read until a key arrives with nothing pending after it, not until the watch's "initial
-        values done" marker: nats-py sends that marker early when the consumer has already
-        delivered everything by the time it asks, so it can come before the keys. Whether
-        there are keys at all comes from the stream's subject counts."""
-        info = await self._js.stream_info(
-            f"KV_{self._bucket}", subjects_filter=f"$KV.{self._bucket}.{self._key('>')}"
-        )
-        if not info.state.subjects:
-            return {}
-        revs: dict[str, int] = {}
-        watcher = await self._kv.watch(self._key(">"), meta_only=True)
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    continue
-                if entry.operation is None and entry.revision is not None:
-                    revs[entry.key] = entry.revision
-                if entry.delta == 0:
-                    break
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
-        return revs
+        """Every key under the prefix and its revision (`seedance.core.kv.live_keys`: metadata
+        only, never nats-py's keys(), which can return part of them)."""
+        return await live_keys(self._kv, self._prefix)
 
     async def _read_base(self, head: Head) -> None:
         keys = [self._key("b", head.gen, i) for i in range(head.chunks)]
@@ -435,6 +406,20 @@ class StateStore:
         await self._stop_compacting()
 
     # -- older formats ----------------------------------------------------------------------
+    @property
+    def empty(self) -> bool:
+        """Nothing was ever written under the prefix (as of the last `load`)."""
+        return self._head is None and self._next == 0
+
+    async def take_legacy_keys(self, prefix: str) -> dict[str, bytes]:
+        """Every live key under `prefix` and its value (an older format's keys, one a record:
+        `prefix` must not be this store's own)."""
+        out: dict[str, bytes] = {}
+        for key in await live_keys(self._kv, prefix):
+            with contextlib.suppress(KeyNotFoundError):  # deleted since the listing
+                out[key] = (await self._kv.get(key)).value or b""
+        return out
+
     async def take_legacy(self, key: str) -> bytes | None:
         """The value of `key` (an older format's one key), None when absent."""
         try:

@@ -65,7 +65,7 @@ from seedance.core import (
     WallClock,
     cancel_until_done,
 )
-from seedance.core.kv import ensure_bucket, ensure_object_store
+from seedance.core.kv import ensure_bucket, ensure_object_store, live_keys
 from seedance.core.logs import get_logger
 from seedance.events import derived_event_id
 from seedance.events.graph import (
@@ -200,18 +200,15 @@ class GraphCompilerService(Lifecycle):
     async def _workers_for(self, target: str) -> list[CompilerCapability]:
         """The announced workers, other than this one, that can answer ``target``."""
         assert self._workers is not None
-        try:
-            keys = await self._workers.keys()
-        except nats.js.errors.NoKeysError:
-            return []
         out = []
-        for key in keys:
+        # live_keys, not nats-py's keys(): that can return part of them (nats-io/nats.py#842)
+        for key in await live_keys(self._workers):
             if key == self._worker_id:
                 continue
             try:
                 entry = await self._workers.get(key)
             except nats.js.errors.KeyNotFoundError:
-                continue  # expired between keys() and get()
+                continue  # expired between the listing and get()
             if entry.value is None:
                 continue
             cap = msgspec.msgpack.decode(entry.value, type=CompilerCapability)

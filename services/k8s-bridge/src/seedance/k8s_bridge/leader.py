@@ -61,6 +61,16 @@ class LeaseElector:
         self._seen_at = 0.0
         self.transitions = 0
 
+    @property
+    def held(self) -> bool:
+        """Whether we lead now (`seedance.core.durable.Leadership`)."""
+        return self.leading.is_set()
+
+    @property
+    def acquired(self) -> asyncio.Event:
+        """Set while we lead (`seedance.core.durable.Leadership`)."""
+        return self.leading
+
     async def keep(self) -> None:
         """Try to acquire, then renew, until cancelled (then release)."""
         try:

@@ -91,6 +91,12 @@ class BridgeMetrics:
         )
         self.outbox = Gauge(
             "seedance_k8s_bridge_outbox_events",
-            "Job events waiting to be published.",
+            "Job events waiting to be published (not yet committed, or committed and owed).",
+            registry=registry,
+        )
+        self.state_write_seconds = Histogram(
+            "seedance_k8s_bridge_state_write_seconds",
+            "Time to commit the job records with the events they came with (one journal record).",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=registry,
         )

@@ -21,6 +21,7 @@ from seedance.core.durable.runtime import (
     DurableMetrics,
     DurableRuntime,
     DurableSpec,
+    Leadership,
 )
 from seedance.core.durable.state import OUTBOX_KEY, DurableState, Outbox
 
@@ -35,6 +36,7 @@ __all__ = [
     "DurableRuntime",
     "DurableSpec",
     "DurableState",
+    "Leadership",
     "Outbox",
     "ReplicatedCore",
     "ReplicatedRuntime",

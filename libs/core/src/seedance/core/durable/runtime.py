@@ -3,9 +3,9 @@
 Owns, for a core that turns an input and its trusted time into effects (`DurableCore`) and its
 state (`seedance.core.durable.state.DurableState`):
 
-* leadership: a lease in KV (`seedance.core.kv.Lease`); standby until it is ours, then restore
-  the state, consume, and stop consuming when the lease is lost (unacked messages go to the
-  next leader);
+* leadership: a lease in KV (`seedance.core.kv.Lease`), or one handed in (`Leadership`: the
+  k8s-bridge's Kubernetes Lease); standby until it is ours, then restore the state, consume,
+  and stop consuming when the lease is lost (unacked messages go to the next leader);
 * sequence dedupe: a delivery whose stream sequence the durable state includes (a redelivery
   after a crash) is acknowledged without being applied;
 * snapshot before publish: after a batch, what it changed, the sequences it applied and its
@@ -55,7 +55,14 @@ from seedance.core.state_store import StateConflict, StateStore
 from seedance.core.tasks import cancel_until_done
 from seedance.events import Event
 
-__all__ = ["LEASE_BUCKET", "DurableCore", "DurableMetrics", "DurableRuntime", "DurableSpec"]
+__all__ = [
+    "LEASE_BUCKET",
+    "DurableCore",
+    "DurableMetrics",
+    "DurableRuntime",
+    "DurableSpec",
+    "Leadership",
+]
 
 log = get_logger(__name__)
 
@@ -88,6 +95,21 @@ class DurableCore(Protocol):
         what it decided, or forget it."""
 
 
+class Leadership(Protocol):
+    """Who leads (`seedance.core.kv.Lease` is one). ``acquired`` is set while ``held``."""
+
+    @property
+    def held(self) -> bool: ...
+
+    @property
+    def acquired(self) -> asyncio.Event: ...
+
+    async def keep(self) -> None:
+        """Acquire and refresh until cancelled (then give it up)."""
+
+    async def release(self) -> None: ...
+
+
 class DurableMetrics(Protocol):
     @property
     def leader(self) -> Any: ...  # a Gauge: 1 while leading
@@ -101,7 +123,8 @@ class DurableSpec:
     #: The KV bucket and key prefix of the state (`StateStore`).
     bucket: str
     key: str
-    #: The lease's key in `LEASE_BUCKET`, who holds it (the replica; "" the host name), its TTL.
+    #: The lease's key in `LEASE_BUCKET`, who holds it (the replica; "" the host name), its TTL
+    #: (the poll period is a sixth of it, also with a `Leadership` handed in; its key unused).
     lease_key: str
     holder: str = ""
     lease_ttl_s: float = 10.0
@@ -123,7 +146,10 @@ class DurableRuntime:
 
     Hooks (all optional): ``on_restored(seconds)`` after a leader's restore; ``on_lead()``
     before it consumes; ``between_batches()`` at every poll and `wake` while leading;
-    ``on_batch()`` after each batch."""
+    ``on_batch()`` after each batch; ``on_step_down()`` once it stopped consuming, after each
+    term (lost or stopping). ``leadership``: who leads instead of the KV lease of the spec.
+    Without a ``core`` only `transact` changes the state (no `handler`: the k8s-bridge, whose
+    consumed decisions end in API writes, not in effects to publish)."""
 
     def __init__(
         self,
@@ -132,12 +158,14 @@ class DurableRuntime:
         spec: DurableSpec,
         *,
         state: Callable[[StateStore], DurableState],
-        core: DurableCore,
+        core: DurableCore | None = None,
         metrics: DurableMetrics,
         on_restored: Callable[[float], None] = lambda seconds: None,
         on_lead: Callable[[], Awaitable[None]] | None = None,
         between_batches: Callable[[], Awaitable[None]] | None = None,
         on_batch: Callable[[], None] = lambda: None,
+        on_step_down: Callable[[], Awaitable[None]] | None = None,
+        leadership: Leadership | None = None,
         log_as: str = "durable",
     ) -> None:
         self._rt = runtime
@@ -152,8 +180,9 @@ class DurableRuntime:
         self._on_lead = on_lead
         self._between_batches = between_batches
         self._on_batch = on_batch
+        self._on_step_down = on_step_down
         self._state: DurableState | None = None
-        self._lease: Lease | None = None
+        self._lease: Leadership | None = leadership
         self._consumers: list[PullConsumer] = []
         #: The trace context of each effect's cause (by the effect's id); never durable.
         self._causes: dict[str, Context] = {}
@@ -169,10 +198,14 @@ class DurableRuntime:
         """A log line's fields: the spec's `log_fields`, then the line's own."""
         return {**self._spec.log_fields, **fields}
 
+    def _settled(self, committed: bool) -> None:
+        if self._core is not None:
+            self._core.settled(committed)
+
     def _roll_back(self) -> None:
         """Back to the committed state; the core forgets what it decided since."""
         self.state.rollback()
-        self._core.settled(False)
+        self._settled(False)
 
     @property
     def state(self) -> DurableState:
@@ -195,6 +228,8 @@ class DurableRuntime:
 
     def handler(self, durable: str) -> BatchHandler:
         """The batch handler of the consumer named `durable` (its sequences are deduped apart)."""
+        if self._core is None:
+            raise TypeError("a runtime without a core consumes nothing: use transact()")
 
         async def handle(ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
             return await self._handle(durable, ds)
@@ -214,11 +249,12 @@ class DurableRuntime:
         self._state = self._make_state(
             await StateStore.open(bus, self._spec.bucket, self._spec.key)
         )
-        leases = await ensure_bucket(bus, LEASE_BUCKET)
-        holder = self._spec.holder or socket.gethostname()
-        self._lease = Lease(
-            leases, self._spec.lease_key, holder, self._clock, self._spec.lease_ttl_s
-        )
+        if self._lease is None:
+            leases = await ensure_bucket(bus, LEASE_BUCKET)
+            holder = self._spec.holder or socket.gethostname()
+            self._lease = Lease(
+                leases, self._spec.lease_key, holder, self._clock, self._spec.lease_ttl_s
+            )
 
     async def run(self) -> None:
         """Keep the lease and lead whenever it is ours, until `stop`."""
@@ -270,6 +306,8 @@ class DurableRuntime:
             finally:
                 self._restored = False
                 self._metrics.leader.set(0)
+                if self._on_step_down is not None:
+                    await self._on_step_down()
             await self.state.store.close()  # a base being written is the next leader's to write
             if not self._stopping.is_set():
                 log.warning(
@@ -386,9 +424,9 @@ class DurableRuntime:
                     self._named(f"{what}_not_saved"),
                     **self._fields(key=self._spec.key, error=repr(exc), **(log_fields or {})),
                 )
-                self._core.settled(False)
+                self._settled(False)
                 return False
-            self._core.settled(True)
+            self._settled(True)
             with contextlib.suppress(RetryableError):
                 await self._flush()  # else the next batch publishes them first
         return True
@@ -408,11 +446,11 @@ class DurableRuntime:
                     await self._commit()
                 except Exception as exc:
                     # Nothing was published: the batch is redelivered and decided afresh.
-                    self._core.settled(False)
+                    self._settled(False)
                     raise RetryableError(
                         f"{self._rt.name} batch not made durable: {exc!r}"
                     ) from exc
-            self._core.settled(True)
+            self._settled(True)
             await self._flush()
         self._on_batch()
         return [failed.get(i) for i in range(len(ds))]
@@ -450,6 +488,8 @@ class DurableRuntime:
     ) -> tuple[Outbox, int]:
         """Apply the batch's fresh deliveries (not in `skip`): their effects and how many were
         applied. Raises `_EventFailed` naming the first whose check or application raised."""
+        core = self._core
+        assert core is not None, "handler() refuses a runtime without a core"
         out: Outbox = []
         applied = self.state.applied
         fresh = 0
@@ -458,11 +498,11 @@ class DurableRuntime:
             if i in skip or applied.is_applied(durable, d.stream_seq):
                 continue  # dead-lettered, or already in the durable state (a redelivery)
             try:
-                refused = self._core.check(d)
+                refused = core.check(d)
                 if refused is not None:
                     skip[i] = refused
                     continue
-                effects = self._core.apply(d.event, self._core.trusted_time(d))
+                effects = core.apply(d.event, core.trusted_time(d))
             except Exception as exc:  # the per-event dead-letter wrapper (module docstring)
                 raise _EventFailed(i, exc) from exc
             if d.trace_context is not None:
@@ -472,5 +512,5 @@ class DurableRuntime:
             fresh += 1
             last = d.event
         if last is not None:
-            out.extend(self._core.after_batch(last))
+            out.extend(core.after_batch(last))
         return out, fresh

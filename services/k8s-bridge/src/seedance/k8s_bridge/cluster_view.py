@@ -1,0 +1,177 @@
+"""The cluster as the bridge sees it: the informers on its Pods, Nodes and Namespaces, and what
+each change calls for once this replica leads.
+
+Owns the informers (`seedance.k8s_bridge.watch`: every replica watches, so a standby's cache is
+warm), the pods deleted while standing by (replayed on taking the lead, should the old leader
+have missed their ends), when each pod was first seen (the bind latency's start), whose
+replicas a namespace's Services are (`replica_owners`), and handing each change to the
+leader's `Tracker` (``tracker()``; None: standing by). Its actions go to ``enqueue``; an
+object the tracker cannot take is logged and counted, never stops the watch.
+
+Must not decide anything (the tracker does) nor carry an action out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from seedance.core import Clock
+from seedance.core.logs import get_logger
+from seedance.k8s_bridge.core.endpoints import replica_owners
+from seedance.k8s_bridge.core.keys import LABEL_TENANT
+from seedance.k8s_bridge.core.tracker import Action, Tracker
+from seedance.k8s_bridge.kube import KubeApi
+from seedance.k8s_bridge.metrics import BridgeMetrics
+from seedance.k8s_bridge.settings import BridgeSettings
+from seedance.k8s_bridge.watch import Informer
+
+__all__ = ["ClusterView"]
+
+log = get_logger(__name__)
+
+#: Deleted pods remembered while standing by, replayed to the tracker on taking the lead.
+_TOMBSTONES_KEPT = 10_000
+
+
+class ClusterView:
+    """``on_node`` and ``on_namespace`` also tell the capacity release and the replicas'
+    registrar (any replica: their caches follow)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        clock: Clock,
+        settings: BridgeSettings,
+        metrics: BridgeMetrics,
+        *,
+        tracker: Callable[[], Tracker | None],
+        enqueue: Callable[[list[Action]], None],
+        on_restart: Callable[[str, str], None],
+    ) -> None:
+        self._clock = clock
+        self._settings = settings
+        self._metrics = metrics
+        self._tracker = tracker
+        self._enqueue = enqueue
+        self._on_restart = on_restart
+        self.first_seen: dict[str, float] = {}
+        self._tombstones: list[dict[str, Any]] = []
+        #: Told of each Node change / each Namespace change (set by the service).
+        self.node_listeners: list[Callable[[str, dict[str, Any]], None]] = []
+        self.namespace_listeners: list[Callable[[], None]] = []
+        self.pods = self._informer(
+            "pods", api.list_pods, api.watch_pods, self._on_pod,
+            f"spec.schedulerName={settings.scheduler_name}",
+        )  # fmt: skip
+        self.nodes = self._informer("nodes", api.list_nodes, api.watch_nodes, self._on_node)
+        self.namespaces = self._informer(
+            "namespaces", api.list_namespaces, api.watch_namespaces, self._on_namespace
+        )
+
+    def _informer(
+        self, kind: str, lister: Any, watcher: Any, handler: Any, selector: str = ""
+    ) -> Informer:
+        s = self._settings
+        return Informer(
+            kind, lister, watcher, handler, self._clock,
+            selector=selector, timeout_s=s.watch_timeout_s,
+            backoff_initial_s=s.backoff_initial_s, backoff_max_s=s.backoff_max_s,
+            on_restart=self._on_restart,
+        )  # fmt: skip
+
+    @property
+    def informers(self) -> tuple[Informer, Informer, Informer]:
+        """In the order their caches must be synced before leading (a pod's tenant comes from
+        its namespace)."""
+        return self.namespaces, self.nodes, self.pods
+
+    def replica_owners(self, bindings: Mapping[str, str]) -> dict[str, str]:
+        """Namespace -> whose replicas its Services are (the shared pool's: ""), from the
+        settings, the TenantQuota ``bindings`` and the namespaces' tenant labels."""
+        labelled = {}
+        for ns in self.namespaces.cache.values():
+            md = ns.get("metadata") or {}
+            if tenant := (md.get("labels") or {}).get(LABEL_TENANT):
+                labelled[str(md.get("name", ""))] = str(tenant)
+        return replica_owners(
+            shared=self._settings.shared_namespace_names, bindings=bindings, labelled=labelled
+        )
+
+    def replay(self, tracker: Tracker, now: datetime) -> list[Action]:
+        """What the caches (and the pods deleted while standing by) call for, taken by a new
+        leader's ``tracker``. The caller makes ``tracker`` the one ``tracker()`` returns with no
+        await in between, or a change meanwhile would be seen by neither."""
+        actions: list[Action] = []
+        for ns in self.namespaces.cache.values():
+            tracker.namespace_seen(ns)
+        if self._settings.publish_inventory:
+            for node in self.nodes.cache.values():
+                actions += self._taken("nodes", node, lambda n=node: tracker.node_seen(n, now))
+        for pod in self.pods.cache.values():
+            actions += self._taken("pods", pod, lambda p=pod: tracker.pod_seen(p, now))
+        for pod in self._tombstones:
+            actions += self._taken(
+                "pods",
+                pod,
+                lambda p=pod: tracker.pod_seen(p, now) + tracker.pod_seen(p, now, deleted=True),
+            )
+        self._tombstones = []
+        return actions
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        self._metrics.pods_seen_total.labels(kind).inc()
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if kind == "ADDED":
+            self.first_seen.setdefault(uid, self._clock.monotonic())
+        elif kind == "DELETED":
+            self.first_seen.pop(uid, None)
+        tracker = self._tracker()
+        if tracker is None:
+            if kind == "DELETED":
+                self._tombstones.append(pod)
+                del self._tombstones[:-_TOMBSTONES_KEPT]
+            return
+        now, deleted = self._clock.now(), kind == "DELETED"
+        self._guarded("pods", pod, lambda: tracker.pod_seen(pod, now, deleted=deleted))
+
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        for listener in self.node_listeners:
+            listener(kind, node)
+        tracker = self._tracker()
+        if tracker is None or not self._settings.publish_inventory:
+            return
+        deleted = kind == "DELETED"
+        self._guarded(
+            "nodes", node, lambda: tracker.node_seen(node, self._clock.now(), deleted=deleted)
+        )
+
+    def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
+        if (tracker := self._tracker()) is not None:
+            now, deleted = self._clock.now(), kind == "DELETED"
+            step = lambda: tracker.namespace_seen(ns, now, deleted=deleted)  # noqa: E731
+            self._guarded("namespaces", ns, step)
+        for listener in self.namespace_listeners:
+            listener()
+
+    def _guarded(self, resource: str, obj: dict[str, Any], step: Any) -> None:
+        self._enqueue(self._taken(resource, obj, step))
+
+    def _taken(self, resource: str, obj: dict[str, Any], step: Any) -> list[Action]:
+        """What one object's change calls for. An object the tracker cannot take (a bug, a
+        shape no schema foresaw) is left as it is, logged and counted, rather than stopping
+        the watch for every other pod: the per-object counterpart of a consumer's dead letter
+        (a watch event has no message to dead-letter)."""
+        try:
+            return list(step())
+        except Exception as exc:
+            md = obj.get("metadata") or {}
+            self._metrics.object_errors_total.labels(resource).inc()
+            log.error(
+                "bridge_object_failed",
+                resource=resource,
+                name=f"{md.get('namespace', '')}/{md.get('name', '')}",
+                error=repr(exc),
+            )
+            return []

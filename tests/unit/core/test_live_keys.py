@@ -1,0 +1,102 @@
+"""`seedance.core.kv.live_keys` reads what nats-py delivers in the order that made
+``KeyValue.keys()`` return part of the keys (nats-io/nats.py#842): the watch's "initial
+values done" marker (None) before the keys, when the server pushed them all before nats-py
+asked how many were pending. A listing that stopped at the marker would read nothing; the
+server's own count and the entries' pending count decide instead."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import nats.errors
+import pytest
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from seedance.core.kv import live_keys
+
+
+def entry(key: str, revision: int, delta: int, op: str | None = None) -> KeyValue.Entry:
+    return KeyValue.Entry(
+        bucket="b", key=key, value=b"", revision=revision, delta=delta, created=None, operation=op
+    )
+
+
+@dataclass
+class FakeSub:
+    pending: int
+    delivered: int
+
+    async def consumer_info(self) -> SimpleNamespace:
+        # what live_keys reads of nats-py's ConsumerInfo
+        return SimpleNamespace(
+            num_pending=self.pending, delivered=SimpleNamespace(consumer_seq=self.delivered)
+        )
+
+
+@dataclass
+class FakeWatcher:
+    _sub: FakeSub
+    queue: list[Any]
+    stopped: bool = False
+
+    async def updates(self, timeout: float = 5.0) -> Any:  # noqa: ASYNC109  # nats-py's
+        if not self.queue:
+            raise nats.errors.TimeoutError
+        return self.queue.pop(0)
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+@dataclass
+class FakeKv:
+    watcher: FakeWatcher
+    patterns: list[str] = field(default_factory=list)
+
+    async def watch(self, pattern: str, **kw: Any) -> FakeWatcher:
+        self.patterns.append(pattern)
+        assert kw == {"meta_only": True}
+        return self.watcher
+
+
+def run(kv: FakeKv, prefix: str = "") -> dict[str, int]:
+    return asyncio.run(live_keys(kv, prefix, timeout_s=0.1))  # type: ignore[arg-type]
+
+
+def test_the_early_marker_before_the_keys_does_not_end_the_listing() -> None:
+    # All three keys already pushed (delivered 3, nothing pending on the server), the marker
+    # queued first: keys() semantics stop here and read no key at all.
+    queue = [None, entry("s.t.a", 1, 2), entry("s.t.b", 2, 1), entry("s.t.c", 3, 0)]
+    kv = FakeKv(FakeWatcher(FakeSub(pending=0, delivered=3), queue))
+    assert run(kv, "s") == {"s.t.a": 1, "s.t.b": 2, "s.t.c": 3}
+    assert kv.patterns == ["s.>"]
+    assert kv.watcher.stopped
+
+
+def test_deletes_and_purges_are_left_out_and_the_last_entry_ends_the_listing() -> None:
+    queue = [
+        entry("a", 1, 3),
+        entry("b", 4, 2, KV_DEL),
+        entry("c", 5, 1, KV_PURGE),
+        entry("d", 6, 0),
+        entry("late", 7, 0),  # after the listing's end: not read
+    ]
+    kv = FakeKv(FakeWatcher(FakeSub(pending=4, delivered=0), queue))
+    assert run(kv) == {"a": 1, "d": 6}
+    assert kv.patterns == [">"]
+
+
+def test_nothing_to_deliver_reads_as_empty_without_waiting() -> None:
+    kv = FakeKv(FakeWatcher(FakeSub(pending=0, delivered=0), [None]))
+    assert run(kv) == {}
+    assert kv.watcher.stopped
+
+
+def test_a_watch_that_stalls_raises_rather_than_returning_part_of_the_keys() -> None:
+    kv = FakeKv(FakeWatcher(FakeSub(pending=2, delivered=0), [entry("a", 1, 1)]))
+    with pytest.raises(nats.errors.TimeoutError):
+        run(kv)
+    assert kv.watcher.stopped
