@@ -8,10 +8,11 @@ import sys
 import tomllib
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION
 
 from seedance.core.errors import SettingsError
-from seedance.core.tracing import tracer_provider
+from seedance.core.tracing import spans_exported, tracer_provider
 from tests.unit.deploy.declared import REPO, services
 
 OTLP_HTTP = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
@@ -35,6 +36,31 @@ def test_unset_exports_nothing_but_still_makes_spans_named_for_the_service() -> 
             assert span.get_span_context().is_valid  # ids for the log lines, exported or not
     finally:
         provider.shutdown()
+
+
+def test_spans_count_as_exported_only_where_a_processor_takes_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Consumers make per-message spans only where this is True (`PullConsumer`)."""
+    silent = tracer_provider("seedance-slicer")  # OTEL_TRACES_EXPORTER unset
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    exporting = tracer_provider("seedance-slicer")
+    assert silent is not None
+    assert exporting is not None
+    try:
+        assert not spans_exported(silent)
+        assert spans_exported(exporting)  # also pins the SDK's private processor list
+        assert not spans_exported(trace.NoOpTracerProvider())
+        assert not spans_exported(trace.ProxyTracerProvider())  # none installed yet
+
+        class Vendor(trace.TracerProvider):
+            def get_tracer(self, *args: object, **kw: object) -> trace.Tracer:
+                return trace.NoOpTracer()
+
+        assert spans_exported(Vendor())  # a shape it cannot read: assume spans are wanted
+    finally:
+        silent.shutdown()
+        exporting.shutdown()
 
 
 @pytest.mark.parametrize(

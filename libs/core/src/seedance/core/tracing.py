@@ -30,6 +30,7 @@ __all__ = [
     "configure_tracing",
     "extract_context",
     "inject_headers",
+    "spans_exported",
     "tracer",
     "tracer_provider",
 ]
@@ -43,6 +44,27 @@ def tracer() -> trace.Tracer:
     tracer each time (7 % of a busy slicer's CPU). Made before ``configure_tracing`` it is the
     API's proxy, which turns to the real provider once one is installed."""
     return trace.get_tracer("seedance")
+
+
+def spans_exported(provider: trace.TracerProvider | None = None) -> bool:
+    """Whether a finished span goes anywhere: the provider (the installed one unless given) has
+    a span processor.
+
+    False for the SDK provider ``configure_tracing`` installs when ``OTEL_TRACES_EXPORTER`` is
+    unset or ``none`` (Seedance's default) and for the API's no-op provider; True for one with an
+    exporter's processor (or a test's in-memory one, added at any time). Consumers ask this per
+    batch and make no per-message span while it is False (each cost ~35 us of a busy slicer's
+    time for nothing). Only the SDK's processor list is read, a private attribute: a provider of
+    another shape counts as exporting, so spans are never lost to an SDK change (a unit test
+    pins the attribute)."""
+    if provider is None:
+        provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return False
+    processors = getattr(getattr(provider, "_active_span_processor", None), "_span_processors", None)
+    if not isinstance(processors, tuple):
+        return True
+    return bool(processors)
 
 
 def inject_headers(headers: dict[str, str], context: Context | None = None) -> dict[str, str]:
@@ -92,7 +114,8 @@ def tracer_provider(service_name: str, *, version: str | None = None) -> TracerP
     certificates from their ``OTEL_EXPORTER_OTLP_*`` variables, read by the exporter),
     ``console``, ``none``. Unset means ``none``, unlike the specification's ``otlp``: a service
     started without a collector must not log a failed export every few seconds. Spans are
-    still made (and their ids logged) without an exporter. ``OTEL_SERVICE_NAME`` (or
+    still made (and their ids logged) without an exporter, but for one per consumed message
+    (`spans_exported`: the batch's span and the producers' contexts stand for them). ``OTEL_SERVICE_NAME`` (or
     ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) overrides ``service_name``;
     ``OTEL_SDK_DISABLED=true`` installs nothing (the API's no-op provider stays). Sampling
     (``OTEL_TRACES_SAMPLER``) and batching (``OTEL_BSP_*``) are the SDK's own.
