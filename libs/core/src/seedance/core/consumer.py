@@ -149,10 +149,13 @@ class PullConsumer:
     async def process(self, msgs: Sequence[Msg]) -> None:
         """Decode, handle and settle one fetched batch."""
         started = time.perf_counter()
-        deliveries = [d for msg in msgs if (d := await self._admit(msg)) is not None]
-        if not deliveries:
+        admitted = [(d, msg) for msg in msgs if (d := await self._admit(msg)) is not None]
+        if not admitted:
             return
-        by_seq = {m.metadata.sequence.stream: m for m in msgs}
+        # By the delivery's sequence: a message's metadata is parsed from its reply subject at
+        # each read (nats-py), so it is read once, in _admit.
+        by_seq = {d.stream_seq: msg for d, msg in admitted}
+        deliveries = [d for d, _ in admitted]
         if self._batch_handler is not None:
             await self._process_batch(deliveries, by_seq)
         else:
