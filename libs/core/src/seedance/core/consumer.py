@@ -63,8 +63,9 @@ class Delivery(Generic[E]):
     #: publish; on a sourced one it is when the copy was made. None outside a consumer (tests).
     received_at: datetime | None = None
     #: The trace context of this message's handling span (a child of its producer's span) on the
-    #: batch-handler path, where no one message's span is current; None on the per-message path
-    #: (its span is the current one) and outside a consumer.
+    #: batch-handler path, where no one message's span is current, or its producer's while no
+    #: span is exported (no handling span is made then); None on the per-message path (its span
+    #: or its producer's context is the current one) and outside a consumer.
     trace_context: Context | None = field(default=None, repr=False, compare=False)
 
     async def in_progress(self) -> None:
@@ -201,6 +202,8 @@ class PullConsumer:
             md.num_delivered,
             msg.in_progress,
             received_at=md.timestamp,
+            # The producer's: `_process_batch` replaces it by the message's span's, if any.
+            trace_context=None if self._batch_handler is None else extract_context(msg.headers),
         )
 
     async def _process_batch(self, deliveries: list[Delivery[Any]], by_seq: dict[int, Msg]) -> None:
@@ -221,9 +224,8 @@ class PullConsumer:
         """
         assert self._batch_handler is not None
         name = f"handle {self.spec.durable}"
-        producers = [extract_context(by_seq[d.stream_seq].headers) for d in deliveries]
-        spans: list[trace.Span | None]
-        contexts: list[Context]
+        producers = [d.trace_context for d in deliveries]  # _admit's
+        spans: list[trace.Span | None] = [None] * len(deliveries)
         if spans_exported():
             spans = [
                 tracer().start_span(
@@ -234,12 +236,10 @@ class PullConsumer:
                 )
                 for d, ctx in zip(deliveries, producers, strict=True)
             ]
-            contexts = [trace.set_span_in_context(span) for span in spans]
-        else:
-            spans, contexts = [None] * len(deliveries), producers
-        deliveries = [
-            replace(d, trace_context=ctx) for d, ctx in zip(deliveries, contexts, strict=True)
-        ]
+            deliveries = [
+                replace(d, trace_context=trace.set_span_in_context(span))
+                for d, span in zip(deliveries, spans, strict=True)
+            ]
         with tracer().start_as_current_span(
             f"{name} batch",
             kind=trace.SpanKind.CONSUMER,
@@ -353,7 +353,7 @@ def _is_other_event(data: bytes) -> bool:
     return True
 
 
-def _links(producers: Iterable[Context]) -> list[trace.Link]:
+def _links(producers: Iterable[Context | None]) -> list[trace.Link]:
     """Links to the producer spans of messages' extracted contexts (the valid ones)."""
     links = []
     for ctx in producers:
