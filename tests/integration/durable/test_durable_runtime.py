@@ -284,7 +284,7 @@ async def test_effects_whose_acks_fail_after_their_inputs_were_acked_go_out_befo
     stream acknowledged the effects. If those acks fail, the effects are sent again before the
     next batch is decided; nothing is lost, nothing doubled."""
     t = f"t{unique}"
-    async with tally_runtime(nats_url, unique) as (durable, core, rt):
+    async with tally_runtime(nats_url, unique) as (durable, _, rt):
         await durable.state.load()
         real = rt.bus.send_many
 

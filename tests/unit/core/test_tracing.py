@@ -9,8 +9,8 @@ import tomllib
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from seedance.core.errors import SettingsError
 from seedance.core.tracing import extract_context, spans_exported, tracer_provider

@@ -227,7 +227,7 @@ class PullConsumer:
         producers = [d.trace_context for d in deliveries]  # _admit's
         spans: list[trace.Span | None] = [None] * len(deliveries)
         if spans_exported():
-            spans = [
+            made = [
                 tracer().start_span(
                     name,
                     context=ctx,
@@ -238,8 +238,9 @@ class PullConsumer:
             ]
             deliveries = [
                 replace(d, trace_context=trace.set_span_in_context(span))
-                for d, span in zip(deliveries, spans, strict=True)
+                for d, span in zip(deliveries, made, strict=True)
             ]
+            spans = list(made)
         with tracer().start_as_current_span(
             f"{name} batch",
             kind=trace.SpanKind.CONSUMER,

@@ -62,7 +62,8 @@ def spans_exported(provider: trace.TracerProvider | None = None) -> bool:
         provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return False
-    processors = getattr(getattr(provider, "_active_span_processor", None), "_span_processors", None)
+    active = getattr(provider, "_active_span_processor", None)
+    processors = getattr(active, "_span_processors", None)
     if not isinstance(processors, tuple):
         return True
     return bool(processors)
@@ -141,8 +142,9 @@ def tracer_provider(service_name: str, *, version: str | None = None) -> TracerP
     ``console``, ``none``. Unset means ``none``, unlike the specification's ``otlp``: a service
     started without a collector must not log a failed export every few seconds. Spans are
     still made (and their ids logged) without an exporter, but for one per consumed message
-    (`spans_exported`: the batch's span and the producers' contexts stand for them). ``OTEL_SERVICE_NAME`` (or
-    ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) overrides ``service_name``;
+    (`spans_exported`: the batch's span and the producers' contexts stand for them).
+    ``OTEL_SERVICE_NAME`` (or ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) overrides
+    ``service_name``;
     ``OTEL_SDK_DISABLED=true`` installs nothing (the API's no-op provider stays). Sampling
     (``OTEL_TRACES_SAMPLER``) and batching (``OTEL_BSP_*``) are the SDK's own.
 

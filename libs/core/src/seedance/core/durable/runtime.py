@@ -54,8 +54,8 @@ from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
 from seedance.core.durable.state import DurableState, Outbox
 from seedance.core.errors import InvalidMessage, RetryableError
 from seedance.core.kv import Lease, ensure_bucket
-from seedance.core.publisher import AckedBatch
 from seedance.core.logs import get_logger
+from seedance.core.publisher import AckedBatch
 from seedance.core.service import ServiceRuntime
 from seedance.core.state_store import StateConflict, StateStore
 from seedance.core.tasks import cancel_until_done
