@@ -18,8 +18,8 @@ state (`seedance.core.durable.state.DurableState`):
 * outbox flush: sent (pipelined, each effect carrying its cause's trace) right after the commit,
   and the batch's inputs acknowledged then, in the same socket write as the effects and the
   consumer's next pull; the effects' acks are awaited before the next batch or change is decided
-  (a failure then naks that batch and publishes the outbox again first), or at the leader's next
-  poll when no batch comes. An input is acknowledged once its effects are durable (committed in
+  (if they failed, the outbox is sent again then, logged ``<log_as>_effects_resent``; if that
+  fails too, that batch is naked), or at the leader's next poll when no batch comes. An input is acknowledged once its effects are durable (committed in
   the outbox), not once they are stored in their streams: a crash in between leaves them to the
   next leader, as above;
 * skip-and-dead-letter: an input the core refuses (`DurableCore.check`) or whose check or
