@@ -19,9 +19,9 @@ state (`seedance.core.durable.state.DurableState`):
   and the batch's inputs acknowledged then, in the same socket write as the effects and the
   consumer's next pull; the effects' acks are awaited before the next batch or change is decided
   (if they failed, the outbox is sent again then, logged ``<log_as>_effects_resent``; if that
-  fails too, that batch is naked), or at the leader's next poll when no batch comes. An input is acknowledged once its effects are durable (committed in
-  the outbox), not once they are stored in their streams: a crash in between leaves them to the
-  next leader, as above;
+  fails too, that batch is naked), or at the leader's next poll when no batch comes. An input
+  is acknowledged once its effects are durable (committed in the outbox), not once they are
+  stored in their streams: a crash in between leaves them to the next leader, as above;
 * skip-and-dead-letter: an input the core refuses (`DurableCore.check`) or whose check or
   application raises is dead-lettered with the reason (the consumer's wrapper); after a raise
   the batch is rolled back to the durable state and replayed without it, so nothing is
