@@ -77,3 +77,60 @@ async def test_a_batch_span_links_each_message_producer(
     assert len(per_message) == 3
     assert {s.parent.span_id for s in per_message if s.parent} == producers
     assert all(s.kind == trace.SpanKind.CONSUMER for s in per_message)
+
+
+async def test_without_an_exporter_each_message_continues_its_producer_without_a_span(
+    bus: Bus, unique: str, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No span exported (``spans_exported`` False, the services' default): no span per message,
+    but each delivery carries its producer's context (what it causes continues that trace) and
+    a per-message handler runs under it; the batch span still links every producer."""
+    monkeypatch.setattr("seedance.core.consumer.spans_exported", lambda: False)
+    tenant = f"t{unique}"
+    for i in range(3):
+        await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, f"job-{i}"))
+    producers = {
+        (s.context.trace_id, s.context.span_id)
+        for s in spans.get_finished_spans()
+        if s.name == f"publish {jobs.subject(tenant, 'submitted')}"
+    }
+    assert len(producers) == 3
+
+    carried: list[tuple[int, int]] = []
+
+    async def batch(ds: list[Delivery[Any]]) -> list[None]:
+        for d in ds:
+            assert d.trace_context is not None
+            context = trace.get_current_span(d.trace_context).get_span_context()
+            carried.append((context.trace_id, context.span_id))
+        return [None] * len(ds)
+
+    spec = spec_for(tenant, unique)
+    consumer = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=batch, batch=10)
+    await consumer.start(bus)
+    try:
+        await drain(consumer, lambda: len(carried) == 3)
+    finally:
+        await consumer.close()
+    assert set(carried) == producers
+    finished = spans.get_finished_spans()
+    assert not [s for s in finished if s.name == f"handle {spec.durable}"]
+    (span,) = [s for s in finished if s.name == f"handle {spec.durable} batch"]
+    assert {(link.context.trace_id, link.context.span_id) for link in span.links} == producers
+
+    # The per-message path: the handler runs with its producer's context current.
+    current: list[tuple[int, int]] = []
+
+    async def one(d: Delivery[Any]) -> None:
+        context = trace.get_current_span().get_span_context()
+        current.append((context.trace_id, context.span_id))
+
+    again = spec_for(tenant, f"{unique}-one")
+    consumer = PullConsumer(again, service="svc", types=JobEvent, handler=one, batch=10)
+    await consumer.start(bus)
+    try:
+        await drain(consumer, lambda: len(current) == 3)
+    finally:
+        await consumer.close()
+    assert set(current) == producers
+    assert not [s for s in spans.get_finished_spans() if s.name == f"handle {again.durable}"]

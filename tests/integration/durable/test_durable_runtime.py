@@ -28,6 +28,7 @@ from seedance.core import (
     WallClock,
 )
 from seedance.core.durable import DurableRuntime, DurableSpec, DurableState, Outbox
+from seedance.core.publisher import AckedBatch, PubAck
 from seedance.core.state_store import StateStore
 from seedance.events import Event, decode, new_event_id
 from seedance.events.base import derived_event_id
@@ -249,7 +250,7 @@ async def test_a_crash_between_snapshot_and_publish_loses_nothing_and_doubles_no
         async def died(*args: Any, **kw: Any) -> None:
             raise ConnectionError("the process died before publishing")
 
-        rt.bus.publish_many = died  # type: ignore[method-assign]
+        rt.bus.send_many = died  # type: ignore[method-assign]
         with pytest.raises(RetryableError):
             await durable.handler("slicer-pauses")(deliveries(batch, 1))
         # Committed before publishing: the state and its decisions are durable, none is out.
@@ -276,13 +277,43 @@ async def test_effects_published_again_after_a_crash_are_dropped_by_their_ids(
     t = f"t{unique}"
     async with tally_runtime(nats_url, unique, replica="a", loaded=True) as (durable, _, _):
         await durable.handler("slicer-pauses")(deliveries([pause(t), pause(t, minute=1)], 1))
-        assert not durable.state.outbox  # published, in memory
+        # Sent with the inputs' acks; emptied in memory once the stream acknowledged them.
+        await eventually(lambda: not durable.state.outbox, 15, what="effects acknowledged")
     assert await rejections(bus, t) == ["pause-1", "pause-2"]
     async with tally_runtime(nats_url, unique, replica="b", loaded=True) as (durable, _, _):
         assert len(durable.state.outbox) == 2  # the durable copy still holds them
         async with running(durable):
             await eventually(lambda: durable.leading and not durable.state.outbox, 15)
     assert await rejections(bus, t) == ["pause-1", "pause-2"]
+
+
+async def test_effects_whose_acks_fail_after_their_inputs_were_acked_go_out_before_the_next_batch(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    """The inputs are acknowledged once their effects are committed and sent, before the
+    stream acknowledged the effects. If those acks fail, the effects are sent again before the
+    next batch is decided; nothing is lost, nothing doubled."""
+    t = f"t{unique}"
+    async with tally_runtime(nats_url, unique) as (durable, _, rt):
+        await durable.state.load()
+        real = rt.bus.send_many
+
+        async def lost(items: Sequence[tuple[str, Event]], **kw: Any) -> AckedBatch:
+            done: asyncio.Future[list[PubAck]] = asyncio.get_running_loop().create_future()
+            done.set_exception(ConnectionError("the acks were lost"))
+            return AckedBatch(
+                messages=[], acks=[None] * len(items), done=done, publisher=rt.bus.publisher
+            )
+
+        rt.bus.send_many = lost  # type: ignore[method-assign]
+        handle = durable.handler("slicer-pauses")
+        assert await handle(deliveries([pause(t), pause(t, minute=1)], 1)) == [None, None]
+        rt.bus.send_many = real  # type: ignore[method-assign]
+        assert await rejections(bus, t) == []
+        assert len(durable.state.outbox) == 2
+        assert await handle(deliveries([pause(t, minute=2)], 3)) == [None]
+        await eventually(lambda: not durable.state.outbox, 15, what="effects acknowledged")
+    assert await rejections(bus, t) == ["pause-1", "pause-2", "pause-3"]
 
 
 async def test_a_bad_event_is_dead_lettered_and_the_rest_of_its_batch_applied_once(

@@ -432,7 +432,7 @@ async def test_decisions_committed_but_not_published_go_out_once_from_the_next_l
         async def cut(*args: Any, **kw: Any) -> None:
             raise ConnectionError("the process died before publishing")
 
-        first._rt.bus.publish_many = cut  # type: ignore[method-assign]
+        first._rt.bus.send_many = cut  # type: ignore[method-assign]
         await submit(bus, t, "j0", gpus=1)
         await eventually(_is(lambda: first.scheduler.running_ids == ["j0"]))
         # Its decisions, and the round's capacity plan after the batch (one per GPU model).

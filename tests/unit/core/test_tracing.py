@@ -8,10 +8,12 @@ import sys
 import tomllib
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from seedance.core.errors import SettingsError
-from seedance.core.tracing import tracer_provider
+from seedance.core.tracing import extract_context, spans_exported, tracer_provider
 from tests.unit.deploy.declared import REPO, services
 
 OTLP_HTTP = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
@@ -35,6 +37,63 @@ def test_unset_exports_nothing_but_still_makes_spans_named_for_the_service() -> 
             assert span.get_span_context().is_valid  # ids for the log lines, exported or not
     finally:
         provider.shutdown()
+
+
+def test_spans_count_as_exported_only_where_a_processor_takes_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Consumers make per-message spans only where this is True (`PullConsumer`)."""
+    silent = tracer_provider("seedance-slicer")  # OTEL_TRACES_EXPORTER unset
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    exporting = tracer_provider("seedance-slicer")
+    assert silent is not None
+    assert exporting is not None
+    try:
+        assert not spans_exported(silent)
+        assert spans_exported(exporting)  # also pins the SDK's private processor list
+        assert not spans_exported(trace.NoOpTracerProvider())
+        assert not spans_exported(trace.ProxyTracerProvider())  # none installed yet
+
+        class Vendor(trace.TracerProvider):
+            def get_tracer(self, *args: object, **kw: object) -> trace.Tracer:
+                return trace.NoOpTracer()
+
+        assert spans_exported(Vendor())  # a shape it cannot read: assume spans are wanted
+    finally:
+        silent.shutdown()
+        exporting.shutdown()
+
+
+_TRACE = "0af7651916cd43dd8448eb211c80319c"
+_SPAN = "b7ad6b7169203331"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"traceparent": f"00-{_TRACE}-{_SPAN}-01", "Nats-Msg-Id": "x"},  # the fast path
+        {"traceparent": f"00-{_TRACE}-{_SPAN}-00"},  # not sampled
+        {"traceparent": f"00-{_TRACE}-{_SPAN}-01", "tracestate": "k=v"},
+        {"traceparent": f" 00-{_TRACE}-{_SPAN}-01 "},  # whitespace the propagator allows
+        {"traceparent": f"00-{_TRACE.upper()}-{_SPAN}-01"},
+        {"traceparent": f"00-{'0' * 32}-{_SPAN}-01"},
+        {"traceparent": f"00-{_TRACE}-{'0' * 16}-01"},
+        {"traceparent": f"ff-{_TRACE}-{_SPAN}-01"},
+        {"traceparent": f"01-{_TRACE}-{_SPAN}-01-future"},
+        {"traceparent": f"00-{_TRACE}-{_SPAN}-01-extra"},
+        {"traceparent": "garbage"},
+        {"Nats-Msg-Id": "x"},
+        {},
+        None,
+    ],
+)
+def test_extracted_context_is_the_w3c_propagators(headers: dict[str, str] | None) -> None:
+    ours = trace.get_current_span(extract_context(headers)).get_span_context()
+    theirs = trace.get_current_span(
+        TraceContextTextMapPropagator().extract(dict(headers or {}))
+    ).get_span_context()
+    assert ours == theirs
+    assert ours.trace_state == theirs.trace_state
 
 
 @pytest.mark.parametrize(

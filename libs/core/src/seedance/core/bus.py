@@ -24,7 +24,7 @@ from opentelemetry.context import Context
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
 from seedance.core.logs import get_logger
-from seedance.core.publisher import PubAck, Publisher, PublishRefused
+from seedance.core.publisher import AckedBatch, Message, PubAck, Publisher, PublishRefused
 from seedance.core.tracing import inject_headers, tracer
 from seedance.events import Event, encode
 from seedance.events.subjects import CONSUMERS, STREAMS, ConsumerSpec, Header, StreamSpec
@@ -432,31 +432,48 @@ class Bus:
         """
         if not items:
             return []
-        if causes is not None and len(causes) != len(items):
-            raise ValueError(f"{len(causes)} causes for {len(items)} events")
         acks: list[PubAck] = []
         with tracer().start_as_current_span(f"publish {len(items)} events"):
-            trace_headers = inject_headers({})
-            headers = [
-                inject_headers({}, cause) if cause is not None else trace_headers
-                for cause in (causes or [None] * len(items))
-            ]
+            messages = _messages(items, causes)
             for start in range(0, len(items), window):
-                batch = await self.publisher.publish(
-                    [
-                        (subject, encode(event), {**h, Header.MSG_ID.value: event.id})
-                        for (subject, event), h in zip(
-                            items[start : start + window],
-                            headers[start : start + window],
-                            strict=True,
-                        )
-                    ]
-                )
+                batch = await self.publisher.publish(messages[start : start + window])
                 acks.extend(await batch.wait(timeout_s))
         return acks
+
+    async def send_many(
+        self, items: Sequence[tuple[str, Event]], *, causes: Sequence[Context | None] | None = None
+    ) -> AckedBatch:
+        """Send events as ``publish_many`` does, all at once, without waiting for their acks:
+        the returned batch's ``wait`` gives them (and re-sends what stays unanswered while it
+        waits). The caller bounds how many it leaves unacknowledged. Sent without awaiting
+        anything, the messages leave in the same socket write as whatever the caller sends
+        before its next wait (a consumer's acks and its next pull)."""
+        with tracer().start_as_current_span(f"publish {len(items)} events"):
+            return await self.publisher.publish(_messages(items, causes))
 
     async def stream_info(self, stream: str) -> js_api.StreamInfo | None:
         try:
             return await self.js.stream_info(stream)
         except NotFoundError:
             return None
+
+
+def _messages(
+    items: Sequence[tuple[str, Event]], causes: Sequence[Context | None] | None
+) -> list[Message]:
+    """Each event encoded with its id as ``Nats-Msg-Id`` and its cause's trace context (or the
+    current one's)."""
+    if causes is not None and len(causes) != len(items):
+        raise ValueError(f"{len(causes)} causes for {len(items)} events")
+    trace_headers = inject_headers({})
+    return [
+        (
+            subject,
+            encode(event),
+            {
+                **(inject_headers({}, cause) if cause is not None else trace_headers),
+                Header.MSG_ID.value: event.id,
+            },
+        )
+        for (subject, event), cause in zip(items, causes or [None] * len(items), strict=True)
+    ]

@@ -15,8 +15,13 @@ state (`seedance.core.durable.state.DurableState`):
   ids are their ``Nats-Msg-Id``, so JetStream drops what had gone out. A deposed leader's commit
   fails (`StateConflict`): it reloads the state the new leader wrote and its batch is
   redelivered, never overwriting anything;
-* outbox flush: published (pipelined, each effect carrying its cause's trace) after the commit
-  and before the next batch or change;
+* outbox flush: sent (pipelined, each effect carrying its cause's trace) right after the commit,
+  and the batch's inputs acknowledged then, in the same socket write as the effects and the
+  consumer's next pull; the effects' acks are awaited before the next batch or change is decided
+  (if they failed, the outbox is sent again then, logged ``<log_as>_effects_resent``; if that
+  fails too, that batch is naked), or at the leader's next poll when no batch comes. An input
+  is acknowledged once its effects are durable (committed in the outbox), not once they are
+  stored in their streams: a crash in between leaves them to the next leader, as above;
 * skip-and-dead-letter: an input the core refuses (`DurableCore.check`) or whose check or
   application raises is dead-lettered with the reason (the consumer's wrapper); after a raise
   the batch is rolled back to the durable state and replayed without it, so nothing is
@@ -50,6 +55,7 @@ from seedance.core.durable.state import DurableState, Outbox
 from seedance.core.errors import InvalidMessage, RetryableError
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
+from seedance.core.publisher import AckedBatch
 from seedance.core.service import ServiceRuntime
 from seedance.core.state_store import StateConflict, StateStore
 from seedance.core.tasks import cancel_until_done
@@ -70,6 +76,8 @@ log = get_logger(__name__)
 LEASE_BUCKET = "seedance-leases"
 #: Reads of the state retried when another writer moves it meanwhile.
 _LOAD_ATTEMPTS = 5
+#: How long the effects' acks may take (``Bus.publish_many``'s default).
+_PUBLISH_TIMEOUT_S = 10.0
 
 
 class DurableCore(Protocol):
@@ -186,6 +194,8 @@ class DurableRuntime:
         self._consumers: list[PullConsumer] = []
         #: The trace context of each effect's cause (by the effect's id); never durable.
         self._causes: dict[str, Context] = {}
+        #: The outbox sent after its commit (`_send`) and the acks still to come for it.
+        self._sent: tuple[AckedBatch, Outbox] | None = None
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -330,6 +340,7 @@ class DurableRuntime:
                     async with asyncio.timeout(poll_s):
                         await self._wake.wait()
                 self._wake.clear()
+                await self._published()  # the last batch's effects, when no batch followed
                 if between is not None:
                     await between()
         finally:
@@ -338,6 +349,7 @@ class DurableRuntime:
             for c in self._consumers:
                 c.stop()
             await asyncio.gather(*tasks)
+            await self._published()  # else left to the next leader (durable, deduplicated)
 
     # --- the state ----------------------------------------------------------------------------
 
@@ -381,19 +393,69 @@ class DurableRuntime:
             raise
 
     async def _flush(self) -> None:
-        """Publish the durable effects not yet published; on failure the caller's batch is
-        naked, its redelivery skipped (the state has it) and the effects tried again first."""
+        """Have the durable effects published: wait for the acks of those `_send` sent, else
+        send them and wait. On failure the caller's batch is naked, its redelivery skipped (the
+        state has it) and the effects sent again first."""
+        sent, self._sent = self._sent, None
+        outbox = self.state.outbox
+        if not outbox:
+            return
+        if sent is not None and sent[1] is outbox:
+            try:
+                await sent[0].wait(_PUBLISH_TIMEOUT_S)
+            except Exception as exc:  # sent again below, at once (the ids make it safe)
+                log.warning(
+                    self._named("effects_resent"),
+                    **self._fields(key=self._spec.key, error=repr(exc)),
+                )
+            else:
+                self._acked(outbox)
+                return
+        await self._send()
+        sent, self._sent = self._sent, None
+        assert sent is not None
+        try:
+            await sent[0].wait(_PUBLISH_TIMEOUT_S)
+        except Exception as exc:
+            raise RetryableError(f"{self._rt.name} effects not published: {exc!r}") from exc
+        self._acked(outbox)
+
+    async def _send(self) -> None:
+        """Send the outbox without waiting for its acks (`_flush` waits for them): the
+        consumer's acks and next pull then leave in the same socket write, and the acks come
+        back while the next batch is fetched. Raises `RetryableError` if it cannot be sent."""
         outbox = self.state.outbox
         if not outbox:
             return
         try:
-            await self._rt.bus.publish_many(
+            batch = await self._rt.bus.send_many(
                 outbox, causes=[self._causes.get(ev.id) for _, ev in outbox]
             )
         except Exception as exc:
             raise RetryableError(f"{self._rt.name} effects not published: {exc!r}") from exc
-        self.state.outbox = []
-        self._causes.clear()
+        self._sent = (batch, outbox)
+
+        def stored(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self._acked(outbox)
+
+        # The outbox is emptied as soon as every ack is in, whoever waits (or none yet).
+        batch.done.add_done_callback(stored)
+
+    def _acked(self, outbox: Outbox) -> None:
+        """`outbox` is stored in its streams: no longer owed (unless a reload replaced it)."""
+        if self.state.outbox is outbox:
+            self.state.outbox = []
+            self._causes.clear()
+
+    async def _published(self) -> None:
+        """Wait for effects sent and not yet acknowledged, or publish an outbox left over (its
+        acks failed): between batches, so that no effect waits for the next input."""
+        if self._sent is None and not (self._state is not None and self.state.outbox):
+            return
+        async with self._lock:
+            with contextlib.suppress(RetryableError):
+                await self._flush()
 
     async def transact(
         self,
@@ -428,7 +490,7 @@ class DurableRuntime:
                 return False
             self._settled(True)
             with contextlib.suppress(RetryableError):
-                await self._flush()  # else the next batch publishes them first
+                await self._send()  # else the next batch publishes them first
         return True
 
     # --- batches ------------------------------------------------------------------------------
@@ -451,7 +513,7 @@ class DurableRuntime:
                         f"{self._rt.name} batch not made durable: {exc!r}"
                     ) from exc
             self._settled(True)
-            await self._flush()
+            await self._send()  # the inputs' acks follow in the same write
         self._on_batch()
         return [failed.get(i) for i in range(len(ds))]
 
