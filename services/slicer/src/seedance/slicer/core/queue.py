@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from seedance.slicer.core.eviction import eviction_on, gang_victims, own_lower_priority
 from seedance.slicer.core.gang import place_gang, reclaim_plan
 from seedance.slicer.core.jobs import (
     Job,
@@ -44,6 +46,8 @@ from seedance.slicer.core.jobs import (
 )
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import Policy
+from seedance.slicer.core.reservation import nodes_to_reserve
+from seedance.slicer.core.waiting import Entry, FailedShapes, Shape, WaitingIndex
 
 __all__ = [
     "Job",
@@ -95,7 +99,14 @@ class PlacementQueue:
         self._seq = 0
         # Request shapes that fitted nowhere since the last release: they cannot fit until
         # something is freed, so a pass skips them without asking the policy.
-        self._failed: dict[tuple[PodRequest, int, int, str], str] = {}
+        self._failed = FailedShapes()
+        # The waiting jobs by what can make a pass do something with them (`core.waiting`):
+        # a pass visits those, not the whole queue.
+        self._waiting = WaitingIndex(self.config.reserve_after_s)
+        # Jobs queued during a pass (preemption's victims): indexed at its end, so that the
+        # pass does not visit them (as a pass over the queue it started with would not).
+        self._queued_in_pass: list[_Pending] | None = None
+        self._room_grew = False  # a reservation was released during the pass
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
         self._masked: set[tuple[int, int]] = set()
         # Nodes closed to new work of any kind (cordoned, held empty): `set_masked`.
@@ -326,33 +337,112 @@ class PlacementQueue:
 
     # -- the pass ---------------------------------------------------------------------------
     def schedule(self, now_s: float) -> list[QueueDecision]:
+        """Start whatever can start now, visiting the waiting jobs in queue order; with
+        backfill only those that may not be dormant (`seedance.slicer.core.waiting`), so a pass
+        costs what changed since the last one, not the queue's length."""
         out: list[QueueDecision] = []
-        for _, job_id in list(self._order):
-            pend = self._pending.get(job_id)
-            if pend is None:
-                continue
-            job = pend.job
-            shape = (job.request, job.replicas, job.priority, job.tenant)
-            # A gang that may reclaim is tried every pass: whether it can depends on who runs
-            # where and who borrows, not only on what was freed (a restored queue, which
-            # remembers no failures, must decide as this one).
-            remember = not pend.reserved and not (self.config.preemption and job.replicas > 1)
-            reason = self._failed.get(shape) if remember else None
-            if reason is None:
-                placed = self._try_place(pend, now_s, out)
-                if placed:
-                    continue
-                reason = pend.reason
-                if remember:
-                    self._failed[shape] = reason
-            elif pend.reason != reason:
-                pend.reason = reason
-                self._touched.add(job_id)
-                out.append(JobUnschedulable(job_id, reason, now_s))
+        self._queued_in_pass = []
+        self._waiting.mature(now_s)
+        try:
             if not self.config.backfill:
-                break  # head-of-line blocking: nothing overtakes the head
-            self._maybe_reserve(pend, now_s)
+                self._head_of_line(now_s, out)
+            else:
+                self._backfill(now_s, out)
+        finally:
+            queued, self._queued_in_pass = self._queued_in_pass, None
+            for pend in queued:
+                self._index(pend)
         return out
+
+    def _head_of_line(self, now_s: float, out: list[QueueDecision]) -> None:
+        """Strict FIFO: jobs start in order until one cannot; nothing overtakes it."""
+        i = 0
+        while i < len(self._order):
+            e = self._order[i]
+            if not self._visit(self._pending[e[1]], e, now_s, out, []):
+                return
+            i = bisect.bisect_right(self._order, e)
+
+    def _backfill(self, now_s: float, out: list[QueueDecision]) -> None:
+        w = self._waiting
+        heap = [*w.always.values(), *((self._pending[j].order, j) for j in w.unchecked)]
+        heap.extend(self._next_of(self._failed.take_opened(), None))
+        heapq.heapify(heap)
+        self._room_grew, last = True, None  # matured jobs may reserve: from the queue's start
+        while heap or self._room_grew:
+            if self._room_grew:
+                self._room_grew = False
+                self._push_matured(heap, w.matured_shapes(), last)
+                continue
+            e = heapq.heappop(heap)
+            pend = self._pending.get(e[1])
+            if (last is not None and e <= last) or pend is None or pend.order != e[0]:
+                continue  # visited already, or gone
+            last, shape = e, w.shape_of(e[1])
+            matured = shape is not None and w.is_matured(e[1])
+            placed = self._visit(pend, e, now_s, out, heap)
+            # What the visit changed for the jobs after it: the shapes whose failure it forgot
+            # and its own shape if that still places (their next job tries), reservations left.
+            opened = self._failed.take_fresh()
+            if shape is not None:
+                opened.append(shape)
+                if matured and (placed or pend.reserved):
+                    self._push_matured(heap, [shape], e)
+            for nxt in self._next_of(opened, e):
+                heapq.heappush(heap, nxt)
+
+    def _next_of(self, shapes: Iterable[Shape], after: Entry | None) -> Iterator[Entry]:
+        """The next waiting job after `after` of each of `shapes` that may place now."""
+        for s in shapes:
+            if s not in self._failed and (e := self._waiting.first_after(s, after)) is not None:
+                yield e
+
+    def _push_matured(self, heap: list[Entry], shapes: list[Shape], after: Entry | None) -> None:
+        """The next job of each shape old enough to reserve, where reservations are left."""
+        room = self._room()
+        for s in shapes:
+            if s[1] <= room and (e := self._waiting.matured_after(s, after)) is not None:
+                heapq.heappush(heap, e)
+
+    def _visit(
+        self,
+        pend: _Pending,
+        e: Entry,
+        now_s: float,
+        out: list[QueueDecision],
+        heap: list[Entry],
+    ) -> bool:
+        """One waiting job's turn in a pass (tried, or given its shape's reason, and
+        reserved for when blocked too long); whether it was placed. Jobs it makes worth
+        visiting later in the pass go on `heap`."""
+        job = pend.job
+        shape = (job.request, job.replicas, job.priority, job.tenant)
+        # A gang that may reclaim is tried every pass: whether it can depends on who runs
+        # where and who borrows, not only on what was freed (a restored queue, which
+        # remembers no failures, must decide as this one).
+        remember = not pend.reserved and not (self.config.preemption and job.replicas > 1)
+        reason = self._failed.get(shape) if remember else None
+        if reason is None:
+            if self._try_place(pend, now_s, out):
+                return True
+            reason = pend.reason
+            if remember:
+                self._failed.fail(shape, reason)
+                for later in self._waiting.on_fail(shape, reason, e):
+                    heapq.heappush(heap, later)
+        elif pend.reason != reason:
+            pend.reason = reason
+            self._touched.add(job.job_id)
+            out.append(JobUnschedulable(job.job_id, reason, now_s))
+        if remember:
+            self._waiting.checked(job.job_id)
+        if self.config.backfill:
+            self._maybe_reserve(pend, now_s)
+        return False
+
+    def _room(self) -> int:
+        """Nodes the queue may still reserve."""
+        return self.config.max_reserved_nodes - int((self._reserved_by >= 0).sum())
 
     # -- internals --------------------------------------------------------------------------
     def _next_seq(self) -> int:
@@ -362,17 +452,29 @@ class PlacementQueue:
     def _enqueue(self, pend: _Pending) -> None:
         self._pending[pend.job.job_id] = pend
         self._touched.add(pend.job.job_id)
-        bisect.insort(self._order, (pend.order, pend.job.job_id))
+        if self._queued_in_pass is not None:
+            self._queued_in_pass.append(pend)
+        else:
+            self._index(pend)
+
+    def _index(self, pend: _Pending) -> None:
+        job = pend.job
+        bisect.insort(self._order, (pend.order, job.job_id))
+        always = bool(pend.reserved) or (self.config.preemption and job.replicas > 1)
+        shape = (job.request, job.replicas, job.priority, job.tenant)
+        self._waiting.add(job.job_id, pend.order, shape, pend.submitted_s, always)
 
     def _dequeue(self, job_id: str) -> _Pending:
         pend = self._pending.pop(job_id)
         self._touched.add(job_id)
         i = bisect.bisect_left(self._order, (pend.order, job_id))
         del self._order[i]
+        self._waiting.remove(job_id)
         if pend.reserved:
             self._reserved_by[pend.reserved] = -1
             pend.reserved = []
             self._failed.clear()  # nodes came back for everyone
+            self._room_grew = True
         return pend
 
     def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
@@ -423,7 +525,7 @@ class PlacementQueue:
         self._priorities[job.priority] = self._priorities.get(job.priority, 0) + 1
         # The tenant's higher-priority shapes that failed may evict this job now.
         for s in [s for s in self._failed if s[3] == job.tenant and s[2] > job.priority]:
-            del self._failed[s]
+            self._failed.forget(s)
         out.append(JobPlaced(job.job_id, res, now_s, now_s - pend.submitted_s))
         return True
 
@@ -439,7 +541,7 @@ class PlacementQueue:
         # freed nodes could now host (cheap scalar checks, no policy call).
         nodes = {p.node for p in run.placements}
         for shape in [s for s in self._failed if any(self._could_fit(s[0], n) for n in nodes)]:
-            del self._failed[shape]
+            self._failed.forget(shape)
         if left := self._priorities[run.job.priority] - 1:
             self._priorities[run.job.priority] = left
         else:
@@ -457,29 +559,20 @@ class PlacementQueue:
         return int((st.gpu_free[n] >= pod.gpu_milli).sum()) >= pod.num_gpu
 
     def _maybe_reserve(self, pend: _Pending, now_s: float) -> None:
-        """Reserve nodes for a job blocked too long: those that could host one replica when
-        empty and have the most of its resources free now (they drain soonest)."""
+        """Reserve nodes for a job blocked too long (`core.reservation`)."""
         cfg = self.config
         if pend.reserved or now_s - pend.submitted_s < cfg.reserve_after_s:
             return
         need = pend.job.replicas
         if int((self._reserved_by >= 0).sum()) + need > cfg.max_reserved_nodes:
             return
-        st, pod = self.state, pend.job.request
-        ok = (self._reserved_by < 0) & (st.cpu_cap >= pod.cpu_milli)
-        ok &= (st.mem_cap >= pod.memory_mib) & (st.gpu_count >= pod.num_gpu)
-        if pod.gpu_models:
-            ok &= st.model_mask(pod.gpu_models)
-        cand = np.flatnonzero(ok)
-        if cand.size < need:
+        chosen = nodes_to_reserve(self.state, self._reserved_by, pend.job.request, need)
+        if chosen is None:
             return
-        gpu_room = (st.gpu_free[cand] >= max(pod.gpu_milli, 1)).sum(axis=1) / max(pod.num_gpu, 1)
-        room = np.minimum(gpu_room, st.cpu_free[cand] / max(pod.cpu_milli, 1))
-        # Prefer the smallest node that can host it (keep big nodes for big jobs), then room.
-        order = np.lexsort((-room, st.gpu_count[cand]))
-        chosen = cand[order[:need]]
         self._reserved_by[chosen] = pend.seq
         pend.reserved = [int(n) for n in chosen]
+        if self._waiting.shape_of(pend.job.job_id) is not None:
+            self._waiting.make_always(pend.job.job_id)
         self._touched.add(pend.job.job_id)
 
     def _reclaim_for_gang(
@@ -491,7 +584,13 @@ class PlacementQueue:
         job = pend.job
         allowed = self._allowed_for(pend)
         plan = reclaim_plan(
-            self.state, job.request, job.replicas, allowed, lambda n: self._victims(job, n)
+            self.state,
+            job.request,
+            job.replicas,
+            allowed,
+            lambda n: gang_victims(
+                job, n, (self._running[j] for j in self._on_node[n]), self._masked, self.may_evict
+            ),
         )
         if plan is None:
             return Rejection("insufficient_resources")
@@ -510,20 +609,6 @@ class PlacementQueue:
             res = place_gang(self.state, self.policy, job.request, job.replicas, allowed)
         return res
 
-    def _victims(self, job: Job, n: int) -> list[tuple[str, PodRequest, tuple[int, ...]]]:
-        """What `job` may evict on node `n`, one entry per member there, in eviction order
-        (lowest priority, most recently started, then arrival): GPUs masked stay masked."""
-        runs = sorted(
-            (r for j in self._on_node[n] if self.may_evict(job, (r := self._running[j]).job)),
-            key=lambda r: (r.job.priority, -r.started_s, r.seq),
-        )
-        return [
-            (r.job.job_id, r.job.request, tuple(g for g in p.gpus if (n, g) not in self._masked))
-            for r in runs
-            for p in r.placements
-            if p.node == n
-        ]
-
     def _preempt_for(
         self, pend: _Pending, now_s: float, out: list[QueueDecision]
     ) -> tuple[NodeGpus, ...] | Rejection:
@@ -535,7 +620,7 @@ class PlacementQueue:
         for n in range(len(self.state)):
             if allowed is not None and not allowed[n]:
                 continue
-            found = self._eviction_on(n, job)
+            found = eviction_on(self.state, n, job, (self._running[j] for j in self._on_node[n]))
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], n, found[1])
         if best is None:
@@ -547,53 +632,6 @@ class PlacementQueue:
             out.append(JobPreempted(victim_id, job.job_id, now_s, best[1]))
             self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
         return self._place_gang(job, allowed)
-
-    def _eviction_on(self, n: int, job: Job) -> tuple[int, list[str]] | None:
-        """The victims on node `n` whose eviction frees `job`'s request there (lowest
-        priority, most recently started first) and the GPU share they hold; None if none do."""
-        victims = sorted(
-            (
-                self._running[j]
-                for j in self._on_node[n]
-                if self._running[j].job.priority < job.priority
-                and self._running[j].job.preemptible
-                # Priority is a tenant's own ordering of its work: it never evicts another
-                # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
-                and self._running[j].job.tenant == job.tenant
-            ),
-            # The seq last: jobs started together are taken in arrival order, not in the
-            # set's (hash-seeded, so per-process) order.
-            key=lambda r: (r.job.priority, -r.started_s, r.seq),
-        )
-        if not victims:
-            return None
-        st, pod = self.state, job.request
-        cpu, mem, gpu = st.cpu_free[n], st.mem_free[n], st.gpu_free[n].copy()
-        taken: list[str] = []
-        cost = 0
-        for v in victims:
-            if self._fits_raw(pod, n, cpu, mem, gpu):
-                break
-            taken.append(v.job.job_id)
-            for p in v.placements:
-                if p.node == n:
-                    cpu += v.job.request.cpu_milli
-                    mem += v.job.request.memory_mib
-                    gpu[list(p.gpus)] += v.job.request.gpu_milli
-            cost += v.job.request.gpu_milli_total * v.job.replicas
-        return (cost, taken) if self._fits_raw(pod, n, cpu, mem, gpu) else None
-
-    def _fits_raw(self, pod: PodRequest, n: int, cpu: int, mem: int, gpu: np.ndarray) -> bool:
-        if cpu < pod.cpu_milli or mem < pod.memory_mib:
-            return False
-        if not self.state.model_allows(n, pod.gpu_models):
-            return False
-        return int((gpu >= pod.gpu_milli).sum()) >= pod.num_gpu
-
-
-def own_lower_priority(job: Job, victim: Job) -> bool:
-    """Priority orders a tenant's own work: it evicts only that tenant's preemptible jobs."""
-    return victim.preemptible and victim.tenant == job.tenant and victim.priority < job.priority
 
 
 def _record_seq(r: RunningRecord) -> int:
