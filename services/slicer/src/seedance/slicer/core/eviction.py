@@ -17,12 +17,30 @@ import numpy as np
 from seedance.slicer.core.jobs import Job, RunningRecord
 from seedance.slicer.core.model import ClusterState, PodRequest
 
-__all__ = ["eviction_on", "gang_victims", "own_lower_priority"]
+__all__ = ["cheapest_eviction", "eviction_on", "gang_victims", "own_lower_priority"]
 
 
 def own_lower_priority(job: Job, victim: Job) -> bool:
     """Priority orders a tenant's own work: it evicts only that tenant's preemptible jobs."""
     return victim.preemptible and victim.tenant == job.tenant and victim.priority < job.priority
+
+
+def cheapest_eviction(
+    state: ClusterState,
+    job: Job,
+    allowed: np.ndarray | None,
+    runs_on: Callable[[int], Iterable[RunningRecord]],
+) -> tuple[int, list[str]] | None:
+    """The node (among `allowed`) where evicting the fewest GPU shares frees `job`'s request,
+    and the victims there (`eviction_on`); None if no node would."""
+    best: tuple[int, int, list[str]] | None = None
+    for n in range(len(state)):
+        if allowed is not None and not allowed[n]:
+            continue
+        found = eviction_on(state, n, job, runs_on(n))
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (found[0], n, found[1])
+    return None if best is None else (best[1], best[2])
 
 
 def eviction_on(

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seedance.slicer.core.eviction import eviction_on, gang_victims, own_lower_priority
+from seedance.slicer.core.eviction import cheapest_eviction, gang_victims, own_lower_priority
 from seedance.slicer.core.gang import place_gang, reclaim_plan
 from seedance.slicer.core.jobs import (
     Job,
@@ -47,7 +47,7 @@ from seedance.slicer.core.jobs import (
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import Policy
 from seedance.slicer.core.reservation import nodes_to_reserve
-from seedance.slicer.core.waiting import Entry, FailedShapes, Shape, WaitingIndex
+from seedance.slicer.core.waiting import Entry, FailedShapes, WaitingIndex
 
 __all__ = [
     "Job",
@@ -106,7 +106,6 @@ class PlacementQueue:
         # Jobs queued during a pass (preemption's victims): indexed at its end, so that the
         # pass does not visit them (as a pass over the queue it started with would not).
         self._queued_in_pass: list[_Pending] | None = None
-        self._room_grew = False  # a reservation was released during the pass
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
         self._masked: set[tuple[int, int]] = set()
         # Nodes closed to new work of any kind (cordoned, held empty): `set_masked`.
@@ -364,45 +363,14 @@ class PlacementQueue:
             i = bisect.bisect_right(self._order, e)
 
     def _backfill(self, now_s: float, out: list[QueueDecision]) -> None:
-        w = self._waiting
-        heap = [*w.always.values(), *((self._pending[j].order, j) for j in w.unchecked)]
-        heap.extend(self._next_of(self._failed.take_opened(), None))
-        heapq.heapify(heap)
-        self._room_grew, last = True, None  # matured jobs may reserve: from the queue's start
-        while heap or self._room_grew:
-            if self._room_grew:
-                self._room_grew = False
-                self._push_matured(heap, w.matured_shapes(), last)
-                continue
-            e = heapq.heappop(heap)
+        def visit(e: Entry, later: list[Entry]) -> bool | None:
             pend = self._pending.get(e[1])
-            if (last is not None and e <= last) or pend is None or pend.order != e[0]:
-                continue  # visited already, or gone
-            last, shape = e, w.shape_of(e[1])
-            matured = shape is not None and w.is_matured(e[1])
-            placed = self._visit(pend, e, now_s, out, heap)
-            # What the visit changed for the jobs after it: the shapes whose failure it forgot
-            # and its own shape if that still places (their next job tries), reservations left.
-            opened = self._failed.take_fresh()
-            if shape is not None:
-                opened.append(shape)
-                if matured and (placed or pend.reserved):
-                    self._push_matured(heap, [shape], e)
-            for nxt in self._next_of(opened, e):
-                heapq.heappush(heap, nxt)
+            if pend is None or pend.order != e[0]:
+                return None  # gone (or gone and back during this pass: not visited in it)
+            return self._visit(pend, e, now_s, out, later)
 
-    def _next_of(self, shapes: Iterable[Shape], after: Entry | None) -> Iterator[Entry]:
-        """The next waiting job after `after` of each of `shapes` that may place now."""
-        for s in shapes:
-            if s not in self._failed and (e := self._waiting.first_after(s, after)) is not None:
-                yield e
-
-    def _push_matured(self, heap: list[Entry], shapes: list[Shape], after: Entry | None) -> None:
-        """The next job of each shape old enough to reserve, where reservations are left."""
-        room = self._room()
-        for s in shapes:
-            if s[1] <= room and (e := self._waiting.matured_after(s, after)) is not None:
-                heapq.heappush(heap, e)
+        order_of = lambda job_id: self._pending[job_id].order  # noqa: E731
+        self._waiting.visit_in_order(self._failed, order_of, visit, self._room)
 
     def _visit(
         self,
@@ -474,7 +442,7 @@ class PlacementQueue:
             self._reserved_by[pend.reserved] = -1
             pend.reserved = []
             self._failed.clear()  # nodes came back for everyone
-            self._room_grew = True
+            self._waiting.room_grew = True
         return pend
 
     def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
@@ -579,31 +547,20 @@ class PlacementQueue:
         self, pend: _Pending, now_s: float, out: list[QueueDecision]
     ) -> tuple[NodeGpus, ...] | Rejection:
         """Evict what `may_evict` allows (its tenant's lower-priority work, its cohort's
-        borrowers) on the fewest nodes of one group that then holds the whole gang; each
-        victim goes back to the queue with its submit time."""
+        borrowers) on the fewest nodes of one group that then holds the whole gang."""
         job = pend.job
         allowed = self._allowed_for(pend)
-        plan = reclaim_plan(
-            self.state,
-            job.request,
-            job.replicas,
-            allowed,
-            lambda n: gang_victims(
-                job, n, (self._running[j] for j in self._on_node[n]), self._masked, self.may_evict
-            ),
-        )
+
+        def victims(n: int) -> list[tuple[str, PodRequest, tuple[int, ...]]]:
+            return gang_victims(job, n, self._runs_on(n), self._masked, self.may_evict)
+
+        plan = reclaim_plan(self.state, job.request, job.replicas, allowed, victims)
         if plan is None:
             return Rejection("insufficient_resources")
         for n, ids in plan.victims.items():
             for victim_id in dict.fromkeys(ids):
-                run = self._running.pop(victim_id, None)
-                if run is None:
-                    continue  # a victim of several nodes, already evicted on another
-                self._touched.add(victim_id)
-                self._release(run)
-                reason = "priority" if run.job.tenant == job.tenant else "quota_reclaim"
-                out.append(JobPreempted(victim_id, job.job_id, now_s, n, reason))
-                self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
+                if victim_id in self._running:  # a victim of several nodes goes once
+                    self._evict(victim_id, job, n, now_s, out)
         res = place_gang(self.state, self.policy, job.request, job.replicas, allowed, plan.group)
         if isinstance(res, Rejection):  # the plan's estimate was off: anywhere it fits now
             res = place_gang(self.state, self.policy, job.request, job.replicas, allowed)
@@ -614,24 +571,28 @@ class PlacementQueue:
     ) -> tuple[NodeGpus, ...] | Rejection:
         """Evict lower-priority jobs from the one node where that frees the job's request
         with the least evicted GPU share (a single pod; a gang reclaims instead)."""
-        job = pend.job
-        best: tuple[int, int, list[str]] | None = None
         allowed = self._allowed_for(pend)
-        for n in range(len(self.state)):
-            if allowed is not None and not allowed[n]:
-                continue
-            found = eviction_on(self.state, n, job, (self._running[j] for j in self._on_node[n]))
-            if found is not None and (best is None or found[0] < best[0]):
-                best = (found[0], n, found[1])
+        best = cheapest_eviction(self.state, pend.job, allowed, self._runs_on)
         if best is None:
             return Rejection("insufficient_resources")
-        for victim_id in best[2]:
-            run = self._running.pop(victim_id)
-            self._touched.add(victim_id)
-            self._release(run)
-            out.append(JobPreempted(victim_id, job.job_id, now_s, best[1]))
-            self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
-        return self._place_gang(job, allowed)
+        for victim_id in best[1]:
+            self._evict(victim_id, pend.job, best[0], now_s, out)
+        return self._place_gang(pend.job, allowed)
+
+    def _evict(
+        self, victim_id: str, by: Job, n: int, now_s: float, out: list[QueueDecision]
+    ) -> None:
+        """A running job evicted for `by` (from node `n`) goes back to the queue with its
+        submit time."""
+        run = self._running.pop(victim_id)
+        self._touched.add(victim_id)
+        self._release(run)
+        reason = "priority" if run.job.tenant == by.tenant else "quota_reclaim"
+        out.append(JobPreempted(victim_id, by.job_id, now_s, n, reason))
+        self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
+
+    def _runs_on(self, n: int) -> Iterator[RunningRecord]:
+        return (self._running[j] for j in self._on_node[n])
 
 
 def _record_seq(r: RunningRecord) -> int:

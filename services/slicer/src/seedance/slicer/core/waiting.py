@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections.abc import Callable, Iterable, Iterator
 
 from seedance.slicer.core.model import PodRequest
 
@@ -104,6 +105,8 @@ class WaitingIndex:
         self._young: list[tuple[float, Order, str]] = []
         self._matured: dict[Shape, list[Entry]] = {}
         self._matured_ids: set[str] = set()
+        #: Nodes reserved were released during the pass (the queue says so).
+        self.room_grew = False
 
     def add(
         self, job_id: str, order: Order, shape: Shape, submitted_s: float, always: bool
@@ -164,6 +167,62 @@ class WaitingIndex:
     def first_after(self, shape: Shape, after: Entry | None) -> Entry | None:
         """The first waiting job of `shape` after `after` in queue order (None: none)."""
         return _after(self._buckets.get(shape), after)
+
+    # -- a pass -------------------------------------------------------------------------------
+    def visit_in_order(
+        self,
+        failed: FailedShapes,
+        order_of: Callable[[str], Order],
+        visit: Callable[[Entry, list[Entry]], bool | None],
+        room: Callable[[], int],
+    ) -> None:
+        """Drive one pass: `visit` each job that may not be dormant, in queue order, each once
+        (it says whether the job was placed, None when the job is gone; it adds the jobs it
+        makes worth visiting to its list); `room`: how many nodes are left to reserve."""
+        heap = [*self.always.values(), *((order_of(j), j) for j in self.unchecked)]
+        heap.extend(self._next_of(failed, failed.take_opened(), None))
+        heapq.heapify(heap)
+        last: Entry | None = None
+        self.room_grew = True  # the matured jobs may reserve: from the queue's start
+        while True:
+            if self.room_grew:  # the matured jobs that may reserve now, after `last`
+                self.room_grew = False
+                self._push_matured(heap, self.matured_shapes(), last, room())
+            if not heap:
+                return
+            e = heapq.heappop(heap)
+            if last is not None and e <= last:
+                continue  # visited already
+            shape, matured = self.shape_of(e[1]), self.is_matured(e[1])
+            placed = visit(e, heap)
+            if placed is None:
+                continue
+            last = e
+            # What the visit changed for the jobs after it: the shapes whose failure it forgot
+            # and its own if that still places (their next job tries), reservations left.
+            opened = failed.take_fresh()
+            if shape is not None:
+                opened.append(shape)
+                if matured and (placed or e[1] in self.always):  # placed or reserved
+                    self._push_matured(heap, [shape], e, room())
+            for nxt in self._next_of(failed, opened, e):
+                heapq.heappush(heap, nxt)
+
+    def _next_of(
+        self, failed: FailedShapes, shapes: Iterable[Shape], after: Entry | None
+    ) -> Iterator[Entry]:
+        """The next waiting job after `after` of each of `shapes` that may place now."""
+        for s in shapes:
+            if s not in failed and (e := self.first_after(s, after)) is not None:
+                yield e
+
+    def _push_matured(
+        self, heap: list[Entry], shapes: list[Shape], after: Entry | None, room: int
+    ) -> None:
+        """The next job of each shape old enough to reserve, where reservations are left."""
+        for s in shapes:
+            if s[1] <= room and (e := self.matured_after(s, after)) is not None:
+                heapq.heappush(heap, e)
 
     # -- age ------------------------------------------------------------------------------------
     def mature(self, now_s: float) -> None:
