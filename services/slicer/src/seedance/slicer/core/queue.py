@@ -355,7 +355,7 @@ class PlacementQueue:
 
     def _head_of_line(self, now_s: float, out: list[QueueDecision]) -> None:
         """Strict FIFO: jobs start in order until one cannot; nothing overtakes it."""
-        i = 0
+        i, _ = 0, self._failed.take_opened()  # the head is always visited: nothing to follow
         while i < len(self._order):
             e = self._order[i]
             if not self._visit(self._pending[e[1]], e, now_s, out, []):
