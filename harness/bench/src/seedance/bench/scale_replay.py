@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from seedance.bench.scale import TENANT, submit
-from seedance.bench.scale_fleet import TOPOLOGY_LEVELS, inventory, read_fleet, read_shapes
+from seedance.bench.scale_fleet import TOPOLOGY_LEVELS, Shape, inventory, read_fleet, read_shapes
 from seedance.slicer.config import scheduler_config
 from seedance.slicer.core import Scheduler
 from seedance.slicer.core.effects import Effect, Placed
@@ -70,6 +70,14 @@ def run(args: argparse.Namespace) -> str:
         _, ev = submit(f"j{k}", rng.choice(shapes))
         r.take(sched.submit(job_spec(ev), clock))  # type: ignore[arg-type]
     running = len(r.running)
+    if args.waiting:
+        # Jobs that wait for the whole run (a CPU-only pod as large as the largest node: only
+        # an emptied node holds one), old enough to reserve nodes: bench-scale's top-up.
+        big = Shape(cpu_milli=max(n.cpu_milli for n in nodes), memory_mib=1024, gpus=0, gpu_milli=0)
+        for i in range(args.waiting):
+            _, ev = submit(f"w{i}", big)
+            r.take(sched.submit(job_spec(ev), clock))  # type: ignore[arg-type]
+        clock += 2 * sched.config.queue.reserve_after_s
     singles = [s for s in shapes if s.gpus <= 8]
     lat: list[float] = []
     refresh: list[float] = []
@@ -93,7 +101,8 @@ def run(args: argparse.Namespace) -> str:
         f"scale_replay: nodes={len(nodes)} running={running} pairs={args.pairs} "
         f"pairs_per_s={args.pairs / elapsed:.0f} pair_p50_ms={lat[len(lat) // 2] * 1000:.3f} "
         f"pair_p99_ms={lat[int(0.99 * len(lat))] * 1000:.2f} refresh_ms_mean={mean_refresh:.2f} "
-        f"refreshes={len(refresh)} digest={r.digest.hexdigest()[:16]}"
+        f"refreshes={len(refresh)} waiting={sched.waiting_count} "
+        f"digest={r.digest.hexdigest()[:16]}"
     )
 
 
@@ -105,6 +114,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--fill", type=float, default=0.8)
     ap.add_argument("--pairs", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--waiting", type=int, default=0, help="jobs kept waiting throughout")
     return ap.parse_args(argv)
 
 

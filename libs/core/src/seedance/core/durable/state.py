@@ -68,6 +68,12 @@ class DurableState:
         """The core as `entries` (the store's whole map; empty: nothing was ever written)."""
         raise NotImplementedError
 
+    async def restore_core_async(self, entries: Mapping[str, bytes]) -> None:
+        """`restore_core` as a leader's `load` runs it. A core whose rebuild is long CPU work
+        overrides this to do that work off the event loop, so that the tasks beside it (the
+        lease's refresh) keep running; by default, `restore_core` in place."""
+        self.restore_core(entries)
+
     def migrate(self, legacy: bytes) -> None:
         """The state (core, `applied`, `outbox`) from the value under ``legacy_key``."""
         raise NotImplementedError(f"{type(self).__name__} reads no legacy format")
@@ -78,7 +84,9 @@ class DurableState:
         """The state from the store (empty when nothing was ever written)."""
         key = self._legacy_key
         if await self.store.load():
-            self._restore(self.store.entries)
+            entries = self.store.entries
+            await self.restore_core_async(entries)
+            self._restore_runtime(entries)
             if key is not None and await self.store.take_legacy(key) is not None:
                 await self.store.drop_legacy(key)  # a migration that stopped short
             return
@@ -114,6 +122,10 @@ class DurableState:
 
     def _restore(self, entries: Mapping[str, bytes]) -> None:
         self.restore_core(entries)
+        self._restore_runtime(entries)
+
+    def _restore_runtime(self, entries: Mapping[str, bytes]) -> None:
+        """The runtime's part of the state (applied sequences, outbox) from `entries`."""
         self.applied = AppliedSequences.from_entries(entries)
         data = entries.get(OUTBOX_KEY)
         self.outbox = [(s, decode(d)) for s, d in _outbox_dec.decode(data)] if data else []

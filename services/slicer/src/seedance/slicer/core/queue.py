@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from seedance.slicer.core.eviction import cheapest_eviction, gang_victims, own_lower_priority
 from seedance.slicer.core.gang import place_gang, reclaim_plan
 from seedance.slicer.core.jobs import (
     Job,
@@ -44,6 +46,8 @@ from seedance.slicer.core.jobs import (
 )
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import Policy
+from seedance.slicer.core.reservation import nodes_to_reserve
+from seedance.slicer.core.waiting import Entry, FailedShapes, WaitingIndex
 
 __all__ = [
     "Job",
@@ -95,7 +99,13 @@ class PlacementQueue:
         self._seq = 0
         # Request shapes that fitted nowhere since the last release: they cannot fit until
         # something is freed, so a pass skips them without asking the policy.
-        self._failed: dict[tuple[PodRequest, int, int, str], str] = {}
+        self._failed = FailedShapes()
+        # The waiting jobs by what can make a pass do something with them (`core.waiting`):
+        # a pass visits those, not the whole queue.
+        self._waiting = WaitingIndex(self.config.reserve_after_s)
+        # Jobs queued during a pass (preemption's victims): indexed at its end, so that the
+        # pass does not visit them (as a pass over the queue it started with would not).
+        self._queued_in_pass: list[_Pending] | None = None
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
         self._masked: set[tuple[int, int]] = set()
         # Nodes closed to new work of any kind (cordoned, held empty): `set_masked`.
@@ -326,33 +336,81 @@ class PlacementQueue:
 
     # -- the pass ---------------------------------------------------------------------------
     def schedule(self, now_s: float) -> list[QueueDecision]:
+        """Start whatever can start now, visiting the waiting jobs in queue order; with
+        backfill only those that may not be dormant (`seedance.slicer.core.waiting`), so a pass
+        costs what changed since the last one, not the queue's length."""
         out: list[QueueDecision] = []
-        for _, job_id in list(self._order):
-            pend = self._pending.get(job_id)
-            if pend is None:
-                continue
-            job = pend.job
-            shape = (job.request, job.replicas, job.priority, job.tenant)
-            # A gang that may reclaim is tried every pass: whether it can depends on who runs
-            # where and who borrows, not only on what was freed (a restored queue, which
-            # remembers no failures, must decide as this one).
-            remember = not pend.reserved and not (self.config.preemption and job.replicas > 1)
-            reason = self._failed.get(shape) if remember else None
-            if reason is None:
-                placed = self._try_place(pend, now_s, out)
-                if placed:
-                    continue
-                reason = pend.reason
-                if remember:
-                    self._failed[shape] = reason
-            elif pend.reason != reason:
-                pend.reason = reason
-                self._touched.add(job_id)
-                out.append(JobUnschedulable(job_id, reason, now_s))
+        self._queued_in_pass = []
+        self._waiting.mature(now_s)
+        try:
             if not self.config.backfill:
-                break  # head-of-line blocking: nothing overtakes the head
-            self._maybe_reserve(pend, now_s)
+                self._head_of_line(now_s, out)
+            else:
+                self._backfill(now_s, out)
+        finally:
+            queued, self._queued_in_pass = self._queued_in_pass, None
+            for pend in queued:
+                self._index(pend)
         return out
+
+    def _head_of_line(self, now_s: float, out: list[QueueDecision]) -> None:
+        """Strict FIFO: jobs start in order until one cannot; nothing overtakes it."""
+        i, _ = 0, self._failed.take_opened()  # the head is always visited: nothing to follow
+        while i < len(self._order):
+            e = self._order[i]
+            if not self._visit(self._pending[e[1]], e, now_s, out, []):
+                return
+            i = bisect.bisect_right(self._order, e)
+
+    def _backfill(self, now_s: float, out: list[QueueDecision]) -> None:
+        def visit(e: Entry, later: list[Entry]) -> bool | None:
+            pend = self._pending.get(e[1])
+            if pend is None or pend.order != e[0]:
+                return None  # gone (or gone and back during this pass: not visited in it)
+            return self._visit(pend, e, now_s, out, later)
+
+        order_of = lambda job_id: self._pending[job_id].order  # noqa: E731
+        self._waiting.visit_in_order(self._failed, order_of, visit, self._room)
+
+    def _visit(
+        self,
+        pend: _Pending,
+        e: Entry,
+        now_s: float,
+        out: list[QueueDecision],
+        heap: list[Entry],
+    ) -> bool:
+        """One waiting job's turn in a pass (tried, or given its shape's reason, and
+        reserved for when blocked too long); whether it was placed. Jobs it makes worth
+        visiting later in the pass go on `heap`."""
+        job = pend.job
+        shape = (job.request, job.replicas, job.priority, job.tenant)
+        # A gang that may reclaim is tried every pass: whether it can depends on who runs
+        # where and who borrows, not only on what was freed (a restored queue, which
+        # remembers no failures, must decide as this one).
+        remember = not pend.reserved and not (self.config.preemption and job.replicas > 1)
+        reason = self._failed.get(shape) if remember else None
+        if reason is None:
+            if self._try_place(pend, now_s, out):
+                return True
+            reason = pend.reason
+            if remember:
+                self._failed.fail(shape, reason)
+                for later in self._waiting.on_fail(shape, reason, e):
+                    heapq.heappush(heap, later)
+        elif pend.reason != reason:
+            pend.reason = reason
+            self._touched.add(job.job_id)
+            out.append(JobUnschedulable(job.job_id, reason, now_s))
+        if remember:
+            self._waiting.checked(job.job_id)
+        if self.config.backfill:
+            self._maybe_reserve(pend, now_s)
+        return False
+
+    def _room(self) -> int:
+        """Nodes the queue may still reserve."""
+        return self.config.max_reserved_nodes - int((self._reserved_by >= 0).sum())
 
     # -- internals --------------------------------------------------------------------------
     def _next_seq(self) -> int:
@@ -362,17 +420,29 @@ class PlacementQueue:
     def _enqueue(self, pend: _Pending) -> None:
         self._pending[pend.job.job_id] = pend
         self._touched.add(pend.job.job_id)
-        bisect.insort(self._order, (pend.order, pend.job.job_id))
+        if self._queued_in_pass is not None:
+            self._queued_in_pass.append(pend)
+        else:
+            self._index(pend)
+
+    def _index(self, pend: _Pending) -> None:
+        job = pend.job
+        bisect.insort(self._order, (pend.order, job.job_id))
+        always = bool(pend.reserved) or (self.config.preemption and job.replicas > 1)
+        shape = (job.request, job.replicas, job.priority, job.tenant)
+        self._waiting.add(job.job_id, pend.order, shape, pend.submitted_s, always)
 
     def _dequeue(self, job_id: str) -> _Pending:
         pend = self._pending.pop(job_id)
         self._touched.add(job_id)
         i = bisect.bisect_left(self._order, (pend.order, job_id))
         del self._order[i]
+        self._waiting.remove(job_id)
         if pend.reserved:
             self._reserved_by[pend.reserved] = -1
             pend.reserved = []
             self._failed.clear()  # nodes came back for everyone
+            self._waiting.room_grew = True
         return pend
 
     def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
@@ -423,7 +493,7 @@ class PlacementQueue:
         self._priorities[job.priority] = self._priorities.get(job.priority, 0) + 1
         # The tenant's higher-priority shapes that failed may evict this job now.
         for s in [s for s in self._failed if s[3] == job.tenant and s[2] > job.priority]:
-            del self._failed[s]
+            self._failed.forget(s)
         out.append(JobPlaced(job.job_id, res, now_s, now_s - pend.submitted_s))
         return True
 
@@ -439,7 +509,7 @@ class PlacementQueue:
         # freed nodes could now host (cheap scalar checks, no policy call).
         nodes = {p.node for p in run.placements}
         for shape in [s for s in self._failed if any(self._could_fit(s[0], n) for n in nodes)]:
-            del self._failed[shape]
+            self._failed.forget(shape)
         if left := self._priorities[run.job.priority] - 1:
             self._priorities[run.job.priority] = left
         else:
@@ -457,143 +527,72 @@ class PlacementQueue:
         return int((st.gpu_free[n] >= pod.gpu_milli).sum()) >= pod.num_gpu
 
     def _maybe_reserve(self, pend: _Pending, now_s: float) -> None:
-        """Reserve nodes for a job blocked too long: those that could host one replica when
-        empty and have the most of its resources free now (they drain soonest)."""
+        """Reserve nodes for a job blocked too long (`core.reservation`)."""
         cfg = self.config
         if pend.reserved or now_s - pend.submitted_s < cfg.reserve_after_s:
             return
         need = pend.job.replicas
         if int((self._reserved_by >= 0).sum()) + need > cfg.max_reserved_nodes:
             return
-        st, pod = self.state, pend.job.request
-        ok = (self._reserved_by < 0) & (st.cpu_cap >= pod.cpu_milli)
-        ok &= (st.mem_cap >= pod.memory_mib) & (st.gpu_count >= pod.num_gpu)
-        if pod.gpu_models:
-            ok &= st.model_mask(pod.gpu_models)
-        cand = np.flatnonzero(ok)
-        if cand.size < need:
+        chosen = nodes_to_reserve(self.state, self._reserved_by, pend.job.request, need)
+        if chosen is None:
             return
-        gpu_room = (st.gpu_free[cand] >= max(pod.gpu_milli, 1)).sum(axis=1) / max(pod.num_gpu, 1)
-        room = np.minimum(gpu_room, st.cpu_free[cand] / max(pod.cpu_milli, 1))
-        # Prefer the smallest node that can host it (keep big nodes for big jobs), then room.
-        order = np.lexsort((-room, st.gpu_count[cand]))
-        chosen = cand[order[:need]]
         self._reserved_by[chosen] = pend.seq
         pend.reserved = [int(n) for n in chosen]
+        if self._waiting.shape_of(pend.job.job_id) is not None:
+            self._waiting.make_always(pend.job.job_id)
         self._touched.add(pend.job.job_id)
 
     def _reclaim_for_gang(
         self, pend: _Pending, now_s: float, out: list[QueueDecision]
     ) -> tuple[NodeGpus, ...] | Rejection:
         """Evict what `may_evict` allows (its tenant's lower-priority work, its cohort's
-        borrowers) on the fewest nodes of one group that then holds the whole gang; each
-        victim goes back to the queue with its submit time."""
+        borrowers) on the fewest nodes of one group that then holds the whole gang."""
         job = pend.job
         allowed = self._allowed_for(pend)
-        plan = reclaim_plan(
-            self.state, job.request, job.replicas, allowed, lambda n: self._victims(job, n)
-        )
+
+        def victims(n: int) -> list[tuple[str, PodRequest, tuple[int, ...]]]:
+            return gang_victims(job, n, self._runs_on(n), self._masked, self.may_evict)
+
+        plan = reclaim_plan(self.state, job.request, job.replicas, allowed, victims)
         if plan is None:
             return Rejection("insufficient_resources")
         for n, ids in plan.victims.items():
             for victim_id in dict.fromkeys(ids):
-                run = self._running.pop(victim_id, None)
-                if run is None:
-                    continue  # a victim of several nodes, already evicted on another
-                self._touched.add(victim_id)
-                self._release(run)
-                reason = "priority" if run.job.tenant == job.tenant else "quota_reclaim"
-                out.append(JobPreempted(victim_id, job.job_id, now_s, n, reason))
-                self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
+                if victim_id in self._running:  # a victim of several nodes goes once
+                    self._evict(victim_id, job, n, now_s, out)
         res = place_gang(self.state, self.policy, job.request, job.replicas, allowed, plan.group)
         if isinstance(res, Rejection):  # the plan's estimate was off: anywhere it fits now
             res = place_gang(self.state, self.policy, job.request, job.replicas, allowed)
         return res
-
-    def _victims(self, job: Job, n: int) -> list[tuple[str, PodRequest, tuple[int, ...]]]:
-        """What `job` may evict on node `n`, one entry per member there, in eviction order
-        (lowest priority, most recently started, then arrival): GPUs masked stay masked."""
-        runs = sorted(
-            (r for j in self._on_node[n] if self.may_evict(job, (r := self._running[j]).job)),
-            key=lambda r: (r.job.priority, -r.started_s, r.seq),
-        )
-        return [
-            (r.job.job_id, r.job.request, tuple(g for g in p.gpus if (n, g) not in self._masked))
-            for r in runs
-            for p in r.placements
-            if p.node == n
-        ]
 
     def _preempt_for(
         self, pend: _Pending, now_s: float, out: list[QueueDecision]
     ) -> tuple[NodeGpus, ...] | Rejection:
         """Evict lower-priority jobs from the one node where that frees the job's request
         with the least evicted GPU share (a single pod; a gang reclaims instead)."""
-        job = pend.job
-        best: tuple[int, int, list[str]] | None = None
         allowed = self._allowed_for(pend)
-        for n in range(len(self.state)):
-            if allowed is not None and not allowed[n]:
-                continue
-            found = self._eviction_on(n, job)
-            if found is not None and (best is None or found[0] < best[0]):
-                best = (found[0], n, found[1])
+        best = cheapest_eviction(self.state, pend.job, allowed, self._runs_on)
         if best is None:
             return Rejection("insufficient_resources")
-        for victim_id in best[2]:
-            run = self._running.pop(victim_id)
-            self._touched.add(victim_id)
-            self._release(run)
-            out.append(JobPreempted(victim_id, job.job_id, now_s, best[1]))
-            self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
-        return self._place_gang(job, allowed)
+        for victim_id in best[1]:
+            self._evict(victim_id, pend.job, best[0], now_s, out)
+        return self._place_gang(pend.job, allowed)
 
-    def _eviction_on(self, n: int, job: Job) -> tuple[int, list[str]] | None:
-        """The victims on node `n` whose eviction frees `job`'s request there (lowest
-        priority, most recently started first) and the GPU share they hold; None if none do."""
-        victims = sorted(
-            (
-                self._running[j]
-                for j in self._on_node[n]
-                if self._running[j].job.priority < job.priority
-                and self._running[j].job.preemptible
-                # Priority is a tenant's own ordering of its work: it never evicts another
-                # tenant's job (the quota's cohort reclaim is the one cross-tenant rule).
-                and self._running[j].job.tenant == job.tenant
-            ),
-            # The seq last: jobs started together are taken in arrival order, not in the
-            # set's (hash-seeded, so per-process) order.
-            key=lambda r: (r.job.priority, -r.started_s, r.seq),
-        )
-        if not victims:
-            return None
-        st, pod = self.state, job.request
-        cpu, mem, gpu = st.cpu_free[n], st.mem_free[n], st.gpu_free[n].copy()
-        taken: list[str] = []
-        cost = 0
-        for v in victims:
-            if self._fits_raw(pod, n, cpu, mem, gpu):
-                break
-            taken.append(v.job.job_id)
-            for p in v.placements:
-                if p.node == n:
-                    cpu += v.job.request.cpu_milli
-                    mem += v.job.request.memory_mib
-                    gpu[list(p.gpus)] += v.job.request.gpu_milli
-            cost += v.job.request.gpu_milli_total * v.job.replicas
-        return (cost, taken) if self._fits_raw(pod, n, cpu, mem, gpu) else None
+    def _evict(
+        self, victim_id: str, by: Job, n: int, now_s: float, out: list[QueueDecision]
+    ) -> None:
+        """A running job evicted for `by` (from node `n`) goes back to the queue with its
+        submit time."""
+        run = self._running.pop(victim_id)
+        self._touched.add(victim_id)
+        self._release(run)
+        reason = "priority" if run.job.tenant == by.tenant else "quota_reclaim"
+        out.append(JobPreempted(victim_id, by.job_id, now_s, n, reason))
+        self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
 
-    def _fits_raw(self, pod: PodRequest, n: int, cpu: int, mem: int, gpu: np.ndarray) -> bool:
-        if cpu < pod.cpu_milli or mem < pod.memory_mib:
-            return False
-        if not self.state.model_allows(n, pod.gpu_models):
-            return False
-        return int((gpu >= pod.gpu_milli).sum()) >= pod.num_gpu
-
-
-def own_lower_priority(job: Job, victim: Job) -> bool:
-    """Priority orders a tenant's own work: it evicts only that tenant's preemptible jobs."""
-    return victim.preemptible and victim.tenant == job.tenant and victim.priority < job.priority
+    def _runs_on(self, n: int) -> Iterator[RunningRecord]:
+        return (self._running[j] for j in self._on_node[n])
 
 
 def _record_seq(r: RunningRecord) -> int:
