@@ -19,17 +19,15 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
-from nats.js.errors import NotFoundError
 
 from seedance.core import Bus
-from seedance.events.codec import decode
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
-from seedance.events.subjects import replica_consumer, slicing
+from seedance.events.subjects import replica_consumer
 from seedance.testing.identities import as_user
 from seedance.testing.kube_api import seed
 from seedance.testing.waits import eventually
 from tests.integration.node_agent import test_service
-from tests.integration.node_agent.agent import slicer_bus
+from tests.integration.node_agent.agent import MERGED, merged, slicer_bus
 from tests.integration.node_agent.kubelet import DeviceManager
 from tests.integration.node_agent.test_allocation import (
     NODE,
@@ -101,20 +99,14 @@ async def sent_to_the_agent(auth_url: str, ev: Placement) -> None:
     counts every live placement the session's server holds for the node, earlier tests' too
     (this wait was a count of 1, failed whenever one of them had run first); what the agent
     was sent and has not applied yet, an Allocate waits for (``placement_wait_s``)."""
-    stream = "SEEDANCE_LEDGER_IN"
     reader = replica_consumer("node-agent-in", TOKEN.replace(":", "-")).durable
     admin = await Bus.connect(as_user(auth_url, "admin"))
     try:
+        seq = await merged(admin.js, ev)
 
         async def sent() -> bool:
-            try:
-                last = await admin.js.get_last_msg(stream, slicing.subject(ev.tenant, "placement"))
-            except NotFoundError:
-                return False  # not sourced from the slicing stream yet
-            if decode(last.data, Placement).id != ev.id:
-                return False
-            info = await admin.js.consumer_info(stream, reader)
-            return info.delivered.stream_seq >= last.seq
+            info = await admin.js.consumer_info(MERGED, reader)
+            return bool(info.delivered.stream_seq >= seq)
 
         await eventually(sent, what=f"placement {ev.id} sent to the agent")
     finally:
