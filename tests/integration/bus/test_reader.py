@@ -105,9 +105,10 @@ async def test_a_delivery_that_never_arrived_interrupts_the_reader(bus: Bus, uni
 async def test_a_loop_that_swallows_a_cancellation_still_stops(nats_url: str) -> None:
     # nats-py's publish path swallows a CancelledError; the runtime must ask again.
     runtime = ServiceRuntime("loop-test", BusSettings(url=nats_url))
-    swallowed = asyncio.Event()
+    swallowed, running = asyncio.Event(), asyncio.Event()
 
     async def stubborn() -> None:
+        running.set()
         while True:
             try:
                 await asyncio.sleep(3600)
@@ -120,7 +121,8 @@ async def test_a_loop_that_swallows_a_cancellation_still_stops(nats_url: str) ->
     await runtime.start()
     task = asyncio.create_task(runtime.run())
     try:
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(5):
+            await running.wait()  # the loop runs: the stop cancels it, not its start
         await runtime.stop()
         async with asyncio.timeout(5):
             await swallowed.wait()

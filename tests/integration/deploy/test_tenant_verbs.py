@@ -350,12 +350,15 @@ async def assert_all_refused(url: str, tenant: str) -> None:
         for s in subscribe_probes(tenant):
             await t.nc.subscribe(s)
         await t.nc.flush()
-        await asyncio.sleep(0.5)
-        joined = "\n".join(t.errors).lower()
-        missing = [
-            s for s in subscribe_probes(tenant) if f'subscription to "{s.lower()}"' not in joined
-        ]
-        assert not missing, f"{tenant}: subscriptions not refused: {missing}"
+
+        def missing() -> list[str]:
+            joined = "\n".join(t.errors).lower()
+            probes = subscribe_probes(tenant)
+            return [s for s in probes if f'subscription to "{s.lower()}"' not in joined]
+
+        with contextlib.suppress(TimeoutError):  # the refusals come by callback
+            await eventually(lambda: not missing(), 5.0)
+        assert not missing(), f"{tenant}: subscriptions not refused: {missing()}"
 
 
 async def assert_can_do_its_own(url: str, admin: Bus, tenant: str) -> None:
@@ -472,8 +475,13 @@ async def take_slicer_pauses(url: str, tenant: str) -> str | None:
         try:
             reply = await t.nc.request(subject, body, timeout=2)
         except nats.errors.TimeoutError:
-            await asyncio.sleep(0.2)
-            assert any(subject.lower() in e.lower() for e in t.errors), t.errors
+
+            def refused() -> bool:  # the refusal comes by callback
+                return any(subject.lower() in e.lower() for e in t.errors)
+
+            with contextlib.suppress(TimeoutError):
+                await eventually(refused, 3.0)
+            assert refused(), t.errors
             return None
         answer = json.loads(reply.data)
         assert "error" not in answer, answer

@@ -432,7 +432,11 @@ async def test_restart_cuts_a_watch_and_resume_sees_what_happened_meanwhile(
     w = watch.Watch()
     stream = w.stream(core.list_namespaced_pod, NS, resource_version=rv, timeout_seconds=30)
     first = asyncio.ensure_future(_events(stream, 1))
-    await asyncio.sleep(0.2)  # let the watch open before the restart; no event to wait on
+
+    def watching() -> bool:  # the server records a watch once its stream is open
+        return any(r.verb == "watch" and r.resource == "pods" for r in kube_api.audit)
+
+    await eventually(watching, what="the watch open before the restart")
     port = kube_api.port
     await kube_api.stop()
     with pytest.raises(Exception):  # noqa: B017, PT011 - aiohttp's error for a cut stream

@@ -1,7 +1,8 @@
 """The node agent under test, as every module here builds it: its settings on the test node
 (short polls, its ``/proc`` under the test's directory, any free HTTP port), the service on a
 runtime of its own, and the bus the slicer publishes its placements and plans on. Started and
-run for a block with ``tests.conftest.serving``.
+run for a block with ``tests.conftest.serving``. And ``merged``: a placement the slicer
+published, once it is in the stream the agent reads placements from.
 
 It must not choose a test's kubelet, NVML, MIG backend or API server client: each module hands
 its own.
@@ -14,10 +15,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from nats.js.errors import NotFoundError
+
 from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.events.codec import decode
+from seedance.events.slicing import Placement
+from seedance.events.subjects import consumer, slicing
 from seedance.node_agent.service import NodeAgentService
 from seedance.node_agent.settings import NodeAgentSettings
 from seedance.testing.identities import as_user
+from seedance.testing.waits import eventually
 from tests.integration.node_agent.test_allocation import NODE
 
 
@@ -65,3 +72,27 @@ async def slicer_bus(auth_url: str) -> AsyncIterator[Bus]:
         yield slicer
     finally:
         await slicer.close()
+
+
+#: The ledger's merged input: the agent replays and reads the slicer's placements from it.
+MERGED = consumer("node-agent-in").stream
+
+
+async def merged(js: Any, ev: Placement) -> int:
+    """Until ``MERGED`` holds ``ev`` (published last on its subject); its sequence there.
+
+    The server sources the slicing stream into it asynchronously: a placement whose publish
+    was acknowledged can still be missing from what an agent starting now replays."""
+    seq = 0
+
+    async def holds() -> bool:
+        nonlocal seq
+        try:
+            last = await js.get_last_msg(MERGED, slicing.subject(ev.tenant, "placement"))
+        except NotFoundError:
+            return False
+        seq = last.seq
+        return bool(decode(last.data, Placement).id == ev.id)
+
+    await eventually(holds, what=f"placement {ev.id} in {MERGED}")
+    return seq

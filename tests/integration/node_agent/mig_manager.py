@@ -42,8 +42,17 @@ class TestMigManager:
         node: str,
         config_map: tuple[str, str],
         nvml: ConstructedNvmlMig,
+        *,
+        gate: asyncio.Event | None = None,
+        hold: asyncio.Event | None = None,
     ) -> None:
+        """``gate``: a new layout is acted on only once it is set (a manager that has not
+        seen the label yet). ``hold``: once set, the state is written after the layout is
+        applied (a real one writes ``success`` seconds after the GPU's instances exist: it
+        applies GPU after GPU, then checks)."""
         self.core = client.CoreV1Api(api_client)
+        self.gate = gate
+        self.hold = hold
         self.node = node
         self.namespace, self.name = config_map
         self.nvml = nvml
@@ -84,9 +93,13 @@ class TestMigManager:
     async def _reconcile(self, labels: dict[str, str]) -> None:
         wanted = labels.get(CONFIG, "")
         if wanted and wanted != self._current:
+            if self.gate is not None:
+                await self.gate.wait()
             self._current = wanted
             await self._label(STATE, "pending")
             ok = await self._apply(wanted)
+            if self.hold is not None:
+                await self.hold.wait()
             await self._label(STATE, "success" if ok else "failed")
 
     async def _label(self, key: str, value: str) -> None:

@@ -22,14 +22,16 @@ from kubernetes_asyncio import client
 
 from seedance.core import Bus
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.subjects import replica_consumer
 from seedance.testing.identities import as_user
 from seedance.testing.kube_api import seed
 from seedance.testing.waits import eventually
 from tests.integration.node_agent import test_service
-from tests.integration.node_agent.agent import slicer_bus
+from tests.integration.node_agent.agent import MERGED, merged, slicer_bus
 from tests.integration.node_agent.kubelet import DeviceManager
 from tests.integration.node_agent.test_allocation import (
     NODE,
+    TOKEN,
     UUIDS,
     annotation,
     bound_pod,
@@ -76,9 +78,9 @@ async def node_under_test(
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 
-async def victim_on_gpu_1(a: Agent, slicer: Bus) -> tuple[str, Placement]:
+async def victim_on_gpu_1(a: Agent, slicer: Bus, auth_url: str) -> tuple[str, Placement]:
     """Pod v of team-a, bound by the bridge with the slicer's placement of GPU 1 (published),
-    once the agent holds that placement."""
+    once the agent's reader was sent that placement."""
     held: dict[str, Placement] = {}
 
     def claim(uid: str) -> str:
@@ -87,17 +89,35 @@ async def victim_on_gpu_1(a: Agent, slicer: Bus) -> tuple[str, Placement]:
 
     uid = await bound_pod(a.api, a.api_client, "v", {GPU: "1"}, claim)
     await publish(slicer, held["ev"])
-    await eventually(
-        lambda: metric_line(a, "seedance_node_agent_placements 1.0"), what="placement read"
-    )
+    await sent_to_the_agent(auth_url, held["ev"])
     return uid, held["ev"]
+
+
+async def sent_to_the_agent(auth_url: str, ev: Placement) -> None:
+    """Until the agent's reader of the ledger's merged input (``node-agent-in-<node>``, no acks)
+    was sent ``ev``: the server's fact. The agent's count of placements is no such fact: it
+    counts every live placement the session's server holds for the node, earlier tests' too
+    (this wait was a count of 1, failed whenever one of them had run first); what the agent
+    was sent and has not applied yet, an Allocate waits for (``placement_wait_s``)."""
+    reader = replica_consumer("node-agent-in", TOKEN.replace(":", "-")).durable
+    admin = await Bus.connect(as_user(auth_url, "admin"))
+    try:
+        seq = await merged(admin.js, ev)
+
+        async def sent() -> bool:
+            info = await admin.js.consumer_info(MERGED, reader)
+            return bool(info.delivered.stream_seq >= seq)
+
+        await eventually(sent, what=f"placement {ev.id} sent to the agent")
+    finally:
+        await admin.close()
 
 
 async def test_a_pod_created_on_the_node_never_starts_on_the_victims_gpu(
     auth_url: str, kubelet: FakeKubelet, plugin_dir: str, tmp_path: Path
 ) -> None:
     async with node_under_test(auth_url, kubelet, plugin_dir, tmp_path) as (a, devices, slicer):
-        v, ev = await victim_on_gpu_1(a, slicer)
+        v, ev = await victim_on_gpu_1(a, slicer, auth_url)
         # Team b creates pod r on the node itself (spec.nodeName preset, no Binding: no
         # admission policy in this API server), asking for one GPU, and writes what a tenant
         # can: a gang label and a copy of v's claim under its own UID.
@@ -178,7 +198,7 @@ async def test_an_older_pod_with_a_forged_claim_cannot_fail_the_victims_allocate
         await publish(slicer, held["old"])
         newer = placement(s, PlacementKind.WHOLE, [GpuAssignment(index=2, uuid=UUIDS[2])])
         await publish(slicer, newer)
-        _v, _ev = await victim_on_gpu_1(a, slicer)
+        _v, _ev = await victim_on_gpu_1(a, slicer, auth_url)
         pods = await client.CoreV1Api(a.api_client).list_namespaced_pod("team-a")
         scheduled = {
             p.metadata.name: next(c.last_transition_time for c in p.status.conditions)

@@ -13,6 +13,7 @@ by the slicer's shipped user, and the test kubelet (device-plugin gRPC over real
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -24,8 +25,9 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio import client
-from prometheus_client import generate_latest
+from structlog.testing import capture_logs
 
+from seedance.core.clock import WallClock
 from seedance.events.base import new_event_id
 from seedance.events.slicing import (
     GpuAssignment,
@@ -37,7 +39,9 @@ from seedance.events.subjects import slicing
 from seedance.node_agent.core.mig import MigInstance
 from seedance.node_agent.core.placement import NodeDevices
 from seedance.node_agent.core.shares import ProcessSample
-from seedance.node_agent.kube import USER_AGENT, connect
+from seedance.node_agent.kube import USER_AGENT, ThisNode, connect
+from seedance.node_agent.mig import MigOutcome
+from seedance.node_agent.mig_manager import MigManagerApplier
 from seedance.node_agent.rbac import MIG_MANAGER_RULES, RULES
 from seedance.testing.identities import as_user
 from seedance.testing.kube_api import seed
@@ -109,37 +113,53 @@ class MigNodeNvml:
 
 
 @contextlib.asynccontextmanager
+async def operator_node(
+    api: Any, api_client: client.ApiClient, nvml: ConstructedNvmlMig, **manager: Any
+) -> AsyncIterator[tuple[TestMigManager, tuple[str, str]]]:
+    """``NODE`` labelled as the GPU operator labels one where mig-manager runs (its layout
+    ``all-enabled`` applied), the component's ConfigMap, and the test mig-manager acting on
+    ``nvml`` (``manager``: its gate and hold); yields the manager and the ConfigMap's
+    (namespace, name)."""
+    core = client.CoreV1Api(api_client)
+    await core.patch_node(
+        NODE,
+        {
+            "metadata": {
+                "labels": {
+                    "nvidia.com/mig.capable": "true",
+                    "nvidia.com/mig.config": "all-enabled",
+                    "nvidia.com/mig.config.state": "success",
+                }
+            }
+        },
+        _content_type="application/merge-patch+json",
+    )
+    shipped_cm = yaml.safe_load((COMPONENT / "configmap.yaml").read_text())
+    cm = (shipped_cm["metadata"]["namespace"], shipped_cm["metadata"]["name"])
+    seed.namespace(api, cm[0])
+    seed.create(api, "", "v1", "configmaps", shipped_cm, cm[0])
+    mig_manager = TestMigManager(api_client, NODE, cm, nvml, **manager)
+    await mig_manager.start()
+    try:
+        yield mig_manager, cm
+    finally:
+        await mig_manager.stop()
+
+
+@contextlib.asynccontextmanager
 async def mig_node(
     auth_url: str, tmp_path: Path, *, configured: bool
 ) -> AsyncIterator[dict[str, Any]]:
-    """A node labelled as the GPU operator labels one where mig-manager runs, the component's
-    ConfigMap, the test mig-manager, the test kubelet and the agent; yields them by name."""
+    """The operator's node (``operator_node``), the test kubelet and the agent; yields them by
+    name."""
     plugin_dir = tempfile.mkdtemp(prefix="mm-")
     nvml = ConstructedNvmlMig(gpus=4)
     try:
-        async with slicer_bus(auth_url) as slicer, kube_api(tmp_path) as (api, api_client):
-            core = client.CoreV1Api(api_client)
-            await core.patch_node(
-                NODE,
-                {
-                    "metadata": {
-                        "labels": {
-                            "nvidia.com/mig.capable": "true",
-                            "nvidia.com/mig.config": "all-enabled",
-                            "nvidia.com/mig.config.state": "success",
-                        }
-                    }
-                },
-                _content_type="application/merge-patch+json",
-            )
-            shipped_cm = yaml.safe_load((COMPONENT / "configmap.yaml").read_text())
-            namespace = shipped_cm["metadata"]["namespace"]
-            seed.namespace(api, namespace)
-            seed.create(api, "", "v1", "configmaps", shipped_cm, namespace)
-            manager = TestMigManager(
-                api_client, NODE, (namespace, shipped_cm["metadata"]["name"]), nvml
-            )
-            await manager.start()
+        async with (
+            slicer_bus(auth_url) as slicer,
+            kube_api(tmp_path) as (api, api_client),
+            operator_node(api, api_client, nvml) as (manager, cm),
+        ):
             kubelet = NodeKubelet(
                 NODE, plugin_dir, os.path.join(plugin_dir, "pod-resources.sock"), api_client
             )
@@ -149,11 +169,11 @@ async def mig_node(
                 tmp_path,
                 kubelet.socket,
                 resources=f"nvidia.com/gpu,{MIG_RESOURCE}",
-                mig_manager_config=(
-                    f"{namespace}/{shipped_cm['metadata']['name']}" if configured else ""
-                ),
+                mig_manager_config=f"{cm[0]}/{cm[1]}" if configured else "",
                 mig_manager_poll_s=0.05,
-                mig_manager_timeout_s=30.0,
+                # Below the tests' 30 s wait: a mig-manager that never answers is a plan
+                # failed with that reason, not a test that times out.
+                mig_manager_timeout_s=20.0,
             )
             # The agent's own client, as main() builds it (its user agent names its calls).
             agent_client = await connect(str(tmp_path / "kubeconfig"))
@@ -169,18 +189,17 @@ async def mig_node(
                     yield {
                         "api": api,
                         "api_client": api_client,
-                        "core": core,
+                        "core": client.CoreV1Api(api_client),
                         "slicer": slicer,
                         "nvml": nvml,
                         "manager": manager,
                         "kubelet": kubelet,
                         "runtime": runtime,
-                        "cm": (namespace, shipped_cm["metadata"]["name"]),
+                        "cm": cm,
                     }
             finally:
                 await agent_client.close()
                 await kubelet.stop()
-                await manager.stop()
     finally:
         shutil.rmtree(plugin_dir, ignore_errors=True)
 
@@ -199,9 +218,16 @@ def plan_for_gpu_0() -> MigLayoutPlan:
     )
 
 
-def outcome(n: dict[str, Any], what: str) -> bool:
-    line = f'seedance_node_agent_mig_plans_total{{outcome="{what}"}} 1.0'
-    return line in generate_latest(n["runtime"].registry).decode()
+def outcomes(n: dict[str, Any]) -> dict[str, float]:
+    """The plans the agent handled, by outcome (``seedance_node_agent_mig_plans_total``): a
+    test waits for its plan to be handled, then says which outcome it wants (waiting for the
+    one it wants, a plan failed at once would be a timeout that says nothing)."""
+    return {
+        s.labels["outcome"]: s.value
+        for family in n["runtime"].registry.collect()
+        for s in family.samples
+        if s.name == "seedance_node_agent_mig_plans_total"
+    }
 
 
 async def test_a_plan_goes_through_mig_managers_layout_and_label_and_allocate_follows(
@@ -209,7 +235,8 @@ async def test_a_plan_goes_through_mig_managers_layout_and_label_and_allocate_fo
 ) -> None:
     async with mig_node(auth_url, tmp_path, configured=True) as n:
         await n["slicer"].publish(slicing.mig_plan(TOKEN), plan_for_gpu_0())
-        await eventually(lambda: outcome(n, "applied"), timeout_s=30, what="plan applied")
+        await eventually(lambda: outcomes(n), timeout_s=30, what="the plan handled")
+        assert outcomes(n) == {"applied": 1.0}
         node = await n["core"].read_node(NODE)
         name = node.metadata.labels["nvidia.com/mig.config"]
         assert name.startswith("seedance-")
@@ -261,10 +288,89 @@ async def test_without_the_layouts_configmap_a_plan_on_a_mig_manager_node_is_ref
     async with mig_node(auth_url, tmp_path, configured=False) as n:
         before = await n["core"].read_namespaced_config_map(n["cm"][1], n["cm"][0])
         await n["slicer"].publish(slicing.mig_plan(TOKEN), plan_for_gpu_0())
-        await eventually(lambda: outcome(n, "refused"), what="plan refused")
+        await eventually(lambda: outcomes(n), what="the plan handled")
+        assert outcomes(n) == {"refused": 1.0}
         node = await n["core"].read_node(NODE)
         assert node.metadata.labels["nvidia.com/mig.config"] == "all-enabled"
         after = await n["core"].read_namespaced_config_map(n["cm"][1], n["cm"][0])
         assert after.data == before.data
         assert n["nvml"].gpu_instances(0) == []
+        assert n["manager"].applied == []
+
+
+class AnsweredBeforePending(ThisNode):
+    """The agent's reads of its Node, where the first read after the agent's label is answered
+    before mig-manager acts and reaches the agent after mig-manager set ``pending`` and created
+    the plan's instances: it says ``success``, left from the earlier layout."""
+
+    def __init__(self, api_client: client.ApiClient, manager: TestMigManager) -> None:
+        super().__init__(api_client, NODE)
+        self.manager = manager
+        self.reads_after = 0
+
+    async def get(self) -> dict[str, Any]:
+        body = await super().get()
+        labels = body["metadata"]["labels"]
+        if self.manager.gate is None or self.manager.gate.is_set():
+            self.reads_after += 1
+        elif labels["nvidia.com/mig.config"].startswith("seedance-"):
+            assert labels["nvidia.com/mig.config.state"] == "success"  # the earlier layout's
+            self.manager.gate.set()
+            await eventually(lambda: self.manager.applied, what="mig-manager's instances")
+        return body
+
+
+async def test_a_success_left_from_the_earlier_layout_is_not_taken_for_the_plans(
+    tmp_path: Path,
+) -> None:
+    """The applier, alone (no bus, no agent around it): its plan is applied only once
+    mig-manager says ``success`` after it, though the GPU's instances were there before."""
+    nvml = ConstructedNvmlMig(gpus=4)
+    gate, hold = asyncio.Event(), asyncio.Event()
+    async with (
+        kube_api(tmp_path) as (api, api_client),
+        operator_node(api, api_client, nvml, gate=gate, hold=hold) as (manager, cm),
+    ):
+        node = AnsweredBeforePending(api_client, manager)
+        applier = MigManagerApplier(
+            ReadOnlyMig(nvml),
+            api_client,
+            node,
+            cm,
+            gpus=lambda: [0, 1, 2, 3],
+            allocated=lambda _gpu: [],
+            clock=WallClock(),
+            timeout_s=20.0,
+            poll_s=0.01,
+        )
+        applying = asyncio.create_task(applier.apply(plan_for_gpu_0()))
+        try:
+            # One read after mig-manager created the instances (state "pending", "success"
+            # held back): the plan must still be waiting.
+            await eventually(lambda: applying.done() or node.reads_after > 0, what="a read")
+            assert not applying.done(), f"{applying.result()} before mig-manager's success"
+            hold.set()
+            result = await asyncio.wait_for(applying, timeout=15)
+        finally:
+            applying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await applying
+        assert result.outcome is MigOutcome.APPLIED
+        labels = (await node.get())["metadata"]["labels"]
+        assert labels["nvidia.com/mig.config.state"] == "success"
+
+
+async def test_a_plan_the_api_server_refuses_to_label_is_failed_with_the_reason(
+    auth_url: str, tmp_path: Path
+) -> None:
+    async with mig_node(auth_url, tmp_path, configured=True) as n:
+        n["api"].fail_next("PATCH", rf"^/api/v1/nodes/{NODE}$", 503)
+        with capture_logs() as logs:
+            await n["slicer"].publish(slicing.mig_plan(TOKEN), plan_for_gpu_0())
+            await eventually(lambda: outcomes(n), what="the plan handled")
+        assert outcomes(n) == {"failed": 1.0}
+        (failed,) = [e for e in logs if e["event"] == "mig_plan_failed"]
+        assert "503" in failed["error"]
+        node = await n["core"].read_node(NODE)
+        assert node.metadata.labels["nvidia.com/mig.config"] == "all-enabled"
         assert n["manager"].applied == []

@@ -32,7 +32,7 @@ from seedance.node_agent.deviceplugin import api_pb2, api_pb2_grpc
 from seedance.testing.kube_api import KubeApiServer
 from seedance.testing.waits import eventually
 from tests.conftest import serving
-from tests.integration.node_agent.agent import agent_settings, node_agent
+from tests.integration.node_agent.agent import agent_settings, merged, node_agent
 from tests.integration.node_agent.test_allocation import (
     T0,
     TOKEN,
@@ -346,7 +346,9 @@ async def allocate_whole(plugin_dir: str, device_id: str = UUIDS[0]) -> dict[str
 async def whole_gpu_pod(
     bus: Any, api: KubeApiServer, api_client: Any, name: str, index: int
 ) -> str:
-    """A pod bound to the node with the slicer's placement of one whole GPU, published."""
+    """A pod bound to the node with the slicer's placement of one whole GPU, published and in
+    the stream the agent reads (``merged``: so a placement published before the agent starts
+    is in its replay)."""
     held: dict[str, Any] = {}
 
     def whole(uid: str) -> str:
@@ -357,6 +359,7 @@ async def whole_gpu_pod(
 
     uid = await bound_pod(api, api_client, name, {"nvidia.com/gpu": "1"}, whole)
     await publish(bus, held["ev"])
+    await merged(bus.js, held["ev"])
     return uid
 
 

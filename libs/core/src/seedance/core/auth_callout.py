@@ -325,10 +325,11 @@ class AuthCallout:
         self.mirror = TenantMirror(self._bus, self._registry)
         await self.mirror.start()  # before the first request: a login needs no registry read
         # replicas share the requests; the server takes the first answer anyway
-        self._sub = await self._bus.nc.subscribe(
-            CALLOUT_SUBJECT, queue="seedance-auth-callout", cb=self._on_request
+        # Ready only once the server holds the subscription (Bus.subscribe), else a login
+        # right after start could meet no responder.
+        self._sub = await self._bus.subscribe(
+            CALLOUT_SUBJECT, self._on_request, queue="seedance-auth-callout"
         )
-        await self._bus.nc.flush()
         log.info("auth_callout_ready", subject=CALLOUT_SUBJECT, gate=str(self.gate.settings))
 
     async def run(self) -> None:

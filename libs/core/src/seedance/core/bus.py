@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import nats
 import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
@@ -300,6 +302,25 @@ class Bus:
         bus = cls(nc, settings, clock)
         bus._watch = watch
         return bus
+
+    async def subscribe(
+        self, subject: str, cb: Callable[[Msg], Awaitable[None]], *, queue: str = ""
+    ) -> Subscription:
+        """A core subscription that the server holds when this returns: a message published
+        after it, from any connection, is delivered to ``cb``.
+
+        ``subscribe(); flush()`` does not promise that with nats-py (2.16): ``flush`` writes its
+        PING to the socket at once, while the SUB waits in the client's buffer for its flusher
+        task, so the wire reads PING, SUB. The server can answer the PING before it reads the
+        SUB, and a message published meanwhile from another connection meets no subscription
+        (a node agent's MIG plan was lost so, about 1 run in 15 under load). The first flush
+        lets the flusher write the SUB (it runs before the PONG can be read); the second
+        flush's PING follows the SUB on the wire, so its PONG comes after the server holds it.
+        """
+        sub = await self.nc.subscribe(subject, queue=queue, cb=cb)
+        await self.nc.flush()
+        await self.nc.flush()
+        return sub
 
     async def close(self) -> None:
         if self.nc.is_closed:

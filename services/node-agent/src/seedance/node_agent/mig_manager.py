@@ -22,6 +22,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
 
 from seedance.core.clock import Clock
@@ -52,6 +53,10 @@ log = get_logger(__name__)
 #: Concurrent writers of the ConfigMap (other nodes' agents) make a replace fail with 409; the
 #: read-modify-write is tried again this many times.
 _WRITE_ATTEMPTS = 8
+
+#: What a call to the API server raises when it refuses (an error status), breaks off or does
+#: not answer in time (``ThisNode``'s bound): the plan fails with it (the allocator's set).
+_API_ERRORS = (client.ApiException, aiohttp.ClientError, TimeoutError, OSError)
 
 
 #: How the agent applies a plan on this node (NVML, mig-manager, or a refusal).
@@ -184,12 +189,16 @@ class MigManagerApplier:
         want = next(g for g in layouts if g.index == gpu)
         try:
             await self._add_layout(name, entry)
-        except (LayoutError, client.ApiException) as exc:
-            log.error("mig_plan_failed", plan=plan.id, gpu=gpu, layout=name, error=str(exc))
-            return MigResult(MigOutcome.FAILED, reason=f"layout {name}: {exc}")
-        await self._node.set_labels({MIG_CONFIG_LABEL: name})
-        log.info("mig_layout_requested", plan=plan.id, gpu=gpu, layout=name)
-        outcome = await self._await(name, gpu, want.devices)
+            await self._node.set_labels({MIG_CONFIG_LABEL: name})
+            log.info("mig_layout_requested", plan=plan.id, gpu=gpu, layout=name)
+            outcome = await self._await(name, gpu, want.devices)
+        except (LayoutError, *_API_ERRORS) as exc:
+            # The ConfigMap's text, or the API server refused or did not answer: the plan fails
+            # with the reason. Raised on, an error of the API server would end in nats-py's
+            # error callback, the plan neither counted nor logged.
+            outcome = MigResult(MigOutcome.FAILED, reason=f"layout {name}: {exc}")
+        if outcome.outcome is MigOutcome.FAILED:
+            log.error("mig_plan_failed", plan=plan.id, gpu=gpu, layout=name, error=outcome.reason)
         if outcome.outcome is MigOutcome.APPLIED:
             self._applied.add(plan.id)
             self._planned[gpu] = planned
@@ -235,6 +244,15 @@ class MigManagerApplier:
         deadline = self._clock.monotonic() + self._timeout_s
         state = ""
         while self._clock.monotonic() < deadline:
+            # NVML first, then the labels. mig-manager sets "pending" before it touches a GPU
+            # and "success" after its last one, so the plan's instances seen before a label
+            # read that says "success" are this layout's success. The other way round, a
+            # "success" left from the earlier layout, answered just before mig-manager's
+            # "pending", was paired with instances created after it: the plan counted applied
+            # while mig-manager was still applying (and could yet fail).
+            have = tuple(
+                sorted(_count(i.profile for i in self._backend.gpu_instances(gpu)).items())
+            )
             labels = ((await self._node.get()).get("metadata") or {}).get("labels") or {}
             state = str(labels.get(MIG_STATE_LABEL, ""))
             if labels.get(MIG_CONFIG_LABEL) != name:
@@ -242,9 +260,6 @@ class MigManagerApplier:
                 return MigResult(MigOutcome.FAILED, reason=reason)
             if state == "failed":
                 return MigResult(MigOutcome.FAILED, reason=f"mig-manager failed layout {name}")
-            have = tuple(
-                sorted(_count(i.profile for i in self._backend.gpu_instances(gpu)).items())
-            )
             if state == "success" and have == want:
                 return MigResult(MigOutcome.APPLIED, steps=1)
             await self._clock.sleep(self._poll_s)

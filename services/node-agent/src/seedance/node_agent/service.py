@@ -225,12 +225,12 @@ class NodeAgentService:
             clock=self._clock,
         )
         await self._watch.check()  # registers now if the kubelet is there; else when it is
-        self._sub = await self._rt.bus.nc.subscribe(
-            slicing.mig_plan(kube_node_token(self._s.node_name)), cb=self._on_mig_plan
-        )
         # Plans are core messages: one sent before the server has this SUB is not seen, so
-        # start returns only once the server has it (nats-py's subscribe does not wait).
-        await self._rt.bus.nc.flush()
+        # start returns only once the server has it (Bus.subscribe: a flush after nats-py's
+        # subscribe alone did not promise it, and a plan was lost).
+        self._sub = await self._rt.bus.subscribe(
+            slicing.mig_plan(kube_node_token(self._s.node_name)), self._on_mig_plan
+        )
         self._rt.loop(self._feed.run)
         self._rt.loop(self._labels_loop)
         self._rt.loop(self._shares_loop)

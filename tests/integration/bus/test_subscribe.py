@@ -1,0 +1,144 @@
+"""``Bus.subscribe`` returns only once the server holds the subscription, against a real
+nats-server reached through a TCP proxy that holds back the subscriber's SUB (and whatever it
+writes after it, in order) until the test lets it go: a server that reads the SUB later than
+the PING before it, as a loaded one can. ``subscribe(); flush()`` returned while the SUB was
+still held (nats-py writes flush's PING before the SUB waiting in its buffer), and a MIG plan
+published meanwhile was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from urllib.parse import urlparse
+
+from nats.aio.msg import Msg
+
+from seedance.core import Bus, BusSettings
+from seedance.testing.waits import eventually
+
+
+class HoldingProxy:
+    """Forwards one NATS connection both ways; the client's bytes from its ``SUB <subject>``
+    on are held (in order) until ``release``."""
+
+    def __init__(self, upstream: str, subject: str) -> None:
+        url = urlparse(upstream)
+        self._host, self._port = url.hostname or "127.0.0.1", url.port or 4222
+        self._sub = b"SUB " + subject.encode()
+        self.held = bytearray()
+        self.holding = asyncio.Event()
+        self._released = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self._up: asyncio.StreamWriter | None = None
+        self.url = ""
+
+    @property
+    def ping_behind_the_sub(self) -> bool:
+        """The client wrote a PING after the held SUB (its answer proves the SUB arrived)."""
+        return b"\r\nPING\r\n" in bytes(self.held)
+
+    async def release(self) -> None:
+        """Send what was held, and from then on everything as it comes."""
+        if self._released.is_set():
+            return
+        self._released.set()
+        if self._up is not None:
+            self._up.write(bytes(self.held))  # before any later read is forwarded: in order
+            await self._up.drain()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.url = f"nats://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await task
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
+        self._up = up_writer
+        for task in (self._to_server(reader, up_writer), self._pipe(up_reader, writer)):
+            t = asyncio.create_task(task)
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def _to_server(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                if not self.holding.is_set() and self._sub in data:
+                    at = data.index(self._sub)
+                    writer.write(data[:at])  # what came before the SUB (a PING) goes on now
+                    await writer.drain()
+                    self.held += data[at:]
+                    self.holding.set()
+                    continue
+                if self.holding.is_set() and not self._released.is_set():
+                    self.held += data
+                    continue
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def proxied_bus(nats_url: str, subject: str) -> AsyncIterator[tuple[Bus, HoldingProxy]]:
+    proxy = HoldingProxy(nats_url, subject)
+    await proxy.start()
+    try:
+        bus = await Bus.connect(BusSettings(url=proxy.url, name="subscriber"))
+        try:
+            yield bus, proxy
+        finally:
+            await proxy.release()
+            await bus.close()
+    finally:
+        await proxy.stop()
+
+
+async def test_subscribe_returns_once_the_server_holds_the_subscription(
+    nats_url: str, bus: Bus, unique: str
+) -> None:
+    subject = f"held.{unique}"
+    got: list[bytes] = []
+
+    async def on_msg(msg: Msg) -> None:
+        got.append(msg.data)
+
+    async with proxied_bus(nats_url, subject) as (subscriber, proxy):
+        subscribing = asyncio.create_task(subscriber.subscribe(subject, on_msg))
+        try:
+            # The SUB is held: subscribe must not have returned, and the client must have
+            # asked behind it (a PING) for the proof that the server has it.
+            await eventually(
+                lambda: subscribing.done() or proxy.ping_behind_the_sub,
+                what="subscribe returned or its PING queued behind the SUB",
+            )
+            assert not subscribing.done(), "subscribe returned before the server had the SUB"
+            await proxy.release()
+            async with asyncio.timeout(10):
+                await subscribing
+        finally:
+            subscribing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await subscribing
+        # Published from another connection right after: delivered.
+        await bus.nc.publish(subject, b"plan")
+        await eventually(lambda: got == [b"plan"], what="the message delivered")
