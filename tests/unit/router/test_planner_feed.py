@@ -65,16 +65,22 @@ def test_the_observation_counts_queued_work_at_the_ready_replicas_whose_gauge_wa
         ready=["a", "c", "d"],  # b is not ready; c and d have no gauge for m
         capacity=CAPACITY,
         prompt_tokens=500,
+        slo_s=1.5,
     )
     assert (got.met, got.requests) == (4, 5)
     assert got.by_arrival == ((15.0, 3, 4), (30.0, 1, 1))
     assert got.groups(99.0) == got.by_arrival  # filed by arrival, not at the decision
     assert got.ready == 1
     assert got.backlog_s == pytest.approx(2 * (0.5 + 0.5))
+    assert got.behind == 1  # a's 2 s of queued work is behind the 1.5 s SLO
+    assert got.served_s == pytest.approx(5 * 1.0)
     assert queued_prefill_s(3, CAPACITY, 1000) == pytest.approx(4.5)
-    unread = observed_slo("m", (), gauges={}, ready=["a"], capacity=CAPACITY, prompt_tokens=500)
+    unread = observed_slo(
+        "m", (), gauges={}, ready=["a"], capacity=CAPACITY, prompt_tokens=500, slo_s=1.5
+    )
     assert unread.backlog_s is None  # no gauge read: the backlog rule stays off
     assert unread.ready == 0
+    assert unread.served_s is None
 
 
 def test_each_replica_s_gauges_come_from_its_url_or_its_host_at_the_metrics_port() -> None:

@@ -9,7 +9,8 @@ and the translation of the engines' waiting-request gauges into prefill seconds.
 
 Arrival: the gateway measures each request's duration from when it received it, so its arrival
 is the finish time minus that duration. OIP answers in one message, so the duration stands in
-for the time to first token.
+for the time to first token. Every answered request counts as served work, failed ones
+included: they took a replica's time too.
 
 Queued work: Triton's and vLLM's queue gauges count requests, not prompt tokens, so each waiting
 request counts as one of `plan_prompt_tokens` (the same stand-in the planner's arrivals use);
@@ -65,16 +66,25 @@ def observed_slo(
     ready: Iterable[str],
     capacity: ReplicaCapacity,
     prompt_tokens: float,
+    slo_s: float,
 ) -> ObservedSlo:
     """The planner's observation of `model`: its outcome groups by arrival, and the queued
     prefill work at the ready replicas whose gauge for it was read (`gauges`: replica -> model
-    -> waiting requests)."""
+    -> waiting requests), how many of them are behind `slo_s`, and the prefill work of the
+    requests answered (the planner's measure of what saturated replicas serve)."""
     by_arrival = tuple(groups)
-    read = [gauges[r][model] for r in ready if model in gauges.get(r, {})]
+    read = [
+        queued_prefill_s(gauges[r][model], capacity, prompt_tokens)
+        for r in ready
+        if model in gauges.get(r, {})
+    ]
+    requests = sum(g[2] for g in by_arrival)
     return ObservedSlo(
         met=sum(g[1] for g in by_arrival),
-        requests=sum(g[2] for g in by_arrival),
+        requests=requests,
         by_arrival=by_arrival,
-        backlog_s=queued_prefill_s(sum(read), capacity, prompt_tokens) if read else None,
+        backlog_s=sum(read) if read else None,
         ready=len(read),
+        behind=sum(work_s > slo_s for work_s in read),
+        served_s=queued_prefill_s(requests, capacity, prompt_tokens) if read else None,
     )

@@ -307,6 +307,7 @@ class RouterService(Lifecycle):
                 ready=[r for r in ready if model in serves.get(r, (model,))],
                 capacity=self._capacity,
                 prompt_tokens=self._settings.plan_prompt_tokens,
+                slo_s=cfg.ttft_slo_s,
             )
             self.plans[model], rec = plan(
                 self.plans[model],
