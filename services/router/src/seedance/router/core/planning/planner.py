@@ -185,7 +185,7 @@ def feedback(
         # same windows: the fleet's count over it is what routing made of one such replica.
         since_s = max(ready_since_s, cutoff_s)  # the windows the fresh observations cover
         matched = pooled_need([w for w in seen if w.end_s > since_s], attained)
-        if matched is not None and matched < state.replicas and _beyond_noise(fresh, lower):
+        if matched is not None and matched < state.replicas:
             factor = max(factor, state.replicas / matched)
     elif _attained(window, cfg) > upper:
         factor *= 1.0 - cfg.feedback_down
@@ -211,15 +211,6 @@ def _saturated_sample(
     if not observed.behind == observed.ready == state.saturated:
         return None
     return observed.ready * cfg.interval_s, observed.served_s
-
-
-def _beyond_noise(window: Sequence[tuple[float, int, int]], lower: float) -> bool:
-    """Whether the window's misses exceed what the band allows by two standard deviations
-    (Poisson): the matched count is a jump, not a step, and one miss in twenty requests (a
-    request behind a long prefill) took the factor from 1.6 to its maximum on an on/off proxy."""
-    requests = sum(x[2] for x in window)
-    allowed = (1.0 - lower) * requests
-    return requests - sum(x[1] for x in window) > allowed + 2.0 * math.sqrt(allowed)
 
 
 def _attained(window: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> float:
