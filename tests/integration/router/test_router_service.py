@@ -382,6 +382,9 @@ async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engi
             # The ready replicas plus the queues' growth over the interval, in replicas.
             assert rec.replicas >= 2 + math.ceil(state.backlog_s / interval_s)
             assert state.panic_until_s > decided_s
+            # Both engines were behind the SLO: the next interval, if they still are, measures
+            # what a replica really serves.
+            assert state.saturated == 2
         finally:
             await asyncio.gather(*burst)
         failures = "seedance_router_engine_queue_read_failures_total"
