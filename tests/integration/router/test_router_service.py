@@ -7,6 +7,7 @@ route on them through its KV watch. Without a forecast model the selector falls 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import math
@@ -40,6 +41,7 @@ from tests.conftest import serving
 
 pytestmark = pytest.mark.slow
 
+ECHO = ModelRoute(name="echo")
 WARMUP = WarmupPolicy(window=3, tolerance=0.5, min_requests=6, max_requests=30)
 
 
@@ -63,20 +65,23 @@ def _model(generation: int = 1) -> Any:
 
 @contextlib.asynccontextmanager
 async def running_router(
-    nats_url: str, tritons: dict[str, Any], **overrides: Any
+    nats_url: str,
+    tritons: dict[str, Any],
+    route: ModelRoute = ECHO,
+    **overrides: Any,
 ) -> AsyncIterator[RouterService]:
     settings = RouterSettings(
         listen_address="127.0.0.1:0",
         rest_address="127.0.0.1:0",
         replicas=f"a={tritons['a'].address},b={tritons['b'].address}",
-        models="echo",
+        models=route.name,
         forecast_interval_s=0.2,
         stats_window_s=0.5,
         **overrides,
     )
     gw = dataclasses.replace(
         gateway_settings(settings),
-        models=(ModelRoute(name="echo"),),
+        models=(route,),
         warmup=WARMUP,
         probe_interval_s=0.2,
     )
@@ -299,3 +304,88 @@ async def test_router_publishes_replica_recommendations_and_its_gateway_follows_
             assert router.plans["echo"].replicas == 1
     finally:
         await sub.unsubscribe()
+
+
+async def _slow(address: str, delay_ms: int) -> None:
+    async with triton_aio.InferenceServerClient(address) as client:
+        x = InferInput("delay_ms", [1, 1], "INT32")
+        x.set_data_from_numpy(np.array([[delay_ms]], dtype=np.int32))
+        result = await client.infer("slow", [x])
+        assert result.as_numpy("slept_ms").tolist() == [[delay_ms]]
+
+
+async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engines_queues(
+    nats_url: str, tritons: dict[str, Any], unique: str
+) -> None:
+    """The planner's input in the service: outcomes filed under their arrival (not under the
+    decision's time), the engines' queue gauges read from Triton's metrics endpoint, and the
+    backlog rule firing on queues that grew behind the SLO where the replayed arrivals no
+    longer show the burst."""
+    engines = ",".join(
+        f"{name}=http://127.0.0.1:{tritons[name].metrics_port}/metrics" for name in ("a", "b")
+    )
+    interval_s = 1.0
+    async with running_router(
+        nats_url,
+        tritons,
+        ModelRoute(name="slow", warm_up=False),
+        fleet=f"fleet-{unique}",
+        forecast=False,
+        plan=False,  # decisions are taken by the test, at the moments it chooses
+        plan_interval_s=interval_s,
+        # One waiting request is ~1 s of prefill: a queue of a few is behind the 2 s SLO.
+        plan_prompt_tokens=7000,
+        engine_metrics=engines,
+    ) as router:
+        registry = router._rt.registry
+        sent_from_s = router.now_s()
+        for _ in range(6):
+            await _slow(router.gateway.address, 10)
+        sent_until_s = router.now_s()
+        await router.plan_once()
+        decided_s = router.now_s()
+        state = router.plans["slow"]
+        # Six first tokens, all in time, filed under the bins they arrived in.
+        assert sum(n for _, _, n in state.observed) == 6
+        assert sum(m for _, m, _ in state.observed) == 6
+        for arrival_bin_s, _, _ in state.observed:
+            assert sent_from_s - interval_s < arrival_bin_s <= sent_until_s < decided_s
+        # Both engines' gauges were read: idle queues, no panic.
+        assert state.backlog_s == 0.0
+        assert _sample(registry, "seedance_router_planner_backlog_seconds", model="slow") == 0.0
+        assert _sample(registry, "seedance_router_planner_mode", model="slow", mode="panic") == 0
+
+        # 48 requests of 2.5 s on two replicas executing 8 at a time: 16 wait at each for
+        # 2.5 s, then 8 for 2.5 s.
+        burst = [asyncio.create_task(_slow(router.gateway.address, 2500)) for _ in range(48)]
+        try:
+
+            async def routed() -> bool:
+                return sum(router.gateway.outstanding().values()) >= 48
+
+            await eventually(routed, 20)
+            routed_s = router.now_s()
+
+            # The decision comes once the burst's arrivals have left the intervals the planner
+            # replays (the last one and the one warming it up): only the engines still show it.
+            async def replayed_past() -> bool:
+                return router.now_s() >= routed_s + 2 * interval_s
+
+            await eventually(replayed_past, 5)
+            (rec,) = await router.plan_once()
+            state = router.plans["slow"]
+            assert state.backlog_s >= 8 * 1.0  # >= 8 waiting, ~1.02 s each
+            backlog = _sample(registry, "seedance_router_planner_backlog_seconds", model="slow")
+            assert backlog == pytest.approx(state.backlog_s)
+            mode = _sample(registry, "seedance_router_planner_mode", model="slow", mode="panic")
+            assert mode == 1
+            # The ready replicas plus the queues' growth over the interval, in replicas.
+            assert rec.replicas >= 2 + math.ceil(state.backlog_s / interval_s)
+            assert state.panic_until_s > decided_s
+            # Both engines were behind the SLO: the next interval, if they still are, measures
+            # what a replica really serves.
+            assert state.saturated == 2
+        finally:
+            await asyncio.gather(*burst)
+        failures = "seedance_router_engine_queue_read_failures_total"
+        assert _sample(registry, failures, replica="a") == 0

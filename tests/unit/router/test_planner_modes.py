@@ -247,6 +247,35 @@ def test_a_miss_sets_the_factor_to_what_routing_made_of_one_shared_queue() -> No
     assert state.capacity_factor == pytest.approx(4.0)
 
 
+def test_saturated_replicas_floor_the_factor_with_what_they_served() -> None:
+    # Two ready replicas, both behind the SLO at both ends of every interval, served 15 s of
+    # prefill work in 30 replica-seconds: one replica is worth half a replayed one.
+    state = PlanState(replicas=2, holding=True, held_base=2, backlog_s=20.0, saturated=2)
+    busy = ObservedSlo(met=0, requests=0, backlog_s=20.0, ready=2, behind=2, served_s=15.0)
+    factors = []
+    t = 100.0
+    for _ in range(CFG.saturated_min_samples):
+        state, _ = plan(state, t, [load(0.1)], CAP, CFG, busy)
+        factors.append(state.capacity_factor)
+        t += CFG.interval_s
+    # Fewer intervals than the minimum are not evidence; then the pooled ratio floors it.
+    assert factors == [1.0] * (CFG.saturated_min_samples - 1) + [pytest.approx(2.0)]
+    assert state.saturated == 2
+    # A replica with a short queue (not every one busy) is no measurement, and ends the run.
+    idle = replace(busy, behind=1)
+    fresh = PlanState(replicas=2, holding=True, held_base=2, backlog_s=20.0, saturated=2)
+    for _ in range(CFG.saturated_min_samples):
+        fresh, _ = plan(fresh, t, [load(0.1)], CAP, CFG, idle)
+        t += CFG.interval_s
+    assert fresh.saturated_samples == ()
+    assert fresh.saturated == 0
+    # A surplus in the error budget releases the floor (a queue the band keeps short is not
+    # a saturated one).
+    surplus = replace(state, budget=((t - 60.0, 2_000, 2_000),), capacity_factor=1.0)
+    after, _ = plan(surplus, t, [load(0.1)], CAP, CFG, busy)
+    assert after.capacity_factor == pytest.approx(1.0)
+
+
 def test_misses_are_blamed_on_the_fleet_ready_when_the_requests_arrived() -> None:
     # The last scale-up's replicas were ready at 160 s. The tick's first tokens are a burst's
     # backlog that arrived before then (all late) and requests that arrived after (all met).

@@ -109,6 +109,21 @@ class RouterMetrics:
             registry=registry,
         )
 
+        self.planner_backlog = Gauge(
+            "seedance_router_planner_backlog_seconds",
+            "Prefill work queued at the engines taking the model's traffic, from their queue "
+            "gauges (waiting requests x one request's prefill); NaN where none was read (the "
+            "backlog rule is then off).",
+            ["model"],
+            registry=registry,
+        )
+        self.engine_queue_failures = Counter(
+            "seedance_router_engine_queue_read_failures",
+            "Scrapes of a replica's queue gauges that failed or timed out, by replica.",
+            ["replica"],
+            registry=registry,
+        )
+
     def export_plan(self, model: str, rec: Recommendation, margin_per_s: float) -> None:
         """One planner decision for `model`, as the gauges and counters above say."""
         self.recommended_replicas.labels(model).set(rec.replicas)

@@ -6,8 +6,10 @@ stats), ticks the `ForecastLoop` and publishes its `RoutingWeights` both as even
 bucket ``seedance-router-weights`` (which every gateway of the fleet watches), retrains when
 `decide_retrain` says so (training off the event loop, versions in the object store, the latest
 loaded at start), and publishes `RoutingDecision`s in batches and `ReplicaStats` per window.
-Every plan interval it runs the replica planner (`planner.plan`) per model on the arrivals and
-SLO outcomes the gateway saw, publishes its `ReplicaRecommendation` and sets the recommended
+Every plan interval it runs the replica planner (`planner.plan`) per model on the arrivals the
+gateway saw, their SLO outcomes filed by arrival and the engines' queue gauges
+(`planner_feed`, `engine_queues`: the backlog rule's input where engine metrics are
+configured), publishes its `ReplicaRecommendation` and sets the recommended
 replicas gauge; with ``follow_plan`` the gateway's `ReplicaSet` follows it (the surplus members
 are drained and parked, returning ones are warmed up again).
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -41,12 +44,7 @@ from seedance.events.subjects import routing
 from seedance.router.core.forecast import RetrainPolicy, train_forecast_model
 from seedance.router.core.forecast.live import ForecastLoop
 from seedance.router.core.planning.load import LoadEstimator
-from seedance.router.core.planning.planner import (
-    ObservedSlo,
-    PlanReason,
-    PlanState,
-    plan,
-)
+from seedance.router.core.planning.planner import PlanReason, PlanState, plan
 from seedance.router.core.planning.replica_set import ReplicaSet
 from seedance.router.core.policy import PredictiveSloPolicy
 from seedance.router.core.replica_registry import (
@@ -55,12 +53,14 @@ from seedance.router.core.replica_registry import (
     replica_changes,
 )
 from seedance.router.core.weight_table import WeightTable, decode_table, encode_table, table_key
+from seedance.router.engine_queues import EngineQueues
 from seedance.router.forecast_selector import ForecastSelector, default_policy_config
 from seedance.router.forecast_store import ModelStore
 from seedance.router.gateway import (
     FinishedRequest,
     GatewaySettings,
     OipGateway,
+    ReplicaPhase,
     RestGateway,
     RoutedRequest,
 )
@@ -71,10 +71,12 @@ from seedance.router.mapping import (
     weights_event,
 )
 from seedance.router.metrics import RouterMetrics
+from seedance.router.planner_feed import OutcomesByArrival, observed_slo
 from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
     RouterSettings,
     gateway_settings,
+    parse_engine_metrics,
     planner_config,
     replica_capacity,
 )
@@ -155,8 +157,18 @@ class RouterService(Lifecycle):
         self._estimators = {m: LoadEstimator() for m in self._models}
         start = max(len(gw_settings.replicas), self._plan_cfg.min_replicas)
         self.plans = {m: PlanState(replicas=start) for m in self._models}
-        # (met, requests) per model since the last plan: the SLO outcomes the planner learns from.
-        self._slo_seen: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        # The SLO outcomes since the last plan, by arrival: what the planner learns from.
+        self._outcomes = OutcomesByArrival(self._plan_cfg.interval_s)
+        self.engine_queues = (
+            EngineQueues(
+                urls=parse_engine_metrics(settings.engine_metrics),
+                port=settings.engine_metrics_port,
+                timeout_s=settings.engine_metrics_timeout_s,
+                on_failure=lambda r: self.metrics.engine_queue_failures.labels(r).inc(),
+            )
+            if settings.engine_metrics or settings.engine_metrics_port
+            else None
+        )
         for reason in PlanReason:
             for m in self._models:
                 self.metrics.recommendations.labels(m, reason.value)
@@ -221,6 +233,8 @@ class RouterService(Lifecycle):
                 await self._training
         with contextlib.suppress(Exception):
             await self._flush()  # what the request path queued before the drain
+        if self.engine_queues is not None:
+            await self.engine_queues.close()
         await self._rt.close()
 
     # -- observer (request path: record only) ------------------------------------------------
@@ -243,9 +257,8 @@ class RouterService(Lifecycle):
             return
         self._windows[(request.model, request.replica)].durations_s.append(request.duration_s)
         # OIP answers in one message, so its duration stands in for the time to first token.
-        seen = self._slo_seen[request.model]
-        seen[0] += request.status == "OK" and request.duration_s <= self._plan_cfg.ttft_slo_s
-        seen[1] += 1
+        met = request.status == "ok" and request.duration_s <= self._plan_cfg.ttft_slo_s
+        self._outcomes.record(request.model, self.now_s() - request.duration_s, met)
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -271,26 +284,43 @@ class RouterService(Lifecycle):
 
     async def plan_once(self) -> list[ReplicaRecommendation]:
         """One planner decision per model: publish it, export it, and follow it if asked."""
+        gauges = await self._read_queues()
         now_s = self.now_s()
         cfg = self._plan_cfg
-        seen, self._slo_seen = self._slo_seen, defaultdict(lambda: [0, 0])
+        outcomes = self._outcomes.take()
+        ready = [n for n, p in self.gateway.replica_phases().items() if p is ReplicaPhase.READY]
+        # The models each replica may be sent (None: all).
+        serves = {
+            name: self._models if models is None else models
+            for name, (_, models) in self.gateway.replica_models().items()
+        }
         events: list[tuple[str, Event]] = []
         out: list[ReplicaRecommendation] = []
         for model in self._models:
             current = self.plans[model].replicas
             estimator = self._estimators[model]
             loads = estimator.forecast(now_s, (0.0, cfg.lead_s))
-            met, requests = seen.get(model, (0, 0))
+            observed = observed_slo(
+                model,
+                outcomes.get(model, ()),
+                gauges=gauges,
+                ready=[r for r in ready if model in serves.get(r, (model,))],
+                capacity=self._capacity,
+                prompt_tokens=self._settings.plan_prompt_tokens,
+                slo_s=cfg.ttft_slo_s,
+            )
             self.plans[model], rec = plan(
                 self.plans[model],
                 now_s,
                 loads,
                 self._capacity,
                 cfg,
-                ObservedSlo(met=met, requests=requests),
+                observed,
                 estimator.recent_arrivals(now_s, cfg.arrivals_window_s),
             )
             self.metrics.export_plan(model, rec, estimator.margin_per_s(cfg.lead_s))
+            backlog_s = math.nan if observed.backlog_s is None else observed.backlog_s
+            self.metrics.planner_backlog.labels(model).set(backlog_s)
             event = recommendation_event(
                 rec,
                 replica_set=replicas.replica_set(self._settings.fleet, model),
@@ -313,6 +343,13 @@ class RouterService(Lifecycle):
             return out
         self.metrics.events_published.labels("replicas").inc(len(events))
         return out
+
+    async def _read_queues(self) -> dict[str, dict[str, float]]:
+        """The engines' waiting requests, replica -> model (empty: no engine metrics)."""
+        if self.engine_queues is None:
+            return {}
+        addresses = {name: a for name, (a, _) in self.gateway.replica_models().items()}
+        return await self.engine_queues.read(addresses)
 
     async def _follow(self, target: int) -> None:
         """Make the gateway's registered replicas the routable members of the replica set."""

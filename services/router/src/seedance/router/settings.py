@@ -19,6 +19,7 @@ from seedance.router.gateway import GatewaySettings, LayoutConversion, ModelRout
 __all__ = [
     "RouterSettings",
     "gateway_settings",
+    "parse_engine_metrics",
     "parse_layouts",
     "parse_replicas",
     "planner_config",
@@ -93,6 +94,13 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: The gateway routes only to the first `replicas` members of its replica set that the plan
     #: recommends (the largest over its models) and drains the others.
     follow_plan: bool = False
+    #: ``name=url,...``: each replica's Prometheus endpoint whose queue gauges the planner's
+    #: backlog rule reads (Triton's ``http://host:8002/metrics``, vLLM's ``/metrics``).
+    engine_metrics: str = ""
+    #: For replicas not named there: ``http://<replica host>:<port>/metrics`` (Triton: 8002;
+    #: vLLM serves it on its HTTP port). 0 and no URL: that replica's queue is not read.
+    engine_metrics_port: int = 0
+    engine_metrics_timeout_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.stale_after_s <= 0 or self.forecast_interval_s <= 0:
@@ -104,6 +112,12 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
         # Validated where they live, at start-up rather than at the first tick.
         planner_config(self)
         replica_capacity(self)
+        parse_engine_metrics(self.engine_metrics)
+        if not 0 <= self.engine_metrics_port <= 65535 or self.engine_metrics_timeout_s <= 0:
+            raise ValueError(
+                "need 0 <= engine_metrics_port <= 65535 and engine_metrics_timeout_s > 0, got "
+                f"{self.engine_metrics_port} and {self.engine_metrics_timeout_s}"
+            )
         if self.decision_queue_size < 1:
             raise ValueError("decision_queue_size must be >= 1")
         # The fleet is a KV key token and an object-name prefix.
@@ -127,6 +141,20 @@ def parse_replicas(text: str) -> dict[str, str]:
             raise ValueError(f"replica {name.strip()!r} given twice")
         replicas[name.strip()] = address.strip()
     return replicas
+
+
+def parse_engine_metrics(text: str) -> dict[str, str]:
+    """``a=http://host:8002/metrics,...`` -> ``{"a": "http://host:8002/metrics", ...}``."""
+    urls: dict[str, str] = {}
+    for item in _items(text):
+        name, sep, url = item.partition("=")
+        name, url = name.strip(), url.strip()
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise ValueError(f"engine metrics {item!r} is not name=http(s)://host:port/path")
+        if name in urls:
+            raise ValueError(f"engine metrics for replica {name!r} given twice")
+        urls[name] = url
+    return urls
 
 
 def parse_layouts(text: str) -> dict[str, tuple[LayoutConversion, ...]]:

@@ -185,6 +185,16 @@ def observed_slo(
             for r in obs.ready
         ),
         ready=len(obs.ready),
+        behind=sum(
+            r.waiting * capacity.prefill_overhead_s
+            + r.prefill_tokens_waiting / capacity.prefill_tokens_per_s
+            > slo_s
+            for r in obs.ready
+        ),
+        served_s=sum(
+            capacity.prefill_overhead_s + prompt / capacity.prefill_tokens_per_s
+            for _, prompt, _ in obs.first_tokens
+        ),
     )
 
 

@@ -74,7 +74,15 @@ only what was served after the last scale-up's replicas became ready; where the 
 when the observed requests arrived (`ObservedSlo.by_arrival`), by arrival: a burst's backlog on
 a fleet too small, drained after the scale-up, is not blamed on the fleet that then served it
 (filed by first-token time it drove the factor to its maximum on on/off proxies and held 2-3x
-the replicas for half an hour).
+the replicas for half an hour). Misses teach the factor slowly and late; the engines' queues
+teach it at once: where the queued work stayed behind the SLO at every ready replica through a
+whole interval (the same replicas busy all of it), those replicas served what one replica
+really serves, so the factor is at least their replica-seconds over the prefill work they served
+(`ObservedSlo.served_s`; decode and batching are what the replay of prefill does not see: 1.2-2.8
+per interval, 1.6 pooled, on an on/off proxy of the conversation trace). Pooled over the hour's
+saturated intervals (at least `saturated_min_samples`) it floors the factor until the error
+budget shows a surplus. Measured under saturation, not fitted: a burst larger than any before
+it then meets a held count sized in real replicas.
 
 Hysteresis. Scaling up is immediate. Scaling down waits until the need has stayed below the
 current count for `scale_down_window_s` and then goes to the largest need seen in that window
@@ -162,6 +170,17 @@ def feedback(
         ):
             raises = (*raises, now_s)
     attained = _attained(fresh, cfg)
+    samples = tuple(x for x in state.saturated_samples if x[0] > now_s - cfg.hold_window_s)
+    sample = _saturated_sample(state, observed, cfg)
+    if sample is not None:
+        samples = (*samples, (now_s, *sample))
+    # What the hour's saturated replicas served, pooled (one interval's first tokens are noisy),
+    # is the factor's floor until the error budget shows a surplus: a replica saturated at a
+    # cold start serves less than one whose queue the band keeps short (on Azure conv the floor
+    # held 1.4x the GPU-hours the SLO needed).
+    measured = 1.0
+    if len(samples) >= cfg.saturated_min_samples and not _surplus(budget, cfg):
+        measured = sum(x[1] for x in samples) / sum(x[2] for x in samples)
     if attained < lower:
         factor *= 1.0 + cfg.feedback_up
         # The count of one shared queue that would have served what the fleet served over the
@@ -174,11 +193,26 @@ def feedback(
         factor *= 1.0 - cfg.feedback_down
     return replace(
         state,
-        capacity_factor=min(max(factor, 1.0), cfg.factor_max),
+        capacity_factor=min(max(factor, measured, 1.0), cfg.factor_max),
+        saturated_samples=samples,
         observed=window,
         budget=budget,
         raises=raises,
     )
+
+
+def _saturated_sample(
+    state: PlanState, observed: ObservedSlo | None, cfg: PlannerConfig
+) -> tuple[float, float] | None:
+    """(replica-seconds, prefill work served), where every ready replica had work queued
+    behind the SLO at both ends of the interval and they were the same replicas in number (so
+    all were busy throughout: a new replica's queue is empty, the backlog stays where it was
+    routed); None otherwise."""
+    if observed is None or not observed.served_s or observed.ready <= 0:
+        return None
+    if not observed.behind == observed.ready == state.saturated:
+        return None
+    return observed.ready * cfg.interval_s, observed.served_s
 
 
 def _attained(window: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> float:
@@ -316,6 +350,7 @@ def plan(
             backlog_s=state.backlog_s
             if observed is None or observed.backlog_s is None
             else observed.backlog_s,
+            saturated=0 if observed is None or observed.behind < observed.ready else observed.ready,
         ),
         Recommendation(
             replicas=target,
@@ -389,11 +424,15 @@ def _follows(
     if forecast_real > held:
         return True
     cheaper = sum(real(f) for f, _ in windows) <= (1.0 - cfg.follow_saving) * held * len(windows)
-    surplus = (
-        sum(x[2] for x in state.budget) >= cfg.budget_min_requests
-        and _attained(state.budget, cfg) > cfg.band[1]
+    return cheaper and _surplus(state.budget, cfg)
+
+
+def _surplus(budget: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> bool:
+    """Whether the error budget's window holds enough requests and attains above the band."""
+    return (
+        sum(x[2] for x in budget) >= cfg.budget_min_requests
+        and _attained(budget, cfg) > cfg.band[1]
     )
-    return cheaper and surplus
 
 
 def _panic(

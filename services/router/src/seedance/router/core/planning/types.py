@@ -89,6 +89,9 @@ class PlannerConfig:
     # requests observed over this trailing window, pooled (observed demand only: a start-up
     # count or a hindsight figure never sets it).
     hold_window_s: float = 3600.0
+    # Saturated intervals (every ready replica behind the SLO throughout) the hold window needs
+    # before their measured capacity floors the factor: one interval's first tokens vary 2x.
+    saturated_min_samples: int = 3
     min_replicas: int = 1
     max_replicas: int = 64
 
@@ -164,8 +167,13 @@ class PlanState:
     raises: tuple[float, ...] = ()
     # (time_s, met, requests) of the SLO observations inside the error-budget window.
     budget: tuple[tuple[float, int, int], ...] = ()
-    # The queued prefill work at the last decision (`ObservedSlo.backlog_s`).
+    # The queued prefill work at the last decision (`ObservedSlo.backlog_s`), and how many
+    # replicas were ready then if every one was behind the SLO (0 otherwise).
     backlog_s: float = 0.0
+    saturated: int = 0
+    # (time_s, replica-seconds, prefill work served) of the saturated intervals within
+    # `hold_window_s`: their pooled ratio is the least the factor can be.
+    saturated_samples: tuple[tuple[float, float, float], ...] = ()
     # When the first request was observed (None: none yet): until `record_min_s` of demand has
     # been seen, the held count is at least the largest interval's need.
     first_seen_s: float | None = None
@@ -190,6 +198,11 @@ class ObservedSlo:
     # the caller has no such gauges (then the backlog rule is off).
     backlog_s: float | None = None
     ready: int = 0
+    # How many of them have work queued behind the SLO (more than `ttft_slo_s` of prefill).
+    behind: int = 0
+    # The prefill work (s, the replay's units) of the requests whose first token came out since
+    # the last decision, all of them (None: not known; then the factor is not measured).
+    served_s: float | None = None
 
     def groups(self, now_s: float) -> tuple[tuple[float, int, int], ...]:
         if self.by_arrival:

@@ -1,0 +1,90 @@
+"""What the live router feeds the replica planner besides arrivals: the SLO outcomes since the
+last decision filed by when each request arrived, and the engines' queued prefill work, as one
+`ObservedSlo` per model (the replay bench builds the same value from its simulator:
+`seedance.bench.router_sim.autoscale.observed_slo`).
+
+Owns the per-model tally the request path appends to (no I/O, no clock: times are passed in)
+and the translation of the engines' waiting-request gauges into prefill seconds. Must not scrape
+(`engine_queues` does) or decide (the planner does).
+
+Arrival: the gateway measures each request's duration from when it received it, so its arrival
+is the finish time minus that duration. OIP answers in one message, so the duration stands in
+for the time to first token. Every answered request counts as served work, failed ones
+included: they took a replica's time too.
+
+Queued work: Triton's and vLLM's queue gauges count requests, not prompt tokens, so each waiting
+request counts as one of `plan_prompt_tokens` (the same stand-in the planner's arrivals use);
+``ready`` is the replicas taking this model's traffic whose gauge for it was read. No gauge read
+for the model: ``backlog_s`` is None and the backlog rule stays off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from seedance.router.core.planning.planner import ObservedSlo, ReplicaCapacity
+
+__all__ = ["OutcomesByArrival", "observed_slo", "queued_prefill_s"]
+
+
+class OutcomesByArrival:
+    """(met, requests) per model and arrival bin (`bin_s` wide, filed at the bin's start)."""
+
+    def __init__(self, bin_s: float) -> None:
+        if bin_s <= 0:
+            raise ValueError(f"bin_s must be > 0, got {bin_s}")
+        self._bin_s = bin_s
+        self._bins: dict[str, dict[float, list[int]]] = defaultdict(dict)
+
+    def record(self, model: str, arrival_s: float, met: bool) -> None:
+        start_s = math.floor(arrival_s / self._bin_s) * self._bin_s
+        tally = self._bins[model].setdefault(start_s, [0, 0])
+        tally[0] += met
+        tally[1] += 1
+
+    def take(self) -> dict[str, tuple[tuple[float, int, int], ...]]:
+        """The groups recorded since the last call, per model, oldest first; then forgets them."""
+        bins, self._bins = self._bins, defaultdict(dict)
+        return {
+            model: tuple((t, m, n) for t, (m, n) in sorted(groups.items()))
+            for model, groups in bins.items()
+        }
+
+
+def queued_prefill_s(waiting: float, capacity: ReplicaCapacity, prompt_tokens: float) -> float:
+    """Prefill seconds of `waiting` requests of `prompt_tokens` each on one replica."""
+    return waiting * (capacity.prefill_overhead_s + prompt_tokens / capacity.prefill_tokens_per_s)
+
+
+def observed_slo(
+    model: str,
+    groups: Iterable[tuple[float, int, int]],
+    *,
+    gauges: Mapping[str, Mapping[str, float]],
+    ready: Iterable[str],
+    capacity: ReplicaCapacity,
+    prompt_tokens: float,
+    slo_s: float,
+) -> ObservedSlo:
+    """The planner's observation of `model`: its outcome groups by arrival, and the queued
+    prefill work at the ready replicas whose gauge for it was read (`gauges`: replica -> model
+    -> waiting requests), how many of them are behind `slo_s`, and the prefill work of the
+    requests answered (the planner's measure of what saturated replicas serve)."""
+    by_arrival = tuple(groups)
+    read = [
+        queued_prefill_s(gauges[r][model], capacity, prompt_tokens)
+        for r in ready
+        if model in gauges.get(r, {})
+    ]
+    requests = sum(g[2] for g in by_arrival)
+    return ObservedSlo(
+        met=sum(g[1] for g in by_arrival),
+        requests=requests,
+        by_arrival=by_arrival,
+        backlog_s=sum(read) if read else None,
+        ready=len(read),
+        behind=sum(work_s > slo_s for work_s in read),
+        served_s=queued_prefill_s(requests, capacity, prompt_tokens) if read else None,
+    )
