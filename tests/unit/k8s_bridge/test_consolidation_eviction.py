@@ -4,6 +4,8 @@ honoured), while a priority preemption stays a deletion; the end of a refused mo
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from seedance.events import new_event_id
@@ -11,8 +13,13 @@ from seedance.events.jobs import MOVE_REFUSED_WITHIN_S
 from seedance.events.slicing import Preempted
 from seedance.k8s_bridge.core.actions import DeletePod, EvictPod, PostEvent
 from seedance.k8s_bridge.core.notices import MOVE_REFUSED
-from seedance.k8s_bridge.evictions import MAX_EVICT_RETRY_S, PodRefRetry, give_up_s
-from seedance.k8s_bridge.kube import REQUEST_TIMEOUT_S
+from seedance.k8s_bridge.evictions import (
+    MAX_EVICT_RETRY_S,
+    REQUEST_TIMEOUT_S,
+    PodRefRetry,
+    give_up_s,
+)
+from seedance.k8s_bridge.kube import KubeApi
 from seedance.k8s_bridge.settings import DECISIONS_MAX_DELIVER, BridgeSettings
 from seedance.slicer.config import short_hold
 from seedance.slicer.core.draining import ConsolidationConfig
@@ -78,6 +85,9 @@ def test_an_unanswered_eviction_is_given_up_inside_the_slicers_hold_before_a_dea
     assert bridge.evict_tries < DECISIONS_MAX_DELIVER == 10
     late_s = give_up_s(bridge.evict_retry_s, bridge.evict_tries)
     assert late_s == 315.0 + 9 * REQUEST_TIMEOUT_S == 405.0
+    # Each try's bound is the API client's own (`__main__` builds it with its default).
+    timeout = inspect.signature(KubeApi.__init__).parameters["request_timeout_s"].default
+    assert timeout == REQUEST_TIMEOUT_S
     assert late_s <= MOVE_REFUSED_WITHIN_S <= ConsolidationConfig().hold_s
     assert short_hold(SlicerSettings()) is None  # the slicer's default hold keeps the contract
     assert "below the 480 s" in (short_hold(SlicerSettings(consolidate_hold_s=300.0)) or "")

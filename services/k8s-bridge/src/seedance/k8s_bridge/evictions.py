@@ -38,16 +38,20 @@ from seedance.events.jobs import JobMoveRefused, MoveRefusedCause
 from seedance.events.subjects import observed
 from seedance.k8s_bridge.core import notices
 from seedance.k8s_bridge.core.actions import Action, EvictPod, Publish
-from seedance.k8s_bridge.kube import REQUEST_TIMEOUT_S, ApiStatus, ApiUnavailable, KubeApi
+from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
 
-__all__ = ["MAX_EVICT_RETRY_S", "Evictions", "PodRefRetry", "give_up_s"]
+__all__ = ["MAX_EVICT_RETRY_S", "REQUEST_TIMEOUT_S", "Evictions", "PodRefRetry", "give_up_s"]
 
 log = get_logger(__name__)
 
 #: Statuses worth retrying besides 429 (the server is busy or restarting).
 _RETRY_CODES = frozenset({500, 502, 503, 504})
 
+
+#: How long one try waits for an API server that does not answer: `KubeApi`'s
+#: ``request_timeout_s`` (its default, which ``__main__`` keeps; a test pins the two together).
+REQUEST_TIMEOUT_S = 10.0
 
 #: The longest wait between two tries of an eviction the API server could not answer: with
 #: ``evict_retry_s`` 5 and ``evict_tries`` 9, the eight waits are 315 s and the give-up comes

@@ -164,10 +164,6 @@ def _body(data: bytes) -> Json:
     return body if isinstance(body, dict) else {}
 
 
-#: A request's bound when the API server does not answer (the eviction's give-up time counts it).
-REQUEST_TIMEOUT_S = 10.0
-
-
 class KubeApi:
     """The calls the bridge makes (see `CALLS`), returning the API's JSON."""
 
@@ -175,7 +171,7 @@ class KubeApi:
         self,
         api_client: ApiClient,
         *,
-        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        request_timeout_s: float = 10.0,
         page_size: int = 500,
         qps: float = 50.0,
         burst: int = 100,
