@@ -55,8 +55,12 @@ class NodeNvml:
     def __init__(self) -> None:
         self.samples: list[ProcessSample] = []
         self._next: list[tuple[int, float, float]] = []
-        #: GPU 1's processes' memory in use (MiB by pid), answered once they have run.
+        #: GPU 1's processes' memory in use (MiB by pid).
         self.memory: dict[int, float] = {}
+        #: A transient peak: answered (once) by the first memory read of a window, the
+        #: process's samples then armed for that window, so the peak is never its last read.
+        self.spike: tuple[dict[int, float], tuple[int, float, float]] | None = None
+        self._first_read = True
 
     def devices(self) -> NodeDevices:
         return NodeDevices(gpus=UUIDS)
@@ -69,6 +73,7 @@ class NodeNvml:
         self._next = list(slots)
 
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
+        self._first_read = self._first_read or gpu_index == 1  # the window's reads are done
         if gpu_index == 1 and self._next:
             self.samples += [
                 ProcessSample(pid, sm, mem, since_us + 1 + i)
@@ -78,8 +83,16 @@ class NodeNvml:
         # As NVML: the samples newer than since_us (they stay in its buffer after a read).
         return [s for s in self.samples if s.timestamp_us > since_us] if gpu_index == 1 else []
 
-    def process_memory_mib(self, gpu_index: int) -> dict[int, float]:
-        return dict(self.memory) if gpu_index == 1 and self.samples else {}
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float | None]:
+        # Read several times a window (MEMORY_SAMPLE_S), before the window's samples are.
+        if gpu_index != 1:
+            return {}
+        first, self._first_read = self._first_read, False
+        if first and self.spike is not None:
+            (used, slot), self.spike = self.spike, None
+            self.run(slot)
+            return dict(used)
+        return dict(self.memory)
 
 
 @pytest.fixture
@@ -142,6 +155,7 @@ async def agent_on(
         tmp_path,
         pod_resources_socket or os.path.join(plugin_dir, "absent.sock"),
         shares_interval_s=0.1,
+        memory_sample_s=0.025,  # four memory reads a window
         labels_interval_s=0.5,
     )
     nvml, mig = NodeNvml(), ConstructedNvmlMig(gpus=4)
@@ -289,6 +303,22 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
     assert (measured.tenant, measured.job_id) == ("acme", uid)
     assert (measured.sm_share, measured.mem_share, measured.periods) == (0.5, 0.2, 2)
     assert measured.mem_used_mib == 1536.0  # its memory in use; pid 77 is no pod's
+
+    # A transient peak at the first of a window's four memory reads only (back to 1.5 GiB by
+    # the window's end): the window reports the peak, which a read at its end never saw.
+    peaks: list[float | None] = []
+
+    async def on_peak(msg: Any) -> None:
+        event = decode(msg.data, PodShares)
+        peaks.extend(s.mem_used_mib for s in event.shares if s.pod_uid == uid)
+
+    sub = await a.bus.nc.subscribe(telemetry.pod_share(TOKEN), cb=on_peak)
+    try:
+        a.nvml.spike = ({4242: 6144.0, 77: 4096.0}, (4242, 50.0, 10.0))
+        await eventually(lambda: bool(peaks), what="the window of the peak")
+    finally:
+        await sub.unsubscribe()
+    assert peaks[0] == 6144.0
 
 
 async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from seedance.node_agent.core.cgroup import PodProcess, pod_of_cgroup
 from seedance.node_agent.core.shares import (
+    MemoryPeaks,
     ProcessSample,
     Share,
     ShareAccumulator,
@@ -72,8 +73,23 @@ def test_absent_periods_count_as_zero_and_pods_sum_their_processes() -> None:
     with pytest.raises(ValueError, match="periods"):
         pid_shares(samples, periods=0)
     # Memory in use: summed per pod like the shares, a host process's left out.
-    used = {10: 1024.0, 11: 512.0, 12: 256.0, 99: 8192.0}
+    used: dict[int, float | None] = {10: 1024.0, 11: 512.0, 12: 256.0, 99: 8192.0}
     assert pod_memory(used, pods.get) == {"a": 1024.0, "b": 768.0}
+    # One of b's processes without a figure: b's memory is unknown, not the part NVML gave
+    # (a limit sized from 512 MiB would be below what b holds).
+    assert pod_memory({**used, 12: None}, pods.get) == {"a": 1024.0, "b": None}
+    assert pod_memory({11: None, 12: 256.0}, pods.get) == {"b": None}  # whichever comes first
+
+
+def test_a_windows_memory_is_the_peak_of_its_reads_and_unknown_if_one_read_was() -> None:
+    peaks = MemoryPeaks()
+    peaks.add({"a": 1024.0, "b": 512.0})
+    peaks.add({"a": 3072.0, "b": None, "c": 256.0})  # a's transient peak; b unread once
+    peaks.add({"a": 2048.0, "b": 640.0})  # the window's end: a is back down, c ended
+    assert peaks.close() == {"a": 3072.0, "b": None, "c": 256.0}
+    assert peaks.close() == {}  # the next window starts empty
+    peaks.add({"b": 640.0})
+    assert peaks.close() == {"b": 640.0}  # b's unknown read was the last window's
 
 
 # Shapes recorded on the H200 (driver 580): one entry per process per read, stamped with the

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from seedance.events.jobs import MOVE_REFUSED_WITHIN_S
+from seedance.k8s_bridge.evictions import give_up_s
+from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.slicer.core import (
     CapacityPlanned,
     Evicted,
@@ -257,15 +260,72 @@ def test_a_refusal_is_undone_once_and_only_for_the_node_moved_off() -> None:
     assert s.move_refused("a", "e", "n2", 151.0) == ([], "no_move")  # a second report
 
 
-def test_a_refusal_after_the_job_ended_or_the_hold_lapsed_changes_nothing() -> None:
+def test_a_refusal_after_the_job_ended_or_its_node_left_changes_nothing() -> None:
     s = light_fleet(movable=True)
     s.consolidate(100.0)
     s.finish("a", "e", 120.0)
     assert s.move_refused("a", "e", "n2", 150.0) == ([], "job_ended")
     s = light_fleet(movable=True)
     s.consolidate(100.0)
-    s.consolidate(700.0)  # the hold lapsed: n2 takes work again, the record is forgotten
-    assert s.move_refused("a", "e", "n2", 750.0) == ([], "no_move")
+    s.upsert_node(node("n2", state="removed"), 200.0)
+    assert s.move_refused("a", "e", "n2", 250.0) == ([], "no_move")
+    s.consolidate(300.0)
+    assert s.snapshot().moves.moved == ()  # forgotten: what ran on a removed node ended
+
+
+def rounds_until(s: Scheduler, start_s: float, end_s: float) -> None:
+    """The shell's rounds, one per `interval_s` of trusted time from `start_s` up to `end_s`."""
+    t = start_s
+    while t <= end_s:
+        s.consolidate(t)
+        t += CFG.consolidation.interval_s  # type: ignore[union-attr]
+
+
+def test_a_refusal_at_the_bridges_give_up_is_undone_with_the_node_still_held() -> None:
+    """The real timing: the k8s-bridge's default tries give an unanswered eviction up 405 s
+    after the move (`give_up_s`: its waits and request timeouts), inside the contract's bound
+    and the default 600 s hold, so the node is still held empty and its old GPU free."""
+    late_s = give_up_s(BridgeSettings().evict_retry_s, BridgeSettings().evict_tries)
+    assert late_s <= MOVE_REFUSED_WITHIN_S < ConsolidationConfig().hold_s == 600.0
+    s = light_fleet(movable=True)
+    before = s._queue.running_record("a/e")
+    s.consolidate(100.0)
+    rounds_until(s, 160.0, 100.0 + late_s)
+    assert s.snapshot().moves.drained == (("n2", 700.0),)  # still held at the report
+    _, outcome = s.move_refused("a", "e", "n2", 100.0 + late_s)
+    assert outcome == "undone"
+    after = s._queue.running_record("a/e")
+    assert after is not None
+    assert before is not None
+    assert after.placements == before.placements
+
+
+def test_a_refusal_reported_after_the_hold_lapsed_is_still_undone() -> None:
+    """Finding 2's timing: the bridge's former tries (waits capped at 120 s: 515 s, plus nine
+    10 s request timeouts) reported at 605 s, after the round at 600 s ended the hold. The move
+    is remembered while the job runs, so the refusal still puts it back where its pod runs."""
+    s = light_fleet(movable=True)
+    before = s._queue.running_record("a/e")
+    s.consolidate(100.0)
+    rounds_until(s, 160.0, 700.0)  # the round at 700 (100 + 600) ends n2's hold
+    assert s.snapshot().moves.drained == ()
+    assert [k for k, *_ in s.snapshot().moves.moved] == ["a/e"]
+    out, outcome = s.move_refused("a", "e", "n2", 705.0)
+    assert outcome == "undone"
+    (ev,) = [e for e in out if isinstance(e, Evicted)]
+    assert (ev.node, ev.reason) == ("n1", MOVE_REFUSED)
+    after = s._queue.running_record("a/e")
+    assert after is not None
+    assert before is not None
+    assert after.placements == before.placements
+    assert s.snapshot().moves.moved == ()
+    # A job that ended after its move is forgotten at the next round, hold or not.
+    s = light_fleet(movable=True)
+    s.consolidate(100.0)
+    rounds_until(s, 160.0, 700.0)
+    s.finish("a", "e", 710.0)
+    s.consolidate(760.0)
+    assert s.snapshot().moves.moved == ()
 
 
 def test_a_refused_move_whose_old_gpu_is_not_free_is_left_where_it_is() -> None:

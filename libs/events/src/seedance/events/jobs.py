@@ -27,6 +27,7 @@ __all__ = [
     "K8S_JOB_PREFIX",
     "MAX_GPUS",
     "MAX_RESTART_S",
+    "MOVE_REFUSED_WITHIN_S",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "JobCancelled",
@@ -241,6 +242,16 @@ class MoveRefusedCause(enum.StrEnum):
     DISRUPTION_BUDGET = "disruption_budget"
     #: The API server never answered the eviction (no answer, 5xx) within the bridge's tries.
     UNANSWERED = "unanswered"
+
+
+#: The longest a consolidation move's refusal (`JobMoveRefused`) may take to be reported after
+#: the move's decision, when the bridge and the bus are up: a contract between two services with
+#: separate settings, checked where each starts. The k8s-bridge refuses eviction settings whose
+#: give-up (its waits between tries plus each try's request timeout) comes later; the slicer
+#: refuses a consolidation hold shorter, so a refusal reported in time finds the emptied node
+#: still held and its old GPUs free. A later report (a bridge down meanwhile) is still undone
+#: while the job runs and its old GPUs are free (`seedance.slicer.core.refused_moves`).
+MOVE_REFUSED_WITHIN_S = 480.0
 
 
 class JobMoveRefused(Event, frozen=True, kw_only=True, tag="job.move_refused.v1"):

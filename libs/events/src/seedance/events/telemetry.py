@@ -138,9 +138,12 @@ class PodShare(msgspec.Struct, frozen=True, kw_only=True):
     mem_share: float
     #: NVML sampling periods the window held (how much the means are over).
     periods: int = 0
-    #: GPU memory the pod's processes held at the window's end, MiB (NVML's per-process used
-    #: memory, summed): the measured memory a share's MPS memory limit is sized from. None:
-    #: NVML gave no figure (or an agent from before the field).
+    #: The most GPU memory the pod's processes held over the window, MiB: the peak of the
+    #: node agent's reads in it (NVML's per-process used memory summed per pod, read every
+    #: ``MEMORY_SAMPLE_S``, the last at the window's end), the measured memory a share's MPS
+    #: memory limit is sized from. None: NVML gave no figure for one of the pod's processes in
+    #: one of those reads (a part is no measure), or an agent from before the field. (Earlier
+    #: agents sent one read, at the window's end, and a partial sum.)
     mem_used_mib: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 

@@ -9,13 +9,15 @@ Event on it says why, and the bridge reports the refusal to the slicer as an obs
 (`JobMoveRefused` on ``seedance.observed.<tenant>.move_refused``, its id derived from the
 decision's, so once per decision): the slicer undoes the move (the job back on its old node,
 billed there from the refusal on, the node no longer held empty) and does not try it again for
-its disruption budget's window. The eviction is not retried: a retry that succeeded later
-would move a job the slicer has put back. An unavailable or busy API server (no answer, 5xx)
-is retried: the decision is redelivered after ``evict_retry_s``, doubled at each try up to
-`MAX_EVICT_RETRY_S`, for ``evict_tries`` tries (9, one below the decisions consumer's
-``max_deliver``). Then the bridge gives up and reports the move refused as for a budget's
-refusal (`JobMoveRefused`, cause ``unanswered``), so the slicer puts the job back rather than
-believe it moved: the pod was never evicted as far as the bridge knows. (Should the API server
+its disruption budget's window. The eviction is not retried: a retry that succeeded later would move
+a job the slicer has put back. An unavailable or busy API server (no answer, 5xx) is retried: the
+decision is redelivered after ``evict_retry_s``, doubled at each try up to `MAX_EVICT_RETRY_S`, for
+``evict_tries`` tries (9, one below the decisions consumer's ``max_deliver``), the last of them
+ending within `seedance.events.jobs.MOVE_REFUSED_WITHIN_S` of the first (`give_up_s`; the settings
+refuse tries that would end later: the slicer holds the emptied node that long, so the undo finds
+the old GPUs free). Then the bridge gives up and reports the move refused as for a budget's refusal
+(`JobMoveRefused`, cause ``unanswered``), so the slicer puts the job back rather than believe it
+moved: the pod was never evicted as far as the bridge knows. (Should the API server
 have evicted it without the answer reaching the bridge, the pod's deletion reaches the slicer
 as that pod's end, like any pod deleted behind its back.) A priority or quota preemption is not
 voluntary and stays a deletion.
@@ -39,7 +41,7 @@ from seedance.k8s_bridge.core.actions import Action, EvictPod, Publish
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
 
-__all__ = ["MAX_EVICT_RETRY_S", "Evictions", "PodRefRetry"]
+__all__ = ["MAX_EVICT_RETRY_S", "REQUEST_TIMEOUT_S", "Evictions", "PodRefRetry", "give_up_s"]
 
 log = get_logger(__name__)
 
@@ -47,10 +49,16 @@ log = get_logger(__name__)
 _RETRY_CODES = frozenset({500, 502, 503, 504})
 
 
-#: The longest wait between two tries of an eviction the API server could not answer: with the
-#: decisions consumer's ``max_deliver`` (10) and ``evict_retry_s`` 5, the tries span about 10
-#: minutes, the slicer's default hold of an emptied node.
-MAX_EVICT_RETRY_S = 120.0
+#: How long one try waits for an API server that does not answer: `KubeApi`'s
+#: ``request_timeout_s`` (its default, which ``__main__`` keeps; a test pins the two together).
+REQUEST_TIMEOUT_S = 10.0
+
+#: The longest wait between two tries of an eviction the API server could not answer: with
+#: ``evict_retry_s`` 5 and ``evict_tries`` 9, the eight waits are 315 s and the give-up comes
+#: within 405 s of the first try (each try bounded by the request timeout), inside
+#: `MOVE_REFUSED_WITHIN_S` (480 s) and so inside the slicer's default 600 s hold. (At 120 s the
+#: give-up came at ~605 s: after the hold, when the slicer had forgotten the move.)
+MAX_EVICT_RETRY_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +77,14 @@ class PodRefRetry:
         if not self.backoff:
             return self.delay_s
         return min(self.delay_s * 2 ** max(0, delivered - 1), MAX_EVICT_RETRY_S)
+
+
+def give_up_s(retry_s: float, tries: int, request_timeout_s: float = REQUEST_TIMEOUT_S) -> float:
+    """The longest an unanswered eviction takes from its first try to its give-up report: the
+    waits between ``tries`` tries plus each try's ``request_timeout_s`` (an API server that
+    never answers)."""
+    retry = PodRefRetry("", "", retry_s, backoff=True)
+    return sum(retry.after(n) for n in range(1, tries)) + tries * request_timeout_s
 
 
 class Evictions:

@@ -7,11 +7,13 @@ import re
 
 import msgspec
 
+from seedance.events.jobs import MOVE_REFUSED_WITHIN_S
 from seedance.events.replicas import DEFAULT_FLEET
 from seedance.events.stores import SLICING_POLICY_KEY
 from seedance.events.subjects import QUOTA_POLICY_KEY, consumer
 from seedance.events.tokens import check_token
 from seedance.k8s_bridge.core.keys import DEFAULT_SCHEDULER_NAME
+from seedance.k8s_bridge.evictions import give_up_s
 
 __all__ = ["BridgeSettings"]
 
@@ -92,13 +94,16 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Cordon and taint the nodes the slicer holds empty (its capacity plans' ``drained_nodes``)
     #: for the cluster's autoscaler to remove; lift both when the slicer takes one back.
     release_nodes: bool = True
-    #: A consolidation move's eviction refused by a PodDisruptionBudget (429) is tried again
-    #: after this long (its decision is naked with this delay and redelivered).
+    #: A consolidation move's eviction the API server did not answer (no answer, 5xx) is tried
+    #: again after this long, doubled at each try up to 60 s (its decision is naked with this
+    #: delay and redelivered).
     evict_retry_s: float = 5.0
     #: An eviction the API server has not answered (no answer, 5xx) at this many tries of its
     #: decision is given up: the move is reported refused (`JobMoveRefused`, cause
     #: ``unanswered``) so the slicer puts the job back. Below the decisions consumer's
-    #: ``max_deliver`` (10), so the give-up comes before the decision would be dead-lettered.
+    #: ``max_deliver`` (10), so the give-up comes before the decision would be dead-lettered;
+    #: with ``evict_retry_s``, the give-up must come within
+    #: `seedance.events.jobs.MOVE_REFUSED_WITHIN_S` (480 s) of the first try (405 s here).
     evict_tries: int = 9
 
     def __post_init__(self) -> None:
@@ -108,12 +113,7 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
                 f"below 2/3 of SEEDANCE_K8S_BRIDGE_LEASE_DURATION_S={self.lease_duration_s}"
             )
         check_token("SEEDANCE_K8S_BRIDGE_ROUTER_FLEET", self.router_fleet)
-        if not 1 <= self.evict_tries < DECISIONS_MAX_DELIVER:
-            raise ValueError(
-                f"SEEDANCE_K8S_BRIDGE_EVICT_TRIES={self.evict_tries} must be at least 1 and "
-                f"below the decisions consumer's max_deliver ({DECISIONS_MAX_DELIVER}), or the "
-                "decision is dead-lettered before the move is reported"
-            )
+        self._check_evictions()
         if self.batch < 1 or self.api_concurrency < 1:
             raise ValueError("SEEDANCE_K8S_BRIDGE_BATCH and _API_CONCURRENCY must be at least 1")
         if not _LABEL_VALUE.match(self.cluster):
@@ -137,6 +137,27 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True):
                     f"SEEDANCE_K8S_BRIDGE_SHARED_NAMESPACES: {ns!r} is not a namespace name "
                     "(a DNS label: lower-case letters, digits and '-', at most 63)"
                 )
+
+    def _check_evictions(self) -> None:
+        """The eviction tries: given up before a dead letter, and reported within the bound the
+        slicer holds an emptied node for (`MOVE_REFUSED_WITHIN_S`, docs/k8s-bridge.md)."""
+        if not 1 <= self.evict_tries < DECISIONS_MAX_DELIVER:
+            raise ValueError(
+                f"SEEDANCE_K8S_BRIDGE_EVICT_TRIES={self.evict_tries} must be at least 1 and "
+                f"below the decisions consumer's max_deliver ({DECISIONS_MAX_DELIVER}), or the "
+                "decision is dead-lettered before the move is reported"
+            )
+        if not self.evict_retry_s > 0:
+            raise ValueError(
+                f"SEEDANCE_K8S_BRIDGE_EVICT_RETRY_S={self.evict_retry_s} must be above 0"
+            )
+        if (late_s := give_up_s(self.evict_retry_s, self.evict_tries)) > MOVE_REFUSED_WITHIN_S:
+            raise ValueError(
+                f"SEEDANCE_K8S_BRIDGE_EVICT_RETRY_S={self.evict_retry_s} and _EVICT_TRIES="
+                f"{self.evict_tries} give an unanswered eviction up {late_s:g} s after its first "
+                f"try, past the {MOVE_REFUSED_WITHIN_S:g} s within which the slicer expects a "
+                "refused move's report (it holds the emptied node that long): lower either"
+            )
 
     @property
     def shared_namespace_names(self) -> tuple[str, ...]:

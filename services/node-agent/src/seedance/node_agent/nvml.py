@@ -83,18 +83,19 @@ class NvmlNode:
             for s in raw
         ]
 
-    def process_memory_mib(self, gpu_index: int) -> dict[int, float]:
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float | None]:
         """Each compute process's GPU memory in use now, MiB by pid. A process NVML gives no
         figure for (``usedGpuMemory`` unavailable, as some drivers answer for MPS clients or
-        without the rights to see other containers' processes) is left out, never read as 0."""
+        without the rights to see other containers' processes) is None, never read as 0 and
+        never left out (its pod's sum would be a part read as the whole)."""
         n = self._n
         try:
             raw = n.nvmlDeviceGetComputeRunningProcesses(self._handles[gpu_index])
         except n.NVMLError_NotFound:
             return {}
-        out: dict[int, float] = {}
+        out: dict[int, float | None] = {}
         for p in raw:
-            used = getattr(p, "usedGpuMemory", None)
-            if used is not None:
-                out[int(p.pid)] = out.get(int(p.pid), 0.0) + used / _MIB
+            pid, used = int(p.pid), getattr(p, "usedGpuMemory", None)
+            held = out.get(pid, 0.0)
+            out[pid] = None if used is None or held is None else held + used / _MIB
         return out

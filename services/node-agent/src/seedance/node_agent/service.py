@@ -44,6 +44,7 @@ from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import NodeDevices, Refusal
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import (
+    MemoryPeaks,
     ProcessSample,
     ShareAccumulator,
     pod_memory,
@@ -119,7 +120,7 @@ class GpuSource(Protocol):
 
     def devices(self) -> NodeDevices: ...
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]: ...
-    def process_memory_mib(self, gpu_index: int) -> dict[int, float]: ...
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float | None]: ...
 
 
 class NodeAgentService:
@@ -154,6 +155,7 @@ class NodeAgentService:
         self._labeller: PodLabeller | None = None
         self._sub: Any = None
         self._shares: dict[int, ShareAccumulator] = {}  # GPU index -> its per-process cursors
+        self._memory: dict[int, MemoryPeaks] = {}  # GPU index -> the window's memory peaks
 
     async def start(self) -> None:
         if self._feed is not None:
@@ -371,8 +373,16 @@ class NodeAgentService:
         node = kube_node_token(self._s.node_name)
         for index in self._devices.gpus:  # the first window's periods start with it
             self._shares.setdefault(index, ShareAccumulator(self._now_us()))
+        # Memory is read `reads` times a window, evenly, the last at its end: its peak is sent.
+        reads = max(1, round(self._s.shares_interval_s / self._s.memory_sample_s))
         while True:
-            await self._clock.sleep(self._s.shares_interval_s)
+            for _ in range(reads):
+                await self._clock.sleep(self._s.shares_interval_s / reads)
+                for index in self._devices.gpus:
+                    used = self._nvml.process_memory_mib(index)
+                    self._memory.setdefault(index, MemoryPeaks()).add(
+                        pod_memory(used, self._pod_of_pid)
+                    )
             measured = [
                 m for index, uuid in self._devices.gpus.items()
                 for m in self._publish_shares(index, uuid)
@@ -400,12 +410,13 @@ class NodeAgentService:
         """One GPU's per-pod shares into the metrics; returned with each pod's placement."""
         assert self._allocator is not None
         acc = self._shares.get(index)
+        peaks = self._memory.pop(index, None)
         if acc is None:  # a GPU new since: its first period starts now (older samples are not ours)
             self._shares[index] = ShareAccumulator(self._now_us())
             return []
         samples = self._nvml.process_samples(index, acc.since_us)
         per_pod = pod_shares(acc.close_period(samples, self._now_us()), self._pod_of_pid)
-        memory = pod_memory(self._nvml.process_memory_mib(index), self._pod_of_pid)
+        memory = {} if peaks is None else peaks.close()
         periods = acc.last_slots
         names = self._allocator.names_by_uid()
         owners = self._labeller.owners.get(uuid, []) if self._labeller else []

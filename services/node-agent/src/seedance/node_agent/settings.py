@@ -21,6 +21,13 @@ _CONFIG_MAP = re.compile(
 )
 
 
+def _above_zero(**values: float) -> None:
+    """Refuse the first of ``values`` (by its variable's name) that is not above 0."""
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"SEEDANCE_NODE_AGENT_{name}={value}: must be above 0")
+
+
 class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: This node's Kubernetes name (the DaemonSet passes ``spec.nodeName``).
     node_name: str
@@ -41,6 +48,11 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Pod labels from pod-resources, and measured shares from NVML, this often.
     labels_interval_s: float = 10.0
     shares_interval_s: float = 1.0
+    #: Each pod's GPU memory in use is read this often within a shares window, and the window
+    #: reports its peak (a read only at the window's end misses what the pod held between).
+    #: The window's reads are spread evenly, the last at its end (one read, at the end, where
+    #: this is longer than ``shares_interval_s``).
+    memory_sample_s: float = 0.25
     #: How often the kubelet's socket and the plugins' are looked at (a re-created
     #: ``kubelet.sock`` is a restarted kubelet: the plugins serve and register again).
     kubelet_poll_interval_s: float = 1.0
@@ -91,8 +103,12 @@ class NodeAgentSettings(msgspec.Struct, frozen=True, kw_only=True):
             kube_node_token(self.node_name)
         except InvalidToken as exc:
             raise ValueError(f"SEEDANCE_NODE_AGENT_NODE_NAME={self.node_name!r}: {exc}") from None
-        if min(self.labels_interval_s, self.shares_interval_s, self.kubelet_poll_interval_s) <= 0:
-            raise ValueError("SEEDANCE_NODE_AGENT_*_INTERVAL_S must be above 0")
+        _above_zero(
+            LABELS_INTERVAL_S=self.labels_interval_s,
+            SHARES_INTERVAL_S=self.shares_interval_s,
+            KUBELET_POLL_INTERVAL_S=self.kubelet_poll_interval_s,
+            MEMORY_SAMPLE_S=self.memory_sample_s,
+        )
         if self.placement_wait_s < 0:
             raise ValueError(
                 f"SEEDANCE_NODE_AGENT_PLACEMENT_WAIT_S={self.placement_wait_s}: must be 0 or more"

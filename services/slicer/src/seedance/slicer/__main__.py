@@ -9,7 +9,9 @@ import socket
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.entry import start_service
 from seedance.core.heap import freeze_survivors
+from seedance.core.logs import get_logger
 from seedance.slicer.autosize import autosize_service, with_autosize
+from seedance.slicer.config import short_hold
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 
@@ -25,6 +27,8 @@ def main() -> None:
     settings, bus = start_service(NAME, SlicerSettings, summary=SUMMARY)
     runtime = ServiceRuntime(NAME, bus, http_host=settings.http_host, http_port=settings.http_port)
     clock = WallClock()
+    if (why := short_hold(settings)) is not None:
+        get_logger(__name__).warning("slicer_consolidate_hold_short", reason=why)
     # The fleet and the running jobs are long-lived: full collections walk only what changed
     # since the last one (seedance.core.heap), so they do not stall decisions as the state grows.
     freeze_survivors()

@@ -8,13 +8,20 @@ from pathlib import Path
 
 import yaml
 
+from seedance.events.jobs import MOVE_REFUSED_WITHIN_S
 from seedance.slicer.core import QuotaPolicy, SchedulerConfig
 from seedance.slicer.core.consolidation import DisruptionBudget
 from seedance.slicer.core.draining import ConsolidationConfig
 from seedance.slicer.core.satisfiable import NodePool, node_pools
 from seedance.slicer.settings import SlicerSettings
 
-__all__ = ["consolidation_config", "load_node_pools", "load_quota", "scheduler_config"]
+__all__ = [
+    "consolidation_config",
+    "load_node_pools",
+    "load_quota",
+    "scheduler_config",
+    "short_hold",
+]
 
 
 def load_quota(path: str) -> QuotaPolicy | None:
@@ -55,4 +62,19 @@ def consolidation_config(settings: SlicerSettings) -> ConsolidationConfig | None
             moves_per_job=settings.consolidate_per_job,
             max_lost_s=settings.consolidate_max_lost_s or None,
         ),
+    )
+
+
+def short_hold(settings: SlicerSettings) -> str | None:
+    """Why ``SEEDANCE_SLICER_CONSOLIDATE_HOLD_S`` is too short for the k8s-bridge's reports of
+    refused moves, or None. The bridge reports a refusal within `MOVE_REFUSED_WITHIN_S` of the
+    move (it refuses settings that would take longer); a hold shorter than that lets the emptied
+    node take work before the report, so the undo can find the old GPUs taken. Said at start-up,
+    not refused: outside Kubernetes no move is ever refused, and tests hold nodes for seconds."""
+    if not settings.consolidate or settings.consolidate_hold_s >= MOVE_REFUSED_WITHIN_S:
+        return None
+    return (
+        f"SEEDANCE_SLICER_CONSOLIDATE_HOLD_S={settings.consolidate_hold_s:g} is below the "
+        f"{MOVE_REFUSED_WITHIN_S:g} s within which the k8s-bridge reports a refused move: a late "
+        "report may find the job's old GPUs taken and leave it where the slicer believes it moved"
     )

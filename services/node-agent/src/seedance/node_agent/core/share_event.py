@@ -33,7 +33,8 @@ class MeasuredPod:
     pod: str = ""
     tenant: str = ""
     job_id: str = ""
-    #: The GPU memory its processes held at the window's end, MiB (None: NVML gave none).
+    #: The most GPU memory its processes held over the window's reads, MiB (`MemoryPeaks`;
+    #: None: NVML gave no figure for one of its processes in one of them).
     mem_used_mib: float | None = None
 
 

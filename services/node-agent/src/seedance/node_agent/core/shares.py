@@ -2,7 +2,8 @@
 
 Owns the aggregation of ``nvmlDeviceGetProcessUtilization`` samples (pid, SM %, memory %,
 timestamp) over a window into each pid's mean share, and the sum per pod; and the sum per pod
-of its processes' GPU memory in use (``pod_memory``). NVML answers
+of its processes' GPU memory in use (``pod_memory``) and its peak over a window's reads
+(``MemoryPeaks``). NVML answers
 per-process utilisation noisily (a process can be missing from a sample set): a pid's mean is
 over the window's sampling periods, counting a period it is absent from as zero, so a sparse
 process is not over-counted. Must not call NVML.
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "MemoryPeaks",
     "ProcessSample",
     "Share",
     "ShareAccumulator",
@@ -64,16 +66,46 @@ def pod_shares(
 
 
 def pod_memory(
-    used_mib: Mapping[int, float], pod_of: Callable[[int], str | None]
-) -> dict[str, float]:
-    """Per pod (its UID): the GPU memory its processes hold, MiB, summed; pids outside pods are
-    left out."""
-    out: dict[str, float] = {}
+    used_mib: Mapping[int, float | None], pod_of: Callable[[int], str | None]
+) -> dict[str, float | None]:
+    """Per pod (its UID): the GPU memory its processes hold, MiB, summed; None for a pod one of
+    whose processes NVML gave no figure for (a part is no measure of the whole: a limit sized
+    from it would be too low); pids outside pods are left out."""
+    out: dict[str, float | None] = {}
     for pid, mib in used_mib.items():
         pod = pod_of(pid)
-        if pod is not None:
-            out[pod] = out.get(pod, 0.0) + mib
+        if pod is None:
+            continue
+        held = out.get(pod, 0.0)
+        out[pod] = None if held is None or mib is None else held + mib
     return out
+
+
+class MemoryPeaks:
+    """The most GPU memory each pod held over one window's reads (each a `pod_memory`), MiB.
+
+    Memory is read several times a window (``MEMORY_SAMPLE_S``) because a pod's use moves
+    within it (a batch's activations, a load) and a limit sized from what it held at one instant
+    would miss the peaks. A pod one of whose reads had no figure gets None for the window: its
+    peak is not known. A pod absent from some reads (a process started or ended) peaks over the
+    reads it was in."""
+
+    def __init__(self) -> None:
+        self._peak: dict[str, float | None] = {}
+
+    def add(self, per_pod: Mapping[str, float | None]) -> None:
+        """One read's memory per pod."""
+        for pod, mib in per_pod.items():
+            if pod not in self._peak:
+                self._peak[pod] = mib
+                continue
+            peak = self._peak[pod]
+            self._peak[pod] = None if peak is None or mib is None else max(peak, mib)
+
+    def close(self) -> dict[str, float | None]:
+        """The window's peaks; the next window starts empty."""
+        out, self._peak = self._peak, {}
+        return out
 
 
 class ShareAccumulator:

@@ -176,7 +176,7 @@ class SimulatedGpus:
     def process_samples(self, gpu_index: int, since_us: int = 0) -> list[ProcessSample]:
         return []
 
-    def process_memory_mib(self, gpu_index: int) -> dict[int, float]:
+    def process_memory_mib(self, gpu_index: int) -> dict[int, float | None]:
         return {}
 
     def inventory(self, at: datetime, *, cpu_milli: int = 0, memory_mib: int = 0) -> NodeInventory:

@@ -6,8 +6,10 @@ ready nodes: a gang member, a MIG instance's job and a job on a cordoned or drai
 never a candidate), and how its drains are applied: the node is held empty (its GPUs masked
 like a cordoned node's) for `hold_s`, each job on it is evicted with reason `consolidation` and
 an explanation, queued again at its original submit time and placed again by the queue's own
-pass. A drained node that the fleet did not remove in `hold_s` takes work again. Its state
-(`Moves`) is part of the scheduler's and persisted with it (`MovesRecord`).
+pass. A drained node that the fleet did not remove in `hold_s` takes work again; where each
+moved job ran is remembered past the hold, while the job runs, for a refusal reported late
+(`Moves.moved`). Its state (`Moves`) is part of the scheduler's and persisted with it
+(`MovesRecord`).
 
 It must not decide which jobs move or whether a move is worth it: that is the planner's
 (`seedance.slicer.core.consolidation`), which keeps the rules (only jobs that said they are
@@ -49,6 +51,8 @@ class ConsolidationConfig:
     budget: DisruptionBudget = field(default_factory=DisruptionBudget)
     #: How long a drained node is held empty for the fleet to release it: about a node's
     #: start-up time, so a node not released is not idle longer than a new one takes to come.
+    #: At least `seedance.events.jobs.MOVE_REFUSED_WITHIN_S` in a deployment (the slicer warns
+    #: at start-up, `config.short_hold`): a refusal reported in time finds the old GPUs free.
     hold_s: float = 600.0
     #: A restart's cost where the job gave no hint (`JobSubmitted.restart_s`).
     restart_s: float = 180.0
@@ -76,7 +80,10 @@ class Moves:
     history: MoveHistory = field(default_factory=MoveHistory)
     drained: dict[str, float] = field(default_factory=dict)
     #: Where each job moved off a held node ran (node, GPUs, start): a refused move is undone
-    #: there (`seedance.slicer.core.refused_moves`); forgotten when the node's hold ends.
+    #: there (`seedance.slicer.core.refused_moves`). Kept past the node's hold, while the job
+    #: still runs or waits: a refusal can be reported after the hold (the bridge's tries, a
+    #: bridge down meanwhile; `seedance.events.jobs.MOVE_REFUSED_WITHIN_S`), and the pod then
+    #: still runs there. Forgotten at the first round after the job ends or the node is removed.
     moved: dict[str, tuple[str, tuple[int, ...], float]] = field(default_factory=dict)
     forecasts: Forecasts = field(default_factory=Forecasts)
 
@@ -115,7 +122,7 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
     for name in lapsed:
         del m.drained[name]
         s._cordon(s._index[name])
-    for key in [k for k, (node, _, _) in m.moved.items() if node not in m.drained]:
+    for key in [k for k, (node, _, _) in m.moved.items() if _settled(s, k, node)]:
         del m.moved[key]
     drains = plan_consolidation(
         s._queue.state,
@@ -157,6 +164,16 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
     s.capacity_plans = plan_pools(s, cfg.plan, now_s)
     out.extend(CapacityPlanned(p) for p in s.capacity_plans)
     return out
+
+
+def _settled(s: Scheduler, key: str, node: str) -> bool:
+    """Whether no refusal of job `key`'s move off `node` can be undone any more: the job ended,
+    or the node left the fleet (what runs there ended with it). Not the hold's end: a refusal
+    reported after it still says where the pod runs."""
+    queue = s._queue
+    if not (queue.is_running(key) or queue.is_pending(key)):
+        return True
+    return s._nodes[s._index[node]].state == "removed"
 
 
 def round_due(s: Scheduler, now_s: float) -> bool:

@@ -5,12 +5,14 @@ refuse, or an unavailable API server may never answer within the bridge's tries:
 still runs on the node the move was to empty. The k8s-bridge reports that
 (`seedance.events.jobs.JobMoveRefused`, once per move) and `undo_refused_move` makes the
 slicer's state say what really runs where: the job back on the GPUs it held on its old node
-(recorded when the move was made: `Moves.moved`), billed there from the refusal's trusted time
-on (its placement on the new GPUs ends there: an eviction of reason `MOVE_REFUSED`, which the
-bridge does nothing to, then its placement on the old GPUs), the new GPUs given back to the
-queue, and the old node no longer held empty (a pod the fleet may not move keeps it). The job is
-not moved again: the move stays in the disruption budget's record (`MoveHistory.per_job`).
-Where the old GPUs are no longer free, nothing is changed and the outcome says so.
+(recorded when the move was made: `Moves.moved`), billed there from the refusal's trusted time on
+(its placement on the new GPUs ends there: an eviction of reason `MOVE_REFUSED`, which the bridge
+does nothing to, then its placement on the old GPUs), the new GPUs given back to the queue, and the
+old node no longer held empty (a pod the fleet may not move keeps it). A refusal reported after the
+node's hold ended is undone the same way (the move is remembered while the job runs): the pod still
+runs there whatever the hold said. The job is not moved again: the move stays in the disruption
+budget's record (`MoveHistory.per_job`). Where the old GPUs are no longer free, nothing is changed
+and the outcome says so.
 
 Owns the undo; must not decide moves (`seedance.slicer.core.draining`). No clock, no bus.
 """
@@ -33,8 +35,9 @@ __all__ = ["MOVE_REFUSED", "UNDONE", "undo_refused_move"]
 MOVE_REFUSED = "move_refused"
 
 #: The outcome of an undo that put the job back; the others say why nothing was changed:
-#: ``no_move`` (no move of this job off that node is remembered: unknown, or its node's hold
-#: is over), ``job_ended`` and ``old_gpus_taken``.
+#: ``no_move`` (no move of this job off that node is remembered: unknown, or the node was
+#: removed; a move is remembered past its node's hold while the job runs, see `Moves.moved`),
+#: ``job_ended`` and ``old_gpus_taken``.
 UNDONE = "undone"
 
 
@@ -43,7 +46,7 @@ def undo_refused_move(s: Scheduler, key: str, node: str, now_s: float) -> tuple[
     `now_s`: the effects and the outcome (`UNDONE` or why not)."""
     m = s._moves
     was = m.moved.get(key)
-    if was is None or was[0] != node:
+    if was is None or was[0] != node or s._nodes[s._index[node]].state == "removed":
         return [], "no_move"
     queue = s._queue
     if not (queue.is_running(key) or queue.is_pending(key)):
