@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from seedance.core import Bus, Delivery, PullConsumer
+from seedance.core.errors import RetryableError
 from seedance.events.jobs import JobEvent
 from seedance.events.subjects import ConsumerSpec, jobs, observed
 from tests.integration.bus.test_bus import drain, submitted
@@ -183,3 +184,35 @@ async def test_without_an_exporter_each_message_continues_its_producer_without_a
         await consumer.close()
     check_handled(family, current, producers)
     assert not [s for s in spans.get_finished_spans() if s.name == f"handle {again.durable}"]
+
+
+async def test_a_settle_that_logs_a_tenants_message_logs_a_new_roots_ids(
+    bus: Bus, unique: str, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No span exported: a nak's log line (written under the delivery's context) carries a new
+    root's trace and span ids, never the tenant's as the service's own."""
+    monkeypatch.setattr("seedance.core.consumer.spans_exported", lambda: False)
+    logged: list[tuple[int, int]] = []
+
+    class Lines:
+        """The consumer's logger: records the ids a line written now would carry."""
+
+        def info(self, event: str, **fields: Any) -> None:
+            context = trace.get_current_span().get_span_context()
+            logged.append((context.trace_id, context.span_id))
+
+    monkeypatch.setattr("seedance.core.consumer.log", Lines())
+    tenant = f"t{unique}"
+    producers = await published(bus, jobs, tenant, spans)
+
+    async def later(ds: list[Delivery[Any]]) -> list[BaseException]:
+        return [RetryableError("not yet", delay_s=60.0)] * len(ds)
+
+    spec = spec_on(jobs, tenant, unique)
+    consumer = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=later, batch=10)
+    await consumer.start(bus)
+    try:
+        await drain(consumer, lambda: len(logged) == 3)
+    finally:
+        await consumer.close()
+    check_handled(jobs, logged, producers)
