@@ -1,5 +1,7 @@
 """Trace context across the bus: a batch handler's span links every message's producer span,
-and each message gets a span of its own that continues its producer's trace."""
+and each message gets a span of its own that continues its producer's trace, but for a
+tenant's message: its span (or, with no span exported, its context) is a new root that links
+the tenant's, so nothing Seedance does is a child of a tenant's span or in a tenant's trace."""
 
 from __future__ import annotations
 
@@ -13,9 +15,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from seedance.core import Bus, Delivery, PullConsumer
+from seedance.core.errors import RetryableError
 from seedance.events.jobs import JobEvent
-from seedance.events.subjects import jobs
-from tests.integration.bus.test_bus import drain, spec_for, submitted
+from seedance.events.subjects import ConsumerSpec, jobs, observed
+from tests.integration.bus.test_bus import drain, submitted
+
+#: Where a trusted observer publishes (its context is continued) and where a tenant does (its
+#: context is only linked).
+FAMILIES = [pytest.param(observed, id="trusted"), pytest.param(jobs, id="tenant")]
 
 
 def in_memory_spans() -> InMemorySpanExporter:
@@ -43,19 +50,48 @@ def spans() -> Iterator[InMemorySpanExporter]:
     exporter.shutdown()
 
 
-async def test_a_batch_span_links_each_message_producer(
-    bus: Bus, unique: str, spans: InMemorySpanExporter
-) -> None:
-    tenant = f"t{unique}"
-    sent = [submitted(tenant, f"job-{i}") for i in range(3)]
-    for event in sent:
-        await bus.publish(jobs.subject(tenant, "submitted"), event)
+def spec_on(family: Any, tenant: str, unique: str) -> ConsumerSpec:
+    return ConsumerSpec(
+        durable=f"test-{unique}",
+        stream="SEEDANCE_JOBS",
+        filter_subjects=(family.subject(tenant, "submitted"),),
+    )
+
+
+async def published(
+    bus: Bus, family: Any, tenant: str, spans: InMemorySpanExporter
+) -> set[tuple[int, int]]:
+    """Three submits published on ``family``'s subject: their publish spans' (trace, span) ids."""
+    subject = family.subject(tenant, "submitted")
+    for i in range(3):
+        await bus.publish(subject, submitted(tenant, f"job-{i}"))
     producers = {
-        s.context.span_id
+        (s.context.trace_id, s.context.span_id)
         for s in spans.get_finished_spans()
-        if s.name == f"publish {jobs.subject(tenant, 'submitted')}"
+        if s.name == f"publish {subject}"
     }
     assert len(producers) == 3
+    return producers
+
+
+def check_handled(
+    family: Any, handled: list[tuple[int, int]], producers: set[tuple[int, int]]
+) -> None:
+    """A trusted producer's context is the handling's; a tenant's trace is not the handling's."""
+    if family is observed:
+        assert set(handled) == producers
+    else:
+        assert len(set(handled)) == len(handled) == 3
+        assert all(trace_id and span_id for trace_id, span_id in handled)  # valid roots
+        assert not {t for t, _ in handled} & {t for t, _ in producers}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+async def test_a_batch_span_links_each_message_producer(
+    bus: Bus, unique: str, spans: InMemorySpanExporter, family: Any
+) -> None:
+    tenant = f"t{unique}"
+    producers = await published(bus, family, tenant, spans)
 
     handled: list[str] = []
 
@@ -63,38 +99,51 @@ async def test_a_batch_span_links_each_message_producer(
         handled.extend(d.event.id for d in ds)
         return [None] * len(ds)
 
-    spec = spec_for(tenant, unique)
+    spec = spec_on(family, tenant, unique)
     consumer = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=batch, batch=10)
     await consumer.start(bus)
-    await drain(consumer, lambda: len(handled) == 3)
+    try:
+        await drain(consumer, lambda: len(handled) == 3)
+    finally:
+        await consumer.close()
     (span,) = [s for s in spans.get_finished_spans() if s.name == f"handle {spec.durable} batch"]
     assert span.kind == trace.SpanKind.CONSUMER
-    assert {link.context.span_id for link in span.links} == producers
+    ids = {(link.context.trace_id, link.context.span_id) for link in span.links}
+    assert ids == producers
     assert span.attributes is not None
     assert span.attributes["messaging.batch.message_count"] == 3
-    # And one span per message, each a child of its producer's span (its trace goes on).
+    # And one span per message: a child of its producer's span (its trace goes on), or for a
+    # tenant's message a new root that links the tenant's span.
     per_message = [s for s in spans.get_finished_spans() if s.name == f"handle {spec.durable}"]
     assert len(per_message) == 3
-    assert {s.parent.span_id for s in per_message if s.parent} == producers
     assert all(s.kind == trace.SpanKind.CONSUMER for s in per_message)
+    if family is observed:
+        assert {(s.parent.trace_id, s.parent.span_id) for s in per_message if s.parent} == producers
+        assert not any(s.links for s in per_message)
+    else:
+        assert all(s.parent is None for s in per_message)
+        linked = {(ln.context.trace_id, ln.context.span_id) for s in per_message for ln in s.links}
+        assert linked == producers
+        check_handled(family, [(s.context.trace_id, s.context.span_id) for s in per_message],
+                      producers)  # fmt: skip
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 async def test_without_an_exporter_each_message_continues_its_producer_without_a_span(
-    bus: Bus, unique: str, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+    bus: Bus,
+    unique: str,
+    spans: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+    family: Any,
 ) -> None:
     """No span exported (``spans_exported`` False, the services' default): no span per message,
     but each delivery carries its producer's context (what it causes continues that trace) and
-    a per-message handler runs under it; the batch span still links every producer."""
+    a per-message handler runs under it; the batch span still links every producer. A tenant's
+    message is handled under a new root's context instead (what it causes, and the lines
+    logged meanwhile, are not in the tenant's trace)."""
     monkeypatch.setattr("seedance.core.consumer.spans_exported", lambda: False)
     tenant = f"t{unique}"
-    for i in range(3):
-        await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, f"job-{i}"))
-    producers = {
-        (s.context.trace_id, s.context.span_id)
-        for s in spans.get_finished_spans()
-        if s.name == f"publish {jobs.subject(tenant, 'submitted')}"
-    }
-    assert len(producers) == 3
+    producers = await published(bus, family, tenant, spans)
 
     carried: list[tuple[int, int]] = []
 
@@ -105,32 +154,65 @@ async def test_without_an_exporter_each_message_continues_its_producer_without_a
             carried.append((context.trace_id, context.span_id))
         return [None] * len(ds)
 
-    spec = spec_for(tenant, unique)
+    spec = spec_on(family, tenant, unique)
     consumer = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=batch, batch=10)
     await consumer.start(bus)
     try:
         await drain(consumer, lambda: len(carried) == 3)
     finally:
         await consumer.close()
-    assert set(carried) == producers
+    check_handled(family, carried, producers)
     finished = spans.get_finished_spans()
     assert not [s for s in finished if s.name == f"handle {spec.durable}"]
     (span,) = [s for s in finished if s.name == f"handle {spec.durable} batch"]
     assert {(link.context.trace_id, link.context.span_id) for link in span.links} == producers
 
-    # The per-message path: the handler runs with its producer's context current.
+    # The per-message path: the handler runs with its producer's (or a new root's) context
+    # current: the one its log lines carry.
     current: list[tuple[int, int]] = []
 
     async def one(d: Delivery[Any]) -> None:
         context = trace.get_current_span().get_span_context()
         current.append((context.trace_id, context.span_id))
 
-    again = spec_for(tenant, f"{unique}-one")
+    again = spec_on(family, tenant, f"{unique}-one")
     consumer = PullConsumer(again, service="svc", types=JobEvent, handler=one, batch=10)
     await consumer.start(bus)
     try:
         await drain(consumer, lambda: len(current) == 3)
     finally:
         await consumer.close()
-    assert set(current) == producers
+    check_handled(family, current, producers)
     assert not [s for s in spans.get_finished_spans() if s.name == f"handle {again.durable}"]
+
+
+async def test_a_settle_that_logs_a_tenants_message_logs_a_new_roots_ids(
+    bus: Bus, unique: str, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No span exported: a nak's log line (written under the delivery's context) carries a new
+    root's trace and span ids, never the tenant's as the service's own."""
+    monkeypatch.setattr("seedance.core.consumer.spans_exported", lambda: False)
+    logged: list[tuple[int, int]] = []
+
+    class Lines:
+        """The consumer's logger: records the ids a line written now would carry."""
+
+        def info(self, event: str, **fields: Any) -> None:
+            context = trace.get_current_span().get_span_context()
+            logged.append((context.trace_id, context.span_id))
+
+    monkeypatch.setattr("seedance.core.consumer.log", Lines())
+    tenant = f"t{unique}"
+    producers = await published(bus, jobs, tenant, spans)
+
+    async def later(ds: list[Delivery[Any]]) -> list[BaseException]:
+        return [RetryableError("not yet", delay_s=60.0)] * len(ds)
+
+    spec = spec_on(jobs, tenant, unique)
+    consumer = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=later, batch=10)
+    await consumer.start(bus)
+    try:
+        await drain(consumer, lambda: len(logged) == 3)
+    finally:
+        await consumer.close()
+    check_handled(jobs, logged, producers)

@@ -1,4 +1,5 @@
-"""One trace per job: the SDK's submit, the service that places it, the ledger, its cost entries.
+"""One trace per job: from the service that places it (linked to the SDK's submit, a tenant's
+context: never its parent) through the ledger to its cost entries.
 
 Real nats-server, the real SDK client and ledger service (in process, so that an in-memory
 exporter sees their spans). The slicer's part is played by the shared pull consumer's batch path
@@ -89,11 +90,12 @@ async def test_a_jobs_trace_runs_from_the_sdk_submit_to_its_cost_entries(
     await placer.close()
 
     (submit,) = spans_named(spans, f"publish {jobs.subject(tenant, 'submitted')}")
-    job_trace = submit.context.trace_id
     (handled,) = spans_named(spans, f"handle {spec.durable}")
-    assert handled.context.trace_id == job_trace
-    assert handled.parent is not None
-    assert handled.parent.span_id == submit.context.span_id
+    # The tenant's submit is a request: its handling is a new trace's root, linked to it.
+    job_trace = handled.context.trace_id
+    assert job_trace != submit.context.trace_id
+    assert handled.parent is None
+    assert [link.context.span_id for link in handled.links] == [submit.context.span_id]
     # The placement is stepped under a span of its own, continuing the job's trace; the sample
     # has one only if it produced costs (the server may source it before the placement: then
     # the late placement settles them), as no input that produces nothing gets a span.

@@ -10,10 +10,12 @@ import tomllib
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from seedance.core.errors import SettingsError
-from seedance.core.tracing import extract_context, spans_exported, tracer_provider
+from seedance.core.tracing import extract_context, new_root, spans_exported, tracer_provider
 from tests.unit.deploy.declared import REPO, services
 
 OTLP_HTTP = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
@@ -94,6 +96,22 @@ def test_extracted_context_is_the_w3c_propagators(headers: dict[str, str] | None
     ).get_span_context()
     assert ours == theirs
     assert ours.trace_state == theirs.trace_state
+
+
+def test_a_new_root_is_what_a_root_span_of_the_provider_would_be() -> None:
+    """Fresh ids each time, sampled as the provider's sampler samples a root; no trace at all
+    under the API's no-op provider (its spans are invalid)."""
+    roots = [trace.get_current_span(new_root("h", TracerProvider())) for _ in range(2)]
+    contexts = [r.get_span_context() for r in roots]
+    assert all(c.is_valid and c.trace_flags.sampled and not c.is_remote for c in contexts)
+    assert contexts[0].trace_id != contexts[1].trace_id
+    assert not any(r.is_recording() for r in roots)  # no span made, none to end
+    unsampled = new_root("h", TracerProvider(sampler=ALWAYS_OFF))
+    context = trace.get_current_span(unsampled).get_span_context()
+    assert context.is_valid
+    assert not context.trace_flags.sampled
+    nothing = new_root("h", trace.NoOpTracerProvider())
+    assert not trace.get_current_span(nothing).get_span_context().is_valid
 
 
 @pytest.mark.parametrize(

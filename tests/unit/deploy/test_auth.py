@@ -119,6 +119,18 @@ def test_tenant_publishes_exactly_its_request_subjects() -> None:
     assert p.subscribe_allow == (f"{inbox_prefix('acme')}.>",)
 
 
+def test_the_catalogue_knows_every_subject_a_tenant_may_publish_on() -> None:
+    """`subjects.published_by_tenant` (whose messages' trace context no trusted effect takes
+    on) holds for all a tenant may publish and for no family a trusted identity publishes on."""
+    p = permissions.tenant_permissions("acme")
+    data = [s for s in p.publish_allow if s.startswith("seedance.")]
+    assert data
+    assert all(subjects.published_by_tenant(s) for s in data)
+    for d in IDENTITIES.values():
+        assert not subjects.TENANT_PUBLISHED & set(d.publishes), d.name
+    assert not subjects.published_by_tenant(subjects.observed.subject("acme", "submitted"))
+
+
 def test_only_the_ledger_answers_allocation_requests_and_only_to_their_askers() -> None:
     answering = {n: permissions.service_user(n).permissions for n in IDENTITIES}
     ledger = answering.pop("cost-ledger")

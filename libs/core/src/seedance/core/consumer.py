@@ -10,6 +10,11 @@ The handler gets decoded events; what it raises decides the ack:
 
 So a poison message never blocks the stream and is never silently dropped. Must not contain any
 service's business logic.
+
+Each message is handled under its producer's trace context, but for one on a subject tenants
+publish on (`seedance.events.subjects.published_by_tenant`): a tenant's ``traceparent`` is its
+claim, so that message is handled in a new root trace that links the tenant's context, and
+nothing Seedance decides from it is a child of the tenant's span nor in the tenant's trace.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -35,10 +40,15 @@ from seedance.core.errors import InvalidMessage, NoStream, RetryableError
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
 from seedance.core.retry import RetryPolicy
-from seedance.core.tracing import extract_context, spans_exported, tracer
+from seedance.core.tracing import extract_context, new_root, spans_exported, tracer
 from seedance.events import DecodeError, Event, decode
 from seedance.events.jobs import tenant_job_problem
-from seedance.events.subjects import ConsumerSpec, SubjectShapeError, owner_of
+from seedance.events.subjects import (
+    ConsumerSpec,
+    SubjectShapeError,
+    owner_of,
+    published_by_tenant,
+)
 
 __all__ = ["Delivery", "PullConsumer"]
 
@@ -64,8 +74,9 @@ class Delivery(Generic[E]):
     received_at: datetime | None = None
     #: The trace context of this message's handling span (a child of its producer's span) on the
     #: batch-handler path, where no one message's span is current, or its producer's while no
-    #: span is exported (no handling span is made then); None on the per-message path (its span
-    #: or its producer's context is the current one) and outside a consumer.
+    #: span is exported (no handling span is made then); for a tenant's message (module
+    #: docstring) a new root's instead of the producer's. None on the per-message path (its
+    #: span or context is the current one) and outside a consumer.
     trace_context: Context | None = field(default=None, repr=False, compare=False)
 
     async def in_progress(self) -> None:
@@ -221,6 +232,10 @@ class PullConsumer:
         its links stay, and each delivery carries its producer's context instead, so what it
         causes still continues the producer's trace (as a child of the producer's span) and a
         settle that logs does so under the producer's trace and span ids.
+
+        A tenant's message (module docstring) is the exception: its span is a new root linked
+        to the tenant's context, and without spans its delivery carries a new root's context
+        (`seedance.core.tracing.new_root`), not the tenant's.
         """
         assert self._batch_handler is not None
         name = f"handle {self.spec.durable}"
@@ -230,9 +245,9 @@ class PullConsumer:
             made = [
                 tracer().start_span(
                     name,
-                    context=ctx,
                     kind=trace.SpanKind.CONSUMER,
                     attributes={"messaging.message.id": d.event.id},
+                    **_parent(d.subject, ctx),
                 )
                 for d, ctx in zip(deliveries, producers, strict=True)
             ]
@@ -241,6 +256,11 @@ class PullConsumer:
                 for d, span in zip(deliveries, made, strict=True)
             ]
             spans = list(made)
+        else:
+            deliveries = [
+                replace(d, trace_context=new_root(name)) if published_by_tenant(d.subject) else d
+                for d in deliveries
+            ]
         with tracer().start_as_current_span(
             f"{name} batch",
             kind=trace.SpanKind.CONSUMER,
@@ -271,14 +291,16 @@ class PullConsumer:
     async def _handle_one(self, d: Delivery[Any], msg: Msg) -> BaseException | None:
         assert self._handler is not None
         ctx = extract_context(msg.headers)
+        name = f"handle {self.spec.durable}"
         # The message's span while spans are exported; else its producer's context is current
-        # (what the handler publishes continues that trace; see `_process_batch`).
+        # (what the handler publishes continues that trace; see `_process_batch`), or a new
+        # root's for a tenant's message.
         handling = (
             tracer().start_as_current_span(
-                f"handle {self.spec.durable}", context=ctx, kind=trace.SpanKind.CONSUMER
+                name, kind=trace.SpanKind.CONSUMER, **_parent(d.subject, ctx)
             )
             if spans_exported()
-            else _attached(ctx)
+            else _attached(new_root(name) if published_by_tenant(d.subject) else ctx)
         )
         with (
             handling,
@@ -352,6 +374,26 @@ def _is_other_event(data: bytes) -> bool:
     except DecodeError:
         return False
     return True
+
+
+class _Parent(TypedDict):
+    context: Context
+    links: list[trace.Link]
+
+
+#: An empty context: a span started in it is a root.
+_NO_PARENT = Context()
+
+
+def _parent(subject: str, producer: Context | None) -> _Parent:
+    """Where the handling span of a message on ``subject`` starts: in its producer's context,
+    or, on a subject tenants publish on, as a new root linked to the tenant's context (a
+    tenant's ``traceparent`` is a claim: never the parent of what Seedance decides)."""
+    if producer is None:
+        producer = _NO_PARENT
+    if not published_by_tenant(subject):
+        return {"context": producer, "links": []}
+    return {"context": _NO_PARENT, "links": _links([producer])}
 
 
 def _links(producers: Iterable[Context | None]) -> list[trace.Link]:

@@ -23,7 +23,7 @@ the other trusted facts, the only inputs the cost-ledger bills from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypedDict, Unpack
 
 from seedance.events.specs import (
@@ -60,6 +60,7 @@ __all__ = [
     "STREAMS",
     "TENANT_CONSUMERS",
     "TENANT_KINDS",
+    "TENANT_PUBLISHED",
     "TRUSTED_FAMILIES",
     "BucketSpec",
     "ConsumerSpec",
@@ -82,6 +83,7 @@ __all__ = [
     "observed",
     "owner_of",
     "parse_tenant_subject",
+    "published_by_tenant",
     "quota_usage_key",
     "replica_consumer",
     "routing",
@@ -117,6 +119,16 @@ TENANT_KINDS: dict[str, frozenset[str]] = {
 
 #: Families only Seedance's own services publish on (never a tenant): their events are facts.
 TRUSTED_FAMILIES = frozenset({"observed", "slicing", "telemetry"})
+#: Families a tenant publishes on itself (its requests: `permissions.tenant_permissions`).
+TENANT_PUBLISHED = frozenset({"jobs", "api"})
+_TENANT_PREFIXES = tuple(f"{ROOT}.{family}." for family in sorted(TENANT_PUBLISHED))
+
+
+def published_by_tenant(subject: str) -> bool:
+    """Whether ``subject`` is of a family tenants publish on (`TENANT_PUBLISHED`): its message,
+    headers and all, is the tenant's word, so no trusted effect takes on its ``traceparent`` as
+    its own (`seedance.core.consumer`). A prefix test, cheap enough for every message."""
+    return subject.startswith(_TENANT_PREFIXES)
 
 
 def _tenant_subject(family: str, tenant: str, kind: str) -> str:
@@ -562,20 +574,8 @@ def consumer(durable: str) -> ConsumerSpec:
 
 def replica_consumer(durable: str, replica: str, start_seq: int = 0) -> ConsumerSpec:
     """``<durable>-<replica>``: one replica's own reader of a catalogue consumer's messages."""
-    spec = consumer(durable)
-    return ConsumerSpec(
-        durable=f"{durable}-{check_token('replica', replica)}",
-        stream=spec.stream,
-        filter_subjects=spec.filter_subjects,
-        ack_wait_s=spec.ack_wait_s,
-        max_deliver=spec.max_deliver,
-        max_ack_pending=spec.max_ack_pending,
-        backoff_s=spec.backoff_s,
-        acked=spec.acked,
-        start_seq=start_seq,
-        inactive_s=spec.inactive_s,
-        deliver_new=spec.deliver_new,
-    )
+    name = f"{durable}-{check_token('replica', replica)}"
+    return replace(consumer(durable), durable=name, start_seq=start_seq)
 
 
 #: Name prefix of the consumers the ledger's allocation API reads the cost stream with.
