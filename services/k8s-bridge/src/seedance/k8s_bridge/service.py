@@ -84,7 +84,9 @@ class BridgeService(Lifecycle):
         self._priorities = dict(priorities or {})
         self.tracker: Tracker | None = None
         self._stopping = asyncio.Event()
-        tracker = lambda: self.tracker  # noqa: E731  # the leader's, None while standing by
+        # The leader's, None while standing by and as soon as the Lease is lost (before the
+        # runtime steps down): the watches and the decisions then act on nothing.
+        tracker = lambda: self.tracker if self.elector.held else None  # noqa: E731
         self.view = ClusterView(
             api, clock, settings, m, tracker=tracker, enqueue=lambda a: self._executor.enqueue(a),
             on_restart=self._count_restart,
@@ -113,7 +115,9 @@ class BridgeService(Lifecycle):
             metrics=m, on_lead=self._take_over, on_step_down=self._step_down,
             leadership=self.elector, log_as="bridge",
         )  # fmt: skip
-        self._executor = Executor(writes, self.durable, m, leading=lambda: self.leading)
+        self._executor = Executor(
+            writes, self.durable, m, leading=lambda: self.leading, on_settled=self.view.settled
+        )
         decisions = Decisions(
             clock, m, tracker=tracker, carry_out=self._executor.carry_out,
             bind_retry_s=settings.bind_retry_s,
@@ -160,7 +164,7 @@ class BridgeService(Lifecycle):
 
     @property
     def leading(self) -> bool:
-        return self.tracker is not None
+        return self.tracker is not None and self.elector.held
 
     @property
     def records(self) -> BridgeRecords:
@@ -225,7 +229,7 @@ class BridgeService(Lifecycle):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         await event.wait()
-        self._executor.forget_unsaved()  # made after the last step-down by writes in flight
+        self._executor.step_down()  # made after the last step-down by writes in flight
         records = self.records
         tracker = Tracker(instance=self.identity)
         tracker.bindings, tracker.priorities = self._bindings, self._priorities
@@ -251,4 +255,4 @@ class BridgeService(Lifecycle):
         if self.release is not None:
             await self.release.step_down()
         self.tracker = None
-        self._executor.forget_unsaved()
+        self._executor.step_down()
