@@ -15,7 +15,8 @@ Entries: ``r/<tenant>/<job>`` (tenants are tokens, so the first ``/`` after the 
 it). Stored under ``_state.<lease name>`` in ``seedance-k8s-bridge-jobs`` (a Lease name never
 starts with ``_``). Records older bridges wrote, one key each (``<lease>.<tenant>.<job>``, the
 job id's ``:`` written ``=``), are moved into the state on the first load and their keys
-deleted (`load`). A bridge of before this state must not run beside one of after it (it would
+deleted (`load`); only keys of exactly two tokens after the scope: a Lease name may hold dots,
+and Lease ``a``'s listing ``a.>`` also holds Lease ``a.b``'s records (``a.b.<tenant>.<job>``). A bridge of before this state must not run beside one of after it (it would
 not see the other's records): upgrade all of a cluster's replicas together.
 
 Must not decide what to publish or how an orphan ends (the tracker does), nor publish.
@@ -108,11 +109,15 @@ class BridgeRecords(DurableState):
         bridges moved into it, their keys then deleted (also those a migration that stopped
         short left)."""
         await super().load()
-        old = await self.store.take_legacy_keys(self._scope)
+        prefix = f"{self._scope}."
+        old = {
+            key: value
+            for key, value in (await self.store.take_legacy_keys(self._scope)).items()
+            if key.startswith(prefix) and key.removeprefix(prefix).count(".") == 1
+        }  # another Lease's (dotted name) records are its own
         if not old:
             return
         if self.store.empty:
-            prefix = f"{self._scope}."
             for key, value in old.items():
                 tenant, _, token = key.removeprefix(prefix).partition(".")
                 self.records[(tenant, token.replace("=", ":"))] = int(value or b"0")
