@@ -4,10 +4,10 @@ each change calls for once this replica leads.
 Owns the informers (`seedance.k8s_bridge.watch`: every replica watches, so a standby's cache is
 warm), the pods deleted lately (tombstones: replayed on taking the lead, should the old leader
 have missed their ends or this replica's last term not have made them durable; kept while
-leading too, until every end is durable: `settled`), when each pod was first seen (the bind latency's start), whose
-replicas a namespace's Services are (`replica_owners`), and handing each change to the
-leader's `Tracker` (``tracker()``; None: standing by). Its actions go to ``enqueue``; an
-object the tracker cannot take is logged and counted, never stops the watch.
+leading too, until every end is durable: `settled`), when each pod was first seen (the bind
+latency's start), whose replicas a namespace's Services are (`replica_owners`), and handing each
+change to the leader's `Tracker` (``tracker()``; None: standing by). Its actions go to
+``enqueue``; an object the tracker cannot take is logged and counted, never stops the watch.
 
 Must not decide anything (the tracker does) nor carry an action out.
 """

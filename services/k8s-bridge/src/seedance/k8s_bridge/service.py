@@ -16,8 +16,9 @@ deletions, evictions), so the fence is the one the cluster's own controllers use
 read (``kubectl get lease``); a second lease in KV could be held by another replica than the
 Lease, one acting on the cluster while the other commits. Commits stay fenced by the store's
 compare-and-set (a deposed leader's fails). The elector stops leading once it could not renew
-for 2/3 of the Lease's duration; the runtime then stops the consumer and steps down (the
-tracker dropped: the watches act on nothing). Taking the lead (the records restored first), it
+for 2/3 of the Lease's duration; from then the tracker the watches and decisions see is None
+(they act on nothing), and the runtime stops the consumer and steps down (the tracker dropped,
+the executor's queue with it). Taking the lead (the records restored first), it
 waits for the caches, builds a fresh tracker from them under the records and ends the recorded
 jobs whose pods are gone, in that same listing; only then are decisions consumed.
 """
@@ -84,6 +85,11 @@ class BridgeService(Lifecycle):
         self._priorities = dict(priorities or {})
         self.tracker: Tracker | None = None
         self._stopping = asyncio.Event()
+        self.elector = LeaseElector(
+            api, clock, namespace=settings.lease_namespace, name=settings.lease_name,
+            identity=self.identity, duration_s=settings.lease_duration_s,
+            renew_s=settings.lease_renew_s,
+        )  # fmt: skip
         # The leader's, None while standing by and as soon as the Lease is lost (before the
         # runtime steps down): the watches and the decisions then act on nothing.
         tracker = lambda: self.tracker if self.elector.held else None  # noqa: E731
@@ -97,11 +103,6 @@ class BridgeService(Lifecycle):
         writes = ApiWrites(
             api, clock, m, evictions, concurrency=settings.api_concurrency, tracker=tracker,
             first_seen=self.view.first_seen,
-        )  # fmt: skip
-        self.elector = LeaseElector(
-            api, clock, namespace=settings.lease_namespace, name=settings.lease_name,
-            identity=self.identity, duration_s=settings.lease_duration_s,
-            renew_s=settings.lease_renew_s,
         )  # fmt: skip
         # The runtime looks at the Lease every sixth of this: at most every 0.5 s, so a lost
         # Lease stops the decisions well before a standby may take over.
