@@ -61,7 +61,8 @@ class Executor:
         self._leading = leading
         self._pending: list[Action] = []
         self._unsaved: Outbox = []
-        self._saving = 0  # commits under way (their events out of `_unsaved` meanwhile)
+        #: Rounds and commits under way (their events not yet, or no longer, in `_unsaved`).
+        self._busy = 0
         #: The refusals reported this term (ids, insertion-ordered): a decision redelivered
         #: because its refusal was not yet durable is not evicted again.
         self._refusals: dict[str, None] = {}
@@ -92,7 +93,7 @@ class Executor:
                 await self.carry_out(actions)
             elif self._unsaved:
                 await self.publish()  # no new action: the events owed are tried again anyway
-            if self._leading() and not (self._pending or self._unsaved or self._saving):
+            if self._leading() and not (self._pending or self._unsaved or self._busy):
                 self._on_settled()
 
     async def carry_out(self, actions: Sequence[Action]) -> list[PodRefRetry]:
@@ -101,6 +102,13 @@ class Executor:
         follow-up events were not made durable (their decision is redelivered: the events'
         ids derive from it, and an eviction whose refusal this term reported is not made
         again)."""
+        self._busy += 1
+        try:
+            return await self._carry_out(actions)
+        finally:
+            self._busy -= 1
+
+    async def _carry_out(self, actions: Sequence[Action]) -> list[PodRefRetry]:
         retry: list[PodRefRetry] = []
         owed: dict[str, set[str]] = {}  # pod uid -> its writes' follow-up events
         while actions and self._leading():
@@ -134,8 +142,9 @@ class Executor:
         for a in actions:
             if isinstance(a, Publish) and isinstance(a.event, JobMoveRefused):
                 self._refusals[a.event.id] = None
-        for old in list(self._refusals)[: max(0, len(self._refusals) - _REFUSALS_KEPT)]:
-            del self._refusals[old]
+        if len(self._refusals) > _REFUSALS_KEPT:
+            for old in list(self._refusals)[: len(self._refusals) - _REFUSALS_KEPT]:
+                del self._refusals[old]
 
     async def publish(self) -> None:
         """The events not yet durable, with their records, as one commit, then published (and
@@ -144,13 +153,13 @@ class Executor:
             return
         items, self._unsaved = self._unsaved, []
         if items or self.records.outbox:
-            self._saving += 1
+            self._busy += 1
             try:
                 saved = await self._durable.transact(
                     lambda: self.records.publish(items), what="events"
                 )
             finally:
-                self._saving -= 1
+                self._busy -= 1
             if not saved:
                 self._unsaved = items + self._unsaved  # tried again within a tick
         self._metrics.outbox.set(len(self._unsaved) + len(self.records.outbox))
