@@ -6,11 +6,15 @@ steps down (``on_step_down``) once it is lost, and gives it up on the way out.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import pytest
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.durable import DurableRuntime, DurableSpec, Outbox
+from seedance.core.publisher import AckedBatch, PubAck
 from seedance.core.state_store import StateStore
 from seedance.events.base import derived_event_id
 from seedance.events.slicing import JobRejected, RejectionReason
@@ -98,3 +102,117 @@ async def test_a_handed_in_leadership_leads_commits_and_steps_down_without_a_cor
         await durable.close()
         await rt.close()
     assert lead.released >= 1
+
+
+@contextlib.asynccontextmanager
+async def _stalled_leader(
+    nats_url: str, unique: str, terms: list[str], *, leads: bool = True
+) -> AsyncIterator[tuple[DurableRuntime, Held, ServiceRuntime, list[AckedBatch], list[Any]]]:
+    """A runtime leading under `Held` whose effects are sent but never acknowledged (a stream
+    that does not answer); yields it, its leadership, its service runtime, the batches whose
+    acks never come and those the publisher was told to forget. Not ``leads``: its state
+    loaded, no leadership loop (the test drives it alone)."""
+    rt = ServiceRuntime("slicer", BusSettings(url=nats_url, name="test-durable-stalled"))
+    lead = Held()
+
+    async def on_step_down() -> None:
+        terms.append("down")
+
+    spec = DurableSpec(
+        bucket="seedance-slicer-state", key=f"pool.s{unique}", lease_key="", lease_ttl_s=0.6
+    )
+    durable = DurableRuntime(
+        rt, WallClock(), spec, state=Tally, metrics=Metrics(), leadership=lead,
+        on_step_down=on_step_down,
+    )  # fmt: skip
+    stalled: list[AckedBatch] = []
+    forgotten: list[Any] = []
+    await rt.start()
+    try:
+
+        async def unanswered(items: Sequence[tuple[str, Any]], **kw: Any) -> AckedBatch:
+            done: asyncio.Future[list[PubAck]] = asyncio.get_running_loop().create_future()
+            stalled.append(
+                AckedBatch(
+                    messages=list(items),
+                    acks=[None] * len(items),
+                    done=done,
+                    publisher=rt.bus.publisher,
+                )
+            )
+            return stalled[-1]
+
+        rt.bus.send_many = unanswered  # type: ignore[method-assign]
+        forget = rt.bus.publisher.forget
+        rt.bus.publisher.forget = lambda b: (forgotten.append(b), forget(b))[1]  # type: ignore[method-assign]
+        await durable.start()
+        if not leads:
+            await durable.state.load()
+            yield durable, lead, rt, stalled, forgotten
+            return
+        runner = asyncio.create_task(durable.run())
+        try:
+            await eventually(lead.kept.is_set, 5, what="the leadership kept")
+            lead.acquired.set()
+            await eventually(lambda: durable.leading, 5, what="leading once it is held")
+            yield durable, lead, rt, stalled, forgotten
+        finally:
+            durable.stop()
+            await runner
+    finally:
+        await durable.close()
+        await rt.close()
+
+
+def _rejected(durable: DurableRuntime, tenant: str, what: str) -> Callable[[], Outbox]:
+    def change() -> Outbox:
+        state = durable.state
+        assert isinstance(state, Tally)
+        state.counts[tenant] = state.counts.get(tenant, 0) + 1
+        state._changed.add(tenant)
+        ev = JobRejected(
+            id=derived_event_id(tenant, what), at=T0, tenant=tenant, job_id=what,
+            reason=RejectionReason.INVALID_REQUEST,
+        )  # fmt: skip
+        return [(slicing.subject(tenant, "rejected"), ev)]
+
+    return change
+
+
+async def test_a_lost_leadership_steps_down_at_once_without_waiting_for_the_effects_acks(
+    nats_url: str, unique: str
+) -> None:
+    # The outbox is durable: the next leader publishes it. Waiting for its acks first (up to
+    # twice the publish timeout) kept a k8s-bridge acting on the cluster after losing the Lease.
+    terms: list[str] = []
+    async with _stalled_leader(nats_url, unique, terms) as (durable, lead, _, stalled, forgotten):
+        assert await durable.transact(_rejected(durable, f"t{unique}", "pause-1"))
+        await eventually(lambda: stalled, 5, what="the effects sent")
+        lead.acquired.clear()
+        # well inside the publish timeout (10 s) the acks would have been waited for
+        await eventually(lambda: terms == ["down"], 3, what="stepped down once lost")
+        assert stalled[0] in forgotten  # no longer tracked by the publisher
+        assert durable.state.outbox  # still owed: the next leader's
+
+
+async def test_acks_of_an_outbox_a_reload_replaced_are_no_longer_tracked(
+    nats_url: str, unique: str, bus: Bus
+) -> None:
+    tenant = f"t{unique}"
+    async with _stalled_leader(nats_url, unique, [], leads=False) as (
+        durable,
+        _,
+        rt,
+        stalled,
+        forgotten,
+    ):
+        assert await durable.transact(_rejected(durable, tenant, "pause-1"))
+        await durable._reload()  # as after a conflict: the outbox read back, a new list
+        assert durable._sent is not None
+        assert durable._sent[1] is not durable.state.outbox
+        del rt.bus.send_many  # the stream answers again
+        await durable._flush()
+        assert stalled[0] in forgotten  # else tracked by the publisher for ever
+        assert durable._sent is None
+        assert not durable.state.outbox
+    assert await rejections(bus, tenant) == ["pause-1"]

@@ -419,6 +419,19 @@ async def test_the_standby_takes_over_when_the_leader_goes(env: Env) -> None:
             assert len(env.trail.of(Placement)) == 2
 
 
+async def test_a_bridge_that_lost_the_lease_acts_on_nothing_before_it_steps_down(
+    env: Env,
+) -> None:
+    # The runtime steps down at its next poll; meanwhile the watches' changes and the decisions
+    # must not reach the tracker of a term that is over (a standby may already lead).
+    async with bridge(env.kube, env.nats_url, env.unique, env.tmp_path) as a:
+        await _eventually(lambda: _true(a.leading), what="bridge-a leads")
+        assert a.view._tracker() is a.tracker
+        a.elector.leading.clear()  # the elector could not renew in time
+        assert not a.leading
+        assert a.view._tracker() is None
+
+
 async def test_a_node_the_bridge_cannot_read_stops_nothing_else(env: Env) -> None:
     gpu_node(env.kube, f"gpu-{env.unique}", gpus=8)
     gpu_node(env.kube, f"odd-{env.unique}", gpus=8, x="y")

@@ -266,6 +266,9 @@ async def test_job_records_are_keyed_by_tenant_and_job_and_old_records_migrate(
         kv = await ensure_bucket(own, JOBS_BUCKET)
         for tenant, job_id in ((ACME, waiting), (ACME, bound), (GLOBEX, bound)):
             await kv.put(f"{scope}.{tenant}.{job_id}", b"1764000000000")
+        # A cluster whose Lease name extends this one's with a dot: its records are its own.
+        other = f"{scope}.eu.{ACME}.{uuid.uuid4()}"
+        await kv.put(other, b"1764000000000")
     async with shipped_bridge(env):
 
         async def migrated() -> bool:
@@ -291,3 +294,5 @@ async def test_job_records_are_keyed_by_tenant_and_job_and_old_records_migrate(
             keys = set(await live_keys(kv, scope))
         assert f"{scope}.{ACME}.{waiting}" not in keys
         assert f"{scope}.{GLOBEX}.{bound}" not in keys
+        assert other in keys
+        assert not any(e.tenant == "eu" for e in env.trail.events if hasattr(e, "tenant"))

@@ -59,10 +59,17 @@ class _Executor:
     """The bridge's carrying out, over `_Writes`, publishing nothing."""
 
     carry_out = Executor.carry_out
+    _carry_out = Executor._carry_out
+    _remember_refusals = Executor._remember_refusals
 
     def __init__(self) -> None:
         self._writes = _Writes()
         self._unsaved: list[Any] = []
+        self._refusals: dict[str, None] = {}
+        self._busy = 0
+
+    def _leading(self) -> bool:
+        return True
 
     async def publish(self) -> None:
         pass

@@ -2,11 +2,12 @@
 each change calls for once this replica leads.
 
 Owns the informers (`seedance.k8s_bridge.watch`: every replica watches, so a standby's cache is
-warm), the pods deleted while standing by (replayed on taking the lead, should the old leader
-have missed their ends), when each pod was first seen (the bind latency's start), whose
-replicas a namespace's Services are (`replica_owners`), and handing each change to the
-leader's `Tracker` (``tracker()``; None: standing by). Its actions go to ``enqueue``; an
-object the tracker cannot take is logged and counted, never stops the watch.
+warm), the pods deleted lately (tombstones: replayed on taking the lead, should the old leader
+have missed their ends or this replica's last term not have made them durable; kept while
+leading too, until every end is durable: `settled`), when each pod was first seen (the bind
+latency's start), whose replicas a namespace's Services are (`replica_owners`), and handing each
+change to the leader's `Tracker` (``tracker()``; None: standing by). Its actions go to
+``enqueue``; an object the tracker cannot take is logged and counted, never stops the watch.
 
 Must not decide anything (the tracker does) nor carry an action out.
 """
@@ -31,7 +32,7 @@ __all__ = ["ClusterView"]
 
 log = get_logger(__name__)
 
-#: Deleted pods remembered while standing by, replayed to the tracker on taking the lead.
+#: Deleted pods remembered until their ends are durable, replayed on taking the lead.
 _TOMBSTONES_KEPT = 10_000
 
 
@@ -127,14 +128,20 @@ class ClusterView:
             self.first_seen.setdefault(uid, self._clock.monotonic())
         elif kind == "DELETED":
             self.first_seen.pop(uid, None)
+        if kind == "DELETED":
+            self._tombstones.append(pod)
+            del self._tombstones[:-_TOMBSTONES_KEPT]
         tracker = self._tracker()
         if tracker is None:
-            if kind == "DELETED":
-                self._tombstones.append(pod)
-                del self._tombstones[:-_TOMBSTONES_KEPT]
             return
         now, deleted = self._clock.now(), kind == "DELETED"
         self._guarded("pods", pod, lambda: tracker.pod_seen(pod, now, deleted=deleted))
+
+    def settled(self) -> None:
+        """Every end the leader's tracker emitted so far is durable: the tombstones seen until
+        now are no longer needed (the executor's ``on_settled``, called with no await since it
+        looked)."""
+        self._tombstones = []
 
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
         for listener in self.node_listeners:

@@ -1,12 +1,16 @@
 """The slicer's decisions, as the bridge's leader carries them out (the ``k8s-bridge-decisions``
 consumer's batch handler).
 
-Owns what each decision's delivery becomes: acknowledged once its writes were made; naked and
-redelivered when a write about its pod failed for now (after the write's own delay or
-``bind_retry_s``); naked while a gang's placement part waits for the gang to be placed whole;
+Owns what each decision's delivery becomes: acknowledged once its writes were made and the
+events they called for are durable; naked and redelivered when a write about its pod failed for
+now (after the write's own delay or ``bind_retry_s``) or those events were not committed (an
+eviction's refusal is derivable from nothing else: acknowledged before it is durable, a
+step-down would lose it for good; its id derives from the decision, so the redelivery reports
+it once); naked while a gang's placement part waits for the gang to be placed whole;
 acknowledged untouched, counted and logged when it names one of the bridge's pods' jobs under
 another tenant than the pod's (`Tracker.foreign`: a bus tenant submitted a job under a pod's
-job id). A batch that arrives while this replica does not lead is naked for the next leader.
+job id). A batch that arrives while this replica does not lead, or whose
+writes were cut short by a step-down, is naked for the next leader.
 
 Must not decide anything (the tracker does) nor make a write (`Executor.carry_out` does).
 """
@@ -69,6 +73,8 @@ class Decisions:
             if tracker.holds(d.event):
                 held.add(i)
         retry = await self._carry_out(actions)
+        if self._tracker() is not tracker:
+            raise RetryableError("stepped down while carrying these decisions out")
         outcomes: list[BaseException | None] = [None] * len(ds)
         for i in held:
             outcomes[i] = RetryableError("a part of a gang placed whole only later", delay_s=0.5)

@@ -41,7 +41,14 @@ from seedance.k8s_bridge.core.actions import Action, EvictPod, Publish
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
 
-__all__ = ["MAX_EVICT_RETRY_S", "REQUEST_TIMEOUT_S", "Evictions", "PodRefRetry", "give_up_s"]
+__all__ = [
+    "MAX_EVICT_RETRY_S",
+    "REQUEST_TIMEOUT_S",
+    "Evictions",
+    "PodRefRetry",
+    "give_up_s",
+    "refusal_id",
+]
 
 log = get_logger(__name__)
 
@@ -160,13 +167,18 @@ class Evictions:
         return _reported(a, self._clock.now(), reason, MoveRefusedCause.UNANSWERED), []
 
 
+def refusal_id(decision_id: str) -> str:
+    """The id of the refusal of decision ``decision_id``'s move (one report per decision)."""
+    return derived_event_id(decision_id, "move_refused")
+
+
 def _reported(a: EvictPod, now: datetime, why: str, cause: MoveRefusedCause) -> list[Action]:
     """The refusal of ``a``'s move, for the slicer (nothing for a pod of no job), its id
     derived from the decision's: one report per decision, whichever way it was refused."""
     if not a.job_id:
         return []
     ev = JobMoveRefused(
-        id=derived_event_id(a.decision_id, "move_refused"), at=now, job_id=a.job_id,
+        id=refusal_id(a.decision_id), at=now, job_id=a.job_id,
         tenant=a.tenant, node=a.node, decision_id=a.decision_id, reason=why[:1024],
         cause=cause,
     )  # fmt: skip

@@ -1,9 +1,9 @@
-"""The bridge's durable state: the pod jobs it submitted and has not ended (its job records),
-as a `seedance.core.durable.DurableState`, and what the bridge publishes through it.
+"""The bridge's durable state: the pod jobs it submitted and has not ended (its job records), as a
+`seedance.core.durable.DurableState`, and what the bridge publishes through it.
 
 Owns the records (`BridgeRecords.records`: (tenant, job) -> the pod's creation time in ms, the
-time bits of the job's event ids), how they follow the job events going out (`publish`: a
-submit records its job, an end forgets it) and finding the recorded jobs whose pods are gone
+time bits of the job's event ids), how they follow the job events going out (`publish`: a submit
+records its job, an end forgets it) and finding the recorded jobs whose pods are gone
 (`orphans`, in the very records a new leader adopted its bound pods under, as restored).
 
 The durable runtime commits the records with the events they came with (its outbox) *before*
@@ -11,12 +11,14 @@ publishing them, so a job is never submitted without its record (a new leader wo
 when its pod went while no bridge ran) and a record is never forgotten without its end going
 out; the events' ids are derived, so a re-sent outbox is a duplicate the bus drops.
 
-Entries: ``r/<tenant>/<job>`` (tenants are tokens, so the first ``/`` after the tenant ends
-it). Stored under ``_state.<lease name>`` in ``seedance-k8s-bridge-jobs`` (a Lease name never
-starts with ``_``). Records older bridges wrote, one key each (``<lease>.<tenant>.<job>``, the
-job id's ``:`` written ``=``), are moved into the state on the first load and their keys
-deleted (`load`). A bridge of before this state must not run beside one of after it (it would
-not see the other's records): upgrade all of a cluster's replicas together.
+Entries: ``r/<tenant>/<job>`` (tenants are tokens, so the first ``/`` after the tenant ends it).
+Stored under ``_state.<lease name>`` in ``seedance-k8s-bridge-jobs`` (a Lease name never starts
+with ``_``). Records older bridges wrote, one key each (``<lease>.<tenant>.<job>``, the job id's
+``:`` written ``=``), are moved into the state on the first load and their keys deleted
+(`load`); only keys of exactly two tokens after the scope: a Lease name may hold dots, and Lease
+``a``'s listing ``a.>`` also holds Lease ``a.b``'s records (``a.b.<tenant>.<job>``). A bridge of
+before this state must not run beside one of after it (it would not see the other's records):
+upgrade all of a cluster's replicas together.
 
 Must not decide what to publish or how an orphan ends (the tracker does), nor publish.
 """
@@ -108,11 +110,15 @@ class BridgeRecords(DurableState):
         bridges moved into it, their keys then deleted (also those a migration that stopped
         short left)."""
         await super().load()
-        old = await self.store.take_legacy_keys(self._scope)
+        prefix = f"{self._scope}."
+        old = {
+            key: value
+            for key, value in (await self.store.take_legacy_keys(self._scope)).items()
+            if key.startswith(prefix) and key.removeprefix(prefix).count(".") == 1
+        }  # another Lease's (dotted name) records are its own
         if not old:
             return
         if self.store.empty:
-            prefix = f"{self._scope}."
             for key, value in old.items():
                 tenant, _, token = key.removeprefix(prefix).partition(".")
                 self.records[(tenant, token.replace("=", ":"))] = int(value or b"0")

@@ -16,8 +16,9 @@ deletions, evictions), so the fence is the one the cluster's own controllers use
 read (``kubectl get lease``); a second lease in KV could be held by another replica than the
 Lease, one acting on the cluster while the other commits. Commits stay fenced by the store's
 compare-and-set (a deposed leader's fails). The elector stops leading once it could not renew
-for 2/3 of the Lease's duration; the runtime then stops the consumer and steps down (the
-tracker dropped: the watches act on nothing). Taking the lead (the records restored first), it
+for 2/3 of the Lease's duration; from then the tracker the watches and decisions see is None
+(they act on nothing), and the runtime stops the consumer and steps down (the tracker dropped,
+the executor's queue with it). Taking the lead (the records restored first), it
 waits for the caches, builds a fresh tracker from them under the records and ends the recorded
 jobs whose pods are gone, in that same listing; only then are decisions consumed.
 """
@@ -84,7 +85,14 @@ class BridgeService(Lifecycle):
         self._priorities = dict(priorities or {})
         self.tracker: Tracker | None = None
         self._stopping = asyncio.Event()
-        tracker = lambda: self.tracker  # noqa: E731  # the leader's, None while standing by
+        self.elector = LeaseElector(
+            api, clock, namespace=settings.lease_namespace, name=settings.lease_name,
+            identity=self.identity, duration_s=settings.lease_duration_s,
+            renew_s=settings.lease_renew_s,
+        )  # fmt: skip
+        # The leader's, None while standing by and as soon as the Lease is lost (before the
+        # runtime steps down): the watches and the decisions then act on nothing.
+        tracker = lambda: self.tracker if self.elector.held else None  # noqa: E731
         self.view = ClusterView(
             api, clock, settings, m, tracker=tracker, enqueue=lambda a: self._executor.enqueue(a),
             on_restart=self._count_restart,
@@ -95,11 +103,6 @@ class BridgeService(Lifecycle):
         writes = ApiWrites(
             api, clock, m, evictions, concurrency=settings.api_concurrency, tracker=tracker,
             first_seen=self.view.first_seen,
-        )  # fmt: skip
-        self.elector = LeaseElector(
-            api, clock, namespace=settings.lease_namespace, name=settings.lease_name,
-            identity=self.identity, duration_s=settings.lease_duration_s,
-            renew_s=settings.lease_renew_s,
         )  # fmt: skip
         # The runtime looks at the Lease every sixth of this: at most every 0.5 s, so a lost
         # Lease stops the decisions well before a standby may take over.
@@ -113,7 +116,9 @@ class BridgeService(Lifecycle):
             metrics=m, on_lead=self._take_over, on_step_down=self._step_down,
             leadership=self.elector, log_as="bridge",
         )  # fmt: skip
-        self._executor = Executor(writes, self.durable, m, leading=lambda: self.leading)
+        self._executor = Executor(
+            writes, self.durable, m, leading=lambda: self.leading, on_settled=self.view.settled
+        )
         decisions = Decisions(
             clock, m, tracker=tracker, carry_out=self._executor.carry_out,
             bind_retry_s=settings.bind_retry_s,
@@ -160,7 +165,7 @@ class BridgeService(Lifecycle):
 
     @property
     def leading(self) -> bool:
-        return self.tracker is not None
+        return self.tracker is not None and self.elector.held
 
     @property
     def records(self) -> BridgeRecords:
@@ -225,7 +230,7 @@ class BridgeService(Lifecycle):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         await event.wait()
-        self._executor.forget_unsaved()  # made after the last step-down by writes in flight
+        self._executor.step_down()  # made after the last step-down by writes in flight
         records = self.records
         tracker = Tracker(instance=self.identity)
         tracker.bindings, tracker.priorities = self._bindings, self._priorities
@@ -251,4 +256,4 @@ class BridgeService(Lifecycle):
         if self.release is not None:
             await self.release.step_down()
         self.tracker = None
-        self._executor.forget_unsaved()
+        self._executor.step_down()

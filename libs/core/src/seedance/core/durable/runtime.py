@@ -155,9 +155,10 @@ class DurableRuntime:
     Hooks (all optional): ``on_restored(seconds)`` after a leader's restore; ``on_lead()``
     before it consumes; ``between_batches()`` at every poll and `wake` while leading;
     ``on_batch()`` after each batch; ``on_step_down()`` once it stopped consuming, after each
-    term (lost or stopping). ``leadership``: who leads instead of the KV lease of the spec.
-    Without a ``core`` only `transact` changes the state (no `handler`: the k8s-bridge, whose
-    consumed decisions end in API writes, not in effects to publish)."""
+    term (stopping: the outbox published first; lost: at once, the outbox the next leader's).
+    ``leadership``: who leads instead of the KV lease of the spec. Without a ``core`` only
+    `transact` changes the state (no `handler`: the k8s-bridge, whose consumed decisions end
+    in API writes, not in effects to publish)."""
 
     def __init__(
         self,
@@ -340,7 +341,14 @@ class DurableRuntime:
                     async with asyncio.timeout(poll_s):
                         await self._wake.wait()
                 self._wake.clear()
-                await self._published()  # the last batch's effects, when no batch followed
+                # The last batch's effects, given up once the lease is lost (the next leader's)
+                flush = asyncio.create_task(self._published())
+                while not (await asyncio.wait((flush,), timeout=poll_s))[0]:
+                    if not self._lease.held:
+                        await cancel_until_done((flush,))
+                if flush.cancelled() or not self._lease.held:
+                    break
+                flush.result()
                 if between is not None:
                     await between()
         finally:
@@ -349,7 +357,10 @@ class DurableRuntime:
             for c in self._consumers:
                 c.stop()
             await asyncio.gather(*tasks)
-            await self._published()  # else left to the next leader (durable, deduplicated)
+            if self._lease.held:  # stopping: publish what is owed; lost: left to the next leader
+                await self._published()
+            self._abandon(self._sent)
+            self._sent = None
 
     # --- the state ----------------------------------------------------------------------------
 
@@ -395,12 +406,15 @@ class DurableRuntime:
     async def _flush(self) -> None:
         """Have the durable effects published: wait for the acks of those `_send` sent, else
         send them and wait. On failure the caller's batch is naked, its redelivery skipped (the
-        state has it) and the effects sent again first."""
-        sent, self._sent = self._sent, None
-        outbox = self.state.outbox
+        state has it) and the effects sent again first. Cancelled (the lease lost): the batch
+        stays in ``_sent``, `_abandon`-ed at the step-down."""
+        outbox, sent = self.state.outbox, self._sent
+        if sent is not None and sent[1] is not outbox:
+            self._abandon(sent)  # a reload replaced the outbox it sent
+            sent = self._sent = None
         if not outbox:
             return
-        if sent is not None and sent[1] is outbox:
+        if sent is not None:
             try:
                 await sent[0].wait(_PUBLISH_TIMEOUT_S)
             except Exception as exc:  # sent again below, at once (the ids make it safe)
@@ -409,15 +423,18 @@ class DurableRuntime:
                     **self._fields(key=self._spec.key, error=repr(exc)),
                 )
             else:
+                self._sent = None
                 self._acked(outbox)
                 return
+        self._sent = None
         await self._send()
-        sent, self._sent = self._sent, None
-        assert sent is not None
+        assert self._sent is not None
         try:
-            await sent[0].wait(_PUBLISH_TIMEOUT_S)
-        except Exception as exc:
+            await self._sent[0].wait(_PUBLISH_TIMEOUT_S)
+        except Exception as exc:  # not a cancel: that leaves the batch in ``_sent``
+            self._sent = None
             raise RetryableError(f"{self._rt.name} effects not published: {exc!r}") from exc
+        self._sent = None
         self._acked(outbox)
 
     async def _send(self) -> None:
@@ -441,6 +458,11 @@ class DurableRuntime:
 
         # The outbox is emptied as soon as every ack is in, whoever waits (or none yet).
         batch.done.add_done_callback(stored)
+
+    def _abandon(self, sent: tuple[AckedBatch, Outbox] | None) -> None:
+        """Acks no longer waited for: the publisher stops tracking them (else kept forever)."""
+        if sent is not None and not sent[0].done.done():
+            sent[0].publisher.forget(sent[0])
 
     def _acked(self, outbox: Outbox) -> None:
         """`outbox` is stored in its streams: no longer owed (unless a reload replaced it)."""
