@@ -14,6 +14,7 @@ import numpy as np
 
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
 from seedance.slicer.core.model import GPU_MILLI, ClusterState, NodeGpus, PodRequest, Rejection
+from seedance.slicer.core.signatures import NodeSignatures
 
 __all__ = [
     "BestFit",
@@ -36,6 +37,9 @@ _INFEASIBLE = np.iinfo(np.int64).max
 # Distinct request shapes whose node scores are cached (≈ 20 KB each on 1,213 nodes); openb's
 # lists have 150–430 shapes.
 _CACHE_REQUESTS = 4096
+# Above this many nodes to score, they are scored once per signature (`core.signatures`):
+# grouping costs a few vector operations, which a handful of nodes would not repay.
+_SCORE_BY_SIGNATURE = 32
 
 
 class Policy(Protocol):
@@ -297,6 +301,7 @@ class SeedancePolicy(FragmentationGradientDescent):
         self.mem_mib_per_gpu_milli = mem_mib_per_gpu_milli
         self.strand_weight = strand_weight
         self._cache: dict[PodRequest, tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState]] = {}
+        self._signatures: NodeSignatures | None = None
 
     @classmethod
     def for_trace(cls, pods: list[PodRequest], **kw: float) -> SeedancePolicy:
@@ -308,11 +313,11 @@ class SeedancePolicy(FragmentationGradientDescent):
             **kw,
         )
 
-    def _node_type(self, state: ClusterState) -> np.ndarray:
-        """A hardware-type id per node (only equality matters: nodes of one type score alike
-        while untouched). Kept by the state, so a policy rebuilt from new shapes (every
-        refresh of the target workload) does not type the fleet again."""
-        return state.type_id
+    def inherit(self, other: Policy) -> None:
+        """FGD's `inherit`, and `other`'s node signatures: they depend on the nodes only."""
+        super().inherit(other)
+        if isinstance(other, SeedancePolicy):
+            self._signatures = other._signatures
 
     def _stranded(self, tot: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         fed = np.minimum(cpu / self.cpu_per_gpu_milli, mem / self.mem_mib_per_gpu_milli)
@@ -338,7 +343,9 @@ class SeedancePolicy(FragmentationGradientDescent):
     ) -> NodeGpus | Rejection:
         """FGD's selection, with each node's score cached per request shape until that node
         changes: one placement changes one node, so a request seen before rescans only the
-        nodes changed since (a handful for popular shapes) instead of all 1,213."""
+        nodes changed since (a handful for popular shapes) instead of the fleet. A rescan of
+        many nodes (a new shape, or each shape after a refresh of the target workload, when
+        every node's score changes) scores one node per signature (`core.signatures`)."""
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         self.index(state)
@@ -361,20 +368,21 @@ class SeedancePolicy(FragmentationGradientDescent):
             entry = self._cache[pod] = grown
         key, gpu, seen = entry[0][:n], entry[1][:n], entry[2][:n]
         stale = np.flatnonzero(seen != state.version)
-        if stale.size:
+        if stale.size > _SCORE_BY_SIGNATURE:
+            # Many nodes to score (a shape first seen, or every shape after a refresh of the
+            # target workload): nodes of one signature score alike, so score one of each and
+            # copy (`core.signatures`).
             seen[stale] = state.version[stale]
-            # Nodes never touched score like the other untouched nodes of their hardware
-            # type: score one of each type and copy, which makes a first-seen request cheap
-            # while the cluster is still mostly empty.
-            untouched = state.version[stale] == 0
-            if untouched.sum() > 8:
-                fresh = stale[untouched]
-                _, first, inverse = np.unique(
-                    self._node_type(state)[fresh], return_index=True, return_inverse=True
-                )
-                k, g = self.node_scores(state, pod, fresh[first])
-                key[fresh], gpu[fresh] = k[inverse], g[inverse]
-                stale = stale[~untouched]
-            if stale.size:
-                key[stale], gpu[stale] = self.node_scores(state, pod, stale)
+            some, at = self.signatures(state).groups(stale)
+            k, g = self.node_scores(state, pod, some)
+            key[stale], gpu[stale] = k[at], g[at]
+        elif stale.size:
+            seen[stale] = state.version[stale]
+            key[stale], gpu[stale] = self.node_scores(state, pod, stale)
         return self.select(state, pod, key, gpu, allowed)
+
+    def signatures(self, state: ClusterState) -> NodeSignatures:
+        """The nodes' signatures (kept across refreshes of the target workload: `inherit`)."""
+        if self._signatures is None or self._signatures.state is not state:
+            self._signatures = NodeSignatures(state)
+        return self._signatures
