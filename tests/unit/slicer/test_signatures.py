@@ -1,13 +1,14 @@
-"""Node signatures (`core.signatures`) and the rescans scored once per signature: both against
-a from-scratch answer under random churn (placements, releases, masked GPUs, CPU held outside
-the queue, nodes re-described and added, refreshes of the target workload)."""
+"""Node signatures (`core.signatures`), the rescans scored once per signature and the
+fragmentation index's rows computed once per signature: each against a from-scratch answer
+under random churn (placements, releases, masked GPUs, CPU held outside the queue, nodes
+re-described and added, refreshes of the target workload)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from seedance.slicer.core.fragmentation import TargetWorkload
+from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest
 from seedance.slicer.core.policies import SeedancePolicy
 from seedance.slicer.core.signatures import NodeSignatures
@@ -146,7 +147,11 @@ def test_rescans_by_signature_score_every_node_as_afresh(seed: int) -> None:
             cpu_per_gpu_milli=policy.cpu_per_gpu_milli,
             mem_mib_per_gpu_milli=policy.mem_mib_per_gpu_milli,
         )
-        fresh.index(st)
+        fresh._index = FragmentationIndex(st, policy.workload)  # no signatures, no borrowing
+        kept = policy.index(st)
+        n = len(st)
+        for name in ("cnt", "part", "tot", "desc", "frag", "host_ok"):
+            assert np.array_equal(getattr(kept, name)[:n], getattr(fresh._index, name)[:n]), name
         key, gpu = fresh.node_scores(st, pod, np.arange(len(st)))
         cached = policy._cache[pod]
         assert np.array_equal(cached[0][: len(st)], key)

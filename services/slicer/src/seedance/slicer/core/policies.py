@@ -171,16 +171,26 @@ class FragmentationGradientDescent:
         self._previous: FragmentationIndex | None = None
         self._model_ok: dict[frozenset[str], np.ndarray] = {}
         self._model_ok_epoch = -1
+        self._signatures: NodeSignatures | None = None
 
     def inherit(self, other: Policy) -> None:
         """Start from `other`'s fragmentation index (this policy replaces it: a refresh of the
-        target workload), reusing the columns of the GPU shapes both workloads have."""
+        target workload), reusing the columns of the GPU shapes both workloads have, and from
+        its node signatures (they depend on the nodes only)."""
         if isinstance(other, FragmentationGradientDescent):
             self._previous = other._index
+            self._signatures = other._signatures
+
+    def signatures(self, state: ClusterState) -> NodeSignatures:
+        """The nodes' signatures (`core.signatures`), kept across refreshes (`inherit`)."""
+        if self._signatures is None or self._signatures.state is not state:
+            self._signatures = NodeSignatures(state)
+        return self._signatures
 
     def index(self, state: ClusterState) -> FragmentationIndex:
         if self._index is None or self._index.state is not state:
-            self._index = FragmentationIndex(state, self.workload, self._previous)
+            sigs = self.signatures(state)
+            self._index = FragmentationIndex(state, self.workload, self._previous, sigs)
             self._previous = None
             self._model_ok = {}
         self._index.sync()
@@ -313,7 +323,6 @@ class SeedancePolicy(FragmentationGradientDescent):
         self.mem_mib_per_gpu_milli = mem_mib_per_gpu_milli
         self.strand_weight = strand_weight
         self._cache: dict[PodRequest, tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState]] = {}
-        self._signatures: NodeSignatures | None = None
 
     @classmethod
     def for_trace(cls, pods: list[PodRequest], **kw: float) -> SeedancePolicy:
@@ -324,12 +333,6 @@ class SeedancePolicy(FragmentationGradientDescent):
             mem_mib_per_gpu_milli=sum(p.memory_mib for p in pods) / gpu,
             **kw,
         )
-
-    def inherit(self, other: Policy) -> None:
-        """FGD's `inherit`, and `other`'s node signatures: they depend on the nodes only."""
-        super().inherit(other)
-        if isinstance(other, SeedancePolicy):
-            self._signatures = other._signatures
 
     def _stranded(self, tot: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         fed = np.minimum(cpu / self.cpu_per_gpu_milli, mem / self.mem_mib_per_gpu_milli)
@@ -392,9 +395,3 @@ class SeedancePolicy(FragmentationGradientDescent):
             seen[stale] = state.version[stale]
             key[stale], gpu[stale] = self.node_scores(state, pod, stale)
         return self.select(state, pod, key, gpu, allowed)
-
-    def signatures(self, state: ClusterState) -> NodeSignatures:
-        """The nodes' signatures (kept across refreshes of the target workload: `inherit`)."""
-        if self._signatures is None or self._signatures.state is not state:
-            self._signatures = NodeSignatures(state)
-        return self._signatures
