@@ -50,7 +50,8 @@ class NodeSignatures:
     def ids(self, rows: np.ndarray) -> np.ndarray:
         """The signature id of each node of `rows`, after re-keying the nodes that changed."""
         self._sync()
-        return self._id[rows]
+        found: np.ndarray = self._id[rows]
+        return found
 
     def _sync(self) -> None:
         st = self.state
