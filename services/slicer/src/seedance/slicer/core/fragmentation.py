@@ -141,6 +141,7 @@ class FragmentationIndex:
         self.desc = np.zeros((rows, state.gpu_free.shape[1]), dtype=np.int64)
         self._seen = np.full(rows, -1, dtype=np.int64)
         self._hw_seen = np.full(rows, -1, dtype=np.int64)
+        self._hw_epoch = -1  # the state's `hw_epoch` at the last `_fit_nodes`
         # Change tables for a shared placement: indexed by the GPU's free share f before,
         # they give the change of cnt and part per shape when s is taken from that GPU.
         self._share_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -204,6 +205,9 @@ class FragmentationIndex:
         """Follow nodes added or re-described since the last sync: grow the rows to the state's
         capacity, and recompute which shapes each new or changed node's model can host."""
         st = self.state
+        if st.hw_epoch == self._hw_epoch:
+            return  # no node added or re-described since: no row to compare
+        self._hw_epoch = st.hw_epoch
         n = len(st)
         if len(self._seen) < n:
             rows = st.capacity
