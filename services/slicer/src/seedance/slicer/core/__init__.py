@@ -6,9 +6,9 @@ publishes its `Effect`s; `Scheduler.snapshot` / `restore` persist its one state.
 
 Modules: `scheduler` (the one scheduler: its inputs and decisions) over `state` (its state,
 views and persistence), `queue` (the placement queue it owns: backfill, reservations, gangs,
-priority preemption), `model` / `policies` / `fragmentation` (the cluster arrays and where one
-request goes), `mig` / `mig_pool` (MIG geometry and the pool's instances), `quota` (tenant
-quotas), `inputs` / `effects` / `snapshot` (its values).
+priority preemption), `model` / `policies` / `fragmentation` / `signatures` (the cluster
+arrays and where one request goes), `mig` / `mig_pool` (MIG geometry and the pool's
+instances), `quota` (tenant quotas), `inputs` / `effects` / `snapshot` (its values).
 """
 
 from seedance.slicer.core.effects import (

@@ -14,6 +14,7 @@ import numpy as np
 
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
 from seedance.slicer.core.model import GPU_MILLI, ClusterState, NodeGpus, PodRequest, Rejection
+from seedance.slicer.core.signatures import NodeSignatures
 
 __all__ = [
     "BestFit",
@@ -36,6 +37,9 @@ _INFEASIBLE = np.iinfo(np.int64).max
 # Distinct request shapes whose node scores are cached (≈ 20 KB each on 1,213 nodes); openb's
 # lists have 150–430 shapes.
 _CACHE_REQUESTS = 4096
+# Above this many nodes to score, they are scored once per signature (`core.signatures`):
+# grouping costs a few vector operations, which a handful of nodes would not repay.
+_SCORE_BY_SIGNATURE = 32
 
 
 class Policy(Protocol):
@@ -167,16 +171,26 @@ class FragmentationGradientDescent:
         self._previous: FragmentationIndex | None = None
         self._model_ok: dict[frozenset[str], np.ndarray] = {}
         self._model_ok_epoch = -1
+        self._signatures: NodeSignatures | None = None
 
     def inherit(self, other: Policy) -> None:
         """Start from `other`'s fragmentation index (this policy replaces it: a refresh of the
-        target workload), reusing the columns of the GPU shapes both workloads have."""
+        target workload), reusing the columns of the GPU shapes both workloads have, and from
+        its node signatures (they depend on the nodes only)."""
         if isinstance(other, FragmentationGradientDescent):
             self._previous = other._index
+            self._signatures = other._signatures
+
+    def signatures(self, state: ClusterState) -> NodeSignatures:
+        """The nodes' signatures (`core.signatures`), kept across refreshes (`inherit`)."""
+        if self._signatures is None or self._signatures.state is not state:
+            self._signatures = NodeSignatures(state)
+        return self._signatures
 
     def index(self, state: ClusterState) -> FragmentationIndex:
         if self._index is None or self._index.state is not state:
-            self._index = FragmentationIndex(state, self.workload, self._previous)
+            sigs = self.signatures(state)
+            self._index = FragmentationIndex(state, self.workload, self._previous, sigs)
             self._previous = None
             self._model_ok = {}
         self._index.sync()
@@ -261,10 +275,22 @@ class FragmentationGradientDescent:
         tied = np.flatnonzero(key == low)
         n = int(tied[0])
         if tied.size > 1:
-            n = int(tied[np.argmin(_bestfit_score(state, tied, pod))])
+            n = int(tied[np.argmin(self._bestfit_score(state, tied, pod))])
         if pod.is_shared:
             return NodeGpus(n, (int(gpu[n]),))
         return NodeGpus(n, choose_whole_gpus(state, n, pod))
+
+    def _bestfit_score(self, state: ClusterState, nodes: np.ndarray, pod: PodRequest) -> np.ndarray:
+        """`_bestfit_score` with each node's free GPU share read off the index (synced by
+        `place`), not summed over its GPUs: the same values, without a gather of every GPU of
+        every tied node (thousands on a fleet of identical nodes)."""
+        idx = self._index
+        if idx is None or idx.state is not state:
+            return _bestfit_score(state, nodes, pod)
+        cpu_left = state.cpu_free[nodes] - pod.cpu_milli
+        gpu_left = idx.tot[nodes] - pod.gpu_milli_total
+        score: np.ndarray = 0.5 * cpu_left / _BF_CPU_MILLI + 0.5 * gpu_left / _BF_GPU_MILLI
+        return score
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
@@ -308,12 +334,6 @@ class SeedancePolicy(FragmentationGradientDescent):
             **kw,
         )
 
-    def _node_type(self, state: ClusterState) -> np.ndarray:
-        """A hardware-type id per node (only equality matters: nodes of one type score alike
-        while untouched). Kept by the state, so a policy rebuilt from new shapes (every
-        refresh of the target workload) does not type the fleet again."""
-        return state.type_id
-
     def _stranded(self, tot: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         fed = np.minimum(cpu / self.cpu_per_gpu_milli, mem / self.mem_mib_per_gpu_milli)
         unfed: np.ndarray = np.maximum(tot - fed, 0.0)
@@ -338,7 +358,9 @@ class SeedancePolicy(FragmentationGradientDescent):
     ) -> NodeGpus | Rejection:
         """FGD's selection, with each node's score cached per request shape until that node
         changes: one placement changes one node, so a request seen before rescans only the
-        nodes changed since (a handful for popular shapes) instead of all 1,213."""
+        nodes changed since (a handful for popular shapes) instead of the fleet. A rescan of
+        many nodes (a new shape, or each shape after a refresh of the target workload, when
+        every node's score changes) scores one node per signature (`core.signatures`)."""
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         self.index(state)
@@ -361,20 +383,15 @@ class SeedancePolicy(FragmentationGradientDescent):
             entry = self._cache[pod] = grown
         key, gpu, seen = entry[0][:n], entry[1][:n], entry[2][:n]
         stale = np.flatnonzero(seen != state.version)
-        if stale.size:
+        if stale.size > _SCORE_BY_SIGNATURE:
+            # Many nodes to score (a shape first seen, or every shape after a refresh of the
+            # target workload): nodes of one signature score alike, so score one of each and
+            # copy (`core.signatures`).
             seen[stale] = state.version[stale]
-            # Nodes never touched score like the other untouched nodes of their hardware
-            # type: score one of each type and copy, which makes a first-seen request cheap
-            # while the cluster is still mostly empty.
-            untouched = state.version[stale] == 0
-            if untouched.sum() > 8:
-                fresh = stale[untouched]
-                _, first, inverse = np.unique(
-                    self._node_type(state)[fresh], return_index=True, return_inverse=True
-                )
-                k, g = self.node_scores(state, pod, fresh[first])
-                key[fresh], gpu[fresh] = k[inverse], g[inverse]
-                stale = stale[~untouched]
-            if stale.size:
-                key[stale], gpu[stale] = self.node_scores(state, pod, stale)
+            some, at = self.signatures(state).groups(stale)
+            k, g = self.node_scores(state, pod, some)
+            key[stale], gpu[stale] = k[at], g[at]
+        elif stale.size:
+            seen[stale] = state.version[stale]
+            key[stale], gpu[stale] = self.node_scores(state, pod, stale)
         return self.select(state, pod, key, gpu, allowed)

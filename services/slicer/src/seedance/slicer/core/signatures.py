@@ -1,0 +1,112 @@
+"""Node signatures: which nodes a placement policy would score alike, kept node by node.
+
+Owns, per node of a `ClusterState`, a small integer id of everything a node's placement score
+depends on: its hardware type (`ClusterState.type_id`: GPU model, CPU, memory, GPU count) and
+its free CPU, free memory and free share of each GPU slot, in slot order (a shared request's
+GPU choice is a slot index). Nodes with one id get the same score for any request, so a policy
+that must rescore many nodes (`SeedancePolicy` after each refresh of its target workload)
+scores one node of each id and copies: at 80 % fill of the 4,278-node fleet 958 ids cover the
+nodes, on the ×4 fleet about as few.
+
+The ids are kept incrementally: a node is re-keyed only when its `version` moved since the
+last `ids` (a placement changes one or two nodes), never by a pass over every row's values
+(`np.unique` over the rows takes ~125 ms at 4,278 nodes, more than the rescans it saves).
+Ids no node holds any more are reused, so they stay below the number of rows.
+
+It must not score, place, or change the state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from seedance.slicer.core.model import ClusterState
+
+__all__ = ["NodeSignatures"]
+
+
+class NodeSignatures:
+    """Signature ids of a state's nodes (`ids`); equal ids mean equal scores."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        rows = state.capacity
+        self._id = np.full(rows, -1, dtype=np.int64)
+        self._seen = np.full(rows, -1, dtype=np.int64)
+        self._of: dict[bytes, int] = {}  # signature bytes -> id
+        self._keys: list[bytes] = []  # id -> signature bytes (b"" while free)
+        self._count: list[int] = []  # id -> nodes holding it
+        self._free: list[int] = []  # ids no node holds
+
+    @property
+    def bound(self) -> int:
+        """Every id is below this (for scratch arrays indexed by id)."""
+        return len(self._keys)
+
+    def __len__(self) -> int:
+        """Distinct signatures held by the nodes now (as of the last `ids`)."""
+        return len(self._of)
+
+    def ids(self, rows: np.ndarray) -> np.ndarray:
+        """The signature id of each node of `rows`, after re-keying the nodes that changed."""
+        self._sync()
+        found: np.ndarray = self._id[rows]
+        return found
+
+    def _sync(self) -> None:
+        st = self.state
+        n = len(st)
+        if len(self._seen) < n:  # the state grew its rows: nodes added
+            rows = st.capacity
+            for name in ("_id", "_seen"):
+                grown = np.full(rows, -1, dtype=np.int64)
+                old = getattr(self, name)
+                grown[: len(old)] = old
+                setattr(self, name, grown)
+        changed = np.flatnonzero(self._seen[:n] != st.version)
+        if changed.size == 0:
+            return
+        sig = np.empty((changed.size, 3 + st.gpu_free.shape[1]), dtype=np.int64)
+        sig[:, 0] = st.type_id[changed]
+        sig[:, 1] = st.cpu_free[changed]
+        sig[:, 2] = st.mem_free[changed]
+        sig[:, 3:] = st.gpu_free[changed]
+        raw, width = sig.tobytes(), sig.itemsize * sig.shape[1]
+        ids, of, keys, count, free = self._id, self._of, self._keys, self._count, self._free
+        for k, row in enumerate(changed.tolist()):
+            key = raw[k * width : (k + 1) * width]
+            old = int(ids[row])
+            if old >= 0:
+                if keys[old] == key:
+                    continue
+                count[old] -= 1
+                if count[old] == 0:  # no node holds it any more: forget it, reuse the id
+                    del of[keys[old]]
+                    keys[old] = b""
+                    free.append(old)
+            new = of.get(key)
+            if new is None:
+                if free:
+                    new = free.pop()
+                    keys[new] = key
+                    count[new] = 0
+                else:
+                    new = len(keys)
+                    keys.append(key)
+                    count.append(0)
+                of[key] = new
+            count[new] += 1
+            ids[row] = new
+        self._seen[changed] = st.version[changed]
+
+    def groups(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(one node of each signature among `rows`, per row of `rows` the position of its
+        signature's node in the first array): scoring the first array and taking it at the
+        second scores every row. A scatter over the ids, not a sort."""
+        sig = self.ids(rows)
+        some = np.full(self.bound, -1, dtype=np.int64)
+        some[sig] = rows  # any node of each id will do: they score alike
+        present = np.flatnonzero(some >= 0)
+        slot = np.empty(self.bound, dtype=np.int64)
+        slot[present] = np.arange(present.size)
+        return some[present], slot[sig]

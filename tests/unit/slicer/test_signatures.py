@@ -1,0 +1,164 @@
+"""Node signatures (`core.signatures`), the rescans scored once per signature and the
+fragmentation index's rows computed once per signature: each against a from-scratch answer
+under random churn (placements, releases, masked GPUs, CPU held outside the queue, nodes
+re-described and added, refreshes of the target workload)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
+from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest
+from seedance.slicer.core.policies import SeedancePolicy
+from seedance.slicer.core.signatures import NodeSignatures
+from tests.unit.slicer.nodes import node
+
+_TYPES = [
+    (8, 96_000, "G2"),
+    (2, 104_000, "G2"),
+    (4, 32_000, "T4"),
+    (1, 8000, "T4"),
+    (0, 64_000, "G2"),
+]
+_KINDS = [
+    PodRequest(cpu_milli=4000, memory_mib=1024, num_gpu=1, gpu_milli=250),
+    PodRequest(cpu_milli=2000, memory_mib=2048, num_gpu=1, gpu_milli=500),
+    PodRequest(cpu_milli=8000, memory_mib=1024, num_gpu=1, gpu_milli=810),
+    PodRequest(
+        cpu_milli=4000, memory_mib=1024, num_gpu=1, gpu_milli=250, gpu_models=frozenset({"t4"})
+    ),
+    PodRequest(cpu_milli=8000, memory_mib=1024, num_gpu=1, gpu_milli=1000),
+    PodRequest(cpu_milli=16_000, memory_mib=1024, num_gpu=2, gpu_milli=1000),
+    PodRequest(cpu_milli=32_000, memory_mib=1024, num_gpu=8, gpu_milli=1000),
+    PodRequest(cpu_milli=12_000, memory_mib=1),
+]
+
+
+def _node(rng: np.random.Generator, name: str) -> Node:
+    gpus, cpu, model = _TYPES[int(rng.integers(len(_TYPES)))]
+    return node(name, gpus=gpus, cpu=cpu, model=model)
+
+
+def _from_scratch(st: ClusterState) -> list[tuple[int, ...]]:
+    """Each node's signature, built from its row's values."""
+    n = len(st)
+    cols = np.column_stack((st.type_id[:n], st.cpu_free[:n], st.mem_free[:n], st.gpu_free[:n]))
+    return [tuple(int(v) for v in row) for row in cols]
+
+
+class _Churn:
+    """Random changes of a state, through every path that changes a node's values."""
+
+    def __init__(self, st: ClusterState, rng: np.random.Generator) -> None:
+        self.st, self.rng = st, rng
+        self.placed: list[tuple[PodRequest, NodeGpus]] = []
+        self.added = 0
+
+    def place(self, pod: PodRequest, where: NodeGpus) -> None:
+        self.st.apply(pod, where)
+        self.placed.append((pod, where))
+
+    def step(self) -> None:
+        st, rng = self.st, self.rng
+        op = rng.random()
+        if op < 0.35 and self.placed:
+            pod, where = self.placed.pop(int(rng.integers(len(self.placed))))
+            st.release(pod, where)
+        elif op < 0.45:  # a GPU masked (unhealthy, MIG mode): the queue zeroes it
+            n = int(rng.integers(len(st)))
+            g = int(rng.integers(8))
+            if st.gpu_free[n, g]:
+                st.gpu_free[n, g] = 0
+                st.version[n] += 1
+        elif op < 0.5:  # CPU and memory held outside the queue (a MIG job's host share)
+            n = int(rng.integers(len(st)))
+            if st.cpu_free[n] >= 1000 and st.mem_free[n] >= 512:
+                st.cpu_free[n] -= 1000
+                st.mem_free[n] -= 512
+                st.version[n] += 1
+        elif op < 0.55:  # an idle node re-described, or a node added
+            busy = {w.node for _, w in self.placed}
+            idle = [i for i in range(len(st)) if i not in busy]
+            if idle and rng.random() < 0.5:
+                i = idle[int(rng.integers(len(idle)))]
+                st.replace_node(i, _node(rng, st.nodes[i].name))
+            else:
+                self.added += 1
+                st.add_node(_node(rng, f"new{self.added}"))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_signatures_follow_random_churn(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    st = ClusterState([_node(rng, f"n{i}") for i in range(40)])
+    sigs = NodeSignatures(st)
+    churn = _Churn(st, rng)
+    for step in range(1500):
+        if rng.random() < 0.5:
+            pod = _KINDS[int(rng.integers(len(_KINDS)))]
+            ok = np.flatnonzero(st.feasible(pod))
+            if ok.size:
+                n = int(ok[int(rng.integers(ok.size))])
+                free = np.flatnonzero(st.gpu_free[n] >= pod.gpu_milli)
+                churn.place(pod, NodeGpus(n, tuple(int(g) for g in free[: pod.num_gpu])))
+        else:
+            churn.step()
+        if step % 7:
+            continue  # several changes between two reads, as between two rescans
+        ids = sigs.ids(np.arange(len(st)))
+        expected = _from_scratch(st)
+        # Equal ids exactly where the signatures are equal: one id per signature, both ways.
+        assert len(set(zip(ids.tolist(), expected, strict=True))) == len(set(expected))
+        assert len(set(ids.tolist())) == len(set(expected)) == len(sigs)
+        assert sigs.bound <= st.capacity  # ids of signatures no node holds are reused
+        some, at = sigs.groups(np.arange(len(st)))
+        assert [expected[int(some[k])] for k in at] == expected
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rescans_by_signature_score_every_node_as_afresh(seed: int) -> None:
+    # 120 nodes, the workload refreshed every 10 placements (every shape then rescans every
+    # node): each decision and every cached score equal a from-scratch scoring of each node.
+    rng = np.random.default_rng(seed)
+    st = ClusterState([_node(rng, f"n{i}") for i in range(120)])
+    churn = _Churn(st, rng)
+    history = [_KINDS[int(i)] for i in rng.integers(len(_KINDS), size=20)]
+    policy = SeedancePolicy.for_trace(history)
+    signature_rescans = 0
+    for step in range(600):
+        pod = _KINDS[int(rng.integers(len(_KINDS)))]
+        history.append(pod)
+        if step % 10 == 0:
+            new = SeedancePolicy(
+                TargetWorkload.from_pods(history[-50:], coverage=1.0),
+                cpu_per_gpu_milli=policy.cpu_per_gpu_milli,
+                mem_mib_per_gpu_milli=policy.mem_mib_per_gpu_milli,
+            )
+            new.inherit(policy)
+            policy = new
+        entry = policy._cache.get(pod)
+        seen = entry[2][: len(st)] if entry is not None else np.zeros(0, dtype=np.int64)
+        stale = len(st) - seen.size + int((seen != st.version[: seen.size]).sum())
+        signature_rescans += stale > 32
+        got = policy.place(st, pod)
+        fresh = SeedancePolicy(
+            policy.workload,
+            cpu_per_gpu_milli=policy.cpu_per_gpu_milli,
+            mem_mib_per_gpu_milli=policy.mem_mib_per_gpu_milli,
+        )
+        fresh._index = FragmentationIndex(st, policy.workload)  # no signatures, no borrowing
+        kept = policy.index(st)
+        n = len(st)
+        for name in ("cnt", "part", "tot", "desc", "frag", "host_ok"):
+            assert np.array_equal(getattr(kept, name)[:n], getattr(fresh._index, name)[:n]), name
+        key, gpu = fresh.node_scores(st, pod, np.arange(len(st)))
+        cached = policy._cache[pod]
+        assert np.array_equal(cached[0][: len(st)], key)
+        assert np.array_equal(cached[1][: len(st)], gpu)
+        assert got == fresh.select(st, pod, key, gpu)
+        if isinstance(got, NodeGpus):
+            churn.place(pod, got)
+        for _ in range(int(rng.integers(3))):
+            churn.step()
+    assert signature_rescans > 50  # the path under test ran
