@@ -177,9 +177,13 @@ def feedback(
     # What the hour's saturated replicas served, pooled (one interval's first tokens are noisy),
     # is the factor's floor until the error budget shows a surplus: a replica saturated at a
     # cold start serves less than one whose queue the band keeps short (on Azure conv the floor
-    # held 1.4x the GPU-hours the SLO needed).
+    # held 1.4x the GPU-hours the SLO needed). The surplus that releases it is the hour's, or
+    # that of the requests which arrived once the last saturation's answer could serve (a
+    # start-up after its last saturated interval): the hour's budget still holds the
+    # saturation's own misses, which no count can undo, so judged on the hour alone a burst
+    # at a cold start kept the floor for the whole hour (1.4-1.7x static on two proxies).
     measured = 1.0
-    if len(samples) >= cfg.saturated_min_samples and not _surplus(budget, cfg):
+    if len(samples) >= cfg.saturated_min_samples and not _released(budget, samples, cfg):
         measured = sum(x[1] for x in samples) / sum(x[2] for x in samples)
     if attained < lower:
         factor *= 1.0 + cfg.feedback_up
@@ -199,6 +203,18 @@ def feedback(
         budget=budget,
         raises=raises,
     )
+
+
+def _released(
+    budget: Sequence[tuple[float, int, int]],
+    samples: Sequence[tuple[float, float, float]],
+    cfg: PlannerConfig,
+) -> bool:
+    """Whether the measured floor is released: a surplus over the error budget's window, or
+    over the requests that arrived after the last saturated interval's answer was ready (a
+    start-up after it; the replicas asked for then serve from then on)."""
+    answered_s = samples[-1][0] + cfg.startup_s
+    return _surplus(budget, cfg) or _surplus([x for x in budget if x[0] > answered_s], cfg)
 
 
 def _saturated_sample(
