@@ -81,8 +81,11 @@ really serves, so the factor is at least their replica-seconds over the prefill 
 (`ObservedSlo.served_s`; decode and batching are what the replay of prefill does not see: 1.2-2.8
 per interval, 1.6 pooled, on an on/off proxy of the conversation trace). Pooled over the hour's
 saturated intervals (at least `saturated_min_samples`) it floors the factor until the error
-budget shows a surplus. Measured under saturation, not fitted: a burst larger than any before
-it then meets a held count sized in real replicas.
+budget shows a surplus: the hour's, or that of the requests which arrived a start-up after the
+last saturated interval, once its answer could serve them (the hour's budget keeps the
+saturation's own misses, which no count undoes: a cold-start burst held the floor for the hour).
+Measured under saturation, not fitted: a burst larger than any before it then meets a held count
+sized in real replicas.
 
 Hysteresis. Scaling up is immediate. Scaling down waits until the need has stayed below the
 current count for `scale_down_window_s` and then goes to the largest need seen in that window
