@@ -184,7 +184,7 @@ def feedback(
     # that of the requests which arrived once the last saturation's answer could serve (a
     # start-up after its last saturated interval): the hour's budget still holds the
     # saturation's own misses, which no count can undo, so judged on the hour alone a burst
-    # at a cold start kept the floor for the whole hour (1.4-1.7x static on two proxies).
+    # at a cold start kept the floor for the whole hour (superpose seed 29: 1.44x static).
     measured = 1.0
     if len(samples) >= cfg.saturated_min_samples and not _released(budget, samples, cfg):
         measured = sum(x[1] for x in samples) / sum(x[2] for x in samples)
