@@ -276,6 +276,33 @@ def test_saturated_replicas_floor_the_factor_with_what_they_served() -> None:
     assert after.capacity_factor == pytest.approx(1.0)
 
 
+def test_the_floor_is_released_once_its_answer_has_served_a_surplus() -> None:
+    # Three saturated intervals measured 2.0 and left 3,000 misses in the hour's budget: the
+    # hour never shows a surplus again. The requests that arrived a start-up after the last
+    # saturated interval (its answer's replicas ready) all met the SLO: the floor is released,
+    # whatever the hour's budget still holds.
+    last_s = 1_000.0
+    samples = tuple((last_s - CFG.interval_s * i, 30.0, 15.0) for i in range(3))[::-1]
+    misses = (last_s - 30.0, 0, 3_000)
+    state = PlanState(
+        replicas=2, holding=True, held_base=2, saturated_samples=samples, capacity_factor=1.0
+    )
+    now_s = last_s + CFG.startup_s + 120.0
+    answered = (last_s + CFG.startup_s + 60.0, 1_500, 1_500)
+    after, _ = plan(replace(state, budget=(misses, answered)), now_s, [load(0.1)], CAP, CFG)
+    assert after.capacity_factor == pytest.approx(1.0)
+    # The same requests, arrived before the answer could serve them, do not release it.
+    early = (last_s + CFG.startup_s - 1.0, 1_500, 1_500)
+    held, _ = plan(replace(state, budget=(misses, early)), now_s, [load(0.1)], CAP, CFG)
+    assert held.capacity_factor == pytest.approx(2.0)
+    # A new saturated interval moves the answer on: the hour's measurement floors it again.
+    busy = ObservedSlo(met=0, requests=0, backlog_s=20.0, ready=2, behind=2, served_s=15.0)
+    again, _ = plan(
+        replace(after, saturated=2), now_s + CFG.interval_s, [load(0.1)], CAP, CFG, busy
+    )
+    assert again.capacity_factor == pytest.approx(2.0)
+
+
 def test_misses_are_blamed_on_the_fleet_ready_when_the_requests_arrived() -> None:
     # The last scale-up's replicas were ready at 160 s. The tick's first tokens are a burst's
     # backlog that arrived before then (all late) and requests that arrived after (all met).
