@@ -231,6 +231,27 @@ async def publish(bus: Any, ev: Placement | JobReleased) -> None:
     )
 
 
+async def shared_pod_placed(
+    bus: Any, api: KubeApiServer, api_client: client.ApiClient, feed: Any, name: str
+) -> Placement:
+    """A pod asking a quarter of GPU 2 and 20 GiB, bound with the slicer's shared placement on
+    that GPU, the placement published and in the agent's book."""
+
+    def shared(uid: str) -> str:
+        held["ev"] = placement(
+            uid, PlacementKind.SHARED, [GpuAssignment(index=2, uuid=UUIDS[2], milli=250)]
+        )
+        return annotation(uid, held["ev"], mem=20480)
+
+    held: dict[str, Placement] = {}
+    res = {"seedance.io/gpu-milli": "250", "seedance.io/gpu-memory-mib": "20480"}
+    await bound_pod(api, api_client, name, res, shared)
+    ev = held["ev"]
+    await publish(bus, ev)
+    await eventually(lambda: feed.book.get("acme", ev.job_id) is not None)
+    return ev
+
+
 async def test_whole_gpus_get_exactly_the_slicers_uuids_and_a_forged_claim_is_refused(
     bus: Any, kube: tuple[KubeApiServer, client.ApiClient], sock_dir: str
 ) -> None:
@@ -325,19 +346,7 @@ async def test_a_right_sized_memory_limit_is_the_next_allocates_and_a_rollback_r
     answer) gets both limits; after the rollback, the request's again."""
     api, api_client = kube
     async with node_agent(bus, api_client, sock_dir, "seedance.io/gpu-milli", 1000) as (feed, stub):
-        held: dict[str, Placement] = {}
-
-        def shared(uid: str) -> str:
-            held["ev"] = placement(
-                uid, PlacementKind.SHARED, [GpuAssignment(index=2, uuid=UUIDS[2], milli=250)]
-            )
-            return annotation(uid, held["ev"], mem=20480)
-
-        res = {"seedance.io/gpu-milli": "250", "seedance.io/gpu-memory-mib": "20480"}
-        await bound_pod(api, api_client, "rs", res, shared)
-        ev = held["ev"]
-        await publish(bus, ev)
-        await eventually(lambda: feed.book.get("acme", ev.job_id) is not None)
+        ev = await shared_pod_placed(bus, api, api_client, feed, "rs")
 
         async def changed(frm: int, to: int, mem: int) -> None:
             reason = ShareChangeReason.RIGHTSIZED if to < frm else ShareChangeReason.ROLLED_BACK
@@ -365,24 +374,14 @@ async def test_shared_gpu_gets_mps_limits_and_mig_gets_the_instance_uuid(
 ) -> None:
     api, api_client = kube
     async with node_agent(bus, api_client, sock_dir, "seedance.io/gpu-milli", 1000) as (feed, stub):
-        held: dict[str, Placement] = {}
-
-        def shared(uid: str) -> str:
-            held["ev"] = placement(
-                uid, PlacementKind.SHARED, [GpuAssignment(index=2, uuid=UUIDS[2], milli=250)]
-            )
-            return annotation(uid, held["ev"], mem=20480)
-
-        res = {"seedance.io/gpu-milli": "250", "seedance.io/gpu-memory-mib": "20480"}
-        await bound_pod(api, api_client, "sh", res, shared)
-        await publish(bus, held["ev"])
-        await eventually(lambda: feed.book.get("acme", held["ev"].job_id) is not None)
+        await shared_pod_placed(bus, api, api_client, feed, "sh")
         assert await allocate(stub, 250) == {
             "NVIDIA_VISIBLE_DEVICES": UUIDS[2],
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20480M",
         }
 
+    held: dict[str, Placement] = {}
     async with node_agent(bus, api_client, sock_dir, "nvidia.com/mig-3g.71gb", 7) as (feed, stub):
 
         def mig(slot: int) -> Any:
