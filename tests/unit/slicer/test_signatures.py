@@ -175,7 +175,8 @@ def test_a_refresh_reuses_the_replaced_policys_score_buffers_and_scores_as_afres
     buffers = {id(e[0]) for e in old._cache.values()}
     new = SeedancePolicy.for_trace([*_KINDS, _KINDS[0]])
     new.inherit(old)
-    assert old._cache == {} and len(new._spare) == 4
+    assert old._cache == {}
+    assert len(new._spare) == 4
     for pod in _KINDS[4:]:
         got = new.place(st, pod)
         assert id(new._cache[pod][0]) in buffers
