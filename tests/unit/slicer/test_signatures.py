@@ -162,3 +162,27 @@ def test_rescans_by_signature_score_every_node_as_afresh(seed: int) -> None:
         for _ in range(int(rng.integers(3))):
             churn.step()
     assert signature_rescans > 50  # the path under test ran
+
+
+def test_a_refresh_reuses_the_replaced_policys_score_buffers_and_scores_as_afresh() -> None:
+    # After a refresh every shape is new to the policy: its fleet-sized score arrays come
+    # from the replaced policy's cache (no allocation), written whole, and score as afresh.
+    rng = np.random.default_rng(3)
+    st = ClusterState([_node(rng, f"n{i}") for i in range(80)])
+    old = SeedancePolicy.for_trace(list(_KINDS))
+    for pod in _KINDS[:4]:
+        old.place(st, pod)
+    buffers = {id(e[0]) for e in old._cache.values()}
+    new = SeedancePolicy.for_trace([*_KINDS, _KINDS[0]])
+    new.inherit(old)
+    assert old._cache == {}
+    assert len(new._spare) == 4
+    for pod in _KINDS[4:]:
+        got = new.place(st, pod)
+        assert id(new._cache[pod][0]) in buffers
+        fresh = SeedancePolicy.for_trace([*_KINDS, _KINDS[0]])
+        key, gpu = fresh.node_scores(st, pod, np.arange(len(st)))
+        assert np.array_equal(new._cache[pod][0][: len(st)], key)
+        assert np.array_equal(new._cache[pod][1][: len(st)], gpu)
+        assert (new._cache[pod][2][: len(st)] == st.version).all()
+        assert got == fresh.select(st, pod, key, gpu)

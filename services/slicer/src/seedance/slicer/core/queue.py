@@ -96,6 +96,7 @@ class PlacementQueue:
         self._on_node: list[set[str]] = [set() for _ in nodes]
         # The seq of each node's reservation holder (-1: none); rows to the state's capacity.
         self._reserved_buf = np.full(self.state.capacity, -1, dtype=np.int64)
+        self._reserved_nodes = 0  # how many are >= 0: every placement reads it, no fleet pass
         self._seq = 0
         # Request shapes that fitted nowhere since the last release: they cannot fit until
         # something is freed, so a pass skips them without asking the policy.
@@ -176,8 +177,8 @@ class PlacementQueue:
         for rec in pending:
             pend = _Pending(rec.job, rec.submitted_s, rec.seq, rec.reason, list(rec.reserved))
             queue._enqueue(pend)
-            if rec.reserved:
-                queue._reserved_by[list(rec.reserved)] = rec.seq
+            queue._reserved_by[list(rec.reserved)] = rec.seq  # none: an empty index sets none
+            queue._reserved_nodes += len(rec.reserved)
         queue._seq = seq
         return queue
 
@@ -289,9 +290,8 @@ class PlacementQueue:
         self.state.apply(new, p)
         if (p.node, p.gpus[0]) in self._masked:
             self._zero(p.node, p.gpus[0])  # a masked GPU shows no free share
-        self._running[job_id] = dataclasses.replace(
-            run, job=dataclasses.replace(run.job, request=new)
-        )
+        job = dataclasses.replace(run.job, request=new)
+        self._running[job_id] = dataclasses.replace(run, job=job)
         self._held_milli += milli - old.gpu_milli
         self._touched.add(job_id)
         self._failed.clear()  # room freed (or taken): shapes that failed may fit now
@@ -408,9 +408,8 @@ class PlacementQueue:
             self._maybe_reserve(pend, now_s)
         return False
 
-    def _room(self) -> int:
-        """Nodes the queue may still reserve."""
-        return self.config.max_reserved_nodes - int((self._reserved_by >= 0).sum())
+    def _room(self) -> int:  # nodes the queue may still reserve
+        return self.config.max_reserved_nodes - self._reserved_nodes
 
     # -- internals --------------------------------------------------------------------------
     def _next_seq(self) -> int:
@@ -440,6 +439,7 @@ class PlacementQueue:
         self._waiting.remove(job_id)
         if pend.reserved:
             self._reserved_by[pend.reserved] = -1
+            self._reserved_nodes -= len(pend.reserved)
             pend.reserved = []
             self._failed.clear()  # nodes came back for everyone
             self._waiting.room_grew = True
@@ -447,7 +447,7 @@ class PlacementQueue:
 
     def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
         closed = [n for n in self._closed if n < len(self.state)]
-        if not (self._reserved_by >= 0).any():
+        if not self._reserved_nodes:
             if not closed:
                 return None
             allowed: np.ndarray = np.ones(len(self.state), dtype=bool)
@@ -532,12 +532,13 @@ class PlacementQueue:
         if pend.reserved or now_s - pend.submitted_s < cfg.reserve_after_s:
             return
         need = pend.job.replicas
-        if int((self._reserved_by >= 0).sum()) + need > cfg.max_reserved_nodes:
+        if self._reserved_nodes + need > cfg.max_reserved_nodes:
             return
         chosen = nodes_to_reserve(self.state, self._reserved_by, pend.job.request, need)
         if chosen is None:
             return
         self._reserved_by[chosen] = pend.seq
+        self._reserved_nodes += len(chosen)
         pend.reserved = [int(n) for n in chosen]
         if self._waiting.shape_of(pend.job.job_id) is not None:
             self._waiting.make_always(pend.job.job_id)
