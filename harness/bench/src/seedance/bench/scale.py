@@ -516,7 +516,7 @@ async def run_fleet(
             log(f"the slicer lost its leadership {lost} times (lease_ttl_s 6: a stall or restore)")
     ok = [s for s in steps if s.sustained]
     best = max(ok, key=lambda s: s.achieved) if ok else None
-    times = sorted(s for s, _ in bound)
+    times = sorted(s for s, _ in bound) or [float("nan")]  # --gangs 0: no gang was run
     reclaiming = [v for _, v in bound if v]
     log(
         f"gangs: {len(reclaiming)} of {len(bound)} reclaimed ({sum(reclaiming)} victims); with "
