@@ -99,18 +99,29 @@ async def _answers(url: str) -> None:
     await (await _connect(url, "admin")).close()
 
 
-async def _ready(url: str, procs: ServiceProcesses) -> None:
-    """Until the slicer has read the collector's inventory; a service that exits is an error."""
+async def _ready(url: str, procs: ServiceProcesses, *, timeout_s: float = 60.0) -> None:
+    """Until the slicer has read the collector's inventory and every service serves ``/metrics``
+    (its ``http_listening`` line, whose address the walkthrough prints: a service can read the
+    bus before its HTTP server is up); a service that exits is an error."""
     bus = await _connect(url, "admin")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     try:
-        waiting = asyncio.ensure_future(wait_inventory_known(bus, timeout_s=60))
-        while not waiting.done():
+        waiting = asyncio.ensure_future(wait_inventory_known(bus, timeout_s=timeout_s))
+        while not (waiting.done() and all(procs.metrics_url(name) for name in SERVICES)):
             for key, proc in procs.procs.items():
                 if proc.poll() is not None:
                     waiting.cancel()
                     tail = procs.log(key).strip().splitlines()[-3:]
                     raise RuntimeError(f"{key} exited ({proc.returncode}): " + " | ".join(tail))
-            await asyncio.wait([waiting], timeout=0.2)
+            if not waiting.done():
+                await asyncio.wait([waiting], timeout=0.2)
+                continue
+            waiting.result()  # the inventory's wait failed: say so now
+            if loop.time() > deadline:
+                silent = [name for name in SERVICES if not procs.metrics_url(name)]
+                raise TimeoutError(f"no http_listening line from {', '.join(silent)}")
+            await asyncio.sleep(0.1)  # the log files are read again: no event to wait on
         waiting.result()
     finally:
         await bus.close()
