@@ -38,9 +38,20 @@ from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
 from seedance.slicer.trusted_time import is_tenant_request, trusted_time
 
-__all__ = ["SlicerDecider"]
+__all__ = ["DURABLES", "SlicerDecider"]
 
 log = get_logger(__name__)
+
+#: The slicer's durables and the events each takes (`Decider.apply` handles each of them).
+DURABLES: tuple[tuple[str, Any], ...] = (
+    ("slicer-inventory", NodeInventory | GpuHealth),
+    ("slicer-pauses", PauseRequest),
+    ("slicer-shares", ShareChanged),  # right-sizing's share changes (core.resize)
+    (
+        "slicer-jobs",
+        JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled | JobMoveRefused,
+    ),  # fmt: skip  (a refused consolidation move: core.refused_moves)
+)
 
 
 class SlicerDecider:

@@ -25,22 +25,11 @@ from seedance.core.consumer import PullConsumer
 from seedance.core.durable import DurableRuntime, DurableSpec
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.events.cost import PauseRequest
-from seedance.events.jobs import (
-    JobCancelled,
-    JobFailed,
-    JobFinished,
-    JobMoveRefused,
-    JobStarted,
-    JobSubmitted,
-)
-from seedance.events.slicing import ShareChanged
 from seedance.events.subjects import POLICY_BUCKET
-from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.config import load_quota, scheduler_config
 from seedance.slicer.core import Scheduler
-from seedance.slicer.decider import SlicerDecider
+from seedance.slicer.decider import DURABLES, SlicerDecider
 from seedance.slicer.durable import SlicerState, slicer_state
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.quiet_rounds import QuietRounds
@@ -51,18 +40,6 @@ from seedance.slicer.trusted_time import trusted_time
 __all__ = ["SlicerMetrics", "SlicerService", "trusted_time"]
 
 log = get_logger(__name__)
-
-#: The slicer's durables and the events each takes.
-_DURABLES: tuple[tuple[str, Any], ...] = (
-    ("slicer-inventory", NodeInventory | GpuHealth),
-    ("slicer-pauses", PauseRequest),
-    ("slicer-shares", ShareChanged),  # right-sizing's share changes (core.resize)
-    (
-        "slicer-jobs",
-        JobSubmitted | JobStarted | JobFinished | JobFailed | JobCancelled | JobMoveRefused,
-    ),  # fmt: skip  (a refused consolidation move: core.refused_moves)
-)
-
 
 class SlicerService(Lifecycle):
     """The parts, handed in ready-built (`build` builds them as deployed)."""
@@ -126,7 +103,7 @@ class SlicerService(Lifecycle):
         )  # fmt: skip
         decider.bind(durable)
         rounds.bind(durable)
-        durable.consume([_consumer(runtime, durable, settings, n, t) for n, t in _DURABLES])
+        durable.consume([_consumer(runtime, durable, settings, n, t) for n, t in DURABLES])
         return cls(
             runtime, durable, settings=settings, quota=quota,
             cluster_policy=policy, metrics=metrics, idle=Scheduler(config, file_quota),
