@@ -21,7 +21,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from seedance.core import Bus
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, live_entries
 from seedance.events import replicas
 from seedance.events.replicas import ReplicaRegistration
 from seedance.events.subjects import routing
@@ -84,21 +84,10 @@ async def create_slice(
 
 
 async def bucket(bus: Bus, fleet: str) -> dict[str, ReplicaRegistration]:
-    """The fleet's registrations in the bucket now (a watch's initial values)."""
+    """The fleet's registrations in the bucket now (`live_entries`: never part of them)."""
     kv = await ensure_bucket(bus, routing.REPLICAS_BUCKET)
-    watcher = await kv.watch(f"{fleet}.>")
-    out: dict[str, ReplicaRegistration] = {}
-    try:
-        async for entry in watcher:
-            if entry is None:
-                return out
-            if entry.operation is None and entry.value:
-                out[entry.key] = replicas.decode(fleet, entry.key, entry.value)
-            else:
-                out.pop(entry.key, None)
-    finally:
-        await watcher.stop()
-    return out
+    entries = await live_entries(kv, fleet)
+    return {key: replicas.decode(fleet, key, e.value or b"") for key, e in entries.items()}
 
 
 async def until_keys(bus: Bus, fleet: str, want: set[str], what: str) -> dict[str, Any]:

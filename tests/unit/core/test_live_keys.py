@@ -1,4 +1,4 @@
-"""`seedance.core.kv.live_keys` reads what nats-py delivers in the order that made
+"""`seedance.core.kv.live_keys` and `watching` read what nats-py delivers in the order that made
 ``KeyValue.keys()`` return part of the keys (nats-io/nats.py#842): the watch's "initial
 values done" marker (None) before the keys, when the server pushed them all before nats-py
 asked how many were pending. A listing that stopped at the marker would read nothing; the
@@ -15,7 +15,7 @@ import nats.errors
 import pytest
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from seedance.core.kv import live_keys
+from seedance.core.kv import live_keys, watching
 
 
 def entry(key: str, revision: int, delta: int, op: str | None = None) -> KeyValue.Entry:
@@ -56,9 +56,11 @@ class FakeKv:
     watcher: FakeWatcher
     patterns: list[str] = field(default_factory=list)
 
+    meta_only: bool = True
+
     async def watch(self, pattern: str, **kw: Any) -> FakeWatcher:
         self.patterns.append(pattern)
-        assert kw == {"meta_only": True}
+        assert kw == {"meta_only": self.meta_only}
         return self.watcher
 
 
@@ -100,3 +102,40 @@ def test_a_watch_that_stalls_raises_rather_than_returning_part_of_the_keys() -> 
     with pytest.raises(nats.errors.TimeoutError):
         run(kv)
     assert kv.watcher.stopped
+
+
+def read(kv: FakeKv, n: int) -> list[tuple[str, int] | None]:
+    """The first ``n`` items of a `watching` block: (key, revision) or the marker."""
+
+    async def go() -> list[tuple[str, int] | None]:
+        out: list[tuple[str, int] | None] = []
+        async with watching(kv, "s.>", timeout_s=0.1) as entries:  # type: ignore[arg-type]
+            async for got in entries:
+                out.append(None if got is None else (got.key, got.revision or 0))
+                if len(out) == n:
+                    break
+        return out
+
+    return asyncio.run(go())
+
+
+def test_the_watchs_marker_follows_the_current_values_whatever_nats_py_queued() -> None:
+    # nats-py's early marker first, then the two current values, then a change.
+    queue = [None, entry("s.a", 1, 1), entry("s.b", 2, 0), entry("s.a", 3, 0)]
+    kv = FakeKv(FakeWatcher(FakeSub(pending=0, delivered=2), queue), meta_only=False)
+    assert read(kv, 4) == [("s.a", 1), ("s.b", 2), None, ("s.a", 3)]
+    assert kv.watcher.stopped
+
+
+def test_the_watchs_marker_comes_at_once_when_nothing_is_current_and_only_once() -> None:
+    # nats-py's own marker (not early here) is dropped: one marker, then the change.
+    queue = [None, entry("s.a", 4, 0), entry("s.b", 5, 0)]
+    kv = FakeKv(FakeWatcher(FakeSub(pending=0, delivered=0), queue), meta_only=False)
+    assert read(kv, 3) == [None, ("s.a", 4), ("s.b", 5)]
+
+
+def test_a_watch_stopped_under_its_reader_ends_the_iteration() -> None:
+    # nats-py's stop() queues a sentinel that is neither an entry nor its marker.
+    queue: list[Any] = [entry("s.a", 1, 0), object()]
+    kv = FakeKv(FakeWatcher(FakeSub(pending=1, delivered=0), queue), meta_only=False)
+    assert read(kv, 5) == [("s.a", 1), None]

@@ -1,5 +1,6 @@
-"""JetStream key-value buckets and object stores from the catalogue, the live keys of a bucket,
-and leader leases.
+"""JetStream key-value buckets and object stores from the catalogue, watches of a bucket's keys
+whose end of the current values is told by the server's count, the live keys of a bucket, and
+leader leases.
 
 A lease is a key created only if absent (``create``) and kept by compare-and-set updates; the
 bucket's TTL removes a key whose holder stopped refreshing it, and a standby then wins ``create``.
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn
 
 import nats.errors
 from nats.js import api as js_api
@@ -28,7 +29,16 @@ from seedance.core.clock import Clock
 from seedance.core.logs import get_logger
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, BucketSpec, ObjectStoreSpec
 
-__all__ = ["Lease", "ensure_bucket", "ensure_object_store", "follow_keys", "live_keys"]
+__all__ = [
+    "KeyWatch",
+    "Lease",
+    "ensure_bucket",
+    "ensure_object_store",
+    "follow_keys",
+    "live_entries",
+    "live_keys",
+    "watching",
+]
 
 log = get_logger(__name__)
 
@@ -75,6 +85,65 @@ async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
         )
 
 
+class KeyWatch:
+    """A watch's entries, with one ``None`` once the values current when it opened are all
+    delivered, then the changes. Made by `watching`; iterate it with ``async for``.
+
+    Why not nats-py's own marker: nats-py puts its ``None`` first when the server reports
+    nothing pending *and the client has received nothing yet*, which is also true when the
+    server has already pushed every value (nats-io/nats.py#842): a reader that trusted it saw
+    an empty or partial bucket (a restarted bridge refusing its own bound pods; a replica
+    listing short of a key it held). Here the server's own count decides (the consumer's
+    delivered + pending when the watch opened): nothing to deliver, the marker comes at once;
+    else it follows the first entry with nothing pending after it. nats-py's ``None`` is
+    dropped."""
+
+    def __init__(self, watcher: KeyValue.KeyWatcher, initial: bool, timeout_s: float | None):
+        self._watcher = watcher
+        self._initial = initial  # current values still to come
+        self._marker_due = not initial
+        self._timeout_s = timeout_s
+
+    def __aiter__(self) -> KeyWatch:
+        return self
+
+    async def __anext__(self) -> KeyValue.Entry | None:
+        if self._marker_due:
+            self._marker_due = False
+            return None
+        while True:
+            if self._timeout_s is None:
+                got: Any = await anext(self._watcher)
+            else:  # a stall raises nats-py's TimeoutError: never a silent short read
+                got = await self._watcher.updates(timeout=self._timeout_s)  # type: ignore[no-untyped-call]
+            if got is None:
+                continue  # nats-py's marker, early or not: ours is told by the server's count
+            if not isinstance(got, KeyValue.Entry):
+                raise StopAsyncIteration  # the watch was stopped
+            if self._initial and got.delta == 0:
+                self._initial, self._marker_due = False, True
+            return got
+
+
+@contextlib.asynccontextmanager
+async def watching(
+    kv: KeyValue, keys: str, *, meta_only: bool = False, timeout_s: float | None = None
+) -> AsyncIterator[KeyWatch]:
+    """Watch ``keys`` (a key or a wildcard pattern) for the block: a `KeyWatch`, whose
+    ``None`` marks the end of the current values. ``meta_only``: entries without values;
+    ``timeout_s``: a read that waits longer raises nats-py's TimeoutError (None: wait)."""
+    watcher = await kv.watch(keys, meta_only=meta_only)
+    try:
+        # nats-py's own keys() asks its watch's consumer the same way (there is no public
+        # accessor): delivered counts what the server already pushed, received or not.
+        info = await watcher._sub.consumer_info()  # type: ignore[union-attr]
+        delivered = info.delivered.consumer_seq if info.delivered is not None else 0
+        yield KeyWatch(watcher, bool(info.num_pending or delivered), timeout_s)
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
+
+
 async def follow_keys(
     kv: KeyValue,
     keys: str,
@@ -87,7 +156,7 @@ async def follow_keys(
 ) -> NoReturn:
     """Watch ``keys`` for as long as the caller runs: each entry (deletes and purges carry their
     ``operation``) to ``on_entry``, and ``None`` once the current values of the watch were
-    delivered. A bus error (the server gone, the connection closed) is logged
+    delivered (`KeyWatch`). A bus error (the server gone, the connection closed) is logged
     (``kv_watch_failed`` with ``what``) and the watch re-opened after ``retry_s``;
     ``on_open`` is called before each (re)opened watch, so a caller that mirrors the keys can
     start afresh, the re-opened watch delivering the current values again."""
@@ -95,54 +164,42 @@ async def follow_keys(
         try:
             if on_open is not None:
                 on_open()
-            watcher = await kv.watch(keys)
-            try:
-                async for entry in watcher:
+            async with watching(kv, keys) as entries:
+                async for entry in entries:
                     on_entry(entry)
-            finally:
-                with contextlib.suppress(Exception):
-                    await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
         except TRANSIENT_BUS_ERRORS as exc:
             log.warning("kv_watch_failed", what=what, keys=keys, error=repr(exc))
         await clock.sleep(retry_s)
 
 
-async def live_keys(kv: KeyValue, prefix: str = "", *, timeout_s: float = 5.0) -> dict[str, int]:
-    """Every live key of ``kv`` under ``prefix`` (key tokens; "": the whole bucket) and its
-    revision; deleted and purged keys are left out. Use it instead of nats-py's
-    ``KeyValue.keys()``, which can return a partial list (nats-io/nats.py#842).
-
-    Why not ``keys()``: it stops at the watch's "initial values done" marker, which nats-py
-    sends when the server reports nothing pending *and the client has received nothing yet*;
-    when the server pushed every key before nats-py asks, the marker comes before the keys
-    (an empty or partial list, seen as a restarted bridge refusing its own bound pods). Here
-    whether the watch has anything to deliver comes from the server's own count (the
-    consumer's delivered + pending when it was made), and the watch is read until a key
-    arrives with nothing pending after it. A read that stalls ``timeout_s`` raises nats-py's
-    TimeoutError (a transient bus error): never a silent short list."""
+async def live_entries(
+    kv: KeyValue, prefix: str = "", *, meta_only: bool = False, timeout_s: float = 5.0
+) -> dict[str, KeyValue.Entry]:
+    """Every live entry of ``kv`` under ``prefix`` (key tokens; "": the whole bucket), by key;
+    deleted and purged keys are left out. Read to the end of the current values as the server
+    counts them (`KeyWatch`), so never part of them: use it, or `live_keys`, instead of
+    nats-py's ``KeyValue.keys()`` or a watch read to nats-py's marker, which can stop short
+    (nats-io/nats.py#842). A read that stalls ``timeout_s`` raises nats-py's TimeoutError (a
+    transient bus error)."""
     pattern = f"{prefix}.>" if prefix else ">"
-    watcher = await kv.watch(pattern, meta_only=True)
-    try:
-        # nats-py's own keys() asks its watch's consumer the same way (there is no public
-        # accessor): delivered counts what the server already pushed, received or not.
-        info = await watcher._sub.consumer_info()  # type: ignore[union-attr]
-        delivered = info.delivered.consumer_seq if info.delivered is not None else 0
-        if not info.num_pending and not delivered:
-            return {}
-        revs: dict[str, int] = {}
-        while True:
-            entry = await watcher.updates(timeout=timeout_s)  # type: ignore[no-untyped-call]
+    out: dict[str, KeyValue.Entry] = {}
+    async with watching(kv, pattern, meta_only=meta_only, timeout_s=timeout_s) as entries:
+        async for entry in entries:
             if entry is None:
-                continue  # the early marker: keep reading
+                break
             if entry.operation is None and entry.revision is not None:
-                revs[entry.key] = entry.revision
+                out[entry.key] = entry
             else:
-                revs.pop(entry.key, None)
-            if entry.delta == 0:
-                return revs
-    finally:
-        with contextlib.suppress(Exception):
-            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
+                out.pop(entry.key, None)
+    return out
+
+
+async def live_keys(kv: KeyValue, prefix: str = "", *, timeout_s: float = 5.0) -> dict[str, int]:
+    """Every live key of ``kv`` under ``prefix`` and its revision (`live_entries`, metadata
+    only). Use it instead of nats-py's ``KeyValue.keys()``, which can return a partial list
+    (nats-io/nats.py#842): seen as a restarted bridge refusing its own bound pods."""
+    entries = await live_entries(kv, prefix, meta_only=True, timeout_s=timeout_s)
+    return {key: entry.revision for key, entry in entries.items() if entry.revision is not None}
 
 
 class Lease:

@@ -28,7 +28,7 @@ from nats.js.kv import KeyValue
 
 from seedance.core.bus import Bus
 from seedance.core.clock import WALL_CLOCK, Clock
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, live_entries
 from seedance.events.node_permissions import node_permissions
 from seedance.events.permissions import tenant_permissions
 from seedance.events.tokens import check_tenant, check_token
@@ -163,22 +163,13 @@ class TenantRegistry:
         await self._kv.delete(check_tenant(tenant))
 
     async def records(self) -> dict[str, TenantRecord]:
-        """Every registered tenant's record now (one watch of the bucket's current values); a
-        value that is not a record is left out, as `get` would fail on it."""
+        """Every registered tenant's record now (`live_entries`: the bucket's current values,
+        never part of them); a value that is not a record is left out, as `get` would fail on
+        it."""
         out: dict[str, TenantRecord] = {}
-        watcher = await self._kv.watch(">")
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.operation is None and entry.value:
-                    with contextlib.suppress(msgspec.DecodeError):
-                        out[entry.key] = msgspec.json.decode(entry.value, type=TenantRecord)
-                else:
-                    out.pop(entry.key, None)
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
+        for key, entry in (await live_entries(self._kv)).items():
+            with contextlib.suppress(msgspec.DecodeError):
+                out[key] = msgspec.json.decode(entry.value or b"", type=TenantRecord)
         return out
 
     async def get(self, tenant: str) -> TenantRecord | None:

@@ -17,12 +17,12 @@ into the CR's status. The decisions are `seedance.slicer.core.cluster_policy`'s.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 import msgspec
 from nats.js.kv import KeyValue
 
+from seedance.core.kv import watching
 from seedance.core.logs import get_logger
 from seedance.events.slicing_policy import SlicingApplied, SlicingPolicyDoc, decode_policy, digest
 from seedance.slicer.core.cluster_policy import unhonoured, with_default_profile
@@ -94,14 +94,12 @@ class ClusterPolicy:
 
     async def watch(self, kv: KeyValue) -> None:
         """Follow the key until cancelled."""
-        watcher = await kv.watch(self._key)
         try:
-            async for entry in watcher:
-                if entry is None:  # the end of the key's history: what is in force is known
-                    self.synced.set()
-                    continue
-                self.seen(None if entry.operation is not None else bytes(entry.value or b""))
+            async with watching(kv, self._key) as entries:
+                async for entry in entries:
+                    if entry is None:  # the key's current value is read: what is in force
+                        self.synced.set()
+                        continue
+                    self.seen(None if entry.operation is not None else bytes(entry.value or b""))
         finally:
             self.synced.set()
-            with contextlib.suppress(Exception):
-                await watcher.stop()

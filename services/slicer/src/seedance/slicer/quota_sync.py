@@ -10,7 +10,6 @@ does, and `seedance.slicer.decider` maps its decisions to events.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +19,7 @@ from nats.js.kv import KeyValue
 
 from seedance.core import TRANSIENT_BUS_ERRORS, Clock
 from seedance.core.durable import DurableRuntime
+from seedance.core.kv import watching
 from seedance.core.logs import get_logger
 from seedance.events import Event
 from seedance.events.base import derived_event_id
@@ -89,17 +89,13 @@ class QuotaSync:
         """Follow the quota key; the leader applies it between batches (`sync`)."""
         assert self.kv is not None
         assert self._durable is not None
-        watcher = await self.kv.watch(self._settings.quota_key)
-        try:
-            async for entry in watcher:
+        async with watching(self.kv, self._settings.quota_key) as entries:
+            async for entry in entries:
                 if entry is None:
-                    continue  # the end-of-history marker
+                    continue  # the end of the current value
                 deleted = entry.operation is not None  # DEL or PURGE
-                self._latest = (None if deleted else bytes(entry.value or b""), entry.revision)
+                self._latest = (None if deleted else bytes(entry.value or b""), entry.revision or 0)
                 self._durable.wake()
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()
 
     async def usage_loop(self, stopping: Any) -> None:
         """Every leader poll period, `publish_usage`: beside the batches and the leader loop,
