@@ -139,3 +139,11 @@ def test_a_watch_stopped_under_its_reader_ends_the_iteration() -> None:
     queue: list[Any] = [entry("s.a", 1, 0), object()]
     kv = FakeKv(FakeWatcher(FakeSub(pending=1, delivered=0), queue), meta_only=False)
     assert read(kv, 5) == [("s.a", 1), None]
+
+
+def test_nats_pys_marker_after_a_dropped_last_value_ends_the_current_values() -> None:
+    # Two values current; nats-py dropped the second (a server marker of a reason it does not
+    # know) and queued its None, nothing pending: that None is the end here.
+    queue = [entry("s.a", 1, 1), None, entry("s.c", 9, 0)]
+    kv = FakeKv(FakeWatcher(FakeSub(pending=2, delivered=0), queue), meta_only=False)
+    assert read(kv, 3) == [("s.a", 1), None, ("s.c", 9)]

@@ -95,14 +95,18 @@ class KeyWatch:
     an empty or partial bucket (a restarted bridge refusing its own bound pods; a replica
     listing short of a key it held). Here the server's own count decides (the consumer's
     delivered + pending when the watch opened): nothing to deliver, the marker comes at once;
-    else it follows the first entry with nothing pending after it. nats-py's ``None`` is
-    dropped."""
+    else it follows the first entry with nothing pending after it. nats-py's early ``None`` is
+    always the first thing its watch queues (it is put while the watch is made, before any
+    message is let through); a later one is nats-py telling that nothing is pending after a
+    message it dropped (a server marker of a reason it does not know), and then it is ours
+    too, or the marker would never come."""
 
     def __init__(self, watcher: KeyValue.KeyWatcher, initial: bool, timeout_s: float | None):
         self._watcher = watcher
         self._initial = initial  # current values still to come
         self._marker_due = not initial
         self._timeout_s = timeout_s
+        self._read_any = False
 
     def __aiter__(self) -> KeyWatch:
         return self
@@ -116,8 +120,12 @@ class KeyWatch:
                 got: Any = await anext(self._watcher)
             else:  # a stall raises nats-py's TimeoutError: never a silent short read
                 got = await self._watcher.updates(timeout=self._timeout_s)  # type: ignore[no-untyped-call]
+            first, self._read_any = not self._read_any, True
             if got is None:
-                continue  # nats-py's marker, early or not: ours is told by the server's count
+                if self._initial and not first:  # nothing pending after a dropped message
+                    self._initial = False
+                    return None
+                continue  # nats-py's early marker, or the one after our end of the values
             if not isinstance(got, KeyValue.Entry):
                 raise StopAsyncIteration  # the watch was stopped
             if self._initial and got.delta == 0:
