@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import socket
 from collections.abc import Mapping
 from functools import partial
 
 from seedance.core import Clock, Lifecycle, ServiceRuntime, cancel_until_done
-from seedance.core.consumer import BatchHandler, PullConsumer
 from seedance.core.durable import DurableRuntime, DurableSpec
-from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.k8s_bridge.cluster_view import ClusterView
 from seedance.k8s_bridge.core.tracker import Tracker
-from seedance.k8s_bridge.decisions import Decisions
+from seedance.k8s_bridge.decisions import DURABLE, Decisions
 from seedance.k8s_bridge.evictions import Evictions
 from seedance.k8s_bridge.executor import Executor
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
@@ -45,10 +42,7 @@ from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.k8s_bridge.watch import Informer
 from seedance.k8s_bridge.writes import ApiWrites
 
-__all__ = ["BridgeMetrics", "BridgeService"]
-
-DURABLE = "k8s-bridge-decisions"
-DECISIONS = Placement | Unschedulable | Preempted | JobRejected | JobReleased
+__all__ = ["DURABLE", "BridgeMetrics", "BridgeService"]
 
 
 class BridgeService(Lifecycle):
@@ -93,8 +87,7 @@ class BridgeService(Lifecycle):
         bindings: Mapping[str, str] | None = None,
         priorities: Mapping[str, int] | None = None,
     ) -> BridgeService:
-        """The bridge as `__main__` runs it (`Lead` says what ``bindings`` and ``priorities``
-        are)."""
+        """The bridge as `__main__` runs it (``bindings``, ``priorities``: `Lead`'s)."""
         m = BridgeMetrics(runtime.registry)
         api.on_rate_wait(lambda b, s: m.api_rate_wait_seconds.labels(b).observe(s))
         identity = settings.replica or socket.gethostname()
@@ -132,7 +125,8 @@ class BridgeService(Lifecycle):
             clock, m, tracker=lead.current, carry_out=executor.carry_out,
             bind_retry_s=settings.bind_retry_s,
         )  # fmt: skip
-        durable.consume([_decisions_consumer(runtime, settings, decisions.handle)])
+        consumer = decisions.consumer(runtime, batch=settings.batch, instance=settings.instance)
+        durable.consume([consumer])
         release: NodeRelease | None = None
         policy: PolicySync | None = None
         replicas: ReplicaSync | None = None
@@ -156,10 +150,6 @@ class BridgeService(Lifecycle):
             runtime, durable, settings=settings, metrics=m, elector=elector, lead=lead,
             view=view, executor=executor, release=release, policy=policy, replicas=replicas,
         )  # fmt: skip
-
-    @property
-    def identity(self) -> str:
-        return self.elector.identity
 
     @property
     def tracker(self) -> Tracker | None:
@@ -217,13 +207,3 @@ class BridgeService(Lifecycle):
         with contextlib.suppress(ApiStatus, ApiUnavailable):
             await self.durable.close()  # the consumer, then the Lease released
         await self._rt.close()
-
-
-def _decisions_consumer(
-    runtime: ServiceRuntime, s: BridgeSettings, handler: BatchHandler
-) -> PullConsumer:
-    """Bound only while leading; a per-test `instance` suffixes its durable's name."""
-    c = runtime.consume(DURABLE, DECISIONS, batch_handler=handler, batch=s.batch, managed=False)
-    if s.instance:
-        c.spec = dataclasses.replace(c.spec, durable=f"{DURABLE}-{s.instance}")
-    return c
