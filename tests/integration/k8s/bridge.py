@@ -116,7 +116,7 @@ async def bridge(
         burst=settings.api_burst,
     )
     try:
-        async with serving(BridgeService(runtime, WallClock(), settings, api), 15) as svc:
+        async with serving(BridgeService.build(runtime, WallClock(), settings, api), 15) as svc:
             yield svc
     finally:
         await api.close()

@@ -41,7 +41,7 @@ async def _serve(settings: BridgeSettings, runtime: ServiceRuntime) -> None:
         burst=settings.api_burst,
     )
     try:
-        await serve(BridgeService(runtime, WallClock(), settings, api))
+        await serve(BridgeService.build(runtime, WallClock(), settings, api))
     finally:
         await api.close()
 

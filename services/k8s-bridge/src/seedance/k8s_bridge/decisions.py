@@ -1,5 +1,5 @@
 """The slicer's decisions, as the bridge's leader carries them out (the ``k8s-bridge-decisions``
-consumer's batch handler).
+consumer: its batch handler, and the consumer itself, bound only while leading).
 
 Owns what each decision's delivery becomes: acknowledged once its writes were made and the
 events they called for are durable; naked and redelivered when a write about its pod failed for
@@ -21,16 +21,21 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from seedance.core import Clock, Delivery, RetryableError
+from seedance.core import Clock, Delivery, RetryableError, ServiceRuntime
+from seedance.core.consumer import PullConsumer
 from seedance.core.logs import get_logger
+from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.k8s_bridge.core.actions import EvictPod
 from seedance.k8s_bridge.core.tracker import Action, Bind, Tracker
 from seedance.k8s_bridge.evictions import PodRefRetry
 from seedance.k8s_bridge.metrics import BridgeMetrics
 
-__all__ = ["Decisions"]
+__all__ = ["DURABLE", "Decisions"]
 
 log = get_logger(__name__)
+
+DURABLE = "k8s-bridge-decisions"
+_DECISIONS = Placement | Unschedulable | Preempted | JobRejected | JobReleased
 
 
 class Decisions:
@@ -48,6 +53,16 @@ class Decisions:
         self._tracker = tracker
         self._carry_out = carry_out
         self._bind_retry_s = bind_retry_s
+
+    def consumer(self, runtime: ServiceRuntime, *, batch: int, instance: str = "") -> PullConsumer:
+        """The consumer `handle` takes the batches of, for the durable runtime to bind while
+        leading; a per-test ``instance`` suffixes its durable's name."""
+        c = runtime.consume(
+            DURABLE, _DECISIONS, batch_handler=self.handle, batch=batch, managed=False
+        )
+        if instance:
+            c.spec = dataclasses.replace(c.spec, durable=f"{DURABLE}-{instance}")
+        return c
 
     async def handle(self, ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
         tracker = self._tracker()
