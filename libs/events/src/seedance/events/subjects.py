@@ -39,7 +39,9 @@ from seedance.events.stores import (
     POLICY_BUCKET,
     QUOTA_POLICY_KEY,
     QUOTA_USAGE_KEYS,
+    REPLICAS_BUCKET,
     quota_usage_key,
+    replica_key,
 )
 from seedance.events.tenant_names import (
     TENANT_CONSUMERS,
@@ -223,20 +225,11 @@ class routing:
     def subject(model: str, kind: str) -> str:
         return f"{ROOT}.routing.{check_token('model', model)}.{kind}"
 
-    #: Bucket of inference replicas that router gateways route to (`ReplicaRegistration`).
-    REPLICAS_BUCKET = "seedance-router-replicas"
-
-    @staticmethod
-    def replica_key(fleet: str, model: str, replica: str, owner: str = "") -> str:
-        """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``
-        in the operator's shared pool, ``<fleet>.<owner>.<model>.<replica>`` for a tenant's own
-        (``owner``, its tenant id: a gateway sends it that tenant's requests only).
-
-        A gateway of fleet ``f`` watches ``f.>``; a registrar (the Kubernetes bridge from
-        EndpointSlices, an operator) puts one key per (model, replica) and deletes it on leave.
-        """
-        head = check_token("fleet", fleet) + (f".{check_tenant(owner)}" if owner else "")
-        return f"{head}.{check_token('model', model)}.{check_token('replica', replica)}"
+    #: The bucket of inference replicas that router gateways route to (`ReplicaRegistration`)
+    #: and one replica's key in it, declared with the other buckets (``seedance.events.stores``)
+    #: and named here too, where the router and the registrars import them from.
+    REPLICAS_BUCKET = REPLICAS_BUCKET
+    replica_key = staticmethod(replica_key)
 
 
 class graph:
