@@ -208,11 +208,11 @@ async def test_acks_of_an_outbox_a_reload_replaced_are_no_longer_tracked(
     ):
         assert await durable.transact(_rejected(durable, tenant, "pause-1"))
         await durable._reload()  # as after a conflict: the outbox read back, a new list
-        assert durable._sent is not None
-        assert durable._sent[1] is not durable.state.outbox
+        assert durable._sender.sent is not None
+        assert durable._sender.sent[1] is not durable.state.outbox
         del rt.bus.send_many  # the stream answers again
-        await durable._flush()
+        await durable._sender.flush()
         assert stalled[0] in forgotten  # else tracked by the publisher for ever
-        assert durable._sent is None
+        assert durable._sender.sent is None
         assert not durable.state.outbox
     assert await rejections(bus, tenant) == ["pause-1"]

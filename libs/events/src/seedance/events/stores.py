@@ -1,7 +1,8 @@
 """The key-value buckets and object stores of Seedance, declared once.
 
-Owns their names, history, TTLs and size limits, and the keys of the policy bucket that more than
-one service reads (the quota policy, the per-pool quota usage). ``seedance.events.subjects``
+Owns their names, history, TTLs and size limits, and the keys that more than one service reads
+or writes: the policy bucket's (the quota policy, the per-pool quota usage) and the router
+replicas bucket's (`replica_key`). ``seedance.events.subjects``
 re-exports them; ``seedance.core.bus`` creates them at start-up. It must not declare streams,
 subjects or consumers (``seedance.events.subjects`` owns those) nor connect to a server.
 """
@@ -9,7 +10,7 @@ subjects or consumers (``seedance.events.subjects`` owns those) nor connect to a
 from __future__ import annotations
 
 from seedance.events.specs import BucketSpec, ObjectStoreSpec
-from seedance.events.tokens import check_token
+from seedance.events.tokens import check_tenant, check_token
 
 __all__ = [
     "BUCKETS",
@@ -17,10 +18,14 @@ __all__ = [
     "POLICY_BUCKET",
     "QUOTA_POLICY_KEY",
     "QUOTA_USAGE_KEYS",
+    "REPLICAS_BUCKET",
     "quota_usage_key",
+    "replica_key",
 ]
 
 _DAY_S = 86_400.0
+#: Bucket of inference replicas that router gateways route to (`ReplicaRegistration`).
+REPLICAS_BUCKET = "seedance-router-replicas"
 
 
 BUCKETS: dict[str, BucketSpec] = {
@@ -50,11 +55,11 @@ BUCKETS: dict[str, BucketSpec] = {
             description="graph-compiler workers' capabilities (execution providers)",
         ),
         # Replicas join and leave without a gateway restart: one key per (model, replica), put
-        # and deleted by a registrar (routing.replica_key). No TTL: a registrar that only
+        # and deleted by a registrar (`replica_key`). No TTL: a registrar that only
         # writes on change (the bridge) would see its entries expire; a stale entry is harmless
         # because the gateway probes every replica and keeps an unready one out of traffic.
         BucketSpec(
-            "seedance-router-replicas",
+            REPLICAS_BUCKET,
             description="inference replicas (model, replica, address, ready) router gateways use",
         ),
         # The Kubernetes bridge's record of the pod jobs it submitted and has not ended, so
@@ -93,6 +98,18 @@ SLICING_POLICY_KEY = "slicing"
 def quota_usage_key(pool: str) -> str:
     """The KV key (bucket POLICY_BUCKET) of pool `pool`'s quota usage."""
     return f"usage.{check_token('pool', pool)}"
+
+
+def replica_key(fleet: str, model: str, replica: str, owner: str = "") -> str:
+    """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``
+    in the operator's shared pool, ``<fleet>.<owner>.<model>.<replica>`` for a tenant's own
+    (``owner``, its tenant id: a gateway sends it that tenant's requests only).
+
+    A gateway of fleet ``f`` watches ``f.>``; a registrar (the Kubernetes bridge from
+    EndpointSlices, an operator) puts one key per (model, replica) and deletes it on leave.
+    """
+    head = check_token("fleet", fleet) + (f".{check_tenant(owner)}" if owner else "")
+    return f"{head}.{check_token('model', model)}.{check_token('replica', replica)}"
 
 
 OBJECT_STORES: dict[str, ObjectStoreSpec] = {

@@ -9,10 +9,9 @@ object stores: ``seedance.events.stores``, re-exported here); ``seedance.core.bu
 idempotently at start-up. It must not connect to a server or read configuration: it is data and
 the pure functions that check and build subjects.
 
-Tenant subjects have one exact shape: ``seedance.<family>.<tenant>.<kind>``, ``kind`` from the
-family's closed set (``TENANT_KINDS``). Permissions grant exactly those (no ``>`` tail:
-``seedance.jobs.globex.finished.x`` once carried acme's job past a 4-token check); consumers
-refuse other shapes, or a payload naming another tenant than the subject (``owner_of``).
+Tenant subjects have one exact shape, ``seedance.<family>.<tenant>.<kind>``: the tenant token's
+rules (the closed kinds, who publishes on which family, a subject read back to its tenant,
+`owner_of`) live in ``seedance.events.tenant_subjects`` and are re-exported here.
 
 Trust: ``seedance.jobs.<tenant>.<kind>`` events are requests. Trusted observers (a replayer, the
 k8s-bridge) publish on ``seedance.observed.<tenant>.<kind>``, closed to tenants; only there is an
@@ -23,7 +22,7 @@ the other trusted facts, the only inputs the cost-ledger bills from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TypedDict, Unpack
 
 from seedance.events.specs import (
@@ -40,13 +39,30 @@ from seedance.events.stores import (
     POLICY_BUCKET,
     QUOTA_POLICY_KEY,
     QUOTA_USAGE_KEYS,
+    REPLICAS_BUCKET,
     quota_usage_key,
+    replica_key,
 )
 from seedance.events.tenant_names import (
     TENANT_CONSUMERS,
     consumer_create,
     inbox_prefix,
     tenant_consumers,
+)
+from seedance.events.tenant_subjects import (
+    FLEET_SCOPE,
+    ROOT,
+    TENANT_KINDS,
+    TENANT_PUBLISHED,
+    TRUSTED_FAMILIES,
+    SubjectShapeError,
+    TenantSubject,
+    allocation_scope,
+    owner_of,
+    parse_tenant_subject,
+    published_by_tenant,
+    subject_tenant,
+    tenant_subject,
 )
 from seedance.events.tokens import check_tenant, check_token
 
@@ -93,51 +109,7 @@ __all__ = [
     "tenant_consumers",
 ]
 
-ROOT = "seedance"
-
-
 # --- subject builders ---------------------------------------------------------------------
-
-
-class SubjectShapeError(ValueError):
-    """A subject of a tenant family that does not have the family's exact shape."""
-
-
-_JOB_KINDS = frozenset({"submitted", "started", "finished", "failed", "cancelled"})
-#: The closed set of kinds each tenant family's subjects end in (``observed.move_refused``: the
-#: k8s-bridge's refusal of a consolidation move, `JobMoveRefused`, never a tenant's request).
-TENANT_KINDS: dict[str, frozenset[str]] = {
-    "jobs": _JOB_KINDS,
-    "observed": _JOB_KINDS | {"move_refused"},
-    "slicing": frozenset(
-        {"placement", "unschedulable", "preempted", "released", "rejected", "share", "alert"}
-    ),
-    "graph": frozenset({"request", "result"}),
-    "costs": frozenset({"entry", "report", "alert", "pause"}),
-    "api": frozenset({"allocation"}),
-}
-
-#: Families only Seedance's own services publish on (never a tenant): their events are facts.
-TRUSTED_FAMILIES = frozenset({"observed", "slicing", "telemetry"})
-#: Families a tenant publishes on itself (its requests: `permissions.tenant_permissions`).
-TENANT_PUBLISHED = frozenset({"jobs", "api"})
-_TENANT_PREFIXES = tuple(f"{ROOT}.{family}." for family in sorted(TENANT_PUBLISHED))
-
-
-def published_by_tenant(subject: str) -> bool:
-    """Whether ``subject`` is of a family tenants publish on (`TENANT_PUBLISHED`): its message,
-    headers and all, is the tenant's word, so no trusted effect takes on its ``traceparent`` as
-    its own (`seedance.core.consumer`). A prefix test, cheap enough for every message."""
-    return subject.startswith(_TENANT_PREFIXES)
-
-
-def _tenant_subject(family: str, tenant: str, kind: str) -> str:
-    if kind not in TENANT_KINDS[family]:
-        raise SubjectShapeError(
-            f"{kind!r} is not a kind of seedance.{family} subjects "
-            f"(one of {sorted(TENANT_KINDS[family])})"
-        )
-    return f"{ROOT}.{family}.{check_tenant(tenant)}.{kind}"
 
 
 class jobs:
@@ -148,7 +120,7 @@ class jobs:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return _tenant_subject("jobs", tenant, kind)
+        return tenant_subject("jobs", tenant, kind)
 
     @staticmethod
     def tenant_subjects(tenant: str) -> tuple[str, ...]:
@@ -169,7 +141,7 @@ class observed:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return _tenant_subject("observed", tenant, kind)
+        return tenant_subject("observed", tenant, kind)
 
 
 class telemetry:
@@ -222,7 +194,7 @@ class slicing:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return _tenant_subject("slicing", tenant, kind)
+        return tenant_subject("slicing", tenant, kind)
 
     @staticmethod
     def tenant_wildcard(tenant: str) -> str:
@@ -253,20 +225,11 @@ class routing:
     def subject(model: str, kind: str) -> str:
         return f"{ROOT}.routing.{check_token('model', model)}.{kind}"
 
-    #: Bucket of inference replicas that router gateways route to (`ReplicaRegistration`).
-    REPLICAS_BUCKET = "seedance-router-replicas"
-
-    @staticmethod
-    def replica_key(fleet: str, model: str, replica: str, owner: str = "") -> str:
-        """Key of one replica serving one model in `REPLICAS_BUCKET`: ``<fleet>.<model>.<replica>``
-        in the operator's shared pool, ``<fleet>.<owner>.<model>.<replica>`` for a tenant's own
-        (``owner``, its tenant id: a gateway sends it that tenant's requests only).
-
-        A gateway of fleet ``f`` watches ``f.>``; a registrar (the Kubernetes bridge from
-        EndpointSlices, an operator) puts one key per (model, replica) and deletes it on leave.
-        """
-        head = check_token("fleet", fleet) + (f".{check_tenant(owner)}" if owner else "")
-        return f"{head}.{check_token('model', model)}.{check_token('replica', replica)}"
+    #: The bucket of inference replicas that router gateways route to (`ReplicaRegistration`)
+    #: and one replica's key in it, declared with the other buckets (``seedance.events.stores``)
+    #: and named here too, where the router and the registrars import them from.
+    REPLICAS_BUCKET = REPLICAS_BUCKET
+    replica_key = staticmethod(replica_key)
 
 
 class graph:
@@ -277,7 +240,7 @@ class graph:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return _tenant_subject("graph", tenant, kind)
+        return tenant_subject("graph", tenant, kind)
 
 
 class costs:
@@ -288,7 +251,7 @@ class costs:
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
-        return _tenant_subject("costs", tenant, kind)
+        return tenant_subject("costs", tenant, kind)
 
     @staticmethod
     def tenant_wildcard(tenant: str) -> str:
@@ -318,7 +281,7 @@ class api:
     #: What the ledger replicas subscribe to (every scope).
     ALLOCATIONS = f"{ROOT}.api.*.allocation"
     #: The scope token of the fleet's allocation (not a valid tenant id: upper case).
-    FLEET = "FLEET"
+    FLEET = FLEET_SCOPE
     #: The queue group the ledger replicas answer in.
     QUEUE = "cost-ledger-api"
 
@@ -327,21 +290,11 @@ class api:
         """A tenant's request subject, or the fleet's for ``None``."""
         if tenant is None:
             return f"{ROOT}.api.{api.FLEET}.allocation"
-        return _tenant_subject("api", tenant, "allocation")
+        return tenant_subject("api", tenant, "allocation")
 
-    @staticmethod
-    def scope_of(subject: str) -> str | None:
-        """The tenant a request subject names, ``FLEET`` for the fleet's, None for any other
-        subject (a shape this API does not answer)."""
-        parts = subject.split(".")
-        if len(parts) != 4 or parts[:2] != [ROOT, "api"] or parts[3] != "allocation":
-            return None
-        if parts[2] == api.FLEET:
-            return api.FLEET
-        try:
-            return check_tenant(parts[2])
-        except ValueError:
-            return None
+    #: The tenant a request subject names, ``FLEET`` for the fleet's, None for any other
+    #: subject (a shape this API does not answer).
+    scope_of = staticmethod(allocation_scope)
 
 
 class dlq:
@@ -352,82 +305,6 @@ class dlq:
     @staticmethod
     def subject(service: str) -> str:
         return f"{ROOT}.dlq.{check_token('service', service)}"
-
-
-@dataclass(frozen=True)
-class TenantSubject:
-    family: str
-    tenant: str
-    kind: str
-
-
-#: Subjects of a tenant family that belong to no tenant (the slicer's per-node MIG plans, the
-#: fleet's allocation requests; five-token pool capacity plans, whose last token must match).
-_NODE_SUBJECTS = {"slicing": "node", "api": api.FLEET}
-_POOL_SUBJECTS = {("slicing", "pool"): "capacity"}
-
-
-def parse_tenant_subject(subject: str) -> TenantSubject | None:
-    """The (family, tenant, kind) of a tenant family's subject; None for other families.
-
-    Raises:
-        SubjectShapeError: a subject of a tenant family that is not exactly
-            ``seedance.<family>.<tenant>.<kind>`` with a valid tenant and a known kind.
-    """
-    parts = subject.split(".")
-    if len(parts) < 2 or parts[0] != ROOT or parts[1] not in TENANT_KINDS:
-        return None
-    family = parts[1]
-    if len(parts) > 2 and _NODE_SUBJECTS.get(family) == parts[2]:
-        return None
-    if len(parts) == 5 and _POOL_SUBJECTS.get((family, parts[2])) == parts[4]:
-        return None
-    if len(parts) != 4:
-        raise SubjectShapeError(
-            f"subject {subject!r} has {len(parts)} tokens; seedance.{family} subjects are "
-            f"exactly seedance.{family}.<tenant>.<kind>"
-        )
-    try:
-        tenant = check_tenant(parts[2])
-    except ValueError as exc:
-        raise SubjectShapeError(f"subject {subject!r}: {exc}") from None
-    if parts[3] not in TENANT_KINDS[family]:
-        raise SubjectShapeError(
-            f"subject {subject!r}: {parts[3]!r} is not a kind of seedance.{family} subjects "
-            f"(one of {sorted(TENANT_KINDS[family])})"
-        )
-    return TenantSubject(family, tenant, parts[3])
-
-
-def subject_tenant(subject: str) -> str | None:
-    """The tenant a subject belongs to, or None for subjects that belong to none (or that do
-    not have their family's shape: ``owner_of`` says why)."""
-    try:
-        parsed = parse_tenant_subject(subject)
-    except SubjectShapeError:
-        return None
-    return parsed.tenant if parsed else None
-
-
-def owner_of(subject: str, claimed_tenant: str | None) -> str | None:
-    """The tenant an event on ``subject`` belongs to, checked against the payload's claim.
-
-    Identity comes from the subject, which the server's permissions confine; the payload's
-    ``tenant`` is only a claim and must agree.
-
-    Raises:
-        SubjectShapeError: the subject has the wrong shape, or the payload names another
-            tenant than the subject, or a tenant event arrived on a subject of no tenant.
-    """
-    parsed = parse_tenant_subject(subject)
-    if parsed is None:
-        return None
-    if claimed_tenant is not None and claimed_tenant != parsed.tenant:
-        raise SubjectShapeError(
-            f"event says tenant {claimed_tenant!r} but was published on "
-            f"{parsed.tenant!r}'s subject {subject!r}"
-        )
-    return parsed.tenant
 
 
 # --- streams and consumers ----------------------------------------------------------------

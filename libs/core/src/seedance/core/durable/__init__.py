@@ -8,6 +8,7 @@ active-active, deterministic service (the ledger: every replica steps the same s
 leader, no acks) is `ReplicatedRuntime`, checkpointing forward-only (`Checkpoints`).
 """
 
+from seedance.core.durable.batch import DurableCore
 from seedance.core.durable.checkpoints import CheckpointHead, Checkpoints
 from seedance.core.durable.replicated import (
     Checkpointing,
@@ -17,7 +18,6 @@ from seedance.core.durable.replicated import (
 )
 from seedance.core.durable.runtime import (
     LEASE_BUCKET,
-    DurableCore,
     DurableMetrics,
     DurableRuntime,
     DurableSpec,

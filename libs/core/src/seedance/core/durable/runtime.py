@@ -15,18 +15,14 @@ state (`seedance.core.durable.state.DurableState`):
   ids are their ``Nats-Msg-Id``, so JetStream drops what had gone out. A deposed leader's commit
   fails (`StateConflict`): it reloads the state the new leader wrote and its batch is
   redelivered, never overwriting anything;
-* outbox flush: sent (pipelined, each effect carrying its cause's trace) right after the commit,
-  and the batch's inputs acknowledged then, in the same socket write as the effects and the
-  consumer's next pull; the effects' acks are awaited before the next batch or change is decided
-  (if they failed, the outbox is sent again then, logged ``<log_as>_effects_resent``; if that
-  fails too, that batch is naked), or at the leader's next poll when no batch comes. An input
-  is acknowledged once its effects are durable (committed in the outbox), not once they are
+* outbox flush: sent right after the commit, the batch's inputs acknowledged in the same socket
+  write, the effects' acks awaited before the next batch or change is decided, or at the
+  leader's next poll when no batch comes (`seedance.core.durable.outbox_sender`). An input is
+  acknowledged once its effects are durable (committed in the outbox), not once they are
   stored in their streams: a crash in between leaves them to the next leader, as above;
-* skip-and-dead-letter: an input the core refuses (`DurableCore.check`) or whose check or
-  application raises is dead-lettered with the reason (the consumer's wrapper); after a raise
-  the batch is rolled back to the durable state and replayed without it, so nothing is
-  half-applied and the rest of the batch is decided as usual (the core must be deterministic
-  for that);
+* skip-and-dead-letter: an input the core refuses, or whose check or application raises, is
+  dead-lettered with the reason (the consumer's wrapper), the rest of the batch decided as
+  usual (`seedance.core.durable.batch`);
 * roll back on any other raise: a batch whose `DurableCore.after_batch` raises, or a change
   (`transact`) that raises, leaves the committed state in memory (sequences, core, outbox) and
   the exception propagates (the batch is naked and decided afresh when redelivered). Kept
@@ -44,22 +40,19 @@ import contextlib
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
-
-from opentelemetry.context import Context
 
 from seedance.core.clock import Clock
 from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
+from seedance.core.durable.batch import DurableCore, decide_batch
+from seedance.core.durable.outbox_sender import OutboxSender
 from seedance.core.durable.state import DurableState, Outbox
 from seedance.core.errors import InvalidMessage, RetryableError
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
-from seedance.core.publisher import AckedBatch
 from seedance.core.service import ServiceRuntime
 from seedance.core.state_store import StateConflict, StateStore
 from seedance.core.tasks import cancel_until_done
-from seedance.events import Event
 
 __all__ = [
     "LEASE_BUCKET",
@@ -76,31 +69,6 @@ log = get_logger(__name__)
 LEASE_BUCKET = "seedance-leases"
 #: Reads of the state retried when another writer moves it meanwhile.
 _LOAD_ATTEMPTS = 5
-#: How long the effects' acks may take (``Bus.publish_many``'s default).
-_PUBLISH_TIMEOUT_S = 10.0
-
-
-class DurableCore(Protocol):
-    """What the runtime drives: inputs to effects, on the state it holds."""
-
-    def check(self, d: Delivery[Any]) -> InvalidMessage | None:
-        """Why a delivery must not be applied at all (dead-lettered), or None. May raise:
-        dead-lettered as an application that raised."""
-
-    def trusted_time(self, d: Delivery[Any]) -> datetime:
-        """When the delivery's event happens, from trusted clocks (may move the state's)."""
-
-    def apply(self, event: Any, at: datetime) -> Outbox:
-        """The event applied at `at`: the effects to publish. May raise: the batch is rolled
-        back and replayed without it."""
-
-    def after_batch(self, last: Event) -> Outbox:
-        """What a batch that applied something ends with (`last`: its last applied event).
-        May raise: the batch is rolled back and naked."""
-
-    def settled(self, committed: bool) -> None:
-        """The batch or change since the last call was made durable (or rolled back): count
-        what it decided, or forget it."""
 
 
 class Leadership(Protocol):
@@ -138,15 +106,6 @@ class DurableSpec:
     lease_ttl_s: float = 10.0
     #: Fields every log line of the runtime carries besides its own (the slicer's ``pool``).
     log_fields: Mapping[str, str] = field(default_factory=dict, hash=False)
-
-
-class _EventFailed(Exception):
-    """Applying the batch's event at `index` raised `cause`."""
-
-    def __init__(self, index: int, cause: Exception) -> None:
-        super().__init__(index, cause)
-        self.index = index
-        self.cause = cause
 
 
 class DurableRuntime:
@@ -193,10 +152,12 @@ class DurableRuntime:
         self._state: DurableState | None = None
         self._lease: Leadership | None = leadership
         self._consumers: list[PullConsumer] = []
-        #: The trace context of each effect's cause (by the effect's id); never durable.
-        self._causes: dict[str, Context] = {}
-        #: The outbox sent after its commit (`_send`) and the acks still to come for it.
-        self._sent: tuple[AckedBatch, Outbox] | None = None
+        self._sender = OutboxSender(
+            runtime,
+            lambda: self.state,
+            log_as=log_as,
+            log_fields={**spec.log_fields, "key": spec.key},
+        )
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -212,11 +173,6 @@ class DurableRuntime:
     def _settled(self, committed: bool) -> None:
         if self._core is not None:
             self._core.settled(committed)
-
-    def _roll_back(self) -> None:
-        """Back to the committed state; the core forgets what it decided since."""
-        self.state.rollback()
-        self._settled(False)
 
     @property
     def state(self) -> DurableState:
@@ -359,8 +315,7 @@ class DurableRuntime:
             await asyncio.gather(*tasks)
             if self._lease.held:  # stopping: publish what is owed; lost: left to the next leader
                 await self._published()
-            self._abandon(self._sent)
-            self._sent = None
+            self._sender.abandon()
 
     # --- the state ----------------------------------------------------------------------------
 
@@ -378,8 +333,9 @@ class DurableRuntime:
                 if attempt == _LOAD_ATTEMPTS - 1:
                     raise
         self._on_restored(asyncio.get_running_loop().time() - started)
+        # The previous leader may have died between commit and publish.
         with contextlib.suppress(RetryableError):
-            await self._flush()  # the previous leader may have died between commit and publish
+            await self._sender.flush()
 
     async def _commit(self) -> None:
         """Commit what changed (with the outbox); on failure back to the committed state (on a
@@ -403,81 +359,14 @@ class DurableRuntime:
             self.state.rollback()  # the next commit conflicts again and reloads
             raise
 
-    async def _flush(self) -> None:
-        """Have the durable effects published: wait for the acks of those `_send` sent, else
-        send them and wait. On failure the caller's batch is naked, its redelivery skipped (the
-        state has it) and the effects sent again first. Cancelled (the lease lost): the batch
-        stays in ``_sent``, `_abandon`-ed at the step-down."""
-        outbox, sent = self.state.outbox, self._sent
-        if sent is not None and sent[1] is not outbox:
-            self._abandon(sent)  # a reload replaced the outbox it sent
-            sent = self._sent = None
-        if not outbox:
-            return
-        if sent is not None:
-            try:
-                await sent[0].wait(_PUBLISH_TIMEOUT_S)
-            except Exception as exc:  # sent again below, at once (the ids make it safe)
-                log.warning(
-                    self._named("effects_resent"),
-                    **self._fields(key=self._spec.key, error=repr(exc)),
-                )
-            else:
-                self._sent = None
-                self._acked(outbox)
-                return
-        self._sent = None
-        await self._send()
-        assert self._sent is not None
-        try:
-            await self._sent[0].wait(_PUBLISH_TIMEOUT_S)
-        except Exception as exc:  # not a cancel: that leaves the batch in ``_sent``
-            self._sent = None
-            raise RetryableError(f"{self._rt.name} effects not published: {exc!r}") from exc
-        self._sent = None
-        self._acked(outbox)
-
-    async def _send(self) -> None:
-        """Send the outbox without waiting for its acks (`_flush` waits for them): the
-        consumer's acks and next pull then leave in the same socket write, and the acks come
-        back while the next batch is fetched. Raises `RetryableError` if it cannot be sent."""
-        outbox = self.state.outbox
-        if not outbox:
-            return
-        try:
-            batch = await self._rt.bus.send_many(
-                outbox, causes=[self._causes.get(ev.id) for _, ev in outbox]
-            )
-        except Exception as exc:
-            raise RetryableError(f"{self._rt.name} effects not published: {exc!r}") from exc
-        self._sent = (batch, outbox)
-
-        def stored(done: asyncio.Future[Any]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                self._acked(outbox)
-
-        # The outbox is emptied as soon as every ack is in, whoever waits (or none yet).
-        batch.done.add_done_callback(stored)
-
-    def _abandon(self, sent: tuple[AckedBatch, Outbox] | None) -> None:
-        """Acks no longer waited for: the publisher stops tracking them (else kept forever)."""
-        if sent is not None and not sent[0].done.done():
-            sent[0].publisher.forget(sent[0])
-
-    def _acked(self, outbox: Outbox) -> None:
-        """`outbox` is stored in its streams: no longer owed (unless a reload replaced it)."""
-        if self.state.outbox is outbox:
-            self.state.outbox = []
-            self._causes.clear()
-
     async def _published(self) -> None:
         """Wait for effects sent and not yet acknowledged, or publish an outbox left over (its
         acks failed): between batches, so that no effect waits for the next input."""
-        if self._sent is None and not (self._state is not None and self.state.outbox):
+        if self._sender.sent is None and not (self._state is not None and self.state.outbox):
             return
         async with self._lock:
             with contextlib.suppress(RetryableError):
-                await self._flush()
+                await self._sender.flush()
 
     async def transact(
         self,
@@ -493,13 +382,14 @@ class DurableRuntime:
         propagates."""
         async with self._lock:
             try:
-                await self._flush()  # a previous batch's durable effects go out first
+                await self._sender.flush()  # a previous batch's durable effects go out first
             except RetryableError:
                 return False
             try:
                 self.state.outbox = change()
             except BaseException:
-                self._roll_back()  # else the next commit would save the half-made change
+                self.state.rollback()  # else the next commit would save the half-made change
+                self._settled(False)
                 raise
             try:
                 await self._commit()
@@ -512,7 +402,7 @@ class DurableRuntime:
                 return False
             self._settled(True)
             with contextlib.suppress(RetryableError):
-                await self._send()  # else the next batch publishes them first
+                await self._sender.send()  # else the next batch publishes them first
         return True
 
     # --- batches ------------------------------------------------------------------------------
@@ -521,9 +411,18 @@ class DurableRuntime:
         self, durable: str, ds: Sequence[Delivery[Any]]
     ) -> list[BaseException | None]:
         async with self._lock:
-            await self._flush()  # a previous batch's durable effects go out first
+            await self._sender.flush()  # a previous batch's durable effects go out first
             failed: dict[int, BaseException] = {}
-            out, fresh = self._decide_all(durable, ds, failed)
+            assert self._core is not None, "handler() refuses a runtime without a core"
+            out, fresh = decide_batch(
+                self._core,
+                self.state,
+                durable,
+                ds,
+                failed,
+                causes=self._sender.causes,
+                failure=self._failure,
+            )
             if fresh:
                 self.state.outbox = out
                 try:
@@ -535,24 +434,9 @@ class DurableRuntime:
                         f"{self._rt.name} batch not made durable: {exc!r}"
                     ) from exc
             self._settled(True)
-            await self._send()  # the inputs' acks follow in the same write
+            await self._sender.send()  # the inputs' acks follow in the same write
         self._on_batch()
         return [failed.get(i) for i in range(len(ds))]
-
-    def _decide_all(
-        self, durable: str, ds: Sequence[Delivery[Any]], failed: dict[int, BaseException]
-    ) -> tuple[Outbox, int]:
-        """`_decide` until no event raises, each that raised rolled back and put in `failed`.
-        Any other raise (`DurableCore.after_batch`'s) rolls the batch back and propagates."""
-        while True:
-            try:
-                return self._decide(durable, ds, failed)
-            except _EventFailed as f:
-                failed[f.index] = self._failure(ds[f.index], f.cause)
-                self._roll_back()
-            except BaseException:
-                self._roll_back()
-                raise
 
     def _failure(self, d: Delivery[Any], cause: Exception) -> InvalidMessage:
         log.error(
@@ -566,35 +450,3 @@ class DurableRuntime:
             f"applying {type(d.event).__name__} {d.event.id} raised {cause!r}"[:1000],
             kind="apply_error",
         )
-
-    def _decide(
-        self, durable: str, ds: Sequence[Delivery[Any]], skip: dict[int, BaseException]
-    ) -> tuple[Outbox, int]:
-        """Apply the batch's fresh deliveries (not in `skip`): their effects and how many were
-        applied. Raises `_EventFailed` naming the first whose check or application raised."""
-        core = self._core
-        assert core is not None, "handler() refuses a runtime without a core"
-        out: Outbox = []
-        applied = self.state.applied
-        fresh = 0
-        last: Event | None = None
-        for i, d in enumerate(ds):
-            if i in skip or applied.is_applied(durable, d.stream_seq):
-                continue  # dead-lettered, or already in the durable state (a redelivery)
-            try:
-                refused = core.check(d)
-                if refused is not None:
-                    skip[i] = refused
-                    continue
-                effects = core.apply(d.event, core.trusted_time(d))
-            except Exception as exc:  # the per-event dead-letter wrapper (module docstring)
-                raise _EventFailed(i, exc) from exc
-            if d.trace_context is not None:
-                self._causes.update((ev.id, d.trace_context) for _, ev in effects)
-            out.extend(effects)
-            applied.add(durable, d.stream_seq)
-            fresh += 1
-            last = d.event
-        if last is not None:
-            out.extend(core.after_batch(last))
-        return out, fresh

@@ -22,16 +22,10 @@ A pod whose namespace is bound to no tenant is refused and taken again once it i
 new to the tracker (after a restart) is taken over only under the job the bridge recorded for
 it (`seedance.k8s_bridge.core.adoption`), never on its annotation's word.
 
-Gangs (``seedance.io/pod-group`` + ``seedance.io/pod-group-size``): one job with
-``gang_size = size`` is submitted once every member is pending; its id is ``k8s:`` and an id
-derived from the members' uids. The slicer places a gang all at once, one `Placement` per node
-(``part``); the bridge binds only when the parts cover every member, each member taking its
-share of a part's GPUs in the order of the members' names (so a restarted bridge assigns the
-same). A group is one tenant's: a pod of another may not join it. If one member's Binding
-fails after others succeeded, every member is deleted (Events say why) for their controller
-to re-create, as KAI-Scheduler and Volcano do: a half-bound gang would hold GPUs and never
-run; its job ends (cancelled). A gang ends when one member fails or is deleted (failed /
-cancelled), or when every member succeeded (finished).
+Gangs (``seedance.io/pod-group`` + ``seedance.io/pod-group-size``): one job for the whole
+group, bound once the slicer's parts cover every member, ended with its first failed member or
+its last success; their transitions live in `seedance.k8s_bridge.core.gangs`, on this tracker's
+state.
 
 The values it emits are `seedance.k8s_bridge.core.actions`' (re-exported here), its records of
 pods and gangs `seedance.k8s_bridge.core.tracked`'s, and the job events' shape and ids
@@ -63,22 +57,20 @@ from seedance.k8s_bridge.core.actions import (
 )
 from seedance.k8s_bridge.core.adoption import JobRecords, adoption, scheduled_at
 from seedance.k8s_bridge.core.ends import billed_end, end_kind
+from seedance.k8s_bridge.core.gangs import gang_bind_failed, gang_decision, join_gang, member_ended
 from seedance.k8s_bridge.core.job_events import end_event, submit_event
 from seedance.k8s_bridge.core.kube import (
     binding_body,
     devices_text,
-    gang_job_id,
     node_name,
     parse_annotation,
     placement_annotation,
 )
 from seedance.k8s_bridge.core.nodes import node_inventory, same_inventory
 from seedance.k8s_bridge.core.pods import (
-    Gang,
     PodRef,
     RefusalReason,
     Refused,
-    gang_problem,
     pod_ask,
     pod_ref,
     tenant_for,
@@ -90,7 +82,6 @@ from seedance.k8s_bridge.core.tracked import (
     PodState,
     TrackedGang,
     TrackedPod,
-    attempt_of,
     created_ms,
 )
 
@@ -251,7 +242,7 @@ class Tracker:
         p = TrackedPod(ref, PodState.GROUPING, created, ask, tenant=ask.tenant, last=pod)
         p.gang = (ask.gang.namespace, ask.gang.name)
         self._pods[ref.uid] = p
-        return self._join_gang(p, ask.gang, now)
+        return join_gang(self, p, ask.gang, now)
 
     def _adopt_bound(
         self, pod: Json, ref: PodRef, created: int, now: datetime
@@ -303,92 +294,6 @@ class Tracker:
     def _refuse(self, ref: PodRef, why: Refused, now: datetime) -> list[Action]:
         return notices.refusal(ref, why, now, self._instance)
 
-    # --- gangs ------------------------------------------------------------------------------
-
-    def _join_gang(self, p: TrackedPod, gang: Gang, now: datetime) -> list[Action]:
-        key = (gang.namespace, gang.name)
-        g = self._gangs.get(key)
-        if g is None or g.ended:
-            g = self._gangs[key] = TrackedGang(key, gang.size)
-            g.tenant = p.tenant
-        if g.tenant != p.tenant:
-            # The namespace was relabelled since the group's first member came: this pod may
-            # neither join another tenant's group nor count toward or end it.
-            p.state = PodState.REFUSED
-            why = f"pod group {gang.name!r} is tenant {g.tenant!r}'s, this pod {p.tenant!r}'s"
-            return self._refuse(p.ref, Refused(_INVALID_GANG, why), now)
-        if g.job_id and len(g.members) < g.size:
-            # A member of a gang half bound before a restart: the placement, redelivered,
-            # binds it.
-            g.members.add(p.ref.uid)
-            g.gpus_per_member = max(p.ask.request.gpus, 1) if p.ask else 1
-            g.gpu_mem_mib = p.ask.request.gpu_mem_mib if p.ask else 0
-            p.state, p.job_id = PodState.WAITING, g.job_id
-            return []
-        if g.job_id:
-            # The group's job is already submitted with other members: a pod beyond its size.
-            p.state = PodState.REFUSED
-            return self._refuse(
-                p.ref,
-                Refused(
-                    _INVALID_GANG,
-                    f"pod group {gang.name!r} already has its {g.size} members submitted",
-                ),
-                now,
-            )
-        g.members.add(p.ref.uid)
-        if len(g.members) < g.size:
-            return []
-        return self._submit_gang(g, now)
-
-    def _submit_gang(self, g: TrackedGang, now: datetime) -> list[Action]:
-        members = [self._pods[u] for u in sorted(g.members)]
-        asks = [m.ask for m in members]
-        problem = gang_problem(asks, g.size)
-        if problem:
-            out: list[Action] = []
-            for m in members:
-                m.state = PodState.REFUSED
-                why = Refused(_INVALID_GANG, f"pod group {g.key[1]!r}: {problem}")
-                out += self._refuse(m.ref, why, now)
-            del self._gangs[g.key]
-            return out
-        first = asks[0]
-        assert first is not None
-        g.job_id = gang_job_id(g.key[0], g.key[1], sorted(g.members))
-        g.tenant = first.tenant
-        g.gpus_per_member = first.request.gpus
-        g.gpu_mem_mib = first.request.gpu_mem_mib
-        g.created_ms = min(m.created_ms for m in members)
-        self._jobs.add(g.tenant, g.job_id, g.key)
-        for m in members:
-            m.state, m.job_id = PodState.WAITING, g.job_id
-        return [submit_event(first, g.job_id, g.size, g.created_ms, now)]
-
-    def _gang_members(self, g: TrackedGang) -> list[TrackedPod]:
-        """Members in the order they take the placement's shares: by pod name."""
-        members = [self._pods[u] for u in g.members if u in self._pods]
-        return sorted(members, key=lambda m: m.ref.name)
-
-    def _gang_placed(self, g: TrackedGang, ev: Placement, now: datetime) -> list[Action]:
-        g.parts[ev.id] = ev
-        parts = sorted(
-            (p for p in g.parts.values() if attempt_of(p) == attempt_of(ev)),
-            key=lambda p: p.id,
-        )
-        n = g.gpus_per_member
-        slots = [
-            (part, part.gpus[i : i + n]) for part in parts for i in range(0, len(part.gpus), n)
-        ]
-        if len(slots) < g.size or g.placed:
-            return []
-        g.placed = True
-        out: list[Action] = []
-        for member, (part, gpus) in zip(self._gang_members(g), slots, strict=False):
-            if member.state is PodState.WAITING:
-                out.append(self._bind(member, part, gpus, g.gpu_mem_mib, now))
-        return out
-
     # --- decisions --------------------------------------------------------------------------
 
     def decision(self, ev: Event, now: datetime) -> list[Action]:
@@ -399,7 +304,7 @@ class Tracker:
             return []
         if isinstance(target, tuple):
             g = self._gangs.get(target)
-            return self._gang_decision(g, ev, now) if g is not None else []
+            return gang_decision(self, g, ev, now) if g is not None else []
         p = self._pods.get(target)
         if p is None:
             return []
@@ -413,16 +318,6 @@ class Tracker:
         if isinstance(ev, Preempted):
             return notices.preemption([p], ev, now, self._instance)
         return []  # JobReleased: the slicer confirms an end the bridge reported
-
-    def _gang_decision(self, g: TrackedGang, ev: Event, now: datetime) -> list[Action]:
-        members = self._gang_members(g)
-        if isinstance(ev, Placement):
-            return self._gang_placed(g, ev, now)
-        if isinstance(ev, Unschedulable | JobRejected):
-            return notices.cannot_place(members, ev, now, self._instance)
-        if isinstance(ev, Preempted):
-            return notices.preemption(members, ev, now, self._instance)
-        return []
 
     def _bind(
         self,
@@ -498,7 +393,7 @@ class Tracker:
         if outcome is BindOutcome.GONE:
             return self._ended(p, p.last, ("cancelled", "pod deleted before binding"), now)
         if g is not None:
-            return self._gang_bind_failed(g, p, outcome, detail, now)
+            return gang_bind_failed(self, g, p, outcome, detail, now)
         # A single pod bound elsewhere, or refused for good: it leaves Seedance's hands.
         why = (
             f"already bound to another node ({detail})"
@@ -511,23 +406,6 @@ class Tracker:
             out.append(DeletePod(ref, why))
         return out
 
-    def _gang_bind_failed(
-        self, g: TrackedGang, failed: TrackedPod, outcome: BindOutcome, detail: str, now: datetime
-    ) -> list[Action]:
-        why = (
-            f"member {failed.ref.name} of pod group {g.key[1]!r} could not be bound "
-            f"({outcome.value}: {detail}); the group is deleted for its controller to re-create"
-        )
-        out: list[Action] = []
-        for m in self._gang_members(g):
-            if m.state not in LIVE and m is not failed:
-                continue
-            warning = self._warn(m.ref, keys.EVENT_GANG_BIND_FAILED, why, now, "gang")
-            out.append(PostEvent(m.ref, warning))
-            out.append(DeletePod(m.ref, why))
-        out += self._gang_end(g, "cancelled", why, now, failed)
-        return out
-
     def _warn(
         self, ref: PodRef, reason: str, message: str, now: datetime, role: str
     ) -> dict[str, Any]:
@@ -538,42 +416,14 @@ class Tracker:
     def _ended(
         self, p: TrackedPod, pod: Json, ended: tuple[str, str], now: datetime
     ) -> list[Action]:
-        outcome, reason = ended
         if p.gang is not None and p.gang in self._gangs:
-            g = self._gangs[p.gang]
-            if outcome == "finished":
-                p.succeeded = True
-                p.state = PodState.ENDED
-                members = self._gang_members(g)
-                if all(m.succeeded for m in members) and len(members) >= g.size:
-                    return self._gang_end(g, "finished", "", now, p, pod)
-                return []
-            p.state = PodState.ENDED
-            return self._gang_end(g, outcome, reason, now, p, pod)
+            return member_ended(self, self._gangs[p.gang], p, pod, ended, now)
+        outcome, reason = ended
         if p.state not in LIVE:
             return []
         p.state = PodState.ENDED
         at = billed_end(pod, observed_at=now, bound_at=p.bound_at)
         return [end_event(p.job_id, p.tenant, outcome, reason, at, p.created_ms)]
-
-    def _gang_end(
-        self,
-        g: TrackedGang,
-        outcome: str,
-        reason: str,
-        now: datetime,
-        last: TrackedPod,
-        pod: Json | None = None,
-    ) -> list[Action]:
-        if g.ended or not g.job_id:
-            return []
-        g.ended = True
-        at = billed_end(pod or last.last, observed_at=now, bound_at=last.bound_at)
-        out: list[Action] = [end_event(g.job_id, g.tenant, outcome, reason, at, g.created_ms)]
-        for m in self._gang_members(g):
-            if m.state in LIVE:
-                m.state = PodState.ENDED
-        return out
 
     def _gone(self, p: TrackedPod) -> None:
         """An ended pod deleted: forgotten, with its job (a gang's stays with the gang)."""
@@ -590,7 +440,6 @@ class Tracker:
                 del self._gangs[p.gang]
 
 
-_INVALID_GANG = RefusalReason.INVALID_GANG
 _ORPHANED = "pod deleted while no bridge watched"
 
 
