@@ -295,10 +295,16 @@ def test_the_floor_is_released_once_its_answer_has_served_a_surplus() -> None:
     early = (last_s + CFG.startup_s - 1.0, 1_500, 1_500)
     held, _ = plan(replace(state, budget=(misses, early)), now_s, [load(0.1)], CAP, CFG)
     assert held.capacity_factor == pytest.approx(2.0)
+    # Released for good: the next interval's 3,000 requests at 97 % (inside the band) leave
+    # the requests since the answer without a surplus, and the floor stays released (judged
+    # again on every tick, it came back: 2.0, decaying 1 % per interval).
+    in_band = ObservedSlo(met=2_910, requests=3_000)
+    kept, _ = plan(after, now_s + CFG.interval_s, [load(0.1)], CAP, CFG, in_band)
+    assert kept.capacity_factor == pytest.approx(1.0)
     # A new saturated interval moves the answer on: the hour's measurement floors it again.
     busy = ObservedSlo(met=0, requests=0, backlog_s=20.0, ready=2, behind=2, served_s=15.0)
     again, _ = plan(
-        replace(after, saturated=2), now_s + CFG.interval_s, [load(0.1)], CAP, CFG, busy
+        replace(kept, saturated=2), now_s + 2 * CFG.interval_s, [load(0.1)], CAP, CFG, busy
     )
     assert again.capacity_factor == pytest.approx(2.0)
 

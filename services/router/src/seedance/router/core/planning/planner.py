@@ -84,6 +84,7 @@ saturated intervals (at least `saturated_min_samples`) it floors the factor unti
 budget shows a surplus: the hour's, or that of the requests which arrived a start-up after the
 last saturated interval, once its answer could serve them (the hour's budget keeps the
 saturation's own misses, which no count undoes: a cold-start burst held the floor for the hour).
+Released, it stays released until a newer saturated interval (`PlanState.floor_released_for_s`).
 Measured under saturation, not fitted: a burst larger than any before it then meets a held count
 sized in real replicas.
 
@@ -185,9 +186,7 @@ def feedback(
     # start-up after its last saturated interval): the hour's budget still holds the
     # saturation's own misses, which no count can undo, so judged on the hour alone a burst
     # at a cold start kept the floor for the whole hour (superpose seed 29: 1.44x static).
-    measured = 1.0
-    if len(samples) >= cfg.saturated_min_samples and not _released(budget, samples, cfg):
-        measured = sum(x[1] for x in samples) / sum(x[2] for x in samples)
+    measured, released_for_s = _measured(budget, samples, state.floor_released_for_s, cfg)
     if attained < lower:
         factor *= 1.0 + cfg.feedback_up
         # The count of one shared queue that would have served what the fleet served over the
@@ -202,10 +201,29 @@ def feedback(
         state,
         capacity_factor=min(max(factor, measured, 1.0), cfg.factor_max),
         saturated_samples=samples,
+        floor_released_for_s=released_for_s,
         observed=window,
         budget=budget,
         raises=raises,
     )
+
+
+def _measured(
+    budget: Sequence[tuple[float, int, int]],
+    samples: Sequence[tuple[float, float, float]],
+    released_for_s: float | None,
+    cfg: PlannerConfig,
+) -> tuple[float, float | None]:
+    """The measured floor of the factor (1.0: none) and the time of the saturated sample whose
+    answer released it. Released, it stays released until a newer saturated sample: judged
+    again on every tick, requests since the answer at or below the band's upper edge brought
+    the whole floor back with no new saturation (review of issue 32)."""
+    if len(samples) < cfg.saturated_min_samples:
+        return 1.0, released_for_s
+    answer_s = samples[-1][0]
+    if released_for_s == answer_s or _released(budget, samples, cfg):
+        return 1.0, answer_s
+    return sum(x[1] for x in samples) / sum(x[2] for x in samples), released_for_s
 
 
 def _released(

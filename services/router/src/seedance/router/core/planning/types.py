@@ -174,6 +174,9 @@ class PlanState:
     # (time_s, replica-seconds, prefill work served) of the saturated intervals within
     # `hold_window_s`: their pooled ratio is the least the factor can be.
     saturated_samples: tuple[tuple[float, float, float], ...] = ()
+    # The time of the saturated sample whose answer released the floor (None: none released):
+    # released for good, until a newer saturated sample moves the answer on.
+    floor_released_for_s: float | None = None
     # When the first request was observed (None: none yet): until `record_min_s` of demand has
     # been seen, the held count is at least the largest interval's need.
     first_seen_s: float | None = None
