@@ -14,7 +14,7 @@ import pytest
 from seedance.bench.fleet import build_arrivals, main, node_types
 from seedance.bench.fleet_k8s import LeastAllocated, MostAllocated, NodeType
 from seedance.bench.fleet_sim import Arrival, FleetSim, SimConfig
-from seedance.bench.openb import read_pods
+from seedance.bench.openb import TracePod, read_pods
 from seedance.slicer.core.capacity import LeaveEmpty
 from seedance.slicer.core.model import PodRequest
 from seedance.slicer.core.policies import SeedancePolicy
@@ -110,6 +110,12 @@ def test_only_be_pods_are_moved_and_nothing_runs_unpaid(data_dir: Path) -> None:
         assert hi - lo < 0.05 * res.work_gpu_hours, policy.name
     assert len(works) == 1  # the arrivals', not the policy's
     assert works.pop() > 0
+
+
+def test_a_pod_list_without_lifetimes_is_refused_by_name() -> None:
+    pods = [TracePod(name="p", request=ONE)]  # as the multigpu lists: no creation/deletion time
+    with pytest.raises(ValueError, match="creation_time and deletion_time"):
+        build_arrivals(pods, 8, 0.6, 3600.0, 1)
 
 
 def test_a_hand_counted_bill() -> None:

@@ -86,6 +86,11 @@ def build_arrivals(
 ) -> list[Arrival]:
     rng = np.random.default_rng(seed)
     gpu_pods = [p for p in pods if p.request.num_gpu > 0 and p.lifetime_s is not None]
+    if not gpu_pods:  # the multigpu lists have no creation_time / deletion_time columns
+        raise ValueError(
+            "the pod list has no GPU pod with creation_time and deletion_time: "
+            "bench-fleet needs a list with both (the multigpu lists have neither)"
+        )
     dur = np.clip(np.array([p.lifetime_s for p in gpu_pods], dtype=float), MIN_S, MAX_S)
     gpus = np.array([p.request.gpu_milli_total for p in gpu_pods], dtype=float) / 1000
     rate_per_s = load * fleet_gpus / float((gpus * dur).mean())
