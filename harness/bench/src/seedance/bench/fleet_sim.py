@@ -82,6 +82,20 @@ class FleetResult:
     booting_pct: float = 0.0
     empty_pct: float = 0.0
     free_on_busy_pct: float = 0.0
+    #: The work, the same for every policy: GPU-hours the arrivals hold in the measured hours if
+    #: each ran from its arrival for its duration (requested GPUs, in milli-GPUs as `alloc_pct`
+    #: counts them, × the part of [arrival, arrival + duration] inside the measured hours).
+    work_gpu_hours: float = 0.0
+    #: What moves added, GPU-hours over the jobs that hold GPUs in the measured hours: the
+    #: progress each move lost plus one restart (`restart_s`) per moved job, in full even where
+    #: it falls outside them.
+    rerun_gpu_hours: float = 0.0
+    #: The same jobs' waits (pending time) in GPU-hours, inside and outside the measured hours:
+    #: a wait shifts work out of them (a job still waiting at their end did less than its work)
+    #: or into them (a job that waited in the warm-up). The allocated GPU-hours (alloc_pct ×
+    #: paid) lie in [work − wait_in, work + rerun + wait_out] (`FleetSim._work_gpu_s`).
+    wait_in_gpu_hours: float = 0.0
+    wait_out_gpu_hours: float = 0.0
 
 
 @dataclass(slots=True)
@@ -101,6 +115,12 @@ class _Run:
     first_start_s: float = -1.0
     token: int = 0
     row: int = -1
+    # For `FleetResult`'s accounting of the work: since when the job waits (at arrival, at a
+    # move), its waits so far, and what its moves added (lost progress + restarts).
+    pending_since_s: float = 0.0
+    waited_s: float = 0.0
+    waited_in_s: float = 0.0
+    extra_s: float = 0.0
 
 
 class FleetSim:
@@ -150,7 +170,7 @@ class FleetSim:
             self._advance(t)
             if kind == _ARRIVE:
                 a = by_id[key]
-                self.jobs[key] = _Run(a, a.duration_s)
+                self.jobs[key] = _Run(a, a.duration_s, pending_since_s=t)
                 self.forecast.observe(t, a.request.gpu_milli_total / GPU_MILLI)
                 self.recent = [*self.recent[-63:], a.request]
                 self.queue.submit(Job(job_id=key, request=a.request, tenant=_TENANT), t)
@@ -184,6 +204,8 @@ class FleetSim:
             if not isinstance(d, JobPlaced):
                 continue
             run = self.jobs[d.job_id]
+            run.waited_s += t - run.pending_since_s
+            run.waited_in_s += self._measured(run.pending_since_s, t)
             run.started_s = t
             if run.first_start_s < 0:
                 run.first_start_s = t
@@ -251,6 +273,11 @@ class FleetSim:
         run = self.jobs[job_id]
         self._finish(job_id, t)
         self.history.record(t, _TENANT, job_id)
+        # Held time the moves add: the progress lost, and one restart (the rerun is the whole
+        # duration plus `restart_s`, however often the job is moved).
+        first = run.remaining_s == run.arrival.duration_s
+        run.extra_s += t - run.started_s + (self.cfg.restart_s if first else 0.0)
+        run.pending_since_s = t
         run.remaining_s = run.arrival.duration_s + self.cfg.restart_s
         a = run.arrival
         self.queue.submit(Job(job_id=job_id, request=a.request, tenant=_TENANT, priority=1), t)
@@ -423,6 +450,7 @@ class FleetSim:
             start = run.first_start_s if run is not None and run.first_start_s >= 0 else cfg.end_s
             waits.append(start - a.at_s)
         moved = sum(1 for a in measured if a.job_id in self.moved)
+        work, rerun, wait_in, wait_out = self._work_gpu_s(arrivals)
         return FleetResult(
             paid_gpu_hours=self.area_paid / 3600,
             paid_usd=self.area_usd,
@@ -434,4 +462,43 @@ class FleetSim:
             booting_pct=float(100 * self.split[0] / max(self.area_paid, 1e-9)),
             empty_pct=float(100 * self.split[1] / max(self.area_paid, 1e-9)),
             free_on_busy_pct=float(100 * self.split[2] / max(self.area_paid, 1e-9)),
+            work_gpu_hours=work / 3600,
+            rerun_gpu_hours=rerun / 3600,
+            wait_in_gpu_hours=wait_in / 3600,
+            wait_out_gpu_hours=wait_out / 3600,
         )
+
+    def _measured(self, lo: float, hi: float) -> float:
+        """How much of [lo, hi] lies in the measured hours."""
+        return max(0.0, min(hi, self.cfg.end_s) - max(lo, self.cfg.warm_s))
+
+    def _work_gpu_s(self, arrivals: Sequence[Arrival]) -> tuple[float, float, float, float]:
+        """The work in the measured hours M and the terms that bound how far the allocated
+        GPU-seconds may stray from it, in GPU-seconds (`FleetResult.work_gpu_hours`).
+
+        A job of g GPUs arriving at a with duration d waits W s in all (W_in of them in M) and
+        its moves add X s of held time (lost progress + one restart): from a to its end
+        e = a + d + W + X it is always either waiting or holding (a job still waiting when M
+        ends: to there). Its work is g·|[a, a + d] ∩ M|; it holds g·(|[a, e] ∩ M| − W_in) in M,
+        and [a, a + d] ⊆ [a, e] with |[a, e]| − |[a, a + d]| = W + X. So it holds between
+        work − g·W_in and work + g·(W − W_in + X) in M; a job with [a, e] outside M, nothing
+        and no work. Summed: allocated ∈ [work − wait_in, work + rerun + wait_out]."""
+        w0, w1 = self.cfg.warm_s, self.cfg.end_s
+        pending = set(self.queue.pending_ids)
+        work = rerun = wait_in = wait_out = 0.0
+        for a in arrivals:
+            run = self.jobs.get(a.job_id)
+            if a.at_s >= w1 or run is None:
+                continue
+            g = a.request.gpu_milli_total / GPU_MILLI
+            work += g * self._measured(a.at_s, a.at_s + a.duration_s)
+            waited, waited_in = run.waited_s, run.waited_in_s
+            if a.job_id in pending:  # still waiting when the measured hours end
+                waited += w1 - run.pending_since_s
+                waited_in += self._measured(run.pending_since_s, w1)
+            if a.at_s + a.duration_s + waited + run.extra_s <= w0:
+                continue  # over before the measured hours: holds nothing there
+            rerun += g * run.extra_s
+            wait_in += g * waited_in
+            wait_out += g * (waited - waited_in)
+        return work, rerun, wait_in, wait_out
