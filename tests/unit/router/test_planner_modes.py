@@ -247,6 +247,26 @@ def test_a_miss_sets_the_factor_to_what_routing_made_of_one_shared_queue() -> No
     assert state.capacity_factor == pytest.approx(4.0)
 
 
+def test_a_shortfall_within_the_slo_steps_a_learnt_factor_and_a_breach_re_estimates_it() -> None:
+    # The same fleet and windows as above (worth 2 shared replicas: the estimate is 4 / 2).
+    # 96 % is above the SLO target and below the band: a factor already learnt takes the
+    # +5 % step only (one window's noise re-estimating it held Mooncake at 1.3x static);
+    # the queue model's own factor (1.0, nothing learnt) and a breach (90 %) re-estimate it.
+    met = (5, 10)
+    seen = tuple(DemandWindow(end_s=100.0 - 15.0 * i, requests=10, met=met) for i in range(3))
+    assert CFG.slo_target < 0.96 < CFG.band[0]
+
+    def after(factor: float, attained: int) -> float:
+        state = PlanState(replicas=4, seen=seen[::-1], capacity_factor=factor)
+        obs = ObservedSlo(met=attained, requests=100)
+        state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, obs)
+        return state.capacity_factor
+
+    assert after(1.5, 96) == pytest.approx(1.5 * (1.0 + CFG.feedback_up))
+    assert after(1.0, 96) == pytest.approx(2.0)
+    assert after(1.5, 90) == pytest.approx(2.0)
+
+
 def test_saturated_replicas_floor_the_factor_with_what_they_served() -> None:
     # Two ready replicas, both behind the SLO at both ends of every interval, served 15 s of
     # prefill work in 30 replica-seconds: one replica is worth half a replayed one.
