@@ -17,7 +17,7 @@ NATS_SERVER := .venv/bin/nats-server
 
 .PHONY: help
 help:  ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 $(UV):
 	python3 -m venv $(TOOLS)

@@ -50,8 +50,8 @@ CHAOS_TENANTS_ARGS ?=
 chaos-tenants: install  ## a hostile tenant vs the real services; honest tenants must not notice
 	nice $(PY) -m tools.bench.chaos_tenants $(CHAOS_TENANTS_ARGS)
 
-# Images (docs/deploy.md#images): every service from deploy/docker/Dockerfile with the engine
-# present (podman, else a docker whose daemon answers, else Debian's podman, installed), named
+# Images (docs/deploy.md#images-make-images): every service from deploy/docker/Dockerfile with
+# the engine present (podman, else a docker whose daemon answers, else Debian's podman, installed), named
 # $(SEEDANCE_IMAGE_PREFIX)/<service>:<version> and <version>-src.<digest> (a hash of the
 # Dockerfile, the lock and the sources: rebuilt when it differs). The base is the official
 # python:3.11-slim-bookworm, or the Debian stand-in deploy/docker/debian-base.sh builds where

@@ -11,14 +11,17 @@ bench-autoscale: install  ## GPU-hours at equal TTFT SLO: predictive planner vs 
 
 # bench-autoscale-sweep [PROXIES=dir] [SEEDS="3 11 29"] [JOBS=2]: the proxies of every generator
 # seed, bench-autoscale on each, one line per run and how many meet every goal of issue 32.
-PROXIES ?= /tmp/autoscale-proxies
-SEEDS ?= 3 11 29
-JOBS ?= 2
+# The defaults are this target's own: a global `SEEDS ?=` or `JOBS ?=` reached every other
+# target of the Makefile (bench-slicer ran seeds "3 11 29", bench-bus and bench-cli-status
+# --jobs 2).
+SWEEP_PROXIES = $(or $(PROXIES),/tmp/autoscale-proxies)
+SWEEP_SEEDS = $(or $(SEEDS),3 11 29)
+SWEEP_JOBS = $(or $(JOBS),2)
 
 .PHONY: bench-autoscale-sweep
 bench-autoscale-sweep: install  ## bench-autoscale over the proxy traces of several seeds: runs meeting every goal (issue 32)
-	for s in $(SEEDS); do $(PY) -m tools.bench.autoscale_traces $(SEEDANCE_DATA_DIR) $(PROXIES)/s$$s --seed $$s >/dev/null; done
-	nice $(PY) -m tools.bench.autoscale_sweep $(PROXIES) --jobs $(JOBS)
+	for s in $(SWEEP_SEEDS); do $(PY) -m tools.bench.autoscale_traces $(SEEDANCE_DATA_DIR) $(SWEEP_PROXIES)/s$$s --seed $$s >/dev/null; done
+	nice $(PY) -m tools.bench.autoscale_sweep $(SWEEP_PROXIES) --jobs $(SWEEP_JOBS)
 
 .PHONY: bench-kv-forecast
 bench-kv-forecast: install  ## KV-occupancy forecast (flow model of the server on the request log, clocks aligned, with a fallback to the head of lowest recent error; ridge and LightGBM heads as reference) vs last value / moving averages on real H200 telemetry

@@ -6,7 +6,8 @@ bench-cli-status: install  ## seedance jobs status over a tenant's long history,
 
 # The SDK and the CLI installed alone, as a user outside the workspace would: a fresh venv, the
 # four distributions they need (non-editable, their locked-compatible dependencies from PyPI),
-# `seedance --help` run from it, and its size (docs/deploy.md#the-sdk-and-cli-alone).
+# `seedance --help` run from it, and its size
+# (docs/deploy.md#the-sdk-and-cli-alone-and-the-local-stacks-environment).
 .PHONY: sdk-alone
 sdk-alone: $(UV)  ## install the SDK + CLI alone into a fresh venv and print its size
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \

@@ -1,0 +1,72 @@
+"""One area's make defaults stay in its mk/*.mk file.
+
+Every mk/*.mk is included into one Makefile, so a top-level ``SEEDS ?= 3 11 29`` in one area's
+file is the default of every target that reads ``$(SEEDS)``: the router's sweep once set
+``SEEDS`` and ``JOBS`` so, and ``make bench-slicer`` ran seeds "3 11 29" instead of 42-51 while
+``make bench-bus`` and ``make bench-cli-status`` ran ``--jobs 2``. An area's own default goes
+into a name of its own (``SLICER_SEEDS = $(or $(SEEDS),42-51)``); the names the Makefile
+itself sets (``PY``, ``UV``, ``SEEDANCE_DATA_DIR``) are everyone's.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_ASSIGN = re.compile(r"^(?:export\s+)?([A-Z][A-Z0-9_]*)\s*(?:\?=|:=|::=|=|\+=)")
+
+#: Shared on purpose, each with why.
+SHARED = {
+    # The router's request trace: its forecaster, simulator and planner benches take the same
+    # one (router-forecast.mk sets it), and slicer.mk reads a TRACE only from the command line.
+    "TRACE",
+    # The same default, named by router-sim.mk for the planner's bench.
+    "ROUTER_TRACE_DEFAULT",
+}
+
+
+def assigned(text: str) -> set[str]:
+    return {m.group(1) for line in text.splitlines() if (m := _ASSIGN.match(line))}
+
+
+def read(text: str, name: str) -> bool:
+    return re.search(r"\$[({]" + re.escape(name) + r"[)}]", text) is not None
+
+
+def test_the_rule_sees_a_leak() -> None:
+    sweep = "SEEDS ?= 3 11 29\nbench-x:\n\trun --seeds $(SEEDS)\n"
+    slicer = "SLICER_SEEDS = $(or $(SEEDS),42-51)\n"
+    assert assigned(sweep) == {"SEEDS"}
+    assert assigned(slicer) == {"SLICER_SEEDS"}
+    assert read(slicer, "SEEDS")
+    assert not read(slicer, "SEED")
+
+
+def test_no_area_default_reaches_another_areas_targets() -> None:
+    files = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "mk").glob("*.mk"))}
+    assert len(files) > 10
+    leaks = [
+        f"{name} (set in mk/{owner}) is read by mk/{other}"
+        for owner, text in files.items()
+        for name in sorted(assigned(text) - SHARED)
+        for other, other_text in files.items()
+        if other != owner and read(other_text, name)
+    ]
+    assert leaks == []
+
+
+def test_the_benches_get_their_own_defaults() -> None:
+    """What `make -n` would run, with no variable given: each script's own default."""
+    env = {"PATH": "/usr/bin:/bin", "SEEDANCE_DATA_DIR": "/data"}
+    dry = subprocess.run(
+        ["make", "-n", "--no-print-directory", "bench-slicer", "bench-bus", "bench-cli-status"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--seeds 42-51" in dry
+    assert "--jobs" not in dry
