@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -65,19 +66,19 @@ class Profile:
         self.lines.append(f"profile: signatures={len(sigs)} nodes={nodes.size}")
         shapes = list(policy._cache)
         whole = grouping = scoring = 0.0
-        for pod in shapes:
-            whole += _best_ms(lambda pod=pod: policy.node_scores(state, pod, nodes))
-            grouping += _best_ms(lambda: sigs.groups(nodes))
-            some, _ = sigs.groups(nodes)
-            scoring += _best_ms(lambda pod=pod, some=some: policy.node_scores(state, pod, some))
+        some, _ = sigs.groups(nodes)
+        for shape in shapes:
+            whole += _best_ms(partial(policy.node_scores, state, shape, nodes))
+            grouping += _best_ms(partial(sigs.groups, nodes))
+            scoring += _best_ms(partial(policy.node_scores, state, shape, some))
         k = max(len(shapes), 1)
         self.lines.append(
             f"profile: rescan shapes={len(shapes)} every_node_ms={whole / k:.3f} "
             f"by_signature_ms={grouping / k:.3f}+{scoring / k:.3f} (grouping + scoring)"
         )
         idx = policy.index(state)
-        pod = shapes[0] if shapes else None
-        if pod is not None:
+        if shapes:
+            pod = shapes[0]
             summed = _best_ms(
                 lambda: _bestfit_score(state, nodes, pod, state.gpu_free[nodes].sum(axis=1))
             )

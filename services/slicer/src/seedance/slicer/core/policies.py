@@ -290,10 +290,12 @@ class FragmentationGradientDescent:
         over its GPUs: the same values, without a gather of every GPU of every tied node
         (thousands on a fleet of identical nodes)."""
         idx = self._index
-        if idx is None or idx.state is not state:
-            total: np.ndarray = state.gpu_free[nodes].sum(axis=1)
-            return total
-        return idx.tot[nodes]
+        total: np.ndarray = (
+            state.gpu_free[nodes].sum(axis=1)
+            if idx is None or idx.state is not state
+            else idx.tot[nodes]
+        )
+        return total
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
