@@ -12,7 +12,12 @@ MAX_LINES = 600
 
 #: Modules over the bound whose split belongs to the branch changing them now, each with why.
 #: Only these may be over; each must still be over (a split one is taken off the list).
-PENDING: dict[str, str] = {}
+PENDING: dict[str, str] = {
+    "libs/core/src/seedance/core/durable/runtime.py": (
+        "fix-slicer adds DurableSpec.store (3 lines) to a module at the cap on its base; main's "
+        "split-cap merge (b20091d6) already split it to 452 lines: take this entry off once merged"
+    ),
+}
 
 
 def _modules() -> list[Path]:
