@@ -1,5 +1,6 @@
-"""`StateStore` against a real nats-server: commits, bases, slot reuse, a commit cut short, two
-writers, and the slicer's shipped user writing and reading its own state."""
+"""`StateStore` against a real nats-server: commits, bases, slot reuse, a commit cut short, a
+journal longer than a read window, the default base interval, two writers, and the slicer's
+shipped user writing and reading its own state."""
 
 from __future__ import annotations
 
@@ -97,6 +98,61 @@ async def test_a_commit_over_one_message_spans_records_and_a_cut_one_never_count
     fourth = store_of(prefix, part_bytes=4096)
     await fourth.load()
     assert fourth.entries == {"a": b"1", "b": b"2", **big}
+
+
+async def test_a_journal_over_several_read_windows_restores_as_read_one_by_one(
+    kv: KeyValue, store_of: Callable[..., StateStore], unique: str
+) -> None:
+    # 185 records (the restore reads 64 slots at a time), then a commit cut short whose records
+    # straddle a window's end: the restore applies the 185, ignores the cut group, and the next
+    # commit takes the cut group's first slot; a writer that read before it is stale.
+    prefix = f"pool.t{unique}"
+    store = store_of(prefix, slots=400, compact_records=300, part_bytes=4096)
+    await store.load()
+    rng = random.Random(11)
+    live: dict[str, bytes] = {}
+    for _ in range(185):
+        change = changes_for(rng, live, rng.randrange(1, 4))
+        await store.commit(change)
+        applied(live, change)
+    assert store.stats.bases == 0
+    cut = {f"cut/{i}": random.Random(-i).randbytes(500) for i in range(100)}
+    records = encode_records(store._next, cut, 4096)
+    assert store._next < 192 < store._next + len(records) - 1  # the third window's end
+    for i, data in enumerate(records[:-1]):
+        await kv.put(f"{prefix}.j.{store._next + i}", data)
+    again = store_of(prefix, slots=400, compact_records=300, part_bytes=4096)
+    assert await again.load()
+    assert again.entries == live
+    assert again.journal_records == 185
+    stale = store_of(prefix, slots=400, compact_records=300, part_bytes=4096)
+    await stale.load()
+    await again.commit({"after": b"1"})
+    with pytest.raises(StateConflict):
+        await stale.commit({"stale": b"1"})
+    reader = store_of(prefix, slots=400, compact_records=300, part_bytes=4096)
+    await reader.load()
+    assert reader.entries == {**live, "after": b"1"}
+    assert reader.journal_records == 186
+
+
+async def test_a_base_comes_every_256_records_by_default(
+    kv: KeyValue, store_of: Callable[..., StateStore], unique: str
+) -> None:
+    # The library's bound: a restore reads at most 255 records after the base (a service whose
+    # base costs more passes its own, as the slicer does).
+    store = store_of(f"pool.t{unique}")
+    await store.load()
+    for i in range(255):
+        await store.commit({f"k{i}": b"1"})
+    assert store._compacting is None
+    await store.commit({"k255": b"1"})
+    await store._stop_compacting(wait=True)
+    assert store.stats.bases == 1
+    again = store_of(f"pool.t{unique}")
+    await again.load()
+    assert again.journal_records == 0
+    assert again.entries == {f"k{i}": b"1" for i in range(256)}
 
 
 async def test_a_second_writer_fails_until_it_reloads_and_sees_the_first(

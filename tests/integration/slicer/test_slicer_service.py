@@ -33,7 +33,7 @@ from seedance.events.slicing import (
 from seedance.events.subjects import CONSUMERS, costs, jobs, slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.slicer.core import JobSpec
-from seedance.slicer.durable import SlicerState
+from seedance.slicer.durable import COMPACT_RECORDS, SlicerState
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.waits import eventually, wait_inventory_known
@@ -375,6 +375,7 @@ async def test_a_batch_that_fails_to_persist_is_replayed_with_the_same_decisions
     async with slicer(nats_url, unique) as svc:
         await eventually(_is(lambda: svc.leading))
         store = svc.state.store
+        assert store._compact_records == COMPACT_RECORDS  # the slicer's, not the library's
         real_commit = store.commit
         failures: list[int] = []
 

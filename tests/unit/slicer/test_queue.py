@@ -81,7 +81,7 @@ def test_reservation_stops_small_jobs_from_starving_a_large_one() -> None:
     s.submit(gpu_job("big", k=2), 1.0)
     assert placed(s.schedule(1.0)) == []
     s.schedule(100.0)  # blocked > 60 s: a node is reserved for it
-    reserved = [n for n in range(2) if s._reserved_by[n] >= 0]
+    reserved = [n for n in range(2) if s.reservations.holders[n] >= 0]
     assert len(reserved) == 1
     # Small jobs keep coming; none may land on the reserved node.
     for i, t in enumerate((101.0, 102.0)):

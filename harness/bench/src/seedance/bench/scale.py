@@ -454,7 +454,10 @@ async def restore_seconds(st: Stack, batch: int, timeout_s: float) -> float:
     """Stop the slicer, start another; the seconds its restore took (its own log line)."""
     st.procs.stop_all()
     start_slicer(st.procs, batch, instance="-next")
-    return float((await leading(st, "slicer-next", timeout_s))["seconds"])
+    line = await leading(st, "slicer-next", timeout_s)
+    # How long the journal after the base was (a restore reads every record of it).
+    log(f"restore: the journal held {line.get('journal_records', '?')} records after the base")
+    return float(line["seconds"])
 
 
 # --- one fleet ---------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ random running job finishes and one single pod is submitted (bench-scale's rate 
 bus). Printed: pairs per second, the p50/p99 of a pair, the mean of the submits that refreshed the
 target workload, and the digest (sha256, first 16 hex digits) of every effect in order: each
 placement's job, node and GPU shares, and the kind and job of every other effect. Two runs of one
-seed on code that decides alike print the same digest.
+seed on code that decides alike print the same digest. ``--profile`` prints, before it, the
+costs of the policy's rescans, index and tie-break (`seedance.bench.scale_replay_profile`); the
+pairs' rate leaves out the time they take, and the digest is the same.
 
 Last line: ``scale_replay: nodes=<n> running=<n> pairs=<n> pairs_per_s=<n> pair_p50_ms=<n>
 pair_p99_ms=<n> refresh_ms_mean=<n> refreshes=<n> digest=<hex>``.
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from seedance.bench.scale import TENANT, submit
 from seedance.bench.scale_fleet import TOPOLOGY_LEVELS, Shape, inventory, read_fleet, read_shapes
+from seedance.bench.scale_replay_profile import Profile
 from seedance.slicer.config import scheduler_config
 from seedance.slicer.core import Scheduler
 from seedance.slicer.core.effects import Effect, Placed
@@ -53,7 +56,7 @@ class Replay:
                 self.digest.update(f"{type(e).__name__}:{job};".encode())
 
 
-def run(args: argparse.Namespace) -> str:
+def run(args: argparse.Namespace, profile: Profile | None = None) -> str:
     nodes = read_fleet(args.nodes, args.copies)
     shapes = read_shapes(args.pods)
     sched = Scheduler(scheduler_config(SlicerSettings(topology_levels=",".join(TOPOLOGY_LEVELS))))
@@ -78,6 +81,8 @@ def run(args: argparse.Namespace) -> str:
             _, ev = submit(f"w{i}", big)
             r.take(sched.submit(job_spec(ev), clock))  # type: ignore[arg-type]
         clock += 2 * sched.config.queue.reserve_after_s
+    if profile is not None:
+        profile.filled(sched)
     singles = [s for s in shapes if s.gpus <= 8]
     lat: list[float] = []
     refresh: list[float] = []
@@ -94,7 +99,9 @@ def run(args: argparse.Namespace) -> str:
         lat.append(time.perf_counter() - t0)
         if sched._policy is not policy:
             refresh.append(lat[-1])
-    elapsed = time.perf_counter() - started
+            if profile is not None:
+                profile.refreshed(sched, policy)
+    elapsed = time.perf_counter() - started - (profile.spent_s if profile else 0.0)
     lat.sort()
     mean_refresh = sum(refresh) / len(refresh) * 1000 if refresh else float("nan")
     return (
@@ -115,9 +122,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--pairs", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--waiting", type=int, default=0, help="jobs kept waiting throughout")
+    ap.add_argument(
+        "--profile", action="store_true", help="print the rescans', index's and tie-break's costs"
+    )
     return ap.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print(run(parse_args(argv)), flush=True)
+    args = parse_args(argv)
+    profile = Profile() if args.profile else None
+    line = run(args, profile)
+    for prof in profile.report() if profile else []:
+        print(prof, flush=True)
+    print(line, flush=True)
     return 0

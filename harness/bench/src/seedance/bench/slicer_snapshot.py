@@ -10,6 +10,14 @@ and, as the anchor measured in the same run, what it wrote before: the whole sta
 the entries written reproduce the state. It must not change the scheduler's decisions or touch
 the bus.
 
+``--restore-journal N`` also measures the restore's store read (`StateStore.load`) on a fresh
+nats-server: the state before the batches written as a base, the first N batches as N journal
+records after it (767: the slicer's full journal, `seedance.slicer.durable.COMPACT_RECORDS`
+less one), then loaded ``--restore-runs`` times each way, alternated: the journal read one slot
+per round trip (the anchor: the store before its read windows) and as the store reads it now.
+Printed before the last line: ``restore: journal=<n> base_bytes=<n> one_by_one_s=<median>
+windowed_s=<median> ratio=<n>``.
+
 Last line: ``slicer_snapshot: running=<n> nodes=<n> batch_ms_p99=<n> whole_ms_p99=<n>
 record_bytes_mean=<n> whole_bytes=<n> ratio=<n>``.
 """
@@ -17,6 +25,8 @@ record_bytes_mean=<n> whole_bytes=<n> ratio=<n>``.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import statistics
 import sys
 import time
 import zlib
@@ -24,10 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
-from seedance.core.state_store import encode_records
+from seedance.core import Bus, BusSettings, state_store
+from seedance.core.kv import ensure_bucket
+from seedance.core.state_store import StateStore, encode_records
 from seedance.slicer.core.entries import snapshot_of
 from seedance.slicer.core.inputs import GpuSpec, JobSpec, NodeSpec
 from seedance.slicer.core.scheduler import Scheduler
+from seedance.slicer.durable import COMPACT_RECORDS
+from seedance.testing.servers import NatsServer
 from seedance.traces import alibaba
 
 __all__ = ["main"]
@@ -63,7 +77,47 @@ def _jobs(path: Path) -> list[JobSpec]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+async def _restore(
+    base: dict[str, bytes], journal: list[dict[str, bytes | None]], runs: int
+) -> str:
+    """The store read of `base` and `journal` after it, one slot at a time and windowed."""
+    server = NatsServer()
+    try:
+        bus = await Bus.connect(BusSettings(url=server.url, name="bench-snapshot"))
+        try:
+            kv = await ensure_bucket(bus, "seedance-slicer-state")
+            store = StateStore(kv, "pool.bench", compact_records=COMPACT_RECORDS)
+            await store.load()
+            await store.install(base)
+            for changes in journal:
+                await store.commit(changes)
+            if store.journal_records != len(journal):
+                raise RuntimeError(f"a base was written: {store.journal_records} records left")
+            windowed = state_store._WINDOW
+            took: dict[int, list[float]] = {1: [], windowed: []}
+            for _ in range(runs):
+                for window in took:
+                    # The anchor: one slot per round trip, as the store read before its windows.
+                    state_store._WINDOW = window
+                    again = StateStore(kv, "pool.bench", compact_records=COMPACT_RECORDS)
+                    t0 = time.perf_counter()
+                    await again.load()
+                    took[window].append(time.perf_counter() - t0)
+                    if again.entries != store.entries:
+                        raise RuntimeError("the restore read another state than was written")
+            state_store._WINDOW = windowed
+        finally:
+            await bus.close()
+    finally:
+        server.stop()
+    one, win = statistics.median(took[1]), statistics.median(took[windowed])
+    return (
+        f"restore: journal={len(journal)} base_bytes={store.stats.base_bytes} "
+        f"one_by_one_s={one:.3f} windowed_s={win:.3f} ratio={win / one:.2f}"
+    )
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument(
         "--data", type=Path, required=True, help="the Alibaba trace folder (alibaba-gpu-v2023)"
@@ -73,7 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--running", type=int, default=1800)
     ap.add_argument("--batches", type=int, default=300)
     ap.add_argument("--per-batch", type=int, default=20)
+    ap.add_argument("--restore-journal", type=int, default=0, help="journal records to restore")
+    ap.add_argument("--restore-runs", type=int, default=5)
     args = ap.parse_args(argv)
+    if args.restore_journal > args.batches:
+        ap.error("--restore-journal needs as many --batches")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
     s = Scheduler()
     for n in _nodes(args.data / "openb_node_list_gpu_node.csv", args.nodes, args.copies):
         s.upsert_node(n, 0.0)
@@ -84,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         s.submit(next(jobs), now)
     copy = s.state_entries()
     s.state_changes()
+    base, journal = dict(copy), []
     running = list(s.running_jobs)
     batch_s: list[float] = []
     whole_s: list[float] = []
@@ -100,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         changes = s.state_changes()
         records = encode_records(i, changes)
         t1 = time.perf_counter()
+        if i < args.restore_journal:
+            journal.append(changes)
         whole = zlib.compress(s.to_bytes(), 1)
         t2 = time.perf_counter()
         batch_s.append(t1 - t0)
@@ -112,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 copy[key] = value
     assert snapshot_of(copy) == s.snapshot(), "the entries written do not reproduce the state"
+    if journal:
+        print(asyncio.run(_restore(base, journal, args.restore_runs)), flush=True)
     b_p99 = float(np.percentile(batch_s, 99)) * 1e3
     w_p99 = float(np.percentile(whole_s, 99)) * 1e3
     print(

@@ -171,6 +171,7 @@ class SlicerDecider:
         log.info(
             "slicer_state_restored", pool=self._settings.pool, nodes=len(st.scheduler.node_names),
             running=len(st.scheduler.running_jobs), seconds=round(seconds, 3),
+            journal_records=st.store.stats.journal_records,
         )  # fmt: skip
 
     def update_gauges(self) -> None:

@@ -30,7 +30,7 @@ from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.config import load_quota, scheduler_config
 from seedance.slicer.core import Scheduler
 from seedance.slicer.decider import DURABLES, SlicerDecider
-from seedance.slicer.durable import SlicerState, slicer_state
+from seedance.slicer.durable import COMPACT_RECORDS, SlicerState, slicer_state
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.quiet_rounds import QuietRounds
 from seedance.slicer.quota_sync import QuotaSync
@@ -91,7 +91,7 @@ class SlicerService(Lifecycle):
         spec = DurableSpec(
             bucket="seedance-slicer-state", key=key, lease_key=f"slicer.{settings.pool}",
             holder=settings.replica, lease_ttl_s=settings.lease_ttl_s,
-            log_fields={"pool": settings.pool},
+            log_fields={"pool": settings.pool}, store={"compact_records": COMPACT_RECORDS},
         )  # fmt: skip
         durable = DurableRuntime(
             runtime, clock, spec,

@@ -106,6 +106,9 @@ class DurableSpec:
     lease_ttl_s: float = 10.0
     #: Fields every log line of the runtime carries besides its own (the slicer's ``pool``).
     log_fields: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: Options of its `StateStore` where the store's defaults do not fit (the slicer's
+    #: ``compact_records``: its base costs much more than the k8s-bridge's).
+    store: Mapping[str, int] = field(default_factory=dict, hash=False)
 
 
 class DurableRuntime:
@@ -214,7 +217,7 @@ class DurableRuntime:
     async def start(self) -> None:
         bus = self._rt.bus
         self._state = self._make_state(
-            await StateStore.open(bus, self._spec.bucket, self._spec.key)
+            await StateStore.open(bus, self._spec.bucket, self._spec.key, **self._spec.store)
         )
         if self._lease is None:
             leases = await ensure_bucket(bus, LEASE_BUCKET)

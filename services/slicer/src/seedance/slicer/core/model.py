@@ -350,6 +350,14 @@ class ClusterState:
                 ok &= model_ok if model_ok is not None else self.model_mask(pod.gpu_models)
         return ok
 
+    def could_host(self, pod: PodRequest, n: int) -> bool:
+        """Whether node `n` can host `pod` now (`feasible` for one node)."""
+        if self.cpu_free[n] < pod.cpu_milli or self.mem_free[n] < pod.memory_mib:
+            return False
+        if not self.model_allows(n, pod.gpu_models):
+            return False
+        return int((self.gpu_free[n] >= pod.gpu_milli).sum()) >= pod.num_gpu
+
     def fits(self, pod: PodRequest, placement: NodeGpus) -> bool:
         n = placement.node
         if self.cpu_free[n] < pod.cpu_milli or self.mem_free[n] < pod.memory_mib:
@@ -369,6 +377,13 @@ class ClusterState:
         self.mem_free[n] -= pod.memory_mib
         for g in placement.gpus:
             self.gpu_free[n, g] -= pod.gpu_milli
+        self.version[n] += 1
+
+    def hold_host(self, n: int, cpu_milli: int, memory_mib: int) -> None:
+        """Host CPU and memory of node `n` taken by work placed outside the queue (negative:
+        given back)."""
+        self.cpu_free[n] -= cpu_milli
+        self.mem_free[n] -= memory_mib
         self.version[n] += 1
 
     def release(self, pod: PodRequest, placement: NodeGpus) -> None:

@@ -121,9 +121,13 @@ def _masked(ok: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
     return ok if allowed is None else ok & allowed
 
 
-def _bestfit_score(state: ClusterState, nodes: np.ndarray, pod: PodRequest) -> np.ndarray:
+def _bestfit_score(
+    state: ClusterState, nodes: np.ndarray, pod: PodRequest, gpu_free_total: np.ndarray
+) -> np.ndarray:
+    """BestFit's score of `nodes` (lower fits tighter); `gpu_free_total`: each one's free GPU
+    share summed over its GPUs (FGD reads it off its index instead of summing)."""
     cpu_left = state.cpu_free[nodes] - pod.cpu_milli
-    gpu_left = state.gpu_free[nodes].sum(axis=1) - pod.gpu_milli_total
+    gpu_left = gpu_free_total - pod.gpu_milli_total
     score: np.ndarray = 0.5 * cpu_left / _BF_CPU_MILLI + 0.5 * gpu_left / _BF_GPU_MILLI
     return score
 
@@ -150,7 +154,7 @@ class BestFit:
         ok = np.flatnonzero(_masked(state.feasible(pod), allowed))
         if ok.size == 0:
             return reject_reason(state, pod)
-        n = int(ok[np.argmin(_bestfit_score(state, ok, pod))])
+        n = int(ok[np.argmin(_bestfit_score(state, ok, pod, state.gpu_free[ok].sum(axis=1)))])
         return NodeGpus(n, _tightest_gpu(state, n, pod))
 
 
@@ -275,22 +279,23 @@ class FragmentationGradientDescent:
         tied = np.flatnonzero(key == low)
         n = int(tied[0])
         if tied.size > 1:
-            n = int(tied[np.argmin(self._bestfit_score(state, tied, pod))])
+            tot = self._gpu_free_total(state, tied)
+            n = int(tied[np.argmin(_bestfit_score(state, tied, pod, tot))])
         if pod.is_shared:
             return NodeGpus(n, (int(gpu[n]),))
         return NodeGpus(n, choose_whole_gpus(state, n, pod))
 
-    def _bestfit_score(self, state: ClusterState, nodes: np.ndarray, pod: PodRequest) -> np.ndarray:
-        """`_bestfit_score` with each node's free GPU share read off the index (synced by
-        `place`), not summed over its GPUs: the same values, without a gather of every GPU of
-        every tied node (thousands on a fleet of identical nodes)."""
+    def _gpu_free_total(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        """Each node's free GPU share, read off the index (synced by `place`) rather than summed
+        over its GPUs: the same values, without a gather of every GPU of every tied node
+        (thousands on a fleet of identical nodes)."""
         idx = self._index
-        if idx is None or idx.state is not state:
-            return _bestfit_score(state, nodes, pod)
-        cpu_left = state.cpu_free[nodes] - pod.cpu_milli
-        gpu_left = idx.tot[nodes] - pod.gpu_milli_total
-        score: np.ndarray = 0.5 * cpu_left / _BF_CPU_MILLI + 0.5 * gpu_left / _BF_GPU_MILLI
-        return score
+        total: np.ndarray = (
+            state.gpu_free[nodes].sum(axis=1)
+            if idx is None or idx.state is not state
+            else idx.tot[nodes]
+        )
+        return total
 
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None

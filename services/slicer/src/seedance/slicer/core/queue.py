@@ -1,9 +1,10 @@
 """The slicer's placement queue: which waiting job starts next, where, and whom it may preempt.
 
-Owns the pending queue (priority, then arrival), the running set, node reservations for
-blocked jobs, gang (all-or-nothing) placement and priority preemption, and the free resources
-of the pool's nodes (`ClusterState`) with two inputs from outside the queue: host CPU and memory
-held by work placed elsewhere (MIG instances: `hold_host` / `free_host`) and GPUs no job may be
+Owns the pending queue (priority, then arrival), the running set, when a blocked job gets
+reserved nodes (which ones and the bookkeeping: `seedance.slicer.core.reservation`), gang
+(all-or-nothing) placement and priority preemption, and the free resources of the pool's
+nodes (`ClusterState`) with two inputs from outside the queue: host CPU and memory held by
+work placed elsewhere (MIG instances: `hold_host` / `free_host`) and GPUs no job may be
 placed on (unhealthy or in MIG mode: `set_masked`). It is driven by a virtual clock: the caller
 passes `now_s` into `submit`, `finish` and `schedule`; the scheduler passes event times, the
 benchmark passes simulated ones. It must not read a clock, sleep, or do I/O; placement itself
@@ -46,7 +47,7 @@ from seedance.slicer.core.jobs import (
 )
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest, Rejection
 from seedance.slicer.core.policies import Policy
-from seedance.slicer.core.reservation import nodes_to_reserve
+from seedance.slicer.core.reservation import Reservations
 from seedance.slicer.core.waiting import Entry, FailedShapes, WaitingIndex
 
 __all__ = [
@@ -94,9 +95,8 @@ class PlacementQueue:
         # until it ends or is preempted, so `running_records` builds none.
         self._running: dict[str, RunningRecord] = {}
         self._on_node: list[set[str]] = [set() for _ in nodes]
-        # The seq of each node's reservation holder (-1: none); rows to the state's capacity.
-        self._reserved_buf = np.full(self.state.capacity, -1, dtype=np.int64)
-        self._reserved_nodes = 0  # how many are >= 0: every placement reads it, no fleet pass
+        # Nodes reserved for blocked jobs and closed to new work: where a job may go.
+        self.reservations = Reservations(self.state)
         self._seq = 0
         # Request shapes that fitted nowhere since the last release: they cannot fit until
         # something is freed, so a pass skips them without asking the policy.
@@ -109,8 +109,6 @@ class PlacementQueue:
         self._queued_in_pass: list[_Pending] | None = None
         self._priorities: dict[int, int] = {}  # running jobs per priority, for preemption
         self._masked: set[tuple[int, int]] = set()
-        # Nodes closed to new work of any kind (cordoned, held empty): `set_masked`.
-        self._closed: frozenset[int] = frozenset()
         # Jobs whose record (running or pending: reason, reservation) changed since
         # `take_touched`: what the scheduler's state writes after a batch.
         self._touched: set[str] = set()
@@ -119,11 +117,6 @@ class PlacementQueue:
         #: Whether a gang may evict a running job for room: the tenant's own lower-priority
         #: preemptible work by default; the scheduler adds its quota's cohort reclaim.
         self.may_evict: Callable[[Job, Job], bool] = own_lower_priority
-
-    @property
-    def _reserved_by(self) -> np.ndarray:
-        """The seq of each node's reservation holder (-1: none), a view of the buffer."""
-        return self._reserved_buf[: len(self.state)]
 
     # -- persistence ------------------------------------------------------------------------
     @property
@@ -177,8 +170,7 @@ class PlacementQueue:
         for rec in pending:
             pend = _Pending(rec.job, rec.submitted_s, rec.seq, rec.reason, list(rec.reserved))
             queue._enqueue(pend)
-            queue._reserved_by[list(rec.reserved)] = rec.seq  # none: an empty index sets none
-            queue._reserved_nodes += len(rec.reserved)
+            queue.reservations.hold(rec.reserved, rec.seq)
         queue._seq = seq
         return queue
 
@@ -197,10 +189,7 @@ class PlacementQueue:
         failed may fit now."""
         i = self.state.add_node(node)
         self._on_node.append(set())
-        if len(self._reserved_buf) < len(self.state):
-            grown = np.full(self.state.capacity, -1, dtype=np.int64)
-            grown[: len(self._reserved_buf)] = self._reserved_buf
-            self._reserved_buf = grown
+        self.reservations.grow()
         self._failed.clear()
         return i
 
@@ -215,10 +204,7 @@ class PlacementQueue:
     # -- resources held or masked outside the queue ------------------------------------------
     def hold_host(self, node: int, cpu_milli: int, memory_mib: int) -> None:
         """Work placed outside the queue (a MIG instance's job) takes host CPU and memory."""
-        st = self.state
-        st.cpu_free[node] -= cpu_milli
-        st.mem_free[node] -= memory_mib
-        st.version[node] += 1
+        self.state.hold_host(node, cpu_milli, memory_mib)
         self._failed.clear()
 
     def free_host(self, node: int, cpu_milli: int, memory_mib: int) -> None:
@@ -232,7 +218,7 @@ class PlacementQueue:
         CPU-only job either (a cordoned node, one held empty: masking its GPUs is not enough)."""
         st = self.state
         if closed is not None:
-            self._closed = frozenset(closed)
+            self.reservations.closed = frozenset(closed)
         for n, g in self._masked - gpus:
             used = sum(
                 self._running[j].job.request.gpu_milli
@@ -290,8 +276,9 @@ class PlacementQueue:
         self.state.apply(new, p)
         if (p.node, p.gpus[0]) in self._masked:
             self._zero(p.node, p.gpus[0])  # a masked GPU shows no free share
-        job = dataclasses.replace(run.job, request=new)
-        self._running[job_id] = dataclasses.replace(run, job=job)
+        self._running[job_id] = dataclasses.replace(
+            run, job=dataclasses.replace(run.job, request=new)
+        )
         self._held_milli += milli - old.gpu_milli
         self._touched.add(job_id)
         self._failed.clear()  # room freed (or taken): shapes that failed may fit now
@@ -408,8 +395,9 @@ class PlacementQueue:
             self._maybe_reserve(pend, now_s)
         return False
 
-    def _room(self) -> int:  # nodes the queue may still reserve
-        return self.config.max_reserved_nodes - self._reserved_nodes
+    def _room(self) -> int:
+        """Nodes the queue may still reserve."""
+        return self.config.max_reserved_nodes - self.reservations.count
 
     # -- internals --------------------------------------------------------------------------
     def _next_seq(self) -> int:
@@ -438,23 +426,11 @@ class PlacementQueue:
         del self._order[i]
         self._waiting.remove(job_id)
         if pend.reserved:
-            self._reserved_by[pend.reserved] = -1
-            self._reserved_nodes -= len(pend.reserved)
+            self.reservations.drop(pend.reserved)
             pend.reserved = []
             self._failed.clear()  # nodes came back for everyone
             self._waiting.room_grew = True
         return pend
-
-    def _allowed_for(self, pend: _Pending) -> np.ndarray | None:
-        closed = [n for n in self._closed if n < len(self.state)]
-        if not self._reserved_nodes:
-            if not closed:
-                return None
-            allowed: np.ndarray = np.ones(len(self.state), dtype=bool)
-        else:
-            allowed = (self._reserved_by < 0) | (self._reserved_by == pend.seq)
-        allowed[closed] = False
-        return allowed
 
     def _place_gang(self, job: Job, allowed: np.ndarray | None) -> tuple[NodeGpus, ...] | Rejection:
         """One pod, or every member of a gang inside one GPU model's tightest topology domain
@@ -469,7 +445,7 @@ class PlacementQueue:
 
     def _try_place(self, pend: _Pending, now_s: float, out: list[QueueDecision]) -> bool:
         job = pend.job
-        res = self._place_gang(job, self._allowed_for(pend))
+        res = self._place_gang(job, self.reservations.allowed_for(pend.seq))
         if isinstance(res, Rejection) and self.config.preemption:
             evicted: tuple[NodeGpus, ...] | Rejection | None = None
             if job.replicas > 1:
@@ -508,7 +484,8 @@ class PlacementQueue:
         # Freed resources may fit shapes that failed before: forget the failures that the
         # freed nodes could now host (cheap scalar checks, no policy call).
         nodes = {p.node for p in run.placements}
-        for shape in [s for s in self._failed if any(self._could_fit(s[0], n) for n in nodes)]:
+        could_host = self.state.could_host
+        for shape in [s for s in self._failed if any(could_host(s[0], n) for n in nodes)]:
             self._failed.forget(shape)
         if left := self._priorities[run.job.priority] - 1:
             self._priorities[run.job.priority] = left
@@ -518,31 +495,20 @@ class PlacementQueue:
     def _has_lower(self, job: Job) -> bool:
         return any(p < job.priority for p in self._priorities)
 
-    def _could_fit(self, pod: PodRequest, n: int) -> bool:
-        st = self.state
-        if st.cpu_free[n] < pod.cpu_milli or st.mem_free[n] < pod.memory_mib:
-            return False
-        if not st.model_allows(n, pod.gpu_models):
-            return False
-        return int((st.gpu_free[n] >= pod.gpu_milli).sum()) >= pod.num_gpu
-
     def _maybe_reserve(self, pend: _Pending, now_s: float) -> None:
         """Reserve nodes for a job blocked too long (`core.reservation`)."""
         cfg = self.config
         if pend.reserved or now_s - pend.submitted_s < cfg.reserve_after_s:
             return
-        need = pend.job.replicas
-        if self._reserved_nodes + need > cfg.max_reserved_nodes:
+        job = pend.job
+        pend.reserved = self.reservations.reserve(
+            job.request, pend.seq, job.replicas, cfg.max_reserved_nodes
+        )
+        if not pend.reserved:
             return
-        chosen = nodes_to_reserve(self.state, self._reserved_by, pend.job.request, need)
-        if chosen is None:
-            return
-        self._reserved_by[chosen] = pend.seq
-        self._reserved_nodes += len(chosen)
-        pend.reserved = [int(n) for n in chosen]
-        if self._waiting.shape_of(pend.job.job_id) is not None:
-            self._waiting.make_always(pend.job.job_id)
-        self._touched.add(pend.job.job_id)
+        if self._waiting.shape_of(job.job_id) is not None:
+            self._waiting.make_always(job.job_id)
+        self._touched.add(job.job_id)
 
     def _reclaim_for_gang(
         self, pend: _Pending, now_s: float, out: list[QueueDecision]
@@ -550,7 +516,7 @@ class PlacementQueue:
         """Evict what `may_evict` allows (its tenant's lower-priority work, its cohort's
         borrowers) on the fewest nodes of one group that then holds the whole gang."""
         job = pend.job
-        allowed = self._allowed_for(pend)
+        allowed = self.reservations.allowed_for(pend.seq)
 
         def victims(n: int) -> list[tuple[str, PodRequest, tuple[int, ...]]]:
             return gang_victims(job, n, self._runs_on(n), self._masked, self.may_evict)
@@ -572,7 +538,7 @@ class PlacementQueue:
     ) -> tuple[NodeGpus, ...] | Rejection:
         """Evict lower-priority jobs from the one node where that frees the job's request
         with the least evicted GPU share (a single pod; a gang reclaims instead)."""
-        allowed = self._allowed_for(pend)
+        allowed = self.reservations.allowed_for(pend.seq)
         best = cheapest_eviction(self.state, pend.job, allowed, self._runs_on)
         if best is None:
             return Rejection("insufficient_resources")
