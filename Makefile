@@ -33,8 +33,9 @@ $(UV):
 install: .venv/.synced  ## install the workspace (uv, Python packages, pinned nats-server)
 
 .PHONY: lint
-lint: install  ## ruff (style, complexity, the wall-clock ban), import contracts, mypy
+lint: install  ## ruff (style, complexity, the wall-clock ban, formatting), import contracts, mypy
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/lint-imports
 	.venv/bin/mypy
 

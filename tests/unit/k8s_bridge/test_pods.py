@@ -229,7 +229,8 @@ def test_a_pod_is_movable_only_when_its_annotation_says_true() -> None:
     assert asked(pod(annotations={"seedance.io/movable": "false"})).movable is False
     r = refused(pod(annotations={"seedance.io/movable": "yes"}))
     assert (r.reason, "seedance.io/movable='yes'" in r.message) == (
-        RefusalReason.INVALID_REQUEST, True
+        RefusalReason.INVALID_REQUEST,
+        True,
     )
     r = refused(pod(annotations={"seedance.io/restart-s": "-1"}))
     assert "restart_s" in r.message

@@ -154,9 +154,7 @@ def test_a_plan_of_another_pool_lifts_nothing_of_this_one() -> None:
     assert list(marks.marked) == ["gpu-2"]
 
 
-def test_a_node_seedance_marked_stays_ready_to_the_slicer_an_operators_cordon_does_not() -> (
-    None
-):
+def test_a_node_seedance_marked_stays_ready_to_the_slicer_an_operators_cordon_does_not() -> None:
     marks = NodeMarks("eu-1")
     n = node("gpu-2")
     marked = applied(n, marks.plan(plan("gpu-2"), {"gpu-2": n}, AT)[0])

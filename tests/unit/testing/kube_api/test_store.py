@@ -110,4 +110,6 @@ def test_a_write_built_from_the_stored_object_leaves_the_history_as_it_was() -> 
     assert first["metadata"]["resourceVersion"] == "1"
     replay = store.watch(PODS, None, Selector(), since=0)
     assert [(k, o["metadata"]["resourceVersion"]) for k, o in replay.items] == [
-        ("ADDED", "1"), ("MODIFIED", "2")]
+        ("ADDED", "1"),
+        ("MODIFIED", "2"),
+    ]

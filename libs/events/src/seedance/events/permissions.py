@@ -172,7 +172,10 @@ IDENTITIES: dict[str, Declaration] = {
             "slicer",
             publishes=("slicing",),
             consumes=(
-                "slicer-jobs", "slicer-inventory", "slicer-pauses", "slicer-autosize",
+                "slicer-jobs",
+                "slicer-inventory",
+                "slicer-pauses",
+                "slicer-autosize",
                 "slicer-shares",
             ),
             buckets=("seedance-slicer-state", "seedance-leases"),

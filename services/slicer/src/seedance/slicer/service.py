@@ -41,6 +41,7 @@ __all__ = ["SlicerMetrics", "SlicerService", "trusted_time"]
 
 log = get_logger(__name__)
 
+
 class SlicerService(Lifecycle):
     """The parts, handed in ready-built (`build` builds them as deployed)."""
 

@@ -141,7 +141,14 @@ class ShareSet:
 
 
 Effect = (
-    Placed | Waiting | Refused | Evicted | MigPlanned | Ended | RejectedInput | CapacityPlanned
+    Placed
+    | Waiting
+    | Refused
+    | Evicted
+    | MigPlanned
+    | Ended
+    | RejectedInput
+    | CapacityPlanned
     | ShareSet
 )
 
