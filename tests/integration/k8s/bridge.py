@@ -237,11 +237,15 @@ class Env:
         return dict(await resp.json())
 
     async def bound(self, name: str, timeout_s: float = 15.0) -> client.V1Pod:
+        """The pod as the check saw it bound."""
+        seen: list[client.V1Pod] = []
+
         async def check() -> bool:
-            return bool((await self.pod(name)).spec.node_name)
+            seen[:] = [await self.pod(name)]
+            return bool(seen[0].spec.node_name)
 
         await eventually(check, timeout_s, what=f"pod {name} bound")
-        return await self.pod(name)
+        return seen[0]
 
     async def kube_lease(self, name: str) -> dict[str, Any]:
         rt = self.kube.api.resolve("coordination.k8s.io", "v1", "leases")

@@ -103,14 +103,17 @@ def pod_of(r: ReplicaRegistration) -> str:
 async def until_bucket(
     bus: Bus, fleet: str, want: dict[str, tuple[str, bool]], what: str
 ) -> dict[str, ReplicaRegistration]:
-    """Wait until the fleet's keys are exactly ``want`` (pod -> (address, ready))."""
+    """Wait until the fleet's keys are exactly ``want`` (pod -> (address, ready)); the
+    registrations the check saw (a second read could differ from it)."""
+    seen: dict[str, ReplicaRegistration] = {}
 
     async def check() -> bool:
-        got = await bucket(bus, fleet)
-        return {pod_of(r): (r.address, r.ready) for r in got.values()} == want
+        seen.clear()
+        seen.update(await bucket(bus, fleet))
+        return {pod_of(r): (r.address, r.ready) for r in seen.values()} == want
 
     await eventually(check, 20, what=what, interval_s=0.1)
-    return await bucket(bus, fleet)
+    return seen
 
 
 def sync_of(b: BridgeService) -> ReplicaSync:

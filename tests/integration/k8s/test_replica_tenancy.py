@@ -91,11 +91,17 @@ async def bucket(bus: Bus, fleet: str) -> dict[str, ReplicaRegistration]:
 
 
 async def until_keys(bus: Bus, fleet: str, want: set[str], what: str) -> dict[str, Any]:
+    """Wait until the fleet's keys are exactly ``want``; the registrations the check saw (a
+    second read could differ from it)."""
+    seen: dict[str, ReplicaRegistration] = {}
+
     async def check() -> bool:
-        return set(await bucket(bus, fleet)) == want
+        seen.clear()
+        seen.update(await bucket(bus, fleet))
+        return set(seen) == want
 
     await eventually(check, 20, what=what, interval_s=0.1)
-    return await bucket(bus, fleet)
+    return seen
 
 
 async def slice_warnings(core: client.CoreV1Api, ns: str, name: str) -> list[client.CoreV1Event]:
