@@ -37,6 +37,7 @@ from seedance.slicer.durable import SlicerState
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.waits import eventually, wait_inventory_known
+from seedance.testing.workloads import read_stream
 from tests.conftest import serving
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -324,17 +325,10 @@ async def test_mig_jobs_get_slots_and_a_drained_gpu_is_repartitioned(
 
 
 async def placements_in_stream(bus: Bus, tenant: str) -> list[Placement]:
-    sub = await bus.js.subscribe(f"seedance.slicing.{tenant}.placement", ordered_consumer=True)
-    out: list[Placement] = []
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=0.5)
-            except TimeoutError:
-                return out
-            out.append(decode(msg.data, Placement))
-    finally:
-        await sub.unsubscribe()
+    """Every placement of ``tenant`` the stream holds, as many as it counts (`read_stream`):
+    a read to a quiet gap ended early when delivery stalled on a loaded machine."""
+    msgs = await read_stream(bus, "SEEDANCE_SLICING", subject=slicing.subject(tenant, "placement"))
+    return [decode(m.data, Placement) for m in msgs]
 
 
 async def test_failover_to_a_standby_places_nothing_twice_and_loses_nothing(
