@@ -148,6 +148,17 @@ async def add_nodes(bus: Bus, *invs: NodeInventory) -> None:
         await bus.publish(telemetry.inventory(inv.node), inv)
 
 
+async def nodes_known(svc: SlicerService, *nodes: str) -> None:
+    """Wait until the slicer knows ``nodes``. Inventory and jobs come through separate
+    durables: a job read before the inventory is decided on an empty fleet (waiting,
+    ``no_capacity``), so a test that asserts a job's first decision waits for this first."""
+
+    async def known() -> bool:
+        return set(nodes) <= set(svc.scheduler.node_names)
+
+    await eventually(known, 15, what=f"the slicer knows {sorted(nodes)}")
+
+
 async def submit(
     bus: Bus, tenant: str, job: str, minute: int = 1, priority: int = 0, **req: Any
 ) -> None:
@@ -242,6 +253,7 @@ async def test_quota_wait_reason_unknown_tenant_and_priority_preemption(
     )
     async with slicer(nats_url, unique, quota_file=str(quota)) as svc:
         await add_nodes(bus, inventory(f"n0-{unique}", 4))
+        await nodes_known(svc, f"n0-{unique}")  # a2's first decision is over_quota, not no_capacity
         await submit(bus, t, "a1", gpus=2)
         await submit(bus, t, "a2", gpus=1)  # over the tenant's 2 GPUs
         await submit(bus, x, "stranger", gpus=1)  # not in the quota file
@@ -300,10 +312,11 @@ async def test_mig_jobs_get_slots_and_a_drained_gpu_is_repartitioned(
     bus, d = env
     t = f"t{unique}"
     node = f"h-{unique}"
-    async with slicer(nats_url, unique):
+    async with slicer(nats_url, unique) as svc:
         mig = {"mig_capable": True, "mig_enabled": True}
         await add_nodes(bus, inventory(node, 1, "H100-80GB", **mig))
         await add_nodes(bus, inventory(f"h200-{unique}", 1, "H200-141GB", **mig))
+        await nodes_known(svc, node, f"h200-{unique}")  # else all could wait, no_capacity
         await submit(bus, t, "m3", mig_profile="3g.40gb")
         await submit(bus, t, "m4", mig_profile="4g.40gb")
         await submit(bus, t, "big", mig_profile="7g.80gb")  # no room on the H100 now
