@@ -218,9 +218,7 @@ async def test_an_eviction_never_answered_is_given_up_and_the_slicer_puts_the_jo
         assert "EvictionBlocked" not in await env.reasons("mover")
 
 
-async def put_back(
-    env: Env, s: SlicerService, br: BridgeService, a: str, b: str
-) -> JobMoveRefused:
+async def put_back(env: Env, s: SlicerService, br: BridgeService, a: str, b: str) -> JobMoveRefused:
     """The mover's move off A was not carried out: the bridge reports it (once, for that
     decision) and the slicer undoes the move (the job back on A's GPUs it held, its placement
     on B ended at the refusal), the pod untouched on A. The report."""
