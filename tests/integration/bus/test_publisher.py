@@ -19,6 +19,7 @@ from seedance.core.errors import NoStream
 from seedance.core.publisher import Publisher, PublishRefused
 from seedance.events import encode
 from seedance.events.subjects import Header, jobs
+from seedance.testing.waits import eventually
 from tests.integration.bus.test_bus import submitted
 
 IN_PROCESS = json.dumps(
@@ -178,7 +179,13 @@ async def test_no_responders_is_retried_until_the_stream_exists(bus: Bus, unique
     publisher = Publisher(bus.nc, retry_no_responders_s=0.1, max_no_responders_retries=50)
     try:
         batch = await publisher.publish([message(subject, "x-" + unique)])
-        await asyncio.sleep(0.3)  # a leader election's worth of "no responders"
+        # Refused at least once before the stream exists (a sleep "long enough" could end
+        # before the first answer came on a loaded machine, and the retry went untested).
+
+        def refused_once() -> bool:
+            return any(retries >= 1 for _, _, retries in publisher._pending.values())
+
+        await eventually(refused_once, 10, what="a no-responders answer, retried")
         await bus.js.add_stream(name=f"LATE_{unique}", subjects=[subject])
         [ack] = await batch.wait(timeout_s=10)
         assert ack.stream == f"LATE_{unique}"

@@ -51,8 +51,9 @@ SYSTEM = "seedance-system"
 
 
 async def fast_forward(bus: Bus, unique: str) -> None:
-    """Create this test's durables and acknowledge everything already in their streams."""
-    names = [(n, f"{n}-{unique}") for n in SLICER_DURABLES] + [(DURABLE, f"{DURABLE}-{unique}")]
+    """Create this test's durables (``""``: the catalogue's own, as the services bind them)
+    and acknowledge everything already in their streams."""
+    names = [(n, f"{n}-{unique}" if unique else n) for n in (*SLICER_DURABLES, DURABLE)]
     for name, durable in names:
         spec = dataclasses.replace(CONSUMERS[name], durable=durable)
         await bus.ensure_consumer(spec)
@@ -237,11 +238,15 @@ class Env:
         return dict(await resp.json())
 
     async def bound(self, name: str, timeout_s: float = 15.0) -> client.V1Pod:
+        """The pod as the check saw it bound."""
+        seen: list[client.V1Pod] = []
+
         async def check() -> bool:
-            return bool((await self.pod(name)).spec.node_name)
+            seen[:] = [await self.pod(name)]
+            return bool(seen[0].spec.node_name)
 
         await eventually(check, timeout_s, what=f"pod {name} bound")
-        return await self.pod(name)
+        return seen[0]
 
     async def kube_lease(self, name: str) -> dict[str, Any]:
         rt = self.kube.api.resolve("coordination.k8s.io", "v1", "leases")
@@ -290,10 +295,11 @@ async def environment(
     others: tuple[str, ...] = (),
 ) -> AsyncIterator[Env]:
     """``tenant``: a shipped tenant (``acme``) whose namespace this is, for tests on the
-    shipped-auth server, whose services bind the catalogue's durables (not fast-forwarded);
-    default: the test's own ``t<unique>``. The trail follows ``others``' subjects too."""
-    if tenant is None:
-        await fast_forward(bus, unique)
+    shipped-auth server (one per module), whose services bind the catalogue's durables: those
+    are fast-forwarded past what earlier tests left (a bridge run without a slicer left its
+    nodes' inventory, and the next test's slicer placed a pod on a node of that test); default:
+    the test's own ``t<unique>``. The trail follows ``others``' subjects too."""
+    await fast_forward(bus, "" if tenant else unique)
     tenant, ns = tenant or f"t{unique}", f"ns-{unique}"
     seed.namespace(kube, ns, labels={"seedance.io/tenant": tenant})
     with contextlib.suppress(Exception):

@@ -267,7 +267,7 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         if event.shares:
             got.append(event)
 
-    sub = await a.bus.nc.subscribe(telemetry.pod_share(TOKEN), cb=on_share)
+    sub = await a.bus.subscribe(telemetry.pod_share(TOKEN), on_share)  # held when it returns
     # The pod's process runs on GPU 1: its host PID's cgroup names the pod.
     (a.proc / "4242").mkdir(parents=True)
     (a.proc / "4242" / "cgroup").write_text(
@@ -312,7 +312,7 @@ async def test_allocate_through_the_service_and_the_shares_it_measures(agent: Ag
         event = decode(msg.data, PodShares)
         peaks.extend(s.mem_used_mib for s in event.shares if s.pod_uid == uid)
 
-    sub = await a.bus.nc.subscribe(telemetry.pod_share(TOKEN), cb=on_peak)
+    sub = await a.bus.subscribe(telemetry.pod_share(TOKEN), on_peak)  # held: the peak is one-shot
     try:
         a.nvml.spike = ({4242: 6144.0, 77: 4096.0}, (4242, 50.0, 10.0))
         await eventually(lambda: bool(peaks), what="the window of the peak")

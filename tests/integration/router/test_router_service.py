@@ -130,7 +130,7 @@ async def test_router_publishes_decisions_weights_and_stats_and_shares_weights(
     async def collect(msg: Any) -> None:
         received.append(decode(msg.data))
 
-    sub = await bus.nc.subscribe("seedance.routing.echo.>", cb=collect)
+    sub = await bus.subscribe("seedance.routing.echo.>", collect)
     try:
         async with running_router(nats_url, tritons, fleet=fleet) as router:
             # The model stored before start is the one that forecasts.
@@ -211,7 +211,7 @@ async def test_router_without_a_forecast_falls_back(
         if isinstance(event, RoutingDecision) and event.request_id.startswith("r"):
             received.append(event)
 
-    sub = await bus.nc.subscribe("seedance.routing.echo.decision", cb=collect)
+    sub = await bus.subscribe("seedance.routing.echo.decision", collect)
     try:
         async with running_router(nats_url, tritons, fleet=fleet) as router:
             assert router.forecasts.model is None
@@ -258,7 +258,7 @@ async def test_router_publishes_replica_recommendations_and_its_gateway_follows_
         assert isinstance(event, ReplicaRecommendation)
         received.append(event)
 
-    sub = await bus.nc.subscribe("seedance.routing.echo.replicas", cb=collect)
+    sub = await bus.subscribe("seedance.routing.echo.replicas", collect)
     try:
         # A planner capped at one replica: the second member of the replica set must be parked.
         async with running_router(

@@ -36,6 +36,7 @@ from tests.integration.slicer.test_slicer_service import (
     add_nodes,
     finish,
     inventory,
+    nodes_known,
     slicer,
     submit,
 )
@@ -84,6 +85,7 @@ async def test_a_kv_policy_replaces_the_files_between_batches_and_held_jobs_foll
     await add_nodes(bus, inventory(f"n-{unique}", 4))
     async with slicer(nats_url, unique, quota_file=str(quota), quota_key=key) as svc:
         await until(lambda: svc.leading)
+        await nodes_known(svc, f"n-{unique}")  # a2's first decision is over_quota, not no_capacity
         await submit(bus, t, "a1", gpus=1, minute=1)
         await submit(bus, t, "a2", gpus=1, minute=2)
         await d.wait(lambda: [e.reason for e in d.of(Unschedulable, "a2")] == ["over_quota"])

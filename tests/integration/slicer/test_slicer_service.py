@@ -37,6 +37,7 @@ from seedance.slicer.durable import COMPACT_RECORDS, SlicerState
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
 from seedance.testing.waits import eventually, wait_inventory_known
+from seedance.testing.workloads import read_stream
 from tests.conftest import serving
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -101,6 +102,12 @@ class Decisions:
             if isinstance(e, kind) and (job is None or getattr(e, "job_id", None) == job)
         ]
 
+    def all_decided(self, *jobs: str) -> bool:
+        """Whether each of ``jobs`` has had a decision (placed, waiting, or rejected): a wait
+        for that, and not for some of them, lets a test assert on every one's outcome."""
+        kinds = (Placement, Unschedulable, JobRejected)
+        return all(any(self.of(k, job) for k in kinds) for job in jobs)
+
     async def wait(self, pred: Callable[[], bool], timeout_s: float = 15.0) -> None:
         async def check() -> bool:
             return pred()
@@ -139,6 +146,17 @@ def inventory(node: str, gpus: int, model: str = "T4", **gpu_kw: Any) -> NodeInv
 async def add_nodes(bus: Bus, *invs: NodeInventory) -> None:
     for inv in invs:
         await bus.publish(telemetry.inventory(inv.node), inv)
+
+
+async def nodes_known(svc: SlicerService, *nodes: str) -> None:
+    """Wait until the slicer knows ``nodes``. Inventory and jobs come through separate
+    durables: a job read before the inventory is decided on an empty fleet (waiting,
+    ``no_capacity``), so a test that asserts a job's first decision waits for this first."""
+
+    async def known() -> bool:
+        return set(nodes) <= set(svc.scheduler.node_names)
+
+    await eventually(known, 15, what=f"the slicer knows {sorted(nodes)}")
 
 
 async def submit(
@@ -235,6 +253,7 @@ async def test_quota_wait_reason_unknown_tenant_and_priority_preemption(
     )
     async with slicer(nats_url, unique, quota_file=str(quota)) as svc:
         await add_nodes(bus, inventory(f"n0-{unique}", 4))
+        await nodes_known(svc, f"n0-{unique}")  # a2's first decision is over_quota, not no_capacity
         await submit(bus, t, "a1", gpus=2)
         await submit(bus, t, "a2", gpus=1)  # over the tenant's 2 GPUs
         await submit(bus, x, "stranger", gpus=1)  # not in the quota file
@@ -293,16 +312,21 @@ async def test_mig_jobs_get_slots_and_a_drained_gpu_is_repartitioned(
     bus, d = env
     t = f"t{unique}"
     node = f"h-{unique}"
-    async with slicer(nats_url, unique):
+    async with slicer(nats_url, unique) as svc:
         mig = {"mig_capable": True, "mig_enabled": True}
         await add_nodes(bus, inventory(node, 1, "H100-80GB", **mig))
         await add_nodes(bus, inventory(f"h200-{unique}", 1, "H200-141GB", **mig))
+        await nodes_known(svc, node, f"h200-{unique}")  # else all could wait, no_capacity
         await submit(bus, t, "m3", mig_profile="3g.40gb")
         await submit(bus, t, "m4", mig_profile="4g.40gb")
         await submit(bus, t, "big", mig_profile="7g.80gb")  # no room on the H100 now
         await submit(bus, t, "h200", mig_profile="1g.18gb")
         await submit(bus, t, "whole", gpus=1)  # MIG GPUs take no whole-GPU work
-        await d.wait(lambda: len(d.of(Placement)) == 3 and bool(d.of(Unschedulable, "big")))
+        # Every job decided, "whole" included: a wait for the first four's outcome alone held
+        # while "whole" was still in the slicer's next batch (seen once in 3 stress runs).
+        await d.wait(lambda: d.all_decided("m3", "m4", "big", "h200", "whole"))
+        assert len(d.of(Placement)) == 3
+        assert d.of(Unschedulable, "big")
         p3, p4 = d.of(Placement, "m3")[0], d.of(Placement, "m4")[0]
         assert (p3.kind, p3.gpus[0].mig_profile, p3.gpus[0].mig_start_slot) == ("mig", "3g.40gb", 4)
         assert (p4.gpus[0].mig_profile, p4.gpus[0].mig_start_slot) == ("4g.40gb", 0)
@@ -324,17 +348,10 @@ async def test_mig_jobs_get_slots_and_a_drained_gpu_is_repartitioned(
 
 
 async def placements_in_stream(bus: Bus, tenant: str) -> list[Placement]:
-    sub = await bus.js.subscribe(f"seedance.slicing.{tenant}.placement", ordered_consumer=True)
-    out: list[Placement] = []
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=0.5)
-            except TimeoutError:
-                return out
-            out.append(decode(msg.data, Placement))
-    finally:
-        await sub.unsubscribe()
+    """Every placement of ``tenant`` the stream holds, as many as it counts (`read_stream`):
+    a read to a quiet gap ended early when delivery stalled on a loaded machine."""
+    msgs = await read_stream(bus, "SEEDANCE_SLICING", subject=slicing.subject(tenant, "placement"))
+    return [decode(m.data, Placement) for m in msgs]
 
 
 async def test_failover_to_a_standby_places_nothing_twice_and_loses_nothing(

@@ -245,7 +245,7 @@ async def latency(url: str, jobs_n: int, logdir: Path) -> list[float]:
             if isinstance(ev, JobCostReport) and ev.revision == 0:
                 reports.put_nowait((time.perf_counter(), ev))
 
-        await bus.nc.subscribe(costs.subject("latency", "report"), cb=on_cost)
+        await bus.subscribe(costs.subject("latency", "report"), on_cost)
         out: list[float] = []
         async with asyncio.timeout(600):
             for i in range(jobs_n + warm):

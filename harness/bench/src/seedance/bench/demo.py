@@ -629,7 +629,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
             ev = decode(msg.data, RoutingDecision)
             decisions[(ev.replica, ev.reason)] += 1
 
-        await bus.nc.subscribe(routing.subject("echo", "decision"), cb=on_decision)
+        await bus.subscribe(routing.subject("echo", "decision"), on_decision)
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
         await _wait_model_ready(client, "echo")
         load = _EchoLoad(client)

@@ -248,7 +248,7 @@ class DecisionLog:
 
     async def follow(self, bus: Bus) -> list[Any]:
         subjects = (slicing.PLACEMENTS, f"{slicing.ALL[:-1]}*.unschedulable", slicing.REJECTIONS)
-        return [await bus.nc.subscribe(subject, cb=self._on) for subject in subjects]
+        return [await bus.subscribe(subject, self._on) for subject in subjects]
 
     async def _on(self, msg: Any) -> None:
         ev = decode(msg.data)

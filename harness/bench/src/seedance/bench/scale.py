@@ -223,7 +223,7 @@ async def stack(workdir: Path, batch: int) -> AsyncIterator[Stack]:
         collector = await connect("telemetry-collector")
         tenant = await connect(tenant_user_name(TENANT), inbox_prefix=inbox_prefix(TENANT))
         heard = Heard()
-        await admin.nc.subscribe(slicing.tenant_wildcard(TENANT), cb=heard.on)
+        await admin.subscribe(slicing.tenant_wildcard(TENANT), heard.on)
         start_slicer(procs, batch)
         yield Stack(server, procs, admin, collector, tenant, heard, passwords)
     finally:

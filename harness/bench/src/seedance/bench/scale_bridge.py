@@ -244,7 +244,7 @@ async def run_fleet(args: argparse.Namespace, copies: int, workdir: Path) -> str
         watcher = asyncio.create_task(watch_pods(ks.kube, rv, watch))
         done.push_async_callback(_cancel, watcher)
         releases = Releases()
-        sub = await ks.bus.nc.subscribe(slicing.tenant_wildcard(TENANT), cb=releases.on)
+        sub = await ks.bus.subscribe(slicing.tenant_wildcard(TENANT), releases.on)
         done.push_async_callback(sub.unsubscribe)
         api = KubeApi(await connect(str(ks.kubeconfig)), qps=0)
         done.push_async_callback(api.close)

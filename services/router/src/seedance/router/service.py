@@ -36,7 +36,7 @@ import numpy as np
 from nats.js.kv import KeyValue
 
 from seedance.core import TRANSIENT_BUS_ERRORS, Clock, Lifecycle, ServiceRuntime
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, watching
 from seedance.core.logs import get_logger
 from seedance.events import Event, replicas
 from seedance.events.routing import ReplicaRecommendation, ReplicaRegistration
@@ -456,17 +456,18 @@ class RouterService(Lifecycle):
     async def _replica_watch_loop(self) -> None:
         """Follow the fleet's registered replicas (``<fleet>.<model>.<replica>`` keys)."""
         assert self._replicas_kv is not None
-        watcher = await self._replicas_kv.watch(f"{self._settings.fleet}.>")
-        try:
-            async for entry in watcher:
-                if entry is not None:
+        # `watching`'s marker, not nats-py's: that one can come before the current values
+        # (nats-io/nats.py#842), and a reconcile there read none of them.
+        async with watching(self._replicas_kv, f"{self._settings.fleet}.>") as entries:
+            current = True  # the current values still coming: reconcile once, at their end
+            async for entry in entries:
+                if entry is None:
+                    current = False
+                else:
                     self._apply_registration(entry.key, entry.value, entry.operation)
-                    if entry.delta:
-                        continue  # more are pending (the initial values): reconcile at the end
+                    if current:
+                        continue
                 await self.reconcile_replicas()
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()
 
     def _apply_registration(self, key: str, value: bytes | None, operation: str | None) -> None:
         if operation is not None or not value:  # a delete or purge: the replica left
