@@ -13,6 +13,7 @@ from typing import Any
 
 import nats.errors
 import pytest
+from nats.js.errors import KeyDeletedError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from seedance.core.kv import live_keys, watching
@@ -41,6 +42,12 @@ class FakeWatcher:
     _sub: FakeSub
     queue: list[Any]
     stopped: bool = False
+    #: nats-py's flag: its early marker queued while the watch was made (None: the queue's
+    #: first item is None, as nats-py queues it first).
+    early: bool | None = None
+
+    def __post_init__(self) -> None:
+        self._init_done = self.queue[:1] == [None] if self.early is None else self.early
 
     async def updates(self, timeout: float = 5.0) -> Any:  # noqa: ASYNC109  # nats-py's
         if not self.queue:
@@ -57,11 +64,29 @@ class FakeKv:
     patterns: list[str] = field(default_factory=list)
 
     meta_only: bool = True
+    #: The stream's subjects that hold a message (key -> its latest entry; None: a delete
+    #: marker), what `live_entries` completes a listing from.
+    stored: dict[str, KeyValue.Entry | None] = field(default_factory=dict)
+    _pre: str = ""
+    _stream: str = "KV_b"
+
+    def __post_init__(self) -> None:
+        async def stream_info(stream: str, subjects_filter: str) -> SimpleNamespace:
+            assert stream == self._stream
+            return SimpleNamespace(state=SimpleNamespace(subjects=dict.fromkeys(self.stored, 1)))
+
+        self._js = SimpleNamespace(stream_info=stream_info)
 
     async def watch(self, pattern: str, **kw: Any) -> FakeWatcher:
         self.patterns.append(pattern)
         assert kw == {"meta_only": self.meta_only}
         return self.watcher
+
+    async def get(self, key: str) -> KeyValue.Entry:
+        got = self.stored[key]
+        if got is None:
+            raise KeyDeletedError
+        return got
 
 
 def run(kv: FakeKv, prefix: str = "") -> dict[str, int]:
@@ -147,3 +172,22 @@ def test_nats_pys_marker_after_a_dropped_last_value_ends_the_current_values() ->
     queue = [entry("s.a", 1, 1), None, entry("s.c", 9, 0)]
     kv = FakeKv(FakeWatcher(FakeSub(pending=2, delivered=0), queue), meta_only=False)
     assert read(kv, 3) == [("s.a", 1), None, ("s.c", 9)]
+
+
+def test_nats_pys_marker_after_a_dropped_first_value_ends_the_current_values() -> None:
+    # The one current value was a server marker nats-py dropped; its None (not the early one:
+    # nothing was queued while the watch was made) is the end here, not skipped.
+    queue = [None, entry("s.c", 9, 0)]
+    watcher = FakeWatcher(FakeSub(pending=1, delivered=0), queue, early=False)
+    kv = FakeKv(watcher, meta_only=False)
+    assert read(kv, 2) == [None, ("s.c", 9)]
+
+
+def test_a_listing_reads_the_keys_the_stream_holds_that_the_watch_did_not_deliver() -> None:
+    # "b" was overwritten while the watch delivered: its old value gone before delivery, the
+    # count ran out at "a", the new value still to come. The stream lists "b" (read with get)
+    # and a deleted "d" (its marker: left out); "a" was delivered.
+    queue = [entry("a", 1, 0)]
+    kv = FakeKv(FakeWatcher(FakeSub(pending=2, delivered=0), queue))
+    kv.stored = {"a": entry("a", 1, 0), "b": entry("b", 7, 0), "d": None}
+    assert run(kv) == {"a": 1, "b": 7}

@@ -41,6 +41,9 @@ class QueuedWatcher:
     _sub: FakeSub
     queue: list[Any]
 
+    def __post_init__(self) -> None:
+        self._init_done = self.queue[:1] == [None]  # nats-py queues its early marker first
+
     def __aiter__(self) -> QueuedWatcher:
         return self
 
@@ -88,3 +91,14 @@ def test_the_first_reconcile_sees_every_current_registration_after_an_early_mark
 def test_an_empty_bucket_is_reconciled_at_once_and_each_change_after() -> None:
     queue = [None, put("a", 1, 0)]  # nats-py's own marker, not early here: dropped
     assert reconciled(queue, pending=0, delivered=0) == [set(), {"a"}]
+
+
+def test_a_burst_of_changes_is_reconciled_once_at_its_end() -> None:
+    # After the current values, a burst (a bridge re-registering: a delete and a put) is
+    # reconciled once nothing more is pending, not in its in-between state.
+    gone = KeyValue.Entry(
+        bucket="b", key=routing.replica_key(FLEET, "echo", "a"), value=b"", revision=3,
+        delta=1, created=None, operation="DEL",
+    )  # fmt: skip
+    queue = [None, put("a", 1, 0), gone, put("a", 4, 0)]
+    assert reconciled(queue, pending=1, delivered=0) == [{"a"}, {"a"}]

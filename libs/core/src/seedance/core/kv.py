@@ -18,6 +18,7 @@ from nats.js import api as js_api
 from nats.js.errors import (
     BadRequestError,
     BucketNotFoundError,
+    KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
 )
@@ -96,17 +97,26 @@ class KeyWatch:
     listing short of a key it held). Here the server's own count decides (the consumer's
     delivered + pending when the watch opened): nothing to deliver, the marker comes at once;
     else it follows the first entry with nothing pending after it. nats-py's early ``None`` is
-    always the first thing its watch queues (it is put while the watch is made, before any
-    message is let through); a later one is nats-py telling that nothing is pending after a
-    message it dropped (a server marker of a reason it does not know), and then it is ours
-    too, or the marker would never come."""
+    put while the watch is made (``early_marker``: its own flag, read as ``watch()`` returns,
+    before any message is let through) and dropped; any other ``None`` from nats-py tells that
+    nothing is pending after a message it dropped (a server marker of a reason it does not
+    know), and then it is ours too, or the marker would never come. Left: nats-py dropping the
+    last current value after an early marker queues no second ``None``; the read then waits
+    for the next change (or ``timeout_s``)."""
 
-    def __init__(self, watcher: KeyValue.KeyWatcher, initial: bool, timeout_s: float | None):
+    def __init__(
+        self,
+        watcher: KeyValue.KeyWatcher,
+        initial: bool,
+        timeout_s: float | None,
+        *,
+        early_marker: bool,
+    ):
         self._watcher = watcher
         self._initial = initial  # current values still to come
         self._marker_due = not initial
         self._timeout_s = timeout_s
-        self._read_any = False
+        self._early_marker = early_marker  # nats-py's None queued at the watch's making
 
     def __aiter__(self) -> KeyWatch:
         return self
@@ -120,12 +130,14 @@ class KeyWatch:
                 got: Any = await anext(self._watcher)
             else:  # a stall raises nats-py's TimeoutError: never a silent short read
                 got = await self._watcher.updates(timeout=self._timeout_s)  # type: ignore[no-untyped-call]
-            first, self._read_any = not self._read_any, True
             if got is None:
-                if self._initial and not first:  # nothing pending after a dropped message
+                if self._early_marker:
+                    self._early_marker = False
+                    continue  # nats-py's early marker: ours is told by the server's count
+                if self._initial:  # nothing pending after a message nats-py dropped
                     self._initial = False
                     return None
-                continue  # nats-py's early marker, or the one after our end of the values
+                continue  # nats-py's own marker after ours
             if not isinstance(got, KeyValue.Entry):
                 raise StopAsyncIteration  # the watch was stopped
             if self._initial and got.delta == 0:
@@ -141,12 +153,14 @@ async def watching(
     ``None`` marks the end of the current values. ``meta_only``: entries without values;
     ``timeout_s``: a read that waits longer raises nats-py's TimeoutError (None: wait)."""
     watcher = await kv.watch(keys, meta_only=meta_only)
+    early_marker = bool(watcher._init_done)  # nats-py's own flag; nothing awaited since
     try:
         # nats-py's own keys() asks its watch's consumer the same way (there is no public
         # accessor): delivered counts what the server already pushed, received or not.
         info = await watcher._sub.consumer_info()  # type: ignore[union-attr]
         delivered = info.delivered.consumer_seq if info.delivered is not None else 0
-        yield KeyWatch(watcher, bool(info.num_pending or delivered), timeout_s)
+        initial = bool(info.num_pending or delivered)
+        yield KeyWatch(watcher, initial, timeout_s, early_marker=early_marker)
     finally:
         with contextlib.suppress(Exception):
             await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py's own
@@ -185,21 +199,41 @@ async def live_entries(
 ) -> dict[str, KeyValue.Entry]:
     """Every live entry of ``kv`` under ``prefix`` (key tokens; "": the whole bucket), by key;
     deleted and purged keys are left out. Read to the end of the current values as the server
-    counts them (`KeyWatch`), so never part of them: use it, or `live_keys`, instead of
-    nats-py's ``KeyValue.keys()`` or a watch read to nats-py's marker, which can stop short
-    (nats-io/nats.py#842). A read that stalls ``timeout_s`` raises nats-py's TimeoutError (a
-    transient bus error)."""
+    counts them (`KeyWatch`), then completed from the stream's own list of the subjects that
+    hold a message: use it, or `live_keys`, instead of nats-py's ``KeyValue.keys()`` or a
+    watch read to nats-py's marker, which can stop short (nats-io/nats.py#842). A read that
+    stalls ``timeout_s`` raises nats-py's TimeoutError (a transient bus error).
+
+    Why the completion: a key overwritten while the watch delivers the current values loses
+    its old value before it is delivered (one value per key), the server's count still runs
+    out, and the new value comes after the end as a change (measured by the review: 6 of 60
+    listings of 150 keys under a writer). Each subject the stream lists that the watch did
+    not deliver is read with ``get`` (its latest value; a deleted or purged key is left out)."""
     pattern = f"{prefix}.>" if prefix else ">"
     out: dict[str, KeyValue.Entry] = {}
+    delivered: set[str] = set()
     async with watching(kv, pattern, meta_only=meta_only, timeout_s=timeout_s) as entries:
         async for entry in entries:
             if entry is None:
                 break
+            delivered.add(entry.key)
             if entry.operation is None and entry.revision is not None:
                 out[entry.key] = entry
             else:
                 out.pop(entry.key, None)
+    for key in await _stored_keys(kv, pattern):
+        if key not in delivered:
+            with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
+                out[key] = await kv.get(key)
     return out
+
+
+async def _stored_keys(kv: KeyValue, pattern: str) -> list[str]:
+    """The keys under ``pattern`` whose subject holds a message in the bucket's stream now (the
+    stream's own subject list; a deleted key's marker counts: ``get`` tells it apart)."""
+    pre = kv._pre  # nats-py's own: "$KV.<bucket>."
+    info = await kv._js.stream_info(kv._stream, subjects_filter=f"{pre}{pattern}")
+    return [subject[len(pre) :] for subject in info.state.subjects or {}]
 
 
 async def live_keys(kv: KeyValue, prefix: str = "", *, timeout_s: float = 5.0) -> dict[str, int]:

@@ -225,23 +225,28 @@ class StateStore:
             self._next = self._head.upto + 1
         found = self._head is not None
         # Journal records after the base, in order, until a slot holds an older record; read
-        # `_WINDOW` slots at a time (one round trip each, gathered), used as if one by one.
+        # `_WINDOW` slots at a time (one round trip each, gathered; the first slot alone, so
+        # an empty journal costs one read), used as if one by one: a slot past where that
+        # stops neither notes a revision nor fails the load.
         pending: dict[str, bytes | None] = {}
         first_open = self._next
         n = self._next
-        window = min(_WINDOW, self._slots)
+        window = 1
         ended = False
         while not ended:
             keys = [self._key("j", (n + i) % self._slots) for i in range(window)]
-            entries = await asyncio.gather(*(self._fetch(k) for k in keys))
-            for key, entry in zip(keys, entries, strict=True):
+            got = await asyncio.gather(*(self._fetch(k) for k in keys), return_exceptions=True)
+            window = min(_WINDOW, self._slots)
+            for key, slot in zip(keys, got, strict=True):
+                if isinstance(slot, BaseException):
+                    raise slot  # a slot the one-by-one read reaches
                 # Only the slots a one-by-one read would reach give a revision (the one where
                 # it stops included): later ones keep the listing's.
-                self._noted(key, entry)
-                if entry is None:
+                self._noted(key, slot)
+                if slot is None:
                     ended = True
                     break
-                data = entry.value or b""
+                data = slot.value or b""
                 rec = decode_record(data)
                 if rec.n != n:
                     ended = True

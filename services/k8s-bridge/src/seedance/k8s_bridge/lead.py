@@ -67,6 +67,8 @@ class Lead:
         self._rt, self._clock, self._elector = runtime, clock, elector
         self.bindings: Mapping[str, str] = dict(bindings or {})
         self._priorities = dict(priorities or {})
+        # Set by `bind`; bindings that arrive before it only update `bindings`.
+        self._policy = self._replicas = self._release = None
         #: The leader's (set once the take-over replayed the caches), None while standing by.
         self.tracker: Tracker | None = None
         self._stopping = asyncio.Event()

@@ -465,8 +465,8 @@ class RouterService(Lifecycle):
                     current = False
                 else:
                     self._apply_registration(entry.key, entry.value, entry.operation)
-                    if current:
-                        continue
+                    if current or entry.delta:
+                        continue  # more are pending: reconcile once, at the burst's end
                 await self.reconcile_replicas()
 
     def _apply_registration(self, key: str, value: bytes | None, operation: str | None) -> None:
