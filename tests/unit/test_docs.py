@@ -33,7 +33,7 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _MAKE = re.compile(r"^make\s+(?:[A-Z_]+=\S*\s+)*([a-z][a-z0-9-]*)")
 #: A settings row's first cell: setting names alone, e.g. `` `API_QPS`, `API_BURST` ``.
-_ROW = re.compile(r"^\s*`[A-Z][A-Z0-9_]+`(?:\s*,\s*`[A-Z][A-Z0-9_]+`)*\s*$")
+_ROW = re.compile(r"^\s*`[A-Z][A-Z0-9_]+`(?:\s*[,/]\s*`[A-Z][A-Z0-9_]+`)*\s*$")
 _TARGET = re.compile(r"^([a-z0-9][a-z0-9_.-]*(?:\s+[a-z0-9][a-z0-9_.-]*)*)\s*:(?!=)")
 
 
@@ -115,8 +115,10 @@ SETTINGS: dict[str, tuple[type[msgspec.Struct], str]] = {
 
 
 def documented_settings(page: str, prefix: str) -> tuple[set[str], set[str]]:
-    """The upper-case names of a page's settings-table rows, and every name it shows in code
-    at all (``FIELD``, ``field``, or the full ``SEEDANCE_<SVC>_FIELD`` anywhere)."""
+    """The upper-case names of a page's settings-table rows, and every name it documents: a
+    settings-table row, a name in code in a paragraph that starts ``**Settings**`` (the
+    ledger's list), or the full ``SEEDANCE_<SVC>_FIELD`` anywhere. A name in code elsewhere
+    in the prose does not count (``replica`` or ``batch`` can mean something else there)."""
     text = (ROOT / "docs" / page).read_text(encoding="utf-8")
     rows = {
         name
@@ -124,7 +126,8 @@ def documented_settings(page: str, prefix: str) -> tuple[set[str], set[str]]:
         if line.startswith("| `") and _ROW.match(line.split("|")[1])
         for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])
     }
-    named = {n.upper() for n in re.findall(r"`(\w+)`", text)}
+    lists = re.findall(r"^\*\*Settings\*\*.*?(?:\n\n|\Z)", text, flags=re.S | re.M)
+    named = rows | {n.upper() for block in lists for n in re.findall(r"`(\w+)`", block)}
     named |= set(re.findall(re.escape(prefix) + r"([A-Z0-9_]*[A-Z0-9])", text))
     return rows, named
 
