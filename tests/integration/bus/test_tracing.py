@@ -58,6 +58,17 @@ def spec_on(family: Any, tenant: str, unique: str) -> ConsumerSpec:
     )
 
 
+async def consume(bus: Bus, spec: ConsumerSpec, until: Any, **handler: Any) -> None:
+    """A consumer of ``spec`` with ``handler`` (``handler=`` or ``batch_handler=``), fetched
+    until ``until()`` holds, then closed."""
+    consumer = PullConsumer(spec, service="svc", types=JobEvent, batch=10, **handler)
+    await consumer.start(bus)
+    try:
+        await drain(consumer, until)
+    finally:
+        await consumer.close()
+
+
 async def published(
     bus: Bus, family: Any, tenant: str, spans: InMemorySpanExporter
 ) -> set[tuple[int, int]]:
@@ -100,12 +111,7 @@ async def test_a_batch_span_links_each_message_producer(
         return [None] * len(ds)
 
     spec = spec_on(family, tenant, unique)
-    consumer = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=batch, batch=10)
-    await consumer.start(bus)
-    try:
-        await drain(consumer, lambda: len(handled) == 3)
-    finally:
-        await consumer.close()
+    await consume(bus, spec, lambda: len(handled) == 3, batch_handler=batch)
     (span,) = [s for s in spans.get_finished_spans() if s.name == f"handle {spec.durable} batch"]
     assert span.kind == trace.SpanKind.CONSUMER
     ids = {(link.context.trace_id, link.context.span_id) for link in span.links}
@@ -155,12 +161,7 @@ async def test_without_an_exporter_each_message_continues_its_producer_without_a
         return [None] * len(ds)
 
     spec = spec_on(family, tenant, unique)
-    consumer = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=batch, batch=10)
-    await consumer.start(bus)
-    try:
-        await drain(consumer, lambda: len(carried) == 3)
-    finally:
-        await consumer.close()
+    await consume(bus, spec, lambda: len(carried) == 3, batch_handler=batch)
     check_handled(family, carried, producers)
     finished = spans.get_finished_spans()
     assert not [s for s in finished if s.name == f"handle {spec.durable}"]
@@ -176,12 +177,7 @@ async def test_without_an_exporter_each_message_continues_its_producer_without_a
         current.append((context.trace_id, context.span_id))
 
     again = spec_on(family, tenant, f"{unique}-one")
-    consumer = PullConsumer(again, service="svc", types=JobEvent, handler=one, batch=10)
-    await consumer.start(bus)
-    try:
-        await drain(consumer, lambda: len(current) == 3)
-    finally:
-        await consumer.close()
+    await consume(bus, again, lambda: len(current) == 3, handler=one)
     check_handled(family, current, producers)
     assert not [s for s in spans.get_finished_spans() if s.name == f"handle {again.durable}"]
 
@@ -209,10 +205,5 @@ async def test_a_settle_that_logs_a_tenants_message_logs_a_new_roots_ids(
         return [RetryableError("not yet", delay_s=60.0)] * len(ds)
 
     spec = spec_on(jobs, tenant, unique)
-    consumer = PullConsumer(spec, service="svc", types=JobEvent, batch_handler=later, batch=10)
-    await consumer.start(bus)
-    try:
-        await drain(consumer, lambda: len(logged) == 3)
-    finally:
-        await consumer.close()
+    await consume(bus, spec, lambda: len(logged) == 3, batch_handler=later)
     check_handled(jobs, logged, producers)
