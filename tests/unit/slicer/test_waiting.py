@@ -111,23 +111,23 @@ def submit(replicas: list[int]) -> Op:
     return op
 
 
-def finish(tw: Twins, t: int) -> bool:
-    running = tw.every.running_ids
-    if not running:
+def _end_one(tw: Twins, ids: list[str], t: int) -> bool:
+    """One of ``ids`` (drawn at random) ended in both queues; False where there is none."""
+    if not ids:
         return False
-    victim = running[int(tw.rng.integers(len(running)))]
-    tw.both(lambda q: q.finish(victim, float(t)))
+    gone = ids[int(tw.rng.integers(len(ids)))]
+    tw.both(lambda q: q.finish(gone, float(t)))
     return True
+
+
+def finish(tw: Twins, t: int) -> bool:
+    """A running job finished."""
+    return _end_one(tw, tw.every.running_ids, t)
 
 
 def cancel(tw: Twins, t: int) -> bool:
     """A waiting job cancelled."""
-    pending = tw.every.pending_ids
-    if not pending:
-        return False
-    gone = pending[int(tw.rng.integers(len(pending)))]
-    tw.both(lambda q: q.finish(gone, float(t)))
-    return True
+    return _end_one(tw, tw.every.pending_ids, t)
 
 
 def add_node(tw: Twins, t: int) -> bool:
