@@ -65,7 +65,7 @@ from seedance.core import (
     WallClock,
     cancel_until_done,
 )
-from seedance.core.kv import ensure_bucket, ensure_object_store, live_keys
+from seedance.core.kv import ensure_bucket, ensure_object_store, live_entries
 from seedance.core.logs import get_logger
 from seedance.events import derived_event_id
 from seedance.events.graph import (
@@ -201,15 +201,10 @@ class GraphCompilerService(Lifecycle):
         """The announced workers, other than this one, that can answer ``target``."""
         assert self._workers is not None
         out = []
-        # live_keys, not nats-py's keys(): that can return part of them (nats-io/nats.py#842)
-        for key in await live_keys(self._workers):
-            if key == self._worker_id:
-                continue
-            try:
-                entry = await self._workers.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                continue  # expired between the listing and get()
-            if entry.value is None:
+        # live_entries, not nats-py's keys(): that can return part of them (nats-io/nats.py#842);
+        # the values come with the listing, no get() per worker
+        for key, entry in (await live_entries(self._workers)).items():
+            if key == self._worker_id or not entry.value:
                 continue
             cap = msgspec.msgpack.decode(entry.value, type=CompilerCapability)
             if target in cap.targets:
