@@ -2,7 +2,8 @@
 # bench-autoscale TRACE=<Azure CSV | Mooncake JSONL>: start-ups drawn from GenTD26's measured
 # loads (last line) and at 60 s (the line before), each with planner_mode_pct.
 # bench-kv-forecast TELEMETRY=<csv> REQUESTS=<csv>: the flow model behind a fallback to the head
-# with the lowest recent error (kv_heads: says which made the forecasts).
+# with the lowest recent error (kv_heads: says which made the forecasts). SPLITS=0.3,0.5,0.8: the
+# bench at each train fraction, then a sweep table (last line kv_forecast_splits: key=value).
 KV_TELEMETRY_DIR := $(SEEDANCE_DATA_DIR)/h200-llm-telemetry
 
 .PHONY: bench-autoscale
@@ -27,4 +28,5 @@ bench-autoscale-sweep: install  ## bench-autoscale over the proxy traces of seve
 bench-kv-forecast: install  ## KV-occupancy forecast (flow model of the server on the request log, clocks aligned, with a fallback to the head of lowest recent error; ridge and LightGBM heads as reference) vs last value / moving averages on real H200 telemetry
 	OMP_NUM_THREADS=1 nice $(PY) -m tools.bench.bench_kv_forecast \
 	  $(or $(TELEMETRY),$(KV_TELEMETRY_DIR)/h200_conv_x6_telemetry.csv) \
-	  $(or $(REQUESTS),$(KV_TELEMETRY_DIR)/h200_conv_x6_requests.csv)
+	  $(or $(REQUESTS),$(KV_TELEMETRY_DIR)/h200_conv_x6_requests.csv) \
+	  $(if $(SPLITS),--splits $(SPLITS))

@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seedance.router.core.forecast import HeadChoiceConfig, KvHead, select_heads
+from seedance.router.core.forecast import (
+    ChangeWeightConfig,
+    HeadChoiceConfig,
+    KvHead,
+    recent_change_weights,
+    select_heads,
+)
 
 H = 5.0
 CFG = HeadChoiceConfig(horizon_s=H, window_s=30.0, min_scored=5, switch_margin=0.1)
@@ -123,3 +129,70 @@ def test_an_anchor_without_forecasts_is_refused() -> None:
         select_heads(
             t, {KvHead.FLOW: actual}, actual, CFG, default=KvHead.FLOW, anchor=KvHead.LAST_VALUE
         )
+
+
+def blend_series(
+    scale: float, n: int = 300, seed: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """KV now, a model's change and the target H later: the real change is ``scale`` times the
+    model's plus noise (1 = the model is right, < 1 it over-states the change)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n, dtype=float)
+    kv_now = 1000.0 + rng.normal(0.0, 20.0, n)
+    change = rng.normal(0.0, 50.0, n)
+    actual = kv_now + scale * change + rng.normal(0.0, 10.0, n)
+    return t, kv_now, change, actual
+
+
+WCFG = ChangeWeightConfig(horizon_s=H, window_s=60.0, min_scored=10)
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.5, 1.0])
+def test_the_recent_weight_finds_how_much_of_the_models_change_comes_true(scale: float) -> None:
+    t, kv_now, change, actual = blend_series(scale)
+    w = recent_change_weights(t, kv_now, change, actual, WCFG, default=1.0)
+    late = w[100:]
+    assert np.all((late >= 0.0) & (late <= 1.0))
+    assert abs(float(late.mean()) - scale) < 0.1
+    # Blending by it beats the training span's all-or-nothing where the model over-states.
+    if scale == 0.5:
+        blended = np.abs(kv_now + w * change - actual)[100:].sum()
+        whole = np.abs(kv_now + change - actual)[100:].sum()
+        none = np.abs(kv_now - actual)[100:].sum()
+        assert blended < 0.8 * min(whole, none)
+
+
+def test_the_recent_weight_reads_only_targets_already_observed() -> None:
+    t, kv_now, change, actual = blend_series(0.5)
+    w = recent_change_weights(t, kv_now, change, actual, WCFG, default=1.0)
+    i = 150
+    later = actual.copy()
+    later[t + H > t[i]] = 0.0  # every target not yet observed at row i
+    w2 = recent_change_weights(t, kv_now, change, later, WCFG, default=1.0)
+    assert np.array_equal(w[: i + 1], w2[: i + 1])
+    assert not np.array_equal(w, w2)  # has teeth: later rows do read them
+
+
+def test_the_training_weight_holds_until_targets_come_due_and_a_zero_stays_zero() -> None:
+    t, kv_now, change, actual = blend_series(1.0)
+    w = recent_change_weights(t, kv_now, change, actual, WCFG, default=0.25)
+    first = int(H) + WCFG.min_scored - 1  # as select_heads: the tenth target is due at H + 9
+    assert np.all(w[:first] == 0.25)
+    assert w[first] > 0.5
+    # The training span found the model no better than the last value: not reopened.
+    assert np.all(recent_change_weights(t, kv_now, change, actual, WCFG, default=0.0) == 0.0)
+    # Rows where the model was silent say nothing: the training weight stays.
+    silent = np.zeros_like(change)
+    assert np.all(recent_change_weights(t, kv_now, silent, actual, WCFG, default=0.75) == 0.75)
+
+
+def test_recent_weight_bad_input_names_the_field() -> None:
+    t, kv_now, change, actual = blend_series(1.0, n=20)
+    with pytest.raises(ValueError, match="change"):
+        recent_change_weights(t, kv_now, change[:5], actual, WCFG, default=1.0)
+    with pytest.raises(ValueError, match="default"):
+        recent_change_weights(t, kv_now, change, actual, WCFG, default=1.5)
+    with pytest.raises(ValueError, match="min_scored"):
+        ChangeWeightConfig(horizon_s=H, min_scored=0)
+    with pytest.raises(ValueError, match="window_s"):
+        ChangeWeightConfig(horizon_s=H, window_s=0.0)

@@ -35,13 +35,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from seedance.router.core.forecast import (
     ArrivalHistory,
+    ChangeWeightConfig,
     ForecastTarget,
     HeadChoiceConfig,
     KvHead,
@@ -57,6 +58,7 @@ from seedance.router.core.forecast import (
     fit_kv_flow_params,
     fit_kv_modes,
     kv_change_features,
+    recent_change_weights,
     replay_kv_forecaster,
     select_heads,
     train_forecast_model,
@@ -210,8 +212,10 @@ def flow_forecasts(
     kv_now: np.ndarray,
     until_s: float,
 ) -> dict[int, np.ndarray]:
-    """The flow head's forecasts per horizon at every row (each from the view at its t); the
-    server's parameters and the change's weight come from the training span."""
+    """The flow head's forecasts per horizon at every row (each from the view at its t): the
+    last value plus a weight times the model's change. The server's parameters come from the
+    training span; the weight too (0 = the last value) until targets have come due, then the
+    least-squares weight on the recent ones (`recent_change_weights`; 0 stays 0)."""
     for fit in fit_kv_modes(log_, rec.t_s, rec.kv_cache_mib, until_s=until_s)[0]:
         log(
             f"KV mode reserves_output={fit.reserves_output}: {fit.mib_per_token:.5f} MiB/token, "
@@ -235,7 +239,19 @@ def flow_forecasts(
         )
         w = choose_change_weight(row_t, kv_now, change, horizon_s=float(h), until_s=until_s)
         log(f"H={h}s: change weight chosen on the training span: {w} (0 = the last value)")
-        preds[h] = np.maximum(kv_now + w * change, 0.0)
+        target = row_t + h
+        actual = np.where(
+            target <= rec.t_s[-1], value_at(rec.t_s, rec.kv_cache_mib, target), np.nan
+        )
+        weights = recent_change_weights(
+            row_t, kv_now, change, actual, ChangeWeightConfig(horizon_s=float(h)), default=w
+        )
+        test = row_t >= until_s
+        log(
+            f"H={h}s: recent weight on the test rows: mean {weights[test].mean():.2f} "
+            f"(min {weights[test].min():.2f}, max {weights[test].max():.2f})"
+        )
+        preds[h] = np.maximum(kv_now + weights * change, 0.0)
     return preds
 
 
@@ -309,16 +325,21 @@ def lgbm_forecasts(
     until_s: float,
     n_bins: int,
 ) -> tuple[str, np.ndarray]:
-    """Reference: the forecaster's LightGBM KV heads, trained once on the training span (MiB)."""
-    model = train_forecast_model(
-        arrivals,
-        samples,
-        target=ForecastTarget.KV_OCCUPANCY,
-        horizons_s=HORIZONS_S,
-        origin_s=origin_s,
-        until_s=until_s,
-        params=PARAMS,
-    )
+    """Reference: the forecaster's LightGBM KV heads, trained once on the training span (MiB);
+    NaN where the span is too short to train them (a split at 0.3 of the shared recording)."""
+    try:
+        model = train_forecast_model(
+            arrivals,
+            samples,
+            target=ForecastTarget.KV_OCCUPANCY,
+            horizons_s=HORIZONS_S,
+            origin_s=origin_s,
+            until_s=until_s,
+            params=PARAMS,
+        )
+    except ValueError as exc:
+        log(f"LightGBM reference not trained on this span: {exc}")
+        return "none", np.full((n_bins, len(HORIZONS_S)), np.nan)
     rows, _, _ = build_feature_rows(arrivals, samples, origin_s=origin_s, n_bins=n_bins)
     return model.version.model_id, model.predict_rows(rows) * H200_MEM_MIB
 
@@ -361,20 +382,35 @@ def print_by_phase(
                 print(f"{span:>6}{phase:>10}{h:>7}s{n:>6}{m:>9.4f}{b:>10.4f}{m / b:>8.3f}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("telemetry", type=Path)
-    ap.add_argument("requests", type=Path)
-    ap.add_argument("--train-frac", type=float, default=0.6)
-    args = ap.parse_args()
+@dataclass(frozen=True, slots=True)
+class SplitResult:
+    """One train/test split's scores: WAPE per horizon, ratios to the best baseline and to
+    the last value (the worse horizon's)."""
 
-    rec = h200.read_telemetry(args.telemetry)
-    t, kv, samples = read_telemetry(args.telemetry)
+    train_frac: float
+    wape: dict[int, float]
+    best_baseline: dict[int, float]
+    last_value: dict[int, float]
+
+    @property
+    def ratio(self) -> float:
+        return max(self.wape[h] / self.best_baseline[h] for h in HORIZONS_S)
+
+    @property
+    def ratio_last(self) -> float:
+        return max(self.wape[h] / self.last_value[h] for h in HORIZONS_S)
+
+
+def evaluate(telemetry: Path, requests: Path, train_frac: float) -> SplitResult:
+    """The whole bench on one split: the first ``train_frac`` of the recording trains, the rest
+    is scored; prints the tables, returns the scores."""
+    rec = h200.read_telemetry(telemetry)
+    t, kv, samples = read_telemetry(telemetry)
     origin_s = math.floor(t[0])
     end_s = float(t[-1])
-    until_s = origin_s + math.floor(args.train_frac * (end_s - origin_s))
+    until_s = origin_s + math.floor(train_frac * (end_s - origin_s))
     log(f"recording {end_s - origin_s:.0f} s, {len(samples)} samples; train until {until_s} s")
-    raw_log = read_log(args.requests)
+    raw_log = read_log(requests)
     offset_s = clock_offset_s(raw_log, t, rec.done_total, until_s)
     log(f"requests file clock + {offset_s:.2f} s = telemetry clock (from done_total)")
     full_log = shifted(raw_log, offset_s)
@@ -391,15 +427,14 @@ def main() -> None:
     lgbm_id, lgbm_mib = lgbm_forecasts(arrivals_of(log_), samples, origin_s, until_s, n_bins)
 
     print(
-        f"telemetry={args.telemetry.name} requests={args.requests.name} "
+        f"telemetry={telemetry.name} requests={requests.name} "
         f"train_s=[{origin_s},{until_s}) rows={n_bins} lgbm={lgbm_id}"
     )
     print(
         f"{'horizon':>8}{'test_n':>8}{'model':>9}{'last':>9}{'ma10s':>9}{'ma30s':>9}"
         f"{'ridge':>9}{'lgbm':>9}"
     )
-    result: dict[int, tuple[float, float]] = {}
-    lasts: dict[int, float] = {}
+    result = SplitResult(train_frac=train_frac, wape={}, best_baseline={}, last_value={})
     test_rows: dict[int, np.ndarray] = {}
     train_rows: dict[int, np.ndarray] = {}
     for j, h in enumerate(HORIZONS_S):
@@ -410,9 +445,8 @@ def main() -> None:
         actual = value_at(t, kv, at + h)
         model_w = wape(flow[h][keep], actual)
         base = best_baseline(t, kv, at, actual)
-        best = min(base.values())
-        result[h] = (model_w, best)
-        lasts[h] = base["last"]
+        result.wape[h], result.best_baseline[h] = model_w, min(base.values())
+        result.last_value[h] = base["last"]
         print(
             f"{h:>7}s{int(keep.sum()):>8}{model_w:>9.4f}{base['last']:>9.4f}"
             f"{base['ma10s']:>9.4f}{base['ma30s']:>9.4f}{wape(ridge[h][keep], actual):>9.4f}"
@@ -441,10 +475,54 @@ def main() -> None:
             for h in HORIZONS_S
         )
     )
-    ratio = max(m / b for m, b in result.values())
-    ratio_last = max(m / last for (m, _), last in zip(result.values(), lasts.values(), strict=True))
-    (w5, b5), (w30, b30) = result[5], result[30]
+    return result
+
+
+def print_splits(results: list[SplitResult]) -> None:
+    """The split sweep: one row per split, then its last line (key=value): the worst and best
+    ratio over the splits, the worst ratio to the last value, and the split of the worst."""
     print(
-        f"kv_forecast: horizon_s=5 wape={w5:.4f} baseline_wape={b5:.4f} wape_30s={w30:.4f} "
-        f"baseline_wape_30s={b30:.4f} ratio={ratio:.3f} ratio_last={ratio_last:.3f}"
+        f"{'train_frac':>10}{'wape_5s':>9}{'wape_30s':>9}{'ratio_5s':>9}{'ratio_30s':>10}"
+        f"{'ratio':>8}{'ratio_last':>11}"
+    )
+    for r in results:
+        r5, r30 = (r.wape[h] / r.best_baseline[h] for h in HORIZONS_S)
+        print(
+            f"{r.train_frac:>10.2f}{r.wape[5]:>9.4f}{r.wape[30]:>9.4f}{r5:>9.3f}{r30:>10.3f}"
+            f"{r.ratio:>8.3f}{r.ratio_last:>11.3f}"
+        )
+    worst = max(results, key=lambda r: r.ratio)
+    print(
+        "kv_forecast_splits: splits="
+        + ",".join(f"{r.train_frac:g}" for r in results)
+        + f" ratio_max={worst.ratio:.3f} ratio_min={min(r.ratio for r in results):.3f}"
+        f" ratio_last_max={max(r.ratio_last for r in results):.3f}"
+        f" worst_split={worst.train_frac:g}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("telemetry", type=Path)
+    ap.add_argument("requests", type=Path)
+    ap.add_argument("--train-frac", type=float, default=0.6)
+    ap.add_argument(
+        "--splits",
+        type=lambda v: [float(x) for x in v.split(",")],
+        default=None,
+        help="comma-separated train fractions: run the bench at each, then a sweep table",
+    )
+    args = ap.parse_args()
+    if args.splits:
+        results = []
+        for frac in args.splits:
+            print(f"== train_frac={frac:g}")
+            results.append(evaluate(args.telemetry, args.requests, frac))
+        print_splits(results)
+        return
+    r = evaluate(args.telemetry, args.requests, args.train_frac)
+    print(
+        f"kv_forecast: horizon_s=5 wape={r.wape[5]:.4f} baseline_wape={r.best_baseline[5]:.4f} "
+        f"wape_30s={r.wape[30]:.4f} baseline_wape_30s={r.best_baseline[30]:.4f} "
+        f"ratio={r.ratio:.3f} ratio_last={r.ratio_last:.3f}"
     )

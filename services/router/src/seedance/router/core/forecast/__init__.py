@@ -12,7 +12,13 @@ from seedance.router.core.forecast.features import (
     FeatureBuilder,
     TelemetrySample,
 )
-from seedance.router.core.forecast.kv_fallback import HeadChoiceConfig, KvHead, select_heads
+from seedance.router.core.forecast.kv_fallback import (
+    ChangeWeightConfig,
+    HeadChoiceConfig,
+    KvHead,
+    recent_change_weights,
+    select_heads,
+)
 from seedance.router.core.forecast.kv_flow import (
     KvFlowParams,
     KvModeFit,
@@ -60,6 +66,7 @@ __all__ = [
     "FEATURE_SCHEMA_VERSION",
     "KV_CHANGE_FEATURE_NAMES",
     "ArrivalHistory",
+    "ChangeWeightConfig",
     "FeatureBuilder",
     "ForecastModel",
     "ForecastTarget",
@@ -92,6 +99,7 @@ __all__ = [
     "forecast_kv_mib",
     "kv_change_features",
     "output_survival",
+    "recent_change_weights",
     "replay_kv_forecaster",
     "select_heads",
     "tokens_in_flight",
