@@ -401,9 +401,12 @@ class SplitResult:
         return max(self.wape[h] / self.last_value[h] for h in HORIZONS_S)
 
 
-def evaluate(telemetry: Path, requests: Path, train_frac: float) -> SplitResult:
+def evaluate(
+    telemetry: Path, requests: Path, train_frac: float, span_s: float | None = None
+) -> SplitResult:
     """The whole bench on one split: the first ``train_frac`` of the recording trains, the rest
-    is scored; prints the tables, returns the scores."""
+    is scored; prints the tables (with ``span_s``, also per sub-span of the test span), returns
+    the scores."""
     rec = h200.read_telemetry(telemetry)
     t, kv, samples = read_telemetry(telemetry)
     origin_s = math.floor(t[0])
@@ -454,6 +457,8 @@ def evaluate(telemetry: Path, requests: Path, train_frac: float) -> SplitResult:
         )
     queued = value_at(t, rec.queued_reqs, row_t)
     print_by_phase(t, kv, row_t, flow, queued, {"train": train_rows, "test": test_rows})
+    if span_s:
+        print_by_subspan(t, kv, row_t, flow, test_rows, span_s)
     alone = {
         h: wape(flow_only[h][test_rows[h]], value_at(t, kv, row_t[test_rows[h]] + h))
         for h in HORIZONS_S
@@ -501,6 +506,34 @@ def print_splits(results: list[SplitResult]) -> None:
     )
 
 
+def print_by_subspan(
+    t: np.ndarray,
+    kv: np.ndarray,
+    row_t: np.ndarray,
+    preds: dict[int, np.ndarray],
+    test_rows: dict[int, np.ndarray],
+    span_s: float,
+) -> None:
+    """Model / best baseline on consecutive sub-spans of ``span_s`` of the test span (by the
+    row's time): how much the ratio of one test span owes to which stretch of it."""
+    print(f"{'from_s':>7}{'horizon':>8}{'n':>5}{'model':>9}{'best_base':>10}{'ratio':>8}")
+    for h in HORIZONS_S:
+        rows = np.flatnonzero(test_rows[h])
+        if rows.size == 0:
+            continue
+        start = row_t[rows[0]]
+        for k in range(math.ceil((row_t[rows[-1]] - start + 1.0) / span_s)):
+            lo = start + k * span_s
+            keep = rows[(row_t[rows] >= lo) & (row_t[rows] < lo + span_s)]
+            if keep.size == 0:
+                continue
+            at = row_t[keep]
+            actual = value_at(t, kv, at + h)
+            m = wape(preds[h][keep], actual)
+            b = min(best_baseline(t, kv, at, actual).values())
+            print(f"{lo:>7.0f}{h:>7}s{keep.size:>5}{m:>9.4f}{b:>10.4f}{m / b:>8.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("telemetry", type=Path)
@@ -512,15 +545,21 @@ def main() -> None:
         default=None,
         help="comma-separated train fractions: run the bench at each, then a sweep table",
     )
+    ap.add_argument(
+        "--span-s",
+        type=float,
+        default=None,
+        help="also print model / best baseline per sub-span of this many seconds of the test span",
+    )
     args = ap.parse_args()
     if args.splits:
         results = []
         for frac in args.splits:
             print(f"== train_frac={frac:g}")
-            results.append(evaluate(args.telemetry, args.requests, frac))
+            results.append(evaluate(args.telemetry, args.requests, frac, args.span_s))
         print_splits(results)
         return
-    r = evaluate(args.telemetry, args.requests, args.train_frac)
+    r = evaluate(args.telemetry, args.requests, args.train_frac, args.span_s)
     print(
         f"kv_forecast: horizon_s=5 wape={r.wape[5]:.4f} baseline_wape={r.best_baseline[5]:.4f} "
         f"wape_30s={r.wape[30]:.4f} baseline_wape_30s={r.best_baseline[30]:.4f} "
