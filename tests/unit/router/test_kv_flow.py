@@ -17,6 +17,7 @@ from seedance.router.core.forecast import (
     expected_kv_change_tokens,
     fit_kv_flow_params,
     forecast_kv_mib,
+    kv_pool_bound,
     output_survival,
 )
 
@@ -208,3 +209,31 @@ def test_bad_input_names_the_field() -> None:
         replace(PARAMS, change_weight=1.5)
     with pytest.raises(ValueError, match="horizon_s"):
         expected_kv_change_tokens(_server(9).observable_at(50.0), PARAMS, horizon_s=0.0)
+
+
+def test_a_server_bound_by_its_kv_pool_is_told_from_one_bound_by_its_batch() -> None:
+    """KV pinned at the pool whenever requests wait is a pool-bound server (the flow model's
+    capped batch does not describe it); a FIFO server capped by sequences is not, and only the
+    span up to until_s is read."""
+    log = _server(13)
+    t = np.arange(0.0, 150.0, 0.1)
+    kv = _kv_mib(log, t, reserves=True)
+    queued = np.array([_counts(log, x).queued or 0 for x in t], dtype=float)
+    assert bool((queued > 0).any())
+    bound, share = kv_pool_bound(t, kv, queued, until_s=90.0)
+    assert not bound
+    assert 0.0 < share < 0.95
+    # The same server with a pool it fills whenever requests wait: KV at the pool, give or take
+    # a block, while the queue is non-empty.
+    pool = float(kv.max())
+    rng = np.random.default_rng(13)
+    pinned = np.where(queued > 0, pool - rng.uniform(0.0, 0.005 * pool, len(t)), kv)
+    bound, share = kv_pool_bound(t, pinned, queued, until_s=90.0)
+    assert bound
+    assert share > 0.98
+    # Past until_s nothing is read.
+    later = pinned.copy()
+    later[t > 90.0] = 0.3 * pool
+    assert kv_pool_bound(t, later, queued, until_s=90.0) == (bound, share)
+    # No queue seen: nothing to tell, not pool-bound.
+    assert kv_pool_bound(t, pinned, np.zeros_like(queued), until_s=90.0) == (False, 0.0)

@@ -58,6 +58,7 @@ from seedance.router.core.forecast import (
     fit_kv_flow_params,
     fit_kv_modes,
     kv_change_features,
+    kv_pool_bound,
     recent_change_weights,
     replay_kv_forecaster,
     select_heads,
@@ -215,7 +216,8 @@ def flow_forecasts(
     """The flow head's forecasts per horizon at every row (each from the view at its t): the
     last value plus a weight times the model's change. The server's parameters come from the
     training span; the weight too (0 = the last value) until targets have come due, then the
-    least-squares weight on the recent ones (`recent_change_weights`; 0 stays 0)."""
+    least-squares weight on the recent ones (`recent_change_weights`; 0 stays 0). A server the
+    training span shows bound by its KV pool (`kv_pool_bound`) is not the model's: w = 0."""
     for fit in fit_kv_modes(log_, rec.t_s, rec.kv_cache_mib, until_s=until_s)[0]:
         log(
             f"KV mode reserves_output={fit.reserves_output}: {fit.mib_per_token:.5f} MiB/token, "
@@ -226,8 +228,20 @@ def flow_forecasts(
         f"flow model, fitted on the training span: max_batch={params.max_batch} "
         f"reserves_output={params.reserves_output} mib_per_token={params.mib_per_token:.5f}"
     )
+    pool_bound, share = kv_pool_bound(rec.t_s, rec.kv_cache_mib, rec.queued_reqs, until_s=until_s)
+    log(
+        f"median KV while requests wait: {share:.3f} of the most seen on the training span "
+        + (
+            "-> bound by its KV pool: the flow model does not describe it (w = 0)"
+            if pool_bound
+            else "-> not bound by its KV pool"
+        )
+    )
     preds: dict[int, np.ndarray] = {}
     for h in HORIZONS_S:
+        if pool_bound:
+            preds[h] = kv_now.copy()
+            continue
         counts = server_counts(rec, row_t, float(h))
         change = params.mib_per_token * np.array(
             [

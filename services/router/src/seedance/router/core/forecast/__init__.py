@@ -29,6 +29,7 @@ from seedance.router.core.forecast.kv_flow import (
     fit_kv_flow_params,
     fit_kv_modes,
     forecast_kv_mib,
+    kv_pool_bound,
     output_survival,
 )
 from seedance.router.core.forecast.kv_occupancy import (
@@ -98,6 +99,7 @@ __all__ = [
     "fit_kv_modes",
     "forecast_kv_mib",
     "kv_change_features",
+    "kv_pool_bound",
     "output_survival",
     "recent_change_weights",
     "replay_kv_forecaster",

@@ -46,6 +46,7 @@ __all__ = [
     "fit_kv_modes",
     "forecast_kv_mib",
     "has_seen_a_batch",
+    "kv_pool_bound",
     "output_survival",
     "prefill_delay_s",
 ]
@@ -59,6 +60,13 @@ _DEFAULT_PREFILL_S = 0.05
 # The model speaks once this many requests have finished (and at least a batch, see
 # ``has_seen_a_batch``).
 _MIN_FINISHED = 50
+
+# A server is bound by its KV pool when the median KV in use while requests wait is within
+# this share of the most KV seen (``kv_pool_bound``). On the simulated pool-bound servers of
+# ``seedance.bench.kv_proxies`` it is 0.993-0.996; on the H200 recording, bound by its 256
+# sequences, 0.891-0.934 over nine train/test splits (the batch's prompts and outputs vary;
+# nothing pins KV); on the simulated Mooncake one (19 long prompts at once) 0.923-0.940.
+POOL_BOUND_SHARE = 0.98
 
 # The weights of the change ``choose_change_weight`` tries, besides 0 (the last value): on the
 # H200 recording the model's change correlates 0.7 with the real one, with a spread as large as
@@ -421,6 +429,27 @@ def fit_kv_flow_params(
     return KvFlowParams(
         max_batch=max_batch, reserves_output=best.reserves_output, mib_per_token=best.mib_per_token
     )
+
+
+def kv_pool_bound(
+    sample_s: np.ndarray, kv_mib: np.ndarray, queued: np.ndarray, *, until_s: float
+) -> tuple[bool, float]:
+    """Whether the server was bound by its KV pool on the span up to ``until_s``, and the median
+    KV in use while requests waited as a share of the most KV seen there.
+
+    The flow model frees slots of a batch capped by sequences (``max_batch``) and admits the
+    queue into them; a server whose KV pool is what fills first (vLLM's waiting queue when its
+    blocks run out) keeps KV pinned at the pool whenever requests wait, and there the model
+    forecasts rises the full pool cannot take (+10-17 GB on the simulated on/off recording,
+    where it was worse than the last value: docs/router.md). No queue seen: not pool-bound.
+    """
+    keep = (sample_s <= until_s) & np.isfinite(kv_mib) & np.isfinite(queued)
+    waiting = keep & (queued > 0)
+    top = float(kv_mib[keep].max()) if bool(keep.any()) else 0.0
+    if not bool(waiting.any()) or top <= 0.0:
+        return False, 0.0
+    share = float(np.median(kv_mib[waiting])) / top
+    return share >= POOL_BOUND_SHARE, share
 
 
 def choose_change_weight(
