@@ -1,6 +1,7 @@
 """KV-occupancy forecast on real serving telemetry: the router's flow-model KV head vs baselines.
 
-Usage: bench_kv_forecast.py TELEMETRY_CSV REQUESTS_CSV [--train-frac 0.6]
+Usage: bench_kv_forecast.py TELEMETRY_CSV REQUESTS_CSV [--train-frac 0.6 | --splits 0.3,0.5,0.8]
+[--span-s 30]
 (the h200-llm-telemetry recording's two files; see its README for the columns).
 
 Protocol. Target: the KV cache in use (`kv_cache_mib`) at t + H, H = 5 s and 30 s, forecast at the
@@ -17,7 +18,9 @@ The model (`seedance.router.core.forecast.kv_flow`): kv(t + H) = kv(t) + w · th
 of KV held by a FIFO server with a capped batch (running requests' survival from a Kaplan–Meier
 curve of output lengths per prompt class, the queue head admitted into the freed slots);
 the cap, the KV mode and the MiB per token are fitted, and w (0 = the last value) chosen per
-horizon, on the first `train_frac` of the recording only. Split in time:
+horizon, on the first `train_frac` of the recording only; then w is refitted at each t on the
+targets already observed (`recent_change_weights`; a 0 stays 0), and a server the training span
+shows bound by its KV pool (`kv_pool_bound`) gets w = 0. Split in time:
 scored on the rest, from the first t whose target lies past the training span. References (not
 the model): the online ridge head of `kv_occupancy` and the forecaster's LightGBM KV heads
 (`train_forecast_model`, trained once on the training span). Baselines on the same t: last value
@@ -27,7 +30,8 @@ server had a queue at t, a saturated plateau, and rows where it had none); ratio
 over the last value's WAPE (the issue's "never worse than the last value"). The forecast scored
 is the fallback's: at each t the flow model or the last value, whichever had the lower recent
 error (`kv_heads:` says which made the forecasts; the flow model alone is printed too). Last line
-key=value.
+key=value. `--splits` runs all of it at each train fraction and ends with a sweep table and a
+`kv_forecast_splits:` line; `--span-s` adds model / best baseline per sub-span of the test span.
 """
 
 from __future__ import annotations
