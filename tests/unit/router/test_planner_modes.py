@@ -290,6 +290,10 @@ def test_the_fleet_that_served_an_interval_teaches_the_factor_through_a_start_up
     grew = replace(served, ready=5)
     moved, _ = plan(state, 75.0, [load(1.0)], CAP, CFG, grew)
     assert moved.capacity_factor == pytest.approx(1.0)
+    # The service decides anywhere in its bins: decisions at 57 s and 78 s bracket [60, 75).
+    off_edges = replace(state, ready_log=((57.0, 4),))
+    service, _ = plan(off_edges, 78.0, [load(1.0)], CAP, CFG, served)
+    assert service.capacity_factor == pytest.approx(4.0)
 
 
 def test_a_shortfall_within_the_slo_steps_a_learnt_factor_and_a_breach_re_estimates_it() -> None:

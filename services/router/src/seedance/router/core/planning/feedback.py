@@ -168,13 +168,17 @@ def _learning_window(
 def _stable_ready(
     log: Sequence[tuple[float, int]], start_s: float, cfg: PlannerConfig
 ) -> int | None:
-    """The ready replicas through the interval that begins at `start_s`, where decisions at
-    both of its ends saw the same number (None: not seen at both ends, or it changed)."""
+    """The ready replicas through the interval that begins at `start_s`: the decisions from the
+    last one at or before its start to the first one at or after its end all saw the same
+    number (None: no decision on one side of it, or the number changed). The service's
+    decisions fall anywhere in its bins; the bench's on their edges."""
     end_s = start_s + cfg.interval_s
-    inside = [r for t, r in log if start_s - 1e-6 <= t <= end_s + 1e-6]
-    began = any(abs(t - start_s) <= 1e-6 for t, _ in log)
-    ended = any(abs(t - end_s) <= 1e-6 for t, _ in log)
-    return inside[0] if began and ended and len(set(inside)) == 1 else None
+    before = [t for t, _ in log if t <= start_s + 1e-6]
+    after = [t for t, _ in log if t >= end_s - 1e-6]
+    if not before or not after:
+        return None
+    seen = {r for t, r in log if max(before) <= t <= min(after)}
+    return seen.pop() if len(seen) == 1 else None
 
 
 def _measured(
