@@ -71,12 +71,20 @@ is a window's noise as often as not: the step below answers it). The factor aims
 band above `slo_target` (the allowed misses split in thirds: attainment between target + 1/3
 and target + 2/3 of them), so that the transients of a start-up land above the target rather
 than on it: attainment below the band raises it by `feedback_up`, above it lowers it by
-`feedback_down`, never below 1 (one shared queue is the best any router can do). Raising judges
-only what was served after the last scale-up's replicas became ready; where the caller says
-when the observed requests arrived (`ObservedSlo.by_arrival`), by arrival: a burst's backlog on
-a fleet too small, drained after the scale-up, is not blamed on the fleet that then served it
-(filed by first-token time it drove the factor to its maximum on on/off proxies and held 2-3x
-the replicas for half an hour). Misses teach the factor slowly and late; the engines' queues
+`feedback_down`, never below 1 (one shared queue is the best any router can do). Where the
+caller says when the observed requests arrived (`ObservedSlo.by_arrival`), each is judged by
+arrival: a burst's backlog on a fleet too small, drained after the scale-up, is not blamed on the
+fleet that then served it (filed by first-token time it drove the factor to its maximum on on/off
+proxies and held 2-3x the replicas for half an hour). Raising judges the fleet that served the
+requests: where the engines' gauges say how many replicas were ready (`ObservedSlo.ready`),
+every interval that began and ended with the same number ready, matched against that number
+(a scale-up's start-up no longer hides what the fleet as it was served meanwhile: with the
+measured start-ups' 427 s lead the factor stood at its first estimate through 10 min of
+Mooncake's cold start); without them, only what was served after the last scale-up's replicas
+became ready. Each observation moves the factor once (the window slides over 120 s and was
+re-judged on every tick), and only a window where one miss moves the attainment by less than
+the band is wide (`band_requests`: 60 at a 95 % target; at 20, one miss in 37 requests took
+Mooncake's factor from 2.75 to 3.18). Misses teach the factor slowly and late; the engines' queues
 teach it at once: where the queued work stayed behind the SLO at every ready replica through a
 whole interval (the same replicas busy all of it), those replicas served what one replica
 really serves, so the factor is at least their replica-seconds over the prefill work they served
