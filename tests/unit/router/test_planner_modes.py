@@ -242,9 +242,58 @@ def test_a_miss_sets_the_factor_to_what_routing_made_of_one_shared_queue() -> No
     # serves half: the fleet is worth 1 such replica, so the factor becomes 4 / 1.
     met = (5, 10)
     seen = tuple(DemandWindow(end_s=100.0 - 15.0 * i, requests=10, met=met) for i in range(3))
-    state = PlanState(replicas=4, seen=seen[::-1], observed=((90.0, 10, 20),))
-    state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=5, requests=10))
+    state = PlanState(replicas=4, seen=seen[::-1], observed=((90.0, 30, 60),))
+    state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=15, requests=30))
     assert state.capacity_factor == pytest.approx(4.0)
+
+
+def test_a_window_too_small_to_resolve_the_band_does_not_move_the_factor() -> None:
+    # 2 misses in 40 requests (95 %) are within a window's noise of the band: one miss moves
+    # 40 requests' attainment by 2.5 points, more than the band is wide (1.67). At 60 requests
+    # (3 misses, the same 95 %) the window is read: the step and the re-estimate.
+    assert CFG.band_requests == 60
+    met = (5, 10)
+    seen = tuple(DemandWindow(end_s=100.0 - 15.0 * i, requests=10, met=met) for i in range(3))
+    state = PlanState(replicas=4, seen=seen[::-1], capacity_factor=1.5)
+    small, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=38, requests=40))
+    assert small.capacity_factor == pytest.approx(1.5)
+    enough, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=57, requests=60))
+    assert enough.capacity_factor > 1.5
+
+
+def test_each_observation_moves_the_factor_once() -> None:
+    # A window below the band steps the factor; the next decision, with no new first tokens,
+    # sees the same window (it slides over 120 s) and must not step it again.
+    state = PlanState(replicas=4, capacity_factor=1.5)
+    state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=96, requests=100))
+    assert state.capacity_factor == pytest.approx(1.5 * (1.0 + CFG.feedback_up))
+    again, _ = plan(state, 115.0, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=0))
+    assert again.capacity_factor == pytest.approx(state.capacity_factor)
+    # New first tokens below the band are read.
+    new = ObservedSlo(met=96, requests=100)
+    later, _ = plan(state, 130.0, [load(1.0)], CAP, CFG, new)
+    assert later.capacity_factor == pytest.approx(state.capacity_factor * (1.0 + CFG.feedback_up))
+
+
+def test_the_fleet_that_served_an_interval_teaches_the_factor_through_a_start_up() -> None:
+    # 4 replicas ready at both ends of the interval [60, 75), a scale-up asked at 50 s whose
+    # replicas are not ready yet (start-up 60 s). The interval's requests met 50 %, which one
+    # shared queue of 1 serves: the fleet that served them (4 ready) is worth 1 such replica.
+    met = (5, 10)
+    seen = (DemandWindow(end_s=75.0, requests=10, met=met),)
+    state = PlanState(replicas=6, seen=seen, last_scale_up_s=50.0, ready_log=((60.0, 4),))
+    served = ObservedSlo(met=30, requests=60, by_arrival=((60.0, 30, 60),), ready=4)
+    after, _ = plan(state, 75.0, [load(1.0)], CAP, CFG, served)
+    assert after.capacity_factor == pytest.approx(4.0)
+    # The same requests with the ready count changed within their interval (a replica came up
+    # at its end) are not the fleet's: nothing is learnt while the start-up runs.
+    grew = replace(served, ready=5)
+    moved, _ = plan(state, 75.0, [load(1.0)], CAP, CFG, grew)
+    assert moved.capacity_factor == pytest.approx(1.0)
+    # The service decides anywhere in its bins: decisions at 57 s and 78 s bracket [60, 75).
+    off_edges = replace(state, ready_log=((57.0, 4),))
+    service, _ = plan(off_edges, 78.0, [load(1.0)], CAP, CFG, served)
+    assert service.capacity_factor == pytest.approx(4.0)
 
 
 def test_a_shortfall_within_the_slo_steps_a_learnt_factor_and_a_breach_re_estimates_it() -> None:

@@ -71,12 +71,20 @@ is a window's noise as often as not: the step below answers it). The factor aims
 band above `slo_target` (the allowed misses split in thirds: attainment between target + 1/3
 and target + 2/3 of them), so that the transients of a start-up land above the target rather
 than on it: attainment below the band raises it by `feedback_up`, above it lowers it by
-`feedback_down`, never below 1 (one shared queue is the best any router can do). Raising judges
-only what was served after the last scale-up's replicas became ready; where the caller says
-when the observed requests arrived (`ObservedSlo.by_arrival`), by arrival: a burst's backlog on
-a fleet too small, drained after the scale-up, is not blamed on the fleet that then served it
-(filed by first-token time it drove the factor to its maximum on on/off proxies and held 2-3x
-the replicas for half an hour). Misses teach the factor slowly and late; the engines' queues
+`feedback_down`, never below 1 (one shared queue is the best any router can do). Where the
+caller says when the observed requests arrived (`ObservedSlo.by_arrival`), each is judged by
+arrival: a burst's backlog on a fleet too small, drained after the scale-up, is not blamed on the
+fleet that then served it (filed by first-token time it drove the factor to its maximum on on/off
+proxies and held 2-3x the replicas for half an hour). Raising judges the fleet that served the
+requests: where the engines' gauges say how many replicas were ready (`ObservedSlo.ready`),
+every interval that began and ended with the same number ready, matched against that number
+(a scale-up's start-up no longer hides what the fleet as it was served meanwhile: with the
+measured start-ups' 427 s lead the factor stood at its first estimate through 10 min of
+Mooncake's cold start); without them, only what was served after the last scale-up's replicas
+became ready. Each observation moves the factor once (the window slides over 120 s and was
+re-judged on every tick), and only a window where one miss moves the attainment by less than
+the band is wide (`band_requests`: 60 at a 95 % target; at 20, one miss in 37 requests took
+Mooncake's factor from 2.75 to 3.18). Misses teach the factor slowly and late; the engines' queues
 teach it at once: where the queued work stayed behind the SLO at every ready replica through a
 whole interval (the same replicas busy all of it), those replicas served what one replica
 really serves, so the factor is at least their replica-seconds over the prefill work they served
@@ -103,6 +111,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from seedance.router.core.planning.demand import DemandWindow, replay_window
+from seedance.router.core.planning.feedback import budget_surplus, feedback, pooled_need
 from seedance.router.core.planning.sizing import (
     Binding,
     LoadForecast,
@@ -135,136 +144,6 @@ __all__ = [
     "pooled_need",
     "replicas_needed",
 ]
-
-
-def feedback(
-    state: PlanState,
-    now_s: float,
-    observed: ObservedSlo | None,
-    cfg: PlannerConfig,
-    seen: Sequence[DemandWindow] = (),
-) -> PlanState:
-    """The state after this decision's SLO observation: the factor where the queue model set the
-    last count, the held count's raises where the hold did, and the observation windows."""
-    cutoff_s = now_s - cfg.feedback_window_s
-    window = tuple(x for x in state.observed if x[0] > cutoff_s)
-    budget = tuple(x for x in state.budget if x[0] > now_s - cfg.budget_window_s)
-    if observed is not None:
-        got = observed.groups(now_s)
-        window = (*window, *(x for x in got if x[0] > cutoff_s))
-        budget = (*budget, *(x for x in got if x[0] > now_s - cfg.budget_window_s))
-    lower, upper = cfg.band
-    factor = state.capacity_factor
-    raises = tuple(t for t in state.raises if t > now_s - cfg.raise_s)
-    # Raising judges only the fleet as it is now: what was served after the last scale-up's
-    # replicas became ready (earlier misses are already answered by them).
-    ready_since_s = state.last_scale_up_s + cfg.startup_s
-    if raises:
-        ready_since_s = max(ready_since_s, raises[-1] + cfg.startup_s)
-    fresh = [x for x in window if x[0] > ready_since_s]
-    if state.holding:
-        # The held count is raised when the error budget is overspent and the fleet as it is
-        # now still misses, one replica at a time (the next once the last one's has served):
-        # not on every window below the band (a burst no count short of its peak serves
-        # would ratchet it up, and those misses are what the budget is for).
-        settled = not raises or raises[-1] + cfg.startup_s + cfg.interval_s <= now_s
-        if (
-            settled
-            and sum(x[2] for x in budget) >= cfg.budget_min_requests
-            and _attained(budget, cfg) < lower
-            and _attained(fresh, cfg) < cfg.slo_target
-        ):
-            raises = (*raises, now_s)
-    attained = _attained(fresh, cfg)
-    samples = tuple(x for x in state.saturated_samples if x[0] > now_s - cfg.hold_window_s)
-    sample = _saturated_sample(state, observed, cfg)
-    if sample is not None:
-        samples = (*samples, (now_s, *sample))
-    # What the hour's saturated replicas served, pooled (one interval's first tokens are noisy),
-    # is the factor's floor until the error budget shows a surplus: a replica saturated at a
-    # cold start serves less than one whose queue the band keeps short (on Azure conv the floor
-    # held 1.4x the GPU-hours the SLO needed). The surplus that releases it is the hour's, or
-    # that of the requests which arrived once the last saturation's answer could serve (a
-    # start-up after its last saturated interval): the hour's budget still holds the
-    # saturation's own misses, which no count can undo, so judged on the hour alone a burst
-    # at a cold start kept the floor for the whole hour (superpose seed 29: 1.44x static).
-    measured, released_for_s = _measured(budget, samples, state.floor_released_for_s, cfg)
-    if attained < lower:
-        factor *= 1.0 + cfg.feedback_up
-        # The count of one shared queue that would have served what the fleet served over the
-        # same windows: the fleet's count over it is what routing made of one such replica.
-        # A re-estimate from a few windows, so only on a breach of the SLO target or while the
-        # factor is still the model's own (1.0): a learnt factor short of the band but within
-        # the SLO takes the step above (re-estimated on every such window, a shortfall of a
-        # window's binomial noise, Mooncake's factor swung 1.9-3.7 for 1.30x the static cost).
-        since_s = max(ready_since_s, cutoff_s)  # the windows the fresh observations cover
-        matched = pooled_need([w for w in seen if w.end_s > since_s], attained)
-        estimate = attained < cfg.slo_target or state.capacity_factor <= 1.0
-        if estimate and matched is not None and matched < state.replicas:
-            factor = max(factor, state.replicas / matched)
-    elif _attained(window, cfg) > upper:
-        factor *= 1.0 - cfg.feedback_down
-    return replace(
-        state,
-        capacity_factor=min(max(factor, measured, 1.0), cfg.factor_max),
-        saturated_samples=samples,
-        floor_released_for_s=released_for_s,
-        observed=window,
-        budget=budget,
-        raises=raises,
-    )
-
-
-def _measured(
-    budget: Sequence[tuple[float, int, int]],
-    samples: Sequence[tuple[float, float, float]],
-    released_for_s: float | None,
-    cfg: PlannerConfig,
-) -> tuple[float, float | None]:
-    """The measured floor of the factor (1.0: none) and the time of the saturated sample whose
-    answer released it. Released, it stays released until a newer saturated sample: judged
-    again on every tick, requests since the answer at or below the band's upper edge brought
-    the whole floor back with no new saturation (review of issue 32)."""
-    if len(samples) < cfg.saturated_min_samples:
-        return 1.0, released_for_s
-    answer_s = samples[-1][0]
-    if released_for_s == answer_s or _released(budget, samples, cfg):
-        return 1.0, answer_s
-    return sum(x[1] for x in samples) / sum(x[2] for x in samples), released_for_s
-
-
-def _released(
-    budget: Sequence[tuple[float, int, int]],
-    samples: Sequence[tuple[float, float, float]],
-    cfg: PlannerConfig,
-) -> bool:
-    """Whether the measured floor is released: a surplus over the error budget's window, or
-    over the requests that arrived after the last saturated interval's answer was ready (a
-    start-up after it; the replicas asked for then serve from then on)."""
-    answered_s = samples[-1][0] + cfg.startup_s
-    return _surplus(budget, cfg) or _surplus([x for x in budget if x[0] > answered_s], cfg)
-
-
-def _saturated_sample(
-    state: PlanState, observed: ObservedSlo | None, cfg: PlannerConfig
-) -> tuple[float, float] | None:
-    """(replica-seconds, prefill work served), where every ready replica had work queued
-    behind the SLO at both ends of the interval and they were the same replicas in number (so
-    all were busy throughout: a new replica's queue is empty, the backlog stays where it was
-    routed); None otherwise."""
-    if observed is None or not observed.served_s or observed.ready <= 0:
-        return None
-    if not observed.behind == observed.ready == state.saturated:
-        return None
-    return observed.ready * cfg.interval_s, observed.served_s
-
-
-def _attained(window: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> float:
-    """Attainment over the window; NaN (compares false) with too few requests to tell."""
-    requests = sum(x[2] for x in window)
-    if requests < cfg.feedback_min_requests:
-        return math.nan
-    return sum(x[1] for x in window) / requests
 
 
 def _replay(
@@ -433,20 +312,6 @@ def _held_base(
     return base
 
 
-def pooled_need(windows: Sequence[DemandWindow], target: float) -> int | None:
-    """Fewest replicas of one shared queue that would have served `target` of the windows'
-    requests in time, pooled over them (None: no request in them)."""
-    requests = sum(w.requests for w in windows)
-    if requests == 0:
-        return None
-    want = target * requests - 1e-9
-    top = max(len(w.met) for w in windows)
-    for n in range(1, top + 1):
-        if sum(w.met_at(n) for w in windows) >= want:
-            return n
-    return top
-
-
 def _follows(
     state: PlanState,
     windows: Sequence[tuple[int, DemandWindow]],
@@ -468,15 +333,7 @@ def _follows(
     if forecast_real > held:
         return True
     cheaper = sum(real(f) for f, _ in windows) <= (1.0 - cfg.follow_saving) * held * len(windows)
-    return cheaper and _surplus(state.budget, cfg)
-
-
-def _surplus(budget: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> bool:
-    """Whether the error budget's window holds enough requests and attains above the band."""
-    return (
-        sum(x[2] for x in budget) >= cfg.budget_min_requests
-        and _attained(budget, cfg) > cfg.band[1]
-    )
+    return cheaper and budget_surplus(state.budget, cfg)
 
 
 def _panic(
