@@ -208,9 +208,10 @@ def _light(state: ClusterState, n: int, max_used_fraction: float) -> bool:
 def light_nodes(state: ClusterState, max_used_fraction: float) -> np.ndarray:
     """`_light` of every node at once (a bool per node): the only nodes the planner may drain,
     so a caller lists the candidates of these alone."""
-    cap = state.gpu_cap.sum(axis=1, dtype=np.int64)
-    used = cap - state.gpu_free.sum(axis=1, dtype=np.int64)
-    return (cap > 0) & (used <= max_used_fraction * cap)
+    cap: np.ndarray = state.gpu_cap.sum(axis=1, dtype=np.int64)
+    used: np.ndarray = cap - state.gpu_free.sum(axis=1, dtype=np.int64)
+    light: np.ndarray = (cap > 0) & (used <= max_used_fraction * cap)
+    return light
 
 
 def _allowed(
