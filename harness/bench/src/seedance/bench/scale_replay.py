@@ -9,7 +9,11 @@ target workload, and the digest (sha256, first 16 hex digits) of every effect in
 placement's job, node and GPU shares, and the kind and job of every other effect. Two runs of one
 seed on code that decides alike print the same digest. ``--profile`` prints, before it, the
 costs of the policy's rescans, index and tie-break (`seedance.bench.scale_replay_profile`); the
-pairs' rate leaves out the time they take, and the digest is the same.
+pairs' rate leaves out the time they take, and the digest is the same. ``--rounds N`` times N
+consolidation rounds (`Scheduler.consolidate`, one per `interval_s` of the replay's clock) on
+the filled fleet, before the pairs, and prints ``scale_replay_rounds: rounds=<n>
+round_ms_median=<n> round_ms_max=<n> moves=<n>`` first: what a round holds the slicer's loop for
+(none of bench-scale's jobs says it is movable).
 
 Last line: ``scale_replay: nodes=<n> running=<n> pairs=<n> pairs_per_s=<n> pair_p50_ms=<n>
 pair_p99_ms=<n> refresh_ms_mean=<n> refreshes=<n> digest=<hex>``.
@@ -30,7 +34,7 @@ from seedance.bench.scale_fleet import TOPOLOGY_LEVELS, Shape, inventory, read_f
 from seedance.bench.scale_replay_profile import Profile
 from seedance.slicer.config import scheduler_config
 from seedance.slicer.core import Scheduler
-from seedance.slicer.core.effects import Effect, Placed
+from seedance.slicer.core.effects import Effect, Evicted, Placed
 from seedance.slicer.mapping import job_spec, node_spec
 from seedance.slicer.settings import SlicerSettings
 
@@ -83,6 +87,8 @@ def run(args: argparse.Namespace, profile: Profile | None = None) -> str:
         clock += 2 * sched.config.queue.reserve_after_s
     if profile is not None:
         profile.filled(sched)
+    if args.rounds:
+        clock = time_rounds(sched, args.rounds, clock)
     singles = [s for s in shapes if s.gpus <= 8]
     lat: list[float] = []
     refresh: list[float] = []
@@ -113,6 +119,27 @@ def run(args: argparse.Namespace, profile: Profile | None = None) -> str:
     )
 
 
+def time_rounds(sched: Scheduler, rounds: int, clock: float) -> float:
+    """Print what each of `rounds` consolidation rounds costs; the clock after them."""
+    cfg = sched.config.consolidation
+    step = cfg.interval_s if cfg is not None else 60.0
+    took: list[float] = []
+    moves = 0
+    for _ in range(rounds):
+        clock += step
+        t0 = time.perf_counter()
+        out = sched.consolidate(clock)
+        took.append((time.perf_counter() - t0) * 1000)
+        moves += sum(1 for e in out if isinstance(e, Evicted))
+    took.sort()
+    print(
+        f"scale_replay_rounds: rounds={rounds} round_ms_median={took[len(took) // 2]:.1f} "
+        f"round_ms_max={took[-1]:.1f} moves={moves}",
+        flush=True,
+    )
+    return clock
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--nodes", type=Path, required=True, help="alibaba-spot-gpu-2026 node list")
@@ -121,6 +148,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--fill", type=float, default=0.8)
     ap.add_argument("--pairs", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--rounds", type=int, default=0, help="consolidation rounds to time first")
     ap.add_argument("--waiting", type=int, default=0, help="jobs kept waiting throughout")
     ap.add_argument(
         "--profile", action="store_true", help="print the rescans', index's and tie-break's costs"

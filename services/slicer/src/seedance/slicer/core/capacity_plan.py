@@ -18,7 +18,6 @@ is the one statement of the headroom.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -160,12 +159,7 @@ def plan_pools(s: Scheduler, cfg: PlanConfig, now_s: float) -> list[PoolPlan]:
             rows.setdefault(n.gpus[0].model, []).append(i)
     if not rows:
         return []
-    model_of = {i: m for m, rs in rows.items() for i in rs}
-    in_use: Counter[str] = Counter()
-    for key in queue.running_ids:
-        for p in queue.placements_of(key):
-            if p.node in model_of:
-                in_use[model_of[p.node]] += len(p.gpus)
+    held = queue.held_gpus()
     # A node holding a MIG instance is busy; its MIG GPUs are not the queue's to count.
     mig_busy = {s._index[m.node] for m in s._mig.held_slots()}
     waiting = _waiting(s, rows)
@@ -192,7 +186,7 @@ def plan_pools(s: Scheduler, cfg: PlanConfig, now_s: float) -> list[PoolPlan]:
                 drained_nodes=tuple(
                     sorted(s._nodes[i].name for i in rs if s._nodes[i].name in s._moves.drained)
                 ),
-                gpus_in_use=in_use[model],
+                gpus_in_use=sum(held[i] for i in rs),
                 gpus_waiting=waiting[model],
                 headroom_gpus=head,
                 startup_s=cfg.startup_s,

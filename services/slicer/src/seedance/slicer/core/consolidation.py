@@ -42,6 +42,7 @@ __all__ = [
     "Drain",
     "MovableJob",
     "MoveHistory",
+    "light_nodes",
     "plan_consolidation",
     "trial_place",
 ]
@@ -202,6 +203,15 @@ def _light(state: ClusterState, n: int, max_used_fraction: float) -> bool:
     """Whether node `n` has GPUs and at most `max_used_fraction` of their share in use."""
     cap = int(state.gpu_cap[n].sum())
     return cap > 0 and cap - int(state.gpu_free[n].sum()) <= max_used_fraction * cap
+
+
+def light_nodes(state: ClusterState, max_used_fraction: float) -> np.ndarray:
+    """`_light` of every node at once (a bool per node): the only nodes the planner may drain,
+    so a caller lists the candidates of these alone."""
+    cap: np.ndarray = state.gpu_cap.sum(axis=1, dtype=np.int64)
+    used: np.ndarray = cap - state.gpu_free.sum(axis=1, dtype=np.int64)
+    light: np.ndarray = (cap > 0) & (used <= max_used_fraction * cap)
+    return light
 
 
 def _allowed(

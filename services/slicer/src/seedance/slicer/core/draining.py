@@ -30,6 +30,7 @@ from seedance.slicer.core.consolidation import (
     DisruptionBudget,
     MovableJob,
     MoveHistory,
+    light_nodes,
     plan_consolidation,
 )
 from seedance.slicer.core.effects import CapacityPlanned, Effect, Evicted
@@ -124,13 +125,14 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
         s._cordon(s._index[name])
     for key in [k for k, (node, _, _) in m.moved.items() if _settled(s, k, node)]:
         del m.moved[key]
+    ready_busy = _ready_busy(s)
     drains = plan_consolidation(
         s._queue.state,
-        _candidates(s, cfg),
+        _candidates(s, cfg, ready_busy),
         now_s,
         cfg.budget,
         m.history,
-        busy=_busy(s),
+        busy=_busy(s, ready_busy),
         running_jobs=len(s._queue.running_ids),
         keep_free_gpus=cfg.keep_free_gpus,
         max_used_fraction=cfg.max_used_fraction,
@@ -188,37 +190,48 @@ def _due(m: Moves, cfg: ConsolidationConfig, now_s: float) -> bool:
     return m.last_round_s is None or now_s - m.last_round_s >= cfg.interval_s
 
 
-def _candidates(s: Scheduler, cfg: ConsolidationConfig) -> dict[int, list[MovableJob]]:
-    """The running jobs of each ready, busy node the planner may drain; a job that cannot be
-    moved here (a gang's, a node's that is not ready) is listed as not movable, so its node
-    is never drained."""
-    out: dict[int, list[MovableJob]] = {}
-    queue = s._queue
-    for i in _ready_busy(s):
-        jobs: list[MovableJob] = []
-        for key in queue.jobs_on(i):
-            rec = queue.running_record(key)
-            job = s._jobs[key]
-            if rec is None:
-                continue
-            jobs.append(
-                MovableJob(
-                    job_id=key,
-                    tenant=job.tenant,
-                    node=i,
-                    request=rec.job.request,
-                    started_s=rec.started_s,
-                    movable=job.movable and rec.job.replicas == 1,
-                    restart_s=cfg.restart_s if job.restart_s is None else job.restart_s,
-                    expected_duration_s=job.expected_duration_s,
-                )
-            )
-        if jobs:
-            out[i] = jobs
+def _candidates(
+    s: Scheduler, cfg: ConsolidationConfig, ready_busy: list[int]
+) -> dict[int, list[MovableJob]]:
+    """The running jobs of each node of `ready_busy` (ready, busy) the planner could drain:
+    one at most `max_used_fraction` used (`light_nodes`) whose every running job may move. A
+    node holding a job that cannot be moved here (not movable, a gang's) is left out, as the
+    planner would skip it: a round's cost follows the nodes that could be drained, not every
+    running job (44,634 MovableJobs and a sort of 16,249 nodes took 0.3-0.7 s of the slicer's
+    loop at the x4 fleet, none of them drainable)."""
+    light = light_nodes(s._queue.state, cfg.max_used_fraction)
+    out = {i: jobs for i in ready_busy if light[i] and (jobs := _movable_jobs(s, cfg, i))}
     # A MIG instance's job is not the queue's to move: its node is never drained.
     for m in s._mig.held_slots():
         out.pop(s._index[m.node], None)
     return out
+
+
+def _movable_jobs(s: Scheduler, cfg: ConsolidationConfig, node: int) -> list[MovableJob]:
+    """The running jobs on `node` as the planner sees them, or none where one of them cannot
+    be moved here (it did not say it is movable, or it is a gang's)."""
+    queue = s._queue
+    jobs: list[MovableJob] = []
+    for key in queue.jobs_on(node):
+        rec = queue.running_record(key)
+        job = s._jobs[key]
+        if rec is None:
+            continue
+        if not (job.movable and rec.job.replicas == 1):
+            return []
+        jobs.append(
+            MovableJob(
+                job_id=key,
+                tenant=job.tenant,
+                node=node,
+                request=rec.job.request,
+                started_s=rec.started_s,
+                movable=True,
+                restart_s=cfg.restart_s if job.restart_s is None else job.restart_s,
+                expected_duration_s=job.expected_duration_s,
+            )
+        )
+    return jobs
 
 
 def _ready_busy(s: Scheduler) -> list[int]:
@@ -227,8 +240,8 @@ def _ready_busy(s: Scheduler) -> list[int]:
     return [i for i in range(len(s._nodes)) if i not in s._cordoned and s._queue.busy(i)]
 
 
-def _busy(s: Scheduler) -> np.ndarray:
+def _busy(s: Scheduler, ready_busy: list[int]) -> np.ndarray:
     """A bool per node: ready and running something (where moved jobs may go)."""
     busy = np.zeros(len(s._queue.state), dtype=bool)
-    busy[_ready_busy(s)] = True
+    busy[ready_busy] = True
     return busy

@@ -299,6 +299,16 @@ class PlacementQueue:
     def placements_of(self, job_id: str) -> tuple[NodeGpus, ...]:
         return self._running[job_id].placements
 
+    def held_gpus(self) -> list[int]:
+        """Per node, the GPUs the running jobs hold there (a GPU shared by two jobs counts
+        twice): one pass over the running records, no call per job (the capacity plan's
+        count at each consolidation round)."""
+        held = [0] * len(self._on_node)
+        for r in self._running.values():
+            for p in r.placements:
+                held[p.node] += len(p.gpus)
+        return held
+
     def is_running(self, job_id: str) -> bool:
         return job_id in self._running
 
