@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from seedance.slicer.core import model
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest
 from seedance.slicer.core.policies import SeedancePolicy
@@ -70,13 +71,13 @@ class _Churn:
             g = int(rng.integers(8))
             if st.gpu_free[n, g]:
                 st.gpu_free[n, g] = 0
-                st.version[n] += 1
+                st.touch(n)
         elif op < 0.5:  # CPU and memory held outside the queue (a MIG job's host share)
             n = int(rng.integers(len(st)))
             if st.cpu_free[n] >= 1000 and st.mem_free[n] >= 512:
                 st.cpu_free[n] -= 1000
                 st.mem_free[n] -= 512
-                st.version[n] += 1
+                st.touch(n)
         elif op < 0.55:  # an idle node re-described, or a node added
             busy = {w.node for _, w in self.placed}
             idle = [i for i in range(len(st)) if i not in busy]
@@ -86,6 +87,43 @@ class _Churn:
             else:
                 self.added += 1
                 st.add_node(_node(rng, f"new{self.added}"))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_stale_rows_from_the_change_log_match_a_comparison_of_every_row(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Caches that read at different lags (one every step, one every 9 steps, one after
+    # hundreds: past the log's reach, which is made short here) get from the log exactly the
+    # rows whose version moved since they last read, as a comparison of every row gives.
+    monkeypatch.setattr(model, "_CHANGES_KEPT", 64)
+    rng = np.random.default_rng(seed)
+    st = ClusterState([_node(rng, f"n{i}") for i in range(40)])
+    churn = _Churn(st, rng)
+    caches = {1: (np.full(st.capacity, -1), -1), 9: (np.full(st.capacity, -1), -1)}
+    caches[400] = (np.full(st.capacity, -1), -1)
+    logged = 0
+    for step in range(1, 1200):
+        pod = _KINDS[int(rng.integers(len(_KINDS)))]
+        ok = np.flatnonzero(st.feasible(pod))
+        if rng.random() < 0.5 and ok.size:
+            n = int(ok[int(rng.integers(ok.size))])
+            free = np.flatnonzero(st.gpu_free[n] >= pod.gpu_milli)
+            churn.place(pod, NodeGpus(n, tuple(int(g) for g in free[: pod.num_gpu])))
+        else:
+            churn.step()
+        for every, (seen, since) in caches.items():
+            if step % every:
+                continue
+            if len(seen) < st.capacity:
+                seen = np.concatenate([seen, np.full(st.capacity - len(seen), -1)])
+            expected = np.flatnonzero(seen[: len(st)] != st.version)
+            got = st.stale_rows(seen, since)
+            logged += since >= st._changes_base
+            assert got.tolist() == expected.tolist()
+            seen[got] = st.version[got]
+            caches[every] = (seen, st.tick)
+    assert logged > 100  # the log answered, not only the comparison
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

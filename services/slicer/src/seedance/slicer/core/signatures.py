@@ -33,6 +33,7 @@ class NodeSignatures:
         rows = state.capacity
         self._id = np.full(rows, -1, dtype=np.int64)
         self._seen = np.full(rows, -1, dtype=np.int64)
+        self._tick = -1  # the state's `tick` at the last `_sync` (`ClusterState.stale_rows`)
         self._of: dict[bytes, int] = {}  # signature bytes -> id
         self._keys: list[bytes] = []  # id -> signature bytes (b"" while free)
         self._count: list[int] = []  # id -> nodes holding it
@@ -63,7 +64,8 @@ class NodeSignatures:
                 old = getattr(self, name)
                 grown[: len(old)] = old
                 setattr(self, name, grown)
-        changed = np.flatnonzero(self._seen[:n] != st.version)
+        changed = st.stale_rows(self._seen, self._tick)
+        self._tick = st.tick
         if changed.size == 0:
             return
         sig = np.empty((changed.size, 3 + st.gpu_free.shape[1]), dtype=np.int64)
