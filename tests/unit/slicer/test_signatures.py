@@ -89,14 +89,16 @@ class _Churn:
                 st.add_node(_node(rng, f"new{self.added}"))
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("seed", "few"), [(1, 64), (2, 64), (3, 4)])
 def test_stale_rows_from_the_change_log_match_a_comparison_of_every_row(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, few: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Caches that read at different lags (one every step, one every 9 steps, one after
     # hundreds: past the log's reach, which is made short here) get from the log exactly the
-    # rows whose version moved since they last read, as a comparison of every row gives.
+    # rows whose version moved since they last read, as a comparison of every row gives
+    # (`few`: up to how many logged rows are compared one by one, the rest as arrays).
     monkeypatch.setattr(model, "_CHANGES_KEPT", 64)
+    monkeypatch.setattr(model, "_FEW_CHANGES", few)
     rng = np.random.default_rng(seed)
     st = ClusterState([_node(rng, f"n{i}") for i in range(40)])
     churn = _Churn(st, rng)

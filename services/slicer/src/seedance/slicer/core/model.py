@@ -46,6 +46,7 @@ MAX_TOPOLOGY_LEVELS = 4
 #: behind compares every row once. Placements change one or two nodes each, so this covers
 #: thousands of placements; older halves are dropped, so the log never outgrows it.
 _CHANGES_KEPT = 1 << 15
+_FEW_CHANGES = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -354,6 +355,12 @@ class ClusterState:
             return rows
         if start == len(self._changes):
             return np.zeros(0, dtype=np.intp)
+        if len(self._changes) - start <= _FEW_CHANGES:
+            # A placement's few rows: compared one by one (a handful of numpy calls on tiny
+            # arrays cost more than the comparison).
+            version = self.version
+            few = [r for r in sorted(set(self._changes[start:])) if seen[r] != version[r]]
+            return np.array(few, dtype=np.intp)
         cand = np.unique(np.array(self._changes[start:], dtype=np.intp))
         rows = cand[seen[cand] != self.version[cand]]
         return rows

@@ -24,12 +24,16 @@ It must not score, place, or change the state.
 from __future__ import annotations
 
 import bisect
+import struct
 
 import numpy as np
 
 from seedance.slicer.core.model import ClusterState
 
 __all__ = ["NodeSignatures"]
+
+# Up to this many changed rows are re-keyed one by one rather than as one block.
+_FEW_ROWS = 8
 
 
 class NodeSignatures:
@@ -50,6 +54,7 @@ class NodeSignatures:
         # them for many ids at once. Sized in doublings; `bound` says how much is used.
         self._rep = np.full(64, -1, dtype=np.int64)
         self._gen = np.zeros(64, dtype=np.int64)
+        self._live: np.ndarray | None = None  # the ids held, while none was freed or given
 
     @property
     def bound(self) -> int:
@@ -70,9 +75,10 @@ class NodeSignatures:
         """After re-keying the nodes that changed: (the ids some node holds, sorted; the
         lowest node holding each; each one's generation)."""
         self._sync()
-        rep = self._rep[: self.bound]
-        live = np.flatnonzero(rep >= 0)
-        return live, rep[live], self._gen[live]
+        live = self._live
+        if live is None:  # an id was freed or given out since: the held ids changed
+            live = self._live = np.flatnonzero(self._rep[: self.bound] >= 0)
+        return live, self._rep[live], self._gen[live]
 
     def count(self, sig: int) -> int:
         """How many nodes hold id `sig` (as of the last sync)."""
@@ -96,6 +102,21 @@ class NodeSignatures:
         changed = st.stale_rows(self._seen, self._tick)
         self._tick = st.tick
         if changed.size == 0:
+            return
+        if changed.size <= _FEW_ROWS:
+            # A placement's node or two: each row's bytes packed as the block below lays
+            # them out (int64s in native order), without building a block for two rows.
+            tid, cpu, mem, gpu, version = (
+                st.type_id,
+                st.cpu_free,
+                st.mem_free,
+                st.gpu_free,
+                st.version,
+            )
+            for row in changed.tolist():
+                head = struct.pack("=3q", tid[row], cpu[row], mem[row])
+                self._rekey(row, head + gpu[row].tobytes())
+                self._seen[row] = version[row]
             return
         sig = np.empty((changed.size, 3 + st.gpu_free.shape[1]), dtype=np.int64)
         sig[:, 0] = st.type_id[changed]
@@ -122,6 +143,7 @@ class NodeSignatures:
                 del of[keys[old]]
                 keys[old] = b""
                 self._free.append(old)
+                self._live = None
         new = of.get(key)
         if new is None:
             if self._free:
@@ -136,6 +158,7 @@ class NodeSignatures:
                 if new == len(self._rep):
                     self._grow_ids()
             self._gen[new] += 1  # another signature under this id: scores of it are stale
+            self._live = None
             of[key] = new
         count[new] += 1
         bisect.insort(members[new], row)
