@@ -19,6 +19,7 @@ no bus.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -188,13 +189,41 @@ def _due(m: Moves, cfg: ConsolidationConfig, now_s: float) -> bool:
     return m.last_round_s is None or now_s - m.last_round_s >= cfg.interval_s
 
 
-def _candidates(s: Scheduler, cfg: ConsolidationConfig) -> dict[int, list[MovableJob]]:
+def _candidates(s: Scheduler, cfg: ConsolidationConfig) -> _Candidates:
     """The running jobs of each ready, busy node the planner may drain; a job that cannot be
     moved here (a gang's, a node's that is not ready) is listed as not movable, so its node
-    is never drained."""
-    out: dict[int, list[MovableJob]] = {}
-    queue = s._queue
-    for i in _ready_busy(s):
+    is never drained. Listed on demand (`_Candidates`)."""
+    # A MIG instance's job is not the queue's to move: its node is never drained.
+    mig = {s._index[m.node] for m in s._mig.held_slots()}
+    return _Candidates(s, cfg, [i for i in _ready_busy(s) if i not in mig])
+
+
+class _Candidates(Mapping[int, list[MovableJob]]):
+    """Node -> its running jobs as the planner reads them, each node's built when first read:
+    the planner reads only the nodes light enough to drain, so a round on the 17,112-node
+    fleet does not build a record for each of its ~45,000 running jobs (~0.2 s)."""
+
+    def __init__(self, s: Scheduler, cfg: ConsolidationConfig, nodes: list[int]) -> None:
+        self._s, self._cfg, self._nodes = s, cfg, nodes
+        self._built: dict[int, list[MovableJob]] = {}
+        self._at = set(nodes)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __getitem__(self, i: int) -> list[MovableJob]:
+        if i not in self._at:
+            raise KeyError(i)
+        jobs = self._built.get(i)
+        if jobs is None:
+            jobs = self._built[i] = self._jobs(i)
+        return jobs
+
+    def _jobs(self, i: int) -> list[MovableJob]:
+        s, cfg, queue = self._s, self._cfg, self._s._queue
         jobs: list[MovableJob] = []
         for key in queue.jobs_on(i):
             rec = queue.running_record(key)
@@ -213,12 +242,7 @@ def _candidates(s: Scheduler, cfg: ConsolidationConfig) -> dict[int, list[Movabl
                     expected_duration_s=job.expected_duration_s,
                 )
             )
-        if jobs:
-            out[i] = jobs
-    # A MIG instance's job is not the queue's to move: its node is never drained.
-    for m in s._mig.held_slots():
-        out.pop(s._index[m.node], None)
-    return out
+        return jobs
 
 
 def _ready_busy(s: Scheduler) -> list[int]:
