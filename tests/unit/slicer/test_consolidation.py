@@ -5,6 +5,8 @@ than the restarts."""
 
 from __future__ import annotations
 
+import random
+
 from seedance.slicer.core.consolidation import (
     DisruptionBudget,
     MovableJob,
@@ -140,3 +142,37 @@ def test_a_job_that_ran_longer_than_the_bound_is_not_moved() -> None:
     # Within the bound it moves.
     state, jobs = cluster([[("a/new", True)], [("a/anchor", False)]], gpus=8, started_s=NOW - 3000)
     assert plan(state, jobs) == [0]
+
+
+class _Reads(dict[int, list[MovableJob]]):
+    """The candidates, remembering which nodes' jobs the planner read."""
+
+    def __init__(self, jobs: dict[int, list[MovableJob]]) -> None:
+        super().__init__(jobs)
+        self.read: set[int] = set()
+
+    def __getitem__(self, n: int) -> list[MovableJob]:
+        self.read.add(n)
+        return super().__getitem__(n)
+
+
+def test_only_light_nodes_jobs_are_read_least_used_first() -> None:
+    # Random fleets: the drains are the least-used light nodes' first (by GPUs in use, then
+    # node), and the jobs of a node too busy to drain are never read (a round lists the
+    # candidates on demand: on a large pool it would otherwise build every running job's).
+    rng = random.Random(7)
+    for _ in range(30):
+        layout = [
+            [(f"t{rng.randrange(3)}/j{n}-{g}", rng.random() < 0.9) for g in range(rng.randrange(5))]
+            for n in range(24)
+        ]
+        state, jobs = cluster(layout)
+        reads = _Reads(jobs)
+        budget = DisruptionBudget(window_fraction=1.0)
+        drains = plan_consolidation(state, reads, NOW, budget, MoveHistory())
+        used = {n: len(layout[n]) for n in jobs}
+        light = {n for n in jobs if used[n] <= 0.5 * 4}
+        assert reads.read <= light
+        order = [d.node for d in drains]
+        assert order == sorted(order, key=lambda n: (used[n], n))
+        assert set(order) <= light

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from seedance.slicer.core import model
 from seedance.slicer.core.fragmentation import FragmentationIndex, TargetWorkload
 from seedance.slicer.core.model import ClusterState, Node, NodeGpus, PodRequest
 from seedance.slicer.core.policies import SeedancePolicy
@@ -70,13 +71,13 @@ class _Churn:
             g = int(rng.integers(8))
             if st.gpu_free[n, g]:
                 st.gpu_free[n, g] = 0
-                st.version[n] += 1
+                st.touch(n)
         elif op < 0.5:  # CPU and memory held outside the queue (a MIG job's host share)
             n = int(rng.integers(len(st)))
             if st.cpu_free[n] >= 1000 and st.mem_free[n] >= 512:
                 st.cpu_free[n] -= 1000
                 st.mem_free[n] -= 512
-                st.version[n] += 1
+                st.touch(n)
         elif op < 0.55:  # an idle node re-described, or a node added
             busy = {w.node for _, w in self.placed}
             idle = [i for i in range(len(st)) if i not in busy]
@@ -88,12 +89,52 @@ class _Churn:
                 st.add_node(_node(rng, f"new{self.added}"))
 
 
+@pytest.mark.parametrize(("seed", "few"), [(1, 64), (2, 64), (3, 4)])
+def test_stale_rows_from_the_change_log_match_a_comparison_of_every_row(
+    seed: int, few: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Caches that read at different lags (one every step, one every 9 steps, one after
+    # hundreds: past the log's reach, which is made short here) get from the log exactly the
+    # rows whose version moved since they last read, as a comparison of every row gives
+    # (`few`: up to how many logged rows are compared one by one, the rest as arrays).
+    monkeypatch.setattr(model, "_CHANGES_KEPT", 64)
+    monkeypatch.setattr(model, "_FEW_CHANGES", few)
+    rng = np.random.default_rng(seed)
+    st = ClusterState([_node(rng, f"n{i}") for i in range(40)])
+    churn = _Churn(st, rng)
+    caches = {1: (np.full(st.capacity, -1), -1), 9: (np.full(st.capacity, -1), -1)}
+    caches[400] = (np.full(st.capacity, -1), -1)
+    logged = 0
+    for step in range(1, 1200):
+        pod = _KINDS[int(rng.integers(len(_KINDS)))]
+        ok = np.flatnonzero(st.feasible(pod))
+        if rng.random() < 0.5 and ok.size:
+            n = int(ok[int(rng.integers(ok.size))])
+            free = np.flatnonzero(st.gpu_free[n] >= pod.gpu_milli)
+            churn.place(pod, NodeGpus(n, tuple(int(g) for g in free[: pod.num_gpu])))
+        else:
+            churn.step()
+        for every, (seen, since) in caches.items():
+            if step % every:
+                continue
+            if len(seen) < st.capacity:
+                seen = np.concatenate([seen, np.full(st.capacity - len(seen), -1)])
+            expected = np.flatnonzero(seen[: len(st)] != st.version)
+            got = st.stale_rows(seen, since)
+            logged += since >= st._changes_base
+            assert got.tolist() == expected.tolist()
+            seen[got] = st.version[got]
+            caches[every] = (seen, st.tick)
+    assert logged > 100  # the log answered, not only the comparison
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_signatures_follow_random_churn(seed: int) -> None:
     rng = np.random.default_rng(seed)
     st = ClusterState([_node(rng, f"n{i}") for i in range(40)])
     sigs = NodeSignatures(st)
     churn = _Churn(st, rng)
+    generations: dict[int, tuple[tuple[int, ...], int]] = {}  # id -> (signature, generation)
     for step in range(1500):
         if rng.random() < 0.5:
             pod = _KINDS[int(rng.integers(len(_KINDS)))]
@@ -114,18 +155,31 @@ def test_signatures_follow_random_churn(seed: int) -> None:
         assert sigs.bound <= st.capacity  # ids of signatures no node holds are reused
         some, at = sigs.groups(np.arange(len(st)))
         assert [expected[int(some[k])] for k in at] == expected
+        # Each id held: its lowest node and how many hold it; an id's generation moves when
+        # it is given to another signature (scores kept per id would be stale).
+        live, rep, gen = sigs.held()
+        assert live.tolist() == sorted(set(ids.tolist()))
+        for sig, low, g in zip(live.tolist(), rep.tolist(), gen.tolist(), strict=True):
+            holders = np.flatnonzero(ids == sig)
+            assert low == holders[0]
+            assert sigs.count(sig) == holders.size
+            was = generations.get(sig)
+            if was is not None and was[0] != expected[low]:
+                assert g != was[1]
+            generations[sig] = (expected[low], g)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_rescans_by_signature_score_every_node_as_afresh(seed: int) -> None:
-    # 120 nodes, the workload refreshed every 10 placements (every shape then rescans every
-    # node): each decision and every cached score equal a from-scratch scoring of each node.
+def test_scores_kept_per_signature_decide_as_a_scoring_of_every_node(seed: int) -> None:
+    # 120 nodes, the workload refreshed every 10 placements (every shape then scores every
+    # signature afresh), some placements with nodes closed: each decision, and every node's
+    # score read through its signature, equal a from-scratch scoring of each node.
     rng = np.random.default_rng(seed)
     st = ClusterState([_node(rng, f"n{i}") for i in range(120)])
     churn = _Churn(st, rng)
     history = [_KINDS[int(i)] for i in rng.integers(len(_KINDS), size=20)]
     policy = SeedancePolicy.for_trace(history)
-    signature_rescans = 0
+    rescans = incremental = 0
     for step in range(600):
         pod = _KINDS[int(rng.integers(len(_KINDS)))]
         history.append(pod)
@@ -137,11 +191,11 @@ def test_rescans_by_signature_score_every_node_as_afresh(seed: int) -> None:
             )
             new.inherit(policy)
             policy = new
-        entry = policy._cache.get(pod)
-        seen = entry[2][: len(st)] if entry is not None else np.zeros(0, dtype=np.int64)
-        stale = len(st) - seen.size + int((seen != st.version[: seen.size]).sum())
-        signature_rescans += stale > 32
-        got = policy.place(st, pod)
+        known = pod in policy._cache
+        rescans += not known
+        incremental += known
+        allowed = rng.random(len(st)) < 0.7 if rng.random() < 0.2 else None
+        got = policy.place(st, pod, allowed)
         fresh = SeedancePolicy(
             policy.workload,
             cpu_per_gpu_milli=policy.cpu_per_gpu_milli,
@@ -153,36 +207,13 @@ def test_rescans_by_signature_score_every_node_as_afresh(seed: int) -> None:
         for name in ("cnt", "part", "tot", "desc", "frag", "host_ok"):
             assert np.array_equal(getattr(kept, name)[:n], getattr(fresh._index, name)[:n]), name
         key, gpu = fresh.node_scores(st, pod, np.arange(len(st)))
-        cached = policy._cache[pod]
-        assert np.array_equal(cached[0][: len(st)], key)
-        assert np.array_equal(cached[1][: len(st)], gpu)
-        assert got == fresh.select(st, pod, key, gpu)
+        scores, of = policy._cache[pod], policy.signatures(st).of_nodes()
+        assert np.array_equal(scores.key[of], key)
+        assert np.array_equal(scores.gpu[of], gpu)
+        assert got == fresh.select(st, pod, key, gpu, allowed)
         if isinstance(got, NodeGpus):
             churn.place(pod, got)
         for _ in range(int(rng.integers(3))):
             churn.step()
-    assert signature_rescans > 50  # the path under test ran
-
-
-def test_a_refresh_reuses_the_replaced_policys_score_buffers_and_scores_as_afresh() -> None:
-    # After a refresh every shape is new to the policy: its fleet-sized score arrays come
-    # from the replaced policy's cache (no allocation), written whole, and score as afresh.
-    rng = np.random.default_rng(3)
-    st = ClusterState([_node(rng, f"n{i}") for i in range(80)])
-    old = SeedancePolicy.for_trace(list(_KINDS))
-    for pod in _KINDS[:4]:
-        old.place(st, pod)
-    buffers = {id(e[0]) for e in old._cache.values()}
-    new = SeedancePolicy.for_trace([*_KINDS, _KINDS[0]])
-    new.inherit(old)
-    assert old._cache == {}
-    assert len(new._spare) == 4
-    for pod in _KINDS[4:]:
-        got = new.place(st, pod)
-        assert id(new._cache[pod][0]) in buffers
-        fresh = SeedancePolicy.for_trace([*_KINDS, _KINDS[0]])
-        key, gpu = fresh.node_scores(st, pod, np.arange(len(st)))
-        assert np.array_equal(new._cache[pod][0][: len(st)], key)
-        assert np.array_equal(new._cache[pod][1][: len(st)], gpu)
-        assert (new._cache[pod][2][: len(st)] == st.version).all()
-        assert got == fresh.select(st, pod, key, gpu)
+    assert rescans > 50  # both paths ran
+    assert incremental > 50

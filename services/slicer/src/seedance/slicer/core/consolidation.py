@@ -29,7 +29,7 @@ and applies the moves.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -140,9 +140,11 @@ def plan_consolidation(
     prior_remaining_s: float = 1800.0,
 ) -> list[Drain]:
     """The drains worth making now, least-used node first. `jobs_on` maps each node that may be
-    drained to its running jobs. Where it holds only some of the busy nodes (the candidates),
-    `busy` (a bool per node: something runs there) and `running_jobs` say what the whole
-    pool holds; by default they are taken from `jobs_on`."""
+    drained to its running jobs; only the jobs of nodes light enough to drain are read from it
+    (a mapping may build them on demand: a round then costs the light nodes' jobs, not every
+    running job's). Where it holds only some of the busy nodes (the candidates), `busy` (a bool
+    per node: something runs there) and `running_jobs` say what the whole pool holds; by
+    default they are taken from `jobs_on`."""
     running = sum(len(v) for v in jobs_on.values()) if running_jobs is None else running_jobs
     used_window = history.in_window(now_s, budget.window_s)
     left = budget.per_window(running) - sum(used_window.values())
@@ -150,17 +152,13 @@ def plan_consolidation(
         return []
     cpu, mem, gpu = state.cpu_free.copy(), state.mem_free.copy(), state.gpu_free.copy()
     busy = _busy(state, jobs_on) if busy is None else busy
-    order = sorted(
-        (n for n, js in jobs_on.items() if js),
-        key=lambda n: (int(state.gpu_cap[n].sum() - state.gpu_free[n].sum()), n),
-    )
     out: list[Drain] = []
     drained = np.zeros(len(state), dtype=bool)
     receiving = np.zeros(len(state), dtype=bool)
     per_tenant = Counter(used_window)
-    for n in order:
+    for n in _light_first(state, jobs_on, max_used_fraction):
         jobs = jobs_on[n]
-        if receiving[n] or len(jobs) > left or not _light(state, n, max_used_fraction):
+        if receiving[n] or not jobs or len(jobs) > left:
             continue
         if not _allowed(jobs, budget, history, per_tenant, now_s):
             continue
@@ -199,10 +197,14 @@ def _busy(state: ClusterState, jobs_on: Mapping[int, Sequence[MovableJob]]) -> n
     return busy
 
 
-def _light(state: ClusterState, n: int, max_used_fraction: float) -> bool:
-    """Whether node `n` has GPUs and at most `max_used_fraction` of their share in use."""
-    cap = int(state.gpu_cap[n].sum())
-    return cap > 0 and cap - int(state.gpu_free[n].sum()) <= max_used_fraction * cap
+def _light_first(state: ClusterState, nodes: Iterable[int], max_used_fraction: float) -> list[int]:
+    """Of `nodes`, those with GPUs and at most `max_used_fraction` of their share in use, least
+    used first (then the lower node); the fleet's shares summed once, not per node."""
+    held = state.gpu_cap.sum(axis=1)
+    used = (held - state.gpu_free.sum(axis=1)).tolist()
+    cap = held.tolist()
+    light = (n for n in nodes if cap[n] > 0 and used[n] <= max_used_fraction * cap[n])
+    return sorted(light, key=lambda n: (used[n], n))
 
 
 def light_nodes(state: ClusterState, max_used_fraction: float) -> np.ndarray:

@@ -142,6 +142,7 @@ class FragmentationIndex:
         self._seen = np.full(rows, -1, dtype=np.int64)
         self._hw_seen = np.full(rows, -1, dtype=np.int64)
         self._hw_epoch = -1  # the state's `hw_epoch` at the last `_fit_nodes`
+        self._tick = -1  # the state's `tick` at the last sync (`ClusterState.stale_rows`)
         # Change tables for a shared placement: indexed by the GPU's free share f before,
         # they give the change of cnt and part per shape when s is taken from that GPU.
         self._share_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -156,6 +157,7 @@ class FragmentationIndex:
         st, n = self.state, len(self.state)
         self._seen[:] = previous._seen
         self._hw_seen[:] = previous._hw_seen
+        self._hw_epoch, self._tick = previous._hw_epoch, previous._tick
         self.tot[:] = previous.tot
         self.desc[:] = previous.desc
         old = {k: j for j, k in enumerate(previous._keys)}
@@ -231,7 +233,8 @@ class FragmentationIndex:
         """Recompute the rows of nodes whose state changed since the last sync."""
         st = self.state
         self._fit_nodes()
-        rows = np.flatnonzero(self._seen[: len(st)] != st.version)
+        rows = st.stale_rows(self._seen, self._tick)
+        self._tick = st.tick
         if rows.size == 0:
             return
         # host_ok is per row already (`_fit_nodes`); the rest once per signature.

@@ -42,6 +42,11 @@ MAX_GPUS_PER_NODE = 8
 #: Topology levels a node may name (NVLink clique, rack, block, ...): Kueue's and KAI's
 #: topologies have three or four.
 MAX_TOPOLOGY_LEVELS = 4
+#: Node changes the state remembers (`ClusterState.stale_rows`): a cache that fell further
+#: behind compares every row once. Placements change one or two nodes each, so this covers
+#: thousands of placements; older halves are dropped, so the log never outgrows it.
+_CHANGES_KEPT = 1 << 15
+_FEW_CHANGES = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,10 +156,17 @@ class ClusterState:
     node's `hw_version`, so caches of hardware-derived values (model masks, node types)
     refresh just that row; `hw_epoch` counts every such change, for caches cheap enough to
     rebuild whole.
+
+    Every change of a node's row goes through a method here (`touch` for the queue's masked
+    GPUs), which logs the row: `stale_rows` then finds the rows a per-node cache has not seen
+    among those logged since its last `tick`, not by comparing every node's version (a pass
+    over the fleet, several times per placement on 17,112 nodes).
     """
 
     __slots__ = (
         "_buf",
+        "_changes",
+        "_changes_base",
         "_n",
         "_topo_ids",
         "_type_ids",
@@ -235,6 +247,8 @@ class ClusterState:
         b["mem_free"][:n] = b["mem_cap"][:n]
         b["gpu_free"][:n] = b["gpu_cap"][:n]
         self.hw_epoch = 0
+        self._changes: list[int] = []  # rows changed, in order (`stale_rows`)
+        self._changes_base = 0  # the number of the first of them (older ones dropped)
         self._views()
 
     def _views(self) -> None:
@@ -286,7 +300,7 @@ class ClusterState:
         anything there (a busy node keeps its shape until it drains)."""
         self.nodes[i] = node
         self._set_row(i, node)
-        self.version[i] += 1
+        self.version[i] += 1  # logged by `_set_row`
 
     def _set_row(self, i: int, node: Node) -> None:
         b = self._buf
@@ -308,6 +322,48 @@ class ClusterState:
         b["hw_version"][i] += 1
         self.hw_epoch += 1
         self._views()
+        self._log(i)
+
+    # -- changes ----------------------------------------------------------------------------
+    def touch(self, n: int) -> None:
+        """Node `n`'s row was changed by its owner in place (the queue zeroing or giving back a
+        masked GPU): bump its version and log it, as every method here does."""
+        self.version[n] += 1
+        self._log(n)
+
+    def _log(self, n: int) -> None:
+        self._changes.append(n)
+        if len(self._changes) > _CHANGES_KEPT:
+            half = _CHANGES_KEPT // 2
+            del self._changes[:half]
+            self._changes_base += half
+
+    @property
+    def tick(self) -> int:
+        """The number of node changes so far: pass it to `stale_rows` later."""
+        return self._changes_base + len(self._changes)
+
+    def stale_rows(self, seen: np.ndarray, since: int) -> np.ndarray:
+        """The rows (sorted, each once) whose `version` differs from `seen`'s (a cache's
+        versions, at least `len(self)` long), for a cache that was up to date with every row
+        changed before `tick` == `since` (-1: never): only the rows changed since are
+        compared, or every row when the log no longer reaches back that far."""
+        n = self._n
+        start = since - self._changes_base
+        if since < 0 or start < 0 or start > len(self._changes):
+            rows: np.ndarray = np.flatnonzero(seen[:n] != self.version)
+            return rows
+        if start == len(self._changes):
+            return np.zeros(0, dtype=np.intp)
+        if len(self._changes) - start <= _FEW_CHANGES:
+            # A placement's few rows: compared one by one (a handful of numpy calls on tiny
+            # arrays cost more than the comparison).
+            version = self.version
+            few = [r for r in sorted(set(self._changes[start:])) if seen[r] != version[r]]
+            return np.array(few, dtype=np.intp)
+        cand = np.unique(np.array(self._changes[start:], dtype=np.intp))
+        rows = cand[seen[cand] != self.version[cand]]
+        return rows
 
     # -- views ------------------------------------------------------------------------------
     @property
@@ -377,14 +433,14 @@ class ClusterState:
         self.mem_free[n] -= pod.memory_mib
         for g in placement.gpus:
             self.gpu_free[n, g] -= pod.gpu_milli
-        self.version[n] += 1
+        self.touch(n)
 
     def hold_host(self, n: int, cpu_milli: int, memory_mib: int) -> None:
         """Host CPU and memory of node `n` taken by work placed outside the queue (negative:
         given back)."""
         self.cpu_free[n] -= cpu_milli
         self.mem_free[n] -= memory_mib
-        self.version[n] += 1
+        self.touch(n)
 
     def release(self, pod: PodRequest, placement: NodeGpus) -> None:
         """Give back what `apply` took (a finished or preempted pod)."""
@@ -395,4 +451,4 @@ class ClusterState:
             self.gpu_free[n, g] += pod.gpu_milli
         if (self.cpu_free[n] > self.cpu_cap[n]) or (self.gpu_free[n] > self.gpu_cap[n]).any():
             raise ValueError(f"release of {placement} frees more than node {n} has")
-        self.version[n] += 1
+        self.touch(n)

@@ -3,7 +3,7 @@
 Owns the `Policy` protocol and its implementations: first-fit, BestFit, a faithful FGD, and
 Seedance's own policy (`SeedancePolicy`). Policies only read the state; the caller applies the
 placement. They must not read clocks, sleep, or do I/O; they keep only caches derived from the
-state (invalidated by `ClusterState.version`).
+state (invalidated by `ClusterState.version`, or per node signature: `core.signatures`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,9 @@ _BF_GPU_MILLI = 8 * GPU_MILLI * 1.0
 _KEY_SCALE = 1e6
 _GPU_SLOTS = 2048  # > GPU_MILLI: the in-node GPU tie-break lives below one key step
 _INFEASIBLE = np.iinfo(np.int64).max
-# Distinct request shapes whose node scores are cached (≈ 20 KB each on 1,213 nodes); openb's
-# lists have 150–430 shapes.
+# Distinct request shapes whose scores are cached (per node signature: 24 bytes a signature,
+# ~75 KB each on the 17,112-node fleet's 3,133 signatures); openb's lists have 150–430 shapes.
 _CACHE_REQUESTS = 4096
-# Above this many nodes to score, they are scored once per signature (`core.signatures`):
-# grouping costs a few vector operations, which a handful of nodes would not repay.
-_SCORE_BY_SIGNATURE = 32
 
 
 class Policy(Protocol):
@@ -307,6 +304,30 @@ class FragmentationGradientDescent:
         return self.select(state, pod, key, gpu, allowed)
 
 
+class _Scores:
+    """One request shape's scores per node signature id (`core.signatures`): the key and GPU
+    of `node_scores` for the signature's nodes, and the id's generation they were computed
+    for (-1: never). Sized to the ids, not to the fleet (3,133 signatures on 17,112 nodes)."""
+
+    __slots__ = ("gen", "gpu", "key", "state")
+
+    def __init__(self, state: ClusterState, ids: int) -> None:
+        self.state = state
+        self.key = np.full(ids, _INFEASIBLE, dtype=np.int64)
+        self.gpu = np.full(ids, -1, dtype=np.int64)
+        self.gen = np.full(ids, -1, dtype=np.int64)
+
+    def fit(self, ids: int) -> None:
+        """Room for `ids` ids (new ones never scored)."""
+        if len(self.key) < ids:
+            size = max(ids, 2 * len(self.key))
+            for name, fill in (("key", _INFEASIBLE), ("gpu", -1), ("gen", -1)):
+                old = getattr(self, name)
+                grown = np.full(size, fill, dtype=np.int64)
+                grown[: len(old)] = old
+                setattr(self, name, grown)
+
+
 class SeedancePolicy(FragmentationGradientDescent):
     """Seedance's placement: FGD's descent over the full target workload (no 95 % cut, so
     8-GPU classes count), plus a look-ahead penalty on GPU share that a node's CPU and memory
@@ -327,20 +348,7 @@ class SeedancePolicy(FragmentationGradientDescent):
         self.cpu_per_gpu_milli = cpu_per_gpu_milli
         self.mem_mib_per_gpu_milli = mem_mib_per_gpu_milli
         self.strand_weight = strand_weight
-        self._cache: dict[PodRequest, tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState]] = {}
-        # Score buffers of the policy this one replaced (`inherit`), reused for new shapes.
-        self._spare: list[tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState]] = []
-
-    def inherit(self, other: Policy) -> None:
-        """FGD's, and `other`'s score buffers for reuse: after a refresh nearly every placement
-        asks a shape anew, and allocating its three fleet-sized arrays (fresh pages, faulted in
-        on first write) cost more than scoring it by signature on the 17,112-node fleet. They
-        are taken from `other`, which recomputes any shape asked again."""
-        super().inherit(other)
-        if isinstance(other, SeedancePolicy):
-            # No more than `other` held in its cache: the memory stays what it was.
-            self._spare = [*other._cache.values(), *other._spare][: len(other._cache)]
-            other._cache, other._spare = {}, []
+        self._cache: dict[PodRequest, _Scores] = {}
 
     @classmethod
     def for_trace(cls, pods: list[PodRequest], **kw: float) -> SeedancePolicy:
@@ -374,69 +382,46 @@ class SeedancePolicy(FragmentationGradientDescent):
     def place(
         self, state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None
     ) -> NodeGpus | Rejection:
-        """FGD's selection, with each node's score cached per request shape until that node
-        changes: one placement changes one node, so a request seen before rescans only the
-        nodes changed since (a handful for popular shapes) instead of the fleet. A rescan of
-        many nodes (a new shape, or each shape after a refresh of the target workload, when
-        every node's score changes) scores one node per signature (`core.signatures`)."""
+        """FGD's selection, scored once per node signature (`core.signatures`: nodes of one
+        signature score alike) and cached per request shape and signature: a shape asked
+        again scores only the signatures new since (a placement moves a node to another
+        signature, most often one already scored); a shape new to the policy (first seen,
+        or each shape after a refresh of the target workload, which changes every score)
+        scores every signature. The least key is found among the signatures, and the nodes
+        of the tied ones only are read, so nothing here passes over the whole fleet."""
         if pod.mig_profile is not None:
             return reject_reason(state, pod)
         self.index(state)
-        n = len(state)
-        entry = self._cache.get(pod)
-        # A shape not cached for this state (first seen, or the first ask after a refresh of
-        # the target workload: a new policy) has every node stale.
-        fresh = entry is None or entry[3] is not state
-        if entry is None or entry[3] is not state or len(entry[0]) < n:
-            # Sized to the state's capacity: nodes added later are unseen rows (seen -1).
-            rows = state.capacity
-            grown = self._buffers(state, n) if fresh and n > _SCORE_BY_SIGNATURE else None
-            grown = grown or (
-                np.full(rows, _INFEASIBLE, dtype=np.int64),
-                np.full(rows, -1, dtype=np.int64),
-                np.full(rows, -1, dtype=np.int64),
-                state,
-            )
-            if entry is not None and entry[3] is state:
-                for old, new in zip(entry[:3], grown[:3], strict=True):
-                    new[: len(old)] = old
-            elif len(self._cache) >= _CACHE_REQUESTS:
+        sigs = self.signatures(state)
+        scores = self._cache.get(pod)
+        if scores is None or scores.state is not state:
+            if scores is None and len(self._cache) >= _CACHE_REQUESTS:
                 del self._cache[next(iter(self._cache))]  # oldest request shape
-            entry = self._cache[pod] = grown
-        key, gpu, seen = entry[0][:n], entry[1][:n], entry[2][:n]
-        if fresh and n > _SCORE_BY_SIGNATURE:
-            # Every node, written through slices and `take` rather than scattered by index:
-            # the same values, ~4 passes fewer over the fleet (~60 us at 17,112 nodes, and
-            # over half of the x4 fleet's placements are such a rescan).
-            seen[:] = state.version
-            some, at = self.signatures(state).groups(np.arange(n))
-            k, g = self.node_scores(state, pod, some)
-            np.take(k, at, out=key)
-            np.take(g, at, out=gpu)
-            return self.select(state, pod, key, gpu, allowed)
-        stale = np.flatnonzero(seen != state.version)
-        if stale.size > _SCORE_BY_SIGNATURE:
-            # Many nodes to score (a shape first seen, or every shape after a refresh of the
-            # target workload): nodes of one signature score alike, so score one of each and
-            # copy (`core.signatures`).
-            seen[stale] = state.version[stale]
-            some, at = self.signatures(state).groups(stale)
-            k, g = self.node_scores(state, pod, some)
-            key[stale], gpu[stale] = k[at], g[at]
-        elif stale.size:
-            seen[stale] = state.version[stale]
-            key[stale], gpu[stale] = self.node_scores(state, pod, stale)
-        return self.select(state, pod, key, gpu, allowed)
-
-    def _buffers(
-        self, state: ClusterState, n: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, ClusterState] | None:
-        """A spare entry's arrays for a shape new to this policy, its rows from `n` up reset
-        to unseen (the rows below are all written by `place`'s rescan of every node), or
-        None."""
-        while self._spare:
-            key, gpu, seen, st = self._spare.pop()
-            if st is state and len(key) == state.capacity:
-                key[n:], gpu[n:], seen[n:] = _INFEASIBLE, -1, -1
-                return key, gpu, seen, state
-        return None
+            scores = self._cache[pod] = _Scores(state, sigs.bound)
+        live, rep, gen = sigs.held()
+        scores.fit(sigs.bound)
+        stale = np.flatnonzero(scores.gen[live] != gen)
+        if stale.size:
+            ids = live[stale]
+            scores.key[ids], scores.gpu[ids] = self.node_scores(state, pod, rep[stale])
+            scores.gen[ids] = gen[stale]
+        if allowed is not None:
+            # Some nodes closed (reservations): per node, as FGD selects.
+            of = sigs.of_nodes()
+            return self.select(state, pod, scores.key[of], scores.gpu[of], allowed)
+        key = scores.key[live]
+        if key.size == 0 or (low := key.min()) == _INFEASIBLE:
+            return reject_reason(state, pod)
+        tied = np.flatnonzero(key == low)
+        n, sig = int(rep[tied[0]]), int(live[tied[0]])
+        if tied.size > 1 or sigs.count(sig) > 1:
+            # FGD's tie-break (BestFit's score, then the lower node): one score per tied
+            # signature, the lowest node of the best ones.
+            nodes = rep[tied]
+            bf = _bestfit_score(state, nodes, pod, self._gpu_free_total(state, nodes))
+            best = np.flatnonzero(bf == bf.min())
+            pick = best[np.argmin(nodes[best])]
+            n, sig = int(nodes[pick]), int(live[tied[pick]])
+        if pod.is_shared:
+            return NodeGpus(n, (int(scores.gpu[sig]),))
+        return NodeGpus(n, choose_whole_gpus(state, n, pod))

@@ -227,7 +227,7 @@ class PlacementQueue:
                 if p.node == n and g in p.gpus
             )
             st.gpu_free[n, g] = st.gpu_cap[n, g] - used
-            st.version[n] += 1
+            st.touch(n)
         self._masked = {(n, g) for n, g in gpus if g < st.gpu_free.shape[1]}
         for n, g in self._masked:
             self._zero(n, g)
@@ -241,7 +241,7 @@ class PlacementQueue:
     def _zero(self, n: int, g: int) -> None:
         if self.state.gpu_free[n, g] != 0:
             self.state.gpu_free[n, g] = 0
-            self.state.version[n] += 1
+            self.state.touch(n)
 
     # -- inputs -----------------------------------------------------------------------------
     def submit(self, job: Job, now_s: float) -> None:
