@@ -10,21 +10,16 @@ decide a count: `planner.plan` does, from the state this returns.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import replace
 
 from seedance.router.core.planning.demand import DemandWindow
 from seedance.router.core.planning.types import ObservedSlo, PlannerConfig, PlanState
 
-# Eighth pass (issue 32): the decays measured and dropped, one switch each (docs/router.md
-# "Eighth pass"); reverted by the next commit. Unset (or "0"): main's rule.
-_PDV = os.environ.get("PD_VARIANT", "0")
-
 __all__ = ["budget_surplus", "feedback", "pooled_need"]
 
 
-def feedback(  # noqa: C901, PLR0912, PLR0915 (eighth-pass switches, reverted next)
+def feedback(
     state: PlanState,
     now_s: float,
     observed: ObservedSlo | None,
@@ -88,15 +83,6 @@ def feedback(  # noqa: C901, PLR0912, PLR0915 (eighth-pass switches, reverted ne
     # saturation's own misses, which no count can undo, so judged on the hour alone a burst
     # at a cold start kept the floor for the whole hour (superpose seed 29: 1.44x static).
     measured, released_for_s = _measured(budget, samples, state.floor_released_for_s, cfg)
-    affordable = (
-        sum(x[2] for x in budget) >= cfg.budget_min_requests and _attained(budget, cfg) >= lower
-    )
-    if _PDV == "8" and _resolved_surplus(budget, cfg):  # docs: V5
-        lower, upper = cfg.slo_target, lower
-    if affordable and _PDV == "3":
-        lower, upper = cfg.slo_target, lower
-    elif affordable and _PDV == "4":
-        upper = lower
     if attained < lower:
         # Judged: these observations do not move the factor again (re-judged on every tick
         # while the window slid over them, one shortfall took several steps).
@@ -111,17 +97,7 @@ def feedback(  # noqa: C901, PLR0912, PLR0915 (eighth-pass switches, reverted ne
         factor = max(
             factor, _reestimate(state, attained, learn, fleet, seen, ready_since_s, cutoff_s, cfg)
         )
-    elif _PDV in ("1", "2") and attained > upper:  # noqa: SIM114
-        judged_s = max(x[0] for x in learn)
-        factor /= 1.0 + cfg.feedback_up
-    elif (
-        _PDV == "6"
-        and attained == attained
-        and attained - math.sqrt(upper * (1.0 - upper) / sum(x[2] for x in learn)) > upper
-    ):
-        judged_s = max(x[0] for x in learn)
-        factor /= 1.0 + cfg.feedback_up
-    elif _PDV != "2" and _attained(window, cfg) > upper:
+    elif _attained(window, cfg) > upper:
         factor *= 1.0 - cfg.feedback_down
     return replace(
         state,
@@ -278,11 +254,3 @@ def budget_surplus(budget: Sequence[tuple[float, int, int]], cfg: PlannerConfig)
         sum(x[2] for x in budget) >= cfg.budget_min_requests
         and _attained(budget, cfg) > cfg.band[1]
     )
-
-
-def _resolved_surplus(budget: Sequence[tuple[float, int, int]], cfg: PlannerConfig) -> bool:
-    n = sum(x[2] for x in budget)
-    if n < cfg.budget_min_requests:
-        return False
-    p = sum(x[1] for x in budget) / n
-    return p - 2.0 * math.sqrt(p * (1.0 - p) / n) > cfg.slo_target
