@@ -64,13 +64,7 @@ class HeadChoiceConfig:
     switch_margin: float = 0.1
 
     def __post_init__(self) -> None:
-        if not self.horizon_s > 0 or not self.window_s > 0:
-            raise ValueError(
-                f"HeadChoiceConfig: horizon_s {self.horizon_s} and window_s {self.window_s} "
-                "must be > 0"
-            )
-        if self.min_scored < 1:
-            raise ValueError(f"HeadChoiceConfig.min_scored: {self.min_scored} (must be >= 1)")
+        _check_window(self)
         if not 0.0 <= self.switch_margin < 1.0:
             raise ValueError(
                 f"HeadChoiceConfig.switch_margin: {self.switch_margin} (must be in [0, 1))"
@@ -141,13 +135,7 @@ class ChangeWeightConfig:
     min_scored: int = 10
 
     def __post_init__(self) -> None:
-        if not self.horizon_s > 0 or not self.window_s > 0:
-            raise ValueError(
-                f"ChangeWeightConfig: horizon_s {self.horizon_s} and window_s {self.window_s} "
-                "must be > 0"
-            )
-        if self.min_scored < 1:
-            raise ValueError(f"ChangeWeightConfig.min_scored: {self.min_scored} (must be >= 1)")
+        _check_window(self)
 
 
 def recent_change_weights(
@@ -190,3 +178,14 @@ def recent_change_weights(
         if den > 0.0:  # rows where the model was silent (a change of 0) say nothing of w
             out[i] = float(np.clip(float(c @ y) / den, 0.0, 1.0))
     return out
+
+
+def _check_window(cfg: HeadChoiceConfig | ChangeWeightConfig) -> None:
+    """A recent-window setting's horizon, window and scored rows, each error naming the field."""
+    name = type(cfg).__name__
+    if not cfg.horizon_s > 0 or not cfg.window_s > 0:
+        raise ValueError(
+            f"{name}: horizon_s {cfg.horizon_s} and window_s {cfg.window_s} must be > 0"
+        )
+    if cfg.min_scored < 1:
+        raise ValueError(f"{name}.min_scored: {cfg.min_scored} (must be >= 1)")
