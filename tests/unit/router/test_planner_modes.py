@@ -387,8 +387,8 @@ def test_misses_are_blamed_on_the_fleet_ready_when_the_requests_arrived() -> Non
     )
     after, _ = plan(state, 180.0, [load(1.0)], CAP, CFG, backlog_then_served)
     # By arrival, the fleet as it is now served everything: neither the factor nor the held
-    # count rises.
-    assert after.capacity_factor == pytest.approx(1.2)
+    # count rises (the factor takes the surplus's step down).
+    assert after.capacity_factor == pytest.approx(1.2 * (1.0 - CFG.feedback_down))
     assert after.raises == ()
     # The same first tokens filed at the decision's time read as the fleet's misses.
     lumped = ObservedSlo(met=100, requests=400)
