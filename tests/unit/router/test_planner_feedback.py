@@ -43,32 +43,30 @@ def test_a_breach_re_estimates_the_factor_whatever_the_decisions_phase(phase_s: 
     # so its demand windows end anywhere in a bin. 4 replicas ready through the bin [60, 75)
     # met 50 %, what one shared queue serves: the factor is 4 / 1 at any phase (matched on the
     # bins' exact edges, the re-estimate fired only at phase 0).
-    seen = tuple(
-        DemandWindow(end_s=end + phase_s, requests=10, met=MET) for end in (60.0, 75.0, 90.0)
-    )
-    state = PlanState(
-        replicas=6,
-        seen=seen,
-        last_scale_up_s=50.0,
-        ready_log=((45.0 + phase_s, 4), (60.0 + phase_s, 4)),
-    )
+    ends = (60.0, 75.0, 90.0)
+    seen = tuple(DemandWindow(end_s=end + phase_s, requests=10, met=MET) for end in ends)
+    log = tuple((end - 15.0 + phase_s, 4) for end in ends)
+    state = PlanState(replicas=6, seen=seen, last_scale_up_s=50.0, ready_log=log)
     served = ObservedSlo(met=30, requests=60, by_arrival=((60.0, 30, 60),), ready=4)
-    after, _ = plan(state, 75.0 + phase_s, [load(1.0)], CAP, CFG, served)
+    after, _ = plan(state, 90.0 + phase_s, [load(1.0)], CAP, CFG, served)
     assert after.capacity_factor == pytest.approx(4.0)
 
 
-def test_a_bins_late_misses_move_the_factor_after_its_first_report_did() -> None:
-    # The bin [60, 75) reports its fast first tokens first (57 of 60 met: below the band, one
-    # step), then its slow ones, all late: they are new observations and move the factor again.
+def test_a_bin_is_read_once_its_met_count_is_final_and_its_late_misses_again() -> None:
+    # The bin [60, 75) reports its fast first tokens first: 57 of 60 met at 75 s. Read then,
+    # before its met count is final (75 s + the 2 s SLO), nothing moves; read at 90 s, one
+    # step. Its slow first tokens, all late, come at 105 s: new observations, a second step.
     state = PlanState(replicas=4, capacity_factor=1.5, ready_log=((45.0, 4), (60.0, 4)))
     first = ObservedSlo(met=57, requests=60, by_arrival=((60.0, 57, 60),), ready=4)
     state, _ = plan(state, 75.0, [load(1.0)], CAP, CFG, first)
+    assert state.capacity_factor == pytest.approx(1.5)
+    state, _ = plan(state, 90.0, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=0, ready=4))
     assert state.capacity_factor == pytest.approx(1.5 * (1.0 + CFG.feedback_up))
     late = ObservedSlo(met=0, requests=60, by_arrival=((60.0, 0, 60),), ready=4)
-    after, _ = plan(state, 90.0, [load(1.0)], CAP, CFG, late)
+    after, _ = plan(state, 105.0, [load(1.0)], CAP, CFG, late)
     assert after.capacity_factor == pytest.approx(state.capacity_factor * (1.0 + CFG.feedback_up))
     # Reported again with nothing new, the bin does not move it a third time.
-    again, _ = plan(after, 105.0, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=0, ready=4))
+    again, _ = plan(after, 120.0, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=0, ready=4))
     assert again.capacity_factor == pytest.approx(after.capacity_factor)
 
 
