@@ -83,13 +83,15 @@ measured start-ups' 427 s lead the factor stood at its first estimate through 10
 Mooncake's cold start); without them, only what was served after the last scale-up's replicas
 became ready. Each observation moves the factor once, up or down (the window slides over 120 s
 and was re-judged on every tick): what an arrival bin reported beyond what has already moved it
-(a bin is reported over several ticks, its misses last; `PlanState.judged`), and only a window
-where one miss moves the attainment by less than the band is wide (`band_requests`: 60 at a 95 %
-target; at 20, one miss in 37 requests took Mooncake's factor from 2.75 to 3.18). At a higher
-target that is more requests (300 at 99 %, 3,000 at 99.9 %): at low traffic the factor then
-learns late or not at all from misses (the floor of saturated intervals below does not wait
-for them); not capped: below it one miss would move the factor again. A re-estimate reads all
-that the bins reported (their new reports alone are mostly the late misses), against the demand
+(a bin is reported over several ticks, its misses last; `PlanState.judged`), a bin only once
+its met count is final (its end + the SLO: read before, its fast part stepped the factor down and
+its misses up), and only a window where one miss moves the attainment by less than the band is
+wide (`band_requests`: 60 at a 95 % target; at 20, one miss in 37 requests took Mooncake's
+factor from 2.75 to 3.18). At a higher target that is more requests (300 at 99 %, 3,000 at
+99.9 %): at low traffic the factor then learns late or not at all from misses (the floor of
+saturated intervals below does not wait for them); not capped: below it one miss would move the
+factor again. A re-estimate reads all that the bins reported (their new reports alone are mostly
+the late misses), against the demand
 window whose middle lies in each bin (the service decides anywhere in its bins). Misses teach
 the factor slowly and late; the engines' queues teach it at once: where the queued work stayed
 behind the SLO at every ready replica through a whole interval (the same replicas busy all of
