@@ -242,7 +242,7 @@ def test_a_miss_sets_the_factor_to_what_routing_made_of_one_shared_queue() -> No
     # serves half: the fleet is worth 1 such replica, so the factor becomes 4 / 1.
     met = (5, 10)
     seen = tuple(DemandWindow(end_s=100.0 - 15.0 * i, requests=10, met=met) for i in range(3))
-    state = PlanState(replicas=4, seen=seen[::-1], observed=((90.0, 30, 60),))
+    state = PlanState(replicas=4, seen=seen[::-1], observed=((80.0, 30, 60),))
     state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=15, requests=30))
     assert state.capacity_factor == pytest.approx(4.0)
 
@@ -279,16 +279,17 @@ def test_the_fleet_that_served_an_interval_teaches_the_factor_through_a_start_up
     # 4 replicas ready at both ends of the interval [60, 75), a scale-up asked at 50 s whose
     # replicas are not ready yet (start-up 60 s). The interval's requests met 50 %, which one
     # shared queue of 1 serves: the fleet that served them (4 ready) is worth 1 such replica.
+    # Read at 77 s: no first token after the interval's end + the SLO (2 s) is met.
     met = (5, 10)
     seen = (DemandWindow(end_s=75.0, requests=10, met=met),)
     state = PlanState(replicas=6, seen=seen, last_scale_up_s=50.0, ready_log=((60.0, 4),))
     served = ObservedSlo(met=30, requests=60, by_arrival=((60.0, 30, 60),), ready=4)
-    after, _ = plan(state, 75.0, [load(1.0)], CAP, CFG, served)
+    after, _ = plan(state, 77.0, [load(1.0)], CAP, CFG, served)
     assert after.capacity_factor == pytest.approx(4.0)
     # The same requests with the ready count changed within their interval (a replica came up
     # at its end) are not the fleet's: nothing is learnt while the start-up runs.
     grew = replace(served, ready=5)
-    moved, _ = plan(state, 75.0, [load(1.0)], CAP, CFG, grew)
+    moved, _ = plan(state, 77.0, [load(1.0)], CAP, CFG, grew)
     assert moved.capacity_factor == pytest.approx(1.0)
     # The service decides anywhere in its bins: decisions at 57 s and 78 s bracket [60, 75).
     off_edges = replace(state, ready_log=((57.0, 4),))

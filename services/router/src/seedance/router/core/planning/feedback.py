@@ -35,8 +35,7 @@ def feedback(
         got = observed.groups(now_s)
         window = (*window, *(x for x in got if x[0] > cutoff_s))
         budget = (*budget, *(x for x in got if x[0] > now_s - cfg.budget_window_s))
-    lower, upper = cfg.band
-    factor = state.capacity_factor
+    lower = cfg.band[0]
     raises = tuple(t for t in state.raises if t > now_s - cfg.raise_s)
     # Raising judges only the fleet as it is now: what was served after the last scale-up's
     # replicas became ready (earlier misses are already answered by them).
@@ -60,16 +59,14 @@ def feedback(
     # The factor learns from every interval the fleet served as it was (where the engines'
     # gauges say how many replicas were ready at both ends of it, and that number did not
     # change), matched against that number; without the gauges, from what was served since
-    # the last scale-up's replicas were ready (as the raise). Each observation once, and a
-    # window only once it holds enough requests to resolve the band (below).
+    # the last scale-up's replicas were ready (as the raise). Each observation once, up or
+    # down: what each arrival bin reported beyond what has already moved the factor (a bin
+    # is reported over several ticks, its misses last), and only once that holds enough
+    # requests to resolve the band (below).
     ready_log = tuple(x for x in state.ready_log if x[0] > cutoff_s - cfg.interval_s)
     if observed is not None and observed.ready > 0:
         ready_log = (*ready_log, (now_s, observed.ready))
-    learn, fleet = _learning_window(window, fresh, ready_log, state, cfg)
-    attained = _attained(learn, cfg)
-    if sum(x[2] for x in learn) < cfg.band_requests:
-        attained = math.nan
-    judged_s = state.judged_s
+    factor, judged = _learn(state, now_s, window, ready_log, ready_since_s, seen, cfg)
     samples = tuple(x for x in state.saturated_samples if x[0] > now_s - cfg.hold_window_s)
     sample = _saturated_sample(state, observed, cfg)
     if sample is not None:
@@ -83,22 +80,6 @@ def feedback(
     # saturation's own misses, which no count can undo, so judged on the hour alone a burst
     # at a cold start kept the floor for the whole hour (superpose seed 29: 1.44x static).
     measured, released_for_s = _measured(budget, samples, state.floor_released_for_s, cfg)
-    if attained < lower:
-        # Judged: these observations do not move the factor again (re-judged on every tick
-        # while the window slid over them, one shortfall took several steps).
-        judged_s = max(x[0] for x in learn)
-        factor *= 1.0 + cfg.feedback_up
-        # The count of one shared queue that would have served what the fleet served over the
-        # same windows: the fleet's count over it is what routing made of one such replica.
-        # A re-estimate from a few windows, so only on a breach of the SLO target or while the
-        # factor is still the model's own (1.0): a learnt factor short of the band but within
-        # the SLO takes the step above (re-estimated on every such window, a shortfall of a
-        # window's binomial noise, Mooncake's factor swung 1.9-3.7 for 1.30x the static cost).
-        factor = max(
-            factor, _reestimate(state, attained, learn, fleet, seen, ready_since_s, cutoff_s, cfg)
-        )
-    elif _attained(window, cfg) > upper:
-        factor *= 1.0 - cfg.feedback_down
     return replace(
         state,
         capacity_factor=min(max(factor, measured, 1.0), cfg.factor_max),
@@ -108,8 +89,66 @@ def feedback(
         budget=budget,
         raises=raises,
         ready_log=ready_log,
-        judged_s=judged_s,
+        judged=judged,
     )
+
+
+def _learn(
+    state: PlanState,
+    now_s: float,
+    window: Sequence[tuple[float, int, int]],
+    ready_log: Sequence[tuple[float, int]],
+    ready_since_s: float,
+    seen: Sequence[DemandWindow],
+    cfg: PlannerConfig,
+) -> tuple[float, tuple[tuple[float, int, int], ...]]:
+    """The factor after the observations not yet judged (the step and the re-estimate), and
+    the judged record (`PlanState.judged`) after them."""
+    lower, upper = cfg.band
+    cutoff_s = now_s - cfg.feedback_window_s
+    factor = state.capacity_factor
+    totals = _per_bin(window)
+    judged = tuple(x for x in state.judged if x[0] > cutoff_s)
+    # An arrival bin is read once its met count is final (no first token after its end + the
+    # SLO is met): its first tokens come fastest first, and read before, its met part stepped
+    # the factor down and its misses, reported later, up (5:1: Azure conv at 60 s ran 1.26x
+    # static). What it reports after that is misses, new evidence. A group filed at its
+    # decision's time (no arrivals known) is whole when filed.
+    unjudged = [
+        x
+        for x in _unjudged(totals, judged)
+        if x[0] >= now_s or x[0] + cfg.interval_s + cfg.ttft_slo_s <= now_s
+    ]
+    fresh_new = [x for x in unjudged if x[0] > ready_since_s]
+    learn, fleet = _learning_window(unjudged, fresh_new, ready_log, cfg)
+    attained = _attained(learn, cfg)
+    if sum(x[2] for x in learn) < cfg.band_requests:
+        attained = math.nan
+    if attained < lower or attained > upper:
+        # Judged: these observations do not move the factor again (re-judged on every tick
+        # while the window slid over them, one shortfall took several steps up, one surplus
+        # a step down on every tick for 120 s).
+        judged = _consumed(judged, totals, learn)
+    if attained < lower:
+        factor *= 1.0 + cfg.feedback_up
+        # The count of one shared queue that would have served what the fleet served over the
+        # same windows: the fleet's count over it is what routing made of one such replica.
+        # A re-estimate from a few windows, so only on a breach of the SLO target or while the
+        # factor is still the model's own (1.0): a learnt factor short of the band but within
+        # the SLO takes the step above (re-estimated on every such window, a shortfall of a
+        # window's binomial noise, Mooncake's factor swung 1.9-3.7 for 1.30x the static cost).
+        # The level is judged on everything the same bins reported (their new reports alone
+        # are the slow end of them: mostly misses).
+        bins = [totals[x[0]] for x in learn]
+        factor = max(
+            factor,
+            _reestimate(
+                state, _attained(bins, cfg), bins, fleet, seen, ready_since_s, cutoff_s, cfg
+            ),
+        )
+    elif attained > upper:
+        factor *= 1.0 - cfg.feedback_down
+    return factor, judged
 
 
 def _reestimate(
@@ -127,9 +166,12 @@ def _reestimate(
     or while the factor is still the model's own."""
     if not (attained < cfg.slo_target or state.capacity_factor <= 1.0):
         return 1.0
-    starts = {round(x[0], 6) for x in learn}
+    # Each learnt bin's demand window is the one whose middle lies in it: the bins start on
+    # multiples of the interval, the service's decisions (and so its windows) anywhere in them.
+    half = cfg.interval_s / 2.0
+    starts = [x[0] for x in learn]
     windows = (
-        [w for w in seen if round(w.end_s - cfg.interval_s, 6) in starts]
+        [w for w in seen if any(b <= w.end_s - half < b + cfg.interval_s for b in starts)]
         if fleet is not None
         else [w for w in seen if w.end_s > max(ready_since_s, cutoff_s)]
     )
@@ -140,11 +182,42 @@ def _reestimate(
     return count / matched
 
 
+def _per_bin(window: Sequence[tuple[float, int, int]]) -> dict[float, tuple[float, int, int]]:
+    """The window's observation groups summed per arrival bin (or decision time)."""
+    out: dict[float, tuple[float, int, int]] = {}
+    for t, met, requests in window:
+        _, m, r = out.get(t, (t, 0, 0))
+        out[t] = (t, m + met, r + requests)
+    return out
+
+
+def _unjudged(
+    totals: dict[float, tuple[float, int, int]], judged: Sequence[tuple[float, int, int]]
+) -> list[tuple[float, int, int]]:
+    """What each bin reported beyond what has already moved the factor, oldest bin first."""
+    done = {t: (m, r) for t, m, r in judged}
+    out = []
+    for t, met, requests in sorted(totals.values()):
+        m, r = done.get(t, (0, 0))
+        if requests > r:
+            out.append((t, met - m, requests - r))
+    return out
+
+
+def _consumed(
+    judged: Sequence[tuple[float, int, int]],
+    totals: dict[float, tuple[float, int, int]],
+    learn: Sequence[tuple[float, int, int]],
+) -> tuple[tuple[float, int, int], ...]:
+    """The judged record once the learnt bins' reports so far have moved the factor."""
+    moved = {x[0] for x in learn}
+    return tuple(sorted((*(x for x in judged if x[0] not in moved), *(totals[t] for t in moved))))
+
+
 def _learning_window(
-    window: Sequence[tuple[float, int, int]],
+    unjudged: Sequence[tuple[float, int, int]],
     fresh: Sequence[tuple[float, int, int]],
     ready_log: Sequence[tuple[float, int]],
-    state: PlanState,
     cfg: PlannerConfig,
 ) -> tuple[list[tuple[float, int, int]], float | None]:
     """The observations the factor learns from, not yet judged, and the ready replicas that
@@ -154,12 +227,8 @@ def _learning_window(
     served meanwhile: with the measured start-ups (a 427 s lead) the factor stood at its
     first estimate for 10 min of Mooncake's cold start while the fleet it had kept missing."""
     if not ready_log:
-        return [x for x in fresh if x[0] > state.judged_s], None
-    stable = [
-        (x, r)
-        for x in window
-        if x[0] > state.judged_s and (r := _stable_ready(ready_log, x[0], cfg)) is not None
-    ]
+        return list(fresh), None
+    stable = [(x, r) for x in unjudged if (r := _stable_ready(ready_log, x[0], cfg)) is not None]
     requests = sum(x[2] for x, _ in stable)
     fleet = sum(r * x[2] for x, r in stable) / requests if requests else None
     return [x for x, _ in stable], fleet

@@ -75,21 +75,30 @@ than on it: attainment below the band raises it by `feedback_up`, above it lower
 caller says when the observed requests arrived (`ObservedSlo.by_arrival`), each is judged by
 arrival: a burst's backlog on a fleet too small, drained after the scale-up, is not blamed on the
 fleet that then served it (filed by first-token time it drove the factor to its maximum on on/off
-proxies and held 2-3x the replicas for half an hour). Raising judges the fleet that served the
+proxies and held 2-3x the replicas for half an hour). The factor judges the fleet that served the
 requests: where the engines' gauges say how many replicas were ready (`ObservedSlo.ready`),
 every interval that began and ended with the same number ready, matched against that number
 (a scale-up's start-up no longer hides what the fleet as it was served meanwhile: with the
 measured start-ups' 427 s lead the factor stood at its first estimate through 10 min of
 Mooncake's cold start); without them, only what was served after the last scale-up's replicas
-became ready. Each observation moves the factor once (the window slides over 120 s and was
-re-judged on every tick), and only a window where one miss moves the attainment by less than
-the band is wide (`band_requests`: 60 at a 95 % target; at 20, one miss in 37 requests took
-Mooncake's factor from 2.75 to 3.18). Misses teach the factor slowly and late; the engines' queues
-teach it at once: where the queued work stayed behind the SLO at every ready replica through a
-whole interval (the same replicas busy all of it), those replicas served what one replica
-really serves, so the factor is at least their replica-seconds over the prefill work they served
-(`ObservedSlo.served_s`; decode and batching are what the replay of prefill does not see: 1.2-2.8
-per interval, 1.6 pooled, on an on/off proxy of the conversation trace). Pooled over the hour's
+became ready. Each observation moves the factor once, up or down (the window slides over 120 s
+and was re-judged on every tick): what an arrival bin reported beyond what has already moved it
+(a bin is reported over several ticks, its misses last; `PlanState.judged`), a bin only once
+its met count is final (its end + the SLO: read before, its fast part stepped the factor down and
+its misses up), and only a window where one miss moves the attainment by less than the band is
+wide (`band_requests`: 60 at a 95 % target; at 20, one miss in 37 requests took Mooncake's
+factor from 2.75 to 3.18). At a higher target that is more requests (300 at 99 %, 3,000 at
+99.9 %): at low traffic the factor then learns late or not at all from misses (the floor of
+saturated intervals below does not wait for them); not capped: below it one miss would move the
+factor again. A re-estimate reads all that the bins reported (their new reports alone are mostly
+the late misses), against the demand
+window whose middle lies in each bin (the service decides anywhere in its bins). Misses teach
+the factor slowly and late; the engines' queues teach it at once: where the queued work stayed
+behind the SLO at every ready replica through a whole interval (the same replicas busy all of
+it), those replicas served what one replica really serves, so the factor is at least their
+replica-seconds over the prefill work they served (`ObservedSlo.served_s`; decode and batching
+are what the replay of prefill does not see: 1.2-2.8 per interval, 1.6 pooled, on an on/off
+proxy of the conversation trace). Pooled over the hour's
 saturated intervals (at least `saturated_min_samples`) it floors the factor until the error
 budget shows a surplus: the hour's, or that of the requests which arrived a start-up after the
 last saturated interval, once its answer could serve them (the hour's budget keeps the

@@ -191,9 +191,11 @@ class PlanState:
     # (time_s, ready replicas) the decisions within the feedback window saw (engine gauges):
     # the fleet that served an observed interval, where it was the same at both of its ends.
     ready_log: tuple[tuple[float, int], ...] = ()
-    # The latest observation group that has moved the factor: it and those before it do not
-    # move it again.
-    judged_s: float = -math.inf
+    # (arrival bin's start, met, requests) of the observations that have moved the factor, per
+    # bin, within the feedback window: only what a bin reports beyond them moves it again (a
+    # bin is reported over several ticks, its misses last: a watermark on the bin's time
+    # dropped every later report of a bin once it had been judged).
+    judged: tuple[tuple[float, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,102 @@
+"""The capacity factor's feedback as the live service feeds it (issue 32's review): decisions
+off the bins' edges, an arrival bin reported over several ticks, and a surplus judged once."""
+
+from __future__ import annotations
+
+import pytest
+
+from seedance.router.core.planning.demand import DemandWindow
+from seedance.router.core.planning.planner import (
+    LoadForecast,
+    ObservedSlo,
+    PlannerConfig,
+    PlanState,
+    ReplicaCapacity,
+    plan,
+)
+
+# As test_planner_modes: 5,000-token prompts take 0.5 s at 10k tokens/s; budget 2 s.
+CAP = ReplicaCapacity(
+    prefill_tokens_per_s=10_000.0,
+    prefill_overhead_s=0.0,
+    decode_step_s=0.0,
+    kv_capacity_tokens=100_000,
+)
+CFG = PlannerConfig(interval_s=15.0, scale_down_window_s=60.0, startup_s=60.0, max_replicas=50)
+
+MET = (5, 10)  # one shared queue of 1 replica serves half of a window, of 2 all of it
+
+
+def load(rate: float) -> LoadForecast:
+    return LoadForecast(
+        horizon_s=0.0,
+        arrivals_per_s=rate,
+        prompt_tokens_mean=5_000.0,
+        prompt_tokens_sq_mean=5_000.0**2,
+        kv_used_tokens=0.0,
+    )
+
+
+@pytest.mark.parametrize("phase_s", [0.0, 3.0, 7.5, 14.0])
+def test_a_breach_re_estimates_the_factor_whatever_the_decisions_phase(phase_s: float) -> None:
+    # Bins start on multiples of the interval; the service decides after sleeping the interval,
+    # so its demand windows end anywhere in a bin. 4 replicas ready through the bin [60, 75)
+    # met 50 %, what one shared queue serves: the factor is 4 / 1 at any phase (matched on the
+    # bins' exact edges, the re-estimate fired only at phase 0).
+    ends = (60.0, 75.0, 90.0)
+    seen = tuple(DemandWindow(end_s=end + phase_s, requests=10, met=MET) for end in ends)
+    log = tuple((end - 15.0 + phase_s, 4) for end in ends)
+    state = PlanState(replicas=6, seen=seen, last_scale_up_s=50.0, ready_log=log)
+    served = ObservedSlo(met=30, requests=60, by_arrival=((60.0, 30, 60),), ready=4)
+    after, _ = plan(state, 90.0 + phase_s, [load(1.0)], CAP, CFG, served)
+    assert after.capacity_factor == pytest.approx(4.0)
+
+
+def test_a_bin_is_read_once_its_met_count_is_final_and_its_late_misses_again() -> None:
+    # The bin [60, 75) reports its fast first tokens first: 57 of 60 met at 75 s. Read then,
+    # before its met count is final (75 s + the 2 s SLO), nothing moves; read at 90 s, one
+    # step. Its slow first tokens, all late, come at 105 s: new observations, a second step.
+    state = PlanState(replicas=4, capacity_factor=1.5, ready_log=((45.0, 4), (60.0, 4)))
+    first = ObservedSlo(met=57, requests=60, by_arrival=((60.0, 57, 60),), ready=4)
+    state, _ = plan(state, 75.0, [load(1.0)], CAP, CFG, first)
+    assert state.capacity_factor == pytest.approx(1.5)
+    state, _ = plan(state, 90.0, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=0, ready=4))
+    assert state.capacity_factor == pytest.approx(1.5 * (1.0 + CFG.feedback_up))
+    late = ObservedSlo(met=0, requests=60, by_arrival=((60.0, 0, 60),), ready=4)
+    after, _ = plan(state, 105.0, [load(1.0)], CAP, CFG, late)
+    assert after.capacity_factor == pytest.approx(state.capacity_factor * (1.0 + CFG.feedback_up))
+    # Reported again with nothing new, the bin does not move it a third time.
+    again, _ = plan(after, 120.0, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=0, ready=4))
+    assert again.capacity_factor == pytest.approx(after.capacity_factor)
+
+
+def test_a_late_report_re_estimates_on_everything_its_bin_reported() -> None:
+    # The late report alone (0 of 30 met) would ask for the fleet's whole count as the factor;
+    # the bin's share met is 30 of 60, what one shared queue of 1 serves: 4 / 1.
+    seen = tuple(DemandWindow(end_s=end, requests=10, met=MET) for end in (60.0, 75.0, 90.0))
+    state = PlanState(
+        replicas=4,
+        seen=seen,
+        capacity_factor=1.2,
+        ready_log=((45.0, 4), (60.0, 4), (75.0, 4)),
+        observed=((60.0, 30, 30),),
+        judged=((60.0, 30, 30),),
+    )
+    late = ObservedSlo(met=0, requests=60, by_arrival=((60.0, 0, 60),), ready=4)
+    after, _ = plan(state, 90.0, [load(1.0)], CAP, CFG, late)
+    # 30 of 90 met: between one shared queue's 1 (50 %) and 0 -> still 1 replica -> 4 / 1.
+    assert after.capacity_factor == pytest.approx(4.0)
+
+
+def test_a_surplus_steps_the_factor_down_once() -> None:
+    # One window above the band steps the factor down; decisions with no new first tokens see
+    # the same window (it slides over 120 s) and must not step it again (as the step up).
+    state = PlanState(replicas=4, capacity_factor=2.0)
+    state, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=100, requests=100))
+    assert state.capacity_factor == pytest.approx(2.0 * (1.0 - CFG.feedback_down))
+    for now_s in (115.0, 130.0, 145.0, 160.0, 175.0):
+        state, _ = plan(state, now_s, [load(1.0)], CAP, CFG, ObservedSlo(met=0, requests=0))
+        assert state.capacity_factor == pytest.approx(2.0 * (1.0 - CFG.feedback_down))
+    # New first tokens above the band step it again.
+    state, _ = plan(state, 190.0, [load(1.0)], CAP, CFG, ObservedSlo(met=100, requests=100))
+    assert state.capacity_factor == pytest.approx(2.0 * (1.0 - CFG.feedback_down) ** 2)
