@@ -6,35 +6,12 @@ from __future__ import annotations
 import pytest
 
 from seedance.router.core.planning.demand import DemandWindow
-from seedance.router.core.planning.planner import (
-    LoadForecast,
-    ObservedSlo,
-    PlannerConfig,
-    PlanState,
-    ReplicaCapacity,
-    plan,
-)
+from seedance.router.core.planning.planner import ObservedSlo, PlanState, plan
 
-# As test_planner_modes: 5,000-token prompts take 0.5 s at 10k tokens/s; budget 2 s.
-CAP = ReplicaCapacity(
-    prefill_tokens_per_s=10_000.0,
-    prefill_overhead_s=0.0,
-    decode_step_s=0.0,
-    kv_capacity_tokens=100_000,
-)
-CFG = PlannerConfig(interval_s=15.0, scale_down_window_s=60.0, startup_s=60.0, max_replicas=50)
+# test_planner_modes' replica (5,000-token prompts take 0.5 s at 10k tokens/s; budget 2 s).
+from .test_planner_modes import CAP, CFG, load
 
 MET = (5, 10)  # one shared queue of 1 replica serves half of a window, of 2 all of it
-
-
-def load(rate: float) -> LoadForecast:
-    return LoadForecast(
-        horizon_s=0.0,
-        arrivals_per_s=rate,
-        prompt_tokens_mean=5_000.0,
-        prompt_tokens_sq_mean=5_000.0**2,
-        kv_used_tokens=0.0,
-    )
 
 
 @pytest.mark.parametrize("phase_s", [0.0, 3.0, 7.5, 14.0])
