@@ -175,9 +175,13 @@ class PlanState:
     raises: tuple[float, ...] = ()
     # (time_s, met, requests) of the SLO observations inside the error-budget window.
     budget: tuple[tuple[float, int, int], ...] = ()
-    # The queued prefill work at the last decision (`ObservedSlo.backlog_s`), and how many
-    # replicas were ready then if every one was behind the SLO (0 otherwise).
-    backlog_s: float = 0.0
+    # The queued prefill work at the last decision (`ObservedSlo.backlog_s`; None: not read
+    # then, so no growth is judged against it), each read replica's share of it, and when it
+    # was read; and how many replicas were ready then if every one was behind the SLO (0
+    # otherwise).
+    backlog_s: float | None = None
+    backlog_by_replica: tuple[tuple[str, float], ...] = ()
+    backlog_at_s: float | None = None
     saturated: int = 0
     # (time_s, replica-seconds, prefill work served) of the saturated intervals within
     # `hold_window_s`: their pooled ratio is the least the factor can be.
@@ -216,6 +220,10 @@ class ObservedSlo:
     # how many they are (engine gauges: vLLM's waiting requests and their prompts); None where
     # the caller has no such gauges (then the backlog rule is off).
     backlog_s: float | None = None
+    # Each read replica's share of it, where the caller names them: growth is then judged over
+    # the replicas read at both ends of the interval only (empty: over the totals, for a caller
+    # that reads every ready replica every time, as the replay does).
+    backlog_by_replica: tuple[tuple[str, float], ...] = ()
     ready: int = 0
     # How many of them have work queued behind the SLO (more than `ttft_slo_s` of prefill).
     behind: int = 0
