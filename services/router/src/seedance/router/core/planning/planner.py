@@ -51,9 +51,10 @@ with what just arrived, whatever was forecast).
 Panic (Knative KPA's rule). When the last interval's replayed need is `panic_threshold` times
 the plan, the count is sized on it and does not come down for `panic_hold_s`. And, where the
 caller reads the engines' queues (`ObservedSlo.backlog_s`), when the prefill work queued per
-ready replica exceeds the SLO and grew over the interval, the count is the ready replicas plus
-that growth in replicas (observed, not modelled: the replay of prefill alone does not see what
-decode takes from a replica).
+ready replica exceeds the SLO and grew since the last reading (over the replicas read at both
+ends where the caller names them; never against a reading not taken), the count is the ready
+replicas plus that growth per second elapsed, in replicas (observed, not modelled: the replay
+of prefill alone does not see what decode takes from a replica).
 
 Young history. Until `record_min_s` of demand has been observed the held count is at least the
 largest interval's need: the pooled need of a few intervals is not calibrated yet.
