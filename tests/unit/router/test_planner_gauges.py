@@ -243,6 +243,35 @@ async def test_one_model_s_failure_is_counted_and_the_others_are_planned(
     assert "OverflowError" in failed["error"]
 
 
+async def test_a_reading_that_bypassed_the_parser_fails_its_model_alone() -> None:
+    """Defence in depth: queued work that is no amount is refused by the observation itself,
+    naming the field and the value; the log names the replica and what it read."""
+    for bad in (math.inf, math.nan, -83.0):
+        with pytest.raises(ValueError, match="backlog_s must be finite and >= 0"):
+            ObservedSlo(met=0, requests=0, backlog_s=bad, ready=1)
+        with pytest.raises(ValueError, match="queued work r0 must be"):
+            ObservedSlo(met=0, requests=0, backlog_s=1.0, backlog_by_replica=(("r0", bad),))
+    svc, _, bus, _, registry = make_service({"r0": "10.0.0.1:8001"}, models="m,n")
+
+    async def read(_replicas: list[str]) -> dict[str, dict[str, float]]:
+        return {"r0": {"m": math.inf, "n": 1.0}}
+
+    svc._read_queues = read  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        out = await svc.plan_once()
+    assert [e.model for e in out] == ["n"]
+    assert len(bus.sent) == 1
+    assert svc.plans["n"].backlog_by_replica == (
+        (
+            "r0",
+            pytest.approx(1 * (0.02 + 1024 / 7000)),
+        ),
+    )
+    assert sample(registry, "seedance_router_plan_failures_total", model="m") == 1
+    (failed,) = [e for e in logs if e["event"] == "replica_plan_failed"]
+    assert (failed["model"], failed["waiting"]) == ("m", {"r0": math.inf})
+
+
 # -- finding 3: growth over the replicas read at both ends, from a known reading ----------------
 
 REPLICAS = {f"r{i}": f"10.0.0.{i}:8001" for i in range(4)}

@@ -326,16 +326,16 @@ class RouterService(Lifecycle):
             model_ready = [r for r in ready if model in serves.get(r, (model,))]
             missing = self._missing_gauges.check(model, gauges, model_ready)
             self.metrics.engine_gauge_missing.labels(model).inc(missing)
-            observed = observed_slo(
-                model,
-                outcomes.get(model, ()),
-                gauges=gauges,
-                ready=model_ready,
-                capacity=self._capacity,
-                prompt_tokens=self._settings.plan_prompt_tokens,
-                slo_s=cfg.ttft_slo_s,
-            )
             try:
+                observed = observed_slo(
+                    model,
+                    outcomes.get(model, ()),
+                    gauges=gauges,
+                    ready=model_ready,
+                    capacity=self._capacity,
+                    prompt_tokens=self._settings.plan_prompt_tokens,
+                    slo_s=cfg.ttft_slo_s,
+                )
                 self.plans[model], rec = plan(
                     self.plans[model],
                     now_s,
@@ -347,9 +347,8 @@ class RouterService(Lifecycle):
                 )
             except _PLAN_ERRORS as exc:  # this model keeps its state; the others are planned
                 self.metrics.plan_failures.labels(model).inc()
-                log.error(
-                    "replica_plan_failed", model=model, observed=repr(observed), error=repr(exc)
-                )
+                waiting = {r: gauges[r].get(model) for r in model_ready if r in gauges}
+                log.error("replica_plan_failed", model=model, waiting=waiting, error=repr(exc))
                 continue
             # The margin the lead horizon's forecast carries (the horizon-0 one carries none),
             # the long level's padding included while its errors are too few to measure one.

@@ -231,6 +231,13 @@ class ObservedSlo:
     # the last decision, all of them (None: not known; then the factor is not measured).
     served_s: float | None = None
 
+    def __post_init__(self) -> None:
+        # Queued work is a finite amount >= 0: +Inf or NaN would raise deep in the backlog
+        # rule, and a negative one read as growth at the next decision.
+        for name, work_s in (("backlog_s", self.backlog_s), *self.backlog_by_replica):
+            if work_s is not None and not (math.isfinite(work_s) and work_s >= 0):
+                raise ValueError(f"queued work {name} must be finite and >= 0, got {work_s!r}")
+
     def groups(self, now_s: float) -> tuple[tuple[float, int, int], ...]:
         if self.by_arrival:
             return self.by_arrival
