@@ -352,6 +352,8 @@ async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engi
             assert sent_from_s - interval_s < arrival_bin_s <= sent_until_s < decided_s
         # Both engines' gauges were read: idle queues, no panic.
         assert state.backlog_s == 0.0
+        assert state.backlog_at_s is not None
+        first_read_s = state.backlog_at_s
         assert _sample(registry, "seedance_router_planner_backlog_seconds", model="slow") == 0.0
         assert _sample(registry, "seedance_router_planner_mode", model="slow", mode="panic") == 0
 
@@ -379,8 +381,11 @@ async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engi
             assert backlog == pytest.approx(state.backlog_s)
             mode = _sample(registry, "seedance_router_planner_mode", model="slow", mode="panic")
             assert mode == 1
-            # The ready replicas plus the queues' growth over the interval, in replicas.
-            assert rec.replicas >= 2 + math.ceil(state.backlog_s / interval_s)
+            # The ready replicas plus the queues' growth per second since the last reading
+            # (the decisions are the test's, further apart than an interval), in replicas.
+            assert state.backlog_at_s is not None
+            elapsed_s = state.backlog_at_s - first_read_s
+            assert rec.replicas >= 2 + math.ceil(state.backlog_s / elapsed_s - 1e-9)
             assert state.panic_until_s > decided_s
             # Both engines were behind the SLO: the next interval, if they still are, measures
             # what a replica really serves.
@@ -388,4 +393,5 @@ async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engi
         finally:
             await asyncio.gather(*burst)
         failures = "seedance_router_engine_queue_read_failures_total"
-        assert _sample(registry, failures, replica="a") == 0
+        for reason in ("unreachable", "unparsable", "invalid"):
+            assert _sample(registry, failures, reason=reason) == 0

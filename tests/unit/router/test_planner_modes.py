@@ -402,8 +402,9 @@ def test_misses_are_blamed_on_the_fleet_ready_when_the_requests_arrived() -> Non
 
 def test_queues_that_are_behind_and_growing_panic_by_the_work_they_gained() -> None:
     # 3 ready replicas held at 3; the engines' queues hold 30 s of prefill work (10 s per
-    # replica: a new arrival waits past the 2 s SLO), 15 s more than at the last decision.
-    state = PlanState(replicas=3, holding=True, held_base=3, backlog_s=15.0)
+    # replica: a new arrival waits past the 2 s SLO), 15 s more than at the last decision,
+    # read one interval before.
+    state = PlanState(replicas=3, holding=True, held_base=3, backlog_s=15.0, backlog_at_s=85.0)
     behind = ObservedSlo(met=0, requests=0, backlog_s=30.0, ready=3)
     after, rec = plan(state, 100.0, [load(0.1)], CAP, CFG, behind)
     # The interval's gain is one replica's worth of work (15 s over 15 s): 3 + 1.

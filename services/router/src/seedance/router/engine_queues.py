@@ -9,14 +9,18 @@ and the parsing of the Prometheus text exposition into waiting requests per mode
   summed over the model's versions);
 * vLLM: ``vllm:num_requests_waiting{model_name=...}`` (its scheduler's waiting queue).
 
-A replica whose endpoint fails or times out is left out of this reading (and counted by the
-caller's `on_failure`), never read as an empty queue: a gauge that was not read is unknown.
+A replica whose endpoint fails or times out, or whose exposition is not the text format or
+holds a queue gauge that is not a finite count >= 0 (+Inf, NaN, 1e309, -500: an engine bug or
+an endpoint that lies), is left out of this reading whole (logged with the replica, model and
+value, and counted by the caller's `on_failure` by reason), never read as an empty queue: a
+gauge that was not read is unknown, and one number of a lying endpoint makes all of it suspect.
 Must not: decide anything (the planner does), or run on the request path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
@@ -25,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from seedance.core.logs import get_logger
 
-__all__ = ["QUEUE_GAUGES", "EngineQueues", "parse_waiting"]
+__all__ = ["QUEUE_GAUGES", "READ_FAILURES", "EngineQueues", "GaugeValueError", "parse_waiting"]
 
 log = get_logger(__name__)
 
@@ -36,9 +40,33 @@ QUEUE_GAUGES: dict[str, str] = {
 }
 
 
+class GaugeValueError(ValueError):
+    """A queue gauge whose value is no count of waiting requests (not finite, or negative)."""
+
+    def __init__(self, model: str, value: float) -> None:
+        super().__init__(
+            f"waiting requests of model {model!r} read {value!r}: not a finite count >= 0"
+        )
+        self.model = model
+        self.value = value
+
+
+def _checked(model: str, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise GaugeValueError(model, value)
+    return value
+
+
+# Why a replica's reading was left out (`on_failure`'s argument; a closed set, so a metric label):
+# its endpoint failed or timed out, its text is not the exposition format, or a queue gauge in
+# it is no count (GaugeValueError).
+READ_FAILURES = ("unreachable", "unparsable", "invalid")
+
+
 def parse_waiting(text: str) -> dict[str, float]:
     """Requests waiting per model in one engine's exposition (models it exports no queue gauge
-    for are absent, not zero). Raises ValueError on text that is not the exposition format."""
+    for are absent, not zero). Raises ValueError on text that is not the exposition format,
+    GaugeValueError (a ValueError) on a queue gauge that is not a finite count >= 0."""
     waiting: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         label = QUEUE_GAUGES.get(family.name)
@@ -47,7 +75,9 @@ def parse_waiting(text: str) -> dict[str, float]:
         for sample in family.samples:
             model = sample.labels.get(label)
             if model is not None and sample.name == family.name:
-                waiting[model] = waiting.get(model, 0.0) + sample.value
+                # Each sample and the sum: two finite versions can still add up to +Inf.
+                total = waiting.get(model, 0.0) + _checked(model, sample.value)
+                waiting[model] = _checked(model, total)
     return waiting
 
 
@@ -60,7 +90,7 @@ class EngineQueues:
         urls: Mapping[str, str],
         port: int,
         timeout_s: float,
-        on_failure: Callable[[str], None] = lambda _replica: None,
+        on_failure: Callable[[str], None] = lambda _reason: None,
     ) -> None:
         if port < 0 or timeout_s <= 0:
             raise ValueError(f"need port >= 0 and timeout_s > 0, got {port} and {timeout_s}")
@@ -104,8 +134,22 @@ class EngineQueues:
                 if isinstance(text, BaseException):
                     raise text
                 out[name] = parse_waiting(text)
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                self._on_failure(name)
+            except GaugeValueError as exc:
+                self._on_failure("invalid")
+                log.warning(
+                    "engine_queue_gauge_invalid",
+                    replica=name,
+                    model=exc.model,
+                    value=repr(exc.value),
+                    url=targets[name],
+                )
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self._on_failure("unreachable")
+                log.warning("engine_queue_unread", replica=name, url=targets[name], error=repr(exc))
+            except (
+                ValueError
+            ) as exc:  # not the exposition format (after ClientError: InvalidURL is both)
+                self._on_failure("unparsable")
                 log.warning("engine_queue_unread", replica=name, url=targets[name], error=repr(exc))
         return out
 

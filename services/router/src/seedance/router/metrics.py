@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from seedance.router.core.planning.planner import PlannerMode, Recommendation
+from seedance.router.engine_queues import READ_FAILURES
 
 __all__ = ["RouterMetrics"]
 
@@ -117,10 +118,30 @@ class RouterMetrics:
             ["model"],
             registry=registry,
         )
+        # By reason, not replica: replica names are not a closed set (registrations come and
+        # go); the log line names the replica, its URL, and the model and value at fault.
         self.engine_queue_failures = Counter(
             "seedance_router_engine_queue_read_failures",
-            "Scrapes of a replica's queue gauges that failed or timed out, by replica.",
-            ["replica"],
+            "Replicas' queue-gauge readings left out, by reason (unreachable: the scrape failed "
+            "or timed out; unparsable: not the text format; invalid: a gauge not a finite "
+            "count >= 0).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in READ_FAILURES:
+            self.engine_queue_failures.labels(reason)
+        self.engine_gauge_missing = Counter(
+            "seedance_router_engine_queue_gauge_missing",
+            "Ready replicas whose queue gauges were read but hold none for the model (the "
+            "engine names it otherwise: serve it under the router's model name), per decision.",
+            ["model"],
+            registry=registry,
+        )
+        self.plan_failures = Counter(
+            "seedance_router_plan_failures",
+            "Planner decisions that raised, by model (the model keeps its last recommendation; "
+            "the other models are planned).",
+            ["model"],
             registry=registry,
         )
 

@@ -15,7 +15,11 @@ included: they took a replica's time too.
 Queued work: Triton's and vLLM's queue gauges count requests, not prompt tokens, so each waiting
 request counts as one of `plan_prompt_tokens` (the same stand-in the planner's arrivals use);
 ``ready`` is the replicas taking this model's traffic whose gauge for it was read. No gauge read
-for the model: ``backlog_s`` is None and the backlog rule stays off.
+for the model: ``backlog_s`` is None and the backlog rule stays off. Each replica's share comes
+with it (`ObservedSlo.backlog_by_replica`), so the planner judges growth only over the replicas
+read at both ends of an interval: a replica whose scrape failed once is not an empty queue that
+then "grew". A replica whose scrape succeeded but carries no gauge for the model (`gauge_missing`:
+vLLM names it by its served model name, Triton by its repository's) is named, not guessed at.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from seedance.core.logs import get_logger
 from seedance.router.core.planning.planner import ObservedSlo, ReplicaCapacity
 
-__all__ = ["OutcomesByArrival", "observed_slo", "queued_prefill_s"]
+__all__ = ["MissingGauges", "OutcomesByArrival", "observed_slo", "queued_prefill_s"]
+
+log = get_logger(__name__)
 
 
 class OutcomesByArrival:
@@ -73,18 +80,41 @@ def observed_slo(
     -> waiting requests), how many of them are behind `slo_s`, and the prefill work of the
     requests answered (the planner's measure of what saturated replicas serve)."""
     by_arrival = tuple(groups)
-    read = [
-        queued_prefill_s(gauges[r][model], capacity, prompt_tokens)
+    by_replica = tuple(
+        (r, queued_prefill_s(gauges[r][model], capacity, prompt_tokens))
         for r in ready
         if model in gauges.get(r, {})
-    ]
+    )
+    read = [work_s for _, work_s in by_replica]
     requests = sum(g[2] for g in by_arrival)
     return ObservedSlo(
         met=sum(g[1] for g in by_arrival),
         requests=requests,
         by_arrival=by_arrival,
         backlog_s=sum(read) if read else None,
+        backlog_by_replica=by_replica,
         ready=len(read),
         behind=sum(work_s > slo_s for work_s in read),
         served_s=queued_prefill_s(requests, capacity, prompt_tokens) if read else None,
     )
+
+
+class MissingGauges:
+    """The ready replicas whose gauges were read but hold none for a model: their engine names
+    the model otherwise (vLLM by its served model name, often a Hugging Face path) or exports
+    no queue gauge; unknown, not an empty queue. Each (replica, model) is logged once when it
+    starts missing (a warning every interval would bury it), and again if it recurs."""
+
+    def __init__(self) -> None:
+        self._missing: set[tuple[str, str]] = set()
+
+    def check(
+        self, model: str, gauges: Mapping[str, Mapping[str, float]], ready: Iterable[str]
+    ) -> int:
+        """How many of `ready` were read without `model`'s gauge this time."""
+        now = {(r, model) for r in ready if r in gauges and model not in gauges[r]}
+        was = {k for k in self._missing if k[1] == model}
+        for replica, _ in sorted(now - was):
+            log.warning("engine_queue_gauge_missing", replica=replica, model=model)
+        self._missing = (self._missing - was) | now
+        return len(now)

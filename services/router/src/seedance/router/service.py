@@ -71,7 +71,7 @@ from seedance.router.mapping import (
     weights_event,
 )
 from seedance.router.metrics import RouterMetrics
-from seedance.router.planner_feed import OutcomesByArrival, observed_slo
+from seedance.router.planner_feed import MissingGauges, OutcomesByArrival, observed_slo
 from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
     RouterSettings,
@@ -92,6 +92,11 @@ _RETRAIN_ERRORS: tuple[type[BaseException], ...] = (
     lgb.basic.LightGBMError,
     *TRANSIENT_BUS_ERRORS,
 )
+
+# What one model's decision may raise on numbers it was not built for (the planner is pure
+# arithmetic on observed values): logged and counted, the model keeps its state, the others are
+# planned. Anything else is a bug, and stops the service.
+_PLAN_ERRORS: tuple[type[BaseException], ...] = (ArithmeticError, ValueError)
 
 WEIGHTS_BUCKET = "seedance-router-weights"
 # Decisions per publish_many call: bounds one flush's latency.
@@ -164,7 +169,7 @@ class RouterService(Lifecycle):
                 urls=parse_engine_metrics(settings.engine_metrics),
                 port=settings.engine_metrics_port,
                 timeout_s=settings.engine_metrics_timeout_s,
-                on_failure=lambda r: self.metrics.engine_queue_failures.labels(r).inc(),
+                on_failure=lambda why: self.metrics.engine_queue_failures.labels(why).inc(),
             )
             if settings.engine_metrics or settings.engine_metrics_port
             else None
@@ -184,6 +189,8 @@ class RouterService(Lifecycle):
         )
         self._store: ModelStore | None = None
         self._training: asyncio.Task[None] | None = None
+        self._following: asyncio.Task[None] | None = None
+        self._missing_gauges = MissingGauges()
         runtime.loop(self._flush_loop)
         runtime.loop(self._watch_loop)
         if settings.discover_replicas:
@@ -227,10 +234,11 @@ class RouterService(Lifecycle):
 
     async def close(self) -> None:
         await self.stop()
-        if self._training is not None:
-            self._training.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._training
+        for task in (self._training, self._following):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         with contextlib.suppress(Exception):
             await self._flush()  # what the request path queued before the drain
         if self.engine_queues is not None:
@@ -278,17 +286,32 @@ class RouterService(Lifecycle):
             await self._flush()
 
     async def _plan_loop(self) -> None:
+        # A fixed cadence: a slow decision (scrapes up to their timeout) shortens the sleep
+        # after it rather than pushing every later decision back; intervals missed whole are
+        # skipped, not made up in a burst.
+        interval_s = self._settings.plan_interval_s
+        due_s = self._clock.monotonic()
         while True:
-            await self._clock.sleep(self._settings.plan_interval_s)
+            due_s += interval_s
+            await self._clock.sleep(max(0.0, due_s - self._clock.monotonic()))
             await self.plan_once()
+            late_s = self._clock.monotonic() - due_s
+            due_s += math.floor(late_s / interval_s) * interval_s if late_s > interval_s else 0.0
 
     async def plan_once(self) -> list[ReplicaRecommendation]:
         """One planner decision per model: publish it, export it, and follow it if asked."""
-        gauges = await self._read_queues()
+        owners = self.gateway.replica_owners()
+        # The shared pool's (owner "") ready replicas only: a tenant's are its own to size, and
+        # its endpoint (at the host it registered) is neither scraped nor trusted here.
+        ready = [
+            n
+            for n, p in self.gateway.replica_phases().items()
+            if p is ReplicaPhase.READY and owners.get(n, "") == ""
+        ]
+        gauges = await self._read_queues(ready)
         now_s = self.now_s()
         cfg = self._plan_cfg
         outcomes = self._outcomes.take()
-        ready = [n for n, p in self.gateway.replica_phases().items() if p is ReplicaPhase.READY]
         # The models each replica may be sent (None: all).
         serves = {
             name: self._models if models is None else models
@@ -300,25 +323,37 @@ class RouterService(Lifecycle):
             current = self.plans[model].replicas
             estimator = self._estimators[model]
             loads = estimator.forecast(now_s, (0.0, cfg.lead_s))
-            observed = observed_slo(
-                model,
-                outcomes.get(model, ()),
-                gauges=gauges,
-                ready=[r for r in ready if model in serves.get(r, (model,))],
-                capacity=self._capacity,
-                prompt_tokens=self._settings.plan_prompt_tokens,
-                slo_s=cfg.ttft_slo_s,
-            )
-            self.plans[model], rec = plan(
-                self.plans[model],
-                now_s,
-                loads,
-                self._capacity,
-                cfg,
-                observed,
-                estimator.recent_arrivals(now_s, cfg.arrivals_window_s),
-            )
-            self.metrics.export_plan(model, rec, estimator.margin_per_s(cfg.lead_s))
+            model_ready = [r for r in ready if model in serves.get(r, (model,))]
+            missing = self._missing_gauges.check(model, gauges, model_ready)
+            self.metrics.engine_gauge_missing.labels(model).inc(missing)
+            try:
+                observed = observed_slo(
+                    model,
+                    outcomes.get(model, ()),
+                    gauges=gauges,
+                    ready=model_ready,
+                    capacity=self._capacity,
+                    prompt_tokens=self._settings.plan_prompt_tokens,
+                    slo_s=cfg.ttft_slo_s,
+                )
+                self.plans[model], rec = plan(
+                    self.plans[model],
+                    now_s,
+                    loads,
+                    self._capacity,
+                    cfg,
+                    observed,
+                    estimator.recent_arrivals(now_s, cfg.arrivals_window_s),
+                )
+            except _PLAN_ERRORS as exc:  # this model keeps its state; the others are planned
+                self.metrics.plan_failures.labels(model).inc()
+                waiting = {r: gauges[r].get(model) for r in model_ready if r in gauges}
+                log.error("replica_plan_failed", model=model, waiting=waiting, error=repr(exc))
+                continue
+            # The margin the lead horizon's forecast carries (the horizon-0 one carries none),
+            # the long level's padding included while its errors are too few to measure one.
+            margin_per_s = loads[-1].arrivals_per_s - loads[0].arrivals_per_s
+            self.metrics.export_plan(model, rec, margin_per_s)
             backlog_s = math.nan if observed.backlog_s is None else observed.backlog_s
             self.metrics.planner_backlog.labels(model).set(backlog_s)
             event = recommendation_event(
@@ -332,31 +367,43 @@ class RouterService(Lifecycle):
             )
             out.append(event)
             events.append((routing.subject(model, "replicas"), event))
-        # The plan sizes the configured replica set; registered replicas are the registrar's
-        # to scale, so it is followed only while the configured list is in use.
-        if self._settings.follow_plan and out and not self._registered_ready():
-            await self._follow(max(e.replicas for e in out))
         try:
             await self._rt.bus.publish_many(events)
         except TRANSIENT_BUS_ERRORS as exc:  # the next interval recommends afresh
             log.warning("recommendation_publish_failed", error=repr(exc))
-            return out
-        self.metrics.events_published.labels("replicas").inc(len(events))
+        else:
+            self.metrics.events_published.labels("replicas").inc(len(events))
+        # The plan sizes the configured replica set; registered replicas are the registrar's
+        # to scale, so it is followed only while the configured list is in use.
+        if self._settings.follow_plan and out and not self._registered_ready():
+            self._follow_in_background(max(e.replicas for e in out))
         return out
 
-    async def _read_queues(self) -> dict[str, dict[str, float]]:
-        """The engines' waiting requests, replica -> model (empty: no engine metrics)."""
+    async def _read_queues(self, replicas: list[str]) -> dict[str, dict[str, float]]:
+        """The engines' waiting requests at `replicas`, replica -> model (empty: no engine
+        metrics)."""
         if self.engine_queues is None:
             return {}
-        addresses = {name: a for name, (a, _) in self.gateway.replica_models().items()}
-        return await self.engine_queues.read(addresses)
+        models = self.gateway.replica_models()
+        return await self.engine_queues.read({n: models[n][0] for n in replicas if n in models})
+
+    def _follow_in_background(self, target: int) -> None:
+        """Follow the plan off the planning loop: a drain waits for in-flight requests, and the
+        next decision must not wait for it. One follow at a time; while one runs, the decisions
+        meanwhile are not followed (the next one after it is: each is the whole target)."""
+        if self._following is not None and not self._following.done():
+            log.info("replica_follow_busy", target=target)
+            return
+        if self._following is not None:
+            self._following.result()  # a failed follow fails the loop, as it did inline
+        self._following = asyncio.create_task(self._follow(target), name="router-follow")
 
     async def _follow(self, target: int) -> None:
         """Make the gateway's registered replicas the routable members of the replica set."""
         self.replica_set = self.replica_set.with_target(target)
         change = self.replica_set.changes(list(self.gateway.replica_phases()))
         for name in change.remove:
-            # In-flight requests get up to one interval: the next decision must not wait longer.
+            # In-flight requests get up to one interval: the next decision's follow must not wait.
             emptied = await self.gateway.drain_replica(
                 name, timeout_s=min(self._settings.plan_interval_s, self._drain_grace_s)
             )

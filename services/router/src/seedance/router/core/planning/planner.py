@@ -51,9 +51,10 @@ with what just arrived, whatever was forecast).
 Panic (Knative KPA's rule). When the last interval's replayed need is `panic_threshold` times
 the plan, the count is sized on it and does not come down for `panic_hold_s`. And, where the
 caller reads the engines' queues (`ObservedSlo.backlog_s`), when the prefill work queued per
-ready replica exceeds the SLO and grew over the interval, the count is the ready replicas plus
-that growth in replicas (observed, not modelled: the replay of prefill alone does not see what
-decode takes from a replica).
+ready replica exceeds the SLO and grew since the last reading (over the replicas read at both
+ends where the caller names them; never against a reading not taken), the count is the ready
+replicas plus that growth per second elapsed, in replicas (observed, not modelled: the replay
+of prefill alone does not see what decode takes from a replica).
 
 Young history. Until `record_min_s` of demand has been observed the held count is at least the
 largest interval's need: the pooled need of a few intervals is not calibrated yet.
@@ -279,9 +280,10 @@ def plan(
             held_base=base,
             first_seen_s=first_seen_s,
             holding=not following and prefill_n == held,
-            backlog_s=state.backlog_s
-            if observed is None or observed.backlog_s is None
-            else observed.backlog_s,
+            # Unread now: unknown at the next decision too, never the reading before.
+            backlog_s=None if observed is None else observed.backlog_s,
+            backlog_by_replica=() if observed is None else observed.backlog_by_replica,
+            backlog_at_s=None if observed is None or observed.backlog_s is None else now_s,
             saturated=0 if observed is None or observed.behind < observed.ready else observed.ready,
         ),
         Recommendation(
@@ -360,7 +362,7 @@ def _panic(
     panic_until_s = state.panic_until_s
     if observed_real >= cfg.panic_threshold * max(planned, 1):
         panic_until_s = now_s + cfg.panic_hold_s
-    backlog_n = _backlog_need(state, observed, k, cfg)
+    backlog_n = _backlog_need(state, now_s, observed, k, cfg)
     if backlog_n is not None:
         panic_until_s = now_s + cfg.panic_hold_s
     counts = [observed_real] if now_s < panic_until_s else []
@@ -370,19 +372,36 @@ def _panic(
 
 
 def _backlog_need(
-    state: PlanState, observed: ObservedSlo | None, k: float, cfg: PlannerConfig
+    state: PlanState, now_s: float, observed: ObservedSlo | None, k: float, cfg: PlannerConfig
 ) -> int | None:
-    """The ready replicas plus the work the queues gained over the interval, in replicas (times
-    the factor), where the queues are behind: a new arrival would wait past the SLO behind the
-    work queued per ready replica, and that work grew (arrivals outran what the fleet really
-    serves, decode included, which no replay of prefill sees). None otherwise. Observed, not
-    modelled: Knative's panic on measured concurrency, here on the engines' queues."""
+    """The ready replicas plus the work the queues gained since the last reading, per second
+    of the time really elapsed, in replicas (times the factor), where the queues are behind: a
+    new arrival would wait past the SLO behind the work queued per ready replica, and that work
+    grew (arrivals outran what the fleet really serves, decode included, which no replay of
+    prefill sees). None otherwise, and where the last decision read no queue (nothing to
+    compare with). Observed, not modelled: Knative's panic on measured concurrency, here on the
+    engines' queues."""
     if observed is None or observed.backlog_s is None or observed.ready <= 0:
         return None
-    grown_s = observed.backlog_s - state.backlog_s
-    if observed.backlog_s / observed.ready <= cfg.ttft_slo_s or grown_s <= 0:
+    if state.backlog_s is None or state.backlog_at_s is None or now_s <= state.backlog_at_s:
         return None
-    return observed.ready + math.ceil(k * grown_s / cfg.interval_s - 1e-9)
+    grown_s = _backlog_growth_s(state, observed)
+    if grown_s is None or observed.backlog_s / observed.ready <= cfg.ttft_slo_s or grown_s <= 0:
+        return None
+    return observed.ready + math.ceil(k * grown_s / (now_s - state.backlog_at_s) - 1e-9)
+
+
+def _backlog_growth_s(state: PlanState, observed: ObservedSlo) -> float | None:
+    """The queued work gained since the last reading: over the replicas read at both ends where
+    both readings name them (a replica unread at one end is unknown there, not empty; None when
+    no replica was read at both), else over the totals."""
+    assert state.backlog_s is not None
+    assert observed.backlog_s is not None
+    if not (state.backlog_by_replica and observed.backlog_by_replica):
+        return observed.backlog_s - state.backlog_s
+    before = dict(state.backlog_by_replica)
+    both = [(work_s, before[r]) for r, work_s in observed.backlog_by_replica if r in before]
+    return sum(now - then for now, then in both) if both else None
 
 
 def _floor_need(

@@ -175,9 +175,13 @@ class PlanState:
     raises: tuple[float, ...] = ()
     # (time_s, met, requests) of the SLO observations inside the error-budget window.
     budget: tuple[tuple[float, int, int], ...] = ()
-    # The queued prefill work at the last decision (`ObservedSlo.backlog_s`), and how many
-    # replicas were ready then if every one was behind the SLO (0 otherwise).
-    backlog_s: float = 0.0
+    # The queued prefill work at the last decision (`ObservedSlo.backlog_s`; None: not read
+    # then, so no growth is judged against it), each read replica's share of it, and when it
+    # was read; and how many replicas were ready then if every one was behind the SLO (0
+    # otherwise).
+    backlog_s: float | None = None
+    backlog_by_replica: tuple[tuple[str, float], ...] = ()
+    backlog_at_s: float | None = None
     saturated: int = 0
     # (time_s, replica-seconds, prefill work served) of the saturated intervals within
     # `hold_window_s`: their pooled ratio is the least the factor can be.
@@ -216,12 +220,23 @@ class ObservedSlo:
     # how many they are (engine gauges: vLLM's waiting requests and their prompts); None where
     # the caller has no such gauges (then the backlog rule is off).
     backlog_s: float | None = None
+    # Each read replica's share of it, where the caller names them: growth is then judged over
+    # the replicas read at both ends of the interval only (empty: over the totals, for a caller
+    # that reads every ready replica every time, as the replay does).
+    backlog_by_replica: tuple[tuple[str, float], ...] = ()
     ready: int = 0
     # How many of them have work queued behind the SLO (more than `ttft_slo_s` of prefill).
     behind: int = 0
     # The prefill work (s, the replay's units) of the requests whose first token came out since
     # the last decision, all of them (None: not known; then the factor is not measured).
     served_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # Queued work is a finite amount >= 0: +Inf or NaN would raise deep in the backlog
+        # rule, and a negative one read as growth at the next decision.
+        for name, work_s in (("backlog_s", self.backlog_s), *self.backlog_by_replica):
+            if work_s is not None and not (math.isfinite(work_s) and work_s >= 0):
+                raise ValueError(f"queued work {name} must be finite and >= 0, got {work_s!r}")
 
     def groups(self, now_s: float) -> tuple[tuple[float, int, int], ...]:
         if self.by_arrival:
