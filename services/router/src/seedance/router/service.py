@@ -244,7 +244,9 @@ class RouterService(Lifecycle):
             return
         now_s = self.now_s()
         self.forecasts.observe_arrival(request.model, request.replica, now_s)
-        if request.attempt == 1:  # a failover is the same request again
+        # A failover is the same request again; a tenant's request is its own replicas' work,
+        # not the shared pool's the plan sizes.
+        if request.attempt == 1 and not request.owner:
             self._estimators[request.model].observe_arrival(
                 now_s, self._settings.plan_prompt_tokens
             )
@@ -253,12 +255,23 @@ class RouterService(Lifecycle):
         self.decisions.offer((routing.subject(request.model, "decision"), event))
 
     def finished(self, request: FinishedRequest) -> None:
-        if request.model not in self._models or request.replica is None:
+        if request.model not in self._models:
             return
-        self._windows[(request.model, request.replica)].durations_s.append(request.duration_s)
-        # OIP answers in one message, so its duration stands in for the time to first token.
+        if request.replica is not None:
+            self._windows[(request.model, request.replica)].durations_s.append(request.duration_s)
+        # The plan's SLO outcomes: every shared-pool request but a client's malformed one (no
+        # number of replicas answers it); a tenant's requests are its own replicas' work.
+        if request.owner or request.status == "client_error":
+            return
+        now_s = self.now_s()
+        if not request.routed:  # no ready replica: an arrival `routed` never saw, and a miss
+            self._estimators[request.model].observe_arrival(
+                now_s, self._settings.plan_prompt_tokens
+            )
+        # OIP answers in one message, so its duration stands in for the time to first token;
+        # any other end (a failure, a cancel or deadline while a replica worked) is a miss.
         met = request.status == "ok" and request.duration_s <= self._plan_cfg.ttft_slo_s
-        self._outcomes.record(request.model, self.now_s() - request.duration_s, met)
+        self._outcomes.record(request.model, now_s - request.duration_s, met)
 
     # -- loops -------------------------------------------------------------------------------
 
