@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from tritonclient.grpc import service_pb2_grpc
 
 from seedance.core import WallClock
+from seedance.events.routing import ReplicaRegistration
 from seedance.router.gateway import (
     FinishedRequest,
     GatewaySettings,
@@ -329,3 +330,35 @@ async def test_malformed_requests_do_not_size_the_pool() -> None:
 async def test_a_tenants_traffic_does_not_size_the_shared_pool() -> None:
     shared = await twenty_minutes()
     assert await twenty_minutes(tenant_rate=40.0) == shared
+
+
+async def test_the_replica_watch_keeps_what_follow_plan_parked() -> None:
+    svc, clock, gateway = stepped(follow_plan=True)
+    rnd = streams(2)
+    for _ in range(80):
+        replicas = await tick(svc, clock, rnd, 10.0)
+    assert replicas < len(STATIC)
+    routed = sorted(gateway.replicas)
+    assert len(routed) == replicas
+    # A tenant registers a replica of its own "m": the watch adds it, and neither brings back
+    # the parked configured replicas nor turns following off (the plan went on shrinking a
+    # fleet the watch had refilled), nor does following park the tenant's replica.
+    svc.registrations["k"] = ReplicaRegistration(
+        model="m", replica="t1", address="10.9.9.9:8001", owner="acme"
+    )
+    await svc.reconcile_replicas()
+    assert sorted(gateway.replicas) == sorted([*routed, "acme/t1"])
+    for _ in range(8):
+        replicas = await tick(svc, clock, rnd, 10.0)
+    assert gateway.replica_owners()["acme/t1"] == "acme"
+    configured = sorted(n for n, owner in gateway.replica_owners().items() if not owner)
+    assert len(configured) == replicas
+    # A shared registration takes the configured list out of use; once it leaves, the
+    # configured replicas return as the plan last sized them, not all of them.
+    shared = ReplicaRegistration(model="m", replica="s1", address="10.8.8.8:8001")
+    svc.registrations["s"] = shared
+    await svc.reconcile_replicas()
+    assert sorted(gateway.replicas) == ["acme/t1", "s1"]
+    del svc.registrations["s"]
+    await svc.reconcile_replicas()
+    assert sorted(gateway.replicas) == sorted([*configured, "acme/t1"])

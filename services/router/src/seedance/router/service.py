@@ -174,7 +174,6 @@ class RouterService(Lifecycle):
                 self.metrics.recommendations.labels(m, reason.value)
         self._kv: KeyValue | None = None
         self._replicas_kv: KeyValue | None = None
-        self._static_replicas = dict(gw_settings.replicas)
         # The bucket's current entries, by key; what the reconciliation reads.
         self.registrations: dict[str, ReplicaRegistration] = {}
         self.rest = (
@@ -367,7 +366,9 @@ class RouterService(Lifecycle):
     async def _follow(self, target: int) -> None:
         """Make the gateway's registered replicas the routable members of the replica set."""
         self.replica_set = self.replica_set.with_target(target)
-        change = self.replica_set.changes(list(self.gateway.replica_phases()))
+        # The shared pool's only: tenants' replicas are theirs to scale, never parked here.
+        shared = [n for n, owner in self.gateway.replica_owners().items() if not owner]
+        change = self.replica_set.changes(shared)
         for name in change.remove:
             # In-flight requests get up to one interval: the next decision must not wait longer.
             emptied = await self.gateway.drain_replica(
@@ -493,11 +494,16 @@ class RouterService(Lifecycle):
             self.registrations.pop(key, None)
 
     def _registered_ready(self) -> bool:
-        return any(r.ready for r in self.registrations.values())
+        """A shared registration is ready: the configured list (what the plan parks) is out of
+        use. A tenant's registration never replaces it (`desired_replicas`), so it counts not."""
+        return any(r.ready and not r.owner for r in self.registrations.values())
 
     async def reconcile_replicas(self) -> None:
         """Add and drain gateway replicas so that they are `desired_replicas` of now."""
-        desired = desired_replicas(self.registrations.values(), self._static_replicas)
+        # The configured replicas the plan has not parked (all of them without follow_plan):
+        # a change in the bucket must not bring back what `_follow` drained.
+        static = {m.name: m.address for m in self.replica_set.routable()}
+        desired = desired_replicas(self.registrations.values(), static)
         owners = self.gateway.replica_owners()
         current = {
             name: ReplicaTarget(name=name, address=address, models=models, owner=owners[name])
