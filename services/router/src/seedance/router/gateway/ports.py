@@ -80,9 +80,9 @@ class RoutedRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinishedRequest:
-    """One inference request answered (or failed) by the gateway: every one it accepted (its
-    tenant header and layouts were valid), whether a replica answered, failed, or was still
-    working when the client cancelled or its deadline passed."""
+    """One inference request answered (or failed) by the gateway, whatever ended it: a
+    replica's answer or failure, the client's cancel or deadline while a replica worked, no
+    ready replica, or the gateway's own refusal of a malformed request (`client_error`)."""
 
     model: str
     # The replica it was last sent to (None: none was chosen, or it failed before the send).
