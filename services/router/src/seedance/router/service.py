@@ -246,9 +246,7 @@ class RouterService(Lifecycle):
         # A failover is the same request again; a tenant's request is its own replicas' work,
         # not the shared pool's the plan sizes.
         if request.attempt == 1 and not request.owner:
-            self._estimators[request.model].observe_arrival(
-                now_s, self._settings.plan_prompt_tokens
-            )
+            self._plan_arrival(request.model, now_s)
         self._windows[(request.model, request.replica)].requests += 1
         event = decision_event(request, at=self._clock.now())
         self.decisions.offer((routing.subject(request.model, "decision"), event))
@@ -264,13 +262,15 @@ class RouterService(Lifecycle):
             return
         now_s = self.now_s()
         if not request.routed:  # no ready replica: an arrival `routed` never saw, and a miss
-            self._estimators[request.model].observe_arrival(
-                now_s, self._settings.plan_prompt_tokens
-            )
+            self._plan_arrival(request.model, now_s)
         # OIP answers in one message, so its duration stands in for the time to first token;
         # any other end (a failure, a cancel or deadline while a replica worked) is a miss.
         met = request.status == "ok" and request.duration_s <= self._plan_cfg.ttft_slo_s
         self._outcomes.record(request.model, now_s - request.duration_s, met)
+
+    def _plan_arrival(self, model: str, now_s: float) -> None:
+        """One shared-pool request's arrival, for the plan (once per request)."""
+        self._estimators[model].observe_arrival(now_s, self._settings.plan_prompt_tokens)
 
     # -- loops -------------------------------------------------------------------------------
 
