@@ -338,11 +338,12 @@ async def followed(gateway: FakeGateway, recommended: int) -> int:
     """The recommendation once the gateway's configured replicas follow it (FOLLOW_PLAN may
     drain off the decision's path: wait for it, with a deadline)."""
     want = min(recommended, len(STATIC))
-    await eventually(
-        lambda: sum(not owner for owner in gateway.replica_owners().values()) == want,
-        5,
-        what=f"{want} configured replicas routed",
-    )
+
+    async def routed() -> bool:
+        await asyncio.sleep(0)  # a follow running off the decision's path gets its turn
+        return sum(not owner for owner in gateway.replica_owners().values()) == want
+
+    await eventually(routed, 5, what=f"{want} configured replicas routed")
     return recommended
 
 
