@@ -179,7 +179,6 @@ class RouterService(Lifecycle):
                 self.metrics.recommendations.labels(m, reason.value)
         self._kv: KeyValue | None = None
         self._replicas_kv: KeyValue | None = None
-        self._static_replicas = dict(gw_settings.replicas)
         # The bucket's current entries, by key; what the reconciliation reads.
         self.registrations: dict[str, ReplicaRegistration] = {}
         self.rest = (
@@ -252,21 +251,34 @@ class RouterService(Lifecycle):
             return
         now_s = self.now_s()
         self.forecasts.observe_arrival(request.model, request.replica, now_s)
-        if request.attempt == 1:  # a failover is the same request again
-            self._estimators[request.model].observe_arrival(
-                now_s, self._settings.plan_prompt_tokens
-            )
+        # A failover is the same request again; a tenant's request is its own replicas' work,
+        # not the shared pool's the plan sizes.
+        if request.attempt == 1 and not request.owner:
+            self._plan_arrival(request.model, now_s)
         self._windows[(request.model, request.replica)].requests += 1
         event = decision_event(request, at=self._clock.now())
         self.decisions.offer((routing.subject(request.model, "decision"), event))
 
     def finished(self, request: FinishedRequest) -> None:
-        if request.model not in self._models or request.replica is None:
+        if request.model not in self._models:
             return
-        self._windows[(request.model, request.replica)].durations_s.append(request.duration_s)
-        # OIP answers in one message, so its duration stands in for the time to first token.
+        if request.replica is not None:
+            self._windows[(request.model, request.replica)].durations_s.append(request.duration_s)
+        # The plan's SLO outcomes: every shared-pool request but a client's malformed one (no
+        # number of replicas answers it); a tenant's requests are its own replicas' work.
+        if request.owner or request.status == "client_error":
+            return
+        now_s = self.now_s()
+        if not request.routed:  # no ready replica: an arrival `routed` never saw, and a miss
+            self._plan_arrival(request.model, now_s)
+        # OIP answers in one message, so its duration stands in for the time to first token;
+        # any other end (a failure, a cancel or deadline while a replica worked) is a miss.
         met = request.status == "ok" and request.duration_s <= self._plan_cfg.ttft_slo_s
-        self._outcomes.record(request.model, self.now_s() - request.duration_s, met)
+        self._outcomes.record(request.model, now_s - request.duration_s, met)
+
+    def _plan_arrival(self, model: str, now_s: float) -> None:
+        """One shared-pool request's arrival, for the plan (once per request)."""
+        self._estimators[model].observe_arrival(now_s, self._settings.plan_prompt_tokens)
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -401,7 +413,9 @@ class RouterService(Lifecycle):
     async def _follow(self, target: int) -> None:
         """Make the gateway's registered replicas the routable members of the replica set."""
         self.replica_set = self.replica_set.with_target(target)
-        change = self.replica_set.changes(list(self.gateway.replica_phases()))
+        # The shared pool's only: tenants' replicas are theirs to scale, never parked here.
+        shared = [n for n, owner in self.gateway.replica_owners().items() if not owner]
+        change = self.replica_set.changes(shared)
         for name in change.remove:
             # In-flight requests get up to one interval: the next decision's follow must not wait.
             emptied = await self.gateway.drain_replica(
@@ -527,11 +541,16 @@ class RouterService(Lifecycle):
             self.registrations.pop(key, None)
 
     def _registered_ready(self) -> bool:
-        return any(r.ready for r in self.registrations.values())
+        """A shared registration is ready: the configured list (what the plan parks) is out of
+        use. A tenant's registration never replaces it (`desired_replicas`), so it counts not."""
+        return any(r.ready and not r.owner for r in self.registrations.values())
 
     async def reconcile_replicas(self) -> None:
         """Add and drain gateway replicas so that they are `desired_replicas` of now."""
-        desired = desired_replicas(self.registrations.values(), self._static_replicas)
+        # The configured replicas the plan has not parked (all of them without follow_plan):
+        # a change in the bucket must not bring back what `_follow` drained.
+        static = {m.name: m.address for m in self.replica_set.routable()}
+        desired = desired_replicas(self.registrations.values(), static)
         owners = self.gateway.replica_owners()
         current = {
             name: ReplicaTarget(name=name, address=address, models=models, owner=owners[name])

@@ -74,16 +74,26 @@ class RoutedRequest:
     alternatives: tuple[str, ...]
     # The gateway's monotonic clock at the decision.
     at_s: float
+    # Whose replicas it may reach: the tenant its header named; "": the shared pool.
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinishedRequest:
-    """One inference request answered (or failed) by the gateway."""
+    """One inference request answered (or failed) by the gateway, whatever ended it: a
+    replica's answer or failure, the client's cancel or deadline while a replica worked, no
+    ready replica, or the gateway's own refusal of a malformed request (`client_error`)."""
 
     model: str
+    # The replica it was last sent to (None: none was chosen, or it failed before the send).
     replica: str | None
     status: str
     duration_s: float
+    # Whose replicas it could reach: the tenant its header named; "": the shared pool.
+    owner: str = ""
+    # False when no replica was chosen for it (none ready, or it failed before the choice):
+    # the observer was not told of it by `routed`, so this is its only report.
+    routed: bool = True
 
 
 @runtime_checkable

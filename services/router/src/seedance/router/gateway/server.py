@@ -247,6 +247,7 @@ class OipGateway:
                     attempt=len(tried) + 1,
                     alternatives=tuple(r.name for r in candidates if r is not chosen),
                     at_s=self._monotonic_s(),
+                    owner=owner,
                 )
             )
         return chosen
@@ -267,11 +268,14 @@ class OipGateway:
         on_first_send: Callable[[], None] | None = None,
         request_id: str | None = None,
         owner: str = "",
+        chosen: list[str],
     ) -> tuple[Message, Replica]:
         """Send `request` to a chosen replica of `owner` ("": the shared pool), failing over
         while the failure is retryable.
 
         `request_id` is given for inference requests only: those are what the observer sees.
+        `chosen` gets each replica's name as it is chosen. It is the caller's so that a call
+        cancelled in here (no value returns) still names the replica that was working on it.
         """
         tried: set[str] = set()
         last: InferenceError | None = None
@@ -279,6 +283,7 @@ class OipGateway:
             replica = self._pick(model, tried, request_id, owner)
             if replica is None:
                 break
+            chosen.append(replica.name)
             if on_first_send is not None and not tried:
                 on_first_send()
             timeout_s = self._timeout_s(remaining())
@@ -347,13 +352,22 @@ class OipGateway:
         status: StatusClass,
         region: str | None,
         duration_s: float,
+        owner: str,
+        routed: bool,
     ) -> None:
         self._metrics.request_done(
             model=model, replica=replica, status=status, region=region, duration_s=duration_s
         )
         if self._observer is not None:
             self._observer.finished(
-                FinishedRequest(model=model, replica=replica, status=status, duration_s=duration_s)
+                FinishedRequest(
+                    model=model,
+                    replica=replica,
+                    status=status,
+                    duration_s=duration_s,
+                    owner=owner,
+                    routed=routed,
+                )
             )
 
     @property
@@ -393,7 +407,17 @@ class OipGateway:
         arrival_s = self._monotonic_s()
         model = request.model_name
         route = self._routes.get(model)
-        replica_name: str | None = None
+        # Every replica chosen for it, in order: whatever ends the call, its outcome is reported
+        # with the last (a client's cancel while a replica works is that model's miss too).
+        chosen: list[str] = []
+        owner = ""  # until the header is read (a bad one is a client error: no SLO outcome)
+
+        def done(status: StatusClass, replica: str | None) -> None:
+            self._done(
+                model=model, replica=replica, status=status, region=region, owner=owner,
+                duration_s=self._monotonic_s() - arrival_s, routed=bool(chosen),
+            )  # fmt: skip
+
         try:
             owner = self.owner_of(tenant)
             if route is not None and route.input_layouts:
@@ -417,35 +441,17 @@ class OipGateway:
                 on_first_send=queued,
                 request_id=request.id,
                 owner=owner,
+                chosen=chosen,
             )
-            replica_name = replica.name
             if route is not None and route.output_layouts:
                 convert_response_layouts(response, route.output_layouts)
         except asyncio.CancelledError:
-            self._done(
-                model=model,
-                replica=replica_name,
-                status="cancelled",
-                region=region,
-                duration_s=self._monotonic_s() - arrival_s,
-            )
+            done("cancelled", chosen[-1] if chosen else None)
             raise
         except InferenceError as failure:
-            self._done(
-                model=model,
-                replica=failure.replica,
-                status=status_class(failure.code),
-                region=region,
-                duration_s=self._monotonic_s() - arrival_s,
-            )
+            done(status_class(failure.code), failure.replica)
             raise
-        self._done(
-            model=model,
-            replica=replica_name,
-            status="ok",
-            region=region,
-            duration_s=self._monotonic_s() - arrival_s,
-        )
+        done("ok", replica.name)
         return response
 
     async def forward_simple(
@@ -478,6 +484,7 @@ class OipGateway:
             remaining=remaining,
             retry_safe=True,
             owner=self.owner_of(tenant),
+            chosen=[],
         )
         return response
 
