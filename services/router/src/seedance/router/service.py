@@ -71,6 +71,7 @@ from seedance.router.mapping import (
     weights_event,
 )
 from seedance.router.metrics import RouterMetrics
+from seedance.router.plan_leader import FleetPlanner, gateway_name
 from seedance.router.planner_feed import OutcomesByArrival, observed_slo
 from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
@@ -159,6 +160,19 @@ class RouterService(Lifecycle):
         self.plans = {m: PlanState(replicas=start) for m in self._models}
         # The SLO outcomes since the last plan, by arrival: what the planner learns from.
         self._outcomes = OutcomesByArrival(self._plan_cfg.interval_s)
+        # One planner per fleet: every gateway reports, the lease holder plans on them all.
+        self.fleet_plan = FleetPlanner(
+            fleet=settings.fleet,
+            gateway=gateway_name(settings.instance),
+            models=self._models,
+            bin_s=self._plan_cfg.interval_s,
+            clock=clock,
+            now_s=self.now_s,
+            outcomes=self._outcomes,
+            plans=self.plans,
+            estimators=self._estimators,
+            on_leading=self.metrics.plan_leader.set,
+        )
         self.engine_queues = (
             EngineQueues(
                 urls=parse_engine_metrics(settings.engine_metrics),
@@ -191,6 +205,8 @@ class RouterService(Lifecycle):
         runtime.loop(self._stats_loop)
         if settings.plan:
             runtime.loop(self._plan_loop)
+            runtime.loop(self.fleet_plan.report_loop)
+            runtime.loop(self.fleet_plan.keep_lease)
         if settings.forecast:
             runtime.loop(self._forecast_loop)
 
@@ -205,6 +221,7 @@ class RouterService(Lifecycle):
         if self._settings.discover_replicas:
             self._replicas_kv = await ensure_bucket(self._rt.bus, routing.REPLICAS_BUCKET)
         self._store = await ModelStore.open(self._rt.bus, self._settings.fleet)
+        await self.fleet_plan.start(self._rt.bus)
         if self._settings.forecast:
             model = await self._store.latest()
             if model is not None:
@@ -235,6 +252,8 @@ class RouterService(Lifecycle):
             await self._flush()  # what the request path queued before the drain
         if self.engine_queues is not None:
             await self.engine_queues.close()
+        with contextlib.suppress(*TRANSIENT_BUS_ERRORS):
+            await self.fleet_plan.close()  # the lease, so a standby need not wait for its TTL
         await self._rt.close()
 
     # -- observer (request path: record only) ------------------------------------------------
@@ -245,8 +264,8 @@ class RouterService(Lifecycle):
         now_s = self.now_s()
         self.forecasts.observe_arrival(request.model, request.replica, now_s)
         if request.attempt == 1:  # a failover is the same request again
-            self._estimators[request.model].observe_arrival(
-                now_s, self._settings.plan_prompt_tokens
+            self.fleet_plan.arrivals.record(
+                request.model, now_s, self._settings.plan_prompt_tokens
             )
         self._windows[(request.model, request.replica)].requests += 1
         event = decision_event(request, at=self._clock.now())
@@ -283,11 +302,14 @@ class RouterService(Lifecycle):
             await self.plan_once()
 
     async def plan_once(self) -> list[ReplicaRecommendation]:
-        """One planner decision per model: publish it, export it, and follow it if asked."""
+        """One planner decision per model, by the fleet's planner only (`plan_leader`), as of
+        what every gateway has reported: publish it, export it, and follow it if asked."""
+        now_s = await self.fleet_plan.ready()
+        if now_s is None:
+            return []  # another gateway plans, or nothing new was reported
         gauges = await self._read_queues()
-        now_s = self.now_s()
         cfg = self._plan_cfg
-        outcomes = self._outcomes.take()
+        outcomes = self.fleet_plan.merge.take_outcomes()
         ready = [n for n, p in self.gateway.replica_phases().items() if p is ReplicaPhase.READY]
         # The models each replica may be sent (None: all).
         serves = {
@@ -332,6 +354,7 @@ class RouterService(Lifecycle):
             )
             out.append(event)
             events.append((routing.subject(model, "replicas"), event))
+        await self.fleet_plan.save()
         # The plan sizes the configured replica set; registered replicas are the registrar's
         # to scale, so it is followed only while the configured list is in use.
         if self._settings.follow_plan and out and not self._registered_ready():
