@@ -132,7 +132,9 @@ class FleetPlanner:
         self._bus = bus
         self._kv = await ensure_bucket(bus, PLAN_BUCKET)
         leases = await ensure_bucket(bus, LEASES_BUCKET)
-        self.lease = Lease(leases, f"router-plan.{self.fleet}", self.gateway, self._clock, _LEASE_TTL_S)
+        self.lease = Lease(
+            leases, f"router-plan.{self.fleet}", self.gateway, self._clock, _LEASE_TTL_S
+        )
 
     async def keep_lease(self) -> None:
         assert self.lease is not None
@@ -154,7 +156,9 @@ class FleetPlanner:
         """Publish the bins ended by `now_s` (one per model, empty ones too)."""
         assert self._bus is not None
         until_s = bin_end_s(now_s, self._bin_s) - self._bin_s
-        since_s = self._reported_until_s if self._reported_until_s is not None else until_s - self._bin_s
+        since_s = (
+            self._reported_until_s if self._reported_until_s is not None else until_s - self._bin_s
+        )
         if since_s >= until_s:
             return
         self._reported_until_s = until_s
@@ -229,7 +233,8 @@ class FleetPlanner:
             log.warning("plan_snapshot_failed", error=repr(exc))
 
     async def _restore(self) -> None:
-        assert self._kv is not None and self._bus is not None
+        assert self._kv is not None
+        assert self._bus is not None
         snapshot: PlanSnapshot | None = None
         try:
             entry = await self._kv.get(self.fleet)
@@ -288,7 +293,8 @@ class FleetPlanner:
 
     async def _catch_up(self) -> None:
         """Apply every report the consumer holds now (the server's count)."""
-        assert self._bus is not None and self._reader is not None
+        assert self._bus is not None
+        assert self._reader is not None
         spec = replica_consumer("router-plan", self.fleet)
         try:
             info = await self._bus.js.consumer_info(spec.stream, spec.durable)

@@ -264,9 +264,7 @@ class RouterService(Lifecycle):
         now_s = self.now_s()
         self.forecasts.observe_arrival(request.model, request.replica, now_s)
         if request.attempt == 1:  # a failover is the same request again
-            self.fleet_plan.arrivals.record(
-                request.model, now_s, self._settings.plan_prompt_tokens
-            )
+            self.fleet_plan.arrivals.record(request.model, now_s, self._settings.plan_prompt_tokens)
         self._windows[(request.model, request.replica)].requests += 1
         event = decision_event(request, at=self._clock.now())
         self.decisions.offer((routing.subject(request.model, "decision"), event))

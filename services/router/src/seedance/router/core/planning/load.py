@@ -107,14 +107,14 @@ class LoadEstimator:
         )
 
     @classmethod
-    def restore(cls, state: EstimatorState, cfg: LoadEstimatorConfig | None = None) -> LoadEstimator:
+    def restore(
+        cls, state: EstimatorState, cfg: LoadEstimatorConfig | None = None
+    ) -> LoadEstimator:
         est = cls(cfg)
         est._arrivals = deque(state.arrivals)
         est._kv_used_tokens = state.kv_used_tokens
         est._open = deque(state.open)
-        est._errors = {
-            h: deque(e, maxlen=est.cfg.error_samples) for h, e in state.errors
-        }
+        est._errors = {h: deque(e, maxlen=est.cfg.error_samples) for h, e in state.errors}
         est._first_s = state.first_s
         return est
 
