@@ -182,6 +182,8 @@ async def test_two_gateways_one_planner_and_a_handover(auth_url: str, unique: st
         est = a.fleet_plan.estimators["m"]
         assert len(est.recent_arrivals(T0 + 180, 60)) == pytest.approx(40 * 60, rel=0.1)
 
+        # b follows the count the fleet's planner left in its snapshot (FOLLOW_PLAN).
+        assert await b.fleet_plan.fleet_target() == led[-1].replicas
         # The lease expires (the bucket's TTL, here a delete): a stops planning at once.
         leases = await ensure_bucket(admin, "seedance-leases")
         await leases.purge(f"router-plan.{fleet}")

@@ -208,6 +208,21 @@ class FleetPlanner:
         self.planned_s = as_of
         return as_of
 
+    async def fleet_target(self) -> int | None:
+        """The largest count the fleet's planner last recommended over this gateway's models,
+        from its snapshot (None: none yet): what a gateway that does not plan follows."""
+        assert self._kv is not None
+        try:
+            entry = await self._kv.get(self.fleet)
+            snapshot = msgspec.msgpack.decode(entry.value or b"", type=PlanSnapshot)
+        except (KeyNotFoundError, msgspec.DecodeError):
+            return None
+        except TRANSIENT_BUS_ERRORS as exc:  # the next interval reads it again
+            log.warning("plan_snapshot_read_failed", error=repr(exc))
+            return None
+        counts = [snapshot.models[m].plan.replicas for m in self._models if m in snapshot.models]
+        return max(counts) if counts else None
+
     async def save(self) -> None:
         """Snapshot the planner's state (after a plan): what a new leader resumes from."""
         assert self._kv is not None

@@ -303,8 +303,12 @@ class RouterService(Lifecycle):
         """One planner decision per model, by the fleet's planner only (`plan_leader`), as of
         what every gateway has reported: publish it, export it, and follow it if asked."""
         now_s = await self.fleet_plan.ready()
-        if now_s is None:
-            return []  # another gateway plans, or nothing new was reported
+        if now_s is None:  # another gateway plans (follow its count), or nothing new came
+            if self._settings.follow_plan and not self.fleet_plan.leading:
+                target = await self.fleet_plan.fleet_target()
+                if target is not None and not self._registered_ready():
+                    await self._follow(target)
+            return []
         gauges = await self._read_queues()
         cfg = self._plan_cfg
         outcomes = self.fleet_plan.merge.take_outcomes()
