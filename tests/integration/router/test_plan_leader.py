@@ -15,6 +15,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import nats
 import pytest
 from nats.js.errors import KeyNotFoundError
@@ -26,7 +27,7 @@ from seedance.events import encode, new_event_id
 from seedance.events.routing import PlanObservations, ReplicaRecommendation
 from seedance.events.subjects import routing
 from seedance.router.gateway import FinishedRequest, ReplicaPhase, RoutedRequest
-from seedance.router.plan_leader import PLAN_BUCKET
+from seedance.router.plan_leader import PLAN_BUCKET, PlanSnapshot
 from seedance.router.service import RouterService
 from seedance.router.settings import RouterSettings
 from tests.integration.conftest import shipped_password
@@ -247,3 +248,32 @@ def replace_id(event: PlanObservations) -> PlanObservations:
         since_s=event.since_s,
         until_s=event.until_s,
     )
+
+
+async def test_a_snapshot_too_large_for_a_message_keeps_the_plans_and_the_newest_arrivals(
+    auth_url: str, unique: str
+) -> None:
+    """At a high rate the estimators' ten minutes of arrivals outgrow the server's 1 MiB
+    message: the snapshot keeps the newest of them that fit, and every plan."""
+    fleet = f"h{unique}"[:30]
+    bus = await Bus.connect(_as(auth_url, "router"))
+    try:
+        clock = _Clock(T0)
+        svc = await _router(bus, clock, fleet, "gw-a")
+        assert svc.fleet_plan.lease is not None
+        assert await svc.fleet_plan.lease.try_acquire()
+        await svc.fleet_plan.ready()  # restores (nothing) and binds
+        many = [(T0 + i * 0.002, 1024) for i in range(300_000)]  # 500 req/s for 10 min
+        svc.fleet_plan.estimators["m"].observe_arrivals(many)
+        svc.plans["m"] = replace(svc.plans["m"], replicas=9, capacity_factor=2.5)
+        await svc.fleet_plan.save()
+        entry = await (await ensure_bucket(bus, PLAN_BUCKET)).get(fleet)
+        assert entry.value is not None
+        assert len(entry.value) <= bus.nc.max_payload
+        snapshot = msgspec.msgpack.decode(entry.value, type=PlanSnapshot)
+        assert snapshot.models["m"].plan == svc.plans["m"]
+        kept = snapshot.models["m"].estimator.arrivals
+        assert 0 < len(kept) < len(many)
+        assert list(kept) == many[-len(kept) :]  # the newest
+    finally:
+        await bus.close()

@@ -21,6 +21,7 @@ import contextlib
 import re
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import msgspec
 from nats.aio.msg import Msg
@@ -31,7 +32,6 @@ from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
-from seedance.events import Event
 from seedance.events.codec import DecodeError, decode
 from seedance.events.routing import PlanObservations
 from seedance.events.subjects import replica_consumer
@@ -122,7 +122,7 @@ class FleetPlanner:
         self._delivered = 0
         self._rev: int | None = None
         self._reported_until_s: float | None = None
-        self._unsent: list[list[tuple[str, Event]]] = []
+        self._unsent: list[list[tuple[str, PlanObservations]]] = []
 
     @property
     def leading(self) -> bool:
@@ -163,7 +163,7 @@ class FleetPlanner:
             return
         self._reported_until_s = until_s
         self._unsent.append(
-            observation_events(  # type: ignore[arg-type]
+            observation_events(
                 fleet=self.fleet,
                 gateway=self.gateway,
                 models=self._models,
@@ -175,7 +175,10 @@ class FleetPlanner:
             )
         )
         if len(self._unsent) > _UNSENT_BINS:
-            log.warning("plan_observations_dropped", until_s=self._unsent[0][0][1].until_s)  # type: ignore[attr-defined]
+            dropped = self._unsent[0]
+            log.warning(
+                "plan_observations_dropped", until_s=dropped[0][1].until_s if dropped else None
+            )
             del self._unsent[0]
         while self._unsent:
             try:
@@ -235,7 +238,7 @@ class FleetPlanner:
             },
             merge=self.merge.state(),
         )
-        value = msgspec.msgpack.encode(snapshot)
+        value = self._fitting(snapshot)
         try:
             if self._rev is None:
                 self._rev = await self._kv.create(self.fleet, value)
@@ -246,6 +249,29 @@ class FleetPlanner:
             await self._unbind()  # another leader wrote it: restore before leading again
         except TRANSIENT_BUS_ERRORS as exc:  # the next plan writes a newer one
             log.warning("plan_snapshot_failed", error=repr(exc))
+
+    def _fitting(self, snapshot: PlanSnapshot) -> bytes:
+        """The snapshot encoded within the server's message size: at a high rate the
+        estimators' arrivals (`moments_window_s` of them) may not fit; then only the newest
+        half is kept, again until it fits (logged). The plans, the factor among them, always
+        are."""
+        assert self._bus is not None
+        limit = self._bus.nc.max_payload - 4096  # headroom for the KV message's headers
+        value = msgspec.msgpack.encode(snapshot)
+        while len(value) > limit and any(m.estimator.arrivals for m in snapshot.models.values()):
+            models = {
+                name: msgspec.structs.replace(
+                    m,
+                    estimator=replace(
+                        m.estimator, arrivals=m.estimator.arrivals[len(m.estimator.arrivals) // 2 :]
+                    ),
+                )
+                for name, m in snapshot.models.items()
+            }
+            snapshot = msgspec.structs.replace(snapshot, models=models)
+            value = msgspec.msgpack.encode(snapshot)
+            log.warning("plan_snapshot_trimmed", fleet=self.fleet, size=len(value), limit=limit)
+        return value
 
     async def _restore(self) -> None:
         assert self._kv is not None
