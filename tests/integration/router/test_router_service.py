@@ -314,6 +314,13 @@ async def _slow(address: str, delay_ms: int) -> None:
         assert result.as_numpy("slept_ms").tolist() == [[delay_ms]]
 
 
+async def _plan_now(router: RouterService) -> list[ReplicaRecommendation]:
+    """What the report loop and the plan loop do, at the moment the test chooses: this
+    gateway's report of the bins ended by now, then the fleet planner's decision on them."""
+    await router.fleet_plan.report(router.now_s())
+    return await router.plan_once()
+
+
 async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engines_queues(
     nats_url: str, tritons: dict[str, Any], unique: str
 ) -> None:
@@ -338,11 +345,15 @@ async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engi
         engine_metrics=engines,
     ) as router:
         registry = router._rt.registry
+        # The fleet's planner is this gateway (its lease), bound to the reports from now on.
+        assert router.fleet_plan.lease is not None
+        assert await router.fleet_plan.lease.try_acquire()
+        assert await router.plan_once() == []  # nothing reported yet
         sent_from_s = router.now_s()
         for _ in range(6):
             await _slow(router.gateway.address, 10)
         sent_until_s = router.now_s()
-        await router.plan_once()
+        await _plan_now(router)
         decided_s = router.now_s()
         state = router.plans["slow"]
         # Six first tokens, all in time, filed under the bins they arrived in.
@@ -374,7 +385,7 @@ async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engi
                 return router.now_s() >= routed_s + 2 * interval_s
 
             await eventually(replayed_past, 5)
-            (rec,) = await router.plan_once()
+            (rec,) = await _plan_now(router)
             state = router.plans["slow"]
             assert state.backlog_s >= 8 * 1.0  # >= 8 waiting, ~1.02 s each
             backlog = _sample(registry, "seedance_router_planner_backlog_seconds", model="slow")

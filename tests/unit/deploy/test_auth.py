@@ -82,9 +82,11 @@ def test_a_catalogue_name_in_a_services_code_is_in_its_declaration(name: str) ->
     (a name is a string literal in the code: the catalogue's names are unique words)."""
     src = source_of(name)
     decl = IDENTITIES[name]
+    # A bucket it holds keys of (`KEY_GRANTS`) is declared there, not as a whole.
+    granted = tuple(g.bucket for g in permissions.KEY_GRANTS if g.identity == name)
     for names, declared in (
         (CONSUMERS, decl.consumes),
-        (BUCKETS, decl.buckets),
+        (BUCKETS, (*decl.buckets, *granted)),
         (OBJECT_STORES, decl.object_stores),
     ):
         spelled = {n for n in names if re.search(rf"[\"']{re.escape(n)}[\"']", src)}
@@ -313,7 +315,9 @@ def test_the_quota_policy_key_is_read_by_the_slicer_and_written_only_by_the_brid
     # the SlicingPolicy in force: the slicer follows it and cannot write it
     assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{SLICING_POLICY_KEY}" in slicer
     assert f"$JS.API.DIRECT.GET.KV_{POLICY_BUCKET}.{kv}.{QUOTA_USAGE_KEYS}" in bridge
-    assert key_grant_subjects("router") == []
+    # the router writes its fleets' planner leases, and none of the slicers' (nor policy keys)
+    router = key_grant_subjects("router")
+    assert [p for p in router if p.startswith("$KV.")] == ["$KV.seedance-leases.router-plan.*"]
     for holder in (slicer, bridge):  # a key's grant never reconfigures its bucket
         assert f"$JS.API.STREAM.UPDATE.KV_{POLICY_BUCKET}" not in holder
     with pytest.raises(PermissionsError, match="no KV bucket"):

@@ -183,8 +183,10 @@ IDENTITIES: dict[str, Declaration] = {
         Declaration(
             "router",
             publishes=("routing",),
-            consumes=("router-stats",),
-            buckets=("seedance-router-weights",),
+            # One router per fleet plans (a lease) from every gateway's observations, from the
+            # state it snapshots (docs/router.md, "One planner per fleet").
+            consumes=("router-stats", "router-plan"),
+            buckets=("seedance-router-weights", "seedance-router-plan"),
             # Replicas are registered by the trusted observer (the bridge from EndpointSlices)
             # or an operator; a gateway only watches them, so a compromised gateway cannot
             # point the fleet's traffic at an address of its choosing.
@@ -291,6 +293,8 @@ KEY_GRANTS: tuple[KeyGrant, ...] = (
     # The SlicingPolicy in force: the bridge writes it, the slicers follow it.
     KeyGrant("slicer", POLICY_BUCKET, SLICING_POLICY_KEY),
     KeyGrant("k8s-bridge", POLICY_BUCKET, SLICING_POLICY_KEY, write=True),
+    # The router fleets' planner leases (``router-plan.<fleet>``), and none of the slicers'.
+    KeyGrant("router", "seedance-leases", "router-plan.*", write=True),
 )
 
 

@@ -15,6 +15,7 @@ from seedance.events.replicas import ReplicaRegistration
 from seedance.events.tokens import Name
 
 __all__ = [
+    "PlanObservations",
     "ReplicaRecommendation",
     "ReplicaRegistration",
     "ReplicaStats",
@@ -85,4 +86,26 @@ class ReplicaRecommendation(
     replica_set: str = ""
 
 
-RoutingEvent = ReplicaStats | RoutingWeights | RoutingDecision | ReplicaRecommendation
+class PlanObservations(Event, frozen=True, kw_only=True, tag="route.plan_observations.v1"):
+    """What one gateway saw of a model over one planning bin: the planner's inputs.
+
+    Every gateway of a fleet publishes one per model and per bin ``[since_s, until_s)`` (epoch
+    seconds on the gateway's clock, bins `plan_interval_s` wide and aligned to the epoch, so the
+    gateways' bins coincide), empty ones included: the fleet's planner merges them and plans only
+    up to the bin that every live gateway has reported. `arrivals`: (arrival_s, prompt tokens)
+    of the requests routed in the bin (first attempts), in order. `outcomes`: (arrival bin's
+    start, met, requests) of the requests that finished in it, filed by when they arrived. The id
+    is derived from (fleet, gateway, model, bin), so a re-sent bin is a duplicate.
+    """
+
+    model: Name
+    gateway: Name
+    since_s: float
+    until_s: float
+    arrivals: list[tuple[float, int]] = msgspec.field(default_factory=list)
+    outcomes: list[tuple[float, int, int]] = msgspec.field(default_factory=list)
+
+
+RoutingEvent = (
+    ReplicaStats | RoutingWeights | RoutingDecision | ReplicaRecommendation | PlanObservations
+)

@@ -32,7 +32,17 @@ BUCKETS: dict[str, BucketSpec] = {
     b.name: b
     for b in (
         BucketSpec("seedance-slicer-state", description="slicer state snapshot per pool"),
-        BucketSpec("seedance-leases", ttl_s=10.0, description="leader leases (slicer per pool)"),
+        BucketSpec(
+            "seedance-leases",
+            ttl_s=10.0,
+            description="leader leases (slicer per pool, router planner per fleet)",
+        ),
+        # The router fleet's planner state (one key per fleet) with the stream sequence of the
+        # last observation it reflects: a new leader or a restart resumes from it.
+        BucketSpec(
+            "seedance-router-plan",
+            description="router planner state per fleet (snapshot + observation sequence)",
+        ),
         BucketSpec(
             "seedance-ledger", description="cost-ledger checkpoints (core snapshot + sequence)"
         ),

@@ -211,15 +211,17 @@ class slicing:
 
 
 class routing:
-    """``seedance.routing.<model>.{stats,weights,decision,replicas}``.
+    """``seedance.routing.<model>.{stats,weights,decision,replicas,observed}``.
 
     ``replicas`` carries the planner's `ReplicaRecommendation`: what an autoscaler (a Kubernetes
-    adapter, KEDA) subscribes to, per model or for all with `REPLICAS`.
+    adapter, KEDA) subscribes to, per model or for all with `REPLICAS`. ``observed`` carries
+    each gateway's `PlanObservations`, which the fleet's one planner reads (`OBSERVED`).
     """
 
     ALL = f"{ROOT}.routing.>"
     STATS = f"{ROOT}.routing.*.stats"
     REPLICAS = f"{ROOT}.routing.*.replicas"
+    OBSERVED = f"{ROOT}.routing.*.observed"
 
     @staticmethod
     def subject(model: str, kind: str) -> str:
@@ -437,6 +439,12 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         _c("slicer-shares", "SEEDANCE_SLICING", slicing.SHARES, deliver_new=True),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
+        # The fleet's planner (the router holding its lease) reads every gateway's observations
+        # with ``router-plan-<fleet>`` (see replica_consumer): no acks, it replays from the
+        # sequence its state snapshot reflects (seedance-router-plan).
+        ConsumerSpec(
+            "router-plan", "SEEDANCE_ROUTING", (routing.OBSERVED,), acked=False, inactive_s=3600.0
+        ),
     )
 }
 

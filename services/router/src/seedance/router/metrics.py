@@ -102,6 +102,11 @@ class RouterMetrics:
             ["model"],
             registry=registry,
         )
+        self.plan_leader = Gauge(
+            "seedance_router_plan_leader",
+            "1 while this gateway holds its fleet's planner lease and plans (one per fleet).",
+            registry=registry,
+        )
         self.planner_held = Gauge(
             "seedance_router_planner_held_replicas",
             "The count the planner holds where it does not follow the forecast: what the last "

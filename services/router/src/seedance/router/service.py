@@ -71,6 +71,7 @@ from seedance.router.mapping import (
     weights_event,
 )
 from seedance.router.metrics import RouterMetrics
+from seedance.router.plan_leader import FleetPlanner, gateway_name
 from seedance.router.planner_feed import MissingGauges, OutcomesByArrival, observed_slo
 from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
@@ -164,6 +165,19 @@ class RouterService(Lifecycle):
         self.plans = {m: PlanState(replicas=start) for m in self._models}
         # The SLO outcomes since the last plan, by arrival: what the planner learns from.
         self._outcomes = OutcomesByArrival(self._plan_cfg.interval_s)
+        # One planner per fleet: every gateway reports, the lease holder plans on them all.
+        self.fleet_plan = FleetPlanner(
+            fleet=settings.fleet,
+            gateway=gateway_name(settings.instance),
+            models=self._models,
+            bin_s=self._plan_cfg.interval_s,
+            clock=clock,
+            now_s=self.now_s,
+            outcomes=self._outcomes,
+            plans=self.plans,
+            estimators=self._estimators,
+            on_leading=self.metrics.plan_leader.set,
+        )
         self.engine_queues = (
             EngineQueues(
                 urls=parse_engine_metrics(settings.engine_metrics),
@@ -197,6 +211,8 @@ class RouterService(Lifecycle):
         runtime.loop(self._stats_loop)
         if settings.plan:
             runtime.loop(self._plan_loop)
+            runtime.loop(self.fleet_plan.report_loop)
+            runtime.loop(self.fleet_plan.keep_lease)
         if settings.forecast:
             runtime.loop(self._forecast_loop)
 
@@ -211,6 +227,7 @@ class RouterService(Lifecycle):
         if self._settings.discover_replicas:
             self._replicas_kv = await ensure_bucket(self._rt.bus, routing.REPLICAS_BUCKET)
         self._store = await ModelStore.open(self._rt.bus, self._settings.fleet)
+        await self.fleet_plan.start(self._rt.bus)
         if self._settings.forecast:
             model = await self._store.latest()
             if model is not None:
@@ -242,6 +259,8 @@ class RouterService(Lifecycle):
             await self._flush()  # what the request path queued before the drain
         if self.engine_queues is not None:
             await self.engine_queues.close()
+        with contextlib.suppress(*TRANSIENT_BUS_ERRORS):
+            await self.fleet_plan.close()  # the lease, so a standby need not wait for its TTL
         await self._rt.close()
 
     # -- observer (request path: record only) ------------------------------------------------
@@ -278,7 +297,7 @@ class RouterService(Lifecycle):
 
     def _plan_arrival(self, model: str, now_s: float) -> None:
         """One shared-pool request's arrival, for the plan (once per request)."""
-        self._estimators[model].observe_arrival(now_s, self._settings.plan_prompt_tokens)
+        self.fleet_plan.arrivals.record(model, now_s, self._settings.plan_prompt_tokens)
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -311,7 +330,15 @@ class RouterService(Lifecycle):
             due_s += math.floor(late_s / interval_s) * interval_s if late_s > interval_s else 0.0
 
     async def plan_once(self) -> list[ReplicaRecommendation]:
-        """One planner decision per model: publish it, export it, and follow it if asked."""
+        """One planner decision per model, by the fleet's planner only (`plan_leader`), as of
+        what every gateway has reported: publish it, export it, and follow it if asked."""
+        now_s = await self.fleet_plan.ready()
+        if now_s is None:  # another gateway plans (follow its count), or nothing new came
+            if self._settings.follow_plan and not self.fleet_plan.leading:
+                target = await self.fleet_plan.fleet_target()
+                if target is not None and not self._registered_ready():
+                    self._follow_in_background(target)
+            return []
         owners = self.gateway.replica_owners()
         # The shared pool's (owner "") ready replicas only: a tenant's are its own to size, and
         # its endpoint (at the host it registered) is neither scraped nor trusted here.
@@ -321,9 +348,8 @@ class RouterService(Lifecycle):
             if p is ReplicaPhase.READY and owners.get(n, "") == ""
         ]
         gauges = await self._read_queues(ready)
-        now_s = self.now_s()
         cfg = self._plan_cfg
-        outcomes = self._outcomes.take()
+        outcomes = self.fleet_plan.merge.take_outcomes()
         # The models each replica may be sent (None: all).
         serves = {
             name: self._models if models is None else models
@@ -379,6 +405,7 @@ class RouterService(Lifecycle):
             )
             out.append(event)
             events.append((routing.subject(model, "replicas"), event))
+        await self.fleet_plan.save()
         try:
             await self._rt.bus.publish_many(events)
         except TRANSIENT_BUS_ERRORS as exc:  # the next interval recommends afresh

@@ -94,6 +94,9 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: The gateway routes only to the first `replicas` members of its replica set that the plan
     #: recommends (the largest over its models) and drains the others.
     follow_plan: bool = False
+    #: This gateway's name in the planner reports it publishes (empty: the host name, the
+    #: pod's on Kubernetes). Unique within the fleet.
+    instance: str = ""
     #: ``name=url,...``: each replica's Prometheus endpoint whose queue gauges the planner's
     #: backlog rule reads (Triton's ``http://host:8002/metrics``, vLLM's ``/metrics``).
     engine_metrics: str = ""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from seedance.router.core.planning.sizing import LoadForecast
 
-__all__ = ["LoadEstimator", "LoadEstimatorConfig"]
+__all__ = ["EstimatorState", "LoadEstimator", "LoadEstimatorConfig"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +55,19 @@ class LoadEstimatorConfig:
             )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EstimatorState:
+    """A `LoadEstimator`'s memory as one serialisable value (`LoadEstimator.state`)."""
+
+    arrivals: tuple[tuple[float, int], ...] = ()
+    kv_used_tokens: float = 0.0
+    # Forecasts made and not yet due: (due_s, horizon_s, forecast rate).
+    open: tuple[tuple[float, float, float], ...] = ()
+    # (horizon_s, its errors, oldest first).
+    errors: tuple[tuple[float, tuple[float, ...]], ...] = ()
+    first_s: float | None = None
+
+
 class LoadEstimator:
     """Causal load forecasts for one model; `observe_*` in time order, then `forecast`."""
 
@@ -71,6 +84,39 @@ class LoadEstimator:
         if self._first_s is None:
             self._first_s = arrival_s
         self._arrivals.append((arrival_s, prompt_tokens))
+
+    def observe_arrivals(self, arrivals: list[tuple[float, int]]) -> None:
+        """Several arrivals at once, in any order relative to those already observed (the
+        fleet's planner merges gateways' observations); kept in time order."""
+        if not arrivals:
+            return
+        first = min(t for t, _ in arrivals)
+        self._first_s = first if self._first_s is None else min(self._first_s, first)
+        if self._arrivals and first < self._arrivals[-1][0]:
+            self._arrivals = deque(sorted([*self._arrivals, *arrivals]))
+        else:
+            self._arrivals.extend(sorted(arrivals))
+
+    def state(self) -> EstimatorState:
+        return EstimatorState(
+            arrivals=tuple(self._arrivals),
+            kv_used_tokens=self._kv_used_tokens,
+            open=tuple(self._open),
+            errors=tuple((h, tuple(e)) for h, e in sorted(self._errors.items())),
+            first_s=self._first_s,
+        )
+
+    @classmethod
+    def restore(
+        cls, state: EstimatorState, cfg: LoadEstimatorConfig | None = None
+    ) -> LoadEstimator:
+        est = cls(cfg)
+        est._arrivals = deque(state.arrivals)
+        est._kv_used_tokens = state.kv_used_tokens
+        est._open = deque(state.open)
+        est._errors = {h: deque(e, maxlen=est.cfg.error_samples) for h, e in state.errors}
+        est._first_s = state.first_s
+        return est
 
     def observe_kv(self, kv_used_tokens: float) -> None:
         self._kv_used_tokens = kv_used_tokens

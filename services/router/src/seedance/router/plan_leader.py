@@ -1,0 +1,369 @@
+"""One replica planner per router fleet: every gateway reports, the lease holder plans.
+
+Owns the bus side of the fleet's planning. Every gateway publishes what it observed per model
+and per planning bin (`plan_observations`) on ``seedance.routing.<model>.observed``. The
+gateway holding the lease ``router-plan.<fleet>`` (``seedance-leases``) reads every gateway's
+reports with its ``router-plan-<fleet>`` consumer, merges them (`ObservationMerge`) into the
+planner's estimators and outcome tally, and the service plans on that merged view; the other
+gateways only route. After each plan the leader writes the planner's whole state (each model's
+`PlanState` and `EstimatorState`, the merge, the stream sequence they reflect) to
+``seedance-router-plan`` under ``<fleet>``; a new leader (a standby, or the same router
+restarted) restores it and replays the reports published since, so neither a handover nor a
+restart forgets the learnt capacity factor or starts the fleet's count afresh.
+
+Must not decide (the planner does) nor route. A leader that finds its snapshot written by
+another (a compare-and-set refused) stops leading until it holds the lease again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KeyValue
+
+from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock
+from seedance.core.kv import Lease, ensure_bucket
+from seedance.core.logs import get_logger
+from seedance.core.reader import PullReader, ReaderInterrupted
+from seedance.events.codec import DecodeError, decode
+from seedance.events.routing import PlanObservations
+from seedance.events.subjects import replica_consumer
+from seedance.router.core.planning.load import EstimatorState, LoadEstimator
+from seedance.router.core.planning.planner import PlanState
+from seedance.router.plan_observations import (
+    ArrivalLog,
+    MergeState,
+    ObservationMerge,
+    bin_end_s,
+    observation_events,
+)
+from seedance.router.planner_feed import OutcomesByArrival
+
+__all__ = ["PLAN_BUCKET", "FleetPlanner", "PlanSnapshot", "gateway_name"]
+
+log = get_logger(__name__)
+
+PLAN_BUCKET = "seedance-router-plan"
+LEASES_BUCKET = "seedance-leases"
+# The leases bucket's TTL (`seedance.events.stores`): the lease is refreshed every third of it.
+_LEASE_TTL_S = 10.0
+# Reports not yet published (the bus away) kept for the next attempt; older ones are dropped
+# (logged): a bin lost is traffic the planner does not see, a backlog without bound is worse.
+_UNSENT_BINS = 8
+# How long a catch-up waits for reports the consumer says are pending.
+_CATCH_UP_S = 5.0
+_CATCH_UP_POLL_S = 0.5
+
+
+class ModelSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    plan: PlanState
+    estimator: EstimatorState
+
+
+class PlanSnapshot(msgspec.Struct, frozen=True, kw_only=True, tag="router.plan_snapshot.v1"):
+    """The fleet planner's state, and the stream sequence of the last report it reflects."""
+
+    seq: int
+    # The time (`ObservationMerge.as_of_s`) the last plan was made as of (None: none yet).
+    planned_s: float | None = None
+    models: dict[str, ModelSnapshot] = msgspec.field(default_factory=dict)
+    merge: MergeState = msgspec.field(default_factory=MergeState)
+
+
+def gateway_name(configured: str = "") -> str:
+    """This gateway's name in its reports: the setting, else the host name (the pod's), as a
+    subject token."""
+    name = configured or socket.gethostname()
+    return re.sub(r"[^A-Za-z0-9_-]", "-", name)[:64] or "gateway"
+
+
+class FleetPlanner:
+    """Reports this gateway's observations; while holding the fleet's lease, merges every
+    gateway's reports into `plans` / `estimators` (the service's dicts, updated in place)."""
+
+    def __init__(
+        self,
+        *,
+        fleet: str,
+        gateway: str,
+        models: Sequence[str],
+        bin_s: float,
+        clock: Clock,
+        now_s: Callable[[], float],
+        outcomes: OutcomesByArrival,
+        plans: dict[str, PlanState],
+        estimators: dict[str, LoadEstimator],
+        on_leading: Callable[[bool], None] = lambda _: None,
+    ) -> None:
+        self.fleet, self.gateway = fleet, gateway
+        self._models = tuple(models)
+        self._bin_s = bin_s
+        self._clock = clock
+        self._now_s = now_s
+        self._outcomes = outcomes
+        self.plans, self.estimators = plans, estimators
+        self._initial_plans = dict(plans)
+        self._on_leading = on_leading
+        self.arrivals = ArrivalLog()
+        self.merge = ObservationMerge(estimators, bin_s)
+        self.seq = 0
+        self.planned_s: float | None = None
+        self._bus: Bus | None = None
+        self._kv: KeyValue | None = None
+        self.lease: Lease | None = None
+        self._reader: PullReader | None = None
+        self._delivered = 0
+        self._rev: int | None = None
+        self._reported_until_s: float | None = None
+        self._unsent: list[list[tuple[str, PlanObservations]]] = []
+
+    @property
+    def leading(self) -> bool:
+        return self._reader is not None and self.lease is not None and self.lease.held
+
+    async def start(self, bus: Bus) -> None:
+        self._bus = bus
+        self._kv = await ensure_bucket(bus, PLAN_BUCKET)
+        leases = await ensure_bucket(bus, LEASES_BUCKET)
+        self.lease = Lease(
+            leases, f"router-plan.{self.fleet}", self.gateway, self._clock, _LEASE_TTL_S
+        )
+
+    async def keep_lease(self) -> None:
+        assert self.lease is not None
+        await self.lease.keep()
+
+    async def close(self) -> None:
+        await self._unbind()
+        if self.lease is not None:
+            await self.lease.release()
+
+    # -- every gateway: reports --------------------------------------------------------------
+
+    async def report_loop(self) -> None:
+        while True:
+            await self._clock.sleep(max(0.0, bin_end_s(self._now_s(), self._bin_s) - self._now_s()))
+            await self.report(self._now_s())
+
+    async def report(self, now_s: float) -> None:
+        """Publish the bins ended by `now_s` (one per model, empty ones too)."""
+        assert self._bus is not None
+        until_s = bin_end_s(now_s, self._bin_s) - self._bin_s
+        since_s = (
+            self._reported_until_s if self._reported_until_s is not None else until_s - self._bin_s
+        )
+        if since_s >= until_s:
+            return
+        self._reported_until_s = until_s
+        self._unsent.append(
+            observation_events(
+                fleet=self.fleet,
+                gateway=self.gateway,
+                models=self._models,
+                since_s=since_s,
+                until_s=until_s,
+                arrivals=self.arrivals.take(until_s),
+                outcomes=self._outcomes.take(),
+                at=self._clock.now(),
+            )
+        )
+        if len(self._unsent) > _UNSENT_BINS:
+            dropped = self._unsent[0]
+            log.warning(
+                "plan_observations_dropped", until_s=dropped[0][1].until_s if dropped else None
+            )
+            del self._unsent[0]
+        while self._unsent:
+            try:
+                await self._bus.publish_many(self._unsent[0])
+            except TRANSIENT_BUS_ERRORS as exc:  # kept; the same ids make a retry a duplicate
+                log.warning("plan_observations_publish_failed", error=repr(exc))
+                return
+            del self._unsent[0]
+
+    # -- the lease holder: merge and snapshot ------------------------------------------------
+
+    async def ready(self) -> float | None:
+        """While this gateway holds the lease: every report published so far merged, and the
+        time the merged view is complete up to, if newer than the last plan's (else None)."""
+        if self.lease is None or not self.lease.held:
+            await self._unbind()
+            return None
+        try:
+            if self._reader is None:
+                await self._restore()
+                await self._bind()
+            await self._catch_up()
+        except TRANSIENT_BUS_ERRORS as exc:
+            log.warning("plan_observations_read_failed", error=repr(exc))
+            await self._unbind()
+            return None
+        as_of = self.merge.as_of_s
+        if as_of is None or (self.planned_s is not None and as_of <= self.planned_s):
+            return None
+        self.planned_s = as_of
+        return as_of
+
+    async def fleet_target(self) -> int | None:
+        """The largest count the fleet's planner last recommended over this gateway's models,
+        from its snapshot (None: none yet): what a gateway that does not plan follows."""
+        assert self._kv is not None
+        try:
+            entry = await self._kv.get(self.fleet)
+            snapshot = msgspec.msgpack.decode(entry.value or b"", type=PlanSnapshot)
+        except (KeyNotFoundError, msgspec.DecodeError):
+            return None
+        except TRANSIENT_BUS_ERRORS as exc:  # the next interval reads it again
+            log.warning("plan_snapshot_read_failed", error=repr(exc))
+            return None
+        counts = [snapshot.models[m].plan.replicas for m in self._models if m in snapshot.models]
+        return max(counts) if counts else None
+
+    async def save(self) -> None:
+        """Snapshot the planner's state (after a plan): what a new leader resumes from."""
+        assert self._kv is not None
+        snapshot = PlanSnapshot(
+            seq=self.seq,
+            planned_s=self.planned_s,
+            models={
+                m: ModelSnapshot(plan=self.plans[m], estimator=self.estimators[m].state())
+                for m in self._models
+            },
+            merge=self.merge.state(),
+        )
+        value = self._fitting(snapshot)
+        try:
+            if self._rev is None:
+                self._rev = await self._kv.create(self.fleet, value)
+            else:
+                self._rev = await self._kv.update(self.fleet, value, last=self._rev)
+        except KeyWrongLastSequenceError:
+            log.warning("plan_snapshot_superseded", fleet=self.fleet)
+            await self._unbind()  # another leader wrote it: restore before leading again
+        except TRANSIENT_BUS_ERRORS as exc:  # the next plan writes a newer one
+            log.warning("plan_snapshot_failed", error=repr(exc))
+
+    def _fitting(self, snapshot: PlanSnapshot) -> bytes:
+        """The snapshot encoded within the server's message size: at a high rate the
+        estimators' arrivals (`moments_window_s` of them) may not fit; then only the newest
+        half is kept, again until it fits (logged). The plans, the factor among them, always
+        are."""
+        assert self._bus is not None
+        limit = self._bus.nc.max_payload - 4096  # headroom for the KV message's headers
+        value = msgspec.msgpack.encode(snapshot)
+        while len(value) > limit and any(m.estimator.arrivals for m in snapshot.models.values()):
+            models = {
+                name: msgspec.structs.replace(
+                    m,
+                    estimator=replace(
+                        m.estimator, arrivals=m.estimator.arrivals[len(m.estimator.arrivals) // 2 :]
+                    ),
+                )
+                for name, m in snapshot.models.items()
+            }
+            snapshot = msgspec.structs.replace(snapshot, models=models)
+            value = msgspec.msgpack.encode(snapshot)
+            log.warning("plan_snapshot_trimmed", fleet=self.fleet, size=len(value), limit=limit)
+        return value
+
+    async def _restore(self) -> None:
+        assert self._kv is not None
+        assert self._bus is not None
+        snapshot: PlanSnapshot | None = None
+        try:
+            entry = await self._kv.get(self.fleet)
+        except KeyNotFoundError:
+            self._rev = None
+        else:
+            self._rev = entry.revision
+            try:
+                snapshot = msgspec.msgpack.decode(entry.value or b"", type=PlanSnapshot)
+            except msgspec.DecodeError as exc:  # another version's: start afresh, overwrite
+                log.warning("plan_snapshot_unreadable", fleet=self.fleet, error=str(exc))
+        self.plans.clear()
+        self.plans.update(self._initial_plans)
+        fresh = {m: LoadEstimator(self.estimators[m].cfg) for m in self._models}
+        if snapshot is None:
+            info = await self._bus.stream_info("SEEDANCE_ROUTING")
+            # No state: from the reports published from now on (a day of history is not
+            # replayed into an empty planner).
+            self.seq = info.state.last_seq if info is not None else 0
+            self.planned_s = None
+            merge_state = MergeState()
+        else:
+            self.seq, self.planned_s = snapshot.seq, snapshot.planned_s
+            for m, saved in snapshot.models.items():
+                if m in self.plans:
+                    self.plans[m] = saved.plan
+                    fresh[m] = LoadEstimator.restore(saved.estimator, self.estimators[m].cfg)
+            merge_state = snapshot.merge
+        self.estimators.clear()
+        self.estimators.update(fresh)
+        self.merge = ObservationMerge(self.estimators, self._bin_s, merge_state)
+        log.info(
+            "plan_state_restored",
+            fleet=self.fleet,
+            seq=self.seq,
+            found=snapshot is not None,
+            factors={m: p.capacity_factor for m, p in self.plans.items()},
+        )
+
+    async def _bind(self) -> None:
+        assert self._bus is not None
+        spec = replica_consumer("router-plan", self.fleet, start_seq=self.seq + 1)
+        await self._bus.ensure_consumer(spec)
+        self._delivered = 0
+        reader = PullReader(self._bus.nc, spec.stream, spec.durable, batch=500)
+        await reader.start()
+        self._reader = reader
+        self._on_leading(True)
+
+    async def _unbind(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            with contextlib.suppress(*TRANSIENT_BUS_ERRORS):
+                await reader.close()
+            self._on_leading(False)
+
+    async def _catch_up(self) -> None:
+        """Apply every report the consumer holds now (the server's count)."""
+        assert self._bus is not None
+        assert self._reader is not None
+        spec = replica_consumer("router-plan", self.fleet)
+        try:
+            info = await self._bus.js.consumer_info(spec.stream, spec.durable)
+        except NotFoundError:  # removed (inactive): bind afresh from our position
+            await self._unbind()
+            await self._bind()
+            info = await self._bus.js.consumer_info(spec.stream, spec.durable)
+        delivered = info.delivered.consumer_seq if info.delivered is not None else 0
+        target = delivered + (info.num_pending or 0)
+        waited_s = 0.0
+        while self._delivered < target and waited_s < _CATCH_UP_S:
+            try:
+                msgs = await self._reader.next_batch(timeout_s=_CATCH_UP_POLL_S)
+            except ReaderInterrupted as exc:
+                log.warning("plan_observations_rebind", reason=str(exc), seq=self.seq)
+                await self._unbind()
+                await self._bind()
+                return
+            waited_s += 0.0 if msgs else _CATCH_UP_POLL_S
+            for msg in msgs:
+                self._apply(msg)
+
+    def _apply(self, msg: Msg) -> None:
+        self.seq = msg.metadata.sequence.stream
+        self._delivered = msg.metadata.sequence.consumer
+        try:
+            event = decode(msg.data, PlanObservations)
+        except DecodeError as exc:  # a newer version this router does not know
+            log.warning("plan_observations_undecodable", seq=self.seq, error=str(exc))
+            return
+        self.merge.apply(event)

@@ -1,0 +1,279 @@
+"""One replica planner per router fleet, on a real nats-server under the shipped authorisation.
+
+Every gateway reports its observations (``seedance.routing.<model>.observed``); the one holding
+the fleet's lease plans on them all and snapshots its state to ``seedance-router-plan``. Review
+findings 4 (two routers each planned half the demand) and 5 (a restart forgot the learnt factor
+and cut the fleet without hysteresis). The services run with a virtual clock and a stand-in for
+the gRPC gateway (its replicas' phases); the bus, KV, lease and permissions are real.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+from nats.js.errors import KeyNotFoundError
+from prometheus_client import CollectorRegistry
+
+from seedance.core import Bus, BusSettings
+from seedance.core.kv import ensure_bucket
+from seedance.events import encode, new_event_id
+from seedance.events.routing import PlanObservations, ReplicaRecommendation
+from seedance.events.subjects import routing
+from seedance.router.gateway import FinishedRequest, ReplicaPhase, RoutedRequest
+from seedance.router.plan_leader import PLAN_BUCKET, PlanSnapshot
+from seedance.router.service import RouterService
+from seedance.router.settings import RouterSettings
+from tests.integration.conftest import shipped_password
+
+T0 = 1_767_225_600.0  # a bin edge (15 s bins)
+
+
+class _Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.t, dt.UTC)
+
+    async def sleep(self, s: float) -> None:
+        self.t += s
+
+
+class _Gateway:
+    """The replicas' phases and addresses, as the OIP gateway reports them."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def replica_phases(self) -> dict[str, ReplicaPhase]:
+        return dict.fromkeys(self.names, ReplicaPhase.READY)
+
+    def replica_models(self) -> dict[str, tuple[str, None]]:
+        return {n: (f"10.0.0.{i}:8001", None) for i, n in enumerate(self.names)}
+
+    def outstanding(self) -> dict[str, int]:
+        return {}
+
+
+def _as(url: str, user: str) -> BusSettings:
+    return BusSettings(url=url, user=user, password=shipped_password(user), name=user)
+
+
+async def _router(bus: Bus, clock: _Clock, fleet: str, instance: str) -> RouterService:
+    settings = RouterSettings(
+        replicas="r0=10.0.0.0:8001,r1=10.0.0.1:8001",
+        models="m",
+        fleet=fleet,
+        instance=instance,
+        discover_replicas=False,
+        rest_address="",
+    )
+    runtime: Any = SimpleNamespace(registry=CollectorRegistry(), loop=lambda fn: None, bus=bus)
+    svc = RouterService(runtime, settings, clock)  # type: ignore[arg-type]
+    svc.gateway = _Gateway([f"r{i}" for i in range(12)])  # type: ignore[assignment]
+    await bus.ensure_streams()  # as the runtime's start does
+    await svc.fleet_plan.start(bus)
+    return svc
+
+
+def _traffic(svc: RouterService, clock: _Clock, rnd: random.Random, until_s: float) -> None:
+    """20 req/s on this gateway until `until_s`, 2.5 % of them past the SLO."""
+    while (t := clock.t + rnd.expovariate(20.0)) < until_s:
+        clock.t = t
+        svc.routed(
+            RoutedRequest(
+                model="m", replica="r0", reason="x", request_id="i", attempt=1,
+                alternatives=(), at_s=t,
+            )
+        )  # fmt: skip
+        slow = rnd.random() < 0.025
+        svc.finished(
+            FinishedRequest(model="m", replica="r0", status="ok", duration_s=2.5 if slow else 0.3)
+        )
+    clock.t = until_s
+
+
+async def _interval(
+    routers: list[RouterService], clocks: list[_Clock], rnd: random.Random, end_s: float
+) -> list[ReplicaRecommendation]:
+    """One bin: traffic through every gateway, their reports, then each one's plan_once."""
+    for svc, clock in zip(routers, clocks, strict=True):
+        _traffic(svc, clock, rnd, end_s)
+        await svc.fleet_plan.report(end_s + 0.01)
+    out: list[ReplicaRecommendation] = []
+    for svc in routers:
+        out += await svc.plan_once()
+    return out
+
+
+async def test_a_restarted_planner_keeps_its_factor_and_does_not_cut_the_fleet(
+    auth_url: str, unique: str
+) -> None:
+    fleet = f"f{unique}"[:30]
+    bus = await Bus.connect(_as(auth_url, "router"))
+    try:
+        clock = _Clock(T0)
+        first = await _router(bus, clock, fleet, "gw-a")
+        assert first.fleet_plan.lease is not None
+        assert await first.fleet_plan.lease.try_acquire()
+        await first.fleet_plan.report(T0)  # the leader binds from here
+        assert await first.plan_once() == []  # nothing reported yet
+        first.plans["m"] = replace(first.plans["m"], capacity_factor=2.0)  # as learnt
+        rnd = random.Random(7)
+        recs: list[ReplicaRecommendation] = []
+        for k in range(40):  # ten minutes
+            recs += await _interval([first], [clock], rnd, T0 + 15 * (k + 1))
+        assert len(recs) == 40
+        before, factor = recs[-1].replicas, first.plans["m"].capacity_factor
+        assert before > 2
+        assert factor >= 2.0
+        await first.fleet_plan.close()  # the process stops: its lease is released
+
+        # The restarted router (a new pod: another name), the clock going on.
+        again = await _router(bus, clock, fleet, "gw-b")
+        assert again.fleet_plan.lease is not None
+        assert await again.fleet_plan.lease.try_acquire()
+        after: list[ReplicaRecommendation] = []
+        for k in range(40, 48):
+            after += await _interval([again], [clock], rnd, T0 + 15 * (k + 1))
+        # It waited for the gone gateway's report for two bins at most, then planned on.
+        assert len(after) >= 6
+        assert after[0].current == before  # the count it left, not the configured two
+        assert again.plans["m"].capacity_factor == pytest.approx(factor, rel=0.25)
+        assert min(r.replicas for r in after) >= before  # no cut: the demand did not change
+    finally:
+        await bus.close()
+
+
+async def test_two_gateways_one_planner_and_a_handover(auth_url: str, unique: str) -> None:
+    fleet = f"g{unique}"[:30]
+    bus_a = await Bus.connect(_as(auth_url, "router"))
+    bus_b = await Bus.connect(_as(auth_url, "router"))
+    admin = await Bus.connect(_as(auth_url, "admin"))
+    try:
+        clock_a, clock_b = _Clock(T0), _Clock(T0)
+        a = await _router(bus_a, clock_a, fleet, "gw-a")
+        b = await _router(bus_b, clock_b, fleet, "gw-b")
+        assert a.fleet_plan.lease is not None
+        assert b.fleet_plan.lease is not None
+        assert await a.fleet_plan.lease.try_acquire()
+        assert not await b.fleet_plan.lease.try_acquire()  # one planner per fleet
+        await a.fleet_plan.report(T0)
+        await b.fleet_plan.report(T0)
+        assert await a.plan_once() == []
+        rnd = random.Random(11)
+        led: list[ReplicaRecommendation] = []
+        for k in range(12):
+            recs = await _interval([a, b], [clock_a, clock_b], rnd, T0 + 15 * (k + 1))
+            led += recs
+            assert len(recs) == 1  # a plans; b only routes and reports
+        assert a.fleet_plan.leading
+        assert not b.fleet_plan.leading
+        # The planner's estimator holds both gateways' arrivals: 40 req/s over the fleet.
+        est = a.fleet_plan.estimators["m"]
+        assert len(est.recent_arrivals(T0 + 180, 60)) == pytest.approx(40 * 60, rel=0.1)
+
+        # b follows the count the fleet's planner left in its snapshot (FOLLOW_PLAN).
+        assert await b.fleet_plan.fleet_target() == led[-1].replicas
+        # The lease expires (the bucket's TTL, here a delete): a stops planning at once.
+        leases = await ensure_bucket(admin, "seedance-leases")
+        await leases.purge(f"router-plan.{fleet}")
+        assert not await a.fleet_plan.lease.try_acquire()
+        assert await b.fleet_plan.lease.try_acquire()
+        recs = await _interval([a, b], [clock_a, clock_b], rnd, T0 + 15 * 13)
+        assert len(recs) == 1
+        assert b.fleet_plan.leading
+        assert not a.fleet_plan.leading
+        # b resumed from a's snapshot: the count a left, the arrivals a merged.
+        assert recs[0].current == led[-1].replicas
+        est = b.fleet_plan.estimators["m"]
+        assert len(est.recent_arrivals(T0 + 195, 60)) == pytest.approx(40 * 60, rel=0.1)
+        kv = await ensure_bucket(admin, PLAN_BUCKET)
+        with pytest.raises(KeyNotFoundError):
+            await kv.get(f"{fleet}-none")
+        assert (await kv.get(fleet)).value
+    finally:
+        for bus in (bus_a, bus_b, admin):
+            await bus.close()
+
+
+async def test_a_tenant_cannot_publish_planner_observations(auth_url: str, unique: str) -> None:
+    model = f"m{unique}"[:30]
+    # A bare connection: the tenant's own client (the SDK) adds nothing a publish needs.
+    tenant = await nats.connect(
+        auth_url, user="tenant-acme", password=shipped_password("tenant-acme")
+    )
+    admin = await Bus.connect(_as(auth_url, "admin"))
+    router = await Bus.connect(_as(auth_url, "router"))
+    try:
+        await admin.ensure_streams()
+        event = PlanObservations(
+            id=new_event_id(),
+            at=dt.datetime.now(dt.UTC),
+            model=model,
+            gateway="rogue",
+            since_s=T0,
+            until_s=T0 + 15,
+            arrivals=[(T0 + 1, 1024)] * 1000,
+        )
+        subject = routing.subject(model, "observed")
+        # Core publish: the server drops what the tenant may not publish (and says so to it).
+        await tenant.publish(subject, encode(event))
+        await tenant.flush()
+        await router.publish(subject, replace_id(event))  # the router's own user may
+        info = await admin.js.stream_info("SEEDANCE_ROUTING", subjects_filter=subject)
+        assert info.state.subjects == {subject: 1}
+    finally:
+        await tenant.close()
+        for bus in (admin, router):
+            await bus.close()
+
+
+def replace_id(event: PlanObservations) -> PlanObservations:
+    return PlanObservations(
+        id=new_event_id(),
+        at=event.at,
+        model=event.model,
+        gateway="gw",
+        since_s=event.since_s,
+        until_s=event.until_s,
+    )
+
+
+async def test_a_snapshot_too_large_for_a_message_keeps_the_plans_and_the_newest_arrivals(
+    auth_url: str, unique: str
+) -> None:
+    """At a high rate the estimators' ten minutes of arrivals outgrow the server's 1 MiB
+    message: the snapshot keeps the newest of them that fit, and every plan."""
+    fleet = f"h{unique}"[:30]
+    bus = await Bus.connect(_as(auth_url, "router"))
+    try:
+        clock = _Clock(T0)
+        svc = await _router(bus, clock, fleet, "gw-a")
+        assert svc.fleet_plan.lease is not None
+        assert await svc.fleet_plan.lease.try_acquire()
+        await svc.fleet_plan.ready()  # restores (nothing) and binds
+        many = [(T0 + i * 0.002, 1024) for i in range(300_000)]  # 500 req/s for 10 min
+        svc.fleet_plan.estimators["m"].observe_arrivals(many)
+        svc.plans["m"] = replace(svc.plans["m"], replicas=9, capacity_factor=2.5)
+        await svc.fleet_plan.save()
+        entry = await (await ensure_bucket(bus, PLAN_BUCKET)).get(fleet)
+        assert entry.value is not None
+        assert len(entry.value) <= bus.nc.max_payload
+        snapshot = msgspec.msgpack.decode(entry.value, type=PlanSnapshot)
+        assert snapshot.models["m"].plan == svc.plans["m"]
+        kept = snapshot.models["m"].estimator.arrivals
+        assert 0 < len(kept) < len(many)
+        assert list(kept) == many[-len(kept) :]  # the newest
+    finally:
+        await bus.close()
