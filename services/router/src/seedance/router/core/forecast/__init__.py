@@ -20,6 +20,7 @@ from seedance.router.core.forecast.kv_fallback import (
     select_heads,
 )
 from seedance.router.core.forecast.kv_flow import (
+    DecodeClock,
     KvFlowParams,
     KvModeFit,
     ServerCounts,
@@ -68,6 +69,7 @@ __all__ = [
     "KV_CHANGE_FEATURE_NAMES",
     "ArrivalHistory",
     "ChangeWeightConfig",
+    "DecodeClock",
     "FeatureBuilder",
     "ForecastModel",
     "ForecastTarget",

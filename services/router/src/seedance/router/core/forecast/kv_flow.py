@@ -6,7 +6,10 @@ at t (running, queued, arrivals per second), and computes the expected change of
 ``t + H``:
 
 * each running request survives to ``t + H`` with P(output > decoded by t + H | output > decoded
-  by t); decoded so far = 1 + (t − first token) / the decode step of recently finished requests.
+  by t); decoded so far = 1 + (t − first token) / the decode step of recently finished requests,
+  or, where the server reports its decode-token counter (``DecodeClock``), 1 + the tokens one
+  sequence decoded between the first token and t, and the step ahead the counter's over the
+  last ``_RECENT_S`` (see ``DecodeClock`` for why).
   The output-length survival is a Kaplan–Meier curve of the view (finished requests are events,
   running ones censored at what they have decoded: no in-flight output length is read), one per
   prompt-size class, because output length depends on the prompt (in the conversation trace
@@ -36,6 +39,7 @@ import numpy as np
 from seedance.router.core.forecast.kv_occupancy import ObservedRequests, RequestLog, decode_step_s
 
 __all__ = [
+    "DecodeClock",
     "KvFlowParams",
     "KvModeFit",
     "ServerCounts",
@@ -96,6 +100,70 @@ class KvFlowParams:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DecodeClock:
+    """The server's per-sequence decode clock: tokens one running sequence had decoded by each
+    sample since the first (the decode-token counter's increments over the running count,
+    summed; vLLM's ``generation_tokens_total`` and ``num_requests_running``).
+
+    Why: the decode step of recently finished requests is each one's mean over its whole life,
+    so it lags a change of the server's speed by tens of seconds. The H200 recording's server
+    slows from 54 to 65-80 ms per step at 140-160 s and is back at 55 ms by 175 s while the
+    30-s median of finished requests still reads 54 and then 63-65: the model mis-states how far
+    the running requests have decoded and how many finish (95-108 expected finishes per 5 s
+    against 65-84 at 130-150 s, then 68-70 against 80-90). This clock gives the first to within
+    0.5 % (its tokens between a finished request's first token and finish, over its output:
+    median 1.004), and the step ahead as the counter's over the last ``_RECENT_S`` instead of
+    a lifetime mean. Samples stamped after t are never read (``until``).
+    """
+
+    sample_s: np.ndarray
+    tokens_per_seq: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.sample_s) != len(self.tokens_per_seq):
+            raise ValueError(
+                f"DecodeClock.tokens_per_seq: length {len(self.tokens_per_seq)}, "
+                f"sample_s has {len(self.sample_s)}"
+            )
+        if bool(np.any(np.diff(self.sample_s) < 0)):
+            raise ValueError("DecodeClock.sample_s: not sorted")
+
+    @classmethod
+    def of_counters(
+        cls, sample_s: np.ndarray, decode_tokens_total: np.ndarray, running: np.ndarray
+    ) -> DecodeClock | None:
+        """From the server's samples; None where its decode-token counter never moves (not
+        reported: the simulated recordings write 0). An interval's tokens are shared by the
+        sequences running at its end (none running: the clock stands still)."""
+        if not bool(np.any(np.diff(decode_tokens_total) > 0)):
+            return None
+        inc = np.maximum(np.diff(decode_tokens_total, prepend=decode_tokens_total[0]), 0.0)
+        per_seq = np.where(running > 0, inc / np.maximum(running, 1.0), 0.0)
+        return cls(sample_s=np.asarray(sample_s, float), tokens_per_seq=np.cumsum(per_seq))
+
+    def until(self, now_s: float) -> DecodeClock:
+        """The samples stamped at or before ``now_s``: what a forecast at ``now_s`` may read."""
+        n = int(np.searchsorted(self.sample_s, now_s, side="right"))
+        return DecodeClock(sample_s=self.sample_s[:n], tokens_per_seq=self.tokens_per_seq[:n])
+
+    def step_s(self, now_s: float, *, window_s: float) -> float | None:
+        """Seconds per token per sequence over the last ``window_s`` before ``now_s``; None
+        before the samples cover the window or where nothing was decoded in it."""
+        if len(self.sample_s) < 2 or self.sample_s[0] > now_s - window_s:
+            return None
+        lo, hi = np.interp([now_s - window_s, now_s], self.sample_s, self.tokens_per_seq)
+        return window_s / float(hi - lo) if hi > lo else None
+
+    def tokens(self, at_s: np.ndarray, *, step_s: float) -> np.ndarray:
+        """The clock at each time: interpolated between samples, advanced at ``step_s`` past the
+        last one (the fraction of a sample interval not yet reported)."""
+        at = np.asarray(at_s, float)
+        last_s, last = float(self.sample_s[-1]), float(self.tokens_per_seq[-1])
+        inside = np.interp(at, self.sample_s, self.tokens_per_seq)
+        return np.where(at > last_s, last + (at - last_s) / step_s, inside)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServerCounts:
     """The server's own counts at t, where it reports them (vLLM's running / waiting gauges, a
     completion counter's rate). A log that does not list every request (a recording that kept
@@ -104,9 +172,25 @@ class ServerCounts:
     running: int | None = None
     queued: int | None = None
     arrivals_per_s: float | None = None
+    # The decode clock up to t (``DecodeClock.until``), where the server reports its counter.
+    decode_clock: DecodeClock | None = None
 
 
-def output_survival(obs: ObservedRequests, *, step_s: float) -> np.ndarray:
+def _decoded_by_now(
+    obs: ObservedRequests, first_s: np.ndarray, step_s: float, clock: DecodeClock | None
+) -> np.ndarray:
+    """Tokens decoded by ``obs.now_s`` of sequences whose first token was at ``first_s``
+    (<= now): 1 + the decode clock between the two where there is one, else their time over
+    the step."""
+    if clock is None or len(clock.sample_s) == 0:
+        return np.asarray(1.0 + (obs.now_s - first_s) / step_s)
+    now = clock.tokens(np.array([obs.now_s]), step_s=step_s)[0]
+    return np.asarray(1.0 + np.maximum(now - clock.tokens(first_s, step_s=step_s), 0.0))
+
+
+def output_survival(
+    obs: ObservedRequests, *, step_s: float, clock: DecodeClock | None = None
+) -> np.ndarray:
     """S[g] = P(output tokens > g), g = 0 .. M + 1, Kaplan–Meier over the view (S[M + 1] = 0).
 
     Events: finished requests' output lengths. Censored: running requests with a first token, at
@@ -116,7 +200,7 @@ def output_survival(obs: ObservedRequests, *, step_s: float) -> np.ndarray:
     fin = obs.finished & ~np.isnan(obs.generated_tokens)
     gen = np.maximum(obs.generated_tokens[fin], 1.0).astype(int)
     run = obs.running & ~np.isnan(obs.first_token_s)
-    cens = np.floor(1.0 + (obs.now_s - obs.first_token_s[run]) / step_s).astype(int)
+    cens = np.floor(_decoded_by_now(obs, obs.first_token_s[run], step_s, clock)).astype(int)
     if gen.size == 0:
         return np.array([1.0, 0.0])  # nothing finished yet: every output one token long
     m = int(max(gen.max(), cens.max(initial=0)))
@@ -160,7 +244,9 @@ class _Curve:
         return np.asarray(np.interp(g, grid, self.tail, right=0.0))
 
 
-def _prompt_classes(obs: ObservedRequests, step_s: float) -> tuple[np.ndarray, list[_Curve]]:
+def _prompt_classes(
+    obs: ObservedRequests, step_s: float, clock: DecodeClock | None
+) -> tuple[np.ndarray, list[_Curve]]:
     """Each arrived request's class and each class's curve. Classes are quantiles of the
     finished requests' prompts, √(finished) of them with √(finished) outputs each (the
     square-root rule of histogram bins): finer classes bring each curve closer to P(output |
@@ -175,7 +261,10 @@ def _prompt_classes(obs: ObservedRequests, step_s: float) -> tuple[np.ndarray, l
         else np.array([])
     )
     cls = np.searchsorted(edges, obs.context_tokens, side="right")
-    curves = [_Curve.of(output_survival(obs.subset(cls == b), step_s=step_s)) for b in range(n)]
+    curves = [
+        _Curve.of(output_survival(obs.subset(cls == b), step_s=step_s, clock=clock))
+        for b in range(n)
+    ]
     return cls, curves
 
 
@@ -202,12 +291,17 @@ def _running_part(
     step_s: float,
     prefill_s: float,
     reserves_output: bool,
+    clock: DecodeClock | None,
 ) -> _Running:
     run = obs.running
     ctx, c_run = obs.context_tokens[run], cls[run]
     first = obs.first_token_s[run]
-    first = np.where(np.isnan(first), np.maximum(obs.admit_s[run] + prefill_s, obs.now_s), first)
+    started = ~np.isnan(first)
+    first = np.where(started, first, np.maximum(obs.admit_s[run] + prefill_s, obs.now_s))
     dec = _decoded(obs.now_s + tau[None, :], first[:, None], step_s)  # (running, τ)
+    # Started sequences: what they decoded by now, then one token per step.
+    so_far = _decoded_by_now(obs, first[started], step_s, clock)
+    dec[started] = so_far[:, None] + tau[None, :] / step_s
     s_dec = np.empty_like(dec)
     tail_now, tail_h = np.empty(len(ctx)), np.empty(len(ctx))
     for b, c in enumerate(curves):
@@ -284,9 +378,12 @@ def expected_kv_change_tokens(
     counts = counts or ServerCounts()
     if not has_seen_a_batch(obs, counts):
         return 0.0
+    clock = counts.decode_clock
     step = decode_step_s(obs)
+    if clock is not None:
+        step = clock.step_s(obs.now_s, window_s=_RECENT_S) or step
     prefill = prefill_delay_s(obs)
-    cls, curves = _prompt_classes(obs, step)
+    cls, curves = _prompt_classes(obs, step, clock)
     n_steps = max(1, math.ceil(horizon_s / _DT_S))
     tau = np.linspace(0.0, horizon_s, n_steps + 1)
     running = _running_part(
@@ -297,6 +394,7 @@ def expected_kv_change_tokens(
         step_s=step,
         prefill_s=prefill,
         reserves_output=params.reserves_output,
+        clock=clock,
     )
     # One admitted request of each class, by age in steps: first token after the prefill.
     dec_age = _decoded(tau, prefill, step)
