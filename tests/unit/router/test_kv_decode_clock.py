@@ -135,8 +135,10 @@ def test_a_forecast_at_t_reads_no_sample_of_the_clock_after_t() -> None:
     rows = np.array([now_s])
     for h in (5.0, 30.0):
         assert _forecasts(log, rows, h, clock) == _forecasts(log, rows, h, later)
-    # It does read the clock up to t: a server twice as fast before t, another forecast.
-    faster = DecodeClock(sample_s=clock.sample_s, tokens_per_seq=2.0 * clock.tokens_per_seq)
+    # It does read the clock up to t: a server that sped up over the last 10 s before t (a
+    # change of shape, which no calibration to the log's tokens undoes), another forecast.
+    sped_up = clock.tokens_per_seq + 20.0 * np.clip(clock.sample_s - (now_s - 10.0), 0.0, None)
+    faster = DecodeClock(sample_s=clock.sample_s, tokens_per_seq=sped_up)
     assert _forecasts(log, rows, 5.0, clock) != _forecasts(log, rows, 5.0, faster)
 
 
@@ -174,3 +176,19 @@ def test_at_a_constant_speed_the_clock_and_the_step_agree() -> None:
         a, b = _forecasts(log, rows, h, clock), _forecasts(log, rows, h, None)
         kv_change = np.abs(_kv_mib(log, rows + h) - _kv_mib(log, rows)).sum()
         assert np.abs(a - b).sum() < 1e-6 * kv_change, np.abs(a - b).sum() / kv_change
+
+
+def test_a_counter_in_another_unit_is_not_used() -> None:
+    """A server whose counter counts every token twice would make its running requests look
+    twice as far decoded: the clock disagrees with the log's tokens and the forecast is the one
+    from the finished requests' step."""
+    log = _server(2, 20.0)
+    clock = _clock(20.0)
+    doubled = DecodeClock(sample_s=clock.sample_s, tokens_per_seq=2.0 * clock.tokens_per_seq)
+    obs = log.observable_at(70.0)
+    assert clock.until(70.0).agrees_with(obs)
+    assert not doubled.until(70.0).agrees_with(obs)
+    rows = np.arange(60.0, 80.0)
+    without = _forecasts(log, rows, 5.0, None)
+    assert np.array_equal(_forecasts(log, rows, 5.0, doubled), without)
+    assert not np.array_equal(_forecasts(log, rows, 5.0, clock), without)

@@ -12,6 +12,7 @@ from seedance.router.core.forecast.features import (
     FeatureBuilder,
     TelemetrySample,
 )
+from seedance.router.core.forecast.kv_clock import DecodeClock
 from seedance.router.core.forecast.kv_fallback import (
     ChangeWeightConfig,
     HeadChoiceConfig,
@@ -20,7 +21,6 @@ from seedance.router.core.forecast.kv_fallback import (
     select_heads,
 )
 from seedance.router.core.forecast.kv_flow import (
-    DecodeClock,
     KvFlowParams,
     KvModeFit,
     ServerCounts,

@@ -9,7 +9,7 @@ at t (running, queued, arrivals per second), and computes the expected change of
   by t); decoded so far = 1 + (t − first token) / the decode step of recently finished requests,
   or, where the server reports its decode-token counter (``DecodeClock``), 1 + the tokens one
   sequence decoded between the first token and t, and the step ahead the counter's over the
-  last ``_RECENT_S`` (see ``DecodeClock`` for why).
+  last ``kv_clock.RECENT_S`` (see ``DecodeClock`` for why).
   The output-length survival is a Kaplan–Meier curve of the view (finished requests are events,
   running ones censored at what they have decoded: no in-flight output length is read), one per
   prompt-size class, because output length depends on the prompt (in the conversation trace
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seedance.router.core.forecast.kv_clock import RECENT_S, DecodeClock
 from seedance.router.core.forecast.kv_occupancy import ObservedRequests, RequestLog, decode_step_s
 
 __all__ = [
-    "DecodeClock",
     "KvFlowParams",
     "KvModeFit",
     "ServerCounts",
@@ -97,70 +97,6 @@ class KvFlowParams:
             raise ValueError(f"KvFlowParams.mib_per_token: {self.mib_per_token} (must be > 0)")
         if not 0.0 <= self.change_weight <= 1.0:
             raise ValueError(f"KvFlowParams.change_weight: {self.change_weight} (0..1)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DecodeClock:
-    """The server's per-sequence decode clock: tokens one running sequence had decoded by each
-    sample since the first (the decode-token counter's increments over the running count,
-    summed; vLLM's ``generation_tokens_total`` and ``num_requests_running``).
-
-    Why: the decode step of recently finished requests is each one's mean over its whole life,
-    so it lags a change of the server's speed by tens of seconds. The H200 recording's server
-    slows from 54 to 65-80 ms per step at 140-160 s and is back at 55 ms by 175 s while the
-    30-s median of finished requests still reads 54 and then 63-65: the model mis-states how far
-    the running requests have decoded and how many finish (95-108 expected finishes per 5 s
-    against 65-84 at 130-150 s, then 68-70 against 80-90). This clock gives the first to within
-    0.5 % (its tokens between a finished request's first token and finish, over its output:
-    median 1.004), and the step ahead as the counter's over the last ``_RECENT_S`` instead of
-    a lifetime mean. Samples stamped after t are never read (``until``).
-    """
-
-    sample_s: np.ndarray
-    tokens_per_seq: np.ndarray
-
-    def __post_init__(self) -> None:
-        if len(self.sample_s) != len(self.tokens_per_seq):
-            raise ValueError(
-                f"DecodeClock.tokens_per_seq: length {len(self.tokens_per_seq)}, "
-                f"sample_s has {len(self.sample_s)}"
-            )
-        if bool(np.any(np.diff(self.sample_s) < 0)):
-            raise ValueError("DecodeClock.sample_s: not sorted")
-
-    @classmethod
-    def of_counters(
-        cls, sample_s: np.ndarray, decode_tokens_total: np.ndarray, running: np.ndarray
-    ) -> DecodeClock | None:
-        """From the server's samples; None where its decode-token counter never moves (not
-        reported: the simulated recordings write 0). An interval's tokens are shared by the
-        sequences running at its end (none running: the clock stands still)."""
-        if not bool(np.any(np.diff(decode_tokens_total) > 0)):
-            return None
-        inc = np.maximum(np.diff(decode_tokens_total, prepend=decode_tokens_total[0]), 0.0)
-        per_seq = np.where(running > 0, inc / np.maximum(running, 1.0), 0.0)
-        return cls(sample_s=np.asarray(sample_s, float), tokens_per_seq=np.cumsum(per_seq))
-
-    def until(self, now_s: float) -> DecodeClock:
-        """The samples stamped at or before ``now_s``: what a forecast at ``now_s`` may read."""
-        n = int(np.searchsorted(self.sample_s, now_s, side="right"))
-        return DecodeClock(sample_s=self.sample_s[:n], tokens_per_seq=self.tokens_per_seq[:n])
-
-    def step_s(self, now_s: float, *, window_s: float) -> float | None:
-        """Seconds per token per sequence over the last ``window_s`` before ``now_s``; None
-        before the samples cover the window or where nothing was decoded in it."""
-        if len(self.sample_s) < 2 or self.sample_s[0] > now_s - window_s:
-            return None
-        lo, hi = np.interp([now_s - window_s, now_s], self.sample_s, self.tokens_per_seq)
-        return window_s / float(hi - lo) if hi > lo else None
-
-    def tokens(self, at_s: np.ndarray, *, step_s: float) -> np.ndarray:
-        """The clock at each time: interpolated between samples, advanced at ``step_s`` past the
-        last one (the fraction of a sample interval not yet reported)."""
-        at = np.asarray(at_s, float)
-        last_s, last = float(self.sample_s[-1]), float(self.tokens_per_seq[-1])
-        inside = np.interp(at, self.sample_s, self.tokens_per_seq)
-        return np.where(at > last_s, last + (at - last_s) / step_s, inside)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -380,8 +316,10 @@ def expected_kv_change_tokens(
         return 0.0
     clock = counts.decode_clock
     step = decode_step_s(obs)
+    if clock is not None and not (len(clock.sample_s) > 0 and clock.agrees_with(obs)):
+        clock = None
     if clock is not None:
-        step = clock.step_s(obs.now_s, window_s=_RECENT_S) or step
+        step = clock.step_s(obs.now_s, window_s=RECENT_S) or step
     prefill = prefill_delay_s(obs)
     cls, curves = _prompt_classes(obs, step, clock)
     n_steps = max(1, math.ceil(horizon_s / _DT_S))
