@@ -34,8 +34,8 @@ class DecodeClock:
 
     Why: the decode step of recently finished requests is each one's mean over its whole life,
     so it lags a change of the server's speed by tens of seconds. The H200 recording's server
-    slows from 54 to 65-80 ms per step at 140-160 s and is back at 55 ms by 175 s while the
-    30-s median of finished requests still reads 54 and then 63-65: the model mis-states how far
+    slows from 54 to 65-80 ms per step at 140-160 s and is back at 55-60 ms by 180 s while the
+    30-s median of finished requests reads 54-56 and then 61-65: the model mis-states how far
     the running requests have decoded and how many finish (95-108 expected finishes per 5 s
     against 65-84 at 140-160 s, then 68-70 against 80-90 at 170-200 s). This clock gives the
     first to within 0.5 % (its tokens between a finished request's first token and finish,
