@@ -8,8 +8,8 @@ at t (running, queued, arrivals per second), and computes the expected change of
 * each running request survives to ``t + H`` with P(output > decoded by t + H | output > decoded
   by t); decoded so far = 1 + (t − first token) / the decode step of recently finished requests,
   or, where the server reports its decode-token counter (``DecodeClock``), 1 + the tokens one
-  sequence decoded between the first token and t, and the step ahead the counter's over the
-  last ``kv_clock.RECENT_S`` (see ``DecodeClock`` for why).
+  sequence decoded between the first token and t (see ``DecodeClock`` for why). The step ahead
+  is the finished requests' either way.
   The output-length survival is a Kaplan–Meier curve of the view (finished requests are events,
   running ones censored at what they have decoded: no in-flight output length is read), one per
   prompt-size class, because output length depends on the prompt (in the conversation trace
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seedance.router.core.forecast.kv_clock import RECENT_S, DecodeClock
+from seedance.router.core.forecast.kv_clock import DecodeClock
 from seedance.router.core.forecast.kv_occupancy import ObservedRequests, RequestLog, decode_step_s
 
 __all__ = [
@@ -318,8 +318,6 @@ def expected_kv_change_tokens(
     step = decode_step_s(obs)
     if clock is not None and not (len(clock.sample_s) > 0 and clock.agrees_with(obs)):
         clock = None
-    if clock is not None:
-        step = clock.step_s(obs.now_s, window_s=RECENT_S) or step
     prefill = prefill_delay_s(obs)
     cls, curves = _prompt_classes(obs, step, clock)
     n_steps = max(1, math.ceil(horizon_s / _DT_S))
