@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from seedance.bench.autoscale import start_count
@@ -280,3 +282,29 @@ def test_the_bench_starts_scaling_policies_from_the_first_windows_demand() -> No
     assert start_count(quiet_then_busy, cap, cfg) == 1
     busy = [req(k * 0.05) for k in range(2000)]
     assert start_count(busy, cap, cfg) >= 10  # 20 req/s x 0.5 s = 10 replicas offered
+
+
+def test_the_decode_counter_counts_one_token_per_running_sequence_per_step() -> None:
+    """`FleetObservation.decoded_tokens_total` is a server's decode-token counter (the KV
+    proxies write it): it moves at every tick while sequences decode, within a run of decode
+    steps and not only at its end, and ends at every output less its first token (the
+    prefill's)."""
+    # Six decoding together, and one late request of a single token (ticks run to arrivals).
+    trace = [req(0.0, prompt=50, out=20 + 5 * i) for i in range(6)] + [req(3.0, out=1)]
+    sc = Scripted([1], tick_s=0.05)
+    res = simulate(trace, LeastOutstanding(), 1, HAND, scaler=sc)
+    seen = [(o.now_s, o.decoded_tokens_total) for o in sc.seen]
+    all_decoding_s = max(res.ttft_s[:6])  # the six arrived at 0: their last first token
+    last_finish_s = max(res.e2e_s[:6])  # of the six (arrived at 0)
+    decoding = [
+        (a, b)
+        for a, b in itertools.pairwise(seen)
+        if all_decoding_s + 0.05 < a[0] and b[0] < last_finish_s - 0.05
+    ]
+    assert len(decoding) >= 5
+    assert all(b[1] > a[1] for a, b in decoding)
+    assert all(b[1] >= a[1] for a, b in itertools.pairwise(seen))
+    assert max(total for _, total in seen) <= sum(r.output_tokens - 1 for r in trace)
+    done = [total for now, total in seen if now >= last_finish_s]
+    assert done
+    assert done[-1] == sum(r.output_tokens - 1 for r in trace)

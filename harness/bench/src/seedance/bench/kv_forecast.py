@@ -6,7 +6,7 @@ Usage: bench_kv_forecast.py TELEMETRY_CSV REQUESTS_CSV [--train-frac 0.6 | --spl
 
 Protocol. Target: the KV cache in use (`kv_cache_mib`) at t + H, H = 5 s and 30 s, forecast at the
 end of every one-second bin t. Inputs are strictly what was observable at t: telemetry samples
-stamped <= t (KV in use, the server's running / queued gauges and arrival counter), and the
+stamped <= t (KV in use, the server's running / queued gauges, arrival and decode counters), the
 request log as `RequestLog.observable_at(t)` shows it (arrivals up to t with their prompt sizes;
 admissions, first tokens and finishes up to t; generated tokens only of requests finished by t),
 on the telemetry's clock: the requests file's times are shifted by the offset that matches the
@@ -47,6 +47,7 @@ import numpy as np
 from seedance.router.core.forecast import (
     ArrivalHistory,
     ChangeWeightConfig,
+    DecodeClock,
     ForecastTarget,
     HeadChoiceConfig,
     KvHead,
@@ -134,16 +135,23 @@ def listed_until_s(log_: RequestLog, t: np.ndarray, arrived_total: np.ndarray) -
 def server_counts(
     rec: h200.H200Telemetry, at_s: np.ndarray, horizon_s: float
 ) -> list[ServerCounts]:
-    """The server's gauges at each t (samples stamped <= t): running, queued, and the arrival
-    rate over the window the flow model uses for this horizon (its counter, not the log)."""
+    """The server's gauges at each t (samples stamped <= t): running, queued, the arrival rate
+    over the window the flow model uses for this horizon (its counter, not the log), and its
+    decode clock (`DecodeClock`; none where the recording's decode counter stays at 0)."""
+    clock = DecodeClock.of_counters(rec.t_s, rec.decode_tokens_total, rec.active_reqs)
     window_s = arrival_rate_window_s(horizon_s)
     arrived = value_at(rec.t_s, rec.arrived_total, at_s)
     before = value_at(rec.t_s, rec.arrived_total, at_s - window_s)
     running = value_at(rec.t_s, rec.active_reqs, at_s)
     queued = value_at(rec.t_s, rec.queued_reqs, at_s)
     return [
-        ServerCounts(running=int(r), queued=int(q), arrivals_per_s=float(a - b) / window_s)
-        for r, q, a, b in zip(running, queued, arrived, before, strict=True)
+        ServerCounts(
+            running=int(r),
+            queued=int(q),
+            arrivals_per_s=float(a - b) / window_s,
+            decode_clock=None if clock is None else clock.until(float(x)),
+        )
+        for x, r, q, a, b in zip(at_s, running, queued, arrived, before, strict=True)
     ]
 
 
@@ -241,6 +249,8 @@ def flow_forecasts(
             else "-> not bound by its KV pool"
         )
     )
+    clocked = DecodeClock.of_counters(rec.t_s, rec.decode_tokens_total, rec.active_reqs)
+    log("decode clock: " + ("the server's decode counter" if clocked else "none (no counter)"))
     preds: dict[int, np.ndarray] = {}
     for h in HORIZONS_S:
         if pool_bound:

@@ -8,9 +8,9 @@ code-completion load that made the flow model worse than the last value (1.179, 
 are simulated recordings of other loads, written in the shared recording's two formats so the
 same bench reads them: one replica of the replay simulator (`seedance.bench.router_sim`, the
 70B FP8 H200 profile: FIFO admission that reserves prompt + output, 256 sequences, 180k KV
-tokens) serves a trace, sampled every 100 ms (KV in use, running, queued, arrival and completion
-counters), with each request's arrival, admission, first token and finish; like the shared
-recording, the requests file lists only requests that finished within it.
+tokens) serves a trace, sampled every 100 ms (KV in use, running, queued, arrival, completion and
+decode-token counters), with each request's arrival, admission, first token and finish; like the
+shared recording, the requests file lists only requests that finished within it.
 
 * `sim_conv_x6`: the conversation trace's first 240 s, 6x faster (the shared recording's load,
   on another server: its KV pool, not its batch, is what saturates);
@@ -73,6 +73,7 @@ class _Sampler(Scaler):
                 "kv_cache_mib": kv_mib,
                 "arrived_total": float(self.arrived),
                 "done_total": float(self.done),
+                "decode_tokens_total": float(obs.decoded_tokens_total),
             }
         )
         return 1

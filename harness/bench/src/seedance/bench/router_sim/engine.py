@@ -192,6 +192,9 @@ class FleetObservation:
     kv_used_tokens: int
     # First tokens since the previous tick: (TTFT s, prompt tokens, arrival s) of each request.
     first_tokens: tuple[tuple[float, int, float], ...] = ()
+    # Tokens decoded since the start by every replica, one per running sequence per decode step
+    # (steps of a run in progress included): a server's decode-token counter.
+    decoded_tokens_total: int = 0
 
 
 class Scaler:
@@ -318,6 +321,7 @@ class _Replay:
         self.scale_arrivals: list[tuple[float, int]] = []
         self.scale_finished = [0, 0]  # requests, output tokens
         self.scale_first: list[tuple[float, int, float]] = []
+        self.decoded_tokens = 0  # decode steps ended, times the sequences in each
         self.timeline: list[tuple[float, int]] = []
         self.last_event_s = 0.0
         self.events: list[tuple[float, int, int, int]] = []  # (time, seq, replica, version)
@@ -440,6 +444,7 @@ class _Replay:
 
     def end_decode(self, r: _Replica, now: float) -> None:
         k = r.dec_k
+        self.decoded_tokens += len(r.running) * k
         r.steps_done += k
         r.ctx_tokens += len(r.running) * k
         running = r.running
@@ -580,6 +585,12 @@ class _Replay:
             finished_output_tokens=self.scale_finished[1],
             kv_used_tokens=sum(r.kv_used for r in self.reps if r.phase != _RETIRED),
             first_tokens=tuple(self.scale_first),
+            decoded_tokens_total=self.decoded_tokens
+            + sum(
+                len(r.running) * min(_steps_within(r.dec_u, r.dec_v, now - r.dec_start), r.dec_k)
+                for r in self.reps
+                if r.mode == _DECODE
+            ),
         )
         self.scale_first.clear()
         self.scale_arrivals.clear()

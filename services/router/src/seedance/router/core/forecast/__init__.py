@@ -12,6 +12,7 @@ from seedance.router.core.forecast.features import (
     FeatureBuilder,
     TelemetrySample,
 )
+from seedance.router.core.forecast.kv_clock import DecodeClock
 from seedance.router.core.forecast.kv_fallback import (
     ChangeWeightConfig,
     HeadChoiceConfig,
@@ -68,6 +69,7 @@ __all__ = [
     "KV_CHANGE_FEATURE_NAMES",
     "ArrivalHistory",
     "ChangeWeightConfig",
+    "DecodeClock",
     "FeatureBuilder",
     "ForecastModel",
     "ForecastTarget",

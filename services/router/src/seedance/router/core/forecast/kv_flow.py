@@ -6,7 +6,10 @@ at t (running, queued, arrivals per second), and computes the expected change of
 ``t + H``:
 
 * each running request survives to ``t + H`` with P(output > decoded by t + H | output > decoded
-  by t); decoded so far = 1 + (t − first token) / the decode step of recently finished requests.
+  by t); decoded so far = 1 + (t − first token) / the decode step of recently finished requests,
+  or, where the server reports its decode-token counter (``DecodeClock``), 1 + the tokens one
+  sequence decoded between the first token and t (see ``DecodeClock`` for why). The step ahead
+  is the finished requests' either way.
   The output-length survival is a Kaplan–Meier curve of the view (finished requests are events,
   running ones censored at what they have decoded: no in-flight output length is read), one per
   prompt-size class, because output length depends on the prompt (in the conversation trace
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seedance.router.core.forecast.kv_clock import DecodeClock
 from seedance.router.core.forecast.kv_occupancy import ObservedRequests, RequestLog, decode_step_s
 
 __all__ = [
@@ -104,9 +108,25 @@ class ServerCounts:
     running: int | None = None
     queued: int | None = None
     arrivals_per_s: float | None = None
+    # The decode clock up to t (``DecodeClock.until``), where the server reports its counter.
+    decode_clock: DecodeClock | None = None
 
 
-def output_survival(obs: ObservedRequests, *, step_s: float) -> np.ndarray:
+def _decoded_by_now(
+    obs: ObservedRequests, first_s: np.ndarray, step_s: float, clock: DecodeClock | None
+) -> np.ndarray:
+    """Tokens decoded by ``obs.now_s`` of sequences whose first token was at ``first_s``
+    (<= now): 1 + the decode clock between the two where there is one, else their time over
+    the step."""
+    if clock is None or len(clock.sample_s) == 0:
+        return np.asarray(1.0 + (obs.now_s - first_s) / step_s)
+    now = clock.tokens(np.array([obs.now_s]), step_s=step_s)[0]
+    return np.asarray(1.0 + np.maximum(now - clock.tokens(first_s, step_s=step_s), 0.0))
+
+
+def output_survival(
+    obs: ObservedRequests, *, step_s: float, clock: DecodeClock | None = None
+) -> np.ndarray:
     """S[g] = P(output tokens > g), g = 0 .. M + 1, Kaplan–Meier over the view (S[M + 1] = 0).
 
     Events: finished requests' output lengths. Censored: running requests with a first token, at
@@ -116,7 +136,7 @@ def output_survival(obs: ObservedRequests, *, step_s: float) -> np.ndarray:
     fin = obs.finished & ~np.isnan(obs.generated_tokens)
     gen = np.maximum(obs.generated_tokens[fin], 1.0).astype(int)
     run = obs.running & ~np.isnan(obs.first_token_s)
-    cens = np.floor(1.0 + (obs.now_s - obs.first_token_s[run]) / step_s).astype(int)
+    cens = np.floor(_decoded_by_now(obs, obs.first_token_s[run], step_s, clock)).astype(int)
     if gen.size == 0:
         return np.array([1.0, 0.0])  # nothing finished yet: every output one token long
     m = int(max(gen.max(), cens.max(initial=0)))
@@ -160,7 +180,9 @@ class _Curve:
         return np.asarray(np.interp(g, grid, self.tail, right=0.0))
 
 
-def _prompt_classes(obs: ObservedRequests, step_s: float) -> tuple[np.ndarray, list[_Curve]]:
+def _prompt_classes(
+    obs: ObservedRequests, step_s: float, clock: DecodeClock | None
+) -> tuple[np.ndarray, list[_Curve]]:
     """Each arrived request's class and each class's curve. Classes are quantiles of the
     finished requests' prompts, √(finished) of them with √(finished) outputs each (the
     square-root rule of histogram bins): finer classes bring each curve closer to P(output |
@@ -175,7 +197,10 @@ def _prompt_classes(obs: ObservedRequests, step_s: float) -> tuple[np.ndarray, l
         else np.array([])
     )
     cls = np.searchsorted(edges, obs.context_tokens, side="right")
-    curves = [_Curve.of(output_survival(obs.subset(cls == b), step_s=step_s)) for b in range(n)]
+    curves = [
+        _Curve.of(output_survival(obs.subset(cls == b), step_s=step_s, clock=clock))
+        for b in range(n)
+    ]
     return cls, curves
 
 
@@ -202,12 +227,17 @@ def _running_part(
     step_s: float,
     prefill_s: float,
     reserves_output: bool,
+    clock: DecodeClock | None,
 ) -> _Running:
     run = obs.running
     ctx, c_run = obs.context_tokens[run], cls[run]
     first = obs.first_token_s[run]
-    first = np.where(np.isnan(first), np.maximum(obs.admit_s[run] + prefill_s, obs.now_s), first)
+    started = ~np.isnan(first)
+    first = np.where(started, first, np.maximum(obs.admit_s[run] + prefill_s, obs.now_s))
     dec = _decoded(obs.now_s + tau[None, :], first[:, None], step_s)  # (running, τ)
+    # Started sequences: what they decoded by now, then one token per step.
+    so_far = _decoded_by_now(obs, first[started], step_s, clock)
+    dec[started] = so_far[:, None] + tau[None, :] / step_s
     s_dec = np.empty_like(dec)
     tail_now, tail_h = np.empty(len(ctx)), np.empty(len(ctx))
     for b, c in enumerate(curves):
@@ -284,9 +314,12 @@ def expected_kv_change_tokens(
     counts = counts or ServerCounts()
     if not has_seen_a_batch(obs, counts):
         return 0.0
+    clock = counts.decode_clock
     step = decode_step_s(obs)
+    if clock is not None and not (len(clock.sample_s) > 0 and clock.agrees_with(obs)):
+        clock = None
     prefill = prefill_delay_s(obs)
-    cls, curves = _prompt_classes(obs, step)
+    cls, curves = _prompt_classes(obs, step, clock)
     n_steps = max(1, math.ceil(horizon_s / _DT_S))
     tau = np.linspace(0.0, horizon_s, n_steps + 1)
     running = _running_part(
@@ -297,6 +330,7 @@ def expected_kv_change_tokens(
         step_s=step,
         prefill_s=prefill,
         reserves_output=params.reserves_output,
+        clock=clock,
     )
     # One admitted request of each class, by age in steps: first token after the prefill.
     dec_age = _decoded(tau, prefill, step)
