@@ -491,8 +491,10 @@ async def test_the_replica_watch_keeps_what_follow_plan_parked(
     )
     await svc.reconcile_replicas()
     assert sorted(gateway.r) == sorted([*routed, "acme/t1"])
+    # The shared demand then triples: the plan grows, and the configured replicas follow it.
     for _ in range(8):
-        replicas = await followed(gateway, await tick(svc, clock, rnd, 10.0))
+        replicas = await followed(gateway, await tick(svc, clock, rnd, 30.0))
+    assert replicas > len(routed)
     assert gateway.replica_owners()["acme/t1"] == "acme"
     configured = sorted(n for n, owner in gateway.replica_owners().items() if not owner)
     assert len(configured) == replicas
