@@ -61,6 +61,9 @@ class _Gateway:
     def replica_models(self) -> dict[str, tuple[str, None]]:
         return {n: (f"10.0.0.{i}:8001", None) for i, n in enumerate(self.names)}
 
+    def replica_owners(self) -> dict[str, str]:
+        return dict.fromkeys(self.names, "")  # the shared pool's
+
     def outstanding(self) -> dict[str, int]:
         return {}
 
@@ -80,7 +83,7 @@ async def _router(bus: Bus, clock: _Clock, fleet: str, instance: str) -> RouterS
     )
     runtime: Any = SimpleNamespace(registry=CollectorRegistry(), loop=lambda fn: None, bus=bus)
     svc = RouterService(runtime, settings, clock)  # type: ignore[arg-type]
-    svc.gateway = _Gateway([f"r{i}" for i in range(12)])  # type: ignore[assignment]
+    svc.gateway = svc.planning.gateway = _Gateway([f"r{i}" for i in range(12)])  # type: ignore[assignment]
     await bus.ensure_streams()  # as the runtime's start does
     await svc.fleet_plan.start(bus)
     return svc
@@ -112,7 +115,7 @@ async def _interval(
         await svc.fleet_plan.report(end_s + 0.01)
     out: list[ReplicaRecommendation] = []
     for svc in routers:
-        out += await svc.plan_once()
+        out += await svc.planning.plan_once()
     return out
 
 
@@ -127,7 +130,7 @@ async def test_a_restarted_planner_keeps_its_factor_and_does_not_cut_the_fleet(
         assert first.fleet_plan.lease is not None
         assert await first.fleet_plan.lease.try_acquire()
         await first.fleet_plan.report(T0)  # the leader binds from here
-        assert await first.plan_once() == []  # nothing reported yet
+        assert await first.planning.plan_once() == []  # nothing reported yet
         first.plans["m"] = replace(first.plans["m"], capacity_factor=2.0)  # as learnt
         rnd = random.Random(7)
         recs: list[ReplicaRecommendation] = []
@@ -170,7 +173,7 @@ async def test_two_gateways_one_planner_and_a_handover(auth_url: str, unique: st
         assert not await b.fleet_plan.lease.try_acquire()  # one planner per fleet
         await a.fleet_plan.report(T0)
         await b.fleet_plan.report(T0)
-        assert await a.plan_once() == []
+        assert await a.planning.plan_once() == []
         rnd = random.Random(11)
         led: list[ReplicaRecommendation] = []
         for k in range(12):

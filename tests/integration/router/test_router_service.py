@@ -318,7 +318,7 @@ async def _plan_now(router: RouterService) -> list[ReplicaRecommendation]:
     """What the report loop and the plan loop do, at the moment the test chooses: this
     gateway's report of the bins ended by now, then the fleet planner's decision on them."""
     await router.fleet_plan.report(router.now_s())
-    return await router.plan_once()
+    return await router.planning.plan_once()
 
 
 async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engines_queues(
@@ -348,7 +348,7 @@ async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engi
         # The fleet's planner is this gateway (its lease), bound to the reports from now on.
         assert router.fleet_plan.lease is not None
         assert await router.fleet_plan.lease.try_acquire()
-        assert await router.plan_once() == []  # nothing reported yet
+        assert await router.planning.plan_once() == []  # nothing reported yet
         sent_from_s = router.now_s()
         for _ in range(6):
             await _slow(router.gateway.address, 10)

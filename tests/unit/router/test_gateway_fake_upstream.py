@@ -296,3 +296,50 @@ async def test_a_request_reaches_only_the_replicas_of_the_tenant_it_names_else_t
     finally:
         await gateway.remove_replica("globex/r")
         await rogue.stop()
+
+
+class GatedProbes(FakeReplica):
+    """A replica whose ServerReady answers only while `probe_gate` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.probes = 0
+        self.probe_gate = asyncio.Event()
+        self.probe_gate.set()
+
+    async def ServerReady(self, request, context):
+        self.probes += 1
+        await self.probe_gate.wait()
+        return service_pb2.ServerReadyResponse(ready=True)
+
+
+async def test_a_replica_removed_during_a_probe_round_does_not_stop_the_probes(
+    registry: CollectorRegistry,
+) -> None:
+    # FOLLOW_PLAN or the replica watch drains a replica (its channel closed) while the probe
+    # loop waits on another's answer: probing the removed one next raised UsageError ("Channel
+    # is closed"), which ended the probe loop (no ejection, no re-admission any more) and
+    # failed the gateway's stop.
+    slow, other = GatedProbes(), FakeReplica()
+    for fake in (slow, other):
+        await fake.start()
+    settings = GatewaySettings(
+        replicas={"a": slow.address, "b": other.address},
+        models=(ModelRoute(name="m"),),
+        default_timeout_s=7.0,
+        probe_interval_s=0.05,
+        warmup=WarmupPolicy(window=2, tolerance=10.0, min_requests=4, max_requests=8),
+    )
+    try:
+        async with OipGateway(settings, registry=registry) as gw:
+            await gw.wait_ready(timeout_s=10)
+            slow.probe_gate.clear()
+            before = slow.probes
+            await eventually(lambda: slow.probes > before, 5, what="a probe of a held")
+            await gw.remove_replica("b")  # closed while the round waits on a
+            held = slow.probes
+            slow.probe_gate.set()
+            await eventually(lambda: slow.probes > held, 5, what="the next probe round")
+    finally:
+        for fake in (slow, other):
+            await fake.stop()

@@ -1,8 +1,9 @@
-"""The engines' queue gauges on the live planner path (review findings 1, 3, 10, 11, 12):
-a lying gauge is refused (and named), a tenant's replica is not read for the shared plan, one
-model's failure does not stop the others, growth is judged over the replicas read at both ends
-of the real elapsed time, a missing gauge is counted, the loop keeps its cadence and follows
-the plan off it, and the margin gauge shows the padding the forecast carries."""
+"""The engines' queue gauges on the live planner path (review findings 1, 3, 11): a lying
+gauge is refused (and named), growth is judged over the replicas read at both ends of the real
+elapsed time, and the plan loop keeps its cadence. What the fleet's planner does with the gauges
+in its decision (a tenant's replica not read, one model's failure alone, a missing gauge
+counted, following off the loop, the margin gauge, bounded labels) needs its lease and reports:
+tests/integration/router/test_fleet_planner_decisions.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from seedance.router import service as service_module
 from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import (
     ObservedSlo,
@@ -29,7 +29,6 @@ from seedance.router.core.planning.planner import (
     plan,
 )
 from seedance.router.engine_queues import EngineQueues, GaugeValueError, parse_waiting
-from seedance.router.gateway import FinishedRequest, ReplicaPhase, RoutedRequest
 from seedance.router.planner_feed import observed_slo
 from seedance.router.service import RouterService
 from seedance.router.settings import RouterSettings
@@ -117,159 +116,14 @@ async def test_a_lying_replica_is_left_out_of_the_reading_and_counted_by_reason(
     assert (invalid["replica"], invalid["model"], invalid["value"]) == ("r2", "m", "inf")
 
 
-# -- a RouterService with no bus and no listener: plan_once and the loops only ------------------
-
-
-class StepClock:
-    """Time moves only by sleeping (and by `t` being set)."""
-
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def now(self) -> dt.datetime:
-        return dt.datetime.fromtimestamp(self.t, dt.UTC)
-
-    async def sleep(self, seconds: float) -> None:
-        self.t += seconds
-
-
-class FakeBus:
-    def __init__(self) -> None:
-        self.sent: list[Any] = []
-
-    async def publish_many(self, batch: Any) -> None:
-        self.sent.extend(batch)
-
-
-class FakeGateway:
-    """Replicas by name: (address, models, owner); all ready."""
-
-    def __init__(self, replicas: dict[str, tuple[str, tuple[str, ...] | None, str]]) -> None:
-        self.r = dict(replicas)
-        self.drains: list[str] = []
-        self.release = asyncio.Event()
-        self.release.set()
-
-    def replica_phases(self) -> dict[str, ReplicaPhase]:
-        return dict.fromkeys(self.r, ReplicaPhase.READY)
-
-    def replica_models(self) -> dict[str, tuple[str, tuple[str, ...] | None]]:
-        return {n: (a, m) for n, (a, m, _) in self.r.items()}
-
-    def replica_owners(self) -> dict[str, str]:
-        return {n: o for n, (_, _, o) in self.r.items()}
-
-    def outstanding(self) -> dict[str, int]:
-        return {}
-
-    async def drain_replica(self, name: str, timeout_s: float) -> bool:
-        self.drains.append(name)
-        await self.release.wait()
-        del self.r[name]
-        return True
-
-    async def add_replica(self, name: str, address: str, **_: Any) -> None:
-        self.r[name] = (address, None, "")
-
-
-def make_service(
-    static: dict[str, str], *, models: str = "m", **kw: Any
-) -> tuple[RouterService, StepClock, FakeBus, FakeGateway, CollectorRegistry]:
-    settings = RouterSettings(
-        replicas=",".join(f"{k}={v}" for k, v in static.items()),
-        models=models,
-        discover_replicas=False,
-        rest_address="",
-        **kw,
-    )
-    bus = FakeBus()
-    registry = CollectorRegistry()
-    clock = StepClock()
-    runtime = SimpleNamespace(registry=registry, loop=lambda _fn: None, bus=bus)
-    svc = RouterService(runtime, settings, clock)  # type: ignore[arg-type]
-    gw = FakeGateway({n: (a, None, "") for n, a in static.items()})
-    svc.gateway = gw  # type: ignore[assignment]
-    return svc, clock, bus, gw, registry
-
-
-def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
-    return registry.get_sample_value(name, labels)
-
-
-async def test_the_shared_plan_neither_scrapes_nor_counts_a_tenant_s_replica() -> None:
-    static = {"r0": "10.0.0.1:8001", "r1": "10.0.0.2:8001"}
-    svc, _, _, gw, _ = make_service(static, engine_metrics_port=8002)
-    gw.r["t1"] = ("evil.example:8001", None, "acme")  # a tenant's registration of model m
-    seen: list[str] = []
-
-    async def fetch(_session: Any, url: str) -> str:
-        seen.append(url)
-        return triton("m", "+Inf" if "evil" in url else "0")
-
-    assert svc.engine_queues is not None
-    svc.engine_queues._fetch = fetch  # type: ignore[method-assign]
-    (rec,) = await svc.plan_once()
-    await svc.engine_queues.close()
-    assert sorted(seen) == ["http://10.0.0.1:8002/metrics", "http://10.0.0.2:8002/metrics"]
-    assert rec.replicas >= 1
-    assert svc.plans["m"].backlog_by_replica == (("r0", 0.0), ("r1", 0.0))
-
-
-async def test_one_model_s_failure_is_counted_and_the_others_are_planned(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    svc, _, bus, _, registry = make_service({"r0": "10.0.0.1:8001"}, models="m,n")
-    real_plan = service_module.plan
-
-    def plan_or_fail(state: PlanState, now_s: float, *args: Any) -> Any:
-        if state is svc.plans["m"]:
-            raise OverflowError("cannot convert float infinity to integer")
-        return real_plan(state, now_s, *args)
-
-    monkeypatch.setattr(service_module, "plan", plan_or_fail)
-    before = svc.plans["m"]
-    with capture_logs() as logs:
-        out = await svc.plan_once()
-    assert [e.model for e in out] == ["n"]
-    assert [subject for subject, _ in bus.sent] == ["seedance.routing.n.replicas"]
-    assert svc.plans["m"] is before  # its state stays as it was
-    assert sample(registry, "seedance_router_plan_failures_total", model="m") == 1
-    assert sample(registry, "seedance_router_plan_failures_total", model="n") is None
-    (failed,) = [e for e in logs if e["event"] == "replica_plan_failed"]
-    assert failed["model"] == "m"
-    assert "OverflowError" in failed["error"]
-
-
-async def test_a_reading_that_bypassed_the_parser_fails_its_model_alone() -> None:
-    """Defence in depth: queued work that is no amount is refused by the observation itself,
-    naming the field and the value; the log names the replica and what it read."""
+def test_queued_work_that_is_no_amount_is_refused_by_the_observation() -> None:
+    """Defence in depth behind the parser, naming the field and the value (the service's
+    handling of it: tests/integration/router/test_fleet_planner_decisions.py)."""
     for bad in (math.inf, math.nan, -83.0):
         with pytest.raises(ValueError, match="backlog_s must be finite and >= 0"):
             ObservedSlo(met=0, requests=0, backlog_s=bad, ready=1)
         with pytest.raises(ValueError, match="queued work r0 must be"):
             ObservedSlo(met=0, requests=0, backlog_s=1.0, backlog_by_replica=(("r0", bad),))
-    svc, _, bus, _, registry = make_service({"r0": "10.0.0.1:8001"}, models="m,n")
-
-    async def read(_replicas: list[str]) -> dict[str, dict[str, float]]:
-        return {"r0": {"m": math.inf, "n": 1.0}}
-
-    svc._read_queues = read  # type: ignore[method-assign]
-    with capture_logs() as logs:
-        out = await svc.plan_once()
-    assert [e.model for e in out] == ["n"]
-    assert len(bus.sent) == 1
-    assert svc.plans["n"].backlog_by_replica == (
-        (
-            "r0",
-            pytest.approx(1 * (0.02 + 1024 / 7000)),
-        ),
-    )
-    assert sample(registry, "seedance_router_plan_failures_total", model="m") == 1
-    (failed,) = [e for e in logs if e["event"] == "replica_plan_failed"]
-    assert (failed["model"], failed["waiting"]) == ("m", {"r0": math.inf})
 
 
 # -- finding 3: growth over the replicas read at both ends, from a known reading ----------------
@@ -358,33 +212,33 @@ def test_the_first_reading_has_nothing_to_grow_from() -> None:
     assert state.backlog_at_s == 10_015.0
 
 
-# -- finding 10: a successful scrape without the model's gauge ---------------------------------
+# -- finding 11: the cadence (the planner's decisions on a bus:
+# tests/integration/router/test_fleet_planner_decisions.py) ----------------------------------
 
 
-async def test_a_scrape_without_the_model_s_gauge_is_counted_and_logged_once() -> None:
-    svc, _, _, _, registry = make_service({"r0": "10.0.0.1:8001"}, engine_metrics_port=8002)
+class StepClock:
+    """Time moves only by sleeping (and by `t` being set)."""
 
-    async def fetch(_session: Any, _url: str) -> str:
-        return vllm("meta-llama/Llama-3.1-8B-Instruct", "7")  # vLLM names it by its HF path
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
 
-    assert svc.engine_queues is not None
-    svc.engine_queues._fetch = fetch  # type: ignore[method-assign]
-    with capture_logs() as logs:
-        await svc.plan_once()
-        await svc.plan_once()
-    await svc.engine_queues.close()
-    missing = "seedance_router_engine_queue_gauge_missing_total"
-    assert sample(registry, missing, model="m") == 2  # every decision
-    warned = [e for e in logs if e["event"] == "engine_queue_gauge_missing"]
-    assert [(e["replica"], e["model"]) for e in warned] == [("r0", "m")]  # logged once
-    assert math.isnan(sample(registry, "seedance_router_planner_backlog_seconds", model="m"))
+    def monotonic(self) -> float:
+        return self.t
 
+    def now(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.t, dt.UTC)
 
-# -- finding 11: cadence and following off the loop ----------------------------------------------
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
 
 
 async def test_the_plan_loop_keeps_its_cadence_whatever_a_decision_takes() -> None:
-    svc, clock, _, _, _ = make_service({"r0": "10.0.0.1:8001"}, plan_interval_s=15.0)
+    settings = RouterSettings(
+        replicas="r0=10.0.0.1:8001", discover_replicas=False, rest_address="", plan_interval_s=15.0
+    )
+    clock = StepClock()
+    runtime = SimpleNamespace(registry=CollectorRegistry(), loop=lambda _fn: None)
+    svc = RouterService(runtime, settings, clock)  # type: ignore[arg-type]
     start = clock.t
     at: list[float] = []
     takes = iter([5.0, 5.0, 40.0, 1.0])
@@ -396,67 +250,8 @@ async def test_the_plan_loop_keeps_its_cadence_whatever_a_decision_takes() -> No
             raise asyncio.CancelledError
         return []
 
-    svc.plan_once = slow_decision  # type: ignore[method-assign]
+    svc.planning.plan_once = slow_decision  # type: ignore[method-assign]
     with pytest.raises(asyncio.CancelledError):
-        await svc._plan_loop()
+        await svc.planning.loop()
     # Every 15 s whatever a decision took; the one that ran 40 s skips the intervals it missed.
     assert at == [15.0, 30.0, 45.0, 90.0]
-
-
-async def test_a_drain_runs_off_the_planning_loop_and_the_decision_is_published_first() -> None:
-    static = {f"r{i}": f"10.0.0.{i}:8001" for i in range(3)}
-    svc, _, bus, gw, _ = make_service(static, follow_plan=True, plan_max_replicas=1)
-    gw.release.clear()  # in-flight requests hold the drain
-    # The deadline bounds only a failure (a decision that waits for the drain never returns).
-    (rec,) = await asyncio.wait_for(svc.plan_once(), timeout=10.0)
-    assert rec.replicas == 1
-    assert len(bus.sent) == 1  # published while the drain still waits
-    await asyncio.sleep(0)  # the follow task starts its first drain
-    assert gw.drains == ["r1"]
-    with capture_logs() as logs:
-        await svc.plan_once()  # a decision while the follow runs: not followed twice
-    assert [e["event"] for e in logs if e["event"] == "replica_follow_busy"] == [
-        "replica_follow_busy"
-    ]
-    gw.release.set()
-    assert svc._following is not None
-    await svc._following
-    assert sorted(gw.r) == ["r0"]
-
-
-# -- finding 12: the margin gauge, and bounded labels --------------------------------------------
-
-
-async def test_the_margin_gauge_shows_the_padding_of_an_unmeasured_forecast() -> None:
-    svc, clock, _, _, registry = make_service({"r0": "10.0.0.1:8001"})
-    for _ in range(30):  # 2 req/s for 15 s: too few forecast errors to measure a margin
-        clock.t += 0.5
-        svc.routed(
-            RoutedRequest(
-                model="m", replica="r0", reason="x", request_id="i", attempt=1,
-                alternatives=(), at_s=clock.t,
-            )
-        )  # fmt: skip
-        svc.finished(FinishedRequest(model="m", replica="r0", status="ok", duration_s=0.1))
-    await svc.plan_once()
-    margin = sample(registry, "seedance_router_planner_margin_requests_per_second", model="m")
-    assert margin is not None
-    assert margin > 0  # the long level's padding the forecast carries (main exported 0)
-
-
-async def test_read_failures_are_labelled_by_reason_not_by_replica() -> None:
-    svc, _, _, gw, registry = make_service({"r0": "10.0.0.1:8001"}, engine_metrics_port=8002)
-    for i in range(5):
-        gw.r[f"reg-{i}"] = (f"10.0.1.{i}:8001", None, "")  # registrations come and go
-
-    async def fetch(_session: Any, _url: str) -> str:
-        raise aiohttp.ClientConnectionError("refused")
-
-    assert svc.engine_queues is not None
-    svc.engine_queues._fetch = fetch  # type: ignore[method-assign]
-    await svc.plan_once()
-    await svc.engine_queues.close()
-    name = "seedance_router_engine_queue_read_failures_total"
-    assert sample(registry, name, reason="unreachable") == 6
-    assert sample(registry, name, reason="invalid") == 0
-    assert sample(registry, name, replica="r0") is None

@@ -6,12 +6,10 @@ stats), ticks the `ForecastLoop` and publishes its `RoutingWeights` both as even
 bucket ``seedance-router-weights`` (which every gateway of the fleet watches), retrains when
 `decide_retrain` says so (training off the event loop, versions in the object store, the latest
 loaded at start), and publishes `RoutingDecision`s in batches and `ReplicaStats` per window.
-Every plan interval it runs the replica planner (`planner.plan`) per model on the arrivals the
-gateway saw, their SLO outcomes filed by arrival and the engines' queue gauges
-(`planner_feed`, `engine_queues`: the backlog rule's input where engine metrics are
-configured), publishes its `ReplicaRecommendation` and sets the recommended
-replicas gauge; with ``follow_plan`` the gateway's `ReplicaSet` follows it (the surplus members
-are drained and parked, returning ones are warmed up again).
+For the replica planner it records the shared pool's arrivals and SLO outcomes, which every
+gateway reports to its fleet's planner (`plan_leader`); `plan_runner` decides every plan
+interval while this gateway holds the fleet's lease, publishes the `ReplicaRecommendation`s, and
+with ``follow_plan`` makes the configured `ReplicaSet` follow them.
 
 Replicas: the gateway starts with the configured ``SEEDANCE_ROUTER_REPLICAS`` and, with
 ``discover_replicas``, watches the ``seedance-router-replicas`` bucket of its fleet; each change
@@ -27,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -39,12 +36,12 @@ from seedance.core import TRANSIENT_BUS_ERRORS, Clock, Lifecycle, ServiceRuntime
 from seedance.core.kv import ensure_bucket, watching
 from seedance.core.logs import get_logger
 from seedance.events import Event, replicas
-from seedance.events.routing import ReplicaRecommendation, ReplicaRegistration
+from seedance.events.routing import ReplicaRegistration
 from seedance.events.subjects import routing
 from seedance.router.core.forecast import RetrainPolicy, train_forecast_model
 from seedance.router.core.forecast.live import ForecastLoop
 from seedance.router.core.planning.load import LoadEstimator
-from seedance.router.core.planning.planner import PlanReason, PlanState, plan
+from seedance.router.core.planning.planner import PlanReason, PlanState
 from seedance.router.core.planning.replica_set import ReplicaSet
 from seedance.router.core.policy import PredictiveSloPolicy
 from seedance.router.core.replica_registry import (
@@ -60,19 +57,18 @@ from seedance.router.gateway import (
     FinishedRequest,
     GatewaySettings,
     OipGateway,
-    ReplicaPhase,
     RestGateway,
     RoutedRequest,
 )
 from seedance.router.mapping import (
     decision_event,
-    recommendation_event,
     stats_event,
     weights_event,
 )
 from seedance.router.metrics import RouterMetrics
 from seedance.router.plan_leader import FleetPlanner, gateway_name
-from seedance.router.planner_feed import MissingGauges, OutcomesByArrival, observed_slo
+from seedance.router.plan_runner import PlanRunner
+from seedance.router.planner_feed import OutcomesByArrival
 from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
     RouterSettings,
@@ -93,11 +89,6 @@ _RETRAIN_ERRORS: tuple[type[BaseException], ...] = (
     lgb.basic.LightGBMError,
     *TRANSIENT_BUS_ERRORS,
 )
-
-# What one model's decision may raise on numbers it was not built for (the planner is pure
-# arithmetic on observed values): logged and counted, the model keeps its state, the others are
-# planned. Anything else is a bug, and stops the service.
-_PLAN_ERRORS: tuple[type[BaseException], ...] = (ArithmeticError, ValueError)
 
 WEIGHTS_BUCKET = "seedance-router-weights"
 # Decisions per publish_many call: bounds one flush's latency.
@@ -157,9 +148,7 @@ class RouterService(Lifecycle):
             settings.decision_queue_size, on_drop=self.metrics.decisions_dropped.inc
         )
         self._windows: dict[tuple[str, str], _Window] = defaultdict(_Window)
-        self.replica_set = ReplicaSet.of(gw_settings.replicas)
         self._plan_cfg = planner_config(settings)
-        self._capacity = replica_capacity(settings)
         self._estimators = {m: LoadEstimator() for m in self._models}
         start = max(len(gw_settings.replicas), self._plan_cfg.min_replicas)
         self.plans = {m: PlanState(replicas=start) for m in self._models}
@@ -178,7 +167,7 @@ class RouterService(Lifecycle):
             estimators=self._estimators,
             on_leading=self.metrics.plan_leader.set,
         )
-        self.engine_queues = (
+        engine_queues = (
             EngineQueues(
                 urls=parse_engine_metrics(settings.engine_metrics),
                 port=settings.engine_metrics_port,
@@ -187,6 +176,22 @@ class RouterService(Lifecycle):
             )
             if settings.engine_metrics or settings.engine_metrics_port
             else None
+        )
+        # Every plan interval: the fleet's planner decides (here while this gateway leads).
+        self.planning = PlanRunner(
+            runtime=runtime,
+            settings=settings,
+            clock=clock,
+            metrics=self.metrics,
+            gateway=self.gateway,
+            models=self._models,
+            fleet=self.fleet_plan,
+            replica_set=ReplicaSet.of(gw_settings.replicas),
+            cfg=self._plan_cfg,
+            capacity=replica_capacity(settings),
+            engine_queues=engine_queues,
+            registered_ready=self._registered_ready,
+            drain_grace_s=drain_grace_s,
         )
         for reason in PlanReason:
             for m in self._models:
@@ -202,15 +207,13 @@ class RouterService(Lifecycle):
         )
         self._store: ModelStore | None = None
         self._training: asyncio.Task[None] | None = None
-        self._following: asyncio.Task[None] | None = None
-        self._missing_gauges = MissingGauges()
         runtime.loop(self._flush_loop)
         runtime.loop(self._watch_loop)
         if settings.discover_replicas:
             runtime.loop(self._replica_watch_loop)
         runtime.loop(self._stats_loop)
         if settings.plan:
-            runtime.loop(self._plan_loop)
+            runtime.loop(self.planning.loop)
             runtime.loop(self.fleet_plan.report_loop)
             runtime.loop(self.fleet_plan.keep_lease)
         if settings.forecast:
@@ -250,15 +253,13 @@ class RouterService(Lifecycle):
 
     async def close(self) -> None:
         await self.stop()
-        for task in (self._training, self._following):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._training is not None:
+            self._training.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._training
         with contextlib.suppress(Exception):
             await self._flush()  # what the request path queued before the drain
-        if self.engine_queues is not None:
-            await self.engine_queues.close()
+        await self.planning.close()
         with contextlib.suppress(*TRANSIENT_BUS_ERRORS):
             await self.fleet_plan.close()  # the lease, so a standby need not wait for its TTL
         await self._rt.close()
@@ -315,143 +316,6 @@ class RouterService(Lifecycle):
         while True:
             await self._clock.sleep(self._settings.decision_flush_s)
             await self._flush()
-
-    async def _plan_loop(self) -> None:
-        # A fixed cadence: a slow decision (scrapes up to their timeout) shortens the sleep
-        # after it rather than pushing every later decision back; intervals missed whole are
-        # skipped, not made up in a burst.
-        interval_s = self._settings.plan_interval_s
-        due_s = self._clock.monotonic()
-        while True:
-            due_s += interval_s
-            await self._clock.sleep(max(0.0, due_s - self._clock.monotonic()))
-            await self.plan_once()
-            late_s = self._clock.monotonic() - due_s
-            due_s += math.floor(late_s / interval_s) * interval_s if late_s > interval_s else 0.0
-
-    async def plan_once(self) -> list[ReplicaRecommendation]:
-        """One planner decision per model, by the fleet's planner only (`plan_leader`), as of
-        what every gateway has reported: publish it, export it, and follow it if asked."""
-        now_s = await self.fleet_plan.ready()
-        if now_s is None:  # another gateway plans (follow its count), or nothing new came
-            if self._settings.follow_plan and not self.fleet_plan.leading:
-                target = await self.fleet_plan.fleet_target()
-                if target is not None and not self._registered_ready():
-                    self._follow_in_background(target)
-            return []
-        owners = self.gateway.replica_owners()
-        # The shared pool's (owner "") ready replicas only: a tenant's are its own to size, and
-        # its endpoint (at the host it registered) is neither scraped nor trusted here.
-        ready = [
-            n
-            for n, p in self.gateway.replica_phases().items()
-            if p is ReplicaPhase.READY and owners.get(n, "") == ""
-        ]
-        gauges = await self._read_queues(ready)
-        cfg = self._plan_cfg
-        outcomes = self.fleet_plan.merge.take_outcomes()
-        # The models each replica may be sent (None: all).
-        serves = {
-            name: self._models if models is None else models
-            for name, (_, models) in self.gateway.replica_models().items()
-        }
-        events: list[tuple[str, Event]] = []
-        out: list[ReplicaRecommendation] = []
-        for model in self._models:
-            current = self.plans[model].replicas
-            estimator = self._estimators[model]
-            loads = estimator.forecast(now_s, (0.0, cfg.lead_s))
-            model_ready = [r for r in ready if model in serves.get(r, (model,))]
-            missing = self._missing_gauges.check(model, gauges, model_ready)
-            self.metrics.engine_gauge_missing.labels(model).inc(missing)
-            try:
-                observed = observed_slo(
-                    model,
-                    outcomes.get(model, ()),
-                    gauges=gauges,
-                    ready=model_ready,
-                    capacity=self._capacity,
-                    prompt_tokens=self._settings.plan_prompt_tokens,
-                    slo_s=cfg.ttft_slo_s,
-                )
-                self.plans[model], rec = plan(
-                    self.plans[model],
-                    now_s,
-                    loads,
-                    self._capacity,
-                    cfg,
-                    observed,
-                    estimator.recent_arrivals(now_s, cfg.arrivals_window_s),
-                )
-            except _PLAN_ERRORS as exc:  # this model keeps its state; the others are planned
-                self.metrics.plan_failures.labels(model).inc()
-                waiting = {r: gauges[r].get(model) for r in model_ready if r in gauges}
-                log.error("replica_plan_failed", model=model, waiting=waiting, error=repr(exc))
-                continue
-            # The margin the lead horizon's forecast carries (the horizon-0 one carries none),
-            # the long level's padding included while its errors are too few to measure one.
-            margin_per_s = loads[-1].arrivals_per_s - loads[0].arrivals_per_s
-            self.metrics.export_plan(model, rec, margin_per_s)
-            backlog_s = math.nan if observed.backlog_s is None else observed.backlog_s
-            self.metrics.planner_backlog.labels(model).set(backlog_s)
-            event = recommendation_event(
-                rec,
-                replica_set=replicas.replica_set(self._settings.fleet, model),
-                model=model,
-                current=current,
-                cfg=cfg,
-                loads=loads,
-                at=self._clock.now(),
-            )
-            out.append(event)
-            events.append((routing.subject(model, "replicas"), event))
-        await self.fleet_plan.save()
-        try:
-            await self._rt.bus.publish_many(events)
-        except TRANSIENT_BUS_ERRORS as exc:  # the next interval recommends afresh
-            log.warning("recommendation_publish_failed", error=repr(exc))
-        else:
-            self.metrics.events_published.labels("replicas").inc(len(events))
-        # The plan sizes the configured replica set; registered replicas are the registrar's
-        # to scale, so it is followed only while the configured list is in use.
-        if self._settings.follow_plan and out and not self._registered_ready():
-            self._follow_in_background(max(e.replicas for e in out))
-        return out
-
-    async def _read_queues(self, replicas: list[str]) -> dict[str, dict[str, float]]:
-        """The engines' waiting requests at `replicas`, replica -> model (empty: no engine
-        metrics)."""
-        if self.engine_queues is None:
-            return {}
-        models = self.gateway.replica_models()
-        return await self.engine_queues.read({n: models[n][0] for n in replicas if n in models})
-
-    def _follow_in_background(self, target: int) -> None:
-        """Follow the plan off the planning loop: a drain waits for in-flight requests, and the
-        next decision must not wait for it. One follow at a time; while one runs, the decisions
-        meanwhile are not followed (the next one after it is: each is the whole target)."""
-        if self._following is not None and not self._following.done():
-            log.info("replica_follow_busy", target=target)
-            return
-        if self._following is not None:
-            self._following.result()  # a failed follow fails the loop, as it did inline
-        self._following = asyncio.create_task(self._follow(target), name="router-follow")
-
-    async def _follow(self, target: int) -> None:
-        """Make the gateway's registered replicas the routable members of the replica set."""
-        self.replica_set = self.replica_set.with_target(target)
-        # The shared pool's only: tenants' replicas are theirs to scale, never parked here.
-        shared = [n for n, owner in self.gateway.replica_owners().items() if not owner]
-        change = self.replica_set.changes(shared)
-        for name in change.remove:
-            # In-flight requests get up to one interval: the next decision's follow must not wait.
-            emptied = await self.gateway.drain_replica(
-                name, timeout_s=min(self._settings.plan_interval_s, self._drain_grace_s)
-            )
-            log.info("replica_parked", replica=name, target=target, drained=emptied)
-        for member in change.add:
-            await self.gateway.add_replica(member.name, member.address)
-            log.info("replica_resumed", replica=member.name, target=target)
 
     async def _forecast_loop(self) -> None:
         while True:
@@ -576,7 +440,7 @@ class RouterService(Lifecycle):
         """Add and drain gateway replicas so that they are `desired_replicas` of now."""
         # The configured replicas the plan has not parked (all of them without follow_plan):
         # a change in the bucket must not bring back what `_follow` drained.
-        static = {m.name: m.address for m in self.replica_set.routable()}
+        static = {m.name: m.address for m in self.planning.replica_set.routable()}
         desired = desired_replicas(self.registrations.values(), static)
         owners = self.gateway.replica_owners()
         current = {

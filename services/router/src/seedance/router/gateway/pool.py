@@ -216,9 +216,15 @@ class ReplicaPool:
                 async with asyncio.timeout(self._settings.probe_interval_s):
                     await self._stopping.wait()
             for replica in list(self._replicas.values()):
+                # Removed (its channel closed) while this round waited on another's probe: a
+                # drain that FOLLOW_PLAN or the replica watch ran meanwhile.
+                if self._replicas.get(replica.name) is not replica:
+                    continue
                 if replica.phase is ReplicaPhase.WARMING:
                     continue
                 ready = await replica.probe_ready(timeout_s=self._settings.probe_timeout_s)
+                if self._replicas.get(replica.name) is not replica:
+                    continue  # removed during its own probe
                 if replica.phase is ReplicaPhase.READY and not ready:
                     await self.set_phase(replica, ReplicaPhase.EJECTED)
                 elif replica.phase is ReplicaPhase.EJECTED and ready:
