@@ -77,3 +77,18 @@ def test_a_surplus_steps_the_factor_down_once() -> None:
     # New first tokens above the band step it again.
     state, _ = plan(state, 190.0, [load(1.0)], CAP, CFG, ObservedSlo(met=100, requests=100))
     assert state.capacity_factor == pytest.approx(2.0 * (1.0 - CFG.feedback_down) ** 2)
+
+
+@pytest.mark.parametrize(("requests", "re_estimated"), [(100, False), (1_000, True)])
+def test_a_breach_re_estimates_only_beyond_its_windows_noise(
+    requests: int, re_estimated: bool
+) -> None:
+    # 92 % met, a breach of the 95 % target: by less than two binomial standard errors of 100
+    # requests (4.4 points), by more than two of 1,000 (1.4 points). A learnt factor takes the
+    # +5 % step on the first; the second re-estimates it (4 ready, worth 2 shared replicas).
+    seen = tuple(DemandWindow(end_s=end, requests=10, met=MET) for end in (70.0, 85.0, 100.0))
+    state = PlanState(replicas=4, seen=seen, capacity_factor=1.5)
+    met = round(0.92 * requests)
+    after, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=met, requests=requests))
+    want = 2.0 if re_estimated else 1.5 * (1.0 + CFG.feedback_up)
+    assert after.capacity_factor == pytest.approx(want)

@@ -66,8 +66,10 @@ SLO attainment it observes (first tokens are observable once out), as NVIDIA Dyn
 planner corrects its performance model by what it observes. On a miss the factor is at least
 the fleet's count over the count of one shared queue that would have served the same share of
 the same windows' requests (what routing made of one such replica), re-estimated so only on a
-breach of `slo_target` or while nothing has been learnt (a shortfall inside the band's margin
-is a window's noise as often as not: the step below answers it). The factor aims at a
+breach of `slo_target` by more than two binomial standard errors of those requests, or while
+nothing has been learnt (a shortfall inside the band's margin, or a breach within a window's
+noise, is noise as often as not, and at the queue's non-linear edge it overstates the factor:
+the step below answers it). The factor aims at a
 band above `slo_target` (the allowed misses split in thirds: attainment between target + 1/3
 and target + 2/3 of them), so that the transients of a start-up land above the target rather
 than on it: attainment below the band raises it by `feedback_up`, above it lowers it by
