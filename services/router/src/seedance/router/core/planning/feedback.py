@@ -173,8 +173,8 @@ def _reestimate(
     by more than two binomial standard errors of the windows' requests, or while the factor
     is still the model's own. A breach within that noise re-estimated the factor from the
     queue's non-linear edge, where one shared queue serves a few misses with far fewer
-    replicas than the fleet had: on Mooncake at 60 s, 2.2 -> 3.4 on bins at ~93 % while the
-    fleet's 120 s windows attained 97-98 % (issue 32, ninth pass); the step up answers it."""
+    replicas than the fleet had: on Mooncake at 60 s, 2.2 -> 3.4 on bins at 93.8-94.9 % while the
+    fleet's 120 s windows attained 96.5-97.6 % (issue 32, ninth pass); the step up answers it."""
     requests = sum(x[2] for x in learn)
     p = cfg.slo_target
     breach = requests > 0 and attained < p - _Z * math.sqrt(p * (1.0 - p) / requests)
