@@ -1,11 +1,16 @@
 """The capacity factor's feedback as the live service feeds it (issue 32's review): decisions
-off the bins' edges, an arrival bin reported over several ticks, and a surplus judged once."""
+off the bins' edges, an arrival bin reported over several ticks, and a surplus judged once; and
+what it takes as evidence (issue 32, ninth pass): a breach beyond its windows' noise, a band
+whose margin is the hour's measured spread."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from seedance.router.core.planning.demand import DemandWindow
+from seedance.router.core.planning.feedback import aim_band
 from seedance.router.core.planning.planner import ObservedSlo, PlanState, plan
 
 # test_planner_modes' replica (5,000-token prompts take 0.5 s at 10k tokens/s; budget 2 s).
@@ -77,3 +82,59 @@ def test_a_surplus_steps_the_factor_down_once() -> None:
     # New first tokens above the band step it again.
     state, _ = plan(state, 190.0, [load(1.0)], CAP, CFG, ObservedSlo(met=100, requests=100))
     assert state.capacity_factor == pytest.approx(2.0 * (1.0 - CFG.feedback_down) ** 2)
+
+
+@pytest.mark.parametrize(("requests", "re_estimated"), [(100, False), (1_000, True)])
+def test_a_breach_re_estimates_only_beyond_its_windows_noise(
+    requests: int, re_estimated: bool
+) -> None:
+    # 92 % met, a breach of the 95 % target: by less than two binomial standard errors of 100
+    # requests (4.4 points), by more than two of 1,000 (1.4 points). A learnt factor takes the
+    # +5 % step on the first; the second re-estimates it (4 ready, worth 2 shared replicas).
+    seen = tuple(DemandWindow(end_s=end, requests=10, met=MET) for end in (70.0, 85.0, 100.0))
+    state = PlanState(replicas=4, seen=seen, capacity_factor=1.5)
+    met = round(0.92 * requests)
+    after, _ = plan(state, 100.0, [load(1.0)], CAP, CFG, ObservedSlo(met=met, requests=requests))
+    want = 2.0 if re_estimated else 1.5 * (1.0 + CFG.feedback_up)
+    assert after.capacity_factor == pytest.approx(want)
+
+
+def _hour(met_per_bin: list[int], requests: int = 50) -> tuple[tuple[float, int, int], ...]:
+    """An error budget of 15 s arrival bins of `requests` each."""
+    return tuple((15.0 * i, m, requests) for i, m in enumerate(met_per_bin))
+
+
+def test_the_band_sits_two_standard_errors_of_the_hours_attainment_above_the_target() -> None:
+    lower, upper = CFG.band
+    third = upper - lower
+    # Too few requests to measure the hour: the fixed band.
+    assert aim_band(PlanState(replicas=4, budget=_hour([48] * 10)), CFG) == CFG.band
+    # A steady hour: 48 or 49 of 50 met in every bin. Its attainment's standard error (bins as
+    # clusters) is a fraction of a point: the band comes down to the target plus two of them.
+    steady = _hour([48, 49] * 20)
+    requests = sum(r for *_, r in steady)
+    mean = sum(m for _, m, _ in steady) / requests
+    se = math.sqrt(sum((m - mean * r) ** 2 for _, m, r in steady)) / requests
+    got = aim_band(PlanState(replicas=4, budget=steady), CFG)
+    assert got == pytest.approx((CFG.slo_target + 2.0 * se, CFG.slo_target + 2.0 * se + third))
+    assert got[0] < lower
+    # A bin reported over several ticks counts once: the same hour split in two reports.
+    split = tuple(x for t, m, r in steady for x in ((t, m - 10, r - 10), (t, 10, 10)))
+    assert aim_band(PlanState(replicas=4, budget=split), CFG) == pytest.approx(got)
+    # A bursty hour at the same mean: its misses come in two bins. The margin is capped at a
+    # third of the allowed misses: the fixed band.
+    bursty = _hour([50] * 38 + [2, 1])
+    assert aim_band(PlanState(replicas=4, budget=bursty), CFG) == pytest.approx(CFG.band)
+
+
+@pytest.mark.parametrize(("met_per_bin", "moves"), [([49] * 40, False), ([50] * 38 + [1, 0], True)])
+def test_a_steady_hour_lets_a_window_near_the_target_stand_a_bursty_one_steps(
+    met_per_bin: list[int], moves: bool
+) -> None:
+    # A window of 4,000 requests at 95.5 %, below the fixed band. After a steady hour (the
+    # band's lower edge at ~95.3 %) it is inside the band; after a bursty one (the fixed band)
+    # it steps the factor up.
+    state = PlanState(replicas=40, capacity_factor=1.5, budget=_hour(met_per_bin))
+    after, _ = plan(state, 700.0, [load(1.0)], CAP, CFG, ObservedSlo(met=3820, requests=4000))
+    want = 1.5 * (1.0 + CFG.feedback_up) if moves else 1.5
+    assert after.capacity_factor == pytest.approx(want)

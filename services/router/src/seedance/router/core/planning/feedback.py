@@ -1,10 +1,11 @@
 """The capacity factor's feedback: what the planner learns from the SLO attainment it observes.
 
 Owns `feedback` (the factor's steps, its re-estimate on a breach, the measured floor of saturated
-replicas and its release, the held count's raises) and the observed-demand arithmetic it shares
-with the planner (`pooled_need`, the error budget's attainment and surplus). The rules and their
-reasons are in `planning.planner`'s module docstring ("Feedback"). Must not do: I/O, clocks, or
-decide a count: `planner.plan` does, from the state this returns.
+replicas and its release, the held count's raises), the band the factor and the held count aim
+at (`aim_band`, its margin from the hour's measured spread) and the observed-demand arithmetic
+it shares with the planner (`pooled_need`, the error budget's attainment and surplus). The rules
+and their reasons are in `planning.planner`'s module docstring ("Feedback"). Must not do: I/O,
+clocks, or decide a count: `planner.plan` does, from the state this returns.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from dataclasses import replace
 from seedance.router.core.planning.demand import DemandWindow
 from seedance.router.core.planning.types import ObservedSlo, PlannerConfig, PlanState
 
-__all__ = ["budget_surplus", "feedback", "pooled_need"]
+__all__ = ["aim_band", "budget_surplus", "feedback", "pooled_need"]
+
+# Standard errors: by which a breach must fall short of the SLO target before it re-estimates
+# the factor (of its requests), and the band's margin over the target (of the hour's
+# attainment). Two, the usual line between noise and a fleet that is short.
+_Z = 2.0
 
 
 def feedback(
@@ -104,7 +110,7 @@ def _learn(
 ) -> tuple[float, tuple[tuple[float, int, int], ...]]:
     """The factor after the observations not yet judged (the step and the re-estimate), and
     the judged record (`PlanState.judged`) after them."""
-    lower, upper = cfg.band
+    lower, upper = aim_band(state, cfg)
     cutoff_s = now_s - cfg.feedback_window_s
     factor = state.capacity_factor
     totals = _per_bin(window)
@@ -133,10 +139,11 @@ def _learn(
         factor *= 1.0 + cfg.feedback_up
         # The count of one shared queue that would have served what the fleet served over the
         # same windows: the fleet's count over it is what routing made of one such replica.
-        # A re-estimate from a few windows, so only on a breach of the SLO target or while the
-        # factor is still the model's own (1.0): a learnt factor short of the band but within
-        # the SLO takes the step above (re-estimated on every such window, a shortfall of a
-        # window's binomial noise, Mooncake's factor swung 1.9-3.7 for 1.30x the static cost).
+        # A re-estimate from a few windows, so only on a breach of the SLO target beyond the
+        # windows' noise or while the factor is still the model's own (1.0): a learnt factor
+        # short of the band but within the SLO or its noise takes the step above
+        # (re-estimated on every such window, a shortfall of a window's binomial noise,
+        # Mooncake's factor swung 1.9-3.7 for 1.30x the static cost).
         # The level is judged on everything the same bins reported (their new reports alone
         # are the slow end of them: mostly misses).
         bins = [totals[x[0]] for x in learn]
@@ -163,8 +170,15 @@ def _reestimate(
 ) -> float:
     """The fleet's count over the count of one shared queue that would have served the same
     share of the same windows' requests (1.0: no re-estimate), on a breach of the SLO target
-    or while the factor is still the model's own."""
-    if not (attained < cfg.slo_target or state.capacity_factor <= 1.0):
+    by more than two binomial standard errors of the windows' requests, or while the factor
+    is still the model's own. A breach within that noise re-estimated the factor from the
+    queue's non-linear edge, where one shared queue serves a few misses with far fewer
+    replicas than the fleet had: on Mooncake at 60 s, 2.2 -> 3.4 on bins at 93.8-94.9 % while the
+    fleet's 120 s windows attained 96.5-97.6 % (issue 32, ninth pass); the step up answers it."""
+    requests = sum(x[2] for x in learn)
+    p = cfg.slo_target
+    breach = requests > 0 and attained < p - _Z * math.sqrt(p * (1.0 - p) / requests)
+    if not (breach or state.capacity_factor <= 1.0):
         return 1.0
     # Each learnt bin's demand window is the one whose middle lies in it: the bins start on
     # multiples of the interval, the service's decisions (and so its windows) anywhere in them.
@@ -180,6 +194,25 @@ def _reestimate(
     if matched is None or matched >= count:
         return 1.0
     return count / matched
+
+
+def aim_band(state: PlanState, cfg: PlannerConfig) -> tuple[float, float]:
+    """The attainment band the factor and the held count aim at: the target plus a margin, a
+    third of the allowed misses wide. The margin is two standard errors of the hour's
+    attainment as the error budget measured it (arrival bins as clusters: misses that come
+    together, in a burst or a start-up, count as the few events they are), at most a third of
+    the allowed misses (`PlannerConfig.band`, where it was fixed): a steady trace aims nearer
+    the target, a bursty one keeps the whole margin. Until the hour holds
+    `budget_min_requests`, the fixed band."""
+    budget = list(_per_bin(state.budget).values())
+    requests = sum(x[2] for x in budget)
+    if requests < cfg.budget_min_requests or len(budget) < 2:
+        return cfg.band
+    mean = sum(x[1] for x in budget) / requests
+    se = math.sqrt(sum((m - mean * r) ** 2 for _, m, r in budget)) / requests
+    third = (1.0 - cfg.slo_target) / 3.0
+    lower = cfg.slo_target + min(third, _Z * se)
+    return lower, lower + third
 
 
 def _per_bin(window: Sequence[tuple[float, int, int]]) -> dict[float, tuple[float, int, int]]:

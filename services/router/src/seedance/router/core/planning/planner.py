@@ -67,11 +67,17 @@ SLO attainment it observes (first tokens are observable once out), as NVIDIA Dyn
 planner corrects its performance model by what it observes. On a miss the factor is at least
 the fleet's count over the count of one shared queue that would have served the same share of
 the same windows' requests (what routing made of one such replica), re-estimated so only on a
-breach of `slo_target` or while nothing has been learnt (a shortfall inside the band's margin
-is a window's noise as often as not: the step below answers it). The factor aims at a
-band above `slo_target` (the allowed misses split in thirds: attainment between target + 1/3
-and target + 2/3 of them), so that the transients of a start-up land above the target rather
-than on it: attainment below the band raises it by `feedback_up`, above it lowers it by
+breach of `slo_target` by more than two binomial standard errors of those requests, or while
+nothing has been learnt (a shortfall inside the band's margin, or a breach within a window's
+noise, is noise as often as not, and at the queue's non-linear edge it overstates the factor:
+the step below answers it). The factor aims at a
+band above `slo_target`, a third of the allowed misses wide, whose lower edge is the target plus
+two standard errors of the hour's attainment as the error budget measured it (arrival bins as
+clusters), at most a third of the allowed misses (`feedback.aim_band`; fixed at target + 1/3 ..
+2/3 of them before the ninth pass of issue 32, and until the hour holds `budget_min_requests`):
+a bursty trace keeps the whole margin, so that the transients of a start-up land above the
+target rather than on it, a steady one aims nearer the target (the held count pools at the same
+lower edge): attainment below the band raises it by `feedback_up`, above it lowers it by
 `feedback_down`, never below 1 (one shared queue is the best any router can do). Where the
 caller says when the observed requests arrived (`ObservedSlo.by_arrival`), each is judged by
 arrival: a burst's backlog on a fleet too small, drained after the scale-up, is not blamed on the
@@ -121,7 +127,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from seedance.router.core.planning.demand import DemandWindow, replay_window
-from seedance.router.core.planning.feedback import budget_surplus, feedback, pooled_need
+from seedance.router.core.planning.feedback import aim_band, budget_surplus, feedback, pooled_need
 from seedance.router.core.planning.sizing import (
     Binding,
     LoadForecast,
@@ -314,12 +320,13 @@ def _held_base(
     pooled need of a few intervals is not calibrated: a burst larger than any so far is
     likely). No demand in the hold window: the base last sized on demand, or, before any,
     what runs."""
-    pooled = pooled_need(seen, cfg.band[0])
+    lower = aim_band(state, cfg)[0]
+    pooled = pooled_need(seen, lower)
     if pooled is None:
         return state.held_base or state.replicas
     base = real(pooled)
     if first_seen_s is not None and now_s - first_seen_s < cfg.record_min_s:
-        base = max(base, real(max(w.need(cfg.band[0]) for w in seen)))
+        base = max(base, real(max(w.need(lower) for w in seen)))
     return base
 
 

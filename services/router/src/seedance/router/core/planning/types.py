@@ -126,7 +126,9 @@ class PlannerConfig:
 
     @property
     def band(self) -> tuple[float, float]:
-        """The attainment band the factor (and the record, and the budget) aim at."""
+        """The fixed attainment band: the record, the error budget's raise and surplus judge
+        against it; the factor and the held count aim at `feedback.aim_band`, whose margin is
+        measured and at most this band's (and which is this band until the hour is measured)."""
         allowed = 1.0 - self.slo_target
         return self.slo_target + allowed / 3.0, self.slo_target + 2.0 * allowed / 3.0
 
