@@ -1,10 +1,11 @@
 """One replica planner per router fleet, on a real nats-server under the shipped authorisation.
 
 Every gateway reports its observations (``seedance.routing.<model>.observed.<fleet>``); the one
-holding the fleet's lease plans on them all (its fleet's only: two fleets share a bus) and snapshots its state to ``seedance-router-plan``. Review
-findings 4 (two routers each planned half the demand) and 5 (a restart forgot the learnt factor
-and cut the fleet without hysteresis). The services run with a virtual clock and a stand-in for
-the gRPC gateway (its replicas' phases); the bus, KV, lease and permissions are real.
+holding the fleet's lease plans on them all (its own fleet's only: two fleets may share a bus)
+and snapshots its state to ``seedance-router-plan``. Review findings 4 (two routers each
+planned half the demand) and 5 (a restart forgot the learnt factor and cut the fleet without
+hysteresis). The services run with a virtual clock and a stand-in for the gRPC gateway (its
+replicas' phases); the bus, KV, lease and permissions are real.
 """
 
 from __future__ import annotations

@@ -235,7 +235,8 @@ class routing:
     @staticmethod
     def observed(model: str, fleet: str) -> str:
         """One model's reports to the planner of `fleet`."""
-        return f"{ROOT}.routing.{check_token('model', model)}.observed.{check_token('fleet', fleet)}"
+        model, fleet = check_token("model", model), check_token("fleet", fleet)
+        return f"{ROOT}.routing.{model}.observed.{fleet}"
 
     @staticmethod
     def fleet_observed(fleet: str) -> str:

@@ -125,6 +125,10 @@ class FleetPlanner:
         self._reported_until_s: float | None = None
         self._unsent: list[list[tuple[str, PlanObservations]]] = []
 
+    def now_s(self) -> float:
+        """This gateway's clock (epoch seconds that never go back), the reports' time base."""
+        return self._now_s()
+
     @property
     def leading(self) -> bool:
         return self._reader is not None and self.lease is not None and self.lease.held

@@ -4,8 +4,8 @@ Owns the request path's arrival log (appends only), the `PlanObservations` event
 publishes per model and per planning bin on its fleet's subject (bins `plan_interval_s` wide,
 aligned to the epoch, so every gateway's bins coincide), and `ObservationMerge`: the planner's
 pure merge of every gateway's events into one load estimator and one SLO tally per model, as if
-one gateway had routed all the fleet's traffic. Must not publish, read the bus or plan (`plan_leader` and the
-service do).
+one gateway had routed all the fleet's traffic. Must not publish, read the bus or plan
+(`plan_leader` and the service do).
 
 Why a watermark: gateways publish their bins independently, so at any moment the planner holds
 some gateways' latest bin and not yet others'. Planning over the newest arrivals would read the
