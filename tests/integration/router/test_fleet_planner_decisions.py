@@ -2,9 +2,9 @@
 one planner per fleet runs them), on a real nats-server under the shipped ``router`` user.
 
 Each router here holds its fleet's lease alone: its observer's arrivals and SLO outcomes go
-through its own report (``seedance.routing.<model>.observed``), the lease holder's consumer and
-merge, into `plan_runner`'s decision, as in the deployment; the gRPC gateway is a stand-in (its
-replicas, their owners and phases) and the clock is stepped. What each test proves:
+through its own report (``seedance.routing.<model>.observed.<fleet>``), the lease holder's
+consumer and merge, into `plan_runner`'s decision, as in the deployment; the gRPC gateway is a
+stand-in (its replicas, their owners and phases) and the clock is stepped. What each test proves:
 - a tenant's replica is neither scraped nor counted for the shared plan (finding 1);
 - one model's failing decision fails that model alone, with its readings logged (finding 1);
 - a scrape without the model's gauge is counted and logged once (finding 10);
@@ -176,21 +176,12 @@ def router(bus: Bus, unique: str) -> Callable[..., Any]:
 
 async def decide(svc: RouterService, clock: StepClock) -> list[ReplicaRecommendation]:
     """What the report loop and the plan loop do at the next bin's end: this gateway's report,
-    then the fleet planner's decision on the merged reports.
-
-    The decision is asked for again until it comes (with a deadline): the server counts a
-    consumer's pending messages a moment after it acknowledged their publish, so a plan right
-    after the report may find it not yet pending and wait for the next turn, as the plan loop
-    would (the virtual clock does not move meanwhile)."""
+    then the fleet planner's decision on the merged reports, at once (its catch-up reads up to
+    the stream's last report of the fleet, so a report just acknowledged is always in it)."""
     clock.t = (math.floor(clock.t / 15.0) + 1) * 15.0
     await svc.fleet_plan.report(clock.t + 0.01)
-    out: list[ReplicaRecommendation] = []
-
-    async def decided() -> bool:
-        out.extend(await svc.planning.plan_once())
-        return bool(out)
-
-    await eventually(decided, 10, what="the fleet planner's decision on the report")
+    out = await svc.planning.plan_once()
+    assert out, "no decision on the report just published"
     return out
 
 

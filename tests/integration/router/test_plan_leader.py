@@ -1,10 +1,11 @@
 """One replica planner per router fleet, on a real nats-server under the shipped authorisation.
 
-Every gateway reports its observations (``seedance.routing.<model>.observed``); the one holding
-the fleet's lease plans on them all and snapshots its state to ``seedance-router-plan``. Review
-findings 4 (two routers each planned half the demand) and 5 (a restart forgot the learnt factor
-and cut the fleet without hysteresis). The services run with a virtual clock and a stand-in for
-the gRPC gateway (its replicas' phases); the bus, KV, lease and permissions are real.
+Every gateway reports its observations (``seedance.routing.<model>.observed.<fleet>``); the one
+holding the fleet's lease plans on them all (its own fleet's only: two fleets may share a bus)
+and snapshots its state to ``seedance-router-plan``. Review findings 4 (two routers each
+planned half the demand) and 5 (a restart forgot the learnt factor and cut the fleet without
+hysteresis). The services run with a virtual clock and a stand-in for the gRPC gateway (its
+replicas' phases); the bus, KV, lease and permissions are real.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings
 from seedance.core.kv import ensure_bucket
-from seedance.events import encode, new_event_id
+from seedance.events import decode, encode, new_event_id
+from seedance.events.dlq import DeadLetter
 from seedance.events.routing import PlanObservations, ReplicaRecommendation
 from seedance.events.subjects import routing
 from seedance.router.gateway import FinishedRequest, ReplicaPhase, RoutedRequest
@@ -210,6 +212,62 @@ async def test_two_gateways_one_planner_and_a_handover(auth_url: str, unique: st
             await bus.close()
 
 
+async def test_two_fleets_on_one_bus_each_planner_merges_its_own_fleet_only(
+    auth_url: str, unique: str
+) -> None:
+    """Two fleets serve the same model on one bus: each planner's consumer reads its own fleet's
+    reports only, and a report whose payload names another fleet than its subject is
+    dead-lettered, never merged."""
+    fleets = (f"p{unique}"[:30], f"q{unique}"[:30])
+    buses = [await Bus.connect(_as(auth_url, "router")) for _ in fleets]
+    admin = await Bus.connect(_as(auth_url, "admin"))
+    try:
+        clocks = [_Clock(T0), _Clock(T0)]
+        routers = [
+            await _router(bus, clock, fleet, "gw-a")  # one gateway name in both fleets
+            for bus, clock, fleet in zip(buses, clocks, fleets, strict=True)
+        ]
+        for svc in routers:
+            assert svc.fleet_plan.lease is not None
+            assert await svc.fleet_plan.lease.try_acquire()  # each fleet has its own lease
+            await svc.fleet_plan.report(T0)
+            assert await svc.planning.plan_once() == []
+        rnd = random.Random(13)
+        for k in range(8):
+            recs = await _interval(routers, clocks, rnd, T0 + 15 * (k + 1))
+            assert len(recs) == 2  # both plan, each on its own fleet
+        for svc in routers:  # 20 req/s each, not the 40 of both fleets
+            arrivals = svc.fleet_plan.estimators["m"].recent_arrivals(T0 + 120, 60)
+            assert len(arrivals) == pytest.approx(20 * 60, rel=0.15)
+
+        # A report naming fleet q on fleet p's subject: dead-lettered, never merged.
+        p = routers[0]
+        rogue = PlanObservations(
+            id=new_event_id(),
+            at=clocks[0].now(),
+            model="m",
+            gateway="gw-x",
+            fleet=fleets[1],
+            since_s=T0 + 120,
+            until_s=T0 + 135,
+            arrivals=[(T0 + 121 + i * 0.001, 1024) for i in range(5000)],
+        )
+        subject = routing.observed("m", fleets[0])
+        await buses[0].publish(subject, rogue)
+        recs = await _interval(routers, clocks, rnd, T0 + 15 * 9)
+        assert len(recs) == 2
+        arrivals = p.fleet_plan.estimators["m"].recent_arrivals(T0 + 135, 60)
+        assert len(arrivals) == pytest.approx(20 * 60, rel=0.15)
+        last = await admin.js.get_last_msg("SEEDANCE_DLQ", "seedance.dlq.router")
+        assert last.data is not None
+        letter = decode(last.data, DeadLetter)
+        assert (letter.subject, letter.error_kind) == (subject, "fleet_mismatch")
+        assert fleets[1] in letter.reason
+    finally:
+        for bus in (*buses, admin):
+            await bus.close()
+
+
 async def test_a_tenant_cannot_publish_planner_observations(auth_url: str, unique: str) -> None:
     model = f"m{unique}"[:30]
     # A bare connection: the tenant's own client (the SDK) adds nothing a publish needs.
@@ -229,7 +287,7 @@ async def test_a_tenant_cannot_publish_planner_observations(auth_url: str, uniqu
             until_s=T0 + 15,
             arrivals=[(T0 + 1, 1024)] * 1000,
         )
-        subject = routing.subject(model, "observed")
+        subject = routing.observed(model, "default")
         # Core publish: the server drops what the tenant may not publish (and says so to it).
         await tenant.publish(subject, encode(event))
         await tenant.flush()

@@ -35,6 +35,7 @@ def test_the_catalogue_exports_exactly_these_names() -> None:
         "cost_reader",
         "costs",
         "dlq",
+        "fleet_plan_consumer",
         "graph",
         "inbox_prefix",
         "jobs",

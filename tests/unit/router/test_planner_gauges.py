@@ -203,6 +203,36 @@ def test_growth_is_judged_over_the_replicas_read_at_both_ends_per_second_elapsed
     assert rec.mode is PlannerMode.FLOOR
 
 
+def test_growth_is_timed_by_when_the_queues_were_read_not_by_the_watermark() -> None:
+    # The live planner decides as of the reports' watermark (`now_s`), which lags the reading
+    # and jumps two bins after a late decision: here the watermarks are 15 s apart but the
+    # queues were read 45 s apart, and 45 s gained over 45 s is one replica's worth (over the
+    # watermarks' 15 s it would read three).
+    before = PlanState(
+        replicas=3,
+        holding=True,
+        held_base=3,
+        backlog_s=30.0,
+        backlog_by_replica=(("a", 10.0), ("b", 10.0), ("c", 10.0)),
+        backlog_at_s=110.0,  # read at 110 s, as of the watermark 100 s
+    )
+    grown = ObservedSlo(
+        met=0,
+        requests=0,
+        backlog_s=75.0,
+        backlog_by_replica=(("a", 25.0), ("b", 25.0), ("c", 25.0)),
+        read_s=155.0,
+        ready=3,
+    )
+    after, rec = plan(before, 115.0, idle(115.0), CAP, CFG, grown)
+    assert rec.mode is PlannerMode.PANIC
+    assert rec.replicas == 4
+    assert (after.backlog_s, after.backlog_at_s) == (75.0, 155.0)  # the reading's time is kept
+    # A reading no later than the last one has no elapsed time to judge growth over.
+    _, rec = plan(before, 115.0, idle(115.0), CAP, CFG, replace(grown, read_s=110.0))
+    assert rec.mode is PlannerMode.FLOOR
+
+
 def test_the_first_reading_has_nothing_to_grow_from() -> None:
     """A fresh start reading 4 full queues: on main it compared them with 0.0 and panicked."""
     obs = ObservedSlo(met=0, requests=0, backlog_s=66.5, ready=4, behind=4)

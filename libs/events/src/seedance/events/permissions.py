@@ -137,6 +137,10 @@ class Declaration:
     #: Streams it reads whole through consumers of random names, without acks (the ledger's
     #: allocation API reads the cost stream it writes; ``subjects.cost_reader``).
     stream_reads: tuple[str, ...] = ()
+    #: Streams it gets single messages of (``STREAM.MSG.GET``: the last on a subject; the
+    #: router's planner takes its catch-up target from it). It reads these streams whole
+    #: through its consumers anyway, so the grant shows it nothing new.
+    stream_gets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_token("identity", self.name)
@@ -154,7 +158,7 @@ class Declaration:
         for store in self.object_stores:
             if store not in OBJECT_STORES:
                 raise PermissionsError(f"{self.name}: no object store {store!r} in the catalogue")
-        unknown = set(self.stream_reads) - {s.name for s in STREAMS}
+        unknown = set(self.stream_reads + self.stream_gets) - {s.name for s in STREAMS}
         if unknown:
             raise PermissionsError(f"{self.name}: no stream {sorted(unknown)} in the catalogue")
 
@@ -186,6 +190,7 @@ IDENTITIES: dict[str, Declaration] = {
             # One router per fleet plans (a lease) from every gateway's observations, from the
             # state it snapshots (docs/router.md, "One planner per fleet").
             consumes=("router-stats", "router-plan"),
+            stream_gets=("SEEDANCE_ROUTING",),
             buckets=("seedance-router-weights", "seedance-router-plan"),
             # Replicas are registered by the trusted observer (the bridge from EndpointSlices)
             # or an operator; a gateway only watches them, so a compromised gateway cannot
@@ -426,6 +431,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.CONSUMER.INFO.{read}.*",
             f"{JS_API}.CONSUMER.MSG.NEXT.{read}.*",
         ]
+    pub += [f"{JS_API}.STREAM.MSG.GET.{stream}" for stream in d.stream_gets]
     for durable in d.consumes:
         c = CONSUMERS[durable]
         pub += _durable_api(c.stream, c.durable)

@@ -95,11 +95,15 @@ class PlanObservations(Event, frozen=True, kw_only=True, tag="route.plan_observa
     up to the bin that every live gateway has reported. `arrivals`: (arrival_s, prompt tokens)
     of the requests routed in the bin (first attempts), in order. `outcomes`: (arrival bin's
     start, met, requests) of the requests that finished in it, filed by when they arrived. The id
-    is derived from (fleet, gateway, model, bin), so a re-sent bin is a duplicate.
+    is derived from (fleet, gateway, model, bin), so a re-sent bin is a duplicate. `fleet` is
+    the router fleet whose planner it is for, the subject's last token
+    (``seedance.routing.<model>.observed.<fleet>``): the planner dead-letters a report whose
+    fleet disagrees with its subject's (empty: one from before the field, which named none).
     """
 
     model: Name
     gateway: Name
+    fleet: str = ""
     since_s: float
     until_s: float
     arrivals: list[tuple[float, int]] = msgspec.field(default_factory=list)

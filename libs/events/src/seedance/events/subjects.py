@@ -92,6 +92,7 @@ __all__ = [
     "cost_reader",
     "costs",
     "dlq",
+    "fleet_plan_consumer",
     "graph",
     "inbox_prefix",
     "jobs",
@@ -211,21 +212,41 @@ class slicing:
 
 
 class routing:
-    """``seedance.routing.<model>.{stats,weights,decision,replicas,observed}``.
+    """``seedance.routing.<model>.{stats,weights,decision,replicas}`` and
+    ``seedance.routing.<model>.observed.<fleet>``.
 
     ``replicas`` carries the planner's `ReplicaRecommendation`: what an autoscaler (a Kubernetes
     adapter, KEDA) subscribes to, per model or for all with `REPLICAS`. ``observed`` carries
-    each gateway's `PlanObservations`, which the fleet's one planner reads (`OBSERVED`).
+    each gateway's `PlanObservations`, which its fleet's one planner reads (`fleet_observed`).
+    The fleet is a token there because the planner's consumer filters on it: two fleets on one
+    bus serving the same model must not merge each other's traffic (and a permission can hold
+    a fleet's gateways to their own).
     """
 
     ALL = f"{ROOT}.routing.>"
     STATS = f"{ROOT}.routing.*.stats"
     REPLICAS = f"{ROOT}.routing.*.replicas"
-    OBSERVED = f"{ROOT}.routing.*.observed"
+    OBSERVED = f"{ROOT}.routing.*.observed.*"
 
     @staticmethod
     def subject(model: str, kind: str) -> str:
         return f"{ROOT}.routing.{check_token('model', model)}.{kind}"
+
+    @staticmethod
+    def observed(model: str, fleet: str) -> str:
+        """One model's reports to the planner of `fleet`."""
+        model, fleet = check_token("model", model), check_token("fleet", fleet)
+        return f"{ROOT}.routing.{model}.observed.{fleet}"
+
+    @staticmethod
+    def fleet_observed(fleet: str) -> str:
+        """Every model's reports to the planner of `fleet`."""
+        return f"{ROOT}.routing.*.observed.{check_token('fleet', fleet)}"
+
+    @staticmethod
+    def observed_fleet(subject: str) -> str:
+        """The fleet token of an ``observed`` subject."""
+        return subject.rsplit(".", 1)[-1]
 
     #: The bucket of inference replicas that router gateways route to (`ReplicaRegistration`)
     #: and one replica's key in it, declared with the other buckets (``seedance.events.stores``)
@@ -440,8 +461,8 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
         # The fleet's planner (the router holding its lease) reads every gateway's observations
-        # with ``router-plan-<fleet>`` (see replica_consumer): no acks, it replays from the
-        # sequence its state snapshot reflects (seedance-router-plan).
+        # with ``router-plan-<fleet>`` (fleet_plan_consumer: its fleet's reports only): no acks,
+        # it replays from the sequence its state snapshot reflects (seedance-router-plan).
         ConsumerSpec(
             "router-plan", "SEEDANCE_ROUTING", (routing.OBSERVED,), acked=False, inactive_s=3600.0
         ),
@@ -461,6 +482,12 @@ def replica_consumer(durable: str, replica: str, start_seq: int = 0) -> Consumer
     """``<durable>-<replica>``: one replica's own reader of a catalogue consumer's messages."""
     name = f"{durable}-{check_token('replica', replica)}"
     return replace(consumer(durable), durable=name, start_seq=start_seq)
+
+
+def fleet_plan_consumer(fleet: str, start_seq: int = 0) -> ConsumerSpec:
+    """``router-plan-<fleet>``: the planner of `fleet` reads its own fleet's reports only."""
+    spec = replica_consumer("router-plan", fleet, start_seq=start_seq)
+    return replace(spec, filter_subjects=(routing.fleet_observed(fleet),))
 
 
 #: Name prefix of the consumers the ledger's allocation API reads the cost stream with.

@@ -28,13 +28,13 @@ from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
-from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock
+from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock, DeadLetters
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.events.codec import DecodeError, decode
 from seedance.events.routing import PlanObservations
-from seedance.events.subjects import replica_consumer
+from seedance.events.subjects import fleet_plan_consumer, routing
 from seedance.router.core.planning.load import EstimatorState, LoadEstimator
 from seedance.router.core.planning.planner import PlanState
 from seedance.router.plan_observations import (
@@ -57,7 +57,8 @@ _LEASE_TTL_S = 10.0
 # Reports not yet published (the bus away) kept for the next attempt; older ones are dropped
 # (logged): a bin lost is traffic the planner does not see, a backlog without bound is worse.
 _UNSENT_BINS = 8
-# How long a catch-up waits for reports the consumer says are pending.
+_ROUTING_STREAM = fleet_plan_consumer("default").stream
+# How long a catch-up waits for the reports the stream holds.
 _CATCH_UP_S = 5.0
 _CATCH_UP_POLL_S = 0.5
 
@@ -119,10 +120,14 @@ class FleetPlanner:
         self._kv: KeyValue | None = None
         self.lease: Lease | None = None
         self._reader: PullReader | None = None
-        self._delivered = 0
+        self._letters: DeadLetters | None = None
         self._rev: int | None = None
         self._reported_until_s: float | None = None
         self._unsent: list[list[tuple[str, PlanObservations]]] = []
+
+    def now_s(self) -> float:
+        """This gateway's clock (epoch seconds that never go back), the reports' time base."""
+        return self._now_s()
 
     @property
     def leading(self) -> bool:
@@ -130,6 +135,7 @@ class FleetPlanner:
 
     async def start(self, bus: Bus) -> None:
         self._bus = bus
+        self._letters = DeadLetters(bus, "router", derived_ids=True)
         self._kv = await ensure_bucket(bus, PLAN_BUCKET)
         leases = await ensure_bucket(bus, LEASES_BUCKET)
         self.lease = Lease(
@@ -291,7 +297,7 @@ class FleetPlanner:
         self.plans.update(self._initial_plans)
         fresh = {m: LoadEstimator(self.estimators[m].cfg) for m in self._models}
         if snapshot is None:
-            info = await self._bus.stream_info("SEEDANCE_ROUTING")
+            info = await self._bus.stream_info(_ROUTING_STREAM)
             # No state: from the reports published from now on (a day of history is not
             # replayed into an empty planner).
             self.seq = info.state.last_seq if info is not None else 0
@@ -317,9 +323,8 @@ class FleetPlanner:
 
     async def _bind(self) -> None:
         assert self._bus is not None
-        spec = replica_consumer("router-plan", self.fleet, start_seq=self.seq + 1)
+        spec = fleet_plan_consumer(self.fleet, start_seq=self.seq + 1)
         await self._bus.ensure_consumer(spec)
-        self._delivered = 0
         reader = PullReader(self._bus.nc, spec.stream, spec.durable, batch=500)
         await reader.start()
         self._reader = reader
@@ -333,37 +338,53 @@ class FleetPlanner:
             self._on_leading(False)
 
     async def _catch_up(self) -> None:
-        """Apply every report the consumer holds now (the server's count)."""
+        """Apply every report of this fleet the stream holds now.
+
+        The target is the stream's own last message on the fleet's subjects (a get by subject,
+        answered by the stream leader after every publish it has acknowledged), not the
+        consumer's pending count: the server counts a message as pending a moment after it
+        acknowledged its publish, so a plan right after a report found it not yet pending (3
+        in 200 under load) and planned an interval late or skipped a decision."""
         assert self._bus is not None
         assert self._reader is not None
-        spec = replica_consumer("router-plan", self.fleet)
         try:
-            info = await self._bus.js.consumer_info(spec.stream, spec.durable)
-        except NotFoundError:  # removed (inactive): bind afresh from our position
-            await self._unbind()
-            await self._bind()
-            info = await self._bus.js.consumer_info(spec.stream, spec.durable)
-        delivered = info.delivered.consumer_seq if info.delivered is not None else 0
-        target = delivered + (info.num_pending or 0)
+            last = await self._bus.js.get_last_msg(
+                _ROUTING_STREAM, routing.fleet_observed(self.fleet)
+            )
+        except NotFoundError:  # no report of this fleet in the stream (yet, or any more)
+            return
+        target = last.seq or 0
         waited_s = 0.0
-        while self._delivered < target and waited_s < _CATCH_UP_S:
+        # The bound holds only for a consumer that does not deliver what the stream holds.
+        while self.seq < target and waited_s < _CATCH_UP_S:
             try:
                 msgs = await self._reader.next_batch(timeout_s=_CATCH_UP_POLL_S)
             except ReaderInterrupted as exc:
                 log.warning("plan_observations_rebind", reason=str(exc), seq=self.seq)
                 await self._unbind()
                 await self._bind()
-                return
+                msgs = []
             waited_s += 0.0 if msgs else _CATCH_UP_POLL_S
             for msg in msgs:
-                self._apply(msg)
+                await self._apply(msg)
+        if self.seq < target:  # planned on what came; the next plan reads on
+            log.warning("plan_observations_behind", seq=self.seq, target=target)
 
-    def _apply(self, msg: Msg) -> None:
-        self.seq = msg.metadata.sequence.stream
-        self._delivered = msg.metadata.sequence.consumer
+    async def _apply(self, msg: Msg) -> None:
         try:
             event = decode(msg.data, PlanObservations)
         except DecodeError as exc:  # a newer version this router does not know
-            log.warning("plan_observations_undecodable", seq=self.seq, error=str(exc))
-            return
-        self.merge.apply(event)
+            seq = msg.metadata.sequence.stream
+            log.warning("plan_observations_undecodable", seq=seq, error=str(exc))
+        else:
+            fleet = routing.observed_fleet(msg.subject)
+            if event.fleet != fleet:
+                # Another fleet's report on this one's subject (or one naming none): never
+                # merged, dead-lettered (the letter's id is derived from the report's: a leader
+                # replaying it within the duplicate window publishes no second letter).
+                assert self._letters is not None
+                reason = f"fleet {event.fleet!r} disagrees with the subject's {fleet!r}"
+                await self._letters.send(msg, "fleet_mismatch", reason)
+            else:
+                self.merge.apply(event)
+        self.seq = msg.metadata.sequence.stream

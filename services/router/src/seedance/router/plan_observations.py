@@ -1,11 +1,11 @@
 """What every gateway tells the fleet's planner, and how the planner merges it.
 
 Owns the request path's arrival log (appends only), the `PlanObservations` events one gateway
-publishes per model and per planning bin (bins `plan_interval_s` wide, aligned to the epoch, so
-every gateway's bins coincide), and `ObservationMerge`: the planner's pure merge of every
-gateway's events into one load estimator and one SLO tally per model, as if one gateway had
-routed all the fleet's traffic. Must not publish, read the bus or plan (`plan_leader` and the
-service do).
+publishes per model and per planning bin on its fleet's subject (bins `plan_interval_s` wide,
+aligned to the epoch, so every gateway's bins coincide), and `ObservationMerge`: the planner's
+pure merge of every gateway's events into one load estimator and one SLO tally per model, as if
+one gateway had routed all the fleet's traffic. Must not publish, read the bus or plan
+(`plan_leader` and the service do).
 
 Why a watermark: gateways publish their bins independently, so at any moment the planner holds
 some gateways' latest bin and not yet others'. Planning over the newest arrivals would read the
@@ -79,7 +79,7 @@ def observation_events(
     until_ms = round(until_s * 1000)
     return [
         (
-            routing.subject(model, "observed"),
+            routing.observed(model, fleet),
             PlanObservations(
                 # The same bin re-sent (a publish retried) is a duplicate to the stream.
                 id=derived_event_id(
@@ -88,6 +88,7 @@ def observation_events(
                 at=at,
                 model=model,
                 gateway=gateway,
+                fleet=fleet,
                 since_s=since_s,
                 until_s=until_s,
                 arrivals=sorted(arrivals.get(model, ())),

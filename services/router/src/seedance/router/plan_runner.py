@@ -122,6 +122,9 @@ class PlanRunner:
             for n, p in self.gateway.replica_phases().items()
             if p is ReplicaPhase.READY and owners.get(n, "") == ""
         ]
+        # When the queues are read (this gateway's clock): their growth is timed by it, not by
+        # the reports' watermark `now_s` (`ObservedSlo.read_s`).
+        read_s = self.fleet.now_s()
         gauges = await self._read_queues(ready)
         cfg = self._cfg
         outcomes = self.fleet.merge.take_outcomes()
@@ -149,6 +152,7 @@ class PlanRunner:
                     capacity=self._capacity,
                     prompt_tokens=self._settings.plan_prompt_tokens,
                     slo_s=cfg.ttft_slo_s,
+                    read_s=read_s,
                 )
                 plans[model], rec = plan(
                     plans[model],

@@ -74,11 +74,13 @@ def observed_slo(
     capacity: ReplicaCapacity,
     prompt_tokens: float,
     slo_s: float,
+    read_s: float | None = None,
 ) -> ObservedSlo:
     """The planner's observation of `model`: its outcome groups by arrival, and the queued
     prefill work at the ready replicas whose gauge for it was read (`gauges`: replica -> model
     -> waiting requests), how many of them are behind `slo_s`, and the prefill work of the
-    requests answered (the planner's measure of what saturated replicas serve)."""
+    requests answered (the planner's measure of what saturated replicas serve); `read_s`, when
+    the gauges were read."""
     by_arrival = tuple(groups)
     by_replica = tuple(
         (r, queued_prefill_s(gauges[r][model], capacity, prompt_tokens))
@@ -96,6 +98,7 @@ def observed_slo(
         ready=len(read),
         behind=sum(work_s > slo_s for work_s in read),
         served_s=queued_prefill_s(requests, capacity, prompt_tokens) if read else None,
+        read_s=read_s,
     )
 
 

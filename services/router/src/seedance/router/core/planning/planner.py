@@ -289,7 +289,7 @@ def plan(
             # Unread now: unknown at the next decision too, never the reading before.
             backlog_s=None if observed is None else observed.backlog_s,
             backlog_by_replica=() if observed is None else observed.backlog_by_replica,
-            backlog_at_s=None if observed is None or observed.backlog_s is None else now_s,
+            backlog_at_s=_read_at_s(observed, now_s),
             saturated=0 if observed is None or observed.behind < observed.ready else observed.ready,
         ),
         Recommendation(
@@ -388,14 +388,23 @@ def _backlog_need(
     prefill sees). None otherwise, and where the last decision read no queue (nothing to
     compare with). Observed, not modelled: Knative's panic on measured concurrency, here on the
     engines' queues."""
-    if observed is None or observed.backlog_s is None or observed.ready <= 0:
+    read_s = _read_at_s(observed, now_s)
+    if observed is None or observed.backlog_s is None or observed.ready <= 0 or read_s is None:
         return None
-    if state.backlog_s is None or state.backlog_at_s is None or now_s <= state.backlog_at_s:
+    if state.backlog_s is None or state.backlog_at_s is None or read_s <= state.backlog_at_s:
         return None
     grown_s = _backlog_growth_s(state, observed)
     if grown_s is None or observed.backlog_s / observed.ready <= cfg.ttft_slo_s or grown_s <= 0:
         return None
-    return observed.ready + math.ceil(k * grown_s / (now_s - state.backlog_at_s) - 1e-9)
+    return observed.ready + math.ceil(k * grown_s / (read_s - state.backlog_at_s) - 1e-9)
+
+
+def _read_at_s(observed: ObservedSlo | None, now_s: float) -> float | None:
+    """When the queues were read (None: not read): the reading's own time where the caller
+    gives it, else the decision's."""
+    if observed is None or observed.backlog_s is None:
+        return None
+    return now_s if observed.read_s is None else observed.read_s
 
 
 def _backlog_growth_s(state: PlanState, observed: ObservedSlo) -> float | None:

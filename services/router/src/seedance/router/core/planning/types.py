@@ -226,6 +226,11 @@ class ObservedSlo:
     # the replicas read at both ends of the interval only (empty: over the totals, for a caller
     # that reads every ready replica every time, as the replay does).
     backlog_by_replica: tuple[tuple[str, float], ...] = ()
+    # When the gauges were read (s, the planner's clock; None: as of the decision's `now_s`, as
+    # the replay reads them). The growth is timed between readings: a live decision's `now_s` is
+    # the reports' watermark, which lags the reading by a bin or more and jumps by two bins
+    # after a decision that came late, while the queues grew over the time really elapsed.
+    read_s: float | None = None
     ready: int = 0
     # How many of them have work queued behind the SLO (more than `ttft_slo_s` of prefill).
     behind: int = 0

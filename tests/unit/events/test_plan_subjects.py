@@ -1,0 +1,36 @@
+"""The fleet planner's reports carry their fleet in the subject, where its consumer filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from seedance.events import permissions
+from seedance.events.subjects import CONSUMERS, fleet_plan_consumer, routing
+from seedance.events.tokens import InvalidToken
+
+
+def test_a_fleet_s_planner_reads_only_its_own_fleet_s_reports() -> None:
+    assert routing.observed("llama", "east") == "seedance.routing.llama.observed.east"
+    assert routing.observed_fleet(routing.observed("llama", "east")) == "east"
+    spec = fleet_plan_consumer("east", start_seq=7)
+    assert spec.durable == "router-plan-east"
+    assert spec.filter_subjects == ("seedance.routing.*.observed.east",)
+    assert spec.start_seq == 7
+    assert (spec.stream, spec.acked) == (CONSUMERS["router-plan"].stream, False)
+    # Every fleet's subjects are in the catalogue's filter of all of them, and in the stream's.
+    assert CONSUMERS["router-plan"].filter_subjects == ("seedance.routing.*.observed.*",)
+
+
+@pytest.mark.parametrize("fleet", ["", "a.b", "*", ">"])
+def test_a_fleet_that_is_not_one_token_is_refused(fleet: str) -> None:
+    with pytest.raises(InvalidToken):
+        routing.observed("llama", fleet)
+    with pytest.raises(InvalidToken):
+        fleet_plan_consumer(fleet)
+
+
+def test_the_router_may_get_a_routing_message_and_a_tenant_may_not() -> None:
+    get = "$JS.API.STREAM.MSG.GET.SEEDANCE_ROUTING"
+    router = permissions.declaration_permissions(permissions.IDENTITIES["router"])
+    assert get in router.publish_allow
+    assert get not in permissions.tenant_permissions("acme").publish_allow
