@@ -95,7 +95,9 @@ class PlanObservations(Event, frozen=True, kw_only=True, tag="route.plan_observa
     up to the bin that every live gateway has reported. `arrivals`: (arrival_s, prompt tokens)
     of the requests routed in the bin (first attempts), in order. `outcomes`: (arrival bin's
     start, met, requests) of the requests that finished in it, filed by when they arrived. The id
-    is derived from (fleet, gateway, model, bin), so a re-sent bin is a duplicate.
+    is derived from (fleet, gateway, model, bin), so a re-sent bin is a duplicate. `leaving`: the
+    gateway's last report (its clean stop's partial bin, ``until_s`` then mid-bin): the planner
+    stops waiting for it at once.
     """
 
     model: Name
@@ -104,6 +106,7 @@ class PlanObservations(Event, frozen=True, kw_only=True, tag="route.plan_observa
     until_s: float
     arrivals: list[tuple[float, int]] = msgspec.field(default_factory=list)
     outcomes: list[tuple[float, int, int]] = msgspec.field(default_factory=list)
+    leaving: bool = False
 
 
 RoutingEvent = (
