@@ -372,3 +372,16 @@ def test_a_silent_gateway_is_forgotten_by_the_planners_clock() -> None:
     for e in a.report(T0 + 15 * 59, T0 + 15 * 60):
         merge.apply(e)
     assert {g for g, _, _ in merge.state().applied} == {"a"}
+
+
+def test_a_leaving_report_re_sent_is_counted_once() -> None:
+    now = _Now(T0 + 20.0)
+    estimators = {"m": LoadEstimator()}
+    merge = ObservationMerge(estimators, CFG.interval_s, now_s=now)
+    (_, last), *_ = observation_events(
+        fleet="f", gateway="a", models=("m",), since_s=T0, until_s=T0 + 18,
+        arrivals={"m": [(T0 + 3.0, 1024)]}, outcomes={}, at=AT, leaving=True,
+    )  # fmt: skip
+    assert merge.apply(last)
+    assert not merge.apply(last)
+    assert merge.duplicates == 1

@@ -182,7 +182,9 @@ class FleetPlanner:
                 leaving=leaving,
             )
         )
-        while self._unsent and (not self._unsent[0] or self._unsent[0][0][1].until_s < now_s - _UNSENT_S):
+        while self._unsent and (
+            not self._unsent[0] or self._unsent[0][0][1].until_s < now_s - _UNSENT_S
+        ):
             dropped = self._unsent.pop(0)
             log.warning(
                 "plan_observations_dropped", until_s=dropped[0][1].until_s if dropped else None
@@ -317,9 +319,7 @@ class FleetPlanner:
             merge_state = snapshot.merge
         self.estimators.clear()
         self.estimators.update(fresh)
-        self.merge = ObservationMerge(
-            self.estimators, self._bin_s, merge_state, now_s=self._now_s
-        )
+        self.merge = ObservationMerge(self.estimators, self._bin_s, merge_state, now_s=self._now_s)
         log.info(
             "plan_state_restored",
             fleet=self.fleet,

@@ -165,7 +165,7 @@ class ObservationMerge:
         # A snapshot written before skewed reports were refused may carry one: not waited on.
         ahead = self._now_s() + _AHEAD_BINS * bin_s
         self._applied = {k: t for k, t in self._applied.items() if t <= ahead}
-        self._left = {tuple(k) for k in state.left} & set(self._applied)
+        self._left: set[tuple[str, str]] = {(g, m) for g, m in state.left} & set(self._applied)
         self._pending: dict[str, list[tuple[float, int]]] = defaultdict(list)
         for model, arrivals in state.pending:
             self._pending[model].extend(arrivals)
@@ -191,9 +191,10 @@ class ObservationMerge:
                 now_s=self._now_s(),
             )
             return False
-        last = self._applied.get(key)
+        last = self._applied.get(key, -math.inf)
         # A leaving report may end where the last full bin did (it then carries nothing new).
-        if last is not None and (event.until_s < last or (event.until_s == last and not event.leaving)):
+        again = event.until_s == last and (not event.leaving or key in self._left)
+        if event.until_s < last or again:
             self.duplicates += 1
             return False
         self._applied[key] = event.until_s
