@@ -141,7 +141,9 @@ async def test_a_restarted_planner_keeps_its_factor_and_does_not_cut_the_fleet(
         assert len(recs) == 40
         before, factor = recs[-1].replicas, first.plans["m"].capacity_factor
         assert before > 2
-        assert factor >= 2.0
+        # Learnt, well above a fresh planner's 1.0 (the measured band lets it come down from
+        # the 2.0 set above on this steady load), so restoring it is told from starting afresh.
+        assert factor >= 1.5
         await first.fleet_plan.close()  # the process stops: its lease is released
 
         # The restarted router (a new pod: another name), the clock going on.
@@ -151,8 +153,8 @@ async def test_a_restarted_planner_keeps_its_factor_and_does_not_cut_the_fleet(
         after: list[ReplicaRecommendation] = []
         for k in range(40, 48):
             after += await _interval([again], [clock], rnd, T0 + 15 * (k + 1))
-        # It waited for the gone gateway's report for two bins at most, then planned on.
-        assert len(after) >= 6
+        # The gone gateway said it was leaving as it stopped: not waited for, a plan every bin.
+        assert len(after) == 8
         assert after[0].current == before  # the count it left, not the configured two
         assert again.plans["m"].capacity_factor == pytest.approx(factor, rel=0.25)
         assert min(r.replicas for r in after) >= before  # no cut: the demand did not change

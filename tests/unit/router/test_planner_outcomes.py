@@ -204,11 +204,13 @@ async def test_a_tenants_requests_are_not_the_shared_pools_plan(
         await svc.gateway.wait_ready(["acme/r"], timeout_s=10)
         for i in range(3):
             await _infer(svc, _request(f"t{i}"), timeout_s=5.0, tenant="acme")
-        own.gate = asyncio.Event()  # and one the tenant's client gives up on
-        with pytest.raises(grpc.aio.AioRpcError):
-            await _infer(svc, _request("t-slow"), timeout_s=0.3, tenant="acme")
+        own.gate = asyncio.Event()  # and one the tenant's client gives up on, once it is there
+        slow = asyncio.ensure_future(_infer(svc, _request("t-slow"), timeout_s=30.0, tenant="acme"))
+        await eventually(lambda: len(own.calls) == 4, what="the tenant's fourth call")
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
         own.gate.set()
-        assert len(own.calls) == 4
         await _infer(svc, _request("shared"), timeout_s=5.0)
         event = report(svc)
         assert tally(event) == (1, 1)

@@ -99,6 +99,8 @@ class PlanObservations(Event, frozen=True, kw_only=True, tag="route.plan_observa
     the router fleet whose planner it is for, the subject's last token
     (``seedance.routing.<model>.observed.<fleet>``): the planner dead-letters a report whose
     fleet disagrees with its subject's (empty: one from before the field, which named none).
+    `leaving`: the gateway's last report (its clean stop's partial bin, ``until_s`` then
+    mid-bin): the planner stops waiting for it at once.
     """
 
     model: Name
@@ -108,6 +110,7 @@ class PlanObservations(Event, frozen=True, kw_only=True, tag="route.plan_observa
     until_s: float
     arrivals: list[tuple[float, int]] = msgspec.field(default_factory=list)
     outcomes: list[tuple[float, int, int]] = msgspec.field(default_factory=list)
+    leaving: bool = False
 
 
 RoutingEvent = (

@@ -54,9 +54,11 @@ PLAN_BUCKET = "seedance-router-plan"
 LEASES_BUCKET = "seedance-leases"
 # The leases bucket's TTL (`seedance.events.stores`): the lease is refreshed every third of it.
 _LEASE_TTL_S = 10.0
-# Reports not yet published (the bus away) kept for the next attempt; older ones are dropped
-# (logged): a bin lost is traffic the planner does not see, a backlog without bound is worse.
-_UNSENT_BINS = 8
+# Reports not yet published (the bus away) kept for the next attempt while their bin ended
+# within this many seconds; older ones are dropped (logged): a bin lost is traffic the planner
+# does not see, a backlog without bound is worse. Below the stream's 120 s duplicate window, so
+# the stream drops a retry of a bin that did land; the planner's merge skips any that get by.
+_UNSENT_S = 90.0
 _ROUTING_STREAM = fleet_plan_consumer("default").stream
 # How long a catch-up waits for the reports the stream holds.
 _CATCH_UP_S = 5.0
@@ -113,7 +115,7 @@ class FleetPlanner:
         self._initial_plans = dict(plans)
         self._on_leading = on_leading
         self.arrivals = ArrivalLog()
-        self.merge = ObservationMerge(estimators, bin_s)
+        self.merge = ObservationMerge(estimators, bin_s, now_s=now_s)
         self.seq = 0
         self.planned_s: float | None = None
         self._bus: Bus | None = None
@@ -147,6 +149,10 @@ class FleetPlanner:
         await self.lease.keep()
 
     async def close(self) -> None:
+        """Stop: the last partial bin and every unsent one published (marked leaving: the
+        planner stops waiting for this gateway at once), the reader and the lease released."""
+        if self._bus is not None and self._reported_until_s is not None:
+            await self.report(self._now_s(), leaving=True)
         await self._unbind()
         if self.lease is not None:
             await self.lease.release()
@@ -158,14 +164,15 @@ class FleetPlanner:
             await self._clock.sleep(max(0.0, bin_end_s(self._now_s(), self._bin_s) - self._now_s()))
             await self.report(self._now_s())
 
-    async def report(self, now_s: float) -> None:
-        """Publish the bins ended by `now_s` (one per model, empty ones too)."""
+    async def report(self, now_s: float, *, leaving: bool = False) -> None:
+        """Publish the bins ended by `now_s` (one per model, empty ones too); `leaving`: the
+        gateway stops, its last bin ends at `now_s` and says so."""
         assert self._bus is not None
-        until_s = bin_end_s(now_s, self._bin_s) - self._bin_s
+        until_s = now_s if leaving else bin_end_s(now_s, self._bin_s) - self._bin_s
         since_s = (
             self._reported_until_s if self._reported_until_s is not None else until_s - self._bin_s
         )
-        if since_s >= until_s:
+        if since_s > until_s or (since_s == until_s and not leaving):
             return
         self._reported_until_s = until_s
         self._unsent.append(
@@ -178,14 +185,16 @@ class FleetPlanner:
                 arrivals=self.arrivals.take(until_s),
                 outcomes=self._outcomes.take(),
                 at=self._clock.now(),
+                leaving=leaving,
             )
         )
-        if len(self._unsent) > _UNSENT_BINS:
-            dropped = self._unsent[0]
+        while self._unsent and (
+            not self._unsent[0] or self._unsent[0][0][1].until_s < now_s - _UNSENT_S
+        ):
+            dropped = self._unsent.pop(0)
             log.warning(
                 "plan_observations_dropped", until_s=dropped[0][1].until_s if dropped else None
             )
-            del self._unsent[0]
         while self._unsent:
             try:
                 await self._bus.publish_many(self._unsent[0])
@@ -211,7 +220,7 @@ class FleetPlanner:
             log.warning("plan_observations_read_failed", error=repr(exc))
             await self._unbind()
             return None
-        as_of = self.merge.as_of_s
+        as_of = self.merge.release()
         if as_of is None or (self.planned_s is not None and as_of <= self.planned_s):
             return None
         self.planned_s = as_of
@@ -305,6 +314,10 @@ class FleetPlanner:
             merge_state = MergeState()
         else:
             self.seq, self.planned_s = snapshot.seq, snapshot.planned_s
+            if self.planned_s is not None and self.planned_s > self._now_s():
+                # Planned as of a skewed gateway's future (an older version): not waited for.
+                log.warning("plan_snapshot_ahead", fleet=self.fleet, planned_s=self.planned_s)
+                self.planned_s = None
             for m, saved in snapshot.models.items():
                 if m in self.plans:
                     self.plans[m] = saved.plan
@@ -312,7 +325,7 @@ class FleetPlanner:
             merge_state = snapshot.merge
         self.estimators.clear()
         self.estimators.update(fresh)
-        self.merge = ObservationMerge(self.estimators, self._bin_s, merge_state)
+        self.merge = ObservationMerge(self.estimators, self._bin_s, merge_state, now_s=self._now_s)
         log.info(
             "plan_state_restored",
             fleet=self.fleet,

@@ -10,9 +10,16 @@ one gateway had routed all the fleet's traffic. Must not publish, read the bus o
 Why a watermark: gateways publish their bins independently, so at any moment the planner holds
 some gateways' latest bin and not yet others'. Planning over the newest arrivals would read the
 fleet's rate short by the late gateways' share. The merge hands arrivals to the estimators only
-up to ``as_of_s``, the oldest bin end among the live gateways (those whose last report is within
-two bins of the newest: a gateway that stopped reporting is waited for no longer than a missed
-bin), and the planner plans as of then. Outcomes are filed by arrival (the planner judges a bin
+up to ``as_of_s``: the oldest last-reported bin end among the live (gateway, model) pairs, a pair
+per model because a gateway's bin may reach the bus for some models and not (yet) others. A pair
+is live while its last bin ended within `_LIVE_BINS` (two) bins of the planner's own clock
+(`now_s`, the leader's, never a gateway's): a gateway that stops reporting is waited for two
+bins at most, one that leaves cleanly (its last report marked `leaving`) not at all. The
+watermark is never later than the planner's own clock, and a report ending more than one bin
+past it (a gateway's clock ahead) is refused and counted: it would stall the planner until real
+time caught up, and be written into its snapshot. A report whose bin ends no later than the last
+one applied for its (gateway, model) is a duplicate (a publish retried past the stream's
+duplicate window, a replay) and skipped. Outcomes are filed by arrival (the planner judges a bin
 over several reports), so they are tallied as they come.
 """
 
@@ -20,10 +27,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from seedance.core.logs import get_logger
 from seedance.events.base import derived_event_id
 from seedance.events.routing import PlanObservations
 from seedance.events.subjects import routing
@@ -37,8 +45,15 @@ __all__ = [
     "observation_events",
 ]
 
-# Bins a live gateway may lag the newest report before the planner stops waiting for it.
+log = get_logger(__name__)
+
+# Bins a (gateway, model)'s last report may lag the planner's clock before it stops waiting for it.
 _LIVE_BINS = 2
+# How far past the planner's clock a report may end (bins) before it is refused as skewed.
+_AHEAD_BINS = 1
+# Bins after which a silent (gateway, model) is forgotten (its duplicate check too): far past
+# the gateways' retry horizon (`plan_leader._UNSENT_S`), so no retry of it can come any more.
+_FORGET_BINS = 40
 
 
 def bin_end_s(now_s: float, bin_s: float) -> float:
@@ -74,16 +89,20 @@ def observation_events(
     arrivals: Mapping[str, list[tuple[float, int]]],
     outcomes: Mapping[str, tuple[tuple[float, int, int], ...]],
     at: datetime,
+    leaving: bool = False,
 ) -> list[tuple[str, PlanObservations]]:
-    """One event per model (empty ones too: they move the planner's watermark on)."""
+    """One event per model (empty ones too: they move the planner's watermark on). `leaving`:
+    the gateway's last (its stop's partial bin): the planner stops waiting for it."""
     until_ms = round(until_s * 1000)
+    # A leaving bin may end where the last full one did: its own id, not that one's duplicate.
+    key = f"{until_ms}/leaving" if leaving else f"{until_ms}"
     return [
         (
             routing.observed(model, fleet),
             PlanObservations(
                 # The same bin re-sent (a publish retried) is a duplicate to the stream.
                 id=derived_event_id(
-                    f"{fleet}/{gateway}/{model}/{until_ms}", "plan-observations", until_ms
+                    f"{fleet}/{gateway}/{model}/{key}", "plan-observations", until_ms
                 ),
                 at=at,
                 model=model,
@@ -93,6 +112,7 @@ def observation_events(
                 until_s=until_s,
                 arrivals=sorted(arrivals.get(model, ())),
                 outcomes=list(outcomes.get(model, ())),
+                leaving=leaving,
             ),
         )
         for model in models
@@ -103,7 +123,8 @@ def observation_events(
 class MergeState:
     """`ObservationMerge`'s memory as one serialisable value."""
 
-    # (gateway, the end of its last bin reported).
+    # (gateway, the end of its last bin reported): the state before the watermark was per
+    # model; read on restore (every planned model), no longer written.
     reported: tuple[tuple[str, float], ...] = ()
     # (model, arrivals not yet handed to its estimator: after `as_of_s`).
     pending: tuple[tuple[str, tuple[tuple[float, int], ...]], ...] = ()
@@ -111,24 +132,41 @@ class MergeState:
     outcomes: tuple[tuple[str, tuple[tuple[float, int, int], ...]], ...] = ()
     # The watermark arrivals were last released up to (None: none yet).
     released_s: float | None = None
+    # (gateway, model, the end of its last bin applied).
+    applied: tuple[tuple[str, str, float], ...] = ()
+    # (gateway, model) whose last report said it was leaving: out of the watermark.
+    left: tuple[tuple[str, str], ...] = ()
 
 
 class ObservationMerge:
     """Every gateway's observations merged into `estimators` (per model, shared with the
-    planner) and one outcome tally; `as_of_s` is what the merged view is complete up to."""
+    planner) and one outcome tally; `as_of_s` is what the merged view is complete up to, by
+    the planner's own clock `now_s`. `refused` / `duplicates`: reports skipped, counted."""
 
     def __init__(
         self,
         estimators: Mapping[str, LoadEstimator],
         bin_s: float,
         state: MergeState | None = None,
+        *,
+        now_s: Callable[[], float],
     ) -> None:
         if bin_s <= 0:
             raise ValueError(f"bin_s must be > 0, got {bin_s}")
         self._estimators = estimators
         self._bin_s = bin_s
+        self._now_s = now_s
+        self.refused = 0
+        self.duplicates = 0
         state = state or MergeState()
-        self._reported = dict(state.reported)
+        self._applied: dict[tuple[str, str], float] = {
+            (g, m): t for g, t in state.reported for m in estimators
+        }
+        self._applied.update({(g, m): t for g, m, t in state.applied})
+        # A snapshot written before skewed reports were refused may carry one: not waited on.
+        ahead = self._now_s() + _AHEAD_BINS * bin_s
+        self._applied = {k: t for k, t in self._applied.items() if t <= ahead}
+        self._left: set[tuple[str, str]] = {(g, m) for g, m in state.left} & set(self._applied)
         self._pending: dict[str, list[tuple[float, int]]] = defaultdict(list)
         for model, arrivals in state.pending:
             self._pending[model].extend(arrivals)
@@ -138,38 +176,70 @@ class ObservationMerge:
                 self._outcomes[model][t] = [met, n]
         self._released_s = state.released_s
 
-    def apply(self, event: PlanObservations) -> None:
+    def apply(self, event: PlanObservations) -> bool:
+        """Merge `event`; False: skipped (a model not planned here, a skewed clock's report,
+        a duplicate)."""
         if event.model not in self._estimators:
-            return  # a model this planner does not plan
-        self._reported[event.gateway] = max(
-            event.until_s, self._reported.get(event.gateway, -math.inf)
-        )
+            return False  # a model this planner does not plan
+        key = (event.gateway, event.model)
+        if event.until_s > self._now_s() + _AHEAD_BINS * self._bin_s:
+            self.refused += 1
+            log.warning(
+                "plan_observations_ahead",
+                gateway=event.gateway,
+                model=event.model,
+                until_s=event.until_s,
+                now_s=self._now_s(),
+            )
+            return False
+        last = self._applied.get(key, -math.inf)
+        # A leaving report may end where the last full bin did (it then carries nothing new).
+        again = event.until_s == last and (not event.leaving or key in self._left)
+        if event.until_s < last or again:
+            self.duplicates += 1
+            return False
+        self._applied[key] = event.until_s
+        if event.leaving:
+            self._left.add(key)
+        else:
+            self._left.discard(key)
         self._pending[event.model].extend(event.arrivals)
         tally = self._outcomes[event.model]
         for t, met, n in event.outcomes:
             group = tally.setdefault(t, [0, 0])
             group[0] += met
             group[1] += n
-        self._release()
+        self.release()
+        return True
 
     @property
     def as_of_s(self) -> float | None:
-        """The oldest last-reported bin end among the live gateways (None: no report yet)."""
-        if not self._reported:
-            return None
-        newest = max(self._reported.values())
-        return min(t for t in self._reported.values() if t >= newest - _LIVE_BINS * self._bin_s)
+        """The oldest last-reported bin end among the live (gateway, model) pairs, never
+        later than the planner's clock (None: none live)."""
+        now = self._now_s()
+        live = [
+            t
+            for k, t in self._applied.items()
+            if k not in self._left and t >= now - _LIVE_BINS * self._bin_s
+        ]
+        return min(min(live), now) if live else None
 
-    def _release(self) -> None:
+    def release(self) -> float | None:
+        """The arrivals before `as_of_s` handed to the estimators (the planner's clock moves
+        it without a report: a silent gateway's wait ends); returns it."""
+        forget = self._now_s() - _FORGET_BINS * self._bin_s
+        self._applied = {k: t for k, t in self._applied.items() if t >= forget}
+        self._left &= set(self._applied)
         as_of = self.as_of_s
         if as_of is None:
-            return
+            return None
         self._released_s = as_of
         for model, arrivals in self._pending.items():
             due = [a for a in arrivals if a[0] < as_of]
             if due:
                 self._estimators[model].observe_arrivals(due)
                 self._pending[model] = [a for a in arrivals if a[0] >= as_of]
+        return as_of
 
     def take_outcomes(self) -> dict[str, tuple[tuple[float, int, int], ...]]:
         """The outcome groups tallied since the last call, per model, oldest first."""
@@ -181,7 +251,8 @@ class ObservationMerge:
 
     def state(self) -> MergeState:
         return MergeState(
-            reported=tuple(sorted(self._reported.items())),
+            applied=tuple((g, m, t) for (g, m), t in sorted(self._applied.items())),
+            left=tuple(sorted(self._left)),
             pending=tuple((m, tuple(a)) for m, a in sorted(self._pending.items()) if a),
             outcomes=tuple(
                 (m, tuple((t, g[0], g[1]) for t, g in sorted(groups.items())))
