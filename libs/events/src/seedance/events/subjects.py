@@ -438,7 +438,6 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         # that added it must not apply 30 days of changes no scheduler applied then.
         _c("slicer-shares", "SEEDANCE_SLICING", slicing.SHARES, deliver_new=True),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
-        _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
         # The fleet's planner (the router holding its lease) reads every gateway's observations
         # with ``router-plan-<fleet>`` (see replica_consumer): no acks, it replays from the
         # sequence its state snapshot reflects (seedance-router-plan).
