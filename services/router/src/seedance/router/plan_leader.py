@@ -3,16 +3,19 @@
 Owns the bus side of the fleet's planning. Every gateway publishes what it observed per model
 and per planning bin (`plan_observations`) on ``seedance.routing.<model>.observed``. The
 gateway holding the lease ``router-plan.<fleet>`` (``seedance-leases``) reads every gateway's
-reports with its ``router-plan-<fleet>`` consumer, merges them (`ObservationMerge`) into the
-planner's estimators and outcome tally, and the service plans on that merged view; the other
-gateways only route. After each plan the leader writes the planner's whole state (each model's
-`PlanState` and `EstimatorState`, the merge, the stream sequence they reflect) to
-``seedance-router-plan`` under ``<fleet>``; a new leader (a standby, or the same router
-restarted) restores it and replays the reports published since, so neither a handover nor a
-restart forgets the learnt capacity factor or starts the fleet's count afresh.
+reports with its own ``router-plan-<fleet>-<gateway>`` consumer, merges them
+(`ObservationMerge`) into the planner's estimators and outcome tally, and the service plans on
+that merged view; the other gateways only route. After each plan the leader writes the
+planner's whole state (each model's `PlanState` and `EstimatorState`, the merge, the stream
+sequence they reflect) to ``seedance-router-plan`` under ``<fleet>``; a new leader (a standby,
+or the same router restarted) restores it and replays the reports published since, so neither
+a handover nor a restart forgets the learnt capacity factor or starts the fleet's count afresh.
 
 Must not decide (the planner does) nor route. A leader that finds its snapshot written by
-another (a compare-and-set refused) stops leading until it holds the lease again.
+another (a compare-and-set refused) is superseded: that decision is neither published nor
+followed, and it gives the lease up, leading again only once it holds it afresh (restored from
+the other's snapshot). Each leader reads with a consumer of its own name, so two leaders of a
+split brain never delete each other's reader (binding re-creates the consumer).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.events.codec import DecodeError, decode
 from seedance.events.routing import PlanObservations
+from seedance.events.specs import ConsumerSpec
 from seedance.events.subjects import replica_consumer
 from seedance.router.core.planning.load import EstimatorState, LoadEstimator
 from seedance.router.core.planning.planner import PlanState
@@ -101,6 +105,7 @@ class FleetPlanner:
         plans: dict[str, PlanState],
         estimators: dict[str, LoadEstimator],
         on_leading: Callable[[bool], None] = lambda _: None,
+        on_dropped: Callable[[str, int], None] = lambda _reason, _n: None,
     ) -> None:
         self.fleet, self.gateway = fleet, gateway
         self._models = tuple(models)
@@ -111,6 +116,7 @@ class FleetPlanner:
         self.plans, self.estimators = plans, estimators
         self._initial_plans = dict(plans)
         self._on_leading = on_leading
+        self._on_dropped = on_dropped  # (reason, per-model reports): the service's counter
         self.arrivals = ArrivalLog()
         self.merge = ObservationMerge(estimators, bin_s)
         self.seq = 0
@@ -226,8 +232,10 @@ class FleetPlanner:
         counts = [snapshot.models[m].plan.replicas for m in self._models if m in snapshot.models]
         return max(counts) if counts else None
 
-    async def save(self) -> None:
-        """Snapshot the planner's state (after a plan): what a new leader resumes from."""
+    async def save(self) -> bool:
+        """Snapshot the planner's state (after a plan): what a new leader resumes from. False:
+        superseded (another leader wrote since), so the decision must not be acted on; this
+        gateway then stops leading and gives the lease up until it holds it again."""
         assert self._kv is not None
         snapshot = PlanSnapshot(
             seq=self.seq,
@@ -247,8 +255,14 @@ class FleetPlanner:
         except KeyWrongLastSequenceError:
             log.warning("plan_snapshot_superseded", fleet=self.fleet)
             await self._unbind()  # another leader wrote it: restore before leading again
+            if self.lease is not None:
+                # Until it is held afresh (the lease's loop re-creates the key if none holds
+                # it): a lease still held would restore and lead again at the next interval.
+                await self.lease.release()
+            return False
         except TRANSIENT_BUS_ERRORS as exc:  # the next plan writes a newer one
             log.warning("plan_snapshot_failed", error=repr(exc))
+        return True
 
     def _fitting(self, snapshot: PlanSnapshot) -> bytes:
         """The snapshot encoded within the server's message size: at a high rate the
@@ -315,9 +329,14 @@ class FleetPlanner:
             factors={m: p.capacity_factor for m, p in self.plans.items()},
         )
 
+    def _consumer(self, start_seq: int = 0) -> ConsumerSpec:
+        """This gateway's own reader: binding deletes and re-creates it (a new start), which
+        must never remove another leader's (review2 finding 9: a shared name did)."""
+        return replica_consumer("router-plan", f"{self.fleet}-{self.gateway}", start_seq)
+
     async def _bind(self) -> None:
         assert self._bus is not None
-        spec = replica_consumer("router-plan", self.fleet, start_seq=self.seq + 1)
+        spec = self._consumer(start_seq=self.seq + 1)
         await self._bus.ensure_consumer(spec)
         self._delivered = 0
         reader = PullReader(self._bus.nc, spec.stream, spec.durable, batch=500)
@@ -336,7 +355,7 @@ class FleetPlanner:
         """Apply every report the consumer holds now (the server's count)."""
         assert self._bus is not None
         assert self._reader is not None
-        spec = replica_consumer("router-plan", self.fleet)
+        spec = self._consumer()
         try:
             info = await self._bus.js.consumer_info(spec.stream, spec.durable)
         except NotFoundError:  # removed (inactive): bind afresh from our position
