@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
@@ -47,6 +48,7 @@ from seedance.router.plan_observations import (
     ObservationMerge,
     bin_end_s,
     observation_events,
+    split_to_fit,
 )
 from seedance.router.planner_feed import OutcomesByArrival
 
@@ -61,6 +63,8 @@ _LEASE_TTL_S = 10.0
 # Reports not yet published (the bus away) kept for the next attempt; older ones are dropped
 # (logged): a bin lost is traffic the planner does not see, a backlog without bound is worse.
 _UNSENT_BINS = 8
+# Room left in a message for its headers (the id, the trace context) and the KV's.
+_HEADERS_BYTES = 4096
 # How long a catch-up waits for reports the consumer says are pending.
 _CATCH_UP_S = 5.0
 _CATCH_UP_POLL_S = 0.5
@@ -169,30 +173,64 @@ class FleetPlanner:
             return
         self._reported_until_s = until_s
         self._unsent.append(
-            observation_events(
-                fleet=self.fleet,
-                gateway=self.gateway,
-                models=self._models,
-                since_s=since_s,
-                until_s=until_s,
-                arrivals=self.arrivals.take(until_s),
-                outcomes=self._outcomes.take(),
-                at=self._clock.now(),
+            self._fitting_reports(
+                observation_events(
+                    fleet=self.fleet,
+                    gateway=self.gateway,
+                    models=self._models,
+                    since_s=since_s,
+                    until_s=until_s,
+                    arrivals=self.arrivals.take(until_s),
+                    outcomes=self._outcomes.take(),
+                    at=self._clock.now(),
+                )
             )
         )
         if len(self._unsent) > _UNSENT_BINS:
-            dropped = self._unsent[0]
-            log.warning(
-                "plan_observations_dropped", until_s=dropped[0][1].until_s if dropped else None
-            )
-            del self._unsent[0]
+            self._drop_head("backlog")
         while self._unsent:
             try:
                 await self._bus.publish_many(self._unsent[0])
+            except nats.errors.MaxPayloadError as exc:
+                # Permanent for these messages (a retry is as large): dropped, not retried, so
+                # the bins after it are not held up behind it.
+                log.error("plan_observations_too_large", error=repr(exc))
+                self._drop_head("too_large")
+                continue
             except TRANSIENT_BUS_ERRORS as exc:  # kept; the same ids make a retry a duplicate
                 log.warning("plan_observations_publish_failed", error=repr(exc))
                 return
             del self._unsent[0]
+
+    def _fitting_reports(
+        self, reports: list[tuple[str, PlanObservations]]
+    ) -> list[tuple[str, PlanObservations]]:
+        """Each model's report split into parts that fit one message (`split_to_fit`); one that
+        cannot be split to fit is dropped (logged, counted)."""
+        assert self._bus is not None
+        limit = self._bus.nc.max_payload - _HEADERS_BYTES
+        out: list[tuple[str, PlanObservations]] = []
+        for subject, event in reports:
+            parts = split_to_fit(self.fleet, event, limit)
+            if not parts:
+                log.error(
+                    "plan_observations_too_large",
+                    model=event.model,
+                    until_s=event.until_s,
+                    arrivals=len(event.arrivals),
+                )
+                self._on_dropped("too_large", 1)
+            out += [(subject, part) for part in parts]
+        return out
+
+    def _drop_head(self, reason: str) -> None:
+        dropped = self._unsent.pop(0)
+        log.warning(
+            "plan_observations_dropped",
+            reason=reason,
+            until_s=dropped[-1][1].until_s if dropped else None,
+        )
+        self._on_dropped(reason, len(dropped))
 
     # -- the lease holder: merge and snapshot ------------------------------------------------
 
@@ -270,7 +308,7 @@ class FleetPlanner:
         half is kept, again until it fits (logged). The plans, the factor among them, always
         are."""
         assert self._bus is not None
-        limit = self._bus.nc.max_payload - 4096  # headroom for the KV message's headers
+        limit = self._bus.nc.max_payload - _HEADERS_BYTES
         value = msgspec.msgpack.encode(snapshot)
         while len(value) > limit and any(m.estimator.arrivals for m in snapshot.models.values()):
             models = {
