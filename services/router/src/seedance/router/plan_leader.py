@@ -52,7 +52,7 @@ from seedance.router.plan_observations import (
 )
 from seedance.router.planner_feed import OutcomesByArrival
 
-__all__ = ["PLAN_BUCKET", "FleetPlanner", "PlanSnapshot", "gateway_name"]
+__all__ = ["PLAN_BUCKET", "FleetPlanner", "PlanSnapshot", "fit_snapshot", "gateway_name"]
 
 log = get_logger(__name__)
 
@@ -83,6 +83,50 @@ class PlanSnapshot(msgspec.Struct, frozen=True, kw_only=True, tag="router.plan_s
     planned_s: float | None = None
     models: dict[str, ModelSnapshot] = msgspec.field(default_factory=dict)
     merge: MergeState = msgspec.field(default_factory=MergeState)
+
+
+def _newest(snapshot: PlanSnapshot, keep: float) -> PlanSnapshot:
+    """`snapshot` with each model's newest `keep` (a fraction) of its arrivals: the
+    estimator's (older) go first, then the merge's pending (newer, not yet released)."""
+    pending = dict(snapshot.merge.pending)
+    models, kept_pending = {}, []
+    for name in sorted({*snapshot.models, *pending}):
+        m = snapshot.models.get(name)
+        arrivals = m.estimator.arrivals if m is not None else ()
+        pend = pending.get(name, ())
+        drop = len(arrivals) + len(pend) - int((len(arrivals) + len(pend)) * keep)
+        if m is not None:
+            est = replace(m.estimator, arrivals=arrivals[min(drop, len(arrivals)) :])
+            models[name] = msgspec.structs.replace(m, estimator=est)
+        if pend[max(0, drop - len(arrivals)) :]:
+            kept_pending.append((name, pend[max(0, drop - len(arrivals)) :]))
+    merge = replace(snapshot.merge, pending=tuple(kept_pending))
+    return msgspec.structs.replace(snapshot, models=models, merge=merge)
+
+
+def fit_snapshot(snapshot: PlanSnapshot, limit: int) -> tuple[bytes, int]:
+    """`snapshot` encoded in at most `limit` bytes, keeping the newest arrivals that fit, and
+    how many were dropped. Sized from the encoded size without arrivals and the bytes one
+    arrival takes, so a large snapshot costs about one encode of what is kept, not several
+    of the whole (review2 finding 4: 197 ms of the event loop at 1000 req/s, halving)."""
+    counts = [len(m.estimator.arrivals) for m in snapshot.models.values()]
+    counts += [len(p) for _, p in snapshot.merge.pending]
+    total = sum(counts)
+    bare = msgspec.msgpack.encode(_newest(snapshot, 0.0))
+    if total == 0 or len(bare) >= limit:
+        return bare, total  # the plans alone (a limit this small is a misconfiguration)
+    sample = [a for m in snapshot.models.values() for a in m.estimator.arrivals[-256:]]
+    sample += [a for _, p in snapshot.merge.pending for a in p[-256:]]
+    per = len(msgspec.msgpack.encode(sample)) / len(sample)
+    keep = min(1.0, (limit - len(bare)) / (per * total))
+    while True:
+        trimmed = _newest(snapshot, keep) if keep < 1.0 else snapshot
+        value = msgspec.msgpack.encode(trimmed)
+        if len(value) <= limit:
+            kept = sum(len(m.estimator.arrivals) for m in trimmed.models.values())
+            kept += sum(len(p) for _, p in trimmed.merge.pending)
+            return value, total - kept
+        keep *= 0.99 * limit / len(value)  # the sample's size per arrival was short
 
 
 def gateway_name(configured: str = "") -> str:
@@ -303,26 +347,14 @@ class FleetPlanner:
         return True
 
     def _fitting(self, snapshot: PlanSnapshot) -> bytes:
-        """The snapshot encoded within the server's message size: at a high rate the
-        estimators' arrivals (`moments_window_s` of them) may not fit; then only the newest
-        half is kept, again until it fits (logged). The plans, the factor among them, always
-        are."""
+        """The snapshot encoded within the server's message size (`fit_snapshot`): at a high
+        rate the arrivals (the estimators' `moments_window_s`, the merge's pending) may not
+        fit; then only the newest that do are kept (logged). The plans always are."""
         assert self._bus is not None
         limit = self._bus.nc.max_payload - _HEADERS_BYTES
-        value = msgspec.msgpack.encode(snapshot)
-        while len(value) > limit and any(m.estimator.arrivals for m in snapshot.models.values()):
-            models = {
-                name: msgspec.structs.replace(
-                    m,
-                    estimator=replace(
-                        m.estimator, arrivals=m.estimator.arrivals[len(m.estimator.arrivals) // 2 :]
-                    ),
-                )
-                for name, m in snapshot.models.items()
-            }
-            snapshot = msgspec.structs.replace(snapshot, models=models)
-            value = msgspec.msgpack.encode(snapshot)
-            log.warning("plan_snapshot_trimmed", fleet=self.fleet, size=len(value), limit=limit)
+        value, dropped = fit_snapshot(snapshot, limit)
+        if dropped:
+            log.warning("plan_snapshot_trimmed", fleet=self.fleet, size=len(value), dropped=dropped)
         return value
 
     async def _restore(self) -> None:
