@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from seedance.core import BusSettings, ServiceRuntime, WallClock
+from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.state_store import StateStore
 from seedance.slicer import durable as slicer_durable
@@ -28,6 +28,7 @@ from seedance.slicer.core import (
     SchedulerSnapshot,
 )
 from seedance.slicer.durable import SlicerState
+from tests.integration.conftest import shipped_password
 
 #: How long the gated rebuild waits for the refreshes before it gives up.
 GATE_S = 20.0
@@ -86,8 +87,15 @@ async def test_a_long_restore_lets_the_lease_refresh_meanwhile(
         before = (await leases.get(lease_key)).revision
         assert before is not None
 
+        # The server's own record of the lease, watched as an operator: the slicer's user may
+        # write and get its lease keys but not watch the leases bucket (review2 finding 7).
+        admin = await Bus.connect(
+            BusSettings(url=nats_url, user="admin", password=shipped_password("admin"))
+        )
+        admin_leases = await ensure_bucket(admin, "seedance-leases")
+
         async def open_after_two_refreshes() -> None:
-            watcher = await leases.watch(lease_key)  # the server's own record of the lease
+            watcher = await admin_leases.watch(lease_key)
             try:
                 async for entry in watcher:
                     if entry is not None and (entry.revision or 0) >= before + 2:
@@ -108,6 +116,7 @@ async def test_a_long_restore_lets_the_lease_refresh_meanwhile(
             with contextlib.suppress(asyncio.CancelledError):
                 await opener
             GatedScheduler.gate.set()
+            await admin.close()
         await second.store.close()
 
         assert GatedScheduler.opened == [True], "the lease was not refreshed during the restore"

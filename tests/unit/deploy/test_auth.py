@@ -340,3 +340,18 @@ def test_an_env_file_is_read_as_compose_reads_it() -> None:
         "NATS_PASSWORD_A": "abcdefgh1",
         "NATS_PASSWORD_B": "x=y",
     }
+
+
+def test_leases_are_granted_by_key_and_never_reconfigured_or_watched() -> None:
+    """Review2 findings 7, 8: each holder writes its own lease keys, nothing else of the bucket."""
+    for name, own in (
+        ("slicer", ("slicer.*", "slicer-autosize.*")),
+        ("router", ("router-plan.*",)),
+    ):
+        allow = permissions.service_user(name).permissions.publish_allow
+        leases = [s for s in allow if "seedance-leases" in s]
+        assert {s for s in leases if s.startswith("$KV.")} == {
+            f"$KV.seedance-leases.{k}" for k in own
+        }
+        assert not [s for s in leases if ".STREAM.UPDATE." in s or ".CONSUMER." in s]
+        assert not [s for s in leases if ".STREAM.MSG.GET." in s]  # its body names any key

@@ -16,6 +16,9 @@ def test_a_fleet_s_planner_reads_only_its_own_fleet_s_reports() -> None:
     assert spec.durable == "router-plan-east"
     assert spec.filter_subjects == ("seedance.routing.*.observed.east",)
     assert spec.start_seq == 7
+    # Each leading gateway reads with its own (binding re-creates it: never another's reader).
+    own = fleet_plan_consumer("east", "gw-1")
+    assert (own.durable, own.filter_subjects) == ("router-plan-east-gw-1", spec.filter_subjects)
     assert (spec.stream, spec.acked) == (CONSUMERS["router-plan"].stream, False)
     # Every fleet's subjects are in the catalogue's filter of all of them, and in the stream's.
     assert CONSUMERS["router-plan"].filter_subjects == ("seedance.routing.*.observed.*",)

@@ -6,6 +6,7 @@ loses that gateway's last traffic nor waits for it.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from seedance.core import VirtualClock
@@ -25,6 +26,7 @@ class _Bus:
     def __init__(self) -> None:
         self.down = False
         self.sent: list[PlanObservations] = []
+        self.nc = SimpleNamespace(max_payload=1024 * 1024)  # the server's default limit
 
     async def publish_many(self, batch: list[tuple[str, Any]]) -> None:
         if self.down:

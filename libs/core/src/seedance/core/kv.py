@@ -65,6 +65,7 @@ async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
                 ttl=spec.ttl_s or None,
                 description=spec.description or None,
                 replicas=bus._replicas(),
+                direct=spec.direct or None,
             )
         )
 

@@ -182,14 +182,15 @@ IDENTITIES: dict[str, Declaration] = {
                 "slicer-autosize",
                 "slicer-shares",
             ),
-            buckets=("seedance-slicer-state", "seedance-leases"),
+            # Its leases (``slicer.<pool>``, ``slicer-autosize.<pool>``) are KEY_GRANTS.
+            buckets=("seedance-slicer-state",),
         ),
         Declaration(
             "router",
             publishes=("routing",),
             # One router per fleet plans (a lease) from every gateway's observations, from the
             # state it snapshots (docs/router.md, "One planner per fleet").
-            consumes=("router-stats", "router-plan"),
+            consumes=("router-plan",),
             stream_gets=("SEEDANCE_ROUTING",),
             buckets=("seedance-router-weights", "seedance-router-plan"),
             # Replicas are registered by the trusted observer (the bridge from EndpointSlices)
@@ -272,6 +273,8 @@ class KeyGrant:
     bucket: str
     key: str
     write: bool = False
+    #: Watched (an ordered consumer on the bucket); a lease is only created, updated, deleted.
+    watch: bool = True
 
     def __post_init__(self) -> None:
         check_token("identity", self.identity)
@@ -298,15 +301,21 @@ KEY_GRANTS: tuple[KeyGrant, ...] = (
     # The SlicingPolicy in force: the bridge writes it, the slicers follow it.
     KeyGrant("slicer", POLICY_BUCKET, SLICING_POLICY_KEY),
     KeyGrant("k8s-bridge", POLICY_BUCKET, SLICING_POLICY_KEY, write=True),
-    # The router fleets' planner leases (``router-plan.<fleet>``), and none of the slicers'.
-    KeyGrant("router", "seedance-leases", "router-plan.*", write=True),
+    # The leader leases: the router fleets' planners (``router-plan.<fleet>``) and each pool's
+    # slicer and autosizer, none of another's (a slicer holding ``router-plan.<fleet>`` would
+    # stop that fleet's planning). The bucket reads by key (direct get): no key-scoped grant
+    # could confine STREAM.MSG.GET, whose key travels in the request's body.
+    KeyGrant("router", "seedance-leases", "router-plan.*", write=True, watch=False),
+    KeyGrant("slicer", "seedance-leases", "slicer.*", write=True, watch=False),
+    KeyGrant("slicer", "seedance-leases", "slicer-autosize.*", write=True, watch=False),
 )
 
 
 def key_grant_subjects(identity: str) -> list[str]:
-    """The publish subjects `KEY_GRANTS` give `identity`: create/inspect the bucket, get and
-    watch the key (an ordered consumer: create, delete, flow-control replies), and for a
-    writer put/delete the key itself (``$KV.<bucket>.<key>``), nothing else of the bucket."""
+    """The publish subjects `KEY_GRANTS` give `identity`: create/inspect the bucket, get the
+    key, watch it if the grant says so (an ordered consumer: create, delete, flow-control
+    replies), and for a writer put/delete the key itself (``$KV.<bucket>.<key>``), nothing
+    else of the bucket."""
     pub: list[str] = []
     for g in KEY_GRANTS:
         if g.identity != identity:
@@ -315,15 +324,17 @@ def key_grant_subjects(identity: str) -> list[str]:
         # Create (ensure_bucket) and inspect the bucket; never reconfigure it (STREAM.UPDATE):
         # a key's writer owns that key, not the bucket's history, limits or subjects.
         pub += [a for a in _stream_api(kv) if ".STREAM.UPDATE." not in a]
-        pub += [
-            f"{JS_API}.STREAM.MSG.GET.{kv}",
-            f"{JS_API}.DIRECT.GET.{kv}.$KV.{g.bucket}.{g.key}",
-            f"{JS_API}.CONSUMER.CREATE.{kv}",
-            f"{JS_API}.CONSUMER.CREATE.{kv}.>",
-            f"{JS_API}.CONSUMER.INFO.{kv}.*",  # nats-py's watch asks for its consumer's info
-            f"{JS_API}.CONSUMER.DELETE.{kv}.>",
-            f"$JS.FC.{kv}.>",
-        ]
+        if not BUCKETS[g.bucket].direct:  # nats-py gets a key so (any key: it is in the body)
+            pub.append(f"{JS_API}.STREAM.MSG.GET.{kv}")
+        pub.append(f"{JS_API}.DIRECT.GET.{kv}.$KV.{g.bucket}.{g.key}")
+        if g.watch:
+            pub += [
+                f"{JS_API}.CONSUMER.CREATE.{kv}",
+                f"{JS_API}.CONSUMER.CREATE.{kv}.>",
+                f"{JS_API}.CONSUMER.INFO.{kv}.*",  # nats-py's watch asks for its consumer's info
+                f"{JS_API}.CONSUMER.DELETE.{kv}.>",
+                f"$JS.FC.{kv}.>",
+            ]
         if g.write:
             pub.append(f"$KV.{g.bucket}.{g.key}")
     return list(dict.fromkeys(pub))
@@ -434,19 +445,24 @@ def declaration_permissions(d: Declaration) -> Permissions:
     pub += [f"{JS_API}.STREAM.MSG.GET.{stream}" for stream in d.stream_gets]
     for durable in d.consumes:
         c = CONSUMERS[durable]
-        pub += _durable_api(c.stream, c.durable)
-        if not c.acked:
-            # Each replica reads with its own ``<durable>-<replica>`` consumer, re-created at
-            # every start from its checkpoint (see subjects.replica_consumer). A subject wildcard
-            # is a whole token, so the grant is any consumer of that stream, which only this
-            # service reads (tenant_permissions refuses such a stream for tenants).
-            pub += [
-                f"{JS_API}.CONSUMER.CREATE.{c.stream}.*",
-                f"{JS_API}.CONSUMER.CREATE.{c.stream}.*.>",
-                f"{JS_API}.CONSUMER.DELETE.{c.stream}.*",
-                f"{JS_API}.CONSUMER.INFO.{c.stream}.*",
-                f"{JS_API}.CONSUMER.MSG.NEXT.{c.stream}.*",
-            ]
+        if c.acked:
+            pub += _durable_api(c.stream, c.durable)
+            continue
+        # Each replica reads with its own ``<durable>-<replica>`` consumer, re-created at
+        # every start from its checkpoint (see subjects.replica_consumer), never under the
+        # catalogue's own name. A subject wildcard is a whole token, so the grant is any
+        # consumer of that stream, which only this service reads (tenant_permissions refuses
+        # such a stream for tenants); with one filter, created only with that filter (it
+        # travels in the subject, and nats-server 2.10+ checks it equals the body's).
+        if len(c.filter_subjects) == 1:
+            pub.append(f"{JS_API}.CONSUMER.CREATE.{c.stream}.*.{c.filter_subjects[0]}")
+        else:
+            pub += [f"{JS_API}.CONSUMER.CREATE.{c.stream}.{t}" for t in ("*", "*.>")]
+        pub += [
+            f"{JS_API}.CONSUMER.DELETE.{c.stream}.*",
+            f"{JS_API}.CONSUMER.INFO.{c.stream}.*",
+            f"{JS_API}.CONSUMER.MSG.NEXT.{c.stream}.*",
+        ]
     for bucket in d.buckets:
         kv = f"KV_{bucket}"
         pub += _stream_api(kv)

@@ -80,6 +80,9 @@ class BucketSpec:
     #: Keys expire this long after their last write (0: never); leases rely on it.
     ttl_s: float = 0.0
     description: str = ""
+    #: Keys are read by direct get (``$JS.API.DIRECT.GET.<stream>.<key subject>``), which a
+    #: permission can confine to a key; STREAM.MSG.GET names the key in its body.
+    direct: bool = False
 
 
 @dataclass(frozen=True)

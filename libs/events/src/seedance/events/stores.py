@@ -36,6 +36,8 @@ BUCKETS: dict[str, BucketSpec] = {
             "seedance-leases",
             ttl_s=10.0,
             description="leader leases (slicer per pool, router planner per fleet)",
+            # Each holder is granted its own keys only (permissions.KEY_GRANTS).
+            direct=True,
         ),
         # The router fleet's planner state (one key per fleet) with the stream sequence of the
         # last observation it reflects: a new leader or a restart resumes from it.

@@ -459,7 +459,6 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         # that added it must not apply 30 days of changes no scheduler applied then.
         _c("slicer-shares", "SEEDANCE_SLICING", slicing.SHARES, deliver_new=True),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
-        _c("router-stats", "SEEDANCE_ROUTING", routing.STATS),
         # The fleet's planner (the router holding its lease) reads every gateway's observations
         # with ``router-plan-<fleet>`` (fleet_plan_consumer: its fleet's reports only): no acks,
         # it replays from the sequence its state snapshot reflects (seedance-router-plan).
@@ -484,9 +483,12 @@ def replica_consumer(durable: str, replica: str, start_seq: int = 0) -> Consumer
     return replace(consumer(durable), durable=name, start_seq=start_seq)
 
 
-def fleet_plan_consumer(fleet: str, start_seq: int = 0) -> ConsumerSpec:
-    """``router-plan-<fleet>``: the planner of `fleet` reads its own fleet's reports only."""
-    spec = replica_consumer("router-plan", fleet, start_seq=start_seq)
+def fleet_plan_consumer(fleet: str, gateway: str = "", start_seq: int = 0) -> ConsumerSpec:
+    """``router-plan-<fleet>[-<gateway>]``: the planner of `fleet` reads its own fleet's reports
+    only. Each gateway that leads reads with its own (binding deletes and re-creates it, which
+    must never remove another leader's reader: two that both believe they lead, briefly)."""
+    name = f"{fleet}-{gateway}" if gateway else fleet
+    spec = replica_consumer("router-plan", name, start_seq=start_seq)
     return replace(spec, filter_subjects=(routing.fleet_observed(fleet),))
 
 

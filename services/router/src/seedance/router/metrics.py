@@ -150,6 +150,23 @@ class RouterMetrics:
             registry=registry,
         )
 
+        self.plans_superseded = Counter(
+            "seedance_router_plans_superseded",
+            "Decisions not published nor followed because another leader had written the "
+            "fleet's snapshot since (this gateway then gives the planner lease up).",
+            registry=registry,
+        )
+        self.observations_dropped = Counter(
+            "seedance_router_plan_observations_dropped",
+            "Per-model bin reports this gateway never delivered to the fleet's planner, by "
+            "reason (too_large: over the server's message size even when split; backlog: "
+            "older than the unsent bins kept while the bus was away).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("too_large", "backlog"):
+            self.observations_dropped.labels(reason)
+
     def export_plan(self, model: str, rec: Recommendation, margin_per_s: float) -> None:
         """One planner decision for `model`, as the gauges and counters above say."""
         self.recommended_replicas.labels(model).set(rec.replicas)

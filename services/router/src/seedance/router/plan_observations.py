@@ -31,8 +31,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+import msgspec
+
 from seedance.core.logs import get_logger
 from seedance.events.base import derived_event_id
+from seedance.events.codec import encode
 from seedance.events.routing import PlanObservations
 from seedance.events.subjects import routing
 from seedance.router.core.planning.load import LoadEstimator
@@ -43,6 +46,7 @@ __all__ = [
     "ObservationMerge",
     "bin_end_s",
     "observation_events",
+    "split_to_fit",
 ]
 
 log = get_logger(__name__)
@@ -93,17 +97,11 @@ def observation_events(
 ) -> list[tuple[str, PlanObservations]]:
     """One event per model (empty ones too: they move the planner's watermark on). `leaving`:
     the gateway's last (its stop's partial bin): the planner stops waiting for it."""
-    until_ms = round(until_s * 1000)
-    # A leaving bin may end where the last full one did: its own id, not that one's duplicate.
-    key = f"{until_ms}/leaving" if leaving else f"{until_ms}"
     return [
         (
             routing.observed(model, fleet),
             PlanObservations(
-                # The same bin re-sent (a publish retried) is a duplicate to the stream.
-                id=derived_event_id(
-                    f"{fleet}/{gateway}/{model}/{key}", "plan-observations", until_ms
-                ),
+                id=_event_id(fleet, gateway, model, until_s, leaving=leaving),
                 at=at,
                 model=model,
                 gateway=gateway,
@@ -117,6 +115,46 @@ def observation_events(
         )
         for model in models
     ]
+
+
+def _event_id(
+    fleet: str, gateway: str, model: str, until_s: float, *, leaving: bool = False
+) -> str:
+    # The same bin (or part of one) re-sent, a publish retried, is a duplicate to the stream. A
+    # leaving bin may end where the last full one did: its own id, not that one's duplicate.
+    until_ms = round(until_s * 1000)
+    key = f"{until_ms}/leaving" if leaving else f"{until_ms}"
+    return derived_event_id(f"{fleet}/{gateway}/{model}/{key}", "plan-observations", until_ms)
+
+
+def split_to_fit(fleet: str, event: PlanObservations, max_bytes: int) -> list[PlanObservations]:
+    """`event` as consecutive reports over parts of its bin, each encoding to `max_bytes` at
+    most ([] if none can: arrivals at one instant too many for one message).
+
+    A busy gateway's bin (~25 bytes an arrival: ~2700 req/s of one model fill 1 MiB per 15 s)
+    is halved at an arrival's time, again until each part fits, so the planner still sees every
+    arrival; a part ends where the next begins, so the merge's watermark moves on through them
+    as through bins. The outcomes travel in the last part. Deterministic, so a retried bin
+    splits the same way and its parts are duplicates to the stream (ids from each part's end).
+    """
+    if len(encode(event)) <= max_bytes:
+        return [event]
+    arrivals = event.arrivals
+    cut_s = arrivals[len(arrivals) // 2][0] if arrivals else event.since_s
+    head = [a for a in arrivals if a[0] < cut_s]
+    if not head or not event.since_s < cut_s < event.until_s:
+        return []  # one instant's arrivals (or outcomes alone) past the limit: no split helps
+    first = msgspec.structs.replace(
+        event,
+        id=_event_id(fleet, event.gateway, event.model, cut_s),
+        until_s=cut_s,
+        arrivals=head,
+        outcomes=[],
+        leaving=False,  # a leaving bin's last part says so, not its first
+    )
+    rest = msgspec.structs.replace(event, since_s=cut_s, arrivals=arrivals[len(head) :])
+    parts = [split_to_fit(fleet, first, max_bytes), split_to_fit(fleet, rest, max_bytes)]
+    return parts[0] + parts[1] if all(parts) else []
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

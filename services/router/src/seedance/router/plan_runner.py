@@ -185,7 +185,11 @@ class PlanRunner:
             )
             out.append(event)
             events.append((routing.subject(model, "replicas"), event))
-        await self.fleet.save()  # the snapshot before the publish: a new leader resumes here
+        # The snapshot before the publish: a new leader resumes here. Refused, another leader
+        # wrote since: this one is superseded and its decision is not acted on.
+        if not await self.fleet.save():
+            self._metrics.plans_superseded.inc()
+            return []
         try:
             await self._rt.bus.publish_many(events)
         except TRANSIENT_BUS_ERRORS as exc:  # the next interval recommends afresh

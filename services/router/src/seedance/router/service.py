@@ -166,6 +166,7 @@ class RouterService(Lifecycle):
             plans=self.plans,
             estimators=self._estimators,
             on_leading=self.metrics.plan_leader.set,
+            on_dropped=lambda reason, n: self.metrics.observations_dropped.labels(reason).inc(n),
         )
         engine_queues = (
             EngineQueues(

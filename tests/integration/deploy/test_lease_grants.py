@@ -1,0 +1,160 @@
+"""The leader leases and the planner's reader under the shipped users (deploy/auth).
+
+Review2 findings 7 and 8: the slicer user could write every key of ``seedance-leases`` (and
+reconfigure the bucket), so it could take a router fleet's planner lease and stop that fleet's
+planning; the router user could read every lease (STREAM.MSG.GET names the key in its body),
+create consumers on the leases bucket, and create a consumer with any filter on
+``SEEDANCE_ROUTING``. Each probe is a raw request; the server refuses by name, on the
+connection's error callback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats
+import nats.errors
+import pytest_asyncio
+
+from seedance.core import Bus, BusSettings
+from seedance.core.kv import Lease, ensure_bucket
+from seedance.events.subjects import routing
+from seedance.testing.waits import eventually
+from tests.integration.conftest import shipped_password
+
+JS = "$JS.API"
+LEASES = "KV_seedance-leases"
+
+
+class _Clock:
+    async def sleep(self, s: float) -> None:  # a Lease only sleeps in keep()
+        raise AssertionError("not used")
+
+
+class _User:
+    """A raw connection as one shipped user that records the server's refusals."""
+
+    def __init__(self, nc: Any, errors: list[str]) -> None:
+        self.nc, self.errors = nc, errors
+
+    async def refused(self, subject: str, body: bytes = b"") -> bool:
+        """Request `subject`: True when the server refuses it by name, False when answered."""
+        try:
+            await self.nc.request(subject, body, timeout=2)
+        except nats.errors.TimeoutError:
+            pass
+        else:
+            return False
+
+        def named() -> bool:  # the refusal comes by callback
+            return any(subject.lower() in e.lower() for e in self.errors)
+
+        with contextlib.suppress(TimeoutError):
+            await eventually(named, 3.0)
+        return named()
+
+
+async def _connect(url: str, user: str) -> _User:
+    errors: list[str] = []
+
+    async def on_error(e: Exception) -> None:
+        errors.append(str(e))
+
+    nc = await nats.connect(
+        url, user=user, password=shipped_password(user), error_cb=on_error, name=user
+    )
+    return _User(nc, errors)
+
+
+@pytest_asyncio.fixture
+async def admin(auth_url: str) -> AsyncIterator[Bus]:
+    bus = await Bus.connect(
+        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"), name="admin")
+    )
+    await bus.ensure_streams()
+    await ensure_bucket(bus, "seedance-leases")
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+async def test_a_slicer_holds_its_own_leases_and_never_a_router_fleets(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    bus = await Bus.connect(
+        BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
+    )
+    slicer = await _connect(auth_url, "slicer")
+    try:
+        kv = await ensure_bucket(bus, "seedance-leases")
+        for key in (f"slicer.p{unique}", f"slicer-autosize.p{unique}"):
+            lease = Lease(kv, key, "slicer-0", _Clock(), 10.0)  # type: ignore[arg-type]
+            assert await lease.try_acquire()
+            assert await lease.try_acquire()  # refreshed (a compare-and-set update)
+            await lease.release()
+        # The router fleet's planner lease: neither created nor written, nor the bucket
+        # reconfigured (a shorter TTL or history would shorten every leader's hold).
+        assert await slicer.refused(f"$KV.seedance-leases.router-plan.f{unique}", b"slicer-0")
+        assert await slicer.refused(f"{JS}.STREAM.UPDATE.{LEASES}", b"{}")
+    finally:
+        await slicer.nc.close()
+        await bus.close()
+
+
+async def test_the_router_reads_and_writes_only_its_planner_lease(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    await (await ensure_bucket(admin, "seedance-leases")).put(f"slicer.p{unique}", b"slicer-0")
+    bus = await Bus.connect(
+        BusSettings(url=auth_url, user="router", password=shipped_password("router"))
+    )
+    router = await _connect(auth_url, "router")
+    try:
+        kv = await ensure_bucket(bus, "seedance-leases")
+        lease = Lease(kv, f"router-plan.f{unique}", "gw-a", _Clock(), 10.0)  # type: ignore[arg-type]
+        assert await lease.try_acquire()
+        assert (await kv.get(f"router-plan.f{unique}")).value == b"gw-a"  # a direct get
+        await lease.release()
+        slicer_key = f"$KV.seedance-leases.slicer.p{unique}"
+        assert await router.refused(f"{JS}.DIRECT.GET.{LEASES}.{slicer_key}")
+        body = json.dumps({"last_by_subj": slicer_key}).encode()
+        assert await router.refused(f"{JS}.STREAM.MSG.GET.{LEASES}", body)
+        assert await router.refused(f"{JS}.CONSUMER.CREATE.{LEASES}.watch-{unique}", b"{}")
+        assert await router.refused(slicer_key, b"gw-a")
+    finally:
+        await router.nc.close()
+        await bus.close()
+
+
+async def test_the_router_creates_consumers_on_its_stream_only_on_the_observed_reports(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    router = await _connect(auth_url, "router")
+    stream = "SEEDANCE_ROUTING"
+
+    def create(name: str, filter_subject: str | None) -> tuple[str, bytes]:
+        config: dict[str, Any] = {"name": name, "ack_policy": "none"}
+        subject = f"{JS}.CONSUMER.CREATE.{stream}.{name}"
+        if filter_subject is not None:
+            config["filter_subject"] = filter_subject
+            subject += f".{filter_subject}"
+        return subject, json.dumps({"stream_name": stream, "config": config}).encode()
+
+    try:
+        subject, body = create(f"router-plan-f{unique}", routing.OBSERVED)
+        reply = await router.nc.request(subject, body, timeout=5)
+        assert "error" not in json.loads(reply.data), reply.data
+        # Every routing event, or the whole stream: refused.
+        for name, filter_subject in (
+            (f"wide{unique}", "seedance.routing.>"),
+            (f"all{unique}", None),
+        ):
+            assert await router.refused(*create(name, filter_subject))
+        # The catalogue's durable name is never bound (each fleet's is router-plan-<fleet>).
+        assert await router.refused(f"{JS}.CONSUMER.DURABLE.CREATE.{stream}.router-plan", b"{}")
+    finally:
+        await router.nc.close()
