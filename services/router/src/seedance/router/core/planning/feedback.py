@@ -32,8 +32,8 @@ def feedback(
     cfg: PlannerConfig,
     seen: Sequence[DemandWindow] = (),
 ) -> PlanState:
-    """The state after this decision's SLO observation: the factor where the queue model set the
-    last count, the held count's raises where the hold did, and the observation windows."""
+    """The state after this decision's SLO observation: the factor (learnt in every mode), the
+    held count's raises where the hold set the count, and the observation windows."""
     cutoff_s = now_s - cfg.feedback_window_s
     window = tuple(x for x in state.observed if x[0] > cutoff_s)
     budget = tuple(x for x in state.budget if x[0] > now_s - cfg.budget_window_s)

@@ -85,8 +85,9 @@ class PlannerConfig:
     budget_window_s: float = 3600.0
     budget_min_requests: int = 1000
     raise_s: float = 300.0
-    # The held count: the fewest replicas that would have served the band's lower edge of the
-    # requests observed over this trailing window, pooled (observed demand only: a start-up
+    # The held count: the fewest replicas that would have served the aimed band's lower edge
+    # (`feedback.aim_band`: its margin measured) of the requests observed over this trailing
+    # window, pooled (observed demand only: a start-up
     # count or a hindsight figure never sets it).
     hold_window_s: float = 3600.0
     # Saturated intervals (every ready replica behind the SLO throughout) the hold window needs
