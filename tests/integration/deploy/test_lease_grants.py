@@ -26,6 +26,7 @@ from nats.js import api as js_api
 from seedance.core import Bus, BusSettings
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.events.subjects import fleet_plan_consumer, routing
+from seedance.sdk import SeedanceClient
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
@@ -209,6 +210,45 @@ async def test_the_router_touches_no_consumer_of_the_routing_stream(
         assert (await admin.js.consumer_info(stream, other)).config.filter_subject == (
             routing.REPLICAS
         )
+    finally:
+        await router.nc.close()
+        await bus.close()
+
+
+async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_bucket(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    """A ``seedance-leases`` made before the catalogue asked for direct gets (nats-py's bucket
+    without ``direct``): the router's user binds it but may not reconfigure it; an operator's
+    `seedance admin provision` turns direct gets on, keeping the bucket's TTL and keys, and the
+    router's user then reads its lease by direct get, the only read its grant allows."""
+    await admin.js.delete_key_value("seedance-leases")
+    old = await admin.js.create_key_value(
+        js_api.KeyValueConfig(bucket="seedance-leases", history=1, ttl=10.0)
+    )
+    await old.put(f"router-plan.f{unique}", b"gw-a")
+    assert not (await admin.js.stream_info(LEASES)).config.allow_direct
+    router = await _connect(auth_url, "router")
+    assert await router.refused(
+        f"{JS}.STREAM.UPDATE.{LEASES}",
+        json.dumps({"name": LEASES, "allow_direct": True}).encode(),
+    )
+    client = await SeedanceClient.connect(
+        auth_url, user="admin", password=shipped_password("admin")
+    )
+    try:
+        assert await client.provision() == ["seedance-leases"]
+        assert await client.provision() == []  # once
+    finally:
+        await client.close()
+    config = (await admin.js.stream_info(LEASES)).config
+    assert (config.allow_direct, config.max_age, config.max_msgs_per_subject) == (True, 10.0, 1)
+    bus = await Bus.connect(
+        BusSettings(url=auth_url, user="router", password=shipped_password("router"))
+    )
+    try:
+        kv = await ensure_bucket(bus, "seedance-leases")
+        assert (await kv.get(f"router-plan.f{unique}")).value == b"gw-a"  # a direct get
     finally:
         await router.nc.close()
         await bus.close()
