@@ -4,6 +4,9 @@ Review2 findings 7 and 8: the slicer user could write every key of ``seedance-le
 reconfigure the bucket), so it could take a router fleet's planner lease and stop that fleet's
 planning; the router user could read every lease (STREAM.MSG.GET names the key in its body),
 create consumers on the leases bucket, and create a consumer with any filter on
+``SEEDANCE_ROUTING``. Then it could still inspect, read and delete any consumer of
+``SEEDANCE_ROUTING`` (a consumer name is one subject token: no grant says "its own"); its
+planners now read the router's own mirror of the reports, and it has no consumer verb on
 ``SEEDANCE_ROUTING``. Each probe is a raw request; the server refuses by name, on the
 connection's error callback.
 """
@@ -18,10 +21,12 @@ from typing import Any
 import nats
 import nats.errors
 import pytest_asyncio
+from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings
 from seedance.core.kv import Lease, ensure_bucket
-from seedance.events.subjects import routing
+from seedance.events.subjects import fleet_plan_consumer, routing
+from seedance.sdk import SeedanceClient
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
@@ -130,11 +135,11 @@ async def test_the_router_reads_and_writes_only_its_planner_lease(
         await bus.close()
 
 
-async def test_the_router_creates_consumers_on_its_stream_only_on_the_observed_reports(
+async def test_the_router_creates_consumers_on_its_mirror_only_on_the_observed_reports(
     auth_url: str, admin: Bus, unique: str
 ) -> None:
     router = await _connect(auth_url, "router")
-    stream = "SEEDANCE_ROUTING"
+    stream = routing.PLAN_STREAM
 
     def create(name: str, filter_subject: str | None) -> tuple[str, bytes]:
         config: dict[str, Any] = {"name": name, "ack_policy": "none"}
@@ -158,3 +163,92 @@ async def test_the_router_creates_consumers_on_its_stream_only_on_the_observed_r
         assert await router.refused(f"{JS}.CONSUMER.DURABLE.CREATE.{stream}.router-plan", b"{}")
     finally:
         await router.nc.close()
+
+
+async def test_the_router_touches_no_consumer_of_the_routing_stream(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    """Another's reader of SEEDANCE_ROUTING (an autoscaler's, on the replica recommendations) is
+    neither inspected, read, re-configured nor deleted by the router user; its own reader on
+    the mirror it inspects and deletes (what binding does), and it provisions the mirror."""
+    stream, other = routing.STREAM, f"autoscaler{unique}"
+    await admin.js.add_consumer(
+        stream,
+        js_api.ConsumerConfig(
+            durable_name=other,
+            ack_policy=js_api.AckPolicy.EXPLICIT,
+            filter_subject=routing.REPLICAS,
+        ),
+    )
+    await admin.js.delete_stream(routing.PLAN_STREAM)  # the router's own start-up makes it
+    bus = await Bus.connect(
+        BusSettings(url=auth_url, user="router", password=shipped_password("router"))
+    )
+    router = await _connect(auth_url, "router")
+    try:
+        await bus.ensure_streams()
+        mirror = (await admin.js.stream_info(routing.PLAN_STREAM)).config.mirror
+        assert mirror is not None
+        assert (mirror.name, mirror.filter_subject) == (stream, routing.OBSERVED)
+        own = fleet_plan_consumer(f"f{unique}", "gw-a")
+        await bus.ensure_consumer(own)
+        assert (await bus.js.consumer_info(own.stream, own.durable)).name == own.durable
+        await bus.js.delete_consumer(own.stream, own.durable)
+
+        body = json.dumps(
+            {"stream_name": stream, "config": {"durable_name": other, "ack_policy": "none"}}
+        ).encode()
+        next_body = json.dumps({"batch": 1, "expires": 500_000_000}).encode()
+        for subject, payload in (
+            (f"{JS}.CONSUMER.INFO.{stream}.{other}", b""),
+            (f"{JS}.CONSUMER.DELETE.{stream}.{other}", b""),
+            (f"{JS}.CONSUMER.MSG.NEXT.{stream}.{other}", next_body),
+            (f"{JS}.CONSUMER.CREATE.{stream}.{other}.{routing.OBSERVED}", body),
+            (f"{JS}.CONSUMER.DURABLE.CREATE.{stream}.{other}", body),
+        ):
+            assert await router.refused(subject, payload), subject
+        assert (await admin.js.consumer_info(stream, other)).config.filter_subject == (
+            routing.REPLICAS
+        )
+    finally:
+        await router.nc.close()
+        await bus.close()
+
+
+async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_bucket(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    """A ``seedance-leases`` made before the catalogue asked for direct gets (nats-py's bucket
+    without ``direct``): the router's user binds it but may not reconfigure it; an operator's
+    `seedance admin provision` turns direct gets on, keeping the bucket's TTL and keys, and the
+    router's user then reads its lease by direct get, the only read its grant allows."""
+    await admin.js.delete_key_value("seedance-leases")
+    old = await admin.js.create_key_value(
+        js_api.KeyValueConfig(bucket="seedance-leases", history=1, ttl=10.0)
+    )
+    await old.put(f"router-plan.f{unique}", b"gw-a")
+    assert not (await admin.js.stream_info(LEASES)).config.allow_direct
+    router = await _connect(auth_url, "router")
+    assert await router.refused(
+        f"{JS}.STREAM.UPDATE.{LEASES}",
+        json.dumps({"name": LEASES, "allow_direct": True}).encode(),
+    )
+    client = await SeedanceClient.connect(
+        auth_url, user="admin", password=shipped_password("admin")
+    )
+    try:
+        assert await client.provision() == ["seedance-leases"]
+        assert await client.provision() == []  # once
+    finally:
+        await client.close()
+    config = (await admin.js.stream_info(LEASES)).config
+    assert (config.allow_direct, config.max_age, config.max_msgs_per_subject) == (True, 10.0, 1)
+    bus = await Bus.connect(
+        BusSettings(url=auth_url, user="router", password=shipped_password("router"))
+    )
+    try:
+        kv = await ensure_bucket(bus, "seedance-leases")
+        assert (await kv.get(f"router-plan.f{unique}")).value == b"gw-a"  # a direct get
+    finally:
+        await router.nc.close()
+        await bus.close()

@@ -68,7 +68,7 @@ async def test_a_superseded_leader_acts_on_nothing_and_leaves_the_others_reader(
         ).value == b"gw-b"
         # b's reader survived a's binding (each leader's consumer has its own name) ...
         names = [f"router-plan-{fleet}-gw-a", f"router-plan-{fleet}-gw-b"]
-        info = await admin.js.consumer_info("SEEDANCE_ROUTING", names[1])
+        info = await admin.js.consumer_info(routing.PLAN_STREAM, names[1])
         assert info.name == names[1]
         # ... and b goes on planning alone; a does not take the lease back.
         recs = await _interval([a, b], [clock_a, clock_b], rnd, T0 + 15 * 6)

@@ -139,13 +139,14 @@ def test_subjects_and_catalogue() -> None:
     for spec in CONSUMERS.values():
         assert spec.stream in stream_names, spec
         stream = next(s for s in STREAMS if s.name == spec.stream)
-        if not stream.subjects:  # a stream sourced from others
-            assert stream.sources, stream
+        if not stream.subjects:  # a stream sourced from others, or a mirror of one
+            copied = (stream.mirror,) if stream.mirror else stream.sources
+            assert copied, stream
             # Its readers take it all (the ledger), or filter on what its sources bring in
             # (the node agent reads the slicer's decisions alone, not the fleet's samples).
-            sourced = {src.filter_subject for src in stream.sources}
+            sourced = {src.filter_subject for src in copied}
             assert set(spec.filter_subjects) <= sourced, spec
-            assert {src.stream for src in stream.sources} <= stream_names
+            assert {src.stream for src in copied} <= stream_names
             continue
         roots = [s.removesuffix(">") for s in stream.subjects]
         assert all(any(f.startswith(r) for r in roots) for f in spec.filter_subjects), spec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from seedance.events import permissions
-from seedance.events.subjects import CONSUMERS, fleet_plan_consumer, routing
+from seedance.events.subjects import CONSUMERS, STREAMS, fleet_plan_consumer, routing
 from seedance.events.tokens import InvalidToken
 
 
@@ -37,3 +37,25 @@ def test_the_router_may_get_a_routing_message_and_a_tenant_may_not() -> None:
     router = permissions.declaration_permissions(permissions.IDENTITIES["router"])
     assert get in router.publish_allow
     assert get not in permissions.tenant_permissions("acme").publish_allow
+
+
+def test_the_router_s_readers_live_on_a_stream_no_one_else_reads() -> None:
+    """A consumer name is one subject token, so the planners' readers are granted as any
+    consumer of their stream: that stream is the router's own mirror, and the router has no
+    consumer verb on ``SEEDANCE_ROUTING``, where another service's reader could live."""
+    verbs = ("CREATE", "DURABLE.CREATE", "INFO", "DELETE", "MSG.NEXT")
+    plan = routing.PLAN_STREAM
+    assert CONSUMERS["router-plan"].stream == plan
+    mirror = next(s for s in STREAMS if s.name == plan).mirror
+    assert mirror is not None
+    assert (mirror.stream, mirror.filter_subject) == (routing.STREAM, routing.OBSERVED)
+    for name, d in permissions.IDENTITIES.items():
+        allow = permissions.declaration_permissions(d).publish_allow
+        on_plan = [a for a in allow if any(f".CONSUMER.{v}.{plan}." in a for v in verbs)]
+        assert bool(on_plan) == (name == "router"), (name, on_plan)
+        on_routing = [
+            a for a in allow if any(f".CONSUMER.{v}.{routing.STREAM}." in a for v in verbs)
+        ]
+        assert on_routing == [], (name, on_routing)
+    for tenant in ("acme", "globex"):
+        assert plan not in " ".join(permissions.tenant_permissions(tenant).publish_allow)

@@ -346,6 +346,13 @@ class Bus:
                     for src in spec.sources
                 ]
                 or None,
+                mirror=(
+                    js_api.StreamSource(
+                        name=spec.mirror.stream, filter_subject=spec.mirror.filter_subject
+                    )
+                    if spec.mirror
+                    else None
+                ),
                 description=spec.description or None,
                 retention=js_api.RetentionPolicy.LIMITS,
                 storage=js_api.StorageType.FILE,

@@ -21,6 +21,7 @@ from nats.js.errors import (
     KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
+    NotFoundError,
 )
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
@@ -38,6 +39,7 @@ __all__ = [
     "follow_keys",
     "live_entries",
     "live_keys",
+    "upgrade_buckets",
     "watching",
 ]
 
@@ -68,6 +70,29 @@ async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
                 direct=spec.direct or None,
             )
         )
+
+
+async def upgrade_buckets(bus: Bus) -> list[str]:
+    """Turn on direct gets of each existing bucket the catalogue declares ``direct`` that was
+    created before it did (``seedance-leases``); the names it changed. Needs STREAM.UPDATE on
+    the bucket's stream, which operators hold and a lease holder's user never does (it may
+    create its bucket, not reconfigure it), so `seedance admin provision` runs it, not
+    `ensure_bucket`. A missing bucket is left for its service to create. A service bound before
+    the change gets keys by STREAM.MSG.GET until its next start (nats-py reads the flag at bind).
+    """
+    changed = []
+    for spec in BUCKETS.values():
+        if not spec.direct:
+            continue
+        try:
+            config = (await bus.js.stream_info(f"KV_{spec.name}")).config
+        except NotFoundError:
+            continue
+        if not config.allow_direct:
+            config.allow_direct = True
+            await bus.js.update_stream(config)
+            changed.append(spec.name)
+    return changed
 
 
 async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:

@@ -48,6 +48,10 @@ class StreamSpec:
     description: str = ""
     #: A stream that merges others into one order (every reader sees the same interleaving).
     sources: tuple[StreamSource, ...] = ()
+    #: A stream that copies another's messages matching a filter, each at the origin's sequence
+    #: (the server skips the sequences it filters out): a stream of its own to read, where the
+    #: readers' grants can name no other service's consumer. It has no subjects of its own.
+    mirror: StreamSource | None = None
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,9 @@ class routing:
     """
 
     ALL = f"{ROOT}.routing.>"
+    #: The family's stream, and the router's own mirror of the reports (the planners' input).
+    STREAM = "SEEDANCE_ROUTING"
+    PLAN_STREAM = "SEEDANCE_ROUTING_PLAN"
     STATS = f"{ROOT}.routing.*.stats"
     REPLICAS = f"{ROOT}.routing.*.replicas"
     OBSERVED = f"{ROOT}.routing.*.observed.*"
@@ -358,10 +361,22 @@ STREAMS: tuple[StreamSpec, ...] = (
         description="placements and scheduling decisions",
     ),
     StreamSpec(
-        "SEEDANCE_ROUTING",
+        routing.STREAM,
         (routing.ALL,),
         max_age_s=_DAY_S,
         description="replica stats, routing weights, decisions and replica recommendations",
+    ),
+    # The fleets' planners read the gateways' reports here, not on SEEDANCE_ROUTING: a
+    # consumer name is one subject token, so the router's per-leader readers
+    # (``router-plan-<fleet>-<gateway>``) can be granted only as "any consumer of the stream";
+    # on a stream only the router reads, that is its own. A mirror keeps SEEDANCE_ROUTING's
+    # sequences, which the planner's snapshots record (an upgraded planner resumes from them).
+    StreamSpec(
+        routing.PLAN_STREAM,
+        (),
+        max_age_s=_DAY_S,
+        description="the router gateways' reports to their fleet's planner (a mirror)",
+        mirror=StreamSource(routing.STREAM, routing.OBSERVED),
     ),
     StreamSpec(
         "SEEDANCE_GRAPH",
@@ -460,10 +475,11 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         _c("slicer-shares", "SEEDANCE_SLICING", slicing.SHARES, deliver_new=True),
         _c("compiler-requests", "SEEDANCE_GRAPH", graph.REQUESTS, ack_wait_s=300.0, max_deliver=3),
         # The fleet's planner (the router holding its lease) reads every gateway's observations
-        # with ``router-plan-<fleet>`` (fleet_plan_consumer: its fleet's reports only): no acks,
-        # it replays from the sequence its state snapshot reflects (seedance-router-plan).
+        # with ``router-plan-<fleet>-<gateway>`` (fleet_plan_consumer: its fleet's reports
+        # only) from the router's own mirror: no acks, it replays from the sequence its state
+        # snapshot reflects (seedance-router-plan).
         ConsumerSpec(
-            "router-plan", "SEEDANCE_ROUTING", (routing.OBSERVED,), acked=False, inactive_s=3600.0
+            "router-plan", routing.PLAN_STREAM, (routing.OBSERVED,), acked=False, inactive_s=3600.0
         ),
     )
 }

@@ -240,8 +240,10 @@ def _history_timeout(args: argparse.Namespace) -> int:
 
 
 async def _provision(client: SeedanceClient, args: argparse.Namespace) -> int:
-    await client.provision()
+    upgraded = await client.provision()
     print("streams provisioned")
+    for bucket in upgraded:
+        print(f"direct gets turned on: KV bucket {bucket} (used from each service's next start)")
     return 0
 
 

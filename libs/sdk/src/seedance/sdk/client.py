@@ -34,7 +34,7 @@ import nats.js.errors
 from seedance.core.bus import Bus, BusSettings
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.errors import SeedanceError
-from seedance.core.kv import ensure_object_store
+from seedance.core.kv import ensure_object_store, upgrade_buckets
 from seedance.events import DecodeError, decode, new_event_id
 from seedance.events.allocation import AllocationAnswer, AllocationQuery
 from seedance.events.cost import CostEvent, current
@@ -192,9 +192,12 @@ class SeedanceClient:
     async def close(self) -> None:
         await self._bus.close()
 
-    async def provision(self) -> None:
-        """Create or update every stream of the catalogue (needs an operator's credentials)."""
+    async def provision(self) -> list[str]:
+        """Create or update every stream of the catalogue, and turn on direct gets of a bucket
+        made before the catalogue asked for them (needs an operator's credentials): the names
+        of the buckets it upgraded."""
         await self._bus.ensure_streams()
+        return await upgrade_buckets(self._bus)
 
     # --- jobs -------------------------------------------------------------------------------
 

@@ -3,13 +3,15 @@
 Owns the bus side of the fleet's planning. Every gateway publishes what it observed per model
 and per planning bin (`plan_observations`) on ``seedance.routing.<model>.observed``. The
 gateway holding the lease ``router-plan.<fleet>`` (``seedance-leases``) reads every gateway's
-reports with its own ``router-plan-<fleet>-<gateway>`` consumer, merges them
-(`ObservationMerge`) into the planner's estimators and outcome tally, and the service plans on
-that merged view; the other gateways only route. After each plan the leader writes the
-planner's whole state (each model's `PlanState` and `EstimatorState`, the merge, the stream
-sequence they reflect) to ``seedance-router-plan`` under ``<fleet>``; a new leader (a standby,
-or the same router restarted) restores it and replays the reports published since, so neither
-a handover nor a restart forgets the learnt capacity factor or starts the fleet's count afresh.
+reports with its own ``router-plan-<fleet>-<gateway>`` consumer (on ``SEEDANCE_ROUTING_PLAN``,
+the router's own mirror of the reports, where its user can touch no other service's consumer),
+merges them (`ObservationMerge`) into the planner's estimators and outcome tally, and the
+service plans on that merged view; the other gateways only route. After each plan the leader
+writes the planner's whole state (each model's `PlanState` and `EstimatorState`, the merge,
+the stream sequence they reflect) to ``seedance-router-plan`` under ``<fleet>``; a new leader
+(a standby, or the same router restarted) restores it and replays the reports published since,
+so neither a handover nor a restart forgets the learnt capacity factor or starts the fleet's
+count afresh.
 
 Must not decide (the planner does) nor route. A leader that finds its snapshot written by
 another (a compare-and-set refused) is superseded: that decision is neither published nor
@@ -66,7 +68,10 @@ _LEASE_TTL_S = 10.0
 # window, so the stream drops a retry of a bin that did land; the planner's merge skips any
 # that get by.
 _UNSENT_S = 90.0
-_ROUTING_STREAM = fleet_plan_consumer("default").stream
+# The catch-up target is read from the stream the gateways publish to, not from the router's
+# mirror its readers bind (`routing.PLAN_STREAM`): the mirror may not hold a report yet that
+# the stream acknowledged; the mirror keeps the stream's sequences, so the target is the same.
+_ROUTING_STREAM = routing.STREAM
 # Room left in a message for its headers (the id, the trace context) and the KV's.
 _HEADERS_BYTES = 4096
 # How long a catch-up waits for the reports the stream holds.
