@@ -72,6 +72,7 @@ from seedance.router.planner_feed import OutcomesByArrival
 from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
     RouterSettings,
+    engine_model_names,
     gateway_settings,
     parse_engine_metrics,
     planner_config,
@@ -173,6 +174,7 @@ class RouterService(Lifecycle):
                 urls=parse_engine_metrics(settings.engine_metrics),
                 port=settings.engine_metrics_port,
                 timeout_s=settings.engine_metrics_timeout_s,
+                model_names=engine_model_names(settings),
                 on_failure=lambda why: self.metrics.engine_queue_failures.labels(why).inc(),
             )
             if settings.engine_metrics or settings.engine_metrics_port
