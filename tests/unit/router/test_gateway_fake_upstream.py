@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from seedance.router.gateway import (
     FinishedRequest,
     GatewaySettings,
+    LayoutConversion,
     ModelRoute,
     OipGateway,
     ReplicaPhase,
@@ -417,3 +418,58 @@ async def test_a_streams_requests_are_routed_and_each_finishes_once() -> None:
     # "first" once (its second token is no new outcome); the two the stream's failure left
     # unanswered, with the upstream's status.
     assert seen == [("ok", "s"), ("unavailable", "s"), ("unavailable", "s")]
+
+
+async def _read_to_the_end(call: grpc.aio.StreamStreamCall) -> None:
+    while await call.read() is not grpc.aio.EOF:
+        pass
+
+
+async def test_a_later_request_the_gateway_cannot_convert_ends_the_stream_as_the_client_s() -> None:
+    """A layout the client got wrong on the stream's third request: INVALID_ARGUMENT at once
+    (not the client's deadline: gRPC swallows a request iterator's error and leaves the call
+    open), and it and the request still unanswered are the client's error, not misses."""
+    streamer = FakeStreamer()
+    await streamer.start()
+    seen: list[tuple[str, str]] = []
+
+    class Observer:
+        def routed(self, request: RoutedRequest) -> None:
+            pass
+
+        def finished(self, request: FinishedRequest) -> None:
+            seen.append((request.status, request.model))
+
+    layout = LayoutConversion(tensor="x", client_layout="NC", backend_layout="CN")
+    settings = GatewaySettings(
+        replicas={"s": streamer.address},
+        models=(ModelRoute(name="m", warm_up=False, input_layouts=(layout,)),),
+        probe_interval_s=30.0,
+    )
+    bad = _request("bad")
+    del bad.inputs[0].shape[:]
+    bad.inputs[0].shape.extend([2])  # rank 1 where the layout names two dimensions
+    try:
+        async with OipGateway(settings, registry=CollectorRegistry(), observer=Observer()) as gw:
+            await gw.wait_ready(timeout_s=10)
+            queue: asyncio.Queue[service_pb2.ModelInferRequest | None] = asyncio.Queue()
+
+            async def requests():  # type: ignore[no-untyped-def]
+                while (request := await queue.get()) is not None:
+                    yield request
+
+            async with grpc.aio.insecure_channel(gw.address) as channel:
+                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                call = stub.ModelStreamInfer(requests(), timeout=30)
+                queue.put_nowait(_request("first"))
+                assert (await call.read()).infer_response.id == "first"
+                queue.put_nowait(_request("held"))
+                queue.put_nowait(bad)
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await _read_to_the_end(call)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "x" in (caught.value.details() or "")
+            assert sum(gw.outstanding().values()) == 0
+    finally:
+        await streamer.stop()
+    assert seen == [("ok", "m"), ("client_error", "m"), ("client_error", "m")]

@@ -498,7 +498,7 @@ class OipGateway:
         head = StreamRequest(
             model=first.model_name, request_id=first.id, arrival_s=self._monotonic_s()
         )
-        model, region = first.model_name, self.region_of(context)
+        region = self.region_of(context)
         owner, routed = "", False
 
         def done(request: StreamRequest, status: StatusClass, duration_s: float) -> None:
@@ -526,7 +526,6 @@ class OipGateway:
             await context.abort(failure.code, failure.details)
             raise AssertionError("unreachable: abort raises") from None
         replica, routed = picked, True
-        replica.begin(model)
         try:
             responses = proxy_stream(
                 head, first, requests, replica=replica, routes=self._routes,
@@ -538,8 +537,6 @@ class OipGateway:
                     yield response
         except StreamFailure as failure:
             await context.abort(failure.code, failure.details)
-        finally:
-            replica.end(model, latency_s=None)
 
     def _open_stream(self, first: service_pb2.ModelInferRequest, owner: str) -> Replica:
         """The replica for a stream, chosen for its first request (converted first, as a

@@ -20,6 +20,7 @@ Must not: choose the replica or report anything itself (the gateway passes its `
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -49,8 +50,8 @@ class StreamLedger:
 
     def __init__(self) -> None:
         self._pending: list[StreamRequest] = []
-        # A request the gateway could not convert ended the stream: the client's error.
-        self.refused = False
+        # A request the gateway could not convert, which ended the stream: the client's error.
+        self.refused: LayoutError | None = None
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -109,10 +110,13 @@ async def _upstream(
     monotonic_s: Callable[[], float],
     routed: Callable[[StreamRequest], None],
     done: Callable[[StreamRequest, StatusClass, float], None],
+    refuse: Callable[[LayoutError], None],
 ) -> AsyncGenerator[service_pb2.ModelInferRequest]:
     """The requests as sent upstream: the first (already in the ledger), then each later one
     converted, reported `routed` and entered in the ledger. One the gateway cannot convert is
-    the client's error: reported `client_error`, it ends the stream (`ledger.refused`)."""
+    the client's error: reported `client_error`, it ends the stream (`refuse`). Not by raising:
+    gRPC's consumer of a request iterator swallows its error and leaves the call open, so the
+    client would wait for its deadline."""
     yield first_message
     async for message in requests:
         request = StreamRequest(
@@ -122,10 +126,10 @@ async def _upstream(
         if route is not None and route.input_layouts:
             try:
                 convert_request_layouts(message, route.input_layouts)
-            except LayoutError:
-                ledger.refused = True
+            except LayoutError as error:
                 done(request, "client_error", monotonic_s() - request.arrival_s)
-                raise
+                refuse(error)
+                return
         routed(request)
         ledger.sent(request)
         yield message
@@ -153,10 +157,18 @@ async def proxy_stream(
     ledger = StreamLedger()
     ledger.sent(first)
     end: StatusClass = "cancelled"
+
+    def refuse(error: LayoutError) -> None:
+        ledger.refused = error
+        call.cancel()  # assigned before gRPC reads the first request
+
+    # Ended here, before the client hears how the stream ended: its replica's outstanding count
+    # and its requests' outcomes are settled by then.
+    replica.begin(first.model)
     try:
         upstream = _upstream(
             ledger, first_message, requests,
-            routes=routes, monotonic_s=monotonic_s, routed=routed, done=done,
+            routes=routes, monotonic_s=monotonic_s, routed=routed, done=done, refuse=refuse,
         )  # fmt: skip
         call = replica.stub.ModelStreamInfer(upstream, timeout=timeout_s)
         async for response in call:
@@ -167,11 +179,23 @@ async def proxy_stream(
             yield response
         end = "server_error"  # closed by the replica with requests it never answered
     except grpc.aio.AioRpcError as error:
+        if ledger.refused is not None:
+            raise _refused(ledger.refused) from None
         end = status_class(error.code())
         raise _upstream_failure(replica.name, error) from None
-    except LayoutError as error:
-        raise StreamFailure(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
+    except asyncio.CancelledError:
+        # The upstream call cancelled by `refuse`, not this handler by gRPC (the client gone).
+        task = asyncio.current_task()
+        if ledger.refused is None or (task is not None and task.cancelling()):
+            raise
+        raise _refused(ledger.refused) from None
     finally:
+        replica.end(first.model, latency_s=None)
         now_s = monotonic_s()
         for request in ledger.unanswered():
-            done(request, "client_error" if ledger.refused else end, now_s - request.arrival_s)
+            status = "client_error" if ledger.refused is not None else end
+            done(request, status, now_s - request.arrival_s)
+
+
+def _refused(error: LayoutError) -> StreamFailure:
+    return StreamFailure(grpc.StatusCode.INVALID_ARGUMENT, str(error))
