@@ -20,7 +20,9 @@ Models (the gateway tests rely on these exact names and shapes):
   deadline tests.
 - `tokens`: decoupled (a stream's model, as an LLM served token by token): inputs `first_ms`,
   `count`, `gap_ms` INT32 [1]; sleeps `first_ms`, answers `token` INT32 [1] = 0, then `count - 1`
-  more responses (1, 2, ...) `gap_ms` apart. Requests run one at a time, in arrival order.
+  more responses (1, 2, ...) `gap_ms` apart. Requests of one stream sent before another's
+  responses are all out interleave (PyTriton steps their generators in turn), so the tests time
+  one request at a time.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Iterator
 
 # The bundled triton_python_backend_stub links the shared libpython it finds on the loader path;
 # without this it picks the system one (Debian 3.11.2) while the venv's stdlib comes from the
@@ -64,9 +67,8 @@ def _slow(delay_ms: np.ndarray) -> dict[str, np.ndarray]:
     return {"slept_ms": np.full_like(delay_ms, longest_ms)}
 
 
-def _tokens(requests: list[dict[str, np.ndarray]]) -> object:
-    # Unbatched and one request per call (max_batch_size 0, no batcher): each request's timeline
-    # is its own, which is what the stream tests time.
+def _tokens(requests: list[dict[str, np.ndarray]]) -> Iterator[list[dict[str, np.ndarray]]]:
+    # Unbatched and one request per call (no batcher): a request's delays are its own.
     (request,) = requests
     time.sleep(int(request["first_ms"][0]) / 1000.0)
     for i in range(int(request["count"][0])):

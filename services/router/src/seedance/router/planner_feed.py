@@ -8,8 +8,9 @@ and the translation of the engines' waiting-request gauges into prefill seconds.
 (`engine_queues` does) or decide (the planner does).
 
 Arrival: the gateway measures each request's duration from when it received it, so its arrival
-is the finish time minus that duration. OIP answers in one message, so the duration stands in
-for the time to first token. Every answered request counts as served work, failed ones
+is the finish time minus that duration. ModelInfer answers in one message, so the duration
+stands in for the time to first token; a ModelStreamInfer request is finished at its first
+response, its first token. Every answered request counts as served work, failed ones
 included: they took a replica's time too.
 
 Queued work: Triton's and vLLM's queue gauges count requests, not prompt tokens, so each waiting

@@ -294,8 +294,9 @@ class RouterService(Lifecycle):
         now_s = self.now_s()
         if not request.routed:  # no ready replica: an arrival `routed` never saw, and a miss
             self._plan_arrival(request.model, now_s)
-        # OIP answers in one message, so its duration stands in for the time to first token;
-        # any other end (a failure, a cancel or deadline while a replica worked) is a miss.
+        # ModelInfer answers in one message, so its duration stands in for the time to first
+        # token; a stream's request is finished at its first response, its first token. Any
+        # other end (a failure, a cancel or deadline while a replica worked) is a miss.
         met = request.status == "ok" and request.duration_s <= self._plan_cfg.ttft_slo_s
         self._outcomes.record(request.model, now_s - request.duration_s, met)
 
