@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -420,8 +420,42 @@ def _tokens_request(request_id: str, first_ms: int, count: int, gap_ms: int) -> 
     return request
 
 
+async def _stream_one_at_a_time(
+    address: str,
+    plan: list[tuple[Any, int]],
+    before_cancel: Callable[[], Awaitable[bool]],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Send `plan`'s requests on one stream, each once the previous one's responses (as many
+    as it says) are all in; then cancel the stream once `before_cancel` holds. The client's
+    times from each send to its first and last response, by request id."""
+    next_request: asyncio.Queue[Any] = asyncio.Queue()
+    firsts: dict[str, float] = {}
+    lasts: dict[str, float] = {}
+
+    async def requests() -> AsyncIterator[Any]:
+        while (request := await next_request.get()) is not None:
+            yield request
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        call = stub.ModelStreamInfer(requests())
+        loop = asyncio.get_running_loop()
+        for request, count in plan:
+            sent_s = loop.time()
+            next_request.put_nowait(request)
+            for _ in range(count):
+                response = await asyncio.wait_for(call.read(), 30)
+                assert not response.error_message, response.error_message
+                assert response.infer_response.id == request.id
+                firsts.setdefault(request.id, loop.time() - sent_s)
+                lasts[request.id] = loop.time() - sent_s
+        await eventually(before_cancel, 10)
+        call.cancel()
+    return firsts, lasts
+
+
 async def test_a_streams_requests_are_arrivals_and_their_first_responses_are_outcomes(
-    nats_url: str, tritons: dict[str, Any], unique: str
+    nats_url: str, tritons: dict[str, Any], bus: Bus, unique: str
 ) -> None:
     """Each request on a ModelStreamInfer stream is an arrival, and its outcome is its first
     response (an LLM's first token): met within the SLO by the first response's time, not the
@@ -429,6 +463,14 @@ async def test_a_streams_requests_are_arrivals_and_their_first_responses_are_out
     (the client cancels) is a miss."""
     interval_s = 1.0
     slo_s = 1.0
+    decisions: dict[str, str] = {}
+
+    async def collect(msg: Any) -> None:
+        event = decode(msg.data)
+        if isinstance(event, RoutingDecision):
+            decisions[event.request_id] = event.reason
+
+    sub = await bus.subscribe("seedance.routing.tokens.decision", collect)
     async with running_router(
         nats_url,
         tritons,
@@ -455,29 +497,11 @@ async def test_a_streams_requests_are_arrivals_and_their_first_responses_are_out
             # never answered: the client cancels while the model sleeps
             (_tokens_request("cut", 4000, 1, 0), 0),
         ]
-        next_request: asyncio.Queue[Any] = asyncio.Queue()
-        firsts: dict[str, float] = {}
-        lasts: dict[str, float] = {}
 
-        async def requests() -> AsyncIterator[Any]:
-            while (request := await next_request.get()) is not None:
-                yield request
+        async def cut_routed() -> bool:  # the model sleeps on it: the client then cancels
+            return "cut" in decisions
 
-        async with grpc.aio.insecure_channel(router.gateway.address) as channel:
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            call = stub.ModelStreamInfer(requests())
-            loop = asyncio.get_running_loop()
-            for request, count in plan:
-                sent_s = loop.time()
-                next_request.put_nowait(request)
-                for _ in range(count):
-                    response = await asyncio.wait_for(call.read(), 30)
-                    assert not response.error_message, response.error_message
-                    assert response.infer_response.id == request.id
-                    firsts.setdefault(request.id, loop.time() - sent_s)
-                    lasts[request.id] = loop.time() - sent_s
-            await asyncio.sleep(0.3)  # "cut" reaches the replica, which sleeps on it
-            call.cancel()
+        firsts, lasts = await _stream_one_at_a_time(router.gateway.address, plan, cut_routed)
         # The client's own view: the first responses on each side of the SLO, the last of
         # "met" beyond it (an outcome by the last response would be a miss).
         assert firsts["met"] < slo_s < lasts["met"]
@@ -512,3 +536,7 @@ async def test_a_streams_requests_are_arrivals_and_their_first_responses_are_out
         statuses = {status: count(status) for status in ("ok", "cancelled", "server_error")}
         assert statuses == {"ok": 3, "cancelled": 1, "server_error": 0}
         assert sum(router.gateway.outstanding().values()) == 0
+    await sub.unsubscribe()
+    # The first request was the policy's decision; the stream's replica took the others.
+    assert decisions.pop("met") != "stream"
+    assert decisions == {"late": "stream", "": "stream", "cut": "stream"}
