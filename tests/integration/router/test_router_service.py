@@ -11,14 +11,15 @@ import asyncio
 import contextlib
 import dataclasses
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 from nats.js.errors import KeyNotFoundError
 from prometheus_client import CollectorRegistry
-from tritonclient.grpc import InferInput
+from tritonclient.grpc import InferInput, service_pb2, service_pb2_grpc
 from tritonclient.grpc import aio as triton_aio
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
@@ -406,3 +407,136 @@ async def test_the_live_planner_files_outcomes_by_arrival_and_panics_on_the_engi
         failures = "seedance_router_engine_queue_read_failures_total"
         for reason in ("unreachable", "unparsable", "invalid"):
             assert _sample(registry, failures, reason=reason) == 0
+
+
+def _tokens_request(request_id: str, first_ms: int, count: int, gap_ms: int) -> Any:
+    """A request to the decoupled `tokens` model: `count` responses, the first after
+    `first_ms`, the others `gap_ms` apart (triton_server.py)."""
+    request = service_pb2.ModelInferRequest(model_name="tokens", id=request_id)
+    for name, value in (("first_ms", first_ms), ("count", count), ("gap_ms", gap_ms)):
+        request.inputs.add(name=name, datatype="INT32", shape=[1])
+        # Its data travels raw, in the inputs' order.
+        request.raw_input_contents.append(np.array([value], dtype=np.int32).tobytes())
+    return request
+
+
+async def _stream_one_at_a_time(
+    address: str,
+    plan: list[tuple[Any, int]],
+    before_cancel: Callable[[], Awaitable[bool]],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Send `plan`'s requests on one stream, each once the previous one's responses (as many
+    as it says) are all in; then cancel the stream once `before_cancel` holds. The client's
+    times from each send to its first and last response, by request id."""
+    next_request: asyncio.Queue[Any] = asyncio.Queue()
+    firsts: dict[str, float] = {}
+    lasts: dict[str, float] = {}
+
+    async def requests() -> AsyncIterator[Any]:
+        while (request := await next_request.get()) is not None:
+            yield request
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        call = stub.ModelStreamInfer(requests())
+        loop = asyncio.get_running_loop()
+        for request, count in plan:
+            sent_s = loop.time()
+            next_request.put_nowait(request)
+            for _ in range(count):
+                response = await asyncio.wait_for(call.read(), 30)
+                assert not response.error_message, response.error_message
+                assert response.infer_response.id == request.id
+                firsts.setdefault(request.id, loop.time() - sent_s)
+                lasts[request.id] = loop.time() - sent_s
+        await eventually(before_cancel, 10)
+        call.cancel()
+    return firsts, lasts
+
+
+async def test_a_streams_requests_are_arrivals_and_their_first_responses_are_outcomes(
+    nats_url: str, tritons: dict[str, Any], bus: Bus, unique: str
+) -> None:
+    """Each request on a ModelStreamInfer stream is an arrival, and its outcome is its first
+    response (an LLM's first token): met within the SLO by the first response's time, not the
+    last's; a later response is no new outcome; a request the stream ends without answering
+    (the client cancels) is a miss."""
+    interval_s = 1.0
+    slo_s = 1.0
+    decisions: dict[str, str] = {}
+
+    async def collect(msg: Any) -> None:
+        event = decode(msg.data)
+        if isinstance(event, RoutingDecision):
+            decisions[event.request_id] = event.reason
+
+    sub = await bus.subscribe("seedance.routing.tokens.decision", collect)
+    async with running_router(
+        nats_url,
+        tritons,
+        ModelRoute(name="tokens", warm_up=False),  # decoupled: ModelInfer cannot warm it up
+        fleet=f"fleet-{unique}",
+        forecast=False,
+        plan=False,  # decisions are taken by the test, at the moments it chooses
+        plan_interval_s=interval_s,
+        plan_ttft_slo_s=slo_s,
+    ) as router:
+        registry = router._rt.registry
+        assert router.fleet_plan.lease is not None
+        assert await router.fleet_plan.lease.try_acquire()
+        await _plan_now(router)  # the reports start here
+        # One request at a time (the next is sent once the previous one's responses are all
+        # in), so each first response's time is the model's delay, not a neighbour's.
+        plan = [
+            # id, first response after, responses, gap: first in time, last 1.6 s late
+            (_tokens_request("met", 100, 4, 500), 4),
+            # its first response comes after the SLO
+            (_tokens_request("late", 1800, 2, 100), 2),
+            # no id: answered by order; in time
+            (_tokens_request("", 100, 3, 100), 3),
+            # never answered: the client cancels while the model sleeps
+            (_tokens_request("cut", 4000, 1, 0), 0),
+        ]
+
+        async def cut_routed() -> bool:  # the model sleeps on it: the client then cancels
+            return "cut" in decisions
+
+        firsts, lasts = await _stream_one_at_a_time(router.gateway.address, plan, cut_routed)
+        # The client's own view: the first responses on each side of the SLO, the last of
+        # "met" beyond it (an outcome by the last response would be a miss).
+        assert firsts["met"] < slo_s < lasts["met"]
+        assert firsts["late"] > slo_s
+        assert firsts[""] < slo_s
+
+        def count(status: str) -> float:
+            name = "seedance_router_requests_total"
+            return sum(
+                _sample(
+                    registry, name, model="tokens", replica=r, status_class=status, region="other"
+                )
+                for r in ("a", "b")
+            )
+
+        async def ended() -> bool:  # the cancel reaches the gateway's handler
+            return count("cancelled") == 1
+
+        await eventually(ended, 10)
+        sent_until_s = router.now_s()
+
+        async def bin_ended() -> bool:
+            return router.now_s() >= sent_until_s + interval_s
+
+        await eventually(bin_ended, 5)
+        await _plan_now(router)
+        state = router.plans["tokens"]
+        # Four requests, four outcomes (one each, however many responses), two met.
+        assert sum(n for _, _, n in state.observed) == 4
+        assert sum(m for _, m, _ in state.observed) == 2
+        assert len(router.fleet_plan.estimators["tokens"].state().arrivals) == 4
+        statuses = {status: count(status) for status in ("ok", "cancelled", "server_error")}
+        assert statuses == {"ok": 3, "cancelled": 1, "server_error": 0}
+        assert sum(router.gateway.outstanding().values()) == 0
+    await sub.unsubscribe()
+    # The first request was the policy's decision; the stream's replica took the others.
+    assert decisions.pop("met") != "stream"
+    assert decisions == {"late": "stream", "": "stream", "cut": "stream"}

@@ -16,10 +16,13 @@ from prometheus_client import CollectorRegistry
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from seedance.router.gateway import (
+    FinishedRequest,
     GatewaySettings,
+    LayoutConversion,
     ModelRoute,
     OipGateway,
     ReplicaPhase,
+    RoutedRequest,
     WarmupPolicy,
 )
 from seedance.testing.waits import eventually
@@ -343,3 +346,130 @@ async def test_a_replica_removed_during_a_probe_round_does_not_stop_the_probes(
     finally:
         for fake in (slow, other):
             await fake.stop()
+
+
+# --- ModelStreamInfer: each request an arrival, its first response its outcome --------------
+
+
+class FakeStreamer(FakeReplica):
+    """Streams: answers each request twice (two "tokens"), holds `held`, and fails the whole
+    stream UNAVAILABLE on `boom`."""
+
+    async def ModelStreamInfer(self, request_iterator, context):
+        async for request in request_iterator:
+            if request.id == "boom":
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "engine died")
+            if request.id != "held":
+                for _ in range(2):
+                    yield service_pb2.ModelStreamInferResponse(
+                        infer_response=service_pb2.ModelInferResponse(
+                            model_name=request.model_name, id=request.id
+                        )
+                    )
+
+
+async def test_a_streams_requests_are_routed_and_each_finishes_once() -> None:
+    streamer = FakeStreamer()
+    await streamer.start()
+    seen: list[tuple[str, str]] = []
+    routed: list[RoutedRequest] = []
+
+    class Observer:
+        def routed(self, request: RoutedRequest) -> None:
+            routed.append(request)
+
+        def finished(self, request: FinishedRequest) -> None:
+            seen.append((request.status, request.replica or ""))
+
+    settings = GatewaySettings(
+        replicas={"s": streamer.address},
+        models=(ModelRoute(name="m", warm_up=False),),
+        probe_interval_s=30.0,
+    )
+    try:
+        async with OipGateway(settings, registry=CollectorRegistry(), observer=Observer()) as gw:
+            await gw.wait_ready(timeout_s=10)
+            queue: asyncio.Queue[service_pb2.ModelInferRequest | None] = asyncio.Queue()
+
+            async def requests():  # type: ignore[no-untyped-def]
+                while (request := await queue.get()) is not None:
+                    yield request
+
+            async with grpc.aio.insecure_channel(gw.address) as channel:
+                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                call = stub.ModelStreamInfer(requests(), timeout=5)
+                queue.put_nowait(_request("first"))
+                ids = [(await call.read()).infer_response.id for _ in range(2)]
+                assert ids == ["first", "first"]
+                queue.put_nowait(_request("held"))
+                queue.put_nowait(_request("boom"))
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await call.read()
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "replica 's': engine died" in (caught.value.details() or "")
+            assert sum(gw.outstanding().values()) == 0
+    finally:
+        await streamer.stop()
+    assert [(r.request_id, r.reason) for r in routed] == [
+        ("first", "only_candidate"),
+        ("held", "stream"),
+        ("boom", "stream"),
+    ]
+    # "first" once (its second token is no new outcome); the two the stream's failure left
+    # unanswered, with the upstream's status.
+    assert seen == [("ok", "s"), ("unavailable", "s"), ("unavailable", "s")]
+
+
+async def _read_to_the_end(call: grpc.aio.StreamStreamCall) -> None:
+    while await call.read() is not grpc.aio.EOF:
+        pass
+
+
+async def test_a_later_request_the_gateway_cannot_convert_ends_the_stream_as_the_client_s() -> None:
+    """A layout the client got wrong on the stream's third request: INVALID_ARGUMENT at once
+    (not the client's deadline: gRPC swallows a request iterator's error and leaves the call
+    open), and it and the request still unanswered are the client's error, not misses."""
+    streamer = FakeStreamer()
+    await streamer.start()
+    seen: list[tuple[str, str]] = []
+
+    class Observer:
+        def routed(self, request: RoutedRequest) -> None:
+            pass
+
+        def finished(self, request: FinishedRequest) -> None:
+            seen.append((request.status, request.model))
+
+    layout = LayoutConversion(tensor="x", client_layout="NC", backend_layout="CN")
+    settings = GatewaySettings(
+        replicas={"s": streamer.address},
+        models=(ModelRoute(name="m", warm_up=False, input_layouts=(layout,)),),
+        probe_interval_s=30.0,
+    )
+    bad = _request("bad")
+    del bad.inputs[0].shape[:]
+    bad.inputs[0].shape.extend([2])  # rank 1 where the layout names two dimensions
+    try:
+        async with OipGateway(settings, registry=CollectorRegistry(), observer=Observer()) as gw:
+            await gw.wait_ready(timeout_s=10)
+            queue: asyncio.Queue[service_pb2.ModelInferRequest | None] = asyncio.Queue()
+
+            async def requests():  # type: ignore[no-untyped-def]
+                while (request := await queue.get()) is not None:
+                    yield request
+
+            async with grpc.aio.insecure_channel(gw.address) as channel:
+                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                call = stub.ModelStreamInfer(requests(), timeout=30)
+                queue.put_nowait(_request("first"))
+                assert (await call.read()).infer_response.id == "first"
+                queue.put_nowait(_request("held"))
+                queue.put_nowait(bad)
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await _read_to_the_end(call)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "x" in (caught.value.details() or "")
+            assert sum(gw.outstanding().values()) == 0
+    finally:
+        await streamer.stop()
+    assert seen == [("ok", "m"), ("client_error", "m"), ("client_error", "m")]

@@ -8,7 +8,7 @@ import pytest
 from seedance.router.core.planning.planner import ReplicaCapacity
 from seedance.router.engine_queues import EngineQueues, parse_waiting
 from seedance.router.planner_feed import OutcomesByArrival, observed_slo, queued_prefill_s
-from seedance.router.settings import RouterSettings, parse_engine_metrics
+from seedance.router.settings import RouterSettings, engine_model_names, parse_engine_metrics
 
 CAPACITY = ReplicaCapacity(
     prefill_tokens_per_s=1000.0,
@@ -103,3 +103,59 @@ def test_engine_metrics_settings_are_checked_at_start_up() -> None:
         parse_engine_metrics("a=http://h/m,a=http://g/m")
     with pytest.raises(ValueError, match="engine_metrics_port"):
         RouterSettings(engine_metrics_port=70000)
+
+
+def test_engine_model_names_are_checked_at_start_up_naming_the_bad_entry() -> None:
+    settings = RouterSettings(
+        models="llama,echo",
+        engine_model_names=" llama = meta-llama/Llama-3.1-70B-Instruct ",
+    )
+    assert engine_model_names(settings) == {"llama": "meta-llama/Llama-3.1-70B-Instruct"}
+    assert engine_model_names(RouterSettings(models="echo")) == {}
+    with pytest.raises(ValueError, match=r"entry 'llama' is not router_model=engine_model"):
+        RouterSettings(models="llama", engine_model_names="llama")
+    with pytest.raises(ValueError, match=r"entry 'llama=' is not router_model=engine_model"):
+        RouterSettings(models="llama", engine_model_names="llama=")
+    with pytest.raises(ValueError, match=r"entry 'llama=b': model 'llama' given twice"):
+        RouterSettings(models="llama", engine_model_names="llama=a,llama=b")
+    with pytest.raises(ValueError, match=r"entry mistral=m: 'mistral' is not in SEEDANCE_ROUTER"):
+        RouterSettings(models="llama", engine_model_names="mistral=m")
+    # Two router models reading one engine model's queue (by mapping, or a mapping onto
+    # another routed model's own name) would count it twice.
+    with pytest.raises(ValueError, match=r"models 'a' and 'b' would both read engine model 'x'"):
+        RouterSettings(models="a,b", engine_model_names="a=x,b=x")
+    with pytest.raises(ValueError, match=r"models 'a' and 'b' would both read engine model 'b'"):
+        RouterSettings(models="a,b", engine_model_names="a=b")
+
+
+async def test_a_gauge_is_read_under_the_router_s_model_name_its_engine_s_mapped() -> None:
+    """vLLM labels its queue by its served model name (here a Hugging Face path); the mapping
+    reads it as the router's model. An engine model that merely carries a renamed router
+    model's name is another model, not read as it."""
+    exposition = (
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-8B"} 7.0\n'
+        'vllm:num_requests_waiting{engine="0",model_name="llama"} 99.0\n'
+        'vllm:num_requests_waiting{engine="0",model_name="echo"} 2.0\n'
+    )
+    plain = EngineQueues(urls={"r": "http://r/metrics"}, port=0, timeout_s=1.0)
+    mapped = EngineQueues(
+        urls={"r": "http://r/metrics"},
+        port=0,
+        timeout_s=1.0,
+        model_names={"llama": "meta-llama/Llama-3.1-8B"},
+    )
+
+    async def fetch(_session: object, _url: str) -> str:
+        return exposition
+
+    for queues in (plain, mapped):
+        queues._fetch = fetch  # type: ignore[method-assign]
+    try:
+        unmapped = (await plain.read({"r": "r:8001"}))["r"]
+        assert unmapped["llama"] == 99.0  # without the mapping: the wrong model's queue
+        assert (await mapped.read({"r": "r:8001"}))["r"] == {"llama": 7.0, "echo": 2.0}
+    finally:
+        await plain.close()
+        await mapped.close()

@@ -285,3 +285,32 @@ async def test_the_plan_loop_keeps_its_cadence_whatever_a_decision_takes() -> No
         await svc.planning.loop()
     # Every 15 s whatever a decision took; the one that ran 40 s skips the intervals it missed.
     assert at == [15.0, 30.0, 45.0, 90.0]
+
+
+async def test_the_service_reads_each_model_s_gauge_under_its_engine_s_name() -> None:
+    """``ENGINE_MODEL_NAMES`` reaches the queues the planner reads: Triton's vLLM backend
+    serves router model ``llama`` and labels its queue with the Hugging Face name."""
+    settings = RouterSettings(
+        replicas="r0=10.0.0.1:8001",
+        models="llama",
+        discover_replicas=False,
+        rest_address="",
+        engine_metrics_port=8000,
+        engine_model_names="llama=meta-llama/Llama-3.1-8B-Instruct",
+    )
+    runtime = SimpleNamespace(registry=CollectorRegistry(), loop=lambda _fn: None)
+    svc = RouterService(runtime, settings, StepClock())  # type: ignore[arg-type]
+    queues = svc.planning.engine_queues
+    assert queues is not None
+    urls: list[str] = []
+
+    async def fetch(_session: Any, url: str) -> str:
+        urls.append(url)
+        return vllm("meta-llama/Llama-3.1-8B-Instruct", "5")
+
+    queues._fetch = fetch  # type: ignore[method-assign]
+    try:
+        assert await queues.read({"r0": "10.0.0.1:8001"}) == {"r0": {"llama": 5.0}}
+    finally:
+        await queues.close()
+    assert urls == ["http://10.0.0.1:8000/metrics"]

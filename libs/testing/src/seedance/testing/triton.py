@@ -41,7 +41,7 @@ TRITON_PYTHON = REPO_ROOT / ".venv-triton" / "bin" / "python"
 # which does not have the workspace installed; it is never imported here.
 _SERVER_SCRIPT = Path(__file__).resolve().parent / "triton_server.py"
 # The models triton_server.py binds; ready means all of them are.
-MODELS = ("echo", "nchw_stats", "slow")
+MODELS = ("echo", "nchw_stats", "slow", "tokens")
 
 
 def echo_request(i: int, tag: bytes) -> tuple[list[grpcclient.InferInput], np.ndarray]:

@@ -18,6 +18,11 @@ Models (the gateway tests rely on these exact names and shapes):
   means if something converted the layout.
 - `slow`: input `delay_ms` INT32 [1]; sleeps that long, returns `slept_ms` INT32 [1]. Used for
   deadline tests.
+- `tokens`: decoupled (a stream's model, as an LLM served token by token): inputs `first_ms`,
+  `count`, `gap_ms` INT32 [1]; sleeps `first_ms`, answers `token` INT32 [1] = 0, then `count - 1`
+  more responses (1, 2, ...) `gap_ms` apart. Requests of one stream sent before another's
+  responses are all out interleave (PyTriton steps their generators in turn), so the tests time
+  one request at a time.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Iterator
 
 # The bundled triton_python_backend_stub links the shared libpython it finds on the loader path;
 # without this it picks the system one (Debian 3.11.2) while the venv's stdlib comes from the
@@ -59,6 +65,16 @@ def _slow(delay_ms: np.ndarray) -> dict[str, np.ndarray]:
     longest_ms = int(delay_ms.max())
     time.sleep(longest_ms / 1000.0)
     return {"slept_ms": np.full_like(delay_ms, longest_ms)}
+
+
+def _tokens(requests: list[dict[str, np.ndarray]]) -> Iterator[list[dict[str, np.ndarray]]]:
+    # Unbatched and one request per call (no batcher): a request's delays are its own.
+    (request,) = requests
+    time.sleep(int(request["first_ms"][0]) / 1000.0)
+    for i in range(int(request["count"][0])):
+        if i:
+            time.sleep(int(request["gap_ms"][0]) / 1000.0)
+        yield [{"token": np.array([i], dtype=np.int32)}]
 
 
 def main() -> None:
@@ -123,6 +139,18 @@ def main() -> None:
             inputs=[Tensor(name="delay_ms", dtype=np.int32, shape=(1,))],
             outputs=[Tensor(name="slept_ms", dtype=np.int32, shape=(1,))],
             config=ModelConfig(max_batch_size=8, batcher=batcher),
+            strict=True,
+        )
+        triton.bind(
+            model_name="tokens",
+            infer_func=_tokens,
+            inputs=[
+                Tensor(name="first_ms", dtype=np.int32, shape=(1,)),
+                Tensor(name="count", dtype=np.int32, shape=(1,)),
+                Tensor(name="gap_ms", dtype=np.int32, shape=(1,)),
+            ],
+            outputs=[Tensor(name="token", dtype=np.int32, shape=(1,))],
+            config=ModelConfig(batching=False, decoupled=True),
             strict=True,
         )
         triton.run()

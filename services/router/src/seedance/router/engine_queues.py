@@ -9,6 +9,11 @@ and the parsing of the Prometheus text exposition into waiting requests per mode
   summed over the model's versions);
 * vLLM: ``vllm:num_requests_waiting{model_name=...}`` (its scheduler's waiting queue).
 
+Each engine names a model its own way (vLLM by its served model name, often a Hugging Face
+path; Triton by its repository's name): `model_names` (router model -> engine model, the
+``ENGINE_MODEL_NAMES`` setting) maps a gauge back to the router's model; a model not named there
+is read under its own name.
+
 A replica whose endpoint fails or times out, or whose exposition is not the text format or
 holds a queue gauge that is not a finite count >= 0 (+Inf, NaN, 1e309, -500: an engine bug or
 an endpoint that lies), is left out of this reading whole (logged with the replica, model and
@@ -82,7 +87,8 @@ def parse_waiting(text: str) -> dict[str, float]:
 
 
 class EngineQueues:
-    """Reads the queue gauges of the replicas it is given (see the module docstring)."""
+    """Reads the queue gauges of the replicas it is given, per router model (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -90,6 +96,7 @@ class EngineQueues:
         urls: Mapping[str, str],
         port: int,
         timeout_s: float,
+        model_names: Mapping[str, str] | None = None,
         on_failure: Callable[[str], None] = lambda _reason: None,
     ) -> None:
         if port < 0 or timeout_s <= 0:
@@ -97,6 +104,7 @@ class EngineQueues:
         self._urls = dict(urls)
         self._port = port
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._model_names = dict(model_names or {})
         self._on_failure = on_failure
         self._session: aiohttp.ClientSession | None = None
 
@@ -133,7 +141,7 @@ class EngineQueues:
             try:
                 if isinstance(text, BaseException):
                     raise text
-                out[name] = parse_waiting(text)
+                out[name] = self._by_router_model(parse_waiting(text))
             except GaugeValueError as exc:
                 self._on_failure("invalid")
                 log.warning(
@@ -151,6 +159,19 @@ class EngineQueues:
             ) as exc:  # not the exposition format (after ClientError: InvalidURL is both)
                 self._on_failure("unparsable")
                 log.warning("engine_queue_unread", replica=name, url=targets[name], error=repr(exc))
+        return out
+
+    def _by_router_model(self, waiting: dict[str, float]) -> dict[str, float]:
+        """`waiting` under the router's model names: a renamed model is read under its
+        engine's name only, and only as the router's (an engine model that happens to carry
+        the router's name is another model), the others under their own."""
+        if not self._model_names:
+            return waiting
+        renamed = set(self._model_names) | set(self._model_names.values())
+        out = {m: w for m, w in waiting.items() if m not in renamed}
+        for model, engine in self._model_names.items():
+            if engine in waiting:
+                out[model] = waiting[engine]
         return out
 
     async def _fetch(self, session: aiohttp.ClientSession, url: str) -> str:

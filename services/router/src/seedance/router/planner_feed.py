@@ -8,8 +8,9 @@ and the translation of the engines' waiting-request gauges into prefill seconds.
 (`engine_queues` does) or decide (the planner does).
 
 Arrival: the gateway measures each request's duration from when it received it, so its arrival
-is the finish time minus that duration. OIP answers in one message, so the duration stands in
-for the time to first token. Every answered request counts as served work, failed ones
+is the finish time minus that duration. ModelInfer answers in one message, so the duration
+stands in for the time to first token; a ModelStreamInfer request is finished at its first
+response, its first token. Every answered request counts as served work, failed ones
 included: they took a replica's time too.
 
 Queued work: Triton's and vLLM's queue gauges count requests, not prompt tokens, so each waiting
@@ -19,7 +20,8 @@ for the model: ``backlog_s`` is None and the backlog rule stays off. Each replic
 with it (`ObservedSlo.backlog_by_replica`), so the planner judges growth only over the replicas
 read at both ends of an interval: a replica whose scrape failed once is not an empty queue that
 then "grew". A replica whose scrape succeeded but carries no gauge for the model (`gauge_missing`:
-vLLM names it by its served model name, Triton by its repository's) is named, not guessed at.
+vLLM names it by its served model name, Triton by its repository's, and no
+``ENGINE_MODEL_NAMES`` entry maps that name to the router's) is named, not guessed at.
 """
 
 from __future__ import annotations
@@ -104,8 +106,9 @@ def observed_slo(
 
 class MissingGauges:
     """The ready replicas whose gauges were read but hold none for a model: their engine names
-    the model otherwise (vLLM by its served model name, often a Hugging Face path) or exports
-    no queue gauge; unknown, not an empty queue. Each (replica, model) is logged once when it
+    the model otherwise (vLLM by its served model name, often a Hugging Face path, and no
+    ``ENGINE_MODEL_NAMES`` entry says so) or exports no queue gauge; unknown, not an empty
+    queue. Each (replica, model) is logged once when it
     starts missing (a warning every interval would bury it), and again if it recurs."""
 
     def __init__(self) -> None:

@@ -72,6 +72,7 @@ from seedance.router.planner_feed import OutcomesByArrival
 from seedance.router.publish_queue import PublishQueue
 from seedance.router.settings import (
     RouterSettings,
+    engine_model_names,
     gateway_settings,
     parse_engine_metrics,
     planner_config,
@@ -173,6 +174,7 @@ class RouterService(Lifecycle):
                 urls=parse_engine_metrics(settings.engine_metrics),
                 port=settings.engine_metrics_port,
                 timeout_s=settings.engine_metrics_timeout_s,
+                model_names=engine_model_names(settings),
                 on_failure=lambda why: self.metrics.engine_queue_failures.labels(why).inc(),
             )
             if settings.engine_metrics or settings.engine_metrics_port
@@ -292,8 +294,9 @@ class RouterService(Lifecycle):
         now_s = self.now_s()
         if not request.routed:  # no ready replica: an arrival `routed` never saw, and a miss
             self._plan_arrival(request.model, now_s)
-        # OIP answers in one message, so its duration stands in for the time to first token;
-        # any other end (a failure, a cancel or deadline while a replica worked) is a miss.
+        # ModelInfer answers in one message, so its duration stands in for the time to first
+        # token; a stream's request is finished at its first response, its first token. Any
+        # other end (a failure, a cancel or deadline while a replica worked) is a miss.
         met = request.status == "ok" and request.duration_s <= self._plan_cfg.ttft_slo_s
         self._outcomes.record(request.model, now_s - request.duration_s, met)
 

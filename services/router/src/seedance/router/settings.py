@@ -18,8 +18,10 @@ from seedance.router.gateway import GatewaySettings, LayoutConversion, ModelRout
 
 __all__ = [
     "RouterSettings",
+    "engine_model_names",
     "gateway_settings",
     "parse_engine_metrics",
+    "parse_engine_model_names",
     "parse_layouts",
     "parse_replicas",
     "planner_config",
@@ -104,6 +106,10 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: vLLM serves it on its HTTP port). 0 and no URL: that replica's queue is not read.
     engine_metrics_port: int = 0
     engine_metrics_timeout_s: float = 1.0
+    #: ``router_model=engine_model,...``: the name the engine labels a model's queue gauge with
+    #: where it is not the router's (vLLM's ``model_name`` is its served model name, often a
+    #: Hugging Face path; Triton's ``model`` its repository's name). Unnamed models: the same.
+    engine_model_names: str = ""
 
     def __post_init__(self) -> None:
         if self.stale_after_s <= 0 or self.forecast_interval_s <= 0:
@@ -116,6 +122,7 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True):
         planner_config(self)
         replica_capacity(self)
         parse_engine_metrics(self.engine_metrics)
+        engine_model_names(self)
         if not 0 <= self.engine_metrics_port <= 65535 or self.engine_metrics_timeout_s <= 0:
             raise ValueError(
                 "need 0 <= engine_metrics_port <= 65535 and engine_metrics_timeout_s > 0, got "
@@ -158,6 +165,49 @@ def parse_engine_metrics(text: str) -> dict[str, str]:
             raise ValueError(f"engine metrics for replica {name!r} given twice")
         urls[name] = url
     return urls
+
+
+def parse_engine_model_names(text: str) -> dict[str, str]:
+    """``llama=meta-llama/Llama-3.1-70B-Instruct,...`` -> router model -> engine model."""
+    names: dict[str, str] = {}
+    for item in _items(text):
+        model, sep, engine = item.partition("=")
+        model, engine = model.strip(), engine.strip()
+        if not sep or not model or not engine:
+            raise ValueError(
+                f"SEEDANCE_ROUTER_ENGINE_MODEL_NAMES entry {item!r} is not "
+                "router_model=engine_model"
+            )
+        if model in names:
+            raise ValueError(
+                f"SEEDANCE_ROUTER_ENGINE_MODEL_NAMES entry {item!r}: model {model!r} given twice"
+            )
+        names[model] = engine
+    return names
+
+
+def engine_model_names(settings: RouterSettings) -> dict[str, str]:
+    """Each routed model's name in its engine's queue gauges (router model -> engine model),
+    for the models renamed in `engine_model_names`. Refuses an entry for a model the router
+    does not route, and two models that would read one engine model's queue."""
+    names = parse_engine_model_names(settings.engine_model_names)
+    models = _items(settings.models)
+    for model, engine in names.items():
+        if model not in models:
+            raise ValueError(
+                f"SEEDANCE_ROUTER_ENGINE_MODEL_NAMES entry {model}={engine}: {model!r} is not "
+                f"in SEEDANCE_ROUTER_MODELS ({settings.models!r})"
+            )
+    reads: dict[str, str] = {}
+    for model in models:
+        engine = names.get(model, model)
+        if engine in reads:
+            raise ValueError(
+                f"SEEDANCE_ROUTER_ENGINE_MODEL_NAMES: models {reads[engine]!r} and {model!r} "
+                f"would both read engine model {engine!r}'s queue"
+            )
+        reads[engine] = model
+    return names
 
 
 def parse_layouts(text: str) -> dict[str, tuple[LayoutConversion, ...]]:

@@ -62,7 +62,8 @@ class ExplainingSelector(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoutedRequest:
-    """One inference request sent to one replica (a failover is a second `RoutedRequest`)."""
+    """One inference request sent to one replica (a failover is a second `RoutedRequest`; a
+    stream's later requests go to its replica with reason ``stream``)."""
 
     model: str
     replica: str
@@ -82,7 +83,9 @@ class RoutedRequest:
 class FinishedRequest:
     """One inference request answered (or failed) by the gateway, whatever ended it: a
     replica's answer or failure, the client's cancel or deadline while a replica worked, no
-    ready replica, or the gateway's own refusal of a malformed request (`client_error`)."""
+    ready replica, or the gateway's own refusal of a malformed request (`client_error`). A
+    request on a ModelStreamInfer stream is finished once, at its first response (or error),
+    or when the stream ends without one (`streams.py`)."""
 
     model: str
     # The replica it was last sent to (None: none was chosen, or it failed before the send).

@@ -23,7 +23,8 @@ symbol per process, and any process that uses tritonclient already has them (see
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -49,6 +50,7 @@ from seedance.router.gateway.ports import (
 from seedance.router.gateway.replicas import CHANNEL_OPTIONS, Replica, ReplicaPhase
 from seedance.router.gateway.servicer import OipServicer
 from seedance.router.gateway.settings import GatewaySettings
+from seedance.router.gateway.streams import StreamFailure, StreamRequest, proxy_stream
 from seedance.router.gateway.tensors import (
     LayoutError,
     convert_request_layouts,
@@ -74,16 +76,6 @@ class InferenceError(Exception):
         self.code = code
         self.details = details
         self.replica = replica
-
-
-def _stream_failure(replica: str, error: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str]:
-    code = error.code()
-    if code == grpc.StatusCode.UNIMPLEMENTED:
-        return code, (
-            f"replica {replica!r} does not serve ModelStreamInfer (its backend has no "
-            "streaming); use ModelInfer, or route the model to a backend that streams"
-        )
-    return code, f"replica {replica!r}: {error.details() or code.name}"
 
 
 class OipGateway:
@@ -492,49 +484,75 @@ class OipGateway:
         self,
         requests: AsyncIterator[service_pb2.ModelInferRequest],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
+    ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse]:
         """ModelStreamInfer, proxied to one replica chosen for the stream's first request.
 
         A stream is stateful (a decoupled model answers many responses per request), so it is
         never failed over: an upstream failure ends the stream with the upstream's status. A
         backend that does not serve streaming answers UNIMPLEMENTED, passed on with words.
+        Every request on it is an arrival and, at its first response, an outcome (`streams`).
         """
         first = await anext(aiter(requests), None)
         if first is None:
             return
-        model = first.model_name
+        head = StreamRequest(
+            model=first.model_name, request_id=first.id, arrival_s=self._monotonic_s()
+        )
+        region = self.region_of(context)
+        owner, routed = "", False
+
+        def done(request: StreamRequest, status: StatusClass, duration_s: float) -> None:
+            self._done(
+                model=request.model, replica=replica.name if routed else None, status=status,
+                region=region, duration_s=duration_s, owner=owner, routed=routed,
+            )  # fmt: skip
+
+        def follows(request: StreamRequest) -> None:
+            # Not a decision (the stream's replica takes it), so no decision metric.
+            if self._observer is not None:
+                self._observer.routed(
+                    RoutedRequest(
+                        model=request.model, replica=replica.name, reason="stream",
+                        request_id=request.request_id, attempt=1, alternatives=(),
+                        at_s=request.arrival_s, owner=owner,
+                    )
+                )  # fmt: skip
+
         try:
             owner = self.owner_of(self.tenant_of(context))
+            picked = self._open_stream(first, owner)
         except InferenceError as failure:
+            done(head, status_class(failure.code), self._monotonic_s() - head.arrival_s)
             await context.abort(failure.code, failure.details)
             raise AssertionError("unreachable: abort raises") from None
-        replica = self._pick(model, set(), first.id, owner)
-        if replica is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, _no_replica(model, owner))
-            raise AssertionError("unreachable: abort raises")
-        route = self._routes.get(model)
-
-        async def upstream_requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
-            pending: service_pb2.ModelInferRequest | None = first
-            while pending is not None:
-                if route is not None and route.input_layouts and pending.model_name == model:
-                    convert_request_layouts(pending, route.input_layouts)
-                yield pending
-                pending = await anext(aiter(requests), None)
-
-        replica.begin(model)
+        replica, routed = picked, True
         try:
-            call = replica.stub.ModelStreamInfer(
-                upstream_requests(), timeout=context.time_remaining()
+            responses = proxy_stream(
+                head, first, requests, replica=replica, routes=self._routes,
+                timeout_s=context.time_remaining(), monotonic_s=self._monotonic_s,
+                routed=follows, done=done,
+            )  # fmt: skip
+            async with contextlib.aclosing(responses):
+                async for response in responses:
+                    yield response
+        except StreamFailure as failure:
+            await context.abort(failure.code, failure.details)
+
+    def _open_stream(self, first: service_pb2.ModelInferRequest, owner: str) -> Replica:
+        """The replica for a stream, chosen for its first request (converted first, as a
+        ModelInfer request is before its choice). Raises `InferenceError`."""
+        route = self._routes.get(first.model_name)
+        if route is not None and route.input_layouts:
+            try:
+                convert_request_layouts(first, route.input_layouts)
+            except LayoutError as error:
+                raise InferenceError(grpc.StatusCode.INVALID_ARGUMENT, str(error), None) from None
+        replica = self._pick(first.model_name, set(), first.id, owner)
+        if replica is None:
+            raise InferenceError(
+                grpc.StatusCode.UNAVAILABLE, _no_replica(first.model_name, owner), None
             )
-            async for response in call:
-                yield response
-        except grpc.aio.AioRpcError as error:
-            await context.abort(*_stream_failure(replica.name, error))
-        except LayoutError as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        finally:
-            replica.end(model, latency_s=None)
+        return replica
 
     def client_view(
         self, metadata: service_pb2.ModelMetadataResponse

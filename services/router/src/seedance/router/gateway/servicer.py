@@ -10,6 +10,7 @@ repository, statistics, shared memory, ...) stay UNIMPLEMENTED, the base class's
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from importlib import metadata as importlib_metadata
 from typing import TYPE_CHECKING
@@ -71,8 +72,13 @@ class OipServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         request_iterator: AsyncIterator[service_pb2.ModelInferRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
-        async for response in self._gateway.stream_infer(request_iterator, context):
-            yield response
+        # Closed at once when the client goes away (not whenever the loop finalises it), so the
+        # stream's unanswered requests are reported when the stream ends.
+        async with contextlib.aclosing(
+            self._gateway.stream_infer(request_iterator, context)
+        ) as responses:
+            async for response in responses:
+                yield response
 
 
 def server_version() -> str:
