@@ -20,7 +20,8 @@ Must not decide (the planner does) nor route. A leader whose commit is refused (
 another wrote since) is superseded: that decision is neither published nor followed, and it
 gives the lease up, leading again only once it holds it afresh (restored from the other's
 state). Each leader reads with a consumer of its own name, so two leaders of a split brain
-never delete each other's reader (binding re-creates the consumer).
+never delete each other's reader (binding re-creates the consumer). A report this router
+cannot decode is dead-lettered (``decode_error``), like one naming another fleet.
 """
 
 from __future__ import annotations
@@ -475,18 +476,21 @@ class FleetPlanner:
             log.warning("plan_observations_behind", seq=self.seq, target=target)
 
     async def _apply(self, msg: Msg) -> None:
+        """Merge one report, or dead-letter it (the letter's id is derived from the report's:
+        a leader replaying it within the duplicate window publishes no second letter). A
+        letter that cannot be sent raises the bus's error before the sequence moves on, so
+        the report is read again."""
+        assert self._letters is not None
         try:
             event = decode(msg.data, PlanObservations)
-        except DecodeError as exc:  # a newer version this router does not know
-            seq = msg.metadata.sequence.stream
-            log.warning("plan_observations_undecodable", seq=seq, error=str(exc))
+        except DecodeError as exc:  # a newer version this router does not know, or garbage
+            reason = f"not a PlanObservations this router can decode: {exc}"
+            await self._letters.send(msg, "decode_error", reason)
         else:
             fleet = routing.observed_fleet(msg.subject)
             if event.fleet != fleet:
                 # Another fleet's report on this one's subject (or one naming none): never
-                # merged, dead-lettered (the letter's id is derived from the report's: a leader
-                # replaying it within the duplicate window publishes no second letter).
-                assert self._letters is not None
+                # merged.
                 reason = f"fleet {event.fleet!r} disagrees with the subject's {fleet!r}"
                 await self._letters.send(msg, "fleet_mismatch", reason)
             else:
