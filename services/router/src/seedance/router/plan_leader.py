@@ -361,7 +361,8 @@ class FleetPlanner:
         assert self._store is not None
         assert self._bus is not None
         found = await self._store.load()
-        snapshot = self._entries.restore(self._store.entries) if found else None
+        # Also when nothing is stored (a purged bucket): the committed view starts empty.
+        snapshot = self._entries.restore(self._store.entries)
         legacy = await self._store.take_legacy(legacy_key(self.fleet))
         if not found and legacy is not None:
             snapshot = await self._migrate(legacy)
