@@ -12,23 +12,32 @@ released into the estimator, the oldest bin gone from its window). Per row, the 
   the estimator's state, the diff and the records; ``restore_ms`` decoding the whole map back
   (`PlanEntries.restore`, the bus read not included).
 
-    nice .venv/bin/python -m tools.bench.bench_plan_snapshot [--rates 100,500,1000,2000]
+``--bus`` also measures them on a fresh nats-server (`seedance.testing.servers.NatsServer`):
+the state before the interval installed as the store's base, the interval's commit
+(``commit_ms``, through the bus), then a new leader's read, ``load_ms`` (`StateStore.load`,
+base and journal) plus the decode, median of --repeat; printed as ``bus: ...`` rows.
+
+    nice .venv/bin/python -m tools.bench.bench_plan_snapshot [--rates 100,500,1000,2000] [--bus]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import statistics
 import time
 
 import msgspec
 
-from seedance.core.state_store import encode_records
+from seedance.core import Bus, BusSettings
+from seedance.core.kv import ensure_bucket
+from seedance.core.state_store import StateStore, encode_records
 from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import PlanState
 from seedance.router.plan_observations import MergeState
 from seedance.router.plan_state import ModelSnapshot, PlanEntries, PlanSnapshot
+from seedance.testing.servers import NatsServer
 
 T = 1_765_000_005.0  # a 15 s bin edge
 BIN_S = 15.0
@@ -48,11 +57,54 @@ def _uniform(rnd: random.Random, n: int, start_s: float, span_s: float) -> list[
     return sorted((start_s + rnd.random() * span_s, rnd.randint(50, 4000)) for _ in range(n))
 
 
+async def _bus_rows(fleets: list[tuple[int, PlanSnapshot, PlanSnapshot]], repeat: int) -> None:
+    """Per rate: the interval's commit and a new leader's read (load + decode) on a server."""
+    server = NatsServer()
+    try:
+        bus = await Bus.connect(BusSettings(url=server.url, name="bench-plan-snapshot"))
+        try:
+            kv = await ensure_bucket(bus, "seedance-router-plan")
+            for rate, before, after in fleets:
+                commit_ms, load_ms, decode_ms = [], [], []
+                for run in range(repeat):
+                    prefix = f"r{rate}-{run}.state"
+                    entries = PlanEntries(BIN_S)
+                    store = StateStore(kv, prefix)
+                    await store.load()
+                    await store.install(entries.entries(before))
+                    entries.committed()
+                    start = time.perf_counter()
+                    await store.commit(entries.changes(after))
+                    commit_ms.append(1e3 * (time.perf_counter() - start))
+                    await store.close()
+                    again = StateStore(kv, prefix)
+                    start = time.perf_counter()
+                    await again.load()
+                    loaded = time.perf_counter()
+                    restored = PlanEntries(BIN_S).restore(again.entries)
+                    load_ms.append(1e3 * (loaded - start))
+                    decode_ms.append(1e3 * (time.perf_counter() - loaded))
+                    if restored is None or restored.models != after.models:
+                        raise RuntimeError("the store read back another state than was written")
+                print(
+                    f"bus: rate={rate} commit_ms={statistics.median(commit_ms):.1f}"
+                    f" load_ms={statistics.median(load_ms):.1f}"
+                    f" decode_ms={statistics.median(decode_ms):.1f}"
+                    f" base_bytes={store.stats.base_bytes}"
+                )
+        finally:
+            await bus.close()
+    finally:
+        server.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rates", default="100,500,1000,2000")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--bus", action="store_true", help="also commit and load on a server")
     args = parser.parse_args()
+    fleets: list[tuple[int, PlanSnapshot, PlanSnapshot]] = []
     print("rate_req_s  form   save_ms  commit_bytes  fits_1MiB  restore_ms  state_bytes")
     for rate in (int(r) for r in args.rates.split(",")):
         rnd = random.Random(1)
@@ -102,6 +154,10 @@ def main() -> int:
             f"  {max(len(r) for r in records) <= LIMIT!s:<9}"
             f"  {statistics.median(restore_ms):>10.1f}  {state_bytes:>11}"
         )
+        if args.bus:
+            fleets.append((rate, _snapshot(before, tuple(pending)), _snapshot(after, later)))
+    if fleets:
+        asyncio.run(_bus_rows(fleets, args.repeat))
     return 0
 
 
