@@ -68,6 +68,11 @@ async def test_a_history_larger_than_one_message_survives_a_handover_whole(
         assert b.fleet_plan.leading
         assert b.plans["m"] == a.plans["m"]
         assert b.fleet_plan.estimators["m"].state() == state  # every arrival, none trimmed
+        # The restored arrivals are the store's own bins: b's first commit after a bin of its
+        # own is that bin, not the history written again.
+        b.fleet_plan.estimators["m"].observe_arrivals(_arrivals(500, T0 + 15, 15, 3))
+        assert await b.fleet_plan.save()
+        assert 0 < b.fleet_plan.store_stats.commit_bytes < whole_bytes / 20
     finally:
         for bus in (bus_a, bus_b):
             await bus.close()
