@@ -1,5 +1,5 @@
-"""A gateway's per-bin report, and the planner's snapshot, too large for one message (review2
-findings 5 and 4).
+"""A gateway's per-bin report too large for one message (review2 finding 5). The planner's
+state, which used to be one message too (finding 4), is a store now: `test_plan_state.py`.
 
 At ~25 bytes an arrival, one model at ~2700 req/s fills the server's 1 MiB per 15 s bin. On
 main such a report failed as if the bus were away: kept and retried at the head of the queue,
@@ -14,20 +14,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
 import nats.errors
 
 from seedance.events import encode
 from seedance.events.routing import PlanObservations
 from seedance.router.core.planning.load import LoadEstimator
-from seedance.router.core.planning.planner import PlanState
-from seedance.router.plan_leader import FleetPlanner, ModelSnapshot, PlanSnapshot, fit_snapshot
+from seedance.router.plan_leader import FleetPlanner
 from seedance.router.plan_observations import (
-    MergeState,
     ObservationMerge,
     observation_events,
     split_to_fit,
@@ -153,38 +149,3 @@ def test_a_payload_refusal_drops_that_report_counted_and_the_next_bins_go_out() 
         ("m", T0 + 30, 1),
         ("n", T0 + 30, 0),
     ]
-
-
-def _snapshot(arrivals: int, pending: int) -> PlanSnapshot:
-    rnd = random.Random(4)
-    old = tuple(
-        sorted((T0 - 600 + rnd.random() * 600, rnd.randrange(50, 4000)) for _ in range(arrivals))
-    )
-    new = tuple(sorted((T0 + rnd.random() * 30, rnd.randrange(50, 4000)) for _ in range(pending)))
-    est = replace(LoadEstimator().state(), arrivals=old)
-    return PlanSnapshot(
-        seq=1,
-        models={"m": ModelSnapshot(plan=PlanState(replicas=4, capacity_factor=2.0), estimator=est)},
-        merge=MergeState(reported=(("gw", T0),), pending=(("m", new),)),
-    )
-
-
-def test_a_snapshot_keeps_the_newest_arrivals_that_fit_pending_ones_included() -> None:
-    """Review2 finding 4: pending arrivals were never trimmed (3000 req/s, two bins pending:
-    1.16 MB, over the limit: the write failed on every plan)."""
-    limit = (1 << 20) - 4096
-    for arrivals, pending in ((600_000, 30_000), (0, 90_000), (1000, 50)):
-        snapshot = _snapshot(arrivals, pending)
-        value, dropped = fit_snapshot(snapshot, limit)
-        assert len(value) <= limit
-        kept = msgspec.msgpack.decode(value, type=PlanSnapshot)
-        assert kept.models["m"].plan == snapshot.models["m"].plan
-        est, pend = kept.models["m"].estimator.arrivals, dict(kept.merge.pending).get("m", ())
-        assert len(est) + len(pend) + dropped == arrivals + pending
-        # The newest: what is kept is a tail of (estimator's, then pending) arrivals.
-        whole = [*snapshot.models["m"].estimator.arrivals, *snapshot.merge.pending[0][1]]
-        assert [*est, *pend] == whole[len(whole) - len(est) - len(pend) :]
-        if dropped:  # filled: within 10 % of the limit, not halved below it
-            assert len(value) > 0.9 * limit
-        else:
-            assert kept == snapshot

@@ -39,11 +39,12 @@ BUCKETS: dict[str, BucketSpec] = {
             # Each holder is granted its own keys only (permissions.KEY_GRANTS).
             direct=True,
         ),
-        # The router fleet's planner state (one key per fleet) with the stream sequence of the
-        # last observation it reflects: a new leader or a restart resumes from it.
+        # The router fleet's planner state with the stream sequence of the last observation it
+        # reflects (a `StateStore` under ``<fleet>.state``), and the counts the fleet's other
+        # gateways follow (``<fleet>.replicas``): a new leader or a restart resumes from it.
         BucketSpec(
             "seedance-router-plan",
-            description="router planner state per fleet (snapshot + observation sequence)",
+            description="router planner state per fleet (state store + observation sequence)",
         ),
         BucketSpec(
             "seedance-ledger", description="cost-ledger checkpoints (core snapshot + sequence)"

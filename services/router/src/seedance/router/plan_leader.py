@@ -5,19 +5,24 @@ and per planning bin (`plan_observations`) on ``seedance.routing.<model>.observe
 gateway holding the lease ``router-plan.<fleet>`` (``seedance-leases``) reads every gateway's
 reports with its own ``router-plan-<fleet>-<gateway>`` consumer (on ``SEEDANCE_ROUTING_PLAN``,
 the router's own mirror of the reports, where its user can touch no other service's consumer),
-merges them (`ObservationMerge`) into the planner's estimators and outcome tally, and the
-service plans on that merged view; the other gateways only route. After each plan the leader
-writes the planner's whole state (each model's `PlanState` and `EstimatorState`, the merge,
-the stream sequence they reflect) to ``seedance-router-plan`` under ``<fleet>``; a new leader
-(a standby, or the same router restarted) restores it and replays the reports published since,
-so neither a handover nor a restart forgets the learnt capacity factor or starts the fleet's
-count afresh.
+merges them (`ObservationMerge`) into the planner's estimators and outcome tally, and the service plans on
+that merged view; the other gateways only route. After each plan the leader commits what the
+plan changed of the planner's state (`plan_state`: each model's `PlanState` and
+`EstimatorState`, the merge, the stream sequence they reflect) to a
+`seedance.core.state_store.StateStore` under ``<fleet>.state`` in ``seedance-router-plan``,
+then each model's count to ``<fleet>.replicas`` (what the other gateways follow); a new leader
+(a standby, or the same router restarted) loads the store and replays the reports published
+since, so neither a handover nor a restart forgets the learnt capacity factor, any of the
+arrivals the planner held, or starts the fleet's count afresh. A store still empty beside an
+older planner's one-value snapshot (key ``<fleet>``) starts from that snapshot, written as the
+store's first base; the old key is then deleted.
 
-Must not decide (the planner does) nor route. A leader that finds its snapshot written by
-another (a compare-and-set refused) is superseded: that decision is neither published nor
-followed, and it gives the lease up, leading again only once it holds it afresh (restored from
-the other's snapshot). Each leader reads with a consumer of its own name, so two leaders of a
-split brain never delete each other's reader (binding re-creates the consumer).
+Must not decide (the planner does) nor route. A leader whose commit is refused (`StateConflict`:
+another wrote since) is superseded: that decision is neither published nor followed, and it
+gives the lease up, leading again only once it holds it afresh (restored from the other's
+state). Each leader reads with a consumer of its own name, so two leaders of a split brain
+never delete each other's reader (binding re-creates the consumer). A report this router
+cannot decode is dead-lettered (``decode_error``), like one naming another fleet.
 """
 
 from __future__ import annotations
@@ -26,23 +31,23 @@ import contextlib
 import re
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock, DeadLetters
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
+from seedance.core.state_store import StateConflict, StateStore, StoreStats
 from seedance.events.codec import DecodeError, decode
 from seedance.events.routing import PlanObservations
 from seedance.events.specs import ConsumerSpec
 from seedance.events.subjects import fleet_plan_consumer, routing
-from seedance.router.core.planning.load import EstimatorState, LoadEstimator
+from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import PlanState
 from seedance.router.plan_observations import (
     ArrivalLog,
@@ -52,11 +57,26 @@ from seedance.router.plan_observations import (
     observation_events,
     split_to_fit,
 )
+from seedance.router.plan_state import (
+    ModelSnapshot,
+    PlanEntries,
+    PlanSnapshot,
+    counts_key,
+    legacy_key,
+    state_prefix,
+)
 from seedance.router.planner_feed import OutcomesByArrival
 
-__all__ = ["PLAN_BUCKET", "FleetPlanner", "PlanSnapshot", "fit_snapshot", "gateway_name"]
+__all__ = ["PLAN_BUCKET", "FleetPlanner", "gateway_name"]
 
 log = get_logger(__name__)
+
+# What stops a leader reading (it unbinds and tries again at the next interval): the bus, or
+# `StateConflict` when another writer moved the store's head while this one read its base (a
+# deposed leader compacting).
+_READ_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_BUS_ERRORS, StateConflict)
+_counts_enc = msgspec.msgpack.Encoder()
+_counts_dec = msgspec.msgpack.Decoder(dict[str, int])
 
 PLAN_BUCKET = "seedance-router-plan"
 LEASES_BUCKET = "seedance-leases"
@@ -72,70 +92,11 @@ _UNSENT_S = 90.0
 # mirror its readers bind (`routing.PLAN_STREAM`): the mirror may not hold a report yet that
 # the stream acknowledged; the mirror keeps the stream's sequences, so the target is the same.
 _ROUTING_STREAM = routing.STREAM
-# Room left in a message for its headers (the id, the trace context) and the KV's.
+# Room left in a message for its headers (the id, the trace context).
 _HEADERS_BYTES = 4096
 # How long a catch-up waits for the reports the stream holds.
 _CATCH_UP_S = 5.0
 _CATCH_UP_POLL_S = 0.5
-
-
-class ModelSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    plan: PlanState
-    estimator: EstimatorState
-
-
-class PlanSnapshot(msgspec.Struct, frozen=True, kw_only=True, tag="router.plan_snapshot.v1"):
-    """The fleet planner's state, and the stream sequence of the last report it reflects."""
-
-    seq: int
-    # The time (`ObservationMerge.as_of_s`) the last plan was made as of (None: none yet).
-    planned_s: float | None = None
-    models: dict[str, ModelSnapshot] = msgspec.field(default_factory=dict)
-    merge: MergeState = msgspec.field(default_factory=MergeState)
-
-
-def _newest(snapshot: PlanSnapshot, keep: float) -> PlanSnapshot:
-    """`snapshot` with each model's newest `keep` (a fraction) of its arrivals: the
-    estimator's (older) go first, then the merge's pending (newer, not yet released)."""
-    pending = dict(snapshot.merge.pending)
-    models, kept_pending = {}, []
-    for name in sorted({*snapshot.models, *pending}):
-        m = snapshot.models.get(name)
-        arrivals = m.estimator.arrivals if m is not None else ()
-        pend = pending.get(name, ())
-        drop = len(arrivals) + len(pend) - int((len(arrivals) + len(pend)) * keep)
-        if m is not None:
-            est = replace(m.estimator, arrivals=arrivals[min(drop, len(arrivals)) :])
-            models[name] = msgspec.structs.replace(m, estimator=est)
-        if pend[max(0, drop - len(arrivals)) :]:
-            kept_pending.append((name, pend[max(0, drop - len(arrivals)) :]))
-    merge = replace(snapshot.merge, pending=tuple(kept_pending))
-    return msgspec.structs.replace(snapshot, models=models, merge=merge)
-
-
-def fit_snapshot(snapshot: PlanSnapshot, limit: int) -> tuple[bytes, int]:
-    """`snapshot` encoded in at most `limit` bytes, keeping the newest arrivals that fit, and
-    how many were dropped. Sized from the encoded size without arrivals and the bytes one
-    arrival takes, so a large snapshot costs about one encode of what is kept, not several
-    of the whole (review2 finding 4: 197 ms of the event loop at 1000 req/s, halving)."""
-    counts = [len(m.estimator.arrivals) for m in snapshot.models.values()]
-    counts += [len(p) for _, p in snapshot.merge.pending]
-    total = sum(counts)
-    bare = msgspec.msgpack.encode(_newest(snapshot, 0.0))
-    if total == 0 or len(bare) >= limit:
-        return bare, total  # the plans alone (a limit this small is a misconfiguration)
-    sample = [a for m in snapshot.models.values() for a in m.estimator.arrivals[-256:]]
-    sample += [a for _, p in snapshot.merge.pending for a in p[-256:]]
-    per = len(msgspec.msgpack.encode(sample)) / len(sample)
-    keep = min(1.0, (limit - len(bare)) / (per * total))
-    while True:
-        trimmed = _newest(snapshot, keep) if keep < 1.0 else snapshot
-        value = msgspec.msgpack.encode(trimmed)
-        if len(value) <= limit:
-            kept = sum(len(m.estimator.arrivals) for m in trimmed.models.values())
-            kept += sum(len(p) for _, p in trimmed.merge.pending)
-            return value, total - kept
-        keep *= 0.99 * limit / len(value)  # the sample's size per arrival was short
 
 
 def gateway_name(configured: str = "") -> str:
@@ -180,16 +141,25 @@ class FleetPlanner:
         self.planned_s: float | None = None
         self._bus: Bus | None = None
         self._kv: KeyValue | None = None
+        self._store: StateStore | None = None
+        self._entries = PlanEntries(bin_s)
+        # The counts last written to `counts_key` (None: write at the next commit).
+        self._counts: bytes | None = None
         self.lease: Lease | None = None
         self._reader: PullReader | None = None
         self._letters: DeadLetters | None = None
-        self._rev: int | None = None
         self._reported_until_s: float | None = None
         self._unsent: list[list[tuple[str, PlanObservations]]] = []
 
     def now_s(self) -> float:
         """This gateway's clock (epoch seconds that never go back), the reports' time base."""
         return self._now_s()
+
+    @property
+    def store_stats(self) -> StoreStats:
+        """What the state's last commit and last base cost (`StateStore.stats`)."""
+        assert self._store is not None
+        return self._store.stats
 
     @property
     def leading(self) -> bool:
@@ -199,6 +169,7 @@ class FleetPlanner:
         self._bus = bus
         self._letters = DeadLetters(bus, "router", derived_ids=True)
         self._kv = await ensure_bucket(bus, PLAN_BUCKET)
+        self._store = StateStore(self._kv, state_prefix(self.fleet))
         leases = await ensure_bucket(bus, LEASES_BUCKET)
         self.lease = Lease(
             leases, f"router-plan.{self.fleet}", self.gateway, self._clock, _LEASE_TTL_S
@@ -214,6 +185,8 @@ class FleetPlanner:
         if self._bus is not None and self._reported_until_s is not None:
             await self.report(self._now_s(), leaving=True)
         await self._unbind()
+        if self._store is not None:
+            await self._store.close()
         if self.lease is not None:
             await self.lease.release()
 
@@ -311,7 +284,7 @@ class FleetPlanner:
                 await self._restore()
                 await self._bind()
             await self._catch_up()
-        except TRANSIENT_BUS_ERRORS as exc:
+        except _READ_ERRORS as exc:
             log.warning("plan_observations_read_failed", error=repr(exc))
             await self._unbind()
             return None
@@ -322,25 +295,26 @@ class FleetPlanner:
         return as_of
 
     async def fleet_target(self) -> int | None:
-        """The largest count the fleet's planner last recommended over this gateway's models,
-        from its snapshot (None: none yet): what a gateway that does not plan follows."""
+        """The largest count the fleet's planner last committed over this gateway's models
+        (None: none yet): what a gateway that does not plan follows."""
         assert self._kv is not None
         try:
-            entry = await self._kv.get(self.fleet)
-            snapshot = msgspec.msgpack.decode(entry.value or b"", type=PlanSnapshot)
+            entry = await self._kv.get(counts_key(self.fleet))
+            counts = _counts_dec.decode(entry.value or b"")
         except (KeyNotFoundError, msgspec.DecodeError):
             return None
         except TRANSIENT_BUS_ERRORS as exc:  # the next interval reads it again
-            log.warning("plan_snapshot_read_failed", error=repr(exc))
+            log.warning("plan_counts_read_failed", error=repr(exc))
             return None
-        counts = [snapshot.models[m].plan.replicas for m in self._models if m in snapshot.models]
-        return max(counts) if counts else None
+        known = [counts[m] for m in self._models if m in counts]
+        return max(known) if known else None
 
     async def save(self) -> bool:
-        """Snapshot the planner's state (after a plan): what a new leader resumes from. False:
-        superseded (another leader wrote since), so the decision must not be acted on; this
-        gateway then stops leading and gives the lease up until it holds it again."""
-        assert self._kv is not None
+        """Commit what the plan changed of the planner's state (after a plan): what a new
+        leader resumes from. False: superseded (another leader wrote since), so the decision
+        must not be acted on; this gateway then stops leading and gives the lease up until it
+        holds it again."""
+        assert self._store is not None
         snapshot = PlanSnapshot(
             seq=self.seq,
             planned_s=self.planned_s,
@@ -350,49 +324,55 @@ class FleetPlanner:
             },
             merge=self.merge.state(),
         )
-        value = self._fitting(snapshot)
         try:
-            if self._rev is None:
-                self._rev = await self._kv.create(self.fleet, value)
-            else:
-                self._rev = await self._kv.update(self.fleet, value, last=self._rev)
-        except KeyWrongLastSequenceError:
-            log.warning("plan_snapshot_superseded", fleet=self.fleet)
+            await self._store.commit(self._entries.changes(snapshot))
+        except StateConflict as exc:
+            # Another leader committed since this one loaded (or a commit of this one's that
+            # the bus did not acknowledge landed after all: standing down is then a handover
+            # to whoever takes the lease, restored from the store, never a lost write).
+            log.warning("plan_snapshot_superseded", fleet=self.fleet, error=str(exc))
             await self._unbind()  # another leader wrote it: restore before leading again
             if self.lease is not None:
                 # Until it is held afresh (the lease's loop re-creates the key if none holds
                 # it): a lease still held would restore and lead again at the next interval.
                 await self.lease.release()
             return False
-        except TRANSIENT_BUS_ERRORS as exc:  # the next plan writes a newer one
+        except TRANSIENT_BUS_ERRORS as exc:
+            # The next commit holds what changed since the last one that landed.
             log.warning("plan_snapshot_failed", error=repr(exc))
+            return True
+        self._entries.committed()
+        await self._write_counts(snapshot)
         return True
 
-    def _fitting(self, snapshot: PlanSnapshot) -> bytes:
-        """The snapshot encoded within the server's message size (`fit_snapshot`): at a high
-        rate the arrivals (the estimators' `moments_window_s`, the merge's pending) may not
-        fit; then only the newest that do are kept (logged). The plans always are."""
-        assert self._bus is not None
-        limit = self._bus.nc.max_payload - _HEADERS_BYTES
-        value, dropped = fit_snapshot(snapshot, limit)
-        if dropped:
-            log.warning("plan_snapshot_trimmed", fleet=self.fleet, size=len(value), dropped=dropped)
-        return value
+    async def _write_counts(self, snapshot: PlanSnapshot) -> None:
+        """Each model's committed count under `counts_key`, when it changed: the other gateways
+        read it every interval, which the whole store would make costly. A plain put after
+        the commit: a leader deposed between the two may leave its count there until the new
+        leader's next plan writes its own."""
+        assert self._kv is not None
+        value = _counts_enc.encode({m: s.plan.replicas for m, s in snapshot.models.items()})
+        if value == self._counts:
+            return
+        try:
+            await self._kv.put(counts_key(self.fleet), value)
+        except TRANSIENT_BUS_ERRORS as exc:  # written at the next commit
+            log.warning("plan_counts_failed", error=repr(exc))
+            return
+        self._counts = value
 
     async def _restore(self) -> None:
-        assert self._kv is not None
+        assert self._store is not None
         assert self._bus is not None
-        snapshot: PlanSnapshot | None = None
-        try:
-            entry = await self._kv.get(self.fleet)
-        except KeyNotFoundError:
-            self._rev = None
-        else:
-            self._rev = entry.revision
-            try:
-                snapshot = msgspec.msgpack.decode(entry.value or b"", type=PlanSnapshot)
-            except msgspec.DecodeError as exc:  # another version's: start afresh, overwrite
-                log.warning("plan_snapshot_unreadable", fleet=self.fleet, error=str(exc))
+        found = await self._store.load()
+        # Also when nothing is stored (a purged bucket): the committed view starts empty.
+        snapshot = self._entries.restore(self._store.entries)
+        legacy = await self._store.take_legacy(legacy_key(self.fleet))
+        if not found and legacy is not None:
+            snapshot = await self._migrate(legacy)
+        elif legacy is not None:  # a migration that stopped short of deleting it
+            await self._store.drop_legacy(legacy_key(self.fleet))
+        self._counts = None
         self.plans.clear()
         self.plans.update(self._initial_plans)
         fresh = {m: LoadEstimator(self.estimators[m].cfg) for m in self._models}
@@ -422,8 +402,29 @@ class FleetPlanner:
             fleet=self.fleet,
             seq=self.seq,
             found=snapshot is not None,
+            arrivals=sum(len(m.estimator.arrivals) for m in snapshot.models.values())
+            if snapshot is not None
+            else 0,
+            journal_records=self._store.stats.journal_records,
             factors={m: p.capacity_factor for m, p in self.plans.items()},
         )
+
+    async def _migrate(self, legacy: bytes) -> PlanSnapshot | None:
+        """An older planner's one-value snapshot as the store's first base (its key then
+        deleted); None when this version cannot read it (logged, deleted: the store is the
+        state from now on)."""
+        assert self._store is not None
+        snapshot: PlanSnapshot | None = None
+        try:
+            snapshot = msgspec.msgpack.decode(legacy, type=PlanSnapshot)
+        except msgspec.DecodeError as exc:
+            log.warning("plan_snapshot_unreadable", fleet=self.fleet, error=str(exc))
+        else:
+            await self._store.install(self._entries.entries(snapshot))
+            self._entries.committed()
+            log.info("plan_snapshot_migrated", fleet=self.fleet, seq=snapshot.seq)
+        await self._store.drop_legacy(legacy_key(self.fleet))
+        return snapshot
 
     def _consumer(self, start_seq: int = 0) -> ConsumerSpec:
         """This gateway's own reader: binding deletes and re-creates it (a new start), which
@@ -480,18 +481,21 @@ class FleetPlanner:
             log.warning("plan_observations_behind", seq=self.seq, target=target)
 
     async def _apply(self, msg: Msg) -> None:
+        """Merge one report, or dead-letter it (the letter's id is derived from the report's:
+        a leader replaying it within the duplicate window publishes no second letter). A
+        letter that cannot be sent raises the bus's error before the sequence moves on, so
+        the report is read again."""
+        assert self._letters is not None
         try:
             event = decode(msg.data, PlanObservations)
-        except DecodeError as exc:  # a newer version this router does not know
-            seq = msg.metadata.sequence.stream
-            log.warning("plan_observations_undecodable", seq=seq, error=str(exc))
+        except DecodeError as exc:  # a newer version this router does not know, or garbage
+            reason = f"not a PlanObservations this router can decode: {exc}"
+            await self._letters.send(msg, "decode_error", reason)
         else:
             fleet = routing.observed_fleet(msg.subject)
             if event.fleet != fleet:
                 # Another fleet's report on this one's subject (or one naming none): never
-                # merged, dead-lettered (the letter's id is derived from the report's: a leader
-                # replaying it within the duplicate window publishes no second letter).
-                assert self._letters is not None
+                # merged.
                 reason = f"fleet {event.fleet!r} disagrees with the subject's {fleet!r}"
                 await self._letters.send(msg, "fleet_mismatch", reason)
             else:
