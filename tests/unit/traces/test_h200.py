@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 from pathlib import Path
 
@@ -55,3 +56,32 @@ def test_the_real_recording(data_dir: Path) -> None:
     # The log holds the requests that finished: as many as the telemetry's completion counter.
     assert len(req.arrival_s) == int(tel.done_total.max())
     assert len(set(req.id.tolist())) == len(req.id)
+
+
+def test_a_gzip_compressed_file_reads_as_the_plain_one(tmp_path: Path) -> None:
+    plain, packed = tmp_path / "requests.csv", tmp_path / "requests.csv.gz"
+    plain.write_text(REQUESTS)
+    packed.write_bytes(gzip.compress(REQUESTS.encode()))
+    a, b = read_requests(plain), read_requests(packed)
+    assert b.id.tolist() == a.id.tolist() == [16.0, 8.0]
+    assert b.generated_tokens.tolist() == a.generated_tokens.tolist()
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(
+    "name", ["h100-mooncake-x0.75/h100_mooncake_x0.75", "h100-bursts-x1/h100_bursts_x1"]
+)
+def test_the_committed_recordings(name: str) -> None:
+    """recordings/ (tools/record/h200_serving.py on the device tool's H100): 240 s of load and
+    30 s of drain at 100 ms, and a log of exactly the requests the server counted as done."""
+    tel = read_telemetry(REPO / "recordings" / f"{name}_telemetry.csv.gz")
+    assert np.all(np.diff(tel.t_s) > 0)
+    assert 269 < tel.t_s[-1] < 271
+    assert abs(float(np.diff(tel.t_s).mean()) - 0.1) < 0.005
+    req = read_requests(REPO / "recordings" / f"{name}_requests.csv.gz")
+    assert len(req.arrival_s) == int(tel.done_total.max())
+    assert int(tel.arrived_total.max()) >= len(req.arrival_s)
+    # KV follows the load: it is 0 when nothing runs.
+    assert np.all(tel.kv_cache_mib[tel.active_reqs == 0] == 0)

@@ -1,5 +1,6 @@
 """Reader of the H200 serving recording (``h200-llm-telemetry``): NVML and server telemetry
-sampled every 100 ms, and the request log of the same run.
+sampled every 100 ms, and the request log of the same run; also the recordings made since in
+the same formats (`tools/record/h200_serving.py`, recordings/), plain or gzip-compressed.
 
 Owns the columns; each file comes back as one array per column, in file order. Must not do:
 align the two files' clocks (they do not share an origin; the KV-forecast bench derives the
@@ -9,9 +10,11 @@ offset) or map rows to a forecaster's types.
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -56,8 +59,16 @@ class H200Requests:
     generated_tokens: Column
 
 
+def _open(path: Path) -> TextIO:
+    """The file as text; gzip-compressed when its name ends in `.gz` (the committed
+    recordings under recordings/ are)."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", newline="")
+    return path.open(newline="")
+
+
 def _columns(path: Path, names: tuple[str, ...]) -> dict[str, Column]:
-    with path.open(newline="") as f:
+    with _open(path) as f:
         reader = csv.DictReader(f)
         missing = set(names) - set(reader.fieldnames or ())
         if missing:
