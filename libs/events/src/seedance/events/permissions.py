@@ -485,8 +485,8 @@ def declaration_permissions(d: Declaration) -> Permissions:
         # every start from its checkpoint (see subjects.replica_consumer), never under the
         # catalogue's own name. A subject wildcard is a whole token, so the grant is any
         # consumer of that stream, where only this service has such names (`_others_denied`;
-        # tenant_permissions refuses such a stream for tenants); with one filter, created only with that filter (it
-        # travels in the subject, and nats-server 2.10+ checks it equals the body's).
+        # tenant_permissions refuses such a stream for tenants); with one filter, created only
+        # with that filter (it travels in the subject, nats-server 2.10+ checks the body's).
         if len(c.filter_subjects) == 1:
             pub.append(f"{JS_API}.CONSUMER.CREATE.{c.stream}.*.{c.filter_subjects[0]}")
         else:
