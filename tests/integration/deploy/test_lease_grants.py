@@ -13,13 +13,10 @@ connection's error callback.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import nats
-import nats.errors
 import pytest_asyncio
 from nats.js import api as js_api
 
@@ -27,8 +24,8 @@ from seedance.core import Bus, BusSettings
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.events.subjects import fleet_plan_consumer, routing
 from seedance.sdk import SeedanceClient
-from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
+from tests.integration.deploy.refusals import connect_shipped
 
 JS = "$JS.API"
 LEASES = "KV_seedance-leases"
@@ -37,41 +34,6 @@ LEASES = "KV_seedance-leases"
 class _Clock:
     async def sleep(self, s: float) -> None:  # a Lease only sleeps in keep()
         raise AssertionError("not used")
-
-
-class _User:
-    """A raw connection as one shipped user that records the server's refusals."""
-
-    def __init__(self, nc: Any, errors: list[str]) -> None:
-        self.nc, self.errors = nc, errors
-
-    async def refused(self, subject: str, body: bytes = b"") -> bool:
-        """Request `subject`: True when the server refuses it by name, False when answered."""
-        try:
-            await self.nc.request(subject, body, timeout=2)
-        except nats.errors.TimeoutError:
-            pass
-        else:
-            return False
-
-        def named() -> bool:  # the refusal comes by callback
-            return any(subject.lower() in e.lower() for e in self.errors)
-
-        with contextlib.suppress(TimeoutError):
-            await eventually(named, 3.0)
-        return named()
-
-
-async def _connect(url: str, user: str) -> _User:
-    errors: list[str] = []
-
-    async def on_error(e: Exception) -> None:
-        errors.append(str(e))
-
-    nc = await nats.connect(
-        url, user=user, password=shipped_password(user), error_cb=on_error, name=user
-    )
-    return _User(nc, errors)
 
 
 @pytest_asyncio.fixture
@@ -93,7 +55,7 @@ async def test_a_slicer_holds_its_own_leases_and_never_a_router_fleets(
     bus = await Bus.connect(
         BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
     )
-    slicer = await _connect(auth_url, "slicer")
+    slicer = await connect_shipped(auth_url, "slicer")
     try:
         kv = await ensure_bucket(bus, "seedance-leases")
         for key in (f"slicer.p{unique}", f"slicer-autosize.p{unique}"):
@@ -117,7 +79,7 @@ async def test_the_router_reads_and_writes_only_its_planner_lease(
     bus = await Bus.connect(
         BusSettings(url=auth_url, user="router", password=shipped_password("router"))
     )
-    router = await _connect(auth_url, "router")
+    router = await connect_shipped(auth_url, "router")
     try:
         kv = await ensure_bucket(bus, "seedance-leases")
         lease = Lease(kv, f"router-plan.f{unique}", "gw-a", _Clock(), 10.0)  # type: ignore[arg-type]
@@ -138,7 +100,7 @@ async def test_the_router_reads_and_writes_only_its_planner_lease(
 async def test_the_router_creates_consumers_on_its_mirror_only_on_the_observed_reports(
     auth_url: str, admin: Bus, unique: str
 ) -> None:
-    router = await _connect(auth_url, "router")
+    router = await connect_shipped(auth_url, "router")
     stream = routing.PLAN_STREAM
 
     def create(name: str, filter_subject: str | None) -> tuple[str, bytes]:
@@ -184,7 +146,7 @@ async def test_the_router_touches_no_consumer_of_the_routing_stream(
     bus = await Bus.connect(
         BusSettings(url=auth_url, user="router", password=shipped_password("router"))
     )
-    router = await _connect(auth_url, "router")
+    router = await connect_shipped(auth_url, "router")
     try:
         await bus.ensure_streams()
         mirror = (await admin.js.stream_info(routing.PLAN_STREAM)).config.mirror
@@ -228,7 +190,7 @@ async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_buc
     )
     await old.put(f"router-plan.f{unique}", b"gw-a")
     assert not (await admin.js.stream_info(LEASES)).config.allow_direct
-    router = await _connect(auth_url, "router")
+    router = await connect_shipped(auth_url, "router")
     assert await router.refused(
         f"{JS}.STREAM.UPDATE.{LEASES}",
         json.dumps({"name": LEASES, "allow_direct": True}).encode(),

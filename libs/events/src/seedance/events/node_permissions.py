@@ -70,17 +70,21 @@ def node_permissions(
         check_token("node", node)
     family = FAMILIES["telemetry"]
     pub: list[str] = []
+    deny: list[str] = []
     sub: list[str] = []
     for agent in agents:
         p = declaration_permissions(IDENTITIES[agent])
         pub += [s for s in p.publish_allow if s != family]
+        deny += p.publish_deny
         sub += [s for s in p.subscribe_allow if s != slicing.MIG_PLANS]
         if slicing.MIG_PLANS in p.subscribe_allow:
             sub += [slicing.mig_plan(node) for node in nodes]
     for node in nodes:
         pub += _node_subjects(node)
     return Permissions(
-        publish_allow=tuple(dict.fromkeys(pub)), subscribe_allow=tuple(dict.fromkeys(sub))
+        publish_allow=tuple(dict.fromkeys(pub)),
+        publish_deny=tuple(dict.fromkeys(deny)),
+        subscribe_allow=tuple(dict.fromkeys(sub)),
     )
 
 

@@ -392,6 +392,39 @@ def _durable_api(stream: str, durable: str) -> list[str]:
     ]
 
 
+def _durable_denied(stream: str, durable: str) -> list[str]:
+    """Every verb on consumer ``durable`` of ``stream``: denied by name to a user granted any
+    consumer of that stream (a tenant's reads, a service's per-replica readers)."""
+    named, verbs = f"{stream}.{durable}", ("DURABLE.CREATE", "DELETE", "INFO", "MSG.NEXT")
+    return [
+        f"{JS_API}.CONSUMER.CREATE.{named}",
+        f"{JS_API}.CONSUMER.CREATE.{named}.>",
+        *(f"{JS_API}.CONSUMER.{v}.{named}" for v in verbs),
+        *(f"$JS.{kind}.{named}.>" for kind in ("FC", "ACK")),
+    ]
+
+
+def _others_denied(d: Declaration) -> list[str]:
+    """Every other catalogue durable, by name, on the streams where ``d`` holds any consumer
+    (per-replica readers, ``stream_reads``). A consumer name is one token (no partial-token
+    wildcard), so another's per-replica readers there cannot be told apart: the render fails."""
+    anyone = dict.fromkeys(
+        [*d.stream_reads, *(CONSUMERS[n].stream for n in d.consumes if not CONSUMERS[n].acked)]
+    )
+    deny: list[str] = []
+    for stream in anyone:
+        for c in CONSUMERS.values():
+            if c.stream != stream or c.durable in d.consumes:
+                continue
+            if not c.acked:
+                raise PermissionsError(
+                    f"{d.name} reads any consumer of {stream}, where {c.durable!r} has "
+                    "per-replica names: give one of them a stream of its own (a mirror)"
+                )
+            deny += _durable_denied(stream, c.durable)
+    return deny
+
+
 def _object_store_api(stores: tuple[str, ...]) -> list[str]:
     """What reading and writing the object stores ``stores`` takes."""
     api: list[str] = []
@@ -451,9 +484,9 @@ def declaration_permissions(d: Declaration) -> Permissions:
         # Each replica reads with its own ``<durable>-<replica>`` consumer, re-created at
         # every start from its checkpoint (see subjects.replica_consumer), never under the
         # catalogue's own name. A subject wildcard is a whole token, so the grant is any
-        # consumer of that stream, which only this service reads (tenant_permissions refuses
-        # such a stream for tenants); with one filter, created only with that filter (it
-        # travels in the subject, and nats-server 2.10+ checks it equals the body's).
+        # consumer of that stream, where only this service has such names (`_others_denied`;
+        # tenant_permissions refuses such a stream for tenants); with one filter, created only
+        # with that filter (it travels in the subject, nats-server 2.10+ checks the body's).
         if len(c.filter_subjects) == 1:
             pub.append(f"{JS_API}.CONSUMER.CREATE.{c.stream}.*.{c.filter_subjects[0]}")
         else:
@@ -497,6 +530,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
     pub += _object_store_api(d.object_stores)
     return Permissions(
         publish_allow=tuple(pub),
+        publish_deny=tuple(_others_denied(d)),
         subscribe_allow=(SERVICE_INBOX, *d.subscribes, *d.answers),
         allow_responses=bool(d.answers),
     )
@@ -534,16 +568,7 @@ def tenant_permissions(tenant: str) -> Permissions:
                     f"consumer {c.durable!r} has per-replica names on {stream}, which tenants "
                     "read: its names cannot be denied to them by a subject pattern"
                 )
-            deny += [
-                f"{JS_API}.CONSUMER.CREATE.{stream}.{c.durable}",
-                f"{JS_API}.CONSUMER.CREATE.{stream}.{c.durable}.>",
-                f"{JS_API}.CONSUMER.DURABLE.CREATE.{stream}.{c.durable}",
-                f"{JS_API}.CONSUMER.DELETE.{stream}.{c.durable}",
-                f"{JS_API}.CONSUMER.INFO.{stream}.{c.durable}",
-                f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{c.durable}",
-                f"$JS.FC.{stream}.{c.durable}.>",
-                f"$JS.ACK.{stream}.{c.durable}.>",
-            ]
+            deny += _durable_denied(stream, c.durable)
     return Permissions(
         publish_allow=tuple(allow),
         publish_deny=tuple(deny),

@@ -288,6 +288,10 @@ class ledger:
     """``seedance.ledger.idle.<node>``: the cost of idle GPUs, an operator's line, no tenant's."""
 
     ALL = f"{ROOT}.ledger.>"
+    #: The ledger's merged input (its replicas' ``ledger-in-<replica>`` readers, and the
+    #: slicer's ``slicer-autosize``), and the node agents' own mirror of the decisions in it.
+    IN_STREAM = "SEEDANCE_LEDGER_IN"
+    NODE_STREAM = "SEEDANCE_NODE_DECISIONS"
 
     @staticmethod
     def idle(node: str) -> str:
@@ -397,7 +401,7 @@ STREAMS: tuple[StreamSpec, ...] = (
     # state machine) sees the same interleaving of placements, releases and samples. Trusted
     # facts only: no tenant's own event reaches the ledger.
     StreamSpec(
-        "SEEDANCE_LEDGER_IN",
+        ledger.IN_STREAM,
         (),
         max_age_s=7 * _DAY_S,
         max_bytes=4 * 1024**3,
@@ -413,6 +417,20 @@ STREAMS: tuple[StreamSpec, ...] = (
             # where the price book says so ([sharing] billing = "measured").
             StreamSource("SEEDANCE_TELEMETRY", telemetry.POD_SHARES),
         ),
+    ),
+    # The node agents read the slicer's decisions here, not on SEEDANCE_LEDGER_IN: their
+    # per-node readers (``node-agent-in-<node>``) can be granted only as "any consumer of the
+    # stream", which on the ledger's input took in the ledger replicas' and the slicer's
+    # readers. The mirror keeps the input's order and sequences (the ledger's input sources
+    # no other slicing subject than the decisions), and is read by the node agents alone.
+    # Decisions only, none of the fleet's samples: a quarter of the input's bound.
+    StreamSpec(
+        ledger.NODE_STREAM,
+        (),
+        max_age_s=7 * _DAY_S,
+        max_bytes=1024**3,
+        description="the slicer's decisions, for the node agents (a mirror of the ledger's input)",
+        mirror=StreamSource(ledger.IN_STREAM, slicing.ALL),
     ),
     StreamSpec("SEEDANCE_DLQ", (dlq.ALL,), max_age_s=30 * _DAY_S, description="dead letters"),
 )
@@ -443,7 +461,7 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         _c("slicer-pauses", "SEEDANCE_COSTS", costs.PAUSES),
         # Each ledger replica reads every input with its own ``ledger-in-<replica>`` (see
         # replica_consumer): no acks, it replays from its checkpoint's sequence.
-        ConsumerSpec("ledger-in", "SEEDANCE_LEDGER_IN", (), acked=False, inactive_s=3600.0),
+        ConsumerSpec("ledger-in", ledger.IN_STREAM, (), acked=False, inactive_s=3600.0),
         # The replayed fleet follows the slicer's decisions: placements, preemptions, releases.
         _c("collector-placements", "SEEDANCE_SLICING", *slicing.HOLDS),
         # The Kubernetes bridge acts on every decision about a pod (`slicing.POD_DECISIONS`),
@@ -451,11 +469,12 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         _c("k8s-bridge-decisions", "SEEDANCE_SLICING", *slicing.POD_DECISIONS),
         _c("k8s-bridge-capacity", "SEEDANCE_SLICING", slicing.CAPACITY),
         # Each node agent rebuilds its node's book of the slicer's placements at every start
-        # by reading the trusted decisions from the ledger's merged input (tenants cannot read
-        # it, so per-node reader names are safe there): ``node-agent-in-<node>``, no acks.
+        # by reading the trusted decisions from its own mirror of the ledger's merged input
+        # (no one else reads it, so per-node reader names are safe there):
+        # ``node-agent-in-<node>``, no acks.
         ConsumerSpec(
             "node-agent-in",
-            "SEEDANCE_LEDGER_IN",
+            ledger.NODE_STREAM,
             (*slicing.HOLDS, slicing.SHARES),
             acked=False,
             inactive_s=3600.0,
@@ -464,7 +483,7 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         # them: it follows what the scheduler holds) and the nodes' shares, as the ledger's.
         _c(
             "slicer-autosize",
-            "SEEDANCE_LEDGER_IN",
+            ledger.IN_STREAM,
             *slicing.HOLDS,
             slicing.SHARES,
             telemetry.POD_SHARES,

@@ -1,11 +1,11 @@
 """The slicer's placements on this node, read from the bus into the pure ``PlacementBook``.
 
-Owns the node agent's reader of the slicer's trusted decisions: at every start it replays the
-ledger's merged input (placements, preemptions, releases and share changes; tenants cannot
-read that stream)
-from its first message with its own ``node-agent-in-<node>`` consumer, so the book is whole
-again after a restart. It must not trust anything a tenant wrote: pod annotations are checked
-against this book, never the other way round.
+Owns the node agent's reader of the slicer's trusted decisions: at every start it replays
+``SEEDANCE_NODE_DECISIONS`` (placements, preemptions, releases and share changes: the node
+agents' own mirror of the ledger's merged input, at its sequences; no tenant or other service
+reads it) from its first message with its own ``node-agent-in-<node>`` consumer, so the book
+is whole again after a restart. It must not trust anything a tenant wrote: pod annotations
+are checked against this book, never the other way round.
 """
 
 from __future__ import annotations
