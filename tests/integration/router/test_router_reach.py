@@ -317,19 +317,23 @@ async def test_rest_refuses_a_bad_body_naming_the_tensor_and_passes_backend_erro
 # -- streaming -------------------------------------------------------------------------------
 
 
+def _echo_inputs(i: int) -> list[InferInput]:
+    inputs = []
+    for name, dtype, arr in (
+        ("x_fp32", "FP32", np.full((1, 2), i, dtype=np.float32)),
+        ("x_int64", "INT64", np.array([[i]], dtype=np.int64)),
+        ("x_bytes", "BYTES", np.array([[b"s"]], dtype=np.object_)),
+    ):
+        inp = InferInput(name, list(arr.shape), dtype)
+        inp.set_data_from_numpy(arr)
+        inputs.append(inp)
+    return inputs
+
+
 async def test_stream_infer_is_proxied_to_a_replica_that_streams(gateway: OipGateway) -> None:
     async def requests() -> AsyncIterator[dict[str, Any]]:
         for i in range(3):
-            inputs = []
-            for name, dtype, arr in (
-                ("x_fp32", "FP32", np.full((1, 2), i, dtype=np.float32)),
-                ("x_int64", "INT64", np.array([[i]], dtype=np.int64)),
-                ("x_bytes", "BYTES", np.array([[b"s"]], dtype=np.object_)),
-            ):
-                inp = InferInput(name, list(arr.shape), dtype)
-                inp.set_data_from_numpy(arr)
-                inputs.append(inp)
-            yield {"model_name": "echo", "inputs": inputs, "request_id": f"s{i}"}
+            yield {"model_name": "echo", "inputs": _echo_inputs(i), "request_id": f"s{i}"}
 
     async with triton_aio.InferenceServerClient(gateway.address) as client:
         seen = {}
@@ -338,4 +342,28 @@ async def test_stream_infer_is_proxied_to_a_replica_that_streams(gateway: OipGat
             response = result.get_response()
             seen[response.id] = result.as_numpy("y_fp32").tolist()
     assert seen == {f"s{i}": [[float(i)] * 2] for i in range(3)}
+    assert sum(gateway.outstanding().values()) == 0
+
+
+async def test_a_stream_reuses_an_id_once_triton_flagged_its_final_response(
+    gateway: OipGateway,
+) -> None:
+    # The gateway holds an id until a response to it carries triton_final_response: Triton
+    # flags a non-decoupled model's one response final, so an id reused in turn is not refused.
+    answered: asyncio.Queue[None] = asyncio.Queue()
+
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        for i in range(2):
+            yield {"model_name": "echo", "inputs": _echo_inputs(i), "request_id": "again"}
+            await answered.get()
+
+    seen = []
+    async with triton_aio.InferenceServerClient(gateway.address) as client:
+        async for result, error in client.stream_infer(requests()):
+            assert error is None, error
+            response = result.get_response()
+            assert response.parameters["triton_final_response"].bool_param
+            seen.append((response.id, result.as_numpy("y_fp32").tolist()))
+            answered.put_nowait(None)
+    assert seen == [("again", [[0.0, 0.0]]), ("again", [[1.0, 1.0]])]
     assert sum(gateway.outstanding().values()) == 0

@@ -63,3 +63,36 @@ def test_a_response_to_no_pending_request_is_ignored() -> None:
     assert ledger.answer(_response("zzz")) is None
     assert ledger.answer(_response("")) is None
     assert len(ledger) == 1
+
+
+def _final(request_id: str) -> service_pb2.ModelStreamInferResponse:
+    response = _response(request_id)
+    response.infer_response.parameters["triton_final_response"].bool_param = True
+    return response
+
+
+def test_an_id_is_held_until_a_response_to_it_is_flagged_final() -> None:
+    ledger = StreamLedger()
+    ledger.sent(_request("x"))
+    assert ledger.reuse_refusal("y") is None
+    assert _answer(ledger, _response("x")) == ("x", 0.0, "ok")
+    # answered, but its later tokens would still carry "x": a second "x" is refused
+    refusal = ledger.reuse_refusal("x")
+    assert refusal is not None
+    assert "'x'" in refusal
+    assert _answer(ledger, _final("x")) is None  # its last token: no new outcome
+    assert ledger.reuse_refusal("x") is None
+    ledger.sent(_request("x", 5.0))
+    assert _answer(ledger, _final("x")) == ("x", 5.0, "ok")
+
+
+def test_a_final_flag_set_false_holds_the_id_and_id_less_requests_are_never_held() -> None:
+    ledger = StreamLedger()
+    ledger.sent(_request("x"))
+    not_final = _response("x")
+    not_final.infer_response.parameters["triton_final_response"].bool_param = False
+    ledger.answer(not_final)
+    assert ledger.reuse_refusal("x") is not None
+    ledger.sent(_request(""))
+    ledger.sent(_request(""))
+    assert ledger.reuse_refusal("") is None  # matched by order, as before

@@ -491,6 +491,8 @@ class OipGateway:
         never failed over: an upstream failure ends the stream with the upstream's status. A
         backend that does not serve streaming answers UNIMPLEMENTED, passed on with words.
         Every request on it is an arrival and, at its first response, an outcome (`streams`).
+        The owner is the call's tenant header, one per stream; a later request whose model the
+        stream's replica may not be sent, or whose id is still in use, ends it INVALID_ARGUMENT.
         """
         first = await anext(aiter(requests), None)
         if first is None:
@@ -528,7 +530,7 @@ class OipGateway:
         replica, routed = picked, True
         try:
             responses = proxy_stream(
-                head, first, requests, replica=replica, routes=self._routes,
+                head, first, requests, replica=replica, owner=owner, routes=self._routes,
                 timeout_s=context.time_remaining(), monotonic_s=self._monotonic_s,
                 routed=follows, done=done,
             )  # fmt: skip
