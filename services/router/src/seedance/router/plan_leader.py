@@ -282,6 +282,7 @@ class FleetPlanner:
         time the merged view is complete up to, if newer than the last plan's (else None)."""
         if self.lease is None or not self.lease.held:
             await self._unbind()
+            self._on_diverged(False)  # not this gateway's to plan (the holder's gauge says)
             return None
         try:
             if self._reader is None:
@@ -449,6 +450,9 @@ class FleetPlanner:
         it passed it). The mirror is created if it is gone; `MirrorDiverged` when it holds
         what the origin does not."""
         assert self._bus is not None
+        # The mirror first: read after the origin, it may hold a report published in between,
+        # past the origin's last sequence as read, which would look diverged.
+        mirror = await ensure_mirror(self._bus)
         origin = await self._bus.stream_info(_ROUTING_STREAM)
         rewound = origin is not None and self.seq > origin.state.last_seq
         if origin is not None and rewound:
@@ -462,7 +466,7 @@ class FleetPlanner:
                 origin_last_seq=origin.state.last_seq,
                 replay_from=self.seq + 1,
             )
-        reason = await divergence(self._bus, origin, await ensure_mirror(self._bus))
+        reason = await divergence(self._bus, origin, mirror)
         if reason is not None:
             raise MirrorDiverged(reason)
         self._on_diverged(False)
