@@ -39,6 +39,14 @@ def test_the_router_may_get_a_routing_message_and_a_tenant_may_not() -> None:
     assert get not in permissions.tenant_permissions("acme").publish_allow
 
 
+def test_the_router_may_get_a_message_of_its_mirror_to_check_it() -> None:
+    """`seedance.router.plan_mirror` compares the mirror's ends with the origin's."""
+    get = "$JS.API.STREAM.MSG.GET.SEEDANCE_ROUTING_PLAN"
+    router = permissions.declaration_permissions(permissions.IDENTITIES["router"])
+    assert get in router.publish_allow
+    assert get not in permissions.tenant_permissions("acme").publish_allow
+
+
 def test_the_router_s_readers_live_on_a_stream_no_one_else_reads() -> None:
     """A consumer name is one subject token, so the planners' readers are granted as any
     consumer of their stream: that stream is the router's own mirror, and the router has no

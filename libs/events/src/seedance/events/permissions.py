@@ -191,7 +191,9 @@ IDENTITIES: dict[str, Declaration] = {
             # One router per fleet plans (a lease) from every gateway's observations, from the
             # state it snapshots (docs/router.md, "One planner per fleet").
             consumes=("router-plan",),
-            stream_gets=("SEEDANCE_ROUTING",),
+            # And of its own mirror of the reports: the planner checks that the mirror's messages
+            # are the origin's at the same sequences (`seedance.router.plan_mirror`).
+            stream_gets=("SEEDANCE_ROUTING", "SEEDANCE_ROUTING_PLAN"),
             buckets=("seedance-router-weights", "seedance-router-plan"),
             # Replicas are registered by the trusted observer (the bridge from EndpointSlices)
             # or an operator; a gateway only watches them, so a compromised gateway cannot

@@ -107,6 +107,13 @@ class RouterMetrics:
             "1 while this gateway holds its fleet's planner lease and plans (one per fleet).",
             registry=registry,
         )
+        self.plan_mirror_diverged = Gauge(
+            "seedance_router_plan_mirror_diverged",
+            "1 while this gateway holds the planner lease but refuses to plan: the reports' "
+            "mirror SEEDANCE_ROUTING_PLAN is not SEEDANCE_ROUTING's copy (the origin was deleted "
+            "and created again); an operator deletes the mirror, the planner creates it again.",
+            registry=registry,
+        )
         self.planner_held = Gauge(
             "seedance_router_planner_held_replicas",
             "The count the planner holds where it does not follow the forecast: what the last "

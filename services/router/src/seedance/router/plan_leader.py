@@ -4,10 +4,11 @@ Owns the bus side of the fleet's planning. Every gateway publishes what it obser
 and per planning bin (`plan_observations`) on ``seedance.routing.<model>.observed``. The
 gateway holding the lease ``router-plan.<fleet>`` (``seedance-leases``) reads every gateway's
 reports with its own ``router-plan-<fleet>-<gateway>`` consumer (on ``SEEDANCE_ROUTING_PLAN``,
-the router's own mirror of the reports, where its user can touch no other service's consumer),
-merges them (`ObservationMerge`) into the planner's estimators and outcome tally, and the
-service plans on that merged view; the other gateways only route. After each plan the leader
-commits what the plan changed of the planner's state (`plan_state`: each model's `PlanState` and
+the router's own mirror of the reports, where its user can touch no other service's consumer;
+checked against its origin before it is read, `plan_mirror`), merges them (`ObservationMerge`)
+into the planner's estimators and outcome tally, and the service plans on that merged view; the
+other gateways only route. After each plan the leader commits what the
+plan changed of the planner's state (`plan_state`: each model's `PlanState` and
 `EstimatorState`, the merge, the stream sequence they reflect) to a
 `seedance.core.state_store.StateStore` under ``<fleet>.state`` in ``seedance-router-plan``,
 then each model's count to ``<fleet>.replicas`` (what the other gateways follow); a new leader
@@ -49,6 +50,7 @@ from seedance.events.specs import ConsumerSpec
 from seedance.events.subjects import fleet_plan_consumer, routing
 from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import PlanState
+from seedance.router.plan_mirror import OPERATOR_FIX, MirrorDiverged, divergence, ensure_mirror
 from seedance.router.plan_observations import (
     ArrivalLog,
     MergeState,
@@ -124,6 +126,7 @@ class FleetPlanner:
         estimators: dict[str, LoadEstimator],
         on_leading: Callable[[bool], None] = lambda _: None,
         on_dropped: Callable[[str, int], None] = lambda _reason, _n: None,
+        on_diverged: Callable[[bool], None] = lambda _: None,
     ) -> None:
         self.fleet, self.gateway = fleet, gateway
         self._models = tuple(models)
@@ -135,6 +138,7 @@ class FleetPlanner:
         self._initial_plans = dict(plans)
         self._on_leading = on_leading
         self._on_dropped = on_dropped  # (reason, per-model reports): the service's counter
+        self._on_diverged = on_diverged  # True while it refuses to plan on a diverged mirror
         self.arrivals = ArrivalLog()
         self.merge = ObservationMerge(estimators, bin_s, now_s=now_s)
         self.seq = 0
@@ -278,12 +282,20 @@ class FleetPlanner:
         time the merged view is complete up to, if newer than the last plan's (else None)."""
         if self.lease is None or not self.lease.held:
             await self._unbind()
+            self._on_diverged(False)  # not this gateway's to plan (the holder's gauge says)
             return None
         try:
             if self._reader is None:
                 await self._restore()
                 await self._bind()
             await self._catch_up()
+        except MirrorDiverged as exc:
+            # Stale reports merged, new ones never seen: no plan until the operator deletes the
+            # mirror (this user may not), checked again at every interval.
+            log.error("plan_mirror_diverged", fleet=self.fleet, reason=str(exc), fix=OPERATOR_FIX)
+            self._on_diverged(True)
+            await self._unbind()
+            return None
         except _READ_ERRORS as exc:
             log.warning("plan_observations_read_failed", error=repr(exc))
             await self._unbind()
@@ -431,8 +443,38 @@ class FleetPlanner:
         must never remove another leader's (review2 finding 9: a shared name did)."""
         return fleet_plan_consumer(self.fleet, self.gateway, start_seq)
 
+    async def _verify(self) -> bool:
+        """The planner's position and its mirror checked against the origin (review1 findings
+        5, 7): True when the position was moved back (the origin was created again: its
+        sequences restarted below the position, whose reports would otherwise be skipped until
+        it passed it). The mirror is created if it is gone; `MirrorDiverged` when it holds
+        what the origin does not."""
+        assert self._bus is not None
+        # The mirror first: read after the origin, it may hold a report published in between,
+        # past the origin's last sequence as read, which would look diverged.
+        mirror = await ensure_mirror(self._bus)
+        origin = await self._bus.stream_info(_ROUTING_STREAM)
+        rewound = origin is not None and self.seq > origin.state.last_seq
+        if origin is not None and rewound:
+            # Every report of the new origin is read (a report the planner did merge, from the
+            # old one, is skipped by the merge as a duplicate of its bin).
+            seq, self.seq = self.seq, max(0, origin.state.first_seq - 1)
+            log.warning(
+                "plan_origin_rewound",
+                fleet=self.fleet,
+                seq=seq,
+                origin_last_seq=origin.state.last_seq,
+                replay_from=self.seq + 1,
+            )
+        reason = await divergence(self._bus, origin, mirror)
+        if reason is not None:
+            raise MirrorDiverged(reason)
+        self._on_diverged(False)
+        return rewound
+
     async def _bind(self) -> None:
         assert self._bus is not None
+        await self._verify()
         spec = self._consumer(start_seq=self.seq + 1)
         await self._bus.ensure_consumer(spec)
         reader = PullReader(self._bus.nc, spec.stream, spec.durable, batch=500)
@@ -457,6 +499,9 @@ class FleetPlanner:
         in 200 under load) and planned an interval late or skipped a decision."""
         assert self._bus is not None
         assert self._reader is not None
+        if await self._verify():  # the reader starts past the position now: again from it
+            await self._unbind()
+            await self._bind()
         try:
             last = await self._bus.js.get_last_msg(
                 _ROUTING_STREAM, routing.fleet_observed(self.fleet)

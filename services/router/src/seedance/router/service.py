@@ -168,6 +168,7 @@ class RouterService(Lifecycle):
             estimators=self._estimators,
             on_leading=self.metrics.plan_leader.set,
             on_dropped=lambda reason, n: self.metrics.observations_dropped.labels(reason).inc(n),
+            on_diverged=lambda diverged: self.metrics.plan_mirror_diverged.set(diverged),
         )
         engine_queues = (
             EngineQueues(
