@@ -192,9 +192,6 @@ class PlanState:
     # The time of the saturated sample whose answer released the floor (None: none released):
     # released for good, until a newer saturated sample moves the answer on.
     floor_released_for_s: float | None = None
-    # When the first request was observed (None: none yet): until `record_min_s` of demand has
-    # been seen, the held count is at least the largest interval's need.
-    first_seen_s: float | None = None
     # (time_s, ready replicas) the decisions within the feedback window saw (engine gauges):
     # the fleet that served an observed interval, where it was the same at both of its ends.
     ready_log: tuple[tuple[float, int], ...] = ()
