@@ -83,21 +83,21 @@ def print_by_phase(
     """Model / best baseline on rows where the server had a queue at t (a saturated plateau) and
     where it had none (ramp, drain), per span."""
     print(
-        f"{'span':>6}{'phase':>10}{'horizon':>8}{'n':>6}{'model':>9}{'best_base':>10}{'ratio':>8}"
+        f"{'span':>6}{'phase':>10}{'horizon':>8}{'n':>6}{'model':>12}{'best_base':>12}{'ratio':>9}"
     )
     for span, in_span in spans.items():
         for h in HORIZONS_S:
             for phase, mask in (("plateau", queued > 0), ("other", queued <= 0)):
                 keep = in_span[h] & mask
                 if not bool(keep.any()):
-                    print(f"{span:>6}{phase:>10}{h:>7}s{0:>6}{'-':>9}{'-':>10}{'-':>8}")
+                    print(f"{span:>6}{phase:>10}{h:>7}s{0:>6}{'-':>12}{'-':>12}{'-':>9}")
                     continue
                 at = row_t[keep]
                 actual = value_at(t, kv, at + h)
                 b = min(best_baseline(t, kv, at, actual).values())
                 m, bb, r = score_cells(preds[h][keep], actual, b)
                 n = int(keep.sum())
-                print(f"{span:>6}{phase:>10}{h:>7}s{n:>6}{m:>9}{bb:>10} {r:>7}")
+                print(f"{span:>6}{phase:>10}{h:>7}s{n:>6}{m:>12}{bb:>12} {r:>8}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +152,7 @@ def print_by_subspan(
 ) -> None:
     """Model / best baseline on consecutive sub-spans of ``span_s`` of the test span (by the
     row's time): how much the ratio of one test span owes to which stretch of it."""
-    print(f"{'from_s':>7}{'horizon':>8}{'n':>5}{'model':>9}{'best_base':>10}{'ratio':>8}")
+    print(f"{'from_s':>7}{'horizon':>8}{'n':>5}{'model':>12}{'best_base':>12}{'ratio':>9}")
     for h in HORIZONS_S:
         rows = np.flatnonzero(test_rows[h])
         if rows.size == 0:
@@ -167,4 +167,4 @@ def print_by_subspan(
             actual = value_at(t, kv, at + h)
             b = min(best_baseline(t, kv, at, actual).values())
             m, bb, r = score_cells(preds[h][keep], actual, b)
-            print(f"{lo:>7.0f}{h:>7}s{keep.size:>5}{m:>9}{bb:>10} {r:>7}")
+            print(f"{lo:>7.0f}{h:>7}s{keep.size:>5}{m:>12}{bb:>12} {r:>8}")
