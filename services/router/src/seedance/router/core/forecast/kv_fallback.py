@@ -19,14 +19,19 @@ block spans one horizon, so block means are close to independent whatever the de
 a horizon), and t = mean(block means) / (sd / sqrt(b)) is compared with Student's t at b - 1
 degrees of freedom. Fewer than two blocks (a training span too short to judge, or the first
 2H seconds) means the last value; so does a zero spread (identical forecasts: a change weight of
-0). The estimators that weight autocovariances inside one window (Newey-West, or the Diebold-
-Mariano rectangular kernel with the Harvey-Leybourne-Newbold correction) were tried first: with
-only 2-8 horizons of data their variance came out near 0 on some rows and the test followed the
-model on noise (t up to 10^8; 17-20 % of Mooncake's 30-s rows at splits 0.3 / 0.4, ratio_last
-1.06-1.08), which batch means cannot do. Absolute error because WAPE is what is scored. The
-level (5 %, one-sided) and the window (240 s, the change weight's) were set before measuring;
-the bench's figures at other levels are in the notes of the change, not used to pick it. No
-hysteresis: the test is the guard against noise, and losing significance returns to the null.
+0). Tried first: the Diebold-Mariano statistic with the rectangular kernel to lag h - 1 and the
+Harvey-Leybourne-Newbold correction (on these recordings it chose much as this test does: the
+last value at 30 s on the shared recording and on Mooncake), and a test of the slope of the
+realised change on the model's with the same kernel: with only 2-8 horizons of data a kernel
+estimate of the variance can come out near 0, and that one followed the model on noise (t up to
+10^8; 17-20 % of Mooncake's 30-s rows at splits 0.3 / 0.4, ratio_last 1.06-1.08). Block means
+cannot: their spread is an ordinary sample variance. Absolute error because WAPE is what is
+scored. The level (5 %, one-sided) and the window (240 s, the change weight's) were set before
+measuring; figures at other levels were looked at after, not used to pick it. No hysteresis: the
+test is the guard against noise, and losing significance returns to the null. The price,
+measured: on the shared H200 recording the flow model's 30-s advantage is not significant over
+240 s of targets either, so this rule gives it up there (ratio 0.645 -> 0.988), which is why the
+bench's default is still `select_heads`.
 
 Also owns `select_heads`, the former fallback, kept for its callers: per row the head (flow,
 last value, trailing means) with the smallest absolute error over the rows of the last
