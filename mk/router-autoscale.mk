@@ -4,6 +4,7 @@
 # bench-kv-forecast TELEMETRY=<csv> REQUESTS=<csv>: the flow model behind a fallback to the head
 # with the lowest recent error (kv_heads: says which made the forecasts). SPLITS=0.3,0.5,0.8: the
 # bench at each train fraction, then a sweep table (last line kv_forecast_splits: key=value).
+# KV_FALLBACK=test: the last value unless a batch-means test says the flow model is better.
 KV_TELEMETRY_DIR := $(SEEDANCE_DATA_DIR)/h200-llm-telemetry
 
 .PHONY: bench-autoscale
@@ -29,4 +30,5 @@ bench-kv-forecast: install  ## KV-occupancy forecast (flow model of the server o
 	OMP_NUM_THREADS=1 nice $(PY) -m tools.bench.bench_kv_forecast \
 	  $(or $(TELEMETRY),$(KV_TELEMETRY_DIR)/h200_conv_x6_telemetry.csv) \
 	  $(or $(REQUESTS),$(KV_TELEMETRY_DIR)/h200_conv_x6_requests.csv) \
-	  $(if $(SPLITS),--splits $(SPLITS))
+	  $(if $(SPLITS),--splits $(SPLITS)) \
+	  $(if $(KV_FALLBACK),--fallback $(KV_FALLBACK))

@@ -28,6 +28,7 @@ PATH_LINKS = {
     "unit/ledger/test_focus_conformance.py": "runs tools/bench/ledger_sample_report.py",
     "unit/router/test_bench_autoscale.py": "runs two benches' entry points (`-m tools.bench.*`)",
     "unit/router/test_bench_kv_forecast_splits.py": "runs the KV bench's entry point with --splits",
+    "unit/router/test_bench_kv_scores.py": "runs the KV bench's entry point with --span-s",
 }
 
 

@@ -1,7 +1,7 @@
 """KV-occupancy forecast on real serving telemetry: the router's flow-model KV head vs baselines.
 
 Usage: bench_kv_forecast.py TELEMETRY_CSV REQUESTS_CSV [--train-frac 0.6 | --splits 0.3,0.5,0.8]
-[--span-s 30]
+[--span-s 30] [--fallback recent|test]
 (the h200-llm-telemetry recording's two files; see its README for the columns).
 
 Protocol. Target: the KV cache in use (`kv_cache_mib`) at t + H, H = 5 s and 30 s, forecast at the
@@ -29,9 +29,12 @@ the larger of the two horizons' model WAPE / best-baseline WAPE; also per phase 
 server had a queue at t, a saturated plateau, and rows where it had none); ratio_last = the same
 over the last value's WAPE (the issue's "never worse than the last value"). The forecast scored
 is the fallback's: at each t the flow model or the last value, whichever had the lower recent
-error (`kv_heads:` says which made the forecasts; the flow model alone is printed too). Last line
-key=value. `--splits` runs all of it at each train fraction and ends with a sweep table and a
-`kv_forecast_splits:` line; `--span-s` adds model / best baseline per sub-span of the test span.
+error, or with `--fallback test` the last value unless the flow model's recent paired errors beat
+the last value's by more than their noise (`kv_fallback.follow_if_better`); `kv_heads:` says
+which made the forecasts; the flow model alone is printed too. Scores and tables: `kv_scores`.
+Last line key=value. `--splits` runs all of it at each train fraction and ends with a sweep table
+and a `kv_forecast_splits:` line; `--span-s` adds model / best baseline per sub-span of the test
+span.
 """
 
 from __future__ import annotations
@@ -39,11 +42,21 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from seedance.bench.kv_scores import (
+    HORIZONS_S,
+    SplitResult,
+    best_baseline,
+    print_by_phase,
+    print_by_subspan,
+    print_splits,
+    value_at,
+    wape,
+)
 from seedance.router.core.forecast import (
     ArrivalHistory,
     ChangeWeightConfig,
@@ -51,6 +64,7 @@ from seedance.router.core.forecast import (
     ForecastTarget,
     HeadChoiceConfig,
     KvHead,
+    PairedTestConfig,
     RequestLog,
     ServerCounts,
     TelemetrySample,
@@ -62,6 +76,7 @@ from seedance.router.core.forecast import (
     expected_kv_change_tokens,
     fit_kv_flow_params,
     fit_kv_modes,
+    follow_if_better,
     kv_change_features,
     kv_pool_bound,
     recent_change_weights,
@@ -71,12 +86,6 @@ from seedance.router.core.forecast import (
 )
 from seedance.traces import h200
 
-HORIZONS_S = (5, 30)
-# The heads the fallback chooses between (issue 32: never worse than the last value). With the
-# 10 s / 30 s means as heads too, the choice was worse than the last value on two simulated
-# recordings of other loads (1.11 idle-gapped bursts, 1.08 Mooncake): a mean chosen inside a
-# plateau was kept into the next change of regime.
-FALLBACK_HEADS = (KvHead.FLOW, KvHead.LAST_VALUE)
 # The occupancy fraction's denominator; any constant gives the same WAPE. An H200's 141 GB.
 H200_MEM_MIB = 143_771.0
 # Leaves may hold fewer rows than the router's default (200): a recording of minutes has only a
@@ -201,23 +210,6 @@ def read_log(path: Path) -> RequestLog:
     )
 
 
-def value_at(t: np.ndarray, v: np.ndarray, at_s: np.ndarray) -> np.ndarray:
-    """The latest sample at or before each time."""
-    i = np.searchsorted(t, at_s, side="right") - 1
-    return v[np.clip(i, 0, len(v) - 1)]
-
-
-def trailing_mean(t: np.ndarray, v: np.ndarray, at_s: np.ndarray, window_s: float) -> np.ndarray:
-    cum = np.concatenate([[0.0], np.cumsum(v)])
-    hi = np.searchsorted(t, at_s, side="right")
-    lo = np.searchsorted(t, at_s - window_s, side="right")
-    return (cum[hi] - cum[lo]) / np.maximum(hi - lo, 1)
-
-
-def wape(pred: np.ndarray, actual: np.ndarray) -> float:
-    return float(np.abs(pred - actual).sum() / max(float(np.abs(actual).sum()), 1e-9))
-
-
 def flow_forecasts(
     log_: RequestLog,
     rec: h200.H200Telemetry,
@@ -283,15 +275,6 @@ def flow_forecasts(
     return preds
 
 
-def baseline_forecasts(t: np.ndarray, kv: np.ndarray, at: np.ndarray) -> dict[KvHead, np.ndarray]:
-    """The baselines as heads: the last value and the 10 s and 30 s trailing means at each t."""
-    return {
-        KvHead.LAST_VALUE: value_at(t, kv, at),
-        KvHead.MEAN_10S: trailing_mean(t, kv, at, 10.0),
-        KvHead.MEAN_30S: trailing_mean(t, kv, at, 30.0),
-    }
-
-
 def fallback_forecasts(
     t: np.ndarray,
     kv: np.ndarray,
@@ -299,19 +282,33 @@ def fallback_forecasts(
     flow: dict[int, np.ndarray],
     until_s: float,
     end_s: float,
+    rule: str = "recent",
 ) -> tuple[dict[int, np.ndarray], dict[int, list[KvHead]]]:
-    """Per horizon, each row's forecast from the flow model or the last value, whichever has the
-    lower recent error (`select_heads` anchored on the last value: the flow model gives way as
-    soon as its recent error exceeds the last value's, and is taken back only 10 % below it;
-    until enough targets have come due, the one better on the training span)."""
-    heads = FALLBACK_HEADS
-    base = baseline_forecasts(t, kv, row_t)
+    """Per horizon, each row's forecast from the flow model or the last value.
+
+    ``rule="recent"`` (the default): whichever has the lower recent error (`select_heads`
+    anchored on the last value: the flow model gives way as soon as its recent error exceeds the
+    last value's, and is taken back only 10 % below it; until enough targets have come due, the
+    one better on the training span). ``rule="test"``: the last value, or the flow model where
+    its errors against the last value's over the targets due in the last 240 s beat it by more
+    than their noise (`follow_if_better`: a one-sided batch-means test at 5 %, one block per
+    horizon); the same rule on the training span's rows as on the test span's, so a training
+    span too short to judge means the last value. (The 10 s / 30 s means are not heads: chosen
+    inside a plateau, a mean was kept into the next change of regime, 1.11 / 1.08 x the last
+    value on two simulated recordings of other loads.)"""
+    heads = (KvHead.FLOW, KvHead.LAST_VALUE)
+    last = value_at(t, kv, row_t)
     out: dict[int, np.ndarray] = {}
     used: dict[int, list[KvHead]] = {}
     for h in HORIZONS_S:
-        forecasts = {x: f for x, f in {KvHead.FLOW: flow[h], **base}.items() if x in heads}
         target = row_t + h
         actual = np.where(target <= end_s, value_at(t, kv, target), np.nan)
+        if rule == "test":
+            out[h], used[h], _ = follow_if_better(
+                row_t, flow[h], last, actual, PairedTestConfig(horizon_s=float(h))
+            )
+            continue
+        forecasts = {KvHead.FLOW: flow[h], KvHead.LAST_VALUE: last}
         train = target <= until_s
         default = min(
             heads, key=lambda x: (wape(forecasts[x][train], actual[train]), heads.index(x))
@@ -372,65 +369,12 @@ def lgbm_forecasts(
     return model.version.model_id, model.predict_rows(rows) * H200_MEM_MIB
 
 
-def best_baseline(
-    t: np.ndarray, kv: np.ndarray, at: np.ndarray, actual: np.ndarray
-) -> dict[str, float]:
-    return {
-        "last": wape(value_at(t, kv, at), actual),
-        "ma10s": wape(trailing_mean(t, kv, at, 10.0), actual),
-        "ma30s": wape(trailing_mean(t, kv, at, 30.0), actual),
-    }
-
-
-def print_by_phase(
-    t: np.ndarray,
-    kv: np.ndarray,
-    row_t: np.ndarray,
-    preds: dict[int, np.ndarray],
-    queued: np.ndarray,
-    spans: dict[str, dict[int, np.ndarray]],
-) -> None:
-    """Model / best baseline on rows where the server had a queue at t (a saturated plateau) and
-    where it had none (ramp, drain), per span."""
-    print(
-        f"{'span':>6}{'phase':>10}{'horizon':>8}{'n':>6}{'model':>9}{'best_base':>10}{'ratio':>8}"
-    )
-    for span, in_span in spans.items():
-        for h in HORIZONS_S:
-            for phase, mask in (("plateau", queued > 0), ("other", queued <= 0)):
-                keep = in_span[h] & mask
-                if not bool(keep.any()):
-                    print(f"{span:>6}{phase:>10}{h:>7}s{0:>6}{'-':>9}{'-':>10}{'-':>8}")
-                    continue
-                at = row_t[keep]
-                actual = value_at(t, kv, at + h)
-                m = wape(preds[h][keep], actual)
-                b = min(best_baseline(t, kv, at, actual).values())
-                n = int(keep.sum())
-                print(f"{span:>6}{phase:>10}{h:>7}s{n:>6}{m:>9.4f}{b:>10.4f}{m / b:>8.3f}")
-
-
-@dataclass(frozen=True, slots=True)
-class SplitResult:
-    """One train/test split's scores: WAPE per horizon, ratios to the best baseline and to
-    the last value (the worse horizon's)."""
-
-    train_frac: float
-    wape: dict[int, float]
-    best_baseline: dict[int, float]
-    last_value: dict[int, float]
-
-    @property
-    def ratio(self) -> float:
-        return max(self.wape[h] / self.best_baseline[h] for h in HORIZONS_S)
-
-    @property
-    def ratio_last(self) -> float:
-        return max(self.wape[h] / self.last_value[h] for h in HORIZONS_S)
-
-
 def evaluate(
-    telemetry: Path, requests: Path, train_frac: float, span_s: float | None = None
+    telemetry: Path,
+    requests: Path,
+    train_frac: float,
+    span_s: float | None = None,
+    fallback: str = "recent",
 ) -> SplitResult:
     """The whole bench on one split: the first ``train_frac`` of the recording trains, the rest
     is scored; prints the tables (with ``span_s``, also per sub-span of the test span), returns
@@ -453,7 +397,9 @@ def evaluate(
     kv_now = value_at(t, kv, row_t)
 
     flow_only = flow_forecasts(log_, rec, row_t, kv_now, float(until_s))
-    flow, heads_used = fallback_forecasts(t, kv, row_t, flow_only, float(until_s), end_s)
+    flow, heads_used = fallback_forecasts(
+        t, kv, row_t, flow_only, float(until_s), end_s, rule=fallback
+    )
     ridge = ridge_forecasts(log_, row_t, kv_now, float(until_s))
     lgbm_id, lgbm_mib = lgbm_forecasts(arrivals_of(log_), samples, origin_s, until_s, n_bins)
 
@@ -511,57 +457,6 @@ def evaluate(
     return result
 
 
-def print_splits(results: list[SplitResult]) -> None:
-    """The split sweep: one row per split, then its last line (key=value): the worst and best
-    ratio over the splits, the worst ratio to the last value, and the split of the worst."""
-    print(
-        f"{'train_frac':>10}{'wape_5s':>9}{'wape_30s':>9}{'ratio_5s':>9}{'ratio_30s':>10}"
-        f"{'ratio':>8}{'ratio_last':>11}"
-    )
-    for r in results:
-        r5, r30 = (r.wape[h] / r.best_baseline[h] for h in HORIZONS_S)
-        print(
-            f"{r.train_frac:>10.2f}{r.wape[5]:>9.4f}{r.wape[30]:>9.4f}{r5:>9.3f}{r30:>10.3f}"
-            f"{r.ratio:>8.3f}{r.ratio_last:>11.3f}"
-        )
-    worst = max(results, key=lambda r: r.ratio)
-    print(
-        "kv_forecast_splits: splits="
-        + ",".join(f"{r.train_frac:g}" for r in results)
-        + f" ratio_max={worst.ratio:.3f} ratio_min={min(r.ratio for r in results):.3f}"
-        f" ratio_last_max={max(r.ratio_last for r in results):.3f}"
-        f" worst_split={worst.train_frac:g}"
-    )
-
-
-def print_by_subspan(
-    t: np.ndarray,
-    kv: np.ndarray,
-    row_t: np.ndarray,
-    preds: dict[int, np.ndarray],
-    test_rows: dict[int, np.ndarray],
-    span_s: float,
-) -> None:
-    """Model / best baseline on consecutive sub-spans of ``span_s`` of the test span (by the
-    row's time): how much the ratio of one test span owes to which stretch of it."""
-    print(f"{'from_s':>7}{'horizon':>8}{'n':>5}{'model':>9}{'best_base':>10}{'ratio':>8}")
-    for h in HORIZONS_S:
-        rows = np.flatnonzero(test_rows[h])
-        if rows.size == 0:
-            continue
-        start = row_t[rows[0]]
-        for k in range(math.ceil((row_t[rows[-1]] - start + 1.0) / span_s)):
-            lo = start + k * span_s
-            keep = rows[(row_t[rows] >= lo) & (row_t[rows] < lo + span_s)]
-            if keep.size == 0:
-                continue
-            at = row_t[keep]
-            actual = value_at(t, kv, at + h)
-            m = wape(preds[h][keep], actual)
-            b = min(best_baseline(t, kv, at, actual).values())
-            print(f"{lo:>7.0f}{h:>7}s{keep.size:>5}{m:>9.4f}{b:>10.4f}{m / b:>8.3f}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("telemetry", type=Path)
@@ -579,15 +474,24 @@ def main() -> None:
         default=None,
         help="also print model / best baseline per sub-span of this many seconds of the test span",
     )
+    ap.add_argument(
+        "--fallback",
+        choices=("recent", "test"),
+        default="recent",
+        help="recent: the head of the lower recent error (select_heads); test: the last value "
+        "unless a batch-means test says the flow model is better (follow_if_better)",
+    )
     args = ap.parse_args()
     if args.splits:
         results = []
         for frac in args.splits:
             print(f"== train_frac={frac:g}")
-            results.append(evaluate(args.telemetry, args.requests, frac, args.span_s))
+            results.append(
+                evaluate(args.telemetry, args.requests, frac, args.span_s, args.fallback)
+            )
         print_splits(results)
         return
-    r = evaluate(args.telemetry, args.requests, args.train_frac, args.span_s)
+    r = evaluate(args.telemetry, args.requests, args.train_frac, args.span_s, args.fallback)
     print(
         f"kv_forecast: horizon_s=5 wape={r.wape[5]:.4f} baseline_wape={r.best_baseline[5]:.4f} "
         f"wape_30s={r.wape[30]:.4f} baseline_wape_30s={r.best_baseline[30]:.4f} "

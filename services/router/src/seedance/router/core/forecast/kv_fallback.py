@@ -1,29 +1,54 @@
-"""A KV forecast that degrades gracefully: each forecast is made by the head whose recent error
-is the lowest, and says which one that was.
+"""A KV forecast that degrades gracefully: the last value unless the flow model has recently
+been better by more than its noise, and it says which one made each forecast.
 
-Owns `select_heads`: given, at every row time t, the forecast each head made for t + H (the
-flow model of `kv_flow`, the last value, the trailing means), and the KV later observed at
-t + H, it picks per row the head with the smallest absolute error over the rows of the last
-`window_s` whose target had been observed by t (t_j + H <= t: nothing after t is read), and
-until `min_scored` such rows exist the `default` head (the one the training span chose).
+Owns `follow_if_better`, the fallback `bench-kv-forecast --fallback test` scores. The last value
+is the null: at each row t, for horizon H, it takes the paired differences of absolute error d_j
+= |e_model_j| - |e_last_j| of the rows j whose target had been observed by t (t_j + H <= t:
+nothing after t is read) and that were made within the `window_s` before, and follows the model
+at t only if a one-sided test rejects "mean(d) >= 0" at level `alpha`; otherwise the last value.
 
-Why: the flow model is a model of one kind of server under one kind of load (a FIFO queue in
-front of a capped batch whose survivors are the long answers); where its assumptions fail it is
-worse than the last value (a held-back code-completion recording: 1.179x, issue 32), and where
-the KV pool sits at its cap the series is noise around the cap, which a trailing mean forecasts
-better than the last value (1.3-1.4x on the simulated saturated recordings of
-`seedance.bench.kv_proxies`). The error is measured on the recent past, so the choice follows a
-change of regime (a ramp, a plateau, idle gaps) within a window.
+Why this test. The former rule (`select_heads`) followed the head of the lower recent error,
+with a 10 % margin to switch back: a point comparison that knows nothing of how many independent
+errors stand behind it. On a real Mooncake recording with a short training span (81 s) it gave
+the flow model 40 % of the 30-s forecasts where the model was 1.11x worse than the last value
+(issue 32). Errors of forecasts H seconds ahead made every second overlap in H - 1 seconds of
+their targets, so 240 s of 30-s errors hold about eight independent ones, not 240. The test is
+therefore on batch means (a Diebold-Mariano test whose variance comes from non-overlapping
+blocks): the due rows, newest first, are cut into b blocks of h = H / step consecutive rows (one
+block spans one horizon, so block means are close to independent whatever the dependence within
+a horizon), and t = mean(block means) / (sd / sqrt(b)) is compared with Student's t at b - 1
+degrees of freedom. Fewer than two blocks (a training span too short to judge, or the first
+2H seconds) means the last value; so does a zero spread (identical forecasts: a change weight of
+0). Tried first: the Diebold-Mariano statistic with the rectangular kernel to lag h - 1 and the
+Harvey-Leybourne-Newbold correction (on these recordings it chose much as this test does: the
+last value at 30 s on the shared recording and on Mooncake), and a test of the slope of the
+realised change on the model's with the same kernel: with only 2-8 horizons of data a kernel
+estimate of the variance can come out near 0, and that one followed the model on noise (t up to
+10^8; 17-20 % of Mooncake's 30-s rows at splits 0.3 / 0.4, ratio_last 1.06-1.08). Block means
+cannot: their spread is an ordinary sample variance. Absolute error because WAPE is what is
+scored. The level (5 %, one-sided) and the window (240 s, the change weight's) were set before
+measuring; figures at other levels were looked at after, not used to pick it. No hysteresis: the
+test is the guard against noise, and losing significance returns to the null. The price,
+measured: on the shared H200 recording the flow model's 30-s advantage is not significant over
+240 s of targets either, so this rule gives it up there (ratio 0.645 -> 0.988), which is why the
+bench's default is still `select_heads`.
 
-Also owns `recent_change_weights`: how much of the flow model's change to add to the last value
-at each row, the least-squares weight of the realised change on the model's over the recent
-observed targets (a blend of the flow model and the last value by recent error, between the
-training span's choice and the fallback's all-or-nothing). Must not do: read clocks, I/O, or
-any target not yet observed at the row's time.
+Also owns `select_heads`, the former fallback, kept for its callers: per row the head (flow,
+last value, trailing means) with the smallest absolute error over the rows of the last
+`window_s` whose target had been observed by t, and the training span's `default` until
+`min_scored` exist; and `recent_change_weights`: how much of the flow model's change to add to
+the last value at each row, the least-squares weight of the realised change on the model's over
+the recent observed targets (a blend of the model and the last value, where the fallback is
+all-or-nothing). Why a fallback at all: the flow model is a model of one kind of server under
+one kind of load (a FIFO queue in front of a capped batch whose survivors are the long
+answers); where its assumptions fail it is worse than the last value (a held-back
+code-completion recording: 1.179x, issue 32). Must not do: read clocks, I/O, or any target not
+yet observed at the row's time.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -34,6 +59,8 @@ __all__ = [
     "ChangeWeightConfig",
     "HeadChoiceConfig",
     "KvHead",
+    "PairedTestConfig",
+    "follow_if_better",
     "recent_change_weights",
     "select_heads",
 ]
@@ -178,6 +205,113 @@ def recent_change_weights(
         if den > 0.0:  # rows where the model was silent (a change of 0) say nothing of w
             out[i] = float(np.clip(float(c @ y) / den, 0.0, 1.0))
     return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PairedTestConfig:
+    horizon_s: float
+    # The recent due errors the test is run on: 240 s holds eight independent 30-s targets (the
+    # change weight's window, for the same reason); set before measuring.
+    window_s: float = 240.0
+    # One-sided level of the test "the model's mean absolute error is below the last value's".
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not self.horizon_s > 0 or not self.window_s > 0:
+            raise ValueError(
+                f"PairedTestConfig: horizon_s {self.horizon_s} and window_s {self.window_s} "
+                "must be > 0"
+            )
+        if not 0.0 < self.alpha < 0.5:
+            raise ValueError(f"PairedTestConfig.alpha: {self.alpha} (must be in (0, 0.5))")
+
+
+def follow_if_better(
+    times_s: np.ndarray,
+    model: np.ndarray,
+    last_value: np.ndarray,
+    actual: np.ndarray,
+    cfg: PairedTestConfig,
+) -> tuple[np.ndarray, list[KvHead], np.ndarray]:
+    """The forecast used at each row, the head that made it, and the test's t statistic.
+
+    `model[i]` and `last_value[i]` are the two forecasts made at `times_s[i]` (increasing, about
+    evenly spaced) for `times_s[i] + cfg.horizon_s`; `actual[i]` the value observed then (read
+    only by rows at or after it; NaN where not in the record). Row i uses the model only where
+    `batch_mean_t` of the due rows in the window is below the one-sided critical value at
+    `alpha` (the statistic is NaN where the test was not run: the last value).
+    """
+    n = len(times_s)
+    for name, arr in (("model", model), ("last_value", last_value), ("actual", actual)):
+        if len(arr) != n:
+            raise ValueError(f"follow_if_better: {name} has {len(arr)} rows, not {n}")
+    step_s = float(np.median(np.diff(times_s))) if n > 1 else cfg.horizon_s
+    if not step_s > 0:
+        raise ValueError(f"follow_if_better: times_s must increase (median step {step_s})")
+    h = max(1, round(cfg.horizon_s / step_s))  # rows per horizon: one block
+    diff = np.abs(model - actual) - np.abs(last_value - actual)
+    known = ~np.isnan(diff)
+    due = times_s + cfg.horizon_s
+    stat = np.full(n, np.nan)
+    use_model = np.zeros(n, dtype=bool)
+    for i, t in enumerate(times_s):
+        scored = known & (due <= t + 1e-9) & (times_s >= t - cfg.horizon_s - cfg.window_s)
+        t_stat, dof = batch_mean_t(diff[scored][::-1], h)
+        if dof < 1:
+            continue
+        stat[i] = t_stat
+        use_model[i] = bool(t_stat < -t_quantile(1.0 - cfg.alpha, dof))
+    out = np.where(use_model, model, last_value)
+    used = [KvHead.FLOW if u else KvHead.LAST_VALUE for u in use_model]
+    return out, used, stat
+
+
+def batch_mean_t(d: np.ndarray, h: int) -> tuple[float, int]:
+    """The t statistic of mean(d) from the means of consecutive blocks of `h` values (the first
+    b = len(d) // h blocks; the rest, the oldest when `d` is newest first, left out) and its
+    degrees of freedom b - 1. (nan, 0) where fewer than two blocks or their spread is 0."""
+    b = d.size // h
+    if b < 2:
+        return math.nan, 0
+    means = d[: b * h].reshape(b, h).mean(axis=1)
+    sd = float(means.std(ddof=1))
+    if not sd > 0.0:
+        return math.nan, 0
+    return float(means.mean()) / (sd / math.sqrt(b)), b - 1
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """Student's t quantile (p in (0.5, 1)) at integer `dof`, by bisection on the exact
+    distribution function (closed form for integer degrees of freedom; no scipy in the core)."""
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, dof) < p:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _t_cdf(mid, dof) < p else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def _t_cdf(x: float, dof: int) -> float:
+    """P(T <= x) for x >= 0, Student's t with integer `dof` (Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(x / math.sqrt(dof))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if dof % 2 == 1:
+        term, total = 1.0, 0.0
+        if dof > 1:
+            term = math.cos(theta)
+            total = term
+            for k in range(3, dof - 1, 2):
+                term *= c2 * (k - 1) / k
+                total += term
+        a = 2.0 / math.pi * (theta + s * total) if dof > 1 else 2.0 / math.pi * theta
+    else:
+        term, total = 1.0, 1.0
+        for k in range(2, dof - 1, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        a = s * total
+    return 0.5 + 0.5 * a
 
 
 def _check_window(cfg: HeadChoiceConfig | ChangeWeightConfig) -> None:
