@@ -5,9 +5,9 @@ and per planning bin (`plan_observations`) on ``seedance.routing.<model>.observe
 gateway holding the lease ``router-plan.<fleet>`` (``seedance-leases``) reads every gateway's
 reports with its own ``router-plan-<fleet>-<gateway>`` consumer (on ``SEEDANCE_ROUTING_PLAN``,
 the router's own mirror of the reports, where its user can touch no other service's consumer),
-merges them (`ObservationMerge`) into the planner's estimators and outcome tally, and the service plans on
-that merged view; the other gateways only route. After each plan the leader commits what the
-plan changed of the planner's state (`plan_state`: each model's `PlanState` and
+merges them (`ObservationMerge`) into the planner's estimators and outcome tally, and the service
+plans on that merged view; the other gateways only route. After each plan the leader commits
+what the plan changed of the planner's state (`plan_state`: each model's `PlanState` and
 `EstimatorState`, the merge, the stream sequence they reflect) to a
 `seedance.core.state_store.StateStore` under ``<fleet>.state`` in ``seedance-router-plan``,
 then each model's count to ``<fleet>.replicas`` (what the other gateways follow); a new leader
