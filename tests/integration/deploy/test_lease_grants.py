@@ -199,7 +199,9 @@ async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_buc
         auth_url, user="admin", password=shipped_password("admin")
     )
     try:
-        assert await client.provision() == ["seedance-leases"]
+        assert [str(c) for c in await client.provision()] == [
+            "updated: stream KV_seedance-leases (description, allow_direct)"
+        ]
         assert await client.provision() == []  # once
     finally:
         await client.close()

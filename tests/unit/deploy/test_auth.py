@@ -224,6 +224,21 @@ def test_every_service_provisions_every_stream() -> None:
             assert f"$JS.API.STREAM.CREATE.{s.name}" in allow
 
 
+def test_no_service_user_changes_or_deletes_a_stream() -> None:
+    """Review 1: nats-server does not check an updater's read grants for a stream's sources or
+    mirror, so STREAM.UPDATE let a service copy what it may not read into what it may. Only
+    operators (unrestricted) change streams; every other static user creates and inspects."""
+    for user in auth_choices().users():
+        if user.unrestricted:
+            continue
+        changes = [
+            s
+            for s in user.permissions.publish_allow
+            if s.startswith("$JS.API.STREAM.") and s.split(".")[3] in ("UPDATE", "DELETE")
+        ]
+        assert changes == [], user.name
+
+
 def test_users_yaml_lists_only_deployment_choices() -> None:
     assert set(auth_users()) <= {
         "tenants", "operators", "auth_callout", "nodes", "replay_nodes", "shared_node_users"

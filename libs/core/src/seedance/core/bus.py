@@ -24,6 +24,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry.context import Context
 
 from seedance.core.clock import WALL_CLOCK, Clock
+from seedance.core.drift import check_drift, stream_config
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch, Message, PubAck, Publisher, PublishRefused
@@ -336,37 +337,18 @@ class Bus:
     # --- provisioning -----------------------------------------------------------------------
 
     async def ensure_streams(self, streams: Iterable[StreamSpec] = STREAMS) -> None:
-        """Create or update each stream; safe to run from every replica at every start."""
+        """Create each missing stream; safe to run from every replica at every start. An
+        existing one is never changed (a service's user may not: `seedance.core.drift`): one
+        that differs from the catalogue is reported (``stream_config_drift``), and one carrying
+        a planted copy refuses the start (`StartRefused`, naming the stream)."""
         for spec in streams:
-            config = js_api.StreamConfig(
-                name=spec.name,
-                subjects=list(spec.subjects) or None,
-                sources=[
-                    js_api.StreamSource(name=src.stream, filter_subject=src.filter_subject)
-                    for src in spec.sources
-                ]
-                or None,
-                mirror=(
-                    js_api.StreamSource(
-                        name=spec.mirror.stream, filter_subject=spec.mirror.filter_subject
-                    )
-                    if spec.mirror
-                    else None
-                ),
-                description=spec.description or None,
-                retention=js_api.RetentionPolicy.LIMITS,
-                storage=js_api.StorageType.FILE,
-                max_age=spec.max_age_s,
-                max_bytes=spec.max_bytes,
-                duplicate_window=spec.duplicate_window_s,
-                num_replicas=self._replicas(),
-            )
+            config = stream_config(spec, self._replicas())
             try:
                 await self.js.add_stream(config)
             except BadRequestError as exc:
                 if exc.err_code != 10058:  # "stream name already in use with a different config"
                     raise
-                await self.js.update_stream(config)
+                check_drift(config, (await self.js.stream_info(spec.name)).config)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
         if not spec.acked:

@@ -1,4 +1,5 @@
-"""JetStream key-value buckets and object stores from the catalogue, watches of a bucket's keys
+"""JetStream key-value buckets and object stores from the catalogue (created, never changed by
+a service; converged by the operator's `provision`), watches of a bucket's keys
 whose end of the current values is told by the server's count, the live keys of a bucket, and
 leader leases.
 
@@ -21,15 +22,28 @@ from nats.js.errors import (
     KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NotFoundError,
 )
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
 from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus
 from seedance.core.clock import Clock
+from seedance.core.drift import (
+    Change,
+    bucket_config,
+    check_drift,
+    converge,
+    object_store_config,
+    stream_config,
+)
 from seedance.core.logs import get_logger
-from seedance.events.subjects import BUCKETS, OBJECT_STORES, BucketSpec, ObjectStoreSpec
+from seedance.events.subjects import (
+    BUCKETS,
+    OBJECT_STORES,
+    STREAMS,
+    BucketSpec,
+    ObjectStoreSpec,
+)
 
 __all__ = [
     "KeyWatch",
@@ -39,7 +53,7 @@ __all__ = [
     "follow_keys",
     "live_entries",
     "live_keys",
-    "upgrade_buckets",
+    "provision",
     "watching",
 ]
 
@@ -56,9 +70,12 @@ _UNREACHABLE = (
 
 
 async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
+    """Bind the catalogue's KV bucket ``name``, creating it on first use; an existing one is
+    never changed, only checked (`seedance.core.drift.check_drift`: a bucket's stream can carry
+    sources or a mirror too)."""
     spec: BucketSpec = BUCKETS[name]
     try:
-        return await bus.js.key_value(spec.name)
+        kv = await bus.js.key_value(spec.name)
     except BucketNotFoundError:
         return await bus.js.create_key_value(
             js_api.KeyValueConfig(
@@ -70,36 +87,30 @@ async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
                 direct=spec.direct or None,
             )
         )
+    wanted = bucket_config(spec, bus._replicas())
+    check_drift(wanted, (await bus.js.stream_info(wanted.name or "")).config)
+    return kv
 
 
-async def upgrade_buckets(bus: Bus) -> list[str]:
-    """Turn on direct gets of each existing bucket the catalogue declares ``direct`` that was
-    created before it did (``seedance-leases``); the names it changed. Needs STREAM.UPDATE on
-    the bucket's stream, which operators hold and a lease holder's user never does (it may
-    create its bucket, not reconfigure it), so `seedance admin provision` runs it, not
-    `ensure_bucket`. A missing bucket is left for its service to create. A service bound before
-    the change gets keys by STREAM.MSG.GET until its next start (nats-py reads the flag at bind).
-    """
-    changed = []
-    for spec in BUCKETS.values():
-        if not spec.direct:
-            continue
-        try:
-            config = (await bus.js.stream_info(f"KV_{spec.name}")).config
-        except NotFoundError:
-            continue
-        if not config.allow_direct:
-            config.allow_direct = True
-            await bus.js.update_stream(config)
-            changed.append(spec.name)
-    return changed
+async def provision(bus: Bus) -> list[Change]:
+    """What `seedance admin provision` runs with an operator's credentials: converge every
+    catalogue stream, KV bucket and object store to the catalogue (`seedance.core.drift.converge`:
+    missing streams created, drifted ones updated, a planted source removed, a mirror whose
+    origin or filter differs re-created); a missing bucket or store is left for its service to
+    create. What it changed."""
+    replicas = bus._replicas()
+    wanted = [stream_config(s, replicas) for s in STREAMS]
+    wanted += [bucket_config(b, replicas) for b in BUCKETS.values()]
+    wanted += [object_store_config(o, replicas) for o in OBJECT_STORES.values()]
+    return await converge(bus.js, wanted)
 
 
 async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
-    """Bind the catalogue's object store ``name``, creating it on first use."""
+    """Bind the catalogue's object store ``name``, creating it on first use; an existing one is
+    never changed, only checked (as `ensure_bucket`)."""
     spec: ObjectStoreSpec = OBJECT_STORES[name]
     try:
-        return await bus.js.object_store(spec.name)
+        store = await bus.js.object_store(spec.name)
     except BucketNotFoundError:
         return await bus.js.create_object_store(
             spec.name,
@@ -110,6 +121,9 @@ async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
                 replicas=bus._replicas(),
             ),
         )
+    wanted = object_store_config(spec, bus._replicas())
+    check_drift(wanted, (await bus.js.stream_info(wanted.name or "")).config)
+    return store
 
 
 class KeyWatch:

@@ -123,7 +123,8 @@ class Declaration:
     #: KV buckets it may create, read and watch but never write (``$KV.<bucket>.>`` refused).
     bucket_reads: tuple[str, ...] = ()
     object_stores: tuple[str, ...] = ()
-    #: Creates and updates every catalogue stream at start-up (every service replica does).
+    #: Creates every missing catalogue stream at start-up (every service replica does); never
+    #: updates one (`_stream_api`).
     provisions: bool = True
     #: Dead-letters what it cannot handle on ``seedance.dlq.<name>``.
     dead_letters: bool = True
@@ -323,9 +324,9 @@ def key_grant_subjects(identity: str) -> list[str]:
         if g.identity != identity:
             continue
         kv = f"KV_{g.bucket}"
-        # Create (ensure_bucket) and inspect the bucket; never reconfigure it (STREAM.UPDATE):
+        # Create (ensure_bucket) and inspect the bucket; never reconfigure it (no service may):
         # a key's writer owns that key, not the bucket's history, limits or subjects.
-        pub += [a for a in _stream_api(kv) if ".STREAM.UPDATE." not in a]
+        pub += _stream_api(kv)
         if not BUCKETS[g.bucket].direct:  # nats-py gets a key so (any key: it is in the body)
             pub.append(f"{JS_API}.STREAM.MSG.GET.{kv}")
         pub.append(f"{JS_API}.DIRECT.GET.{kv}.$KV.{g.bucket}.{g.key}")
@@ -379,7 +380,12 @@ class User:
 
 
 def _stream_api(stream: str) -> list[str]:
-    return [f"{JS_API}.STREAM.{op}.{stream}" for op in ("CREATE", "UPDATE", "INFO")]
+    """Create a missing stream (bucket, store) and inspect it; never UPDATE (nor DELETE) it:
+    nats-server does not check the updater's read permissions for a stream's ``sources`` or
+    ``mirror``, so an update grant let a service copy a stream it may not read into one it may
+    (review 1: the router read tenants' job specs through its routing mirror). Only an
+    operator's `seedance admin provision` changes an existing one (`seedance.core.drift`)."""
+    return [f"{JS_API}.STREAM.{op}.{stream}" for op in ("CREATE", "INFO")]
 
 
 def _durable_api(stream: str, durable: str) -> list[str]:
@@ -435,6 +441,8 @@ def _object_store_api(stores: tuple[str, ...]) -> list[str]:
         api += _stream_api(obj)
         api += [
             f"{JS_API}.STREAM.MSG.GET.{obj}",
+            # nats-py's put of an existing name purges the old object's chunks (its filter in
+            # the body): the store's writer owns its objects, never its configuration
             f"{JS_API}.STREAM.PURGE.{obj}",
             f"{JS_API}.DIRECT.GET.{obj}.>",
             # a get reads the object's chunks through an ordered consumer

@@ -240,10 +240,14 @@ def _history_timeout(args: argparse.Namespace) -> int:
 
 
 async def _provision(client: SeedanceClient, args: argparse.Namespace) -> int:
-    upgraded = await client.provision()
-    print("streams provisioned")
-    for bucket in upgraded:
-        print(f"direct gets turned on: KV bucket {bucket} (used from each service's next start)")
+    changes = await client.provision()
+    for change in changes:
+        print(change)
+    print(
+        f"streams provisioned: {len(changes)} changed"
+        if changes
+        else "streams provisioned: none changed"
+    )
     return 0
 
 

@@ -147,7 +147,9 @@ def parser() -> _Parser:
     top = _commands(p, "group")
     _jobs_parser(top)
     a = top.add_parser("admin", help="operate the bus (operator credentials)")
-    _commands(a, "cmd").add_parser("provision", help="create or update every catalogue stream")
+    _commands(a, "cmd").add_parser(
+        "provision", help="converge streams, buckets, stores to the catalogue"
+    )
     _costs_parser(top)
     _graph_parser(top)
     return p

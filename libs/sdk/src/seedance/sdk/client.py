@@ -33,8 +33,9 @@ import nats.js.errors
 
 from seedance.core.bus import Bus, BusSettings
 from seedance.core.clock import WALL_CLOCK, Clock
+from seedance.core.drift import Change
 from seedance.core.errors import SeedanceError
-from seedance.core.kv import ensure_object_store, upgrade_buckets
+from seedance.core.kv import ensure_object_store, provision
 from seedance.events import DecodeError, decode, new_event_id
 from seedance.events.allocation import AllocationAnswer, AllocationQuery
 from seedance.events.cost import CostEvent, current
@@ -192,12 +193,13 @@ class SeedanceClient:
     async def close(self) -> None:
         await self._bus.close()
 
-    async def provision(self) -> list[str]:
-        """Create or update every stream of the catalogue, and turn on direct gets of a bucket
-        made before the catalogue asked for them (needs an operator's credentials): the names
-        of the buckets it upgraded."""
-        await self._bus.ensure_streams()
-        return await upgrade_buckets(self._bus)
+    async def provision(self) -> list[Change]:
+        """Converge every catalogue stream, KV bucket and object store to the catalogue (needs
+        an operator's credentials; services only create what is missing): missing streams
+        created, drifted ones updated (a planted source removed), a mirror whose origin or
+        filter differs re-created from its origin. What it changed (`seedance.core.kv.provision`).
+        """
+        return await provision(self._bus)
 
     # --- jobs -------------------------------------------------------------------------------
 
