@@ -38,6 +38,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seedance.events import subjects
+from seedance.events.js_grants import (
+    JS_API,
+    durable_api,
+    durable_denied,
+    object_store_api,
+    stream_api,
+)
 from seedance.events.stores import SLICING_POLICY_KEY
 from seedance.events.subjects import (
     BUCKETS,
@@ -83,7 +90,6 @@ __all__ = [
     "tenant_user_name",
 ]
 
-JS_API = "$JS.API"
 #: The static user the auth-callout service connects as, and the subject the server asks it on.
 CALLOUT_USER = "auth-callout"
 CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
@@ -326,7 +332,7 @@ def key_grant_subjects(identity: str) -> list[str]:
         kv = f"KV_{g.bucket}"
         # Create (ensure_bucket) and inspect the bucket; never reconfigure it (no service may):
         # a key's writer owns that key, not the bucket's history, limits or subjects.
-        pub += _stream_api(kv)
+        pub += stream_api(kv)
         if not BUCKETS[g.bucket].direct:  # nats-py gets a key so (any key: it is in the body)
             pub.append(f"{JS_API}.STREAM.MSG.GET.{kv}")
         pub.append(f"{JS_API}.DIRECT.GET.{kv}.$KV.{g.bucket}.{g.key}")
@@ -379,39 +385,6 @@ class User:
     unrestricted: bool = False
 
 
-def _stream_api(stream: str) -> list[str]:
-    """Create a missing stream (bucket, store) and inspect it; never UPDATE (nor DELETE) it:
-    nats-server does not check the updater's read permissions for a stream's ``sources`` or
-    ``mirror``, so an update grant let a service copy a stream it may not read into one it may
-    (review 1: the router read tenants' job specs through its routing mirror). Only an
-    operator's `seedance admin provision` changes an existing one (`seedance.core.drift`)."""
-    return [f"{JS_API}.STREAM.{op}.{stream}" for op in ("CREATE", "INFO")]
-
-
-def _durable_api(stream: str, durable: str) -> list[str]:
-    return [
-        f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}",
-        f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}.>",
-        f"{JS_API}.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
-        f"{JS_API}.CONSUMER.INFO.{stream}.{durable}",
-        f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
-        # ack, nak, in-progress and term all go to the message's reply subject
-        f"$JS.ACK.{stream}.{durable}.>",
-    ]
-
-
-def _durable_denied(stream: str, durable: str) -> list[str]:
-    """Every verb on consumer ``durable`` of ``stream``: denied by name to a user granted any
-    consumer of that stream (a tenant's reads, a service's per-replica readers)."""
-    named, verbs = f"{stream}.{durable}", ("DURABLE.CREATE", "DELETE", "INFO", "MSG.NEXT")
-    return [
-        f"{JS_API}.CONSUMER.CREATE.{named}",
-        f"{JS_API}.CONSUMER.CREATE.{named}.>",
-        *(f"{JS_API}.CONSUMER.{v}.{named}" for v in verbs),
-        *(f"$JS.{kind}.{named}.>" for kind in ("FC", "ACK")),
-    ]
-
-
 def _others_denied(d: Declaration) -> list[str]:
     """Every other catalogue durable, by name, on the streams where ``d`` holds any consumer
     (per-replica readers, ``stream_reads``). A consumer name is one token (no partial-token
@@ -429,39 +402,8 @@ def _others_denied(d: Declaration) -> list[str]:
                     f"{d.name} reads any consumer of {stream}, where {c.durable!r} has "
                     "per-replica names: give one of them a stream of its own (a mirror)"
                 )
-            deny += _durable_denied(stream, c.durable)
+            deny += durable_denied(stream, c.durable)
     return deny
-
-
-def _object_store_api(stores: tuple[str, ...]) -> list[str]:
-    """What reading and writing the object stores ``stores`` takes."""
-    api: list[str] = []
-    for store in stores:
-        obj = f"OBJ_{store}"
-        api += _stream_api(obj)
-        api += [
-            f"{JS_API}.STREAM.MSG.GET.{obj}",
-            # nats-py's put of an existing name purges the old object's chunks (its filter in
-            # the body): the store's writer owns its objects, never its configuration
-            f"{JS_API}.STREAM.PURGE.{obj}",
-            f"{JS_API}.DIRECT.GET.{obj}.>",
-            # a get reads the object's chunks through an ordered consumer
-            f"{JS_API}.CONSUMER.CREATE.{obj}",
-            f"{JS_API}.CONSUMER.CREATE.{obj}.>",
-            f"{JS_API}.CONSUMER.DELETE.{obj}.>",
-            # ... whose flow-control requests (every few chunks of an object over ~1 MiB) it
-            # answers: refused, a get of a larger model stalled for ever (the demo's compile,
-            # issue 27: the tests' small models never met one).
-            f"$JS.FC.{obj}.>",
-            f"$O.{store}.>",
-        ]
-    if stores:
-        # nats-py's object store list/watch subscribes without naming the stream and looks it
-        # up by subject first (refused, the router's start-up read of its models timed out and
-        # it restarted for ever under the shipped permissions: `make compose-check` found it).
-        # The answer is stream names only, no data.
-        api.append(f"{JS_API}.STREAM.NAMES")
-    return api
 
 
 def declaration_permissions(d: Declaration) -> Permissions:
@@ -469,7 +411,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
     pub = [f"{JS_API}.INFO"]
     if d.provisions:
         for stream in STREAMS:
-            pub += _stream_api(stream.name)
+            pub += stream_api(stream.name)
     else:  # a publisher that only checks the streams it publishes to exist
         pub += [f"{JS_API}.STREAM.INFO.{s.name}" for s in STREAMS]
     pub += [FAMILIES[f] for f in d.publishes]
@@ -489,7 +431,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
     for durable in d.consumes:
         c = CONSUMERS[durable]
         if c.acked:
-            pub += _durable_api(c.stream, c.durable)
+            pub += durable_api(c.stream, c.durable)
             continue
         # Each replica reads with its own ``<durable>-<replica>`` consumer, re-created at
         # every start from its checkpoint (see subjects.replica_consumer), never under the
@@ -508,7 +450,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
         ]
     for bucket in d.buckets:
         kv = f"KV_{bucket}"
-        pub += _stream_api(kv)
+        pub += stream_api(kv)
         pub += [
             f"{JS_API}.STREAM.MSG.GET.{kv}",
             f"{JS_API}.DIRECT.GET.{kv}",
@@ -537,7 +479,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
             f"{JS_API}.CONSUMER.DELETE.{kv}.>",
         ]
     pub += [p for p in key_grant_subjects(d.name) if p not in pub]
-    pub += _object_store_api(d.object_stores)
+    pub += object_store_api(d.object_stores)
     return Permissions(
         publish_allow=tuple(pub),
         publish_deny=tuple(_others_denied(d)),
@@ -578,7 +520,7 @@ def tenant_permissions(tenant: str) -> Permissions:
                     f"consumer {c.durable!r} has per-replica names on {stream}, which tenants "
                     "read: its names cannot be denied to them by a subject pattern"
                 )
-            deny += _durable_denied(stream, c.durable)
+            deny += durable_denied(stream, c.durable)
     return Permissions(
         publish_allow=tuple(allow),
         publish_deny=tuple(deny),
