@@ -143,8 +143,6 @@ class FleetPlanner:
         self._kv: KeyValue | None = None
         self._store: StateStore | None = None
         self._entries = PlanEntries(bin_s)
-        # The counts last written to `counts_key` (None: write at the next commit).
-        self._counts: bytes | None = None
         self.lease: Lease | None = None
         self._reader: PullReader | None = None
         self._letters: DeadLetters | None = None
@@ -184,9 +182,7 @@ class FleetPlanner:
         planner stops waiting for this gateway at once), the reader and the lease released."""
         if self._bus is not None and self._reported_until_s is not None:
             await self.report(self._now_s(), leaving=True)
-        await self._unbind()
-        if self._store is not None:
-            await self._store.close()
+        await self._stand_down()
         if self.lease is not None:
             await self.lease.release()
 
@@ -277,7 +273,7 @@ class FleetPlanner:
         """While this gateway holds the lease: every report published so far merged, and the
         time the merged view is complete up to, if newer than the last plan's (else None)."""
         if self.lease is None or not self.lease.held:
-            await self._unbind()
+            await self._stand_down()
             return None
         try:
             if self._reader is None:
@@ -286,7 +282,7 @@ class FleetPlanner:
             await self._catch_up()
         except _READ_ERRORS as exc:
             log.warning("plan_observations_read_failed", error=repr(exc))
-            await self._unbind()
+            await self._stand_down()
             return None
         as_of = self.merge.release()
         if as_of is None or (self.planned_s is not None and as_of <= self.planned_s):
@@ -331,35 +327,37 @@ class FleetPlanner:
             # the bus did not acknowledge landed after all: standing down is then a handover
             # to whoever takes the lease, restored from the store, never a lost write).
             log.warning("plan_snapshot_superseded", fleet=self.fleet, error=str(exc))
-            await self._unbind()  # another leader wrote it: restore before leading again
+            await self._stand_down()  # another leader wrote it: restore before leading again
             if self.lease is not None:
                 # Until it is held afresh (the lease's loop re-creates the key if none holds
                 # it): a lease still held would restore and lead again at the next interval.
                 await self.lease.release()
             return False
         except TRANSIENT_BUS_ERRORS as exc:
-            # The next commit holds what changed since the last one that landed.
+            # It may or may not have landed (a reply lost): the next interval restores what
+            # the store holds before committing again. Committing on instead rewrote the first
+            # records of a commit whose last one had landed (review2: a restore read a mixture
+            # of two commits, 22,500 arrivals lost).
             log.warning("plan_snapshot_failed", error=repr(exc))
+            await self._stand_down()
             return True
         self._entries.committed()
         await self._write_counts(snapshot)
         return True
 
     async def _write_counts(self, snapshot: PlanSnapshot) -> None:
-        """Each model's committed count under `counts_key`, when it changed: the other gateways
-        read it every interval, which the whole store would make costly. A plain put after
-        the commit: a leader deposed between the two may leave its count there until the new
-        leader's next plan writes its own."""
+        """Each model's committed count under `counts_key`, after every commit (the other
+        gateways read it every interval, which the whole store would make costly). A plain
+        put, written even when unchanged: a deposed leader's put that lands late (a client
+        reconnecting flushes it) holds only until the leader's next commit, one interval.
+        Skipped when unchanged, it held for as long as the leader's count stayed the same
+        (review2: followers at 4 while the leader planned 8)."""
         assert self._kv is not None
         value = _counts_enc.encode({m: s.plan.replicas for m, s in snapshot.models.items()})
-        if value == self._counts:
-            return
         try:
             await self._kv.put(counts_key(self.fleet), value)
         except TRANSIENT_BUS_ERRORS as exc:  # written at the next commit
             log.warning("plan_counts_failed", error=repr(exc))
-            return
-        self._counts = value
 
     async def _restore(self) -> None:
         assert self._store is not None
@@ -372,7 +370,6 @@ class FleetPlanner:
             snapshot = await self._migrate(legacy)
         elif legacy is not None:  # a migration that stopped short of deleting it
             await self._store.drop_legacy(legacy_key(self.fleet))
-        self._counts = None
         self.plans.clear()
         self.plans.update(self._initial_plans)
         fresh = {m: LoadEstimator(self.estimators[m].cfg) for m in self._models}
@@ -439,6 +436,13 @@ class FleetPlanner:
         await reader.start()
         self._reader = reader
         self._on_leading(True)
+
+    async def _stand_down(self) -> None:
+        """Stop leading until `ready` restores from the store: the reader closed and a base
+        being written stopped (a deposed leader's base must not go on after another loaded)."""
+        await self._unbind()
+        if self._store is not None:
+            await self._store.close()
 
     async def _unbind(self) -> None:
         if self._reader is not None:
