@@ -6,11 +6,14 @@ server for a 0.8 MB state).
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import replace
+
+import msgspec
 
 from seedance.core import Bus
 from seedance.core.kv import live_keys
-from seedance.core.state_store import StateStore
+from seedance.core.state_store import Head, StateStore
 from seedance.router.plan_state import STORE_SLOTS, older_state_prefix, state_prefix
 from tests.integration.router.test_plan_leader import T0, _as, _Clock, _router
 
@@ -88,3 +91,28 @@ async def test_an_older_planners_store_is_read_once_and_its_keys_deleted(
     finally:
         for bus in (bus_a, bus_b):
             await bus.close()
+
+
+async def test_an_older_store_left_unloadable_is_dropped_and_the_planner_leads(
+    auth_url: str, unique: str
+) -> None:
+    # The older code could leave a head naming a base two writers wrote (review2): no read
+    # mends it, so a planner that waited for it would never lead again.
+    fleet = f"u{unique}"[:30]
+    bus = await Bus.connect(_as(auth_url, "router"))
+    try:
+        svc = await _router(bus, _Clock(T0 + 120), fleet, "gw-a")
+        fp = svc.fleet_plan
+        assert fp._kv is not None
+        assert fp.lease is not None
+        older = older_state_prefix(fleet)
+        head = Head(gen=0, chunks=1, token="a" * 16, upto=-1)
+        await fp._kv.put(f"{older}.head", msgspec.msgpack.encode(head))
+        chunk = msgspec.msgpack.encode(["b" * 16, 0, {"~seq": b"x"}])  # another base's chunk
+        await fp._kv.put(f"{older}.b.0.0", zlib.compress(chunk))
+        assert await fp.lease.try_acquire()
+        await fp.ready()
+        assert fp.leading
+        assert not await live_keys(fp._kv, older)
+    finally:
+        await bus.close()

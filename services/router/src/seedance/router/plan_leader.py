@@ -423,11 +423,17 @@ class FleetPlanner:
 
     async def _take_older_store(self) -> bool:
         """The store an older planner wrote (`older_state_prefix`, 1024 slots) installed as this
-        one's first base; False when there is none."""
+        one's first base; False when there is none, or none that can be read (logged)."""
         assert self._kv is not None
         assert self._store is not None
         older = StateStore(self._kv, older_state_prefix(self.fleet))
-        if not await older.load():
+        try:
+            if not await older.load():
+                return False
+        except StateConflict as exc:
+            # Its head names a base two writers wrote (review2: a deposed leader's late base),
+            # which no read mends: the planner starts afresh rather than never again.
+            log.warning("plan_store_older_unreadable", fleet=self.fleet, error=str(exc))
             return False
         await self._store.install(older.entries)
         log.info("plan_store_migrated", fleet=self.fleet, entries=len(older.entries))
