@@ -4,15 +4,18 @@ shipped user writing and reading its own state."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
+from typing import Any
 
+import nats.errors
 import pytest
 from nats.js.kv import KeyValue
 
 from seedance.core import Bus, BusSettings
 from seedance.core.kv import ensure_bucket
-from seedance.core.state_store import StateConflict, StateStore, encode_records
+from seedance.core.state_store import StateConflict, StateStore, decode_record, encode_records
 from tests.integration.conftest import shipped_password
 
 BUCKET = "seedance-slicer-state"
@@ -111,8 +114,8 @@ async def test_a_journal_over_several_read_windows_restores_as_read_one_by_one(
     await store.load()
     rng = random.Random(11)
     live: dict[str, bytes] = {}
-    for _ in range(185):
-        change = changes_for(rng, live, rng.randrange(1, 4))
+    for _ in range(185):  # small commits: 185 records stay under the bytes that call a base
+        change = changes_for(rng, live, rng.randrange(1, 3))
         await store.commit(change)
         applied(live, change)
     assert store.stats.bases == 0
@@ -197,6 +200,127 @@ async def test_a_stale_writer_cannot_install_a_base_over_the_journal(
     reader = store_of(prefix, slots=8, compact_records=4)
     await reader.load()
     assert reader.entries == {"f0": b"1", **{f"s{i}": b"1" for i in range(12)}}
+
+
+class _LandsThenTimesOut:
+    """The real KV; once armed, the next journal record marked complete is written (it lands)
+    and then the call raises a timeout, as a reply lost on a flaky link does."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+        rev = await self._kv.update(key, value, last=last)
+        if ".j." in key and self.armed and decode_record(value).complete:
+            self.armed = False
+            raise nats.errors.TimeoutError
+        return rev
+
+
+async def test_a_commit_over_the_records_of_an_unacknowledged_one_never_reads_as_a_mixture(
+    kv: KeyValue, unique: str
+) -> None:
+    prefix = f"pool.t{unique}"
+    flaky = _LandsThenTimesOut(kv)
+    store = StateStore(flaky, prefix, part_bytes=4096)  # type: ignore[arg-type]
+    await store.load()
+    await store.commit({"a": b"1"})
+    first = {f"big/{i}": random.Random(i).randbytes(500) for i in range(40)}
+    flaky.armed = True
+    with pytest.raises(nats.errors.TimeoutError):
+        await store.commit(first)  # every record landed; the writer cannot know
+    # A writer that commits on without reloading rewrites the first records of that commit
+    # and fails on its last (another writer's, as far as the server can tell).
+    second = {f"big/{i}": random.Random(1000 + i).randbytes(500) for i in range(40)}
+    with pytest.raises(StateConflict):
+        await store.commit(second)
+    reader = StateStore(kv, prefix, part_bytes=4096)
+    await reader.load()
+    # Some state that was committed: before the fix, the second's first half and the first's
+    # second half.
+    assert reader.entries in ({"a": b"1"}, {"a": b"1", **first})
+
+
+async def test_records_written_before_commit_tokens_still_read(
+    kv: KeyValue, store_of: Callable[..., StateStore], unique: str
+) -> None:
+    prefix = f"pool.t{unique}"
+    old = {f"old/{i}": random.Random(i).randbytes(500) for i in range(40)}
+    records = encode_records(0, old, 4096)  # no token: the older writer's form
+    assert len(records) > 1
+    for n, data in enumerate(records):
+        await kv.put(f"{prefix}.j.{n}", data)
+    store = store_of(prefix, part_bytes=4096)
+    assert await store.load()
+    assert store.entries == old
+    await store.commit({"new": b"1"})
+    again = store_of(prefix, part_bytes=4096)
+    await again.load()
+    assert again.entries == {**old, "new": b"1"}
+
+
+class _Paused:
+    """The real KV; a base's writes stop after its first chunk until `go` is set (a stall:
+    the event loop busy, a slow link), then go on."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+        self.go = asyncio.Event()
+        self.stalled = asyncio.Event()
+        self.chunks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+        if ".b." in key:
+            self.chunks += 1
+            if self.chunks == 2:
+                self.stalled.set()
+                await self.go.wait()
+        return await self._kv.update(key, value, last=last)
+
+
+@pytest.mark.parametrize("first_base", [True, False])
+async def test_a_deposed_writers_late_base_never_makes_the_store_unloadable(
+    kv: KeyValue, unique: str, first_base: bool
+) -> None:
+    # review2: A's base under way when B loads, A's head lands after, then B's base overwrote
+    # the chunks A's head names: no one could load the store again.
+    prefix = f"pool.t{unique}"
+    kw: dict[str, Any] = {"slots": 16, "compact_records": 2, "part_bytes": 60_000}
+    paused = _Paused(kv)
+    a = StateStore(paused, prefix, **kw)  # type: ignore[arg-type]
+    await a.load()
+    if not first_base:  # the race on a later base, with a head already there
+        await a.install({"seed": b"1"})
+        paused.chunks = 0
+    for i in range(2):  # a base is due, written in the background
+        rng = random.Random(i)
+        await a.commit({f"k{i}.{j}": rng.randbytes(20_000) for j in range(10)})
+    assert a._compacting is not None
+    await asyncio.wait_for(paused.stalled.wait(), 10)  # chunk 0 written, the rest stalled
+
+    b = StateStore(kv, prefix, **kw)  # the new writer loads now
+    assert await b.load()
+    paused.go.set()
+    await a._compacting  # a's base goes on (no one stopped it): its chunks, then its head
+    rng = random.Random(2)
+    await b.commit({f"k2.{j}": rng.randbytes(20_000) for j in range(10)})
+    assert b._compacting is not None
+    await b._compacting  # b's base is due in turn
+    if b._conflict is not None:  # refused rather than overwrite: b reloads and goes on
+        await b.load()
+        await b.commit({"after": b"1"})
+        await b.close()
+    for _ in range(2):  # every later writer loads what b committed
+        c = StateStore(kv, prefix, **kw)
+        assert await c.load()
+        assert c.entries == b.entries
 
 
 async def test_the_slicers_shipped_user_commits_and_restores_its_state(

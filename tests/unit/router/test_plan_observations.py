@@ -20,6 +20,7 @@ from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import PlannerConfig, PlanState, ReplicaCapacity, plan
 from seedance.router.plan_observations import (
     ArrivalLog,
+    MergeState,
     ObservationMerge,
     bin_end_s,
     observation_events,
@@ -385,3 +386,22 @@ def test_a_leaving_report_re_sent_is_counted_once() -> None:
     assert merge.apply(last)
     assert not merge.apply(last)
     assert merge.duplicates == 1
+
+
+def test_a_restored_state_of_a_model_no_longer_planned_is_dropped_not_raised() -> None:
+    # review2 finding 5: a store written while the router planned "x" restored by one planning
+    # "m" only: releasing x's pending arrivals raised KeyError outside `ready`, and the planning
+    # loop died.
+    state = MergeState(
+        pending=(("x", ((T0 + 1, 100),)), ("m", ((T0 + 2, 50),))),
+        outcomes=(("x", ((T0, 1, 1),)),),
+        applied=(("gw", "m", T0 + 15), ("gw", "x", T0 + 15)),
+    )
+    m = LoadEstimator()
+    merge = ObservationMerge({"m": m}, 15.0, state, now_s=lambda: T0 + 16)
+    assert merge.release() == T0 + 15
+    assert m.state().arrivals == ((T0 + 2, 50),)
+    assert merge.take_outcomes() == {}
+    after = merge.state()
+    assert after.pending == ()
+    assert after.applied == (("gw", "m", T0 + 15),)

@@ -36,7 +36,13 @@ from seedance.core.state_store import StateStore, encode_records
 from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import PlanState
 from seedance.router.plan_observations import MergeState
-from seedance.router.plan_state import ModelSnapshot, PlanEntries, PlanSnapshot
+from seedance.router.plan_state import (
+    STORE_COMPACT_RECORDS,
+    STORE_SLOTS,
+    ModelSnapshot,
+    PlanEntries,
+    PlanSnapshot,
+)
 from seedance.testing.servers import NatsServer
 
 T = 1_765_000_005.0  # a 15 s bin edge
@@ -67,9 +73,10 @@ async def _bus_rows(fleets: list[tuple[int, PlanSnapshot, PlanSnapshot]], repeat
             for rate, before, after in fleets:
                 commit_ms, load_ms, decode_ms = [], [], []
                 for run in range(repeat):
-                    prefix = f"r{rate}-{run}.state"
+                    prefix = f"r{rate}-{run}.plan"
+                    opts = {"slots": STORE_SLOTS, "compact_records": STORE_COMPACT_RECORDS}
                     entries = PlanEntries(BIN_S)
-                    store = StateStore(kv, prefix)
+                    store = StateStore(kv, prefix, **opts)
                     await store.load()
                     await store.install(entries.entries(before))
                     entries.committed()
@@ -77,7 +84,7 @@ async def _bus_rows(fleets: list[tuple[int, PlanSnapshot, PlanSnapshot]], repeat
                     await store.commit(entries.changes(after))
                     commit_ms.append(1e3 * (time.perf_counter() - start))
                     await store.close()
-                    again = StateStore(kv, prefix)
+                    again = StateStore(kv, prefix, **opts)
                     start = time.perf_counter()
                     await again.load()
                     loaded = time.perf_counter()

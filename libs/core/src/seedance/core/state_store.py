@@ -11,7 +11,7 @@ what goes in a commit, or publish anything but its own keys.
 Keys, under ``<prefix>.`` in the bucket (``prefix`` is one or more key tokens):
 
 * ``head``: which base is current (`Head`: its generation slot, chunk count, token, and the
-  last journal record it includes);
+  last journal record it includes; no chunks: none yet, a writer's claim before its first);
 * ``b.<g>.<i>``: chunk ``i`` of the base in generation slot ``g`` (0 or 1: a new base goes to
   the slot the head does not name, so the current one is never overwritten);
 * ``j.<s>``: journal record ``n`` with ``n % slots == s``. Slots are reused, never deleted: a
@@ -20,14 +20,23 @@ Keys, under ``<prefix>.`` in the bucket (``prefix`` is one or more key tokens):
   and needs no purge, and a writer whose idea of the journal is stale fails.
 
 Exactly once: a commit is one record, or several consecutive records of which only the last is
-marked complete when its changes do not fit one message; a journal ending in an incomplete
-group was a commit that never finished (its batch was not acknowledged) and is ignored, its
-slots overwritten by the next commit. Every write is compare-and-set on a revision this writer
+marked complete when its changes do not fit one message, each stamped with the commit's token;
+a journal ending in an incomplete group was a commit that never finished (its batch was not
+acknowledged) and is ignored, its slots overwritten by the next commit. A group whose records
+carry two tokens is ignored likewise: a commit that rewrote the first records of an earlier
+one whose last record landed unacknowledged (a bus error: the writer did not reload) and then
+failed, which read as one group would be a mixture of two commits (records written before the
+token have none, and read as before). Every write is compare-and-set on a revision this writer
 read or wrote, so two writers (a deposed leader that has not noticed yet) can never both
 succeed at the same point of the history: the loser gets `StateConflict`, reloads and finds
 the other's commit. A base is a cache of the journal up to its record, so whichever writer
 compacts, the result is the same; its chunks carry the base's token, and a restore that finds
-one that does not match fails loudly rather than reading a mixture.
+one that does not match fails loudly rather than reading a mixture. A writer claims the head
+before it writes a chunk (the head rewritten as it read it, compare-and-set), so the next head
+to name the slot can only be its own: a deposed writer whose base is under way when another
+loads, and whose head lands after, can no longer have the other overwrite the chunks that head
+names (the other's claim fails instead: it reloads; review2's finding). Keys stay bounded (two
+base slots): a base keyed by its token would leave a delete marker per chunk behind for good.
 
 Costs (why these bounds): a record is deflated msgpack of the changed entries; a base is
 written when the journal holds `compact_records` records or as many bytes as the base (so a
@@ -85,6 +94,9 @@ class _Record(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     complete: bool
     set: dict[str, bytes]
     delete: list[str]
+    #: The commit's token, the same on each of its records (random, 32 bits: it only tells a
+    #: commit from the one whose records it overwrote; 0: written before tokens).
+    token: int = 0
 
 
 class _Chunk(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -100,10 +112,14 @@ _head_dec = msgspec.msgpack.Decoder(Head)
 
 
 def encode_records(
-    first: int, changes: Mapping[str, bytes | None], part_bytes: int = PART_BYTES
+    first: int,
+    changes: Mapping[str, bytes | None],
+    part_bytes: int = PART_BYTES,
+    *,
+    token: int = 0,
 ) -> list[bytes]:
-    """The deflated records of one commit, numbered from `first`: one when the changes fit
-    `part_bytes`, else consecutive ones, only the last marked complete."""
+    """The deflated records of one commit, numbered from `first`, each stamped `token`: one
+    when the changes fit `part_bytes`, else consecutive ones, only the last marked complete."""
     items = list(changes.items())
     groups = [items]
     while True:
@@ -115,6 +131,7 @@ def encode_records(
                 complete=i == len(groups) - 1,
                 set={k: v for k, v in group if v is not None},
                 delete=[k for k, v in group if v is None],
+                token=token,
             )
             data = zlib.compress(_enc.encode(rec), 1)
             if len(data) > part_bytes and len(group) > 1:
@@ -223,12 +240,22 @@ class StateStore:
             self._head = _head_dec.decode(entry.value or b"")
             await self._read_base(self._head)
             self._next = self._head.upto + 1
-        found = self._head is not None
+        found = self._head is not None and self._head.chunks > 0
+        found = await self._read_journal() or found
+        self.stats.journal_records = self.journal_records
+        self.stats.journal_bytes = self._journal_bytes
+        return found
+
+    async def _read_journal(self) -> bool:
+        """Apply the journal's complete commits after the base (from `_next`) to `entries`;
+        whether it held any record. `_next` ends at the first record the next commit writes."""
+        found = False
         # Journal records after the base, in order, until a slot holds an older record; read
         # `_WINDOW` slots at a time (one round trip each, gathered; the first slot alone, so
         # an empty journal costs one read), used as if one by one: a slot past where that
         # stops neither notes a revision nor fails the load.
         pending: dict[str, bytes | None] = {}
+        group: int | None = None  # the token of the commit being read (None: between two)
         first_open = self._next
         n = self._next
         window = 1
@@ -248,9 +275,10 @@ class StateStore:
                     break
                 data = slot.value or b""
                 rec = decode_record(data)
-                if rec.n != n:
-                    ended = True
+                if rec.n != n or (group is not None and rec.token != group):
+                    ended = True  # an older record, or another commit's in this one's group
                     break
+                group = rec.token
                 found = True
                 self._sizes[n] = len(data)
                 pending.update(rec.set)
@@ -259,12 +287,11 @@ class StateStore:
                 if rec.complete:
                     _apply(self.entries, pending)
                     pending = {}
+                    group = None
                     first_open = n
         # An incomplete group at the end never committed: the next commit overwrites it.
         self._next = first_open
         self._sizes = {k: v for k, v in self._sizes.items() if k < first_open}
-        self.stats.journal_records = self.journal_records
-        self.stats.journal_bytes = self._journal_bytes
         return found
 
     async def _get(self, key: str) -> KeyValue.Entry | None:
@@ -334,7 +361,7 @@ class StateStore:
             await self._stop_compacting(wait=True)
             if self.journal_records + 1 >= self._slots:
                 await self._compact_now()
-        records = encode_records(self._next, changes, self._part_bytes)
+        records = encode_records(self._next, changes, self._part_bytes, token=secrets.randbits(32))
         for i, data in enumerate(records):
             key = self._key("j", (self._next + i) % self._slots)
             try:
@@ -364,7 +391,7 @@ class StateStore:
     async def install(self, entries: Mapping[str, bytes]) -> None:
         """Make `entries` the state, written as a base now (a state migrated from an older
         format into an empty store)."""
-        if self._head is not None or self._next:
+        if not self.empty:
             raise StateConflict(f"{self._prefix} already holds a state: install is for a new one")
         self.entries = dict(entries)
         await self._compact_now()
@@ -380,15 +407,21 @@ class StateStore:
     async def _compact(
         self, entries: dict[str, bytes], upto: int, *, background: bool = False
     ) -> None:
-        """Write `entries` (the map as of record `upto`) as a base in the slot the head does
-        not name, then point the head at it. In the background a bus error leaves the old
-        base current (the next commit tries again); in the foreground it is raised."""
+        """Claim the head, write `entries` (the map as of record `upto`) as a base in the slot
+        the head does not name, then point the head at it. In the background a bus error
+        leaves the old base current (the next commit tries again); in the foreground it is
+        raised."""
         started = time.perf_counter()
-        head = self._head
-        gen = 1 - head.gen if head is not None else 0
+        # The claim: the head as read (none yet: one naming no base, slot 1, so the first base
+        # goes to slot 0), compare-and-set. Whoever names the slot next must write the head on
+        # the revision this leaves, which only this writer holds.
+        claim = self._head or Head(gen=1, chunks=0, token="", upto=-1)
+        gen = 1 - claim.gen
         token = secrets.token_hex(8)
         size = 0
         try:
+            key = self._key("head")
+            self._revs[key] = await self._kv.update(key, _enc.encode(claim), last=self._rev(key))
             chunks = 0
             for part in _chunked(entries, self._part_bytes):
                 data = zlib.compress(
@@ -438,8 +471,9 @@ class StateStore:
     # -- older formats ----------------------------------------------------------------------
     @property
     def empty(self) -> bool:
-        """Nothing was ever written under the prefix (as of the last `load`)."""
-        return self._head is None and self._next == 0
+        """Nothing was ever written under the prefix (as of the last `load`; a claim without a
+        base is nothing)."""
+        return (self._head is None or self._head.chunks == 0) and self._next == 0
 
     async def take_legacy_keys(self, prefix: str) -> dict[str, bytes]:
         """Every live key under `prefix` and its value (an older format's keys, one a record:

@@ -10,13 +10,14 @@ into the planner's estimators and outcome tally, and the service plans on that m
 other gateways only route. After each plan the leader commits what the
 plan changed of the planner's state (`plan_state`: each model's `PlanState` and
 `EstimatorState`, the merge, the stream sequence they reflect) to a
-`seedance.core.state_store.StateStore` under ``<fleet>.state`` in ``seedance-router-plan``,
+`seedance.core.state_store.StateStore` under ``<fleet>.plan`` in ``seedance-router-plan``,
 then each model's count to ``<fleet>.replicas`` (what the other gateways follow); a new leader
 (a standby, or the same router restarted) loads the store and replays the reports published
 since, so neither a handover nor a restart forgets the learnt capacity factor, any of the
 arrivals the planner held, or starts the fleet's count afresh. A store still empty beside an
-older planner's one-value snapshot (key ``<fleet>``) starts from that snapshot, written as the
-store's first base; the old key is then deleted.
+older planner's store (under ``<fleet>.state``, in 1024 journal slots) or its one-value
+snapshot (key ``<fleet>``) starts from that, written as the store's first base; the older keys
+are then deleted.
 
 Must not decide (the planner does) nor route. A leader whose commit is refused (`StateConflict`:
 another wrote since) is superseded: that decision is neither published nor followed, and it
@@ -28,6 +29,7 @@ cannot decode is dead-lettered (``decode_error``), like one naming another fleet
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import socket
@@ -40,7 +42,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock, DeadLetters
-from seedance.core.kv import Lease, ensure_bucket
+from seedance.core.kv import Lease, ensure_bucket, live_keys
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.core.state_store import StateConflict, StateStore, StoreStats
@@ -60,11 +62,14 @@ from seedance.router.plan_observations import (
     split_to_fit,
 )
 from seedance.router.plan_state import (
+    STORE_COMPACT_RECORDS,
+    STORE_SLOTS,
     ModelSnapshot,
     PlanEntries,
     PlanSnapshot,
     counts_key,
     legacy_key,
+    older_state_prefix,
     state_prefix,
 )
 from seedance.router.planner_feed import OutcomesByArrival
@@ -99,6 +104,8 @@ _HEADERS_BYTES = 4096
 # How long a catch-up waits for the reports the stream holds.
 _CATCH_UP_S = 5.0
 _CATCH_UP_POLL_S = 0.5
+# Keys of the older store deleted at once (one round trip each, gathered).
+_DELETE_WINDOW = 64
 
 
 def gateway_name(configured: str = "") -> str:
@@ -147,8 +154,6 @@ class FleetPlanner:
         self._kv: KeyValue | None = None
         self._store: StateStore | None = None
         self._entries = PlanEntries(bin_s)
-        # The counts last written to `counts_key` (None: write at the next commit).
-        self._counts: bytes | None = None
         self.lease: Lease | None = None
         self._reader: PullReader | None = None
         self._letters: DeadLetters | None = None
@@ -173,7 +178,12 @@ class FleetPlanner:
         self._bus = bus
         self._letters = DeadLetters(bus, "router", derived_ids=True)
         self._kv = await ensure_bucket(bus, PLAN_BUCKET)
-        self._store = StateStore(self._kv, state_prefix(self.fleet))
+        self._store = StateStore(
+            self._kv,
+            state_prefix(self.fleet),
+            slots=STORE_SLOTS,
+            compact_records=STORE_COMPACT_RECORDS,
+        )
         leases = await ensure_bucket(bus, LEASES_BUCKET)
         self.lease = Lease(
             leases, f"router-plan.{self.fleet}", self.gateway, self._clock, _LEASE_TTL_S
@@ -188,9 +198,7 @@ class FleetPlanner:
         planner stops waiting for this gateway at once), the reader and the lease released."""
         if self._bus is not None and self._reported_until_s is not None:
             await self.report(self._now_s(), leaving=True)
-        await self._unbind()
-        if self._store is not None:
-            await self._store.close()
+        await self._stand_down()
         if self.lease is not None:
             await self.lease.release()
 
@@ -281,7 +289,7 @@ class FleetPlanner:
         """While this gateway holds the lease: every report published so far merged, and the
         time the merged view is complete up to, if newer than the last plan's (else None)."""
         if self.lease is None or not self.lease.held:
-            await self._unbind()
+            await self._stand_down()
             self._on_diverged(False)  # not this gateway's to plan (the holder's gauge says)
             return None
         try:
@@ -294,11 +302,11 @@ class FleetPlanner:
             # mirror (this user may not), checked again at every interval.
             log.error("plan_mirror_diverged", fleet=self.fleet, reason=str(exc), fix=OPERATOR_FIX)
             self._on_diverged(True)
-            await self._unbind()
+            await self._stand_down()
             return None
         except _READ_ERRORS as exc:
             log.warning("plan_observations_read_failed", error=repr(exc))
-            await self._unbind()
+            await self._stand_down()
             return None
         as_of = self.merge.release()
         if as_of is None or (self.planned_s is not None and as_of <= self.planned_s):
@@ -343,40 +351,45 @@ class FleetPlanner:
             # the bus did not acknowledge landed after all: standing down is then a handover
             # to whoever takes the lease, restored from the store, never a lost write).
             log.warning("plan_snapshot_superseded", fleet=self.fleet, error=str(exc))
-            await self._unbind()  # another leader wrote it: restore before leading again
+            await self._stand_down()  # another leader wrote it: restore before leading again
             if self.lease is not None:
                 # Until it is held afresh (the lease's loop re-creates the key if none holds
                 # it): a lease still held would restore and lead again at the next interval.
                 await self.lease.release()
             return False
         except TRANSIENT_BUS_ERRORS as exc:
-            # The next commit holds what changed since the last one that landed.
+            # It may or may not have landed (a reply lost): the next interval restores what
+            # the store holds before committing again. Committing on instead rewrote the first
+            # records of a commit whose last one had landed (review2: a restore read a mixture
+            # of two commits, 22,500 arrivals lost).
             log.warning("plan_snapshot_failed", error=repr(exc))
+            await self._stand_down()
             return True
         self._entries.committed()
         await self._write_counts(snapshot)
         return True
 
     async def _write_counts(self, snapshot: PlanSnapshot) -> None:
-        """Each model's committed count under `counts_key`, when it changed: the other gateways
-        read it every interval, which the whole store would make costly. A plain put after
-        the commit: a leader deposed between the two may leave its count there until the new
-        leader's next plan writes its own."""
+        """Each model's committed count under `counts_key`, after every commit (the other
+        gateways read it every interval, which the whole store would make costly). A plain
+        put, written even when unchanged: a deposed leader's put that lands late (a client
+        reconnecting flushes it) holds only until the leader's next commit, one interval.
+        Skipped when unchanged, it held for as long as the leader's count stayed the same
+        (review2: followers at 4 while the leader planned 8)."""
         assert self._kv is not None
         value = _counts_enc.encode({m: s.plan.replicas for m, s in snapshot.models.items()})
-        if value == self._counts:
-            return
         try:
             await self._kv.put(counts_key(self.fleet), value)
         except TRANSIENT_BUS_ERRORS as exc:  # written at the next commit
             log.warning("plan_counts_failed", error=repr(exc))
-            return
-        self._counts = value
 
     async def _restore(self) -> None:
         assert self._store is not None
         assert self._bus is not None
         found = await self._store.load()
+        if not found and self._store.empty:
+            found = await self._take_older_store()
+        await self._drop_older_store()
         # Also when nothing is stored (a purged bucket): the committed view starts empty.
         snapshot = self._entries.restore(self._store.entries)
         legacy = await self._store.take_legacy(legacy_key(self.fleet))
@@ -384,7 +397,6 @@ class FleetPlanner:
             snapshot = await self._migrate(legacy)
         elif legacy is not None:  # a migration that stopped short of deleting it
             await self._store.drop_legacy(legacy_key(self.fleet))
-        self._counts = None
         self.plans.clear()
         self.plans.update(self._initial_plans)
         fresh = {m: LoadEstimator(self.estimators[m].cfg) for m in self._models}
@@ -420,6 +432,39 @@ class FleetPlanner:
             journal_records=self._store.stats.journal_records,
             factors={m: p.capacity_factor for m, p in self.plans.items()},
         )
+
+    async def _take_older_store(self) -> bool:
+        """The store an older planner wrote (`older_state_prefix`, 1024 slots) installed as this
+        one's first base; False when there is none, or none that can be read (logged)."""
+        assert self._kv is not None
+        assert self._store is not None
+        older = StateStore(self._kv, older_state_prefix(self.fleet))
+        try:
+            if not await older.load():
+                return False
+        except StateConflict as exc:
+            # Its head names a base two writers wrote (review2: a deposed leader's late base),
+            # which no read mends: the planner starts afresh rather than never again.
+            log.warning("plan_store_older_unreadable", fleet=self.fleet, error=str(exc))
+            return False
+        await self._store.install(older.entries)
+        log.info("plan_store_migrated", fleet=self.fleet, entries=len(older.entries))
+        return True
+
+    async def _drop_older_store(self) -> None:
+        """Delete the older store's keys (a migration that stopped short included): once its
+        state is in this store they are only bytes the server keeps."""
+        assert self._kv is not None
+        keys = list(await live_keys(self._kv, older_state_prefix(self.fleet)))
+        for i in range(0, len(keys), _DELETE_WINDOW):
+            await asyncio.gather(*(self._deleted(k) for k in keys[i : i + _DELETE_WINDOW]))
+        if keys:
+            log.info("plan_store_older_dropped", fleet=self.fleet, keys=len(keys))
+
+    async def _deleted(self, key: str) -> None:
+        assert self._kv is not None
+        with contextlib.suppress(KeyNotFoundError):
+            await self._kv.delete(key)
 
     async def _migrate(self, legacy: bytes) -> PlanSnapshot | None:
         """An older planner's one-value snapshot as the store's first base (its key then
@@ -481,6 +526,13 @@ class FleetPlanner:
         await reader.start()
         self._reader = reader
         self._on_leading(True)
+
+    async def _stand_down(self) -> None:
+        """Stop leading until `ready` restores from the store: the reader closed and a base
+        being written stopped (a deposed leader's base must not go on after another loaded)."""
+        await self._unbind()
+        if self._store is not None:
+            await self._store.close()
 
     async def _unbind(self) -> None:
         if self._reader is not None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import msgspec
@@ -200,7 +200,8 @@ class ObservationMerge:
         self._applied: dict[tuple[str, str], float] = {
             (g, m): t for g, t in state.reported for m in estimators
         }
-        self._applied.update({(g, m): t for g, m, t in state.applied})
+        self._applied.update({(g, m): t for g, m, t in state.applied if m in estimators})
+        state = _planned_only(state, estimators)
         # A snapshot written before skewed reports were refused may carry one: not waited on.
         ahead = self._now_s() + _AHEAD_BINS * bin_s
         self._applied = {k: t for k, t in self._applied.items() if t <= ahead}
@@ -299,3 +300,22 @@ class ObservationMerge:
             ),
             released_s=self._released_s,
         )
+
+
+def _planned_only(state: MergeState, estimators: Mapping[str, LoadEstimator]) -> MergeState:
+    """`state` without the pending arrivals and outcomes of models not in `estimators` (a
+    model no longer configured: releasing its arrivals raised KeyError and stopped the
+    planning loop; review2 finding 5), logged. Its watermarks are left out by the caller."""
+    dropped = sorted(
+        {m for m, _ in state.pending if m not in estimators}
+        | {m for m, _ in state.outcomes if m not in estimators}
+        | {m for _, m, _ in state.applied if m not in estimators}
+    )
+    if not dropped:
+        return state
+    log.warning("plan_state_model_dropped", models=dropped)
+    return replace(
+        state,
+        pending=tuple((m, a) for m, a in state.pending if m in estimators),
+        outcomes=tuple((m, o) for m, o in state.outcomes if m in estimators),
+    )
