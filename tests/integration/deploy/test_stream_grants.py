@@ -33,7 +33,7 @@ from seedance.events.subjects import BUCKETS, OBJECT_STORES, routing
 from seedance.sdk import SeedanceClient
 from seedance.testing.servers import auth_server
 from tests.integration.conftest import shipped_password
-from tests.integration.deploy.test_lease_grants import _connect, _User
+from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 
 JS = "$JS.API"
 OLD_CONF = Path(__file__).parent / "fixtures" / "nats-auth-stream-update.conf"
@@ -74,7 +74,7 @@ async def admin(fresh_url: str) -> AsyncIterator[Bus]:
         await bus.close()
 
 
-async def _plant(user: _User, source: dict[str, object]) -> bool:
+async def _plant(user: ShippedUser, source: dict[str, object]) -> bool:
     """``user`` adds ``source`` to SEEDANCE_ROUTING: True when the server took it."""
     info = json.loads(
         (await user.nc.request(f"{JS}.STREAM.INFO.{routing.STREAM}", b"", timeout=5)).data
@@ -85,7 +85,7 @@ async def _plant(user: _User, source: dict[str, object]) -> bool:
     return not await user.refused(subject, json.dumps(config).encode())
 
 
-async def _read_mirror(router: _User, name: str) -> list[bytes]:
+async def _read_mirror(router: ShippedUser, name: str) -> list[bytes]:
     """What a reader of the router's mirror with its one granted filter gets (0.5 s waits)."""
     body = {
         "stream_name": routing.PLAN_STREAM,
@@ -120,7 +120,7 @@ async def _read_mirror(router: _User, name: str) -> list[bytes]:
 
 async def _router_reads_jobs(url: str, unique: str) -> tuple[bool, list[bytes]]:
     admin = await _admin(url)
-    router = await _connect(url, "router")
+    router = await connect_shipped(url, "router")
     try:
         await admin.js.publish(f"seedance.jobs.acme.j{unique}.submitted", SECRET)
         # Directly: refused on both configs (no consumer verb on SEEDANCE_JOBS, no MSG.GET).
@@ -159,7 +159,7 @@ async def test_the_old_grants_let_the_router_read_tenants_jobs(old_url: str, uni
 
 async def _agent_forges_a_report(url: str, unique: str) -> tuple[bool, bytes | None]:
     admin = await _admin(url)
-    agent = await _connect(url, "node-agent")
+    agent = await connect_shipped(url, "node-agent")
     try:
         planted = await _plant(
             agent,
@@ -209,7 +209,7 @@ async def test_no_service_user_updates_or_deletes_a_stream_bucket_or_store(
     streams = (routing.STREAM, routing.PLAN_STREAM, "SEEDANCE_JOBS", "KV_seedance-leases",
                "OBJ_seedance-graph-models")  # fmt: skip
     users = ("router", "slicer", "cost-ledger", "graph-compiler", "node-agent")
-    conns = [await _connect(fresh_url, user) for user in users]
+    conns = [await connect_shipped(fresh_url, user) for user in users]
     try:
         probes = [
             (user, f"{JS}.STREAM.{verb}.{stream}", conn, json.dumps({"name": stream}).encode())
