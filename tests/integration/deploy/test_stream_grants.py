@@ -15,6 +15,7 @@ planted copy refuses to start naming it; an operator's `seedance admin provision
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -328,6 +329,47 @@ async def test_a_planted_source_refuses_the_start_until_provision_removes_it(
         assert runtime.ready()
 
 
+async def test_a_republish_made_before_the_service_refuses_it_and_limits_are_drift(
+    fresh_url: str, admin: Bus
+) -> None:
+    """Review-3 1c: the catalogue's stream created first with a republish (every report
+    copied to an inbox of the creator's choice) and other limits and flags: the router
+    refuses to start naming the republish; provision converges every field."""
+    config = (await admin.js.stream_info(routing.STREAM)).config
+    await admin.js.delete_stream(routing.STREAM)
+    await admin.js.add_stream(
+        dataclasses.replace(
+            config,
+            republish=js_api.RePublish(src=">", dest="_INBOX.leak.>"),
+            max_msgs=1,
+            discard=js_api.DiscardPolicy.NEW,
+            allow_rollup_hdrs=True,
+            max_msg_size=64,
+        )
+    )
+    with capture_logs() as logs, pytest.raises(StartRefused, match="republish"):
+        await _router_runtime(fresh_url).start()
+    (line,) = [e for e in logs if e["event"] == "stream_config_drift"]
+    assert line["fields"] == [
+        "max_msgs",
+        "discard",
+        "max_msg_size",
+        "allow_rollup_hdrs",
+        "republish",
+    ]
+    async with await SeedanceClient.connect(
+        fresh_url, user="admin", password=shipped_password("admin")
+    ) as client:
+        assert len(await client.provision()) == 1
+        assert await client.provision() == []
+    after = (await admin.js.stream_info(routing.STREAM)).config
+    assert (after.republish, after.max_msgs, after.allow_rollup_hdrs) == (None, -1, False)
+    with capture_logs() as logs:
+        async with _router_runtime(fresh_url) as runtime:
+            assert runtime.ready()
+    assert not [e for e in logs if e["event"] == "stream_config_drift"]
+
+
 async def test_a_bucket_with_a_planted_source_is_refused_and_converged(
     fresh_url: str, admin: Bus
 ) -> None:
@@ -371,7 +413,7 @@ async def test_what_services_create_is_what_provision_wants(fresh_url: str, admi
             await ensure_bucket(admin, name)
         for name in OBJECT_STORES:
             await ensure_object_store(admin, name)
-    assert [e for e in logs if e["event"] == "stream_config_drift"] == []
+    assert [(e["stream"], e["fields"]) for e in logs if e["event"] == "stream_config_drift"] == []
     async with await SeedanceClient.connect(
         fresh_url, user="admin", password=shipped_password("admin")
     ) as client:

@@ -62,3 +62,92 @@ def test_a_ledger_source_with_another_filter_is_drift_not_a_plant() -> None:
     found = drift(wanted, actual)
     assert found is not None
     assert (found.fields, found.planted) == (("sources",), ())
+
+
+def test_every_field_of_the_config_is_compared() -> None:
+    """Review-3 1c: limits, policies and flags the old comparison never read are drift."""
+    wanted = _config(SPECS[routing.STREAM])
+    for change in (
+        {"retention": js_api.RetentionPolicy.WORK_QUEUE},
+        {"storage": js_api.StorageType.MEMORY},
+        {"max_msgs": 1},
+        {"discard": js_api.DiscardPolicy.NEW},
+        {"allow_rollup_hdrs": True},
+        {"deny_delete": True},
+        {"deny_purge": True},
+        {"sealed": True},
+        {"max_msg_size": 16},
+        {"no_ack": True},
+    ):
+        found = drift(wanted, dataclasses.replace(wanted, **change))
+        assert found is not None, change
+        assert (found.fields, found.planted) == (tuple(change), ()), change
+
+
+def test_a_republish_or_a_stream_transform_is_a_plant() -> None:
+    """Review-3 1c: a republish leaks every stored message (tenants' job specs) to a subject of
+    the creator's choice; a stream-wide transform files one node's report as another's."""
+    wanted = _config(SPECS["SEEDANCE_JOBS"])
+    leak = js_api.RePublish(src=">", dest="_INBOX.leak.>")
+    forge = js_api.SubjectTransform(src="seedance.observed.n1.>", dest="seedance.observed.n2.>")
+    for change, what in (
+        ({"republish": leak}, "republish"),
+        ({"subject_transform": forge}, "subject_transform"),
+    ):
+        found = drift(wanted, dataclasses.replace(wanted, **change))
+        assert found is not None
+        assert found.fields == (what,)
+        assert [p for p in found.planted if p.startswith(what)], found
+
+
+def test_what_the_server_fills_is_not_drift() -> None:
+    """A config as the server returns it (limits as -1, its metadata, a default duplicate
+    window, placement) against the catalogue's: no drift."""
+    wanted = _config(SPECS["SEEDANCE_JOBS"])
+    served = dataclasses.replace(
+        wanted,
+        max_consumers=-1,
+        max_msgs=-1,
+        max_msg_size=-1,
+        compression=js_api.StoreCompression.NONE,
+        allow_direct=False,
+        mirror_direct=False,
+        metadata={"_nats.ver": "2.15.1"},
+        consumer_limits=js_api.StreamConsumerLimits(),
+        placement=js_api.Placement(cluster="c1"),
+    )
+    assert drift(wanted, served) is None
+
+
+def test_a_bucket_the_nats_cli_made_with_defaults_is_drift_never_a_plant() -> None:
+    """``nats kv add`` (nats.go's defaults: direct gets on, no TTL, other limits) before the
+    service: drift that provision converges, never a refusal."""
+    for spec in BUCKETS.values():
+        wanted = bucket_config(spec, 1)
+        cli = dataclasses.replace(
+            wanted,
+            allow_direct=True,
+            max_age=0.0,
+            duplicate_window=120.0,
+            max_msgs_per_subject=1,
+            allow_msg_ttl=False,
+            compression=js_api.StoreCompression.NONE,
+        )
+        found = drift(wanted, cli)
+        if found is not None:
+            assert found.planted == (), (spec.name, found)
+
+
+def test_a_released_catalogue_s_ledger_source_is_drift_not_a_plant() -> None:
+    """Review-3 4: SEEDANCE_LEDGER_IN as 72244b73..570e0d8b created it sourced tenants' jobs;
+    an upgraded fleet starts on it (drift) and provision removes it. Another filter on that
+    origin is still a plant."""
+    wanted = _config(SPECS["SEEDANCE_LEDGER_IN"])
+    old = js_api.StreamSource(name="SEEDANCE_JOBS", filter_subject="seedance.jobs.>")
+    found = drift(wanted, dataclasses.replace(wanted, sources=[old, *(wanted.sources or ())]))
+    assert found is not None
+    assert (found.fields, found.planted) == (("sources",), ())
+    wider = js_api.StreamSource(name="SEEDANCE_JOBS", filter_subject=">")
+    found = drift(wanted, dataclasses.replace(wanted, sources=[wider, *(wanted.sources or ())]))
+    assert found is not None
+    assert found.planted

@@ -27,6 +27,7 @@ from seedance.core.logs import get_logger
 from seedance.events.subjects import BucketSpec, ObjectStoreSpec, StreamSpec
 
 __all__ = [
+    "HISTORICAL_SOURCES",
     "Change",
     "Drift",
     "bucket_config",
@@ -41,29 +42,68 @@ log = get_logger(__name__)
 
 PROVISION_HINT = "run `seedance admin provision` with an operator's credentials"
 
-#: What the catalogue decides of each kind of stream, and so what a comparison reads; the rest
-#: is nats-py's or the server's choice (a bucket's duplicate window, a store's per-subject cap).
-_STREAM_FIELDS = (
+#: StreamConfig fields a comparison leaves out, each for its reason; every other field is
+#: compared (`drift`), so a field a later nats-py adds is compared until it is listed here.
+_UNCOMPARED = {
+    "name": "the key the configs are matched by",
+    "metadata": "the server writes its own `_nats.*` keys (version, API level)",
+    "template_owner": "deprecated stream templates; the server fills it",
+    "first_seq": "a creation-time starting sequence, not kept as a limit",
+    "placement": "the cluster and tags an operator places a stream on",
+}
+#: What the server reports for a field left unset (or 0 for a limit): a wanted config that does
+#: not set it compares as this.
+_SERVER_DEFAULTS: dict[str, Any] = {
+    "retention": "limits", "storage": "file", "discard": "old", "compression": "none",
+    "max_consumers": -1, "max_msgs": -1, "max_bytes": -1, "max_msg_size": -1,
+    "max_msgs_per_subject": -1, "max_age": 0.0, "num_replicas": 1,
+    "subject_delete_marker_ttl": 0.0,
+}  # fmt: skip
+_UNLIMITED_AT_ZERO = (
+    "max_consumers", "max_msgs", "max_bytes", "max_msg_size", "max_msgs_per_subject",
+)  # fmt: skip
+#: Fields whose difference is a planted copy (never mere drift): a republish sends every stored
+#: message to subjects of its choosing (tenants' job specs to ``_INBOX.leak.>``); a stream-wide
+#: subject transform renames what is stored (one node's report filed as another's).
+_PLANTING = ("republish", "subject_transform")
+#: The fields compared, in the order a drift names them: those an older comparison read first
+#: (logs and provision's output keep their order), then the rest as StreamConfig lists them.
+_FIRST = (
     "subjects", "sources", "mirror", "description", "max_age", "max_bytes", "duplicate_window",
-    "num_replicas",
+    "max_msgs_per_subject", "allow_direct", "num_replicas",
 )  # fmt: skip
-_BUCKET_FIELDS = (
-    "subjects", "sources", "mirror", "description", "max_age", "max_msgs_per_subject",
-    "allow_direct", "num_replicas",
-)  # fmt: skip
-_STORE_FIELDS = (
-    "subjects", "sources", "mirror", "description", "max_age", "max_bytes", "num_replicas",
-)  # fmt: skip
+_COMPARED = _FIRST + tuple(
+    f.name
+    for f in dataclasses.fields(js_api.StreamConfig)
+    if f.name not in _FIRST and f.name not in _UNCOMPARED
+)
+
+#: Sources a released catalogue declared that the current one does not (stream → (origin,
+#: filter)): drift, not a plant, so that an upgraded fleet starts on what its older build
+#: created (provision removes them). Every ``sources`` in the history of
+#: ``seedance/events/subjects.py`` (``git log -p -- libs/events/src/seedance/events/subjects.py``):
+#: SEEDANCE_LEDGER_IN sourced tenants' jobs from 72244b73 until 570e0d8b.
+HISTORICAL_SOURCES: dict[str, frozenset[tuple[str, str]]] = {
+    "SEEDANCE_LEDGER_IN": frozenset({("SEEDANCE_JOBS", "seedance.jobs.>")}),
+}
+
+#: The duplicate window nats-py gives a bucket and the server a store (neither sets one):
+#: two minutes, or the max age if shorter.
+_DEFAULT_WINDOW_S = 120.0
 
 
-def _decided(stream: str) -> tuple[str, ...]:
-    """The fields the catalogue decides of ``stream`` (nats-py names a bucket's ``KV_<name>``
-    and a store's ``OBJ_<name>``; the catalogue's own streams are ``SEEDANCE_*``)."""
+def _server_window(max_age_s: float) -> float:
+    return min(_DEFAULT_WINDOW_S, max_age_s) if max_age_s else _DEFAULT_WINDOW_S
+
+
+def _kind(stream: str) -> str:
+    """``bucket``, ``store`` or ``stream``: nats-py names a bucket's stream ``KV_<name>`` and a
+    store's ``OBJ_<name>``; the catalogue's own streams are ``SEEDANCE_*``."""
     if stream.startswith("KV_"):
-        return _BUCKET_FIELDS
+        return "bucket"
     if stream.startswith("OBJ_"):
-        return _STORE_FIELDS
-    return _STREAM_FIELDS
+        return "store"
+    return "stream"
 
 
 def stream_config(spec: StreamSpec, replicas: int) -> js_api.StreamConfig:
@@ -92,26 +132,40 @@ def stream_config(spec: StreamSpec, replicas: int) -> js_api.StreamConfig:
 
 
 def bucket_config(spec: BucketSpec, replicas: int) -> js_api.StreamConfig:
-    """The parts of KV bucket ``spec``'s stream the catalogue decides (nats-py makes the rest)."""
+    """KV bucket ``spec``'s stream, whole, as `ensure_bucket` creates it through nats-py."""
+    ttl = spec.ttl_s or 0.0
     return js_api.StreamConfig(
         name=f"KV_{spec.name}",
         subjects=[f"$KV.{spec.name}.>"],
         description=spec.description or None,
-        max_age=spec.ttl_s,
+        retention=js_api.RetentionPolicy.LIMITS,
+        storage=js_api.StorageType.FILE,
+        discard=js_api.DiscardPolicy.NEW,
+        max_age=ttl,
+        duplicate_window=_server_window(ttl),
         max_msgs_per_subject=spec.history,
         allow_direct=spec.direct,
+        allow_rollup_hdrs=True,
+        allow_msg_ttl=True,
+        deny_delete=True,
         num_replicas=replicas,
     )
 
 
 def object_store_config(spec: ObjectStoreSpec, replicas: int) -> js_api.StreamConfig:
-    """The parts of object store ``spec``'s stream the catalogue decides."""
+    """Object store ``spec``'s stream, whole, as `ensure_object_store` creates it."""
     return js_api.StreamConfig(
         name=f"OBJ_{spec.name}",
         subjects=[f"$O.{spec.name}.C.>", f"$O.{spec.name}.M.>"],
         description=spec.description or None,
+        retention=js_api.RetentionPolicy.LIMITS,
+        storage=js_api.StorageType.FILE,
+        discard=js_api.DiscardPolicy.NEW,
         max_age=spec.ttl_s,
         max_bytes=spec.max_bytes,
+        duplicate_window=_server_window(spec.ttl_s),
+        allow_rollup_hdrs=True,
+        allow_direct=True,
         num_replicas=replicas,
     )
 
@@ -123,7 +177,14 @@ def _source_key(src: js_api.StreamSource) -> tuple[Any, ...]:
 
 
 def _value(config: js_api.StreamConfig, name: str) -> Any:
+    """Field ``name`` of ``config`` as the server would report it, comparable across a config
+    we build and one the server returns."""
     value = getattr(config, name)
+    value = getattr(value, "value", value)  # an enum, as its wire name
+    if name in _UNLIMITED_AT_ZERO and value == 0:
+        value = None
+    if value is None and name in _SERVER_DEFAULTS:
+        value = _SERVER_DEFAULTS[name]
     if name == "subjects":
         return tuple(sorted(value or ()))
     if name == "sources":
@@ -132,18 +193,22 @@ def _value(config: js_api.StreamConfig, name: str) -> Any:
         return _source_key(value) if value else None
     if name == "description":
         return value or ""
-    if name in ("max_age", "duplicate_window"):  # seconds, through nanoseconds
-        return round(float(value or 0.0), 3)
-    if name == "allow_direct":
-        return bool(value)
+    if name in ("max_age", "duplicate_window", "subject_delete_marker_ttl"):
+        return round(float(value or 0.0), 3)  # seconds, through nanoseconds
+    if name in ("republish", "subject_transform", "consumer_limits"):
+        as_dict = value.as_dict() if value is not None else {}
+        return tuple(sorted((k, str(v)) for k, v in as_dict.items() if v is not None)) or None
+    if isinstance(value, bool) or value is None:
+        return bool(value)  # a flag left unset is off
     return value
 
 
 @dataclass(frozen=True)
 class Drift:
-    """How stream ``stream`` differs from the catalogue: ``fields`` (those it decides), and
-    ``planted``: what the catalogue does not declare that copies data in (a source or mirror of
-    another stream or with a subject transform, a subject of its own), described."""
+    """How stream ``stream`` differs from the catalogue: ``fields`` (every compared field that
+    differs), and ``planted``: what the catalogue does not declare that copies data in or out (a
+    source or mirror of another stream or with a subject transform, a subject of its own, a
+    republish, a stream-wide subject transform), described."""
 
     stream: str
     fields: tuple[str, ...]
@@ -153,24 +218,27 @@ class Drift:
 
 def drift(wanted: js_api.StreamConfig, actual: js_api.StreamConfig) -> Drift | None:
     """How ``actual`` (the server's) differs from ``wanted`` (the catalogue's); None: none."""
-    fields = tuple(f for f in _decided(wanted.name or "") if _value(wanted, f) != _value(actual, f))
+    fields = tuple(f for f in _COMPARED if _value(wanted, f) != _value(actual, f))
     if not fields:
         return None
-    planted = [
+    planted = [f"{f} {_value(actual, f)}" for f in _PLANTING if f in fields]
+    planted += [
         f"subject {s}" for s in _value(actual, "subjects") if s not in (wanted.subjects or ())
     ]
     declared = {_source_key(s) for s in wanted.sources or ()}
     if wanted.mirror:
         declared.add(_source_key(wanted.mirror))
     declared_streams = {key[0] for key in declared}
+    historical = HISTORICAL_SOURCES.get(wanted.name or "", frozenset())
     for kind, src in [("source", s) for s in actual.sources or ()] + (
         [("mirror", actual.mirror)] if actual.mirror else []
     ):
         key = _source_key(src)
         # Another filter on a declared origin is an old catalogue's choice (drift, not a plant);
         # another origin, a transform (it renames subjects: a forged report) or an external
-        # one is a copy the catalogue never made.
-        if key[0] not in declared_streams or key[2] or key[3]:
+        # one is a copy the catalogue never made. A released catalogue's own source is drift.
+        foreign = key[0] not in declared_streams and (key[0], key[1]) not in historical
+        if foreign or key[2] or key[3]:
             planted.append(f"{kind} {src.name} (filter {src.filter_subject}, transforms {key[2]})")
     return Drift(
         stream=wanted.name or "",
@@ -235,11 +303,11 @@ async def converge(js: JetStreamContext, streams: list[js_api.StreamConfig]) -> 
     planted source goes with the update: the wanted ``sources`` replace the server's), and
     delete and re-create a stream whose mirror differs (the server refuses to update a mirror;
     a mirror is rebuilt from its origin). A bucket or store keeps the fields the catalogue does
-    not decide. What changed, in order."""
+    not compare (`_UNCOMPARED`). What changed, in order."""
     changes: list[Change] = []
     for wanted in streams:
         name = wanted.name or ""
-        stream = _decided(name) is _STREAM_FIELDS
+        stream = _kind(name) == "stream"
         try:
             actual = (await js.stream_info(name)).config
         except NotFoundError:
@@ -266,8 +334,8 @@ async def converge(js: JetStreamContext, streams: list[js_api.StreamConfig]) -> 
 
 
 def _merged(actual: js_api.StreamConfig, wanted: js_api.StreamConfig) -> js_api.StreamConfig:
-    """A bucket's or store's stream as it is, with what the catalogue decides set as wanted."""
+    """A bucket's or store's stream as it is, with every compared field set as wanted."""
     merged = dataclasses.replace(actual)
-    for f in _decided(wanted.name or ""):
+    for f in _COMPARED:
         setattr(merged, f, getattr(wanted, f))
     return merged

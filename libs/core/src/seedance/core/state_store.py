@@ -11,7 +11,7 @@ what goes in a commit, or publish anything but its own keys.
 Keys, under ``<prefix>.`` in the bucket (``prefix`` is one or more key tokens):
 
 * ``head``: which base is current (`Head`: its generation slot, chunk count, token, and the
-  last journal record it includes; no chunks: none yet, a writer's claim before its first);
+  last journal record it includes; `_CLAIM`: none yet, a writer's claim before its first);
 * ``b.<g>.<i>``: chunk ``i`` of the base in generation slot ``g`` (0 or 1: a new base goes to
   the slot the head does not name, so the current one is never overwritten);
 * ``j.<s>``: journal record ``n`` with ``n % slots == s``. Slots are reused, never deleted: a
@@ -103,6 +103,19 @@ class _Chunk(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     token: str
     index: int
     entries: dict[str, bytes]
+
+
+#: The head a writer claims when there is none yet (its first base goes to slot ``1 - gen`` =
+#: 0). It names one chunk of slot 1 with a token no base has (tokens are 16 hex digits), so a
+#: release before the claim (3abadc0d: any head is a found state) that reads it raises
+#: `StateConflict` (a missing or foreign chunk) instead of restoring an empty state and
+#: dropping the legacy key a cut-short migration left (review-3 finding 5). This module
+#: reads it, or a claim naming no chunks (what store-fix wrote), as no head.
+_CLAIM = Head(gen=1, chunks=1, token="claim", upto=-1)
+
+
+def _claimed(head: Head) -> bool:
+    return head.token == _CLAIM.token or head.chunks == 0
 
 
 _enc = msgspec.msgpack.Encoder()
@@ -236,11 +249,11 @@ class StateStore:
         self._sizes = {}
         self._base_bytes = 0
         entry = await self._get(self._key("head"))
-        if entry is not None:
-            self._head = _head_dec.decode(entry.value or b"")
-            await self._read_base(self._head)
-            self._next = self._head.upto + 1
-        found = self._head is not None and self._head.chunks > 0
+        if entry is not None and not _claimed(head := _head_dec.decode(entry.value or b"")):
+            self._head = head
+            await self._read_base(head)
+            self._next = head.upto + 1
+        found = self._head is not None
         found = await self._read_journal() or found
         self.stats.journal_records = self.journal_records
         self.stats.journal_bytes = self._journal_bytes
@@ -412,10 +425,10 @@ class StateStore:
         leaves the old base current (the next commit tries again); in the foreground it is
         raised."""
         started = time.perf_counter()
-        # The claim: the head as read (none yet: one naming no base, slot 1, so the first base
-        # goes to slot 0), compare-and-set. Whoever names the slot next must write the head on
-        # the revision this leaves, which only this writer holds.
-        claim = self._head or Head(gen=1, chunks=0, token="", upto=-1)
+        # The claim: the head as read (none yet: `_CLAIM`, so the first base goes to slot 0),
+        # compare-and-set. Whoever names the slot next must write the head on the revision
+        # this leaves, which only this writer holds.
+        claim = self._head or _CLAIM
         gen = 1 - claim.gen
         token = secrets.token_hex(8)
         size = 0
@@ -473,7 +486,7 @@ class StateStore:
     def empty(self) -> bool:
         """Nothing was ever written under the prefix (as of the last `load`; a claim without a
         base is nothing)."""
-        return (self._head is None or self._head.chunks == 0) and self._next == 0
+        return self._head is None and self._next == 0
 
     async def take_legacy_keys(self, prefix: str) -> dict[str, bytes]:
         """Every live key under `prefix` and its value (an older format's keys, one a record:
