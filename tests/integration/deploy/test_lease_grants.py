@@ -21,7 +21,7 @@ import pytest_asyncio
 from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings
-from seedance.core.kv import Lease, ensure_bucket
+from seedance.core.kv import Lease, ensure_bucket, provision
 from seedance.events.subjects import fleet_plan_consumer, routing
 from seedance.sdk import SeedanceClient
 from tests.integration.conftest import shipped_password
@@ -184,6 +184,7 @@ async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_buc
     without ``direct``): the router's user binds it but may not reconfigure it; an operator's
     `seedance admin provision` turns direct gets on, keeping the bucket's TTL and keys, and the
     router's user then reads its lease by direct get, the only read its grant allows."""
+    await provision(admin)  # all else as the catalogue has it: the one change is the bucket's
     await admin.js.delete_key_value("seedance-leases")
     old = await admin.js.create_key_value(
         js_api.KeyValueConfig(bucket="seedance-leases", history=1, ttl=10.0)

@@ -28,9 +28,9 @@ from structlog.testing import capture_logs
 
 from seedance.core import Bus, BusSettings
 from seedance.core.errors import StartRefused
-from seedance.core.kv import ensure_bucket, ensure_object_store
+from seedance.core.kv import ensure_bucket, ensure_object_store, provision
 from seedance.core.service import ServiceRuntime
-from seedance.events.subjects import BUCKETS, OBJECT_STORES, routing
+from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, routing
 from seedance.sdk import SeedanceClient
 from seedance.testing.servers import auth_server
 from tests.integration.conftest import shipped_password
@@ -58,17 +58,30 @@ def fresh_url() -> Iterator[str]:
         yield server.url
 
 
-async def _admin(url: str) -> Bus:
+async def _admin(url: str, *, provisioned: bool = True) -> Bus:
+    """The operator's connection; ``provisioned``: after `provision` (what a deployment does
+    before any service starts), else on whatever the server holds."""
     bus = await Bus.connect(
         BusSettings(url=url, user="admin", password=shipped_password("admin"), name="admin")
     )
-    await bus.ensure_streams()
+    if provisioned:
+        await provision(bus)
     return bus
 
 
 @pytest_asyncio.fixture
 async def admin(fresh_url: str) -> AsyncIterator[Bus]:
     bus = await _admin(fresh_url)
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+@pytest_asyncio.fixture
+async def bare_admin(fresh_url: str) -> AsyncIterator[Bus]:
+    """The operator's connection to a server nothing was provisioned on."""
+    bus = await _admin(fresh_url, provisioned=False)
     try:
         yield bus
     finally:
@@ -400,9 +413,13 @@ async def test_a_bucket_with_a_planted_source_is_refused_and_converged(
         await slicer.close()
 
 
-async def test_what_services_create_is_what_provision_wants(fresh_url: str, admin: Bus) -> None:
+async def test_what_services_create_is_what_provision_wants(
+    fresh_url: str, bare_admin: Bus
+) -> None:
     """Every bucket and store as `ensure_bucket`/`ensure_object_store` make them, bound again:
     no drift reported, and provision changes nothing (else every start would warn)."""
+    admin = bare_admin
+    await admin.ensure_streams()
     for name in BUCKETS:
         await ensure_bucket(admin, name)
     for name in OBJECT_STORES:
@@ -417,4 +434,39 @@ async def test_what_services_create_is_what_provision_wants(fresh_url: str, admi
     async with await SeedanceClient.connect(
         fresh_url, user="admin", password=shipped_password("admin")
     ) as client:
+        assert await client.provision() == []
+
+
+async def test_provision_on_an_empty_server_leaves_services_nothing_to_create(
+    fresh_url: str, bare_admin: Bus
+) -> None:
+    """Run before any service (compose's one-shot ``provision``), provision creates every
+    catalogue stream, bucket and store, as each service's ensure path would (so none of them
+    then reports drift), and a second run changes nothing: no service is ever the first creator
+    of a stream (docs/security.md)."""
+    async with await SeedanceClient.connect(
+        fresh_url, user="admin", password=shipped_password("admin")
+    ) as client:
+        changes = await client.provision()
+        created = {c.stream for c in changes if c.action == "created"}
+        assert len(changes) == len(created)  # created, nothing else
+        assert created == (
+            {s.name for s in STREAMS}
+            | {f"KV_{b.name}" for b in BUCKETS.values()}
+            | {f"OBJ_{o.name}" for o in OBJECT_STORES.values()}
+        )
+        bus = bare_admin
+        names = sorted(i.config.name or "" for i in await bus.js.streams_info())
+        assert names == sorted(created)
+        with capture_logs() as logs:
+            await bus.ensure_streams()
+            for name in BUCKETS:
+                await ensure_bucket(bus, name)
+            for name in OBJECT_STORES:
+                await ensure_object_store(bus, name)
+            async with _router_runtime(fresh_url) as runtime:
+                assert runtime.ready()
+        assert [e for e in logs if e["event"] == "stream_config_drift"] == []
+        after = sorted(i.config.name or "" for i in await bus.js.streams_info())
+        assert after == names  # the services created nothing
         assert await client.provision() == []

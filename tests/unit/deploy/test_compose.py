@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -376,3 +377,28 @@ def test_a_port_without_authentication_is_published_on_loopback_only(
             continue
         assert spec.startswith("127.0.0.1:"), f"{name} publishes {spec} on every interface"
         assert spec.count(":") == 2, spec
+
+
+def test_the_operator_provisions_every_stream_before_any_seedance_service_starts(
+    compose: dict[str, Any],
+) -> None:
+    """docs/security.md: the first creator of a missing stream chooses its whole configuration,
+    so every service that connects as a service user waits for the operator's one-shot
+    `seedance admin provision` to have exited 0; it runs from an image that has the CLI."""
+    services_ = compose["services"]
+    provision = services_["provision"]
+    assert provision["command"] == ["seedance", "admin", "provision"]
+    assert provision["restart"] == "no"
+    env = provision["environment"]
+    assert (env["NATS_USER"], env["NATS_URL"]) == ("admin", "nats://nats:4222")
+    assert env["NATS_PASSWORD"] == services_["nats"]["environment"]["NATS_PASSWORD_ADMIN"]
+    image = provision["image"].split("/", 1)[1].split(":", 1)[0]
+    project = tomllib.loads((REPO / "services" / image / "pyproject.toml").read_text())
+    assert "seedance-gpu-sdk" in project["project"]["dependencies"], image  # the `seedance` CLI
+    waiting = [
+        name
+        for name, svc in services_.items()
+        if isinstance(deps := svc.get("depends_on"), dict)
+        and deps.get("provision") == {"condition": "service_completed_successfully"}
+    ]
+    assert set(waiting) == {CALLOUT_USER, *SERVICES}

@@ -268,7 +268,9 @@ def test_services_start_in_the_order_their_conditions_declare(
 ) -> None:
     waves = compose_check.start_order(merged(compose, override))
     assert waves[0] == ["nats", "prometheus", "triton"]
-    assert set(waves[1]) == {"auth-callout", *compose_services()}
+    # the operator's provision first: no service user creates a catalogue stream (security.md)
+    assert waves[1] == ["provision"]
+    assert set(waves[2]) == {"auth-callout", *compose_services()}
     assert "grafana" not in {s for w in waves for s in w}  # its profile is not activated
     cyclic = {"services": {"a": {"depends_on": ["b"]}, "b": {"depends_on": {"a": {}}}}}
     with pytest.raises(ValueError, match="cycle"):
@@ -336,3 +338,26 @@ def test_the_servers_file_store_holds_what_the_catalogue_reserves(
 def test_the_size_syntax_is_nats_servers() -> None:
     assert _SIZE.findall("max_file_store: 10G") == [("10", "G", "")]
     assert _SIZE.findall("max_file_store: 10Gi") == [("10", "G", "i")]
+
+
+class _OneShot:
+    """A compose whose ``provision`` container is in ``status`` with ``code``."""
+
+    def __init__(self, status: str, code: str) -> None:
+        self.status, self.engine = status, self
+        self.stdout = code
+
+    def state(self, container: str) -> str:
+        return self.status
+
+    def run(self, *args: str) -> _OneShot:  # engine.run("inspect", ...): its stdout
+        return self
+
+
+def test_a_one_shot_is_done_when_it_exited_0_and_fails_the_check_otherwise() -> None:
+    done = compose_check._completed
+    assert not done(_OneShot("running", ""), "provision", "c")  # type: ignore[arg-type]
+    assert not done(_OneShot("exited", "0\n"), "provision", None)  # type: ignore[arg-type]
+    assert done(_OneShot("exited", "0\n"), "provision", "c")  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="provision exited with 1"):
+        done(_OneShot("exited", "1\n"), "provision", "c")  # type: ignore[arg-type]

@@ -12,7 +12,8 @@ What it does, in order:
    healthcheck by itself (its timers are systemd's) and podman-compose ignores
    ``depends_on: condition: service_healthy`` before podman 4.6, so the check runs each
    container's declared healthcheck (``podman healthcheck run``) and starts the services in the
-   order the conditions declare: a service only once every dependency it names is healthy;
+   order the conditions declare: a service only once every dependency it names is healthy
+   (a one-shot, ``provision``: exited with 0);
 3. as tenant ``acme`` with its own credentials, the ``seedance`` CLI submits two jobs and reads
    where they were placed and what they cost (and finishes them once step 4 is done); as an
    inference client, KServe v2 REST requests go to the router's published port and through it
@@ -265,6 +266,7 @@ def bring_up(compose: Compose, config: dict[str, Any], r: Result, timeout_s: flo
     """Starts the services wave by wave, each wave once the one before is healthy."""
     waves = start_order(config)
     with_check = {n for n, s in config["services"].items() if s.get("healthcheck")}
+    one_shot = {n for n, s in config["services"].items() if s.get("restart") == "no"}
     r.services = sum(len(w) for w in waves)
     deadline = time.monotonic() + timeout_s
     healthy: set[str] = set()
@@ -275,16 +277,32 @@ def bring_up(compose: Compose, config: dict[str, Any], r: Result, timeout_s: flo
         while pending:
             containers = compose.containers()
             for name in sorted(pending):
-                if _ready(compose, name, containers.get(name), name in with_check):
-                    pending.discard(name)
-                    healthy.add(name)
+                c = containers.get(name)
+                if name in one_shot and _completed(compose, name, c):
+                    how = "completed"
+                elif name not in one_shot and _ready(compose, name, c, name in with_check):
                     how = "healthcheck passed" if name in with_check else "running"
-                    say(f"healthy {name} ({how})")
+                else:
+                    continue
+                pending.discard(name)
+                healthy.add(name)
+                say(f"healthy {name} ({how})")
             if pending and time.monotonic() > deadline:
                 raise RuntimeError(f"not healthy within {timeout_s:.0f} s: {sorted(pending)}")
             if pending:
                 time.sleep(2)  # the healthchecks' own pace; bounded by the deadline
     r.services_healthy = len(healthy)
+
+
+def _completed(compose: Compose, name: str, container: str | None) -> bool:
+    """A one-shot (``restart: "no"``: ``provision``) exited with 0 (``service_completed_
+    successfully``); one that failed never will."""
+    if container is None or compose.state(container) != "exited":
+        return False
+    code = compose.engine.run("inspect", "--format", "{{.State.ExitCode}}", container).stdout
+    if code.strip() != "0":
+        raise RuntimeError(f"{name} exited with {code.strip()} (its log: out/compose-check/logs)")
+    return True
 
 
 def _ready(compose: Compose, name: str, container: str | None, has_check: bool) -> bool:

@@ -298,9 +298,10 @@ class Change:
 
 async def converge(js: JetStreamContext, streams: list[js_api.StreamConfig]) -> list[Change]:
     """Make each of ``streams`` (wanted configs) so on the server, with an operator's
-    credentials: create the missing streams (a bucket or store is left for its service to
-    create), update the drifted ones (a
-    planted source goes with the update: the wanted ``sources`` replace the server's), and
+    credentials: create the missing streams (a missing bucket or store is left to the caller:
+    `seedance.core.kv.provision` creates it through nats-py, as its service does), update the
+    drifted ones (a planted source goes with the update: the wanted ``sources`` replace the
+    server's), and
     delete and re-create a stream whose mirror differs (the server refuses to update a mirror;
     a mirror is rebuilt from its origin). A bucket or store keeps the fields the catalogue does
     not compare (`_UNCOMPARED`). What changed, in order."""

@@ -22,6 +22,7 @@ from nats.js.errors import (
     KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
+    NotFoundError,
 )
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
@@ -77,32 +78,62 @@ async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
     try:
         kv = await bus.js.key_value(spec.name)
     except BucketNotFoundError:
-        return await bus.js.create_key_value(
-            js_api.KeyValueConfig(
-                bucket=spec.name,
-                history=spec.history,
-                ttl=spec.ttl_s or None,
-                description=spec.description or None,
-                replicas=bus._replicas(),
-                direct=spec.direct or None,
-            )
-        )
+        return await _create_bucket(bus, spec)
     wanted = bucket_config(spec, bus._replicas())
     check_drift(wanted, (await bus.js.stream_info(wanted.name or "")).config)
     return kv
+
+
+async def _create_bucket(bus: Bus, spec: BucketSpec) -> KeyValue:
+    """Create bucket ``spec`` as its service does (and as `provision` does, so that neither
+    finds the other's bucket drifted)."""
+    return await bus.js.create_key_value(
+        js_api.KeyValueConfig(
+            bucket=spec.name,
+            history=spec.history,
+            ttl=spec.ttl_s or None,
+            description=spec.description or None,
+            replicas=bus._replicas(),
+            direct=spec.direct or None,
+        )
+    )
 
 
 async def provision(bus: Bus) -> list[Change]:
     """What `seedance admin provision` runs with an operator's credentials: converge every
     catalogue stream, KV bucket and object store to the catalogue (`seedance.core.drift.converge`:
     missing streams created, drifted ones updated, a planted source removed, a mirror whose
-    origin or filter differs re-created); a missing bucket or store is left for its service to
-    create. What it changed."""
+    origin or filter differs re-created), then create each missing bucket and store exactly as
+    its service would. What it changed.
+
+    Run before any service starts, it leaves no catalogue stream for a service to create: the
+    first creator of a missing stream chooses its whole configuration (a republish, a mirror of
+    another stream) and one that exists cannot be re-created with another (docs/security.md).
+    """
     replicas = bus._replicas()
     wanted = [stream_config(s, replicas) for s in STREAMS]
     wanted += [bucket_config(b, replicas) for b in BUCKETS.values()]
     wanted += [object_store_config(o, replicas) for o in OBJECT_STORES.values()]
-    return await converge(bus.js, wanted)
+    changes = await converge(bus.js, wanted)
+    for bucket in BUCKETS.values():
+        name = bucket_config(bucket, replicas).name or ""
+        if await _missing(bus, name):
+            await _create_bucket(bus, bucket)
+            changes.append(Change(name, "created"))
+    for store in OBJECT_STORES.values():
+        name = object_store_config(store, replicas).name or ""
+        if await _missing(bus, name):
+            await _create_object_store(bus, store)
+            changes.append(Change(name, "created"))
+    return changes
+
+
+async def _missing(bus: Bus, stream: str) -> bool:
+    try:
+        await bus.js.stream_info(stream)
+    except NotFoundError:
+        return True
+    return False
 
 
 async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
@@ -112,18 +143,23 @@ async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
     try:
         store = await bus.js.object_store(spec.name)
     except BucketNotFoundError:
-        return await bus.js.create_object_store(
-            spec.name,
-            js_api.ObjectStoreConfig(
-                description=spec.description or None,
-                ttl=spec.ttl_s or None,
-                max_bytes=spec.max_bytes,
-                replicas=bus._replicas(),
-            ),
-        )
+        return await _create_object_store(bus, spec)
     wanted = object_store_config(spec, bus._replicas())
     check_drift(wanted, (await bus.js.stream_info(wanted.name or "")).config)
     return store
+
+
+async def _create_object_store(bus: Bus, spec: ObjectStoreSpec) -> ObjectStore:
+    """Create store ``spec`` as its service does (as `_create_bucket`)."""
+    return await bus.js.create_object_store(
+        spec.name,
+        js_api.ObjectStoreConfig(
+            description=spec.description or None,
+            ttl=spec.ttl_s or None,
+            max_bytes=spec.max_bytes,
+            replicas=bus._replicas(),
+        ),
+    )
 
 
 class KeyWatch:
