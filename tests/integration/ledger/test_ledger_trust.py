@@ -25,7 +25,7 @@ from nats.js import api as js_api
 
 from seedance.core import Bus
 from seedance.core.durable.checkpoints import CheckpointHead, checkpoint_digest
-from seedance.core.kv import ensure_bucket
+from seedance.core.kv import ensure_bucket, provision
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
 from seedance.events import Event, decode, encode
@@ -227,7 +227,11 @@ async def test_an_upgraded_stream_stops_sourcing_job_events_and_ignores_those_co
     placement = _place(21, start, "acme", "j", "u-a")
     samples = [_sample(300 + m, start + timedelta(minutes=m), "u-a") for m in range(0, 40, 5)]
     release = _release(22, start + timedelta(minutes=20), "acme", "j")
-    async with serving(ledger(server.url, "upgraded")) as service:  # its start ensures streams
+    # The upgrade: the operator's provision (services never change a stream: docs/deploy.md,
+    # "Upgrading: streams the catalogue changed"); the ledger's own start only logs the drift.
+    changes = await provision(bus)
+    assert ("SEEDANCE_LEDGER_IN", "updated") in {(c.stream, c.action) for c in changes}, changes
+    async with serving(ledger(server.url, "upgraded")) as service:
         sources = {
             (s.name, s.filter_subject)
             for s in (await bus.js.stream_info("SEEDANCE_LEDGER_IN")).config.sources or ()
