@@ -272,7 +272,8 @@ def bring_up(compose: Compose, config: dict[str, Any], r: Result, timeout_s: flo
     healthy: set[str] = set()
     for wave in waves:
         say(f"up      {', '.join(wave)}")
-        compose.run("up", "-d", "--no-build", *wave)
+        # --no-deps: the waves order it (podman 4.3's --requires refuses the exited provision)
+        compose.run("up", "-d", "--no-build", "--no-deps", *wave)
         pending = set(wave)
         while pending:
             containers = compose.containers()
