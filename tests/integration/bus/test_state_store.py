@@ -202,7 +202,7 @@ async def test_a_stale_writer_cannot_install_a_base_over_the_journal(
     assert reader.entries == {"f0": b"1", **{f"s{i}": b"1" for i in range(12)}}
 
 
-class _LandsThenTimesOut:
+class LandsThenTimesOut:
     """The real KV; once armed, the next journal record marked complete is written (it lands)
     and then the call raises a timeout, as a reply lost on a flaky link does."""
 
@@ -225,7 +225,7 @@ async def test_a_commit_over_the_records_of_an_unacknowledged_one_never_reads_as
     kv: KeyValue, unique: str
 ) -> None:
     prefix = f"pool.t{unique}"
-    flaky = _LandsThenTimesOut(kv)
+    flaky = LandsThenTimesOut(kv)
     store = StateStore(flaky, prefix, part_bytes=4096)  # type: ignore[arg-type]
     await store.load()
     await store.commit({"a": b"1"})

@@ -13,8 +13,9 @@ from typing import Any
 import nats.errors
 
 from seedance.core import Bus
-from seedance.core.state_store import StateStore, decode_record
+from seedance.core.state_store import StateStore
 from seedance.router.plan_state import state_prefix
+from tests.integration.bus.test_state_store import LandsThenTimesOut
 from tests.integration.router.test_plan_leader import T0, _as, _Clock, _router
 
 
@@ -24,25 +25,6 @@ def _arrivals(rate: float, start_s: float, span_s: float, seed: int) -> list[tup
         (start_s + rnd.random() * span_s, rnd.randrange(50, 4000))
         for _ in range(int(rate * span_s))
     )
-
-
-class _LandsThenTimesOut:
-    """The real KV; once armed, the next journal record marked complete is written (it lands on
-    the server) and then the call raises a timeout, as a reply lost on a flaky link does."""
-
-    def __init__(self, kv: Any) -> None:
-        self._kv = kv
-        self.armed = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._kv, name)
-
-    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
-        rev = await self._kv.update(key, value, last=last)
-        if ".j." in key and self.armed and decode_record(value).complete:
-            self.armed = False
-            raise nats.errors.TimeoutError
-        return rev
 
 
 async def test_a_commit_whose_reply_was_lost_is_reloaded_before_the_next(
@@ -56,7 +38,7 @@ async def test_a_commit_whose_reply_was_lost_is_reloaded_before_the_next(
         a = await _router(bus_a, clock, fleet, "gw-a")
         b = await _router(bus_b, clock, fleet, "gw-b")
         fp = a.fleet_plan
-        flaky = _LandsThenTimesOut(fp._kv)
+        flaky = LandsThenTimesOut(fp._kv)
         # Records of at most 150 KB, so that a commit of a few bins is several records (the
         # shipped 900 KiB is reached the same way by a few busy bins or models).
         fp._store = StateStore(flaky, state_prefix(fleet), part_bytes=150_000)  # type: ignore[arg-type]
