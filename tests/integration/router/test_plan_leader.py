@@ -218,7 +218,7 @@ async def test_two_gateways_one_planner_and_a_handover(auth_url: str, unique: st
         assert recs[0].current == led[-1].replicas
         est = b.fleet_plan.estimators["m"]
         assert len(est.recent_arrivals(T0 + 195, 60)) == pytest.approx(40 * 60, rel=0.1)
-        # The state is the store under <fleet>.state (its journal at least), and the count the
+        # The state is the store under <fleet>.plan (its journal at least), and the count the
         # other gateways follow its own small key; no one-value snapshot is written any more.
         kv = await ensure_bucket(admin, PLAN_BUCKET)
         assert any(k.startswith(f"{state_prefix(fleet)}.j.") for k in await live_keys(kv, fleet))

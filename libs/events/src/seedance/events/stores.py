@@ -40,7 +40,7 @@ BUCKETS: dict[str, BucketSpec] = {
             direct=True,
         ),
         # The router fleet's planner state with the stream sequence of the last observation it
-        # reflects (a `StateStore` under ``<fleet>.state``), and the counts the fleet's other
+        # reflects (a `StateStore` under ``<fleet>.plan``), and the counts the fleet's other
         # gateways follow (``<fleet>.replicas``): a new leader or a restart resumes from it.
         BucketSpec(
             "seedance-router-plan",

@@ -15,9 +15,8 @@ then each model's count to ``<fleet>.replicas`` (what the other gateways follow)
 (a standby, or the same router restarted) loads the store and replays the reports published
 since, so neither a handover nor a restart forgets the learnt capacity factor, any of the
 arrivals the planner held, or starts the fleet's count afresh. A store still empty beside an
-older planner's store (under ``<fleet>.state``, in 1024 journal slots) or its one-value
-snapshot (key ``<fleet>``) starts from that, written as the store's first base; the older keys
-are then deleted.
+older planner's one-value snapshot (key ``<fleet>``) starts from that, written as the store's
+first base; the old key is then deleted.
 
 Must not decide (the planner does) nor route. A leader whose commit is refused (`StateConflict`:
 another wrote since) is superseded: that decision is neither published nor followed, and it
@@ -29,7 +28,6 @@ cannot decode is dead-lettered (``decode_error``), like one naming another fleet
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import socket
@@ -42,7 +40,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock, DeadLetters
-from seedance.core.kv import Lease, ensure_bucket, live_keys
+from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.core.state_store import StateConflict, StateStore, StoreStats
@@ -69,7 +67,6 @@ from seedance.router.plan_state import (
     PlanSnapshot,
     counts_key,
     legacy_key,
-    older_state_prefix,
     state_prefix,
 )
 from seedance.router.planner_feed import OutcomesByArrival
@@ -104,8 +101,6 @@ _HEADERS_BYTES = 4096
 # How long a catch-up waits for the reports the stream holds.
 _CATCH_UP_S = 5.0
 _CATCH_UP_POLL_S = 0.5
-# Keys of the older store deleted at once (one round trip each, gathered).
-_DELETE_WINDOW = 64
 
 
 def gateway_name(configured: str = "") -> str:
@@ -387,9 +382,6 @@ class FleetPlanner:
         assert self._store is not None
         assert self._bus is not None
         found = await self._store.load()
-        if not found and self._store.empty:
-            found = await self._take_older_store()
-        await self._drop_older_store()
         # Also when nothing is stored (a purged bucket): the committed view starts empty.
         snapshot = self._entries.restore(self._store.entries)
         legacy = await self._store.take_legacy(legacy_key(self.fleet))
@@ -432,39 +424,6 @@ class FleetPlanner:
             journal_records=self._store.stats.journal_records,
             factors={m: p.capacity_factor for m, p in self.plans.items()},
         )
-
-    async def _take_older_store(self) -> bool:
-        """The store an older planner wrote (`older_state_prefix`, 1024 slots) installed as this
-        one's first base; False when there is none, or none that can be read (logged)."""
-        assert self._kv is not None
-        assert self._store is not None
-        older = StateStore(self._kv, older_state_prefix(self.fleet))
-        try:
-            if not await older.load():
-                return False
-        except StateConflict as exc:
-            # Its head names a base two writers wrote (review2: a deposed leader's late base),
-            # which no read mends: the planner starts afresh rather than never again.
-            log.warning("plan_store_older_unreadable", fleet=self.fleet, error=str(exc))
-            return False
-        await self._store.install(older.entries)
-        log.info("plan_store_migrated", fleet=self.fleet, entries=len(older.entries))
-        return True
-
-    async def _drop_older_store(self) -> None:
-        """Delete the older store's keys (a migration that stopped short included): once its
-        state is in this store they are only bytes the server keeps."""
-        assert self._kv is not None
-        keys = list(await live_keys(self._kv, older_state_prefix(self.fleet)))
-        for i in range(0, len(keys), _DELETE_WINDOW):
-            await asyncio.gather(*(self._deleted(k) for k in keys[i : i + _DELETE_WINDOW]))
-        if keys:
-            log.info("plan_store_older_dropped", fleet=self.fleet, keys=len(keys))
-
-    async def _deleted(self, key: str) -> None:
-        assert self._kv is not None
-        with contextlib.suppress(KeyNotFoundError):
-            await self._kv.delete(key)
 
     async def _migrate(self, legacy: bytes) -> PlanSnapshot | None:
         """An older planner's one-value snapshot as the store's first base (its key then

@@ -56,7 +56,6 @@ __all__ = [
     "PlanSnapshot",
     "counts_key",
     "legacy_key",
-    "older_state_prefix",
     "state_prefix",
 ]
 
@@ -82,12 +81,6 @@ STORE_SLOTS = 128
 def state_prefix(fleet: str) -> str:
     """The store's key prefix for `fleet` (its keys ``<fleet>.plan.head`` ...)."""
     return f"{fleet}.plan"
-
-
-def older_state_prefix(fleet: str) -> str:
-    """The prefix of the store older planners wrote (the store's default 1024 slots), read once
-    into the store at `state_prefix` and then deleted."""
-    return f"{fleet}.state"
 
 
 def counts_key(fleet: str) -> str:
