@@ -60,3 +60,24 @@ async def test_a_checks_own_timeout_propagates_unchanged() -> None:
 
     with pytest.raises(TimeoutError, match=r"^the check's own$"):
         await eventually(times_out, 5)
+
+
+async def test_the_deadline_holds_when_a_check_drops_the_cancel() -> None:
+    # What a nats request does on Python 3.11 when its reply and the timeout's cancel land in
+    # the same loop turn (asyncio.wait_for returns the reply): the cancel is lost, and a loop
+    # bounded by it alone would poll until pytest's own limit.
+    dropped = []
+
+    async def drops_the_cancel() -> bool:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            if dropped:
+                raise  # only the first: the old loop ends at the outer bound below
+            dropped.append(1)  # as wait_for does: the reply is returned, the cancel is gone
+        return False
+
+    async with asyncio.timeout(5):  # the old loop polled on until this, with no message
+        with pytest.raises(TimeoutError, match=r"not true within 0\.05 s: .*drops_the_cancel"):
+            await eventually(drops_the_cancel, 0.05)
+    assert dropped

@@ -4,6 +4,12 @@ durable consumer has handled what a driver published, until the slicer knows the
 These poll because no local event exists to wait on (the state is the server's, a metric, a
 callback's list); every loop is bounded by its timeout, and a timeout names what was awaited.
 A test that can wait on an event or advance a virtual clock does that instead.
+
+Every loop here checks the clock itself as well as running under ``asyncio.timeout``: the
+timeout cancels the task once, and on Python 3.11 a nats request (``asyncio.wait_for`` inside
+nats-py) whose reply lands in the same loop turn as that cancel returns the reply and drops the
+cancel (CPython gh-86296, fixed in 3.12). A loop bounded by the cancel alone then polls forever:
+a wait that should have failed in 0.2 s hung a test until pytest's 120 s limit.
 """
 
 from __future__ import annotations
@@ -34,16 +40,9 @@ async def eventually(
     out like one that keeps answering false. A ``TimeoutError`` of the check's own, before the
     deadline, propagates as it is.
     """
-    bound = asyncio.timeout(timeout_s)
-    try:
-        async with bound:
-            while not await _holds(check):
-                await asyncio.sleep(interval_s)
-    except TimeoutError:
-        if not bound.expired():
-            raise
+    if not await _poll(lambda: _holds(check), timeout_s, interval_s):
         name = what or getattr(check, "__qualname__", repr(check))
-        raise TimeoutError(f"not true within {timeout_s} s: {name}") from None
+        raise TimeoutError(f"not true within {timeout_s} s: {name}")
 
 
 async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
@@ -51,6 +50,27 @@ async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
     if inspect.isawaitable(result):
         result = await result
     return bool(result)
+
+
+async def _poll(step: Callable[[], Awaitable[bool]], timeout_s: float, interval_s: float) -> bool:
+    """True once ``step()`` is true; False once ``timeout_s`` has passed, whether the timeout's
+    cancel interrupted a step (one that hangs) or a step dropped it (see the module's note), in
+    which case the clock check ends the loop after that step. A ``TimeoutError`` of a step's
+    own, before the deadline, propagates."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    bound = asyncio.timeout_at(deadline)
+    try:
+        async with bound:
+            while not await step():
+                if loop.time() >= deadline:
+                    return False
+                await asyncio.sleep(interval_s)
+            return True
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        return False
 
 
 async def wait_consumer_settled(
@@ -62,27 +82,23 @@ async def wait_consumer_settled(
     service has handled what it published (the service acks only after its effects are durable).
     """
     info = None
-    bound = asyncio.timeout(timeout_s)
-    try:
-        async with bound:
-            while True:
-                try:
-                    info = await bus.js.consumer_info(stream, durable)
-                except NotFoundError:
-                    info = None
-                if info is not None and (
-                    (seq and info.ack_floor.stream_seq >= seq)
-                    or (info.num_pending == 0 and info.num_ack_pending == 0)
-                ):
-                    return
-                await asyncio.sleep(0.01)  # polls the server's consumer state; bounded
-    except TimeoutError:
-        if not bound.expired():
-            raise
+
+    async def handled() -> bool:
+        nonlocal info
+        try:
+            info = await bus.js.consumer_info(stream, durable)
+        except NotFoundError:
+            info = None
+        return info is not None and (
+            (seq and info.ack_floor.stream_seq >= seq)
+            or (info.num_pending == 0 and info.num_ack_pending == 0)
+        )
+
+    if not await _poll(handled, timeout_s, 0.01):  # polls the server's consumer state
         raise TimeoutError(
             f"{stream}/{durable} has not handled up to seq {seq or 'the end'} within "
             f"{timeout_s} s: {_consumer_state(info)}"
-        ) from None
+        )
 
 
 def _consumer_state(info: Any) -> str:
@@ -100,17 +116,18 @@ async def wait_inventory_known(bus: Any, timeout_s: float = 60.0, *, nodes: int 
     """Wait until the collector published inventory (of at least ``nodes`` nodes: a publisher
     such as the k8s-bridge may send a large fleet's in several batches) and the slicer handled
     all of it."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            info = await bus.stream_info("SEEDANCE_TELEMETRY")
-            if info is not None and info.state.messages:
-                inv = await bus.js.stream_info(
-                    "SEEDANCE_TELEMETRY", subjects_filter=telemetry.INVENTORY
-                )
-                if len(inv.state.subjects or {}) >= nodes:
-                    break
-            # polls the server, bounded by the timeout; a fleet's subject list is a large answer
-            await asyncio.sleep(0.25 if nodes else 0.05)
-    await wait_consumer_settled(
-        bus, "SEEDANCE_TELEMETRY", "slicer-inventory", inv.state.last_seq, timeout_s
-    )
+    last_seq = 0
+
+    async def published() -> bool:
+        nonlocal last_seq
+        info = await bus.stream_info("SEEDANCE_TELEMETRY")
+        if info is None or not info.state.messages:
+            return False
+        inv = await bus.js.stream_info("SEEDANCE_TELEMETRY", subjects_filter=telemetry.INVENTORY)
+        last_seq = inv.state.last_seq
+        return len(inv.state.subjects or {}) >= nodes
+
+    # a fleet's subject list is a large answer: polled less often
+    if not await _poll(published, timeout_s, 0.25 if nodes else 0.05):
+        raise TimeoutError(f"no inventory of {nodes or 'any'} nodes within {timeout_s} s")
+    await wait_consumer_settled(bus, "SEEDANCE_TELEMETRY", "slicer-inventory", last_seq, timeout_s)
