@@ -402,3 +402,81 @@ def test_the_operator_provisions_every_stream_before_any_seedance_service_starts
         and deps.get("provision") == {"condition": "service_completed_successfully"}
     ]
     assert set(waiting) == {CALLOUT_USER, *SERVICES}
+
+
+# --- first contact: every image `up` needs is built by it or pulled from a public registry ----
+
+#: Images compose pulls, and the public registry that serves each. A service with `image:`, no
+#: `build:` and the default pull_policy (`missing`) is pulled whenever its image is missing.
+PULLED_FROM = {
+    "nats": "Docker Hub, official image",
+    "nvcr.io/nvidia/tritonserver": "NVIDIA NGC, public",
+    "prom/prometheus": "Docker Hub",
+    "grafana/grafana": "Docker Hub",
+}
+
+
+def unobtainable(services_: dict[str, Any]) -> dict[str, str]:
+    """Service -> why a fresh machine's ``up`` may not get its image.
+
+    - An image another service builds, run without a build: compose pulls it first under the
+      default pull_policy (compose v2 before 2.13 fails; later ones forgive it only while the
+      builder is in the same run): it must say ``pull_policy: never`` (``up`` builds every
+      image before it creates a container).
+    - One tag built by two services: compose's bake exports both at once ("image ... already
+      exists" on a first build), and their images differ (compose labels each with its service).
+    - Any other image-only service: pulled, so from a public registry, at a pinned tag."""
+    builders: dict[str, list[str]] = {}
+    for name, svc in services_.items():
+        if "build" in svc:
+            builders.setdefault(svc["image"], []).append(name)
+    why: dict[str, str] = {}
+    for name, svc in services_.items():
+        image = svc["image"]
+        if "build" in svc:
+            if len(builders[image]) > 1:
+                why[name] = f"builds {image}, as {sorted(builders[image])} do: one builder a tag"
+        elif image in builders:
+            if svc.get("pull_policy") != "never":
+                why[name] = (
+                    f"runs {image}, which only {builders[image]} builds and no registry serves, "
+                    f"under pull_policy {svc.get('pull_policy', 'missing')!r}: make it 'never'"
+                )
+        elif reason := _not_pullable(image):
+            why[name] = reason
+    return why
+
+
+def _not_pullable(image: str) -> str | None:
+    repository, _, tag = image.rpartition(":")
+    if ":" not in image.split("/")[-1]:  # no tag (a registry's port is not one)
+        repository, tag = image, ""
+    if repository not in PULLED_FROM:
+        return f"pulls {image}, which no public registry in PULLED_FROM serves"
+    if tag in ("", "latest"):
+        return f"pulls {image} unpinned (pull_policy missing pulls latest every time)"
+    return None
+
+
+def test_a_fresh_machine_builds_or_pulls_every_image(compose: dict[str, Any]) -> None:
+    """provision ran the cost-ledger's image and auth-callout the slicer's with the default
+    pull_policy: compose pulled them first, from a registry that does not serve them."""
+    why = unobtainable(compose["services"])
+    assert not why, "\n".join(f"{name}: {reason}" for name, reason in sorted(why.items()))
+    assert compose["services"]["provision"]["pull_policy"] == "never"
+
+
+def test_the_image_check_names_each_kind_of_unobtainable_image(compose: dict[str, Any]) -> None:
+    broken = json.loads(json.dumps(compose["services"]))
+    del broken["provision"]["pull_policy"]
+    broken["auth-callout"]["pull_policy"] = "missing"
+    broken["router"]["image"] = broken["slicer"]["image"]
+    broken["prometheus"]["image"] = "ghcr.io/example/prometheus:v3"
+    broken["grafana"]["image"] = "grafana/grafana"
+    why = unobtainable(broken)
+    assert set(why) == {"provision", "auth-callout", "slicer", "router", "prometheus", "grafana"}
+    assert "only ['cost-ledger'] builds" in why["provision"]
+    assert "pull_policy 'missing'" in why["auth-callout"]
+    assert "as ['router', 'slicer'] do" in why["slicer"]
+    assert "no public registry" in why["prometheus"]
+    assert "unpinned" in why["grafana"]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from seedance.bench import compose_check
+from seedance.bench import compose_check, compose_stack
 from seedance.bench.images import (
     CONTEXT_ROOTS,
     ImageSettings,
@@ -234,7 +234,7 @@ def test_moved_ports_agree_and_the_check_refuses_a_taken_one(
 ) -> None:
     stack = merged(compose, override)["services"]
     nats_port = stack["nats"]["command"][stack["nats"]["command"].index("-p") + 1]
-    assert compose_check.NATS_URL.endswith(f":{nats_port}")
+    assert compose_stack.NATS_URL.endswith(f":{nats_port}")
     urls = {svc["environment"]["NATS_URL"] for svc in stack.values() if "environment" in svc
             and "NATS_URL" in svc["environment"]}  # fmt: skip
     assert urls == {f"nats://nats:{nats_port}"}
@@ -249,7 +249,7 @@ def test_moved_ports_agree_and_the_check_refuses_a_taken_one(
     ports |= {int(p.rsplit(":", 2)[-2]) for p in compose["services"]["router"]["ports"]}
     for name in compose_services():
         ports.add(int(compose["services"][name]["environment"]["HTTP_PORT"]))
-    assert ports == set(compose_check.HOST_PORTS)
+    assert ports == set(compose_stack.HOST_PORTS)
 
 
 def test_stand_ins_exist_for_the_images_that_cannot_be_pulled(override: dict[str, Any]) -> None:
@@ -266,7 +266,7 @@ def test_stand_ins_exist_for_the_images_that_cannot_be_pulled(override: dict[str
 def test_services_start_in_the_order_their_conditions_declare(
     compose: dict[str, Any], override: dict[str, Any]
 ) -> None:
-    waves = compose_check.start_order(merged(compose, override))
+    waves = compose_stack.start_order(merged(compose, override))
     assert waves[0] == ["nats", "prometheus", "triton"]
     # the operator's provision first: no service user creates a catalogue stream (security.md)
     assert waves[1] == ["provision"]
@@ -274,7 +274,7 @@ def test_services_start_in_the_order_their_conditions_declare(
     assert "grafana" not in {s for w in waves for s in w}  # its profile is not activated
     cyclic = {"services": {"a": {"depends_on": ["b"]}, "b": {"depends_on": {"a": {}}}}}
     with pytest.raises(ValueError, match="cycle"):
-        compose_check.start_order(cyclic)
+        compose_stack.start_order(cyclic)
 
 
 def test_summary_line_has_the_issues_keys() -> None:
@@ -355,7 +355,7 @@ class _OneShot:
 
 
 def test_a_one_shot_is_done_when_it_exited_0_and_fails_the_check_otherwise() -> None:
-    done = compose_check._completed
+    done = compose_stack._completed
     assert not done(_OneShot("running", ""), "provision", "c")  # type: ignore[arg-type]
     assert not done(_OneShot("exited", "0\n"), "provision", None)  # type: ignore[arg-type]
     assert done(_OneShot("exited", "0\n"), "provision", "c")  # type: ignore[arg-type]

@@ -13,7 +13,8 @@ What it does, in order:
    ``depends_on: condition: service_healthy`` before podman 4.6, so the check runs each
    container's declared healthcheck (``podman healthcheck run``) and starts the services in the
    order the conditions declare: a service only once every dependency it names is healthy
-   (a one-shot, ``provision``: exited with 0);
+   (a one-shot, ``provision``: exited with 0). That stack, its order and its logs are
+   ``seedance.bench.compose_stack``'s; this module builds, uses, checks and counts;
 3. as tenant ``acme`` with its own credentials, the ``seedance`` CLI submits two jobs and reads
    where they were placed and what they cost (and finishes them once step 4 is done); as an
    inference client, KServe v2 REST requests go to the router's published port and through it
@@ -38,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -47,10 +47,20 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from seedance.bench.compose_stack import (
+    NATS_URL,
+    PROMETHEUS,
+    ROUTER_REST,
+    Compose,
+    bring_up,
+    ports_taken,
+    save_logs,
+    say,
+    start_order,
+)
 from seedance.bench.dashboards import (
     NO_SERIES_WITHOUT_GPUS,
     dashboard_queries,
@@ -68,16 +78,11 @@ from seedance.bench.images import (
 from seedance.bench.images import OUT as IMAGES_OUT
 from seedance.bench.repo import REPO, shown
 
-__all__ = ["main", "start_order"]
+__all__ = ["main"]
 
 COMPOSE_DIR = REPO / "deploy" / "compose"
-COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
 CHECK_DIR = COMPOSE_DIR / "check"
-OVERRIDE = CHECK_DIR / "compose.check.yaml"
 OUT = REPO / "out" / "compose-check"
-PROJECT = "seedance-check"
-PODMAN_COMPOSE = "podman-compose==1.6.0"
-PODMAN_COMPOSE_VENV = REPO / ".tools" / "podman-compose"
 #: Stand-in -> the files its image is built from (beside its Dockerfile in its context).
 STAND_INS: dict[str, list[Path]] = {
     "nats": [REPO / ".venv" / "bin" / "nats-server"],
@@ -87,12 +92,6 @@ STAND_INS: dict[str, list[Path]] = {
         CHECK_DIR / "tritonserver",
     ],
 }
-#: Host ports the stack binds under host networking (compose.yaml + the override); the check
-#: refuses to start when one is taken rather than fail half-way.
-HOST_PORTS = (14222, 8222, 9400, 9401, 9402, 9403, 9404, 8000, 8001, 18000, 18001, 9090)
-NATS_URL = "nats://127.0.0.1:14222"
-ROUTER_REST = "http://127.0.0.1:8000"
-PROMETHEUS = "http://127.0.0.1:9090"
 TENANT = "acme"
 #: (job, CLI flags): 8 whole GPUs (only an A10 node of the compose fleet has them) and half a GPU.
 JOBS = [("check-train", ["--gpus", "8"]), ("check-infer", ["--gpus", "1", "--gpu-milli", "500"])]
@@ -100,32 +99,7 @@ INFERENCES = 20
 SEEDANCE = REPO / ".venv" / "bin" / "seedance"
 
 
-def say(msg: str) -> None:
-    print(msg, flush=True)
-
-
 # --- pure parts ---------------------------------------------------------------------------
-
-
-def start_order(config: dict[str, Any]) -> list[list[str]]:
-    """The services in waves: each wave's services depend only on earlier waves' (compose's
-    ``depends_on``), services with a profile left out (none is activated)."""
-    services = {name: svc for name, svc in config["services"].items() if not svc.get("profiles")}
-    deps = {name: set(_depends_on(svc)) & set(services) for name, svc in services.items()}
-    waves: list[list[str]] = []
-    placed: set[str] = set()
-    while len(placed) < len(services):
-        wave = sorted(n for n in services if n not in placed and deps[n] <= placed)
-        if not wave:
-            raise ValueError(f"a dependency cycle among {sorted(set(services) - placed)}")
-        waves.append(wave)
-        placed |= set(wave)
-    return waves
-
-
-def _depends_on(svc: dict[str, Any]) -> list[str]:
-    deps = svc.get("depends_on") or []
-    return list(deps) if isinstance(deps, dict | list) else []
 
 
 def summary_line(r: Result) -> str:
@@ -158,70 +132,6 @@ class Result:
         say(f"FAIL    {what}")
 
 
-# --- the engine's compose -----------------------------------------------------------------
-
-
-class Compose:
-    """podman-compose over compose.yaml + the check's override, as project ``seedance-check``."""
-
-    def __init__(self, engine: Engine, env: dict[str, str]) -> None:
-        self.engine = engine
-        self.env = env
-        exe = PODMAN_COMPOSE_VENV / "bin" / "podman-compose"
-        if not exe.exists():
-            say(f"compose installing {PODMAN_COMPOSE} into {shown(PODMAN_COMPOSE_VENV)}")
-            uv = str(REPO / ".tools" / "bin" / "uv")
-            subprocess.run([uv, "venv", "-q", str(PODMAN_COMPOSE_VENV)], check=True)
-            python = str(PODMAN_COMPOSE_VENV / "bin" / "python")
-            subprocess.run(
-                [uv, "pip", "install", "-q", "--python", python, PODMAN_COMPOSE], check=True
-            )
-        self.argv = [
-            str(exe), "--in-pod", "false", "-p", PROJECT,
-            "-f", str(COMPOSE_FILE), "-f", str(OVERRIDE),
-        ]  # fmt: skip
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*self.argv, *args], env=self.env, capture_output=True, text=True, cwd=COMPOSE_DIR
-        )
-        with open(OUT / "compose.log", "a") as log:
-            log.write(f"$ podman-compose {' '.join(args)}\n{done.stdout}{done.stderr}\n")
-        if check and done.returncode != 0:
-            raise RuntimeError(
-                f"podman-compose {' '.join(args)} failed ({done.returncode}): "
-                f"{(done.stderr or done.stdout).strip()[-1500:]}"
-            )
-        return done
-
-    def config(self) -> dict[str, Any]:
-        return dict(yaml.safe_load(self.run("config").stdout))
-
-    def containers(self) -> dict[str, str]:
-        """Service -> its container's name (the project's containers, running or not)."""
-        out = self.engine.run(
-            "ps", "-a", "--format", "json", "--filter", f"label=io.podman.compose.project={PROJECT}"
-        ).stdout
-        found: dict[str, str] = {}
-        for c in json.loads(out or "[]"):
-            service = (c.get("Labels") or {}).get("com.docker.compose.service")
-            if service:
-                found[service] = c["Names"][0]
-        return found
-
-    def state(self, container: str) -> str:
-        done = self.engine.run("inspect", "--format", "{{.State.Status}}", container, check=False)
-        return done.stdout.strip()
-
-    def restarts(self, container: str) -> int:
-        done = self.engine.run("inspect", "--format", "{{.RestartCount}}", container, check=False)
-        return int(done.stdout.strip() or 0)
-
-    def healthy(self, container: str) -> bool:
-        """Runs the container's declared healthcheck once (podman's timers do not run here)."""
-        return self.engine.run("healthcheck", "run", container, check=False).returncode == 0
-
-
 # --- the phases ---------------------------------------------------------------------------
 
 
@@ -248,84 +158,6 @@ def build_stand_ins(engine: Engine, base: str) -> str:
             OUT / "logs" / f"build-{name}.log",
         )  # fmt: skip
     return tag
-
-
-def ports_taken() -> list[int]:
-    taken = []
-    for port in HOST_PORTS:
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                taken.append(port)
-    return taken
-
-
-def bring_up(compose: Compose, config: dict[str, Any], r: Result, timeout_s: float) -> None:
-    """Starts the services wave by wave, each wave once the one before is healthy."""
-    waves = start_order(config)
-    with_check = {n for n, s in config["services"].items() if s.get("healthcheck")}
-    one_shot = {n for n, s in config["services"].items() if s.get("restart") == "no"}
-    r.services = sum(len(w) for w in waves)
-    deadline = time.monotonic() + timeout_s
-    healthy: set[str] = set()
-    for wave in waves:
-        say(f"up      {', '.join(wave)}")
-        # --no-deps: the waves order it (podman 4.3's --requires refuses the exited provision)
-        compose.run("up", "-d", "--no-build", "--no-deps", *wave)
-        pending = set(wave)
-        while pending:
-            containers = compose.containers()
-            for name in sorted(pending):
-                c = containers.get(name)
-                if name in one_shot and _completed(compose, name, c):
-                    how = "completed"
-                elif name not in one_shot and _ready(compose, name, c, name in with_check):
-                    how = "healthcheck passed" if name in with_check else "running"
-                else:
-                    continue
-                pending.discard(name)
-                healthy.add(name)
-                say(f"healthy {name} ({how})")
-            if pending and time.monotonic() > deadline:
-                raise RuntimeError(f"not healthy within {timeout_s:.0f} s: {sorted(pending)}")
-            if pending:
-                time.sleep(2)  # the healthchecks' own pace; bounded by the deadline
-    r.services_healthy = len(healthy)
-
-
-def _completed(compose: Compose, name: str, container: str | None) -> bool:
-    """A one-shot (``restart: "no"``: ``provision``) exited with 0 (``service_completed_
-    successfully``); one that failed never will."""
-    if container is None or compose.state(container) != "exited":
-        return False
-    code = compose.engine.run("inspect", "--format", "{{.State.ExitCode}}", container).stdout
-    if code.strip() != "0":
-        raise RuntimeError(f"{name} exited with {code.strip()} (its log: out/compose-check/logs)")
-    return True
-
-
-def _ready(compose: Compose, name: str, container: str | None, has_check: bool) -> bool:
-    """Running, and its declared healthcheck passes (Prometheus, with none: ``/-/ready``).
-
-    A container that exited is not ready yet: compose's ``restart: unless-stopped`` starts it
-    again, as a deployment would; the restarts are counted and printed at the end."""
-    if container is None or compose.state(container) != "running":
-        return False
-    if has_check:
-        return compose.healthy(container)
-    if name == "prometheus":
-        return _http_ok(f"{PROMETHEUS}/-/ready")
-    return True
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as resp:
-            return bool(resp.status == 200)
-    except (OSError, urllib.error.URLError):
-        return False
 
 
 def _credentials(user: str) -> dict[str, str]:
@@ -497,20 +329,6 @@ def prometheus(r: Result, interval_s: float, timeout_s: float = 300) -> None:
         r.fail(f"queries without data: {sorted(set(empty) - expected)}")
 
 
-def save_logs(compose: Compose) -> None:
-    """Every container's log into out/compose-check/logs; says which ones restarted."""
-    logs = OUT / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    restarted = {}
-    for service, container in compose.containers().items():
-        done = compose.engine.run("logs", container, check=False)
-        (logs / f"{service}.log").write_text(done.stdout + done.stderr)
-        if n := compose.restarts(container):
-            restarted[service] = n
-    if restarted:
-        say(f"restarts {restarted} (restart: unless-stopped; their logs say why)")
-
-
 def run(settings: ImageSettings, up_timeout_s: float) -> Result:
     r = Result()
     started = time.monotonic()
@@ -534,12 +352,14 @@ def run(settings: ImageSettings, up_timeout_s: float) -> Result:
         "SEEDANCE_IMAGE_TAG": digest_tag,
         "SEEDANCE_CHECK_TAG": check_tag,
     }
-    compose = Compose(engine, env)
+    compose = Compose(engine, env, OUT / "compose.log")
     config = compose.config()
     interval_s = _scrape_interval_s()
     try:
         up_started = time.monotonic()
-        bring_up(compose, config, r, up_timeout_s)
+        waves = start_order(config)
+        r.services = sum(len(w) for w in waves)
+        r.services_healthy = bring_up(compose, config, waves, up_timeout_s)
         r.up_s = time.monotonic() - up_started
         say(f"up      {r.services_healthy} services healthy in {r.up_s:.0f} s")
         tenant_jobs(r)
@@ -551,7 +371,7 @@ def run(settings: ImageSettings, up_timeout_s: float) -> Result:
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         r.fail(f"{type(exc).__name__}: {exc}")
     finally:
-        save_logs(compose)
+        save_logs(compose, OUT / "logs")
         compose.run("down", "-v", check=False)
         left = compose.containers()
         if left:
