@@ -15,7 +15,9 @@ from seedance.router.core.forecast import (
 )
 
 H = 5.0
-CFG = HeadChoiceConfig(horizon_s=H, window_s=30.0, min_scored=5, switch_margin=0.1)
+CFG = HeadChoiceConfig(horizon_s=H, window_s=30.0, min_targets=1.0, switch_margin=0.1)
+# Rows due before the recent error decides: one row a second, so H rows per independent target.
+NEEDED = round(CFG.min_targets * H)
 
 
 def series(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +36,7 @@ def test_the_default_head_is_used_until_enough_targets_have_come_due() -> None:
         t, {KvHead.FLOW: bad, KvHead.LAST_VALUE: good}, actual, CFG, default=KvHead.FLOW
     )
     # Row i sees rows j with j + H <= i: the fifth scored row is there at i = H + 4.
-    first = int(H) + CFG.min_scored - 1
+    first = int(H) + NEEDED - 1
     assert used[:first] == [KvHead.FLOW] * first
     assert used[first] is KvHead.LAST_VALUE
     assert set(used[first:]) == {KvHead.LAST_VALUE}
@@ -97,8 +99,11 @@ def test_bad_inputs_name_what_is_wrong() -> None:
         select_heads(t, {KvHead.FLOW: actual}, actual[:-1], CFG, default=KvHead.FLOW)
     with pytest.raises(ValueError, match="horizon_s"):
         HeadChoiceConfig(horizon_s=0.0)
-    with pytest.raises(ValueError, match="min_scored"):
-        HeadChoiceConfig(horizon_s=5.0, min_scored=0)
+    with pytest.raises(ValueError, match=r"min_targets: 0\.0"):
+        HeadChoiceConfig(horizon_s=5.0, min_targets=0.0)
+    # More targets than the window can hold: the recent error would never decide.
+    with pytest.raises(ValueError, match=r"min_targets: 5\.0 .* window's 4 targets of 30 s"):
+        HeadChoiceConfig(horizon_s=30.0, window_s=120.0, min_targets=5.0)
     with pytest.raises(ValueError, match=r"switch_margin: 1\.0"):
         HeadChoiceConfig(horizon_s=5.0, switch_margin=1.0)
 
@@ -118,7 +123,7 @@ def test_with_an_anchor_a_head_worse_than_it_gives_way_at_once() -> None:
     out, anchored = select_heads(
         t, heads, actual, CFG, default=KvHead.MEAN_10S, anchor=KvHead.LAST_VALUE
     )
-    first = int(H) + CFG.min_scored - 1
+    first = int(H) + NEEDED - 1
     assert set(anchored[first:]) == {KvHead.LAST_VALUE}
     assert np.abs(out - actual)[first:].sum() <= np.abs(last - actual)[first:].sum()
 
@@ -129,6 +134,69 @@ def test_an_anchor_without_forecasts_is_refused() -> None:
         select_heads(
             t, {KvHead.FLOW: actual}, actual, CFG, default=KvHead.FLOW, anchor=KvHead.LAST_VALUE
         )
+
+
+def early_luck(n: int = 300) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """30-s forecasts made every second: the model's error is half the last value's on the
+    first 60 rows (two independent 30-s targets) and 1.5 times it after, as on the real
+    Mooncake recording's first minute and the stretch after it (issue 32)."""
+    t, actual = series(n)
+    last = actual + 100.0
+    flow = actual + np.where(t < 60.0, 50.0, 150.0)
+    return t, actual, flow, last
+
+
+def test_a_head_better_on_too_few_independent_targets_is_not_taken() -> None:
+    t, actual, flow, last = early_luck()
+    heads = {KvHead.FLOW: flow, KvHead.LAST_VALUE: last}
+    cfg = HeadChoiceConfig(horizon_s=30.0)  # the bench's: four 30-s targets in 120 s
+    out, used = select_heads(
+        t, heads, actual, cfg, default=KvHead.LAST_VALUE, anchor=KvHead.LAST_VALUE
+    )
+    assert set(used) == {KvHead.LAST_VALUE}
+    assert np.array_equal(out, last)
+    # The former minimum, 10 rows (a third of one 30-s target), took the model at 40 s on its
+    # first 10 due errors and kept it until the bad rows' targets outweighed the lucky ones at
+    # 150 s: worse than the last value over the whole series.
+    rows10 = HeadChoiceConfig(horizon_s=30.0, min_targets=10.0 / 30.0)
+    out10, used10 = select_heads(
+        t, heads, actual, rows10, default=KvHead.LAST_VALUE, anchor=KvHead.LAST_VALUE
+    )
+    assert used10[40] is KvHead.FLOW
+    assert np.abs(out10 - actual).sum() > np.abs(last - actual).sum()
+
+
+def test_a_head_better_over_enough_targets_is_taken_once_they_are_due() -> None:
+    t, actual = series(300)
+    flow, last = actual + 50.0, actual + 100.0
+    _, used = select_heads(
+        t,
+        {KvHead.FLOW: flow, KvHead.LAST_VALUE: last},
+        actual,
+        HeadChoiceConfig(horizon_s=30.0),
+        default=KvHead.LAST_VALUE,
+        anchor=KvHead.LAST_VALUE,
+    )
+    # Row i sees the rows made in [i - 150, i - 30]: 120 of them, four targets, from i = 149.
+    assert set(used[:149]) == {KvHead.LAST_VALUE}
+    assert set(used[149:]) == {KvHead.FLOW}
+
+
+def test_the_evidence_needed_is_in_targets_not_rows() -> None:
+    # Rows every 0.5 s: twice the rows per target, so the same four targets take the same time.
+    t = np.arange(600, dtype=float) / 2.0
+    rng = np.random.default_rng(3)
+    actual = 1000.0 + np.cumsum(rng.normal(0.0, 5.0, len(t)))
+    _, used = select_heads(
+        t,
+        {KvHead.FLOW: actual + 50.0, KvHead.LAST_VALUE: actual + 100.0},
+        actual,
+        HeadChoiceConfig(horizon_s=30.0),
+        default=KvHead.LAST_VALUE,
+        anchor=KvHead.LAST_VALUE,
+    )
+    first = int(np.flatnonzero([u is KvHead.FLOW for u in used])[0])
+    assert t[first] == 149.5  # made in [-0.5, 119.5]: 240 rows of 0.5 s, four 30-s targets
 
 
 def blend_series(
@@ -176,7 +244,7 @@ def test_the_recent_weight_reads_only_targets_already_observed() -> None:
 def test_the_training_weight_holds_until_targets_come_due_and_a_zero_stays_zero() -> None:
     t, kv_now, change, actual = blend_series(1.0)
     w = recent_change_weights(t, kv_now, change, actual, WCFG, default=0.25)
-    first = int(H) + WCFG.min_scored - 1  # as select_heads: the tenth target is due at H + 9
+    first = int(H) + WCFG.min_scored - 1  # the tenth scored row is due at H + 9
     assert np.all(w[:first] == 0.25)
     assert w[first] > 0.5
     # The training span found the model no better than the last value: not reopened.

@@ -28,10 +28,11 @@ and the 10 s and 30 s trailing means of the samples. WAPE = sum |error| / sum ac
 the larger of the two horizons' model WAPE / best-baseline WAPE; also per phase (rows where the
 server had a queue at t, a saturated plateau, and rows where it had none); ratio_last = the same
 over the last value's WAPE (the issue's "never worse than the last value"). The forecast scored
-is the fallback's: at each t the flow model or the last value, whichever had the lower recent
-error, or with `--fallback test` the last value unless the flow model's recent paired errors beat
-the last value's by more than their noise (`kv_fallback.follow_if_better`); `kv_heads:` says
-which made the forecasts; the flow model alone is printed too. Scores and tables: `kv_scores`.
+is the fallback's: at each t the flow model or the last value, whichever had the lower recent error
+once the recent targets hold four independent ones (before, the last value), or with `--fallback
+test` the last value unless the flow model's recent paired errors beat the last value's by more than
+their noise (`kv_fallback.follow_if_better`); `kv_heads:` says which made the forecasts; the flow
+model alone is printed too. Scores and tables: `kv_scores`.
 Last line key=value. `--splits` runs all of it at each train fraction and ends with a sweep table
 and a `kv_forecast_splits:` line; `--span-s` adds model / best baseline per sub-span of the test
 span.
@@ -280,22 +281,22 @@ def fallback_forecasts(
     kv: np.ndarray,
     row_t: np.ndarray,
     flow: dict[int, np.ndarray],
-    until_s: float,
     end_s: float,
     rule: str = "recent",
 ) -> tuple[dict[int, np.ndarray], dict[int, list[KvHead]]]:
     """Per horizon, each row's forecast from the flow model or the last value.
 
-    ``rule="recent"`` (the default): whichever has the lower recent error (`select_heads`
-    anchored on the last value: the flow model gives way as soon as its recent error exceeds the
-    last value's, and is taken back only 10 % below it; until enough targets have come due, the
-    one better on the training span). ``rule="test"``: the last value, or the flow model where
-    its errors against the last value's over the targets due in the last 240 s beat it by more
-    than their noise (`follow_if_better`: a one-sided batch-means test at 5 %, one block per
-    horizon); the same rule on the training span's rows as on the test span's, so a training
-    span too short to judge means the last value. (The 10 s / 30 s means are not heads: chosen
-    inside a plateau, a mean was kept into the next change of regime, 1.11 / 1.08 x the last
-    value on two simulated recordings of other loads.)"""
+    ``rule="recent"`` (the default): whichever has the lower recent error (`select_heads` anchored
+    on the last value: the flow model gives way as soon as its recent error exceeds the last
+    value's, and is taken back only 10 % below it; until the last 120 s of due targets hold four
+    independent ones, the last value: the training span is no evidence beyond the targets it puts in
+    that window, so it licenses no head on its own). ``rule="test"``: the last value, or the flow
+    model where its errors against the last value's over the targets due in the last 240 s beat it
+    by more than their noise (`follow_if_better`: a one-sided batch-means test at 5 %, one block per
+    horizon); the same rule on the training span's rows as on the test span's, so a training span
+    too short to judge means the last value. (The 10 s / 30 s means are not heads: chosen inside a
+    plateau, a mean was kept into the next change of regime, 1.11 / 1.08 x the last value on two
+    simulated recordings of other loads.)"""
     heads = (KvHead.FLOW, KvHead.LAST_VALUE)
     last = value_at(t, kv, row_t)
     out: dict[int, np.ndarray] = {}
@@ -308,21 +309,15 @@ def fallback_forecasts(
                 row_t, flow[h], last, actual, PairedTestConfig(horizon_s=float(h))
             )
             continue
-        forecasts = {KvHead.FLOW: flow[h], KvHead.LAST_VALUE: last}
-        train = target <= until_s
-        default = min(
-            heads, key=lambda x: (wape(forecasts[x][train], actual[train]), heads.index(x))
-        )
         out[h], used[h] = select_heads(
             row_t,
-            forecasts,
+            {KvHead.FLOW: flow[h], KvHead.LAST_VALUE: last},
             actual,
             HeadChoiceConfig(horizon_s=float(h)),
-            default=default,
+            default=KvHead.LAST_VALUE,
             order=heads,
             anchor=KvHead.LAST_VALUE,
         )
-        log(f"H={h}s: default head (best on the training span): {default.value}")
     return out, used
 
 
@@ -397,9 +392,7 @@ def evaluate(
     kv_now = value_at(t, kv, row_t)
 
     flow_only = flow_forecasts(log_, rec, row_t, kv_now, float(until_s))
-    flow, heads_used = fallback_forecasts(
-        t, kv, row_t, flow_only, float(until_s), end_s, rule=fallback
-    )
+    flow, heads_used = fallback_forecasts(t, kv, row_t, flow_only, end_s, rule=fallback)
     ridge = ridge_forecasts(log_, row_t, kv_now, float(until_s))
     lgbm_id, lgbm_mib = lgbm_forecasts(arrivals_of(log_), samples, origin_s, until_s, n_bins)
 
