@@ -1,6 +1,7 @@
 # Seedance: the two commands a newcomer needs are `make demo` and `make test`.
 # Everything is installed into the project (.tools for uv, .venv for the workspace); nothing
-# global is touched. Python 3.11+ must be on PATH; uv never downloads an interpreter.
+# global is touched. Python 3.11 (exactly: .python-version) must be on PATH, as python3.11 or a
+# python3 that is 3.11; uv never downloads an interpreter. `python3 -m venv` bootstraps uv.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -20,10 +21,19 @@ help:  ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 $(UV):
-	python3 -m venv $(TOOLS)
+	@python3 -m venv $(TOOLS) || { echo "'python3 -m venv' failed (it bootstraps uv): on Debian and Ubuntu install python3-venv (python3.11-venv for Python 3.11)" >&2; exit 1; }
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
+# Before any `uv sync`: uv looks only for what .python-version names, 3.11, and never downloads
+# it; say what to install rather than leave uv's "No interpreter found".
+require_python = $(UV) python find >/dev/null 2>&1 || { echo "Seedance needs Python 3.11 \
+  (.python-version; 3.12 or later is not used) on PATH, as python3.11 or a python3 that is 3.11, \
+  and uv here never downloads one. Install it (Debian 12: apt-get install python3.11 \
+  python3.11-venv; where the distribution has none, as on Ubuntu 24.04: pyenv or the deadsnakes \
+  PPA), then run make again." >&2; exit 1; }
+
 .venv/.synced: $(UV) uv.lock pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+	@$(require_python)
 	$(UV) sync --all-packages --locked
 	@sha256sum --check --status <(awk '{print $$1"  $(NATS_SERVER)"}' tools/nats-server.sha256) \
 	  || { echo "nats-server binary does not match tools/nats-server.sha256: refusing to use it" >&2; exit 1; }

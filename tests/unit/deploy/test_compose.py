@@ -356,7 +356,8 @@ def test_router_is_reachable_and_its_replica_list_names_the_triton_of_the_stack(
             assert (repo / model / "1" / "model.py").is_file()
 
 
-#: Published ports whose clients authenticate, with how: only these may face other machines.
+#: Published ports whose clients authenticate, with how: only these may face other machines,
+#: and only where the operator opens them (below).
 AUTHENTICATED_PORTS = {("nats", "4222"): "NATS users and passwords from deploy/auth"}
 
 
@@ -377,6 +378,65 @@ def test_a_port_without_authentication_is_published_on_loopback_only(
             continue
         assert spec.startswith("127.0.0.1:"), f"{name} publishes {spec} on every interface"
         assert spec.count(":") == 2, spec
+
+
+_SUBSTITUTION = re.compile(
+    r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+)
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """``text`` with compose's ``${VAR}``, ``${VAR:-default}`` (unset or empty) and
+    ``${VAR-default}`` (unset only) substituted from ``env``; any other ``$`` form raises, so
+    that a form this does not know is never read as literal text."""
+
+    def one(m: re.Match[str]) -> str:
+        name, op, arg = m["name"], m["op"], m["arg"]
+        value = env.get(name)
+        if op is None:
+            return value or ""
+        if op == ":-":
+            return value or arg
+        if op == "-":
+            return arg if value is None else value
+        raise ValueError(f"compose form {m[0]!r} is not interpolated here")
+
+    out = _SUBSTITUTION.sub(one, text)
+    if "$" in out:
+        raise ValueError(f"compose form left in {text!r}")
+    return out
+
+
+def test_interpolate_follows_compose_on_unset_and_empty() -> None:
+    assert interpolate("${A:-d}:1", {}) == interpolate("${A:-d}:1", {"A": ""}) == "d:1"
+    assert interpolate("${A-d}", {"A": ""}) == ""
+    assert interpolate("${A-d}/${B}", {"A": "x", "B": "y"}) == "x/y"
+    with pytest.raises(ValueError, match="not interpolated"):
+        interpolate("${A:?must be set}", {})
+
+
+def test_nats_client_port_is_on_loopback_unless_the_operator_opens_it(
+    compose: dict[str, Any],
+) -> None:
+    """4222 was published on every interface by default, while every NATS password defaults to
+    a public `dev-<user>` value (the operator `admin`'s included) when no `.env` sets it: any
+    host that reached the machine could log in as the operator. Now loopback unless
+    NATS_PUBLISH_IP (listed in .env.example, empty there) names an address."""
+    (spec,) = [p for p in compose["services"]["nats"]["ports"] if p.endswith(":4222")]
+    assert interpolate(spec, {}) == "127.0.0.1:4222:4222"
+    assert interpolate(spec, {"NATS_PUBLISH_IP": ""}) == "127.0.0.1:4222:4222"
+    assert interpolate(spec, {"NATS_PUBLISH_IP": "0.0.0.0"}) == "0.0.0.0:4222:4222"
+    assert interpolate(spec, {"NATS_PUBLISH_IP": "192.0.2.7"}) == "192.0.2.7:4222:4222"
+    example = (COMPOSE_DIR / ".env.example").read_text().splitlines()
+    assert "NATS_PUBLISH_IP=" in example
+    # the variable opens only the authenticated port: every other one is literal loopback
+    opened = [
+        (name, port)
+        for name, svc in compose["services"].items()
+        for port in svc.get("ports", [])
+        if "NATS_PUBLISH_IP" in port
+    ]
+    assert opened == [("nats", spec)]
 
 
 def test_the_operator_provisions_every_stream_before_any_seedance_service_starts(
