@@ -9,14 +9,11 @@ each stream at the replica count the services pick there (R1: a lone server sees
 The base's config on one server (three routes, quorum 2) has no JetStream meta leader: its
 ``/healthz`` (the liveness probe) fails and nothing can be created.
 
-What the test machine changes from the pod, and why: the client and monitoring ports (free ones
-on loopback, the monitor's host is the config's), and the pod's mount paths in the config (the
-data volume and the ``/tmp`` emptyDir) moved under the test's directory.
+What the test machine changes from the pod is ``overlay_nats_server``'s (ports, mount paths).
 """
 
 from __future__ import annotations
 
-import base64
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,36 +23,9 @@ from seedance.core import Bus, BusSettings
 from seedance.core.drift import bucket_config, object_store_config, stream_config
 from seedance.core.kv import provision
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS
-from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
+from tests.unit.deploy.overlay_nats import overlay_nats_server
 from tests.unit.deploy.test_k8s import by_kind, render
-
-
-def overlay_nats_server(overlay: str, tmp: Path) -> tuple[NatsServer, dict[str, str]]:
-    """The overlay's first NATS pod as a local process, and the environment it was given."""
-    docs = render(overlay)
-    sts = by_kind(docs, "StatefulSet")["nats"]
-    pod = sts["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    namespace = sts["metadata"]["namespace"]
-    env: dict[str, str] = {}
-    for source in container.get("envFrom", []):
-        secret = by_kind(docs, "Secret")[source["secretRef"]["name"]]
-        assert secret["metadata"]["namespace"] == namespace
-        env |= {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    for var in container["env"]:
-        assert var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", var
-        env[var["name"]] = f"{sts['metadata']['name']}-0"
-    (volume,) = [v for v in pod["volumes"] if "configMap" in v]
-    config = dict(by_kind(docs, "ConfigMap")[volume["configMap"]["name"]]["data"])
-    conf = config.pop("nats.conf")
-    for mount in container["volumeMounts"]:
-        if mount["name"] != volume["name"]:
-            local = tmp / mount["name"]
-            local.mkdir()
-            conf = conf.replace(f"{mount['mountPath']}/", f"{local}/")
-    server = NatsServer(config=conf, files=config, env=env, monitor=True, store=tmp / "server")
-    return server, env
 
 
 def _status(url: str) -> int:
