@@ -8,7 +8,7 @@ manifests it is about.
   tests/e2e/test_readme_k8s.py follows the pods through Seedance with a test kubelet that
   starts no container.
 - The README builds and loads every image the dev overlay names before its walkthrough applies
-  it (no registry holds them).
+  it (no registry holds them), and states what the overlay's pods request of the one node.
 - docs/deploy.md's table of the Secrets prod needs names every Secret, and every key, that the
   rendered prod overlay's pods read.
 """
@@ -130,3 +130,28 @@ def test_deploy_md_lists_every_secret_and_key_prod_reads() -> None:
     wanted = set(re.findall(r"\$(NATS_[A-Z0-9_]+)", config))
     for secret in whole:
         assert wanted <= documented[secret], (secret, wanted - documented[secret])
+
+
+def _cpus(v: str) -> float:
+    return int(v[:-1]) / 1000 if v.endswith("m") else float(v)
+
+
+def _gib(v: str) -> float:
+    units = {"Gi": 1.0, "Mi": 1 / 1024}
+    return float(v[:-2]) * units[v[-2:]]
+
+
+def test_the_readme_states_what_the_dev_overlays_pods_request() -> None:
+    cpus = gib = 0.0
+    for work in workloads(render("dev")).values():
+        # a DaemonSet runs one pod per node: the one node's
+        replicas = 1 if work["kind"] == "DaemonSet" else work["spec"].get("replicas", 1)
+        for c in work["spec"]["template"]["spec"]["containers"]:
+            requests = c.get("resources", {}).get("requests", {})
+            cpus += replicas * _cpus(requests.get("cpu", "0m"))
+            gib += replicas * _gib(requests.get("memory", "0Mi"))
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## On Kubernetes") : readme.index(WALKTHROUGH)]
+    stated = re.search(r"request, ([\d.]+) CPUs\s+and ([\d.]+) GiB", section)
+    assert stated, "the README no longer says what the dev overlay's pods request"
+    assert (float(stated[1]), float(stated[2])) == (round(cpus, 2), round(gib, 2))
