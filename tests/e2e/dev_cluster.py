@@ -8,16 +8,20 @@ registration and ListAndWatch, Allocate and PreStartContainer over real unix soc
 Node's allocatable, pods run as they are bound), and the Deployments and the DaemonSet the
 overlay stores but nothing starts run as processes: the slicer, the cost-ledger, the k8s-bridge
 and the node agent, each with the ``SEEDANCE_*`` settings of its workload in the rendered
-overlay, as its NATS user with the overlay's development password, on a nats-server running the
-shipped authorisation (``deploy/auth``). What the test machine changes, and why, is in
-``_local``: addresses and socket paths, the pods' names from the downward API, the ledger's
-charge window (seconds, not 5 minutes) and the simulated GPUs' sample interval, the bridge's
-lease timings. Each service's kubeconfig holds its own service account's token.
+overlay, as its NATS user with the overlay's development password, on the overlay's own NATS:
+the pinned nats-server with the rendered ``nats-config`` ConfigMap (one server, JetStream
+standalone, the shipped authorisation) and the environment its pod gets from the overlay's
+Secret (``tests/unit/deploy/overlay_nats.py``, which says what differs there: ports, paths).
+What else the test machine changes, and why, is in ``_local``: addresses and socket paths, the
+pods' names from the downward API, the ledger's charge window (seconds, not 5 minutes) and the
+simulated GPUs' sample interval, the bridge's lease timings. Each service's kubeconfig holds
+its own service account's token.
 
-Not covered: NATS as the overlay's StatefulSet (one server here, no cluster), images and their
-entry points (the packages' own), the telemetry collector (the dev overlay runs none), the
-router, graph-compiler, auth callout and Grafana (not on this path), NetworkPolicies and Pod
-Security (the test API server enforces neither), containers (pods run only as statuses).
+Not covered: NATS's pod itself (its probes: tests/integration/deploy/test_k8s_nats.py), images
+and their entry points (the packages' own), the telemetry collector (the dev overlay runs
+none), the router, graph-compiler, auth callout and Grafana (not on this path),
+NetworkPolicies and Pod Security (the test API server enforces neither), containers (pods run
+only as statuses).
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ from seedance.events.permissions import tenant_user_name
 from seedance.node_agent.core.simulated import parse_mig_layout
 from seedance.testing.kube_api import KubeApiServer, KubeApiSettings
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import SHIPPED_AUTH, shipped_auth_server, shipped_users
+from seedance.testing.servers import SHIPPED_AUTH, shipped_users
 from seedance.testing.waits import eventually
 from tests.integration.node_agent.kubelet import NodeKubelet
+from tests.unit.deploy.overlay_nats import overlay_nats_server
 from tests.unit.deploy.test_k8s import render
 
 __all__ = [
@@ -186,7 +191,7 @@ class DevCluster:
 async def dev_cluster(tmp_path: Path) -> AsyncIterator[DevCluster]:
     """The cluster's parts up (nothing applied, no service started: ``DevCluster.start``)."""
     passwords = dev_passwords()
-    server = shipped_auth_server(lambda user: passwords[user])
+    server, _ = overlay_nats_server("dev", tmp_path)
     sockets = tempfile.mkdtemp(prefix="dev-")  # a unix socket path must stay short
     try:
         async with KubeApiServer(KubeApiSettings(bookmark_interval_s=0.5)) as kube:

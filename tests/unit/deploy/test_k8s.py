@@ -245,7 +245,8 @@ def test_topology_nats_cluster_daemonset_leader_election_and_disruption_budgets(
 ) -> None:
     docs = render(overlay)
     nats = by_kind(docs, "StatefulSet")["nats"]
-    assert nats["spec"]["replicas"] == 3
+    # Three servers in prod (JetStream clustered, quorum 2); one in dev (a one-node cluster).
+    assert nats["spec"]["replicas"] == {"prod": 3, "dev": 1}[overlay]
     assert by_kind(docs, "Service")[nats["spec"]["serviceName"]]["spec"]["clusterIP"] == "None"
     assert by_kind(docs, "DaemonSet")["node-agent"]
     assert by_kind(docs, "Deployment")["slicer"]["spec"]["replicas"] == 2
@@ -264,6 +265,18 @@ def test_topology_nats_cluster_daemonset_leader_election_and_disruption_budgets(
             continue  # one per node by construction; drains evict it with the node
         labels = work["spec"]["template"]["metadata"]["labels"]
         assert any(sel.items() <= labels.items() for sel in pdb_selectors), f"no PDB for {name}"
+
+
+def test_the_dev_overlay_schedules_on_one_node() -> None:
+    """kind and minikube start with one node: no workload of the dev overlay with more than
+    one replica may require its replicas on different nodes (the rest of one node's limits,
+    CPU and memory, are the machine's). tests/integration/deploy/test_k8s_nats.py runs its NATS
+    config on one server."""
+    for name, work in workloads(render("dev")).items():
+        if work["spec"].get("replicas", 1) <= 1:
+            continue
+        anti = work["spec"]["template"]["spec"].get("affinity", {}).get("podAntiAffinity", {})
+        assert not anti.get("requiredDuringSchedulingIgnoredDuringExecution"), name
 
 
 def test_prod_collector_runs_on_gpu_nodes_only() -> None:
@@ -343,7 +356,10 @@ def test_nats_configmap_is_the_generated_auth_and_the_server_accepts_it(
     assert config["auth.conf"] == auth_choices().render()
     routes = re.findall(r"nats://([\w.-]+):6222", config["nats.conf"])
     service = nats["spec"]["serviceName"]
-    assert routes == [f"nats-{i}.{service}" for i in range(nats["spec"]["replicas"])]
+    if nats["spec"]["replicas"] > 1:
+        assert routes == [f"nats-{i}.{service}" for i in range(nats["spec"]["replicas"])]
+    else:  # a lone server runs JetStream standalone: a cluster block would wait for peers
+        assert not re.search(r"^cluster\s*\{", config["nats.conf"], flags=re.M)
     for name, text in config.items():
         (tmp_path / name).write_text(text)
     users = auth_choices().users()

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 SHIPPED_AUTH = REPO / "deploy" / "auth" / "nats-auth.conf"
+#: A config's own JetStream store (``store_dir: ...`` in its ``jetstream`` block).
+_STORE_DIR = re.compile(r"^\s*store_dir\s*:", re.M)
 #: The digest `make install` checks the binary against, with the version it is of.
 PIN = REPO / "tools" / "nats-server.sha256"
 
@@ -56,7 +58,12 @@ def nats_server_binary() -> str:
 class NatsServer:
     """A nats-server process on a loopback port with its own store: a random port and a
     throw-away directory unless ``port`` / ``store`` name them; ``detach`` starts it in a
-    session of its own, so it outlives the process that started it (`make local-stack`)."""
+    session of its own, so it outlives the process that started it (`make local-stack`).
+
+    ``files`` are written beside ``config`` (what its ``include``s name, e.g. a deployment's
+    ``auth.conf``), and ``env`` is the server's whole environment (a deployment's config reads
+    its passwords from it; the caller's by default). A ``config`` that sets its own
+    ``store_dir`` keeps it: the server refuses it together with ``-sd``."""
 
     def __init__(
         self,
@@ -66,16 +73,21 @@ class NatsServer:
         port: int = -1,
         detach: bool = False,
         monitor: bool = False,
+        files: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if store is not None:
             store.mkdir(parents=True, exist_ok=True)
         self.dir = store or Path(tempfile.mkdtemp(prefix="seedance-nats-"))
         args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js"]
-        args += ["-sd", str(self.dir)]
+        if config is None or not _STORE_DIR.search(config):
+            args += ["-sd", str(self.dir)]
         if monitor:  # the HTTP monitoring endpoint on a free port (``connections``)
             args += ["-m", "-1"]
         self.monitor_url: str | None = None
         if config is not None:
+            for name, text in (files or {}).items():
+                (self.dir / name).write_text(text)
             conf = self.dir / "server.conf"
             conf.write_text(config)
             args += ["-c", str(conf)]
@@ -85,7 +97,11 @@ class NatsServer:
         self.log_path = self.dir / "server.log"
         with open(self.log_path, "ab") as log:  # a file, never a pipe: see the module docstring
             self.proc = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=log, start_new_session=detach
+                args,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=detach,
+                env=None if env is None else dict(env),
             )
         try:
             self.url = self._wait_for_port()
