@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from seedance.events import nats_config, permissions, subjects
+from seedance.events.node_permissions import node_user
 from seedance.events.permissions import (
     IDENTITIES,
     KEY_GRANTS,
@@ -41,7 +42,6 @@ from seedance.events.subjects import (
     jobs,
     slicing,
 )
-from seedance.events.node_permissions import node_user
 from seedance.events.tokens import check_token
 from seedance.testing.servers import nats_server_binary
 from tests.unit.deploy.declared import DEPLOY, REPO, auth_choices, auth_users, services
@@ -240,9 +240,7 @@ def test_no_user_but_operators_creates_a_stream_bucket_or_store() -> None:
     users += [permissions.service_user(n) for n in IDENTITIES]
     users += [node_user("gpu-node-1"), permissions.tenant_user("acme")]
     for user in users:
-        allowed = [
-            (p, c) for p in user.permissions.publish_allow for c in creates if _covers(p, c)
-        ]
+        allowed = [(p, c) for p in user.permissions.publish_allow for c in creates if _covers(p, c)]
         assert allowed == [], user.name
     assert _covers("$JS.API.STREAM.*.SEEDANCE_JOBS", creates[0])  # the matcher can say yes
 
