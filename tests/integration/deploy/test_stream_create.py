@@ -107,9 +107,7 @@ async def test_no_shipped_user_but_the_operator_creates_a_stream_bucket_or_store
     finally:
         for u in users:
             await u.nc.close()
-    assert dict(zip(names, refused, strict=True)) == {
-        n: [True] * len(_creates()) for n in names
-    }
+    assert dict(zip(names, refused, strict=True)) == {n: [True] * len(_creates()) for n in names}
     admin = await _admin(bare_url)
     try:
         assert [i.config.name for i in await admin.js.streams_info()] == []
