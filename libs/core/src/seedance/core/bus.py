@@ -499,8 +499,8 @@ class Bus:
                 )
             except nats.js.errors.NoStreamResponseError as exc:
                 raise NoStream(
-                    f"no stream stores {subject!r}: Seedance's streams are created when its "
-                    "services start (or by `seedance admin provision`); are they running?"
+                    f"no stream stores {subject!r}: Seedance's streams are created by "
+                    "`seedance admin provision` (run first by compose and Kubernetes); has it run?"
                 ) from exc
 
     async def publish_many(
