@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -143,6 +145,20 @@ async def test_the_old_grants_let_a_node_agent_read_job_specs_so(old_bare_url: s
     assert await _node_agent_reads_jobs(old_bare_url) == (True, [SECRET])
 
 
+async def _status(runtime: ServiceRuntime, path: str) -> int:
+    url = runtime.http_url(path)
+    assert url is not None
+
+    def get() -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    return await asyncio.to_thread(get)
+
+
 async def test_a_service_waits_for_provision_then_starts_and_loses_no_event(
     bare_url: str,
 ) -> None:
@@ -170,6 +186,9 @@ async def test_a_service_waits_for_provision_then_starts_and_loses_no_event(
             assert line["user"] == "telemetry-collector"
             assert not runtime.ready()
             assert not starting.done()
+            # not ready, but alive: a liveness probe must not restart it into a crash loop
+            assert await _status(runtime, "/readyz") == 503
+            assert await _status(runtime, "/healthz") == 200
 
             await asyncio.to_thread(provision, bare_url, OPERATOR, shipped_password(OPERATOR))
             placement = Placement(
