@@ -1,5 +1,6 @@
-"""JetStream key-value buckets and object stores from the catalogue (created, never changed by
-a service; converged by the operator's `provision`), watches of a bucket's keys
+"""JetStream key-value buckets and object stores from the catalogue (created and converged by
+the operator's `provision`; a service never changes one, and creates one only where the server
+lets it, else waits for provision), watches of a bucket's keys
 whose end of the current values is told by the server's count, the live keys of a bucket, and
 leader leases.
 
