@@ -248,7 +248,7 @@ def test_no_user_but_operators_creates_a_stream_bucket_or_store() -> None:
 def test_no_service_user_changes_or_deletes_a_stream() -> None:
     """Review 1: nats-server does not check an updater's read grants for a stream's sources or
     mirror, so STREAM.UPDATE let a service copy what it may not read into what it may. Only
-    operators (unrestricted) change streams; every other static user creates and inspects."""
+    operators (unrestricted) change streams; every other static user only inspects."""
     for user in auth_choices().users():
         if user.unrestricted:
             continue
