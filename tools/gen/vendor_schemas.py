@@ -36,6 +36,8 @@ KINDS = {
     "Deployment": "deployment-apps-v1",
     "StatefulSet": "statefulset-apps-v1",
     "DaemonSet": "daemonset-apps-v1",
+    # the operator's `seedance admin provision`, run before the services (services/provision)
+    "Job": "job-batch-v1",
     "HorizontalPodAutoscaler": "horizontalpodautoscaler-autoscaling-v2",
     "NetworkPolicy": "networkpolicy-networking-v1",
     "PodDisruptionBudget": "poddisruptionbudget-policy-v1",

@@ -54,7 +54,7 @@ def fresh_url() -> Iterator[str]:
     """A server of its own on the shipped users: these tests change the catalogue's streams."""
     from seedance.testing.servers import shipped_auth_server
 
-    with shipped_auth_server(shipped_password) as server:
+    with shipped_auth_server(shipped_password, provisioned=False) as server:
         yield server.url
 
 

@@ -4,21 +4,26 @@
 ``SEEDANCE_ROUTING`` deleted and created again: the mirror ``SEEDANCE_ROUTING_PLAN`` keeps the
 old reports at the old sequences, drops the new ones and reports no error; the planner must
 neither merge the stale ones nor skip the new ones. It refuses to plan (error, gauge) until an
-operator deletes the mirror, then creates it again and replays every new report. A mirror
-deleted at run time is created again and planning goes on. This module deletes the catalogue's
+operator deletes the mirror and provisions it again, then replays every new report. A mirror
+deleted at run time is waited for (the router's user may not create it) until provision
+creates it again, and planning goes on. This module deletes the catalogue's
 streams, so it runs on a server of its own (``auth_url`` is per module).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 
 import pytest
 from nats.js.errors import NotFoundError
+from structlog.testing import capture_logs
 
 from seedance.core import Bus
+from seedance.core.kv import provision
 from seedance.events.subjects import STREAMS, routing
+from seedance.testing.waits import eventually
 from tests.integration.router.test_plan_leader import T0, _as, _Clock, _interval, _router
 
 _ORIGIN = next(s for s in STREAMS if s.name == routing.STREAM)
@@ -67,9 +72,11 @@ async def test_an_origin_created_again_stops_planning_until_the_mirror_is_rebuil
             assert plan.seq == 0  # moved back to the new origin's start, nothing stale read
         assert not plan.leading
 
-        # The operator's fix (OPERATOR_FIX): the mirror deleted; the planner creates it again,
-        # it copies the new origin from its first message, and every new report is merged.
+        # The operator's fix (OPERATOR_FIX): the mirror deleted and provisioned again (the
+        # router's user may not create it); it copies the new origin from its first message,
+        # and every new report is merged.
         await admin.js.delete_stream(routing.PLAN_STREAM)
+        await provision(admin)
         recs = await _interval([svc], [clock], rnd, T0 + 15 * 12)
         assert len(recs) == 1
         assert gauge._value.get() == 0
@@ -128,7 +135,9 @@ async def test_a_restored_position_past_the_new_origin_skips_nothing(
             await b.close()
 
 
-async def test_a_mirror_deleted_at_run_time_is_created_again(auth_url: str, unique: str) -> None:
+async def test_a_mirror_deleted_at_run_time_is_awaited_until_provision(
+    auth_url: str, unique: str
+) -> None:
     fleet = f"d{unique}"[:30]
     bus = await Bus.connect(_as(auth_url, "router"))
     admin = await Bus.connect(_as(auth_url, "admin"))
@@ -143,7 +152,23 @@ async def test_a_mirror_deleted_at_run_time_is_created_again(auth_url: str, uniq
         for k in range(1, 4):
             assert len(await _interval([svc], [clock], rnd, T0 + 15 * k)) == 1
         await admin.js.delete_stream(routing.PLAN_STREAM)
-        for k in range(4, 7):  # every interval planned, the mirror created again by the router
+        with capture_logs() as logs:  # the router's user may not create it: it waits
+            waiting = asyncio.create_task(_interval([svc], [clock], rnd, T0 + 15 * 4))
+
+            def said() -> bool:
+                return any(
+                    e["event"] == "stream_not_provisioned" and e["stream"] == routing.PLAN_STREAM
+                    for e in logs
+                )
+
+            try:
+                await eventually(said, 20.0, what="the planner waiting for its mirror")
+                assert not waiting.done()
+                await provision(admin)  # the operator's
+                assert len(await asyncio.wait_for(waiting, 20.0)) == 1
+            finally:
+                waiting.cancel()
+        for k in range(5, 7):  # every interval planned on the mirror provision made
             assert len(await _interval([svc], [clock], rnd, T0 + 15 * k)) == 1
         assert (await admin.js.stream_info(routing.PLAN_STREAM)).config.mirror is not None
         est = svc.fleet_plan.estimators["m"]

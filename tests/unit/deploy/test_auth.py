@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from seedance.events import nats_config, permissions, subjects
+from seedance.events.node_permissions import node_user
 from seedance.events.permissions import (
     IDENTITIES,
     KEY_GRANTS,
@@ -217,17 +218,37 @@ def test_a_reserved_or_invalid_tenant_is_refused_with_the_reason() -> None:
         permissions.tenant_permissions("a.>")
 
 
-def test_every_service_provisions_every_stream() -> None:
-    for name in SERVICES:
-        allow = permissions.service_user(name).permissions.publish_allow
-        for s in STREAMS:
-            assert f"$JS.API.STREAM.CREATE.{s.name}" in allow
+def _covers(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` one token, ``>`` the rest."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or token not in ("*", have[i]):
+            return False
+    return len(want) == len(have)
+
+
+def test_no_user_but_operators_creates_a_stream_bucket_or_store() -> None:
+    """Review 3: nats-server does not check a creator's read grants either, so whoever creates
+    a missing stream chooses its republish, mirror or sources. Only operators (`seedance admin
+    provision`) create; every service, node, replayer and tenant user only inspects."""
+    names = [s.name for s in STREAMS] + [f"KV_{b}" for b in BUCKETS]
+    names += [f"OBJ_{o}" for o in OBJECT_STORES]
+    creates = [f"$JS.API.STREAM.CREATE.{n}" for n in names]
+    users = [u for u in auth_choices().users() if not u.unrestricted]
+    users += [permissions.service_user(n) for n in IDENTITIES]
+    users += [node_user("gpu-node-1"), permissions.tenant_user("acme")]
+    for user in users:
+        allowed = [(p, c) for p in user.permissions.publish_allow for c in creates if _covers(p, c)]
+        assert allowed == [], user.name
+    assert _covers("$JS.API.STREAM.*.SEEDANCE_JOBS", creates[0])  # the matcher can say yes
 
 
 def test_no_service_user_changes_or_deletes_a_stream() -> None:
     """Review 1: nats-server does not check an updater's read grants for a stream's sources or
     mirror, so STREAM.UPDATE let a service copy what it may not read into what it may. Only
-    operators (unrestricted) change streams; every other static user creates and inspects."""
+    operators (unrestricted) change streams; every other static user only inspects."""
     for user in auth_choices().users():
         if user.unrestricted:
             continue

@@ -68,7 +68,7 @@ from seedance.events.replicas import DEFAULT_FLEET, replica_set
 from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import inbox_prefix, jobs, routing
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer, generated_auth
+from seedance.testing.servers import NatsServer, generated_auth, provision
 from seedance.testing.waits import eventually, wait_consumer_settled
 from seedance.testing.workloads import read_stream
 
@@ -125,6 +125,8 @@ def _pod(name: str, gpus: int) -> dict[str, Any]:
 async def k8s_stage(logdir: Path, args: argparse.Namespace) -> AsyncIterator[StageRun]:
     config, passwords = generated_auth([VICTIM, HOSTILE], source=__name__)
     server = NatsServer(config=config)
+    # what a deployment runs first: no service user may create a stream (docs/security.md)
+    provision(server.url, "admin", passwords["admin"])
     tmp = Path(tempfile.mkdtemp(prefix="chaos-k8s-"))
     (tmp / "quota.yaml").write_text(QUOTA)
     procs = ServiceProcesses(server.url, logdir, credentials=passwords)

@@ -69,7 +69,7 @@ from seedance.events.subjects import inbox_prefix
 from seedance.events.telemetry import NodeInventory
 from seedance.testing.paths import REPO
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer, generated_auth
+from seedance.testing.servers import NatsServer, generated_auth, provision
 from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
 from seedance.testing.workloads import (
     START,
@@ -160,6 +160,8 @@ async def _stage(logdir: Path, out: Outcome) -> AsyncIterator[_Stage]:
     # A node of its own for the compromised node of seedance.bench.chaos_node (issue 27).
     config, passwords = generated_auth([*HONEST, HOSTILE], nodes=(ROGUE_NODE,), source=__name__)
     server = NatsServer(config=config)
+    # what a deployment runs first: no service user may create a stream (docs/security.md)
+    provision(server.url, "admin", passwords["admin"])
     tmp = Path(tempfile.mkdtemp(prefix="chaos-tenants-"))
     (tmp / "quota.yaml").write_text(QUOTA)
     procs = ServiceProcesses(server.url, logdir, credentials=passwords)

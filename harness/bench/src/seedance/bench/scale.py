@@ -74,7 +74,7 @@ from seedance.events.permissions import tenant_user_name
 from seedance.events.slicing import JobReleased, Placement, Preempted, Unschedulable
 from seedance.events.subjects import inbox_prefix, jobs, slicing, telemetry
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import NatsServer, provision
 from seedance.testing.waits import wait_consumer_settled
 
 __all__ = ["main"]
@@ -205,6 +205,8 @@ async def stack(workdir: Path, batch: int) -> AsyncIterator[Stack]:
     config = defs + nats_config.render(static, source="seedance.bench.scale")
     # Payloads to the server's default (1 MiB): the slicer must live with what a deployment has.
     server = NatsServer(config=config)
+    # what a deployment runs first: no service user may create a stream (docs/security.md)
+    provision(server.url, "admin", passwords["admin"])
     procs = ServiceProcesses(server.url, workdir / "logs", credentials=passwords)
     buses: list[Bus] = []
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import nats
 import nats.js.errors
@@ -24,7 +27,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry.context import Context
 
 from seedance.core.clock import WALL_CLOCK, Clock
-from seedance.core.drift import check_drift, stream_config
+from seedance.core.drift import PROVISION_HINT, check_drift, stream_config
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch, Message, PubAck, Publisher, PublishRefused
@@ -81,6 +84,14 @@ class BusSettings:
 _ATTEMPT_TIMEOUT_S = 5.0
 #: While the connection is lost, at most one error line per this many seconds.
 _ERROR_LINE_EVERY_S = 60.0
+#: A service refused the creation of a missing stream looks for it again this often (the
+#: operator's provision creates it), and says what it waits for at most once a minute.
+_PROVISION_POLL_S = 1.0
+_WAITING_LINE_EVERY_S = 60.0
+#: How nats-server names a refused publish (nats-py hands it to the error callback, lower-cased).
+_DENIED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+
+_T = TypeVar("_T")
 
 
 #: Decides the identity a connection presents: given the settings and the service connecting
@@ -130,11 +141,19 @@ class _ConnectWatch:
         self.closing = False  # our own close: its disconnect is not news
         self.last_error: BaseException | None = None
         self.refused = asyncio.Event()
+        #: Publish subjects a caller waits to hear refused (`Bus.create_or_await`).
+        self.denials: list[tuple[str, asyncio.Event]] = []
         self._failures = 0
         self._failing_since_log = 0  # errors since the last line, once connected
         self._last_line = 0.0
 
     async def error(self, exc: Exception) -> None:
+        denied = _DENIED.search(str(exc))
+        awaited = [e for s, e in self.denials if denied and denied.group(1) == s.lower()]
+        for event in awaited:
+            event.set()
+        if awaited:  # expected, and its waiter says what it means (stream_not_provisioned)
+            return
         if not self.connected:
             self.last_error = exc
             self._failures += 1
@@ -337,18 +356,82 @@ class Bus:
     # --- provisioning -----------------------------------------------------------------------
 
     async def ensure_streams(self, streams: Iterable[StreamSpec] = STREAMS) -> None:
-        """Create each missing stream; safe to run from every replica at every start. An
-        existing one is never changed (a service's user may not: `seedance.core.drift`): one
-        that differs from the catalogue is reported (``stream_config_drift``), and one carrying
-        a planted copy refuses the start (`StartRefused`, naming the stream)."""
+        """Check each stream; create a missing one where this user may (the operator; any user of
+        a server without authorization), else wait for the operator's provision to
+        (`create_or_await`). Safe from every replica at every start. An existing one is never
+        changed (a service's user may not: `seedance.core.drift`): one that differs from the
+        catalogue is reported (``stream_config_drift``), and one carrying a planted copy refuses
+        the start (`StartRefused`, naming the stream)."""
         for spec in streams:
             config = stream_config(spec, self._replicas())
+            with contextlib.suppress(NotFoundError):
+                check_drift(config, (await self.js.stream_info(spec.name)).config)
+                continue
             try:
-                await self.js.add_stream(config)
+                created = await self.create_or_await(
+                    spec.name, functools.partial(self.js.add_stream, config)
+                )
             except BadRequestError as exc:
                 if exc.err_code != 10058:  # "stream name already in use with a different config"
                     raise
+                created = None  # created meanwhile (provision, another replica): check it
+            if created is None:
                 check_drift(config, (await self.js.stream_info(spec.name)).config)
+
+    async def create_or_await(self, stream: str, create: Callable[[], Awaitable[_T]]) -> _T | None:
+        """``create()``'s result (it creates the missing catalogue stream, KV bucket or object
+        store whose stream is ``stream``); or, where the server refuses this user that create,
+        None once the stream exists.
+
+        A deployment's service users hold no ``STREAM.CREATE``: whoever creates a missing stream
+        chooses its whole configuration, and nats-server checks no creator's read permissions
+        (docs/security.md). Only the operator's `seedance admin provision` creates, so a service
+        that starts first waits for it here, polling, with one ``stream_not_provisioned`` line
+        a minute naming the stream and the fix (``ServiceRuntime`` is not ready meanwhile)
+        rather than crash-looping. The refusal comes by the error callback, at once, not as a
+        reply; a bus built without ``connect`` hears none and just creates.
+        """
+        if self._watch is None:
+            return await create()
+        entry = (f"$JS.API.STREAM.CREATE.{stream}", asyncio.Event())
+        self._watch.denials.append(entry)
+        attempt = asyncio.ensure_future(create())
+        refused = asyncio.ensure_future(entry[1].wait())
+        try:
+            await asyncio.wait({attempt, refused}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._watch.denials.remove(entry)
+            refused.cancel()
+            if not attempt.done():
+                attempt.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await attempt
+        if not attempt.cancelled():
+            return attempt.result()
+        await self._await_stream(stream)
+        return None
+
+    async def _await_stream(self, stream: str) -> None:
+        since, last_line = self.clock.monotonic(), None
+        while True:
+            with contextlib.suppress(NotFoundError):
+                await self.js.stream_info(stream)
+                log.info(
+                    "stream_provisioned", stream=stream, waited_s=self.clock.monotonic() - since
+                )
+                return
+            now = self.clock.monotonic()
+            if last_line is None or now - last_line >= _WAITING_LINE_EVERY_S:
+                log.warning(
+                    "stream_not_provisioned",
+                    stream=stream,
+                    user=self.settings.user,
+                    waited_s=now - since,
+                    fix=f"{PROVISION_HINT} (this user may not create it; compose and the "
+                    "Kubernetes Job `seedance-provision` run it before the services)",
+                )
+                last_line = now
+            await self.clock.sleep(_PROVISION_POLL_S)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
         if not spec.acked:
@@ -416,8 +499,8 @@ class Bus:
                 )
             except nats.js.errors.NoStreamResponseError as exc:
                 raise NoStream(
-                    f"no stream stores {subject!r}: Seedance's streams are created when its "
-                    "services start (or by `seedance admin provision`); are they running?"
+                    f"no stream stores {subject!r}: Seedance's streams are created by "
+                    "`seedance admin provision` (run first by compose and Kubernetes); has it run?"
                 ) from exc
 
     async def publish_many(

@@ -1,5 +1,6 @@
-"""JetStream key-value buckets and object stores from the catalogue (created, never changed by
-a service; converged by the operator's `provision`), watches of a bucket's keys
+"""JetStream key-value buckets and object stores from the catalogue (created and converged by
+the operator's `provision`; a service never changes one, and creates one only where the server
+lets it, else waits for provision), watches of a bucket's keys
 whose end of the current values is told by the server's count, the live keys of a bucket, and
 leader leases.
 
@@ -71,14 +72,18 @@ _UNREACHABLE = (
 
 
 async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
-    """Bind the catalogue's KV bucket ``name``, creating it on first use; an existing one is
+    """Bind the catalogue's KV bucket ``name``, creating it on first use where this user may,
+    else waiting for the operator's provision to (`Bus.create_or_await`); an existing one is
     never changed, only checked (`seedance.core.drift.check_drift`: a bucket's stream can carry
     sources or a mirror too)."""
     spec: BucketSpec = BUCKETS[name]
     try:
         kv = await bus.js.key_value(spec.name)
     except BucketNotFoundError:
-        return await _create_bucket(bus, spec)
+        created = await bus.create_or_await(f"KV_{spec.name}", lambda: _create_bucket(bus, spec))
+        if created is not None:
+            return created
+        kv = await bus.js.key_value(spec.name)
     wanted = bucket_config(spec, bus._replicas())
     check_drift(wanted, (await bus.js.stream_info(wanted.name or "")).config)
     return kv
@@ -137,13 +142,19 @@ async def _missing(bus: Bus, stream: str) -> bool:
 
 
 async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
-    """Bind the catalogue's object store ``name``, creating it on first use; an existing one is
-    never changed, only checked (as `ensure_bucket`)."""
+    """Bind the catalogue's object store ``name``, creating it on first use where this user
+    may, else waiting for provision; an existing one is never changed, only checked (as
+    `ensure_bucket`)."""
     spec: ObjectStoreSpec = OBJECT_STORES[name]
     try:
         store = await bus.js.object_store(spec.name)
     except BucketNotFoundError:
-        return await _create_object_store(bus, spec)
+        created = await bus.create_or_await(
+            f"OBJ_{spec.name}", lambda: _create_object_store(bus, spec)
+        )
+        if created is not None:
+            return created
+        store = await bus.js.object_store(spec.name)
     wanted = object_store_config(spec, bus._replicas())
     check_drift(wanted, (await bus.js.stream_info(wanted.name or "")).config)
     return store

@@ -121,7 +121,8 @@ class ServiceRuntime(Lifecycle):
         return self._http.url(path) if self._http else None
 
     def ready(self) -> bool:
-        return self._bus is not None and self._bus.nc.is_connected
+        # not while start() waits for a stream the operator's provision has yet to create
+        return self._started and self._bus is not None and self._bus.nc.is_connected
 
     def _waiting_for(self) -> str | None:
         """What ``/healthz`` reports until the first connection (then: alive, ``None``)."""

@@ -1,4 +1,4 @@
-"""The JetStream API subjects that one grant takes: a stream's creation, a named durable's
+"""The JetStream API subjects that one grant takes: a stream's inspection, a named durable's
 verbs (granted or denied), an object store's reads and writes.
 
 Owns the spelling of ``$JS.API`` subjects for the permissions (`seedance.events.permissions`
@@ -13,12 +13,13 @@ JS_API = "$JS.API"
 
 
 def stream_api(stream: str) -> list[str]:
-    """Create a missing stream (bucket, store) and inspect it; never UPDATE (nor DELETE) it:
-    nats-server does not check the updater's read permissions for a stream's ``sources`` or
-    ``mirror``, so an update grant let a service copy a stream it may not read into one it may
-    (review 1: the router read tenants' job specs through its routing mirror). Only an
-    operator's `seedance admin provision` changes an existing one (`seedance.core.drift`)."""
-    return [f"{JS_API}.STREAM.{op}.{stream}" for op in ("CREATE", "INFO")]
+    """Inspect a stream (bucket, store); never CREATE, UPDATE (nor DELETE) it. nats-server checks
+    the read permissions of neither a creator nor an updater: whoever creates a missing stream
+    chooses its whole configuration (a ``republish`` to a subject it reads, a ``mirror`` or
+    ``sources`` of a stream it may not read; review 1 and review 3). Only an operator's
+    `seedance admin provision` creates or changes one (`seedance.core.drift`); a service that
+    finds one missing waits for it (`seedance.core.bus.Bus.ensure_streams`)."""
+    return [f"{JS_API}.STREAM.INFO.{stream}"]
 
 
 def durable_api(stream: str, durable: str) -> list[str]:

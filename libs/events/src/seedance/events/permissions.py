@@ -129,9 +129,6 @@ class Declaration:
     #: KV buckets it may create, read and watch but never write (``$KV.<bucket>.>`` refused).
     bucket_reads: tuple[str, ...] = ()
     object_stores: tuple[str, ...] = ()
-    #: Creates every missing catalogue stream at start-up (every service replica does); never
-    #: updates one (`_stream_api`).
-    provisions: bool = True
     #: Dead-letters what it cannot handle on ``seedance.dlq.<name>``.
     dead_letters: bool = True
     #: Core subjects it subscribes to besides its inbox (``_INBOX.>``).
@@ -233,7 +230,6 @@ IDENTITIES: dict[str, Declaration] = {
             "replayer",
             publishes=("observed",),
             buckets=(subjects.routing.REPLICAS_BUCKET,),
-            provisions=False,
             dead_letters=False,
         ),
         # Pods' job events (observed: the API server's and kubelet's facts, bounded by the
@@ -266,7 +262,6 @@ IDENTITIES: dict[str, Declaration] = {
             buckets=("seedance-tenants",),
             subscribes=(CALLOUT_SUBJECT, "$KV.seedance-tenants.>"),
             replies_on=(CALLOUT_REPLIES,),
-            provisions=False,
             dead_letters=False,
         ),
     )
@@ -330,7 +325,7 @@ def key_grant_subjects(identity: str) -> list[str]:
         if g.identity != identity:
             continue
         kv = f"KV_{g.bucket}"
-        # Create (ensure_bucket) and inspect the bucket; never reconfigure it (no service may):
+        # Inspect the bucket (ensure_bucket); never create nor reconfigure it (no service may):
         # a key's writer owns that key, not the bucket's history, limits or subjects.
         pub += stream_api(kv)
         if not BUCKETS[g.bucket].direct:  # nats-py gets a key so (any key: it is in the body)
@@ -409,11 +404,10 @@ def _others_denied(d: Declaration) -> list[str]:
 def declaration_permissions(d: Declaration) -> Permissions:
     """The exact data and JetStream API subjects a trusted identity's declaration gives."""
     pub = [f"{JS_API}.INFO"]
-    if d.provisions:
-        for stream in STREAMS:
-            pub += stream_api(stream.name)
-    else:  # a publisher that only checks the streams it publishes to exist
-        pub += [f"{JS_API}.STREAM.INFO.{s.name}" for s in STREAMS]
+    # Inspect every catalogue stream (check it exists, unchanged), create none: only the
+    # operator's `seedance admin provision` does (`js_grants.stream_api`).
+    for stream in STREAMS:
+        pub += stream_api(stream.name)
     pub += [FAMILIES[f] for f in d.publishes]
     pub += d.replies_on
     if d.dead_letters:
@@ -467,8 +461,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
     for bucket in d.bucket_reads:
         kv = f"KV_{bucket}"
         pub += [
-            # create (from the catalogue's spec) and bind, never UPDATE its configuration
-            f"{JS_API}.STREAM.CREATE.{kv}",
+            # bind, never create (provision does) nor UPDATE its configuration
             f"{JS_API}.STREAM.INFO.{kv}",
             f"{JS_API}.STREAM.MSG.GET.{kv}",
             f"{JS_API}.DIRECT.GET.{kv}",

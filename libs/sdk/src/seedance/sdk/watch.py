@@ -112,8 +112,8 @@ async def watching(
             if exc.err_code != _STREAM_NOT_FOUND:
                 raise
             raise NoStream(
-                f"no stream {stream} on this server: Seedance's streams are created when "
-                "its services start (or by `seedance admin provision`); are they running?"
+                f"no stream {stream} on this server: Seedance's streams are created by "
+                "`seedance admin provision` (run first by compose and Kubernetes); has it run?"
             ) from None
         yield Watch(nc, queue, bus.js, stream, name)
     finally:

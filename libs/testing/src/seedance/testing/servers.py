@@ -28,6 +28,7 @@ __all__ = [
     "generated_auth",
     "nats_server_binary",
     "pinned_nats_version",
+    "provision",
     "shipped_auth_server",
 ]
 
@@ -177,6 +178,7 @@ def auth_server(
     port: int = -1,
     detach: bool = False,
     monitor: bool = False,
+    provisioned: bool = True,
 ) -> NatsServer:
     """A server running the authorization block ``text`` as `seedance.events.nats_config`
     renders it (the shipped file, another ``AuthChoices``' render, an older shipped config),
@@ -184,14 +186,52 @@ def auth_server(
     issuer key (``issuer``, an nkeys account key pair whose seed signs the callout's answers;
     a fresh one by default). The definitions go in front of the block, as compose and
     Kubernetes give them in the environment (the issuer's only where the block has a callout).
-    ``store``, ``port``, ``detach`` and ``monitor`` are `NatsServer`'s."""
+    ``store``, ``port``, ``detach`` and ``monitor`` are `NatsServer`'s. ``provisioned``: the
+    operator ``admin`` (where the block has one) has run `provision` on it, as a deployment
+    does before any service starts; services may not create what they miss."""
     from seedance.core.auth_callout import new_issuer
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR
 
-    defs = "".join(f'{var}: "{password(user)}"\n' for user, var in shipped_users(text).items())
+    users = shipped_users(text)
+    defs = "".join(f'{var}: "{password(user)}"\n' for user, var in users.items())
     if f"${CALLOUT_ISSUER_VAR}" in text:  # a variable the block never reads fails the start
         defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
-    return NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
+    server = NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
+    if provisioned and OPERATOR in users:
+        try:
+            provision(server.url, OPERATOR, password(OPERATOR))
+        except BaseException:
+            server.stop()
+            raise
+    return server
+
+
+#: The operator's user of the shipped block (and of `generated_auth`'s).
+OPERATOR = "admin"
+
+
+def provision(url: str, user: str, password: str) -> None:
+    """What a deployment runs before any service starts (compose's one-shot ``provision``, the
+    Kubernetes Job ``seedance-provision``): `seedance admin provision` as operator ``user``,
+    which creates every catalogue stream, KV bucket and object store; no service user may
+    (docs/security.md). On a thread of its own, so that code inside an event loop (an async
+    fixture, a bench) may call it too."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seedance.core import Bus, BusSettings
+    from seedance.core.kv import provision as converge
+
+    async def run() -> None:
+        settings = BusSettings(url=url, user=user, password=password, name="provision")
+        bus = await Bus.connect(settings)
+        try:
+            await converge(bus)
+        finally:
+            await bus.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: asyncio.run(run())).result()
 
 
 def generated_auth(
@@ -216,6 +256,7 @@ def shipped_auth_server(
     detach: bool = False,
     issuer: Any = None,
     monitor: bool = False,
+    provisioned: bool = True,
 ) -> NatsServer:
     """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
     every user's password variable defined as ``password(user)`` and a fresh auth-callout
@@ -235,4 +276,5 @@ def shipped_auth_server(
         port=port,
         detach=detach,
         monitor=monitor,
+        provisioned=provisioned,
     )

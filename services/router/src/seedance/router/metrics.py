@@ -111,7 +111,7 @@ class RouterMetrics:
             "seedance_router_plan_mirror_diverged",
             "1 while this gateway holds the planner lease but refuses to plan: the reports' "
             "mirror SEEDANCE_ROUTING_PLAN is not SEEDANCE_ROUTING's copy (the origin was deleted "
-            "and created again); an operator deletes the mirror, the planner creates it again.",
+            "and created again); an operator deletes the mirror and provisions it again.",
             registry=registry,
         )
         self.planner_held = Gauge(

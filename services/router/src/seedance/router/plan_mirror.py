@@ -12,12 +12,15 @@ ways that breaks, both silent on the server's side (nats-server 2.10.26 and 2.15
   sequence, which `divergence` tells by comparing the mirror's first and last message with the
   origin's at those sequences (subject, ``Nats-Msg-Id``, payload), and by a mirror whose last
   sequence is past the origin's;
-* the mirror deleted at run time (finding 7): `ensure_mirror` creates it again (the router's
-  user may create it), and the new mirror copies the origin from its first message.
+* the mirror deleted at run time (finding 7): `ensure_mirror` waits until the operator's
+  `seedance admin provision` creates it again (`Bus.create_or_await`; on a server without
+  authorization it creates it itself), and the new mirror copies the origin from its first
+  message.
 
-Must not delete or change a stream: the router's user may create the mirror but neither update
-nor delete it (a user that could would also rewrite what the planner reads). A diverged mirror
-is the operator's to delete (`OPERATOR_FIX`); the planner refuses to plan until then.
+Must not delete or change a stream: the router's user may neither create, update nor delete
+the mirror (a user that could would choose what the planner reads: review 3). A diverged mirror
+is the operator's to delete and provision again (`OPERATOR_FIX`); the planner refuses to plan
+until then.
 """
 
 from __future__ import annotations
@@ -35,12 +38,12 @@ log = get_logger(__name__)
 
 _MIRROR = next(s for s in STREAMS if s.name == routing.PLAN_STREAM)
 
-#: What the operator does about a diverged mirror: the planner then creates it again
-#: (`ensure_mirror`), and the new one copies the origin from its first message.
+#: What the operator does about a diverged mirror: provision creates it again (the planner
+#: waits for it in `ensure_mirror`), and the new one copies the origin from its first message.
 OPERATOR_FIX = (
     f"delete the stream {routing.PLAN_STREAM} with an operator's credentials "
-    f"(`nats stream rm {routing.PLAN_STREAM}`); the router's planner creates it again from "
-    f"{routing.STREAM}"
+    f"(`nats stream rm {routing.PLAN_STREAM}`), then run `seedance admin provision`, which "
+    f"creates it again from {routing.STREAM}"
 )
 
 
@@ -50,11 +53,11 @@ class MirrorDiverged(Exception):
 
 
 async def ensure_mirror(bus: Bus) -> StreamInfo:
-    """The mirror's info, the mirror created first if it is gone."""
+    """The mirror's info, once it exists again if it is gone (provision creates it)."""
     info = await bus.stream_info(routing.PLAN_STREAM)
     if info is not None:
         return info
-    log.warning("plan_mirror_missing", stream=routing.PLAN_STREAM, action="created")
+    log.warning("plan_mirror_missing", stream=routing.PLAN_STREAM, action="awaited")
     await bus.ensure_streams([_MIRROR])
     info = await bus.stream_info(routing.PLAN_STREAM)
     if info is None:  # deleted again between the create and the read: the next bind retries

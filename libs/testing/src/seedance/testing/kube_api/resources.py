@@ -131,6 +131,8 @@ BUILTIN: tuple[ResourceType, ...] = (
     ),
     _rt("apps", "v1", "daemonsets", "DaemonSet", short=("ds",), sub=("status",), categories=ALL),
     _rt("apps", "v1", "replicasets", "ReplicaSet", short=("rs",), sub=("status",), categories=ALL),
+    # the operator's provision (deploy/k8s/base/services/provision.yaml): stored, never run here
+    _rt("batch", "v1", "jobs", "Job", sub=("status",), categories=ALL),
     _rt("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",)),
     # What an EndpointSlice controller would write; here tests (and seed.endpoint_slice) do.
     _rt("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
