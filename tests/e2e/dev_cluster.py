@@ -41,7 +41,7 @@ from seedance.events.permissions import tenant_user_name
 from seedance.node_agent.core.simulated import parse_mig_layout
 from seedance.testing.kube_api import KubeApiServer, KubeApiSettings
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import SHIPPED_AUTH, shipped_users
+from seedance.testing.servers import OPERATOR, SHIPPED_AUTH, provision, shipped_users
 from seedance.testing.waits import eventually
 from tests.integration.node_agent.kubelet import NodeKubelet
 from tests.unit.deploy.overlay_nats import overlay_nats_server
@@ -192,6 +192,9 @@ async def dev_cluster(tmp_path: Path) -> AsyncIterator[DevCluster]:
     """The cluster's parts up (nothing applied, no service started: ``DevCluster.start``)."""
     passwords = dev_passwords()
     server, _ = overlay_nats_server("dev", tmp_path)
+    # What the overlay's Job `seedance-provision` runs before any service may bind (the test
+    # API server stores Jobs, runs none; tests/unit/deploy/test_k8s.py checks the Job's command).
+    provision(server.url, OPERATOR, passwords[OPERATOR])
     sockets = tempfile.mkdtemp(prefix="dev-")  # a unix socket path must stay short
     try:
         async with KubeApiServer(KubeApiSettings(bookmark_interval_s=0.5)) as kube:
