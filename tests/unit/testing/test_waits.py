@@ -1,7 +1,7 @@
 """`eventually`: returns once the check holds, plain or awaitable; a timeout names what it
 waited on; the deadline bounds a check that hangs; a check's own TimeoutError is its own.
 `next_matching`: the first message accepted, or a timeout at the deadline however many others
-keep coming."""
+keep coming. `stop_task`: a task ends though it loses a cancel, and its own error is raised."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import asyncio
 import nats.errors
 import pytest
 
-from seedance.testing.waits import eventually, next_matching
+from seedance.testing.waits import eventually, next_matching, stop_task
 
 
 async def test_returns_once_the_check_holds() -> None:
@@ -131,3 +131,35 @@ class Quiet:
 async def test_next_matching_names_what_it_waited_for_when_nothing_comes() -> None:
     with pytest.raises(TimeoutError, match=r"no message the plan within 0\.05 s \(0 others"):
         await next_matching(Quiet(), lambda m: True, 0.05, what="the plan")
+
+
+async def test_stop_task_ends_a_task_that_loses_a_cancel() -> None:
+    # A lease keeper's loop: its refresh (a nats request) drops the first cancel and it sleeps
+    # on; one cancel() and an await would wait for ever (here, the outer bound).
+    lost = []
+
+    async def keeper() -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if lost:
+                    raise
+                lost.append(1)
+
+    task = asyncio.create_task(keeper())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        await stop_task(task)
+    assert lost
+    assert task.cancelled()
+
+
+async def test_stop_task_raises_the_tasks_own_error() -> None:
+    async def fails() -> None:
+        raise ValueError("its own")
+
+    task = asyncio.create_task(fails())
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="its own"):
+        await stop_task(task)

@@ -1,6 +1,7 @@
 """Waiting with a deadline: ``eventually`` (until a check holds), and on the bus, until
 durables are bound, until a durable consumer has handled what a driver published, until the
-slicer knows the inventory, until a subscription delivers a message a test looks for.
+slicer knows the inventory, until a subscription delivers a message a test looks for, until a
+background task that a test cancels has ended.
 
 These poll because no local event exists to wait on (the state is the server's, a metric, a
 callback's list); every loop is bounded by its timeout, and a timeout names what was awaited.
@@ -25,11 +26,13 @@ from typing import Any
 import nats.errors
 from nats.js.errors import NotFoundError
 
+from seedance.core.tasks import cancel_until_done
 from seedance.events.subjects import telemetry
 
 __all__ = [
     "eventually",
     "next_matching",
+    "stop_task",
     "wait_consumer_settled",
     "wait_consumers_bound",
     "wait_inventory_known",
@@ -81,6 +84,16 @@ async def _poll(step: Callable[[], Awaitable[bool]], timeout_s: float, interval_
         if not bound.expired():
             raise
         return False
+
+
+async def stop_task(task: asyncio.Future[Any]) -> None:
+    """Cancel a test's background task and return once it has ended; raise its own error if
+    it failed. The cancel is repeated (``cancel_until_done``): a task that talks to nats (a
+    lease keeper, a KV writer, a consumer loop) can lose one cancel, then runs on, and a test
+    awaiting it after a single ``cancel()`` waits until pytest's limit."""
+    await cancel_until_done([task], every_s=0.1)
+    if not task.cancelled():
+        task.result()
 
 
 async def wait_consumers_bound(
