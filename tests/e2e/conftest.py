@@ -30,22 +30,12 @@ async def wait_for_consumers(
     nats_url: str, *durables: tuple[str, str], timeout_s: float = 30.0
 ) -> None:
     """Wait until the services have provisioned the streams and bound their durables."""
-    import asyncio
-
-    from nats.js.errors import NotFoundError
-
     from seedance.core import Bus, BusSettings
+    from seedance.testing.waits import wait_consumers_bound
 
     bus = await Bus.connect(BusSettings(url=nats_url))
     try:
-        async with asyncio.timeout(timeout_s):
-            for stream, durable in durables:
-                while True:
-                    try:
-                        await bus.js.consumer_info(stream, durable)
-                        break
-                    except NotFoundError:
-                        await asyncio.sleep(0.05)  # polling the server, bounded by the timeout
+        await wait_consumers_bound(bus, *durables, timeout_s=timeout_s)
     finally:
         await bus.close()
 
@@ -58,24 +48,26 @@ async def wait_until_consumed(
     A service's start-up output (the collector's inventory) must have been read by its consumer
     (the slicer) before a test acts on it; the two processes start in any order.
     """
-    import asyncio
-
     from nats.js.errors import NotFoundError
 
     from seedance.core import Bus, BusSettings
+    from seedance.testing.waits import eventually
 
     bus = await Bus.connect(BusSettings(url=nats_url))
+
+    async def consumed() -> bool:
+        try:
+            seq = (await bus.js.get_last_msg(stream, subject)).seq
+            info = await bus.js.consumer_info(stream, durable)
+        except NotFoundError:
+            return False  # not published or not bound yet
+        return info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= seq
+
     try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                try:
-                    seq = (await bus.js.get_last_msg(stream, subject)).seq
-                    info = await bus.js.consumer_info(stream, durable)
-                    if info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= seq:
-                        return
-                except NotFoundError:
-                    pass  # not published or not bound yet
-                await asyncio.sleep(0.05)  # polling the server, bounded by the timeout
+        # eventually's deadline, not one cancel: both reads are nats requests (see its module)
+        await eventually(
+            consumed, timeout_s, what=f"{durable} acknowledged {subject}", interval_s=0.05
+        )
     finally:
         await bus.close()
 

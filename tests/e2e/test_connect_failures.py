@@ -24,14 +24,22 @@ from typing import Any
 import pytest
 
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import NatsServer, refusing_port
 
 #: Python's start-up and imports on a loaded 2-core machine, on top of the connect bound.
 START_SLACK_S = 20.0
 
 
+@pytest.fixture
+def refused_url() -> Iterator[str]:
+    """A NATS URL nothing answers at for the test: its port held bound, never listening."""
+    with refusing_port() as port:
+        yield f"nats://127.0.0.1:{port}"
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on (bound, read, released)."""
+    """A loopback port for a service process to listen on (bound, read, released: the process
+    binds it after; a port that must refuse is ``refusing_port``'s)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -98,8 +106,8 @@ def password_server() -> Iterator[NatsServer]:
         server.stop()
 
 
-def test_no_server_at_the_url_ends_within_the_bound_with_one_line() -> None:
-    url = f"nats://127.0.0.1:{free_port()}"
+def test_no_server_at_the_url_ends_within_the_bound_with_one_line(refused_url: str) -> None:
+    url = refused_url
     started = time.monotonic()
     proc = start_slicer(url, SEEDANCE_CONNECT_TIMEOUT_S="2")
     code, records = finish(proc, timeout_s=2 + START_SLACK_S)
@@ -140,8 +148,10 @@ def test_wrong_password_is_refused_at_once_naming_the_user(password_server: Nats
     assert "NATS_USER / NATS_PASSWORD" in line["reason"]
 
 
-def test_sigterm_while_connecting_exits_promptly_and_healthz_says_connecting() -> None:
-    url = f"nats://127.0.0.1:{free_port()}"
+def test_sigterm_while_connecting_exits_promptly_and_healthz_says_connecting(
+    refused_url: str,
+) -> None:
+    url = refused_url
     port = free_port()
     proc = start_slicer(url, SEEDANCE_CONNECT_TIMEOUT_S="120", SEEDANCE_SLICER_HTTP_PORT=str(port))
     try:

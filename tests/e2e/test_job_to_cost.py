@@ -27,17 +27,17 @@ from seedance.events.subjects import observed, slicing, telemetry
 from seedance.sdk import SeedanceClient
 from seedance.sdk.client import job_event, job_submitted
 from seedance.testing.identities import ADMIN, password
+from seedance.testing.waits import next_matching
 from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
 
 
 async def next_placement(bus: Bus, tenant: str, job: str, timeout_s: float = 30.0) -> Placement:
     sub = await bus.js.subscribe(slicing.subject(tenant, "placement"), ordered_consumer=True)
     try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                p = decode((await sub.next_msg(timeout=timeout_s)).data, Placement)
-                if p.job_id == job:
-                    return p
+        msg = await next_matching(
+            sub, lambda m: decode(m.data, Placement).job_id == job, timeout_s, what=f"{job} placed"
+        )
+        return decode(msg.data, Placement)
     finally:
         await sub.unsubscribe()
 

@@ -1,7 +1,8 @@
 """The test library's reads and waits on the bus against a real nats-server: ``read_stream``
 returns what a stream holds on a subject, all of it, in order; ``wait_consumer_settled``
 returns once a durable has handled a sequence and, when it does not in time, says what the
-consumer was doing."""
+consumer was doing; ``wait_consumers_bound`` returns once each durable exists and otherwise
+names those that do not."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from seedance.core import Bus
 from seedance.events import decode
 from seedance.events.jobs import JobSubmitted
 from seedance.events.subjects import jobs
-from seedance.testing.waits import wait_consumer_settled
+from seedance.testing.waits import wait_consumer_settled, wait_consumers_bound
 from seedance.testing.workloads import read_stream
 from tests.integration.bus.test_bus import spec_for, submitted
 
@@ -51,3 +52,14 @@ async def test_a_consumer_that_does_not_settle_is_described(bus: Bus, unique: st
     finally:
         await sub.unsubscribe()
     await wait_consumer_settled(bus, "SEEDANCE_JOBS", spec.durable, ack.seq, 10)
+
+
+async def test_wait_consumers_bound_names_the_durables_that_are_missing(
+    bus: Bus, unique: str
+) -> None:
+    spec = spec_for(f"t{unique}", unique)
+    await bus.ensure_consumer(spec)
+    absent = ("SEEDANCE_JOBS", f"absent-{unique}")
+    with pytest.raises(TimeoutError, match=rf"within 0.2 s: SEEDANCE_JOBS/absent-{unique}$"):
+        await wait_consumers_bound(bus, (spec.stream, spec.durable), absent, timeout_s=0.2)
+    await wait_consumers_bound(bus, (spec.stream, spec.durable), timeout_s=10)

@@ -15,6 +15,7 @@ planted copy refuses to start naming it; an operator's `seedance admin provision
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -33,6 +34,7 @@ from seedance.core.service import ServiceRuntime
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, routing
 from seedance.sdk import SeedanceClient
 from seedance.testing.servers import auth_server
+from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 
@@ -99,8 +101,10 @@ async def _plant(user: ShippedUser, source: dict[str, object]) -> bool:
     return not await user.refused(subject, json.dumps(config).encode())
 
 
-async def _read_mirror(router: ShippedUser, name: str) -> list[bytes]:
-    """What a reader of the router's mirror with its one granted filter gets (0.5 s waits)."""
+async def _read_mirror(router: ShippedUser, name: str, *, copied: bool) -> list[bytes]:
+    """What a reader of the router's mirror with its one granted filter gets (0.5 s waits):
+    when the secret was ``copied`` there, until it arrives (the source and the mirror copy
+    asynchronously, in no bounded time on a loaded machine); otherwise one read."""
     body = {
         "stream_name": routing.PLAN_STREAM,
         "config": {"name": name, "ack_policy": "none", "filter_subject": routing.OBSERVED},
@@ -115,20 +119,26 @@ async def _read_mirror(router: ShippedUser, name: str) -> list[bytes]:
     inbox = router.nc.new_inbox()
     sub = await router.nc.subscribe(inbox)
     request = json.dumps({"batch": 10, "expires": 500_000_000}).encode()
-    for _ in range(6):  # the source and the mirror copy asynchronously: bounded polls
+
+    async def read_once() -> bool:
         await router.nc.publish(
             f"{JS}.CONSUMER.MSG.NEXT.{routing.PLAN_STREAM}.{name}", request, reply=inbox
         )
-        try:
+        with contextlib.suppress(TimeoutError):  # the request expired: all it had is read
             while True:
                 m = await sub.next_msg(timeout=0.7)
                 if m.data:
                     got.append(m.data)
-        except TimeoutError:
-            pass
-        if got:
-            break
-    await sub.unsubscribe()
+        return SECRET in got
+
+    try:
+        if copied:
+            what = "the tenant's job copied into the router's mirror"
+            await eventually(read_once, 30, what=what, interval_s=0)
+        else:
+            await read_once()
+    finally:
+        await sub.unsubscribe()
     return got
 
 
@@ -151,7 +161,10 @@ async def _router_reads_jobs(url: str, unique: str) -> tuple[bool, list[bytes]]:
                 ],
             },
         )
-        return planted, await _read_mirror(router, f"leak{unique}")
+        if not planted:
+            # Refused: the stream has no source, so nothing is copied after the read below.
+            assert not (await admin.js.stream_info(routing.STREAM)).config.sources
+        return planted, await _read_mirror(router, f"leak{unique}", copied=planted)
     finally:
         await router.nc.close()
         await admin.close()
@@ -189,12 +202,20 @@ async def _agent_forges_a_report(url: str, unique: str) -> tuple[bool, bytes | N
         )
         await agent.nc.request(f"seedance.telemetry.evil{unique}.default", FORGED, timeout=5)
         subject = "seedance.routing.m.observed.default"
-        for _ in range(20):  # copied asynchronously (source, then mirror): bounded polls
-            try:
-                return planted, (await admin.js.get_last_msg(routing.PLAN_STREAM, subject)).data
-            except NotFoundError:
-                await asyncio.sleep(0.1)
-        return planted, None
+        found: list[bytes | None] = [None]
+
+        async def in_the_mirror() -> bool:
+            with contextlib.suppress(NotFoundError):
+                found[0] = (await admin.js.get_last_msg(routing.PLAN_STREAM, subject)).data
+            return found[0] is not None
+
+        if planted:  # copied asynchronously (source, then mirror): in no bounded time
+            await eventually(in_the_mirror, 30, what="the forged report in the planner's mirror")
+        else:
+            # Refused: the stream has no source, so nothing is copied after this read.
+            assert not (await admin.js.stream_info(routing.STREAM)).config.sources
+            await in_the_mirror()
+        return planted, found[0]
     finally:
         await agent.nc.close()
         await admin.close()
@@ -293,14 +314,14 @@ async def test_a_service_starts_on_drifted_streams_and_provision_converges_them(
     mirror = (await admin.js.stream_info(routing.PLAN_STREAM)).config.mirror
     assert mirror is not None
     assert (mirror.name, mirror.filter_subject) == (routing.STREAM, routing.OBSERVED)
-    for _ in range(20):  # the re-created mirror is rebuilt from its origin
+
+    async def rebuilt() -> bool:  # the re-created mirror is rebuilt from its origin
         try:
-            assert (await admin.js.get_last_msg(routing.PLAN_STREAM, report)).data == b"a report"
-            break
+            return (await admin.js.get_last_msg(routing.PLAN_STREAM, report)).data == b"a report"
         except NotFoundError:
-            await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the re-created mirror never held the origin's report")
+            return False
+
+    await eventually(rebuilt, 30, what="the re-created mirror holding the origin's report")
     with capture_logs() as logs:
         async with _router_runtime(fresh_url):
             pass

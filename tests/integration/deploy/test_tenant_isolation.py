@@ -34,7 +34,7 @@ from seedance.events.slicing import JobReleased, Placement
 from seedance.events.subjects import costs, inbox_prefix, jobs, telemetry, tenant_consumers
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import PermissionRefused, SeedanceClient
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, wait_consumers_bound
 from tests.integration.conftest import shipped_password
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -110,17 +110,6 @@ async def tenant_client(url: str, tenant: str) -> SeedanceClient:
     )
 
 
-async def wait_for_durables(bus: Bus, *pairs: tuple[str, str], timeout_s: float = 30.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        for stream, durable in pairs:
-            while True:
-                try:
-                    await bus.js.consumer_info(stream, durable)
-                    break
-                except NotFoundError:
-                    await asyncio.sleep(0.05)  # the services bind them; bounded by the timeout
-
-
 async def take(it: Any, n: int, timeout_s: float) -> list[Any]:
     out: list[Any] = []
     async with asyncio.timeout(timeout_s), contextlib.aclosing(it) as events:
@@ -152,7 +141,7 @@ def ledger_bound(bus: Bus) -> Any:
 async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
     auth_url: str, service_procs: dict[str, Any], admin: Bus
 ) -> None:
-    await wait_for_durables(
+    await wait_consumers_bound(
         admin,
         ("SEEDANCE_JOBS", "slicer-jobs"),
         ("SEEDANCE_SLICING", "collector-placements"),

@@ -29,7 +29,7 @@ from seedance.events.cost import PauseRequest
 from seedance.events.dlq import DeadLetter
 from seedance.events.subjects import costs, dlq, replica_consumer, telemetry
 from seedance.events.telemetry import GpuSample, GpuSampleBatch
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, stop_task
 from seedance.testing.workloads import read_stream
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -136,9 +136,7 @@ async def replica(
         yield durable, core
     finally:
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)  # it publishes and checkpoints: one cancel can be lost
         if close:
             await durable.close()
         await rt.close()

@@ -10,7 +10,6 @@ up (the test fails). Real nats-server, the slicer's shipped user, its state buck
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -28,6 +27,7 @@ from seedance.slicer.core import (
     SchedulerSnapshot,
 )
 from seedance.slicer.durable import SlicerState
+from seedance.testing.waits import stop_task
 from tests.integration.conftest import shipped_password
 
 #: How long the gated rebuild waits for the refreshes before it gives up.
@@ -112,9 +112,7 @@ async def test_a_long_restore_lets_the_lease_refresh_meanwhile(
         try:
             await second.load()
         finally:
-            opener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await opener
+            await stop_task(opener)  # a KV watch: one cancel can be lost
             GatedScheduler.gate.set()
             await admin.close()
         await second.store.close()
@@ -124,7 +122,5 @@ async def test_a_long_restore_lets_the_lease_refresh_meanwhile(
         assert second.scheduler.snapshot() == written
     finally:
         if keeper is not None:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await stop_task(keeper)  # the lease refresh: one cancel can be lost
         await rt.close()

@@ -7,7 +7,6 @@ Small models only (an MLP, a decomposed LayerNorm): each test pays one child-pro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import io
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from seedance.events.subjects import graph
 from seedance.graph_compiler.service import WORKERS_BUCKET
 from seedance.sdk import cli
 from seedance.sdk.client import GRAPH_MODELS_STORE, SeedanceClient
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, stop_task
 from tests.unit.graph.gc_onnx_kit import overflow_ln_model
 
 
@@ -190,9 +189,7 @@ async def test_cuda_request_is_left_for_an_announced_gpu_worker(start_compiler, 
             timeout_s=120,
         )
     finally:
-        announcer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await announcer
+        await stop_task(announcer)  # it puts to the KV: one cancel can be lost
         await kv.delete(gpu.worker_id)
     assert not result.ok
     assert result.error_kind == "NoGpuWorker"

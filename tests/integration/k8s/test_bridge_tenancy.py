@@ -21,7 +21,6 @@ job id is read from what the bridge published for it, never assumed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -43,7 +42,7 @@ from seedance.k8s_bridge.core.pods import PodRef
 from seedance.k8s_bridge.records import JOBS_BUCKET
 from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.testing.kube_api import KubeApiServer, seed
-from seedance.testing.waits import eventually, wait_consumer_settled
+from seedance.testing.waits import eventually, next_matching, wait_consumer_settled
 from tests.integration.k8s.bridge import (
     SYSTEM,
     Env,
@@ -141,12 +140,15 @@ async def handled(admin: Bus, env: Env, event_id: str) -> None:
 
 async def dead_letter_about(letters: Any, job: str) -> DeadLetter:
     """The first dead letter (from the subscription's start) whose reason names ``job``."""
-    async with asyncio.timeout(20):
-        while True:
-            letter = decode((await letters.next_msg(timeout=20)).data)
-            assert isinstance(letter, DeadLetter)
-            if repr(job) in letter.reason:
-                return letter
+
+    def about(msg: Any) -> bool:
+        letter = decode(msg.data)
+        assert isinstance(letter, DeadLetter)
+        return repr(job) in letter.reason
+
+    letter = decode((await next_matching(letters, about, 20, what=f"dead letter on {job}")).data)
+    assert isinstance(letter, DeadLetter)
+    return letter
 
 
 def waiting(env: Env, job: str) -> bool:

@@ -35,7 +35,7 @@ from seedance.k8s_bridge.policy_sync import PolicySync
 from seedance.k8s_bridge.settings import BridgeSettings
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.paths import REPO
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, stop_task
 from tests.integration.conftest import shipped_password
 from tests.integration.k8s.bridge import Env, bridge, environment, gpu_node, slicer
 from tests.integration.k8s.test_kubectl import kubectl
@@ -287,9 +287,7 @@ async def test_under_the_shipped_permissions_the_bridge_writes_the_quota_and_rea
             return not await written()
 
         await eventually(deleted, 15, what="the quota key deleted as k8s-bridge")
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)  # it writes the KV: one cancel can be lost
     finally:
         with contextlib.suppress(Exception):
             await admin_kv.delete(QUOTA_POLICY_KEY)

@@ -39,7 +39,7 @@ from seedance.node_agent.deviceplugin.devices import DeviceKind
 from seedance.node_agent.kube import NodePods
 from seedance.node_agent.placements import PlacementFeed
 from seedance.testing.kube_api import KubeApiServer, KubeApiSettings, seed
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, stop_task
 
 pytestmark = pytest.mark.integration
 
@@ -194,9 +194,7 @@ async def node_agent(
             yield feed, api_pb2_grpc.DevicePluginStub(channel)
     finally:
         await server.stop()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)  # it reads the bus: one cancel can be lost
         await feed.close()
 
 

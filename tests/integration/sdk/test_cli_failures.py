@@ -10,7 +10,6 @@ bound (``BusUnavailable`` was not caught), and a stream that did not exist a tra
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,20 +19,13 @@ from pathlib import Path
 import pytest
 
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
-from seedance.testing.servers import NatsServer
+from seedance.testing.servers import NatsServer, refusing_port
 from tests.integration.sdk.conftest import TENANT, cli, running_slicer
 
 pytestmark = pytest.mark.slow
 
 #: Python's start-up and imports on a loaded 2-core machine, on top of any bound.
 START_SLACK_S = 20.0
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, read, released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def seedance(*args: str, **env: str) -> tuple[int, str, str, float]:
@@ -65,16 +57,17 @@ def bare_server() -> Iterator[NatsServer]:
 
 @pytest.mark.parametrize("how", ["flag", "variable"])
 def test_no_server_at_the_url_ends_within_the_bound_naming_what_to_check(how: str) -> None:
-    url = f"nats://127.0.0.1:{free_port()}"
     bound = (
         {"args": ("--connect-timeout-s", "2"), "env": {}}
         if how == "flag"
         else {"args": (), "env": {"SEEDANCE_CONNECT_TIMEOUT_S": "2"}}
     )
-    rc, out, err, took = seedance(
-        "--nats-url", url, *bound["args"], "jobs", "status", "--tenant", TENANT, "--job", "j",
-        **bound["env"],
-    )  # fmt: skip
+    with refusing_port() as port:
+        url = f"nats://127.0.0.1:{port}"
+        rc, out, err, took = seedance(
+            "--nats-url", url, *bound["args"], "jobs", "status", "--tenant", TENANT, "--job", "j",
+            **bound["env"],
+        )  # fmt: skip
     assert 2 <= took < 2 + START_SLACK_S
     assert (rc, out) == (EXIT_BUS_UNAVAILABLE, "")
     line = one_line(err)

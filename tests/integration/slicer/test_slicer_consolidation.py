@@ -9,6 +9,7 @@ metrics."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from seedance.events.jobs import JobSubmitted, ResourceRequest
 from seedance.events.slicing import CapacityPlan, Placement, Preempted
 from seedance.events.subjects import jobs, slicing
 from seedance.slicer.service import SlicerService
+from seedance.testing.waits import next_matching
 from tests.integration.slicer.test_slicer_service import (
     T0,
     Decisions,
@@ -134,14 +136,18 @@ async def test_the_capacity_plan_per_pool_is_published_and_exported(
             for j in ("a", "b", "c"):
                 await submit(bus, t, j, movable=False)
             await d.wait(lambda: len(d.of(Placement)) == 3)
+
             # A round after the placements: the plan says 3 GPUs in use, one node needed, one
             # empty node releasable (headroom: none yet, observed for less than a start-up).
-            while True:
-                msg = await sub.next_msg(timeout=15)
+            # The slicer publishes a plan every round: bounded by the clock, not a cancel.
+            def three_in_use(msg: Any) -> bool:
                 plan = decode(msg.data)
                 assert isinstance(plan, CapacityPlan)
-                if plan.gpus_in_use == 3:
-                    break
+                return plan.gpus_in_use == 3
+
+            msg = await next_matching(sub, three_in_use, 15, what="a plan of 3 GPUs in use")
+            plan = decode(msg.data)
+            assert isinstance(plan, CapacityPlan)
             assert (plan.pool, plan.gpu_model, plan.nodes, plan.gpus_per_node) == (pool, "T4", 2, 4)
             assert (plan.nodes_busy, plan.nodes_needed, plan.releasable_nodes) == (1, 1, 1)
             assert msg.subject == slicing.capacity(pool)

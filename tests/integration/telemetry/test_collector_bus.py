@@ -36,7 +36,7 @@ from seedance.telemetry_collector.fleet import GPU_MODELS
 from seedance.telemetry_collector.service import CollectorService
 from seedance.telemetry_collector.settings import CollectorSettings
 from seedance.telemetry_collector.sources import build_source
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, next_matching
 from tests.conftest import own_server_url, serving
 from tests.unit.telemetry.constructed import h100_nvlink_xid
 
@@ -73,12 +73,11 @@ class Watch:
         return cls(await bus.js.subscribe(subject, ordered_consumer=True))
 
     async def until(self, types: type[E], pred: Callable[[E], bool], timeout_s: float = 15.0) -> E:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                msg = await self.sub.next_msg(timeout=timeout_s)
-                event = decode(msg.data, types)
-                if pred(event):
-                    return event
+        # The collector publishes every tick: a read bounded by one cancel could read on.
+        msg = await next_matching(
+            self.sub, lambda m: pred(decode(m.data, types)), timeout_s, what=types.__name__
+        )
+        return decode(msg.data, types)
 
     async def close(self) -> None:
         await self.sub.unsubscribe()

@@ -1,13 +1,16 @@
 """`eventually`: returns once the check holds, plain or awaitable; a timeout names what it
-waited on; the deadline bounds a check that hangs; a check's own TimeoutError is its own."""
+waited on; the deadline bounds a check that hangs; a check's own TimeoutError is its own.
+`next_matching`: the first message accepted, or a timeout at the deadline however many others
+keep coming. `stop_task`: a task ends though it loses a cancel, and its own error is raised."""
 
 from __future__ import annotations
 
 import asyncio
 
+import nats.errors
 import pytest
 
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, next_matching, stop_task
 
 
 async def test_returns_once_the_check_holds() -> None:
@@ -81,3 +84,82 @@ async def test_the_deadline_holds_when_a_check_drops_the_cancel() -> None:
         with pytest.raises(TimeoutError, match=r"not true within 0\.05 s: .*drops_the_cancel"):
             await eventually(drops_the_cancel, 0.05)
     assert dropped
+
+
+class Chatty:
+    """A subscription whose publisher keeps sending (a periodic report): a message every
+    millisecond, none of them the one looked for; it drops the first cancel as nats-py's
+    ``next_msg`` (``asyncio.wait_for`` inside) does on Python 3.11 when a message lands in the
+    same turn."""
+
+    def __init__(self, wanted_after: int | None = None) -> None:
+        self.read, self.dropped, self.wanted_after = 0, 0, wanted_after
+
+    async def next_msg(self, timeout: float | None = 1.0) -> str:  # noqa: ASYNC109  # nats-py's
+        try:
+            await asyncio.sleep(0.001)
+        except asyncio.CancelledError:
+            if self.dropped:
+                raise
+            self.dropped += 1  # the message is returned, the cancel is gone
+        self.read += 1
+        return "wanted" if self.read == self.wanted_after else "report"
+
+
+async def test_next_matching_returns_the_first_message_it_accepts() -> None:
+    sub = Chatty(wanted_after=3)
+    assert await next_matching(sub, lambda m: m == "wanted", 5, what="wanted") == "wanted"
+    assert sub.read == 3
+
+
+async def test_next_matching_ends_at_its_deadline_while_others_keep_coming() -> None:
+    # A loop bounded by one asyncio.timeout around the reads would have lost that cancel and
+    # read reports until the outer bound below.
+    sub = Chatty()
+    async with asyncio.timeout(5):
+        with pytest.raises(TimeoutError, match=r"no message the plan within 0\.05 s \(\d+ others"):
+            await next_matching(sub, lambda m: m == "wanted", 0.05, what="the plan")
+    assert sub.read > 0
+
+
+class Quiet:
+    async def next_msg(self, timeout: float | None = 1.0) -> str:  # noqa: ASYNC109  # nats-py's
+        await asyncio.sleep(timeout or 0)
+        raise nats.errors.TimeoutError
+
+
+async def test_next_matching_names_what_it_waited_for_when_nothing_comes() -> None:
+    with pytest.raises(TimeoutError, match=r"no message the plan within 0\.05 s \(0 others"):
+        await next_matching(Quiet(), lambda m: True, 0.05, what="the plan")
+
+
+async def test_stop_task_ends_a_task_that_loses_a_cancel() -> None:
+    # A lease keeper's loop: its refresh (a nats request) drops the first cancel and it sleeps
+    # on; one cancel() and an await would wait for ever (here, the outer bound).
+    lost = []
+
+    async def keeper() -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if lost:
+                    raise
+                lost.append(1)
+
+    task = asyncio.create_task(keeper())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        await stop_task(task)
+    assert lost
+    assert task.cancelled()
+
+
+async def test_stop_task_raises_the_tasks_own_error() -> None:
+    async def fails() -> None:
+        raise ValueError("its own")
+
+    task = asyncio.create_task(fails())
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="its own"):
+        await stop_task(task)

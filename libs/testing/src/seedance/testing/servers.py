@@ -8,15 +8,17 @@ a file (``NatsServer.log_path``) that a failing test can read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ __all__ = [
     "nats_server_binary",
     "pinned_nats_version",
     "provision",
+    "refusing_port",
     "shipped_auth_server",
 ]
 
@@ -37,6 +40,16 @@ SHIPPED_AUTH = REPO / "deploy" / "auth" / "nats-auth.conf"
 _STORE_DIR = re.compile(r"^\s*store_dir\s*:", re.M)
 #: The digest `make install` checks the binary against, with the version it is of.
 PIN = REPO / "tools" / "nats-server.sha256"
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A loopback port that refuses connections for the block: bound and never listening, so
+    nothing else can take it meanwhile (a port only read and released could be another
+    process's listener by the time a client dials it, and the test would meet that)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
 
 
 def pinned_nats_version() -> tuple[int, int, int]:

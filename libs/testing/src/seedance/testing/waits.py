@@ -1,5 +1,7 @@
-"""Waiting with a deadline: ``eventually`` (until a check holds), and on the bus, until a
-durable consumer has handled what a driver published, until the slicer knows the inventory.
+"""Waiting with a deadline: ``eventually`` (until a check holds), and on the bus, until
+durables are bound, until a durable consumer has handled what a driver published, until the
+slicer knows the inventory, until a subscription delivers a message a test looks for, until a
+background task that a test cancels has ended.
 
 These poll because no local event exists to wait on (the state is the server's, a metric, a
 callback's list); every loop is bounded by its timeout, and a timeout names what was awaited.
@@ -9,7 +11,9 @@ Every loop here checks the clock itself as well as running under ``asyncio.timeo
 timeout cancels the task once, and on Python 3.11 a nats request (``asyncio.wait_for`` inside
 nats-py) whose reply lands in the same loop turn as that cancel returns the reply and drops the
 cancel (CPython gh-86296, fixed in 3.12). A loop bounded by the cancel alone then polls forever:
-a wait that should have failed in 0.2 s hung a test until pytest's 120 s limit.
+a wait that should have failed in 0.2 s hung a test until pytest's 120 s limit. The same holds
+for a loop reading a subscription whose publisher keeps sending messages that do not match (a
+periodic report): ``next_matching`` bounds each read by what is left of the deadline instead.
 """
 
 from __future__ import annotations
@@ -19,11 +23,20 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import nats.errors
 from nats.js.errors import NotFoundError
 
+from seedance.core.tasks import cancel_until_done
 from seedance.events.subjects import telemetry
 
-__all__ = ["eventually", "wait_consumer_settled", "wait_inventory_known"]
+__all__ = [
+    "eventually",
+    "next_matching",
+    "stop_task",
+    "wait_consumer_settled",
+    "wait_consumers_bound",
+    "wait_inventory_known",
+]
 
 
 async def eventually(
@@ -71,6 +84,59 @@ async def _poll(step: Callable[[], Awaitable[bool]], timeout_s: float, interval_
         if not bound.expired():
             raise
         return False
+
+
+async def stop_task(task: asyncio.Future[Any]) -> None:
+    """Cancel a test's background task and return once it has ended; raise its own error if
+    it failed. The cancel is repeated (``cancel_until_done``): a task that talks to nats (a
+    lease keeper, a KV writer, a consumer loop) can lose one cancel, then runs on, and a test
+    awaiting it after a single ``cancel()`` waits until pytest's limit."""
+    await cancel_until_done([task], every_s=0.1)
+    if not task.cancelled():
+        task.result()
+
+
+async def wait_consumers_bound(
+    bus: Any, *durables: tuple[str, str], timeout_s: float = 30.0
+) -> None:
+    """Wait until each ``(stream, durable)`` exists (the services bind them as they start)."""
+    missing = list(durables)
+
+    async def bound() -> bool:
+        while missing:
+            try:
+                await bus.js.consumer_info(*missing[0])
+            except NotFoundError:
+                return False
+            missing.pop(0)
+        return True
+
+    if not await _poll(bound, timeout_s, 0.05):  # polls the server: no event to wait on
+        names = ", ".join(f"{stream}/{durable}" for stream, durable in missing)
+        raise TimeoutError(f"not bound within {timeout_s} s: {names}")
+
+
+async def next_matching(
+    sub: Any, accept: Callable[[Any], bool], timeout_s: float, *, what: str
+) -> Any:
+    """The first message of ``sub`` (a nats-py subscription read with ``next_msg``) that
+    ``accept`` takes; ``TimeoutError`` naming ``what`` once ``timeout_s`` has passed.
+
+    Each read waits at most what is left of the deadline, and the clock is read after every
+    message, so no cancel has to land (see the module's note): a publisher that keeps sending
+    messages that do not match cannot keep the loop reading past the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    seen = 0
+    while (left := deadline - loop.time()) > 0:
+        try:
+            msg = await sub.next_msg(timeout=left)
+        except nats.errors.TimeoutError:
+            break
+        if accept(msg):
+            return msg
+        seen += 1
+    raise TimeoutError(f"no message {what} within {timeout_s} s ({seen} others read)")
 
 
 async def wait_consumer_settled(
