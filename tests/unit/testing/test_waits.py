@@ -163,3 +163,25 @@ async def test_stop_task_raises_the_tasks_own_error() -> None:
     await asyncio.sleep(0)
     with pytest.raises(ValueError, match="its own"):
         await stop_task(task)
+
+
+async def test_stop_task_names_a_task_that_outlives_every_cancel() -> None:
+    stubborn = True
+
+    async def swallows_cancels() -> None:
+        while True:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                if not stubborn:
+                    raise
+
+    task = asyncio.ensure_future(swallows_cancels(), loop=asyncio.get_running_loop())
+    task.set_name("swallows-cancels")
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):  # the unbounded version waited here until pytest's limit
+        with pytest.raises(TimeoutError, match=r"swallows-cancels.* still runs 0\.3 s after"):
+            await stop_task(task, timeout_s=0.3)
+    stubborn = False
+    await stop_task(task)
+    assert task.cancelled()

@@ -86,12 +86,18 @@ async def _poll(step: Callable[[], Awaitable[bool]], timeout_s: float, interval_
         return False
 
 
-async def stop_task(task: asyncio.Future[Any]) -> None:
+async def stop_task(task: asyncio.Future[Any], timeout_s: float = 10.0) -> None:
     """Cancel a test's background task and return once it has ended; raise its own error if
     it failed. The cancel is repeated (``cancel_until_done``): a task that talks to nats (a
     lease keeper, a KV writer, a consumer loop) can lose one cancel, then runs on, and a test
-    awaiting it after a single ``cancel()`` waits until pytest's limit."""
-    await cancel_until_done([task], every_s=0.1)
+    awaiting it after a single ``cancel()`` waits until pytest's limit. One that outlives
+    every cancel for ``timeout_s`` (it swallows them: a defect of its own) is named in a
+    ``TimeoutError`` rather than holding the test until that limit."""
+    stopping = asyncio.ensure_future(cancel_until_done([task], every_s=0.1))
+    done, _ = await asyncio.wait({stopping}, timeout=timeout_s)
+    if not done:
+        stopping.cancel()
+        raise TimeoutError(f"{task!r} still runs {timeout_s} s after it was first cancelled")
     if not task.cancelled():
         task.result()
 
