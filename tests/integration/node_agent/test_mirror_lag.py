@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import pytest
 import pytest_asyncio
 
-from seedance.core import Bus, BusSettings
+from seedance.core import Bus, BusSettings, ServiceRuntime
 from seedance.core.mirror import mirror_behind
 from seedance.events.base import new_event_id
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
@@ -148,3 +148,20 @@ async def test_a_feed_rebinds_only_once_a_recreated_mirror_has_copied_the_origin
         await stop_task(run)
         await feed.close()
         await node.close()
+
+
+async def test_a_runtime_is_not_ready_while_its_service_waits_on_something(
+    admin: Bus, auth_url: str
+) -> None:
+    """The node agent holds its readiness with ``waiting_on`` until its replay is applied."""
+    settings = BusSettings(url=auth_url, user="node-agent", password=shipped_password("node-agent"))
+    runtime = ServiceRuntime("node-agent", settings)
+    runtime.waiting_on = "placement_replay"
+    await runtime.start()
+    try:
+        assert not runtime.ready()
+        runtime.waiting_on = None
+        assert runtime.ready()
+    finally:
+        await runtime.stop()
+        await runtime.close()
