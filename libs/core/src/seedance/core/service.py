@@ -105,6 +105,9 @@ class ServiceRuntime(Lifecycle):
         self._loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self._stopped = asyncio.Event()
         self._started = False
+        #: What the service's own start still waits for after the runtime's (a replay, a
+        #: mirror's copy): ``ready`` is False while it is set. The service sets and clears it.
+        self.waiting_on: str | None = None
 
     @property
     def bus(self) -> Bus:
@@ -121,8 +124,14 @@ class ServiceRuntime(Lifecycle):
         return self._http.url(path) if self._http else None
 
     def ready(self) -> bool:
-        # not while start() waits for a stream the operator's provision has yet to create
-        return self._started and self._bus is not None and self._bus.nc.is_connected
+        # not while start() waits for a stream the operator's provision has yet to create, nor
+        # while the service's start waits on what it set ``waiting_on`` for
+        return (
+            self._started
+            and self.waiting_on is None
+            and self._bus is not None
+            and self._bus.nc.is_connected
+        )
 
     def _waiting_for(self) -> str | None:
         """What ``/healthz`` reports until the first connection (then: alive, ``None``)."""

@@ -4,8 +4,11 @@ Owns the node agent's reader of the slicer's trusted decisions: at every start i
 ``SEEDANCE_NODE_DECISIONS`` (placements, preemptions, releases and share changes: the node
 agents' own mirror of the ledger's merged input, at its sequences; no tenant or other service
 reads it) from its first message with its own ``node-agent-in-<node>`` consumer, so the book
-is whole again after a restart. It must not trust anything a tenant wrote: pod annotations
-are checked against this book, never the other way round.
+is whole again after a restart. Its replay ends once it has the origin's decisions, not only
+the mirror's: every bind first waits until the mirror has no lag (`seedance.core.mirror`), so a
+mirror created (again) while the input holds history is not read as the whole of it. It must
+not trust anything a tenant wrote: pod annotations are checked against this book, never the
+other way round.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from nats.aio.msg import Msg
 
 from seedance.core.bus import Bus
 from seedance.core.logs import get_logger
+from seedance.core.mirror import await_mirror
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.events.codec import DecodeError, decode
 from seedance.events.slicing import JobReleased, Placement, Preempted, ShareChanged
-from seedance.events.subjects import replica_consumer
+from seedance.events.subjects import ledger, replica_consumer
 from seedance.events.tokens import kube_node_token
 from seedance.node_agent.core.placement import PlacementBook
 
@@ -34,8 +38,9 @@ _Decision = Placement | Preempted | JobReleased | ShareChanged
 class PlacementFeed:
     """Keeps ``book`` current from the bus; ``seq`` is the last stream sequence applied.
 
-    ``start`` binds the reader, ``catch_up`` applies the replay (what the stream held at the
-    bind), ``run`` applies the rest as it comes, rebinding from ``seq`` when interrupted.
+    ``start`` binds the reader once the mirror has copied its origin (it waits meanwhile),
+    ``catch_up`` applies the replay (what the stream held at the bind), ``run`` applies the
+    rest as it comes, rebinding (after the same wait) from ``seq`` when interrupted.
     """
 
     def __init__(self, bus: Bus, node: str, *, batch: int = 500) -> None:
@@ -54,8 +59,15 @@ class PlacementFeed:
         self._delivered = 0
         #: Set (and replaced) at every decision applied: ``news`` waits on it.
         self._news = asyncio.Event()
+        #: Why the mirror had not copied the origin at the last look before a bind (None: it
+        #: had, or no look yet).
+        self.mirror_behind: str | None = None
 
     async def start(self) -> None:
+        # The mirror first: the consumer's pending count below is what the mirror holds, which
+        # is what the origin holds only once the mirror has copied it. A reader bound earlier
+        # ended its replay short and refused an Allocate for a placement not copied yet.
+        await await_mirror(self._bus, ledger.NODE_STREAM, on_behind=self._mirror_seen)
         spec = replica_consumer("node-agent-in", self._replica, start_seq=self.seq + 1)
         await self._bus.ensure_consumer(spec)
         # Read before the first pull: a fresh no-ack consumer's pending count is exactly the
@@ -67,9 +79,13 @@ class PlacementFeed:
         self._reader = PullReader(self._bus.nc, spec.stream, spec.durable, batch=self._batch)
         await self._reader.start()
 
+    def _mirror_seen(self, reason: str | None) -> None:
+        self.mirror_behind = reason
+
     @property
     def caught_up(self) -> bool:
-        """Every message the stream held for this reader at its (last) bind is applied."""
+        """Every message the stream held for this reader at its (last) bind is applied, and it
+        held the origin's: the mirror had no lag at the bind."""
         return self._delivered >= self._backlog
 
     async def catch_up(self) -> None:

@@ -172,6 +172,9 @@ class NodeAgentService:
             wait_s=self._s.plugin_conflict_wait_s,
         )
         await self._choose_mig()
+        # Not ready until the plugins serve: the replay waits for the node agents' mirror to
+        # have copied the decisions (seedance.core.mirror), then applies them.
+        self._rt.waiting_on = "placement_replay"
         await self._rt.start()
         self._feed = PlacementFeed(self._rt.bus, self._s.node_name)
         await self._feed.start()
@@ -234,6 +237,7 @@ class NodeAgentService:
             slicing.mig_plan(kube_node_token(self._s.node_name)), self._on_mig_plan
         )
         self._rt.loop(self._feed.run)
+        self._rt.waiting_on = None
         self._rt.loop(self._labels_loop)
         self._rt.loop(self._shares_loop)
         self._rt.loop(self._watch.run)
