@@ -26,6 +26,7 @@ from tests.integration.slicer.test_slicer_service import (
     add_nodes,
     finish,
     inventory,
+    nodes_known,
     slicer,
 )
 from tests.integration.slicer.test_slicer_service import env as env  # the fixture, reused
@@ -33,6 +34,17 @@ from tests.integration.slicer.test_slicer_service import env as env  # the fixtu
 #: A round after every batch (trusted time moves between batches), so a test waits on events,
 #: never on an interval.
 EVERY_BATCH = {"consolidate_interval_s": 1e-6}
+
+
+async def add_known(svc: SlicerService, bus: Bus, node: str, gpus: int) -> None:
+    """Add `node` and wait until the slicer knows it, before a job that should run there is
+    submitted. Inventory and jobs come through separate durables: a job decided first waits
+    (``no_capacity``) and is placed by the inventory's batch, at the inventory's trusted time
+    (its ``at``: `T0`, months before the server's receive time that dates a tenant's request).
+    Such a job has "run" longer than the disruption budget's ``max_lost_s`` and is never
+    moved: the flake of the movable case under load, reproduced by submitting first."""
+    await add_nodes(bus, inventory(node, gpus))
+    await nodes_known(svc, node)
 
 
 async def submit(bus: Bus, tenant: str, job: str, *, movable: bool, gpus: int = 1) -> None:
@@ -71,14 +83,17 @@ async def test_only_a_job_that_said_it_is_movable_is_moved_and_placed_again(
     t = f"t{unique}"
     n0, n1 = f"n0-{unique}", f"n1-{unique}"
     async with slicer(nats_url, unique, **EVERY_BATCH) as svc:
-        await add_nodes(bus, inventory(n0, 4))
+        await add_known(svc, bus, n0, 4)
         for j in "abcd":
             await submit(bus, t, j, movable=False)
         await d.wait(lambda: len(d.of(Placement)) == 4)
-        await add_nodes(bus, inventory(n1, 4))
+        await add_known(svc, bus, n1, 4)
         await submit(bus, t, "e", movable=movable)
         await d.wait(lambda: bool(d.of(Placement, "e")))
-        assert d.of(Placement, "e")[0].node == n1
+        first = d.of(Placement, "e")[0]
+        assert first.node == n1
+        # Placed at its submit (the server's receive time), not at the inventory's T0.
+        assert first.at - T0 > timedelta(days=1)
         # Two ends leave room on n0: e alone keeps n1 (a quarter used) busy.
         await finish(bus, t, "c")
         await finish(bus, t, "d")
@@ -110,7 +125,7 @@ async def test_the_disruption_budget_holds_under_a_burst_of_light_nodes(
     async with slicer(nats_url, unique, **EVERY_BATCH, **budget) as svc:
         # Four 2-GPU nodes, each filled by a movable job and a filler, one node at a time.
         for i in range(4):
-            await add_nodes(bus, inventory(f"n{i}-{unique}", 2))
+            await add_known(svc, bus, f"n{i}-{unique}", 2)
             await submit(bus, t, f"m{i}", movable=True)
             await submit(bus, t, f"f{i}", movable=False)
             await d.wait(lambda n=2 * (i + 1): len(d.of(Placement)) == n)

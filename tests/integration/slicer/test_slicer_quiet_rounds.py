@@ -10,13 +10,11 @@ from datetime import timedelta
 
 from seedance.core import Bus
 from seedance.events.slicing import Placement, Preempted
-from tests.integration.slicer.test_slicer_consolidation import moves, submit
+from tests.integration.slicer.test_slicer_consolidation import add_known, moves, submit
 from tests.integration.slicer.test_slicer_service import (
     T0,
     Decisions,
-    add_nodes,
     finish,
-    inventory,
     slicer,
 )
 from tests.integration.slicer.test_slicer_service import env as env  # the fixture, reused
@@ -38,7 +36,8 @@ async def test_a_quiet_fleet_makes_the_moves_its_budget_deferred(
     async with slicer(nats_url, unique, **QUIET) as svc:
         # Four 2-GPU nodes, each filled by a movable job and a filler, one node at a time.
         for i in range(4):
-            await add_nodes(bus, inventory(f"n{i}-{unique}", 2))
+            # Known before m_i comes: else placed at the inventory's T0, too long ago to move.
+            await add_known(svc, bus, f"n{i}-{unique}", 2)
             await submit(bus, t, f"m{i}", movable=True)
             await submit(bus, t, f"f{i}", movable=False)
             await d.wait(lambda n=2 * (i + 1): len(d.of(Placement)) == n)
