@@ -24,6 +24,13 @@ async def kv(bus: Bus) -> KeyValue:
     return await ensure_bucket(bus, BUCKET)
 
 
+async def _purge_marker(kv: KeyValue, key: str) -> None:
+    """A purge marker on ``key``, as a key's writer can still write one (nats-py's ``purge``
+    adds a rollup, which the catalogue's buckets refuse; a bucket of an older release holds
+    markers it made): readers must leave the key out all the same."""
+    await kv._js.publish(f"$KV.{BUCKET}.{key}", headers={"KV-Operation": "PURGE"})
+
+
 async def test_every_live_key_under_the_prefix_with_its_revision(kv: KeyValue, unique: str) -> None:
     scope = f"l{unique}"
     revs: dict[str, int] = {}
@@ -37,7 +44,7 @@ async def test_every_live_key_under_the_prefix_with_its_revision(kv: KeyValue, u
         del revs[f"{scope}.t.j{i}"]
     for i in range(3, 2000, 11):
         if f"{scope}.t.j{i}" in revs:
-            await kv.purge(f"{scope}.t.j{i}")
+            await _purge_marker(kv, f"{scope}.t.j{i}")
             del revs[f"{scope}.t.j{i}"]
     revs[f"{scope}.t.j5"] = await kv.put(f"{scope}.t.j5", b"2")  # a later revision wins
     await kv.put(f"o{unique}.t.j1", b"1")  # another prefix: not listed
@@ -53,7 +60,7 @@ async def test_nothing_or_only_markers_under_the_prefix_read_as_empty(
     await kv.put(f"d{unique}.a", b"1")
     await kv.put(f"d{unique}.b", b"1")
     await kv.delete(f"d{unique}.a")
-    await kv.purge(f"d{unique}.b")
+    await _purge_marker(kv, f"d{unique}.b")
     assert await live_keys(kv, f"d{unique}") == {}
 
 

@@ -183,8 +183,9 @@ async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_buc
 ) -> None:
     """A ``seedance-leases`` made before the catalogue asked for direct gets (nats-py's bucket
     without ``direct``): the router's user binds it but may not reconfigure it; an operator's
-    `seedance admin provision` turns direct gets on, keeping the bucket's TTL and keys, and the
-    router's user then reads its lease by direct get, the only read its grant allows."""
+    `seedance admin provision` turns direct gets on (and nats-py's rollups off), keeping the
+    bucket's TTL and keys, and the router's user then reads its lease by direct get, the only
+    read its grant allows."""
     await provision(admin)  # all else as the catalogue has it: the one change is the bucket's
     await admin.js.delete_key_value("seedance-leases")
     old = await admin.js.create_key_value(
@@ -202,13 +203,14 @@ async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_buc
     )
     try:
         assert [str(c) for c in await client.provision()] == [
-            "updated: stream KV_seedance-leases (description, allow_direct)"
+            "updated: stream KV_seedance-leases (description, allow_direct, allow_rollup_hdrs)"
         ]
         assert await client.provision() == []  # once
     finally:
         await client.close()
     config = (await admin.js.stream_info(LEASES)).config
     assert (config.allow_direct, config.max_age, config.max_msgs_per_subject) == (True, 10.0, 1)
+    assert not config.allow_rollup_hdrs  # nats-py's rollups: a key's writer purged the bucket
     bus = await Bus.connect(
         BusSettings(url=auth_url, user="router", password=shipped_password("router"))
     )

@@ -16,7 +16,14 @@ from seedance.core.kv import ensure_bucket
 from seedance.events import decode
 from seedance.events.routing import PlanObservations
 from seedance.events.subjects import routing
-from tests.integration.router.test_plan_leader import T0, _as, _Clock, _interval, _router
+from tests.integration.router.test_plan_leader import (
+    T0,
+    _as,
+    _Clock,
+    _expire_lease,
+    _interval,
+    _router,
+)
 
 
 async def _count(admin: Bus, subject: str) -> int:
@@ -46,7 +53,7 @@ async def test_a_superseded_leader_acts_on_nothing_and_leaves_the_others_reader(
             assert len(await _interval([a, b], [clock_a, clock_b], rnd, T0 + 15 * (k + 1))) == 1
         # a stalls past its lease (it has not refreshed: it still thinks it holds it) and b
         # takes the lapsed lease, resumes from a's snapshot and writes its own.
-        await (await ensure_bucket(admin, "seedance-leases")).purge(f"router-plan.{fleet}")
+        await _expire_lease(admin, fleet)
         assert await b.fleet_plan.lease.try_acquire()
         assert a.fleet_plan.lease.held
         end_s = T0 + 15 * 5

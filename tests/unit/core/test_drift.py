@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from nats.js import api as js_api
+from structlog.testing import capture_logs
 
-from seedance.core.drift import bucket_config, drift, stream_config
-from seedance.events.subjects import BUCKETS, STREAMS, StreamSpec, routing
+from seedance.core.drift import (
+    bucket_config,
+    check_drift,
+    drift,
+    object_store_config,
+    stream_config,
+)
+from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, StreamSpec, routing
 
 SPECS = {s.name: s for s in STREAMS}
 
@@ -151,3 +159,39 @@ def test_a_released_catalogue_s_ledger_source_is_drift_not_a_plant() -> None:
     found = drift(wanted, dataclasses.replace(wanted, sources=[wider, *(wanted.sources or ())]))
     assert found is not None
     assert found.planted
+
+
+def test_buckets_refuse_rollups_and_stores_keep_them() -> None:
+    """review-grants F1: ``Nats-Rollup: all`` to a key its writer owns purged the whole bucket
+    (others' leases and policy). Stores keep rollups: nats-py's meta put needs them and each
+    store has one writer."""
+    assert [b for b in BUCKETS.values() if bucket_config(b, 1).allow_rollup_hdrs] == []
+    assert all(object_store_config(o, 1).allow_rollup_hdrs for o in OBJECT_STORES.values())
+
+
+@pytest.mark.parametrize("name", sorted(BUCKETS))
+def test_a_bucket_made_with_rollups_is_exposed_drift_reported_at_error(name: str) -> None:
+    """A bucket an older release made (nats-py's rollups on): drift provision converges, never
+    a refusal, but its line is an error naming what a writer can do."""
+    wanted = bucket_config(BUCKETS[name], 1)
+    old = dataclasses.replace(wanted, allow_rollup_hdrs=True)
+    found = drift(wanted, old)
+    assert found is not None
+    assert (found.fields, found.planted) == (("allow_rollup_hdrs",), ())
+    assert [x for x in found.exposed if x.startswith("allow_rollup_hdrs:")], found
+    with capture_logs() as logs:
+        check_drift(wanted, old)
+    assert [(e["log_level"], e["exposed"]) for e in logs] == [("error", list(found.exposed))]
+
+
+def test_a_flag_off_that_the_catalogue_has_on_exposes_nothing() -> None:
+    """A store's stream with rollups off is drift (nats-py's meta put fails) but opens
+    nothing: a plain warning."""
+    for spec in OBJECT_STORES.values():
+        wanted = object_store_config(spec, 1)
+        found = drift(wanted, dataclasses.replace(wanted, allow_rollup_hdrs=False))
+        assert found is not None
+        assert (found.fields, found.exposed) == (("allow_rollup_hdrs",), ())
+        with capture_logs() as logs:
+            check_drift(wanted, dataclasses.replace(wanted, allow_rollup_hdrs=False))
+        assert [e["log_level"] for e in logs] == ["warning"]

@@ -66,6 +66,11 @@ _UNLIMITED_AT_ZERO = (
 #: message to subjects of its choosing (tenants' job specs to ``_INBOX.leak.>``); a stream-wide
 #: subject transform renames what is stored (one node's report filed as another's).
 _PLANTING = ("republish", "subject_transform")
+#: Flags whose being on where the catalogue has them off opens a stream to its own writers
+#: (drift, not a plant: a released catalogue had them on): what each lets a writer do.
+_EXPOSING = {
+    "allow_rollup_hdrs": "a writer of one subject purges the whole stream (Nats-Rollup: all)",
+}
 #: The fields compared, in the order a drift names them: those an older comparison read first
 #: (logs and provision's output keep their order), then the rest as StreamConfig lists them.
 _FIRST = (
@@ -132,7 +137,16 @@ def stream_config(spec: StreamSpec, replicas: int) -> js_api.StreamConfig:
 
 
 def bucket_config(spec: BucketSpec, replicas: int) -> js_api.StreamConfig:
-    """KV bucket ``spec``'s stream, whole, as `ensure_bucket` creates it through nats-py."""
+    """KV bucket ``spec``'s stream, whole, as `ensure_bucket` and `provision` create it: nats-py's
+    own bucket, but without rollups.
+
+    Why no rollups (nats-py turns them on for every bucket): the server honours a
+    ``Nats-Rollup: all`` header on a data publish to any subject the publisher may write, and
+    purges the whole stream. A writer granted only its own keys (the slicer its leases and
+    usage keys) wiped every other key of a shared bucket: the router's planner lease (two
+    leaders), the bridge's policy. No Seedance code purges a key (``KeyValue.purge`` is the
+    only rollup of a bucket; ``delete`` writes a marker), so a key's writer owns that key and
+    nothing more (docs/security.md)."""
     ttl = spec.ttl_s or 0.0
     return js_api.StreamConfig(
         name=f"KV_{spec.name}",
@@ -145,7 +159,7 @@ def bucket_config(spec: BucketSpec, replicas: int) -> js_api.StreamConfig:
         duplicate_window=_server_window(ttl),
         max_msgs_per_subject=spec.history,
         allow_direct=spec.direct,
-        allow_rollup_hdrs=True,
+        allow_rollup_hdrs=False,
         allow_msg_ttl=True,
         deny_delete=True,
         num_replicas=replicas,
@@ -164,7 +178,7 @@ def object_store_config(spec: ObjectStoreSpec, replicas: int) -> js_api.StreamCo
         max_age=spec.ttl_s,
         max_bytes=spec.max_bytes,
         duplicate_window=_server_window(spec.ttl_s),
-        allow_rollup_hdrs=True,
+        allow_rollup_hdrs=True,  # nats-py's meta put rolls up; a store has one writer
         allow_direct=True,
         num_replicas=replicas,
     )
@@ -206,14 +220,16 @@ def _value(config: js_api.StreamConfig, name: str) -> Any:
 @dataclass(frozen=True)
 class Drift:
     """How stream ``stream`` differs from the catalogue: ``fields`` (every compared field that
-    differs), and ``planted``: what the catalogue does not declare that copies data in or out (a
+    differs), ``planted``: what the catalogue does not declare that copies data in or out (a
     source or mirror of another stream or with a subject transform, a subject of its own, a
-    republish, a stream-wide subject transform), described."""
+    republish, a stream-wide subject transform), described; ``exposed``: the flags on that the
+    catalogue has off and what each lets a writer do (`_EXPOSING`)."""
 
     stream: str
     fields: tuple[str, ...]
     planted: tuple[str, ...]
     mirror_changed: bool
+    exposed: tuple[str, ...] = ()
 
 
 def drift(wanted: js_api.StreamConfig, actual: js_api.StreamConfig) -> Drift | None:
@@ -240,11 +256,17 @@ def drift(wanted: js_api.StreamConfig, actual: js_api.StreamConfig) -> Drift | N
         foreign = key[0] not in declared_streams and (key[0], key[1]) not in historical
         if foreign or key[2] or key[3]:
             planted.append(f"{kind} {src.name} (filter {src.filter_subject}, transforms {key[2]})")
+    exposed = tuple(
+        f"{f}: {what}"
+        for f, what in _EXPOSING.items()
+        if f in fields and _value(actual, f) and not _value(wanted, f)
+    )
     return Drift(
         stream=wanted.name or "",
         fields=fields,
         planted=tuple(planted),
         mirror_changed="mirror" in fields,
+        exposed=exposed,
     )
 
 
@@ -252,8 +274,9 @@ def check_drift(wanted: js_api.StreamConfig, actual: js_api.StreamConfig) -> Non
     """What a service does with an existing stream: nothing when it matches; a warning
     ``stream_config_drift`` (the stream, the fields) when it differs, and the service goes on
     (an old catalogue's limits or filter never stop a fleet: finding 6, a mirror that cannot be
-    updated crash-looped every service); `StartRefused` naming the stream when it carries a
-    planted copy.
+    updated crash-looped every service), at error level when a flag is on that opens the stream
+    to its own writers (``exposed``: a bucket made with rollups, before the catalogue turned
+    them off); `StartRefused` naming the stream when it carries a planted copy.
 
     Why refuse rather than go on at error level: a planted source or mirror feeds the stream's
     readers data the catalogue never routed there (a forged plan report before the router's
@@ -277,6 +300,17 @@ def check_drift(wanted: js_api.StreamConfig, actual: js_api.StreamConfig) -> Non
             f"stream {found.stream} carries what the catalogue does not declare "
             f"({'; '.join(found.planted)}): a planted copy; {PROVISION_HINT} to remove it"
         )
+    if found.exposed:
+        # Loud, but the service starts: the stream's data is what the catalogue routed there;
+        # what is open is its writers' reach, closed by the one command the line names.
+        log.error(
+            "stream_config_drift",
+            stream=found.stream,
+            fields=list(found.fields),
+            exposed=list(found.exposed),
+            fix=PROVISION_HINT,
+        )
+        return
     log.warning(
         "stream_config_drift", stream=found.stream, fields=list(found.fields), fix=PROVISION_HINT
     )

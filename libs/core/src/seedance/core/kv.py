@@ -91,17 +91,10 @@ async def ensure_bucket(bus: Bus, name: str) -> KeyValue:
 
 async def _create_bucket(bus: Bus, spec: BucketSpec) -> KeyValue:
     """Create bucket ``spec`` as its service does (and as `provision` does, so that neither
-    finds the other's bucket drifted)."""
-    return await bus.js.create_key_value(
-        js_api.KeyValueConfig(
-            bucket=spec.name,
-            history=spec.history,
-            ttl=spec.ttl_s or None,
-            description=spec.description or None,
-            replicas=bus._replicas(),
-            direct=spec.direct or None,
-        )
-    )
+    finds the other's bucket drifted): its stream from `bucket_config`, not nats-py's
+    ``create_key_value``, which turns rollups on (a key's writer could purge the bucket)."""
+    await bus.js.add_stream(bucket_config(spec, bus._replicas()))
+    return await bus.js.key_value(spec.name)
 
 
 async def provision(bus: Bus) -> list[Change]:

@@ -326,7 +326,8 @@ def key_grant_subjects(identity: str) -> list[str]:
             continue
         kv = f"KV_{g.bucket}"
         # Inspect the bucket (ensure_bucket); never create nor reconfigure it (no service may):
-        # a key's writer owns that key, not the bucket's history, limits or subjects.
+        # a key's writer owns that key, not the bucket's history, limits or subjects (nor its
+        # other keys: the catalogue's buckets refuse a `Nats-Rollup: all`, docs/security.md).
         pub += stream_api(kv)
         if not BUCKETS[g.bucket].direct:  # nats-py gets a key so (any key: it is in the body)
             pub.append(f"{JS_API}.STREAM.MSG.GET.{kv}")
