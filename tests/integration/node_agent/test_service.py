@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -336,6 +337,36 @@ async def test_a_mig_plan_on_the_nodes_subject_is_applied_once(agent: Agent) -> 
     replayed = 'seedance_node_agent_mig_plans_total{outcome="already_applied"} 1.0'
     await mig_wait(a, lambda: metric_line(a, replayed), "the re-send counted, not re-done")
     assert [c[0] for c in a.mig.calls] == ["create_gi", "create_ci"]
+
+
+async def test_a_plan_a_push_consumer_delivers_onto_the_nodes_subject_is_not_applied(
+    agent: Agent,
+) -> None:
+    """A consumer's deliver subject is checked against no one's permissions: a tenant can
+    point one at the plan subject (tests/integration/deploy/test_push_deliver.py). Here the
+    stored message even decodes as a plan (the worst case): before, the agent applied it."""
+    a = agent
+    tag = uuid.uuid4().hex[:8]
+    stream, stored = f"FORGED_{tag}", f"forged.{tag}"
+    await a.bus.js.add_stream(name=stream, subjects=[stored])
+    forged = MigLayoutPlan(
+        id=new_event_id(), at=T0, node="gpu-1:example", gpu_index=3,
+        create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
+    )  # fmt: skip
+    await a.bus.publish(stored, forged)
+    await a.bus.js.add_consumer(
+        stream,
+        deliver_subject=slicing.mig_plan("gpu-1:example"),
+        ack_policy="none",
+        idle_heartbeat=0.5,  # status messages on the plan subject too
+        inactive_threshold=5.0,
+    )
+    refused = 'seedance_node_agent_mig_plans_total{outcome="not_published"}'
+    await mig_wait(a, lambda: metric_line(a, refused), "the delivery refused as not published")
+    # The delivery reached the agent and was refused; GPU 3 stays untouched (the refusal is
+    # decided before the plan is decoded, so no later handling could apply it).
+    assert a.mig.gpu_instances(3) == []
+    assert not [c for c in a.mig.calls if c[1] == "3"], a.mig.calls
 
 
 async def mig_wait(a: Agent, check: Callable[[], Any], what: str) -> None:

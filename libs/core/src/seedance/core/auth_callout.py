@@ -272,6 +272,12 @@ class CalloutMetrics:
             ["result", "reason"],
             registry=registry,
         )
+        self.deliveries_total = Counter(
+            "seedance_auth_callout_deliveries_total",
+            "JetStream consumers' deliveries onto the callout's subject, ignored unread (a "
+            "tenant may point a push consumer with the callout's deliver group there).",
+            registry=registry,
+        )
         self.dropped_total = Counter(
             "seedance_auth_callout_dropped_total",
             "Authorization requests not answered: max_pending were in flight already.",
@@ -358,6 +364,11 @@ class AuthCallout:
     async def _on_request(self, msg: Msg) -> None:
         # nats-py runs a subscription's callbacks one at a time: each request is answered in a
         # task of its own, so one waiting for the registry or a hash does not hold the next.
+        if (msg.reply or "").startswith("$JS.") or "Status" in (msg.headers or {}):
+            # A consumer's delivery (its ack or flow-control reply, or a heartbeat), never the
+            # server's request: not decoded, not logged, so a tenant cannot flood the log.
+            self.metrics.deliveries_total.inc()
+            return
         if self._deciding >= self._max_pending:
             self.metrics.dropped_total.inc()
             return

@@ -90,7 +90,8 @@ class NodeAgentMetrics:
         )
         self.mig_plans_total = Counter(
             "seedance_node_agent_mig_plans_total",
-            "MIG layout plans by outcome (applied, already_applied, refused, failed).",
+            "MIG layout plans by outcome (applied, already_applied, refused, failed; "
+            "not_published: a JetStream consumer's delivery onto the plan subject, not decoded).",
             ["outcome"],
             registry=registry,
         )

@@ -42,6 +42,7 @@ from seedance.node_agent.allocator import PlacementAllocator
 from seedance.node_agent.core.cgroup import pod_of_cgroup
 from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import NodeDevices, Refusal
+from seedance.node_agent.core.plan_source import not_a_published_plan
 from seedance.node_agent.core.share_event import MeasuredPod, pod_shares_event
 from seedance.node_agent.core.shares import (
     MemoryPeaks,
@@ -346,6 +347,12 @@ class NodeAgentService:
 
     async def _on_mig_plan(self, msg: Msg) -> None:
         if self._apply_mig is None:
+            return
+        plan_subject = slicing.mig_plan(kube_node_token(self._s.node_name))
+        why = not_a_published_plan(msg.subject, msg.reply, msg.headers, plan_subject)
+        if why is not None:  # a push consumer pointed here (core/plan_source.py)
+            self.metrics.mig_plans_total.labels("not_published").inc()
+            log.warning("mig_plan_not_published", reason=why)
             return
         try:
             plan = decode(msg.data, MigLayoutPlan)

@@ -1,0 +1,229 @@
+"""A tenant's push consumer pointed at a subject a component core-subscribes to, on a real
+nats-server running the shipped config (deploy/auth) with the auth callout.
+
+A consumer's deliver subject travels in the create request's body: nats-server checks it
+against no one's permissions, so a tenant may point a consumer on its own costs at any subject,
+and the server delivers there while some subscription matches. These tests show that it does
+(for a tenant listed in the config and one added at run time) and pin what each component's
+core subscription makes of it:
+
+- the node agent's ``seedance.slicing.node.<node>.mig_plan``: the delivery arrives; the agent
+  tells it from a published plan (`not_a_published_plan`) and refuses it before decoding,
+  while a plan the shipped slicer user publishes passes;
+- the auth callout's ``$SYS.REQ.USER.AUTH``: reached only through its deliver group; the
+  callout ignores a consumer's delivery unread (counted), and logins go on;
+- the tenant mirror's ``$KV.seedance-tenants.>``: no registry record changes;
+- the server's own ``$JS.API.>``: a delivery is no API request (the stream stays).
+
+The other core subscriptions are inboxes (`_INBOX.<nuid>`, the publisher's and pull readers':
+not guessable) and the ledger's allocation API (a request/reply service on a subject only
+operators may publish; a delivery there is a request whose body is the tenant's own cost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import nats
+import nkeys
+import pytest
+import pytest_asyncio
+from nats.aio.msg import Msg
+
+from seedance.core import Bus, BusSettings
+from seedance.core.auth_callout import AuthCallout, TenantRegistry
+from seedance.core.tenant_registry import TENANTS_BUCKET
+from seedance.events import new_event_id
+from seedance.events.codec import DecodeError, decode
+from seedance.events.cost import CostEntry
+from seedance.events.permissions import CALLOUT_SUBJECT, CALLOUT_USER
+from seedance.events.slicing import MigInstanceChange, MigLayoutPlan
+from seedance.events.subjects import consumer_create, costs, inbox_prefix, slicing, tenant_consumers
+from seedance.node_agent.core.plan_source import not_a_published_plan
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import eventually
+from tests.integration.conftest import shipped_password
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module")]
+
+STATIC, RUNTIME, VICTIM, NODE = "acme", "initech", "globex-rt", "gpu-a"
+AT = datetime(2026, 11, 1, tzinfo=UTC)
+CALLOUT_QUEUE = "seedance-auth-callout"  # AuthCallout's queue group
+
+
+class Stack:
+    def __init__(self, url: str, admin: Bus, callout: AuthCallout, pw: dict[str, str]) -> None:
+        self.url, self.admin, self.callout, self.pw = url, admin, callout, pw
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(server: NatsServer, issuer: nkeys.KeyPair) -> AsyncIterator[Stack]:
+    """Streams provisioned, a cost of each tenant's stored, a node and two run-time tenants
+    registered, the callout running."""
+    admin = await Bus.connect(
+        BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+    )
+    own = await Bus.connect(
+        BusSettings(url=server.url, user=CALLOUT_USER, password=shipped_password(CALLOUT_USER))
+    )
+    try:
+        await admin.ensure_streams()
+        for t in (STATIC, RUNTIME):
+            await admin.publish(costs.subject(t, "entry"), CostEntry(
+                id=new_event_id(at=AT), at=AT, tenant=t, job_id="j1", period_start=AT,
+                period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000,
+                gpu_hours_micro=83_333,
+            ))  # fmt: skip
+        registry = await TenantRegistry.open(admin)
+        pw = {
+            STATIC: shipped_password(f"tenant-{STATIC}"),
+            RUNTIME: await registry.add(RUNTIME),
+            VICTIM: await registry.add(VICTIM),
+            NODE: await registry.add_node(NODE),
+        }
+        async with AuthCallout(own, issuer, refusal_delay_s=0.0) as callout:
+            yield Stack(server.url, admin, callout, pw)
+    finally:
+        await own.close()
+        await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def pointed_at(
+    s: Stack, tenant: str, deliver: str, slot: int, group: str | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """The tenant's push consumer on its own costs, delivering onto ``deliver`` (granted: its
+    own name and filter); its name. Deleted on leaving."""
+    nc = await nats.connect(
+        s.url, user=f"tenant-{tenant}", password=s.pw[tenant], inbox_prefix=inbox_prefix(tenant)
+    )
+    name, own = tenant_consumers(tenant)[slot], costs.tenant_wildcard(tenant)
+    config = {
+        "name": name,
+        "filter_subject": own,
+        "deliver_subject": deliver,
+        "deliver_policy": "all",
+        "ack_policy": "none",
+        "idle_heartbeat": 500_000_000,  # status messages onto the subject too
+        "inactive_threshold": 30_000_000_000,
+    }
+    if group is not None:
+        config["deliver_group"] = group
+    body = json.dumps({"stream_name": "SEEDANCE_COSTS", "config": config}).encode()
+    try:
+        reply = json.loads(
+            (await nc.request(consumer_create("SEEDANCE_COSTS", name, own), body, timeout=5)).data
+        )
+        # The server takes it: the deliver subject is in no permission's reach.
+        assert reply.get("config", {}).get("deliver_subject") == deliver, reply
+        yield reply
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await nc.request(f"$JS.API.CONSUMER.DELETE.SEEDANCE_COSTS.{name}", b"", timeout=5)
+        await nc.close()
+
+
+@pytest.mark.parametrize("tenant", [STATIC, RUNTIME], ids=["static", "added-at-run-time"])
+async def test_a_tenants_push_consumer_reaches_the_node_agent_and_is_not_taken_for_a_plan(
+    stack: Stack, tenant: str
+) -> None:
+    subject = slicing.mig_plan(NODE)
+    got: list[Msg] = []
+
+    async def heard(msg: Msg) -> None:
+        got.append(msg)
+
+    node = await Bus.connect(
+        BusSettings(url=stack.url, user=f"node-{NODE}", password=stack.pw[NODE])
+    )
+    slicer = await Bus.connect(
+        BusSettings(url=stack.url, user="slicer", password=shipped_password("slicer"))
+    )
+    try:
+        await node.subscribe(subject, heard)  # as the agent does
+        async with pointed_at(stack, tenant, subject, slot=0) as reply:
+            assert reply.get("push_bound"), reply
+
+            def cost_and_heartbeat() -> bool:
+                data = [m for m in got if m.data]
+                return bool(data) and any(not m.data for m in got)
+
+            await eventually(cost_and_heartbeat, what="the tenant's cost and a heartbeat")
+        # What reached the node's subscription: the tenant's own cost event, and status.
+        assert decode(next(m for m in got if m.data).data, CostEntry).tenant == tenant
+        for m in got:
+            assert not_a_published_plan(m.subject, m.reply, m.headers, subject), (m, m.headers)
+        # The legitimate path: the slicer's plan (a JetStream publish) passes.
+        plan = MigLayoutPlan(
+            id=new_event_id(), at=AT, node=NODE, gpu_index=0,
+            create=[MigInstanceChange(profile="3g.71gb", start_slot=0)],
+        )  # fmt: skip
+        seen = len(got)
+        await slicer.publish(subject, plan)
+        await eventually(lambda: any(decode_plan(m) == plan for m in got[seen:]), what="plan")
+        published = next(m for m in got[seen:] if decode_plan(m) == plan)
+        assert (
+            not_a_published_plan(published.subject, published.reply, published.headers, subject)
+            is None
+        )
+    finally:
+        await slicer.close()
+        await node.close()
+
+
+def decode_plan(m: Msg) -> MigLayoutPlan | None:
+    try:
+        return decode(m.data, MigLayoutPlan)
+    except DecodeError:
+        return None
+
+
+def answers(callout: AuthCallout) -> float:
+    return sum(
+        s.value
+        for metric in callout.metrics.answers_total.collect()
+        for s in metric.samples
+        if s.name.endswith("_total")
+    )
+
+
+async def test_onto_the_callout_subject_a_delivery_is_ignored_unread(stack: Stack) -> None:
+    """The callout's subscription is a queue group: a consumer without that deliver group has
+    no interest there (the server delivers nothing); with it, the delivery reaches the callout."""
+    async with pointed_at(stack, STATIC, CALLOUT_SUBJECT, slot=1) as reply:
+        assert not reply.get("push_bound"), reply
+    before = answers(stack.callout)
+    async with pointed_at(stack, STATIC, CALLOUT_SUBJECT, slot=2, group=CALLOUT_QUEUE) as reply:
+        assert reply.get("push_bound"), reply
+        ignored = stack.callout.metrics.deliveries_total
+        await eventually(lambda: ignored._value.get() >= 1, what="the delivery ignored")
+    # The login after the delivery is the only request answered, and it is granted.
+    nc = await nats.connect(stack.url, user=f"tenant-{VICTIM}", password=stack.pw[VICTIM])
+    await nc.close()
+    assert answers(stack.callout) == before + 1
+
+
+@pytest.mark.parametrize(
+    "deliver",
+    [f"$KV.{TENANTS_BUCKET}.{VICTIM}", "$JS.API.STREAM.DELETE.SEEDANCE_JOBS"],
+    ids=["tenant-registry", "jetstream-api"],
+)
+async def test_onto_the_registry_or_the_api_the_server_delivers_nothing(
+    stack: Stack, deliver: str
+) -> None:
+    """The tenant mirror's wildcard subscription and the server's own API subscriptions are no
+    interest a consumer delivers to: the server binds it to nothing, and no record changes."""
+    kv = await stack.admin.js.key_value(TENANTS_BUCKET)
+    was = await kv.get(VICTIM)
+    slot = 3 if deliver.startswith("$KV") else 4
+    async with pointed_at(stack, STATIC, deliver, slot=slot) as reply:
+        assert not reply.get("push_bound"), reply
+    now = await kv.get(VICTIM)
+    assert (now.revision, now.value) == (was.revision, was.value)
+    assert (await stack.admin.js.stream_info("SEEDANCE_JOBS")).config.name == "SEEDANCE_JOBS"
+    nc = await nats.connect(stack.url, user=f"tenant-{VICTIM}", password=stack.pw[VICTIM])
+    await nc.close()  # the victim still logs in
