@@ -156,3 +156,25 @@ async def test_any_other_error_ends_the_wait_as_itself() -> None:
             bus.create_or_await(STREAM, _refused(watch, f"$JS.API.STREAM.CREATE.{STREAM}")), 10.0
         )
     assert bus.awaiting == frozenset()
+
+
+async def test_a_wait_that_leaves_readiness_alone_is_not_awaited() -> None:
+    """The router's planner leader waiting at run time for its mirror keeps the replica in
+    service: its wait is not in ``awaiting``."""
+    js = ScriptedJs([NotFoundError(), None])
+    bus, watch = _bus(js, SteppingClock())
+    seen: list[frozenset[str]] = []
+
+    async def look() -> None:
+        seen.append(bus.awaiting)
+
+    js.on_lookup = look
+    await asyncio.wait_for(
+        bus.create_or_await(
+            STREAM,
+            _refused(watch, f"$JS.API.STREAM.CREATE.{STREAM}"),
+            unready_while_awaited=False,
+        ),
+        10.0,
+    )
+    assert seen == [frozenset()] * 2

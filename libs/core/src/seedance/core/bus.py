@@ -267,7 +267,9 @@ class Bus:
 
     # --- provisioning -----------------------------------------------------------------------
 
-    async def ensure_streams(self, streams: Iterable[StreamSpec] = STREAMS) -> None:
+    async def ensure_streams(
+        self, streams: Iterable[StreamSpec] = STREAMS, *, unready_while_awaited: bool = True
+    ) -> None:
         """Check each stream; create a missing one where this user may (the operator; any user of
         a server without authorization), else wait for the operator's provision to
         (`create_or_await`). Safe from every replica at every start. An existing one is never
@@ -281,7 +283,9 @@ class Bus:
                 continue
             try:
                 created = await self.create_or_await(
-                    spec.name, functools.partial(self.js.add_stream, config)
+                    spec.name,
+                    functools.partial(self.js.add_stream, config),
+                    unready_while_awaited=unready_while_awaited,
                 )
             except BadRequestError as exc:
                 if exc.err_code != 10058:  # "stream name already in use with a different config"
@@ -290,7 +294,13 @@ class Bus:
             if created is None:
                 check_drift(config, (await self.js.stream_info(spec.name)).config)
 
-    async def create_or_await(self, stream: str, create: Callable[[], Awaitable[_T]]) -> _T | None:
+    async def create_or_await(
+        self,
+        stream: str,
+        create: Callable[[], Awaitable[_T]],
+        *,
+        unready_while_awaited: bool = True,
+    ) -> _T | None:
         """``create()``'s result (it creates the missing catalogue stream, KV bucket or object
         store whose stream is ``stream``); or, where the server refuses this user that create,
         None once the stream exists.
@@ -301,7 +311,10 @@ class Bus:
         that starts first waits for it here, polling, with one ``stream_not_provisioned`` line
         a minute naming the stream and the fix (``ServiceRuntime`` is not ready meanwhile)
         rather than crash-looping. The refusal comes by the error callback, at once, not as a
-        reply; a bus built without ``connect`` hears none and just creates.
+        reply; a bus built without ``connect`` hears none and just creates. The stream is in
+        ``awaiting`` meanwhile, unless ``unready_while_awaited`` is False: a wait at run time
+        for what only a side job needs (the router's planner leader and its mirror) must not
+        take the replica out of service.
         """
         if self._watch is None:
             return await create()
@@ -320,17 +333,18 @@ class Bus:
                     await attempt
         if not attempt.cancelled():
             return attempt.result()
-        await self._await_stream(stream, self._watch)
+        await self._await_stream(stream, self._watch, unready_while_awaited)
         return None
 
-    async def _await_stream(self, stream: str, watch: ConnectWatch) -> None:
+    async def _await_stream(self, stream: str, watch: ConnectWatch, unready: bool) -> None:
         """Poll until ``stream`` exists. What may pass (a JetStream meta-leader election, a
         request timing out) keeps the wait going, counted in the minute's line; a refusal of
         the lookup itself (this user may not read the stream's info) ends it with
         `StartRefused` naming the stream and the user; any other error ends it as itself."""
         info = (f"$JS.API.STREAM.INFO.{stream}", asyncio.Event())
         watch.denials.append(info)
-        self._awaited.add(stream)
+        if unready:
+            self._awaited.add(stream)
         try:
             await self._poll_stream(stream, info[1])
         finally:
