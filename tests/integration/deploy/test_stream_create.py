@@ -25,6 +25,7 @@ from structlog.testing import capture_logs
 
 from seedance.core import Bus, BusSettings
 from seedance.core.consumer import Delivery
+from seedance.core.kv import ensure_bucket
 from seedance.core.service import ServiceRuntime
 from seedance.events import new_event_id
 from seedance.events.codec import encode
@@ -48,6 +49,13 @@ def bare_url() -> Iterator[str]:
     """The shipped users on a server nothing was provisioned on (a first start, or right after
     an operator deleted a stream)."""
     with shipped_auth_server(shipped_password, provisioned=False) as server:
+        yield server.url
+
+
+@pytest.fixture
+def provisioned_url() -> Iterator[str]:
+    """The shipped users on a provisioned server."""
+    with shipped_auth_server(shipped_password) as server:
         yield server.url
 
 
@@ -232,3 +240,71 @@ async def test_without_authorization_a_service_still_creates_what_it_misses() ->
                 await runtime.close()
     assert "SEEDANCE_JOBS" in names
     assert not any(e["event"] == "stream_not_provisioned" for e in logs)
+
+
+async def test_a_service_waiting_for_a_bucket_is_not_ready(provisioned_url: str) -> None:
+    """The router binds its weights bucket after its runtime started (as slicer and
+    graph-compiler bind theirs): while provision has yet to create the bucket, /readyz is 503,
+    and 200 once it has (review-grants F2: it was 200 throughout)."""
+    admin = await _admin(provisioned_url)
+    try:
+        await admin.js.delete_stream("KV_seedance-router-weights")  # a rollout that adds it
+    finally:
+        await admin.close()
+    runtime = ServiceRuntime("router", BusSettings(url=provisioned_url), http_port=0)
+    with capture_logs() as logs:
+        await asyncio.wait_for(runtime.start(), 20.0)
+        binding = asyncio.create_task(ensure_bucket(runtime.bus, "seedance-router-weights"))
+        try:
+
+            def waiting() -> bool:
+                return any(e["event"] == "stream_not_provisioned" for e in logs)
+
+            await eventually(waiting, 20.0, what="the router saying it waits for its bucket")
+            assert runtime.bus.awaiting == {"KV_seedance-router-weights"}
+            assert not runtime.ready()
+            assert await _status(runtime, "/readyz") == 503
+            assert await _status(runtime, "/healthz") == 200
+
+            await asyncio.to_thread(
+                provision, provisioned_url, OPERATOR, shipped_password(OPERATOR)
+            )
+            await asyncio.wait_for(binding, 20.0)
+            assert runtime.ready()
+            assert await _status(runtime, "/readyz") == 200
+        finally:
+            binding.cancel()
+            await runtime.close()
+
+
+async def test_a_stream_deleted_under_a_running_service_is_named_and_ends_its_run(
+    provisioned_url: str,
+) -> None:
+    """Not waited for (only a start waits): the consumer's run ends, with one line naming the
+    stream and the durable, and the runtime is no longer ready, so that Kubernetes restarts it
+    into the start-up wait (review-grants F5: a bare ServiceUnavailableError, still ready)."""
+
+    async def on_placement(delivery: Delivery[Placement]) -> None:
+        raise AssertionError("nothing is published")
+
+    runtime = ServiceRuntime("telemetry-collector", BusSettings(url=provisioned_url), http_port=0)
+    runtime.consume("collector-placements", Placement, on_placement)
+    with capture_logs() as logs:
+        await asyncio.wait_for(runtime.start(), 20.0)
+        running = asyncio.create_task(runtime.run())
+        try:
+            assert runtime.ready()
+            admin = await _admin(provisioned_url)
+            try:
+                await admin.js.delete_stream("SEEDANCE_SLICING")
+            finally:
+                await admin.close()
+            with pytest.raises(ExceptionGroup):
+                await asyncio.wait_for(running, 20.0)
+            assert not runtime.ready()
+            assert await _status(runtime, "/readyz") == 503
+        finally:
+            running.cancel()
+            await runtime.close()
+    (line,) = [e for e in logs if e["event"] == "consumer_lost"]
+    assert (line["stream"], line["durable"]) == ("SEEDANCE_SLICING", "collector-placements")

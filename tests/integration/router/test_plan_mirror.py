@@ -164,6 +164,7 @@ async def test_a_mirror_deleted_at_run_time_is_awaited_until_provision(
             try:
                 await eventually(said, 20.0, what="the planner waiting for its mirror")
                 assert not waiting.done()
+                assert bus.awaiting == frozenset()  # the replica still routes: still ready
                 await provision(admin)  # the operator's
                 assert len(await asyncio.wait_for(waiting, 20.0)) == 1
             finally:

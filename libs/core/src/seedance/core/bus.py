@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -27,8 +26,9 @@ from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry.context import Context
 
 from seedance.core.clock import WALL_CLOCK, Clock
+from seedance.core.connect_watch import ConnectWatch, describe, who
 from seedance.core.drift import PROVISION_HINT, check_drift, stream_config
-from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
+from seedance.core.errors import NoStream, ServerTooOld, StartRefused
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch, Message, PubAck, Publisher, PublishRefused
 from seedance.core.tracing import inject_headers, tracer
@@ -82,14 +82,18 @@ class BusSettings:
 
 #: nats-py's per-attempt socket timeout, within the overall bound above.
 _ATTEMPT_TIMEOUT_S = 5.0
-#: While the connection is lost, at most one error line per this many seconds.
-_ERROR_LINE_EVERY_S = 60.0
 #: A service refused the creation of a missing stream looks for it again this often (the
 #: operator's provision creates it), and says what it waits for at most once a minute.
 _PROVISION_POLL_S = 1.0
 _WAITING_LINE_EVERY_S = 60.0
-#: How nats-server names a refused publish (nats-py hands it to the error callback, lower-cased).
-_DENIED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+#: What a stream lookup may answer while JetStream passes through a bad moment (a fresh R3
+#: cluster electing its meta leader answers 503; a slow one lets the request time out): a
+#: provision wait goes on through these. nats-py raises either timeout kind.
+_PASSING_JS_ERRORS: tuple[type[BaseException], ...] = (
+    nats.js.errors.ServiceUnavailableError,
+    nats.errors.TimeoutError,
+    TimeoutError,
+)
 
 _T = TypeVar("_T")
 
@@ -111,107 +115,6 @@ def set_connect_policy(policy: ConnectPolicy | None) -> ConnectPolicy | None:
     global _policy
     previous, _policy = _policy, policy
     return previous
-
-
-def _who(settings: BusSettings) -> str:
-    if settings.creds:
-        return f"the credentials in {settings.creds} (NATS_CREDS)"
-    if settings.user:
-        return f"user {settings.user!r} (NATS_USER / NATS_PASSWORD)"
-    return "no user (NATS_USER and NATS_CREDS unset)"
-
-
-def _is_auth_error(exc: BaseException) -> bool:
-    return isinstance(exc, nats.errors.AuthorizationError) or (
-        "authorization violation" in str(exc).lower()
-    )
-
-
-class _ConnectWatch:
-    """nats-py's callbacks as structured log lines (its defaults log multi-line tracebacks).
-
-    During the first connection it remembers the last error, logs the first failure once and
-    stops the attempts at an authorization violation (retrying a wrong password cannot help).
-    """
-
-    def __init__(self, settings: BusSettings, clock: Clock) -> None:
-        self.settings = settings
-        self._clock = clock
-        self.connected = False
-        self.closing = False  # our own close: its disconnect is not news
-        self.last_error: BaseException | None = None
-        self.refused = asyncio.Event()
-        #: Publish subjects a caller waits to hear refused (`Bus.create_or_await`).
-        self.denials: list[tuple[str, asyncio.Event]] = []
-        self._failures = 0
-        self._failing_since_log = 0  # errors since the last line, once connected
-        self._last_line = 0.0
-
-    async def error(self, exc: Exception) -> None:
-        denied = _DENIED.search(str(exc))
-        awaited = [e for s, e in self.denials if denied and denied.group(1) == s.lower()]
-        for event in awaited:
-            event.set()
-        if awaited:  # expected, and its waiter says what it means (stream_not_provisioned)
-            return
-        if not self.connected:
-            self.last_error = exc
-            self._failures += 1
-            if _is_auth_error(exc):
-                self.refused.set()
-            elif self._failures == 1:
-                log.warning(
-                    "nats_connect_retrying",
-                    url=self.settings.url,
-                    error=_describe(exc),
-                    within_s=self.settings.connect_timeout_s,
-                )
-            return
-        # A reconnect loop fails every reconnect_time_wait (2 s): one line, then one a minute
-        # with the count, not hundreds.
-        self._failing_since_log += 1
-        now = self._clock.monotonic()
-        if not self._last_line or now - self._last_line >= _ERROR_LINE_EVERY_S:
-            log.warning(
-                "nats_error",
-                url=self.settings.url,
-                error=_describe(exc),
-                errors_since_last_line=self._failing_since_log,
-            )
-            self._failing_since_log = 0
-            self._last_line = now
-
-    async def disconnected(self) -> None:
-        if self.connected and not self.closing:
-            log.warning("nats_disconnected", url=self.settings.url)
-
-    async def reconnected(self) -> None:
-        self._failing_since_log = 0
-        self._last_line = 0.0
-        log.info("nats_reconnected", url=self.settings.url)
-
-    def failure(self) -> BusUnavailable:
-        s = self.settings
-        exc = self.last_error
-        if self.refused.is_set():  # sticky: nats-py may report the closed socket after it
-            return BusUnavailable(
-                f"NATS at {s.url} refused {_who(s)}: authorization violation. Check the user "
-                "and password (or credentials file) against the server's authorization "
-                "(deploy/auth/users.yaml for Seedance's own servers).",
-                refused=True,
-            )
-        why = _describe(exc) if exc is not None else "no answer"
-        return BusUnavailable(
-            f"could not connect to NATS at {s.url} within {s.connect_timeout_s:g} s ({why}). "
-            "Check that a nats-server runs there and that NATS_URL names it (host and port); "
-            "SEEDANCE_CONNECT_TIMEOUT_S sets how long to try.",
-            refused=False,
-        )
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.replace("\n", " ")
 
 
 def check_server_version(version: tuple[int, int, int], minimum: tuple[int, int, int]) -> None:
@@ -237,7 +140,16 @@ class Bus:
         self.clock = clock
         #: Pipelined JetStream publishing (one reply subscription, acks per batch).
         self.publisher = Publisher(nc, clock=clock)
-        self._watch: _ConnectWatch | None = None
+        self._watch: ConnectWatch | None = None
+        self._awaited: set[str] = set()
+
+    @property
+    def awaiting(self) -> frozenset[str]:
+        """The streams (a bucket's ``KV_``, a store's ``OBJ_``) this connection waits for the
+        operator's provision to create (`create_or_await`); empty once all exist. A service
+        is not ready while any is awaited: router, slicer and graph-compiler bind their
+        buckets and stores after the runtime started."""
+        return frozenset(self._awaited)
 
     @classmethod
     async def connect(
@@ -257,7 +169,7 @@ class Bus:
         connection this is (None for a client), for the connect policy (``set_connect_policy``).
         """
         settings = _policy(settings, service) if _policy is not None else settings
-        watch = _ConnectWatch(settings, clock)
+        watch = ConnectWatch(settings, clock)
 
         async def on_error(exc: Exception) -> None:
             await watch.error(exc)
@@ -355,7 +267,9 @@ class Bus:
 
     # --- provisioning -----------------------------------------------------------------------
 
-    async def ensure_streams(self, streams: Iterable[StreamSpec] = STREAMS) -> None:
+    async def ensure_streams(
+        self, streams: Iterable[StreamSpec] = STREAMS, *, unready_while_awaited: bool = True
+    ) -> None:
         """Check each stream; create a missing one where this user may (the operator; any user of
         a server without authorization), else wait for the operator's provision to
         (`create_or_await`). Safe from every replica at every start. An existing one is never
@@ -369,7 +283,9 @@ class Bus:
                 continue
             try:
                 created = await self.create_or_await(
-                    spec.name, functools.partial(self.js.add_stream, config)
+                    spec.name,
+                    functools.partial(self.js.add_stream, config),
+                    unready_while_awaited=unready_while_awaited,
                 )
             except BadRequestError as exc:
                 if exc.err_code != 10058:  # "stream name already in use with a different config"
@@ -378,7 +294,13 @@ class Bus:
             if created is None:
                 check_drift(config, (await self.js.stream_info(spec.name)).config)
 
-    async def create_or_await(self, stream: str, create: Callable[[], Awaitable[_T]]) -> _T | None:
+    async def create_or_await(
+        self,
+        stream: str,
+        create: Callable[[], Awaitable[_T]],
+        *,
+        unready_while_awaited: bool = True,
+    ) -> _T | None:
         """``create()``'s result (it creates the missing catalogue stream, KV bucket or object
         store whose stream is ``stream``); or, where the server refuses this user that create,
         None once the stream exists.
@@ -389,7 +311,10 @@ class Bus:
         that starts first waits for it here, polling, with one ``stream_not_provisioned`` line
         a minute naming the stream and the fix (``ServiceRuntime`` is not ready meanwhile)
         rather than crash-looping. The refusal comes by the error callback, at once, not as a
-        reply; a bus built without ``connect`` hears none and just creates.
+        reply; a bus built without ``connect`` hears none and just creates. The stream is in
+        ``awaiting`` meanwhile, unless ``unready_while_awaited`` is False: a wait at run time
+        for what only a side job needs (the router's planner leader and its mirror) must not
+        take the replica out of service.
         """
         if self._watch is None:
             return await create()
@@ -408,14 +333,41 @@ class Bus:
                     await attempt
         if not attempt.cancelled():
             return attempt.result()
-        await self._await_stream(stream)
+        await self._await_stream(stream, self._watch, unready_while_awaited)
         return None
 
-    async def _await_stream(self, stream: str) -> None:
-        since, last_line = self.clock.monotonic(), None
+    async def _await_stream(self, stream: str, watch: ConnectWatch, unready: bool) -> None:
+        """Poll until ``stream`` exists. What may pass (a JetStream meta-leader election, a
+        request timing out) keeps the wait going, counted in the minute's line; a refusal of
+        the lookup itself (this user may not read the stream's info) ends it with
+        `StartRefused` naming the stream and the user; any other error ends it as itself."""
+        info = (f"$JS.API.STREAM.INFO.{stream}", asyncio.Event())
+        watch.denials.append(info)
+        if unready:
+            self._awaited.add(stream)
+        try:
+            await self._poll_stream(stream, info[1])
+        finally:
+            self._awaited.discard(stream)
+            watch.denials.remove(info)
+
+    async def _poll_stream(self, stream: str, info_refused: asyncio.Event) -> None:
+        since, last_line, errors, last_error = self.clock.monotonic(), None, 0, ""
         while True:
-            with contextlib.suppress(NotFoundError):
+            try:
                 await self.js.stream_info(stream)
+            except NotFoundError:
+                pass
+            except _PASSING_JS_ERRORS as exc:
+                if info_refused.is_set():  # the refusal comes by the error callback, first
+                    raise StartRefused(
+                        f"NATS refused {who(self.settings)} the lookup of stream {stream} "
+                        f"($JS.API.STREAM.INFO.{stream}): check this user's permissions "
+                        "(deploy/auth/users.yaml) and that it is in the account Seedance's "
+                        "streams live in."
+                    ) from exc
+                errors, last_error = errors + 1, describe(exc)
+            else:
                 log.info(
                     "stream_provisioned", stream=stream, waited_s=self.clock.monotonic() - since
                 )
@@ -427,10 +379,12 @@ class Bus:
                     stream=stream,
                     user=self.settings.user,
                     waited_s=now - since,
+                    lookup_errors=errors,
+                    last_lookup_error=last_error or None,
                     fix=f"{PROVISION_HINT} (this user may not create it; compose and the "
                     "Kubernetes Job `seedance-provision` run it before the services)",
                 )
-                last_line = now
+                last_line, errors, last_error = now, 0, ""
             await self.clock.sleep(_PROVISION_POLL_S)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:

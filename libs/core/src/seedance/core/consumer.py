@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
 
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -156,6 +157,19 @@ class PullConsumer:
                 continue  # nothing to do; fetch raises either kind (a nats-py quirk)
             except nats.errors.ConnectionClosedError:
                 return
+            except nats.js.errors.APIError as exc:
+                # Not waited for, unlike at start: a stream (or durable) deleted under a running
+                # service answers every pull 503. Said with the names, then raised: the process
+                # exits, and its restart waits for provision to create the stream again.
+                log.error(
+                    "consumer_lost",
+                    stream=self.spec.stream,
+                    durable=self.spec.durable,
+                    error=f"{type(exc).__name__}: {exc}",
+                    hint="was the stream or its durable deleted? `seedance admin provision` "
+                    "creates it again; the service restarts into its start-up wait",
+                )
+                raise
             await self.process(msgs)
 
     async def process(self, msgs: Sequence[Msg]) -> None:

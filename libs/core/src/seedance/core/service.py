@@ -108,6 +108,7 @@ class ServiceRuntime(Lifecycle):
         #: What the service's own start still waits for after the runtime's (a replay, a
         #: mirror's copy): ``ready`` is False while it is set. The service sets and clears it.
         self.waiting_on: str | None = None
+        self._failed = False  # run() ended with an error: the process is on its way out
 
     @property
     def bus(self) -> Bus:
@@ -124,13 +125,18 @@ class ServiceRuntime(Lifecycle):
         return self._http.url(path) if self._http else None
 
     def ready(self) -> bool:
-        # not while start() waits for a stream the operator's provision has yet to create, nor
-        # while the service's start waits on what it set ``waiting_on`` for
+        """Started, connected, waiting for nothing the operator's provision has yet to create
+        (a service binds its buckets and stores after the runtime started: their waits count
+        too) nor on what the service set ``waiting_on`` for, and no consumer or loop has
+        failed."""
+        bus = self._bus
         return (
             self._started
+            and not self._failed
             and self.waiting_on is None
-            and self._bus is not None
-            and self._bus.nc.is_connected
+            and bus is not None
+            and bus.nc.is_connected
+            and not bus.awaiting
         )
 
     def _waiting_for(self) -> str | None:
@@ -198,14 +204,18 @@ class ServiceRuntime(Lifecycle):
 
     async def run(self) -> None:
         await self.start()
-        async with asyncio.TaskGroup() as tg:
-            for c in self._consumers:
-                tg.create_task(c.run())
-            loops = [tg.create_task(fn()) for fn in self._loops]
-            await self._stopped.wait()
-            for c in self._consumers:
-                c.stop()
-            await cancel_until_done(loops)  # a loop can miss one cancel (nats-py)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for c in self._consumers:
+                    tg.create_task(c.run())
+                loops = [tg.create_task(fn()) for fn in self._loops]
+                await self._stopped.wait()
+                for c in self._consumers:
+                    c.stop()
+                await cancel_until_done(loops)  # a loop can miss one cancel (nats-py)
+        except Exception:
+            self._failed = True  # /readyz 503 at once, before the process has exited
+            raise
 
     async def stop(self) -> None:
         """Idempotent; safe before ``start``."""
@@ -224,6 +234,7 @@ class ServiceRuntime(Lifecycle):
             await self._bus.close()
             self._bus = None
         self._started = False
+        self._failed = False
 
 
 async def serve(service: Service) -> None:

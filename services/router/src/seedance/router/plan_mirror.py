@@ -58,7 +58,8 @@ async def ensure_mirror(bus: Bus) -> StreamInfo:
     if info is not None:
         return info
     log.warning("plan_mirror_missing", stream=routing.PLAN_STREAM, action="awaited")
-    await bus.ensure_streams([_MIRROR])
+    # The leader's wait at run time: the router still routes, so it stays ready meanwhile.
+    await bus.ensure_streams([_MIRROR], unready_while_awaited=False)
     info = await bus.stream_info(routing.PLAN_STREAM)
     if info is None:  # deleted again between the create and the read: the next bind retries
         raise NotFoundError(description=f"{routing.PLAN_STREAM} deleted while created")

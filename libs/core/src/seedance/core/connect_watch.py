@@ -1,0 +1,135 @@
+"""nats-py's connection callbacks as structured log lines, and the refusals a caller awaits.
+
+Owns ``ConnectWatch`` (what `Bus.connect` hands nats-py as its error, disconnect and reconnect
+callbacks: the first connection's failure said once and plainly, one line a minute while a
+lost connection retries, and the publish refusals `Bus.create_or_await` listens for) and the
+wording of a connection's identity. It must not connect, publish or know the catalogue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import TYPE_CHECKING
+
+import nats.errors
+
+from seedance.core.clock import Clock
+from seedance.core.errors import BusUnavailable
+from seedance.core.logs import get_logger
+
+if TYPE_CHECKING:
+    from seedance.core.bus import BusSettings
+
+__all__ = ["ConnectWatch", "describe", "who"]
+
+log = get_logger(__name__)
+
+#: While the connection is lost, at most one error line per this many seconds.
+_ERROR_LINE_EVERY_S = 60.0
+#: How nats-server names a refused publish (nats-py hands it to the error callback, lower-cased).
+_DENIED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+
+
+def who(settings: BusSettings) -> str:
+    if settings.creds:
+        return f"the credentials in {settings.creds} (NATS_CREDS)"
+    if settings.user:
+        return f"user {settings.user!r} (NATS_USER / NATS_PASSWORD)"
+    return "no user (NATS_USER and NATS_CREDS unset)"
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    return isinstance(exc, nats.errors.AuthorizationError) or (
+        "authorization violation" in str(exc).lower()
+    )
+
+
+class ConnectWatch:
+    """nats-py's callbacks as structured log lines (its defaults log multi-line tracebacks).
+
+    During the first connection it remembers the last error, logs the first failure once and
+    stops the attempts at an authorization violation (retrying a wrong password cannot help).
+    """
+
+    def __init__(self, settings: BusSettings, clock: Clock) -> None:
+        self.settings = settings
+        self._clock = clock
+        self.connected = False
+        self.closing = False  # our own close: its disconnect is not news
+        self.last_error: BaseException | None = None
+        self.refused = asyncio.Event()
+        #: Publish subjects a caller waits to hear refused (`Bus.create_or_await`).
+        self.denials: list[tuple[str, asyncio.Event]] = []
+        self._failures = 0
+        self._failing_since_log = 0  # errors since the last line, once connected
+        self._last_line = 0.0
+
+    async def error(self, exc: Exception) -> None:
+        denied = _DENIED.search(str(exc))
+        # Both sides lower-cased: nats-py lower-cases the server's text today; a release that
+        # kept its case must not turn the refusal into a 5 s timeout and a crash loop.
+        refused = denied.group(1).lower() if denied else None
+        awaited = [e for s, e in self.denials if refused == s.lower()]
+        for event in awaited:
+            event.set()
+        if awaited:  # expected, and its waiter says what it means (stream_not_provisioned)
+            return
+        if not self.connected:
+            self.last_error = exc
+            self._failures += 1
+            if _is_auth_error(exc):
+                self.refused.set()
+            elif self._failures == 1:
+                log.warning(
+                    "nats_connect_retrying",
+                    url=self.settings.url,
+                    error=describe(exc),
+                    within_s=self.settings.connect_timeout_s,
+                )
+            return
+        # A reconnect loop fails every reconnect_time_wait (2 s): one line, then one a minute
+        # with the count, not hundreds.
+        self._failing_since_log += 1
+        now = self._clock.monotonic()
+        if not self._last_line or now - self._last_line >= _ERROR_LINE_EVERY_S:
+            log.warning(
+                "nats_error",
+                url=self.settings.url,
+                error=describe(exc),
+                errors_since_last_line=self._failing_since_log,
+            )
+            self._failing_since_log = 0
+            self._last_line = now
+
+    async def disconnected(self) -> None:
+        if self.connected and not self.closing:
+            log.warning("nats_disconnected", url=self.settings.url)
+
+    async def reconnected(self) -> None:
+        self._failing_since_log = 0
+        self._last_line = 0.0
+        log.info("nats_reconnected", url=self.settings.url)
+
+    def failure(self) -> BusUnavailable:
+        s = self.settings
+        exc = self.last_error
+        if self.refused.is_set():  # sticky: nats-py may report the closed socket after it
+            return BusUnavailable(
+                f"NATS at {s.url} refused {who(s)}: authorization violation. Check the user "
+                "and password (or credentials file) against the server's authorization "
+                "(deploy/auth/users.yaml for Seedance's own servers).",
+                refused=True,
+            )
+        why = describe(exc) if exc is not None else "no answer"
+        return BusUnavailable(
+            f"could not connect to NATS at {s.url} within {s.connect_timeout_s:g} s ({why}). "
+            "Check that a nats-server runs there and that NATS_URL names it (host and port); "
+            "SEEDANCE_CONNECT_TIMEOUT_S sets how long to try.",
+            refused=False,
+        )
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.replace("\n", " ")
