@@ -273,7 +273,7 @@ def slicing_readers() -> list[tuple[str, str]]:
     for spec in STREAMS:
         sources = (*spec.sources, *([spec.mirror] if spec.mirror else []))
         out += [(spec.name, src.filter_subject or ">") for src in sources if src.stream == SLICING]
-    out += [(f"tenant {STATIC}", f(STATIC)) for stream, f in TENANT_READS if stream == SLICING]
+    out += [(f"tenant {VICTIM}", f(VICTIM)) for stream, f in TENANT_READS if stream == SLICING]
     return out
 
 
@@ -289,7 +289,8 @@ async def test_a_copy_another_stream_stores_reaches_no_reader(stack: Stack) -> N
     reader of SEEDANCE_SLICING — catalogue consumer, sourcing stream, tenant — filters on
     either subject, so nothing counts the copy; a reader that would (no filter, ``>``,
     ``seedance.*.*.*``) fails here."""
-    plan_subject, cost_subject = slicing.mig_plan(NODE), costs.subject(STATIC, "entry")
+    # A tenant no other test copies from, so that the copy is this test's.
+    plan_subject, cost_subject = slicing.mig_plan(NODE), costs.subject(VICTIM, "entry")
     node = await Bus.connect(
         BusSettings(url=stack.url, user=f"node-{NODE}", password=stack.pw[NODE])
     )
@@ -298,16 +299,22 @@ async def test_a_copy_another_stream_stores_reaches_no_reader(stack: Stack) -> N
     )
     try:
         await node.subscribe(plan_subject, no_op)  # as the agent does: interest, so delivery
-        async with pointed_at(stack, STATIC, plan_subject, slot=5, stream=SLICING) as reply:
+        async with pointed_at(stack, VICTIM, plan_subject, slot=0, stream=SLICING) as reply:
             assert reply.get("error", {}).get("err_code") == FORMS_A_CYCLE, reply
+        await stack.admin.publish(cost_subject, CostEntry(
+            id=new_event_id(at=AT), at=AT, tenant=VICTIM, job_id="j1", period_start=AT,
+            period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000, gpu_hours_micro=83_333,
+        ))  # fmt: skip
         original = await stack.admin.js.get_last_msg("SEEDANCE_COSTS", cost_subject)
-        async with pointed_at(stack, STATIC, plan_subject, slot=6) as reply:
+        beats = await stored(stack, SLICING, plan_subject)
+        assert await stored(stack, SLICING, cost_subject) == 0
+        async with pointed_at(stack, VICTIM, plan_subject, slot=1) as reply:
             assert reply.get("push_bound"), reply
 
             async def copied() -> bool:
                 return (
                     await stored(stack, SLICING, cost_subject) == 1
-                    and await stored(stack, SLICING, plan_subject) >= 1
+                    and await stored(stack, SLICING, plan_subject) > beats
                 )
 
             await eventually(copied, what="the cost and a heartbeat stored in SEEDANCE_SLICING")
@@ -321,14 +328,14 @@ async def test_a_copy_another_stream_stores_reaches_no_reader(stack: Stack) -> N
         # End to end: a placement published after the copies reaches the node agents' mirror
         # of the ledger's input (sources keep the origin's order), and no copy came before it.
         plan = Placement(
-            id=new_event_id(), at=AT, job_id="j-after", tenant=STATIC, node=NODE,
+            id=new_event_id(), at=AT, job_id="j-after", tenant=VICTIM, node=NODE,
             kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
         )  # fmt: skip
-        await slicer.publish(slicing.subject(STATIC, "placement"), plan)
+        await slicer.publish(slicing.subject(VICTIM, "placement"), plan)
         mirror = ledger.NODE_STREAM
 
         async def through() -> bool:
-            last = await stack.admin.js.get_last_msg(mirror, slicing.subject(STATIC, "placement"))
+            last = await stack.admin.js.get_last_msg(mirror, slicing.subject(VICTIM, "placement"))
             return decode(last.data, Placement).id == plan.id
 
         await eventually(through, what="the placement in the node agents' mirror")
