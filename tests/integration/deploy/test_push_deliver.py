@@ -15,6 +15,12 @@ core subscription makes of it:
 - the tenant mirror's ``$KV.seedance-tenants.>``: no registry record changes;
 - the server's own ``$JS.API.>``: a delivery is no API request (the stream stays).
 
+A stream that captures the deliver subject stores the delivery: the plan subject's
+SEEDANCE_SLICING stores the tenant's cost (under its own subject, ``Nats-Msg-Id`` kept) and each
+idle heartbeat (under the plan subject); its own decisions cannot go there (a cycle, refused).
+The last test pins that no reader of SEEDANCE_SLICING, nor the ledger's input sourced from it,
+takes either copy.
+
 The other core subscriptions are inboxes (`_INBOX.<nuid>`, the publisher's and pull readers':
 not guessable) and the ledger's allocation API (a request/reply service on a subject only
 operators may publish; a delivery there is a request whose body is the tenant's own cost).
@@ -40,9 +46,24 @@ from seedance.core.tenant_registry import TENANTS_BUCKET
 from seedance.events import new_event_id
 from seedance.events.codec import DecodeError, decode
 from seedance.events.cost import CostEntry
-from seedance.events.permissions import CALLOUT_SUBJECT, CALLOUT_USER
-from seedance.events.slicing import MigInstanceChange, MigLayoutPlan
-from seedance.events.subjects import consumer_create, costs, inbox_prefix, slicing, tenant_consumers
+from seedance.events.permissions import CALLOUT_SUBJECT, CALLOUT_USER, TENANT_READS
+from seedance.events.slicing import (
+    GpuAssignment,
+    MigInstanceChange,
+    MigLayoutPlan,
+    Placement,
+    PlacementKind,
+)
+from seedance.events.subjects import (
+    CONSUMERS,
+    STREAMS,
+    consumer_create,
+    costs,
+    inbox_prefix,
+    ledger,
+    slicing,
+    tenant_consumers,
+)
 from seedance.node_agent.core.plan_source import not_a_published_plan
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
@@ -94,14 +115,20 @@ async def stack(server: NatsServer, issuer: nkeys.KeyPair) -> AsyncIterator[Stac
 
 @contextlib.asynccontextmanager
 async def pointed_at(
-    s: Stack, tenant: str, deliver: str, slot: int, group: str | None = None
+    s: Stack,
+    tenant: str,
+    deliver: str,
+    slot: int,
+    group: str | None = None,
+    stream: str = "SEEDANCE_COSTS",
 ) -> AsyncIterator[dict[str, Any]]:
-    """The tenant's push consumer on its own costs, delivering onto ``deliver`` (granted: its
-    own name and filter); its name. Deleted on leaving."""
+    """The tenant's push consumer on its own costs (or its own reads of ``stream``), delivering
+    onto ``deliver`` (granted: its own name and filter); the server's reply. Deleted on
+    leaving."""
     nc = await nats.connect(
         s.url, user=f"tenant-{tenant}", password=s.pw[tenant], inbox_prefix=inbox_prefix(tenant)
     )
-    name, own = tenant_consumers(tenant)[slot], costs.tenant_wildcard(tenant)
+    name, own = tenant_consumers(tenant)[slot], dict(TENANT_READS)[stream](tenant)
     config = {
         "name": name,
         "filter_subject": own,
@@ -113,17 +140,13 @@ async def pointed_at(
     }
     if group is not None:
         config["deliver_group"] = group
-    body = json.dumps({"stream_name": "SEEDANCE_COSTS", "config": config}).encode()
+    body = json.dumps({"stream_name": stream, "config": config}).encode()
     try:
-        reply = json.loads(
-            (await nc.request(consumer_create("SEEDANCE_COSTS", name, own), body, timeout=5)).data
-        )
-        # The server takes it: the deliver subject is in no permission's reach.
-        assert reply.get("config", {}).get("deliver_subject") == deliver, reply
+        reply = json.loads((await nc.request(consumer_create(stream, name, own), body, 5)).data)
         yield reply
     finally:
         with contextlib.suppress(nats.errors.Error):
-            await nc.request(f"$JS.API.CONSUMER.DELETE.SEEDANCE_COSTS.{name}", b"", timeout=5)
+            await nc.request(f"$JS.API.CONSUMER.DELETE.{stream}.{name}", b"", timeout=5)
         await nc.close()
 
 
@@ -146,6 +169,8 @@ async def test_a_tenants_push_consumer_reaches_the_node_agent_and_is_not_taken_f
     try:
         await node.subscribe(subject, heard)  # as the agent does
         async with pointed_at(stack, tenant, subject, slot=0) as reply:
+            # The server takes it: the deliver subject is in no permission's reach.
+            assert reply.get("config", {}).get("deliver_subject") == subject, reply
             assert reply.get("push_bound"), reply
 
             def cost_and_heartbeat() -> bool:
@@ -195,6 +220,7 @@ async def test_onto_the_callout_subject_a_delivery_is_ignored_unread(stack: Stac
     """The callout's subscription is a queue group: a consumer without that deliver group has
     no interest there (the server delivers nothing); with it, the delivery reaches the callout."""
     async with pointed_at(stack, STATIC, CALLOUT_SUBJECT, slot=1) as reply:
+        assert reply.get("config", {}).get("deliver_subject") == CALLOUT_SUBJECT, reply
         assert not reply.get("push_bound"), reply
     before = answers(stack.callout)
     async with pointed_at(stack, STATIC, CALLOUT_SUBJECT, slot=2, group=CALLOUT_QUEUE) as reply:
@@ -221,9 +247,105 @@ async def test_onto_the_registry_or_the_api_the_server_delivers_nothing(
     was = await kv.get(VICTIM)
     slot = 3 if deliver.startswith("$KV") else 4
     async with pointed_at(stack, STATIC, deliver, slot=slot) as reply:
+        assert reply.get("config", {}).get("deliver_subject") == deliver, reply
         assert not reply.get("push_bound"), reply
     now = await kv.get(VICTIM)
     assert (now.revision, now.value) == (was.revision, was.value)
     assert (await stack.admin.js.stream_info("SEEDANCE_JOBS")).config.name == "SEEDANCE_JOBS"
     nc = await nats.connect(stack.url, user=f"tenant-{VICTIM}", password=stack.pw[VICTIM])
     await nc.close()  # the victim still logs in
+
+
+#: JetStream's refusal of a deliver subject that the consumer's own stream captures.
+FORMS_A_CYCLE = 10081
+SLICING = "SEEDANCE_SLICING"
+
+
+def slicing_readers() -> list[tuple[str, str]]:
+    """(reader, filter) for everything that reads SEEDANCE_SLICING: the catalogue's consumers,
+    the streams that source or mirror it, and tenants' own reads. No filter reads everything."""
+    out = [
+        (c.durable, f)
+        for c in CONSUMERS.values()
+        if c.stream == SLICING
+        for f in c.filter_subjects or (">",)
+    ]
+    for spec in STREAMS:
+        sources = (*spec.sources, *([spec.mirror] if spec.mirror else []))
+        out += [(spec.name, src.filter_subject or ">") for src in sources if src.stream == SLICING]
+    out += [(f"tenant {VICTIM}", f(VICTIM)) for stream, f in TENANT_READS if stream == SLICING]
+    return out
+
+
+async def stored(s: Stack, stream: str, subject: str) -> int:
+    info = await s.admin.js.stream_info(stream, subjects_filter=subject)
+    return (info.state.subjects or {}).get(subject, 0)
+
+
+async def test_a_copy_another_stream_stores_reaches_no_reader(stack: Stack) -> None:
+    """A delivery onto the node agent's plan subject is captured by SEEDANCE_SLICING, which
+    stores it under its stored subject (the tenant's cost) and each idle heartbeat under the
+    plan subject. Its own decisions cannot be copied there (the server refuses the cycle). No
+    reader of SEEDANCE_SLICING — catalogue consumer, sourcing stream, tenant — filters on
+    either subject, so nothing counts the copy; a reader that would (no filter, ``>``,
+    ``seedance.*.*.*``) fails here."""
+    # A tenant no other test copies from, so that the copy is this test's.
+    plan_subject, cost_subject = slicing.mig_plan(NODE), costs.subject(VICTIM, "entry")
+    node = await Bus.connect(
+        BusSettings(url=stack.url, user=f"node-{NODE}", password=stack.pw[NODE])
+    )
+    slicer = await Bus.connect(
+        BusSettings(url=stack.url, user="slicer", password=shipped_password("slicer"))
+    )
+    try:
+        await node.subscribe(plan_subject, no_op)  # as the agent does: interest, so delivery
+        async with pointed_at(stack, VICTIM, plan_subject, slot=0, stream=SLICING) as reply:
+            assert reply.get("error", {}).get("err_code") == FORMS_A_CYCLE, reply
+        await stack.admin.publish(cost_subject, CostEntry(
+            id=new_event_id(at=AT), at=AT, tenant=VICTIM, job_id="j1", period_start=AT,
+            period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000, gpu_hours_micro=83_333,
+        ))  # fmt: skip
+        original = await stack.admin.js.get_last_msg("SEEDANCE_COSTS", cost_subject)
+        beats = await stored(stack, SLICING, plan_subject)
+        assert await stored(stack, SLICING, cost_subject) == 0
+        async with pointed_at(stack, VICTIM, plan_subject, slot=1) as reply:
+            assert reply.get("push_bound"), reply
+
+            async def copied() -> bool:
+                return (
+                    await stored(stack, SLICING, cost_subject) == 1
+                    and await stored(stack, SLICING, plan_subject) > beats
+                )
+
+            await eventually(copied, what="the cost and a heartbeat stored in SEEDANCE_SLICING")
+        copy = await stack.admin.js.get_last_msg(SLICING, cost_subject)
+        assert copy.data == original.data
+        # The header rides along: a second copy inside the duplicate window is dropped.
+        assert (copy.headers or {}).get("Nats-Msg-Id") == (original.headers or {})["Nats-Msg-Id"]
+        for reader, f in slicing_readers():
+            matched = (await stack.admin.js.stream_info(SLICING, subjects_filter=f)).state
+            assert not {cost_subject, plan_subject} & set(matched.subjects or {}), (reader, f)
+        # End to end: a placement published after the copies reaches the node agents' mirror
+        # of the ledger's input (sources keep the origin's order), and no copy came before it.
+        plan = Placement(
+            id=new_event_id(), at=AT, job_id="j-after", tenant=VICTIM, node=NODE,
+            kind=PlacementKind.WHOLE, gpus=[GpuAssignment(index=0)],
+        )  # fmt: skip
+        await slicer.publish(slicing.subject(VICTIM, "placement"), plan)
+        mirror = ledger.NODE_STREAM
+
+        async def through() -> bool:
+            last = await stack.admin.js.get_last_msg(mirror, slicing.subject(VICTIM, "placement"))
+            return decode(last.data, Placement).id == plan.id
+
+        await eventually(through, what="the placement in the node agents' mirror")
+        for stream in (ledger.IN_STREAM, mirror):
+            state = (await stack.admin.js.stream_info(stream, subjects_filter=">")).state
+            assert not {cost_subject, plan_subject} & set(state.subjects or {}), stream
+    finally:
+        await slicer.close()
+        await node.close()
+
+
+async def no_op(msg: Msg) -> None:
+    del msg
