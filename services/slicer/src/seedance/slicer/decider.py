@@ -94,8 +94,11 @@ class SlicerDecider:
         return refused
 
     def trusted_time(self, d: Delivery[Any]) -> datetime:
-        """The trusted time of one delivery (``trusted_time``; ``request_clock`` for requests),
-        never before the latest time decided at for a tenant's request; noted as decided."""
+        """The time one delivery's decisions are made at: its trusted time (``trusted_time``;
+        ``request_clock`` for requests), never before the latest time decided at, whatever
+        the event (`SlicerState.decide_at`: a node fact dated before a waiting job's submit
+        places it no earlier than that submit); noted as decided. The replay clock moves by
+        the event's own time."""
         st = self._state()
         floor = None if st.decided_s is None else datetime.fromtimestamp(st.decided_s, UTC)
         at = trusted_time(d.event.at, d.subject, d.received_at, floor)
@@ -105,9 +108,7 @@ class SlicerDecider:
                 st.replay_now_s = now
         elif self._settings.request_clock == "replay" and st.replay_now_s is not None:
             at = datetime.fromtimestamp(st.replay_now_s, UTC)
-        if st.decided_s is None or at.timestamp() > st.decided_s:
-            st.decided_s = at.timestamp()
-        return at
+        return st.decide_at(at)
 
     def apply(self, event: Any, at: datetime) -> Outbox:
         return self.publishable(self._effects(event, at.timestamp()), event, at)

@@ -13,11 +13,13 @@ span (placement to release, both stamped here) is never negative nor moved by it
 
 An event from a trusted observer (`seedance.observed.*`: the replayer, the k8s bridge) or from
 a Seedance service (inventory, health, pauses) happens at its `at` (telemetry beyond the
-receive time's bound never gets here: `seedance.slicer.intake`). That time orders the queue
-and stamps every decision the event causes (placement, release, rejection, unschedulable,
-preemption), so downstream (the cost-ledger) bills only trusted time. In a fleet replayed in
-virtual time (`request_clock=replay`) the server's clock is not the fleet's, so a tenant's
-request happens at the latest trusted time seen instead: "now" in the replay.
+receive time's bound never gets here: `seedance.slicer.intake`). That time, raised to the
+latest time decided at where it is earlier (the decider's `SlicerState.decide_at`, whatever the
+event: an inventory dated before a waiting job's submit once placed it before that submit),
+orders the queue and stamps every decision the event causes (placement, release, rejection,
+unschedulable, preemption), so downstream (the cost-ledger) bills only trusted time. In a
+fleet replayed in virtual time (`request_clock=replay`) the server's clock is not the fleet's,
+so a tenant's request happens at the latest trusted time seen instead: "now" in the replay.
 
 A share change of the slicer's own right-sizing loop (`seedance.slicing.<tenant>.share`) is
 dated by the node agent's reading that decided it, a node's clock which that loop bounds more
