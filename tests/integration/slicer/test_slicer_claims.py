@@ -164,8 +164,9 @@ async def test_a_node_fact_dated_before_a_submit_never_places_or_ends_a_job_befo
         (placed,) = of(d, Placement, acme, "waiting")
         assert placed.node == late
         assert placed.at >= waited.at, "placed before its own submit"
+        earlier = behind - timedelta(minutes=1)  # dated even before the node was added
         gone = NodeInventory(
-            **{**_fields(added), "id": new_event_id(), "state": NodeState.REMOVED, "at": behind}
+            **{**_fields(added), "id": new_event_id(), "state": NodeState.REMOVED, "at": earlier}
         )
         await bus.publish(telemetry.inventory(late), gone)
         await d.wait(lambda: bool(of(d, Preempted, acme, "waiting")))
