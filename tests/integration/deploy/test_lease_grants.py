@@ -32,6 +32,9 @@ LEASES = "KV_seedance-leases"
 
 
 class _Clock:
+    def monotonic(self) -> float:  # when a write was sent: the lease's deadline
+        return 0.0
+
     async def sleep(self, s: float) -> None:  # a Lease only sleeps in keep()
         raise AssertionError("not used")
 

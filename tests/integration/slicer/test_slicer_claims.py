@@ -19,9 +19,15 @@ from seedance.core import Bus
 from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
-from seedance.events.slicing import JobRejected, JobReleased, Placement, Unschedulable
+from seedance.events.slicing import (
+    JobRejected,
+    JobReleased,
+    Placement,
+    Preempted,
+    Unschedulable,
+)
 from seedance.events.subjects import dlq, jobs, telemetry
-from seedance.events.telemetry import NodeInventory
+from seedance.events.telemetry import NodeInventory, NodeState
 from seedance.slicer.service import SlicerService
 from seedance.testing.waits import eventually
 from tests.integration.slicer.test_slicer_service import (
@@ -133,6 +139,39 @@ async def test_claims_on_both_ends_never_shrink_or_invert_a_jobs_span(
         assert released.at >= ended, "the finish's claim moved the end"
         # The span billed (placement to release) is the time the job really held the GPU.
         assert released.at - placed.at >= ended - seen_placed > timedelta(0)
+
+
+async def test_a_node_fact_dated_before_a_submit_never_places_or_ends_a_job_before_it(
+    nats_url: str, tenants: tuple[Bus, Decisions, str, str], unique: str
+) -> None:
+    """A node agent's clock behind the server's (or a replayed inventory): the capacity it
+    adds places the waiting job no earlier than its submit (billing starts at the placement),
+    and a back-dated removal ends the job no earlier than its placement (billing ends there).
+    On the slicer before the change both were stamped with the inventory's own `at`."""
+    bus, d, acme, _ = tenants
+    late = f"n1-{unique}"
+    async with slicer(nats_url, unique) as svc:
+        await live_node(bus, svc, f"n0-{unique}", 1)
+        await submit(bus, acme, "holder", now())
+        await d.wait(lambda: bool(of(d, Placement, acme, "holder")))
+        await submit(bus, acme, "waiting", now())
+        await d.wait(lambda: bool(of(d, Unschedulable, acme, "waiting")))
+        (waited,) = of(d, Unschedulable, acme, "waiting")  # at the submit, as the slicer took it
+        behind = waited.at - timedelta(minutes=10)
+        added = NodeInventory(**{**_fields(inventory(late, 1)), "at": behind})
+        await bus.publish(telemetry.inventory(late), added)
+        await d.wait(lambda: bool(of(d, Placement, acme, "waiting")))
+        (placed,) = of(d, Placement, acme, "waiting")
+        assert placed.node == late
+        assert placed.at >= waited.at, "placed before its own submit"
+        earlier = behind - timedelta(minutes=1)  # dated even before the node was added
+        gone = NodeInventory(
+            **{**_fields(added), "id": new_event_id(), "state": NodeState.REMOVED, "at": earlier}
+        )
+        await bus.publish(telemetry.inventory(late), gone)
+        await d.wait(lambda: bool(of(d, Preempted, acme, "waiting")))
+        (evicted,) = of(d, Preempted, acme, "waiting")
+        assert evicted.at >= placed.at, "billing ended before it started"
 
 
 async def test_a_node_speaking_for_another_node_or_from_the_future_is_dead_lettered(

@@ -11,7 +11,7 @@ from seedance.events import new_event_id
 from seedance.events.subjects import jobs, observed, slicing, telemetry
 from seedance.events.telemetry import GpuHealth, GpuInfo, NodeInventory
 from seedance.slicer.intake import refusal
-from seedance.slicer.trusted_time import trusted_time
+from seedance.slicer.trusted_time import is_observed, is_tenant_request, trusted_time
 
 RECEIVED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -37,6 +37,14 @@ def test_trusted_publishers_keep_their_time() -> None:
     virtual = RECEIVED - timedelta(days=30)
     for subject in (observed.subject("acme", "finished"), telemetry.inventory("n0")):
         assert trusted_time(virtual, subject, RECEIVED, RECEIVED) == virtual
+
+
+def test_only_an_observers_report_is_observed() -> None:
+    """The decider floors every event's time at what was decided but an observer's report."""
+    assert is_observed(observed.subject("acme", "finished"))
+    for subject in (jobs.subject("acme", "finished"), telemetry.inventory("n0"), "x.y"):
+        assert not is_observed(subject)
+    assert not is_tenant_request(observed.subject("acme", "submitted"))
 
 
 def test_a_share_change_moves_no_clock() -> None:

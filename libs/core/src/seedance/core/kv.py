@@ -325,15 +325,27 @@ async def live_keys(kv: KeyValue, prefix: str = "", *, timeout_s: float = 5.0) -
 
 
 class Lease:
-    """Hold ``key`` in the leases bucket while alive; ``held`` says whether we lead now."""
+    """Hold ``key`` in the leases bucket while alive; ``held`` says whether we lead now.
+
+    A refresh (every ``ttl_s / 3``) that fails on the bus (`TRANSIENT_BUS_ERRORS`: a timeout, a
+    brief disconnect) is logged and tried again at the next period: the lease is lost only when
+    the key says so (another holder's, or gone) or when ``ttl_s`` has passed since the last
+    refresh that succeeded (measured from when it was sent: the key's own TTL runs from its
+    write, which came later), so a leader steps down no later than the key can expire when
+    ``ttl_s`` is at most the bucket's TTL (each service's settings check that). A keeper that
+    ended on the first timeout once left every replica of a pool on standby for good.
+    """
 
     def __init__(self, kv: KeyValue, key: str, holder: str, clock: Clock, ttl_s: float) -> None:
         self._kv = kv
         self._key = key
         self._holder = holder.encode()
         self._clock = clock
+        self._ttl_s = ttl_s
         self._refresh_s = ttl_s / 3
         self._revision: int | None = None
+        #: When the last write that succeeded was sent (``clock.monotonic()``).
+        self._written_s = 0.0
         self.acquired = asyncio.Event()
 
     @property
@@ -341,28 +353,63 @@ class Lease:
         return self._revision is not None
 
     async def try_acquire(self) -> bool:
+        """Refresh the key if held, else create it if absent; whether we hold it now. A bus
+        error is raised (`keep` logs it and tries again at its next period)."""
         if self._revision is not None:
-            try:
-                self._revision = await self._kv.update(self._key, self._holder, last=self._revision)
-            except KeyWrongLastSequenceError:
-                log.warning("lease_lost", key=self._key)
-                self._revision = None
-                self.acquired.clear()
-            return self.held
+            return await self._refresh(self._revision)
+        sent_s = self._clock.monotonic()
         try:
             self._revision = await self._kv.create(self._key, self._holder)
         except KeyWrongLastSequenceError:
             return False
+        self._written_s = sent_s
         log.info("lease_acquired", key=self._key, holder=self._holder.decode())
         self.acquired.set()
         return True
+
+    async def _refresh(self, revision: int) -> bool:
+        sent_s = self._clock.monotonic()
+        try:
+            self._revision = await self._kv.update(self._key, self._holder, last=revision)
+        except KeyWrongLastSequenceError:
+            # Moved on: by another holder, or by our own refresh whose reply was lost (it
+            # landed, then the call timed out). Only the key can tell which.
+            try:
+                entry = await self._kv.get(self._key)
+            except (KeyNotFoundError, KeyDeletedError):
+                entry = None
+            if entry is None or entry.value != self._holder or entry.revision is None:
+                self._lose("taken")
+                return False
+            self._revision = entry.revision  # ours; its write time unknown: the deadline stays
+            return True
+        self._written_s = sent_s
+        return True
+
+    def _lose(self, why: str) -> None:
+        log.warning("lease_lost", key=self._key, reason=why)
+        self._revision = None
+        self.acquired.clear()
+
+    def _left_s(self) -> float:
+        """Seconds until ``ttl_s`` has passed since the last write that succeeded."""
+        return self._written_s + self._ttl_s - self._clock.monotonic()
 
     async def keep(self) -> None:
         """Acquire and refresh until cancelled."""
         try:
             while True:
-                await self.try_acquire()
-                await self._clock.sleep(self._refresh_s)
+                wait_s = self._refresh_s
+                try:
+                    await self.try_acquire()
+                except TRANSIENT_BUS_ERRORS as err:
+                    if self.held and self._left_s() <= 0:
+                        self._lose("ttl_passed")
+                    else:
+                        log.warning("lease_refresh_failed", key=self._key, error=repr(err))
+                    if self.held:  # try again before the key could have expired
+                        wait_s = max(0.0, min(wait_s, self._left_s()))
+                await self._clock.sleep(wait_s)
         finally:
             await self.release()
 

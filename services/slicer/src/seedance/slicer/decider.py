@@ -36,7 +36,7 @@ from seedance.slicer.intake import refusal
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published, share_change
 from seedance.slicer.metrics import SlicerMetrics
 from seedance.slicer.settings import SlicerSettings
-from seedance.slicer.trusted_time import is_tenant_request, trusted_time
+from seedance.slicer.trusted_time import is_observed, is_tenant_request, trusted_time
 
 __all__ = ["DURABLES", "SlicerDecider"]
 
@@ -94,8 +94,12 @@ class SlicerDecider:
         return refused
 
     def trusted_time(self, d: Delivery[Any]) -> datetime:
-        """The trusted time of one delivery (``trusted_time``; ``request_clock`` for requests),
-        never before the latest time decided at for a tenant's request; noted as decided."""
+        """The time one delivery's decisions are made at: its trusted time (``trusted_time``;
+        ``request_clock`` for requests), never before the latest time decided at
+        (`SlicerState.decide_at`: a node fact dated before a waiting job's submit places it no
+        earlier than that submit) but for a trusted observer's report, which keeps its time
+        (the past it reports is billed there); noted as decided. The replay clock moves by
+        the event's own time."""
         st = self._state()
         floor = None if st.decided_s is None else datetime.fromtimestamp(st.decided_s, UTC)
         at = trusted_time(d.event.at, d.subject, d.received_at, floor)
@@ -105,9 +109,11 @@ class SlicerDecider:
                 st.replay_now_s = now
         elif self._settings.request_clock == "replay" and st.replay_now_s is not None:
             at = datetime.fromtimestamp(st.replay_now_s, UTC)
-        if st.decided_s is None or at.timestamp() > st.decided_s:
-            st.decided_s = at.timestamp()
-        return at
+        if is_observed(d.subject):
+            if st.decided_s is None or at.timestamp() > st.decided_s:
+                st.decided_s = at.timestamp()
+            return at
+        return st.decide_at(at)
 
     def apply(self, event: Any, at: datetime) -> Outbox:
         return self.publishable(self._effects(event, at.timestamp()), event, at)

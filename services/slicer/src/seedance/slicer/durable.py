@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 import msgspec
@@ -108,10 +109,21 @@ class SlicerState(DurableState):
         self.quota = parse_quota(None)
         self.scheduler = Scheduler(config, self.quota)
         self.replay_now_s: float | None = None
-        #: The latest trusted time any event was applied at (the decisions' latest time): a
-        #: tenant's request never happens before it (`seedance.slicer.trusted_time`).
+        #: The latest trusted time any event was applied at (the decisions' latest time): no
+        #: decision is made before it (`decide_at`; `seedance.slicer.trusted_time`).
         self.decided_s: float | None = None
         self._written: dict[str, object] = self._own_values()
+
+    def decide_at(self, at: datetime) -> datetime:
+        """When decisions caused at `at` are made: never before the latest time decided at,
+        whatever caused them (a tenant's request, a node fact, a quota change, a round), which
+        is then `at`. Every job's submit was decided at, so nothing it causes (its placement:
+        billing's start and the move limit's) is stamped before the job was asked for; nor a
+        release (billing's end) before the placement it ends."""
+        if self.decided_s is not None and self.decided_s > at.timestamp():
+            return datetime.fromtimestamp(self.decided_s, UTC)
+        self.decided_s = at.timestamp()
+        return at
 
     def _own_values(self) -> dict[str, object]:
         return {

@@ -151,11 +151,12 @@ class QuotaSync:
 
     def _policy_time(self) -> datetime:
         """When a new policy takes effect: the slicer's own clock (a trusted service's
-        decision), or "now" in a replayed fleet."""
+        decision), or "now" in a replayed fleet; never before the latest time decided at (a
+        held job it admits is placed no earlier than its submit: `SlicerState.decide_at`)."""
         now_s = self._state.replay_now_s
         if self._settings.request_clock == "replay" and now_s is not None:
-            return datetime.fromtimestamp(now_s, UTC)
-        return self._clock.now()
+            return self._state.decide_at(datetime.fromtimestamp(now_s, UTC))
+        return self._state.decide_at(self._clock.now())
 
     async def _apply(self, policy: QuotaPolicy | None, doc: bytes | None, rev: int) -> None:
         """As a batch: decide (held jobs a raised quota admits), save with the policy, publish.

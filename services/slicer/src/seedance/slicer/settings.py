@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from seedance.events.stores import SLICING_POLICY_KEY
+from seedance.core.durable import LEASE_BUCKET
+from seedance.events.stores import BUCKETS, SLICING_POLICY_KEY
 from seedance.events.subjects import QUOTA_POLICY_KEY
 
 __all__ = ["SlicerSettings"]
@@ -15,6 +16,10 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     pool: str = "default"
     #: This replica's name in the leader lease (defaults to the host name).
     replica: str = ""
+    #: How long a leader holds its lease without a refresh that succeeded (one every ttl/3):
+    #: > 0 and at most the leases bucket's TTL, past which the key is gone and a standby may
+    #: lead (validated below: a longer one had two leaders for a while, and from 3x the
+    #: bucket's TTL on the key expired between every two refreshes).
     lease_ttl_s: float = 10.0
     http_port: int = 9401
     #: The address ``/metrics``, ``/healthz`` and ``/readyz`` bind: this host alone unless set
@@ -110,6 +115,13 @@ class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     consolidate_restart_s: float = 180.0
 
     def __post_init__(self) -> None:
+        bucket_ttl_s = BUCKETS[LEASE_BUCKET].ttl_s
+        if not 0 < self.lease_ttl_s <= bucket_ttl_s:
+            raise ValueError(
+                f"SEEDANCE_SLICER_LEASE_TTL_S={self.lease_ttl_s!r}: must be > 0 and at most "
+                f"the TTL of the leases bucket {LEASE_BUCKET!r} ({bucket_ttl_s:g} s): the key "
+                "expires that long after its last refresh, and a standby may then lead"
+            )
         if self.telemetry_ahead_s < 0:
             raise ValueError(
                 f"SEEDANCE_SLICER_TELEMETRY_AHEAD_S={self.telemetry_ahead_s!r}: must be >= 0"

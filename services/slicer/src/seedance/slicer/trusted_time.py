@@ -15,9 +15,13 @@ An event from a trusted observer (`seedance.observed.*`: the replayer, the k8s b
 a Seedance service (inventory, health, pauses) happens at its `at` (telemetry beyond the
 receive time's bound never gets here: `seedance.slicer.intake`). That time orders the queue
 and stamps every decision the event causes (placement, release, rejection, unschedulable,
-preemption), so downstream (the cost-ledger) bills only trusted time. In a fleet replayed in
-virtual time (`request_clock=replay`) the server's clock is not the fleet's, so a tenant's
-request happens at the latest trusted time seen instead: "now" in the replay.
+preemption), so downstream (the cost-ledger) bills only trusted time. The decider raises it to
+the latest time decided at where it is earlier (`SlicerState.decide_at`) for every event but an
+observer's (`is_observed`), which reports what happened in a cluster at its time, the past
+included (a replayed job is billed where it ran): an inventory dated before a waiting job's
+submit once placed it before that submit. In a
+fleet replayed in virtual time (`request_clock=replay`) the server's clock is not the fleet's,
+so a tenant's request happens at the latest trusted time seen instead: "now" in the replay.
 
 A share change of the slicer's own right-sizing loop (`seedance.slicing.<tenant>.share`) is
 dated by the node agent's reading that decided it, a node's clock which that loop bounds more
@@ -35,7 +39,7 @@ from datetime import datetime
 
 from seedance.events.subjects import SubjectShapeError, parse_tenant_subject
 
-__all__ = ["is_tenant_request", "trusted_time"]
+__all__ = ["is_observed", "is_tenant_request", "trusted_time"]
 
 
 def is_tenant_request(subject: str) -> bool:
@@ -45,6 +49,15 @@ def is_tenant_request(subject: str) -> bool:
     except SubjectShapeError:
         return False
     return parsed is not None and parsed.family == "jobs"
+
+
+def is_observed(subject: str) -> bool:
+    """Whether ``subject`` is a trusted observer's report (``seedance.observed.<t>.<kind>``)."""
+    try:
+        parsed = parse_tenant_subject(subject)
+    except SubjectShapeError:
+        return False
+    return parsed is not None and parsed.family == "observed"
 
 
 def trusted_time(
