@@ -318,6 +318,10 @@ async def test_a_copy_lands_in_the_bounded_plan_stream_and_reaches_no_reader(
                 )
 
             await eventually(copied, what=f"the cost and a heartbeat stored in {PLANS}")
+        # A consumer of its own decisions may deliver there too now (no cycle: SEEDANCE_SLICING
+        # no longer captures the plan subject); its copies land in the plan stream as well.
+        async with pointed_at(stack, VICTIM, plan_subject, slot=1, stream=SLICING) as reply:
+            assert reply.get("push_bound"), reply
         copy = await stack.admin.js.get_last_msg(PLANS, cost_subject)
         assert copy.data == original.data
         assert (copy.headers or {}).get("Nats-Msg-Id") == (original.headers or {})["Nats-Msg-Id"]
