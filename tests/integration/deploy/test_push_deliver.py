@@ -15,11 +15,11 @@ core subscription makes of it:
 - the tenant mirror's ``$KV.seedance-tenants.>``: no registry record changes;
 - the server's own ``$JS.API.>``: a delivery is no API request (the stream stays).
 
-A stream that captures the deliver subject stores the delivery: the plan subject's
-SEEDANCE_SLICING stores the tenant's cost (under its own subject, ``Nats-Msg-Id`` kept) and each
-idle heartbeat (under the plan subject); its own decisions cannot go there (a cycle, refused).
-The last test pins that no reader of SEEDANCE_SLICING, nor the ledger's input sourced from it,
-takes either copy.
+A stream that captures the deliver subject stores the delivery: the plan subject's own stream,
+SEEDANCE_NODE_PLANS (bounded), stores the tenant's cost (under its own subject, ``Nats-Msg-Id``
+kept) and each idle heartbeat (under the plan subject), and SEEDANCE_SLICING (unbounded in
+bytes) none of it. The last test pins that, and that no reader of SEEDANCE_SLICING, nor the
+ledger's input sourced from it, takes either copy.
 
 The other core subscriptions are inboxes (`_INBOX.<nuid>`, the publisher's and pull readers':
 not guessable) and the ledger's allocation API (a request/reply service on a subject only
@@ -39,6 +39,7 @@ import nkeys
 import pytest
 import pytest_asyncio
 from nats.aio.msg import Msg
+from nats.js.api import DiscardPolicy
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry
@@ -256,24 +257,22 @@ async def test_onto_the_registry_or_the_api_the_server_delivers_nothing(
     await nc.close()  # the victim still logs in
 
 
-#: JetStream's refusal of a deliver subject that the consumer's own stream captures.
-FORMS_A_CYCLE = 10081
-SLICING = "SEEDANCE_SLICING"
+SLICING, PLANS = "SEEDANCE_SLICING", slicing.PLAN_STREAM
 
 
-def slicing_readers() -> list[tuple[str, str]]:
-    """(reader, filter) for everything that reads SEEDANCE_SLICING: the catalogue's consumers,
-    the streams that source or mirror it, and tenants' own reads. No filter reads everything."""
+def readers_of(stream: str) -> list[tuple[str, str]]:
+    """(reader, filter) for everything that reads ``stream``: the catalogue's consumers, the
+    streams that source or mirror it, and tenants' own reads. No filter reads everything."""
     out = [
         (c.durable, f)
         for c in CONSUMERS.values()
-        if c.stream == SLICING
+        if c.stream == stream
         for f in c.filter_subjects or (">",)
     ]
     for spec in STREAMS:
         sources = (*spec.sources, *([spec.mirror] if spec.mirror else []))
-        out += [(spec.name, src.filter_subject or ">") for src in sources if src.stream == SLICING]
-    out += [(f"tenant {VICTIM}", f(VICTIM)) for stream, f in TENANT_READS if stream == SLICING]
+        out += [(spec.name, src.filter_subject or ">") for src in sources if src.stream == stream]
+    out += [(f"tenant {VICTIM}", f(VICTIM)) for s, f in TENANT_READS if s == stream]
     return out
 
 
@@ -282,13 +281,15 @@ async def stored(s: Stack, stream: str, subject: str) -> int:
     return (info.state.subjects or {}).get(subject, 0)
 
 
-async def test_a_copy_another_stream_stores_reaches_no_reader(stack: Stack) -> None:
-    """A delivery onto the node agent's plan subject is captured by SEEDANCE_SLICING, which
-    stores it under its stored subject (the tenant's cost) and each idle heartbeat under the
-    plan subject. Its own decisions cannot be copied there (the server refuses the cycle). No
-    reader of SEEDANCE_SLICING — catalogue consumer, sourcing stream, tenant — filters on
-    either subject, so nothing counts the copy; a reader that would (no filter, ``>``,
-    ``seedance.*.*.*``) fails here."""
+async def test_a_copy_lands_in_the_bounded_plan_stream_and_reaches_no_reader(
+    stack: Stack,
+) -> None:
+    """A delivery onto the node agent's plan subject is stored by the stream that captures it:
+    the MIG plans' own, bounded in bytes, per node and in age, not SEEDANCE_SLICING (kept 30
+    days without a byte limit), whose message count stays as it was. The copy keeps its stored
+    subject (the tenant's cost) and each idle heartbeat lands under the plan subject. No one
+    reads the plan stream, and no reader of SEEDANCE_SLICING — catalogue consumer, sourcing
+    stream, tenant — filters on either subject; a reader that would fails here."""
     # A tenant no other test copies from, so that the copy is this test's.
     plan_subject, cost_subject = slicing.mig_plan(NODE), costs.subject(VICTIM, "entry")
     node = await Bus.connect(
@@ -299,30 +300,42 @@ async def test_a_copy_another_stream_stores_reaches_no_reader(stack: Stack) -> N
     )
     try:
         await node.subscribe(plan_subject, no_op)  # as the agent does: interest, so delivery
-        async with pointed_at(stack, VICTIM, plan_subject, slot=0, stream=SLICING) as reply:
-            assert reply.get("error", {}).get("err_code") == FORMS_A_CYCLE, reply
         await stack.admin.publish(cost_subject, CostEntry(
             id=new_event_id(at=AT), at=AT, tenant=VICTIM, job_id="j1", period_start=AT,
             period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000, gpu_hours_micro=83_333,
         ))  # fmt: skip
         original = await stack.admin.js.get_last_msg("SEEDANCE_COSTS", cost_subject)
-        beats = await stored(stack, SLICING, plan_subject)
-        assert await stored(stack, SLICING, cost_subject) == 0
-        async with pointed_at(stack, VICTIM, plan_subject, slot=1) as reply:
+        slicing_before = (await stack.admin.js.stream_info(SLICING)).state.messages
+        beats = await stored(stack, PLANS, plan_subject)
+        assert await stored(stack, PLANS, cost_subject) == 0
+        async with pointed_at(stack, VICTIM, plan_subject, slot=0) as reply:
             assert reply.get("push_bound"), reply
 
             async def copied() -> bool:
                 return (
-                    await stored(stack, SLICING, cost_subject) == 1
-                    and await stored(stack, SLICING, plan_subject) > beats
+                    await stored(stack, PLANS, cost_subject) == 1
+                    and await stored(stack, PLANS, plan_subject) > beats
                 )
 
-            await eventually(copied, what="the cost and a heartbeat stored in SEEDANCE_SLICING")
-        copy = await stack.admin.js.get_last_msg(SLICING, cost_subject)
+            await eventually(copied, what=f"the cost and a heartbeat stored in {PLANS}")
+        # A consumer of its own decisions may deliver there too now (no cycle: SEEDANCE_SLICING
+        # no longer captures the plan subject); its copies land in the plan stream as well.
+        async with pointed_at(stack, VICTIM, plan_subject, slot=1, stream=SLICING) as reply:
+            assert reply.get("push_bound"), reply
+        copy = await stack.admin.js.get_last_msg(PLANS, cost_subject)
         assert copy.data == original.data
-        # The header rides along: a second copy inside the duplicate window is dropped.
         assert (copy.headers or {}).get("Nats-Msg-Id") == (original.headers or {})["Nats-Msg-Id"]
-        for reader, f in slicing_readers():
+        # Nothing of it in SEEDANCE_SLICING: the stream a full disk would stop.
+        assert (await stack.admin.js.stream_info(SLICING)).state.messages == slicing_before
+        # The plan stream, as the server holds it, is bounded every way a copy could grow it.
+        bounds = (await stack.admin.js.stream_info(PLANS)).config
+        assert bounds.subjects == [slicing.MIG_PLANS]
+        assert 0 < (bounds.max_bytes or -1) <= 64 * 1024**2, bounds
+        assert 0 < (bounds.max_msgs_per_subject or -1) <= 64, bounds
+        assert 0 < (bounds.max_age or 0) <= 3600, bounds
+        assert bounds.discard == DiscardPolicy.OLD, bounds  # the slicer's publishes still land
+        assert readers_of(PLANS) == []
+        for reader, f in readers_of(SLICING):
             matched = (await stack.admin.js.stream_info(SLICING, subjects_filter=f)).state
             assert not {cost_subject, plan_subject} & set(matched.subjects or {}), (reader, f)
         # End to end: a placement published after the copies reaches the node agents' mirror

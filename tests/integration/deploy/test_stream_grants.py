@@ -28,10 +28,11 @@ from nats.js.errors import NotFoundError
 from structlog.testing import capture_logs
 
 from seedance.core import Bus, BusSettings
+from seedance.core.drift import stream_config
 from seedance.core.errors import StartRefused
 from seedance.core.kv import ensure_bucket, ensure_object_store, provision
 from seedance.core.service import ServiceRuntime
-from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, routing
+from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, routing, slicing
 from seedance.sdk import SeedanceClient
 from seedance.testing.servers import auth_server
 from seedance.testing.waits import eventually
@@ -491,3 +492,30 @@ async def test_provision_on_an_empty_server_leaves_services_nothing_to_create(
         after = sorted(i.config.name or "" for i in await bus.js.streams_info())
         assert after == names  # the services created nothing
         assert await client.provision() == []
+
+
+async def test_provision_moves_mig_plans_off_an_old_slicing_stream(bare_admin: Bus) -> None:
+    """A server holding the SEEDANCE_SLICING shipped before (``seedance.slicing.>``, the plans
+    included): streams may not overlap, so provision narrows it before it creates the plans'
+    own bounded stream; the stored decisions stay, and a plan then lands in the new stream."""
+    spec = next(s for s in STREAMS if s.name == "SEEDANCE_SLICING")
+    await bare_admin.js.add_stream(
+        dataclasses.replace(stream_config(spec, 1), subjects=["seedance.slicing.>"])
+    )
+    decision, plan = slicing.subject("acme", "placement"), slicing.mig_plan("gpu-a")
+    await bare_admin.js.publish(decision, b"a decision")
+    assert (await bare_admin.js.publish(plan, b"an old plan")).stream == "SEEDANCE_SLICING"
+
+    changes = [str(c) for c in await provision(bare_admin)]
+    narrowed = "updated: stream SEEDANCE_SLICING (subjects)"
+    created = f"created: stream {slicing.PLAN_STREAM}"
+    assert narrowed in changes, changes
+    assert created in changes, changes
+    assert changes.index(narrowed) < changes.index(created)
+    assert await provision(bare_admin) == []  # once
+    got = await bare_admin.js.get_last_msg("SEEDANCE_SLICING", decision)
+    assert got.data == b"a decision"
+    assert (await bare_admin.js.publish(plan, b"a new plan")).stream == slicing.PLAN_STREAM
+    assert (await bare_admin.js.stream_info("SEEDANCE_SLICING")).config.subjects == list(
+        slicing.STORED
+    )

@@ -131,6 +131,7 @@ def stream_config(spec: StreamSpec, replicas: int) -> js_api.StreamConfig:
         storage=js_api.StorageType.FILE,
         max_age=spec.max_age_s,
         max_bytes=spec.max_bytes,
+        max_msgs_per_subject=spec.max_msgs_per_subject,
         duplicate_window=spec.duplicate_window_s,
         num_replicas=replicas,
     )

@@ -45,6 +45,8 @@ class StreamSpec:
     #: Publish de-duplication window on Nats-Msg-Id (JetStream's default is 2 min).
     duplicate_window_s: float = 120.0
     max_bytes: int = -1
+    #: At most this many messages per subject, the oldest discarded (-1: no limit).
+    max_msgs_per_subject: int = -1
     description: str = ""
     #: A stream that merges others into one order (every reader sees the same interleaving).
     sources: tuple[StreamSource, ...] = ()

@@ -187,11 +187,21 @@ class slicing:
     #: Right-sizing of running shared jobs (``slice.share_changed.v1``): the slicer's own state,
     #: the node agents' MPS limits and the ledger's billed share follow them.
     SHARES = f"{ROOT}.slicing.*.share"
+    ALERTS = f"{ROOT}.slicing.*.alert"
     #: Where a job starts and stops holding GPUs (what the ledger and the node agents follow).
     HOLDS = (PLACEMENTS, PREEMPTIONS, RELEASES)
     #: What the Kubernetes bridge acts on: it binds placements, shows waits and refusals on
     #: the pod, evicts or deletes preempted pods (releases confirm the ends it reported).
     POD_DECISIONS = (PLACEMENTS, UNSCHEDULABLE, PREEMPTIONS, REJECTIONS, RELEASES)
+    #: What SEEDANCE_SLICING keeps: every slicing subject but the MIG plans, listed (no ``>``)
+    #: so that no subject a component core-subscribes to is captured by this unbounded stream.
+    STORED = (
+        PLACEMENTS, UNSCHEDULABLE, PREEMPTIONS, RELEASES, REJECTIONS, SHARES, ALERTS, CAPACITY
+    )  # fmt: skip
+    #: The MIG plans' own stream, small and short-lived: the node agent takes plans live (a
+    #: core subscription), and that interest lets a tenant's push consumer deliver there, so
+    #: whatever captures the plan subject stores those deliveries (docs/security.md).
+    PLAN_STREAM = "SEEDANCE_NODE_PLANS"
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
@@ -360,9 +370,22 @@ STREAMS: tuple[StreamSpec, ...] = (
     ),
     StreamSpec(
         "SEEDANCE_SLICING",
-        (slicing.ALL,),
+        slicing.STORED,
         max_age_s=30 * _DAY_S,
         description="placements and scheduling decisions",
+    ),
+    # After SEEDANCE_SLICING: a server's streams may not overlap, and provision narrows an
+    # old SEEDANCE_SLICING (``seedance.slicing.>``) before it creates this one. Bounded in
+    # bytes, per node and in age: nothing reads plans from a stream (the node agents take them
+    # live), and a tenant's push consumer onto a node's plan subject stores its deliveries and
+    # idle heartbeats here; discard old keeps the slicer's publishes acknowledged.
+    StreamSpec(
+        slicing.PLAN_STREAM,
+        (slicing.MIG_PLANS,),
+        max_age_s=3600.0,
+        max_bytes=64 * 1024**2,
+        max_msgs_per_subject=64,
+        description="MIG plans per node (the node agents take them live; none are read here)",
     ),
     StreamSpec(
         routing.STREAM,
