@@ -84,8 +84,11 @@ class Decisions:
         """Follow the decisions for ``tenants`` ("mig": the MIG plans of every node)."""
         subjects = [
             slicing.MIG_PLANS if t == "mig" else slicing.tenant_wildcard(t) for t in tenants
-        ] or [slicing.ALL]
-        subs = [await bus.js.subscribe(s, ordered_consumer=True) for s in subjects]
+        ]
+        subs = [await bus.js.subscribe(s, ordered_consumer=True) for s in subjects] or [
+            # every decision: `seedance.slicing.>`, found by subject, is the MIG plans' stream
+            await bus.js.subscribe(slicing.ALL, stream="SEEDANCE_SLICING", ordered_consumer=True)
+        ]
         return cls(subs)
 
     async def _read(self) -> None:

@@ -262,6 +262,8 @@ class Demo:
         await wait_inventory_known(bus)
         placements = await bus.js.pull_subscribe(
             slicing.ALL,
+            # named: found by subject, `seedance.slicing.>` is the MIG plans' stream too
+            stream="SEEDANCE_SLICING",
             config=js_api.ConsumerConfig(
                 deliver_policy=js_api.DeliverPolicy.NEW, inactive_threshold=60.0
             ),
