@@ -1,11 +1,12 @@
 """`make demo`: the whole stack on a local nats-server with a replayed fleet.
 
 Starts the pinned nats-server with the shipped users and permissions (``deploy/auth``; or uses
-NATS_URL when a new enough server answers there as the operator), starts the services as
-processes, each as its own NATS user (``seedance.testing.identities`` gives the passwords), the
-demo itself connecting as the operator; replays a few hundred real jobs of the Alibaba GPU
-trace across a few tenants in virtual time, and prints what Seedance decided and what it cost
-and saved. Then it shuts everything down with SIGTERM and checks that each service drained cleanly.
+NATS_URL when a new enough server answers there as the operator, and provisions it), starts the
+services as processes, each as its own NATS user (``seedance.testing.identities`` gives the
+passwords), the demo itself connecting as the operator; replays a few hundred real jobs of
+the Alibaba GPU trace across a few tenants in virtual time, and prints what Seedance decided and
+what it cost and saved. Then it shuts everything down with SIGTERM and checks that each service
+drained cleanly.
 
 Virtual time: job events carry the replay's timestamps (arrivals are a Poisson process that
 offers ``--load`` of the fleet's GPU capacity; durations are the trace's own lifetimes, capped),
@@ -49,7 +50,7 @@ from seedance.reports.summary import CostSummary
 from seedance.sdk.client import job_event, job_submitted
 from seedance.testing.identities import ADMIN, as_user, password
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import NatsServer, shipped_auth_server
+from seedance.testing.servers import NatsServer, provision, shipped_auth_server
 from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
 from seedance.traces import alibaba
 
@@ -660,7 +661,9 @@ async def amain(args: argparse.Namespace) -> int:
     url = os.environ.get("NATS_URL", "")
     server: NatsServer | None = None
     if url and await nats_answering(url):
-        say(f"nats    using {url}")
+        # as a deployment does before any service starts: their users may not create a stream
+        provision(url, ADMIN, password(ADMIN))
+        say(f"nats    using {url} (provisioned as {ADMIN})")
     else:
         server = shipped_auth_server(password)
         url = server.url
