@@ -23,6 +23,7 @@ PATH_LINKS = {
     "e2e/test_bench_scale.py": "runs the bench's CI form through its entry point, as make does",
     "e2e/test_chaos_tenants.py": "runs the soak's entry point (`-m tools.bench...`) as a process",
     "e2e/test_demo_exports.py": "runs `make demo`'s entry point (`-m tools.demo`), short",
+    "e2e/test_demo_on_a_users_server.py": "runs `make demo`'s entry point on its own server",
     "e2e/test_demo_readme.py": "runs `make demo`'s entry point (`-m tools.demo`), short",
     "e2e/test_readme_local.py": "runs the README walkthrough (`-m tools.local_stack`)",
     "unit/ledger/test_focus_conformance.py": "runs tools/bench/ledger_sample_report.py",
