@@ -47,6 +47,20 @@ async def add_known(svc: SlicerService, bus: Bus, node: str, gpus: int) -> None:
     await nodes_known(svc, node)
 
 
+async def one_movable_beside_a_full_node(
+    svc: SlicerService, bus: Bus, d: Decisions, tenant: str, n0: str, n1: str, *, movable: bool
+) -> None:
+    """n0 (4 GPUs) filled by a-d, none movable; then n1 (4 GPUs) and `e` placed there, movable
+    or not: the one move consolidation may make is e's, onto n0's freed GPUs."""
+    await add_known(svc, bus, n0, 4)
+    for j in "abcd":
+        await submit(bus, tenant, j, movable=False)
+    await d.wait(lambda: len(d.of(Placement)) == 4)
+    await add_known(svc, bus, n1, 4)
+    await submit(bus, tenant, "e", movable=movable)
+    await d.wait(lambda: bool(d.of(Placement, "e")))
+
+
 async def submit(bus: Bus, tenant: str, job: str, *, movable: bool, gpus: int = 1) -> None:
     ev = JobSubmitted(
         id=new_event_id(), at=T0 + timedelta(minutes=1), job_id=job, tenant=tenant,
@@ -83,13 +97,7 @@ async def test_only_a_job_that_said_it_is_movable_is_moved_and_placed_again(
     t = f"t{unique}"
     n0, n1 = f"n0-{unique}", f"n1-{unique}"
     async with slicer(nats_url, unique, **EVERY_BATCH) as svc:
-        await add_known(svc, bus, n0, 4)
-        for j in "abcd":
-            await submit(bus, t, j, movable=False)
-        await d.wait(lambda: len(d.of(Placement)) == 4)
-        await add_known(svc, bus, n1, 4)
-        await submit(bus, t, "e", movable=movable)
-        await d.wait(lambda: bool(d.of(Placement, "e")))
+        await one_movable_beside_a_full_node(svc, bus, d, t, n0, n1, movable=movable)
         first = d.of(Placement, "e")[0]
         assert first.node == n1
         # Placed at its submit (the server's receive time), not at the inventory's T0.

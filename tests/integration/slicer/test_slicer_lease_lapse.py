@@ -23,7 +23,12 @@ from seedance.core import Bus
 from seedance.core.kv import ensure_bucket
 from seedance.events.slicing import Placement, Preempted
 from seedance.testing.waits import eventually
-from tests.integration.slicer.test_slicer_consolidation import EVERY_BATCH, add_known, moves, submit
+from tests.integration.slicer.test_slicer_consolidation import (
+    EVERY_BATCH,
+    moves,
+    one_movable_beside_a_full_node,
+    submit,
+)
 from tests.integration.slicer.test_slicer_service import (
     Decisions,
     decided,
@@ -44,13 +49,7 @@ async def test_a_lease_lost_mid_move_moves_publishes_and_counts_it_once(
     key = f"slicer.p{unique}"
     with capture_logs() as logs:
         async with slicer(nats_url, unique, **EVERY_BATCH) as svc:
-            await add_known(svc, bus, n0, 4)
-            for j in "abcd":
-                await submit(bus, t, j, movable=False)
-            await d.wait(lambda: len(d.of(Placement)) == 4)
-            await add_known(svc, bus, n1, 4)
-            await submit(bus, t, "e", movable=True)
-            await d.wait(lambda: bool(d.of(Placement, "e")))
+            await one_movable_beside_a_full_node(svc, bus, d, t, n0, n1, movable=True)
 
             store, bus_out = svc.state.store, svc._rt.bus
             real_commit, real_send = store.commit, bus_out.send_many
