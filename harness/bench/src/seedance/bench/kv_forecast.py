@@ -311,9 +311,13 @@ def fallback_forecasts(
     for h in HORIZONS_S:
         target = row_t + h
         actual = np.where(target <= end_s, value_at(t, kv, target), np.nan)
-        if rule == "blend":
+        if rule in ("blend", "blend-bg"):
             out[h], lam = blend_with_last_value(
-                row_t, flow[h], last, actual, BlendConfig(horizon_s=float(h))
+                row_t,
+                flow[h],
+                last,
+                actual,
+                BlendConfig(horizon_s=float(h), inverse_mse=rule == "blend-bg"),
             )
             used[h] = [blend_head(x) for x in lam]
             weights[h] = lam
@@ -503,12 +507,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--fallback",
-        choices=("recent", "test", "blend"),
+        choices=("recent", "test", "blend", "blend-bg"),
         default="recent",
         help="recent: the head of the lower recent error (select_heads); test: the last value "
         "unless a batch-means test says the flow model is better (follow_if_better); blend: "
         "last + lam * (flow - last), lam the recent combination weight shrunk by its evidence "
-        "(blend_with_last_value)",
+        "(blend_with_last_value); blend-bg: the same with Bates-Granger inverse-MSE weights",
     )
     args = ap.parse_args()
     if args.splits:

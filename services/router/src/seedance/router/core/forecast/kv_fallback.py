@@ -297,6 +297,9 @@ class BlendConfig:
     # unit-information prior (the information of one observation), so the fitted weight gets
     # n / (n + 1) of its value on n targets. Set before measuring.
     prior_targets: float = 1.0
+    # Bates-Granger instead: the weight of each forecast inversely proportional to its recent
+    # sum of squared errors (no allowance for correlated errors), shrunk the same way.
+    inverse_mse: bool = False
 
     def __post_init__(self) -> None:
         if not self.horizon_s > 0 or not self.window_s > 0:
@@ -342,6 +345,9 @@ def blend_with_last_value(
         if not den > 0.0:
             continue
         fitted = float(np.clip(float(c @ y) / den, 0.0, 1.0))
+        if cfg.inverse_mse:
+            s_last, s_model = float(y @ y), float((y - c) @ (y - c))
+            fitted = s_last / (s_last + s_model) if s_last + s_model > 0.0 else 0.0
         n = int(scored.sum()) / per_target
         lam[i] = fitted * n / (n + cfg.prior_targets)
     return last_value + lam * diff, lam
