@@ -1,7 +1,7 @@
 """KV-occupancy forecast on real serving telemetry: the router's flow-model KV head vs baselines.
 
 Usage: bench_kv_forecast.py TELEMETRY_CSV REQUESTS_CSV [--train-frac 0.6 | --splits 0.3,0.5,0.8]
-[--span-s 30] [--fallback recent|test|blend]
+[--span-s 30] [--fallback recent|test]
 (the h200-llm-telemetry recording's two files; see its README for the columns).
 
 Protocol. Target: the KV cache in use (`kv_cache_mib`) at t + H, H = 5 s and 30 s, forecast at the
@@ -60,7 +60,6 @@ from seedance.bench.kv_scores import (
 )
 from seedance.router.core.forecast import (
     ArrivalHistory,
-    BlendConfig,
     ChangeWeightConfig,
     DecodeClock,
     ForecastTarget,
@@ -72,7 +71,6 @@ from seedance.router.core.forecast import (
     TelemetrySample,
     TrainParams,
     arrival_rate_window_s,
-    blend_with_last_value,
     build_feature_rows,
     choose_change_weight,
     choose_kv_forecaster,
@@ -285,7 +283,6 @@ def fallback_forecasts(
     flow: dict[int, np.ndarray],
     end_s: float,
     rule: str = "recent",
-    weights: dict[int, np.ndarray] | None = None,
 ) -> tuple[dict[int, np.ndarray], dict[int, list[KvHead]]]:
     """Per horizon, each row's forecast from the flow model or the last value.
 
@@ -299,29 +296,14 @@ def fallback_forecasts(
     horizon); the same rule on the training span's rows as on the test span's, so a training span
     too short to judge means the last value. (The 10 s / 30 s means are not heads: chosen inside a
     plateau, a mean was kept into the next change of regime, 1.11 / 1.08 x the last value on two
-    simulated recordings of other loads.) ``rule="blend"``: last + lam * (flow - last), lam the
-    recent optimal combination weight shrunk towards the last value by its evidence
-    (`blend_with_last_value`); each row's lam is put in ``weights`` when given."""
+    simulated recordings of other loads.)"""
     heads = (KvHead.FLOW, KvHead.LAST_VALUE)
-    if weights is None:
-        weights = {}
     last = value_at(t, kv, row_t)
     out: dict[int, np.ndarray] = {}
     used: dict[int, list[KvHead]] = {}
     for h in HORIZONS_S:
         target = row_t + h
         actual = np.where(target <= end_s, value_at(t, kv, target), np.nan)
-        if rule in ("blend", "blend-bg"):
-            out[h], lam = blend_with_last_value(
-                row_t,
-                flow[h],
-                last,
-                actual,
-                BlendConfig(horizon_s=float(h), inverse_mse=rule == "blend-bg"),
-            )
-            used[h] = [blend_head(x) for x in lam]
-            weights[h] = lam
-            continue
         if rule == "test":
             out[h], used[h], _ = follow_if_better(
                 row_t, flow[h], last, actual, PairedTestConfig(horizon_s=float(h))
@@ -337,13 +319,6 @@ def fallback_forecasts(
             anchor=KvHead.LAST_VALUE,
         )
     return out, used
-
-
-def blend_head(lam: float) -> KvHead:
-    """The head a blended row reports: the last value at lam = 0, the flow model at 1."""
-    if lam <= 0.0:
-        return KvHead.LAST_VALUE
-    return KvHead.FLOW if lam >= 1.0 else KvHead.BLEND
 
 
 def head_shares(used: list[KvHead]) -> list[tuple[KvHead, float]]:
@@ -417,10 +392,7 @@ def evaluate(
     kv_now = value_at(t, kv, row_t)
 
     flow_only = flow_forecasts(log_, rec, row_t, kv_now, float(until_s))
-    blend_w: dict[int, np.ndarray] = {}
-    flow, heads_used = fallback_forecasts(
-        t, kv, row_t, flow_only, end_s, rule=fallback, weights=blend_w
-    )
+    flow, heads_used = fallback_forecasts(t, kv, row_t, flow_only, end_s, rule=fallback)
     ridge = ridge_forecasts(log_, row_t, kv_now, float(until_s))
     lgbm_id, lgbm_mib = lgbm_forecasts(arrivals_of(log_), samples, origin_s, until_s, n_bins)
 
@@ -475,16 +447,6 @@ def evaluate(
             for h in HORIZONS_S
         )
     )
-    if blend_w:
-        print(
-            "kv_blend_weight: "
-            + " ".join(
-                f"h{h}=mean:{blend_w[h][test_rows[h]].mean():.2f}"
-                f"/min:{blend_w[h][test_rows[h]].min():.2f}"
-                f"/max:{blend_w[h][test_rows[h]].max():.2f}"
-                for h in HORIZONS_S
-            )
-        )
     return result
 
 
@@ -507,12 +469,10 @@ def main() -> None:
     )
     ap.add_argument(
         "--fallback",
-        choices=("recent", "test", "blend", "blend-bg"),
+        choices=("recent", "test"),
         default="recent",
         help="recent: the head of the lower recent error (select_heads); test: the last value "
-        "unless a batch-means test says the flow model is better (follow_if_better); blend: "
-        "last + lam * (flow - last), lam the recent combination weight shrunk by its evidence "
-        "(blend_with_last_value); blend-bg: the same with Bates-Granger inverse-MSE weights",
+        "unless a batch-means test says the flow model is better (follow_if_better)",
     )
     args = ap.parse_args()
     if args.splits:

@@ -14,12 +14,10 @@ from seedance.router.core.forecast.features import (
 )
 from seedance.router.core.forecast.kv_clock import DecodeClock
 from seedance.router.core.forecast.kv_fallback import (
-    BlendConfig,
     ChangeWeightConfig,
     HeadChoiceConfig,
     KvHead,
     PairedTestConfig,
-    blend_with_last_value,
     follow_if_better,
     recent_change_weights,
     select_heads,
@@ -72,7 +70,6 @@ __all__ = [
     "FEATURE_SCHEMA_VERSION",
     "KV_CHANGE_FEATURE_NAMES",
     "ArrivalHistory",
-    "BlendConfig",
     "ChangeWeightConfig",
     "DecodeClock",
     "FeatureBuilder",
@@ -97,7 +94,6 @@ __all__ = [
     "TelemetrySample",
     "TrainParams",
     "arrival_rate_window_s",
-    "blend_with_last_value",
     "build_feature_rows",
     "choose_change_weight",
     "choose_kv_forecaster",

@@ -58,12 +58,10 @@ from enum import StrEnum
 import numpy as np
 
 __all__ = [
-    "BlendConfig",
     "ChangeWeightConfig",
     "HeadChoiceConfig",
     "KvHead",
     "PairedTestConfig",
-    "blend_with_last_value",
     "follow_if_better",
     "recent_change_weights",
     "select_heads",
@@ -74,7 +72,6 @@ class KvHead(StrEnum):
     """Which forecast a row used: a closed set, printed by the bench and fit for a label."""
 
     FLOW = "flow"
-    BLEND = "blend"
     LAST_VALUE = "last_value"
     MEAN_10S = "mean_10s"
     MEAN_30S = "mean_30s"
@@ -284,73 +281,6 @@ def follow_if_better(
     out = np.where(use_model, model, last_value)
     used = [KvHead.FLOW if u else KvHead.LAST_VALUE for u in use_model]
     return out, used, stat
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BlendConfig:
-    horizon_s: float
-    # The recent due targets the combination weight is fitted on: one least-squares weight
-    # from every target in the window, like the change weight (240 s: eight independent 30-s
-    # targets). Set before measuring.
-    window_s: float = 240.0
-    # The prior, the last value (weight 0), counts as this many independent targets: a
-    # unit-information prior (the information of one observation), so the fitted weight gets
-    # n / (n + 1) of its value on n targets. Set before measuring.
-    prior_targets: float = 1.0
-    # Bates-Granger instead: the weight of each forecast inversely proportional to its recent
-    # sum of squared errors (no allowance for correlated errors), shrunk the same way.
-    inverse_mse: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.horizon_s > 0 or not self.window_s > 0:
-            raise ValueError(
-                f"BlendConfig: horizon_s {self.horizon_s} and window_s {self.window_s} must be > 0"
-            )
-        if not self.prior_targets > 0:
-            raise ValueError(f"BlendConfig.prior_targets: {self.prior_targets} (must be > 0)")
-
-
-def blend_with_last_value(
-    times_s: np.ndarray,
-    model: np.ndarray,
-    last_value: np.ndarray,
-    actual: np.ndarray,
-    cfg: BlendConfig,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The forecast at each row as last + lam * (model - last), and the weight lam in [0, 1].
-
-    lam is the optimal combination weight of the two forecasts (Granger-Ramanathan with the
-    weights summing to one: the least-squares weight of the last value's error a_j - last_j on
-    the forecasts' difference c_j = model_j - last_j, which allows for correlated errors, so a
-    model whose errors are the last value's, only larger, gets 0) over the rows j whose target
-    had been observed by t (t_j + H <= t, NaN skipped) and were made within the window before,
-    clipped to [0, 1], then shrunk towards the last value by n / (n + prior_targets), n the
-    independent targets among those rows where the two forecasts differ (rows made within one
-    horizon share one). No such rows: lam = 0, the last value.
-    """
-    n_rows = len(times_s)
-    for name, arr in (("model", model), ("last_value", last_value), ("actual", actual)):
-        if len(arr) != n_rows:
-            raise ValueError(f"blend_with_last_value: {name} has {len(arr)} rows, not {n_rows}")
-    per_target = _rows_per_horizon(times_s, cfg.horizon_s)
-    diff = model - last_value
-    err_last = actual - last_value
-    known = ~np.isnan(err_last) & ~np.isnan(diff) & (diff != 0.0)
-    due = times_s + cfg.horizon_s
-    lam = np.zeros(n_rows)
-    for i, t in enumerate(times_s):
-        scored = known & (due <= t + 1e-9) & (times_s >= t - cfg.horizon_s - cfg.window_s)
-        c, y = diff[scored], err_last[scored]
-        den = float(c @ c)
-        if not den > 0.0:
-            continue
-        fitted = float(np.clip(float(c @ y) / den, 0.0, 1.0))
-        if cfg.inverse_mse:
-            s_last, s_model = float(y @ y), float((y - c) @ (y - c))
-            fitted = s_last / (s_last + s_model) if s_last + s_model > 0.0 else 0.0
-        n = int(scored.sum()) / per_target
-        lam[i] = fitted * n / (n + cfg.prior_targets)
-    return last_value + lam * diff, lam
 
 
 def batch_mean_t(d: np.ndarray, h: int) -> tuple[float, int]:
