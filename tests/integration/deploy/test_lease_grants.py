@@ -20,7 +20,7 @@ from typing import Any
 import pytest_asyncio
 from nats.js import api as js_api
 
-from seedance.core import Bus, BusSettings
+from seedance.core import Bus, BusSettings, VirtualClock
 from seedance.core.kv import Lease, ensure_bucket, provision
 from seedance.events.subjects import fleet_plan_consumer, routing
 from seedance.sdk import SeedanceClient
@@ -29,14 +29,6 @@ from tests.integration.deploy.refusals import connect_shipped
 
 JS = "$JS.API"
 LEASES = "KV_seedance-leases"
-
-
-class _Clock:
-    def monotonic(self) -> float:  # when a write was sent: the lease's deadline
-        return 0.0
-
-    async def sleep(self, s: float) -> None:  # a Lease only sleeps in keep()
-        raise AssertionError("not used")
 
 
 @pytest_asyncio.fixture
@@ -62,7 +54,7 @@ async def test_a_slicer_holds_its_own_leases_and_never_a_router_fleets(
     try:
         kv = await ensure_bucket(bus, "seedance-leases")
         for key in (f"slicer.p{unique}", f"slicer-autosize.p{unique}"):
-            lease = Lease(kv, key, "slicer-0", _Clock(), 10.0)  # type: ignore[arg-type]
+            lease = Lease(kv, key, "slicer-0", VirtualClock(), 10.0)  # time stands still
             assert await lease.try_acquire()
             assert await lease.try_acquire()  # refreshed (a compare-and-set update)
             await lease.release()
@@ -85,7 +77,7 @@ async def test_the_router_reads_and_writes_only_its_planner_lease(
     router = await connect_shipped(auth_url, "router")
     try:
         kv = await ensure_bucket(bus, "seedance-leases")
-        lease = Lease(kv, f"router-plan.f{unique}", "gw-a", _Clock(), 10.0)  # type: ignore[arg-type]
+        lease = Lease(kv, f"router-plan.f{unique}", "gw-a", VirtualClock(), 10.0)
         assert await lease.try_acquire()
         assert (await kv.get(f"router-plan.f{unique}")).value == b"gw-a"  # a direct get
         await lease.release()

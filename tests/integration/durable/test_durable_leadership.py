@@ -12,14 +12,16 @@ from typing import Any
 
 import pytest
 
-from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
+from seedance.core import Bus, BusSettings, ServiceRuntime, VirtualClock, WallClock
 from seedance.core.durable import DurableRuntime, DurableSpec, Outbox
+from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.publisher import AckedBatch, PubAck
 from seedance.core.state_store import StateStore
 from seedance.events.base import derived_event_id
 from seedance.events.slicing import JobRejected, RejectionReason
 from seedance.events.subjects import slicing
 from seedance.testing.waits import eventually
+from tests.integration.bus.test_lease import Hangs
 from tests.integration.durable.test_durable_runtime import T0, Metrics, Tally, rejections
 
 
@@ -216,3 +218,51 @@ async def test_acks_of_an_outbox_a_reload_replaced_are_no_longer_tracked(
         assert durable._sender.sent is None
         assert not durable.state.outbox
     assert await rejections(bus, tenant) == ["pause-1"]
+
+
+async def test_a_leader_whose_lease_refresh_hangs_steps_down_at_the_lease_s_ttl(
+    nats_url: str, unique: str, bus: Bus
+) -> None:
+    # The KV lease (`seedance.core.kv.Lease`, the slicer's) whose refresh neither fails nor
+    # returns: the runtime once went on leading until the call came back, while the key could
+    # expire and a standby lead beside it. Its clock is virtual: the TTL passes when told.
+    kv = await ensure_bucket(bus, "seedance-leases")
+    hung, clock = Hangs(kv), VirtualClock()
+    lease = Lease(hung, f"slicer.h{unique}", "a", clock, ttl_s=3.0)  # type: ignore[arg-type]
+    rt = ServiceRuntime("slicer", BusSettings(url=nats_url, name="test-durable-hung-lease"))
+    terms: list[str] = []
+
+    async def on_lead() -> None:
+        terms.append("lead")
+
+    async def on_step_down() -> None:
+        terms.append("down")
+
+    spec = DurableSpec(
+        bucket="seedance-slicer-state", key=f"pool.h{unique}", lease_key="", lease_ttl_s=0.6
+    )
+    durable = DurableRuntime(
+        rt, WallClock(), spec, state=Tally, metrics=Metrics(), leadership=lease,
+        on_lead=on_lead, on_step_down=on_step_down,
+    )  # fmt: skip
+    await rt.start()
+    try:
+        await durable.start()
+        runner = asyncio.create_task(durable.run())
+        try:
+            await eventually(lambda: durable.leading, 5, what="leading once the lease is held")
+            hung.hanging = True
+            await clock.advance(1.0)  # the refresh at 1 s hangs
+            await eventually(lambda: hung.entered == 1, 5, what="the refresh in flight")
+            await clock.advance(1.0)
+            assert durable.leading  # 2 s since the last refresh that succeeded
+            await clock.advance(1.0)
+            assert not durable.leading  # 3 s: by the clock, the refresh still in flight
+            await eventually(lambda: terms == ["lead", "down"], 5, what="stepped down")
+            await eventually(lambda: hung.cancelled == 1, 5, what="the refresh cancelled")
+        finally:
+            durable.stop()
+            await runner
+    finally:
+        await durable.close()
+        await rt.close()

@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from seedance.core import VirtualClock
+from seedance.core.kv import Lease
+from seedance.router import plan_leader
 from seedance.router.gateway import (
     GatewaySettings,
     LayoutConversion,
@@ -94,3 +97,18 @@ async def gateway(
     async with gw:
         await gw.wait_ready(timeout_s=60)
         yield gw
+
+
+@pytest.fixture
+def lease_held_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests that take the planner's lease by hand (`Lease.try_acquire`, no keeper running)
+    and move a clock whose sleep moves it a planning bin (15 s) at a time: a lease is lost by
+    its clock once its TTL (10 s) has passed since its last refresh, and a refresh's deadline
+    is a sleep on that clock (`seedance.core.kv.Lease`). What these tests check is the
+    planning and the handover by the key, not that deadline (tests/integration/bus/
+    test_lease.py), so the lease gets a virtual clock of its own that nothing moves."""
+
+    def by_hand(kv: Any, key: str, holder: str, clock: Any, ttl_s: float) -> Lease:
+        return Lease(kv, key, holder, VirtualClock(), ttl_s)
+
+    monkeypatch.setattr(plan_leader, "Lease", by_hand)

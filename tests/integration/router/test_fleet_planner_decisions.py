@@ -41,6 +41,9 @@ from seedance.router.settings import RouterSettings
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
 
+# The lease is taken by hand and the clock jumps by bins (conftest.lease_held_by_hand).
+pytestmark = pytest.mark.usefixtures("lease_held_by_hand")
+
 T0 = 1_767_225_600.0  # a bin edge (15 s bins)
 
 

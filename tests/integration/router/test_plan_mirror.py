@@ -28,6 +28,9 @@ from tests.integration.router.test_plan_leader import T0, _as, _Clock, _interval
 
 _ORIGIN = next(s for s in STREAMS if s.name == routing.STREAM)
 
+# The lease is taken by hand and the clock jumps by bins (conftest.lease_held_by_hand).
+pytestmark = pytest.mark.usefixtures("lease_held_by_hand")
+
 
 @pytest.fixture(autouse=True)
 async def fresh_streams(auth_url: str) -> None:

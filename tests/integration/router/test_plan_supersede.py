@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from seedance.core import Bus
 from seedance.core.kv import ensure_bucket
 from seedance.events import decode
@@ -24,6 +26,9 @@ from tests.integration.router.test_plan_leader import (
     _interval,
     _router,
 )
+
+# The lease is taken by hand and the clock jumps by bins (conftest.lease_held_by_hand).
+pytestmark = pytest.mark.usefixtures("lease_held_by_hand")
 
 
 async def _count(admin: Bus, subject: str) -> int:

@@ -8,12 +8,17 @@ JetStream publish on ``seedance.routing.<model>.observed.<fleet>``).
 
 from __future__ import annotations
 
+import pytest
+
 from seedance.core import Bus
 from seedance.events import decode, encode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.routing import PlanObservations
 from seedance.events.subjects import dlq, routing
 from tests.integration.router.test_plan_leader import T0, _as, _Clock, _router
+
+# The lease is taken by hand and the clock jumps by bins (conftest.lease_held_by_hand).
+pytestmark = pytest.mark.usefixtures("lease_held_by_hand")
 
 
 async def _letters(admin: Bus, since_seq: int) -> list[DeadLetter]:

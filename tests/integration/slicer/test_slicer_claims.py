@@ -4,7 +4,8 @@ items 3 and 5), against a real nats-server.
 Each test failed on the slicer before the change: a finish back-dated 4.9 s (inside the 5 s
 "claim skew" then honoured) placed the waiting tenant before its own submit; a submit at +4.9 s
 and a finish at -4.9 s gave the job a negative span (the ledger billed it nothing); an
-inventory for one node on another node's subject, or dated 290 s ahead, was taken as a fact.
+inventory for one node on another node's subject, or dated 290 s ahead, was taken as a fact;
+a trusted observer's report of an end before the waiting job's submit placed that job then.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from seedance.events.slicing import (
     Preempted,
     Unschedulable,
 )
-from seedance.events.subjects import dlq, jobs, telemetry
+from seedance.events.subjects import dlq, jobs, observed, telemetry
 from seedance.events.telemetry import NodeInventory, NodeState
 from seedance.slicer.service import SlicerService
+from seedance.testing.identities import as_user
 from seedance.testing.waits import eventually
 from tests.integration.slicer.test_slicer_service import (
     Decisions,
@@ -172,6 +174,38 @@ async def test_a_node_fact_dated_before_a_submit_never_places_or_ends_a_job_befo
         await d.wait(lambda: bool(of(d, Preempted, acme, "waiting")))
         (evicted,) = of(d, Preempted, acme, "waiting")
         assert evicted.at >= placed.at, "billing ended before it started"
+
+
+async def test_an_observers_back_dated_end_never_places_the_waiting_job_before_its_submit(
+    nats_url: str, tenants: tuple[Bus, Decisions, str, str], unique: str
+) -> None:
+    """A trusted observer (the replayer, with its shipped user) reports the holder's end at a
+    time after the holder was placed and before the waiting job was asked for: the release
+    keeps the report's time (the past it reports is billed there), the waiting job is placed
+    at its own submit, never before (billing starts at the placement)."""
+    bus, d, acme, globex = tenants
+    replayer = await Bus.connect(as_user(nats_url, "replayer"))
+    try:
+        async with slicer(nats_url, unique) as svc:
+            await live_node(bus, svc, f"n0-{unique}", 1)
+            await submit(bus, acme, "holder", now())
+            await d.wait(lambda: bool(of(d, Placement, acme, "holder")))
+            await submit(bus, globex, "waiting", now())
+            await d.wait(lambda: bool(of(d, Unschedulable, globex, "waiting")))
+            (held,) = of(d, Placement, acme, "holder")
+            (waited,) = of(d, Unschedulable, globex, "waiting")  # at its submit
+            assert held.at < waited.at
+            ended = held.at + (waited.at - held.at) / 2
+            report = JobFinished(id=new_event_id(), at=ended, job_id="holder", tenant=acme)
+            await replayer.publish(observed.subject(acme, "finished"), report)
+            await d.wait(lambda: bool(of(d, Placement, globex, "waiting")))
+            (placed,) = of(d, Placement, globex, "waiting")
+            (released,) = of(d, JobReleased, acme, "holder")
+            assert released.at == ended  # the observer's past, for what it observed
+            assert placed.at >= waited.at, "placed before its own submit"
+            assert placed.at == waited.at  # no later either: the GPU was free by then
+    finally:
+        await replayer.close()
 
 
 async def test_a_node_speaking_for_another_node_or_from_the_future_is_dead_lettered(

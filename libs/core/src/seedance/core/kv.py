@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final, NoReturn, TypeVar
 
 import nats.errors
 from nats.js import api as js_api
@@ -39,6 +39,7 @@ from seedance.core.drift import (
     stream_config,
 )
 from seedance.core.logs import get_logger
+from seedance.core.tasks import cancel_until_done
 from seedance.events.subjects import (
     BUCKETS,
     OBJECT_STORES,
@@ -64,6 +65,15 @@ log = get_logger(__name__)
 # JetStream's "wrong last sequence" codes: nats-py maps them to KeyWrongLastSequenceError on
 # update, but a delete with ``last=`` raises the plain BadRequestError that carries them.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
+_T = TypeVar("_T")
+
+
+class _Expired:
+    """What a lease's call returns when its deadline passed first (`Lease._before_deadline`)."""
+
+
+_EXPIRED: Final = _Expired()
+
 _UNREACHABLE = (
     nats.errors.ConnectionClosedError,
     nats.errors.TimeoutError,
@@ -334,6 +344,13 @@ class Lease:
     write, which came later), so a leader steps down no later than the key can expire when
     ``ttl_s`` is at most the bucket's TTL (each service's settings check that). A keeper that
     ended on the first timeout once left every replica of a pool on standby for good.
+
+    Leadership is lost by the clock, not by the bus: ``held`` is False (and the lease marked
+    lost, ``acquired`` cleared) as soon as ``ttl_s`` has passed since the last write that
+    succeeded, whoever asks and whatever call is in flight; and a refresh call is bounded by
+    the time the lease has left (on the injected clock), then cancelled. A refresh that hung
+    (a server stalled, a half-open connection) once kept a leader believing it led until the
+    call returned, while a standby already held the key.
     """
 
     def __init__(self, kv: KeyValue, key: str, holder: str, clock: Clock, ttl_s: float) -> None:
@@ -350,12 +367,18 @@ class Lease:
 
     @property
     def held(self) -> bool:
+        """Whether we lead now: the key is ours and ``ttl_s`` has not passed since the last
+        write that succeeded. Asking after that deadline loses the lease (``ttl_passed``), so
+        ``acquired`` is never left set while this is False."""
+        if self._revision is not None and self._left_s() <= 0:
+            self._lose("ttl_passed")
         return self._revision is not None
 
     async def try_acquire(self) -> bool:
         """Refresh the key if held, else create it if absent; whether we hold it now. A bus
         error is raised (`keep` logs it and tries again at its next period)."""
-        if self._revision is not None:
+        if self.held:
+            assert self._revision is not None
             return await self._refresh(self._revision)
         sent_s = self._clock.monotonic()
         try:
@@ -370,21 +393,51 @@ class Lease:
     async def _refresh(self, revision: int) -> bool:
         sent_s = self._clock.monotonic()
         try:
-            self._revision = await self._kv.update(self._key, self._holder, last=revision)
+            written = await self._before_deadline(
+                self._kv.update(self._key, self._holder, last=revision)
+            )
         except KeyWrongLastSequenceError:
             # Moved on: by another holder, or by our own refresh whose reply was lost (it
             # landed, then the call timed out). Only the key can tell which.
             try:
-                entry = await self._kv.get(self._key)
+                entry = await self._before_deadline(self._kv.get(self._key))
             except (KeyNotFoundError, KeyDeletedError):
                 entry = None
+            if isinstance(entry, _Expired) or not self.held:
+                return False
             if entry is None or entry.value != self._holder or entry.revision is None:
                 self._lose("taken")
                 return False
-            self._revision = entry.revision  # ours; its write time unknown: the deadline stays
-            return True
+            # Ours, but when that write landed is unknown, so the deadline stays where it was:
+            # write again now, at that revision, for a deadline the clock can count from.
+            return await self._refresh(entry.revision)
+        if isinstance(written, _Expired) or not self.held:
+            return False
+        self._revision = written
         self._written_s = sent_s
         return True
+
+    async def _before_deadline(self, call: Awaitable[_T]) -> _T | _Expired:
+        """`call`'s result, or `_EXPIRED` (the lease lost, the call cancelled) once ``ttl_s``
+        has passed since the last write that succeeded: on the injected clock, so a virtual
+        clock moves this deadline as it moves the lease's. The call's own errors propagate."""
+        call_task = asyncio.ensure_future(call)
+        deadline = asyncio.ensure_future(self._clock.sleep(max(0.0, self._left_s())))
+        try:
+            await asyncio.wait((call_task, deadline), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Nothing left running, a cancelled keeper's included (nats-py can swallow one
+            # cancel of a publish: `seedance.core.tasks`).
+            await cancel_until_done((deadline, call_task))
+        if call_task.cancelled() or self._left_s() <= 0:
+            # A reply in the deadline's very instant came too late too: the key may already
+            # be another's.
+            if not call_task.cancelled():
+                call_task.exception()  # read, so that no error is reported as never retrieved
+            if self._revision is not None:
+                self._lose("ttl_passed")
+            return _EXPIRED
+        return call_task.result()
 
     def _lose(self, why: str) -> None:
         log.warning("lease_lost", key=self._key, reason=why)
@@ -403,12 +456,10 @@ class Lease:
                 try:
                     await self.try_acquire()
                 except TRANSIENT_BUS_ERRORS as err:
-                    if self.held and self._left_s() <= 0:
-                        self._lose("ttl_passed")
-                    else:
-                        log.warning("lease_refresh_failed", key=self._key, error=repr(err))
-                    if self.held:  # try again before the key could have expired
-                        wait_s = max(0.0, min(wait_s, self._left_s()))
+                    log.warning("lease_refresh_failed", key=self._key, error=repr(err))
+                if self.held:  # (asking loses it once its TTL has passed)
+                    # Try again before the key could have expired (a slow or failed refresh).
+                    wait_s = max(0.0, min(wait_s, self._left_s()))
                 await self._clock.sleep(wait_s)
         finally:
             await self.release()

@@ -19,7 +19,10 @@ preemption), so downstream (the cost-ledger) bills only trusted time. The decide
 the latest time decided at where it is earlier (`SlicerState.decide_at`) for every event but an
 observer's (`is_observed`), which reports what happened in a cluster at its time, the past
 included (a replayed job is billed where it ran): an inventory dated before a waiting job's
-submit once placed it before that submit. In a
+submit once placed it before that submit. What such a report decides about a job submitted
+later (the waiting job its reported end frees GPUs for) is dated at that job's own submit at
+the earliest: the per-job floor (`Scheduler.decided_at_s`, applied where the decider stamps
+its decisions). In a
 fleet replayed in virtual time (`request_clock=replay`) the server's clock is not the fleet's,
 so a tenant's request happens at the latest trusted time seen instead: "now" in the replay.
 

@@ -472,7 +472,10 @@ class PlacementQueue:
                 out.append(JobUnschedulable(job.job_id, reason, now_s, res.detail))
             return False
         self._dequeue(job.job_id)
-        self._running[job.job_id] = RunningRecord(job, res, now_s, pend.submitted_s, pend.seq)
+        # Never started before it was asked for (a trusted observer's report of the past may
+        # free the GPUs it takes): its own submit is its floor (`Scheduler.decided_at_s`).
+        at_s = max(now_s, pend.submitted_s)
+        self._running[job.job_id] = RunningRecord(job, res, at_s, pend.submitted_s, pend.seq)
         self._held_milli += job.request.gpu_milli_total * job.replicas
         for p in res:
             self._on_node[p.node].add(job.job_id)
@@ -480,7 +483,7 @@ class PlacementQueue:
         # The tenant's higher-priority shapes that failed may evict this job now.
         for s in [s for s in self._failed if s[3] == job.tenant and s[2] > job.priority]:
             self._failed.forget(s)
-        out.append(JobPlaced(job.job_id, res, now_s, now_s - pend.submitted_s))
+        out.append(JobPlaced(job.job_id, res, at_s, at_s - pend.submitted_s))
         return True
 
     def _release(self, run: RunningRecord) -> None:

@@ -25,6 +25,7 @@ from typing import Self
 from seedance.slicer.core.admission import Admission
 from seedance.slicer.core.capacity_plan import PoolPlan
 from seedance.slicer.core.draining import Moves
+from seedance.slicer.core.effects import Effect, Ended, Evicted, Placed, ShareSet, Waiting
 from seedance.slicer.core.entries import (
     Globals,
     JobEntry,
@@ -257,6 +258,23 @@ class SchedulerState:
         )
 
     # -- views ------------------------------------------------------------------------------
+    def decided_at_s(self, effect: Effect, now_s: float) -> float:
+        """When `effect`, caused by an input at trusted time `now_s`, is decided: never before
+        the trusted submit time of the job it is about (a per-job floor, keyed by tenant and
+        job), whatever the input. Only a trusted observer's report can be dated before a
+        waiting job's submit (every other input is floored at the latest time decided at,
+        which every submit is): it keeps its time for what it reports, and the waiting job it
+        frees GPUs for is placed when it was asked for at the earliest, not in the past.
+        Answers to a request (`Refused`, `RejectedInput`) and node or pool decisions keep
+        `now_s`."""
+        if isinstance(effect, Ended):
+            floor_s = effect.submitted_s
+        elif isinstance(effect, Placed | Waiting | Evicted | ShareSet):
+            floor_s = self._submitted_s.get(effect.job.key)
+        else:
+            floor_s = None
+        return now_s if floor_s is None else max(now_s, floor_s)
+
     @property
     def node_names(self) -> list[str]:
         return [n.name for n in self._nodes]
