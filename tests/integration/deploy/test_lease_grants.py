@@ -22,6 +22,7 @@ from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings
 from seedance.core.kv import Lease, ensure_bucket, provision
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.subjects import fleet_plan_consumer, routing
 from seedance.sdk import SeedanceClient
 from tests.integration.conftest import shipped_password
@@ -202,7 +203,7 @@ async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_buc
         json.dumps({"name": LEASES, "allow_direct": True}).encode(),
     )
     client = await SeedanceClient.connect(
-        auth_url, user="admin", password=shipped_password("admin")
+        auth_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
     )
     try:
         assert [str(c) for c in await client.provision()] == [

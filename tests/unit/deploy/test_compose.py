@@ -439,19 +439,20 @@ def test_nats_client_port_is_on_loopback_unless_the_operator_opens_it(
     assert opened == [("nats", spec)]
 
 
-def test_the_operator_provisions_every_stream_before_any_seedance_service_starts(
+def test_the_provisioner_provisions_every_stream_before_any_seedance_service_starts(
     compose: dict[str, Any],
 ) -> None:
     """docs/security.md: the first creator of a missing stream chooses its whole configuration,
-    so every service that connects as a service user waits for the operator's one-shot
+    so every service that connects as a service user waits for the provisioner's one-shot
     `seedance admin provision` to have exited 0; it runs from an image that has the CLI."""
     services_ = compose["services"]
     provision = services_["provision"]
     assert provision["command"] == ["seedance", "admin", "provision"]
     assert provision["restart"] == "no"
     env = provision["environment"]
-    assert (env["NATS_USER"], env["NATS_URL"]) == ("admin", "nats://nats:4222")
-    assert env["NATS_PASSWORD"] == services_["nats"]["environment"]["NATS_PASSWORD_ADMIN"]
+    # the shipped provisioner, never the unrestricted operator
+    assert (env["NATS_USER"], env["NATS_URL"]) == ("provisioner", "nats://nats:4222")
+    assert env["NATS_PASSWORD"] == services_["nats"]["environment"]["NATS_PASSWORD_PROVISIONER"]
     image = provision["image"].split("/", 1)[1].split(":", 1)[0]
     project = tomllib.loads((REPO / "services" / image / "pyproject.toml").read_text())
     assert "seedance-gpu-sdk" in project["project"]["dependencies"], image  # the `seedance` CLI

@@ -41,6 +41,7 @@ from seedance.events.permissions import (
     service_user,
     tenant_user,
 )
+from seedance.events.provision_permissions import provisioner_user
 
 __all__ = [
     "CALLOUT_ISSUER_VAR",
@@ -111,8 +112,9 @@ def users(
     replay_nodes: Iterable[str] = (),
     shared_node_users: bool = True,
 ) -> list[User]:
-    """Every static user: the declared identities, the listed tenants and operators, and the
-    callout service's user when auth callout is on; one ``node-<node>`` user per listed node,
+    """Every static user: the declared identities, the provisioner (`seedance admin
+    provision`), the listed tenants and operators, and the callout service's user when auth
+    callout is on; one ``node-<node>`` user per listed node,
     the ``telemetry-replayer`` for the replay's nodes when there are any; and the shared node
     users (``telemetry-collector``, ``node-agent``: any node's telemetry) only while
     ``shared_node_users`` (a cluster moving to per-node credentials, docs/security.md)."""
@@ -120,6 +122,7 @@ def users(
     if not callout:
         skip.add(CALLOUT_USER)
     out = [service_user(name) for name in IDENTITIES if name not in skip]
+    out.append(provisioner_user())
     replay = tuple(replay_nodes)
     if replay:
         out.append(telemetry_replayer_user(replay))
