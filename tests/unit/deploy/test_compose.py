@@ -541,3 +541,29 @@ def test_the_image_check_names_each_kind_of_unobtainable_image(compose: dict[str
     assert "as ['router', 'slicer'] do" in why["slicer"]
     assert "no public registry" in why["prometheus"]
     assert "unpinned" in why["grafana"]
+
+
+def pulled_own_images(services_: dict[str, Any]) -> list[str]:
+    """Services whose image is Seedance's own (``seedance/<name>`` under the default prefix)
+    and that compose may pull: any pull_policy but ``never``."""
+    return sorted(
+        name
+        for name, svc in services_.items()
+        if interpolate(svc["image"], {}).startswith("seedance/")
+        and svc.get("pull_policy") != "never"
+    )
+
+
+def test_no_seedance_image_is_ever_pulled(compose: dict[str, Any]) -> None:
+    """A plain `up` (no --build) under the default pull_policy first asked a registry for
+    docker.io/seedance/<service>, a name anyone may register there, and ran what it got:
+    every service on a Seedance image, those that build it included, never pulls."""
+    services_ = compose["services"]
+    own = {n for n, s in services_.items() if interpolate(s["image"], {}).startswith("seedance/")}
+    assert own == {"provision", CALLOUT_USER, *SERVICES}
+    assert pulled_own_images(services_) == []
+    broken = json.loads(json.dumps(services_))
+    del broken["slicer"]["pull_policy"]
+    broken["router"]["pull_policy"] = "build"  # podman-compose then creates with --pull=missing
+    broken["provision"]["pull_policy"] = "missing"
+    assert pulled_own_images(broken) == ["provision", "router", "slicer"]
