@@ -14,10 +14,8 @@ connection's error callback.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest_asyncio
 from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings
@@ -38,19 +36,6 @@ class _Clock:
 
     async def sleep(self, s: float) -> None:  # a Lease only sleeps in keep()
         raise AssertionError("not used")
-
-
-@pytest_asyncio.fixture
-async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(
-        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"), name="admin")
-    )
-    await bus.ensure_streams()
-    await ensure_bucket(bus, "seedance-leases")
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 async def test_a_slicer_holds_its_own_leases_and_never_a_router_fleets(
