@@ -141,10 +141,10 @@ def users(
 ) -> list[User]:
     """Every static user: the declared identities, the provisioner (`seedance admin
     provision`), the listed tenants and operators, and the callout service's user when auth
-    callout is on; one ``node-<node>`` user per listed node,
-    the ``telemetry-replayer`` for the replay's nodes when there are any; and the shared node
-    users (``telemetry-collector``, ``node-agent``: any node's telemetry) only while
-    ``shared_node_users`` (a cluster moving to per-node credentials, docs/security.md)."""
+    callout is on; one ``node-<node>`` user per listed node, the ``telemetry-replayer`` for the
+    replay's nodes when there are any; and the shared node users (``telemetry-collector``,
+    ``node-agent``: any node's telemetry) only while ``shared_node_users`` (a cluster moving to
+    per-node credentials, docs/security.md)."""
     skip = set() if shared_node_users else set(NODE_AGENTS)
     if not callout:
         skip.add(CALLOUT_USER)

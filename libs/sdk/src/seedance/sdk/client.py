@@ -199,9 +199,9 @@ class SeedanceClient:
 
     async def provision(self) -> list[Change]:
         """Converge every catalogue stream, KV bucket and object store to the catalogue (needs
-        an operator's credentials; services only create what is missing): missing streams,
-        buckets and stores created, drifted ones updated (a planted source removed), a mirror
-        whose origin or filter differs re-created from its origin. What it changed
+        the provisioner's or an operator's credentials; services create nothing): missing
+        streams, buckets and stores created, drifted ones updated (a planted source removed), a
+        mirror whose origin or filter differs re-created from its origin. What it changed
         (`seedance.core.kv.provision`).
         """
         return await provision(self._bus)

@@ -232,9 +232,8 @@ def provision(url: str, user: str, password: str) -> None:
     """What a deployment runs before any service starts (compose's one-shot ``provision``, the
     Kubernetes Job ``seedance-provision``): `seedance admin provision` as ``user`` (the
     provisioner, or an operator), which creates every catalogue stream, KV bucket and object
-    store; no service user may
-    (docs/security.md). On a thread of its own, so that code inside an event loop (an async
-    fixture, a bench) may call it too."""
+    store; no service user may (docs/security.md). On a thread of its own, so that code inside
+    an event loop (an async fixture, a bench) may call it too."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
