@@ -10,7 +10,10 @@ differs from a fresh render.
     python tools/gen/gen_nats_auth.py                 # write both files
     python tools/gen/gen_nats_auth.py --check         # exit 1 on drift
     python tools/gen/gen_nats_auth.py --check-env F   # every NATS_PASSWORD_* in env file F (or the
-                                                  # environment, with '-') follows the rule
+                                                  # environment, with '-') follows the rule and,
+                                                  # where NATS_PUBLISH_IP opens NATS beyond the
+                                                  # loopback, is no public dev-<user> default
+                                                  # (on the loopback: a warning)
     python tools/gen/gen_nats_auth.py --new-password  # print a password that follows the rule
 """
 
@@ -68,7 +71,10 @@ def main() -> int:
         print(nats_config.new_password())
         return 0
     if args.check_env:
-        problems = _choices().password_problems(_env(args.check_env))
+        env = _env(args.check_env)
+        for w in _choices().password_warnings(env):
+            print(f"warning: {w}", file=sys.stderr)
+        problems = _choices().password_problems(env)
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0

@@ -40,13 +40,20 @@ class ShippedUser:
         return named()
 
 
-async def connect_shipped(url: str, user: str) -> ShippedUser:
+async def connect_shipped(url: str, user: str, *, inbox_prefix: str = "_INBOX") -> ShippedUser:
+    """``inbox_prefix``: the user's own where it may not subscribe to ``_INBOX.>`` (a tenant's,
+    the provisioner's), else its replies never arrive and every probe reads as a time-out."""
     errors: list[str] = []
 
     async def on_error(e: Exception) -> None:
         errors.append(str(e))
 
     nc = await nats.connect(
-        url, user=user, password=shipped_password(user), error_cb=on_error, name=user
+        url,
+        user=user,
+        password=shipped_password(user),
+        error_cb=on_error,
+        name=user,
+        inbox_prefix=inbox_prefix,
     )
     return ShippedUser(nc, errors)

@@ -34,15 +34,6 @@ async def _connect(url: str, user: str) -> Bus:
 
 
 @pytest_asyncio.fixture
-async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    bus = await _connect(auth_url, "admin")
-    try:
-        yield bus
-    finally:
-        await bus.close()
-
-
-@pytest_asyncio.fixture
 async def slicer(auth_url: str) -> AsyncIterator[Bus]:
     bus = await _connect(auth_url, "slicer")
     try:

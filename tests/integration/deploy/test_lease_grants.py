@@ -14,14 +14,13 @@ connection's error callback.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest_asyncio
 from nats.js import api as js_api
 
 from seedance.core import Bus, BusSettings, VirtualClock
 from seedance.core.kv import Lease, ensure_bucket, provision
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.subjects import fleet_plan_consumer, routing
 from seedance.sdk import SeedanceClient
 from tests.integration.conftest import shipped_password
@@ -31,17 +30,6 @@ JS = "$JS.API"
 LEASES = "KV_seedance-leases"
 
 
-@pytest_asyncio.fixture
-async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(
-        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"), name="admin")
-    )
-    await bus.ensure_streams()
-    await ensure_bucket(bus, "seedance-leases")
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 async def test_a_slicer_holds_its_own_leases_and_never_a_router_fleets(
@@ -194,7 +182,7 @@ async def test_an_operator_s_provision_turns_on_direct_gets_of_an_old_leases_buc
         json.dumps({"name": LEASES, "allow_direct": True}).encode(),
     )
     client = await SeedanceClient.connect(
-        auth_url, user="admin", password=shipped_password("admin")
+        auth_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
     )
     try:
         assert [str(c) for c in await client.provision()] == [

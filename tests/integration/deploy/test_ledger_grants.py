@@ -13,9 +13,6 @@ and deletes its own readers.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
 
 from seedance.core import Bus, BusSettings
 from seedance.core.reader import PullReader
@@ -30,16 +27,6 @@ IN = ledger.IN_STREAM
 
 async def _bus(url: str, user: str) -> Bus:
     return await Bus.connect(BusSettings(url=url, user=user, password=shipped_password(user)))
-
-
-@pytest_asyncio.fixture
-async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    bus = await _bus(auth_url, "admin")
-    await bus.ensure_streams()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 async def _refuses_every_verb(user: ShippedUser, name: str) -> None:

@@ -1,6 +1,7 @@
-"""No shipped user but the operator creates a stream, KV bucket or object store (review 3), and
-a service that finds one missing waits for the operator's `seedance admin provision`, under the
-shipped users (deploy/auth) on a real nats-server.
+"""No shipped user but the operator and the provisioner creates a stream, KV bucket or object
+store (review 3), and a service that finds one missing waits for `seedance admin provision` (as
+the provisioner, which may create the catalogue's streams and nothing else:
+test_provisioner.py), under the shipped users (deploy/auth) on a real nats-server.
 
 nats-server checks a creator's read permissions no more than an updater's: with
 ``STREAM.CREATE`` of SEEDANCE_JOBS, a node agent that found it missing created it with a
@@ -29,6 +30,7 @@ from seedance.core.kv import ensure_bucket
 from seedance.core.service import ServiceRuntime
 from seedance.events import new_event_id
 from seedance.events.codec import encode
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, jobs, slicing
 from seedance.testing import identities
@@ -109,8 +111,8 @@ async def test_no_shipped_user_but_the_operator_creates_a_stream_bucket_or_store
     bare_url: str,
 ) -> None:
     """Every shipped user (services, the replayers, the callout, tenants) is refused each
-    creation by name, and nothing was created."""
-    names = [u for u in identities.users() if u != OPERATOR]
+    creation by name, and nothing was created. The provisioner's creations are its job."""
+    names = [u for u in identities.users() if u not in (OPERATOR, PROVISIONER)]
     users = [await connect_shipped(bare_url, u) for u in names]
     try:
         refused = await asyncio.gather(*(_refusals(u) for u in users))
@@ -198,7 +200,7 @@ async def test_a_service_waits_for_provision_then_starts_and_loses_no_event(
             assert await _status(runtime, "/readyz") == 503
             assert await _status(runtime, "/healthz") == 200
 
-            await asyncio.to_thread(provision, bare_url, OPERATOR, shipped_password(OPERATOR))
+            await asyncio.to_thread(provision, bare_url, PROVISIONER, shipped_password(PROVISIONER))
             placement = Placement(
                 id=new_event_id(), at=datetime.now(UTC), job_id="early", tenant="acme",
                 node="n1", gpu_model="T4", kind=PlacementKind.WHOLE,
@@ -267,7 +269,7 @@ async def test_a_service_waiting_for_a_bucket_is_not_ready(provisioned_url: str)
             assert await _status(runtime, "/healthz") == 200
 
             await asyncio.to_thread(
-                provision, provisioned_url, OPERATOR, shipped_password(OPERATOR)
+                provision, provisioned_url, PROVISIONER, shipped_password(PROVISIONER)
             )
             await asyncio.wait_for(binding, 20.0)
             assert runtime.ready()

@@ -9,7 +9,8 @@ nothing copied) and on the config shipped before (``fixtures/nats-auth-stream-up
 where it succeeds, so the probe is one that catches the grant.
 
 A service finding a drifted stream logs ``stream_config_drift`` and starts; one carrying a
-planted copy refuses to start naming it; an operator's `seedance admin provision` converges both.
+planted copy refuses to start naming it; `seedance admin provision` (as the shipped provisioner)
+converges both.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from seedance.core.drift import stream_config
 from seedance.core.errors import StartRefused
 from seedance.core.kv import ensure_bucket, ensure_object_store, provision
 from seedance.core.service import ServiceRuntime
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, routing, slicing
 from seedance.sdk import SeedanceClient
 from seedance.testing.servers import auth_server
@@ -303,7 +305,7 @@ async def test_a_service_starts_on_drifted_streams_and_provision_converges_them(
     assert "seedance admin provision" in drifts["SEEDANCE_TELEMETRY"]["fix"]
 
     async with await SeedanceClient.connect(
-        fresh_url, user="admin", password=shipped_password("admin")
+        fresh_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
     ) as client:
         changes = [str(c) for c in await client.provision()]
         assert changes == [
@@ -354,7 +356,7 @@ async def test_a_planted_source_refuses_the_start_until_provision_removes_it(
     assert "source SEEDANCE_JOBS" in line["planted"][0]
 
     async with await SeedanceClient.connect(
-        fresh_url, user="admin", password=shipped_password("admin")
+        fresh_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
     ) as client:
         assert [str(c) for c in await client.provision()] == [
             f"updated: stream {routing.STREAM} (sources)"
@@ -393,7 +395,7 @@ async def test_a_republish_made_before_the_service_refuses_it_and_limits_are_dri
         "republish",
     ]
     async with await SeedanceClient.connect(
-        fresh_url, user="admin", password=shipped_password("admin")
+        fresh_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
     ) as client:
         assert len(await client.provision()) == 1
         assert await client.provision() == []
@@ -422,7 +424,7 @@ async def test_a_bucket_with_a_planted_source_is_refused_and_converged(
         with pytest.raises(StartRefused, match="KV_seedance-leases"):
             await ensure_bucket(slicer, "seedance-leases")
         async with await SeedanceClient.connect(
-            fresh_url, user="admin", password=shipped_password("admin")
+            fresh_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
         ) as client:
             assert [str(c) for c in await client.provision()] == [
                 "updated: stream KV_seedance-leases (sources)"
@@ -454,7 +456,7 @@ async def test_what_services_create_is_what_provision_wants(
             await ensure_object_store(admin, name)
     assert [(e["stream"], e["fields"]) for e in logs if e["event"] == "stream_config_drift"] == []
     async with await SeedanceClient.connect(
-        fresh_url, user="admin", password=shipped_password("admin")
+        fresh_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
     ) as client:
         assert await client.provision() == []
 
@@ -467,7 +469,7 @@ async def test_provision_on_an_empty_server_leaves_services_nothing_to_create(
     then reports drift), and a second run changes nothing: no service is ever the first creator
     of a stream (docs/security.md)."""
     async with await SeedanceClient.connect(
-        fresh_url, user="admin", password=shipped_password("admin")
+        fresh_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
     ) as client:
         changes = await client.provision()
         created = {c.stream for c in changes if c.action == "created"}

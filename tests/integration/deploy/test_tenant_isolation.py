@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import pytest
 from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
-from seedance.core import Bus, BusSettings
+from seedance.core import Bus
 from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
@@ -90,17 +90,6 @@ def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subproces
                 p.kill()
                 p.wait()
             print(f"--- {name}.log\n{(tmp_path / f'{name}.log').read_text()[-3000:]}")
-
-
-@pytest.fixture
-async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(
-        BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
-    )
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 async def tenant_client(url: str, tenant: str) -> SeedanceClient:

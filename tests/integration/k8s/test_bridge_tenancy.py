@@ -73,13 +73,6 @@ def tenant_bus(url: str, tenant: str) -> contextlib.AbstractAsyncContextManager[
 
 
 @pytest.fixture
-async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    async with connected(auth_url, "admin") as bus:
-        await bus.ensure_streams()
-        yield bus
-
-
-@pytest.fixture
 async def env(
     kube_api: KubeApiServer, admin: Bus, unique: str, tmp_path: Path, auth_url: str
 ) -> AsyncIterator[Env]:

@@ -29,19 +29,9 @@ from seedance.k8s_bridge.replica_sync import ReplicaSync
 from seedance.k8s_bridge.service import BridgeService
 from seedance.testing.kube_api import KubeApiServer, seed
 from seedance.testing.waits import eventually
-from tests.integration.k8s.bridge import SYSTEM, bridge, shipped
+from tests.integration.k8s.bridge import SYSTEM, bridge
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(shipped(auth_url, "admin"))
-    try:
-        await bus.ensure_streams()
-        yield bus
-    finally:
-        await bus.close()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import msgspec
@@ -33,25 +32,12 @@ from seedance.reports.summary import IDLE_KEY, summarize
 from seedance.sdk import PermissionRefused, SeedanceClient
 from seedance.sdk.allocation import AllocationRefused
 from seedance.sdk.cli import invoke as seedance_cli
-from seedance.testing.servers import shipped_auth_server
 from seedance.testing.waits import eventually
 from seedance.testing.workloads import read_stream, workload
 from tests.conftest import serving
+from tests.integration.conftest import shipped_password as password
 
 CONFIG = core.LedgerConfig(retention_windows=288)
-
-
-def password(user: str) -> str:
-    return f"test-{user}-secret"
-
-
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    server = shipped_auth_server(password)
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 def replica(url: str, name: str) -> tuple[LedgerService, AllocationApi]:
@@ -69,16 +55,6 @@ async def connect(url: str, user: str) -> SeedanceClient:
     return await SeedanceClient.connect(url, user=user, password=password(user))
 
 
-@pytest.fixture
-async def admin(url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(BusSettings(url=url, user="admin", password=password("admin")))
-    await bus.ensure_streams()
-    try:
-        yield bus
-    finally:
-        await bus.close()
-
-
 def offline(msgs: list[Any], as_of_seq: int) -> Any:
     """The reports' offline path: the stream's messages 1..``as_of_seq``, summed by tenant."""
     held = [m for m in msgs if m.metadata.sequence.stream <= as_of_seq]
@@ -87,12 +63,12 @@ def offline(msgs: list[Any], as_of_seq: int) -> Any:
 
 
 async def test_allocations_during_a_replay_match_the_stream_and_then_recompute(
-    url: str, admin: Bus
+    auth_url: str, admin: Bus
 ) -> None:
     wl = workload(3000, nodes=8, seed=21)
-    a, a_api = replica(url, "alloc-a")
-    b, b_api = replica(url, "alloc-b")
-    async with serving(a), serving(b), await connect(url, "admin") as op:
+    a, a_api = replica(auth_url, "alloc-a")
+    b, b_api = replica(auth_url, "alloc-b")
+    async with serving(a), serving(b), await connect(auth_url, "admin") as op:
         chunk = len(wl.events) // 6
         during: list[AllocationAnswer] = []
         for i in range(0, len(wl.events), chunk):
@@ -146,11 +122,11 @@ async def test_allocations_during_a_replay_match_the_stream_and_then_recompute(
 
 
 async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fleets(
-    url: str, admin: Bus, capsys: pytest.CaptureFixture[str]
+    auth_url: str, admin: Bus, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wl = workload(1200, nodes=6, seed=22)
-    service, _ = replica(url, "alloc-t")
-    async with serving(service), await connect(url, "tenant-acme") as acme:
+    service, _ = replica(auth_url, "alloc-t")
+    async with serving(service), await connect(auth_url, "tenant-acme") as acme:
         await admin.publish_many(wl.events)
         last_in = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
 
@@ -174,17 +150,17 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
         assert bad.value.parameter == "include_idle"
         code_bad = await asyncio.to_thread(
             seedance_cli,
-            ["--nats-url", url, "--user", "tenant-acme", "--password", password("tenant-acme"),
+            ["--nats-url", auth_url, "--user", "tenant-acme", "--password", password("tenant-acme"),
              "costs", "allocation", "--tenant", "acme", "--window", "a week"],
         )  # fmt: skip
         capsys.readouterr()
         code = await asyncio.to_thread(
             seedance_cli,
-            ["--nats-url", url, "--user", "tenant-acme", "--password", password("tenant-acme"),
+            ["--nats-url", auth_url, "--user", "tenant-acme", "--password", password("tenant-acme"),
              "costs", "allocation", "--tenant", "acme", "--window", "30d", "--json"],
         )  # fmt: skip
         printed = capsys.readouterr().out
-        async with await connect(url, "admin") as op:
+        async with await connect(auth_url, "admin") as op:
             fleet = await op.allocation("30d", include_idle=True, aggregate="node")
 
     mine = [e for e in lines if e.kind == "usage" and e.tenant == "acme"]
@@ -211,13 +187,13 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
 
 
 async def test_a_window_out_of_bounds_is_refused_naming_it_and_the_api_answers_on(
-    url: str, admin: Bus
+    auth_url: str, admin: Bus
 ) -> None:
     # `999999d` once resolved to the year -711: the answer's task crashed and the asker got
     # no reply at all (a timeout), while other requests went on being answered.
     wl = workload(300, nodes=2, seed=23)
-    service, api = replica(url, "alloc-w")
-    async with serving(service), await connect(url, "tenant-acme") as acme:
+    service, api = replica(auth_url, "alloc-w")
+    async with serving(service), await connect(auth_url, "tenant-acme") as acme:
         await admin.publish_many(wl.events)
 
         async def some_costs() -> bool:

@@ -14,11 +14,9 @@ once the replay ends.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-import pytest_asyncio
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
 from seedance.core.mirror import mirror_behind
@@ -44,16 +42,6 @@ _COPIED_S = 60.0
 
 async def _bus(url: str, user: str) -> Bus:
     return await Bus.connect(BusSettings(url=url, user=user, password=shipped_password(user)))
-
-
-@pytest_asyncio.fixture
-async def admin(auth_url: str) -> AsyncIterator[Bus]:
-    bus = await _bus(auth_url, "admin")
-    await bus.ensure_streams()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 def _placement(i: int) -> Placement:

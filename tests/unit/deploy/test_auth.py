@@ -26,6 +26,7 @@ from seedance.events.permissions import (
     declaration_permissions,
     key_grant_subjects,
 )
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.stores import SLICING_POLICY_KEY
 from seedance.events.subjects import (
     BUCKETS,
@@ -232,11 +233,12 @@ def _covers(pattern: str, subject: str) -> bool:
 def test_no_user_but_operators_creates_a_stream_bucket_or_store() -> None:
     """Review 3: nats-server does not check a creator's read grants either, so whoever creates
     a missing stream chooses its republish, mirror or sources. Only operators (`seedance admin
-    provision`) create; every service, node, replayer and tenant user only inspects."""
+    provision`) and the provisioner (its one job: test_provisioner_grants.py) create; every
+    service, node, replayer and tenant user only inspects."""
     names = [s.name for s in STREAMS] + [f"KV_{b}" for b in BUCKETS]
     names += [f"OBJ_{o}" for o in OBJECT_STORES]
     creates = [f"$JS.API.STREAM.CREATE.{n}" for n in names]
-    users = [u for u in auth_choices().users() if not u.unrestricted]
+    users = [u for u in auth_choices().users() if not u.unrestricted and u.name != PROVISIONER]
     users += [permissions.service_user(n) for n in IDENTITIES]
     users += [node_user("gpu-node-1"), permissions.tenant_user("acme")]
     for user in users:
@@ -248,9 +250,10 @@ def test_no_user_but_operators_creates_a_stream_bucket_or_store() -> None:
 def test_no_service_user_changes_or_deletes_a_stream() -> None:
     """Review 1: nats-server does not check an updater's read grants for a stream's sources or
     mirror, so STREAM.UPDATE let a service copy what it may not read into what it may. Only
-    operators (unrestricted) change streams; every other static user only inspects."""
+    operators (unrestricted) and the provisioner change streams; every other static user only
+    inspects."""
     for user in auth_choices().users():
-        if user.unrestricted:
+        if user.unrestricted or user.name == PROVISIONER:
             continue
         changes = [
             s
@@ -366,7 +369,10 @@ def test_users_yaml_with_a_service_or_a_wrong_type_is_refused_naming_it() -> Non
     with pytest.raises(PermissionsError, match="tenants: a list of tenant ids"):
         nats_config.AuthChoices.from_document({"tenants": "acme"})
     empty = nats_config.AuthChoices.from_document(None)
-    assert [u.name for u in empty.users()] == [n for n in IDENTITIES if n != "auth-callout"]
+    assert [u.name for u in empty.users()] == [
+        *(n for n in IDENTITIES if n != "auth-callout"),
+        PROVISIONER,
+    ]
     assert "auth_callout {" not in empty.render()
 
 

@@ -439,19 +439,20 @@ def test_nats_client_port_is_on_loopback_unless_the_operator_opens_it(
     assert opened == [("nats", spec)]
 
 
-def test_the_operator_provisions_every_stream_before_any_seedance_service_starts(
+def test_the_provisioner_provisions_every_stream_before_any_seedance_service_starts(
     compose: dict[str, Any],
 ) -> None:
     """docs/security.md: the first creator of a missing stream chooses its whole configuration,
-    so every service that connects as a service user waits for the operator's one-shot
+    so every service that connects as a service user waits for the provisioner's one-shot
     `seedance admin provision` to have exited 0; it runs from an image that has the CLI."""
     services_ = compose["services"]
     provision = services_["provision"]
     assert provision["command"] == ["seedance", "admin", "provision"]
     assert provision["restart"] == "no"
     env = provision["environment"]
-    assert (env["NATS_USER"], env["NATS_URL"]) == ("admin", "nats://nats:4222")
-    assert env["NATS_PASSWORD"] == services_["nats"]["environment"]["NATS_PASSWORD_ADMIN"]
+    # the shipped provisioner, never the unrestricted operator
+    assert (env["NATS_USER"], env["NATS_URL"]) == ("provisioner", "nats://nats:4222")
+    assert env["NATS_PASSWORD"] == services_["nats"]["environment"]["NATS_PASSWORD_PROVISIONER"]
     image = provision["image"].split("/", 1)[1].split(":", 1)[0]
     project = tomllib.loads((REPO / "services" / image / "pyproject.toml").read_text())
     assert "seedance-gpu-sdk" in project["project"]["dependencies"], image  # the `seedance` CLI
@@ -540,3 +541,29 @@ def test_the_image_check_names_each_kind_of_unobtainable_image(compose: dict[str
     assert "as ['router', 'slicer'] do" in why["slicer"]
     assert "no public registry" in why["prometheus"]
     assert "unpinned" in why["grafana"]
+
+
+def pulled_own_images(services_: dict[str, Any]) -> list[str]:
+    """Services whose image is Seedance's own (``seedance/<name>`` under the default prefix)
+    and that compose may pull: any pull_policy but ``never``."""
+    return sorted(
+        name
+        for name, svc in services_.items()
+        if interpolate(svc["image"], {}).startswith("seedance/")
+        and svc.get("pull_policy") != "never"
+    )
+
+
+def test_no_seedance_image_is_ever_pulled(compose: dict[str, Any]) -> None:
+    """A plain `up` (no --build) under the default pull_policy first asked a registry for
+    docker.io/seedance/<service>, a name anyone may register there, and ran what it got:
+    every service on a Seedance image, those that build it included, never pulls."""
+    services_ = compose["services"]
+    own = {n for n, s in services_.items() if interpolate(s["image"], {}).startswith("seedance/")}
+    assert own == {"provision", CALLOUT_USER, *SERVICES}
+    assert pulled_own_images(services_) == []
+    broken = json.loads(json.dumps(services_))
+    del broken["slicer"]["pull_policy"]
+    broken["router"]["pull_policy"] = "build"  # podman-compose then creates with --pull=missing
+    broken["provision"]["pull_policy"] = "missing"
+    assert pulled_own_images(broken) == ["provision", "router", "slicer"]

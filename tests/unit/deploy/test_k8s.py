@@ -588,10 +588,10 @@ def test_per_node_credentials_give_each_node_agent_its_own_user_and_no_shared_pa
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_a_job_provisions_as_the_operator_before_the_services_bind(overlay: str) -> None:
+def test_a_job_provisions_as_the_provisioner_before_the_services_bind(overlay: str) -> None:
     """No service user may create a stream (docs/security.md): `kubectl apply` runs the
-    operator's `seedance admin provision` as a Job, from an image with the CLI (the cost-ledger's,
-    as compose's one-shot), with the operator's password from the Secret the services read
+    `seedance admin provision` as a Job, from an image with the CLI (the cost-ledger's, as
+    compose's one-shot), as the provisioner with its password from the Secret the services read
     theirs from, reaching NATS as a Seedance pod; the services wait for it (not ready)."""
     docs = render(overlay)
     job = by_kind(docs, "Job")["seedance-provision"]
@@ -602,10 +602,11 @@ def test_a_job_provisions_as_the_operator_before_the_services_bind(overlay: str)
     ledger = workloads(docs)["cost-ledger"]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == ledger["image"]
     env = {e["name"]: e for e in container["env"]}
-    assert env["NATS_USER"]["value"] == "admin"
+    # the shipped provisioner, never the operator: the Job holds no unrestricted password
+    assert env["NATS_USER"]["value"] == "provisioner"
     assert env["NATS_URL"] == {"name": "NATS_URL", "value": "nats://nats:4222"}
     secret = env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    assert secret == {"name": "seedance-nats-passwords", "key": "NATS_PASSWORD_ADMIN"}
+    assert secret == {"name": "seedance-nats-passwords", "key": "NATS_PASSWORD_PROVISIONER"}
     assert pod["metadata"]["labels"]["app.kubernetes.io/part-of"] == "seedance"
     assert job["metadata"]["namespace"] == "seedance-system"
     assert pod["spec"]["serviceAccountName"] in by_kind(docs, "ServiceAccount")

@@ -6,9 +6,9 @@ Services create what is missing and never change an existing stream or bucket: t
 no ``STREAM.UPDATE`` (nats-server does not check the updater's read permissions for a stream's
 ``sources``/``mirror``, so an update grant let any service copy a stream it may not read into
 one it may: docs/security.md). A service that finds a drifted stream reports it with
-`check_drift`; only an operator's credentials change one, here. This module owns the
-comparison and the operator's changes; it must not create streams for services (`Bus` does)
-nor know any service.
+`check_drift`; only the provisioner's or an operator's credentials change one, here. This
+module owns the comparison and provision's changes; it must not create streams for services
+(`Bus` does) nor know any service.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
-PROVISION_HINT = "run `seedance admin provision` with an operator's credentials"
+PROVISION_HINT = "run `seedance admin provision` as the provisioner (or an operator)"
 
 #: StreamConfig fields a comparison leaves out, each for its reason; every other field is
 #: compared (`drift`), so a field a later nats-py adds is compared until it is listed here.

@@ -108,7 +108,7 @@ async def _create_bucket(bus: Bus, spec: BucketSpec) -> KeyValue:
 
 
 async def provision(bus: Bus) -> list[Change]:
-    """What `seedance admin provision` runs with an operator's credentials: converge every
+    """What `seedance admin provision` runs as the provisioner (or an operator): converge every
     catalogue stream, KV bucket and object store to the catalogue (`seedance.core.drift.converge`:
     missing streams created, drifted ones updated, a planted source removed, a mirror whose
     origin or filter differs re-created), then create each missing bucket and store exactly as

@@ -25,6 +25,7 @@ listed here is authorised by the callout service, which signs a user JWT with th
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import secrets
 import string
@@ -41,19 +42,23 @@ from seedance.events.permissions import (
     service_user,
     tenant_user,
 )
+from seedance.events.provision_permissions import provisioner_user
 
 __all__ = [
     "CALLOUT_ISSUER_VAR",
     "CALLOUT_USER",
     "PASSWORD_RULE",
+    "PUBLISH_IP_VAR",
     "RENDERED_FILES",
     "USERS_FILE",
     "AuthChoices",
     "PasswordError",
     "check_server_password",
+    "dev_password",
     "new_password",
     "parse_env_file",
     "password_var",
+    "published_beyond_loopback",
     "render",
     "users",
 ]
@@ -77,6 +82,12 @@ RENDERED_FILES = ("deploy/auth/nats-auth.conf", "deploy/k8s/base/nats/auth.conf"
 _CHOICES = ("tenants", "operators", "auth_callout", "nodes", "replay_nodes", "shared_node_users")
 
 
+#: Where compose publishes NATS's client port on the host (``${NATS_PUBLISH_IP:-127.0.0.1}``):
+#: unset or empty, the loopback only.
+PUBLISH_IP_VAR = "NATS_PUBLISH_IP"
+_LOOPBACK_DEFAULT = "127.0.0.1"
+
+
 class PasswordError(ValueError):
     """A password value nats-server would not read back as the same string."""
 
@@ -92,6 +103,23 @@ def check_server_password(var: str, value: str) -> str:
         why = "is empty" if not value else f"does not follow the rule ({len(value)} characters)"
         raise PasswordError(f"{var} {why}: a server password is {PASSWORD_RULE}")
     return value
+
+
+def dev_password(user: str) -> str:
+    """``user``'s public development password, the default compose (``${VAR:-dev-<user>}``)
+    and the dev overlay ship: anyone who has read the repository knows it."""
+    return f"dev-{user}"
+
+
+def published_beyond_loopback(values: Mapping[str, str]) -> bool:
+    """Whether compose publishes NATS's client port to other machines under environment
+    ``values``: ``NATS_PUBLISH_IP`` set to an address that is not a loopback one (anything that
+    is no IP address, a host name, counts as beyond: compose hands it to the engine)."""
+    ip = values.get(PUBLISH_IP_VAR) or _LOOPBACK_DEFAULT  # compose's ``:-``: unset or empty
+    try:
+        return not ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return True
 
 
 def new_password(length: int = 32) -> str:
@@ -111,15 +139,17 @@ def users(
     replay_nodes: Iterable[str] = (),
     shared_node_users: bool = True,
 ) -> list[User]:
-    """Every static user: the declared identities, the listed tenants and operators, and the
-    callout service's user when auth callout is on; one ``node-<node>`` user per listed node,
-    the ``telemetry-replayer`` for the replay's nodes when there are any; and the shared node
-    users (``telemetry-collector``, ``node-agent``: any node's telemetry) only while
-    ``shared_node_users`` (a cluster moving to per-node credentials, docs/security.md)."""
+    """Every static user: the declared identities, the provisioner (`seedance admin
+    provision`), the listed tenants and operators, and the callout service's user when auth
+    callout is on; one ``node-<node>`` user per listed node, the ``telemetry-replayer`` for the
+    replay's nodes when there are any; and the shared node users (``telemetry-collector``,
+    ``node-agent``: any node's telemetry) only while ``shared_node_users`` (a cluster moving to
+    per-node credentials, docs/security.md)."""
     skip = set() if shared_node_users else set(NODE_AGENTS)
     if not callout:
         skip.add(CALLOUT_USER)
     out = [service_user(name) for name in IDENTITIES if name not in skip]
+    out.append(provisioner_user())
     replay = tuple(replay_nodes)
     if replay:
         out.append(telemetry_replayer_user(replay))
@@ -242,7 +272,10 @@ class AuthChoices:
 
     def password_problems(self, values: Mapping[str, str]) -> list[str]:
         """The problems of the passwords the rendered config needs in ``values`` (an
-        environment), one line each, naming the variable and never the value."""
+        environment), one line each, naming the variable and never the value; a password that
+        is still its user's public development one (``dev_password``) is one where NATS is
+        published beyond the loopback (``published_beyond_loopback``), else a warning
+        (``password_warnings``)."""
         problems = []
         for user in self.users():
             var = password_var(user.name)
@@ -253,7 +286,32 @@ class AuthChoices:
                 check_server_password(var, values[var])
             except PasswordError as exc:
                 problems.append(str(exc))
+        if published_beyond_loopback(values):
+            problems += [
+                f"{var} is still the public development password, and NATS is published "
+                f"beyond this machine ({PUBLISH_IP_VAR}={values[PUBLISH_IP_VAR]}): anyone who "
+                "can reach it logs in as that user; set a real one (--new-password)"
+                for var in self._dev_passwords(values)
+            ]
         return problems
+
+    def password_warnings(self, values: Mapping[str, str]) -> list[str]:
+        """While NATS is on the loopback only: each password that is still its user's public
+        development one (refused as a problem once it is published beyond)."""
+        if published_beyond_loopback(values):
+            return []
+        return [
+            f"{var} is still the public development password: safe only while NATS is on this "
+            f"machine's loopback ({PUBLISH_IP_VAR} unset or a loopback address)"
+            for var in self._dev_passwords(values)
+        ]
+
+    def _dev_passwords(self, values: Mapping[str, str]) -> list[str]:
+        return [
+            var
+            for user in self.users()
+            if values.get(var := password_var(user.name)) == dev_password(user.name)
+        ]
 
 
 def parse_env_file(text: str) -> dict[str, str]:

@@ -124,7 +124,7 @@ def _globals(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--inbox-prefix", metavar="PREFIX", default=env("NATS_INBOX_PREFIX"),
         help="reply subject prefix (default: $NATS_INBOX_PREFIX, else the tenant's own "
-        "_INBOX_<tenant> for a tenant-<tenant> user)",
+        "_INBOX_<tenant> for a tenant-<tenant> user, _INBOX_PROVISIONER for provisioner)",
     )  # fmt: skip
     p.add_argument(
         "--connect-timeout-s", metavar="SECONDS", type=_seconds,

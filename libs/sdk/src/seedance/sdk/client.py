@@ -4,7 +4,8 @@ Works with a tenant's own credentials: it never creates streams, and it follows 
 slicer's answers through push consumers whose filter travels in the API subject
 (``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``), which is what lets the server's
 permissions confine a tenant to its own subjects. A tenant user's inbox prefix follows from its
-name (``tenant-<t>``: ``seedance.events.subjects.inbox_prefix(t)``) unless given.
+name (``tenant-<t>``: ``seedance.events.subjects.inbox_prefix(t)``) unless given, and so does
+the provisioner's (``seedance.events.provision_permissions.PROVISIONER_INBOX``).
 
 A job event is validated with the event types themselves before it is published (the bounds
 are declared once, on the schema), so a request the SDK sends is one the slicer decodes. With
@@ -47,6 +48,7 @@ from seedance.events.graph import (
     input_object_name,
 )
 from seedance.events.jobs import JobEvent, JobStarted, JobSubmitted
+from seedance.events.provision_permissions import PROVISIONER, PROVISIONER_INBOX
 from seedance.events.slicing import (
     JobRejected,
     JobReleased,
@@ -169,6 +171,8 @@ class SeedanceClient:
         user name when ``inbox_prefix`` is not given (pass it for credentials files).
         """
         tenant = tenant_of_user(user)
+        if inbox_prefix is None and user == PROVISIONER:
+            inbox_prefix = PROVISIONER_INBOX  # it may not subscribe to the services' _INBOX.>
         settings = BusSettings(
             url=url,
             creds=creds,
@@ -195,9 +199,9 @@ class SeedanceClient:
 
     async def provision(self) -> list[Change]:
         """Converge every catalogue stream, KV bucket and object store to the catalogue (needs
-        an operator's credentials; services only create what is missing): missing streams,
-        buckets and stores created, drifted ones updated (a planted source removed), a mirror
-        whose origin or filter differs re-created from its origin. What it changed
+        the provisioner's or an operator's credentials; services create nothing): missing
+        streams, buckets and stores created, drifted ones updated (a planted source removed), a
+        mirror whose origin or filter differs re-created from its origin. What it changed
         (`seedance.core.kv.provision`).
         """
         return await provision(self._bus)

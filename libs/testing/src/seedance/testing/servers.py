@@ -200,19 +200,24 @@ def auth_server(
     a fresh one by default). The definitions go in front of the block, as compose and
     Kubernetes give them in the environment (the issuer's only where the block has a callout).
     ``store``, ``port``, ``detach`` and ``monitor`` are `NatsServer`'s. ``provisioned``: the
-    operator ``admin`` (where the block has one) has run `provision` on it, as a deployment
-    does before any service starts; services may not create what they miss."""
+    ``provisioner`` (where the block has one, else the operator ``admin``) has run `provision`
+    on it, as a deployment does before any service starts; services may not create what they
+    miss."""
     from seedance.core.auth_callout import new_issuer
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR
+    from seedance.events.provision_permissions import PROVISIONER
 
     users = shipped_users(text)
     defs = "".join(f'{var}: "{password(user)}"\n' for user, var in users.items())
     if f"${CALLOUT_ISSUER_VAR}" in text:  # a variable the block never reads fails the start
         defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
     server = NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
-    if provisioned and OPERATOR in users:
+    # as a deployment does: the provisioner where the block has one (an older block, the
+    # operator)
+    by = PROVISIONER if PROVISIONER in users else OPERATOR
+    if provisioned and by in users:
         try:
-            provision(server.url, OPERATOR, password(OPERATOR))
+            provision(server.url, by, password(by))
         except BaseException:
             server.stop()
             raise
@@ -225,18 +230,23 @@ OPERATOR = "admin"
 
 def provision(url: str, user: str, password: str) -> None:
     """What a deployment runs before any service starts (compose's one-shot ``provision``, the
-    Kubernetes Job ``seedance-provision``): `seedance admin provision` as operator ``user``,
-    which creates every catalogue stream, KV bucket and object store; no service user may
-    (docs/security.md). On a thread of its own, so that code inside an event loop (an async
-    fixture, a bench) may call it too."""
+    Kubernetes Job ``seedance-provision``): `seedance admin provision` as ``user`` (the
+    provisioner, or an operator), which creates every catalogue stream, KV bucket and object
+    store; no service user may (docs/security.md). On a thread of its own, so that code inside
+    an event loop (an async fixture, a bench) may call it too."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
     from seedance.core import Bus, BusSettings
     from seedance.core.kv import provision as converge
+    from seedance.events.provision_permissions import PROVISIONER, PROVISIONER_INBOX
 
     async def run() -> None:
-        settings = BusSettings(url=url, user=user, password=password, name="provision")
+        # the provisioner may listen under its own inbox prefix only
+        inbox = PROVISIONER_INBOX if user == PROVISIONER else None
+        settings = BusSettings(
+            url=url, user=user, password=password, name="provision", inbox_prefix=inbox
+        )
         bus = await Bus.connect(settings)
         try:
             await converge(bus)
