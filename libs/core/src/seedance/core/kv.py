@@ -390,7 +390,11 @@ class Lease:
         self.acquired.set()
         return True
 
-    async def _refresh(self, revision: int) -> bool:
+    async def _refresh(self, revision: int, again: bool = True) -> bool:
+        """Write the key at ``revision``; whether we hold it now. At most one write again per
+        refresh (``again``): a read that keeps answering an older revision (a lagging
+        follower's direct get) once made it recurse until ``RecursionError`` killed the
+        keeper."""
         sent_s = self._clock.monotonic()
         try:
             written = await self._before_deadline(
@@ -408,9 +412,18 @@ class Lease:
             if entry is None or entry.value != self._holder or entry.revision is None:
                 self._lose("taken")
                 return False
+            if entry.revision <= revision or not again:
+                # A stale read (the write just failed at that revision: the key is further on)
+                # or our second miss in a row: the next period tries again, the deadline
+                # where it was (the lease is lost by the clock if none lands).
+                log.warning(
+                    "lease_refresh_unsettled", key=self._key, revision=revision,
+                    read_revision=entry.revision,
+                )  # fmt: skip
+                return False
             # Ours, but when that write landed is unknown, so the deadline stays where it was:
             # write again now, at that revision, for a deadline the clock can count from.
-            return await self._refresh(entry.revision)
+            return await self._refresh(entry.revision, again=False)
         if isinstance(written, _Expired) or not self.held:
             return False
         self._revision = written
@@ -449,7 +462,10 @@ class Lease:
         return self._written_s + self._ttl_s - self._clock.monotonic()
 
     async def keep(self) -> None:
-        """Acquire and refresh until cancelled."""
+        """Acquire and refresh until cancelled. An error that is not the bus's (a defect) is
+        logged at error level and raised: `kept` ends the work the lease guards with it, so
+        that the replica fails (readiness 503, the process exits and is restarted) rather
+        than stay a silent standby for good."""
         try:
             while True:
                 wait_s = self._refresh_s
@@ -461,8 +477,28 @@ class Lease:
                     # Try again before the key could have expired (a slow or failed refresh).
                     wait_s = max(0.0, min(wait_s, self._left_s()))
                 await self._clock.sleep(wait_s)
+        except Exception as err:
+            log.error("lease_keeper_failed", key=self._key, error=repr(err))
+            raise
         finally:
             await self.release()
+
+    async def kept(self, work: Awaitable[_T]) -> _T:
+        """``work``'s result, run while this lease is kept (`keep`, ended with it). A keeper
+        that fails ends ``work`` (cancelled) and its error is raised here: a replica whose
+        keeper died once stood by silently for good, never trying the key again."""
+        keeper = asyncio.ensure_future(self.keep())
+        task = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait((keeper, task), return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            await cancel_until_done((task,))
+            keeper.result()  # its error
+            raise RuntimeError(f"the keeper of lease {self._key!r} ended")  # never: keep loops
+        finally:
+            # The lease refresh publishes: a cancel can be lost (`seedance.core.tasks`).
+            await cancel_until_done((task, keeper))
 
     async def release(self) -> None:
         """Give the key up if we still hold it, so that a standby need not wait for the TTL.

@@ -41,7 +41,6 @@ from seedance.core import (
     Lifecycle,
     RetryableError,
     ServiceRuntime,
-    cancel_until_done,
 )
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.consumer import PullConsumer
@@ -186,11 +185,9 @@ class AutosizeService(Lifecycle):
 
     async def run(self) -> None:
         assert self._lease is not None
-        keeper = asyncio.create_task(self._lease.keep())
-        try:
-            await self._lead()
-        finally:
-            await cancel_until_done((keeper,))
+        # A keeper that fails ends the leading with its error (`Lease.kept`): never a silent
+        # standby for good.
+        await self._lease.kept(self._lead())
 
     async def _lead(self) -> None:
         assert self._lease is not None

@@ -229,11 +229,9 @@ class DurableRuntime:
     async def run(self) -> None:
         """Keep the lease and lead whenever it is ours, until `stop`."""
         assert self._lease is not None, "start() first"
-        keeper = asyncio.create_task(self._lease.keep())
-        try:
-            await self._lead()
-        finally:
-            await cancel_until_done((keeper,))  # the lease refresh publishes: a cancel can be lost
+        # A keeper that fails ends the leading with its error (`Lease.kept`): never a silent
+        # standby for good.
+        await self._lease.kept(self._lead())
 
     def stop(self) -> None:
         self._stopping.set()

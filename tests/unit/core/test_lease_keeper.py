@@ -1,0 +1,88 @@
+"""The lease keeper against a key-value store that answers as a cluster can (a direct get served
+by a lagging follower) or not at all as expected (a defect's error): a refresh writes at most
+twice, and a keeper that dies takes the work it guards with it, loudly.
+
+A single pinned nats-server cannot serve a stale read, so these use a stand-in store. On the
+lease before the change, a read that kept answering the revision the write had just failed at
+made the refresh recurse until ``RecursionError`` killed the keeper, and a keeper that died
+left the replica on standby for good, silently."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+from nats.js.errors import KeyWrongLastSequenceError
+from structlog.testing import capture_logs
+
+from seedance.core import VirtualClock
+from seedance.core.kv import Lease
+
+
+@dataclass
+class Entry:
+    value: bytes
+    revision: int
+
+
+class StaleReads:
+    """Every update is refused (the key moved on); every read names us at ``read_revision``:
+    1, the revision the lease knows (a lagging follower), or 2, newer, but never settling."""
+
+    def __init__(self, read_revision: int) -> None:
+        self.read_revision = read_revision
+        self.updates: list[int] = []
+
+    async def create(self, key: str, value: bytes) -> int:
+        return 1
+
+    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+        self.updates.append(last or 0)
+        raise KeyWrongLastSequenceError()
+
+    async def get(self, key: str) -> Entry:
+        return Entry(b"me", self.read_revision)
+
+    async def delete(self, key: str, last: int | None = None) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("read_revision", "writes"), [(1, [1]), (2, [1, 2])])
+async def test_a_refresh_writes_at_most_twice_whatever_the_reads(
+    read_revision: int, writes: list[int]
+) -> None:
+    """A stale read (the revision the write failed at) is not adopted; a newer one is written
+    at once, and only once: the next period tries again, the deadline where it was."""
+    kv = StaleReads(read_revision)
+    lease = Lease(kv, "slicer.p", "me", VirtualClock(), 10.0)  # type: ignore[arg-type]
+    assert await lease.try_acquire()
+    assert not await lease.try_acquire()
+    assert kv.updates == writes
+    assert lease.held  # not lost: its deadline has not passed
+
+
+class Broken:
+    """A store whose update fails with an error that is not the bus's (a defect)."""
+
+    async def create(self, key: str, value: bytes) -> int:
+        return 1
+
+    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+        raise RuntimeError("a defect")
+
+    async def delete(self, key: str, last: int | None = None) -> bool:
+        return True
+
+
+async def test_a_keeper_that_dies_ends_the_work_it_guards_with_its_error() -> None:
+    lease = Lease(Broken(), "slicer.p", "me", VirtualClock(), 10.0)  # type: ignore[arg-type]
+    assert await lease.try_acquire()
+    forever = asyncio.Event()
+    work = asyncio.ensure_future(forever.wait())
+    with capture_logs() as logs, pytest.raises(RuntimeError, match="a defect"):
+        await asyncio.wait_for(lease.kept(work), timeout=5)
+    assert work.cancelled()
+    assert not lease.held
+    (failed,) = [e for e in logs if e["event"] == "lease_keeper_failed"]
+    assert failed["log_level"] == "error"
