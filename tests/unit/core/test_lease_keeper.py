@@ -1,6 +1,7 @@
 """The lease keeper against a key-value store that answers as a cluster can (a direct get served
 by a lagging follower) or not at all as expected (a defect's error): a refresh writes at most
-twice, and a keeper that dies takes the work it guards with it, loudly.
+twice, a keeper that dies takes the work it guards with it, loudly, and a keeper cancelled
+again and again leaves no call of its running.
 
 A single pinned nats-server cannot serve a stale read, so these use a stand-in store. On the
 lease before the change, a read that kept answering the revision the write had just failed at
@@ -10,13 +11,14 @@ left the replica on standby for good, silently."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 import pytest
 from nats.js.errors import KeyWrongLastSequenceError
 from structlog.testing import capture_logs
 
-from seedance.core import VirtualClock
+from seedance.core import VirtualClock, cancel_until_done
 from seedance.core.kv import Lease
 
 
@@ -86,3 +88,42 @@ async def test_a_keeper_that_dies_ends_the_work_it_guards_with_its_error() -> No
     assert not lease.held
     (failed,) = [e for e in logs if e["event"] == "lease_keeper_failed"]
     assert failed["log_level"] == "error"
+
+
+class SwallowsOneCancel:
+    """An update that hangs and swallows the first cancel that lands in it (nats-py's publish
+    path, `seedance.core.tasks`); the next cancel ends it."""
+
+    def __init__(self) -> None:
+        self.in_update = asyncio.Event()
+        self.update_task: asyncio.Task[object] | None = None
+
+    async def create(self, key: str, value: bytes) -> int:
+        return 1
+
+    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+        self.update_task = asyncio.current_task()
+        self.in_update.set()
+        hung = asyncio.Event()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hung.wait()
+        await hung.wait()
+        raise AssertionError("never set")
+
+    async def delete(self, key: str, last: int | None = None) -> bool:
+        return True
+
+
+async def test_a_keeper_cancelled_again_and_again_leaves_no_refresh_running() -> None:
+    """The runtime's stop cancels the keeper every 0.5 s until it ends (`cancel_until_done`):
+    the refresh's cleanup, interrupted by the second cancel, once left the update running."""
+    kv = SwallowsOneCancel()
+    clock = VirtualClock()
+    lease = Lease(kv, "slicer.p", "me", clock, 30.0)  # type: ignore[arg-type]
+    assert await lease.try_acquire()
+    keeper = asyncio.create_task(lease.keep())
+    await clock.advance(10.0)  # the first refresh is due
+    await asyncio.wait_for(kv.in_update.wait(), timeout=5)
+    await asyncio.wait_for(cancel_until_done((keeper,), every_s=0.05), timeout=5)
+    assert kv.update_task is not None
+    assert kv.update_task.done(), "the refresh's update left running after its keeper ended"

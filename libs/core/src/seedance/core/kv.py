@@ -39,7 +39,7 @@ from seedance.core.drift import (
     stream_config,
 )
 from seedance.core.logs import get_logger
-from seedance.core.tasks import cancel_until_done
+from seedance.core.tasks import cancel_until_done, cancel_until_done_shielded
 from seedance.events.subjects import (
     BUCKETS,
     OBJECT_STORES,
@@ -440,8 +440,10 @@ class Lease:
             await asyncio.wait((call_task, deadline), return_when=asyncio.FIRST_COMPLETED)
         finally:
             # Nothing left running, a cancelled keeper's included (nats-py can swallow one
-            # cancel of a publish: `seedance.core.tasks`).
-            await cancel_until_done((deadline, call_task))
+            # cancel of a publish: `seedance.core.tasks`), however often the keeper itself is
+            # cancelled meanwhile (a runtime's stop re-cancels it every 0.5 s: an interrupted
+            # cleanup once left the call running).
+            await cancel_until_done_shielded((deadline, call_task))
         if call_task.cancelled() or self._left_s() <= 0:
             # A reply in the deadline's very instant came too late too: the key may already
             # be another's.
@@ -497,8 +499,9 @@ class Lease:
             keeper.result()  # its error
             raise RuntimeError(f"the keeper of lease {self._key!r} ended")  # never: keep loops
         finally:
-            # The lease refresh publishes: a cancel can be lost (`seedance.core.tasks`).
-            await cancel_until_done((task, keeper))
+            # The lease refresh publishes: a cancel can be lost (`seedance.core.tasks`); and
+            # the caller may be cancelled again meanwhile.
+            await cancel_until_done_shielded((task, keeper))
 
     async def release(self) -> None:
         """Give the key up if we still hold it, so that a standby need not wait for the TTL.

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["cancel_until_done"]
+__all__ = ["cancel_until_done", "cancel_until_done_shielded"]
 
 
 async def cancel_until_done(
@@ -28,3 +28,23 @@ async def cancel_until_done(
             t.cancel()
         await asyncio.wait(pending, timeout=every_s)
         pending = [t for t in pending if not t.done()]
+
+
+async def cancel_until_done_shielded(
+    tasks: Iterable[asyncio.Future[Any] | None], every_s: float = 0.5
+) -> None:
+    """`cancel_until_done`, which a cancel of the caller cannot interrupt: for a ``finally``
+    that must not leave a task running when the caller is itself cancelled again and again
+    (`cancel_until_done` re-cancels every ``every_s``). Every task has ended when it returns;
+    a cancel that came meanwhile is raised then."""
+    waited = list(tasks)
+    cancelled = False
+    while True:
+        try:
+            await cancel_until_done(waited, every_s)
+        except asyncio.CancelledError:
+            cancelled = True
+            continue
+        break
+    if cancelled:
+        raise asyncio.CancelledError
