@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 
 from seedance.core import VirtualClock, cancel_until_done
 from seedance.core.kv import Lease
+from seedance.core.tasks import guarded
 
 
 @dataclass
@@ -83,7 +84,7 @@ async def test_a_keeper_that_dies_ends_the_work_it_guards_with_its_error() -> No
     forever = asyncio.Event()
     work = asyncio.ensure_future(forever.wait())
     with capture_logs() as logs, pytest.raises(RuntimeError, match="a defect"):
-        await asyncio.wait_for(lease.kept(work), timeout=5)
+        await asyncio.wait_for(guarded(work, lease.keep()), timeout=5)
     assert work.cancelled()
     assert not lease.held
     (failed,) = [e for e in logs if e["event"] == "lease_keeper_failed"]

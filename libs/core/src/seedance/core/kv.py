@@ -39,7 +39,7 @@ from seedance.core.drift import (
     stream_config,
 )
 from seedance.core.logs import get_logger
-from seedance.core.tasks import cancel_until_done, cancel_until_done_shielded
+from seedance.core.tasks import cancel_until_done_shielded
 from seedance.events.subjects import (
     BUCKETS,
     OBJECT_STORES,
@@ -465,9 +465,9 @@ class Lease:
 
     async def keep(self) -> None:
         """Acquire and refresh until cancelled. An error that is not the bus's (a defect) is
-        logged at error level and raised: `kept` ends the work the lease guards with it, so
-        that the replica fails (readiness 503, the process exits and is restarted) rather
-        than stay a silent standby for good."""
+        logged at error level and raised: `seedance.core.tasks.guarded` ends the work the
+        lease guards with it, so that the replica fails (readiness 503, the process exits
+        and is restarted) rather than stay a silent standby for good."""
         try:
             while True:
                 wait_s = self._refresh_s
@@ -484,24 +484,6 @@ class Lease:
             raise
         finally:
             await self.release()
-
-    async def kept(self, work: Awaitable[_T]) -> _T:
-        """``work``'s result, run while this lease is kept (`keep`, ended with it). A keeper
-        that fails ends ``work`` (cancelled) and its error is raised here: a replica whose
-        keeper died once stood by silently for good, never trying the key again."""
-        keeper = asyncio.ensure_future(self.keep())
-        task = asyncio.ensure_future(work)
-        try:
-            await asyncio.wait((keeper, task), return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
-            await cancel_until_done((task,))
-            keeper.result()  # its error
-            raise RuntimeError(f"the keeper of lease {self._key!r} ended")  # never: keep loops
-        finally:
-            # The lease refresh publishes: a cancel can be lost (`seedance.core.tasks`); and
-            # the caller may be cancelled again meanwhile.
-            await cancel_until_done_shielded((task, keeper))
 
     async def release(self) -> None:
         """Give the key up if we still hold it, so that a standby need not wait for the TTL.

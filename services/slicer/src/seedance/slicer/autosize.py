@@ -46,6 +46,7 @@ from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
+from seedance.core.tasks import guarded
 from seedance.events import Event, decode, encode
 from seedance.events.base import derived_event_id
 from seedance.events.slicing import (
@@ -185,9 +186,8 @@ class AutosizeService(Lifecycle):
 
     async def run(self) -> None:
         assert self._lease is not None
-        # A keeper that fails ends the leading with its error (`Lease.kept`): never a silent
-        # standby for good.
-        await self._lease.kept(self._lead())
+        # A keeper that fails ends the leading with its error: never a silent standby for good.
+        await guarded(self._lead(), self._lease.keep())
 
     async def _lead(self) -> None:
         assert self._lease is not None
