@@ -128,3 +128,23 @@ async def test_a_keeper_cancelled_again_and_again_leaves_no_refresh_running() ->
     await asyncio.wait_for(cancel_until_done((keeper,), every_s=0.05), timeout=5)
     assert kv.update_task is not None
     assert kv.update_task.done(), "the refresh's update left running after its keeper ended"
+
+
+class SlowCreate:
+    """A create whose reply comes once the lease's TTL has passed since it was sent."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+
+    async def create(self, key: str, value: bytes) -> int:
+        await self.clock.advance(11.0)
+        return 1
+
+
+async def test_a_create_answered_after_the_ttl_holds_nothing() -> None:
+    """The key may have expired meanwhile and be another's: not held, not acquired."""
+    clock = VirtualClock()
+    lease = Lease(SlowCreate(clock), "slicer.p", "me", clock, 10.0)  # type: ignore[arg-type]
+    assert not await lease.try_acquire()
+    assert not lease.acquired.is_set()
+    assert not lease.held

@@ -350,7 +350,9 @@ class Lease:
     succeeded, whoever asks and whatever call is in flight; and a refresh call is bounded by
     the time the lease has left (on the injected clock), then cancelled. A refresh that hung
     (a server stalled, a half-open connection) once kept a leader believing it led until the
-    call returned, while a standby already held the key.
+    call returned, while a standby already held the key. A lease lost by the clock whose last
+    write landed finds the key still naming it: it takes it back with one compare-and-set
+    (`_take_back`) rather than refusing its own key until the bucket's TTL expires it.
     """
 
     def __init__(self, kv: KeyValue, key: str, holder: str, clock: Clock, ttl_s: float) -> None:
@@ -375,18 +377,48 @@ class Lease:
         return self._revision is not None
 
     async def try_acquire(self) -> bool:
-        """Refresh the key if held, else create it if absent; whether we hold it now. A bus
-        error is raised (`keep` logs it and tries again at its next period)."""
+        """Refresh the key if held, else create it if absent (or take it back where it still
+        names us: `_take_back`); whether we hold it now. A write whose reply comes once
+        ``ttl_s`` has passed since it was sent holds nothing: the key may have expired and be
+        another's. A bus error is raised (`keep` logs it and tries again at its next
+        period)."""
         if self.held:
             assert self._revision is not None
             return await self._refresh(self._revision)
         sent_s = self._clock.monotonic()
         try:
-            self._revision = await self._kv.create(self._key, self._holder)
+            revision = await self._kv.create(self._key, self._holder)
+        except KeyWrongLastSequenceError:
+            return await self._take_back()
+        return self._won(revision, sent_s, "created")
+
+    async def _take_back(self) -> bool:
+        """The key exists: where it names us (our last write landed after the lease was lost
+        by the clock), one compare-and-set at its revision takes it back at once, its
+        deadline counted from that write, rather than refusing our own key until it expires.
+        False where it is another's, or moved on meanwhile."""
+        try:
+            entry = await self._kv.get(self._key)
+        except (KeyNotFoundError, KeyDeletedError):
+            return False
+        if entry.value != self._holder or entry.revision is None:
+            return False
+        sent_s = self._clock.monotonic()
+        try:
+            revision = await self._kv.update(self._key, self._holder, last=entry.revision)
         except KeyWrongLastSequenceError:
             return False
+        return self._won(revision, sent_s, "taken_back")
+
+    def _won(self, revision: int, sent_s: float, how: str) -> bool:
+        """A write sent at ``sent_s`` landed at ``revision``: held from then, unless its reply
+        came once ``ttl_s`` had passed (the next period finds the key and takes it back)."""
+        if self._clock.monotonic() - sent_s >= self._ttl_s:
+            log.warning("lease_reply_too_late", key=self._key, how=how)
+            return False
+        self._revision = revision
         self._written_s = sent_s
-        log.info("lease_acquired", key=self._key, holder=self._holder.decode())
+        log.info("lease_acquired", key=self._key, holder=self._holder.decode(), how=how)
         self.acquired.set()
         return True
 
