@@ -161,3 +161,24 @@ def test_the_floor_survives_the_durable_state() -> None:
         ((end, ended_at),) = published(r, r.finish("acme", "y", 50.0), 50.0)
         assert isinstance(end, Ended)
         assert ended_at == placed_at
+
+
+def test_an_end_reported_before_a_mig_placement_is_dated_at_that_placement() -> None:
+    """A MIG job waits for its instance (asked at 3 s) and is placed at 100 s, once the GPU
+    drained and was repartitioned; an end reported at 50 s is dated at that placement."""
+    s = Scheduler()
+    h100 = NodeSpec(
+        name="h", cpu_milli=32_000, memory_mib=256_000,
+        gpus=(GpuSpec(model="H100-80GB", mig_capable=True, mig_enabled=True),),
+    )  # fmt: skip
+    s.upsert_node(h100, 0.0)
+    (small,) = s.submit(JobSpec(job_id="m", tenant="a", cause_id="c-m", mig_profile="3g.40gb"), 1)
+    assert isinstance(small, Placed)
+    big = JobSpec(job_id="big", tenant="a", cause_id="c-big", mig_profile="7g.80gb")
+    ((w, _),) = published(s, s.submit(big, 3.0), 3.0)
+    assert isinstance(w, Waiting)
+    out = published(s, s.finish("a", "m", 100.0), 100.0)
+    assert [(e.kind, t) for e, t in out if isinstance(e, Placed)] == [("mig", 100.0)]
+    ((end, ended_at), *_) = published(s, s.finish("a", "big", 50.0), 50.0)
+    assert isinstance(end, Ended)
+    assert ended_at == 100.0
