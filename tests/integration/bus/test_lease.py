@@ -179,7 +179,10 @@ async def test_a_lease_whose_refreshes_fail_for_its_ttl_is_lost(bus: Bus) -> Non
             await clock.period()
             assert lease.held
         await clock.period()  # 3 s: the key may have expired; we stop leading
-        assert flaky.failed == 2  # lost by the clock, at 3 s, before a third refresh is sent
+        # Lost by the clock at 3 s, before a third refresh is sent; then, the key still naming
+        # us, the keeper tries to take it back at once (`Lease._take_back`): a write that
+        # fails too, so the lease stays lost.
+        assert flaky.failed == 3
         assert not lease.held
         assert not lease.acquired.is_set()
         assert not keeper.done()  # and go on trying to win the key back
@@ -210,3 +213,28 @@ async def test_a_refresh_that_hangs_loses_the_lease_at_its_ttl(bus: Bus) -> None
         assert not keeper.done()
     finally:
         await stop_task(keeper)
+
+
+async def test_a_lease_lost_by_the_clock_takes_its_own_key_back_at_once(bus: Bus) -> None:
+    """Lost by the clock (a refresh's reply came too late) while its last write landed: the
+    key still names us, and nobody else can hold it. `create` finds it there; one
+    compare-and-set at its revision takes it back at once, rather than refusing our own key
+    until the bucket's TTL expires it (the pool leaderless meanwhile)."""
+    kv = await ensure_bucket(bus, "seedance-leases")
+    clock = VirtualClock()
+    lease = Lease(kv, f"test.{uuid.uuid4().hex[:8]}", "a", clock, ttl_s=3.0)
+    assert await lease.try_acquire()
+    before = await kv.get(lease._key)
+    await clock.advance(3.0)
+    assert not lease.held
+    assert await lease.try_acquire()
+    assert lease.held
+    after = await kv.get(lease._key)
+    assert after.value == b"a"
+    assert after.revision is not None
+    assert before.revision is not None
+    assert after.revision > before.revision  # written again: its deadline counts from there
+    # Another holder's key is never taken.
+    other = Lease(kv, lease._key, "b", clock, ttl_s=3.0)
+    assert not await other.try_acquire()
+    assert (await kv.get(lease._key)).value == b"a"

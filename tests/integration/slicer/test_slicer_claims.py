@@ -5,7 +5,10 @@ Each test failed on the slicer before the change: a finish back-dated 4.9 s (ins
 "claim skew" then honoured) placed the waiting tenant before its own submit; a submit at +4.9 s
 and a finish at -4.9 s gave the job a negative span (the ledger billed it nothing); an
 inventory for one node on another node's subject, or dated 290 s ahead, was taken as a fact;
-a trusted observer's report of an end before the waiting job's submit placed that job then.
+a trusted observer's report of an end before the waiting job's submit placed that job then;
+its report of a job's end after the job's submit but before its placement released it before
+the placement (the ledger, whose end ends only allocations started before it, billed it for
+ever).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 from seedance.core import Bus
 from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
-from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
+from seedance.events.jobs import JobCancelled, JobFinished, JobSubmitted, ResourceRequest
 from seedance.events.slicing import (
     JobRejected,
     JobReleased,
@@ -204,6 +207,36 @@ async def test_an_observers_back_dated_end_never_places_the_waiting_job_before_i
             assert released.at == ended  # the observer's past, for what it observed
             assert placed.at >= waited.at, "placed before its own submit"
             assert placed.at == waited.at  # no later either: the GPU was free by then
+    finally:
+        await replayer.close()
+
+
+async def test_an_observers_end_between_submit_and_placement_is_never_before_the_placement(
+    nats_url: str, tenants: tuple[Bus, Decisions, str, str], unique: str
+) -> None:
+    """The bridge's delayed report: globex's job, asked for and waiting, is placed when a node
+    joins (an ordinary input); then a trusted observer reports it cancelled at a time while it
+    waited. Its release is dated at its placement, never before it."""
+    bus, d, acme, globex = tenants
+    replayer = await Bus.connect(as_user(nats_url, "replayer"))
+    try:
+        async with slicer(nats_url, unique) as svc:
+            await live_node(bus, svc, f"n0-{unique}", 1)
+            await submit(bus, acme, "holder", now())
+            await d.wait(lambda: bool(of(d, Placement, acme, "holder")))
+            await submit(bus, globex, "y", now())
+            await d.wait(lambda: bool(of(d, Unschedulable, globex, "y")))
+            (waited,) = of(d, Unschedulable, globex, "y")
+            await live_node(bus, svc, f"n1-{unique}", 1)  # room: y is placed now
+            await d.wait(lambda: bool(of(d, Placement, globex, "y")))
+            (placed,) = of(d, Placement, globex, "y")
+            assert placed.at > waited.at
+            ended = waited.at + (placed.at - waited.at) / 2  # cancelled while it waited
+            report = JobCancelled(id=new_event_id(), at=ended, job_id="y", tenant=globex)
+            await replayer.publish(observed.subject(globex, "cancelled"), report)
+            await d.wait(lambda: bool(of(d, JobReleased, globex, "y")))
+            (released,) = of(d, JobReleased, globex, "y")
+            assert released.at == placed.at, "released before it was placed: billed for ever"
     finally:
         await replayer.close()
 

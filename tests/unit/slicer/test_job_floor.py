@@ -1,5 +1,5 @@
 """No decision about a job is dated before that job's own trusted submit (the per-job floor,
-`Scheduler.decided_at_s`), whatever input caused it: a trusted observer's report keeps its own
+`Scheduler.publish_at_s`), whatever input caused it: a trusted observer's report keeps its own
 time (the past it reports is billed there) but cannot place a job before it was asked for.
 
 On the scheduler before the change, an observer's end dated between the holder's placement
@@ -8,7 +8,20 @@ consolidation's `max_lost_s` counts from, and the placement's `at`, where billin
 
 from __future__ import annotations
 
-from seedance.slicer.core import Ended, GpuSpec, JobSpec, NodeSpec, Placed, Scheduler, Waiting
+from seedance.slicer.core import (
+    Effect,
+    Ended,
+    Evicted,
+    GpuSpec,
+    JobSpec,
+    NodeSpec,
+    Placed,
+    Scheduler,
+    Waiting,
+)
+from seedance.slicer.core.consolidation import DisruptionBudget
+from seedance.slicer.core.draining import ConsolidationConfig
+from seedance.slicer.core.workload import SchedulerConfig
 
 
 def node(name: str, gpus: int) -> NodeSpec:
@@ -28,18 +41,18 @@ def test_a_back_dated_report_places_the_waiting_job_no_earlier_than_its_submit()
     assert isinstance(held, Placed)
     (waits,) = s.submit(job("waiting", "globex"), 100.0)
     assert isinstance(waits, Waiting)
-    assert s.decided_at_s(waits, 100.0) == 100.0
+    assert s.publish_at_s(waits, 100.0) == 100.0
     # An observer reports acme's job ended at 50 s: after it was placed, before globex asked.
     end, placed = s.finish("acme", "holder", 50.0)
     assert isinstance(end, Ended)
     assert isinstance(placed, Placed)
     assert placed.job.key == "globex/waiting"
-    assert s.decided_at_s(end, 50.0) == 50.0  # the observer's past, for what it reports
-    assert s.decided_at_s(placed, 50.0) == 100.0  # globex's job: from its own submit
+    assert s.publish_at_s(end, 50.0) == 50.0  # the observer's past, for what it reports
+    assert s.publish_at_s(placed, 50.0) == 100.0  # globex's job: from its own submit
     (run,) = s.snapshot().running
     assert run.started_s == 100.0
     # Later inputs are later than every submit: their own time stands.
-    assert s.decided_at_s(placed, 120.0) == 120.0
+    assert s.publish_at_s(placed, 120.0) == 120.0
 
 
 def test_a_job_reported_ended_before_its_own_submit_ends_at_that_submit() -> None:
@@ -52,8 +65,120 @@ def test_a_job_reported_ended_before_its_own_submit_ends_at_that_submit() -> Non
     assert isinstance(waits, Waiting)
     (end,) = s.finish("acme", "late", 60.0)
     assert isinstance(end, Ended)
-    assert end.submitted_s == 100.0
-    assert s.decided_at_s(end, 60.0) == 100.0
+    assert end.floor_s == 100.0
+    assert s.publish_at_s(end, 60.0) == 100.0
     # Another tenant's job of the same id is another job: its floor is its own.
     (other,) = s.submit(job("late", "globex"), 200.0)
-    assert s.decided_at_s(other, 150.0) == 200.0
+    assert s.publish_at_s(other, 150.0) == 200.0
+
+
+def job_of(jid: str, tenant: str, priority: int = 0, movable: bool = False) -> JobSpec:
+    return JobSpec(
+        job_id=jid, tenant=tenant, cause_id=f"c-{jid}", gpus=1, priority=priority, movable=movable
+    )
+
+
+def published(s: Scheduler, effects: list[Effect], now_s: float) -> list[tuple[Effect, float]]:
+    """Each effect with the time it is published at, in order, as the decider dates them."""
+    return [(e, s.publish_at_s(e, now_s)) for e in effects]
+
+
+def waiting_then_placed(s: Scheduler, jid: str, priority: int = 0) -> float:
+    """`jid` (acme's) asks at 20 s while acme's holder fills n0, waits, and is placed at 100 s
+    on a node added then (an ordinary input); the time its placement is published at."""
+    s.upsert_node(node("n0", 1), 0.0)
+    s.submit(job_of("holder", "acme", priority=99), 10.0)
+    ((w, _),) = published(s, s.submit(job_of(jid, "acme", priority), 20.0), 20.0)
+    assert isinstance(w, Waiting)
+    out = published(s, s.upsert_node(node("n1", 1), 100.0), 100.0)
+    ((_, placed_at),) = [(e, t) for e, t in out if isinstance(e, Placed) and e.job.job_id == jid]
+    return placed_at
+
+
+def test_an_end_reported_between_submit_and_placement_is_dated_at_the_placement() -> None:
+    """A trusted observer (the bridge, delayed) reports the job cancelled at 50 s, after it
+    asked (20 s) but before the slicer placed it (100 s). Dated at its submit, the release
+    came before the placement, and the ledger (whose end ends only allocations started
+    before it) billed the allocation for ever."""
+    s = Scheduler()
+    placed_at = waiting_then_placed(s, "y")
+    assert placed_at == 100.0
+    ((end, ended_at),) = published(s, s.finish("acme", "y", 50.0), 50.0)
+    assert isinstance(end, Ended)
+    assert end.was_placed
+    assert ended_at == placed_at
+
+
+def test_a_back_dated_submit_evicts_a_later_placed_job_no_earlier_than_its_placement() -> None:
+    """The replayer reports a priority-10 submit at 50 s: it preempts v, placed at 100 s."""
+    s = Scheduler()
+    placed_at = waiting_then_placed(s, "v")
+    out = published(s, s.submit(job_of("p", "acme", priority=10), 50.0), 50.0)
+    (evicted_at,) = [t for e, t in out if isinstance(e, Evicted) and e.job.job_id == "v"]
+    assert evicted_at == placed_at
+    # Its next decision (waiting again) is not dated before its eviction either.
+    assert all(t >= evicted_at for e, t in out if getattr(e, "job", None) and e.job.job_id == "v")
+
+
+def test_an_end_reported_before_a_move_is_dated_at_the_move() -> None:
+    """A consolidation move places the job again at 100 s; an end reported at 50 s (after its
+    first placement at 3 s) ends the allocation the move started, so it is dated at the move."""
+    s = Scheduler(
+        SchedulerConfig(
+            consolidation=ConsolidationConfig(
+                interval_s=60.0, hold_s=600.0, budget=DisruptionBudget(min_per_window=4)
+            )
+        )
+    )
+    s.upsert_node(node("n1", 4), 0.0)
+    for jid in "abcd":
+        s.submit(job_of(jid, "a"), 1.0)
+    s.upsert_node(node("n2", 4), 2.0)
+    published(s, s.submit(job_of("e", "a", movable=True), 3.0), 3.0)
+    for jid in "cd":
+        s.finish("a", jid, 4.0)
+    out = published(s, s.consolidate(100.0), 100.0)
+    assert [(e.node, t) for e, t in out if isinstance(e, Placed)] == [("n1", 100.0)]
+    ((end, ended_at), *_) = published(s, s.finish("a", "e", 50.0), 50.0)
+    assert isinstance(end, Ended)
+    assert ended_at == 100.0
+
+
+def test_the_floor_survives_the_durable_state() -> None:
+    """Restored from the whole snapshot, or from entries kept up to date by the changes the
+    shell writes after each batch (the leader's failover), the job's latest placement still
+    floors its end."""
+    s = Scheduler()
+    entries = s.state_entries()
+    s.state_changes()
+    placed_at = waiting_then_placed(s, "y")
+    for k, v in s.state_changes().items():
+        if v is None:
+            entries.pop(k, None)
+        else:
+            entries[k] = v
+    for r in (Scheduler.from_bytes(s.to_bytes()), Scheduler.from_entries(entries)):
+        ((end, ended_at),) = published(r, r.finish("acme", "y", 50.0), 50.0)
+        assert isinstance(end, Ended)
+        assert ended_at == placed_at
+
+
+def test_an_end_reported_before_a_mig_placement_is_dated_at_that_placement() -> None:
+    """A MIG job waits for its instance (asked at 3 s) and is placed at 100 s, once the GPU
+    drained and was repartitioned; an end reported at 50 s is dated at that placement."""
+    s = Scheduler()
+    h100 = NodeSpec(
+        name="h", cpu_milli=32_000, memory_mib=256_000,
+        gpus=(GpuSpec(model="H100-80GB", mig_capable=True, mig_enabled=True),),
+    )  # fmt: skip
+    s.upsert_node(h100, 0.0)
+    (small,) = s.submit(JobSpec(job_id="m", tenant="a", cause_id="c-m", mig_profile="3g.40gb"), 1)
+    assert isinstance(small, Placed)
+    big = JobSpec(job_id="big", tenant="a", cause_id="c-big", mig_profile="7g.80gb")
+    ((w, _),) = published(s, s.submit(big, 3.0), 3.0)
+    assert isinstance(w, Waiting)
+    out = published(s, s.finish("a", "m", 100.0), 100.0)
+    assert [(e.kind, t) for e, t in out if isinstance(e, Placed)] == [("mig", 100.0)]
+    ((end, ended_at), *_) = published(s, s.finish("a", "big", 50.0), 50.0)
+    assert isinstance(end, Ended)
+    assert ended_at == 100.0

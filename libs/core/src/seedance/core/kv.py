@@ -39,7 +39,7 @@ from seedance.core.drift import (
     stream_config,
 )
 from seedance.core.logs import get_logger
-from seedance.core.tasks import cancel_until_done
+from seedance.core.tasks import cancel_until_done_shielded
 from seedance.events.subjects import (
     BUCKETS,
     OBJECT_STORES,
@@ -350,7 +350,9 @@ class Lease:
     succeeded, whoever asks and whatever call is in flight; and a refresh call is bounded by
     the time the lease has left (on the injected clock), then cancelled. A refresh that hung
     (a server stalled, a half-open connection) once kept a leader believing it led until the
-    call returned, while a standby already held the key.
+    call returned, while a standby already held the key. A lease lost by the clock whose last
+    write landed finds the key still naming it: it takes it back with one compare-and-set
+    (`_take_back`) rather than refusing its own key until the bucket's TTL expires it.
     """
 
     def __init__(self, kv: KeyValue, key: str, holder: str, clock: Clock, ttl_s: float) -> None:
@@ -375,22 +377,56 @@ class Lease:
         return self._revision is not None
 
     async def try_acquire(self) -> bool:
-        """Refresh the key if held, else create it if absent; whether we hold it now. A bus
-        error is raised (`keep` logs it and tries again at its next period)."""
+        """Refresh the key if held, else create it if absent (or take it back where it still
+        names us: `_take_back`); whether we hold it now. A write whose reply comes once
+        ``ttl_s`` has passed since it was sent holds nothing: the key may have expired and be
+        another's. A bus error is raised (`keep` logs it and tries again at its next
+        period)."""
         if self.held:
             assert self._revision is not None
             return await self._refresh(self._revision)
         sent_s = self._clock.monotonic()
         try:
-            self._revision = await self._kv.create(self._key, self._holder)
+            revision = await self._kv.create(self._key, self._holder)
+        except KeyWrongLastSequenceError:
+            return await self._take_back()
+        return self._won(revision, sent_s, "created")
+
+    async def _take_back(self) -> bool:
+        """The key exists: where it names us (our last write landed after the lease was lost
+        by the clock), one compare-and-set at its revision takes it back at once, its
+        deadline counted from that write, rather than refusing our own key until it expires.
+        False where it is another's, or moved on meanwhile."""
+        try:
+            entry = await self._kv.get(self._key)
+        except (KeyNotFoundError, KeyDeletedError):
+            return False
+        if entry.value != self._holder or entry.revision is None:
+            return False
+        sent_s = self._clock.monotonic()
+        try:
+            revision = await self._kv.update(self._key, self._holder, last=entry.revision)
         except KeyWrongLastSequenceError:
             return False
+        return self._won(revision, sent_s, "taken_back")
+
+    def _won(self, revision: int, sent_s: float, how: str) -> bool:
+        """A write sent at ``sent_s`` landed at ``revision``: held from then, unless its reply
+        came once ``ttl_s`` had passed (the next period finds the key and takes it back)."""
+        if self._clock.monotonic() - sent_s >= self._ttl_s:
+            log.warning("lease_reply_too_late", key=self._key, how=how)
+            return False
+        self._revision = revision
         self._written_s = sent_s
-        log.info("lease_acquired", key=self._key, holder=self._holder.decode())
+        log.info("lease_acquired", key=self._key, holder=self._holder.decode(), how=how)
         self.acquired.set()
         return True
 
-    async def _refresh(self, revision: int) -> bool:
+    async def _refresh(self, revision: int, again: bool = True) -> bool:
+        """Write the key at ``revision``; whether we hold it now. At most one write again per
+        refresh (``again``): a read that keeps answering an older revision (a lagging
+        follower's direct get) once made it recurse until ``RecursionError`` killed the
+        keeper."""
         sent_s = self._clock.monotonic()
         try:
             written = await self._before_deadline(
@@ -408,9 +444,18 @@ class Lease:
             if entry is None or entry.value != self._holder or entry.revision is None:
                 self._lose("taken")
                 return False
+            if entry.revision <= revision or not again:
+                # A stale read (the write just failed at that revision: the key is further on)
+                # or our second miss in a row: the next period tries again, the deadline
+                # where it was (the lease is lost by the clock if none lands).
+                log.warning(
+                    "lease_refresh_unsettled", key=self._key, revision=revision,
+                    read_revision=entry.revision,
+                )  # fmt: skip
+                return False
             # Ours, but when that write landed is unknown, so the deadline stays where it was:
             # write again now, at that revision, for a deadline the clock can count from.
-            return await self._refresh(entry.revision)
+            return await self._refresh(entry.revision, again=False)
         if isinstance(written, _Expired) or not self.held:
             return False
         self._revision = written
@@ -427,8 +472,10 @@ class Lease:
             await asyncio.wait((call_task, deadline), return_when=asyncio.FIRST_COMPLETED)
         finally:
             # Nothing left running, a cancelled keeper's included (nats-py can swallow one
-            # cancel of a publish: `seedance.core.tasks`).
-            await cancel_until_done((deadline, call_task))
+            # cancel of a publish: `seedance.core.tasks`), however often the keeper itself is
+            # cancelled meanwhile (a runtime's stop re-cancels it every 0.5 s: an interrupted
+            # cleanup once left the call running).
+            await cancel_until_done_shielded((deadline, call_task))
         if call_task.cancelled() or self._left_s() <= 0:
             # A reply in the deadline's very instant came too late too: the key may already
             # be another's.
@@ -449,7 +496,10 @@ class Lease:
         return self._written_s + self._ttl_s - self._clock.monotonic()
 
     async def keep(self) -> None:
-        """Acquire and refresh until cancelled."""
+        """Acquire and refresh until cancelled. An error that is not the bus's (a defect) is
+        logged at error level and raised: `seedance.core.tasks.guarded` ends the work the
+        lease guards with it, so that the replica fails (readiness 503, the process exits
+        and is restarted) rather than stay a silent standby for good."""
         try:
             while True:
                 wait_s = self._refresh_s
@@ -461,6 +511,9 @@ class Lease:
                     # Try again before the key could have expired (a slow or failed refresh).
                     wait_s = max(0.0, min(wait_s, self._left_s()))
                 await self._clock.sleep(wait_s)
+        except Exception as err:
+            log.error("lease_keeper_failed", key=self._key, error=repr(err))
+            raise
         finally:
             await self.release()
 

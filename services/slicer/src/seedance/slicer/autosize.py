@@ -41,12 +41,12 @@ from seedance.core import (
     Lifecycle,
     RetryableError,
     ServiceRuntime,
-    cancel_until_done,
 )
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.consumer import PullConsumer
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
+from seedance.core.tasks import guarded
 from seedance.events import Event, decode, encode
 from seedance.events.base import derived_event_id
 from seedance.events.slicing import (
@@ -186,11 +186,8 @@ class AutosizeService(Lifecycle):
 
     async def run(self) -> None:
         assert self._lease is not None
-        keeper = asyncio.create_task(self._lease.keep())
-        try:
-            await self._lead()
-        finally:
-            await cancel_until_done((keeper,))
+        # A keeper that fails ends the leading with its error: never a silent standby for good.
+        await guarded(self._lead(), self._lease.keep())
 
     async def _lead(self) -> None:
         assert self._lease is not None

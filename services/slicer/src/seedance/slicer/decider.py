@@ -98,8 +98,8 @@ class SlicerDecider:
         ``request_clock`` for requests), never before the latest time decided at
         (`SlicerState.decide_at`: a node fact dated before a waiting job's submit places it no
         earlier than that submit) but for a trusted observer's report, which keeps its time
-        (the past it reports is billed there; what it decides about a job submitted later is
-        dated at that job's submit: `publishable`); noted as decided. The replay clock moves
+        (the past it reports is billed there; what it decides about a job is dated no earlier
+        than that job's floor: `publishable`); noted as decided. The replay clock moves
         by the event's own time."""
         st = self._state()
         floor = None if st.decided_s is None else datetime.fromtimestamp(st.decided_s, UTC)
@@ -161,12 +161,13 @@ class SlicerDecider:
 
     def publishable(self, effects: list[Effect], cause: Event, at: datetime) -> Outbox:
         """The events of `cause`'s decisions, each at `at` (the cause's trusted time) or, for
-        a decision about a job submitted later (a trusted observer reports the past), at that
-        job's submit (`Scheduler.decided_at_s`)."""
+        a decision about a job whose floor is later (a trusted observer reports the past), at
+        that floor: its submit or the latest decision published about it, its latest placement
+        among them (`Scheduler.publish_at_s`, which notes each as published, in order)."""
         out: Outbox = []
         now_s = at.timestamp()
         for e in effects:
-            at_s = self._scheduler.decided_at_s(e, now_s)
+            at_s = self._scheduler.publish_at_s(e, now_s)
             when = at if at_s == now_s else datetime.fromtimestamp(at_s, UTC)
             subject, ev, count = published(
                 e, cause, when, pool=self._settings.pool, policy=self._config.policy

@@ -21,7 +21,7 @@ observer's (`is_observed`), which reports what happened in a cluster at its time
 included (a replayed job is billed where it ran): an inventory dated before a waiting job's
 submit once placed it before that submit. What such a report decides about a job submitted
 later (the waiting job its reported end frees GPUs for) is dated at that job's own submit at
-the earliest: the per-job floor (`Scheduler.decided_at_s`, applied where the decider stamps
+the earliest: the per-job floor (`Scheduler.publish_at_s`, applied where the decider stamps
 its decisions). In a
 fleet replayed in virtual time (`request_clock=replay`) the server's clock is not the fleet's,
 so a tenant's request happens at the latest trusted time seen instead: "now" in the replay.

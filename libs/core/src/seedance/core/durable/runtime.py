@@ -52,7 +52,7 @@ from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.service import ServiceRuntime
 from seedance.core.state_store import StateConflict, StateStore
-from seedance.core.tasks import cancel_until_done
+from seedance.core.tasks import cancel_until_done, guarded
 
 __all__ = [
     "LEASE_BUCKET",
@@ -229,11 +229,8 @@ class DurableRuntime:
     async def run(self) -> None:
         """Keep the lease and lead whenever it is ours, until `stop`."""
         assert self._lease is not None, "start() first"
-        keeper = asyncio.create_task(self._lease.keep())
-        try:
-            await self._lead()
-        finally:
-            await cancel_until_done((keeper,))  # the lease refresh publishes: a cancel can be lost
+        # A keeper that fails ends the leading with its error: never a silent standby for good.
+        await guarded(self._lead(), self._lease.keep())
 
     def stop(self) -> None:
         self._stopping.set()

@@ -295,6 +295,10 @@ class Facts:
         self.alloc_end: dict[str, JobEnded] = {}
         #: The job's end where every allocation it has is ended: its last allocation's end.
         self.job_end: dict[str, JobEnded] = {}
+        #: Allocations ended by an end dated before their start (``_end_before``), each with
+        #: that end's id; ``clamped`` lists those found since the shell last took them (to log).
+        self.ended_before_start: dict[str, str] = {}
+        self.clamped: list[tuple[GpuAllocation, JobEnded]] = []
         # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms, mem_mib)}
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
         self.sample_nodes: dict[int, set[str]] = defaultdict(set)
@@ -385,14 +389,19 @@ class Facts:
         first = self.allocations[allocs[0]].start_ms
         last: JobEnded | None = None
         running = False
+        taken: dict[str, int] = {}  # the ends earlier allocations of the job took, when
         for aid in allocs:  # in start order (``_piece_end`` reads its predecessor's end)
-            end = self._piece_end(aid, allocs) or self._end_for(
-                self.allocations[aid].start_ms, ends, first
-            )
+            start_ms = self.allocations[aid].start_ms
+            end = self._piece_end(aid, allocs) or self._end_for(start_ms, ends, first)
+            if end is None:
+                end = self._end_before(aid, start_ms, ends, taken)
+            else:
+                self.ended_before_start.pop(aid, None)
             if end is None:
                 self.alloc_end.pop(aid, None)
                 running = True
                 continue
+            taken[end.event_id] = end.end_ms
             self.alloc_end[aid] = end
             self._due_drop(end.end_ms)
             if last is None or (end.end_ms, end.event_id) > (last.end_ms, last.event_id):
@@ -401,6 +410,30 @@ class Facts:
             self.job_end.pop(job, None)
         else:
             self.job_end[job] = last
+
+    def _end_before(
+        self, aid: str, start_ms: int, ends: list[tuple[int, str]], taken: dict[str, int]
+    ) -> JobEnded | None:
+        """A defence in depth: an allocation no end follows, for which the job has an end
+        dated at or before its start, after every end its earlier allocations took (so not one
+        of theirs: a gang's parts each end at one instant), is ended by that end at its start
+        (a zero-length span), not left open and billed for ever. The
+        slicer never dates an end before the placement it ends; a copy of the end at the
+        start is kept (its id the same), and the pair noted in ``clamped`` for the shell to
+        log once. None where there is no such end."""
+        after_ms = max(taken.values(), default=None)
+        for end_ms, eid in ends:
+            if end_ms > start_ms:
+                break
+            if after_ms is not None and end_ms <= after_ms:
+                continue
+            end = self.job_ends[eid]
+            if self.ended_before_start.get(aid) != eid:
+                self.ended_before_start[aid] = eid
+                self.clamped.append((self.allocations[aid], end))
+            return msgspec.structs.replace(end, end_ms=start_ms)
+        self.ended_before_start.pop(aid, None)
+        return None
 
     def _piece_end(self, aid: str, allocs: list[str]) -> JobEnded | None:
         """For the part of a run at a changed share (``resized``: its predecessor's end is

@@ -97,13 +97,15 @@ class MigPlanned:
 @dataclass(frozen=True, slots=True)
 class Ended:
     """A job ended (finished, failed, cancelled) and what it held is free; `was_placed` says
-    whether it held anything (False: it ended while it waited); `submitted_s` is its trusted
-    submit time, before which its end is never dated (`Scheduler.decided_at_s`)."""
+    whether it held anything (False: it ended while it waited); `floor_s` is the job's floor
+    when it ended (its trusted submit or the latest decision published about it, its latest
+    placement among them: `SchedulerState.job_floor_s`), before which its end is never dated
+    (`SchedulerState.publish_at_s`)."""
 
     job: JobSpec
     outcome: str  # finished | failed | cancelled
     was_placed: bool
-    submitted_s: float | None = None
+    floor_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

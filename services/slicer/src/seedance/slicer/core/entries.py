@@ -82,6 +82,8 @@ class JobEntry(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     submitted_s: float | None = None
     running: RunningJob | None = None
     pending: PendingJob | None = None
+    #: The latest decision published about the job (absent in entries written before).
+    published_s: float | None = None
 
 
 _enc = msgspec.msgpack.Encoder()
@@ -136,6 +138,7 @@ def entries_of(snap: SchedulerSnapshot) -> dict[str, bytes]:
                 submitted_s=snap.submitted_s.get(key),
                 running=running.get(key),
                 pending=pending.get(key),
+                published_s=snap.published_s.get(key),
             )
         )
     first_ended = _next(snap.ended_next, snap.ended) - len(snap.ended)
@@ -192,6 +195,7 @@ def snapshot_of(entries: Mapping[str, bytes]) -> SchedulerSnapshot:
         jobs={k: j.spec for k, j in jobs.items()},
         attempts={k: j.attempts for k, j in jobs.items() if j.attempts},
         submitted_s={k: j.submitted_s for k, j in jobs.items() if j.submitted_s is not None},
+        published_s={k: j.published_s for k, j in jobs.items() if j.published_s is not None},
         running=tuple(sorted((j.running for j in jobs.values() if j.running), key=_seq)),
         # In queue order, as `Scheduler.snapshot` lists them: priority, then arrival.
         pending=tuple(p for _, p in sorted(waiting, key=lambda x: x[0])),

@@ -473,7 +473,7 @@ class PlacementQueue:
             return False
         self._dequeue(job.job_id)
         # Never started before it was asked for (a trusted observer's report of the past may
-        # free the GPUs it takes): its own submit is its floor (`Scheduler.decided_at_s`).
+        # free the GPUs it takes): its own submit is its floor (`Scheduler.publish_at_s`).
         at_s = max(now_s, pend.submitted_s)
         self._running[job.job_id] = RunningRecord(job, res, at_s, pend.submitted_s, pend.seq)
         self._held_milli += job.request.gpu_milli_total * job.replicas

@@ -152,6 +152,9 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     ended_next: int = 0
     #: Consolidation's moves and drained nodes (empty in snapshots written before it ran).
     moves: MovesRecord = msgspec.field(default_factory=MovesRecord)
+    #: The time of the latest decision published about each live job (its floor with its
+    #: submit: `SchedulerState.job_floor_s`); empty in snapshots written before it was kept.
+    published_s: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def saved_running(r: RunningRecord, names: Sequence[str], owed_milli: int = 0) -> RunningJob:
@@ -224,6 +227,7 @@ def migrate(snap: SchedulerSnapshot) -> SchedulerSnapshot:
         jobs={key[j]: spec for j, spec in snap.jobs.items()},
         attempts={k(j): n for j, n in snap.attempts.items()},
         submitted_s={k(j): t for j, t in snap.submitted_s.items()},
+        published_s={k(j): t for j, t in snap.published_s.items()},
         running=tuple(msgspec.structs.replace(r, job_id=k(r.job_id)) for r in snap.running),
         pending=tuple(msgspec.structs.replace(p, job_id=k(p.job_id)) for p in snap.pending),
         mig=tuple(msgspec.structs.replace(m, job_id=k(m.job_id)) for m in snap.mig),

@@ -66,6 +66,9 @@ class SchedulerState:
         self._jobs: dict[str, JobSpec] = {}
         self._attempts: dict[str, int] = {}
         self._submitted_s: dict[str, float] = {}
+        #: The time of the latest decision about a job published (`publish_at_s`): its
+        #: placements (moves and MIG instances too), waits, evictions and share changes.
+        self._published_s: dict[str, float] = {}
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -103,6 +106,7 @@ class SchedulerState:
             jobs=dict(self._jobs),
             attempts=dict(self._attempts),
             submitted_s=dict(self._submitted_s),
+            published_s=dict(self._published_s),
             running=tuple(
                 saved_running(r, names, self._owed.get(r.job.job_id, 0))
                 for r in self._queue.running_records()
@@ -137,6 +141,7 @@ class SchedulerState:
         s._jobs = dict(snap.jobs)
         s._attempts = dict(snap.attempts)
         s._submitted_s = dict(snap.submitted_s)
+        s._published_s = dict(snap.published_s)
         first = max(snap.ended_next, len(snap.ended)) - len(snap.ended)
         s._ended = {k: first + i for i, k in enumerate(snap.ended)}
         s._ended_next = first + len(snap.ended)
@@ -255,26 +260,46 @@ class SchedulerState:
             submitted_s=self._submitted_s.get(key),
             running=None if run is None else saved_running(run, names, self._owed.get(key, 0)),
             pending=None if pend is None else saved_pending(pend, names),
+            published_s=self._published_s.get(key),
         )
 
-    # -- views ------------------------------------------------------------------------------
-    def decided_at_s(self, effect: Effect, now_s: float) -> float:
-        """When `effect`, caused by an input at trusted time `now_s`, is decided: never before
-        the trusted submit time of the job it is about (a per-job floor, keyed by tenant and
-        job), whatever the input. Only a trusted observer's report can be dated before a
-        waiting job's submit (every other input is floored at the latest time decided at,
-        which every submit is): it keeps its time for what it reports, and the waiting job it
-        frees GPUs for is placed when it was asked for at the earliest, not in the past.
-        Answers to a request (`Refused`, `RejectedInput`) and node or pool decisions keep
-        `now_s`."""
+    # -- dating the decisions ------------------------------------------------------------
+    def publish_at_s(self, effect: Effect, now_s: float) -> float:
+        """When `effect`, caused by an input at trusted time `now_s`, is published, noted as
+        the latest decision about its job: never before the job's floor (`job_floor_s`), so
+        that no decision about a job is dated before one published earlier about it, whatever
+        the input. Only a trusted observer's report can be dated before the latest time
+        decided at (every other input is floored there): it keeps its time for what it
+        reports, but the job it frees GPUs for is placed when it was asked for at the
+        earliest, and a job it ends, evicts or reshares is so no earlier than its latest
+        placement (billing ends only the allocations that started before their end). Call it
+        once per effect, in the order published. Answers to a request (`Refused`,
+        `RejectedInput`) and node or pool decisions keep `now_s`."""
         if isinstance(effect, Ended):
-            floor_s = effect.submitted_s
+            floor_s = effect.floor_s  # the job is gone: its floor came with its end
         elif isinstance(effect, Placed | Waiting | Evicted | ShareSet):
-            floor_s = self._submitted_s.get(effect.job.key)
+            floor_s = self.job_floor_s(effect.job.key)
         else:
-            floor_s = None
-        return now_s if floor_s is None else max(now_s, floor_s)
+            return now_s
+        at_s = now_s if floor_s is None else max(now_s, floor_s)
+        key = effect.job.key
+        if (
+            not isinstance(effect, Ended)
+            and key in self._jobs
+            and self._published_s.get(key) != at_s
+        ):
+            self._published_s[key] = at_s
+            self._dirty_jobs.add(key)
+        return at_s
 
+    def job_floor_s(self, key: str) -> float | None:
+        """The earliest time a decision about the live job `key` may be dated at: its trusted
+        submit, or the latest decision published about it (its latest placement, move or MIG
+        instance among them), whichever is later. None for a job it does not hold."""
+        times = (self._submitted_s.get(key), self._published_s.get(key))
+        return max((t for t in times if t is not None), default=None)
+
+    # -- views ------------------------------------------------------------------------------
     @property
     def node_names(self) -> list[str]:
         return [n.name for n in self._nodes]
