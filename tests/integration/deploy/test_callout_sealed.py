@@ -105,9 +105,9 @@ async def test_a_stream_capturing_the_callout_subject_holds_no_password(
     finally:
         await admin.js.update_stream(info.config)
     msg = captured[-1]
-    assert msg.data.startswith(b"xkv1")  # the nkeys sealed-box format, to the callout's key
     assert not holds_in_clear(msg.data, password)
     assert not holds_in_clear(msg.data, tenant_user_name("newco"))
+    assert msg.data.startswith(b"xkv1")  # the nkeys sealed-box format, to the callout's key
     server_xkey = (msg.headers or {}).get("Nats-Server-Xkey", "")
     assert server_xkey.startswith("X")
     # only the callout's key opens it, and inside is the server's signed request

@@ -98,6 +98,7 @@ __all__ = [
     "TENANTS_BUCKET",
     "AuthCallout",
     "CalloutMetrics",
+    "JwtError",
     "PasswordRefused",
     "TenantRecord",
     "TenantRegistry",
