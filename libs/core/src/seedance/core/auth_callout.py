@@ -470,7 +470,9 @@ async def _serve(token_ttl_s: float, gate: GateSettings) -> int:
         print(f"{ISSUER_SEED_VAR} is not an nkey seed: {exc!r}", file=sys.stderr)
         return 2
     try:  # the server config's auth_callout.xkey is this seed's public key
-        xkey = CurveKeyPair(os.environ.get(XKEY_SEED_VAR, ""))
+        if not os.environ.get(XKEY_SEED_VAR):
+            raise XKeyError("not set")
+        xkey = CurveKeyPair(os.environ[XKEY_SEED_VAR])
     except XKeyError as exc:
         print(f"{XKEY_SEED_VAR}: {exc} (`seedance-auth new-xkey` makes one)", file=sys.stderr)
         return 2
