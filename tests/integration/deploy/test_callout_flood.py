@@ -33,6 +33,7 @@ from seedance.core.auth_callout import (
     PasswordRefused,
     TenantRegistry,
 )
+from seedance.core.xkeys import CurveKeyPair
 from seedance.events.permissions import CALLOUT_USER, tenant_user_name
 from seedance.events.tokens import InvalidToken
 from seedance.testing.servers import SHIPPED_AUTH, NatsServer, auth_server
@@ -62,7 +63,9 @@ class Callout:
 
 
 @pytest_asyncio.fixture(loop_scope="module")
-async def callout(server: NatsServer, issuer: nkeys.KeyPair) -> AsyncIterator[Callout]:
+async def callout(
+    server: NatsServer, issuer: nkeys.KeyPair, xkey: CurveKeyPair
+) -> AsyncIterator[Callout]:
     """A fresh callout (its own caches and counters) for each test."""
     own = await Bus.connect(
         BusSettings(url=server.url, user=CALLOUT_USER, password=shipped_password(CALLOUT_USER))
@@ -71,7 +74,7 @@ async def callout(server: NatsServer, issuer: nkeys.KeyPair) -> AsyncIterator[Ca
         BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
     )
     try:
-        async with AuthCallout(own, issuer) as service:
+        async with AuthCallout(own, issuer, xkey=xkey) as service:
             yield Callout(service, await TenantRegistry.open(admin), server.url)
     finally:
         await admin.close()
@@ -244,7 +247,7 @@ async def test_a_removal_or_a_new_password_counts_for_the_very_next_login(
 
 
 async def test_under_a_config_rendered_before_the_mirror_every_login_reads_the_registry(
-    issuer: nkeys.KeyPair,
+    issuer: nkeys.KeyPair, xkey: CurveKeyPair
 ) -> None:
     """A server whose config predates the callout's subscription to the bucket's writes
     refuses it: the callout must then read the registry for every login (a mirror that never
@@ -253,7 +256,7 @@ async def test_under_a_config_rendered_before_the_mirror_every_login_reads_the_r
     granted = '"$SYS.REQ.USER.AUTH"\n            "$KV.seedance-tenants.>"'
     assert granted in text
     text = text.replace(granted, '"$SYS.REQ.USER.AUTH"')
-    with auth_server(text, shipped_password, issuer=issuer) as server:
+    with auth_server(text, shipped_password, issuer=issuer, xkey=xkey) as server:
         own = await Bus.connect(
             BusSettings(url=server.url, user=CALLOUT_USER, password=shipped_password(CALLOUT_USER))
         )
@@ -262,7 +265,7 @@ async def test_under_a_config_rendered_before_the_mirror_every_login_reads_the_r
                 BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
             )
             try:
-                async with AuthCallout(own, issuer) as service:
+                async with AuthCallout(own, issuer, xkey=xkey) as service:
                     mirror = service.mirror
                     assert mirror is not None
                     assert not mirror.permitted

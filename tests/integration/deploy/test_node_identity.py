@@ -29,6 +29,7 @@ import pytest_asyncio
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
+from seedance.core.xkeys import new_curve_keys
 from seedance.events import nats_config, node_permissions, permissions
 from seedance.events.subjects import slicing, telemetry
 from seedance.testing.paths import REPO
@@ -61,8 +62,8 @@ class Running:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def running() -> AsyncIterator[Running]:
-    issuer = new_issuer()
-    with auth_server(CHOICES.render(), password, issuer=issuer) as server:
+    issuer, xkey = new_issuer(), new_curve_keys()
+    with auth_server(CHOICES.render(), password, issuer=issuer, xkey=xkey) as server:
         admin = await Bus.connect(
             BusSettings(url=server.url, user="admin", password=password("admin"))
         )
@@ -77,7 +78,7 @@ async def running() -> AsyncIterator[Running]:
             await admin.ensure_streams()
             registry = await TenantRegistry.open(admin)
             await registry.add_node(RUNTIME, password(f"node-{RUNTIME}"))
-            async with AuthCallout(callout_bus, issuer, refusal_delay_s=0.0):
+            async with AuthCallout(callout_bus, issuer, xkey=xkey, refusal_delay_s=0.0):
                 yield Running(server.url, registry)
         finally:
             await callout_bus.close()

@@ -44,6 +44,7 @@ from nats.js.api import DiscardPolicy
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry
 from seedance.core.tenant_registry import TENANTS_BUCKET
+from seedance.core.xkeys import CurveKeyPair
 from seedance.events import new_event_id
 from seedance.events.codec import DecodeError, decode
 from seedance.events.cost import CostEntry
@@ -83,7 +84,9 @@ class Stack:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack(server: NatsServer, issuer: nkeys.KeyPair) -> AsyncIterator[Stack]:
+async def stack(
+    server: NatsServer, issuer: nkeys.KeyPair, xkey: CurveKeyPair
+) -> AsyncIterator[Stack]:
     """Streams provisioned, a cost of each tenant's stored, a node and two run-time tenants
     registered, the callout running."""
     admin = await Bus.connect(
@@ -107,7 +110,7 @@ async def stack(server: NatsServer, issuer: nkeys.KeyPair) -> AsyncIterator[Stac
             VICTIM: await registry.add(VICTIM),
             NODE: await registry.add_node(NODE),
         }
-        async with AuthCallout(own, issuer, refusal_delay_s=0.0) as callout:
+        async with AuthCallout(own, issuer, xkey=xkey, refusal_delay_s=0.0) as callout:
             yield Stack(server.url, admin, callout, pw)
     finally:
         await own.close()

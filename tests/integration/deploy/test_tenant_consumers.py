@@ -25,6 +25,7 @@ import pytest_asyncio
 
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry
+from seedance.core.xkeys import CurveKeyPair
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry
 from seedance.events.permissions import CALLOUT_USER, TENANT_READS
@@ -50,7 +51,9 @@ HOSTILE_CREATES = 300
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack(server: NatsServer, issuer: nkeys.KeyPair) -> AsyncIterator[dict[str, str]]:
+async def stack(
+    server: NatsServer, issuer: nkeys.KeyPair, xkey: CurveKeyPair
+) -> AsyncIterator[dict[str, str]]:
     """The streams provisioned, a cost of each tenant's in them, the callout running; the
     tenants' passwords."""
     admin = await Bus.connect(
@@ -72,7 +75,7 @@ async def stack(server: NatsServer, issuer: nkeys.KeyPair) -> AsyncIterator[dict
             STATIC: shipped_password(f"tenant-{STATIC}"),
             RUNTIME: await (await TenantRegistry.open(admin)).add(RUNTIME),
         }
-        async with AuthCallout(own, issuer):
+        async with AuthCallout(own, issuer, xkey=xkey):
             yield passwords
     finally:
         await own.close()

@@ -36,6 +36,7 @@ from nats.js import api as js_api
 from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
 from seedance.core.kv import ensure_bucket, ensure_object_store
+from seedance.core.xkeys import new_curve_keys
 from seedance.events import permissions
 from seedance.events.subjects import (
     BUCKETS,
@@ -90,8 +91,8 @@ class Running:
 async def running() -> AsyncIterator[Running]:
     text = read(CONF)
     callout = "auth_callout {" in text
-    issuer = new_issuer()
-    with auth_server(text, password, issuer=issuer) as server:
+    issuer, xkey = new_issuer(), new_curve_keys()
+    with auth_server(text, password, issuer=issuer, xkey=xkey) as server:
         admin = await Bus.connect(
             BusSettings(url=server.url, user="admin", password=password("admin"))
         )
@@ -110,7 +111,7 @@ async def running() -> AsyncIterator[Running]:
             try:
                 registry = await TenantRegistry.open(admin)
                 await registry.add(RUNTIME, password(f"tenant-{RUNTIME}"))
-                async with AuthCallout(callout_bus, issuer):
+                async with AuthCallout(callout_bus, issuer, xkey=xkey):
                     yield Running(server.url, admin, callout)
             finally:
                 await callout_bus.close()

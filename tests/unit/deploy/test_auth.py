@@ -278,6 +278,7 @@ def test_the_callout_lists_every_static_user_as_bypassing_it() -> None:
     listed = re.findall(r'^\s+"([^"]+)"$', block.split("]", 1)[0], re.M)
     assert listed == [u.name for u in auth_choices().users()]
     assert f"issuer: ${nats_config.CALLOUT_ISSUER_VAR}" in block
+    assert f"xkey: ${nats_config.CALLOUT_XKEY_VAR}" in block  # every login request sealed
 
 
 # --- passwords ------------------------------------------------------------------------------
@@ -320,7 +321,8 @@ def test_env_example_names_every_variable_the_config_needs_and_the_rule() -> Non
     example = (DEPLOY / "compose" / ".env.example").read_text()
     wanted = {nats_config.password_var(u.name) for u in auth_choices().users()}
     keys = {line.split("=")[0] for line in example.splitlines() if "=" in line and line[0] != "#"}
-    assert wanted | {nats_config.CALLOUT_ISSUER_VAR} <= keys
+    assert wanted | {nats_config.CALLOUT_ISSUER_VAR, nats_config.CALLOUT_XKEY_VAR} <= keys
+    assert "SEEDANCE_AUTH_CALLOUT_XKEY_SEED" in keys
     assert "gen_nats_auth.py --new-password" in example
     assert "letter" in example
 

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from seedance.bench.images import workspace_version
-from seedance.core.auth_callout import new_issuer
+from seedance.core.auth_callout import XKEY_SEED_VAR, new_issuer
+from seedance.core.xkeys import CurveKeyPair, new_curve_keys
 from seedance.events import nats_config
 from seedance.events.node_permissions import TELEMETRY_REPLAYER
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
@@ -125,13 +126,32 @@ def test_service_env_is_settings_fields_and_ports_agree(
     assert env["NATS_URL"] == "nats://nats:4222"
 
 
+def test_the_callout_s_development_curve_seed_pairs_the_key_the_server_seals_to(
+    compose: dict[str, Any],
+) -> None:
+    """A mismatched pair would fail every run-time login (the callout could open no request)."""
+
+    def default(value: str) -> str:
+        m = re.fullmatch(r"\$\{\w+:-(\w+)\}", value)
+        assert m is not None, value
+        return m.group(1)
+
+    public = default(compose["services"]["nats"]["environment"][nats_config.CALLOUT_XKEY_VAR])
+    seed = default(compose["services"][CALLOUT_USER]["environment"][XKEY_SEED_VAR])
+    assert CurveKeyPair(seed).public_key == public
+
+
 def test_each_service_has_its_own_nats_user_and_the_server_knows_every_password(
     compose: dict[str, Any],
 ) -> None:
     users = auth_users()
     nats_env = compose["services"]["nats"]["environment"]
     rendered = auth_choices().users()
-    callout = {nats_config.CALLOUT_ISSUER_VAR} if users.get("auth_callout") else set()
+    callout = (
+        {nats_config.CALLOUT_ISSUER_VAR, nats_config.CALLOUT_XKEY_VAR}
+        if users.get("auth_callout")
+        else set()
+    )
     assert set(nats_env) == {nats_config.password_var(u.name) for u in rendered} | callout
     for name in [*SERVICES, CALLOUT_USER]:
         env = compose["services"][name]["environment"]
@@ -174,6 +194,7 @@ def test_nats_config_with_auth_is_accepted_by_the_pinned_server(
         (conf_dir / Path(target).name).write_text(source.read_text())
     env = {**os.environ, **dict.fromkeys(nats["environment"], "x-password")}
     env[nats_config.CALLOUT_ISSUER_VAR] = new_issuer().public_key.decode()
+    env[nats_config.CALLOUT_XKEY_VAR] = new_curve_keys().public_key
     cmd = [nats_server_binary(), "-c", str(conf_dir / "nats.conf"), "-t"]
     ok = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stderr

@@ -7,6 +7,7 @@ inside the pinned kubectl wheel (a dev dependency), not a re-implementation.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from seedance.core.auth_callout import new_issuer
+from seedance.core.xkeys import CurveKeyPair, new_curve_keys
 from seedance.events import nats_config, subjects
 from seedance.events.permissions import CALLOUT_USER, IDENTITIES
 from seedance.k8s_bridge.core.endpoints import FLEET_LABEL, MODEL_LABEL
@@ -334,7 +336,11 @@ def test_dev_secret_has_a_password_for_every_user_and_prod_brings_its_own() -> N
         for d in render("dev")
         if d["kind"] == "Secret" and d["metadata"]["name"] == "seedance-nats-passwords"
     }
-    callout = {nats_config.CALLOUT_ISSUER_VAR} if auth_users().get("auth_callout") else set()
+    callout = (
+        {nats_config.CALLOUT_ISSUER_VAR, nats_config.CALLOUT_XKEY_VAR}
+        if auth_users().get("auth_callout")
+        else set()
+    )
     assert (
         set(secrets["seedance-system"]["data"])
         == {nats_config.password_var(u.name) for u in users} | callout
@@ -369,6 +375,7 @@ def test_nats_configmap_is_the_generated_auth_and_the_server_accepts_it(
         **{nats_config.password_var(u.name): "x" for u in users},
     }
     env[nats_config.CALLOUT_ISSUER_VAR] = new_issuer().public_key.decode()
+    env[nats_config.CALLOUT_XKEY_VAR] = new_curve_keys().public_key
     done = subprocess.run(
         [nats_server_binary(), "-c", str(tmp_path / "nats.conf"), "-t"],
         env=env,
@@ -400,9 +407,21 @@ def test_the_auth_callout_runs_as_its_user_and_only_it_holds_the_signing_seed(
     assert pw == {"name": "seedance-nats-passwords", "key": "NATS_PASSWORD_AUTH_CALLOUT"}
     seed = env["SEEDANCE_AUTH_CALLOUT_ISSUER_SEED"]["valueFrom"]["secretKeyRef"]
     assert seed["name"] != "seedance-nats-passwords"  # the server's env never sees the seed
+    xkey = env["SEEDANCE_AUTH_CALLOUT_XKEY_SEED"]["valueFrom"]["secretKeyRef"]
+    assert xkey == {"name": seed["name"], "key": "SEEDANCE_AUTH_CALLOUT_XKEY_SEED"}
     if overlay == "dev":
         secrets = by_kind(docs, "Secret")
         assert "SEEDANCE_AUTH_CALLOUT_ISSUER_SEED" in secrets[seed["name"]]["data"]
+        # the curve seed the callout opens requests with is the pair of the key the server
+        # seals them to: a mismatch fails every run-time login
+        curve_seed = base64.b64decode(secrets[seed["name"]]["data"][xkey["key"]]).decode()
+        (server,) = [
+            d["data"] for d in docs
+            if d["kind"] == "Secret" and d["metadata"]["name"] == "seedance-nats-passwords"
+            and d["metadata"]["namespace"] == "seedance-system"
+        ]  # fmt: skip
+        public = server[nats_config.CALLOUT_XKEY_VAR]
+        assert CurveKeyPair(curve_seed).public_key == base64.b64decode(public).decode()
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -2,9 +2,9 @@
 
 A fresh nats-server runs the shipped authorisation (deploy/auth, auth callout on); the
 auth-callout service runs as its own process (``python -m seedance.core.auth_callout serve``,
-its shipped user and an issuer seed, as compose and Kubernetes run it); a tenant registered at
-run time (``victim``) logs in ``--logins`` times, one after another, each a complete nats-py
-connect (`seedance.bench.callout_flood.timed_logins`):
+its shipped user, an issuer seed and a curve seed, as compose and Kubernetes run it); a
+tenant registered at run time (``victim``) logs in ``--logins`` times, one after another, each
+a complete nats-py connect (`seedance.bench.callout_flood.timed_logins`):
 
 1. unflooded: the anchor, measured in the same run;
 2. during the ``random-users`` flood: ``--concurrency`` raw-protocol attackers logging in as
@@ -51,7 +51,8 @@ from seedance.bench.callout_flood import (
     timed_logins,
 )
 from seedance.core import Bus, BusSettings
-from seedance.core.auth_callout import ISSUER_SEED_VAR, TenantRegistry, new_issuer
+from seedance.core.auth_callout import ISSUER_SEED_VAR, XKEY_SEED_VAR, TenantRegistry, new_issuer
+from seedance.core.xkeys import new_curve_keys
 from seedance.events.permissions import CALLOUT_USER, tenant_user_name
 from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import eventually
@@ -78,15 +79,18 @@ class Stack:
     logdir: Path
 
 
-def start_callout(url: str, seed: str, logdir: Path, *args: str) -> subprocess.Popen[bytes]:
-    """``seedance-auth serve`` as its own process, under its shipped user (its log in
-    ``logdir``, never a pipe)."""
+def start_callout(
+    url: str, seed: str, xkey_seed: str, logdir: Path, *args: str
+) -> subprocess.Popen[bytes]:
+    """``seedance-auth serve`` as its own process, under its shipped user, with the issuer's
+    and the curve key's seeds (its log in ``logdir``, never a pipe)."""
     env = {
         **os.environ,
         "NATS_URL": url,
         "NATS_USER": CALLOUT_USER,
         "NATS_PASSWORD": password(CALLOUT_USER),
         ISSUER_SEED_VAR: seed,
+        XKEY_SEED_VAR: xkey_seed,
     }
     with open(logdir / "auth-callout.log", "ab") as out:
         return subprocess.Popen(
@@ -100,10 +104,10 @@ def start_callout(url: str, seed: str, logdir: Path, *args: str) -> subprocess.P
 @contextlib.asynccontextmanager
 async def stack() -> AsyncIterator[Stack]:
     """The shipped-auth server, the callout process, and the tenants registered."""
-    issuer = new_issuer()
-    server = shipped_auth_server(password, issuer=issuer)
+    issuer, xkey = new_issuer(), new_curve_keys()
+    server = shipped_auth_server(password, issuer=issuer, xkey=xkey)
     logdir = Path(tempfile.mkdtemp(prefix="seedance-bench-callout-"))
-    callout = start_callout(server.url, issuer.seed.decode(), logdir)
+    callout = start_callout(server.url, issuer.seed.decode(), xkey.seed, logdir)
     try:
         admin = await Bus.connect(
             BusSettings(url=server.url, user="admin", password=password("admin"))

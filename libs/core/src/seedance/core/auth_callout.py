@@ -27,8 +27,10 @@ answered ``refusal_delay_s`` late; beyond ``max_pending`` requests being decided
 not answered (the server refuses the connection at its auth timeout).
 
     seedance-auth new-issuer                 # an account seed and its public key (config)
+    seedance-auth new-xkey                   # a curve seed and its public key (config)
     seedance-auth serve                      # NATS_URL, NATS_USER=auth-callout, NATS_PASSWORD,
-                                             # SEEDANCE_AUTH_CALLOUT_ISSUER_SEED
+                                             # SEEDANCE_AUTH_CALLOUT_ISSUER_SEED,
+                                             # SEEDANCE_AUTH_CALLOUT_XKEY_SEED
     seedance-auth add-tenant ACME            # operator credentials; prints the new password
     seedance-auth remove-tenant ACME
     seedance-auth add-node gpu-node-7        # a node's own user (node-gpu-node-7): issue or
@@ -39,12 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import binascii
 import contextlib
-import functools
-import hashlib
-import json
 import os
 import signal
 import sys
@@ -52,8 +49,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-import nacl.exceptions
-import nacl.signing
 import nats.errors
 import nkeys
 from nats.aio.msg import Msg
@@ -64,6 +59,7 @@ from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.entry import package_version
 from seedance.core.login_gate import Busy, GateSettings, HashSlots, LoginGate, Verdict
 from seedance.core.logs import configure_logging, get_logger
+from seedance.core.nkey_jwt import JwtError, decode_jwt, encode_jwt
 from seedance.core.principals import MAX_USER as _MAX_USER
 from seedance.core.principals import (
     Refused,
@@ -87,6 +83,7 @@ from seedance.core.tenant_registry import (
     password_matches,
     record_for,
 )
+from seedance.core.xkeys import CurveKeyPair, XKeyError, new_curve_keys
 from seedance.events.permissions import (
     CALLOUT_SUBJECT,
     Permissions,
@@ -101,6 +98,7 @@ __all__ = [
     "TENANTS_BUCKET",
     "AuthCallout",
     "CalloutMetrics",
+    "JwtError",
     "PasswordRefused",
     "TenantRecord",
     "TenantRegistry",
@@ -116,54 +114,9 @@ __all__ = [
 log = get_logger(__name__)
 
 ISSUER_SEED_VAR = "SEEDANCE_AUTH_CALLOUT_ISSUER_SEED"
-
-
-# --- JWTs (the nats-server "ed25519-nkey" flavour) ------------------------------------------
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-class JwtError(ValueError):
-    """A token that is not a well-formed, correctly signed nkey JWT."""
-
-
-def encode_jwt(claims: dict[str, Any], issuer: nkeys.KeyPair, *, clock: Clock = WALL_CLOCK) -> str:
-    """Sign ``claims`` as ``issuer`` (adds iss, iat and jti, as the Go nats-io/jwt does)."""
-    iat = int(clock.now().timestamp())
-    body = {**claims, "iss": issuer.public_key.decode(), "iat": iat}
-    body["jti"] = ""
-    digest = hashlib.sha512(json.dumps(body, separators=(",", ":")).encode()).digest()[:32]
-    body["jti"] = base64.b32encode(digest).decode().rstrip("=")
-    header = _b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
-    payload = _b64(json.dumps(body, separators=(",", ":")).encode())
-    signature = issuer.sign(f"{header}.{payload}".encode())
-    return f"{header}.{payload}.{_b64(signature)}"
-
-
-@functools.lru_cache(maxsize=64)  # the few servers' keys: decoded once each, not per login
-def _public_key_bytes(public: str) -> bytes:
-    raw = base64.b32decode(public + "=" * (-len(public) % 8))
-    if len(raw) != 35:
-        raise JwtError(f"issuer {public!r} is not an nkey public key")
-    return raw[1:33]  # prefix byte, 32 key bytes, crc16
-
-
-def decode_jwt(token: str) -> dict[str, Any]:
-    """The claims of ``token``, after checking its signature against its own ``iss``."""
-    try:
-        header, payload, signature = token.split(".")
-        claims: dict[str, Any] = json.loads(_unb64(payload))
-        key = nacl.signing.VerifyKey(_public_key_bytes(str(claims["iss"])))
-        key.verify(f"{header}.{payload}".encode(), _unb64(signature))
-    except (ValueError, KeyError, binascii.Error, nacl.exceptions.BadSignatureError) as exc:
-        raise JwtError(f"not a valid signed JWT: {exc}") from None
-    return claims
+XKEY_SEED_VAR = "SEEDANCE_AUTH_CALLOUT_XKEY_SEED"
+#: The header in which nats-server sends its own curve key with a sealed request.
+SERVER_XKEY_HEADER = "Nats-Server-Xkey"
 
 
 def new_issuer() -> nkeys.KeyPair:
@@ -304,6 +257,7 @@ class AuthCallout:
         bus: Bus,
         issuer: nkeys.KeyPair,
         *,
+        xkey: CurveKeyPair | None = None,
         token_ttl_s: float = 0.0,
         gate: GateSettings | None = None,
         refusal_delay_s: float = 1.0,
@@ -312,6 +266,7 @@ class AuthCallout:
     ) -> None:
         self._bus = bus
         self._issuer = issuer
+        self._xkey = xkey
         self._token_ttl_s = token_ttl_s
         self.gate = LoginGate(gate)
         self._slots = HashSlots(self.gate.settings)
@@ -380,9 +335,7 @@ class AuthCallout:
         assert self._registry is not None
         self._deciding += 1
         try:
-            # The server signs its request with its own key (``iss``), checked here; only the
-            # server and operators may publish on $SYS.REQ.USER.AUTH.
-            request = decode_jwt(msg.data.decode())
+            request, server_xkey = self._open(msg)
             response, user, refused = await decide(
                 request,
                 self._lookup,
@@ -391,7 +344,7 @@ class AuthCallout:
                 clock=self._bus.clock,
                 verify=self._verify,
             )
-        except (JwtError, UnicodeDecodeError) as exc:
+        except (JwtError, XKeyError, UnicodeDecodeError) as exc:
             log.warning("auth_request_malformed", error=str(exc))
             return  # the server times the connection out; nothing to answer
         finally:
@@ -406,7 +359,31 @@ class AuthCallout:
         else:
             log.info("auth_granted", user=user)
         with contextlib.suppress(nats.errors.Error):  # the connection is closing
-            await msg.respond(response.encode())
+            answer = response.encode()
+            await msg.respond(answer if server_xkey is None else self._seal(answer, server_xkey))
+
+    def _open(self, msg: Msg) -> tuple[dict[str, Any], str | None]:
+        """The decoded request and the server's curve key to seal the answer to (None: no
+        xkey here, a plaintext answer).
+
+        The server signs its request with its own key (``iss``), checked here; only the server
+        and operators may publish on $SYS.REQ.USER.AUTH. With an xkey the request must come
+        sealed to it: a plaintext one is refused unanswered, so a server whose config lost its
+        ``xkey`` fails every callout login at once instead of sending passwords in clear."""
+        if self._xkey is None:
+            return decode_jwt(msg.data.decode()), None
+        server_xkey = (msg.headers or {}).get(SERVER_XKEY_HEADER, "")
+        if not server_xkey:
+            raise XKeyError(f"a request without {SERVER_XKEY_HEADER}: plaintext, refused")
+        request = decode_jwt(self._xkey.open(msg.data, server_xkey).decode())
+        # the header is unsigned; the key the server signed into its request must be the same
+        if request.get("nats", {}).get("server_id", {}).get("xkey") != server_xkey:
+            raise XKeyError(f"{SERVER_XKEY_HEADER} is not the key the server's request names")
+        return request, server_xkey
+
+    def _seal(self, answer: bytes, server_xkey: str) -> bytes:
+        assert self._xkey is not None
+        return self._xkey.seal(answer, server_xkey)
 
     async def _lookup(self, tenant: str) -> TenantRecord | None:
         """The tenant's record from the callout's mirror of the registry
@@ -492,9 +469,16 @@ async def _serve(token_ttl_s: float, gate: GateSettings) -> int:
     except nkeys.NkeysError as exc:
         print(f"{ISSUER_SEED_VAR} is not an nkey seed: {exc!r}", file=sys.stderr)
         return 2
+    try:  # the server config's auth_callout.xkey is this seed's public key
+        if not os.environ.get(XKEY_SEED_VAR):
+            raise XKeyError("not set")
+        xkey = CurveKeyPair(os.environ[XKEY_SEED_VAR])
+    except XKeyError as exc:
+        print(f"{XKEY_SEED_VAR}: {exc} (`seedance-auth new-xkey` makes one)", file=sys.stderr)
+        return 2
 
     async def run(bus: Bus) -> int:
-        callout = AuthCallout(bus, issuer, token_ttl_s=token_ttl_s, gate=gate)
+        callout = AuthCallout(bus, issuer, xkey=xkey, token_ttl_s=token_ttl_s, gate=gate)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(callout.stop()))
@@ -503,6 +487,16 @@ async def _serve(token_ttl_s: float, gate: GateSettings) -> int:
         return 0
 
     return await _with_bus("auth-callout", run)
+
+
+def _new_keys(cmd: str) -> str:
+    """The seed (the callout's secret) and public key (the server's) lines of a fresh pair."""
+    if cmd == "new-xkey":
+        xkp = new_curve_keys()
+        return f"{XKEY_SEED_VAR}={xkp.seed}\nNATS_AUTH_CALLOUT_XKEY={xkp.public_key}"
+    kp = new_issuer()
+    seed, public = kp.seed.decode(), kp.public_key.decode()
+    return f"{ISSUER_SEED_VAR}={seed}\nNATS_AUTH_CALLOUT_ISSUER={public}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -520,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         help="scrypt hashes at once (each ~16 MiB and a core while it runs)",
     )
     sub.add_parser("new-issuer", help="print a new issuer seed and its public key")
+    sub.add_parser("new-xkey", help="print a new curve seed and its public key (requests' key)")
     add = sub.add_parser("add-tenant", help="register a tenant (operator credentials)")
     add.add_argument("tenant")
     add.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
@@ -534,10 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     rm_node.add_argument("tenant", metavar="node")
     args = ap.parse_args(argv)
     configure_logging()
-    if args.cmd == "new-issuer":
-        kp = new_issuer()
-        print(f"{ISSUER_SEED_VAR}={kp.seed.decode()}")
-        print(f"NATS_AUTH_CALLOUT_ISSUER={kp.public_key.decode()}")
+    if args.cmd in ("new-issuer", "new-xkey"):
+        print(_new_keys(args.cmd))
         return 0
     if args.cmd == "serve":
         try:

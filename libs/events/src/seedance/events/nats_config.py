@@ -20,7 +20,8 @@ parses.
 
 With ``callout_issuer_var`` the block also enables nats-server 2.10+ auth callout: every user not
 listed here is authorised by the callout service, which signs a user JWT with that account key
-(the variable holds its public key) and the tenant permissions declared here.
+(the variable holds its public key) and the tenant permissions declared here; the block also
+names the callout's curve key (``CALLOUT_XKEY_VAR``), to which the server seals each request.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from seedance.events.provision_permissions import provisioner_user
 __all__ = [
     "CALLOUT_ISSUER_VAR",
     "CALLOUT_USER",
+    "CALLOUT_XKEY_VAR",
     "PASSWORD_RULE",
     "PUBLISH_IP_VAR",
     "RENDERED_FILES",
@@ -64,6 +66,9 @@ __all__ = [
 ]
 
 CALLOUT_ISSUER_VAR = "NATS_AUTH_CALLOUT_ISSUER"
+#: The callout's curve public key (X...): the server seals each request to it (the passwords
+#: inside never cross the bus in clear) and opens the callout's sealed answers with it.
+CALLOUT_XKEY_VAR = "NATS_AUTH_CALLOUT_XKEY"
 
 _PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{7,127}$")
 PASSWORD_RULE = (
@@ -205,6 +210,9 @@ def render(static: list[User], *, source: str, callout_issuer_var: str | None = 
             "  # time); its user JWTs are signed with the account key whose public key this is.",
             "  auth_callout {",
             f"    issuer: ${callout_issuer_var}",
+            "    # Requests are sealed to the callout's curve key, answers to the server's: the",
+            "    # passwords inside never cross the bus in clear (docs/security.md).",
+            f"    xkey: ${CALLOUT_XKEY_VAR}",
             "    auth_users: [",
             *(f'      "{u.name}"' for u in static),
             "    ]",

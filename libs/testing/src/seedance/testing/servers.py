@@ -187,6 +187,7 @@ def auth_server(
     password: Callable[[str], str],
     *,
     issuer: Any = None,
+    xkey: Any = None,
     store: Path | None = None,
     port: int = -1,
     detach: bool = False,
@@ -197,20 +198,25 @@ def auth_server(
     renders it (the shipped file, another ``AuthChoices``' render, an older shipped config),
     with every user's password variable defined as ``password(user)`` and the auth callout's
     issuer key (``issuer``, an nkeys account key pair whose seed signs the callout's answers;
-    a fresh one by default). The definitions go in front of the block, as compose and
-    Kubernetes give them in the environment (the issuer's only where the block has a callout).
+    a fresh one by default) and curve key (``xkey``, a `seedance.core.xkeys.CurveKeyPair`: the
+    server seals each request to its public key, so the callout under test must hold it; a
+    fresh one by default). The definitions go in front of the block, as compose and Kubernetes
+    give them in the environment (the issuer's and the xkey's only where the block reads them).
     ``store``, ``port``, ``detach`` and ``monitor`` are `NatsServer`'s. ``provisioned``: the
     ``provisioner`` (where the block has one, else the operator ``admin``) has run `provision`
     on it, as a deployment does before any service starts; services may not create what they
     miss."""
     from seedance.core.auth_callout import new_issuer
-    from seedance.events.nats_config import CALLOUT_ISSUER_VAR
+    from seedance.core.xkeys import new_curve_keys
+    from seedance.events.nats_config import CALLOUT_ISSUER_VAR, CALLOUT_XKEY_VAR
     from seedance.events.provision_permissions import PROVISIONER
 
     users = shipped_users(text)
     defs = "".join(f'{var}: "{password(user)}"\n' for user, var in users.items())
     if f"${CALLOUT_ISSUER_VAR}" in text:  # a variable the block never reads fails the start
         defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
+    if f"${CALLOUT_XKEY_VAR}" in text:
+        defs += f"{CALLOUT_XKEY_VAR}: {(xkey or new_curve_keys()).public_key}\n"
     server = NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
     # as a deployment does: the provisioner where the block has one (an older block, the
     # operator)
@@ -280,10 +286,12 @@ def shipped_auth_server(
     issuer: Any = None,
     monitor: bool = False,
     provisioned: bool = True,
+    xkey: Any = None,
 ) -> NatsServer:
     """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
-    every user's password variable defined as ``password(user)`` and a fresh auth-callout
-    issuer key, so that tests exercise exactly the permissions deployments get.
+    every user's password variable defined as ``password(user)`` and fresh auth-callout
+    issuer and curve keys (unless given), so that tests exercise exactly the permissions
+    deployments get.
 
     The users and their variables are read from the shipped file itself, not re-derived from
     ``deploy/auth/users.yaml`` through the generator: what the server is given is then exactly
@@ -295,6 +303,7 @@ def shipped_auth_server(
         SHIPPED_AUTH.read_text(),
         password,
         issuer=issuer,
+        xkey=xkey,
         store=store,
         port=port,
         detach=detach,
