@@ -44,6 +44,7 @@ from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 
 JS = "$JS.API"
 TENANTS_BUCKET = "seedance-tenants"
+JOBS = "SEEDANCE_JOBS"
 STORE = next(iter(OBJECT_STORES))
 EVERY_STREAM = (
     {s.name for s in STREAMS} | {f"KV_{b}" for b in BUCKETS} | {f"OBJ_{o}" for o in OBJECT_STORES}
@@ -124,6 +125,40 @@ async def test_the_provisioner_provisions_an_empty_server_and_converges_an_older
     assert mirror is not None
     assert mirror.filter_subject == routing.OBSERVED
     assert not (await operator.js.stream_info("KV_seedance-leases")).config.allow_rollup_hdrs
+
+
+async def test_a_stream_only_the_operator_can_delete_is_named_and_the_rest_converged(
+    bare_url: str, operator: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stream the catalogue does not make a mirror that carries one (made by hand, planted):
+    only its deletion undoes it, and the provisioner may delete only the catalogue's mirrors.
+    Provision names it and the operator, creates the missing bucket after it all the same and
+    exits 1; once the operator has deleted it, provision converges the rest (exit 0)."""
+    argv = ["--nats-url", bare_url, "--user", PROVISIONER]
+    argv += ["--password", shipped_password(PROVISIONER), "admin", "provision"]
+    assert await asyncio.to_thread(invoke, argv) == 0
+    jobs_config = (await operator.js.stream_info(JOBS)).config
+    await operator.js.delete_stream(JOBS)
+    await operator.js.add_stream(
+        dataclasses.replace(
+            jobs_config, subjects=None, mirror=js_api.StreamSource(name="SEEDANCE_COSTS")
+        )
+    )
+    await operator.js.delete_stream(f"KV_{TENANTS_BUCKET}")
+    capsys.readouterr()
+
+    assert await asyncio.to_thread(invoke, argv) == 1
+    out, err = capsys.readouterr()
+    assert f"created: stream KV_{TENANTS_BUCKET}" in out
+    assert f"left: stream {JOBS} (subjects, mirror): carries a mirror" in err
+    assert "the operator (`admin`) must delete it" in err
+    assert f"provision left 1 stream(s) as they were ({JOBS})" in err
+    assert (await operator.js.stream_info(JOBS)).config.mirror is not None
+
+    await operator.js.delete_stream(JOBS)
+    assert await asyncio.to_thread(invoke, argv) == 0
+    assert f"created: stream {JOBS}" in capsys.readouterr().out
+    assert (await operator.js.stream_info(JOBS)).config.mirror is None
 
 
 def _forbidden_requests() -> list[tuple[str, bytes]]:
