@@ -16,6 +16,8 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -37,6 +39,7 @@ from seedance.events.subjects import (
 )
 from seedance.sdk import SeedanceClient
 from seedance.sdk.cli import invoke
+from seedance.testing.paths import REPO
 from seedance.testing.servers import shipped_auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
@@ -236,3 +239,57 @@ async def test_the_provisioner_may_do_nothing_but_provision(bare_url: str, opera
     assert await _names(operator) == before == EVERY_STREAM
     assert (await operator.js.stream_info("SEEDANCE_COSTS")).state.messages == 1
     assert (await operator.js.stream_info("SEEDANCE_JOBS")).state.messages == 0
+
+
+async def test_the_provisioner_reads_and_empties_any_stream_as_the_docs_say(
+    bare_url: str, operator: Bus
+) -> None:
+    """What no grant takes from the provisioner (nats-server checks no read permission of a
+    stream's updater), with nothing but its shipped grants: a catalogue stream made to source
+    the tenants' costs and republish them to its own inbox hands it a tenant's history, and a
+    limit lowered then restored drops stored messages without a purge. So the docs must not
+    promise less: security.md says it is the operator's equal for confidentiality and
+    integrity (the review's probe_exfil.py and probe_limits.py)."""
+    async with await SeedanceClient.connect(
+        bare_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
+    ) as client:
+        await client.provision()
+    for bill in (b"acme's first bill", b"acme's second bill"):
+        await operator.js.publish(costs.subject("acme", "entry"), bill)
+    user = await connect_shipped(bare_url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX)
+    try:
+        heard: list[bytes] = []
+
+        async def on_message(msg: Any) -> None:
+            heard.append(msg.data)
+
+        await user.nc.subscribe(f"{PROVISIONER_INBOX}.spy.>", cb=on_message)
+        js = user.nc.jetstream()
+        dlq = (await js.stream_info("SEEDANCE_DLQ")).config
+        await js.update_stream(
+            dataclasses.replace(
+                dlq,
+                sources=[js_api.StreamSource(name="SEEDANCE_COSTS")],
+                republish=js_api.RePublish(src=">", dest=f"{PROVISIONER_INBOX}.spy.>"),
+            )
+        )
+        await eventually(lambda: b"acme's first bill" in heard, 10.0)
+
+        bills = (await js.stream_info("SEEDANCE_COSTS")).config
+        await js.update_stream(dataclasses.replace(bills, max_msgs=1))
+        await js.update_stream(bills)
+    finally:
+        await user.nc.close()
+    assert (await operator.js.stream_info("SEEDANCE_COSTS")).state.messages == 1
+    section = _section(REPO / "docs" / "security.md", "**The provisioner")
+    assert "the provisioner is equivalent to the operator" in " ".join(section.split())
+    assert "not against a stolen password" in " ".join(section.split())
+
+
+def _section(path: Path, opening: str) -> str:
+    """The paragraphs of ``path`` from the one that opens with ``opening`` to the next bold
+    heading that is not the provisioner's."""
+    text = path.read_text()
+    start = text.index(opening)
+    end = text.index("**A key's writer owns that key", start)
+    return text[start:end]
