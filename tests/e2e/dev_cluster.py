@@ -38,10 +38,11 @@ from pathlib import Path
 from kubernetes_asyncio import client, config
 
 from seedance.events.permissions import tenant_user_name
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.node_agent.core.simulated import parse_mig_layout
 from seedance.testing.kube_api import KubeApiServer, KubeApiSettings
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import OPERATOR, SHIPPED_AUTH, provision, shipped_users
+from seedance.testing.servers import SHIPPED_AUTH, provision, shipped_users
 from seedance.testing.waits import eventually
 from tests.integration.node_agent.kubelet import NodeKubelet
 from tests.unit.deploy.overlay_nats import overlay_nats_server
@@ -193,8 +194,9 @@ async def dev_cluster(tmp_path: Path) -> AsyncIterator[DevCluster]:
     passwords = dev_passwords()
     server, _ = overlay_nats_server("dev", tmp_path)
     # What the overlay's Job `seedance-provision` runs before any service may bind (the test
-    # API server stores Jobs, runs none; tests/unit/deploy/test_k8s.py checks the Job's command).
-    provision(server.url, OPERATOR, passwords[OPERATOR])
+    # API server stores Jobs, runs none; tests/unit/deploy/test_k8s.py checks the Job's command),
+    # as the Job's user with the overlay's own password for it.
+    provision(server.url, PROVISIONER, passwords[PROVISIONER])
     sockets = tempfile.mkdtemp(prefix="dev-")  # a unix socket path must stay short
     try:
         async with KubeApiServer(KubeApiSettings(bookmark_interval_s=0.5)) as kube:

@@ -1,6 +1,7 @@
 """``make demo`` on a server of the user's (``NATS_URL``) that runs the shipped users and was
-never provisioned: the demo provisions it as the operator, as compose and the Kubernetes Job do,
-before any service starts (a service's user may not create a stream: it would wait for ever)."""
+never provisioned: the demo provisions it as the ``provisioner``, as compose and the Kubernetes
+Job do (so the shipped grants are proved enough for it), before any service starts (a service's
+user may not create a stream: it would wait for ever)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ async def test_the_demo_provisions_a_users_server_before_its_services_start(
     finally:
         server.stop()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert f"nats    using {server.url} (provisioned as admin)" in run.stdout, run.stdout[:2000]
+    using = f"nats    using {server.url} (provisioned as provisioner)"
+    assert using in run.stdout, run.stdout[:2000]
     placed = _PLACED.search(run.stdout)
     assert placed, run.stdout
     assert placed[1] == placed[2] == "20", placed[0]

@@ -13,7 +13,9 @@ differs from a fresh render.
                                                   # environment, with '-') follows the rule and,
                                                   # where NATS_PUBLISH_IP opens NATS beyond the
                                                   # loopback, is no public dev-<user> default
-                                                  # (on the loopback: a warning)
+                                                  # (on the loopback: a warning). As compose,
+                                                  # a NATS_PUBLISH_IP or NATS_PASSWORD_* set in
+                                                  # the shell wins over F's (each one named)
     python tools/gen/gen_nats_auth.py --new-password  # print a password that follows the rule
 """
 
@@ -41,7 +43,16 @@ def _choices() -> nats_config.AuthChoices:
 
 
 def _env(path: str) -> dict[str, str]:
-    return dict(os.environ) if path == "-" else nats_config.parse_env_file(Path(path).read_text())
+    """The values compose would substitute: env file ``path`` under the shell's (or the
+    shell's alone, ``-``); each variable the shell overrides is named on stderr."""
+    if path == "-":
+        return dict(os.environ)
+    values, from_shell = nats_config.compose_values(
+        nats_config.parse_env_file(Path(path).read_text()), os.environ
+    )
+    for var in from_shell:
+        print(f"note: {var} from the environment, not {path} (compose prefers it)", file=sys.stderr)
+    return values
 
 
 def _write_or_check(text: str, *, check: bool) -> int:
@@ -64,7 +75,12 @@ def _write_or_check(text: str, *, check: bool) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--check", action="store_true", help="fail if the rendered files drifted")
-    ap.add_argument("--check-env", metavar="FILE", help="check the passwords in FILE ('-': env)")
+    ap.add_argument(
+        "--check-env",
+        metavar="FILE",
+        help="check the passwords in FILE ('-': env); the shell's own NATS_PUBLISH_IP and "
+        "NATS_PASSWORD_* win over FILE's, as in compose",
+    )
     ap.add_argument("--new-password", action="store_true", help="print a valid password")
     args = ap.parse_args()
     if args.new_password:

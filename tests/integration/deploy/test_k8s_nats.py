@@ -3,8 +3,9 @@
 password Secret, ``POD_NAME`` from the downward API).
 
 The dev overlay runs on a one-node kind or minikube, so its one server must run JetStream on its
-own: every probe the StatefulSet declares answers, and an operator's `seedance admin provision`
-(``seedance.core.kv.provision``, with the overlay's admin password) creates the whole catalogue,
+own: every probe the StatefulSet declares answers, and `seedance admin provision` as its Job runs
+it (``seedance.core.kv.provision`` as the ``provisioner``, with the overlay's own
+``NATS_PASSWORD_PROVISIONER``) creates the whole catalogue,
 each stream at the replica count the services pick there (R1: a lone server sees no peers).
 The base's config on one server (three routes, quorum 2) has no JetStream meta leader: its
 ``/healthz`` (the liveness probe) fails and nothing can be created.
@@ -22,6 +23,7 @@ from typing import Any
 from seedance.core import Bus, BusSettings
 from seedance.core.drift import bucket_config, object_store_config, stream_config
 from seedance.core.kv import provision
+from seedance.events.provision_permissions import PROVISIONER, PROVISIONER_INBOX
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS
 from seedance.testing.waits import eventually
 from tests.unit.deploy.overlay_nats import overlay_nats_server
@@ -64,9 +66,10 @@ async def test_the_dev_overlays_one_nats_server_holds_the_catalogue(tmp_path: Pa
         bus = await Bus.connect(
             BusSettings(
                 url=server.url,
-                user="admin",
-                password=env["NATS_PASSWORD_ADMIN"],
-                name="admin",
+                user=PROVISIONER,
+                password=env["NATS_PASSWORD_PROVISIONER"],
+                name=PROVISIONER,
+                inbox_prefix=PROVISIONER_INBOX,
                 connect_timeout_s=10,
             )
         )

@@ -16,6 +16,8 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -37,6 +39,7 @@ from seedance.events.subjects import (
 )
 from seedance.sdk import SeedanceClient
 from seedance.sdk.cli import invoke
+from seedance.testing.paths import REPO
 from seedance.testing.servers import shipped_auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
@@ -44,6 +47,7 @@ from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 
 JS = "$JS.API"
 TENANTS_BUCKET = "seedance-tenants"
+JOBS = "SEEDANCE_JOBS"
 STORE = next(iter(OBJECT_STORES))
 EVERY_STREAM = (
     {s.name for s in STREAMS} | {f"KV_{b}" for b in BUCKETS} | {f"OBJ_{o}" for o in OBJECT_STORES}
@@ -126,6 +130,40 @@ async def test_the_provisioner_provisions_an_empty_server_and_converges_an_older
     assert not (await operator.js.stream_info("KV_seedance-leases")).config.allow_rollup_hdrs
 
 
+async def test_a_stream_only_the_operator_can_delete_is_named_and_the_rest_converged(
+    bare_url: str, operator: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stream the catalogue does not make a mirror that carries one (made by hand, planted):
+    only its deletion undoes it, and the provisioner may delete only the catalogue's mirrors.
+    Provision names it and the operator, creates the missing bucket after it all the same and
+    exits 1; once the operator has deleted it, provision converges the rest (exit 0)."""
+    argv = ["--nats-url", bare_url, "--user", PROVISIONER]
+    argv += ["--password", shipped_password(PROVISIONER), "admin", "provision"]
+    assert await asyncio.to_thread(invoke, argv) == 0
+    jobs_config = (await operator.js.stream_info(JOBS)).config
+    await operator.js.delete_stream(JOBS)
+    await operator.js.add_stream(
+        dataclasses.replace(
+            jobs_config, subjects=None, mirror=js_api.StreamSource(name="SEEDANCE_COSTS")
+        )
+    )
+    await operator.js.delete_stream(f"KV_{TENANTS_BUCKET}")
+    capsys.readouterr()
+
+    assert await asyncio.to_thread(invoke, argv) == 1
+    out, err = capsys.readouterr()
+    assert f"created: stream KV_{TENANTS_BUCKET}" in out
+    assert f"left: stream {JOBS} (subjects, mirror): carries a mirror" in err
+    assert "the operator (`admin`) must delete it" in err
+    assert f"provision left 1 stream(s) as they were ({JOBS})" in err
+    assert (await operator.js.stream_info(JOBS)).config.mirror is not None
+
+    await operator.js.delete_stream(JOBS)
+    assert await asyncio.to_thread(invoke, argv) == 0
+    assert f"created: stream {JOBS}" in capsys.readouterr().out
+    assert (await operator.js.stream_info(JOBS)).config.mirror is None
+
+
 def _forbidden_requests() -> list[tuple[str, bytes]]:
     """What provision never does: each a request the provisioner's grants must refuse
     (`ShippedUser.refused`: the server's violation names the subject, so a request no one
@@ -201,3 +239,57 @@ async def test_the_provisioner_may_do_nothing_but_provision(bare_url: str, opera
     assert await _names(operator) == before == EVERY_STREAM
     assert (await operator.js.stream_info("SEEDANCE_COSTS")).state.messages == 1
     assert (await operator.js.stream_info("SEEDANCE_JOBS")).state.messages == 0
+
+
+async def test_the_provisioner_reads_and_empties_any_stream_as_the_docs_say(
+    bare_url: str, operator: Bus
+) -> None:
+    """What no grant takes from the provisioner (nats-server checks no read permission of a
+    stream's updater), with nothing but its shipped grants: a catalogue stream made to source
+    the tenants' costs and republish them to its own inbox hands it a tenant's history, and a
+    limit lowered then restored drops stored messages without a purge. So the docs must not
+    promise less: security.md says it is the operator's equal for confidentiality and
+    integrity (the review's probe_exfil.py and probe_limits.py)."""
+    async with await SeedanceClient.connect(
+        bare_url, user=PROVISIONER, password=shipped_password(PROVISIONER)
+    ) as client:
+        await client.provision()
+    for bill in (b"acme's first bill", b"acme's second bill"):
+        await operator.js.publish(costs.subject("acme", "entry"), bill)
+    user = await connect_shipped(bare_url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX)
+    try:
+        heard: list[bytes] = []
+
+        async def on_message(msg: Any) -> None:
+            heard.append(msg.data)
+
+        await user.nc.subscribe(f"{PROVISIONER_INBOX}.spy.>", cb=on_message)
+        js = user.nc.jetstream()
+        dlq = (await js.stream_info("SEEDANCE_DLQ")).config
+        await js.update_stream(
+            dataclasses.replace(
+                dlq,
+                sources=[js_api.StreamSource(name="SEEDANCE_COSTS")],
+                republish=js_api.RePublish(src=">", dest=f"{PROVISIONER_INBOX}.spy.>"),
+            )
+        )
+        await eventually(lambda: b"acme's first bill" in heard, 10.0)
+
+        bills = (await js.stream_info("SEEDANCE_COSTS")).config
+        await js.update_stream(dataclasses.replace(bills, max_msgs=1))
+        await js.update_stream(bills)
+    finally:
+        await user.nc.close()
+    assert (await operator.js.stream_info("SEEDANCE_COSTS")).state.messages == 1
+    section = _section(REPO / "docs" / "security.md", "**The provisioner")
+    assert "the provisioner is equivalent to the operator" in " ".join(section.split())
+    assert "not against a stolen password" in " ".join(section.split())
+
+
+def _section(path: Path, opening: str) -> str:
+    """The paragraphs of ``path`` from the one that opens with ``opening`` to the next bold
+    heading that is not the provisioner's."""
+    text = path.read_text()
+    start = text.index(opening)
+    end = text.index("**A key's writer owns that key", start)
+    return text[start:end]

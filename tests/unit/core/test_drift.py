@@ -195,3 +195,24 @@ def test_a_flag_off_that_the_catalogue_has_on_exposes_nothing() -> None:
         with capture_logs() as logs:
             check_drift(wanted, dataclasses.replace(wanted, allow_rollup_hdrs=False))
         assert [e["log_level"] for e in logs] == ["warning"]
+
+
+def test_a_planted_mirror_on_a_stream_that_is_no_mirror_names_the_operator() -> None:
+    """Only a deletion undoes it and the provisioner may delete only the catalogue's mirrors:
+    the refusal sends the operator to delete it, not to a provision that cannot; a planted
+    source (an update undoes it) still names provision."""
+    from seedance.core.errors import StartRefused
+
+    wanted = _config(SPECS["SEEDANCE_JOBS"])
+    mirrored = dataclasses.replace(
+        wanted, subjects=None, mirror=js_api.StreamSource(name="SEEDANCE_COSTS")
+    )
+    with capture_logs(), pytest.raises(StartRefused) as refused:
+        check_drift(wanted, mirrored)
+    assert "the operator (`admin`) must delete it" in str(refused.value)
+    assert "nats stream rm SEEDANCE_JOBS" in str(refused.value)
+    sourced = dataclasses.replace(wanted, sources=[js_api.StreamSource(name="SEEDANCE_COSTS")])
+    with capture_logs(), pytest.raises(StartRefused) as refused:
+        check_drift(wanted, sourced)
+    assert "run `seedance admin provision`" in str(refused.value)
+    assert "must delete" not in str(refused.value)

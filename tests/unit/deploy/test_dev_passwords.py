@@ -5,6 +5,8 @@ published beyond this machine's loopback (``NATS_PUBLISH_IP``), and a warning wh
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import subprocess
 import sys
@@ -98,3 +100,45 @@ def test_check_env_exits_1_on_a_published_dev_password_and_0_with_a_warning_on_l
     local = _check_env(tmp_path, defaults + "NATS_PUBLISH_IP=127.0.0.1\n")
     assert local.returncode == 0, local.stderr
     assert re.findall(r"^warning: (NATS_PASSWORD_\w+) is still", local.stderr, re.M) == VARS
+
+
+@pytest.mark.parametrize(
+    ("loopback", "beyond"),
+    [
+        ("[::1]", "[::]"),
+        ('"127.0.0.1"', '"0.0.0.0"'),
+        ("'127.0.0.1'", "'0.0.0.0'"),
+        (" 127.0.0.1 ", " 0.0.0.0 "),
+        ("::ffff:127.0.0.1", "::ffff:10.0.0.1"),
+        ("localhost", "nats.example.com"),
+    ],
+)
+def test_a_loopback_however_written_is_the_loopback(loopback: str, beyond: str) -> None:
+    """Brackets (as a compose port writes IPv6), quotes, blanks, the IPv4-mapped loopback and
+    ``localhost`` are the loopback: a warning, not a refusal (review: probe_check_env.py);
+    the same spelling of an open address is still beyond."""
+    values = {**_compose_defaults(), nats_config.PUBLISH_IP_VAR: loopback}
+    assert auth_choices().password_problems(values) == []
+    assert len(auth_choices().password_warnings(values)) == len(VARS)
+    values[nats_config.PUBLISH_IP_VAR] = beyond
+    assert len(auth_choices().password_problems(values)) == len(VARS)
+
+
+def test_the_shell_s_publish_ip_wins_over_the_env_file_s_as_in_compose(tmp_path: Path) -> None:
+    """Compose substitutes the shell's ``NATS_PUBLISH_IP`` before ``.env``'s: a `.env` on the
+    loopback with ``NATS_PUBLISH_IP=0.0.0.0`` exported in the shell publishes NATS, so the
+    check refuses the dev passwords and says where the address came from; a quoted address in
+    the file is read as compose reads it."""
+    defaults = "".join(f"{k}={v}\n" for k, v in _compose_defaults().items())
+    env_file = tmp_path / ".env"
+    env_file.write_text(defaults + 'NATS_PUBLISH_IP="127.0.0.1"\n')
+    argv = [sys.executable, "-m", "tools.gen.gen_nats_auth", "--check-env", str(env_file)]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NATS_")}
+    run = functools.partial(subprocess.run, argv, cwd=REPO, capture_output=True, text=True)
+    local = run(env=clean, timeout=60)
+    assert local.returncode == 0, local.stderr
+    published = run(env={**clean, nats_config.PUBLISH_IP_VAR: "0.0.0.0"}, timeout=60)
+    assert published.returncode == 1
+    assert f"note: NATS_PUBLISH_IP from the environment, not {env_file}" in published.stderr
+    named = re.findall(r"^(NATS_PASSWORD_\w+) is still the public", published.stderr, re.M)
+    assert named == VARS

@@ -43,3 +43,30 @@ def test_the_provisioner_listens_under_its_own_inbox_only() -> None:
     assert subscribe == (f"{PROVISIONER_INBOX}.>",)
     assert not PROVISIONER_INBOX.startswith("_INBOX.")
     assert inbox_prefix("provisioner") != PROVISIONER_INBOX
+
+
+def test_every_harness_provisions_as_the_provisioner() -> None:
+    """The demo, the local stack, the benches and the dev cluster provision a server as a
+    deployment does (compose's one-shot, the Job): as ``provisioner``, never the operator, so
+    that each run also proves the shipped grants suffice. Every ``provision(url, user, ...)``
+    call (`seedance.testing.servers.provision`) outside the test servers' own, by its user."""
+    import ast
+
+    from seedance.testing.paths import REPO
+
+    roots = [REPO / "harness", REPO / "libs" / "testing", REPO / "tests" / "e2e"]
+    users: dict[str, str] = {}
+    for path in sorted(p for root in roots for p in root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "provision"
+                and len(node.args) >= 2
+            ):
+                where = f"{path.relative_to(REPO)}:{node.lineno}"
+                users[where] = ast.unparse(node.args[1])
+    servers = "libs/testing/src/seedance/testing/servers.py"
+    by = {w: u for w, u in users.items() if not w.startswith(servers)}
+    assert len(by) >= 5, users  # the demo, local stack, two chaos benches, scale, dev cluster
+    assert {w: u for w, u in by.items() if u != "PROVISIONER"} == {}

@@ -64,6 +64,7 @@ from seedance.events.jobs import (
     pod_job_id,
 )
 from seedance.events.permissions import tenant_user_name
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.replicas import DEFAULT_FLEET, replica_set
 from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import inbox_prefix, jobs, routing
@@ -126,7 +127,7 @@ async def k8s_stage(logdir: Path, args: argparse.Namespace) -> AsyncIterator[Sta
     config, passwords = generated_auth([VICTIM, HOSTILE], source=__name__)
     server = NatsServer(config=config)
     # what a deployment runs first: no service user may create a stream (docs/security.md)
-    provision(server.url, "admin", passwords["admin"])
+    provision(server.url, PROVISIONER, passwords[PROVISIONER])
     tmp = Path(tempfile.mkdtemp(prefix="chaos-k8s-"))
     (tmp / "quota.yaml").write_text(QUOTA)
     procs = ServiceProcesses(server.url, logdir, credentials=passwords)

@@ -64,6 +64,7 @@ from seedance.events.cost import CostEntry, PauseRequest
 from seedance.events.dlq import DeadLetter
 from seedance.events.node_permissions import node_user_name
 from seedance.events.permissions import tenant_user_name
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.slicing import JobRejected, Placement, Preempted
 from seedance.events.subjects import inbox_prefix
 from seedance.events.telemetry import NodeInventory
@@ -160,8 +161,9 @@ async def _stage(logdir: Path, out: Outcome) -> AsyncIterator[_Stage]:
     # A node of its own for the compromised node of seedance.bench.chaos_node (issue 27).
     config, passwords = generated_auth([*HONEST, HOSTILE], nodes=(ROGUE_NODE,), source=__name__)
     server = NatsServer(config=config)
-    # what a deployment runs first: no service user may create a stream (docs/security.md)
-    provision(server.url, "admin", passwords["admin"])
+    # what a deployment runs first, as its user (the provisioner): no service user may create
+    # a stream (docs/security.md)
+    provision(server.url, PROVISIONER, passwords[PROVISIONER])
     tmp = Path(tempfile.mkdtemp(prefix="chaos-tenants-"))
     (tmp / "quota.yaml").write_text(QUOTA)
     procs = ServiceProcesses(server.url, logdir, credentials=passwords)

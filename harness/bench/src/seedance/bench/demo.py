@@ -42,6 +42,7 @@ from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import decode, new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.routing import RoutingDecision
 from seedance.events.slicing import Placement, Preempted, Unschedulable
 from seedance.events.subjects import costs, ledger, observed, routing, slicing, telemetry
@@ -662,8 +663,8 @@ async def amain(args: argparse.Namespace) -> int:
     server: NatsServer | None = None
     if url and await nats_answering(url):
         # as a deployment does before any service starts: their users may not create a stream
-        provision(url, ADMIN, password(ADMIN))
-        say(f"nats    using {url} (provisioned as {ADMIN})")
+        provision(url, PROVISIONER, password(PROVISIONER))
+        say(f"nats    using {url} (provisioned as {PROVISIONER})")
     else:
         server = shipped_auth_server(password)
         url = server.url

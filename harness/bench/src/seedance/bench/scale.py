@@ -71,6 +71,7 @@ from seedance.core import Bus, BusSettings
 from seedance.events import Event, decode, nats_config, new_event_id
 from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
 from seedance.events.permissions import tenant_user_name
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.slicing import JobReleased, Placement, Preempted, Unschedulable
 from seedance.events.subjects import inbox_prefix, jobs, slicing, telemetry
 from seedance.testing.processes import ServiceProcesses
@@ -206,7 +207,7 @@ async def stack(workdir: Path, batch: int) -> AsyncIterator[Stack]:
     # Payloads to the server's default (1 MiB): the slicer must live with what a deployment has.
     server = NatsServer(config=config)
     # what a deployment runs first: no service user may create a stream (docs/security.md)
-    provision(server.url, "admin", passwords["admin"])
+    provision(server.url, PROVISIONER, passwords[PROVISIONER])
     procs = ServiceProcesses(server.url, workdir / "logs", credentials=passwords)
     buses: list[Bus] = []
 

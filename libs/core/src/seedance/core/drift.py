@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,14 @@ __all__ = [
 log = get_logger(__name__)
 
 PROVISION_HINT = "run `seedance admin provision` as the provisioner (or an operator)"
+#: The one drift provision as the provisioner cannot undo: a stream the catalogue does not make
+#: a mirror that carries one (the server refuses to update a mirror away, and the provisioner
+#: may delete only the catalogue's mirrors). Its messages are the mirror's copy of another
+#: stream (a mirror takes no publishes), so deleting it loses nothing that is not elsewhere.
+OPERATOR_DELETE_HINT = (
+    "the operator (`admin`) must delete it (`nats stream rm <stream>`: it holds only a copy "
+    "of its mirror's origin), then run `seedance admin provision` again"
+)
 
 #: StreamConfig fields a comparison leaves out, each for its reason; every other field is
 #: compared (`drift`), so a field a later nats-py adds is compared until it is listed here.
@@ -290,16 +299,21 @@ def check_drift(wanted: js_api.StreamConfig, actual: js_api.StreamConfig) -> Non
     if found is None:
         return
     if found.planted:
+        fix = (
+            OPERATOR_DELETE_HINT.replace("<stream>", found.stream)
+            if _operator_must_delete(wanted, found)
+            else f"{PROVISION_HINT} to remove it"
+        )
         log.error(
             "stream_config_drift",
             stream=found.stream,
             fields=list(found.fields),
             planted=list(found.planted),
-            fix=PROVISION_HINT,
+            fix=fix,
         )
         raise StartRefused(
             f"stream {found.stream} carries what the catalogue does not declare "
-            f"({'; '.join(found.planted)}): a planted copy; {PROVISION_HINT} to remove it"
+            f"({'; '.join(found.planted)}): a planted copy; {fix}"
         )
     if found.exposed:
         # Loud, but the service starts: the stream's data is what the catalogue routed there;
@@ -317,29 +331,54 @@ def check_drift(wanted: js_api.StreamConfig, actual: js_api.StreamConfig) -> Non
     )
 
 
+def _operator_must_delete(wanted: js_api.StreamConfig, found: Drift) -> bool:
+    """Whether only a stream's deletion undoes ``found`` and the provisioner may not delete it:
+    a mirror on a stream the catalogue does not make a mirror (a bucket's or store's too)."""
+    return found.mirror_changed and wanted.mirror is None
+
+
 @dataclass(frozen=True)
 class Change:
     """What `converge` did to one stream: ``created``, ``updated`` or ``recreated`` (a mirror,
-    rebuilt from its origin), and the fields that differed."""
+    rebuilt from its origin), and the fields that differed; or ``left``: a drift it may not
+    undo, with ``fix``, who must and how (the catalogue is then not converged: `left`)."""
 
     stream: str
     action: str
     fields: tuple[str, ...] = ()
+    fix: str = ""
+
+    @property
+    def left(self) -> bool:
+        """Whether the stream was left as it was, for someone else to fix (``fix``)."""
+        return self.action == "left"
 
     def __str__(self) -> str:
         what = f" ({', '.join(self.fields)})" if self.fields else ""
-        return f"{self.action}: stream {self.stream}{what}"
+        why = f": {self.fix}" if self.fix else ""
+        return f"{self.action}: stream {self.stream}{what}{why}"
 
 
-async def converge(js: JetStreamContext, streams: list[js_api.StreamConfig]) -> list[Change]:
-    """Make each of ``streams`` (wanted configs) so on the server, with an operator's
-    credentials: create the missing streams (a missing bucket or store is left to the caller:
-    `seedance.core.kv.provision` creates it through nats-py, as its service does), update the
-    drifted ones (a planted source goes with the update: the wanted ``sources`` replace the
-    server's), and
-    delete and re-create a stream whose mirror differs (the server refuses to update a mirror;
-    a mirror is rebuilt from its origin). A bucket or store keeps the fields the catalogue does
-    not compare (`_UNCOMPARED`). What changed, in order."""
+async def converge(
+    js: JetStreamContext,
+    streams: list[js_api.StreamConfig],
+    *,
+    deletable: Collection[str] | None = None,
+) -> list[Change]:
+    """Make each of ``streams`` (wanted configs) so on the server: create the missing streams (a
+    missing bucket or store is left to the caller: `seedance.core.kv.provision` creates it
+    through nats-py, as its service does), update the drifted ones (a planted source goes with
+    the update: the wanted ``sources`` replace the server's), and delete and re-create a stream
+    whose mirror differs (the server refuses to update a mirror; a mirror is rebuilt from its
+    origin) where this user may delete it: ``deletable`` names the streams it may (the
+    provisioner's grant: the catalogue's mirrors), None every one (the operator). A bucket or
+    store keeps the fields the catalogue does not compare (`_UNCOMPARED`). What changed, in
+    order.
+
+    A stream it may not delete is ``left`` (with the fix: the operator deletes it) and the
+    others are converged all the same: asked anyway, the server drops the request as a
+    permissions violation and the reply never comes, so one planted mirror once timed out the
+    whole run, every later item (a missing bucket) not created."""
     changes: list[Change] = []
     for wanted in streams:
         name = wanted.name or ""
@@ -354,9 +393,13 @@ async def converge(js: JetStreamContext, streams: list[js_api.StreamConfig]) -> 
         found = drift(wanted, actual)
         if found is None:
             continue
-        if found.mirror_changed and not stream:
-            # A bucket's keys or a store's objects are nowhere else: never deleted here.
-            changes.append(Change(name, "left (has a mirror: remove it by hand)", found.fields))
+        # A bucket's or store's stream is never deleted here (its keys or objects may be
+        # nowhere else), nor a stream this user may not delete: the operator's, by hand.
+        if found.mirror_changed and (
+            not stream or (deletable is not None and name not in deletable)
+        ):
+            fix = OPERATOR_DELETE_HINT.replace("<stream>", name)
+            changes.append(Change(name, "left", found.fields, f"carries a mirror; {fix}"))
             continue
         if found.mirror_changed:
             with contextlib.suppress(NotFoundError):

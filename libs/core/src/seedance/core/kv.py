@@ -40,6 +40,7 @@ from seedance.core.drift import (
 )
 from seedance.core.logs import get_logger
 from seedance.core.tasks import cancel_until_done_shielded
+from seedance.events.provision_permissions import PROVISIONER, provisioner_deletes
 from seedance.events.subjects import (
     BUCKETS,
     OBJECT_STORES,
@@ -114,6 +115,10 @@ async def provision(bus: Bus) -> list[Change]:
     origin or filter differs re-created), then create each missing bucket and store exactly as
     its service would. What it changed.
 
+    A drift it may not undo (a stream that is not a catalogue mirror but carries a mirror, which
+    only a deletion undoes, is the operator's to delete) is a ``left`` change naming the fix,
+    and every other item is converged all the same.
+
     Run before any service starts, it leaves no catalogue stream for a service to create: the
     first creator of a missing stream chooses its whole configuration (a republish, a mirror of
     another stream) and one that exists cannot be re-created with another (docs/security.md).
@@ -122,7 +127,11 @@ async def provision(bus: Bus) -> list[Change]:
     wanted = [stream_config(s, replicas) for s in STREAMS]
     wanted += [bucket_config(b, replicas) for b in BUCKETS.values()]
     wanted += [object_store_config(o, replicas) for o in OBJECT_STORES.values()]
-    changes = await converge(bus.js, wanted)
+    # The provisioner's grant deletes the catalogue's mirrors only: a stream that needs
+    # deleting otherwise is left to the operator and named (`Change.left`), not asked for
+    # (a refused request is never answered: the whole run timed out on it).
+    deletable = provisioner_deletes() if bus.settings.user == PROVISIONER else None
+    changes = await converge(bus.js, wanted, deletable=deletable)
     for bucket in BUCKETS.values():
         name = bucket_config(bucket, replicas).name or ""
         if await _missing(bus, name):

@@ -56,10 +56,12 @@ __all__ = [
     "AuthChoices",
     "PasswordError",
     "check_server_password",
+    "compose_values",
     "dev_password",
     "new_password",
     "parse_env_file",
     "password_var",
+    "publish_ip",
     "published_beyond_loopback",
     "render",
     "users",
@@ -116,15 +118,42 @@ def dev_password(user: str) -> str:
     return f"dev-{user}"
 
 
+def publish_ip(values: Mapping[str, str]) -> str:
+    """``NATS_PUBLISH_IP`` of environment ``values`` as an address: blanks, one pair of
+    surrounding quotes and an IPv6 address's brackets (``[::1]``, as a compose port is written)
+    taken off; unset or empty, compose's default (``${NATS_PUBLISH_IP:-127.0.0.1}``)."""
+    ip = (values.get(PUBLISH_IP_VAR) or "").strip()
+    if len(ip) >= 2 and ip[0] == ip[-1] and ip[0] in "\"'":
+        ip = ip[1:-1].strip()
+    if ip.startswith("[") and ip.endswith("]"):
+        ip = ip[1:-1].strip()
+    return ip or _LOOPBACK_DEFAULT
+
+
 def published_beyond_loopback(values: Mapping[str, str]) -> bool:
     """Whether compose publishes NATS's client port to other machines under environment
-    ``values``: ``NATS_PUBLISH_IP`` set to an address that is not a loopback one (anything that
-    is no IP address, a host name, counts as beyond: compose hands it to the engine)."""
-    ip = values.get(PUBLISH_IP_VAR) or _LOOPBACK_DEFAULT  # compose's ``:-``: unset or empty
+    ``values``: ``NATS_PUBLISH_IP`` (`publish_ip`) set to an address that is not a loopback one:
+    ``127.0.0.0/8``, ``::1``, an IPv4-mapped loopback (``::ffff:127.0.0.1``) and ``localhost``
+    are the loopback; any other host name counts as beyond (compose hands it to the engine)."""
+    ip = publish_ip(values)
+    if ip.lower() == "localhost":
+        return False
     try:
-        return not ipaddress.ip_address(ip).is_loopback
+        address = ipaddress.ip_address(ip)
     except ValueError:
         return True
+    mapped = getattr(address, "ipv4_mapped", None)
+    return not (address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def compose_values(
+    file_values: Mapping[str, str], environ: Mapping[str, str]
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What compose substitutes for the variables `--check-env` reads: an env file's
+    ``file_values`` (``.env``), each overridden by the same variable in the shell's
+    ``environ`` (compose prefers the shell's), and the names the shell's value won for."""
+    read = [k for k in environ if k == PUBLISH_IP_VAR or k.startswith("NATS_PASSWORD_")]
+    return {**file_values, **{k: environ[k] for k in read}}, tuple(sorted(read))
 
 
 def new_password(length: int = 32) -> str:
@@ -323,11 +352,16 @@ class AuthChoices:
 
 
 def parse_env_file(text: str) -> dict[str, str]:
-    """``KEY=value`` lines of an env file (compose's ``.env``); blanks and ``#`` lines skipped."""
+    """``KEY=value`` lines of an env file (compose's ``.env``); blanks and ``#`` lines skipped,
+    an ``export`` before the key and one pair of quotes around the value taken off, as compose
+    does (``NATS_PUBLISH_IP="0.0.0.0"`` publishes on every interface)."""
     out = {}
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#") and "=" in line:
             key, _, value = line.partition("=")
-            out[key.strip()] = value.strip()
+            key, value = key.strip().removeprefix("export ").strip(), value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            out[key] = value
     return out

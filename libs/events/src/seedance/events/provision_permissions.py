@@ -31,6 +31,7 @@ __all__ = [
     "PROVISIONER",
     "PROVISIONER_INBOX",
     "provisioned_streams",
+    "provisioner_deletes",
     "provisioner_permissions",
     "provisioner_user",
 ]
@@ -50,13 +51,20 @@ def provisioned_streams() -> tuple[str, ...]:
     )
 
 
+def provisioner_deletes() -> tuple[str, ...]:
+    """The streams the provisioner may delete: the catalogue's mirrors, whose messages are a
+    copy of their origin's (one whose origin or filter differs is deleted and made again).
+    Provision leaves any other stream that needs deleting to the operator (`converge`)."""
+    return tuple(s.name for s in STREAMS if s.mirror is not None)
+
+
 def provisioner_permissions() -> Permissions:
     pub = [f"{JS_API}.INFO"]
     for stream in provisioned_streams():
         pub += [f"{JS_API}.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")]
     # A mirror whose origin or filter differs is deleted and made again from its origin; no
     # other stream, bucket or store is ever deleted by provision.
-    pub += [f"{JS_API}.STREAM.DELETE.{s.name}" for s in STREAMS if s.mirror is not None]
+    pub += [f"{JS_API}.STREAM.DELETE.{name}" for name in provisioner_deletes()]
     return Permissions(publish_allow=tuple(pub), subscribe_allow=(f"{PROVISIONER_INBOX}.>",))
 
 

@@ -241,13 +241,24 @@ def _history_timeout(args: argparse.Namespace) -> int:
 
 async def _provision(client: SeedanceClient, args: argparse.Namespace) -> int:
     changes = await client.provision()
-    for change in changes:
+    done = [c for c in changes if not c.left]
+    for change in done:
         print(change)
     print(
-        f"streams provisioned: {len(changes)} changed"
-        if changes
-        else "streams provisioned: none changed"
+        f"streams provisioned: {len(done)} changed" if done else "streams provisioned: none changed"
     )
+    left = [c for c in changes if c.left]
+    for change in left:
+        print(f"seedance: {change}", file=sys.stderr)
+    if left:
+        names = ", ".join(c.stream for c in left)
+        print(
+            f"seedance: provision left {len(left)} stream(s) as they were ({names}): the "
+            "catalogue is not converged and services refuse what they use of them; fix each "
+            "as its line says",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

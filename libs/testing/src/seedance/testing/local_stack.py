@@ -3,7 +3,8 @@ background on this machine, for the README's walkthrough without Kubernetes.
 
 ``start`` runs the pinned nats-server with the shipped users and permissions
 (``deploy/auth/nats-auth.conf``, what compose mounts) on 127.0.0.1:4222 (a free port when that
-one is taken), or uses the server at ``NATS_URL`` when one answers there, and starts the
+one is taken), or uses the server at ``NATS_URL`` when one answers there (provisioned first
+as the ``provisioner``, as compose and the Kubernetes Job do), and starts the
 telemetry collector (replaying the compose fleet, ``deploy/compose/collector/nodes.csv``), the
 slicer and the cost-ledger, each as its own NATS user. It returns once the slicer knows the
 fleet, after writing ``out/local-stack/env`` (``NATS_URL``, and on ``PATH`` the bin directory
@@ -32,9 +33,10 @@ import time
 from pathlib import Path
 
 from seedance.core import Bus, BusSettings
+from seedance.events.provision_permissions import PROVISIONER
 from seedance.testing.paths import REPO, shown
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.servers import SHIPPED_AUTH, shipped_auth_server, shipped_users
+from seedance.testing.servers import SHIPPED_AUTH, provision, shipped_auth_server, shipped_users
 from seedance.testing.waits import wait_inventory_known
 
 DIR = REPO / "out" / "local-stack"
@@ -138,10 +140,16 @@ def start(args: argparse.Namespace) -> int:
     if url:
         try:
             asyncio.run(_answers(url))
+            # as compose's one-shot and the Kubernetes Job do before any service starts (their
+            # users may not create a stream), as the same user
+            provision(url, PROVISIONER, password(PROVISIONER))
         except Exception as exc:  # BusUnavailable, ServerTooOld: one line says which
             say(f"local-stack: NATS_URL={url}: {exc} (unset NATS_URL to start the pinned server)")
             return 1
-        say(f"nats    using {url} (its users and passwords must be deploy/auth's)")
+        say(
+            f"nats    using {url}, provisioned as {PROVISIONER} (its users and passwords must "
+            "be deploy/auth's)"
+        )
     else:
         port = PORT if _port_free(PORT) else -1
         server = shipped_auth_server(password, store=DIR / "nats", port=port, detach=True)
