@@ -30,8 +30,6 @@ JS = "$JS.API"
 LEASES = "KV_seedance-leases"
 
 
-
-
 async def test_a_slicer_holds_its_own_leases_and_never_a_router_fleets(
     auth_url: str, admin: Bus, unique: str
 ) -> None:
