@@ -238,3 +238,20 @@ async def test_a_lease_lost_by_the_clock_takes_its_own_key_back_at_once(bus: Bus
     other = Lease(kv, lease._key, "b", clock, ttl_s=3.0)
     assert not await other.try_acquire()
     assert (await kv.get(lease._key)).value == b"a"
+
+
+async def test_a_live_lease_of_the_same_holder_name_is_never_taken(bus: Bus) -> None:
+    """Two processes whose holder names coincide (the default holder is the host's name: two
+    replicas on one host): the second finds the key naming "them" but at a revision it never
+    wrote, so it does not take it; the first keeps it, one leader. Before, the second took the
+    key back as its own, the first's refresh then found it "ours" and wrote again: both held."""
+    kv = await ensure_bucket(bus, "seedance-leases")
+    key = f"test.{uuid.uuid4().hex[:8]}"
+    first = Lease(kv, key, "host-1", WallClock(), ttl_s=30.0)
+    second = Lease(kv, key, "host-1", WallClock(), ttl_s=30.0)
+    assert await first.try_acquire()
+    assert not await second.try_acquire()
+    assert await first.try_acquire()  # its refresh
+    assert first.held
+    assert not second.held
+    assert not second.acquired.is_set()

@@ -182,3 +182,36 @@ def test_an_end_reported_before_a_mig_placement_is_dated_at_that_placement() -> 
     ((end, ended_at), *_) = published(s, s.finish("a", "big", 50.0), 50.0)
     assert isinstance(end, Ended)
     assert ended_at == 100.0
+
+
+def test_a_gpu_freed_by_a_late_end_is_taken_no_earlier_than_that_end() -> None:
+    """x placed at 100 s on the one GPU, y waiting for it since 30 s; an observer reports x
+    ended at 50 s: x's end is dated at its placement (100 s), and y, placed on the GPU x
+    freed, no earlier. Before, y was placed at its own floor (50 s): two exclusive allocations
+    of one GPU overlapped over [50 s, 100 s), billed twice, y's placement before the release
+    that freed its GPU."""
+    s = Scheduler()
+    s.upsert_node(node("n0", 1), 0.0)
+    s.submit(job("h", "acme"), 10.0)
+    s.submit(job("x", "acme"), 20.0)
+    s.submit(job("y", "acme"), 30.0)
+    out = published(s, s.finish("acme", "h", 100.0), 100.0)
+    assert [(e.job.job_id, t) for e, t in out if isinstance(e, Placed)] == [("x", 100.0)]
+    out = published(s, s.finish("acme", "x", 50.0), 50.0)
+    ((end, ended_at),) = [(e, t) for e, t in out if isinstance(e, Ended)]
+    ((placed, placed_at),) = [(e, t) for e, t in out if isinstance(e, Placed)]
+    assert (placed.job.job_id, placed.node, ended_at) == ("y", "n0", 100.0)
+    assert placed_at >= ended_at
+    assert end.nodes == ("n0",)  # the node whose GPUs it freed
+
+
+def test_a_preemptor_is_placed_no_earlier_than_the_eviction_that_freed_its_gpu() -> None:
+    """A back-dated priority submit (50 s) evicts v, placed at 100 s: the eviction is dated at
+    v's placement, and the preemptor's placement on v's GPU no earlier."""
+    s = Scheduler()
+    waiting_then_placed(s, "v")
+    out = published(s, s.submit(job_of("p", "acme", priority=10), 50.0), 50.0)
+    ((evicted, evicted_at),) = [(e, t) for e, t in out if isinstance(e, Evicted)]
+    placed = [(e.node, t) for e, t in out if isinstance(e, Placed) and e.job.job_id == "p"]
+    assert placed
+    assert all(t >= evicted_at for n, t in placed if n == evicted.node)

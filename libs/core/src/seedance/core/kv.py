@@ -360,8 +360,10 @@ class Lease:
     the time the lease has left (on the injected clock), then cancelled. A refresh that hung
     (a server stalled, a half-open connection) once kept a leader believing it led until the
     call returned, while a standby already held the key. A lease lost by the clock whose last
-    write landed finds the key still naming it: it takes it back with one compare-and-set
-    (`_take_back`) rather than refusing its own key until the bucket's TTL expires it.
+    write landed finds the key still at the revision it wrote: it takes it back with one
+    compare-and-set (`_take_back`) rather than refusing its own key until the bucket's TTL
+    expires it; a key naming its holder at any other revision (another live process of the
+    same holder name) is never taken.
     """
 
     def __init__(self, kv: KeyValue, key: str, holder: str, clock: Clock, ttl_s: float) -> None:
@@ -372,6 +374,10 @@ class Lease:
         self._ttl_s = ttl_s
         self._refresh_s = ttl_s / 3
         self._revision: int | None = None
+        #: The revision this object's last write that succeeded landed at, kept when the lease
+        #: is lost: the only one `_take_back` takes (the holder name alone is no proof: two
+        #: processes on one host share its default).
+        self._wrote: int | None = None
         #: When the last write that succeeded was sent (``clock.monotonic()``).
         self._written_s = 0.0
         self.acquired = asyncio.Event()
@@ -402,15 +408,17 @@ class Lease:
         return self._won(revision, sent_s, "created")
 
     async def _take_back(self) -> bool:
-        """The key exists: where it names us (our last write landed after the lease was lost
-        by the clock), one compare-and-set at its revision takes it back at once, its
-        deadline counted from that write, rather than refusing our own key until it expires.
-        False where it is another's, or moved on meanwhile."""
+        """The key exists: where it is still at the revision this object last wrote (our last
+        write landed after the lease was lost by the clock), one compare-and-set at it takes
+        it back at once, its deadline counted from that write, rather than refusing our own
+        key until it expires. False where it is at any other revision: another's, or another
+        live process's of the same holder name (the default holder is the host's name), or a
+        write of ours whose reply was lost (the bucket's TTL frees that one)."""
         try:
             entry = await self._kv.get(self._key)
         except (KeyNotFoundError, KeyDeletedError):
             return False
-        if entry.value != self._holder or entry.revision is None:
+        if entry.revision is None or entry.revision != self._wrote:
             return False
         sent_s = self._clock.monotonic()
         try:
@@ -422,6 +430,7 @@ class Lease:
     def _won(self, revision: int, sent_s: float, how: str) -> bool:
         """A write sent at ``sent_s`` landed at ``revision``: held from then, unless its reply
         came once ``ttl_s`` had passed (the next period finds the key and takes it back)."""
+        self._wrote = revision
         if self._clock.monotonic() - sent_s >= self._ttl_s:
             log.warning("lease_reply_too_late", key=self._key, how=how)
             return False
@@ -465,7 +474,10 @@ class Lease:
             # Ours, but when that write landed is unknown, so the deadline stays where it was:
             # write again now, at that revision, for a deadline the clock can count from.
             return await self._refresh(entry.revision, again=False)
-        if isinstance(written, _Expired) or not self.held:
+        if isinstance(written, _Expired):
+            return False
+        self._wrote = written  # landed (ours to take back if the lease was lost meanwhile)
+        if not self.held:
             return False
         self._revision = written
         self._written_s = sent_s

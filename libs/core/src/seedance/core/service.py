@@ -26,7 +26,7 @@ from seedance.core.errors import BusUnavailable, ServerTooOld, StartRefused
 from seedance.core.http import HealthServer
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
-from seedance.core.tasks import cancel_until_done
+from seedance.core.tasks import cancel_until_done_shielded
 from seedance.events.subjects import consumer
 
 __all__ = [
@@ -209,12 +209,17 @@ class ServiceRuntime(Lifecycle):
                 for c in self._consumers:
                     tg.create_task(c.run())
                 loops = [tg.create_task(fn()) for fn in self._loops]
-                await self._stopped.wait()
-                for c in self._consumers:
-                    c.stop()
-                await cancel_until_done(loops)  # a loop can miss one cancel (nats-py)
-        except Exception:
-            self._failed = True  # /readyz 503 at once, before the process has exited
+                try:
+                    await self._stopped.wait()
+                finally:  # also when cancelled (a sibling's error): the group cancels once
+                    for c in self._consumers:
+                        c.stop()
+                    await cancel_until_done_shielded(loops)  # a loop can miss one (nats-py)
+        except BaseException as exc:
+            # An error, or a cancel without stop() (what runs beside it failed: a lease keeper
+            # that died): the process is on its way out. /readyz 503 at once, before it exits.
+            if isinstance(exc, Exception) or not self._stopped.is_set():
+                self._failed = True
             raise
 
     async def stop(self) -> None:

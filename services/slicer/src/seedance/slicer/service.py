@@ -20,11 +20,12 @@ import dataclasses
 from functools import partial
 from typing import Any
 
-from seedance.core import Clock, Lifecycle, ServiceRuntime, cancel_until_done
+from seedance.core import Clock, Lifecycle, ServiceRuntime
 from seedance.core.consumer import PullConsumer
 from seedance.core.durable import DurableRuntime, DurableSpec
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
+from seedance.core.tasks import cancel_until_done_shielded
 from seedance.events.subjects import POLICY_BUCKET
 from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.config import load_quota, scheduler_config
@@ -142,12 +143,18 @@ class SlicerService(Lifecycle):
                 tg.create_task(self.quota.usage_loop(stopping)) if kv is not None else None,
             )
             leading = tg.create_task(self.durable.run())
-            await self._rt.run()
-            stopping.set()
-            self.durable.stop()
-            await leading
-            # The watches and the usage write publish: one cancel can be lost (nats-py).
-            await cancel_until_done(side)
+            try:
+                await self._rt.run()
+                stopping.set()
+                self.durable.stop()
+                await leading
+            finally:
+                # The watches and the usage write publish: one cancel can be lost (nats-py),
+                # on the error path too (a lease keeper that died: the TaskGroup cancels them
+                # once only, and a side task that lost it kept the process up, not leading).
+                stopping.set()
+                self.durable.stop()
+                await cancel_until_done_shielded((*side, leading))
 
     async def stop(self) -> None:
         self.durable.stop()

@@ -351,17 +351,15 @@ class Facts:
         return (info, ms, tuple(sorted(ids))) if info is not None else (None, 0, ())
 
     def add_allocation(self, e: GpuAllocation) -> int | None:
-        """Record ``e``; returns, where it changes another allocation's end (it starts before
-        all the job's others: an end at their start is now its), the earliest instant changed."""
+        """Record ``e``; returns, where it changes another allocation's end (it takes an end a
+        run started later took), the earliest instant changed."""
         allocs = self.job_allocs[e.job_id]
-        first = self.allocations[allocs[0]].start_ms if allocs else None
         self.allocations[e.event_id] = e
         # Facts mostly arrive in start order (and a restore inserts them so): then this is a
         # bisection and an append.
         insort(self.node_allocs[e.node], e.event_id, key=self._order)
         insort(allocs, e.event_id, key=self._order)
-        self._settle_job(e.job_id)
-        return first if first is not None and e.start_ms < first else None
+        return self._settle_job(e.job_id, skip=e.event_id)
 
     def _order(self, alloc_id: str) -> tuple[int, str]:
         """Where an allocation sorts in ``node_allocs`` and ``job_allocs``."""
@@ -372,58 +370,68 @@ class Facts:
             self._next_drop_ms = end_ms
 
     def add_end(self, e: JobEnded) -> int:
-        """Record ``e``; returns the first instant it changes (its own: it ends only what ran
-        at ``end_ms``)."""
+        """Record ``e``; returns the first instant it changes: its own (it ends only what ran
+        at ``end_ms``), or earlier where it replaces an end dated before a run's start, which
+        closed the run there (``_end_before``)."""
         self.job_ends[e.event_id] = e
         insort(self._ends_of.setdefault(e.job_id, []), (e.end_ms, e.event_id))
-        self._settle_job(e.job_id)
-        return e.end_ms
+        changed = self._settle_job(e.job_id)
+        return e.end_ms if changed is None else min(changed, e.end_ms)
 
-    def _settle_job(self, job: str) -> None:
+    def _settle_job(self, job: str, skip: str = "") -> int | None:
         """Re-derive the ends of ``job``'s allocations and the job's own end (a pure function
-        of its facts, so any order of arrival gives the same ends)."""
+        of its facts, so any order of arrival gives the same ends); returns the earliest end,
+        old or new, of an allocation but ``skip`` whose end changed (None: none)."""
         allocs = self.job_allocs.get(job)
         ends = self._ends_of.get(job)
         if not allocs or not ends:
-            return
-        first = self.allocations[allocs[0]].start_ms
+            return None
         last: JobEnded | None = None
-        running = False
-        taken: dict[str, int] = {}  # the ends earlier allocations of the job took, when
+        changed: list[int] = []
+        # The ends allocations that started strictly earlier took (a gang's parts, which start
+        # at one instant, may each take the same end; a later run never takes an earlier's).
+        taken: dict[str, int] = {}
+        group: dict[str, int] = {}  # the ends taken by the allocations starting at ``group_ms``
+        group_ms: int | None = None
         for aid in allocs:  # in start order (``_piece_end`` reads its predecessor's end)
             start_ms = self.allocations[aid].start_ms
-            end = self._piece_end(aid, allocs) or self._end_for(start_ms, ends, first)
+            if start_ms != group_ms:
+                taken |= group
+                group, group_ms = {}, start_ms
+            end = self._piece_end(aid, allocs) or self._end_for(start_ms, ends, taken)
             if end is None:
                 end = self._end_before(aid, start_ms, ends, taken)
             else:
                 self.ended_before_start.pop(aid, None)
+            was = self.alloc_end.pop(aid, None)
+            if was != end and aid != skip:
+                changed.append(min(x.end_ms for x in (was, end) if x is not None))
             if end is None:
-                self.alloc_end.pop(aid, None)
-                running = True
                 continue
-            taken[end.event_id] = end.end_ms
+            group[end.event_id] = end.end_ms
             self.alloc_end[aid] = end
             self._due_drop(end.end_ms)
             if last is None or (end.end_ms, end.event_id) > (last.end_ms, last.event_id):
                 last = end
-        if running or last is None:
+        if last is None or any(a not in self.alloc_end for a in allocs):  # one still runs
             self.job_end.pop(job, None)
         else:
             self.job_end[job] = last
+        return min(changed, default=None)
 
     def _end_before(
         self, aid: str, start_ms: int, ends: list[tuple[int, str]], taken: dict[str, int]
     ) -> JobEnded | None:
         """A defence in depth: an allocation no end follows, for which the job has an end
-        dated at or before its start, after every end its earlier allocations took (so not one
-        of theirs: a gang's parts each end at one instant), is ended by that end at its start
-        (a zero-length span), not left open and billed for ever. The
-        slicer never dates an end before the placement it ends; a copy of the end at the
-        start is kept (its id the same), and the pair noted in ``clamped`` for the shell to
-        log once. None where there is no such end."""
+        dated before its start and after every end the allocations started earlier took (so
+        not one of theirs: a gang's parts may each be ended at one instant), is ended by that
+        end at its start (a zero-length span), not left open and billed for ever. The slicer
+        never dates an end before the placement it ends; a copy of the end at the start is
+        kept (its id the same), and the pair noted in ``clamped`` for the shell to log once.
+        None where there is no such end."""
         after_ms = max(taken.values(), default=None)
         for end_ms, eid in ends:
-            if end_ms > start_ms:
+            if end_ms >= start_ms:
                 break
             if after_ms is not None and end_ms <= after_ms:
                 continue
@@ -455,12 +463,16 @@ class Facts:
         end = self.alloc_end.get(pred)
         return end if end is not None and end.event_id != f"{aid}:resized" else None
 
-    def _end_for(self, start_ms: int, ends: list[tuple[int, str]], first: int) -> JobEnded | None:
-        """An allocation's end: the job's first end after its start. An end at the very instant
-        it starts ends the run before it (a job moved: ended and placed again in one instant),
-        unless it is of the job's first allocations (placed and ended at once)."""
+    def _end_for(
+        self, start_ms: int, ends: list[tuple[int, str]], taken: dict[str, int]
+    ) -> JobEnded | None:
+        """An allocation's end: the job's first end at or after its start that no allocation
+        started earlier took. An end at the very instant a run starts (a job moved, or a gang
+        resumed: the slicer dates a late end no earlier than the job's latest placement) thus
+        ends the run before it while that run is open (its first end after its start), else
+        this one: every run is closed exactly once, whatever order the facts came in."""
         for end_ms, eid in ends:
-            if end_ms > start_ms or (end_ms == start_ms and start_ms == first):
+            if end_ms >= start_ms and eid not in taken:
                 return self.job_ends[eid]
         return None
 
@@ -475,8 +487,8 @@ class Facts:
             p = self.allocations[aid]
             end = self.alloc_end.get(aid)
             # A change takes effect no earlier than 1 ms after the share it changes began: a
-            # run cannot end at its own start (``_end_for``), and the slicer may answer a
-            # change at its very instant (a rollback it could restore in part only).
+            # part starting with it would be of one placement with it (both take the change's
+            # end, ``_end_for``), and the slicer may answer a change at its very instant.
             at_ms = max(e.at_ms, p.start_ms + 1)
             if p.kind != "shared" or (p.node, p.gpu_indices) != (e.node, (e.gpu_index,)):
                 continue

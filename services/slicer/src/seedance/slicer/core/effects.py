@@ -106,6 +106,8 @@ class Ended:
     outcome: str  # finished | failed | cancelled
     was_placed: bool
     floor_s: float | None = None
+    #: The nodes whose GPUs it freed: a placement there is dated no earlier than this end.
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -299,14 +299,14 @@ class Scheduler(SchedulerState):
         was_placed = self._queue.is_running(key) or self._mig.instance_of(key) is not None
         observe(self, key, job, now_s, ended=True)  # its GPUs back to its pool's forecast
         self._attempts.pop(key, None)
-        floor_s = self.job_floor_s(key)  # its end is dated no earlier (`publish_at_s`)
+        floor_s, held = self.job_floor_s(key), self.held_nodes(key)  # (`publish_at_s`)
         self._submitted_s.pop(key, None), self._published_s.pop(key, None)
         self._moves.history.forget(key)
         self._admission.drop(key)
         self._mig.dequeue(key)
         self._release(key, job, now_s)
         self._admission.release(key)
-        out: list[Effect] = [Ended(job, outcome, was_placed, floor_s)]
+        out: list[Effect] = [Ended(job, outcome, was_placed, floor_s, held)]
         out.extend(self._retry_held(now_s, lambda h: h.reason != "tenant_paused"))
         out.extend(self._pass(now_s))
         return out

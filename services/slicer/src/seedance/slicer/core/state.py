@@ -69,6 +69,8 @@ class SchedulerState:
         #: The time of the latest decision about a job published (`publish_at_s`): its
         #: placements (moves and MIG instances too), waits, evictions and share changes.
         self._published_s: dict[str, float] = {}
+        #: By node, the latest release (end or eviction) published there (`publish_at_s`).
+        self._freed_s: dict[str, float] = {}
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -281,7 +283,14 @@ class SchedulerState:
             floor_s = self.job_floor_s(effect.job.key)
         else:
             return now_s
+        if isinstance(effect, Placed) and effect.node in self._freed_s:
+            # Never before a release published on its node: the end or eviction that freed
+            # its GPUs (dated at that job's floor, perhaps after the report that caused both).
+            floor_s = max(self._freed_s[effect.node], floor_s or 0.0)
         at_s = now_s if floor_s is None else max(now_s, floor_s)
+        freed = effect.nodes if isinstance(effect, Ended) else ()
+        for node in (effect.node,) if isinstance(effect, Evicted) else freed:
+            self._freed_s[node] = max(self._freed_s.get(node, at_s), at_s)
         key = effect.job.key
         if (
             not isinstance(effect, Ended)
@@ -291,6 +300,12 @@ class SchedulerState:
             self._published_s[key] = at_s
             self._dirty_jobs.add(key)
         return at_s
+
+    def held_nodes(self, key: str) -> tuple[str, ...]:
+        """The names of the nodes the job `key` holds anything on (a MIG instance included)."""
+        run, slot = self._queue.running_record(key), self._mig.instance_of(key)
+        held = {self._nodes[p.node].name for p in run.placements} if run else set()
+        return tuple(sorted(held | ({slot.node} if slot else set())))
 
     def job_floor_s(self, key: str) -> float | None:
         """The earliest time a decision about the live job `key` may be dated at: its trusted
