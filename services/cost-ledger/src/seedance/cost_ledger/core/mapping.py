@@ -20,8 +20,7 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   time; one placed later bills to its own end), ``by_job_id``, ``reason`` and ``detail``
   (records), ``outcome`` (billing ends the same way for all three), ``cause_id``.
   Refused: ``claimed_at`` (the tenant's claim, never billed); ``was_placed=False`` gives no fact
-  (a job that never held anything ends nothing, and its time moves nothing), nor does the end
-  of a run that held no GPU, which the replica tells from its stream (``replica.RunKinds``).
+  (a job that never held anything ends nothing, and its time moves nothing).
 - ``NodeInventory`` → ``NodeInfo``: ``node``, the one ``model`` of ``gpus`` (mixed refused:
   a node has one price), ``len(gpus)``. Not carried: ``pool``, ``cpu_milli``, ``memory_mib``,
   each GPU's ``index`` / ``uuid`` / ``mem_total_mib`` / ``mig_capable`` / ``mig_enabled`` /

@@ -56,7 +56,6 @@ written before issue 13 restore as they are: the core already keyed jobs ``<tena
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -72,7 +71,6 @@ from seedance.cost_ledger.core.mapping import (
     alert_to_bus,
     event_time_ms,
     facts_of,
-    job_key,
     pause_to_bus,
     to_bus,
     utc_datetime,
@@ -81,13 +79,7 @@ from seedance.cost_ledger.core.pricebook import PriceBook
 from seedance.cost_ledger.core.windows import closable_until
 from seedance.events import Event
 from seedance.events.cost import CostEntry, JobCostReport
-from seedance.events.slicing import (
-    JobReleased,
-    Placement,
-    PlacementKind,
-    Preempted,
-    ShareChanged,
-)
+from seedance.events.slicing import JobReleased, Placement, Preempted, ShareChanged
 from seedance.events.subjects import SubjectShapeError, owner_of, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory, PodShares
 
@@ -97,7 +89,6 @@ __all__ = [
     "INPUT_TYPES",
     "InputEvent",
     "LedgerReplica",
-    "RunKinds",
     "ledger_inputs",
 ]
 
@@ -128,60 +119,6 @@ DEFAULT_MAX_AHEAD_S = 300
 DEFAULT_TELEMETRY_AHEAD_S = 10
 
 
-class RunKinds(msgspec.Struct, kw_only=True):
-    """Which jobs' latest run held no GPU, read in stream order: the end of such a run is the
-    end of no allocation the ledger holds, so it gives no fact, as the release of a job never
-    placed gives none (``JobReleased.was_placed``). Without this, a job id used again (same
-    tenant, same job) after a CPU-only run met that run's end, dated before its own placement,
-    as a producer's defect: ``Facts._end_before`` closed the new GPU run at its start.
-
-    Why stream order: the slicer publishes a job's placements and ends on one stream in the
-    order it decided them, and the merged stream keeps one source's order; so an end belongs
-    to the run placed last before it, and a placement after it starts a new run. Kept in the
-    replica's checkpoint, so a restore between the events reads them as one replica that ran
-    on did. A run counts as GPU if any part of it held a GPU (its parts' ends all bill).
-    """
-
-    #: Jobs whose latest run held no GPU (ended or not): their ends give no fact.
-    cpu: list[str] = msgspec.field(default_factory=list)
-    #: Jobs running with a GPU (a CPU part placed with them starts no CPU-only run).
-    gpu: list[str] = msgspec.field(default_factory=list)
-
-    def billable(self, e: Event) -> bool:
-        """Note ``e`` (a placement or an end; others pass); False for the end of a run that
-        held no GPU. Kept as sorted lists: checkpoints are canonical bytes."""
-        if isinstance(e, Placement):
-            key = job_key(e.tenant, e.job_id)
-            if e.kind != PlacementKind.CPU:
-                _drop(self.cpu, key)
-                _put(self.gpu, key)
-            elif key not in self.gpu:
-                _put(self.cpu, key)  # a new run: every part of it so far holds no GPU
-            return True
-        if isinstance(e, JobReleased | Preempted):
-            key = job_key(e.tenant, e.job_id)
-            _drop(self.gpu, key)  # the next placement starts a new run
-            # Kept for CPU runs: each part's end of a CPU gang is dropped alike, until the job
-            # is placed again.
-            return not _has(self.cpu, key)
-        return True
-
-
-def _has(keys: list[str], key: str) -> bool:
-    i = bisect_left(keys, key)
-    return i < len(keys) and keys[i] == key
-
-
-def _put(keys: list[str], key: str) -> None:
-    if not _has(keys, key):
-        insort(keys, key)
-
-
-def _drop(keys: list[str], key: str) -> None:
-    if _has(keys, key):
-        keys.pop(bisect_left(keys, key))
-
-
 class _State(msgspec.Struct, kw_only=True):
     """The replica's own state beside the core's snapshot (all of it deterministic)."""
 
@@ -201,9 +138,6 @@ class _State(msgspec.Struct, kw_only=True):
     spend: dict[str, dict[int, int]] = msgspec.field(default_factory=dict)
     status: dict[str, str] = msgspec.field(default_factory=dict)
     ledger: bytes = b""
-    #: What each job's latest run held, in stream order (``RunKinds``); absent from
-    #: checkpoints written before it was kept (every end is then billed as before).
-    runs: RunKinds = msgspec.field(default_factory=RunKinds)
 
 
 class LedgerReplica:
@@ -308,8 +242,6 @@ class LedgerReplica:
                 f"{utc_datetime(stream_ms).isoformat()!r} ({bound} = {bound_ms // 1000})",
             )
         inputs, energy = facts_of(event, t, self.tenants, self._s.energy_mj)  # raises first
-        if not self._s.runs.billable(event):
-            inputs = []  # the end of a run that held no GPU ends nothing billed
         if not inputs and not isinstance(event, GpuSampleBatch):
             # Nothing to bill (a release of a job never placed, a CPU-only placement): its time
             # moves nothing either. A tenant's request that the slicer released unplaced once
@@ -479,13 +411,11 @@ def ledger_inputs(events: Iterable[Event], book: PriceBook) -> list[LedgerInput]
     """The core inputs of bus events (energy differenced in the given order), for ``recompute``."""
     del book  # the mapping needs no prices; kept for the callers' signature
     energy: dict[str, int] = {}
-    runs = RunKinds()
     out: list[LedgerInput] = []
     for e in events:
         items, readings = facts_of(e, event_time_ms(e), frozenset(), energy)
         energy.update(readings)
-        if runs.billable(e):
-            out.extend(items)
+        out.extend(items)
     return out
 
 
