@@ -1,15 +1,13 @@
 """A job id used again (same tenant, same job) after a run that held no GPU: that run's end is
-the end of no allocation the ledger holds, so the new GPU run must be billed to its own end.
-Today the CPU run's end (its ``JobReleased``, dated before the new placement) is read as a
-producer's defect: ``Facts._end_before`` closes the GPU run at its start, bills nothing for it
-until its own end arrives (windows closed meanwhile are zero) and logs
-``ledger_end_before_start``. Marked xfail(strict) until fixed.
+the end of no allocation the ledger holds, so the new GPU run is billed to its own end. While
+the ledger closed an allocation at its start on an end dated before it (``_end_before``, a
+defence behind the slicer's per-job floor, withdrawn), the CPU run's end (its ``JobReleased``,
+dated before the new placement) closed the GPU run at its start: billed nothing until its own
+end arrived (windows closed meanwhile were zero), logged as a producer's defect.
 
-A fix cannot rest on the merged stream's order: ``SEEDANCE_LEDGER_IN`` sources placements,
+The merged stream's order decides nothing: ``SEEDANCE_LEDGER_IN`` sources placements,
 preemptions and releases as separate sources of ``SEEDANCE_SLICING``, so a release may be
-stepped after a placement the slicer published after it, or before its own placement (the
-stream-order rule tried first dropped a GPU run's release stepped before its placement: billed
-for ever). The CPU run has to be a fact the ends are settled against, in any order
+stepped after a placement the slicer published after it, or before its own placement
 (``test_the_merged_streams_order_changes_nothing``).
 """
 
@@ -36,11 +34,6 @@ BOOK = core.default_price_book()
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
 MIN = timedelta(minutes=1)
 JOB = "acme/train"
-REUSE_DEFECT = pytest.mark.xfail(
-    strict=True,
-    reason="ledger defect: a CPU-only run's end (no allocation) closes the same job id's next "
-    "GPU run at its start (Facts._end_before): billed nothing, logged as a producer defect",
-)
 
 
 def _placed(at: datetime, gpu: bool, node: str = "n") -> Placement:
@@ -89,7 +82,6 @@ REUSE = [
 ]
 
 
-@REUSE_DEFECT
 @pytest.mark.parametrize("restore_at", [None, 2, 3, 4])
 def test_a_gpu_run_after_a_cpu_run_of_the_same_id_bills_to_its_own_end(
     restore_at: int | None,
@@ -99,8 +91,6 @@ def test_a_gpu_run_after_a_cpu_run_of_the_same_id_bills_to_its_own_end(
     (gpu_run,) = f.job_allocs[JOB]
     assert f.alloc_end[gpu_run].event_id == REUSE[3].id
     assert f.alloc_end[gpu_run].end_ms == core.epoch_ms(T0 + 50 * MIN)
-    assert f.clamped == []  # no producer defect logged
-    assert f.ended_before_start == {}
     as_of = core.epoch_ms(T0 + 3 * 60 * MIN)
     # Billed as the GPU run alone would be (a fresh id): about 30 minutes of one GPU (each
     # window's share rounded down to the micro-hour).
@@ -109,7 +99,6 @@ def test_a_gpu_run_after_a_cpu_run_of_the_same_id_bills_to_its_own_end(
     assert core.recompute(ledger_inputs(REUSE, BOOK), BOOK, as_of).by_job[JOB] == alone
 
 
-@REUSE_DEFECT
 def test_the_gpu_run_stays_open_until_its_own_end() -> None:
     replica = _run(REUSE[:3], restore_at=3)
     f = replica.ledger.facts
@@ -118,7 +107,6 @@ def test_the_gpu_run_stays_open_until_its_own_end() -> None:
     assert JOB not in f.job_end
 
 
-@REUSE_DEFECT
 def test_each_part_end_of_a_cpu_gang_ends_nothing_billed() -> None:
     """A CPU-only gang evicted part by part (an end each), then the id placed on a GPU."""
     events: list[Event] = [
@@ -130,31 +118,16 @@ def test_each_part_end_of_a_cpu_gang_ends_nothing_billed() -> None:
         f = _run(events, restore_at).ledger.facts
         (gpu_run,) = f.job_allocs[JOB]
         assert f.alloc_end[gpu_run].event_id == events[5].id
-        assert f.clamped == []
 
 
-@REUSE_DEFECT
-def test_after_a_cpu_run_a_gpu_runs_own_end_dated_before_its_start_is_still_clamped() -> None:
-    """The defence behind the slicer's floor is kept for the GPU run: its own end, dated before
-    its placement but published after it (a producer's defect), closes it at its start and is
-    logged; the CPU run's end is not the one taken."""
-    early = _released(T0 + 15 * MIN)
-    events = [*REUSE[:3], early]
-    for restore_at in (None, 3, 4):
-        f = _run(events, restore_at).ledger.facts
-        (gpu_run,) = f.job_allocs[JOB]
-        assert f.alloc_end[gpu_run].event_id == early.id
-        assert f.alloc_end[gpu_run].end_ms == core.epoch_ms(T0 + 20 * MIN)
-        assert f.ended_before_start == {gpu_run: early.id}
-
-
-@REUSE_DEFECT
 def test_the_merged_streams_order_changes_nothing() -> None:
-    """Placements and releases reach the merged stream through separate sources: here the GPU
-    placement is stepped before the CPU run's release. A fix must also keep what today's code
-    already gets right (so not tested here as the defect): the GPU run's release stepped before
-    its own placement, and the CPU run stepped last, each bill the GPU run to its own end."""
-    f = _run([REUSE[i] for i in (0, 2, 1, 3)], restore_at=3).ledger.facts
-    (gpu_run,) = f.job_allocs[JOB]
-    assert f.alloc_end[gpu_run].event_id == REUSE[3].id
-    assert f.clamped == []
+    """Placements and releases reach the merged stream through separate sources: the GPU
+    placement stepped before the CPU run's release, the GPU run's release before its own
+    placement, the CPU run stepped last, each across a restart: the GPU run is billed to its
+    own end in every order."""
+    for order in ((0, 2, 1, 3), (0, 1, 3, 2), (2, 3, 0, 1), (3, 2, 1, 0)):
+        for restore_at in (None, 3):
+            f = _run([REUSE[i] for i in order], restore_at).ledger.facts
+            (gpu_run,) = f.job_allocs[JOB]
+            assert f.alloc_end[gpu_run].event_id == REUSE[3].id, (order, restore_at)
+            assert f.job_end[JOB].event_id == REUSE[3].id
