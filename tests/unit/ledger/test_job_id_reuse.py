@@ -97,6 +97,12 @@ def test_a_gpu_run_after_a_cpu_run_of_the_same_id_bills_to_its_own_end(
     alone = core.recompute(ledger_inputs(REUSE[2:], BOOK), BOOK, as_of).by_job[JOB]
     assert 499_990 <= alone.gpu_hours_micro <= 500_000
     assert core.recompute(ledger_inputs(REUSE, BOOK), BOOK, as_of).by_job[JOB] == alone
+    # And while it runs (its own end not yet in), the windows closed bill it as they would a
+    # fresh id's run: the CPU run's end does not close it.
+    running = core.recompute(ledger_inputs(REUSE[:3], BOOK), BOOK, as_of).by_job.get(JOB)
+    fresh = core.recompute(ledger_inputs(REUSE[2:3], BOOK), BOOK, as_of).by_job[JOB]
+    assert fresh.gpu_hours_micro > alone.gpu_hours_micro
+    assert running == fresh
 
 
 def test_the_gpu_run_stays_open_until_its_own_end() -> None:
@@ -115,8 +121,10 @@ def test_each_part_end_of_a_cpu_gang_ends_nothing_billed() -> None:
         _placed(T0 + 20 * MIN, gpu=True), _released(T0 + 50 * MIN),
     ]  # fmt: skip
     for restore_at in (None, 4, 5):
-        f = _run(events, restore_at).ledger.facts
+        f = _run(events[:5], restore_at).ledger.facts
         (gpu_run,) = f.job_allocs[JOB]
+        assert gpu_run not in f.alloc_end  # running: no part's end is its end
+        f = _run(events, restore_at).ledger.facts
         assert f.alloc_end[gpu_run].event_id == events[5].id
 
 
@@ -124,9 +132,12 @@ def test_the_merged_streams_order_changes_nothing() -> None:
     """Placements and releases reach the merged stream through separate sources: the GPU
     placement stepped before the CPU run's release, the GPU run's release before its own
     placement, the CPU run stepped last, each across a restart: the GPU run is billed to its
-    own end in every order."""
+    own end in every order, and is open while that end is not in."""
     for order in ((0, 2, 1, 3), (0, 1, 3, 2), (2, 3, 0, 1), (3, 2, 1, 0)):
         for restore_at in (None, 3):
+            f = _run([REUSE[i] for i in order if i != 3], restore_at).ledger.facts
+            (gpu_run,) = f.job_allocs[JOB]
+            assert gpu_run not in f.alloc_end, (order, restore_at)
             f = _run([REUSE[i] for i in order], restore_at).ledger.facts
             (gpu_run,) = f.job_allocs[JOB]
             assert f.alloc_end[gpu_run].event_id == REUSE[3].id, (order, restore_at)
