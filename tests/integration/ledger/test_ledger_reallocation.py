@@ -3,7 +3,8 @@ nats-server): the slicer's placement, preemption, second placement and release g
 subjects into the ledger's merged stream; the preemption is delivered twice and the replica is
 restarted from its checkpoint between the runs, and nothing is billed twice or left out. And a
 node removed (its inventory, ``state: removed``, without GPUs as the bridge sends it) stops
-its idle at the removal while its evicted job bills on the node it is placed on next.
+its idle at the removal while its evicted job bills on the node it is placed on next. And a
+job id used again after a CPU-only run bills its GPU run, across a restart.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from seedance.cost_ledger import core
 from seedance.cost_ledger.core.replica import ledger_inputs
 from seedance.events import Event, decode, encode
 from seedance.events.cost import CostEntry, JobCostReport
-from seedance.events.slicing import Preempted
+from seedance.events.slicing import Placement, PlacementKind, Preempted
 from seedance.events.subjects import slicing, telemetry
 from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
 from seedance.testing.servers import NatsServer
@@ -151,3 +152,49 @@ async def test_a_removed_node_s_idle_ends_at_its_removal_and_its_job_bills_on_th
     assert totals.idle_by_node["h-a"].cost_usd_micro == _t4_micro(20)
     costs = [decode(m.data) for m in await read_all(bus, "SEEDANCE_COSTS")]
     assert _billed(costs) == {"acme/train-1": _t4_micro(20) + _t4_micro(20)}
+
+
+async def test_a_job_id_used_again_after_a_cpu_only_run_bills_its_gpu_run(
+    bus: Bus, server: NatsServer
+) -> None:
+    """The same tenant and job id run first on CPU only (a ``cpu`` placement, released), then on
+    a GPU, still running: the CPU run's release, dated before the GPU placement, ends nothing
+    billed, and the replica is restarted from its checkpoint between the CPU placement and its
+    release. While the ledger closed a run at its start on an end dated before it (withdrawn),
+    that release closed the GPU run there: every window closed while it ran billed it nothing,
+    whatever order the merged stream's sources delivered the release and the GPU placement in."""
+    start = _recent_start()
+
+    def at(minutes: float) -> datetime:
+        return start + timedelta(minutes=minutes)
+
+    cpu = Placement(
+        id=_uid(1), at=at(0), job_id="train-1", tenant="acme", node="h-a",
+        kind=PlacementKind.CPU, cpu_milli=2000,
+    )  # fmt: skip
+    samples = [_sample(100 + 2 * m + i, at(m), n) for m in range(0, 70, 5) for i, n in
+               enumerate(NODES)]  # fmt: skip
+    gpu_run = _place(3, at(20), "acme", "train-1", "h-a")
+    first: list[Event] = [cpu, *samples[:4]]  # to +5 min
+    second: list[Event] = [_release(2, at(10), "acme", "train-1"), gpu_run, *samples[4:]]
+    closer = _sample(99, at(75), "h-a")
+    async with serving(ledger(server.url, "reuse")) as service:
+        for e in first:
+            await bus.publish(_pub_subject(e), e)
+        await caught_up(bus, service, len(first))
+    async with serving(ledger(server.url, "reuse")) as service:
+        for e in second:
+            await bus.publish(_pub_subject(e), e)
+        await _closed_after(bus, service, len(first) + len(second), closer)
+        clock_ms = service.replica.clock_ms
+        job = service.replica.totals().by_job.get("acme/train-1")  # None: billed nothing
+
+    assert clock_ms == core.epoch_ms(closer.at)
+    # Billed as the GPU run alone would be (the job id never used before), from 20 minutes on.
+    alone = [gpu_run, *samples, closer]
+    expected = core.recompute(ledger_inputs(alone, BOOK), BOOK, clock_ms, CONFIG)
+    assert job is not None
+    assert job == expected.by_job["acme/train-1"]
+    assert job.cost_usd_micro >= _t4_micro(30)
+    costs = [decode(m.data) for m in await read_all(bus, "SEEDANCE_COSTS")]
+    assert _billed(costs) == {"acme/train-1": job.cost_usd_micro}

@@ -1,16 +1,17 @@
-"""An end dated before the start of the allocation it ends (a producer's defect: the slicer once
-released a job at a trusted observer's time, before the placement it ended) closes that
-allocation at its start, a zero-length span, rather than leaving it open and billed for ever;
-an allocation placed again after an earlier run's end is never closed by that end.
+"""An end dated before the start of every run of its job it could end is the end of none of
+them: ignored, the run stays open until an end at or after its start. The ledger cannot tell
+such an end from the end of a run it holds no allocation for (a CPU-only run of the same job
+id: ``test_job_id_reuse.py``), and the slicer dates no end before the job's latest placement.
 
-On the facts before the change, each test left the last allocation open (no end after its
-start), billed for ever."""
+On the facts with the end-before-start clamp (withdrawn), each run here was closed at its start
+by that end (a zero-length span, billed nothing, logged as a producer's defect)."""
 
 from __future__ import annotations
 
 import pytest
 
-from seedance.cost_ledger.core.facts import Facts, GpuAllocation, JobEnded
+from seedance.cost_ledger.core import Ledger, LedgerConfig, PriceBook, recompute
+from seedance.cost_ledger.core.facts import Facts, GpuAllocation, JobEnded, NodeInfo
 
 
 def alloc(eid: str, start_ms: int, node: str = "n1", job: str = "globex/y") -> GpuAllocation:
@@ -25,9 +26,7 @@ def end(eid: str, end_ms: int, job: str = "globex/y") -> JobEnded:
 
 
 @pytest.mark.parametrize("end_first", [False, True])
-def test_an_end_dated_before_the_start_closes_the_allocation_at_its_start(
-    end_first: bool,
-) -> None:
+def test_an_end_dated_before_the_start_is_no_end_of_the_run(end_first: bool) -> None:
     f = Facts()
     facts = [alloc("p", 100_000), end("e", 50_000)]
     for x in reversed(facts) if end_first else facts:
@@ -35,17 +34,17 @@ def test_an_end_dated_before_the_start_closes_the_allocation_at_its_start(
             f.add_allocation(x)
         else:
             f.add_end(x)
-    assert f.alloc_end["p"].event_id == "e"
-    assert f.alloc_end["p"].end_ms == 100_000  # at its start: a zero-length span
-    assert f.overlap_ms("p", 0, 200_000) == 0
-    assert f.job_end["globex/y"].event_id == "e"
-    assert f.ended_before_start == {"p": "e"}
-    assert [(a.event_id, e.event_id) for a, e in f.clamped] == [("p", "e")]
+    assert "p" not in f.alloc_end
+    assert f.overlap_ms("p", 0, 200_000) == 100_000  # held from its start on
+    assert "globex/y" not in f.job_end
+    f.add_end(end("own", 150_000))
+    assert f.alloc_end["p"].event_id == "own"
+    assert f.overlap_ms("p", 0, 200_000) == 50_000
 
 
-def test_an_end_reported_while_the_job_waited_again_closes_the_later_run_at_its_start() -> None:
-    """A run evicted, placed again later; the end before that placement is the first run's,
-    the later run stays open, until an end dated while the job waited again arrives."""
+def test_an_end_reported_while_the_job_waited_again_ends_neither_run() -> None:
+    """A run evicted, placed again later: the end before that placement is the first run's;
+    another end dated while the job waited is no end of the later run either."""
     f = Facts()
     f.add_allocation(alloc("p1", 0))
     f.add_end(end("evicted", 40_000))
@@ -53,13 +52,13 @@ def test_an_end_reported_while_the_job_waited_again_closes_the_later_run_at_its_
     assert "p2" not in f.alloc_end
     f.add_end(end("released", 60_000))
     assert f.alloc_end["p1"].event_id == "evicted"
-    assert (f.alloc_end["p2"].event_id, f.alloc_end["p2"].end_ms) == ("released", 100_000)
+    assert "p2" not in f.alloc_end
+    assert "globex/y" not in f.job_end
 
 
 def test_a_gangs_parts_evicted_at_one_instant_are_no_end_of_its_next_run() -> None:
     """Each part's eviction is an end of its own at the same instant: the parts' runs take
-    them, and neither is the end of the run placed after them (it stays open until its own
-    end, here one dated before its start)."""
+    them, and neither is the end of the run placed after them, nor is an end dated between."""
     f = Facts()
     f.add_allocation(alloc("a", 0, node="n1"))
     f.add_allocation(alloc("b", 0, node="n2"))
@@ -68,5 +67,25 @@ def test_a_gangs_parts_evicted_at_one_instant_are_no_end_of_its_next_run() -> No
     f.add_allocation(alloc("again", 100_000, node="n3"))
     assert "again" not in f.alloc_end
     f.add_end(end("released", 60_000))
-    assert (f.alloc_end["again"].event_id, f.alloc_end["again"].end_ms) == ("released", 100_000)
-    assert [(a.event_id, e.event_id) for a, e in f.clamped] == [("again", "released")]
+    assert set(f.alloc_end) == {"a", "b"}  # the next run open
+    assert "globex/y" not in f.job_end
+
+
+def test_a_run_with_an_earlier_end_bills_every_window_to_its_own_end(book: PriceBook) -> None:
+    """Windows closed while the run is open bill it, and its own end, arriving later, leaves
+    the incremental totals equal to a recompute of the same facts (30 minutes of one GPU)."""
+    t0, minute = 1_700_000_000_000 - 1_700_000_000_000 % 900_000, 60_000
+    config = LedgerConfig(window_s=900, lateness_s=0)
+    node = NodeInfo(event_id="inv", node="n0", gpu_model="X", gpu_count=1, at_ms=t0)
+    run = GpuAllocation(event_id="p", job_id="globex/y", tenant="globex", node="n0",
+                        gpu_model="X", gpu_indices=(0,), start_ms=t0 + 30 * minute)  # fmt: skip
+    early, own = end("early", t0 + 15 * minute), end("own", t0 + 60 * minute)
+    led = Ledger(book, config)
+    led.apply_many([node, run, early])
+    led.advance(t0 + 70 * minute)  # [30, 60) min closed with the run open
+    assert led.totals().by_job["globex/y"].gpu_hours_micro == 500_000
+    led.apply(own)
+    led.advance(t0 + 90 * minute)
+    expected = recompute([node, run, early, own], book, t0 + 90 * minute, config)
+    assert expected.by_job["globex/y"].gpu_hours_micro == 500_000
+    assert led.totals() == expected

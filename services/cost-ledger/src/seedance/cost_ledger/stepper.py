@@ -64,7 +64,6 @@ class LedgerStep:
                 continue
             started = self._clock.now()  # the span's start, should the step need one
             event, produced = self._step(msg, seq, out.letters)
-            self._log_ended_before_start()
             if not produced and not isinstance(event, Placement):
                 continue  # most inputs (samples inside a window) produce nothing
             span = tracer().start_span(
@@ -103,17 +102,6 @@ class LedgerStep:
         except InputRejected as exc:
             letters.append((msg, exc.kind, str(exc)))
             return event, []
-
-    def _log_ended_before_start(self) -> None:
-        """Log each allocation the facts ended at its start because its end was dated before
-        it (``Facts._end_before``): a producer's defect the ledger contained, to be found."""
-        clamped = self._replica.ledger.facts.clamped
-        for alloc, end in clamped:
-            log.error(
-                "ledger_end_before_start", job_id=alloc.job_id, allocation=alloc.event_id,
-                start_ms=alloc.start_ms, end=end.event_id, end_ms=end.end_ms,
-            )  # fmt: skip
-        clamped.clear()
 
     def acked(self, pubs: Sequence[Publication], acks: list[Any]) -> None:
         """Metrics of an acked batch (the runtime then empties the core's outbox of it)."""

@@ -295,10 +295,6 @@ class Facts:
         self.alloc_end: dict[str, JobEnded] = {}
         #: The job's end where every allocation it has is ended: its last allocation's end.
         self.job_end: dict[str, JobEnded] = {}
-        #: Allocations ended by an end dated before their start (``_end_before``), each with
-        #: that end's id; ``clamped`` lists those found since the shell last took them (to log).
-        self.ended_before_start: dict[str, str] = {}
-        self.clamped: list[tuple[GpuAllocation, JobEnded]] = []
         # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms, mem_mib)}
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
         self.sample_nodes: dict[int, set[str]] = defaultdict(set)
@@ -371,8 +367,9 @@ class Facts:
 
     def add_end(self, e: JobEnded) -> int:
         """Record ``e``; returns the first instant it changes: its own (it ends only what ran
-        at ``end_ms``), or earlier where it replaces an end dated before a run's start, which
-        closed the run there (``_end_before``)."""
+        at ``end_ms``), or the earliest old or new end of a run it re-settles, were that
+        earlier (by ``_end_for``'s start-order rule it is not; the instant is read, not
+        assumed). An end dated before every run's start is no run's end: ignored."""
         self.job_ends[e.event_id] = e
         insort(self._ends_of.setdefault(e.job_id, []), (e.end_ms, e.event_id))
         changed = self._settle_job(e.job_id)
@@ -399,10 +396,6 @@ class Facts:
                 taken |= group
                 group, group_ms = {}, start_ms
             end = self._piece_end(aid, allocs) or self._end_for(start_ms, ends, taken)
-            if end is None:
-                end = self._end_before(aid, start_ms, ends, taken)
-            else:
-                self.ended_before_start.pop(aid, None)
             was = self.alloc_end.pop(aid, None)
             if was != end and aid != skip:
                 changed.append(min(x.end_ms for x in (was, end) if x is not None))
@@ -418,30 +411,6 @@ class Facts:
         else:
             self.job_end[job] = last
         return min(changed, default=None)
-
-    def _end_before(
-        self, aid: str, start_ms: int, ends: list[tuple[int, str]], taken: dict[str, int]
-    ) -> JobEnded | None:
-        """A defence in depth: an allocation no end follows, for which the job has an end
-        dated before its start and after every end the allocations started earlier took (so
-        not one of theirs: a gang's parts may each be ended at one instant), is ended by that
-        end at its start (a zero-length span), not left open and billed for ever. The slicer
-        never dates an end before the placement it ends; a copy of the end at the start is
-        kept (its id the same), and the pair noted in ``clamped`` for the shell to log once.
-        None where there is no such end."""
-        after_ms = max(taken.values(), default=None)
-        for end_ms, eid in ends:
-            if end_ms >= start_ms:
-                break
-            if after_ms is not None and end_ms <= after_ms:
-                continue
-            end = self.job_ends[eid]
-            if self.ended_before_start.get(aid) != eid:
-                self.ended_before_start[aid] = eid
-                self.clamped.append((self.allocations[aid], end))
-            return msgspec.structs.replace(end, end_ms=start_ms)
-        self.ended_before_start.pop(aid, None)
-        return None
 
     def _piece_end(self, aid: str, allocs: list[str]) -> JobEnded | None:
         """For the part of a run at a changed share (``resized``: its predecessor's end is
