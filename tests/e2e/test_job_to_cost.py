@@ -110,32 +110,38 @@ async def test_submitted_job_is_placed_finishes_and_is_costed(
     # the job runs in the recent past (within the ledger's retention), on whole charge windows.
     window_s = 300
     start = datetime.fromtimestamp((time.time() // window_s) * window_s - 4 * 3600, UTC)
-    async with client:
-        # The tenant's back-dated claims are not the time: placed and released now.
-        out = await client.submit_job(tenant, "claims", gpus=2, at=start, wait_s=30)
-        assert isinstance(out.decision, Placement)
-        assert abs(out.decision.at - datetime.now(UTC)) < timedelta(seconds=30)
-        end = await client.finish_job(tenant, "claims", at=start + timedelta(hours=3), wait_s=30)
-        assert isinstance(end.decision, JobReleased)
-        assert end.decision.claimed_at == start + timedelta(hours=3)
-        assert end.decision.at - out.decision.at < timedelta(seconds=30)
+    try:
+        async with client:
+            # The tenant's back-dated claims are not the time: placed and released now.
+            out = await client.submit_job(tenant, "claims", gpus=2, at=start, wait_s=30)
+            assert isinstance(out.decision, Placement)
+            assert abs(out.decision.at - datetime.now(UTC)) < timedelta(seconds=30)
+            end = await client.finish_job(
+                tenant, "claims", at=start + timedelta(hours=3), wait_s=30
+            )
+            assert isinstance(end.decision, JobReleased)
+            assert end.decision.claimed_at == start + timedelta(hours=3)
+            assert end.decision.at - out.decision.at < timedelta(seconds=30)
 
-        # The replayer (a trusted observer) reports a job of the recent past: its time holds.
-        await bus.publish(
-            observed.subject(tenant, "submitted"),
-            job_submitted(tenant, "train-1", gpus=2, at=start),
-        )
-        placement = await next_placement(bus, tenant, "train-1")
-        assert placement.job_id == "train-1"
-        assert placement.at == start
-        assert [g.milli for g in placement.gpus] == [1000, 1000]
-        assert placement.gpu_model == "T4"
+            # The replayer (a trusted observer) reports a job of the recent past: its time holds.
+            await bus.publish(
+                observed.subject(tenant, "submitted"),
+                job_submitted(tenant, "train-1", gpus=2, at=start),
+            )
+            placement = await next_placement(bus, tenant, "train-1")
+            assert placement.job_id == "train-1"
+            assert placement.at == start
+            assert [g.milli for g in placement.gpus] == [1000, 1000]
+            assert placement.gpu_model == "T4"
 
-        finished = job_event("finished", tenant, "train-1", at=start + timedelta(hours=3))
-        await bus.publish(observed.subject(tenant, "finished"), finished)
-        # Windows close on event time: the collector's samples (wall clock) move it on.
-        events = await collect_until_report(client.costs(tenant), timeout_s=60)
-    await bus.close()
+            finished = job_event("finished", tenant, "train-1", at=start + timedelta(hours=3))
+            await bus.publish(observed.subject(tenant, "finished"), finished)
+            # Windows close on event time: the collector's samples (wall clock) move it on.
+            events = await collect_until_report(client.costs(tenant), timeout_s=60)
+    finally:
+        # Closed on a failed assertion too: left open, the garbage collector's ResourceWarning
+        # failed whichever test ran next.
+        await bus.close()
     entries = [e for e in events if isinstance(e, CostEntry)]
     report = events[-1]
     assert isinstance(report, JobCostReport)

@@ -215,3 +215,20 @@ def test_a_preemptor_is_placed_no_earlier_than_the_eviction_that_freed_its_gpu()
     placed = [(e.node, t) for e, t in out if isinstance(e, Placed) and e.job.job_id == "p"]
     assert placed
     assert all(t >= evicted_at for n, t in placed if n == evicted.node)
+
+
+def test_a_release_floors_only_the_placements_of_the_input_that_published_it() -> None:
+    """h placed at 10 s and ended at 100 s (an ordinary input); then an observer reports the
+    past: z submitted at 50 s. z is placed on the GPU free now at its own 50 s (the past it
+    reports is billed there), not at h's release: that release freed nothing for z's input.
+    Before, every later placement on a node was floored at its latest release, and a
+    replayed job of the recent past was placed now (tests/e2e/test_job_to_cost.py)."""
+    s = Scheduler()
+    s.upsert_node(node("n0", 1), 0.0)
+    published(s, s.submit(job("h", "acme"), 10.0), 10.0)
+    out = published(s, s.finish("acme", "h", 100.0), 100.0)
+    assert [(type(e).__name__, t) for e, t in out] == [("Ended", 100.0)]
+    out = published(s, s.submit(job("z", "acme"), 50.0), 50.0)
+    assert [(e.job.job_id, e.node, t) for e, t in out if isinstance(e, Placed)] == [
+        ("z", "n0", 50.0)
+    ]

@@ -69,8 +69,10 @@ class SchedulerState:
         #: The time of the latest decision about a job published (`publish_at_s`): its
         #: placements (moves and MIG instances too), waits, evictions and share changes.
         self._published_s: dict[str, float] = {}
-        #: By node, the latest release (end or eviction) published there (`publish_at_s`).
-        self._freed_s: dict[str, float] = {}
+        #: By node, the latest release (end or eviction) published there (`publish_at_s`),
+        #: with the trusted time of the input that caused it: it floors only that input's
+        #: placements (the ones its freed GPUs made possible).
+        self._freed_s: dict[str, tuple[float, float]] = {}
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -283,14 +285,20 @@ class SchedulerState:
             floor_s = self.job_floor_s(effect.job.key)
         else:
             return now_s
-        if isinstance(effect, Placed) and effect.node in self._freed_s:
-            # Never before a release published on its node: the end or eviction that freed
-            # its GPUs (dated at that job's floor, perhaps after the report that caused both).
-            floor_s = max(self._freed_s[effect.node], floor_s or 0.0)
+        if isinstance(effect, Placed):
+            freed_by, freed_s = self._freed_s.get(effect.node, (None, 0.0))
+            if freed_by == now_s:
+                # Never before a release the same input published on its node: the end or
+                # eviction that freed its GPUs (dated at that job's floor, perhaps after the
+                # report that caused both). A release of an earlier input does not floor it:
+                # an observer's report of the past keeps its time on GPUs free now
+                # (tests/e2e/test_job_to_cost.py).
+                floor_s = max(freed_s, floor_s or 0.0)
         at_s = now_s if floor_s is None else max(now_s, floor_s)
         freed = effect.nodes if isinstance(effect, Ended) else ()
         for node in (effect.node,) if isinstance(effect, Evicted) else freed:
-            self._freed_s[node] = max(self._freed_s.get(node, at_s), at_s)
+            earlier_by, earlier_s = self._freed_s.get(node, (None, at_s))
+            self._freed_s[node] = (now_s, max(earlier_s, at_s) if earlier_by == now_s else at_s)
         key = effect.job.key
         if (
             not isinstance(effect, Ended)
