@@ -9,9 +9,9 @@ sender's private key. Keys are nkeys-encoded: base32 (no padding) of a prefix, t
 and a little-endian CRC-16/XMODEM of both; a public key starts ``X`` (prefix byte 23 << 3), a
 seed ``SX`` (the seed prefix 18 << 3 with the curve prefix packed into two bytes).
 
-The python ``nkeys`` package knows only signing keys, hence this module. It owns the codec and
-seal/open only; where the keys come from and what a refusal means is the callout's
-(`seedance.core.auth_callout`).
+The python ``nkeys`` package knows only signing keys (its CRC-16 is used here), hence this
+module. It owns the codec and seal/open only; where the keys come from and what a refusal
+means is the callout's (`seedance.core.auth_callout`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import os
 
 import nacl.exceptions
 import nacl.public
+import nkeys
 
 __all__ = ["CurveKeyPair", "XKeyError", "new_curve_keys", "public_key_bytes"]
 
@@ -36,19 +37,8 @@ class XKeyError(ValueError):
     """A curve key or a sealed message that is not well formed, or does not open."""
 
 
-def _crc16(data: bytes) -> int:
-    """CRC-16/XMODEM (polynomial 0x1021, initial 0), as nkeys' ``crc16.go``."""
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc
-
-
 def _encode(raw: bytes) -> str:
-    return base64.b32encode(raw + _crc16(raw).to_bytes(2, "little")).decode().rstrip("=")
+    return base64.b32encode(raw + nkeys.crc16_checksum(raw)).decode().rstrip("=")
 
 
 def _decode(text: str, header_len: int, what: str) -> tuple[bytes, bytes]:
@@ -59,8 +49,8 @@ def _decode(text: str, header_len: int, what: str) -> tuple[bytes, bytes]:
         raise XKeyError(f"{what} is not base32") from None
     if len(raw) != header_len + _KEY_LEN + 2:
         raise XKeyError(f"{what} has {len(raw)} bytes, not {header_len + _KEY_LEN + 2}")
-    body, crc = raw[:-2], int.from_bytes(raw[-2:], "little")
-    if _crc16(body) != crc:
+    body, crc = raw[:-2], raw[-2:]
+    if nkeys.crc16_checksum(body) != crc:
         raise XKeyError(f"{what} fails its checksum")
     return body[:header_len], body[header_len:]
 
