@@ -2,7 +2,8 @@
 returns what a stream holds on a subject, all of it, in order; ``wait_consumer_settled``
 returns once a durable has handled a sequence and, when it does not in time, says what the
 consumer was doing; ``wait_consumers_bound`` returns once each durable exists and otherwise
-names those that do not."""
+names those that do not; ``last_stored`` is None until a subject holds a message, then the last
+one, so a wait on a stream that fills later waits instead of failing on its first poll."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from seedance.core import Bus
 from seedance.events import decode
 from seedance.events.jobs import JobSubmitted
 from seedance.events.subjects import jobs
-from seedance.testing.waits import wait_consumer_settled, wait_consumers_bound
+from seedance.testing.waits import last_stored, wait_consumer_settled, wait_consumers_bound
 from seedance.testing.workloads import read_stream
 from tests.integration.bus.test_bus import spec_for, submitted
 
@@ -63,3 +64,17 @@ async def test_wait_consumers_bound_names_the_durables_that_are_missing(
     with pytest.raises(TimeoutError, match=rf"within 0.2 s: SEEDANCE_JOBS/absent-{unique}$"):
         await wait_consumers_bound(bus, (spec.stream, spec.durable), absent, timeout_s=0.2)
     await wait_consumers_bound(bus, (spec.stream, spec.durable), timeout_s=10)
+
+
+async def test_last_stored_is_none_until_a_subject_holds_a_message(bus: Bus, unique: str) -> None:
+    """The CI failure of test_push_deliver: a polled check read the last placement of a mirror
+    that held none of that tenant's yet, and the server's 404 failed the wait at its first poll
+    instead of letting it wait."""
+    tenant = f"t{unique}"
+    subject = jobs.subject(tenant, "submitted")
+    assert await last_stored(bus.js, "SEEDANCE_JOBS", subject) is None
+    for job in ("j1", "j2"):
+        await bus.publish(subject, submitted(tenant, job))
+        last = await last_stored(bus.js, "SEEDANCE_JOBS", subject)
+        assert last is not None
+        assert decode(last.data, JobSubmitted).job_id == job

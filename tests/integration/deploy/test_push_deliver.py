@@ -68,7 +68,7 @@ from seedance.events.subjects import (
 )
 from seedance.node_agent.core.plan_source import not_a_published_plan
 from seedance.testing.servers import NatsServer
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, last_stored
 from tests.integration.conftest import shipped_password
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module")]
@@ -350,9 +350,9 @@ async def test_a_copy_lands_in_the_bounded_plan_stream_and_reaches_no_reader(
         await slicer.publish(slicing.subject(VICTIM, "placement"), plan)
         mirror = ledger.NODE_STREAM
 
-        async def through() -> bool:
-            last = await stack.admin.js.get_last_msg(mirror, slicing.subject(VICTIM, "placement"))
-            return decode(last.data, Placement).id == plan.id
+        async def through() -> bool:  # the mirror holds none of this tenant's until it arrives
+            last = await last_stored(stack.admin.js, mirror, slicing.subject(VICTIM, "placement"))
+            return last is not None and decode(last.data, Placement).id == plan.id
 
         await eventually(through, what="the placement in the node agents' mirror")
         for stream in (ledger.IN_STREAM, mirror):

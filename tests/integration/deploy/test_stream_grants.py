@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from nats.js import api as js_api
-from nats.js.errors import NotFoundError
 from structlog.testing import capture_logs
 
 from seedance.core import Bus, BusSettings
@@ -37,7 +36,7 @@ from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, routing, slicing
 from seedance.sdk import SeedanceClient
 from seedance.testing.servers import auth_server
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, last_stored
 from tests.integration.conftest import shipped_password
 from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 
@@ -208,8 +207,8 @@ async def _agent_forges_a_report(url: str, unique: str) -> tuple[bool, bytes | N
         found: list[bytes | None] = [None]
 
         async def in_the_mirror() -> bool:
-            with contextlib.suppress(NotFoundError):
-                found[0] = (await admin.js.get_last_msg(routing.PLAN_STREAM, subject)).data
+            last = await last_stored(admin.js, routing.PLAN_STREAM, subject)
+            found[0] = None if last is None else last.data
             return found[0] is not None
 
         if planted:  # copied asynchronously (source, then mirror): in no bounded time
@@ -319,10 +318,8 @@ async def test_a_service_starts_on_drifted_streams_and_provision_converges_them(
     assert (mirror.name, mirror.filter_subject) == (routing.STREAM, routing.OBSERVED)
 
     async def rebuilt() -> bool:  # the re-created mirror is rebuilt from its origin
-        try:
-            return (await admin.js.get_last_msg(routing.PLAN_STREAM, report)).data == b"a report"
-        except NotFoundError:
-            return False
+        last = await last_stored(admin.js, routing.PLAN_STREAM, report)
+        return last is not None and last.data == b"a report"
 
     await eventually(rebuilt, 30, what="the re-created mirror holding the origin's report")
     with capture_logs() as logs:

@@ -15,8 +15,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from nats.js.errors import NotFoundError
-
 from seedance.core import Bus, BusSettings, ServiceRuntime
 from seedance.events.codec import decode
 from seedance.events.slicing import Placement
@@ -24,7 +22,7 @@ from seedance.events.subjects import consumer, slicing
 from seedance.node_agent.service import NodeAgentService
 from seedance.node_agent.settings import NodeAgentSettings
 from seedance.testing.identities import as_user
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, last_stored
 from tests.integration.node_agent.test_allocation import NODE
 
 
@@ -87,9 +85,8 @@ async def merged(js: Any, ev: Placement) -> int:
 
     async def holds() -> bool:
         nonlocal seq
-        try:
-            last = await js.get_last_msg(MERGED, slicing.subject(ev.tenant, "placement"))
-        except NotFoundError:
+        last = await last_stored(js, MERGED, slicing.subject(ev.tenant, "placement"))
+        if last is None:
             return False
         seq = last.seq
         return bool(decode(last.data, Placement).id == ev.id)

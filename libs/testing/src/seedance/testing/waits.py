@@ -31,6 +31,7 @@ from seedance.events.subjects import telemetry
 
 __all__ = [
     "eventually",
+    "last_stored",
     "next_matching",
     "stop_task",
     "wait_consumer_settled",
@@ -100,6 +101,19 @@ async def stop_task(task: asyncio.Future[Any], timeout_s: float = 10.0) -> None:
         raise TimeoutError(f"{task!r} still runs {timeout_s} s after it was first cancelled")
     if not task.cancelled():
         task.result()
+
+
+async def last_stored(js: Any, stream: str, subject: str) -> Any | None:
+    """The last message ``stream`` stores on ``subject``; None while it stores none yet.
+
+    For a check polled by ``eventually`` on a stream that fills later (a mirror, a sourcing
+    stream, a consumer's output): the server answers "no message found" (404) until the first
+    one arrives, and a check that let it raise failed the wait on its first poll instead of
+    waiting."""
+    try:
+        return await js.get_last_msg(stream, subject)
+    except NotFoundError:
+        return None
 
 
 async def wait_consumers_bound(
