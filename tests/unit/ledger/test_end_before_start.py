@@ -1,10 +1,13 @@
-"""An end dated before the start of every run of its job it could end is the end of none of
-them: ignored, the run stays open until an end at or after its start. The ledger cannot tell
-such an end from the end of a run it holds no allocation for (a CPU-only run of the same job
-id: ``test_job_id_reuse.py``), and the slicer dates no end before the job's latest placement.
+"""An end dated before every run of its job the ledger holds (its CPU-only and refused runs
+included: ``UnbilledRun``) is the end of no run, a producer's defect: it closes the job's
+first run at its start (a zero-length span, billed nothing; noted in ``Facts.clamped`` for the
+service to log and count) when no end at or after that start does, and the run's own end,
+arriving later, takes over. An end dated while the job waited between two runs is the earlier
+run's (a second end of it): it closes no later run.
 
-On the facts with the end-before-start clamp (withdrawn), each run here was closed at its start
-by that end (a zero-length span, billed nothing, logged as a producer's defect)."""
+On main's facts before this change (the clamp withdrawn, since a CPU-only run, not recorded
+then, could not be told from a defect: ``test_job_id_reuse.py``) each first run here stayed
+open, billed for ever until an end at or after its start arrived."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ def end(eid: str, end_ms: int, job: str = "globex/y") -> JobEnded:
 
 
 @pytest.mark.parametrize("end_first", [False, True])
-def test_an_end_dated_before_the_start_is_no_end_of_the_run(end_first: bool) -> None:
+def test_an_end_of_no_run_closes_the_run_at_its_start(end_first: bool) -> None:
     f = Facts()
     facts = [alloc("p", 100_000), end("e", 50_000)]
     for x in reversed(facts) if end_first else facts:
@@ -34,10 +37,13 @@ def test_an_end_dated_before_the_start_is_no_end_of_the_run(end_first: bool) -> 
             f.add_allocation(x)
         else:
             f.add_end(x)
-    assert "p" not in f.alloc_end
-    assert f.overlap_ms("p", 0, 200_000) == 100_000  # held from its start on
-    assert "globex/y" not in f.job_end
-    f.add_end(end("own", 150_000))
+    assert (f.alloc_end["p"].event_id, f.alloc_end["p"].end_ms) == ("e", 100_000)
+    assert f.overlap_ms("p", 0, 200_000) == 0  # closed at its start: billed nothing
+    assert f.job_end["globex/y"].event_id == "e"
+    assert f.ended_before_start == {"p": "e"}
+    assert [(a.event_id, e.event_id) for a, e in f.clamped] == [("p", "e")]
+    f.add_end(end("own", 150_000))  # its own end, late: takes over
+    assert f.ended_before_start == {}
     assert f.alloc_end["p"].event_id == "own"
     assert f.overlap_ms("p", 0, 200_000) == 50_000
 
@@ -56,6 +62,17 @@ def test_an_end_reported_while_the_job_waited_again_ends_neither_run() -> None:
     assert "globex/y" not in f.job_end
 
 
+def test_a_gang_whose_end_is_of_no_run_is_closed_at_its_start_part_by_part() -> None:
+    f = Facts()
+    f.add_allocation(alloc("a", 100_000, node="n1"))
+    f.add_end(end("r", 50_000))
+    f.add_allocation(alloc("b", 100_000, node="n2"))
+    assert {a: (e.event_id, e.end_ms) for a, e in f.alloc_end.items()} == {
+        "a": ("r", 100_000),
+        "b": ("r", 100_000),
+    }
+
+
 def test_a_gangs_parts_evicted_at_one_instant_are_no_end_of_its_next_run() -> None:
     """Each part's eviction is an end of its own at the same instant: the parts' runs take
     them, and neither is the end of the run placed after them, nor is an end dated between."""
@@ -71,9 +88,10 @@ def test_a_gangs_parts_evicted_at_one_instant_are_no_end_of_its_next_run() -> No
     assert "globex/y" not in f.job_end
 
 
-def test_a_run_with_an_earlier_end_bills_every_window_to_its_own_end(book: PriceBook) -> None:
-    """Windows closed while the run is open bill it, and its own end, arriving later, leaves
-    the incremental totals equal to a recompute of the same facts (30 minutes of one GPU)."""
+def test_a_run_closed_at_its_start_is_billed_again_to_its_own_end(book: PriceBook) -> None:
+    """Windows closed while the run is closed at its start bill it nothing; its own end,
+    arriving later, re-bills them: the incremental totals equal a recompute of the same facts
+    (30 minutes of one GPU)."""
     t0, minute = 1_700_000_000_000 - 1_700_000_000_000 % 900_000, 60_000
     config = LedgerConfig(window_s=900, lateness_s=0)
     node = NodeInfo(event_id="inv", node="n0", gpu_model="X", gpu_count=1, at_ms=t0)
@@ -82,8 +100,8 @@ def test_a_run_with_an_earlier_end_bills_every_window_to_its_own_end(book: Price
     early, own = end("early", t0 + 15 * minute), end("own", t0 + 60 * minute)
     led = Ledger(book, config)
     led.apply_many([node, run, early])
-    led.advance(t0 + 70 * minute)  # [30, 60) min closed with the run open
-    assert led.totals().by_job["globex/y"].gpu_hours_micro == 500_000
+    led.advance(t0 + 70 * minute)  # [30, 60) min closed with the run closed at its start
+    assert "globex/y" not in led.totals().by_job
     led.apply(own)
     led.advance(t0 + 90 * minute)
     expected = recompute([node, run, early, own], book, t0 + 90 * minute, config)

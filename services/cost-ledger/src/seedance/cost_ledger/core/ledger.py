@@ -33,6 +33,7 @@ from seedance.cost_ledger.core.facts import (
     NodeInfo,
     PodShareReading,
     ShareResize,
+    UnbilledRun,
     validate,
 )
 from seedance.cost_ledger.core.lines import (
@@ -123,6 +124,8 @@ class Ledger:
             self._insert_allocation(event)
         elif isinstance(event, JobEnded):
             self._insert_end(event)
+        elif isinstance(event, UnbilledRun):
+            self._insert_unbilled(event)
         elif isinstance(event, PodShareReading):
             return self._insert_pod_shares(event)
         elif isinstance(event, ShareResize):
@@ -153,9 +156,20 @@ class Ledger:
         self._note_window(start_w)
         self._mark_dirty(e.node, start_w, None)
         if changed_ms is not None:  # an earlier run of the job, late: the later runs' ends moved
-            for alloc_id in self.facts.job_allocs[e.job_id]:
-                p = self.facts.allocations[alloc_id]
-                self._mark_dirty(p.node, window_of(max(changed_ms, p.start_ms), w_ms), None)
+            self._mark_job_dirty(e.job_id, changed_ms)
+
+    def _insert_unbilled(self, e: UnbilledRun) -> None:
+        """A run that bills nothing itself, but may take an end a GPU run had taken (its own
+        release, arriving late) or withdraw one that closed a GPU run at its start."""
+        changed_ms = self.facts.add_unbilled(e)
+        if changed_ms is not None:
+            self._mark_job_dirty(e.job_id, changed_ms)
+
+    def _mark_job_dirty(self, job: str, changed_ms: int) -> None:
+        w_ms = self.config.window_ms
+        for alloc_id in self.facts.job_allocs[job]:
+            p = self.facts.allocations[alloc_id]
+            self._mark_dirty(p.node, window_of(max(changed_ms, p.start_ms), w_ms), None)
 
     def _insert_end(self, e: JobEnded) -> None:
         w_ms = self.config.window_ms
@@ -444,6 +458,7 @@ class Ledger:
         facts: list[LedgerInput] = [
             *f.node_infos.values(),
             *f.allocations.values(),
+            *f.unbilled.values(),
             *f.job_ends.values(),
             *(r for readings in f.pod_shares.values() for r in readings.values()),
         ]

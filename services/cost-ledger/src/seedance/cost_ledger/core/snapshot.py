@@ -28,6 +28,7 @@ from seedance.cost_ledger.core.facts import (
     LedgerInputError,
     NodeInfo,
     PodShareReading,
+    UnbilledRun,
 )
 from seedance.cost_ledger.core.lines import Amounts, CostLine, JobCost, LedgerTotals, output_id
 from seedance.cost_ledger.core.windows import window_of
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["SNAPSHOT_VERSION", "decode", "encode", "restore"]
 
 SNAPSHOT_VERSION = 1
+#: The rule the ends are settled by (``_Snapshot.ends_rule``): 1 since unbilled runs.
+ENDS_RULE = 1
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
@@ -67,6 +70,16 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     #: re-placed jobs were billed) : they stopped every run of a job at its first end, and
     #: ``restore`` marks the windows that rule left unbilled dirty (``_rebill_later_runs``).
     alloc_ends: bool = False
+    #: The runs that hold no billed GPU (CPU-only, refused placements); absent before they
+    #: were recorded (those ledgers dropped them).
+    unbilled_runs: list[UnbilledRun] = []
+    #: The ends that close nothing (``Facts.legacy_ends``), sorted.
+    legacy_ends: list[str] = []
+    #: The rule the ends were settled by when written: 0 (absent) before runs without a billed
+    #: GPU were facts and an end of no run closed the job's first run at its start; then
+    #: ``restore`` marks the orphans of then legacy and re-bills what a rule change moved
+    #: (``_rebill_settled_again``).
+    ends_rule: int = 0
 
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
@@ -111,6 +124,9 @@ def encode(led: Ledger) -> bytes:
         ),
         outbox=sorted(led.outbox, key=output_id),
         alloc_ends=True,
+        unbilled_runs=sorted(f.unbilled.values(), key=lambda e: e.event_id),
+        legacy_ends=sorted(f.legacy_ends),
+        ends_rule=ENDS_RULE,
     )
     # msgpack of event ids and repeated node names compresses several-fold; level 1 is
     # fast, and zlib output is deterministic for equal input, so bytes stay canonical.
@@ -133,12 +149,16 @@ def restore(led: Ledger, snap: _Snapshot) -> None:
     # Allocations in start order: each is then appended to the indexes (``Facts.add_allocation``
     # keeps them in that order whatever the order it is given them in).
     placements = sorted(snap.placements, key=lambda p: (p.start_ms, p.event_id))
+    f = led.facts
+    # Before the ends: they are settled against every run, and an orphan end of an older
+    # checkpoint must be known as legacy before it could close a run (``Facts._clamp``).
+    f.legacy_ends = set(snap.legacy_ends) if snap.ends_rule else _orphans(snap)
     facts: list[LedgerInput] = [
-        *snap.node_infos, *placements, *snap.job_ends, *snap.pod_shares,
+        *snap.node_infos, *placements, *snap.unbilled_runs, *snap.job_ends, *snap.pod_shares,
     ]  # fmt: skip
     for e in facts:
         led.insert(e)
-    f = led.facts
+    f.clamped.clear()  # found when the facts first met: not a new defect
     w_ms = led.config.window_ms
     mem_of = dict(snap.sample_mem)
     for eid, node, g, at_ms, ppm, mj in snap.samples:
@@ -162,6 +182,39 @@ def restore(led: Ledger, snap: _Snapshot) -> None:
     led.outbox = [_canonical(o, led) for o in snap.outbox]
     if not snap.alloc_ends:
         _rebill_later_runs(led)
+    if snap.ends_rule < ENDS_RULE:
+        _rebill_settled_again(led)
+
+
+def _orphans(snap: _Snapshot) -> set[str]:
+    """The ends of a checkpoint written before unbilled runs were recorded dated before every
+    run of their job it holds: each may be a CPU run's end (the run dropped then), so none
+    closes a run (``Facts.legacy_ends``)."""
+    first: dict[str, int] = {}
+    for p in snap.placements:
+        first[p.job_id] = min(p.start_ms, first.get(p.job_id, p.start_ms))
+    return {e.event_id for e in snap.job_ends if e.end_ms < first.get(e.job_id, e.end_ms + 1)}
+
+
+def _rebill_settled_again(led: Ledger) -> None:
+    """A checkpoint written under an older rule of ends (``ends_rule`` 0) billed its closed
+    windows by the ends that rule gave, and ``restore`` has just settled them again by this
+    one. The rules differ only for a job with an end that no run takes (an orphan, which one
+    rule closed a run with and another ignored; a duplicate) or an end at the instant a run of
+    it started (which run it ends): mark those jobs' closed windows from their first run dirty,
+    so the next ``advance`` bills what moved as adjustments (recomputing a window that was
+    right emits nothing; windows sealed stay: their state is gone)."""
+    f = led.facts
+    w_ms = led.config.window_ms
+    held = {e.event_id for e in (*f.alloc_end.values(), *f.unbilled_end.values())}
+    for job, allocs in f.job_allocs.items():
+        starts = {f.allocations[a].start_ms for a in allocs}
+        ends = [f.job_ends[eid] for eid in f.ends_ids(job)]
+        if not any(e.event_id not in held or e.end_ms in starts for e in ends):
+            continue
+        first_w = window_of(min(starts), w_ms)
+        for node in {f.allocations[a].node for a in allocs}:
+            _dirty_from(led, node, first_w)
 
 
 def _rebill_later_runs(led: Ledger) -> None:
