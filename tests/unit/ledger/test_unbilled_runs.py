@@ -12,14 +12,20 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from itertools import permutations
+from types import SimpleNamespace
 
 import pytest
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
+from seedance.core import VirtualClock
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.facts import UnbilledRun
 from seedance.cost_ledger.core.mapping import InputRejected
 from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
-from seedance.events import Event, new_event_id
+from seedance.cost_ledger.metrics import LedgerMetrics
+from seedance.cost_ledger.stepper import LedgerStep
+from seedance.events import Event, encode, new_event_id
 from seedance.events.slicing import (
     EndOutcome,
     GpuAssignment,
@@ -167,3 +173,33 @@ def test_the_release_of_a_refused_gpu_placement_closes_no_later_run() -> None:
     again.restore(data)
     assert GPU_RUN.id not in again.ledger.facts.alloc_end
     assert again.ledger.facts.unbilled == f.unbilled
+
+
+def test_the_service_logs_and_counts_each_run_closed_at_its_start() -> None:
+    """The step of a batch (``LedgerStep``) logs ``ledger_end_before_start`` once per run
+    closed by the end of no run and counts it; the gauge says how many are closed now: back to
+    0 when the run's own end (or the run the end belongs to) arrives."""
+    registry = CollectorRegistry()
+    metrics = LedgerMetrics(registry)
+    step = LedgerStep(LedgerReplica(BOOK), metrics, VirtualClock(T0))
+
+    def msg(seq: int, e: Event) -> SimpleNamespace:
+        meta = SimpleNamespace(sequence=SimpleNamespace(stream=seq), timestamp=e.at)
+        return SimpleNamespace(data=encode(e), subject=_subject(e), headers=None, metadata=meta)
+
+    def value(name: str) -> float | None:
+        return registry.get_sample_value(f"seedance_cost_ledger_{name}")
+
+    with capture_logs() as logs:
+        step.step_batch([msg(1, NODE), msg(2, BAD_RUN), msg(3, BAD_END)])  # type: ignore[list-item]
+        step.step_batch([msg(4, NODE)])  # type: ignore[list-item]  # a duplicate: nothing new
+    (logged,) = [e for e in logs if e["event"] == "ledger_end_before_start"]
+    assert (logged["job_id"], logged["allocation"], logged["end"]) == (
+        "acme/bad", BAD_RUN.id, BAD_END.id,
+    )  # fmt: skip
+    assert value("ends_before_start_total") == 1
+    assert value("runs_closed_at_start") == 1
+    own = _released("bad", T0 + 40 * MIN)
+    step.step_batch([msg(5, own)])  # type: ignore[list-item]
+    assert value("runs_closed_at_start") == 0
+    assert value("ends_before_start_total") == 1
