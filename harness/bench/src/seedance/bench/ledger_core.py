@@ -42,6 +42,7 @@ from seedance.cost_ledger.core import (
     default_price_book,
     recompute,
 )
+from seedance.cost_ledger.core.facts import UnbilledRun
 from seedance.traces import alibaba
 
 PricingTier = Literal["on_demand", "reserved", "spot", "on_prem"]
@@ -196,7 +197,7 @@ def trace_events(
 
 
 def _time(e: LedgerInput) -> int:
-    if isinstance(e, GpuAllocation):
+    if isinstance(e, GpuAllocation | UnbilledRun):
         return e.start_ms
     if isinstance(e, JobEnded):
         return e.end_ms
