@@ -77,3 +77,12 @@ def test_a_new_end_after_the_restore_is_no_legacy_end(book: PriceBook) -> None:
     led.apply(CPU_RUN)
     assert led.facts.unbilled_end.get("reuse-cpu") is not None
     assert "reuse-gpu" not in led.facts.alloc_end
+
+
+def test_a_ledger_merged_with_a_restored_one_keeps_its_legacy_ends(book: PriceBook) -> None:
+    restored = Ledger.from_bytes((FIXTURES / "checkpoint-38cbb2e.bin").read_bytes(), book)
+    merged = Ledger(book, CONFIG)
+    merged.merge(restored)
+    assert merged.facts.legacy_ends == {"reuse-cpu-end", "bad-end"}
+    assert "reuse-gpu" not in merged.facts.alloc_end
+    assert merged.facts.ended_before_start == {}

@@ -455,6 +455,8 @@ class Ledger:
         """
         new = 0
         f = other.facts
+        # Before its ends: an end ``other`` restored as legacy closes nothing here either.
+        self.facts.legacy_ends |= f.legacy_ends
         facts: list[LedgerInput] = [
             *f.node_infos.values(),
             *f.allocations.values(),
