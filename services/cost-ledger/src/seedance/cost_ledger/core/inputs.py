@@ -75,9 +75,11 @@ class GpuAllocation(msgspec.Struct, frozen=True, kw_only=True, tag="placement"):
 
 class JobEnded(msgspec.Struct, frozen=True, kw_only=True, tag="job_ended"):
     """The job stopped using the allocations it held at ``end_ms`` (a preemption, an eviction
-    or its release). It ends each allocation of the job that started before ``end_ms`` and no
-    earlier end ended; one that starts later (the job placed again) is billed until its own
-    end (``Facts.end_of``)."""
+    or its release). It ends each run of the job (its unbilled runs too) that started at or
+    before ``end_ms`` and no earlier end ended; one that starts later (the job placed again)
+    is billed until its own end (``Facts._settle_job``). Dated before every run of the job it
+    is the end of no run, a producer's defect: it closes the job's first run at its start
+    where no end at or after that start does (``Facts._clamp``)."""
 
     event_id: str
     job_id: str
