@@ -198,3 +198,58 @@ async def test_a_job_id_used_again_after_a_cpu_only_run_bills_its_gpu_run(
     assert job.cost_usd_micro >= _t4_micro(30)
     costs = [decode(m.data) for m in await read_all(bus, "SEEDANCE_COSTS")]
     assert _billed(costs) == {"acme/train-1": job.cost_usd_micro}
+
+
+async def test_a_cpu_run_placed_last_and_an_end_of_no_run_are_settled_over_the_bus(
+    bus: Bus, server: NatsServer
+) -> None:
+    """Through the bus, with the CPU run's placement published after its release and after the
+    same job id's GPU placement (placements and releases reach the merged stream through
+    separate sources: the release may be stepped before or after it): the GPU run is billed to
+    its own end as a fresh id's would be, in either order. Another job's GPU run, whose only
+    release is dated before its placement (a producer's defect: the end of no run), is billed
+    nothing: closed at its start, counted, and the gauge says one run is closed so. On main's
+    code before this change that run was billed from its placement on, for ever."""
+    start = _recent_start()
+
+    def at(minutes: float) -> datetime:
+        return start + timedelta(minutes=minutes)
+
+    cpu = Placement(
+        id=_uid(1), at=at(0), job_id="train-1", tenant="acme", node="h-a",
+        kind=PlacementKind.CPU, cpu_milli=2000,
+    )  # fmt: skip
+    gpu_run, gpu_end = (
+        _place(3, at(20), "acme", "train-1", "h-a"),
+        _release(4, at(50), "acme", "train-1"),
+    )
+    bad_run, bad_end = (
+        _place(5, at(30), "acme", "bad-1", "h-b"),
+        _release(6, at(25), "acme", "bad-1"),
+    )
+    samples = [_sample(100 + 2 * m + i, at(m), n) for m in range(0, 70, 5) for i, n in
+               enumerate(NODES)]  # fmt: skip
+    events: list[Event] = [
+        _release(2, at(10), "acme", "train-1"), gpu_run, bad_run, bad_end, cpu, gpu_end, *samples,
+    ]  # fmt: skip
+    closer = _sample(99, at(75), "h-a")
+    async with serving(ledger(server.url, "cpu-last")) as service:
+        for e in events:
+            await bus.publish(_pub_subject(e), e)
+        await _closed_after(bus, service, len(events), closer)
+        clock_ms = service.replica.clock_ms
+        totals = service.replica.totals()
+        closed_now = service.metrics.runs_closed_at_start._value.get()
+        closed_total = service.metrics.ends_before_start_total._value.get()
+        facts = service.replica.ledger.facts
+
+    assert facts.ended_before_start == {bad_run.id: bad_end.id}
+    assert closed_now == 1
+    assert closed_total >= 1  # 2 where the CPU run's release was stepped before its placement
+    assert "acme/bad-1" not in totals.by_job  # billed nothing
+    alone = [gpu_run, gpu_end, *samples, closer]
+    expected = core.recompute(ledger_inputs(alone, BOOK), BOOK, clock_ms, CONFIG)
+    assert totals.by_job["acme/train-1"] == expected.by_job["acme/train-1"]
+    costs = [decode(m.data) for m in await read_all(bus, "SEEDANCE_COSTS")]
+    billed = {job: usd for job, usd in _billed(costs).items() if usd}  # net, adjustments in
+    assert billed == {"acme/train-1": expected.by_job["acme/train-1"].cost_usd_micro}
