@@ -34,7 +34,8 @@ from seedance.events.slicing import (
     PlacementKind,
 )
 from seedance.events.subjects import slicing, telemetry
-from seedance.events.telemetry import GpuInfo, NodeInventory
+from seedance.events.telemetry import GpuInfo, GpuSampleBatch, NodeInventory
+from seedance.events.telemetry import GpuSample as TelemetrySample
 
 BOOK = core.default_price_book()
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
@@ -203,3 +204,21 @@ def test_the_service_logs_and_counts_each_run_closed_at_its_start() -> None:
     step.step_batch([msg(5, own)])  # type: ignore[list-item]
     assert value("runs_closed_at_start") == 0
     assert value("ends_before_start_total") == 1
+
+
+def test_a_sample_batch_without_readings_still_moves_the_clock() -> None:
+    """A collector's batch whose GPUs report no activity gives no sample fact, but its time is
+    the samples' clock all the same; only a placement of unbilled runs alone moves nothing.
+    (A first cut of this change read an empty list of facts as "unbilled runs only": the demo's
+    ledger never closed its last windows, ``tests/e2e/test_demo_exports.py`` timed out.)"""
+    replica = LedgerReplica(BOOK)
+    replica.step(1, NODE, subject=_subject(NODE))
+    unread = GpuSampleBatch(id=new_event_id(), at=T0 + 30 * MIN, node="n",
+                            gpus=[TelemetrySample(index=0)])  # fmt: skip
+    replica.step(2, unread, subject=telemetry.sample("n"))
+    assert replica.clock_ms == core.epoch_ms(unread.at)
+    replica.step(3, CPU_RUN, subject=_subject(CPU_RUN))
+    later_cpu = _placed("other", T0 + 60 * MIN, gpu=False)
+    replica.step(4, later_cpu, subject=_subject(later_cpu))
+    assert replica.clock_ms == core.epoch_ms(unread.at)  # a CPU placement moves nothing
+    assert set(replica.ledger.facts.unbilled) == {CPU_RUN.id, later_cpu.id}

@@ -258,7 +258,7 @@ class LedgerReplica:
             if isinstance(event, Placement):
                 self._refused_run(event, t)
             raise InputRejected("invalid_input", str(exc)) from None
-        if all(isinstance(i, UnbilledRun) for i in inputs):
+        if inputs and all(isinstance(i, UnbilledRun) for i in inputs):
             # A CPU-only placement bills nothing and its time moves nothing (as before it was
             # a fact); what it re-settles (an end a GPU run had taken) is settled at once.
             return self._advance_if_due(sample=False) if self.ledger.has_late_changes else []
