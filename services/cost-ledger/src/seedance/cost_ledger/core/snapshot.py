@@ -8,7 +8,10 @@ upgrade tests read one written before issue 13 and one before issue 28, whose GP
 replayed fleets' short names: restoring keeps facts and unpublished lines under the canonical
 model their names identify, a migration with no new version because the format is unchanged;
 and one written before each allocation had its own end, ``alloc_ends`` absent: restoring marks
-the windows of runs placed after a job's first end dirty, and the next ``advance`` bills them).
+the windows of runs placed after a job's first end dirty, and the next ``advance`` bills them;
+and ones written before runs that hold no billed GPU were facts, ``ends_rule`` absent: their
+ends of no run close nothing, and the windows an older rule of ends billed differently are
+marked dirty).
 The totals are not stored: they are the sum of ``emitted`` and are rebuilt on load, so a
 snapshot can never hold totals that disagree with its entries.
 """
@@ -75,10 +78,10 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     unbilled_runs: list[UnbilledRun] = []
     #: The ends that close nothing (``Facts.legacy_ends``), sorted.
     legacy_ends: list[str] = []
-    #: The rule the ends were settled by when written: 0 (absent) before runs without a billed
-    #: GPU were facts and an end of no run closed the job's first run at its start; then
-    #: ``restore`` marks the orphans of then legacy and re-bills what a rule change moved
-    #: (``_rebill_settled_again``).
+    #: The rule the ends were settled by when written: 1 this one (unbilled runs are facts, an
+    #: end of no run closes the job's first run at its start); 0 (absent) any earlier one, and
+    #: ``restore`` then keeps that checkpoint's ends of no run as legacy ends and re-bills what
+    #: the rule change moved (``_rebill_settled_again``).
     ends_rule: int = 0
 
 
