@@ -222,3 +222,16 @@ def test_a_sample_batch_without_readings_still_moves_the_clock() -> None:
     replica.step(4, later_cpu, subject=_subject(later_cpu))
     assert replica.clock_ms == core.epoch_ms(unread.at)  # a CPU placement moves nothing
     assert set(replica.ledger.facts.unbilled) == {CPU_RUN.id, later_cpu.id}
+
+
+def test_a_cpu_run_whose_release_is_not_in_takes_no_later_runs_end() -> None:
+    """Each end is the end of the latest run started at or before it: the GPU run's release
+    (dated after the GPU placement) is the GPU run's even while the CPU run before it has no
+    end of its own (its release not in yet, or lost): the CPU run is left open (it bills
+    nothing), the GPU run closed. Taking ends in start order alone, the CPU run took it and
+    left the GPU run open, billed for ever (the first cut of this change)."""
+    for order in permutations([CPU_RUN, GPU_RUN, GPU_END]):
+        f = _run(list(order)).ledger.facts
+        assert f.alloc_end[GPU_RUN.id].event_id == GPU_END.id, order
+        assert CPU_RUN.id not in f.unbilled_end
+        assert f.job_end["acme/train"].event_id == GPU_END.id

@@ -109,8 +109,8 @@ class Facts:
         # The earliest end of an allocation still in ``node_allocs`` (None: none ended):
         # ``drop_ended_before`` has nothing to take out before it.
         self._next_drop_ms: int | None = None
-        # Each job's ends, sorted by (end_ms, event id), and each allocation's own end (the
-        # first end at or after its start: ``_end_for``); absent: still running.
+        # Each job's ends, sorted by (end_ms, event id), and each allocation's own end (its
+        # first end from its start to the next run's start: ``_end_for``); absent: running.
         self._ends_of: dict[str, list[tuple[int, str]]] = {}
         self.alloc_end: dict[str, JobEnded] = {}
         #: The job's end where every allocation it has is ended: its last allocation's end.
@@ -231,7 +231,12 @@ class Facts:
         if not allocs or not ends:
             return None
         runs = list(merge(allocs, self.job_unbilled.get(job, ()), key=self._run_order))
-        first_ms = self._run_order(runs[0])[0]
+        starts = sorted({self._run_order(r)[0] for r in runs})
+        first_ms = starts[0]
+        # Each run's ends are those dated from its start to the next run's start (the latest
+        # run started at or before an end is the run it ends): a run whose own end is missing
+        # (a CPU run's release not in, say) never takes a later run's.
+        until = dict(zip(starts, [*starts[1:], None], strict=True))
         last: JobEnded | None = None
         changed: list[int] = []
         # The ends runs that started strictly earlier took (a gang's parts, which start at one
@@ -244,11 +249,12 @@ class Facts:
             if start_ms != group_ms:
                 taken |= group
                 group, group_ms = {}, start_ms
+            window = (start_ms, until[start_ms])
             if rid in self.unbilled:  # a run like any other, but for the bill
-                end = self._end_for(start_ms, ends, taken)
+                end = self._end_for(window, ends, taken)
                 _put(self.unbilled_end, rid, end)
             else:
-                end = self._alloc_end(rid, start_ms == first_ms, allocs, ends, taken, skip, changed)
+                end = self._alloc_end(rid, window, first_ms, allocs, ends, taken, skip, changed)
             if end is None:
                 continue
             if rid not in self.ended_before_start:  # a clamp's end is no run's: takes nothing
@@ -264,14 +270,14 @@ class Facts:
         return min(changed, default=None)
 
     def _alloc_end(
-        self, aid: str, first: bool, allocs: list[str], ends: list[tuple[int, str]],
-        taken: dict[str, int], skip: str, changed: list[int],
+        self, aid: str, window: tuple[int, int | None], first_ms: int, allocs: list[str],
+        ends: list[tuple[int, str]], taken: dict[str, int], skip: str, changed: list[int],
     ) -> JobEnded | None:  # fmt: skip
         """Settle one allocation's end (``_settle_job``), noting in ``changed`` the earliest
         old or new end where it changed (but for ``skip``)."""
-        start_ms = self.allocations[aid].start_ms
-        end = self._piece_end(aid, allocs) or self._end_for(start_ms, ends, taken)
-        if end is None and first:
+        start_ms = window[0]
+        end = self._piece_end(aid, allocs) or self._end_for(window, ends, taken)
+        if end is None and start_ms == first_ms:
             end = self._clamp(aid, start_ms, ends)
         else:
             self.ended_before_start.pop(aid, None)
@@ -335,14 +341,20 @@ class Facts:
         return end if end is not None and end.event_id != f"{aid}:resized" else None
 
     def _end_for(
-        self, start_ms: int, ends: list[tuple[int, str]], taken: dict[str, int]
+        self, window: tuple[int, int | None], ends: list[tuple[int, str]], taken: dict[str, int]
     ) -> JobEnded | None:
-        """An allocation's end: the job's first end at or after its start that no allocation
-        started earlier took. An end at the very instant a run starts (a job moved, or a gang
-        resumed: the slicer dates a late end no earlier than the job's latest placement) thus
-        ends the run before it while that run is open (its first end after its start), else
-        this one: every run is closed exactly once, whatever order the facts came in."""
+        """A run's end: the job's first end from its start up to the next run's start
+        (``window``; None: it is the latest run) that no run started earlier took. An end at
+        the very instant a run starts (a job moved, or a gang resumed: the slicer dates a late
+        end no earlier than the job's latest placement) thus ends the run before it while that
+        run is open (its first end after its start), else this one: every run is closed
+        exactly once, whatever order the facts came in. An end dated after the next run's
+        start is that run's (or a later one's), never this one's: a run whose own end is not
+        in stays open rather than take a later run's."""
+        start_ms, until_ms = window
         for end_ms, eid in ends:
+            if until_ms is not None and end_ms > until_ms:
+                break
             if end_ms >= start_ms and eid not in taken:
                 return self.job_ends[eid]
         return None
