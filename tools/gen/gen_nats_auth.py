@@ -12,10 +12,13 @@ differs from a fresh render.
     python tools/gen/gen_nats_auth.py --check-env F   # every NATS_PASSWORD_* in env file F (or the
                                                   # environment, with '-') follows the rule and,
                                                   # where NATS_PUBLISH_IP opens NATS beyond the
-                                                  # loopback, is no public dev-<user> default
-                                                  # (on the loopback: a warning). As compose,
-                                                  # a NATS_PUBLISH_IP or NATS_PASSWORD_* set in
-                                                  # the shell wins over F's (each one named)
+                                                  # loopback, is no public dev-<user> default,
+                                                  # nor is any auth callout key the public
+                                                  # development pair's (on the loopback: a
+                                                  # warning). F is read as compose reads .env;
+                                                  # as compose, a NATS_PUBLISH_IP or
+                                                  # NATS_PASSWORD_* set in the shell wins over
+                                                  # F's (each one named)
     python tools/gen/gen_nats_auth.py --new-password  # print a password that follows the rule
 """
 
@@ -47,9 +50,11 @@ def _env(path: str) -> dict[str, str]:
     shell's alone, ``-``); each variable the shell overrides is named on stderr."""
     if path == "-":
         return dict(os.environ)
-    values, from_shell = nats_config.compose_values(
-        nats_config.parse_env_file(Path(path).read_text()), os.environ
-    )
+    try:
+        from_file = nats_config.parse_env_file(Path(path).read_text())
+    except nats_config.EnvFileError as exc:
+        raise SystemExit(f"{path}: {exc} (compose refuses this file)") from exc
+    values, from_shell = nats_config.compose_values(from_file, os.environ)
     for var in from_shell:
         print(f"note: {var} from the environment, not {path} (compose prefers it)", file=sys.stderr)
     return values

@@ -32,6 +32,7 @@ import secrets
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from seedance.events.node_permissions import NODE_AGENTS, node_user, telemetry_replayer_user
 from seedance.events.permissions import (
@@ -46,14 +47,18 @@ from seedance.events.permissions import (
 from seedance.events.provision_permissions import provisioner_user
 
 __all__ = [
+    "CALLOUT_ISSUER_SEED_VAR",
     "CALLOUT_ISSUER_VAR",
     "CALLOUT_USER",
+    "CALLOUT_XKEY_SEED_VAR",
     "CALLOUT_XKEY_VAR",
+    "DEV_KEYS",
     "PASSWORD_RULE",
     "PUBLISH_IP_VAR",
     "RENDERED_FILES",
     "USERS_FILE",
     "AuthChoices",
+    "EnvFileError",
     "PasswordError",
     "check_server_password",
     "compose_values",
@@ -71,6 +76,30 @@ CALLOUT_ISSUER_VAR = "NATS_AUTH_CALLOUT_ISSUER"
 #: The callout's curve public key (X...): the server seals each request to it (the passwords
 #: inside never cross the bus in clear) and opens the callout's sealed answers with it.
 CALLOUT_XKEY_VAR = "NATS_AUTH_CALLOUT_XKEY"
+#: The seeds of those two pairs, which the auth-callout service holds (the names
+#: ``seedance.core.auth_callout`` reads; this layer cannot import it).
+CALLOUT_ISSUER_SEED_VAR = "SEEDANCE_AUTH_CALLOUT_ISSUER_SEED"
+CALLOUT_XKEY_SEED_VAR = "SEEDANCE_AUTH_CALLOUT_XKEY_SEED"
+
+#: The auth callout's development key pairs, compose's defaults and the dev overlay's: public
+#: like the ``dev_password``s, so anyone who has read the repository holds their seeds. With
+#: the curve pair they open every login request the server sealed to it (passwords inside) that
+#: they capture; with the account pair they sign user JWTs the server takes from the callout.
+DEV_KEYS: Mapping[str, str] = MappingProxyType({
+    CALLOUT_ISSUER_VAR: "AAAM7E74SUEY62M7DQIWU27G355GN5GPHRTS3GQJZYUUDWT7VIXICETG",
+    CALLOUT_ISSUER_SEED_VAR: "SAAFASOSBLMMOOQO6CSXIBRI7XK6SXMPLNETSHWCFIOBHPBINCUEZJEEQM",
+    CALLOUT_XKEY_VAR: "XB3KRVLKB3MODQQYB6KKB7STKSISCJNGRXA4VJ6AMG7C5Y26RPFENIDR",
+    CALLOUT_XKEY_SEED_VAR: "SXAK5LLLBJVKLCOL3JPUHMQLNJYJHOARNDECKJWASLAO2CVAJR6EBKLLBE",
+})  # fmt: skip
+#: What a holder of each development seed can do, and the command that makes a new pair.
+_DEV_KEY_RISK = {
+    CALLOUT_ISSUER_VAR: "anyone holds its seed and signs user JWTs the server accepts from the "
+    "callout; make a pair (seedance-auth new-issuer)",
+    CALLOUT_XKEY_VAR: "anyone holds its seed and opens each login request sealed to it, "
+    "password inside; make a pair (seedance-auth new-xkey)",
+}
+_DEV_KEY_RISK[CALLOUT_ISSUER_SEED_VAR] = _DEV_KEY_RISK[CALLOUT_ISSUER_VAR]
+_DEV_KEY_RISK[CALLOUT_XKEY_SEED_VAR] = _DEV_KEY_RISK[CALLOUT_XKEY_VAR]
 
 _PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{7,127}$")
 PASSWORD_RULE = (
@@ -310,7 +339,8 @@ class AuthChoices:
     def password_problems(self, values: Mapping[str, str]) -> list[str]:
         """The problems of the passwords the rendered config needs in ``values`` (an
         environment), one line each, naming the variable and never the value; a password that
-        is still its user's public development one (``dev_password``) is one where NATS is
+        is still its user's public development one (``dev_password``), or an auth callout key
+        that is its public development one (`DEV_KEYS`, unset included), is one where NATS is
         published beyond the loopback (``published_beyond_loopback``), else a warning
         (``password_warnings``)."""
         problems = []
@@ -325,43 +355,120 @@ class AuthChoices:
                 problems.append(str(exc))
         if published_beyond_loopback(values):
             problems += [
-                f"{var} is still the public development password, and NATS is published "
-                f"beyond this machine ({PUBLISH_IP_VAR}={values[PUBLISH_IP_VAR]}): anyone who "
-                "can reach it logs in as that user; set a real one (--new-password)"
-                for var in self._dev_passwords(values)
+                f"{var} {what}, and NATS is published beyond this machine "
+                f"({PUBLISH_IP_VAR}={values[PUBLISH_IP_VAR]}): {risk}"
+                for var, what, risk in self._public_defaults(values)
             ]
         return problems
 
     def password_warnings(self, values: Mapping[str, str]) -> list[str]:
         """While NATS is on the loopback only: each password that is still its user's public
-        development one (refused as a problem once it is published beyond)."""
+        development one, and each of the auth callout's keys that is its public development
+        one (`DEV_KEYS`); refused as problems once NATS is published beyond."""
         if published_beyond_loopback(values):
             return []
         return [
-            f"{var} is still the public development password: safe only while NATS is on this "
-            f"machine's loopback ({PUBLISH_IP_VAR} unset or a loopback address)"
-            for var in self._dev_passwords(values)
+            f"{var} {what}: safe only while NATS is on this machine's loopback "
+            f"({PUBLISH_IP_VAR} unset or a loopback address)"
+            for var, what, _ in self._public_defaults(values)
         ]
 
-    def _dev_passwords(self, values: Mapping[str, str]) -> list[str]:
-        return [
-            var
+    def _public_defaults(self, values: Mapping[str, str]) -> list[tuple[str, str, str]]:
+        """(variable, what it is, what anyone can do with it) of each value in ``values``
+        that the repository publishes: a user's ``dev_password``; with auth callout on, a key
+        of `DEV_KEYS`, or one of the two public keys the server's config names left unset or
+        empty (compose then substitutes its development default). An unset seed is not
+        named: it only breaks the callout where the public key is a new one, and a
+        Kubernetes env file keeps the seeds in another Secret."""
+        out = [
+            (var, "is still the public development password",
+             "anyone who can reach it logs in as that user; set a real one (--new-password)")
             for user in self.users()
             if values.get(var := password_var(user.name)) == dev_password(user.name)
-        ]
+        ]  # fmt: skip
+        if not self.auth_callout:
+            return out
+        for var, dev in DEV_KEYS.items():
+            value = values.get(var) or ""
+            if value == dev:
+                out.append((var, "is still the public development key", _DEV_KEY_RISK[var]))
+            elif not value and var in (CALLOUT_ISSUER_VAR, CALLOUT_XKEY_VAR):
+                what = "is not set, so compose substitutes the public development key"
+                out.append((var, what, _DEV_KEY_RISK[var]))
+        return out
+
+
+class EnvFileError(ValueError):
+    """An env file compose refuses to read (it then starts nothing)."""
+
+
+#: compose-go's ``dotenv`` parser: a key is letters, digits, ``_ . - [ ]``; ``export`` may
+#: precede it, and ``=`` or ``:`` ends it (a key alone on its line takes the shell's value).
+_KEY = re.compile(r"(?:export[ \t]+)?([^=:\n]*?)[ \t]*([=:\n]|$)")
+_KEY_CHARS = re.compile(r"[\w.\-\[\]]+")
+#: The escapes compose expands in a double-quoted value (``\$`` is a literal ``$``).
+_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+_ESCAPE = re.compile(r"\\([abfnrtv$\"\\])")
 
 
 def parse_env_file(text: str) -> dict[str, str]:
-    """``KEY=value`` lines of an env file (compose's ``.env``); blanks and ``#`` lines skipped,
-    an ``export`` before the key and one pair of quotes around the value taken off, as compose
-    does (``NATS_PUBLISH_IP="0.0.0.0"`` publishes on every interface)."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, _, value = line.partition("=")
-            key, value = key.strip().removeprefix("export ").strip(), value.strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            out[key] = value
-    return out
+    """The ``KEY=value`` pairs of an env file (compose's ``.env``) as compose reads them
+    (compose-go's ``dotenv``, the rules of docs.docker.com/compose/env-file): blank lines and
+    lines starting with ``#`` skipped, ``export`` before a key taken off; an unquoted value
+    ends at its line's first ``" #"`` (an inline comment needs the space: ``a#b`` is ``a#b``)
+    and loses its trailing blanks; a quoted value ends at its closing quote, ``#`` and blanks
+    inside kept (``\\`` escapes the quote; a double-quoted one also expands ``\\n``, ``\\t``,
+    ``\\\\``, ``\\$``...), and may span lines. A key alone on its line (compose: the shell's
+    value) sets nothing here (`compose_values` adds the shell's). Compose's ``${VAR}``
+    interpolation inside values is not applied. A file compose refuses (a key with a blank or
+    another character, an unterminated quote) raises `EnvFileError` naming the line."""
+    out: dict[str, str] = {}
+    pos = 0
+    while True:
+        while pos < len(text) and (text[pos].isspace() or text[pos] == "#"):
+            if text[pos] == "#":  # a comment: to the end of its line
+                end = text.find("\n", pos)
+                pos = len(text) if end < 0 else end
+            pos += 1
+        if pos >= len(text):
+            return out
+        line = text.count("\n", 0, pos) + 1
+        m = _KEY.match(text, pos)
+        assert m is not None  # every part of it may be empty
+        key = m[1]
+        if not _KEY_CHARS.fullmatch(key):
+            why = f"key {key!r}: a blank or a character compose refuses" if key else "an empty key"
+            raise EnvFileError(f"line {line}: {why}")
+        pos = m.end()
+        if m[2] != "=" and m[2] != ":":  # alone on its line (or the file's end): the shell's
+            continue
+        while pos < len(text) and text[pos] in " \t":
+            pos += 1
+        out[key], pos = _value(text, pos, line)
+
+
+def _value(text: str, pos: int, line: int) -> tuple[str, int]:
+    """The value starting at ``pos`` and where the text after it starts."""
+    quote = text[pos] if pos < len(text) else ""
+    if quote not in ("'", '"'):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        value = text[pos:end].split(" #", 1)[0]
+        return value.rstrip(), end
+    chars: list[str] = []
+    i = pos + 1
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):  # an escaped quote loses its backslash
+            nxt = text[i + 1]
+            chars.append(nxt if nxt == quote else c + nxt)
+            i += 2
+            continue
+        if c == quote:
+            value = "".join(chars)
+            if quote == '"':
+                value = _ESCAPE.sub(lambda e: _ESCAPES.get(e[1], e[1]), value)
+            return value, i + 1
+        chars.append(c)
+        i += 1
+    raise EnvFileError(f"line {line}: unterminated quoted value")
