@@ -16,9 +16,9 @@ differs from a fresh render.
                                                   # nor is any auth callout key the public
                                                   # development pair's (on the loopback: a
                                                   # warning). F is read as compose reads .env;
-                                                  # as compose, a NATS_PUBLISH_IP or
-                                                  # NATS_PASSWORD_* set in the shell wins over
-                                                  # F's (each one named)
+                                                  # as compose, a NATS_PUBLISH_IP,
+                                                  # NATS_PASSWORD_* or callout key set in the
+                                                  # shell wins over F's (each one named)
     python tools/gen/gen_nats_auth.py --new-password  # print a password that follows the rule
 """
 
@@ -83,8 +83,8 @@ def main() -> int:
     ap.add_argument(
         "--check-env",
         metavar="FILE",
-        help="check the passwords in FILE ('-': env); the shell's own NATS_PUBLISH_IP and "
-        "NATS_PASSWORD_* win over FILE's, as in compose",
+        help="check the passwords and callout keys in FILE ('-': env); the shell's own "
+        "NATS_PUBLISH_IP, NATS_PASSWORD_* and callout keys win over FILE's, as in compose",
     )
     ap.add_argument("--new-password", action="store_true", help="print a valid password")
     args = ap.parse_args()

@@ -247,3 +247,22 @@ def test_check_env_refuses_a_file_compose_refuses(tmp_path: Path) -> None:
     assert run.returncode == 1
     assert "line 2: key 'not a pair'" in run.stderr
     assert "compose refuses this file" in run.stderr
+
+
+def test_the_shell_s_callout_key_wins_over_the_env_file_s_as_in_compose(tmp_path: Path) -> None:
+    """Compose substitutes the shell's ``NATS_AUTH_CALLOUT_XKEY`` before `.env`'s: a file with
+    a new curve key under a shell that exports the development one runs the development one."""
+    env_file = tmp_path / ".env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in _real().items()) + "NATS_PUBLISH_IP=::\n")
+    argv = [sys.executable, "-m", "tools.gen.gen_nats_auth", "--check-env", str(env_file)]
+    clean = {k: v for k, v in os.environ.items() if k not in nats_config.DEV_KEYS}
+    clean = {k: v for k, v in clean.items() if not k.startswith("NATS_")}
+    run = functools.partial(subprocess.run, argv, cwd=REPO, capture_output=True, text=True)
+    assert run(env=clean, timeout=60).returncode == 0
+    dev = nats_config.DEV_KEYS[nats_config.CALLOUT_XKEY_VAR]
+    shell = run(env={**clean, nats_config.CALLOUT_XKEY_VAR: dev}, timeout=60)
+    assert shell.returncode == 1
+    assert f"note: NATS_AUTH_CALLOUT_XKEY from the environment, not {env_file}" in shell.stderr
+    assert re.findall(r"^(\w+) is still the public", shell.stderr, re.M) == [
+        "NATS_AUTH_CALLOUT_XKEY"
+    ]

@@ -181,7 +181,10 @@ def compose_values(
     """What compose substitutes for the variables `--check-env` reads: an env file's
     ``file_values`` (``.env``), each overridden by the same variable in the shell's
     ``environ`` (compose prefers the shell's), and the names the shell's value won for."""
-    read = [k for k in environ if k == PUBLISH_IP_VAR or k.startswith("NATS_PASSWORD_")]
+    read = [
+        k for k in environ
+        if k == PUBLISH_IP_VAR or k in DEV_KEYS or k.startswith("NATS_PASSWORD_")
+    ]  # fmt: skip
     return {**file_values, **{k: environ[k] for k in read}}, tuple(sorted(read))
 
 
