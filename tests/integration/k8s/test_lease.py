@@ -31,9 +31,9 @@ async def api(kube_api: KubeApiServer, tmp_path: Path) -> AsyncIterator[KubeApi]
         await a.close()
 
 
-def elector(api: KubeApi, clock: VirtualClock, who: str) -> LeaseElector:
+def elector(api: KubeApi, clock: VirtualClock, who: str, duration_s: float = 15.0) -> LeaseElector:
     return LeaseElector(
-        api, clock, namespace=NS, name="bridge", identity=who, duration_s=15.0, renew_s=2.0
+        api, clock, namespace=NS, name="bridge", identity=who, duration_s=duration_s, renew_s=2.0
     )
 
 
@@ -114,13 +114,15 @@ async def test_a_stale_write_loses_on_the_resource_version(api: KubeApi) -> None
 async def test_a_holder_whose_renewal_hangs_stops_leading_at_two_thirds_of_the_duration(
     api: KubeApi, kube_api: KubeApiServer
 ) -> None:
-    """The server holds the renewal's write unanswered. Once 2/3 of the duration (10 s of 15)
+    """The server holds the renewal's write unanswered. Once 2/3 of the duration (40 s of 60)
     has passed since the last renewal by the elector's clock, it no longer leads, at once and
-    whatever the call does, and the step ends with the call cancelled. The call was bounded by
-    ``asyncio.wait_for`` on the loop's time, which the elector's clock does not move: it kept
-    leading, and a standby could take over at 15 s."""
+    whatever the call does, and the step ends with the call cancelled, well within the 10 s
+    the test waits. The call was bounded by ``asyncio.wait_for`` on the loop's time, which the
+    elector's clock does not move: it kept leading, and a standby could take over at 60 s. A
+    bound on the loop's time (38 s left when the step starts) cannot end the step within that
+    wait, whichever clock ``held`` reads."""
     clock = VirtualClock()
-    a = elector(api, clock, "a")
+    a = elector(api, clock, "a", duration_s=60.0)
     await a._step()
     assert a.held
     hold = kube_api.hold_next("PUT", r"/leases/bridge$")
@@ -129,10 +131,10 @@ async def test_a_holder_whose_renewal_hangs_stops_leading_at_two_thirds_of_the_d
     try:
         async with asyncio.timeout(10):
             await hold.arrived.wait()  # the renewal is in flight, and hangs
-        await clock.advance(7.5)
-        assert a.held  # 9.5 s since the last renewal: still ours
+        await clock.advance(37.5)
+        assert a.held  # 39.5 s since the last renewal: still ours
         await clock.advance(0.5)
-        assert not a.held  # 10 s: not one instant more, before the call has returned
+        assert not a.held  # 40 s: not one instant more, before the call has returned
         assert a.lost.is_set()
         async with asyncio.timeout(10):
             await step  # ends at the clock's deadline, the call cancelled
