@@ -15,7 +15,10 @@ differs from a fresh render.
                                                   # loopback, is no public dev-<user> default,
                                                   # nor is any auth callout key the public
                                                   # development pair's (on the loopback: a
-                                                  # warning). F is read as compose reads .env;
+                                                  # warning). F is read by compose's .env
+                                                  # rules, but a '$' it would interpolate is
+                                                  # not: such a checked value is refused
+                                                  # beyond the loopback (warned on it);
                                                   # as compose, a NATS_PUBLISH_IP,
                                                   # NATS_PASSWORD_* or callout key set in the
                                                   # shell wins over F's (each one named)
@@ -45,19 +48,21 @@ def _choices() -> nats_config.AuthChoices:
         raise SystemExit(str(exc)) from exc
 
 
-def _env(path: str) -> dict[str, str]:
+def _env(path: str) -> tuple[dict[str, str], frozenset[str]]:
     """The values compose would substitute: env file ``path`` under the shell's (or the
-    shell's alone, ``-``); each variable the shell overrides is named on stderr."""
+    shell's alone, ``-``), and the file's variables compose interpolates (`EnvFile`) that the
+    shell does not override; each variable the shell overrides is named on stderr. The file's
+    bytes are read as they are (no newline translation: a lone CR ends no line for compose)."""
     if path == "-":
-        return dict(os.environ)
+        return dict(os.environ), frozenset()
     try:
-        from_file = nats_config.parse_env_file(Path(path).read_text())
+        env_file = nats_config.read_env_file(Path(path).read_bytes())
     except nats_config.EnvFileError as exc:
         raise SystemExit(f"{path}: {exc} (compose refuses this file)") from exc
-    values, from_shell = nats_config.compose_values(from_file, os.environ)
+    values, from_shell = nats_config.compose_values(env_file.values, os.environ)
     for var in from_shell:
         print(f"note: {var} from the environment, not {path} (compose prefers it)", file=sys.stderr)
-    return values
+    return values, env_file.interpolated - set(from_shell)
 
 
 def _write_or_check(text: str, *, check: bool) -> int:
@@ -92,10 +97,10 @@ def main() -> int:
         print(nats_config.new_password())
         return 0
     if args.check_env:
-        env = _env(args.check_env)
-        for w in _choices().password_warnings(env):
+        env, interpolated = _env(args.check_env)
+        for w in _choices().password_warnings(env, interpolated=interpolated):
             print(f"warning: {w}", file=sys.stderr)
-        problems = _choices().password_problems(env)
+        problems = _choices().password_problems(env, interpolated=interpolated)
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0

@@ -30,10 +30,11 @@ import ipaddress
 import re
 import secrets
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from seedance.events.env_file import EnvFile, EnvFileError, parse_env_file, read_env_file
 from seedance.events.node_permissions import NODE_AGENTS, node_user, telemetry_replayer_user
 from seedance.events.permissions import (
     CALLOUT_USER,
@@ -58,6 +59,7 @@ __all__ = [
     "RENDERED_FILES",
     "USERS_FILE",
     "AuthChoices",
+    "EnvFile",
     "EnvFileError",
     "PasswordError",
     "check_server_password",
@@ -68,6 +70,7 @@ __all__ = [
     "password_var",
     "publish_ip",
     "published_beyond_loopback",
+    "read_env_file",
     "render",
     "users",
 ]
@@ -100,6 +103,11 @@ _DEV_KEY_RISK = {
 }
 _DEV_KEY_RISK[CALLOUT_ISSUER_SEED_VAR] = _DEV_KEY_RISK[CALLOUT_ISSUER_VAR]
 _DEV_KEY_RISK[CALLOUT_XKEY_SEED_VAR] = _DEV_KEY_RISK[CALLOUT_XKEY_VAR]
+#: Why a variable whose env-file value compose interpolates cannot be checked.
+_INTERPOLATED = (
+    "holds a '$' in the env file, which compose replaces (from the shell, an earlier line, or "
+    "a default written in it) before anything reads it, so it cannot be checked"
+)
 
 _PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{7,127}$")
 PASSWORD_RULE = (
@@ -339,59 +347,101 @@ class AuthChoices:
         callout = CALLOUT_ISSUER_VAR if self.auth_callout else None
         return render(self.users(), source=source, callout_issuer_var=callout)
 
-    def password_problems(self, values: Mapping[str, str]) -> list[str]:
+    def password_problems(
+        self, values: Mapping[str, str], *, interpolated: Collection[str] = ()
+    ) -> list[str]:
         """The problems of the passwords the rendered config needs in ``values`` (an
         environment), one line each, naming the variable and never the value; a password that
         is still its user's public development one (``dev_password``), or an auth callout key
         that is its public development one (`DEV_KEYS`, unset included), is one where NATS is
         published beyond the loopback (``published_beyond_loopback``), else a warning
-        (``password_warnings``)."""
+        (``password_warnings``). A checked variable (a password, a callout key,
+        ``NATS_PUBLISH_IP``) in ``interpolated`` (`EnvFile.interpolated`: compose replaces its
+        ``$``) cannot be checked: it fails closed, as a development value would, and such a
+        ``NATS_PUBLISH_IP`` counts as published beyond the loopback (and is a problem)."""
+        unverified = self._unverified(interpolated)
         problems = []
         for user in self.users():
             var = password_var(user.name)
             if var not in values:
                 problems.append(f"{var} is not set")
                 continue
+            if var in unverified:
+                continue
             try:
                 check_server_password(var, values[var])
             except PasswordError as exc:
                 problems.append(str(exc))
-        if published_beyond_loopback(values):
+        if PUBLISH_IP_VAR in unverified:
+            problems.append(
+                f"{PUBLISH_IP_VAR} {_INTERPOLATED}: whether NATS is published beyond this "
+                "machine's loopback cannot be checked, so it counts as published; write the "
+                "address itself"
+            )
+            where = f"{PUBLISH_IP_VAR} cannot be checked"
+        else:
+            where = f"{PUBLISH_IP_VAR}={values.get(PUBLISH_IP_VAR)}"
+        if self._published(values, unverified):
             problems += [
-                f"{var} {what}, and NATS is published beyond this machine "
-                f"({PUBLISH_IP_VAR}={values[PUBLISH_IP_VAR]}): {risk}"
-                for var, what, risk in self._public_defaults(values)
+                f"{var} {what}, and NATS is published beyond this machine ({where}): {risk}"
+                for var, what, risk in self._public_defaults(values, unverified)
             ]
         return problems
 
-    def password_warnings(self, values: Mapping[str, str]) -> list[str]:
+    def password_warnings(
+        self, values: Mapping[str, str], *, interpolated: Collection[str] = ()
+    ) -> list[str]:
         """While NATS is on the loopback only: each password that is still its user's public
-        development one, and each of the auth callout's keys that is its public development
-        one (`DEV_KEYS`); refused as problems once NATS is published beyond."""
-        if published_beyond_loopback(values):
+        development one, each of the auth callout's keys that is its public development one
+        (`DEV_KEYS`), and each checked variable in ``interpolated``, which cannot be checked
+        (`password_problems`); refused as problems once NATS is published beyond."""
+        unverified = self._unverified(interpolated)
+        if self._published(values, unverified):
             return []
         return [
             f"{var} {what}: safe only while NATS is on this machine's loopback "
             f"({PUBLISH_IP_VAR} unset or a loopback address)"
-            for var, what, _ in self._public_defaults(values)
+            for var, what, _ in self._public_defaults(values, unverified)
         ]
 
-    def _public_defaults(self, values: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    def _unverified(self, interpolated: Collection[str]) -> list[str]:
+        """The variables the check reads that are in ``interpolated``, sorted."""
+        checked = {password_var(u.name) for u in self.users()} | {PUBLISH_IP_VAR}
+        if self.auth_callout:
+            checked |= set(DEV_KEYS)
+        return sorted(checked.intersection(interpolated))
+
+    @staticmethod
+    def _published(values: Mapping[str, str], unverified: Collection[str]) -> bool:
+        return PUBLISH_IP_VAR in unverified or published_beyond_loopback(values)
+
+    def _public_defaults(
+        self, values: Mapping[str, str], unverified: Collection[str] = ()
+    ) -> list[tuple[str, str, str]]:
         """(variable, what it is, what anyone can do with it) of each value in ``values``
         that the repository publishes: a user's ``dev_password``; with auth callout on, a key
         of `DEV_KEYS`, or one of the two public keys the server's config names left unset or
         empty (compose then substitutes its development default). An unset seed is not
         named: it only breaks the callout where the public key is a new one, and a
-        Kubernetes env file keeps the seeds in another Secret."""
+        Kubernetes env file keeps the seeds in another Secret. A variable of ``unverified``
+        (but ``NATS_PUBLISH_IP``, a problem of its own) is one whatever its text."""
         out = [
+            (var, _INTERPOLATED, "it may stand for a public development value; write the "
+             "value itself (single quotes keep a '$' as it is)")
+            for var in unverified if var != PUBLISH_IP_VAR
+        ]  # fmt: skip
+        out += [
             (var, "is still the public development password",
              "anyone who can reach it logs in as that user; set a real one (--new-password)")
             for user in self.users()
-            if values.get(var := password_var(user.name)) == dev_password(user.name)
+            if (var := password_var(user.name)) not in unverified
+            and values.get(var) == dev_password(user.name)
         ]  # fmt: skip
         if not self.auth_callout:
             return out
         for var, dev in DEV_KEYS.items():
+            if var in unverified:
+                continue
             value = values.get(var) or ""
             if value == dev:
                 out.append((var, "is still the public development key", _DEV_KEY_RISK[var]))
@@ -399,79 +449,3 @@ class AuthChoices:
                 what = "is not set, so compose substitutes the public development key"
                 out.append((var, what, _DEV_KEY_RISK[var]))
         return out
-
-
-class EnvFileError(ValueError):
-    """An env file compose refuses to read (it then starts nothing)."""
-
-
-#: compose-go's ``dotenv`` parser: a key is letters, digits, ``_ . - [ ]``; ``export`` may
-#: precede it, and ``=`` or ``:`` ends it (a key alone on its line takes the shell's value).
-_KEY = re.compile(r"(?:export[ \t]+)?([^=:\n]*?)[ \t]*([=:\n]|$)")
-_KEY_CHARS = re.compile(r"[\w.\-\[\]]+")
-#: The escapes compose expands in a double-quoted value (``\$`` is a literal ``$``).
-_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
-_ESCAPE = re.compile(r"\\([abfnrtv$\"\\])")
-
-
-def parse_env_file(text: str) -> dict[str, str]:
-    """The ``KEY=value`` pairs of an env file (compose's ``.env``) as compose reads them
-    (compose-go's ``dotenv``, the rules of docs.docker.com/compose/env-file): blank lines and
-    lines starting with ``#`` skipped, ``export`` before a key taken off; an unquoted value
-    ends at its line's first ``" #"`` (an inline comment needs the space: ``a#b`` is ``a#b``)
-    and loses its trailing blanks; a quoted value ends at its closing quote, ``#`` and blanks
-    inside kept (``\\`` escapes the quote; a double-quoted one also expands ``\\n``, ``\\t``,
-    ``\\\\``, ``\\$``...), and may span lines. A key alone on its line (compose: the shell's
-    value) sets nothing here (`compose_values` adds the shell's). Compose's ``${VAR}``
-    interpolation inside values is not applied. A file compose refuses (a key with a blank or
-    another character, an unterminated quote) raises `EnvFileError` naming the line."""
-    out: dict[str, str] = {}
-    pos = 0
-    while True:
-        while pos < len(text) and (text[pos].isspace() or text[pos] == "#"):
-            if text[pos] == "#":  # a comment: to the end of its line
-                end = text.find("\n", pos)
-                pos = len(text) if end < 0 else end
-            pos += 1
-        if pos >= len(text):
-            return out
-        line = text.count("\n", 0, pos) + 1
-        m = _KEY.match(text, pos)
-        assert m is not None  # every part of it may be empty
-        key = m[1]
-        if not _KEY_CHARS.fullmatch(key):
-            why = f"key {key!r}: a blank or a character compose refuses" if key else "an empty key"
-            raise EnvFileError(f"line {line}: {why}")
-        pos = m.end()
-        if m[2] != "=" and m[2] != ":":  # alone on its line (or the file's end): the shell's
-            continue
-        while pos < len(text) and text[pos] in " \t":
-            pos += 1
-        out[key], pos = _value(text, pos, line)
-
-
-def _value(text: str, pos: int, line: int) -> tuple[str, int]:
-    """The value starting at ``pos`` and where the text after it starts."""
-    quote = text[pos] if pos < len(text) else ""
-    if quote not in ("'", '"'):
-        end = text.find("\n", pos)
-        end = len(text) if end < 0 else end
-        value = text[pos:end].split(" #", 1)[0]
-        return value.rstrip(), end
-    chars: list[str] = []
-    i = pos + 1
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):  # an escaped quote loses its backslash
-            nxt = text[i + 1]
-            chars.append(nxt if nxt == quote else c + nxt)
-            i += 2
-            continue
-        if c == quote:
-            value = "".join(chars)
-            if quote == '"':
-                value = _ESCAPE.sub(lambda e: _ESCAPES.get(e[1], e[1]), value)
-            return value, i + 1
-        chars.append(c)
-        i += 1
-    raise EnvFileError(f"line {line}: unterminated quoted value")
