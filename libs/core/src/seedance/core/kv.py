@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import nats.errors
 from nats.js import api as js_api
@@ -39,7 +39,7 @@ from seedance.core.drift import (
     stream_config,
 )
 from seedance.core.logs import get_logger
-from seedance.core.tasks import cancel_until_done_shielded
+from seedance.core.tasks import Late, before_deadline
 from seedance.events.provision_permissions import PROVISIONER, provisioner_deletes
 from seedance.events.subjects import (
     BUCKETS,
@@ -68,12 +68,6 @@ log = get_logger(__name__)
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 _T = TypeVar("_T")
 
-
-class _Expired:
-    """What a lease's call returns when its deadline passed first (`Lease._before_deadline`)."""
-
-
-_EXPIRED: Final = _Expired()
 
 _UNREACHABLE = (
     nats.errors.ConnectionClosedError,
@@ -457,7 +451,7 @@ class Lease:
                 entry = await self._before_deadline(self._kv.get(self._key))
             except (KeyNotFoundError, KeyDeletedError):
                 entry = None
-            if isinstance(entry, _Expired) or not self.held:
+            if isinstance(entry, Late) or not self.held:
                 return False
             if entry is None or entry.value != self._holder or entry.revision is None:
                 self._lose("taken")
@@ -474,7 +468,7 @@ class Lease:
             # Ours, but when that write landed is unknown, so the deadline stays where it was:
             # write again now, at that revision, for a deadline the clock can count from.
             return await self._refresh(entry.revision, again=False)
-        if isinstance(written, _Expired):
+        if isinstance(written, Late):
             return False
         self._wrote = written  # landed (ours to take back if the lease was lost meanwhile)
         if not self.held:
@@ -483,29 +477,14 @@ class Lease:
         self._written_s = sent_s
         return True
 
-    async def _before_deadline(self, call: Awaitable[_T]) -> _T | _Expired:
-        """`call`'s result, or `_EXPIRED` (the lease lost, the call cancelled) once ``ttl_s``
-        has passed since the last write that succeeded: on the injected clock, so a virtual
-        clock moves this deadline as it moves the lease's. The call's own errors propagate."""
-        call_task = asyncio.ensure_future(call)
-        deadline = asyncio.ensure_future(self._clock.sleep(max(0.0, self._left_s())))
-        try:
-            await asyncio.wait((call_task, deadline), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            # Nothing left running, a cancelled keeper's included (nats-py can swallow one
-            # cancel of a publish: `seedance.core.tasks`), however often the keeper itself is
-            # cancelled meanwhile (a runtime's stop re-cancels it every 0.5 s: an interrupted
-            # cleanup once left the call running).
-            await cancel_until_done_shielded((deadline, call_task))
-        if call_task.cancelled() or self._left_s() <= 0:
-            # A reply in the deadline's very instant came too late too: the key may already
-            # be another's.
-            if not call_task.cancelled():
-                call_task.exception()  # read, so that no error is reported as never retrieved
-            if self._revision is not None:
-                self._lose("ttl_passed")
-            return _EXPIRED
-        return call_task.result()
+    async def _before_deadline(self, call: Awaitable[_T]) -> _T | Late:
+        """`call`'s result, or `LATE` (the lease lost, the call cancelled) once ``ttl_s`` has
+        passed since the last write that succeeded (`seedance.core.tasks.before_deadline`, on
+        the injected clock). The call's own errors propagate."""
+        result = await before_deadline(call, self._clock, self._written_s + self._ttl_s)
+        if isinstance(result, Late) and self._revision is not None:
+            self._lose("ttl_passed")
+        return result
 
     def _lose(self, why: str) -> None:
         log.warning("lease_lost", key=self._key, reason=why)
