@@ -202,7 +202,7 @@ def test_a_gpu_freed_by_a_late_end_is_taken_no_earlier_than_that_end() -> None:
     ((placed, placed_at),) = [(e, t) for e, t in out if isinstance(e, Placed)]
     assert (placed.job.job_id, placed.node, ended_at) == ("y", "n0", 100.0)
     assert placed_at >= ended_at
-    assert end.nodes == ("n0",)  # the node whose GPUs it freed
+    assert end.gpus == (("n0", 0),)  # the GPU it freed
 
 
 def test_a_preemptor_is_placed_no_earlier_than_the_eviction_that_freed_its_gpu() -> None:

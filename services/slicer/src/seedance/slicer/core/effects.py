@@ -83,6 +83,10 @@ class Evicted:
     by_tenant: str = ""
     #: Why, in words, where the reason needs more (a consolidation move's drained node).
     detail: str = ""
+    #: The GPUs it freed, (node, physical GPU index), on every node it held (a gang's other
+    #: nodes too, a MIG instance's GPU): a placement there caused by the same input is dated
+    #: no earlier than this eviction (`SchedulerState.publish_at_s`).
+    gpus: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +110,9 @@ class Ended:
     outcome: str  # finished | failed | cancelled
     was_placed: bool
     floor_s: float | None = None
-    #: The nodes whose GPUs it freed: a placement there is dated no earlier than this end.
-    nodes: tuple[str, ...] = ()
+    #: The GPUs it freed, (node, physical GPU index; a MIG instance's GPU): a placement
+    #: there caused by the same input is dated no earlier than this end.
+    gpus: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,8 @@ class JobPreempted:
     #: `priority` (the tenant's own lower-priority work) or `quota_reclaim` (a cohort member's
     #: borrowed share, taken back for a gang).
     reason: str = "priority"
+    #: The GPUs it held, (node index, GPU), on every node (a gang's other nodes too).
+    gpus: tuple[tuple[int, int], ...] = ()
 
 
 QueueDecision = JobPlaced | JobUnschedulable | JobPreempted

@@ -568,7 +568,8 @@ class PlacementQueue:
         self._touched.add(victim_id)
         self._release(run)
         reason = "priority" if run.job.tenant == by.tenant else "quota_reclaim"
-        out.append(JobPreempted(victim_id, by.job_id, now_s, n, reason))
+        gpus = tuple((p.node, g) for p in run.placements for g in p.gpus)
+        out.append(JobPreempted(victim_id, by.job_id, now_s, n, reason, gpus))
         self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
 
     def _runs_on(self, n: int) -> Iterator[RunningRecord]:

@@ -69,10 +69,10 @@ class SchedulerState:
         #: The time of the latest decision about a job published (`publish_at_s`): its
         #: placements (moves and MIG instances too), waits, evictions and share changes.
         self._published_s: dict[str, float] = {}
-        #: By node, the latest release (end or eviction) published there (`publish_at_s`),
-        #: with the trusted time of the input that caused it: it floors only that input's
-        #: placements (the ones its freed GPUs made possible).
-        self._freed_s: dict[str, tuple[float, float]] = {}
+        #: By GPU, (node, physical index), the latest release (end or eviction) published on
+        #: it (`publish_at_s`), with the trusted time of the input that caused it: it floors
+        #: only that input's placements on that GPU (the ones it made possible).
+        self._freed_s: dict[tuple[str, int], tuple[float, float]] = {}
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -286,19 +286,21 @@ class SchedulerState:
         else:
             return now_s
         if isinstance(effect, Placed):
-            freed_by, freed_s = self._freed_s.get(effect.node, (None, 0.0))
-            if freed_by == now_s:
-                # Never before a release the same input published on its node: the end or
-                # eviction that freed its GPUs (dated at that job's floor, perhaps after the
-                # report that caused both). A release of an earlier input does not floor it:
-                # an observer's report of the past keeps its time on GPUs free now
-                # (tests/e2e/test_job_to_cost.py).
-                floor_s = max(freed_s, floor_s or 0.0)
+            for g in effect.gpus:  # a MIG instance's or a share's: its physical GPU
+                freed_by, freed_s = self._freed_s.get((effect.node, g.index), (None, 0.0))
+                if freed_by == now_s:
+                    # Never before a release the same input published on a GPU it takes:
+                    # the end or eviction that freed it (dated at that job's floor, perhaps
+                    # after the report that caused both; a preemptor's victim's, on every
+                    # node the victim held). The node's other GPUs are not floored by it,
+                    # and a release of an earlier input floors nothing: an observer's report
+                    # of the past keeps its time on GPUs free now
+                    # (tests/e2e/test_job_to_cost.py).
+                    floor_s = max(freed_s, floor_s or 0.0)
         at_s = now_s if floor_s is None else max(now_s, floor_s)
-        freed = effect.nodes if isinstance(effect, Ended) else ()
-        for node in (effect.node,) if isinstance(effect, Evicted) else freed:
-            earlier_by, earlier_s = self._freed_s.get(node, (None, at_s))
-            self._freed_s[node] = (now_s, max(earlier_s, at_s) if earlier_by == now_s else at_s)
+        for gpu in effect.gpus if isinstance(effect, Ended | Evicted) else ():
+            earlier_by, earlier_s = self._freed_s.get(gpu, (None, at_s))
+            self._freed_s[gpu] = (now_s, max(earlier_s, at_s) if earlier_by == now_s else at_s)
         key = effect.job.key
         if (
             not isinstance(effect, Ended)
@@ -309,11 +311,20 @@ class SchedulerState:
             self._dirty_jobs.add(key)
         return at_s
 
-    def held_nodes(self, key: str) -> tuple[str, ...]:
-        """The names of the nodes the job `key` holds anything on (a MIG instance included)."""
+    def held_gpus(self, key: str) -> tuple[tuple[str, int], ...]:
+        """The GPUs the job `key` holds, (node name, physical GPU index), on every node: whole
+        or shared GPUs, and a MIG instance's GPU (what its release frees: `publish_at_s`)."""
         run, slot = self._queue.running_record(key), self._mig.instance_of(key)
-        held = {self._nodes[p.node].name for p in run.placements} if run else set()
-        return tuple(sorted(held | ({slot.node} if slot else set())))
+        nodes = self._nodes
+        held = [(nodes[p.node].name, g) for p in run.placements for g in p.gpus] if run else []
+        return tuple(held + ([(slot.node, slot.gpu)] if slot else []))
+
+    def _node_of(self, key: str) -> str | None:
+        """The node the job `key` runs on (a gang's first), its MIG instance's; None."""
+        if self._queue.is_running(key):
+            return self._nodes[self._queue.placements_of(key)[0].node].name
+        inst = self._mig.instance_of(key)
+        return inst.node if inst else None
 
     def job_floor_s(self, key: str) -> float | None:
         """The earliest time a decision about the live job `key` may be dated at: its trusted
