@@ -402,28 +402,43 @@ class Lease:
             return await self._refresh(self._revision)
         sent_s = self._clock.monotonic()
         try:
-            revision = await self._kv.create(self._key, self._holder)
+            # Bounded like a refresh: a create that hangs (a stalled server, a half-open
+            # connection) once stalled the keeper, which never reached its next period.
+            revision = await self._before_deadline(
+                self._kv.create(self._key, self._holder), sent_s + self._ttl_s
+            )
         except KeyWrongLastSequenceError:
-            return await self._take_back()
+            return await self._take_back(sent_s + self._ttl_s)
+        if isinstance(revision, _Expired):
+            log.warning("lease_create_unanswered", key=self._key)
+            return False
         return self._won(revision, sent_s, "created")
 
-    async def _take_back(self) -> bool:
+    async def _take_back(self, deadline_s: float) -> bool:
         """The key exists: where it is still at the revision this object last wrote (our last
         write landed after the lease was lost by the clock), one compare-and-set at it takes
         it back at once, its deadline counted from that write, rather than refusing our own
         key until it expires. False where it is at any other revision: another's, or another
-        live process's of the same holder name (the default holder is the host's name), or a
-        write of ours whose reply was lost (the bucket's TTL frees that one)."""
+        live process's of the same holder name, or a write of ours whose reply was lost (the
+        bucket's TTL frees that one). Its read is bounded by ``deadline_s`` (the create's),
+        its write by ``ttl_s`` from when it is sent."""
         try:
-            entry = await self._kv.get(self._key)
+            entry = await self._before_deadline(self._kv.get(self._key), deadline_s)
         except (KeyNotFoundError, KeyDeletedError):
             return False
-        if entry.revision is None or entry.revision != self._wrote:
+        if isinstance(entry, _Expired) or entry.revision is None:
+            return False
+        if entry.revision != self._wrote:
             return False
         sent_s = self._clock.monotonic()
         try:
-            revision = await self._kv.update(self._key, self._holder, last=entry.revision)
+            revision = await self._before_deadline(
+                self._kv.update(self._key, self._holder, last=entry.revision),
+                sent_s + self._ttl_s,
+            )
         except KeyWrongLastSequenceError:
+            return False
+        if isinstance(revision, _Expired):
             return False
         return self._won(revision, sent_s, "taken_back")
 
@@ -483,12 +498,23 @@ class Lease:
         self._written_s = sent_s
         return True
 
-    async def _before_deadline(self, call: Awaitable[_T]) -> _T | _Expired:
-        """`call`'s result, or `_EXPIRED` (the lease lost, the call cancelled) once ``ttl_s``
-        has passed since the last write that succeeded: on the injected clock, so a virtual
-        clock moves this deadline as it moves the lease's. The call's own errors propagate."""
+    async def _before_deadline(
+        self, call: Awaitable[_T], deadline_s: float | None = None
+    ) -> _T | _Expired:
+        """`call`'s result, or `_EXPIRED` (the lease lost if held, the call cancelled) once
+        the deadline has passed: ``deadline_s`` (``clock.monotonic()``), by default when
+        ``ttl_s`` has passed since the last write that succeeded; on the injected clock, so a
+        virtual clock moves this deadline as it moves the lease's. A lease not held races its
+        create (and taking its key back) against ``ttl_s`` from when it was sent: a reply
+        after that holds nothing anyway (`_won`). The call's own errors propagate."""
+        if deadline_s is None:
+            deadline_s = self._written_s + self._ttl_s
+
+        def left_s() -> float:
+            return deadline_s - self._clock.monotonic()
+
         call_task = asyncio.ensure_future(call)
-        deadline = asyncio.ensure_future(self._clock.sleep(max(0.0, self._left_s())))
+        deadline = asyncio.ensure_future(self._clock.sleep(max(0.0, left_s())))
         try:
             await asyncio.wait((call_task, deadline), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -497,7 +523,7 @@ class Lease:
             # cancelled meanwhile (a runtime's stop re-cancels it every 0.5 s: an interrupted
             # cleanup once left the call running).
             await cancel_until_done_shielded((deadline, call_task))
-        if call_task.cancelled() or self._left_s() <= 0:
+        if call_task.cancelled() or left_s() <= 0:
             # A reply in the deadline's very instant came too late too: the key may already
             # be another's.
             if not call_task.cancelled():
