@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -266,3 +268,38 @@ async def test_a_leader_whose_lease_refresh_hangs_steps_down_at_the_lease_s_ttl(
     finally:
         await durable.close()
         await rt.close()
+
+
+async def test_two_runtimes_of_one_host_hold_their_lease_under_names_that_differ(
+    nats_url: str, unique: str
+) -> None:
+    """With no holder configured, two processes on one host (here two runtimes of one process:
+    the default is one per process) held their lease under the host name alone, so their logs
+    and the key could not tell which one led. The default now names the host, the pid and a
+    random suffix; a configured holder is kept as it is."""
+    names = []
+    for holder in ("", "replica-b"):
+        rt = ServiceRuntime("slicer", BusSettings(url=nats_url, name="test-durable-holder"))
+        spec = DurableSpec(
+            bucket="seedance-slicer-state", key=f"pool.n{unique}{holder}",
+            lease_key=f"slicer.n{unique}{holder}", holder=holder,
+        )  # fmt: skip
+        durable = DurableRuntime(rt, WallClock(), spec, state=Tally, metrics=Metrics())
+        await rt.start()
+        try:
+            await durable.start()
+            lease = durable._lease
+            assert isinstance(lease, Lease)
+            assert await lease.try_acquire()
+            entry = await (await ensure_bucket(rt.bus, "seedance-leases")).get(lease._key)
+            names.append(entry.value.decode())
+            await lease.release()
+        finally:
+            await durable.close()
+            await rt.close()
+    default, configured = names
+    host, pid, suffix = default.rsplit("-", 2)
+    assert (host, pid) == (socket.gethostname(), str(os.getpid()))
+    assert len(suffix) == 4
+    assert int(suffix, 16) >= 0
+    assert configured == "replica-b"
