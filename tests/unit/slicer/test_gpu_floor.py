@@ -4,10 +4,13 @@ victim on every node it held, the preemptor after its victim.
 
 On the scheduler before the change, the floor was kept by node and only on the node an
 eviction named: a placement on another GPU of that node was dated at a release that freed
-nothing it took, and a gang preemptor's member on the victim's second node was dated before
-the eviction that freed its GPU (the ledger billed both jobs on that GPU over the gap)."""
+nothing it took, and a preemptor placed on its gang victim's GPUs of a node the eviction did
+not name was dated before the eviction that freed them (the ledger billed both jobs on those
+GPUs over the gap)."""
 
 from __future__ import annotations
+
+import pytest
 
 from seedance.slicer.core import (
     Effect,
@@ -18,6 +21,7 @@ from seedance.slicer.core import (
     NodeSpec,
     Placed,
     Scheduler,
+    Waiting,
 )
 
 
@@ -28,11 +32,16 @@ def node(name: str, gpus: int, cpu_milli: int = 32_000) -> NodeSpec:
 
 
 def job(
-    jid: str, priority: int = 0, cpu_milli: int = 0, gang_size: int = 1, gpus: int = 1
+    jid: str,
+    priority: int = 0,
+    cpu_milli: int = 0,
+    gang_size: int = 1,
+    gpus: int = 1,
+    gpu_milli: int = 1000,
 ) -> JobSpec:
     return JobSpec(
         job_id=jid, tenant="acme", cause_id=f"c-{jid}", gpus=gpus, priority=priority,
-        cpu_milli=cpu_milli, gang_size=gang_size,
+        cpu_milli=cpu_milli, gang_size=gang_size, gpu_milli=gpu_milli,
     )  # fmt: skip
 
 
@@ -47,13 +56,14 @@ def gpus_of(e: Placed | Ended | Evicted) -> set[tuple[str, int]]:
     return set(e.gpus)
 
 
-def test_a_release_floors_only_the_gpus_it_freed_not_the_rest_of_its_node() -> None:
+@pytest.mark.parametrize("w_milli", [1000, 500], ids=["whole", "shared"])
+def test_a_release_floors_only_the_gpus_it_freed_not_the_rest_of_its_node(w_milli: int) -> None:
     """x holds GPU 0 of n0 and most of its CPU from 100 s (placed then, on a node added at
     100 s); GPU 0 is then marked unhealthy (x runs on). The replayer (a trusted observer)
-    reports the past: w submitted at 60 s, waiting for CPU though GPU 1 is free, then x ended
-    at 50 s. x's end is dated at its placement (100 s); w, placed on GPU 1, which x never
-    held, at its own floor (60 s). Before, every placement of that input on n0 was floored at
-    x's end (100 s)."""
+    reports the past: w (a whole GPU, or half of one) submitted at 60 s, waiting for CPU
+    though GPU 1 is free, then x ended at 50 s. x's end is dated at its placement (100 s); w,
+    placed on GPU 1, which x never held, at its own floor (60 s). Before, every placement of
+    that input on n0 was floored at x's end (100 s)."""
     s = Scheduler()
     s.upsert_node(node("n9", 0, cpu_milli=1_000), 0.0)  # an inventory: no GPU for anyone yet
     s.submit(job("x", cpu_milli=30_000), 10.0)
@@ -62,7 +72,7 @@ def test_a_release_floors_only_the_gpus_it_freed_not_the_rest_of_its_node() -> N
         ("x", {("n0", 0)}, 100.0)
     ]
     assert s.set_health("n0", 0, False, 100.0) == []
-    out = published(s, s.submit(job("w", cpu_milli=10_000), 60.0), 60.0)
+    out = published(s, s.submit(job("w", cpu_milli=10_000, gpu_milli=w_milli), 60.0), 60.0)
     assert [(type(e).__name__, t) for e, t in out] == [("Waiting", 60.0)]
     out = published(s, s.finish("acme", "x", 50.0), 50.0)
     ((placed, placed_at),) = [(e, t) for e, t in out if isinstance(e, Placed)]
@@ -113,3 +123,28 @@ def test_a_preemptor_takes_its_victims_gpus_on_every_node_after_the_eviction() -
     assert gpus_of(placed) <= v_gpus
     assert placed_at == 100.0
     assert gpus_of(evicted) == v_gpus  # every GPU it freed, both nodes
+
+
+def test_a_mig_instance_on_another_gpu_of_the_node_keeps_its_time() -> None:
+    """As above, with w a MIG job whose instance is on GPU 1 (MIG mode) of the node where x
+    held GPU 0 (whole) and most of its CPU: floored by the physical GPU it takes, w keeps its
+    own floor (60 s); before, x's end on GPU 0 floored it at 100 s."""
+    s = Scheduler()
+    s.upsert_node(node("n9", 0, cpu_milli=1_000), 0.0)
+    s.submit(job("x", cpu_milli=30_000), 10.0)
+    h100 = NodeSpec(
+        name="n0", cpu_milli=32_000, memory_mib=256_000,
+        gpus=(GpuSpec(model="H100-80GB", mig_capable=True),
+              GpuSpec(model="H100-80GB", mig_capable=True, mig_enabled=True)),
+    )  # fmt: skip
+    out = published(s, s.upsert_node(h100, 100.0), 100.0)
+    assert [(e.job.job_id, gpus_of(e), t) for e, t in out if isinstance(e, Placed)] == [
+        ("x", {("n0", 0)}, 100.0)
+    ]
+    m = JobSpec(job_id="w", tenant="acme", cause_id="c-w", mig_profile="3g.40gb", cpu_milli=10_000)
+    out = published(s, s.submit(m, 60.0), 60.0)
+    assert [t for e, t in out if isinstance(e, Waiting)] == [60.0]
+    out = published(s, s.finish("acme", "x", 50.0), 50.0)
+    ((placed, placed_at),) = [(e, t) for e, t in out if isinstance(e, Placed)]
+    assert (placed.job.job_id, placed.kind, gpus_of(placed)) == ("w", "mig", {("n0", 1)})
+    assert placed_at == 60.0
