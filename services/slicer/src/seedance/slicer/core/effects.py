@@ -52,6 +52,10 @@ class Placed:
     gpus: tuple[GpuShare, ...]
     attempt: int
     part: int = 0
+    #: The GPUs of the whole placement, (node, physical GPU index), every part's: each part
+    #: is dated over all of them, so a gang's parts start at one instant
+    #: (`SchedulerState.publish_at_s`; the ledger ends them together). () for one part: its own.
+    placement: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,9 @@ class JobPlaced:
     placements: tuple[NodeGpus, ...]
     at_s: float
     waited_s: float
+    #: The share of each GPU it holds, as the queue holds it (a right-sized one's, not the
+    #: request's as submitted).
+    gpu_milli: int = 1000
 
 
 @dataclass(frozen=True, slots=True)

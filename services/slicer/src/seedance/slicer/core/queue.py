@@ -483,7 +483,7 @@ class PlacementQueue:
         # The tenant's higher-priority shapes that failed may evict this job now.
         for s in [s for s in self._failed if s[3] == job.tenant and s[2] > job.priority]:
             self._failed.forget(s)
-        out.append(JobPlaced(job.job_id, res, at_s, at_s - pend.submitted_s))
+        out.append(JobPlaced(job.job_id, res, at_s, at_s - pend.submitted_s, job.request.gpu_milli))
         return True
 
     def _release(self, run: RunningRecord) -> None:

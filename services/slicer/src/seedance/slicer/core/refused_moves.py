@@ -77,7 +77,7 @@ def undo_refused_move(s: Scheduler, key: str, node: str, now_s: float) -> tuple[
     queue.finish(key, now_s)
     queue.adopt(RunningRecord(src.job, (back,), was[2], src.submitted_s, src.seq))
     queue.resources_changed()
-    out.extend(s._placed(job, JobPlaced(key, (back,), now_s, 0.0)))
+    out.extend(s._placed(job, JobPlaced(key, (back,), now_s, 0.0, src.job.request.gpu_milli)))
     out.extend(s._pass(now_s))
     return out, UNDONE
 

@@ -474,7 +474,8 @@ class Scheduler(SchedulerState):
         if attempt == 1:  # an arrival for the plan's forecast (a move or a retry is none)
             observe(self, job.key, job, d.at_s, ended=False)
         kind = "cpu" if job.gpus == 0 else "shared" if job.gpu_milli < 1000 else "whole"
-        milli = job.gpu_milli if job.gpus else 0
+        milli = d.gpu_milli if job.gpus else 0  # what the queue holds (a right-sized share)
+        every = tuple((self._nodes[n].name, g) for n, gpus in by_node.items() for g in gpus)
         return [
             Placed(
                 job=job,
@@ -484,6 +485,7 @@ class Scheduler(SchedulerState):
                 gpus=tuple(GpuShare(g, milli) for g in gpus),
                 attempt=attempt,
                 part=part,
+                placement=every,
             )
             for part, (n, gpus) in enumerate(by_node.items())
         ]

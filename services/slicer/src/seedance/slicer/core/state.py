@@ -286,8 +286,11 @@ class SchedulerState:
         else:
             return now_s
         if isinstance(effect, Placed):
-            for g in effect.gpus:  # a MIG instance's or a share's: its physical GPU
-                freed_by, freed_s = self._freed_s.get((effect.node, g.index), (None, 0.0))
+            # One date per placement: every part over all its parts' GPUs (a MIG instance's
+            # or a share's: its physical GPU), so a gang's parts start at one instant.
+            own = tuple((effect.node, g.index) for g in effect.gpus)
+            for gpu in effect.placement or own:
+                freed_by, freed_s = self._freed_s.get(gpu, (None, 0.0))
                 if freed_by == now_s:
                     # Never before a release the same input published on a GPU it takes:
                     # the end or eviction that freed it (dated at that job's floor, perhaps
