@@ -273,6 +273,7 @@ async def test_a_leader_whose_lease_refresh_hangs_steps_down_at_the_lease_s_ttl(
         await rt.close()
 
 
+_ROOT = Path(__file__).resolve().parents[3]
 # A second process: its runtime holds a lease under the default name and prints what the
 # key holds (argv: the server's URL, the state key, the lease key).
 _HOLD_IN_ANOTHER_PROCESS = """
@@ -334,7 +335,7 @@ async def test_two_runtimes_of_one_host_hold_their_lease_under_names_that_differ
     here = await _held_under(nats_url, f"pool.n{unique}", f"slicer.n{unique}", "")
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _HOLD_IN_ANOTHER_PROCESS, nats_url, f"pool.c{unique}",
-        f"slicer.c{unique}", cwd=Path(__file__).resolve().parents[3],
+        f"slicer.c{unique}", cwd=_ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PASSWORD": password("slicer")},
     )  # fmt: skip

@@ -214,3 +214,30 @@ async def test_a_hung_create_is_cancelled_at_the_ttl_and_the_keeper_tries_again(
         assert kv.entered == 2
     finally:
         await stop_task(keeper)
+
+
+class HangingTakeBack(HangingCreate):
+    """The key exists (the create is refused) and reading it back never answers."""
+
+    async def create(self, key: str, value: bytes) -> int:
+        raise KeyWrongLastSequenceError()
+
+    async def get(self, key: str) -> Entry:
+        return Entry(b"me", await HangingCreate.create(self, key, b""))
+
+
+async def test_a_take_back_that_hangs_is_cancelled_at_the_creates_deadline_and_says_so() -> None:
+    """The create found the key; the take-back's read never answers: cancelled once ``ttl_s``
+    has passed since the create was sent, not leading, and logged (``lease_create_unanswered``
+    with its step). Before, it was cancelled in silence: nothing told why no replica led."""
+    kv, clock = HangingTakeBack(), VirtualClock()
+    lease = Lease(kv, "slicer.p", "me", clock, 3.0)  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        attempt = asyncio.create_task(lease.try_acquire())
+        await eventually(lambda: kv.entered == 1, 5, what="the take-back's read in flight")
+        await clock.advance(3.0)
+        assert not await attempt
+    assert kv.cancelled == 1
+    assert not lease.held
+    unanswered = [e for e in logs if e["event"] == "lease_create_unanswered"]
+    assert [(e["key"], e["step"]) for e in unanswered] == [("slicer.p", "take_back_read")]

@@ -148,3 +148,18 @@ def test_a_mig_instance_on_another_gpu_of_the_node_keeps_its_time() -> None:
     ((placed, placed_at),) = [(e, t) for e, t in out if isinstance(e, Placed)]
     assert (placed.job.job_id, placed.kind, gpus_of(placed)) == ("w", "mig", {("n0", 1)})
     assert placed_at == 60.0
+
+
+def test_the_releases_kept_to_floor_placements_are_the_last_inputs_only() -> None:
+    """A release floors only the placements of the input that published it, so what is kept
+    for that is emptied when the next input's decisions are published: it does not grow with
+    every GPU ever freed. Before, one entry per GPU ever freed stayed for good (8 here)."""
+    s = Scheduler()
+    s.upsert_node(node("n0", 8), 0.0)
+    for i in range(8):
+        published(s, s.submit(job(f"j{i}"), 1.0 + i), 1.0 + i)
+    for i in range(8):
+        published(s, s.finish("acme", f"j{i}", 20.0 + i), 20.0 + i)
+    assert len(s._freed_s) == 1  # the last input's release, for its own placements
+    published(s, s.submit(job("k"), 40.0), 40.0)
+    assert s._freed_s == {}

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+
 from seedance.cost_ledger.core.facts import Facts, GpuAllocation, JobEnded
 from seedance.cost_ledger.core.mapping import facts_of
 from seedance.events.base import new_event_id

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, NoReturn, TypeVar
 
 import nats.errors
-from nats.js import api as js_api
 from nats.js.errors import (
     BadRequestError,
     BucketNotFoundError,
@@ -26,7 +25,6 @@ from nats.js.errors import (
     NotFoundError,
 )
 from nats.js.kv import KeyValue
-from nats.js.object_store import ObjectStore
 
 from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus
 from seedance.core.clock import Clock
@@ -39,6 +37,7 @@ from seedance.core.drift import (
     stream_config,
 )
 from seedance.core.logs import get_logger
+from seedance.core.object_store import create_object_store, ensure_object_store
 from seedance.core.tasks import cancel_until_done_shielded
 from seedance.events.provision_permissions import PROVISIONER, provisioner_deletes
 from seedance.events.subjects import (
@@ -46,7 +45,6 @@ from seedance.events.subjects import (
     OBJECT_STORES,
     STREAMS,
     BucketSpec,
-    ObjectStoreSpec,
 )
 
 __all__ = [
@@ -140,7 +138,7 @@ async def provision(bus: Bus) -> list[Change]:
     for store in OBJECT_STORES.values():
         name = object_store_config(store, replicas).name or ""
         if await _missing(bus, name):
-            await _create_object_store(bus, store)
+            await create_object_store(bus, store)
             changes.append(Change(name, "created"))
     return changes
 
@@ -151,38 +149,6 @@ async def _missing(bus: Bus, stream: str) -> bool:
     except NotFoundError:
         return True
     return False
-
-
-async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
-    """Bind the catalogue's object store ``name``, creating it on first use where this user
-    may, else waiting for provision; an existing one is never changed, only checked (as
-    `ensure_bucket`)."""
-    spec: ObjectStoreSpec = OBJECT_STORES[name]
-    try:
-        store = await bus.js.object_store(spec.name)
-    except BucketNotFoundError:
-        created = await bus.create_or_await(
-            f"OBJ_{spec.name}", lambda: _create_object_store(bus, spec)
-        )
-        if created is not None:
-            return created
-        store = await bus.js.object_store(spec.name)
-    wanted = object_store_config(spec, bus._replicas())
-    check_drift(wanted, (await bus.js.stream_info(wanted.name or "")).config)
-    return store
-
-
-async def _create_object_store(bus: Bus, spec: ObjectStoreSpec) -> ObjectStore:
-    """Create store ``spec`` as its service does (as `_create_bucket`)."""
-    return await bus.js.create_object_store(
-        spec.name,
-        js_api.ObjectStoreConfig(
-            description=spec.description or None,
-            ttl=spec.ttl_s or None,
-            max_bytes=spec.max_bytes,
-            replicas=bus._replicas(),
-        ),
-    )
 
 
 class KeyWatch:
@@ -410,8 +376,7 @@ class Lease:
         except KeyWrongLastSequenceError:
             return await self._take_back(sent_s + self._ttl_s)
         if isinstance(revision, _Expired):
-            log.warning("lease_create_unanswered", key=self._key)
-            return False
+            return self._unanswered(revision, "create")
         return self._won(revision, sent_s, "created")
 
     async def _take_back(self, deadline_s: float) -> bool:
@@ -427,7 +392,7 @@ class Lease:
         except (KeyNotFoundError, KeyDeletedError):
             return False
         if isinstance(entry, _Expired) or entry.revision is None:
-            return False
+            return self._unanswered(entry, "take_back_read")
         if entry.revision != self._wrote:
             return False
         sent_s = self._clock.monotonic()
@@ -439,8 +404,15 @@ class Lease:
         except KeyWrongLastSequenceError:
             return False
         if isinstance(revision, _Expired):
-            return False
+            return self._unanswered(revision, "take_back_write")
         return self._won(revision, sent_s, "taken_back")
+
+    def _unanswered(self, reply: object, step: str) -> bool:
+        """False, the attempt to lead failed; a call of it cancelled at its deadline is logged
+        (`lease_create_unanswered`, which `step`: the create, the take-back's read or write)."""
+        if isinstance(reply, _Expired):
+            log.warning("lease_create_unanswered", key=self._key, step=step)
+        return False
 
     def _won(self, revision: int, sent_s: float, how: str) -> bool:
         """A write sent at ``sent_s`` landed at ``revision``: held from then, unless its reply

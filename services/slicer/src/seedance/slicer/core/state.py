@@ -70,9 +70,11 @@ class SchedulerState:
         #: placements (moves and MIG instances too), waits, evictions and share changes.
         self._published_s: dict[str, float] = {}
         #: By GPU, (node, physical index), the latest release (end or eviction) published on
-        #: it (`publish_at_s`), with the trusted time of the input that caused it: it floors
-        #: only that input's placements on that GPU (the ones it made possible).
-        self._freed_s: dict[tuple[str, int], tuple[float, float]] = {}
+        #: it (`publish_at_s`) by the input being published, whose trusted time is
+        #: `_freed_by`: it floors only that input's placements on that GPU (the ones it made
+        #: possible), so it is emptied when the next input's are published.
+        self._freed_s: dict[tuple[str, int], float] = {}
+        self._freed_by: float | None = None
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -279,6 +281,9 @@ class SchedulerState:
         placement (billing ends only the allocations that started before their end). Call it
         once per effect, in the order published. Answers to a request (`Refused`,
         `RejectedInput`) and node or pool decisions keep `now_s`."""
+        if now_s != self._freed_by:  # another input: the last one's releases floor nothing
+            self._freed_s.clear()
+            self._freed_by = now_s
         if isinstance(effect, Ended):
             floor_s = effect.floor_s  # the job is gone: its floor came with its end
         elif isinstance(effect, Placed | Waiting | Evicted | ShareSet):
@@ -290,8 +295,8 @@ class SchedulerState:
             # or a share's: its physical GPU), so a gang's parts start at one instant.
             own = tuple((effect.node, g.index) for g in effect.gpus)
             for gpu in effect.placement or own:
-                freed_by, freed_s = self._freed_s.get(gpu, (None, 0.0))
-                if freed_by == now_s:
+                freed_s = self._freed_s.get(gpu)
+                if freed_s is not None:
                     # Never before a release the same input published on a GPU it takes:
                     # the end or eviction that freed it (dated at that job's floor, perhaps
                     # after the report that caused both; a preemptor's victim's, on every
@@ -302,8 +307,7 @@ class SchedulerState:
                     floor_s = max(freed_s, floor_s or 0.0)
         at_s = now_s if floor_s is None else max(now_s, floor_s)
         for gpu in effect.gpus if isinstance(effect, Ended | Evicted) else ():
-            earlier_by, earlier_s = self._freed_s.get(gpu, (None, at_s))
-            self._freed_s[gpu] = (now_s, max(earlier_s, at_s) if earlier_by == now_s else at_s)
+            self._freed_s[gpu] = max(self._freed_s.get(gpu, at_s), at_s)
         key = effect.job.key
         if (
             not isinstance(effect, Ended)
