@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from seedance.cost_ledger.core.facts import Facts, GpuAllocation, JobEnded
@@ -139,3 +140,55 @@ def test_a_right_sized_share_placed_again_is_billed_at_the_share_the_queue_holds
         if x.start_ms == 5_000 and x.gpu_indices == (0,)
     ]  # fmt: skip
     assert sorted(on_gpu) == [200, 500]
+
+
+def spans_on(ledger: Facts, node_name: str, gpu: int) -> list[tuple[str, int, int | None]]:
+    """(job, start ms, end ms or None while open) of the allocations billed on one GPU."""
+    return sorted(
+        (x.job_id, x.start_ms, ledger.alloc_end[a].end_ms if a in ledger.alloc_end else None)
+        for a, x in ledger.allocations.items()
+        if x.node == node_name and gpu in x.gpu_indices
+    )
+
+
+@pytest.mark.parametrize("restart", RESTARTS)
+def test_a_report_of_the_past_is_not_placed_inside_an_allocation_an_earlier_input_released(
+    restart: str,
+) -> None:
+    """x held the one GPU over [100 s, 150 s) as published (a tenant's submit and end); then
+    a trusted observer reports w submitted at 120 s, restarted or not in between: w is dated
+    at x's end, not inside x's allocation. Before, w was dated 120 s and the ledger billed x
+    and w on one GPU over [120 s, 150 s) (a release floored only its own input's placements).
+    A report dated before x started (z at 50 s, after w) keeps its time: the past it reports
+    is billed there (tests/e2e/test_job_to_cost.py)."""
+    s, ledger = Scheduler(), Facts()
+    bill(s, ledger, s.upsert_node(node("n0", 1, 32_000), 0.0), 0.0)
+    x = JobSpec(job_id="x", tenant="a", cause_id="c-x", gpus=1)
+    bill(s, ledger, s.submit(x, 100.0), 100.0)
+    bill(s, ledger, s.finish("a", "x", 150.0), 150.0)
+    s = RESTARTS[restart](s)
+    w = JobSpec(job_id="w", tenant="a", cause_id="c-w", gpus=1)
+    bill(s, ledger, s.submit(w, 120.0), 120.0)
+    bill(s, ledger, s.finish("a", "w", 300.0), 300.0)
+    assert spans_on(ledger, "n0", 0) == [("a/w", 150_000, 300_000), ("a/x", 100_000, 150_000)]
+    z = JobSpec(job_id="z", tenant="a", cause_id="c-z", gpus=1)
+    placed = bill(s, ledger, s.submit(z, 50.0), 50.0)
+    assert [p.job.job_id for p in placed] == ["z"]
+    assert spans_on(ledger, "n0", 0)[-1] == ("a/z", 50_000, None)
+
+
+def test_a_state_written_before_the_released_spans_were_kept_loads() -> None:
+    """A snapshot without `released`, and node entries of two fields (index, spec), as written
+    before: they load, with no span kept."""
+    s = Scheduler()
+    s.upsert_node(node("n0", 1, 32_000), 0.0)
+    s.submit(JobSpec(job_id="x", tenant="a", cause_id="c-x", gpus=1), 100.0)
+    s.publish_at_s(s.finish("a", "x", 150.0)[0], 150.0)
+    assert s.snapshot().released == (("n0", 0, 100.0, 150.0),)
+    old = msgspec.to_builtins(s.snapshot())
+    del old["released"]
+    assert Scheduler.from_bytes(msgspec.msgpack.encode(old)).snapshot().released == ()
+    entries = s.state_entries()
+    entries["n/n0"] = msgspec.msgpack.encode((0, msgspec.to_builtins(s.snapshot().nodes[0])))
+    assert Scheduler.from_entries(entries).snapshot().nodes == s.snapshot().nodes
+    assert Scheduler.from_entries(entries).snapshot().released == ()

@@ -158,6 +158,9 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     #: The time of the latest decision published about each live job (its floor with its
     #: submit: `SchedulerState.job_floor_s`); empty in snapshots written before it was kept.
     published_s: dict[str, float] = msgspec.field(default_factory=dict)
+    #: By GPU, (node, physical index, start, end): the published span of the last allocation
+    #: released on it (`SchedulerState.publish_at_s`); empty in snapshots written before.
+    released: tuple[tuple[str, int, float, float], ...] = ()
 
 
 def saved_running(r: RunningRecord, names: Sequence[str], owed_milli: int = 0) -> RunningJob:

@@ -75,6 +75,10 @@ class SchedulerState:
         #: possible), so it is emptied when the next input's are published.
         self._freed_s: dict[tuple[str, int], float] = {}
         self._freed_by: float | None = None
+        #: By node, then physical GPU index: the published (start, end) of the last allocation
+        #: released on it, whichever input released it: a placement dated inside it is dated
+        #: at its end (`publish_at_s`; a report of the past dated before it keeps its time).
+        self._released: dict[str, dict[int, tuple[float, float]]] = {}
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -130,6 +134,11 @@ class SchedulerState:
             window_next=self._workload.learned,
             ended_next=self._ended_next,
             moves=self._moves.record(),
+            released=tuple(
+                (n.name, g, *span)
+                for n in self._nodes
+                for g, span in sorted(self._released.get(n.name, {}).items())
+            ),
         )
 
     @classmethod
@@ -159,6 +168,8 @@ class SchedulerState:
             (i, g) for i, n in enumerate(s._nodes) for g, x in enumerate(n.gpus) if x.mig_enabled
         }
         s._moves = Moves.of(snap.moves)
+        for name, gpu, start, end in snap.released:
+            s._released.setdefault(name, {})[gpu] = (start, end)
         s._owed = {r.job_id: r.owed_milli for r in snap.running if r.owed_milli}
         s._cordoned = {
             i for i, n in enumerate(s._nodes) if n.state == "cordoned" or n.name in s._moves.drained
@@ -206,7 +217,8 @@ class SchedulerState:
             out["g"] = encode_entry(g)
         for name in self._dirty_nodes:
             i = self._index[name]
-            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i]))
+            released = tuple((g, *x) for g, x in sorted(self._released.get(name, {}).items()))
+            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i], released))
         for key in self._dirty_jobs | self._queue.take_touched():
             spec = self._jobs.get(key)
             out[f"j/{key}"] = None if spec is None else encode_entry(self._job_entry(key, spec))
@@ -290,11 +302,12 @@ class SchedulerState:
             floor_s = self.job_floor_s(effect.job.key)
         else:
             return now_s
+        taken: tuple[tuple[str, int], ...] = ()
         if isinstance(effect, Placed):
             # One date per placement: every part over all its parts' GPUs (a MIG instance's
             # or a share's: its physical GPU), so a gang's parts start at one instant.
-            own = tuple((effect.node, g.index) for g in effect.gpus)
-            for gpu in effect.placement or own:
+            taken = effect.placement or tuple((effect.node, g.index) for g in effect.gpus)
+            for gpu in taken:
                 freed_s = self._freed_s.get(gpu)
                 if freed_s is not None:
                     # Never before a release the same input published on a GPU it takes:
@@ -305,9 +318,12 @@ class SchedulerState:
                     # of the past keeps its time on GPUs free now
                     # (tests/e2e/test_job_to_cost.py).
                     floor_s = max(freed_s, floor_s or 0.0)
-        at_s = now_s if floor_s is None else max(now_s, floor_s)
+        at_s = self._after_released(taken, now_s if floor_s is None else max(now_s, floor_s))
         for gpu in effect.gpus if isinstance(effect, Ended | Evicted) else ():
             self._freed_s[gpu] = max(self._freed_s.get(gpu, at_s), at_s)
+            start_s = at_s if floor_s is None else min(floor_s, at_s)
+            self._released.setdefault(gpu[0], {})[gpu[1]] = (start_s, at_s)
+            self._dirty_nodes.add(gpu[0])
         key = effect.job.key
         if (
             not isinstance(effect, Ended)
@@ -316,6 +332,21 @@ class SchedulerState:
         ):
             self._published_s[key] = at_s
             self._dirty_jobs.add(key)
+        return at_s
+
+    def _after_released(self, gpus: tuple[tuple[str, int], ...], at_s: float) -> float:
+        """`at_s`, or, where it falls inside the span of the last allocation released on one
+        of `gpus` (published by any input: an earlier one's, a trusted observer's report of
+        the past placed inside it), that span's end: two allocations of one GPU never overlap
+        in the ledger. A date before the span's start keeps its time (a replayed job of the
+        past: tests/e2e/test_job_to_cost.py)."""
+        moved = True
+        while moved:  # a later date may fall inside another of its GPUs' spans
+            moved = False
+            for node, gpu in gpus:
+                start_s, end_s = self._released.get(node, {}).get(gpu, (at_s, at_s))
+                if start_s <= at_s < end_s:
+                    at_s, moved = end_s, True
         return at_s
 
     def held_gpus(self, key: str) -> tuple[tuple[str, int], ...]:
