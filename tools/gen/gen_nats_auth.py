@@ -12,10 +12,16 @@ differs from a fresh render.
     python tools/gen/gen_nats_auth.py --check-env F   # every NATS_PASSWORD_* in env file F (or the
                                                   # environment, with '-') follows the rule and,
                                                   # where NATS_PUBLISH_IP opens NATS beyond the
-                                                  # loopback, is no public dev-<user> default
-                                                  # (on the loopback: a warning). As compose,
-                                                  # a NATS_PUBLISH_IP or NATS_PASSWORD_* set in
-                                                  # the shell wins over F's (each one named)
+                                                  # loopback, is no public dev-<user> default,
+                                                  # nor is any auth callout key the public
+                                                  # development pair's (on the loopback: a
+                                                  # warning). F is read by compose's .env
+                                                  # rules, but a '$' it would interpolate is
+                                                  # not: such a checked value is refused
+                                                  # beyond the loopback (warned on it);
+                                                  # as compose, a NATS_PUBLISH_IP,
+                                                  # NATS_PASSWORD_* or callout key set in the
+                                                  # shell wins over F's (each one named)
     python tools/gen/gen_nats_auth.py --new-password  # print a password that follows the rule
 """
 
@@ -42,17 +48,21 @@ def _choices() -> nats_config.AuthChoices:
         raise SystemExit(str(exc)) from exc
 
 
-def _env(path: str) -> dict[str, str]:
+def _env(path: str) -> tuple[dict[str, str], frozenset[str]]:
     """The values compose would substitute: env file ``path`` under the shell's (or the
-    shell's alone, ``-``); each variable the shell overrides is named on stderr."""
+    shell's alone, ``-``), and the file's variables compose interpolates (`EnvFile`) that the
+    shell does not override; each variable the shell overrides is named on stderr. The file's
+    bytes are read as they are (no newline translation: a lone CR ends no line for compose)."""
     if path == "-":
-        return dict(os.environ)
-    values, from_shell = nats_config.compose_values(
-        nats_config.parse_env_file(Path(path).read_text()), os.environ
-    )
+        return dict(os.environ), frozenset()
+    try:
+        env_file = nats_config.read_env_file(Path(path).read_bytes())
+    except nats_config.EnvFileError as exc:
+        raise SystemExit(f"{path}: {exc} (compose refuses this file)") from exc
+    values, from_shell = nats_config.compose_values(env_file.values, os.environ)
     for var in from_shell:
         print(f"note: {var} from the environment, not {path} (compose prefers it)", file=sys.stderr)
-    return values
+    return values, env_file.interpolated - set(from_shell)
 
 
 def _write_or_check(text: str, *, check: bool) -> int:
@@ -78,8 +88,8 @@ def main() -> int:
     ap.add_argument(
         "--check-env",
         metavar="FILE",
-        help="check the passwords in FILE ('-': env); the shell's own NATS_PUBLISH_IP and "
-        "NATS_PASSWORD_* win over FILE's, as in compose",
+        help="check the passwords and callout keys in FILE ('-': env); the shell's own "
+        "NATS_PUBLISH_IP, NATS_PASSWORD_* and callout keys win over FILE's, as in compose",
     )
     ap.add_argument("--new-password", action="store_true", help="print a valid password")
     args = ap.parse_args()
@@ -87,10 +97,10 @@ def main() -> int:
         print(nats_config.new_password())
         return 0
     if args.check_env:
-        env = _env(args.check_env)
-        for w in _choices().password_warnings(env):
+        env, interpolated = _env(args.check_env)
+        for w in _choices().password_warnings(env, interpolated=interpolated):
             print(f"warning: {w}", file=sys.stderr)
-        problems = _choices().password_problems(env)
+        problems = _choices().password_problems(env, interpolated=interpolated)
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0

@@ -44,10 +44,12 @@ async def test_release_without_a_server_leaves_the_key_to_its_ttl(nats_url: str)
     # A service stopping after its server went away must stop cleanly (the lease task's
     # `finally` releases): the error is logged, not raised over the service's own shutdown.
     bus = await Bus.connect(BusSettings(url=nats_url, name="lease-test"))
-    kv = await ensure_bucket(bus, "seedance-leases")
-    lease = Lease(kv, f"test.{uuid.uuid4().hex[:8]}", "a", WallClock(), ttl_s=3.0)
-    assert await lease.try_acquire()
-    await bus.close()
+    try:
+        kv = await ensure_bucket(bus, "seedance-leases")
+        lease = Lease(kv, f"test.{uuid.uuid4().hex[:8]}", "a", WallClock(), ttl_s=3.0)
+        assert await lease.try_acquire()
+    finally:  # a failed acquire too: its socket left to the GC failed the next test
+        await bus.close()
 
     await lease.release()
 

@@ -3,18 +3,28 @@ returns what a stream holds on a subject, all of it, in order; ``wait_consumer_s
 returns once a durable has handled a sequence and, when it does not in time, says what the
 consumer was doing; ``wait_consumers_bound`` returns once each durable exists and otherwise
 names those that do not; ``last_stored`` is None until a subject holds a message, then the last
-one, so a wait on a stream that fills later waits instead of failing on its first poll."""
+one, so a wait on a stream that fills later waits instead of failing on its first poll;
+``wait_sourced`` returns once a sourcing stream holds what its origins took, and otherwise
+says how much it holds."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 
 from seedance.core import Bus
-from seedance.events import decode
+from seedance.events import decode, new_event_id
 from seedance.events.jobs import JobSubmitted
-from seedance.events.subjects import jobs
-from seedance.testing.waits import last_stored, wait_consumer_settled, wait_consumers_bound
-from seedance.testing.workloads import read_stream
+from seedance.events.subjects import jobs, ledger, telemetry
+from seedance.events.telemetry import GpuSample, GpuSampleBatch
+from seedance.testing.waits import (
+    last_stored,
+    wait_consumer_settled,
+    wait_consumers_bound,
+    wait_sourced,
+)
+from seedance.testing.workloads import START, read_stream
 from tests.integration.bus.test_bus import spec_for, submitted
 
 
@@ -78,3 +88,32 @@ async def test_last_stored_is_none_until_a_subject_holds_a_message(bus: Bus, uni
         last = await last_stored(bus.js, "SEEDANCE_JOBS", subject)
         assert last is not None
         assert decode(last.data, JobSubmitted).job_id == job
+
+
+async def test_wait_sourced_returns_once_the_merged_input_holds_what_the_origins_took(
+    bus: Bus, unique: str
+) -> None:
+    """The ledger's merged input lagged the acknowledged publishes by hundreds of messages: a
+    sequence read at once, then waited for, let a test compare a replica still stepping."""
+    node = f"n{unique}"
+    batches = [
+        GpuSampleBatch(
+            id=new_event_id(),
+            at=START + timedelta(minutes=i),
+            node=node,
+            gpus=[GpuSample(index=0, sm_active=0.5)],
+        )
+        for i in range(200)
+    ]
+    before = (await bus.js.stream_info(ledger.IN_STREAM)).state.last_seq
+    acks = await bus.publish_many([(telemetry.sample(node), b) for b in batches])
+    taken = sum(not a.duplicate for a in acks)
+    assert taken == len(batches)
+    last = await wait_sourced(bus.js, ledger.IN_STREAM, taken, since_seq=before, timeout_s=10)
+    assert last >= before + taken
+    held = await last_stored(bus.js, ledger.IN_STREAM, telemetry.sample(node))
+    assert held is not None
+    assert held.seq <= last
+    assert decode(held.data, GpuSampleBatch).id == batches[-1].id  # the last one copied too
+    with pytest.raises(TimeoutError, match=rf"holds {taken} of the {taken + 1} messages"):
+        await wait_sourced(bus.js, ledger.IN_STREAM, taken + 1, since_seq=before, timeout_s=0.2)

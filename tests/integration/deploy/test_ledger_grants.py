@@ -17,7 +17,7 @@ import json
 from seedance.core import Bus, BusSettings
 from seedance.core.reader import PullReader
 from seedance.events.subjects import consumer, ledger, replica_consumer, slicing, telemetry
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, last_stored
 from tests.integration.conftest import shipped_password
 from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 
@@ -88,13 +88,15 @@ async def test_a_node_agent_reads_the_decisions_from_its_mirror_at_the_input_s_s
 
     found: list[int] = []
 
-    async def landed() -> bool:  # the server sources it into the input
-        info = await admin.js.stream_info(IN)
-        for seq in range(info.state.last_seq, info.state.first_seq - 1, -1):
-            if (await admin.js.get_msg(IN, seq)).data == unique.encode():
-                found.append(seq)
-                return True
-        return False
+    async def landed() -> bool:  # the server sources it into the input, in its own time
+        # Not a scan of the input by sequence: before the first message is copied the
+        # input is empty, and get_msg(0) on it is a 400 that failed the wait at its first
+        # poll; the placement's own subject holds nothing (None) until it lands.
+        last = await last_stored(admin.js, IN, slicing.subject(f"t{unique}", "placement"))
+        if last is None or last.data != unique.encode():
+            return False
+        found.append(last.seq)
+        return True
 
     await eventually(landed, 10.0)
     seq = found[0]

@@ -1,10 +1,12 @@
 """Leader election on a coordination.k8s.io/v1 Lease of the test API server, on a virtual
 clock: one holder; a standby takes over only once the record went unchanged for the lease's
-duration by its own clock; a holder that cannot renew steps down before that; a release hands
-over at once; a stale write loses on resourceVersion."""
+duration by its own clock; a holder that cannot renew steps down before that, by that clock,
+even while a renewal hangs; a release hands over at once; a stale write loses on
+resourceVersion."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from seedance.core import VirtualClock
 from seedance.k8s_bridge.kube import KubeApi, connect
 from seedance.k8s_bridge.leader import LeaseElector
 from seedance.testing.kube_api import KubeApiServer, seed
+from seedance.testing.waits import stop_task
 
 NS = "seedance-system"
 
@@ -28,9 +31,9 @@ async def api(kube_api: KubeApiServer, tmp_path: Path) -> AsyncIterator[KubeApi]
         await a.close()
 
 
-def elector(api: KubeApi, clock: VirtualClock, who: str) -> LeaseElector:
+def elector(api: KubeApi, clock: VirtualClock, who: str, duration_s: float = 15.0) -> LeaseElector:
     return LeaseElector(
-        api, clock, namespace=NS, name="bridge", identity=who, duration_s=15.0, renew_s=2.0
+        api, clock, namespace=NS, name="bridge", identity=who, duration_s=duration_s, renew_s=2.0
     )
 
 
@@ -106,3 +109,37 @@ async def test_a_stale_write_loses_on_the_resource_version(api: KubeApi) -> None
     await a._step()  # a renews: the copy read above is stale now
     with pytest.raises(Exception, match="409"):
         await api.replace_lease(NS, "bridge", lease)
+
+
+async def test_a_holder_whose_renewal_hangs_stops_leading_at_two_thirds_of_the_duration(
+    api: KubeApi, kube_api: KubeApiServer
+) -> None:
+    """The server holds the renewal's write unanswered. Once 2/3 of the duration (40 s of 60)
+    has passed since the last renewal by the elector's clock, it no longer leads, at once and
+    whatever the call does, and the step ends with the call cancelled, well within the 10 s
+    the test waits. The call was bounded by ``asyncio.wait_for`` on the loop's time, which the
+    elector's clock does not move: it kept leading, and a standby could take over at 60 s. A
+    bound on the loop's time (38 s left when the step starts) cannot end the step within that
+    wait, whichever clock ``held`` reads."""
+    clock = VirtualClock()
+    a = elector(api, clock, "a", duration_s=60.0)
+    await a._step()
+    assert a.held
+    hold = kube_api.hold_next("PUT", r"/leases/bridge$")
+    await clock.advance(2.0)
+    step = asyncio.ensure_future(a._step())
+    try:
+        async with asyncio.timeout(10):
+            await hold.arrived.wait()  # the renewal is in flight, and hangs
+        await clock.advance(37.5)
+        assert a.held  # 39.5 s since the last renewal: still ours
+        await clock.advance(0.5)
+        assert not a.held  # 40 s: not one instant more, before the call has returned
+        assert a.lost.is_set()
+        async with asyncio.timeout(10):
+            await step  # ends at the clock's deadline, the call cancelled
+        assert not a.held
+        assert not step.cancelled()
+    finally:
+        hold.release.set()
+        await stop_task(step)

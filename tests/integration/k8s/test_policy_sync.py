@@ -248,19 +248,25 @@ async def test_under_the_shipped_permissions_the_bridge_writes_the_quota_and_rea
     admin = await Bus.connect(
         BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
     )
-    own = await Bus.connect(
-        BusSettings(url=auth_url, user="k8s-bridge", password=shipped_password("k8s-bridge"))
-    )
-    api = KubeApi(await connect(str(kube_api.kubeconfig(tmp_path / "kubeconfig"))))
-    admin_kv = await ensure_bucket(admin, POLICY_BUCKET)
-    usage = {"tenants": {tenant: {"gpus": 1}}}
-    await admin_kv.put(quota_usage_key(f"p{unique}"), json.dumps(usage).encode())
-    settings = BridgeSettings(backoff_initial_s=0.05, backoff_max_s=0.5)
-    sync = PolicySync(
-        api, WallClock(), settings, CollectorRegistry(), set_bindings=lambda b: None,
-        leading=lambda: True,
-    )  # fmt: skip
+    # Everything after the first connection is inside the try: a failure in the set-up left
+    # the connections to the garbage collector, whose ResourceWarning fails the next test.
+    own: Bus | None = None
+    api: KubeApi | None = None
+    admin_kv: Any = None
+    task: asyncio.Task[None] | None = None
     try:
+        own = await Bus.connect(
+            BusSettings(url=auth_url, user="k8s-bridge", password=shipped_password("k8s-bridge"))
+        )
+        api = KubeApi(await connect(str(kube_api.kubeconfig(tmp_path / "kubeconfig"))))
+        admin_kv = await ensure_bucket(admin, POLICY_BUCKET)
+        usage = {"tenants": {tenant: {"gpus": 1}}}
+        await admin_kv.put(quota_usage_key(f"p{unique}"), json.dumps(usage).encode())
+        settings = BridgeSettings(backoff_initial_s=0.05, backoff_max_s=0.5)
+        sync = PolicySync(
+            api, WallClock(), settings, CollectorRegistry(), set_bindings=lambda b: None,
+            leading=lambda: True,
+        )  # fmt: skip
         await sync.start(own)
         task = asyncio.create_task(sync.run())
 
@@ -289,10 +295,16 @@ async def test_under_the_shipped_permissions_the_bridge_writes_the_quota_and_rea
         await eventually(deleted, 15, what="the quota key deleted as k8s-bridge")
         await stop_task(task)  # it writes the KV: one cancel can be lost
     finally:
-        with contextlib.suppress(Exception):
-            await admin_kv.delete(QUOTA_POLICY_KEY)
-        await api.close()
-        await own.close()
+        if task is not None and not task.done():  # a wait above failed: it writes the KV on
+            with contextlib.suppress(Exception):
+                await stop_task(task)
+        if admin_kv is not None:
+            with contextlib.suppress(Exception):
+                await admin_kv.delete(QUOTA_POLICY_KEY)
+        if api is not None:
+            await api.close()
+        if own is not None:
+            await own.close()
         await admin.close()
 
 

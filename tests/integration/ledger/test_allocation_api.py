@@ -32,7 +32,7 @@ from seedance.reports.summary import IDLE_KEY, summarize
 from seedance.sdk import PermissionRefused, SeedanceClient
 from seedance.sdk.allocation import AllocationRefused
 from seedance.sdk.cli import invoke as seedance_cli
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, wait_sourced
 from seedance.testing.workloads import read_stream, workload
 from tests.conftest import serving
 from tests.integration.conftest import shipped_password as password
@@ -127,8 +127,12 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
     wl = workload(1200, nodes=6, seed=22)
     service, _ = replica(auth_url, "alloc-t")
     async with serving(service), await connect(auth_url, "tenant-acme") as acme:
-        await admin.publish_many(wl.events)
-        last_in = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+        before = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+        acks = await admin.publish_many(wl.events)
+        # Sourced into the input in the server's own time: a sequence read at once was short,
+        # and the replica still stepped the rest while its answers were compared below.
+        taken = sum(not a.duplicate for a in acks)
+        last_in = await wait_sourced(admin.js, "SEEDANCE_LEDGER_IN", taken, since_seq=before)
 
         async def stepped_all() -> bool:
             return service.replica.seq >= last_in and service.durable.consistent

@@ -66,9 +66,6 @@ def batch(node: str, minutes: int) -> GpuSampleBatch:
 async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_fallback(
     auth_url: str, unique: str
 ) -> None:
-    admin = await Bus.connect(bus_as(auth_url, "admin"))
-    slicer = await Bus.connect(bus_as(auth_url, "slicer"))
-    collector = await Bus.connect(bus_as(auth_url, "telemetry-collector"))
     book = core.default_price_book()
     runtime = ServiceRuntime(
         "cost-ledger", bus_as(auth_url, "cost-ledger"), registry=CollectorRegistry()
@@ -76,7 +73,12 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
     service = LedgerService.build(
         runtime, LedgerReplica(book, CONFIG), name=f"ids{unique}", checkpoint_key=f"ids{unique}"
     )
+    buses: list[Bus] = []  # each closed in the finally, those connected before a failure too
     try:
+        for user in ("admin", "slicer", "telemetry-collector"):
+            # one at a time, not a comprehension: a refusal would lose those connected first
+            buses.append(await Bus.connect(bus_as(auth_url, user)))  # noqa: PERF401
+        admin, slicer, collector = buses
         await admin.ensure_streams()
         with capture_logs() as logs:
             async with serving(service):
@@ -93,7 +95,7 @@ async def test_every_reported_name_is_billed_and_an_unknown_one_at_the_flagged_f
                 await caught_up(admin, service, 4 * len(NODES))
                 msgs = await read_all(admin, "SEEDANCE_COSTS")
     finally:
-        for b in (admin, slicer, collector):
+        for b in buses:
             await b.close()
     entries = [e for e in (decode(m.data) for m in msgs) if isinstance(e, CostEntry)]
     window_h = CONFIG.window_s / 3600

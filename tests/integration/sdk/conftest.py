@@ -40,24 +40,24 @@ async def running_slicer(auth_url: str, **settings: Any) -> AsyncIterator[str]:
     admin = await Bus.connect(
         BusSettings(url=auth_url, user="admin", password=shipped_password("admin"))
     )
-    await admin.ensure_streams()
-    node = f"cli-node-{uuid.uuid4().hex[:6]}"
-    inv = NodeInventory(
-        id=new_event_id(),
-        at=datetime.now(UTC),
-        node=node,
-        cpu_milli=32_000,
-        memory_mib=131_072,
-        gpus=[GpuInfo(index=i, model="T4", mem_total_mib=16_000) for i in range(2)],
-    )
-    await admin.publish(telemetry.inventory(node), inv)
-    runtime = ServiceRuntime(
-        "slicer", BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
-    )
-    config = SlicerSettings(
-        pool=f"cli{uuid.uuid4().hex[:6]}", replica="a", lease_ttl_s=1.5, **settings
-    )
-    try:
+    try:  # closed on a failure before the slicer starts too: left to the GC, it fails the next test
+        await admin.ensure_streams()
+        node = f"cli-node-{uuid.uuid4().hex[:6]}"
+        inv = NodeInventory(
+            id=new_event_id(),
+            at=datetime.now(UTC),
+            node=node,
+            cpu_milli=32_000,
+            memory_mib=131_072,
+            gpus=[GpuInfo(index=i, model="T4", mem_total_mib=16_000) for i in range(2)],
+        )
+        await admin.publish(telemetry.inventory(node), inv)
+        runtime = ServiceRuntime(
+            "slicer", BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
+        )
+        config = SlicerSettings(
+            pool=f"cli{uuid.uuid4().hex[:6]}", replica="a", lease_ttl_s=1.5, **settings
+        )
         async with serving(SlicerService.build(runtime, WallClock(), config)):
             yield node
     finally:

@@ -93,13 +93,6 @@ async def http_get(port: int, path: str) -> str:
     return body.decode()
 
 
-async def acked(bus: Bus, stream: str, durable: str, subject: str) -> bool:
-    """Has ``durable`` acknowledged the last message on ``subject``?"""
-    seq = (await bus.js.get_last_msg(stream, subject)).seq
-    info = await bus.js.consumer_info(stream, durable)
-    return info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= seq
-
-
 def now() -> datetime:
     return datetime.now(UTC)
 

@@ -379,7 +379,8 @@ def test_users_yaml_with_a_service_or_a_wrong_type_is_refused_naming_it() -> Non
 
 
 def test_an_env_file_is_read_as_compose_reads_it() -> None:
-    text = "# a comment\n\nNATS_PASSWORD_A = abcdefgh1\nNATS_PASSWORD_B=x=y\nnot a pair\n"
+    # (a line that is not a pair is refused, as compose refuses it: test_env_file.py)
+    text = "# a comment\n\nNATS_PASSWORD_A = abcdefgh1\nNATS_PASSWORD_B=x=y\n"
     text += "NATS_PUBLISH_IP=\"0.0.0.0\"\nexport NATS_PASSWORD_C='dev-c'\n"
     assert nats_config.parse_env_file(text) == {
         "NATS_PASSWORD_A": "abcdefgh1",

@@ -1,16 +1,19 @@
 """`eventually`: returns once the check holds, plain or awaitable; a timeout names what it
 waited on; the deadline bounds a check that hangs; a check's own TimeoutError is its own.
 `next_matching`: the first message accepted, or a timeout at the deadline however many others
-keep coming. `stop_task`: a task ends though it loses a cancel, and its own error is raised."""
+keep coming. `stop_task`: a task ends though it loses a cancel, and its own error is raised.
+`wait_sourced`: the last sequence once a sourcing stream holds what its origins took, not the
+one it had when first asked; a timeout says how much it held."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import nats.errors
 import pytest
 
-from seedance.testing.waits import eventually, next_matching, stop_task
+from seedance.testing.waits import eventually, next_matching, stop_task, wait_sourced
 
 
 async def test_returns_once_the_check_holds() -> None:
@@ -185,3 +188,30 @@ async def test_stop_task_names_a_task_that_outlives_every_cancel() -> None:
     stubborn = False
     await stop_task(task)
     assert task.cancelled()
+
+
+class _Sourcing:
+    """A stream the server fills by sourcing: each look finds ``step`` more, up to ``full``."""
+
+    def __init__(self, start: int, full: int, step: int) -> None:
+        self.last, self.full, self.step, self.looks = start, full, step, 0
+
+    async def stream_info(self, name: str) -> object:
+        self.looks += 1
+        seen = self.last
+        self.last = min(self.full, self.last + self.step)
+        return SimpleNamespace(state=SimpleNamespace(last_seq=seen))
+
+
+async def test_wait_sourced_returns_the_sequence_once_everything_is_copied() -> None:
+    # 100 before the test, 50 published: the first look sees 110 (what a read taken at once
+    # used), the wait returns only at 150.
+    js = _Sourcing(start=110, full=150, step=10)
+    assert await wait_sourced(js, "IN", 50, since_seq=100, timeout_s=5) == 150
+    assert js.looks == 5
+
+
+async def test_wait_sourced_says_how_much_the_stream_holds_when_it_runs_out() -> None:
+    js = _Sourcing(start=120, full=130, step=10)
+    with pytest.raises(TimeoutError, match=r"IN holds 30 of the 50 messages sourced after seq 100"):
+        await wait_sourced(js, "IN", 50, since_seq=100, timeout_s=0.1)

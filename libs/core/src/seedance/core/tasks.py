@@ -4,18 +4,36 @@ nats-py swallows a ``CancelledError`` that lands inside its publish path
 (``Client._flush_pending`` catches it and returns), so one ``task.cancel()`` may be lost: a
 ``while True`` loop that publishes (a lease refresh, a heartbeat, a KV put) then runs on, and
 whatever awaits it (a ``TaskGroup``, a ``stop``) waits forever. ``cancel_until_done`` repeats
-the request until each task has ended.
+the request until each task has ended. ``before_deadline`` bounds a call by a deadline on an
+injected clock (a lease's: ``asyncio.wait_for`` runs on the loop's time, which a virtual clock,
+or a stepped one, does not move), and ends it for certain when that passes.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
+
+from seedance.core.clock import Clock
 
 _T = TypeVar("_T")
 
-__all__ = ["cancel_until_done", "cancel_until_done_shielded", "guarded"]
+__all__ = [
+    "LATE",
+    "Late",
+    "before_deadline",
+    "cancel_until_done",
+    "cancel_until_done_shielded",
+    "guarded",
+]
+
+
+class Late:
+    """What `before_deadline` returns when the deadline passed first."""
+
+
+LATE: Final = Late()
 
 
 async def cancel_until_done(
@@ -69,3 +87,23 @@ async def guarded(work: Awaitable[_T], guard: Awaitable[None]) -> _T:
     finally:
         # A keeper publishes: a cancel can be lost; and the caller may be cancelled again.
         await cancel_until_done_shielded((task, keeper))
+
+
+async def before_deadline(call: Awaitable[_T], clock: Clock, deadline_s: float) -> _T | Late:
+    """``call``'s result, or `LATE` once ``clock.monotonic()`` reaches ``deadline_s`` first,
+    the call then cancelled until it has ended (`cancel_until_done_shielded`: a cancel it
+    swallows is repeated, and a cancel of the caller meanwhile cannot leave it running). The
+    deadline is on the injected clock, so a virtual clock moves it as it moves what it guards.
+    A reply in the deadline's very instant is late too (a lease may already be another's
+    then); an error of a late call is dropped, of a timely one raised."""
+    call_task = asyncio.ensure_future(call)
+    timer = asyncio.ensure_future(clock.sleep(max(0.0, deadline_s - clock.monotonic())))
+    try:
+        await asyncio.wait((call_task, timer), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await cancel_until_done_shielded((timer, call_task))
+    if call_task.cancelled() or clock.monotonic() >= deadline_s:
+        if not call_task.cancelled():
+            call_task.exception()  # read, so that no error is reported as never retrieved
+        return LATE
+    return call_task.result()

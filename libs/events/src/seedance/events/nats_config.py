@@ -30,9 +30,11 @@ import ipaddress
 import re
 import secrets
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
+from seedance.events.env_file import EnvFile, EnvFileError, parse_env_file, read_env_file
 from seedance.events.node_permissions import NODE_AGENTS, node_user, telemetry_replayer_user
 from seedance.events.permissions import (
     CALLOUT_USER,
@@ -46,14 +48,19 @@ from seedance.events.permissions import (
 from seedance.events.provision_permissions import provisioner_user
 
 __all__ = [
+    "CALLOUT_ISSUER_SEED_VAR",
     "CALLOUT_ISSUER_VAR",
     "CALLOUT_USER",
+    "CALLOUT_XKEY_SEED_VAR",
     "CALLOUT_XKEY_VAR",
+    "DEV_KEYS",
     "PASSWORD_RULE",
     "PUBLISH_IP_VAR",
     "RENDERED_FILES",
     "USERS_FILE",
     "AuthChoices",
+    "EnvFile",
+    "EnvFileError",
     "PasswordError",
     "check_server_password",
     "compose_values",
@@ -63,6 +70,7 @@ __all__ = [
     "password_var",
     "publish_ip",
     "published_beyond_loopback",
+    "read_env_file",
     "render",
     "users",
 ]
@@ -71,6 +79,35 @@ CALLOUT_ISSUER_VAR = "NATS_AUTH_CALLOUT_ISSUER"
 #: The callout's curve public key (X...): the server seals each request to it (the passwords
 #: inside never cross the bus in clear) and opens the callout's sealed answers with it.
 CALLOUT_XKEY_VAR = "NATS_AUTH_CALLOUT_XKEY"
+#: The seeds of those two pairs, which the auth-callout service holds (the names
+#: ``seedance.core.auth_callout`` reads; this layer cannot import it).
+CALLOUT_ISSUER_SEED_VAR = "SEEDANCE_AUTH_CALLOUT_ISSUER_SEED"
+CALLOUT_XKEY_SEED_VAR = "SEEDANCE_AUTH_CALLOUT_XKEY_SEED"
+
+#: The auth callout's development key pairs, compose's defaults and the dev overlay's: public
+#: like the ``dev_password``s, so anyone who has read the repository holds their seeds. With
+#: the curve pair they open every login request the server sealed to it (passwords inside) that
+#: they capture; with the account pair they sign user JWTs the server takes from the callout.
+DEV_KEYS: Mapping[str, str] = MappingProxyType({
+    CALLOUT_ISSUER_VAR: "AAAM7E74SUEY62M7DQIWU27G355GN5GPHRTS3GQJZYUUDWT7VIXICETG",
+    CALLOUT_ISSUER_SEED_VAR: "SAAFASOSBLMMOOQO6CSXIBRI7XK6SXMPLNETSHWCFIOBHPBINCUEZJEEQM",
+    CALLOUT_XKEY_VAR: "XB3KRVLKB3MODQQYB6KKB7STKSISCJNGRXA4VJ6AMG7C5Y26RPFENIDR",
+    CALLOUT_XKEY_SEED_VAR: "SXAK5LLLBJVKLCOL3JPUHMQLNJYJHOARNDECKJWASLAO2CVAJR6EBKLLBE",
+})  # fmt: skip
+#: What a holder of each development seed can do, and the command that makes a new pair.
+_DEV_KEY_RISK = {
+    CALLOUT_ISSUER_VAR: "anyone holds its seed and signs user JWTs the server accepts from the "
+    "callout; make a pair (seedance-auth new-issuer)",
+    CALLOUT_XKEY_VAR: "anyone holds its seed and opens each login request sealed to it, "
+    "password inside; make a pair (seedance-auth new-xkey)",
+}
+_DEV_KEY_RISK[CALLOUT_ISSUER_SEED_VAR] = _DEV_KEY_RISK[CALLOUT_ISSUER_VAR]
+_DEV_KEY_RISK[CALLOUT_XKEY_SEED_VAR] = _DEV_KEY_RISK[CALLOUT_XKEY_VAR]
+#: Why a variable whose env-file value compose interpolates cannot be checked.
+_INTERPOLATED = (
+    "holds a '$' in the env file, which compose replaces (from the shell, an earlier line, or "
+    "a default written in it) before anything reads it, so it cannot be checked"
+)
 
 _PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{7,127}$")
 PASSWORD_RULE = (
@@ -152,7 +189,10 @@ def compose_values(
     """What compose substitutes for the variables `--check-env` reads: an env file's
     ``file_values`` (``.env``), each overridden by the same variable in the shell's
     ``environ`` (compose prefers the shell's), and the names the shell's value won for."""
-    read = [k for k in environ if k == PUBLISH_IP_VAR or k.startswith("NATS_PASSWORD_")]
+    read = [
+        k for k in environ
+        if k == PUBLISH_IP_VAR or k in DEV_KEYS or k.startswith("NATS_PASSWORD_")
+    ]  # fmt: skip
     return {**file_values, **{k: environ[k] for k in read}}, tuple(sorted(read))
 
 
@@ -307,61 +347,105 @@ class AuthChoices:
         callout = CALLOUT_ISSUER_VAR if self.auth_callout else None
         return render(self.users(), source=source, callout_issuer_var=callout)
 
-    def password_problems(self, values: Mapping[str, str]) -> list[str]:
+    def password_problems(
+        self, values: Mapping[str, str], *, interpolated: Collection[str] = ()
+    ) -> list[str]:
         """The problems of the passwords the rendered config needs in ``values`` (an
         environment), one line each, naming the variable and never the value; a password that
-        is still its user's public development one (``dev_password``) is one where NATS is
+        is still its user's public development one (``dev_password``), or an auth callout key
+        that is its public development one (`DEV_KEYS`, unset included), is one where NATS is
         published beyond the loopback (``published_beyond_loopback``), else a warning
-        (``password_warnings``)."""
+        (``password_warnings``). A checked variable (a password, a callout key,
+        ``NATS_PUBLISH_IP``) in ``interpolated`` (`EnvFile.interpolated`: compose replaces its
+        ``$``) cannot be checked: it fails closed, as a development value would, and such a
+        ``NATS_PUBLISH_IP`` counts as published beyond the loopback (and is a problem)."""
+        unverified = self._unverified(interpolated)
         problems = []
         for user in self.users():
             var = password_var(user.name)
             if var not in values:
                 problems.append(f"{var} is not set")
                 continue
+            if var in unverified:
+                continue
             try:
                 check_server_password(var, values[var])
             except PasswordError as exc:
                 problems.append(str(exc))
-        if published_beyond_loopback(values):
+        if PUBLISH_IP_VAR in unverified:
+            problems.append(
+                f"{PUBLISH_IP_VAR} {_INTERPOLATED}: whether NATS is published beyond this "
+                "machine's loopback cannot be checked, so it counts as published; write the "
+                "address itself"
+            )
+            where = f"{PUBLISH_IP_VAR} cannot be checked"
+        else:
+            where = f"{PUBLISH_IP_VAR}={values.get(PUBLISH_IP_VAR)}"
+        if self._published(values, unverified):
             problems += [
-                f"{var} is still the public development password, and NATS is published "
-                f"beyond this machine ({PUBLISH_IP_VAR}={values[PUBLISH_IP_VAR]}): anyone who "
-                "can reach it logs in as that user; set a real one (--new-password)"
-                for var in self._dev_passwords(values)
+                f"{var} {what}, and NATS is published beyond this machine ({where}): {risk}"
+                for var, what, risk in self._public_defaults(values, unverified)
             ]
         return problems
 
-    def password_warnings(self, values: Mapping[str, str]) -> list[str]:
+    def password_warnings(
+        self, values: Mapping[str, str], *, interpolated: Collection[str] = ()
+    ) -> list[str]:
         """While NATS is on the loopback only: each password that is still its user's public
-        development one (refused as a problem once it is published beyond)."""
-        if published_beyond_loopback(values):
+        development one, each of the auth callout's keys that is its public development one
+        (`DEV_KEYS`), and each checked variable in ``interpolated``, which cannot be checked
+        (`password_problems`); refused as problems once NATS is published beyond."""
+        unverified = self._unverified(interpolated)
+        if self._published(values, unverified):
             return []
         return [
-            f"{var} is still the public development password: safe only while NATS is on this "
-            f"machine's loopback ({PUBLISH_IP_VAR} unset or a loopback address)"
-            for var in self._dev_passwords(values)
+            f"{var} {what}: safe only while NATS is on this machine's loopback "
+            f"({PUBLISH_IP_VAR} unset or a loopback address)"
+            for var, what, _ in self._public_defaults(values, unverified)
         ]
 
-    def _dev_passwords(self, values: Mapping[str, str]) -> list[str]:
-        return [
-            var
+    def _unverified(self, interpolated: Collection[str]) -> list[str]:
+        """The variables the check reads that are in ``interpolated``, sorted."""
+        checked = {password_var(u.name) for u in self.users()} | {PUBLISH_IP_VAR}
+        if self.auth_callout:
+            checked |= set(DEV_KEYS)
+        return sorted(checked.intersection(interpolated))
+
+    @staticmethod
+    def _published(values: Mapping[str, str], unverified: Collection[str]) -> bool:
+        return PUBLISH_IP_VAR in unverified or published_beyond_loopback(values)
+
+    def _public_defaults(
+        self, values: Mapping[str, str], unverified: Collection[str] = ()
+    ) -> list[tuple[str, str, str]]:
+        """(variable, what it is, what anyone can do with it) of each value in ``values``
+        that the repository publishes: a user's ``dev_password``; with auth callout on, a key
+        of `DEV_KEYS`, or one of the two public keys the server's config names left unset or
+        empty (compose then substitutes its development default). An unset seed is not
+        named: it only breaks the callout where the public key is a new one, and a
+        Kubernetes env file keeps the seeds in another Secret. A variable of ``unverified``
+        (but ``NATS_PUBLISH_IP``, a problem of its own) is one whatever its text."""
+        out = [
+            (var, _INTERPOLATED, "it may stand for a public development value; write the "
+             "value itself (single quotes keep a '$' as it is)")
+            for var in unverified if var != PUBLISH_IP_VAR
+        ]  # fmt: skip
+        out += [
+            (var, "is still the public development password",
+             "anyone who can reach it logs in as that user; set a real one (--new-password)")
             for user in self.users()
-            if values.get(var := password_var(user.name)) == dev_password(user.name)
-        ]
-
-
-def parse_env_file(text: str) -> dict[str, str]:
-    """``KEY=value`` lines of an env file (compose's ``.env``); blanks and ``#`` lines skipped,
-    an ``export`` before the key and one pair of quotes around the value taken off, as compose
-    does (``NATS_PUBLISH_IP="0.0.0.0"`` publishes on every interface)."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, _, value = line.partition("=")
-            key, value = key.strip().removeprefix("export ").strip(), value.strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            out[key] = value
-    return out
+            if (var := password_var(user.name)) not in unverified
+            and values.get(var) == dev_password(user.name)
+        ]  # fmt: skip
+        if not self.auth_callout:
+            return out
+        for var, dev in DEV_KEYS.items():
+            if var in unverified:
+                continue
+            value = values.get(var) or ""
+            if value == dev:
+                out.append((var, "is still the public development key", _DEV_KEY_RISK[var]))
+            elif not value and var in (CALLOUT_ISSUER_VAR, CALLOUT_XKEY_VAR):
+                what = "is not set, so compose substitutes the public development key"
+                out.append((var, what, _DEV_KEY_RISK[var]))
+        return out

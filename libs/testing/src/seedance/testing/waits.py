@@ -1,5 +1,6 @@
 """Waiting with a deadline: ``eventually`` (until a check holds), and on the bus, until
-durables are bound, until a durable consumer has handled what a driver published, until the
+durables are bound, until a durable consumer has handled what a driver published, until a
+stream the server fills by sourcing holds what was published to its origins, until the
 slicer knows the inventory, until a subscription delivers a message a test looks for, until a
 background task that a test cancels has ended.
 
@@ -37,6 +38,7 @@ __all__ = [
     "wait_consumer_settled",
     "wait_consumers_bound",
     "wait_inventory_known",
+    "wait_sourced",
 ]
 
 
@@ -114,6 +116,32 @@ async def last_stored(js: Any, stream: str, subject: str) -> Any | None:
         return await js.get_last_msg(stream, subject)
     except NotFoundError:
         return None
+
+
+async def wait_sourced(
+    js: Any, stream: str, count: int, *, since_seq: int = 0, timeout_s: float = 30.0
+) -> int:
+    """Wait until ``stream``, which the server fills by sourcing others (the ledger's merged
+    input), holds ``count`` messages after ``since_seq``; its last sequence then.
+
+    Every publish to an origin acknowledged is not every message copied: the moment
+    ``publish_many`` returned, the merged input was measured up to 920 messages short. A
+    sequence read then and waited for ("the replica stepped up to it") let a test go on while
+    the replica still stepped the rest, and compare answers and streams that were moving.
+    ``count`` is what the origins took (``PubAck.duplicate`` false), all of it sourced."""
+    last = since_seq
+
+    async def copied() -> bool:
+        nonlocal last
+        last = (await js.stream_info(stream)).state.last_seq
+        return bool(last >= since_seq + count)
+
+    if not await _poll(copied, timeout_s, 0.02):  # the server copies: no event to wait on
+        raise TimeoutError(
+            f"{stream} holds {last - since_seq} of the {count} messages sourced after seq "
+            f"{since_seq} within {timeout_s} s"
+        )
+    return last
 
 
 async def wait_consumers_bound(

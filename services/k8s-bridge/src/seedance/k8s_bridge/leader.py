@@ -7,7 +7,13 @@ Lease when it is free (no holder: released) or when the record has not changed f
 ``duration_s`` *as measured by the candidate's own clock from when it first saw that record*:
 ``renewTime`` is the holder's clock and is never compared with ours, so clock skew between
 hosts cannot hand the lease over early. The holder stops acting once it could not renew for
-2/3 of ``duration_s``, before any standby may take over. On a clean stop the holder releases
+2/3 of ``duration_s``, before any standby may take over: by the injected clock, whatever a call
+in flight does (``held`` is False from that instant, whoever asks, and each call is bounded by
+that deadline on the same clock, `seedance.core.tasks.before_deadline`, then cancelled until it
+has ended). ``asyncio.wait_for`` ran on the loop's time, which a virtual clock (or a stepped
+one) does not move, and a cancel the API client swallowed kept a hung renewal leading until it
+returned. A renewal counts from when it was sent: the record changed no earlier, so a standby's
+count started no earlier. On a clean stop the holder releases
 the Lease (empty holder), so a standby takes over at its next try instead of after the
 duration. ``kubernetes_asyncio.leaderelection`` does the same on the wall clock with naive
 datetimes, hence this small twin on Seedance's clock.
@@ -24,6 +30,7 @@ from typing import Any
 
 from seedance.core import Clock
 from seedance.core.logs import get_logger
+from seedance.core.tasks import Late, before_deadline
 from seedance.k8s_bridge.core.kube import k8s_time
 from seedance.k8s_bridge.kube import ApiStatus, ApiUnavailable, KubeApi
 
@@ -50,11 +57,14 @@ class LeaseElector:
         self._name = name
         self.identity = identity
         self._duration_s = duration_s
+        #: How long after a renewal was sent we may act as leader without another.
+        self._keep_s = duration_s * 2 / 3
         self._renew_s = renew_s
         #: Set while we lead; cleared the moment we stop.
         self.leading = asyncio.Event()
         self.lost = asyncio.Event()
         self._lease: dict[str, Any] | None = None
+        #: When the last renewal (or acquisition) that succeeded was sent (our monotonic clock).
         self._renewed_at = 0.0
         #: The other holder's record as we last saw it, and when (our monotonic clock).
         self._seen: tuple[str, str] | None = None
@@ -63,7 +73,12 @@ class LeaseElector:
 
     @property
     def held(self) -> bool:
-        """Whether we lead now (`seedance.core.durable.Leadership`)."""
+        """Whether we lead now (`seedance.core.durable.Leadership`): False once 2/3 of the
+        duration has passed since the last renewal that succeeded, by the injected clock,
+        whatever a renewal in flight does; asking then steps down (``leading`` cleared,
+        ``lost`` set)."""
+        if self.leading.is_set() and self._clock.monotonic() >= self._renewed_at + self._keep_s:
+            self._step_down("renewal_deadline_passed")
         return self.leading.is_set()
 
     @property
@@ -82,32 +97,32 @@ class LeaseElector:
                 await asyncio.shield(self.release())
 
     async def _step(self) -> None:
+        # A call that hangs must not keep us leading past 2/3 of the duration, when a standby
+        # may take over: a renewal is bounded by what is left of that since the last one, an
+        # acquisition by as much from now (a reply after that holds nothing).
+        leading = self.held
+        deadline_s = (self._renewed_at if leading else self._clock.monotonic()) + self._keep_s
         try:
-            if self.leading.is_set():
-                # A renewal that hangs must not keep us leading past 2/3 of the duration, when
-                # a standby may take over: bound it by what is left of that.
-                left = self._renewed_at + self._duration_s * 2 / 3 - self._clock.monotonic()
-                held = await asyncio.wait_for(self._try(), timeout=max(left, 0.0))
-            else:
-                held = await self._try()
-        except TimeoutError:
-            log.warning("lease_renewal_too_slow", lease=self._name)
-            held = False
+            result = await before_deadline(self._try(), self._clock, deadline_s)
         except (ApiStatus, ApiUnavailable) as exc:
             log.warning("lease_error", lease=self._name, error=str(exc))
-            held = False
-            if self.leading.is_set():
-                # Keep leading through a short outage, but not past 2/3 of the duration.
-                held = self._clock.monotonic() - self._renewed_at < self._duration_s * 2 / 3
-        if held:
+            # Keep leading through a short outage, but not past 2/3 of the duration.
+            result = self.held
+        if isinstance(result, Late):
+            log.warning("lease_renewal_too_slow", lease=self._name)
+            result = False
+        if result:
             if not self.leading.is_set():
                 log.info("lease_acquired", lease=self._name, holder=self.identity)
                 self.lost.clear()
                 self.leading.set()
         elif self.leading.is_set():
-            log.warning("lease_lost", lease=self._name, holder=self.identity)
-            self.leading.clear()
-            self.lost.set()
+            self._step_down("not_renewed")
+
+    def _step_down(self, why: str) -> None:
+        log.warning("lease_lost", lease=self._name, holder=self.identity, reason=why)
+        self.leading.clear()
+        self.lost.set()
 
     def _spec(self, now: datetime, *, acquire: bool, transitions: int) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -123,7 +138,7 @@ class LeaseElector:
         return spec
 
     async def _try(self) -> bool:
-        now = self._clock.now()
+        now, sent_s = self._clock.now(), self._clock.monotonic()
         lease = await self._api.get_lease(self._ns, self._name)
         if lease is None:
             body = {
@@ -138,7 +153,7 @@ class LeaseElector:
                 if exc.code == 409:
                     return False  # another candidate created it first
                 raise
-            self._renewed_at = self._clock.monotonic()
+            self._renewed_at = sent_s
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -157,7 +172,7 @@ class LeaseElector:
             if exc.code == 409:
                 return False  # written by someone else since we read it
             raise
-        self._renewed_at = self._clock.monotonic()
+        self._renewed_at = sent_s
         if holder != self.identity:
             self.transitions = transitions
         return True

@@ -49,6 +49,7 @@ from seedance.testing.kube_api.server import (
     ADMIN_TOKEN,
     AuditRecord,
     Fault,
+    Hold,
     KubeApiServer,
     KubeApiSettings,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "ApiError",
     "AuditRecord",
     "Fault",
+    "Hold",
     "KubeApiServer",
     "KubeApiSettings",
     "UserInfo",

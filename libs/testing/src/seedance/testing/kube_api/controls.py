@@ -1,20 +1,24 @@
-"""The test Kubernetes API server's settings and test controls: injected faults and the audit log's
-records.
+"""The test Kubernetes API server's settings and test controls: injected faults, held requests
+and the audit log's records.
 
-Owns these values (`KubeApiSettings`, `Fault`, `AuditRecord`) and the reason a fault's status
-carries by default (`reason_for`). It must not serve requests or hold state: the server
-(`seedance.testing.kube_api.server`) matches faults and appends audit records.
+Owns these values (`KubeApiSettings`, `Fault`, `Hold`, `AuditRecord`), the reason a fault's
+status carries by default (`reason_for`) and which control a request meets (`take`). It must
+not serve requests or hold state: the server (`seedance.testing.kube_api.server`) keeps the
+controls, applies them and appends audit records.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from seedance.testing.kube_api.validation import KUBERNETES_VERSION
 
-__all__ = ["AuditRecord", "Fault", "KubeApiSettings", "reason_for"]
+__all__ = ["AuditRecord", "Fault", "Hold", "KubeApiSettings", "reason_for", "take"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +62,32 @@ class Fault:
     remaining: int
     message: str
     reason: str
+
+
+@dataclass(kw_only=True)
+class Hold:
+    """Hold the next ``remaining`` requests whose method and path match, unanswered, until
+    ``release`` is set (then each is served as usual): a call that hangs. ``arrived`` is set
+    when one is held, so that a test waits for it instead of sleeping."""
+
+    method: str
+    path: re.Pattern[str]
+    remaining: int
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+_Control = TypeVar("_Control", Fault, Hold)
+
+
+def take(controls: Iterable[_Control], method: str, path: str) -> _Control | None:
+    """The first of ``controls`` with requests left that ``method`` and ``path`` match (one
+    request of it used up), or None."""
+    for control in controls:
+        if control.remaining > 0 and control.method in (method, "*") and control.path.search(path):
+            control.remaining -= 1
+            return control
+    return None
 
 
 def reason_for(code: int) -> str:

@@ -25,9 +25,9 @@ import yaml
 from aiohttp import web
 
 from seedance.core.clock import Clock, WallClock
-from seedance.testing.kube_api import discovery, errors
+from seedance.testing.kube_api import controls, discovery, errors
 from seedance.testing.kube_api.admission import ANONYMOUS, UserInfo, service_account
-from seedance.testing.kube_api.controls import AuditRecord, Fault, KubeApiSettings, reason_for
+from seedance.testing.kube_api.controls import AuditRecord, Fault, Hold, KubeApiSettings
 from seedance.testing.kube_api.errors import ApiError, status_body
 from seedance.testing.kube_api.requests import TRUE, RequestInfo, parse_request
 from seedance.testing.kube_api.resources import ResourceType
@@ -51,6 +51,7 @@ __all__ = [
     "COMPACT_PATH",
     "AuditRecord",
     "Fault",
+    "Hold",
     "KubeApiServer",
     "KubeApiSettings",
     "RequestInfo",
@@ -85,6 +86,7 @@ class KubeApiServer:
         self.api = Api(self.store, self.clock, schemas)
         self.audit: list[AuditRecord] = []
         self.faults: list[Fault] = []
+        self.holds: list[Hold] = []
         self.port = self.settings.port
         self._runner: web.AppRunner | None = None
         self._streams: set[web.StreamResponse] = set()
@@ -186,15 +188,18 @@ class KubeApiServer:
     ) -> Fault:
         """Make the next ``count`` requests matching (method, path regex) fail with ``code``."""
         fault = Fault(
-            method=method.upper(),
-            path=re.compile(path_regex),
-            code=code,
-            remaining=count,
-            message=message,
-            reason=reason or reason_for(code),
-        )
+            method=method.upper(), path=re.compile(path_regex), code=code, remaining=count,
+            message=message, reason=reason or controls.reason_for(code),
+        )  # fmt: skip
         self.faults.append(fault)
         return fault
+
+    def hold_next(self, method: str, path_regex: str, count: int = 1) -> Hold:
+        """Hold the next ``count`` requests matching (method, path regex) unanswered until the
+        returned `Hold`'s ``release`` is set (``arrived``: one is held)."""
+        hold = Hold(method=method.upper(), path=re.compile(path_regex), remaining=count)
+        self.holds.append(hold)
+        return hold
 
     def verbs_used(self, user_agent: str | None = None) -> set[tuple[str, str, str]]:
         """(api group, resource[/subresource], verb) of every audited resource request."""
@@ -211,7 +216,11 @@ class KubeApiServer:
         request[_INFO] = info
         code = 500
         try:
-            fault = self._fault(request.method, request.path_qs)
+            hold = controls.take(self.holds, request.method, request.path_qs)
+            if hold is not None:
+                hold.arrived.set()
+                await hold.release.wait()
+            fault = controls.take(self.faults, request.method, request.path_qs)
             if fault is not None:
                 raise ApiError(code=fault.code, reason=fault.reason, message=fault.message)
             request[_USER] = self._authenticate(request)
@@ -266,13 +275,6 @@ class KubeApiServer:
                 code=code,
             )
         )
-
-    def _fault(self, method: str, path: str) -> Fault | None:
-        for fault in self.faults:
-            if fault.remaining > 0 and fault.method in (method, "*") and fault.path.search(path):
-                fault.remaining -= 1
-                return fault
-        return None
 
     async def _dispatch(
         self, request: web.Request, info: RequestInfo, query: dict[str, str]

@@ -135,8 +135,11 @@ class _State(msgspec.Struct, kw_only=True):
     silence_on_server_clock: bool = False
     #: Last cumulative energy per ``node/gpu`` in mJ (NVML's counter; the core wants deltas).
     energy_mj: dict[str, int] = msgspec.field(default_factory=dict)
-    #: Budgeted tenants' spend per window end (micro-USD), and the guard's last status.
-    spend: dict[str, dict[int, int]] = msgspec.field(default_factory=dict)
+    #: Budgeted tenants' spend per window end: (end ms, micro-USD) pairs, ascending by end,
+    #: and the guard's last status. Pairs, not a dict keyed by the end: msgpack's deterministic
+    #: order (the checkpoint's canonical bytes) takes only str keys (written only here; the
+    #: replica keeps a dict while it runs).
+    spend: dict[str, list[tuple[int, int]]] = msgspec.field(default_factory=dict)
     status: dict[str, str] = msgspec.field(default_factory=dict)
     ledger: bytes = b""
 
@@ -165,6 +168,8 @@ class LedgerReplica:
         self.telemetry_ahead_ms = telemetry_ahead_s * 1000
         self.ledger = Ledger(book, self.config)
         self._s = _State(silence_on_server_clock=True)
+        #: Budgeted tenants' spend per window end (micro-USD); ``_State.spend`` in a checkpoint.
+        self._spend: dict[str, dict[int, int]] = {}
 
     # ------------------------------------------------------------------------- stepping
 
@@ -376,14 +381,14 @@ class LedgerReplica:
             return []
         for o in outputs:
             if isinstance(o, CostLine) and o.kind == "usage" and o.tenant in self.budgets:
-                by_end = self._s.spend.setdefault(o.tenant, {})
+                by_end = self._spend.setdefault(o.tenant, {})
                 end = o.window_end_ms
                 by_end[end] = by_end.get(end, 0) + o.amounts.total_usd_micro
         pubs: list[Publication] = []
         for tenant, budget in sorted(self.budgets.items()):
             points: list[SpendPoint] = []
             running = 0
-            for end, amount in sorted(self._s.spend.get(tenant, {}).items()):
+            for end, amount in sorted(self._spend.get(tenant, {}).items()):
                 running += amount
                 if budget.period_start_ms < end <= budget.period_end_ms:
                     points.append(SpendPoint(at_ms=end, spend_usd_micro=running))
@@ -409,15 +414,17 @@ class LedgerReplica:
     def to_bytes(self) -> bytes:
         """The replica's checkpoint: its own state with the core's canonical snapshot."""
         self._s.ledger = self.ledger.to_bytes()
+        self._s.spend = {t: sorted(by_end.items()) for t, by_end in self._spend.items()}
         try:
             return _ENCODER.encode(self._s)
         finally:
-            self._s.ledger = b""
+            self._s.ledger, self._s.spend = b"", {}
 
     def restore(self, data: bytes) -> None:
         state = _DECODER.decode(data)
         self.ledger = Ledger.from_bytes(state.ledger, self.book)
-        state.ledger = b""
+        self._spend = {t: dict(pairs) for t, pairs in state.spend.items()}
+        state.ledger, state.spend = b"", {}
         if not state.silence_on_server_clock:
             # Written when every other input led the clock by the skew: the clock it had then.
             state.silence_on_server_clock = True
