@@ -86,3 +86,22 @@ def test_a_ledger_merged_with_a_restored_one_keeps_its_legacy_ends(book: PriceBo
     assert merged.facts.legacy_ends == {"reuse-cpu-end", "bad-end"}
     assert "reuse-gpu" not in merged.facts.alloc_end
     assert merged.facts.ended_before_start == {}
+
+
+def test_a_run_that_took_the_next_runs_end_is_billed_again(book: PriceBook) -> None:
+    """38cbb2e gave a run whose own end had not arrived the next run's end (the gang placed
+    after it billed on); this rule gives that end to the gang and leaves the first run open.
+    Restored, the windows the old rule billed are recomputed: the bill is this rule's.
+
+    Before the fix: no window was marked dirty (the job has no orphan end and no end at a
+    run's start), and the restored ledger kept the old bill (1,833,326 µGPU-h to +60 min, the
+    recompute 1,499,992 to +60)."""
+    from .fixtures import make_checkpoint_open_run as open_run
+
+    data = (FIXTURES / "checkpoint-38cbb2e-open.bin").read_bytes()
+    led = Ledger.from_bytes(data, book)
+    assert "first" not in led.facts.alloc_end
+    assert led.dirty  # what the old rule billed is billed again on the next advance
+    as_of = open_run.START_MS + 120 * open_run.MIN_MS
+    led.advance(as_of)
+    assert led.totals() == core.recompute(open_run.facts(), book, as_of, CONFIG)  # type: ignore[arg-type]

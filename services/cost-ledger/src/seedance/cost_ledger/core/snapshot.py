@@ -202,11 +202,15 @@ def _orphans(snap: _Snapshot) -> set[str]:
 def _rebill_settled_again(led: Ledger) -> None:
     """A checkpoint written under an older rule of ends (``ends_rule`` 0) billed its closed
     windows by the ends that rule gave, and ``restore`` has just settled them again by this
-    one. The rules differ only for a job with an end that no run takes (an orphan, which one
-    rule closed a run with and another ignored; a duplicate) or an end at the instant a run of
-    it started (which run it ends): mark those jobs' closed windows from their first run dirty,
-    so the next ``advance`` bills what moved as adjustments (recomputing a window that was
-    right emits nothing; windows sealed stay: their state is gone)."""
+    one. The rules differ for a job with an end that no run takes (an orphan, which one rule
+    closed a run with and another ignored; a duplicate), an end at the instant a run of it
+    started (which run it ends), and a run whose own end had not arrived: the old rule sought
+    a run's end after its start with no upper bound, so it took the next run's end (that run
+    billed on), where this one leaves it open. Each allocation's end by the old rule
+    (``_old_ends``) is compared with this one's: the closed windows of every job where one
+    differs, or with such an end, are marked dirty from its first run, so the next ``advance``
+    bills what moved as adjustments (recomputing a window that was right emits nothing;
+    windows sealed stay: their state is gone)."""
     f = led.facts
     w_ms = led.config.window_ms
     held = {e.event_id for e in (*f.alloc_end.values(), *f.unbilled_end.values())}
@@ -214,10 +218,37 @@ def _rebill_settled_again(led: Ledger) -> None:
         starts = {f.allocations[a].start_ms for a in allocs}
         ends = [f.job_ends[eid] for eid in f.ends_ids(job)]
         if not any(e.event_id not in held or e.end_ms in starts for e in ends):
-            continue
+            was = _old_ends(led, allocs, ends)
+            now = {a: (e.end_ms, e.event_id) for a in allocs if (e := f.alloc_end.get(a))}
+            if was == now:
+                continue
         first_w = window_of(min(starts), w_ms)
         for node in {f.allocations[a].node for a in allocs}:
             _dirty_from(led, node, first_w)
+
+
+def _old_ends(led: Ledger, allocs: list[str], ends: list[JobEnded]) -> dict[str, tuple[int, str]]:
+    """Each allocation's end (``end_ms``, id) by the rule of ``ends_rule`` 0: in start order,
+    the first end at or after its start that no run started strictly earlier took, however
+    late (a resized part's end is its predecessor's, as in ``Facts._piece_end``)."""
+    f = led.facts
+    out: dict[str, tuple[int, str]] = {}
+    taken: set[str] = set()
+    group: set[str] = set()
+    group_ms: int | None = None
+    for aid in allocs:  # in (start, id) order
+        start_ms = f.allocations[aid].start_ms
+        if start_ms != group_ms:
+            taken |= group
+            group, group_ms = set(), start_ms
+        piece = f.alloc_end.get(aid) if f"{aid}:resized" in f.job_ends else None
+        end = piece or next(
+            (e for e in ends if e.end_ms >= start_ms and e.event_id not in taken), None
+        )
+        if end is not None:
+            out[aid] = (end.end_ms, end.event_id)
+            group.add(end.event_id)
+    return out
 
 
 def _rebill_later_runs(led: Ledger) -> None:
