@@ -107,3 +107,32 @@ def test_a_run_closed_at_its_start_is_billed_again_to_its_own_end(book: PriceBoo
     expected = recompute([node, run, early, own], book, t0 + 90 * minute, config)
     assert expected.by_job["globex/y"].gpu_hours_micro == 500_000
     assert led.totals() == expected
+
+
+def test_retention_seals_no_window_of_a_run_closed_at_its_start(book: PriceBook) -> None:
+    """A run closed at its start whose own end arrives more than the retention later: its
+    windows were kept (the seal waits at the run's start while it is so closed), so that end
+    bills the run in full (170 minutes), and the seal moves on once it has.
+
+    Before the fix retention sealed them (``assert 5908062 == 5908034``, ``sealed_until`` past
+    the run's start): its end re-billed only the windows still open to change, 499,998
+    µGPU-h against the recompute's 2,833,322 (``late_facts`` 1)."""
+    t0, minute = 1_772_409_600_000, 60_000
+    config = LedgerConfig(window_s=300, lateness_s=0, retention_windows=6)
+    node = NodeInfo(event_id="inv", node="n", gpu_model="X", gpu_count=1, at_ms=t0)
+    gpu = alloc("gpu", t0 + 10 * minute, node="n", job="acme/train")
+    defect = end("cpu-release", t0 + 5 * minute, job="acme/train")
+    own = end("gpu-release", t0 + 180 * minute, job="acme/train")
+    led = Ledger(book, config)
+    led.apply_many([node, defect, gpu])
+    for m in range(10, 181, 5):
+        led.advance(t0 + m * minute)
+    assert led.facts.ended_before_start == {"gpu": "cpu-release"}
+    assert led.sealed_until == (t0 + 10 * minute) // config.window_ms  # held at its start
+    led.apply(own)
+    led.advance(t0 + 200 * minute)
+    expected = recompute([node, defect, gpu, own], book, t0 + 200 * minute, config)
+    assert led.totals().by_job["acme/train"].gpu_hours_micro == 2_833_322
+    assert led.totals() == expected
+    assert led.late_facts == 0
+    assert led.sealed_until == (t0 + 200 * minute) // config.window_ms - 6  # moves on

@@ -93,9 +93,9 @@ def test_a_run_that_took_the_next_runs_end_is_billed_again(book: PriceBook) -> N
     after it billed on); this rule gives that end to the gang and leaves the first run open.
     Restored, the windows the old rule billed are recomputed: the bill is this rule's.
 
-    Before the fix: no window was marked dirty (the job has no orphan end and no end at a
-    run's start), and the restored ledger kept the old bill (1,833,326 µGPU-h to +60 min, the
-    recompute 1,499,992 to +60)."""
+    Before the fix no window was marked dirty (the job has no orphan end and no end at a
+    run's start): ``assert led.dirty`` failed, ``assert set()``, and the restored ledger kept
+    the old bill."""
     from .fixtures import make_checkpoint_open_run as open_run
 
     data = (FIXTURES / "checkpoint-38cbb2e-open.bin").read_bytes()

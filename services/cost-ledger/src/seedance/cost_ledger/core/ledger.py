@@ -288,11 +288,16 @@ class Ledger:
         return out
 
     def _seal(self) -> None:
-        """Drop per-window state of windows older than the retention (see LedgerConfig)."""
+        """Drop per-window state of windows older than the retention (see LedgerConfig), but
+        none from the window of a run closed at its start by an end of no run
+        (``Facts._clamp``): its own end, however late, withdraws the close and bills it."""
         keep = self.config.retention_windows
         if keep is None or self.closed_until is None:
             return
         until = self.closed_until - keep
+        held = self.held_from()
+        if held is not None:
+            until = min(until, held)
         if self.sealed_until is not None and until <= self.sealed_until:
             return
         self.sealed_until = until
@@ -303,6 +308,15 @@ class Ledger:
         # An allocation whose job ended before the sealed windows overlaps no window that can
         # still change (an end can only move earlier).
         self.facts.drop_ended_before(until * self.config.window_ms)
+
+    def held_from(self) -> int | None:
+        """The first window retention may not seal: that of the earliest run closed at its
+        start by an end of no run (None: no run is)."""
+        f = self.facts
+        if not f.ended_before_start:
+            return None
+        first = min(f.allocations[a].start_ms for a in f.ended_before_start)
+        return window_of(first, self.config.window_ms)
 
     def _settle(self, node: str, w: int, touched_jobs: set[str]) -> list[CostLine]:
         """Compute (node, w) from the facts and emit what differs from what was emitted."""
