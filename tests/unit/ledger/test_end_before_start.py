@@ -11,6 +11,9 @@ open, billed for ever until an end at or after its start arrived."""
 
 from __future__ import annotations
 
+from itertools import permutations
+
+import msgspec
 import pytest
 
 from seedance.cost_ledger.core import Ledger, LedgerConfig, PriceBook, recompute
@@ -136,3 +139,56 @@ def test_retention_seals_no_window_of_a_run_closed_at_its_start(book: PriceBook)
     assert led.totals() == expected
     assert led.late_facts == 0
     assert led.sealed_until == (t0 + 200 * minute) // config.window_ms - 6  # moves on
+
+
+def test_an_end_at_the_next_runs_start_is_that_runs_where_the_first_has_no_end(
+    book: PriceBook,
+) -> None:
+    """The first run's end misdated before it (an end of no run) and the next run's release
+    dated at that run's placement (the slicer's per-job floor): that release is the next
+    run's, the first run is closed at its start by the end of no run, and neither is billed
+    for ever, in every order of arrival, with a restart after each fact.
+
+    Before the fix the first run took the release (the first end from its start up to the
+    next run's start) and the next run stayed open, billed over the day: ``assert 'acme/j' not
+    in {'acme/j': Amounts(... gpu_hours_micro=23833333 ...)}``; the next test: ``KeyError:
+    'B'``."""
+    t0, minute = 1_772_409_600_000, 60_000
+    config = LedgerConfig(window_s=900, lateness_s=0)
+    node = NodeInfo(event_id="inv", node="n", gpu_model="X", gpu_count=2, at_ms=t0 - 60 * minute)
+    a = alloc("A", t0 + 10 * minute, node="n", job="acme/j")
+    b = msgspec.structs.replace(
+        alloc("B", t0 + 40 * minute, node="n", job="acme/j"), gpu_indices=(1,)
+    )
+    facts = [a, end("A-end-misdated", t0 + 5 * minute, job="acme/j"), b,
+             end("B-end", t0 + 40 * minute, job="acme/j")]  # fmt: skip
+    as_of = t0 + 24 * 60 * minute
+    expected = recompute([node, *facts], book, as_of, config)
+    assert "acme/j" not in expected.by_job  # both closed: A at its start, B at its release
+    for order in permutations(facts):
+        led = Ledger(book, config)
+        led.apply(node)
+        for x in order:
+            led.apply(x)
+            led.advance(x.end_ms if isinstance(x, JobEnded) else x.start_ms)
+            led = Ledger.from_bytes(led.to_bytes(), book)
+        f = led.facts
+        assert "B" in f.alloc_end
+        assert f.alloc_end["B"].event_id == "B-end"
+        assert f.ended_before_start == {"A": "A-end-misdated"}
+        led.advance(as_of)
+        assert led.totals() == expected
+
+
+def test_a_first_runs_end_at_the_next_runs_start_stays_its_own_if_that_run_has_one() -> None:
+    """With an end of no run as well, an end at the next run's start is still the first run's
+    (a move) where the next run has its own end: each run keeps its own."""
+    f = Facts()
+    for x in (alloc("A", 100_000), end("orphan", 50_000), alloc("B", 400_000)):
+        f.add_allocation(x) if isinstance(x, GpuAllocation) else f.add_end(x)
+    f.add_end(end("moved", 400_000))
+    assert f.alloc_end["B"].event_id == "moved"  # alone: the next run's (floored release)
+    f.add_end(end("released", 700_000))
+    assert f.alloc_end["A"].event_id == "moved"
+    assert f.alloc_end["B"].event_id == "released"
+    assert f.ended_before_start == {}

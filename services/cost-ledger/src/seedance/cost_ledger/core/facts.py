@@ -254,7 +254,10 @@ class Facts:
                 end = self._end_for(window, ends, taken)
                 _put(self.unbilled_end, rid, end)
             else:
-                end = self._alloc_end(rid, window, first_ms, allocs, ends, taken, skip, changed)
+                nxt = None if window[1] is None else until[window[1]]
+                end = self._alloc_end(
+                    rid, window, nxt, first_ms, allocs, ends, taken, skip, changed
+                )
             if end is None:
                 continue
             if rid not in self.ended_before_start:  # a clamp's end is no run's: takes nothing
@@ -270,13 +273,17 @@ class Facts:
         return min(changed, default=None)
 
     def _alloc_end(
-        self, aid: str, window: tuple[int, int | None], first_ms: int, allocs: list[str],
-        ends: list[tuple[int, str]], taken: dict[str, int], skip: str, changed: list[int],
+        self, aid: str, window: tuple[int, int | None], nxt: int | None, first_ms: int,
+        allocs: list[str], ends: list[tuple[int, str]], taken: dict[str, int], skip: str,
+        changed: list[int],
     ) -> JobEnded | None:  # fmt: skip
         """Settle one allocation's end (``_settle_job``), noting in ``changed`` the earliest
-        old or new end where it changed (but for ``skip``)."""
+        old or new end where it changed (but for ``skip``). ``nxt``: where the next run's
+        window ends (None: that run is the latest)."""
         start_ms = window[0]
         end = self._piece_end(aid, allocs) or self._end_for(window, ends, taken)
+        if end is not None and start_ms == first_ms and self._floored_next(window, nxt, end, ends):
+            end = None  # the next run's end: this run's is the end of no run (``_clamp``)
         if end is None and start_ms == first_ms:
             end = self._clamp(aid, start_ms, ends)
         else:
@@ -312,6 +319,29 @@ class Facts:
             return msgspec.structs.replace(end, end_ms=start_ms)
         self.ended_before_start.pop(aid, None)
         return None
+
+    def _floored_next(
+        self, window: tuple[int, int | None], nxt: int | None, end: JobEnded,
+        ends: list[tuple[int, str]],
+    ) -> bool:  # fmt: skip
+        """Whether ``end``, which a first run would take at the very instant the next run
+        starts, is the next run's own: the job has an end of no run (dated before every run,
+        not legacy: the first run's end, misdated) and the next run no other end in its
+        window (a release the slicer's per-job floor dated at that run's placement). The
+        first run is then closed at its start by the end of no run, the next one by this."""
+        start_ms, until_ms = window
+        if until_ms is None or end.end_ms != until_ms:
+            return False
+        lo = bisect_left(ends, (start_ms, ""))
+        if not any(eid not in self.legacy_ends for _, eid in ends[:lo]):
+            return False  # no end of no run: this end is the first run's (it moved)
+        i = bisect_left(ends, (until_ms, ""))
+        for end_ms, eid in ends[i:]:
+            if nxt is not None and end_ms > nxt:
+                break
+            if eid != end.event_id:
+                return False  # the next run has an end of its own: this one is the first's
+        return True
 
     def _reindex(self, aid: str) -> None:
         """Put an allocation whose end moved later back in its node's index, were it dropped."""
