@@ -192,3 +192,18 @@ def test_a_first_runs_end_at_the_next_runs_start_stays_its_own_if_that_run_has_o
     assert f.alloc_end["A"].event_id == "moved"
     assert f.alloc_end["B"].event_id == "released"
     assert f.ended_before_start == {}
+
+
+def test_a_run_closed_at_its_start_is_noted_once_whatever_ends_of_no_run_arrive() -> None:
+    """Two ends of no run, the later first: the run is closed at its start by the earliest,
+    and noted (logged and counted by the stepper) once.
+
+    Before the fix the earlier end moved the close and noted the run again: ``assert
+    [('gpu', 'e5'), ('gpu', 'e2')] == [('gpu', 'e5')]``."""
+    f = Facts()
+    f.add_allocation(alloc("gpu", 600_000))
+    f.add_end(end("e5", 300_000))
+    f.add_end(end("e2", 120_000))
+    assert [(a.event_id, e.event_id) for a, e in f.clamped] == [("gpu", "e5")]
+    assert f.ended_before_start == {"gpu": "e2"}
+    assert f.alloc_end["gpu"].event_id == "e2"

@@ -304,7 +304,8 @@ class Facts:
         and refused ones included, so that end is no run's: a producer's defect, a release
         misdated before the placement it ends): the earliest such end, at the allocation's
         start (a zero-length span, billed nothing), not left open and billed for ever. Noted
-        in ``clamped`` (for the shell to log and count) once per (allocation, end). An end
+        in ``clamped`` (for the shell to log and count) once per allocation closed so (an
+        earlier end of no run arriving later moves the close, not the count). An end
         restored from a checkpoint that held no unbilled run (``legacy_ends``) closes nothing:
         it may be the end of a CPU run that checkpoint never recorded. None: no such end."""
         for end_ms, eid in ends:
@@ -313,9 +314,9 @@ class Facts:
             if eid in self.legacy_ends:
                 continue
             end = self.job_ends[eid]
-            if self.ended_before_start.get(aid) != eid:
-                self.ended_before_start[aid] = eid
+            if aid not in self.ended_before_start:  # a run closed so is noted once
                 self.clamped.append((self.allocations[aid], end))
+            self.ended_before_start[aid] = eid
             return msgspec.structs.replace(end, end_ms=start_ms)
         self.ended_before_start.pop(aid, None)
         return None
