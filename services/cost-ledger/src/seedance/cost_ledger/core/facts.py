@@ -383,10 +383,11 @@ class Facts:
         start is that run's (or a later one's), never this one's: a run whose own end is not
         in stays open rather than take a later run's."""
         start_ms, until_ms = window
-        for end_ms, eid in ends:
+        for i in range(bisect_left(ends, (start_ms, "")), len(ends)):  # ends sorted
+            end_ms, eid = ends[i]
             if until_ms is not None and end_ms > until_ms:
                 break
-            if end_ms >= start_ms and eid not in taken:
+            if eid not in taken:
                 return self.job_ends[eid]
         return None
 
