@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +24,7 @@ from seedance.core.state_store import StateStore
 from seedance.events.base import derived_event_id
 from seedance.events.slicing import JobRejected, RejectionReason
 from seedance.events.subjects import slicing
+from seedance.testing.identities import password
 from seedance.testing.waits import eventually
 from tests.integration.bus.test_lease import Hangs
 from tests.integration.durable.test_durable_runtime import T0, Metrics, Tally, rejections
@@ -266,3 +271,82 @@ async def test_a_leader_whose_lease_refresh_hangs_steps_down_at_the_lease_s_ttl(
     finally:
         await durable.close()
         await rt.close()
+
+
+_ROOT = Path(__file__).resolve().parents[3]
+# A second process: its runtime holds a lease under the default name and prints what the
+# key holds (argv: the server's URL, the state key, the lease key).
+_HOLD_IN_ANOTHER_PROCESS = """
+import asyncio, os, sys
+from seedance.core import BusSettings, ServiceRuntime, WallClock
+from seedance.core.durable import DurableRuntime, DurableSpec
+from seedance.core.kv import ensure_bucket
+from tests.integration.durable.test_durable_runtime import Metrics, Tally
+
+async def main(url, key, lease_key):
+    bus = BusSettings(
+        url=url, name="test-durable-holder-2", user="slicer", password=os.environ["PASSWORD"]
+    )
+    rt = ServiceRuntime("slicer", bus)
+    spec = DurableSpec(bucket="seedance-slicer-state", key=key, lease_key=lease_key)
+    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, metrics=Metrics())
+    await rt.start()
+    try:
+        await durable.start()
+        assert await durable._lease.try_acquire()
+        entry = await (await ensure_bucket(rt.bus, "seedance-leases")).get(durable._lease._key)
+        print(entry.value.decode())
+        await durable._lease.release()
+    finally:
+        await durable.close()
+        await rt.close()
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def _held_under(nats_url: str, key: str, lease_key: str, holder: str) -> str:
+    """The name the key of a lease held by a runtime of this process (`holder` configured, or
+    "" for the default) holds."""
+    rt = ServiceRuntime("slicer", BusSettings(url=nats_url, name="test-durable-holder"))
+    spec = DurableSpec(bucket="seedance-slicer-state", key=key, lease_key=lease_key, holder=holder)
+    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, metrics=Metrics())
+    await rt.start()
+    try:
+        await durable.start()
+        lease = durable._lease
+        assert isinstance(lease, Lease)
+        assert await lease.try_acquire()
+        entry = await (await ensure_bucket(rt.bus, "seedance-leases")).get(lease._key)
+        await lease.release()
+        return entry.value.decode()
+    finally:
+        await durable.close()
+        await rt.close()
+
+
+async def test_two_runtimes_of_one_host_hold_their_lease_under_names_that_differ(
+    nats_url: str, unique: str
+) -> None:
+    """With no holder configured, two processes of one host (this one and a child) held their
+    leases under the host name alone, so their logs and the key could not tell which one led.
+    The default now names the host, the pid and a random suffix (one per process: the
+    slicer's two leases log one name); a configured holder is kept as it is."""
+    here = await _held_under(nats_url, f"pool.n{unique}", f"slicer.n{unique}", "")
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _HOLD_IN_ANOTHER_PROCESS, nats_url, f"pool.c{unique}",
+        f"slicer.c{unique}", cwd=_ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PASSWORD": password("slicer")},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == 0, err.decode()
+    there = out.decode().strip().splitlines()[-1]
+    assert here != there  # the bug: both were socket.gethostname()
+    for name, pid in ((here, os.getpid()), (there, child.pid)):
+        host, its_pid, suffix = name.rsplit("-", 2)
+        assert (host, its_pid) == (socket.gethostname(), str(pid))
+        assert len(suffix) == 4
+        assert int(suffix, 16) >= 0
+    configured = await _held_under(nats_url, f"pool.r{unique}", f"slicer.r{unique}", "replica-b")
+    assert configured == "replica-b"

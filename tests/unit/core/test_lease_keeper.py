@@ -21,6 +21,7 @@ from structlog.testing import capture_logs
 from seedance.core import VirtualClock, cancel_until_done
 from seedance.core.kv import Lease
 from seedance.core.tasks import guarded
+from seedance.testing.waits import eventually, stop_task
 
 
 @dataclass
@@ -148,3 +149,95 @@ async def test_a_create_answered_after_the_ttl_holds_nothing() -> None:
     assert not await lease.try_acquire()
     assert not lease.acquired.is_set()
     assert not lease.held
+
+
+class HangingCreate:
+    """A store whose ``create`` never answers while ``hanging`` (a stalled server, a half-open
+    connection) until it is cancelled; then it answers at once."""
+
+    def __init__(self) -> None:
+        self.hanging = True
+        self.entered = 0
+        self.cancelled = 0
+
+    async def create(self, key: str, value: bytes) -> int:
+        self.entered += 1
+        if self.hanging:
+            try:
+                await asyncio.get_running_loop().create_future()  # no answer, ever
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        return 1
+
+    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+        return (last or 0) + 1
+
+    async def delete(self, key: str, last: int | None = None) -> bool:
+        return True
+
+
+class KeeperSleeps(VirtualClock):
+    """A virtual clock counting the keeper's own sleeps (one a period; a call's deadline,
+    slept in a task of its own, is not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps = 0
+        self.keeper: asyncio.Task[None] | None = None
+
+    async def sleep(self, seconds: float) -> None:
+        if asyncio.current_task() is self.keeper:
+            self.sleeps += 1
+        await super().sleep(seconds)
+
+
+async def test_a_hung_create_is_cancelled_at_the_ttl_and_the_keeper_tries_again() -> None:
+    """A create that never answers (not leading meanwhile) is bounded by the lease's time from
+    when it was sent, as a refresh is: cancelled once ``ttl_s`` has passed (a reply after that
+    holds nothing anyway), the keeper sleeps to its next period and wins the key then. Before,
+    the create was awaited for as long as it hung: the keeper never reached another period."""
+    kv, clock = HangingCreate(), KeeperSleeps()
+    lease = Lease(kv, "slicer.p", "me", clock, 3.0)  # type: ignore[arg-type]
+    keeper = clock.keeper = asyncio.create_task(lease.keep())
+    try:
+        await eventually(lambda: kv.entered == 1, 5, what="the create in flight")
+        kv.hanging = False  # the next create is answered
+        await clock.advance(2.9)
+        assert kv.cancelled == 0  # before its deadline: still waited for
+        await clock.advance(0.1)  # 3 s after it was sent
+        await eventually(lambda: kv.cancelled == 1, 5, what="the hung create cancelled")
+        await eventually(lambda: clock.sleeps == 1, 5, what="the keeper asleep to its period")
+        assert not lease.held
+        await clock.advance(1.0)  # its next period (ttl_s / 3)
+        await eventually(lambda: lease.held, 5, what="the lease won by the next create")
+        assert kv.entered == 2
+    finally:
+        await stop_task(keeper)
+
+
+class HangingTakeBack(HangingCreate):
+    """The key exists (the create is refused) and reading it back never answers."""
+
+    async def create(self, key: str, value: bytes) -> int:
+        raise KeyWrongLastSequenceError()
+
+    async def get(self, key: str) -> Entry:
+        return Entry(b"me", await HangingCreate.create(self, key, b""))
+
+
+async def test_a_take_back_that_hangs_is_cancelled_at_the_creates_deadline_and_says_so() -> None:
+    """The create found the key; the take-back's read never answers: cancelled once ``ttl_s``
+    has passed since the create was sent, not leading, and logged (``lease_create_unanswered``
+    with its step). Before, it was cancelled in silence: nothing told why no replica led."""
+    kv, clock = HangingTakeBack(), VirtualClock()
+    lease = Lease(kv, "slicer.p", "me", clock, 3.0)  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        attempt = asyncio.create_task(lease.try_acquire())
+        await eventually(lambda: kv.entered == 1, 5, what="the take-back's read in flight")
+        await clock.advance(3.0)
+        assert not await attempt
+    assert kv.cancelled == 1
+    assert not lease.held
+    unanswered = [e for e in logs if e["event"] == "lease_create_unanswered"]
+    assert [(e["key"], e["step"]) for e in unanswered] == [("slicer.p", "take_back_read")]

@@ -202,7 +202,7 @@ def test_a_gpu_freed_by_a_late_end_is_taken_no_earlier_than_that_end() -> None:
     ((placed, placed_at),) = [(e, t) for e, t in out if isinstance(e, Placed)]
     assert (placed.job.job_id, placed.node, ended_at) == ("y", "n0", 100.0)
     assert placed_at >= ended_at
-    assert end.nodes == ("n0",)  # the node whose GPUs it freed
+    assert end.gpus == (("n0", 0),)  # the GPU it freed
 
 
 def test_a_preemptor_is_placed_no_earlier_than_the_eviction_that_freed_its_gpu() -> None:
@@ -218,14 +218,17 @@ def test_a_preemptor_is_placed_no_earlier_than_the_eviction_that_freed_its_gpu()
 
 
 def test_a_release_floors_only_the_placements_of_the_input_that_published_it() -> None:
-    """h placed at 10 s and ended at 100 s (an ordinary input); then an observer reports the
-    past: z submitted at 50 s. z is placed on the GPU free now at its own 50 s (the past it
-    reports is billed there), not at h's release: that release freed nothing for z's input.
-    Before, every later placement on a node was floored at its latest release, and a
-    replayed job of the recent past was placed now (tests/e2e/test_job_to_cost.py)."""
+    """h placed at 60 s and ended at 100 s (an ordinary input); then an observer reports the
+    past: z submitted at 50 s, before h's allocation began. z is placed on the GPU free now at
+    its own 50 s (the past it reports is billed there), not at h's release: that release freed
+    nothing for z's input. Before, every later placement on a node was floored at its latest
+    release, and a replayed job of the recent past was placed now
+    (tests/e2e/test_job_to_cost.py). (h was placed at 10 s here: z at 50 s was then inside
+    h's allocation, both billed on one GPU over [50 s, 100 s); a date inside the last released
+    allocation is now moved to its end: tests/unit/slicer/test_placement_date.py.)"""
     s = Scheduler()
     s.upsert_node(node("n0", 1), 0.0)
-    published(s, s.submit(job("h", "acme"), 10.0), 10.0)
+    published(s, s.submit(job("h", "acme"), 60.0), 60.0)
     out = published(s, s.finish("acme", "h", 100.0), 100.0)
     assert [(type(e).__name__, t) for e, t in out] == [("Ended", 100.0)]
     out = published(s, s.submit(job("z", "acme"), 50.0), 50.0)

@@ -103,7 +103,8 @@ def test_higher_priority_preempts_the_lowest_and_victim_requeues() -> None:
     s.schedule(0.0)
     s.submit(gpu_job("high", prio=10), 1.0)
     out = s.schedule(1.0)
-    assert JobPreempted("low", "high", 1.0, node=0) in out
+    # mid (the higher priority, placed first) took GPU 0: low freed GPU 1, which high takes.
+    assert JobPreempted("low", "high", 1.0, node=0, gpus=((0, 1),)) in out
     assert "high" in placed(out)
     assert "mid" in s.running_ids
     assert s.pending_ids == ["low"]

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import nats.errors
-from nats.js import api as js_api
 from nats.js.errors import (
     BadRequestError,
     BucketNotFoundError,
@@ -26,7 +25,6 @@ from nats.js.errors import (
     NotFoundError,
 )
 from nats.js.kv import KeyValue
-from nats.js.object_store import ObjectStore
 
 from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus
 from seedance.core.clock import Clock
@@ -39,6 +37,7 @@ from seedance.core.drift import (
     stream_config,
 )
 from seedance.core.logs import get_logger
+from seedance.core.object_store import create_object_store, ensure_object_store
 from seedance.core.tasks import Late, before_deadline
 from seedance.events.provision_permissions import PROVISIONER, provisioner_deletes
 from seedance.events.subjects import (
@@ -46,7 +45,6 @@ from seedance.events.subjects import (
     OBJECT_STORES,
     STREAMS,
     BucketSpec,
-    ObjectStoreSpec,
 )
 
 __all__ = [
@@ -134,7 +132,7 @@ async def provision(bus: Bus) -> list[Change]:
     for store in OBJECT_STORES.values():
         name = object_store_config(store, replicas).name or ""
         if await _missing(bus, name):
-            await _create_object_store(bus, store)
+            await create_object_store(bus, store)
             changes.append(Change(name, "created"))
     return changes
 
@@ -145,38 +143,6 @@ async def _missing(bus: Bus, stream: str) -> bool:
     except NotFoundError:
         return True
     return False
-
-
-async def ensure_object_store(bus: Bus, name: str) -> ObjectStore:
-    """Bind the catalogue's object store ``name``, creating it on first use where this user
-    may, else waiting for provision; an existing one is never changed, only checked (as
-    `ensure_bucket`)."""
-    spec: ObjectStoreSpec = OBJECT_STORES[name]
-    try:
-        store = await bus.js.object_store(spec.name)
-    except BucketNotFoundError:
-        created = await bus.create_or_await(
-            f"OBJ_{spec.name}", lambda: _create_object_store(bus, spec)
-        )
-        if created is not None:
-            return created
-        store = await bus.js.object_store(spec.name)
-    wanted = object_store_config(spec, bus._replicas())
-    check_drift(wanted, (await bus.js.stream_info(wanted.name or "")).config)
-    return store
-
-
-async def _create_object_store(bus: Bus, spec: ObjectStoreSpec) -> ObjectStore:
-    """Create store ``spec`` as its service does (as `_create_bucket`)."""
-    return await bus.js.create_object_store(
-        spec.name,
-        js_api.ObjectStoreConfig(
-            description=spec.description or None,
-            ttl=spec.ttl_s or None,
-            max_bytes=spec.max_bytes,
-            replicas=bus._replicas(),
-        ),
-    )
 
 
 class KeyWatch:
@@ -396,30 +362,51 @@ class Lease:
             return await self._refresh(self._revision)
         sent_s = self._clock.monotonic()
         try:
-            revision = await self._kv.create(self._key, self._holder)
+            # Bounded like a refresh: a create that hangs (a stalled server, a half-open
+            # connection) once stalled the keeper, which never reached its next period.
+            revision = await self._before_deadline(
+                self._kv.create(self._key, self._holder), sent_s + self._ttl_s
+            )
         except KeyWrongLastSequenceError:
-            return await self._take_back()
+            return await self._take_back(sent_s + self._ttl_s)
+        if isinstance(revision, Late):
+            return self._unanswered(revision, "create")
         return self._won(revision, sent_s, "created")
 
-    async def _take_back(self) -> bool:
+    async def _take_back(self, deadline_s: float) -> bool:
         """The key exists: where it is still at the revision this object last wrote (our last
         write landed after the lease was lost by the clock), one compare-and-set at it takes
         it back at once, its deadline counted from that write, rather than refusing our own
         key until it expires. False where it is at any other revision: another's, or another
-        live process's of the same holder name (the default holder is the host's name), or a
-        write of ours whose reply was lost (the bucket's TTL frees that one)."""
+        live process's of the same holder name, or a write of ours whose reply was lost (the
+        bucket's TTL frees that one). Its read is bounded by ``deadline_s`` (the create's),
+        its write by ``ttl_s`` from when it is sent."""
         try:
-            entry = await self._kv.get(self._key)
+            entry = await self._before_deadline(self._kv.get(self._key), deadline_s)
         except (KeyNotFoundError, KeyDeletedError):
             return False
-        if entry.revision is None or entry.revision != self._wrote:
+        if isinstance(entry, Late) or entry.revision is None:
+            return self._unanswered(entry, "take_back_read")
+        if entry.revision != self._wrote:
             return False
         sent_s = self._clock.monotonic()
         try:
-            revision = await self._kv.update(self._key, self._holder, last=entry.revision)
+            revision = await self._before_deadline(
+                self._kv.update(self._key, self._holder, last=entry.revision),
+                sent_s + self._ttl_s,
+            )
         except KeyWrongLastSequenceError:
             return False
+        if isinstance(revision, Late):
+            return self._unanswered(revision, "take_back_write")
         return self._won(revision, sent_s, "taken_back")
+
+    def _unanswered(self, reply: object, step: str) -> bool:
+        """False, the attempt to lead failed; a call of it cancelled at its deadline is logged
+        (`lease_create_unanswered`, which `step`: the create, the take-back's read or write)."""
+        if isinstance(reply, Late):
+            log.warning("lease_create_unanswered", key=self._key, step=step)
+        return False
 
     def _won(self, revision: int, sent_s: float, how: str) -> bool:
         """A write sent at ``sent_s`` landed at ``revision``: held from then, unless its reply
@@ -477,11 +464,18 @@ class Lease:
         self._written_s = sent_s
         return True
 
-    async def _before_deadline(self, call: Awaitable[_T]) -> _T | Late:
-        """`call`'s result, or `LATE` (the lease lost, the call cancelled) once ``ttl_s`` has
-        passed since the last write that succeeded (`seedance.core.tasks.before_deadline`, on
-        the injected clock). The call's own errors propagate."""
-        result = await before_deadline(call, self._clock, self._written_s + self._ttl_s)
+    async def _before_deadline(
+        self, call: Awaitable[_T], deadline_s: float | None = None
+    ) -> _T | Late:
+        """`call`'s result, or `LATE` (the lease lost if held, the call cancelled) once the
+        deadline has passed (`seedance.core.tasks.before_deadline`, on the injected clock):
+        ``deadline_s`` (``clock.monotonic()``), by default when ``ttl_s`` has passed since the
+        last write that succeeded. A lease not held races its create (and taking its key back)
+        against ``ttl_s`` from when it was sent: a reply after that holds nothing anyway
+        (`_won`). The call's own errors propagate."""
+        if deadline_s is None:
+            deadline_s = self._written_s + self._ttl_s
+        result = await before_deadline(call, self._clock, deadline_s)
         if isinstance(result, Late) and self._revision is not None:
             self._lose("ttl_passed")
         return result

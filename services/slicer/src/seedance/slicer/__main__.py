@@ -4,11 +4,11 @@ wire the objects, serve."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from seedance.core import ServiceRuntime, WallClock, serve
 from seedance.core.entry import start_service
 from seedance.core.heap import freeze_survivors
+from seedance.core.holder import default_holder
 from seedance.core.logs import get_logger
 from seedance.slicer.autosize import autosize_service, with_autosize
 from seedance.slicer.config import short_hold
@@ -34,7 +34,7 @@ def main() -> None:
     freeze_survivors()
     slicer = SlicerService.build(runtime, clock, settings)
     # The right-sizing loop runs beside the slicer when a tenant opted in (docs/slicer.md).
-    autosize = autosize_service(runtime, clock, settings, settings.replica or socket.gethostname())
+    autosize = autosize_service(runtime, clock, settings, settings.replica or default_holder())
     asyncio.run(serve(with_autosize(slicer, autosize)))
 
 

@@ -14,7 +14,8 @@ __all__ = ["SlicerSettings"]
 class SlicerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Names the leader lease (``slicer.<pool>``) and the state snapshot key (``pool.<pool>``).
     pool: str = "default"
-    #: This replica's name in the leader lease (defaults to the host name).
+    #: This replica's name in the leader lease (default: host name, pid and a random suffix,
+    #: `seedance.core.holder.default_holder`).
     replica: str = ""
     #: How long a leader holds its lease without a refresh that succeeded (one every ttl/3):
     #: > 0 and at most the leases bucket's TTL, past which the key is gone and a standby may

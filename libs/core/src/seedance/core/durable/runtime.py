@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -48,6 +47,7 @@ from seedance.core.durable.batch import DurableCore, decide_batch
 from seedance.core.durable.outbox_sender import OutboxSender
 from seedance.core.durable.state import DurableState, Outbox
 from seedance.core.errors import InvalidMessage, RetryableError
+from seedance.core.holder import default_holder
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.service import ServiceRuntime
@@ -99,7 +99,8 @@ class DurableSpec:
     #: The KV bucket and key prefix of the state (`StateStore`).
     bucket: str
     key: str
-    #: The lease's key in `LEASE_BUCKET`, who holds it (the replica; "" the host name), its TTL
+    #: The lease's key in `LEASE_BUCKET`, who holds it (the replica; "": `default_holder`,
+    #: host name, pid and a random suffix), its TTL
     #: (the poll period is a sixth of it, also with a `Leadership` handed in; its key unused).
     lease_key: str
     holder: str = ""
@@ -221,7 +222,7 @@ class DurableRuntime:
         )
         if self._lease is None:
             leases = await ensure_bucket(bus, LEASE_BUCKET)
-            holder = self._spec.holder or socket.gethostname()
+            holder = self._spec.holder or default_holder()
             self._lease = Lease(
                 leases, self._spec.lease_key, holder, self._clock, self._spec.lease_ttl_s
             )

@@ -157,7 +157,8 @@ def consolidation_round(s: Scheduler, cfg: ConsolidationConfig, now_s: float) ->
             s._queue.submit(core_job(job), s._submitted_s.get(j.job_id, now_s))
             s._dirty_jobs.add(j.job_id)
             m.history.record(now_s, job.tenant, j.job_id)
-            out.append(Evicted(job, name, "", CONSOLIDATION, detail=detail))
+            freed = tuple((name, g) for g in was.gpus)
+            out.append(Evicted(job, name, "", CONSOLIDATION, detail=detail, gpus=freed))
     if lapsed or drains:
         s._queue.set_masked(s._masked(), s._cordoned)
         s._queue.resources_changed()

@@ -52,6 +52,10 @@ class Placed:
     gpus: tuple[GpuShare, ...]
     attempt: int
     part: int = 0
+    #: The GPUs of the whole placement, (node, physical GPU index), every part's: each part
+    #: is dated over all of them, so a gang's parts start at one instant
+    #: (`SchedulerState.publish_at_s`; the ledger ends them together). () for one part: its own.
+    placement: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,10 @@ class Evicted:
     by_tenant: str = ""
     #: Why, in words, where the reason needs more (a consolidation move's drained node).
     detail: str = ""
+    #: The GPUs it freed, (node, physical GPU index), on every node it held (a gang's other
+    #: nodes too, a MIG instance's GPU): a placement there caused by the same input is dated
+    #: no earlier than this eviction (`SchedulerState.publish_at_s`).
+    gpus: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +114,9 @@ class Ended:
     outcome: str  # finished | failed | cancelled
     was_placed: bool
     floor_s: float | None = None
-    #: The nodes whose GPUs it freed: a placement there is dated no earlier than this end.
-    nodes: tuple[str, ...] = ()
+    #: The GPUs it freed, (node, physical GPU index; a MIG instance's GPU): a placement
+    #: there caused by the same input is dated no earlier than this end.
+    gpus: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,8 @@ one batch changed. This module must not decide anything.
 Keys (a job key holds a `/`, a node name does not; both are free text inside an entry key):
 
 * `g`: `Globals` (sequence counters, the workload refresh counter); every batch that submits.
-* `n/<node>`: `NodeEntry` (its stable index and `NodeSpec`); when the node is added or
-  re-described.
+* `n/<node>`: `NodeEntry` (its stable index, `NodeSpec`, and the span of the last allocation
+  released on each of its GPUs); when the node is added or re-described, or a GPU of it freed.
 * `j/<tenant>/<job>`: `JobEntry` (the request, attempts, submit time, queue record); when the
   job is submitted, placed, evicted, re-reasoned, reserved for, or ends (deleted).
 * `e/<tenant>/<job>`: its ordinal among ended jobs; when it ends (deleted when forgotten).
@@ -72,6 +72,9 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
 class NodeEntry(msgspec.Struct, frozen=True, array_like=True):
     index: int
     spec: NodeSpec
+    #: (GPU, start, end) of the last allocation released on each of its GPUs, by GPU (absent
+    #: in entries written before it was kept).
+    released: tuple[tuple[int, float, float], ...] = ()
 
 
 class JobEntry(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -129,7 +132,13 @@ def entries_of(snap: SchedulerSnapshot) -> dict[str, bytes]:
         "mig_queue": e(snap.mig_queue),
         "moves": e(snap.moves),
     }
-    out.update((f"n/{n.name}", e(NodeEntry(i, n))) for i, n in enumerate(snap.nodes))
+    released: dict[str, list[tuple[int, float, float]]] = {}
+    for name, gpu, start, end in snap.released:
+        released.setdefault(name, []).append((gpu, start, end))
+    out.update(
+        (f"n/{n.name}", e(NodeEntry(i, n, tuple(sorted(released.get(n.name, ()))))))
+        for i, n in enumerate(snap.nodes)
+    )
     for key, spec in snap.jobs.items():
         out[f"j/{key}"] = e(
             JobEntry(
@@ -212,6 +221,7 @@ def snapshot_of(entries: Mapping[str, bytes]) -> SchedulerSnapshot:
         mig=whole.get("mig", ()),
         mig_queue=whole.get("mig_queue", ()),
         moves=whole.get("moves", MovesRecord()),
+        released=tuple((n.spec.name, g, a, b) for n in nodes for g, a, b in n.released),
     )
 
 

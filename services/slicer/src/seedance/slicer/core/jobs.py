@@ -52,6 +52,9 @@ class JobPlaced:
     placements: tuple[NodeGpus, ...]
     at_s: float
     waited_s: float
+    #: The share of each GPU it holds, as the queue holds it (a right-sized one's, not the
+    #: request's as submitted).
+    gpu_milli: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,8 @@ class JobPreempted:
     #: `priority` (the tenant's own lower-priority work) or `quota_reclaim` (a cohort member's
     #: borrowed share, taken back for a gang).
     reason: str = "priority"
+    #: The GPUs it held, (node index, GPU), on every node (a gang's other nodes too).
+    gpus: tuple[tuple[int, int], ...] = ()
 
 
 QueueDecision = JobPlaced | JobUnschedulable | JobPreempted

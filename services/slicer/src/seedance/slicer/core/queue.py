@@ -483,7 +483,7 @@ class PlacementQueue:
         # The tenant's higher-priority shapes that failed may evict this job now.
         for s in [s for s in self._failed if s[3] == job.tenant and s[2] > job.priority]:
             self._failed.forget(s)
-        out.append(JobPlaced(job.job_id, res, at_s, at_s - pend.submitted_s))
+        out.append(JobPlaced(job.job_id, res, at_s, at_s - pend.submitted_s, job.request.gpu_milli))
         return True
 
     def _release(self, run: RunningRecord) -> None:
@@ -568,7 +568,8 @@ class PlacementQueue:
         self._touched.add(victim_id)
         self._release(run)
         reason = "priority" if run.job.tenant == by.tenant else "quota_reclaim"
-        out.append(JobPreempted(victim_id, by.job_id, now_s, n, reason))
+        gpus = tuple((p.node, g) for p in run.placements for g in p.gpus)
+        out.append(JobPreempted(victim_id, by.job_id, now_s, n, reason, gpus))
         self._enqueue(_Pending(run.job, run.submitted_s, run.seq))
 
     def _runs_on(self, n: int) -> Iterator[RunningRecord]:

@@ -71,11 +71,13 @@ def undo_refused_move(s: Scheduler, key: str, node: str, now_s: float) -> tuple[
     out: list[Effect] = []
     if rec is not None:  # placed again elsewhere: that placement ends now
         (new,) = rec.placements
-        out.append(Evicted(job, s._nodes[new.node].name, "", MOVE_REFUSED, detail=_DETAIL))
+        name = s._nodes[new.node].name
+        freed = tuple((name, g) for g in new.gpus)
+        out.append(Evicted(job, name, "", MOVE_REFUSED, detail=_DETAIL, gpus=freed))
     queue.finish(key, now_s)
     queue.adopt(RunningRecord(src.job, (back,), was[2], src.submitted_s, src.seq))
     queue.resources_changed()
-    out.extend(s._placed(job, JobPlaced(key, (back,), now_s, 0.0)))
+    out.extend(s._placed(job, JobPlaced(key, (back,), now_s, 0.0, src.job.request.gpu_milli)))
     out.extend(s._pass(now_s))
     return out, UNDONE
 

@@ -98,7 +98,8 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
             f"{c.to_milli} milli and the GPU has {room} free for it (its freed share was "
             "placed meanwhile); the job is placed again at its request"
         )
-        out: list[Effect] = [Evicted(job, c.node, "", CONSOLIDATION, detail=detail)]
+        freed = ((c.node, c.gpu),)
+        out: list[Effect] = [Evicted(job, c.node, "", CONSOLIDATION, detail=detail, gpus=freed)]
         out.extend(s._pass(now_s))
         return out
     if room > held:

@@ -156,17 +156,17 @@ class Scheduler(SchedulerState):
         out: list[Effect] = []
         for key in self._queue.jobs_on(i):
             job = self._jobs[key]
+            out.append(Evicted(job, name, "", NODE_REMOVED, gpus=self.held_gpus(key)))
             self._queue.finish(key, now_s)
             self._queue.submit(core_job(job), self._submitted_s.get(key, now_s))
             self._dirty_jobs.add(key)
-            out.append(Evicted(job, name, "", NODE_REMOVED))
         for slot in [m for m in self._mig.held_slots() if m.node == name]:
             job = self._jobs[slot.job_id]
             self._mig.release(slot.job_id)
             self._queue.free_host(i, job.cpu_milli, job.memory_mib)
             self._mig.enqueue(slot.job_id, self._submitted_s.get(slot.job_id, now_s))
             self._dirty_jobs.add(slot.job_id)
-            out.append(Evicted(job, name, "", NODE_REMOVED))
+            out.append(Evicted(job, name, "", NODE_REMOVED, gpus=((name, slot.gpu),)))
         self._mig.forget_node(name)
         self._count_type(self._nodes[i], -1)
         gone = NodeSpec(name=name, cpu_milli=0, memory_mib=0, state="removed")
@@ -299,7 +299,7 @@ class Scheduler(SchedulerState):
         was_placed = self._queue.is_running(key) or self._mig.instance_of(key) is not None
         observe(self, key, job, now_s, ended=True)  # its GPUs back to its pool's forecast
         self._attempts.pop(key, None)
-        floor_s, held = self.job_floor_s(key), self.held_nodes(key)  # (`publish_at_s`)
+        floor_s, held = self.job_floor_s(key), self.held_gpus(key)  # (`publish_at_s`)
         self._submitted_s.pop(key, None), self._published_s.pop(key, None)
         self._moves.history.forget(key)
         self._admission.drop(key)
@@ -393,8 +393,7 @@ class Scheduler(SchedulerState):
         return decision.reason.value, decision.message
 
     def _evict_for_quota(self, victim: str, by: str, now_s: float) -> list[Effect]:
-        job = self._jobs[victim]
-        node = self._node_of(victim)
+        job, node, gpus = self._jobs[victim], self._node_of(victim), self.held_gpus(victim)
         self._admission.release(victim)
         placed = self._queue.is_running(victim) or self._mig.instance_of(victim) is not None
         if placed:
@@ -408,7 +407,8 @@ class Scheduler(SchedulerState):
         if not placed:
             return [hold]
         by_job = self._jobs[by]
-        return [Evicted(job, node or "", by_job.job_id, "quota_reclaim", by_job.tenant), hold]
+        evicted = Evicted(job, node or "", by_job.job_id, "quota_reclaim", by_job.tenant, gpus=gpus)
+        return [evicted, hold]
 
     def _release(self, key: str, job: JobSpec, now_s: float) -> None:
         """Free what a placed job holds: its MIG instance (kept, idle) or its queue place."""
@@ -458,7 +458,10 @@ class Scheduler(SchedulerState):
             return [self._judged(Waiting(job, d.reason, d.detail))]
         if isinstance(d, JobPreempted):
             by = self._jobs[d.by_job_id]
-            return [Evicted(job, self._nodes[d.node].name, by.job_id, d.reason, by.tenant)]
+            gpus = tuple((self._nodes[n].name, g) for n, g in d.gpus)  # the victim's, all
+            return [
+                Evicted(job, self._nodes[d.node].name, by.job_id, d.reason, by.tenant, gpus=gpus)
+            ]
         return list(self._placed(job, d))
 
     def _placed(self, job: JobSpec, d: JobPlaced) -> list[Placed]:
@@ -471,7 +474,8 @@ class Scheduler(SchedulerState):
         if attempt == 1:  # an arrival for the plan's forecast (a move or a retry is none)
             observe(self, job.key, job, d.at_s, ended=False)
         kind = "cpu" if job.gpus == 0 else "shared" if job.gpu_milli < 1000 else "whole"
-        milli = job.gpu_milli if job.gpus else 0
+        milli = d.gpu_milli if job.gpus else 0  # what the queue holds (a right-sized share)
+        every = tuple((self._nodes[n].name, g) for n, gpus in by_node.items() for g in gpus)
         return [
             Placed(
                 job=job,
@@ -481,6 +485,7 @@ class Scheduler(SchedulerState):
                 gpus=tuple(GpuShare(g, milli) for g in gpus),
                 attempt=attempt,
                 part=part,
+                placement=every,
             )
             for part, (n, gpus) in enumerate(by_node.items())
         ]
@@ -571,12 +576,6 @@ class Scheduler(SchedulerState):
 
     def _busy(self, node: str) -> bool:
         return self._mig.busy(node) or self._queue.busy(self._index[node])
-
-    def _node_of(self, key: str) -> str | None:
-        if self._queue.is_running(key):
-            return self._nodes[self._queue.placements_of(key)[0].node].name
-        inst = self._mig.instance_of(key)
-        return inst.node if inst else None
 
 
 def _invalid(job: JobSpec) -> str:

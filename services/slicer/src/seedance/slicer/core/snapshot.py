@@ -71,6 +71,9 @@ class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     reason: str = ""
     reserved: tuple[str, ...] = ()
+    #: A shared job's share as the queue holds it when that is not its request's (one
+    #: right-sized, then preempted: queued again at the smaller share); 0: the request's.
+    milli: int = 0
 
 
 class MigSlot(msgspec.Struct, frozen=True, kw_only=True):
@@ -155,6 +158,9 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     #: The time of the latest decision published about each live job (its floor with its
     #: submit: `SchedulerState.job_floor_s`); empty in snapshots written before it was kept.
     published_s: dict[str, float] = msgspec.field(default_factory=dict)
+    #: By GPU, (node, physical index, start, end): the published span of the last allocation
+    #: released on it (`SchedulerState.publish_at_s`); empty in snapshots written before.
+    released: tuple[tuple[str, int, float, float], ...] = ()
 
 
 def saved_running(r: RunningRecord, names: Sequence[str], owed_milli: int = 0) -> RunningJob:
@@ -177,20 +183,26 @@ def saved_pending(p: PendingRecord, names: Sequence[str]) -> PendingJob:
         seq=p.seq,
         reason=p.reason,
         reserved=tuple(names[n] for n in p.reserved),
+        milli=p.job.request.gpu_milli if p.job.request.is_shared else 0,
     )
 
 
 def running_record(r: RunningJob, job: Job, index: Mapping[str, int]) -> RunningRecord:
     """The queue's record of `r` (`index`: node name to the queue's node index)."""
     placements = tuple(NodeGpus(index[n], tuple(g)) for n, g in r.placements)
-    if r.milli and job.request.is_shared and r.milli != job.request.gpu_milli:
-        job = dataclasses.replace(job, request=dataclasses.replace(job.request, gpu_milli=r.milli))
-    return RunningRecord(job, placements, r.started_s, r.submitted_s, r.seq)
+    return RunningRecord(_held(job, r.milli), placements, r.started_s, r.submitted_s, r.seq)
 
 
 def pending_record(p: PendingJob, job: Job, index: Mapping[str, int]) -> PendingRecord:
     reserved = tuple(index[n] for n in p.reserved)
-    return PendingRecord(job, p.submitted_s, p.seq, p.reason, reserved)
+    return PendingRecord(_held(job, p.milli), p.submitted_s, p.seq, p.reason, reserved)
+
+
+def _held(job: Job, milli: int) -> Job:
+    """`job` (built from its request) at the share the queue held (0: the request's)."""
+    if milli and job.request.is_shared and milli != job.request.gpu_milli:
+        job = dataclasses.replace(job, request=dataclasses.replace(job.request, gpu_milli=milli))
+    return job
 
 
 def encode_snapshot(snap: SchedulerSnapshot) -> bytes:

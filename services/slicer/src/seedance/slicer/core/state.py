@@ -69,10 +69,16 @@ class SchedulerState:
         #: The time of the latest decision about a job published (`publish_at_s`): its
         #: placements (moves and MIG instances too), waits, evictions and share changes.
         self._published_s: dict[str, float] = {}
-        #: By node, the latest release (end or eviction) published there (`publish_at_s`),
-        #: with the trusted time of the input that caused it: it floors only that input's
-        #: placements (the ones its freed GPUs made possible).
-        self._freed_s: dict[str, tuple[float, float]] = {}
+        #: By GPU, (node, physical index), the latest release (end or eviction) published on
+        #: it (`publish_at_s`) by the input being published, whose trusted time is
+        #: `_freed_by`: it floors only that input's placements on that GPU (the ones it made
+        #: possible), so it is emptied when the next input's are published.
+        self._freed_s: dict[tuple[str, int], float] = {}
+        self._freed_by: float | None = None
+        #: By node, then physical GPU index: the published (start, end) of the last allocation
+        #: released on it, whichever input released it: a placement dated inside it is dated
+        #: at its end (`publish_at_s`; a report of the past dated before it keeps its time).
+        self._released: dict[str, dict[int, tuple[float, float]]] = {}
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -128,6 +134,11 @@ class SchedulerState:
             window_next=self._workload.learned,
             ended_next=self._ended_next,
             moves=self._moves.record(),
+            released=tuple(
+                (n.name, g, *span)
+                for n in self._nodes
+                for g, span in sorted(self._released.get(n.name, {}).items())
+            ),
         )
 
     @classmethod
@@ -157,6 +168,8 @@ class SchedulerState:
             (i, g) for i, n in enumerate(s._nodes) for g, x in enumerate(n.gpus) if x.mig_enabled
         }
         s._moves = Moves.of(snap.moves)
+        for name, gpu, start, end in snap.released:
+            s._released.setdefault(name, {})[gpu] = (start, end)
         s._owed = {r.job_id: r.owed_milli for r in snap.running if r.owed_milli}
         s._cordoned = {
             i for i, n in enumerate(s._nodes) if n.state == "cordoned" or n.name in s._moves.drained
@@ -204,7 +217,8 @@ class SchedulerState:
             out["g"] = encode_entry(g)
         for name in self._dirty_nodes:
             i = self._index[name]
-            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i]))
+            released = tuple((g, *x) for g, x in sorted(self._released.get(name, {}).items()))
+            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i], released))
         for key in self._dirty_jobs | self._queue.take_touched():
             spec = self._jobs.get(key)
             out[f"j/{key}"] = None if spec is None else encode_entry(self._job_entry(key, spec))
@@ -279,26 +293,37 @@ class SchedulerState:
         placement (billing ends only the allocations that started before their end). Call it
         once per effect, in the order published. Answers to a request (`Refused`,
         `RejectedInput`) and node or pool decisions keep `now_s`."""
+        if now_s != self._freed_by:  # another input: the last one's releases floor nothing
+            self._freed_s.clear()
+            self._freed_by = now_s
         if isinstance(effect, Ended):
             floor_s = effect.floor_s  # the job is gone: its floor came with its end
         elif isinstance(effect, Placed | Waiting | Evicted | ShareSet):
             floor_s = self.job_floor_s(effect.job.key)
         else:
             return now_s
+        taken: tuple[tuple[str, int], ...] = ()
         if isinstance(effect, Placed):
-            freed_by, freed_s = self._freed_s.get(effect.node, (None, 0.0))
-            if freed_by == now_s:
-                # Never before a release the same input published on its node: the end or
-                # eviction that freed its GPUs (dated at that job's floor, perhaps after the
-                # report that caused both). A release of an earlier input does not floor it:
-                # an observer's report of the past keeps its time on GPUs free now
-                # (tests/e2e/test_job_to_cost.py).
-                floor_s = max(freed_s, floor_s or 0.0)
-        at_s = now_s if floor_s is None else max(now_s, floor_s)
-        freed = effect.nodes if isinstance(effect, Ended) else ()
-        for node in (effect.node,) if isinstance(effect, Evicted) else freed:
-            earlier_by, earlier_s = self._freed_s.get(node, (None, at_s))
-            self._freed_s[node] = (now_s, max(earlier_s, at_s) if earlier_by == now_s else at_s)
+            # One date per placement: every part over all its parts' GPUs (a MIG instance's
+            # or a share's: its physical GPU), so a gang's parts start at one instant.
+            taken = effect.placement or tuple((effect.node, g.index) for g in effect.gpus)
+            for gpu in taken:
+                freed_s = self._freed_s.get(gpu)
+                if freed_s is not None:
+                    # Never before a release the same input published on a GPU it takes:
+                    # the end or eviction that freed it (dated at that job's floor, perhaps
+                    # after the report that caused both; a preemptor's victim's, on every
+                    # node the victim held). The node's other GPUs are not floored by it,
+                    # and a release of an earlier input floors nothing: an observer's report
+                    # of the past keeps its time on GPUs free now
+                    # (tests/e2e/test_job_to_cost.py).
+                    floor_s = max(freed_s, floor_s or 0.0)
+        at_s = self._after_released(taken, now_s if floor_s is None else max(now_s, floor_s))
+        for gpu in effect.gpus if isinstance(effect, Ended | Evicted) else ():
+            self._freed_s[gpu] = max(self._freed_s.get(gpu, at_s), at_s)
+            start_s = at_s if floor_s is None else min(floor_s, at_s)
+            self._released.setdefault(gpu[0], {})[gpu[1]] = (start_s, at_s)
+            self._dirty_nodes.add(gpu[0])
         key = effect.job.key
         if (
             not isinstance(effect, Ended)
@@ -309,11 +334,35 @@ class SchedulerState:
             self._dirty_jobs.add(key)
         return at_s
 
-    def held_nodes(self, key: str) -> tuple[str, ...]:
-        """The names of the nodes the job `key` holds anything on (a MIG instance included)."""
+    def _after_released(self, gpus: tuple[tuple[str, int], ...], at_s: float) -> float:
+        """`at_s`, or, where it falls inside the span of the last allocation released on one
+        of `gpus` (published by any input: an earlier one's, a trusted observer's report of
+        the past placed inside it), that span's end: two allocations of one GPU never overlap
+        in the ledger. A date before the span's start keeps its time (a replayed job of the
+        past: tests/e2e/test_job_to_cost.py)."""
+        moved = True
+        while moved:  # a later date may fall inside another of its GPUs' spans
+            moved = False
+            for node, gpu in gpus:
+                start_s, end_s = self._released.get(node, {}).get(gpu, (at_s, at_s))
+                if start_s <= at_s < end_s:
+                    at_s, moved = end_s, True
+        return at_s
+
+    def held_gpus(self, key: str) -> tuple[tuple[str, int], ...]:
+        """The GPUs the job `key` holds, (node name, physical GPU index), on every node: whole
+        or shared GPUs, and a MIG instance's GPU (what its release frees: `publish_at_s`)."""
         run, slot = self._queue.running_record(key), self._mig.instance_of(key)
-        held = {self._nodes[p.node].name for p in run.placements} if run else set()
-        return tuple(sorted(held | ({slot.node} if slot else set())))
+        nodes = self._nodes
+        held = [(nodes[p.node].name, g) for p in run.placements for g in p.gpus] if run else []
+        return tuple(held + ([(slot.node, slot.gpu)] if slot else []))
+
+    def _node_of(self, key: str) -> str | None:
+        """The node the job `key` runs on (a gang's first), its MIG instance's; None."""
+        if self._queue.is_running(key):
+            return self._nodes[self._queue.placements_of(key)[0].node].name
+        inst = self._mig.instance_of(key)
+        return inst.node if inst else None
 
     def job_floor_s(self, key: str) -> float | None:
         """The earliest time a decision about the live job `key` may be dated at: its trusted
