@@ -308,7 +308,10 @@ asyncio.run(main(*sys.argv[1:]))
 async def _held_under(nats_url: str, key: str, lease_key: str, holder: str) -> str:
     """The name the key of a lease held by a runtime of this process (`holder` configured, or
     "" for the default) holds."""
-    rt = ServiceRuntime("slicer", BusSettings(url=nats_url, name="test-durable-holder"))
+    bus = BusSettings(
+        url=nats_url, name="test-durable-holder", user="slicer", password=password("slicer")
+    )  # the shipped user the slicer runs as (the lease's key and the state bucket it may use)
+    rt = ServiceRuntime("slicer", bus)
     spec = DurableSpec(bucket="seedance-slicer-state", key=key, lease_key=lease_key, holder=holder)
     durable = DurableRuntime(rt, WallClock(), spec, state=Tally, metrics=Metrics())
     await rt.start()
@@ -339,7 +342,12 @@ async def test_two_runtimes_of_one_host_hold_their_lease_under_names_that_differ
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PASSWORD": password("slicer")},
     )  # fmt: skip
-    out, err = await asyncio.wait_for(child.communicate(), 60)
+    try:
+        out, err = await asyncio.wait_for(child.communicate(), 60)
+    finally:
+        if child.returncode is None:  # timed out (or cancelled): no child left running
+            child.kill()
+            await child.wait()
     assert child.returncode == 0, err.decode()
     there = out.decode().strip().splitlines()[-1]
     assert here != there  # the bug: both were socket.gethostname()

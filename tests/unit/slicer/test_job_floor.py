@@ -219,19 +219,26 @@ def test_a_preemptor_is_placed_no_earlier_than_the_eviction_that_freed_its_gpu()
 
 def test_a_release_floors_only_the_placements_of_the_input_that_published_it() -> None:
     """h placed at 60 s and ended at 100 s (an ordinary input); then an observer reports the
-    past: z submitted at 50 s, before h's allocation began. z is placed on the GPU free now at
-    its own 50 s (the past it reports is billed there), not at h's release: that release freed
-    nothing for z's input. Before, every later placement on a node was floored at its latest
-    release, and a replayed job of the recent past was placed now
-    (tests/e2e/test_job_to_cost.py). (h was placed at 10 s here: z at 50 s was then inside
-    h's allocation, both billed on one GPU over [50 s, 100 s); a date inside the last released
-    allocation is now moved to its end: tests/unit/slicer/test_placement_date.py.)"""
+    past: z submitted at 50 s, before h's allocation began. z is placed on the node's GPU that
+    h never took, at its own 50 s (the past it reports is billed there), not at h's release:
+    that release freed nothing for z's input. Before, every later placement on a node was
+    floored at its latest release, and a replayed job of the recent past was placed now
+    (tests/e2e/test_job_to_cost.py). On a node whose only GPU h held, z is dated at h's end:
+    an allocation is open from its date, so z at 50 s would have been billed beside h over
+    [60 s, 100 s) (this test asserted that overlap before)."""
     s = Scheduler()
-    s.upsert_node(node("n0", 1), 0.0)
-    published(s, s.submit(job("h", "acme"), 60.0), 60.0)
+    s.upsert_node(node("n0", 2), 0.0)
+    (h,) = [e for e, _ in published(s, s.submit(job("h", "acme"), 60.0), 60.0)]
+    assert isinstance(h, Placed)
     out = published(s, s.finish("acme", "h", 100.0), 100.0)
     assert [(type(e).__name__, t) for e, t in out] == [("Ended", 100.0)]
     out = published(s, s.submit(job("z", "acme"), 50.0), 50.0)
-    assert [(e.job.job_id, e.node, t) for e, t in out if isinstance(e, Placed)] == [
-        ("z", "n0", 50.0)
-    ]
+    placed = [(e.job.job_id, e.node, e.gpus[0].index, t) for e, t in out if isinstance(e, Placed)]
+    assert placed == [("z", "n0", 1 - h.gpus[0].index, 50.0)]
+
+    one = Scheduler()
+    one.upsert_node(node("n0", 1), 0.0)
+    published(one, one.submit(job("h", "acme"), 60.0), 60.0)
+    published(one, one.finish("acme", "h", 100.0), 100.0)
+    out = published(one, one.submit(job("z", "acme"), 50.0), 50.0)
+    assert [(e.job.job_id, t) for e, t in out if isinstance(e, Placed)] == [("z", 100.0)]

@@ -155,14 +155,18 @@ def spans_on(ledger: Facts, node_name: str, gpu: int) -> list[tuple[str, int, in
 def test_a_report_of_the_past_is_not_placed_inside_an_allocation_an_earlier_input_released(
     restart: str,
 ) -> None:
-    """x held the one GPU over [100 s, 150 s) as published (a tenant's submit and end); then
-    a trusted observer reports w submitted at 120 s, restarted or not in between: w is dated
-    at x's end, not inside x's allocation. Before, w was dated 120 s and the ledger billed x
-    and w on one GPU over [120 s, 150 s) (a release floored only its own input's placements).
-    A report dated before x started (z at 50 s, after w) keeps its time: the past it reports
-    is billed there (tests/e2e/test_job_to_cost.py)."""
+    """x held n0's one GPU over [100 s, 150 s) as published (a tenant's submit and end; n1
+    cordoned); then a trusted observer reports w submitted at 120 s, restarted or not in
+    between: w is dated at x's end, not inside x's allocation. Before, w was dated 120 s and
+    the ledger billed x and w on one GPU over [120 s, 150 s). Once n1 is open, a report of
+    50 s (z) keeps its time on n1, whose GPU no allocation held: the past it reports is billed
+    there (tests/e2e/test_job_to_cost.py). The next report of 50 s (v) fits only n0: it is
+    dated at the latest end there (w's 300 s, not x's 150 s). Before, z was placed on n0 at
+    50 s, open from then: billed beside x and w (this test asserted that overlap)."""
     s, ledger = Scheduler(), Facts()
     bill(s, ledger, s.upsert_node(node("n0", 1, 32_000), 0.0), 0.0)
+    n1 = NodeSpec(name="n1", cpu_milli=32_000, memory_mib=256_000, gpus=(GpuSpec(model="T4"),))
+    bill(s, ledger, s.upsert_node(msgspec.structs.replace(n1, state="cordoned"), 0.0), 0.0)
     x = JobSpec(job_id="x", tenant="a", cause_id="c-x", gpus=1)
     bill(s, ledger, s.submit(x, 100.0), 100.0)
     bill(s, ledger, s.finish("a", "x", 150.0), 150.0)
@@ -171,10 +175,63 @@ def test_a_report_of_the_past_is_not_placed_inside_an_allocation_an_earlier_inpu
     bill(s, ledger, s.submit(w, 120.0), 120.0)
     bill(s, ledger, s.finish("a", "w", 300.0), 300.0)
     assert spans_on(ledger, "n0", 0) == [("a/w", 150_000, 300_000), ("a/x", 100_000, 150_000)]
+    bill(s, ledger, s.upsert_node(n1, 300.0), 300.0)
+    s = RESTARTS[restart](s)
     z = JobSpec(job_id="z", tenant="a", cause_id="c-z", gpus=1)
-    placed = bill(s, ledger, s.submit(z, 50.0), 50.0)
-    assert [p.job.job_id for p in placed] == ["z"]
-    assert spans_on(ledger, "n0", 0)[-1] == ("a/z", 50_000, None)
+    assert [(p.job.job_id, p.node) for p in bill(s, ledger, s.submit(z, 50.0), 50.0)] == [
+        ("z", "n1")
+    ]
+    assert spans_on(ledger, "n1", 0) == [("a/z", 50_000, None)]
+    v = JobSpec(job_id="v", tenant="a", cause_id="c-v", gpus=1)
+    assert [p.job.job_id for p in bill(s, ledger, s.submit(v, 50.0), 50.0)] == ["v"]
+    assert spans_on(ledger, "n0", 0) == [
+        ("a/v", 300_000, None), ("a/w", 150_000, 300_000), ("a/x", 100_000, 150_000)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("restart", RESTARTS)
+def test_a_report_of_the_past_is_dated_after_every_allocation_released_on_its_gpu(
+    restart: str,
+) -> None:
+    """x held the one GPU over [100 s, 150 s), then y over [160 s, 200 s); a report of w at
+    120 s (restarted or not in between) is dated at 200 s, the latest end on the GPU. Before,
+    only the last released span (y's) was kept: w at 120 s was before it, kept its time and
+    was billed beside x over [120 s, 150 s) and beside y over [160 s, 200 s)."""
+    s, ledger = Scheduler(), Facts()
+    bill(s, ledger, s.upsert_node(node("n0", 1, 32_000), 0.0), 0.0)
+    for jid, start, end in (("x", 100.0, 150.0), ("y", 160.0, 200.0)):
+        bill(
+            s,
+            ledger,
+            s.submit(JobSpec(job_id=jid, tenant="a", cause_id=f"c-{jid}", gpus=1), start),
+            start,
+        )
+        bill(s, ledger, s.finish("a", jid, end), end)
+    s = RESTARTS[restart](s)
+    w = JobSpec(job_id="w", tenant="a", cause_id="c-w", gpus=1)
+    assert [p.job.job_id for p in bill(s, ledger, s.submit(w, 120.0), 120.0)] == ["w"]
+    assert spans_on(ledger, "n0", 0) == [
+        ("a/w", 200_000, None), ("a/x", 100_000, 150_000), ("a/y", 160_000, 200_000)
+    ]  # fmt: skip
+
+
+def test_the_preference_for_gpus_free_at_the_reported_time_evicts_nothing() -> None:
+    """n0's GPU 0 was released at 150 s; low (priority 0) holds GPU 1. A report of hi
+    (priority 10) at 120 s does not evict low to keep its date on GPU 1: it takes GPU 0 at
+    150 s."""
+    s, ledger = Scheduler(), Facts()
+    bill(s, ledger, s.upsert_node(node("n0", 2, 32_000), 0.0), 0.0)
+    x = JobSpec(job_id="x", tenant="a", cause_id="c-x", gpus=1)
+    (px,) = bill(s, ledger, s.submit(x, 100.0), 100.0)
+    low = JobSpec(job_id="low", tenant="a", cause_id="c-low", gpus=1)
+    bill(s, ledger, s.submit(low, 110.0), 110.0)
+    bill(s, ledger, s.finish("a", "x", 150.0), 150.0)
+    hi = JobSpec(job_id="hi", tenant="a", cause_id="c-hi", gpus=1, priority=10)
+    out = s.submit(hi, 120.0)
+    assert [type(e).__name__ for e in out] == ["Placed"]
+    (p,) = bill(s, ledger, out, 120.0)
+    assert (p.job.job_id, p.gpus[0].index) == ("hi", px.gpus[0].index)
+    assert spans_on(ledger, "n0", px.gpus[0].index)[0] == ("a/hi", 150_000, None)
 
 
 def test_a_state_written_before_the_released_spans_were_kept_loads() -> None:

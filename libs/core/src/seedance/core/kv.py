@@ -37,12 +37,8 @@ from seedance.core.drift import (
     stream_config,
 )
 from seedance.core.logs import get_logger
-<<<<<<< HEAD
-from seedance.core.tasks import Late, before_deadline
-=======
 from seedance.core.object_store import create_object_store, ensure_object_store
-from seedance.core.tasks import cancel_until_done_shielded
->>>>>>> slicerfloor
+from seedance.core.tasks import Late, before_deadline
 from seedance.events.provision_permissions import PROVISIONER, provisioner_deletes
 from seedance.events.subjects import (
     BUCKETS,
@@ -373,7 +369,7 @@ class Lease:
             )
         except KeyWrongLastSequenceError:
             return await self._take_back(sent_s + self._ttl_s)
-        if isinstance(revision, _Expired):
+        if isinstance(revision, Late):
             return self._unanswered(revision, "create")
         return self._won(revision, sent_s, "created")
 
@@ -389,7 +385,7 @@ class Lease:
             entry = await self._before_deadline(self._kv.get(self._key), deadline_s)
         except (KeyNotFoundError, KeyDeletedError):
             return False
-        if isinstance(entry, _Expired) or entry.revision is None:
+        if isinstance(entry, Late) or entry.revision is None:
             return self._unanswered(entry, "take_back_read")
         if entry.revision != self._wrote:
             return False
@@ -401,14 +397,14 @@ class Lease:
             )
         except KeyWrongLastSequenceError:
             return False
-        if isinstance(revision, _Expired):
+        if isinstance(revision, Late):
             return self._unanswered(revision, "take_back_write")
         return self._won(revision, sent_s, "taken_back")
 
     def _unanswered(self, reply: object, step: str) -> bool:
         """False, the attempt to lead failed; a call of it cancelled at its deadline is logged
         (`lease_create_unanswered`, which `step`: the create, the take-back's read or write)."""
-        if isinstance(reply, _Expired):
+        if isinstance(reply, Late):
             log.warning("lease_create_unanswered", key=self._key, step=step)
         return False
 
@@ -468,51 +464,21 @@ class Lease:
         self._written_s = sent_s
         return True
 
-<<<<<<< HEAD
-    async def _before_deadline(self, call: Awaitable[_T]) -> _T | Late:
-        """`call`'s result, or `LATE` (the lease lost, the call cancelled) once ``ttl_s`` has
-        passed since the last write that succeeded (`seedance.core.tasks.before_deadline`, on
-        the injected clock). The call's own errors propagate."""
-        result = await before_deadline(call, self._clock, self._written_s + self._ttl_s)
+    async def _before_deadline(
+        self, call: Awaitable[_T], deadline_s: float | None = None
+    ) -> _T | Late:
+        """`call`'s result, or `LATE` (the lease lost if held, the call cancelled) once the
+        deadline has passed (`seedance.core.tasks.before_deadline`, on the injected clock):
+        ``deadline_s`` (``clock.monotonic()``), by default when ``ttl_s`` has passed since the
+        last write that succeeded. A lease not held races its create (and taking its key back)
+        against ``ttl_s`` from when it was sent: a reply after that holds nothing anyway
+        (`_won`). The call's own errors propagate."""
+        if deadline_s is None:
+            deadline_s = self._written_s + self._ttl_s
+        result = await before_deadline(call, self._clock, deadline_s)
         if isinstance(result, Late) and self._revision is not None:
             self._lose("ttl_passed")
         return result
-=======
-    async def _before_deadline(
-        self, call: Awaitable[_T], deadline_s: float | None = None
-    ) -> _T | _Expired:
-        """`call`'s result, or `_EXPIRED` (the lease lost if held, the call cancelled) once
-        the deadline has passed: ``deadline_s`` (``clock.monotonic()``), by default when
-        ``ttl_s`` has passed since the last write that succeeded; on the injected clock, so a
-        virtual clock moves this deadline as it moves the lease's. A lease not held races its
-        create (and taking its key back) against ``ttl_s`` from when it was sent: a reply
-        after that holds nothing anyway (`_won`). The call's own errors propagate."""
-        if deadline_s is None:
-            deadline_s = self._written_s + self._ttl_s
-
-        def left_s() -> float:
-            return deadline_s - self._clock.monotonic()
-
-        call_task = asyncio.ensure_future(call)
-        deadline = asyncio.ensure_future(self._clock.sleep(max(0.0, left_s())))
-        try:
-            await asyncio.wait((call_task, deadline), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            # Nothing left running, a cancelled keeper's included (nats-py can swallow one
-            # cancel of a publish: `seedance.core.tasks`), however often the keeper itself is
-            # cancelled meanwhile (a runtime's stop re-cancels it every 0.5 s: an interrupted
-            # cleanup once left the call running).
-            await cancel_until_done_shielded((deadline, call_task))
-        if call_task.cancelled() or left_s() <= 0:
-            # A reply in the deadline's very instant came too late too: the key may already
-            # be another's.
-            if not call_task.cancelled():
-                call_task.exception()  # read, so that no error is reported as never retrieved
-            if self._revision is not None:
-                self._lose("ttl_passed")
-            return _EXPIRED
-        return call_task.result()
->>>>>>> slicerfloor
 
     def _lose(self, why: str) -> None:
         log.warning("lease_lost", key=self._key, reason=why)

@@ -117,6 +117,7 @@ class PlacementQueue:
         #: Whether a gang may evict a running job for room: the tenant's own lower-priority
         #: preemptible work by default; the scheduler adds its quota's cohort reclaim.
         self.may_evict: Callable[[Job, Job], bool] = own_lower_priority
+        self._late: dict[tuple[int, int], float] = {}  # this pass's (`schedule`)
 
     # -- persistence ------------------------------------------------------------------------
     @property
@@ -332,11 +333,15 @@ class PlacementQueue:
         return self._held_milli
 
     # -- the pass ---------------------------------------------------------------------------
-    def schedule(self, now_s: float) -> list[QueueDecision]:
+    def schedule(
+        self, now_s: float, late: dict[tuple[int, int], float] | None = None
+    ) -> list[QueueDecision]:
         """Start whatever can start now, visiting the waiting jobs in queue order; with
         backfill only those that may not be dormant (`seedance.slicer.core.waiting`), so a pass
-        costs what changed since the last one, not the queue's length."""
+        costs what changed since the last one, not the queue's length. `late`: GPUs by the
+        latest end of an allocation released on them (`_place_preferring`)."""
         out: list[QueueDecision] = []
+        self._late = late or {}
         self._queued_in_pass = []
         self._waiting.mature(now_s)
         try:
@@ -453,9 +458,24 @@ class PlacementQueue:
         self.state.apply(job.request, res)
         return (res,)
 
+    def _place_preferring(
+        self, pend: _Pending, allowed: np.ndarray | None, now_s: float
+    ) -> tuple[NodeGpus, ...] | Rejection:
+        """`_place_gang`, first on GPUs all of whose allocations ended by the job's date (a
+        report of the past keeps it there), else anywhere (`Scheduler.publish_at_s`)."""
+        at_s, free = max(now_s, pend.submitted_s), self.state.gpu_free
+        late = [(n, g, free[n, g]) for (n, g), end in self._late.items() if end > at_s]
+        for n, g, _ in late:
+            self._zero(n, g)
+        res = self._place_gang(pend.job, allowed)
+        for n, g, v in late:
+            free[n, g] = v
+            self.state.touch(n)
+        return self._place_gang(pend.job, allowed) if late and isinstance(res, Rejection) else res
+
     def _try_place(self, pend: _Pending, now_s: float, out: list[QueueDecision]) -> bool:
         job = pend.job
-        res = self._place_gang(job, self.reservations.allowed_for(pend.seq))
+        res = self._place_preferring(pend, self.reservations.allowed_for(pend.seq), now_s)
         if isinstance(res, Rejection) and self.config.preemption:
             evicted: tuple[NodeGpus, ...] | Rejection | None = None
             if job.replicas > 1:

@@ -447,7 +447,7 @@ class Scheduler(SchedulerState):
     def _pass(self, now_s: float) -> list[Effect]:
         out: list[Effect] = give_back(self) if self._owed else []  # owed first (core.resize)
         if self._nodes:
-            for d in self._queue.schedule(now_s):
+            for d in self._queue.schedule(now_s, self._late_gpus(now_s)):
                 out.extend(self._convert(d))
         out.extend(self._mig_pass())
         return out

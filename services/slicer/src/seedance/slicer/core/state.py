@@ -75,10 +75,12 @@ class SchedulerState:
         #: possible), so it is emptied when the next input's are published.
         self._freed_s: dict[tuple[str, int], float] = {}
         self._freed_by: float | None = None
-        #: By node, then physical GPU index: the published (start, end) of the last allocation
-        #: released on it, whichever input released it: a placement dated inside it is dated
-        #: at its end (`publish_at_s`; a report of the past dated before it keeps its time).
+        #: By node, then physical GPU index: the published (start, end) of the allocations
+        #: released on it, whichever input released them: the earliest start, the latest
+        #: end. A placement dated before the end is dated at it (`publish_at_s`), and a pass
+        #: prefers the GPUs it would not be (`_late_gpus`).
         self._released: dict[str, dict[int, tuple[float, float]]] = {}
+        self._released_end = 0.0  # the latest end in `_released` (a pass dated after: none)
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -170,6 +172,7 @@ class SchedulerState:
         s._moves = Moves.of(snap.moves)
         for name, gpu, start, end in snap.released:
             s._released.setdefault(name, {})[gpu] = (start, end)
+            s._released_end = max(s._released_end, end)
         s._owed = {r.job_id: r.owed_milli for r in snap.running if r.owed_milli}
         s._cordoned = {
             i for i, n in enumerate(s._nodes) if n.state == "cordoned" or n.name in s._moves.drained
@@ -322,7 +325,9 @@ class SchedulerState:
         for gpu in effect.gpus if isinstance(effect, Ended | Evicted) else ():
             self._freed_s[gpu] = max(self._freed_s.get(gpu, at_s), at_s)
             start_s = at_s if floor_s is None else min(floor_s, at_s)
-            self._released.setdefault(gpu[0], {})[gpu[1]] = (start_s, at_s)
+            old = self._released.setdefault(gpu[0], {}).get(gpu[1], (start_s, at_s))
+            self._released[gpu[0]][gpu[1]] = (min(old[0], start_s), max(old[1], at_s))
+            self._released_end = max(self._released_end, at_s)
             self._dirty_nodes.add(gpu[0])
         key = effect.job.key
         if (
@@ -335,19 +340,29 @@ class SchedulerState:
         return at_s
 
     def _after_released(self, gpus: tuple[tuple[str, int], ...], at_s: float) -> float:
-        """`at_s`, or, where it falls inside the span of the last allocation released on one
-        of `gpus` (published by any input: an earlier one's, a trusted observer's report of
-        the past placed inside it), that span's end: two allocations of one GPU never overlap
-        in the ledger. A date before the span's start keeps its time (a replayed job of the
-        past: tests/e2e/test_job_to_cost.py)."""
-        moved = True
-        while moved:  # a later date may fall inside another of its GPUs' spans
-            moved = False
-            for node, gpu in gpus:
-                start_s, end_s = self._released.get(node, {}).get(gpu, (at_s, at_s))
-                if start_s <= at_s < end_s:
-                    at_s, moved = end_s, True
+        """`at_s`, or the latest end of an allocation released on one of `gpus` (by any
+        input: an earlier one's, a trusted observer's report of the past) when later: an
+        allocation is open from its date, so one dated before an end would overlap what was
+        released (both billed on one GPU). A pass places a job on GPUs it need not be moved
+        on when it fits there (`_late_gpus`): a replayed job of the past keeps its time on
+        GPUs free then (tests/e2e/test_job_to_cost.py)."""
+        for node, gpu in gpus:
+            at_s = max(at_s, self._released.get(node, {}).get(gpu, (at_s, at_s))[1])
         return at_s
+
+    def _late_gpus(self, now_s: float) -> dict[tuple[int, int], float]:
+        """GPUs (node index, physical GPU) on which an allocation released ends after
+        `now_s`, by that end: a pass at `now_s` places a job elsewhere when it fits there
+        (`PlacementQueue.schedule`), else it is dated at the end (`_after_released`)."""
+        if now_s >= self._released_end:
+            return {}
+        return {
+            (self._index[name], g): end
+            for name, spans in self._released.items()
+            if name in self._index
+            for g, (_, end) in spans.items()
+            if end > now_s
+        }
 
     def held_gpus(self, key: str) -> tuple[tuple[str, int], ...]:
         """The GPUs the job `key` holds, (node name, physical GPU index), on every node: whole
