@@ -1,10 +1,9 @@
-"""A job id used again (same tenant, same job) after a run that held no GPU: that run (its
-``cpu`` placement) is a fact the ledger settles ends against (``UnbilledRun``), so its end is
-its own and the new GPU run is billed to its own end. An end dated before every run of the job
-closes the job's first run at its start (a producer's defect: ``test_end_before_start.py``);
-before CPU runs were facts the ledger could not tell the CPU run's end from such a defect, and
-the clamp tried then (``_end_before``, withdrawn) closed the GPU run at its start: billed
-nothing until its own end arrived (windows closed meanwhile were zero).
+"""A job id used again (same tenant, same job) after a run that held no GPU: that run's end is
+the end of no allocation the ledger holds, so the new GPU run is billed to its own end. While
+the ledger closed an allocation at its start on an end dated before it (``_end_before``, a
+defence behind the slicer's per-job floor, withdrawn), the CPU run's end (its ``JobReleased``,
+dated before the new placement) closed the GPU run at its start: billed nothing until its own
+end arrived (windows closed meanwhile were zero), logged as a producer's defect.
 
 The merged stream's order decides nothing: ``SEEDANCE_LEDGER_IN`` sources placements,
 preemptions and releases as separate sources of ``SEEDANCE_SLICING``, so a release may be

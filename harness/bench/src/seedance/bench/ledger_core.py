@@ -42,7 +42,6 @@ from seedance.cost_ledger.core import (
     default_price_book,
     recompute,
 )
-from seedance.cost_ledger.core.facts import UnbilledRun
 from seedance.traces import alibaba
 
 PricingTier = Literal["on_demand", "reserved", "spot", "on_prem"]
@@ -197,7 +196,7 @@ def trace_events(
 
 
 def _time(e: LedgerInput) -> int:
-    if isinstance(e, GpuAllocation | UnbilledRun):
+    if isinstance(e, GpuAllocation):
         return e.start_ms
     if isinstance(e, JobEnded):
         return e.end_ms

@@ -75,19 +75,6 @@ class LedgerMetrics:
             ["kind"],
             registry=registry,
         )
-        self.ends_before_start_total = Counter(
-            "seedance_cost_ledger_ends_before_start_total",
-            "Runs closed at their start by an end dated before every run of their job the "
-            "ledger holds (a producer's defect: the end of no run; each logged "
-            "ledger_end_before_start).",
-            registry=registry,
-        )
-        self.runs_closed_at_start = Gauge(
-            "seedance_cost_ledger_runs_closed_at_start",
-            "Runs closed at their start by the end of no run now (a later fact, the run's own "
-            "end or the run the end belongs to, withdraws the close).",
-            registry=registry,
-        )
         self.fallback_models = Gauge(
             "seedance_cost_ledger_fallback_models",
             "GPU models this replica has billed at the price book's fallback (each logged once).",

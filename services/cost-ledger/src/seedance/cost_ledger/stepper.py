@@ -47,7 +47,6 @@ class LedgerStep:
         self._job_traces = _JobTraces()
         # GPU models billed at the price book's fallback that this replica has logged.
         self._fallback_logged: set[str] = set()
-        self._closed_at_start = 0  # the runs closed at their start, as last exported
 
     def step_batch(self, msgs: list[Msg]) -> Stepped:
         """Step through one fetched batch in order.
@@ -65,7 +64,6 @@ class LedgerStep:
                 continue
             started = self._clock.now()  # the span's start, should the step need one
             event, produced = self._step(msg, seq, out.letters)
-            self._note_ended_before_start()
             if not produced and not isinstance(event, Placement):
                 continue  # most inputs (samples inside a window) produce nothing
             span = tracer().start_span(
@@ -104,24 +102,6 @@ class LedgerStep:
         except InputRejected as exc:
             letters.append((msg, exc.kind, str(exc)))
             return event, []
-
-    def _note_ended_before_start(self) -> None:
-        """Log and count each run the facts closed at its start because the job's end is
-        dated before every run of it the ledger holds (``Facts._clamp``): a producer's defect
-        the ledger contained, to be found."""
-        facts = self._replica.ledger.facts
-        closed = len(facts.ended_before_start)
-        if not facts.clamped and closed == self._closed_at_start:
-            return  # every input but a defect's (one comparison on the hot path)
-        self._closed_at_start = closed
-        self._metrics.runs_closed_at_start.set(closed)
-        for alloc, end in facts.clamped:
-            log.error(
-                "ledger_end_before_start", job_id=alloc.job_id, allocation=alloc.event_id,
-                start_ms=alloc.start_ms, end=end.event_id, end_ms=end.end_ms,
-            )  # fmt: skip
-            self._metrics.ends_before_start_total.inc()
-        facts.clamped.clear()
 
     def acked(self, pubs: Sequence[Publication], acks: list[Any]) -> None:
         """Metrics of an acked batch (the runtime then empties the core's outbox of it)."""

@@ -1,35 +1,26 @@
-"""The set of facts the ledger bills, and the ends each run of a job is settled to.
+"""The facts the ledger bills: node inventory, GPU allocations, job ends and GPU samples.
 
-Owns ``Facts``: the inputs (``inputs``) keyed by event id, with the indexes attribution reads
-(per node, per job, per (node, GPU, window)), each run's own end (``_settle_job``: a pure
-function of the job's facts, whatever order they came in), and ``Facts.window``: everything
-one node's window is computed from. Must not price, emit or know about emission history
-(``ledger``), nor about the bus's events (``mapping`` turns those into these). The inputs are
-re-exported here, where the rest of the core has always imported them from.
+Owns the core's typed inputs, their validation (``validate``: one place, before anything is
+applied), and ``Facts``, the set of them keyed by event id with the indexes attribution reads
+(per node, per job, per (node, GPU, window)), and ``Facts.window``: everything one node's
+window is computed from. Must not price, emit or know about emission history (``ledger``),
+nor about the bus's events (``mapping`` turns those into these).
+
+The structs' tags and field order are the checkpoint format (snapshots list them): a class
+may be renamed, a field or a tag may not without a new snapshot version.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_right, insort
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from heapq import merge
+from typing import Literal
 
 import msgspec
 
-from seedance.cost_ledger.core.inputs import (
-    AllocationKind,
-    GpuAllocation,
-    GpuSample,
-    JobEnded,
-    LedgerInput,
-    LedgerInputError,
-    NodeInfo,
-    PodShareReading,
-    ShareResize,
-    UnbilledRun,
-    validate,
-)
+from seedance.cost_ledger.core.pricebook import PriceBook, PriceBookError, PricingTier
 from seedance.cost_ledger.core.windows import window_bounds_ms
 
 __all__ = [
@@ -45,10 +36,199 @@ __all__ = [
     "PodShareReading",
     "SampleReadings",
     "ShareResize",
-    "UnbilledRun",
     "WindowAllocation",
     "validate",
 ]
+
+AllocationKind = Literal["whole", "shared", "mig"]
+
+
+class LedgerInputError(ValueError):
+    """An input that can never be applied (not retryable); names the field and the value."""
+
+
+class NodeInfo(msgspec.Struct, frozen=True, kw_only=True, tag="node_info"):
+    """A GPU node joins the pool at ``at_ms``: its model, GPU count and how it is paid for;
+    or, ``removed``, leaves it then (its idle GPU-time is billed up to there, not past it)."""
+
+    event_id: str
+    node: str
+    gpu_model: str
+    gpu_count: int
+    at_ms: int
+    pricing_tier: PricingTier = "on_demand"
+    #: Absent from snapshots written before removals were kept (they held no removal).
+    removed: bool = False
+
+
+class GpuAllocation(msgspec.Struct, frozen=True, kw_only=True, tag="placement"):
+    """A job holds GPUs of one node from ``start_ms`` until its ``JobEnded``.
+
+    ``kind`` whole: ``len(gpu_indices)`` whole GPUs; shared: ``gpu_milli`` thousandths of the
+    one GPU in ``gpu_indices``; mig: a ``mig_profile`` instance on the one GPU named. (The
+    slicer's ``Placement`` event is mapped to this; the tag keeps the name it had in snapshots.)
+    """
+
+    event_id: str
+    job_id: str
+    tenant: str
+    node: str
+    gpu_model: str
+    gpu_indices: tuple[int, ...]
+    start_ms: int
+    kind: AllocationKind = "whole"
+    gpu_milli: int = 1000
+    mig_profile: str = ""
+
+
+class JobEnded(msgspec.Struct, frozen=True, kw_only=True, tag="job_ended"):
+    """The job stopped using the allocations it held at ``end_ms`` (a preemption, an eviction
+    or its release). It ends each allocation of the job that started before ``end_ms`` and no
+    earlier end ended; one that starts later (the job placed again) is billed until its own
+    end (``Facts.end_of``)."""
+
+    event_id: str
+    job_id: str
+    end_ms: int
+
+
+class GpuSample(msgspec.Struct, frozen=True, kw_only=True, tag="gpu_sample"):
+    """One telemetry sample of one physical GPU.
+
+    ``activity`` is SM/tensor (GR engine) activity where the telemetry has it, else utilisation,
+    in [0, 1]; ``energy_mj`` is the energy used since the GPU's previous sample (the collector
+    differences NVML's millijoule counter).
+    """
+
+    event_id: str
+    node: str
+    gpu_index: int
+    at_ms: int
+    activity: float
+    energy_mj: int = 0
+    mem_used_mib: int = 0
+
+
+class PodShareReading(msgspec.Struct, frozen=True, kw_only=True, tag="pod_shares"):
+    """One node's per-pod measured shares over one sample window ending at ``at_ms`` (the node
+    agent's ``gpu.pod_share.v1``): ``shares`` are (GPU index, job key, SM share in ppm). Empty
+    shares still count: the node was measured and no pod used a GPU."""
+
+    event_id: str
+    node: str
+    at_ms: int
+    shares: tuple[tuple[int, str, int], ...] = ()
+
+
+class ShareResize(msgspec.Struct, frozen=True, kw_only=True, tag="share_resize"):
+    """The share of its GPU a running shared allocation of ``job_id`` holds went from
+    ``from_milli`` to ``gpu_milli`` at ``at_ms`` (the slicer's right-sizing). Applied as two
+    facts (``Facts.resized``): the allocation in force ends at ``at_ms`` and a copy of it at
+    the new share starts there, as a job moved in one instant is billed. Never stored itself,
+    so snapshots hold only those two."""
+
+    event_id: str
+    job_id: str
+    node: str
+    gpu_index: int
+    from_milli: int
+    gpu_milli: int
+    at_ms: int
+
+
+LedgerInput = NodeInfo | GpuAllocation | JobEnded | GpuSample | PodShareReading | ShareResize
+
+# ---------------------------------------------------------------------------------- validation
+
+_Bad = Callable[[str, object, str], LedgerInputError]
+
+# Refusals name the fact as they did before #20 renamed the class (dead letters carry them).
+_LABEL: dict[type, str] = {GpuAllocation: "Placement"}
+
+
+def validate(e: LedgerInput, book: PriceBook) -> None:
+    """Raise ``LedgerInputError`` (naming the field and the value) for a fact never applicable."""
+    if isinstance(e, GpuSample) and e.event_id and _sample_ok(e):
+        return  # the hottest path (every sample of every batch) builds no refusal
+
+    def bad(field: str, value: object, why: str) -> LedgerInputError:
+        label = _LABEL.get(type(e), type(e).__name__)
+        return LedgerInputError(f"{label}.{field} = {value!r}: {why}")
+
+    if not e.event_id:
+        raise bad("event_id", e.event_id, "must not be empty")
+    if isinstance(e, NodeInfo):
+        _validate_node(e, bad)
+    elif isinstance(e, GpuAllocation):
+        _validate_allocation(e, book, bad)
+    elif isinstance(e, GpuSample):
+        _validate_sample(e, bad)
+    elif isinstance(e, PodShareReading):
+        _validate_shares(e, bad)
+    elif isinstance(e, ShareResize):
+        _validate_resize(e, bad)
+
+
+def _validate_shares(e: PodShareReading, bad: _Bad) -> None:
+    for gpu, job, ppm in e.shares:
+        if gpu < 0 or not job or not 0 <= ppm <= 1_000_000:
+            raise bad("shares", (gpu, job, ppm), "must be (GPU >= 0, a job, 0..1e6 ppm)")
+
+
+def _validate_node(e: NodeInfo, bad: _Bad) -> None:
+    if e.gpu_count < 0:
+        raise bad("gpu_count", e.gpu_count, "must be >= 0")
+    if not e.removed:  # a removal need not describe what left
+        _named(e.gpu_model, bad)
+
+
+def _validate_resize(e: ShareResize, bad: _Bad) -> None:
+    for field, v in (("from_milli", e.from_milli), ("gpu_milli", e.gpu_milli)):
+        if not 0 < v <= 1000:
+            raise bad(field, v, "must be in 1..1000")
+    if e.gpu_index < 0:
+        raise bad("gpu_index", e.gpu_index, "must be >= 0")
+
+
+def _named(model: str, bad: _Bad) -> None:
+    # Any GPU model is billed (one the book cannot price at its fallback, flagged): only a
+    # missing name is refused.
+    if not model.strip():
+        raise bad("gpu_model", model, "must name the GPU model")
+
+
+def _validate_allocation(e: GpuAllocation, book: PriceBook, bad: _Bad) -> None:
+    if not e.tenant or not e.job_id:
+        raise bad("tenant/job_id", (e.tenant, e.job_id), "must not be empty")
+    if not e.gpu_indices or any(i < 0 for i in e.gpu_indices):
+        raise bad("gpu_indices", e.gpu_indices, "must name GPUs (indices >= 0)")
+    if len(set(e.gpu_indices)) != len(e.gpu_indices):
+        raise bad("gpu_indices", e.gpu_indices, "names a GPU twice")
+    _named(e.gpu_model, bad)
+    if e.kind != "whole" and len(e.gpu_indices) != 1:
+        raise bad("gpu_indices", e.gpu_indices, f"a {e.kind} placement names one GPU")
+    if e.kind == "shared" and not 0 < e.gpu_milli <= 1000:
+        raise bad("gpu_milli", e.gpu_milli, "must be in 1..1000")
+    if e.kind == "mig":
+        try:
+            book.mig_fraction(e.gpu_model, e.mig_profile)
+        except PriceBookError as exc:
+            raise bad("mig_profile", e.mig_profile, str(exc)) from None
+
+
+def _sample_ok(e: GpuSample) -> bool:
+    """What ``_validate_sample`` checks, as one test."""
+    return 0.0 <= e.activity <= 1.0 and e.energy_mj >= 0 and e.gpu_index >= 0
+
+
+def _validate_sample(e: GpuSample, bad: _Bad) -> None:
+    if not 0.0 <= e.activity <= 1.0:
+        raise bad("activity", e.activity, "must be in [0, 1]")
+    if e.energy_mj < 0:
+        raise bad("energy_mj", e.energy_mj, "must be >= 0")
+    if e.gpu_index < 0:
+        raise bad("gpu_index", e.gpu_index, "must be >= 0")
+
 
 # ---------------------------------------------------------------------------------- the set
 
@@ -109,27 +289,12 @@ class Facts:
         # The earliest end of an allocation still in ``node_allocs`` (None: none ended):
         # ``drop_ended_before`` has nothing to take out before it.
         self._next_drop_ms: int | None = None
-        # Each job's ends, sorted by (end_ms, event id), and each allocation's own end (its
-        # first end from its start to the next run's start: ``_end_for``); absent: running.
+        # Each job's ends, sorted by (end_ms, event id), and each allocation's own end (the
+        # first end at or after its start: ``_end_for``); absent: still running.
         self._ends_of: dict[str, list[tuple[int, str]]] = {}
         self.alloc_end: dict[str, JobEnded] = {}
         #: The job's end where every allocation it has is ended: its last allocation's end.
         self.job_end: dict[str, JobEnded] = {}
-        #: Runs that hold no billed GPU (``UnbilledRun``: CPU-only, or a refused placement) by
-        #: event id, each job's in (start_ms, event id) order, and each one's own end: never
-        #: billed, but the ends are settled against them as against any run.
-        self.unbilled: dict[str, UnbilledRun] = {}
-        self.job_unbilled: dict[str, list[str]] = defaultdict(list)
-        self.unbilled_end: dict[str, JobEnded] = {}
-        #: Ends restored from a checkpoint written before unbilled runs were recorded, dated
-        #: before every run of their job: maybe a CPU run's the ledger never held, so they
-        #: close nothing (``_clamp``).
-        self.legacy_ends: set[str] = set()
-        #: Allocations closed at their start by an end of no run (``_clamp``: a producer's
-        #: defect), each with that end's id; ``clamped`` lists those found since the shell
-        #: last took them (to log and count).
-        self.ended_before_start: dict[str, str] = {}
-        self.clamped: list[tuple[GpuAllocation, JobEnded]] = []
         # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms, mem_mib)}
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
         self.sample_nodes: dict[int, set[str]] = defaultdict(set)
@@ -196,18 +361,6 @@ class Facts:
         """Where an allocation sorts in ``node_allocs`` and ``job_allocs``."""
         return self.allocations[alloc_id].start_ms, alloc_id
 
-    def _run_order(self, run_id: str) -> tuple[int, str]:
-        """Where a run, billed or not, sorts among its job's runs."""
-        run = self.allocations.get(run_id) or self.unbilled[run_id]
-        return run.start_ms, run_id
-
-    def add_unbilled(self, e: UnbilledRun) -> int | None:
-        """Record ``e``; returns, where it changes an allocation's end (it takes an end a GPU
-        run took, or withdraws a ``_clamp``), the earliest instant changed (old or new end)."""
-        self.unbilled[e.event_id] = e
-        insort(self.job_unbilled[e.job_id], e.event_id, key=self._run_order)
-        return self._settle_job(e.job_id)
-
     def _due_drop(self, end_ms: int) -> None:
         if self._next_drop_ms is None or end_ms < self._next_drop_ms:
             self._next_drop_ms = end_ms
@@ -215,141 +368,49 @@ class Facts:
     def add_end(self, e: JobEnded) -> int:
         """Record ``e``; returns the first instant it changes: its own (it ends only what ran
         at ``end_ms``), or the earliest old or new end of a run it re-settles, were that
-        earlier (a run it closes at its start, ``_clamp``; the instant is read, not assumed)."""
+        earlier (by ``_end_for``'s start-order rule it is not; the instant is read, not
+        assumed). An end dated before every run's start is no run's end: ignored."""
         self.job_ends[e.event_id] = e
         insort(self._ends_of.setdefault(e.job_id, []), (e.end_ms, e.event_id))
         changed = self._settle_job(e.job_id)
         return e.end_ms if changed is None else min(changed, e.end_ms)
 
     def _settle_job(self, job: str, skip: str = "") -> int | None:
-        """Re-derive the ends of ``job``'s runs (its allocations and its unbilled runs) and the
-        job's own end (a pure function of its facts, so any order of arrival gives the same
-        ends); returns the earliest end, old or new, of an allocation but ``skip`` whose end
-        changed (None: none)."""
+        """Re-derive the ends of ``job``'s allocations and the job's own end (a pure function
+        of its facts, so any order of arrival gives the same ends); returns the earliest end,
+        old or new, of an allocation but ``skip`` whose end changed (None: none)."""
         allocs = self.job_allocs.get(job)
         ends = self._ends_of.get(job)
         if not allocs or not ends:
             return None
-        runs = list(merge(allocs, self.job_unbilled.get(job, ()), key=self._run_order))
-        starts = sorted({self._run_order(r)[0] for r in runs})
-        first_ms = starts[0]
-        # Each run's ends are those dated from its start to the next run's start (the latest
-        # run started at or before an end is the run it ends): a run whose own end is missing
-        # (a CPU run's release not in, say) never takes a later run's.
-        until = dict(zip(starts, [*starts[1:], None], strict=True))
         last: JobEnded | None = None
         changed: list[int] = []
-        # The ends runs that started strictly earlier took (a gang's parts, which start at one
-        # instant, may each take the same end; a later run never takes an earlier's).
+        # The ends allocations that started strictly earlier took (a gang's parts, which start
+        # at one instant, may each take the same end; a later run never takes an earlier's).
         taken: dict[str, int] = {}
-        group: dict[str, int] = {}  # the ends taken by the runs starting at ``group_ms``
+        group: dict[str, int] = {}  # the ends taken by the allocations starting at ``group_ms``
         group_ms: int | None = None
-        for rid in runs:  # in start order (``_piece_end`` reads its predecessor's end)
-            start_ms = self._run_order(rid)[0]
+        for aid in allocs:  # in start order (``_piece_end`` reads its predecessor's end)
+            start_ms = self.allocations[aid].start_ms
             if start_ms != group_ms:
                 taken |= group
                 group, group_ms = {}, start_ms
-            window = (start_ms, until[start_ms])
-            if rid in self.unbilled:  # a run like any other, but for the bill
-                end = self._end_for(window, ends, taken)
-                _put(self.unbilled_end, rid, end)
-            else:
-                nxt = None if window[1] is None else until[window[1]]
-                end = self._alloc_end(
-                    rid, window, nxt, first_ms, allocs, ends, taken, skip, changed
-                )
+            end = self._piece_end(aid, allocs) or self._end_for(start_ms, ends, taken)
+            was = self.alloc_end.pop(aid, None)
+            if was != end and aid != skip:
+                changed.append(min(x.end_ms for x in (was, end) if x is not None))
             if end is None:
                 continue
-            if rid not in self.ended_before_start:  # a clamp's end is no run's: takes nothing
-                group[end.event_id] = end.end_ms
-            if rid in self.allocations and (
-                last is None or (end.end_ms, end.event_id) > (last.end_ms, last.event_id)
-            ):
+            group[end.event_id] = end.end_ms
+            self.alloc_end[aid] = end
+            self._due_drop(end.end_ms)
+            if last is None or (end.end_ms, end.event_id) > (last.end_ms, last.event_id):
                 last = end
         if last is None or any(a not in self.alloc_end for a in allocs):  # one still runs
             self.job_end.pop(job, None)
         else:
             self.job_end[job] = last
         return min(changed, default=None)
-
-    def _alloc_end(
-        self, aid: str, window: tuple[int, int | None], nxt: int | None, first_ms: int,
-        allocs: list[str], ends: list[tuple[int, str]], taken: dict[str, int], skip: str,
-        changed: list[int],
-    ) -> JobEnded | None:  # fmt: skip
-        """Settle one allocation's end (``_settle_job``), noting in ``changed`` the earliest
-        old or new end where it changed (but for ``skip``). ``nxt``: where the next run's
-        window ends (None: that run is the latest)."""
-        start_ms = window[0]
-        end = self._piece_end(aid, allocs) or self._end_for(window, ends, taken)
-        if end is not None and start_ms == first_ms and self._floored_next(window, nxt, end, ends):
-            end = None  # the next run's end: this run's is the end of no run (``_clamp``)
-        if end is None and start_ms == first_ms:
-            end = self._clamp(aid, start_ms, ends)
-        else:
-            self.ended_before_start.pop(aid, None)
-        was = self.alloc_end.get(aid)
-        if was != end and aid != skip:
-            changed.append(min(x.end_ms for x in (was, end) if x is not None))
-        if was is not None and (end is None or end.end_ms > was.end_ms):
-            self._reindex(aid)  # open again, or later: ``drop_ended_before`` may have dropped it
-        _put(self.alloc_end, aid, end)
-        if end is not None:
-            self._due_drop(end.end_ms)
-        return end
-
-    def _clamp(self, aid: str, start_ms: int, ends: list[tuple[int, str]]) -> JobEnded | None:
-        """The end of an allocation of the job's first runs that no end at or after its start
-        ends, where the job has an end dated before every run the ledger holds of it (CPU-only
-        and refused ones included, so that end is no run's: a producer's defect, a release
-        misdated before the placement it ends): the earliest such end, at the allocation's
-        start (a zero-length span, billed nothing), not left open and billed for ever. Noted
-        in ``clamped`` (for the shell to log and count) once per allocation closed so (an
-        earlier end of no run arriving later moves the close, not the count). An end
-        restored from a checkpoint that held no unbilled run (``legacy_ends``) closes nothing:
-        it may be the end of a CPU run that checkpoint never recorded. None: no such end."""
-        for end_ms, eid in ends:
-            if end_ms >= start_ms:
-                break
-            if eid in self.legacy_ends:
-                continue
-            end = self.job_ends[eid]
-            if aid not in self.ended_before_start:  # a run closed so is noted once
-                self.clamped.append((self.allocations[aid], end))
-            self.ended_before_start[aid] = eid
-            return msgspec.structs.replace(end, end_ms=start_ms)
-        self.ended_before_start.pop(aid, None)
-        return None
-
-    def _floored_next(
-        self, window: tuple[int, int | None], nxt: int | None, end: JobEnded,
-        ends: list[tuple[int, str]],
-    ) -> bool:  # fmt: skip
-        """Whether ``end``, which a first run would take at the very instant the next run
-        starts, is the next run's own: the job has an end of no run (dated before every run,
-        not legacy: the first run's end, misdated) and the next run no other end in its
-        window (a release the slicer's per-job floor dated at that run's placement). The
-        first run is then closed at its start by the end of no run, the next one by this."""
-        start_ms, until_ms = window
-        if until_ms is None or end.end_ms != until_ms:
-            return False
-        lo = bisect_left(ends, (start_ms, ""))
-        if not any(eid not in self.legacy_ends for _, eid in ends[:lo]):
-            return False  # no end of no run: this end is the first run's (it moved)
-        i = bisect_left(ends, (until_ms, ""))
-        for end_ms, eid in ends[i:]:
-            if nxt is not None and end_ms > nxt:
-                break
-            if eid != end.event_id:
-                return False  # the next run has an end of its own: this one is the first's
-        return True
-
-    def _reindex(self, aid: str) -> None:
-        """Put an allocation whose end moved later back in its node's index, were it dropped."""
-        allocs = self.node_allocs[self.allocations[aid].node]
-        i = bisect_left(allocs, self._order(aid), key=self._order)
-        if i == len(allocs) or allocs[i] != aid:
-            allocs.insert(i, aid)
 
     def _piece_end(self, aid: str, allocs: list[str]) -> JobEnded | None:
         """For the part of a run at a changed share (``resized``: its predecessor's end is
@@ -372,22 +433,15 @@ class Facts:
         return end if end is not None and end.event_id != f"{aid}:resized" else None
 
     def _end_for(
-        self, window: tuple[int, int | None], ends: list[tuple[int, str]], taken: dict[str, int]
+        self, start_ms: int, ends: list[tuple[int, str]], taken: dict[str, int]
     ) -> JobEnded | None:
-        """A run's end: the job's first end from its start up to the next run's start
-        (``window``; None: it is the latest run) that no run started earlier took. An end at
-        the very instant a run starts (a job moved, or a gang resumed: the slicer dates a late
-        end no earlier than the job's latest placement) thus ends the run before it while that
-        run is open (its first end after its start), else this one: every run is closed
-        exactly once, whatever order the facts came in. An end dated after the next run's
-        start is that run's (or a later one's), never this one's: a run whose own end is not
-        in stays open rather than take a later run's."""
-        start_ms, until_ms = window
-        for i in range(bisect_left(ends, (start_ms, "")), len(ends)):  # ends sorted
-            end_ms, eid = ends[i]
-            if until_ms is not None and end_ms > until_ms:
-                break
-            if eid not in taken:
+        """An allocation's end: the job's first end at or after its start that no allocation
+        started earlier took. An end at the very instant a run starts (a job moved, or a gang
+        resumed: the slicer dates a late end no earlier than the job's latest placement) thus
+        ends the run before it while that run is open (its first end after its start), else
+        this one: every run is closed exactly once, whatever order the facts came in."""
+        for end_ms, eid in ends:
+            if end_ms >= start_ms and eid not in taken:
                 return self.job_ends[eid]
         return None
 
@@ -447,10 +501,6 @@ class Facts:
         """The ids of the ends that ended one of ``job``'s allocations, sorted."""
         ends = self.alloc_end
         return sorted({ends[a].event_id for a in self.job_allocs.get(job, ()) if a in ends})
-
-    def ends_ids(self, job: str) -> list[str]:
-        """The ids of every end of ``job`` (taken by a run or not), in (end_ms, id) order."""
-        return [eid for _, eid in self._ends_of.get(job, ())]
 
     def tenant_of(self, job: str) -> str:
         allocs = self.job_allocs.get(job)
@@ -514,10 +564,3 @@ class Facts:
                 if end is not None and (nxt is None or end.end_ms < nxt):
                     nxt = end.end_ms
         self._next_drop_ms = nxt
-
-
-def _put(ends: dict[str, JobEnded], run: str, end: JobEnded | None) -> None:
-    if end is None:
-        ends.pop(run, None)
-    else:
-        ends[run] = end

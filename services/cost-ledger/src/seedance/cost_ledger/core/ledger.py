@@ -33,7 +33,6 @@ from seedance.cost_ledger.core.facts import (
     NodeInfo,
     PodShareReading,
     ShareResize,
-    UnbilledRun,
     validate,
 )
 from seedance.cost_ledger.core.lines import (
@@ -124,8 +123,6 @@ class Ledger:
             self._insert_allocation(event)
         elif isinstance(event, JobEnded):
             self._insert_end(event)
-        elif isinstance(event, UnbilledRun):
-            self._insert_unbilled(event)
         elif isinstance(event, PodShareReading):
             return self._insert_pod_shares(event)
         elif isinstance(event, ShareResize):
@@ -156,20 +153,9 @@ class Ledger:
         self._note_window(start_w)
         self._mark_dirty(e.node, start_w, None)
         if changed_ms is not None:  # an earlier run of the job, late: the later runs' ends moved
-            self._mark_job_dirty(e.job_id, changed_ms)
-
-    def _insert_unbilled(self, e: UnbilledRun) -> None:
-        """A run that bills nothing itself, but may take an end a GPU run had taken (its own
-        release, arriving late) or withdraw one that closed a GPU run at its start."""
-        changed_ms = self.facts.add_unbilled(e)
-        if changed_ms is not None:
-            self._mark_job_dirty(e.job_id, changed_ms)
-
-    def _mark_job_dirty(self, job: str, changed_ms: int) -> None:
-        w_ms = self.config.window_ms
-        for alloc_id in self.facts.job_allocs[job]:
-            p = self.facts.allocations[alloc_id]
-            self._mark_dirty(p.node, window_of(max(changed_ms, p.start_ms), w_ms), None)
+            for alloc_id in self.facts.job_allocs[e.job_id]:
+                p = self.facts.allocations[alloc_id]
+                self._mark_dirty(p.node, window_of(max(changed_ms, p.start_ms), w_ms), None)
 
     def _insert_end(self, e: JobEnded) -> None:
         w_ms = self.config.window_ms
@@ -288,16 +274,11 @@ class Ledger:
         return out
 
     def _seal(self) -> None:
-        """Drop per-window state of windows older than the retention (see LedgerConfig), but
-        none from the window of a run closed at its start by an end of no run
-        (``Facts._clamp``): its own end, however late, withdraws the close and bills it."""
+        """Drop per-window state of windows older than the retention (see LedgerConfig)."""
         keep = self.config.retention_windows
         if keep is None or self.closed_until is None:
             return
         until = self.closed_until - keep
-        held = self.held_from()
-        if held is not None:
-            until = min(until, held)
         if self.sealed_until is not None and until <= self.sealed_until:
             return
         self.sealed_until = until
@@ -308,15 +289,6 @@ class Ledger:
         # An allocation whose job ended before the sealed windows overlaps no window that can
         # still change (an end can only move earlier).
         self.facts.drop_ended_before(until * self.config.window_ms)
-
-    def held_from(self) -> int | None:
-        """The first window retention may not seal: that of the earliest run closed at its
-        start by an end of no run (None: no run is)."""
-        f = self.facts
-        if not f.ended_before_start:
-            return None
-        first = min(f.allocations[a].start_ms for a in f.ended_before_start)
-        return window_of(first, self.config.window_ms)
 
     def _settle(self, node: str, w: int, touched_jobs: set[str]) -> list[CostLine]:
         """Compute (node, w) from the facts and emit what differs from what was emitted."""
@@ -469,12 +441,9 @@ class Ledger:
         """
         new = 0
         f = other.facts
-        # Before its ends: an end ``other`` restored as legacy closes nothing here either.
-        self.facts.legacy_ends |= f.legacy_ends
         facts: list[LedgerInput] = [
             *f.node_infos.values(),
             *f.allocations.values(),
-            *f.unbilled.values(),
             *f.job_ends.values(),
             *(r for readings in f.pod_shares.values() for r in readings.values()),
         ]

@@ -9,11 +9,9 @@ hold state (the energy counters' last readings come in and go out) nor touch NAT
 Wire → core (the fields of each input event; ``id`` and ``at`` are carried everywhere):
 - ``Placement`` → ``GpuAllocation``: ``at`` is ``start_ms`` (the slicer's trusted time);
   ``tenant`` + ``job_id`` → ``job_id`` ``<tenant>/<job_id>`` (job ids are unique within a tenant
-  only) and ``tenant``; ``node``, ``gpu_model``; ``kind``;
+  only) and ``tenant``; ``node``, ``gpu_model``; ``kind`` (``cpu``: no fact, nothing to bill);
   ``gpus[].index`` → ``gpu_indices``, the first GPU's ``milli`` (shared) and ``mig_profile``
-  (mig). A ``cpu`` placement → ``UnbilledRun`` (job key, tenant, node, ``at``): no GPU to
-  bill, but a run the job's ends are settled against (its release is its own end). Not
-  carried: ``pool`` (prices are per model and node, not per pool), ``gpus[].uuid``
+  (mig). Not carried: ``pool`` (prices are per model and node, not per pool), ``gpus[].uuid``
   (within a window a GPU is its node and index), ``gpus[].mig_start_slot`` (the slot does not
   change the price), ``cpu_milli`` / ``memory_mib`` (the ledger bills GPUs), ``policy`` (the
   slicer's record), ``cause_id`` (tracing's link, read by the service shell).
@@ -76,7 +74,6 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
 
 from seedance.cost_ledger.core.budget import BudgetDeviation
 from seedance.cost_ledger.core.facts import (
@@ -88,7 +85,6 @@ from seedance.cost_ledger.core.facts import (
     NodeInfo,
     PodShareReading,
     ShareResize,
-    UnbilledRun,
 )
 from seedance.cost_ledger.core.lines import CostLine, JobCost, LineUse
 from seedance.cost_ledger.core.windows import epoch_ms
@@ -115,7 +111,6 @@ __all__ = [
     "job_name",
     "pause_to_bus",
     "to_bus",
-    "unbilled_run",
     "utc_datetime",
 ]
 
@@ -211,7 +206,7 @@ def _check_tenant(tenant: str, tenants: frozenset[str]) -> None:
 def _allocation(e: Placement, at_ms: int, tenants: frozenset[str]) -> list[LedgerInput]:
     _check_tenant(e.tenant, tenants)
     if e.kind == PlacementKind.CPU:
-        return [unbilled_run(e, at_ms, "cpu")]  # no GPU cost, but a run its ends are settled to
+        return []  # a CPU-only job: no GPU cost
     kind = _KIND.get(e.kind)
     if kind is None or not e.gpus:
         raise InputRejected("invalid_input", f"Placement.kind = {e.kind!r}: no GPU to cost")
@@ -230,14 +225,6 @@ def _allocation(e: Placement, at_ms: int, tenants: frozenset[str]) -> list[Ledge
             mig_profile=(first.mig_profile or "") if kind == "mig" else "",
         )
     ]
-
-
-def unbilled_run(e: Placement, at_ms: int, why: Literal["cpu", "refused"]) -> UnbilledRun:
-    """``e`` as a run that bills nothing: a CPU-only placement, or a GPU placement refused."""
-    return UnbilledRun(
-        event_id=e.id, job_id=job_key(e.tenant, e.job_id), tenant=e.tenant, node=e.node,
-        start_ms=at_ms, why=why,
-    )  # fmt: skip
 
 
 def _node(e: NodeInventory, at_ms: int) -> list[LedgerInput]:

@@ -62,7 +62,7 @@ import msgspec
 
 from seedance.cost_ledger.core.budget import Budget, SpendPoint, evaluate_budget
 from seedance.cost_ledger.core.config import LedgerConfig
-from seedance.cost_ledger.core.facts import GpuSample, LedgerInput, LedgerInputError, UnbilledRun
+from seedance.cost_ledger.core.facts import GpuSample, LedgerInput, LedgerInputError
 from seedance.cost_ledger.core.ledger import Ledger
 from seedance.cost_ledger.core.lines import CostLine, LedgerOutput, LedgerTotals
 from seedance.cost_ledger.core.mapping import (
@@ -73,7 +73,6 @@ from seedance.cost_ledger.core.mapping import (
     facts_of,
     pause_to_bus,
     to_bus,
-    unbilled_run,
     utc_datetime,
 )
 from seedance.cost_ledger.core.pricebook import PriceBook
@@ -247,11 +246,11 @@ class LedgerReplica:
                 f"{(t - stream_ms) / 1000:.3f} s ahead of its stream time "
                 f"{utc_datetime(stream_ms).isoformat()!r} ({bound} = {bound_ms // 1000})",
             )
-        inputs, energy = self._facts_of(event, t)  # raises first
+        inputs, energy = facts_of(event, t, self.tenants, self._s.energy_mj)  # raises first
         if not inputs and not isinstance(event, GpuSampleBatch):
-            # Nothing to bill (a release of a job never placed): its time moves nothing either.
-            # A tenant's request that the slicer released unplaced once moved this clock months
-            # ahead and billed every running job up to it.
+            # Nothing to bill (a release of a job never placed, a CPU-only placement): its time
+            # moves nothing either. A tenant's request that the slicer released unplaced once
+            # moved this clock months ahead and billed every running job up to it.
             return []
         try:
             if isinstance(event, GpuSampleBatch):
@@ -260,34 +259,13 @@ class LedgerReplica:
                 for item in inputs:
                     self.ledger.apply(item)
         except LedgerInputError as exc:
-            if isinstance(event, Placement):
-                self._refused_run(event, t)
             raise InputRejected("invalid_input", str(exc)) from None
-        if inputs and all(isinstance(i, UnbilledRun) for i in inputs):
-            # A CPU-only placement bills nothing and its time moves nothing (as before it was
-            # a fact); what it re-settles (an end a GPU run had taken) is settled at once.
-            return self._advance_if_due(sample=False) if self.ledger.has_late_changes else []
         self._s.energy_mj.update(energy)
         sample = isinstance(event, GpuSampleBatch)
         self._note_time(t, sample, stream_ms)
         # Pod shares are telemetry too: a late one waits for the next window close, as a
         # sample does (they do not move the samples' clock: the collectors' samples do).
         return self._advance_if_due(sample or isinstance(event, PodShares))
-
-    def _facts_of(self, event: Event, t: int) -> tuple[list[LedgerInput], dict[str, int]]:
-        try:
-            return facts_of(event, t, self.tenants, self._s.energy_mj)
-        except InputRejected as exc:
-            if exc.kind == "invalid_input" and isinstance(event, Placement):
-                self._refused_run(event, t)
-            raise
-
-    def _refused_run(self, e: Placement, t: int) -> None:
-        """A GPU placement refused as invalid (dead-lettered) is still a run of its job: its
-        release must end it, not close or open another run of the job (``UnbilledRun``).
-        Recorded only where it names its tenant and job (the subject and time were checked)."""
-        if e.tenant and e.job_id:
-            self.ledger.apply(unbilled_run(e, t, "refused"))
 
     def _note_time(self, t: int, sample: bool, stream_ms: int | None) -> None:
         """Move the clock's inputs: the newest times, and how long the telemetry was silent."""

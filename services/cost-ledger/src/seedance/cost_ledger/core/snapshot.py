@@ -8,10 +8,7 @@ upgrade tests read one written before issue 13 and one before issue 28, whose GP
 replayed fleets' short names: restoring keeps facts and unpublished lines under the canonical
 model their names identify, a migration with no new version because the format is unchanged;
 and one written before each allocation had its own end, ``alloc_ends`` absent: restoring marks
-the windows of runs placed after a job's first end dirty, and the next ``advance`` bills them;
-and ones written before runs that hold no billed GPU were facts, ``ends_rule`` absent: their
-ends of no run close nothing, and the windows an older rule of ends billed differently are
-marked dirty).
+the windows of runs placed after a job's first end dirty, and the next ``advance`` bills them).
 The totals are not stored: they are the sum of ``emitted`` and are rebuilt on load, so a
 snapshot can never hold totals that disagree with its entries.
 """
@@ -31,7 +28,6 @@ from seedance.cost_ledger.core.facts import (
     LedgerInputError,
     NodeInfo,
     PodShareReading,
-    UnbilledRun,
 )
 from seedance.cost_ledger.core.lines import Amounts, CostLine, JobCost, LedgerTotals, output_id
 from seedance.cost_ledger.core.windows import window_of
@@ -42,8 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["SNAPSHOT_VERSION", "decode", "encode", "restore"]
 
 SNAPSHOT_VERSION = 1
-#: The rule the ends are settled by (``_Snapshot.ends_rule``): 1 since unbilled runs.
-ENDS_RULE = 1
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
@@ -73,16 +67,6 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     #: re-placed jobs were billed) : they stopped every run of a job at its first end, and
     #: ``restore`` marks the windows that rule left unbilled dirty (``_rebill_later_runs``).
     alloc_ends: bool = False
-    #: The runs that hold no billed GPU (CPU-only, refused placements); absent before they
-    #: were recorded (those ledgers dropped them).
-    unbilled_runs: list[UnbilledRun] = []
-    #: The ends that close nothing (``Facts.legacy_ends``), sorted.
-    legacy_ends: list[str] = []
-    #: The rule the ends were settled by when written: 1 this one (unbilled runs are facts, an
-    #: end of no run closes the job's first run at its start); 0 (absent) any earlier one, and
-    #: ``restore`` then keeps that checkpoint's ends of no run as legacy ends and re-bills what
-    #: the rule change moved (``_rebill_settled_again``).
-    ends_rule: int = 0
 
 
 # Sorted dict keys: equal knowledge must give equal bytes whatever the insertion order.
@@ -127,9 +111,6 @@ def encode(led: Ledger) -> bytes:
         ),
         outbox=sorted(led.outbox, key=output_id),
         alloc_ends=True,
-        unbilled_runs=sorted(f.unbilled.values(), key=lambda e: e.event_id),
-        legacy_ends=sorted(f.legacy_ends),
-        ends_rule=ENDS_RULE,
     )
     # msgpack of event ids and repeated node names compresses several-fold; level 1 is
     # fast, and zlib output is deterministic for equal input, so bytes stay canonical.
@@ -152,16 +133,12 @@ def restore(led: Ledger, snap: _Snapshot) -> None:
     # Allocations in start order: each is then appended to the indexes (``Facts.add_allocation``
     # keeps them in that order whatever the order it is given them in).
     placements = sorted(snap.placements, key=lambda p: (p.start_ms, p.event_id))
-    f = led.facts
-    # Before the ends: they are settled against every run, and an orphan end of an older
-    # checkpoint must be known as legacy before it could close a run (``Facts._clamp``).
-    f.legacy_ends = set(snap.legacy_ends) if snap.ends_rule else _orphans(snap)
     facts: list[LedgerInput] = [
-        *snap.node_infos, *placements, *snap.unbilled_runs, *snap.job_ends, *snap.pod_shares,
+        *snap.node_infos, *placements, *snap.job_ends, *snap.pod_shares,
     ]  # fmt: skip
     for e in facts:
         led.insert(e)
-    f.clamped.clear()  # found when the facts first met: not a new defect
+    f = led.facts
     w_ms = led.config.window_ms
     mem_of = dict(snap.sample_mem)
     for eid, node, g, at_ms, ppm, mj in snap.samples:
@@ -185,70 +162,6 @@ def restore(led: Ledger, snap: _Snapshot) -> None:
     led.outbox = [_canonical(o, led) for o in snap.outbox]
     if not snap.alloc_ends:
         _rebill_later_runs(led)
-    if snap.ends_rule < ENDS_RULE:
-        _rebill_settled_again(led)
-
-
-def _orphans(snap: _Snapshot) -> set[str]:
-    """The ends of a checkpoint written before unbilled runs were recorded dated before every
-    run of their job it holds: each may be a CPU run's end (the run dropped then), so none
-    closes a run (``Facts.legacy_ends``)."""
-    first: dict[str, int] = {}
-    for p in snap.placements:
-        first[p.job_id] = min(p.start_ms, first.get(p.job_id, p.start_ms))
-    return {e.event_id for e in snap.job_ends if e.end_ms < first.get(e.job_id, e.end_ms + 1)}
-
-
-def _rebill_settled_again(led: Ledger) -> None:
-    """A checkpoint written under an older rule of ends (``ends_rule`` 0) billed its closed
-    windows by the ends that rule gave, and ``restore`` has just settled them again by this
-    one. The rules differ for a job with an end that no run takes (an orphan, which one rule
-    closed a run with and another ignored; a duplicate), an end at the instant a run of it
-    started (which run it ends), and a run whose own end had not arrived: the old rule sought
-    a run's end after its start with no upper bound, so it took the next run's end (that run
-    billed on), where this one leaves it open. Each allocation's end by the old rule
-    (``_old_ends``) is compared with this one's: the closed windows of every job where one
-    differs, or with such an end, are marked dirty from its first run, so the next ``advance``
-    bills what moved as adjustments (recomputing a window that was right emits nothing;
-    windows sealed stay: their state is gone)."""
-    f = led.facts
-    w_ms = led.config.window_ms
-    held = {e.event_id for e in (*f.alloc_end.values(), *f.unbilled_end.values())}
-    for job, allocs in f.job_allocs.items():
-        starts = {f.allocations[a].start_ms for a in allocs}
-        ends = [f.job_ends[eid] for eid in f.ends_ids(job)]
-        if not any(e.event_id not in held or e.end_ms in starts for e in ends):
-            was = _old_ends(led, allocs, ends)
-            now = {a: (e.end_ms, e.event_id) for a in allocs if (e := f.alloc_end.get(a))}
-            if was == now:
-                continue
-        first_w = window_of(min(starts), w_ms)
-        for node in {f.allocations[a].node for a in allocs}:
-            _dirty_from(led, node, first_w)
-
-
-def _old_ends(led: Ledger, allocs: list[str], ends: list[JobEnded]) -> dict[str, tuple[int, str]]:
-    """Each allocation's end (``end_ms``, id) by the rule of ``ends_rule`` 0: in start order,
-    the first end at or after its start that no run started strictly earlier took, however
-    late (a resized part's end is its predecessor's, as in ``Facts._piece_end``)."""
-    f = led.facts
-    out: dict[str, tuple[int, str]] = {}
-    taken: set[str] = set()
-    group: set[str] = set()
-    group_ms: int | None = None
-    for aid in allocs:  # in (start, id) order
-        start_ms = f.allocations[aid].start_ms
-        if start_ms != group_ms:
-            taken |= group
-            group, group_ms = set(), start_ms
-        piece = f.alloc_end.get(aid) if f"{aid}:resized" in f.job_ends else None
-        end = piece or next(
-            (e for e in ends if e.end_ms >= start_ms and e.event_id not in taken), None
-        )
-        if end is not None:
-            out[aid] = (end.end_ms, end.event_id)
-            group.add(end.event_id)
-    return out
 
 
 def _rebill_later_runs(led: Ledger) -> None:
