@@ -5,11 +5,15 @@ consumer was doing; ``wait_consumers_bound`` returns once each durable exists an
 names those that do not; ``last_stored`` is None until a subject holds a message, then the last
 one, so a wait on a stream that fills later waits instead of failing on its first poll;
 ``wait_sourced`` returns once a sourcing stream holds what its origins took, and otherwise
-says how much it holds."""
+says how much it holds; a wait whose every read its deadline cut off still says what the
+server holds."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -117,3 +121,56 @@ async def test_wait_sourced_returns_once_the_merged_input_holds_what_the_origins
     assert decode(held.data, GpuSampleBatch).id == batches[-1].id  # the last one copied too
     with pytest.raises(TimeoutError, match=rf"holds {taken} of the {taken + 1} messages"):
         await wait_sourced(bus.js, ledger.IN_STREAM, taken + 1, since_seq=before, timeout_s=0.2)
+
+
+class FirstReadStalls:
+    """A JetStream context whose first ``stream_info`` / ``consumer_info`` never answers until
+    cancelled (a loaded machine stalled it past a short wait's deadline); the rest go through."""
+
+    def __init__(self, js: Any) -> None:
+        self._js = js
+        self.stalled = 0
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._js, name)
+        if name not in ("stream_info", "consumer_info"):
+            return real
+
+        async def read(*args: Any, **kwargs: Any) -> Any:
+            if not self.stalled:
+                self.stalled += 1
+                await asyncio.get_running_loop().create_future()  # cancelled at the deadline
+            return await real(*args, **kwargs)
+
+        return read
+
+
+async def test_a_wait_whose_every_read_the_deadline_cut_off_says_what_the_server_holds(
+    bus: Bus, unique: str
+) -> None:
+    """The 0.2 s waits above, their only read stalled past the deadline: each error was built
+    from no read ("holds 0", "the durable does not exist", a bound durable named missing)
+    and the tests matching it failed. One read after the deadline says what the server holds."""
+    node, tenant = f"n{unique}", f"t{unique}"
+    before = (await bus.js.stream_info(ledger.IN_STREAM)).state.last_seq
+    sample = GpuSampleBatch(
+        id=new_event_id(), at=START, node=node, gpus=[GpuSample(index=0, sm_active=0.5)]
+    )
+    await bus.publish(telemetry.sample(node), sample)
+    await wait_sourced(bus.js, ledger.IN_STREAM, 1, since_seq=before, timeout_s=10)
+    js = FirstReadStalls(bus.js)
+    with pytest.raises(TimeoutError, match=r"holds 1 of the 2 messages"):
+        await wait_sourced(js, ledger.IN_STREAM, 2, since_seq=before, timeout_s=0.2)
+    assert js.stalled == 1
+
+    spec = spec_for(tenant, unique)
+    await bus.ensure_consumer(spec)
+    ack = await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, "j0"))
+    stalls = SimpleNamespace(js=FirstReadStalls(bus.js))
+    with pytest.raises(TimeoutError, match=r"has not handled up to seq \d+ .*pending 1,"):
+        await wait_consumer_settled(stalls, "SEEDANCE_JOBS", spec.durable, ack.seq, 0.2)
+    absent = ("SEEDANCE_JOBS", f"absent-{unique}")
+    stalls = SimpleNamespace(js=FirstReadStalls(bus.js))
+    with pytest.raises(TimeoutError, match=rf"within 0.2 s: SEEDANCE_JOBS/absent-{unique}$"):
+        await wait_consumers_bound(stalls, (spec.stream, spec.durable), absent, timeout_s=0.2)
+    assert stalls.js.stalled == 1

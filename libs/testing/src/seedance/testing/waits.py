@@ -89,6 +89,18 @@ async def _poll(step: Callable[[], Awaitable[bool]], timeout_s: float, interval_
         return False
 
 
+async def _poll_then_read(
+    step: Callable[[], Awaitable[bool]], timeout_s: float, interval_s: float
+) -> bool:
+    """`_poll`, then, where it ran out, one more ``step()`` (a nats request: nats-py's own
+    request timeout bounds it) so that what a wait's error says is the server's state. The
+    deadline's cancel can cut off every read: a machine that stalled a short wait's only
+    request (0.2 s) left the message built from none ("the durable does not exist", "holds 0",
+    the bound durables named as missing), and a test matching the message failed. True where
+    that read finds the state reached."""
+    return await _poll(step, timeout_s, interval_s) or await step()
+
+
 async def stop_task(task: asyncio.Future[Any], timeout_s: float = 10.0) -> None:
     """Cancel a test's background task and return once it has ended; raise its own error if
     it failed. The cancel is repeated (``cancel_until_done``): a task that talks to nats (a
@@ -136,7 +148,7 @@ async def wait_sourced(
         last = (await js.stream_info(stream)).state.last_seq
         return bool(last >= since_seq + count)
 
-    if not await _poll(copied, timeout_s, 0.02):  # the server copies: no event to wait on
+    if not await _poll_then_read(copied, timeout_s, 0.02):  # the server copies: no event
         raise TimeoutError(
             f"{stream} holds {last - since_seq} of the {count} messages sourced after seq "
             f"{since_seq} within {timeout_s} s"
@@ -159,7 +171,7 @@ async def wait_consumers_bound(
             missing.pop(0)
         return True
 
-    if not await _poll(bound, timeout_s, 0.05):  # polls the server: no event to wait on
+    if not await _poll_then_read(bound, timeout_s, 0.05):  # the server's: no event to wait on
         names = ", ".join(f"{stream}/{durable}" for stream, durable in missing)
         raise TimeoutError(f"not bound within {timeout_s} s: {names}")
 
@@ -208,7 +220,7 @@ async def wait_consumer_settled(
             or (info.num_pending == 0 and info.num_ack_pending == 0)
         )
 
-    if not await _poll(handled, timeout_s, 0.01):  # polls the server's consumer state
+    if not await _poll_then_read(handled, timeout_s, 0.01):  # the server's consumer state
         raise TimeoutError(
             f"{stream}/{durable} has not handled up to seq {seq or 'the end'} within "
             f"{timeout_s} s: {_consumer_state(info)}"
