@@ -222,3 +222,18 @@ def test_a_refused_file_s_error_shows_no_password(tmp_path: Path) -> None:
     assert run.returncode == 1
     assert SECRET not in run.stderr
     assert "column 21: a space" in run.stderr
+
+
+def test_a_publish_ip_quote_left_open_prints_no_password_it_swallowed(tmp_path: Path) -> None:
+    """A quote left open on the `NATS_PUBLISH_IP` line runs on (as compose reads it) over the
+    next lines, a password among them, until a later quote closes it: the refusals that named
+    `NATS_PUBLISH_IP=<value>` printed that password. An address is shown, anything else only
+    by its length."""
+    real = _real()
+    del real["NATS_PASSWORD_SLICER"]
+    real[XKEY] = DEV_XKEY  # a problem whose line names where NATS is published
+    text = f"{_lines(real)}NATS_PUBLISH_IP='0.0.0.0\nNATS_PASSWORD_SLICER={SECRET}\n# it's\n"
+    run = _check_env(tmp_path, text.encode())
+    assert run.returncode == 1, run.stderr
+    assert SECRET not in run.stderr
+    assert "NATS_PUBLISH_IP not an address (" in run.stderr

@@ -11,7 +11,7 @@ from seedance.cost_ledger import core
 from seedance.cost_ledger.core import Budget
 from seedance.cost_ledger.core.replica import LedgerReplica
 from seedance.events import Event
-from seedance.events.cost import BudgetAlert
+from seedance.events.cost import BudgetAlert, CostEntry
 from seedance.testing.workloads import workload
 
 BOOK = core.default_price_book()
@@ -22,12 +22,22 @@ def _fleet() -> list[Event]:
 
 
 def _budgets(events: list[Event]) -> list[Budget]:
-    """A small budget over the whole span for every tenant: each goes over it."""
-    tenants = sorted({t for e in events if (t := getattr(e, "tenant", None))})
+    """Per tenant, 60 % of what it spends over the span (measured by a ledger without budgets):
+    the verdicts then turn on the spend history (a checkpoint that dropped it restores a guard
+    that decides otherwise; with a budget every tenant exceeds at once, none would)."""
+    plain = LedgerReplica(BOOK)
+    spent: dict[str, int] = {}
+    for seq, event in enumerate(events, 1):
+        for p in plain.step(seq, event):
+            if isinstance(p.event, CostEntry):
+                spent[p.event.tenant] = spent.get(p.event.tenant, 0) + p.event.cost_micro_usd
     start = int(min(e.at for e in events).timestamp() * 1000)
     end = int(max(e.at for e in events).timestamp() * 1000) + 1
-    return [Budget(tenant=t, period_start_ms=start, period_end_ms=end, amount_usd_micro=1)
-            for t in tenants]  # fmt: skip
+    return [
+        Budget(tenant=t, period_start_ms=start, period_end_ms=end, amount_usd_micro=v * 6 // 10)
+        for t, v in sorted(spent.items())
+        if t and v > 0
+    ]  # fmt: skip ('': idle)
 
 
 def _step(replica: LedgerReplica, events: list[Event], first_seq: int) -> list[Event]:

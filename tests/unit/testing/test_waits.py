@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import nats.errors
 import pytest
+from nats.js.errors import NotFoundError
 
 from seedance.testing.waits import eventually, next_matching, stop_task, wait_sourced
 
@@ -215,3 +216,22 @@ async def test_wait_sourced_says_how_much_the_stream_holds_when_it_runs_out() ->
     js = _Sourcing(start=120, full=130, step=10)
     with pytest.raises(TimeoutError, match=r"IN holds 30 of the 50 messages sourced after seq 100"):
         await wait_sourced(js, "IN", 50, since_seq=100, timeout_s=0.1)
+
+
+class _NotYetCreated(_Sourcing):
+    """A sourcing stream its service has not created yet on the first ``missing`` looks."""
+
+    def __init__(self, missing: int, **kw: int) -> None:
+        super().__init__(**kw)
+        self.missing = missing
+
+    async def stream_info(self, name: str) -> object:
+        if self.missing:
+            self.missing -= 1
+            raise NotFoundError
+        return await super().stream_info(name)
+
+
+async def test_wait_sourced_waits_for_a_stream_not_created_yet() -> None:
+    js = _NotYetCreated(2, start=0, full=5, step=5)
+    assert await wait_sourced(js, "IN", 5, timeout_s=5) == 5

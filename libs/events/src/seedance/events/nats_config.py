@@ -130,10 +130,13 @@ _CHOICES = ("tenants", "operators", "auth_callout", "nodes", "replay_nodes", "sh
 #: unset or empty, the loopback only.
 PUBLISH_IP_VAR = "NATS_PUBLISH_IP"
 _LOOPBACK_DEFAULT = "127.0.0.1"
+#: An address or a host name as `NATS_PUBLISH_IP` may name one (IPv6 unbracketed by `publish_ip`).
+_HOST = re.compile(r"[A-Za-z0-9.:-]{1,253}")
 
 
 class PasswordError(ValueError):
     """A password value nats-server would not read back as the same string."""
+
 
 
 def password_var(user: str) -> str:
@@ -165,6 +168,16 @@ def publish_ip(values: Mapping[str, str]) -> str:
     if ip.startswith("[") and ip.endswith("]"):
         ip = ip[1:-1].strip()
     return ip or _LOOPBACK_DEFAULT
+
+
+def _shown_publish_ip(values: Mapping[str, str]) -> str:
+    """``NATS_PUBLISH_IP=<value>`` for a message, the value only where it reads as an address
+    or a host name: a quote left open on its line swallows the next lines of the env file (a
+    password among them, after its ``NATS_PASSWORD_…=``), and a message never prints a secret."""
+    value = values.get(PUBLISH_IP_VAR) or ""
+    if _HOST.fullmatch(publish_ip(values)):
+        return f"{PUBLISH_IP_VAR}={value}"
+    return f"{PUBLISH_IP_VAR} not an address ({len(value)} characters)"
 
 
 def published_beyond_loopback(values: Mapping[str, str]) -> bool:
@@ -380,7 +393,7 @@ class AuthChoices:
             )
             where = f"{PUBLISH_IP_VAR} cannot be checked"
         else:
-            where = f"{PUBLISH_IP_VAR}={values.get(PUBLISH_IP_VAR)}"
+            where = _shown_publish_ip(values)
         if self._published(values, unverified):
             problems += [
                 f"{var} {what}, and NATS is published beyond this machine ({where}): {risk}"

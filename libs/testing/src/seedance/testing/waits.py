@@ -145,7 +145,10 @@ async def wait_sourced(
 
     async def copied() -> bool:
         nonlocal last
-        last = (await js.stream_info(stream)).state.last_seq
+        try:
+            last = (await js.stream_info(stream)).state.last_seq
+        except NotFoundError:  # not created yet (its service creates it as it starts)
+            return False
         return bool(last >= since_seq + count)
 
     if not await _poll_then_read(copied, timeout_s, 0.02):  # the server copies: no event
