@@ -138,7 +138,6 @@ class PasswordError(ValueError):
     """A password value nats-server would not read back as the same string."""
 
 
-
 def password_var(user: str) -> str:
     return "NATS_PASSWORD_" + user.upper().replace("-", "_")
 
