@@ -10,6 +10,7 @@ replicas' phases); the bus, KV, lease and permissions are real.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import random
 from dataclasses import replace
@@ -51,7 +52,12 @@ class _Clock:
         return dt.datetime.fromtimestamp(self.t, dt.UTC)
 
     async def sleep(self, s: float) -> None:
-        self.t += s
+        """Time moves only where a test moves it (``t``): a sleep that jumped it made every
+        bounded call lose its race to its own deadline timer (the lease's create, raced against
+        its TTL on this clock, was cancelled before the server could answer). Nothing here
+        runs a loop that sleeps; a sleep of time that has not come waits for its cancel."""
+        if s > 0:
+            await asyncio.Event().wait()
 
 
 class _Gateway:
