@@ -15,6 +15,7 @@ from nats.js.kv import KeyValue
 from seedance.core import Bus, BusSettings, VirtualClock, WallClock
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.testing.waits import eventually, stop_task
+from tests.unit.core.test_lease_keeper import KeeperSleeps
 
 
 @pytest.mark.parametrize("moved_by", ["own refresh", "another holder"])
@@ -85,20 +86,10 @@ class TimesOut:
         return rev
 
 
-class Periods(VirtualClock):
+class Periods(KeeperSleeps):
     """A virtual clock that counts the keeper's sleeps: it sleeps once a period, so a test that
     advances one period and waits for the next sleep has seen exactly one refresh attempt (a
     call's deadline, slept in a task of its own, is not counted)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sleeps = 0
-        self.keeper: asyncio.Task[None] | None = None
-
-    async def sleep(self, seconds: float) -> None:
-        if asyncio.current_task() is self.keeper:
-            self.sleeps += 1  # in the same step as the wake time is taken: none is missed
-        await super().sleep(seconds)
 
     async def period(self) -> None:
         """One refresh period (1 s) on; returns once the keeper is asleep again."""

@@ -188,7 +188,7 @@ class KeeperSleeps(VirtualClock):
 
     async def sleep(self, seconds: float) -> None:
         if asyncio.current_task() is self.keeper:
-            self.sleeps += 1
+            self.sleeps += 1  # in the same step as the wake time is taken: none is missed
         await super().sleep(seconds)
 
 

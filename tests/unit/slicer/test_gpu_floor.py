@@ -23,12 +23,7 @@ from seedance.slicer.core import (
     Scheduler,
     Waiting,
 )
-
-
-def node(name: str, gpus: int, cpu_milli: int = 32_000) -> NodeSpec:
-    return NodeSpec(
-        name=name, cpu_milli=cpu_milli, memory_mib=256_000, gpus=(GpuSpec(model="T4"),) * gpus
-    )
+from tests.unit.slicer.nodes import node_spec as node
 
 
 def job(

@@ -22,12 +22,7 @@ from seedance.slicer.core import (
 from seedance.slicer.core.consolidation import DisruptionBudget
 from seedance.slicer.core.draining import ConsolidationConfig
 from seedance.slicer.core.workload import SchedulerConfig
-
-
-def node(name: str, gpus: int) -> NodeSpec:
-    return NodeSpec(
-        name=name, cpu_milli=32_000, memory_mib=256_000, gpus=(GpuSpec(model="T4"),) * gpus
-    )
+from tests.unit.slicer.nodes import node_spec as node
 
 
 def job(jid: str, tenant: str) -> JobSpec:

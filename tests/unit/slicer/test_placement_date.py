@@ -28,12 +28,7 @@ from seedance.events.jobs import JobCancelled
 from seedance.slicer.core import Effect, GpuSpec, JobSpec, NodeSpec, Placed, Scheduler
 from seedance.slicer.core.resize import ShareChange
 from seedance.slicer.mapping import published
-
-
-def node(name: str, gpus: int, cpu_milli: int) -> NodeSpec:
-    return NodeSpec(
-        name=name, cpu_milli=cpu_milli, memory_mib=256_000, gpus=(GpuSpec(model="T4"),) * gpus
-    )
+from tests.unit.slicer.nodes import node_spec as node
 
 
 def bill(s: Scheduler, ledger: Facts, effects: list[Effect], now_s: float) -> list[Placed]:
