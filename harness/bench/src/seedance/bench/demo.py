@@ -607,7 +607,8 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
     """Route real inference through the router to two real Triton servers; kill one midway."""
     import tritonclient.grpc.aio as grpcclient
 
-    from seedance.testing.triton import TritonProcess, free_port
+    from seedance.testing.ports import listen_ports
+    from seedance.testing.triton import TritonProcess
 
     say("")
     say("Inference: the router in front of two real Triton servers (CPU, from nvidia-pytriton)")
@@ -617,11 +618,11 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
     try:
         for t in tritons.values():
             await asyncio.to_thread(t.wait_ready, 180.0)
-        port = free_port()
+        port, rest_port = listen_ports(2)  # the router must be told both (seedance.testing.ports)
         procs.start(
             "router",
             listen_address=f"127.0.0.1:{port}",
-            rest_address=f"127.0.0.1:{free_port()}",
+            rest_address=f"127.0.0.1:{rest_port}",
             replicas=",".join(f"{n}={t.address}" for n, t in tritons.items()),
             models="echo",
             forecast_interval_s="0.5",
