@@ -46,7 +46,6 @@ from seedance.sdk import SeedanceClient
 from seedance.testing.paths import REPO
 from seedance.testing.ports import listen_port
 from seedance.testing.processes import ServiceProcesses
-from seedance.testing.waits import eventually
 from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
 from tests.unit.router.test_gateway_fake_upstream import FakeReplica
 
@@ -64,12 +63,17 @@ NO_SERIES_IN_A_REPLAY = NO_SERIES_WITHOUT_GPUS
 SCRAPED = ("telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger")
 
 
-def metrics_port(services: ServiceProcesses, name: str) -> int:
-    url = services.metrics_url(name)
-    assert url is not None, f"{name} has not said where it serves /metrics"
-    port = urllib.parse.urlsplit(url).port
-    assert port is not None, url
-    return port
+async def listening(services: ServiceProcesses) -> tuple[dict[str, int], str]:
+    """Each scraped service's /metrics port and the router's gRPC address, once their log
+    lines say where they bound port 0 (``http_listening``, ``gateway_started``)."""
+    ports = {}
+    for name in SCRAPED:
+        url = (await services.wait_logged(name, "http_listening"))["metrics_url"]
+        port = urllib.parse.urlsplit(url).port
+        assert port is not None, url
+        ports[name] = port
+    started = await services.wait_logged("router", "gateway_started")
+    return ports, str(started["address"])
 
 
 def scrape_config(ports: dict[str, int]) -> dict[str, Any]:
@@ -172,8 +176,6 @@ async def test_every_dashboard_query_returns_series_from_a_short_replay(
     prom: Prometheus | None = None
     replica = FakeReplica()
     await replica.start()
-    # the router's gRPC address must be given; it says none back (seedance.testing.ports)
-    router_address = f"127.0.0.1:{listen_port()}"
     try:
         # Each service's /metrics on any free port (HTTP_PORT=0): where, its log says.
         services.start("telemetry-collector", node_csv=str(node_csv(NODES)), tick_s="1")
@@ -183,16 +185,11 @@ async def test_every_dashboard_query_returns_series_from_a_short_replay(
             "router",
             replicas=f"fake={replica.address}",
             models="m",
-            listen_address=router_address,
+            listen_address="127.0.0.1:0",  # any free port: its gateway_started line says
             rest_address="",
         )
         services.start("graph-compiler")
-        await eventually(
-            lambda: all(services.metrics_url(name) for name in SCRAPED),
-            timeout_s=120,
-            what="every service's http_listening line",
-        )
-        ports = {name: metrics_port(services, name) for name in SCRAPED}
+        ports, router_address = await listening(services)
         prom = Prometheus(tmp_path / "prometheus", scrape_config(ports))
         prom.wait_ready()
         await wait_for_consumers(

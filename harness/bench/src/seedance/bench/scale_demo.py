@@ -358,7 +358,8 @@ class _Gateways:
 async def _start_gateways(procs: ServiceProcesses, backends: str) -> tuple[_Gateways, int]:
     import tritonclient.grpc.aio as grpcclient
 
-    # the routers must be told their gRPC ports (seedance.testing.ports)
+    # told, not port 0 and the gateway_started line: a router restarted at start (its log
+    # appended to) must come back where its client dials (seedance.testing.ports)
     ports = dict(zip(("0", "1"), listen_ports(2), strict=True))
     gateways = _Gateways(
         {g: grpcclient.InferenceServerClient(f"127.0.0.1:{p}") for g, p in ports.items()}
