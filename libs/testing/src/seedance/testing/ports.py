@@ -21,6 +21,7 @@ ports it returns: the server binds them.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -38,8 +39,10 @@ _DEFAULT_RANGE = (32768, 60999)
 
 _lock = threading.Lock()
 _given: set[int] = set()
-# Seeded from the OS per process, so that concurrent test processes choose differently.
+# Seeded from the OS per process, so that concurrent test processes choose differently; a
+# forked child draws afresh too (it keeps the parent's handed-out ports: they stay taken).
 _random = random.Random()
+os.register_at_fork(after_in_child=_random.seed)
 
 
 def ephemeral_range() -> tuple[int, int]:
