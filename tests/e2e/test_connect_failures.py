@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -37,41 +38,89 @@ def refused_url() -> Iterator[str]:
         yield f"nats://127.0.0.1:{port}"
 
 
-def free_port() -> int:
-    """A loopback port for a service process to listen on (bound, read, released: the process
-    binds it after; a port that must refuse is ``refusing_port``'s)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Slicer:
+    """``python -m seedance.slicer`` as a user starts it, its HTTP endpoint on any free port
+    (``HTTP_PORT=0``: it binds, then says where in its ``http_listening`` line, so no port is
+    read, released and raced for), its output drained line by line on a thread: a test waits
+    for the line it needs and reads the rest once the process ends (a pipe nobody reads
+    would block the service)."""
 
+    def __init__(self, nats_url: str, **env: str) -> None:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("SEEDANCE_", "NATS_"))}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "seedance.slicer"],
+            env={**base, "NATS_URL": nats_url, "SEEDANCE_SLICER_HTTP_PORT": "0", **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._ended = False  # the output is closed: the process is gone
+        self._more = threading.Condition()
+        self._drain = threading.Thread(target=self._read, daemon=True)
+        self._drain.start()
 
-def start_slicer(nats_url: str, **env: str) -> subprocess.Popen[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SEEDANCE_", "NATS_"))}
-    return subprocess.Popen(
-        [sys.executable, "-m", "seedance.slicer"],
-        env={**base, "NATS_URL": nats_url, "SEEDANCE_SLICER_HTTP_PORT": "0", **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.proc.stdout as out:
+            for line in out:
+                with self._more:
+                    self.lines.append(line)
+                    self._more.notify_all()
+        with self._more:
+            self._ended = True
+            self._more.notify_all()
 
+    def _listening_port(self) -> int | None:
+        for line in self.lines:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the test that reads it fails on an unstructured line
+            if isinstance(record, dict) and record.get("event") == "http_listening":
+                return urllib.parse.urlsplit(record["metrics_url"]).port
+        return None
 
-def finish(proc: subprocess.Popen[str], timeout_s: float) -> tuple[int, list[dict[str, Any]]]:
-    """Exit status and log lines; every line must be one JSON object (structured only)."""
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        pytest.fail(f"still running after {timeout_s} s:\n{out[-3000:]}")
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    records = []
-    for ln in lines:
+    def http_port(self, timeout_s: float) -> int:
+        """Where ``/healthz`` answers, as the ``http_listening`` line says."""
+        with self._more:
+            self._more.wait_for(
+                lambda: self._ended or self._listening_port() is not None, timeout_s
+            )
+            port = self._listening_port()
+            if port is None:
+                pytest.fail(f"no http_listening line within {timeout_s} s:\n{self.output()}")
+            return port
+
+    def output(self) -> str:
+        return "".join(self.lines)[-3000:]
+
+    def wait(self, timeout_s: float) -> tuple[int, list[str]]:
+        """Exit status and every output line, once it ended (killed after ``timeout_s``)."""
         try:
-            records.append(json.loads(ln))
-        except json.JSONDecodeError:
-            pytest.fail(f"an unstructured log line: {ln!r}\nwhole output:\n{out[-3000:]}")
-    return proc.returncode, records
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"still running after {timeout_s} s:\n{self.output()}")
+        self._drain.join(timeout=10)  # the pipe closes with the process
+        assert not self._drain.is_alive(), "its output stayed open after it exited"
+        return code, [ln for ln in self.lines if ln.strip()]
+
+    def finish(self, timeout_s: float) -> tuple[int, list[dict[str, Any]]]:
+        """Exit status and log lines; every line must be one JSON object (structured only)."""
+        code, lines = self.wait(timeout_s)
+        records = []
+        for ln in lines:
+            try:
+                records.append(json.loads(ln))
+            except json.JSONDecodeError:
+                pytest.fail(f"an unstructured log line: {ln!r}\nwhole output:\n{self.output()}")
+        return code, records
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:
@@ -109,8 +158,8 @@ def password_server() -> Iterator[NatsServer]:
 def test_no_server_at_the_url_ends_within_the_bound_with_one_line(refused_url: str) -> None:
     url = refused_url
     started = time.monotonic()
-    proc = start_slicer(url, SEEDANCE_CONNECT_TIMEOUT_S="2")
-    code, records = finish(proc, timeout_s=2 + START_SLACK_S)
+    slicer = Slicer(url, SEEDANCE_CONNECT_TIMEOUT_S="2")
+    code, records = slicer.finish(timeout_s=2 + START_SLACK_S)
     assert time.monotonic() - started < 2 + START_SLACK_S
     assert code == EXIT_BUS_UNAVAILABLE == 69
     last = records[-1]
@@ -130,13 +179,13 @@ def test_no_server_at_the_url_ends_within_the_bound_with_one_line(refused_url: s
 
 def test_wrong_password_is_refused_at_once_naming_the_user(password_server: NatsServer) -> None:
     started = time.monotonic()
-    proc = start_slicer(
+    slicer = Slicer(
         password_server.url,
         NATS_USER="alice",
         NATS_PASSWORD="wrong",
         SEEDANCE_CONNECT_TIMEOUT_S="60",
     )
-    code, records = finish(proc, timeout_s=START_SLACK_S)
+    code, records = slicer.finish(timeout_s=START_SLACK_S)
     # Well inside the 60 s bound: retrying a wrong password cannot help.
     assert time.monotonic() - started < START_SLACK_S
     assert code == EXIT_BUS_REFUSED == 77
@@ -152,29 +201,27 @@ def test_sigterm_while_connecting_exits_promptly_and_healthz_says_connecting(
     refused_url: str,
 ) -> None:
     url = refused_url
-    port = free_port()
-    proc = start_slicer(url, SEEDANCE_CONNECT_TIMEOUT_S="120", SEEDANCE_SLICER_HTTP_PORT=str(port))
+    slicer = Slicer(url, SEEDANCE_CONNECT_TIMEOUT_S="120")
     try:
-        status, body = wait_http(proc, port, "/healthz", timeout_s=START_SLACK_S)
+        port = slicer.http_port(timeout_s=START_SLACK_S)
+        status, body = wait_http(slicer.proc, port, "/healthz", timeout_s=START_SLACK_S)
         assert (status, body) == (503, f"not ready: connecting to NATS at {url}\n")
         assert http_get(port, "/readyz")[0] == 503
-        proc.send_signal(signal.SIGTERM)
+        slicer.proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        code, records = finish(proc, timeout_s=10)
+        code, records = slicer.finish(timeout_s=10)
         assert time.monotonic() - sent < 10
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        slicer.kill()
     assert code == 0
     assert records[-1]["event"] == "service_stopped_while_starting"
 
 
 def test_a_misspelt_setting_is_refused_naming_the_right_one() -> None:
-    proc = start_slicer("nats://127.0.0.1:1", SEEDANCE_SLICER_POLCY="best_fit")
-    out, _ = proc.communicate(timeout=START_SLACK_S)
-    assert proc.returncode == 1
-    (line,) = out.splitlines()
+    slicer = Slicer("nats://127.0.0.1:1", SEEDANCE_SLICER_POLCY="best_fit")
+    code, lines = slicer.wait(timeout_s=START_SLACK_S)
+    assert code == 1
+    (line,) = lines
     assert line.startswith(
         "unknown setting SEEDANCE_SLICER_POLCY (did you mean SEEDANCE_SLICER_POLICY?)"
     )
@@ -187,11 +234,11 @@ def test_sigterm_while_reconnecting_exits_within_the_grace_period_in_structured_
     status says so (69) and one line why, and the lease lapses after its TTL.
     """
     server = NatsServer()
-    port = free_port()
-    proc = start_slicer(server.url, SEEDANCE_SLICER_HTTP_PORT=str(port))
+    slicer = Slicer(server.url)
     try:
         deadline = time.monotonic() + START_SLACK_S
-        while wait_http(proc, port, "/readyz", timeout_s=START_SLACK_S)[0] != 200:
+        port = slicer.http_port(timeout_s=START_SLACK_S)
+        while wait_http(slicer.proc, port, "/readyz", timeout_s=START_SLACK_S)[0] != 200:
             assert time.monotonic() < deadline, "never ready"
             time.sleep(0.1)  # polling readiness; bounded by the deadline
         server.stop()
@@ -199,15 +246,13 @@ def test_sigterm_while_reconnecting_exits_within_the_grace_period_in_structured_
             assert time.monotonic() < deadline + 10, "still ready with no server"
             time.sleep(0.1)  # the client notices the closed socket; bounded
         assert http_get(port, "/healthz")[0] == 200  # alive: a restart would not bring NATS back
-        proc.send_signal(signal.SIGTERM)
+        slicer.proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        code, records = finish(proc, timeout_s=30)
+        code, records = slicer.finish(timeout_s=30)
         assert time.monotonic() - sent < 30
     finally:
         server.stop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        slicer.kill()
     assert code == EXIT_BUS_UNAVAILABLE
     assert records[-1]["event"] == "service_stop_incomplete"
     # The reconnect loop's failures are one line, not one per attempt.

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -45,6 +44,7 @@ from seedance.events.graph import CompileRequest
 from seedance.events.subjects import graph, telemetry
 from seedance.sdk import SeedanceClient
 from seedance.testing.paths import REPO
+from seedance.testing.ports import listen_port
 from seedance.testing.processes import ServiceProcesses
 from tests.e2e.conftest import wait_for_consumers, wait_until_consumed
 from tests.unit.router.test_gateway_fake_upstream import FakeReplica
@@ -59,10 +59,21 @@ NODES = 4
 NO_SERIES_IN_A_REPLAY = NO_SERIES_WITHOUT_GPUS
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: The services Prometheus scrapes (the shipped scrape jobs are named after them).
+SCRAPED = ("telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger")
+
+
+async def listening(services: ServiceProcesses) -> tuple[dict[str, int], str]:
+    """Each scraped service's /metrics port and the router's gRPC address, once their log
+    lines say where they bound port 0 (``http_listening``, ``gateway_started``)."""
+    ports = {}
+    for name in SCRAPED:
+        url = (await services.wait_logged(name, "http_listening"))["metrics_url"]
+        port = urllib.parse.urlsplit(url).port
+        assert port is not None, url
+        ports[name] = port
+    started = await services.wait_logged("router", "gateway_started")
+    return ports, str(started["address"])
 
 
 def scrape_config(ports: dict[str, int]) -> dict[str, Any]:
@@ -83,7 +94,8 @@ class Prometheus:
         assert binary, "no prometheus on PATH: `make system-deps` installs Debian's package"
         workdir.mkdir()
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.url = f"http://127.0.0.1:{free_port()}"
+        # Prometheus must be told its port and says none back: one the kernel never hands out
+        self.url = f"http://127.0.0.1:{listen_port()}"
         self.log = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
@@ -161,38 +173,24 @@ async def infer_through_router(address: str, ok: int, timeout_s: float = 90.0) -
 async def test_every_dashboard_query_returns_series_from_a_short_replay(
     nats_url: str, services: ServiceProcesses, node_csv: Any, tmp_path: Path
 ) -> None:
-    ports = {
-        name: free_port()
-        for name in ("telemetry-collector", "slicer", "router", "graph-compiler", "cost-ledger")
-    }
-    prom = Prometheus(tmp_path / "prometheus", scrape_config(ports))
+    prom: Prometheus | None = None
     replica = FakeReplica()
     await replica.start()
-    router_address = f"127.0.0.1:{free_port()}"
     try:
-        services.start(
-            "telemetry-collector",
-            node_csv=str(node_csv(NODES)),
-            tick_s="1",
-            http_port=str(ports["telemetry-collector"]),
-        )
-        services.start("slicer", replica="s1", http_port=str(ports["slicer"]))
-        services.start(
-            "cost-ledger",
-            replica="l1",
-            window_s="10",
-            lateness_s="2",
-            http_port=str(ports["cost-ledger"]),
-        )
+        # Each service's /metrics on any free port (HTTP_PORT=0): where, its log says.
+        services.start("telemetry-collector", node_csv=str(node_csv(NODES)), tick_s="1")
+        services.start("slicer", replica="s1")
+        services.start("cost-ledger", replica="l1", window_s="10", lateness_s="2")
         services.start(
             "router",
             replicas=f"fake={replica.address}",
             models="m",
-            listen_address=router_address,
+            listen_address="127.0.0.1:0",  # any free port: its gateway_started line says
             rest_address="",
-            http_port=str(ports["router"]),
         )
-        services.start("graph-compiler", http_port=str(ports["graph-compiler"]))
+        services.start("graph-compiler")
+        ports, router_address = await listening(services)
+        prom = Prometheus(tmp_path / "prometheus", scrape_config(ports))
         prom.wait_ready()
         await wait_for_consumers(
             nats_url,
@@ -251,5 +249,6 @@ async def test_every_dashboard_query_returns_series_from_a_short_replay(
     finally:
         await replica.stop()
         codes = services.stop_all()
-        prom.stop()
+        if prom is not None:
+            prom.stop()
     assert all(code == 0 for code in codes.values()), codes

@@ -7,8 +7,12 @@ Small models only (an MLP, a decomposed LayerNorm): each test pays one child-pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
+import os
+import secrets
+import socket
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,15 +24,19 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from seedance.core import BusSettings, ServiceRuntime
+from seedance.core.holder import default_holder
 from seedance.core.kv import ensure_bucket, ensure_object_store
 from seedance.events import new_event_id
 from seedance.events.graph import CompilerCapability, CompileRequest, PrecisionPolicy
 from seedance.events.graph import input_object_name as input_name
 from seedance.events.subjects import graph
-from seedance.graph_compiler.service import WORKERS_BUCKET
+from seedance.graph_compiler.service import WORKERS_BUCKET, GraphCompilerService
+from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.sdk import cli
 from seedance.sdk.client import GRAPH_MODELS_STORE, SeedanceClient
 from seedance.testing.waits import eventually, stop_task
+from tests.conftest import serving
 from tests.unit.graph.gc_onnx_kit import overflow_ln_model
 
 
@@ -289,3 +297,45 @@ async def test_cli_compiles_and_writes_the_artifact(
     assert rc == 0, capsys.readouterr().err
     assert "precision fp32" in capsys.readouterr().out
     onnx.checker.check_model(onnx.load_from_string(out.read_bytes()))
+
+
+async def test_workers_on_alike_hosts_with_one_pid_announce_apart(
+    nats_url: str, client: SeedanceClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers whose host name and pid agree (two hosts named alike, or a restart that
+    reuses its predecessor's pid: every container's first process is pid 1) each have their
+    own key in the workers bucket, and one's stop leaves the other's announcement. The id was
+    ``<host>-<pid>``: one key for both, the second announce overwrote the first, and the
+    first's stop deleted what the second announced."""
+    drawn = iter(range(1, 100))
+
+    def built() -> GraphCompilerService:
+        # Each worker is a process of its own: its holder name is drawn afresh. Its random
+        # suffix comes from a stand-in sequence, so that two draws cannot happen to agree (one
+        # chance in 65,536) and fail this test.
+        with monkeypatch.context() as alike:
+            alike.setattr(socket, "gethostname", lambda: "gc-node")
+            alike.setattr(os, "getpid", lambda: 1)
+            alike.setattr(secrets, "token_hex", lambda n: f"{next(drawn):0{2 * n}x}")
+            default_holder.cache_clear()
+            try:
+                runtime = ServiceRuntime("graph-compiler", BusSettings(url=nats_url, name="gc"))
+                return GraphCompilerService(runtime, GraphCompilerSettings())
+            finally:
+                default_holder.cache_clear()  # this process's own name again, for others
+
+    kv = await ensure_bucket(client._bus, WORKERS_BUCKET)
+    async with contextlib.AsyncExitStack() as running:
+        first = await running.enter_async_context(serving(built()))
+        second = await running.enter_async_context(serving(built()))
+        ids = {first._worker_id, second._worker_id}
+        assert len(ids) == 2, ids
+        for worker_id in ids:
+            assert worker_id.startswith("gc-node-1-")
+            entry = await kv.get(worker_id)
+            assert msgspec.msgpack.decode(entry.value, type=CompilerCapability).worker_id == (
+                worker_id
+            )
+        await first.stop()
+        entry = await kv.get(second._worker_id)  # still announced
+        assert entry.value

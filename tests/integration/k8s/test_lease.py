@@ -143,3 +143,35 @@ async def test_a_holder_whose_renewal_hangs_stops_leading_at_two_thirds_of_the_d
     finally:
         hold.release.set()
         await stop_task(step)
+
+
+async def test_a_release_that_hangs_ends_the_stop_at_two_thirds_of_the_duration(
+    api: KubeApi, kube_api: KubeApiServer
+) -> None:
+    """``keep`` is cancelled (the bridge stops) and its release's write is held unanswered:
+    the stop ends once 2/3 of the duration has passed since the last renewal by the elector's
+    clock, the write cancelled, no longer leading; the Lease then lapses on its own. The
+    release was unbounded: a hung API server hung the shutdown."""
+    clock = VirtualClock()
+    a = elector(api, clock, "a", duration_s=60.0)
+    keep = asyncio.ensure_future(a.keep())
+    hold = kube_api.hold_next("PUT", r"/leases/bridge$")  # the first PUT is the release's
+    try:
+        async with asyncio.timeout(10):
+            await a.leading.wait()  # acquired at 0 s; the loop sleeps on the clock
+        keep.cancel()
+        async with asyncio.timeout(10):
+            await hold.arrived.wait()  # the release's write is in flight, and hangs
+        await clock.advance(39.5)
+        assert not keep.done()  # 39.5 s since the renewal: the release may still land
+        await clock.advance(0.5)
+        async with asyncio.timeout(10):
+            await asyncio.wait([keep])  # 40 s: the stop ends, the write cancelled
+        assert keep.cancelled()
+        assert not a.leading.is_set()
+        lease = await api.get_lease(NS, "bridge")
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] == "a"  # not released: it lapses instead
+    finally:
+        hold.release.set()
+        await stop_task(keep)

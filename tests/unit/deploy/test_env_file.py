@@ -80,6 +80,16 @@ def test_the_values_compose_interpolates_are_listed() -> None:
     assert nats_config.read_env_file(text).interpolated == {"A", "C", "E", "F", "H"}
 
 
+@pytest.mark.parametrize("line", ["=c", " =c", "\t=c", "export =c", ":c", '="c"'])
+def test_an_empty_key_is_read_as_compose_reads_it(line: str) -> None:
+    """compose-go reads ``=c`` as the name ``""`` set to ``c`` (its own test pins
+    ``="value"``); nothing can name it in a ``$``, so the file is fine and its checked lines
+    are still checked. The line was refused as a file compose refuses."""
+    env = nats_config.read_env_file(f"A=a\n{line}\nB=b\n")
+    assert env.values == {"A": "a", "": "c", "B": "b"}
+    assert env.interpolated == frozenset()
+
+
 def test_a_key_alone_on_its_line_sets_nothing_from_the_file() -> None:
     """Compose takes such a key from the shell: `compose_values` adds the shell's values."""
     assert nats_config.parse_env_file("A\nB=b\n") == {"B": "b"}
@@ -91,7 +101,6 @@ def test_a_key_alone_on_its_line_sets_nothing_from_the_file() -> None:
         ("A=a\nnot a pair\n", "line 2, column 4: a space"),
         ("A=a\nB C=c\n", "line 2, column 2: a space"),
         ("A=a\nB/C=c\n", "line 2, column 2: a punctuation mark or symbol in a key"),
-        ("A=a\n=c\n", "line 2, column 1: an empty key"),
         ('A="abc\n', "line 1, column 3: a quoted value that is never closed"),
         # a forgotten '=' and an unclosed quote on the line before: the password is no key
         (f"A=a\nNATS_PASSWORD_SLICER {SECRET}\n", "line 2, column 21: a space"),

@@ -607,7 +607,7 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
     """Route real inference through the router to two real Triton servers; kill one midway."""
     import tritonclient.grpc.aio as grpcclient
 
-    from seedance.testing.triton import TritonProcess, free_port
+    from seedance.testing.triton import TritonProcess
 
     say("")
     say("Inference: the router in front of two real Triton servers (CPU, from nvidia-pytriton)")
@@ -617,11 +617,10 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
     try:
         for t in tritons.values():
             await asyncio.to_thread(t.wait_ready, 180.0)
-        port = free_port()
-        procs.start(
+        procs.start(  # both fronts on any free port: its gateway_started line says where
             "router",
-            listen_address=f"127.0.0.1:{port}",
-            rest_address=f"127.0.0.1:{free_port()}",
+            listen_address="127.0.0.1:0",
+            rest_address="127.0.0.1:0",
             replicas=",".join(f"{n}={t.address}" for n, t in tritons.items()),
             models="echo",
             forecast_interval_s="0.5",
@@ -634,7 +633,8 @@ async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> i
             decisions[(ev.replica, ev.reason)] += 1
 
         await bus.subscribe(routing.subject("echo", "decision"), on_decision)
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+        started = await procs.wait_logged("router", "gateway_started")
+        client = grpcclient.InferenceServerClient(str(started["address"]))
         await _wait_model_ready(client, "echo")
         load = _EchoLoad(client)
         killed_at = requests // 2

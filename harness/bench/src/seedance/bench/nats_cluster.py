@@ -1,4 +1,6 @@
-"""A loopback nats-server cluster for the scaling demo: three pinned servers on random ports with
+"""A loopback nats-server cluster for the scaling demo: three pinned servers on random ports (fixed
+for the run, so the routes can name them and a restarted node comes back where its peers and
+clients look: chosen outside the kernel's ephemeral range, `seedance.testing.ports`) with
 temporary stores and full-mesh routes, killed and restarted by name, and the waits a driver of
 such a cluster needs (provisioned with the peers known, a restarted node caught up), plus the
 retry that measures how long a publish stalls while the cluster fails over.
@@ -12,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -23,24 +24,13 @@ from typing import Any
 from seedance.core import Bus, BusSettings
 from seedance.testing.servers import nats_server_binary
 
-__all__ = ["Cluster", "Stalls", "free_ports", "stream_leader", "wait_cluster", "wait_peers_current"]
+__all__ = ["Cluster", "Stalls", "stream_leader", "wait_cluster", "wait_peers_current"]
 
 
 async def stream_leader(bus: Bus, stream: str) -> str | None:
     """The server leading ``stream`` (``None`` while there is none, or on a single server)."""
     info = await bus.js.stream_info(stream)
     return info.cluster.leader if info.cluster else None
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass

@@ -52,7 +52,6 @@ from seedance.bench.ledger_audit import audit_ledger
 from seedance.bench.nats_cluster import (
     Cluster,
     Stalls,
-    free_ports,
     stream_leader,
     wait_cluster,
     wait_peers_current,
@@ -61,6 +60,7 @@ from seedance.core import Bus
 from seedance.events import decode
 from seedance.events.graph import CompileResult
 from seedance.sdk import SeedanceClient
+from seedance.testing.ports import listen_ports
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.workloads import read_stream, wait_checkpointed, workload
 
@@ -358,9 +358,9 @@ class _Gateways:
 async def _start_gateways(procs: ServiceProcesses, backends: str) -> tuple[_Gateways, int]:
     import tritonclient.grpc.aio as grpcclient
 
-    from seedance.testing.triton import free_port
-
-    ports = {g: free_port() for g in ("0", "1")}
+    # told, not port 0 and the gateway_started line: a router restarted at start (its log
+    # appended to) must come back where its client dials (seedance.testing.ports)
+    ports = dict(zip(("0", "1"), listen_ports(2), strict=True))
     gateways = _Gateways(
         {g: grpcclient.InferenceServerClient(f"127.0.0.1:{p}") for g, p in ports.items()}
     )
@@ -464,7 +464,8 @@ def _report(parts: list[Part], stalls: Stalls) -> int:
 
 async def run(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="seedance-scale-"))
-    ports = free_ports(6)
+    # fixed for the run: the routes name each other and a restarted node comes back on its port
+    ports = listen_ports(6)
     cluster = Cluster(root, ports[:3], ports[3:])
     procs = ServiceProcesses(cluster.urls, root / "services")
     stalls = Stalls()

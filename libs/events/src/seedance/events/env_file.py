@@ -6,11 +6,12 @@ bytes are read as UTF-8 without newline translation (a lone ``\\r`` ends no line
 UTF-8 BOM is taken off; blank lines and lines starting with ``#`` are skipped (blanks are Go's
 ``unicode.IsSpace``); ``export`` before a key is taken off; a key is letters, digits,
 ``_ . - [ ]`` (compose's blanks inside it are kept, a space refused) and ends at ``=``, ``:``
-or the line's end (alone on its line: the shell's value, which `compose_values` adds); compose's
-blanks (``\\t \\v \\f \\r``, space, U+0085, U+00A0) before a value are skipped; an unquoted value
-ends at its line's first ``" #"`` and loses its trailing blanks; a quoted value ends at its
-closing quote (``\\`` escapes it), ``#`` and blanks inside kept, and may span lines; a
-double-quoted one expands ``\\a \\b \\f \\n \\r \\t \\v \\\\ \\$`` and ``\\0NNN`` (octal).
+or the line's end (alone on its line: the shell's value, which `compose_values` adds; empty,
+``=x``: compose-go sets the name ``""``, which no ``$`` can name, and so does this reader);
+compose's blanks (``\\t \\v \\f \\r``, space, U+0085, U+00A0) before a value are skipped; an
+unquoted value ends at its line's first ``" #"`` and loses its trailing blanks; a quoted value
+ends at its closing quote (``\\`` escapes it), ``#`` and blanks inside kept, and may span lines;
+a double-quoted one expands ``\\a \\b \\f \\n \\r \\t \\v \\\\ \\$`` and ``\\0NNN`` (octal).
 
 Compose then interpolates ``$VAR``, ``${VAR}``, ``${VAR:-default}``... in an unquoted or
 double-quoted value, from the shell first and the file's earlier lines. That is NOT done here:
@@ -84,8 +85,8 @@ def parse_env_file(data: bytes | str) -> dict[str, str]:
 def read_env_file(data: bytes | str) -> EnvFile:
     """Env file ``data`` (its bytes, or text read without newline translation) as compose
     reads it (the module's rules). A file compose refuses (a key with a space or another
-    character, an empty key, an unterminated quote) raises `EnvFileError` naming the line, the
-    column and the kind of character, never the text."""
+    character, an unterminated quote) raises `EnvFileError` naming the line, the column and the
+    kind of character, never the text."""
     if isinstance(data, bytes):
         data = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="replace")
     text = data.removeprefix("\ufeff")
@@ -140,9 +141,7 @@ def _key(text: str, pos: int) -> tuple[str | None, int]:
         raise EnvFileError(f"{_where(text, start + key.index(' '))}: {_kind(' ')} in a key")
     if pos >= len(text) or text[pos] == "\n":
         return None, pos
-    if not key:
-        raise EnvFileError(f"{_where(text, start)}: an empty key")
-    return key, pos
+    return key, pos  # "" too (``=x``): compose-go sets the empty name, which nothing can read
 
 
 def _where(text: str, pos: int) -> str:

@@ -14,8 +14,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from seedance.testing.identities import password, service_user, users
+from seedance.testing.waits import eventually
 
 __all__ = ["ServiceProcesses"]
 
@@ -99,14 +101,29 @@ class ServiceProcesses:
     def log(self, key: str) -> str:
         return (self.logdir / f"{key}.log").read_text(errors="replace")
 
-    def metrics_url(self, key: str) -> str | None:
-        """Where ``key`` serves ``/metrics``, as its ``http_listening`` line says (its port is
-        any free one: ``start`` sets ``HTTP_PORT=0``); None before that line is written."""
+    def logged(self, key: str, event: str) -> dict[str, Any] | None:
+        """``key``'s first log record of ``event`` (where a server it runs on port 0 says it
+        listens, say); None before that line is written."""
         for line in self.log(key).splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a library's own print, not a log record
-            if isinstance(record, dict) and record.get("event") == "http_listening":
-                return str(record["metrics_url"])
+            if isinstance(record, dict) and record.get("event") == event:
+                return record
         return None
+
+    async def wait_logged(self, key: str, event: str, timeout_s: float = 120.0) -> dict[str, Any]:
+        """`logged`, once written (``TimeoutError`` naming the line after ``timeout_s``)."""
+        await eventually(
+            lambda: self.logged(key, event) is not None, timeout_s, what=f"{key}'s {event} line"
+        )
+        record = self.logged(key, event)
+        assert record is not None  # a log file is only appended to
+        return record
+
+    def metrics_url(self, key: str) -> str | None:
+        """Where ``key`` serves ``/metrics``, as its ``http_listening`` line says (its port is
+        any free one: ``start`` sets ``HTTP_PORT=0``); None before that line is written."""
+        record = self.logged(key, "http_listening")
+        return None if record is None else str(record["metrics_url"])

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sysconfig
 import threading
@@ -31,10 +30,10 @@ __all__ = [
     "RepositoryTritonProcess",
     "TritonProcess",
     "echo_request",
-    "free_port",
 ]
 
 from seedance.testing.paths import REPO as REPO_ROOT
+from seedance.testing.ports import listen_ports
 
 TRITON_PYTHON = REPO_ROOT / ".venv-triton" / "bin" / "python"
 # A script, not a module of this package: it runs in `.venv-triton` (PyTriton pins numpy<2),
@@ -60,16 +59,10 @@ def echo_request(i: int, tag: bytes) -> tuple[list[grpcclient.InferInput], np.nd
     return inputs, x
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (another process could take it before the server binds;
-    the start-up error says so if that happens)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class TritonProcess:
-    """One Triton server on 127.0.0.1 with random ports."""
+    """One Triton server on 127.0.0.1 with random ports: chosen before it starts (PyTriton
+    cannot bind port 0 and say which it got), outside the kernel's ephemeral range
+    (`seedance.testing.ports`)."""
 
     def __init__(self, name: str, *, log_dir: Path) -> None:
         if not TRITON_PYTHON.exists():
@@ -78,9 +71,7 @@ class TritonProcess:
                 "servers' venv with nvidia-pytriton)"
             )
         self.name = name
-        self.grpc_port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()
+        self.grpc_port, self.http_port, self.metrics_port = listen_ports(3)
         self._log_path = log_dir / f"triton-{name}.log"
         self._log = self._log_path.open("wb")
         self._workspace = log_dir / f"workspace-{name}"

@@ -40,7 +40,6 @@ import hashlib
 import multiprocessing
 import os
 import shutil
-import socket
 import tempfile
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -65,6 +64,7 @@ from seedance.core import (
     WallClock,
     cancel_until_done,
 )
+from seedance.core.holder import default_holder
 from seedance.core.kv import ensure_bucket, ensure_object_store, live_entries
 from seedance.core.logs import get_logger
 from seedance.events import derived_event_id
@@ -139,7 +139,11 @@ class GraphCompilerService(Lifecycle):
         self._workers: KeyValue | None = None
         self._capability: worker.Capability | None = None
         self._announcer: asyncio.Task[None] | None = None
-        self._worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        # The key of this worker's announcement: another worker's under the same key would be
+        # overwritten, skipped as "this one" by _workers_for, and deleted at this one's stop.
+        # ``<host>-<pid>`` was shared by hosts named alike with one pid (pid 1 in containers),
+        # and by a restart reusing its predecessor's pid; the shared default adds 4 random hex.
+        self._worker_id = settings.worker_id or default_holder()
         # One message per fetch: fetched messages wait in hand with their ack_wait running, and
         # a compile takes minutes; more throughput comes from more replicas sharing the durable.
         runtime.consume("compiler-requests", CompileRequest, self._handle, batch=1)

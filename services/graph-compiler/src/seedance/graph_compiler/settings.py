@@ -56,7 +56,8 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     #: Timed runs per candidate and session profile when choosing among accepted candidates.
     select_runs: int = 20
-    #: This worker's key in ``seedance-graph-workers`` ("": host name and process id).
+    #: This worker's key in ``seedance-graph-workers`` ("": ``<host>-<pid>-<4 hex>``,
+    #: `seedance.core.holder.default_holder`).
     worker_id: str = ""
     #: How often the worker re-announces its capability (the bucket's TTL is 60 s).
     announce_s: float = 20.0

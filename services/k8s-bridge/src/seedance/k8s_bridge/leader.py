@@ -15,7 +15,8 @@ one) does not move, and a cancel the API client swallowed kept a hung renewal le
 returned. A renewal counts from when it was sent: the record changed no earlier, so a standby's
 count started no earlier. On a clean stop the holder releases
 the Lease (empty holder), so a standby takes over at its next try instead of after the
-duration. ``kubernetes_asyncio.leaderelection`` does the same on the wall clock with naive
+duration; that release is bounded like a renewal (a hung API server must not hang the stop).
+``kubernetes_asyncio.leaderelection`` does the same on the wall clock with naive
 datetimes, hence this small twin on Seedance's clock.
 
 Must not know what the leader does.
@@ -87,14 +88,25 @@ class LeaseElector:
         return self.leading
 
     async def keep(self) -> None:
-        """Try to acquire, then renew, until cancelled (then release)."""
+        """Try to acquire, then renew, until cancelled (then release, bounded like a renewal)."""
         try:
             while True:
                 await self._step()
                 await self._clock.sleep(self._renew_s)
         finally:
             with contextlib.suppress(ApiStatus, ApiUnavailable):
-                await asyncio.shield(self.release())
+                await asyncio.shield(self._release_in_time())
+
+    async def _release_in_time(self) -> None:
+        """`release`, bounded like a renewal by what is left of 2/3 of the duration since the
+        last one, on the injected clock: a hung API server must not hang the shutdown, and past
+        that bound we no longer lead anyway (a standby takes over once the Lease lapses)."""
+        if not self.leading.is_set():
+            return  # nothing to give up (release would return at once)
+        result = await before_deadline(self.release(), self._clock, self._renewed_at + self._keep_s)
+        if isinstance(result, Late):
+            self.leading.clear()  # a release cancelled before its first step cleared nothing
+            log.warning("lease_release_too_slow", lease=self._name, holder=self.identity)
 
     async def _step(self) -> None:
         # A call that hangs must not keep us leading past 2/3 of the duration, when a standby
