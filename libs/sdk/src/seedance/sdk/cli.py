@@ -11,8 +11,9 @@
     seedance graph compile --tenant acme --model resnet.onnx --out resnet.compiled.onnx
 
 Owns running a parsed command line (``cli_args`` is the grammar) and turning every failure into
-one line on stderr and an exit status; must not decide anything the slicer, the ledger or the
-server decide.
+one line on stderr and an exit status (`execute`: the cost-ledger's ``report`` and ``rightsize``
+log in and fail through it too); must not decide anything the slicer, the ledger or the server
+decide.
 
 Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``; ``--user`` /
 ``--password`` (``NATS_USER`` / ``NATS_PASSWORD``). A tenant's user (``tenant-<t>``) gets its
@@ -66,7 +67,7 @@ from seedance.sdk.client import (
 from seedance.sdk.job_status import JobState, describe, gpus_text, status_table
 from seedance.sdk.reports import render_report
 
-__all__ = ["invoke", "main"]
+__all__ = ["connect", "execute", "fail", "invoke", "main", "quiet_logging"]
 
 
 def _job_event(args: argparse.Namespace) -> JobEvent:
@@ -333,11 +334,9 @@ _COMMANDS: dict[tuple[str, str], _Command] = {
 }
 
 
-async def _run(args: argparse.Namespace) -> int:
-    command = _COMMANDS[(args.group, args.cmd)]
-    if args.group == "jobs" and args.cmd in EVENT_COMMANDS:
-        args.job_event = _job_event(args)  # bounds checked before connecting
-    client = await SeedanceClient.connect(
+async def connect(args: argparse.Namespace) -> SeedanceClient:
+    """A client logged in as ``args``' connection flags say (`cli_args.connection_args`)."""
+    return await SeedanceClient.connect(
         args.nats_url,
         creds=args.creds,
         user=args.user,
@@ -345,22 +344,30 @@ async def _run(args: argparse.Namespace) -> int:
         inbox_prefix=args.inbox_prefix,
         connect_timeout_s=args.connect_timeout_s,
     )
-    async with client:
-        return await command(client, args)
+
+
+def fail(prog: str, message: object, status: int) -> int:
+    """One line on stderr, ``<prog>: <message>`` (a message of several lines is joined), and
+    the exit status."""
+    print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr)
+    return status
 
 
 def _fail(message: object, status: int) -> int:
-    """One line on stderr (a message of several lines is joined) and the exit status."""
-    print(f"seedance: {' '.join(str(message).split())}", file=sys.stderr)
-    return status
+    return fail("seedance", message, status)
+
+
+def quiet_logging(args: argparse.Namespace) -> None:
+    """This process's logging for a command: the core's structured lines (a connect retry, a
+    lost connection) would interleave with what the command prints, so a failure is said once,
+    in `execute`'s line; ``--verbose`` shows the connection's warnings too."""
+    configure_logging(json=False, level="WARNING" if args.verbose else "CRITICAL")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``seedance`` console script: sets up this process's logging, then runs ``argv``."""
     args = parse(argv)
-    # The core's structured lines (a connect retry, a lost connection) would interleave with
-    # what the command prints; a failure is said once, in `_fail`'s line.
-    configure_logging(json=False, level="WARNING" if args.verbose else "CRITICAL")
+    quiet_logging(args)
     return _execute(args)
 
 
@@ -371,8 +378,40 @@ def invoke(argv: Sequence[str]) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
+    if args.group == "jobs" and args.cmd in EVENT_COMMANDS:
+        try:
+            args.job_event = _job_event(args)  # bounds checked before connecting
+        except ValueError as exc:
+            return _fail(exc, 2)
+    return execute(
+        "seedance",
+        args,
+        _COMMANDS[(args.group, args.cmd)],
+        awaited="a graph compiler" if args.group == "graph" else "the service that answers",
+    )
+
+
+def execute(
+    prog: str,
+    args: argparse.Namespace,
+    command: _Command,
+    *,
+    awaited: str = "the service that answers",
+) -> int:
+    """Connect as ``args`` say (`connect`), run ``command`` on the client and close it; every
+    failure ends in one line on stderr (`fail`) and the exit status the docs give: 69 no NATS
+    at the URL within ``--connect-timeout-s``, 77 the credentials refused (at once), 2 a bad
+    request (``ValueError``), 1 a refusal or rejection, no answer in time (from ``awaited``),
+    a server older than 2.10 or a stream never provisioned. The ``seedance`` CLI's path, and
+    the one other commands that log in take (the cost-ledger's ``report``/``rightsize``)."""
+
+    async def run() -> int:
+        client = await connect(args)
+        async with client:
+            return await command(client, args)
+
     try:
-        return asyncio.run(_run(args))
+        return asyncio.run(run())
     except BusUnavailable as exc:
         if exc.refused:
             hint = (
@@ -380,11 +419,11 @@ def _execute(args: argparse.Namespace) -> int:
                 "exists once listed in deploy/auth/users.yaml or added with `seedance-auth "
                 "add-tenant`."
             )
-            return _fail(f"{exc} {hint}", EXIT_BUS_REFUSED)
+            return fail(prog, f"{exc} {hint}", EXIT_BUS_REFUSED)
         hint = "The CLI's flags: --nats-url, --connect-timeout-s."
-        return _fail(f"{exc} {hint}", EXIT_BUS_UNAVAILABLE)
+        return fail(prog, f"{exc} {hint}", EXIT_BUS_UNAVAILABLE)
     except ValueError as exc:
-        return _fail(exc, 2)
+        return fail(prog, exc, 2)
     except (
         JobRejectedError,
         PermissionRefused,
@@ -393,14 +432,13 @@ def _execute(args: argparse.Namespace) -> int:
         NoStream,
         ConsumersInUse,
     ) as exc:
-        return _fail(exc, 1)
+        return fail(prog, exc, 1)
     except TimeoutError:
-        what = "a graph compiler" if args.group == "graph" else "the service that answers"
-        return _fail(f"no result in time: is {what} running?", 1)
+        return fail(prog, f"no result in time: is {awaited} running?", 1)
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
-        return _fail(f"cannot reach NATS at {args.nats_url}: {exc}", EXIT_BUS_UNAVAILABLE)
+        return fail(prog, f"cannot reach NATS at {args.nats_url}: {exc}", EXIT_BUS_UNAVAILABLE)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "DEFAULT_READ_TIMEOUT_S",
     "EVENT_COMMANDS",
+    "connection_args",
     "parse",
     "parser",
     "version",
@@ -90,11 +91,20 @@ def _commands(p: argparse.ArgumentParser, dest: str) -> Any:
 
 
 def _globals(p: argparse.ArgumentParser) -> None:
-    env = os.environ.get
     p.add_argument(
         "--version", action="version", version=f"seedance {version()}",
         help="print the installed version (seedance-gpu-sdk) and exit",
     )  # fmt: skip
+    connection_args(p)
+
+
+def connection_args(p: argparse.ArgumentParser) -> None:
+    """The flags of logging in to NATS and of how long to try, each defaulting to its variable
+    (``NATS_URL``, ``NATS_CREDS``, ``NATS_USER``, ``NATS_PASSWORD``, ``NATS_INBOX_PREFIX``,
+    ``SEEDANCE_CONNECT_TIMEOUT_S``), and ``--verbose``: the ``seedance`` CLI's, and any other
+    command that connects through ``cli.execute`` (the cost-ledger's ``report``), so that one
+    deployment's variables log in to each the same way."""
+    env = os.environ.get
     p.add_argument(
         "--verbose",
         action="store_true",

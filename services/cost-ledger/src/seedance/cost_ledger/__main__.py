@@ -32,10 +32,10 @@ COMMANDS = {
 }
 
 
-def report(argv: list[str], *, rightsize_only: bool = False) -> int:
+def report(argv: list[str], *, rightsize_only: bool = False, logs: bool = False) -> int:
     """``seedance-cost-ledger report (--tenant T | --fleet) [--format html|text|csv|focus]
     [--from ISO] [--to ISO] [--by tenant|job|node|gpu_model] [--share-idle] [--rightsize]
-    [--price-book FILE] [--out FILE]``.
+    [--price-book FILE] [--out FILE]``, and the ``seedance`` CLI's connection flags.
 
     Reads what the cost stream holds (a tenant's own with its credentials; the fleet's, idle
     included, with an operator's) and renders it with the reports library, so the
@@ -43,64 +43,77 @@ def report(argv: list[str], *, rightsize_only: bool = False) -> int:
     through ``seedance.sdk.reports`` and render with ``seedance.reports``; ``--rightsize``
     (text and HTML) adds the right-sizing recommendations, priced with the ledger's price book
     (``--price-book``, else ``SEEDANCE_COST_LEDGER_PRICE_BOOK``, else the bundled one), which
-    is why it is here. ``seedance-cost-ledger rightsize ...`` prints only those. Exits 1 when
-    there is nothing in the window or idle was asked for without operator credentials.
+    is why it is here. ``seedance-cost-ledger rightsize ...`` prints only those.
+
+    Logs in and fails as the ``seedance`` CLI does (``seedance.sdk.cli.execute``): ``NATS_URL``,
+    ``NATS_USER`` / ``NATS_PASSWORD`` or ``NATS_CREDS``, ``SEEDANCE_CONNECT_TIMEOUT_S`` (or
+    their flags), and one line on stderr for a failure. Exits 1 when there is nothing in the
+    window or idle was asked for without operator credentials, 2 on a bad request or price
+    book, 69 when no NATS answers within the connect timeout, 77 when it refuses the
+    credentials. ``logs``: set this process's logging as the console script does (``main``).
     """
     from seedance.reports import ReportWindow, job_uses, rightsizing_text
     from seedance.sdk import SeedanceClient
+    from seedance.sdk.cli import execute, fail, quiet_logging
     from seedance.sdk.reports import render_report, report_lines
 
     prog = "seedance-cost-ledger " + ("rightsize" if rightsize_only else "report")
     args = _report_args(prog, rightsize_only).parse_args(argv)
     if rightsize_only:
         args.format, args.rightsize, args.by, args.share_idle = "rightsize", True, "job", False
-
-    async def render() -> tuple[str, int]:
+    if logs:
+        quiet_logging(args)
+    try:
         book = core.load_price_book(args.price_book) if args.price_book else None
-        sizer = core.BookRightsizer(book or core.default_price_book()) if args.rightsize else None
-        client = await SeedanceClient.connect(args.nats_url, creds=args.creds)
-        async with client:
+    except (OSError, core.PriceBookError) as exc:
+        return fail(prog, exc, 2)
+    sizer = core.BookRightsizer(book or core.default_price_book()) if args.rightsize else None
+
+    async def render(client: SeedanceClient, args: argparse.Namespace) -> int:
+        tenant = None if args.fleet else args.tenant
+        try:
             if rightsize_only and sizer is not None:
-                tenant = None if args.fleet else args.tenant
                 window = ReportWindow.parse(args.start, args.end)
-                lines = await report_lines(client, tenant=tenant)
-                uses = job_uses(lines, window=window, tenant=tenant)
+                uses = job_uses(
+                    await report_lines(client, tenant=tenant), window=window, tenant=tenant
+                )
                 if not uses:
                     raise LookupError(f"no job with measured use in {window.label()}")
-                return rightsizing_text(sizer.recommend_all(uses), sizer.rule), len(uses)
-            return await render_report(
-                client,
-                tenant=None if args.fleet else args.tenant,
-                fmt=args.format,
-                start=args.start,
-                end=args.end,
-                by=args.by,
-                share_idle=args.share_idle,
-                rightsizer=sizer,
+                text, n = rightsizing_text(sizer.recommend_all(uses), sizer.rule), len(uses)
+            else:
+                text, n = await render_report(
+                    client,
+                    tenant=tenant,
+                    fmt=args.format,
+                    start=args.start,
+                    end=args.end,
+                    by=args.by,
+                    share_idle=args.share_idle,
+                    rightsizer=sizer,
+                )
+        except LookupError as exc:
+            # The reports' contract: a report that cannot be made (nothing in the window, idle
+            # without operator credentials) is a LookupError; a bad request a ValueError (2).
+            return fail(prog, exc.args[0] if exc.args else exc, 1)
+        if args.out is None:
+            sys.stdout.write(text)
+        else:
+            args.out.write_text(text)
+            what = (
+                f"{n} jobs' recommendations"
+                if rightsize_only
+                else f"{n} cost lines as {args.format}"
             )
+            sys.stderr.write(f"wrote {what} to {args.out}\n")
+        return 0
 
-    try:
-        text, n = asyncio.run(render())
-    except ValueError as exc:
-        sys.stderr.write(f"{prog}: {exc}\n")
-        return 2
-    except LookupError as exc:
-        sys.stderr.write(f"{prog}: {exc}\n")
-        return 1
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        args.out.write_text(text)
-        what = (
-            f"{n} jobs' recommendations" if rightsize_only else f"{n} cost lines as {args.format}"
-        )
-        sys.stderr.write(f"wrote {what} to {args.out}\n")
-    return 0
+    return execute(prog, args, render)
 
 
 def _report_args(prog: str, rightsize_only: bool) -> argparse.ArgumentParser:
     """The options of ``report`` (``rightsize``: without format, grouping and idle sharing)."""
     from seedance.reports import FORMATS, GROUPS
+    from seedance.sdk.cli_args import connection_args
 
     p = argparse.ArgumentParser(prog=prog, description=report.__doc__)
     scope = p.add_mutually_exclusive_group(required=True)
@@ -115,8 +128,7 @@ def _report_args(prog: str, rightsize_only: bool) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="file to write (default: stdout)")
     p.add_argument("--from", dest="start", default=None, help="ISO 8601 start, UTC (inclusive)")
     p.add_argument("--to", dest="end", default=None, help="ISO 8601 end, UTC (exclusive)")
-    p.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
-    p.add_argument("--creds", default=os.environ.get("NATS_CREDS"))
+    connection_args(p)  # the `seedance` CLI's: NATS_USER / NATS_PASSWORD log in here too
     return p
 
 
@@ -145,9 +157,9 @@ def main() -> int | None:
     if sys.argv[1:2] == ["prices"]:
         return prices(sys.argv[2:])
     if sys.argv[1:2] == ["report"]:
-        return report(sys.argv[2:])
+        return report(sys.argv[2:], logs=True)
     if sys.argv[1:2] == ["rightsize"]:
-        return report(sys.argv[2:], rightsize_only=True)
+        return report(sys.argv[2:], rightsize_only=True, logs=True)
     settings, bus = start_service(
         NAME, LedgerSettings, summary=SUMMARY, argv=sys.argv[1:], commands=COMMANDS
     )
