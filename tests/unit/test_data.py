@@ -150,3 +150,17 @@ def test_make_test_checks_the_data_before_anything_slow() -> None:
     assert check < dry.index("lint")
     assert check < dry.index(".venv-triton")
 
+
+def test_no_tool_or_test_resolves_the_data_directory_on_its_own() -> None:
+    """`python -m tools.demo` once fell back to ../shared/data and never ./data, so a user whose
+    `make data` filled ./data got "not found": one resolution (data_dir) serves everyone."""
+    own = re.compile(r"\"shared\"\s*/\s*\"data\"|get\(\"SEEDANCE_DATA_DIR\"")
+    mine = {REPO / "libs/testing/src/seedance/testing/paths.py", Path(__file__).resolve()}
+    found = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in sources()
+        if p.suffix == ".py" and p not in mine
+        for n, line in enumerate(p.read_text("utf-8").splitlines(), 1)
+        if own.search(line)
+    ]
+    assert found == []
