@@ -70,3 +70,22 @@ def test_the_benches_get_their_own_defaults() -> None:
     ).stdout
     assert "--seeds 42-51" in dry
     assert "--jobs" not in dry
+
+
+def test_bench_autoscale_passes_the_startup_draw_through() -> None:
+    """The docs' `make bench-autoscale TRACE=… STARTUP_SEED=N` (make refused the script's own
+    `--startup-seed N`: "unrecognized option")."""
+    env = {"PATH": "/usr/bin:/bin", "SEEDANCE_DATA_DIR": "/data"}
+
+    def dry(*args: str) -> str:
+        return subprocess.run(
+            ["make", "-n", "--no-print-directory", "bench-autoscale", "TRACE=/t.csv", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    assert "--startup-seed 2" in dry("STARTUP_SEED=2")
+    assert "--startup-seed" not in dry()
