@@ -74,7 +74,7 @@ demo: install triton-env data  ## the whole stack on a local nats-server with a 
 
 .PHONY: test
 # The data check comes first: a missing trace is named (with `make data`) before anything slow.
-test: install data-check triton-env system-deps  ## data check, lint, then unit and integration tests (starts its own nats-server)
+test: install data-check triton-env system-deps  ## data check, lint, schema/auth/RBAC/proto drift checks, then unit, integration and end-to-end tests (starts its own nats-server)
 	$(MAKE) --no-print-directory lint schemas-check nats-auth-check rbac-check proto-oip-check proto-deviceplugin
 	.venv/bin/pytest $(PYTEST_ARGS)
 

@@ -89,3 +89,28 @@ def test_bench_autoscale_passes_the_startup_draw_through() -> None:
 
     assert "--startup-seed 2" in dry("STARTUP_SEED=2")
     assert "--startup-seed" not in dry()
+
+
+def _make(*args: str, check: bool = True) -> str:
+    env = {"PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+    return done.stdout
+
+
+def test_make_help_says_what_system_deps_installs() -> None:
+    """`system-deps` said chromium while its prerequisites also installed strace and
+    prometheus: the help names each package (a `system-deps-<package>` target)."""
+    # -q: question mode, exits 1 where the target is out of date; -p prints the rule database.
+    db = _make("-pq", "system-deps", check=False)
+    line = next(h for h in _make("help").splitlines() if h.split()[:1] == ["system-deps"])
+    prereqs = next(x for x in db.splitlines() if x.startswith("system-deps:")).split(":", 1)[1]
+    packages = ["chromium", *(p.removeprefix("system-deps-") for p in prereqs.split())]
+    assert len(packages) >= 3
+    assert [p for p in packages if p not in line] == []
