@@ -12,7 +12,8 @@ PY := .venv/bin/python
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
 # Where the public traces live: ../shared/data beside the checkout when it exists, else ./data
-# (`make data` verifies the files and fetches missing ones from their pinned origins).
+# (`make data` verifies the files and fetches missing ones from their pinned origins). The tools
+# and tests resolve the same default when run directly: seedance.testing.paths.data_dir.
 export SEEDANCE_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data)
 NATS_SERVER := .venv/bin/nats-server
 
@@ -60,16 +61,20 @@ schemas: install  ## regenerate proto/schemas from the event library
 schemas-check: install  ## fail if proto/schemas differ from the event library
 	$(PY) -m tools.gen.gen_schemas --check
 
-.PHONY: data
+.PHONY: data data-check
 data: install  ## verify the public traces (sha256) and fetch missing ones from their origins
 	$(PY) -m tools.gen.data --dir "$(SEEDANCE_DATA_DIR)"
+
+data-check: install  ## verify the traces the tests read, download nothing; names what `make data` fetches
+	@$(PY) -m tools.gen.data --check --dir "$(SEEDANCE_DATA_DIR)"
 
 .PHONY: demo
 demo: install triton-env data  ## the whole stack on a local nats-server with a replayed fleet
 	$(PY) -m tools.demo
 
 .PHONY: test
-test: install triton-env system-deps  ## lint, then unit and integration tests (starts its own nats-server)
+# The data check comes first: a missing trace is named (with `make data`) before anything slow.
+test: install data-check triton-env system-deps  ## data check, lint, schema/auth/RBAC/proto drift checks, then unit, integration and end-to-end tests (starts its own nats-server)
 	$(MAKE) --no-print-directory lint schemas-check nats-auth-check rbac-check proto-oip-check proto-deviceplugin
 	.venv/bin/pytest $(PYTEST_ARGS)
 

@@ -26,8 +26,9 @@ bench-ledger: install  ## one ledger replica's events/s through the bus (consume
 	nice $(PY) -m tools.bench.bench_ledger $(LEDGER_BENCH_BUS_ARGS)
 
 # Headless Chromium for the HTML report's test (Debian's package; CI runs as root on Debian).
+# Other areas add their packages as prerequisites (system-deps-strace, system-deps-prometheus).
 .PHONY: system-deps
-system-deps:  ## install Debian's chromium (apt-get) when `chromium` is missing
+system-deps:  ## install the tests' Debian packages (apt-get) where missing: chromium, strace, prometheus
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else echo "chromium missing: run 'sudo apt-get install -y chromium'" >&2; exit 1; fi; }

@@ -1,6 +1,7 @@
 # Router autoscaling and KV-occupancy forecasts (issues 18 and 32; docs/router.md "Replica planner").
-# bench-autoscale TRACE=<Azure CSV | Mooncake JSONL>: start-ups drawn from GenTD26's measured
-# loads (last line) and at 60 s (the line before), each with planner_mode_pct.
+# bench-autoscale TRACE=<Azure CSV | Mooncake JSONL> [STARTUP_SEED=N]: start-ups drawn from
+# GenTD26's measured loads (draw N, default 0: last line) and at 60 s (the line before), each
+# with planner_mode_pct.
 # bench-kv-forecast TELEMETRY=<csv> REQUESTS=<csv>: the flow model behind a fallback to the head
 # with the lowest recent error (kv_heads: says which made the forecasts). SPLITS=0.3,0.5,0.8: the
 # bench at each train fraction, then a sweep table (last line kv_forecast_splits: key=value).
@@ -9,7 +10,8 @@ KV_TELEMETRY_DIR := $(SEEDANCE_DATA_DIR)/h200-llm-telemetry
 
 .PHONY: bench-autoscale
 bench-autoscale: install  ## GPU-hours at equal TTFT SLO: predictive planner vs reactive, static, oracle (measured and 60 s start-ups)
-	nice $(PY) -m tools.bench.bench_autoscale $(or $(TRACE),$(ROUTER_TRACE_DEFAULT))
+	nice $(PY) -m tools.bench.bench_autoscale $(or $(TRACE),$(ROUTER_TRACE_DEFAULT)) \
+	  $(if $(STARTUP_SEED),--startup-seed $(STARTUP_SEED))
 
 # bench-autoscale-sweep [PROXIES=dir] [SEEDS="3 11 29"] [JOBS=2]: the proxies of every generator
 # seed, bench-autoscale on each, one line per run and how many meet every goal of issue 32.

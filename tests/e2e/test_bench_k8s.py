@@ -8,17 +8,16 @@ of the same pods did. Latencies are printed, not asserted (a bench's figures, no
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from seedance.testing.paths import data_dir
+
 REPO = Path(__file__).resolve().parents[2]
-TRACE = (
-    Path(os.environ.get("SEEDANCE_DATA_DIR", REPO.parent / "shared" / "data")) / "alibaba-gpu-v2023"
-)
+TRACE = data_dir() / "alibaba-gpu-v2023"
 
 pytestmark = pytest.mark.slow
 

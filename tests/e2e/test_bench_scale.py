@@ -12,15 +12,16 @@ asserted (a bench's figures, not a test's: CI runs on two loaded cores).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from seedance.testing.paths import data_dir
+
 REPO = Path(__file__).resolve().parents[2]
-DATA = Path(os.environ.get("SEEDANCE_DATA_DIR", REPO.parent / "shared" / "data"))
+DATA = data_dir()
 
 pytestmark = pytest.mark.slow
 

@@ -29,16 +29,11 @@ from seedance.events import decode
 from seedance.events.cost import CostEvent, current
 from seedance.reports.lines import lines_from_events
 from seedance.reports.summary import summarize
-from seedance.testing.paths import REPO
+from seedance.testing.paths import REPO, data_dir
 from seedance.testing.workloads import read_stream
 from tests.unit.ledger.focus_rules import parse, violations
 
 pytestmark = pytest.mark.slow
-
-
-def data_dir() -> Path:
-    env = os.environ.get("SEEDANCE_DATA_DIR")
-    return Path(env) if env else REPO.parent / "shared" / "data"
 
 
 def _usd(text: str) -> int:

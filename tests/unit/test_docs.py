@@ -88,8 +88,8 @@ def make_targets() -> set[str]:
     return targets
 
 
-def named_targets(path: Path) -> list[tuple[int, str]]:
-    """``make <target>`` where the docs show a command: inline code and code blocks."""
+def make_commands(path: Path) -> list[tuple[int, str]]:
+    """Each ``make ...`` command the docs show: inline code and code blocks."""
     found = []
     fenced = False
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -98,8 +98,29 @@ def named_targets(path: Path) -> list[tuple[int, str]]:
             continue
         spans = [line.strip()] if fenced else re.findall(r"`([^`]*)`", line)
         commands = [c.strip().removeprefix("$ ") for s in spans for c in re.split(r"&&|;|\|", s)]
-        found.extend((number, m.group(1)) for c in commands if (m := _MAKE.match(c)))
+        found.extend((number, c) for c in commands if _MAKE.match(c))
     return found
+
+
+def named_targets(path: Path) -> list[tuple[int, str]]:
+    """``make <target>`` where the docs show a command."""
+    return [(n, m.group(1)) for n, c in make_commands(path) if (m := _MAKE.match(c))]
+
+
+#: make's own long options a doc may show; any other ``--option`` is a script's, which make
+#: refuses ("unrecognized option"): a target takes it as a variable (``STARTUP_SEED=N``).
+_MAKE_OPTIONS = {"--no-print-directory", "--dry-run", "--jobs", "--keep-going", "--silent"}
+
+
+def script_options(command: str) -> list[str]:
+    """The ``--options`` of a make command that make itself would parse (not inside a
+    variable's value, ``ARGS="--x 1"``, nor in a shell comment after it)."""
+    bare = re.sub(r"[A-Z_]+=(\"[^\"]*\"|'[^']*'|\S*)", "", command.split(" #")[0])
+    return [
+        o
+        for tok in bare.split()
+        if (o := tok.strip("[]()`")).startswith("--") and o.split("=")[0] not in _MAKE_OPTIONS
+    ]
 
 
 #: Each service's settings and the page whose table (or list) documents them.
@@ -166,6 +187,19 @@ def test_every_make_target_named_exists(path: Path) -> None:
     targets = make_targets()
     missing = [f"{path.name}:{n}: make {t}" for n, t in named_targets(path) if t not in targets]
     assert missing == []
+
+
+def test_the_option_scan_sees_a_scripts_option_passed_to_make() -> None:
+    assert script_options("make bench-autoscale TRACE=… [--startup-seed N]") == ["--startup-seed"]
+    assert script_options('make bench-x ARGS="--seed 3" --no-print-directory') == []
+    assert script_options("make bench-autoscale TRACE=… STARTUP_SEED=N") == []
+    assert script_options("make bench-warmup  # = python -m tools.bench.x --trials 5") == []
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_no_make_command_shown_passes_a_scripts_option(path: Path) -> None:
+    wrong = [f"{path.name}:{n}: {c}" for n, c in make_commands(path) if script_options(c)]
+    assert wrong == []
 
 
 @pytest.mark.parametrize("service", sorted(SETTINGS))

@@ -32,6 +32,7 @@ PATH_LINKS = {
     "unit/router/test_bench_autoscale.py": "runs two benches' entry points (`-m tools.bench.*`)",
     "unit/router/test_bench_kv_forecast_splits.py": "runs the KV bench's entry point with --splits",
     "unit/router/test_bench_kv_scores.py": "runs the KV bench's entry point with --span-s",
+    "unit/test_data.py": "scans tools/ (as mk/, tests/, harness/) for the trace files read",
 }
 
 

@@ -70,3 +70,47 @@ def test_the_benches_get_their_own_defaults() -> None:
     ).stdout
     assert "--seeds 42-51" in dry
     assert "--jobs" not in dry
+
+
+def test_bench_autoscale_passes_the_startup_draw_through() -> None:
+    """The docs' `make bench-autoscale TRACE=… STARTUP_SEED=N` (make refused the script's own
+    `--startup-seed N`: "unrecognized option")."""
+    env = {"PATH": "/usr/bin:/bin", "SEEDANCE_DATA_DIR": "/data"}
+
+    def dry(*args: str) -> str:
+        return subprocess.run(
+            ["make", "-n", "--no-print-directory", "bench-autoscale", "TRACE=/t.csv", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    assert "--startup-seed 2" in dry("STARTUP_SEED=2")
+    assert "--startup-seed" not in dry()
+
+
+def _make(*args: str, check: bool = True) -> str:
+    env = {"PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+    return done.stdout
+
+
+def test_make_help_says_what_system_deps_installs() -> None:
+    """`system-deps` said chromium while its prerequisites also installed strace and
+    prometheus: the help names each package (a `system-deps-<package>` target)."""
+    # -q: question mode, exits 1 where the target is out of date; -p prints the rule database.
+    db = _make("-pq", "system-deps", check=False)
+    line = next(h for h in _make("help").splitlines() if h.split()[:1] == ["system-deps"])
+    prereqs = next(x for x in db.splitlines() if x.startswith("system-deps:")).split(":", 1)[1]
+    packages = ["chromium", *(p.removeprefix("system-deps-") for p in prereqs.split())]
+    assert len(packages) >= 3
+    assert [p for p in packages if p not in line] == []

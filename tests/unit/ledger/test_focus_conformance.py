@@ -10,7 +10,6 @@ columns obey the same rules). A broken copy of an export proves the rules can fa
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -30,16 +29,12 @@ from seedance.reports import (
     focus_split_csv,
 )
 from seedance.reports.focus import FOCUS_1_2_COLUMNS
+from seedance.testing.paths import data_dir
 
 from .fleet import fleet_day
 from .focus_rules import RULES, Row, parse, violations
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def data_dir() -> Path:
-    env = os.environ.get("SEEDANCE_DATA_DIR")
-    return Path(env) if env else REPO.parent / "shared" / "data"
 
 
 @pytest.fixture(scope="module")

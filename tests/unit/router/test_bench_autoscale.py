@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from seedance.testing.paths import data_dir
+
 REPO = Path(__file__).resolve().parents[3]
-
-
-def data_dir() -> Path:
-    env = os.environ.get("SEEDANCE_DATA_DIR")
-    return Path(env) if env else REPO.parent / "shared" / "data"
 
 
 def need(path: Path) -> Path:

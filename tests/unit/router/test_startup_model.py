@@ -3,13 +3,13 @@ size, their quantiles, and the same seeded draws for every policy."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from seedance.bench.router_sim import LLAMA31_8B_BF16_L4, LLAMA31_70B_FP8_H200
 from seedance.bench.router_sim.startup import SDXL_BASE_BYTES, StartupModel
+from seedance.testing.paths import data_dir
 
 HEADER = "timestamp_anon,value,container_ip\n"
 
@@ -36,9 +36,7 @@ def test_draws_are_the_same_for_the_same_seed_and_come_from_the_samples() -> Non
 
 
 def test_the_profiles_scale_the_real_loads_to_minutes_for_70b() -> None:
-    env = os.environ.get("SEEDANCE_DATA_DIR")
-    data = Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared" / "data"
-    path = data / "alibaba-genai-2026" / "basemodel_update_latency_anon.csv"
+    path = data_dir() / "alibaba-genai-2026" / "basemodel_update_latency_anon.csv"
     if not path.exists():
         pytest.skip(f"shared data not present at {path} (set SEEDANCE_DATA_DIR)")
     big = StartupModel.measured(path, weight_bytes=LLAMA31_70B_FP8_H200.weight_bytes)

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import msgspec
 import numpy as np
 import pytest
 
 from seedance.telemetry_collector.fleet import GPU_MODELS, FleetNode, FleetSim, load_node_list
 from seedance.telemetry_collector.sample import NodeSample
+from seedance.testing.paths import data_dir
 
 NODES = [FleetNode("n-t4", "T4", 2), FleetNode("n-v100", "V100M32", 8), FleetNode("n-g2", "G2", 8)]
-
-
-def data_dir() -> Path:
-    env = os.environ.get("SEEDANCE_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 
 def gpu(sim: FleetSim, now: float, node: str, index: int):

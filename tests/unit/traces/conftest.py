@@ -1,17 +1,18 @@
-"""Where the real recordings are (SEEDANCE_DATA_DIR, else ../shared/data beside the checkout)."""
+"""Where the real recordings are (SEEDANCE_DATA_DIR, else ../shared/data beside the checkout,
+else ./data: the Makefile's default, seedance.testing.paths.data_dir)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from seedance.testing import paths
+
 
 @pytest.fixture
 def data_dir() -> Path:
-    env = os.environ.get("SEEDANCE_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared" / "data"
+    return paths.data_dir()
 
 
 def recording(path: Path) -> Path:

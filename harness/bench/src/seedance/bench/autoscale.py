@@ -29,13 +29,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from seedance.bench.repo import REPO
 from seedance.bench.router_sim import LLAMA31_70B_FP8_H200, TraceRequest, load_trace, simulate
 from seedance.bench.router_sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
 from seedance.bench.router_sim.engine import Scaler
@@ -44,6 +42,7 @@ from seedance.cost_ledger.core import default_price_book
 from seedance.router.core.planning.demand import replay_window
 from seedance.router.core.planning.planner import PlannerConfig, PlannerMode, ReplicaCapacity
 from seedance.router.core.policy import LeastOutstanding
+from seedance.testing.paths import data_dir
 
 P = LLAMA31_70B_FP8_H200
 GPU_MODEL = "H200"
@@ -62,11 +61,6 @@ STARTUP_PLAN_QUANTILE = 0.9
 COLD_S = 900.0
 # The planner's bound (the static search's): not the static count, which is hindsight.
 MAX_REPLICAS = 256
-
-
-def data_dir() -> Path:
-    env = os.environ.get("SEEDANCE_DATA_DIR")
-    return Path(env) if env else REPO.parent / "shared" / "data"
 
 
 def log(msg: str) -> None:

@@ -50,6 +50,7 @@ from seedance.events.telemetry import GpuSampleBatch
 from seedance.reports.summary import CostSummary
 from seedance.sdk.client import job_event, job_submitted
 from seedance.testing.identities import ADMIN, as_user, password
+from seedance.testing.paths import data_dir
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer, provision, shipped_auth_server
 from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
@@ -691,9 +692,8 @@ async def amain(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    import os
 
-    data = Path(os.environ.get("SEEDANCE_DATA_DIR", REPO.parent / "shared" / "data"))
+    data = data_dir()
     p = argparse.ArgumentParser(description="Seedance demo: the stack on a replayed fleet")
     p.add_argument(
         "--nodes", default=str(data / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv")

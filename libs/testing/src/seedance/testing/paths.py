@@ -1,11 +1,15 @@
 """Where the repository is, for the harness modules that read shipped files (the deploy
-configuration) or start scripts by path. The harness runs from a checkout, never an install."""
+configuration) or start scripts by path, and where the public traces are (``data_dir``: the
+Makefile's default, so `make`, `python -m tools.…` and the tests read the same folder). The
+harness runs from a checkout, never an install."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["REPO", "shown"]
+__all__ = ["REPO", "data_dir", "shown"]
 
 #: libs/testing/src/seedance/testing/paths.py -> the repository root.
 REPO = Path(__file__).resolve().parents[5]
@@ -14,3 +18,12 @@ REPO = Path(__file__).resolve().parents[5]
 def shown(path: Path) -> str:
     """A path as a user types it from the checkout: relative when inside it."""
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def data_dir(environ: Mapping[str, str] = os.environ, repo: Path = REPO) -> Path:
+    """The traces' folder: ``SEEDANCE_DATA_DIR``, else ``../shared/data`` beside the checkout when
+    it exists, else ``./data`` (where `make data` fetches). The Makefile resolves the same way."""
+    if env := environ.get("SEEDANCE_DATA_DIR"):
+        return Path(env)
+    shared = repo.parent / "shared" / "data"
+    return shared.resolve() if shared.is_dir() else repo / "data"

@@ -1,0 +1,166 @@
+"""`make data` / `make data-check` (seedance.testing.datasets) know every trace file the
+repository reads, `make test` checks them before anything slow, and the tools resolve the data
+directory as the Makefile does."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from seedance.testing import datasets as data
+from seedance.testing.paths import REPO, data_dir
+
+#: A trace file's name as code writes it (the data folders' naming; a test's own synthetic
+#: trace is written under tmp_path and exempt).
+_TRACE_FILE = re.compile(
+    r"\b(openb_\w+|\w+_anon|node_info_df|AzureLLMInferenceTrace_\w+|conversation_trace"
+    r"|h200_conv_\w+|analysis_\w+_discrete)\.(?:csv|jsonl)\b"
+)
+_FOLDER = re.compile(
+    r"(?:\"|DATA_DIR\)/)(alibaba-[a-z0-9-]+|azure-llm[a-z0-9-]*|mooncake-[a-z0-9-]+|h200-llm[a-z0-9-]*)"
+)
+_SYNTHETIC = {"openb_pod_list_x.csv"}
+
+
+def manifest() -> dict[str, str]:
+    return {f"{ds.folder}/{n}": digest for ds in data.DATASETS for n, digest in ds.files()}
+
+
+def sources() -> list[Path]:
+    roots = ["mk", "tests", "harness", "tools", "libs", "services"]
+    files = [p for r in roots for p in (REPO / r).rglob("*") if p.suffix in {".py", ".mk"}]
+    return [p for p in [*files, REPO / "Makefile"] if p != Path(data.__file__)]
+
+
+def test_every_trace_file_and_folder_the_repository_reads_is_in_the_manifest() -> None:
+    names = {rel.rsplit("/", 1)[1] for rel in manifest()}
+    folders = {rel.split("/", 1)[0] for rel in manifest()}
+    read = {m.group(0) for p in sources() for m in _TRACE_FILE.finditer(p.read_text("utf-8"))}
+    read_folders = {m.group(1) for p in sources() for m in _FOLDER.finditer(p.read_text("utf-8"))}
+    assert "node_info_df.csv" in read  # the scan sees what bench-scale reads
+    assert sorted(read - names - _SYNTHETIC) == []
+    assert sorted(read_folders - folders) == []
+
+
+def test_the_manifest_matches_the_shared_data_file_for_file() -> None:
+    """CI's data directory (../shared/data) holds exactly the manifest's files, and each is the
+    pinned one: `make data-check` passes there."""
+    root = data_dir()
+    if not (root / "alibaba-gpu-v2023").is_dir():
+        pytest.skip(f"shared data not present at {root}")
+    held = {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and p.name not in {"README.md", "SHA256SUMS"}
+    }
+    assert sorted(held ^ set(manifest())) == []
+    assert data.verify(root, download=False) == 0
+
+
+def test_the_check_names_each_missing_file_and_the_command_that_fetches_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert data.main(["--check", "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    for rel in manifest():
+        assert f"  {rel}\n" in err
+    assert "`make data` fetches them" in err
+    assert "alibaba-spot-gpu-2026/node_info_df.csv\n    https://" in err
+    assert list(tmp_path.iterdir()) == []  # --check downloads nothing
+
+
+def test_files_without_a_public_copy_are_named_but_not_required(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user elsewhere cannot fetch the project's own H200 recording: the check says what to do
+    and passes, and the tests that read it skip."""
+    for ds in data.DATASETS:
+        for name in dict(ds.files()):
+            if ds.required:
+                (tmp_path / ds.folder).mkdir(parents=True, exist_ok=True)
+                (tmp_path / ds.folder / name).write_bytes(b"x")
+    # Only the required ones are present (with the wrong bytes): named as not the pinned file.
+    assert data.main(["--check", "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "not the pinned file" in err
+    assert "optional, not under" in err
+    assert "h200-llm-telemetry/h200_conv_x6_requests.csv\n    no public copy" in err
+    assert "  h200-llm-telemetry/h200_conv_x6_requests.csv\n" not in err.split("not the pinned")[1]
+
+
+def _tarball(path: Path, member: str, text: str) -> str:
+    raw = text.encode()
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo(member)
+        info.size = len(raw)
+        tar.addfile(info, io.BytesIO(raw))
+    return data.sha256(path)
+
+
+def test_a_genai_series_is_fetched_from_its_archive_and_cut_to_the_first_half(
+    tmp_path: Path,
+) -> None:
+    end = data.GENAI_FIRST_HALF_END
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    text = (
+        f"value,timestamp_anon,container_ip\n1.0,{end - 60}.0,a\n2.0,{end}.0,a\n3.0,{end + 1}.0,b\n"
+    )
+    want = f"value,timestamp_anon,container_ip\r\n1.0,{end - 60}.0,a\r\n".encode()
+    archive_sha = _tarball(origin / "s.tar.gz", "s.csv", text)
+    ds = data.Dataset(
+        "f", sums=f"{data.hashlib.sha256(want).hexdigest()}  s.csv", url=origin.as_uri() + "/",
+        archives=(("s", archive_sha, True),),
+    )  # fmt: skip
+    out = tmp_path / "data" / "f" / "s.csv"
+    assert data.fetch(ds, "s.csv", out, ds.files()[0][1]) == "ok"
+    assert out.read_bytes() == want
+    # Another archive than the pinned one is refused and leaves nothing in place.
+    out.unlink()
+    bad = replace(ds, archives=(("s", "0" * 64, True),))
+    assert data.fetch(bad, "s.csv", out, ds.files()[0][1]) == "bad"
+    assert list(out.parent.iterdir()) == []
+
+
+def test_the_data_directory_resolves_as_the_makefile_does(tmp_path: Path) -> None:
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    assert data_dir({}, repo) == repo / "data"
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    assert data_dir({}, repo) == tmp_path / "shared" / "data"
+    assert data_dir({"SEEDANCE_DATA_DIR": "/d"}, repo) == Path("/d")
+
+
+def test_make_test_checks_the_data_before_anything_slow() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "--no-print-directory", "test"],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "SEEDANCE_DATA_DIR": "/nowhere"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    check = dry.index('tools.gen.data --check --dir "/nowhere"')
+    assert check < dry.index("lint")
+    assert check < dry.index(".venv-triton")
+
+
+def test_no_tool_or_test_resolves_the_data_directory_on_its_own() -> None:
+    """`python -m tools.demo` once fell back to ../shared/data and never ./data, so a user whose
+    `make data` filled ./data got "not found": one resolution (data_dir) serves everyone."""
+    own = re.compile(r"\"shared\"\s*/\s*\"data\"|get\(\"SEEDANCE_DATA_DIR\"")
+    mine = {REPO / "libs/testing/src/seedance/testing/paths.py", Path(__file__).resolve()}
+    found = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in sources()
+        if p.suffix == ".py" and p not in mine
+        for n, line in enumerate(p.read_text("utf-8").splitlines(), 1)
+        if own.search(line)
+    ]
+    assert found == []
