@@ -198,12 +198,18 @@ async def test_a_window_out_of_bounds_is_refused_naming_it_and_the_api_answers_o
     wl = workload(300, nodes=2, seed=23)
     service, api = replica(auth_url, "alloc-w")
     async with serving(service), await connect(auth_url, "tenant-acme") as acme:
-        await admin.publish_many(wl.events)
+        before = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+        acks = await admin.publish_many(wl.events)
+        taken = sum(not a.duplicate for a in acks)
+        last_in = await wait_sourced(admin.js, "SEEDANCE_LEDGER_IN", taken, since_seq=before)
 
-        async def some_costs() -> bool:
-            return (await admin.js.stream_info("SEEDANCE_COSTS")).state.messages > 0
+        # Asked once the replica has stepped every input: asked while it still bills, an
+        # answer waits for the API's index to reach the stream's newest line, up to the API's
+        # own 10 s, which is the asker's patience too (the bad windows are refused at once).
+        async def stepped_all() -> bool:
+            return service.replica.seq >= last_in and service.durable.consistent
 
-        await eventually(some_costs, timeout_s=60)
+        await eventually(stepped_all, timeout_s=60)
         for window in ("999999d", "0001-01-01T00:00:00+01:00,0001-01-02T00:00:00Z"):
             with pytest.raises(AllocationRefused) as bad:
                 await acme.allocation(window, tenant="acme", timeout_s=10)

@@ -56,6 +56,7 @@ __all__ = [
     "MAX_WINDOW_CHARS",
     "RELATIVE_UNITS_S",
     "allocation",
+    "query_refusal",
     "resolve_window",
 ]
 
@@ -197,6 +198,22 @@ def _check(q: AllocationQuery, tenant: str | None) -> None:
         )
 
 
+def query_refusal(
+    query: AllocationQuery, *, tenant: str | None, rightsizer: Rightsizer | None = None
+) -> AllocationRefusal | None:
+    """The refusal of ``query`` for the fleet (``tenant=None``) or ``tenant`` when it is bad
+    whatever the stream holds (a parameter out of its bounds, a window that is no window),
+    else None: an answerer refuses a bad query at once, before it reads anything."""
+    try:
+        _check(query, tenant)
+        if query.rightsize and rightsizer is None:
+            raise _Refused("rightsize", "rightsize: this answerer has no price book to size by")
+        resolve_window(query.window, None)  # its form and bounds; its end comes from the lines
+    except _Refused as exc:
+        return AllocationRefusal(parameter=exc.parameter, message=str(exc))
+    return None
+
+
 def allocation(
     lines: Sequence[ReportLine],
     query: AllocationQuery,
@@ -212,11 +229,11 @@ def allocation(
     the parameter for a bad query. An empty window is an answer with no rows. With
     ``query.rightsize`` the answer carries ``rightsizer``'s recommendations for the scope's
     jobs in the window (the ledger's, which holds the price book)."""
+    refused = query_refusal(query, tenant=tenant, rightsizer=rightsizer)
+    if refused is not None:
+        return refused
+    newest = max((e.window_end_ms for e in lines), default=None)
     try:
-        _check(query, tenant)
-        if query.rightsize and rightsizer is None:
-            raise _Refused("rightsize", "rightsize: this answerer has no price book to size by")
-        newest = max((e.window_end_ms for e in lines), default=None)
         window = resolve_window(query.window, newest)
     except _Refused as exc:
         return AllocationRefusal(parameter=exc.parameter, message=str(exc))

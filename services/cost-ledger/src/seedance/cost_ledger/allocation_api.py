@@ -41,7 +41,7 @@ from seedance.events import DecodeError, decode, encode
 from seedance.events.allocation import AllocationQuery, AllocationRefusal, AllocationReply
 from seedance.events.cost import CostEvent, current
 from seedance.events.subjects import api, cost_reader
-from seedance.reports.allocation import allocation
+from seedance.reports.allocation import allocation, query_refusal
 from seedance.reports.lines import ReportLine, lines_from_events
 from seedance.reports.rightsizing import Rightsizer
 
@@ -231,6 +231,10 @@ class AllocationApi:
                 parameter=m.group(1) if m else "query",
                 message=f"not an allocation.query.v1: {exc}",
             )
+        tenant = None if scope == api.FLEET else scope
+        refused = query_refusal(query, tenant=tenant, rightsizer=self._rightsizer)
+        if refused is not None:
+            return refused  # at once: waiting for the index would not change it
         try:
             as_of = (await self._rt.bus.js.stream_info(_STREAM)).state.last_seq
         except TRANSIENT_BUS_ERRORS as exc:
@@ -244,7 +248,6 @@ class AllocationApi:
                 f"{as_of} (still reading it after a start): ask again shortly",
             )
         lines = self.index.upto(as_of)
-        tenant = None if scope == api.FLEET else scope
         # Off the event loop: a long history takes a while to sum, and the replica's own
         # consumption shares this loop.
         return await asyncio.to_thread(
