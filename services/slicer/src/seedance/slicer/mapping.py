@@ -191,6 +191,7 @@ def share_change(ev: ShareChanged) -> ShareChange:
         return ShareChange(
             tenant=ev.tenant, job_id=ev.job_id, node=ev.node, gpu=ev.gpu_index,
             from_milli=ev.from_milli, to_milli=ev.to_milli, reason=ev.reason.value,
+            billed_at_s=ev.at.timestamp(),
         )  # fmt: skip
     except ValueError as exc:
         raise InvalidMessage(f"ShareChanged {ev.id}: {exc}", kind="invalid_input") from None

@@ -29,7 +29,9 @@ so a tenant's request happens at the latest trusted time seen instead: "now" in 
 A share change of the slicer's own right-sizing loop (`seedance.slicing.<tenant>.share`) is
 dated by the node agent's reading that decided it, a node's clock which that loop bounds more
 loosely than the slicer bounds node facts: it is applied at `floor`, the latest time the slicer
-decided at (it resizes what an earlier decision placed), and moves no clock.
+decided at (it resizes what an earlier decision placed), and moves no clock. The ledger bills
+it from its own `at`, so what the slicer decides from it is dated from there
+(`seedance.slicer.core.resize`, `ShareChange.billed_at_s`).
 
 Owns that rule (`trusted_time`) and the test of a tenant's own request subject
 (`is_tenant_request`). It must not read a clock, touch the bus or decide anything: the service

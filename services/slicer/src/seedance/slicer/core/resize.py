@@ -60,6 +60,10 @@ class ShareChange:
     from_milli: int
     to_milli: int
     reason: str
+    #: When the change is billed from: its `ShareChanged`'s own `at`, the reading's time
+    #: that decided it (the ledger bills the loop's event there, whenever the slicer reads
+    #: it). None: the time it is applied at.
+    billed_at_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("from_milli", "to_milli"):
@@ -79,10 +83,14 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
     held = run.job.request.gpu_milli
     if held != c.from_milli or not run.job.request.is_shared or held == c.to_milli:
         return []
-    # A masked GPU (unhealthy, drained) shows no free share: it takes nothing more.
-    room = held + int(queue.state.gpu_free[i, c.gpu])
     if s._owed.pop(key, None) is not None:
         s._dirty_jobs.add(key)  # a new change of its share settles what was owed
+    billed_s = _billed_from(s, key, c, now_s)  # the ledger bills it whatever is made of it
+    # A masked GPU (unhealthy, drained) shows no free share: it takes nothing more. Nor
+    # does a GPU on which room was freed after the change is billed from (an end dated
+    # later, a lowered share's 1 ms): that room was not free then.
+    free = int(queue.state.gpu_free[i, c.gpu])
+    room = held + (free if s._after_released(((c.node, c.gpu),), billed_s) == billed_s else 0)
     if c.to_milli <= room:
         queue.resize(key, c.to_milli)
         # Freed room (a lowered share) may start a waiting job now.
@@ -118,6 +126,28 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
         "rest as room frees there"
     )
     return [ShareSet(job, c.node, c.gpu, c.to_milli, room, "kept", detail)]
+
+
+def _billed_from(s: Scheduler, key: str, c: ShareChange, now_s: float) -> float:
+    """The change is billed from `now_s` (the ledger bills the loop's `ShareChanged` at its
+    time, the time it is applied at here), or 1 ms after the job's latest decision (its
+    placement or previous change) where that is later: the ledger starts a change no earlier
+    (`Facts.resized`). It is billed whatever the scheduler makes of it (granted, kept at the
+    room there is, or a move), so like a decision published about the job that time floors
+    what is decided about the job later (`SchedulerState.job_floor_s`): the next change (a
+    second change at one instant is billed 1 ms after the first: the room a lowering frees,
+    the share a `ShareSet` answers), an eviction, an observer's report of an end before it.
+    A lowered share's room is free from then only (`SchedulerState.freed_at`): a job placed
+    in it at the change's instant was billed beside the share before the change."""
+    billed_s = now_s if c.billed_at_s is None else c.billed_at_s
+    latest_s = s._published_s.get(key)
+    if latest_s is not None:
+        billed_s = max(billed_s, (round(latest_s * 1000) + 1) / 1000)
+    s._published_s[key] = billed_s
+    s._dirty_jobs.add(key)
+    if c.to_milli < c.from_milli:
+        s.freed_at((c.node, c.gpu), billed_s, now_s)
+    return billed_s
 
 
 def _budget(s: Scheduler) -> DisruptionBudget:

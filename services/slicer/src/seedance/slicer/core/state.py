@@ -305,30 +305,10 @@ class SchedulerState:
             floor_s = self.job_floor_s(effect.job.key)
         else:
             return now_s
-        taken: tuple[tuple[str, int], ...] = ()
-        if isinstance(effect, Placed):
-            # One date per placement: every part over all its parts' GPUs (a MIG instance's
-            # or a share's: its physical GPU), so a gang's parts start at one instant.
-            taken = effect.placement or tuple((effect.node, g.index) for g in effect.gpus)
-            for gpu in taken:
-                freed_s = self._freed_s.get(gpu)
-                if freed_s is not None:
-                    # Never before a release the same input published on a GPU it takes:
-                    # the end or eviction that freed it (dated at that job's floor, perhaps
-                    # after the report that caused both; a preemptor's victim's, on every
-                    # node the victim held). The node's other GPUs are not floored by it,
-                    # and a release of an earlier input floors nothing: an observer's report
-                    # of the past keeps its time on GPUs free now
-                    # (tests/e2e/test_job_to_cost.py).
-                    floor_s = max(freed_s, floor_s or 0.0)
+        taken, floor_s = self._taken(effect, floor_s)
         at_s = self._after_released(taken, now_s if floor_s is None else max(now_s, floor_s))
         for gpu in effect.gpus if isinstance(effect, Ended | Evicted) else ():
-            self._freed_s[gpu] = max(self._freed_s.get(gpu, at_s), at_s)
-            start_s = at_s if floor_s is None else min(floor_s, at_s)
-            old = self._released.setdefault(gpu[0], {}).get(gpu[1], (start_s, at_s))
-            self._released[gpu[0]][gpu[1]] = (min(old[0], start_s), max(old[1], at_s))
-            self._released_end = max(self._released_end, at_s)
-            self._dirty_nodes.add(gpu[0])
+            self.freed_at(gpu, at_s, now_s, floor_s)
         key = effect.job.key
         if (
             not isinstance(effect, Ended)
@@ -338,6 +318,53 @@ class SchedulerState:
             self._published_s[key] = at_s
             self._dirty_jobs.add(key)
         return at_s
+
+    def _taken(
+        self, effect: Effect, floor_s: float | None
+    ) -> tuple[tuple[tuple[str, int], ...], float | None]:
+        """The GPUs (node, physical index) `effect` takes room on, and its floor raised past
+        the releases the same input published there and, for a share change, past the
+        share it changes (`publish_at_s`)."""
+        taken: tuple[tuple[str, int], ...] = ()
+        if isinstance(effect, ShareSet) and floor_s is not None:
+            # The ledger starts a change 1 ms after the share it changes at the earliest
+            # (`Facts.resized`): the job's floor is its latest placement or change.
+            floor_s = (round(floor_s * 1000) + 1) / 1000
+            if effect.to_milli > effect.from_milli:  # more room taken: after what freed it
+                taken = ((effect.node, effect.gpu),)
+        if isinstance(effect, Placed):
+            # One date per placement: every part over all its parts' GPUs (a MIG instance's
+            # or a share's: its physical GPU), so a gang's parts start at one instant.
+            taken = effect.placement or tuple((effect.node, g.index) for g in effect.gpus)
+        for gpu in taken:
+            freed_s = self._freed_s.get(gpu)
+            if freed_s is not None:
+                # Never before a release the same input published on a GPU it takes:
+                # the end or eviction that freed it (dated at that job's floor, perhaps
+                # after the report that caused both; a preemptor's victim's, on every
+                # node the victim held). The node's other GPUs are not floored by it,
+                # and a release of an earlier input floors nothing: an observer's report
+                # of the past keeps its time on GPUs free now
+                # (tests/e2e/test_job_to_cost.py).
+                floor_s = max(freed_s, floor_s or 0.0)
+        return taken, floor_s
+
+    def freed_at(
+        self, gpu: tuple[str, int], at_s: float, now_s: float, floor_s: float | None = None
+    ) -> None:
+        """Room on `gpu` (node, physical index) is freed at `at_s` by the input at trusted
+        time `now_s` (an end, an eviction, a lowered share): its placements there are dated
+        no earlier, and so is any later placement there (`_after_released`); `floor_s`: the
+        floor of the job that held it (the released span's start)."""
+        if now_s != self._freed_by:  # another input: the last one's releases floor nothing
+            self._freed_s.clear()
+            self._freed_by = now_s
+        self._freed_s[gpu] = max(self._freed_s.get(gpu, at_s), at_s)
+        start_s = at_s if floor_s is None else min(floor_s, at_s)
+        old = self._released.setdefault(gpu[0], {}).get(gpu[1], (start_s, at_s))
+        self._released[gpu[0]][gpu[1]] = (min(old[0], start_s), max(old[1], at_s))
+        self._released_end = max(self._released_end, at_s)
+        self._dirty_nodes.add(gpu[0])
 
     def _after_released(self, gpus: tuple[tuple[str, int], ...], at_s: float) -> float:
         """`at_s`, or the latest end of an allocation released on one of `gpus` (by any
