@@ -72,7 +72,7 @@ def feedback(
     ready_log = tuple(x for x in state.ready_log if x[0] > cutoff_s - cfg.interval_s)
     if observed is not None and observed.ready > 0:
         ready_log = (*ready_log, (now_s, observed.ready))
-    factor, judged = _learn(state, now_s, window, ready_log, ready_since_s, seen, cfg)
+    factor, judged, evidence = _learn(state, now_s, window, ready_log, ready_since_s, seen, cfg)
     samples = tuple(x for x in state.saturated_samples if x[0] > now_s - cfg.hold_window_s)
     sample = _saturated_sample(state, observed, cfg)
     if sample is not None:
@@ -96,6 +96,7 @@ def feedback(
         raises=raises,
         ready_log=ready_log,
         judged=judged,
+        evidence=evidence,
     )
 
 
@@ -107,9 +108,9 @@ def _learn(
     ready_since_s: float,
     seen: Sequence[DemandWindow],
     cfg: PlannerConfig,
-) -> tuple[float, tuple[tuple[float, int, int], ...]]:
-    """The factor after the observations not yet judged (the step and the re-estimate), and
-    the judged record (`PlanState.judged`) after them."""
+) -> tuple[float, tuple[tuple[float, int, int], ...], float]:
+    """The factor after the observations not yet judged (the step and the re-estimate), the
+    judged record (`PlanState.judged`) and the evidence (`PlanState.evidence`) after them."""
     lower, upper = aim_band(state, cfg)
     cutoff_s = now_s - cfg.feedback_window_s
     factor = state.capacity_factor
@@ -127,16 +128,26 @@ def _learn(
     ]
     fresh_new = [x for x in unjudged if x[0] > ready_since_s]
     learn, fleet = _learning_window(unjudged, fresh_new, ready_log, cfg)
-    attained = _attained(learn, cfg)
     if sum(x[2] for x in learn) < cfg.band_requests:
-        attained = math.nan
-    if attained < lower or attained > upper:
-        # Judged: these observations do not move the factor again (re-judged on every tick
-        # while the window slid over them, one shortfall took several steps up, one surplus
-        # a step down on every tick for 120 s).
-        judged = _consumed(judged, totals, learn)
+        return factor, judged, state.evidence
+    attained = _attained(learn, cfg)
+    # Read: these observations do not move the factor again (re-judged on every tick while
+    # the window slid over them, one shortfall took several steps up, one surplus a step down
+    # on every tick for 120 s). Their evidence adds to what the windows since the last step
+    # gave, and the factor steps only once that is beyond `step_evidence`: a window's own
+    # noise (60-150 requests, a miss 0.7-1.7 points, the band 1.67 wide) stepped it on
+    # windows just outside the band, up five times as often as down, so the fleet settled
+    # where the windows' lower tail, not their mean, touched the band (Mooncake: 97-99 % after
+    # its cold start at 1.21-1.24x static; issue 32, eighteenth pass). A breach far below the
+    # band (a surge, a cold start) is evidence enough in one window.
+    judged = _consumed(judged, totals, learn)
+    evidence = state.evidence + _log_ratio(learn, lower, upper)
+    if evidence <= -cfg.step_evidence:
+        return factor * (1.0 - cfg.feedback_down), judged, 0.0
+    if evidence < cfg.step_evidence:
+        return factor, judged, evidence
+    factor *= 1.0 + cfg.feedback_up
     if attained < lower:
-        factor *= 1.0 + cfg.feedback_up
         # The count of one shared queue that would have served what the fleet served over the
         # same windows: the fleet's count over it is what routing made of one such replica.
         # A re-estimate from a few windows, so only on a breach of the SLO target beyond the
@@ -153,9 +164,17 @@ def _learn(
                 state, _attained(bins, cfg), bins, fleet, seen, ready_since_s, cutoff_s, cfg
             ),
         )
-    elif attained > upper:
-        factor *= 1.0 - cfg.feedback_down
-    return factor, judged
+    return factor, judged, 0.0
+
+
+def _log_ratio(window: Sequence[tuple[float, int, int]], lower: float, upper: float) -> float:
+    """The log-likelihood ratio of the window's met and missed requests: attainment at the
+    band's lower edge against its upper edge (positive: evidence of a shortfall). Zero where
+    the window attains about the band's middle."""
+    met = sum(x[1] for x in window)
+    missed = sum(x[2] for x in window) - met
+    short, ample = 1.0 - lower, 1.0 - upper
+    return missed * math.log(short / ample) + met * math.log(lower / upper)
 
 
 def _reestimate(

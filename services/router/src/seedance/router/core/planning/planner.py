@@ -72,8 +72,9 @@ and the held count are the model's times `capacity_factor`, which the planner le
 SLO attainment it observes (first tokens are observable once out), as NVIDIA Dynamo's SLA
 planner corrects its performance model by what it observes. On a miss the factor is at least
 the fleet's count over the count of one shared queue that would have served the same share of
-the same windows' requests (what routing made of one such replica), re-estimated so only on a
-breach of `slo_target` by more than two binomial standard errors of those requests, or while
+the same windows' requests (what routing made of one such replica), re-estimated so only where
+the evidence steps it up on a window below the band, and then only on a breach of `slo_target`
+by more than two binomial standard errors of those requests, or while
 nothing has been learnt (a shortfall inside the band's margin, or a breach within a window's
 noise, is noise as often as not, and at the queue's non-linear edge it overstates the factor:
 the step below answers it). The factor aims at a
@@ -83,8 +84,14 @@ clusters), at most a third of the allowed misses (`feedback.aim_band`; fixed at 
 2/3 of them before the ninth pass of issue 32, and until the hour holds `budget_min_requests`):
 a bursty trace keeps the whole margin, so that the transients of a start-up land above the
 target rather than on it, a steady one aims nearer the target (the held count pools at the same
-lower edge): attainment below the band raises it by `feedback_up`, above it lowers it by
-`feedback_down`, never below 1 (one shared queue is the best any router can do). Where the
+lower edge): evidence of attainment below the band raises it by `feedback_up`, of attainment
+above it lowers it by `feedback_down`, never below 1 (one shared queue is the best any router
+can do). The evidence is Wald's sequential test: each window read adds its log-likelihood ratio
+of attainment at the band's lower edge against its upper edge, and the factor steps once the sum
+since its last step passes `step_evidence` either way (`PlanState.evidence`; issue 32,
+eighteenth pass). Stepped on each window just outside the band, a window's own noise set the
+level: up five times as often as down, so Mooncake's fleet held 97-99 % through the hour at
+1.21-1.24x static. A surge's or a cold start's window is evidence enough alone. Where the
 caller says when the observed requests arrived (`ObservedSlo.by_arrival`), each is judged by
 arrival: a burst's backlog on a fleet too small, drained after the scale-up, is not blamed on the
 fleet that then served it (filed by first-token time it drove the factor to its maximum on on/off

@@ -61,6 +61,10 @@ class PlannerConfig:
     feedback_up: float = 0.05
     feedback_down: float = 0.01
     factor_max: float = 4.0
+    # The evidence a step of the factor needs: the log-likelihood ratio, over the windows read
+    # since its last step, of the aimed band's lower edge against its upper edge (Wald's
+    # sequential test; ln 4: wrong a fifth of the time either way; issue 32, eighteenth pass).
+    step_evidence: float = math.log(4.0)
     # Fewest first tokens in the window for its attainment to move the factor.
     feedback_min_requests: int = 20
     # The forecast's record: the windows it is judged on, how much of them (and how many
@@ -109,6 +113,8 @@ class PlannerConfig:
             raise ValueError("floor_window_s and calibration_window_s must be > 0")
         if not 0.0 <= self.follow_saving < 1.0:
             raise ValueError(f"follow_saving must be in [0, 1), got {self.follow_saving}")
+        if self.step_evidence <= 0:
+            raise ValueError(f"step_evidence must be > 0, got {self.step_evidence}")
         if self.panic_threshold < 1.0 or self.panic_hold_s < 0:
             raise ValueError(
                 f"need panic_threshold >= 1 and panic_hold_s >= 0, got {self.panic_threshold} "
@@ -200,6 +206,9 @@ class PlanState:
     # bin is reported over several ticks, its misses last: a watermark on the bin's time
     # dropped every later report of a bin once it had been judged).
     judged: tuple[tuple[float, int, int], ...] = ()
+    # The factor's evidence since its last step (`PlannerConfig.step_evidence`): positive, of
+    # a shortfall from the aimed band; negative, of a surplus.
+    evidence: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
