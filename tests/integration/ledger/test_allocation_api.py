@@ -51,6 +51,21 @@ def replica(url: str, name: str) -> tuple[LedgerService, AllocationApi]:
     return service, AllocationApi(runtime, replica=name, rightsizer=sizer)
 
 
+async def stepped_everything(admin: Bus, service: LedgerService, events: list[Any]) -> None:
+    """Publish ``events`` and return once ``service`` has stepped them all. They are sourced
+    into the ledger's input in the server's own time: a sequence read at once was short, and
+    the replica still stepped the rest while its answers were compared."""
+    before = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
+    acks = await admin.publish_many(events)
+    taken = sum(not a.duplicate for a in acks)
+    last_in = await wait_sourced(admin.js, "SEEDANCE_LEDGER_IN", taken, since_seq=before)
+
+    async def stepped_all() -> bool:
+        return service.replica.seq >= last_in and service.durable.consistent
+
+    await eventually(stepped_all, timeout_s=60)
+
+
 async def connect(url: str, user: str) -> SeedanceClient:
     return await SeedanceClient.connect(url, user=user, password=password(user))
 
@@ -127,17 +142,7 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
     wl = workload(1200, nodes=6, seed=22)
     service, _ = replica(auth_url, "alloc-t")
     async with serving(service), await connect(auth_url, "tenant-acme") as acme:
-        before = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
-        acks = await admin.publish_many(wl.events)
-        # Sourced into the input in the server's own time: a sequence read at once was short,
-        # and the replica still stepped the rest while its answers were compared below.
-        taken = sum(not a.duplicate for a in acks)
-        last_in = await wait_sourced(admin.js, "SEEDANCE_LEDGER_IN", taken, since_seq=before)
-
-        async def stepped_all() -> bool:
-            return service.replica.seq >= last_in and service.durable.consistent
-
-        await eventually(stepped_all, timeout_s=60)
+        await stepped_everything(admin, service, wl.events)
         await service.durable.settle_acks()
         lines = lines_from_events(
             current(decode(m.data, CostEvent)) for m in await read_stream(admin, "SEEDANCE_COSTS")
@@ -198,18 +203,10 @@ async def test_a_window_out_of_bounds_is_refused_naming_it_and_the_api_answers_o
     wl = workload(300, nodes=2, seed=23)
     service, api = replica(auth_url, "alloc-w")
     async with serving(service), await connect(auth_url, "tenant-acme") as acme:
-        before = (await admin.js.stream_info("SEEDANCE_LEDGER_IN")).state.last_seq
-        acks = await admin.publish_many(wl.events)
-        taken = sum(not a.duplicate for a in acks)
-        last_in = await wait_sourced(admin.js, "SEEDANCE_LEDGER_IN", taken, since_seq=before)
-
         # Asked once the replica has stepped every input: asked while it still bills, an
         # answer waits for the API's index to reach the stream's newest line, up to the API's
         # own 10 s, which is the asker's patience too (the bad windows are refused at once).
-        async def stepped_all() -> bool:
-            return service.replica.seq >= last_in and service.durable.consistent
-
-        await eventually(stepped_all, timeout_s=60)
+        await stepped_everything(admin, service, wl.events)
         for window in ("999999d", "0001-01-01T00:00:00+01:00,0001-01-02T00:00:00Z"):
             with pytest.raises(AllocationRefused) as bad:
                 await acme.allocation(window, tenant="acme", timeout_s=10)
