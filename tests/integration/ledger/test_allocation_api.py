@@ -77,6 +77,19 @@ def offline(msgs: list[Any], as_of_seq: int) -> Any:
     return summarize(lines, by="tenant")
 
 
+async def answered(op: SeedanceClient) -> AllocationAnswer | None:
+    """The fleet's 30-day allocation with idle, or None where a replica refused it as still
+    reading its index (parameter ``ledger``, "ask again shortly": its documented answer while
+    the stream grows faster than its index follows, as on a loaded machine); any other
+    refusal fails the test."""
+    try:
+        return await op.allocation("30d", include_idle=True)
+    except AllocationRefused as refused:
+        if refused.parameter != "ledger":
+            raise
+        return None
+
+
 async def test_allocations_during_a_replay_match_the_stream_and_then_recompute(
     auth_url: str, admin: Bus
 ) -> None:
@@ -88,8 +101,8 @@ async def test_allocations_during_a_replay_match_the_stream_and_then_recompute(
         during: list[AllocationAnswer] = []
         for i in range(0, len(wl.events), chunk):
             await admin.publish_many(wl.events[i : i + chunk])
-            answer = await op.allocation("30d", include_idle=True)
-            during.append(answer)
+            if (answer := await answered(op)) is not None:
+                during.append(answer)
         # The replay done: what the stream holds sums to the core's offline recompute of the
         # inputs. A window's lines are published once the ledger's trusted clock closes it,
         # which may come after the last input is stepped: asked until then, each answer kept.
@@ -98,7 +111,8 @@ async def test_allocations_during_a_replay_match_the_stream_and_then_recompute(
         t = core.recompute(ledger_inputs((e for _, e in wl.events), book), book, as_of, CONFIG)
 
         async def published_all() -> bool:
-            answer = await op.allocation("30d", include_idle=True)
+            if (answer := await answered(op)) is None:
+                return False
             during.append(answer)
             return (answer.totals.total_usd_micro, answer.totals.idle_usd_micro) == (
                 t.total.total_usd_micro,
@@ -209,9 +223,9 @@ async def test_a_window_out_of_bounds_is_refused_naming_it_and_the_api_answers_o
         await stepped_everything(admin, service, wl.events)
         for window in ("999999d", "0001-01-01T00:00:00+01:00,0001-01-02T00:00:00Z"):
             with pytest.raises(AllocationRefused) as bad:
-                await acme.allocation(window, tenant="acme", timeout_s=10)
+                await acme.allocation(window, tenant="acme")
             assert bad.value.parameter == "window"
             assert repr(window) in str(bad.value)
-        after = await acme.allocation("30d", tenant="acme", timeout_s=10)
+        after = await acme.allocation("30d", tenant="acme")
     assert after.scope == "acme"
     assert api.metrics.requests_total.labels("tenant", "refusal")._value.get() == 2
