@@ -16,11 +16,11 @@ Tenants get exactly:
 - publish ``jobs.tenant_subjects(t)``, the five exact request subjects (no ``>`` tail),
   ``api.allocation(t)``, its own allocation requests to the ledger (answered on its inbox),
   its compile requests ``seedance.graph.<t>.request`` and their models' chunks
-  (``seedance.models.<t>.upload.>``);
+  (``seedance.models.<t>.upload.*.*``: exactly ``<request_id>.<n>``);
 - read their own costs (``seedance.costs.<t>.*``), their own slicer decisions
   (``seedance.slicing.<t>.*``: placement, unschedulable, rejected, released, preempted), their
   compile results (``seedance.graph.<t>.result``) and artifacts' chunks
-  (``seedance.models.<t>.artifact.>``) through
+  (``seedance.models.<t>.artifact.*.*``) through
   push consumers whose filter travels in the API subject
   (``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``, nats-server 2.10+ checks that it
   equals the request body's), so a consumer can see nothing else;
@@ -364,7 +364,7 @@ SERVICES = (
 TENANT_READS: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("SEEDANCE_COSTS", costs.tenant_wildcard),
     ("SEEDANCE_SLICING", slicing.tenant_wildcard),
-    # Its compile results and artifacts (``seedance.models.<t>.artifact.>``: a consumer of
+    # Its compile results and artifacts (``seedance.models.<t>.artifact.*.*``: a consumer of
     # its own may filter on one request's chunks, which that permission subject matches).
     ("SEEDANCE_GRAPH", lambda t: graph.subject(t, "result")),
     (models.STREAM, lambda t: models.tenant_wildcard(t, "artifact")),

@@ -333,10 +333,10 @@ class SeedanceClient:
             raise PermissionRefused(
                 f"the server refused {action} {subject!r} to this user ({heard.server_text}); "
                 "a tenant's user may publish only its own seedance.jobs.<tenant>.<kind>, "
-                "seedance.graph.<tenant>.request and seedance.models.<tenant>.upload.>, ask "
+                "seedance.graph.<tenant>.request and seedance.models.<tenant>.upload.*.*, ask "
                 "only its own seedance.api.<tenant>.allocation, and read only its own "
                 "seedance.slicing.<tenant>.*, seedance.costs.<tenant>.*, "
-                "seedance.graph.<tenant>.result and seedance.models.<tenant>.artifact.>",
+                "seedance.graph.<tenant>.result and seedance.models.<tenant>.artifact.*.*",
                 subject,
             ) from None
         raise heard
