@@ -46,8 +46,10 @@ from seedance.events.subjects import (
     TENANT_KINDS,
     api,
     costs,
+    graph,
     inbox_prefix,
     jobs,
+    models,
     slicing,
     tenant_consumers,
 )
@@ -133,6 +135,9 @@ async def provision(admin: Bus) -> None:
         await admin.js.publish(costs.subject(tenant, "pause"), b"{}")
         await admin.js.publish(slicing.subject(tenant, "placement"), b"{}")
         await admin.js.publish(jobs.subject(tenant, "submitted"), b"{}")
+        await admin.js.publish(graph.subject(tenant, "result"), b"{}")
+        await admin.js.publish(models.chunk(tenant, "artifact", "r1", 0), b"x")
+        await admin.js.publish(models.chunk(tenant, "upload", "r1", 0), b"x")
 
 
 class Tenant:
@@ -221,6 +226,27 @@ def tenant_filter(stream: str, tenant: str) -> str | None:
     return None
 
 
+def own_name_probes(tenant: str, deliver: str) -> list[tuple[str, bytes]]:
+    """Under its own consumer name: another tenant's artifacts or results, its own uploads
+    (the compiler's to read), or every tenant's."""
+    out = []
+    mine = tenant_consumers(tenant)[0]
+    for stream, f in (
+        (models.STREAM, models.tenant_wildcard(OTHER, "artifact")),
+        (models.STREAM, f"seedance.models.{OTHER}.artifact.r1.*"),
+        (models.STREAM, models.tenant_wildcard(tenant, "upload")),
+        (models.STREAM, "seedance.models.*.artifact.*.*"),
+        (models.STREAM, f"seedance.models.{tenant}.>"),
+        ("SEEDANCE_GRAPH", graph.subject(OTHER, "result")),
+        ("SEEDANCE_GRAPH", graph.subject(tenant, "request")),
+        ("SEEDANCE_GRAPH", "seedance.graph.*.result"),
+    ):
+        out.append(
+            (f"{JS}.CONSUMER.CREATE.{stream}.{mine}.{f}", consumer_body(stream, mine, f, deliver))
+        )
+    return out
+
+
 def probes(tenant: str) -> list[tuple[str, bytes]]:
     """Every JetStream API verb and data subject a tenant should not be able to use."""
     deliver = f"{inbox_prefix(tenant)}.steal"
@@ -265,6 +291,7 @@ def probes(tenant: str) -> list[tuple[str, bytes]]:
         ]
     out += [(f"{JS}.{v}", b"{}") for v in ("STREAM.LIST", "STREAM.NAMES", "ACCOUNT.PURGE.$G")]
     out += [(f"{JS}.META.LEADER.STEPDOWN", b"{}"), (f"{JS}.SERVER.REMOVE", b"{}")]
+    out += own_name_probes(tenant, deliver)
     # Consumers on what a tenant reads, but filtered on others' or on everything.
     for stream, own in permissions.TENANT_READS:
         family = stream.removeprefix("SEEDANCE_").lower()
@@ -307,7 +334,14 @@ def probes(tenant: str) -> list[tuple[str, bytes]]:
         (costs.subject(tenant, "pause"), b"{}"),
         (costs.subject(OTHER, "entry"), b"{}"),
         (f"seedance.telemetry.{tenant}.sample", b"{}"),
-        (f"seedance.graph.{tenant}.request", b"{}"),
+        # compiles: only its own request and upload subjects, of exactly their shape
+        (graph.subject(OTHER, "request"), b"{}"),
+        (graph.subject(tenant, "result"), b"{}"),
+        (f"seedance.graph.{tenant}.request.x", b"{}"),
+        (models.chunk(OTHER, "upload", "r1", 0), b"x"),
+        (models.chunk(tenant, "artifact", "r1", 0), b"x"),
+        (f"seedance.models.{tenant}.upload.r1", b"x"),
+        (f"{models.chunk(tenant, 'upload', 'r1', 0)}.x", b"x"),
         (f"seedance.dlq.{tenant}", b"{}"),
         ("seedance.ledger.idle.n1", b"{}"),
         # allocation requests: another tenant's, the fleet's, a longer subject

@@ -109,15 +109,23 @@ def test_only_trusted_observers_publish_observed_events_and_no_tenant_a_trusted_
     user = permissions.tenant_user("acme")
     for s in user.permissions.publish_allow:
         family = s.split(".")[1] if s.startswith("seedance.") else None
-        assert family in (None, "jobs", "api"), s
+        assert family in (None, "jobs", "api", "graph", "models"), s
+        # of the services' families, only its compile requests and their models' chunks
+        assert family not in ("graph", "models") or s.split(".")[3] in ("request", "upload"), s
 
 
 def test_tenant_publishes_exactly_its_request_subjects() -> None:
     p = permissions.tenant_permissions("acme")
     data = [s for s in p.publish_allow if not s.startswith("$")]
-    # its job requests, and its own allocation requests to the ledger (never the fleet's)
-    assert tuple(data) == (*jobs.tenant_subjects("acme"), api.allocation("acme"))
-    assert len(data) == len(TENANT_KINDS["jobs"]) + 1
+    # its job requests, its own allocation requests to the ledger (never the fleet's), its
+    # compile requests and their models' chunks (exactly seedance.models.acme.upload.<r>.<n>)
+    assert tuple(data) == (
+        *jobs.tenant_subjects("acme"),
+        api.allocation("acme"),
+        "seedance.graph.acme.request",
+        "seedance.models.acme.upload.*.*",
+    )
+    assert len(data) == len(TENANT_KINDS["jobs"]) + 3
     assert not any(s.endswith(">") for s in p.publish_allow if not s.startswith("$JS.FC."))
     assert not any("globex" in s for s in p.publish_allow + p.publish_deny)
     assert p.subscribe_allow == (f"{inbox_prefix('acme')}.>",)
@@ -133,6 +141,10 @@ def test_the_catalogue_knows_every_subject_a_tenant_may_publish_on() -> None:
     for d in IDENTITIES.values():
         assert not subjects.TENANT_PUBLISHED & set(d.publishes), d.name
     assert not subjects.published_by_tenant(subjects.observed.subject("acme", "submitted"))
+    # the compiler's results and artifacts are its own word, not the tenant's
+    assert not subjects.published_by_tenant(subjects.graph.subject("acme", "result"))
+    assert not subjects.published_by_tenant(subjects.models.chunk("acme", "artifact", "r", 0))
+    assert subjects.published_by_tenant(subjects.models.chunk("acme", "upload", "r", 0))
 
 
 def test_only_the_ledger_answers_allocation_requests_and_only_to_their_askers() -> None:
@@ -150,7 +162,7 @@ def test_only_the_ledger_answers_allocation_requests_and_only_to_their_askers() 
         permissions.tenant_permissions(api.FLEET)
 
 
-def test_tenant_consumers_are_confined_to_its_own_costs_and_decisions_and_names() -> None:
+def test_tenant_consumers_are_confined_to_its_own_reads_and_names() -> None:
     p = permissions.tenant_permissions("acme")
     creates = [s for s in p.publish_allow if ".CONSUMER.CREATE." in s]
     names = subjects.tenant_consumers("acme")
@@ -159,6 +171,10 @@ def test_tenant_consumers_are_confined_to_its_own_costs_and_decisions_and_names(
         *(f"$JS.API.CONSUMER.CREATE.SEEDANCE_COSTS.{n}.{costs.tenant_wildcard('acme')}"
           for n in names),
         *(f"$JS.API.CONSUMER.CREATE.SEEDANCE_SLICING.{n}.{slicing.tenant_wildcard('acme')}"
+          for n in names),
+        *(f"$JS.API.CONSUMER.CREATE.SEEDANCE_GRAPH.{n}.seedance.graph.acme.result"
+          for n in names),
+        *(f"$JS.API.CONSUMER.CREATE.SEEDANCE_MODELS.{n}.seedance.models.acme.artifact.*.*"
           for n in names),
     ]  # fmt: skip
     # every consumer verb names one of its own consumers: no wildcard name

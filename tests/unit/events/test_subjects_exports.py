@@ -40,6 +40,7 @@ def test_the_catalogue_exports_exactly_these_names() -> None:
         "inbox_prefix",
         "jobs",
         "ledger",
+        "models",
         "observed",
         "owner_of",
         "parse_tenant_subject",

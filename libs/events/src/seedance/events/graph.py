@@ -17,6 +17,7 @@ __all__ = [
     "GraphEvent",
     "PrecisionPolicy",
     "artifact_object_name",
+    "chunk_bytes",
     "input_object_name",
 ]
 
@@ -33,7 +34,9 @@ class PrecisionPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CompileRequest(Event, frozen=True, kw_only=True, tag="graph.compile_request.v1"):
-    """Compile the model stored under ``model_object`` (object store) or at ``model_url``."""
+    """Compile the model stored under ``model_object`` (object store), at ``model_url``, or
+    uploaded in ``model_chunks`` chunks on ``seedance.models.<tenant>.upload.<request_id>.<n>``
+    (``n`` from 0; what a tenant's user can do: it gets no object store)."""
 
     request_id: Name
     tenant: TenantId
@@ -43,6 +46,7 @@ class CompileRequest(Event, frozen=True, kw_only=True, tag="graph.compile_reques
     model_sha256: str | None = None
     policy: PrecisionPolicy = msgspec.field(default_factory=PrecisionPolicy)
     target: str = "cpu"
+    model_chunks: int = 0
 
 
 class FallbackNode(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +108,9 @@ class CompileResult(Event, frozen=True, kw_only=True, tag="graph.compile_result.
     model_name: Name
     ok: bool
     artifact_object: str | None = None
+    #: The artifact's chunks on ``seedance.models.<tenant>.artifact.<request_id>.<n>`` (the
+    #: answer to an uploaded model), 0 when it is elsewhere.
+    artifact_chunks: int = 0
     artifact_url: str | None = None
     artifact_sha256: str | None = None
     report: CompileReport | None = None
@@ -125,3 +132,9 @@ def input_object_name(tenant: str, request_id: str, model_name: str) -> str:
 
 def artifact_object_name(tenant: str, request_id: str, model_name: str) -> str:
     return f"artifacts/{tenant}/{request_id}/{model_name}.onnx"
+
+
+def chunk_bytes(max_payload: int) -> int:
+    """How many bytes of a model or artifact one chunk carries on a server whose
+    ``max_payload`` is given: at most 1 MiB, leaving room for the headers."""
+    return max(1024, min(max_payload, 1024**2) - 4096)

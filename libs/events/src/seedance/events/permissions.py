@@ -13,10 +13,14 @@ tenants added at run time) and the tests all read the one definition, and none n
 
 Tenants get exactly:
 
-- publish ``jobs.tenant_subjects(t)``, the five exact request subjects (no ``>`` tail), and
-  ``api.allocation(t)``, its own allocation requests to the ledger (answered on its inbox);
-- read their own costs (``seedance.costs.<t>.*``) and their own slicer decisions
-  (``seedance.slicing.<t>.*``: placement, unschedulable, rejected, released, preempted) through
+- publish ``jobs.tenant_subjects(t)``, the five exact request subjects (no ``>`` tail),
+  ``api.allocation(t)``, its own allocation requests to the ledger (answered on its inbox),
+  its compile requests ``seedance.graph.<t>.request`` and their models' chunks
+  (``seedance.models.<t>.upload.*.*``: exactly ``<request_id>.<n>``);
+- read their own costs (``seedance.costs.<t>.*``), their own slicer decisions
+  (``seedance.slicing.<t>.*``: placement, unschedulable, rejected, released, preempted), their
+  compile results (``seedance.graph.<t>.result``) and artifacts' chunks
+  (``seedance.models.<t>.artifact.*.*``) through
   push consumers whose filter travels in the API subject
   (``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``, nats-server 2.10+ checks that it
   equals the request body's), so a consumer can see nothing else;
@@ -57,8 +61,10 @@ from seedance.events.subjects import (
     api,
     costs,
     dlq,
+    graph,
     inbox_prefix,
     jobs,
+    models,
     slicing,
     tenant_consumers,
 )
@@ -111,6 +117,7 @@ FAMILIES: dict[str, str] = {
     "slicing": subjects.slicing.ALL,
     "routing": subjects.routing.ALL,
     "graph": subjects.graph.ALL,
+    "model_artifacts": subjects.models.ARTIFACTS,
     "costs": subjects.costs.ALL,
     "ledger": subjects.ledger.ALL,
 }
@@ -207,8 +214,10 @@ IDENTITIES: dict[str, Declaration] = {
         ),
         Declaration(
             "graph-compiler",
-            publishes=("graph",),
+            # Tenants' uploaded models it gets chunk by chunk (last message on each subject).
+            publishes=("graph", "model_artifacts"),
             consumes=("compiler-requests",),
+            stream_gets=(subjects.models.STREAM,),
             buckets=("seedance-graph-results", "seedance-graph-workers"),
             object_stores=("seedance-graph-models",),
         ),
@@ -355,6 +364,10 @@ SERVICES = (
 TENANT_READS: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("SEEDANCE_COSTS", costs.tenant_wildcard),
     ("SEEDANCE_SLICING", slicing.tenant_wildcard),
+    # Its compile results and artifacts (``seedance.models.<t>.artifact.*.*``: a consumer of
+    # its own may filter on one request's chunks, which that permission subject matches).
+    ("SEEDANCE_GRAPH", lambda t: graph.subject(t, "result")),
+    (models.STREAM, lambda t: models.tenant_wildcard(t, "artifact")),
 )
 
 #: Tenant ids that would collide with a family's non-tenant subjects (seedance.slicing.node.*).
@@ -492,6 +505,8 @@ def tenant_permissions(tenant: str) -> Permissions:
             f"(seedance.slicing.{tenant}.<node>.mig_plan)"
         )
     allow = [f"{JS_API}.INFO", *jobs.tenant_subjects(tenant), api.allocation(tenant)]
+    # Its compile requests and the chunks of the models they name (docs/graph-compiler.md).
+    allow += [graph.subject(tenant, "request"), models.tenant_wildcard(tenant, "upload")]
     deny: list[str] = []
     for stream, tenant_filter in TENANT_READS:
         for name in tenant_consumers(tenant):

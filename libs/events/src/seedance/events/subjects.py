@@ -97,6 +97,7 @@ __all__ = [
     "inbox_prefix",
     "jobs",
     "ledger",
+    "models",
     "observed",
     "owner_of",
     "parse_tenant_subject",
@@ -279,6 +280,24 @@ class graph:
         return tenant_subject("graph", tenant, kind)
 
 
+class models:
+    """``seedance.models.<tenant>.{upload,artifact}.<request_id>.<n>``: a compile's model and
+    artifact in chunks, on the tenant's own subjects (an object store's cannot be scoped)."""
+
+    ALL = f"{ROOT}.models.>"
+    STREAM = "SEEDANCE_MODELS"
+    ARTIFACTS = f"{ROOT}.models.*.artifact.>"
+
+    @staticmethod
+    def chunk(tenant: str, kind: str, request_id: str, n: int) -> str:
+        rid = check_token("request_id", request_id)
+        return f"{ROOT}.models.{check_tenant(tenant)}.{kind}.{rid}.{n:d}"
+
+    @staticmethod
+    def tenant_wildcard(tenant: str, kind: str) -> str:  # a tenant's uploads or artifacts
+        return f"{ROOT}.models.{check_tenant(tenant)}.{kind}.*.*"
+
+
 class costs:
     """``seedance.costs.<tenant>.{entry,report,alert,pause}``: a tenant reads only its own."""
 
@@ -410,6 +429,14 @@ STREAMS: tuple[StreamSpec, ...] = (
         (graph.ALL,),
         max_age_s=30 * _DAY_S,
         description="compile requests and results",
+    ),
+    # Bounded (the oldest go first): chunks wait here only for the compiler or the tenant.
+    StreamSpec(
+        models.STREAM,
+        (models.ALL,),
+        max_age_s=_DAY_S,
+        max_bytes=1024**3,
+        description="compile uploads and artifacts in chunks, on each tenant's own subjects",
     ),
     # The duplicate window is long because cost-ledger replicas publish the same entries (same
     # ids) and a replica restarted from its checkpoint re-publishes what came after it.

@@ -65,13 +65,21 @@ TRUSTED_FAMILIES = frozenset({"observed", "slicing", "telemetry"})
 #: Families a tenant publishes on itself (its requests: `permissions.tenant_permissions`).
 TENANT_PUBLISHED = frozenset({"jobs", "api"})
 _TENANT_PREFIXES = tuple(f"{ROOT}.{family}." for family in sorted(TENANT_PUBLISHED))
+#: (family, kind) of the subjects a tenant publishes on in families the services publish on
+#: too: its compile requests (``seedance.graph.<t>.request``) and their models' chunks
+#: (``seedance.models.<t>.upload.<request>.<n>``).
+_TENANT_PUBLISHED_KINDS = frozenset({("graph", "request"), ("models", "upload")})
 
 
 def published_by_tenant(subject: str) -> bool:
-    """Whether ``subject`` is of a family tenants publish on (`TENANT_PUBLISHED`): its message,
-    headers and all, is the tenant's word, so no trusted effect takes on its ``traceparent`` as
-    its own (`seedance.core.consumer`). A prefix test, cheap enough for every message."""
-    return subject.startswith(_TENANT_PREFIXES)
+    """Whether ``subject`` is one tenants publish on (`TENANT_PUBLISHED`, and
+    `_TENANT_PUBLISHED_KINDS`): its message, headers and all, is the tenant's word, so no trusted
+    effect takes on its ``traceparent`` as its own (`seedance.core.consumer`). Cheap enough for
+    every message."""
+    if subject.startswith(_TENANT_PREFIXES):
+        return True
+    parts = subject.split(".", 4)
+    return len(parts) >= 4 and parts[0] == ROOT and (parts[1], parts[3]) in _TENANT_PUBLISHED_KINDS
 
 
 def tenant_subject(family: str, tenant: str, kind: str) -> str:

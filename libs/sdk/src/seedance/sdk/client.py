@@ -40,13 +40,7 @@ from seedance.core.kv import ensure_object_store, provision
 from seedance.events import DecodeError, decode, new_event_id
 from seedance.events.allocation import AllocationAnswer, AllocationQuery
 from seedance.events.cost import CostEvent, current
-from seedance.events.graph import (
-    CompileRequest,
-    CompileResult,
-    GraphEvent,
-    PrecisionPolicy,
-    input_object_name,
-)
+from seedance.events.graph import CompileRequest, CompileResult, GraphEvent, PrecisionPolicy
 from seedance.events.jobs import JobEvent, JobStarted, JobSubmitted
 from seedance.events.provision_permissions import PROVISIONER, PROVISIONER_INBOX
 from seedance.events.slicing import (
@@ -61,6 +55,7 @@ from seedance.events.subjects import (
     costs,
     graph,
     jobs,
+    models,
     slicing,
 )
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
@@ -68,6 +63,7 @@ from seedance.events.tokens import check_tenant, check_token
 from seedance.sdk.allocation import NoLedger, read_reply
 from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
 from seedance.sdk.job_status import JobStatus, fold_statuses
+from seedance.sdk.model_chunks import artifact_filter, read_artifact, upload_model
 from seedance.sdk.refusals import PermissionRefused, Violations
 from seedance.sdk.watch import ConsumersInUse, Watch, watching
 
@@ -336,9 +332,11 @@ class SeedanceClient:
         if subject:
             raise PermissionRefused(
                 f"the server refused {action} {subject!r} to this user ({heard.server_text}); "
-                "a tenant's user may publish only its own seedance.jobs.<tenant>.<kind>, ask "
+                "a tenant's user may publish only its own seedance.jobs.<tenant>.<kind>, "
+                "seedance.graph.<tenant>.request and seedance.models.<tenant>.upload.*.*, ask "
                 "only its own seedance.api.<tenant>.allocation, and read only its own "
-                "seedance.slicing.<tenant>.* and seedance.costs.<tenant>.*",
+                "seedance.slicing.<tenant>.*, seedance.costs.<tenant>.*, "
+                "seedance.graph.<tenant>.result and seedance.models.<tenant>.artifact.*.*",
                 subject,
             ) from None
         raise heard
@@ -503,18 +501,19 @@ class SeedanceClient:
     ) -> CompileResult:
         """Upload ``model_bytes``, ask the graph compiler to compile it, and wait for the result.
 
-        The result says ``ok`` with the artifact's place (``artifact_object`` in the object store
+        The model goes in chunks on the tenant's own ``seedance.models.<t>.upload.<request>.<n>``
+        (a tenant's user has no object store; `seedance.sdk.model_chunks`). The result says
+        ``ok`` with the artifact's place (``artifact_chunks`` on the tenant's artifact subjects,
         or ``artifact_url``) and its report, or ``ok=False`` with ``error_kind``/``error``
-        naming why. ``fetch_artifact`` reads the artifact. Raises ``TimeoutError`` when no
+        naming why. ``fetch_artifact`` reads the artifact. Raises ``PermissionRefused`` naming
+        the subject (another tenant's, or a user without the grant), ``TimeoutError`` when no
         result comes within ``timeout_s`` (is a graph compiler running?).
         """
         check_tenant(tenant)
         check_token("model name", name)
         request_id = request_id or uuid.uuid4().hex
         check_token("request_id", request_id)
-        store = await ensure_object_store(self._bus, GRAPH_MODELS_STORE)
-        obj = input_object_name(tenant, request_id, name)
-        await store.put(obj, io.BytesIO(model_bytes))
+        chunks = await upload_model(self._bus, self._guarded, tenant, request_id, model_bytes)
         at = self._clock.now()
         request = CompileRequest(
             id=new_event_id(at=at),
@@ -522,7 +521,7 @@ class SeedanceClient:
             request_id=request_id,
             tenant=tenant,
             model_name=name,
-            model_object=obj,
+            model_chunks=chunks,
             model_sha256=hashlib.sha256(model_bytes).hexdigest(),
             policy=policy or PrecisionPolicy(),
             target=target,
@@ -531,19 +530,30 @@ class SeedanceClient:
 
     async def _request_compile(self, request: CompileRequest, timeout_s: float) -> CompileResult:
         subject = graph.subject(request.tenant, "result")
+        asked = graph.subject(request.tenant, "request")
         # The consumer exists before the request is published, so the result cannot be missed.
-        async with self._watch("SEEDANCE_GRAPH", subject, False) as w, asyncio.timeout(timeout_s):
-            await self._bus.publish(graph.subject(request.tenant, "request"), request)
+        async with (
+            self._watch("SEEDANCE_GRAPH", subject, False, tenant=request.tenant) as w,
+            asyncio.timeout(timeout_s),
+        ):
+            await self._guarded(self._bus.publish(asked, request), "publishing to", asked)
             while True:
-                ev = decode(await w.next_data(), GraphEvent)
+                ev = decode(await self._guarded(w.next_data()), GraphEvent)
                 if isinstance(ev, CompileResult) and ev.request_id == request.request_id:
                     return ev
 
-    async def fetch_artifact(self, result: CompileResult) -> bytes:
+    async def fetch_artifact(self, result: CompileResult, *, timeout_s: float = 300.0) -> bytes:
         """The compiled model of an ``ok`` result, checked against its sha256."""
         if not result.ok:
             raise ValueError(f"compile failed ({result.error_kind}): {result.error}")
-        if result.artifact_object:
+        if result.artifact_chunks:
+            chunks = artifact_filter(result.tenant, result.request_id)
+            async with (
+                self._watch(models.STREAM, chunks, True, tenant=result.tenant) as w,
+                asyncio.timeout(timeout_s),
+            ):
+                data = await read_artifact(w, result.request_id, result.artifact_chunks)
+        elif result.artifact_object:
             store = await ensure_object_store(self._bus, GRAPH_MODELS_STORE)
             buf = io.BytesIO()
             await store.get(result.artifact_object, writeinto=buf)

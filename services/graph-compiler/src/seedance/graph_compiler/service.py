@@ -3,18 +3,22 @@
 Each request on ``seedance.graph.<tenant>.request`` (durable ``compiler-requests``) is answered
 with exactly one ``CompileResult`` on ``seedance.graph.<tenant>.result``:
 
-* the model is fetched from the object store (``inputs/<tenant>/...``) or from a URL or local
-  path with its sha256 checked; a URL only within the fetch policy (``fetch.py``: allowed
+* the model is read from the tenant's own upload chunks (``uploads.py``: what a tenant's user
+  can send), fetched from the object store (``inputs/<tenant>/...``, operators) or from a URL or
+  local path with its sha256 checked; a URL only within the fetch policy (``fetch.py``: allowed
   schemes, hosts and networks, a size limit and a deadline);
 * the compatibility check for the request's target and the compile run in a child process
   (CPU-heavy: the event loop keeps serving the bus and the health endpoint), while the message
   is kept alive with ``in_progress`` heartbeats so its 300 s ack_wait never expires mid-compile;
-* the artifact goes into the object store up to ``max_inline_artifact_mib`` and is written
-  under ``artifact_dir`` above that (sent by reference: path and sha256);
+* the artifact goes, up to ``max_inline_artifact_mib``, in chunks on the tenant's artifact
+  subjects when the model was uploaded so, else into the object store; above that it is
+  written under ``artifact_dir`` (sent by reference: path and sha256);
 * a model that cannot be compiled, and a request that cannot be served (bad sha256, missing
   object, unknown target), get ``ok=False`` with a named ``error_kind`` on the tenant's result
   subject, where the user waits; only a message that does not decode goes to the dead-letter
-  stream. No artifact is stored unless the compile passed its checks.
+  stream, and a bad upload (a missing chunk, too large, a sha256 mismatch) is also
+  dead-lettered with the reason, since its bytes came over the bus. No artifact is stored
+  unless the compile passed its checks.
 
 Who compiles for a GPU: each worker announces its capability (the execution providers its
 onnxruntime really loads, and the targets that makes it able to answer) in the
@@ -68,14 +72,15 @@ from seedance.core.holder import default_holder
 from seedance.core.kv import ensure_bucket, ensure_object_store, live_entries
 from seedance.core.logs import get_logger
 from seedance.events import derived_event_id
+from seedance.events.dlq import DeadLetter
 from seedance.events.graph import (
     CompilerCapability,
     CompileRequest,
     CompileResult,
     artifact_object_name,
 )
-from seedance.events.subjects import consumer, graph
-from seedance.graph_compiler import mapping, worker
+from seedance.events.subjects import consumer, dlq, graph
+from seedance.graph_compiler import mapping, uploads, worker
 from seedance.graph_compiler.fetch import FetchError, UrlFetcher
 from seedance.graph_compiler.settings import GraphCompilerSettings
 
@@ -300,6 +305,9 @@ class GraphCompilerService(Lifecycle):
             out_path = Path(tmp) / "compiled.onnx"
             try:
                 await self._fetch(req, model_path)
+            except uploads.UploadError as exc:
+                await self._dead_letter(d, str(exc))
+                return self._failure(req, "InvalidRequest", str(exc))
             except BadRequest as exc:
                 return self._failure(req, "InvalidRequest", str(exc))
             outcome = await self._compile(d, model_path, out_path, policy)
@@ -336,9 +344,23 @@ class GraphCompilerService(Lifecycle):
     # --- fetching ---------------------------------------------------------------------------
 
     async def _fetch(self, req: CompileRequest, dest: Path) -> None:
-        if (req.model_object is None) == (req.model_url is None):
-            raise BadRequest("give exactly one of model_object and model_url")
+        sources = (req.model_object is not None, req.model_url is not None, req.model_chunks != 0)
+        if sum(sources) != 1:
+            raise BadRequest("give exactly one of model_object, model_url and model_chunks")
         want = _check_sha256(req.model_sha256) if req.model_sha256 is not None else None
+        if req.model_chunks:
+            if want is None:
+                raise BadRequest("model_chunks needs model_sha256 (64 hex digits)")
+            await uploads.read_upload(
+                self._rt.bus,
+                tenant=req.tenant,
+                request_id=req.request_id,
+                chunks=req.model_chunks,
+                sha256=want,
+                max_bytes=int(self._settings.max_model_mib * _MIB),
+                dest=dest,
+            )
+            return
         if req.model_object is not None:
             await self._fetch_object(req, req.model_object, want, dest)
             return
@@ -475,10 +497,33 @@ class GraphCompilerService(Lifecycle):
 
     # --- storing ----------------------------------------------------------------------------
 
+    async def _dead_letter(self, d: Delivery[CompileRequest], reason: str) -> None:
+        """The request whose upload is bad, with the reason, on ``seedance.dlq.graph-compiler``
+        (its answer goes to the tenant's result subject as well)."""
+        letter = DeadLetter(
+            id=derived_event_id(f"{d.event.tenant}.{d.event.request_id}", "graph.bad_upload"),
+            at=self._clock.now(),
+            service="graph-compiler",
+            subject=d.subject,
+            stream_seq=d.stream_seq,
+            num_delivered=d.num_delivered,
+            error_kind="InvalidUpload",
+            reason=reason,
+            payload=msgspec.json.encode(d.event),
+        )
+        await self._rt.bus.publish(dlq.subject("graph-compiler"), letter)
+        log.warning("compile_upload_refused", tenant=d.event.tenant, reason=reason)
+
     async def _store_artifact(
         self, req: CompileRequest, path: Path, size_bytes: int
-    ) -> dict[str, str]:
+    ) -> dict[str, Any]:
         assert self._store is not None
+        if req.model_chunks and size_bytes <= self._settings.max_inline_artifact_mib * _MIB:
+            # A tenant's answer: it can read its own artifact subjects, not the object store.
+            n = await uploads.publish_artifact(
+                self._rt.bus, tenant=req.tenant, request_id=req.request_id, path=path
+            )
+            return {"artifact_chunks": n}
         if size_bytes <= self._settings.max_inline_artifact_mib * _MIB:
             name = artifact_object_name(req.tenant, req.request_id, req.model_name)
             with path.open("rb") as f:

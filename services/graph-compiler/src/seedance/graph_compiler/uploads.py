@@ -1,0 +1,95 @@
+"""A compile's model and artifact carried in chunks on the tenant's own subjects.
+
+A tenant's user gets no object store (an object's subjects, ``$O.<bucket>.C.<nuid>``, cannot be
+confined to a tenant), so it uploads its model on ``seedance.models.<t>.upload.<request_id>.<n>``
+(``SEEDANCE_MODELS``, which only ``t`` may publish there) and reads the artifact from
+``seedance.models.<t>.artifact.<request_id>.<n>`` through a consumer filtered on its own
+subjects. Owns reading an upload (each chunk the last message on its subject, the size bound
+and the sha256 the request names checked) and publishing an artifact's chunks. The tenant is
+the request's, which the consumer has checked against its subject. Must not decide how a bad
+upload is answered: ``UploadError`` names what is wrong, the service answers and dead-letters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import nats.errors
+import nats.js.errors
+
+from seedance.core import RetryableError
+from seedance.core.bus import Bus
+from seedance.events.graph import chunk_bytes
+from seedance.events.subjects import models
+
+__all__ = ["UploadError", "publish_artifact", "read_upload"]
+
+
+class UploadError(Exception):
+    """An uploaded model that cannot be compiled as sent (missing chunk, too large, sha256
+    mismatch); not retryable: the same request finds the same chunks."""
+
+
+async def read_upload(
+    bus: Bus,
+    *,
+    tenant: str,
+    request_id: str,
+    chunks: int,
+    sha256: str,
+    max_bytes: int,
+    dest: Path,
+) -> None:
+    """Write the ``chunks`` chunks of ``tenant``'s upload for ``request_id`` to ``dest``, in
+    order, once each is found and the whole is at most ``max_bytes`` and has ``sha256``."""
+    if not 0 < chunks <= max_bytes:
+        raise UploadError(f"model_chunks must be 1..{max_bytes} (max_model_mib), got {chunks}")
+    h = hashlib.sha256()
+    size = 0
+    with dest.open("wb") as out:
+        for n in range(chunks):
+            subject = models.chunk(tenant, "upload", request_id, n)
+            try:
+                msg = await bus.js.get_msg(models.STREAM, subject=subject)
+            except nats.js.errors.NotFoundError:
+                raise UploadError(
+                    f"chunk {n} of {chunks} is missing: no message on {subject!r} in "
+                    f"{models.STREAM} (never uploaded, or older than the stream keeps)"
+                ) from None
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError) as exc:
+                raise RetryableError(f"{models.STREAM} unavailable: {exc!r}") from exc
+            data = msg.data or b""
+            size += len(data)
+            if size > max_bytes:
+                raise UploadError(
+                    f"uploaded model is over the limit of {max_bytes} bytes (max_model_mib) "
+                    f"at chunk {n} of {chunks}"
+                )
+            h.update(data)
+            out.write(data)
+    got = h.hexdigest()
+    if got != sha256:
+        raise UploadError(
+            f"sha256 mismatch for the upload of request {request_id!r}: the request names "
+            f"{sha256}, its {chunks} chunk(s) ({size} bytes) hash to {got}"
+        )
+
+
+async def publish_artifact(bus: Bus, *, tenant: str, request_id: str, path: Path) -> int:
+    """Publish the artifact at ``path`` in chunks on ``tenant``'s artifact subjects for
+    ``request_id``; how many. Each chunk's ``Nats-Msg-Id`` names the request and the chunk,
+    so a retried request re-publishing them inside the duplicate window stores each once."""
+    size = chunk_bytes(bus.nc.max_payload)
+    n = 0
+    with path.open("rb") as f:
+        while (data := f.read(size)) or n == 0:
+            subject = models.chunk(tenant, "artifact", request_id, n)
+            digest = hashlib.sha256(data).hexdigest()[:16]
+            await bus.js.publish(
+                subject, data, headers={"Nats-Msg-Id": f"{tenant}.{request_id}.{n}.{digest}"}
+            )
+            n += 1
+            if not data:
+                break
+    return n
