@@ -151,7 +151,9 @@ def parser() -> _Parser:
         description="Seedance from a shell: submit jobs, see what became of them and what they "
         "cost, compile models.",
         epilog="Exit status: 0 done; 1 refused, rejected, unknown or no answer in time; 2 a "
-        "bad command line or request; 69 no NATS at the URL; 77 NATS refused the credentials.",
+        "bad command line or request; 69 no NATS at the URL; 77 NATS refused the credentials; "
+        "73 --out cannot be created; 74 --out or stdout cannot be written; 141 stdout's reader "
+        "went away (| head).",
     )
     _globals(p)
     top = _commands(p, "group")
