@@ -16,7 +16,8 @@ log in and fail through it too); must not decide anything the slicer, the ledger
 decide.
 
 Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``; ``--user`` /
-``--password`` (``NATS_USER`` / ``NATS_PASSWORD``). A tenant's user (``tenant-<t>``) gets its
+``--password`` (``NATS_USER`` / ``NATS_PASSWORD``, else the file ``NATS_PASSWORD_FILE`` names,
+as for the services). A tenant's user (``tenant-<t>``) gets its
 inbox prefix on its own; ``--inbox-prefix`` (``NATS_INBOX_PREFIX``) gives it for a creds file.
 Connecting ends within ``--connect-timeout-s`` (``SEEDANCE_CONNECT_TIMEOUT_S``, 10 s) when
 nothing answers, at once when the server refuses the credentials.
@@ -50,6 +51,7 @@ import msgspec
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
 from seedance.core.logs import configure_logging
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
+from seedance.core.settings import nats_password
 from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseRequest
 from seedance.events.graph import CompileResult, PrecisionPolicy
 from seedance.events.jobs import JobEvent
@@ -345,12 +347,15 @@ _COMMANDS: dict[tuple[str, str], _Command] = {
 
 
 async def connect(args: argparse.Namespace) -> SeedanceClient:
-    """A client logged in as ``args``' connection flags say (`cli_args.connection_args`)."""
+    """A client logged in as ``args``' connection flags say (`cli_args.connection_args`);
+    without ``--password`` or ``NATS_PASSWORD``, the password is ``NATS_PASSWORD_FILE``'s, read
+    as the services read it (`seedance.core.settings.nats_password`), here rather than while
+    parsing, so that ``--help`` never reads a secret."""
     return await SeedanceClient.connect(
         args.nats_url,
         creds=args.creds,
         user=args.user,
-        password=args.password,
+        password=args.password or nats_password(),
         inbox_prefix=args.inbox_prefix,
         connect_timeout_s=args.connect_timeout_s,
     )

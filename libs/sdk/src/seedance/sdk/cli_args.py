@@ -101,9 +101,10 @@ def _globals(p: argparse.ArgumentParser) -> None:
 def connection_args(p: argparse.ArgumentParser) -> None:
     """The flags of logging in to NATS and of how long to try, each defaulting to its variable
     (``NATS_URL``, ``NATS_CREDS``, ``NATS_USER``, ``NATS_PASSWORD``, ``NATS_INBOX_PREFIX``,
-    ``SEEDANCE_CONNECT_TIMEOUT_S``), and ``--verbose``: the ``seedance`` CLI's, and any other
-    command that connects through ``cli.execute`` (the cost-ledger's ``report``), so that one
-    deployment's variables log in to each the same way."""
+    ``SEEDANCE_CONNECT_TIMEOUT_S``; without ``--password`` and ``NATS_PASSWORD``, `cli.connect`
+    reads ``NATS_PASSWORD_FILE`` as the services do), and ``--verbose``: the ``seedance``
+    CLI's, and any other command that connects through ``cli.execute`` (the cost-ledger's
+    ``report``), so that one deployment's variables log in to each the same way."""
     env = os.environ.get
     p.add_argument(
         "--verbose",
@@ -128,8 +129,9 @@ def connection_args(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--password", metavar="PASSWORD", default=env("NATS_PASSWORD"),
-        help="the user's password (default: $NATS_PASSWORD, which, unlike the flag, other "
-        "users of the machine cannot see in the process list)",
+        help="the user's password (default: $NATS_PASSWORD, else the content of the file "
+        "$NATS_PASSWORD_FILE names; either, unlike the flag, other users of the machine cannot "
+        "see in the process list)",
     )  # fmt: skip
     p.add_argument(
         "--inbox-prefix", metavar="PREFIX", default=env("NATS_INBOX_PREFIX"),
