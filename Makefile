@@ -13,8 +13,20 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
 # Where the public traces live: ../shared/data beside the checkout when it exists, else ./data
 # (`make data` verifies the files and fetches missing ones from their pinned origins). The tools
-# and tests resolve the same default when run directly: seedance.testing.paths.data_dir.
-export SEEDANCE_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data)
+# and tests resolve the same way when run directly (seedance.testing.paths.data_dir): set but
+# empty is unset (`?=` alone kept "", and `--dir ""` was the checkout), and a relative path is
+# made absolute from the directory make runs in (with `make -C DIR`, DIR: make cannot know the
+# one it was typed in), so every recipe and tool below gets one absolute path. `override`: a
+# `make SEEDANCE_DATA_DIR=...` is resolved too.
+override SEEDANCE_DATA_DIR := $(strip $(SEEDANCE_DATA_DIR))
+ifneq ($(words $(SEEDANCE_DATA_DIR)),$(if $(SEEDANCE_DATA_DIR),1,0))
+$(error SEEDANCE_DATA_DIR='$(SEEDANCE_DATA_DIR)': make cannot use a path with spaces; move or link the traces' folder to one without)
+endif
+ifeq ($(SEEDANCE_DATA_DIR),)
+override SEEDANCE_DATA_DIR := $(if $(wildcard ../shared/data),../shared/data,data)
+endif
+override SEEDANCE_DATA_DIR := $(abspath $(SEEDANCE_DATA_DIR))
+export SEEDANCE_DATA_DIR
 NATS_SERVER := .venv/bin/nats-server
 
 .PHONY: help

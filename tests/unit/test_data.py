@@ -137,6 +137,50 @@ def test_the_data_directory_resolves_as_the_makefile_does(tmp_path: Path) -> Non
     assert data_dir({"SEEDANCE_DATA_DIR": "/d"}, repo) == Path("/d")
 
 
+def test_empty_is_unset_and_a_relative_folder_is_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    for empty in ("", " "):
+        assert data_dir({"SEEDANCE_DATA_DIR": empty}, repo) == repo / "data"
+    monkeypatch.chdir(tmp_path)
+    assert data_dir({"SEEDANCE_DATA_DIR": "here/d"}, repo) == tmp_path / "here" / "d"
+    assert data_dir({"SEEDANCE_DATA_DIR": "/a/x/../d"}, repo) == Path("/a/d")
+
+
+def _make_data_check(*args: str, cwd: Path = REPO, **env: str) -> str:
+    """The folder `make -n data-check` would check."""
+    dry = subprocess.run(
+        ["make", "-n", "--no-print-directory", *args, "data-check"],
+        cwd=cwd, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    (folder,) = re.findall(r'tools\.gen\.data --check --dir "([^"]*)"', dry)
+    return folder
+
+
+def test_make_resolves_the_data_directory_as_python_does(tmp_path: Path) -> None:
+    """Set but empty, make kept "" (`?=` sees it defined) and checked (`make data`: fetched
+    into) the checkout itself, while Python took the default; a relative value went to the
+    tools unresolved. Make's current directory is the checkout, under `make -C` too."""
+    default = str(data_dir({}))
+    assert _make_data_check() == default
+    assert _make_data_check(SEEDANCE_DATA_DIR="") == default
+    assert _make_data_check("SEEDANCE_DATA_DIR=") == default  # on make's command line
+    assert _make_data_check(SEEDANCE_DATA_DIR="rel/d") == str(REPO / "rel" / "d")
+    assert _make_data_check("SEEDANCE_DATA_DIR=rel/d") == str(REPO / "rel" / "d")
+    elsewhere = _make_data_check("-C", str(REPO), cwd=tmp_path, SEEDANCE_DATA_DIR="rel/d")
+    assert elsewhere == str(REPO / "rel" / "d")
+    assert _make_data_check(SEEDANCE_DATA_DIR="/x/../d") == "/d"
+
+
+def test_the_data_tool_refuses_an_empty_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        data.main(["--check", "--dir", ""])
+    assert stop.value.code == 2
+    assert "--dir: empty" in capsys.readouterr().err
+
+
 def test_make_test_checks_the_data_before_anything_slow() -> None:
     dry = subprocess.run(
         ["make", "-n", "--no-print-directory", "test"],

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -26,7 +27,7 @@ from seedance.testing.identities import ADMIN
 from seedance.testing.servers import refusing_port
 from tests.integration.conftest import shipped_password
 from tests.integration.ledger.test_report_cli import _line as cost_line
-from tests.integration.sdk.test_cli_failures import START_SLACK_S, one_line
+from tests.integration.sdk.test_cli_failures import START_SLACK_S, one_line, seedance
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +104,38 @@ def test_no_server_ends_within_the_connect_timeout_in_one_line(command: str) -> 
     )
     assert "Check that a nats-server runs there" in line
     assert "--nats-url, --connect-timeout-s" in line
+
+
+async def test_the_password_may_come_from_nats_password_file(
+    admin: Bus, auth_url: str, unique: str, tmp_path: Path
+) -> None:
+    """``NATS_PASSWORD_FILE`` logs the commands in as it logs the services in (a node's own
+    credentials, mounted): read only without ``NATS_PASSWORD``, never printed. Before, the
+    ``seedance`` CLI and these commands ignored it and were refused (77)."""
+    tenant = f"f{unique}"
+    line = cost_line(tenant, "a", 0, 1_000)
+    await admin.publish_many([(p.subject, p.event) for p in map(to_bus, [line])])
+    secret = tmp_path / "nats-password"
+    secret.write_text(shipped_password(ADMIN) + "\n")  # one trailing newline is not part of it
+    login = {"NATS_URL": auth_url, "NATS_USER": ADMIN, "NATS_PASSWORD_FILE": str(secret)}
+
+    rc, out, err, _ = ledger(*COMMANDS["report"], **login)
+    assert (rc, err) == (0, "")
+    assert tenant in out
+    rc, out, err, _ = seedance("costs", "report", "--fleet", "--format", "text", **login)
+    assert (rc, err) == (0, "")
+    assert tenant in out
+
+    # As for the services, NATS_PASSWORD comes first: a wrong one is refused, the file unread.
+    rc, out, err, _ = ledger(*COMMANDS["report"], **login, NATS_PASSWORD="not-the-password")
+    assert (rc, out) == (EXIT_BUS_REFUSED, "")
+    assert "not-the-password" not in err
+    assert shipped_password(ADMIN) not in err
+
+    absent = tmp_path / "absent"
+    rc, out, err, _ = ledger(*COMMANDS["report"], **{**login, "NATS_PASSWORD_FILE": str(absent)})
+    assert (rc, out) == (2, "")
+    assert one_line(err) == (
+        f"seedance-cost-ledger report: NATS_PASSWORD_FILE={str(absent)!r}: cannot read it "
+        "(No such file or directory)"
+    )

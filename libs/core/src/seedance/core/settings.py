@@ -18,7 +18,13 @@ import msgspec
 from seedance.core.bus import BusSettings
 from seedance.core.errors import SettingsError
 
-__all__ = ["CONNECT_TIMEOUT_VAR", "SettingsError", "bus_settings", "load_settings"]
+__all__ = [
+    "CONNECT_TIMEOUT_VAR",
+    "SettingsError",
+    "bus_settings",
+    "load_settings",
+    "nats_password",
+]
 
 #: The bound on the first connection to NATS, shared by every service (and the SDK's callers).
 CONNECT_TIMEOUT_VAR = "SEEDANCE_CONNECT_TIMEOUT_S"
@@ -85,6 +91,15 @@ def _password_file(path: str | None) -> str | None:
     return value
 
 
+def nats_password(env: Mapping[str, str] | None = None) -> str | None:
+    """The NATS password of the environment: ``NATS_PASSWORD``, else the content of
+    ``NATS_PASSWORD_FILE`` (`SettingsError` naming the file when it cannot be read or is
+    empty), else None. Every service reads it so (`bus_settings`), and so does every command
+    that logs in (``seedance.sdk.cli.connect``, behind its ``--password``)."""
+    env = os.environ if env is None else env
+    return env.get("NATS_PASSWORD") or _password_file(env.get("NATS_PASSWORD_FILE"))
+
+
 def bus_settings(service: str, env: Mapping[str, str] | None = None) -> BusSettings:
     env = os.environ if env is None else env
     raw_timeout = env.get(CONNECT_TIMEOUT_VAR, "10")
@@ -98,7 +113,7 @@ def bus_settings(service: str, env: Mapping[str, str] | None = None) -> BusSetti
         url=env.get("NATS_URL", "nats://127.0.0.1:4222"),
         creds=env.get("NATS_CREDS") or None,
         user=env.get("NATS_USER") or None,
-        password=env.get("NATS_PASSWORD") or _password_file(env.get("NATS_PASSWORD_FILE")),
+        password=nats_password(env),
         name=f"seedance-{service}",
         connect_timeout_s=connect_timeout_s,
     )

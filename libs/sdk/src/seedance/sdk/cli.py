@@ -16,7 +16,8 @@ log in and fail through it too); must not decide anything the slicer, the ledger
 decide.
 
 Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``; ``--user`` /
-``--password`` (``NATS_USER`` / ``NATS_PASSWORD``). A tenant's user (``tenant-<t>``) gets its
+``--password`` (``NATS_USER`` / ``NATS_PASSWORD``, else the file ``NATS_PASSWORD_FILE`` names,
+as for the services). A tenant's user (``tenant-<t>``) gets its
 inbox prefix on its own; ``--inbox-prefix`` (``NATS_INBOX_PREFIX``) gives it for a creds file.
 Connecting ends within ``--connect-timeout-s`` (``SEEDANCE_CONNECT_TIMEOUT_S``, 10 s) when
 nothing answers, at once when the server refuses the credentials.
@@ -32,7 +33,9 @@ Exit status: 0 done; 1 the server or the slicer refused (a permission named by i
 rejection, a request no node type of the fleet could hold (``unsatisfiable``: it stays
 queued and is placed if the fleet changes), an unknown job, no answer in time; 2 usage or a
 request over a declared bound; 69 (``EX_UNAVAILABLE``) no NATS at the URL within the bound; 77
-(``EX_NOPERM``) NATS refused the credentials (the services exit the same way).
+(``EX_NOPERM``) NATS refused the credentials (the services exit the same way); 73
+(``EX_CANTCREAT``) ``--out`` cannot be created, 74 (``EX_IOERR``) it or stdout cannot be
+written; 141 quietly when stdout's reader went away (``| head``).
 """
 
 from __future__ import annotations
@@ -48,12 +51,21 @@ import msgspec
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
 from seedance.core.logs import configure_logging
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
+from seedance.core.settings import nats_password
 from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseRequest
 from seedance.events.graph import CompileResult, PrecisionPolicy
 from seedance.events.jobs import JobEvent
 from seedance.events.slicing import JobReleased, Placement, Unschedulable, UnschedulableReason
 from seedance.sdk.allocation import AllocationRefused, NoLedger, allocation_text
 from seedance.sdk.cli_args import EVENT_COMMANDS, parse
+from seedance.sdk.cli_output import (
+    EXIT_READER_GONE,
+    OutputError,
+    ReaderGone,
+    guarded_stdout,
+    silence_stdout,
+    write_file,
+)
 from seedance.sdk.client import (
     ConsumersInUse,
     JobOutcome,
@@ -159,7 +171,7 @@ async def _graph_compile(client: SeedanceClient, args: argparse.Namespace) -> in
     if not result.ok:
         return 1
     if args.out is not None:
-        args.out.write_bytes(await client.fetch_artifact(result))
+        write_file(args.out, await client.fetch_artifact(result))
         if not args.json:
             print(f"  written to {args.out}")
     return 0
@@ -282,7 +294,7 @@ async def _costs_report(client: SeedanceClient, args: argparse.Namespace) -> int
     if args.out is None:
         sys.stdout.write(text)
     else:
-        args.out.write_text(text)
+        write_file(args.out, text)
         print(f"wrote {n} cost lines as {args.format} to {args.out}", file=sys.stderr)
     return 0
 
@@ -335,12 +347,15 @@ _COMMANDS: dict[tuple[str, str], _Command] = {
 
 
 async def connect(args: argparse.Namespace) -> SeedanceClient:
-    """A client logged in as ``args``' connection flags say (`cli_args.connection_args`)."""
+    """A client logged in as ``args``' connection flags say (`cli_args.connection_args`);
+    without ``--password`` or ``NATS_PASSWORD``, the password is ``NATS_PASSWORD_FILE``'s, read
+    as the services read it (`seedance.core.settings.nats_password`), here rather than while
+    parsing, so that ``--help`` never reads a secret."""
     return await SeedanceClient.connect(
         args.nats_url,
         creds=args.creds,
         user=args.user,
-        password=args.password,
+        password=args.password or nats_password(),
         inbox_prefix=args.inbox_prefix,
         connect_timeout_s=args.connect_timeout_s,
     )
@@ -402,11 +417,33 @@ def execute(
     failure ends in one line on stderr (`fail`) and the exit status the docs give: 69 no NATS
     at the URL within ``--connect-timeout-s``, 77 the credentials refused (at once), 2 a bad
     request (``ValueError``), 1 a refusal or rejection, no answer in time (from ``awaited``),
-    a server older than 2.10 or a stream never provisioned. The ``seedance`` CLI's path, and
+    a server older than 2.10 or a stream never provisioned; 73 ``--out`` cannot be created, 74
+    it or stdout cannot be written, 141 stdout's reader went away (`cli_output`, said with no
+    line). Only a failure to connect is "no NATS": an ``OSError`` of the command's own is not
+    (it is a bug, with its traceback). The ``seedance`` CLI's path, and
     the one other commands that log in take (the cost-ledger's ``report``/``rightsize``)."""
 
+    try:
+        with guarded_stdout():  # a failed write to stdout is said as one, not as NATS's
+            return _connected(prog, args, command, awaited)
+    except ReaderGone:
+        silence_stdout()
+        return EXIT_READER_GONE  # the reader (`| head`) has what it wanted: nothing to say
+    except OutputError as exc:
+        silence_stdout()
+        return fail(prog, exc, exc.status)
+
+
+def _connected(prog: str, args: argparse.Namespace, command: _Command, awaited: str) -> int:
+    """`execute` but for its output's failures."""
+
     async def run() -> int:
-        client = await connect(args)
+        try:
+            client = await connect(args)
+        except OSError as exc:  # a socket failure nats-py raised itself while connecting
+            raise BusUnavailable(
+                f"cannot reach NATS at {args.nats_url}: {exc}", refused=False
+            ) from exc
         async with client:
             return await command(client, args)
 
@@ -437,8 +474,6 @@ def execute(
         return fail(prog, f"no result in time: is {awaited} running?", 1)
     except KeyboardInterrupt:
         return 130
-    except OSError as exc:
-        return fail(prog, f"cannot reach NATS at {args.nats_url}: {exc}", EXIT_BUS_UNAVAILABLE)
 
 
 if __name__ == "__main__":

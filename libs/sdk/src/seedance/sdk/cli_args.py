@@ -101,9 +101,10 @@ def _globals(p: argparse.ArgumentParser) -> None:
 def connection_args(p: argparse.ArgumentParser) -> None:
     """The flags of logging in to NATS and of how long to try, each defaulting to its variable
     (``NATS_URL``, ``NATS_CREDS``, ``NATS_USER``, ``NATS_PASSWORD``, ``NATS_INBOX_PREFIX``,
-    ``SEEDANCE_CONNECT_TIMEOUT_S``), and ``--verbose``: the ``seedance`` CLI's, and any other
-    command that connects through ``cli.execute`` (the cost-ledger's ``report``), so that one
-    deployment's variables log in to each the same way."""
+    ``SEEDANCE_CONNECT_TIMEOUT_S``; without ``--password`` and ``NATS_PASSWORD``, `cli.connect`
+    reads ``NATS_PASSWORD_FILE`` as the services do), and ``--verbose``: the ``seedance``
+    CLI's, and any other command that connects through ``cli.execute`` (the cost-ledger's
+    ``report``), so that one deployment's variables log in to each the same way."""
     env = os.environ.get
     p.add_argument(
         "--verbose",
@@ -128,8 +129,9 @@ def connection_args(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--password", metavar="PASSWORD", default=env("NATS_PASSWORD"),
-        help="the user's password (default: $NATS_PASSWORD, which, unlike the flag, other "
-        "users of the machine cannot see in the process list)",
+        help="the user's password (default: $NATS_PASSWORD, else the content of the file "
+        "$NATS_PASSWORD_FILE names; either, unlike the flag, other users of the machine cannot "
+        "see in the process list)",
     )  # fmt: skip
     p.add_argument(
         "--inbox-prefix", metavar="PREFIX", default=env("NATS_INBOX_PREFIX"),
@@ -151,7 +153,9 @@ def parser() -> _Parser:
         description="Seedance from a shell: submit jobs, see what became of them and what they "
         "cost, compile models.",
         epilog="Exit status: 0 done; 1 refused, rejected, unknown or no answer in time; 2 a "
-        "bad command line or request; 69 no NATS at the URL; 77 NATS refused the credentials.",
+        "bad command line or request; 69 no NATS at the URL; 77 NATS refused the credentials; "
+        "73 --out cannot be created; 74 --out or stdout cannot be written; 141 stdout's reader "
+        "went away (| head).",
     )
     _globals(p)
     top = _commands(p, "group")

@@ -17,6 +17,7 @@ import argparse
 import csv
 import hashlib
 import io
+import os
 import shutil
 import sys
 import tarfile
@@ -278,12 +279,20 @@ def report(root: Path, states: dict[str, list[str]], download: bool) -> int:
     return 1
 
 
+def _folder(text: str) -> Path:
+    """``--dir``: a relative folder from the current directory; an empty one is refused (it
+    was the checkout itself: ``make data`` fetched into the checkout's root)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: leave --dir out for SEEDANCE_DATA_DIR's folder")
+    return Path(os.path.abspath(text))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tools.gen.data",
         description="check (and where missing, fetch) the trace files the tests and benches read",
     )
-    p.add_argument("--dir", type=Path, default=data_dir(), help="default: %(default)s")
+    p.add_argument("--dir", type=_folder, default=data_dir(), help="default: %(default)s")
     p.add_argument(
         "--check", action="store_true", help="verify only, download nothing (make data-check)"
     )

@@ -21,9 +21,15 @@ def shown(path: Path) -> str:
 
 
 def data_dir(environ: Mapping[str, str] = os.environ, repo: Path = REPO) -> Path:
-    """The traces' folder: ``SEEDANCE_DATA_DIR``, else ``../shared/data`` beside the checkout when
-    it exists, else ``./data`` (where `make data` fetches). The Makefile resolves the same way."""
-    if env := environ.get("SEEDANCE_DATA_DIR"):
-        return Path(env)
+    """The traces' folder, absolute: ``SEEDANCE_DATA_DIR`` (relative: from the current
+    directory), else ``../shared/data`` beside the checkout when it exists, else ``./data``
+    (where `make data` fetches). Set but empty (or blank) is unset.
+
+    The Makefile resolves the same way, with make's current directory for a relative value (the
+    checkout, or ``DIR`` under ``make -C DIR``), and exports the result, so a tool make runs
+    gets the absolute path. ``os.path.abspath`` as make's ``$(abspath)``: ``..`` removed as
+    text, symbolic links kept, so both name the folder alike."""
+    if env := environ.get("SEEDANCE_DATA_DIR", "").strip():
+        return Path(os.path.abspath(env))
     shared = repo.parent / "shared" / "data"
-    return shared.resolve() if shared.is_dir() else repo / "data"
+    return Path(os.path.abspath(shared)) if shared.is_dir() else repo / "data"

@@ -46,15 +46,19 @@ def report(argv: list[str], *, rightsize_only: bool = False, logs: bool = False)
     is why it is here. ``seedance-cost-ledger rightsize ...`` prints only those.
 
     Logs in and fails as the ``seedance`` CLI does (``seedance.sdk.cli.execute``): ``NATS_URL``,
-    ``NATS_USER`` / ``NATS_PASSWORD`` or ``NATS_CREDS``, ``SEEDANCE_CONNECT_TIMEOUT_S`` (or
-    their flags), and one line on stderr for a failure. Exits 1 when there is nothing in the
-    window or idle was asked for without operator credentials, 2 on a bad request or price
-    book, 69 when no NATS answers within the connect timeout, 77 when it refuses the
-    credentials. ``logs``: set this process's logging as the console script does (``main``).
+    ``NATS_USER`` / ``NATS_PASSWORD`` (else ``NATS_PASSWORD_FILE``) or ``NATS_CREDS``,
+    ``SEEDANCE_CONNECT_TIMEOUT_S`` (or their flags), and one line on stderr for a failure.
+    Exits 1 when there is nothing in the window or idle was asked for without operator
+    credentials, 2 on a bad request, price book or password file, 69 when no NATS answers
+    within the connect timeout, 77 when it refuses the credentials, 73 when ``--out`` cannot be
+    created, 74 when it or stdout cannot be written, 141 (and nothing on stderr) when stdout's
+    reader went away. ``logs``: set this process's logging as the console script does
+    (``main``).
     """
     from seedance.reports import ReportWindow, job_uses, rightsizing_text
     from seedance.sdk import SeedanceClient
     from seedance.sdk.cli import execute, fail, quiet_logging
+    from seedance.sdk.cli_output import write_file
     from seedance.sdk.reports import render_report, report_lines
 
     prog = "seedance-cost-ledger " + ("rightsize" if rightsize_only else "report")
@@ -98,7 +102,7 @@ def report(argv: list[str], *, rightsize_only: bool = False, logs: bool = False)
         if args.out is None:
             sys.stdout.write(text)
         else:
-            args.out.write_text(text)
+            write_file(args.out, text)  # 73/74 and one line when it cannot be written
             what = (
                 f"{n} jobs' recommendations"
                 if rightsize_only
