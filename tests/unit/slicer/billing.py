@@ -51,6 +51,10 @@ from seedance.slicer.settings import SlicerSettings
 __all__ = ["Allocation", "OverUse", "over_uses", "run_seed"]
 
 T0_S = 1_700_000_000.0  # the fleet's first instant (any trusted UTC time)
+#: How much longer than the reading's lag a share asked and refused may be billed: the
+#: answer is dated 1 ms after the ledger's raise at the earliest, which is 1 ms after the
+#: job's latest decision at the earliest.
+ANSWER_SLACK_MS = 2
 SHARES = (1000, 1000, 700, 500, 300, 200)
 
 
@@ -65,7 +69,9 @@ class Allocation:
     start_ms: int
     end_ms: int | None = None
     #: Opened by the loop's raise, and cut short by the slicer's answer to it (its own change
-    #: to the room the GPU has, `ShareSet` kept, or a move): a share asked, never granted.
+    #: to the room the GPU has, `ShareSet` kept, or a move) no later than the reading's lag
+    #: (the slicer's time less the reading's, at least 0) and `ANSWER_SLACK_MS` after its
+    #: start: a share asked, never granted. Cut short later, it is billed as granted.
     refused: bool = False
 
 
@@ -81,6 +87,8 @@ class OverUse:
     #: slicer did not grant (`EXCLUDED`), else "".
     kind: str
     allocations: tuple[tuple[str, int, int, int | None], ...]  # (job, milli, start, end)
+    #: The longest span of a share asked and refused open then (ms; 0: none).
+    refused_ms: int = 0
 
 
 class _Ledger:
@@ -95,6 +103,8 @@ class _Ledger:
         #: Asked allocation -> when the slicer's answer ended it (ends read later may take
         #: its place at the same instant: the ledger settles a job's ends as a whole).
         self._answered_ms: dict[str, int] = {}
+        #: Asked allocation -> the reading's lag behind the slicer's time (ms, at least 0).
+        self._lag_ms: dict[str, int] = {}
 
     def read(self, ev: Any, *, loop: bool = False) -> None:
         at_ms = round(ev.at.timestamp() * 1000)
@@ -119,6 +129,12 @@ class _Ledger:
             aid = self._asked[job]
             self._answered_ms[aid] = min(self._answered_ms.get(aid, end_ms), end_ms)
 
+    def lagged(self, lag_ms: int) -> None:
+        """The loop's change being read was decided by a reading `lag_ms` behind the time the
+        slicer applies it at (0: at or ahead of it)."""
+        for aid in self._asked.values():
+            self._lag_ms[aid] = lag_ms
+
     def answered(self) -> None:
         """The slicer's answer to the loop's change has been read."""
         self._asked.clear()
@@ -128,7 +144,14 @@ class _Ledger:
         for aid, x in self.facts.allocations.items():
             end = self.facts.alloc_end.get(aid)
             answer_ms = self._answered_ms.get(aid)
-            refused = None not in (end, answer_ms) and end.end_ms <= answer_ms  # type: ignore[union-attr,operator]
+            refused = (
+                end is not None
+                and answer_ms is not None
+                and end.end_ms <= answer_ms
+                # An answer later than the lag (a kept share dated an hour late) is no
+                # refusal: the share asked was billed as if granted, and over-use counts.
+                and end.end_ms - x.start_ms <= self._lag_ms.get(aid, 0) + ANSWER_SLACK_MS
+            )
             out += [
                 Allocation(x.job_id, x.node, g, x.gpu_milli, x.start_ms,
                            None if end is None else end.end_ms, refused=refused)
@@ -161,7 +184,10 @@ def over_uses(allocs: list[Allocation]) -> list[OverUse]:
                     continue  # one of each kind per GPU: its first
                 kinds.add(kind)
                 open_then = tuple((a.job, a.milli, a.start_ms, a.end_ms) for a in live)
-                out.append(OverUse(node, gpu, t, total, kind, open_then))
+                longest = max(
+                    (a.end_ms - a.start_ms for a in live if a.refused and a.end_ms), default=0
+                )
+                out.append(OverUse(node, gpu, t, total, kind, open_then, longest))
     return out
 
 
@@ -199,7 +225,10 @@ class _Driver:
             self._read(ev, loop=True)  # the loop's own publication: the ledger reads it too
         if self.decider.check(d) is not None:
             return
-        out = self.decider.apply(ev, self.decider.trusted_time(d))
+        at = self.decider.trusted_time(d)
+        if isinstance(ev, ShareChanged):
+            self.ledger.lagged(max(0, round((at - ev.at).total_seconds() * 1000)))
+        out = self.decider.apply(ev, at)
         out += self.decider.after_batch(ev)
         for _, pub in out:
             self._read(pub)

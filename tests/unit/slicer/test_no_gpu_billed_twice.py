@@ -12,7 +12,11 @@ bills it from the reading's time that decided it, and the slicer, which reads it
 answers where the GPU has no room for it: the share it holds kept (`ShareSet` kept, a change
 back the ledger starts 1 ms after the raise at the earliest) or a move (its eviction at the
 slicer's time). Between the raise and the answer the ledger bills the share asked: 1 ms when
-the reading is dated at the slicer's time, longer when dated before it. The slicer cannot
+the reading is dated at or after the slicer's time, up to the reading's lag (the slicer's time
+less the reading's) when dated before it. The exclusion is that narrow: a share asked is taken
+as refused only where its answer came at most the lag and `ANSWER_SLACK_MS` (2 ms) after its
+start (`billing._Ledger.allocations`); answered later (a kept share dated an hour late), it
+counts as granted and its over-use fails the test. The slicer cannot
 un-publish the loop's event; the fix is for the ledger to bill the share the slicer grants
 (docs/slicer.md, "What the dates guarantee").
 """
@@ -41,15 +45,19 @@ SKEWS = (0.0, 5.0, 30.0)
 
 @pytest.mark.parametrize("skew_s", SKEWS)
 def test_no_gpu_is_billed_beyond_its_capacity(skew_s: float) -> None:
-    failures, excluded = [], dict.fromkeys(EXCLUDED, 0)
+    failures, excluded, longest_ms = [], dict.fromkeys(EXCLUDED, 0), 0
     for seed in SEEDS:
         found, log = run_seed(seed, STEPS, share_skew_s=skew_s)
         for kind in {u.kind for u in found if u.kind}:
             excluded[kind] += 1
+        longest_ms = max([longest_ms] + [u.refused_ms for u in found if u.kind])
         bad = [u for u in found if u.kind not in EXCLUDED]
         if bad:
             failures.append((seed, bad, log))
-    print(f"skew {skew_s} s, {len(SEEDS)} seeds: excluded seeds by class {excluded}")
+    print(
+        f"skew {skew_s} s, {len(SEEDS)} seeds: excluded seeds by class {excluded}, "
+        f"longest excluded span {longest_ms} ms"
+    )
     if failures:
         seed, bad, log = failures[0]
         raise AssertionError(

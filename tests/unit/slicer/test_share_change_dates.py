@@ -153,6 +153,48 @@ def test_a_raise_takes_no_room_freed_after_it_is_billed() -> None:
     assert (kept.from_milli, kept.to_milli) == (900, 500)
 
 
+def _raise_after_a_neighbour_ended(movable: bool, restored: bool = False) -> tuple:
+    """a (300), b (200), c (100) on n0's GPU 0; b ends at 50 s; the loop raises a to 400 from
+    a reading of 49 s, read back at 50 s (`restored`: by a slicer restored from entries)."""
+    s, ledger = Scheduler(), Facts()
+    bill(s, ledger, s.upsert_node(node("n0", 1), 0.0), 0.0)
+    bill(s, ledger, s.submit(shared("a", 300, movable=movable), 0.0), 0.0)
+    bill(s, ledger, s.submit(shared("b", 200), 0.0), 0.0)
+    bill(s, ledger, s.submit(shared("c", 100), 0.0), 0.0)
+    bill(s, ledger, s.finish("t", "b", 50.0), 50.0)
+    if restored:
+        s = Scheduler.from_entries(s.state_entries())
+    return s, ledger, resize(s, ledger, "a", 300, 400, 50.0, read_s=49.0)
+
+
+def test_a_raise_counts_the_room_free_at_its_bill_beside_a_later_release() -> None:
+    """At 49 s the GPU had 400 milli free with b still there: the raise to 400 is granted,
+    whether a may move or not, live or restored. Before, b's end after the bill counted none
+    of the room free: a movable a was evicted and placed again at 300 (its rollback lost, the
+    job restarted), a fixed one kept at 300 with a detail saying 300 were free (700 were)."""
+    for movable, restored in ((True, False), (False, False), (True, True)):
+        _, ledger, out = _raise_after_a_neighbour_ended(movable, restored)
+        assert out == []
+        assert runs(ledger, "a") == [("n0", 300, 0, 49_000), ("n0", 400, 49_000, None)]
+        assert peak_milli(ledger, "n0") == 700
+
+
+def test_a_raise_refused_for_room_freed_after_its_bill_says_what_was_free() -> None:
+    """As above, but the raise asks 950: 400 milli were free at 49 s (b's 200 were freed only
+    at 50 s), so a fixed a keeps 700 = 300 + 400, and the detail names those figures."""
+    s, ledger = Scheduler(), Facts()
+    bill(s, ledger, s.upsert_node(node("n0", 1), 0.0), 0.0)
+    bill(s, ledger, s.submit(shared("a", 300), 0.0), 0.0)
+    bill(s, ledger, s.submit(shared("b", 200), 0.0), 0.0)
+    bill(s, ledger, s.submit(shared("c", 100), 0.0), 0.0)
+    bill(s, ledger, s.finish("t", "b", 50.0), 50.0)
+    (kept,) = resize(s, ledger, "a", 300, 950, 50.0, read_s=49.0)
+    assert isinstance(kept, ShareSet)
+    assert (kept.from_milli, kept.to_milli) == (950, 700)
+    assert "had 400 milli free besides its 300 at 49.000 s" in kept.detail
+    assert "200 more were freed only after it" in kept.detail
+
+
 def test_a_share_change_is_billed_from_its_reading_s_time() -> None:
     """a (700) is lowered to 200 by a reading of 20 s, read back when the slicer's latest
     decided time is 10 s: the ledger lowers it at 20 s, so w (500), waiting, is placed in the

@@ -8,8 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from seedance.events import new_event_id
+from seedance.events.slicing import ShareChanged, ShareChangeReason
 from seedance.events.subjects import jobs, observed, slicing, telemetry
 from seedance.events.telemetry import GpuHealth, GpuInfo, NodeInventory
+from seedance.slicer.core.autosize import MAX_AHEAD_S
 from seedance.slicer.intake import refusal
 from seedance.slicer.trusted_time import is_observed, is_tenant_request, trusted_time
 
@@ -91,3 +93,29 @@ def test_a_node_fact_dated_beyond_the_bound_is_refused() -> None:
     # Back-dated is no lever here: an old fact is a late fact.
     old = _inventory("n1", RECEIVED - timedelta(days=1))
     assert refusal(old, subject, RECEIVED, 10.0) is None
+
+
+def _share_change(at: datetime) -> ShareChanged:
+    return ShareChanged(
+        id=new_event_id(), at=at, job_id="a", tenant="t", node="n1", gpu_index=0,
+        from_milli=700, to_milli=200, reason=ShareChangeReason.RIGHTSIZED,
+    )  # fmt: skip
+
+
+def test_a_share_change_dated_beyond_the_loop_s_bound_is_refused() -> None:
+    """The loop takes a reading up to `MAX_AHEAD_S` (300 s) past its receive time, and the
+    slicer a share change up to that past its own: a change dated a day ahead once floored
+    the job's later decisions, its end among them, a day ahead (the ledger billed it so)."""
+    subject = slicing.subject("t", "share")
+    at_bound = _share_change(RECEIVED + timedelta(seconds=MAX_AHEAD_S))
+    assert refusal(at_bound, subject, RECEIVED, 10.0) is None  # not the telemetry bound
+    day = refusal(_share_change(RECEIVED + timedelta(days=1)), subject, RECEIVED, 10.0)
+    assert day is not None
+    assert day.kind == "future_time"
+    assert "ShareChanged of node 'n1'" in str(day)
+    assert "86400.000 s after the server's receive time" in str(day)
+    assert "the right-sizing loop's bound = 300 s" in str(day)
+    just = _share_change(RECEIVED + timedelta(seconds=MAX_AHEAD_S + 0.001))
+    assert refusal(just, subject, RECEIVED, 10.0) is not None
+    # Back-dated (a node clock behind) is not refused: docs/slicer.md, its known limits.
+    assert refusal(_share_change(RECEIVED - timedelta(days=1)), subject, RECEIVED, 10.0) is None

@@ -61,6 +61,7 @@ from seedance.events.slicing import (
 from seedance.events.subjects import consumer, slicing, telemetry
 from seedance.events.telemetry import PodShares
 from seedance.slicer.core.autosize import (
+    MAX_AHEAD_S,
     AutosizeConfig,
     AutosizeEffect,
     Autosizer,
@@ -145,7 +146,7 @@ class AutosizeService(Lifecycle):
         pool: str,
         replica: str,
         lease_ttl_s: float = 10.0,
-        max_ahead_s: float = 300.0,
+        max_ahead_s: float = MAX_AHEAD_S,
         batch: int = 100,
     ) -> None:
         self._rt, self._clock, self._config = runtime, clock, config

@@ -83,7 +83,8 @@ class SlicerDecider:
         return self._state().scheduler
 
     def check(self, d: Delivery[Any]) -> InvalidMessage | None:
-        """A node speaking for another, or from the future (`seedance.slicer.intake`)."""
+        """A node speaking for another, or from the future; a share change dated past the
+        right-sizing loop's bound (`seedance.slicer.intake`)."""
         refused = refusal(d.event, d.subject, d.received_at, self._settings.telemetry_ahead_s)
         if refused is not None:
             self._metrics.refused_total.labels(refused.kind).inc()

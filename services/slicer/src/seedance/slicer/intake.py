@@ -1,5 +1,6 @@
 """Which node facts the slicer takes: a node's inventory or health on that node's own subject,
-dated no later than the server's receive time allows.
+dated no later than the server's receive time allows; and a share change of its right-sizing
+loop dated no later than the loop's own bound allows.
 
 A node's identity is its subject (``seedance.telemetry.<node>.<kind>``), which the NATS server
 lets only that node's credentials (or the k8s-bridge, or the declared replayer of a recorded
@@ -8,7 +9,12 @@ node is refused, as a tenant's payload that disagrees with its subject is: it wo
 a node its publisher does not observe (an inventory for node B relabelling its A10s ``H100``
 once made the slicer place on "H100" and the ledger bill at H100 prices). A fact dated beyond
 ``telemetry_ahead_s`` past its receive time is refused too: it would move the slicer's clock
-(and so every later decision's time) into the future.
+(and so every later decision's time) into the future. A `ShareChanged` is dated by the
+reading that decided it (a node's clock); the loop refuses readings dated more than
+`MAX_AHEAD_S` (300 s) past their receive time, and the slicer refuses a change dated more than
+that past its own receive time too: it does not move the clock, but it floors the job's later
+decisions (its end among them) at its date, so a change dated a day ahead would bill the job
+a day.
 
 Owns those two checks (`refusal`). It must not read a clock, touch the bus or count: the
 service dead-letters what it returns (``subject_mismatch``, ``future_time``) and counts it.
@@ -20,8 +26,10 @@ from datetime import datetime
 from typing import Any
 
 from seedance.core import InvalidMessage
+from seedance.events.slicing import ShareChanged
 from seedance.events.subjects import telemetry
 from seedance.events.telemetry import GpuHealth, NodeInventory
+from seedance.slicer.core.autosize import MAX_AHEAD_S
 
 __all__ = ["REFUSALS", "refusal"]
 
@@ -32,7 +40,10 @@ REFUSALS = ("subject_mismatch", "future_time")
 def refusal(
     event: Any, subject: str, received_at: datetime | None, ahead_s: float
 ) -> InvalidMessage | None:
-    """Why the slicer refuses this node fact (None: it does not, or it is no node fact)."""
+    """Why the slicer refuses this node fact or share change (None: it does not, or it is
+    neither)."""
+    if isinstance(event, ShareChanged):
+        return _ahead(event, received_at, MAX_AHEAD_S, "the right-sizing loop's bound")
     if isinstance(event, NodeInventory):
         expected = telemetry.inventory(event.node)
     elif isinstance(event, GpuHealth):
@@ -45,13 +56,21 @@ def refusal(
             f"expected {expected!r} (a node speaks only for itself)",
             kind="subject_mismatch",
         )
-    if received_at is not None:
-        ahead = (event.at - received_at).total_seconds()
-        if ahead > ahead_s:
-            return InvalidMessage(
-                f"{type(event).__name__} of node {event.node!r}: at={event.at.isoformat()} is "
-                f"{ahead:.3f} s after the server's receive time {received_at.isoformat()} "
-                f"(telemetry_ahead_s = {ahead_s:g})",
-                kind="future_time",
-            )
-    return None
+    return _ahead(event, received_at, ahead_s, "telemetry_ahead_s")
+
+
+def _ahead(
+    event: Any, received_at: datetime | None, ahead_s: float, bound: str
+) -> InvalidMessage | None:
+    """`future_time` where `event` is dated more than `ahead_s` past `received_at`."""
+    if received_at is None:
+        return None
+    ahead = (event.at - received_at).total_seconds()
+    if ahead <= ahead_s:
+        return None
+    return InvalidMessage(
+        f"{type(event).__name__} of node {event.node!r}: at={event.at.isoformat()} is "
+        f"{ahead:.3f} s after the server's receive time {received_at.isoformat()} "
+        f"({bound} = {ahead_s:g} s)",
+        kind="future_time",
+    )

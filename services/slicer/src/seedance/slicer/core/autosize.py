@@ -75,6 +75,7 @@ from seedance.slicer.core.sharing import (
 )
 
 __all__ = [
+    "MAX_AHEAD_S",
     "AutosizeConfig",
     "AutosizeEffect",
     "AutosizeState",
@@ -86,6 +87,12 @@ __all__ = [
     "ShareResized",
     "Track",
 ]
+
+#: How far past the server's receive time a reading (a node's `PodShares`) may be dated: the
+#: loop refuses a later one (`AutosizeLoop`), and the slicer a `ShareChanged` dated later
+#: past its own receive time (`seedance.slicer.intake`): a change dated ahead floors the
+#: job's later decisions there (docs/slicer.md, "A share change is dated as it is billed").
+MAX_AHEAD_S = 300.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -75,6 +75,9 @@ class NodeEntry(msgspec.Struct, frozen=True, array_like=True):
     #: (GPU, start, end) of the last allocation released on each of its GPUs, by GPU (absent
     #: in entries written before it was kept).
     released: tuple[tuple[int, float, float], ...] = ()
+    #: (GPU, end, thousandths) of the latest releases on its GPUs (absent in entries written
+    #: before they were kept: `SchedulerState.freed_after`).
+    freed: tuple[tuple[int, float, int], ...] = ()
 
 
 class JobEntry(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -135,8 +138,18 @@ def entries_of(snap: SchedulerSnapshot) -> dict[str, bytes]:
     released: dict[str, list[tuple[int, float, float]]] = {}
     for name, gpu, start, end in snap.released:
         released.setdefault(name, []).append((gpu, start, end))
+    freed: dict[str, list[tuple[int, float, int]]] = {}
+    for name, gpu, end, milli in snap.freed:
+        freed.setdefault(name, []).append((gpu, end, milli))
     out.update(
-        (f"n/{n.name}", e(NodeEntry(i, n, tuple(sorted(released.get(n.name, ()))))))
+        (
+            f"n/{n.name}",
+            e(
+                NodeEntry(
+                    i, n, tuple(sorted(released.get(n.name, ()))), tuple(freed.get(n.name, ()))
+                )
+            ),
+        )
         for i, n in enumerate(snap.nodes)
     )
     for key, spec in snap.jobs.items():
@@ -222,6 +235,7 @@ def snapshot_of(entries: Mapping[str, bytes]) -> SchedulerSnapshot:
         mig_queue=whole.get("mig_queue", ()),
         moves=whole.get("moves", MovesRecord()),
         released=tuple((n.spec.name, g, a, b) for n in nodes for g, a, b in n.released),
+        freed=tuple((n.spec.name, g, end, m) for n in nodes for g, end, m in n.freed),
     )
 
 

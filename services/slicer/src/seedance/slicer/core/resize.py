@@ -86,11 +86,22 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
     if s._owed.pop(key, None) is not None:
         s._dirty_jobs.add(key)  # a new change of its share settles what was owed
     billed_s = _billed_from(s, key, c, now_s)  # the ledger bills it whatever is made of it
-    # A masked GPU (unhealthy, drained) shows no free share: it takes nothing more. Nor
-    # does a GPU on which room was freed after the change is billed from (an end dated
-    # later, a lowered share's 1 ms): that room was not free then.
+    # A masked GPU (unhealthy, drained) shows no free share: it takes nothing more. Room
+    # freed after the change is billed from (an end dated later, a lowered share's 1 ms) was
+    # not free then: only the rest counts (all of it unknown: none).
     free = int(queue.state.gpu_free[i, c.gpu])
-    room = held + (free if s._after_released(((c.node, c.gpu),), billed_s) == billed_s else 0)
+    late = s.freed_after((c.node, c.gpu), billed_s)
+    room = held + (0 if late is None else max(0, free - late))
+    why_room = (
+        f"GPU {c.gpu} of {c.node} had {room - held} milli free besides its {held} at "
+        f"{billed_s:.3f} s, the time the change is billed from"
+        + ("" if late is None or not late else f" ({late} more were freed only after it)")
+        + (
+            ""
+            if late is not None
+            else " (room freed since is not counted: its releases are not all known)"
+        )
+    )
     if c.to_milli <= room:
         queue.resize(key, c.to_milli)
         # Freed room (a lowered share) may start a waiting job now.
@@ -102,9 +113,8 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
         s._dirty_jobs.add(key)
         s._moves.history.record(now_s, job.tenant, key)
         detail = (
-            f"consolidation: its share of GPU {c.gpu} of {c.node} was rolled back to "
-            f"{c.to_milli} milli and the GPU has {room} free for it (its freed share was "
-            "placed meanwhile); the job is placed again at its request"
+            f"consolidation: its share was rolled back to {c.to_milli} milli, but {why_room}; "
+            "the job is placed again at its request"
         )
         freed = ((c.node, c.gpu),)
         out: list[Effect] = [Evicted(job, c.node, "", CONSOLIDATION, detail=detail, gpus=freed)]
@@ -121,9 +131,8 @@ def resize_share(s: Scheduler, c: ShareChange, now_s: float) -> list[Effect]:
         else "the job did not say it may move"
     )
     detail = (
-        f"rolled back to {c.to_milli} milli, but GPU {c.gpu} of {c.node} has room for {room} "
-        f"only (its freed share was placed meanwhile) and {why}: it holds {room}, and gets the "
-        "rest as room frees there"
+        f"rolled back to {c.to_milli} milli, but {why_room}, and {why}: it holds {room}, and "
+        "gets the rest as room frees there"
     )
     return [ShareSet(job, c.node, c.gpu, c.to_milli, room, "kept", detail)]
 
@@ -146,7 +155,7 @@ def _billed_from(s: Scheduler, key: str, c: ShareChange, now_s: float) -> float:
     s._published_s[key] = billed_s
     s._dirty_jobs.add(key)
     if c.to_milli < c.from_milli:
-        s.freed_at((c.node, c.gpu), billed_s, now_s)
+        s.freed_at((c.node, c.gpu), billed_s, now_s, milli=c.from_milli - c.to_milli)
     return billed_s
 
 

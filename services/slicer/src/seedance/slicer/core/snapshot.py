@@ -161,6 +161,9 @@ class SchedulerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     #: By GPU, (node, physical index, start, end): the published span of the last allocation
     #: released on it (`SchedulerState.publish_at_s`); empty in snapshots written before.
     released: tuple[tuple[str, int, float, float], ...] = ()
+    #: (node, physical index, end, thousandths) of the latest releases on each GPU, by end
+    #: (`SchedulerState.freed_after`); empty in snapshots written before.
+    freed: tuple[tuple[str, int, float, int], ...] = ()
 
 
 def saved_running(r: RunningRecord, names: Sequence[str], owed_milli: int = 0) -> RunningJob:

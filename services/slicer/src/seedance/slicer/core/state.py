@@ -37,6 +37,7 @@ from seedance.slicer.core.entries import (
 from seedance.slicer.core.inputs import JobSpec, NodeSpec, core_node, job_key
 from seedance.slicer.core.mig import profile
 from seedance.slicer.core.mig_pool import MigPool, gpu_mig_model
+from seedance.slicer.core.model import GPU_MILLI
 from seedance.slicer.core.queue import Job, PendingRecord, PlacementQueue, RunningRecord
 from seedance.slicer.core.quota import QuotaPolicy
 from seedance.slicer.core.snapshot import (
@@ -52,6 +53,10 @@ from seedance.slicer.core.snapshot import (
 from seedance.slicer.core.workload import SchedulerConfig, WorkloadWindow, core_job
 
 __all__ = ["SchedulerState"]
+
+#: How many releases are kept per GPU (`SchedulerState.freed_after`): more ended after a
+#: change's date than kept and none of the room free then is counted.
+FREED_KEPT = 16
 
 
 class SchedulerState:
@@ -81,6 +86,10 @@ class SchedulerState:
         #: prefers the GPUs it would not be (`_late_gpus`).
         self._released: dict[str, dict[int, tuple[float, float]]] = {}
         self._released_end = 0.0  # the latest end in `_released` (a pass dated after: none)
+        #: By node, then physical GPU index: (end, thousandths) of the latest releases on it
+        #: (`FREED_KEPT` at most, by end): what a change dated before them may not count
+        #: as free (`freed_after`).
+        self._freed: dict[str, dict[int, tuple[tuple[float, int], ...]]] = {}
         #: Ended keys remembered, oldest first, with their ordinals; `_ended_next` is the next.
         self._ended: dict[str, int] = {}
         self._ended_next = 0
@@ -141,6 +150,12 @@ class SchedulerState:
                 for n in self._nodes
                 for g, span in sorted(self._released.get(n.name, {}).items())
             ),
+            freed=tuple(
+                (n.name, g, *x)
+                for n in self._nodes
+                for g, kept in sorted(self._freed.get(n.name, {}).items())
+                for x in kept
+            ),
         )
 
     @classmethod
@@ -173,6 +188,9 @@ class SchedulerState:
         for name, gpu, start, end in snap.released:
             s._released.setdefault(name, {})[gpu] = (start, end)
             s._released_end = max(s._released_end, end)
+        for name, gpu, end, milli in snap.freed:
+            kept = s._freed.setdefault(name, {})
+            kept[gpu] = (*kept.get(gpu, ()), (end, milli))
         s._owed = {r.job_id: r.owed_milli for r in snap.running if r.owed_milli}
         s._cordoned = {
             i for i, n in enumerate(s._nodes) if n.state == "cordoned" or n.name in s._moves.drained
@@ -221,7 +239,10 @@ class SchedulerState:
         for name in self._dirty_nodes:
             i = self._index[name]
             released = tuple((g, *x) for g, x in sorted(self._released.get(name, {}).items()))
-            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i], released))
+            freed = tuple(
+                (g, *x) for g, kept in sorted(self._freed.get(name, {}).items()) for x in kept
+            )
+            out[f"n/{name}"] = encode_entry(NodeEntry(i, self._nodes[i], released, freed))
         for key in self._dirty_jobs | self._queue.take_touched():
             spec = self._jobs.get(key)
             out[f"j/{key}"] = None if spec is None else encode_entry(self._job_entry(key, spec))
@@ -308,7 +329,7 @@ class SchedulerState:
         taken, floor_s = self._taken(effect, floor_s)
         at_s = self._after_released(taken, now_s if floor_s is None else max(now_s, floor_s))
         for gpu in effect.gpus if isinstance(effect, Ended | Evicted) else ():
-            self.freed_at(gpu, at_s, now_s, floor_s)
+            self.freed_at(gpu, at_s, now_s, floor_s, effect.job.gpu_milli)
         key = effect.job.key
         if (
             not isinstance(effect, Ended)
@@ -350,12 +371,17 @@ class SchedulerState:
         return taken, floor_s
 
     def freed_at(
-        self, gpu: tuple[str, int], at_s: float, now_s: float, floor_s: float | None = None
+        self,
+        gpu: tuple[str, int],
+        at_s: float,
+        now_s: float,
+        floor_s: float | None = None,
+        milli: int = GPU_MILLI,
     ) -> None:
-        """Room on `gpu` (node, physical index) is freed at `at_s` by the input at trusted
-        time `now_s` (an end, an eviction, a lowered share): its placements there are dated
-        no earlier, and so is any later placement there (`_after_released`); `floor_s`: the
-        floor of the job that held it (the released span's start)."""
+        """`milli` thousandths of `gpu` (node, physical index) are freed at `at_s` by the
+        input at trusted time `now_s` (an end, an eviction, a lowered share): its placements
+        there are dated no earlier, and so is any later placement there (`_after_released`);
+        `floor_s`: the floor of the job that held it (the released span's start)."""
         if now_s != self._freed_by:  # another input: the last one's releases floor nothing
             self._freed_s.clear()
             self._freed_by = now_s
@@ -364,7 +390,22 @@ class SchedulerState:
         old = self._released.setdefault(gpu[0], {}).get(gpu[1], (start_s, at_s))
         self._released[gpu[0]][gpu[1]] = (min(old[0], start_s), max(old[1], at_s))
         self._released_end = max(self._released_end, at_s)
+        kept = self._freed.setdefault(gpu[0], {})
+        kept[gpu[1]] = tuple(sorted((*kept.get(gpu[1], ()), (at_s, milli))))[-FREED_KEPT:]
         self._dirty_nodes.add(gpu[0])
+
+    def freed_after(self, gpu: tuple[str, int], at_s: float) -> int | None:
+        """The thousandths of `gpu` (node, physical index) released with an end after
+        `at_s`: they were still held at `at_s`, so a change dated then may not count them as
+        free. None where not all of them are known (more releases after `at_s` than kept,
+        or a state restored from before they were kept): count none of the room free."""
+        span = self._released.get(gpu[0], {}).get(gpu[1])
+        if span is None or span[1] <= at_s:
+            return 0
+        kept = self._freed.get(gpu[0], {}).get(gpu[1], ())
+        if not kept or (len(kept) == FREED_KEPT and kept[0][0] > at_s):
+            return None  # a release dropped (its end <= the first kept) may be after `at_s`
+        return sum(milli for end, milli in kept if end > at_s)
 
     def _after_released(self, gpus: tuple[tuple[str, int], ...], at_s: float) -> float:
         """`at_s`, or the latest end of an allocation released on one of `gpus` (by any
