@@ -358,6 +358,7 @@ class GraphCompilerService(Lifecycle):
                 chunks=req.model_chunks,
                 sha256=want,
                 max_bytes=int(self._settings.max_model_mib * _MIB),
+                timeout_s=self._settings.upload_timeout_s,
                 dest=dest,
             )
             return

@@ -43,6 +43,10 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_model_mib: float = 2048.0
     #: One deadline for a whole URL fetch (resolve, connect, redirects, body).
     fetch_timeout_s: float = 300.0
+    #: One deadline for reading a whole chunked upload (``model_chunks``) from SEEDANCE_MODELS:
+    #: past it the request is refused (InvalidRequest) and dead-lettered, so that no upload
+    #: holds a replica for long. A full 2 GiB upload is ~2k chunks, read in seconds.
+    upload_timeout_s: float = 300.0
     #: Schemes a ``model_url`` may use (a subset of ``http,https``; "" refuses every URL).
     #: Plain http is allowed because the required ``model_sha256`` checks what arrived.
     url_schemes: str = "http,https"
@@ -64,6 +68,8 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         self.fetch_policy()  # raises ValueError naming the setting and the value
+        if not self.upload_timeout_s > 0:
+            raise ValueError(f"upload_timeout_s must be > 0, got {self.upload_timeout_s!r}")
 
     def fetch_policy(self) -> FetchPolicy:
         return FetchPolicy.parse(
