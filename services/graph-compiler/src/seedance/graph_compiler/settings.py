@@ -27,8 +27,9 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_inline_artifact_mib: float = 64.0
     #: Where artifacts over the inline limit are written ("" refuses them with a named error).
     artifact_dir: str = ""
-    #: Local model paths (``model_url`` without a scheme, or ``file://``) must lie under this
-    #: directory; "" refuses local paths, so a tenant cannot make the compiler read its files.
+    #: Local model paths (``model_url`` without a scheme, or ``file://``) must lie under
+    #: ``<model_dir>/<tenant>/``, the request subject's tenant; "" refuses local paths, so a
+    #: tenant cannot make the compiler read its files.
     model_dir: str = ""
     #: Scratch space for fetched models and artifacts being written ("": the system temp dir).
     work_dir: str = ""
