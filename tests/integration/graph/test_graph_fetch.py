@@ -115,14 +115,52 @@ async def test_external_data_outside_the_model_gives_one_answer(start_compiler, 
 
 async def test_local_paths_stay_in_model_dir(start_compiler, client, tenant, tmp_path):
     real = tmp_path / "real"
-    real.mkdir()
-    (real / "m.onnx").write_bytes(mlp())
+    (real / tenant).mkdir(parents=True)
+    (real / tenant / "m.onnx").write_bytes(mlp())
     (tmp_path / "models").symlink_to(real)  # model_dir may itself be a link, as on a volume
     await start_compiler(model_dir=str(tmp_path / "models"))
     sha = _sha(mlp())
-    ok = await _compile_url(client, tenant, "in", str(tmp_path / "models" / "m.onnx"), sha)
+    ok = await _compile_url(client, tenant, "in", str(tmp_path / "models" / tenant / "m.onnx"), sha)
     assert ok.ok, ok.error
-    for i, path in enumerate(["/etc/passwd", f"{tmp_path}/models/../../../etc/passwd"]):
+    for i, path in enumerate(["/etc/passwd", f"{tmp_path}/models/{tenant}/../../../etc/passwd"]):
         result = await _compile_url(client, tenant, f"out{i}", path, sha)
         assert result.error_kind == "InvalidRequest"
-        assert result.error == f"model path {path!r} is outside the compiler's model_dir"
+        assert result.error == f"model path {path!r} is outside the compiler's model_dir/{tenant}/"
+
+
+async def test_a_tenant_reads_only_its_own_files_under_model_dir(
+    start_compiler, client, tenant, tmp_path
+):
+    """The review (p2 modeldir): a tenant's ``model_url`` read another tenant's file under
+    model_dir, the mismatch error echoed its sha (which then compiled it), and the errors
+    told a missing path from a directory."""
+    secret = mlp() + b"\x00"  # another tenant's model, which this one cannot know
+    (tmp_path / tenant).mkdir()
+    (tmp_path / tenant / "sub").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "secret.onnx").write_bytes(secret)
+    (tmp_path / "top.onnx").write_bytes(secret)
+    (tmp_path / tenant / "link.onnx").symlink_to("../other/secret.onnx")
+    (tmp_path / tenant / "m.onnx").write_bytes(mlp())
+    await start_compiler(model_dir=str(tmp_path))
+    wrong = _sha(b"a guess")
+    for i, name in enumerate(["other/secret.onnx", "top.onnx", f"{tenant}/link.onnx"]):
+        path = str(tmp_path / name)
+        result = await _compile_url(client, tenant, f"other{i}", path, wrong)
+        assert result.error_kind == "InvalidRequest"
+        assert result.error == f"model path {path!r} is outside the compiler's model_dir/{tenant}/"
+    mismatch = await _compile_url(client, tenant, "sha", str(tmp_path / tenant / "m.onnx"), wrong)
+    assert mismatch.error == f"sha256 mismatch for {tmp_path / tenant / 'm.onnx'}: expected {wrong}"
+    texts = []
+    for i, name in enumerate(["nope.onnx", "sub"]):
+        path = str(tmp_path / tenant / name)
+        result = await _compile_url(client, tenant, f"absent{i}", path, wrong)
+        texts.append((result.error_kind, (result.error or "").replace(repr(path), "<path>")))
+    assert (
+        texts[0]
+        == texts[1]
+        == (
+            "InvalidRequest",
+            f"no model file at <path> under the compiler's model_dir/{tenant}/",
+        )
+    )

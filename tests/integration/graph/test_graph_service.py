@@ -250,7 +250,8 @@ async def test_duplicate_request_gets_one_result(start_compiler, client, tenant)
 
 async def test_bad_requests_get_invalid_request_results(start_compiler, client, tenant, tmp_path):
     await start_compiler(model_dir=str(tmp_path))
-    path = tmp_path / "m.onnx"
+    (tmp_path / tenant).mkdir()
+    path = tmp_path / tenant / "m.onnx"
     path.write_bytes(mlp())
     wrong = hashlib.sha256(b"something else").hexdigest()
     bad_sha = await client._request_compile(

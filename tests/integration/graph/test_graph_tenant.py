@@ -23,8 +23,8 @@ import pytest
 from seedance.core import ServiceRuntime
 from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
-from seedance.events.graph import CompileRequest, PrecisionPolicy
-from seedance.events.subjects import dlq
+from seedance.events.graph import CompileRequest, PrecisionPolicy, chunk_bytes
+from seedance.events.subjects import dlq, models
 from seedance.graph_compiler.service import GraphCompilerService
 from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.sdk.client import PermissionRefused, SeedanceClient
@@ -115,7 +115,7 @@ async def _last_letter(client: SeedanceClient) -> DeadLetter:
 @pytest.mark.parametrize(
     ("case", "error"),
     [
-        ("missing", r"chunk 1 of 3 is missing: no message on 'seedance\.models\.acme\.upload\."),
+        ("missing", r"chunk 0 of 1 is missing: no message on 'seedance\.models\.acme\.upload\."),
         ("sha256", r"sha256 mismatch for the upload of request '[0-9a-f]+': the request names"),
         ("oversize", r"uploaded model is over the limit of 1048 bytes \(max_model_mib\)"),
     ],
@@ -131,7 +131,7 @@ async def test_a_bad_upload_is_answered_and_dead_lettered(
     sha = hashlib.sha256(model).hexdigest()
     limit_mib = 0.001 if case == "oversize" else 64.0  # mlp() is a few KiB
     if case == "missing":
-        chunks += 2
+        rid = uuid.uuid4().hex  # nothing uploaded for it
     elif case == "sha256":
         sha = hashlib.sha256(model + b"!").hexdigest()
     request = _request("acme", rid, sha, chunks)
@@ -144,5 +144,42 @@ async def test_a_bad_upload_is_answered_and_dead_lettered(
     letter = await _last_letter(client)  # published before the answer
     assert letter.error_kind == "InvalidUpload"
     assert letter.subject == "seedance.graph.acme.request"
+    assert re.search(error, letter.reason), letter.reason
+    assert msgspec.json.decode(letter.payload)["request_id"] == rid
+
+
+@pytest.mark.parametrize(
+    ("case", "error"),
+    [
+        # the review's stall (p3_stall.py), small: a full chunk, then an empty one, then none;
+        # refused at the empty one, so the compiler read nothing after it
+        ("short", r"chunk 1 of 3 carries 0 bytes: every chunk but the last must carry exactly "),
+        # more chunks than max_model_mib can fill: refused before any is read
+        ("count", r"model_chunks must be 1\.\.2 \(max_model_mib in chunks of \d+ bytes\), got 3"),
+        # a deadline already past at the first read: refused whatever the chunks hold
+        ("deadline", r"reading the 2 chunk\(s\) of request '[0-9a-f]+' took over 1e-09 s "),
+    ],
+)
+async def test_an_upload_not_cut_as_the_sdk_cuts_it_is_refused(
+    nats_url: str, acme: SeedanceClient, client: SeedanceClient, case: str, error: str
+):
+    size = chunk_bytes(acme._bus.nc.max_payload)
+    rid = uuid.uuid4().hex
+    full = b"\x01" * size
+    if case != "count":
+        for n, data in enumerate([full, b""]):
+            await acme._bus.js.publish(models.chunk("acme", "upload", rid, n), data)
+    chunks = 2 if case == "deadline" else 3
+    request = _request("acme", rid, hashlib.sha256(full).hexdigest(), chunks=chunks)
+    # two chunks' worth: 3 chunks are over the bound; three's: 3 are within it
+    limit_mib = (2 if case == "count" else 3) * size / 1024**2
+    timeout_s = 1e-9 if case == "deadline" else 300.0
+    async with serving(_compiler(nats_url, max_model_mib=limit_mib, upload_timeout_s=timeout_s)):
+        result = await acme._request_compile(request, timeout_s=60)
+    assert not result.ok
+    assert result.error_kind == "InvalidRequest"
+    assert re.search(error, result.error or ""), result.error
+    letter = await _last_letter(client)
+    assert letter.error_kind == "InvalidUpload"
     assert re.search(error, letter.reason), letter.reason
     assert msgspec.json.decode(letter.payload)["request_id"] == rid

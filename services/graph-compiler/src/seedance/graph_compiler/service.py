@@ -358,6 +358,7 @@ class GraphCompilerService(Lifecycle):
                 chunks=req.model_chunks,
                 sha256=want,
                 max_bytes=int(self._settings.max_model_mib * _MIB),
+                timeout_s=self._settings.upload_timeout_s,
                 dest=dest,
             )
             return
@@ -368,11 +369,13 @@ class GraphCompilerService(Lifecycle):
         if want is None:
             raise BadRequest("model_url needs model_sha256 (64 hex digits)")
         try:
-            got = await asyncio.to_thread(self._fetch_url, req.model_url, dest)
+            got = await asyncio.to_thread(self._fetch_url, req.model_url, req.tenant, dest)
         except FetchError as exc:
             raise BadRequest(str(exc)) from None
         if got != want:
-            raise BadRequest(f"sha256 mismatch for {req.model_url}: expected {want}, got {got}")
+            # The expected sha alone: the file's would hand a tenant a digest of what it
+            # cannot otherwise read (the review read another tenant's model this way).
+            raise BadRequest(f"sha256 mismatch for {req.model_url}: expected {want}")
 
     async def _fetch_object(
         self, req: CompileRequest, name: str, want: str | None, dest: Path
@@ -402,16 +405,20 @@ class GraphCompilerService(Lifecycle):
         except nats.errors.TimeoutError as exc:
             raise RetryableError(f"object store read timed out: {exc!r}") from exc
 
-    def _fetch_url(self, url: str, dest: Path) -> str:
+    def _fetch_url(self, url: str, tenant: str, dest: Path) -> str:
         """Copy ``url`` to ``dest`` (in a thread) and return its sha256."""
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("", "file"):
             return self._fetcher.fetch(url, dest)
-        src = self._local_path(parsed.path if parsed.scheme else url)
+        src = self._local_path(parsed.path if parsed.scheme else url, tenant)
         limit = int(self._settings.max_model_mib * _MIB)
         h = hashlib.sha256()
         size = 0
-        with src.open("rb") as src_f, dest.open("wb") as out:
+        try:
+            src_f = src.open("rb")
+        except OSError:
+            raise _no_model_file(url, tenant) from None
+        with src_f, dest.open("wb") as out:
             while chunk := src_f.read(_MIB):
                 size += len(chunk)
                 if size > limit:
@@ -420,22 +427,25 @@ class GraphCompilerService(Lifecycle):
                 out.write(chunk)
         return h.hexdigest()
 
-    def _local_path(self, path: str) -> Path:
+    def _local_path(self, path: str, tenant: str) -> Path:
+        """``path`` if it is a file under ``model_dir/<tenant>/`` (the request subject's
+        tenant), as ``model_object`` must lie under ``inputs/<tenant>/``."""
         if not self._settings.model_dir:
             raise BadRequest("local model paths are not enabled on this compiler (model_dir)")
-        root = Path(self._settings.model_dir).resolve()
-        # Judged by its text first, so a path outside model_dir is refused before anything
-        # outside is looked at (against model_dir as written too: it may be a symlink itself);
-        # then resolved, so a symlink inside cannot lead out.
-        written = Path(os.path.normpath(os.path.abspath(self._settings.model_dir)))
+        outside = BadRequest(f"model path {path!r} is outside the compiler's model_dir/{tenant}/")
+        root = (Path(self._settings.model_dir).resolve() / tenant).resolve()
+        # Judged by its text first, so a path outside model_dir/<tenant> is refused before
+        # anything outside is looked at (against model_dir as written too: it may be a symlink
+        # itself); then resolved, so a symlink inside cannot lead out.
+        written = Path(os.path.normpath(os.path.abspath(self._settings.model_dir))) / tenant
         text = Path(os.path.normpath(os.path.abspath(path)))
         if not (text.is_relative_to(root) or text.is_relative_to(written)):
-            raise BadRequest(f"model path {path!r} is outside the compiler's model_dir")
+            raise outside
         p = Path(path).resolve()
         if not p.is_relative_to(root):
-            raise BadRequest(f"model path {path!r} is outside the compiler's model_dir")
+            raise outside
         if not p.is_file():
-            raise BadRequest(f"model path {path!r} is not a file")
+            raise _no_model_file(path, tenant)  # missing and not-a-file read alike
         return p
 
     # --- compiling --------------------------------------------------------------------------
@@ -558,6 +568,10 @@ def _check_sha256(value: str) -> str:
     if len(v) != 64 or not set(v) <= _SHA256_HEX:
         raise BadRequest(f"model_sha256 must be 64 hex digits, got {value!r}")
     return v
+
+
+def _no_model_file(path: str, tenant: str) -> BadRequest:
+    return BadRequest(f"no model file at {path!r} under the compiler's model_dir/{tenant}/")
 
 
 def _digest_hex(digest: str) -> str:

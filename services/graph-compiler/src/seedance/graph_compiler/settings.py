@@ -27,8 +27,9 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_inline_artifact_mib: float = 64.0
     #: Where artifacts over the inline limit are written ("" refuses them with a named error).
     artifact_dir: str = ""
-    #: Local model paths (``model_url`` without a scheme, or ``file://``) must lie under this
-    #: directory; "" refuses local paths, so a tenant cannot make the compiler read its files.
+    #: Local model paths (``model_url`` without a scheme, or ``file://``) must lie under
+    #: ``<model_dir>/<tenant>/``, the request subject's tenant; "" refuses local paths, so a
+    #: tenant cannot make the compiler read its files.
     model_dir: str = ""
     #: Scratch space for fetched models and artifacts being written ("": the system temp dir).
     work_dir: str = ""
@@ -43,6 +44,10 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_model_mib: float = 2048.0
     #: One deadline for a whole URL fetch (resolve, connect, redirects, body).
     fetch_timeout_s: float = 300.0
+    #: One deadline for reading a whole chunked upload (``model_chunks``) from SEEDANCE_MODELS:
+    #: past it the request is refused (InvalidRequest) and dead-lettered, so that no upload
+    #: holds a replica for long. A full 2 GiB upload is ~2k chunks, read in seconds.
+    upload_timeout_s: float = 300.0
     #: Schemes a ``model_url`` may use (a subset of ``http,https``; "" refuses every URL).
     #: Plain http is allowed because the required ``model_sha256`` checks what arrived.
     url_schemes: str = "http,https"
@@ -64,6 +69,8 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         self.fetch_policy()  # raises ValueError naming the setting and the value
+        if not self.upload_timeout_s > 0:
+            raise ValueError(f"upload_timeout_s must be > 0, got {self.upload_timeout_s!r}")
 
     def fetch_policy(self) -> FetchPolicy:
         return FetchPolicy.parse(
