@@ -57,17 +57,21 @@ def test_no_area_default_reaches_another_areas_targets() -> None:
     assert leaks == []
 
 
-def test_the_benches_get_their_own_defaults() -> None:
-    """What `make -n` would run, with no variable given: each script's own default."""
-    env = {"PATH": "/usr/bin:/bin", "SEEDANCE_DATA_DIR": "/data"}
-    dry = subprocess.run(
-        ["make", "-n", "--no-print-directory", "bench-slicer", "bench-bus", "bench-cli-status"],
+def dry_run(*args: str) -> str:
+    """What `make -n ARGS` would run, in a bare environment with a data directory set."""
+    return subprocess.run(
+        ["make", "-n", "--no-print-directory", *args],
         cwd=ROOT,
-        env=env,
+        env={"PATH": "/usr/bin:/bin", "SEEDANCE_DATA_DIR": "/data"},
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+
+
+def test_the_benches_get_their_own_defaults() -> None:
+    """What `make -n` would run, with no variable given: each script's own default."""
+    dry = dry_run("bench-slicer", "bench-bus", "bench-cli-status")
     assert "--seeds 42-51" in dry
     assert "--jobs" not in dry
 
@@ -75,20 +79,8 @@ def test_the_benches_get_their_own_defaults() -> None:
 def test_bench_autoscale_passes_the_startup_draw_through() -> None:
     """The docs' `make bench-autoscale TRACE=… STARTUP_SEED=N` (make refused the script's own
     `--startup-seed N`: "unrecognized option")."""
-    env = {"PATH": "/usr/bin:/bin", "SEEDANCE_DATA_DIR": "/data"}
-
-    def dry(*args: str) -> str:
-        return subprocess.run(
-            ["make", "-n", "--no-print-directory", "bench-autoscale", "TRACE=/t.csv", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-
-    assert "--startup-seed 2" in dry("STARTUP_SEED=2")
-    assert "--startup-seed" not in dry()
+    assert "--startup-seed 2" in dry_run("bench-autoscale", "TRACE=/t.csv", "STARTUP_SEED=2")
+    assert "--startup-seed" not in dry_run("bench-autoscale", "TRACE=/t.csv")
 
 
 def _make(*args: str, check: bool = True) -> str:
