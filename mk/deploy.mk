@@ -43,7 +43,7 @@ system-deps-prometheus:  ## install Debian's prometheus (apt-get) when `promethe
 # every class of event that once crashed, inflated, erased or crossed a bill, among an honest
 # fleet; the same fleet alone must decide and bill the same. Then the attack classes of other
 # surfaces (seedance.bench.chaos_classes: forged job ids on pods, rogue EndpointSlices, a login
-# flood on the auth callout; --classes picks some). CI runs a short form
+# flood on the auth callout, another tenant's compile; --classes picks some). CI runs a short form
 # (tests/e2e/test_chaos_tenants.py).
 CHAOS_TENANTS_ARGS ?=
 .PHONY: chaos-tenants

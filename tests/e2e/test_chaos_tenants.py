@@ -4,7 +4,8 @@ The soak runs the slicer and the cost-ledger as processes under the generated NA
 hostile tenant with its own credentials among three honest ones, then the same honest fleet
 alone (seedance.bench.chaos_tenants says what each figure means), then the attack classes of
 other surfaces (forged job ids on pods, rogue EndpointSlices, a login flood on the auth
-callout; seedance.bench.chaos_classes), each in its own stage. Its last line must report no
+callout, reads, writes and malformed uploads against another tenant's compile;
+seedance.bench.chaos_classes), each in its own stage. Its last line must report no
 service exit, no effect on an honest tenant (a failed login of the flooded tenant is one) and
 totals equal to the offline recompute, the hostile tenant must have been answered (rejections)
 and dead-lettered, not ignored, and the flood's ``login_p99_ms`` must be printed (its goal is
@@ -65,6 +66,7 @@ def test_a_hostile_tenant_changes_nothing_for_the_others() -> None:
     assert int(figures["hostile"]) >= 100
     assert int(figures["rejected"]) > 0, "the hostile tenant was never answered"
     assert int(figures["dead_lettered"]) > 0, "nothing hostile reached a dead letter"
-    assert int(figures["classes"]) >= 3, last
+    assert int(figures["classes"]) >= 4, last  # the compile surface's class among them
+    assert "compile-cross-tenant: sent " in done.stdout + done.stderr, last
     assert int(figures["class_attacks"]) > 0, last
     assert re.fullmatch(r"[\d.]+|inf", figures["login_p99_ms"]), last

@@ -84,7 +84,11 @@ CLASSES: dict[str, AttackClass] = {}
 STAGES: dict[str, Stage] = {}
 
 #: The modules that register classes and stages (imported by `load`).
-MODULES = ("seedance.bench.chaos_k8s", "seedance.bench.chaos_callout")
+MODULES = (
+    "seedance.bench.chaos_k8s",
+    "seedance.bench.chaos_callout",
+    "seedance.bench.chaos_graph",
+)
 
 
 def register(cls: AttackClass) -> AttackClass:

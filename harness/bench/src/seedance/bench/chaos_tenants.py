@@ -25,8 +25,9 @@ events. The figures:
 
 Then the attack classes of other surfaces (``--classes``, default all of
 `seedance.bench.chaos_classes.CLASSES`: forged job ids on pods and rogue EndpointSlices against
-the test API server and the k8s-bridge, a login flood against the auth callout), each in a
-stage of its own; what an honest tenant would notice of them counts in
+the test API server and the k8s-bridge, a login flood against the auth callout, reads, writes
+and malformed uploads against another tenant's compile; `seedance.bench.chaos_graph`), each in
+a stage of its own; what an honest tenant would notice of them counts in
 ``cross_tenant_effects``, their service exits in ``service_exits``.
 
 Last line: ``tenants: tenants=<n> events=<n> hostile=<n> service_exits=0 cross_tenant_effects=0
