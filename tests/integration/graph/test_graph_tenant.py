@@ -21,13 +21,14 @@ import msgspec
 import pytest
 
 from seedance.core import ServiceRuntime
-from seedance.events import decode, new_event_id
+from seedance.events import decode
 from seedance.events.dlq import DeadLetter
 from seedance.events.graph import CompileRequest, PrecisionPolicy, chunk_bytes
 from seedance.events.subjects import dlq, models
 from seedance.graph_compiler.service import GraphCompilerService
 from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.sdk.client import PermissionRefused, SeedanceClient
+from seedance.sdk.model_chunks import chunked_request
 from seedance.testing.identities import as_user, password
 from tests.conftest import serving
 from tests.integration.graph.test_graph_service import mlp
@@ -94,16 +95,14 @@ async def test_a_tenant_cannot_read_another_tenants_result_or_artifact(
 
 
 def _request(tenant: str, request_id: str, sha256: str, chunks: int) -> CompileRequest:
-    at = datetime.now(UTC)
-    return CompileRequest(
-        id=new_event_id(at=at),
-        at=at,
-        request_id=request_id,
-        tenant=tenant,
+    return chunked_request(
+        tenant,
+        request_id,
         model_name="mlp",
-        model_chunks=chunks,
-        model_sha256=sha256,
+        chunks=chunks,
+        sha256=sha256,
         policy=FP32,
+        at=datetime.now(UTC),
     )
 
 

@@ -53,13 +53,14 @@ from seedance.bench.chaos_classes import (
 )
 from seedance.bench.chaos_hostile import HOSTILE
 from seedance.core import Bus, BusSettings
-from seedance.events import decode, encode, new_event_id
+from seedance.events import decode, encode
 from seedance.events.dlq import DeadLetter
 from seedance.events.graph import CompileRequest, CompileResult, PrecisionPolicy, chunk_bytes
 from seedance.events.permissions import tenant_user_name
 from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.subjects import dlq, graph, inbox_prefix, models
 from seedance.sdk.client import SeedanceClient
+from seedance.sdk.model_chunks import chunked_request
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer, generated_auth, provision
 from seedance.testing.waits import eventually, wait_consumer_settled
@@ -324,16 +325,14 @@ async def _subscribe(m: _Mallory, subject: str) -> str | None:
 
 
 def _request(tenant: str, rid: str, sha256: str, chunks: int) -> CompileRequest:
-    at = datetime.now(UTC)
-    return CompileRequest(
-        id=new_event_id(at=at),
-        at=at,
-        request_id=rid,
-        tenant=tenant,
+    return chunked_request(
+        tenant,
+        rid,
         model_name="chaos-mlp",
-        model_chunks=chunks,
-        model_sha256=sha256,
+        chunks=chunks,
+        sha256=sha256,
         policy=FP32,
+        at=datetime.now(UTC),
     )
 
 

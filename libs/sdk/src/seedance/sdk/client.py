@@ -37,7 +37,7 @@ from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.drift import Change
 from seedance.core.errors import SeedanceError
 from seedance.core.kv import ensure_object_store, provision
-from seedance.events import DecodeError, decode, new_event_id
+from seedance.events import DecodeError, decode
 from seedance.events.allocation import AllocationAnswer, AllocationQuery
 from seedance.events.cost import CostEvent, current
 from seedance.events.graph import CompileRequest, CompileResult, GraphEvent, PrecisionPolicy
@@ -63,7 +63,7 @@ from seedance.events.tokens import check_tenant, check_token
 from seedance.sdk.allocation import NoLedger, read_reply
 from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
 from seedance.sdk.job_status import JobStatus, fold_statuses
-from seedance.sdk.model_chunks import artifact_filter, read_artifact, upload_model
+from seedance.sdk.model_chunks import artifact_filter, chunked_request, read_artifact, upload_model
 from seedance.sdk.refusals import PermissionRefused, Violations
 from seedance.sdk.watch import ConsumersInUse, Watch, watching
 
@@ -514,16 +514,14 @@ class SeedanceClient:
         request_id = request_id or uuid.uuid4().hex
         check_token("request_id", request_id)
         chunks = await upload_model(self._bus, self._guarded, tenant, request_id, model_bytes)
-        at = self._clock.now()
-        request = CompileRequest(
-            id=new_event_id(at=at),
-            at=at,
-            request_id=request_id,
-            tenant=tenant,
+        request = chunked_request(
+            tenant,
+            request_id,
             model_name=name,
-            model_chunks=chunks,
-            model_sha256=hashlib.sha256(model_bytes).hexdigest(),
+            chunks=chunks,
+            sha256=hashlib.sha256(model_bytes).hexdigest(),
             policy=policy or PrecisionPolicy(),
+            at=self._clock.now(),
             target=target,
         )
         return await self._request_compile(request, timeout_s)

@@ -11,14 +11,16 @@ nor decide what a tenant may do (the server does).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from seedance.core.bus import Bus
-from seedance.events.graph import chunk_bytes
+from seedance.events import new_event_id
+from seedance.events.graph import CompileRequest, PrecisionPolicy, chunk_bytes
 from seedance.events.subjects import models
 from seedance.sdk.watch import Watch
 
-__all__ = ["artifact_filter", "read_artifact", "upload_model"]
+__all__ = ["artifact_filter", "chunked_request", "read_artifact", "upload_model"]
 
 Guard = Callable[[Awaitable[Any], str, str], Awaitable[Any]]
 
@@ -34,6 +36,32 @@ async def upload_model(bus: Bus, guarded: Guard, tenant: str, request_id: str, d
         await guarded(bus.js.publish(subject, chunk), "publishing to", subject)
         n += 1
     return n
+
+
+def chunked_request(
+    tenant: str,
+    request_id: str,
+    *,
+    model_name: str,
+    chunks: int,
+    sha256: str,
+    policy: PrecisionPolicy,
+    at: datetime,
+    target: str = "cpu",
+) -> CompileRequest:
+    """The compile request for a model uploaded in ``chunks`` chunks (`upload_model`) whose
+    bytes hash to ``sha256``, asked at ``at``."""
+    return CompileRequest(
+        id=new_event_id(at=at),
+        at=at,
+        request_id=request_id,
+        tenant=tenant,
+        model_name=model_name,
+        model_chunks=chunks,
+        model_sha256=sha256,
+        policy=policy,
+        target=target,
+    )
 
 
 def artifact_filter(tenant: str, request_id: str) -> str:
