@@ -26,6 +26,19 @@ def _line(tenant: str, job: str, window: int, cost: int) -> core.CostLine:
     )  # fmt: skip
 
 
+def measured_lines(tenant: str) -> list[core.CostLine]:
+    """Three windows of job ``a`` on one H100 with measured use (peak 20 % activity, 9 GiB):
+    what right-sizing reads."""
+    use = core.LineUse(
+        kind="whole", gpus=1, milli=1000, mig_profile="", samples=30,
+        peak_activity_ppm=200_000, peak_mem_mib=9 * 1024,
+    )  # fmt: skip
+    return [
+        msgspec.structs.replace(_line(tenant, "a", w, 1_000), gpu_model="H100", usage=use)
+        for w in range(3)
+    ]
+
+
 async def test_report_renders_only_the_tenants_own_lines(
     bus: Bus, server: NatsServer, unique: str, tmp_path: Path
 ) -> None:
@@ -66,14 +79,7 @@ async def test_rightsize_reads_the_stream_and_prices_with_the_ledgers_book(
     bus: Bus, server: NatsServer, unique: str, tmp_path: Path
 ) -> None:
     mine = f"z{unique}"
-    use = core.LineUse(
-        kind="whole", gpus=1, milli=1000, mig_profile="", samples=30,
-        peak_activity_ppm=200_000, peak_mem_mib=9 * 1024,
-    )  # fmt: skip
-    lines = [
-        msgspec.structs.replace(_line(mine, "a", w, 1_000), gpu_model="H100", usage=use)
-        for w in range(3)
-    ]
+    lines = measured_lines(mine)
     await bus.publish_many([(p.subject, p.event) for p in map(to_bus, lines)])
     out = tmp_path / "rightsize.txt"
     args = ["--tenant", mine, "--out", str(out), "--nats-url", server.url]

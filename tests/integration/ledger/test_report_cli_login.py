@@ -16,17 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from seedance.core import Bus
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
-from seedance.cost_ledger import core
 from seedance.cost_ledger.core.mapping import to_bus
 from seedance.testing.identities import ADMIN
 from seedance.testing.servers import refusing_port
 from tests.integration.conftest import shipped_password
 from tests.integration.ledger.test_report_cli import _line as cost_line
+from tests.integration.ledger.test_report_cli import measured_lines
 from tests.integration.sdk.test_cli_failures import START_SLACK_S, one_line, seedance
 
 pytestmark = pytest.mark.slow
@@ -53,14 +52,7 @@ async def test_the_operator_logs_in_by_nats_user_and_password(
     admin: Bus, auth_url: str, unique: str
 ) -> None:
     tenant = f"l{unique}"
-    use = core.LineUse(
-        kind="whole", gpus=1, milli=1000, mig_profile="", samples=30,
-        peak_activity_ppm=200_000, peak_mem_mib=9 * 1024,
-    )  # fmt: skip
-    lines = [
-        msgspec.structs.replace(cost_line(tenant, "a", w, 1_000), gpu_model="H100", usage=use)
-        for w in range(3)
-    ]
+    lines = measured_lines(tenant)
     await admin.publish_many([(p.subject, p.event) for p in map(to_bus, lines)])
     login = {"NATS_URL": auth_url, "NATS_USER": ADMIN, "NATS_PASSWORD": shipped_password(ADMIN)}
 
