@@ -134,13 +134,12 @@ class ConnectWatch:
                 with contextlib.suppress(Exception):
                     await self.close_connection()
             self.gave_up.set()
-        finally:
-            self._giving_up = None
 
     async def reconnected(self) -> None:
         self._failing_since_log = 0
         self._last_line = 0.0
-        self._back.set()
+        self._back.set()  # the give-up waiting on it ends; a later loss starts its own
+        self._giving_up = None
         log.info("nats_reconnected", url=self.settings.url)
 
     async def closed(self) -> None:
