@@ -237,6 +237,7 @@ class Bus:
             except nats.js.errors.ServiceUnavailableError as exc:
                 raise ServerTooOld("nats-server has JetStream disabled: start it with -js") from exc
         except BaseException:
+            watch.closing = True  # our own close: not a lost connection to log or give up
             await nc.close()  # whatever failed, the connection is not left behind
             raise
         bus = cls(nc, settings, clock)
