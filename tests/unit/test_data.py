@@ -4,12 +4,16 @@ directory as the Makefile does."""
 
 from __future__ import annotations
 
+import http.server
 import io
 import re
 import subprocess
 import tarfile
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -124,7 +128,7 @@ def test_a_genai_series_is_fetched_from_its_archive_and_cut_to_the_first_half(
     # Another archive than the pinned one is refused and leaves nothing in place.
     out.unlink()
     bad = replace(ds, archives=(("s", "0" * 64, True),))
-    assert data.fetch(bad, "s.csv", out, ds.files()[0][1]) == "bad"
+    assert data.fetch(bad, "s.csv", out, ds.files()[0][1]) == "missing"
     assert list(out.parent.iterdir()) == []
 
 
@@ -210,3 +214,99 @@ def test_no_tool_or_test_resolves_the_data_directory_on_its_own() -> None:
         if own.search(line)
     ]
     assert found == []
+
+
+class _Origin(http.server.BaseHTTPRequestHandler):
+    """A local origin: ``/stall`` sends its headers and 10 of the 1,000 bytes it promises, then
+    nothing until the test releases it; any other path is served from ``bodies``."""
+
+    bodies: ClassVar[dict[str, bytes]] = {}
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        if self.path == "/stall":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"x" * 10)
+            self.wfile.flush()
+            self.release.wait()
+            return
+        body = self.bodies[self.path]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def origin() -> Iterator[str]:
+    _Origin.release = threading.Event()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        _Origin.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_stalled_origin_is_given_up_naming_the_file_and_origin_leaving_nothing(
+    origin: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: ``urlretrieve`` had no timeout, and a stalled origin hung `make data` for ever."""
+    ds = data.Dataset("f", sums=f"{'0' * 64}  stall", url=origin, origin="a test origin")
+    assert data.verify(tmp_path, download=True, stall_timeout_s=0.5, datasets=(ds,)) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"  could not fetch f/stall from {origin}stall (a test origin): no bytes for 0.5 s "
+        "(--stall-timeout-s); nothing kept\n"
+    ) in err
+    assert "missing under" in err
+    assert list((tmp_path / "f").iterdir()) == []  # no partial file a later run would take
+
+
+def test_a_download_with_another_sha256_is_said_and_not_kept(
+    origin: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = b"not the pinned bytes\n"
+    _Origin.bodies["/t.csv"] = body
+    ds = data.Dataset("f", sums=f"{'0' * 64}  t.csv", url=origin, origin="a test origin")
+    assert data.verify(tmp_path, download=True, datasets=(ds,)) == 1
+    err = capsys.readouterr().err
+    have = data.hashlib.sha256(body).hexdigest()
+    assert (
+        f"  could not fetch f/t.csv from {origin}t.csv (a test origin): sha256 {have}, not the "
+        f"pinned {'0' * 64}; nothing kept\n"
+    ) in err
+    assert list((tmp_path / "f").iterdir()) == []
+
+
+def test_a_long_download_says_its_bytes_so_far(
+    origin: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = b"y" * (3 << 16)  # three reads
+    _Origin.bodies["/big"] = body
+    digest = data.hashlib.sha256(body).hexdigest()
+    ds = data.Dataset("f", sums=f"{digest}  big", url=origin)
+    out = tmp_path / "f" / "big"
+    assert data.fetch(ds, "big", out, digest, progress_every_s=0.0) == "ok"
+    assert out.read_bytes() == body
+    lines = capsys.readouterr().err.splitlines()
+    assert f"  {len(body):,} of {len(body):,} bytes" in lines, lines
+
+
+def test_the_stall_timeout_is_a_positive_number_of_seconds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(SystemExit):
+            data.main(["--check", "--stall-timeout-s", bad])
+        assert "--stall-timeout-s" in capsys.readouterr().err

@@ -14,12 +14,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from seedance.core.bus import BusSettings, set_connect_policy
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
+from seedance.sdk.cli import invoke
 from seedance.testing.servers import NatsServer, refusing_port
+from tests.integration.conftest import shipped_password
 from tests.integration.sdk.conftest import TENANT, cli, running_slicer
 
 pytestmark = pytest.mark.slow
@@ -127,3 +131,30 @@ async def test_a_tenant_the_slicer_does_not_know_is_rejected_and_status_says_so(
         assert rc == 0
         assert out.splitlines()[1].split() == ["state", "rejected"]
         assert "rejected (unknown_tenant): " in out
+
+
+def test_a_server_seedance_cannot_use_exits_69_as_the_services_do(
+    auth_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/deploy.md: the CLI ends "with the same exit statuses" as a service, and a server
+    older than 2.10 (or without JetStream) is 69 there; the CLI said 1. The pinned server is new
+    enough, so the session's connect policy raises the minimum instead (as test_bus does)."""
+    deployed = set_connect_policy(None)
+    assert deployed is not None
+
+    def too_new(settings: BusSettings, service: str | None) -> BusSettings:
+        return replace(deployed(settings, service), min_server_version=(99, 0, 0))
+
+    set_connect_policy(too_new)
+    try:
+        user = f"tenant-{TENANT}"
+        rc = invoke([
+            "--nats-url", auth_url, "--user", user, "--password", shipped_password(user),
+            "jobs", "list", "--tenant", TENANT,
+        ])  # fmt: skip
+    finally:
+        set_connect_policy(deployed)
+    out, err = capsys.readouterr()
+    assert (rc, out) == (EXIT_BUS_UNAVAILABLE, "")
+    assert one_line(err).startswith("seedance: nats-server ")
+    assert "is too old: Seedance needs 99.0.0 or newer" in err

@@ -28,7 +28,7 @@ from opentelemetry.context import Context
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.connect_watch import ConnectWatch, describe, who
 from seedance.core.drift import PROVISION_HINT, check_drift, stream_config
-from seedance.core.errors import NoStream, ServerTooOld, StartRefused
+from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld, StartRefused
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch, Message, PubAck, Publisher, PublishRefused
 from seedance.core.tracing import inject_headers, tracer
@@ -76,8 +76,13 @@ class BusSettings:
     min_server_version: tuple[int, int, int] = MIN_SERVER_VERSION
     #: How long the first connection may take, all attempts together (``SEEDANCE_CONNECT_
     #: TIMEOUT_S``); then ``connect`` raises ``BusUnavailable``. Once connected, a lost
-    #: connection is retried for ever (a NATS restart must not kill the services).
+    #: connection is retried for ever (a NATS restart must not kill the services) unless
+    #: ``reconnect_for_s`` is set.
     connect_timeout_s: float = 10.0
+    #: How long a lost connection is retried before it is given up and closed (``gave_up``;
+    #: a command line's client, which must end rather than wait on a dead server); None: for
+    #: ever (services).
+    reconnect_for_s: float | None = None
 
 
 #: nats-py's per-attempt socket timeout, within the overall bound above.
@@ -141,6 +146,7 @@ class Bus:
         #: Pipelined JetStream publishing (one reply subscription, acks per batch).
         self.publisher = Publisher(nc, clock=clock)
         self._watch: ConnectWatch | None = None
+        self._never_lost = asyncio.Event()  # a bus built without `connect` watches nothing
         self._awaited: set[str] = set()
 
     @property
@@ -183,6 +189,7 @@ class Bus:
             "error_cb": on_error,
             "disconnected_cb": watch.disconnected,
             "reconnected_cb": watch.reconnected,
+            "closed_cb": watch.closed,
             "max_reconnect_attempts": -1,
             "allow_reconnect": True,
             # Draining waits for in-flight messages of every subscription; bound it so that a
@@ -197,6 +204,7 @@ class Bus:
             kwargs["user"] = settings.user
             kwargs["password"] = settings.password or ""
         nc = NATS()
+        watch.close_connection = nc.close
         # nats-py types its options one by one (connect_timeout as an int, though it takes a
         # float); the options are gathered as a dict above because most are conditional.
         attempt = asyncio.ensure_future(nc.connect(**kwargs))  # type: ignore[arg-type]
@@ -229,6 +237,7 @@ class Bus:
             except nats.js.errors.ServiceUnavailableError as exc:
                 raise ServerTooOld("nats-server has JetStream disabled: start it with -js") from exc
         except BaseException:
+            watch.closing = True  # our own close: not a lost connection to log or give up
             await nc.close()  # whatever failed, the connection is not left behind
             raise
         bus = cls(nc, settings, clock)
@@ -254,12 +263,30 @@ class Bus:
         await self.nc.flush()
         return sub
 
+    @property
+    def gave_up(self) -> asyncio.Event:
+        """Set once the connection is lost for good (`BusSettings.reconnect_for_s` passed
+        without a reconnection): a reader waiting for messages ends on it."""
+        return self._never_lost if self._watch is None else self._watch.gave_up
+
+    @property
+    def connection_lost(self) -> bool:
+        """The connection is down now: reconnecting, or given up."""
+        return self.nc.is_reconnecting or self.gave_up.is_set()
+
+    def lost(self) -> BusUnavailable:
+        """The error that says this connection was lost (naming the URL)."""
+        return (self._watch or ConnectWatch(self.settings, self.clock)).lost()
+
     async def close(self) -> None:
         if self.nc.is_closed:
             return
         if self._watch is not None:
             self._watch.closing = True
         await self.publisher.close()
+        if self.nc.is_reconnecting:  # nothing to drain; nats-py refuses to drain now
+            await self.nc.close()
+            return
         try:
             await self.nc.drain()
         except nats.errors.DrainTimeoutError:

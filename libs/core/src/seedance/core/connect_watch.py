@@ -2,14 +2,18 @@
 
 Owns ``ConnectWatch`` (what `Bus.connect` hands nats-py as its error, disconnect and reconnect
 callbacks: the first connection's failure said once and plainly, one line a minute while a
-lost connection retries, and the publish refusals `Bus.create_or_await` listens for) and the
-wording of a connection's identity. It must not connect, publish or know the catalogue.
+lost connection retries, giving a lost connection up after ``BusSettings.reconnect_for_s``
+(a command line's client; services retry for ever), and the publish refusals
+`Bus.create_or_await` listens for) and the wording of a connection's identity. It must not
+connect, publish or know the catalogue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import nats.errors
@@ -64,6 +68,13 @@ class ConnectWatch:
         self._failures = 0
         self._failing_since_log = 0  # errors since the last line, once connected
         self._last_line = 0.0
+        #: Set once a lost connection is given up (not back within ``reconnect_for_s``, or
+        #: closed by nats-py itself): what a reader waiting for a message ends on.
+        self.gave_up = asyncio.Event()
+        #: Closes the connection (`Bus.connect` hands nats-py's ``close``): the give-up.
+        self.close_connection: Callable[[], Awaitable[None]] | None = None
+        self._back = asyncio.Event()
+        self._giving_up: asyncio.Task[None] | None = None
 
     async def error(self, exc: Exception) -> None:
         denied = _DENIED.search(str(exc))
@@ -103,13 +114,52 @@ class ConnectWatch:
             self._last_line = now
 
     async def disconnected(self) -> None:
-        if self.connected and not self.closing:
-            log.warning("nats_disconnected", url=self.settings.url)
+        if not self.connected or self.closing or self.gave_up.is_set():
+            return
+        log.warning("nats_disconnected", url=self.settings.url)
+        limit_s = self.settings.reconnect_for_s
+        if limit_s is not None and self._giving_up is None:
+            self._back.clear()
+            self._giving_up = asyncio.create_task(self._give_up_after(limit_s))
+
+    async def _give_up_after(self, limit_s: float) -> None:
+        # nats-py's own bound counts attempts per server, and a finite one also ends the first
+        # connection with NoServersError before connect_timeout_s: a time bound is what a user
+        # can be told, so the reconnect loop runs for ever and is closed from here.
+        try:
+            await asyncio.wait_for(self._back.wait(), limit_s)
+        except TimeoutError:
+            log.warning("nats_reconnect_given_up", url=self.settings.url, after_s=limit_s)
+            if self.close_connection is not None:
+                with contextlib.suppress(Exception):
+                    await self.close_connection()
+            self.gave_up.set()
 
     async def reconnected(self) -> None:
         self._failing_since_log = 0
         self._last_line = 0.0
+        self._back.set()  # the give-up waiting on it ends; a later loss starts its own
+        self._giving_up = None
         log.info("nats_reconnected", url=self.settings.url)
+
+    async def closed(self) -> None:
+        """nats-py closed the connection: not our own close, it will not come back."""
+        if self.connected and not self.closing:
+            self.gave_up.set()
+
+    def lost(self) -> BusUnavailable:
+        """What a command that failed while its connection was down (or given up) is told."""
+        s = self.settings
+        if self.gave_up.is_set():
+            bound = f" for {s.reconnect_for_s:g} s" if s.reconnect_for_s is not None else ""
+            why = f"no reconnection{bound}, gave up"
+        else:
+            why = "reconnecting when the command failed"
+        return BusUnavailable(
+            f"connection to NATS at {s.url} lost ({why}). Check that the nats-server there "
+            "runs; SEEDANCE_CONNECT_TIMEOUT_S sets how long a lost connection is retried.",
+            refused=False,
+        )
 
     def failure(self) -> BusUnavailable:
         s = self.settings

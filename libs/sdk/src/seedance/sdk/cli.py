@@ -20,7 +20,8 @@ Connection: ``--nats-url`` or ``NATS_URL``; ``--creds`` or ``NATS_CREDS``; ``--u
 as for the services). A tenant's user (``tenant-<t>``) gets its
 inbox prefix on its own; ``--inbox-prefix`` (``NATS_INBOX_PREFIX``) gives it for a creds file.
 Connecting ends within ``--connect-timeout-s`` (``SEEDANCE_CONNECT_TIMEOUT_S``, 10 s) when
-nothing answers, at once when the server refuses the credentials.
+nothing answers, at once when the server refuses the credentials. A connection lost while a
+command runs is retried for as long, then given up: a follow (``costs watch``) or a wait ends.
 
 ``jobs`` commands that publish wait up to ``--wait-s`` (default 10 s; ``--no-wait`` not at all)
 for the slicer's answer on the tenant's own subjects and print it: the placement or why the job
@@ -32,7 +33,9 @@ table (``--json`` for machines); a job the bus knows nothing of exits 1.
 Exit status: 0 done; 1 the server or the slicer refused (a permission named by its subject), a
 rejection, a request no node type of the fleet could hold (``unsatisfiable``: it stays
 queued and is placed if the fleet changes), an unknown job, no answer in time; 2 usage or a
-request over a declared bound; 69 (``EX_UNAVAILABLE``) no NATS at the URL within the bound; 77
+request over a declared bound; 69 (``EX_UNAVAILABLE``) no NATS at the URL within the bound, a
+server older than 2.10 or without JetStream (as the services), or the connection lost while the
+command ran ("connection to NATS at <url> lost"); 77
 (``EX_NOPERM``) NATS refused the credentials (the services exit the same way); 73
 (``EX_CANTCREAT``) ``--out`` cannot be created, 74 (``EX_IOERR``) it or stdout cannot be
 written; 141 quietly when stdout's reader went away (``| head``).
@@ -211,7 +214,7 @@ async def _jobs_status(client: SeedanceClient, args: argparse.Namespace) -> int:
     try:
         found = await client.job_statuses(args.tenant, job_id=args.job, timeout_s=args.timeout_s)
     except TimeoutError:
-        return _history_timeout(args)
+        return _history_timeout(client, args)
     if not found:
         print(
             f"seedance: the bus knows no job {args.job!r} of tenant {args.tenant!r}: the slicer "
@@ -229,7 +232,7 @@ async def _jobs_list(client: SeedanceClient, args: argparse.Namespace) -> int:
     try:
         found = await client.job_statuses(args.tenant, timeout_s=args.timeout_s)
     except TimeoutError:
-        return _history_timeout(args)
+        return _history_timeout(client, args)
     wanted = {JobState(s) for s in args.state or ()}
     shown = [s for s in found if not wanted or s.state in wanted]
     if args.json:
@@ -242,7 +245,9 @@ async def _jobs_list(client: SeedanceClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _history_timeout(args: argparse.Namespace) -> int:
+def _history_timeout(client: SeedanceClient, args: argparse.Namespace) -> int:
+    if client.connection_lost:  # --timeout-s ran out first: the loss, not the history, is why
+        raise client.lost()
     print(
         f"seedance: could not read tenant {args.tenant!r}'s decisions and costs within "
         f"{args.timeout_s:g} s (--timeout-s): a long history, or NATS at {args.nats_url} "
@@ -358,6 +363,9 @@ async def connect(args: argparse.Namespace) -> SeedanceClient:
         password=args.password or nats_password(),
         inbox_prefix=args.inbox_prefix,
         connect_timeout_s=args.connect_timeout_s,
+        # A command must end rather than wait on a dead server: a lost connection is retried
+        # for as long as the first one was tried.
+        reconnect_for_s=args.connect_timeout_s,
     )
 
 
@@ -415,13 +423,16 @@ def execute(
 ) -> int:
     """Connect as ``args`` say (`connect`), run ``command`` on the client and close it; every
     failure ends in one line on stderr (`fail`) and the exit status the docs give: 69 no NATS
-    at the URL within ``--connect-timeout-s``, 77 the credentials refused (at once), 2 a bad
-    request (``ValueError``), 1 a refusal or rejection, no answer in time (from ``awaited``),
-    a server older than 2.10 or a stream never provisioned; 73 ``--out`` cannot be created, 74
+    at the URL within ``--connect-timeout-s``, or the connection lost while ``command`` ran
+    (retried as long, then given up; any failure while it is down is said as that), or a
+    server older than 2.10 or without JetStream; 77 the credentials refused (at once), 2 a bad
+    request (``ValueError``), 1 a refusal or rejection, no answer in time (from ``awaited``)
+    or a stream never provisioned; 73 ``--out`` cannot be created, 74
     it or stdout cannot be written, 141 stdout's reader went away (`cli_output`, said with no
-    line). Only a failure to connect is "no NATS": an ``OSError`` of the command's own is not
-    (it is a bug, with its traceback). The ``seedance`` CLI's path, and
-    the one other commands that log in take (the cost-ledger's ``report``/``rightsize``)."""
+    line). Only a failure to connect or a lost connection is "no NATS": an ``OSError`` of the
+    command's own, while connected, is not (it is a bug, with its traceback). The ``seedance``
+    CLI's path, and the one other commands that log in take (the cost-ledger's
+    ``report``/``rightsize``)."""
 
     try:
         with guarded_stdout():  # a failed write to stdout is said as one, not as NATS's
@@ -434,21 +445,30 @@ def execute(
         return fail(prog, exc, exc.status)
 
 
+async def _run(args: argparse.Namespace, command: _Command) -> int:
+    """``command`` on a client connected as ``args`` say; a failure while the connection is
+    down raised as that (``BusUnavailable``: "connection ... lost")."""
+    try:
+        client = await connect(args)
+    except OSError as exc:  # a socket failure nats-py raised itself while connecting
+        raise BusUnavailable(f"cannot reach NATS at {args.nats_url}: {exc}", refused=False) from exc
+    async with client:
+        try:
+            return await command(client, args)
+        except Exception as exc:
+            # Whatever a command raises while its connection is down (nats-py's "closed", a
+            # wait that timed out, a stream given up) is the lost connection's doing.
+            if client.connection_lost:
+                raise client.lost() from exc
+            raise
+
+
 def _connected(prog: str, args: argparse.Namespace, command: _Command, awaited: str) -> int:
     """`execute` but for its output's failures."""
-
-    async def run() -> int:
-        try:
-            client = await connect(args)
-        except OSError as exc:  # a socket failure nats-py raised itself while connecting
-            raise BusUnavailable(
-                f"cannot reach NATS at {args.nats_url}: {exc}", refused=False
-            ) from exc
-        async with client:
-            return await command(client, args)
-
     try:
-        return asyncio.run(run())
+        return asyncio.run(_run(args, command))
+    except ServerTooOld as exc:  # no usable NATS there, as for the services (docs/deploy.md)
+        return fail(prog, exc, EXIT_BUS_UNAVAILABLE)
     except BusUnavailable as exc:
         if exc.refused:
             hint = (
@@ -465,7 +485,6 @@ def _connected(prog: str, args: argparse.Namespace, command: _Command, awaited: 
         JobRejectedError,
         PermissionRefused,
         NoDecision,
-        ServerTooOld,
         NoStream,
         ConsumersInUse,
     ) as exc:

@@ -142,7 +142,8 @@ def connection_args(p: argparse.ArgumentParser) -> None:
         "--connect-timeout-s", metavar="SECONDS", type=_seconds,
         default=env(CONNECT_TIMEOUT_VAR, str(DEFAULT_CONNECT_TIMEOUT_S)),
         help=f"give up connecting to NATS after this long (default: ${CONNECT_TIMEOUT_VAR}, "
-        f"else {DEFAULT_CONNECT_TIMEOUT_S:g}); a refused password ends at once",
+        f"else {DEFAULT_CONNECT_TIMEOUT_S:g}), and reconnecting after a lost connection (exit "
+        "69); a refused password ends at once",
     )  # fmt: skip
 
 

@@ -35,7 +35,7 @@ import nats.js.errors
 from seedance.core.bus import Bus, BusSettings
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.drift import Change
-from seedance.core.errors import SeedanceError
+from seedance.core.errors import BusUnavailable, SeedanceError
 from seedance.core.kv import ensure_object_store, provision
 from seedance.events import DecodeError, decode
 from seedance.events.allocation import AllocationAnswer, AllocationQuery
@@ -157,10 +157,15 @@ class SeedanceClient:
         inbox_prefix: str | None = None,
         clock: Clock = WALL_CLOCK,
         connect_timeout_s: float = 10.0,
+        reconnect_for_s: float | None = None,
     ) -> SeedanceClient:
         """Connect; raises ``ServerTooOld`` for a nats-server older than 2.10, and
         ``BusUnavailable`` (saying what to check) when no server answers at ``url`` within
         ``connect_timeout_s`` or the server refuses the credentials (at once).
+
+        A lost connection is retried for ``reconnect_for_s`` (None: for ever), then closed:
+        a cost stream or a wait for a result then raises ``BusUnavailable`` rather than wait
+        on (``connection_lost`` tells a caller whose call failed whether that was why).
 
         A tenant's user may subscribe only to its own inbox prefix
         (``seedance.events.subjects.inbox_prefix(tenant)``): it is taken from a ``tenant-<t>``
@@ -177,6 +182,7 @@ class SeedanceClient:
             inbox_prefix=inbox_prefix or (inbox_prefix_of(tenant) if tenant else None),
             name="seedance-sdk",
             connect_timeout_s=connect_timeout_s,
+            reconnect_for_s=reconnect_for_s,
         )
         violations = Violations(settings.inbox_prefix or "_INBOX")
         # Connecting asks JetStream for the account (a request, answered on the inbox): a
@@ -192,6 +198,15 @@ class SeedanceClient:
 
     async def close(self) -> None:
         await self._bus.close()
+
+    @property
+    def connection_lost(self) -> bool:
+        """The connection is down now (reconnecting, or given up after ``reconnect_for_s``)."""
+        return self._bus.connection_lost
+
+    def lost(self) -> BusUnavailable:
+        """The error saying the connection to the server (named by its URL) was lost."""
+        return self._bus.lost()
 
     async def provision(self) -> list[Change]:
         """Converge every catalogue stream, KV bucket and object store to the catalogue (needs

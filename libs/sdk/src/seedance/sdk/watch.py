@@ -44,10 +44,11 @@ class ConsumersInUse(SeedanceError):
 
 
 class Watch:
-    def __init__(self, nc: Any, queue: asyncio.Queue[Any], js: Any, stream: str, name: str) -> None:
-        self._nc = nc
+    def __init__(self, bus: Bus, queue: asyncio.Queue[Any], stream: str, name: str) -> None:
+        self._bus = bus
+        self._nc = bus.nc
         self._queue = queue
-        self._js = js
+        self._js = bus.js
         self._stream = stream
         self._name = name
 
@@ -57,13 +58,33 @@ class Watch:
         return int(info.num_pending) == 0 and int(info.delivered.consumer_seq or 0) == 0
 
     async def next_msg(self) -> Any:
-        """The next event's message (answering heartbeats and flow control on the way)."""
+        """The next event's message (answering heartbeats and flow control on the way); raises
+        ``BusUnavailable`` once the connection is given up (`BusSettings.reconnect_for_s`),
+        where waiting on would wait for ever."""
         while True:
-            msg = await self._queue.get()
+            msg = await self._next()
             if msg.data:
                 return msg
             if msg.reply:
                 await self._nc.publish(msg.reply, b"")
+
+    async def _next(self) -> Any:
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        gave_up = self._bus.gave_up
+        if gave_up.is_set():
+            raise self._bus.lost()
+        got = asyncio.ensure_future(self._queue.get())
+        lost = asyncio.ensure_future(gave_up.wait())
+        try:
+            await asyncio.wait({got, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not got.done():
+                got.cancel()
+        if got.done() and not got.cancelled():
+            return got.result()
+        raise self._bus.lost()
 
     async def next_data(self) -> bytes:
         return bytes((await self.next_msg()).data)
@@ -115,9 +136,12 @@ async def watching(
                 f"no stream {stream} on this server: Seedance's streams are created by "
                 "`seedance admin provision` (run first by compose and Kubernetes); has it run?"
             ) from None
-        yield Watch(nc, queue, bus.js, stream, name)
+        yield Watch(bus, queue, stream, name)
     finally:
-        await sub.unsubscribe()
+        # A connection given up is closed: nothing left to unsubscribe, and the error that
+        # ended the read (`Watch.next_msg`) must not be replaced by nats-py's "closed".
+        with contextlib.suppress(nats.errors.ConnectionClosedError):
+            await sub.unsubscribe()
         if name:
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
                 await bus.js.delete_consumer(stream, name)

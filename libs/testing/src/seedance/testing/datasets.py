@@ -16,19 +16,33 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import http.client
 import io
 import os
 import shutil
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from seedance.testing.paths import data_dir
 
-__all__ = ["DATASETS", "GENAI_FIRST_HALF_END", "Dataset", "fetch", "main", "sha256", "verify"]
+__all__ = [
+    "DATASETS",
+    "GENAI_FIRST_HALF_END",
+    "PROGRESS_EVERY_S",
+    "STALL_TIMEOUT_S",
+    "Dataset",
+    "download",
+    "fetch",
+    "main",
+    "sha256",
+    "verify",
+]
 
 _GH = "https://raw.githubusercontent.com/"
 _CLUSTERDATA = _GH + "alibaba/clusterdata/7a6c496e4f4b6ce6150be8f881cb051bf2abff42/"
@@ -36,6 +50,13 @@ _CLUSTERDATA = _GH + "alibaba/clusterdata/7a6c496e4f4b6ce6150be8f881cb051bf2abff
 #: The GenTD26 per-pod series are kept to their first ~11.4 hours (the later hours are held back
 #: for evaluation: alibaba-genai-2026's README); rows at or after this timestamp are dropped.
 GENAI_FIRST_HALF_END = 1662899760
+
+#: A download whose origin sends nothing for this long (connecting, or between any two reads)
+#: is given up (``--stall-timeout-s``): a stalled origin must not hang `make data` for ever,
+#: while a slow one that keeps sending is left to finish.
+STALL_TIMEOUT_S = 60.0
+#: A long download says its bytes so far at most this often (on stderr).
+PROGRESS_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -213,46 +234,94 @@ def how_to_fetch(ds: Dataset, name: str) -> str:
     return ds.manual if ds.manual else ds.url + name
 
 
-def fetch(ds: Dataset, name: str, path: Path, digest: str) -> str:
-    """Download one file next to its place and keep it only if its sha256 matches: "ok", "bad"
-    (fetched but not the pinned file) or "missing" (could not fetch, or no public copy)."""
+def download(
+    url: str, dest: Path, *, stall_timeout_s: float, progress_every_s: float = PROGRESS_EVERY_S
+) -> int:
+    """``url`` written to ``dest``; its size. Raises ``TimeoutError`` when the origin sends
+    nothing for ``stall_timeout_s`` (connecting, or any read), ``OSError`` when it ends short
+    of its Content-Length. Says the bytes so far on stderr at most every ``progress_every_s``."""
+    got, last = 0, time.monotonic()
+    with urllib.request.urlopen(url, timeout=stall_timeout_s) as reply, dest.open("wb") as out:
+        size = reply.headers.get("Content-Length")
+        of = f" of {int(size):,}" if size and size.isdigit() else ""
+        while chunk := reply.read(1 << 16):
+            out.write(chunk)
+            got += len(chunk)
+            if time.monotonic() - last >= progress_every_s:
+                print(f"  {got:,}{of} bytes", file=sys.stderr)
+                last = time.monotonic()
+    if of and got < int(size or 0):
+        raise OSError(f"the origin ended after {got:,}{of} bytes")
+    return got
+
+
+def fetch(
+    ds: Dataset,
+    name: str,
+    path: Path,
+    digest: str,
+    *,
+    stall_timeout_s: float = STALL_TIMEOUT_S,
+    progress_every_s: float = PROGRESS_EVERY_S,
+) -> str:
+    """Download one file under a temporary name beside its place and move it there only if its
+    sha256 matches: "ok", or "missing" (could not fetch, not the pinned bytes, no public copy),
+    a failure said in one line naming the file, the URL and the origin. Nothing but the pinned
+    file is ever left where a later run would take it as done."""
     if ds.manual:
         return "missing"
     print(f"fetching {ds.folder}/{name}", file=sys.stderr)
     archive = {f"{stem}.csv": (stem, sha, cut) for stem, sha, cut in ds.archives}.get(name)
+    url = ds.url + name if archive is None else f"{ds.url}{archive[0]}.tar.gz"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".fetching-") as tmp:
             part = Path(tmp) / name
-            if archive is None:
-                urllib.request.urlretrieve(ds.url + name, part)
-            else:
-                stem, archive_sha, cut = archive
-                tgz = Path(tmp) / f"{stem}.tar.gz"
-                urllib.request.urlretrieve(f"{ds.url}{stem}.tar.gz", tgz)
-                if sha256(tgz) != archive_sha:
-                    return "bad"
-                part.write_bytes(from_archive(tgz, stem, cut))
-            if sha256(part) != digest:
-                return "bad"
+            got = Path(tmp) / url.rsplit("/", 1)[-1] if archive else part
+            download(url, got, stall_timeout_s=stall_timeout_s, progress_every_s=progress_every_s)
+            want = digest if archive is None else archive[1]
+            if (have := sha256(got)) != want:
+                raise ValueError(f"sha256 {have}, not the pinned {want}")
+            if archive is not None:
+                part.write_bytes(from_archive(got, archive[0], archive[2]))
+                if (have := sha256(part)) != digest:
+                    raise ValueError(f"its {name} has sha256 {have}, not the pinned {digest}")
             shutil.move(part, path)
-    except (OSError, tarfile.TarError, ValueError) as exc:
-        print(f"  could not fetch: {exc}", file=sys.stderr)
+    except (OSError, http.client.HTTPException, tarfile.TarError, ValueError) as exc:
+        why = (
+            f"no bytes for {stall_timeout_s:g} s (--stall-timeout-s)"
+            if isinstance(exc, TimeoutError)
+            else str(exc) or type(exc).__name__
+        )
+        origin = f" ({ds.origin})" if ds.origin else ""
+        print(
+            f"  could not fetch {ds.folder}/{name} from {url}{origin}: {why}; nothing kept",
+            file=sys.stderr,
+        )
         return "missing"
     return "ok"
 
 
-def verify(root: Path, download: bool) -> int:
-    """Check every file (and fetch the missing ones when ``download``); 0 when every required
-    file is in place, 1 otherwise, naming each missing or wrong one and how to get it."""
+def verify(
+    root: Path,
+    download: bool,
+    *,
+    stall_timeout_s: float = STALL_TIMEOUT_S,
+    datasets: Sequence[Dataset] = DATASETS,
+) -> int:
+    """Check every file of ``datasets`` (and fetch the missing ones when ``download``, each
+    given up after ``stall_timeout_s`` without a byte); 0 when every required file is in
+    place, 1 otherwise, naming each missing or wrong one and how to get it."""
     states: dict[str, list[str]] = {"ok": [], "bad": [], "missing": [], "optional": []}
-    for ds in DATASETS:
+    for ds in datasets:
         for name, digest in ds.files():
             path = root / ds.folder / name
             if path.exists():
                 state = "ok" if sha256(path) == digest else "bad"
+            elif download:
+                state = fetch(ds, name, path, digest, stall_timeout_s=stall_timeout_s)
             else:
-                state = fetch(ds, name, path, digest) if download else "missing"
+                state = "missing"
             if state == "missing" and not ds.required:
                 state = "optional"
             where = "" if state == "ok" else f"\n    {how_to_fetch(ds, name)}\n    sha256 {digest}"
@@ -287,6 +356,16 @@ def _folder(text: str) -> Path:
     return Path(os.path.abspath(text))
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 s: {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tools.gen.data",
@@ -296,5 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--check", action="store_true", help="verify only, download nothing (make data-check)"
     )
+    p.add_argument(
+        "--stall-timeout-s",
+        type=_positive,
+        default=STALL_TIMEOUT_S,
+        help="give a download up after this many seconds without a byte (default: %(default)g)",
+    )
     args = p.parse_args(argv)
-    return verify(args.dir, download=not args.check)
+    return verify(args.dir, download=not args.check, stall_timeout_s=args.stall_timeout_s)

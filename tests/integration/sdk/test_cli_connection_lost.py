@@ -1,0 +1,128 @@
+"""A NATS connection lost in the middle of a command: one line naming the URL, exit 69.
+
+The CLI runs as a real ``seedance`` subprocess under its tenant's shipped user, against a
+pinned nats-server of its own running the shipped authorization, which the test stops while
+the command waits (a cost stream followed, a job's answer awaited). ``--connect-timeout-s``
+also bounds how long the lost connection is retried. Before: the follow waited for ever (the
+client reconnected for ever and the reader sat on an empty queue), and a submit waited its
+whole ``--wait-s`` and ended 1, "no answer", blaming the slicer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from seedance.core import Bus, BusSettings
+from seedance.core.service import EXIT_BUS_UNAVAILABLE
+from seedance.events import new_event_id
+from seedance.events.cost import CostEntry
+from seedance.events.subjects import costs, jobs
+from seedance.testing.paths import REPO
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import eventually, last_stored
+from tests.conftest import shipped_test_server
+from tests.integration.conftest import shipped_password
+from tests.integration.sdk.conftest import TENANT
+
+pytestmark = pytest.mark.slow
+
+AT = datetime(2026, 1, 5, 12, tzinfo=UTC)
+#: How long the CLI tries to reach (and reach again) the server: the bound under test.
+RECONNECT_S = "1"
+#: Python's start-up on a loaded machine plus the bound: the command must end well inside.
+END_WITHIN_S = 60.0
+
+
+async def seedance(url: str, *args: str) -> asyncio.subprocess.Process:
+    user = f"tenant-{TENANT}"
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "seedance.sdk.cli", "--nats-url", url, "--user", user,
+        "--password", shipped_password(user), "--connect-timeout-s", RECONNECT_S, *args,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(REPO),
+    )  # fmt: skip
+
+
+async def ended(proc: asyncio.subprocess.Process) -> tuple[int, str, str]:
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=END_WITHIN_S)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def said_lost(err: str, url: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith(f"seedance: connection to NATS at {url} lost ("), lines[0]
+    assert "--nats-url, --connect-timeout-s" in lines[0]
+
+
+async def admin_of(server: NatsServer) -> Bus:
+    admin = await Bus.connect(
+        BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+    )
+    await admin.ensure_streams()
+    return admin
+
+
+async def test_a_cost_follow_ends_69_once_the_lost_server_is_given_up() -> None:
+    server = shipped_test_server()
+    proc = None
+    try:
+        admin = await admin_of(server)
+        try:
+            await admin.publish(costs.subject(TENANT, "entry"), CostEntry(
+                id=new_event_id(at=AT), at=AT, tenant=TENANT, job_id="lost-1", period_start=AT,
+                period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000,
+                gpu_hours_micro=83_333,
+            ))  # fmt: skip
+        finally:
+            await admin.close()
+        proc = await seedance(server.url, "costs", "watch", "--tenant", TENANT)
+        assert proc.stdout is not None
+        first = await asyncio.wait_for(proc.stdout.readline(), timeout=END_WITHIN_S)
+        assert b"lost-1" in first  # following: the stream was read, the next event awaited
+        server.stop()
+        rc, out, err = await ended(proc)
+        assert (rc, out) == (EXIT_BUS_UNAVAILABLE, "")
+        said_lost(err, server.url)
+        assert f"no reconnection for {RECONNECT_S} s, gave up" in err
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        server.stop()
+
+
+async def test_a_submit_waiting_for_its_answer_ends_69_not_no_answer() -> None:
+    server = shipped_test_server()
+    proc = None
+    try:
+        admin = await admin_of(server)
+        try:
+            proc = await seedance(
+                server.url, "jobs", "submit", "--tenant", TENANT, "--job", "lost-2",
+                "--wait-s", "600",
+            )  # fmt: skip
+            subject = jobs.subject(TENANT, "submitted")
+
+            async def published() -> bool:
+                return await last_stored(admin.js, "SEEDANCE_JOBS", subject) is not None
+
+            await eventually(published, timeout_s=END_WITHIN_S)
+        finally:
+            await admin.close()
+        server.stop()  # no slicer: the CLI waits for an answer that cannot come now
+        rc, out, err = await ended(proc)
+        assert (rc, out) == (EXIT_BUS_UNAVAILABLE, "")
+        said_lost(err, server.url)
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        server.stop()
