@@ -16,16 +16,19 @@ from typing import Any
 
 import msgspec
 import pytest
+from nats.js.errors import NotFoundError
 from prometheus_client import CollectorRegistry
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.core.kv import ensure_bucket
 from seedance.cost_ledger import core
 from seedance.cost_ledger.allocation_api import AllocationApi
 from seedance.cost_ledger.core.replica import LedgerReplica, ledger_inputs
 from seedance.cost_ledger.service import LedgerService
 from seedance.events import decode
-from seedance.events.allocation import AllocationAnswer
+from seedance.events.allocation import AllocationAnswer, AllocationQuery
 from seedance.events.cost import CostEvent, current
+from seedance.events.subjects import api, inbox_prefix, jobs
 from seedance.reports.idle import share_idle
 from seedance.reports.lines import lines_from_events
 from seedance.reports.summary import IDLE_KEY, summarize
@@ -229,3 +232,46 @@ async def test_a_window_out_of_bounds_is_refused_naming_it_and_the_api_answers_o
         after = await acme.allocation("30d", tenant="acme")
     assert after.scope == "acme"
     assert api.metrics.requests_total.labels("tenant", "refusal")._value.get() == 2
+
+
+async def test_an_answer_goes_only_to_the_askers_own_inbox(auth_url: str, admin: Bus) -> None:
+    # The secaudit's F1: acme asked its own allocation with the reply subject set to the
+    # slicer's lease key (or globex's job subject), and the `cost-ledger` user, allowed to
+    # answer any request's reply (`allow_responses`, which its publish denies do not bound),
+    # wrote its refusal there: no slicer leader while acme kept rewriting the lease.
+    lease_key = "slicer.default"
+    forged = (f"$KV.seedance-leases.{lease_key}", jobs.subject("globex", "finished"))
+    leases = await ensure_bucket(admin, "seedance-leases")
+    held = await leases.put(lease_key, b"held by slicer-0")
+    # The operator listens on both targets on the connection it then asks the fleet's on: the
+    # ledger's answers leave in order, so any answer sent to a target before the operator's is
+    # queued there before the operator's arrives.
+    watched = [await admin.nc.subscribe(subject) for subject in forged]
+    service, api_ = replica(auth_url, "alloc-r")
+    acme = await Bus.connect(
+        BusSettings(url=auth_url, user="tenant-acme", password=password("tenant-acme"),
+                    inbox_prefix=inbox_prefix("acme"))
+    )  # fmt: skip
+    try:
+        async with serving(service), await connect(auth_url, "tenant-acme") as acme_sdk:
+            query = msgspec.json.encode(AllocationQuery(window="30d"))
+            for reply in forged:
+                await acme.nc.publish(api.allocation("acme"), query, reply=reply)
+            # anything but the asker's own inbox, an operator's fleet request's included
+            await admin.nc.publish(api.allocation(None), query, reply=f"_INBOX_acme.{lease_key}")
+            await acme.nc.flush()
+            own = await acme_sdk.allocation("30d", tenant="acme")
+            fleet = await admin.nc.request(api.allocation(None), query, timeout=30)
+            async with await connect(auth_url, "admin") as op:  # under acme's inbox
+                asked_for_acme = await op.allocation("30d", tenant="acme")
+    finally:
+        await acme.close()
+    entry = await leases.get(lease_key)
+    assert (entry.revision, entry.value) == (held, b"held by slicer-0")
+    assert [sub.pending_msgs for sub in watched] == [0, 0]
+    with pytest.raises(NotFoundError):
+        await admin.js.get_last_msg("SEEDANCE_JOBS", forged[1])
+    assert own.scope == asked_for_acme.scope == "acme"
+    assert decode(fleet.data, AllocationAnswer).scope == "fleet"
+    assert api_.metrics.replies_refused_total.labels("tenant")._value.get() == 2
+    assert api_.metrics.replies_refused_total.labels("fleet")._value.get() == 1

@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 from seedance.core import serve
 from seedance.core.errors import StartRefused
 from seedance.core.service import EXIT_BUS_UNAVAILABLE, EXIT_START_REFUSED
+from seedance.core.state_store import CorruptState
 
 
 class Refusing:
@@ -76,3 +77,33 @@ def test_a_stop_that_cannot_finish_still_closes_the_service() -> None:
         asyncio.run(serve(service))
     assert ended.value.code == EXIT_BUS_UNAVAILABLE
     assert service.closed
+
+
+class RefusingOnceRunning(Refusing):
+    """Refuses what it finds once running (a new leader's restore, in its task group)."""
+
+    async def start(self) -> None:
+        self.calls.append("start")
+
+    async def run(self) -> None:
+        self.calls.append("run")
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._restore())
+
+    async def _restore(self) -> None:
+        raise CorruptState("state key 'pool.default.j.3' does not decode")
+
+
+async def test_a_refusal_found_once_running_exits_ex_config_with_one_line() -> None:
+    # The slicer's restore of a journal key the cost-ledger's reply had overwritten ended in a
+    # `service_failed` zlib traceback, and the process was restarted into it again.
+    service = RefusingOnceRunning()
+    with capture_logs() as logs, pytest.raises(SystemExit) as exited:
+        await serve(service)
+    assert exited.value.code == EXIT_START_REFUSED
+    (line,) = [e for e in logs if e["log_level"] == "error"]
+    assert (line["event"], line["reason"]) == (
+        "service_refused",
+        "state key 'pool.default.j.3' does not decode",
+    )
+    assert service.calls == ["start", "run", "stop", "close"]

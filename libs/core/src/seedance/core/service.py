@@ -248,7 +248,9 @@ async def serve(service: Service) -> None:
     A signal during ``start()`` (still connecting, provisioning) cancels it and the process
     exits 0, as after a drain. A first connection that fails raises ``SystemExit`` with
     ``EXIT_BUS_UNAVAILABLE`` or ``EXIT_BUS_REFUSED`` after one ``nats_unavailable`` log line.
-    Any other failure ends the process with status 1 after one ``service_failed`` line.
+    ``StartRefused``, from ``start()`` or found once running (a state that does not decode),
+    ends it with ``EXIT_START_REFUSED`` after one ``service_refused`` line. Any other failure
+    ends the process with status 1 after one ``service_failed`` line.
     """
     loop = asyncio.get_running_loop()
     starting = asyncio.ensure_future(service.start())
@@ -279,13 +281,36 @@ async def serve(service: Service) -> None:
             log.error("service_refused", reason=str(exc))
             raise SystemExit(EXIT_START_REFUSED) from None
         await service.run()
-    except Exception:
-        # Not carried on from: the process ends, but with one structured line (the traceback
-        # inside it) rather than the interpreter's multi-line dump.
-        log.exception("service_failed")
-        raise SystemExit(1) from None
+    except Exception as exc:
+        raise _ended(exc) from None
     finally:
         await _stop_and_close(service)
+
+
+def _ended(exc: Exception) -> SystemExit:
+    """How a failed service ends (called while handling ``exc``): a refusal found once
+    running (the state a new leader restores) as a refused start; anything else not carried
+    on from, but with one structured line (the traceback inside it) rather than the
+    interpreter's multi-line dump."""
+    refused = _refusal(exc)
+    if refused is not None:
+        log.error("service_refused", reason=str(refused))
+        return SystemExit(EXIT_START_REFUSED)
+    log.error("service_failed", exc_info=exc)
+    return SystemExit(1)
+
+
+def _refusal(exc: Exception) -> StartRefused | None:
+    """The `StartRefused` that ``exc`` is, or that all of a task group's failures are."""
+    if isinstance(exc, ExceptionGroup):
+        refused, rest = exc.split(StartRefused)
+        if refused is None or rest is not None:
+            return None
+        inner: BaseException = refused
+        while isinstance(inner, BaseExceptionGroup):
+            inner = inner.exceptions[0]
+        exc = inner  # type: ignore[assignment]
+    return exc if isinstance(exc, StartRefused) else None
 
 
 async def _stop_and_close(service: Service) -> None:

@@ -52,21 +52,31 @@ import contextlib
 import secrets
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from seedance.core.bus import TRANSIENT_BUS_ERRORS, Bus
-from seedance.core.errors import SeedanceError
+from seedance.core.errors import SeedanceError, StartRefused
 from seedance.core.kv import ensure_bucket, live_keys
 from seedance.core.logs import get_logger
 
-__all__ = ["Head", "StateConflict", "StateStore", "StoreStats", "decode_record", "encode_records"]
+__all__ = [
+    "CorruptState",
+    "Head",
+    "StateConflict",
+    "StateStore",
+    "StoreStats",
+    "decode_record",
+    "encode_records",
+]
 
 log = get_logger(__name__)
+_T = TypeVar("_T")
 
 #: A chunk or record is at most this many bytes (deflated), under NATS' default 1 MiB payload
 #: with room for the headers.
@@ -78,6 +88,24 @@ _WINDOW = 64
 
 class StateConflict(SeedanceError):
     """Another writer changed the state since this one read it: reload before writing again."""
+
+
+class CorruptState(StartRefused):
+    """A stored key of the state does not decode (not one of this store's writes: a tenant
+    once had the cost-ledger write an allocation answer over the slicer's journal). Not
+    transient, and never skipped (the state would be silently short): the service refuses to
+    run on it, naming the key, for an operator to restore or remove."""
+
+
+def _decoded(key: str, data: bytes, decode: Callable[[bytes], _T]) -> _T:
+    """``decode(data)``, or `CorruptState` naming ``key`` (a broken deflate or msgpack)."""
+    try:
+        return decode(data)
+    except (zlib.error, msgspec.DecodeError) as exc:
+        raise CorruptState(
+            f"state key {key!r} does not decode ({exc}; {len(data)} bytes, starting "
+            f"{data[:24]!r}): not this store's write; restore or remove it"
+        ) from None
 
 
 class Head(msgspec.Struct, frozen=True, kw_only=True):
@@ -248,8 +276,11 @@ class StateStore:
         self._next = 0
         self._sizes = {}
         self._base_bytes = 0
-        entry = await self._get(self._key("head"))
-        if entry is not None and not _claimed(head := _head_dec.decode(entry.value or b"")):
+        head_key = self._key("head")
+        entry = await self._get(head_key)
+        if entry is not None and not _claimed(
+            head := _decoded(head_key, entry.value or b"", _head_dec.decode)
+        ):
             self._head = head
             await self._read_base(head)
             self._next = head.upto + 1
@@ -287,7 +318,7 @@ class StateStore:
                     ended = True
                     break
                 data = slot.value or b""
-                rec = decode_record(data)
+                rec = _decoded(key, data, decode_record)
                 if rec.n != n or (group is not None and rec.token != group):
                     ended = True  # an older record, or another commit's in this one's group
                     break
@@ -345,7 +376,7 @@ class StateStore:
             if entry is None:
                 raise StateConflict(f"base chunk {keys[i]} named by the head is missing")
             data = entry.value or b""
-            chunk = _chunk_dec.decode(zlib.decompress(data))
+            chunk = _decoded(keys[i], data, lambda d: _chunk_dec.decode(zlib.decompress(d)))
             if chunk.token != head.token or chunk.index != i:
                 raise StateConflict(
                     f"base chunk {keys[i]} is {chunk.token}/{chunk.index}, the head names "

@@ -57,6 +57,7 @@ from seedance.events.tenant_subjects import (
     TRUSTED_FAMILIES,
     SubjectShapeError,
     TenantSubject,
+    allocation_reply_prefix,
     allocation_scope,
     owner_of,
     parse_tenant_subject,
@@ -332,9 +333,8 @@ class api:
     to the cost-ledger's allocation API (core request/reply, in no stream).
 
     The tenant is the subject's token, so the server's permissions decide whose allocation a
-    caller may ask for: a tenant publishes only on its own subject, operators on any, and the
-    fleet's (``FLEET``: upper case, so no tenant id can spell it) is an operator's only. Ledger
-    replicas answer in one queue group: each request is answered by one of them.
+    caller may ask for: a tenant its own, operators any and the fleet's (``FLEET``: upper case,
+    no tenant id spells it). Ledger replicas answer in one queue group: one answers each.
     """
 
     #: What the ledger replicas subscribe to (every scope).
@@ -351,9 +351,10 @@ class api:
             return f"{ROOT}.api.{api.FLEET}.allocation"
         return tenant_subject("api", tenant, "allocation")
 
-    #: The tenant a request subject names, ``FLEET`` for the fleet's, None for any other
-    #: subject (a shape this API does not answer).
+    #: The tenant a request subject names (``FLEET``; None: a shape this API does not answer),
+    #: and the only inbox prefix an answer on that scope may go to (its asker's own).
     scope_of = staticmethod(allocation_scope)
+    reply_prefix = staticmethod(allocation_reply_prefix)
 
 
 class dlq:

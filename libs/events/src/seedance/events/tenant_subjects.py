@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from seedance.events.tenant_names import inbox_prefix
 from seedance.events.tokens import check_tenant
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "TRUSTED_FAMILIES",
     "SubjectShapeError",
     "TenantSubject",
+    "allocation_reply_prefix",
     "allocation_scope",
     "owner_of",
     "parse_tenant_subject",
@@ -105,6 +107,21 @@ def allocation_scope(subject: str) -> str | None:
         return check_tenant(parts[2])
     except ValueError:
         return None
+
+
+#: The inbox prefix operators' connections use (nats-py's default, as the services'): the
+#: fleet's allocation is an operator's alone (docs/security.md).
+OPERATOR_INBOX = "_INBOX"
+
+
+def allocation_reply_prefix(scope: str) -> str:
+    """The one prefix the answer to an allocation request on ``scope`` may be sent under: the
+    scope's own inbox, ``_INBOX_<t>.`` for tenant ``t`` (`inbox_prefix`), the operators'
+    ``_INBOX.`` for the fleet's. The ledger may answer any reply subject (nats-server's
+    ``allow_responses`` ignores its publish denies), so a request naming another reply
+    (``$KV.seedance-leases.slicer.default``) is refused unanswered: a tenant once had the
+    ledger overwrite the slicer's lease and state through it."""
+    return f"{OPERATOR_INBOX if scope == FLEET_SCOPE else inbox_prefix(scope)}."
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,29 @@ Owns turning ``SeedanceClient.allocation``'s reply into an ``AllocationAnswer`` 
 exception that says what to fix (a parameter the ledger refused, no ledger answering, none in
 time), and the plain-text table the CLI prints. Must not compute a figure: the ledger answers
 (``seedance.reports.allocation``).
+
+The ledger answers a request only under its scope's own inbox (``api.reply_prefix``): a
+tenant's connection asks its own over its own inbox, an operator the fleet's over its
+``_INBOX``; an operator asking a tenant's listens under that tenant's inbox (`ask`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from decimal import Decimal
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from seedance.core.errors import SeedanceError
 from seedance.events import DecodeError, decode
 from seedance.events.allocation import AllocationAnswer, AllocationRefusal, AllocationReply
+from seedance.events.subjects import api
 from seedance.reports.rightsizing import rightsizing_text
 
-__all__ = ["AllocationRefused", "NoLedger", "allocation_text", "read_reply"]
+__all__ = ["AllocationRefused", "NoLedger", "allocation_text", "ask", "read_reply"]
 
 
 class AllocationRefused(SeedanceError, ValueError):
@@ -30,6 +41,31 @@ class AllocationRefused(SeedanceError, ValueError):
 
 class NoLedger(SeedanceError):
     """No cost-ledger subscribed to the allocation subject (is one running?)."""
+
+
+async def ask(
+    nc: Client, subject: str, payload: bytes, tenant: str | None, timeout_s: float
+) -> Msg:
+    """One request on ``subject`` (``tenant``'s scope, the fleet's for None) whose answer comes
+    under the scope's own inbox (``api.reply_prefix``, where alone the ledger answers): through
+    the connection's own request inbox where that is it, else (an operator asking a tenant's)
+    a one-message subscription there.
+
+    Raises ``nats.errors.NoRespondersError`` and ``nats.errors.TimeoutError`` as ``request``."""
+    reply_prefix = api.reply_prefix(api.FLEET if tenant is None else tenant)
+    if f"{nc._inbox_prefix.decode()}." == reply_prefix:
+        return await nc.request(subject, payload, timeout=timeout_s)
+    inbox = f"{reply_prefix}{uuid.uuid4().hex}"
+    sub = await nc.subscribe(inbox, max_msgs=1)
+    try:
+        await nc.publish(subject, payload, reply=inbox)
+        msg = await sub.next_msg(timeout=timeout_s)
+    finally:
+        with contextlib.suppress(nats.errors.Error):  # gone after its one message
+            await sub.unsubscribe()
+    if msg.headers and msg.headers.get("Status") == "503":
+        raise nats.errors.NoRespondersError
+    return msg
 
 
 def read_reply(data: bytes) -> AllocationAnswer:

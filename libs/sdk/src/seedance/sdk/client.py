@@ -60,7 +60,7 @@ from seedance.events.subjects import (
 )
 from seedance.events.subjects import inbox_prefix as inbox_prefix_of
 from seedance.events.tokens import check_tenant, check_token
-from seedance.sdk.allocation import NoLedger, read_reply
+from seedance.sdk.allocation import NoLedger, ask, read_reply
 from seedance.sdk.job_events import KIND_OF, JobRequest, job_event, job_submitted
 from seedance.sdk.job_status import JobStatus, fold_statuses
 from seedance.sdk.model_chunks import artifact_filter, chunked_request, read_artifact, upload_model
@@ -422,9 +422,9 @@ class SeedanceClient:
             window=window, aggregate=aggregate, include_idle=include_idle,
             share_idle=share_idle, rightsize=rightsize,
         )  # fmt: skip
-        ask = self._bus.nc.request(subject, msgspec.json.encode(query), timeout=timeout_s)
+        asked = ask(self._bus.nc, subject, msgspec.json.encode(query), tenant, timeout_s)
         try:
-            msg = await self._guarded(ask, "asking", subject)
+            msg = await self._guarded(asked, "asking", subject)
         except nats.errors.NoRespondersError:
             raise NoLedger(
                 f"no cost-ledger answers on {subject!r}: is one running (and its NATS user "

@@ -20,6 +20,13 @@ last sequence when the request was handled, and the answer covers exactly its me
 that sequence (the index waits until it has read that far, ``answer_within_s`` at most).
 
 Replicas answer in one queue group (``api.QUEUE``): each request is answered once, by any.
+
+Answers go only to the asker's own inbox (``api.reply_prefix``: ``_INBOX_<t>.`` for tenant
+``t``'s subject, the operators' ``_INBOX.`` for the fleet's). The ``cost-ledger`` user may
+publish a response on any request's reply subject (nats-server's ``allow_responses``, which its
+publish denies do not bound), so a request with any other reply (a KV key, another tenant's
+job subject) is refused here, counted and logged, never answered: a tenant once had the ledger
+overwrite the slicer's lease and state this way.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ log = get_logger(__name__)
 _STREAM = "SEEDANCE_COSTS"
 _REBIND = RetryPolicy(initial_s=0.5, max_s=15.0)
 _FIELD = re.compile(r"`\$\.([A-Za-z_]+)`")
+#: Characters of a refused request's subjects logged (a subject may be up to the payload size).
+_SHOWN = 120
 
 
 class CostIndex:
@@ -92,6 +101,13 @@ class _Metrics:
             "seedance_cost_ledger_allocation_requests_total",
             "Allocation API requests answered, by scope and result (answer or refusal).",
             ["scope", "result"],
+            registry=registry,
+        )
+        self.replies_refused_total = Counter(
+            "seedance_cost_ledger_allocation_replies_refused_total",
+            "Allocation requests left unanswered: their reply subject is not the asker's own "
+            "inbox (api.reply_prefix of the request's scope).",
+            ["scope"],
             registry=registry,
         )
         self.index_seq = Gauge(
@@ -209,8 +225,18 @@ class AllocationApi:
     async def _respond(self, msg: Msg) -> None:
         if not msg.reply:
             return  # a publish, not a request: nobody to answer
+        asked = api.scope_of(msg.subject)
+        scope = "fleet" if asked == api.FLEET else "tenant"
+        if asked is None or not msg.reply.startswith(api.reply_prefix(asked)):
+            self.metrics.replies_refused_total.labels(scope).inc()
+            log.warning(
+                "allocation_reply_refused",
+                subject=msg.subject[:_SHOWN],
+                reply=msg.reply[:_SHOWN],
+                reason="the reply subject is not the asker's own inbox",
+            )
+            return
         reply = await self.answer(msg.subject, msg.data)
-        scope = "fleet" if api.scope_of(msg.subject) == api.FLEET else "tenant"
         result = "answer" if not isinstance(reply, AllocationRefusal) else "refusal"
         self.metrics.requests_total.labels(scope, result).inc()
         with contextlib.suppress(*TRANSIENT_BUS_ERRORS):  # the asker gave up or went away

@@ -1,0 +1,47 @@
+"""A state key that does not decode is refused by name, never read past nor skipped.
+
+The secaudit's F1: tenant-acme had the cost-ledger answer its allocation request on the
+slicer's journal keys (``$KV.seedance-slicer-state.<pool>.j.<n>``), and the slicer, restarted,
+crash-looped on a zlib traceback. Here an operator writes the same bytes (the server no longer
+lets the ledger) over a committed pool's journal record, and next over the slot after it; the
+slicer's shipped user loads the pool with its own store.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.core.errors import StartRefused
+from seedance.core.kv import ensure_bucket
+from seedance.core.state_store import CorruptState
+from tests.integration.conftest import shipped_password
+from tests.integration.durable.test_slicer_restore_lease import an_earlier_leaders_pool, state
+
+#: What the ledger wrote there (its refusal of an empty query).
+LEDGER_ANSWER = b'{"type":"allocation.refusal.v1","parameter":"query","message":"not an'
+
+
+@pytest.mark.parametrize("slot", [0, 1])
+async def test_a_journal_record_that_does_not_decode_refuses_naming_its_key(
+    auth_url: str, admin: Bus, unique: str, slot: int
+) -> None:
+    settings = BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
+    rt = ServiceRuntime("slicer", settings)
+    await rt.start()
+    try:
+        key = f"pool.c{unique}"
+        await an_earlier_leaders_pool(rt, key)  # one commit: journal record j.0
+        bucket = await ensure_bucket(admin, "seedance-slicer-state")
+        await bucket.put(f"{key}.j.{slot}", LEDGER_ANSWER)
+        restarted = await state(rt, key)
+        try:
+            with pytest.raises(CorruptState) as refused:
+                await restarted.load()
+        finally:
+            await restarted.store.close()
+    finally:
+        await rt.close()
+    assert isinstance(refused.value, StartRefused)
+    assert f"state key '{key}.j.{slot}' does not decode" in str(refused.value)
+    assert repr(LEDGER_ANSWER[:24]) in str(refused.value)
