@@ -363,6 +363,15 @@ class PullConsumer:
         assert self._letters is not None
         try:
             await self._letters.send(msg, kind, reason)
+        except nats.errors.MaxPayloadError as exc:
+            # Permanent: the same letter is as large at every delivery (DeadLetters already
+            # sent it without the original's bytes). Said loudly, then terminated, rather than
+            # nak'ed max_deliver times and dropped with nothing said (security audit F3).
+            log.error("dead_letter_too_large", kind=kind, error=repr(exc), subject=msg.subject,
+                      payload_bytes=len(msg.data))  # fmt: skip
+            await msg.term()
+            self._count("dead_letter_failed")
+            return
         except (TimeoutError, nats.errors.Error, NoStream) as exc:
             # The dead-letter stream is unreachable now: keep the original and try again later
             # rather than let one poison message stop the consumer.
