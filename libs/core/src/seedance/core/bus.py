@@ -48,12 +48,14 @@ __all__ = [
 #: What a publish, KV or object-store call raises when the bus is down, slow or refusing for
 #: now (nats-py's and JetStream's errors, timeouts, a dropped socket, a stream that refused a
 #: message, the publisher having re-sent the "not now" answers already): worth a retry later,
-#: never a bug. Catch these, not ``Exception``.
+#: never a bug. Catch these, not ``Exception``. A full stream (`StreamRefused`, which was a
+#: JetStream error here before it had its own name) frees room with retention or a purge.
 TRANSIENT_BUS_ERRORS: tuple[type[BaseException], ...] = (
     nats.errors.Error,
     TimeoutError,
     ConnectionError,
     PublishRefused,
+    StreamRefused,
 )
 
 log = get_logger(__name__)

@@ -37,7 +37,7 @@ from structlog.contextvars import bound_contextvars
 
 from seedance.core.bus import Bus
 from seedance.core.dead_letters import DeadLetters
-from seedance.core.errors import InvalidMessage, NoStream, RetryableError
+from seedance.core.errors import InvalidMessage, NoStream, RetryableError, StreamRefused
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
 from seedance.core.retry import RetryPolicy
@@ -372,7 +372,7 @@ class PullConsumer:
             await msg.term()
             self._count("dead_letter_failed")
             return
-        except (TimeoutError, nats.errors.Error, NoStream) as exc:
+        except (TimeoutError, nats.errors.Error, NoStream, StreamRefused) as exc:
             # The dead-letter stream is unreachable now: keep the original and try again later
             # rather than let one poison message stop the consumer.
             await msg.nak(delay=self._retry.delay_s(msg.metadata.num_delivered))
