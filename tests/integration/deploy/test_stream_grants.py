@@ -297,6 +297,7 @@ async def test_a_service_starts_on_drifted_streams_and_provision_converges_them(
         "mirror",
         "description",
         "max_age",
+        "max_bytes",
         "duplicate_window",
     ]
     assert drifts["SEEDANCE_TELEMETRY"]["fields"] == ["max_age"]
@@ -310,7 +311,7 @@ async def test_a_service_starts_on_drifted_streams_and_provision_converges_them(
         assert changes == [
             "updated: stream SEEDANCE_TELEMETRY (max_age)",
             f"recreated: stream {routing.PLAN_STREAM} "
-            "(mirror, description, max_age, duplicate_window)",
+            "(mirror, description, max_age, max_bytes, duplicate_window)",
         ]
         assert await client.provision() == []  # once
     mirror = (await admin.js.stream_info(routing.PLAN_STREAM)).config.mirror

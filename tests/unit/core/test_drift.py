@@ -110,8 +110,9 @@ def test_a_republish_or_a_stream_transform_is_a_plant() -> None:
 
 def test_what_the_server_fills_is_not_drift() -> None:
     """A config as the server returns it (limits as -1, its metadata, a default duplicate
-    window, placement) against the catalogue's: no drift."""
-    wanted = _config(SPECS["SEEDANCE_JOBS"])
+    window, placement) against the catalogue's: no drift (a stream that leaves its message
+    size to the server's max_payload; SEEDANCE_JOBS bounds it)."""
+    wanted = _config(SPECS["SEEDANCE_COSTS"])
     served = dataclasses.replace(
         wanted,
         max_consumers=-1,

@@ -313,6 +313,7 @@ def _max_file_store(conf: Path) -> int:
     [
         (DEPLOY / "compose" / "nats" / "nats.conf", None),
         (DEPLOY / "k8s" / "base" / "nats" / "nats.conf", DEPLOY / "k8s/base/nats/statefulset.yaml"),
+        (DEPLOY / "k8s/overlays/dev/nats.conf", DEPLOY / "k8s/base/nats/statefulset.yaml"),
     ],
 )
 def test_the_servers_file_store_holds_what_the_catalogue_reserves(
@@ -333,6 +334,16 @@ def test_the_servers_file_store_holds_what_the_catalogue_reserves(
         size = yaml.safe_load(volume.read_text())["spec"]["volumeClaimTemplates"][0]["spec"]
         gib = int(size["resources"]["requests"]["storage"].removesuffix("Gi"))
         assert gib * 1024**3 > allowed
+
+
+def test_every_stream_reserves_its_bytes() -> None:
+    """A stream without max_bytes reserves nothing and grows into the whole max_file_store: one
+    tenant's junk on SEEDANCE_JOBS refused every write of the deployment (audit F2). Bounded,
+    each stream fills only its own reservation, which the test above fits into the server."""
+    from seedance.events.subjects import STREAMS
+
+    unbounded = [s.name for s in STREAMS if s.max_bytes <= 0]
+    assert not unbounded, unbounded
 
 
 def test_the_size_syntax_is_nats_servers() -> None:

@@ -28,7 +28,7 @@ from opentelemetry.context import Context
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.connect_watch import ConnectWatch, describe, who
 from seedance.core.drift import PROVISION_HINT, check_drift, stream_config
-from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld, StartRefused
+from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld, StartRefused, StreamRefused
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch, Message, PubAck, Publisher, PublishRefused
 from seedance.core.tracing import inject_headers, tracer
@@ -48,12 +48,14 @@ __all__ = [
 #: What a publish, KV or object-store call raises when the bus is down, slow or refusing for
 #: now (nats-py's and JetStream's errors, timeouts, a dropped socket, a stream that refused a
 #: message, the publisher having re-sent the "not now" answers already): worth a retry later,
-#: never a bug. Catch these, not ``Exception``.
+#: never a bug. Catch these, not ``Exception``. A full stream (`StreamRefused`, which was a
+#: JetStream error here before it had its own name) frees room with retention or a purge.
 TRANSIENT_BUS_ERRORS: tuple[type[BaseException], ...] = (
     nats.errors.Error,
     TimeoutError,
     ConnectionError,
     PublishRefused,
+    StreamRefused,
 )
 
 log = get_logger(__name__)
@@ -474,10 +476,14 @@ class Bus:
         """Publish one event and wait for the stream's ack (duplicates ack as duplicates)."""
         with tracer().start_as_current_span(f"publish {subject}"):
             headers = inject_headers({Header.MSG_ID.value: event.id})
+            data = encode(event)
             try:
-                return await self.js.publish(
-                    subject, encode(event), headers=headers, timeout=timeout_s
-                )
+                return await self.js.publish(subject, data, headers=headers, timeout=timeout_s)
+            except nats.js.errors.APIError as exc:
+                code = exc.err_code or 0
+                if code in (StreamRefused.FULL, StreamRefused.TOO_LARGE):
+                    raise StreamRefused(subject, code, str(exc.description), len(data)) from exc
+                raise
             except nats.js.errors.NoStreamResponseError as exc:
                 raise NoStream(
                     f"no stream stores {subject!r}: Seedance's streams are created by "

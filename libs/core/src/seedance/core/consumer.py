@@ -37,7 +37,7 @@ from structlog.contextvars import bound_contextvars
 
 from seedance.core.bus import Bus
 from seedance.core.dead_letters import DeadLetters
-from seedance.core.errors import InvalidMessage, NoStream, RetryableError
+from seedance.core.errors import InvalidMessage, NoStream, RetryableError, StreamRefused
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
 from seedance.core.retry import RetryPolicy
@@ -363,7 +363,16 @@ class PullConsumer:
         assert self._letters is not None
         try:
             await self._letters.send(msg, kind, reason)
-        except (TimeoutError, nats.errors.Error, NoStream) as exc:
+        except nats.errors.MaxPayloadError as exc:
+            # Permanent: the same letter is as large at every delivery (DeadLetters already
+            # sent it without the original's bytes). Said loudly, then terminated, rather than
+            # nak'ed max_deliver times and dropped with nothing said (security audit F3).
+            log.error("dead_letter_too_large", kind=kind, error=repr(exc), subject=msg.subject,
+                      payload_bytes=len(msg.data))  # fmt: skip
+            await msg.term()
+            self._count("dead_letter_failed")
+            return
+        except (TimeoutError, nats.errors.Error, NoStream, StreamRefused) as exc:
             # The dead-letter stream is unreachable now: keep the original and try again later
             # rather than let one poison message stop the consumer.
             await msg.nak(delay=self._retry.delay_s(msg.metadata.num_delivered))

@@ -9,6 +9,10 @@ Must not decide what is poison, nor settle the original: the caller does both.
 
 from __future__ import annotations
 
+import hashlib
+
+import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 
 from seedance.core.bus import Bus
@@ -21,6 +25,16 @@ __all__ = ["DeadLetters", "dead_letter_of"]
 
 log = get_logger(__name__)
 
+#: What a letter carries of the original at most, so that the whole letter (base64 payload,
+#: JSON headers, reason) stays under 128 KiB, 1/8 of the server's 1 MiB max_payload: an
+#: 800,000-byte original, base64 in its letter, was over it, and the letter's publish failed
+#: (MaxPayloadError) at every delivery until the message was dropped (security audit F3). The
+#: size and SHA-256 of the whole payload identify it; 64 KiB shows far more than any valid
+#: event (21 KB at most: seedance.events.stream_limits).
+PAYLOAD_PREFIX_BYTES = 64 * 1024
+HEADERS_MAX_BYTES = 8 * 1024
+REASON_MAX_CHARS = 4096
+
 
 def dead_letter_of(
     msg: Msg, *, service: str, kind: str, reason: str, letter_id: str | None = None
@@ -31,6 +45,14 @@ def dead_letter_of(
     a deterministic replica passes one derived from the message, so its twins' letters are one.
     """
     md = msg.metadata
+    data = bytes(msg.data)
+    headers: dict[str, str] = {}
+    used = 0
+    for name, value in (msg.headers or {}).items():
+        used += len(msgspec.json.encode({name: value}))  # as the letter will carry it
+        if used > HEADERS_MAX_BYTES:
+            break
+        headers[name] = value
     return DeadLetter(
         id=letter_id or new_event_id(),
         at=md.timestamp,
@@ -39,9 +61,16 @@ def dead_letter_of(
         stream_seq=md.sequence.stream,
         num_delivered=md.num_delivered,
         error_kind=kind,
-        reason=reason,
-        payload=msg.data,
-        headers=dict(msg.headers or {}),
+        reason=reason[:REASON_MAX_CHARS],
+        payload=data[:PAYLOAD_PREFIX_BYTES],
+        headers=headers,
+        payload_bytes=len(data),
+        payload_sha256=hashlib.sha256(data).hexdigest(),
+        truncated=(
+            len(data) > PAYLOAD_PREFIX_BYTES
+            or len(headers) < len(msg.headers or {})
+            or len(reason) > REASON_MAX_CHARS
+        ),
     )
 
 
@@ -74,7 +103,14 @@ class DeadLetters:
     async def send(self, msg: Msg, kind: str, reason: str) -> DeadLetter:
         """Publish the letter for ``msg`` and wait for the stream's ack."""
         letter = self.letter(msg, kind, reason)
-        await self._bus.publish(dlq.subject(self.service), letter)
+        try:
+            await self._bus.publish(dlq.subject(self.service), letter)
+        except nats.errors.MaxPayloadError:
+            # Never at the bounds above under a 1 MiB max_payload; on a server configured
+            # smaller, the letter without the original's bytes (its size and SHA-256 stay)
+            # rather than a failure every delivery repeats until the message is dropped.
+            letter = msgspec.structs.replace(letter, payload=b"", headers={}, truncated=True)
+            await self._bus.publish(dlq.subject(self.service), letter)
         log.warning(
             "message_dead_lettered",
             service=self.service,
@@ -82,5 +118,7 @@ class DeadLetters:
             reason=reason,
             subject=msg.subject,
             stream_seq=msg.metadata.sequence.stream,
+            payload_bytes=letter.payload_bytes,
+            truncated=letter.truncated,
         )
         return letter

@@ -21,7 +21,7 @@ from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from seedance.core.errors import StartRefused
 from seedance.core.logs import get_logger
@@ -51,6 +51,12 @@ OPERATOR_DELETE_HINT = (
     "of its mirror's origin), then run `seedance admin provision` again"
 )
 
+#: What to do with a stream whose update the server refused (`converge`).
+REFUSED_HINT = (
+    "fix what the server names (raise max_file_store for a reservation) or have the operator "
+    "back the stream up and delete it (`nats stream backup`, `nats stream rm`), then run "
+    "`seedance admin provision` again"
+)
 #: StreamConfig fields a comparison leaves out, each for its reason; every other field is
 #: compared (`drift`), so a field a later nats-py adds is compared until it is listed here.
 _UNCOMPARED = {
@@ -141,6 +147,8 @@ def stream_config(spec: StreamSpec, replicas: int) -> js_api.StreamConfig:
         max_age=spec.max_age_s,
         max_bytes=spec.max_bytes,
         max_msgs_per_subject=spec.max_msgs_per_subject,
+        max_msg_size=spec.max_msg_size,
+        discard=js_api.DiscardPolicy.NEW if spec.discard_new else js_api.DiscardPolicy.OLD,
         duplicate_window=spec.duplicate_window_s,
         num_replicas=replicas,
     )
@@ -407,7 +415,17 @@ async def converge(
             await js.add_stream(wanted)
             changes.append(Change(name, "recreated", found.fields))
             continue
-        await js.update_stream(wanted if stream else _merged(actual, wanted))
+        try:
+            await js.update_stream(wanted if stream else _merged(actual, wanted))
+        except APIError as exc:
+            # A change the server will not make in place (a retention or storage an operator
+            # set by hand, a reservation past max_file_store: err_code 10047): the others are
+            # converged all the same, and this one names the server's reason.
+            refused = f"{exc.err_code}: {exc.description}"
+            fix = f"the server refused the update ({refused}); {REFUSED_HINT}"
+            log.error("stream_update_refused", stream=name, fields=list(found.fields), fix=fix)
+            changes.append(Change(name, "left", found.fields, fix))
+            continue
         changes.append(Change(name, "updated", found.fields))
     return changes
 

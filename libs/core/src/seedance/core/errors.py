@@ -21,6 +21,7 @@ __all__ = [
     "ServerTooOld",
     "SettingsError",
     "StartRefused",
+    "StreamRefused",
 ]
 
 
@@ -56,6 +57,32 @@ class SettingsError(ValueError):
 
 class NoStream(SeedanceError):
     """Nothing stores the subject published to: the streams have not been provisioned."""
+
+
+class StreamRefused(SeedanceError):
+    """The stream refused the message for good: it is full (``max_bytes`` reached on a stream
+    that refuses new messages, JetStream err_code 10077) or the message is over its
+    ``max_msg_size`` (10054). Re-sending it is refused the same way until room is made."""
+
+    #: JetStream's error codes for the two refusals.
+    FULL = 10077
+    TOO_LARGE = 10054
+
+    def __init__(self, subject: str, stream_err_code: int, description: str, size: int) -> None:
+        if stream_err_code == self.FULL:
+            what = (
+                f"stream full: the stream storing {subject!r} holds its max_bytes and takes "
+                "no new message until retention or an operator frees room "
+                f"(server: {description})"
+            )
+        else:
+            what = (
+                f"message too large: {size} bytes on {subject!r} is over its stream's "
+                f"max_msg_size (server: {description})"
+            )
+        super().__init__(what)
+        self.subject = subject
+        self.err_code = stream_err_code
 
 
 class BusUnavailable(SeedanceError):

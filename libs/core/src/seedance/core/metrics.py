@@ -15,7 +15,8 @@ class BusMetrics:
         prefix = f"seedance_{service.replace('-', '_')}"
         self.messages_total = Counter(
             f"{prefix}_messages_total",
-            "Messages settled, by durable consumer and outcome (ack, nak, dead_letter).",
+            "Messages settled, by durable consumer and outcome "
+            "(ack, nak, dead_letter, dead_letter_failed, ignored).",
             ["durable", "outcome"],
             registry=registry,
         )

@@ -16,6 +16,13 @@ class DeadLetter(Event, frozen=True, kw_only=True, tag="dlq.dead_letter.v1"):
     num_delivered: int | None = None
     error_kind: str
     reason: str
-    #: The original payload, base64 (it may not be valid UTF-8 or JSON at all).
+    #: The original payload, base64 (it may not be valid UTF-8 or JSON at all); only its
+    #: first bytes where ``truncated`` (a letter must fit the server's max_payload, which the
+    #: whole original, base64, need not: security audit F3).
     payload: bytes
     headers: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The original payload's whole size and SHA-256 (hex), whatever ``payload`` carries.
+    payload_bytes: int | None = None
+    payload_sha256: str | None = None
+    #: Whether ``payload``, ``headers`` or ``reason`` carry less than the original's.
+    truncated: bool = False

@@ -47,6 +47,13 @@ class StreamSpec:
     max_bytes: int = -1
     #: At most this many messages per subject, the oldest discarded (-1: no limit).
     max_msgs_per_subject: int = -1
+    #: The largest message the stream takes (-1: the server's max_payload); a larger publish
+    #: is refused by the server (err_code 10054).
+    max_msg_size: int = -1
+    #: ``True``: at ``max_bytes`` the stream refuses new messages (err_code 10077, "maximum
+    #: bytes exceeded") rather than evict its oldest: where tenants write, evicting would drop
+    #: another tenant's unprocessed requests.
+    discard_new: bool = False
     description: str = ""
     #: A stream that merges others into one order (every reader sees the same interleaving).
     sources: tuple[StreamSource, ...] = ()

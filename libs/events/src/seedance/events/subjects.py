@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TypedDict, Unpack
 
+from seedance.events.api_subjects import api
 from seedance.events.specs import (
     BucketSpec,
     ConsumerSpec,
@@ -43,6 +44,7 @@ from seedance.events.stores import (
     quota_usage_key,
     replica_key,
 )
+from seedance.events.stream_limits import LIMITS
 from seedance.events.tenant_names import (
     TENANT_CONSUMERS,
     consumer_create,
@@ -50,15 +52,12 @@ from seedance.events.tenant_names import (
     tenant_consumers,
 )
 from seedance.events.tenant_subjects import (
-    FLEET_SCOPE,
     ROOT,
     TENANT_KINDS,
     TENANT_PUBLISHED,
     TRUSTED_FAMILIES,
     SubjectShapeError,
     TenantSubject,
-    allocation_reply_prefix,
-    allocation_scope,
     owner_of,
     parse_tenant_subject,
     published_by_tenant,
@@ -328,35 +327,6 @@ class ledger:
         return f"{ROOT}.ledger.idle.{check_token('node', node)}"
 
 
-class api:
-    """``seedance.api.<tenant>.allocation`` and ``seedance.api.FLEET.allocation``: requests
-    to the cost-ledger's allocation API (core request/reply, in no stream).
-
-    The tenant is the subject's token, so the server's permissions decide whose allocation a
-    caller may ask for: a tenant its own, operators any and the fleet's (``FLEET``: upper case,
-    no tenant id spells it). Ledger replicas answer in one queue group: one answers each.
-    """
-
-    #: What the ledger replicas subscribe to (every scope).
-    ALLOCATIONS = f"{ROOT}.api.*.allocation"
-    #: The scope token of the fleet's allocation (not a valid tenant id: upper case).
-    FLEET = FLEET_SCOPE
-    #: The queue group the ledger replicas answer in.
-    QUEUE = "cost-ledger-api"
-
-    @staticmethod
-    def allocation(tenant: str | None) -> str:
-        """A tenant's request subject, or the fleet's for ``None``."""
-        if tenant is None:
-            return f"{ROOT}.api.{api.FLEET}.allocation"
-        return tenant_subject("api", tenant, "allocation")
-
-    #: The tenant a request subject names (``FLEET``; None: a shape this API does not answer),
-    #: and the only inbox prefix an answer on that scope may go to (its asker's own).
-    scope_of = staticmethod(allocation_scope)
-    reply_prefix = staticmethod(allocation_reply_prefix)
-
-
 class dlq:
     """``seedance.dlq.<service>``: messages that will never be handled, with the reason."""
 
@@ -371,7 +341,7 @@ class dlq:
 
 _DAY_S = 86_400.0
 
-STREAMS: tuple[StreamSpec, ...] = (
+_DECLARED: tuple[StreamSpec, ...] = (
     # Tenants' requests and trusted observers' job events: one stream, so the slicer reads both
     # in one order.
     StreamSpec(
@@ -385,7 +355,6 @@ STREAMS: tuple[StreamSpec, ...] = (
         "SEEDANCE_TELEMETRY",
         (telemetry.ALL,),
         max_age_s=3600.0,
-        max_bytes=2 * 1024**3,
         description="GPU samples, inventory, health",
     ),
     StreamSpec(
@@ -403,7 +372,6 @@ STREAMS: tuple[StreamSpec, ...] = (
         slicing.PLAN_STREAM,
         (slicing.MIG_PLANS,),
         max_age_s=3600.0,
-        max_bytes=64 * 1024**2,
         max_msgs_per_subject=64,
         description="MIG plans per node (the node agents take them live; none are read here)",
     ),
@@ -436,7 +404,6 @@ STREAMS: tuple[StreamSpec, ...] = (
         models.STREAM,
         (models.ALL,),
         max_age_s=_DAY_S,
-        max_bytes=1024**3,
         description="compile uploads and artifacts in chunks, on each tenant's own subjects",
     ),
     # The duplicate window is long because cost-ledger replicas publish the same entries (same
@@ -455,7 +422,6 @@ STREAMS: tuple[StreamSpec, ...] = (
         ledger.IN_STREAM,
         (),
         max_age_s=7 * _DAY_S,
-        max_bytes=4 * 1024**3,
         description="cost-ledger inputs (sourced from slicing decisions and telemetry)",
         sources=(
             StreamSource("SEEDANCE_SLICING", slicing.PLACEMENTS),
@@ -479,12 +445,15 @@ STREAMS: tuple[StreamSpec, ...] = (
         ledger.NODE_STREAM,
         (),
         max_age_s=7 * _DAY_S,
-        max_bytes=1024**3,
         description="the slicer's decisions, for the node agents (a mirror of the ledger's input)",
         mirror=StreamSource(ledger.IN_STREAM, slicing.ALL),
     ),
     StreamSpec("SEEDANCE_DLQ", (dlq.ALL,), max_age_s=30 * _DAY_S, description="dead letters"),
 )
+#: Every stream bounded in bytes, and where tenants write, in message size with discard new
+#: (`seedance.events.stream_limits`: why, and each figure's reason); a stream missing there
+#: fails the import.
+STREAMS = tuple(replace(s, **LIMITS[s.name]._asdict()) for s in _DECLARED)
 
 
 class _ConsumerOptions(TypedDict, total=False):

@@ -31,7 +31,8 @@ list`` read what the bus holds (the tenant's own decisions and costs) and print 
 table (``--json`` for machines); a job the bus knows nothing of exits 1.
 
 Exit status: 0 done; 1 the server or the slicer refused (a permission named by its subject), a
-rejection, a request no node type of the fleet could hold (``unsatisfiable``: it stays
+rejection, a request the stream refused ("stream full", "message too large"), a request no
+node type of the fleet could hold (``unsatisfiable``: it stays
 queued and is placed if the fleet changes), an unknown job, no answer in time; 2 usage or a
 request over a declared bound; 69 (``EX_UNAVAILABLE``) no NATS at the URL within the bound, a
 server older than 2.10 or without JetStream (as the services), or the connection lost while the
@@ -51,7 +52,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
-from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld
+from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld, StreamRefused
 from seedance.core.logs import configure_logging
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
 from seedance.core.settings import nats_password
@@ -486,6 +487,7 @@ def _connected(prog: str, args: argparse.Namespace, command: _Command, awaited: 
         PermissionRefused,
         NoDecision,
         NoStream,
+        StreamRefused,
         ConsumersInUse,
     ) as exc:
         return fail(prog, exc, 1)

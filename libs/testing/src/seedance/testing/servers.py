@@ -193,6 +193,7 @@ def auth_server(
     detach: bool = False,
     monitor: bool = False,
     provisioned: bool = True,
+    max_file_store: str = "",
 ) -> NatsServer:
     """A server running the authorization block ``text`` as `seedance.events.nats_config`
     renders it (the shipped file, another ``AuthChoices``' render, an older shipped config),
@@ -205,7 +206,8 @@ def auth_server(
     ``store``, ``port``, ``detach`` and ``monitor`` are `NatsServer`'s. ``provisioned``: the
     ``provisioner`` (where the block has one, else the operator ``admin``) has run `provision`
     on it, as a deployment does before any service starts; services may not create what they
-    miss."""
+    miss. ``max_file_store`` (nats-server's size syntax, e.g. ``32M``) bounds its JetStream
+    store, as the shipped configs do (a deployment's store filling, at a test's scale)."""
     from seedance.core.auth_callout import new_issuer
     from seedance.core.xkeys import new_curve_keys
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR, CALLOUT_XKEY_VAR
@@ -217,6 +219,8 @@ def auth_server(
         defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
     if f"${CALLOUT_XKEY_VAR}" in text:
         defs += f"{CALLOUT_XKEY_VAR}: {(xkey or new_curve_keys()).public_key}\n"
+    if max_file_store:
+        defs += f"jetstream {{ max_file_store: {max_file_store} }}\n"
     server = NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
     # as a deployment does: the provisioner where the block has one (an older block, the
     # operator)
@@ -287,6 +291,7 @@ def shipped_auth_server(
     monitor: bool = False,
     provisioned: bool = True,
     xkey: Any = None,
+    max_file_store: str = "",
 ) -> NatsServer:
     """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
     every user's password variable defined as ``password(user)`` and fresh auth-callout
@@ -309,4 +314,5 @@ def shipped_auth_server(
         detach=detach,
         monitor=monitor,
         provisioned=provisioned,
+        max_file_store=max_file_store,
     )

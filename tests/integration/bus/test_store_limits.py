@@ -1,0 +1,181 @@
+"""One stream filling stops writes to that stream only; a tenant's oversized request is refused
+by the server; an oversized undecodable one is dead-lettered, truncated, once (security audit
+F2 and F3: /work/notes/secaudit-proofs p1, p3).
+
+Against the pinned nats-server running the shipped authorization, each writer as its shipped
+user: tenants ``tenant-acme`` / ``tenant-globex``, ``slicer``, ``cost-ledger``,
+``graph-compiler``. The store-filling test scales the catalogue down (every reservation / 1024)
+on a server whose ``max_file_store`` is scaled the same way, so that it fills in megabytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import nats.js.errors
+import pytest
+
+from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.core.errors import StreamRefused
+from seedance.events import decode
+from seedance.events.dlq import DeadLetter
+from seedance.events.stream_limits import JOB_EVENT_MAX_BYTES
+from seedance.events.subjects import STREAMS, costs, dlq, graph, inbox_prefix, jobs, slicing
+from seedance.graph_compiler.service import GraphCompilerService
+from seedance.graph_compiler.settings import GraphCompilerSettings
+from seedance.sdk.client import SeedanceClient
+from seedance.testing.identities import ADMIN, as_user, password
+from seedance.testing.servers import shipped_auth_server
+from seedance.testing.waits import eventually, last_stored, wait_consumer_settled
+from tests.conftest import serving
+
+#: The catalogue at 1/1024 of its size (GiB -> MiB), on a server with 1/1024 of the shipped
+#: 48G store (nats-server's M is 10**6 bytes): 15.8 MiB reserved, the rest free.
+_SCALE = 1024
+_SMALL_STORE = "46M"
+
+
+async def _as(url: str, user: str) -> Bus:
+    if user.startswith("tenant-"):  # a tenant's replies come to its own inbox prefix only
+        prefix = inbox_prefix(user.removeprefix("tenant-"))
+        return await Bus.connect(as_user(url, user, inbox_prefix=prefix))
+    return await Bus.connect(as_user(url, user))
+
+
+@pytest.fixture
+async def small_store() -> AsyncIterator[tuple[str, Bus]]:
+    """A shipped-auth server with a small store, the scaled catalogue created by the operator."""
+    server = shipped_auth_server(password, provisioned=False, max_file_store=_SMALL_STORE)
+    try:
+        admin = await _as(server.url, ADMIN)
+        try:
+            scaled = [replace(s, max_bytes=s.max_bytes // _SCALE) for s in STREAMS]
+            await admin.ensure_streams(scaled)
+            yield server.url, admin
+        finally:
+            await admin.close()
+    finally:
+        server.stop()
+
+
+async def test_a_tenants_request_over_the_stream_message_bound_is_refused(auth_url: str):
+    """The server refuses it (err_code 10054) before any reader sees it: no valid job event is
+    over 21 KB (audit p4), and 1 MiB ones filled the store 1 MiB at a time (p1)."""
+    acme = await _as(auth_url, "tenant-acme")
+    try:
+        over = b"x" * (JOB_EVENT_MAX_BYTES + 1)
+        with pytest.raises(nats.js.errors.BadRequestError) as refused:
+            await acme.js.publish(jobs.subject("acme", "submitted"), over)
+        assert refused.value.err_code == StreamRefused.TOO_LARGE
+        ack = await acme.js.publish(jobs.subject("acme", "submitted"), b"x" * 21_230)
+        assert ack.stream == "SEEDANCE_JOBS"
+    finally:
+        await acme.close()
+
+
+async def _fill(tenant: Bus, size: int) -> nats.js.errors.APIError | None:
+    """Publish ``size``-byte junk as acme until refused (the refusal), at most 1000 times."""
+    for _ in range(1000):
+        try:
+            await tenant.js.publish(jobs.subject("acme", "submitted"), b"j" * size)
+        except nats.js.errors.APIError as exc:
+            return exc
+    return None
+
+
+async def test_a_full_tenant_stream_stops_no_other_stream(small_store: tuple[str, Bus]):
+    url, admin = small_store
+    acme, slicer, ledger = (
+        await _as(url, "tenant-acme"), await _as(url, "slicer"), await _as(url, "cost-ledger")
+    )  # fmt: skip
+    user = "tenant-globex"
+    globex = await SeedanceClient.connect(url, user=user, password=password(user))
+    try:
+        # Under the message bound, so that only the stream's bytes stop it: large ones (35 fill
+        # the scaled 2 MiB; the store's free 30 MB takes 500), then smaller into what is left.
+        refusals = [await _fill(acme, size) for size in (60_000, 4096, 256)]
+        # The slicer's placements and the ledger's entries are still taken.
+        placed = await slicer.js.publish(slicing.subject("acme", "placement"), b"{}")
+        assert placed.stream == "SEEDANCE_SLICING"
+        entry = await ledger.js.publish(costs.subject("globex", "entry"), b"{}")
+        assert entry.stream == "SEEDANCE_COSTS"
+        assert all(r is not None and r.err_code == StreamRefused.FULL for r in refusals), refusals
+        held = (await admin.js.stream_info("SEEDANCE_JOBS")).state.bytes
+        assert held <= 2 * 1024**3 // _SCALE
+        # What a tenant can still do: the stream's NEW requests wait for retention or a purge,
+        # and the SDK says why.
+        with pytest.raises(StreamRefused, match="stream full"):
+            await globex.submit_job("globex", "j1", gpus=1)
+    finally:
+        for bus in (acme, slicer, ledger):
+            await bus.close()
+        await globex.close()
+
+
+async def test_an_oversized_undecodable_request_is_dead_lettered_once(auth_url: str):
+    """800,000 undecodable bytes on the tenant's own compile subject: the letter carries the
+    first 64 KiB, the size and the SHA-256, and says it was truncated (its base64 whole was
+    over max_payload: the publish failed at each delivery and the message was dropped)."""
+    body = b"\xff" * 800_000
+    acme = await _as(auth_url, "tenant-acme")
+    admin = await _as(auth_url, ADMIN)
+    runtime = ServiceRuntime("graph-compiler", as_user(auth_url, "graph-compiler"))
+    compiler = GraphCompilerService(runtime, GraphCompilerSettings())
+    subject = dlq.subject("graph-compiler")
+    try:
+        async with serving(compiler):
+            await acme.js.publish(graph.subject("acme", "request"), body)
+
+            async def lettered() -> bool:
+                return await last_stored(admin.js, "SEEDANCE_DLQ", subject) is not None
+
+            await eventually(lettered, 30.0, what="the dead letter in SEEDANCE_DLQ")
+            await wait_consumer_settled(admin, "SEEDANCE_GRAPH", "compiler-requests")
+        stored = await last_stored(admin.js, "SEEDANCE_DLQ", subject)
+        letter = decode(stored.data, DeadLetter)
+        assert letter.truncated
+        assert letter.payload_bytes == len(body)
+        assert letter.payload_sha256 == hashlib.sha256(body).hexdigest()
+        assert letter.payload == body[: 64 * 1024]
+        assert letter.num_delivered == 1
+        info = await admin.js.stream_info("SEEDANCE_DLQ", subjects_filter=subject)
+        assert info.state.subjects == {subject: 1}
+    finally:
+        await acme.close()
+        await admin.close()
+
+
+async def test_provision_gives_an_existing_stream_its_limits_and_names_a_refused_update():
+    """An upgrade's provision updates the streams an older catalogue made unbounded, and a
+    stream whose update the server refuses (a storage an operator changed by hand) is left,
+    named with the server's reason, while the others are still converged."""
+    from nats.js import api as js_api
+
+    from seedance.core.drift import converge, stream_config
+    from seedance.testing.servers import NatsServer
+
+    wanted = {
+        s.name: stream_config(s, 1) for s in STREAMS if s.name in ("SEEDANCE_JOBS", "SEEDANCE_DLQ")
+    }
+    with NatsServer() as server:
+        bus = await Bus.connect(BusSettings(url=server.url, name="test-provision"))
+        try:
+            old_jobs = replace(wanted["SEEDANCE_JOBS"], max_bytes=-1, max_msg_size=-1,
+                               discard=js_api.DiscardPolicy.OLD)  # fmt: skip
+            hand_made = replace(wanted["SEEDANCE_DLQ"], max_bytes=-1,
+                                storage=js_api.StorageType.MEMORY)  # fmt: skip
+            await bus.js.add_stream(hand_made)
+            await bus.js.add_stream(old_jobs)
+            changes = await converge(bus.js, [wanted["SEEDANCE_DLQ"], wanted["SEEDANCE_JOBS"]])
+            assert [(c.stream, c.action) for c in changes] == [
+                ("SEEDANCE_DLQ", "left"), ("SEEDANCE_JOBS", "updated")
+            ]  # fmt: skip
+            assert "can not change storage type" in changes[0].fix
+            jobs_now = (await bus.js.stream_info("SEEDANCE_JOBS")).config
+            assert jobs_now.max_bytes == 2 * 1024**3
+            assert jobs_now.max_msg_size == JOB_EVENT_MAX_BYTES
+            assert jobs_now.discard == js_api.DiscardPolicy.NEW
+        finally:
+            await bus.close()
