@@ -243,3 +243,44 @@ async def test_provision_gives_an_existing_stream_its_limits_and_names_a_refused
         finally:
             await bus.close()
 
+
+async def test_provision_leaves_a_stream_already_over_its_new_bound():
+    """An upgrade's bound below what a stream already holds is not applied: the refuse-when-full
+    SEEDANCE_JOBS would refuse every write from then, the evict-oldest SEEDANCE_DLQ would drop
+    its oldest letters silently (review R3, R4). Provision leaves both, naming each stream, its
+    bytes, the new bound and the purge or raise to do; both still take writes, nothing lost."""
+    from nats.js import api as js_api
+
+    from seedance.core.drift import converge, stream_config
+    from seedance.testing.servers import NatsServer
+
+    bound = 64 * 1024
+    wanted = [
+        replace(stream_config(s, 1), max_bytes=bound)
+        for s in STREAMS
+        if s.name in ("SEEDANCE_JOBS", "SEEDANCE_DLQ")
+    ]
+    with NatsServer() as server:
+        bus = await Bus.connect(BusSettings(url=server.url, name="test-provision"))
+        try:
+            for config, subject in zip(wanted, (jobs.subject("acme", "submitted"),
+                                                dlq.subject("slicer")), strict=True):  # fmt: skip
+                old = replace(config, max_bytes=-1, max_msg_size=-1,
+                              discard=js_api.DiscardPolicy.OLD)  # fmt: skip
+                await bus.js.add_stream(old)
+                for _ in range(4):
+                    await bus.js.publish(subject, b"o" * 30_000)
+            changes = await converge(bus.js, wanted)
+            assert [(c.stream, c.action) for c in changes] == [
+                ("SEEDANCE_JOBS", "left"), ("SEEDANCE_DLQ", "left")
+            ]  # fmt: skip
+            for change in changes:
+                assert f"its new max_bytes {bound}" in change.fix
+                assert f"nats stream purge {change.stream}" in change.fix
+                info = await bus.js.stream_info(change.stream)
+                assert info.config.max_bytes == -1
+                assert info.state.messages == 4
+                assert f"it holds {info.state.bytes} bytes" in change.fix
+            await bus.js.publish(jobs.subject("acme", "submitted"), b"{}")
+        finally:
+            await bus.close()
