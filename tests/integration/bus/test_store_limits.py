@@ -13,15 +13,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import nats.js.errors
 import pytest
 
 from seedance.core import Bus, BusSettings, ServiceRuntime
 from seedance.core.errors import StreamRefused
-from seedance.events import decode
+from seedance.events import decode, encode, new_event_id
 from seedance.events.dlq import DeadLetter
-from seedance.events.stream_limits import JOB_EVENT_MAX_BYTES
+from seedance.events.jobs import JobSubmitted, ResourceRequest
+from seedance.events.stream_limits import JOB_EVENT_MAX_BYTES, LIMITS
 from seedance.events.subjects import STREAMS, costs, dlq, graph, inbox_prefix, jobs, slicing
 from seedance.graph_compiler.service import GraphCompilerService
 from seedance.graph_compiler.settings import GraphCompilerSettings
@@ -32,9 +34,10 @@ from seedance.testing.waits import eventually, last_stored, wait_consumer_settle
 from tests.conftest import serving
 
 #: The catalogue at 1/1024 of its size (GiB -> MiB), on a server with 1/1024 of the shipped
-#: 48G store (nats-server's M is 10**6 bytes): 15.8 MiB reserved, the rest free.
+#: 32G store (nats-server's M is 10**6 bytes): 9.4 MiB reserved, the rest free.
 _SCALE = 1024
-_SMALL_STORE = "46M"
+_SMALL_STORE = "31M"
+_JOBS_BYTES = LIMITS["SEEDANCE_JOBS"].max_bytes
 
 
 async def _as(url: str, user: str) -> Bus:
@@ -75,6 +78,66 @@ async def test_a_tenants_request_over_the_stream_message_bound_is_refused(auth_u
         await acme.close()
 
 
+_TRACEPARENT = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+
+
+def _widest_valid_submission() -> bytes:
+    """job.submitted.v1 at every character bound of its schema, each character a control
+    character (msgspec writes it as a 6-byte ``\\u00XX``, wider than any UTF-8 character): the
+    largest job event decode() accepts (review R5, /tmp/review-store/p_valid_event_refused.py)."""
+    ch = "\x01"
+    event = JobSubmitted(
+        id=new_event_id(),
+        at=datetime.now(UTC),
+        job_id="j-1",
+        tenant="acme",
+        request=ResourceRequest(gpu_models=[f"{i:02d}" + ch * 62 for i in range(32)]),
+        labels={f"{i:02d}" + ch * 61: ch * 256 for i in range(64)},
+    )
+    data = encode(event)
+    decode(data)  # valid by the schema's own validation
+    return data
+
+
+async def test_the_widest_valid_job_event_is_stored(auth_url: str):
+    """The schema bounds characters, the stream bytes: a valid event in the widest encoding
+    (134,686 bytes) is taken by SEEDANCE_JOBS, with room for a trace context's headers."""
+    data = _widest_valid_submission()
+    assert len(data) > 128 * 1024
+    acme = await _as(auth_url, "tenant-acme")
+    try:
+        ack = await acme.js.publish(
+            jobs.subject("acme", "submitted"),
+            data,
+            headers={"Nats-Msg-Id": decode(data).id, "traceparent": _TRACEPARENT},
+        )
+        assert ack.stream == "SEEDANCE_JOBS"
+    finally:
+        await acme.close()
+
+
+def test_the_test_servers_have_the_shipped_store() -> None:
+    """Tests, the demo and the local stack (`shipped_auth_server`, `NatsServer`) run with the
+    shipped 32G max_file_store, not nats-server's default of 75 % of the machine's free disk:
+    provisioning the catalogue needs no free disk for its reservations (review R6)."""
+    import json
+    import urllib.request
+
+    from seedance.testing.servers import NatsServer
+
+    starts = (lambda: shipped_auth_server(password, provisioned=False, monitor=True),
+              lambda: NatsServer(monitor=True))  # fmt: skip
+    for start in starts:
+        server = start()
+        try:
+            assert server.monitor_url is not None
+            with urllib.request.urlopen(f"{server.monitor_url}/varz", timeout=10) as reply:
+                varz = json.loads(reply.read())
+            assert varz["jetstream"]["config"]["max_storage"] == 32 * 10**9
+        finally:
+            server.stop()
+
+
 async def _fill(tenant: Bus, size: int) -> nats.js.errors.APIError | None:
     """Publish ``size``-byte junk as acme until refused (the refusal), at most 1000 times."""
     for _ in range(1000):
@@ -93,8 +156,8 @@ async def test_a_full_tenant_stream_stops_no_other_stream(small_store: tuple[str
     user = "tenant-globex"
     globex = await SeedanceClient.connect(url, user=user, password=password(user))
     try:
-        # Under the message bound, so that only the stream's bytes stop it: large ones (35 fill
-        # the scaled 2 MiB; the store's free 30 MB takes 500), then smaller into what is left.
+        # Under the message bound, so that only the stream's bytes stop it: large ones (9 fill
+        # the scaled 512 KiB; the store's free 21 MB takes 350), then smaller into what is left.
         refusals = [await _fill(acme, size) for size in (60_000, 4096, 256)]
         # The slicer's placements and the ledger's entries are still taken.
         placed = await slicer.js.publish(slicing.subject("acme", "placement"), b"{}")
@@ -103,7 +166,7 @@ async def test_a_full_tenant_stream_stops_no_other_stream(small_store: tuple[str
         assert entry.stream == "SEEDANCE_COSTS"
         assert all(r is not None and r.err_code == StreamRefused.FULL for r in refusals), refusals
         held = (await admin.js.stream_info("SEEDANCE_JOBS")).state.bytes
-        assert held <= 2 * 1024**3 // _SCALE
+        assert held <= _JOBS_BYTES // _SCALE
         # What a tenant can still do: the stream's NEW requests wait for retention or a purge,
         # and the SDK says why.
         with pytest.raises(StreamRefused, match="stream full"):
@@ -174,8 +237,50 @@ async def test_provision_gives_an_existing_stream_its_limits_and_names_a_refused
             ]  # fmt: skip
             assert "can not change storage type" in changes[0].fix
             jobs_now = (await bus.js.stream_info("SEEDANCE_JOBS")).config
-            assert jobs_now.max_bytes == 2 * 1024**3
+            assert jobs_now.max_bytes == _JOBS_BYTES
             assert jobs_now.max_msg_size == JOB_EVENT_MAX_BYTES
             assert jobs_now.discard == js_api.DiscardPolicy.NEW
+        finally:
+            await bus.close()
+
+
+async def test_provision_leaves_a_stream_already_over_its_new_bound():
+    """An upgrade's bound below what a stream already holds is not applied: the refuse-when-full
+    SEEDANCE_JOBS would refuse every write from then, the evict-oldest SEEDANCE_DLQ would drop
+    its oldest letters silently (review R3, R4). Provision leaves both, naming each stream, its
+    bytes, the new bound and the purge or raise to do; both still take writes, nothing lost."""
+    from nats.js import api as js_api
+
+    from seedance.core.drift import converge, stream_config
+    from seedance.testing.servers import NatsServer
+
+    bound = 64 * 1024
+    wanted = [
+        replace(stream_config(s, 1), max_bytes=bound)
+        for s in STREAMS
+        if s.name in ("SEEDANCE_JOBS", "SEEDANCE_DLQ")
+    ]
+    with NatsServer() as server:
+        bus = await Bus.connect(BusSettings(url=server.url, name="test-provision"))
+        try:
+            for config, subject in zip(wanted, (jobs.subject("acme", "submitted"),
+                                                dlq.subject("slicer")), strict=True):  # fmt: skip
+                old = replace(config, max_bytes=-1, max_msg_size=-1,
+                              discard=js_api.DiscardPolicy.OLD)  # fmt: skip
+                await bus.js.add_stream(old)
+                for _ in range(4):
+                    await bus.js.publish(subject, b"o" * 30_000)
+            changes = await converge(bus.js, wanted)
+            assert [(c.stream, c.action) for c in changes] == [
+                ("SEEDANCE_JOBS", "left"), ("SEEDANCE_DLQ", "left")
+            ]  # fmt: skip
+            for change in changes:
+                assert f"its new max_bytes {bound}" in change.fix
+                assert f"nats stream purge {change.stream}" in change.fix
+                info = await bus.js.stream_info(change.stream)
+                assert info.config.max_bytes == -1
+                assert info.state.messages == 4
+                assert f"it holds {info.state.bytes} bytes" in change.fix
+            await bus.js.publish(jobs.subject("acme", "submitted"), b"{}")
         finally:
             await bus.close()

@@ -57,6 +57,14 @@ REFUSED_HINT = (
     "back the stream up and delete it (`nats stream backup`, `nats stream rm`), then run "
     "`seedance admin provision` again"
 )
+#: What to do with a stream holding more than the max_bytes it is to get (`converge`).
+OVER_BOUND_HINT = (
+    "it holds {held} bytes, more than its new max_bytes {bound}: not applied (a full stream "
+    "refusing new messages would refuse every write, one evicting its oldest would drop them); "
+    "the operator purges what may go (`nats stream purge {stream} --keep <n>`, after `nats "
+    "stream backup {stream} <dir>`) or raises its bound (seedance.events.stream_limits, with "
+    "max_file_store), then runs `seedance admin provision` again"
+)
 #: StreamConfig fields a comparison leaves out, each for its reason; every other field is
 #: compared (`drift`), so a field a later nats-py adds is compared until it is listed here.
 _UNCOMPARED = {
@@ -392,14 +400,24 @@ async def converge(
         name = wanted.name or ""
         stream = _kind(name) == "stream"
         try:
-            actual = (await js.stream_info(name)).config
+            info = await js.stream_info(name)
         except NotFoundError:
             if stream:
                 await js.add_stream(wanted)
                 changes.append(Change(name, "created"))
             continue
+        actual = info.config
         found = drift(wanted, actual)
         if found is None:
+            continue
+        held = info.state.bytes
+        if "max_bytes" in found.fields and 0 < (wanted.max_bytes or -1) < held:
+            # Applied, a refuse-when-full stream would refuse every write and an evict-oldest
+            # one would drop its oldest history without a word (review R3, R4): the operator
+            # chooses.
+            fix = OVER_BOUND_HINT.format(stream=name, held=held, bound=wanted.max_bytes)
+            log.error("stream_over_new_bound", stream=name, bytes=held, max_bytes=wanted.max_bytes)
+            changes.append(Change(name, "left", found.fields, fix))
             continue
         # A bucket's or store's stream is never deleted here (its keys or objects may be
         # nowhere else), nor a stream this user may not delete: the operator's, by hand.

@@ -30,11 +30,15 @@ _KIB = 1024
 _MIB = 1024**2
 _GIB = 1024**3
 
-#: The largest message ``SEEDANCE_JOBS`` takes. The largest valid job event is 21,230 bytes
-#: (`job.submitted.v1` with 64 labels of 256 characters, the most `seedance.events.jobs`
-#: validates: security audit p4); 64 KiB is three times that, room for the headers (trace
-#: context, ``Nats-Msg-Id``) and a new field, and 1/16 of the server's 1 MiB ``max_payload``.
-JOB_EVENT_MAX_BYTES = 64 * _KIB
+#: The largest message ``SEEDANCE_JOBS`` takes. The schema bounds characters, the stream bytes:
+#: ``job.submitted.v1`` at `seedance.events.jobs`' maxima (64 labels of a 63-character key and
+#: a 256-character value, 32 GPU models of 64 characters) in its widest encoding, every
+#: character a control character msgspec writes as ``\u00XX`` (6 bytes; UTF-8 is at most 4), is
+#: 134,686 bytes (tests/integration/bus/test_store_limits.py builds and stores it; review R5:
+#: 64 KiB refused schema-valid CJK, emoji and control-character events). 256 KiB is 1.9 times
+#: that, room for the headers (trace context, ``Nats-Msg-Id``) and a new field, and 1/4 of the
+#: server's 1 MiB ``max_payload``.
+JOB_EVENT_MAX_BYTES = 256 * _KIB
 
 
 class StreamLimit(NamedTuple):
@@ -44,24 +48,38 @@ class StreamLimit(NamedTuple):
 
 
 #: Per stream: its reservation, largest message and discard policy. Trusted writers' streams
-#: keep discard old (their oldest go first at the bound, as SEEDANCE_TELEMETRY always did);
-#: the figures are what a deployment's 30 days (400 for costs) hold at the demo fleet's rates
-#: with ample room, and an operator with a larger fleet raises them with ``max_file_store``.
+#: keep discard old (their oldest go first at the bound, as SEEDANCE_TELEMETRY always did).
+#: The streams bounded before audit F2 keep their figures (TELEMETRY, NODE_PLANS, MODELS,
+#: LEDGER_IN, NODE_DECISIONS: 8.06 GiB); the ones it bounded share 1.38 GiB, so that with the
+#: object stores (16.25 GiB) the catalogue reserves 25.69 GiB and the shipped ``max_file_store``
+#: 32G (29.80 GiB) keeps 4.1 GiB for the KV buckets, which reserve nothing (review R2, R6, R7:
+#: 48G broke compose upgrades and the Kubernetes volume claim). Each figure: a typical event's
+#: bytes x what the retention holds, far above the compose/demo fleet (a few nodes, tens of jobs
+#: a day). A larger fleet raises the stream's figure here and ``max_file_store`` with it
+#: (docs/deploy.md); the test in tests/unit/deploy/test_images.py holds the sum under it.
 LIMITS: dict[str, StreamLimit] = {
-    "SEEDANCE_JOBS": StreamLimit(2 * _GIB, JOB_EVENT_MAX_BYTES, discard_new=True),
+    # ~1 KiB a job event, ~4 a job: 512 MiB is ~500,000 events, ~4,000 jobs a day for the 30
+    # days' retention; full, it refuses new requests (never evicts an unhandled one).
+    "SEEDANCE_JOBS": StreamLimit(512 * _MIB, JOB_EVENT_MAX_BYTES, discard_new=True),
     "SEEDANCE_TELEMETRY": StreamLimit(2 * _GIB),
-    "SEEDANCE_SLICING": StreamLimit(2 * _GIB),
+    # ~0.5 KiB a placement/release/share, a few per job: ~500,000 over 30 days.
+    "SEEDANCE_SLICING": StreamLimit(256 * _MIB),
     "SEEDANCE_NODE_PLANS": StreamLimit(64 * _MIB),
-    "SEEDANCE_ROUTING": StreamLimit(512 * _MIB),
-    "SEEDANCE_ROUTING_PLAN": StreamLimit(512 * _MIB),
+    # Route observations and the router's plans, one day's retention: ~0.5 KiB each, ~130,000 a
+    # day (1.5 a second) each.
+    "SEEDANCE_ROUTING": StreamLimit(64 * _MIB),
+    "SEEDANCE_ROUTING_PLAN": StreamLimit(64 * _MIB),
     # Tenants' compile requests and the compiler's results (a result's report lists every
-    # fallback node, so no message bound below max_payload here): refused when full.
-    "SEEDANCE_GRAPH": StreamLimit(256 * _MIB, discard_new=True),
+    # fallback node, so no message bound below max_payload here), ~10 KiB a pair: ~13,000 over
+    # 30 days. Refused when full.
+    "SEEDANCE_GRAPH": StreamLimit(128 * _MIB, discard_new=True),
     "SEEDANCE_MODELS": StreamLimit(_GIB),
-    "SEEDANCE_COSTS": StreamLimit(2 * _GIB),
+    # Ledger entries, ~0.5 KiB each, kept 400 days: ~1,300 a day.
+    "SEEDANCE_COSTS": StreamLimit(256 * _MIB),
     "SEEDANCE_LEDGER_IN": StreamLimit(4 * _GIB),
     "SEEDANCE_NODE_DECISIONS": StreamLimit(_GIB),
     # Dead letters: each at most 1/8 of max_payload (seedance.core.dead_letters), the oldest
-    # go first, so a tenant's flood of junk never stops a reader from setting one aside.
-    "SEEDANCE_DLQ": StreamLimit(512 * _MIB),
+    # go first, so a tenant's flood of junk never stops a reader from setting one aside; 128
+    # MiB is at least 1,000 of the largest, far more of the usual few-KiB ones.
+    "SEEDANCE_DLQ": StreamLimit(128 * _MIB),
 }

@@ -25,6 +25,7 @@ from typing import Any
 from seedance.testing.paths import REPO
 
 __all__ = [
+    "SHIPPED_MAX_FILE_STORE",
     "NatsServer",
     "auth_server",
     "generated_auth",
@@ -38,6 +39,12 @@ __all__ = [
 SHIPPED_AUTH = REPO / "deploy" / "auth" / "nats-auth.conf"
 #: A config's own JetStream store (``store_dir: ...`` in its ``jetstream`` block).
 _STORE_DIR = re.compile(r"^\s*store_dir\s*:", re.M)
+_JETSTREAM = re.compile(r"^\s*jetstream\s*[:{]", re.M)
+#: The shipped servers' ``max_file_store`` (deploy/compose/nats/nats.conf): every server here has
+#: it unless told otherwise, so that the catalogue's reservations fit as they do in a deployment
+#: and never depend on the machine's free disk (without it nats-server allows 75 % of the free
+#: disk, and a test, the demo or the local stack failed to provision on a fuller disk: review R6).
+SHIPPED_MAX_FILE_STORE = "32G"
 #: The digest `make install` checks the binary against, with the version it is of.
 PIN = REPO / "tools" / "nats-server.sha256"
 
@@ -77,7 +84,9 @@ class NatsServer:
     ``files`` are written beside ``config`` (what its ``include``s name, e.g. a deployment's
     ``auth.conf``), and ``env`` is the server's whole environment (a deployment's config reads
     its passwords from it; the caller's by default). A ``config`` that sets its own
-    ``store_dir`` keeps it: the server refuses it together with ``-sd``."""
+    ``store_dir`` keeps it: the server refuses it together with ``-sd``. ``max_file_store``
+    (nats-server's size syntax; the shipped one by default, "" for the server's own default)
+    bounds the JetStream store, unless ``config`` has a ``jetstream`` block of its own."""
 
     def __init__(
         self,
@@ -89,7 +98,10 @@ class NatsServer:
         monitor: bool = False,
         files: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
+        max_file_store: str = SHIPPED_MAX_FILE_STORE,
     ) -> None:
+        if max_file_store and (config is None or not _JETSTREAM.search(config)):
+            config = f"jetstream {{ max_file_store: {max_file_store} }}\n" + (config or "")
         if store is not None:
             store.mkdir(parents=True, exist_ok=True)
         self.dir = store or Path(tempfile.mkdtemp(prefix="seedance-nats-"))
@@ -193,7 +205,7 @@ def auth_server(
     detach: bool = False,
     monitor: bool = False,
     provisioned: bool = True,
-    max_file_store: str = "",
+    max_file_store: str = SHIPPED_MAX_FILE_STORE,
 ) -> NatsServer:
     """A server running the authorization block ``text`` as `seedance.events.nats_config`
     renders it (the shipped file, another ``AuthChoices``' render, an older shipped config),
@@ -207,7 +219,7 @@ def auth_server(
     ``provisioner`` (where the block has one, else the operator ``admin``) has run `provision`
     on it, as a deployment does before any service starts; services may not create what they
     miss. ``max_file_store`` (nats-server's size syntax, e.g. ``32M``) bounds its JetStream
-    store, as the shipped configs do (a deployment's store filling, at a test's scale)."""
+    store, the shipped one by default (`NatsServer`)."""
     from seedance.core.auth_callout import new_issuer
     from seedance.core.xkeys import new_curve_keys
     from seedance.events.nats_config import CALLOUT_ISSUER_VAR, CALLOUT_XKEY_VAR
@@ -219,9 +231,14 @@ def auth_server(
         defs += f"{CALLOUT_ISSUER_VAR}: {(issuer or new_issuer()).public_key.decode()}\n"
     if f"${CALLOUT_XKEY_VAR}" in text:
         defs += f"{CALLOUT_XKEY_VAR}: {(xkey or new_curve_keys()).public_key}\n"
-    if max_file_store:
-        defs += f"jetstream {{ max_file_store: {max_file_store} }}\n"
-    server = NatsServer(config=defs + text, store=store, port=port, detach=detach, monitor=monitor)
+    server = NatsServer(
+        config=defs + text,
+        store=store,
+        port=port,
+        detach=detach,
+        monitor=monitor,
+        max_file_store=max_file_store,
+    )
     # as a deployment does: the provisioner where the block has one (an older block, the
     # operator)
     by = PROVISIONER if PROVISIONER in users else OPERATOR
@@ -291,7 +308,7 @@ def shipped_auth_server(
     monitor: bool = False,
     provisioned: bool = True,
     xkey: Any = None,
-    max_file_store: str = "",
+    max_file_store: str = SHIPPED_MAX_FILE_STORE,
 ) -> NatsServer:
     """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
     every user's password variable defined as ``password(user)`` and fresh auth-callout
