@@ -4,12 +4,16 @@ directory as the Makefile does."""
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import io
+import os
 import re
+import socket
 import subprocess
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -310,3 +314,44 @@ def test_the_stall_timeout_is_a_positive_number_of_seconds(
         with pytest.raises(SystemExit):
             data.main(["--check", "--stall-timeout-s", bad])
         assert "--stall-timeout-s" in capsys.readouterr().err
+
+
+def test_a_connect_that_times_out_is_said_as_a_stall(
+    origin: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An origin that never answers the connect (its SYN dropped): urllib wraps the timeout in
+    URLError, which was said as `<urlopen error timed out>`, not as the stall it is."""
+
+    def stalled_connect(*args: object, **kwargs: object) -> socket.socket:
+        raise TimeoutError("timed out")  # what the connect raises after stall_timeout_s
+
+    monkeypatch.setattr(http.client.socket, "create_connection", stalled_connect)
+    ds = data.Dataset("f", sums=f"{'0' * 64}  b.csv", url=origin, origin="a test origin")
+    assert data.verify(tmp_path, download=True, stall_timeout_s=0.5, datasets=(ds,)) == 1
+    assert (
+        f"  could not fetch f/b.csv from {origin}b.csv (a test origin): no bytes for 0.5 s "
+        "(--stall-timeout-s); nothing kept\n"
+    ) in capsys.readouterr().err
+
+
+def test_a_fetch_removes_what_a_killed_run_left_but_not_a_live_run_s(
+    origin: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `make data` killed mid-download left its `.fetching-*` folder (the partial file in
+    it) for ever; a later fetch beside it removes one untouched for ABANDONED_AFTER_S."""
+    folder = tmp_path / "f"
+    left = folder / ".fetching-killed"
+    left.mkdir(parents=True)
+    (left / "t.csv").write_bytes(b"x" * 10)
+    old = time.time() - 7 * 24 * 3600  # a week: past ABANDONED_AFTER_S
+    for p in (left / "t.csv", left):
+        os.utime(p, (old, old))
+    live = folder / ".fetching-live"  # another run's, writing now
+    live.mkdir()
+    (live / "u.csv").write_bytes(b"y")
+    body = b"ok\n"
+    _Origin.bodies["/t.csv"] = body
+    ds = data.Dataset("f", sums=f"{data.hashlib.sha256(body).hexdigest()}  t.csv", url=origin)
+    assert data.verify(tmp_path, download=True, datasets=(ds,)) == 0
+    assert sorted(p.name for p in folder.iterdir()) == [".fetching-live", "t.csv"]
+    assert f"  removed {left}, left by a download that did not finish" in capsys.readouterr().err

@@ -64,3 +64,28 @@ async def test_our_own_close_is_no_loss() -> None:
     await watch.closed()
     assert watch._giving_up is None
     assert (closes, watch.gave_up.is_set()) == ([], False)
+
+
+async def test_our_own_close_while_the_give_up_waits_is_no_give_up() -> None:
+    # Bus.close while reconnecting: the give-up timer already runs. Before, reconnect_for_s
+    # later it logged nats_reconnect_given_up, closed again and set gave_up for our own close.
+    watch, closes = watching(reconnect_for_s=0.05)
+    await watch.disconnected()
+    giving_up = watch._giving_up
+    assert giving_up is not None
+    watch.closing = True  # set by Bus.close before it closes
+    await watch.closed()
+    await asyncio.wait_for(giving_up, timeout=5)  # its bound passes, with the close ours
+    assert (closes, watch.gave_up.is_set()) == ([], False)
+
+
+async def test_bus_close_cancels_a_waiting_give_up() -> None:
+    watch, closes = watching(reconnect_for_s=60)
+    await watch.disconnected()
+    giving_up = watch._giving_up
+    assert giving_up is not None
+    watch.closing = True
+    watch.stop_giving_up()  # what Bus.close calls: the task ends now, not a minute later
+    await asyncio.gather(giving_up, return_exceptions=True)
+    assert giving_up.cancelled()
+    assert (closes, watch.gave_up.is_set(), watch._giving_up) == ([], False, None)

@@ -89,6 +89,8 @@ class BusSettings:
 
 #: nats-py's per-attempt socket timeout, within the overall bound above.
 _ATTEMPT_TIMEOUT_S = 5.0
+#: nats-py's wait between reconnect attempts (its default), shortened under ``reconnect_for_s``.
+_RECONNECT_WAIT_S = 2.0
 #: A service refused the creation of a missing stream looks for it again this often (the
 #: operator's provision creates it), and says what it waits for at most once a minute.
 _PROVISION_POLL_S = 1.0
@@ -136,6 +138,39 @@ def check_server_version(version: tuple[int, int, int], minimum: tuple[int, int,
         )
 
 
+def _nats_options(
+    settings: BusSettings, watch: ConnectWatch, on_error: Callable[[Exception], Awaitable[None]]
+) -> dict[str, object]:
+    """nats-py's connect options for ``settings``, its callbacks ``watch``'s."""
+    kwargs: dict[str, object] = {
+        "servers": [u.strip() for u in settings.url.split(",")],
+        "name": settings.name,
+        "connect_timeout": min(_ATTEMPT_TIMEOUT_S, settings.connect_timeout_s),
+        "error_cb": on_error,
+        "disconnected_cb": watch.disconnected,
+        "reconnected_cb": watch.reconnected,
+        "closed_cb": watch.closed,
+        "max_reconnect_attempts": -1,
+        "allow_reconnect": True,
+        # Draining waits for in-flight messages of every subscription; bound it so that a
+        # SIGTERM'd service exits well inside Kubernetes' 30 s grace period.
+        "drain_timeout": 5,
+    }
+    if settings.reconnect_for_s is not None:
+        # nats-py waits reconnect_time_wait (2 s) between attempts at a server: with a
+        # bound as short as a command line's, the give-up could come before the attempt
+        # after a short outage. Four attempts at least within the bound.
+        kwargs["reconnect_time_wait"] = min(_RECONNECT_WAIT_S, settings.reconnect_for_s / 4)
+    if settings.inbox_prefix:
+        kwargs["inbox_prefix"] = settings.inbox_prefix
+    if settings.creds:
+        kwargs["user_credentials"] = settings.creds
+    if settings.user:
+        kwargs["user"] = settings.user
+        kwargs["password"] = settings.password or ""
+    return kwargs
+
+
 class Bus:
     """One NATS connection and its JetStream context, shared by a process's components."""
 
@@ -150,6 +185,9 @@ class Bus:
         self._watch: ConnectWatch | None = None
         self._never_lost = asyncio.Event()  # a bus built without `connect` watches nothing
         self._awaited: set[str] = set()
+        #: Set by `close` when nothing could be drained (the connection was reconnecting):
+        #: what was in flight is redelivered elsewhere. A service's stop reports it (exit 69).
+        self.undrained: BaseException | None = None
 
     @property
     def awaiting(self) -> frozenset[str]:
@@ -184,27 +222,7 @@ class Bus:
             if error_cb is not None:
                 await error_cb(exc)
 
-        kwargs: dict[str, object] = {
-            "servers": [u.strip() for u in settings.url.split(",")],
-            "name": settings.name,
-            "connect_timeout": min(_ATTEMPT_TIMEOUT_S, settings.connect_timeout_s),
-            "error_cb": on_error,
-            "disconnected_cb": watch.disconnected,
-            "reconnected_cb": watch.reconnected,
-            "closed_cb": watch.closed,
-            "max_reconnect_attempts": -1,
-            "allow_reconnect": True,
-            # Draining waits for in-flight messages of every subscription; bound it so that a
-            # SIGTERM'd service exits well inside Kubernetes' 30 s grace period.
-            "drain_timeout": 5,
-        }
-        if settings.inbox_prefix:
-            kwargs["inbox_prefix"] = settings.inbox_prefix
-        if settings.creds:
-            kwargs["user_credentials"] = settings.creds
-        if settings.user:
-            kwargs["user"] = settings.user
-            kwargs["password"] = settings.password or ""
+        kwargs = _nats_options(settings, watch, on_error)
         nc = NATS()
         watch.close_connection = nc.close
         # nats-py types its options one by one (connect_timeout as an int, though it takes a
@@ -281,13 +299,18 @@ class Bus:
         return (self._watch or ConnectWatch(self.settings, self.clock)).lost()
 
     async def close(self) -> None:
+        """Drain and close. While reconnecting nothing can be drained: closed all the same
+        (an open connection's reconnect loop would outlive the process's end), and
+        ``undrained`` says so, for a service to report (the command line need not)."""
         if self.nc.is_closed:
             return
         if self._watch is not None:
             self._watch.closing = True
+            self._watch.stop_giving_up()  # our own close: the give-up is not news any more
         await self.publisher.close()
         if self.nc.is_reconnecting:  # nothing to drain; nats-py refuses to drain now
             await self.nc.close()
+            self.undrained = nats.errors.ConnectionReconnectingError()
             return
         try:
             await self.nc.drain()

@@ -129,11 +129,21 @@ class ConnectWatch:
         try:
             await asyncio.wait_for(self._back.wait(), limit_s)
         except TimeoutError:
+            if self.closing:  # closed by us meanwhile (`stop_giving_up` came too late)
+                return
+            self._giving_up = None  # closing now: not to be cancelled (`stop_giving_up`)
             log.warning("nats_reconnect_given_up", url=self.settings.url, after_s=limit_s)
             if self.close_connection is not None:
                 with contextlib.suppress(Exception):
                     await self.close_connection()
             self.gave_up.set()
+
+    def stop_giving_up(self) -> None:
+        """Our own close: a give-up still waiting is cancelled (it would log, close and set
+        ``gave_up`` for a connection that was closed on purpose)."""
+        if self._giving_up is not None:
+            self._giving_up.cancel()
+            self._giving_up = None
 
     async def reconnected(self) -> None:
         self._failing_since_log = 0

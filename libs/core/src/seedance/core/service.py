@@ -235,11 +235,15 @@ class ServiceRuntime(Lifecycle):
             await c.close()
         if self._http:
             await self._http.stop()
+        undrained = None
         if self._bus is not None:
             await self._bus.close()
+            undrained = self._bus.undrained
             self._bus = None
         self._started = False
         self._failed = False
+        if undrained is not None:  # closed while reconnecting: `serve` exits 69 on it
+            raise undrained
 
 
 async def serve(service: Service) -> None:

@@ -52,8 +52,11 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
+from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld, StreamRefused
 from seedance.core.logs import configure_logging
+from seedance.core.publisher import PublishRefused
+from seedance.core.reader import ReaderInterrupted
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
 from seedance.core.settings import nats_password
 from seedance.events.cost import BudgetAlert, CostEntry, JobCostReport, PauseRequest
@@ -446,6 +449,14 @@ def execute(
         return fail(prog, exc, exc.status)
 
 
+#: What a command fails with because its connection is down.
+_LOSS_ERRORS: tuple[type[BaseException], ...] = (
+    *(e for e in TRANSIENT_BUS_ERRORS if e not in (PublishRefused, StreamRefused)),
+    OSError,
+    ReaderInterrupted,
+)
+
+
 async def _run(args: argparse.Namespace, command: _Command) -> int:
     """``command`` on a client connected as ``args`` say; a failure while the connection is
     down raised as that (``BusUnavailable``: "connection ... lost")."""
@@ -457,9 +468,10 @@ async def _run(args: argparse.Namespace, command: _Command) -> int:
         try:
             return await command(client, args)
         except Exception as exc:
-            # Whatever a command raises while its connection is down (nats-py's "closed", a
-            # wait that timed out, a stream given up) is the lost connection's doing.
-            if client.connection_lost:
+            # A connection error while the connection is down (nats-py's "reconnecting" or
+            # "closed", a wait that timed out, a read cut short) is the lost connection's
+            # doing; a refusal or a bad argument meanwhile is what it is.
+            if client.connection_lost and isinstance(exc, _LOSS_ERRORS):
                 raise client.lost() from exc
             raise
 

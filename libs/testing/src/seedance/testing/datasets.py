@@ -57,6 +57,9 @@ GENAI_FIRST_HALF_END = 1662899760
 STALL_TIMEOUT_S = 60.0
 #: A long download says its bytes so far at most this often (on stderr).
 PROGRESS_EVERY_S = 5.0
+#: A ``.fetching-*`` folder untouched this long was left by a killed run: the next fetch beside
+#: it removes it.
+ABANDONED_AFTER_S = 6 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,24 @@ def download(
     return got
 
 
+def remove_abandoned(folder: Path, *, now: float | None = None) -> list[Path]:
+    """Remove the ``.fetching-*`` folders in ``folder`` that nothing touched for
+    ``ABANDONED_AFTER_S`` (a run killed mid-download left them; a live run writes within its
+    stall timeout or gives up, and removes its own); the ones removed, each said on stderr."""
+    now = time.time() if now is None else now
+    removed = []
+    for tmp in sorted(folder.glob(".fetching-*")):
+        try:
+            touched = max(p.stat().st_mtime for p in (tmp, *tmp.rglob("*")))
+        except OSError:  # removed meanwhile by the run that made it
+            continue
+        if now - touched >= ABANDONED_AFTER_S:
+            shutil.rmtree(tmp, ignore_errors=True)
+            print(f"  removed {tmp}, left by a download that did not finish", file=sys.stderr)
+            removed.append(tmp)
+    return removed
+
+
 def fetch(
     ds: Dataset,
     name: str,
@@ -275,6 +296,7 @@ def fetch(
     url = ds.url + name if archive is None else f"{ds.url}{archive[0]}.tar.gz"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_abandoned(path.parent)
         with tempfile.TemporaryDirectory(dir=path.parent, prefix=".fetching-") as tmp:
             part = Path(tmp) / name
             got = Path(tmp) / url.rsplit("/", 1)[-1] if archive else part
@@ -290,7 +312,9 @@ def fetch(
     except (OSError, http.client.HTTPException, tarfile.TarError, ValueError) as exc:
         why = (
             f"no bytes for {stall_timeout_s:g} s (--stall-timeout-s)"
+            # A connect that times out comes wrapped: URLError(reason=TimeoutError).
             if isinstance(exc, TimeoutError)
+            or isinstance(getattr(exc, "reason", None), TimeoutError)
             else str(exc) or type(exc).__name__
         )
         origin = f" ({ds.origin})" if ds.origin else ""

@@ -247,10 +247,12 @@ class GraphCompilerService(Lifecycle):
         )
 
     async def close(self) -> None:
-        await self._rt.close()
-        if self._pool is not None:
-            _kill_pool(self._pool)
-            self._pool = None
+        try:
+            await self._rt.close()  # raises after closing when NATS was unreachable
+        finally:
+            if self._pool is not None:
+                _kill_pool(self._pool)
+                self._pool = None
 
     # --- one request ------------------------------------------------------------------------
 

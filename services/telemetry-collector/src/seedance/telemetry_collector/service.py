@@ -101,8 +101,10 @@ class CollectorService(Lifecycle):
         await self._rt.stop()
 
     async def close(self) -> None:
-        await self._rt.close()
-        await self._source.close()
+        try:
+            await self._rt.close()  # raises after closing when NATS was unreachable
+        finally:
+            await self._source.close()
 
     # --- the replayed fleet follows the slicer ------------------------------------------------
 
