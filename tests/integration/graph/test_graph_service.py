@@ -117,8 +117,11 @@ async def test_invalid_model_gets_named_error_and_no_artifact(start_compiler, cl
     assert result.artifact_object is None
     assert result.artifact_url is None
     store = await ensure_object_store(client._bus, GRAPH_MODELS_STORE)
-    names = [i.name for i in await store.list(ignore_deletes=True)]
-    assert not [n for n in names if n.startswith(f"artifacts/{tenant}/")]
+    try:
+        infos = await store.list(ignore_deletes=True)
+    except nats.js.errors.NotFoundError:  # nats-py's answer for a store with no object at all
+        infos = []
+    assert not [i.name for i in infos if i.name.startswith(f"artifacts/{tenant}/")]
 
 
 async def test_heartbeats_while_compiling(start_compiler, client, tenant):
