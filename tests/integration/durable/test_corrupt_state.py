@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import pytest
 
-from seedance.core import Bus, BusSettings, ServiceRuntime
+from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
+from seedance.core.durable import DurableRuntime, DurableSpec, Outbox
 from seedance.core.errors import StartRefused
 from seedance.core.kv import ensure_bucket
 from seedance.core.state_store import CorruptState
 from tests.integration.conftest import shipped_password
+from tests.integration.durable.test_durable_runtime import (
+    Metrics,
+    Tally,
+    TallyCore,
+    deliveries,
+    pause,
+)
 from tests.integration.durable.test_slicer_restore_lease import an_earlier_leaders_pool, state
 
 #: What the ledger wrote there (its refusal of an empty query).
@@ -45,3 +53,46 @@ async def test_a_journal_record_that_does_not_decode_refuses_naming_its_key(
     assert isinstance(refused.value, StartRefused)
     assert f"state key '{key}.j.{slot}' does not decode" in str(refused.value)
     assert repr(LEDGER_ANSWER[:24]) in str(refused.value)
+
+
+async def test_a_running_leader_ends_on_a_journal_record_that_does_not_decode(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    """review-reply p12: the next journal slot overwritten while the slicer ran; its commit
+    conflicted, the reload met the record, and the batch was retried at info level
+    ("batch not made durable: CorruptState(...)") for ever. It must end the batch (and the
+    service: `serve`, exit 78) as the refusal it is; a change (`transact`) likewise, and
+    never commit after the failed reload (it wrote from record 0 over the committed one)."""
+    settings = BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
+    rt = ServiceRuntime("slicer", settings)
+    core = TallyCore()
+    key = f"pool.r{unique}"
+    spec = DurableSpec(bucket="seedance-slicer-state", key=key, lease_key=f"slicer.r{unique}",
+                       holder="a", lease_ttl_s=1.5)  # fmt: skip
+    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, core=core, metrics=Metrics())
+    core.durable = durable
+    await rt.start()
+    try:
+        await durable.start()
+        await durable.state.load()
+        t = f"t{unique}"
+        assert await durable.handler("slicer-pauses")(deliveries([pause(t)], 1)) == [None]
+        bucket = await ensure_bucket(admin, "seedance-slicer-state")
+        await bucket.put(f"{key}.j.1", LEDGER_ANSWER)  # the slot the next commit writes
+        with pytest.raises(CorruptState, match=rf"state key '{key}.j.1' does not decode"):
+            await durable.handler("slicer-pauses")(deliveries([pause(t, minute=1)], 2))
+        committed = (await bucket.get(f"{key}.j.0")).revision
+
+        def change() -> Outbox:
+            core.tally.counts[t] += 1
+            core.tally._changed.add(t)
+            return []
+
+        with pytest.raises(CorruptState, match=rf"state key '{key}.j.1' does not decode"):
+            await durable.transact(change)
+        # Not written over the committed record (a commit after the failed load did, from 0).
+        assert (await bucket.get(f"{key}.j.0")).revision == committed
+    finally:
+        durable.stop()
+        await durable.close()
+        await rt.close()
