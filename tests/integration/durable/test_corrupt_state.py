@@ -9,6 +9,8 @@ slicer's shipped user loads the pool with its own store.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
@@ -16,6 +18,9 @@ from seedance.core.durable import DurableRuntime, DurableSpec, Outbox
 from seedance.core.errors import StartRefused
 from seedance.core.kv import ensure_bucket
 from seedance.core.state_store import CorruptState
+from seedance.events.cost import PauseRequest
+from seedance.events.subjects import costs
+from seedance.testing.waits import eventually, stop_task
 from tests.integration.conftest import shipped_password
 from tests.integration.durable.test_durable_runtime import (
     Metrics,
@@ -94,5 +99,45 @@ async def test_a_running_leader_ends_on_a_journal_record_that_does_not_decode(
         assert (await bucket.get(f"{key}.j.0")).revision == committed
     finally:
         durable.stop()
+        await durable.close()
+        await rt.close()
+
+
+async def test_a_leader_whose_consumer_meets_a_record_that_does_not_decode_ends(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    """The same, as the slicer runs it (`run`: the lease, the consumers bound while leading):
+    the refusal ends `run` (then `serve`: exit 78), not only the consumer's task, which left
+    the leader holding the lease and reading nothing."""
+    settings = BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
+    rt = ServiceRuntime("slicer", settings)
+    core = TallyCore()
+    key = f"pool.l{unique}"
+    spec = DurableSpec(bucket="seedance-slicer-state", key=key, lease_key=f"slicer.l{unique}",
+                       holder="a", lease_ttl_s=1.5)  # fmt: skip
+    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, core=core, metrics=Metrics())
+    core.durable = durable
+    c = rt.consume("slicer-pauses", PauseRequest, managed=False,
+                   batch_handler=durable.handler("slicer-pauses"))  # fmt: skip
+    durable.consume([c])
+    await rt.start()
+    task: asyncio.Task[None] | None = None
+    try:
+        await durable.start()
+        task = asyncio.create_task(durable.run())
+        await eventually(lambda: durable.leading, 15, what="leads")
+        t = f"t{unique}"
+        await admin.publish(costs.subject(t, "pause"), pause(t))
+        await eventually(lambda: core.tally.counts == {t: 1}, 15, what="applied")
+        bucket = await ensure_bucket(admin, "seedance-slicer-state")
+        await bucket.put(f"{key}.j.1", LEDGER_ANSWER)
+        await admin.publish(costs.subject(t, "pause"), pause(t, minute=1))
+        await eventually(task.done, 15, what="run ended")
+        with pytest.raises(CorruptState, match=rf"state key '{key}.j.1' does not decode"):
+            await task
+    finally:
+        durable.stop()
+        if task is not None and not task.done():
+            await stop_task(task)
         await durable.close()
         await rt.close()

@@ -298,6 +298,8 @@ class DurableRuntime:
                     async with asyncio.timeout(poll_s):
                         await self._wake.wait()
                 self._wake.clear()
+                if any(t.done() and not t.cancelled() and t.exception() for t in tasks):
+                    break  # a consumer ended with an error (`StartRefused`): raised below
                 # The last batch's effects, given up once the lease is lost (the next leader's)
                 flush = asyncio.create_task(self._published())
                 while not (await asyncio.wait((flush,), timeout=poll_s))[0]:
