@@ -17,9 +17,10 @@ from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.durable import DurableRuntime, DurableSpec, Outbox
 from seedance.core.errors import StartRefused
 from seedance.core.kv import ensure_bucket
-from seedance.core.state_store import CorruptState
+from seedance.core.state_store import CorruptState, StateStore
 from seedance.events.cost import PauseRequest
 from seedance.events.subjects import costs
+from seedance.k8s_bridge.records import JOBS_BUCKET, BridgeRecords, state_key
 from seedance.testing.waits import eventually, stop_task
 from tests.integration.conftest import shipped_password
 from tests.integration.durable.test_durable_runtime import (
@@ -33,6 +34,8 @@ from tests.integration.durable.test_slicer_restore_lease import an_earlier_leade
 
 #: What the ledger wrote there (its refusal of an empty query).
 LEDGER_ANSWER = b'{"type":"allocation.refusal.v1","parameter":"query","message":"not an'
+#: What the server writes on a key a tenant names as its publish's reply (review-reply p10).
+PUB_ACK = b'{"stream":"SEEDANCE_JOBS","seq":1}'
 
 
 @pytest.mark.parametrize("slot", [0, 1])
@@ -140,4 +143,27 @@ async def test_a_leader_whose_consumer_meets_a_record_that_does_not_decode_ends(
         if task is not None and not task.done():
             await stop_task(task)
         await durable.close()
+        await rt.close()
+
+
+async def test_an_older_bridges_record_that_is_no_count_refuses_naming_its_key(
+    auth_url: str, admin: Bus, unique: str
+) -> None:
+    """The k8s-bridge's first load moves older bridges' one-key records into its state: a
+    value there that is no count (a publish ack the server wrote on the key) ended the start
+    in a raw ``ValueError: invalid literal for int()``; it is refused by name."""
+    settings = BusSettings(url=auth_url, user="k8s-bridge", password=shipped_password("k8s-bridge"))
+    rt = ServiceRuntime("k8s-bridge", settings)
+    await rt.start()
+    try:
+        scope = f"l{unique}"
+        bucket = await ensure_bucket(admin, JOBS_BUCKET)
+        await bucket.put(f"{scope}.acme.job=1", PUB_ACK)
+        store = await StateStore.open(rt.bus, JOBS_BUCKET, state_key(scope))
+        try:
+            with pytest.raises(CorruptState, match=rf"record key '{scope}\.acme\.job=1' is not"):
+                await BridgeRecords(store, scope=scope).load()
+        finally:
+            await store.close()
+    finally:
         await rt.close()
