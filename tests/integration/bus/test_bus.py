@@ -21,6 +21,7 @@ from seedance.core import (
     RetryableError,
     ServerTooOld,
 )
+from seedance.core.state_store import CorruptState
 from seedance.events import decode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobEvent, JobFinished, JobSubmitted, ResourceRequest
@@ -209,6 +210,36 @@ async def test_consumer_killed_mid_batch_loses_nothing_and_counts_once(
     assert all(n == 1 for n in applied.values())
     await first.close()
     await second.close()
+
+
+async def test_a_handler_that_refuses_to_run_on_ends_the_consumer_and_settles_nothing(
+    bus: Bus, unique: str
+) -> None:
+    """review-reply p12: a state key that does not decode (`CorruptState`, a `StartRefused`)
+    met while handling was settled as a handler failure (nak'ed, logged) batch after batch, and
+    the service ran on refusing every input. It ends the consumer (and `serve`: exit 78), the
+    messages left to be redelivered, batch handler and per-message handler alike."""
+    tenant = f"t{unique}"
+    await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, "job-0"))
+
+    async def refusing_batch(ds: Sequence[Delivery[Any]]) -> list[BaseException | None]:
+        raise CorruptState("state key 'x.j.1' does not decode")
+
+    async def refusing(d: Delivery[Any]) -> None:
+        raise CorruptState("state key 'x.j.1' does not decode")
+
+    for n, kw in enumerate([{"batch_handler": refusing_batch}, {"handler": refusing}]):
+        spec = spec_for(tenant, f"{unique}-{n}")
+        consumer = PullConsumer(spec, service="svc", types=JobEvent, **kw)  # type: ignore[arg-type]
+        await consumer.start(bus)
+        try:
+            msgs = await consumer._sub.fetch(1, timeout=5)
+            with pytest.raises(CorruptState, match=r"x\.j\.1"):
+                await consumer.process(msgs)
+            info = await bus.js.consumer_info("SEEDANCE_JOBS", spec.durable)
+            assert (info.num_ack_pending, info.num_redelivered) == (1, 0)  # nor nak'ed
+        finally:
+            await consumer.close()
 
 
 async def test_event_claiming_another_tenant_is_dead_lettered(bus: Bus, unique: str) -> None:

@@ -1,6 +1,8 @@
 """`seedance.core.durable.Checkpoints` against a real nats-server, in the ledger's own bucket
 under its shipped user: chunked snapshots read back whole, the head only moves forward, a writer
-alternates its slots so the current checkpoint is never overwritten, a torn read is re-read."""
+alternates its slots so the current checkpoint is never overwritten, chunks that fail the
+digest under a head that stays as it was are `CorruptState` (not a torn read: re-reading cannot
+help)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from nats.js.kv import KeyValue
 from seedance.core import BusSettings, ServiceRuntime
 from seedance.core.durable.checkpoints import Checkpoints
 from seedance.core.kv import ensure_bucket
+from seedance.core.state_store import CorruptState
 
 
 @pytest.fixture
@@ -58,7 +61,8 @@ async def test_a_writer_alternates_slots_and_a_reader_of_a_reused_slot_reads_aga
     assert head is not None
     assert (head.seq, head.slot) == (2, 1)  # the checkpoint of seq 1 (slot 0) stayed whole
     assert (await ledger_kv.get(f"{key}.a.0.0")).value == b"one"
-    # A slot overwritten under the head (a torn read): the digest refuses it, read by read.
+    # A slot overwritten under a head that stays: the digest refuses it twice at the same head
+    # revision, so it is no writer's reuse of the slot (that moves the head first).
     await ledger_kv.put(f"{key}.a.1.0", b"torn")
-    with pytest.raises(RuntimeError, match="no consistent checkpoint"):
+    with pytest.raises(CorruptState, match=rf"'{key}.a.1.0..0' that are not its checkpoint"):
         await a.read()

@@ -37,7 +37,13 @@ from structlog.contextvars import bound_contextvars
 
 from seedance.core.bus import Bus
 from seedance.core.dead_letters import DeadLetters
-from seedance.core.errors import InvalidMessage, NoStream, RetryableError, StreamRefused
+from seedance.core.errors import (
+    InvalidMessage,
+    NoStream,
+    RetryableError,
+    StartRefused,
+    StreamRefused,
+)
 from seedance.core.logs import get_logger
 from seedance.core.metrics import BusMetrics
 from seedance.core.retry import RetryPolicy
@@ -283,6 +289,10 @@ class PullConsumer:
         ):
             try:
                 outcomes = list(await self._batch_handler(deliveries))
+            except StartRefused:
+                # Not the batch's fault nor transient (a state key that does not decode): the
+                # service refuses to run on (`serve`: exit 78); nothing settled, redelivered.
+                raise
             except Exception as exc:  # the whole batch failed: each message is retried
                 outcomes = [exc] * len(deliveries)
         if len(outcomes) != len(deliveries):
@@ -322,6 +332,8 @@ class PullConsumer:
         ):
             try:
                 await self._handler(d)
+            except StartRefused:
+                raise  # as a batch's (`_process_batch`)
             except Exception as exc:
                 return exc
         return None

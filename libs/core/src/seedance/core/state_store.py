@@ -269,7 +269,10 @@ class StateStore:
         old makes a write fail, never succeed wrongly). A revision is never read just before
         the write that names it: that would make any writer's write succeed."""
         await self._stop_compacting()
-        self._conflict = None
+        # Until this load is done, no commit: one after a load that failed (a key that does
+        # not decode) wrote from record 0 over the committed journal, on revisions it had
+        # noted (found with review-reply p12's case: a `transact` after the refused batch).
+        self._conflict = StateConflict("the last load failed: load again before writing")
         self._revs = await self._revisions()
         self.entries = {}
         self._head = None
@@ -288,6 +291,7 @@ class StateStore:
         found = await self._read_journal() or found
         self.stats.journal_records = self.journal_records
         self.stats.journal_bytes = self._journal_bytes
+        self._conflict = None
         return found
 
     async def _read_journal(self) -> bool:

@@ -31,7 +31,7 @@ from datetime import datetime
 
 from seedance.core.durable import DurableState, Outbox
 from seedance.core.logs import get_logger
-from seedance.core.state_store import StateStore
+from seedance.core.state_store import CorruptState, StateStore
 from seedance.events.jobs import JobCancelled, JobFailed, JobFinished, JobSubmitted
 from seedance.k8s_bridge.core.tracked import JobKey
 from seedance.k8s_bridge.core.tracker import Action, Tracker
@@ -121,7 +121,20 @@ class BridgeRecords(DurableState):
         if self.store.empty:
             for key, value in old.items():
                 tenant, _, token = key.removeprefix(prefix).partition(".")
-                self.records[(tenant, token.replace("=", ":"))] = int(value or b"0")
+                self.records[(tenant, token.replace("=", ":"))] = _legacy_record(key, value)
             await self.store.install(self.core_entries())
         for key in old:
             await self.store.drop_legacy(key)
+
+
+def _legacy_record(key: str, value: bytes) -> int:
+    """An older bridge's record (its pod's creation time in ms, as digits), or `CorruptState`
+    naming the key: not a bridge's write (the server once wrote its JSON answers on any key a
+    tenant named as a reply, review-reply p10), refused rather than skipped."""
+    try:
+        return int(value or b"0")
+    except ValueError:
+        raise CorruptState(
+            f"record key {key!r} is not a bridge's ({len(value)} bytes, starting "
+            f"{value[:24]!r}): restore or remove it"
+        ) from None

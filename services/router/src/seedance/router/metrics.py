@@ -114,6 +114,13 @@ class RouterMetrics:
             "and created again); an operator deletes the mirror and provisions it again.",
             registry=registry,
         )
+        self.plan_state_refused = Gauge(
+            "seedance_router_plan_state_refused",
+            "1 while this gateway holds the planner lease but refuses to plan: a key of the "
+            "fleet's stored plan state (seedance-router-plan) does not decode (the error log "
+            "plan_state_refused names it); an operator restores or removes it.",
+            registry=registry,
+        )
         self.planner_held = Gauge(
             "seedance_router_planner_held_replicas",
             "The count the planner holds where it does not follow the forecast: what the last "

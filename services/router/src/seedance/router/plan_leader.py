@@ -43,7 +43,7 @@ from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock, DeadLetters
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
-from seedance.core.state_store import StateConflict, StateStore, StoreStats
+from seedance.core.state_store import CorruptState, StateConflict, StateStore, StoreStats
 from seedance.events.codec import DecodeError, decode
 from seedance.events.routing import PlanObservations
 from seedance.events.specs import ConsumerSpec
@@ -129,6 +129,7 @@ class FleetPlanner:
         on_leading: Callable[[bool], None] = lambda _: None,
         on_dropped: Callable[[str, int], None] = lambda _reason, _n: None,
         on_diverged: Callable[[bool], None] = lambda _: None,
+        on_refused: Callable[[bool], None] = lambda _: None,
     ) -> None:
         self.fleet, self.gateway = fleet, gateway
         self._models = tuple(models)
@@ -141,6 +142,7 @@ class FleetPlanner:
         self._on_leading = on_leading
         self._on_dropped = on_dropped  # (reason, per-model reports): the service's counter
         self._on_diverged = on_diverged  # True while it refuses to plan on a diverged mirror
+        self._on_refused = on_refused  # True while its stored state does not decode
         self.arrivals = ArrivalLog()
         self.merge = ObservationMerge(estimators, bin_s, now_s=now_s)
         self.seq = 0
@@ -286,12 +288,24 @@ class FleetPlanner:
         if self.lease is None or not self.lease.held:
             await self._stand_down()
             self._on_diverged(False)  # not this gateway's to plan (the holder's gauge says)
+            self._on_refused(False)
             return None
         try:
             if self._reader is None:
                 await self._restore()
+                self._on_refused(False)
                 await self._bind()
             await self._catch_up()
+        except CorruptState as exc:
+            # A key of the plan's state that is not the store's write (a tenant once had the
+            # server write a publish ack over the head: review-reply p17, every gateway that
+            # took the lease exited 78). Only planning stops: the gateway routes on, holding
+            # the lease so no other gateway restores it too, and restores again every
+            # interval, so planning resumes once an operator restores or removes the key.
+            log.error("plan_state_refused", fleet=self.fleet, reason=str(exc))
+            self._on_refused(True)
+            await self._stand_down()
+            return None
         except MirrorDiverged as exc:
             # Stale reports merged, new ones never seen: no plan until the operator deletes the
             # mirror (this user may not), checked again at every interval.

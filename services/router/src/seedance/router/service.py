@@ -169,6 +169,7 @@ class RouterService(Lifecycle):
             on_leading=self.metrics.plan_leader.set,
             on_dropped=lambda reason, n: self.metrics.observations_dropped.labels(reason).inc(n),
             on_diverged=lambda diverged: self.metrics.plan_mirror_diverged.set(diverged),
+            on_refused=lambda refused: self.metrics.plan_state_refused.set(refused),
         )
         engine_queues = (
             EngineQueues(

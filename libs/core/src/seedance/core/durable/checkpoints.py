@@ -11,6 +11,12 @@ checkpoints restore unchanged. It must not know what the bytes mean or decide wh
 
 Keys, in the bucket: ``<key>`` the head (`CheckpointHead`, msgpack array);
 ``<key>.<writer>.<slot>.<i>`` chunk ``i``.
+
+A head that does not decode, or chunks that fail the digest while the head stays as it was
+(no writer reused the slot: they are not a writer's), are `CorruptState` naming the key (a
+tenant once had the server write a publish ack over the ledger's head: review-reply p13, a raw
+ValidationError and exit 1 at every restart). Never read past: the replica would restore an
+older state, or none, and replay from there as if nothing were wrong.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import hashlib
 import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+
+from seedance.core.state_store import CorruptState
 
 __all__ = ["CHUNK_BYTES", "CheckpointHead", "Checkpoints", "checkpoint_digest"]
 
@@ -57,36 +65,63 @@ class Checkpoints:
         self._chunk_bytes = chunk_bytes
 
     async def read(self) -> tuple[int, bytes] | None:
-        """The latest checkpoint's sequence and bytes (None: none was written)."""
+        """The latest checkpoint's sequence and bytes (None: none was written). `CorruptState`
+        for a head that does not decode or chunks that are not the head's."""
+        failed: tuple[int, list[bytes] | None] | None = None  # head revision, chunks read
         for _ in range(_READS):
             head = await self.head()
             if head is None:
                 return None
-            data = await self._read_chunks(head)
-            if data is not None:
-                return head.seq, data
+            parts = await self._read_chunks(head)
+            if parts is not None and checkpoint_digest(b"".join(parts)) == head.digest:
+                return head.seq, b"".join(parts)
+            if failed == (head.revision, parts):
+                # The same head and the same chunks twice: no writer is reusing the slot
+                # (that moves the head first), so what the head names is not a writer's.
+                raise self._corrupt_chunks(head, parts)
+            failed = (head.revision, parts)
             # The writer re-used that slot while we read it: a newer head is there, re-read.
         raise RuntimeError(f"{self._key}: no consistent checkpoint after {_READS} reads")
 
     async def head(self) -> CheckpointHead | None:
+        """The stored head (None: none); `CorruptState` naming the key if it does not decode."""
         try:
             entry = await self._kv.get(self._key)
         except KeyNotFoundError:
             return None
         if not entry.value:
             return None
-        head = msgspec.msgpack.decode(entry.value, type=CheckpointHead)
+        try:
+            head = msgspec.msgpack.decode(entry.value, type=CheckpointHead)
+        except msgspec.DecodeError as exc:
+            raise CorruptState(
+                f"checkpoint key {self._key!r} does not decode ({exc}; {len(entry.value)} "
+                f"bytes, starting {entry.value[:24]!r}): not a checkpoint head; restore or "
+                "remove it"
+            ) from None
         return msgspec.structs.replace(head, revision=entry.revision or 0)
 
-    async def _read_chunks(self, head: CheckpointHead) -> bytes | None:
+    async def _read_chunks(self, head: CheckpointHead) -> list[bytes] | None:
+        """The chunks ``head`` names (None: one is missing)."""
         parts = []
         for i in range(head.chunks):
             try:
                 parts.append((await self._kv.get(f"{head.prefix}.{i}")).value or b"")
             except KeyNotFoundError:
                 return None
-        data = b"".join(parts)
-        return data if checkpoint_digest(data) == head.digest else None
+        return parts
+
+    def _corrupt_chunks(self, head: CheckpointHead, parts: list[bytes] | None) -> CorruptState:
+        keys = f"{head.prefix}.0..{head.chunks - 1}"
+        if parts is None:
+            found = "one is missing"
+        else:
+            data = b"".join(parts)
+            found = f"{len(data)} bytes, starting {data[:24]!r}, sizes {[len(p) for p in parts]}"
+        return CorruptState(
+            f"checkpoint key {self._key!r} names chunks {keys!r} that are not its checkpoint "
+            f"(the digest does not match; {found}): restore or remove them and the head"
+        )
 
     async def write(self, seq: int, data: bytes) -> bool:
         """`data` as the checkpoint at `seq` unless the stored one is as advanced; True if

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
 from nats.aio.msg import Msg
 
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
@@ -42,6 +44,7 @@ from seedance.core.publisher import AckedBatch
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.core.retry import RetryPolicy
 from seedance.core.service import ServiceRuntime
+from seedance.core.state_store import CorruptState
 from seedance.events import encode
 from seedance.events.subjects import ConsumerSpec, Header
 
@@ -164,7 +167,15 @@ class ReplicatedRuntime:
         self._letters = DeadLetters(bus, self._rt.name, derived_ids=True)
         found = await self._checkpoints.read()
         if found is not None:
-            self._core.restore(found[1])
+            try:
+                self._core.restore(found[1])
+            except (msgspec.DecodeError, zlib.error, ValueError) as exc:
+                # Its digest matched: a writer's bytes this version cannot read. Refused by
+                # name (`serve`: exit 78), never a traceback at every restart.
+                raise CorruptState(
+                    f"checkpoint {self._spec.key!r} at seq {found[0]} does not restore ({exc}; "
+                    f"{len(found[1])} bytes, starting {found[1][:24]!r}): restore or remove it"
+                ) from None
         await self._bind()
         await self.publish(list(self._core.pending()))
         await self.settle_acks()

@@ -46,7 +46,7 @@ from seedance.core.consumer import BatchHandler, Delivery, PullConsumer
 from seedance.core.durable.batch import DurableCore, decide_batch
 from seedance.core.durable.outbox_sender import OutboxSender
 from seedance.core.durable.state import DurableState, Outbox
-from seedance.core.errors import InvalidMessage, RetryableError
+from seedance.core.errors import InvalidMessage, RetryableError, StartRefused
 from seedance.core.holder import default_holder
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
@@ -298,6 +298,8 @@ class DurableRuntime:
                     async with asyncio.timeout(poll_s):
                         await self._wake.wait()
                 self._wake.clear()
+                if any(t.done() and not t.cancelled() and t.exception() for t in tasks):
+                    break  # a consumer ended with an error (`StartRefused`): raised below
                 # The last batch's effects, given up once the lease is lost (the next leader's)
                 flush = asyncio.create_task(self._published())
                 while not (await asyncio.wait((flush,), timeout=poll_s))[0]:
@@ -380,7 +382,7 @@ class DurableRuntime:
         with its effects, then published. False when it was not made durable (logged as
         ``<log_as>_<what>_not_saved`` with `log_fields`; the state is the committed one again;
         the caller tries later). If `change` raises, the state is rolled back and the exception
-        propagates."""
+        propagates; so does a `StartRefused` of the store (a key that does not decode)."""
         async with self._lock:
             try:
                 await self._sender.flush()  # a previous batch's durable effects go out first
@@ -394,6 +396,9 @@ class DurableRuntime:
                 raise
             try:
                 await self._commit()
+            except StartRefused:  # not transient (`_handle`): the caller's to end on
+                self._settled(False)
+                raise
             except Exception as exc:  # nothing published: back to the committed state
                 log.warning(
                     self._named(f"{what}_not_saved"),
@@ -428,6 +433,12 @@ class DurableRuntime:
                 self.state.outbox = out
                 try:
                     await self._commit()
+                except StartRefused:
+                    # A stored key that does not decode (`CorruptState`): not transient, so
+                    # never a retry of the batch; the service refuses to run on (review-reply
+                    # p12: retried at info level while every batch failed).
+                    self._settled(False)
+                    raise
                 except Exception as exc:
                     # Nothing was published: the batch is redelivered and decided afresh.
                     self._settled(False)
