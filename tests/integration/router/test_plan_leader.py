@@ -108,6 +108,17 @@ async def _router(bus: Bus, clock: _Clock, fleet: str, instance: str) -> RouterS
     return svc
 
 
+async def _leading(bus: Bus, clock: _Clock, fleet: str, instance: str) -> RouterService:
+    """`_router` holding its fleet's planner lease, bound from `clock`'s now, planned once on
+    nothing reported yet."""
+    svc = await _router(bus, clock, fleet, instance)
+    assert svc.fleet_plan.lease is not None
+    assert await svc.fleet_plan.lease.try_acquire()
+    await svc.fleet_plan.report(clock.t)  # the leader binds from here
+    assert await svc.planning.plan_once() == []  # nothing reported yet
+    return svc
+
+
 def _traffic(svc: RouterService, clock: _Clock, rnd: random.Random, until_s: float) -> None:
     """20 req/s on this gateway until `until_s`, 2.5 % of them past the SLO."""
     while (t := clock.t + rnd.expovariate(20.0)) < until_s:

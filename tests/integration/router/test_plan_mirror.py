@@ -24,7 +24,7 @@ from seedance.core import Bus
 from seedance.core.kv import provision
 from seedance.events.subjects import STREAMS, routing
 from seedance.testing.waits import eventually
-from tests.integration.router.test_plan_leader import T0, _as, _Clock, _interval, _router
+from tests.integration.router.test_plan_leader import T0, _as, _Clock, _interval, _leading, _router
 
 _ORIGIN = next(s for s in STREAMS if s.name == routing.STREAM)
 
@@ -105,11 +105,7 @@ async def test_a_restored_position_past_the_new_origin_skips_nothing(
     admin = await Bus.connect(_as(auth_url, "admin"))
     try:
         clock = _Clock(T0)
-        first = await _router(bus, clock, fleet, "gw-a")
-        assert first.fleet_plan.lease is not None
-        assert await first.fleet_plan.lease.try_acquire()
-        await first.fleet_plan.report(T0)
-        assert await first.planning.plan_once() == []
+        first = await _leading(bus, clock, fleet, "gw-a")
         rnd = random.Random(6)
         for k in range(1, 5):
             assert len(await _interval([first], [clock], rnd, T0 + 15 * k)) == 1
@@ -146,11 +142,7 @@ async def test_a_mirror_deleted_at_run_time_is_awaited_until_provision(
     admin = await Bus.connect(_as(auth_url, "admin"))
     try:
         clock = _Clock(T0)
-        svc = await _router(bus, clock, fleet, "gw-a")
-        assert svc.fleet_plan.lease is not None
-        assert await svc.fleet_plan.lease.try_acquire()
-        await svc.fleet_plan.report(T0)
-        assert await svc.planning.plan_once() == []
+        svc = await _leading(bus, clock, fleet, "gw-a")
         rnd = random.Random(7)
         for k in range(1, 4):
             assert len(await _interval([svc], [clock], rnd, T0 + 15 * k)) == 1

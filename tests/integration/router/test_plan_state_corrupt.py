@@ -19,7 +19,7 @@ from seedance.core import Bus
 from seedance.core.kv import ensure_bucket, live_keys
 from seedance.router.plan_leader import PLAN_BUCKET
 from seedance.router.plan_state import state_prefix
-from tests.integration.router.test_plan_leader import T0, _as, _Clock, _interval, _router
+from tests.integration.router.test_plan_leader import T0, _as, _Clock, _interval, _leading, _router
 
 # The lease is taken by hand and the clock jumps by bins (conftest.lease_held_by_hand).
 pytestmark = pytest.mark.usefixtures("lease_held_by_hand")
@@ -36,11 +36,7 @@ async def test_a_plan_head_that_does_not_decode_stops_planning_not_the_gateway(
     admin = await Bus.connect(_as(auth_url, "admin"))
     try:
         clock = _Clock(T0)
-        first = await _router(bus, clock, fleet, "gw-a")
-        assert first.fleet_plan.lease is not None
-        assert await first.fleet_plan.lease.try_acquire()
-        await first.fleet_plan.report(T0)
-        assert await first.planning.plan_once() == []
+        first = await _leading(bus, clock, fleet, "gw-a")
         rnd = random.Random(7)
         for k in range(1, 4):  # planned and committed
             assert len(await _interval([first], [clock], rnd, T0 + 15 * k)) == 1
