@@ -1,6 +1,7 @@
 """One stream filling stops writes to that stream only; a tenant's oversized request is refused
 by the server; an oversized undecodable one is dead-lettered, truncated, once (security audit
-F2 and F3: /work/notes/secaudit-proofs p1, p3).
+F2: a tenant's 1 MiB junk requests filled the whole store; F3: an 800 KB undecodable request's
+dead letter exceeded max_payload and the request was lost).
 
 Against the pinned nats-server running the shipped authorization, each writer as its shipped
 user: tenants ``tenant-acme`` / ``tenant-globex``, ``slicer``, ``cost-ledger``,
@@ -84,7 +85,7 @@ _TRACEPARENT = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
 def _widest_valid_submission() -> bytes:
     """job.submitted.v1 at every character bound of its schema, each character a control
     character (msgspec writes it as a 6-byte ``\\u00XX``, wider than any UTF-8 character): the
-    largest job event decode() accepts (review R5, /tmp/review-store/p_valid_event_refused.py)."""
+    largest job event decode() accepts (review R5: a 64 KiB bound refused such events)."""
     ch = "\x01"
     event = JobSubmitted(
         id=new_event_id(),
