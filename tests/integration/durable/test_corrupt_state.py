@@ -38,6 +38,21 @@ LEDGER_ANSWER = b'{"type":"allocation.refusal.v1","parameter":"query","message":
 PUB_ACK = b'{"stream":"SEEDANCE_JOBS","seq":1}'
 
 
+def _slicer_tally(
+    auth_url: str, name: str
+) -> tuple[ServiceRuntime, TallyCore, DurableRuntime, str]:
+    """A durable runtime as the slicer's user runs one (its state bucket and lease), on the
+    tally core, keyed ``pool.<name>``: the runtime, the core, the durable runtime, the key."""
+    settings = BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
+    rt = ServiceRuntime("slicer", settings)
+    core = TallyCore()
+    spec = DurableSpec(bucket="seedance-slicer-state", key=f"pool.{name}",
+                       lease_key=f"slicer.{name}", holder="a", lease_ttl_s=1.5)  # fmt: skip
+    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, core=core, metrics=Metrics())
+    core.durable = durable
+    return rt, core, durable, spec.key
+
+
 @pytest.mark.parametrize("slot", [0, 1])
 async def test_a_journal_record_that_does_not_decode_refuses_naming_its_key(
     auth_url: str, admin: Bus, unique: str, slot: int
@@ -71,14 +86,7 @@ async def test_a_running_leader_ends_on_a_journal_record_that_does_not_decode(
     ("batch not made durable: CorruptState(...)") for ever. It must end the batch (and the
     service: `serve`, exit 78) as the refusal it is; a change (`transact`) likewise, and
     never commit after the failed reload (it wrote from record 0 over the committed one)."""
-    settings = BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
-    rt = ServiceRuntime("slicer", settings)
-    core = TallyCore()
-    key = f"pool.r{unique}"
-    spec = DurableSpec(bucket="seedance-slicer-state", key=key, lease_key=f"slicer.r{unique}",
-                       holder="a", lease_ttl_s=1.5)  # fmt: skip
-    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, core=core, metrics=Metrics())
-    core.durable = durable
+    rt, core, durable, key = _slicer_tally(auth_url, f"r{unique}")
     await rt.start()
     try:
         await durable.start()
@@ -112,14 +120,7 @@ async def test_a_leader_whose_consumer_meets_a_record_that_does_not_decode_ends(
     """The same, as the slicer runs it (`run`: the lease, the consumers bound while leading):
     the refusal ends `run` (then `serve`: exit 78), not only the consumer's task, which left
     the leader holding the lease and reading nothing."""
-    settings = BusSettings(url=auth_url, user="slicer", password=shipped_password("slicer"))
-    rt = ServiceRuntime("slicer", settings)
-    core = TallyCore()
-    key = f"pool.l{unique}"
-    spec = DurableSpec(bucket="seedance-slicer-state", key=key, lease_key=f"slicer.l{unique}",
-                       holder="a", lease_ttl_s=1.5)  # fmt: skip
-    durable = DurableRuntime(rt, WallClock(), spec, state=Tally, core=core, metrics=Metrics())
-    core.durable = durable
+    rt, core, durable, key = _slicer_tally(auth_url, f"l{unique}")
     c = rt.consume("slicer-pauses", PauseRequest, managed=False,
                    batch_handler=durable.handler("slicer-pauses"))  # fmt: skip
     durable.consume([c])
