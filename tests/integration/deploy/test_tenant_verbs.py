@@ -46,6 +46,7 @@ from seedance.events.subjects import (
     TENANT_KINDS,
     api,
     costs,
+    deliver_prefix,
     graph,
     inbox_prefix,
     jobs,
@@ -403,7 +404,8 @@ async def assert_can_do_its_own(url: str, admin: Bus, tenant: str) -> None:
         ack = await js.publish(jobs.subject(tenant, "submitted"), b"{}")
         assert ack.stream == "SEEDANCE_JOBS"
         for stream, own in permissions.TENANT_READS:
-            inbox = f"{t.prefix}.{uuid.uuid4().hex}"
+            # its consumers live in Seedance's account: they deliver under its deliver prefix
+            inbox = f"{deliver_prefix(tenant)}.{uuid.uuid4().hex}"
             sub = await t.nc.subscribe(inbox)
             name = tenant_consumers(tenant)[0]  # only its own names are granted
             info = await js.add_consumer(

@@ -9,11 +9,13 @@ account key, that carries exactly ``seedance.events.permissions.tenant_permissio
 same permissions a statically listed tenant gets, from the same declaration. Adding a tenant is
 one KV write; the server config is never re-rendered and the server never restarted.
 
-Why auth callout rather than decentralized accounts (operator/account JWTs and a resolver): the
-deployment keeps one account and its config-file users, so services, streams and the catalogue's
-subjects are untouched (accounts would put each tenant in its own account and need stream
-exports/imports for its jobs, costs and decisions, and an operator key hierarchy to run); and
-the permissions stay the declared ones, issued per connection, not copied into JWTs at sign-up.
+The JWT places a tenant in the tenants' config-file account (``TENANTS``, which reaches
+Seedance's only through the services exported to it: `seedance.events.accounts`) and a node in
+Seedance's (``account_of``). Why auth callout rather than decentralized accounts (operator and
+account JWTs and a resolver): the two accounts and their exports stay in the server's config,
+every tenant shares the one tenants' account (an account per tenant would need its own exports
+and an operator key hierarchy to run), and the permissions stay the declared ones, issued per
+connection, not copied into JWTs at sign-up.
 A removed tenant cannot connect again; a connection it already has lasts until it closes
 (``--token-ttl-s`` bounds that).
 
@@ -63,6 +65,7 @@ from seedance.core.nkey_jwt import JwtError, decode_jwt, encode_jwt
 from seedance.core.principals import MAX_USER as _MAX_USER
 from seedance.core.principals import (
     Refused,
+    account_of,
     permissions_of,
     principal_of,
     registry_key,
@@ -137,6 +140,8 @@ async def hash_every_attempt(key: str, record: TenantRecord, password: str) -> N
 def _user_claims(
     key: str, user_nkey: str, perms: Permissions, ttl_s: float, now: datetime
 ) -> dict[str, Any]:
+    """The user JWT's claims: ``aud`` names the config-file account the user is placed in
+    (``account_of``: a tenant in the tenants' own, a node in Seedance's)."""
     nats_claims: dict[str, Any] = {
         "pub": {"allow": list(perms.publish_allow), "deny": list(perms.publish_deny)},
         "sub": {"allow": list(perms.subscribe_allow), "deny": list(perms.subscribe_deny)},
@@ -149,8 +154,7 @@ def _user_claims(
     claims: dict[str, Any] = {
         "sub": user_nkey,
         "name": user_of(key),
-        # Config-file accounts: the user lands in the global account, with the services.
-        "aud": "$G",
+        "aud": account_of(key),
         "nats": nats_claims,
     }
     if ttl_s > 0:

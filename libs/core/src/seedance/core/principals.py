@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 
 from seedance.core.tenant_registry import node_key
+from seedance.events.accounts import SEEDANCE_ACCOUNT, TENANTS_ACCOUNT
 from seedance.events.node_permissions import NODE_USER_PREFIX, node_permissions
 from seedance.events.permissions import (
     RESERVED_TENANTS,
@@ -28,6 +29,7 @@ from seedance.events.tokens import InvalidToken, check_tenant
 __all__ = [
     "MAX_USER",
     "Refused",
+    "account_of",
     "brief",
     "permissions_of",
     "principal_of",
@@ -64,6 +66,12 @@ def permissions_of(key: str) -> Permissions:
     if key.startswith(_NODE_KEY):  # node.<Kubernetes name>: its token has ':' for '.'
         return node_permissions((key.removeprefix(_NODE_KEY).replace(".", ":"),))
     return tenant_permissions(key)
+
+
+def account_of(key: str) -> str:
+    """The NATS account a registry key's user lands in: a node's agents in Seedance's, with the
+    services; a tenant in the tenants' own (`seedance.events.accounts`)."""
+    return SEEDANCE_ACCOUNT if key.startswith(_NODE_KEY) else TENANTS_ACCOUNT
 
 
 def user_of(key: str) -> str:

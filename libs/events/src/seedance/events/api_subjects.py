@@ -9,6 +9,7 @@ from __future__ import annotations
 from seedance.events.tenant_subjects import (
     FLEET_SCOPE,
     ROOT,
+    allocation_reply_allowed,
     allocation_reply_prefix,
     allocation_scope,
     tenant_subject,
@@ -46,3 +47,6 @@ class api:
     scope_of = staticmethod(allocation_scope)
     #: The only inbox prefix an answer on a scope may go to: its asker's own.
     reply_prefix = staticmethod(allocation_reply_prefix)
+    #: Whether an answer on a scope may go to a reply subject: its asker's own inbox, or the
+    #: server's rewrite of a tenant's reply (the tenants' own account).
+    reply_allowed = staticmethod(allocation_reply_allowed)

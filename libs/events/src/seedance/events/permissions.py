@@ -29,7 +29,13 @@ Tenants get exactly:
   DELETE (a consumer name is one subject token, so no pattern could say "its own"; the server
   names the consumer after the subject and refuses a body with another durable name), and
   their flow-control replies;
-- subscribe only under ``inbox_prefix(t)``.
+- subscribe only under ``inbox_prefix(t)`` and, for its push consumers' deliveries, under
+  ``deliver_prefix(t)``.
+
+Tenants are users of an account of their own (``TENANTS_ACCOUNT``), every other identity of
+``SEEDANCE_ACCOUNT``, which holds JetStream; what the one exports to the other is
+`seedance.events.accounts`' (the server answers a request's reply subject under no user's
+permissions, so a tenant in Seedance's account had the server write its acks onto any subject).
 
 Every catalogue durable on a stream a tenant reads is also denied by name for every verb
 (re-creating ``slicer-pauses`` with a tenant's own filter once switched off budget pauses), and
@@ -60,6 +66,7 @@ from seedance.events.subjects import (
     STREAMS,
     api,
     costs,
+    deliver_prefix,
     dlq,
     graph,
     inbox_prefix,
@@ -68,6 +75,7 @@ from seedance.events.subjects import (
     slicing,
     tenant_consumers,
 )
+from seedance.events.tenant_names import SEEDANCE_ACCOUNT, TENANTS_ACCOUNT
 from seedance.events.tokens import check_tenant, check_token
 
 __all__ = [
@@ -392,6 +400,8 @@ class User:
     permissions: Permissions = field(default_factory=Permissions)
     #: Operators have no permissions block: they may do anything in the account.
     unrestricted: bool = False
+    #: The NATS account it is a user of: tenants ``TENANTS_ACCOUNT``, the rest Seedance's.
+    account: str = SEEDANCE_ACCOUNT
 
 
 def _others_denied(d: Declaration) -> list[str]:
@@ -533,7 +543,7 @@ def tenant_permissions(tenant: str) -> Permissions:
     return Permissions(
         publish_allow=tuple(allow),
         publish_deny=tuple(deny),
-        subscribe_allow=(f"{inbox_prefix(tenant)}.>",),
+        subscribe_allow=(f"{inbox_prefix(tenant)}.>", f"{deliver_prefix(tenant)}.>"),
     )
 
 
@@ -542,7 +552,7 @@ def tenant_user_name(tenant: str) -> str:
 
 
 def tenant_user(tenant: str) -> User:
-    return User(tenant_user_name(tenant), tenant_permissions(tenant))
+    return User(tenant_user_name(tenant), tenant_permissions(tenant), account=TENANTS_ACCOUNT)
 
 
 def service_user(name: str) -> User:

@@ -48,6 +48,7 @@ from seedance.events.stream_limits import LIMITS
 from seedance.events.tenant_names import (
     TENANT_CONSUMERS,
     consumer_create,
+    deliver_prefix,
     inbox_prefix,
     tenant_consumers,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "consumer_create",
     "cost_reader",
     "costs",
+    "deliver_prefix",
     "dlq",
     "fleet_plan_consumer",
     "graph",

@@ -28,6 +28,7 @@ __all__ = [
     "TRUSTED_FAMILIES",
     "SubjectShapeError",
     "TenantSubject",
+    "allocation_reply_allowed",
     "allocation_reply_prefix",
     "allocation_scope",
     "owner_of",
@@ -122,6 +123,23 @@ def allocation_reply_prefix(scope: str) -> str:
     (``$KV.seedance-leases.slicer.default``) is refused unanswered: a tenant once had the
     ledger overwrite the slicer's lease and state through it."""
     return f"{OPERATOR_INBOX if scope == FLEET_SCOPE else inbox_prefix(scope)}."
+
+
+#: The prefix nats-server gives the reply of a request that crossed a service import (every
+#: tenant's: tenants are users of their own account, `seedance.events.accounts`); an answer
+#: there goes back only to the reply the asker named in its own account.
+IMPORTED_REPLY_PREFIX = "_R_."
+
+
+def allocation_reply_allowed(scope: str, reply: str) -> bool:
+    """Whether the ledger may answer a request on ``scope`` at ``reply``: under the scope's own
+    inbox (`allocation_reply_prefix`: an operator's question, asked from Seedance's account),
+    or, for a tenant's scope, under the server's rewritten reply (`IMPORTED_REPLY_PREFIX`: the
+    question crossed from the tenants' account, and the server carries the answer back there,
+    never onto a subject of Seedance's). The fleet's is an operator's only: never rewritten."""
+    if reply.startswith(allocation_reply_prefix(scope)):
+        return True
+    return scope != FLEET_SCOPE and reply.startswith(IMPORTED_REPLY_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,12 @@ from nats.js import api as js_api
 
 from seedance.core.bus import Bus
 from seedance.core.errors import NoStream, SeedanceError
-from seedance.events.subjects import TENANT_CONSUMERS, consumer_create, tenant_consumers
+from seedance.events.subjects import (
+    TENANT_CONSUMERS,
+    consumer_create,
+    deliver_prefix,
+    tenant_consumers,
+)
 
 __all__ = ["ConsumersInUse", "Watch", "watching"]
 
@@ -103,9 +108,13 @@ async def watching(
     """A push consumer whose filter is in the API subject; it exists once the ``async with``
     is entered and is deleted on leaving. No filter: the whole stream (operators). With
     ``own_tenant`` (this connection is that tenant's user, reading its own stream) it takes
-    the first free one of the tenant's own names; otherwise a name of 64 random bits."""
+    the first free one of the tenant's own names and delivers under the tenant's deliver
+    prefix (the one subject space Seedance's account exports to the tenants' account,
+    ``subjects.deliver_prefix``); otherwise a name of 64 random bits, delivering to an inbox."""
     nc = bus.nc
-    inbox = f"{nc._inbox_prefix.decode()}.{uuid.uuid4().hex}"
+    own = own_tenant if filter_subject else None
+    prefix = deliver_prefix(own) if own is not None else nc._inbox_prefix.decode()
+    inbox = f"{prefix}.{uuid.uuid4().hex}"
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=10_000)
     sub = await nc.subscribe(inbox, cb=queue.put)
     name = ""
@@ -120,8 +129,8 @@ async def watching(
     )
     try:
         try:
-            if own_tenant is not None and filter_subject:
-                name = await _create_own(bus, guarded, stream, own_tenant, filter_subject, config)
+            if own is not None and filter_subject:
+                name = await _create_own(bus, guarded, stream, own, filter_subject, config)
             else:
                 name = f"watch-{uuid.uuid4().hex[:16]}"
                 await guarded(

@@ -21,8 +21,10 @@ that sequence (the index waits until it has read that far, ``answer_within_s`` a
 
 Replicas answer in one queue group (``api.QUEUE``): each request is answered once, by any.
 
-Answers go only to the asker's own inbox (``api.reply_prefix``: ``_INBOX_<t>.`` for tenant
-``t``'s subject, the operators' ``_INBOX.`` for the fleet's). The ``cost-ledger`` user may
+Answers go only to the asker's own inbox (``api.reply_allowed``: ``_INBOX_<t>.`` for tenant
+``t``'s subject, the operators' ``_INBOX.`` for the fleet's, or the server's ``_R_.`` rewrite of
+a reply that crossed from the tenants' account, which it carries back there only). The
+``cost-ledger`` user may
 publish a response on any request's reply subject (nats-server's ``allow_responses``, which its
 publish denies do not bound), so a request with any other reply (a KV key, another tenant's
 job subject) is refused here, counted and logged, never answered: a tenant once had the ledger
@@ -106,7 +108,7 @@ class _Metrics:
         self.replies_refused_total = Counter(
             "seedance_cost_ledger_allocation_replies_refused_total",
             "Allocation requests left unanswered: their reply subject is not the asker's own "
-            "inbox (api.reply_prefix of the request's scope).",
+            "inbox (api.reply_allowed of the request's scope).",
             ["scope"],
             registry=registry,
         )
@@ -227,7 +229,7 @@ class AllocationApi:
             return  # a publish, not a request: nobody to answer
         asked = api.scope_of(msg.subject)
         scope = "fleet" if asked == api.FLEET else "tenant"
-        if asked is None or not msg.reply.startswith(api.reply_prefix(asked)):
+        if asked is None or not api.reply_allowed(asked, msg.reply):
             self.metrics.replies_refused_total.labels(scope).inc()
             log.warning(
                 "allocation_reply_refused",
