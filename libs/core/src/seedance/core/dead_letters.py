@@ -29,8 +29,10 @@ log = get_logger(__name__)
 #: JSON headers, reason) stays under 128 KiB, 1/8 of the server's 1 MiB max_payload: an
 #: 800,000-byte original, base64 in its letter, was over it, and the letter's publish failed
 #: (MaxPayloadError) at every delivery until the message was dropped (security audit F3). The
-#: size and SHA-256 of the whole payload identify it; 64 KiB shows far more than any valid
-#: event (21 KB at most: seedance.events.stream_limits).
+#: size and SHA-256 of the whole payload identify it. 64 KiB holds the whole of a usual event
+#: (a few KiB) but not of the widest schema-valid one (134,686 bytes with every character
+#: JSON-escaped: seedance.events.stream_limits): such a letter carries a prefix, flagged
+#: ``truncated``.
 PAYLOAD_PREFIX_BYTES = 64 * 1024
 HEADERS_MAX_BYTES = 8 * 1024
 REASON_MAX_CHARS = 4096
