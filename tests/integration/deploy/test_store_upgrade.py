@@ -14,8 +14,10 @@ assertion: the new server finds no stream.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,12 +46,12 @@ SUBJECT = "seedance.jobs.acme.submitted"
 DURABLE = "upgrade-probe"
 
 
-def _server(store: Path, auth: str, *, provisioned: bool) -> NatsServer:
+def _server(store: Path, auth: str, *, provisioned: bool, monitor: bool = False) -> NatsServer:
     """``auth`` (an authorization block) on a server whose JetStream store is ``store``: named
     in the config, so that it outlives the server (`NatsServer.stop` removes its own dir)."""
     limit = SHIPPED_MAX_FILE_STORE
     config = f'jetstream {{\n  store_dir: "{store}"\n  max_file_store: {limit}\n}}\n'
-    return auth_server(config + auth, shipped_password, provisioned=provisioned)
+    return auth_server(config + auth, shipped_password, provisioned=provisioned, monitor=monitor)
 
 
 @asynccontextmanager
@@ -61,6 +63,15 @@ async def _admin(server: NatsServer) -> AsyncIterator[Any]:
         yield user.nc.jetstream()
     finally:
         await user.nc.close()
+
+
+def _streams_by_account(server: NatsServer) -> dict[str, list[str]]:
+    """Account -> its streams' names, from the monitoring port's ``/jsz``."""
+    assert server.monitor_url is not None
+    url = f"{server.monitor_url}/jsz?accounts=true&streams=true"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        details = json.loads(reply.read())["account_details"]
+    return {a["name"]: sorted(s["name"] for s in a.get("stream_detail") or []) for a in details}
 
 
 def _upgrade(store: Path, *server_args: str) -> subprocess.CompletedProcess[str]:
@@ -100,7 +111,7 @@ async def test_the_entry_point_moves_an_old_store_and_the_new_server_has_all_of_
 
     # as compose goes on: the server of the shipped config, then `seedance admin provision`
     # (which must converge what it finds, not replace it)
-    with _server(store, SHIPPED_AUTH.read_text(), provisioned=True) as new:
+    with _server(store, SHIPPED_AUTH.read_text(), provisioned=True, monitor=True) as new:
         async with _admin(new) as js:
             names = {s.name for s in STREAMS}
             names |= {f"KV_{b}" for b in BUCKETS} | {f"OBJ_{o}" for o in OBJECT_STORES}
@@ -112,6 +123,9 @@ async def test_the_entry_point_moves_an_old_store_and_the_new_server_has_all_of_
             assert obj.data == b"model-bytes"
             consumer = await js.consumer_info(JOBS, DURABLE)
             assert (consumer.ack_floor.stream_seq, consumer.num_pending) == (3, 2)
+        # the check docs/deploy.md gives (compose publishes 8222 on loopback): every stream in
+        # account SEEDANCE, none anywhere else
+        assert _streams_by_account(new) == {"SEEDANCE": sorted(names)}
 
     # a second start finds nothing to do, says nothing and still starts the server
     again = _upgrade(store, "--version")
