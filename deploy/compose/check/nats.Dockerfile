@@ -2,9 +2,9 @@
 # here): the pinned nats-server binary the tests run (`make install`, checked against
 # tools/nats-server.sha256; the same minor line as compose's image, which
 # tests/unit/deploy/test_compose.py pins) on the Seedance base image, with wget for compose's
-# declared healthcheck (the official image has busybox's). The entry point is the server, so
-# compose's `command: ["-c", ...]` runs as it does with the official image, whose entry point
-# prepends `nats-server` to arguments that start with '-'.
+# declared healthcheck (the official image has busybox's). Compose gives both images its own
+# entry point (/bin/sh on nats/upgrade-store.sh, which execs `nats-server` from PATH with
+# compose's `command`); the server's here is for a run outside compose.
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends wget >/dev/null \
