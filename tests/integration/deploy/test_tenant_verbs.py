@@ -352,6 +352,9 @@ def probes(tenant: str) -> list[tuple[str, bytes]]:
         (permissions.CALLOUT_SUBJECT, b"{}"),
         ("_INBOX.x", b"{}"),
         (f"{inbox_prefix(OTHER)}.x", b"{}"),
+        # deliveries are the server's to publish, its own consumers' included
+        (f"{deliver_prefix(OTHER)}.x", b"{}"),
+        (f"{deliver_prefix(tenant)}.x", b"{}"),
     ]
     return out
 
@@ -360,6 +363,8 @@ def subscribe_probes(tenant: str) -> list[str]:
     return [
         f"{inbox_prefix(OTHER)}.>",
         "_INBOX.>",
+        f"{deliver_prefix(OTHER)}.>",  # another tenant's consumers' deliveries
+        "_DELIVER.>",
         "seedance.>",
         costs.tenant_wildcard(tenant),  # own costs only through a consumer, never raw
         api.ALLOCATIONS,  # nobody but the ledger hears (or answers) allocation requests
