@@ -3,7 +3,11 @@ nats-server running the shipped config (deploy/auth) with the auth callout.
 
 A consumer's deliver subject travels in the create request's body: nats-server checks it
 against no one's permissions, so a tenant may point a consumer on its own costs at any subject,
-and the server delivers there while some subscription matches. These tests show that it does
+and the server delivers there while some subscription matches. Tenants are users of their own
+account (``seedance.events.accounts``), but the create crosses a service import and the
+consumer lives in Seedance's account, with the streams: its deliver subject is one of
+Seedance's (only ``_DELIVER.>`` is exported back, where a tenant hears its own consumers'
+deliveries under ``deliver_prefix``). These tests show that it does
 (for a tenant listed in the config and one added at run time) and pin what each component's
 core subscription makes of it:
 

@@ -33,6 +33,7 @@ from seedance.events.subjects import (
     TENANT_CONSUMERS,
     consumer_create,
     costs,
+    deliver_prefix,
     inbox_prefix,
     tenant_consumers,
 )
@@ -131,7 +132,7 @@ async def test_a_tenant_gets_only_its_own_consumer_names_on_a_stream_it_reads(
 ) -> None:
     own = dict(TENANT_READS)[stream](tenant)
     async with raw(server.url, tenant, stack[tenant]) as (nc, errors):
-        deliver = f"{inbox_prefix(tenant)}.hostile"
+        deliver = f"{deliver_prefix(tenant)}.hostile"  # where its consumers may deliver
         # 300 durables of names of its choosing, as the hostile tenant made
         for i in range(HOSTILE_CREATES):
             name = f"hoard-{uuid.uuid4().hex[:8]}-{i}"

@@ -31,7 +31,14 @@ from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.slicing import JobReleased, Placement
-from seedance.events.subjects import costs, inbox_prefix, jobs, telemetry, tenant_consumers
+from seedance.events.subjects import (
+    costs,
+    deliver_prefix,
+    inbox_prefix,
+    jobs,
+    telemetry,
+    tenant_consumers,
+)
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import PermissionRefused, SeedanceClient
 from seedance.testing.waits import eventually, wait_consumers_bound
@@ -193,7 +200,8 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
             js_api.ConsumerConfig(
                 name=tenant_consumers(TENANT_B)[0],  # only its own names are granted
                 filter_subject=costs.tenant_wildcard(TENANT_B),
-                deliver_subject=f"{prefix_b}.own",
+                # its consumers live in Seedance's account: they deliver under its own prefix
+                deliver_subject=f"{deliver_prefix(TENANT_B)}.own",
                 ack_policy=js_api.AckPolicy.NONE,
                 inactive_threshold=5.0,
             ),
@@ -222,11 +230,12 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         before = (await admin.js.stream_info("SEEDANCE_JOBS")).state.messages
         with pytest.raises(nats.errors.TimeoutError):
             await js.publish(jobs.subject(TENANT_A, "submitted"), b"forged", timeout=2.0)
-        # A's inbox: reading A's deliveries directly is refused as well.
+        # A's inbox and its consumers' deliveries: reading either directly is refused as well.
         await raw.subscribe(f"{inbox_prefix(TENANT_A)}.>")
+        await raw.subscribe(f"{deliver_prefix(TENANT_A)}.>")
         await raw.flush()
         # The errors arrive through the client's callback: no event to wait on.
-        await eventually(lambda: len(errors) >= 4, 10, what="four permission violations")
+        await eventually(lambda: len(errors) >= 5, 10, what="five permission violations")
     finally:
         await raw.close()
     assert (await admin.js.stream_info("SEEDANCE_JOBS")).state.messages == before
@@ -240,6 +249,7 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
     )
     assert f"seedance.jobs.{TENANT_A}.submitted" in joined
     assert "permissions violation for subscription to" in joined
+    assert f'subscription to "{deliver_prefix(TENANT_A)}.>"'.lower() in joined
 
     # The SDK path for B on A's stream fails as well (it never yields A's events), and says
     # which subject the server refused rather than timing out.

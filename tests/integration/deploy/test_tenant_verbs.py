@@ -38,6 +38,7 @@ from seedance.core.auth_callout import AuthCallout, TenantRegistry, new_issuer
 from seedance.core.kv import ensure_bucket, ensure_object_store
 from seedance.core.xkeys import new_curve_keys
 from seedance.events import permissions
+from seedance.events.accounts import SEEDANCE_ACCOUNT, TENANTS_ACCOUNT
 from seedance.events.subjects import (
     BUCKETS,
     CONSUMERS,
@@ -290,7 +291,9 @@ def probes(tenant: str) -> list[tuple[str, bytes]]:
             (f"{JS}.CONSUMER.CREATE.{s}", consumer_body(s, "", None, deliver)),
             (f"{JS}.CONSUMER.CREATE.{s}.grab", consumer_body(s, "grab", None, deliver)),
         ]
-    out += [(f"{JS}.{v}", b"{}") for v in ("STREAM.LIST", "STREAM.NAMES", "ACCOUNT.PURGE.$G")]
+    out += [(f"{JS}.{v}", b"{}") for v in ("STREAM.LIST", "STREAM.NAMES")]
+    # purging an account's JetStream: Seedance's (which holds it) or the tenants' own
+    out += [(f"{JS}.ACCOUNT.PURGE.{a}", b"{}") for a in (SEEDANCE_ACCOUNT, TENANTS_ACCOUNT)]
     out += [(f"{JS}.META.LEADER.STEPDOWN", b"{}"), (f"{JS}.SERVER.REMOVE", b"{}")]
     out += own_name_probes(tenant, deliver)
     # Consumers on what a tenant reads, but filtered on others' or on everything.
@@ -352,6 +355,9 @@ def probes(tenant: str) -> list[tuple[str, bytes]]:
         (permissions.CALLOUT_SUBJECT, b"{}"),
         ("_INBOX.x", b"{}"),
         (f"{inbox_prefix(OTHER)}.x", b"{}"),
+        # deliveries are the server's to publish, its own consumers' included
+        (f"{deliver_prefix(OTHER)}.x", b"{}"),
+        (f"{deliver_prefix(tenant)}.x", b"{}"),
     ]
     return out
 
@@ -360,6 +366,8 @@ def subscribe_probes(tenant: str) -> list[str]:
     return [
         f"{inbox_prefix(OTHER)}.>",
         "_INBOX.>",
+        f"{deliver_prefix(OTHER)}.>",  # another tenant's consumers' deliveries
+        "_DELIVER.>",
         "seedance.>",
         costs.tenant_wildcard(tenant),  # own costs only through a consumer, never raw
         api.ALLOCATIONS,  # nobody but the ledger hears (or answers) allocation requests

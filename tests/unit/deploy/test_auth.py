@@ -39,6 +39,7 @@ from seedance.events.subjects import (
     TENANT_KINDS,
     api,
     costs,
+    deliver_prefix,
     inbox_prefix,
     jobs,
     slicing,
@@ -128,7 +129,9 @@ def test_tenant_publishes_exactly_its_request_subjects() -> None:
     assert len(data) == len(TENANT_KINDS["jobs"]) + 3
     assert not any(s.endswith(">") for s in p.publish_allow if not s.startswith("$JS.FC."))
     assert not any("globex" in s for s in p.publish_allow + p.publish_deny)
-    assert p.subscribe_allow == (f"{inbox_prefix('acme')}.>",)
+    # its inbox, and the deliveries of its push consumers (which live in Seedance's account:
+    # only `deliver_prefix` is exported back to the tenants')
+    assert p.subscribe_allow == (f"{inbox_prefix('acme')}.>", f"{deliver_prefix('acme')}.>")
 
 
 def test_the_catalogue_knows_every_subject_a_tenant_may_publish_on() -> None:

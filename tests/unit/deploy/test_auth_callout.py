@@ -29,6 +29,9 @@ from seedance.core.auth_callout import (
 from seedance.core.auth_callout import main as auth_main
 from seedance.core.clock import VirtualClock
 from seedance.core.tenant_mirror import TenantMirror
+from seedance.core.tenant_registry import node_key
+from seedance.events.accounts import SEEDANCE_ACCOUNT, TENANTS_ACCOUNT
+from seedance.events.node_permissions import node_permissions
 from seedance.events.permissions import tenant_permissions
 from seedance.testing.waits import eventually
 
@@ -53,7 +56,11 @@ def request(user: str, password: str) -> dict[str, Any]:
     return decode_jwt(token)
 
 
-RECORDS = {"initech": record_for("initech", "the-right-password-1")}
+NODE = "gpu-node-1"
+RECORDS = {
+    "initech": record_for("initech", "the-right-password-1"),
+    node_key(NODE): record_for(node_key(NODE), "the-node-password-1"),
+}
 
 
 async def lookup(tenant: str) -> TenantRecord | None:
@@ -91,10 +98,24 @@ async def test_a_registered_tenant_gets_exactly_the_declared_tenant_permissions(
     inner = decode_jwt(outer["nats"]["jwt"])
     assert inner["iss"] == ISSUER.public_key.decode()
     assert inner["sub"] == USER_NKEY
-    assert inner["aud"] == "$G"
+    # the tenants' own account, never Seedance's (where the server wrote its acks anywhere)
+    assert inner["aud"] == TENANTS_ACCOUNT == "TENANTS"
     p = tenant_permissions("initech")
     assert inner["nats"]["pub"] == {"allow": list(p.publish_allow), "deny": list(p.publish_deny)}
     assert inner["nats"]["sub"]["allow"] == list(p.subscribe_allow)
+
+
+async def test_a_registered_node_is_placed_in_seedance_s_account_with_its_own_permissions() -> None:
+    """A node's agents publish on Seedance's streams directly: its user is in ``SEEDANCE``
+    (a tenant's is in ``TENANTS``, above)."""
+    response, user, refused = await decide(
+        request(f"node-{NODE}", "the-node-password-1"), lookup, ISSUER
+    )
+    assert (user, refused) == (f"node-{NODE}", None)
+    inner = decode_jwt(decode_jwt(response)["nats"]["jwt"])
+    assert inner["aud"] == SEEDANCE_ACCOUNT == "SEEDANCE"
+    p = node_permissions((NODE,))
+    assert inner["nats"]["pub"] == {"allow": list(p.publish_allow), "deny": list(p.publish_deny)}
 
 
 @pytest.mark.parametrize(

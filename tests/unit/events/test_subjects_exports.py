@@ -34,6 +34,7 @@ def test_the_catalogue_exports_exactly_these_names() -> None:
         "consumer_create",
         "cost_reader",
         "costs",
+        "deliver_prefix",
         "dlq",
         "fleet_plan_consumer",
         "graph",
