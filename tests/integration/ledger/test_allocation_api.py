@@ -239,31 +239,52 @@ async def test_an_answer_goes_only_to_the_askers_own_inbox(auth_url: str, admin:
     # slicer's lease key (or globex's job subject), and the `cost-ledger` user, allowed to
     # answer any request's reply (`allow_responses`, which its publish denies do not bound),
     # wrote its refusal there: no slicer leader while acme kept rewriting the lease.
+    # Tenants are now users of their own account: the server rewrites each of their replies to
+    # `_R_.` and carries the answer back into TENANTS, so the ledger answers a tenant's request
+    # whatever reply it named, and nothing of Seedance's changes. In Seedance's account (the
+    # operator, the one user there that may ask) a reply outside the asker's inbox is refused.
     lease_key = "slicer.default"
-    forged = (f"$KV.seedance-leases.{lease_key}", jobs.subject("globex", "finished"))
+    # (globex's job subject is one TENANTS imports: an answer delivered there in TENANTS would
+    # cross back into Seedance's stream)
+    forged = (f"$KV.seedance-leases.{lease_key}", jobs.subject("globex", "submitted"))
     leases = await ensure_bucket(admin, "seedance-leases")
     held = await leases.put(lease_key, b"held by slicer-0")
     # The operator listens on both targets on the connection it then asks the fleet's on: the
     # ledger's answers leave in order, so any answer sent to a target before the operator's is
     # queued there before the operator's arrives.
     watched = [await admin.nc.subscribe(subject) for subject in forged]
+    # and hears acme's requests in Seedance's account, with the reply the ledger is given
+    asked: list[str] = []
+
+    async def heard(msg: Any) -> None:
+        asked.append(msg.reply)
+
+    await admin.nc.subscribe(api.allocation("acme"), cb=heard)
     service, api_ = replica(auth_url, "alloc-r")
     acme = await Bus.connect(
         BusSettings(url=auth_url, user="tenant-acme", password=password("tenant-acme"),
                     inbox_prefix=inbox_prefix("acme"))
     )  # fmt: skip
+    answered = api_.metrics.requests_total.labels("tenant", "answer")
     try:
         async with serving(service), await connect(auth_url, "tenant-acme") as acme_sdk:
             query = msgspec.json.encode(AllocationQuery(window="30d"))
             for reply in forged:
+                await admin.nc.publish(api.allocation("acme"), query, reply=reply)
                 await acme.nc.publish(api.allocation("acme"), query, reply=reply)
             # anything but the asker's own inbox, an operator's fleet request's included
             await admin.nc.publish(api.allocation(None), query, reply=f"_INBOX_acme.{lease_key}")
             await acme.nc.flush()
             own = await acme_sdk.allocation("30d", tenant="acme")
-            fleet = await admin.nc.request(api.allocation(None), query, timeout=30)
             async with await connect(auth_url, "admin") as op:  # under acme's inbox
                 asked_for_acme = await op.allocation("30d", tenant="acme")
+            # acme's forged two are answered at the server's reply, with its own and the
+            # operator's: each answer is sent as it is counted, so the fleet's below leaves after
+            await eventually(lambda: answered._value.get() == 4, 30, what="4 answers on acme's")
+            fleet = await admin.nc.request(api.allocation(None), query, timeout=30)
+            # the lease bucket's own order: once this is stored, anything sent there before is
+            await leases.put("control", b"after the answers")
+            await eventually(lambda: len(asked) == 6, what="the 6 requests on acme's subject")
     finally:
         await acme.close()
     entry = await leases.get(lease_key)
@@ -273,5 +294,9 @@ async def test_an_answer_goes_only_to_the_askers_own_inbox(auth_url: str, admin:
         await admin.js.get_last_msg("SEEDANCE_JOBS", forged[1])
     assert own.scope == asked_for_acme.scope == "acme"
     assert decode(fleet.data, AllocationAnswer).scope == "fleet"
+    # the ledger was given the operator's forged replies as they were, and every one of acme's
+    # (its two forged, its own) rewritten by the server
+    assert sorted(r for r in asked if r in forged) == sorted(forged)
+    assert sum(r.startswith("_R_.") for r in asked) == 3
     assert api_.metrics.replies_refused_total.labels("tenant")._value.get() == 2
     assert api_.metrics.replies_refused_total.labels("fleet")._value.get() == 1

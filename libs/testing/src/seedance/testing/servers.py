@@ -39,7 +39,10 @@ __all__ = [
 SHIPPED_AUTH = REPO / "deploy" / "auth" / "nats-auth.conf"
 #: A config's own JetStream store (``store_dir: ...`` in its ``jetstream`` block).
 _STORE_DIR = re.compile(r"^\s*store_dir\s*:", re.M)
-_JETSTREAM = re.compile(r"^\s*jetstream\s*[:{]", re.M)
+#: A config's own server-wide ``jetstream`` block: at the top level only, for an account's
+#: ``jetstream: enabled`` (the shipped accounts block, indented) sets no store bound, and taking
+#: it for one left the shipped-auth servers at 75 % of the free disk.
+_JETSTREAM = re.compile(r"^jetstream\s*[:{]", re.M)
 #: The shipped servers' ``max_file_store`` (deploy/compose/nats/nats.conf): every server here has
 #: it unless told otherwise, so that the catalogue's reservations fit as they do in a deployment
 #: and never depend on the machine's free disk (without it nats-server allows 75 % of the free
