@@ -17,8 +17,10 @@ import pytest
 from seedance.events import nats_config
 from seedance.events.accounts import (
     DELIVERIES,
+    RESPONSE_THRESHOLD,
     SEEDANCE_ACCOUNT,
     TENANTS_ACCOUNT,
+    tenant_flow_control,
     tenant_services,
 )
 from seedance.events.permissions import tenant_permissions
@@ -61,7 +63,7 @@ def test_the_longest_tenant_id_is_one() -> None:
 @pytest.mark.parametrize("tenant", TENANTS, ids=lambda t: f"len{len(t)}")
 def test_every_subject_a_tenant_may_publish_on_is_exported_to_the_tenants(tenant: str) -> None:
     allowed = tenant_permissions(tenant).publish_allow
-    services = tenant_services()
+    services = tenant_services() + tenant_flow_control()
     assert [s for s in allowed if not any(covers(e, s) for e in services)] == []
     # and nothing is exported that no tenant may publish on
     assert [e for e in services if not any(covers(e, s) for s in allowed)] == []
@@ -84,32 +86,42 @@ def block(text: str, opening: str, indent: str) -> list[str]:
     return lines[start:end]
 
 
+def lines_of(text: str, account: str, kind: str) -> list[str]:
+    return block("\n".join(block(text, f"  {account} {{", "  ")), f"    {kind} = [", "    ")
+
+
+def test_flow_control_is_no_service() -> None:
+    """Flow control is answered by nothing: as a service each of a tenant's publishes with a
+    reply left the server an entry for minutes (review of 2026-12-07, ~33 MiB per 100,000)."""
+    assert tenant_flow_control()
+    assert all(s.startswith("$JS.FC.") for s in tenant_flow_control())
+    assert not any(s.startswith("$JS.FC.") for s in tenant_services())
+
+
 @pytest.mark.parametrize("rel", nats_config.RENDERED_FILES)
 def test_the_rendered_config_exports_and_imports_exactly_the_tenant_services(rel: str) -> None:
     text = (REPO / rel).read_text()
-    seedance = block(text, f"  {SEEDANCE_ACCOUNT} {{", "  ")
-    tenants = block(text, f"  {TENANTS_ACCOUNT} {{", "  ")
-    assert "    imports = [" not in seedance
-    assert "    exports = [" not in tenants
-    assert text.count("exports = [") == text.count("imports = [") == 1
-
-    export = rf'      \{{(service|stream): "([^"]+)", accounts: \[{TENANTS_ACCOUNT}\]\}}'
-    imported = (
+    assert text.count("exports = [") == text.count("imports = [") == 2
+    threshold = f", response_threshold: {RESPONSE_THRESHOLD}"
+    to_tenants = rf'      \{{(service|stream): "([^"]+)", accounts: \[{TENANTS_ACCOUNT}\](.*)\}}'
+    from_seedance = (
         rf'      \{{(service|stream): \{{account: {SEEDANCE_ACCOUNT}, subject: "([^"]+)"\}}\}}'
     )
-    exports = [
-        re.fullmatch(export, line) for line in block("\n".join(seedance), "    exports = [", "    ")
-    ]
-    imports = [
-        re.fullmatch(imported, line)
-        for line in block("\n".join(tenants), "    imports = [", "    ")
-    ]
+    to_seedance = rf'      \{{stream: "([^"]+)", accounts: \[{SEEDANCE_ACCOUNT}\]\}}'
+    from_tenants = rf'      \{{stream: \{{account: {TENANTS_ACCOUNT}, subject: "([^"]+)"\}}\}}'
+    exported = [re.fullmatch(to_tenants, x) for x in lines_of(text, SEEDANCE_ACCOUNT, "exports")]
+    imported = [re.fullmatch(from_seedance, x) for x in lines_of(text, TENANTS_ACCOUNT, "imports")]
+    back = [re.fullmatch(to_seedance, x) for x in lines_of(text, TENANTS_ACCOUNT, "exports")]
+    taken = [re.fullmatch(from_tenants, x) for x in lines_of(text, SEEDANCE_ACCOUNT, "imports")]
     # every line is one of these forms
-    assert None not in exports
-    assert None not in imports
+    assert None not in exported + imported + back + taken
     wanted = [("service", s) for s in tenant_services()] + [("stream", DELIVERIES)]
-    assert [m.groups() for m in exports if m] == wanted
-    assert [m.groups() for m in imports if m] == wanted
+    assert [m.groups()[:2] for m in exported if m] == wanted
+    assert [m.groups() for m in imported if m] == wanted
+    # every service answers within the threshold, or its entry goes; a stream has none
+    assert [m[3] for m in exported if m] == [threshold] * len(tenant_services()) + [""]
+    assert [m[1] for m in back if m] == list(tenant_flow_control())
+    assert [m[1] for m in taken if m] == list(tenant_flow_control())
     assert DELIVERIES == "_DELIVER.>"
 
 
