@@ -85,8 +85,10 @@ async def test_flow_control_a_tenant_floods_leaves_no_reply_mapping(server: Nats
         )
         held = pending_replies(server)
         for i in range(FLOOD):
+            # the consumer's own flow-control subject (``$JS.FC.<stream>.<name>.*``): one it
+            # hears, so a service import would map each reply
             await acme.nc.publish(
-                f"$JS.FC.{STREAM}.{name}.{i}.1", b"", reply=f"{inbox_prefix(TENANT)}.fc"
+                f"$JS.FC.{STREAM}.{name}.{i}", b"", reply=f"{inbox_prefix(TENANT)}.fc"
             )
         await acme.nc.flush()
         # what the tenant sent after its flood has crossed, so the flood has too
