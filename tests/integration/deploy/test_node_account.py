@@ -98,21 +98,38 @@ def password_of(running: Running, user: str) -> str | None:
     return running.node_password if user == f"node-{NODE}" else None
 
 
+async def fresh_placements(admin: Bus) -> None:
+    """The collector's durable made anew: it holds what the stream holds, none delivered yet
+    (an earlier test's pulls, in any order, leave it nothing owed)."""
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await admin.js.delete_consumer(PLACEMENTS.stream, PLACEMENTS.durable)
+    await admin.ensure_consumer(PLACEMENTS)
+
+
 @pytest_asyncio.fixture(loop_scope="module")
-async def empty_readers(running: Running) -> None:
-    """The pulls' consumers, holding nothing (a pull is answered by a 404 status)."""
-    js = running.admin.js
-    await js.add_consumer(
-        DECISIONS,
-        js_api.ConsumerConfig(
-            durable_name=PROBE,
-            deliver_policy=js_api.DeliverPolicy.NEW,
-            ack_policy=js_api.AckPolicy.NONE,
-        ),
-    )
-    await running.admin.ensure_consumer(PLACEMENTS)
-    info = await js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)
-    assert info.num_pending == 0
+async def readers(running: Running) -> None:
+    """The pulls' consumers, holding nothing (a pull is answered by a 404 status): a stored
+    message delivered to the control key twice would be dropped there as a duplicate (its
+    ``Nats-Msg-Id`` travels with it), and the control would never land."""
+    with contextlib.suppress(nats.js.errors.BadRequestError):  # made by an earlier test
+        await running.admin.js.add_consumer(
+            DECISIONS,
+            js_api.ConsumerConfig(
+                durable_name=PROBE,
+                deliver_policy=js_api.DeliverPolicy.NEW,
+                ack_policy=js_api.AckPolicy.NONE,
+            ),
+        )
+    await fresh_placements(running.admin)
+    admin = running.admin
+    pending = (await admin.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)).num_pending
+    if pending:  # what earlier tests published: read and acked as the operator
+        sub = await admin.js.pull_subscribe_bind(PLACEMENTS.durable, PLACEMENTS.stream)
+        for msg in await sub.fetch(pending, timeout=5):
+            await msg.ack_sync(timeout=5)
+        await sub.unsubscribe()
+    info = await admin.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)
+    assert (info.num_pending, info.num_ack_pending) == (0, 0)
 
 
 async def connect_node(running: Running, user: str) -> ShippedUser:
@@ -166,7 +183,7 @@ async def stored(admin: Bus, stream: str, subject: str) -> int:
         return 0
 
 
-@pytest.mark.usefixtures("empty_readers")
+@pytest.mark.usefixtures("readers")
 @pytest.mark.parametrize(("user", "node", "agent", "collector"), USERS)
 async def test_a_forged_reply_lands_on_no_subject_of_seedance(
     running: Running, user: str, node: str, agent: bool, collector: bool
@@ -255,13 +272,12 @@ async def test_the_collector_acks_what_it_pulls_and_a_forged_ack_reply_lands_now
     slicer = await Bus.connect(as_user(running.url, "slicer"))
     conn = await connect_shipped(running.url, TELEMETRY_REPLAYER)
     try:
-        with_spec = PLACEMENTS
-        await admin.ensure_consumer(with_spec)  # the forged pulls' test left it empty
+        await fresh_placements(admin)
         events = [decision(f"acked-{i}") for i in range(3)]
         for ev in events:
             await slicer.publish(slicing.subject(ev.tenant, "placement"), ev)
         sub = await conn.nc.jetstream(timeout=5.0).pull_subscribe_bind(
-            with_spec.durable, with_spec.stream
+            PLACEMENTS.durable, PLACEMENTS.stream
         )
         msgs = []
 
@@ -277,7 +293,7 @@ async def test_the_collector_acks_what_it_pulls_and_a_forged_ack_reply_lands_now
         await msgs[2].ack_sync(timeout=5)  # answered: the forged ones before it were too
         after = {t: await stored(admin, *t) for t in TARGETS}
         assert after == before
-        info = await admin.js.consumer_info(with_spec.stream, with_spec.durable)
+        info = await admin.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)
         assert info.num_ack_pending == 0
         assert not conn.errors, conn.errors
     finally:
