@@ -30,7 +30,7 @@ from seedance.core.auth_callout import main as auth_main
 from seedance.core.clock import VirtualClock
 from seedance.core.tenant_mirror import TenantMirror
 from seedance.core.tenant_registry import node_key
-from seedance.events.accounts import SEEDANCE_ACCOUNT, TENANTS_ACCOUNT
+from seedance.events.accounts import NODES_ACCOUNT, TENANTS_ACCOUNT
 from seedance.events.node_permissions import node_permissions
 from seedance.events.permissions import tenant_permissions
 from seedance.testing.waits import eventually
@@ -105,15 +105,15 @@ async def test_a_registered_tenant_gets_exactly_the_declared_tenant_permissions(
     assert inner["nats"]["sub"]["allow"] == list(p.subscribe_allow)
 
 
-async def test_a_registered_node_is_placed_in_seedance_s_account_with_its_own_permissions() -> None:
-    """A node's agents publish on Seedance's streams directly: its user is in ``SEEDANCE``
-    (a tenant's is in ``TENANTS``, above)."""
+async def test_a_registered_node_is_placed_in_the_nodes_account_with_its_own_permissions() -> None:
+    """A node's agents reach Seedance's streams only through what ``SEEDANCE`` exports: its
+    user is in ``NODES`` (a tenant's is in ``TENANTS``, above), never in ``SEEDANCE``."""
     response, user, refused = await decide(
         request(f"node-{NODE}", "the-node-password-1"), lookup, ISSUER
     )
     assert (user, refused) == (f"node-{NODE}", None)
     inner = decode_jwt(decode_jwt(response)["nats"]["jwt"])
-    assert inner["aud"] == SEEDANCE_ACCOUNT == "SEEDANCE"
+    assert inner["aud"] == NODES_ACCOUNT == "NODES"
     p = node_permissions((NODE,))
     assert inner["nats"]["pub"] == {"allow": list(p.publish_allow), "deny": list(p.publish_deny)}
 

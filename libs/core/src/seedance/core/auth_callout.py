@@ -11,11 +11,11 @@ one KV write; the server config is never re-rendered and the server never restar
 
 The JWT places a tenant in the tenants' config-file account (``TENANTS``, which reaches
 Seedance's only through the services exported to it: `seedance.events.accounts`) and a node in
-Seedance's (``account_of``). Why auth callout rather than decentralized accounts (operator and
-account JWTs and a resolver): the two accounts and their exports stay in the server's config,
-every tenant shares the one tenants' account (an account per tenant would need its own exports
-and an operator key hierarchy to run), and the permissions stay the declared ones, issued per
-connection, not copied into JWTs at sign-up.
+the nodes' (``NODES``, likewise; ``account_of``). Why auth callout rather than decentralized
+accounts (operator and account JWTs and a resolver): the accounts and their exports stay in the
+server's config, every tenant shares the one tenants' account (an account per tenant would need
+its own exports and an operator key hierarchy to run), and the permissions stay the declared
+ones, issued per connection, not copied into JWTs at sign-up.
 A removed tenant cannot connect again; a connection it already has lasts until it closes
 (``--token-ttl-s`` bounds that).
 
@@ -141,7 +141,7 @@ def _user_claims(
     key: str, user_nkey: str, perms: Permissions, ttl_s: float, now: datetime
 ) -> dict[str, Any]:
     """The user JWT's claims: ``aud`` names the config-file account the user is placed in
-    (``account_of``: a tenant in the tenants' own, a node in Seedance's)."""
+    (``account_of``: a tenant in the tenants' own, a node in the nodes' own)."""
     nats_claims: dict[str, Any] = {
         "pub": {"allow": list(perms.publish_allow), "deny": list(perms.publish_deny)},
         "sub": {"allow": list(perms.subscribe_allow), "deny": list(perms.subscribe_deny)},

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 
 from seedance.core.tenant_registry import node_key
-from seedance.events.accounts import SEEDANCE_ACCOUNT, TENANTS_ACCOUNT
+from seedance.events.accounts import NODES_ACCOUNT, TENANTS_ACCOUNT
 from seedance.events.node_permissions import NODE_USER_PREFIX, node_permissions
 from seedance.events.permissions import (
     RESERVED_TENANTS,
@@ -69,9 +69,9 @@ def permissions_of(key: str) -> Permissions:
 
 
 def account_of(key: str) -> str:
-    """The NATS account a registry key's user lands in: a node's agents in Seedance's, with the
-    services; a tenant in the tenants' own (`seedance.events.accounts`)."""
-    return SEEDANCE_ACCOUNT if key.startswith(_NODE_KEY) else TENANTS_ACCOUNT
+    """The NATS account a registry key's user lands in: a node's agents in the nodes' own, a
+    tenant in the tenants' own (`seedance.events.accounts`); neither in Seedance's."""
+    return NODES_ACCOUNT if key.startswith(_NODE_KEY) else TENANTS_ACCOUNT
 
 
 def user_of(key: str) -> str:

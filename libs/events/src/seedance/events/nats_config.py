@@ -35,15 +35,27 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from seedance.events.accounts import (
+    ACCOUNTS,
     DELIVERIES,
+    NODES_ACCOUNT,
+    PULL_RESPONSE_THRESHOLD,
     RESPONSE_THRESHOLD,
     SEEDANCE_ACCOUNT,
     TENANTS_ACCOUNT,
+    node_flow_control,
+    node_pulls,
+    node_services,
+    node_streams,
     tenant_flow_control,
     tenant_services,
 )
 from seedance.events.env_file import EnvFile, EnvFileError, parse_env_file, read_env_file
-from seedance.events.node_permissions import NODE_AGENTS, node_user, telemetry_replayer_user
+from seedance.events.node_permissions import (
+    NODE_AGENTS,
+    node_user,
+    shared_node_user,
+    telemetry_replayer_user,
+)
 from seedance.events.permissions import (
     CALLOUT_USER,
     IDENTITIES,
@@ -242,7 +254,11 @@ def users(
     skip = set() if shared_node_users else set(NODE_AGENTS)
     if not callout:
         skip.add(CALLOUT_USER)
-    out = [service_user(name) for name in IDENTITIES if name not in skip]
+    out = [
+        shared_node_user(name) if name in NODE_AGENTS else service_user(name)
+        for name in IDENTITIES
+        if name not in skip
+    ]
     out.append(provisioner_user())
     replay = tuple(replay_nodes)
     if replay:
@@ -295,39 +311,70 @@ def _user_entries(static: Iterable[User], indent: str) -> list[str]:
 
 
 def _crossings(indent: str) -> dict[str, list[str]]:
-    """What each account exports and imports (`seedance.events.accounts`): ``SEEDANCE`` exports
-    tenants' services (answered within the threshold) and their deliveries to ``TENANTS`` only;
-    ``TENANTS`` exports its flow control to ``SEEDANCE`` only."""
-    seedance, tenants = SEEDANCE_ACCOUNT, TENANTS_ACCOUNT
-    out: dict[str, list[str]] = {
-        "seedance_exports": [], "seedance_imports": [], "tenants_exports": [],
-        "tenants_imports": [],
-    }  # fmt: skip
-    for subject in tenant_services():
-        out["seedance_exports"].append(
-            f'{indent}{{service: "{subject}", accounts: [{tenants}], '
-            f"response_threshold: {RESPONSE_THRESHOLD}}}"
+    """What each account exports and imports (`seedance.events.accounts`), keyed
+    ``<account>_exports`` / ``<account>_imports``: ``SEEDANCE`` exports tenants' and nodes'
+    services (answered within the threshold; a pull's many answers as a stream), the tenants'
+    deliveries and the nodes' MIG plans, each only to the account that needs it; ``TENANTS``
+    (and ``NODES``, where any) export their flow control to ``SEEDANCE`` only."""
+    seedance, tenants, nodes = SEEDANCE_ACCOUNT, TENANTS_ACCOUNT, NODES_ACCOUNT
+    out: dict[str, list[str]] = {f"{a}_{k}": [] for a in ACCOUNTS for k in ("exports", "imports")}
+    once = f", response_threshold: {RESPONSE_THRESHOLD}"
+    pull = f", response_type: stream, response_threshold: {PULL_RESPONSE_THRESHOLD}"
+    services: dict[str, tuple[list[str], str]] = {}  # subject: (importers, answer terms)
+    for importer, subject, terms in (
+        *((tenants, s, once) for s in tenant_services()),
+        *((nodes, s, once) for s in node_services()),
+        *((nodes, s, pull) for s in node_pulls()),
+    ):
+        importers, had = services.setdefault(subject, ([], terms))
+        if had != terms:
+            raise PermissionsError(f"{subject}: exported as {had!r} and as {terms!r}")
+        importers.append(importer)
+    streams = [(DELIVERIES, tenants), *((s, nodes) for s in node_streams())]
+    for kind, subject, importers, terms in (
+        *(("service", s, i, t) for s, (i, t) in services.items()),
+        *(("stream", s, [i], "") for s, i in streams),
+    ):
+        out[f"{seedance}_exports"].append(
+            f'{indent}{{{kind}: "{subject}", accounts: [{", ".join(importers)}]{terms}}}'
         )
-        out["tenants_imports"].append(
-            f'{indent}{{service: {{account: {seedance}, subject: "{subject}"}}}}'
-        )
-    out["seedance_exports"].append(f'{indent}{{stream: "{DELIVERIES}", accounts: [{tenants}]}}')
-    out["tenants_imports"].append(
-        f'{indent}{{stream: {{account: {seedance}, subject: "{DELIVERIES}"}}}}'
-    )
-    for subject in tenant_flow_control():
-        out["tenants_exports"].append(f'{indent}{{stream: "{subject}", accounts: [{seedance}]}}')
-        out["seedance_imports"].append(
-            f'{indent}{{stream: {{account: {tenants}, subject: "{subject}"}}}}'
-        )
+        for importer in importers:
+            out[f"{importer}_imports"].append(
+                f'{indent}{{{kind}: {{account: {seedance}, subject: "{subject}"}}}}'
+            )
+    for account, subjects in ((tenants, tenant_flow_control()), (nodes, node_flow_control())):
+        for subject in subjects:
+            out[f"{account}_exports"].append(
+                f'{indent}{{stream: "{subject}", accounts: [{seedance}]}}'
+            )
+            out[f"{seedance}_imports"].append(
+                f'{indent}{{stream: {{account: {account}, subject: "{subject}"}}}}'
+            )
     return out
 
 
+def _account(name: str, static: list[User], cross: dict[str, list[str]]) -> list[str]:
+    return [
+        f"  {name} {{",
+        *(["    jetstream: enabled"] if name == SEEDANCE_ACCOUNT else []),
+        "    users = [",
+        *_user_entries((u for u in static if u.account == name), "      "),
+        "    ]",
+        "    exports = [",
+        *cross[f"{name}_exports"],
+        "    ]",
+        "    imports = [",
+        *cross[f"{name}_imports"],
+        "    ]",
+        "  }",
+    ]
+
+
 def render(static: list[User], *, source: str, callout_issuer_var: str | None = None) -> str:
-    """The server's ``accounts`` block (``SEEDANCE``: every user but tenants, JetStream, the
-    services it exports; ``TENANTS``: the listed tenants and those imports,
-    `seedance.events.accounts`) and, with ``callout_issuer_var``, the ``authorization`` block
-    that hands every user not listed here to the auth callout."""
+    """The server's ``accounts`` block (``SEEDANCE``: every user but tenants' and nodes',
+    JetStream, the services it exports; ``TENANTS``: the listed tenants; ``NODES``: the node-side
+    users; each with its imports, `seedance.events.accounts`) and, with ``callout_issuer_var``,
+    the ``authorization`` block that hands every user not listed here to the auth callout."""
     cross = _crossings("      ")
     out = [
         f"# Generated by tools/gen/gen_nats_auth.py from {source} (`make nats-auth`).",
@@ -337,33 +384,12 @@ def render(static: list[User], *, source: str, callout_issuer_var: str | None = 
         "# Tenants are users of an account of their own, which reaches Seedance's only through",
         "# the services exported to it: the server then rewrites each of a tenant's reply",
         "# subjects, so its acks and answers cannot land on Seedance's (docs/security.md).",
+        "# Nodes' users (node-<node>, the shared node agents, the replayer) likewise.",
         "accounts {",
-        f"  {SEEDANCE_ACCOUNT} {{",
-        "    jetstream: enabled",
-        "    users = [",
-        *_user_entries((u for u in static if u.account == SEEDANCE_ACCOUNT), "      "),
-        "    ]",
-        "    exports = [",
-        *cross["seedance_exports"],
-        "    ]",
-        "    imports = [",
-        *cross["seedance_imports"],
-        "    ]",
-        "  }",
-        f"  {TENANTS_ACCOUNT} {{",
-        "    users = [",
-        *_user_entries((u for u in static if u.account == TENANTS_ACCOUNT), "      "),
-        "    ]",
-        "    exports = [",
-        *cross["tenants_exports"],
-        "    ]",
-        "    imports = [",
-        *cross["tenants_imports"],
-        "    ]",
-        "  }",
+        *(line for name in ACCOUNTS for line in _account(name, static, cross)),
         "}",
     ]
-    unknown = sorted({u.account for u in static} - {SEEDANCE_ACCOUNT, TENANTS_ACCOUNT})
+    unknown = sorted({u.account for u in static} - set(ACCOUNTS))
     if unknown:
         raise PermissionsError(f"users of no rendered account: {unknown}")
     if callout_issuer_var:
@@ -377,7 +403,7 @@ def render(static: list[User], *, source: str, callout_issuer_var: str | None = 
             "    # passwords inside never cross the bus in clear (docs/security.md).",
             f"    xkey: ${CALLOUT_XKEY_VAR}",
             "    # The callout's own user is in Seedance's account; it places each user it",
-            "    # admits in the account of its kind (a tenant in TENANTS, a node in SEEDANCE).",
+            "    # admits in the account of its kind (a tenant in TENANTS, a node in NODES).",
             f"    account: {SEEDANCE_ACCOUNT}",
             "    auth_users: [",
             *(f'      "{u.name}"' for u in static),

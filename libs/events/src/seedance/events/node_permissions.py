@@ -19,21 +19,28 @@ from seedance.events.permissions import (
     PermissionsError,
     User,
     declaration_permissions,
+    service_user,
 )
 from seedance.events.subjects import slicing
 from seedance.events.tokens import check_token
 
 __all__ = [
+    "NODES_ACCOUNT",
     "NODE_AGENTS",
     "NODE_USER_PREFIX",
     "TELEMETRY_REPLAYER",
     "node_permissions",
     "node_user",
     "node_user_name",
+    "shared_node_user",
     "telemetry_replayer_user",
 ]
 
 
+#: The NATS account of every node-side user (``node-<node>``, the shared `NODE_AGENTS`, the
+#: `TELEMETRY_REPLAYER`): it reaches Seedance's only through what ``SEEDANCE`` exports to it, so
+#: the server rewrites a node's reply subjects too (`seedance.events.accounts`).
+NODES_ACCOUNT = "NODES"
 #: A node's own user: ``node-<node>``, issued by the auth callout from the node registry
 #: (``seedance-auth add-node``) or listed in ``deploy/auth/users.yaml`` (``nodes``).
 NODE_USER_PREFIX = "node-"
@@ -93,9 +100,21 @@ def node_user_name(node: str) -> str:
 
 
 def node_user(node: str) -> User:
-    return User(node_user_name(node), node_permissions((node,)))
+    return User(node_user_name(node), node_permissions((node,)), account=NODES_ACCOUNT)
+
+
+def shared_node_user(agent: str) -> User:
+    """A shared node agent's user (``telemetry-collector``, ``node-agent``): its declaration,
+    any node's telemetry, in the nodes' account."""
+    if agent not in NODE_AGENTS:
+        raise PermissionsError(f"{agent!r} is no node agent (know {list(NODE_AGENTS)})")
+    return User(agent, service_user(agent).permissions, account=NODES_ACCOUNT)
 
 
 def telemetry_replayer_user(nodes: tuple[str, ...] | list[str]) -> User:
     """The replaying collector's user: a telemetry collector for the replay's nodes alone."""
-    return User(TELEMETRY_REPLAYER, node_permissions(nodes, agents=("telemetry-collector",)))
+    return User(
+        TELEMETRY_REPLAYER,
+        node_permissions(nodes, agents=("telemetry-collector",)),
+        account=NODES_ACCOUNT,
+    )

@@ -32,8 +32,9 @@ Tenants get exactly:
 - subscribe only under ``inbox_prefix(t)`` and, for its push consumers' deliveries, under
   ``deliver_prefix(t)``.
 
-Tenants are users of an account of their own (``TENANTS_ACCOUNT``), every other identity of
-``SEEDANCE_ACCOUNT``, which holds JetStream; what the one exports to the other is
+Tenants are users of an account of their own (``TENANTS_ACCOUNT``), nodes' agents of theirs
+(``node_permissions.NODES_ACCOUNT``), every other identity of ``SEEDANCE_ACCOUNT``, which holds
+JetStream; what crosses between them is
 `seedance.events.accounts`' (the server answers a request's reply subject under no user's
 permissions, so a tenant in Seedance's account had the server write its acks onto any subject).
 
@@ -400,7 +401,8 @@ class User:
     permissions: Permissions = field(default_factory=Permissions)
     #: Operators have no permissions block: they may do anything in the account.
     unrestricted: bool = False
-    #: The NATS account it is a user of: tenants ``TENANTS_ACCOUNT``, the rest Seedance's.
+    #: The NATS account it is a user of: tenants ``TENANTS_ACCOUNT``, node-side users
+    #: ``NODES`` (``seedance.events.node_permissions``), the rest Seedance's.
     account: str = SEEDANCE_ACCOUNT
 
 

@@ -21,7 +21,7 @@ __all__ = [
     "tenant_consumers",
 ]
 
-#: The NATS account of Seedance's own users (services, operators, nodes), which holds JetStream.
+#: The NATS account of Seedance's own users (services, operators), which holds JetStream.
 SEEDANCE_ACCOUNT = "SEEDANCE"
 #: The account every tenant's connection lands in: it reaches Seedance only through the
 #: services ``SEEDANCE`` exports to it, so the server rewrites the reply subject of each of a

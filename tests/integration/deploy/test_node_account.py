@@ -1,0 +1,321 @@
+"""A node-side user's forged reply subject, on a real nats-server running the shipped config.
+
+nats-server answers a request at the request's reply subject under no user's permissions (a
+JetStream publish ack, an API answer, a pull's messages, an ack's confirmation). While node users
+were users of Seedance's account, the shared ``node-agent`` publishing ``$JS.API.INFO`` with the
+reply ``$KV.seedance-leases.slicer.default`` had the server overwrite the slicer's lease, and a
+telemetry publish with the reply ``$KV.seedance-tenants.evil`` stored a tenant key (review
+HIGH-2). Node-side users (``node-<node>``, the shared node agents, ``telemetry-replayer``) are
+now users of ``NODES`` (``seedance.events.accounts``): each request crosses a service import,
+the server replaces its reply by one of its own and carries the answers back into ``NODES``.
+
+As in test_tenant_account, each forged request is followed by the operator's (Seedance's
+account) same request with its reply on a control key: once the control's answer is stored, the
+forged ones (sent and flushed before) were answered too, and none may have landed. The node
+users' own paths still work: telemetry acks, the node agent's pull reader, the collector's
+acked pulls, the MIG plans the node agent core-subscribes to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import nats
+import nats.errors
+import nats.js.errors
+import nkeys
+import pytest
+import pytest_asyncio
+from nats.js import api as js_api
+
+from seedance.core import Bus, BusSettings
+from seedance.core.auth_callout import AuthCallout, TenantRegistry
+from seedance.core.reader import PullReader
+from seedance.core.xkeys import CurveKeyPair
+from seedance.events.node_permissions import TELEMETRY_REPLAYER
+from seedance.events.permissions import CALLOUT_USER
+from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.stores import POLICY_BUCKET, QUOTA_POLICY_KEY
+from seedance.events.subjects import consumer, replica_consumer, slicing, telemetry
+from seedance.node_agent.core.plan_source import not_a_published_plan
+from seedance.testing.identities import as_user
+from seedance.testing.servers import NatsServer
+from seedance.testing.waits import eventually
+from tests.integration.deploy.refusals import ShippedUser, connect_shipped
+from tests.integration.node_agent.agent import merged
+from tests.integration.node_agent.test_allocation import placement
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+#: A node the auth callout admits (registered at run time), and one of the shipped replay's.
+NODE, REPLAYED = "gpu-n1", "compose-node-0"
+LEASES = "seedance-leases"
+CONTROL = f"$KV.{LEASES}.control"
+#: (stream, subject) of what a forged reply aims at: the slicer's lease, its journal, the
+#: quota policy, the tenant registry.
+TARGETS = [
+    (f"KV_{LEASES}", f"$KV.{LEASES}.slicer.default"),
+    ("KV_seedance-slicer-state", "$KV.seedance-slicer-state.default"),
+    (f"KV_{POLICY_BUCKET}", f"$KV.{POLICY_BUCKET}.{QUOTA_POLICY_KEY}"),
+    ("KV_seedance-tenants", "$KV.seedance-tenants.evil"),
+]
+DECISIONS = consumer("node-agent-in").stream
+PLACEMENTS = consumer("collector-placements")
+#: The node agent's reader the forged pulls ask (empty: its answer is a 404 status).
+PROBE = "node-agent-in-probe"
+NO_WAIT = json.dumps({"batch": 5, "no_wait": True}).encode()
+
+
+@dataclass
+class Running:
+    url: str
+    admin: Bus
+    node_password: str
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def running(
+    server: NatsServer, issuer: nkeys.KeyPair, xkey: CurveKeyPair
+) -> AsyncIterator[Running]:
+    admin = await Bus.connect(as_user(server.url, "admin"))
+    callout_bus = await Bus.connect(as_user(server.url, CALLOUT_USER))
+    try:
+        await admin.ensure_streams()
+        await admin.js.key_value(LEASES)  # provisioned
+        registry = await TenantRegistry.open(admin)
+        pw = await registry.add_node(NODE)
+        async with AuthCallout(callout_bus, issuer, xkey=xkey, refusal_delay_s=0.0):
+            yield Running(server.url, admin, pw)
+    finally:
+        await callout_bus.close()
+        await admin.close()
+
+
+def password_of(running: Running, user: str) -> str | None:
+    return running.node_password if user == f"node-{NODE}" else None
+
+
+async def fresh_placements(admin: Bus) -> None:
+    """The collector's durable made anew: it holds what the stream holds, none delivered yet
+    (an earlier test's pulls, in any order, leave it nothing owed)."""
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await admin.js.delete_consumer(PLACEMENTS.stream, PLACEMENTS.durable)
+    await admin.ensure_consumer(PLACEMENTS)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def readers(running: Running) -> None:
+    """The pulls' consumers, holding nothing (a pull is answered by a 404 status): a stored
+    message delivered to the control key twice would be dropped there as a duplicate (its
+    ``Nats-Msg-Id`` travels with it), and the control would never land."""
+    with contextlib.suppress(nats.js.errors.BadRequestError):  # made by an earlier test
+        await running.admin.js.add_consumer(
+            DECISIONS,
+            js_api.ConsumerConfig(
+                durable_name=PROBE,
+                deliver_policy=js_api.DeliverPolicy.NEW,
+                ack_policy=js_api.AckPolicy.NONE,
+            ),
+        )
+    await fresh_placements(running.admin)
+    admin = running.admin
+    pending = (await admin.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)).num_pending
+    if pending:  # what earlier tests published: read and acked as the operator
+        sub = await admin.js.pull_subscribe_bind(PLACEMENTS.durable, PLACEMENTS.stream)
+        for msg in await sub.fetch(pending, timeout=5):
+            await msg.ack_sync(timeout=5)
+        await sub.unsubscribe()
+    info = await admin.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)
+    assert (info.num_pending, info.num_ack_pending) == (0, 0)
+
+
+async def connect_node(running: Running, user: str) -> ShippedUser:
+    pw = password_of(running, user)
+    if pw is None:
+        return await connect_shipped(running.url, user)
+    errors: list[str] = []
+
+    async def on_error(e: Exception) -> None:
+        errors.append(str(e))
+
+    nc = await nats.connect(running.url, user=user, password=pw, error_cb=on_error, name=user)
+    return ShippedUser(nc, errors)
+
+
+def requests(node: str, agent: bool, collector: bool) -> list[tuple[str, bytes]]:
+    """Every kind of request the user may send that the server answers itself."""
+    out = [
+        (telemetry.sample(node), b"{}"),  # a publish ack
+        ("$JS.API.INFO", b""),
+        ("$JS.API.STREAM.INFO.SEEDANCE_TELEMETRY", b""),
+    ]
+    if agent:
+        out += [
+            ("seedance.dlq.node-agent", b"{}"),
+            (f"$JS.API.CONSUMER.INFO.{DECISIONS}.{PROBE}", b""),
+            (f"$JS.API.CONSUMER.DELETE.{DECISIONS}.no-such-reader", b""),
+            (f"$JS.API.CONSUMER.MSG.NEXT.{DECISIONS}.{PROBE}", NO_WAIT),
+        ]
+    if collector:
+        out += [
+            ("seedance.dlq.telemetry-collector", b"{}"),
+            (f"$JS.API.CONSUMER.INFO.{PLACEMENTS.stream}.{PLACEMENTS.durable}", b""),
+            (f"$JS.API.CONSUMER.MSG.NEXT.{PLACEMENTS.stream}.{PLACEMENTS.durable}", NO_WAIT),
+        ]
+    return out
+
+
+USERS = [
+    pytest.param("node-agent", NODE, True, False, id="node-agent"),
+    pytest.param(f"node-{NODE}", NODE, True, True, id="node-callout"),
+    pytest.param(TELEMETRY_REPLAYER, REPLAYED, False, True, id="telemetry-replayer"),
+]
+
+
+async def stored(admin: Bus, stream: str, subject: str) -> int:
+    """The sequence of the last message stored on ``subject`` (0: none)."""
+    try:
+        return int((await admin.js.get_last_msg(stream, subject)).seq)
+    except nats.js.errors.NotFoundError:
+        return 0
+
+
+@pytest.mark.usefixtures("readers")
+@pytest.mark.parametrize(("user", "node", "agent", "collector"), USERS)
+async def test_a_forged_reply_lands_on_no_subject_of_seedance(
+    running: Running, user: str, node: str, agent: bool, collector: bool
+) -> None:
+    admin = running.admin
+    conn = await connect_node(running, user)
+    try:
+        for subject, body in requests(node, agent, collector):
+            before = {t: await stored(admin, *t) for t in TARGETS}
+            for _, target in TARGETS:
+                await conn.nc.publish(subject, body, reply=target)
+            await conn.nc.flush()
+            was = await stored(admin, f"KV_{LEASES}", CONTROL)
+            await admin.nc.publish(subject, body, reply=CONTROL)
+            await admin.nc.flush()
+
+            async def control_landed(was: int = was) -> bool:
+                return await stored(admin, f"KV_{LEASES}", CONTROL) > was
+
+            await eventually(control_landed, 10.0, what=f"the control answer to {subject}")
+            after = {t: await stored(admin, *t) for t in TARGETS}
+            assert after == before, subject
+        assert not conn.errors, conn.errors  # every request was the user's to send
+    finally:
+        await conn.nc.close()
+
+
+@pytest.mark.parametrize(("user", "node"), [(p.values[0], p.values[1]) for p in USERS])
+async def test_each_node_side_user_s_own_answers_still_reach_it(
+    running: Running, user: str, node: str
+) -> None:
+    conn = await connect_node(running, user)
+    try:
+        ack = await conn.nc.jetstream(timeout=5.0).publish(telemetry.sample(node), b"{}")
+        assert ack.stream == "SEEDANCE_TELEMETRY"
+        reply = await conn.nc.request("$JS.API.INFO", b"", timeout=5)
+        assert b"account_info_response" in reply.data
+        assert not conn.errors, conn.errors
+    finally:
+        await conn.nc.close()
+
+
+def decision(job: str) -> Placement:
+    return placement(job, PlacementKind.WHOLE, [GpuAssignment(index=0, uuid="GPU-0")])
+
+
+async def test_the_node_agent_s_pull_reader_gets_every_decision_of_a_batch(
+    running: Running,
+) -> None:
+    """A pull is answered by several messages: all of them cross (``response_type: stream``;
+    a single-answer export let the first through and dropped the rest, never redelivered)."""
+    slicer = await Bus.connect(as_user(running.url, "slicer"))
+    node = await Bus.connect(
+        BusSettings(url=running.url, user=f"node-{NODE}", password=running.node_password)
+    )
+    reader: PullReader | None = None
+    try:
+        events = [decision(f"job-{i}") for i in range(3)]
+        for ev in events:
+            await slicer.publish(slicing.subject(ev.tenant, "placement"), ev)
+        last = await merged(running.admin.js, events[-1])
+        spec = replica_consumer("node-agent-in", NODE, start_seq=last - 2)
+        await node.ensure_consumer(spec)
+        reader = PullReader(node.nc, spec.stream, spec.durable, batch=10)
+        await reader.start()
+        got: list[str] = []
+
+        async def all_read() -> bool:
+            assert reader is not None
+            got.extend(json.loads(m.data)["job_id"] for m in await reader.next_batch(0.5))
+            return len(got) >= 3
+
+        await eventually(all_read, 10.0, what="three decisions through one pull")
+        assert got == [ev.job_id for ev in events]
+    finally:
+        if reader is not None:
+            await reader.close()
+        await node.close()
+        await slicer.close()
+
+
+async def test_the_collector_acks_what_it_pulls_and_a_forged_ack_reply_lands_nowhere(
+    running: Running,
+) -> None:
+    admin = running.admin
+    slicer = await Bus.connect(as_user(running.url, "slicer"))
+    conn = await connect_shipped(running.url, TELEMETRY_REPLAYER)
+    try:
+        await fresh_placements(admin)
+        events = [decision(f"acked-{i}") for i in range(3)]
+        for ev in events:
+            await slicer.publish(slicing.subject(ev.tenant, "placement"), ev)
+        sub = await conn.nc.jetstream(timeout=5.0).pull_subscribe_bind(
+            PLACEMENTS.durable, PLACEMENTS.stream
+        )
+        msgs = []
+
+        async def pulled() -> bool:
+            with contextlib.suppress(nats.errors.TimeoutError):  # none stored yet
+                msgs.extend(await sub.fetch(3 - len(msgs), timeout=1))
+            return len(msgs) >= 3
+
+        await eventually(pulled, 10.0, what="three placements through the collector's pull")
+        before = {t: await stored(admin, *t) for t in TARGETS}
+        for msg, (_, target) in zip(msgs[:2], TARGETS, strict=False):
+            await conn.nc.publish(msg.reply, b"+ACK", reply=target)
+        await msgs[2].ack_sync(timeout=5)  # answered: the forged ones before it were too
+        after = {t: await stored(admin, *t) for t in TARGETS}
+        assert after == before
+        info = await admin.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)
+        assert info.num_ack_pending == 0
+        assert not conn.errors, conn.errors
+    finally:
+        await conn.nc.close()
+        await slicer.close()
+
+
+async def test_a_mig_plan_the_slicer_publishes_reaches_the_node_agent(running: Running) -> None:
+    """The plan crosses as a stream export and keeps what tells it from a consumer's delivery:
+    its subject, the slicer's own reply, no Status header (``plan_source``)."""
+    slicer = await Bus.connect(as_user(running.url, "slicer"))
+    conn = await connect_node(running, f"node-{NODE}")
+    try:
+        plan = slicing.mig_plan(NODE)
+        sub = await conn.nc.subscribe(plan)
+        await conn.nc.flush()
+        ack = await slicer.js.publish(plan, b'{"plan": 1}')
+        assert ack.stream
+        msg = await sub.next_msg(timeout=5)
+        assert msg.data == b'{"plan": 1}'
+        assert not_a_published_plan(msg.subject, msg.reply, msg.headers, plan) is None
+        assert not conn.errors, conn.errors
+    finally:
+        await conn.nc.close()
+        await slicer.close()
