@@ -1,5 +1,5 @@
 #!/bin/sh
-# Compose's nats entry point: the JetStream store of a deployment made before the two-account
+# Compose's nats entry point: the JetStream store of a deployment made before the accounts
 # config moves to account SEEDANCE once, then the server starts with the arguments given.
 #
 #   upgrade-store.sh STORE_DIR [nats-server arguments...]
@@ -12,7 +12,7 @@
 # it is the upgrade (tests/integration/deploy/test_store_upgrade.py). Only where SEEDANCE does
 # not exist yet: a second start finds nothing to do, and a store holding both (a server of the
 # new config started on it without this step) is left as it is, never merged: one line says so
-# and the server starts on SEEDANCE (docs/deploy.md#upgrading-to-the-two-account-config).
+# and the server starts on SEEDANCE (docs/deploy.md#upgrading-to-the-accounts-config).
 # It must not run for a clustered server: there the meta layer's stream assignments name the
 # account, and a renamed directory is not found (the Kubernetes procedure is in the docs).
 # POSIX sh: the official image has busybox's, the compose-check stand-in Debian's dash.

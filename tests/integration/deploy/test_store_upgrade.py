@@ -1,4 +1,4 @@
-"""A compose deployment's JetStream store, upgraded to the two-account config by compose's own
+"""A compose deployment's JetStream store, upgraded to the accounts config by compose's own
 nats entry point (deploy/compose/nats/upgrade-store.sh), on the pinned nats-server.
 
 nats-server keeps each account's JetStream state under ``<store_dir>/jetstream/<account>``. The
