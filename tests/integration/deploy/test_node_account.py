@@ -35,7 +35,7 @@ from seedance.core import Bus, BusSettings
 from seedance.core.auth_callout import AuthCallout, TenantRegistry
 from seedance.core.reader import PullReader
 from seedance.core.xkeys import CurveKeyPair
-from seedance.events.node_permissions import TELEMETRY_REPLAYER
+from seedance.events.node_permissions import TELEMETRY_REPLAYER, node_reader
 from seedance.events.permissions import CALLOUT_USER
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.stores import POLICY_BUCKET, QUOTA_POLICY_KEY
@@ -64,8 +64,10 @@ TARGETS = [
 ]
 DECISIONS = consumer("node-agent-in").stream
 PLACEMENTS = consumer("collector-placements")
-#: The node agent's reader the forged pulls ask (empty: its answer is a 404 status).
+#: The node agent's reader the shared user's forged pulls ask (empty: its answer is a 404
+#: status); a node's own user may name only its own reader (`node_reader`).
 PROBE = "node-agent-in-probe"
+OWN = node_reader(NODE)
 NO_WAIT = json.dumps({"batch": 5, "no_wait": True}).encode()
 
 
@@ -111,11 +113,15 @@ async def readers(running: Running) -> None:
     """The pulls' consumers, holding nothing (a pull is answered by a 404 status): a stored
     message delivered to the control key twice would be dropped there as a duplicate (its
     ``Nats-Msg-Id`` travels with it), and the control would never land."""
-    with contextlib.suppress(nats.js.errors.BadRequestError):  # made by an earlier test
+    for name in (PROBE, OWN):
+        # made anew: an earlier test's (the node agent's own reader, from its start) may hold
+        # stored decisions
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await running.admin.js.delete_consumer(DECISIONS, name)
         await running.admin.js.add_consumer(
             DECISIONS,
             js_api.ConsumerConfig(
-                durable_name=PROBE,
+                durable_name=name,
                 deliver_policy=js_api.DeliverPolicy.NEW,
                 ack_policy=js_api.AckPolicy.NONE,
             ),
@@ -145,8 +151,11 @@ async def connect_node(running: Running, user: str) -> ShippedUser:
     return ShippedUser(nc, errors)
 
 
-def requests(node: str, agent: bool, collector: bool) -> list[tuple[str, bytes]]:
-    """Every kind of request the user may send that the server answers itself."""
+def requests(
+    node: str, agent: bool, collector: bool, reader: str = PROBE
+) -> list[tuple[str, bytes]]:
+    """Every kind of request the user may send that the server answers itself (``reader``:
+    the decisions' reader it may name)."""
     out = [
         (telemetry.sample(node), b"{}"),  # a publish ack
         ("$JS.API.INFO", b""),
@@ -155,9 +164,10 @@ def requests(node: str, agent: bool, collector: bool) -> list[tuple[str, bytes]]
     if agent:
         out += [
             ("seedance.dlq.node-agent", b"{}"),
-            (f"$JS.API.CONSUMER.INFO.{DECISIONS}.{PROBE}", b""),
-            (f"$JS.API.CONSUMER.DELETE.{DECISIONS}.no-such-reader", b""),
-            (f"$JS.API.CONSUMER.MSG.NEXT.{DECISIONS}.{PROBE}", NO_WAIT),
+            (f"$JS.API.CONSUMER.INFO.{DECISIONS}.{reader}", b""),
+            (f"$JS.API.CONSUMER.MSG.NEXT.{DECISIONS}.{reader}", NO_WAIT),
+            # last: a node's own user may delete only its own reader
+            (f"$JS.API.CONSUMER.DELETE.{DECISIONS}.{reader}", b""),
         ]
     if collector:
         out += [
@@ -191,7 +201,8 @@ async def test_a_forged_reply_lands_on_no_subject_of_seedance(
     admin = running.admin
     conn = await connect_node(running, user)
     try:
-        for subject, body in requests(node, agent, collector):
+        reader = OWN if user == f"node-{NODE}" else PROBE
+        for subject, body in requests(node, agent, collector, reader):
             before = {t: await stored(admin, *t) for t in TARGETS}
             for _, target in TARGETS:
                 await conn.nc.publish(subject, body, reply=target)
@@ -319,3 +330,28 @@ async def test_a_mig_plan_the_slicer_publishes_reaches_the_node_agent(running: R
     finally:
         await conn.nc.close()
         await slicer.close()
+
+
+@pytest.mark.usefixtures("readers")
+async def test_a_nodes_user_may_touch_no_other_nodes_reader(running: Running) -> None:
+    """A node's own user names its own decisions' reader only: with the node agent's grant of
+    any consumer there, one node drained another's reader, deleted it, and filled the stream
+    with 1,000 durables of its own until no node agent could make its reader (review of
+    2026-12-07). The shared ``node-agent`` user still may (it speaks for every node)."""
+    other = node_reader("gpu-n2")
+    conn = await connect_node(running, f"node-{NODE}")
+    try:
+        create = json.dumps({"stream_name": DECISIONS, "config": {"durable_name": "junk"}})
+        for subject, body in [
+            (f"$JS.API.CONSUMER.MSG.NEXT.{DECISIONS}.{other}", NO_WAIT),
+            (f"$JS.API.CONSUMER.INFO.{DECISIONS}.{other}", b""),
+            (f"$JS.API.CONSUMER.DELETE.{DECISIONS}.{other}", b""),
+            (f"$JS.API.CONSUMER.CREATE.{DECISIONS}.{other}", b"{}"),
+            (f"$JS.API.CONSUMER.CREATE.{DECISIONS}.junk", create.encode()),
+            (f"$JS.API.CONSUMER.DURABLE.CREATE.{DECISIONS}.junk", create.encode()),
+        ]:
+            assert await conn.refused(subject, body), subject
+        reply = await conn.nc.request(f"$JS.API.CONSUMER.INFO.{DECISIONS}.{OWN}", b"", timeout=5)
+        assert json.loads(reply.data).get("name") == OWN
+    finally:
+        await conn.nc.close()

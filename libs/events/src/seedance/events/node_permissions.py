@@ -21,7 +21,7 @@ from seedance.events.permissions import (
     declaration_permissions,
     service_user,
 )
-from seedance.events.subjects import slicing
+from seedance.events.subjects import ledger, replica_consumer, slicing
 from seedance.events.tokens import check_token
 
 __all__ = [
@@ -30,6 +30,8 @@ __all__ = [
     "NODE_USER_PREFIX",
     "TELEMETRY_REPLAYER",
     "node_permissions",
+    "node_reader",
+    "node_reader_replica",
     "node_user",
     "node_user_name",
     "shared_node_user",
@@ -61,6 +63,31 @@ def _node_subjects(node: str) -> list[str]:
     ]
 
 
+def node_reader_replica(node: str) -> str:
+    """The replica token of node ``node``'s (its subject token) node agent's reader of the
+    slicer's decisions: the token, ``:`` as ``-`` (``replica_consumer("node-agent-in", ...)``)."""
+    return check_token("node", node).replace(":", "-")
+
+
+def node_reader(node: str) -> str:
+    """The name of node ``node``'s node agent's reader, ``node-agent-in-<replica>``."""
+    return replica_consumer("node-agent-in", node_reader_replica(node)).durable
+
+
+def _own_reader(subject: str, nodes: tuple[str, ...] | list[str]) -> list[str]:
+    """``subject`` with its consumer-name wildcard on the decisions' stream named for each of
+    ``nodes`` (its own reader, `node_reader`); any other subject as it is. The shared
+    ``node-agent`` user may take any name there (it speaks for every node); a node's own may
+    not: one node deleted, drained or crowded out every other's reader (review of 2026-12-07)."""
+    parts = subject.split(".")
+    if not subject.startswith("$JS.API.CONSUMER.") or ledger.NODE_STREAM not in parts:
+        return [subject]
+    at = parts.index(ledger.NODE_STREAM) + 1  # the consumer's name
+    if parts[at : at + 1] != ["*"]:
+        return [subject]
+    return [".".join([*parts[:at], node_reader(n), *parts[at + 1 :]]) for n in nodes]
+
+
 def node_permissions(
     nodes: tuple[str, ...] | list[str], agents: tuple[str, ...] = NODE_AGENTS
 ) -> Permissions:
@@ -81,7 +108,7 @@ def node_permissions(
     sub: list[str] = []
     for agent in agents:
         p = declaration_permissions(IDENTITIES[agent])
-        pub += [s for s in p.publish_allow if s != family]
+        pub += [r for s in p.publish_allow if s != family for r in _own_reader(s, nodes)]
         deny += p.publish_deny
         sub += [s for s in p.subscribe_allow if s != slicing.MIG_PLANS]
         if slicing.MIG_PLANS in p.subscribe_allow:

@@ -23,6 +23,7 @@ from seedance.core.logs import get_logger
 from seedance.core.mirror import await_mirror
 from seedance.core.reader import PullReader, ReaderInterrupted
 from seedance.events.codec import DecodeError, decode
+from seedance.events.node_permissions import node_reader_replica
 from seedance.events.slicing import JobReleased, Placement, Preempted, ShareChanged
 from seedance.events.subjects import ledger, replica_consumer
 from seedance.events.tokens import kube_node_token
@@ -50,7 +51,8 @@ class PlacementFeed:
         self.on_end: Callable[[str, str], None] | None = None
         self.seq = 0
         self._bus = bus
-        self._replica = kube_node_token(node).replace(":", "-")
+        # its own reader, the one name a node's user may take (node_permissions)
+        self._replica = node_reader_replica(kube_node_token(node))
         self._batch = batch
         self._reader: PullReader | None = None
         # The replay: messages the consumer held for this reader when it was bound, and how
