@@ -83,8 +83,8 @@ RESPONSE_THRESHOLD = "30s"
 #: How long a pull request's reply mapping carries its answers (a stream of messages, then the
 #: request's expiry status): above the longest ``expires`` a node's pull asks for (the durable
 #: runtime's ``PullReader``, 5 s; a ``DurableConsumer`` fetch, 1 s), or a batch delivered after
-#: it would be dropped at the account boundary (tests/unit/deploy/test_accounts.py checks it).
-#: No longer: every pull keeps its mapping for about twice this whether answered or not
+#: it would be dropped at the account boundary (tests/unit/deploy/test_accounts.py checks it);
+#: and no longer: the server keeps each pull's mapping about twice this, answered or not
 #: (measured on 2.15.1, review of 2026-12-07: 100,000 pulls of one node's user held ~84 MiB for
 #: 50–60 s at 30 s), so it bounds what a compromised node's flood of pulls costs the server.
 PULL_RESPONSE_THRESHOLD = "10s"
