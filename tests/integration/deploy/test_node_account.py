@@ -342,16 +342,29 @@ async def test_a_nodes_user_may_touch_no_other_nodes_reader(running: Running) ->
     conn = await connect_node(running, f"node-{NODE}")
     try:
         create = json.dumps({"stream_name": DECISIONS, "config": {"durable_name": "junk"}})
-        for subject, body in [
+        probes = [
             (f"$JS.API.CONSUMER.MSG.NEXT.{DECISIONS}.{other}", NO_WAIT),
             (f"$JS.API.CONSUMER.INFO.{DECISIONS}.{other}", b""),
             (f"$JS.API.CONSUMER.DELETE.{DECISIONS}.{other}", b""),
             (f"$JS.API.CONSUMER.CREATE.{DECISIONS}.{other}", b"{}"),
             (f"$JS.API.CONSUMER.CREATE.{DECISIONS}.junk", create.encode()),
             (f"$JS.API.CONSUMER.DURABLE.CREATE.{DECISIONS}.junk", create.encode()),
-        ]:
-            assert await conn.refused(subject, body), subject
+        ]
+        answers = await conn.nc.subscribe(f"_INBOX.{NODE}-probes.*")
+        for i, (subject, body) in enumerate(probes):
+            await conn.nc.publish(subject, body, reply=f"_INBOX.{NODE}-probes.{i}")
+        await conn.nc.flush()
+
+        def unrefused() -> list[str]:  # the server's refusals come by callback, each named
+            said = "\n".join(conn.errors).lower()
+            return [s for s, _ in probes if s.lower() not in said]
+
+        await eventually(lambda: not unrefused(), 10.0, what="every probe refused by name")
+        # a refused publish is never delivered: no API answered any of them
+        await conn.nc.request(f"$JS.API.CONSUMER.INFO.{DECISIONS}.{OWN}", b"", timeout=5)
+        assert answers.pending_msgs == 0
         reply = await conn.nc.request(f"$JS.API.CONSUMER.INFO.{DECISIONS}.{OWN}", b"", timeout=5)
         assert json.loads(reply.data).get("name") == OWN
+        assert answers.pending_msgs == 0
     finally:
         await conn.nc.close()
