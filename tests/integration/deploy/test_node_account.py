@@ -9,9 +9,8 @@ HIGH-2). Node-side users (``node-<node>``, the shared node agents, ``telemetry-r
 now users of ``NODES`` (``seedance.events.accounts``): each request crosses a service import,
 the server replaces its reply by one of its own and carries the answers back into ``NODES``.
 
-As in test_tenant_account, each forged request is followed by the operator's (Seedance's
-account) same request with its reply on a control key: once the control's answer is stored, the
-forged ones (sent and flushed before) were answered too, and none may have landed. The node
+As in test_tenant_account, each forged request is followed by the operator's control
+(`forged.assert_lands_nowhere`). The node
 users' own paths still work: telemetry acks, the node agent's pull reader, the collector's
 acked pulls, the MIG plans the node agent core-subscribes to.
 """
@@ -44,6 +43,7 @@ from seedance.node_agent.core.plan_source import not_a_published_plan
 from seedance.testing.identities import as_user
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
+from tests.integration.deploy.forged import LEASES, assert_lands_nowhere, last_stored
 from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 from tests.integration.node_agent.agent import merged
 from tests.integration.node_agent.test_allocation import placement
@@ -52,8 +52,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 #: A node the auth callout admits (registered at run time), and one of the shipped replay's.
 NODE, REPLAYED = "gpu-n1", "compose-node-0"
-LEASES = "seedance-leases"
-CONTROL = f"$KV.{LEASES}.control"
 #: (stream, subject) of what a forged reply aims at: the slicer's lease, its journal, the
 #: quota policy, the tenant registry.
 TARGETS = [
@@ -185,14 +183,6 @@ USERS = [
 ]
 
 
-async def stored(admin: Bus, stream: str, subject: str) -> int:
-    """The sequence of the last message stored on ``subject`` (0: none)."""
-    try:
-        return int((await admin.js.get_last_msg(stream, subject)).seq)
-    except nats.js.errors.NotFoundError:
-        return 0
-
-
 @pytest.mark.usefixtures("readers")
 @pytest.mark.parametrize(("user", "node", "agent", "collector"), USERS)
 async def test_a_forged_reply_lands_on_no_subject_of_seedance(
@@ -203,20 +193,7 @@ async def test_a_forged_reply_lands_on_no_subject_of_seedance(
     try:
         reader = OWN if user == f"node-{NODE}" else PROBE
         for subject, body in requests(node, agent, collector, reader):
-            before = {t: await stored(admin, *t) for t in TARGETS}
-            for _, target in TARGETS:
-                await conn.nc.publish(subject, body, reply=target)
-            await conn.nc.flush()
-            was = await stored(admin, f"KV_{LEASES}", CONTROL)
-            await admin.nc.publish(subject, body, reply=CONTROL)
-            await admin.nc.flush()
-
-            async def control_landed(was: int = was) -> bool:
-                return await stored(admin, f"KV_{LEASES}", CONTROL) > was
-
-            await eventually(control_landed, 10.0, what=f"the control answer to {subject}")
-            after = {t: await stored(admin, *t) for t in TARGETS}
-            assert after == before, subject
+            await assert_lands_nowhere(admin, conn, subject, body, TARGETS)
         assert not conn.errors, conn.errors  # every request was the user's to send
     finally:
         await conn.nc.close()
@@ -298,11 +275,11 @@ async def test_the_collector_acks_what_it_pulls_and_a_forged_ack_reply_lands_now
             return len(msgs) >= 3
 
         await eventually(pulled, 10.0, what="three placements through the collector's pull")
-        before = {t: await stored(admin, *t) for t in TARGETS}
+        before = {t: await last_stored(admin, *t) for t in TARGETS}
         for msg, (_, target) in zip(msgs[:2], TARGETS, strict=False):
             await conn.nc.publish(msg.reply, b"+ACK", reply=target)
         await msgs[2].ack_sync(timeout=5)  # answered: the forged ones before it were too
-        after = {t: await stored(admin, *t) for t in TARGETS}
+        after = {t: await last_stored(admin, *t) for t in TARGETS}
         assert after == before
         info = await admin.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)
         assert info.num_ack_pending == 0

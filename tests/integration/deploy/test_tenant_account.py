@@ -10,30 +10,24 @@ server replaces its reply by one of its own (``_R_.…``) and carries the answer
 tenants' account only.
 
 Each test sends, as the tenant, every kind of request a tenant may make with its reply forged
-onto Seedance's subjects, then has the operator (Seedance's account) send the same request with
-its reply on a control key: once the control's answer is stored, the tenant's (sent and flushed
-before) have been answered too, and none of them may have landed. The control is the positive
-case: on the old single-account config every forged target below changed the same way.
+onto Seedance's subjects, and the operator's control after it (`forged.assert_lands_nowhere`):
+on the old single-account config every forged target below changed as the control does.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import nats.js.errors
 import pytest
 import pytest_asyncio
 
 from seedance.core import Bus
 from seedance.events.stores import POLICY_BUCKET, QUOTA_POLICY_KEY
 from seedance.events.subjects import graph, inbox_prefix, jobs, models
-from seedance.testing.waits import eventually
+from tests.integration.deploy.forged import LEASES, assert_lands_nowhere
 from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 
 TENANT, OTHER = "acme", "globex"
-LEASES = "seedance-leases"
-#: Where the operator's control answers land (a key no service reads).
-CONTROL = "control"
 
 #: (stream, subject) of what a forged reply aimed at: the slicer's lease, its journal, the quota
 #: policy, the tenant registry, another tenant's request subject and the whole JOBS stream.
@@ -64,36 +58,12 @@ async def acme(auth_url: str) -> AsyncIterator[ShippedUser]:
         await user.nc.close()
 
 
-async def stored(admin: Bus, stream: str, subject: str) -> int:
-    """The sequence of the last message stored on ``subject`` (0: none): a KV bucket keeps one
-    message per key, so a count would not see an overwrite."""
-    try:
-        return int((await admin.js.get_last_msg(stream, subject)).seq)
-    except nats.js.errors.NotFoundError:
-        return 0
-
-
 @pytest.mark.parametrize("request_subject", REQUESTS)
 async def test_a_forged_reply_lands_on_no_subject_of_seedance(
     admin: Bus, acme: ShippedUser, request_subject: str
 ) -> None:
     await admin.js.key_value(LEASES)  # provisioned
-    before = {t: await stored(admin, *t) for t in TARGETS}
-    for _, target in TARGETS:
-        await acme.nc.publish(request_subject, b"{}", reply=target)
-    await acme.nc.flush()
-    # the control: the same request from Seedance's account, its reply on a lease key
-    control = f"$KV.{LEASES}.{CONTROL}"
-    was = await stored(admin, f"KV_{LEASES}", control)
-    await admin.nc.publish(request_subject, b"{}", reply=control)
-    await admin.nc.flush()
-
-    async def control_landed() -> bool:
-        return await stored(admin, f"KV_{LEASES}", control) > was
-
-    await eventually(control_landed, 10.0)
-    after = {t: await stored(admin, *t) for t in TARGETS}
-    assert after == before
+    await assert_lands_nowhere(admin, acme, request_subject, b"{}", TARGETS)
     assert not acme.errors, acme.errors  # every request was the tenant's to send
 
 

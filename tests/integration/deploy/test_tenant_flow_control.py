@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from nats.js import api as js_api
 
-from seedance.core import Bus, BusSettings
+from seedance.core import Bus
 from seedance.events.subjects import api, costs, deliver_prefix, inbox_prefix, tenant_consumers
+from seedance.testing.identities import as_user
 from seedance.testing.servers import NatsServer, shipped_auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
@@ -48,14 +49,8 @@ def pending_replies(server: NatsServer) -> int:
     return len(detail.get("responses") or {})
 
 
-async def admin_bus(server: NatsServer) -> Bus:
-    return await Bus.connect(
-        BusSettings(url=server.url, user="admin", password=shipped_password("admin"), name="admin")
-    )
-
-
 async def test_flow_control_a_tenant_floods_leaves_no_reply_mapping(server: NatsServer) -> None:
-    admin = await admin_bus(server)
+    admin = await Bus.connect(as_user(server.url, "admin"))
     acme = await connect_shipped(server.url, f"tenant-{TENANT}", inbox_prefix=inbox_prefix(TENANT))
     try:
         # the control: a service that hears and never answers keeps one mapping per request
@@ -105,7 +100,7 @@ async def test_a_tenants_watch_past_the_flow_control_window_reads_everything(
 ) -> None:
     """Past half of its pending-bytes window (64 MiB / 16) a push consumer asks for flow
     control and stalls until it is answered: the tenant's answers reach the consumer."""
-    admin = await admin_bus(server)
+    admin = await Bus.connect(as_user(server.url, "admin"))
     acme = await connect_shipped(server.url, f"tenant-{TENANT}", inbox_prefix=inbox_prefix(TENANT))
     count, body = 600, b"x" * 16_000  # ~9.6 MB: past the 2 MiB where the server asks
     try:
