@@ -146,17 +146,31 @@ async def test_overspend_forecast_publishes_alert_and_pause(bus: Bus, server: Na
         for m in range(0, 60, 5):
             await bus.publish(telemetry.sample("g-node"), sample("g-node", m, 0.9))
         await caught_up(bus, service, 13)
-    alerts = [decode(m.data, BudgetAlert) for m in await read_all(
-        bus, "SEEDANCE_COSTS", "seedance.costs.acme.alert")]  # fmt: skip
-    pauses = [decode(m.data, PauseRequest) for m in await read_all(
-        bus, "SEEDANCE_COSTS", "seedance.costs.acme.pause")]  # fmt: skip
+
+        async def alerts() -> list[BudgetAlert]:
+            return [decode(m.data, BudgetAlert) for m in await read_all(
+                bus, "SEEDANCE_COSTS", "seedance.costs.acme.alert")]  # fmt: skip
+
+        async def pauses() -> list[PauseRequest]:
+            return [decode(m.data, PauseRequest) for m in await read_all(
+                bus, "SEEDANCE_COSTS", "seedance.costs.acme.pause")]  # fmt: skip
+
+        async def over_and_paused() -> bool:
+            over = [a for a in await alerts() if a.forecast_micro_usd > a.budget_micro_usd]
+            return bool(over) and bool(await pauses())
+
+        # caught_up watches the replica's progress, not what it has published by then: the
+        # alert and the pause are waited for on the stream, not assumed (a fresh-clone run
+        # read the stream right after caught_up and found no alert; cause not located).
+        await eventually(over_and_paused, timeout_s=30)
     # (Before any window closed the forecast was 0: an "under" alert, also legitimate.)
-    over = [a for a in alerts if a.forecast_micro_usd > a.budget_micro_usd]
+    over = [a for a in await alerts() if a.forecast_micro_usd > a.budget_micro_usd]
+    paused = await pauses()
     assert len(over) == 1  # one alert per excursion, not one per window
     assert over[0].deviation_pct > 5.0
-    assert len(pauses) == 1
-    assert pauses[0].paused
-    assert pauses[0].tenant == "acme"
+    assert len(paused) == 1
+    assert paused[0].paused
+    assert paused[0].tenant == "acme"
 
 
 async def test_a_replica_killed_mid_stream_keeps_totals_exact(
