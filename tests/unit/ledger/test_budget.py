@@ -7,6 +7,7 @@ import pytest
 from seedance.cost_ledger.core import Budget, SpendPoint, evaluate_budget
 from seedance.cost_ledger.core.budget import plan_usd_micro, spend_points
 from seedance.cost_ledger.core.lines import Amounts, CostLine
+from seedance.cost_ledger.core.mapping import alert_to_bus
 
 H = 3_600_000
 DAY = 24 * H
@@ -129,3 +130,15 @@ def test_spend_points_from_entries():
         SpendPoint(at_ms=H, spend_usd_micro=6),
         SpendPoint(at_ms=2 * H, spend_usd_micro=9),
     ]
+
+
+def test_an_under_and_an_over_verdict_at_one_instant_are_two_alerts():
+    # No spend yet forecasts 0 ("under"); the placement settled at the same event time brings
+    # "over". Their ids (the bus's Nats-Msg-Id) must differ, or the stream drops the "over".
+    under = evaluate_budget(budget(), [], 4 * H)
+    over = evaluate_budget(budget(), steady(11_000_000, 4), 4 * H)
+    assert (under.status, over.status) == ("under", "over")
+    assert under.alert is not None
+    assert over.alert is not None
+    assert under.alert.alert_id != over.alert.alert_id
+    assert alert_to_bus(under.alert).event.id != alert_to_bus(over.alert).event.id

@@ -184,7 +184,10 @@ def evaluate_budget(budget: Budget, points: Iterable[SpendPoint], now_ms: int) -
         status = "ended"
     alert = pause = None
     if status in ("over", "under"):
-        alert_id = f"budget:{budget.tenant}:{budget.period_start_ms}:{now_ms}"
+        # The verdict is part of the id: a first "under" (no spend yet) and the "over" that the
+        # next input brings at the same event time are two alerts, and one id for both had the
+        # stream drop the "over" as a duplicate of the "under".
+        alert_id = f"budget:{budget.tenant}:{budget.period_start_ms}:{now_ms}:{status}"
         reason = (
             f"forecast {forecast / 1e6:.2f} USD is {deviation_ppm / 1e4:+.1f} % against the "
             f"budget {budget.amount_usd_micro / 1e6:.2f} USD (threshold "
