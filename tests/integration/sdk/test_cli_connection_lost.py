@@ -1,4 +1,5 @@
-"""A NATS connection lost in the middle of a command: one line naming the URL, exit 69.
+"""A NATS connection lost in the middle of a command: one line naming the URL, exit 69 (and a
+follow stopped by Ctrl-C: 130, quietly).
 
 The CLI runs as a real ``seedance`` subprocess under its tenant's shipped user, against a
 pinned nats-server of its own running the shipped authorization, which the test stops while
@@ -11,6 +12,7 @@ whole ``--wait-s`` and ended 1, "no answer", blaming the slicer.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -121,6 +123,35 @@ async def test_a_submit_waiting_for_its_answer_ends_69_not_no_answer() -> None:
         rc, out, err = await ended(proc)
         assert (rc, out) == (EXIT_BUS_UNAVAILABLE, "")
         said_lost(err, server.url)
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        server.stop()
+
+
+async def test_a_cost_follow_stopped_by_ctrl_c_ends_130_quietly() -> None:
+    """Not a lost connection, the other way a follow ends: the user's Ctrl-C (SIGINT) ends it
+    with the shell's 130 and no traceback, having printed what it read."""
+    server = shipped_test_server()
+    proc = None
+    try:
+        admin = await admin_of(server)
+        try:
+            await admin.publish(costs.subject(TENANT, "entry"), CostEntry(
+                id=new_event_id(at=AT), at=AT, tenant=TENANT, job_id="stopped-1",
+                period_start=AT, period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000,
+                gpu_hours_micro=83_333,
+            ))  # fmt: skip
+        finally:
+            await admin.close()
+        proc = await seedance(server.url, "costs", "watch", "--tenant", TENANT)
+        assert proc.stdout is not None
+        first = await asyncio.wait_for(proc.stdout.readline(), timeout=END_WITHIN_S)
+        assert b"stopped-1" in first  # following: the next event awaited
+        proc.send_signal(signal.SIGINT)
+        rc, out, err = await ended(proc)
+        assert (rc, out, err) == (130, "", "")
     finally:
         if proc is not None and proc.returncode is None:
             proc.kill()
