@@ -53,7 +53,8 @@ async def ask(
 
     Raises ``nats.errors.NoRespondersError`` and ``nats.errors.TimeoutError`` as ``request``."""
     reply_prefix = api.reply_prefix(api.FLEET if tenant is None else tenant)
-    if f"{nc._inbox_prefix.decode()}." == reply_prefix:
+    own_prefix = nc.new_inbox().rpartition(".")[0]  # the connection's inbox prefix, publicly
+    if f"{own_prefix}." == reply_prefix:
         return await nc.request(subject, payload, timeout=timeout_s)
     inbox = f"{reply_prefix}{uuid.uuid4().hex}"
     sub = await nc.subscribe(inbox, max_msgs=1)

@@ -113,7 +113,7 @@ async def watching(
     ``subjects.deliver_prefix``); otherwise a name of 64 random bits, delivering to an inbox."""
     nc = bus.nc
     own = own_tenant if filter_subject else None
-    prefix = deliver_prefix(own) if own is not None else nc._inbox_prefix.decode()
+    prefix = deliver_prefix(own) if own is not None else nc.new_inbox().rpartition(".")[0]
     inbox = f"{prefix}.{uuid.uuid4().hex}"
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=10_000)
     sub = await nc.subscribe(inbox, cb=queue.put)
