@@ -59,8 +59,13 @@ class ShippedUser:
 
     async def refused(self, subject: str, body: bytes = b"") -> bool:
         """Request ``subject``: True as soon as the server refuses it by name, False as soon as
-        it is answered; ``TimeoutError`` naming it when neither within ``PROBE_TIMEOUT_S``, and
-        nats-py's ``NoRespondersError`` when it went through to no one."""
+        it is answered (see ``answer``)."""
+        return await self.answer(subject, body) is None
+
+    async def answer(self, subject: str, body: bytes = b"") -> Any | None:
+        """Request ``subject``: its answer, or None as soon as the server refuses it by name;
+        ``TimeoutError`` naming it when neither within ``PROBE_TIMEOUT_S``, and nats-py's
+        ``NoRespondersError`` when it went through to no one."""
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[Any] = loop.create_future()
 
@@ -80,7 +85,7 @@ class ShippedUser:
             first = asyncio.FIRST_COMPLETED
             await asyncio.wait({mine, answered}, timeout=PROBE_TIMEOUT_S, return_when=first)
             if mine.done():
-                return True
+                return None
             if not answered.done():
                 mine.cancel()  # left queued: a refusal that comes late is still its own
                 raise TimeoutError(
@@ -89,18 +94,18 @@ class ShippedUser:
             waiting.remove(mine)  # it went through: no refusal will come for it
             if (answered.result().headers or {}).get(Header.STATUS) == "503":  # as a request
                 raise nats.errors.NoRespondersError
-            return False
+            return answered.result()
         finally:
             with contextlib.suppress(nats.errors.ConnectionClosedError):  # a test that failed
                 await answers.unsubscribe()
 
 
 async def connect_as(
-    url: str, user: str, password: str, *, inbox_prefix: str = "_INBOX"
+    url: str, user: str, password: str, *, inbox_prefix: str = "_INBOX", **options: Any
 ) -> ShippedUser:
     """A ``ShippedUser`` for ``user`` with ``password``. ``inbox_prefix``: the user's own where
     it may not subscribe to ``_INBOX.>`` (a tenant's, the provisioner's), else its replies never
-    arrive and every probe that is not refused times out."""
+    arrive and every probe that is not refused times out. ``options``: nats.connect's others."""
     shipped = ShippedUser()
     shipped.nc = await nats.connect(
         url,
@@ -109,6 +114,7 @@ async def connect_as(
         error_cb=shipped.heard,
         name=user,
         inbox_prefix=inbox_prefix,
+        **options,
     )
     return shipped
 
