@@ -44,7 +44,7 @@ from seedance.testing.identities import as_user
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
 from tests.integration.deploy.forged import LEASES, assert_lands_nowhere, last_stored
-from tests.integration.deploy.refusals import ShippedUser, connect_shipped
+from tests.integration.deploy.refusals import ShippedUser, connect_as, connect_shipped
 from tests.integration.node_agent.agent import merged
 from tests.integration.node_agent.test_allocation import placement
 
@@ -140,13 +140,7 @@ async def connect_node(running: Running, user: str) -> ShippedUser:
     pw = password_of(running, user)
     if pw is None:
         return await connect_shipped(running.url, user)
-    errors: list[str] = []
-
-    async def on_error(e: Exception) -> None:
-        errors.append(str(e))
-
-    nc = await nats.connect(running.url, user=user, password=pw, error_cb=on_error, name=user)
-    return ShippedUser(nc, errors)
+    return await connect_as(running.url, user, pw)
 
 
 def requests(

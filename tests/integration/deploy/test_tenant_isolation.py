@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -43,6 +44,7 @@ from seedance.events.telemetry import GpuSampleBatch
 from seedance.sdk import PermissionRefused, SeedanceClient
 from seedance.testing.waits import eventually, wait_consumers_bound
 from tests.integration.conftest import shipped_password
+from tests.integration.deploy.refusals import connect_shipped
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -174,24 +176,18 @@ async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
         assert proc.poll() is None, f"{name} exited with {proc.returncode}"
 
 
+def _consumer_body(config: dict[str, str]) -> bytes:
+    return json.dumps({"stream_name": "SEEDANCE_COSTS", "config": config}).encode()
+
+
 async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
     auth_url: str, admin: Bus
 ) -> None:
     await admin.ensure_streams()
-    errors: list[str] = []
-
-    async def on_error(e: Exception) -> None:
-        errors.append(str(e))
-
     user_b = f"tenant-{TENANT_B}"
     prefix_b = inbox_prefix(TENANT_B)
-    raw = await nats.connect(
-        auth_url,
-        user=user_b,
-        password=shipped_password(user_b),
-        inbox_prefix=prefix_b,
-        error_cb=on_error,
-    )
+    b = await connect_shipped(auth_url, user_b, inbox_prefix=prefix_b)
+    raw, errors = b.nc, b.errors
     js = raw.jetstream(timeout=2.0)
     try:
         # B's own costs: allowed (the refusal below is about A, not about B's rights in general).
@@ -208,28 +204,23 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         )
         assert own.config.filter_subject == costs.tenant_wildcard(TENANT_B)
 
-        # A's costs: the server drops the create and says why.
+        # A's costs: the server drops the create and says why (the request nats-py's
+        # add_consumer sends, raced against the refusal rather than waited out).
         stolen = f"watch-steal-{uuid.uuid4().hex[:8]}"
-        with pytest.raises(nats.errors.TimeoutError):
-            await js.add_consumer(
-                "SEEDANCE_COSTS",
-                js_api.ConsumerConfig(
-                    name=stolen,
-                    filter_subject=costs.tenant_wildcard(TENANT_A),
-                    deliver_subject=f"{prefix_b}.stolen",
-                    ack_policy=js_api.AckPolicy.NONE,
-                ),
-            )
+        steal = {
+            "name": stolen,
+            "filter_subject": costs.tenant_wildcard(TENANT_A),
+            "deliver_subject": f"{prefix_b}.stolen",
+            "ack_policy": "none",
+        }
+        create = f"$JS.API.CONSUMER.CREATE.SEEDANCE_COSTS.{stolen}"
+        assert await b.refused(f"{create}.{costs.tenant_wildcard(TENANT_A)}", _consumer_body(steal))
         # ...and a consumer with no filter in the subject (the whole stream) is refused too.
-        with pytest.raises(nats.errors.TimeoutError):
-            await js.add_consumer(
-                "SEEDANCE_COSTS",
-                js_api.ConsumerConfig(name=f"{stolen}-all", deliver_subject=f"{prefix_b}.all"),
-            )
+        whole = {"name": f"{stolen}-all", "deliver_subject": f"{prefix_b}.all"}
+        assert await b.refused(f"{create}-all", _consumer_body(whole))
         # A's jobs: the publish never reaches the stream.
         before = (await admin.js.stream_info("SEEDANCE_JOBS")).state.messages
-        with pytest.raises(nats.errors.TimeoutError):
-            await js.publish(jobs.subject(TENANT_A, "submitted"), b"forged", timeout=2.0)
+        assert await b.refused(jobs.subject(TENANT_A, "submitted"), b"forged")
         # A's inbox and its consumers' deliveries: reading either directly is refused as well.
         await raw.subscribe(f"{inbox_prefix(TENANT_A)}.>")
         await raw.subscribe(f"{deliver_prefix(TENANT_A)}.>")

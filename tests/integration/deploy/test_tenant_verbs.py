@@ -58,6 +58,7 @@ from seedance.events.subjects import (
 from seedance.testing.paths import REPO
 from seedance.testing.servers import auth_server
 from seedance.testing.waits import eventually
+from tests.integration.deploy.refusals import ShippedUser, connect_as
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
@@ -145,10 +146,11 @@ async def provision(admin: Bus) -> None:
 class Tenant:
     """A raw nats-py connection of one tenant that records the server's errors."""
 
-    def __init__(self, nc: Any, tenant: str, errors: list[str]) -> None:
-        self.nc = nc
+    def __init__(self, probe: ShippedUser, tenant: str) -> None:
+        self.probe = probe  # its requests raced against the server's named refusals
+        self.nc = probe.nc
         self.tenant = tenant
-        self.errors = errors
+        self.errors = probe.errors
         self.prefix = inbox_prefix(tenant)
 
     def refused(self, kind: str = "publish") -> set[str]:
@@ -159,53 +161,32 @@ class Tenant:
     async def violations_for(
         self, subjects: list[tuple[str, bytes]], *, batch: int = 20
     ) -> tuple[set[str], list[str]]:
-        """Publish each (subject, body) with a reply inbox, a batch at a time, waiting (bounded)
-        for the server to refuse each batch by name; the subjects refused, and those that got
+        """Request each (subject, body), a batch at a time, each raced against the server's
+        refusal naming it (``ShippedUser.answer``); the subjects refused, and those that got
         any reply."""
         replied: list[str] = []
         for start in range(0, len(subjects), batch):
             chunk = subjects[start : start + batch]
-            subs = []
-            for i, (subject, body) in enumerate(chunk):
-                inbox = f"{self.prefix}.probe.{uuid.uuid4().hex}.{i}"
-
-                async def got(msg: Any, subject: str = subject) -> None:
-                    replied.append(subject)
-
-                subs.append(await self.nc.subscribe(inbox, cb=got))
-                await self.nc.publish(subject, body, reply=inbox)
-            await self.nc.flush()
-            wanted = {s.lower() for s, _ in chunk}
-            with contextlib.suppress(TimeoutError):  # errors come by callback
-                # Awaited before the loop moves on, so the late binding of `wanted` is moot.
-                await eventually(lambda: wanted <= self.refused(), 3.0)  # noqa: B023
-            await asyncio.sleep(0.1)  # a reply to an allowed request would come by now
-            for sub in subs:
-                await sub.unsubscribe()
+            answers = await asyncio.gather(*(self.probe.answer(s, b) for s, b in chunk))
+            replied += [s for (s, _), a in zip(chunk, answers, strict=True) if a is not None]
         return self.refused(), replied
 
 
 @contextlib.asynccontextmanager
 async def tenant_conn(url: str, tenant: str) -> AsyncIterator[Tenant]:
-    errors: list[str] = []
-
-    async def on_error(e: Exception) -> None:
-        errors.append(str(e))
-
     user = f"tenant-{tenant}"
-    nc = await nats.connect(
+    probe = await connect_as(
         url,
-        user=user,
-        password=password(user),
+        user,
+        password(user),
         inbox_prefix=inbox_prefix(tenant),
-        error_cb=on_error,
         allow_reconnect=False,
         connect_timeout=5,
     )
     try:
-        yield Tenant(nc, tenant, errors)
+        yield Tenant(probe, tenant)
     finally:
-        await nc.close()
+        await probe.nc.close()
 
 
 def consumer_body(stream: str, name: str, filter_subject: str | None, deliver: str) -> bytes:
@@ -517,16 +498,8 @@ async def take_slicer_pauses(url: str, tenant: str) -> str | None:
             }
         ).encode()
         subject = f"{JS}.CONSUMER.CREATE.SEEDANCE_COSTS.slicer-pauses.{own}"
-        try:
-            reply = await t.nc.request(subject, body, timeout=2)
-        except nats.errors.TimeoutError:
-
-            def refused() -> bool:  # the refusal comes by callback
-                return any(subject.lower() in e.lower() for e in t.errors)
-
-            with contextlib.suppress(TimeoutError):
-                await eventually(refused, 3.0)
-            assert refused(), t.errors
+        reply = await t.probe.answer(subject, body)
+        if reply is None:  # refused by name
             return None
         answer = json.loads(reply.data)
         assert "error" not in answer, answer
