@@ -150,27 +150,9 @@ def select_heads(
     head it left in use carries into the first choice made on this horizon's own record, which
     then decides by the same margin and anchor.
     """
-    if anchor is not None and anchor not in forecasts:
-        raise ValueError(f"select_heads: anchor head {anchor.value!r} has no forecasts")
-    if default not in forecasts:
-        raise ValueError(f"select_heads: default head {default.value!r} has no forecasts")
     heads = list(order or forecasts)
     n = len(times_s)
-    for h in heads:
-        if len(forecasts[h]) != n:
-            raise ValueError(
-                f"select_heads: forecasts[{h.value!r}] has {len(forecasts[h])} rows, not {n}"
-            )
-    if len(actual) != n:
-        raise ValueError(f"select_heads: actual has {len(actual)} rows, not {n}")
-    if borrowed is not None:
-        if len(borrowed) != n:
-            raise ValueError(f"select_heads: borrowed has {len(borrowed)} rows, not {n}")
-        if stray := {h for h in borrowed if h not in forecasts}:
-            raise ValueError(
-                "select_heads: borrowed heads without forecasts: "
-                + ", ".join(sorted(repr(h.value) for h in stray))
-            )
+    _check_head_inputs(n, forecasts, heads, actual, default, anchor, borrowed)
     errors = np.vstack([np.abs(forecasts[h] - actual) for h in heads])  # (head, row)
     due = times_s + cfg.horizon_s
     needed = math.ceil(cfg.min_targets * _rows_per_horizon(times_s, cfg.horizon_s) - 1e-9)
@@ -193,6 +175,39 @@ def select_heads(
         used.append(head)
         out[i] = forecasts[head][i]
     return out, used
+
+
+def _check_head_inputs(
+    n: int,
+    forecasts: Mapping[KvHead, np.ndarray],
+    heads: Sequence[KvHead],
+    actual: np.ndarray,
+    default: KvHead,
+    anchor: KvHead | None,
+    borrowed: Sequence[KvHead] | None,
+) -> None:
+    """`select_heads`' inputs, each error naming the argument: every head in play has
+    forecasts, and every per-row input has the `n` rows of `times_s`."""
+    if anchor is not None and anchor not in forecasts:
+        raise ValueError(f"select_heads: anchor head {anchor.value!r} has no forecasts")
+    if default not in forecasts:
+        raise ValueError(f"select_heads: default head {default.value!r} has no forecasts")
+    for h in heads:
+        if len(forecasts[h]) != n:
+            raise ValueError(
+                f"select_heads: forecasts[{h.value!r}] has {len(forecasts[h])} rows, not {n}"
+            )
+    if len(actual) != n:
+        raise ValueError(f"select_heads: actual has {len(actual)} rows, not {n}")
+    if borrowed is None:
+        return
+    if len(borrowed) != n:
+        raise ValueError(f"select_heads: borrowed has {len(borrowed)} rows, not {n}")
+    if stray := {h for h in borrowed if h not in forecasts}:
+        raise ValueError(
+            "select_heads: borrowed heads without forecasts: "
+            + ", ".join(sorted(repr(h.value) for h in stray))
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
