@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from seedance.bench.kv_forecast import fallback_forecasts
+from seedance.bench.kv_scores import HORIZONS_S, value_at
 from seedance.router.core.forecast import (
     ChangeWeightConfig,
     HeadChoiceConfig,
@@ -264,3 +266,80 @@ def test_recent_weight_bad_input_names_the_field() -> None:
         ChangeWeightConfig(horizon_s=H, min_scored=0)
     with pytest.raises(ValueError, match="window_s"):
         ChangeWeightConfig(horizon_s=H, window_s=0.0)
+
+
+def test_a_longer_horizon_follows_the_shorter_ones_verdict_until_its_own_targets_are_due() -> None:
+    # 30-s forecasts made every second, the model better throughout; the 5-s horizon of the same
+    # model took it at row 40 (its own targets are due from the start). Without a verdict to
+    # borrow, the 30-s forecast is the last value until its window holds four targets (149 s);
+    # borrowing, it follows the 5-s verdict from row 40, and its own record keeps it after.
+    t, actual = series(300)
+    heads = {KvHead.FLOW: actual + 50.0, KvHead.LAST_VALUE: actual + 100.0}
+    verdict = [KvHead.LAST_VALUE] * 40 + [KvHead.FLOW] * 260
+    cfg = HeadChoiceConfig(horizon_s=30.0)
+    out, used = select_heads(
+        t, heads, actual, cfg, default=KvHead.LAST_VALUE, anchor=KvHead.LAST_VALUE, borrowed=verdict
+    )
+    assert used == verdict
+    _, alone = select_heads(
+        t, heads, actual, cfg, default=KvHead.LAST_VALUE, anchor=KvHead.LAST_VALUE
+    )
+    assert set(alone[:149]) == {KvHead.LAST_VALUE}  # the rule without it, for contrast
+    assert np.array_equal(out[40:], heads[KvHead.FLOW][40:])
+    # Row i reads the verdict of row i only: a later verdict changed leaves rows up to i as they
+    # were.
+    other = verdict[:100] + [KvHead.LAST_VALUE] * 200
+    _, changed = select_heads(
+        t, heads, actual, cfg, default=KvHead.LAST_VALUE, anchor=KvHead.LAST_VALUE, borrowed=other
+    )
+    assert changed[:100] == used[:100]
+
+
+def test_once_a_horizon_has_its_own_targets_its_own_record_decides() -> None:
+    # The shorter horizon says the model throughout, but at 30 s it is worse than the last value:
+    # the borrowed verdict holds only until the 30-s window holds four targets (149 s), then the
+    # anchor takes the last value back at once.
+    t, actual = series(300)
+    heads = {KvHead.FLOW: actual + 150.0, KvHead.LAST_VALUE: actual + 100.0}
+    _, used = select_heads(
+        t,
+        heads,
+        actual,
+        HeadChoiceConfig(horizon_s=30.0),
+        default=KvHead.LAST_VALUE,
+        anchor=KvHead.LAST_VALUE,
+        borrowed=[KvHead.FLOW] * 300,
+    )
+    assert set(used[:149]) == {KvHead.FLOW}
+    assert set(used[149:]) == {KvHead.LAST_VALUE}
+
+
+def test_a_borrowed_verdict_must_fit_the_rows_and_heads() -> None:
+    t, actual = series(20)
+    heads = {KvHead.FLOW: actual, KvHead.LAST_VALUE: actual}
+    with pytest.raises(ValueError, match="borrowed has 19 rows, not 20"):
+        select_heads(t, heads, actual, CFG, default=KvHead.LAST_VALUE, borrowed=[KvHead.FLOW] * 19)
+    with pytest.raises(ValueError, match="borrowed heads without forecasts: 'mean_10s'"):
+        select_heads(
+            t, heads, actual, CFG, default=KvHead.LAST_VALUE, borrowed=[KvHead.MEAN_10S] * 20
+        )
+
+
+def test_the_bench_borrows_the_5s_verdict_at_30s_unless_its_flow_head_is_the_last_value() -> None:
+    # The bench's wiring (`fallback_forecasts`): KV sampled every second, a flow head that is
+    # exact at both horizons, so the 5-s rule takes it as soon as its targets are due (four 5-s
+    # targets, row 25); the 30-s forecast follows from then, not only from 150 s.
+    t, kv = series(300)
+    kv = kv + 1000.0
+    row_t = t[1:]
+    at = {h: value_at(t, kv, row_t + h) for h in HORIZONS_S}
+    _, used = fallback_forecasts(t, kv, row_t, at, float(t[-1]))
+    first5 = used[5].index(KvHead.FLOW)
+    assert first5 < 30
+    assert used[30][:first5] == [KvHead.LAST_VALUE] * first5
+    assert used[30][first5] is KvHead.FLOW
+    # A 30-s flow head with w = 0 is the last value: nothing to borrow, and it says so.
+    same = dict(at)
+    same[30] = value_at(t, kv, row_t)
+    _, used = fallback_forecasts(t, kv, row_t, same, float(t[-1]))
+    assert set(used[30]) == {KvHead.LAST_VALUE}

@@ -29,7 +29,8 @@ the larger of the two horizons' model WAPE / best-baseline WAPE; also per phase 
 server had a queue at t, a saturated plateau, and rows where it had none); ratio_last = the same
 over the last value's WAPE (the issue's "never worse than the last value"). The forecast scored
 is the fallback's: at each t the flow model or the last value, whichever had the lower recent error
-once the recent targets hold four independent ones (before, the last value), or with `--fallback
+once the recent targets hold four independent ones (before, the 5-s horizon's verdict at the 30-s
+one, and the last value at 5 s), or with `--fallback
 test` the last value unless the flow model's recent paired errors beat the last value's by more than
 their noise (`kv_fallback.follow_if_better`); `kv_heads:` says which made the forecasts; the flow
 model alone is printed too. Scores and tables: `kv_scores`.
@@ -289,8 +290,10 @@ def fallback_forecasts(
     ``rule="recent"`` (the default): whichever has the lower recent error (`select_heads` anchored
     on the last value: the flow model gives way as soon as its recent error exceeds the last
     value's, and is taken back only 10 % below it; until the last 120 s of due targets hold four
-    independent ones, the last value: the training span is no evidence beyond the targets it puts in
-    that window, so it licenses no head on its own). ``rule="test"``: the last value, or the flow
+    independent ones, the verdict of the nearest shorter horizon at the same row, and at the
+    shortest the last value: the training span is no evidence beyond the targets it puts in that
+    window, so it licenses no head on its own, while the shorter horizon's targets are due from
+    the start). ``rule="test"``: the last value, or the flow
     model where its errors against the last value's over the targets due in the last 240 s beat it
     by more than their noise (`follow_if_better`: a one-sided batch-means test at 5 %, one block per
     horizon); the same rule on the training span's rows as on the test span's, so a training span
@@ -301,7 +304,8 @@ def fallback_forecasts(
     last = value_at(t, kv, row_t)
     out: dict[int, np.ndarray] = {}
     used: dict[int, list[KvHead]] = {}
-    for h in HORIZONS_S:
+    shorter: int | None = None
+    for h in sorted(HORIZONS_S):
         target = row_t + h
         actual = np.where(target <= end_s, value_at(t, kv, target), np.nan)
         if rule == "test":
@@ -317,7 +321,11 @@ def fallback_forecasts(
             default=KvHead.LAST_VALUE,
             order=heads,
             anchor=KvHead.LAST_VALUE,
+            # A flow head that is the last value throughout (w = 0) borrows nothing: the same
+            # forecasts, and `kv_heads:` keeps saying so.
+            borrowed=None if shorter is None or np.array_equal(flow[h], last) else used[shorter],
         )
+        shorter = h
     return out, used
 
 

@@ -16,7 +16,12 @@ in sum) came due at 145 s: 40 % / 28 % of the 30-s test rows at splits 0.3 / 0.4
 1.077 / 1.050. The
 training-span default played no part there (the same figures with the last value as default),
 but it is the same fault (51 rows, 1.7 targets, at split 0.3) and is gone: a training span is
-past targets like any other, and enters the window as such.
+past targets like any other, and enters the window as such. A longer horizon has no targets of
+its own for its first horizon and window (150 s at 30 s), while a shorter one of the same model
+has them from the start: given `borrowed`, the longer horizon follows the shorter one's verdict
+until its own window holds its targets (on the shared H200 recording's splits 0.3 / 0.4 the 30-s
+forecast was the last value until 150 s: ratio 0.801 / 0.806, 0.749 / 0.768 borrowing; the real
+Mooncake and bursts recordings unchanged on their test rows, issue 32's eighth pass).
 
 Also owns `follow_if_better`, the opt-in fallback (`--fallback test`). The last value is the
 null: at each row t, for horizon H, it takes the paired differences of absolute error d_j =
@@ -87,10 +92,11 @@ class HeadChoiceConfig:
     window_s: float = 120.0
     # Independent targets (due rows / rows per horizon: forecasts H s ahead made every second
     # overlap in H - 1 s of their targets) needed before the recent error decides; before
-    # that, the default head. Four: what the window was sized to hold at 30 s, so the choice
-    # is never made on less evidence than the window was meant to give it. It was a count of
-    # rows (10): a third of one 30-s target, on which the flow model was taken back on a real
-    # Mooncake recording and kept through a stretch where it was 1.1x worse (issue 32).
+    # that, the default head or a shorter horizon's verdict (`borrowed`). Four: what the
+    # window was sized to hold at 30 s, so the choice is never made on less evidence than the
+    # window was meant to give it. It was a count of rows (10): a third of one 30-s target, on
+    # which the flow model was taken back on a real Mooncake recording and kept through a
+    # stretch where it was 1.1x worse (issue 32).
     min_targets: float = 4.0
     # The head in use is kept unless another's recent error is lower by this share: one
     # window's errors are noisy (at 30 s a minute holds two independent targets), and a choice
@@ -123,6 +129,7 @@ def select_heads(
     default: KvHead,
     order: Sequence[KvHead] | None = None,
     anchor: KvHead | None = None,
+    borrowed: Sequence[KvHead] | None = None,
 ) -> tuple[np.ndarray, list[KvHead]]:
     """The forecast used at each row and the head that made it.
 
@@ -135,20 +142,17 @@ def select_heads(
     `forecasts`). With an `anchor` (the last value), a head in use whose recent error exceeds
     the anchor's gives way to it at once, without the switch margin: the forecast falls back to
     the anchor wherever the anchor has recently been better.
+
+    `borrowed[i]`, where given, is the head this rule chose at `times_s[i]` for the nearest
+    shorter horizon of the same model: until this horizon's window holds its own
+    `cfg.min_targets`, row i follows that verdict instead of `default` (the shorter horizon has
+    targets from the start; a longer one has none for its first horizon and window), and the
+    head it left in use carries into the first choice made on this horizon's own record, which
+    then decides by the same margin and anchor.
     """
-    if anchor is not None and anchor not in forecasts:
-        raise ValueError(f"select_heads: anchor head {anchor.value!r} has no forecasts")
-    if default not in forecasts:
-        raise ValueError(f"select_heads: default head {default.value!r} has no forecasts")
     heads = list(order or forecasts)
     n = len(times_s)
-    for h in heads:
-        if len(forecasts[h]) != n:
-            raise ValueError(
-                f"select_heads: forecasts[{h.value!r}] has {len(forecasts[h])} rows, not {n}"
-            )
-    if len(actual) != n:
-        raise ValueError(f"select_heads: actual has {len(actual)} rows, not {n}")
+    _check_head_inputs(n, forecasts, heads, actual, default, anchor, borrowed)
     errors = np.vstack([np.abs(forecasts[h] - actual) for h in heads])  # (head, row)
     due = times_s + cfg.horizon_s
     needed = math.ceil(cfg.min_targets * _rows_per_horizon(times_s, cfg.horizon_s) - 1e-9)
@@ -158,7 +162,10 @@ def select_heads(
     for i, t in enumerate(times_s):
         # Rows whose target had been observed by t, made within the window before that.
         scored = (due <= t + 1e-9) & (times_s >= t - cfg.horizon_s - cfg.window_s)
-        if int(scored.sum()) >= needed:
+        if int(scored.sum()) < needed:
+            if borrowed is not None:
+                head = borrowed[i]
+        else:
             recent = errors[:, scored].sum(axis=1)
             best = int(np.argmin(recent))
             if recent[best] < (1.0 - cfg.switch_margin) * recent[heads.index(head)]:
@@ -168,6 +175,39 @@ def select_heads(
         used.append(head)
         out[i] = forecasts[head][i]
     return out, used
+
+
+def _check_head_inputs(
+    n: int,
+    forecasts: Mapping[KvHead, np.ndarray],
+    heads: Sequence[KvHead],
+    actual: np.ndarray,
+    default: KvHead,
+    anchor: KvHead | None,
+    borrowed: Sequence[KvHead] | None,
+) -> None:
+    """`select_heads`' inputs, each error naming the argument: every head in play has
+    forecasts, and every per-row input has the `n` rows of `times_s`."""
+    if anchor is not None and anchor not in forecasts:
+        raise ValueError(f"select_heads: anchor head {anchor.value!r} has no forecasts")
+    if default not in forecasts:
+        raise ValueError(f"select_heads: default head {default.value!r} has no forecasts")
+    for h in heads:
+        if len(forecasts[h]) != n:
+            raise ValueError(
+                f"select_heads: forecasts[{h.value!r}] has {len(forecasts[h])} rows, not {n}"
+            )
+    if len(actual) != n:
+        raise ValueError(f"select_heads: actual has {len(actual)} rows, not {n}")
+    if borrowed is None:
+        return
+    if len(borrowed) != n:
+        raise ValueError(f"select_heads: borrowed has {len(borrowed)} rows, not {n}")
+    if stray := {h for h in borrowed if h not in forecasts}:
+        raise ValueError(
+            "select_heads: borrowed heads without forecasts: "
+            + ", ".join(sorted(repr(h.value) for h in stray))
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
