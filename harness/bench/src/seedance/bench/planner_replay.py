@@ -1,0 +1,140 @@
+"""Planner-only replay: bench-autoscale's `predictive` rows alone, and the first 15 min's cost.
+
+What it replays: the trace through the bench's simulator (`seedance.bench.autoscale.replay`: the
+same replica profile, least-outstanding routing, starting fleet `start_count`, attainable
+requests and start-up times) with the bench's `PlannerScaler` and planner configuration, at
+today's 60 s start-up and on measured start-up draws (`--draws`, the bench's `--startup-seed`
+values; the planner's lead is the draws' p90, as the bench's). Nothing else runs (no reactive
+grid, no oracle, no static search), so one Mooncake row takes seconds where the whole bench
+takes minutes; its slo_% and GPU-hours equal the bench's `predictive` rows (`autoscale_60s:` at
+60 s, `autoscale:` on a draw) to the digit: the planner is deterministic and sees what it sees
+there.
+
+Per run it prints slo_%, GPU-hours, `cold_%` (slo_% over the first 15 min, as the bench's
+column), the planner's mode shares (forecast/panic/floor, as `planner_mode_pct`), GPU-hours /
+static where `--static-gpu-hours` is given (the bench's `static_gpu_hours`), and with
+`--cold-cost` the first 15 min's GPU-hours: the replay of the arrivals before 900 s alone (the
+planner is causal, so its decisions there are the hour's; that replay runs on until those
+requests are served).
+
+Usage: python -m tools.bench.planner_replay TRACE [--draws 60 0 1 2] [--static-gpu-hours G]
+[--cold-cost]. One line per run on stdout: `planner_replay: trace=... startup=60|draw<k> ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from seedance.bench import autoscale as bench
+from seedance.bench.router_sim import TraceRequest, load_trace
+from seedance.bench.router_sim.autoscale import PlannerScaler
+from seedance.bench.router_sim.startup import StartupModel
+from seedance.router.core.planning.planner import PlannerConfig, PlannerMode, ReplicaCapacity
+from seedance.testing.paths import data_dir
+
+__all__ = ["ReplayRow", "main", "replay_planner"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRow:
+    startup: str  # "60" (today's constant) or "draw<seed>"
+    slo_pct: float
+    gpu_hours: float
+    cold_slo_pct: float
+    modes_pct: tuple[float, float, float]  # forecast / panic / floor, as planner_mode_pct
+    cold_gpu_hours: float = math.nan  # the first COLD_S's arrivals replayed alone
+
+
+def _capacity() -> ReplicaCapacity:
+    p = bench.P
+    return ReplicaCapacity(
+        prefill_tokens_per_s=p.prefill_tokens_per_s,
+        prefill_overhead_s=p.prefill_overhead_s,
+        decode_step_s=p.typical_decode_step_s(),
+        kv_capacity_tokens=p.kv_capacity_tokens,
+    )
+
+
+def _run(
+    trace: list[TraceRequest],
+    slo_s: float,
+    startup: float | tuple[float, ...],
+    lead_s: float,
+) -> tuple[bench.Run, tuple[float, float, float]]:
+    capacity = _capacity()
+    cfg = PlannerConfig(
+        ttft_slo_s=slo_s, slo_target=0.95, startup_s=lead_s, max_replicas=bench.MAX_REPLICAS
+    )
+    n0 = bench.start_count(trace, capacity, cfg)
+    planner = PlannerScaler(cfg, capacity, n0)
+    ok = bench.attainable(trace, slo_s)
+    run = bench.replay("predictive", trace, ok, slo_s, n0, startup, planner)
+    decisions = max(sum(planner.modes.values()), 1)
+    m = tuple(100.0 * planner.modes[x] / decisions for x in PlannerMode)
+    return run, (m[0], m[1], m[2])
+
+
+def replay_planner(
+    trace: list[TraceRequest],
+    draws: list[str],
+    *,
+    slo_s: float = 2.0,
+    cold_cost: bool = False,
+    startup_data: Path | None = None,
+) -> list[ReplayRow]:
+    """One row per entry of `draws`: "60" (every replica 60 s, lead 60 s) or a seed of the
+    measured start-up draws (lead: their p90), as bench-autoscale runs them."""
+    rows = []
+    measured: StartupModel | None = None
+    for d in draws:
+        if d == "60":
+            startup: float | tuple[float, ...] = 60.0
+            lead_s = 60.0
+            label = "60"
+        else:
+            if measured is None:
+                path = startup_data or data_dir() / "alibaba-genai-2026" / bench.LOAD_LATENCY_FILE
+                measured = StartupModel.measured(path, weight_bytes=bench.P.weight_bytes)
+            startup = measured.draws(bench.STARTUP_DRAWS, seed=int(d))
+            lead_s = measured.quantile(bench.STARTUP_PLAN_QUANTILE)
+            label = f"draw{int(d)}"
+        run, modes = _run(trace, slo_s, startup, lead_s)
+        cold_gpu_h = math.nan
+        if cold_cost:
+            head = [r for r in trace if r.arrival_s < bench.COLD_S]
+            if head:
+                cold_gpu_h = _run(head, slo_s, startup, lead_s)[0].gpu_hours
+        rows.append(
+            ReplayRow(label, run.slo_pct, run.gpu_hours, run.cold_slo_pct, modes, cold_gpu_h)
+        )
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--draws", nargs="+", default=["60", "0", "1", "2"])
+    ap.add_argument("--slo-s", type=float, default=2.0)
+    ap.add_argument("--static-gpu-hours", type=float, default=None)
+    ap.add_argument("--cold-cost", action="store_true")
+    args = ap.parse_args()
+    trace = load_trace(args.trace)
+    for row in replay_planner(trace, args.draws, slo_s=args.slo_s, cold_cost=args.cold_cost):
+        ratio = (
+            f" x_static={row.gpu_hours / args.static_gpu_hours:.3f}"
+            if args.static_gpu_hours
+            else ""
+        )
+        cold_h = (
+            "" if math.isnan(row.cold_gpu_hours) else f" cold_gpu_hours={row.cold_gpu_hours:.2f}"
+        )
+        print(
+            f"planner_replay: trace={args.trace.stem} startup={row.startup} "
+            f"slo_pct={row.slo_pct:.2f} gpu_hours={row.gpu_hours:.3f}{ratio} "
+            f"cold_pct={row.cold_slo_pct:.2f}{cold_h} "
+            f"planner_mode_pct={'/'.join(f'{x:.1f}' for x in row.modes_pct)}",
+            flush=True,
+        )
