@@ -107,7 +107,8 @@ class Evictions:
         retry_s: float,
         instance: str,
         tries: int = 9,
-        id_key: Callable[[], bytes | None] = lambda: None,
+        *,
+        id_key: Callable[[], bytes],
     ) -> None:
         self._api = api
         self._clock = clock
@@ -172,7 +173,7 @@ class Evictions:
         return _reported(a, self._clock.now(), reason, cause, self._id_key()), []
 
 
-def refusal_id(decision_id: str, key: bytes | None = None) -> str:
+def refusal_id(decision_id: str, *, key: bytes) -> str:
     """The id of the refusal of decision ``decision_id``'s move (one report per decision),
     keyed with the bridge's secret: a tenant that read its job's decision could otherwise spend
     the id first in ``SEEDANCE_JOBS`` and have the refusal dropped as a duplicate."""
@@ -180,14 +181,14 @@ def refusal_id(decision_id: str, key: bytes | None = None) -> str:
 
 
 def _reported(
-    a: EvictPod, now: datetime, why: str, cause: MoveRefusedCause, key: bytes | None
+    a: EvictPod, now: datetime, why: str, cause: MoveRefusedCause, key: bytes
 ) -> list[Action]:
     """The refusal of ``a``'s move, for the slicer (nothing for a pod of no job), its id
     derived from the decision's: one report per decision, whichever way it was refused."""
     if not a.job_id:
         return []
     ev = JobMoveRefused(
-        id=refusal_id(a.decision_id, key), at=now, job_id=a.job_id,
+        id=refusal_id(a.decision_id, key=key), at=now, job_id=a.job_id,
         tenant=a.tenant, node=a.node, decision_id=a.decision_id, reason=why[:1024],
         cause=cause,
     )  # fmt: skip

@@ -106,7 +106,7 @@ class BridgeService(Lifecycle):
         )  # fmt: skip
         evictions = Evictions(
             api, clock, m, settings.evict_retry_s, identity, settings.evict_tries,
-            id_key=lambda: lead.id_key,
+            id_key=lead.key,
         )  # fmt: skip
         writes = ApiWrites(
             api, clock, m, evictions, concurrency=settings.api_concurrency, tracker=lead.current,

@@ -25,7 +25,7 @@ __all__ = ["end_event", "submit_event"]
 
 
 def submit_event(
-    ask: PodAsk, job_id: str, gang_size: int, created_ms: int, now: datetime, key: bytes | None
+    ask: PodAsk, job_id: str, gang_size: int, created_ms: int, now: datetime, key: bytes
 ) -> Publish:
     request = msgspec.structs.replace(ask.request, gang_size=gang_size)
     ev = JobSubmitted(
@@ -51,7 +51,7 @@ def end_event(
     reason: str,
     at: datetime,
     created_ms: int,
-    key: bytes | None,
+    key: bytes,
 ) -> Publish:
     # One id for every end of a job, whichever it is: a second end is a duplicate.
     ev_id = derived_event_id(job_id, "end", created_ms, key=key)

@@ -104,7 +104,7 @@ class Tracker:
     """See the module docstring. ``instance`` names this bridge in its Events; ``id_key`` keys
     the ids of the job events it publishes (`job_events`)."""
 
-    def __init__(self, *, instance: str = "", id_key: bytes | None = None) -> None:
+    def __init__(self, *, instance: str = "", id_key: bytes) -> None:
         self._instance = instance
         self.id_key = id_key
         self._pods: dict[str, TrackedPod] = {}
@@ -180,7 +180,7 @@ class Tracker:
 
     def node_seen(self, node: Json, now: datetime, *, deleted: bool = False) -> list[Action]:
         """The node's inventory when it changed since the last one published."""
-        inv = node_inventory(node, now, deleted=deleted)
+        inv = node_inventory(node, now, deleted=deleted, key=self.id_key)
         last = self._nodes.get(inv.node)
         if last is not None and same_inventory(last, inv):
             return []
