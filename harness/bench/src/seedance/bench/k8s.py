@@ -34,9 +34,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import secrets
 import statistics
 import sys
-import secrets
 import tempfile
 import time
 import uuid
