@@ -41,3 +41,32 @@ async def test_replicas_racing_to_create_the_key_converge_and_a_restart_reads_it
         assert await derived_id_key(await ensure_bucket(restarted, bucket)) == keys[0]
     finally:
         await restarted.close()
+
+
+async def test_a_key_older_than_the_refresh_age_is_put_again_the_same(
+    auth_url: str, admin: Bus
+) -> None:
+    """The compiler's bucket has a TTL: a key in use is put again, the same bytes, once it is
+    ``refresh_after_s`` old (here 0: any stored key is), so it never ages out; replicas racing
+    the refresh keep the one value. One younger than that is left as it is."""
+    bucket = "seedance-graph-results"
+    await (await ensure_bucket(admin, bucket)).delete(KEY_NAME)
+    replicas = [
+        await Bus.connect(as_user(auth_url, "graph-compiler", name=f"gc-{i}"))
+        for i in range(REPLICAS)
+    ]
+    try:
+        kv = await ensure_bucket(replicas[0], bucket)
+        key = await derived_id_key(kv)
+        made = (await kv.get(KEY_NAME)).revision
+        assert await derived_id_key(kv, refresh_after_s=3600.0) == key
+        assert (await kv.get(KEY_NAME)).revision == made, "a young key was put again"
+        kvs = [await ensure_bucket(b, bucket) for b in replicas]
+        keys = await asyncio.gather(*(derived_id_key(k, refresh_after_s=0.0) for k in kvs))
+        entry = await kv.get(KEY_NAME)
+    finally:
+        for b in replicas:
+            await b.close()
+    assert set(keys) == {key}
+    assert entry.value == key and entry.revision is not None and made is not None
+    assert entry.revision > made, "the key was not put again"

@@ -17,9 +17,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from seedance.core import Bus
+from seedance.core.id_key import KEY_NAME
+from seedance.core.kv import ensure_bucket
 from seedance.events import derived_event_id
 from seedance.events.subjects import graph, models
+from seedance.graph_compiler.service import RESULTS_BUCKET
 from seedance.sdk.client import SeedanceClient
+from seedance.testing.identities import ADMIN, as_user
 from tests.conftest import serving
 from tests.integration.graph.test_graph_service import mlp
 from tests.integration.graph.test_graph_tenant import FP32, _compiler, _tenant
@@ -62,3 +67,23 @@ async def test_a_tenant_cannot_spend_an_artifact_chunks_id(
         second = await acme.compile_model("acme", "mlp", mlp(), FP32, request_id=rid, timeout_s=60)
         assert second.ok, second.error
         assert await acme.fetch_artifact(second, timeout_s=30) == artifact
+
+
+async def test_a_key_it_cannot_read_answers_the_tenant_with_an_error(
+    nats_url: str, acme: SeedanceClient
+) -> None:
+    """The key is read per request inside the handling whose last delivery answers: a key that
+    will not read (here a stored value of the wrong length) answers InternalError, not silence."""
+    admin = await Bus.connect(as_user(nats_url, ADMIN))
+    try:
+        kv = await ensure_bucket(admin, RESULTS_BUCKET)
+        async with serving(_compiler(nats_url)):
+            await kv.put(KEY_NAME, b"not 32 bytes")
+            try:
+                result = await acme.compile_model("acme", "mlp", mlp(), FP32, timeout_s=60)
+            finally:
+                await kv.delete(KEY_NAME)  # the next compiler makes a new one
+    finally:
+        await admin.close()
+    assert not result.ok
+    assert result.error_kind == "InternalError" and KEY_NAME in (result.error or ""), result.error

@@ -15,19 +15,19 @@ KEY, OTHER = b"k" * 32, b"o" * 32
 
 def test_the_result_and_dead_letter_ids_are_keyed() -> None:
     unkeyed = derived_event_id("acme.r1", "graph.compile_result")  # what the review spent
-    assert result_id("acme", "r1", KEY) != unkeyed
-    assert result_id("acme", "r1", KEY) == result_id("acme", "r1", bytes(KEY))
-    assert result_id("acme", "r1", KEY) != result_id("acme", "r1", OTHER)
-    assert bad_upload_id("acme", "r1", KEY) != derived_event_id("acme.r1", "graph.bad_upload")
-    assert bad_upload_id("acme", "r1", KEY) != result_id("acme", "r1", KEY)
+    assert result_id("acme", "r1", key=KEY) != unkeyed
+    assert result_id("acme", "r1", key=KEY) == result_id("acme", "r1", key=bytes(KEY))
+    assert result_id("acme", "r1", key=KEY) != result_id("acme", "r1", key=OTHER)
+    assert bad_upload_id("acme", "r1", key=KEY) != derived_event_id("acme.r1", "graph.bad_upload")
+    assert bad_upload_id("acme", "r1", key=KEY) != result_id("acme", "r1", key=KEY)
 
 
 def test_an_artifact_chunks_id_is_keyed() -> None:
     data = b"artifact bytes"
     unkeyed = f"acme.r1.0.{hashlib.sha256(data).hexdigest()[:16]}"
-    assert artifact_chunk_id("acme", "r1", 0, data, None) == unkeyed
-    keyed = artifact_chunk_id("acme", "r1", 0, data, KEY)
+    assert artifact_chunk_id("acme", "r1", 0, data, key=b"") == unkeyed
+    keyed = artifact_chunk_id("acme", "r1", 0, data, key=KEY)
     assert keyed != unkeyed
-    assert keyed == artifact_chunk_id("acme", "r1", 0, data, KEY)
-    assert keyed != artifact_chunk_id("acme", "r1", 0, data, OTHER)
-    assert keyed != artifact_chunk_id("acme", "r1", 1, data, KEY)
+    assert keyed == artifact_chunk_id("acme", "r1", 0, data, key=KEY)
+    assert keyed != artifact_chunk_id("acme", "r1", 0, data, key=OTHER)
+    assert keyed != artifact_chunk_id("acme", "r1", 1, data, key=KEY)

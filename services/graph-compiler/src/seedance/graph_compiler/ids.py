@@ -19,15 +19,15 @@ from seedance.events import derived_event_id
 __all__ = ["artifact_chunk_id", "bad_upload_id", "result_id"]
 
 
-def result_id(tenant: str, request_id: str, key: bytes | None) -> str:
+def result_id(tenant: str, request_id: str, *, key: bytes) -> str:
     return derived_event_id(f"{tenant}.{request_id}", "graph.compile_result", key=key)
 
 
-def bad_upload_id(tenant: str, request_id: str, key: bytes | None) -> str:
+def bad_upload_id(tenant: str, request_id: str, *, key: bytes) -> str:
     return derived_event_id(f"{tenant}.{request_id}", "graph.bad_upload", key=key)
 
 
-def artifact_chunk_id(tenant: str, request_id: str, n: int, data: bytes, key: bytes | None) -> str:
+def artifact_chunk_id(tenant: str, request_id: str, n: int, data: bytes, *, key: bytes) -> str:
     """Chunk ``n``'s ``Nats-Msg-Id``: ``<t>.<request_id>.<n>.<sha256 prefix>``, and with a key
     its keyed blake2b (hex), which names the same chunk but cannot be computed without it."""
     text = f"{tenant}.{request_id}.{n}.{hashlib.sha256(data).hexdigest()[:16]}"

@@ -79,6 +79,7 @@ from seedance.events.graph import (
     CompileResult,
     artifact_object_name,
 )
+from seedance.events.stores import BUCKETS
 from seedance.events.subjects import consumer, dlq, graph
 from seedance.graph_compiler import mapping, uploads, worker
 from seedance.graph_compiler.fetch import FetchError, UrlFetcher
@@ -159,7 +160,7 @@ class GraphCompilerService(Lifecycle):
         await self._rt.start()
         self._store = await ensure_object_store(self._rt.bus, self._settings.object_store)
         self._kv = await ensure_bucket(self._rt.bus, RESULTS_BUCKET)
-        self._id_key = await derived_id_key(self._kv)
+        self._id_key = await self._read_id_key()
         self._workers = await ensure_bucket(self._rt.bus, WORKERS_BUCKET)
         self._pool = _new_pool()
         # Asking the child what it can run also pays its imports (onnx, onnxruntime, onnxscript:
@@ -249,6 +250,12 @@ class GraphCompilerService(Lifecycle):
             f"this worker has {', '.join(cap.providers)}, and {why}",
         )
 
+    async def _read_id_key(self) -> bytes:
+        """The ids' key (`ids`), put again past half the bucket's TTL: one in use never expires."""
+        assert self._kv is not None
+        ttl_s = BUCKETS[RESULTS_BUCKET].ttl_s
+        return await derived_id_key(self._kv, refresh_after_s=ttl_s / 2, clock=self._clock)
+
     async def close(self) -> None:
         try:
             await self._rt.close()  # raises after closing when NATS was unreachable
@@ -271,10 +278,9 @@ class GraphCompilerService(Lifecycle):
             self.metrics.duplicates_total.inc()
             log.info("compile_request_duplicate", tenant=req.tenant, request_id=req.request_id)
             return
-        # per request: the bucket's TTL ends the key after 30 days; every replica takes the next
-        self._id_key = await derived_id_key(self._kv)
         started = self._clock.monotonic()
         try:
+            self._id_key = await self._read_id_key()  # a failure answers on the last delivery
             # The heartbeat covers the whole handling (fetching and storing large models take
             # time too), so ack_wait never expires and hands the request to another replica.
             async with self._heartbeat(d):
@@ -288,14 +294,9 @@ class GraphCompilerService(Lifecycle):
         await self._kv.put(key, msgspec.msgpack.encode(result))
         self.metrics.compiles_total.labels("ok" if result.ok else result.error_kind).inc()
         self.metrics.compile_seconds.observe(self._clock.monotonic() - started)
-        log.info(
-            "compile_answered",
-            tenant=req.tenant,
-            request_id=req.request_id,
-            ok=result.ok,
-            error_kind=result.error_kind,
-            precision=result.report.precision if result.report else None,
-        )
+        log.info("compile_answered", tenant=req.tenant, request_id=req.request_id, ok=result.ok,
+                 error_kind=result.error_kind,
+                 precision=result.report.precision if result.report else None)  # fmt: skip
 
     async def _serve(self, d: Delivery[CompileRequest]) -> CompileResult:
         req = d.event
@@ -325,7 +326,7 @@ class GraphCompilerService(Lifecycle):
             except BadRequest as exc:
                 return self._failure(req, "ArtifactTooLarge", str(exc))
         return CompileResult(
-            id=result_id(req.tenant, req.request_id, self._id_key),
+            id=result_id(req.tenant, req.request_id, key=self._id_key),
             at=self._clock.now(),
             request_id=req.request_id,
             tenant=req.tenant,
@@ -338,15 +339,10 @@ class GraphCompilerService(Lifecycle):
 
     def _failure(self, req: CompileRequest, kind: str, error: str) -> CompileResult:
         return CompileResult(
-            id=result_id(req.tenant, req.request_id, self._id_key),
-            at=self._clock.now(),
-            request_id=req.request_id,
-            tenant=req.tenant,
-            model_name=req.model_name,
-            ok=False,
-            error_kind=kind,
-            error=error[:4000],
-        )
+            id=result_id(req.tenant, req.request_id, key=self._id_key), at=self._clock.now(),
+            request_id=req.request_id, tenant=req.tenant, model_name=req.model_name, ok=False,
+            error_kind=kind, error=error[:4000],
+        )  # fmt: skip
 
     # --- fetching ---------------------------------------------------------------------------
 
@@ -518,7 +514,7 @@ class GraphCompilerService(Lifecycle):
         """The request whose upload is bad, with the reason, on ``seedance.dlq.graph-compiler``
         (its answer goes to the tenant's result subject as well)."""
         letter = DeadLetter(
-            id=bad_upload_id(d.event.tenant, d.event.request_id, self._id_key),
+            id=bad_upload_id(d.event.tenant, d.event.request_id, key=self._id_key),
             at=self._clock.now(),
             service="graph-compiler",
             subject=d.subject,

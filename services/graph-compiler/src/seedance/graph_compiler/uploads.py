@@ -109,7 +109,7 @@ async def _read_chunks(
 
 
 async def publish_artifact(
-    bus: Bus, *, tenant: str, request_id: str, path: Path, key: bytes | None = None
+    bus: Bus, *, tenant: str, request_id: str, path: Path, key: bytes
 ) -> int:
     """Publish the artifact at ``path`` in chunks on ``tenant``'s artifact subjects for
     ``request_id``; how many. Each chunk's ``Nats-Msg-Id`` names the request and the chunk
@@ -120,7 +120,7 @@ async def publish_artifact(
     with path.open("rb") as f:
         while (data := f.read(size)) or n == 0:
             subject = models.chunk(tenant, "artifact", request_id, n)
-            msg_id = artifact_chunk_id(tenant, request_id, n, data, key)
+            msg_id = artifact_chunk_id(tenant, request_id, n, data, key=key)
             await bus.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
             n += 1
             if not data:
