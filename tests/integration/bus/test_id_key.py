@@ -68,5 +68,7 @@ async def test_a_key_older_than_the_refresh_age_is_put_again_the_same(
         for b in replicas:
             await b.close()
     assert set(keys) == {key}
-    assert entry.value == key and entry.revision is not None and made is not None
+    assert entry.value == key
+    assert made is not None
+    assert entry.revision is not None
     assert entry.revision > made, "the key was not put again"

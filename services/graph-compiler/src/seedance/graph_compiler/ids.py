@@ -6,10 +6,10 @@ to).
 Each is determined by the request (a replica re-publishing after a crash, or racing another on
 the same request, gets the same id and the stream drops the repeat) and keyed with the
 compiler's secret (`seedance.core.id_key`, under ``derived-id-key`` in
-``seedance-graph-results``, put again before the bucket's TTL ends it): a tenant publishing first on its own
-subject with the id the compiler will use would otherwise have the compiler's result dropped as
-a duplicate (the duplicate window is the stream's, not the subject's), and since the results
-bucket records the request as answered, never sent.
+``seedance-graph-results``, put again before the bucket's TTL ends it): a tenant publishing
+first on its own subject with the id the compiler will use would otherwise have the compiler's
+result dropped as a duplicate (the duplicate window is the stream's, not the subject's), and
+since the results bucket records the request as answered, never sent.
 """
 
 from __future__ import annotations
