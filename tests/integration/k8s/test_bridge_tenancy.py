@@ -39,6 +39,7 @@ from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempt
 from seedance.events.subjects import QUOTA_POLICY_KEY, dlq, inbox_prefix, jobs, slicing
 from seedance.k8s_bridge.core.kube import binding_body, placement_annotation
 from seedance.k8s_bridge.core.pods import PodRef
+from seedance.k8s_bridge.core.tracked import created_ms
 from seedance.k8s_bridge.records import JOBS_BUCKET
 from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.testing.kube_api import KubeApiServer, seed
@@ -260,6 +261,26 @@ async def test_a_tenant_cannot_spend_its_pods_end_id(env: Env, auth_url: str) ->
         await eventually(released, 20, what="the pod's job released")
         (end,) = env.trail.of(JobCancelled, job, tenant=ACME)
         assert end.id != spent
+
+
+async def test_a_tenant_cannot_spend_its_pods_submit_id(env: Env, auth_url: str) -> None:
+    """acme creates its pod while no bridge runs and reads back its uid and creation time: the
+    job id and the time bits of the bridge's submit. Published first on acme's own job subject
+    with the id the bridge derived without its key, it had the submit dropped (the pod never
+    scheduled). Keyed, the submit comes."""
+    gpu_node(env.kube, f"gpu-{env.unique}", gpus=2)
+    async with tenant_bus(auth_url, ACME) as acme:
+        pod = await env.create_pod("early", gpus=1)
+        job = f"k8s:{pod['metadata']['uid']}"
+        spent = derived_event_id(job, "submitted", created_ms(pod))
+        ack = await acme.js.publish(
+            jobs.subject(ACME, "submitted"), b"spent", headers={"Nats-Msg-Id": spent}
+        )
+        assert not ack.duplicate
+        async with running(env):
+            assert await pod_job(env, "early") == job
+            (submitted,) = env.trail.of(JobSubmitted, job, tenant=ACME)
+            assert submitted.id != spent
 
 
 async def test_job_records_are_keyed_by_tenant_and_job_and_old_records_migrate(
