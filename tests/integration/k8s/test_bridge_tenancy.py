@@ -32,13 +32,14 @@ import pytest
 
 from seedance.core import Bus
 from seedance.core.kv import ensure_bucket, live_keys
-from seedance.events import decode, new_event_id
+from seedance.events import decode, derived_event_id, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobCancelled, JobFinished, JobSubmitted, ResourceRequest
 from seedance.events.slicing import JobRejected, JobReleased, Placement, Preempted, Unschedulable
 from seedance.events.subjects import QUOTA_POLICY_KEY, dlq, inbox_prefix, jobs, slicing
 from seedance.k8s_bridge.core.kube import binding_body, placement_annotation
 from seedance.k8s_bridge.core.pods import PodRef
+from seedance.k8s_bridge.core.tracked import created_ms
 from seedance.k8s_bridge.records import JOBS_BUCKET
 from seedance.k8s_bridge.service import DURABLE, BridgeService
 from seedance.testing.kube_api import KubeApiServer, seed
@@ -232,6 +233,54 @@ async def test_a_pod_cannot_take_or_end_a_bus_tenants_job(
         await eventually(pod_job_released, 20, what="the pod's job released")
         assert env.trail.of(JobReleased, uid, tenant=ACME) == []
         assert env.trail.of(JobCancelled, uid, tenant=ACME) == []
+
+
+async def test_a_tenant_cannot_spend_its_pods_end_id(env: Env, auth_url: str) -> None:
+    """acme created the pod, so it knows the pod's job id and creation time (the time bits of
+    the submit's id), and with them the id the bridge derived for the pod's end without its key
+    (docs/security.md, "Nats-Msg-Id"). Published first on acme's own job subject (the same
+    stream, one duplicate window), it had the bridge's end dropped: the job never ended and
+    the slicer held its GPUs after the pod was gone. Keyed, the end still comes."""
+    gpu_node(env.kube, f"gpu-{env.unique}", gpus=2)
+    async with running(env), tenant_bus(auth_url, ACME) as acme:
+        await env.create_pod("big", gpus=4)  # never fits: it waits
+        job = await pod_job(env, "big")
+        await eventually(lambda: waiting(env, job), 20, what="the pod's job waiting")
+        (submitted,) = env.trail.of(JobSubmitted, job, tenant=ACME)
+        created_ms = uuid.UUID(submitted.id).int >> 80
+        spent = derived_event_id(job, "end", created_ms)
+        ack = await acme.js.publish(
+            jobs.subject(ACME, "cancelled"), b"spent", headers={"Nats-Msg-Id": spent}
+        )
+        assert not ack.duplicate
+        await env.core.delete_namespaced_pod("big", env.ns)
+
+        async def released() -> bool:
+            return bool(env.trail.of(JobReleased, job, tenant=ACME))
+
+        await eventually(released, 20, what="the pod's job released")
+        (end,) = env.trail.of(JobCancelled, job, tenant=ACME)
+        assert end.id != spent
+
+
+async def test_a_tenant_cannot_spend_its_pods_submit_id(env: Env, auth_url: str) -> None:
+    """acme creates its pod while no bridge runs and reads back its uid and creation time: the
+    job id and the time bits of the bridge's submit. Published first on acme's own job subject
+    with the id the bridge derived without its key, it had the submit dropped (the pod never
+    scheduled). Keyed, the submit comes."""
+    gpu_node(env.kube, f"gpu-{env.unique}", gpus=2)
+    async with tenant_bus(auth_url, ACME) as acme:
+        pod = await env.create_pod("early", gpus=1)
+        job = f"k8s:{pod['metadata']['uid']}"
+        spent = derived_event_id(job, "submitted", created_ms(pod))
+        ack = await acme.js.publish(
+            jobs.subject(ACME, "submitted"), b"spent", headers={"Nats-Msg-Id": spent}
+        )
+        assert not ack.duplicate
+        async with running(env):
+            assert await pod_job(env, "early") == job
+            (submitted,) = env.trail.of(JobSubmitted, job, tenant=ACME)
+            assert submitted.id != spent
 
 
 async def test_job_records_are_keyed_by_tenant_and_job_and_old_records_migrate(

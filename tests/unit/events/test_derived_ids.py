@@ -62,3 +62,17 @@ def test_random_causes_give_the_reference_ids() -> None:
         cause = str(uuid.UUID(int=rng.getrandbits(128)))
         role = f"placement/{rng.randrange(3)}/{rng.randrange(128)}"
         assert derived_event_id(cause, role) == reference(cause, role)
+
+
+def test_a_keyed_id_needs_the_key_and_is_the_same_under_it() -> None:
+    """A service publishing into a stream tenants write to keys its ids (docs/security.md,
+    "Nats-Msg-Id"): without the key the id is not the one a tenant can compute, under the same
+    key (another replica, a restart) it is the same; the time bits are still the cause's."""
+    cause, key = str(new_event_id()), bytes(range(32))
+    keyed = derived_event_id(cause, "end", key=key)
+    assert keyed != derived_event_id(cause, "end")
+    assert keyed == derived_event_id(cause, "end", key=bytes(range(32)))
+    assert keyed != derived_event_id(cause, "end", key=bytes(range(1, 33)))
+    assert keyed[:13] == cause[:13]
+    assert derived_event_id("usage:j", "r", 7, key=key) != derived_event_id("usage:j", "r", 7)
+    assert derived_event_id(cause, "end", key=None) == derived_event_id(cause, "end", key=b"")

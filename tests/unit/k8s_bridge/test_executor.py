@@ -41,6 +41,9 @@ from tests.unit.k8s_bridge.pods import pod
 from tests.unit.k8s_bridge.test_consolidation_eviction import preempted
 from tests.unit.k8s_bridge.test_tracker import T0, _bound, _terminated, restarted, tracker
 
+#: The bridge's derived-id key (production reads one per bridge; these tests fix one).
+KEY = b"k" * 32
+
 
 class _Durable:
     """The durable runtime's `transact` over `BridgeRecords`, its commits failing while
@@ -101,7 +104,7 @@ def _bridge(api: _Api, *, tries: int = 9) -> _Bridge:
     metrics = BridgeMetrics(CollectorRegistry())
     t = tracker()
     leading = [True]
-    evictions = Evictions(api, WallClock(), metrics, 5.0, "bridge-0", tries)  # type: ignore[arg-type]
+    evictions = Evictions(api, WallClock(), metrics, 5.0, "bridge-0", tries, id_key=lambda: KEY)  # type: ignore[arg-type]
     writes = ApiWrites(
         api, WallClock(), metrics, evictions, concurrency=4,  # type: ignore[arg-type]
         tracker=lambda: t if leading[0] else None, first_seen={},
@@ -137,7 +140,24 @@ async def test_a_refused_move_whose_report_was_not_committed_is_naked_not_acked(
     # The redelivery (here to the same replica, a new term) reports it, once, under its id.
     assert await b.decisions.handle([_Delivery(move, 2)]) == [None]  # type: ignore[list-item]
     (refused,) = _refusals(b.durable.committed(), move)
-    assert (refused.id, refused.cause) == (refusal_id(move.id), MoveRefusedCause.DISRUPTION_BUDGET)
+    assert (refused.id, refused.cause) == (
+        refusal_id(move.id, key=KEY),
+        MoveRefusedCause.DISRUPTION_BUDGET,
+    )
+
+
+async def test_a_redelivered_refused_move_is_not_evicted_again_under_the_key() -> None:
+    """The refusals are remembered by decision id: a keyed refusal's id cannot be recomputed
+    from the decision alone (the old lookup did, unkeyed, found nothing, and evicted again)."""
+    b = _bridge(_Api())
+    move = _move(b)
+    b.durable.failing = True
+    await b.decisions.handle([_Delivery(move)])  # type: ignore[list-item]
+    b.durable.failing = False
+    assert await b.decisions.handle([_Delivery(move, 2)]) == [None]  # type: ignore[list-item]
+    (refused,) = _refusals(b.durable.committed(), move)
+    assert refused.id == refusal_id(move.id, key=KEY) != refusal_id(move.id, key=b"")
+    assert b.api.evictions == 1
 
 
 async def test_an_unanswered_eviction_given_up_is_acked_only_once_its_report_is_durable() -> None:

@@ -51,6 +51,7 @@ def _lead(**bindings: str) -> tuple[Lead, SimpleNamespace, ClusterView, _Executo
                              for k in ("pods", "nodes", "namespaces")})  # fmt: skip
     elector = SimpleNamespace(held=True, identity="bridge-0")
     lead = Lead(None, WallClock(), elector, bindings=bindings)  # type: ignore[arg-type]
+    lead.id_key = b"k" * 32  # what the service reads at start
     executor = _Executor()
     view = ClusterView(
         api, WallClock(), BridgeSettings(), BridgeMetrics(CollectorRegistry()),  # type: ignore[arg-type]

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from seedance.events import derived_event_id
 from seedance.k8s_bridge.core.nodes import node_inventory
+from seedance.k8s_bridge.core.tracker import Tracker
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -31,7 +33,7 @@ def test_a_time_sliced_node_counts_its_physical_gpus_not_the_replicas() -> None:
         },
         gpus="16",
     )
-    inv = node_inventory(node, AT)
+    inv = node_inventory(node, AT, key=b"k" * 32)
     assert len(inv.gpus) == 4
     assert {g.model for g in inv.gpus} == {"Tesla-T4-SHARED"}  # as GFD wrote it
     assert {g.mem_total_mib for g in inv.gpus} == {15360}
@@ -42,7 +44,7 @@ def test_a_whole_gpu_node_keeps_the_product_label_and_its_count() -> None:
         {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/mig.capable": "true"},
         gpus="8",
     )
-    inv = node_inventory(node, AT)
+    inv = node_inventory(node, AT, key=b"k" * 32)
     assert [g.model for g in inv.gpus] == ["NVIDIA-A100-SXM4-80GB"] * 8
     assert all(g.mig_capable and not g.mig_enabled for g in inv.gpus)
 
@@ -57,6 +59,17 @@ def test_under_the_mig_single_strategy_each_gpu_is_a_mig_device() -> None:
         },
         gpus="16",
     )
-    inv = node_inventory(node, AT)
+    inv = node_inventory(node, AT, key=b"k" * 32)
     assert len(inv.gpus) == 16
     assert all(g.mig_enabled for g in inv.gpus)
+
+
+def test_the_inventory_id_is_keyed_with_the_bridges_key() -> None:
+    """A node's user publishes into SEEDANCE_TELEMETRY: an inventory id it could compute (node
+    uid, millisecond) it could spend first and have the bridge's inventory of a node dropped."""
+    node = gfd_node({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, gpus="8")
+    ms = int(AT.timestamp() * 1000)
+    unkeyed = derived_event_id("u-1", f"inventory/{ms}", ms)  # what a node can compute
+    (published,) = Tracker(instance="bridge-0", id_key=b"k" * 32).node_seen(node, AT)
+    assert published.event.id == node_inventory(node, AT, key=b"k" * 32).id != unkeyed
+    assert node_inventory(node, AT, key=b"o" * 32).id != published.event.id

@@ -244,5 +244,5 @@ def test_the_submit_event_carries_what_the_pod_said_about_moving() -> None:
     from seedance.k8s_bridge.core.job_events import submit_event
 
     a = asked(pod(annotations={"seedance.io/movable": "true", "seedance.io/restart-s": "90"}))
-    ev = submit_event(a, "k8s:u", 1, 0, datetime(2026, 1, 1, tzinfo=UTC)).event
+    ev = submit_event(a, "k8s:u", 1, 0, datetime(2026, 1, 1, tzinfo=UTC), None).event
     assert (ev.movable, ev.restart_s) == (True, 90.0)  # type: ignore[attr-defined]

@@ -162,8 +162,11 @@ def test_a_node_seedance_marked_stays_ready_to_the_slicer_an_operators_cordon_do
     marked["spec"]["taints"].append(
         {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
     )
-    assert node_inventory(marked, AT).state is NodeState.READY
-    assert node_inventory(node("gpu-3", unschedulable=True), AT).state is NodeState.CORDONED
+    assert node_inventory(marked, AT, key=b"k" * 32).state is NodeState.READY
+    assert (
+        node_inventory(node("gpu-3", unschedulable=True), AT, key=b"k" * 32).state
+        is NodeState.CORDONED
+    )
 
 
 def test_a_deleted_node_is_forgotten() -> None:

@@ -45,7 +45,7 @@ T0 = datetime(2026, 12, 1, 10, 0, 1, tzinfo=UTC)
 
 
 def tracker() -> Tracker:
-    t = Tracker(instance="bridge-0")
+    t = Tracker(instance="bridge-0", id_key=b"k" * 32)
     t.bindings = {"team-a": "acme"}
     return t
 

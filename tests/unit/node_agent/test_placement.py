@@ -340,7 +340,7 @@ def test_a_pod_the_bridge_binds_is_found_by_its_uid_and_verifies() -> None:
     from seedance.k8s_bridge.core.tracker import Publish, Tracker
     from tests.unit.k8s_bridge.pods import pod as api_pod
 
-    bridge = Tracker(instance="bridge-0")
+    bridge = Tracker(instance="bridge-0", id_key=b"k" * 32)
     bridge.bindings = {"team-a": "acme"}
     obj = api_pod("w", limits={"nvidia.com/gpu": 1})
     uid = obj["metadata"]["uid"]
@@ -379,7 +379,7 @@ def test_a_gang_the_bridge_binds_verifies_for_its_members_only() -> None:
     from seedance.k8s_bridge.core.tracker import Publish, Tracker
     from tests.unit.k8s_bridge.pods import pod as api_pod
 
-    bridge = Tracker(instance="bridge-0")
+    bridge = Tracker(instance="bridge-0", id_key=b"k" * 32)
     bridge.bindings = {"team-a": "acme"}
     labels = {LABEL_POD_GROUP: "train", "seedance.io/pod-group-size": "2"}
     objs = [api_pod(f"w{i}", limits={"nvidia.com/gpu": 1}, labels=labels) for i in range(2)]

@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import secrets
 import statistics
 import sys
 import tempfile
@@ -267,7 +268,7 @@ async def bus_path(
     async with slicer_stack(workdir, "bus") as (_, _, bus):
         decisions = DecisionLog()
         subs = await decisions.follow(bus)
-        tracker = Tracker(instance="bench")
+        tracker = Tracker(instance="bench", id_key=secrets.token_bytes(32))
         tracker.namespace_seen(namespace_object(NAMESPACE, TENANT))
         for node in nodes:
             await _publish(bus, tracker.node_seen(node_object(node), datetime.now(UTC)))

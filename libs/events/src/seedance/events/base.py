@@ -54,7 +54,9 @@ def _uuid_text(value: int) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def derived_event_id(cause_id: str, role: str, unix_ms: int | None = None) -> str:
+def derived_event_id(
+    cause_id: str, role: str, unix_ms: int | None = None, *, key: bytes | None = None
+) -> str:
     """A UUIDv7 determined by the event that caused it and the effect's role.
 
     A service that re-publishes an effect after a crash (it published, then died before
@@ -62,8 +64,15 @@ def derived_event_id(cause_id: str, role: str, unix_ms: int | None = None) -> st
     sinks' idempotency drop the repeat. The time bits are the cause's, so ids still sort by time;
     a cause that is not a UUID (a key such as the ledger's ``usage:<job>:<node>:<window>:r0``)
     takes ``unix_ms`` for them.
+
+    ``key``: a secret of the publishing service's (`seedance.core.id_key`), for an effect
+    published into a stream tenants write to. JetStream's duplicate window is per stream, so a
+    tenant that could compute the id could publish it first on its own subject and have the
+    service's event dropped as a duplicate; keyed (blake2b's keyed mode) it cannot, and the
+    service's replicas and restarts, reading the same key, still derive the same id.
     """
-    digest = int.from_bytes(hashlib.blake2b(f"{cause_id}/{role}".encode(), digest_size=10).digest())
+    text = f"{cause_id}/{role}".encode()  # an empty key is blake2b's unkeyed hash
+    digest = int.from_bytes(hashlib.blake2b(text, digest_size=10, key=key or b"").digest())
     if unix_ms is not None:
         ms = unix_ms
     elif _CANONICAL_UUID.fullmatch(cause_id):  # what uuid.UUID reads, without building one

@@ -30,8 +30,8 @@ and answers ``error_kind=NoGpuWorker`` with the reason when none is, or on the l
 
 Results are idempotent by request id: the result is recorded in ``seedance-graph-results``
 after it is published, a request already answered is acknowledged without compiling again, and
-the result's event id is derived from the tenant and request id so a replica racing on the same
-request publishes a duplicate the stream drops.
+the result's event id is derived from the tenant and request id, keyed (`ids`: no tenant can
+spend it first), so a replica racing on the same request publishes a duplicate the stream drops.
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ from seedance.core import (
     cancel_until_done,
 )
 from seedance.core.holder import default_holder
+from seedance.core.id_key import derived_id_key
 from seedance.core.kv import ensure_bucket, ensure_object_store, live_entries
 from seedance.core.logs import get_logger
-from seedance.events import derived_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.graph import (
     CompilerCapability,
@@ -79,9 +79,11 @@ from seedance.events.graph import (
     CompileResult,
     artifact_object_name,
 )
+from seedance.events.stores import BUCKETS
 from seedance.events.subjects import consumer, dlq, graph
 from seedance.graph_compiler import mapping, uploads, worker
 from seedance.graph_compiler.fetch import FetchError, UrlFetcher
+from seedance.graph_compiler.ids import bad_upload_id, result_id
 from seedance.graph_compiler.settings import GraphCompilerSettings
 
 __all__ = ["RESULTS_BUCKET", "WORKERS_BUCKET", "GraphCompilerMetrics", "GraphCompilerService"]
@@ -139,6 +141,7 @@ class GraphCompilerService(Lifecycle):
         self._max_deliver = consumer("compiler-requests").max_deliver
         self._store: ObjectStore | None = None
         self._kv: KeyValue | None = None
+        self._id_key = b""  # the ids' secret (`ids`), read from the results bucket
         self._pool: ProcessPoolExecutor | None = None
         self._fetcher = UrlFetcher(settings.fetch_policy(), clock=self._clock)
         self._workers: KeyValue | None = None
@@ -157,6 +160,7 @@ class GraphCompilerService(Lifecycle):
         await self._rt.start()
         self._store = await ensure_object_store(self._rt.bus, self._settings.object_store)
         self._kv = await ensure_bucket(self._rt.bus, RESULTS_BUCKET)
+        self._id_key = await self._read_id_key()
         self._workers = await ensure_bucket(self._rt.bus, WORKERS_BUCKET)
         self._pool = _new_pool()
         # Asking the child what it can run also pays its imports (onnx, onnxruntime, onnxscript:
@@ -246,6 +250,12 @@ class GraphCompilerService(Lifecycle):
             f"this worker has {', '.join(cap.providers)}, and {why}",
         )
 
+    async def _read_id_key(self) -> bytes:
+        """The ids' key (`ids`), put again past half the bucket's TTL: one in use never expires."""
+        assert self._kv is not None
+        ttl_s = BUCKETS[RESULTS_BUCKET].ttl_s
+        return await derived_id_key(self._kv, refresh_after_s=ttl_s / 2, clock=self._clock)
+
     async def close(self) -> None:
         try:
             await self._rt.close()  # raises after closing when NATS was unreachable
@@ -270,6 +280,7 @@ class GraphCompilerService(Lifecycle):
             return
         started = self._clock.monotonic()
         try:
+            self._id_key = await self._read_id_key()  # a failure answers on the last delivery
             # The heartbeat covers the whole handling (fetching and storing large models take
             # time too), so ack_wait never expires and hands the request to another replica.
             async with self._heartbeat(d):
@@ -283,14 +294,9 @@ class GraphCompilerService(Lifecycle):
         await self._kv.put(key, msgspec.msgpack.encode(result))
         self.metrics.compiles_total.labels("ok" if result.ok else result.error_kind).inc()
         self.metrics.compile_seconds.observe(self._clock.monotonic() - started)
-        log.info(
-            "compile_answered",
-            tenant=req.tenant,
-            request_id=req.request_id,
-            ok=result.ok,
-            error_kind=result.error_kind,
-            precision=result.report.precision if result.report else None,
-        )
+        log.info("compile_answered", tenant=req.tenant, request_id=req.request_id, ok=result.ok,
+                 error_kind=result.error_kind,
+                 precision=result.report.precision if result.report else None)  # fmt: skip
 
     async def _serve(self, d: Delivery[CompileRequest]) -> CompileResult:
         req = d.event
@@ -320,7 +326,7 @@ class GraphCompilerService(Lifecycle):
             except BadRequest as exc:
                 return self._failure(req, "ArtifactTooLarge", str(exc))
         return CompileResult(
-            id=_result_id(req),
+            id=result_id(req.tenant, req.request_id, key=self._id_key),
             at=self._clock.now(),
             request_id=req.request_id,
             tenant=req.tenant,
@@ -333,15 +339,10 @@ class GraphCompilerService(Lifecycle):
 
     def _failure(self, req: CompileRequest, kind: str, error: str) -> CompileResult:
         return CompileResult(
-            id=_result_id(req),
-            at=self._clock.now(),
-            request_id=req.request_id,
-            tenant=req.tenant,
-            model_name=req.model_name,
-            ok=False,
-            error_kind=kind,
-            error=error[:4000],
-        )
+            id=result_id(req.tenant, req.request_id, key=self._id_key), at=self._clock.now(),
+            request_id=req.request_id, tenant=req.tenant, model_name=req.model_name, ok=False,
+            error_kind=kind, error=error[:4000],
+        )  # fmt: skip
 
     # --- fetching ---------------------------------------------------------------------------
 
@@ -513,7 +514,7 @@ class GraphCompilerService(Lifecycle):
         """The request whose upload is bad, with the reason, on ``seedance.dlq.graph-compiler``
         (its answer goes to the tenant's result subject as well)."""
         letter = DeadLetter(
-            id=derived_event_id(f"{d.event.tenant}.{d.event.request_id}", "graph.bad_upload"),
+            id=bad_upload_id(d.event.tenant, d.event.request_id, key=self._id_key),
             at=self._clock.now(),
             service="graph-compiler",
             subject=d.subject,
@@ -526,24 +527,23 @@ class GraphCompilerService(Lifecycle):
         await self._rt.bus.publish(dlq.subject("graph-compiler"), letter)
         log.warning("compile_upload_refused", tenant=d.event.tenant, reason=reason)
 
-    async def _store_artifact(
-        self, req: CompileRequest, path: Path, size_bytes: int
-    ) -> dict[str, Any]:
+    async def _store_artifact(self, req: CompileRequest, path: Path, size: int) -> dict[str, Any]:
         assert self._store is not None
-        if req.model_chunks and size_bytes <= self._settings.max_inline_artifact_mib * _MIB:
+        if req.model_chunks and size <= self._settings.max_inline_artifact_mib * _MIB:
             # A tenant's answer: it can read its own artifact subjects, not the object store.
             n = await uploads.publish_artifact(
-                self._rt.bus, tenant=req.tenant, request_id=req.request_id, path=path
-            )
+                self._rt.bus, tenant=req.tenant, request_id=req.request_id, path=path,
+                key=self._id_key,
+            )  # fmt: skip
             return {"artifact_chunks": n}
-        if size_bytes <= self._settings.max_inline_artifact_mib * _MIB:
+        if size <= self._settings.max_inline_artifact_mib * _MIB:
             name = artifact_object_name(req.tenant, req.request_id, req.model_name)
             with path.open("rb") as f:
                 await self._store.put(name, f)
             return {"artifact_object": name}
         if not self._settings.artifact_dir:
             raise BadRequest(
-                f"artifact is {size_bytes / _MIB:.1f} MiB, over the inline limit of "
+                f"artifact is {size / _MIB:.1f} MiB, over the inline limit of "
                 f"{self._settings.max_inline_artifact_mib:g} MiB, and no artifact_dir is set"
             )
         name = f"{req.model_name}.onnx"
@@ -559,10 +559,6 @@ def _move(src: Path, dest: Path) -> str:
     shutil.copyfile(src, partial)
     partial.replace(dest)
     return dest.resolve().as_uri()
-
-
-def _result_id(req: CompileRequest) -> str:
-    return derived_event_id(f"{req.tenant}.{req.request_id}", "graph.compile_result")
 
 
 def _check_sha256(value: str) -> str:

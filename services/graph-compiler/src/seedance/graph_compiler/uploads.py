@@ -27,6 +27,7 @@ from seedance.core import RetryableError
 from seedance.core.bus import Bus
 from seedance.events.graph import chunk_bytes
 from seedance.events.subjects import models
+from seedance.graph_compiler.ids import artifact_chunk_id
 
 __all__ = ["UploadError", "publish_artifact", "read_upload"]
 
@@ -107,19 +108,20 @@ async def _read_chunks(
     return h.hexdigest(), total
 
 
-async def publish_artifact(bus: Bus, *, tenant: str, request_id: str, path: Path) -> int:
+async def publish_artifact(
+    bus: Bus, *, tenant: str, request_id: str, path: Path, key: bytes
+) -> int:
     """Publish the artifact at ``path`` in chunks on ``tenant``'s artifact subjects for
-    ``request_id``; how many. Each chunk's ``Nats-Msg-Id`` names the request and the chunk,
-    so a retried request re-publishing them inside the duplicate window stores each once."""
+    ``request_id``; how many. Each chunk's ``Nats-Msg-Id`` names the request and the chunk
+    (`ids.artifact_chunk_id`, keyed with ``key``), so a retried request re-publishing them
+    inside the duplicate window stores each once."""
     size = chunk_bytes(bus.nc.max_payload)
     n = 0
     with path.open("rb") as f:
         while (data := f.read(size)) or n == 0:
             subject = models.chunk(tenant, "artifact", request_id, n)
-            digest = hashlib.sha256(data).hexdigest()[:16]
-            await bus.js.publish(
-                subject, data, headers={"Nats-Msg-Id": f"{tenant}.{request_id}.{n}.{digest}"}
-            )
+            msg_id = artifact_chunk_id(tenant, request_id, n, data, key=key)
+            await bus.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
             n += 1
             if not data:
                 break

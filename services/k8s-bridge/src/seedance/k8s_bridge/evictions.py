@@ -29,6 +29,7 @@ must not decide which pod is evicted (the tracker's notices do).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import datetime
 
 from seedance.core import Clock
@@ -95,7 +96,8 @@ def give_up_s(retry_s: float, tries: int, request_timeout_s: float = REQUEST_TIM
 
 
 class Evictions:
-    """See the module docstring. ``instance`` names this bridge in its Events."""
+    """See the module docstring. ``instance`` names this bridge in its Events; ``id_key()``
+    keys the refusals' ids (`refusal_id`; read at each report: the bridge loads it at start)."""
 
     def __init__(
         self,
@@ -105,6 +107,8 @@ class Evictions:
         retry_s: float,
         instance: str,
         tries: int = 9,
+        *,
+        id_key: Callable[[], bytes],
     ) -> None:
         self._api = api
         self._clock = clock
@@ -112,6 +116,7 @@ class Evictions:
         self._retry_s = retry_s
         self._instance = instance
         self._tries = tries
+        self._id_key = id_key
 
     async def evict(self, a: EvictPod) -> tuple[list[Action], list[PodRefRetry]]:
         """Evict ``a.ref``: follow-up actions (the refusal's Event) and the retry, if any."""
@@ -146,7 +151,7 @@ class Evictions:
         follow: list[Action] = [
             notices.eviction_refused(a.ref, why, a.decision_id, now, self._instance)
         ]
-        follow.extend(_reported(a, now, why, MoveRefusedCause.DISRUPTION_BUDGET))
+        follow.extend(_reported(a, now, why, MoveRefusedCause.DISRUPTION_BUDGET, self._id_key()))
         return follow, []
 
     def _later(self, a: EvictPod, outcome: str, why: str) -> tuple[list[Action], list[PodRefRetry]]:
@@ -164,21 +169,26 @@ class Evictions:
         log.warning("bridge_eviction_given_up", pod=f"{a.ref.namespace}/{a.ref.name}",
                     tries=a.delivered, error=why)  # fmt: skip
         reason = f"the API server did not answer the eviction in {a.delivered} tries: {why}"
-        return _reported(a, self._clock.now(), reason, MoveRefusedCause.UNANSWERED), []
+        cause = MoveRefusedCause.UNANSWERED
+        return _reported(a, self._clock.now(), reason, cause, self._id_key()), []
 
 
-def refusal_id(decision_id: str) -> str:
-    """The id of the refusal of decision ``decision_id``'s move (one report per decision)."""
-    return derived_event_id(decision_id, "move_refused")
+def refusal_id(decision_id: str, *, key: bytes) -> str:
+    """The id of the refusal of decision ``decision_id``'s move (one report per decision),
+    keyed with the bridge's secret: a tenant that read its job's decision could otherwise spend
+    the id first in ``SEEDANCE_JOBS`` and have the refusal dropped as a duplicate."""
+    return derived_event_id(decision_id, "move_refused", key=key)
 
 
-def _reported(a: EvictPod, now: datetime, why: str, cause: MoveRefusedCause) -> list[Action]:
+def _reported(
+    a: EvictPod, now: datetime, why: str, cause: MoveRefusedCause, key: bytes
+) -> list[Action]:
     """The refusal of ``a``'s move, for the slicer (nothing for a pod of no job), its id
     derived from the decision's: one report per decision, whichever way it was refused."""
     if not a.job_id:
         return []
     ev = JobMoveRefused(
-        id=refusal_id(a.decision_id), at=now, job_id=a.job_id,
+        id=refusal_id(a.decision_id, key=key), at=now, job_id=a.job_id,
         tenant=a.tenant, node=a.node, decision_id=a.decision_id, reason=why[:1024],
         cause=cause,
     )  # fmt: skip

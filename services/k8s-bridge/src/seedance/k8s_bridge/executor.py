@@ -28,7 +28,7 @@ from seedance.core.logs import get_logger
 from seedance.events.jobs import JobMoveRefused
 from seedance.k8s_bridge.core.actions import EvictPod, Write, per_pod
 from seedance.k8s_bridge.core.tracker import Action, Publish
-from seedance.k8s_bridge.evictions import PodRefRetry, refusal_id
+from seedance.k8s_bridge.evictions import PodRefRetry
 from seedance.k8s_bridge.metrics import BridgeMetrics
 from seedance.k8s_bridge.records import BridgeRecords
 from seedance.k8s_bridge.writes import ApiWrites
@@ -63,9 +63,9 @@ class Executor:
         self._unsaved: Outbox = []
         #: Rounds and commits under way (their events not yet, or no longer, in `_unsaved`).
         self._busy = 0
-        #: The refusals reported this term (ids, insertion-ordered): a decision redelivered
-        #: because its refusal was not yet durable is not evicted again.
-        self._refusals: dict[str, None] = {}
+        #: The refusals reported this term (decision id -> the refusal's id, insertion-ordered):
+        #: a decision redelivered because its refusal was not yet durable is not evicted again.
+        self._refusals: dict[str, str] = {}
         self._on_settled = on_settled
         self._wake = asyncio.Event()
 
@@ -116,7 +116,7 @@ class Executor:
             self._remember_refusals(actions)
             writes: list[Write] = []
             for a in actions:
-                if isinstance(a, EvictPod) and (rid := refusal_id(a.decision_id)) in self._refusals:
+                if isinstance(a, EvictPod) and (rid := self._refusals.get(a.decision_id)):
                     owed.setdefault(a.ref.uid, set()).add(rid)  # reported: not evicted again
                 elif not isinstance(a, Publish):
                     writes.append(a)
@@ -141,7 +141,7 @@ class Executor:
     def _remember_refusals(self, actions: Sequence[Action]) -> None:
         for a in actions:
             if isinstance(a, Publish) and isinstance(a.event, JobMoveRefused):
-                self._refusals[a.event.id] = None
+                self._refusals[a.event.decision_id] = a.event.id
         if len(self._refusals) > _REFUSALS_KEPT:
             for old in list(self._refusals)[: len(self._refusals) - _REFUSALS_KEPT]:
                 del self._refusals[old]

@@ -71,7 +71,15 @@ class Lead:
         self._policy = self._replicas = self._release = None
         #: The leader's (set once the take-over replayed the caches), None while standing by.
         self.tracker: Tracker | None = None
+        #: The key of the bridge's derived event ids (`seedance.core.id_key`), set at start.
+        self.id_key: bytes | None = None
         self._stopping = asyncio.Event()
+
+    def key(self) -> bytes:
+        """`id_key`, which the service reads before any lead: no event goes out unkeyed."""
+        if self.id_key is None:
+            raise RuntimeError("the bridge's derived-id key is read at start, before any lead")
+        return self.id_key
 
     def bind(
         self,
@@ -122,7 +130,7 @@ class Lead:
                         await event.wait()
         self._executor.step_down()  # made after the last step-down by writes in flight
         records = self._executor.records
-        tracker = Tracker(instance=self._elector.identity)
+        tracker = Tracker(instance=self._elector.identity, id_key=self.key())
         tracker.bindings, tracker.priorities = self.bindings, self._priorities
         # Before any pod: a bound pod is taken over only under the job recorded for it.
         tracker.records = JobRecords(records.records)

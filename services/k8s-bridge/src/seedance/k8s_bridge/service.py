@@ -25,6 +25,8 @@ from functools import partial
 
 from seedance.core import Clock, Lifecycle, ServiceRuntime, cancel_until_done
 from seedance.core.durable import DurableRuntime, DurableSpec
+from seedance.core.id_key import derived_id_key
+from seedance.core.kv import ensure_bucket
 from seedance.k8s_bridge.cluster_view import ClusterView
 from seedance.k8s_bridge.core.tracker import Tracker
 from seedance.k8s_bridge.decisions import DURABLE, Decisions
@@ -102,7 +104,10 @@ class BridgeService(Lifecycle):
             api, clock, settings, m, tracker=lead.current,
             enqueue=lambda a: executor.enqueue(a), on_restart=restarted,
         )  # fmt: skip
-        evictions = Evictions(api, clock, m, settings.evict_retry_s, identity, settings.evict_tries)
+        evictions = Evictions(
+            api, clock, m, settings.evict_retry_s, identity, settings.evict_tries,
+            id_key=lead.key,
+        )  # fmt: skip
         writes = ApiWrites(
             api, clock, m, evictions, concurrency=settings.api_concurrency, tracker=lead.current,
             first_seen=view.first_seen,
@@ -181,6 +186,8 @@ class BridgeService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()
+        # Before the lead can be taken: every job event's id is keyed with it (`job_events`).
+        self.lead.id_key = await derived_id_key(await ensure_bucket(self._rt.bus, JOBS_BUCKET))
         await self.durable.start()
         for part in (self.policy, self.replicas):
             if part is not None:

@@ -109,7 +109,7 @@ def _submit_gang(t: Tracker, g: TrackedGang, now: datetime) -> list[Action]:
     t._jobs.add(g.tenant, g.job_id, g.key)
     for m in members:
         m.state, m.job_id = PodState.WAITING, g.job_id
-    return [submit_event(first, g.job_id, g.size, g.created_ms, now)]
+    return [submit_event(first, g.job_id, g.size, g.created_ms, now, t.id_key)]
 
 
 def _gang_members(t: Tracker, g: TrackedGang) -> list[TrackedPod]:
@@ -208,7 +208,7 @@ def _gang_end(
         return []
     g.ended = True
     at = billed_end(pod or last.last, observed_at=now, bound_at=last.bound_at)
-    out: list[Action] = [end_event(g.job_id, g.tenant, outcome, reason, at, g.created_ms)]
+    out: list[Action] = [end_event(g.job_id, g.tenant, outcome, reason, at, g.created_ms, t.id_key)]
     for m in _gang_members(t, g):
         if m.state in LIVE:
             m.state = PodState.ENDED

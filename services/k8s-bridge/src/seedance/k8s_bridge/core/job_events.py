@@ -2,8 +2,11 @@
 
 Owns their shape and their ids: a pod's (or a gang's) submit and its one end, with ids derived
 from the job and its creation time (``derived_event_id``), so a rebuilt tracker emits the very
-same events and the bus drops the repeats. It must not decide when a job starts or ends
-(`seedance.k8s_bridge.core.tracker` does) nor publish.
+same events and the bus drops the repeats, keyed with the bridge's secret (``key``:
+`seedance.core.id_key`, in ``seedance-k8s-bridge-jobs``): a tenant that created the pod knows
+its job id and creation time, and could otherwise publish the id first on its own job subject
+(``SEEDANCE_JOBS`` holds both) and have the bridge's event dropped as a duplicate. It must not
+decide when a job starts or ends (`seedance.k8s_bridge.core.tracker` does) nor publish.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ __all__ = ["end_event", "submit_event"]
 
 
 def submit_event(
-    ask: PodAsk, job_id: str, gang_size: int, created_ms: int, now: datetime
+    ask: PodAsk, job_id: str, gang_size: int, created_ms: int, now: datetime, key: bytes
 ) -> Publish:
     request = msgspec.structs.replace(ask.request, gang_size=gang_size)
     ev = JobSubmitted(
-        id=derived_event_id(job_id, "submitted", created_ms),
+        id=derived_event_id(job_id, "submitted", created_ms, key=key),
         at=now,
         job_id=job_id,
         tenant=ask.tenant,
@@ -42,10 +45,16 @@ def submit_event(
 
 
 def end_event(
-    job_id: str, tenant: str, outcome: str, reason: str, at: datetime, created_ms: int
+    job_id: str,
+    tenant: str,
+    outcome: str,
+    reason: str,
+    at: datetime,
+    created_ms: int,
+    key: bytes,
 ) -> Publish:
     # One id for every end of a job, whichever it is: a second end is a duplicate.
-    ev_id = derived_event_id(job_id, "end", created_ms)
+    ev_id = derived_event_id(job_id, "end", created_ms, key=key)
     ev: Event
     if outcome == "finished":
         ev = JobFinished(id=ev_id, at=at, job_id=job_id, tenant=tenant)

@@ -28,7 +28,11 @@ keeps work away from it. Other taints (a GPU pool's own
 The event id is derived from the node's uid and the observation time: the tracker publishes an
 inventory only when it differs from the last one it published, and a re-published unchanged
 one (after a restart) is an idempotent upsert for the slicer. (An id from the content alone
-would drop an A -> B -> A change inside the duplicate window.) Must not do I/O.
+would drop an A -> B -> A change inside the duplicate window.) The id is keyed with the bridge's
+secret (`seedance.core.id_key`, as its job events'): a node's user publishes its own inventory
+into ``SEEDANCE_TELEMETRY``, whose duplicate window is the stream's, so with an id it could
+compute (a node uid and a millisecond) it could spend the bridge's inventory of another node
+first and have it dropped as a duplicate. Must not do I/O.
 """
 
 from __future__ import annotations
@@ -100,8 +104,9 @@ def node_state(node: Json, *, deleted: bool = False) -> NodeState:
     return NodeState.READY if node_usable(node) else NodeState.CORDONED
 
 
-def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeInventory:
-    """The inventory of ``node`` at ``at`` (the bridge's observation time).
+def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = False) -> NodeInventory:
+    """The inventory of ``node`` at ``at`` (the bridge's observation time), its id keyed with
+    ``key`` (the bridge's secret: see the module docstring).
 
     Raises:
         InvalidQuantity: an allocatable quantity that does not parse.
@@ -144,7 +149,7 @@ def node_inventory(node: Json, at: datetime, *, deleted: bool = False) -> NodeIn
     )
     uid = str(md.get("uid") or name)
     ms = int(at.timestamp() * 1000)
-    return msgspec.structs.replace(body, id=derived_event_id(uid, f"inventory/{ms}", ms))
+    return msgspec.structs.replace(body, id=derived_event_id(uid, f"inventory/{ms}", ms, key=key))
 
 
 def same_inventory(a: NodeInventory, b: NodeInventory) -> bool:

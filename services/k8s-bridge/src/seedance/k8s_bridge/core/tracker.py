@@ -101,10 +101,12 @@ Json = Mapping[str, Any]
 
 
 class Tracker:
-    """See the module docstring. ``instance`` names this bridge in its Events."""
+    """See the module docstring. ``instance`` names this bridge in its Events; ``id_key`` keys
+    the ids of the job events it publishes (`job_events`)."""
 
-    def __init__(self, *, instance: str = "") -> None:
+    def __init__(self, *, instance: str = "", id_key: bytes) -> None:
         self._instance = instance
+        self.id_key = id_key
         self._pods: dict[str, TrackedPod] = {}
         self._gangs: dict[tuple[str, str], TrackedGang] = {}
         self._jobs = JobIndex()
@@ -139,7 +141,7 @@ class Tracker:
     def orphan_ended(self, job_id: str, tenant: str, created_ms: int, now: datetime) -> Publish:
         """The end of a job whose pod went while no bridge ran: cancelled, at the bridge's time
         (the best bound it has)."""
-        return end_event(job_id, tenant, "cancelled", _ORPHANED, now, created_ms)
+        return end_event(job_id, tenant, "cancelled", _ORPHANED, now, created_ms, self.id_key)
 
     # --- namespaces and nodes ---------------------------------------------------------------
 
@@ -178,7 +180,7 @@ class Tracker:
 
     def node_seen(self, node: Json, now: datetime, *, deleted: bool = False) -> list[Action]:
         """The node's inventory when it changed since the last one published."""
-        inv = node_inventory(node, now, deleted=deleted)
+        inv = node_inventory(node, now, deleted=deleted, key=self.id_key)
         last = self._nodes.get(inv.node)
         if last is not None and same_inventory(last, inv):
             return []
@@ -238,7 +240,7 @@ class Tracker:
             p = TrackedPod(ref, PodState.WAITING, created, ask, job_id, ask.tenant, last=pod)
             self._pods[ref.uid] = p
             self._jobs.add(ask.tenant, job_id, ref.uid)
-            return [submit_event(ask, job_id, ask.request.gang_size, created, now)]
+            return [submit_event(ask, job_id, ask.request.gang_size, created, now, self.id_key)]
         p = TrackedPod(ref, PodState.GROUPING, created, ask, tenant=ask.tenant, last=pod)
         p.gang = (ask.gang.namespace, ask.gang.name)
         self._pods[ref.uid] = p
@@ -423,7 +425,7 @@ class Tracker:
             return []
         p.state = PodState.ENDED
         at = billed_end(pod, observed_at=now, bound_at=p.bound_at)
-        return [end_event(p.job_id, p.tenant, outcome, reason, at, p.created_ms)]
+        return [end_event(p.job_id, p.tenant, outcome, reason, at, p.created_ms, self.id_key)]
 
     def _gone(self, p: TrackedPod) -> None:
         """An ended pod deleted: forgotten, with its job (a gang's stays with the gang)."""
