@@ -157,8 +157,9 @@ async def test_a_tenant_gets_its_own_and_the_server_refuses_anothers_and_the_fle
     auth_url: str, admin: Bus, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wl = workload(1200, nodes=6, seed=22)
-    service, _ = replica(auth_url, "alloc-t")
+    service, api_ = replica(auth_url, "alloc-t")
     async with serving(service), await connect(auth_url, "tenant-acme") as acme:
+        await asyncio.wait_for(api_.serving.wait(), timeout=30)  # asked before: no ledger
         await stepped_everything(admin, service, wl.events)
         await service.durable.settle_acks()
         lines = lines_from_events(
@@ -220,6 +221,7 @@ async def test_a_window_out_of_bounds_is_refused_naming_it_and_the_api_answers_o
     wl = workload(300, nodes=2, seed=23)
     service, api = replica(auth_url, "alloc-w")
     async with serving(service), await connect(auth_url, "tenant-acme") as acme:
+        await asyncio.wait_for(api.serving.wait(), timeout=30)  # asked before: no ledger
         # Asked once the replica has stepped every input: asked while it still bills, an
         # answer waits for the API's index to reach the stream's newest line, up to the API's
         # own 10 s, which is the asker's patience too (the bad windows are refused at once).
@@ -268,6 +270,9 @@ async def test_an_answer_goes_only_to_the_askers_own_inbox(auth_url: str, admin:
     answered = api_.metrics.requests_total.labels("tenant", "answer")
     try:
         async with serving(service), await connect(auth_url, "tenant-acme") as acme_sdk:
+            # The forged requests are plain publishes: one sent before the API subscribed went
+            # to no one, and its refusal was never counted (a fresh-clone run: 0 of 2).
+            await asyncio.wait_for(api_.serving.wait(), timeout=30)
             query = msgspec.json.encode(AllocationQuery(window="30d"))
             for reply in forged:
                 await admin.nc.publish(api.allocation("acme"), query, reply=reply)

@@ -147,6 +147,9 @@ class AllocationApi:
         self._consumer = ""
         self._tasks: set[asyncio.Task[None]] = set()
         self.metrics = _Metrics(runtime.registry)
+        #: Set once the server holds the request subscription (a request sent after it is
+        #: heard; one sent before went to no one), cleared when serving ends.
+        self.serving = asyncio.Event()
         runtime.loop(self._serve)
 
     async def _serve(self) -> None:
@@ -156,10 +159,13 @@ class AllocationApi:
             sub = await self._rt.bus.nc.subscribe(
                 api.ALLOCATIONS, queue=api.QUEUE, cb=self._on_request
             )
+            await self._rt.bus.nc.flush()  # the server has the subscription when this returns
+            self.serving.set()
             log.info("allocation_api_serving", subject=api.ALLOCATIONS, queue=api.QUEUE)
             while True:
                 await self._follow()
         finally:
+            self.serving.clear()
             for task in list(self._tasks):
                 task.cancel()
             if sub is not None:
