@@ -72,23 +72,34 @@ async def admin_of(server: NatsServer) -> Bus:
     return admin
 
 
+async def following(server: NatsServer, job_id: str) -> asyncio.subprocess.Process:
+    """A ``costs watch`` that has printed the one cost entry of ``job_id`` stored before it
+    started: the stream was read, and the next event is awaited."""
+    admin = await admin_of(server)
+    try:
+        await admin.publish(costs.subject(TENANT, "entry"), CostEntry(
+            id=new_event_id(at=AT), at=AT, tenant=TENANT, job_id=job_id, period_start=AT,
+            period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000, gpu_hours_micro=83_333,
+        ))  # fmt: skip
+    finally:
+        await admin.close()
+    proc = await seedance(server.url, "costs", "watch", "--tenant", TENANT)
+    try:
+        assert proc.stdout is not None
+        first = await asyncio.wait_for(proc.stdout.readline(), timeout=END_WITHIN_S)
+        assert job_id.encode() in first
+    except BaseException:
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc
+
+
 async def test_a_cost_follow_ends_69_once_the_lost_server_is_given_up() -> None:
     server = shipped_test_server()
     proc = None
     try:
-        admin = await admin_of(server)
-        try:
-            await admin.publish(costs.subject(TENANT, "entry"), CostEntry(
-                id=new_event_id(at=AT), at=AT, tenant=TENANT, job_id="lost-1", period_start=AT,
-                period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000,
-                gpu_hours_micro=83_333,
-            ))  # fmt: skip
-        finally:
-            await admin.close()
-        proc = await seedance(server.url, "costs", "watch", "--tenant", TENANT)
-        assert proc.stdout is not None
-        first = await asyncio.wait_for(proc.stdout.readline(), timeout=END_WITHIN_S)
-        assert b"lost-1" in first  # following: the stream was read, the next event awaited
+        proc = await following(server, "lost-1")
         server.stop()
         rc, out, err = await ended(proc)
         assert (rc, out) == (EXIT_BUS_UNAVAILABLE, "")
@@ -136,19 +147,7 @@ async def test_a_cost_follow_stopped_by_ctrl_c_ends_130_quietly() -> None:
     server = shipped_test_server()
     proc = None
     try:
-        admin = await admin_of(server)
-        try:
-            await admin.publish(costs.subject(TENANT, "entry"), CostEntry(
-                id=new_event_id(at=AT), at=AT, tenant=TENANT, job_id="stopped-1",
-                period_start=AT, period_end=AT + timedelta(minutes=5), cost_micro_usd=1_000,
-                gpu_hours_micro=83_333,
-            ))  # fmt: skip
-        finally:
-            await admin.close()
-        proc = await seedance(server.url, "costs", "watch", "--tenant", TENANT)
-        assert proc.stdout is not None
-        first = await asyncio.wait_for(proc.stdout.readline(), timeout=END_WITHIN_S)
-        assert b"stopped-1" in first  # following: the next event awaited
+        proc = await following(server, "stopped-1")
         proc.send_signal(signal.SIGINT)
         rc, out, err = await ended(proc)
         assert (rc, out, err) == (130, "", "")
