@@ -141,4 +141,4 @@ def test_an_under_and_an_over_verdict_at_one_instant_are_two_alerts():
     assert under.alert is not None
     assert over.alert is not None
     assert under.alert.alert_id != over.alert.alert_id
-    assert alert_to_bus(under.alert).event.id != alert_to_bus(over.alert).event.id
+    assert alert_to_bus(under.alert, seq=1).event.id != alert_to_bus(over.alert, seq=1).event.id

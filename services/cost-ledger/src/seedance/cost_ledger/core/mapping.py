@@ -107,6 +107,7 @@ __all__ = [
     "alert_to_bus",
     "event_time_ms",
     "facts_of",
+    "guard_key",
     "job_key",
     "job_name",
     "pause_to_bus",
@@ -398,13 +399,14 @@ def _use_to_bus(u: LineUse | None) -> MeasuredUse | None:
     )
 
 
-def alert_to_bus(a: BudgetDeviation) -> Publication:
-    """The guard's deviation as the bus's ``BudgetAlert`` (``deviation_pct`` from ppm)."""
+def alert_to_bus(a: BudgetDeviation, *, seq: int) -> Publication:
+    """The guard's deviation as the bus's ``BudgetAlert`` (``deviation_pct`` from ppm), decided
+    at input ``seq``: its id names it (`guard_key`)."""
     period = (
         f"{utc_datetime(a.period_start_ms).isoformat()}/{utc_datetime(a.period_end_ms).isoformat()}"
     )
     event = BudgetAlert(
-        id=derived_event_id(a.alert_id, "budget-alert", a.at_ms),
+        id=derived_event_id(guard_key(a.alert_id, seq), "budget-alert", a.at_ms),
         at=utc_datetime(a.at_ms),
         tenant=a.tenant,
         period=period,
@@ -417,13 +419,26 @@ def alert_to_bus(a: BudgetDeviation) -> Publication:
     return Publication(costs.subject(a.tenant, "alert"), event)
 
 
-def pause_to_bus(key: str, tenant: str, at_ms: int, paused: bool, reason: str) -> Publication:
-    """A pause (or its lifting) as the bus's ``PauseRequest``, its id derived from ``key``."""
+def pause_to_bus(
+    key: str, tenant: str, at_ms: int, paused: bool, reason: str, *, seq: int
+) -> Publication:
+    """A pause (or its lifting) as the bus's ``PauseRequest``, decided at input ``seq``, its id
+    derived from ``key`` and ``seq`` (`guard_key`)."""
     event = PauseRequest(
-        id=derived_event_id(key, "pause-request", at_ms),
+        id=derived_event_id(guard_key(key, seq), "pause-request", at_ms),
         at=utc_datetime(at_ms),
         tenant=tenant,
         paused=paused,
         reason=reason,
     )
     return Publication(costs.subject(tenant, "pause"), event)
+
+
+def guard_key(key: str, seq: int) -> str:
+    """The budget guard's ``key`` (tenant, period, event time, verdict) at the input sequence
+    that decided it: one event time can see a verdict go and come back (late job facts re-run
+    the guard without moving the clock: over, then a back-dated release's ok and a resume, then
+    a late placement's over again), and two publications of one id are one on the stream (its
+    duplicate window), which left a tenant over budget resumed. The sequence is the same on
+    every replica and on a replay from a checkpoint, so a re-publish is still dropped."""
+    return f"{key}@{seq}"

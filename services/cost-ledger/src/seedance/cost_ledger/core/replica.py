@@ -375,16 +375,15 @@ class LedgerReplica:
             self._s.status[tenant] = decision.status
             # Publish on a change of verdict only: one alert per excursion, not per window.
             if decision.alert is not None and decision.status != previous:
-                pubs.append(alert_to_bus(decision.alert))
+                pubs.append(alert_to_bus(decision.alert, seq=self._s.seq))
                 if decision.pause is not None:
                     pubs.append(pause_to_bus(decision.pause.request_id, tenant, now_ms, True,
-                                       decision.pause.reason))  # fmt: skip
+                                       decision.pause.reason, seq=self._s.seq))  # fmt: skip
             if previous == "over" and decision.status != "over":
                 pubs.append(
-                    pause_to_bus(
-                        f"resume:{tenant}:{now_ms}", tenant, now_ms, False, "back within plan"
-                    )
-                )
+                    pause_to_bus(f"resume:{tenant}:{now_ms}", tenant, now_ms, False,
+                                 "back within plan", seq=self._s.seq)
+                )  # fmt: skip
         return pubs
 
     # ------------------------------------------------------------------------- checkpoints
