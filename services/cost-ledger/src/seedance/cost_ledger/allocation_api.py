@@ -148,7 +148,8 @@ class AllocationApi:
         self._tasks: set[asyncio.Task[None]] = set()
         self.metrics = _Metrics(runtime.registry)
         #: Set once the server holds the request subscription (a request sent after it is
-        #: heard; one sent before went to no one), cleared when serving ends.
+        #: heard; one sent before went to no one), cleared when serving ends. It stays set
+        #: while the client reconnects (nats-py re-subscribes): for tests, not a health check.
         self.serving = asyncio.Event()
         runtime.loop(self._serve)
 
@@ -159,7 +160,7 @@ class AllocationApi:
             sub = await self._rt.bus.nc.subscribe(
                 api.ALLOCATIONS, queue=api.QUEUE, cb=self._on_request
             )
-            await self._rt.bus.nc.flush()  # the server has the subscription when this returns
+            await self._flushed_retrying()
             self.serving.set()
             log.info("allocation_api_serving", subject=api.ALLOCATIONS, queue=api.QUEUE)
             while True:
@@ -200,6 +201,20 @@ class AllocationApi:
             except TRANSIENT_BUS_ERRORS as exc:
                 attempt += 1
                 log.warning("allocation_index_bind_failed", error=repr(exc), attempt=attempt)
+                await self._rt.bus.clock.sleep(_REBIND.delay_s(attempt))
+
+    async def _flushed_retrying(self) -> None:
+        """Until a flush is answered (the server then holds the request subscription); retried
+        while the bus is away, as the bind is: a ledger whose API cannot reach the server goes
+        on billing (one loop's error would end the service's every loop)."""
+        attempt = 0
+        while True:
+            try:
+                await self._rt.bus.nc.flush()
+                return
+            except TRANSIENT_BUS_ERRORS as exc:
+                attempt += 1
+                log.warning("allocation_api_flush_failed", error=repr(exc), attempt=attempt)
                 await self._rt.bus.clock.sleep(_REBIND.delay_s(attempt))
 
     async def _bind(self) -> None:

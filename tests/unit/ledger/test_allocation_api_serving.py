@@ -1,0 +1,75 @@
+"""The allocation API's subscription is confirmed (a flush answered) before it says it serves,
+and a flush the server does not answer (away longer than nats-py's 10 s: a fail-over) is
+retried: one loop's error would end the whole cost-ledger, billing too (review of stop 45,
+p2: `_serve` raised `FlushTimeoutError` out of the service's task group)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import nats.errors
+from prometheus_client import CollectorRegistry
+
+from seedance.cost_ledger.allocation_api import AllocationApi
+
+
+class _Nc:
+    def __init__(self, unanswered: int) -> None:
+        self.unanswered, self.flushes = unanswered, 0
+
+    async def subscribe(self, *_: Any, **__: Any) -> Any:
+        class _Sub:
+            async def unsubscribe(self) -> None:
+                pass
+
+        return _Sub()
+
+    async def flush(self, **_: Any) -> None:
+        self.flushes += 1
+        if self.flushes <= self.unanswered:
+            raise nats.errors.FlushTimeoutError
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    async def sleep(self, s: float) -> None:
+        self.slept.append(s)
+
+
+class _Runtime:
+    def __init__(self, nc: _Nc) -> None:
+        self.registry = CollectorRegistry()
+        self.bus = type("Bus", (), {"nc": nc, "clock": _Clock()})()
+        self.loops: list[Any] = []
+
+    def loop(self, fn: Any) -> None:
+        self.loops.append(fn)
+
+
+async def test_an_unanswered_flush_is_retried_and_serving_is_set_once_one_is_answered() -> None:
+    nc = _Nc(unanswered=2)
+    rt = _Runtime(nc)
+    api = AllocationApi(rt, replica="r")  # type: ignore[arg-type]
+
+    async def bound() -> None:
+        pass
+
+    serving_seen: list[bool] = []
+
+    async def followed() -> None:  # the loop's work after subscribing: stop it here
+        serving_seen.append(api.serving.is_set())
+        raise asyncio.CancelledError
+
+    api._bind_retrying = bound  # type: ignore[method-assign]
+    api._unbind = bound  # type: ignore[method-assign]
+    api._follow = followed  # type: ignore[method-assign]
+    with contextlib.suppress(asyncio.CancelledError):
+        await rt.loops[0]()
+    assert nc.flushes == 3
+    assert len(rt.bus.clock.slept) == 2
+    assert serving_seen == [True]
+    assert not api.serving.is_set()  # cleared when serving ended
