@@ -45,6 +45,7 @@ class ShippedUser:
         self.nc: Any = None
         self.errors: list[str] = []
         self._probes: dict[str, deque[asyncio.Future[None]]] = {}
+        self._cased: dict[str, str] = {}  # each lower-cased key's subject as probed
 
     async def heard(self, e: Exception) -> None:
         """The connection's error callback."""
@@ -76,12 +77,22 @@ class ShippedUser:
         answers = await self.nc.subscribe(self.nc.new_inbox(), cb=on_answer)
         mine: asyncio.Future[None] = loop.create_future()
         waiting = self._probes.setdefault(subject.lower(), deque())  # as nats-py reports it
+        if waiting and self._cased.get(subject.lower()) != subject:
+            raise ValueError(
+                f"{subject}: another probe waits on a subject differing only in case, and "
+                "nats-py lower-cases the server's refusal: the two cannot be told apart"
+            )
+        self._cased[subject.lower()] = subject
         try:
             # No await between queueing this probe and queueing its publish: the server
             # refuses one subject's publishes in the order they were sent, so each probe
             # takes its own refusal.
             waiting.append(mine)
-            await self.nc.publish(subject, body, reply=answers.subject)
+            try:
+                await self.nc.publish(subject, body, reply=answers.subject)
+            except BaseException:  # never sent: no refusal will come for it
+                waiting.remove(mine)
+                raise
             first = asyncio.FIRST_COMPLETED
             await asyncio.wait({mine, answered}, timeout=PROBE_TIMEOUT_S, return_when=first)
             if mine.done():
