@@ -188,18 +188,8 @@ def compare(
     planner_startup_s: float,
 ) -> Comparison:
     """Reactive grid, predictive planner and oracle, all with the same start-up times."""
-    capacity = ReplicaCapacity(
-        prefill_tokens_per_s=P.prefill_tokens_per_s,
-        prefill_overhead_s=P.prefill_overhead_s,
-        decode_step_s=P.typical_decode_step_s(),
-        kv_capacity_tokens=P.kv_capacity_tokens,
-    )
-    cfg = PlannerConfig(
-        ttft_slo_s=args.slo_s,
-        slo_target=args.slo_target / 100.0,
-        startup_s=planner_startup_s,
-        max_replicas=MAX_REPLICAS,
-    )
+    capacity = replica_capacity()
+    cfg = planner_config(args.slo_s, args.slo_target / 100.0, planner_startup_s)
     n0 = start_count(trace, capacity, cfg)
 
     def go(name: str, scaler: Scaler) -> Run:
@@ -211,16 +201,38 @@ def compare(
     planner = PlannerScaler(cfg, capacity, n0)
     ours = go("predictive", planner)
     oracle = go("oracle", OracleScaler(trace, cfg, capacity, n0))
-    decisions = max(sum(planner.modes.values()), 1)
-    modes = tuple(100.0 * planner.modes[m] / decisions for m in PlannerMode)
     return Comparison(
         label=label,
         start_n=n0,
         reactive=reactive,
         ours=ours,
         oracle=oracle,
-        modes_pct=(modes[0], modes[1], modes[2]),
+        modes_pct=mode_shares(planner),
     )
+
+
+def replica_capacity() -> ReplicaCapacity:
+    """The simulated replica profile `P` as the planner's capacity model."""
+    return ReplicaCapacity(
+        prefill_tokens_per_s=P.prefill_tokens_per_s,
+        prefill_overhead_s=P.prefill_overhead_s,
+        decode_step_s=P.typical_decode_step_s(),
+        kv_capacity_tokens=P.kv_capacity_tokens,
+    )
+
+
+def planner_config(slo_s: float, slo_target: float, startup_s: float) -> PlannerConfig:
+    """The planner as the bench runs it (``slo_target`` a fraction; ``startup_s`` its lead)."""
+    return PlannerConfig(
+        ttft_slo_s=slo_s, slo_target=slo_target, startup_s=startup_s, max_replicas=MAX_REPLICAS
+    )
+
+
+def mode_shares(planner: PlannerScaler) -> tuple[float, float, float]:
+    """`planner_mode_pct`: forecast / panic / floor, % of the planner's decisions."""
+    decisions = max(sum(planner.modes.values()), 1)
+    m = [100.0 * planner.modes[x] / decisions for x in PlannerMode]
+    return m[0], m[1], m[2]
 
 
 def report(

@@ -32,7 +32,6 @@ from seedance.bench import autoscale as bench
 from seedance.bench.router_sim import TraceRequest, load_trace
 from seedance.bench.router_sim.autoscale import PlannerScaler
 from seedance.bench.router_sim.startup import StartupModel
-from seedance.router.core.planning.planner import PlannerConfig, PlannerMode, ReplicaCapacity
 from seedance.testing.paths import data_dir
 
 __all__ = ["ReplayRow", "main", "replay_planner"]
@@ -48,33 +47,19 @@ class ReplayRow:
     cold_gpu_hours: float = math.nan  # the first COLD_S's arrivals replayed alone
 
 
-def _capacity() -> ReplicaCapacity:
-    p = bench.P
-    return ReplicaCapacity(
-        prefill_tokens_per_s=p.prefill_tokens_per_s,
-        prefill_overhead_s=p.prefill_overhead_s,
-        decode_step_s=p.typical_decode_step_s(),
-        kv_capacity_tokens=p.kv_capacity_tokens,
-    )
-
-
 def _run(
     trace: list[TraceRequest],
     slo_s: float,
     startup: float | tuple[float, ...],
     lead_s: float,
 ) -> tuple[bench.Run, tuple[float, float, float]]:
-    capacity = _capacity()
-    cfg = PlannerConfig(
-        ttft_slo_s=slo_s, slo_target=0.95, startup_s=lead_s, max_replicas=bench.MAX_REPLICAS
-    )
+    capacity = bench.replica_capacity()
+    cfg = bench.planner_config(slo_s, 0.95, lead_s)
     n0 = bench.start_count(trace, capacity, cfg)
     planner = PlannerScaler(cfg, capacity, n0)
     ok = bench.attainable(trace, slo_s)
     run = bench.replay("predictive", trace, ok, slo_s, n0, startup, planner)
-    decisions = max(sum(planner.modes.values()), 1)
-    m = tuple(100.0 * planner.modes[x] / decisions for x in PlannerMode)
-    return run, (m[0], m[1], m[2])
+    return run, bench.mode_shares(planner)
 
 
 def replay_planner(
