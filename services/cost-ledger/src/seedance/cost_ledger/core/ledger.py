@@ -136,9 +136,13 @@ class Ledger:
         if self.sealed_until is not None and w < self.sealed_until:
             self.late_facts += 1  # as a sample's: remembered as seen, not charged
             return False
-        self.facts.add_pod_shares(e, w)
+        replaced = self.facts.add_pod_shares(e, w)
+        if replaced is None:
+            return False  # the node's window is applied under a smaller id
         self._note_window(w)
         self._mark_dirty(e.node, w, w + 1)
+        if replaced != w:
+            self._mark_dirty(e.node, replaced, replaced + 1)
         return True
 
     def _insert_node(self, e: NodeInfo) -> None:
