@@ -6,8 +6,8 @@ derived from the node's name and the window's start (the end of its previous win
 take the loop's few milliseconds), which any other node can compute or spray: publishing first
 with it on its own subject had the victim's window dropped as a duplicate, and the ledger (which
 bills shared GPUs by the measured shares where the price book says so) and the slicer's autosize
-loop never saw it. The id is now random (``new_event_id``): the event is built once per window
-and every re-send of it carries the same id, so the stream still drops a repeat.
+loop never saw it. The id is now random (``new_event_id``); the agent publishes each window's
+event once, and the consumers apply a node's window once by its start whatever the id.
 
 Real pinned server with the shipped authorization; both nodes publish as ``node-agent``.
 """
@@ -46,7 +46,7 @@ async def test_a_node_cannot_spend_another_nodes_pod_share_id(auth_url: str) -> 
         assert not ack.duplicate, "gpu-n2's pod shares were dropped as a duplicate"
         assert ack.stream == "SEEDANCE_TELEMETRY"
         assert event.id != spent
-        # A re-send of the window's event (a lost ack) is still one message.
+        # The same message again is still one (the stream's duplicate window holds).
         assert (await victim.publish(telemetry.pod_share("gpu-n2"), event)).duplicate
     finally:
         await attacker.close()

@@ -8,10 +8,12 @@ clock: the window's bounds come in.
 The event's id is random (time bits from the window's start): it was derived from the node's
 name and the window's start, which any other node can compute, and ``SEEDANCE_TELEMETRY``'s
 duplicate window is the stream's, not the subject's, so another node publishing first with it
-on its own subject had this node's window dropped (docs/security.md, "Nats-Msg-Id"). A window
-is measured once and its event built once, so a re-send of it (a lost ack) carries the same id
-and is still dropped; no node keeps a secret another cannot read through the bus, and no
-consumer can undo a drop that happens at the stream.
+on its own subject had this node's window dropped (docs/security.md, "Nats-Msg-Id"); no node
+keeps a secret another cannot read through the bus, and no consumer can undo a drop that
+happens at the stream. The agent publishes a window's event once: nothing re-sends it (a
+publish that times out ends the agent, and a restarted agent starts a new window). Its
+consumers do not rest on that: the ledger and the slicer's right-sizing loop apply a node's
+window once, by (node, window start), whatever its id.
 """
 
 from __future__ import annotations
