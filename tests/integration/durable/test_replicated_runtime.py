@@ -23,12 +23,13 @@ from nats.aio.msg import Msg
 from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.core.durable import Checkpointing, Checkpoints, ReplicatedRuntime, Stepped
 from seedance.core.kv import ensure_bucket
-from seedance.events import Event, decode
+from seedance.events import Event, decode, new_event_id
 from seedance.events.base import derived_event_id
 from seedance.events.cost import PauseRequest
 from seedance.events.dlq import DeadLetter
-from seedance.events.subjects import costs, dlq, replica_consumer, telemetry
+from seedance.events.subjects import Header, costs, dlq, replica_consumer, telemetry
 from seedance.events.telemetry import GpuSample, GpuSampleBatch
+from seedance.testing.identities import as_user
 from seedance.testing.waits import eventually, stop_task
 from seedance.testing.workloads import read_stream
 
@@ -223,3 +224,34 @@ async def test_two_replicas_step_alike_and_a_refused_input_is_one_dead_letter(
         assert info.state.messages == 1  # both replicas sent it; the derived id kept one
     finally:
         await letters.unsubscribe()
+
+
+async def test_a_node_cannot_spend_the_dead_letter_id_of_its_own_bad_input(
+    nats_url: str, bus: Bus
+) -> None:
+    """docs/security.md, "Nats-Msg-Id": ``SEEDANCE_DLQ`` takes the letters of the replicas and
+    those of the nodes' own agents (one duplicate window). A node that published a bad input
+    knows its ``Nats-Msg-Id``; with the letter's id derived from it unkeyed, the node spent it
+    first on its own ``seedance.dlq.node-agent`` and the replica's letter was dropped (this
+    failed so). Keyed with the secret in the replicas' bucket, the letter is stored."""
+    poison = GpuSampleBatch(
+        id=new_event_id(at=T0), at=T0, node="poison-n9", gpus=[GpuSample(index=0, sm_active=0.5)]
+    )
+    node = await Bus.connect(as_user(nats_url, "node-agent", name="node-poison-n9"))
+    try:
+        await node.publish(telemetry.sample("poison-n9"), poison)
+        spent = derived_event_id(poison.id, "cost-ledger-dead-letter")  # the unkeyed letter id
+        ack = await node.js.publish(
+            dlq.subject("node-agent"), b"{}", headers={Header.MSG_ID.value: spent}
+        )
+        assert not ack.duplicate
+        assert ack.stream == "SEEDANCE_DLQ"
+    finally:
+        await node.close()
+    async with replica(nats_url, "a") as (durable, core):
+        await stepped_to(bus, durable, core, 1)
+    (msg,) = await read_stream(bus, "SEEDANCE_DLQ", subject=dlq.subject("cost-ledger"))
+    letter = decode(msg.data)
+    assert isinstance(letter, DeadLetter)
+    assert (letter.subject, letter.error_kind) == (telemetry.sample("poison-n9"), "invalid_input")
+    assert letter.id != spent

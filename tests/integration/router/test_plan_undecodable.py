@@ -3,7 +3,8 @@
 It was logged and skipped: the bus rule is that bad input gets a clear error and goes to
 ``seedance.dlq.<service>`` (as a report naming another fleet already did), and nothing else is
 lost. The messages are published as a router gateway publishes its reports (the same user,
-JetStream publish on ``seedance.routing.<model>.observed.<fleet>``).
+JetStream publish on ``seedance.routing.<model>.observed.<fleet>``). A node cannot spend the
+letters' ids first: they are keyed with the router's secret.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from seedance.core import Bus
-from seedance.events import decode, encode, new_event_id
+from seedance.events import decode, derived_event_id, encode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.routing import PlanObservations
-from seedance.events.subjects import dlq, routing
+from seedance.events.subjects import Header, dlq, routing
 from tests.integration.router.test_plan_leader import T0, _as, _Clock, _router
 
 # The lease is taken by hand and the clock jumps by bins (conftest.lease_held_by_hand).
@@ -61,6 +62,18 @@ async def test_an_undecodable_report_is_dead_lettered_and_the_next_one_applied(
         # A newer version's report: a tag this router does not know.
         newer = encode(valid).replace(b"route.plan_observations.v1", b"route.plan_observations.v9")
         seqs = [(await bus.js.publish(subject, data)).seq for data in (garbage, newer)]
+        # A node spends the letters' ids first (SEEDANCE_DLQ takes its agents' letters too, one
+        # duplicate window): with the ids derived unkeyed from the mirror's stream and sequence
+        # (these carry no Nats-Msg-Id), both letters were dropped (docs/security.md).
+        node = await Bus.connect(_as(auth_url, "node-agent"))
+        try:
+            for seq in seqs:
+                spent = derived_event_id(f"{routing.PLAN_STREAM}:{seq}", "router-dead-letter")
+                headers = {Header.MSG_ID.value: spent}
+                ack = await node.js.publish(dlq.subject("node-agent"), b"{}", headers=headers)
+                assert not ack.duplicate
+        finally:
+            await node.close()
         await bus.publish(subject, valid)
         clock.t = T0 + 15
         await svc.fleet_plan.report(T0 + 15.01)

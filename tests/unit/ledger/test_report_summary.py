@@ -223,8 +223,8 @@ def _fields(e: CostLine) -> dict:
 
 
 def test_the_demos_report_shows_idle_and_totals_the_fleets_cost(day):
-    """``make demo``'s report (seedance.bench.demo) from replayed costs, idle lines included."""
-    from seedance.bench.demo import fleet_report_html
+    """``make demo``'s report (seedance.bench.demo_report) of replayed costs, idle included."""
+    from seedance.bench.demo_report import fleet_report_html
 
     entries, ledger = day
     wire = [decode(encode(to_bus(e).event)) for e in entries]

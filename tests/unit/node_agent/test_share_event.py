@@ -1,8 +1,10 @@
-"""The node agent's per-pod shares as the bus event: ratios, order and a stable id."""
+"""The node agent's per-pod shares as the bus event: ratios, order and an id no other node can
+compute."""
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from seedance.events import decode, encode
@@ -20,7 +22,7 @@ def _pod(uid: str, gpu: int, sm: float, mem: float, **kw: str) -> MeasuredPod:
     )
 
 
-def test_shares_become_ratios_in_gpu_then_pod_order_under_a_stable_id() -> None:
+def test_shares_become_ratios_in_gpu_then_pod_order_under_a_random_id() -> None:
     pods = [
         _pod("b", 1, 70.0, 35.0, namespace="acme", pod="b-0", tenant="acme", job_id="train"),
         _pod("a", 1, 100.4, -0.1),  # NVML rounding past 100 % / below 0 is clamped
@@ -39,8 +41,11 @@ def test_shares_become_ratios_in_gpu_then_pod_order_under_a_stable_id() -> None:
     assert pod_shares_event("n", T0, end, [held]).shares[0].mem_used_mib == 1536.0
     assert (b.namespace, b.pod) == ("acme", "b-0")
     assert (event.window_start, event.at, event.node) == (T0, end, "gpu-1:example")
-    # The same window measured again (a retry) has the same id: the stream drops the repeat.
-    assert pod_shares_event("gpu-1:example", T0, end, pods[:1]).id == event.id
-    assert pod_shares_event("gpu-1:example", end, end, pods).id != event.id
+    # No other node can compute the id (docs/security.md, "Nats-Msg-Id"): the same window
+    # built again has another; its time bits are the window's start, so ids sort by window.
+    again = pod_shares_event("gpu-1:example", T0, end, pods)
+    assert again.id != event.id
+    assert uuid.UUID(event.id).version == 7
+    assert uuid.UUID(event.id).int >> 80 == int(T0.timestamp() * 1000)
     assert decode(encode(event), PodShares) == event
     assert telemetry.pod_share("gpu-1:example") == "seedance.telemetry.gpu-1:example.pod_share"

@@ -9,7 +9,7 @@ import pytest
 from seedance.bench.autoscale import start_count
 from seedance.bench.router_sim import ReplicaParams, TraceRequest, simulate
 from seedance.bench.router_sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
-from seedance.bench.router_sim.engine import FleetObservation, Scaler
+from seedance.bench.router_sim.interfaces import FleetObservation, Scaler
 from seedance.router.core.planning.load import LoadEstimator, LoadEstimatorConfig
 from seedance.router.core.planning.planner import PlannerConfig, ReplicaCapacity
 from seedance.router.core.planning.replica_set import ReplicaMember, ReplicaSet

@@ -57,6 +57,19 @@ def test_a_job_is_lowered_to_its_measured_share_once_it_has_a_past() -> None:
     assert a.state.tracks["acme/j"].phase is Phase.GUARDING
 
 
+def test_a_window_read_twice_counts_once() -> None:
+    """The node agent's pod-share id is random (docs/security.md, "Nats-Msg-Id"), so a window
+    built into two events is two messages; each window of the job's is measured once, by its
+    start. Counted twice, the lowering came from 7 readings, the copy among them."""
+    a = measured()
+    feed(a, 0.10, 0, 5)
+    assert a.observe(reading(0.10, 50)) == []  # the window [40, 50) again
+    assert a.observe(reading(0.90, 45, span_s=15)) == []  # and an earlier one, late
+    (effect,) = feed(a, 0.10, 50, 1)
+    assert isinstance(effect, ShareResized)
+    assert "p95 of 6 readings over 60 s" in effect.detail
+
+
 def test_a_job_whose_use_stays_under_its_new_share_keeps_it() -> None:
     a = measured()
     feed(a, 0.10, 0, 6)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from seedance.bench.router_sim import LLAMA31_70B_FP8_H200, TraceRequest, load_trace, simulate
 from seedance.bench.router_sim.autoscale import HpaScaler, KpaScaler, OracleScaler, PlannerScaler
-from seedance.bench.router_sim.engine import Scaler
+from seedance.bench.router_sim.interfaces import Scaler
 from seedance.bench.router_sim.startup import SDXL_BASE_BYTES, StartupModel, describe
 from seedance.cost_ledger.core import default_price_book
 from seedance.router.core.planning.demand import replay_window

@@ -6,7 +6,8 @@ services as processes, each as its own NATS user (``seedance.testing.identities`
 passwords), the demo itself connecting as the operator; replays a few hundred real jobs of
 the Alibaba GPU trace across a few tenants in virtual time, and prints what Seedance decided and
 what it cost and saved. Then it shuts everything down with SIGTERM and checks that each service
-drained cleanly.
+drained cleanly. Here: the replay and its summary; beside it, `demo_inference` (router and
+Triton), `demo_compile`, `demo_report` (HTML, FOCUS files), `demo_release` (moves).
 
 Virtual time: job events carry the replay's timestamps (arrivals are a Poisson process that
 offers ``--load`` of the fleet's GPU capacity; durations are the trace's own lifetimes, capped),
@@ -32,20 +33,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from nats.aio.msg import Msg
 from nats.js import api as js_api
 
 from seedance.bench.demo_compile import compile_phase
+from seedance.bench.demo_console import say
+from seedance.bench.demo_inference import inference_phase
 from seedance.bench.demo_release import released, write_events
+from seedance.bench.demo_report import fleet_report_html, write_focus
 from seedance.bench.repo import REPO, shown
 from seedance.core import Bus, BusSettings, ServerTooOld
 from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import decode, new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.provision_permissions import PROVISIONER
-from seedance.events.routing import RoutingDecision
 from seedance.events.slicing import Placement, Preempted, Unschedulable
-from seedance.events.subjects import costs, ledger, observed, routing, slicing, telemetry
+from seedance.events.subjects import costs, ledger, observed, slicing, telemetry
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.reports.summary import CostSummary
 from seedance.sdk.client import job_event, job_submitted
@@ -65,10 +67,6 @@ START = datetime.fromtimestamp((time.time() // 3600 + 1) * 3600, UTC)
 #: How far ahead of the server's clock the ledger accepts the replay's times: a replay spans
 #: well under this (arrivals, lifetimes capped at 4 h, the closing event).
 _LEDGER_MAX_AHEAD_S = 30 * 86_400
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
 
 
 @dataclass(order=True)
@@ -515,145 +513,6 @@ class Demo:
         # The run's real cost events as FinOps FOCUS files (with the idle lines: the fleet's).
         for path in write_focus(self.entries, self.rundir):
             say(f"  FOCUS export: {shown(path)}")
-
-
-def write_focus(entries: list[CostEntry], out_dir: Path) -> list[Path]:
-    """``focus-1.2.csv`` (FOCUS 1.2 CostAndUsage) and ``focus-1.3.csv`` (1.3 split
-    allocation) of the run's cost events, each with its ``.metadata.json``; the CSV paths."""
-    from seedance.reports import focus_files
-    from seedance.reports.from_bus import lines_from_events
-
-    lines = lines_from_events(entries)
-    files = focus_files(lines, created_ms=max(ln.window_end_ms for ln in lines))
-    for name, text in files.items():
-        (out_dir / name).write_text(text, encoding="utf-8")
-    return [out_dir / name for name in files if name.endswith(".csv")]
-
-
-def fleet_report_html(
-    entries: list[CostEntry], whole_by_tenant: dict[str, int]
-) -> tuple[str, CostSummary]:
-    """The demo's report from the run's cost events (tenants' entries and the idle lines of
-    ``seedance.ledger.idle.*``), with whole-GPU allocation as the baseline and right-sizing,
-    and the fleet's figures it shows (its total is the fleet's cost: allocated + idle)."""
-    from seedance.cost_ledger.core import BookRightsizer, default_price_book
-    from seedance.reports import Baseline, ReportInput, job_uses, render_html
-    from seedance.reports.from_bus import lines_from_events
-    from seedance.reports.summary import summarize
-
-    lines = lines_from_events(entries)
-    sizer = BookRightsizer(default_price_book())  # the demo's ledger runs the bundled book
-    html = render_html(
-        ReportInput(
-            title="Seedance demo: cost per tenant, and idle",
-            entries=lines,
-            generated_at_ms=max(ln.window_end_ms for ln in lines),
-            baseline=Baseline(
-                policy_name="whole-GPU allocation", cost_usd_micro_by_tenant=whole_by_tenant
-            ),
-            rightsizing=sizer.recommend_all(job_uses(lines)),
-            rightsizing_rule=sizer.rule,
-        )
-    )
-    return html, summarize(lines)
-
-
-async def _wait_model_ready(client: Any, model: str) -> None:
-    async with asyncio.timeout(120):
-        while True:
-            try:
-                if await client.is_model_ready(model):
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.2)  # the router is starting and warming its replicas
-
-
-class _EchoLoad:
-    """Echo requests through the router: each answer checked, latencies of the good ones."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.ok = 0
-        self.failed = 0
-        self.latencies: list[float] = []
-
-    async def one(self, i: int) -> None:
-        import numpy as np
-
-        from seedance.testing.triton import echo_request
-
-        inputs, x = echo_request(i, b"demo")
-        t0 = time.perf_counter()
-        try:
-            res = await self.client.infer("echo", inputs, client_timeout=30)
-            assert np.array_equal(res.as_numpy("y_fp32"), x)
-            self.ok += 1
-            self.latencies.append((time.perf_counter() - t0) * 1000)
-        except Exception as exc:
-            self.failed += 1
-            say(f"  request {i} failed: {exc}")
-
-    def report(self, requests: int) -> None:
-        latencies = sorted(self.latencies)
-        p95 = latencies[int(0.95 * (len(latencies) - 1))] if latencies else 0.0
-        say(
-            f"  {self.ok} of {requests} requests answered correctly, {self.failed} failed; "
-            f"latency p50 {latencies[len(latencies) // 2] if latencies else 0:.1f} ms, "
-            f"p95 {p95:.1f} ms"
-        )
-
-
-async def inference_phase(url: str, procs: ServiceProcesses, requests: int) -> int:
-    """Route real inference through the router to two real Triton servers; kill one midway."""
-    import tritonclient.grpc.aio as grpcclient
-
-    from seedance.testing.triton import TritonProcess
-
-    say("")
-    say("Inference: the router in front of two real Triton servers (CPU, from nvidia-pytriton)")
-    tritons = {n: TritonProcess(n, log_dir=procs.logdir) for n in ("triton-a", "triton-b")}
-    for t in tritons.values():
-        t.start()
-    try:
-        for t in tritons.values():
-            await asyncio.to_thread(t.wait_ready, 180.0)
-        procs.start(  # both fronts on any free port: its gateway_started line says where
-            "router",
-            listen_address="127.0.0.1:0",
-            rest_address="127.0.0.1:0",
-            replicas=",".join(f"{n}={t.address}" for n, t in tritons.items()),
-            models="echo",
-            forecast_interval_s="0.5",
-        )
-        bus = await Bus.connect(operator(url, name="seedance-demo-router"))
-        decisions: dict[tuple[str, str], int] = defaultdict(int)
-
-        async def on_decision(msg: Msg) -> None:
-            ev = decode(msg.data, RoutingDecision)
-            decisions[(ev.replica, ev.reason)] += 1
-
-        await bus.subscribe(routing.subject("echo", "decision"), on_decision)
-        started = await procs.wait_logged("router", "gateway_started")
-        client = grpcclient.InferenceServerClient(str(started["address"]))
-        await _wait_model_ready(client, "echo")
-        load = _EchoLoad(client)
-        killed_at = requests // 2
-        for start in range(0, requests, 8):
-            if start <= killed_at < start + 8:
-                tritons["triton-b"].kill()
-                say(f"  killed triton-b after {start} requests")
-            await asyncio.gather(*(load.one(i) for i in range(start, min(requests, start + 8))))
-        await client.close()
-        await asyncio.sleep(0.5)  # the router flushes its decision queue every 100 ms
-        await bus.close()
-        load.report(requests)
-        for (replica, reason), n in sorted(decisions.items()):
-            say(f"  routed to {replica:<9} {n:4d}  ({reason})")
-        return 0 if load.failed == 0 else 1
-    finally:
-        for t in tritons.values():
-            t.stop()
 
 
 async def amain(args: argparse.Namespace) -> int:

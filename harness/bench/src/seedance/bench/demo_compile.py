@@ -17,6 +17,7 @@ from typing import Any
 
 import onnx
 
+from seedance.bench.demo_console import say
 from seedance.sdk import SeedanceClient
 from seedance.testing.identities import ADMIN, password
 from seedance.testing.processes import ServiceProcesses
@@ -24,10 +25,6 @@ from seedance.testing.processes import ServiceProcesses
 __all__ = ["compile_phase", "describe_compile"]
 
 CONTRIB = "com.microsoft"
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
 
 
 def _ops(model: onnx.ModelProto) -> Counter[str]:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from seedance.bench.autoscale_traces import CONV, MOONCAKE, bursts
 from seedance.bench.router_sim import LLAMA31_70B_FP8_H200, TraceRequest, load_trace, simulate
-from seedance.bench.router_sim.engine import FleetObservation, Scaler
+from seedance.bench.router_sim.interfaces import FleetObservation, Scaler
 from seedance.router.core.policy import LeastOutstanding
 from seedance.traces.h200 import H200Telemetry
 

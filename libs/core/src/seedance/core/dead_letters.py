@@ -79,26 +79,32 @@ def dead_letter_of(
 class DeadLetters:
     """Publishes one service's dead letters and logs each one.
 
-    With ``derived_ids`` a letter's id is derived from its original (the ``Nats-Msg-Id`` it was
-    published with, else its stream and sequence), so deterministic replicas that all reject the
-    same input publish one letter: the others' copies are dropped by the duplicate window. A
-    failed publish raises (``NoStream``, a timeout, a NATS error): the caller decides whether to
-    retry the original later or to fail.
+    With ``id_key`` (the service's secret, `seedance.core.id_key`) a letter's id is derived from
+    its original (the ``Nats-Msg-Id`` it was published with, else its stream and sequence), so
+    deterministic replicas that all reject the same input publish one letter: the others' copies
+    are dropped by the duplicate window. Keyed, because ``SEEDANCE_DLQ`` is a stream nodes write
+    to (their agents' ``seedance.dlq.<service>``) and the duplicate window is the stream's: a
+    node that could compute the letter's id from its own bad message's could publish it first
+    and have the letter dropped (docs/security.md, "Nats-Msg-Id"). Without a key each letter
+    gets a new id. A failed publish raises (``NoStream``, a timeout, a NATS error): the caller
+    decides whether to retry the original later or to fail.
     """
 
-    def __init__(self, bus: Bus, service: str, *, derived_ids: bool = False) -> None:
+    def __init__(self, bus: Bus, service: str, *, id_key: bytes | None = None) -> None:
+        if id_key is not None and not id_key:
+            raise ValueError("an empty id_key would derive unkeyed ids: pass None for new ids")
         self._bus = bus
         self.service = service
-        self._derived_ids = derived_ids
+        self._id_key = id_key
 
     def letter(self, msg: Msg, kind: str, reason: str) -> DeadLetter:
         letter_id = None
-        if self._derived_ids:
+        if self._id_key is not None:
             md = msg.metadata
             cause = (msg.headers or {}).get(Header.MSG_ID.value) or (
                 f"{md.stream}:{md.sequence.stream}"
             )
-            letter_id = derived_event_id(cause, f"{self.service}-dead-letter")
+            letter_id = derived_event_id(cause, f"{self.service}-dead-letter", key=self._id_key)
         return dead_letter_of(msg, service=self.service, kind=kind, reason=reason,
                               letter_id=letter_id)  # fmt: skip
 

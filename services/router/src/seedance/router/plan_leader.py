@@ -40,6 +40,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from seedance.core import TRANSIENT_BUS_ERRORS, Bus, Clock, DeadLetters
+from seedance.core.id_key import derived_id_key
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.reader import PullReader, ReaderInterrupted
@@ -173,8 +174,10 @@ class FleetPlanner:
 
     async def start(self, bus: Bus) -> None:
         self._bus = bus
-        self._letters = DeadLetters(bus, "router", derived_ids=True)
         self._kv = await ensure_bucket(bus, PLAN_BUCKET)
+        # Every gateway's letter for one report is the same (the leader's successor sends it
+        # again), keyed with the router's secret in its plan bucket: nodes write to SEEDANCE_DLQ.
+        self._letters = DeadLetters(bus, "router", id_key=await derived_id_key(self._kv))
         self._store = StateStore(
             self._kv,
             state_prefix(self.fleet),

@@ -5,15 +5,15 @@ N replicas with a fixed `ReplicaParams` profile (or a fleet a `Scaler` resizes, 
 `sim.autoscale`); `summarise` turns the result into the figures the router benchmark reports.
 """
 
-from seedance.bench.router_sim.engine import (
+from seedance.bench.router_sim.engine import simulate
+from seedance.bench.router_sim.forecast_source import MovingAverageForecastSource, NoForecastSource
+from seedance.bench.router_sim.interfaces import (
     FleetObservation,
     ForecastSource,
     ReplicaSnapshot,
     Scaler,
     SimResult,
-    simulate,
 )
-from seedance.bench.router_sim.forecast_source import MovingAverageForecastSource, NoForecastSource
 from seedance.bench.router_sim.params import LLAMA31_8B_BF16_L4, LLAMA31_70B_FP8_H200, ReplicaParams
 from seedance.bench.router_sim.report import PolicySummary, summarise
 from seedance.traces.llm_requests import PREFIX_BLOCK_TOKENS, TraceRequest, load_trace

@@ -26,7 +26,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Sequence
 
-from seedance.bench.router_sim.engine import FleetObservation, Scaler
+from seedance.bench.router_sim.interfaces import FleetObservation, Scaler
 from seedance.router.core.planning.load import LoadEstimator
 from seedance.router.core.planning.planner import (
     LoadForecast,

@@ -1,7 +1,8 @@
 """Event-driven replay of LLM replicas with continuous batching, in virtual time.
 
-Owns the replica model and the event loop. Each replica runs a prefill-first iteration
-scheduler (vLLM V0's default, no chunked prefill):
+Owns the event loop and each replica's scheduling (a replica's state and its decode steps'
+closed form are `replica`'s; what plugs in and what comes out, `interfaces`'). Each replica runs
+a prefill-first iteration scheduler (vLLM V0's default, no chunked prefill):
 
 * A request waits in its replica's FIFO queue until its KV fits: admission reserves
   prompt + output tokens (the final size, so the pool can never be oversubscribed and nothing is
@@ -44,11 +45,30 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter, OrderedDict, deque
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+from seedance.bench.router_sim.interfaces import (
+    FleetObservation,
+    ForecastSource,
+    ReplicaSnapshot,
+    Scaler,
+    SimResult,
+)
 from seedance.bench.router_sim.params import ReplicaParams
+from seedance.bench.router_sim.replica import (
+    BOUNDARY,
+    DECODE,
+    DRAINING,
+    IDLE,
+    PREFILL,
+    READY,
+    RETIRED,
+    STARTING,
+    SimReplica,
+    SimRequest,
+    steps_within,
+)
 from seedance.router.core.policy.state import (
     Decision,
     Forecast,
@@ -59,195 +79,7 @@ from seedance.router.core.policy.state import (
 )
 from seedance.traces.llm_requests import PREFIX_BLOCK_TOKENS, TraceRequest
 
-__all__ = [
-    "FleetObservation",
-    "ForecastSource",
-    "ReplicaSnapshot",
-    "Scaler",
-    "SimResult",
-    "simulate",
-]
-
-# _BOUNDARY: an iteration has just ended and the replica is about to schedule the next one.
-_IDLE, _PREFILL, _DECODE, _BOUNDARY = 0, 1, 2, 3
-# A replica's place in the fleet (only with a `Scaler`): starting (billed, no traffic), ready
-# (routed to), draining (no new traffic, finishing its own), retired (no longer billed).
-_STARTING, _READY, _DRAINING, _RETIRED = 0, 1, 2, 3
-
-
-class _Req:
-    __slots__ = (
-        "admit_s",
-        "arrival_s",
-        "cached",
-        "e2e_s",
-        "hashes",
-        "hold_s",
-        "idx",
-        "kv_need",
-        "output",
-        "prompt",
-        "ttft_s",
-    )
-
-    def __init__(self, idx: int, t: TraceRequest) -> None:
-        self.idx = idx
-        self.arrival_s = t.arrival_s
-        self.prompt = t.prompt_tokens
-        self.output = t.output_tokens
-        self.kv_need = t.prompt_tokens + t.output_tokens
-        self.hashes = t.prefix_hashes
-        self.cached = 0
-        self.hold_s = 0.0
-        self.admit_s = math.nan
-        self.ttft_s = math.nan
-        self.e2e_s = math.nan
-
-
-class _Replica:
-    __slots__ = (
-        "cache",
-        "ctx_tokens",
-        "dec_k",
-        "dec_start",
-        "dec_u",
-        "dec_v",
-        "ended_s",
-        "kv_used",
-        "mode",
-        "name",
-        "phase",
-        "prefill_batch",
-        "prefill_tokens",
-        "queue",
-        "queued_tokens",
-        "running",
-        "started_s",
-        "steps_done",
-        "version",
-    )
-
-    def __init__(self, name: str, started_s: float = 0.0, phase: int = _READY) -> None:
-        self.name = name
-        self.phase = phase
-        self.started_s = started_s
-        self.ended_s = math.nan
-        self.queue: deque[_Req] = deque()
-        self.queued_tokens = 0
-        self.prefill_batch: list[_Req] = []
-        self.prefill_tokens = 0
-        # (finish step, request index, request): a request finishes when steps_done reaches it.
-        self.running: list[tuple[int, int, _Req]] = []
-        self.steps_done = 0
-        self.ctx_tokens = 0
-        self.kv_used = 0
-        self.mode = _IDLE
-        self.version = 0
-        self.dec_start = 0.0
-        self.dec_u = 0.0
-        self.dec_v = 0.0
-        self.dec_k = 0
-        # Prefix blocks held in the KV pool, least recently used first.
-        self.cache: OrderedDict[int, None] = OrderedDict()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplicaSnapshot:
-    """What a forecast source may observe of a replica at a tick."""
-
-    replica_id: str
-    kv_used_tokens: int
-    arrivals_since_last_tick: int
-
-
-class ForecastSource:
-    """Interface for forecast providers inside the replay (see `sim.forecast_source`)."""
-
-    def observe(self, now_s: float, replicas: Sequence[ReplicaSnapshot]) -> Forecast | None:
-        raise NotImplementedError
-
-    @property
-    def tick_s(self) -> float:
-        raise NotImplementedError
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FleetObservation:
-    """What an autoscaler may observe at one of its ticks: engine gauges and router counters.
-
-    Never a request's output length before it has finished, nor any future arrival.
-    """
-
-    now_s: float
-    # States of the replicas taking traffic, and how many are starting or draining.
-    ready: tuple[ReplicaState, ...]
-    starting: int
-    draining: int
-    # Requests that reached the router since the previous tick: (arrival_s, prompt tokens).
-    arrivals: tuple[tuple[float, int], ...]
-    # Requests that finished since the previous tick, and their output tokens in all.
-    finished: int
-    finished_output_tokens: int
-    # KV tokens held by every billed replica (draining ones included).
-    kv_used_tokens: int
-    # First tokens since the previous tick: (TTFT s, prompt tokens, arrival s) of each request.
-    first_tokens: tuple[tuple[float, int, float], ...] = ()
-    # Tokens decoded since the start by every replica, one per running sequence per decode step
-    # (steps of a run in progress included): a server's decode-token counter.
-    decoded_tokens_total: int = 0
-
-
-class Scaler:
-    """Interface for autoscaling policies inside the replay (see `sim.autoscale`)."""
-
-    @property
-    def tick_s(self) -> float:
-        raise NotImplementedError
-
-    def desired(self, obs: FleetObservation) -> int:
-        """Replicas wanted (ready + starting), given what is observable now."""
-        raise NotImplementedError
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SimResult:
-    """Per-request latencies (seconds; NaN for requests that could never fit a replica)."""
-
-    ttft_s: tuple[float, ...]
-    e2e_s: tuple[float, ...]
-    replica_of: tuple[int, ...]
-    reasons: Counter[str]
-    max_kv_used_frac: float
-    rejected: int
-    # Prompt tokens not prefilled thanks to prefix-cache hits, and all prompt tokens admitted.
-    prefix_hit_tokens: int = 0
-    prompt_tokens: int = 0
-    # Time each request spent held in the router before binding (all zero unless the policy
-    # is a `HoldingPolicy`); it is part of its TTFT.
-    hold_s: tuple[float, ...] = ()
-    # When each request was admitted into its replica's batch (KV reserved), NaN if never.
-    admit_s: tuple[float, ...] = ()
-    # Billed replica time (start-up and draining included) up to the end of the replay, and the
-    # fleet size (ready + starting) after each scaler decision: (time_s, replicas).
-    replica_seconds: float = 0.0
-    fleet_timeline: tuple[tuple[float, int], ...] = ()
-
-
-def _steps_within(u: float, v: float, elapsed: float) -> int:
-    """Largest j with S(j) = j·u + v·j(j−1)/2 <= elapsed (whole decode steps done)."""
-    if elapsed <= 0:
-        return 0
-    if v <= 0:
-        j = int(elapsed / u)
-    else:
-        b = u - v / 2
-        j = int((-b + math.sqrt(b * b + 2 * v * elapsed)) / v)
-    # Guard float rounding either way.
-    while j > 0 and j * u + v * j * (j - 1) / 2 > elapsed:
-        j -= 1
-    while (j + 1) * u + v * (j + 1) * j / 2 <= elapsed:
-        j += 1
-    return j
+__all__ = ["simulate"]
 
 
 def simulate(
@@ -312,7 +144,7 @@ class _Replay:
         self.startup_s = startup_s
         self.started = 0
         self.max_replicas = max_replicas
-        self.reps = [_Replica(f"r{i}") for i in range(n_replicas)]
+        self.reps = [SimReplica(f"r{i}") for i in range(n_replicas)]
         self.ids = [r.name for r in self.reps]
         # Indices of the replicas taking traffic, in the order policies see them.
         self.live = list(range(n_replicas))
@@ -335,14 +167,15 @@ class _Replay:
         self.tick_s = forecast_source.tick_s if forecast_source is not None else math.inf
         self.cache_cap_blocks = params.kv_capacity_tokens // PREFIX_BLOCK_TOKENS
         self.caching = params.prefix_caching
-        self.reqs = [_Req(i, t) for i, t in enumerate(trace)]
+        self.reqs = [SimRequest(i, t) for i, t in enumerate(trace)]
         self.replica_of = [-1] * len(self.reqs)
         self.holding = policy if isinstance(policy, HoldingPolicy) else None
-        self.held: list[tuple[float, int, _Req]] = []  # heap of (hold key, arrival index, req)
+        # A heap of (hold key, arrival index, request).
+        self.held: list[tuple[float, int, SimRequest]] = []
 
     # --- the prefix cache -----------------------------------------------------------------
 
-    def cached_tokens(self, r: _Replica, req: _Req) -> int:
+    def cached_tokens(self, r: SimReplica, req: SimRequest) -> int:
         if not self.caching or not req.hashes:
             return 0
         cache = r.cache
@@ -354,7 +187,7 @@ class _Replay:
             hit += 1
         return min(hit * PREFIX_BLOCK_TOKENS, req.prompt - 1)
 
-    def insert_blocks(self, r: _Replica, req: _Req) -> None:
+    def insert_blocks(self, r: SimReplica, req: SimRequest) -> None:
         cache = r.cache
         for h in req.hashes:
             cache[h] = None
@@ -368,14 +201,14 @@ class _Replay:
         self.seq += 1
         heapq.heappush(self.events, (end, self.seq, ri, version))
 
-    def admit(self, r: _Replica) -> tuple[list[_Req], int, int, int]:
+    def admit(self, r: SimReplica) -> tuple[list[SimRequest], int, int, int]:
         """The prefill batch the queue head allows: (batch, tokens to compute, whole prompts,
         KV left free)."""
         p = self.p
         q = r.queue
         free = p.kv_capacity_tokens - r.kv_used
         n_seqs = len(r.running)
-        batch: list[_Req] = []
+        batch: list[SimRequest] = []
         tokens = 0  # prompt tokens to compute (cache hits excluded)
         full = 0  # whole prompts, as counted in queued_tokens
         while q:
@@ -394,7 +227,7 @@ class _Replay:
             n_seqs += 1
         return batch, tokens, full, free
 
-    def schedule(self, r: _Replica, ri: int, now: float) -> None:
+    def schedule(self, r: SimReplica, ri: int, now: float) -> None:
         p = self.p
         batch, tokens, full, free = self.admit(r)
         r.version += 1
@@ -406,26 +239,26 @@ class _Replay:
             self.max_kv = max(self.max_kv, r.kv_used)
             r.prefill_batch = batch
             r.prefill_tokens = tokens
-            r.mode = _PREFILL
+            r.mode = PREFILL
             end = now + p.prefill_overhead_s + tokens / p.prefill_tokens_per_s
         elif r.running:
             bsz = len(r.running)
             u = p.decode_base_s + p.decode_per_seq_s * bsz + p.decode_per_ctx_token_s * r.ctx_tokens
             v = p.decode_per_ctx_token_s * bsz
             k = r.running[0][0] - r.steps_done
-            r.mode = _DECODE
+            r.mode = DECODE
             r.dec_start, r.dec_u, r.dec_v, r.dec_k = now, u, v, k
             end = now + k * u + v * k * (k - 1) / 2
         else:
-            r.mode = _IDLE
+            r.mode = IDLE
             return
         self.push_event(end, ri, r.version)
 
-    def finish(self, req: _Req) -> None:
+    def finish(self, req: SimRequest) -> None:
         self.scale_finished[0] += 1
         self.scale_finished[1] += req.output
 
-    def end_prefill(self, r: _Replica, now: float) -> None:
+    def end_prefill(self, r: SimReplica, now: float) -> None:
         for req in r.prefill_batch:
             req.ttft_s = now - req.arrival_s
             if self.scaler is not None:
@@ -442,7 +275,7 @@ class _Replay:
         r.prefill_batch = []
         r.prefill_tokens = 0
 
-    def end_decode(self, r: _Replica, now: float) -> None:
+    def end_decode(self, r: SimReplica, now: float) -> None:
         k = r.dec_k
         self.decoded_tokens += len(r.running) * k
         r.steps_done += k
@@ -455,24 +288,24 @@ class _Replay:
             r.ctx_tokens -= req.prompt + req.output
             self.finish(req)
 
-    def iteration_end(self, r: _Replica, ri: int, now: float) -> None:
+    def iteration_end(self, r: SimReplica, ri: int, now: float) -> None:
         self.last_event_s = now
-        if r.mode == _PREFILL:
+        if r.mode == PREFILL:
             self.end_prefill(r, now)
-        elif r.mode == _DECODE:
+        elif r.mode == DECODE:
             self.end_decode(r, now)
         if self.held:
             # The router sees the boundary (KV freed, batch done) and may release held requests,
             # to this replica or another, before this replica schedules its next iteration.
-            r.mode = _BOUNDARY
+            r.mode = BOUNDARY
             self.release_held(now)
         self.schedule(r, ri, now)
-        if r.phase == _DRAINING and r.mode == _IDLE and not r.queue:
+        if r.phase == DRAINING and r.mode == IDLE and not r.queue:
             self.retire(r, now)
 
     @staticmethod
-    def retire(r: _Replica, now: float) -> None:
-        r.phase = _RETIRED
+    def retire(r: SimReplica, now: float) -> None:
+        r.phase = RETIRED
         r.ended_s = now
 
     def run_events_until(self, t: float) -> None:
@@ -519,7 +352,7 @@ class _Replay:
         ]
 
     def dispatch(
-        self, req: _Req, decision: Decision, states: list[ReplicaState], now: float
+        self, req: SimRequest, decision: Decision, states: list[ReplicaState], now: float
     ) -> None:
         ri = self.live[decision.replica_index]
         self.reasons[decision.reason.value] += 1
@@ -531,20 +364,20 @@ class _Replay:
         was_empty = not r.queue
         r.queue.append(req)
         r.queued_tokens += req.prompt
-        if r.mode == _IDLE:
+        if r.mode == IDLE:
             self.schedule(r, ri, now)
         elif (
-            r.mode == _DECODE
+            r.mode == DECODE
             and was_empty
             and req.kv_need <= self.p.kv_capacity_tokens - r.kv_used
             and len(r.running) < self.p.max_num_seqs
         ):
             self.cut_decode(r, ri, now)
-        # _PREFILL and _BOUNDARY replicas schedule their queue when the iteration ends.
+        # PREFILL and BOUNDARY replicas schedule their queue when the iteration ends.
 
-    def cut_decode(self, r: _Replica, ri: int, now: float) -> None:
+    def cut_decode(self, r: SimReplica, ri: int, now: float) -> None:
         """Admissible now: stop the run of decode steps at the next step boundary."""
-        j = _steps_within(r.dec_u, r.dec_v, now - r.dec_start) + 1
+        j = steps_within(r.dec_u, r.dec_v, now - r.dec_start) + 1
         if j < r.dec_k:
             r.dec_k = j
             r.version += 1
@@ -583,13 +416,13 @@ class _Replay:
             arrivals=tuple(self.scale_arrivals),
             finished=self.scale_finished[0],
             finished_output_tokens=self.scale_finished[1],
-            kv_used_tokens=sum(r.kv_used for r in self.reps if r.phase != _RETIRED),
+            kv_used_tokens=sum(r.kv_used for r in self.reps if r.phase != RETIRED),
             first_tokens=tuple(self.scale_first),
             decoded_tokens_total=self.decoded_tokens
             + sum(
-                len(r.running) * min(_steps_within(r.dec_u, r.dec_v, now - r.dec_start), r.dec_k)
+                len(r.running) * min(steps_within(r.dec_u, r.dec_v, now - r.dec_start), r.dec_k)
                 for r in self.reps
-                if r.mode == _DECODE
+                if r.mode == DECODE
             ),
         )
         self.scale_first.clear()
@@ -600,8 +433,8 @@ class _Replay:
     def scale_decision(self, now: float) -> None:
         assert self.scaler is not None
         reps = self.reps
-        starting = [i for i, r in enumerate(reps) if r.phase == _STARTING]
-        draining = [i for i, r in enumerate(reps) if r.phase == _DRAINING]
+        starting = [i for i, r in enumerate(reps) if r.phase == STARTING]
+        draining = [i for i, r in enumerate(reps) if r.phase == DRAINING]
         obs = self.fleet_observation(now, len(starting), len(draining))
         want = max(1, min(self.max_replicas, self.scaler.desired(obs)))
         have = len(self.live) + len(starting)
@@ -617,12 +450,12 @@ class _Replay:
             # A draining replica is warm: take it back before paying for a start-up.
             ri = max(draining, key=lambda i: reps[i].kv_used)
             draining.remove(ri)
-            reps[ri].phase = _READY
+            reps[ri].phase = READY
             self.live.append(ri)
             have += 1
         while have < want:
             ri = len(reps)
-            reps.append(_Replica(f"r{ri}", started_s=now, phase=_STARTING))
+            reps.append(SimReplica(f"r{ri}", started_s=now, phase=STARTING))
             self.ids.append(reps[ri].name)
             self.arrivals_tick.append(0)
             startup = self.startup_s[self.started % len(self.startup_s)]
@@ -640,8 +473,8 @@ class _Replay:
             ri = min(live, key=lambda i: (len(reps[i].queue) + len(reps[i].running), -i))
             live.remove(ri)
             r = reps[ri]
-            r.phase = _DRAINING
-            if r.mode == _IDLE and not r.queue:
+            r.phase = DRAINING
+            if r.mode == IDLE and not r.queue:
                 self.retire(r, now)
             have -= 1
         return have
@@ -657,8 +490,8 @@ class _Replay:
             self.run_events_until(t)
             if ready_at <= self.next_scale:
                 _, ri = heapq.heappop(pending)
-                if self.reps[ri].phase == _STARTING:
-                    self.reps[ri].phase = _READY
+                if self.reps[ri].phase == STARTING:
+                    self.reps[ri].phase = READY
                     self.live.append(ri)
             else:
                 self.scale_decision(t)
@@ -667,7 +500,7 @@ class _Replay:
 
     # --- the replay -----------------------------------------------------------------------
 
-    def arrive(self, req: _Req) -> None:
+    def arrive(self, req: SimRequest) -> None:
         now = req.arrival_s
         self.advance(now)
         self.tick_until(now)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from seedance.bench.router_sim.engine import ForecastSource, ReplicaSnapshot
+from seedance.bench.router_sim.interfaces import ForecastSource, ReplicaSnapshot
 from seedance.router.core.policy.state import Forecast, ReplicaForecast
 
 __all__ = ["MovingAverageForecastSource", "NoForecastSource"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from seedance.bench.router_sim.engine import SimResult
+from seedance.bench.router_sim.interfaces import SimResult
 
 __all__ = ["PolicySummary", "percentile", "summarise"]
 

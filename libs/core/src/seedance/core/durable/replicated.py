@@ -16,7 +16,9 @@ cost-ledger's replica) and a service's step of one fetched batch (`step_batch`):
   ``every_s`` seconds, never closer than ten times the last one's cost, never ahead of what the
   stream acknowledged and never of a half-stepped batch, and once more at close;
 * skip-and-dead-letter: what the step refuses is sent to ``seedance.dlq.<service>`` (ids derived
-  from the inputs, so two replicas' letters are one) and the replica goes on.
+  from the inputs, keyed with the service's `seedance.core.id_key` in the checkpoints' bucket,
+  so two replicas' letters are one and no node can spend a letter's id) and the replica goes
+  on.
 
 A SIGKILL anywhere loses nothing (what follows the checkpoint is read again) and doubles nothing
 (same ids, same content). It must not decode or interpret inputs: the step does.
@@ -38,6 +40,7 @@ from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.clock import Clock
 from seedance.core.dead_letters import DeadLetters
 from seedance.core.durable.checkpoints import Checkpoints
+from seedance.core.id_key import derived_id_key
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.publisher import AckedBatch
@@ -163,8 +166,10 @@ class ReplicatedRuntime:
         bus = self._rt.bus
         kv = await ensure_bucket(bus, self._spec.bucket)
         self._checkpoints = Checkpoints(kv, self._spec.key, self._spec.writer)
-        # Letters' ids derive from their inputs: the other replica's letter for one is the same.
-        self._letters = DeadLetters(bus, self._rt.name, derived_ids=True)
+        # Letters' ids derive from their inputs (the other replica's letter for one is the
+        # same), keyed with the secret in the checkpoints' bucket, which every replica reads and
+        # no node can: SEEDANCE_DLQ is a stream nodes write to.
+        self._letters = DeadLetters(bus, self._rt.name, id_key=await derived_id_key(kv))
         found = await self._checkpoints.read()
         if found is not None:
             try:

@@ -456,9 +456,10 @@ def _measured_ms(
     gpu: int, holders: list[Holder], win: NodeWindow, pricing: Pricing
 ) -> list[Rational] | None:
     """Under measured billing, each holder's GPU-time from the node agent's per-pod shares: its
-    job's SM share averaged over the window's readings of the node (a reading without the job
-    counts as 0) × the window, given once per job, scaled back where the shares add up past
-    the window. None (bill by allocation) unless every holder is shared and readings exist."""
+    job's SM share averaged over the window's readings of the node (one per window the node
+    measured, ``Facts.add_pod_shares``; a reading without the job counts as 0) × the window,
+    given once per job, scaled back where the shares add up past the window. None (bill by
+    allocation) unless every holder is shared and readings exist."""
     readings = win.pod_shares
     if not pricing.measured or not readings or not all(p.kind == "shared" for p, *_ in holders):
         return None

@@ -110,14 +110,18 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True, tag="gpu_sample"):
 
 
 class PodShareReading(msgspec.Struct, frozen=True, kw_only=True, tag="pod_shares"):
-    """One node's per-pod measured shares over one sample window ending at ``at_ms`` (the node
+    """One node's per-pod measured shares over one sample window filed at ``at_ms`` (the node
     agent's ``gpu.pod_share.v1``): ``shares`` are (GPU index, job key, SM share in ppm). Empty
-    shares still count: the node was measured and no pod used a GPU."""
+    shares still count: the node was measured and no pod used a GPU. ``start_ms``: the
+    window's start, by which a node's window is applied once (``Facts.add_pod_shares``); None
+    in a snapshot written before it was kept (applied by id as then: ids were derived from the
+    node and the start, one per window)."""
 
     event_id: str
     node: str
     at_ms: int
     shares: tuple[tuple[int, str, int], ...] = ()
+    start_ms: int | None = None
 
 
 class ShareResize(msgspec.Struct, frozen=True, kw_only=True, tag="share_resize"):
@@ -254,7 +258,8 @@ class NodeWindow:
     #: The GPUs sampled in the window (None: none) and their readings.
     sampled: set[int] | None
     samples: dict[int, SampleReadings]
-    #: The node agent's per-pod share readings in the window, by event id (empty: none).
+    #: The node agent's per-pod share readings in the window, by event id, one per window
+    #: of the node's (``Facts.add_pod_shares``; empty: none).
     pod_shares: dict[str, PodShareReading] | None = None
     #: How much of the window the node was in the pool (its idle capacity per GPU), and the
     #: inventories (joins and removals) in force during it.
@@ -299,8 +304,10 @@ class Facts:
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
         self.sample_nodes: dict[int, set[str]] = defaultdict(set)
         self.sample_gpus: dict[tuple[str, int], set[int]] = defaultdict(set)
-        # pod_shares[(node, window)] = {event_id: reading}
+        # pod_shares[(node, window)] = {event_id: reading}; pod_share_of[(node, window start
+        # ms)] = (window, event id) of the one reading applied for it.
         self.pod_shares: dict[tuple[str, int], dict[str, PodShareReading]] = {}
+        self.pod_share_of: dict[tuple[str, int], tuple[int, str]] = {}
 
     # ------------------------------------------------------------------------------ adding
 
@@ -473,8 +480,33 @@ class Facts:
             )
         return None
 
-    def add_pod_shares(self, e: PodShareReading, w: int) -> None:
+    def add_pod_shares(self, e: PodShareReading, w: int) -> int | None:
+        """Record ``e`` in window ``w``, unless the node's window starting where it does holds
+        a reading under a smaller id; returns the window of the reading it replaced (``w``
+        where none), None where ``e`` changes nothing.
+
+        Once per (node, window start): the agent's ids are random (docs/security.md,
+        "Nats-Msg-Id") and a measured share is the mean over the node's readings, where one
+        window under two ids would weigh twice. The smaller id wins, not the first to arrive,
+        so the facts stay a set (totals equal ``recompute`` in any order). Only the node's own
+        subject carries its shares (the replica checks): no other node takes its window."""
+        if e.start_ms is None:
+            self.pod_shares.setdefault((e.node, w), {})[e.event_id] = e
+            return w
+        key = (e.node, e.start_ms)
+        held = self.pod_share_of.get(key)
+        if held is not None and held[1] <= e.event_id:
+            return None
+        replaced = w
+        if held is not None:
+            replaced, old_id = held
+            readings = self.pod_shares[(e.node, replaced)]
+            del readings[old_id]
+            if not readings:
+                del self.pod_shares[(e.node, replaced)]
+        self.pod_share_of[key] = (w, e.event_id)
         self.pod_shares.setdefault((e.node, w), {})[e.event_id] = e
+        return replaced
 
     def add_reading(
         self, node: str, gpu: int, w: int, event_id: str, reading: tuple[int, int, int, int]
@@ -548,7 +580,9 @@ class Facts:
                 for g in self.sample_gpus.pop((node, w), ()):
                     self.samples.pop((node, g, w), None)
         for key in [k for k in self.pod_shares if k[1] < until]:
-            del self.pod_shares[key]
+            for r in self.pod_shares.pop(key).values():
+                if r.start_ms is not None:
+                    self.pod_share_of.pop((r.node, r.start_ms), None)
 
     def drop_ended_before(self, cutoff_ms: int) -> None:
         """Take allocations whose job ended by ``cutoff_ms`` out of the per-node index every

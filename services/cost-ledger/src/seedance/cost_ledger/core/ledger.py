@@ -7,7 +7,8 @@ the offline ``recompute``. Must not touch NATS, KV, files or a clock: the adapte
 the cost of one node-window in ``attribution``, the snapshot format in ``snapshot``.
 
 Order independence and exactly-once: the state is a set of facts keyed by event id (a repeated
-id is ignored), and a window's lines are a pure function of the facts. A fact that arrives for
+id is ignored; a node's pod-share window counts once, under the smaller of its ids), and a
+window's lines are a pure function of the facts. A fact that arrives for
 an already closed window marks that (node, window) dirty; the next ``advance`` recomputes it
 and emits the difference as an adjustment entry (``revision > 0``). So after the same set of
 events and ``advance(as_of)`` the totals equal ``recompute(events, as_of)`` bit for bit, in any
@@ -88,7 +89,8 @@ class Ledger:
     # ------------------------------------------------------------------------ applying facts
 
     def apply(self, event: LedgerInput) -> bool:
-        """Apply one fact; False when its id was seen before (then nothing changes)."""
+        """Apply one fact; False when it changes nothing (its id was seen before, or a node's
+        pod-share window is applied under a smaller id)."""
         if event.event_id in self.facts.seen:
             return False
         validate(event, self.book)
@@ -136,9 +138,13 @@ class Ledger:
         if self.sealed_until is not None and w < self.sealed_until:
             self.late_facts += 1  # as a sample's: remembered as seen, not charged
             return False
-        self.facts.add_pod_shares(e, w)
+        replaced = self.facts.add_pod_shares(e, w)
+        if replaced is None:
+            return False  # the node's window is applied under a smaller id
         self._note_window(w)
         self._mark_dirty(e.node, w, w + 1)
+        if replaced != w:
+            self._mark_dirty(e.node, replaced, replaced + 1)
         return True
 
     def _insert_node(self, e: NodeInfo) -> None:

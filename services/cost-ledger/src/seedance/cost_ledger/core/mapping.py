@@ -41,12 +41,13 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   held by a job is still billed to it), the batch's ``simulated``. Refused: an activity outside
   [0, 1], a negative index.
 - ``PodShares`` (the node agent's ``gpu.pod_share.v1``) → one ``PodShareReading``: ``node``,
-  its time the middle of ``[window_start, at)``, per share (GPU ``gpu_index``, job key of
-  ``tenant``/``job_id``, ``sm_share`` in ppm); shares naming no job are dropped (no one's to
-  bill). Not carried: ``gpu_uuid``, ``pod_uid``, ``namespace``, ``pod`` (the job key is what
-  bills), ``mem_share`` and ``mem_used_mib`` (shared GPUs are billed by SM share),
-  ``periods``. Refused: an
-  ``sm_share`` outside [0, 1], a negative index, ``window_start`` after ``at``.
+  its time the middle of ``[window_start, at)``, ``window_start`` (the node's window is
+  applied once by it, whatever the id: ``Facts.add_pod_shares``), per share (GPU
+  ``gpu_index``, job key of ``tenant``/``job_id``, ``sm_share`` in ppm); shares naming no job
+  are dropped (no one's to bill). Not carried: ``gpu_uuid``, ``pod_uid``, ``namespace``,
+  ``pod`` (the job key is what bills), ``mem_share`` and ``mem_used_mib`` (shared GPUs are
+  billed by SM share), ``periods``. Refused: an ``sm_share`` outside [0, 1], a negative
+  index, ``window_start`` after ``at``.
 - ``ShareChanged`` (the slicer's right-sizing, ``slice.share_changed.v1``) → one ``ShareResize``:
   job key, ``node``, ``gpu_index``, ``from_milli``, ``to_milli`` as ``gpu_milli``, at its ``at``
   (the reading's time that decided it). Not carried: ``reason`` (a rollback bills as any
@@ -275,7 +276,7 @@ def _pod_shares(e: PodShares, at_ms: int) -> PodShareReading:
             shares.append((s.gpu_index, job_key(s.tenant, s.job_id), ppm))
     return PodShareReading(
         event_id=e.id, node=e.node, at_ms=start_ms + (at_ms - start_ms) // 2,
-        shares=tuple(sorted(shares)),
+        shares=tuple(sorted(shares)), start_ms=start_ms,
     )  # fmt: skip
 
 

@@ -61,7 +61,8 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     #: (event id, used MiB) of the samples above that read memory; absent from snapshots
     #: written before memory was kept (their samples restore with 0: no reading).
     sample_mem: list[tuple[str, int]] = []
-    #: The node agents' per-pod share readings of unsealed windows (absent before them).
+    #: The node agents' per-pod share readings of unsealed windows (absent before them; a
+    #: reading's ``start_ms`` absent before it was kept: such a reading restores by its id).
     pod_shares: list[PodShareReading] = []
     #: True: its lines bill each allocation to its own end. False (absent: written before
     #: re-placed jobs were billed) : they stopped every run of a job at its first end, and

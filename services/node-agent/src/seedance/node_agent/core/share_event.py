@@ -2,9 +2,18 @@
 
 Owns ``pod_shares_event``: from what the agent measured in a window (each GPU's per-pod
 ``Share``, see ``core.shares``) and what it knows of each pod (its granted placement's tenant
-and job, its name) to ``gpu.pod_share.v1`` on the node's subject. The event's id is derived
-from the node and the window's start, so a re-publish of the same window (a retry) is dropped
-by the stream. Must not measure or read a clock: the window's bounds come in.
+and job, its name) to ``gpu.pod_share.v1`` on the node's subject. Must not measure or read a
+clock: the window's bounds come in.
+
+The event's id is random (time bits from the window's start): it was derived from the node's
+name and the window's start, which any other node can compute, and ``SEEDANCE_TELEMETRY``'s
+duplicate window is the stream's, not the subject's, so another node publishing first with it
+on its own subject had this node's window dropped (docs/security.md, "Nats-Msg-Id"); no node
+keeps a secret another cannot read through the bus, and no consumer can undo a drop that
+happens at the stream. The agent publishes a window's event once: nothing re-sends it (a
+publish that times out ends the agent, and a restarted agent starts a new window). Its
+consumers do not rest on that: the ledger and the slicer's right-sizing loop apply a node's
+window once, by (node, window start), whatever its id.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from seedance.events.base import derived_event_id
+from seedance.events.base import new_event_id
 from seedance.events.telemetry import PodShare, PodShares
 from seedance.node_agent.core.shares import Share
 
@@ -61,7 +70,7 @@ def pod_shares_event(
     ]
     start_ms = int(window_start.timestamp() * 1000)
     return PodShares(
-        id=derived_event_id(f"pod-share:{node}:{start_ms}", "pod-share", start_ms),
+        id=new_event_id(start_ms),
         at=window_end,
         node=node,
         window_start=window_start,

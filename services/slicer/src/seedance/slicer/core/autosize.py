@@ -181,6 +181,9 @@ class Track(msgspec.Struct, kw_only=True):
     previous_mem_mib: int = 0
     mem_peak_mib: float = 0.0
     mem_readings: int = 0
+    #: The start of the latest window read (None: none yet): a reading of a window starting
+    #: there or earlier is a copy or late, and is not read again (`Autosizer.observe`).
+    last_window_s: float | None = None
 
 
 class AutosizeState(msgspec.Struct, kw_only=True):
@@ -308,6 +311,13 @@ class Autosizer:
         t = self.state.tracks.get(_key(r.tenant, r.job_id))
         if t is None or (t.node, t.gpu) != (r.node, r.gpu):
             return []
+        # Each window once, by its start: the agent's ids are random (docs/security.md,
+        # "Nats-Msg-Id"), so one window in two events would be two samples. A node's windows
+        # come in order on its own subject (the agent publishes each after the last is
+        # acknowledged), and a tracked job is one pod on one GPU: one reading per window.
+        if t.last_window_s is not None and r.window_start_s <= t.last_window_s:
+            return []
+        t.last_window_s = r.window_start_s
         if t.phase is Phase.MEASURING:
             return self._measure(t, r)
         if t.phase in (Phase.GUARDING, Phase.KEPT) and self._outgrown(t, r):
