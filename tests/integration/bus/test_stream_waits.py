@@ -39,11 +39,11 @@ async def test_read_stream_returns_every_message_on_its_subject_in_order(
     for i in range(30):
         await bus.publish(jobs.subject(mine, "submitted"), submitted(mine, f"j{i}"))
         await bus.publish(jobs.subject(other, "submitted"), submitted(other, f"j{i}"))
-    msgs = await read_stream(bus, "SEEDANCE_JOBS", 10, subject=jobs.tenant_wildcard(mine))
+    msgs = await read_stream(bus, jobs.STREAM, 10, subject=jobs.tenant_wildcard(mine))
     events = [decode(m.data, JobSubmitted) for m in msgs]
     assert [(e.tenant, e.job_id) for e in events] == [(mine, f"j{i}") for i in range(30)]
     nobody = jobs.tenant_wildcard(f"x{unique}")
-    assert await read_stream(bus, "SEEDANCE_JOBS", 10, subject=nobody) == []
+    assert await read_stream(bus, jobs.STREAM, 10, subject=nobody) == []
 
 
 async def test_a_consumer_that_does_not_settle_is_described(bus: Bus, unique: str) -> None:
@@ -56,9 +56,9 @@ async def test_a_consumer_that_does_not_settle_is_described(bus: Bus, unique: st
     assert ack is not None
     # Nobody fetches: both stay pending, and the timeout says so.
     with pytest.raises(TimeoutError, match=r"test-\w+ has not handled up to seq \d+ .*pending 2"):
-        await wait_consumer_settled(bus, "SEEDANCE_JOBS", spec.durable, ack.seq, 0.2)
+        await wait_consumer_settled(bus, jobs.STREAM, spec.durable, ack.seq, 0.2)
     with pytest.raises(TimeoutError, match="the durable does not exist"):
-        await wait_consumer_settled(bus, "SEEDANCE_JOBS", f"absent-{unique}", 1, 0.2)
+        await wait_consumer_settled(bus, jobs.STREAM, f"absent-{unique}", 1, 0.2)
     # Handled (fetched and acknowledged): it returns.
     sub = await bus.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
     try:
@@ -66,7 +66,7 @@ async def test_a_consumer_that_does_not_settle_is_described(bus: Bus, unique: st
             await m.ack_sync()
     finally:
         await sub.unsubscribe()
-    await wait_consumer_settled(bus, "SEEDANCE_JOBS", spec.durable, ack.seq, 10)
+    await wait_consumer_settled(bus, jobs.STREAM, spec.durable, ack.seq, 10)
 
 
 async def test_wait_consumers_bound_names_the_durables_that_are_missing(
@@ -74,8 +74,8 @@ async def test_wait_consumers_bound_names_the_durables_that_are_missing(
 ) -> None:
     spec = spec_for(f"t{unique}", unique)
     await bus.ensure_consumer(spec)
-    absent = ("SEEDANCE_JOBS", f"absent-{unique}")
-    with pytest.raises(TimeoutError, match=rf"within 0.2 s: SEEDANCE_JOBS/absent-{unique}$"):
+    absent = (jobs.STREAM, f"absent-{unique}")
+    with pytest.raises(TimeoutError, match=rf"within 0.2 s: {jobs.STREAM}/absent-{unique}$"):
         await wait_consumers_bound(bus, (spec.stream, spec.durable), absent, timeout_s=0.2)
     await wait_consumers_bound(bus, (spec.stream, spec.durable), timeout_s=10)
 
@@ -86,10 +86,10 @@ async def test_last_stored_is_none_until_a_subject_holds_a_message(bus: Bus, uni
     instead of letting it wait."""
     tenant = f"t{unique}"
     subject = jobs.subject(tenant, "submitted")
-    assert await last_stored(bus.js, "SEEDANCE_JOBS", subject) is None
+    assert await last_stored(bus.js, jobs.STREAM, subject) is None
     for job in ("j1", "j2"):
         await bus.publish(subject, submitted(tenant, job))
-        last = await last_stored(bus.js, "SEEDANCE_JOBS", subject)
+        last = await last_stored(bus.js, jobs.STREAM, subject)
         assert last is not None
         assert decode(last.data, JobSubmitted).job_id == job
 
@@ -168,9 +168,9 @@ async def test_a_wait_whose_every_read_the_deadline_cut_off_says_what_the_server
     ack = await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, "j0"))
     stalls = SimpleNamespace(js=FirstReadStalls(bus.js))
     with pytest.raises(TimeoutError, match=r"has not handled up to seq \d+ .*pending 1,"):
-        await wait_consumer_settled(stalls, "SEEDANCE_JOBS", spec.durable, ack.seq, 0.2)
-    absent = ("SEEDANCE_JOBS", f"absent-{unique}")
+        await wait_consumer_settled(stalls, jobs.STREAM, spec.durable, ack.seq, 0.2)
+    absent = (jobs.STREAM, f"absent-{unique}")
     stalls = SimpleNamespace(js=FirstReadStalls(bus.js))
-    with pytest.raises(TimeoutError, match=rf"within 0.2 s: SEEDANCE_JOBS/absent-{unique}$"):
+    with pytest.raises(TimeoutError, match=rf"within 0.2 s: {jobs.STREAM}/absent-{unique}$"):
         await wait_consumers_bound(stalls, (spec.stream, spec.durable), absent, timeout_s=0.2)
     assert stalls.js.stalled == 1
