@@ -33,14 +33,14 @@ _KIB = 1024
 _MIB = 1024**2
 _GIB = 1024**3
 
-#: The largest message ``SEEDANCE_JOB_REQUESTS`` takes. The schema bounds characters, the stream bytes:
-#: ``job.submitted.v1`` at `seedance.events.jobs`' maxima (64 labels of a 63-character key and
-#: a 256-character value, 32 GPU models of 64 characters) in its widest encoding, every
+#: The largest message ``SEEDANCE_JOB_REQUESTS`` takes. The schema bounds characters, the stream
+#: bytes: ``job.submitted.v1`` at `seedance.events.jobs`' maxima (64 labels of a 63-character key
+#: and a 256-character value, 32 GPU models of 64 characters) in its widest encoding, every
 #: character a control character msgspec writes as ``\u00XX`` (6 bytes; UTF-8 is at most 4), is
-#: 134,686 bytes (tests/integration/bus/test_store_limits.py builds and stores it; review R5:
-#: 64 KiB refused schema-valid CJK, emoji and control-character events). 256 KiB is 1.9 times
-#: that, room for the headers (trace context, ``Nats-Msg-Id``) and a new field, and 1/4 of the
-#: server's 1 MiB ``max_payload``.
+#: 134,686 bytes (tests/integration/bus/test_store_limits.py builds and stores it; review R5: 64 KiB
+#: refused schema-valid CJK, emoji and control-character events). 256 KiB is 1.9 times that, room
+#: for the headers (trace context, ``Nats-Msg-Id``) and a new field, and 1/4 of the server's 1 MiB
+#: ``max_payload``.
 JOB_EVENT_MAX_BYTES = 256 * _KIB
 _REQUESTS = 512 * _MIB
 _OBSERVED = 256 * _MIB
@@ -52,17 +52,17 @@ class StreamLimit(NamedTuple):
     discard_new: bool = False
 
 
-#: Per stream: its reservation, largest message and discard policy. Trusted writers' streams
-#: keep discard old (their oldest go first at the bound, as SEEDANCE_TELEMETRY always did).
-#: The streams bounded before audit F2 keep their figures (TELEMETRY, NODE_PLANS, MODELS,
-#: LEDGER_IN, NODE_DECISIONS: 8.06 GiB); the ones it bounded share 1.38 GiB, and the split of
-#: the job streams (requests, observed, their merge) added 1.5 GiB, so that with the object
-#: stores (16.25 GiB) the catalogue reserves 27.19 GiB and the shipped ``max_file_store`` 32G
-#: (29.80 GiB) keeps 2.61 GiB for the KV buckets, which reserve nothing (at least 2 GiB: review
-#: R2, R6, R7: 48G broke compose upgrades and the Kubernetes volume claim). Each figure: a typical event's
-#: bytes x what the retention holds, far above the compose/demo fleet (a few nodes, tens of jobs
-#: a day). A larger fleet raises the stream's figure here and ``max_file_store`` with it
-#: (docs/deploy.md); the test in tests/unit/deploy/test_images.py holds the sum under it.
+#: Per stream: its reservation, largest message and discard policy. Trusted writers' streams keep
+#: discard old (their oldest go first at the bound, as SEEDANCE_TELEMETRY always did). The streams
+#: bounded before audit F2 keep their figures (TELEMETRY, NODE_PLANS, MODELS, LEDGER_IN,
+#: NODE_DECISIONS: 8.06 GiB); the ones it bounded share 1.38 GiB, and the split of the job streams
+#: (requests, observed, their merge) added 1.5 GiB, so that with the object stores (16.25 GiB) the
+#: catalogue reserves 27.19 GiB and the shipped ``max_file_store`` 32G (29.80 GiB) keeps 2.61 GiB
+#: for the KV buckets, which reserve nothing (at least 2 GiB: review R2, R6, R7: 48G broke compose
+#: upgrades and the Kubernetes volume claim). Each figure: a typical event's bytes x what the
+#: retention holds, far above the compose/demo fleet (a few nodes, tens of jobs a day). A larger
+#: fleet raises the stream's figure here and ``max_file_store`` with it (docs/deploy.md); the test
+#: in tests/unit/deploy/test_images.py holds the sum under it.
 LIMITS: dict[str, StreamLimit] = {
     # ~1 KiB a job event, ~4 a job: 512 MiB is ~500,000 events, ~4,000 jobs a day for the 30
     # days' retention; full, it refuses new requests (never evicts an unhandled one). The
