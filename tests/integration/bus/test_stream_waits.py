@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from nats.js import api as js_api
 
 from seedance.core import Bus
 from seedance.events import decode, new_event_id
@@ -26,6 +27,7 @@ from seedance.testing.waits import (
     last_stored,
     wait_consumer_settled,
     wait_consumers_bound,
+    wait_copied,
     wait_sourced,
 )
 from seedance.testing.workloads import START, read_stream
@@ -121,6 +123,35 @@ async def test_wait_sourced_returns_once_the_merged_input_holds_what_the_origins
     assert decode(held.data, GpuSampleBatch).id == batches[-1].id  # the last one copied too
     with pytest.raises(TimeoutError, match=rf"holds {taken} of the {taken + 1} messages"):
         await wait_sourced(bus.js, ledger.IN_STREAM, taken + 1, since_seq=before, timeout_s=0.2)
+
+
+async def test_wait_copied_returns_once_the_merged_stream_holds_all_its_origins_hold(
+    bus: Bus, unique: str
+) -> None:
+    """The slicer's SEEDANCE_JOBS sources the requests' and the observers' streams: a driver
+    that waited for ``slicer-jobs`` to settle right after its publishes saw nothing pending
+    while the copies were on the way. The same shape on streams of the test's own: 100
+    publishes into two origins, all copied once it returns; a merged stream that keeps fewer
+    (here its own bound evicts them) stays short, and the timeout says by how much."""
+    origins = (f"ORIG_A_{unique}", f"ORIG_B_{unique}")
+    sources = [js_api.StreamSource(name=o, filter_subject=f"t{unique}.{o}.>") for o in origins]
+    merged, short = f"MERGED_{unique}", f"SHORT_{unique}"
+    for name in origins:
+        await bus.js.add_stream(js_api.StreamConfig(name=name, subjects=[f"t{unique}.{name}.>"]))
+    await bus.js.add_stream(js_api.StreamConfig(name=merged, sources=sources))
+    await bus.js.add_stream(js_api.StreamConfig(name=short, sources=sources, max_msgs=60))
+    try:
+        for i in range(50):
+            for o in origins:
+                await bus.js.publish(f"t{unique}.{o}.x", b"%d" % i)
+        await wait_copied(bus.js, merged, timeout_s=10)
+        assert (await bus.js.stream_info(merged)).state.messages == 100
+        await wait_sourced(bus.js, short, 100, timeout_s=10)  # every copy made, 40 evicted
+        with pytest.raises(TimeoutError, match=f"{short} holds 60 messages, its origins 100"):
+            await wait_copied(bus.js, short, timeout_s=0.2)
+    finally:
+        for name in (merged, short, *origins):
+            await bus.js.delete_stream(name)
 
 
 class FirstReadStalls:
