@@ -38,7 +38,7 @@ def test_the_slicers_input_is_bounded_above_what_its_origins_can_hold() -> None:
 
 
 def test_the_origins_come_before_the_stream_that_sources_them() -> None:
-    """A fresh deployment creates the merged stream with its origins there (a source whose
-    origin is missing begins only when the server retries it, seconds later)."""
+    """A fresh deployment creates the merged stream with its origins already there (services
+    and provision create in the catalogue's order)."""
     names = [s.name for s in STREAMS]
     assert max(names.index(jobs.STREAM), names.index(observed.STREAM)) < names.index(jobs.IN_STREAM)

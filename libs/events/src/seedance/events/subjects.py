@@ -353,8 +353,8 @@ _DECLARED: tuple[StreamSpec, ...] = (
     # Tenants' requests and trusted observers' job events land in two streams, so that a tenant
     # filling its own (refused when full: `stream_limits`) never refuses an observer's report of
     # a job's end; the slicer reads both in one order from SEEDANCE_JOBS, which sources both.
-    # The two come first: a fresh deployment creates the merged stream with its origins there
-    # (a source whose origin is missing is retried only after seconds). An older deployment's
+    # The two come first: a fresh deployment creates the merged stream with its origins
+    # already there (`Bus.ensure_streams` and provision create in this order). An older one's
     # SEEDANCE_JOBS held both families itself: streams may not overlap, so provision updates it
     # to its sources before it creates these (`seedance.core.drift.converge`: existing streams
     # first); its stored events and sequences stay, and the sourced ones follow them.

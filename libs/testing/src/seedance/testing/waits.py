@@ -1,9 +1,8 @@
 """Waiting with a deadline: ``eventually`` (until a check holds), and on the bus, until
 durables are bound, until a durable consumer has handled what a driver published, until a
 stream the server fills by sourcing holds what was published to its origins (a count, or all
-they hold), until the
-slicer knows the inventory, until a subscription delivers a message a test looks for, until a
-background task that a test cancels has ended.
+they hold), until the slicer knows the inventory, until a subscription delivers a message a
+test looks for, until a background task that a test cancels has ended.
 
 These poll because no local event exists to wait on (the state is the server's, a metric, a
 callback's list); every loop is bounded by its timeout, and a timeout names what was awaited.
