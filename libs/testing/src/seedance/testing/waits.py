@@ -180,7 +180,7 @@ async def wait_copied(js: Any, stream: str, *, timeout_s: float = 30.0) -> None:
             origin = await js.stream_info(src.name, subjects_filter=src.filter_subject or ">")
             wanted += sum((origin.state.subjects or {}).values())
         held = info.state.messages
-        return held >= wanted
+        return bool(held >= wanted)
 
     if not await _poll_then_read(copied, timeout_s, 0.02):  # the server copies: no event
         raise TimeoutError(
