@@ -42,7 +42,7 @@ def submitted(tenant: str, job: str) -> JobSubmitted:
 def spec_for(tenant: str, unique: str, **kw: Any) -> ConsumerSpec:
     return ConsumerSpec(
         durable=f"test-{unique}",
-        stream="SEEDANCE_JOBS",
+        stream=jobs.STREAM,
         filter_subjects=(jobs.tenant_wildcard(tenant),),
         **kw,
     )
@@ -131,7 +131,7 @@ async def test_malformed_message_is_dead_lettered_and_stream_keeps_flowing(
     assert letters[0].payload.startswith(b'{"type": "job.submitted.v1"')
 
     async def settled() -> bool:
-        info = await bus.js.consumer_info("SEEDANCE_JOBS", consumer.spec.durable)
+        info = await bus.js.consumer_info(jobs.STREAM, consumer.spec.durable)
         return info.num_ack_pending == 0 and info.num_pending == 0
 
     await eventually(settled)
@@ -203,7 +203,7 @@ async def test_consumer_killed_mid_batch_loses_nothing_and_counts_once(
         # The first replica's 40 in-flight messages come back after ack_wait; settle them too.
         with contextlib.suppress(TimeoutError):
             await second.process(await second._sub.fetch(100, timeout=0.2))
-        info = await bus.js.consumer_info("SEEDANCE_JOBS", spec.durable)
+        info = await bus.js.consumer_info(jobs.STREAM, spec.durable)
         return info.num_ack_pending == 0 and info.num_pending == 0
 
     await eventually(all_acked, timeout_s=15)
@@ -236,7 +236,7 @@ async def test_a_handler_that_refuses_to_run_on_ends_the_consumer_and_settles_no
             msgs = await consumer._sub.fetch(1, timeout=5)
             with pytest.raises(CorruptState, match=r"x\.j\.1"):
                 await consumer.process(msgs)
-            info = await bus.js.consumer_info("SEEDANCE_JOBS", spec.durable)
+            info = await bus.js.consumer_info(jobs.STREAM, spec.durable)
             assert (info.num_ack_pending, info.num_redelivered) == (1, 0)  # nor nak'ed
         finally:
             await consumer.close()
@@ -318,7 +318,7 @@ async def test_a_deliver_new_consumer_skips_what_was_published_before_it_was_mad
         assert handled == ["new-1", "new-2"]
     finally:
         await again.close()
-    info = await bus.js.consumer_info("SEEDANCE_JOBS", spec.durable)
+    info = await bus.js.consumer_info(jobs.STREAM, spec.durable)
     assert info.config.deliver_policy == DeliverPolicy.NEW
 
 
@@ -332,6 +332,6 @@ async def test_an_existing_consumer_keeps_its_start_when_its_spec_says_deliver_n
     await bus.publish(subject, submitted(tenant, "old-1"))
     await bus.ensure_consumer(spec_for(tenant, unique))
     await bus.ensure_consumer(spec_for(tenant, unique, deliver_new=True, max_deliver=7))
-    info = await bus.js.consumer_info("SEEDANCE_JOBS", f"test-{unique}")
+    info = await bus.js.consumer_info(jobs.STREAM, f"test-{unique}")
     assert (info.config.deliver_policy, info.config.max_deliver) == (DeliverPolicy.ALL, 7)
     assert info.num_pending == 1

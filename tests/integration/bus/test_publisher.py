@@ -39,7 +39,7 @@ async def test_acks_in_order_with_duplicates_flagged(bus: Bus, unique: str) -> N
     acks = await first.wait(timeout_s=5)
     assert [a.duplicate for a in acks] == [False, False, False]
     assert [a.seq for a in acks] == sorted(a.seq for a in acks)
-    assert {a.stream for a in acks} == {"SEEDANCE_JOBS"}
+    assert {a.stream for a in acks} == {jobs.STREAM}
 
     again = await bus.publisher.publish(
         [message(subject, events[1].id, encode(events[1])), message(subject, "new-" + unique)]

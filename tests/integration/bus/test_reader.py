@@ -17,7 +17,7 @@ from seedance.events.subjects import ConsumerSpec, jobs
 def unacked(unique: str, start_seq: int = 0) -> ConsumerSpec:
     return ConsumerSpec(
         durable=f"reader-{unique}",
-        stream="SEEDANCE_JOBS",
+        stream=jobs.STREAM,
         filter_subjects=(jobs.tenant_wildcard(f"t{unique}"),),
         acked=False,
         start_seq=start_seq,

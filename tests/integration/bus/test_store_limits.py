@@ -38,7 +38,7 @@ from tests.conftest import serving
 #: 32G store (nats-server's M is 10**6 bytes): 9.4 MiB reserved, the rest free.
 _SCALE = 1024
 _SMALL_STORE = "31M"
-_JOBS_BYTES = LIMITS["SEEDANCE_JOBS"].max_bytes
+_JOBS_BYTES = LIMITS[jobs.STREAM].max_bytes
 
 
 async def _as(url: str, user: str) -> Bus:
@@ -74,7 +74,7 @@ async def test_a_tenants_request_over_the_stream_message_bound_is_refused(auth_u
             await acme.js.publish(jobs.subject("acme", "submitted"), over)
         assert refused.value.err_code == StreamRefused.TOO_LARGE
         ack = await acme.js.publish(jobs.subject("acme", "submitted"), b"x" * 21_230)
-        assert ack.stream == "SEEDANCE_JOBS"
+        assert ack.stream == jobs.STREAM
     finally:
         await acme.close()
 
@@ -102,7 +102,7 @@ def _widest_valid_submission() -> bytes:
 
 async def test_the_widest_valid_job_event_is_stored(auth_url: str):
     """The schema bounds characters, the stream bytes: a valid event in the widest encoding
-    (134,686 bytes) is taken by SEEDANCE_JOBS, with room for a trace context's headers."""
+    (134,686 bytes) is taken by SEEDANCE_JOB_REQUESTS, with room for a trace context's headers."""
     data = _widest_valid_submission()
     assert len(data) > 128 * 1024
     acme = await _as(auth_url, "tenant-acme")
@@ -112,7 +112,7 @@ async def test_the_widest_valid_job_event_is_stored(auth_url: str):
             data,
             headers={"Nats-Msg-Id": decode(data).id, "traceparent": _TRACEPARENT},
         )
-        assert ack.stream == "SEEDANCE_JOBS"
+        assert ack.stream == jobs.STREAM
     finally:
         await acme.close()
 
@@ -166,7 +166,7 @@ async def test_a_full_tenant_stream_stops_no_other_stream(small_store: tuple[str
         entry = await ledger.js.publish(costs.subject("globex", "entry"), b"{}")
         assert entry.stream == "SEEDANCE_COSTS"
         assert all(r is not None and r.err_code == StreamRefused.FULL for r in refusals), refusals
-        held = (await admin.js.stream_info("SEEDANCE_JOBS")).state.bytes
+        held = (await admin.js.stream_info(jobs.STREAM)).state.bytes
         assert held <= _JOBS_BYTES // _SCALE
         # What a tenant can still do: the stream's NEW requests wait for retention or a purge,
         # and the SDK says why.
@@ -221,23 +221,23 @@ async def test_provision_gives_an_existing_stream_its_limits_and_names_a_refused
     from seedance.testing.servers import NatsServer
 
     wanted = {
-        s.name: stream_config(s, 1) for s in STREAMS if s.name in ("SEEDANCE_JOBS", "SEEDANCE_DLQ")
+        s.name: stream_config(s, 1) for s in STREAMS if s.name in (jobs.STREAM, "SEEDANCE_DLQ")
     }
     with NatsServer() as server:
         bus = await Bus.connect(BusSettings(url=server.url, name="test-provision"))
         try:
-            old_jobs = replace(wanted["SEEDANCE_JOBS"], max_bytes=-1, max_msg_size=-1,
+            old_jobs = replace(wanted[jobs.STREAM], max_bytes=-1, max_msg_size=-1,
                                discard=js_api.DiscardPolicy.OLD)  # fmt: skip
             hand_made = replace(wanted["SEEDANCE_DLQ"], max_bytes=-1,
                                 storage=js_api.StorageType.MEMORY)  # fmt: skip
             await bus.js.add_stream(hand_made)
             await bus.js.add_stream(old_jobs)
-            changes = await converge(bus.js, [wanted["SEEDANCE_DLQ"], wanted["SEEDANCE_JOBS"]])
+            changes = await converge(bus.js, [wanted["SEEDANCE_DLQ"], wanted[jobs.STREAM]])
             assert [(c.stream, c.action) for c in changes] == [
-                ("SEEDANCE_DLQ", "left"), ("SEEDANCE_JOBS", "updated")
+                ("SEEDANCE_DLQ", "left"), (jobs.STREAM, "updated")
             ]  # fmt: skip
             assert "can not change storage type" in changes[0].fix
-            jobs_now = (await bus.js.stream_info("SEEDANCE_JOBS")).config
+            jobs_now = (await bus.js.stream_info(jobs.STREAM)).config
             assert jobs_now.max_bytes == _JOBS_BYTES
             assert jobs_now.max_msg_size == JOB_EVENT_MAX_BYTES
             assert jobs_now.discard == js_api.DiscardPolicy.NEW
@@ -247,8 +247,8 @@ async def test_provision_gives_an_existing_stream_its_limits_and_names_a_refused
 
 async def test_provision_leaves_a_stream_already_over_its_new_bound():
     """An upgrade's bound below what a stream already holds is not applied: the refuse-when-full
-    SEEDANCE_JOBS would refuse every write from then, the evict-oldest SEEDANCE_DLQ would drop
-    its oldest letters silently (review R3, R4). Provision leaves both, naming each stream, its
+    SEEDANCE_JOB_REQUESTS would refuse every write from then, the evict-oldest SEEDANCE_DLQ would
+    drop its oldest letters silently (review R3, R4). Provision leaves both, naming each stream, its
     bytes, the new bound and the purge or raise to do; both still take writes, nothing lost."""
     from nats.js import api as js_api
 
@@ -259,7 +259,7 @@ async def test_provision_leaves_a_stream_already_over_its_new_bound():
     wanted = [
         replace(stream_config(s, 1), max_bytes=bound)
         for s in STREAMS
-        if s.name in ("SEEDANCE_JOBS", "SEEDANCE_DLQ")
+        if s.name in (jobs.STREAM, "SEEDANCE_DLQ")
     ]
     with NatsServer() as server:
         bus = await Bus.connect(BusSettings(url=server.url, name="test-provision"))
@@ -273,7 +273,7 @@ async def test_provision_leaves_a_stream_already_over_its_new_bound():
                     await bus.js.publish(subject, b"o" * 30_000)
             changes = await converge(bus.js, wanted)
             assert [(c.stream, c.action) for c in changes] == [
-                ("SEEDANCE_JOBS", "left"), ("SEEDANCE_DLQ", "left")
+                (jobs.STREAM, "left"), ("SEEDANCE_DLQ", "left")
             ]  # fmt: skip
             for change in changes:
                 assert f"its new max_bytes {bound}" in change.fix

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from nats.js import api as js_api
 
 from seedance.core import Bus
 from seedance.events import decode, new_event_id
@@ -26,6 +27,7 @@ from seedance.testing.waits import (
     last_stored,
     wait_consumer_settled,
     wait_consumers_bound,
+    wait_copied,
     wait_sourced,
 )
 from seedance.testing.workloads import START, read_stream
@@ -39,11 +41,11 @@ async def test_read_stream_returns_every_message_on_its_subject_in_order(
     for i in range(30):
         await bus.publish(jobs.subject(mine, "submitted"), submitted(mine, f"j{i}"))
         await bus.publish(jobs.subject(other, "submitted"), submitted(other, f"j{i}"))
-    msgs = await read_stream(bus, "SEEDANCE_JOBS", 10, subject=jobs.tenant_wildcard(mine))
+    msgs = await read_stream(bus, jobs.STREAM, 10, subject=jobs.tenant_wildcard(mine))
     events = [decode(m.data, JobSubmitted) for m in msgs]
     assert [(e.tenant, e.job_id) for e in events] == [(mine, f"j{i}") for i in range(30)]
     nobody = jobs.tenant_wildcard(f"x{unique}")
-    assert await read_stream(bus, "SEEDANCE_JOBS", 10, subject=nobody) == []
+    assert await read_stream(bus, jobs.STREAM, 10, subject=nobody) == []
 
 
 async def test_a_consumer_that_does_not_settle_is_described(bus: Bus, unique: str) -> None:
@@ -56,9 +58,9 @@ async def test_a_consumer_that_does_not_settle_is_described(bus: Bus, unique: st
     assert ack is not None
     # Nobody fetches: both stay pending, and the timeout says so.
     with pytest.raises(TimeoutError, match=r"test-\w+ has not handled up to seq \d+ .*pending 2"):
-        await wait_consumer_settled(bus, "SEEDANCE_JOBS", spec.durable, ack.seq, 0.2)
+        await wait_consumer_settled(bus, jobs.STREAM, spec.durable, ack.seq, 0.2)
     with pytest.raises(TimeoutError, match="the durable does not exist"):
-        await wait_consumer_settled(bus, "SEEDANCE_JOBS", f"absent-{unique}", 1, 0.2)
+        await wait_consumer_settled(bus, jobs.STREAM, f"absent-{unique}", 1, 0.2)
     # Handled (fetched and acknowledged): it returns.
     sub = await bus.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
     try:
@@ -66,7 +68,7 @@ async def test_a_consumer_that_does_not_settle_is_described(bus: Bus, unique: st
             await m.ack_sync()
     finally:
         await sub.unsubscribe()
-    await wait_consumer_settled(bus, "SEEDANCE_JOBS", spec.durable, ack.seq, 10)
+    await wait_consumer_settled(bus, jobs.STREAM, spec.durable, ack.seq, 10)
 
 
 async def test_wait_consumers_bound_names_the_durables_that_are_missing(
@@ -74,8 +76,8 @@ async def test_wait_consumers_bound_names_the_durables_that_are_missing(
 ) -> None:
     spec = spec_for(f"t{unique}", unique)
     await bus.ensure_consumer(spec)
-    absent = ("SEEDANCE_JOBS", f"absent-{unique}")
-    with pytest.raises(TimeoutError, match=rf"within 0.2 s: SEEDANCE_JOBS/absent-{unique}$"):
+    absent = (jobs.STREAM, f"absent-{unique}")
+    with pytest.raises(TimeoutError, match=rf"within 0.2 s: {jobs.STREAM}/absent-{unique}$"):
         await wait_consumers_bound(bus, (spec.stream, spec.durable), absent, timeout_s=0.2)
     await wait_consumers_bound(bus, (spec.stream, spec.durable), timeout_s=10)
 
@@ -86,10 +88,10 @@ async def test_last_stored_is_none_until_a_subject_holds_a_message(bus: Bus, uni
     instead of letting it wait."""
     tenant = f"t{unique}"
     subject = jobs.subject(tenant, "submitted")
-    assert await last_stored(bus.js, "SEEDANCE_JOBS", subject) is None
+    assert await last_stored(bus.js, jobs.STREAM, subject) is None
     for job in ("j1", "j2"):
         await bus.publish(subject, submitted(tenant, job))
-        last = await last_stored(bus.js, "SEEDANCE_JOBS", subject)
+        last = await last_stored(bus.js, jobs.STREAM, subject)
         assert last is not None
         assert decode(last.data, JobSubmitted).job_id == job
 
@@ -121,6 +123,35 @@ async def test_wait_sourced_returns_once_the_merged_input_holds_what_the_origins
     assert decode(held.data, GpuSampleBatch).id == batches[-1].id  # the last one copied too
     with pytest.raises(TimeoutError, match=rf"holds {taken} of the {taken + 1} messages"):
         await wait_sourced(bus.js, ledger.IN_STREAM, taken + 1, since_seq=before, timeout_s=0.2)
+
+
+async def test_wait_copied_returns_once_the_merged_stream_holds_all_its_origins_hold(
+    bus: Bus, unique: str
+) -> None:
+    """The slicer's SEEDANCE_JOBS sources the requests' and the observers' streams: a driver
+    that waited for ``slicer-jobs`` to settle right after its publishes saw nothing pending
+    while the copies were on the way. The same shape on streams of the test's own: 100
+    publishes into two origins, all copied once it returns; a merged stream that keeps fewer
+    (here its own bound evicts them) stays short, and the timeout says by how much."""
+    origins = (f"ORIG_A_{unique}", f"ORIG_B_{unique}")
+    sources = [js_api.StreamSource(name=o, filter_subject=f"t{unique}.{o}.>") for o in origins]
+    merged, short = f"MERGED_{unique}", f"SHORT_{unique}"
+    for name in origins:
+        await bus.js.add_stream(js_api.StreamConfig(name=name, subjects=[f"t{unique}.{name}.>"]))
+    await bus.js.add_stream(js_api.StreamConfig(name=merged, sources=sources))
+    await bus.js.add_stream(js_api.StreamConfig(name=short, sources=sources, max_msgs=60))
+    try:
+        for i in range(50):
+            for o in origins:
+                await bus.js.publish(f"t{unique}.{o}.x", b"%d" % i)
+        await wait_copied(bus.js, merged, timeout_s=10)
+        assert (await bus.js.stream_info(merged)).state.messages == 100
+        await wait_sourced(bus.js, short, 100, timeout_s=10)  # every copy made, 40 evicted
+        with pytest.raises(TimeoutError, match=f"{short} holds 60 messages, its origins 100"):
+            await wait_copied(bus.js, short, timeout_s=0.2)
+    finally:
+        for name in (merged, short, *origins):
+            await bus.js.delete_stream(name)
 
 
 class FirstReadStalls:
@@ -168,9 +199,9 @@ async def test_a_wait_whose_every_read_the_deadline_cut_off_says_what_the_server
     ack = await bus.publish(jobs.subject(tenant, "submitted"), submitted(tenant, "j0"))
     stalls = SimpleNamespace(js=FirstReadStalls(bus.js))
     with pytest.raises(TimeoutError, match=r"has not handled up to seq \d+ .*pending 1,"):
-        await wait_consumer_settled(stalls, "SEEDANCE_JOBS", spec.durable, ack.seq, 0.2)
-    absent = ("SEEDANCE_JOBS", f"absent-{unique}")
+        await wait_consumer_settled(stalls, jobs.STREAM, spec.durable, ack.seq, 0.2)
+    absent = (jobs.STREAM, f"absent-{unique}")
     stalls = SimpleNamespace(js=FirstReadStalls(bus.js))
-    with pytest.raises(TimeoutError, match=rf"within 0.2 s: SEEDANCE_JOBS/absent-{unique}$"):
+    with pytest.raises(TimeoutError, match=rf"within 0.2 s: {jobs.STREAM}/absent-{unique}$"):
         await wait_consumers_bound(stalls, (spec.stream, spec.durable), absent, timeout_s=0.2)
     assert stalls.js.stalled == 1

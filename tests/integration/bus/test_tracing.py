@@ -53,7 +53,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
 def spec_on(family: Any, tenant: str, unique: str) -> ConsumerSpec:
     return ConsumerSpec(
         durable=f"test-{unique}",
-        stream="SEEDANCE_JOBS",
+        stream=jobs.IN_STREAM,  # both families: the merged stream
         filter_subjects=(family.subject(tenant, "submitted"),),
     )
 

@@ -47,7 +47,7 @@ from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 
 JS = "$JS.API"
 TENANTS_BUCKET = "seedance-tenants"
-JOBS = "SEEDANCE_JOBS"
+JOBS = "SEEDANCE_JOB_REQUESTS"  # a stream with subjects of its own (the tenants')
 STORE = next(iter(OBJECT_STORES))
 EVERY_STREAM = (
     {s.name for s in STREAMS} | {f"KV_{b}" for b in BUCKETS} | {f"OBJ_{o}" for o in OBJECT_STORES}
@@ -238,7 +238,7 @@ async def test_the_provisioner_may_do_nothing_but_provision(bare_url: str, opera
         await user.nc.close()
     assert await _names(operator) == before == EVERY_STREAM
     assert (await operator.js.stream_info("SEEDANCE_COSTS")).state.messages == 1
-    assert (await operator.js.stream_info("SEEDANCE_JOBS")).state.messages == 0
+    assert (await operator.js.stream_info(JOBS)).state.messages == 0
 
 
 async def test_the_provisioner_reads_and_empties_any_stream_as_the_docs_say(

@@ -32,7 +32,7 @@ from seedance.events import new_event_id
 from seedance.events.codec import encode
 from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
-from seedance.events.subjects import BUCKETS, OBJECT_STORES, jobs, slicing
+from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, jobs, slicing
 from seedance.testing import identities
 from seedance.testing.servers import NatsServer, auth_server, provision, shipped_auth_server
 from seedance.testing.waits import eventually
@@ -191,7 +191,7 @@ async def test_a_service_waits_for_provision_then_starts_and_loses_no_event(
 
             await eventually(waiting, 20.0, what="the collector saying it waits for provision")
             (line,) = [e for e in logs if e["event"] == "stream_not_provisioned"]
-            assert line["stream"] == "SEEDANCE_JOBS"
+            assert line["stream"] == STREAMS[0].name == jobs.STREAM  # the catalogue's first
             assert "seedance admin provision" in line["fix"]
             assert line["user"] == "telemetry-collector"
             assert not runtime.ready()

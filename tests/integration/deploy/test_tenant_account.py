@@ -71,7 +71,7 @@ async def test_the_tenants_own_answers_still_reach_it(acme: ShippedUser) -> None
     """The positive case of the tenant: its ack and its API answer come back to its inbox."""
     js = acme.nc.jetstream(timeout=5.0)
     ack = await js.publish(jobs.subject(TENANT, "submitted"), b"{}")
-    assert ack.stream == "SEEDANCE_JOBS"
+    assert ack.stream == jobs.STREAM
     reply = await acme.nc.request("$JS.API.INFO", b"", timeout=5)
     assert b"account_info_response" in reply.data
     assert not acme.errors, acme.errors

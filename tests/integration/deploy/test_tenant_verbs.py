@@ -52,6 +52,7 @@ from seedance.events.subjects import (
     inbox_prefix,
     jobs,
     models,
+    observed,
     slicing,
     tenant_consumers,
 )
@@ -293,12 +294,18 @@ def probes(tenant: str) -> list[tuple[str, bytes]]:
                     consumer_body(stream, "grab", f, deliver),
                 )
             )
-    out.append(
-        (
-            f"{JS}.CONSUMER.CREATE.SEEDANCE_JOBS.grab.{jobs.tenant_wildcard(tenant)}",
-            consumer_body("SEEDANCE_JOBS", "grab", jobs.tenant_wildcard(tenant), deliver),
-        )
+    # The job streams, even filtered on its own requests: the requests', the observers' (its
+    # own jobs' reports) and the slicer's merged input.
+    job_streams = (
+        (jobs.IN_STREAM, jobs.tenant_wildcard(tenant)),
+        (jobs.STREAM, jobs.tenant_wildcard(tenant)),
+        (observed.STREAM, observed.subject(tenant, "finished")),
+        (jobs.IN_STREAM, observed.subject(tenant, "finished")),
     )
+    out += [
+        (f"{JS}.CONSUMER.CREATE.{stream}.grab.{f}", consumer_body(stream, "grab", f, deliver))
+        for stream, f in job_streams
+    ]
     # KV and object-store reads and writes through their own subjects.
     for b in BUCKETS:
         out += [(f"$KV.{b}.k", b"x"), (f"$KV.{b}.{tenant}", b"x")]
@@ -391,7 +398,7 @@ async def assert_can_do_its_own(url: str, admin: Bus, tenant: str) -> None:
     async with tenant_conn(url, tenant) as t:
         js = t.nc.jetstream(timeout=5.0)
         ack = await js.publish(jobs.subject(tenant, "submitted"), b"{}")
-        assert ack.stream == "SEEDANCE_JOBS"
+        assert ack.stream == jobs.STREAM
         for stream, own in permissions.TENANT_READS:
             # its consumers live in Seedance's account: they deliver under its deliver prefix
             inbox = f"{deliver_prefix(tenant)}.{uuid.uuid4().hex}"

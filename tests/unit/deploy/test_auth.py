@@ -263,7 +263,7 @@ def test_no_user_but_operators_creates_a_stream_bucket_or_store() -> None:
     for user in users:
         allowed = [(p, c) for p in user.permissions.publish_allow for c in creates if _covers(p, c)]
         assert allowed == [], user.name
-    assert _covers("$JS.API.STREAM.*.SEEDANCE_JOBS", creates[0])  # the matcher can say yes
+    assert _covers("$JS.API.STREAM.*.SEEDANCE_JOB_REQUESTS", creates[0])  # the matcher says yes
 
 
 def test_no_service_user_changes_or_deletes_a_stream() -> None:

@@ -70,7 +70,7 @@ from seedance.events.slicing import JobReleased, Placement, Preempted
 from seedance.events.subjects import inbox_prefix, jobs, routing
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer, generated_auth, provision
-from seedance.testing.waits import eventually, wait_consumer_settled
+from seedance.testing.waits import eventually, wait_consumer_settled, wait_copied
 from seedance.testing.workloads import read_stream
 
 __all__ = ["KubeStage", "forged_pod_job_ids", "rogue_endpoint_slices"]
@@ -244,6 +244,7 @@ async def forged_pod_job_ids(stage: KubeStage, args: argparse.Namespace) -> Clas
         await stage.mallory.publish(subject, event)
     out.sent = len(requests)
     admin = stage.admin
+    await wait_copied(admin.js, "SEEDANCE_JOBS")  # sourced: the copies first
     await wait_consumer_settled(admin, "SEEDANCE_JOBS", "slicer-jobs", timeout_s=60)
     await wait_consumer_settled(admin, "SEEDANCE_SLICING", "k8s-bridge-decisions", timeout_s=60)
     want = sum(1 for _, e in requests if e.job_id.startswith(pod_job_id("")))

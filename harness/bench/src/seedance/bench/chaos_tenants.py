@@ -72,7 +72,7 @@ from seedance.events.telemetry import NodeInventory
 from seedance.testing.paths import REPO
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer, generated_auth, provision
-from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
+from seedance.testing.waits import wait_consumer_settled, wait_copied, wait_inventory_known
 from seedance.testing.workloads import (
     START,
     Workload,
@@ -234,6 +234,7 @@ async def _replay(
         batch = [h for _, h in zip(range(per_chunk), hostile_iter, strict=False)]
         out.hostile_sent += len(batch)
         await _send_hostile(stage.mallory, batch)
+        await wait_copied(stage.admin.js, "SEEDANCE_JOBS")  # sourced: the copies first
         await wait_consumer_settled(stage.admin, "SEEDANCE_JOBS", "slicer-jobs", timeout_s=120)
         out.note_exits(stage.procs)
 
@@ -241,6 +242,7 @@ async def _replay(
 async def _wait_ledger(admin: Bus, samples_and_inventory: int) -> None:
     """Until the ledger's merged input holds the slicer's placements, preemptions and releases
     and the fleet's samples and inventory, and is checkpointed."""
+    await wait_copied(admin.js, "SEEDANCE_JOBS")
     await wait_consumer_settled(admin, "SEEDANCE_JOBS", "slicer-jobs", timeout_s=120)
     sourced = 0
     for kind in ("placement", "preempted", "released"):

@@ -48,6 +48,7 @@ from seedance.events.cost import CostEntry, JobCostReport
 from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.slicing import Placement, Preempted, Unschedulable
 from seedance.events.subjects import costs, ledger, observed, slicing, telemetry
+from seedance.events.subjects import jobs as jobs_subjects
 from seedance.events.telemetry import GpuSampleBatch
 from seedance.reports.summary import CostSummary
 from seedance.sdk.client import job_event, job_submitted
@@ -55,7 +56,7 @@ from seedance.testing.identities import ADMIN, as_user, password
 from seedance.testing.paths import data_dir
 from seedance.testing.processes import ServiceProcesses
 from seedance.testing.servers import NatsServer, provision, shipped_auth_server
-from seedance.testing.waits import wait_consumer_settled, wait_inventory_known
+from seedance.testing.waits import wait_consumer_settled, wait_inventory_known, wait_sourced
 from seedance.traces import alibaba
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
@@ -277,21 +278,26 @@ class Demo:
         total_steps = 2 * len(jobs)
         done_steps = 0
         next_report = 0.0
-        last_seq = 0
+        # The slicer reads SEEDANCE_JOBS, which sources the observed events published here:
+        # each batch waits for its copies there (an acknowledged publish is not yet a copy).
+        last_seq = (await bus.js.stream_info(jobs_subjects.IN_STREAM)).state.last_seq
         wall0 = time.monotonic()
         while steps:
             at_s = steps[0].at_s
             batch: list[_Step] = []
             while steps and steps[0].at_s == at_s:
                 batch.append(heapq.heappop(steps))
+            published = 0
             for st in batch:
                 if st.kind == "finish" and st.run != jobs[st.job].run:
                     continue  # the run it ended was moved: the job ends later
                 await self._publish_step(bus, jobs[st.job], st.kind, at_s)
                 done_steps += 1
-            info = await bus.js.stream_info("SEEDANCE_JOBS")
-            last_seq = info.state.last_seq
-            await wait_consumer_settled(bus, "SEEDANCE_JOBS", "slicer-jobs", last_seq)
+                published += 1
+            last_seq = await wait_sourced(
+                bus.js, jobs_subjects.IN_STREAM, published, since_seq=last_seq
+            )
+            await wait_consumer_settled(bus, jobs_subjects.IN_STREAM, "slicer-jobs", last_seq)
             order = self._take_placements(await self._drain(placements), jobs, steps, order)
             if done_steps / total_steps >= next_report:
                 self._progress(jobs, done_steps, total_steps, at_s)

@@ -394,8 +394,14 @@ async def converge(
     A stream it may not delete is ``left`` (with the fix: the operator deletes it) and the
     others are converged all the same: asked anyway, the server drops the request as a
     permissions violation and the reply never comes, so one planted mirror once timed out the
-    whole run, every later item (a missing bucket) not created."""
+    whole run, every later item (a missing bucket) not created.
+
+    Existing streams first, then the missing ones in the catalogue's order: streams may not
+    overlap, and an older stream that held subjects a new one takes (SEEDANCE_JOBS the
+    requests and observed events, SEEDANCE_SLICING the MIG plans) must give them up before
+    the new one can be created."""
     changes: list[Change] = []
+    missing: list[js_api.StreamConfig] = []
     for wanted in streams:
         name = wanted.name or ""
         stream = _kind(name) == "stream"
@@ -403,8 +409,7 @@ async def converge(
             info = await js.stream_info(name)
         except NotFoundError:
             if stream:
-                await js.add_stream(wanted)
-                changes.append(Change(name, "created"))
+                missing.append(wanted)
             continue
         actual = info.config
         found = drift(wanted, actual)
@@ -445,6 +450,9 @@ async def converge(
             changes.append(Change(name, "left", found.fields, fix))
             continue
         changes.append(Change(name, "updated", found.fields))
+    for wanted in missing:
+        await js.add_stream(wanted)
+        changes.append(Change(wanted.name or "", "created"))
     return changes
 
 

@@ -121,6 +121,10 @@ class jobs:
 
     ALL = f"{ROOT}.jobs.>"
     KINDS = TENANT_KINDS["jobs"]
+    #: Where the tenants' requests land (theirs alone: a tenant filling it stops no observer),
+    #: and the slicer's merged input, which sources it and `observed.STREAM` into one order.
+    STREAM = "SEEDANCE_JOB_REQUESTS"
+    IN_STREAM = "SEEDANCE_JOBS"
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
@@ -142,6 +146,8 @@ class observed:
     time the event happened."""
 
     ALL = f"{ROOT}.observed.>"
+    #: The observers' own stream, which no tenant writes: sourced into `jobs.IN_STREAM`.
+    STREAM = "SEEDANCE_OBSERVED"
 
     @staticmethod
     def subject(tenant: str, kind: str) -> str:
@@ -344,13 +350,32 @@ class dlq:
 _DAY_S = 86_400.0
 
 _DECLARED: tuple[StreamSpec, ...] = (
-    # Tenants' requests and trusted observers' job events: one stream, so the slicer reads both
-    # in one order.
+    # Tenants' requests and trusted observers' job events land in two streams, so that a tenant
+    # filling its own (refused when full: `stream_limits`) never refuses an observer's report of
+    # a job's end; the slicer reads both in one order from SEEDANCE_JOBS, which sources both.
+    # The two come first: a fresh deployment creates the merged stream with its origins
+    # already there (`Bus.ensure_streams` and provision create in this order). An older one's
+    # SEEDANCE_JOBS held both families itself: streams may not overlap, so provision updates it
+    # to its sources before it creates these (`seedance.core.drift.converge`: existing streams
+    # first); its stored events and sequences stay, and the sourced ones follow them.
     StreamSpec(
-        "SEEDANCE_JOBS",
-        (jobs.ALL, observed.ALL),
+        jobs.STREAM,
+        (jobs.ALL,),
         max_age_s=30 * _DAY_S,
-        description="job requests (tenants) and observed job events (trusted observers)",
+        description="job requests (tenants), sourced into SEEDANCE_JOBS",
+    ),
+    StreamSpec(
+        observed.STREAM,
+        (observed.ALL,),
+        max_age_s=30 * _DAY_S,
+        description="observed job events (trusted observers), sourced into SEEDANCE_JOBS",
+    ),
+    StreamSpec(
+        jobs.IN_STREAM,
+        (),
+        max_age_s=30 * _DAY_S,
+        description="the slicer's job input: requests and observed job events in one order",
+        sources=(StreamSource(jobs.STREAM, jobs.ALL), StreamSource(observed.STREAM, observed.ALL)),
     ),
     # Samples are high-volume and only useful while fresh.
     StreamSpec(
@@ -478,7 +503,9 @@ def _c(durable: str, stream: str, *filters: str, **kw: Unpack[_ConsumerOptions])
 CONSUMERS: dict[str, ConsumerSpec] = {
     c.durable: c
     for c in (
-        _c("slicer-jobs", "SEEDANCE_JOBS", jobs.ALL, observed.ALL),
+        # On the merged stream: the sequences its snapshot records as applied are that stream's
+        # since before the split (the upgrade kept the stream, and sourcing appends after them).
+        _c("slicer-jobs", jobs.IN_STREAM, jobs.ALL, observed.ALL),
         _c("slicer-inventory", "SEEDANCE_TELEMETRY", telemetry.INVENTORY, telemetry.HEALTH),
         _c("slicer-pauses", "SEEDANCE_COSTS", costs.PAUSES),
         # Each ledger replica reads every input with its own ``ledger-in-<replica>`` (see

@@ -1,8 +1,8 @@
 """Waiting with a deadline: ``eventually`` (until a check holds), and on the bus, until
 durables are bound, until a durable consumer has handled what a driver published, until a
-stream the server fills by sourcing holds what was published to its origins, until the
-slicer knows the inventory, until a subscription delivers a message a test looks for, until a
-background task that a test cancels has ended.
+stream the server fills by sourcing holds what was published to its origins (a count, or all
+they hold), until the slicer knows the inventory, until a subscription delivers a message a
+test looks for, until a background task that a test cancels has ended.
 
 These poll because no local event exists to wait on (the state is the server's, a metric, a
 callback's list); every loop is bounded by its timeout, and a timeout names what was awaited.
@@ -37,6 +37,7 @@ __all__ = [
     "stop_task",
     "wait_consumer_settled",
     "wait_consumers_bound",
+    "wait_copied",
     "wait_inventory_known",
     "wait_sourced",
 ]
@@ -157,6 +158,34 @@ async def wait_sourced(
             f"{since_seq} within {timeout_s} s"
         )
     return last
+
+
+async def wait_copied(js: Any, stream: str, *, timeout_s: float = 30.0) -> None:
+    """Wait until ``stream``, which the server fills by sourcing others, holds at least as many
+    messages as its origins hold under its sources' filters: what they acknowledged is copied.
+
+    For a driver that does not know how many its publishes stored (a flooder's, partly
+    refused), before it waits for a reader of ``stream`` to settle (the slicer's
+    ``SEEDANCE_JOBS``: its ``slicer-jobs`` has nothing pending while the copies are on the
+    way). A stream that keeps fewer than its origins (its own bound evicted some, or the
+    server dropped a copy whose ``Nats-Msg-Id`` another origin's copy already had) never gets
+    there: the timeout names both counts."""
+    held = wanted = 0
+
+    async def copied() -> bool:
+        nonlocal held, wanted
+        info = await js.stream_info(stream)
+        wanted = 0
+        for src in info.config.sources or ():
+            origin = await js.stream_info(src.name, subjects_filter=src.filter_subject or ">")
+            wanted += sum((origin.state.subjects or {}).values())
+        held = info.state.messages
+        return bool(held >= wanted)
+
+    if not await _poll_then_read(copied, timeout_s, 0.02):  # the server copies: no event
+        raise TimeoutError(
+            f"{stream} holds {held} messages, its origins {wanted}, after {timeout_s} s"
+        )
 
 
 async def wait_consumers_bound(

@@ -1,8 +1,9 @@
 """When the slicer takes an event to have happened: the trusted time of each input.
 
 Clocks (`trusted_time`): a tenant's request on `seedance.jobs.<tenant>.<kind>` is a claim. It
-happens at the stream's receive time (the server's, from the message metadata: the
-`SEEDANCE_JOBS` stream is not sourced), but never before the latest trusted time the slicer
+happens at the stream's receive time (the server's, from the message metadata: when
+`SEEDANCE_JOBS` stored its copy from `SEEDANCE_JOB_REQUESTS`, a moment after the publish, later
+only while that copy lags), but never before the latest trusted time the slicer
 has already decided at (`floor`: a decision others have seen, e.g. the placement of the job
 the request ends, or of the job waiting for its GPUs). Its `at` is kept for the record and
 moves nothing: a claim up to a few seconds off was once honoured, and a finish back-dated

@@ -5,8 +5,9 @@ from the job and its creation time (``derived_event_id``), so a rebuilt tracker 
 same events and the bus drops the repeats, keyed with the bridge's secret (``key``:
 `seedance.core.id_key`, in ``seedance-k8s-bridge-jobs``): a tenant that created the pod knows
 its job id and creation time, and could otherwise publish the id first on its own job subject
-(``SEEDANCE_JOBS`` holds both) and have the bridge's event dropped as a duplicate. It must not
-decide when a job starts or ends (`seedance.k8s_bridge.core.tracker` does) nor publish.
+and have the bridge's event dropped as a duplicate (``SEEDANCE_JOBS``, which sources the
+requests and the observed events, may drop a copy whose ``Nats-Msg-Id`` it holds). It must
+not decide when a job starts or ends (`seedance.k8s_bridge.core.tracker` does) nor publish.
 """
 
 from __future__ import annotations

@@ -1,0 +1,125 @@
+"""An existing deployment's SEEDANCE_JOBS (tenants' requests and observers' events in one stream,
+the slicer's ``slicer-jobs`` part-way through it) provisions to the split layout losing no unread
+event and applying none twice, against the pinned nats-server with the shipped users.
+
+How the slicer's position stays meaningful: the slicer's durable state records, per durable,
+the stream sequences it applied (``seedance.core.durable``: a delivery whose sequence it holds
+is a redelivery, acked and skipped). The upgrade keeps the stream and the durable: provision
+updates SEEDANCE_JOBS in place (its subjects given up, the two new streams sourced), so the
+stored events keep their sequences and the durable its ack floor, and every sourced event is
+appended after them, at a sequence no snapshot can already hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest_asyncio
+from nats.js import api as js_api
+
+from seedance.core import Bus, BusSettings
+from seedance.core.kv import provision
+from seedance.events import new_event_id
+from seedance.events.jobs import JobFinished, JobStarted
+from seedance.events.stream_limits import JOB_EVENT_MAX_BYTES
+from seedance.events.subjects import CONSUMERS, inbox_prefix, jobs, observed
+from seedance.testing.identities import as_user
+from seedance.testing.servers import shipped_auth_server
+from seedance.testing.waits import eventually
+from tests.integration.conftest import shipped_password
+
+_DAY_S = 86_400.0
+#: SEEDANCE_JOBS as the catalogue shipped it before the split (both families, refuse when full).
+OLD_JOBS = js_api.StreamConfig(
+    name=jobs.IN_STREAM,
+    subjects=[jobs.ALL, observed.ALL],
+    description="job requests (tenants) and observed job events (trusted observers)",
+    retention=js_api.RetentionPolicy.LIMITS,
+    storage=js_api.StorageType.FILE,
+    max_age=30 * _DAY_S,
+    max_bytes=512 * 1024**2,
+    max_msg_size=JOB_EVENT_MAX_BYTES,
+    discard=js_api.DiscardPolicy.NEW,
+    num_replicas=1,
+)
+
+
+@pytest_asyncio.fixture
+async def old_deployment() -> AsyncIterator[tuple[str, Bus]]:
+    """A shipped-auth server holding the old SEEDANCE_JOBS and the slicer's durable on it."""
+    with shipped_auth_server(shipped_password, provisioned=False) as server:
+        admin = await Bus.connect(
+            BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+        )
+        try:
+            await admin.js.add_stream(OLD_JOBS)
+            await admin.ensure_consumer(CONSUMERS["slicer-jobs"])
+            yield server.url, admin
+        finally:
+            await admin.close()
+
+
+async def _events(tenant: Bus, observer: Bus, tag: str) -> list[str]:
+    """A request of acme's (its own subject) and an observer's report: their ids, in order."""
+    started = JobStarted(id=new_event_id(), at=datetime.now(UTC), job_id=f"j-{tag}", tenant="acme")
+    ended = JobFinished(id=new_event_id(), at=datetime.now(UTC), job_id=f"j-{tag}", tenant="acme")
+    await tenant.publish(jobs.subject("acme", "started"), started)
+    await observer.publish(observed.subject("acme", "finished"), ended)
+    return [started.id, ended.id]
+
+
+def _id(msg: Any) -> str:
+    return str(msg.headers["Nats-Msg-Id"])
+
+
+async def test_an_old_jobs_stream_provisions_to_the_split_losing_and_repeating_nothing(
+    old_deployment: tuple[str, Bus],
+) -> None:
+    url, admin = old_deployment
+    acme = await Bus.connect(as_user(url, "tenant-acme", inbox_prefix=inbox_prefix("acme")))
+    replayer = await Bus.connect(as_user(url, "replayer"))
+    slicer = await Bus.connect(as_user(url, "slicer"))
+    try:
+        read, unread = await _events(acme, replayer, "a"), await _events(acme, replayer, "b")
+        reader = await slicer.js.pull_subscribe_bind("slicer-jobs", jobs.IN_STREAM)
+        applied = await reader.fetch(2, timeout=5)  # the slicer is part-way: these are applied
+        assert [_id(m) for m in applied] == read
+        for m in applied:
+            await m.ack_sync()
+        old_last = (await admin.js.stream_info(jobs.IN_STREAM)).state.last_seq
+
+        changes = [str(c) for c in await provision(admin)]
+        updated = next(c for c in changes if c.startswith(f"updated: stream {jobs.IN_STREAM} "))
+        for new in (jobs.STREAM, observed.STREAM):
+            assert changes.index(updated) < changes.index(f"created: stream {new}"), changes
+        assert await provision(admin) == []  # converged: the catalogue's layout, once
+        info = await admin.js.stream_info(jobs.IN_STREAM)
+        assert not info.config.subjects
+        assert info.state.last_seq == old_last  # the stored events stay, at their sequences
+
+        after = await _events(acme, replayer, "c")
+        got: list[Any] = []
+
+        async def all_read() -> bool:
+            with contextlib.suppress(TimeoutError):  # nothing yet within the second
+                got.extend(await reader.fetch(4 - len(got), timeout=1))
+            return len(got) >= 4
+
+        # the server copies from the sources it was told of before they existed
+        await eventually(all_read, 60, what="the unread and the new events", interval_s=0)
+        ids = [_id(m) for m in got]
+        assert ids[:2] == unread  # the unread old ones first, as stored
+        assert sorted(ids[2:]) == sorted(after)  # then the new ones, sourced
+        seqs = [m.metadata.sequence.stream for m in got]
+        assert seqs[:2] == [old_last - 1, old_last]
+        assert min(seqs[2:]) > old_last  # after every sequence a snapshot could hold
+        for m in got:
+            await m.ack_sync()
+        pending = await reader.consumer_info()
+        assert (pending.num_pending, pending.num_ack_pending) == (0, 0)  # none twice
+    finally:
+        for bus in (acme, replayer, slicer):
+            await bus.close()
