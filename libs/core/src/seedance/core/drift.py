@@ -154,6 +154,7 @@ def stream_config(spec: StreamSpec, replicas: int) -> js_api.StreamConfig:
         storage=js_api.StorageType.FILE,
         max_age=spec.max_age_s,
         max_bytes=spec.max_bytes,
+        max_msgs=spec.max_msgs,
         max_msgs_per_subject=spec.max_msgs_per_subject,
         max_msg_size=spec.max_msg_size,
         discard=js_api.DiscardPolicy.NEW if spec.discard_new else js_api.DiscardPolicy.OLD,
