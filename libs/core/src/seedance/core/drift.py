@@ -19,6 +19,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
@@ -403,6 +404,7 @@ async def converge(
     the new one can be created."""
     changes: list[Change] = []
     missing: list[js_api.StreamConfig] = []
+    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]] = {}
     for wanted in streams:
         name = wanted.name or ""
         stream = _kind(name) == "stream"
@@ -450,11 +452,49 @@ async def converge(
             log.error("stream_update_refused", stream=name, fields=list(found.fields), fix=fix)
             changes.append(Change(name, "left", found.fields, fix))
             continue
+        if stream:
+            updated[name] = (actual, wanted)
         changes.append(Change(name, "updated", found.fields))
+    created: list[js_api.StreamConfig] = []
     for wanted in missing:
-        await js.add_stream(wanted)
+        try:
+            await js.add_stream(wanted)
+        except (APIError, NatsTimeoutError):
+            await _put_back(js, updated, created)
+            raise
+        created.append(wanted)
         changes.append(Change(wanted.name or "", "created"))
     return changes
+
+
+async def _put_back(
+    js: JetStreamContext,
+    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
+    created: list[js_api.StreamConfig],
+) -> None:
+    """After a create failed: give each stream this run updated its config from before, so that
+    every subject it gave up for the creates has a stream again (review H1: the old
+    SEEDANCE_JOBS gave up the job subjects, SEEDANCE_OBSERVED's create was refused for its
+    reservation, and tenants' and observers' publishes found no stream at all). A subject a
+    stream created in this run now holds stays there and is sourced back from it (this user
+    may not delete what it created: the provisioner's grant), so nothing already stored in it
+    is lost. Best effort: a put-back the server refuses is logged; the create's error is
+    what the caller gets."""
+    taken = {subject: new for new in created for subject in new.subjects or ()}
+    for name, (before, wanted) in reversed(updated.items()):
+        kept = [subject for subject in before.subjects or () if subject not in taken]
+        back = dataclasses.replace(before, subjects=kept or None)
+        from_created = [
+            src for src in wanted.sources or () if any(src.name == new.name for new in created)
+        ]
+        if from_created:
+            back.sources = [*(before.sources or ()), *from_created]
+        try:
+            await js.update_stream(back)
+        except (APIError, NatsTimeoutError) as exc:  # the create's error is the one to raise
+            log.error("stream_put_back_failed", stream=name, error=repr(exc))
+            continue
+        log.warning("stream_put_back", stream=name, subjects=kept)
 
 
 def _merged(actual: js_api.StreamConfig, wanted: js_api.StreamConfig) -> js_api.StreamConfig:
