@@ -455,6 +455,16 @@ async def converge(
         if stream:
             updated[name] = (actual, wanted)
         changes.append(Change(name, "updated", found.fields))
+    return changes + await _create(js, missing, updated)
+
+
+async def _create(
+    js: JetStreamContext,
+    missing: list[js_api.StreamConfig],
+    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
+) -> list[Change]:
+    """Create ``missing`` in order; where the server refuses one, `_put_back` what ``updated``
+    changed (name -> its config before, the config it was given) and raise the refusal."""
     created: list[js_api.StreamConfig] = []
     for wanted in missing:
         try:
@@ -463,8 +473,7 @@ async def converge(
             await _put_back(js, updated, created)
             raise
         created.append(wanted)
-        changes.append(Change(wanted.name or "", "created"))
-    return changes
+    return [Change(wanted.name or "", "created") for wanted in created]
 
 
 async def _put_back(

@@ -190,14 +190,15 @@ async def wait_copied(js: Any, stream: str, *, timeout_s: float = 30.0) -> None:
             if last:
                 with contextlib.suppress(NotFoundError):
                     copy = await js.get_last_msg(stream, filt)
-                    origin, seq = (copy.headers or {}).get("Nats-Stream-Source", "- 0").split()[:2]
+                    source = (copy.headers or {}).get("Nats-Stream-Source", "- 0")
+                    origin, seq = source.split()[:2]
                     got = int(seq) if origin == src.name else 0
             progress[src.name] = (got, last)
         return all(got >= last for got, last in progress.values())
 
     if not await _poll_then_read(copied, timeout_s, 0.02):  # the server copies: no event
         raise TimeoutError(
-            f"{stream}'s copies (origin: copied / its last sequence) {progress}, after {timeout_s} s"
+            f"{stream}'s copies (origin: copied, its last sequence) {progress} after {timeout_s} s"
         )
 
 
