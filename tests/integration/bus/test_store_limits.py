@@ -24,6 +24,7 @@ from seedance.core.errors import StreamRefused
 from seedance.events import decode, encode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobSubmitted, ResourceRequest
+from seedance.events.specs import StreamSpec
 from seedance.events.stream_limits import COPY_HEADER_MAX_BYTES, JOB_EVENT_MAX_BYTES, LIMITS
 from seedance.events.subjects import (
     STREAMS,
@@ -294,6 +295,31 @@ async def test_provision_leaves_a_stream_already_over_its_new_bound():
             await bus.js.publish(jobs.subject("acme", "submitted"), b"{}")
         finally:
             await bus.close()
+
+
+async def test_provision_leaves_a_stream_already_over_its_new_message_bound() -> None:
+    """SEEDANCE_JOB_REQUESTS' message bound (review C1) is checked as its bytes are: a stream
+    already holding more keeps its config (applied, discard new would refuse every request)."""
+    from seedance.core.drift import converge, stream_config
+    from seedance.testing.servers import NatsServer
+
+    wanted = replace(stream_config(_spec(jobs.STREAM), 1), max_msgs=3)
+    with NatsServer() as server:
+        bus = await Bus.connect(BusSettings(url=server.url, name="test-provision"))
+        try:
+            await bus.js.add_stream(replace(wanted, max_msgs=-1))
+            for _ in range(5):
+                await bus.js.publish(jobs.subject("acme", "submitted"), b"{}")
+            [change] = await converge(bus.js, [wanted])
+            assert (change.action, change.fields) == ("left", ("max_msgs",))
+            assert "it holds 5 messages, more than its new max_msgs 3" in change.fix
+            assert (await bus.js.stream_info(jobs.STREAM)).config.max_msgs == -1
+        finally:
+            await bus.close()
+
+
+def _spec(name: str) -> StreamSpec:
+    return next(s for s in STREAMS if s.name == name)
 
 
 async def test_a_copys_header_stays_under_what_the_merged_stream_allows_for_it() -> None:

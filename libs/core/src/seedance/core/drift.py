@@ -418,13 +418,8 @@ async def converge(
         found = drift(wanted, actual)
         if found is None:
             continue
-        held = info.state.bytes
-        if "max_bytes" in found.fields and 0 < (wanted.max_bytes or -1) < held:
-            # Applied, a refuse-when-full stream would refuse every write and an evict-oldest
-            # one would drop its oldest history without a word (review R3, R4): the operator
-            # chooses.
-            fix = OVER_BOUND_HINT.format(stream=name, held=held, bound=wanted.max_bytes)
-            log.error("stream_over_new_bound", stream=name, bytes=held, max_bytes=wanted.max_bytes)
+        fix = _over_new_bound(name, wanted, info, found.fields)
+        if fix is not None:
             changes.append(Change(name, "left", found.fields, fix))
             continue
         # A bucket's or store's stream is never deleted here (its keys or objects may be
@@ -456,6 +451,26 @@ async def converge(
             updated[name] = (actual, wanted)
         changes.append(Change(name, "updated", found.fields))
     return changes + await _create(js, missing, updated)
+
+
+def _over_new_bound(
+    name: str, wanted: js_api.StreamConfig, info: js_api.StreamInfo, fields: Collection[str]
+) -> str | None:
+    """The fix to name where ``info``'s stream already holds more than a new bound of
+    ``wanted`` (bytes, or messages: `SEEDANCE_JOB_REQUESTS`' max_msgs, review C1), else None.
+    Applied, a refuse-when-full stream would refuse every write and an evict-oldest one would
+    drop its oldest history without a word (review R3, R4): the operator chooses."""
+    held, msgs = info.state.bytes, info.state.messages
+    if "max_bytes" in fields and 0 < (wanted.max_bytes or -1) < held:
+        log.error("stream_over_new_bound", stream=name, bytes=held, max_bytes=wanted.max_bytes)
+        return OVER_BOUND_HINT.format(stream=name, held=held, bound=wanted.max_bytes)
+    if "max_msgs" in fields and 0 < (wanted.max_msgs or -1) < msgs:
+        log.error("stream_over_new_bound", stream=name, messages=msgs, max_msgs=wanted.max_msgs)
+        hint = OVER_BOUND_HINT.replace("{held} bytes", "{held} messages")
+        return hint.replace("max_bytes", "max_msgs").format(
+            stream=name, held=msgs, bound=wanted.max_msgs
+        )
+    return None
 
 
 async def _create(
