@@ -24,14 +24,24 @@ from seedance.core.errors import StreamRefused
 from seedance.events import decode, encode, new_event_id
 from seedance.events.dlq import DeadLetter
 from seedance.events.jobs import JobSubmitted, ResourceRequest
-from seedance.events.stream_limits import JOB_EVENT_MAX_BYTES, LIMITS
-from seedance.events.subjects import STREAMS, costs, dlq, graph, inbox_prefix, jobs, slicing
+from seedance.events.specs import StreamSpec
+from seedance.events.stream_limits import COPY_HEADER_MAX_BYTES, JOB_EVENT_MAX_BYTES, LIMITS
+from seedance.events.subjects import (
+    STREAMS,
+    costs,
+    dlq,
+    graph,
+    inbox_prefix,
+    jobs,
+    observed,
+    slicing,
+)
 from seedance.graph_compiler.service import GraphCompilerService
 from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.sdk.client import SeedanceClient
 from seedance.testing.identities import ADMIN, as_user, password
 from seedance.testing.servers import shipped_auth_server
-from seedance.testing.waits import eventually, last_stored, wait_consumer_settled
+from seedance.testing.waits import eventually, last_stored, wait_consumer_settled, wait_copied
 from tests.conftest import serving
 
 #: The catalogue at 1/1024 of its size (GiB -> MiB), on a server with 1/1024 of the shipped
@@ -285,3 +295,60 @@ async def test_provision_leaves_a_stream_already_over_its_new_bound():
             await bus.js.publish(jobs.subject("acme", "submitted"), b"{}")
         finally:
             await bus.close()
+
+
+async def test_provision_leaves_a_stream_already_over_its_new_message_bound() -> None:
+    """SEEDANCE_JOB_REQUESTS' message bound (review C1) is checked as its bytes are: a stream
+    already holding more keeps its config (applied, discard new would refuse every request)."""
+    from seedance.core.drift import converge, stream_config
+    from seedance.testing.servers import NatsServer
+
+    wanted = replace(stream_config(_spec(jobs.STREAM), 1), max_msgs=3)
+    with NatsServer() as server:
+        bus = await Bus.connect(BusSettings(url=server.url, name="test-provision"))
+        try:
+            await bus.js.add_stream(replace(wanted, max_msgs=-1))
+            for _ in range(5):
+                await bus.js.publish(jobs.subject("acme", "submitted"), b"{}")
+            [change] = await converge(bus.js, [wanted])
+            assert (change.action, change.fields) == ("left", ("max_msgs",))
+            assert "it holds 5 messages, more than its new max_msgs 3" in change.fix
+            assert (await bus.js.stream_info(jobs.STREAM)).config.max_msgs == -1
+        finally:
+            await bus.close()
+
+
+def _spec(name: str) -> StreamSpec:
+    return next(s for s in STREAMS if s.name == name)
+
+
+async def test_a_copys_header_stays_under_what_the_merged_stream_allows_for_it() -> None:
+    """Review C1: every copy SEEDANCE_JOBS sources is larger than its original by the
+    ``Nats-Stream-Source`` header (58 B of empty request stored as 175 B), so its bound counts
+    `COPY_HEADER_MAX_BYTES` per message. Measured here on the pinned server for the widest
+    subject of each origin (a 63-character tenant, the longest kind), at a 20-digit sequence
+    (one byte a digit)."""
+    server = shipped_auth_server(password, provisioned=False)
+    admin = await _as(server.url, ADMIN)
+    try:
+        names = (jobs.STREAM, observed.STREAM, jobs.IN_STREAM)
+        await admin.ensure_streams([s for s in STREAMS if s.name in names])
+        widest = (
+            (jobs.STREAM, jobs.subject("acme", "submitted")),
+            (jobs.STREAM, jobs.subject("t" * 63, "cancelled")),
+            (observed.STREAM, observed.subject("t" * 63, "move_refused")),
+        )
+        overheads = []
+        for origin, subject in widest:
+            before = (await admin.js.stream_info(origin)).state.bytes
+            merged = (await admin.js.stream_info(jobs.IN_STREAM)).state.bytes
+            ack = await admin.js.publish(subject, b"")
+            await wait_copied(admin.js, jobs.IN_STREAM)
+            stored = (await admin.js.stream_info(origin)).state.bytes - before
+            copied = (await admin.js.stream_info(jobs.IN_STREAM)).state.bytes - merged
+            overheads.append(copied - stored + 20 - len(str(ack.seq)))
+        assert overheads[0] == 120 + 16  # the figure stream_limits quotes, at 4 digits
+        assert max(overheads) <= COPY_HEADER_MAX_BYTES, overheads
+    finally:
+        await admin.close()
+        server.stop()

@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from nats.js import api as js_api
+from nats.js.errors import APIError
 
 from seedance.core import Bus, BusSettings
 from seedance.core.kv import provision
@@ -123,3 +125,40 @@ async def test_an_old_jobs_stream_provisions_to_the_split_losing_and_repeating_n
     finally:
         for bus in (acme, replayer, slicer):
             await bus.close()
+
+
+async def test_a_create_refused_mid_upgrade_leaves_every_job_subject_a_stream() -> None:
+    """Review H1: provision updated the old SEEDANCE_JOBS (its subjects given up), created
+    SEEDANCE_JOB_REQUESTS, then the server refused SEEDANCE_OBSERVED's reservation (10047, past
+    ``max_file_store``): no stream took ``seedance.observed.>`` and the observers' publishes got
+    no stream. Now provision puts back the old config for what no new stream took, sourcing
+    the requests' new stream, and raises the refusal."""
+    # room for the updated SEEDANCE_JOBS and the requests' 512 MiB, not the observers' 256 MiB
+    with shipped_auth_server(shipped_password, provisioned=False, max_file_store="2500M") as server:
+        admin = await Bus.connect(
+            BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+        )
+        acme = await Bus.connect(
+            as_user(server.url, "tenant-acme", inbox_prefix=inbox_prefix("acme"))
+        )
+        replayer = await Bus.connect(as_user(server.url, "replayer"))
+        try:
+            await admin.js.add_stream(OLD_JOBS)
+            with pytest.raises(APIError) as refused:
+                await provision(admin)
+            assert refused.value.err_code == 10047, refused.value
+            info = await admin.js.stream_info(jobs.IN_STREAM)
+            assert info.config.subjects == [observed.ALL]
+            assert [s.name for s in info.config.sources or ()] == [jobs.STREAM]
+
+            ended = JobFinished(id=new_event_id(), at=datetime.now(UTC), job_id="j", tenant="acme")
+            assert (await replayer.publish(observed.subject("acme", "finished"), ended)).stream == (
+                jobs.IN_STREAM
+            )
+            started = JobStarted(id=new_event_id(), at=datetime.now(UTC), job_id="j", tenant="acme")
+            assert (await acme.publish(jobs.subject("acme", "started"), started)).stream == (
+                jobs.STREAM
+            )
+        finally:
+            for bus in (acme, replayer, admin):
+                await bus.close()

@@ -30,13 +30,14 @@ from tests.integration.deploy.refusals import ShippedUser, connect_shipped
 TENANT, OTHER = "acme", "globex"
 
 #: (stream, subject) of what a forged reply aimed at: the slicer's lease, its journal, the quota
-#: policy, the tenant registry, another tenant's request subject and the whole JOBS stream.
+#: policy, the tenant registry, another tenant's request subject (its requests' stream, where a
+#: publish lands at once; SEEDANCE_JOBS takes a copy later, so reading it proves nothing).
 TARGETS = [
     (f"KV_{LEASES}", f"$KV.{LEASES}.slicer.default"),
     ("KV_seedance-slicer-state", "$KV.seedance-slicer-state.default"),
     (f"KV_{POLICY_BUCKET}", f"$KV.{POLICY_BUCKET}.{QUOTA_POLICY_KEY}"),
     ("KV_seedance-tenants", f"$KV.seedance-tenants.{OTHER}"),
-    ("SEEDANCE_JOBS", jobs.subject(OTHER, "submitted")),
+    (jobs.STREAM, jobs.subject(OTHER, "submitted")),
 ]
 
 #: Each kind of request a tenant may send whose answer comes from the server itself: its job

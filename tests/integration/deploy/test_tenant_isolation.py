@@ -219,7 +219,7 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         whole = {"name": f"{stolen}-all", "deliver_subject": f"{prefix_b}.all"}
         assert await b.refused(f"{create}-all", _consumer_body(whole))
         # A's jobs: the publish never reaches the stream.
-        before = (await admin.js.stream_info("SEEDANCE_JOBS")).state.messages
+        before = (await admin.js.stream_info(jobs.STREAM)).state.messages
         assert await b.refused(jobs.subject(TENANT_A, "submitted"), b"forged")
         # A's inbox and its consumers' deliveries: reading either directly is refused as well.
         await raw.subscribe(f"{inbox_prefix(TENANT_A)}.>")
@@ -229,7 +229,7 @@ async def test_other_tenant_is_refused_on_a_tenants_costs_and_jobs(
         await eventually(lambda: len(errors) >= 5, 10, what="five permission violations")
     finally:
         await raw.close()
-    assert (await admin.js.stream_info("SEEDANCE_JOBS")).state.messages == before
+    assert (await admin.js.stream_info(jobs.STREAM)).state.messages == before
     with pytest.raises(NotFoundError):
         await admin.js.consumer_info("SEEDANCE_COSTS", stolen)
     joined = "\n".join(errors).lower()

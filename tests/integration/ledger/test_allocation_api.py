@@ -296,7 +296,7 @@ async def test_an_answer_goes_only_to_the_askers_own_inbox(auth_url: str, admin:
     assert (entry.revision, entry.value) == (held, b"held by slicer-0")
     assert [sub.pending_msgs for sub in watched] == [0, 0]
     with pytest.raises(NotFoundError):
-        await admin.js.get_last_msg("SEEDANCE_JOBS", forged[1])
+        await admin.js.get_last_msg(jobs.STREAM, forged[1])
     assert own.scope == asked_for_acme.scope == "acme"
     assert decode(fleet.data, AllocationAnswer).scope == "fleet"
     # the ledger was given the operator's forged replies as they were, and every one of acme's

@@ -29,6 +29,7 @@ from seedance.core.kv import ensure_bucket
 from seedance.events import new_event_id
 from seedance.events.jobs import JobFinished, JobSubmitted, ResourceRequest
 from seedance.events.slicing import JobReleased, Placement
+from seedance.events.specs import StreamSpec
 from seedance.events.subjects import BUCKETS, STREAMS, inbox_prefix, jobs, observed
 from seedance.testing.identities import ADMIN, as_user, password
 from seedance.testing.servers import shipped_auth_server
@@ -39,6 +40,13 @@ _SCALE = 1024
 _SMALL_STORE = "31M"
 
 
+def _scaled(spec: StreamSpec) -> StreamSpec:
+    """``spec`` with its bytes and message bounds / 1024 (the copies' headers, per message,
+    scale with the messages)."""
+    msgs = spec.max_msgs // _SCALE if spec.max_msgs > 0 else spec.max_msgs
+    return replace(spec, max_bytes=spec.max_bytes // _SCALE, max_msgs=msgs)
+
+
 @pytest.fixture
 async def small_store() -> AsyncIterator[str]:
     """A shipped-auth server with a small store, the scaled catalogue and the KV buckets created
@@ -47,9 +55,7 @@ async def small_store() -> AsyncIterator[str]:
     try:
         admin = await Bus.connect(as_user(server.url, ADMIN))
         try:
-            await admin.ensure_streams(
-                [replace(s, max_bytes=s.max_bytes // _SCALE) for s in STREAMS]
-            )
+            await admin.ensure_streams([_scaled(s) for s in STREAMS])
             for name in BUCKETS:  # the slicer's state, leases, policy (no byte reservation)
                 await ensure_bucket(admin, name)
         finally:
@@ -114,6 +120,52 @@ async def test_a_tenant_filling_its_stream_never_stops_the_observers_end_of_a_jo
             )  # fmt: skip
             with pytest.raises(StreamRefused, match="stream full"):
                 await admin.publish(jobs.subject("globex", "submitted"), late)
+    finally:
+        await d.close()
+        for bus in (admin, acme, replayer):
+            await bus.close()
+
+
+async def _fill_empty(acme: Bus) -> tuple[int, nats.js.errors.APIError]:
+    """acme's empty requests (no headers either: the smallest a stream stores) until refused:
+    how many were taken, and the refusal."""
+    accepted = 0
+    while True:
+        try:
+            await acme.js.publish(jobs.subject("acme", "submitted"), b"")
+        except nats.js.errors.APIError as exc:
+            return accepted, exc
+        accepted += 1
+
+
+async def test_the_smallest_requests_never_evict_an_unread_observed_end(
+    small_store: str, unique: str
+) -> None:
+    """Review C1: the slicer is down when the observer reports the job's end; acme then fills its
+    stream with the smallest requests there are (empty, no headers: 58 B stored, 178 B as a copy
+    in SEEDANCE_JOBS). Sized by bytes alone, their copies overran SEEDANCE_JOBS, which evicted
+    the unread end (the GPU was never released); bounded in messages too, they fit."""
+    url = small_store
+    admin = await Bus.connect(as_user(url, ADMIN))
+    acme = await Bus.connect(as_user(url, "tenant-acme", inbox_prefix=inbox_prefix("acme")))
+    replayer = await Bus.connect(as_user(url, "replayer"))
+    d = await Decisions.open(admin, "acme")
+    try:
+        async with slicer(url, unique) as svc:
+            await live_node(admin, svc, f"n0-{unique}", 1)
+            run = JobSubmitted(
+                id=new_event_id(), at=datetime.now(UTC), job_id="run", tenant="acme",
+                request=ResourceRequest(gpus=1),
+            )  # fmt: skip
+            await acme.publish(jobs.subject("acme", "submitted"), run)
+            await d.wait(lambda: bool(of(d, Placement, "acme", "run")))
+        end = JobFinished(id=new_event_id(), at=datetime.now(UTC), job_id="run", tenant="acme")
+        await replayer.publish(observed.subject("acme", "finished"), end)
+        accepted, refused = await _fill_empty(acme)
+        assert refused.err_code == StreamRefused.FULL
+        assert accepted > 0
+        async with slicer(url, unique):
+            await d.wait(lambda: bool(of(d, JobReleased, "acme", "run")))
     finally:
         await d.close()
         for bus in (admin, acme, replayer):

@@ -98,7 +98,9 @@ async def seedance_consume(bus: Bus, tenant: str, n: int, durable: str) -> float
 
     spec = ConsumerSpec(
         durable=durable,
-        stream="SEEDANCE_JOBS",
+        # The stream the events were published to: SEEDANCE_JOBS takes its copies later, and
+        # timing it would time the server's sourcing too (review L5).
+        stream=jobs.STREAM,
         filter_subjects=(jobs.tenant_wildcard(tenant),),
         max_ack_pending=-1,
     )
@@ -118,7 +120,7 @@ async def seedance_consume(bus: Bus, tenant: str, n: int, durable: str) -> float
 
 async def bare(bus: Bus, tenant: str, n: int, durable: str) -> float:
     return await bare_fetch_ack_rate(
-        bus.js, "SEEDANCE_JOBS", jobs.tenant_wildcard(tenant), n, durable, batch=100
+        bus.js, jobs.STREAM, jobs.tenant_wildcard(tenant), n, durable, batch=100
     )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
@@ -154,6 +155,7 @@ def stream_config(spec: StreamSpec, replicas: int) -> js_api.StreamConfig:
         storage=js_api.StorageType.FILE,
         max_age=spec.max_age_s,
         max_bytes=spec.max_bytes,
+        max_msgs=spec.max_msgs,
         max_msgs_per_subject=spec.max_msgs_per_subject,
         max_msg_size=spec.max_msg_size,
         discard=js_api.DiscardPolicy.NEW if spec.discard_new else js_api.DiscardPolicy.OLD,
@@ -402,6 +404,7 @@ async def converge(
     the new one can be created."""
     changes: list[Change] = []
     missing: list[js_api.StreamConfig] = []
+    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]] = {}
     for wanted in streams:
         name = wanted.name or ""
         stream = _kind(name) == "stream"
@@ -415,13 +418,8 @@ async def converge(
         found = drift(wanted, actual)
         if found is None:
             continue
-        held = info.state.bytes
-        if "max_bytes" in found.fields and 0 < (wanted.max_bytes or -1) < held:
-            # Applied, a refuse-when-full stream would refuse every write and an evict-oldest
-            # one would drop its oldest history without a word (review R3, R4): the operator
-            # chooses.
-            fix = OVER_BOUND_HINT.format(stream=name, held=held, bound=wanted.max_bytes)
-            log.error("stream_over_new_bound", stream=name, bytes=held, max_bytes=wanted.max_bytes)
+        fix = _over_new_bound(name, wanted, info, found.fields)
+        if fix is not None:
             changes.append(Change(name, "left", found.fields, fix))
             continue
         # A bucket's or store's stream is never deleted here (its keys or objects may be
@@ -449,11 +447,78 @@ async def converge(
             log.error("stream_update_refused", stream=name, fields=list(found.fields), fix=fix)
             changes.append(Change(name, "left", found.fields, fix))
             continue
+        if stream:
+            updated[name] = (actual, wanted)
         changes.append(Change(name, "updated", found.fields))
+    return changes + await _create(js, missing, updated)
+
+
+def _over_new_bound(
+    name: str, wanted: js_api.StreamConfig, info: js_api.StreamInfo, fields: Collection[str]
+) -> str | None:
+    """The fix to name where ``info``'s stream already holds more than a new bound of
+    ``wanted`` (bytes, or messages: `SEEDANCE_JOB_REQUESTS`' max_msgs, review C1), else None.
+    Applied, a refuse-when-full stream would refuse every write and an evict-oldest one would
+    drop its oldest history without a word (review R3, R4): the operator chooses."""
+    held, msgs = info.state.bytes, info.state.messages
+    if "max_bytes" in fields and 0 < (wanted.max_bytes or -1) < held:
+        log.error("stream_over_new_bound", stream=name, bytes=held, max_bytes=wanted.max_bytes)
+        return OVER_BOUND_HINT.format(stream=name, held=held, bound=wanted.max_bytes)
+    if "max_msgs" in fields and 0 < (wanted.max_msgs or -1) < msgs:
+        log.error("stream_over_new_bound", stream=name, messages=msgs, max_msgs=wanted.max_msgs)
+        hint = OVER_BOUND_HINT.replace("{held} bytes", "{held} messages")
+        return hint.replace("max_bytes", "max_msgs").format(
+            stream=name, held=msgs, bound=wanted.max_msgs
+        )
+    return None
+
+
+async def _create(
+    js: JetStreamContext,
+    missing: list[js_api.StreamConfig],
+    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
+) -> list[Change]:
+    """Create ``missing`` in order; where the server refuses one, `_put_back` what ``updated``
+    changed (name -> its config before, the config it was given) and raise the refusal."""
+    created: list[js_api.StreamConfig] = []
     for wanted in missing:
-        await js.add_stream(wanted)
-        changes.append(Change(wanted.name or "", "created"))
-    return changes
+        try:
+            await js.add_stream(wanted)
+        except (APIError, NatsTimeoutError):
+            await _put_back(js, updated, created)
+            raise
+        created.append(wanted)
+    return [Change(wanted.name or "", "created") for wanted in created]
+
+
+async def _put_back(
+    js: JetStreamContext,
+    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
+    created: list[js_api.StreamConfig],
+) -> None:
+    """After a create failed: give each stream this run updated its config from before, so that
+    every subject it gave up for the creates has a stream again (review H1: the old
+    SEEDANCE_JOBS gave up the job subjects, SEEDANCE_OBSERVED's create was refused for its
+    reservation, and tenants' and observers' publishes found no stream at all). A subject a
+    stream created in this run now holds stays there and is sourced back from it (this user
+    may not delete what it created: the provisioner's grant), so nothing already stored in it
+    is lost. Best effort: a put-back the server refuses is logged; the create's error is
+    what the caller gets."""
+    taken = {subject: new for new in created for subject in new.subjects or ()}
+    for name, (before, wanted) in reversed(updated.items()):
+        kept = [subject for subject in before.subjects or () if subject not in taken]
+        back = dataclasses.replace(before, subjects=kept or None)
+        from_created = [
+            src for src in wanted.sources or () if any(src.name == new.name for new in created)
+        ]
+        if from_created:
+            back.sources = [*(before.sources or ()), *from_created]
+        try:
+            await js.update_stream(back)
+        except (APIError, NatsTimeoutError) as exc:  # the create's error is the one to raise
+            log.error("stream_put_back_failed", stream=name, error=repr(exc))
+            continue
+        log.warning("stream_put_back", stream=name, subjects=kept)
 
 
 def _merged(actual: js_api.StreamConfig, wanted: js_api.StreamConfig) -> js_api.StreamConfig:

@@ -45,6 +45,9 @@ class StreamSpec:
     #: Publish de-duplication window on Nats-Msg-Id (JetStream's default is 2 min).
     duplicate_window_s: float = 120.0
     max_bytes: int = -1
+    #: At most this many messages in the stream (-1: no limit); discard new refuses past it
+    #: as past ``max_bytes``.
+    max_msgs: int = -1
     #: At most this many messages per subject, the oldest discarded (-1: no limit).
     max_msgs_per_subject: int = -1
     #: The largest message the stream takes (-1: the server's max_payload); a larger publish

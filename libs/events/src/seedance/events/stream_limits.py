@@ -20,12 +20,14 @@ tenant's NEW requests there until retention or an operator's purge; per-tenant N
 with JetStream limits would bound one tenant's bytes, and are not done (docs/security.md).
 It cannot stop the trusted observers' job events: they land in ``SEEDANCE_OBSERVED``, which no
 tenant writes, and reach the slicer through ``SEEDANCE_JOBS``, which takes every sourced
-message (discard old) and is sized so that no tenant can make it evict one (`LIMITS`).
+message (discard old) and is sized so that no tenant can make it evict one (`LIMITS`). A copy is
+larger than its original by the ``Nats-Stream-Source`` header the server adds
+(`COPY_HEADER_MAX_BYTES`), so the requests stream is bounded in messages as well as bytes.
 """
 
 from __future__ import annotations
 
-__all__ = ["JOB_EVENT_MAX_BYTES", "LIMITS", "StreamLimit"]
+__all__ = ["COPY_HEADER_MAX_BYTES", "JOB_EVENT_MAX_BYTES", "LIMITS", "StreamLimit"]
 
 from typing import NamedTuple
 
@@ -44,20 +46,40 @@ _GIB = 1024**3
 JOB_EVENT_MAX_BYTES = 256 * _KIB
 _REQUESTS = 512 * _MIB
 _OBSERVED = 256 * _MIB
+#: At most this many requests in ``SEEDANCE_JOB_REQUESTS`` (discard new), and observed events in
+#: ``SEEDANCE_OBSERVED`` (discard old). The Alibaba GPU-sharing trace's whole 1,213-node cluster
+#: submits 1,638 jobs per 30 days (docs/security.md); a job is ~4 events, so 1,000,000 is ~150
+#: times that cluster's retention, and twice the ~500,000 events the 512 MiB is sized for
+#: (~4,000 jobs a day). Only empty junk reaches it first: 1,000,000 x 58 B is 55 MiB.
+_REQUESTS_MSGS = 1_000_000
+_OBSERVED_MSGS = 1_000_000
+#: What the server adds to each copy it sources into another stream: the ``Nats-Stream-Source``
+#: header (``NATS/1.0``, the origin stream's name, the origin sequence, the source's filter and
+#: transform, the copy's subject, an 8-character hash; the header block itself where the original
+#: had none). Measured on the pinned server (tests/integration/bus/test_store_limits.py): 120 B for
+#: an empty ``seedance.jobs.acme.submitted`` at a 4-digit sequence (58 B stored in the requests
+#: stream, 178 B as a copy), one byte more per sequence digit and per subject character. The
+#: widest copy a Seedance writer can cause: a 20-digit sequence and a 94-character subject
+#: (``seedance.observed.<63-character tenant>.move_refused``; tenants publish only on their own
+#: ``seedance.jobs.<tenant>.<kind>``, 87 at most; a writer's own headers count in the original's
+#: bytes), 120 + 16 + 66 = 202 B; 256 leaves room for a longer stream name.
+COPY_HEADER_MAX_BYTES = 256
 
 
 class StreamLimit(NamedTuple):
     max_bytes: int
     max_msg_size: int = -1
     discard_new: bool = False
+    max_msgs: int = -1
 
 
 #: Per stream: its reservation, largest message and discard policy. Trusted writers' streams keep
 #: discard old (their oldest go first at the bound, as SEEDANCE_TELEMETRY always did). The streams
 #: bounded before audit F2 keep their figures (TELEMETRY, NODE_PLANS, MODELS, LEDGER_IN,
 #: NODE_DECISIONS: 8.06 GiB); the ones it bounded share 1.38 GiB, and the split of the job streams
-#: (requests, observed, their merge) added 1.5 GiB, so that with the object stores (16.25 GiB) the
-#: catalogue reserves 27.19 GiB and the shipped ``max_file_store`` 32G (29.80 GiB) keeps 2.61 GiB
+#: (requests, observed, their merge, its copies' headers) added 1.98 GiB, so that with the object
+#: stores (16.25 GiB) the catalogue reserves 27.66 GiB and the shipped ``max_file_store`` 32G
+#: (29.80 GiB) keeps 2.14 GiB
 #: for the KV buckets, which reserve nothing (at least 2 GiB: review R2, R6, R7: 48G broke compose
 #: upgrades and the Kubernetes volume claim). Each figure: a typical event's bytes x what the
 #: retention holds, far above the compose/demo fleet (a few nodes, tens of jobs a day). A larger
@@ -67,20 +89,34 @@ LIMITS: dict[str, StreamLimit] = {
     # ~1 KiB a job event, ~4 a job: 512 MiB is ~500,000 events, ~4,000 jobs a day for the 30
     # days' retention; full, it refuses new requests (never evicts an unhandled one). The
     # figure SEEDANCE_JOBS had when it took the requests itself.
-    "SEEDANCE_JOB_REQUESTS": StreamLimit(_REQUESTS, JOB_EVENT_MAX_BYTES, discard_new=True),
+    # Bounded in messages too (`_REQUESTS_MSGS`): the copies' headers are per message, and
+    # 512 MiB of the smallest junk was 9.26 million copies of 178 B, 1.53 GiB (review C1).
+    "SEEDANCE_JOB_REQUESTS": StreamLimit(
+        _REQUESTS, JOB_EVENT_MAX_BYTES, discard_new=True, max_msgs=_REQUESTS_MSGS
+    ),
     # The observers' submit and end of each pod (~1 KiB each, ~2 a job), trusted writers only:
-    # ~8,000 a day for the 30 days' retention is 240 MiB. Discard old: a tenant cannot write
-    # here, so nothing but the fleet's own volume fills it, and the bridge is never refused.
-    "SEEDANCE_OBSERVED": StreamLimit(_OBSERVED),
+    # ~8,000 a day for the 30 days' retention is 240 MiB, 240,000 events. Discard old: a tenant
+    # cannot write here, so nothing but the fleet's own volume fills it, and the bridge is
+    # never refused.
+    "SEEDANCE_OBSERVED": StreamLimit(_OBSERVED, max_msgs=_OBSERVED_MSGS),
     # The slicer's merged input (sourced, discard old: a sourced message is never refused, so
     # the observers' events always get in). It evicts an event only past its bound, which is
     # the two origins' bounds and the 512 MiB an older SEEDANCE_JOBS may hold from before the
     # split: over one 30-day retention it receives at most what the requests stream accepted
     # in it (a discard-new stream of the same age holds everything it accepted then: at most
-    # its bound, however a tenant floods) and what the observers published, so a tenant alone
-    # can never make it evict an unread event. (Work-queue retention would also bound it, but
-    # the slicer's readers are not its only readers: tests and benches read it whole.)
-    "SEEDANCE_JOBS": StreamLimit(_REQUESTS + _OBSERVED + 512 * _MIB),
+    # its bounds, however a tenant floods) and what the observers published, each copy larger
+    # by its header: bytes + messages x `COPY_HEADER_MAX_BYTES` per origin (1.73 GiB in all),
+    # so a tenant alone can never make it evict an unread event. (Work-queue retention would
+    # also bound it, but the slicer's readers are not its only readers: tests and benches read
+    # it whole.) An operator purging a tenant's requests purges its copies here too
+    # (docs/security.md): a purged origin accepts a fresh bound, its copies stay.
+    "SEEDANCE_JOBS": StreamLimit(
+        _REQUESTS
+        + _REQUESTS_MSGS * COPY_HEADER_MAX_BYTES
+        + _OBSERVED
+        + _OBSERVED_MSGS * COPY_HEADER_MAX_BYTES
+        + 512 * _MIB
+    ),
     "SEEDANCE_TELEMETRY": StreamLimit(2 * _GIB),
     # ~0.5 KiB a placement/release/share, a few per job: ~500,000 over 30 days.
     "SEEDANCE_SLICING": StreamLimit(256 * _MIB),

@@ -20,6 +20,7 @@ periodic report): ``next_matching`` bounds each read by what is left of the dead
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -161,30 +162,43 @@ async def wait_sourced(
 
 
 async def wait_copied(js: Any, stream: str, *, timeout_s: float = 30.0) -> None:
-    """Wait until ``stream``, which the server fills by sourcing others, holds at least as many
-    messages as its origins hold under its sources' filters: what they acknowledged is copied.
+    """Wait until ``stream``, which the server fills by sourcing others, holds a copy of the
+    last message each origin holds under its source's filter: what they acknowledged is copied
+    (a source copies in its origin's order, so the last copy's origin sequence, which its
+    ``Nats-Stream-Source`` header names, is how far that source got).
 
     For a driver that does not know how many its publishes stored (a flooder's, partly
     refused), before it waits for a reader of ``stream`` to settle (the slicer's
     ``SEEDANCE_JOBS``: its ``slicer-jobs`` has nothing pending while the copies are on the
-    way). A stream that keeps fewer than its origins (its own bound evicted some, or the
-    server dropped a copy whose ``Nats-Msg-Id`` another origin's copy already had) never gets
-    there: the timeout names both counts."""
-    held = wanted = 0
+    way). Per source, so that one origin's copies do not stand in for another's still on the
+    way, and an eviction in ``stream`` does not hide one (the count it compared before
+    returned at once where the merged stream held more than its origins: review L6). Its
+    limits: the sources' filters must not overlap (each copy is told apart by its subject); a
+    last message whose copy ``stream`` dropped (its ``Nats-Msg-Id`` another origin's copy already
+    had) or evicted never gets there: the timeout names each source's progress."""
+    progress: dict[str, tuple[int, int]] = {}
 
     async def copied() -> bool:
-        nonlocal held, wanted
         info = await js.stream_info(stream)
-        wanted = 0
         for src in info.config.sources or ():
-            origin = await js.stream_info(src.name, subjects_filter=src.filter_subject or ">")
-            wanted += sum((origin.state.subjects or {}).values())
-        held = info.state.messages
-        return bool(held >= wanted)
+            filt = src.filter_subject or ">"
+            try:
+                last = (await js.get_last_msg(src.name, filt)).seq
+            except NotFoundError:
+                last = 0
+            got = 0
+            if last:
+                with contextlib.suppress(NotFoundError):
+                    copy = await js.get_last_msg(stream, filt)
+                    source = (copy.headers or {}).get("Nats-Stream-Source", "- 0")
+                    origin, seq = source.split()[:2]
+                    got = int(seq) if origin == src.name else 0
+            progress[src.name] = (got, last)
+        return all(got >= last for got, last in progress.values())
 
     if not await _poll_then_read(copied, timeout_s, 0.02):  # the server copies: no event
         raise TimeoutError(
-            f"{stream} holds {held} messages, its origins {wanted}, after {timeout_s} s"
+            f"{stream}'s copies (origin: copied, its last sequence) {progress} after {timeout_s} s"
         )
 
 
