@@ -405,52 +405,69 @@ async def converge(
     changes: list[Change] = []
     missing: list[js_api.StreamConfig] = []
     updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]] = {}
-    for wanted in streams:
-        name = wanted.name or ""
-        stream = _kind(name) == "stream"
-        try:
-            info = await js.stream_info(name)
-        except NotFoundError:
-            if stream:
-                missing.append(wanted)
-            continue
-        actual = info.config
-        found = drift(wanted, actual)
-        if found is None:
-            continue
-        fix = _over_new_bound(name, wanted, info, found.fields)
-        if fix is not None:
-            changes.append(Change(name, "left", found.fields, fix))
-            continue
-        # A bucket's or store's stream is never deleted here (its keys or objects may be
-        # nowhere else), nor a stream this user may not delete: the operator's, by hand.
-        if found.mirror_changed and (
-            not stream or (deletable is not None and name not in deletable)
-        ):
-            fix = OPERATOR_DELETE_HINT.replace("<stream>", name)
-            changes.append(Change(name, "left", found.fields, f"carries a mirror; {fix}"))
-            continue
-        if found.mirror_changed:
-            with contextlib.suppress(NotFoundError):
-                await js.delete_stream(name)
-            await js.add_stream(wanted)
-            changes.append(Change(name, "recreated", found.fields))
-            continue
-        try:
-            await js.update_stream(wanted if stream else _merged(actual, wanted))
-        except APIError as exc:
-            # A change the server will not make in place (a retention or storage an operator
-            # set by hand, a reservation past max_file_store: err_code 10047): the others are
-            # converged all the same, and this one names the server's reason.
-            refused = f"{exc.err_code}: {exc.description}"
-            fix = f"the server refused the update ({refused}); {REFUSED_HINT}"
-            log.error("stream_update_refused", stream=name, fields=list(found.fields), fix=fix)
-            changes.append(Change(name, "left", found.fields, fix))
-            continue
-        if stream:
-            updated[name] = (actual, wanted)
-        changes.append(Change(name, "updated", found.fields))
+    try:
+        for wanted in streams:
+            await _converge_one(js, wanted, deletable, changes, missing, updated)
+    except Exception:
+        # A later stream's info or update that fails (a time-out, a mirror's re-create refused)
+        # after an older stream gave up its subjects would leave them no stream: put it back.
+        await _put_back(js, updated, [])
+        raise
     return changes + await _create(js, missing, updated)
+
+
+async def _converge_one(
+    js: JetStreamContext,
+    wanted: js_api.StreamConfig,
+    deletable: Collection[str] | None,
+    changes: list[Change],
+    missing: list[js_api.StreamConfig],
+    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
+) -> None:
+    """`converge`'s step for one existing stream: what it did goes to ``changes``, a missing
+    stream to ``missing``, a stream it updated (with its config before) to ``updated``."""
+    name = wanted.name or ""
+    stream = _kind(name) == "stream"
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        if stream:
+            missing.append(wanted)
+        return
+    actual = info.config
+    found = drift(wanted, actual)
+    if found is None:
+        return
+    fix = _over_new_bound(name, wanted, info, found.fields)
+    if fix is not None:
+        changes.append(Change(name, "left", found.fields, fix))
+        return
+    # A bucket's or store's stream is never deleted here (its keys or objects may be
+    # nowhere else), nor a stream this user may not delete: the operator's, by hand.
+    if found.mirror_changed and (not stream or (deletable is not None and name not in deletable)):
+        fix = OPERATOR_DELETE_HINT.replace("<stream>", name)
+        changes.append(Change(name, "left", found.fields, f"carries a mirror; {fix}"))
+        return
+    if found.mirror_changed:
+        with contextlib.suppress(NotFoundError):
+            await js.delete_stream(name)
+        await js.add_stream(wanted)
+        changes.append(Change(name, "recreated", found.fields))
+        return
+    try:
+        await js.update_stream(wanted if stream else _merged(actual, wanted))
+    except APIError as exc:
+        # A change the server will not make in place (a retention or storage an operator
+        # set by hand, a reservation past max_file_store: err_code 10047): the others are
+        # converged all the same, and this one names the server's reason.
+        refused = f"{exc.err_code}: {exc.description}"
+        fix = f"the server refused the update ({refused}); {REFUSED_HINT}"
+        log.error("stream_update_refused", stream=name, fields=list(found.fields), fix=fix)
+        changes.append(Change(name, "left", found.fields, fix))
+        return
+    if stream:
+        updated[name] = (actual, wanted)
+    changes.append(Change(name, "updated", found.fields))
 
 
 def _over_new_bound(
@@ -496,8 +513,9 @@ async def _put_back(
     updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
     created: list[js_api.StreamConfig],
 ) -> None:
-    """After a create failed: give each stream this run updated its config from before, so that
-    every subject it gave up for the creates has a stream again (review H1: the old
+    """After a create, or a later stream's info or update, failed: give each stream this run
+    updated its config from before, so that every subject it gave up has a stream again
+    (review H1: the old
     SEEDANCE_JOBS gave up the job subjects, SEEDANCE_OBSERVED's create was refused for its
     reservation, and tenants' and observers' publishes found no stream at all). A subject a
     stream created in this run now holds stays there and is sourced back from it (this user
