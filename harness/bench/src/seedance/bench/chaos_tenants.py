@@ -67,7 +67,7 @@ from seedance.events.node_permissions import node_user_name
 from seedance.events.permissions import tenant_user_name
 from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.slicing import JobRejected, Placement, Preempted
-from seedance.events.subjects import inbox_prefix
+from seedance.events.subjects import inbox_prefix, jobs
 from seedance.events.telemetry import NodeInventory
 from seedance.testing.paths import REPO
 from seedance.testing.processes import ServiceProcesses
@@ -211,10 +211,19 @@ async def _stage(logdir: Path, out: Outcome) -> AsyncIterator[_Stage]:
 
 
 async def _send_hostile(mallory: Bus, batch: list[Hostile]) -> None:
-    for h in batch:
+    """Sends ``batch`` and returns once the server has taken every publish of it into the
+    requests' stream: the last one onto a subject the tenant may publish on goes as a request,
+    and the stream's answer (stored, or refused as full) comes after every earlier publish of
+    this connection to that stream. A flush is no such barrier (nats-py writes its PING ahead of
+    publishes still queued), and `wait_copied` reads how far the stream is from the server."""
+    own = set(jobs.tenant_subjects(HOSTILE))
+    last = max((i for i, h in enumerate(batch) if not h.api and h.subject in own), default=-1)
+    for i, h in enumerate(batch):
         if h.api:
             with contextlib.suppress(Exception):  # a refusal times out the request
                 await mallory.nc.request(h.subject, h.data, timeout=0.5)
+        elif i == last:
+            await mallory.nc.request(h.subject, h.data, timeout=30)
         else:
             await mallory.nc.publish(h.subject, h.data)
     await mallory.nc.flush()
