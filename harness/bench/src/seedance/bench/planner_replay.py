@@ -17,8 +17,20 @@ static where `--static-gpu-hours` is given (the bench's `static_gpu_hours`), and
 planner is causal, so its decisions there are the hour's; that replay runs on until those
 requests are served).
 
+With `--bound`, instead of the planner, the clairvoyant bound at each start-up: a scaler that
+asks one constant count N at every tick from the planner's first decision (`ConstantScaler`, the
+planner's interval), in the same simulator from the same start fleet, routing and start-up draws.
+N is chosen in hindsight: the fewest replicas whose run meets the SLO target, scanned one by one
+from the start count (upward while the run misses, downward while the next lower one still
+meets), since the simulated SLO is not monotone in N to the digit (a bisection could step over
+the first N that meets it). The run at N + 1 is reported beside it. What no causal planner that
+holds one count can beat, and what the cost goal (<= 1.10 x static) leaves to learn.
+
 Usage: python -m tools.bench.planner_replay TRACE [--draws 60 0 1 2] [--static-gpu-hours G]
-[--cold-cost]. One line per run on stdout: `planner_replay: trace=... startup=60|draw<k> ...`.
+[--cold-cost] [--bound]. One line per run on stdout: `planner_replay: trace=...
+startup=60|draw<k> ...`; with `--bound`, two per start-up: `planner_bound: trace=... startup=...
+n=... slo_pct=... gpu_hours=... x_static=...` at N and at N + 1 (static: `--static-gpu-hours`,
+else the bench's hindsight search, run first).
 """
 
 from __future__ import annotations
@@ -30,11 +42,11 @@ from pathlib import Path
 
 from seedance.bench import autoscale as bench
 from seedance.bench.router_sim import TraceRequest, load_trace
-from seedance.bench.router_sim.autoscale import PlannerScaler
+from seedance.bench.router_sim.autoscale import ConstantScaler, PlannerScaler
 from seedance.bench.router_sim.startup import StartupModel
 from seedance.testing.paths import data_dir
 
-__all__ = ["ReplayRow", "main", "replay_planner"]
+__all__ = ["BoundRow", "ReplayRow", "clairvoyant_bound", "main", "replay_planner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +57,76 @@ class ReplayRow:
     cold_slo_pct: float
     modes_pct: tuple[float, float, float]  # forecast / panic / floor, as planner_mode_pct
     cold_gpu_hours: float = math.nan  # the first COLD_S's arrivals replayed alone
+
+
+@dataclass(frozen=True, slots=True)
+class BoundRow:
+    startup: str
+    replicas: int  # the constant asked from the first decision
+    slo_pct: float
+    gpu_hours: float
+
+
+def clairvoyant_bound(
+    trace: list[TraceRequest],
+    startup: float | tuple[float, ...],
+    label: str,
+    *,
+    slo_s: float = 2.0,
+    target_pct: float = 95.0,
+) -> tuple[BoundRow, BoundRow]:
+    """The fewest replicas N that, asked at every tick from the first, meet `target_pct` on
+    `trace` at `startup` (the module docstring: why a scan), and the run at N + 1."""
+    capacity = bench.replica_capacity()
+    cfg = bench.planner_config(slo_s, target_pct / 100.0, 60.0)  # the lead plays no part
+    n0 = bench.start_count(trace, capacity, cfg)
+    ok = bench.attainable(trace, slo_s)
+    runs: dict[int, bench.Run] = {}
+
+    def at(n: int) -> bench.Run:
+        if n not in runs:
+            scaler = ConstantScaler(n, cfg.interval_s)
+            runs[n] = bench.replay(f"bound n={n}", trace, ok, slo_s, n0, startup, scaler)
+        return runs[n]
+
+    n = n0
+    if at(n).slo_pct >= target_pct:
+        while n > 1 and at(n - 1).slo_pct >= target_pct:
+            n -= 1
+    else:
+        while at(n).slo_pct < target_pct:
+            if n >= cfg.max_replicas:
+                raise SystemExit(f"no constant fleet up to {n} replicas meets {target_pct}%")
+            n += 1
+    first, second = at(n), at(n + 1)
+    return (
+        BoundRow(label, n, first.slo_pct, first.gpu_hours),
+        BoundRow(label, n + 1, second.slo_pct, second.gpu_hours),
+    )
+
+
+def _startups(
+    draws: list[str], startup_data: Path | None
+) -> list[tuple[str, float | tuple[float, ...], float]]:
+    """(label, start-ups, the planner's lead) per entry of `draws`, as bench-autoscale runs
+    them: "60" every replica 60 s, lead 60 s; a seed, the measured draws, lead their p90."""
+    out: list[tuple[str, float | tuple[float, ...], float]] = []
+    measured: StartupModel | None = None
+    for d in draws:
+        if d == "60":
+            out.append(("60", 60.0, 60.0))
+            continue
+        if measured is None:
+            path = startup_data or data_dir() / "alibaba-genai-2026" / bench.LOAD_LATENCY_FILE
+            measured = StartupModel.measured(path, weight_bytes=bench.P.weight_bytes)
+        out.append(
+            (
+                f"draw{int(d)}",
+                measured.draws(bench.STARTUP_DRAWS, seed=int(d)),
+                measured.quantile(bench.STARTUP_PLAN_QUANTILE),
+            )
+        )
+    return out
 
 
 def _run(
@@ -73,19 +155,7 @@ def replay_planner(
     """One row per entry of `draws`: "60" (every replica 60 s, lead 60 s) or a seed of the
     measured start-up draws (lead: their p90), as bench-autoscale runs them."""
     rows = []
-    measured: StartupModel | None = None
-    for d in draws:
-        if d == "60":
-            startup: float | tuple[float, ...] = 60.0
-            lead_s = 60.0
-            label = "60"
-        else:
-            if measured is None:
-                path = startup_data or data_dir() / "alibaba-genai-2026" / bench.LOAD_LATENCY_FILE
-                measured = StartupModel.measured(path, weight_bytes=bench.P.weight_bytes)
-            startup = measured.draws(bench.STARTUP_DRAWS, seed=int(d))
-            lead_s = measured.quantile(bench.STARTUP_PLAN_QUANTILE)
-            label = f"draw{int(d)}"
+    for label, startup, lead_s in _startups(draws, startup_data):
         run, modes = _run(trace, slo_s, startup, lead_s)
         cold_gpu_h = math.nan
         if cold_cost:
@@ -105,8 +175,26 @@ def main() -> None:
     ap.add_argument("--slo-s", type=float, default=2.0)
     ap.add_argument("--static-gpu-hours", type=float, default=None)
     ap.add_argument("--cold-cost", action="store_true")
+    ap.add_argument(
+        "--bound", action="store_true", help="the clairvoyant constant, not the planner"
+    )
     args = ap.parse_args()
     trace = load_trace(args.trace)
+    if args.bound:
+        static_h = args.static_gpu_hours
+        if static_h is None:  # the bench's hindsight static search (zero start-up)
+            ok = bench.attainable(trace, args.slo_s)
+            n, runs = bench.static_count(trace, ok, args.slo_s, 95.0)
+            static_h = runs[n].gpu_hours
+        for label, startup, _ in _startups(args.draws, None):
+            for b in clairvoyant_bound(trace, startup, label, slo_s=args.slo_s):
+                print(
+                    f"planner_bound: trace={args.trace.stem} startup={b.startup} n={b.replicas} "
+                    f"slo_pct={b.slo_pct:.2f} gpu_hours={b.gpu_hours:.3f} "
+                    f"x_static={b.gpu_hours / static_h:.3f}",
+                    flush=True,
+                )
+        return
     for row in replay_planner(trace, args.draws, slo_s=args.slo_s, cold_cost=args.cold_cost):
         ratio = (
             f" x_static={row.gpu_hours / args.static_gpu_hours:.3f}"
