@@ -9,7 +9,7 @@ import argparse
 import math
 
 from seedance.bench import autoscale as bench
-from seedance.bench.planner_replay import clairvoyant_bound, replay_planner
+from seedance.bench.planner_replay import clairvoyant_bound, constant_runs, replay_planner
 from seedance.bench.router_sim import TraceRequest, simulate
 from seedance.bench.router_sim.autoscale import ConstantScaler
 from seedance.bench.router_sim.interfaces import FleetObservation, Scaler
@@ -124,3 +124,12 @@ def test_the_bound_asks_its_count_from_the_first_tick_and_is_the_fewest_that_mee
     )
     assert res.fleet_timeline[0] == (15.0, first.replicas)
     assert {n for _, n in res.fleet_timeline} == {first.replicas}
+
+
+def test_the_constants_curve_gives_the_runs_of_the_counts_asked() -> None:
+    trace = _step_trace(rise_s=50.0)
+    n0 = _start(trace)
+    rows = constant_runs(trace, 60.0, "60", [3, 4, 5])
+    assert [r.replicas for r in rows] == [3, 4, 5]
+    assert [r.slo_pct for r in rows] == [_slo_pct(trace, n0, 60.0, n) for n in (3, 4, 5)]
+    assert rows[0].gpu_hours < rows[1].gpu_hours < rows[2].gpu_hours

@@ -23,12 +23,14 @@ planner's interval), in the same simulator from the same start fleet, routing an
 N is chosen in hindsight: the fewest replicas whose run meets the SLO target, scanned one by one
 from the start count (upward while the run misses, downward while the next lower one still
 meets), since the simulated SLO is not monotone in N to the digit (a bisection could step over
-the first N that meets it). The run at N + 1 is reported beside it. What no causal planner that
-holds one count can beat, and what the cost goal (<= 1.10 x static) leaves to learn.
+the first N that meets it). The run at N + 1 is reported beside it. What no policy that holds one
+count from its first decision can beat (one that follows the load can: Azure conv), and so how
+much of the cost goal (<= 1.10 x static) is left to what a planner must learn.
 
 Usage: python -m tools.bench.planner_replay TRACE [--draws 60 0 1 2] [--static-gpu-hours G]
-[--cold-cost] [--bound]. One line per run on stdout: `planner_replay: trace=...
-startup=60|draw<k> ...`; with `--bound`, two per start-up: `planner_bound: trace=... startup=...
+[--cold-cost] [--bound [--constant N ...]]. One line per run on stdout: `planner_replay:
+trace=... startup=60|draw<k> ...`; with `--bound`, two per start-up (with `--constant`, one per
+N given, no scan: the constant's curve): `planner_bound: trace=... startup=...
 n=... slo_pct=... gpu_hours=... x_static=...` at N and at N + 1 (static: `--static-gpu-hours`,
 else the bench's hindsight search, run first).
 """
@@ -46,7 +48,14 @@ from seedance.bench.router_sim.autoscale import ConstantScaler, PlannerScaler
 from seedance.bench.router_sim.startup import StartupModel
 from seedance.testing.paths import data_dir
 
-__all__ = ["BoundRow", "ReplayRow", "clairvoyant_bound", "main", "replay_planner"]
+__all__ = [
+    "BoundRow",
+    "ReplayRow",
+    "clairvoyant_bound",
+    "constant_runs",
+    "main",
+    "replay_planner",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +76,41 @@ class BoundRow:
     gpu_hours: float
 
 
+class _Constants:
+    """Runs of the trace with one constant count asked from the planner's first tick, cached."""
+
+    def __init__(
+        self, trace: list[TraceRequest], startup: float | tuple[float, ...], slo_s: float
+    ) -> None:
+        self.cfg = bench.planner_config(slo_s, 0.95, 60.0)  # target and lead play no part
+        self.n0 = bench.start_count(trace, bench.replica_capacity(), self.cfg)
+        self._args = (trace, bench.attainable(trace, slo_s), slo_s)
+        self._startup = startup
+        self._runs: dict[int, bench.Run] = {}
+
+    def at(self, n: int) -> bench.Run:
+        if n not in self._runs:
+            trace, ok, slo_s = self._args
+            scaler = ConstantScaler(n, self.cfg.interval_s)
+            self._runs[n] = bench.replay(
+                f"bound n={n}", trace, ok, slo_s, self.n0, self._startup, scaler
+            )
+        return self._runs[n]
+
+
+def constant_runs(
+    trace: list[TraceRequest],
+    startup: float | tuple[float, ...],
+    label: str,
+    counts: list[int],
+    *,
+    slo_s: float = 2.0,
+) -> list[BoundRow]:
+    """The runs at the given constants (a curve of the bound's runs: slo_% and cost per N)."""
+    c = _Constants(trace, startup, slo_s)
+    return [BoundRow(label, n, c.at(n).slo_pct, c.at(n).gpu_hours) for n in counts]
+
+
 def clairvoyant_bound(
     trace: list[TraceRequest],
     startup: float | tuple[float, ...],
@@ -77,19 +121,9 @@ def clairvoyant_bound(
 ) -> tuple[BoundRow, BoundRow]:
     """The fewest replicas N that, asked at every tick from the first, meet `target_pct` on
     `trace` at `startup` (the module docstring: why a scan), and the run at N + 1."""
-    capacity = bench.replica_capacity()
-    cfg = bench.planner_config(slo_s, target_pct / 100.0, 60.0)  # the lead plays no part
-    n0 = bench.start_count(trace, capacity, cfg)
-    ok = bench.attainable(trace, slo_s)
-    runs: dict[int, bench.Run] = {}
-
-    def at(n: int) -> bench.Run:
-        if n not in runs:
-            scaler = ConstantScaler(n, cfg.interval_s)
-            runs[n] = bench.replay(f"bound n={n}", trace, ok, slo_s, n0, startup, scaler)
-        return runs[n]
-
-    n = n0
+    c = _Constants(trace, startup, slo_s)
+    at, cfg = c.at, c.cfg
+    n = c.n0
     if at(n).slo_pct >= target_pct:
         while n > 1 and at(n - 1).slo_pct >= target_pct:
             n -= 1
@@ -178,6 +212,9 @@ def main() -> None:
     ap.add_argument(
         "--bound", action="store_true", help="the clairvoyant constant, not the planner"
     )
+    ap.add_argument(
+        "--constant", type=int, nargs="+", default=None, help="with --bound: these N, no scan"
+    )
     args = ap.parse_args()
     trace = load_trace(args.trace)
     if args.bound:
@@ -187,7 +224,12 @@ def main() -> None:
             n, runs = bench.static_count(trace, ok, args.slo_s, 95.0)
             static_h = runs[n].gpu_hours
         for label, startup, _ in _startups(args.draws, None):
-            for b in clairvoyant_bound(trace, startup, label, slo_s=args.slo_s):
+            rows = (
+                constant_runs(trace, startup, label, args.constant, slo_s=args.slo_s)
+                if args.constant
+                else clairvoyant_bound(trace, startup, label, slo_s=args.slo_s)
+            )
+            for b in rows:
                 print(
                     f"planner_bound: trace={args.trace.stem} startup={b.startup} n={b.replicas} "
                     f"slo_pct={b.slo_pct:.2f} gpu_hours={b.gpu_hours:.3f} "
