@@ -133,3 +133,20 @@ def test_the_constants_curve_gives_the_runs_of_the_counts_asked() -> None:
     assert [r.replicas for r in rows] == [3, 4, 5]
     assert [r.slo_pct for r in rows] == [_slo_pct(trace, n0, 60.0, n) for n in (3, 4, 5)]
     assert rows[0].gpu_hours < rows[1].gpu_hours < rows[2].gpu_hours
+
+
+def test_the_bound_scans_down_from_a_start_fleet_larger_than_the_rest_needs() -> None:
+    # A burst in the first 10 s sizes the start fleet; the start fleet serves it before the first
+    # tick (15 s), so a constant below the start count meets the target on what follows.
+    out = []
+    t = 0.0
+    while t < 400.0:
+        out.append(
+            TraceRequest(arrival_s=t, prompt_tokens=1500 + int(7 * t) % 1200, output_tokens=120)
+        )
+        t += 1.0 / (16.0 if t < 10.0 else 4.0)
+    n0 = _start(out)
+    first, _ = clairvoyant_bound(out, 60.0, "60")
+    assert 1 < first.replicas < n0
+    assert first.slo_pct == _slo_pct(out, n0, 60.0, first.replicas) >= 95.0
+    assert _slo_pct(out, n0, 60.0, first.replicas - 1) < 95.0
