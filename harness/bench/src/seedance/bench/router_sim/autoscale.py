@@ -17,6 +17,8 @@ the floor no forecast can beat) look at anything not yet observed.
 * `PlannerScaler`: the predictive planner (`seedance.router.core.planning.planner`) fed by
   `LoadEstimator`.
 * `OracleScaler`: the same planner fed with the true future arrivals of the trace.
+* `ConstantScaler`: one count asked at every tick from the first; with the count chosen in
+  hindsight, the clairvoyant bound (`seedance.bench.planner_replay --bound`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,23 @@ from seedance.router.core.planning.planner import (
 )
 from seedance.traces.llm_requests import TraceRequest
 
-__all__ = ["HpaScaler", "KpaScaler", "OracleScaler", "PlannerScaler"]
+__all__ = ["ConstantScaler", "HpaScaler", "KpaScaler", "OracleScaler", "PlannerScaler"]
+
+
+class ConstantScaler(Scaler):
+    """Asks `replicas` at every tick, from its first: a policy that knows the answer and needs no
+    observation (what a scaler that knew the count at its first decision could do)."""
+
+    def __init__(self, replicas: int, tick_s: float) -> None:
+        self.replicas = replicas
+        self._tick_s = tick_s
+
+    @property
+    def tick_s(self) -> float:
+        return self._tick_s
+
+    def desired(self, obs: FleetObservation) -> int:
+        return self.replicas
 
 
 class HpaScaler(Scaler):
