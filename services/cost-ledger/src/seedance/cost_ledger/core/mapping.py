@@ -31,7 +31,12 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   bridge lists none for a deleted node: model ``""``, count 0); ``cordoned`` is carried as
   ``ready`` (a draining node is still paid for). Any other inventory without GPUs gives no
   fact. The tier is not on the wire: ``on_demand``.
-- ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id ``<id>:<index>``):
+- ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity, its id
+  ``<node>/<index>@<at ms>`` (one reading per GPU and instant, whatever the batch's id: the
+  node agents' and collectors' ids are random, docs/security.md "Nats-Msg-Id", so a batch
+  published again for the same instant, by a restarted or replaying publisher, must not weigh
+  twice in the window's mean; the first one applied is the reading, as every replica applies
+  the same order, and only the node's own subject carries its samples: the replica checks):
   ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
   differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
   reset give 0), ``mem_used_mib`` rounded, ``node``. Not carried (they do not bill): ``uuid``,
@@ -309,7 +314,7 @@ def _samples(
             energy[key] = total
         out.append(
             GpuSample(
-                event_id=f"{e.id}:{g.index}",
+                event_id=f"{e.node}/{g.index}@{at}",
                 node=e.node,
                 gpu_index=g.index,
                 at_ms=at,
