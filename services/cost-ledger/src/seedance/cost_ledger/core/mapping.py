@@ -36,7 +36,8 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   node agents' and collectors' ids are random, docs/security.md "Nats-Msg-Id", so a batch
   published again for the same instant, by a restarted or replaying publisher, must not weigh
   twice in the window's mean; the first one applied is the reading, as every replica applies
-  the same order, and only the node's own subject carries its samples: the replica checks):
+  the same order, and only the node's own subject carries its samples: the replica checks;
+  a node token holds no ``/`` or ``@``, so no two GPUs' readings share one id):
   ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
   differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
   reset give 0), ``mem_used_mib`` rounded, ``node``. Not carried (they do not bill): ``uuid``,
