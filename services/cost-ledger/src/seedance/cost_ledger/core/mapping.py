@@ -31,16 +31,14 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   bridge lists none for a deleted node: model ``""``, count 0); ``cordoned`` is carried as
   ``ready`` (a draining node is still paid for). Any other inventory without GPUs gives no
   fact. The tier is not on the wire: ``on_demand``.
-- ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity, its id
-  ``<node>/<index>@<at ms>`` (one reading per GPU and instant, whatever the batch's id: the
-  node agents' and collectors' ids are random, docs/security.md "Nats-Msg-Id", so a batch
-  published again for the same instant, by a restarted or replaying publisher, must not weigh
-  twice in the window's mean; the first one applied is the reading, as every replica applies
-  the same order, and only the node's own subject carries its samples: the replica checks;
-  a node token holds no ``/`` or ``@``, so no two GPUs' readings share one id):
+- ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id
+  ``<batch id>:<index>``: no other publisher can compute it before the node publishes, where an
+  id from the node and the time could be spent first under another kind of fact; the ledger
+  keeps one reading per (node, GPU, instant) whatever the ids, ``readings.Readings``):
   ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
-  differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
-  reset give 0), ``mem_used_mib`` rounded, ``node``. Not carried (they do not bill): ``uuid``,
+  differenced against the GPU's last reading into ``energy_mj`` (the first reading, a counter
+  reset and a batch not newer than the GPU's last reading give 0; the last reading stays the
+  newest), ``mem_used_mib`` rounded, ``node``. Not carried (they do not bill): ``uuid``,
   ``mem_total_mib``, ``mem_reserved_mib``, ``util_mem_pct``, ``sm_occupancy``, ``tensor_active``,
   ``dram_active``, ``power_w`` (energy comes from the counter, not from sampled power),
   ``temp_c``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle_reasons``, ``healthy`` (a sick GPU
@@ -169,12 +167,18 @@ def job_name(key: str) -> str:
 
 
 def facts_of(
-    e: Event, at_ms: int, tenants: frozenset[str], energy_mj: Mapping[str, int]
+    e: Event,
+    at_ms: int,
+    tenants: frozenset[str],
+    energy_mj: Mapping[str, int],
+    energy_at_ms: Mapping[str, int] | None = None,
 ) -> tuple[list[LedgerInput], dict[str, int]]:
-    """The core facts of bus event ``e`` (whose time is ``at_ms``) and its new energy readings.
+    """The core facts of bus event ``e`` (whose time is ``at_ms``) and its new energy readings
+    (each taken at ``at_ms``).
 
     ``tenants`` are the known tenants (empty: any); ``energy_mj`` the last cumulative reading
-    per ``node/gpu``. Raises ``InputRejected`` before anything is returned for an input never
+    per ``node/gpu`` and ``energy_at_ms`` its time (absent: unknown, as in a checkpoint written
+    before it was kept). Raises ``InputRejected`` before anything is returned for an input never
     applicable. Events that are not ledger inputs give no facts.
     """
     if isinstance(e, Placement):
@@ -187,7 +191,7 @@ def facts_of(
     if isinstance(e, NodeInventory):
         return _node(e, at_ms), {}
     if isinstance(e, GpuSampleBatch):
-        return _samples(e, at_ms, energy_mj)
+        return _samples(e, at_ms, energy_mj, energy_at_ms or {})
     if isinstance(e, PodShares):
         return [_pod_shares(e, at_ms)], {}
     if isinstance(e, ShareChanged):
@@ -287,7 +291,7 @@ def _pod_shares(e: PodShares, at_ms: int) -> PodShareReading:
 
 
 def _samples(
-    e: GpuSampleBatch, at: int, last_mj: Mapping[str, int]
+    e: GpuSampleBatch, at: int, last_mj: Mapping[str, int], last_at: Mapping[str, int]
 ) -> tuple[list[LedgerInput], dict[str, int]]:
     out: list[LedgerInput] = []
     energy: dict[str, int] = {}
@@ -306,8 +310,13 @@ def _samples(
                 else f"GpuSampleBatch gpu index {g.index} < 0",
             )
         delta = 0
-        if g.energy_j is not None:
-            key = f"{e.node}/{g.index}"
+        key = f"{e.node}/{g.index}"
+        if g.energy_j is not None and at > last_at.get(key, at - 1):
+            # Only forward in time: a batch of the GPU's last reading's instant or older
+            # (re-published by a restarted or replaying publisher) bills no energy and leaves
+            # the baseline where it is, else the next reading would count again the energy
+            # since the old batch. So the energy billed is the counter's rise over the
+            # readings taken, whatever came again.
             total = round(g.energy_j * 1000)
             last = last_mj.get(key)
             # The first reading has no previous one; a counter that went back was reset.
@@ -315,7 +324,7 @@ def _samples(
             energy[key] = total
         out.append(
             GpuSample(
-                event_id=f"{e.node}/{g.index}@{at}",
+                event_id=f"{e.id}:{g.index}",
                 node=e.node,
                 gpu_index=g.index,
                 at_ms=at,
