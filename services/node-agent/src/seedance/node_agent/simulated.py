@@ -7,7 +7,8 @@ hour) with the Node's own allocatable CPU and memory read from the API server, a
 every ``sample_interval_s`` that follows the slicer's placements on the node
 (``core.simulated``). An inventory whose publish failed is re-sent on the next tick as the same
 event, with its id (random: only that event can be dropped as its duplicate, should the first
-send have been stored after all); a lost sample is not re-sent. Only this node's: the subjects
+send have been stored after all), while this process runs (a restarted agent builds a new
+one); a lost sample is not re-sent. Only this node's: the subjects
 carry its token, as every publisher that is not a tenant speaks only for what it observes. It
 must not publish for any other node, nor decide anything.
 """

@@ -18,7 +18,7 @@ publishing first with them on its own subject had this node's inventory and samp
 (docs/security.md, "Nats-Msg-Id"). Each event is built once; the shell re-sends an inventory
 whose publish failed as the same event (same id), and a sample not at all. Its consumers do not
 rest on ids for one reading of a node at one time: the slicer upserts a node's inventory, the
-ledger keeps one reading per (node, GPU, time) (``Facts.add_reading``).
+ledger keeps one reading per (node, GPU, time) (``cost_ledger.core.readings``).
 
 MIG: the last ``mig_gpus`` of them are in MIG mode (``mig_capable``, ``mig_enabled`` in the
 inventory), cut at start into the instances of ``mig_layout`` (``SimulatedMig``: the layout a
