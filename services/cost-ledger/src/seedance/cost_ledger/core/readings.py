@@ -34,9 +34,10 @@ class Readings:
 
     def __init__(self) -> None:
         # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms, mem_mib)};
-        # sample_at[(node, gpu, window)] = {at_ms: the event id held for that instant}.
+        # sample_at[(node, gpu, window)] = ({at_ms: the event id held for that instant}, the
+        # same window's readings): one look-up on the hottest path finds both.
         self.samples: dict[tuple[str, int, int], SampleReadings] = {}
-        self.sample_at: dict[tuple[str, int, int], dict[int, str]] = {}
+        self.sample_at: dict[tuple[str, int, int], tuple[dict[int, str], SampleReadings]] = {}
         self.sample_nodes: dict[int, set[str]] = defaultdict(set)
         self.sample_gpus: dict[tuple[str, int], set[int]] = defaultdict(set)
         # pod_shares[(node, window)] = {event_id: reading}; pod_share_of[(node, window start
@@ -55,16 +56,17 @@ class Readings:
         and the instant's energy must not depend on which of the two came first."""
         key = (node, gpu, w)
         at = reading[2]
-        instants = self.sample_at.get(key)
-        if instants is None:  # the GPU's first reading in the window
-            self.sample_at[key] = {at: event_id}
-            self.samples[key] = {event_id: reading}
+        slot = self.sample_at.get(key)
+        if slot is None:  # the GPU's first reading in the window
+            readings = {event_id: reading}
+            self.sample_at[key] = ({at: event_id}, readings)
+            self.samples[key] = readings
             self.sample_gpus[(node, w)].add(gpu)
             return True
-        held_id = instants.get(at)
-        readings = self.samples[key]
-        if held_id is None:  # most readings: a new instant
-            instants[at] = event_id
+        instants, readings = slot
+        n = len(instants)
+        held_id = instants.setdefault(at, event_id)
+        if len(instants) > n:  # most readings: a new instant
             readings[event_id] = reading
             return True
         held = readings[held_id]

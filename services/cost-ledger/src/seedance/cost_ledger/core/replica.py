@@ -134,8 +134,8 @@ class _State(msgspec.Struct, kw_only=True):
     silence_on_server_clock: bool = False
     #: Last cumulative energy per ``node/gpu`` in mJ (NVML's counter; the core wants deltas).
     energy_mj: dict[str, int] = msgspec.field(default_factory=dict)
-    #: ... and the time of each (absent from checkpoints written before it was kept: the
-    #: next reading of each GPU sets it).
+    #: ... and per node the time of its last batch that read energy (absent from checkpoints
+    #: written before it was kept: the node's next such batch sets it).
     energy_at_ms: dict[str, int] = msgspec.field(default_factory=dict)
     #: Budgeted tenants' spend per window end: (end ms, micro-USD) pairs, ascending by end,
     #: and the guard's last status. Pairs, not a dict keyed by the end: msgpack's deterministic
@@ -264,8 +264,9 @@ class LedgerReplica:
                     self.ledger.apply(item)
         except LedgerInputError as exc:
             raise InputRejected("invalid_input", str(exc)) from None
-        s.energy_mj.update(energy)
-        s.energy_at_ms.update(dict.fromkeys(energy, t))
+        if energy and isinstance(event, GpuSampleBatch):
+            s.energy_mj.update(energy)
+            s.energy_at_ms[event.node] = t
         sample = isinstance(event, GpuSampleBatch)
         self._note_time(t, sample, stream_ms)
         # Pod shares are telemetry too: a late one waits for the next window close, as a
@@ -427,8 +428,9 @@ def ledger_inputs(events: Iterable[Event], book: PriceBook) -> list[LedgerInput]
     for e in events:
         t = event_time_ms(e)
         items, readings = facts_of(e, t, frozenset(), energy, energy_at)
-        energy.update(readings)
-        energy_at.update(dict.fromkeys(readings, t))
+        if readings and isinstance(e, GpuSampleBatch):
+            energy.update(readings)
+            energy_at[e.node] = t
         out.extend(items)
     return out
 
