@@ -10,9 +10,11 @@ a set: any order, ``recompute`` and ``merge`` agree), and each sample's fact id 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+import pytest
 
 from seedance.cost_ledger import core
 from seedance.cost_ledger.core.ledger import Ledger
@@ -42,8 +44,9 @@ def _replay(events: list[Event]) -> tuple[LedgerReplica, list[bytes]]:
     return replica, published
 
 
-def _with_repeats(events: list[Event]) -> list[Event]:
-    """Every third sample batch published again at once, for the same instant, under a new id."""
+def _with_repeats(events: list[Event], smaller: bool) -> list[Event]:
+    """Every third sample batch published again at once, for the same instant, under a new id
+    (``smaller``: one that sorts before the original's, so the repeat's fact ids win)."""
     out: list[Event] = []
     batches = 0
     for e in events:
@@ -51,13 +54,22 @@ def _with_repeats(events: list[Event]) -> list[Event]:
         if isinstance(e, GpuSampleBatch):
             batches += 1
             if batches % 3 == 0:
-                out.append(msgspec.structs.replace(e, id=new_event_id(at=e.at)))
+                again = e.id[:-1] if smaller else new_event_id(at=e.at)  # a prefix sorts first
+                assert (again < e.id) == smaller
+                out.append(msgspec.structs.replace(e, id=again))
     return out
 
 
-def test_a_batch_published_again_for_the_same_instant_bills_nothing_more() -> None:
+def _without_sources(published: bytes) -> bytes:
+    entry = json.loads(published)
+    entry.pop("source_ids", None)
+    return json.dumps(entry, sort_keys=True).encode()
+
+
+@pytest.mark.parametrize("smaller", [False, True], ids=["larger-id", "smaller-id"])
+def test_a_batch_published_again_for_the_same_instant_bills_nothing_more(smaller: bool) -> None:
     events = [e for _, e in workload(600, nodes=4, seed=7).events]
-    repeated = _with_repeats(events)
+    repeated = _with_repeats(events, smaller)
     assert len(repeated) > len(events)
     once, published_once = _replay(events)
     twice, published_twice = _replay(repeated)
@@ -65,6 +77,9 @@ def test_a_batch_published_again_for_the_same_instant_bills_nothing_more() -> No
     # Keyed by batch id alone, the repeated readings moved activity, cost and samples counted;
     # a repeat under a smaller id that took the instant's energy with it lost the energy.
     assert twice.totals() == once.totals()
+    if smaller:  # the lines cite the instant's reading by the id it is held under, the repeat's
+        published_once = [_without_sources(b) for b in published_once]
+        published_twice = [_without_sources(b) for b in published_twice]
     assert published_twice == published_once
     # The order-free recomputation agrees: the repeats are the same facts.
     assert once.clock_ms is not None
