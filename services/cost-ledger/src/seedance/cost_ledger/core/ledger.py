@@ -447,7 +447,13 @@ class Ledger:
         """Add every fact ``other`` knows to this ledger (a union: idempotent, commutative).
 
         Emission history stays this ledger's: the next ``advance`` emits what the merged facts
-        change, as adjustments. Returns how many facts were new here.
+        change, as adjustments. Returns how many facts changed this ledger's.
+
+        A GPU's instant is held as one reading whose energy may be another id's (the larger of
+        the instant's, ``readings``), so the sample rebuilt from it is not always the fact this
+        ledger saw under that id: it goes to ``add_reading`` even where its id was seen (as
+        ``snapshot.restore`` does), which keeps the instant's larger energy. A repeated event
+        is still ignored by ``apply``: merge is the one place a fact is rebuilt from state.
         """
         new = 0
         f = other.facts
@@ -458,13 +464,20 @@ class Ledger:
             *(r for readings in f.pod_shares.values() for r in readings.values()),
         ]
         new += self.apply_many(facts)
+        seen = self.facts.seen
+        sealed_ms = None if self.sealed_until is None else self.sealed_until * self.config.window_ms
         for (node, g, _w), samples in f.samples.items():
             for eid, (ppm, mj, at_ms, mem) in samples.items():
                 sample = GpuSample(
                     event_id=eid, node=node, gpu_index=g, at_ms=at_ms,
                     activity=ppm / 1_000_000, energy_mj=mj, mem_used_mib=mem,
                 )  # fmt: skip
-                new += self.apply(sample)
+                if eid not in seen:
+                    new += self.apply(sample)
+                elif sealed_ms is None or at_ms >= sealed_ms:
+                    # Seen here: only a larger energy of its instant is news (a sealed
+                    # window's readings are gone, and a seen fact is no late one).
+                    new += self._insert_sample(sample)
         return new
 
 
