@@ -7,9 +7,9 @@ the offline ``recompute``. Must not touch NATS, KV, files or a clock: the adapte
 the cost of one node-window in ``attribution``, the snapshot format in ``snapshot``.
 
 Order independence and exactly-once: the state is a set of facts keyed by event id (a repeated
-id is ignored; a GPU's sample counts once per (node, GPU, instant) and a node's pod-share window
-once, under the smaller of their ids: ``readings``), and a window's lines are a pure function of
-the facts. A fact that arrives for
+id is ignored; a GPU's sample counts once per (node, GPU, instant), the larger energy of its
+readings under the smaller id, and a node's pod-share window once, under the smaller id:
+``readings``), and a window's lines are a pure function of the facts. A fact that arrives for
 an already closed window marks that (node, window) dirty; the next ``advance`` recomputes it
 and emits the difference as an adjustment entry (``revision > 0``). So after the same set of
 events and ``advance(as_of)`` the totals equal ``recompute(events, as_of)`` bit for bit, in any

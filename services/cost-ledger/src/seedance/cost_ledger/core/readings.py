@@ -5,12 +5,14 @@ per what it measures: a GPU's sample once per (node, GPU, instant), a node's pod
 per (node, window start), whatever their ids. The node agents' and collectors' ids are random
 (docs/security.md, "Nats-Msg-Id"), so a batch published again for an instant already read (a
 restarted or replaying publisher) comes under a new id, and one reading under two ids would
-weigh twice in a window's mean. The smaller id wins, not the first to arrive, so the facts stay
-a set: stepwise application, ``recompute`` and ``merge`` agree in any order. Only a node's own
-subject carries its samples and shares (the replica checks), so no other node takes a place
-here; and a fact's id stays what its event's id makes it (``<batch id>:<gpu index>``), which no
-other publisher can compute before the node publishes. Must not price, emit, nor know the bus's
-events (``mapping``).
+weigh twice in a window's mean. An instant holds the smaller id's activity and memory and the
+larger of its readings' energies (``add_reading``), not the first to arrive's: a function of
+the set of readings, so stepwise application, ``recompute`` and ``merge`` agree in any order
+(``Ledger.merge`` passes a held reading on even under an id already seen, since its energy may
+be another id's). Only a node's own subject carries its samples and shares (the replica
+checks), so no other node takes a place here; and a fact's id stays what its event's id makes
+it (``<batch id>:<gpu index>``), which no other publisher can compute before the node
+publishes. Must not price, emit, nor know the bus's events (``mapping``).
 """
 
 from __future__ import annotations
