@@ -3,9 +3,10 @@
 The node agents' and collectors' batch ids are random (docs/security.md, "Nats-Msg-Id": an id
 derived from the node and the time could be spent first by another node), so a batch
 re-published for an instant already read (a restarted or replaying publisher) comes under a new
-id. The ledger keeps one reading per (node, GPU, instant), the smaller fact id's (the facts stay
-a set: any order, ``recompute`` and ``merge`` agree), and each sample's fact id stays its batch's
-(``<batch id>:<gpu index>``), which no other node can compute before it is published.
+id. The ledger keeps one reading per (node, GPU, instant), the smaller fact id's activity with
+the larger of the readings' energies (any order, ``recompute`` and ``merge`` agree: merging is
+tested in ``test_merge_readings``), and each sample's fact id stays its batch's (``<batch
+id>:<gpu index>``), which no other node can compute before it is published.
 """
 
 from __future__ import annotations
