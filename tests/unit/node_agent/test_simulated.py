@@ -6,10 +6,14 @@ follow the slicer's placements on the node."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import nats.errors
 import pytest
+from prometheus_client import CollectorRegistry
 
+from seedance.core.clock import VirtualClock
 from seedance.events.base import new_event_id
 from seedance.events.codec import decode, encode
 from seedance.events.gpus import identify
@@ -27,8 +31,10 @@ from seedance.node_agent.core.simulated import (
     simulated_mig_uuid,
     simulated_uuid,
 )
+from seedance.node_agent.metrics import NodeAgentMetrics
 from seedance.node_agent.mig import MigApplier, MigOutcome
 from seedance.node_agent.service import advertised
+from seedance.node_agent.simulated import SimulatedTelemetry
 
 T0 = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
 NVML_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -57,8 +63,20 @@ def test_the_inventory_names_the_model_as_nvml_does_and_resolves_it() -> None:
     assert identify(inv.gpus[0].model).model == "H100-SXM5-80GB"
     assert [g.mem_total_mib for g in inv.gpus] == [80 * 1024] * 3
     assert [g.uuid for g in inv.gpus] == list(gpus.devices().gpus.values())
-    # A retried publish of the same inventory has the same id (the stream drops it).
-    assert gpus.inventory(T0, cpu_milli=7910, memory_mib=32128).id == inv.id
+
+
+def test_the_ids_are_no_other_nodes_to_compute() -> None:
+    """Random, with the event's time in their time bits: derived from the node and the
+    millisecond, another node could publish them first on its own subject and have these
+    dropped from the telemetry stream (docs/security.md, "Nats-Msg-Id"). A re-send is of the
+    same event (``SimulatedTelemetry``), so it keeps its id."""
+    gpus = SimulatedGpus(node="kind-worker", model="NVIDIA A100-SXM4-80GB", count=2)
+    ms = int(T0.timestamp() * 1000)
+    invs = [gpus.inventory(T0), gpus.inventory(T0)]
+    batches = [gpus.samples(T0, []), gpus.samples(T0, [])]
+    for a, b in (invs, batches):
+        assert a.id != b.id
+        assert int(a.id.replace("-", "")[:12], 16) == ms
 
 
 def placed(kind: PlacementKind, *gpus: GpuAssignment) -> Placement:
@@ -148,3 +166,50 @@ def test_a_slicer_plan_re_cuts_a_simulated_mig_gpu_through_the_nvml_path() -> No
 def test_a_mig_layout_that_does_not_read_is_refused_naming_it(text: str) -> None:
     with pytest.raises(ValueError, match="MIG layout"):
         parse_mig_layout(text)
+
+
+class _FlakyBus:
+    """Refuses the first publish as a bus that is down would, then records each one."""
+
+    def __init__(self) -> None:
+        self.tried: list[NodeInventory] = []
+        self.sent: list[NodeInventory] = []
+        self._failures = 1
+
+    async def publish(self, subject: str, event: NodeInventory) -> None:
+        self.tried.append(event)
+        if self._failures:
+            self._failures -= 1
+            raise nats.errors.TimeoutError
+        self.sent.append(event)
+
+
+class _Node:
+    name = "kind-worker"
+
+    async def get(self) -> dict[str, Any]:
+        return {"status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
+
+
+async def test_an_inventory_that_failed_is_re_sent_as_the_same_event() -> None:
+    """Its id is random: a retry built anew would be a second inventory under another id, and
+    the first, if stored after all, would not be dropped as its duplicate."""
+    bus, clock = _FlakyBus(), VirtualClock(T0)
+    gpus = SimulatedGpus(node="kind-worker", model="NVIDIA A100-SXM4-80GB", count=2)
+    agent = SimulatedTelemetry(
+        bus, gpus, _Node(), list,  # type: ignore[arg-type]  # fakes of the bus and the Node
+        clock=clock, metrics=NodeAgentMetrics(CollectorRegistry()), sample_interval_s=5.0,
+    )  # fmt: skip
+    with pytest.raises(nats.errors.TimeoutError):
+        await agent.publish_inventory()
+    await clock.advance(5.0)  # the next tick
+    await agent.publish_inventory()
+    await clock.advance(5.0)
+    await agent.publish_inventory()  # sent: the next one is new
+    failed, first, again = bus.tried
+    assert bus.sent == [first, again]
+    assert first.id == failed.id
+    assert first.at == T0
+    assert first.cpu_milli == 8000
+    assert again.id != first.id
+    assert again.at == T0 + timedelta(seconds=10)

@@ -5,9 +5,12 @@ publishes what a telemetry collector would for the node: its inventory (at start
 ``inventory_interval_s``, so a slicer started later finds it: the telemetry stream keeps an
 hour) with the Node's own allocatable CPU and memory read from the API server, and a sample
 every ``sample_interval_s`` that follows the slicer's placements on the node
-(``core.simulated``). Only this node's: the subjects carry its token, as every publisher that
-is not a tenant speaks only for what it observes. It must not publish for any other node, nor
-decide anything.
+(``core.simulated``). An inventory whose publish failed is re-sent on the next tick as the same
+event, with its id (random: only that event can be dropped as its duplicate, should the first
+send have been stored after all), while this process runs (a restarted agent builds a new
+one); a lost sample is not re-sent. Only this node's: the subjects
+carry its token, as every publisher that is not a tenant speaks only for what it observes. It
+must not publish for any other node, nor decide anything.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from seedance.core.clock import Clock
 from seedance.core.logs import get_logger
 from seedance.events.slicing import Placement
 from seedance.events.subjects import telemetry
+from seedance.events.telemetry import NodeInventory
 from seedance.events.tokens import kube_node_token
 from seedance.node_agent.core.simulated import SimulatedGpus
 from seedance.node_agent.kube import ThisNode, node_cpu_memory
@@ -64,19 +68,25 @@ class SimulatedTelemetry:
         token = kube_node_token(gpus.node)
         self._inventory_subject = telemetry.inventory(token)
         self._sample_subject = telemetry.sample(token)
+        #: The inventory built and not yet acknowledged: a retry re-sends it, with its id.
+        self._unsent: NodeInventory | None = None
 
     async def publish_inventory(self) -> None:
-        cpu, memory = node_cpu_memory(await self._node.get())
-        event = self._gpus.inventory(self._clock.now(), cpu_milli=cpu, memory_mib=memory)
+        event = self._unsent
+        if event is None:
+            cpu, memory = node_cpu_memory(await self._node.get())
+            event = self._gpus.inventory(self._clock.now(), cpu_milli=cpu, memory_mib=memory)
+            self._unsent = event
         await self._bus.publish(self._inventory_subject, event)
+        self._unsent = None
         self._metrics.simulated_events_total.labels("inventory").inc()
         log.info(
             "simulated_inventory_published",
             node=event.node,
             gpus=len(event.gpus),
             model=self._gpus.model,
-            cpu_milli=cpu,
-            memory_mib=memory,
+            cpu_milli=event.cpu_milli,
+            memory_mib=event.memory_mib,
         )
 
     async def publish_sample(self) -> None:
@@ -96,7 +106,7 @@ class SimulatedTelemetry:
                     next_inventory += self._inventory_s
             except _TRANSIENT as exc:
                 # A sample is worth anything only fresh: a lost one is not re-sent, the next
-                # tick publishes anew (an inventory that failed, bus or API server, is tried
-                # again on it).
+                # tick publishes anew (an inventory that failed is tried again on it: the same
+                # event where the bus failed, a new one where the API server's read did).
                 log.warning("simulated_publish_failed", error=repr(exc))
             await self._clock.sleep(self._sample_s)

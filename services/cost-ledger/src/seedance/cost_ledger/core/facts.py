@@ -3,8 +3,9 @@
 Owns the core's typed inputs, their validation (``validate``: one place, before anything is
 applied), and ``Facts``, the set of them keyed by event id with the indexes attribution reads
 (per node, per job, per (node, GPU, window)), and ``Facts.window``: everything one node's
-window is computed from. Must not price, emit or know about emission history (``ledger``),
-nor about the bus's events (``mapping`` turns those into these).
+window is computed from. The samples and pod shares, each applied once per what it measures,
+are kept by its base, ``readings.Readings``. Must not price, emit or know about emission
+history (``ledger``), nor about the bus's events (``mapping`` turns those into these).
 
 The structs' tags and field order are the checkpoint format (snapshots list them): a class
 may be renamed, a field or a tag may not without a new snapshot version.
@@ -21,6 +22,7 @@ from typing import Literal
 import msgspec
 
 from seedance.cost_ledger.core.pricebook import PriceBook, PriceBookError, PricingTier
+from seedance.cost_ledger.core.readings import Readings, SampleReadings
 from seedance.cost_ledger.core.windows import window_bounds_ms
 
 __all__ = [
@@ -236,9 +238,6 @@ def _validate_sample(e: GpuSample, bad: _Bad) -> None:
 
 # ---------------------------------------------------------------------------------- the set
 
-#: One GPU's samples in one window: {event id: (activity ppm, energy mJ, at ms, used MiB)}.
-SampleReadings = dict[str, tuple[int, int, int, int]]
-
 #: An allocation overlapping a window: the allocation, its overlap in ms (> 0), and the id of
 #: its own end where the end falls inside or before the window (a source of the line).
 WindowAllocation = tuple[GpuAllocation, int, str | None]
@@ -274,10 +273,12 @@ class NodeWindow:
         return max(0, self.end_ms - max(self.start_ms, info.at_ms))
 
 
-class Facts:
-    """Every fact applied, keyed by event id, with the indexes attribution reads."""
+class Facts(Readings):
+    """Every fact applied, keyed by event id, with the indexes attribution reads (the samples
+    and pod shares in ``Readings``, each once per what it measures)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.seen: set[str] = set()
         self.node_info: dict[str, NodeInfo] = {}  # the latest join per node
         self.node_infos: dict[str, NodeInfo] = {}  # by event id, for the snapshot
@@ -300,14 +301,6 @@ class Facts:
         self.alloc_end: dict[str, JobEnded] = {}
         #: The job's end where every allocation it has is ended: its last allocation's end.
         self.job_end: dict[str, JobEnded] = {}
-        # samples[(node, gpu, window)] = {event_id: (activity_ppm, energy_mj, at_ms, mem_mib)}
-        self.samples: dict[tuple[str, int, int], SampleReadings] = {}
-        self.sample_nodes: dict[int, set[str]] = defaultdict(set)
-        self.sample_gpus: dict[tuple[str, int], set[int]] = defaultdict(set)
-        # pod_shares[(node, window)] = {event_id: reading}; pod_share_of[(node, window start
-        # ms)] = (window, event id) of the one reading applied for it.
-        self.pod_shares: dict[tuple[str, int], dict[str, PodShareReading]] = {}
-        self.pod_share_of: dict[tuple[str, int], tuple[int, str]] = {}
 
     # ------------------------------------------------------------------------------ adding
 
@@ -480,42 +473,6 @@ class Facts:
             )
         return None
 
-    def add_pod_shares(self, e: PodShareReading, w: int) -> int | None:
-        """Record ``e`` in window ``w``, unless the node's window starting where it does holds
-        a reading under a smaller id; returns the window of the reading it replaced (``w``
-        where none), None where ``e`` changes nothing.
-
-        Once per (node, window start): the agent's ids are random (docs/security.md,
-        "Nats-Msg-Id") and a measured share is the mean over the node's readings, where one
-        window under two ids would weigh twice. The smaller id wins, not the first to arrive,
-        so the facts stay a set (totals equal ``recompute`` in any order). Only the node's own
-        subject carries its shares (the replica checks): no other node takes its window."""
-        if e.start_ms is None:
-            self.pod_shares.setdefault((e.node, w), {})[e.event_id] = e
-            return w
-        key = (e.node, e.start_ms)
-        held = self.pod_share_of.get(key)
-        if held is not None and held[1] <= e.event_id:
-            return None
-        replaced = w
-        if held is not None:
-            replaced, old_id = held
-            readings = self.pod_shares[(e.node, replaced)]
-            del readings[old_id]
-            if not readings:
-                del self.pod_shares[(e.node, replaced)]
-        self.pod_share_of[key] = (w, e.event_id)
-        self.pod_shares.setdefault((e.node, w), {})[e.event_id] = e
-        return replaced
-
-    def add_reading(
-        self, node: str, gpu: int, w: int, event_id: str, reading: tuple[int, int, int, int]
-    ) -> None:
-        """One sample's (activity ppm, energy mJ, at ms, used MiB) in window ``w``; the caller
-        indexes ``sample_nodes`` (once per batch: the hottest path)."""
-        self.samples.setdefault((node, gpu, w), {})[event_id] = reading
-        self.sample_gpus[(node, w)].add(gpu)
-
     # ------------------------------------------------------------------------------ reading
 
     def overlap_ms(self, alloc_id: str, a: int, b: int) -> int:
@@ -571,18 +528,6 @@ class Facts:
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------ sealing
-
-    def drop_samples_before(self, until: int) -> None:
-        """Forget the samples of windows before ``until`` (found through the window indexes:
-        no scan of every sample)."""
-        for w in [w for w in self.sample_nodes if w < until]:
-            for node in self.sample_nodes.pop(w):
-                for g in self.sample_gpus.pop((node, w), ()):
-                    self.samples.pop((node, g, w), None)
-        for key in [k for k in self.pod_shares if k[1] < until]:
-            for r in self.pod_shares.pop(key).values():
-                if r.start_ms is not None:
-                    self.pod_share_of.pop((r.node, r.start_ms), None)
 
     def drop_ended_before(self, cutoff_ms: int) -> None:
         """Take allocations whose job ended by ``cutoff_ms`` out of the per-node index every

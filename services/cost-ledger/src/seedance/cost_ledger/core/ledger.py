@@ -7,8 +7,9 @@ the offline ``recompute``. Must not touch NATS, KV, files or a clock: the adapte
 the cost of one node-window in ``attribution``, the snapshot format in ``snapshot``.
 
 Order independence and exactly-once: the state is a set of facts keyed by event id (a repeated
-id is ignored; a node's pod-share window counts once, under the smaller of its ids), and a
-window's lines are a pure function of the facts. A fact that arrives for
+id is ignored; a GPU's sample counts once per (node, GPU, instant), the larger energy of its
+readings under the smaller id, and a node's pod-share window once, under the smaller id:
+``readings``), and a window's lines are a pure function of the facts. A fact that arrives for
 an already closed window marks that (node, window) dirty; the next ``advance`` recomputes it
 and emits the difference as an adjustment entry (``revision > 0``). So after the same set of
 events and ``advance(as_of)`` the totals equal ``recompute(events, as_of)`` bit for bit, in any
@@ -89,8 +90,8 @@ class Ledger:
     # ------------------------------------------------------------------------ applying facts
 
     def apply(self, event: LedgerInput) -> bool:
-        """Apply one fact; False when it changes nothing (its id was seen before, or a node's
-        pod-share window is applied under a smaller id)."""
+        """Apply one fact; False when it changes nothing (its id was seen before, or the GPU's
+        instant or the node's pod-share window is applied under a smaller id)."""
         if event.event_id in self.facts.seen:
             return False
         validate(event, self.book)
@@ -183,7 +184,8 @@ class Ledger:
         # deterministic; activity carries no more than ppm precision anyway.
         ppm = round(e.activity * 1_000_000)
         reading = (ppm, e.energy_mj, e.at_ms, e.mem_used_mib)
-        self.facts.add_reading(e.node, e.gpu_index, w, e.event_id, reading)
+        if not self.facts.add_reading(e.node, e.gpu_index, w, e.event_id, reading):
+            return False  # the GPU's instant is read under a smaller id
         self.facts.sample_nodes[w].add(e.node)
         self._note_window(w)
         self._mark_dirty(e.node, w, w + 1)
@@ -196,7 +198,8 @@ class Ledger:
     def apply_samples(self, samples: Sequence[GpuSample]) -> int:
         """``apply`` each sample (a collector's batch): the same state, with the per-fact
         dispatch and the per-window bookkeeping done once per (node, window), the ledger's
-        hottest path. All are validated before any is applied; returns how many were new."""
+        hottest path. All are validated before any is applied; returns how many changed the
+        facts (or came for a sealed window)."""
         for sample in samples:
             validate(sample, self.book)
         w_ms = self.config.window_ms
@@ -209,15 +212,16 @@ class Ledger:
             if e.event_id in seen:
                 continue
             seen.add(e.event_id)
-            new += 1
             w = e.at_ms // w_ms
             if sealed is not None and w < sealed:
+                new += 1
                 self.late_facts += 1  # as in _insert_sample: remembered as seen, not charged
                 continue
             ppm = round(e.activity * 1_000_000)  # as in _insert_sample
             reading = (ppm, e.energy_mj, e.at_ms, e.mem_used_mib)
-            facts.add_reading(e.node, e.gpu_index, w, e.event_id, reading)
-            touched.add((e.node, w))
+            if facts.add_reading(e.node, e.gpu_index, w, e.event_id, reading):
+                new += 1
+                touched.add((e.node, w))
         for node, w in touched:
             facts.sample_nodes[w].add(node)
             self._note_window(w)
@@ -291,7 +295,7 @@ class Ledger:
         for key in [k for k in self.emitted if k[1] < until]:
             for (kind, job), (_, amounts) in self.emitted.pop(key).items():
                 self.count_line(key[0], kind, job, amounts, self.sealed_totals)
-        self.facts.drop_samples_before(until)
+        self.facts.drop_readings_before(until)
         # An allocation whose job ended before the sealed windows overlaps no window that can
         # still change (an end can only move earlier).
         self.facts.drop_ended_before(until * self.config.window_ms)
@@ -443,7 +447,13 @@ class Ledger:
         """Add every fact ``other`` knows to this ledger (a union: idempotent, commutative).
 
         Emission history stays this ledger's: the next ``advance`` emits what the merged facts
-        change, as adjustments. Returns how many facts were new here.
+        change, as adjustments. Returns how many facts changed this ledger's.
+
+        A GPU's instant is held as one reading whose energy may be another id's (the larger of
+        the instant's, ``readings``), so the sample rebuilt from it is not always the fact this
+        ledger saw under that id: it goes to ``add_reading`` even where its id was seen (as
+        ``snapshot.restore`` does), which keeps the instant's larger energy. A repeated event
+        is still ignored by ``apply``: merge is the one place a fact is rebuilt from state.
         """
         new = 0
         f = other.facts
@@ -454,13 +464,20 @@ class Ledger:
             *(r for readings in f.pod_shares.values() for r in readings.values()),
         ]
         new += self.apply_many(facts)
+        seen = self.facts.seen
+        sealed_ms = None if self.sealed_until is None else self.sealed_until * self.config.window_ms
         for (node, g, _w), samples in f.samples.items():
             for eid, (ppm, mj, at_ms, mem) in samples.items():
                 sample = GpuSample(
                     event_id=eid, node=node, gpu_index=g, at_ms=at_ms,
                     activity=ppm / 1_000_000, energy_mj=mj, mem_used_mib=mem,
                 )  # fmt: skip
-                new += self.apply(sample)
+                if eid not in seen:
+                    new += self.apply(sample)
+                elif sealed_ms is None or at_ms >= sealed_ms:
+                    # Seen here: only a larger energy of its instant is news (a sealed
+                    # window's readings are gone, and a seen fact is no late one).
+                    new += self._insert_sample(sample)
         return new
 
 

@@ -31,15 +31,19 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   bridge lists none for a deleted node: model ``""``, count 0); ``cordoned`` is carried as
   ``ready`` (a draining node is still paid for). Any other inventory without GPUs gives no
   fact. The tier is not on the wire: ``on_demand``.
-- ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id ``<id>:<index>``):
+- ``GpuSampleBatch`` → one ``GpuSample`` per GPU with a measured activity (id
+  ``<batch id>:<index>``: no other publisher can compute it before the node publishes, where an
+  id from the node and the time could be spent first under another kind of fact; the ledger
+  keeps one reading per (node, GPU, instant) whatever the ids, ``readings.Readings``):
   ``sm_active``, else ``util_gpu_pct / 100`` (neither: no fact, absence is not zero), ``energy_j``
-  differenced against the GPU's last reading into ``energy_mj`` (the first reading and a counter
-  reset give 0), ``mem_used_mib`` rounded, ``node``. Not carried (they do not bill): ``uuid``,
-  ``mem_total_mib``, ``mem_reserved_mib``, ``util_mem_pct``, ``sm_occupancy``, ``tensor_active``,
-  ``dram_active``, ``power_w`` (energy comes from the counter, not from sampled power),
-  ``temp_c``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle_reasons``, ``healthy`` (a sick GPU
-  held by a job is still billed to it), the batch's ``simulated``. Refused: an activity outside
-  [0, 1], a negative index.
+  differenced against the GPU's last reading into ``energy_mj`` (the first reading, a counter
+  reset and a batch not newer than the node's last one that read energy give 0; the last
+  reading stays the newest), ``mem_used_mib`` rounded, ``node``. Not carried (they do not
+  bill): ``uuid``, ``mem_total_mib``, ``mem_reserved_mib``, ``util_mem_pct``, ``sm_occupancy``,
+  ``tensor_active``, ``dram_active``, ``power_w`` (energy comes from the counter, not from
+  sampled power), ``temp_c``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle_reasons``,
+  ``healthy`` (a sick GPU held by a job is still billed to it), the batch's ``simulated``.
+  Refused: an activity outside [0, 1], a negative index.
 - ``PodShares`` (the node agent's ``gpu.pod_share.v1``) → one ``PodShareReading``: ``node``,
   its time the middle of ``[window_start, at)``, ``window_start`` (the node's window is
   applied once by it, whatever the id: ``Facts.add_pod_shares``), per share (GPU
@@ -163,13 +167,20 @@ def job_name(key: str) -> str:
 
 
 def facts_of(
-    e: Event, at_ms: int, tenants: frozenset[str], energy_mj: Mapping[str, int]
+    e: Event,
+    at_ms: int,
+    tenants: frozenset[str],
+    energy_mj: Mapping[str, int],
+    energy_at_ms: Mapping[str, int] | None = None,
 ) -> tuple[list[LedgerInput], dict[str, int]]:
-    """The core facts of bus event ``e`` (whose time is ``at_ms``) and its new energy readings.
+    """The core facts of bus event ``e`` (whose time is ``at_ms``) and its new energy readings
+    (a sample batch's, taken at ``at_ms``).
 
     ``tenants`` are the known tenants (empty: any); ``energy_mj`` the last cumulative reading
-    per ``node/gpu``. Raises ``InputRejected`` before anything is returned for an input never
-    applicable. Events that are not ledger inputs give no facts.
+    per ``node/gpu`` and ``energy_at_ms`` the time of each node's last batch that read energy
+    (absent: unknown, as in a checkpoint written before it was kept). Raises ``InputRejected``
+    before anything is returned for an input never applicable. Events that are not ledger
+    inputs give no facts.
     """
     if isinstance(e, Placement):
         return _allocation(e, at_ms, tenants), {}
@@ -181,7 +192,7 @@ def facts_of(
     if isinstance(e, NodeInventory):
         return _node(e, at_ms), {}
     if isinstance(e, GpuSampleBatch):
-        return _samples(e, at_ms, energy_mj)
+        return _samples(e, at_ms, energy_mj, energy_at_ms or {})
     if isinstance(e, PodShares):
         return [_pod_shares(e, at_ms)], {}
     if isinstance(e, ShareChanged):
@@ -281,10 +292,15 @@ def _pod_shares(e: PodShares, at_ms: int) -> PodShareReading:
 
 
 def _samples(
-    e: GpuSampleBatch, at: int, last_mj: Mapping[str, int]
+    e: GpuSampleBatch, at: int, last_mj: Mapping[str, int], last_at: Mapping[str, int]
 ) -> tuple[list[LedgerInput], dict[str, int]]:
     out: list[LedgerInput] = []
     energy: dict[str, int] = {}
+    # Only forward in time: a batch of the node's last energy reading's instant or older
+    # (re-published by a restarted or replaying publisher) bills no energy and leaves the
+    # baselines where they are, else the next reading would count again the energy since the
+    # old batch. So the energy billed is each counter's rise over the readings taken, once.
+    fresh = at > last_at.get(e.node, at - 1)
     for g in e.gpus:
         if g.sm_active is not None:
             activity = g.sm_active
@@ -300,7 +316,7 @@ def _samples(
                 else f"GpuSampleBatch gpu index {g.index} < 0",
             )
         delta = 0
-        if g.energy_j is not None:
+        if g.energy_j is not None and fresh:
             key = f"{e.node}/{g.index}"
             total = round(g.energy_j * 1000)
             last = last_mj.get(key)

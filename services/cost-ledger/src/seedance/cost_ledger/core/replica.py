@@ -134,6 +134,9 @@ class _State(msgspec.Struct, kw_only=True):
     silence_on_server_clock: bool = False
     #: Last cumulative energy per ``node/gpu`` in mJ (NVML's counter; the core wants deltas).
     energy_mj: dict[str, int] = msgspec.field(default_factory=dict)
+    #: ... and per node the time of its last batch that read energy (absent from checkpoints
+    #: written before it was kept: the node's next such batch sets it).
+    energy_at_ms: dict[str, int] = msgspec.field(default_factory=dict)
     #: Budgeted tenants' spend per window end: (end ms, micro-USD) pairs, ascending by end,
     #: and the guard's last status. Pairs, not a dict keyed by the end: msgpack's deterministic
     #: order (the checkpoint's canonical bytes) takes only str keys (written only here; the
@@ -246,7 +249,8 @@ class LedgerReplica:
                 f"{(t - stream_ms) / 1000:.3f} s ahead of its stream time "
                 f"{utc_datetime(stream_ms).isoformat()!r} ({bound} = {bound_ms // 1000})",
             )
-        inputs, energy = facts_of(event, t, self.tenants, self._s.energy_mj)  # raises first
+        s = self._s  # facts_of raises before anything is applied
+        inputs, energy = facts_of(event, t, self.tenants, s.energy_mj, s.energy_at_ms)
         if not inputs and not isinstance(event, GpuSampleBatch):
             # Nothing to bill (a release of a job never placed, a CPU-only placement): its time
             # moves nothing either. A tenant's request that the slicer released unplaced once
@@ -260,7 +264,9 @@ class LedgerReplica:
                     self.ledger.apply(item)
         except LedgerInputError as exc:
             raise InputRejected("invalid_input", str(exc)) from None
-        self._s.energy_mj.update(energy)
+        if energy and isinstance(event, GpuSampleBatch):
+            s.energy_mj.update(energy)
+            s.energy_at_ms[event.node] = t
         sample = isinstance(event, GpuSampleBatch)
         self._note_time(t, sample, stream_ms)
         # Pod shares are telemetry too: a late one waits for the next window close, as a
@@ -417,10 +423,14 @@ def ledger_inputs(events: Iterable[Event], book: PriceBook) -> list[LedgerInput]
     """The core inputs of bus events (energy differenced in the given order), for ``recompute``."""
     del book  # the mapping needs no prices; kept for the callers' signature
     energy: dict[str, int] = {}
+    energy_at: dict[str, int] = {}
     out: list[LedgerInput] = []
     for e in events:
-        items, readings = facts_of(e, event_time_ms(e), frozenset(), energy)
-        energy.update(readings)
+        t = event_time_ms(e)
+        items, readings = facts_of(e, t, frozenset(), energy, energy_at)
+        if readings and isinstance(e, GpuSampleBatch):
+            energy.update(readings)
+            energy_at[e.node] = t
         out.extend(items)
     return out
 

@@ -11,6 +11,15 @@ thousandths), and uses the memory placed on it (a whole GPU all of it, a shared 
 thousandths of it: the placement carries no memory cap).
 No power or energy is simulated: the ledger bills no energy it did not measure.
 
+Ids: random (``new_event_id``, time bits from the event's time), as every node-side event's.
+They were derived from the node's subject token and the millisecond, which any other node can
+compute, and ``SEEDANCE_TELEMETRY``'s duplicate window is the stream's, not the subject's: a node
+publishing first with them on its own subject had this node's inventory and samples dropped
+(docs/security.md, "Nats-Msg-Id"). Each event is built once; the shell re-sends an inventory
+whose publish failed as the same event (same id), and a sample not at all. Its consumers do not
+rest on ids for one reading of a node at one time: the slicer upserts a node's inventory, the
+ledger keeps one reading per (node, GPU, time) (``cost_ledger.core.readings``).
+
 MIG: the last ``mig_gpus`` of them are in MIG mode (``mig_capable``, ``mig_enabled`` in the
 inventory), cut at start into the instances of ``mig_layout`` (``SimulatedMig``: the layout a
 node's mig-manager would have applied), each with a MIG UUID derived as the GPUs' are. The
@@ -29,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from seedance.events.base import derived_event_id
+from seedance.events.base import new_event_id
 from seedance.events.gpus import identify
 from seedance.events.slicing import Placement, PlacementKind
 from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
@@ -180,14 +189,11 @@ class SimulatedGpus:
         return {}
 
     def inventory(self, at: datetime, *, cpu_milli: int = 0, memory_mib: int = 0) -> NodeInventory:
-        """The node's inventory at ``at``; its id is derived from the node and the time, so a
-        retried publish of the same one is dropped."""
-        ms = int(at.timestamp() * 1000)
-        token = kube_node_token(self.node)
+        """The node's inventory at ``at``, under a new random id (a re-send is of this event)."""
         return NodeInventory(
-            id=derived_event_id(f"simulated-inventory:{token}:{ms}", "inventory", ms),
+            id=new_event_id(at=at),
             at=at,
-            node=token,
+            node=kube_node_token(self.node),
             pool=self.pool,
             cpu_milli=cpu_milli,
             memory_mib=memory_mib,
@@ -206,7 +212,8 @@ class SimulatedGpus:
         )
 
     def samples(self, at: datetime, placements: Iterable[Placement]) -> GpuSampleBatch:
-        """The GPUs' sample at ``at`` given the slicer's live placements on the node."""
+        """The GPUs' sample at ``at`` given the slicer's live placements on the node, under a
+        new random id."""
         milli = [0] * self.count
         mem = [0] * self.count
         total = self.mem_total_mib
@@ -220,13 +227,11 @@ class SimulatedGpus:
                 elif p.kind is PlacementKind.WHOLE:
                     milli[g.index] += 1000
                     mem[g.index] += total
-        ms = int(at.timestamp() * 1000)
-        token = kube_node_token(self.node)
         devices = self.devices().gpus
         return GpuSampleBatch(
-            id=derived_event_id(f"simulated-sample:{token}:{ms}", "sample", ms),
+            id=new_event_id(at=at),
             at=at,
-            node=token,
+            node=kube_node_token(self.node),
             gpus=[
                 GpuSample(
                     index=i,
