@@ -407,7 +407,13 @@ async def converge(
     updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]] = {}
     try:
         for wanted in streams:
-            await _converge_one(js, wanted, deletable, changes, missing, updated)
+            step = await _converge_one(js, wanted, deletable)
+            if step.change is not None:
+                changes.append(step.change)
+            if step.missing is not None:
+                missing.append(step.missing)
+            if step.updated is not None:
+                updated[wanted.name or ""] = step.updated
     except Exception:
         # A later stream's info or update that fails (a time-out, a mirror's re-create refused)
         # after an older stream gave up its subjects would leave them no stream: put it back.
@@ -416,44 +422,44 @@ async def converge(
     return changes + await _create(js, missing, updated)
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What `_converge_one` did to one stream: ``change`` (None: nothing, or it is missing),
+    ``missing`` (its wanted config, for `_create`), ``updated`` (its config before and the one
+    it was given, for `_put_back`: a catalogue stream whose subjects this run changed)."""
+
+    change: Change | None = None
+    missing: js_api.StreamConfig | None = None
+    updated: tuple[js_api.StreamConfig, js_api.StreamConfig] | None = None
+
+
 async def _converge_one(
-    js: JetStreamContext,
-    wanted: js_api.StreamConfig,
-    deletable: Collection[str] | None,
-    changes: list[Change],
-    missing: list[js_api.StreamConfig],
-    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
-) -> None:
-    """`converge`'s step for one existing stream: what it did goes to ``changes``, a missing
-    stream to ``missing``, a stream it updated (with its config before) to ``updated``."""
+    js: JetStreamContext, wanted: js_api.StreamConfig, deletable: Collection[str] | None
+) -> _Step:
+    """`converge`'s step for one stream (`_Step`)."""
     name = wanted.name or ""
     stream = _kind(name) == "stream"
     try:
         info = await js.stream_info(name)
     except NotFoundError:
-        if stream:
-            missing.append(wanted)
-        return
+        return _Step(missing=wanted if stream else None)
     actual = info.config
     found = drift(wanted, actual)
     if found is None:
-        return
+        return _Step()
     fix = _over_new_bound(name, wanted, info, found.fields)
     if fix is not None:
-        changes.append(Change(name, "left", found.fields, fix))
-        return
+        return _Step(Change(name, "left", found.fields, fix))
     # A bucket's or store's stream is never deleted here (its keys or objects may be
     # nowhere else), nor a stream this user may not delete: the operator's, by hand.
     if found.mirror_changed and (not stream or (deletable is not None and name not in deletable)):
         fix = OPERATOR_DELETE_HINT.replace("<stream>", name)
-        changes.append(Change(name, "left", found.fields, f"carries a mirror; {fix}"))
-        return
+        return _Step(Change(name, "left", found.fields, f"carries a mirror; {fix}"))
     if found.mirror_changed:
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(name)
         await js.add_stream(wanted)
-        changes.append(Change(name, "recreated", found.fields))
-        return
+        return _Step(Change(name, "recreated", found.fields))
     try:
         await js.update_stream(wanted if stream else _merged(actual, wanted))
     except APIError as exc:
@@ -463,11 +469,10 @@ async def _converge_one(
         refused = f"{exc.err_code}: {exc.description}"
         fix = f"the server refused the update ({refused}); {REFUSED_HINT}"
         log.error("stream_update_refused", stream=name, fields=list(found.fields), fix=fix)
-        changes.append(Change(name, "left", found.fields, fix))
-        return
-    if stream:
-        updated[name] = (actual, wanted)
-    changes.append(Change(name, "updated", found.fields))
+        return _Step(Change(name, "left", found.fields, fix))
+    return _Step(
+        Change(name, "updated", found.fields), updated=(actual, wanted) if stream else None
+    )
 
 
 def _over_new_bound(
