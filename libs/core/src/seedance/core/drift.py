@@ -26,7 +26,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from seedance.core.errors import StartRefused
 from seedance.core.logs import get_logger
-from seedance.events.subjects import BucketSpec, ObjectStoreSpec, StreamSpec
+from seedance.events.subjects import STREAMS, BucketSpec, ObjectStoreSpec, StreamSpec
 
 __all__ = [
     "HISTORICAL_SOURCES",
@@ -58,13 +58,24 @@ REFUSED_HINT = (
     "back the stream up and delete it (`nats stream backup`, `nats stream rm`), then run "
     "`seedance admin provision` again"
 )
-#: What to do with a stream holding more than the max_bytes it is to get (`converge`).
+#: What to do with a stream holding more than a new bound (`converge`): ``held`` ``unit``
+#: (bytes, messages) over ``field`` (max_bytes, max_msgs); ``purge``, how (`_PURGE`).
 OVER_BOUND_HINT = (
-    "it holds {held} bytes, more than its new max_bytes {bound}: not applied (a full stream "
+    "it holds {held} {unit}, more than its new {field} {bound}: not applied (a full stream "
     "refusing new messages would refuse every write, one evicting its oldest would drop them); "
-    "the operator purges what may go (`nats stream purge {stream} --keep <n>`, after `nats "
-    "stream backup {stream} <dir>`) or raises its bound (seedance.events.stream_limits, with "
-    "max_file_store), then runs `seedance admin provision` again"
+    "the operator purges what may go ({purge}) or raises its bound "
+    "(seedance.events.stream_limits, with max_file_store), then runs `seedance admin provision` "
+    "again"
+)
+_PURGE = "`nats stream purge {stream} --keep <n>`, after `nats stream backup {stream} <dir>`"
+#: Over its message bound, a stream holds a flood (a tenant's requests: review C1), purged by
+#: subject in the stream and in every stream that copies it: a copy keeps its subject, and
+#: purging the origin alone lets the tenant fill it again while the first flood's copies stay
+#: (two floods' copies overran SEEDANCE_JOBS: docs/security.md, "What a tenant can still do").
+_PURGE_WITH_COPIES = (
+    "in {stream} and its copies in {copies}, by subject: {commands}, each after `nats stream "
+    "backup` and once its readers have read past it; a copy keeps its subject, so purged in "
+    '{stream} alone it stays: docs/security.md, "What a tenant can still do"'
 )
 #: StreamConfig fields a comparison leaves out, each for its reason; every other field is
 #: compared (`drift`), so a field a later nats-py adds is compared until it is listed here.
@@ -485,14 +496,34 @@ def _over_new_bound(
     held, msgs = info.state.bytes, info.state.messages
     if "max_bytes" in fields and 0 < (wanted.max_bytes or -1) < held:
         log.error("stream_over_new_bound", stream=name, bytes=held, max_bytes=wanted.max_bytes)
-        return OVER_BOUND_HINT.format(stream=name, held=held, bound=wanted.max_bytes)
+        purge = _PURGE.format(stream=name)
+        return OVER_BOUND_HINT.format(
+            held=held, unit="bytes", field="max_bytes", bound=wanted.max_bytes, purge=purge
+        )
     if "max_msgs" in fields and 0 < (wanted.max_msgs or -1) < msgs:
         log.error("stream_over_new_bound", stream=name, messages=msgs, max_msgs=wanted.max_msgs)
-        hint = OVER_BOUND_HINT.replace("{held} bytes", "{held} messages")
-        return hint.replace("max_bytes", "max_msgs").format(
-            stream=name, held=msgs, bound=wanted.max_msgs
+        copies = _copies_of(name)
+        commands = "; ".join(
+            f"`nats stream purge {each} --subject <subject>`" for each in (name, *copies)
+        )
+        purge = (
+            _PURGE_WITH_COPIES.format(stream=name, copies=", ".join(copies), commands=commands)
+            if copies
+            else _PURGE.format(stream=name)
+        )
+        return OVER_BOUND_HINT.format(
+            held=msgs, unit="messages", field="max_msgs", bound=wanted.max_msgs, purge=purge
         )
     return None
+
+
+def _copies_of(origin: str) -> tuple[str, ...]:
+    """The catalogue streams that source or mirror ``origin``: those holding its copies."""
+    return tuple(
+        spec.name
+        for spec in STREAMS
+        if any(src.stream == origin for src in (*spec.sources, spec.mirror) if src is not None)
+    )
 
 
 async def _create(
