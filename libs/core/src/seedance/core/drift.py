@@ -7,8 +7,9 @@ no ``STREAM.UPDATE`` (nats-server does not check the updater's read permissions 
 ``sources``/``mirror``, so an update grant let any service copy a stream it may not read into
 one it may: docs/security.md). A service that finds a drifted stream reports it with
 `check_drift`; only the provisioner's or an operator's credentials change one, here. This
-module owns the comparison and provision's changes; it must not create streams for services
-(`Bus` does) nor know any service.
+module owns the comparison and provision's changes (the creations at the end of a run, and
+the put-back after a failed step, are `seedance.core.put_back`'s); it must not create streams
+for services (`Bus` does) nor know any service.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 
 from seedance.core.errors import StartRefused
 from seedance.core.logs import get_logger
+from seedance.core.put_back import NO_ANSWER, Unread, Updated, create_missing, held, put_back
 from seedance.events.subjects import STREAMS, BucketSpec, ObjectStoreSpec, StreamSpec
 
 __all__ = [
@@ -415,7 +416,7 @@ async def converge(
     the new one can be created."""
     changes: list[Change] = []
     missing: list[js_api.StreamConfig] = []
-    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]] = {}
+    updated: Updated = {}
     try:
         for wanted in streams:
             step = await _converge_one(js, wanted, deletable)
@@ -425,23 +426,29 @@ async def converge(
                 missing.append(step.missing)
             if step.updated is not None:
                 updated[wanted.name or ""] = step.updated
+            if step.failed is not None:
+                raise step.failed
     except Exception:
         # A later stream's info or update that fails (a time-out, a mirror's re-create refused)
         # after an older stream gave up its subjects would leave them no stream: put it back.
-        await _put_back(js, updated, [])
+        await put_back(js, updated, [])
         raise
-    return changes + await _create(js, missing, updated)
+    created = await create_missing(js, missing, updated)
+    return changes + [Change(new.name or "", "created") for new in created]
 
 
 @dataclass(frozen=True)
 class _Step:
     """What `_converge_one` did to one stream: ``change`` (None: nothing, or it is missing),
-    ``missing`` (its wanted config, for `_create`), ``updated`` (its config before and the one
-    it was given, for `_put_back`: a catalogue stream whose subjects this run changed)."""
+    ``missing`` (its wanted config, for `create_missing`), ``updated`` (its config before and
+    the one it was given, for `put_back`: a catalogue stream whose subjects this run changed,
+    or may have); ``failed``: the error of an update that got no answer, for `converge` to
+    raise once it has put back what the server holds changed."""
 
     change: Change | None = None
     missing: js_api.StreamConfig | None = None
     updated: tuple[js_api.StreamConfig, js_api.StreamConfig] | None = None
+    failed: Exception | None = None
 
 
 async def _converge_one(
@@ -481,6 +488,15 @@ async def _converge_one(
         fix = f"the server refused the update ({refused}); {REFUSED_HINT}"
         log.error("stream_update_refused", stream=name, fields=list(found.fields), fix=fix)
         return _Step(Change(name, "left", found.fields, fix))
+    except NO_ANSWER as exc:
+        # No answer (a time-out, a dropped connection): the server may have made the change,
+        # its subjects given up, so what it holds decides whether there is anything to put back
+        # (unread: put back, which changes nothing where the update was not made).
+        server = await held(js, name, exc) if stream else None
+        changed = isinstance(server, Unread) or (
+            server is not None and drift(actual, server) is not None
+        )
+        return _Step(updated=(actual, wanted) if changed else None, failed=exc)
     return _Step(
         Change(name, "updated", found.fields), updated=(actual, wanted) if stream else None
     )
@@ -524,55 +540,6 @@ def _copies_of(origin: str) -> tuple[str, ...]:
         for spec in STREAMS
         if any(src.stream == origin for src in (*spec.sources, spec.mirror) if src is not None)
     )
-
-
-async def _create(
-    js: JetStreamContext,
-    missing: list[js_api.StreamConfig],
-    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
-) -> list[Change]:
-    """Create ``missing`` in order; where the server refuses one, `_put_back` what ``updated``
-    changed (name -> its config before, the config it was given) and raise the refusal."""
-    created: list[js_api.StreamConfig] = []
-    for wanted in missing:
-        try:
-            await js.add_stream(wanted)
-        except (APIError, NatsTimeoutError):
-            await _put_back(js, updated, created)
-            raise
-        created.append(wanted)
-    return [Change(wanted.name or "", "created") for wanted in created]
-
-
-async def _put_back(
-    js: JetStreamContext,
-    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
-    created: list[js_api.StreamConfig],
-) -> None:
-    """After a create, or a later stream's info or update, failed: give each stream this run
-    updated its config from before, so that every subject it gave up has a stream again
-    (review H1: the old
-    SEEDANCE_JOBS gave up the job subjects, SEEDANCE_OBSERVED's create was refused for its
-    reservation, and tenants' and observers' publishes found no stream at all). A subject a
-    stream created in this run now holds stays there and is sourced back from it (this user
-    may not delete what it created: the provisioner's grant), so nothing already stored in it
-    is lost. Best effort: a put-back the server refuses is logged; the create's error is
-    what the caller gets."""
-    taken = {subject: new for new in created for subject in new.subjects or ()}
-    for name, (before, wanted) in reversed(updated.items()):
-        kept = [subject for subject in before.subjects or () if subject not in taken]
-        back = dataclasses.replace(before, subjects=kept or None)
-        from_created = [
-            src for src in wanted.sources or () if any(src.name == new.name for new in created)
-        ]
-        if from_created:
-            back.sources = [*(before.sources or ()), *from_created]
-        try:
-            await js.update_stream(back)
-        except (APIError, NatsTimeoutError) as exc:  # the create's error is the one to raise
-            log.error("stream_put_back_failed", stream=name, error=repr(exc))
-            continue
-        log.warning("stream_put_back", stream=name, subjects=kept)
 
 
 def _merged(actual: js_api.StreamConfig, wanted: js_api.StreamConfig) -> js_api.StreamConfig:
