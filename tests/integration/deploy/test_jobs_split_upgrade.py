@@ -13,12 +13,14 @@ appended after them, at a sequence no snapshot can already hold.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api as js_api
 from nats.js.errors import APIError
 
@@ -26,9 +28,11 @@ from seedance.core import Bus, BusSettings
 from seedance.core.kv import provision
 from seedance.events import new_event_id
 from seedance.events.jobs import JobFinished, JobStarted
+from seedance.events.provision_permissions import PROVISIONER, PROVISIONER_INBOX
 from seedance.events.stream_limits import JOB_EVENT_MAX_BYTES
 from seedance.events.subjects import CONSUMERS, inbox_prefix, jobs, observed
 from seedance.testing.identities import as_user
+from seedance.testing.nats_proxy import LosingProxy
 from seedance.testing.servers import shipped_auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
@@ -162,3 +166,76 @@ async def test_a_create_refused_mid_upgrade_leaves_every_job_subject_a_stream() 
         finally:
             for bus in (acme, replayer, admin):
                 await bus.close()
+
+
+def _create_reply(stream: str) -> Callable[[bytes], bool]:
+    """Picks the server's answer to the create of ``stream``."""
+
+    def picked(payload: bytes) -> bool:
+        with contextlib.suppress(ValueError):
+            reply = json.loads(payload)
+            return bool(
+                isinstance(reply, dict)
+                and reply.get("type") == "io.nats.jetstream.api.v1.stream_create_response"
+                and (reply.get("config") or {}).get("name") == stream
+            )
+        return False
+
+    return picked
+
+
+async def test_a_create_made_but_never_answered_leaves_each_job_subject_one_stream() -> None:
+    """The server makes SEEDANCE_JOB_REQUESTS but its answer is lost (a proxy drops it), so
+    the provisioner's create times out after the old SEEDANCE_JOBS gave up its subjects.
+    Provision reads the stream back: the requests stay in the new stream and the old one gets
+    back the observers' events, sourcing the new one. Before, it was given both back, the server
+    refused the overlap (err_code 10065), and ``seedance.observed.>`` had no stream."""
+    with shipped_auth_server(shipped_password, provisioned=False) as server:
+        admin = await Bus.connect(
+            BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+        )
+        try:
+            await admin.js.add_stream(OLD_JOBS)
+            async with LosingProxy(server.url, _create_reply(jobs.STREAM)) as proxy:
+                provisioner = await Bus.connect(
+                    as_user(proxy.url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX)
+                )
+                try:
+                    with pytest.raises(NatsTimeoutError):
+                        await provision(provisioner)
+                finally:
+                    await provisioner.close()
+            assert len(proxy.lost) == 1
+            held = (await admin.js.stream_info(jobs.STREAM)).config
+            assert held.subjects == [jobs.ALL]  # made, though never answered
+            info = await admin.js.stream_info(jobs.IN_STREAM)
+            assert info.config.subjects == [observed.ALL]
+            assert [s.name for s in info.config.sources or ()] == [jobs.STREAM]
+
+            acme = await Bus.connect(
+                as_user(server.url, "tenant-acme", inbox_prefix=inbox_prefix("acme"))
+            )
+            replayer = await Bus.connect(as_user(server.url, "replayer"))
+            try:
+                ended = JobFinished(
+                    id=new_event_id(), at=datetime.now(UTC), job_id="j", tenant="acme"
+                )
+                ack = await replayer.publish(observed.subject("acme", "finished"), ended)
+                assert ack.stream == jobs.IN_STREAM
+                started = JobStarted(
+                    id=new_event_id(), at=datetime.now(UTC), job_id="j", tenant="acme"
+                )
+                assert (await acme.publish(jobs.subject("acme", "started"), started)).stream == (
+                    jobs.STREAM
+                )
+            finally:
+                for bus in (acme, replayer):
+                    await bus.close()
+
+            # run again, it converges from there: the made stream is not made twice
+            changes = [str(c) for c in await provision(admin)]
+            assert f"created: stream {observed.STREAM}" in changes
+            assert not any(c.startswith(f"created: stream {jobs.STREAM}") for c in changes)
+            assert await provision(admin) == []
+        finally:
+            await admin.close()
