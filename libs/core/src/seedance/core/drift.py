@@ -430,7 +430,8 @@ async def converge(
                 raise step.failed
     except Exception:
         # A later stream's info or update that fails (a time-out, a mirror's re-create refused)
-        # after an older stream gave up its subjects would leave them no stream: put it back.
+        # after an older stream gave up its subjects would leave them no stream: put it back
+        # (with the failed update's own stream where the server holds it changed: `_Step`).
         await put_back(js, updated, [])
         raise
     created = await create_missing(js, missing, updated)
