@@ -13,8 +13,10 @@ import pytest
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
+from structlog.testing import capture_logs
 
 from seedance.core.drift import converge, stream_config
+from seedance.core.errors import StreamlessSubjects
 from seedance.events.subjects import STREAMS, jobs, observed
 
 SPECS = {s.name: s for s in STREAMS}
@@ -32,22 +34,32 @@ SPLIT = [
 
 class _Server:
     """The JetStream calls `converge` makes, on configs held here. Like nats-server it refuses a
-    stream whose subjects overlap another's (err_code 10065). ``SEEDANCE_TELEMETRY``'s info
-    times out (a server busy past the request's time-out); a create or update of a stream in
-    ``silent`` is made and then, the first time, times out (its reply lost); the info of a stream in
-    ``unread`` times out once the stream exists."""
+    stream whose subjects overlap another's (err_code 10065) and a repeated source (10140).
+    ``SEEDANCE_TELEMETRY``'s info times out (a server busy past the request's time-out); a
+    create or update of a stream in ``silent`` is made and then, the first time, times out (its
+    reply lost); the ``lost[name]``-th create or update of a stream (from 0) times out unmade (its
+    request lost); a create of a stream in ``refused`` is refused (10047, past
+    ``max_file_store``); once a create or update of a stream in ``unread`` was asked, its next
+    ``unread[name]`` infos time out."""
 
     def __init__(
         self,
         *configs: js_api.StreamConfig,
         silent: Collection[str] = (),
-        unread: Collection[str] = (),
+        lost: dict[str, int] | None = None,
+        refused: Collection[str] = (),
+        unread: dict[str, int] | None = None,
     ) -> None:
         self.configs = {c.name: c for c in configs}
-        self.silent, self.unread = set(silent), unread
+        self.silent, self.refused = set(silent), set(refused)
+        self.lost, self.unread = lost or {}, dict(unread or {})
+        self.calls: dict[str, int] = {}
 
     async def stream_info(self, name: str) -> js_api.StreamInfo:
-        if name == LATER.name or (name in self.unread and name in self.configs):
+        if name == LATER.name:
+            raise NatsTimeoutError
+        if name in self.calls and self.unread.get(name, 0) > 0:
+            self.unread[name] -= 1
             raise NatsTimeoutError
         if name not in self.configs:
             raise NotFoundError
@@ -58,12 +70,23 @@ class _Server:
         self._store(config)
 
     async def add_stream(self, config: js_api.StreamConfig) -> None:
+        if config.name in self.refused:
+            self.calls[config.name or ""] = self.calls.get(config.name or "", 0) + 1
+            raise APIError(code=500, err_code=10047, description="insufficient storage resources")
         self._store(config)
 
     def _store(self, config: js_api.StreamConfig) -> None:
+        name = config.name or ""
+        call = self.calls.get(name, 0)
+        self.calls[name] = call + 1
+        if self.lost.get(name) == call:
+            raise NatsTimeoutError
         for other in self.configs.values():
             if other.name != config.name and set(other.subjects or ()) & set(config.subjects or ()):
                 raise APIError(code=400, err_code=10065, description="subjects overlap")
+        origins = [src.name for src in config.sources or ()]
+        if len(origins) != len(set(origins)):
+            raise APIError(code=400, err_code=10140, description="duplicate source configuration")
         self.configs[config.name] = config
         if config.name in self.silent:  # once: a put-back of it is answered
             self.silent.discard(config.name)
@@ -75,6 +98,18 @@ class _Server:
             subject: [c.name or "" for c in self.configs.values() if subject in (c.subjects or ())]
             for subject in (jobs.ALL, observed.ALL)
         }
+
+
+async def _converges(server: _Server) -> None:
+    """The next run, its faults gone, converges: each job subject in its new stream, the old one
+    sourcing both, each once."""
+    server.refused.clear()
+    server.unread.clear()
+    await converge(server, SPLIT)  # type: ignore[arg-type]
+    assert server.holders() == {jobs.ALL: [jobs.STREAM], observed.ALL: [observed.STREAM]}
+    merged = server.configs[jobs.IN_STREAM]
+    assert sorted(s.name or "" for s in merged.sources or ()) == [jobs.STREAM, observed.STREAM]
+    assert await converge(server, SPLIT) == []  # type: ignore[arg-type]
 
 
 async def test_a_later_streams_time_out_puts_back_what_gave_up_its_subjects() -> None:
@@ -98,14 +133,72 @@ async def test_a_create_made_before_its_time_out_keeps_its_subjects_and_the_rest
     assert observed.STREAM not in server.configs
 
 
-async def test_a_create_whose_state_cannot_be_read_is_taken_as_made() -> None:
-    """The requests' stream is made, its reply lost, and its info times out too: taken as made,
-    the old stream gets back what no new stream may hold (given both back, the server refuses
-    the overlap and neither subject has the old stream)."""
-    server = _Server(OLD_JOBS, silent={jobs.STREAM}, unread={jobs.STREAM})
+async def test_a_create_made_whose_state_cannot_be_read_keeps_its_subjects() -> None:
+    """The requests' stream is made, its reply lost, and its info times out too: given every
+    subject back, the old stream is refused as an overlap (the create was made after all), and
+    is given back only the observers' events."""
+    server = _Server(OLD_JOBS, silent={jobs.STREAM}, unread={jobs.STREAM: 1})
     with pytest.raises(NatsTimeoutError):
         await converge(server, SPLIT)  # type: ignore[arg-type]
     assert server.holders() == {jobs.ALL: [jobs.STREAM], observed.ALL: [jobs.IN_STREAM]}
+    await _converges(server)
+
+
+async def test_a_create_not_made_whose_state_cannot_be_read_gives_every_subject_back() -> None:
+    """Review HIGH-2: the requests' create never reaches the server and its info times out.
+    Taken as made, the old stream got back only the observers' events and ``seedance.jobs.>``
+    had no stream; now it gets back every subject, which the server accepts."""
+    server = _Server(OLD_JOBS, lost={jobs.STREAM: 0}, unread={jobs.STREAM: 1})
+    with pytest.raises(NatsTimeoutError):
+        await converge(server, SPLIT)  # type: ignore[arg-type]
+    assert server.holders() == {jobs.ALL: [jobs.IN_STREAM], observed.ALL: [jobs.IN_STREAM]}
+    assert jobs.STREAM not in server.configs
+    await _converges(server)
+
+
+async def test_a_refused_create_is_not_read_back() -> None:
+    """Review HIGH-1: the server refuses the observers' stream (10047) and an info of it would
+    time out. A refusal is an answer (nothing made): read back, the info's time-out had it
+    taken as made and ``seedance.observed.>`` had no stream; now the old stream gets it back."""
+    server = _Server(OLD_JOBS, refused={observed.STREAM}, unread={observed.STREAM: 1})
+    with pytest.raises(APIError) as refused:
+        await converge(server, SPLIT)  # type: ignore[arg-type]
+    assert refused.value.err_code == 10047
+    assert server.unread == {observed.STREAM: 1}  # never asked
+    assert server.holders() == {jobs.ALL: [jobs.STREAM], observed.ALL: [jobs.IN_STREAM]}
+    await _converges(server)
+
+
+async def test_a_put_back_names_each_source_once() -> None:
+    """Review HIGH-2: the old stream already sources the requests' stream (an earlier run that
+    failed part-way) and this run creates it: put back with the source twice, the server
+    refused it (10140) and ``seedance.observed.>`` had no stream."""
+    earlier = dataclasses.replace(
+        OLD_JOBS, subjects=[observed.ALL], sources=[js_api.StreamSource(name=jobs.STREAM)]
+    )
+    server = _Server(earlier, refused={observed.STREAM})
+    with pytest.raises(APIError):
+        await converge(server, SPLIT)  # type: ignore[arg-type]
+    assert server.holders() == {jobs.ALL: [jobs.STREAM], observed.ALL: [jobs.IN_STREAM]}
+    assert [s.name for s in server.configs[jobs.IN_STREAM].sources or ()] == [jobs.STREAM]
+    await _converges(server)
+
+
+async def test_a_subject_left_without_a_stream_is_named_in_the_error_and_the_log() -> None:
+    """Review MEDIUM-3: the requests' create is refused and the put-back of the old stream is
+    lost too: no stream holds either job subject, and the error raised (from the refusal) and
+    an error-level line name both, where before the refusal alone was raised and the log said
+    the stream was put back."""
+    server = _Server(OLD_JOBS, refused={jobs.STREAM}, lost={jobs.IN_STREAM: 1})
+    with capture_logs() as logs, pytest.raises(StreamlessSubjects) as left:
+        await converge(server, SPLIT)  # type: ignore[arg-type]
+    assert server.holders() == {jobs.ALL: [], observed.ALL: []}
+    assert left.value.subjects == [jobs.ALL, observed.ALL]
+    assert f"left {jobs.ALL}, {observed.ALL} with no stream" in str(left.value)
+    assert isinstance(left.value.__cause__, APIError)
+    named = [e for e in logs if e["event"] == "stream_subjects_without_stream"]
+    assert [(e["log_level"], e["subjects"]) for e in named] == [("error", [jobs.ALL, observed.ALL])]
+    await _converges(server)
 
 
 async def test_an_update_made_before_its_time_out_is_put_back() -> None:

@@ -428,12 +428,12 @@ async def converge(
                 updated[wanted.name or ""] = step.updated
             if step.failed is not None:
                 raise step.failed
-    except Exception:
+    except Exception as exc:
         # A later stream's info or update that fails (a time-out, a mirror's re-create refused)
         # after an older stream gave up its subjects would leave them no stream: put it back
-        # (with the failed update's own stream where the server holds it changed: `_Step`).
-        await put_back(js, updated, [])
-        raise
+        # (with the failed update's own stream where the server holds it changed: `_Step`),
+        # then raise (`StreamlessSubjects` where a subject is left with none).
+        await put_back(js, updated, [], exc)
     created = await create_missing(js, missing, updated)
     return changes + [Change(new.name or "", "created") for new in created]
 

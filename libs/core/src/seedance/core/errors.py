@@ -22,6 +22,7 @@ __all__ = [
     "SettingsError",
     "StartRefused",
     "StreamRefused",
+    "StreamlessSubjects",
 ]
 
 
@@ -57,6 +58,22 @@ class SettingsError(ValueError):
 
 class NoStream(SeedanceError):
     """Nothing stores the subject published to: the streams have not been provisioned."""
+
+
+class StreamlessSubjects(SeedanceError):
+    """`seedance admin provision` failed part-way (``error``, the server's refusal or a call
+    that got no answer) and could not give back every subject a stream gave up: ``subjects``
+    have no stream the server confirms, so a publish to them finds none (`NoStream`) until a
+    run goes through."""
+
+    def __init__(self, subjects: list[str], error: Exception) -> None:
+        super().__init__(
+            f"provision failed ({error!r}) and left {', '.join(subjects)} with no stream the "
+            "server confirms (publishes there may find none): fix what failed and run "
+            "`seedance admin provision` again"
+        )
+        self.subjects = subjects
+        self.error = error
 
 
 class StreamRefused(SeedanceError):

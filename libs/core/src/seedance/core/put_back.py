@@ -1,13 +1,14 @@
 """The end of a `seedance.core.drift.converge` run: the missing streams' creation and, where a
 step fails after an older stream gave up subjects to a new one, the put-back of that stream's
-former config, decided by what the server holds.
+former config, decided by what the server answers and holds, then checked on the server.
 
 Why the server's state and not what the run asked for: a call that gets no answer (a
 time-out, a dropped connection) may still have been carried out, by a server busy past the
 request's time-out or a meta leader that applied it after the client gave up. Put back from
 what the run knew it did, a create made in silence kept the job subjects while the old stream
 was given them back (the server refuses such an overlap, so the put-back failed and every
-subject no new stream took had none), and an update made in silence was never put back.
+subject no new stream took had none), and an update made in silence was never put back. A
+refusal (`APIError`) is an answer: nothing was made, and nothing is read back.
 This module owns that decision; it must not compare configs (`seedance.core.drift`) nor
 choose what converge changes.
 """
@@ -15,22 +16,42 @@ choose what converge changes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import NoReturn
 
-from nats.errors import Error as NatsError
+import nats.errors
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
+from seedance.core.errors import StreamlessSubjects
 from seedance.core.logs import get_logger
 
 __all__ = ["NO_ANSWER", "UNREAD", "Unread", "Updated", "create_missing", "held", "put_back"]
 
 log = get_logger(__name__)
 
-#: What a JetStream call raises when it fails: a refusal (`APIError`, a `NatsError`), no reply
-#: (nats-py raises either timeout kind) or a dropped socket. Not `TRANSIENT_BUS_ERRORS`:
-#: `seedance.core.bus` imports the comparison this module's caller lives in.
-NO_ANSWER: tuple[type[Exception], ...] = (NatsError, TimeoutError, ConnectionError)
+#: What a JetStream call raises when no answer came: no reply in time (nats-py raises either
+#: timeout kind), no JetStream listening, a connection lost, closed or reconnecting. The call
+#: may have been carried out all the same. Not `APIError`: that is the server's answer, a
+#: refusal, after which nothing was made. Not `TRANSIENT_BUS_ERRORS` (it holds every
+#: `nats.errors.Error`, refusals too; and `seedance.core.bus` imports this module's caller).
+NO_ANSWER: tuple[type[Exception], ...] = (
+    TimeoutError,
+    ConnectionError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionDrainingError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.NoServersError,
+    nats.errors.OutboundBufferLimitError,
+)
+#: What a call that failed raises, refused or unanswered: where only its failure matters (an
+#: info that does not tell a stream's state, a put-back that did not go through).
+_FAILED: tuple[type[Exception], ...] = (APIError, *NO_ANSWER)
+#: The server's err_code for a stream whose subjects overlap another's.
+_OVERLAP = 10065
 
 #: The streams a run updated, by name: (the config before, the config it was given).
 Updated = dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]]
@@ -46,17 +67,20 @@ UNREAD = Unread()
 async def held(
     js: JetStreamContext, name: str, error: Exception
 ) -> js_api.StreamConfig | Unread | None:
-    """Stream ``name``'s config as the server holds it after a create or update of it failed
-    with ``error``; None where it has no such stream; `UNREAD` where its info fails too."""
+    """Stream ``name``'s config as the server holds it after a create or update of it got no
+    answer (``error``); None where it has no such stream; `UNREAD` where its info fails too."""
     try:
         info = await js.stream_info(name)
     except NotFoundError:
-        log.warning("stream_call_failed", stream=name, error=repr(error), held=None)
+        log.warning("stream_call_failed", stream=name, error=repr(error), held="no such stream")
         return None
-    except NO_ANSWER as unread:
-        log.error("stream_call_failed", stream=name, error=repr(error), held=repr(unread))
+    except _FAILED as unread:
+        log.error("stream_call_failed", stream=name, error=repr(error), held=f"unread: {unread!r}")
         return UNREAD
-    log.warning("stream_call_failed", stream=name, error=repr(error), held=info.config.subjects)
+    subjects = list(info.config.subjects or ())
+    log.warning(
+        "stream_call_failed", stream=name, error=repr(error), held="stream", subjects=subjects
+    )
     return info.config
 
 
@@ -64,50 +88,109 @@ async def create_missing(
     js: JetStreamContext, missing: list[js_api.StreamConfig], updated: Updated
 ) -> list[js_api.StreamConfig]:
     """Create ``missing`` in order (what was created); where one fails, `put_back` what
-    ``updated`` changed and raise the error.
+    ``updated`` changed and raise.
 
-    The failed one counts as created where the server holds it (its subjects, as the server
-    holds them, stay there, sourced back), and where its state cannot be read either: given
-    back every subject, an old stream is refused as an overlap if the new one was made, and
-    every subject no new stream took is left with none; taken as made, only its own subjects
-    wait for the next run."""
+    A refused create (`APIError`) made nothing. One that got no answer (`NO_ANSWER`) is read
+    back (`held`): made, its subjects as the server holds them stay there, sourced back; not
+    made, every subject goes back; unread, it goes to `put_back` as ``unknown``."""
     created: list[js_api.StreamConfig] = []
     for wanted in missing:
         try:
             await js.add_stream(wanted)
+        except APIError as exc:
+            await put_back(js, updated, created, exc)
         except NO_ANSWER as exc:
             found = await held(js, wanted.name or "", exc)
-            if found is not None:
-                created.append(wanted if isinstance(found, Unread) else found)
-            await put_back(js, updated, created)
-            raise
+            if isinstance(found, Unread):
+                await put_back(js, updated, created, exc, unknown=wanted)
+            await put_back(js, updated, [*created, *([found] if found else [])], exc)
         created.append(wanted)
     return created
 
 
 async def put_back(
-    js: JetStreamContext, updated: Updated, created: list[js_api.StreamConfig]
-) -> None:
-    """After a create, or a later stream's info or update, failed: give each stream this run
-    updated (or may have: `held`) its config from before, so that every subject it gave up
-    has a stream again (review H1: the old SEEDANCE_JOBS gave up the job subjects,
+    js: JetStreamContext,
+    updated: Updated,
+    created: list[js_api.StreamConfig],
+    error: Exception,
+    *,
+    unknown: js_api.StreamConfig | None = None,
+) -> NoReturn:
+    """After a create, or a later stream's info or update, failed with ``error``: give each
+    stream this run updated (or may have: `held`) its config from before, so that every subject
+    it gave up has a stream again (review H1: the old SEEDANCE_JOBS gave up the job subjects,
     SEEDANCE_OBSERVED's create was refused for its reservation, and tenants' and observers'
-    publishes found no stream at all). A subject a stream of ``created`` (as the server holds
-    it) now holds stays there and is sourced back from it (this user may not delete what it
-    created: the provisioner's grant), so nothing already stored in it is lost. Best effort: a
-    put-back that fails is logged; the create's error is what the caller gets."""
-    taken = {subject: new for new in created for subject in new.subjects or ()}
+    publishes found no stream at all); then raise ``error``.
+
+    A subject a stream of ``created`` (as the server holds it) now holds stays there and is
+    sourced back from it (this user may not delete what it created: the provisioner's grant),
+    so nothing already stored in it is lost. ``unknown``: a create that got no answer and whose
+    state could not be read: every subject goes back first; where the server refuses that as
+    an overlap (10065), it was made after all, and only the others go back.
+
+    Then the server is asked which stream holds each subject given up (``stream_subjects_held``);
+    any that none holds (a put-back that failed too) or whose holder it does not tell is named
+    at error level (``stream_subjects_without_stream``), and `StreamlessSubjects` naming them is
+    raised from ``error`` in its place."""
     for name, (before, wanted) in reversed(updated.items()):
-        kept = [subject for subject in before.subjects or () if subject not in taken]
-        back = dataclasses.replace(before, subjects=kept or None)
-        from_created = [
-            src for src in wanted.sources or () if any(src.name == new.name for new in created)
-        ]
-        if from_created:
-            back.sources = [*(before.sources or ()), *from_created]
+        back = _before(before, wanted, created)
         try:
-            await js.update_stream(back)
-        except NO_ANSWER as exc:  # the create's error is the one to raise
+            try:
+                await js.update_stream(back)
+            except APIError as refused:
+                if unknown is None or refused.err_code != _OVERLAP:
+                    raise
+                # the overlap proves the unknown create made: its subjects stay with it
+                back = _before(before, wanted, [*created, unknown])
+                await js.update_stream(back)
+        except _FAILED as exc:  # ``error`` is the one to raise
             log.error("stream_put_back_failed", stream=name, error=repr(exc))
             continue
-        log.warning("stream_put_back", stream=name, subjects=kept)
+        log.warning("stream_put_back", stream=name, subjects=back.subjects or [])
+    given_up = [s for before, _ in updated.values() for s in before.subjects or ()]
+    touched = [*updated, *(new.name or "" for new in (*created, *([unknown] if unknown else [])))]
+    holders = await _holders(js, given_up, touched)
+    streamless = [subject for subject, holder in holders.items() if holder is None]
+    if streamless:
+        log.error("stream_subjects_without_stream", subjects=streamless, error=repr(error))
+        raise StreamlessSubjects(streamless, error) from error
+    if holders:
+        log.warning("stream_subjects_held", held=holders)
+    raise error
+
+
+def _before(
+    before: js_api.StreamConfig, wanted: js_api.StreamConfig, created: list[js_api.StreamConfig]
+) -> js_api.StreamConfig:
+    """``before`` with the subjects ``created`` holds taken out, and sourcing the streams of
+    ``created`` that ``wanted`` sources, each source once (the server refuses a repeated one,
+    10140: ``before`` may name one already, from a run that failed part-way)."""
+    taken = {subject for new in created for subject in new.subjects or ()}
+    kept = [subject for subject in before.subjects or () if subject not in taken]
+    back = dataclasses.replace(before, subjects=kept or None)
+    names = {new.name for new in created}
+    sources = list(before.sources or ())
+    for src in wanted.sources or ():
+        if src.name in names and all(src.name != old.name for old in sources):
+            sources.append(src)
+    back.sources = sources or None
+    return back
+
+
+async def _holders(
+    js: JetStreamContext, subjects: Sequence[str], streams: Sequence[str]
+) -> dict[str, str | None]:
+    """Each of ``subjects`` and the stream of ``streams`` (the run's: no other may hold them,
+    streams do not overlap) the server says holds it; None where none does, or where the one
+    that might does not tell (its info failed: logged)."""
+    holders: dict[str, str | None] = dict.fromkeys(subjects)
+    for name in dict.fromkeys(streams):
+        try:
+            held_now = (await js.stream_info(name)).config.subjects or ()
+        except NotFoundError:
+            continue
+        except _FAILED as exc:
+            log.error("stream_unread_after_put_back", stream=name, error=repr(exc))
+            continue
+        holders.update({subject: name for subject in held_now if subject in holders})
+    return holders
