@@ -22,7 +22,7 @@ import pytest
 import pytest_asyncio
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api as js_api
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NotFoundError
 
 from seedance.core import Bus, BusSettings
 from seedance.core.kv import provision
@@ -239,3 +239,126 @@ async def test_a_create_made_but_never_answered_leaves_each_job_subject_one_stre
             assert await provision(admin) == []
         finally:
             await admin.close()
+
+
+def _reads_after_create(stream: str, *, lose_create: bool) -> Callable[[str], bool]:
+    """Picks the provisioner's requests for the info of ``stream`` once its create went up
+    (the create too, and then only the first info, where ``lose_create``)."""
+    create, info = (f"$JS.API.STREAM.{op}.{stream}" for op in ("CREATE", "INFO"))
+    asked: list[str] = []
+
+    def picked(subject: str) -> bool:
+        if subject == create and not asked:
+            asked.append(subject)
+            return lose_create
+        if subject == info and asked and not (lose_create and len(asked) > 1):
+            asked.append(subject)
+            return True
+        return False
+
+    return picked
+
+
+def _holders(configs: list[js_api.StreamConfig]) -> dict[str, list[str]]:
+    """Each job subject and the streams of ``configs`` that hold it."""
+    return {
+        subject: [c.name or "" for c in configs if subject in (c.subjects or ())]
+        for subject in (jobs.ALL, observed.ALL)
+    }
+
+
+async def _job_streams(admin: Bus) -> list[js_api.StreamConfig]:
+    found = []
+    for name in (jobs.IN_STREAM, jobs.STREAM, observed.STREAM):
+        with contextlib.suppress(NotFoundError):
+            found.append((await admin.js.stream_info(name)).config)
+    return found
+
+
+async def test_a_refused_create_is_not_read_back_and_its_subjects_go_back() -> None:
+    """Review HIGH-1: the server refuses SEEDANCE_OBSERVED (10047) and would not answer an info
+    of it (a proxy drops those requests). A refusal is an answer: read back, the info's time-out
+    had it taken as made, the old stream given no subject back and ``seedance.observed.>`` left
+    with no stream; now it is not asked, and the old stream gets the observers' events back."""
+    with shipped_auth_server(shipped_password, provisioned=False, max_file_store="2500M") as server:
+        admin = await Bus.connect(
+            BusSettings(url=server.url, user="admin", password=shipped_password("admin"))
+        )
+        try:
+            await admin.js.add_stream(OLD_JOBS)
+            picked = _reads_after_create(observed.STREAM, lose_create=False)
+            async with LosingProxy(server.url, lambda _: False, picked) as proxy:
+                provisioner = await Bus.connect(
+                    as_user(proxy.url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX)
+                )
+                try:
+                    with pytest.raises(APIError) as refused:
+                        await provision(provisioner)
+                finally:
+                    await provisioner.close()
+            assert refused.value.err_code == 10047, refused.value
+            assert _holders(await _job_streams(admin)) == {
+                jobs.ALL: [jobs.STREAM],
+                observed.ALL: [jobs.IN_STREAM],
+            }
+            assert proxy.lost_requests == []  # never read back
+        finally:
+            await admin.close()
+
+
+async def test_a_create_not_made_and_not_read_gives_every_subject_back(
+    old_deployment: tuple[str, Bus],
+) -> None:
+    """Review HIGH-2: the create of SEEDANCE_JOB_REQUESTS never reaches the server, nor the
+    info that reads it back (a proxy drops both requests). Taken as made, the old stream got
+    back only the observers' events and tenants' requests found no stream; now it gets back
+    every subject, and the next run converges with every stored event read once."""
+    url, admin = old_deployment
+    acme = await Bus.connect(as_user(url, "tenant-acme", inbox_prefix=inbox_prefix("acme")))
+    replayer = await Bus.connect(as_user(url, "replayer"))
+    slicer = await Bus.connect(as_user(url, "slicer"))
+    try:
+        sent = await _events(acme, replayer, "before")
+        picked = _reads_after_create(jobs.STREAM, lose_create=True)
+        async with LosingProxy(url, lambda _: False, picked) as proxy:
+            provisioner = await Bus.connect(
+                as_user(proxy.url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX)
+            )
+            try:
+                with pytest.raises(NatsTimeoutError):
+                    await provision(provisioner)
+            finally:
+                await provisioner.close()
+        assert proxy.lost_requests == [
+            f"$JS.API.STREAM.{op}.{jobs.STREAM}" for op in ("CREATE", "INFO")
+        ]
+        assert _holders(await _job_streams(admin)) == {
+            jobs.ALL: [jobs.IN_STREAM],
+            observed.ALL: [jobs.IN_STREAM],
+        }
+        sent += await _events(acme, replayer, "between")  # each has a stream
+
+        provisioner = await Bus.connect(as_user(url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX))
+        try:
+            await provision(provisioner)
+            assert await provision(provisioner) == []
+        finally:
+            await provisioner.close()
+        assert _holders(await _job_streams(admin)) == {
+            jobs.ALL: [jobs.STREAM],
+            observed.ALL: [observed.STREAM],
+        }
+        sent += await _events(acme, replayer, "after")
+        reader = await slicer.js.pull_subscribe_bind("slicer-jobs", jobs.IN_STREAM)
+        got: list[Any] = []
+
+        async def all_read() -> bool:
+            with contextlib.suppress(TimeoutError):  # nothing yet within the second
+                got.extend(await reader.fetch(len(sent) - len(got), timeout=1))
+            return len(got) >= len(sent)
+
+        await eventually(all_read, 60, what="every stored event", interval_s=0)
+        assert sorted(_id(m) for m in got) == sorted(sent)  # none lost, none twice
+    finally:
+        for bus in (acme, replayer, slicer):
+            await bus.close()
