@@ -413,7 +413,8 @@ async def converge(
     Existing streams first, then the missing ones in the catalogue's order: streams may not
     overlap, and an older stream that held subjects a new one takes (SEEDANCE_JOBS the
     requests and observed events, SEEDANCE_SLICING the MIG plans) must give them up before
-    the new one can be created."""
+    the new one can be created. Where a later step fails, `seedance.core.put_back` gives them
+    back and raises its error, or `StreamlessSubjects` naming any subject left with no stream."""
     changes: list[Change] = []
     missing: list[js_api.StreamConfig] = []
     updated: Updated = {}
