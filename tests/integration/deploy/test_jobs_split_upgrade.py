@@ -25,6 +25,7 @@ from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 
 from seedance.core import Bus, BusSettings
+from seedance.core.drift import Change
 from seedance.core.kv import provision
 from seedance.events import new_event_id
 from seedance.events.jobs import JobFinished, JobStarted
@@ -197,14 +198,8 @@ async def test_a_create_made_but_never_answered_leaves_each_job_subject_one_stre
         try:
             await admin.js.add_stream(OLD_JOBS)
             async with LosingProxy(server.url, _create_reply(jobs.STREAM)) as proxy:
-                provisioner = await Bus.connect(
-                    as_user(proxy.url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX)
-                )
-                try:
-                    with pytest.raises(NatsTimeoutError):
-                        await provision(provisioner)
-                finally:
-                    await provisioner.close()
+                with pytest.raises(NatsTimeoutError):
+                    await _provision_as_provisioner(proxy.url)
             assert len(proxy.lost) == 1
             held = (await admin.js.stream_info(jobs.STREAM)).config
             assert held.subjects == [jobs.ALL]  # made, though never answered
@@ -239,6 +234,15 @@ async def test_a_create_made_but_never_answered_leaves_each_job_subject_one_stre
             assert await provision(admin) == []
         finally:
             await admin.close()
+
+
+async def _provision_as_provisioner(url: str) -> list[Change]:
+    """`seedance admin provision` as the shipped provisioner, connected at ``url``."""
+    provisioner = await Bus.connect(as_user(url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX))
+    try:
+        return await provision(provisioner)
+    finally:
+        await provisioner.close()
 
 
 def _reads_after_create(stream: str, *, lose_create: bool) -> Callable[[str], bool]:
@@ -288,14 +292,8 @@ async def test_a_refused_create_is_not_read_back_and_its_subjects_go_back() -> N
             await admin.js.add_stream(OLD_JOBS)
             picked = _reads_after_create(observed.STREAM, lose_create=False)
             async with LosingProxy(server.url, lambda _: False, picked) as proxy:
-                provisioner = await Bus.connect(
-                    as_user(proxy.url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX)
-                )
-                try:
-                    with pytest.raises(APIError) as refused:
-                        await provision(provisioner)
-                finally:
-                    await provisioner.close()
+                with pytest.raises(APIError) as refused:
+                    await _provision_as_provisioner(proxy.url)
             assert refused.value.err_code == 10047, refused.value
             assert _holders(await _job_streams(admin)) == {
                 jobs.ALL: [jobs.STREAM],
@@ -321,14 +319,8 @@ async def test_a_create_not_made_and_not_read_gives_every_subject_back(
         sent = await _events(acme, replayer, "before")
         picked = _reads_after_create(jobs.STREAM, lose_create=True)
         async with LosingProxy(url, lambda _: False, picked) as proxy:
-            provisioner = await Bus.connect(
-                as_user(proxy.url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX)
-            )
-            try:
-                with pytest.raises(NatsTimeoutError):
-                    await provision(provisioner)
-            finally:
-                await provisioner.close()
+            with pytest.raises(NatsTimeoutError):
+                await _provision_as_provisioner(proxy.url)
         assert proxy.lost_requests == [
             f"$JS.API.STREAM.{op}.{jobs.STREAM}" for op in ("CREATE", "INFO")
         ]
@@ -338,12 +330,8 @@ async def test_a_create_not_made_and_not_read_gives_every_subject_back(
         }
         sent += await _events(acme, replayer, "between")  # each has a stream
 
-        provisioner = await Bus.connect(as_user(url, PROVISIONER, inbox_prefix=PROVISIONER_INBOX))
-        try:
-            await provision(provisioner)
-            assert await provision(provisioner) == []
-        finally:
-            await provisioner.close()
+        await _provision_as_provisioner(url)
+        assert await _provision_as_provisioner(url) == []  # converged
         assert _holders(await _job_streams(admin)) == {
             jobs.ALL: [jobs.STREAM],
             observed.ALL: [observed.STREAM],
