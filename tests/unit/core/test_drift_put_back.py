@@ -2,7 +2,10 @@
 the job streams' split, MEDIUM: only a failed create put them back, so a time-out on a later
 stream's info left ``seedance.jobs.>`` and ``seedance.observed.>`` with no stream at all), and
 when the call that failed was carried out all the same (its reply lost: the put-back follows
-what the server holds, not what the run knew it had done)."""
+what the server holds, not what the run knew it had done). Review of that fix: a refusal is not
+read back (HIGH-1); an unread create is put back as not made, then as made where the server
+refuses the overlap, each source once (HIGH-2); a subject left with no stream is named
+(MEDIUM-3). Each failure is followed by a run that converges (`_converges`)."""
 
 from __future__ import annotations
 
@@ -210,3 +213,15 @@ async def test_an_update_made_before_its_time_out_is_put_back() -> None:
         await converge(server, SPLIT)  # type: ignore[arg-type]
     assert server.holders() == {jobs.ALL: [jobs.IN_STREAM], observed.ALL: [jobs.IN_STREAM]}
     assert server.configs.keys() == {jobs.IN_STREAM}
+
+
+async def test_a_subject_whose_holder_the_server_does_not_tell_is_named() -> None:
+    """The requests' stream is made, its reply lost, and neither its read-back nor the check
+    after the put-back is answered: ``seedance.jobs.>`` may have no stream, so the error names
+    it (the observers' events, read back in the old stream, are not named)."""
+    server = _Server(OLD_JOBS, silent={jobs.STREAM}, unread={jobs.STREAM: 2})
+    with pytest.raises(StreamlessSubjects) as left:
+        await converge(server, SPLIT)  # type: ignore[arg-type]
+    assert left.value.subjects == [jobs.ALL]
+    assert server.holders() == {jobs.ALL: [jobs.STREAM], observed.ALL: [jobs.IN_STREAM]}
+    await _converges(server)
