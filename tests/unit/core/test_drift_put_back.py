@@ -43,7 +43,11 @@ class _Server:
     reply lost); the ``lost[name]``-th create or update of a stream (from 0) times out unmade (its
     request lost); a create of a stream in ``refused`` is refused (10047, past
     ``max_file_store``); once a create or update of a stream in ``unread`` was asked, its next
-    ``unread[name]`` infos time out."""
+    ``unread[name]`` infos time out. The ``late[name]``-th create or update of a stream (from 0)
+    times out unmade, and the server carries it out right before the next create or update
+    (which queues behind it; infos do not), that one checked for overlaps as if it had not:
+    both in flight pass the check (the race review 2 saw on nats-server), or, not ``race``,
+    after it."""
 
     def __init__(
         self,
@@ -52,10 +56,13 @@ class _Server:
         lost: dict[str, int] | None = None,
         refused: Collection[str] = (),
         unread: dict[str, int] | None = None,
+        late: dict[str, int] | None = None,
+        race: bool = True,
     ) -> None:
         self.configs = {c.name: c for c in configs}
         self.silent, self.refused = set(silent), set(refused)
         self.lost, self.unread = lost or {}, dict(unread or {})
+        self.late, self.queued, self.race = late or {}, list[js_api.StreamConfig](), race
         self.calls: dict[str, int] = {}
 
     async def stream_info(self, name: str) -> js_api.StreamInfo:
@@ -84,7 +91,14 @@ class _Server:
         self.calls[name] = call + 1
         if self.lost.get(name) == call:
             raise NatsTimeoutError
-        for other in self.configs.values():
+        if self.late.get(name) == call:
+            self.queued.append(config)
+            raise NatsTimeoutError
+        checked = dict(self.configs)  # what the server had applied when it checked this one
+        self.carry_out_late()
+        if not self.race:
+            checked = dict(self.configs)
+        for other in checked.values():
             if other.name != config.name and set(other.subjects or ()) & set(config.subjects or ()):
                 raise APIError(code=400, err_code=10065, description="subjects overlap")
         origins = [src.name for src in config.sources or ()]
@@ -94,6 +108,12 @@ class _Server:
         if config.name in self.silent:  # once: a put-back of it is answered
             self.silent.discard(config.name)
             raise NatsTimeoutError
+
+    def carry_out_late(self) -> None:
+        """Carry out the calls held back by ``late``, in order."""
+        for config in self.queued:
+            self.configs[config.name] = config
+        self.queued.clear()
 
     def holders(self) -> dict[str, list[str]]:
         """Each subject of the old SEEDANCE_JOBS and the streams that hold it."""
@@ -224,4 +244,49 @@ async def test_a_subject_whose_holder_the_server_does_not_tell_is_named() -> Non
         await converge(server, SPLIT)  # type: ignore[arg-type]
     assert left.value.subjects == [jobs.ALL]
     assert server.holders() == {jobs.ALL: [jobs.STREAM], observed.ALL: [jobs.IN_STREAM]}
+    await _converges(server)
+
+
+async def test_an_update_carried_out_after_its_read_back_is_put_back() -> None:
+    """Review 2: the old stream's update times out and the server carries it out after the
+    read-back, which still showed both subjects: nothing was put back and, once it was carried
+    out, both job subjects had no stream and no error named them. Now an update that got no
+    answer is always put back, queued behind it."""
+    server = _Server(OLD_JOBS, late={jobs.IN_STREAM: 0})
+    with pytest.raises(NatsTimeoutError):
+        await converge(server, SPLIT)  # type: ignore[arg-type]
+    server.carry_out_late()
+    assert server.holders() == {jobs.ALL: [jobs.IN_STREAM], observed.ALL: [jobs.IN_STREAM]}
+    await _converges(server)
+
+
+async def test_a_create_carried_out_after_its_read_back_is_named_when_held_twice() -> None:
+    """Review 2: the requests' create times out, its read-back finds no such stream, and the
+    server carries it out right before the put-back, both passing the overlap check: two
+    streams hold ``seedance.jobs.>`` and, that create not checked, the run raised its time-out
+    alone. Now the check asks it too and the error and an error-level line name the subject
+    and both holders; the next run converges."""
+    server = _Server(OLD_JOBS, late={jobs.STREAM: 0})
+    with capture_logs() as logs, pytest.raises(StreamlessSubjects) as left:
+        await converge(server, SPLIT)  # type: ignore[arg-type]
+    twice = {jobs.ALL: [jobs.IN_STREAM, jobs.STREAM]}
+    assert server.holders() == {**twice, observed.ALL: [jobs.IN_STREAM]}
+    assert (left.value.subjects, left.value.shared) == ([], twice)
+    assert f"{jobs.ALL} held by {jobs.IN_STREAM} and {jobs.STREAM}" in str(left.value)
+    assert isinstance(left.value.__cause__, NatsTimeoutError)
+    named = [e for e in logs if e["event"] == "stream_subjects_held_twice"]
+    assert [(e["log_level"], e["held"]) for e in named] == [("error", twice)]
+    await _converges(server)
+
+
+async def test_a_create_carried_out_after_its_read_back_keeps_its_subjects_on_overlap() -> None:
+    """Review 2 (nats-server, the put-back checked after the late create): read back as not
+    made, the requests' stream was made before the put-back, which the server refused as an
+    overlap, and ``seedance.observed.>`` was left with no stream. Now a create read back as not
+    made is put back as an unread one: on the overlap, the old stream gets back the rest."""
+    server = _Server(OLD_JOBS, late={jobs.STREAM: 0}, race=False)
+    with pytest.raises(NatsTimeoutError):
+        await converge(server, SPLIT)  # type: ignore[arg-type]
+    assert server.holders() == {jobs.ALL: [jobs.STREAM], observed.ALL: [jobs.IN_STREAM]}
+    assert [s.name for s in server.configs[jobs.IN_STREAM].sources or ()] == [jobs.STREAM]
     await _converges(server)

@@ -26,7 +26,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from seedance.core.errors import StartRefused
 from seedance.core.logs import get_logger
-from seedance.core.put_back import NO_ANSWER, Unread, Updated, create_missing, held, put_back
+from seedance.core.put_back import NO_ANSWER, Updated, create_missing, put_back
 from seedance.events.subjects import STREAMS, BucketSpec, ObjectStoreSpec, StreamSpec
 
 __all__ = [
@@ -414,7 +414,8 @@ async def converge(
     overlap, and an older stream that held subjects a new one takes (SEEDANCE_JOBS the
     requests and observed events, SEEDANCE_SLICING the MIG plans) must give them up before
     the new one can be created. Where a later step fails, `seedance.core.put_back` gives them
-    back and raises its error, or `StreamlessSubjects` naming any subject left with no stream."""
+    back and raises its error, or `StreamlessSubjects` naming any subject it then finds with no
+    stream or with more than one."""
     changes: list[Change] = []
     missing: list[js_api.StreamConfig] = []
     updated: Updated = {}
@@ -432,8 +433,8 @@ async def converge(
     except Exception as exc:
         # A later stream's info or update that fails (a time-out, a mirror's re-create refused)
         # after an older stream gave up its subjects would leave them no stream: put it back
-        # (with the failed update's own stream where the server holds it changed: `_Step`),
-        # then raise (`StreamlessSubjects` where a subject is left with none).
+        # (with the failed update's own stream, always, where it got no answer: `_Step`),
+        # then raise (`StreamlessSubjects` where a subject is left with none, or with two).
         await put_back(js, updated, [], exc)
     created = await create_missing(js, missing, updated)
     return changes + [Change(new.name or "", "created") for new in created]
@@ -445,7 +446,7 @@ class _Step:
     ``missing`` (its wanted config, for `create_missing`), ``updated`` (its config before and
     the one it was given, for `put_back`: a catalogue stream whose subjects this run changed,
     or may have); ``failed``: the error of an update that got no answer, for `converge` to
-    raise once it has put back what the server holds changed."""
+    raise once it has put that stream back."""
 
     change: Change | None = None
     missing: js_api.StreamConfig | None = None
@@ -492,13 +493,11 @@ async def _converge_one(
         return _Step(Change(name, "left", found.fields, fix))
     except NO_ANSWER as exc:
         # No answer (a time-out, a dropped connection): the server may have made the change,
-        # its subjects given up, so what it holds decides whether there is anything to put back
-        # (unread: put back, which changes nothing where the update was not made).
-        server = await held(js, name, exc) if stream else None
-        changed = isinstance(server, Unread) or (
-            server is not None and drift(actual, server) is not None
-        )
-        return _Step(updated=(actual, wanted) if changed else None, failed=exc)
+        # its subjects given up, or make it later (it answers infos from another queue, so a
+        # read-back can precede it: review 2): always put back, which queues behind it and
+        # changes nothing where it is never made; `put_back` then checks the subjects' holders.
+        log.warning("stream_call_failed", stream=name, error=repr(exc), held="not read")
+        return _Step(updated=(actual, wanted) if stream else None, failed=exc)
     return _Step(
         Change(name, "updated", found.fields), updated=(actual, wanted) if stream else None
     )

@@ -101,9 +101,9 @@ async def create_missing(
             await put_back(js, updated, created, exc)
         except NO_ANSWER as exc:
             found = await held(js, wanted.name or "", exc)
-            if isinstance(found, Unread):
+            if found is None or isinstance(found, Unread):  # not made yet, or may be: see put_back
                 await put_back(js, updated, created, exc, unknown=wanted)
-            await put_back(js, updated, [*created, *([found] if found else [])], exc)
+            await put_back(js, updated, [*created, found], exc)
         created.append(wanted)
     return created
 
@@ -150,10 +150,14 @@ async def put_back(
     given_up = [s for before, _ in updated.values() for s in before.subjects or ()]
     touched = [*updated, *(new.name or "" for new in (*created, *([unknown] if unknown else [])))]
     holders = await _holders(js, given_up, touched)
-    streamless = [subject for subject, holder in holders.items() if holder is None]
+    streamless = [subject for subject, names in holders.items() if not names]
+    shared = {subject: names for subject, names in holders.items() if len(names) > 1}
     if streamless:
         log.error("stream_subjects_without_stream", subjects=streamless, error=repr(error))
-        raise StreamlessSubjects(streamless, error) from error
+    if shared:
+        log.error("stream_subjects_held_twice", held=shared, error=repr(error))
+    if streamless or shared:
+        raise StreamlessSubjects(streamless, error, shared=shared) from error
     if holders:
         log.warning("stream_subjects_held", held=holders)
     raise error
@@ -179,11 +183,15 @@ def _before(
 
 async def _holders(
     js: JetStreamContext, subjects: Sequence[str], streams: Sequence[str]
-) -> dict[str, str | None]:
-    """Each of ``subjects`` and the stream of ``streams`` (the run's: no other may hold them,
-    streams do not overlap) the server says holds it; None where none does, or where the one
-    that might does not tell (its info failed: logged)."""
-    holders: dict[str, str | None] = dict.fromkeys(subjects)
+) -> dict[str, list[str]]:
+    """Each of ``subjects`` and every stream of ``streams`` the server says holds it, as the
+    server answers each info, one after the other (not one snapshot): none where none does, or
+    where the one that might does not tell (its info failed: logged); more than one where a
+    call the server carried out late raced the put-back (the server checks overlaps against
+    what it has applied, and two calls in flight can both pass). Only ``streams`` are asked
+    (the run's, including a create read back as not made): a stream outside them, or a call
+    carried out after these infos, is not seen."""
+    holders: dict[str, list[str]] = {subject: [] for subject in subjects}
     for name in dict.fromkeys(streams):
         try:
             held_now = (await js.stream_info(name)).config.subjects or ()
@@ -192,5 +200,7 @@ async def _holders(
         except _FAILED as exc:
             log.error("stream_unread_after_put_back", stream=name, error=repr(exc))
             continue
-        holders.update({subject: name for subject in held_now if subject in holders})
+        for subject in held_now:
+            if subject in holders:
+                holders[subject].append(name)
     return holders
