@@ -5,7 +5,9 @@ when the call that failed was carried out all the same (its reply lost: the put-
 what the server holds, not what the run knew it had done). Review of that fix: a refusal is not
 read back (HIGH-1); an unread create is put back as not made, then as made where the server
 refuses the overlap, each source once (HIGH-2); a subject left with no stream is named
-(MEDIUM-3). Each failure is followed by a run that converges (`_converges`)."""
+(MEDIUM-3). Second review: a call the server carries out after the read-back (an update is
+always put back; a create read back as not made is checked, and a subject held by two streams
+named). Each failure is followed by a run that converges (`_converges`)."""
 
 from __future__ import annotations
 

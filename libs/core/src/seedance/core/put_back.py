@@ -9,6 +9,17 @@ what the run knew it did, a create made in silence kept the job subjects while t
 was given them back (the server refuses such an overlap, so the put-back failed and every
 subject no new stream took had none), and an update made in silence was never put back. A
 refusal (`APIError`) is an answer: nothing was made, and nothing is read back.
+
+What is not handled (review 2): the server answers a stream's info from another queue than
+its creates and updates, so a call it carries out after the read-back is not seen there. An
+update that got no answer is therefore always put back (the put-back queues behind it); a
+create read back as not made is put back as not made, then, on an overlap, as made. But a
+create carried out right before the put-back can pass the server's overlap check with it (a
+server-side race), leaving a subject held by two streams; and any call carried out after the
+check below can still leave a subject with none or with two. The check names what it sees
+(`StreamlessSubjects`); what it does not see stays until the next run, which converges. While a
+subject is held twice, an event on it is stored in both and `SEEDANCE_JOBS` copies it twice:
+the slicer applies it twice where the next run comes after the copies' 120-s duplicate window.
 This module owns that decision; it must not compare configs (`seedance.core.drift`) nor
 choose what converge changes.
 """
@@ -67,8 +78,9 @@ UNREAD = Unread()
 async def held(
     js: JetStreamContext, name: str, error: Exception
 ) -> js_api.StreamConfig | Unread | None:
-    """Stream ``name``'s config as the server holds it after a create or update of it got no
-    answer (``error``); None where it has no such stream; `UNREAD` where its info fails too."""
+    """Stream ``name``'s config as the server holds it after a create of it got no answer
+    (``error``); None where it has no such stream (yet: the server answers infos from another
+    queue and may still carry the create out); `UNREAD` where its info fails too."""
     try:
         info = await js.stream_info(name)
     except NotFoundError:
@@ -92,7 +104,8 @@ async def create_missing(
 
     A refused create (`APIError`) made nothing. One that got no answer (`NO_ANSWER`) is read
     back (`held`): made, its subjects as the server holds them stay there, sourced back; not
-    made, every subject goes back; unread, it goes to `put_back` as ``unknown``."""
+    made or unread, it goes to `put_back` as ``unknown`` (not made then may still be made
+    later: the server answers infos from another queue) and to the check after it."""
     created: list[js_api.StreamConfig] = []
     for wanted in missing:
         try:
@@ -124,14 +137,18 @@ async def put_back(
 
     A subject a stream of ``created`` (as the server holds it) now holds stays there and is
     sourced back from it (this user may not delete what it created: the provisioner's grant),
-    so nothing already stored in it is lost. ``unknown``: a create that got no answer and whose
-    state could not be read: every subject goes back first; where the server refuses that as
-    an overlap (10065), it was made after all, and only the others go back.
+    so nothing already stored in it is lost. ``unknown``: a create that got no answer and that
+    the server did not show made (its info said no such stream, or failed): every subject goes
+    back first; where the server refuses that as an overlap (10065), it was made after all, and
+    only the others go back.
 
-    Then the server is asked which stream holds each subject given up (``stream_subjects_held``);
-    any that none holds (a put-back that failed too) or whose holder it does not tell is named
-    at error level (``stream_subjects_without_stream``), and `StreamlessSubjects` naming them is
-    raised from ``error`` in its place."""
+    Then the server is asked, stream by stream (`_holders`: the run's updated and created
+    streams and ``unknown``), which hold each subject given up (``stream_subjects_held``); one
+    that none holds (a put-back that failed too, a call carried out late) or whose holder does
+    not tell is named at error level (``stream_subjects_without_stream``), one that more than
+    one holds (a late create that raced the put-back) too (``stream_subjects_held_twice``), and
+    `StreamlessSubjects` naming them is raised from ``error`` in its place. A call the server
+    carries out after this check is not seen: the next run converges it."""
     for name, (before, wanted) in reversed(updated.items()):
         back = _before(before, wanted, created)
         try:
