@@ -14,9 +14,9 @@ is untouched), then listens again: the next attempt must pass before the bound.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from seedance.core import Bus, BusSettings
+from seedance.testing.nats_proxy import pipe
 from seedance.testing.waits import eventually
 from tests.conftest import shipped_test_server
 
@@ -45,7 +45,7 @@ class Proxy:
         self.handlers.append(asyncio.current_task())
         ur, uw = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         self.streams += [w, uw]
-        await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
+        await asyncio.gather(pipe(r, uw), pipe(ur, w))
 
     async def drop(self) -> None:
         if self.server is not None:
@@ -60,16 +60,6 @@ class Proxy:
     async def close(self) -> None:
         await self.drop()
         await asyncio.gather(*(t for t in self.handlers if t is not None))
-
-
-async def _pipe(a: asyncio.StreamReader, b: asyncio.StreamWriter) -> None:
-    try:
-        with contextlib.suppress(ConnectionError):
-            while data := await a.read(65536):
-                b.write(data)
-                await b.drain()
-    finally:
-        b.close()
 
 
 async def test_an_outage_of_one_refused_attempt_is_within_the_bound() -> None:

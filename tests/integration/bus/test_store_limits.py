@@ -313,6 +313,10 @@ async def test_provision_leaves_a_stream_already_over_its_new_message_bound() ->
             [change] = await converge(bus.js, [wanted])
             assert (change.action, change.fields) == ("left", ("max_msgs",))
             assert "it holds 5 messages, more than its new max_msgs 3" in change.fix
+            # the documented purge (security.md, "What a tenant can still do"): the requests and
+            # their copies in the slicer's merged stream, which purging the origin alone leaves
+            for stream in (jobs.STREAM, jobs.IN_STREAM):
+                assert f"`nats stream purge {stream} --subject <subject>`" in change.fix
             assert (await bus.js.stream_info(jobs.STREAM)).config.max_msgs == -1
         finally:
             await bus.close()

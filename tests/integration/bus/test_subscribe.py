@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from nats.aio.msg import Msg
 
 from seedance.core import Bus, BusSettings
+from seedance.testing.nats_proxy import pipe
 from seedance.testing.waits import eventually
 
 
@@ -66,18 +67,10 @@ class HoldingProxy:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
         self._up = up_writer
-        for task in (self._to_server(reader, up_writer), self._pipe(up_reader, writer)):
+        for task in (self._to_server(reader, up_writer), pipe(up_reader, writer)):
             t = asyncio.create_task(task)
             self._tasks.add(t)
             t.add_done_callback(self._tasks.discard)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        finally:
-            writer.close()
 
     async def _to_server(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

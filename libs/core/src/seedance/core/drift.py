@@ -7,8 +7,9 @@ no ``STREAM.UPDATE`` (nats-server does not check the updater's read permissions 
 ``sources``/``mirror``, so an update grant let any service copy a stream it may not read into
 one it may: docs/security.md). A service that finds a drifted stream reports it with
 `check_drift`; only the provisioner's or an operator's credentials change one, here. This
-module owns the comparison and provision's changes; it must not create streams for services
-(`Bus` does) nor know any service.
+module owns the comparison and provision's changes (the creations at the end of a run, and
+the put-back after a failed step, are `seedance.core.put_back`'s); it must not create streams
+for services (`Bus` does) nor know any service.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 
 from seedance.core.errors import StartRefused
 from seedance.core.logs import get_logger
-from seedance.events.subjects import BucketSpec, ObjectStoreSpec, StreamSpec
+from seedance.core.put_back import NO_ANSWER, Updated, create_missing, put_back
+from seedance.events.subjects import STREAMS, BucketSpec, ObjectStoreSpec, StreamSpec
 
 __all__ = [
     "HISTORICAL_SOURCES",
@@ -58,13 +59,24 @@ REFUSED_HINT = (
     "back the stream up and delete it (`nats stream backup`, `nats stream rm`), then run "
     "`seedance admin provision` again"
 )
-#: What to do with a stream holding more than the max_bytes it is to get (`converge`).
+#: What to do with a stream holding more than a new bound (`converge`): ``held`` ``unit``
+#: (bytes, messages) over ``field`` (max_bytes, max_msgs); ``purge``, how (`_PURGE`).
 OVER_BOUND_HINT = (
-    "it holds {held} bytes, more than its new max_bytes {bound}: not applied (a full stream "
+    "it holds {held} {unit}, more than its new {field} {bound}: not applied (a full stream "
     "refusing new messages would refuse every write, one evicting its oldest would drop them); "
-    "the operator purges what may go (`nats stream purge {stream} --keep <n>`, after `nats "
-    "stream backup {stream} <dir>`) or raises its bound (seedance.events.stream_limits, with "
-    "max_file_store), then runs `seedance admin provision` again"
+    "the operator purges what may go ({purge}) or raises its bound "
+    "(seedance.events.stream_limits, with max_file_store), then runs `seedance admin provision` "
+    "again"
+)
+_PURGE = "`nats stream purge {stream} --keep <n>`, after `nats stream backup {stream} <dir>`"
+#: Over its message bound, a stream holds a flood (a tenant's requests: review C1), purged by
+#: subject in the stream and in every stream that copies it: a copy keeps its subject, and
+#: purging the origin alone lets the tenant fill it again while the first flood's copies stay
+#: (two floods' copies overran SEEDANCE_JOBS: docs/security.md, "What a tenant can still do").
+_PURGE_WITH_COPIES = (
+    "in {stream} and its copies in {copies}, by subject: {commands}, each after `nats stream "
+    "backup` and once its readers have read past it; a copy keeps its subject, so purged in "
+    '{stream} alone it stays: docs/security.md, "What a tenant can still do"'
 )
 #: StreamConfig fields a comparison leaves out, each for its reason; every other field is
 #: compared (`drift`), so a field a later nats-py adds is compared until it is listed here.
@@ -401,59 +413,74 @@ async def converge(
     Existing streams first, then the missing ones in the catalogue's order: streams may not
     overlap, and an older stream that held subjects a new one takes (SEEDANCE_JOBS the
     requests and observed events, SEEDANCE_SLICING the MIG plans) must give them up before
-    the new one can be created."""
+    the new one can be created. Where a later step fails, `seedance.core.put_back` gives them
+    back and raises its error, or `StreamlessSubjects` naming any subject it then finds with no
+    stream or with more than one."""
     changes: list[Change] = []
     missing: list[js_api.StreamConfig] = []
-    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]] = {}
+    updated: Updated = {}
     try:
         for wanted in streams:
-            await _converge_one(js, wanted, deletable, changes, missing, updated)
-    except Exception:
+            step = await _converge_one(js, wanted, deletable)
+            if step.change is not None:
+                changes.append(step.change)
+            if step.missing is not None:
+                missing.append(step.missing)
+            if step.updated is not None:
+                updated[wanted.name or ""] = step.updated
+            if step.failed is not None:
+                raise step.failed
+    except Exception as exc:
         # A later stream's info or update that fails (a time-out, a mirror's re-create refused)
-        # after an older stream gave up its subjects would leave them no stream: put it back.
-        await _put_back(js, updated, [])
-        raise
-    return changes + await _create(js, missing, updated)
+        # after an older stream gave up its subjects would leave them no stream: put it back
+        # (with the failed update's own stream, always, where it got no answer: `_Step`),
+        # then raise (`StreamlessSubjects` where a subject is left with none, or with two).
+        await put_back(js, updated, [], exc)
+    created = await create_missing(js, missing, updated)
+    return changes + [Change(new.name or "", "created") for new in created]
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What `_converge_one` did to one stream: ``change`` (None: nothing, or it is missing),
+    ``missing`` (its wanted config, for `create_missing`), ``updated`` (its config before and
+    the one it was given, for `put_back`: a catalogue stream whose subjects this run changed,
+    or may have); ``failed``: the error of an update that got no answer, for `converge` to
+    raise once it has put that stream back."""
+
+    change: Change | None = None
+    missing: js_api.StreamConfig | None = None
+    updated: tuple[js_api.StreamConfig, js_api.StreamConfig] | None = None
+    failed: Exception | None = None
 
 
 async def _converge_one(
-    js: JetStreamContext,
-    wanted: js_api.StreamConfig,
-    deletable: Collection[str] | None,
-    changes: list[Change],
-    missing: list[js_api.StreamConfig],
-    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
-) -> None:
-    """`converge`'s step for one existing stream: what it did goes to ``changes``, a missing
-    stream to ``missing``, a stream it updated (with its config before) to ``updated``."""
+    js: JetStreamContext, wanted: js_api.StreamConfig, deletable: Collection[str] | None
+) -> _Step:
+    """`converge`'s step for one stream (`_Step`)."""
     name = wanted.name or ""
     stream = _kind(name) == "stream"
     try:
         info = await js.stream_info(name)
     except NotFoundError:
-        if stream:
-            missing.append(wanted)
-        return
+        return _Step(missing=wanted if stream else None)
     actual = info.config
     found = drift(wanted, actual)
     if found is None:
-        return
+        return _Step()
     fix = _over_new_bound(name, wanted, info, found.fields)
     if fix is not None:
-        changes.append(Change(name, "left", found.fields, fix))
-        return
+        return _Step(Change(name, "left", found.fields, fix))
     # A bucket's or store's stream is never deleted here (its keys or objects may be
     # nowhere else), nor a stream this user may not delete: the operator's, by hand.
     if found.mirror_changed and (not stream or (deletable is not None and name not in deletable)):
         fix = OPERATOR_DELETE_HINT.replace("<stream>", name)
-        changes.append(Change(name, "left", found.fields, f"carries a mirror; {fix}"))
-        return
+        return _Step(Change(name, "left", found.fields, f"carries a mirror; {fix}"))
     if found.mirror_changed:
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(name)
         await js.add_stream(wanted)
-        changes.append(Change(name, "recreated", found.fields))
-        return
+        return _Step(Change(name, "recreated", found.fields))
     try:
         await js.update_stream(wanted if stream else _merged(actual, wanted))
     except APIError as exc:
@@ -463,11 +490,17 @@ async def _converge_one(
         refused = f"{exc.err_code}: {exc.description}"
         fix = f"the server refused the update ({refused}); {REFUSED_HINT}"
         log.error("stream_update_refused", stream=name, fields=list(found.fields), fix=fix)
-        changes.append(Change(name, "left", found.fields, fix))
-        return
-    if stream:
-        updated[name] = (actual, wanted)
-    changes.append(Change(name, "updated", found.fields))
+        return _Step(Change(name, "left", found.fields, fix))
+    except NO_ANSWER as exc:
+        # No answer (a time-out, a dropped connection): the server may have made the change,
+        # its subjects given up, or make it later (it answers infos from another queue, so a
+        # read-back can precede it: review 2): always put back, which queues behind it and
+        # changes nothing where it is never made; `put_back` then checks the subjects' holders.
+        log.warning("stream_call_failed", stream=name, error=repr(exc), held="not read")
+        return _Step(updated=(actual, wanted) if stream else None, failed=exc)
+    return _Step(
+        Change(name, "updated", found.fields), updated=(actual, wanted) if stream else None
+    )
 
 
 def _over_new_bound(
@@ -480,63 +513,34 @@ def _over_new_bound(
     held, msgs = info.state.bytes, info.state.messages
     if "max_bytes" in fields and 0 < (wanted.max_bytes or -1) < held:
         log.error("stream_over_new_bound", stream=name, bytes=held, max_bytes=wanted.max_bytes)
-        return OVER_BOUND_HINT.format(stream=name, held=held, bound=wanted.max_bytes)
+        purge = _PURGE.format(stream=name)
+        return OVER_BOUND_HINT.format(
+            held=held, unit="bytes", field="max_bytes", bound=wanted.max_bytes, purge=purge
+        )
     if "max_msgs" in fields and 0 < (wanted.max_msgs or -1) < msgs:
         log.error("stream_over_new_bound", stream=name, messages=msgs, max_msgs=wanted.max_msgs)
-        hint = OVER_BOUND_HINT.replace("{held} bytes", "{held} messages")
-        return hint.replace("max_bytes", "max_msgs").format(
-            stream=name, held=msgs, bound=wanted.max_msgs
+        copies = _copies_of(name)
+        commands = "; ".join(
+            f"`nats stream purge {each} --subject <subject>`" for each in (name, *copies)
+        )
+        purge = (
+            _PURGE_WITH_COPIES.format(stream=name, copies=", ".join(copies), commands=commands)
+            if copies
+            else _PURGE.format(stream=name)
+        )
+        return OVER_BOUND_HINT.format(
+            held=msgs, unit="messages", field="max_msgs", bound=wanted.max_msgs, purge=purge
         )
     return None
 
 
-async def _create(
-    js: JetStreamContext,
-    missing: list[js_api.StreamConfig],
-    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
-) -> list[Change]:
-    """Create ``missing`` in order; where the server refuses one, `_put_back` what ``updated``
-    changed (name -> its config before, the config it was given) and raise the refusal."""
-    created: list[js_api.StreamConfig] = []
-    for wanted in missing:
-        try:
-            await js.add_stream(wanted)
-        except (APIError, NatsTimeoutError):
-            await _put_back(js, updated, created)
-            raise
-        created.append(wanted)
-    return [Change(wanted.name or "", "created") for wanted in created]
-
-
-async def _put_back(
-    js: JetStreamContext,
-    updated: dict[str, tuple[js_api.StreamConfig, js_api.StreamConfig]],
-    created: list[js_api.StreamConfig],
-) -> None:
-    """After a create, or a later stream's info or update, failed: give each stream this run
-    updated its config from before, so that every subject it gave up has a stream again
-    (review H1: the old
-    SEEDANCE_JOBS gave up the job subjects, SEEDANCE_OBSERVED's create was refused for its
-    reservation, and tenants' and observers' publishes found no stream at all). A subject a
-    stream created in this run now holds stays there and is sourced back from it (this user
-    may not delete what it created: the provisioner's grant), so nothing already stored in it
-    is lost. Best effort: a put-back the server refuses is logged; the create's error is
-    what the caller gets."""
-    taken = {subject: new for new in created for subject in new.subjects or ()}
-    for name, (before, wanted) in reversed(updated.items()):
-        kept = [subject for subject in before.subjects or () if subject not in taken]
-        back = dataclasses.replace(before, subjects=kept or None)
-        from_created = [
-            src for src in wanted.sources or () if any(src.name == new.name for new in created)
-        ]
-        if from_created:
-            back.sources = [*(before.sources or ()), *from_created]
-        try:
-            await js.update_stream(back)
-        except (APIError, NatsTimeoutError) as exc:  # the create's error is the one to raise
-            log.error("stream_put_back_failed", stream=name, error=repr(exc))
-            continue
-        log.warning("stream_put_back", stream=name, subjects=kept)
+def _copies_of(origin: str) -> tuple[str, ...]:
+    """The catalogue streams that source or mirror ``origin``: those holding its copies."""
+    return tuple(
+        spec.name
+        for spec in STREAMS
+        if any(src.stream == origin for src in (*spec.sources, spec.mirror) if src is not None)
+    )
 
 
 def _merged(actual: js_api.StreamConfig, wanted: js_api.StreamConfig) -> js_api.StreamConfig:

@@ -22,6 +22,7 @@ __all__ = [
     "SettingsError",
     "StartRefused",
     "StreamRefused",
+    "StreamlessSubjects",
 ]
 
 
@@ -57,6 +58,36 @@ class SettingsError(ValueError):
 
 class NoStream(SeedanceError):
     """Nothing stores the subject published to: the streams have not been provisioned."""
+
+
+class StreamlessSubjects(SeedanceError):
+    """`seedance admin provision` failed part-way (``error``, the server's refusal or a call
+    that got no answer) and its check after the put-back found job subjects not held by exactly
+    one stream: ``subjects`` have no stream the server confirms, so a publish to them finds none
+    (`NoStream`) until a run goes through; ``shared`` (subject: its streams) are held by more
+    than one (a call the server carried out late raced the put-back), so an event there is
+    stored in each until a run goes through."""
+
+    def __init__(
+        self, subjects: list[str], error: Exception, shared: dict[str, list[str]] | None = None
+    ) -> None:
+        shared = shared or {}
+        left = []
+        if subjects:
+            left.append(
+                f"{', '.join(subjects)} with no stream the server confirms (publishes there "
+                "may find none)"
+            )
+        if shared:
+            each = ", ".join(f"{s} held by {' and '.join(n)}" for s, n in shared.items())
+            left.append(f"{each} (an event there is stored in each)")
+        super().__init__(
+            f"provision failed ({error!r}) and left {'; '.join(left)}: fix what failed and run "
+            "`seedance admin provision` again"
+        )
+        self.subjects = subjects
+        self.shared = shared
+        self.error = error
 
 
 class StreamRefused(SeedanceError):

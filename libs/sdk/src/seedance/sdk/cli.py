@@ -53,7 +53,13 @@ from collections.abc import Awaitable, Callable, Sequence
 import msgspec
 
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
-from seedance.core.errors import BusUnavailable, NoStream, ServerTooOld, StreamRefused
+from seedance.core.errors import (
+    BusUnavailable,
+    NoStream,
+    ServerTooOld,
+    StreamlessSubjects,
+    StreamRefused,
+)
 from seedance.core.logs import configure_logging
 from seedance.core.publisher import PublishRefused
 from seedance.core.reader import ReaderInterrupted
@@ -500,6 +506,7 @@ def _connected(prog: str, args: argparse.Namespace, command: _Command, awaited: 
         NoDecision,
         NoStream,
         StreamRefused,
+        StreamlessSubjects,
         ConsumersInUse,
     ) as exc:
         return fail(prog, exc, 1)
