@@ -132,3 +132,28 @@ def test_the_published_capacity_plan_carries_the_core_plans_inputs_and_counts() 
     assert {f: getattr(back, f) for f in figures} == {
         f: list(v) if isinstance(v := getattr(plan, f), tuple) else v for f in figures
     }
+
+
+def test_every_decision_id_is_keyed_with_the_slicers_key() -> None:
+    """A node reads a placement's `cause_id` (its job's submit id): the ids of the job's later
+    decisions are derived from it with the slicer's key (docs/security.md, "Nats-Msg-Id"), so
+    no node computes them; the same key gives the same ids (a replica, a restart)."""
+    from seedance.events import derived_event_id
+    from seedance.slicer.core import GpuShare, Placed
+    from seedance.slicer.mapping import published
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    cause = JobSubmitted(
+        id=new_event_id(), at=at, job_id="j", tenant="a", request=ResourceRequest(gpus=1)
+    )
+    placed = Placed(job_spec(cause), "n1", "A100", "whole", (GpuShare(0, 1000),), attempt=2)
+    key = bytes(range(32))
+
+    def placement_id(key: bytes | None) -> str:
+        return published(placed, cause, at, pool="p", policy="best_fit", key=key)[1].id
+
+    unkeyed = derived_event_id(cause.id, "placement/2/0")
+    assert placement_id(None) == unkeyed  # what a node computes from the cause id
+    assert placement_id(key) != unkeyed
+    assert placement_id(key) == placement_id(bytes(range(32)))
+    assert placement_id(key) != placement_id(bytes(32))

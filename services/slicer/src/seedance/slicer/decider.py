@@ -70,6 +70,9 @@ class SlicerDecider:
         self._metrics = metrics
         #: (outcome, reason) of the decisions not yet durable.
         self._counts: list[tuple[str, str]] = []
+        #: The key of the decisions' ids (`seedance.core.id_key`), read at the service's start
+        #: (None: unkeyed, as a test that builds the decider alone).
+        self.id_key: bytes | None = None
 
     def bind(self, durable: DurableRuntime) -> None:
         """The runtime that holds the state this decides on."""
@@ -171,7 +174,12 @@ class SlicerDecider:
             at_s = self._scheduler.publish_at_s(e, now_s)
             when = at if at_s == now_s else datetime.fromtimestamp(at_s, UTC)
             subject, ev, count = published(
-                e, cause, when, pool=self._settings.pool, policy=self._config.policy
+                e,
+                cause,
+                when,
+                pool=self._settings.pool,
+                policy=self._config.policy,
+                key=self.id_key,
             )
             out.append((subject, ev))
             self._counts.append(count)
