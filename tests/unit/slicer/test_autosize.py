@@ -378,3 +378,23 @@ def test_a_kept_change_is_still_rolled_back_when_its_memory_grows() -> None:
     assert isinstance(alarm, GuardTripped)
     assert alarm.signal is GuardSignal.MEMORY
     assert (back.to_milli, back.mem_limit_mib) == (500, 0)
+
+
+def test_a_share_changes_id_is_keyed_with_the_slicers_key() -> None:
+    """The change's cause is the node's own reading, whose id the node chose: unkeyed, the node
+    could compute the change's id and spend it first in the ledger's input (docs/security.md,
+    "Nats-Msg-Id"). Keyed, the same key gives the same id (a re-publish after a crash)."""
+    from seedance.events import derived_event_id, new_event_id
+    from seedance.slicer.autosize import events_of
+    from seedance.slicer.core.autosize import ShareResized
+
+    change = ShareResized(
+        tenant="acme", job_id="j", node="n1", gpu=0, from_milli=500, to_milli=300,
+        reason="rightsized", detail="", at_s=1_700_000_000.0,
+    )  # fmt: skip
+    reading = new_event_id()
+    unkeyed = derived_event_id(reading, "share/acme/j/rightsized")
+    assert events_of(change, reading)[1].id == unkeyed  # what the node computes
+    keyed = events_of(change, reading, bytes(range(32)))[1].id
+    assert keyed != unkeyed
+    assert keyed == events_of(change, reading, bytes(range(32)))[1].id
