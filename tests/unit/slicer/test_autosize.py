@@ -412,7 +412,7 @@ def test_a_share_changes_and_alerts_id_is_keyed_with_the_slicers_key(
     reading = new_event_id()
     key = bytes(range(32))
     unkeyed = derived_event_id(reading, name)
-    assert events_of(effect, reading)[1].id == unkeyed  # type: ignore[arg-type]  # the node's
-    keyed = events_of(effect, reading, key)[1].id  # type: ignore[arg-type]
+    assert events_of(effect, reading, key=None)[1].id == unkeyed  # type: ignore[arg-type]  # the node's
+    keyed = events_of(effect, reading, key=key)[1].id  # type: ignore[arg-type]
     assert keyed != unkeyed
     assert keyed == derived_event_id(reading, name, key=key)

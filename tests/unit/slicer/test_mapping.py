@@ -125,7 +125,7 @@ def test_the_published_capacity_plan_carries_the_core_plans_inputs_and_counts() 
     cause = JobSubmitted(
         id=new_event_id(), at=at, job_id="j", tenant="a", request=ResourceRequest()
     )
-    _, ev, _ = published(CapacityPlanned(plan), cause, at, pool="p1", policy="best_fit")
+    _, ev, _ = published(CapacityPlanned(plan), cause, at, pool="p1", policy="best_fit", key=None)
     back = msgspec.json.decode(msgspec.json.encode(ev), type=CapacityPlan)
     figures = {f.name for f in msgspec.structs.fields(CapacityPlan)} - {"id", "at", "pool"}
     assert back.pool == "p1"
@@ -207,3 +207,27 @@ def test_every_decision_id_is_keyed_with_the_slicers_key(
     assert decision_id(key) != unkeyed
     assert decision_id(key) == derived_event_id(origin, name, key=key)
     assert decision_id(key) != decision_id(bytes(32))
+
+
+def test_the_decider_refuses_to_publish_before_its_key_is_read() -> None:
+    """Fail closed: a decider whose key the service has not read yet publishes nothing
+    unkeyed (the service reads it at start, before any decision)."""
+    from prometheus_client import CollectorRegistry
+
+    from seedance.slicer.cluster_policy import ClusterPolicy
+    from seedance.slicer.config import scheduler_config
+    from seedance.slicer.decider import SlicerDecider
+    from seedance.slicer.metrics import SlicerMetrics
+    from seedance.slicer.settings import SlicerSettings
+
+    settings = SlicerSettings(pool="p")
+    decider = SlicerDecider(
+        settings=settings, config=scheduler_config(settings),
+        cluster_policy=ClusterPolicy(settings.policy), metrics=SlicerMetrics(CollectorRegistry()),
+    )  # fmt: skip
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    cause = JobSubmitted(
+        id=new_event_id(), at=at, job_id="j", tenant="a", request=ResourceRequest()
+    )
+    with pytest.raises(RuntimeError, match="key is read at start"):
+        decider.publishable([], cause, at)

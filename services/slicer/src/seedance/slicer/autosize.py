@@ -98,11 +98,12 @@ class AutosizeDurable(msgspec.Struct, kw_only=True):
     outbox: list[tuple[str, bytes]] = msgspec.field(default_factory=list)
 
 
-def events_of(effect: AutosizeEffect, cause_id: str, key: bytes | None = None) -> tuple[str, Event]:
+def events_of(effect: AutosizeEffect, cause_id: str, *, key: bytes | None) -> tuple[str, Event]:
     """The wire event of one effect, its id derived from the reading that caused it, keyed
     with the slicer's secret (`key`, `seedance.core.id_key`): the reading's id is the node's,
     and a change reaches `SEEDANCE_LEDGER_IN`, where nodes' telemetry shares one duplicate
-    window with it."""
+    window with it. No default: only a caller that says so (a test, ``key=None``) derives
+    them unkeyed."""
     at = datetime.fromtimestamp(effect.at_s, UTC)
     if isinstance(effect, GuardTripped):
         role = f"share-alert/{effect.tenant}/{effect.job_id}"
@@ -390,10 +391,12 @@ class AutosizeService(Lifecycle):
             # from_milli (core.autosize.Autosizer.share_set).
             sizer.share_set(ev.tenant, ev.job_id, ev.node, ev.gpu_index, ev.from_milli, ev.to_milli)
             return []
+        if (key := self._id_key) is None:  # read at start, before the consumer runs
+            raise RuntimeError("the slicer's derived-id key is read at start, before any change")
         readings = self._readings(d)
         out: list[tuple[str, Event]] = []
         for r in readings:
-            out.extend(events_of(e, ev.id, self._id_key) for e in sizer.observe(r))
+            out.extend(events_of(e, ev.id, key=key) for e in sizer.observe(r))
         return out
 
     def _readings(self, d: Delivery[PodShares]) -> list[ShareReading]:

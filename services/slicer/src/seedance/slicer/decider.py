@@ -70,8 +70,8 @@ class SlicerDecider:
         self._metrics = metrics
         #: (outcome, reason) of the decisions not yet durable.
         self._counts: list[tuple[str, str]] = []
-        #: The key of the decisions' ids (`seedance.core.id_key`), read at the service's start
-        #: (None: unkeyed, as a test that builds the decider alone).
+        #: The key of the decisions' ids (`seedance.core.id_key`), read at the service's start,
+        #: before any decision (None until then: `publishable` refuses to publish unkeyed).
         self.id_key: bytes | None = None
 
     def bind(self, durable: DurableRuntime) -> None:
@@ -168,6 +168,8 @@ class SlicerDecider:
         a decision about a job whose floor is later (a trusted observer reports the past), at
         that floor: its submit or the latest decision published about it, its latest placement
         among them (`Scheduler.publish_at_s`, which notes each as published, in order)."""
+        if self.id_key is None:
+            raise RuntimeError("the slicer's derived-id key is read at start, before any decision")
         out: Outbox = []
         now_s = at.timestamp()
         for e in effects:

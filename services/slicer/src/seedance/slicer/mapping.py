@@ -198,13 +198,14 @@ def share_change(ev: ShareChanged) -> ShareChange:
 
 
 def published(
-    effect: Effect, cause: Event, at: datetime, *, pool: str, policy: str, key: bytes | None = None
+    effect: Effect, cause: Event, at: datetime, *, pool: str, policy: str, key: bytes | None
 ) -> Published:
     """The event `effect` (decided on `cause`) is published as, stamped `at` (the cause's
     trusted time). `key`: the slicer's secret (`seedance.core.id_key`), with which every
     decision's id is derived: its decisions reach `SEEDANCE_LEDGER_IN`, which sources the
     nodes' telemetry too (one duplicate window), and a node reads the causes (a placement
-    carries its job's submit id), so an unkeyed id could be published first by a node."""
+    carries its job's submit id), so an unkeyed id could be published first by a node. No
+    default: only a caller that says so (a test, ``key=None``) derives them unkeyed."""
     return _BUILDERS[type(effect)](effect, cause, at, pool, policy, key)
 
 
