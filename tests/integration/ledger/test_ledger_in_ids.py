@@ -18,6 +18,7 @@ Real pinned server with the shipped authorization: the slicer as ``slicer``, the
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -36,7 +37,7 @@ from seedance.events.telemetry import NodeState
 from seedance.sdk import SeedanceClient
 from seedance.slicer.service import SlicerService
 from seedance.slicer.settings import SlicerSettings
-from seedance.testing.waits import eventually
+from seedance.testing.waits import eventually, last_stored
 from tests.conftest import serving
 from tests.integration.conftest import shipped_password
 from tests.integration.slicer.test_autosize_rollback import TENANT, a100_node, as_user, read
@@ -95,15 +96,6 @@ async def test_a_node_cannot_spend_the_id_of_a_jobs_next_placement(
 ) -> None:
     u = uuid.uuid4().hex[:6]
     attacker_node, other_node, job = f"spend-a-{u}", f"spend-b-{u}", f"train-{u}"
-    attacker = await Bus.connect(as_user(auth_url, "node-agent"))
-    collector = await Bus.connect(as_user(auth_url, "telemetry-collector"))
-    tenant = await SeedanceClient.connect(
-        auth_url, user=f"tenant-{TENANT}", password=shipped_password(f"tenant-{TENANT}")
-    )
-    runtime = ServiceRuntime("slicer", as_user(auth_url, "slicer"))
-    svc = SlicerService.build(
-        runtime, WallClock(), SlicerSettings(pool=f"spend-{u}", replica="a", lease_ttl_s=1.5)
-    )
     subject = slicing.subject(TENANT, "placement")
 
     def moved(events: list[Any]) -> list[Placement]:
@@ -113,7 +105,22 @@ async def test_a_node_cannot_spend_the_id_of_a_jobs_next_placement(
             if isinstance(e, Placement) and e.node == other_node and e.job_id == job
         ]
 
-    try:
+    # Each connection is closed however far this got (one that failed to open closes those
+    # opened before it).
+    async with contextlib.AsyncExitStack() as opened:
+        attacker = await Bus.connect(as_user(auth_url, "node-agent"))
+        opened.push_async_callback(attacker.close)
+        collector = await Bus.connect(as_user(auth_url, "telemetry-collector"))
+        opened.push_async_callback(collector.close)
+        tenant = await SeedanceClient.connect(
+            auth_url, user=f"tenant-{TENANT}", password=shipped_password(f"tenant-{TENANT}")
+        )
+        opened.push_async_callback(tenant.close)
+        runtime = ServiceRuntime("slicer", as_user(auth_url, "slicer"))
+        svc = SlicerService.build(
+            runtime, WallClock(), SlicerSettings(pool=f"spend-{u}", replica="a", lease_ttl_s=1.5)
+        )
+        opened.push_async_callback(svc.close)
         own = a100_node(attacker_node)
         await collector.publish(telemetry.inventory(attacker_node), own)
         async with serving(svc):
@@ -134,6 +141,19 @@ async def test_a_node_cannot_spend_the_id_of_a_jobs_next_placement(
                 headers={Header.MSG_ID.value: spent},
             )
             assert not ack.duplicate
+
+            # Before the slicer decides the second placement: the ledger's input holds the
+            # node's message under that id (its source copies it), so on unkeyed ids the
+            # placement's copy is a duplicate every run, not only when the copy wins a race.
+            async def spent_in_ledger_in() -> bool:
+                msg = await last_stored(
+                    admin.js, ledger.IN_STREAM, telemetry.inventory(attacker_node)
+                )
+                return msg is not None and decode(msg.data or b"").id == spent
+
+            await eventually(
+                spent_in_ledger_in, 20, what="the node's message in the ledger's input"
+            )
             # A node of two GPUs joins; the attacker's leaves, and the job moves there.
             two = a100_node(other_node)
             gpu1 = msgspec.structs.replace(two.gpus[0], index=1)
@@ -165,8 +185,3 @@ async def test_a_node_cannot_spend_the_id_of_a_jobs_next_placement(
                 held = moved(await copied(admin, stream, subject, f"{job}-later"))
                 assert [p.id for p in held] == [second.id], f"dropped from {stream}"
             assert second.id != spent
-    finally:
-        await svc.close()
-        await attacker.close()
-        await collector.close()
-        await tenant.close()
