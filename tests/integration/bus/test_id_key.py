@@ -1,7 +1,8 @@
 """`seedance.core.id_key.derived_id_key` against a real nats-server, as the shipped users of the
-services that key their ids (the graph-compiler, the k8s-bridge) in their own buckets: replicas
-racing to create the key converge on one, and a restart reads that same one back, so every
-replica derives the same ids (docs/security.md, "Nats-Msg-Id")."""
+services that key their ids (the graph-compiler, the k8s-bridge, the slicer) in their own
+buckets: replicas racing to create the key converge on one, and a restart reads that same one
+back, so every replica derives the same ids (docs/security.md, "Nats-Msg-Id"); no node or
+tenant reads the slicer's."""
 
 from __future__ import annotations
 
@@ -12,14 +13,20 @@ import pytest
 from seedance.core import Bus
 from seedance.core.id_key import KEY_BYTES, KEY_NAME, derived_id_key
 from seedance.core.kv import ensure_bucket
+from seedance.events.subjects import inbox_prefix
 from seedance.testing.identities import as_user
+from tests.integration.deploy.refusals import connect_shipped
 
 REPLICAS = 4
 
 
 @pytest.mark.parametrize(
     ("user", "bucket"),
-    [("graph-compiler", "seedance-graph-results"), ("k8s-bridge", "seedance-k8s-bridge-jobs")],
+    [
+        ("graph-compiler", "seedance-graph-results"),
+        ("k8s-bridge", "seedance-k8s-bridge-jobs"),
+        ("slicer", "seedance-slicer-state"),
+    ],
 )
 async def test_replicas_racing_to_create_the_key_converge_and_a_restart_reads_it(
     auth_url: str, admin: Bus, user: str, bucket: str
@@ -72,3 +79,21 @@ async def test_a_key_older_than_the_refresh_age_is_put_again_the_same(
     assert made is not None
     assert entry.revision is not None
     assert entry.revision > made, "the key was not put again"
+
+
+@pytest.mark.parametrize(
+    ("user", "inbox"), [("node-agent", "_INBOX"), ("tenant-acme", inbox_prefix("acme"))]
+)
+async def test_no_node_or_tenant_reads_the_slicers_key(
+    auth_url: str, admin: Bus, user: str, inbox: str
+) -> None:
+    """The slicer's key is in its own bucket (`seedance-slicer-state`): a node's or a tenant's
+    user asking for it, directly or through the stream API, is refused by the server."""
+    await derived_id_key(await ensure_bucket(admin, "seedance-slicer-state"))
+    other = await connect_shipped(auth_url, user, inbox_prefix=inbox)
+    try:
+        stream, subject = "KV_seedance-slicer-state", f"$KV.seedance-slicer-state.{KEY_NAME}"
+        for ask in (f"$JS.API.DIRECT.GET.{stream}.{subject}", f"$JS.API.STREAM.MSG.GET.{stream}"):
+            assert await other.refused(ask, f'{{"last_by_subj": "{subject}"}}'.encode()), ask
+    finally:
+        await other.nc.close()

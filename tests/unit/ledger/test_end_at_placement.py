@@ -106,7 +106,9 @@ def publish(s: Scheduler, f: Facts, effects: list[object], now_s: float) -> None
             id=new_event_id(int(now_s * 1000)), at=datetime.fromtimestamp(now_s, UTC),
             job_id="x", tenant="a",
         )  # fmt: skip
-        _, ev, _ = published(e, cause, datetime.fromtimestamp(at_s, UTC), pool="p", policy="x")  # type: ignore[arg-type]
+        _, ev, _ = published(  # type: ignore[arg-type]
+            e, cause, datetime.fromtimestamp(at_s, UTC), pool="p", policy="x", key=None
+        )
         for fact in facts_of(ev, int(at_s * 1000), frozenset(), {})[0]:
             if isinstance(fact, (GpuAllocation, JobEnded)):
                 apply_all(f, [fact])

@@ -341,6 +341,7 @@ def run_seed(
         metrics=SlicerMetrics(CollectorRegistry()),
     )  # fmt: skip
     decider.bind(_Durable(state))  # type: ignore[arg-type]  # the state is all it reads
+    decider.id_key = bytes(32)  # what the service reads at start (the ids' values: not read)
     d = _Driver(random.Random(seed), share_skew_s, resizes, decider, state)
     for n in range(d.rng.choice((1, 2, 3))):
         d.inventory(f"n{n}")

@@ -378,3 +378,41 @@ def test_a_kept_change_is_still_rolled_back_when_its_memory_grows() -> None:
     assert isinstance(alarm, GuardTripped)
     assert alarm.signal is GuardSignal.MEMORY
     assert (back.to_milli, back.mem_limit_mib) == (500, 0)
+
+
+def _autosize_effects() -> list[tuple[object, str]]:
+    """Each effect type `events_of` publishes, and its id's derivation name."""
+    from seedance.slicer.core.autosize import ShareResized
+
+    at_s = 1_700_000_000.0
+    change = ShareResized(
+        tenant="acme", job_id="j", node="n1", gpu=0, from_milli=500, to_milli=300,
+        reason="rightsized", detail="", at_s=at_s,
+    )  # fmt: skip
+    alert = GuardTripped(
+        tenant="acme", job_id="j", node="n1", applied_milli=300, restored_milli=500,
+        deviation_ppm=2, bound_ppm=1, detail="", at_s=at_s,
+    )  # fmt: skip
+    return [(change, "share/acme/j/rightsized"), (alert, "share-alert/acme/j")]
+
+
+@pytest.mark.parametrize(
+    ("effect", "name"), _autosize_effects(), ids=[type(e).__name__ for e, _ in _autosize_effects()]
+)
+def test_a_share_changes_and_alerts_id_is_keyed_with_the_slicers_key(
+    effect: object, name: str
+) -> None:
+    """The change's (and the alert's) cause is the node's own reading, whose id the node chose:
+    unkeyed, the node could compute the id and spend it first in the ledger's input
+    (docs/security.md, "Nats-Msg-Id"). Keyed, the same key gives the same id (a re-publish
+    after a crash)."""
+    from seedance.events import derived_event_id, new_event_id
+    from seedance.slicer.autosize import events_of
+
+    reading = new_event_id()
+    key = bytes(range(32))
+    unkeyed = derived_event_id(reading, name)
+    assert events_of(effect, reading, key=None)[1].id == unkeyed  # type: ignore[arg-type]  # the node's
+    keyed = events_of(effect, reading, key=key)[1].id  # type: ignore[arg-type]
+    assert keyed != unkeyed
+    assert keyed == derived_event_id(reading, name, key=key)

@@ -125,10 +125,109 @@ def test_the_published_capacity_plan_carries_the_core_plans_inputs_and_counts() 
     cause = JobSubmitted(
         id=new_event_id(), at=at, job_id="j", tenant="a", request=ResourceRequest()
     )
-    _, ev, _ = published(CapacityPlanned(plan), cause, at, pool="p1", policy="best_fit")
+    _, ev, _ = published(CapacityPlanned(plan), cause, at, pool="p1", policy="best_fit", key=None)
     back = msgspec.json.decode(msgspec.json.encode(ev), type=CapacityPlan)
     figures = {f.name for f in msgspec.structs.fields(CapacityPlan)} - {"id", "at", "pool"}
     assert back.pool == "p1"
     assert {f: getattr(back, f) for f in figures} == {
         f: list(v) if isinstance(v := getattr(plan, f), tuple) else v for f in figures
     }
+
+
+def _decisions() -> list[tuple[object, str, str]]:
+    """One minimal effect of every type `published` maps (`mapping._BUILDERS`), the id its
+    decision's id is derived from ('job': the job's submit id, 'cause': the input's id) and
+    the derivation's name."""
+    from seedance.slicer.core import (
+        CapacityPlanned,
+        Ended,
+        Evicted,
+        GpuShare,
+        MigPlanned,
+        Placed,
+        RejectedInput,
+        ShareSet,
+        Waiting,
+    )
+    from seedance.slicer.core.capacity_plan import PoolPlan
+
+    job = JobSpec(job_id="j", tenant="a", cause_id=_SUBMIT_ID)
+    plan = PoolPlan(
+        gpu_model="T4", gpus_per_node=4, nodes=1, nodes_busy=1, nodes_draining=0,
+        gpus_in_use=1, gpus_waiting=0.0, headroom_gpus=0.0, startup_s=0.0, growth_gpus=0.0,
+        horizon_s=0.0,
+    )  # fmt: skip
+    return [
+        (Placed(job, "n1", "T4", "whole", (GpuShare(0),), attempt=2), "job", "placement/2/0"),
+        (Refused(job, "invalid_request"), "cause", "rejected/a/j"),
+        (RejectedInput("a", "j", "unknown_job", "d"), "cause", "rejected/a/j"),
+        (Ended(job, "finished", was_placed=True), "cause", "released/a/j"),
+        (Waiting(job, "no_capacity"), "cause", "unschedulable/a/j/no_capacity"),
+        (Evicted(job, "n1", "k", "priority", by_tenant="a"), "cause", "preempted/a/j"),
+        (MigPlanned("n1", 0, (), (("1g.10gb", 0),), "r"), "cause", "mig/n1/0"),
+        (CapacityPlanned(plan), "cause", "capacity/p/T4"),
+        (ShareSet(job, "n1", 0, 500, 300, "kept", "d"), "cause", "share-kept/a/j"),
+    ]
+
+
+_SUBMIT_ID = new_event_id()
+
+
+def test_every_effect_type_has_a_case_in_the_keyed_id_test() -> None:
+    from seedance.slicer.mapping import _BUILDERS
+
+    assert {type(e) for e, _, _ in _decisions()} == set(_BUILDERS)
+
+
+@pytest.mark.parametrize(
+    ("effect", "source", "name"), _decisions(), ids=[type(e).__name__ for e, _, _ in _decisions()]
+)
+def test_every_decision_id_is_keyed_with_the_slicers_key(
+    effect: object, source: str, name: str
+) -> None:
+    """A node reads a placement's `cause_id` (its job's submit id), and the ledger's input
+    sources nodes' telemetry beside the slicer's decisions: every decision's id is derived
+    with the slicer's key (docs/security.md, "Nats-Msg-Id"), so no node computes one; the
+    same key gives the same id (a replica, a restart)."""
+    from seedance.events import derived_event_id
+    from seedance.slicer.mapping import published
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    cause = JobSubmitted(
+        id=new_event_id(), at=at, job_id="j", tenant="a", request=ResourceRequest(gpus=1)
+    )
+    origin = _SUBMIT_ID if source == "job" else cause.id
+    key = bytes(range(32))
+
+    def decision_id(key: bytes | None) -> str:
+        return published(effect, cause, at, pool="p", policy="best_fit", key=key)[1].id  # type: ignore[arg-type]
+
+    unkeyed = derived_event_id(origin, name)
+    assert decision_id(None) == unkeyed  # what a node computes from the id it read
+    assert decision_id(key) != unkeyed
+    assert decision_id(key) == derived_event_id(origin, name, key=key)
+    assert decision_id(key) != decision_id(bytes(32))
+
+
+def test_the_decider_refuses_to_publish_before_its_key_is_read() -> None:
+    """Fail closed: a decider whose key the service has not read yet publishes nothing
+    unkeyed (the service reads it at start, before any decision)."""
+    from prometheus_client import CollectorRegistry
+
+    from seedance.slicer.cluster_policy import ClusterPolicy
+    from seedance.slicer.config import scheduler_config
+    from seedance.slicer.decider import SlicerDecider
+    from seedance.slicer.metrics import SlicerMetrics
+    from seedance.slicer.settings import SlicerSettings
+
+    settings = SlicerSettings(pool="p")
+    decider = SlicerDecider(
+        settings=settings, config=scheduler_config(settings),
+        cluster_policy=ClusterPolicy(settings.policy), metrics=SlicerMetrics(CollectorRegistry()),
+    )  # fmt: skip
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    cause = JobSubmitted(
+        id=new_event_id(), at=at, job_id="j", tenant="a", request=ResourceRequest()
+    )
+    with pytest.raises(RuntimeError, match="key is read at start"):
+        decider.publishable([], cause, at)

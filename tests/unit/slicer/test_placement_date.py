@@ -43,7 +43,7 @@ def bill(s: Scheduler, ledger: Facts, effects: list[Effect], now_s: float) -> li
             tenant="a",
         )
         _, ev, _ = published(
-            e, cause, datetime.fromtimestamp(at_s, UTC), pool="p", policy="seedance"
+            e, cause, datetime.fromtimestamp(at_s, UTC), pool="p", policy="seedance", key=None
         )
         for fact in facts_of(ev, int(at_s * 1000), frozenset(), {})[0]:
             if isinstance(fact, GpuAllocation):

@@ -40,7 +40,9 @@ def bill(s: Scheduler, ledger: Facts, effects: list[Effect], now_s: float) -> li
     )
     for e in effects:
         at_s = s.publish_at_s(e, now_s)
-        _, ev, _ = published(e, cause, datetime.fromtimestamp(at_s, UTC), pool="p", policy="x")
+        _, ev, _ = published(
+            e, cause, datetime.fromtimestamp(at_s, UTC), pool="p", policy="x", key=None
+        )
         _apply(ledger, ev, at_s)
     return effects
 

@@ -1,10 +1,11 @@
 """A service's secret for the event ids it derives (``derived_event_id(..., key=)``).
 
-A service whose derived ids land in a stream tenants or nodes write to (the graph-compiler's
-results, dead letters and artifact chunks; the k8s-bridge's observed job events and node
-inventories) keys them, so that no tenant or node can compute one in advance and spend it first
-(JetStream's duplicate window is per stream, not per subject: the service's event would be
-acknowledged as a duplicate and never stored).
+A service whose derived ids land in a stream tenants or nodes write to, or one sourcing
+theirs (the graph-compiler's results, dead letters and artifact chunks; the k8s-bridge's
+observed job events and node inventories; the slicer's decisions, which `SEEDANCE_LEDGER_IN`
+sources beside the nodes' telemetry) keys them, so that no tenant or node can compute one in
+advance and spend it first (JetStream's duplicate window is per stream, not per subject: the
+service's event would be acknowledged as a duplicate and never stored).
 
 The key is 32 random bytes under `KEY_NAME` in a KV bucket of the service's own, which no tenant
 or node can read (they are users of other accounts, and no export carries a bucket's subjects).

@@ -44,6 +44,7 @@ from seedance.core import (
 )
 from seedance.core.bus import TRANSIENT_BUS_ERRORS
 from seedance.core.consumer import PullConsumer
+from seedance.core.id_key import derived_id_key
 from seedance.core.kv import Lease, ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.tasks import guarded
@@ -97,13 +98,17 @@ class AutosizeDurable(msgspec.Struct, kw_only=True):
     outbox: list[tuple[str, bytes]] = msgspec.field(default_factory=list)
 
 
-def events_of(effect: AutosizeEffect, cause_id: str) -> tuple[str, Event]:
-    """The wire event of one effect, its id derived from the reading that caused it."""
+def events_of(effect: AutosizeEffect, cause_id: str, *, key: bytes | None) -> tuple[str, Event]:
+    """The wire event of one effect, its id derived from the reading that caused it, keyed
+    with the slicer's secret (`key`, `seedance.core.id_key`): the reading's id is the node's,
+    and a change reaches `SEEDANCE_LEDGER_IN`, where nodes' telemetry shares one duplicate
+    window with it. No default: only a caller that says so (a test, ``key=None``) derives
+    them unkeyed."""
     at = datetime.fromtimestamp(effect.at_s, UTC)
     if isinstance(effect, GuardTripped):
         role = f"share-alert/{effect.tenant}/{effect.job_id}"
         return slicing.subject(effect.tenant, "alert"), ShareAlert(
-            id=derived_event_id(cause_id, role),
+            id=derived_event_id(cause_id, role, key=key),
             at=at,
             job_id=effect.job_id,
             tenant=effect.tenant,
@@ -118,7 +123,7 @@ def events_of(effect: AutosizeEffect, cause_id: str) -> tuple[str, Event]:
         )
     role = f"share/{effect.tenant}/{effect.job_id}/{effect.reason}"
     return slicing.subject(effect.tenant, "share"), ShareChanged(
-        id=derived_event_id(cause_id, role),
+        id=derived_event_id(cause_id, role, key=key),
         at=at,
         job_id=effect.job_id,
         tenant=effect.tenant,
@@ -160,6 +165,7 @@ class AutosizeService(Lifecycle):
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._kv: KeyValue | None = None
+        self._id_key: bytes | None = None
         self._lease: Lease | None = None
         self._consumer: PullConsumer = runtime.consume(
             DURABLE,
@@ -180,6 +186,7 @@ class AutosizeService(Lifecycle):
         # could precede the slicer's first lead and be skipped there alone.
         await self._rt.bus.ensure_consumer(consumer(SHARES_DURABLE))
         self._kv = await ensure_bucket(self._rt.bus, "seedance-slicer-state")
+        self._id_key = await derived_id_key(self._kv)  # the scheduler's, the same bucket
         leases = await ensure_bucket(self._rt.bus, "seedance-leases")
         self._lease = Lease(
             leases, f"slicer-autosize.{self._pool}", self._replica, self._clock, self._ttl
@@ -384,10 +391,12 @@ class AutosizeService(Lifecycle):
             # from_milli (core.autosize.Autosizer.share_set).
             sizer.share_set(ev.tenant, ev.job_id, ev.node, ev.gpu_index, ev.from_milli, ev.to_milli)
             return []
+        if (key := self._id_key) is None:  # read at start, before the consumer runs
+            raise RuntimeError("the slicer's derived-id key is read at start, before any change")
         readings = self._readings(d)
         out: list[tuple[str, Event]] = []
         for r in readings:
-            out.extend(events_of(e, ev.id) for e in sizer.observe(r))
+            out.extend(events_of(e, ev.id, key=key) for e in sizer.observe(r))
         return out
 
     def _readings(self, d: Delivery[PodShares]) -> list[ShareReading]:

@@ -70,6 +70,9 @@ class SlicerDecider:
         self._metrics = metrics
         #: (outcome, reason) of the decisions not yet durable.
         self._counts: list[tuple[str, str]] = []
+        #: The key of the decisions' ids (`seedance.core.id_key`), read at the service's start,
+        #: before any decision (None until then: `publishable` refuses to publish unkeyed).
+        self.id_key: bytes | None = None
 
     def bind(self, durable: DurableRuntime) -> None:
         """The runtime that holds the state this decides on."""
@@ -165,13 +168,20 @@ class SlicerDecider:
         a decision about a job whose floor is later (a trusted observer reports the past), at
         that floor: its submit or the latest decision published about it, its latest placement
         among them (`Scheduler.publish_at_s`, which notes each as published, in order)."""
+        if self.id_key is None:
+            raise RuntimeError("the slicer's derived-id key is read at start, before any decision")
         out: Outbox = []
         now_s = at.timestamp()
         for e in effects:
             at_s = self._scheduler.publish_at_s(e, now_s)
             when = at if at_s == now_s else datetime.fromtimestamp(at_s, UTC)
             subject, ev, count = published(
-                e, cause, when, pool=self._settings.pool, policy=self._config.policy
+                e,
+                cause,
+                when,
+                pool=self._settings.pool,
+                policy=self._config.policy,
+                key=self.id_key,
             )
             out.append((subject, ev))
             self._counts.append(count)

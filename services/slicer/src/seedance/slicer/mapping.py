@@ -197,16 +197,24 @@ def share_change(ev: ShareChanged) -> ShareChange:
         raise InvalidMessage(f"ShareChanged {ev.id}: {exc}", kind="invalid_input") from None
 
 
-def published(effect: Effect, cause: Event, at: datetime, *, pool: str, policy: str) -> Published:
+def published(
+    effect: Effect, cause: Event, at: datetime, *, pool: str, policy: str, key: bytes | None
+) -> Published:
     """The event `effect` (decided on `cause`) is published as, stamped `at` (the cause's
-    trusted time)."""
-    return _BUILDERS[type(effect)](effect, cause, at, pool, policy)
+    trusted time). `key`: the slicer's secret (`seedance.core.id_key`), with which every
+    decision's id is derived: its decisions reach `SEEDANCE_LEDGER_IN`, which sources the
+    nodes' telemetry too (one duplicate window), and a node reads the causes (a placement
+    carries its job's submit id), so an unkeyed id could be published first by a node. No
+    default: only a caller that says so (a test, ``key=None``) derives them unkeyed."""
+    return _BUILDERS[type(effect)](effect, cause, at, pool, policy, key)
 
 
-def _placement(e: Placed, cause: Event, at: datetime, pool: str, policy: str) -> Published:
+def _placement(
+    e: Placed, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
+) -> Published:
     job = e.job
     ev = Placement(
-        id=derived_event_id(job.cause_id, f"placement/{e.attempt}/{e.part}"),
+        id=derived_event_id(job.cause_id, f"placement/{e.attempt}/{e.part}", key=key),
         at=at,
         job_id=job.job_id,
         tenant=job.tenant,
@@ -232,10 +240,16 @@ def _placement(e: Placed, cause: Event, at: datetime, pool: str, policy: str) ->
 
 
 def _rejection(
-    cause: Event, at: datetime, tenant: str, job_id: str, reason: str, detail: str
+    cause: Event,
+    at: datetime,
+    tenant: str,
+    job_id: str,
+    reason: str,
+    detail: str,
+    key: bytes | None,
 ) -> JobRejected:
     return JobRejected(
-        id=derived_event_id(cause.id, f"rejected/{tenant}/{job_id}"),
+        id=derived_event_id(cause.id, f"rejected/{tenant}/{job_id}", key=key),
         at=at,
         job_id=job_id,
         tenant=tenant,
@@ -246,20 +260,26 @@ def _rejection(
     )
 
 
-def _refused(e: Refused, cause: Event, at: datetime, pool: str, policy: str) -> Published:
-    ev = _rejection(cause, at, e.job.tenant, e.job.job_id, e.reason, e.detail or e.reason)
+def _refused(
+    e: Refused, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
+) -> Published:
+    ev = _rejection(cause, at, e.job.tenant, e.job.job_id, e.reason, e.detail or e.reason, key)
     return slicing.subject(e.job.tenant, "rejected"), ev, ("refused", e.reason)
 
 
-def _rejected(e: RejectedInput, cause: Event, at: datetime, pool: str, policy: str) -> Published:
-    ev = _rejection(cause, at, e.tenant, e.job_id, e.reason, e.detail)
+def _rejected(
+    e: RejectedInput, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
+) -> Published:
+    ev = _rejection(cause, at, e.tenant, e.job_id, e.reason, e.detail, key)
     return slicing.subject(e.tenant, "rejected"), ev, ("rejected", e.reason)
 
 
-def _released(e: Ended, cause: Event, at: datetime, pool: str, policy: str) -> Published:
+def _released(
+    e: Ended, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
+) -> Published:
     job = e.job
     ev = JobReleased(
-        id=derived_event_id(cause.id, f"released/{job.tenant}/{job.job_id}"),
+        id=derived_event_id(cause.id, f"released/{job.tenant}/{job.job_id}", key=key),
         at=at,
         job_id=job.job_id,
         tenant=job.tenant,
@@ -271,10 +291,14 @@ def _released(e: Ended, cause: Event, at: datetime, pool: str, policy: str) -> P
     return slicing.subject(job.tenant, "released"), ev, ("released", e.outcome)
 
 
-def _unschedulable(e: Waiting, cause: Event, at: datetime, pool: str, policy: str) -> Published:
+def _unschedulable(
+    e: Waiting, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
+) -> Published:
     job = e.job
     ev = Unschedulable(
-        id=derived_event_id(cause.id, f"unschedulable/{job.tenant}/{job.job_id}/{e.reason}"),
+        id=derived_event_id(
+            cause.id, f"unschedulable/{job.tenant}/{job.job_id}/{e.reason}", key=key
+        ),
         at=at,
         job_id=job.job_id,
         tenant=job.tenant,
@@ -285,9 +309,11 @@ def _unschedulable(e: Waiting, cause: Event, at: datetime, pool: str, policy: st
     return slicing.subject(job.tenant, "unschedulable"), ev, ("waiting", e.reason)
 
 
-def _preempted(e: Evicted, cause: Event, at: datetime, pool: str, policy: str) -> Published:
+def _preempted(
+    e: Evicted, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
+) -> Published:
     ev = Preempted(
-        id=derived_event_id(cause.id, f"preempted/{e.job.tenant}/{e.job.job_id}"),
+        id=derived_event_id(cause.id, f"preempted/{e.job.tenant}/{e.job.job_id}", key=key),
         at=at,
         job_id=e.job.job_id,
         tenant=e.job.tenant,
@@ -308,11 +334,11 @@ _PLAN_FIGURES = tuple(
 
 
 def _capacity_plan(
-    e: CapacityPlanned, cause: Event, at: datetime, pool: str, policy: str
+    e: CapacityPlanned, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
 ) -> Published:
     p = e.plan
     ev = CapacityPlan(
-        id=derived_event_id(cause.id, f"capacity/{pool}/{p.gpu_model}"),
+        id=derived_event_id(cause.id, f"capacity/{pool}/{p.gpu_model}", key=key),
         at=at,
         pool=pool,
         **{f: getattr(p, f) for f in _PLAN_FIGURES},
@@ -320,9 +346,11 @@ def _capacity_plan(
     return slicing.capacity(pool), ev, ("capacity_plan", "round")
 
 
-def _mig_plan(e: MigPlanned, cause: Event, at: datetime, pool: str, policy: str) -> Published:
+def _mig_plan(
+    e: MigPlanned, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
+) -> Published:
     ev = MigLayoutPlan(
-        id=derived_event_id(cause.id, f"mig/{e.node}/{e.gpu}"),
+        id=derived_event_id(cause.id, f"mig/{e.node}/{e.gpu}", key=key),
         at=at,
         node=e.node,
         gpu_index=e.gpu,
@@ -333,14 +361,16 @@ def _mig_plan(e: MigPlanned, cause: Event, at: datetime, pool: str, policy: str)
     return slicing.mig_plan(e.node), ev, ("mig_plan", "repartition")
 
 
-def _share_set(e: ShareSet, cause: Event, at: datetime, pool: str, policy: str) -> Published:
+def _share_set(
+    e: ShareSet, cause: Event, at: datetime, pool: str, policy: str, key: bytes | None
+) -> Published:
     """A share the scheduler set itself (part of a rollback: kept, or given back later), as a
     rollback's change at its cause's time (a kept share's cause is the rollback itself, at the
     same instant: each reader takes the changes in the stream's order, and the ledger a change
     at the instant of another 1 ms after it)."""
     job = e.job
     ev = ShareChanged(
-        id=derived_event_id(cause.id, f"share-{e.why}/{job.tenant}/{job.job_id}"),
+        id=derived_event_id(cause.id, f"share-{e.why}/{job.tenant}/{job.job_id}", key=key),
         at=at,
         job_id=job.job_id, tenant=job.tenant, node=e.node, gpu_index=e.gpu,
         from_milli=e.from_milli, to_milli=e.to_milli, reason=ShareChangeReason.ROLLED_BACK,
@@ -349,7 +379,7 @@ def _share_set(e: ShareSet, cause: Event, at: datetime, pool: str, policy: str) 
     return slicing.subject(job.tenant, "share"), ev, ("share", e.why)
 
 
-_BUILDERS: Mapping[type, Callable[[Any, Event, datetime, str, str], Published]] = {
+_BUILDERS: Mapping[type, Callable[[Any, Event, datetime, str, str, bytes | None], Published]] = {
     Placed: _placement,
     Refused: _refused,
     RejectedInput: _rejected,

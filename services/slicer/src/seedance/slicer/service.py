@@ -23,6 +23,7 @@ from typing import Any
 from seedance.core import Clock, Lifecycle, ServiceRuntime
 from seedance.core.consumer import PullConsumer
 from seedance.core.durable import DurableRuntime, DurableSpec
+from seedance.core.id_key import derived_id_key
 from seedance.core.kv import ensure_bucket
 from seedance.core.logs import get_logger
 from seedance.core.tasks import cancel_until_done_shielded
@@ -42,6 +43,9 @@ __all__ = ["SlicerMetrics", "SlicerService", "trusted_time"]
 
 log = get_logger(__name__)
 
+#: The slicer's own bucket: its pools' state and the key of its decisions' ids.
+STATE_BUCKET = "seedance-slicer-state"
+
 
 class SlicerService(Lifecycle):
     """The parts, handed in ready-built (`build` builds them as deployed)."""
@@ -56,8 +60,10 @@ class SlicerService(Lifecycle):
         cluster_policy: ClusterPolicy,
         metrics: SlicerMetrics,
         idle: Scheduler,
+        decider: SlicerDecider | None = None,
     ) -> None:
         self._rt = runtime
+        self._decider = decider
         self.durable = durable
         self._settings = settings
         self.quota = quota
@@ -91,7 +97,7 @@ class SlicerService(Lifecycle):
 
         key = f"pool.{settings.pool}"
         spec = DurableSpec(
-            bucket="seedance-slicer-state", key=key, lease_key=f"slicer.{settings.pool}",
+            bucket=STATE_BUCKET, key=key, lease_key=f"slicer.{settings.pool}",
             holder=settings.replica, lease_ttl_s=settings.lease_ttl_s,
             log_fields={"pool": settings.pool}, store={"compact_records": COMPACT_RECORDS},
         )  # fmt: skip
@@ -109,6 +115,7 @@ class SlicerService(Lifecycle):
         return cls(
             runtime, durable, settings=settings, quota=quota,
             cluster_policy=policy, metrics=metrics, idle=Scheduler(config, file_quota),
+            decider=decider,
         )  # fmt: skip
 
     @property
@@ -127,6 +134,11 @@ class SlicerService(Lifecycle):
 
     async def start(self) -> None:
         await self._rt.start()
+        if self._decider is not None:
+            # Before any decision: every replica and restart derives the same ids from the
+            # one key in the slicer's own bucket (docs/security.md, "Nats-Msg-Id").
+            bucket = await ensure_bucket(self._rt.bus, STATE_BUCKET)
+            self._decider.id_key = await derived_id_key(bucket)
         await self.durable.start()
         kv = None
         if self._settings.quota_key or self._settings.slicing_key:
