@@ -12,9 +12,10 @@ Why each bound:
   JSON), so they are refused outright rather than counted;
 - nesting depth: the composer recurses per level, so a few kilobytes of ``[[[[...`` raise
   RecursionError (not a YAMLError) past ~330 levels; the quota format is 5 levels deep;
-- size: time to parse is linear in size (pure-Python loader, ~0.56 s for a 1,000-tenant quota
-  document of 251 KB), and a value larger than NATS's default ``max_payload`` (1 MiB) is not
-  one a bucket holds unless an operator raised it.
+- size: time to parse is linear in size (pure-Python loader: 0.56 s for a generated 1,000-tenant
+  JSON quota document of 251 KB, one `yaml.safe_load` timed with `time.perf_counter`,
+  2026-12-07 13:12 UTC, load average 2.15 on 2 shared cores), and a value larger than NATS's
+  default ``max_payload`` (1 MiB) is not one a bucket holds unless an operator raised it.
 """
 
 from __future__ import annotations
