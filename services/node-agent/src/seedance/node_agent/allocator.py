@@ -38,7 +38,9 @@ import grpc
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from seedance.core.logs import get_logger
+from seedance.events.pod_requests import DeviceStep
 from seedance.node_agent.core.confirm import Answered, PodName, holders, reconcile
+from seedance.node_agent.core.containers import container_grant, pod_steps, steps_taken
 from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import (
     AllocationBook,
@@ -116,6 +118,11 @@ class PlacementAllocator:
         #: them: a start is let through by the grant's UID, never by a pod's name alone (a pod
         #: deleted and re-created under its name is another pod, with no grant of its own).
         self._held: dict[tuple[str, frozenset[str]], str] = {}
+        #: (pod UID, resource) -> how many of the pod's Allocates for it were answered (the
+        #: kubelet makes one per container asking for it, in order: ``core.containers``).
+        self._taken: dict[tuple[str, str], int] = {}
+        #: The granted pods as last seen, by UID (whose containers are still to come).
+        self._views: dict[str, PodView] = {}
 
     def job_ended(self, tenant: str, job_id: str) -> None:
         """The slicer released or preempted (``tenant``, ``job_id``): its devices may be
@@ -156,17 +163,24 @@ class PlacementAllocator:
             result = self._grant(pod, restoring=True)
             out.append(Restored(pod, resource, result))
             if isinstance(result, Grant):
-                for r in rows:
-                    if (r.namespace, r.pod) == (pod.namespace, pod.name) and r.device_ids:
-                        self._held[(r.resource, frozenset(r.device_ids))] = pod.uid
+                mine = [r for r in rows if (r.namespace, r.pod) == (pod.namespace, pod.name)]
+                for served in resources:
+                    recorded = {row.container for row in mine if row.resource == served}
+                    self._taken[(pod.uid, served)] = steps_taken(pod, served, recorded)
+                for row in mine:
+                    if row.device_ids:
+                        self._held[(row.resource, frozenset(row.device_ids))] = pod.uid
         return out
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> ContainerAllocation:
         key = (resource, frozenset(device_ids))
-        earlier = self._answered.pop(key, None)
-        if earlier is not None:
+        earlier = self._answered.get(key)
+        if earlier is not None and not self._reuses(earlier, len(device_ids)):
             # The kubelet asks again for IDs it was answered for: it did not keep that answer
             # (its Allocate failed on its side), so the pod it was meant for holds nothing.
+            # Unless that pod's next container asks for as many: the kubelet hands a later
+            # container the IDs of an init container that is done (its devicesToReuse).
+            del self._answered[key]
             self._release(earlier.pod_uid, "the kubelet allocated its device IDs again")
         if self._answered:
             await self._reconcile("allocate")  # a wrong inference frees its pod for this one
@@ -179,20 +193,18 @@ class PlacementAllocator:
                 f"{exc}); nothing is allocated"
             ) from exc
         wanted = len(device_ids)
+        # A pod whose containers the kubelet is part-way through comes first: it allocates one
+        # pod's containers one after the other (its devicesToReuse holds one pod at a time).
         candidates = sorted(
-            (
-                p
-                for p in pods
-                if self.allocations.granted(p.uid) is None and p.requests.get(resource) == wanted
-            ),
-            key=lambda p: p.age_order,
+            (p for p in pods if self._next(p, resource, wanted) is not None),
+            key=lambda p: (self._taken.get((p.uid, resource), 0) == 0, p.age_order),
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
         while True:
             passed_over = []
             for pod in candidates:
-                result = self._grant(pod, restoring=False)
+                result = self._grant_step(pod, resource, wanted)
                 if isinstance(result, Grant):
                     named = (pod.namespace, pod.name)
                     self._answered[key] = Answered(resource, key[1], pod.uid, named)
@@ -213,7 +225,7 @@ class PlacementAllocator:
         more = len(passed_over) - _SHOWN_PASSED_OVER
         raise AllocationError(
             f"no pending pod bound to {self._node} with the slicer's placement asks for "
-            f"{wanted} {resource}"
+            f"{wanted} {resource} in its next container"
             + (f" (passed over: {shown}" + (f"; and {more} more" if more > 0 else "") + ")")
             * bool(passed_over)
         )
@@ -303,6 +315,9 @@ class PlacementAllocator:
 
     def _forget(self, pod_uid: str) -> None:
         self._names.pop(pod_uid, None)
+        self._views.pop(pod_uid, None)
+        for taken in [k for k in self._taken if k[0] == pod_uid]:
+            del self._taken[taken]
         for key in [k for k, uid in self._held.items() if uid == pod_uid]:
             del self._held[key]
         for key in [k for k, a in self._answered.items() if a.pod_uid == pod_uid]:
@@ -315,6 +330,52 @@ class PlacementAllocator:
     def _count_start(self, resource: str, outcome: str) -> None:
         if self._metrics is not None:
             self._metrics.container_starts_total.labels(resource, outcome).inc()
+
+    def _next(self, pod: PodView, resource: str, wanted: int) -> DeviceStep | None:
+        """``pod``'s next container to allocate ``resource`` for, if it asks for ``wanted``."""
+        steps = pod_steps(pod, resource)
+        taken = self._taken.get((pod.uid, resource), 0)
+        if taken >= len(steps) or len(steps[taken].slots) != wanted:
+            return None
+        if taken > 0 and self.allocations.granted(pod.uid) is None:
+            return None  # its grant ended part-way (released): it is not this agent's now
+        return steps[taken]
+
+    def _reuses(self, earlier: Answered, wanted: int) -> bool:
+        """Whether an Allocate of ``earlier``'s IDs may be for the next container of the pod
+        they were answered for (the kubelet reusing a done init container's IDs)."""
+        pod = self._views.get(earlier.pod_uid)
+        return pod is not None and self._next(pod, earlier.resource, wanted) is not None
+
+    def _grant_step(self, pod: PodView, resource: str, wanted: int) -> Grant | Refusal:
+        """The next container of ``pod`` granted its devices of ``resource``: out of the pod's
+        grant (made, verified, at its first container's Allocate)."""
+        step = self._next(pod, resource, wanted)
+        if step is None:
+            return Refusal(f"no container of it asks for {wanted} {resource} next")
+        grant = self.allocations.granted(pod.uid)
+        if grant is None:
+            made = self._grant(pod, restoring=False)
+            if isinstance(made, Refusal):
+                return made
+            grant = made
+        result = container_grant(pod, grant, step, resource)
+        name = f"{pod.namespace}/{pod.name}"
+        if isinstance(result, Refusal):
+            log.warning("allocation_passed_over", pod=name, uid=pod.uid, reason=result.reason)
+            if self._taken.get((pod.uid, resource), 0) == 0:  # its grant was made just now
+                self.allocations.release(pod.uid)
+                self._forget(pod.uid)
+            return result
+        self._taken[(pod.uid, resource)] = self._taken.get((pod.uid, resource), 0) + 1
+        log.info(
+            "container_allocation_granted",
+            pod=name,
+            uid=pod.uid,
+            container=step.container,
+            devices=list(result.uuids),
+        )
+        return result
 
     def _grant(self, pod: PodView, *, restoring: bool) -> Grant | Refusal:
         """``pod``'s claim verified and its devices taken (exclusive ones from no other pod)."""
@@ -329,6 +390,7 @@ class PlacementAllocator:
             log.warning(event, pod=name, uid=pod.uid, reason=result.reason)
             return result
         self._names[pod.uid] = (pod.namespace, pod.name)
+        self._views[pod.uid] = pod
         event = "allocation_restored" if restoring else "allocation_granted"
         log.info(event, pod=name, uid=pod.uid, devices=list(result.uuids))
         return result

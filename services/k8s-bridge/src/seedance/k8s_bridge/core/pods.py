@@ -2,12 +2,13 @@
 
 Owns the reading of a pod: which pod field becomes which `JobSubmitted` field (`CARRIED`), and
 for each field it does not carry, why (`NOT_CARRIED`); the resources a pod asks for, as the
-kubelet counts them (per container ``requests``, defaulted from ``limits``; init containers
-take the max, sidecars and ``overhead`` add); and the refusals (a pod that would bypass the
-placement and the bill, a request Seedance cannot place). The cross-field rule of a request is
-`seedance.events.jobs.request_problem` (run by `ResourceRequest`) and the bounds are its
-``Meta``: the request is built with ``msgspec.convert`` so that both run; nothing here repeats
-them. Must not do I/O or keep state (the tracker does).
+kubelet counts them (`seedance.events.pod_requests.pod_resources`, re-exported: the node
+agent grants each container its share of that total by the same rule); and the refusals (a
+pod that would bypass the placement and the bill, a request Seedance cannot place). The
+cross-field rule of a request is `seedance.events.jobs.request_problem` (run by
+`ResourceRequest`) and the bounds are its ``Meta``: the request is built with
+``msgspec.convert`` so that both run; nothing here repeats them. Must not do I/O or keep state
+(the tracker does).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Any
 import msgspec
 
 from seedance.events.jobs import MAX_GANG_SIZE, JobKind, JobSubmitted, ResourceRequest
+from seedance.events.pod_requests import pod_resources
 from seedance.events.tokens import check_tenant
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.quantity import (
     InvalidQuantity,
-    parse_quantity,
     to_count,
     to_mib,
     to_milli,
@@ -162,47 +163,6 @@ def tenant_for(
         return check_tenant(tenant)
     except ValueError as exc:
         return Refused(RefusalReason.NO_TENANT, f"namespace {namespace!r}: {exc}")
-
-
-def _container_resources(c: Json) -> dict[str, Any]:
-    res = c.get("resources") or {}
-    # Requests default to limits (the API server's defaulting; extended resources may give
-    # only limits).
-    return {**(res.get("limits") or {}), **(res.get("requests") or {})}
-
-
-def _add(total: dict[str, Fraction], res: Mapping[str, Any]) -> None:
-    for name, q in res.items():
-        total[name] = total.get(name, Fraction(0)) + parse_quantity(q)
-
-
-def pod_resources(spec: Json) -> dict[str, Fraction]:
-    """The pod's effective request per resource, as the kubelet and kube-scheduler count it
-    (KEP-753): the containers' and sidecars' (``restartPolicy: Always`` init containers) sum,
-    at least each init container's with the sidecars started before it, plus ``overhead``.
-
-    Raises:
-        InvalidQuantity: a quantity that does not parse, naming it.
-    """
-    total: dict[str, Fraction] = {}
-    for c in spec.get("containers") or []:
-        _add(total, _container_resources(c))
-    sidecars: dict[str, Fraction] = {}  # those started so far, in init order
-    peak: dict[str, Fraction] = {}
-    for c in spec.get("initContainers") or []:
-        res = _container_resources(c)
-        if c.get("restartPolicy") == "Always":
-            _add(sidecars, res)
-            continue
-        for name, q in res.items():
-            need = parse_quantity(q) + sidecars.get(name, Fraction(0))
-            peak[name] = max(peak.get(name, Fraction(0)), need)
-    for name, q in sidecars.items():
-        total[name] = total.get(name, Fraction(0)) + q
-    for name, q in peak.items():
-        total[name] = max(total.get(name, Fraction(0)), q)
-    _add(total, spec.get("overhead") or {})
-    return total
 
 
 def _gpu_fields(res: Mapping[str, Fraction]) -> dict[str, Any] | str:
