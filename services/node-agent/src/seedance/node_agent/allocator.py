@@ -38,7 +38,7 @@ import grpc
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from seedance.core.logs import get_logger
-from seedance.events.pod_requests import DeviceStep
+from seedance.events.pod_requests import ContainerRole, DeviceStep
 from seedance.node_agent.core.confirm import Answered, PodName, holders, reconcile
 from seedance.node_agent.core.containers import container_grant, pod_steps, steps_taken
 from seedance.node_agent.core.labels import ContainerDevices
@@ -205,10 +205,12 @@ class PlacementAllocator:
             passed_over = []
             for pod in candidates:
                 result = self._grant_step(pod, resource, wanted)
-                if isinstance(result, Grant):
+                if not isinstance(result, Refusal):
+                    granted, step = result
                     named = (pod.namespace, pod.name)
-                    self._answered[key] = Answered(resource, key[1], pod.uid, named)
-                    return ContainerAllocation(dict(result.envs))
+                    init = step.role is ContainerRole.INIT
+                    self._answered[key] = Answered(resource, key[1], pod.uid, named, init)
+                    return ContainerAllocation(dict(granted.envs))
                 passed_over.append(f"{pod.namespace}/{pod.name}: {result.reason}")
             unplaced = [p for p in candidates if isinstance(placement_of(p, self._book), Refusal)]
             left = deadline - loop.time()
@@ -242,9 +244,17 @@ class PlacementAllocator:
                 "pod-resources List did not answer; the container is not started"
             )
         found = holders(rows, resource, device_ids)
-        if not found:
-            raise AllocationError(f"the kubelet reports no pod holding {resource} devices {ids}")
         key = (resource, frozenset(device_ids))
+        if not found:
+            answered = self._answered.get(key)
+            if answered is not None and answered.init_container:
+                # The kubelet's List names no init container (only app containers and
+                # sidecars): its start goes on the agent's own answer, still granted (a wrong
+                # inference shows at the first container of the pod the List names).
+                log.info("init_container_start_unconfirmed", pod="/".join(answered.pod))
+                self._count_start(resource, "allowed")
+                return
+            raise AllocationError(f"the kubelet reports no pod holding {resource} devices {ids}")
         uid = self._held.get(key)
         granted = uid is not None and self.allocations.granted(uid) is not None
         for ns, name in found:
@@ -347,7 +357,9 @@ class PlacementAllocator:
         pod = self._views.get(earlier.pod_uid)
         return pod is not None and self._next(pod, earlier.resource, wanted) is not None
 
-    def _grant_step(self, pod: PodView, resource: str, wanted: int) -> Grant | Refusal:
+    def _grant_step(
+        self, pod: PodView, resource: str, wanted: int
+    ) -> tuple[Grant, DeviceStep] | Refusal:
         """The next container of ``pod`` granted its devices of ``resource``: out of the pod's
         grant (made, verified, at its first container's Allocate)."""
         step = self._next(pod, resource, wanted)
@@ -375,7 +387,7 @@ class PlacementAllocator:
             container=step.container,
             devices=list(result.uuids),
         )
-        return result
+        return result, step
 
     def _grant(self, pod: PodView, *, restoring: bool) -> Grant | Refusal:
         """``pod``'s claim verified and its devices taken (exclusive ones from no other pod)."""
