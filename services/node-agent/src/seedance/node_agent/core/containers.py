@@ -67,7 +67,7 @@ def container_grant(pod: PodView, grant: Grant, step: DeviceStep, resource: str)
     if total != len(grant.uuids):
         return Refusal(
             f"the pod asks for {total} {resource} and the slicer placed {len(grant.uuids)} "
-            f"devices for it"
+            f"device(s) for it"
         )
     uuids = tuple(grant.uuids[s] for s in step.slots)
     return _of(grant, {**grant.envs, ENV_VISIBLE_DEVICES: ",".join(uuids)}, uuids)
