@@ -138,3 +138,22 @@ async def test_a_restart_between_a_pods_allocates_keeps_what_was_granted() -> No
     assert await visible(again, ["d1"]) == "GPU-b"  # the main container: the other GPU
     with pytest.raises(AllocationError, match="no pending pod"):
         await again.allocate(GPU, ["d2"])  # no container of it is left
+
+
+async def test_containers_sharing_a_gpu_split_the_pods_share() -> None:
+    # Two containers with a quarter of a GPU each: the pod holds half of GPU-b (the bridge's
+    # count); each container gets that GPU with its own part of the pod's SMs.
+    milli = "seedance.io/gpu-milli"
+    spec = {
+        "containers": [
+            {"name": n, "image": "x", "resources": {"limits": {milli: "250"}}} for n in ("a", "b")
+        ]
+    }
+    ev = placed("k8s:u1", PlacementKind.SHARED, [GpuAssignment(index=1, uuid="GPU-b", milli=500)])
+    alloc = allocator(ev, view(spec, ev))
+    for first in (0, 250):
+        envs = (await alloc.allocate(milli, [f"r{first + i}" for i in range(250)])).envs
+        assert envs == {
+            "NVIDIA_VISIBLE_DEVICES": "GPU-b",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",  # of the pod's 50
+        }
