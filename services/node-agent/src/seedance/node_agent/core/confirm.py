@@ -35,10 +35,6 @@ class Answered:
     device_ids: frozenset[str]
     pod_uid: str
     pod: PodName
-    #: Answered for a regular init container: the kubelet's pod-resources ``List`` names only
-    #: app containers and sidecars, so its records never show these IDs unless a later
-    #: container of the pod reuses them.
-    init_container: bool = False
 
     @property
     def key(self) -> tuple[str, frozenset[str]]:
