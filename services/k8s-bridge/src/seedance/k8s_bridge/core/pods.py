@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from seedance.events.jobs import MAX_GANG_SIZE, JobKind, JobSubmitted, ResourceRequest
-from seedance.events.pod_requests import pod_resources
+from seedance.events.pod_requests import ContainerRole, containers_of, pod_resources
 from seedance.events.tokens import check_tenant
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.quantity import (
@@ -71,7 +71,8 @@ CARRIED: Mapping[str, str] = {
     "request.mig": "seedance.io/mig: 1 (one MIG instance of the SlicingPolicy's default "
     "profile, which the node agent's seedance.io/mig plugin serves)",
     "request.gpu_models": "spec.nodeSelector[nvidia.com/gpu.product]",
-    "request.cpu_milli": "cpu of containers, init containers, sidecars and spec.overhead",
+    "request.cpu_milli": "cpu of containers, init containers, sidecars (or the pod-level "
+    "spec.resources) and spec.overhead",
     "request.memory_mib": "memory, counted as cpu",
     "request.gang_size": "metadata.labels[seedance.io/pod-group-size] with seedance.io/pod-group",
 }
@@ -217,9 +218,37 @@ def _unsupported(res: Mapping[str, Fraction]) -> list[str]:
     )
 
 
+def _gpu_in_init(spec: Json) -> str:
+    """Why the pod's regular init containers' GPU requests are refused ("" when none asks):
+    the kubelet's pod-resources API never lists regular init containers, so the node agent
+    cannot confirm which pod holds their devices and refuses their Allocate (a native sidecar,
+    ``restartPolicy: Always``, is listed and allowed)."""
+    for i, c in enumerate(containers_of(spec)):
+        if c.role is not ContainerRole.INIT:
+            continue
+        gpu = sorted(
+            n
+            for n in c.resources
+            if n in (keys.RES_GPU, keys.RES_GPU_MILLI, keys.RES_GPU_MEMORY_MIB, keys.RES_MIG)
+            or n.startswith(keys.MIG_PREFIX)
+        )
+        if gpu:
+            return (
+                f"spec.initContainers[{i}] {c.name!r} asks for {gpu}: GPUs in a regular init "
+                "container cannot be granted (the kubelet's pod-resources API never lists "
+                "regular init containers, so the node agent cannot tell which pod holds their "
+                "devices); put the GPU step in an app container or a native sidecar "
+                "(restartPolicy: Always)"
+            )
+    return ""
+
+
 def request_of(spec: Json, *, gang_size: int = 1) -> ResourceRequest | Refused:
     """The job request of a pod spec (per gang member), or why it makes none."""
     try:
+        in_init = _gpu_in_init(spec)
+        if in_init:
+            return Refused(RefusalReason.INVALID_REQUEST, in_init)
         res = pod_resources(spec)
         unsupported = _unsupported(res)
         if unsupported:
