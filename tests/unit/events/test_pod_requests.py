@@ -6,6 +6,7 @@ container's devices) are exactly the pod's request the bridge asks the slicer fo
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 from typing import Any
 
 from seedance.events import pod_requests
@@ -77,3 +78,20 @@ def test_the_devices_the_steps_use_are_the_pods_request_for_every_small_pod() ->
                     assert len(flat) == len(set(flat)), spec
                     checked += 1
     assert checked > 1000
+
+
+def test_pod_level_resources_replace_the_containers_cpu_and_memory() -> None:
+    # Review p6: a pod's spec.resources (PodLevelResources, KEP-2837) is what the kubelet and
+    # kube-scheduler count for cpu and memory (applyPodLevelResources), overhead on top; the
+    # containers' GPUs are still theirs. Requests default from limits, as for containers.
+    spec = {
+        "resources": {"limits": {"cpu": "4", "memory": "16Gi"}},
+        "containers": [
+            {"name": "main", "resources": {"limits": {GPU: "1"}, "requests": {"cpu": "100m"}}}
+        ],
+        "overhead": {"cpu": "250m"},
+    }
+    got = pod_resources(spec)
+    assert got == {GPU: 1, "cpu": Fraction(17, 4), "memory": 16 * 2**30}
+    spec["resources"] = {"requests": {"memory": "1Gi"}}  # cpu stays the containers'
+    assert pod_resources(spec) == {GPU: 1, "cpu": Fraction(7, 20), "memory": 2**30}

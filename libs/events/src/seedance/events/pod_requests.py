@@ -9,7 +9,9 @@ Owns, from a pod spec (the API's JSON, a plain mapping):
   them: ``initContainers`` in order (a ``restartPolicy: Always`` one is a sidecar, KEP-753),
   then ``containers``;
 - ``pod_resources``: the pod's effective request (KEP-753): the app containers' and sidecars'
-  sum, at least each init container's with the sidecars started before it, plus ``overhead``;
+  sum, at least each init container's with the sidecars started before it; for cpu and memory,
+  the pod-level ``spec.resources`` instead where it sets them (KEP-2837, the kubelet's and
+  kube-scheduler's ``applyPodLevelResources``); plus ``overhead``;
 - ``device_steps``: which of the pod's devices of one resource each container gets, as the
   kubelet's device manager hands them out (kubernetes ``pkg/kubelet/cm/devicemanager/
   manager.go``, ``ManagerImpl.Allocate`` and ``devicesToAllocate``): one Allocate per container
@@ -71,7 +73,13 @@ class DeviceStep:
     slots: tuple[int, ...]
 
 
+#: The resources a pod's ``spec.resources`` may set (k8s ``IsSupportedPodLevelResource``; huge
+#: pages too since 1.34, which Seedance refuses anyway).
+_POD_LEVEL = frozenset({"cpu", "memory"})
+
+
 def _resources(c: Json) -> dict[str, Fraction]:
+    """A container's (or, given the pod spec, the pod's) requests, defaulted from limits."""
     res = c.get("resources") or {}
     merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
     return {name: parse_quantity(q) for name, q in merged.items()}
@@ -97,7 +105,9 @@ def containers_of(spec: Json) -> list[ContainerRequest]:
 def pod_resources(spec: Json) -> dict[str, Fraction]:
     """The pod's effective request per resource, as the kubelet and kube-scheduler count it
     (KEP-753): the containers' and sidecars' sum, at least each init container's with the
-    sidecars started before it, plus ``overhead``.
+    sidecars started before it; cpu and memory the pod-level ``spec.resources`` sets instead
+    (KEP-2837); plus ``overhead``. (k8s ``resourcehelper.PodRequests`` with pod-level resources
+    on; a kubelet with the PodLevelResources gate off ignores ``spec.resources``.)
 
     Raises:
         InvalidQuantity: a quantity that does not parse, naming it.
@@ -117,6 +127,9 @@ def pod_resources(spec: Json) -> dict[str, Fraction]:
     _add(total, sidecars)
     for name, q in peak.items():
         total[name] = max(total.get(name, Fraction(0)), q)
+    # Pod-level resources replace the containers' total of the resources they may set (k8s
+    # ``resourcehelper.PodRequests``: ``applyPodLevelResources`` before the overhead).
+    total.update({n: q for n, q in _resources(spec).items() if n in _POD_LEVEL})
     _add(total, {n: parse_quantity(q) for n, q in (spec.get("overhead") or {}).items()})
     return total
 
