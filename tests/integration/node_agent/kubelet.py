@@ -36,9 +36,14 @@ test's call.
 Not covered (a real kubelet does): pods come from the tests' calls, not from watching the API
 server, and are admitted one at a time in the order called; GetPreferredAllocation is not
 asked; init containers do not run before the app containers start (all start at once; an
-init container's devices stay recorded while the pod is active, as the kubelet's do); the
-checkpoint of
-allocations across a kubelet restart; ``Get`` of pod-resources (see
+init container's devices stay recorded while the pod is active, as the kubelet's do; the node
+agent refuses GPUs in a regular init container, so with it only sidecars and app containers
+get any); a pod whose admission fails part-way has its devices freed at once (the kubelet frees
+them at its next admission, ``UpdateAllocatedDevices``: either way before the next Allocate)
+and is not written Failed (the kubelet writes it; the API server shows it Pending a while
+either way); ``List`` names only pods with recorded devices (the kubelet names every pod it
+holds, a container without devices with none); the checkpoint of allocations across a kubelet
+restart; ``Get`` of pod-resources (see
 ``test_podresources.FakeKubeletPodResources``); a container refused at its start is not retried
 with backoff (the test calls ``start`` again); the grace period after which a gone plugin's
 devices leave the capacity (5 min); the node-status update's own period (written at once);
