@@ -126,6 +126,7 @@ async def test_a_provision_call_without_an_answer_says_to_run_provision_again(
     """The server, not a service, leaves a provision call unanswered (every stream API request
     lost on the way, as a JetStream meta leader busy past the time-out does): the CLI said
     "is the service that answers running?", where none is, and nothing of what to do."""
+
     def stream_call(subject: str) -> bool:
         return subject.startswith("$JS.API.STREAM.")
 
