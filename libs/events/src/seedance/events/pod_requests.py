@@ -73,8 +73,8 @@ class DeviceStep:
     slots: tuple[int, ...]
 
 
-#: The resources a pod's ``spec.resources`` may set (k8s ``IsSupportedPodLevelResource``; huge
-#: pages too since 1.34, which Seedance refuses anyway).
+#: The resources a pod's ``spec.resources`` may set (k8s ``IsSupportedPodLevelResource``; later
+#: releases add huge pages, which the bridge refuses anyway).
 _POD_LEVEL = frozenset({"cpu", "memory"})
 
 
