@@ -109,7 +109,7 @@ async def test_a_pod_is_placed_bound_allocated_and_billed_on_a_simulated_gpu_of_
         (gpu,) = claim["gpus"]
         assert (claim["tenant"], claim["node"]) == ("acme", NODE)
         # The container got the simulated GPU the slicer chose, by its NVML-form UUID.
-        envs = c.kubelet.pods[("acme", "train-1")].envs[("main", "nvidia.com/gpu")]
+        envs = c.kubelet.pods[("acme", "train-1")].envs[("train", "nvidia.com/gpu")]
         assert envs == {"NVIDIA_VISIBLE_DEVICES": simulated_uuid(NODE, gpu["index"])}
         await billed(c, pod_job_id(pod.metadata.uid))
         # Every API call the bridge and the node agent made is one their RBAC grants.

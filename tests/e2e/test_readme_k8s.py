@@ -174,7 +174,7 @@ async def test_the_readmes_kubernetes_walkthrough_runs_as_written(tmp_path: Path
         # record of the node agent's Allocate answer).
         pod = await client.CoreV1Api(c.api_client).read_namespaced_pod("infer-mig-1", "acme")
         (gpu,) = json.loads(pod.metadata.annotations["seedance.io/placement"])["gpus"]
-        envs = c.kubelet.pods[("acme", "infer-mig-1")].envs[("main", "seedance.io/mig")]
+        envs = c.kubelet.pods[("acme", "infer-mig-1")].envs[("infer", "seedance.io/mig")]
         want = simulated_mig_uuid(NODE, mig_gpu(), "1g.10gb", gpu["migStartSlot"])
         assert envs == {"NVIDIA_VISIBLE_DEVICES": want}
 

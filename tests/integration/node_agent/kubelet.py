@@ -7,8 +7,13 @@ pod), and only once that returns records the IDs as the container's (``podDevice
 ``allocateContainerResources``); a failed Allocate fails the pod's admission and records
 nothing. Before each container start it calls ``PreStartContainer`` with the container's IDs
 of each resource whose plugin asked for it, and does not start the container if that fails.
-Its pod-resources ``List`` (``v1.PodResourcesLister``) reports the active pods it admitted
-with the devices recorded for them, by namespace and name (v1 carries no pod UID).
+One Allocate per container that asks for the resource, with that container's own count: init
+containers first, in order, then the app containers (``ManagerImpl.Allocate``); a container
+takes the pod's reusable IDs first (a done init container's, ``devicesToReuse``), then free
+ones; a regular init container's IDs become reusable after it, a sidecar's (``restartPolicy:
+Always``) and an app container's do not. Its pod-resources ``List`` (``v1.PodResourcesLister``)
+reports the active pods it admitted with the devices recorded for their app containers and
+sidecars (not regular init containers), by namespace and name (v1 carries no pod UID).
 
 ``NodeKubelet`` adds the kubelet's side of registration and of the node, over the same real
 sockets and the API server's real HTTP: the ``Registration`` service on ``kubelet.sock``; at a
@@ -20,17 +25,25 @@ listed. pod-resources ``GetAllocatableResources`` lists every device held, whate
 health; the Node's ``status.capacity`` / ``status.allocatable`` in the API server are kept
 to all devices / the healthy ones per resource (a PATCH of ``nodes/<node>/status``, as the
 kubelet's status update). ``register_node`` creates the Node as a kubelet registers it (Ready,
-its CPU and memory). ``run`` admits a pod bound to the node as the kubelet does (its
-containers' extended-resource limits, the plugin serving each), starts its containers
-(PreStartContainer) and writes the pod's status Running; a refused Allocate fails the pod
-(``UnexpectedAdmissionError``, as the kubelet's admission does); ``finish`` writes it
-Succeeded. ``start_syncing`` runs every pod bound to the node as it appears (a watch, as the
-kubelet's pod source), so pods bound by the bridge run without a test's call.
+its CPU and memory). ``run`` admits a pod bound to the node as the kubelet does (each
+container's extended-resource limits, the plugin serving each), starts its containers
+(PreStartContainer, init containers first) and writes the pod's status Running; a refused
+Allocate fails the pod (``UnexpectedAdmissionError``, as the kubelet's admission does);
+``finish`` writes it Succeeded. ``start_syncing`` runs every pod bound to the node as it
+appears (a watch, as the kubelet's pod source), so pods bound by the bridge run without a
+test's call.
 
 Not covered (a real kubelet does): pods come from the tests' calls, not from watching the API
 server, and are admitted one at a time in the order called; GetPreferredAllocation is not
-asked; init containers and device reuse between containers of a pod; the checkpoint of
-allocations across a kubelet restart; ``Get`` of pod-resources (see
+asked; init containers do not run before the app containers start (all start at once; an
+init container's devices stay recorded while the pod is active, as the kubelet's do; the node
+agent refuses GPUs in a regular init container, so with it only sidecars and app containers
+get any); a pod whose admission fails part-way has its devices freed at once (the kubelet frees
+them at its next admission, ``UpdateAllocatedDevices``: either way before the next Allocate)
+and is not written Failed (the kubelet writes it; the API server shows it Pending a while
+either way); ``List`` names only pods with recorded devices (the kubelet names every pod it
+holds, a container without devices with none); the checkpoint of allocations across a kubelet
+restart; ``Get`` of pod-resources (see
 ``test_podresources.FakeKubeletPodResources``); a container refused at its start is not retried
 with backoff (the test calls ``start`` again); the grace period after which a gone plugin's
 devices leave the capacity (5 min); the node-status update's own period (written at once);
@@ -42,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -66,6 +80,8 @@ class Admitted:
     devices: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     #: The env the plugins' Allocate answered, per (container, resource).
     envs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    #: Its regular init containers (their devices are held, but List does not report them).
+    init_containers: set[str] = field(default_factory=set)
 
 
 class DeviceManager(pr_grpc.PodResourcesListerServicer):
@@ -86,6 +102,8 @@ class DeviceManager(pr_grpc.PodResourcesListerServicer):
         for pod in self.pods.values():
             containers: dict[str, list[pr.ContainerDevices]] = {}
             for (container, resource), ids in pod.devices.items():
+                if container in pod.init_containers:
+                    continue
                 containers.setdefault(container, []).append(
                     pr.ContainerDevices(resource_name=resource, device_ids=ids)
                 )
@@ -133,17 +151,27 @@ class DeviceManager(pr_grpc.PodResourcesListerServicer):
         return [d.ID for d in first.devices if d.health == "Healthy" and d.ID not in held]
 
     async def admit(
-        self, namespace: str, name: str, endpoint: str, resource: str, count: int
+        self,
+        namespace: str,
+        name: str,
+        endpoint: str,
+        resource: str,
+        count: int,
+        *,
+        container: str = "main",
+        reusable: Sequence[str] = (),
     ) -> str | None:
-        """Admit pod ``namespace/name`` whose container ``main`` asks for ``count`` of
-        ``resource`` (served by the plugin at ``endpoint``): None, or why admission failed
-        (the plugin's refusal; nothing recorded, the pod is not active)."""
+        """Allocate for container ``container`` of pod ``namespace/name``, which asks for
+        ``count`` of ``resource`` (served by the plugin at ``endpoint``), taking the pod's
+        ``reusable`` IDs first: None, or why admission failed (the plugin's refusal; nothing
+        recorded for the container)."""
         async with self._channel(endpoint) as channel:
             stub = dp_grpc.DevicePluginStub(channel)
+            ids = list(reusable[:count])
             free = await self._free_ids(stub, resource)
-            if len(free) < count:
+            if len(free) < count - len(ids):
                 return f"Insufficient {resource}: requested {count}, available {len(free)}"
-            ids = free[:count]
+            ids += free[: count - len(ids)]
             request = dp.AllocateRequest(
                 container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]
             )
@@ -153,18 +181,20 @@ class DeviceManager(pr_grpc.PodResourcesListerServicer):
                 return str(exc.details())
         # Recorded only now, after Allocate returned (podDevices.insert).
         pod = self.pods.setdefault((namespace, name), Admitted(namespace, name))
-        pod.devices[("main", resource)] = ids
-        pod.envs[("main", resource)] = dict(resp.container_responses[0].envs)
+        pod.devices[(container, resource)] = ids
+        pod.envs[(container, resource)] = dict(resp.container_responses[0].envs)
         return None
 
     def remove(self, namespace: str, name: str) -> None:
         """The pod ended or was deleted: its devices are free, it is no longer listed."""
         self.pods.pop((namespace, name), None)
 
-    async def start(self, namespace: str, name: str, endpoint: str, resource: str) -> str | None:
-        """Start the pod's container ``main``: PreStartContainer with its recorded IDs of
+    async def start(
+        self, namespace: str, name: str, endpoint: str, resource: str, container: str = "main"
+    ) -> str | None:
+        """Start the pod's container ``container``: PreStartContainer with its recorded IDs of
         ``resource`` if the plugin asks for it; None, or why the container was not started."""
-        ids = self.pods[(namespace, name)].devices[("main", resource)]
+        ids = self.pods[(namespace, name)].devices[(container, resource)]
         async with self._channel(endpoint) as channel:
             stub = dp_grpc.DevicePluginStub(channel)
             options = await stub.GetDevicePluginOptions(dp.Empty(), timeout=10.0)
@@ -367,39 +397,73 @@ class NodeKubelet(DeviceManager, dp_grpc.RegistrationServicer):
 
     # pods ----------------------------------------------------------------------------------
     async def run(self, namespace: str, name: str) -> str | None:
-        """Admit the pod (bound to this node: Allocate for each extended resource its
-        container ``main`` asks for), start it (PreStartContainer) and write it Running; None,
-        or why it did not start (nothing written then)."""
+        """Admit the pod (bound to this node: one Allocate per container and extended resource
+        it asks for, init containers first, reusing a done init container's IDs), start its
+        containers (PreStartContainer) and write it Running; None, or why it did not start
+        (nothing written then; a failed admission records nothing for the pod)."""
         pod = await self.core.read_namespaced_pod(name, namespace)
         assert pod.spec.node_name == self.node, f"{namespace}/{name} is not bound to {self.node}"
-        (container,) = pod.spec.containers
-        wants = {r: int(q) for r, q in ((container.resources.limits or {}).items()) if "/" in r}
-        for resource, count in sorted(wants.items()):
-            plugin = self.plugins.get(resource)
-            if plugin is None:
-                return f"no device plugin serves {resource} on {self.node}"
-            refused = await self.admit(namespace, name, plugin.endpoint, resource, count)
-            if refused is not None:
-                return refused
-        for resource in sorted(wants):
-            refused = await self.start(namespace, name, self.plugins[resource].endpoint, resource)
+        order = [(c, "init") for c in pod.spec.init_containers or []]
+        order += [(c, "app") for c in pod.spec.containers]
+        reusable: dict[str, list[str]] = {}
+        asked: list[tuple[str, str]] = []
+        for c, role in order:
+            if role == "init" and c.restart_policy == "Always":
+                role = "sidecar"
+            limits = (c.resources.limits if c.resources else None) or {}
+            wants = {r: int(q) for r, q in limits.items() if "/" in r}
+            for resource, count in sorted(wants.items()):
+                plugin = self.plugins.get(resource)
+                refused = (
+                    f"no device plugin serves {resource} on {self.node}"
+                    if plugin is None
+                    else await self.admit(
+                        namespace,
+                        name,
+                        plugin.endpoint,
+                        resource,
+                        count,
+                        container=c.name,
+                        reusable=reusable.get(resource, []),
+                    )
+                )
+                if refused is not None:
+                    self.remove(namespace, name)  # the pod fails: its devices are free again
+                    return refused
+                admitted = self.pods[(namespace, name)]
+                ids = admitted.devices[(c.name, resource)]
+                kept = reusable.get(resource, [])
+                if role == "init":
+                    admitted.init_containers.add(c.name)
+                    reusable[resource] = kept + [i for i in ids if i not in kept]
+                else:
+                    reusable[resource] = [i for i in kept if i not in ids]
+                asked.append((c.name, resource))
+        for container, resource in asked:
+            endpoint = self.plugins[resource].endpoint
+            refused = await self.start(namespace, name, endpoint, resource, container)
             if refused is not None:
                 return refused
         await self._status(
-            namespace, name, "Running", {"running": {"startedAt": _now()}}, container.name
+            namespace,
+            name,
+            "Running",
+            {"running": {"startedAt": _now()}},
+            [c.name for c in pod.spec.containers],
         )
         return None
 
     async def finish(self, namespace: str, name: str) -> None:
         """The pod's container exited 0: Succeeded, its devices free."""
         pod = await self.core.read_namespaced_pod(name, namespace)
-        (container,) = pod.spec.containers
         state = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": _now()}}
-        await self._status(namespace, name, "Succeeded", state, container.name)
+        await self._status(
+            namespace, name, "Succeeded", state, [c.name for c in pod.spec.containers]
+        )
         self.remove(namespace, name)
 
     async def _status(
-        self, namespace: str, name: str, phase: str, state: dict[str, Any], container: str
+        self, namespace: str, name: str, phase: str, state: dict[str, Any], containers: list[str]
     ) -> None:
         running = "running" in state
         await self.core.patch_namespaced_pod_status(
@@ -417,6 +481,7 @@ class NodeKubelet(DeviceManager, dp_grpc.RegistrationServicer):
                             "imageID": "",
                             "state": state,
                         }
+                        for container in containers
                     ],
                 }
             },

@@ -131,8 +131,10 @@ async def bound_pod(
     resources: dict[str, str],
     annotate: Any,
     labels: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> str:
-    """A pod created, then bound to NODE with its annotation in the Binding (as the bridge does)."""
+    """A pod created, then bound to NODE with its annotation in the Binding (as the bridge does);
+    its one container ``main`` asks for ``resources``, or its containers are ``spec``'s."""
     container = {
         "name": "main",
         "image": "registry.example/job:1",
@@ -144,7 +146,7 @@ async def bound_pod(
         name,
         scheduler_name="seedance",
         labels=labels,
-        extra_spec={"containers": [container]},
+        extra_spec=spec or {"containers": [container]},
     )
     uid = str(pod["metadata"]["uid"])
     body = {

@@ -71,6 +71,29 @@ def test_init_containers_take_the_max_and_sidecars_and_overhead_add() -> None:
     assert asked(p).request.cpu_milli == 3100
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [{"nvidia.com/gpu": "1"}, {"seedance.io/gpu-milli": "500"}, {"nvidia.com/mig-1g.10gb": 1}],
+)
+def test_gpus_in_a_regular_init_container_are_refused_by_name(limits: dict[str, Any]) -> None:
+    # The node agent cannot confirm whose devices a regular init container holds (the
+    # kubelet's pod-resources List never names one) and refuses its Allocate: say so here,
+    # before binding. A native sidecar with a GPU is listed, and placed.
+    p = pod(requests={"cpu": "1"})
+    p["spec"]["initContainers"] = [
+        {"name": "fetch", "resources": {"requests": {"cpu": "1"}}},
+        {"name": "build-engine", "resources": {"limits": limits}},
+    ]
+    r = refused(p)
+    assert r.reason is RefusalReason.INVALID_REQUEST
+    assert r.message.startswith(f"spec.initContainers[1] 'build-engine' asks for {sorted(limits)}")
+    assert "never lists regular init containers" in r.message
+    assert "native sidecar (restartPolicy: Always)" in r.message
+    p["spec"]["initContainers"][1]["restartPolicy"] = "Always"
+    p["spec"]["initContainers"][1]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    assert asked(p).request.gpus == 1
+
+
 def test_mig_instance() -> None:
     a = asked(pod(limits={"nvidia.com/mig-3g.40gb": 1}))
     assert a.request.mig_profile == "3g.40gb"

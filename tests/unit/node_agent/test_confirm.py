@@ -176,6 +176,7 @@ async def test_a_pod_whose_claim_fails_is_passed_over_not_the_allocates_end() ->
     pods += [view("s", s_old, "2026-12-02T00:00:00Z"), view("v", v_placed, "2026-12-02T01:00:00Z")]
     assert await allocate(alloc, ["d0"]) == {"NVIDIA_VISIBLE_DEVICES": "GPU-b"}
     assert alloc.allocations.granted("s") is None
+    kubelet.rows = [row("v", "d0")]  # the kubelet records its answer before its next Allocate
     # When no pod verifies, the refusal names each one passed over and why.
     with pytest.raises(AllocationError) as none:
         await allocate(alloc, ["d1"])
@@ -216,9 +217,10 @@ async def test_ids_allocated_again_were_not_kept_by_the_kubelet() -> None:
     ]
     assert await allocate(alloc, ["d0"]) == {"NVIDIA_VISIBLE_DEVICES": "GPU-a"}
     # The kubelet's Allocate failed on its side and it asks again for the same IDs: the pod
-    # the first answer was for holds nothing, and is the one answered again.
-    assert await allocate(alloc, ["d0"]) == {"NVIDIA_VISIBLE_DEVICES": "GPU-a"}
-    assert alloc.allocations.granted("b") is None
+    # the first answer was for holds nothing (the kubelet rejected its admission, for good,
+    # though the API server still shows it Pending), so the next pod is answered.
+    assert await allocate(alloc, ["d0"]) == {"NVIDIA_VISIBLE_DEVICES": "GPU-b"}
+    assert alloc.allocations.granted("a") is None
 
 
 async def test_a_pod_recreated_under_a_granted_pods_name_inherits_no_grant() -> None:

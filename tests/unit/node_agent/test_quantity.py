@@ -19,15 +19,18 @@ def test_non_integral_quantities_are_refused_naming_them(q: str) -> None:
         quantity_int(q)
 
 
-def test_a_pod_with_an_odd_quantity_asks_for_nothing_instead_of_failing() -> None:
+def test_a_pod_with_an_odd_quantity_asks_for_nothing_of_it_instead_of_failing() -> None:
+    # The pod's count of a resource is its containers' (the kubelet's and the bridge's rule,
+    # seedance.events.pod_requests): with half a GPU in one container it is no whole number,
+    # so the pod asks for none (its Allocate is refused; the API server refuses such a pod).
     pod = {
         "metadata": {"uid": "u", "namespace": "n", "name": "p"},
         "spec": {
             "nodeName": "gpu-1",
             "containers": [
                 {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "0.5"}}},
-                {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1", "x.io/y": "2"}}},
             ],
         },
     }
-    assert pod_view(pod).requests == {"nvidia.com/gpu": 1}
+    assert pod_view(pod).requests == {"x.io/y": 2}

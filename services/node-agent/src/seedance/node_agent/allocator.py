@@ -20,7 +20,11 @@ kubelet's records at the next Allocate and at every ``PreStartContainer`` (the p
 kubelet for it). A container may start only if the pod holding its device IDs is one this
 agent granted; an answer the kubelet gave to another pod releases the pod it was meant for
 (its own Allocate is then granted) and the holder is refused at its container's start, with
-the reason.
+the reason. The kubelet records each answer before its next Allocate (it admits one pod at a
+time), so an answer its records lack at the next Allocate was dropped: its pod is released, as
+is a pod left part-way when another pod is answered, and neither is preferred again. A start
+is never let through on the agent's answer alone: a regular init container asking for a served
+resource is refused at Allocate (``_INIT_REFUSED``: the kubelet never lists one).
 
 ``restore`` rebuilds the grants at start (before the plugins register) from the pods that
 already hold devices: each verified against the slicer's placement exactly as Allocate
@@ -38,7 +42,9 @@ import grpc
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from seedance.core.logs import get_logger
+from seedance.events.pod_requests import ContainerRole, DeviceStep
 from seedance.node_agent.core.confirm import Answered, PodName, holders, reconcile
+from seedance.node_agent.core.containers import container_grant, pod_steps, steps_taken
 from seedance.node_agent.core.labels import ContainerDevices
 from seedance.node_agent.core.placement import (
     AllocationBook,
@@ -61,6 +67,12 @@ log = get_logger(__name__)
 _SHOWN_PASSED_OVER = 5
 #: Mismatches remembered for their refusal's message (each also refused without it).
 _MISMATCHES_KEPT = 256
+#: Why a regular init container is never granted devices (Allocate and start refusals say it).
+_INIT_REFUSED = (
+    "the kubelet's pod-resources API never lists regular init containers, so the agent cannot "
+    "tell which pod holds their devices; put the GPU step in an app container or a native "
+    "sidecar (an init container with restartPolicy: Always)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +128,15 @@ class PlacementAllocator:
         #: them: a start is let through by the grant's UID, never by a pod's name alone (a pod
         #: deleted and re-created under its name is another pod, with no grant of its own).
         self._held: dict[tuple[str, frozenset[str]], str] = {}
+        #: (pod UID, resource) -> how many of the pod's Allocates for it were answered (the
+        #: kubelet makes one per container asking for it, in order: ``core.containers``).
+        self._taken: dict[tuple[str, str], int] = {}
+        #: The granted pods as last seen, by UID (whose containers are still to come).
+        self._views: dict[str, PodView] = {}
+        #: The UID of the pod answered last: the one the kubelet is admitting.
+        self._admitting = ""
+        #: UIDs of pods whose admission the kubelet ended part-way (``_release``), oldest first.
+        self._dropped: dict[str, None] = {}
 
     def job_ended(self, tenant: str, job_id: str) -> None:
         """The slicer released or preempted (``tenant``, ``job_id``): its devices may be
@@ -156,9 +177,16 @@ class PlacementAllocator:
             result = self._grant(pod, restoring=True)
             out.append(Restored(pod, resource, result))
             if isinstance(result, Grant):
-                for r in rows:
-                    if (r.namespace, r.pod) == (pod.namespace, pod.name) and r.device_ids:
-                        self._held[(r.resource, frozenset(r.device_ids))] = pod.uid
+                mine = [r for r in rows if (r.namespace, r.pod) == (pod.namespace, pod.name)]
+                for served in resources:
+                    recorded = {row.container for row in mine if row.resource == served}
+                    taken = steps_taken(pod, served, recorded)
+                    self._taken[(pod.uid, served)] = taken
+                    if 0 < taken < len(pod_steps(pod, served)):
+                        self._admitting = pod.uid  # the kubelet was part-way through it
+                for row in mine:
+                    if row.device_ids:
+                        self._held[(row.resource, frozenset(row.device_ids))] = pod.uid
         return out
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> ContainerAllocation:
@@ -166,10 +194,16 @@ class PlacementAllocator:
         earlier = self._answered.pop(key, None)
         if earlier is not None:
             # The kubelet asks again for IDs it was answered for: it did not keep that answer
-            # (its Allocate failed on its side), so the pod it was meant for holds nothing.
-            self._release(earlier.pod_uid, "the kubelet allocated its device IDs again")
+            # (its Allocate failed on its side), so the pod it was meant for holds nothing. (It
+            # hands a container IDs answered before only from a done regular init container,
+            # its devicesToReuse; those containers are never granted: ``_INIT_REFUSED``.)
+            self._release(earlier.pod_uid, "the kubelet allocated its IDs again", dropped=True)
         if self._answered:
-            await self._reconcile("allocate")  # a wrong inference frees its pod for this one
+            # A wrong inference frees its pod for this one; an answer the kubelet's records
+            # lack frees its pod too: the kubelet records each answer before it makes its next
+            # Allocate (one pod's admission at a time), so one it lacks now was dropped (the
+            # pod's admission failed part-way, or its Allocate failed on the kubelet's side).
+            await self._reconcile("allocate", release_unseen=True)
         try:
             pods = await self._pending()
         except (TimeoutError, OSError, ApiException, aiohttp.ClientError) as exc:
@@ -179,24 +213,25 @@ class PlacementAllocator:
                 f"{exc}); nothing is allocated"
             ) from exc
         wanted = len(device_ids)
+        self._release_abandoned(pods)
+        # The pod the kubelet is part-way through (the last one answered) comes first: it
+        # allocates one pod's containers one after the other, and admits one pod at a time.
         candidates = sorted(
-            (
-                p
-                for p in pods
-                if self.allocations.granted(p.uid) is None and p.requests.get(resource) == wanted
-            ),
-            key=lambda p: p.age_order,
+            (p for p in pods if self._next(p, resource, wanted) is not None),
+            key=lambda p: (p.uid != self._admitting, p.uid in self._dropped, p.age_order),
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
         while True:
             passed_over = []
             for pod in candidates:
-                result = self._grant(pod, restoring=False)
-                if isinstance(result, Grant):
+                result = self._grant_step(pod, resource, wanted)
+                if not isinstance(result, Refusal):
+                    granted, _ = result
                     named = (pod.namespace, pod.name)
                     self._answered[key] = Answered(resource, key[1], pod.uid, named)
-                    return ContainerAllocation(dict(result.envs))
+                    self._admitting = pod.uid
+                    return ContainerAllocation(dict(granted.envs))
                 passed_over.append(f"{pod.namespace}/{pod.name}: {result.reason}")
             unplaced = [p for p in candidates if isinstance(placement_of(p, self._book), Refusal)]
             left = deadline - loop.time()
@@ -213,7 +248,7 @@ class PlacementAllocator:
         more = len(passed_over) - _SHOWN_PASSED_OVER
         raise AllocationError(
             f"no pending pod bound to {self._node} with the slicer's placement asks for "
-            f"{wanted} {resource}"
+            f"{wanted} {resource} in its next container"
             + (f" (passed over: {shown}" + (f"; and {more} more" if more > 0 else "") + ")")
             * bool(passed_over)
         )
@@ -230,9 +265,16 @@ class PlacementAllocator:
                 "pod-resources List did not answer; the container is not started"
             )
         found = holders(rows, resource, device_ids)
-        if not found:
-            raise AllocationError(f"the kubelet reports no pod holding {resource} devices {ids}")
         key = (resource, frozenset(device_ids))
+        if not found:
+            # Never started on the agent's own answer: the pod it was meant for may not be the
+            # pod the kubelet gave it to (a regular init container, which the List never names,
+            # is refused at Allocate for this reason).
+            self._count_start(resource, "refused")
+            raise AllocationError(
+                f"the kubelet reports no pod holding {resource} devices {ids}, so Seedance "
+                f"cannot confirm whose they are ({_INIT_REFUSED})"
+            )
         uid = self._held.get(key)
         granted = uid is not None and self.allocations.granted(uid) is not None
         for ns, name in found:
@@ -248,9 +290,13 @@ class PlacementAllocator:
                 )
         self._count_start(resource, "allowed")
 
-    async def _reconcile(self, use: str) -> list[ContainerDevices] | None:
+    async def _reconcile(
+        self, use: str, *, release_unseen: bool = False
+    ) -> list[ContainerDevices] | None:
         """The kubelet's records, with every answered Allocate checked against them; None when
-        the kubelet does not answer (the answers stay unconfirmed)."""
+        the kubelet does not answer (the answers stay unconfirmed). ``release_unseen``: an
+        answer the records lack releases its pod (only at Allocate: a start may come while
+        another pod's admission has an answer not recorded yet)."""
         if self._kubelet is None:
             return None
         try:
@@ -281,6 +327,11 @@ class PlacementAllocator:
             self._release(a.pod_uid, f"the kubelet gave its answer to {shown}")
             for holder in found:
                 await self._warn_of(holder, a, why)
+        for a in result.unseen if release_unseen else ():
+            if self._answered.pop(a.key, None) is not None:
+                self._count_confirm(a.resource, "dropped")
+                why = "the kubelet's records lack its answer: it dropped it"
+                self._release(a.pod_uid, why, dropped=True)
         return rows
 
     async def _warn_of(self, holder: PodName, a: Answered, why: str) -> None:
@@ -295,14 +346,25 @@ class PlacementAllocator:
         except (TimeoutError, OSError, ApiException, aiohttp.ClientError) as exc:
             log.warning("allocation_event_failed", pod="/".join(holder), error=str(exc))
 
-    def _release(self, pod_uid: str, why: str) -> None:
+    def _release(self, pod_uid: str, why: str, *, dropped: bool = False) -> None:
+        """``dropped``: the kubelet ended the pod's admission (a pod it rejects stays Pending in
+        the API server a while): it comes after every other candidate from now on."""
         name = self._names.get(pod_uid, ("", ""))
+        if dropped:
+            self._dropped[pod_uid] = None
+            while len(self._dropped) > _MISMATCHES_KEPT:
+                del self._dropped[next(iter(self._dropped))]
         self.allocations.release(pod_uid)
         self._forget(pod_uid)
         log.warning("allocation_mismatch", pod="/".join(name), uid=pod_uid, reason=why)
 
     def _forget(self, pod_uid: str) -> None:
+        if self._admitting == pod_uid:
+            self._admitting = ""
         self._names.pop(pod_uid, None)
+        self._views.pop(pod_uid, None)
+        for taken in [k for k in self._taken if k[0] == pod_uid]:
+            del self._taken[taken]
         for key in [k for k, uid in self._held.items() if uid == pod_uid]:
             del self._held[key]
         for key in [k for k, a in self._answered.items() if a.pod_uid == pod_uid]:
@@ -315,6 +377,69 @@ class PlacementAllocator:
     def _count_start(self, resource: str, outcome: str) -> None:
         if self._metrics is not None:
             self._metrics.container_starts_total.labels(resource, outcome).inc()
+
+    def _next(self, pod: PodView, resource: str, wanted: int) -> DeviceStep | None:
+        """``pod``'s next container to allocate ``resource`` for, if it asks for ``wanted``."""
+        steps = pod_steps(pod, resource)
+        taken = self._taken.get((pod.uid, resource), 0)
+        if taken >= len(steps) or len(steps[taken].slots) != wanted:
+            return None
+        if taken > 0 and self.allocations.granted(pod.uid) is None:
+            return None  # its grant ended part-way (released): it is not this agent's now
+        return steps[taken]
+
+    def _release_abandoned(self, pods: Sequence[PodView]) -> None:
+        """Release the pods granted part-way other than the one being admitted (the last one
+        answered): the kubelet admits one pod at a time and allocates all its containers in
+        one go, so once it answered another pod it gave up on these (a pod admission refused
+        after its first container's Allocate: topology or CPU manager), and their remaining
+        containers never come. Never preferred over a new pod: that let an abandoned pod take
+        the next pod's Allocate."""
+        views = {p.uid: p for p in pods}
+        for uid, view in list(self._views.items()):
+            if uid == self._admitting:
+                continue
+            current = views.get(uid, view)
+            for (owner, resource), taken in list(self._taken.items()):
+                if owner == uid and 0 < taken < len(pod_steps(current, resource)):
+                    why = "the kubelet moved on to another pod part-way through it"
+                    self._release(uid, why, dropped=True)
+                    break
+
+    def _grant_step(
+        self, pod: PodView, resource: str, wanted: int
+    ) -> tuple[Grant, DeviceStep] | Refusal:
+        """The next container of ``pod`` granted its devices of ``resource``: out of the pod's
+        grant (made, verified, at its first container's Allocate)."""
+        step = self._next(pod, resource, wanted)
+        if step is None:
+            return Refusal(f"no container of it asks for {wanted} {resource} next")
+        inits = [s.container for s in pod_steps(pod, resource) if s.role is ContainerRole.INIT]
+        if inits:
+            return Refusal(f"regular init container(s) {inits} ask for {resource}: {_INIT_REFUSED}")
+        grant = self.allocations.granted(pod.uid)
+        if grant is None:
+            made = self._grant(pod, restoring=False)
+            if isinstance(made, Refusal):
+                return made
+            grant = made
+        result = container_grant(pod, grant, step, resource)
+        name = f"{pod.namespace}/{pod.name}"
+        if isinstance(result, Refusal):
+            log.warning("allocation_passed_over", pod=name, uid=pod.uid, reason=result.reason)
+            if self._taken.get((pod.uid, resource), 0) == 0:  # its grant was made just now
+                self.allocations.release(pod.uid)
+                self._forget(pod.uid)
+            return result
+        self._taken[(pod.uid, resource)] = self._taken.get((pod.uid, resource), 0) + 1
+        log.info(
+            "container_allocation_granted",
+            pod=name,
+            uid=pod.uid,
+            container=step.container,
+            devices=list(result.uuids),
+        )
+        return result, step
 
     def _grant(self, pod: PodView, *, restoring: bool) -> Grant | Refusal:
         """``pod``'s claim verified and its devices taken (exclusive ones from no other pod)."""
@@ -329,6 +454,7 @@ class PlacementAllocator:
             log.warning(event, pod=name, uid=pod.uid, reason=result.reason)
             return result
         self._names[pod.uid] = (pod.namespace, pod.name)
+        self._views[pod.uid] = pod
         event = "allocation_restored" if restoring else "allocation_granted"
         log.info(event, pod=name, uid=pod.uid, devices=list(result.uuids))
         return result

@@ -4,8 +4,9 @@ server (kubernetes_asyncio).
 Owns the node agent's calls to the API server. This node's Node (``ThisNode``): its
 ``status.allocatable`` (does another device plugin serve a resource already?), its labels
 (does NVIDIA's mig-manager own MIG here?) and, where mig-manager does, the ``nvidia.com/mig.config``
-label set on it. And the two pod queries, as ``PodView``s (uid, node, the annotation, labels and
-the extended resources the containers request): the pods Allocate may be meant for, as HAMi's
+label set on it. And the two pod queries, as ``PodView``s (uid, node, the annotation, labels,
+the pod's extended-resource requests counted as the kubelet and the bridge count them, and its
+containers' own, in the kubelet's allocation order): the pods Allocate may be meant for, as HAMi's
 device plugin finds them (bound to this node and still Pending), and, at start, the pods that
 already hold devices the kubelet granted (``holds_devices``: Running, or Pending with a
 container that has started; or one the kubelet's pod-resources ``List`` names, found here by
@@ -27,6 +28,8 @@ from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from seedance.core.logs import get_logger
+from seedance.events.pod_requests import ContainerRequest, containers_of, pod_resources
+from seedance.events.quantity import to_count
 from seedance.node_agent.core.placement import ANNOTATION_PLACEMENT, PodView
 
 __all__ = [
@@ -112,26 +115,33 @@ def node_cpu_memory(node: dict[str, Any]) -> tuple[int, int]:
     return max(cpu, 0), max(memory, 0)
 
 
-def _requests(pod: dict[str, Any]) -> dict[str, int]:
+def _requests(pod: dict[str, Any]) -> tuple[dict[str, int], tuple[ContainerRequest, ...]]:
+    """The pod's extended-resource requests (names with a ``/``) as the kubelet counts them
+    (``seedance.events.pod_requests``, the bridge's rule), and its containers in the kubelet's
+    allocation order. A pod whose quantities do not parse, or whose total of a resource is not
+    a whole number of devices, asks for nothing of it (logged): one pod's odd quantity must not
+    stop Allocate for the node's other pods; its own Allocate is refused."""
+    spec = pod.get("spec") or {}
+    try:
+        containers = tuple(containers_of(spec))
+        total = pod_resources(spec)
+    except ValueError as exc:
+        log.warning("node_agent_bad_quantity", resource="pod", error=str(exc))
+        return {}, ()
     out: dict[str, int] = {}
-    for c in pod.get("spec", {}).get("containers", []):
-        res = c.get("resources") or {}
-        # Extended resources must have limits == requests; either names the count.
-        wants = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-        for name, q in wants.items():
-            if "/" in name:
-                try:
-                    out[name] = out.get(name, 0) + quantity_int(q)
-                except ValueError as exc:
-                    # One pod's odd quantity must not stop Allocate for the node's other pods:
-                    # this pod matches no request and its own Allocate is refused.
-                    log.warning("node_agent_bad_quantity", resource=name, error=str(exc))
-    return out
+    for name, q in total.items():
+        if "/" in name:
+            try:
+                out[name] = to_count(q, name)
+            except ValueError as exc:
+                log.warning("node_agent_bad_quantity", resource=name, error=str(exc))
+    return out, containers
 
 
 def pod_view(pod: dict[str, Any]) -> PodView:
     meta = pod.get("metadata", {})
     annotations = dict(meta.get("annotations") or {})
+    requests, containers = _requests(pod)
     return PodView(
         uid=str(meta.get("uid", "")),
         namespace=str(meta.get("namespace", "")),
@@ -139,9 +149,11 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         node_name=str(pod.get("spec", {}).get("nodeName", "")),
         annotations=annotations,
         labels=dict(meta.get("labels") or {}),
-        requests=_requests(pod),
+        requests=requests,
+        containers=containers,
         bound_at=_bound_at(pod),
         created_at=str(meta.get("creationTimestamp") or ""),
+        started=holds_devices(pod),
     )
 
 

@@ -50,7 +50,8 @@ class NodeAgentMetrics:
             "seedance_node_agent_allocation_confirmations_total",
             "Answered Allocates checked against the kubelet's records (pod-resources List), by "
             "resource and outcome (confirmed: the pod it was meant for holds it; mismatched: "
-            "the kubelet gave it to another pod, which is refused at its start).",
+            "the kubelet gave it to another pod, which is refused at its start; dropped: at "
+            "the next Allocate the records lack it, and its pod is released).",
             ["resource", "outcome"],
             registry=registry,
         )

@@ -2,12 +2,13 @@
 
 Owns the reading of a pod: which pod field becomes which `JobSubmitted` field (`CARRIED`), and
 for each field it does not carry, why (`NOT_CARRIED`); the resources a pod asks for, as the
-kubelet counts them (per container ``requests``, defaulted from ``limits``; init containers
-take the max, sidecars and ``overhead`` add); and the refusals (a pod that would bypass the
-placement and the bill, a request Seedance cannot place). The cross-field rule of a request is
-`seedance.events.jobs.request_problem` (run by `ResourceRequest`) and the bounds are its
-``Meta``: the request is built with ``msgspec.convert`` so that both run; nothing here repeats
-them. Must not do I/O or keep state (the tracker does).
+kubelet counts them (`seedance.events.pod_requests.pod_resources`, re-exported: the node
+agent grants each container its share of that total by the same rule); and the refusals (a
+pod that would bypass the placement and the bill, a request Seedance cannot place). The
+cross-field rule of a request is `seedance.events.jobs.request_problem` (run by
+`ResourceRequest`) and the bounds are its ``Meta``: the request is built with
+``msgspec.convert`` so that both run; nothing here repeats them. Must not do I/O or keep state
+(the tracker does).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Any
 import msgspec
 
 from seedance.events.jobs import MAX_GANG_SIZE, JobKind, JobSubmitted, ResourceRequest
+from seedance.events.pod_requests import ContainerRole, containers_of, pod_resources
 from seedance.events.tokens import check_tenant
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.quantity import (
     InvalidQuantity,
-    parse_quantity,
     to_count,
     to_mib,
     to_milli,
@@ -70,7 +71,8 @@ CARRIED: Mapping[str, str] = {
     "request.mig": "seedance.io/mig: 1 (one MIG instance of the SlicingPolicy's default "
     "profile, which the node agent's seedance.io/mig plugin serves)",
     "request.gpu_models": "spec.nodeSelector[nvidia.com/gpu.product]",
-    "request.cpu_milli": "cpu of containers, init containers, sidecars and spec.overhead",
+    "request.cpu_milli": "cpu of containers, init containers, sidecars (or the pod-level "
+    "spec.resources) and spec.overhead",
     "request.memory_mib": "memory, counted as cpu",
     "request.gang_size": "metadata.labels[seedance.io/pod-group-size] with seedance.io/pod-group",
 }
@@ -164,47 +166,6 @@ def tenant_for(
         return Refused(RefusalReason.NO_TENANT, f"namespace {namespace!r}: {exc}")
 
 
-def _container_resources(c: Json) -> dict[str, Any]:
-    res = c.get("resources") or {}
-    # Requests default to limits (the API server's defaulting; extended resources may give
-    # only limits).
-    return {**(res.get("limits") or {}), **(res.get("requests") or {})}
-
-
-def _add(total: dict[str, Fraction], res: Mapping[str, Any]) -> None:
-    for name, q in res.items():
-        total[name] = total.get(name, Fraction(0)) + parse_quantity(q)
-
-
-def pod_resources(spec: Json) -> dict[str, Fraction]:
-    """The pod's effective request per resource, as the kubelet and kube-scheduler count it
-    (KEP-753): the containers' and sidecars' (``restartPolicy: Always`` init containers) sum,
-    at least each init container's with the sidecars started before it, plus ``overhead``.
-
-    Raises:
-        InvalidQuantity: a quantity that does not parse, naming it.
-    """
-    total: dict[str, Fraction] = {}
-    for c in spec.get("containers") or []:
-        _add(total, _container_resources(c))
-    sidecars: dict[str, Fraction] = {}  # those started so far, in init order
-    peak: dict[str, Fraction] = {}
-    for c in spec.get("initContainers") or []:
-        res = _container_resources(c)
-        if c.get("restartPolicy") == "Always":
-            _add(sidecars, res)
-            continue
-        for name, q in res.items():
-            need = parse_quantity(q) + sidecars.get(name, Fraction(0))
-            peak[name] = max(peak.get(name, Fraction(0)), need)
-    for name, q in sidecars.items():
-        total[name] = total.get(name, Fraction(0)) + q
-    for name, q in peak.items():
-        total[name] = max(total.get(name, Fraction(0)), q)
-    _add(total, spec.get("overhead") or {})
-    return total
-
-
 def _gpu_fields(res: Mapping[str, Fraction]) -> dict[str, Any] | str:
     """The request's GPU fields from the GPU resources, or why they make no request."""
     migs = {n[len(keys.MIG_PREFIX) :]: q for n, q in res.items() if n.startswith(keys.MIG_PREFIX)}
@@ -257,9 +218,37 @@ def _unsupported(res: Mapping[str, Fraction]) -> list[str]:
     )
 
 
+def _gpu_in_init(spec: Json) -> str:
+    """Why the pod's regular init containers' GPU requests are refused ("" when none asks):
+    the kubelet's pod-resources API never lists regular init containers, so the node agent
+    cannot confirm which pod holds their devices and refuses their Allocate (a native sidecar,
+    ``restartPolicy: Always``, is listed and allowed)."""
+    for i, c in enumerate(containers_of(spec)):
+        if c.role is not ContainerRole.INIT:
+            continue
+        gpu = sorted(
+            n
+            for n in c.resources
+            if n in (keys.RES_GPU, keys.RES_GPU_MILLI, keys.RES_GPU_MEMORY_MIB, keys.RES_MIG)
+            or n.startswith(keys.MIG_PREFIX)
+        )
+        if gpu:
+            return (
+                f"spec.initContainers[{i}] {c.name!r} asks for {gpu}: GPUs in a regular init "
+                "container cannot be granted (the kubelet's pod-resources API never lists "
+                "regular init containers, so the node agent cannot tell which pod holds their "
+                "devices); put the GPU step in an app container or a native sidecar "
+                "(restartPolicy: Always)"
+            )
+    return ""
+
+
 def request_of(spec: Json, *, gang_size: int = 1) -> ResourceRequest | Refused:
     """The job request of a pod spec (per gang member), or why it makes none."""
     try:
+        in_init = _gpu_in_init(spec)
+        if in_init:
+            return Refused(RefusalReason.INVALID_REQUEST, in_init)
         res = pod_resources(spec)
         unsupported = _unsupported(res)
         if unsupported:

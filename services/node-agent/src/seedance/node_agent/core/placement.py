@@ -37,6 +37,7 @@ from typing import Any
 from seedance.events.jobs import K8S_JOB_PREFIX
 from seedance.events.jobs import gang_job_id as events_gang_job_id
 from seedance.events.jobs import pod_job_id as events_pod_job_id
+from seedance.events.pod_requests import ContainerRequest
 from seedance.events.slicing import (
     GpuAssignment,
     JobReleased,
@@ -128,12 +129,19 @@ class PodView:
     node_name: str
     annotations: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
-    #: Extended-resource requests summed over the pod's containers (limits == requests for them).
+    #: Extended-resource requests of the pod as the kubelet counts them (init containers take
+    #: the max, sidecars add: ``seedance.events.pod_requests.pod_resources``, the bridge's rule).
     requests: Mapping[str, int] = field(default_factory=dict)
+    #: Its containers' own requests, in the kubelet's allocation order (``containers_of``): the
+    #: kubelet calls Allocate once per container (``core.containers``).
+    containers: tuple[ContainerRequest, ...] = ()
     #: When the API server bound the pod and created it (RFC 3339, server-written, never the
     #: tenant-writable annotation): of the pods an Allocate could be for, the oldest goes first.
     bound_at: str = ""
     created_at: str = ""
+    #: The API server shows a container of it started: the kubelet allocated every container's
+    #: devices (it allocates them all at admission, before the first start).
+    started: bool = False
 
     @property
     def age_order(self) -> tuple[str, str, str]:
