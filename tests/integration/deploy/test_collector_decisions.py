@@ -1,0 +1,149 @@
+"""The node side reads none of the slicer's decisions before the ledger's input holds them.
+
+``SEEDANCE_LEDGER_IN`` sources the decisions (from ``SEEDANCE_SLICING``) and the nodes'
+telemetry (from ``SEEDANCE_TELEMETRY``) into one duplicate window, with no order between the
+two: a node that learns a decision's id before the input has copied it, and publishes a
+telemetry message under that id first, has the slicer's copy dropped there (never billed, never
+in the node agents' mirror). The shipped ``telemetry-collector`` user (a node-side user on every
+Kubernetes node) and compose's ``telemetry-replayer`` held the ``collector-placements`` consumer
+on ``SEEDANCE_SLICING`` itself, any filter, so either read a decision straight from the origin.
+
+Deterministic here: as the operator, the input's ``SEEDANCE_SLICING`` sources are taken off,
+the slicer publishes a placement (stored in ``SEEDANCE_SLICING``, not in the input), and each
+node-side user tries to read it. On the earlier grants both read it from the origin; now no
+consumer on ``SEEDANCE_SLICING`` is theirs, the collector's user reads no decision at all, and
+the replayer's durable (on the input's mirror ``SEEDANCE_NODE_DECISIONS``) holds the placement
+only once the sources are back and the input holds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import nats.errors
+import nats.js.errors
+import pytest
+import pytest_asyncio
+from nats.js import api as js_api
+
+from seedance.core import Bus
+from seedance.events.codec import decode
+from seedance.events.node_permissions import TELEMETRY_REPLAYER
+from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
+from seedance.events.subjects import consumer, ledger, slicing
+from seedance.testing.identities import as_user
+from seedance.testing.waits import eventually, last_stored
+from tests.integration.deploy.refusals import ShippedUser, connect_shipped
+from tests.integration.node_agent.test_allocation import placement
+
+ORIGIN = "SEEDANCE_SLICING"
+COLLECTOR = "telemetry-collector"
+#: The replaying collector's durable, where the catalogue declares it.
+PLACEMENTS = consumer("collector-placements")
+NO_WAIT = json.dumps({"batch": 1, "no_wait": True}).encode()
+
+
+@pytest_asyncio.fixture
+async def held_back(admin: Bus) -> AsyncIterator[tuple[Bus, list[js_api.StreamSource]]]:
+    """The ledger's input without its ``SEEDANCE_SLICING`` sources, and all of its sources
+    (put back after the test): a decision published now is stored at the origin and not copied
+    into the input."""
+    for stream in {ORIGIN, PLACEMENTS.stream}:  # no reader left by an earlier test
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await admin.js.delete_consumer(stream, PLACEMENTS.durable)
+    config = (await admin.js.stream_info(ledger.IN_STREAM)).config
+    sources = list(config.sources or [])
+    assert any(s.name == ORIGIN for s in sources)
+    config.sources = [s for s in sources if s.name != ORIGIN]
+    await admin.js.update_stream(config)
+    try:
+        yield admin, sources
+    finally:
+        await restore(admin, sources)
+
+
+async def restore(admin: Bus, sources: list[js_api.StreamSource]) -> None:
+    config = (await admin.js.stream_info(ledger.IN_STREAM)).config
+    if len(config.sources or []) != len(sources):
+        config.sources = sources
+        await admin.js.update_stream(config)
+
+
+async def holds(admin: Bus, stream: str, ev: Placement) -> bool:
+    last = await last_stored(admin.js, stream, slicing.subject(ev.tenant, "placement"))
+    return last is not None and decode(last.data, Placement).id == ev.id
+
+
+async def read_from_origin(conn: ShippedUser, name: str, subject: str) -> str | None:
+    """The id of the decision ``conn`` reads from ``SEEDANCE_SLICING`` through a consumer it
+    creates there (named ``name``, filtered on ``subject``); None when the server refuses."""
+    body = {"stream_name": ORIGIN, "config": {"name": name, "durable_name": name}}
+    body["config"] |= {
+        "filter_subject": subject,
+        "ack_policy": "explicit",
+        "deliver_policy": "last",
+    }
+    create = f"$JS.API.CONSUMER.CREATE.{ORIGIN}.{name}.{subject}"
+    made = await conn.answer(create, json.dumps(body).encode())
+    if made is None or "error" in json.loads(made.data):
+        return None
+    msg = await conn.answer(f"$JS.API.CONSUMER.MSG.NEXT.{ORIGIN}.{name}", NO_WAIT)
+    if msg is None or not msg.data:
+        return None
+    return decode(msg.data, Placement).id
+
+
+@pytest.mark.parametrize("user", [COLLECTOR, TELEMETRY_REPLAYER])
+async def test_a_node_side_user_reads_no_decision_before_the_ledger_input_holds_it(
+    auth_url: str, held_back: tuple[Bus, list[js_api.StreamSource]], user: str
+) -> None:
+    admin, sources = held_back
+    slicer = await Bus.connect(as_user(auth_url, "slicer"))
+    conn: ShippedUser | None = None
+    replay: Bus | None = None
+    try:
+        ev = placement(f"early-{user}", PlacementKind.WHOLE, [GpuAssignment(index=0, uuid="G-0")])
+        subject = slicing.subject(ev.tenant, "placement")
+        await slicer.publish(subject, ev)
+        assert await holds(admin, ORIGIN, ev)
+        assert not await holds(admin, ledger.IN_STREAM, ev)  # held back: not copied
+        conn = await connect_shipped(auth_url, user)
+        for name in (PLACEMENTS.durable, "any-reader"):
+            read = await read_from_origin(conn, name, subject)
+            assert read is None, (  # on the earlier grants: this test's own placement
+                f"{user} read decision {read} from {ORIGIN} (consumer {name!r}) before "
+                f"{ledger.IN_STREAM} held it"
+            )
+        legacy = f"$JS.API.CONSUMER.DURABLE.CREATE.{ORIGIN}.{PLACEMENTS.durable}"
+        assert await conn.refused(legacy, b"{}")
+        assert PLACEMENTS.stream == ledger.NODE_STREAM  # the input's mirror, read after it
+        if user == COLLECTOR:  # a real node's collector follows no decision at all
+            create = f"$JS.API.CONSUMER.CREATE.{PLACEMENTS.stream}.{PLACEMENTS.durable}"
+            assert await conn.refused(create, b"{}")
+            assert await conn.refused(f"{create}.{subject}", b"{}")
+            return
+        replay = await Bus.connect(as_user(auth_url, user))
+        await replay.ensure_consumer(PLACEMENTS)
+        info = await replay.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)
+        assert info.num_pending == 0  # the mirror holds nothing the input does not
+        sub = await replay.js.pull_subscribe_bind(PLACEMENTS.durable, PLACEMENTS.stream)
+        await restore(admin, sources)
+        await eventually(lambda: holds(admin, ledger.IN_STREAM, ev), what="the input holds it")
+        got: list[str] = []
+
+        async def read() -> bool:
+            with contextlib.suppress(nats.errors.TimeoutError):
+                for msg in await sub.fetch(1, timeout=1):
+                    got.append(decode(msg.data, Placement).id)
+                    await msg.ack_sync(timeout=5)
+            return ev.id in got
+
+        await eventually(read, what=f"{user} reads the placement from {PLACEMENTS.stream}")
+    finally:
+        if replay is not None:
+            await replay.close()
+        if conn is not None:
+            await conn.nc.close()
+        await slicer.close()
