@@ -37,9 +37,11 @@ from seedance.events.accounts import (
     tenant_services,
 )
 from seedance.events.node_permissions import (
+    FLEET_REPLAYER,
     NODE_AGENTS,
     NODE_USER_PREFIX,
     TELEMETRY_REPLAYER,
+    fleet_replayer_user,
     node_user,
     shared_node_user,
     telemetry_replayer_user,
@@ -167,6 +169,7 @@ def node_side_users() -> list[User]:
         node_user("n1"),
         node_user("gpu-node-7:example:com"),
         telemetry_replayer_user(["n1", "n2"]),
+        fleet_replayer_user(),
     ]
 
 
@@ -200,7 +203,7 @@ def test_pulls_are_a_stream_of_answers_that_outlive_the_longest_pull() -> None:
     assert all(s.startswith("$JS.API.CONSUMER.MSG.NEXT.") for s in node_pulls())
     assert not any("MSG.NEXT" in s for s in node_services())
     acks = [s for s in node_services() if s.startswith("$JS.ACK.")]
-    assert acks == ["$JS.ACK.SEEDANCE_SLICING.collector-placements.>"]  # ack_sync is answered
+    assert acks == ["$JS.ACK.SEEDANCE_NODE_DECISIONS.collector-placements.>"]  # ack_sync answered
     reader = inspect.signature(PullReader).parameters["expires_s"].default
     fetch = inspect.signature(PullConsumer).parameters["fetch_timeout_s"].default
     assert seconds(PULL_RESPONSE_THRESHOLD) > max(reader, fetch) + 1.0
@@ -239,9 +242,10 @@ def test_node_side_users_are_users_of_the_nodes_account_only() -> None:
     node_side = [
         u.name
         for u in auth_choices().users()
-        if u.name in (*NODE_AGENTS, TELEMETRY_REPLAYER) or u.name.startswith(NODE_USER_PREFIX)
+        if u.name in (*NODE_AGENTS, TELEMETRY_REPLAYER, FLEET_REPLAYER)
+        or u.name.startswith(NODE_USER_PREFIX)
     ]
-    assert set(node_side) >= {*NODE_AGENTS, TELEMETRY_REPLAYER}
+    assert set(node_side) >= {*NODE_AGENTS, TELEMETRY_REPLAYER, FLEET_REPLAYER}
     assert by_account[NODES_ACCOUNT] == node_side
     assert not set(node_side) & {*by_account[SEEDANCE_ACCOUNT], *by_account[TENANTS_ACCOUNT]}
     # and those the auth callout admits

@@ -17,6 +17,7 @@ import pytest
 from seedance.events import nats_config, permissions, subjects
 from seedance.events.node_permissions import node_user
 from seedance.events.permissions import (
+    FLEET_REPLAYER,
     IDENTITIES,
     KEY_GRANTS,
     SERVICES,
@@ -87,8 +88,11 @@ def test_a_catalogue_name_in_a_services_code_is_in_its_declaration(name: str) ->
     decl = IDENTITIES[name]
     # A bucket it holds keys of (`KEY_GRANTS`) is declared there, not as a whole.
     granted = tuple(g.bucket for g in permissions.KEY_GRANTS if g.identity == name)
+    # The collector replaying a fleet runs as the replaying collector's user (its decisions'
+    # reader is that user's: a real node's collector follows none).
+    replaying = IDENTITIES[FLEET_REPLAYER].consumes if name == "telemetry-collector" else ()
     for names, declared in (
-        (CONSUMERS, decl.consumes),
+        (CONSUMERS, (*decl.consumes, *replaying)),
         (BUCKETS, (*decl.buckets, *granted)),
         (OBJECT_STORES, decl.object_stores),
     ):

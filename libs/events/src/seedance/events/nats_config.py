@@ -51,7 +51,9 @@ from seedance.events.accounts import (
 )
 from seedance.events.env_file import EnvFile, EnvFileError, parse_env_file, read_env_file
 from seedance.events.node_permissions import (
+    FLEET_REPLAYER,
     NODE_AGENTS,
+    fleet_replayer_user,
     node_user,
     shared_node_user,
     telemetry_replayer_user,
@@ -254,11 +256,9 @@ def users(
     skip = set() if shared_node_users else set(NODE_AGENTS)
     if not callout:
         skip.add(CALLOUT_USER)
-    out = [
-        shared_node_user(name) if name in NODE_AGENTS else service_user(name)
-        for name in IDENTITIES
-        if name not in skip
-    ]
+    node_side = dict.fromkeys(NODE_AGENTS, shared_node_user)
+    node_side[FLEET_REPLAYER] = lambda _: fleet_replayer_user()
+    out = [node_side.get(name, service_user)(name) for name in IDENTITIES if name not in skip]
     out.append(provisioner_user())
     replay = tuple(replay_nodes)
     if replay:

@@ -84,6 +84,7 @@ __all__ = [
     "CALLOUT_SUBJECT",
     "CALLOUT_USER",
     "FAMILIES",
+    "FLEET_REPLAYER",
     "IDENTITIES",
     "JS_API",
     "KEY_GRANTS",
@@ -112,6 +113,8 @@ CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 CALLOUT_REPLIES = "$SYS._INBOX.>"
 #: The inbox every Seedance service and the replayer reply through (tenants have their own).
 SERVICE_INBOX = "_INBOX.>"
+#: The replaying collector's user (a node-side user, ``node_permissions.fleet_replayer_user``).
+FLEET_REPLAYER = "fleet-replayer"
 
 
 class PermissionsError(ValueError):
@@ -187,11 +190,15 @@ class Declaration:
 IDENTITIES: dict[str, Declaration] = {
     d.name: d
     for d in (
-        Declaration(
-            "telemetry-collector",
-            publishes=("telemetry",),
-            consumes=("collector-placements",),
-        ),
+        # On every node (NVML): it measures and follows no decision. Reading the slicer's
+        # decisions at their origin, a node learnt an id before the ledger's input held it and
+        # spent it first there (docs/security.md); only a replay follows them (below).
+        Declaration("telemetry-collector", publishes=("telemetry",)),
+        # The replaying collector of a recorded fleet (the demo, benches, tests: its nodes are
+        # the trace's, any node's telemetry; compose's `telemetry-replayer` is this for its
+        # replay's nodes alone, `node_permissions`). Its fleet follows the slicer's decisions
+        # from the ledger's input's mirror, after the input holds them. Never a real node's.
+        Declaration(FLEET_REPLAYER, publishes=("telemetry",), consumes=("collector-placements",)),
         Declaration(
             "slicer",
             publishes=("slicing",),

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from seedance.events.node_permissions import FLEET_REPLAYER
 from seedance.testing.identities import password, service_user, users
 from seedance.testing.waits import eventually
 
@@ -54,12 +55,16 @@ class ServiceProcesses:
         """Start service ``name``; ``instance`` tells replicas of one service apart."""
         module = "seedance." + name.replace("-", "_")
         prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
+        # The collector replaying a fleet (its default source) as the replaying collector's
+        # user: the shipped `telemetry-collector` (a real node's) follows no decision.
+        replay = name == "telemetry-collector" and settings.get("source", "replay") == "replay"
+        user = FLEET_REPLAYER if replay and FLEET_REPLAYER in self.credentials else name
         env = {
             **os.environ,
             "NATS_URL": self.nats_url,
             **(
-                {"NATS_USER": name, "NATS_PASSWORD": self.credentials[name]}
-                if name in self.credentials
+                {"NATS_USER": user, "NATS_PASSWORD": self.credentials[user]}
+                if user in self.credentials
                 else {}
             ),
             prefix + "HTTP_PORT": "0",
