@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import nats.errors
 import nats.js.errors
@@ -28,11 +29,15 @@ import pytest
 import pytest_asyncio
 from nats.js import api as js_api
 
-from seedance.core import Bus
+from seedance.core import Bus, ServiceRuntime, WallClock
+from seedance.core.errors import StartRefused
 from seedance.events.codec import decode
-from seedance.events.node_permissions import TELEMETRY_REPLAYER
+from seedance.events.node_permissions import FLEET_REPLAYER, TELEMETRY_REPLAYER
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import consumer, ledger, slicing
+from seedance.telemetry_collector.service import CollectorService
+from seedance.telemetry_collector.settings import CollectorSettings
+from seedance.telemetry_collector.sources import build_source
 from seedance.testing.identities import as_user
 from seedance.testing.waits import eventually, last_stored
 from tests.integration.deploy.refusals import ShippedUser, connect_shipped
@@ -147,3 +152,25 @@ async def test_a_node_side_user_reads_no_decision_before_the_ledger_input_holds_
         if conn is not None:
             await conn.nc.close()
         await slicer.close()
+
+
+async def test_a_replay_under_the_node_collector_s_user_ends_at_start_saying_why(
+    auth_url: str, admin: Bus, tmp_path: Path
+) -> None:
+    """The shipped ``telemetry-collector`` (a real node's) has no decisions' read: a replay
+    started under it is refused its durable by the server and ends at start naming the durable
+    and the users that replay (``serve``: one ``service_refused`` line), not a time-out."""
+    csv = tmp_path / "nodes.csv"
+    csv.write_text("sn,cpu_milli,memory_mib,gpu,model\nrefused-node-0,32000,131072,2,T4\n")
+    settings = CollectorSettings(source="replay", node_csv=str(csv), http_port=0)
+    clock = WallClock()
+    runtime = ServiceRuntime("telemetry-collector", as_user(auth_url, COLLECTOR), http_port=0)
+    svc = CollectorService(runtime, build_source(settings, clock), clock, settings)
+    try:
+        with pytest.raises(StartRefused) as refused:
+            await svc.start()
+    finally:
+        await svc.close()
+    said = str(refused.value)
+    assert FLEET_REPLAYER in said, said
+    assert f"$JS.API.CONSUMER.CREATE.{PLACEMENTS.stream}.{PLACEMENTS.durable}" in said, said

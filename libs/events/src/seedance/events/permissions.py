@@ -148,8 +148,10 @@ class Declaration:
     #: KV buckets it may create, read and watch but never write (``$KV.<bucket>.>`` refused).
     bucket_reads: tuple[str, ...] = ()
     object_stores: tuple[str, ...] = ()
-    #: Dead-letters what it cannot handle on ``seedance.dlq.<name>``.
+    #: Dead-letters what it cannot handle on ``seedance.dlq.<name>`` (``<runs>``'s, if set).
     dead_letters: bool = True
+    #: The service it runs, where that is not its name (the replaying collector's).
+    runs: str = ""
     #: Core subjects it subscribes to besides its inbox (``_INBOX.>``).
     subscribes: tuple[str, ...] = ()
     #: Core subjects it publishes replies on (the server's own inboxes, for the callout).
@@ -198,7 +200,12 @@ IDENTITIES: dict[str, Declaration] = {
         # the trace's, any node's telemetry; compose's `telemetry-replayer` is this for its
         # replay's nodes alone, `node_permissions`). Its fleet follows the slicer's decisions
         # from the ledger's input's mirror, after the input holds them. Never a real node's.
-        Declaration(FLEET_REPLAYER, publishes=("telemetry",), consumes=("collector-placements",)),
+        Declaration(
+            FLEET_REPLAYER,
+            publishes=("telemetry",),
+            consumes=("collector-placements",),
+            runs="telemetry-collector",
+        ),
         Declaration(
             "slicer",
             publishes=("slicing",),
@@ -444,7 +451,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
     pub += [FAMILIES[f] for f in d.publishes]
     pub += d.replies_on
     if d.dead_letters:
-        pub.append(dlq.subject(d.name))
+        pub.append(dlq.subject(d.runs or d.name))
     for read in d.stream_reads:
         # A consumer name is one token: the grant is any consumer of that stream, created
         # without a filter (the whole stream) and read without acks.

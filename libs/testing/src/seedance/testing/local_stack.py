@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from seedance.core import Bus, BusSettings
+from seedance.events.node_permissions import FLEET_REPLAYER
 from seedance.events.provision_permissions import PROVISIONER
 from seedance.testing.paths import REPO, shown
 from seedance.testing.processes import ServiceProcesses
@@ -159,7 +160,8 @@ def start(args: argparse.Namespace) -> int:
             f"nats    started the pinned nats-server at {url} with deploy/auth/nats-auth.conf"
             f" (store {shown(server.dir)})"
         )
-    creds = {name: password(name) for name in SERVICES}
+    # its collector replays a fleet: as the replaying collector's user (ServiceProcesses)
+    creds = {name: password(name) for name in (*SERVICES, FLEET_REPLAYER)}
     procs = ServiceProcesses(url, DIR / "logs", creds, detach=True)
     for name, settings in SERVICES.items():
         proc = procs.start(name, **settings)
