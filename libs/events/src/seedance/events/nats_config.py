@@ -249,16 +249,23 @@ def users(
 ) -> list[User]:
     """Every static user: the declared identities, the provisioner (`seedance admin
     provision`), the listed tenants and operators, and the callout service's user when auth
-    callout is on; one ``node-<node>`` user per listed node, the ``telemetry-replayer`` for the
-    replay's nodes when there are any; and the shared node users (``telemetry-collector``,
+    callout is on (the replaying collector ``fleet-replayer`` in the nodes' account); one
+    ``node-<node>`` user per listed node, the ``telemetry-replayer`` for the replay's nodes when
+    there are any; and the shared node users (``telemetry-collector``,
     ``node-agent``: any node's telemetry) only while ``shared_node_users`` (a cluster moving to
     per-node credentials, docs/security.md)."""
     skip = set() if shared_node_users else set(NODE_AGENTS)
     if not callout:
         skip.add(CALLOUT_USER)
-    node_side = dict.fromkeys(NODE_AGENTS, shared_node_user)
-    node_side[FLEET_REPLAYER] = lambda _: fleet_replayer_user()
-    out = [node_side.get(name, service_user)(name) for name in IDENTITIES if name not in skip]
+    out = [
+        fleet_replayer_user()
+        if name == FLEET_REPLAYER
+        else shared_node_user(name)
+        if name in NODE_AGENTS
+        else service_user(name)
+        for name in IDENTITIES
+        if name not in skip
+    ]
     out.append(provisioner_user())
     replay = tuple(replay_nodes)
     if replay:
