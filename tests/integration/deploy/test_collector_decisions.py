@@ -121,8 +121,13 @@ async def test_a_node_side_user_reads_no_decision_before_the_ledger_input_holds_
                 f"{user} read decision {read} from {ORIGIN} (consumer {name!r}) before "
                 f"{ledger.IN_STREAM} held it"
             )
-        legacy = f"$JS.API.CONSUMER.DURABLE.CREATE.{ORIGIN}.{PLACEMENTS.durable}"
-        assert await conn.refused(legacy, b"{}")
+        # nor any other create of a consumer there: unfiltered, ephemeral, the legacy verb
+        for create in (
+            f"$JS.API.CONSUMER.CREATE.{ORIGIN}.any-reader",
+            f"$JS.API.CONSUMER.CREATE.{ORIGIN}",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{ORIGIN}.{PLACEMENTS.durable}",
+        ):
+            assert await conn.refused(create, b"{}"), create
         assert PLACEMENTS.stream == ledger.NODE_STREAM  # the input's mirror, read after it
         if user == COLLECTOR:  # a real node's collector follows no decision at all
             create = f"$JS.API.CONSUMER.CREATE.{PLACEMENTS.stream}.{PLACEMENTS.durable}"
