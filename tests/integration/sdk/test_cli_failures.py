@@ -9,6 +9,7 @@ bound (``BusUnavailable`` was not caught), and a stream that did not exist a tra
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 from seedance.core.bus import BusSettings, set_connect_policy
 from seedance.core.service import EXIT_BUS_REFUSED, EXIT_BUS_UNAVAILABLE
 from seedance.sdk.cli import invoke
+from seedance.testing.nats_proxy import LosingProxy
 from seedance.testing.servers import NatsServer, refusing_port
 from tests.integration.conftest import shipped_password
 from tests.integration.sdk.conftest import TENANT, cli, running_slicer
@@ -116,6 +118,33 @@ def test_streams_never_created_are_said_not_a_traceback(bare_server: NatsServer)
         line = one_line(err)
         assert "no stream SEEDANCE_SLICING on this server" in line
         assert "seedance admin provision" in line
+
+
+async def test_a_provision_call_without_an_answer_says_to_run_provision_again(
+    auth_url: str,
+) -> None:
+    """The server, not a service, leaves a provision call unanswered (every stream API request
+    lost on the way, as a JetStream meta leader busy past the time-out does): the CLI said
+    "is the service that answers running?", where none is, and nothing of what to do."""
+
+    def stream_call(subject: str) -> bool:
+        return subject.startswith("$JS.API.STREAM.")
+
+    async with LosingProxy(auth_url, lambda _: False, stream_call) as proxy:
+        done = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "seedance.sdk.cli", "--nats-url", proxy.url,
+            "--user", "provisioner", "--password", shipped_password("provisioner"),
+            "admin", "provision",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await done.communicate()
+    assert proxy.lost_requests, "the proxy lost no stream call: the test tested nothing"
+    assert (done.returncode, out) == (1, b"")
+    line = one_line(err.decode())
+    assert line.startswith("seedance: provision: a JetStream API call ")
+    assert "had no answer from the NATS server at " in line
+    assert "run `seedance admin provision` again at once" in line
+    assert "running?" not in line
 
 
 async def test_a_tenant_the_slicer_does_not_know_is_rejected_and_status_says_so(

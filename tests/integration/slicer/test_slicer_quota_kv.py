@@ -40,6 +40,7 @@ from tests.integration.slicer.test_slicer_service import (
     slicer,
     submit,
 )
+from tests.unit.slicer.test_quota_yaml_bounds import alias_bomb
 
 env = base.env  # the fixture: this test's durables fast-forwarded, its decisions followed
 
@@ -131,7 +132,13 @@ async def test_a_kv_policy_replaces_the_files_between_batches_and_held_jobs_foll
             doc({"x": {"cohort": None, "lending_limit": {"gpus": 1}, "quota": {"gpus": 1}}}),
             "tenants.x.lending_limit: only meaningful with a cohort",
         ),
+        # the review's probe (depth 6 of its 9): the refusal's repr of the expanded aliases was
+        # ~17 MB here, ~12.7 GB at depth 9 (a MemoryError that took down every replica)
+        (alias_bomb(6).encode(), "anchors and aliases are not accepted"),
+        # 4 KB of brackets: RecursionError out of the parser took the leader down
+        (b"version: 1\ntenants: " + b"[" * 2000 + b"]" * 2000, "nested deeper than 32 levels"),
     ],
+    ids=["version", "not_yaml", "not_utf8", "lending_without_cohort", "alias_bomb", "deep"],
 )
 async def test_an_invalid_policy_is_refused_with_its_reason_and_the_old_one_stays(
     nats_url: str,
@@ -152,6 +159,7 @@ async def test_an_invalid_policy_is_refused_with_its_reason_and_the_old_one_stay
         await until(lambda: updates(svc, "refused") == 1)
         assert svc.quota.refusal is not None
         assert reason in svc.quota.refusal  # the parser's words, as logged
+        assert len(svc.quota.refusal) <= 1000
         assert svc.scheduler.quota is not None
         assert svc.scheduler.quota.tenants[t].nominal == {"gpus": 1}
         # still the old policy, and the service still decides

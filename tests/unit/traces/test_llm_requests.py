@@ -62,7 +62,7 @@ def test_unknown_format_and_missing_columns_are_refused(tmp_path: Path) -> None:
     bad.write_text("time,tokens\n1,2\n")
     with pytest.raises(ValueError, match="neither an Azure CSV"):
         load_trace(bad)
-    with pytest.raises(ValueError, match="expected columns"):
+    with pytest.raises(ValueError, match="missing columns"):
         read_azure(bad)
 
 

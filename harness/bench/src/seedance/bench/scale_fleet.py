@@ -25,7 +25,7 @@ It must not publish anything or measure: `seedance.bench.scale` does.
 
 from __future__ import annotations
 
-import csv
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +36,7 @@ from seedance.events import new_event_id
 from seedance.events.jobs import ResourceRequest
 from seedance.events.telemetry import GpuInfo, NodeInventory
 from seedance.traces import alibaba
+from seedance.traces.files import TraceFileError, csv_rows, row_error
 
 __all__ = [
     "BLOCK_LABEL",
@@ -115,23 +116,32 @@ class Shape:
         return self.gpus * self.gpu_milli
 
 
+#: The node list's columns the fleet is built from.
+_FLEET_COLUMNS = ("node_name", "gpu_model", "gpu_capacity_num", "cpu_num")
+
+
 def read_fleet(path: Path, copies: int = 1, limit: int | None = None) -> list[SpotNode]:
     """The node list (its first `limit` nodes), `copies` times over, racked as stated above."""
-    with path.open(newline="") as fh:
-        rows = list(csv.DictReader(fh))[:limit]
+    rows = list(itertools.islice(csv_rows(path, _FLEET_COLUMNS), limit))
     out: list[SpotNode] = []
     for c in range(copies):
         seen: dict[str, int] = defaultdict(int)
-        for row in rows:
+        for line, row in rows:
             trace_model = row["gpu_model"]
+            if trace_model not in MODELS:
+                raise TraceFileError(
+                    f"{path}:{line}: gpu_model {trace_model!r} is none of {sorted(MODELS)}"
+                )
             name, gpu_mem, nvswitch = MODELS[trace_model]
-            gpus = int(row["gpu_capacity_num"])
+            try:
+                gpus, cores = int(row["gpu_capacity_num"]), int(row["cpu_num"])
+            except (ValueError, TypeError) as exc:
+                raise TraceFileError(f"{path}:{line}: {row_error(exc)}") from None
             per_rack = NODES_PER_RACK_8GPU if gpus == 8 else NODES_PER_RACK_OTHER
             k = seen[trace_model]
             seen[trace_model] += 1
             rack = k // per_rack
             tag = f"c{c}-{trace_model.lower()}"
-            cores = int(row["cpu_num"])
             out.append(
                 SpotNode(
                     name=f"spot-c{c}-{row['node_name']}",

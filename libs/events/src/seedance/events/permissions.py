@@ -126,6 +126,9 @@ FAMILIES: dict[str, str] = {
     "jobs": subjects.jobs.ALL,
     "observed": subjects.observed.ALL,
     "telemetry": subjects.telemetry.ALL,
+    # Node inventories only (``seedance.telemetry.*.inventory``): what the k8s-bridge observes of
+    # the cluster's Node objects. Samples, pod shares and health are the nodes' own facts.
+    "telemetry_inventory": subjects.telemetry.INVENTORY,
     "slicing": subjects.slicing.ALL,
     "routing": subjects.routing.ALL,
     "graph": subjects.graph.ALL,
@@ -265,13 +268,16 @@ IDENTITIES: dict[str, Declaration] = {
             dead_letters=False,
         ),
         # Pods' job events (observed: the API server's and kubelet's facts, bounded by the
-        # bridge's clock), node inventories from Nodes, and the slicer's decisions to act on.
-        # Its leader lease is a Kubernetes Lease, not a KV key; its KV bucket records the pod
-        # jobs it has not ended yet. It registers the routers' inference replicas from
-        # EndpointSlices (seedance-router-replicas, docs/router-gateway.md).
+        # bridge's clock), node inventories from Nodes (no other telemetry), and the slicer's
+        # decisions to act on. Its leader lease is a Kubernetes Lease, not a KV key; its KV
+        # bucket records the pod jobs it has not ended yet. It registers the routers' inference
+        # replicas from EndpointSlices (seedance-router-replicas, docs/router-gateway.md).
         Declaration(
             "k8s-bridge",
-            publishes=("observed", "telemetry"),
+            # Inventories only: with the whole family it could publish any node's samples, pod
+            # shares (moving measured billing between tenants on one GPU) and health (masking
+            # a node's GPU), all stored and copied to the ledger's input.
+            publishes=("observed", "telemetry_inventory"),
             consumes=("k8s-bridge-decisions", "k8s-bridge-capacity"),
             buckets=("seedance-k8s-bridge-jobs", subjects.routing.REPLICAS_BUCKET),
         ),

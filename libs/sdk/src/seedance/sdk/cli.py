@@ -267,8 +267,21 @@ def _history_timeout(client: SeedanceClient, args: argparse.Namespace) -> int:
     return 1
 
 
+class ProvisionTimedOut(Exception):
+    """A JetStream API call of `seedance admin provision` had no answer in time: the server
+    (not a Seedance service) did not answer, and provision is what to run again."""
+
+
 async def _provision(client: SeedanceClient, args: argparse.Namespace) -> int:
-    changes = await client.provision()
+    try:
+        changes = await client.provision()
+    except TimeoutError as exc:
+        raise ProvisionTimedOut(
+            f"provision: a JetStream API call (a stream, bucket or store created, updated or "
+            f"read) had no answer from the NATS server at {args.nats_url} in time; the server "
+            "may have carried it out: run `seedance admin provision` again at once, it "
+            "converges from what the server holds (docs/deploy.md)"
+        ) from exc
     done = [c for c in changes if not c.left]
     for change in done:
         print(change)
@@ -508,6 +521,7 @@ def _connected(prog: str, args: argparse.Namespace, command: _Command, awaited: 
         StreamRefused,
         StreamlessSubjects,
         ConsumersInUse,
+        ProvisionTimedOut,
     ) as exc:
         return fail(prog, exc, 1)
     except TimeoutError:

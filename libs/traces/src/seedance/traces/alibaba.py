@@ -8,9 +8,10 @@ collector's fleet and the demo each map rows to their own).
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
+
+from seedance.traces.files import parsed, read_csv
 
 __all__ = ["NodeRow", "PodRow", "read_nodes", "read_pods", "trace_name"]
 
@@ -54,43 +55,50 @@ class PodRow:
         return float(self.deletion_time - (self.creation_time or 0))
 
 
+#: The columns a node list and a pod list must have (the others are optional).
+_NODE_COLUMNS = ("sn", "gpu")
+_POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+
+
 def _int_or_none(text: str | None) -> int | None:
     return int(text) if text else None
 
 
 def read_nodes(path: Path) -> list[NodeRow]:
-    with path.open(newline="") as fh:
-        return [
-            NodeRow(
-                sn=row["sn"],
-                # A hand-cut node list may carry only sn, gpu and model.
-                cpu_milli=int(row.get("cpu_milli") or 0),
-                memory_mib=int(row.get("memory_mib") or 0),
-                gpu=int(row["gpu"]),
-                model=row.get("model") or "",
-            )
-            for row in csv.DictReader(fh)
-        ]
+    """Every node of a node list, in file order; a bad value names its line (`files`)."""
+
+    def node(row: dict[str, str]) -> NodeRow:
+        return NodeRow(
+            sn=row["sn"],
+            # A hand-cut node list may carry only sn, gpu and model.
+            cpu_milli=int(row.get("cpu_milli") or 0),
+            memory_mib=int(row.get("memory_mib") or 0),
+            gpu=parsed(row, "gpu", int),
+            model=row.get("model") or "",
+        )
+
+    return read_csv(path, _NODE_COLUMNS, node)
 
 
 def read_pods(path: Path) -> list[PodRow]:
-    with path.open(newline="") as fh:
-        return [
-            PodRow(
-                name=row["name"],
-                cpu_milli=int(row["cpu_milli"]),
-                memory_mib=int(row["memory_mib"]),
-                num_gpu=int(row["num_gpu"]),
-                gpu_milli=int(row["gpu_milli"]),
-                gpu_spec=tuple(s for s in (row.get("gpu_spec") or "").strip().split("|") if s),
-                qos=row.get("qos") or "",
-                pod_phase=row.get("pod_phase") or "",
-                creation_time=_int_or_none(row.get("creation_time")),
-                deletion_time=_int_or_none(row.get("deletion_time")),
-                scheduled_time=_int_or_none(row.get("scheduled_time")),
-            )
-            for row in csv.DictReader(fh)
-        ]
+    """Every pod of a pod list, in file order; a bad value names its line (`files`)."""
+
+    def pod(row: dict[str, str]) -> PodRow:
+        return PodRow(
+            name=row["name"],
+            cpu_milli=parsed(row, "cpu_milli", int),
+            memory_mib=parsed(row, "memory_mib", int),
+            num_gpu=parsed(row, "num_gpu", int),
+            gpu_milli=parsed(row, "gpu_milli", int),
+            gpu_spec=tuple(s for s in (row.get("gpu_spec") or "").strip().split("|") if s),
+            qos=row.get("qos") or "",
+            pod_phase=row.get("pod_phase") or "",
+            creation_time=_int_or_none(row.get("creation_time")),
+            deletion_time=_int_or_none(row.get("deletion_time")),
+            scheduled_time=_int_or_none(row.get("scheduled_time")),
+        )
+
+    return read_csv(path, _POD_COLUMNS, pod)
 
 
 def trace_name(path: Path) -> str:

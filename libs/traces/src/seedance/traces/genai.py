@@ -13,10 +13,10 @@ bench scales the latencies to its replica profile's weight size,
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from seedance.traces.files import parsed, read_csv
 
 __all__ = [
     "BASEMODEL_FILE",
@@ -47,23 +47,15 @@ class LoadLatencyRow:
 
 def read_load_latencies(path: Path) -> list[LoadLatencyRow]:
     """Every row of a GenTD26 load-latency CSV, in file order; a bad value names its line."""
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or not set(reader.fieldnames) >= _COLUMNS:
-            raise ValueError(
-                f"{path}: expected columns {sorted(_COLUMNS)}, got {reader.fieldnames}"
-            )
-        out = []
-        for line, row in enumerate(reader, start=2):
-            try:
-                ms = float(row["value"])
-                ts = float(row["timestamp_anon"])
-            except ValueError as exc:
-                raise ValueError(f"{path}:{line}: value/timestamp_anon: {exc}") from None
-            if not ms >= 0.0:
-                raise ValueError(f"{path}:{line}: value: {row['value']!r} (a latency is >= 0 ms)")
-            out.append(LoadLatencyRow(timestamp_s=ts, latency_ms=ms, container=row["container_ip"]))
-        return out
+
+    def load(row: dict[str, str]) -> LoadLatencyRow:
+        ms = parsed(row, "value", float)
+        if not ms >= 0.0:
+            raise ValueError(f"value: {row['value']!r} (a latency is >= 0 ms)")
+        ts = parsed(row, "timestamp_anon", float)
+        return LoadLatencyRow(timestamp_s=ts, latency_ms=ms, container=row["container_ip"])
+
+    return read_csv(path, _COLUMNS, load)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,18 +69,16 @@ class PodSample:
     mem_mib: float | None = None
 
 
-def _rows(path: Path) -> Iterator[tuple[str, float, float]]:
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames is None or not set(reader.fieldnames) >= _COLUMNS:
-            raise ValueError(
-                f"{path}: expected columns {sorted(_COLUMNS)}, got {reader.fieldnames}"
-            )
-        for line, row in enumerate(reader, start=2):
-            try:
-                yield row["container_ip"], float(row["timestamp_anon"]), float(row["value"])
-            except ValueError as exc:
-                raise ValueError(f"{path}:{line}: value/timestamp_anon: {exc}") from None
+def _rows(path: Path) -> list[tuple[str, float, float]]:
+    return read_csv(
+        path,
+        _COLUMNS,
+        lambda row: (
+            row["container_ip"],
+            parsed(row, "timestamp_anon", float),
+            parsed(row, "value", float),
+        ),
+    )
 
 
 def read_pod_samples(folder: Path) -> list[PodSample]:

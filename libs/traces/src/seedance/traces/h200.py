@@ -9,15 +9,14 @@ offset) or map rows to a forecaster's types.
 
 from __future__ import annotations
 
-import csv
-import gzip
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 import numpy.typing as npt
+
+from seedance.traces.files import read_csv
 
 __all__ = ["H200Requests", "H200Telemetry", "read_requests", "read_telemetry"]
 
@@ -59,26 +58,16 @@ class H200Requests:
     generated_tokens: Column
 
 
-def _open(path: Path) -> TextIO:
-    """The file as text; gzip-compressed when its name ends in `.gz` (the committed
-    recordings under recordings/ are)."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline="")
-    return path.open(newline="")
-
-
 def _columns(path: Path, names: tuple[str, ...]) -> dict[str, Column]:
-    with _open(path) as f:
-        reader = csv.DictReader(f)
-        missing = set(names) - set(reader.fieldnames or ())
-        if missing:
-            raise ValueError(f"{path}: missing columns {sorted(missing)}")
-        rows = list(reader)
+    """Each of ``names`` as a column; gzip-compressed files (the committed recordings under
+    recordings/ are) read as they are (`files.open_text`)."""
 
     def value(text: str) -> float:
         return float(text) if text not in ("", "nan") else math.nan
 
-    return {n: np.array([value(r[n]) for r in rows], dtype=np.float64) for n in names}
+    rows = read_csv(path, names, lambda r: [value(r[n]) for n in names])
+    table = np.array(rows, dtype=np.float64).reshape(len(rows), len(names))
+    return {n: np.ascontiguousarray(table[:, i]) for i, n in enumerate(names)}
 
 
 def read_telemetry(path: Path) -> H200Telemetry:

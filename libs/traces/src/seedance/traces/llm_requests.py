@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from seedance.traces.files import TraceFileError, open_text, parsed, read_csv, row_error
+
 __all__ = [
     "PREFIX_BLOCK_TOKENS",
     "AzureRow",
@@ -79,46 +81,47 @@ def _azure_time_s(stamp: str) -> float:
 
 
 def read_azure(path: Path) -> list[AzureRow]:
-    """Every row of an Azure-format CSV, in file order."""
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or not set(reader.fieldnames) >= _AZURE_COLUMNS:
-            raise ValueError(
-                f"{path}: expected columns {sorted(_AZURE_COLUMNS)}, got {reader.fieldnames}"
-            )
-        return [
-            AzureRow(
-                timestamp=row["TIMESTAMP"],
-                time_s=_azure_time_s(row["TIMESTAMP"]),
-                context_tokens=int(row["ContextTokens"]),
-                generated_tokens=int(row["GeneratedTokens"]),
-            )
-            for row in reader
-        ]
+    """Every row of an Azure-format CSV, in file order (columns in any order)."""
+
+    def row_of(row: dict[str, str]) -> AzureRow:
+        return AzureRow(
+            timestamp=row["TIMESTAMP"],
+            time_s=parsed(row, "TIMESTAMP", _azure_time_s),
+            context_tokens=parsed(row, "ContextTokens", int),
+            generated_tokens=parsed(row, "GeneratedTokens", int),
+        )
+
+    return read_csv(path, sorted(_AZURE_COLUMNS), row_of)
 
 
 def read_mooncake(path: Path) -> list[MooncakeRow]:
-    """Every line of a Mooncake JSONL trace, in file order (blank lines skipped)."""
+    """Every line of a Mooncake JSONL trace, in file order (blank lines skipped); a line that
+    is no JSON object with the trace's fields names its number."""
     out: list[MooncakeRow] = []
-    with path.open() as f:
-        for line in f:
-            if not line.strip():
+    with open_text(path) as f:
+        for line, text in enumerate(f, start=1):
+            if not text.strip():
                 continue
-            obj = json.loads(line)
-            out.append(
-                MooncakeRow(
-                    timestamp_ms=float(obj["timestamp"]),
-                    input_length=int(obj["input_length"]),
-                    output_length=int(obj["output_length"]),
-                    hash_ids=tuple(int(h) for h in obj.get("hash_ids", ())),
+            try:
+                obj = json.loads(text)
+                out.append(
+                    MooncakeRow(
+                        timestamp_ms=float(obj["timestamp"]),
+                        input_length=int(obj["input_length"]),
+                        output_length=int(obj["output_length"]),
+                        hash_ids=tuple(int(h) for h in obj.get("hash_ids", ())),
+                    )
                 )
-            )
+            except (KeyError, ValueError, TypeError, AttributeError) as exc:
+                raise TraceFileError(f"{path}:{line}: {row_error(exc)}") from None
     return out
 
 
-def _normalise(rows: list[tuple[float, int, int, tuple[int, ...]]]) -> list[TraceRequest]:
+def _normalise(
+    path: Path, rows: list[tuple[float, int, int, tuple[int, ...]]]
+) -> list[TraceRequest]:
     if not rows:
-        raise ValueError("empty trace")
+        raise TraceFileError(f"{path}: no requests in the trace (a header or blank lines only)")
     rows.sort(key=lambda r: r[0])  # stable: ties keep file order
     t0 = rows[0][0]
     # A request generates at least its first token; prompts have at least one token.
@@ -131,14 +134,18 @@ def _normalise(rows: list[tuple[float, int, int, tuple[int, ...]]]) -> list[Trac
 
 
 def trace_format(path: Path) -> str:
-    """``"azure"`` or ``"mooncake"``, from the first line."""
-    with path.open() as f:
+    """``"azure"`` or ``"mooncake"``, from the first line: a JSON object, or a CSV header with
+    the Azure columns (in any order)."""
+    with open_text(path) as f:
         first = f.readline().strip()
     if first.startswith("{"):
         return "mooncake"
-    if first.startswith("TIMESTAMP"):
+    if {c.strip() for c in next(csv.reader([first]), [])} >= _AZURE_COLUMNS:
         return "azure"
-    raise ValueError(f"{path}: neither an Azure CSV (TIMESTAMP,...) nor a Mooncake JSONL trace")
+    raise TraceFileError(
+        f"{path}: neither an Azure CSV (a header with {sorted(_AZURE_COLUMNS)}) nor a Mooncake "
+        f"JSONL trace (a JSON object per line); its first line: {first[:80]!r}"
+    )
 
 
 def load_trace(path: str | Path) -> list[TraceRequest]:
@@ -146,9 +153,12 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
     p = Path(path)
     if trace_format(p) == "mooncake":
         return _normalise(
+            p,
             [
                 (r.timestamp_ms / 1000.0, r.input_length, r.output_length, r.hash_ids)
                 for r in read_mooncake(p)
-            ]
+            ],
         )
-    return _normalise([(r.time_s, r.context_tokens, r.generated_tokens, ()) for r in read_azure(p)])
+    return _normalise(
+        p, [(r.time_s, r.context_tokens, r.generated_tokens, ()) for r in read_azure(p)]
+    )

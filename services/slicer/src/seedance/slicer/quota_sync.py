@@ -141,6 +141,12 @@ class QuotaSync:
         except (QuotaError, UnicodeDecodeError) as exc:
             self._refuse(doc, revision, str(exc))
             return
+        except Exception as exc:
+            # The parser failed otherwise on this text (as a MemoryError, RecursionError, int
+            # conversion or unorderable keys once did): raised, it would take the leader down,
+            # and every next leader with it, on the same document. Refused, as in `_apply`.
+            self._refuse(doc, revision, f"parsing it raised {type(exc).__name__}")
+            return
         await self._apply(policy, doc, revision)
 
     def _refuse(self, doc: bytes | None, revision: int, reason: str) -> None:

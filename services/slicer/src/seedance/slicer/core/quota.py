@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
+from seedance.slicer.core.bounded_yaml import DocumentError, bounded_name, bounded_repr, load
 
 __all__ = [
     "Admitted",
@@ -167,23 +167,28 @@ class QuotaPolicy:
                 borrowing_limit: {gpus: 4} # optional, per dimension
         """
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise QuotaError(f"policy is not valid YAML: {exc}") from exc
+            doc = load(text)  # no aliases, bounded size and depth: text from the bus
+        except DocumentError as exc:
+            raise QuotaError(f"policy {exc}") from None
         if not isinstance(doc, dict):
             raise QuotaError(f"policy must be a mapping, got {type(doc).__name__}")
         _only_keys(doc, {"version", "priority_classes", "tenants"}, "policy")
         if doc.get("version") != 1:
-            raise QuotaError(f"version: expected 1, got {doc.get('version')!r}")
+            raise QuotaError(f"version: expected 1, got {bounded_repr(doc.get('version'))}")
         classes_raw = doc.get("priority_classes") or {}
         if not isinstance(classes_raw, dict):
-            raise QuotaError(f"priority_classes: expected a mapping, got {classes_raw!r}")
+            raise QuotaError(
+                f"priority_classes: expected a mapping, got {bounded_repr(classes_raw)}"
+            )
         classes = {
-            str(k): _int(v, f"priority_classes.{k}", minimum=None) for k, v in classes_raw.items()
+            str(k): _int(v, f"priority_classes.{bounded_name(k)}", minimum=None)
+            for k, v in classes_raw.items()
         }
         tenants_raw = doc.get("tenants")
         if not isinstance(tenants_raw, dict) or not tenants_raw:
-            raise QuotaError(f"tenants: expected a non-empty mapping, got {tenants_raw!r}")
+            raise QuotaError(
+                f"tenants: expected a non-empty mapping, got {bounded_repr(tenants_raw)}"
+            )
         tenants = {}
         for name, body in tenants_raw.items():
             tenants[str(name)] = _parse_tenant(str(name), body, classes)
@@ -194,16 +199,18 @@ class QuotaPolicy:
 
 
 def _only_keys(body: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(body) - allowed)
+    extra = sorted(set(body) - allowed, key=str)  # keys may be of mixed types
     if extra:
-        raise QuotaError(f"{where}: unknown field {extra[0]!r} (allowed: {sorted(allowed)})")
+        raise QuotaError(
+            f"{where}: unknown field {bounded_repr(extra[0])} (allowed: {sorted(allowed)})"
+        )
 
 
 def _int(value: object, where: str, *, minimum: int | None = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise QuotaError(f"{where}: expected an integer, got {value!r}")
+        raise QuotaError(f"{where}: expected an integer, got {bounded_repr(value)}")
     if minimum is not None and value < minimum:
-        raise QuotaError(f"{where}: must be >= {minimum}, got {value}")
+        raise QuotaError(f"{where}: must be >= {minimum}, got {bounded_repr(value)}")
     return value
 
 
@@ -211,24 +218,28 @@ def _parse_dims(raw: object, where: str) -> dict[str, int]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise QuotaError(f"{where}: expected a mapping, got {raw!r}")
+        raise QuotaError(f"{where}: expected a mapping, got {bounded_repr(raw)}")
     _only_keys(raw, {*_SCALAR_KEYS, "mig"}, where)
     dims = {k: _int(raw[k], f"{where}.{k}") for k in _SCALAR_KEYS if k in raw}
     mig = raw.get("mig")
     if mig is not None:
         if not isinstance(mig, dict):
-            raise QuotaError(f"{where}.mig: expected a mapping of profile to count, got {mig!r}")
+            raise QuotaError(
+                f"{where}.mig: expected a mapping of profile to count, got {bounded_repr(mig)}"
+            )
         for prof, count in mig.items():
             if not isinstance(prof, str) or "g." not in prof:
-                raise QuotaError(f"{where}.mig: {prof!r} is not a MIG profile name like 3g.40gb")
-            dims[MIG_PREFIX + prof] = _int(count, f"{where}.mig.{prof}")
+                raise QuotaError(
+                    f"{where}.mig: {bounded_repr(prof)} is not a MIG profile name like 3g.40gb"
+                )
+            dims[MIG_PREFIX + prof] = _int(count, f"{where}.mig.{bounded_name(prof)}")
     return dims
 
 
 def _parse_tenant(name: str, body: object, classes: Mapping[str, int]) -> TenantQuota:
-    where = f"tenants.{name}"
+    where = f"tenants.{bounded_name(name)}"
     if not isinstance(body, dict):
-        raise QuotaError(f"{where}: expected a mapping, got {body!r}")
+        raise QuotaError(f"{where}: expected a mapping, got {bounded_repr(body)}")
     _only_keys(
         body,
         {"cohort", "quota", "lending_limit", "borrowing_limit", "default_priority", "max_priority"},
@@ -236,7 +247,7 @@ def _parse_tenant(name: str, body: object, classes: Mapping[str, int]) -> Tenant
     )
     cohort = body.get("cohort")
     if cohort is not None and (not isinstance(cohort, str) or not cohort):
-        raise QuotaError(f"{where}.cohort: expected a non-empty string, got {cohort!r}")
+        raise QuotaError(f"{where}.cohort: expected a non-empty string, got {bounded_repr(cohort)}")
     nominal = _parse_dims(body.get("quota"), f"{where}.quota")
     lending = _parse_dims(body.get("lending_limit"), f"{where}.lending_limit")
     borrowing = _parse_dims(body.get("borrowing_limit"), f"{where}.borrowing_limit")
@@ -246,8 +257,8 @@ def _parse_tenant(name: str, body: object, classes: Mapping[str, int]) -> Tenant
     for dim, limit in lending.items():
         if limit > nominal.get(dim, 0):
             raise QuotaError(
-                f"{where}.lending_limit.{dim.removeprefix(MIG_PREFIX)}: {limit} exceeds the "
-                f"nominal quota {nominal.get(dim, 0)}"
+                f"{where}.lending_limit.{bounded_name(dim.removeprefix(MIG_PREFIX))}: {limit} "
+                f"exceeds the nominal quota {nominal.get(dim, 0)}"
             )
     prio = _priority(body.get("default_priority", 0), f"{where}.default_priority", classes)
     max_prio = _priority(body.get("max_priority", prio), f"{where}.max_priority", classes)
@@ -268,7 +279,10 @@ def _priority(raw: object, where: str, classes: Mapping[str, int]) -> int:
     """A priority: an integer or the name of one of `priority_classes`."""
     if isinstance(raw, str):
         if raw not in classes:
-            raise QuotaError(f"{where}: unknown priority class {raw!r} (known: {sorted(classes)})")
+            raise QuotaError(
+                f"{where}: unknown priority class {bounded_repr(raw)} "
+                f"(known: {bounded_repr(sorted(classes))})"
+            )
         return classes[raw]
     return _int(raw, where, minimum=None)
 
