@@ -23,7 +23,8 @@ Services started as processes get their user from ``ServiceProcesses`` (``NATS_U
 
 A password is the user's server variable (``NATS_PASSWORD_<USER>``, as the shipped block names
 it) when set, else ``test-<user>-secret``: an external server (``--nats-url``) must run the
-shipped block with the same passwords. It must not import ``tools/``.
+shipped block, ``fleet-replayer`` added (`servers.with_fleet_replayer`), with the same
+passwords. It must not import ``tools/``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from seedance.events.node_permissions import (
     NODE_USER_PREFIX,
     TELEMETRY_REPLAYER,
 )
-from seedance.testing.servers import SHIPPED_AUTH, shipped_users
+from seedance.testing.servers import SHIPPED_AUTH, shipped_users, with_fleet_replayer
 
 __all__ = [
     "ADMIN",
@@ -66,8 +67,9 @@ class ForeignIdentity(RuntimeError):
 
 @functools.cache
 def users() -> Mapping[str, str]:
-    """Each shipped user -> the server variable its password is read from."""
-    return shipped_users(SHIPPED_AUTH.read_text())
+    """Each user of the session's server (the shipped ones and ``fleet-replayer``,
+    `servers.with_fleet_replayer`) -> the server variable its password is read from."""
+    return shipped_users(with_fleet_replayer(SHIPPED_AUTH.read_text()))
 
 
 def password(user: str) -> str:

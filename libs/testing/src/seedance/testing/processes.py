@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from seedance.events.node_permissions import FLEET_REPLAYER
+from seedance.events.node_permissions import FLEET_REPLAYER, TELEMETRY_REPLAYER
 from seedance.testing.identities import password, service_user, users
 from seedance.testing.waits import eventually
 
@@ -55,10 +55,12 @@ class ServiceProcesses:
         """Start service ``name``; ``instance`` tells replicas of one service apart."""
         module = "seedance." + name.replace("-", "_")
         prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
-        # The collector replaying a fleet (its default source) as the replaying collector's
-        # user: the shipped `telemetry-collector` (a real node's) follows no decision.
+        # The collector replaying a fleet (its default source) as a replaying collector's user
+        # in the credentials (`fleet-replayer` first, else compose's `telemetry-replayer`): the
+        # shipped `telemetry-collector` (a real node's) follows no decision.
         replay = name == "telemetry-collector" and settings.get("source", "replay") == "replay"
-        user = FLEET_REPLAYER if replay and FLEET_REPLAYER in self.credentials else name
+        replayers = [u for u in (FLEET_REPLAYER, TELEMETRY_REPLAYER) if u in self.credentials]
+        user = replayers[0] if replay and replayers else name
         env = {
             **os.environ,
             "NATS_URL": self.nats_url,
