@@ -12,8 +12,10 @@ Deterministic here: as the operator, the input's ``SEEDANCE_SLICING`` sources ar
 the slicer publishes a placement (stored in ``SEEDANCE_SLICING``, not in the input), and each
 node-side user tries to read it. On the earlier grants both read it from the origin; now no
 consumer on ``SEEDANCE_SLICING`` is theirs, the collector's user reads no decision at all, and
-the replayer's durable (on the input's mirror ``SEEDANCE_NODE_DECISIONS``) holds the placement
-only once the sources are back and the input holds it.
+the replaying users' durable (``fleet-replayer``, where a server renders it, and compose's
+``telemetry-replayer``; on the input's mirror ``SEEDANCE_NODE_DECISIONS``) holds the placement
+only once the sources are back and the input holds it. The shared ``node-agent`` user (its
+reader of its own on the mirror, any name but the replaying collector's) likewise.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from tests.integration.node_agent.test_allocation import placement
 
 ORIGIN = "SEEDANCE_SLICING"
 COLLECTOR = "telemetry-collector"
+NODE_AGENT = "node-agent"
 #: The replaying collector's durable, where the catalogue declares it.
 PLACEMENTS = consumer("collector-placements")
 NO_WAIT = json.dumps({"batch": 1, "no_wait": True}).encode()
@@ -81,26 +84,57 @@ async def holds(admin: Bus, stream: str, ev: Placement) -> bool:
     return last is not None and decode(last.data, Placement).id == ev.id
 
 
-async def read_from_origin(conn: ShippedUser, name: str, subject: str) -> str | None:
-    """The id of the decision ``conn`` reads from ``SEEDANCE_SLICING`` through a consumer it
-    creates there (named ``name``, filtered on ``subject``); None when the server refuses."""
-    body = {"stream_name": ORIGIN, "config": {"name": name, "durable_name": name}}
+async def read_from_origin(
+    conn: ShippedUser, name: str, subject: str, stream: str = ORIGIN
+) -> str | None:
+    """The id of the decision ``conn`` reads from ``stream`` (``SEEDANCE_SLICING``) through a
+    consumer it creates there (named ``name``, filtered on ``subject``); None when the server
+    refuses the create, or when the consumer has nothing to deliver."""
+    body = {"stream_name": stream, "config": {"name": name, "durable_name": name}}
     body["config"] |= {
         "filter_subject": subject,
         "ack_policy": "explicit",
         "deliver_policy": "last",
     }
-    create = f"$JS.API.CONSUMER.CREATE.{ORIGIN}.{name}.{subject}"
+    create = f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{subject}"
     made = await conn.answer(create, json.dumps(body).encode())
     if made is None or "error" in json.loads(made.data):
         return None
-    msg = await conn.answer(f"$JS.API.CONSUMER.MSG.NEXT.{ORIGIN}.{name}", NO_WAIT)
+    msg = await conn.answer(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", NO_WAIT)
     if msg is None or not msg.data:
         return None
     return decode(msg.data, Placement).id
 
 
-@pytest.mark.parametrize("user", [COLLECTOR, TELEMETRY_REPLAYER])
+async def node_agent_reads_after_the_input(
+    conn: ShippedUser, admin: Bus, sources: list[js_api.StreamSource], ev: Placement
+) -> None:
+    """The node agent's user: refused the replaying collector's durable on the mirror; a reader
+    of its own there is made and holds nothing while the input is held back, and delivers the
+    placement once the input holds it."""
+    subject = slicing.subject(ev.tenant, "placement")
+    create = f"$JS.API.CONSUMER.CREATE.{PLACEMENTS.stream}.{PLACEMENTS.durable}"
+    assert await conn.refused(create, b"{}")  # not the replaying collector's
+    mine = "node-agent-in-probe"
+    try:
+        assert await read_from_origin(conn, mine, subject, PLACEMENTS.stream) is None
+        await admin.js.consumer_info(PLACEMENTS.stream, mine)  # made: empty, not refused
+        assert not await holds(admin, PLACEMENTS.stream, ev)
+        await restore(admin, sources)
+        await eventually(lambda: holds(admin, ledger.IN_STREAM, ev), what="the input holds it")
+        next_ = f"$JS.API.CONSUMER.MSG.NEXT.{PLACEMENTS.stream}.{mine}"
+
+        async def reads() -> bool:
+            msg = await conn.answer(next_, NO_WAIT)
+            return msg is not None and bool(msg.data) and decode(msg.data, Placement).id == ev.id
+
+        await eventually(reads, what=f"node-agent reads the placement from {PLACEMENTS.stream}")
+    finally:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await admin.js.delete_consumer(PLACEMENTS.stream, mine)
+
+
+@pytest.mark.parametrize("user", [COLLECTOR, NODE_AGENT, FLEET_REPLAYER, TELEMETRY_REPLAYER])
 async def test_a_node_side_user_reads_no_decision_before_the_ledger_input_holds_it(
     auth_url: str, held_back: tuple[Bus, list[js_api.StreamSource]], user: str
 ) -> None:
@@ -134,10 +168,13 @@ async def test_a_node_side_user_reads_no_decision_before_the_ledger_input_holds_
             assert await conn.refused(create, b"{}")
             assert await conn.refused(f"{create}.{subject}", b"{}")
             return
+        if user == NODE_AGENT:  # its own reader on the mirror: nothing before the input has it
+            await node_agent_reads_after_the_input(conn, admin, sources, ev)
+            return
         replay = await Bus.connect(as_user(auth_url, user))
         await replay.ensure_consumer(PLACEMENTS)
-        info = await replay.js.consumer_info(PLACEMENTS.stream, PLACEMENTS.durable)
-        assert info.num_pending == 0  # the mirror holds nothing the input does not
+        # the mirror holds nothing the input does not (earlier tests' decisions it may)
+        assert not await holds(admin, PLACEMENTS.stream, ev)
         sub = await replay.js.pull_subscribe_bind(PLACEMENTS.durable, PLACEMENTS.stream)
         await restore(admin, sources)
         await eventually(lambda: holds(admin, ledger.IN_STREAM, ev), what="the input holds it")
