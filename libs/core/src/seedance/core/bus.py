@@ -448,6 +448,8 @@ class Bus:
             await self.clock.sleep(_PROVISION_POLL_S)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
+        """Create (or update) ``spec``'s consumer; a refused create raises ConsumerRefused at
+        once, a refused delete (not acked) or info (deliver_new) times out (5 s) as before."""
         if not spec.acked:
             # A reader that keeps its own position: it starts where it says, and a consumer's
             # start cannot be changed, so the old one goes first.

@@ -44,6 +44,7 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter, Gauge
 
 from seedance.core import TRANSIENT_BUS_ERRORS, PullReader, ReaderInterrupted, ServiceRuntime
+from seedance.core.errors import ConsumerRefused
 from seedance.core.logs import get_logger
 from seedance.core.retry import RetryPolicy
 from seedance.events import DecodeError, decode, encode
@@ -192,13 +193,14 @@ class AllocationApi:
 
     async def _bind_retrying(self) -> None:
         """A fresh consumer from the next sequence not read; retried while the bus refuses
-        (a fail-over, or permissions not yet re-rendered): billing goes on meanwhile."""
+        (a fail-over, or permissions not yet re-rendered: the create's refusal is
+        ``ConsumerRefused``, the delete's a time-out): billing goes on meanwhile."""
         attempt = 0
         while True:
             try:
                 await self._bind()
                 return
-            except TRANSIENT_BUS_ERRORS as exc:
+            except (*TRANSIENT_BUS_ERRORS, ConsumerRefused) as exc:
                 attempt += 1
                 log.warning("allocation_index_bind_failed", error=repr(exc), attempt=attempt)
                 await self._rt.bus.clock.sleep(_REBIND.delay_s(attempt))
