@@ -61,6 +61,8 @@ log = get_logger(__name__)
 
 _STREAM = "SEEDANCE_COSTS"
 _REBIND = RetryPolicy(initial_s=0.5, max_s=15.0)
+#: What a bind retries: the bus away, and its reader refused (permissions not yet re-rendered).
+_REBIND_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_BUS_ERRORS, ConsumerRefused)
 _FIELD = re.compile(r"`\$\.([A-Za-z_]+)`")
 #: Characters of a refused request's subjects logged (a subject may be up to the payload size).
 _SHOWN = 120
@@ -200,7 +202,7 @@ class AllocationApi:
             try:
                 await self._bind()
                 return
-            except (*TRANSIENT_BUS_ERRORS, ConsumerRefused) as exc:
+            except _REBIND_ERRORS as exc:
                 attempt += 1
                 log.warning("allocation_index_bind_failed", error=repr(exc), attempt=attempt)
                 await self._rt.bus.clock.sleep(_REBIND.delay_s(attempt))
