@@ -27,6 +27,7 @@ from nats.js.errors import NotFoundError
 from seedance.core import Bus, BusSettings
 from seedance.events import new_event_id
 from seedance.events.codec import encode
+from seedance.events.node_permissions import FLEET_REPLAYER
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
 from seedance.events.subjects import consumer, slicing
 from seedance.testing.otlp import OtlpReceiver
@@ -66,7 +67,8 @@ async def test_a_handled_message_is_traced_to_the_collector_and_its_log_line(
         services = ServiceProcesses(
             auth_url,
             tmp_path / "logs",
-            credentials={SERVICE: shipped_password(SERVICE)},
+            # a replay, as the replaying collector's user (ServiceProcesses picks it)
+            credentials={FLEET_REPLAYER: shipped_password(FLEET_REPLAYER)},
             environment={
                 "OTEL_TRACES_EXPORTER": "otlp",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,

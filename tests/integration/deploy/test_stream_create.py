@@ -30,10 +30,12 @@ from seedance.core.kv import ensure_bucket
 from seedance.core.service import ServiceRuntime
 from seedance.events import new_event_id
 from seedance.events.codec import encode
+from seedance.events.node_permissions import FLEET_REPLAYER
 from seedance.events.provision_permissions import PROVISIONER
 from seedance.events.slicing import GpuAssignment, Placement, PlacementKind
-from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, jobs, slicing
+from seedance.events.subjects import BUCKETS, OBJECT_STORES, STREAMS, consumer, jobs, slicing
 from seedance.testing import identities
+from seedance.testing.identities import as_user
 from seedance.testing.servers import NatsServer, auth_server, provision, shipped_auth_server
 from seedance.testing.waits import eventually
 from tests.integration.conftest import shipped_password
@@ -44,6 +46,8 @@ OLD_CONF = Path(__file__).parent / "fixtures" / "nats-auth-stream-create.conf"
 SECRET = b"ACME SECRET JOB SPEC"
 STOLEN = "_INBOX.stolen"
 OPERATOR = identities.ADMIN
+#: The replaying collector's durable (on the ledger's input's mirror).
+PLACEMENTS = consumer("collector-placements")
 
 
 @pytest.fixture
@@ -180,7 +184,8 @@ async def test_a_service_waits_for_provision_then_starts_and_loses_no_event(
     async def on_placement(delivery: Delivery[Placement]) -> None:
         got.append(delivery.event)
 
-    runtime = ServiceRuntime("telemetry-collector", BusSettings(url=bare_url), http_port=0)
+    # a replay's collector: as the replaying collector's user, which reads the decisions
+    runtime = ServiceRuntime("telemetry-collector", as_user(bare_url, FLEET_REPLAYER), http_port=0)
     runtime.consume("collector-placements", Placement, on_placement)
     with capture_logs() as logs:
         starting = asyncio.create_task(runtime.start())
@@ -193,7 +198,7 @@ async def test_a_service_waits_for_provision_then_starts_and_loses_no_event(
             (line,) = [e for e in logs if e["event"] == "stream_not_provisioned"]
             assert line["stream"] == STREAMS[0].name == jobs.STREAM  # the catalogue's first
             assert "seedance admin provision" in line["fix"]
-            assert line["user"] == "telemetry-collector"
+            assert line["user"] == FLEET_REPLAYER
             assert not runtime.ready()
             assert not starting.done()
             # not ready, but alive: a liveness probe must not restart it into a crash loop
@@ -289,7 +294,9 @@ async def test_a_stream_deleted_under_a_running_service_is_named_and_ends_its_ru
     async def on_placement(delivery: Delivery[Placement]) -> None:
         raise AssertionError("nothing is published")
 
-    runtime = ServiceRuntime("telemetry-collector", BusSettings(url=provisioned_url), http_port=0)
+    runtime = ServiceRuntime(
+        "telemetry-collector", as_user(provisioned_url, FLEET_REPLAYER), http_port=0
+    )
     runtime.consume("collector-placements", Placement, on_placement)
     with capture_logs() as logs:
         await asyncio.wait_for(runtime.start(), 20.0)
@@ -298,7 +305,7 @@ async def test_a_stream_deleted_under_a_running_service_is_named_and_ends_its_ru
             assert runtime.ready()
             admin = await _admin(provisioned_url)
             try:
-                await admin.js.delete_stream("SEEDANCE_SLICING")
+                await admin.js.delete_stream(PLACEMENTS.stream)
             finally:
                 await admin.close()
             with pytest.raises(ExceptionGroup):
@@ -309,4 +316,4 @@ async def test_a_stream_deleted_under_a_running_service_is_named_and_ends_its_ru
             running.cancel()
             await runtime.close()
     (line,) = [e for e in logs if e["event"] == "consumer_lost"]
-    assert (line["stream"], line["durable"]) == ("SEEDANCE_SLICING", "collector-placements")
+    assert (line["stream"], line["durable"]) == (PLACEMENTS.stream, PLACEMENTS.durable)

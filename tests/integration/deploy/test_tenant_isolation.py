@@ -31,8 +31,10 @@ from seedance.core import Bus
 from seedance.cost_ledger.core import LedgerConfig
 from seedance.events import new_event_id
 from seedance.events.cost import CostEntry, JobCostReport
+from seedance.events.node_permissions import FLEET_REPLAYER
 from seedance.events.slicing import JobReleased, Placement
 from seedance.events.subjects import (
+    consumer,
     costs,
     deliver_prefix,
     inbox_prefix,
@@ -72,11 +74,14 @@ def service_procs(auth_url: str, tmp_path: Path) -> Iterator[dict[str, subproces
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for name in SERVICES:
         prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
+        # the collector replays a fleet: as the replaying collector's user (the shipped
+        # telemetry-collector, a real node's, reads no decision)
+        user = FLEET_REPLAYER if name == "telemetry-collector" else name
         env = {
             **os.environ,
             "NATS_URL": auth_url,
-            "NATS_USER": name,
-            "NATS_PASSWORD": shipped_password(name),
+            "NATS_USER": user,
+            "NATS_PASSWORD": shipped_password(user),
             prefix + "HTTP_PORT": "0",
             **{prefix + k: v for k, v in extra[name].items()},
         }
@@ -142,7 +147,7 @@ async def test_services_run_under_their_users_and_tenant_reads_its_own_costs(
     await wait_consumers_bound(
         admin,
         ("SEEDANCE_JOBS", "slicer-jobs"),
-        ("SEEDANCE_SLICING", "collector-placements"),
+        (consumer("collector-placements").stream, "collector-placements"),
     )
     await eventually(ledger_bound(admin), timeout_s=30)  # its ledger-in-<replica> consumer
     job = f"job-{uuid.uuid4().hex[:8]}"

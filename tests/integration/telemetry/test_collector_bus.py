@@ -22,6 +22,7 @@ from seedance.core import Bus, BusSettings, ServiceRuntime, WallClock
 from seedance.events import new_event_id
 from seedance.events.codec import decode
 from seedance.events.dlq import DeadLetter
+from seedance.events.node_permissions import FLEET_REPLAYER
 from seedance.events.slicing import (
     EndOutcome,
     GpuAssignment,
@@ -36,6 +37,7 @@ from seedance.telemetry_collector.fleet import GPU_MODELS
 from seedance.telemetry_collector.service import CollectorService
 from seedance.telemetry_collector.settings import CollectorSettings
 from seedance.telemetry_collector.sources import build_source
+from seedance.testing.identities import as_user
 from seedance.testing.waits import eventually, next_matching
 from tests.conftest import own_server_url, serving
 from tests.unit.telemetry.constructed import h100_nvlink_xid
@@ -54,9 +56,12 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
 @contextlib.asynccontextmanager
 async def running(nats_url: str, settings: CollectorSettings) -> AsyncIterator[CollectorService]:
     clock = WallClock()
-    runtime = ServiceRuntime(
-        "telemetry-collector", BusSettings(url=nats_url, name="test-collector"), http_port=0
-    )
+    # A replay as the replaying collector's user (the shipped telemetry-collector, a real
+    # node's, follows no decision); NVML as the collector's own.
+    bus_settings = BusSettings(url=nats_url, name="test-collector")
+    if settings.source == "replay":
+        bus_settings = as_user(nats_url, FLEET_REPLAYER, name="test-collector")
+    runtime = ServiceRuntime("telemetry-collector", bus_settings, http_port=0)
     svc = CollectorService(runtime, build_source(settings, clock), clock, settings)
     async with serving(svc, 10):
         yield svc

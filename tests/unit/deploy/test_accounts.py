@@ -37,14 +37,17 @@ from seedance.events.accounts import (
     tenant_services,
 )
 from seedance.events.node_permissions import (
+    FLEET_REPLAYER,
     NODE_AGENTS,
     NODE_USER_PREFIX,
     TELEMETRY_REPLAYER,
+    fleet_replayer_user,
     node_user,
     shared_node_user,
     telemetry_replayer_user,
 )
 from seedance.events.permissions import User, tenant_permissions
+from seedance.testing.servers import with_fleet_replayer
 from tests.unit.deploy.declared import REPO, auth_choices
 
 #: A short id, one with the tokens' own words in it, and the longest id there may be (63).
@@ -167,6 +170,7 @@ def node_side_users() -> list[User]:
         node_user("n1"),
         node_user("gpu-node-7:example:com"),
         telemetry_replayer_user(["n1", "n2"]),
+        fleet_replayer_user(),
     ]
 
 
@@ -200,7 +204,7 @@ def test_pulls_are_a_stream_of_answers_that_outlive_the_longest_pull() -> None:
     assert all(s.startswith("$JS.API.CONSUMER.MSG.NEXT.") for s in node_pulls())
     assert not any("MSG.NEXT" in s for s in node_services())
     acks = [s for s in node_services() if s.startswith("$JS.ACK.")]
-    assert acks == ["$JS.ACK.SEEDANCE_SLICING.collector-placements.>"]  # ack_sync is answered
+    assert acks == ["$JS.ACK.SEEDANCE_NODE_DECISIONS.collector-placements.>"]  # ack_sync answered
     reader = inspect.signature(PullReader).parameters["expires_s"].default
     fetch = inspect.signature(PullConsumer).parameters["fetch_timeout_s"].default
     assert seconds(PULL_RESPONSE_THRESHOLD) > max(reader, fetch) + 1.0
@@ -239,10 +243,14 @@ def test_node_side_users_are_users_of_the_nodes_account_only() -> None:
     node_side = [
         u.name
         for u in auth_choices().users()
-        if u.name in (*NODE_AGENTS, TELEMETRY_REPLAYER) or u.name.startswith(NODE_USER_PREFIX)
+        if u.name in (*NODE_AGENTS, TELEMETRY_REPLAYER, FLEET_REPLAYER)
+        or u.name.startswith(NODE_USER_PREFIX)
     ]
     assert set(node_side) >= {*NODE_AGENTS, TELEMETRY_REPLAYER}
     assert by_account[NODES_ACCOUNT] == node_side
+    # the fleet's replaying collector, where a server adds it (the demo's, benches', tests')
+    replaying = block(with_fleet_replayer(text), f"  {NODES_ACCOUNT} {{", "  ")
+    assert f'        user: "{FLEET_REPLAYER}"' in replaying
     assert not set(node_side) & {*by_account[SEEDANCE_ACCOUNT], *by_account[TENANTS_ACCOUNT]}
     # and those the auth callout admits
     assert account_of(node_key("gpu-node-7.example.com")) == NODES_ACCOUNT

@@ -9,14 +9,17 @@ else; the renderer, the thin tool and the password rule.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 
 import pytest
 
 from seedance.events import nats_config, permissions, subjects
+from seedance.events.accounts import NODES_ACCOUNT
 from seedance.events.node_permissions import node_user
 from seedance.events.permissions import (
+    FLEET_REPLAYER,
     IDENTITIES,
     KEY_GRANTS,
     SERVICES,
@@ -45,7 +48,7 @@ from seedance.events.subjects import (
     slicing,
 )
 from seedance.events.tokens import check_token
-from seedance.testing.servers import nats_server_binary
+from seedance.testing.servers import SHIPPED_AUTH, nats_server_binary, with_fleet_replayer
 from tests.unit.deploy.declared import DEPLOY, REPO, auth_choices, auth_users, services
 
 
@@ -87,8 +90,11 @@ def test_a_catalogue_name_in_a_services_code_is_in_its_declaration(name: str) ->
     decl = IDENTITIES[name]
     # A bucket it holds keys of (`KEY_GRANTS`) is declared there, not as a whole.
     granted = tuple(g.bucket for g in permissions.KEY_GRANTS if g.identity == name)
+    # The collector replaying a fleet runs as the replaying collector's user (its decisions'
+    # reader is that user's: a real node's collector follows none).
+    replaying = IDENTITIES[FLEET_REPLAYER].consumes if name == "telemetry-collector" else ()
     for names, declared in (
-        (CONSUMERS, decl.consumes),
+        (CONSUMERS, (*decl.consumes, *replaying)),
         (BUCKETS, (*decl.buckets, *granted)),
         (OBJECT_STORES, decl.object_stores),
     ):
@@ -282,12 +288,50 @@ def test_no_service_user_changes_or_deletes_a_stream() -> None:
         assert changes == [], user.name
 
 
+def test_no_deployment_renders_the_fleet_replayer() -> None:
+    """``fleet-replayer`` (any node's telemetry) is in no deployment's config: neither rendered
+    copy (compose's, the Kubernetes base's) names it, nor does any overlay, compose or env file
+    give it a password; only ``replay_fleet`` (the demo's, benches', tests' servers) renders it."""
+    assert auth_choices().replay_fleet is False
+    assert FLEET_REPLAYER not in [u.name for u in auth_choices().users()]
+    shipped = [REPO / rel for rel in nats_config.RENDERED_FILES]
+    k8s = sorted((DEPLOY / "k8s").rglob("*"))
+    compose = sorted((DEPLOY / "compose").rglob("*"))
+    var = nats_config.password_var(FLEET_REPLAYER)
+    for path in [*shipped, *k8s, *compose]:
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert FLEET_REPLAYER not in text, path.relative_to(REPO)
+            assert var not in text, path.relative_to(REPO)
+    # where a fleet is replayed: the same block with the user added, as the renderer gives it
+    replaying = dataclasses.replace(auth_choices(), replay_fleet=True)
+    assert with_fleet_replayer(SHIPPED_AUTH.read_text()) == replaying.render()
+
+
+def test_no_node_side_user_speaks_for_another_node() -> None:
+    """With ``shared_node_users: false`` (the per-node migration's end, docs/security.md) every
+    user of the nodes' account publishes telemetry of named nodes only: no ``*`` or ``>`` where
+    a node's name goes (``seedance.telemetry.<node>.<kind>``)."""
+    choices = dataclasses.replace(auth_choices(), shared_node_users=False, nodes=("gpu-0",))
+    node_side = [u for u in choices.users() if u.account == NODES_ACCOUNT]
+    assert {u.name for u in node_side} >= {"node-gpu-0", "telemetry-replayer"}
+    for user in node_side:
+        telemetry = [
+            s.split(".")
+            for s in user.permissions.publish_allow
+            if s.startswith("seedance.telemetry")
+        ]
+        assert telemetry, user.name
+        assert all(len(t) > 2 and t[2] not in ("*", ">") for t in telemetry), user.name
+
+
 def test_users_yaml_lists_only_deployment_choices() -> None:
     assert set(auth_users()) <= {
-        "tenants", "operators", "auth_callout", "nodes", "replay_nodes", "shared_node_users"
+        "tenants", "operators", "auth_callout", "nodes", "replay_nodes", "shared_node_users",
+        "replay_fleet",
     }  # fmt: skip
     names = [u.name for u in auth_choices().users()]
-    assert set(IDENTITIES) <= set(names)
+    assert set(IDENTITIES) - {FLEET_REPLAYER} <= set(names)
     assert {f"tenant-{t}" for t in auth_users()["tenants"]} <= set(names)
 
 
@@ -391,7 +435,7 @@ def test_users_yaml_with_a_service_or_a_wrong_type_is_refused_naming_it() -> Non
         nats_config.AuthChoices.from_document({"tenants": "acme"})
     empty = nats_config.AuthChoices.from_document(None)
     assert [u.name for u in empty.users()] == [
-        *(n for n in IDENTITIES if n != "auth-callout"),
+        *(n for n in IDENTITIES if n not in ("auth-callout", FLEET_REPLAYER)),
         PROVISIONER,
     ]
     assert "auth_callout {" not in empty.render()

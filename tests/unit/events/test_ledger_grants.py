@@ -16,7 +16,7 @@ import pytest
 
 from seedance.events import permissions
 from seedance.events.node_permissions import node_permissions
-from seedance.events.permissions import PermissionsError
+from seedance.events.permissions import FLEET_REPLAYER, PermissionsError
 from seedance.events.subjects import CONSUMERS, STREAMS, ledger, slicing
 
 VERBS = ("CREATE", "DURABLE.CREATE", "INFO", "DELETE", "MSG.NEXT")
@@ -48,12 +48,22 @@ def test_a_node_agent_has_no_consumer_verb_on_the_ledger_s_input(user: str) -> N
     assert _verbs_on(allow, ledger.NODE_STREAM), "it reads its own mirror"
 
 
-def test_only_the_node_agents_read_their_mirror() -> None:
+def test_only_the_node_agents_and_the_replaying_collector_read_their_mirror() -> None:
+    """The replaying collector reads it by its durable's name alone (so it can touch no node
+    agent's reader), and the node agents are denied that name (they cannot touch its)."""
+    placements = "collector-placements"
     for name, d in permissions.IDENTITIES.items():
-        on_mirror = _verbs_on(
-            permissions.declaration_permissions(d).publish_allow, ledger.NODE_STREAM
-        )
-        assert bool(on_mirror) == (name == "node-agent"), (name, on_mirror)
+        p = permissions.declaration_permissions(d)
+        on_mirror = _verbs_on(p.publish_allow, ledger.NODE_STREAM)
+        assert bool(on_mirror) == (name in ("node-agent", FLEET_REPLAYER)), (name, on_mirror)
+        if name == FLEET_REPLAYER:
+            names = {s.split(f".{ledger.NODE_STREAM}.")[1].split(".")[0] for s in on_mirror}
+            assert names == {placements}, on_mirror
+        if name == "node-agent":
+            for verb in VERBS:
+                assert f"$JS.API.CONSUMER.{verb}.{ledger.NODE_STREAM}.{placements}" in (
+                    p.publish_deny
+                )
 
 
 def test_the_ledger_is_denied_the_slicer_s_readers_by_name() -> None:

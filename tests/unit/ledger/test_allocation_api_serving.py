@@ -12,6 +12,7 @@ from typing import Any
 import nats.errors
 from prometheus_client import CollectorRegistry
 
+from seedance.core.errors import ConsumerRefused
 from seedance.cost_ledger.allocation_api import AllocationApi
 
 
@@ -73,3 +74,22 @@ async def test_an_unanswered_flush_is_retried_and_serving_is_set_once_one_is_ans
     assert len(rt.bus.clock.slept) == 2
     assert serving_seen == [True]
     assert not api.serving.is_set()  # cleared when serving ended
+
+
+async def test_a_refused_reader_is_retried_as_a_time_out_was() -> None:
+    """Its reader's create refused (``ConsumerRefused``, at once since the server's refusal is
+    read: permissions not yet re-rendered) is retried like the time-out that refusal was before,
+    and the bind ends once one succeeds; it never ends the ledger's loops."""
+    rt = _Runtime(_Nc(unanswered=0))
+    api = AllocationApi(rt, replica="r")  # type: ignore[arg-type]
+    tries: list[int] = []
+
+    async def bind() -> None:
+        tries.append(1)
+        if len(tries) <= 2:
+            raise ConsumerRefused("user cost-ledger", "SEEDANCE_COSTS", "r", "$JS.API.CONSUMER")
+
+    api._bind = bind  # type: ignore[method-assign]
+    await api._bind_retrying()
+    assert len(tries) == 3
+    assert len(rt.bus.clock.slept) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from seedance.core import BusSettings
+from seedance.events.node_permissions import FLEET_REPLAYER, TELEMETRY_REPLAYER
 from seedance.testing import identities
 from seedance.testing.identities import ADMIN, ForeignIdentity, connect_policy
 
@@ -86,3 +87,16 @@ def test_a_nodes_agents_may_run_as_a_nodes_own_user_and_no_other_service_may(
     ]
     found = identities.foreign_connections(conns)
     assert [f.split()[1] for f in found] == ["2", "3"]
+
+
+@pytest.mark.parametrize("user", [FLEET_REPLAYER, TELEMETRY_REPLAYER])
+def test_the_collector_replaying_a_fleet_may_run_as_a_replaying_user_and_no_other_may(
+    user: str,
+) -> None:
+    """The shipped ``telemetry-collector`` (a real node's) reads no decision; a replay follows
+    them as a replaying collector's user. No other service may take that user."""
+    replaying = identities.as_user(URL, user)
+    assert connect_policy(replaying, "telemetry-collector") is replaying
+    for service in ("node-agent", "slicer"):
+        with pytest.raises(ForeignIdentity):
+            connect_policy(replaying, service)

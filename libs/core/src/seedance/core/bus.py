@@ -25,6 +25,7 @@ from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry.context import Context
 
+from seedance.core import errors
 from seedance.core.clock import WALL_CLOCK, Clock
 from seedance.core.connect_watch import ConnectWatch, describe, who
 from seedance.core.drift import PROVISION_HINT, check_drift, stream_config
@@ -368,9 +369,19 @@ class Bus:
         for what only a side job needs (the router's planner leader and its mirror) must not
         take the replica out of service.
         """
+        refused, made = await self.unless_refused(f"$JS.API.STREAM.CREATE.{stream}", create)
+        if refused and self._watch is not None:
+            await self._await_stream(stream, self._watch, unready_while_awaited)
+        return made
+
+    async def unless_refused(
+        self, subject: str, create: Callable[[], Awaitable[_T]]
+    ) -> tuple[bool, _T | None]:
+        """``(False, create()'s result)``, or ``(True, None)`` as soon as the server refuses
+        this user ``subject``, the request ``create`` sends (by the error callback: no reply)."""
         if self._watch is None:
-            return await create()
-        entry = (f"$JS.API.STREAM.CREATE.{stream}", asyncio.Event())
+            return False, await create()
+        entry = (subject, asyncio.Event())
         self._watch.denials.append(entry)
         attempt = asyncio.ensure_future(create())
         refused = asyncio.ensure_future(entry[1].wait())
@@ -383,10 +394,7 @@ class Bus:
                 attempt.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await attempt
-        if not attempt.cancelled():
-            return attempt.result()
-        await self._await_stream(stream, self._watch, unready_while_awaited)
-        return None
+        return (True, None) if attempt.cancelled() else (False, attempt.result())
 
     async def _await_stream(self, stream: str, watch: ConnectWatch, unready: bool) -> None:
         """Poll until ``stream`` exists. What may pass (a JetStream meta-leader election, a
@@ -440,6 +448,8 @@ class Bus:
             await self.clock.sleep(_PROVISION_POLL_S)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
+        """Create (or update) ``spec``'s consumer; a refused create raises ConsumerRefused at
+        once, a refused delete (not acked) or info (deliver_new) times out (5 s) as before."""
         if not spec.acked:
             # A reader that keeps its own position: it starts where it says, and a consumer's
             # start cannot be changed, so the old one goes first.
@@ -465,7 +475,14 @@ class Bus:
         else:
             config.filter_subjects = list(spec.filter_subjects)
         # Since 2.10 a create on an existing durable with a changed config is an update.
-        await self.js.add_consumer(spec.stream, config)
+        # nats-py's create subject: the filter in it where there is one (a permission holds it).
+        create = f"$JS.API.CONSUMER.CREATE.{spec.stream}.{spec.durable}"
+        create += f".{config.filter_subject}" if config.filter_subject else ""
+        refused, _ = await self.unless_refused(
+            create, lambda: self.js.add_consumer(spec.stream, config)
+        )
+        if refused:
+            raise errors.ConsumerRefused(who(self.settings), spec.stream, spec.durable, create)
 
     async def _consumer_start(self, spec: ConsumerSpec) -> tuple[js_api.DeliverPolicy, int | None]:
         """Where a created (or updated) consumer starts: its ``start_seq``, else the stream's

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "BusUnavailable",
+    "ConsumerRefused",
     "InvalidMessage",
     "NoStream",
     "RetryableError",
@@ -132,3 +133,17 @@ class StartRefused(SeedanceError):
     """The service will not start here as things stand, for a reason an operator must act on
     (the message says what); ``serve`` ends the process with one ``service_refused`` line and
     ``EXIT_START_REFUSED``, not a traceback."""
+
+
+class ConsumerRefused(StartRefused):
+    """The server refused user ``who`` the creation of a catalogue consumer (``stream``,
+    ``durable``; the request ``subject``): it lacks the grant. A service that may run without
+    that consumer says why it needs it."""
+
+    def __init__(self, who: str, stream: str, durable: str, subject: str) -> None:
+        super().__init__(
+            f"NATS refused {who} consumer {durable} of stream {stream} ({subject}): check "
+            "this user's permissions (deploy/auth/users.yaml)"
+        )
+        self.stream = stream
+        self.durable = durable

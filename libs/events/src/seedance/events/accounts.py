@@ -40,8 +40,10 @@ Names only: no server, no config; ``seedance.events.nats_config`` renders these.
 from __future__ import annotations
 
 from seedance.events.node_permissions import (
+    FLEET_REPLAYER,
     NODE_AGENTS,
     NODES_ACCOUNT,
+    fleet_replayer_user,
     node_permissions,
     shared_node_user,
 )
@@ -140,10 +142,13 @@ def covers(pattern: str, subject: str) -> bool:
 
 def _node_side() -> tuple[Permissions, ...]:
     """Every node-side user's permissions, ``anynode`` for the node: the shared agents', a
-    ``node-<node>`` user's (both agents) and the replayer's (the collector's) are among them."""
+    ``node-<node>`` user's (both agents), the replaying collectors' (any node's, and compose's
+    for its replay's nodes)."""
     return (
         *(shared_node_user(agent).permissions for agent in NODE_AGENTS),
         node_permissions((_ANY_NODE,)),
+        fleet_replayer_user().permissions,
+        node_permissions((_ANY_NODE,), agents=(FLEET_REPLAYER,)),
     )
 
 

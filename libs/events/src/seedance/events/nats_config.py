@@ -51,7 +51,9 @@ from seedance.events.accounts import (
 )
 from seedance.events.env_file import EnvFile, EnvFileError, parse_env_file, read_env_file
 from seedance.events.node_permissions import (
+    FLEET_REPLAYER,
     NODE_AGENTS,
+    fleet_replayer_user,
     node_user,
     shared_node_user,
     telemetry_replayer_user,
@@ -143,7 +145,10 @@ PASSWORD_RULE = (
 #: ConfigMap). The generator writes them; the deploy tests compare them with a fresh render.
 USERS_FILE = "deploy/auth/users.yaml"
 RENDERED_FILES = ("deploy/auth/nats-auth.conf", "deploy/k8s/base/nats/auth.conf")
-_CHOICES = ("tenants", "operators", "auth_callout", "nodes", "replay_nodes", "shared_node_users")
+_CHOICES = (
+    "tenants", "operators", "auth_callout", "nodes", "replay_nodes", "shared_node_users",
+    "replay_fleet",
+)  # fmt: skip
 
 
 #: Where compose publishes NATS's client port on the host (``${NATS_PUBLISH_IP:-127.0.0.1}``):
@@ -244,14 +249,17 @@ def users(
     nodes: Iterable[str] = (),
     replay_nodes: Iterable[str] = (),
     shared_node_users: bool = True,
+    replay_fleet: bool = False,
 ) -> list[User]:
     """Every static user: the declared identities, the provisioner (`seedance admin
     provision`), the listed tenants and operators, and the callout service's user when auth
     callout is on; one ``node-<node>`` user per listed node, the ``telemetry-replayer`` for the
-    replay's nodes when there are any; and the shared node users (``telemetry-collector``,
+    replay's nodes when there are any; the shared node users (``telemetry-collector``,
     ``node-agent``: any node's telemetry) only while ``shared_node_users`` (a cluster moving to
-    per-node credentials, docs/security.md)."""
-    skip = set() if shared_node_users else set(NODE_AGENTS)
+    per-node credentials, docs/security.md); and the replaying collector ``fleet-replayer``
+    (any node's telemetry, in the nodes' account) only with ``replay_fleet``, last (no
+    deployment replays a fleet: the demo's, the tests' and the benches' servers add it)."""
+    skip = {FLEET_REPLAYER} | (set() if shared_node_users else set(NODE_AGENTS))
     if not callout:
         skip.add(CALLOUT_USER)
     out = [
@@ -266,6 +274,7 @@ def users(
     out += [node_user(n) for n in nodes]
     out += [tenant_user(t) for t in tenants]
     out += [operator_user(o) for o in operators]
+    out += [fleet_replayer_user()] if replay_fleet else []
     names = [u.name for u in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -437,6 +446,8 @@ class AuthChoices:
     replay_nodes: tuple[str, ...] = ()
     #: The shared node users of before issue 27: on while a cluster moves to per-node ones.
     shared_node_users: bool = True
+    #: The replaying collector ``fleet-replayer`` (any node's telemetry): off in deploy/auth.
+    replay_fleet: bool = False
 
     @classmethod
     def from_document(cls, doc: object, *, name: str = USERS_FILE) -> AuthChoices:
@@ -458,12 +469,14 @@ class AuthChoices:
             nodes=_names(doc, "nodes", "node names"),
             replay_nodes=_names(doc, "replay_nodes", "node names"),
             shared_node_users=bool(doc.get("shared_node_users", True)),
+            replay_fleet=bool(doc.get("replay_fleet")),
         )
 
     def users(self) -> list[User]:
         return users(
             self.tenants, self.operators, callout=self.auth_callout, nodes=self.nodes,
             replay_nodes=self.replay_nodes, shared_node_users=self.shared_node_users,
+            replay_fleet=self.replay_fleet,
         )  # fmt: skip
 
     def render(self, *, source: str = USERS_FILE) -> str:

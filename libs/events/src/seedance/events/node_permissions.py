@@ -14,6 +14,7 @@ from __future__ import annotations
 from seedance.events import subjects
 from seedance.events.permissions import (
     FAMILIES,
+    FLEET_REPLAYER,
     IDENTITIES,
     Permissions,
     PermissionsError,
@@ -25,10 +26,13 @@ from seedance.events.subjects import ledger, replica_consumer, slicing
 from seedance.events.tokens import check_token
 
 __all__ = [
+    "FLEET_REPLAYER",
     "NODES_ACCOUNT",
     "NODE_AGENTS",
+    "NODE_SIDE_IDENTITIES",
     "NODE_USER_PREFIX",
     "TELEMETRY_REPLAYER",
+    "fleet_replayer_user",
     "node_permissions",
     "node_reader",
     "node_reader_replica",
@@ -49,9 +53,13 @@ NODE_USER_PREFIX = "node-"
 #: The agents that run on every node and speak for it: what they do on the bus is their
 #: declarations' (``IDENTITIES``), but for the telemetry they publish, which is the node's own.
 NODE_AGENTS = ("telemetry-collector", "node-agent")
-#: The replaying collector of a recorded fleet (compose, the demo, the local stack): it speaks
-#: for the nodes of its replay (``users.yaml`` ``replay_nodes``) and nothing else.
+#: The replaying collector of compose's recorded fleet: it speaks for the nodes of its replay
+#: (``users.yaml`` ``replay_nodes``) and nothing else, and follows the slicer's decisions as
+#: `FLEET_REPLAYER` does (the demo's, the tests' and the benches': any node of their traces).
 TELEMETRY_REPLAYER = "telemetry-replayer"
+#: The declared identities whose users are node-side (``NODES``): the shared agents and the
+#: replaying collector of any node.
+NODE_SIDE_IDENTITIES = (*NODE_AGENTS, FLEET_REPLAYER)
 
 
 def _node_subjects(node: str) -> list[str]:
@@ -138,10 +146,16 @@ def shared_node_user(agent: str) -> User:
     return User(agent, service_user(agent).permissions, account=NODES_ACCOUNT)
 
 
+def fleet_replayer_user() -> User:
+    """The replaying collector of any node's telemetry (the demo's, the tests'), in the nodes'
+    account: its declaration, the decisions' mirror read included."""
+    return User(FLEET_REPLAYER, service_user(FLEET_REPLAYER).permissions, account=NODES_ACCOUNT)
+
+
 def telemetry_replayer_user(nodes: tuple[str, ...] | list[str]) -> User:
-    """The replaying collector's user: a telemetry collector for the replay's nodes alone."""
+    """Compose's replaying collector's user: `FLEET_REPLAYER` for the replay's nodes alone."""
     return User(
         TELEMETRY_REPLAYER,
-        node_permissions(nodes, agents=("telemetry-collector",)),
+        node_permissions(nodes, agents=(FLEET_REPLAYER,)),
         account=NODES_ACCOUNT,
     )

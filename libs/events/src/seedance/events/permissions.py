@@ -84,6 +84,7 @@ __all__ = [
     "CALLOUT_SUBJECT",
     "CALLOUT_USER",
     "FAMILIES",
+    "FLEET_REPLAYER",
     "IDENTITIES",
     "JS_API",
     "KEY_GRANTS",
@@ -112,6 +113,8 @@ CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 CALLOUT_REPLIES = "$SYS._INBOX.>"
 #: The inbox every Seedance service and the replayer reply through (tenants have their own).
 SERVICE_INBOX = "_INBOX.>"
+#: The replaying collector's user (a node-side user, ``node_permissions.fleet_replayer_user``).
+FLEET_REPLAYER = "fleet-replayer"
 
 
 class PermissionsError(ValueError):
@@ -148,8 +151,10 @@ class Declaration:
     #: KV buckets it may create, read and watch but never write (``$KV.<bucket>.>`` refused).
     bucket_reads: tuple[str, ...] = ()
     object_stores: tuple[str, ...] = ()
-    #: Dead-letters what it cannot handle on ``seedance.dlq.<name>``.
+    #: Dead-letters what it cannot handle on ``seedance.dlq.<name>`` (``<runs>``'s, if set).
     dead_letters: bool = True
+    #: The service it runs, where that is not its name (the replaying collector's).
+    runs: str = ""
     #: Core subjects it subscribes to besides its inbox (``_INBOX.>``).
     subscribes: tuple[str, ...] = ()
     #: Core subjects it publishes replies on (the server's own inboxes, for the callout).
@@ -190,10 +195,19 @@ class Declaration:
 IDENTITIES: dict[str, Declaration] = {
     d.name: d
     for d in (
+        # On every node (NVML): it measures and follows no decision. Reading the slicer's
+        # decisions at their origin, a node learnt an id before the ledger's input held it and
+        # spent it first there (docs/security.md); only a replay follows them (below).
+        Declaration("telemetry-collector", publishes=("telemetry",)),
+        # The replaying collector of a recorded fleet (the demo, benches, tests: its nodes are
+        # the trace's, any node's telemetry; compose's `telemetry-replayer` is this for its
+        # replay's nodes alone, `node_permissions`). Its fleet follows the slicer's decisions
+        # from the ledger's input's mirror, after the input holds them. Never a real node's.
         Declaration(
-            "telemetry-collector",
+            FLEET_REPLAYER,
             publishes=("telemetry",),
             consumes=("collector-placements",),
+            runs="telemetry-collector",
         ),
         Declaration(
             "slicer",
@@ -443,7 +457,7 @@ def declaration_permissions(d: Declaration) -> Permissions:
     pub += [FAMILIES[f] for f in d.publishes]
     pub += d.replies_on
     if d.dead_letters:
-        pub.append(dlq.subject(d.name))
+        pub.append(dlq.subject(d.runs or d.name))
     for read in d.stream_reads:
         # A consumer name is one token: the grant is any consumer of that stream, created
         # without a filter (the whole stream) and read without acks.

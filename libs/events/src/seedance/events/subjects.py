@@ -462,12 +462,13 @@ _DECLARED: tuple[StreamSpec, ...] = (
             StreamSource("SEEDANCE_TELEMETRY", telemetry.POD_SHARES),
         ),
     ),
-    # The node agents read the slicer's decisions here, not on SEEDANCE_LEDGER_IN: their
-    # per-node readers (``node-agent-in-<node>``) can be granted only as "any consumer of the
-    # stream", which on the ledger's input took in the ledger replicas' and the slicer's
+    # The node side reads the slicer's decisions here, not on SEEDANCE_LEDGER_IN: the node
+    # agents' per-node readers (``node-agent-in-<node>``) can be granted only as "any consumer
+    # of the stream", which on the ledger's input took in the ledger replicas' and the slicer's
     # readers. The mirror keeps the input's order and sequences (the ledger's input sources
-    # no other slicing subject than the decisions), and is read by the node agents alone.
-    # Decisions only, none of the fleet's samples: a quarter of the input's bound.
+    # no other slicing subject than the decisions), read by the node agents and the replaying
+    # collector alone, so a decision's id reaches nodes only once the input holds it (one read
+    # at the origin was spent first in the input's window, docs/security.md). No samples.
     StreamSpec(
         ledger.NODE_STREAM,
         (),
@@ -511,8 +512,9 @@ CONSUMERS: dict[str, ConsumerSpec] = {
         # Each ledger replica reads every input with its own ``ledger-in-<replica>`` (see
         # replica_consumer): no acks, it replays from its checkpoint's sequence.
         ConsumerSpec("ledger-in", ledger.IN_STREAM, (), acked=False, inactive_s=3600.0),
-        # The replayed fleet follows the slicer's decisions: placements, preemptions, releases.
-        _c("collector-placements", "SEEDANCE_SLICING", *slicing.HOLDS),
+        # A replayed fleet follows the slicer's decisions (placements, preemptions, releases)
+        # from the input's mirror, after the input holds them; a real node's collector, none.
+        _c("collector-placements", ledger.NODE_STREAM, *slicing.HOLDS),
         # The Kubernetes bridge acts on every decision about a pod (`slicing.POD_DECISIONS`),
         # and cordons + taints the nodes the capacity plans say are held empty (issue 30).
         _c("k8s-bridge-decisions", "SEEDANCE_SLICING", *slicing.POD_DECISIONS),

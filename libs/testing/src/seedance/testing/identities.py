@@ -11,7 +11,9 @@ The test session's server runs the shipped block (``servers.shipped_auth_server(
   cannot run a service as the operator, where a permission the deployment lacks would pass;
   but a node's agents (``node_permissions.NODE_AGENTS``: the telemetry collector, the node
   agent) may run as a node's own user ``node-<node>``, as they do on Kubernetes with the
-  per-node credentials (docs/security.md, "One identity per node");
+  per-node credentials (docs/security.md, "One identity per node"), and the telemetry collector
+  replaying a fleet as a replaying collector's user (``fleet-replayer``, ``telemetry-replayer``:
+  the shipped ``telemetry-collector`` reads no decision, and a replay follows them);
 - anything else that names no user (test code creating streams, inspecting, publishing as a
   tenant's stand-in) connects as the operator, ``ADMIN``.
 
@@ -21,7 +23,8 @@ Services started as processes get their user from ``ServiceProcesses`` (``NATS_U
 
 A password is the user's server variable (``NATS_PASSWORD_<USER>``, as the shipped block names
 it) when set, else ``test-<user>-secret``: an external server (``--nats-url``) must run the
-shipped block with the same passwords. It must not import ``tools/``.
+shipped block, ``fleet-replayer`` added (`servers.with_fleet_replayer`), with the same
+passwords. It must not import ``tools/``.
 """
 
 from __future__ import annotations
@@ -33,8 +36,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from seedance.core import BusSettings
-from seedance.events.node_permissions import NODE_AGENTS, NODE_USER_PREFIX
-from seedance.testing.servers import SHIPPED_AUTH, shipped_users
+from seedance.events.node_permissions import (
+    FLEET_REPLAYER,
+    NODE_AGENTS,
+    NODE_USER_PREFIX,
+    TELEMETRY_REPLAYER,
+)
+from seedance.testing.servers import SHIPPED_AUTH, shipped_users, with_fleet_replayer
 
 __all__ = [
     "ADMIN",
@@ -59,8 +67,9 @@ class ForeignIdentity(RuntimeError):
 
 @functools.cache
 def users() -> Mapping[str, str]:
-    """Each shipped user -> the server variable its password is read from."""
-    return shipped_users(SHIPPED_AUTH.read_text())
+    """Each user of the session's server (the shipped ones and ``fleet-replayer``,
+    `servers.with_fleet_replayer`) -> the server variable its password is read from."""
+    return shipped_users(with_fleet_replayer(SHIPPED_AUTH.read_text()))
 
 
 def password(user: str) -> str:
@@ -84,8 +93,12 @@ def as_user(url: str, user: str, **settings: Any) -> BusSettings:
 
 
 def _own_users(service: str, own: str, user: str | None) -> bool:
-    """Is ``user`` one ``service`` (whose generated user is ``own``) may run as?"""
+    """Is ``user`` one ``service`` (whose generated user is ``own``) may run as? A node's
+    agents also as a node's own user; the telemetry collector, replaying a fleet, also as a
+    replaying collector's (the shipped ``telemetry-collector`` follows no decision)."""
     if user is None or user == own:
+        return True
+    if service == "telemetry-collector" and user in (FLEET_REPLAYER, TELEMETRY_REPLAYER):
         return True
     return service in NODE_AGENTS and user.startswith(NODE_USER_PREFIX)
 

@@ -5,7 +5,8 @@ background on this machine, for the README's walkthrough without Kubernetes.
 (``deploy/auth/nats-auth.conf``, what compose mounts) on 127.0.0.1:4222 (a free port when that
 one is taken), or uses the server at ``NATS_URL`` when one answers there (provisioned first
 as the ``provisioner``, as compose and the Kubernetes Job do), and starts the
-telemetry collector (replaying the compose fleet, ``deploy/compose/collector/nodes.csv``), the
+telemetry collector (replaying the compose fleet, ``deploy/compose/collector/nodes.csv``, as
+compose's ``telemetry-replayer``, the user for those nodes), the
 slicer and the cost-ledger, each as its own NATS user. It returns once the slicer knows the
 fleet, after writing ``out/local-stack/env`` (``NATS_URL``, and on ``PATH`` the bin directory
 of the environment it runs in: ``.venv-local``, which `make local-stack` syncs with only these
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 from seedance.core import Bus, BusSettings
+from seedance.events.node_permissions import TELEMETRY_REPLAYER
 from seedance.events.provision_permissions import PROVISIONER
 from seedance.testing.paths import REPO, shown
 from seedance.testing.processes import ServiceProcesses
@@ -152,14 +154,18 @@ def start(args: argparse.Namespace) -> int:
         )
     else:
         port = PORT if _port_free(PORT) else -1
-        server = shipped_auth_server(password, store=DIR / "nats", port=port, detach=True)
+        server = shipped_auth_server(
+            password, store=DIR / "nats", port=port, detach=True, replay_fleet=False
+        )
         url = server.url
         pids["nats-server"] = (server.proc.pid, "nats-server")
         say(
             f"nats    started the pinned nats-server at {url} with deploy/auth/nats-auth.conf"
             f" (store {shown(server.dir)})"
         )
-    creds = {name: password(name) for name in SERVICES}
+    # its collector replays compose's fleet: as compose's replaying collector's user, which
+    # speaks for those nodes (deploy/auth/users.yaml's replay_nodes; ServiceProcesses)
+    creds = {name: password(name) for name in (*SERVICES, TELEMETRY_REPLAYER)}
     procs = ServiceProcesses(url, DIR / "logs", creds, detach=True)
     for name, settings in SERVICES.items():
         proc = procs.start(name, **settings)

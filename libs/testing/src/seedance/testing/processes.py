@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from seedance.events.node_permissions import FLEET_REPLAYER, TELEMETRY_REPLAYER
 from seedance.testing.identities import password, service_user, users
 from seedance.testing.waits import eventually
 
@@ -54,12 +55,18 @@ class ServiceProcesses:
         """Start service ``name``; ``instance`` tells replicas of one service apart."""
         module = "seedance." + name.replace("-", "_")
         prefix = "SEEDANCE_" + name.upper().replace("-", "_") + "_"
+        # The collector replaying a fleet (its default source) as a replaying collector's user
+        # in the credentials (`fleet-replayer` first, else compose's `telemetry-replayer`): the
+        # shipped `telemetry-collector` (a real node's) follows no decision.
+        replay = name == "telemetry-collector" and settings.get("source", "replay") == "replay"
+        replayers = [u for u in (FLEET_REPLAYER, TELEMETRY_REPLAYER) if u in self.credentials]
+        user = replayers[0] if replay and replayers else name
         env = {
             **os.environ,
             "NATS_URL": self.nats_url,
             **(
-                {"NATS_USER": name, "NATS_PASSWORD": self.credentials[name]}
-                if name in self.credentials
+                {"NATS_USER": user, "NATS_PASSWORD": self.credentials[user]}
+                if user in self.credentials
                 else {}
             ),
             prefix + "HTTP_PORT": "0",

@@ -9,6 +9,7 @@ a file (``NatsServer.log_path``) that a failing test can read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import shutil
@@ -34,6 +35,7 @@ __all__ = [
     "provision",
     "refusing_port",
     "shipped_auth_server",
+    "with_fleet_replayer",
 ]
 
 SHIPPED_AUTH = REPO / "deploy" / "auth" / "nats-auth.conf"
@@ -302,6 +304,41 @@ def generated_auth(
     return defs + nats_config.render(static, source=source), passwords
 
 
+#: Where a rendered block lists the nodes' account's users, and the callout's own users.
+_NODES_USERS = "  NODES {\n    users = [\n"
+_AUTH_USERS = "    auth_users: [\n"
+_CLOSE = "\n    ]\n"  # a line of its own: the permissions' lists close deeper
+
+
+def _list_end(text: str, opening: str) -> tuple[int, int]:
+    """Where the list that ``opening`` opens in ``text`` starts and where its closing line is."""
+    start = text.index(opening) + len(opening)
+    return start, text.index(_CLOSE, start - 1) + 1
+
+
+def _insert_at_end(text: str, opening: str, lines: str) -> str:
+    end = _list_end(text, opening)[1]
+    return text[:end] + lines + text[end:]
+
+
+@functools.cache
+def with_fleet_replayer(text: str) -> str:
+    """Rendered block ``text`` (the shipped one) with the replaying collector ``fleet-replayer``
+    added, as ``nats_config`` renders it with ``replay_fleet`` on (last in the nodes' account's
+    users and in the callout's ``auth_users``): the demo, the tests and the benches replay fleets
+    of any node names; no deployment renders it (deploy/auth/users.yaml)."""
+    from seedance.events.nats_config import render
+    from seedance.events.node_permissions import FLEET_REPLAYER, fleet_replayer_user
+
+    alone = render([fleet_replayer_user()], source="")
+    start, end = _list_end(alone, _NODES_USERS)
+    entry = alone[start:end]
+    out = _insert_at_end(text, _NODES_USERS, entry)
+    if _AUTH_USERS in out:
+        out = _insert_at_end(out, _AUTH_USERS, f'      "{FLEET_REPLAYER}"\n')
+    return out
+
+
 def shipped_auth_server(
     password: Callable[[str], str],
     store: Path | None = None,
@@ -312,11 +349,14 @@ def shipped_auth_server(
     provisioned: bool = True,
     xkey: Any = None,
     max_file_store: str = SHIPPED_MAX_FILE_STORE,
+    replay_fleet: bool = True,
 ) -> NatsServer:
     """A server running the shipped ``deploy/auth/nats-auth.conf`` (what compose mounts), with
     every user's password variable defined as ``password(user)`` and fresh auth-callout
     issuer and curve keys (unless given), so that tests exercise exactly the permissions
-    deployments get.
+    deployments get; with ``replay_fleet`` (the tests', the demo's and the benches' servers)
+    also the replaying collector ``fleet-replayer`` (`with_fleet_replayer`), which no
+    deployment has.
 
     The users and their variables are read from the shipped file itself, not re-derived from
     ``deploy/auth/users.yaml`` through the generator: what the server is given is then exactly
@@ -324,8 +364,9 @@ def shipped_auth_server(
     matches a fresh render is the generator's own ``--check``, tested elsewhere.) The rest is
     `auth_server`'s.
     """
+    text = SHIPPED_AUTH.read_text()
     return auth_server(
-        SHIPPED_AUTH.read_text(),
+        with_fleet_replayer(text) if replay_fleet else text,
         password,
         issuer=issuer,
         xkey=xkey,

@@ -44,6 +44,7 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter, Gauge
 
 from seedance.core import TRANSIENT_BUS_ERRORS, PullReader, ReaderInterrupted, ServiceRuntime
+from seedance.core.errors import ConsumerRefused
 from seedance.core.logs import get_logger
 from seedance.core.retry import RetryPolicy
 from seedance.events import DecodeError, decode, encode
@@ -60,6 +61,8 @@ log = get_logger(__name__)
 
 _STREAM = "SEEDANCE_COSTS"
 _REBIND = RetryPolicy(initial_s=0.5, max_s=15.0)
+#: What a bind retries: the bus away, and its reader refused (permissions not yet re-rendered).
+_REBIND_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_BUS_ERRORS, ConsumerRefused)
 _FIELD = re.compile(r"`\$\.([A-Za-z_]+)`")
 #: Characters of a refused request's subjects logged (a subject may be up to the payload size).
 _SHOWN = 120
@@ -192,13 +195,14 @@ class AllocationApi:
 
     async def _bind_retrying(self) -> None:
         """A fresh consumer from the next sequence not read; retried while the bus refuses
-        (a fail-over, or permissions not yet re-rendered): billing goes on meanwhile."""
+        (a fail-over, or permissions not yet re-rendered: the create's refusal is
+        ``ConsumerRefused``, the delete's a time-out): billing goes on meanwhile."""
         attempt = 0
         while True:
             try:
                 await self._bind()
                 return
-            except TRANSIENT_BUS_ERRORS as exc:
+            except _REBIND_ERRORS as exc:
                 attempt += 1
                 log.warning("allocation_index_bind_failed", error=repr(exc), attempt=attempt)
                 await self._rt.bus.clock.sleep(_REBIND.delay_s(attempt))

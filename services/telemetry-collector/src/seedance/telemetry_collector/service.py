@@ -7,7 +7,11 @@ changed (and again every ``inventory_interval_s``, so that late slicers find eve
 ``GpuHealth`` for each health flip. The dcgm-exporter collector on ``/metrics`` is updated on
 every tick. With the replayed fleet it also follows the slicer's decisions (placements,
 preemptions, releases: trusted facts, never a tenant's own job events), keyed by (tenant, job),
-and applies them to the fleet, which closes the loop of the demo.
+and applies them to the fleet, which closes the loop of the demo. It reads them from the ledger's
+input's mirror (``SEEDANCE_NODE_DECISIONS``), after the input holds them, under a replaying
+collector's user (``fleet-replayer``, compose's ``telemetry-replayer``); under one without that
+read (the shipped ``telemetry-collector``, a real node's) a replay refuses to start, saying why.
+A real node's collector (NVML) follows no decision.
 
 It must not compute samples itself (the sources and ``mapping`` do) or read the wall clock
 (the clock is injected).
@@ -22,7 +26,7 @@ from typing import Any
 import nats.errors
 
 from seedance.core import Clock, Delivery, Lifecycle, ServiceRuntime
-from seedance.core.errors import NoStream
+from seedance.core.errors import ConsumerRefused, NoStream, StartRefused
 from seedance.core.logs import get_logger
 from seedance.events import Event
 from seedance.events.slicing import JobReleased, Placement, Preempted
@@ -44,6 +48,14 @@ log = get_logger(__name__)
 #: Failures of one tick's publishing that the next tick retries by itself (a sample is only
 #: worth anything fresh, so a lost tick is not re-sent).
 _TRANSIENT = (TimeoutError, nats.errors.Error, NoStream)
+#: Why a replay will not start under a user without the decisions' read (the shipped
+#: `telemetry-collector`, on every node, has none: a real node's collector follows no decision).
+_NO_DECISIONS = (
+    "a replayed fleet follows the slicer's decisions through consumer {durable}, which this "
+    "NATS user may not create: run a replay as `fleet-replayer` (or compose's "
+    "`telemetry-replayer`); the node-side `telemetry-collector` user reads no decision "
+    "(docs/telemetry.md). {why}"
+)
 
 
 class CollectorService(Lifecycle):
@@ -85,7 +97,10 @@ class CollectorService(Lifecycle):
         if not self._source_started:
             inventories = await self._source.start()
             self._source_started = True
-            await self._rt.start()
+            try:
+                await self._rt.start()
+            except ConsumerRefused as exc:
+                raise StartRefused(_NO_DECISIONS.format(durable=exc.durable, why=exc)) from exc
             await self._publish_inventories(inventories)
             log.info(
                 "collector_started",

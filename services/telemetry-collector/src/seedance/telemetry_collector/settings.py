@@ -55,7 +55,8 @@ class CollectorSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: Non-empty: this collector's durable is ``collector-placements-<instance>``. Every
     #: replayed fleet needs every placement, so collectors that replay side by side (tests, two
     #: demos on one server) must not share a durable.
-    #: Development only: the generated NATS permissions grant the catalogue's names alone.
+    #: Development only: the generated NATS permissions grant the catalogue's names alone (run
+    #: it as an operator or on a server without the shipped users).
     instance: str = ""
 
     def __post_init__(self) -> None:
