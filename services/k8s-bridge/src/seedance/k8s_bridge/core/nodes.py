@@ -4,7 +4,9 @@ Owns which Node fields describe the node to the slicer: ``status.allocatable`` (
 use, after the kubelet's reservations; ``capacity`` when allocatable lacks a resource) for cpu,
 memory and ``nvidia.com/gpu``, and GPU feature discovery's labels for the model
 (``nvidia.com/gpu.product``), the memory per GPU in MiB (``nvidia.com/gpu.memory``) and MIG
-(``nvidia.com/mig.capable``, ``nvidia.com/mig.strategy``). The product label is published as
+capability (``nvidia.com/mig.capable``). MIG *mode* is never read from
+``nvidia.com/mig.strategy``: the GPU operator sets one strategy for the cluster and GFD writes
+it on every GPU node, MIG on or off. The product label is published as
 GFD writes it (what the bridge observes); the one GPU identity (``seedance.events.gpus``)
 reads what it implies: with time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.replicas``)
 ``nvidia.com/gpu`` counts each GPU once per replica, so the inventory holds the physical GPUs
@@ -123,14 +125,19 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
         count //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
     mem_mib = _int_label(labels, keys.LABEL_GPU_MEMORY, 0)
     mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true"
-    mig_enabled = mig_capable and labels.get(keys.LABEL_MIG_STRATEGY, "none") != "none"
+    # ``nvidia.com/mig.strategy`` says how the device plugin would serve MIG devices, not that
+    # any GPU is in MIG mode: the GPU operator sets one strategy cluster-wide (``single`` by
+    # default) and GFD writes it on every GPU node, MIG on or off. What ``nvidia.com/gpu``
+    # serves is a MIG device only where GFD's product says so (the single strategy's
+    # ``...-MIG-<profile>``); otherwise it is a whole GPU.
+    mig_device = reported.mig_profile is not None
     gpus = [
         GpuInfo(
             index=i,
             model=product,
             mem_total_mib=mem_mib,
             mig_capable=mig_capable,
-            mig_enabled=mig_enabled or reported.mig_profile is not None,
+            mig_enabled=mig_device,
         )
         for i in range(count)
     ]
