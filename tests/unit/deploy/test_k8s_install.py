@@ -323,7 +323,7 @@ def test_dev_runs_simulated_gpus_on_every_node_and_no_phantoms() -> None:
     assert identify(settings.simulated_gpu_model).known
     bridge = {e["name"]: e.get("value") for e in w_spec(docs, "k8s-bridge")["containers"][0]["env"]}
     assert bridge["SEEDANCE_K8S_BRIDGE_PUBLISH_INVENTORY"] == "false"
-    assert BridgeSettings().publish_inventory is True  # prod keeps the bridge's
+    assert BridgeSettings().publish_inventory is True  # a bridge run alone is the publisher
     prod = {e["name"] for e in w_spec(render("prod"), "node-agent")["containers"][0]["env"]}
     assert not {"SEEDANCE_NODE_AGENT_SIMULATED_GPUS"} & prod
 
@@ -393,3 +393,30 @@ def test_prometheus_and_grafanas_clients_are_let_in() -> None:
         assert not admitted(namespace, labels, "http", stranger), name
     grafana = workloads(docs)["grafana"]["spec"]["template"]["metadata"]["labels"]
     assert admitted("seedance-system", grafana, "http", ingress)
+
+
+def env_of(docs: tuple[dict[str, Any], ...], name: str) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in w_spec(docs, name)["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_node_has_exactly_one_inventory_publisher(overlay: str) -> None:
+    """The slicer upserts a node's inventory whole: two publishers of one node (the base's NVML
+    collector and the bridge's inventory of the Node, once on by default) flip its shape with
+    each publish (8 GPUs with UUIDs, then 6 without). A GPU node's is the collector's (NVML),
+    or the simulated node agent's where no collector runs; the bridge's is then off."""
+    from seedance.k8s_bridge.settings import BridgeSettings
+
+    docs = render(overlay)
+    bridge = env_of(docs, "k8s-bridge").get("SEEDANCE_K8S_BRIDGE_PUBLISH_INVENTORY")
+    publishers = {
+        "collector": "telemetry-collector" in workloads(docs),
+        "simulated node agent": int(
+            env_of(docs, "node-agent").get("SEEDANCE_NODE_AGENT_SIMULATED_GPUS") or 0
+        ) > 0,
+        "bridge": BridgeSettings().publish_inventory if bridge is None else bridge == "true",
+    }  # fmt: skip
+    assert sum(publishers.values()) == 1, publishers
+    if publishers["collector"]:
+        collector = env_of(docs, "telemetry-collector")
+        assert collector["SEEDANCE_TELEMETRY_COLLECTOR_SOURCE"] == "nvml"

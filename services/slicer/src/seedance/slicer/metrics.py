@@ -35,6 +35,13 @@ class SlicerMetrics:
         )
         for reason in ("subject_mismatch", "future_time"):
             self.refused_total.labels(reason)
+        self.inventory_publisher_changes_total = Counter(
+            "seedance_slicer_inventory_publisher_changes_total",
+            "Node inventories whose kind of publisher (nvml, simulated, node-labels: the "
+            "k8s-bridge's) differs from the node's last one: two publishers describe one node "
+            "(log slicer_inventory_publishers_disagree names it and both shapes).",
+            registry=registry,
+        )
         self.refused_moves_total = Counter(
             "seedance_slicer_refused_moves_total",
             "Consolidation moves the cluster refused (a PodDisruptionBudget), by what the slicer "

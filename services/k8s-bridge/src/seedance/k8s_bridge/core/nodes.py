@@ -12,8 +12,9 @@ reads what it implies: with time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.
 ``nvidia.com/gpu`` counts each GPU once per replica, so the inventory holds the physical GPUs
 (allocatable / replicas), never a fleet four times its size to bill; with the MIG single
 strategy (``...-MIG-3g.40gb``) each GPU of the inventory is a MIG device. A Node carries no GPU
-UUIDs: the inventory's are empty and the node agent (a later issue) publishes the real
-inventory instead, with ``publish_inventory`` off.
+UUIDs: the inventory's are empty. Where a telemetry collector (NVML) or a simulated node agent
+runs, it publishes the node's inventory and the bridge's ``publish_inventory`` is off (one
+publisher per node: docs/k8s-bridge.md, "Who publishes a node's inventory").
 
 A node's state (`NodeState`): ``cordoned`` where nothing new may land but what runs stays:
 ``spec.unschedulable`` (``kubectl cordon``, which also sets the taint
