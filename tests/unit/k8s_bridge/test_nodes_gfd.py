@@ -5,9 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from seedance.core import WallClock
 from seedance.events import derived_event_id
-from seedance.k8s_bridge.core.nodes import node_inventory
-from seedance.k8s_bridge.core.tracker import Tracker
+from seedance.events.telemetry import NodeInventory
+from seedance.k8s_bridge.cluster_view import ClusterView
+from seedance.k8s_bridge.core.nodes import UndescribedNode, node_inventory
+from seedance.k8s_bridge.core.tracker import Action, Publish, Tracker
+from seedance.k8s_bridge.metrics import BridgeMetrics
+from seedance.k8s_bridge.settings import BridgeSettings
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -73,3 +82,50 @@ def test_the_inventory_id_is_keyed_with_the_bridges_key() -> None:
     (published,) = Tracker(instance="bridge-0", id_key=b"k" * 32).node_seen(node, AT)
     assert published.event.id == node_inventory(node, AT, key=b"k" * 32).id != unkeyed
     assert node_inventory(node, AT, key=b"o" * 32).id != published.event.id
+
+
+class _View:
+    """The bridge's ClusterView with a leader's tracker, its informers never run: what one
+    Node watch event becomes (the actions enqueued), logged and counted."""
+
+    def __init__(self) -> None:
+        async def unused(*args: Any) -> Any:
+            raise AssertionError("the informers do not run here")
+
+        api = {
+            f"{v}_{k}": unused for v in ("list", "watch") for k in ("pods", "nodes", "namespaces")
+        }
+        self.registry = CollectorRegistry()
+        self.enqueued: list[Action] = []
+        tracker = Tracker(instance="bridge-0", id_key=b"k" * 32)
+        self.view = ClusterView(
+            type("Api", (), api)(), WallClock(), BridgeSettings(),
+            BridgeMetrics(self.registry), tracker=lambda: tracker, enqueue=self.enqueued.extend,
+            on_restart=lambda r, c: None,
+        )  # fmt: skip
+
+    def undescribed(self, reason: str) -> float | None:
+        return self.registry.get_sample_value(
+            "seedance_k8s_bridge_nodes_undescribed", {"node": "gpu-1", "reason": reason}
+        )
+
+
+def test_a_node_whose_pool_label_is_no_token_gets_no_inventory_and_says_why() -> None:
+    """An empty ``seedance.io/pool`` (a valid label value) maps to no pool: nothing is published
+    for the node, a warning and a gauge name it and why, until its label is fixed."""
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "seedance.io/pool": ""}
+    with pytest.raises(UndescribedNode, match=r"seedance\.io/pool"):
+        node_inventory(gfd_node(labels, gpus="8"), AT, key=b"k" * 32)
+    v = _View()
+    with capture_logs() as logs:
+        v.view._on_node("ADDED", gfd_node(labels, gpus="8"))
+    assert v.enqueued == []
+    (said,) = [e for e in logs if e["event"] == "bridge_node_undescribed"]
+    assert (said["node"], said["reason"]) == ("gpu-1", "invalid_pool")
+    assert v.undescribed("invalid_pool") == 1
+    v.view._on_node("MODIFIED", gfd_node({**labels, "seedance.io/pool": "a100.spot"}, gpus="8"))
+    (published,) = v.enqueued
+    assert isinstance(published, Publish)
+    assert isinstance(published.event, NodeInventory)
+    assert published.event.pool == "a100:spot"
+    assert v.undescribed("invalid_pool") is None

@@ -140,3 +140,16 @@ def test_two_publishers_of_one_node_are_said_naming_the_node_and_both_shapes() -
     assert one["after_shape"].endswith("no uuids)")
     counted = registry.get_sample_value("seedance_slicer_inventory_publisher_changes_total")
     assert counted == 1
+
+
+def test_a_pool_label_with_dots_is_its_token_and_the_slicer_decodes_it() -> None:
+    """``a100.spot`` is a valid label value but no subject token: the bridge once published it
+    as written and the slicer's decoder dead-lettered the inventory (the node never used). Its
+    dots become ``:`` as a node name's do (reversible: a label value holds no ``:``)."""
+    kube = operator_node(
+        {**H100_MIG_OFF, "nvidia.com/mig.strategy": "single", "seedance.io/pool": "a100.spot"},
+        {"nvidia.com/gpu": "8"},
+    )
+    inv = on_the_wire(kube)
+    assert inv.pool == "a100:spot"
+    assert placed_whole_gpu(inv)

@@ -22,6 +22,7 @@ from seedance.core import Clock
 from seedance.core.logs import get_logger
 from seedance.k8s_bridge.core.endpoints import replica_owners
 from seedance.k8s_bridge.core.keys import LABEL_TENANT
+from seedance.k8s_bridge.core.nodes import UndescribedNode
 from seedance.k8s_bridge.core.tracker import Action, Tracker
 from seedance.k8s_bridge.kube import KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
@@ -59,6 +60,8 @@ class ClusterView:
         self._on_restart = on_restart
         self.first_seen: dict[str, float] = {}
         self._tombstones: list[dict[str, Any]] = []
+        #: Nodes published no inventory for, and why (`_node`).
+        self._undescribed: dict[str, str] = {}
         #: Told of each Node change / each Namespace change (set by the service).
         self.node_listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.namespace_listeners: list[Callable[[], None]] = []
@@ -109,7 +112,7 @@ class ClusterView:
             tracker.namespace_seen(ns)
         if self._settings.publish_inventory:
             for node in self.nodes.cache.values():
-                actions += self._taken("nodes", node, lambda n=node: tracker.node_seen(n, now))
+                actions += self._taken("nodes", node, lambda n=node: self._node(tracker, n, now))
         for pod in self.pods.cache.values():
             actions += self._taken("pods", pod, lambda p=pod: tracker.pod_seen(p, now))
         for pod in self._tombstones:
@@ -150,9 +153,32 @@ class ClusterView:
         if tracker is None or not self._settings.publish_inventory:
             return
         deleted = kind == "DELETED"
-        self._guarded(
-            "nodes", node, lambda: tracker.node_seen(node, self._clock.now(), deleted=deleted)
-        )
+        self._guarded("nodes", node, lambda: self._node(tracker, node, self._clock.now(), deleted))
+
+    def _node(
+        self, tracker: Tracker, node: dict[str, Any], now: datetime, deleted: bool = False
+    ) -> list[Action]:
+        """The node's inventory; none where its labels cannot describe it (`UndescribedNode`),
+        said in a log line and a gauge naming the node and why, until they can or it is gone."""
+        name = str((node.get("metadata") or {}).get("name", ""))
+        try:
+            actions = tracker.node_seen(node, now, deleted=deleted)
+        except UndescribedNode as exc:
+            if deleted:
+                self._clear_undescribed(name)
+            elif self._undescribed.get(name) != exc.reason:
+                self._clear_undescribed(name)
+                self._undescribed[name] = exc.reason
+                self._metrics.nodes_undescribed.labels(name, exc.reason).set(1)
+                log.warning("bridge_node_undescribed", node=name, reason=exc.reason,
+                            detail=exc.detail)  # fmt: skip
+            return []
+        self._clear_undescribed(name)
+        return actions
+
+    def _clear_undescribed(self, name: str) -> None:
+        if (reason := self._undescribed.pop(name, None)) is not None:
+            self._metrics.nodes_undescribed.remove(name, reason)
 
     def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
         if (tracker := self._tracker()) is not None:

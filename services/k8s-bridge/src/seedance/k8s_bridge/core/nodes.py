@@ -49,12 +49,34 @@ import msgspec
 from seedance.events.base import derived_event_id
 from seedance.events.gpus import identify
 from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
-from seedance.events.tokens import kube_node_token
+from seedance.events.tokens import InvalidToken, check_token, kube_node_token
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.quantity import parse_quantity, to_mib, to_milli
 from seedance.k8s_bridge.core.release import is_ours
 
-__all__ = ["DRAINING_TAINTS", "node_inventory", "node_state", "node_usable", "same_inventory"]
+__all__ = [
+    "DRAINING_TAINTS",
+    "UNDESCRIBED",
+    "UndescribedNode",
+    "node_inventory",
+    "node_pool",
+    "node_state",
+    "node_usable",
+    "same_inventory",
+]
+
+#: Why a Node gets no inventory (the closed set of `UndescribedNode.reason`).
+UNDESCRIBED = ("invalid_pool",)
+
+
+class UndescribedNode(ValueError):
+    """A Node whose inventory the bridge cannot publish truthfully: it publishes none for it
+    (the slicer keeps what it last had), and the shell logs and counts ``reason``."""
+
+    def __init__(self, node: str, reason: str, detail: str) -> None:
+        super().__init__(f"node {node!r}: {detail}")
+        self.node, self.reason, self.detail = node, reason, detail
+
 
 #: Taints that mean the node is going or gone, whatever their effect.
 DRAINING_TAINTS = frozenset({
@@ -101,6 +123,22 @@ def _int_label(labels: Json, key: str, default: int) -> int:
         return default
 
 
+def node_pool(name: str, labels: Json) -> str:
+    """The node's slicer pool: its ``seedance.io/pool`` label (``default`` without one), as a
+    subject token. A label value may hold dots (``a100.spot``) where a token may not: like a
+    node name (`kube_node_token`), each ``.`` becomes ``:`` (never in a label value, so it is
+    reversible), and the pool is ``a100:spot``.
+
+    Raises:
+        UndescribedNode: a value that is no token even so (an empty one).
+    """
+    raw = labels.get(keys.LABEL_POOL, "default")
+    try:
+        return check_token("pool", str(raw).replace(".", ":"))
+    except InvalidToken as exc:
+        raise UndescribedNode(name, "invalid_pool", f"label {keys.LABEL_POOL}: {exc}") from None
+
+
 def node_state(node: Json, *, deleted: bool = False) -> NodeState:
     if deleted:
         return NodeState.REMOVED
@@ -113,6 +151,7 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
 
     Raises:
         InvalidQuantity: an allocatable quantity that does not parse.
+        UndescribedNode: a node whose labels cannot describe it (`UNDESCRIBED`).
     """
     md = node.get("metadata") or {}
     labels = md.get("labels") or {}
@@ -149,7 +188,7 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
         id="",
         at=at,
         node=name,
-        pool=str(labels.get(keys.LABEL_POOL, "default")),
+        pool=node_pool(name, labels),
         cpu_milli=cpu,
         memory_mib=memory,
         gpus=gpus,
