@@ -58,19 +58,27 @@ def test_a_whole_gpu_node_keeps_the_product_label_and_its_count() -> None:
     assert all(g.mig_capable and not g.mig_enabled for g in inv.gpus)
 
 
-def test_under_the_mig_single_strategy_each_gpu_is_a_mig_device() -> None:
-    node = gfd_node(
-        {
-            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
-            "nvidia.com/mig.capable": "true",
-            "nvidia.com/mig.strategy": "single",
-            "nvidia.com/gpu.memory": "40192",
-        },
-        gpus="16",
-    )
-    inv = node_inventory(node, AT, key=b"k" * 32)
-    assert len(inv.gpus) == 16
-    assert all(g.mig_enabled for g in inv.gpus)
+def test_under_the_mig_single_strategy_the_node_gets_no_inventory_and_the_bridge_says_why() -> None:
+    """The single strategy serves MIG devices as ``nvidia.com/gpu`` and overrides gpu.count
+    with their number: the slicer models physical GPUs whose layouts it plans, and the labels
+    do not say how many carry these 16 devices (tests/unit/slicer/test_bridge_inventory.py)."""
+    labels = {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/gpu.memory": "40192",
+    }
+    v = _View()
+    with capture_logs() as logs:
+        v.view._on_node("ADDED", gfd_node(labels, gpus="16"))
+        v.view._on_node("MODIFIED", gfd_node(labels, gpus="16"))  # said once while it stands
+    assert v.enqueued == []
+    (said,) = [e for e in logs if e["event"] == "bridge_node_undescribed"]
+    assert said["reason"] == "mig_single_strategy"
+    assert "16 MIG devices" in said["detail"]
+    assert v.undescribed("mig_single_strategy") == 1
+    v.view._on_node("DELETED", gfd_node(labels, gpus="16"))
+    assert v.undescribed("mig_single_strategy") is None
 
 
 def test_the_inventory_id_is_keyed_with_the_bridges_key() -> None:

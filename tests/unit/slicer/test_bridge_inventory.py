@@ -15,13 +15,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from seedance.core import Delivery
 from seedance.events import decode, encode
+from seedance.events.subjects import telemetry
 from seedance.events.telemetry import NodeInventory
 from seedance.events.tokens import kube_node_token
-from seedance.k8s_bridge.core.nodes import node_inventory
+from seedance.k8s_bridge.core.nodes import UndescribedNode, node_inventory
 from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.config import scheduler_config
 from seedance.slicer.core.effects import Placed
@@ -58,11 +61,40 @@ def on_the_wire(node: dict[str, Any]) -> NodeInventory:
     return got
 
 
-def placed_whole_gpu(inv: NodeInventory) -> bool:
+def slicer() -> tuple[SlicerDecider, CollectorRegistry]:
+    """The slicer's decider as its durable runtime drives it (its state never committed)."""
+    settings = SlicerSettings(pool="p")
+    config = scheduler_config(settings)
+    state = SlicerState(
+        None,  # type: ignore[arg-type]  # never loaded nor committed here
+        legacy_key="pool.p", config=config, parse_quota=lambda _doc: None,
+    )  # fmt: skip
+    registry = CollectorRegistry()
+    decider = SlicerDecider(
+        settings=settings, config=config, cluster_policy=ClusterPolicy(settings.policy),
+        metrics=SlicerMetrics(registry),
+    )  # fmt: skip
+    decider.bind(_Durable(state))  # type: ignore[arg-type]  # the state is all it reads
+    decider.id_key = bytes(32)
+    return decider, registry
+
+
+def placed(inv: NodeInventory, *jobs: JobSpec) -> list[Placed]:
+    """Where the scheduler places ``jobs``, one after the other, on the node ``inv`` alone."""
     sched = Scheduler()
     sched.upsert_node(node_spec(inv), 0.0)
-    effects = sched.submit(JobSpec(job_id="j1", tenant="acme", gpus=1, cause_id="c"), 1.0)
-    return any(isinstance(e, Placed) for e in effects)
+    out: list[Placed] = []
+    for n, job in enumerate(jobs):
+        out += [e for e in sched.submit(job, 1.0 + n) if isinstance(e, Placed)]
+    return out
+
+
+def whole(job_id: str = "j1") -> JobSpec:
+    return JobSpec(job_id=job_id, tenant="acme", gpus=1, cause_id=job_id)
+
+
+def placed_whole_gpu(inv: NodeInventory) -> bool:
+    return len(placed(inv, whole())) == 1
 
 
 #: A plain 8x H100 SXM node under the GPU operator, MIG off: GFD still writes the cluster's
@@ -112,20 +144,7 @@ def test_two_publishers_of_one_node_are_said_naming_the_node_and_both_shapes() -
     assert isinstance(collector, NodeInventory)
     assert isinstance(bridge, NodeInventory)
 
-    settings = SlicerSettings(pool="p")
-    config = scheduler_config(settings)
-    state = SlicerState(
-        None,  # type: ignore[arg-type]  # never loaded nor committed here
-        legacy_key="pool.p", config=config, parse_quota=lambda _doc: None,
-    )  # fmt: skip
-    registry = CollectorRegistry()
-    metrics = SlicerMetrics(registry)
-    decider = SlicerDecider(
-        settings=settings, config=config, cluster_policy=ClusterPolicy(settings.policy),
-        metrics=metrics,
-    )  # fmt: skip
-    decider.bind(_Durable(state))  # type: ignore[arg-type]  # the state is all it reads
-    decider.id_key = bytes(32)
+    decider, registry = slicer()
     with capture_logs() as logs:
         decider.apply(collector, AT)
         decider.apply(collector, AT)  # the same publisher again: nothing to say
@@ -153,3 +172,104 @@ def test_a_pool_label_with_dots_is_its_token_and_the_slicer_decodes_it() -> None
     inv = on_the_wire(kube)
     assert inv.pool == "a100:spot"
     assert placed_whole_gpu(inv)
+
+
+#: An 8x A100-SXM4-40GB node under the mixed strategy (GFD's "MIG 'mixed' strategy" table: a
+#: ``nvidia.com/mig-<profile>.count`` label per profile; ``gpu.count`` the physical GPUs).
+A100_MIXED = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/gpu.memory": "40960",
+    "nvidia.com/mig.capable": "true",
+    "nvidia.com/mig.strategy": "mixed",
+}
+
+
+def mig_job(job_id: str, profile: str) -> JobSpec:
+    return JobSpec(job_id=job_id, tenant="acme", gpus=1, mig_profile=profile, cause_id=job_id)
+
+
+def test_mixed_strategy_gpus_in_mig_mode_are_counted_beside_the_whole_ones() -> None:
+    """GPUs 6 and 7 in MIG mode (mig-parted's 1g.10gb on H100): the device plugin serves 6 as
+    ``nvidia.com/gpu`` and GPU 6/7's instances as ``nvidia.com/mig-1g.10gb``. The bridge once
+    published 6 GPUs, all ``mig_enabled`` (the strategy read as MIG mode)."""
+    labels = {
+        **H100_MIG_OFF,
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.config": "custom-6-whole-2-1g.10gb",
+        "nvidia.com/mig-1g.10gb.count": "14",
+        "nvidia.com/mig-1g.10gb.memory": "9856",
+    }
+    inv = on_the_wire(operator_node(labels, {"nvidia.com/gpu": "6",
+                                             "nvidia.com/mig-1g.10gb": "14"}))  # fmt: skip
+    assert len(inv.gpus) == 8
+    assert [g.mig_enabled for g in inv.gpus] == [False] * 6 + [True] * 2
+    assert {g.model for g in inv.gpus} == {"NVIDIA-H100-80GB-HBM3"}
+    got = placed(inv, *(whole(f"w{i}") for i in range(6)), mig_job("m", "1g.10gb"))
+    assert [p.kind for p in got] == ["whole"] * 6 + ["mig"]
+    assert got[-1].gpus[0].index >= 6
+
+
+def test_mixed_strategy_with_every_gpu_in_mig_mode_is_eight_mig_gpus_not_none() -> None:
+    """All 8 A100s cut ``all-1g.5gb`` (mig-parted): ``nvidia.com/gpu`` is 0, 56 instances. The
+    bridge once published a node of 0 GPUs."""
+    labels = {
+        **A100_MIXED,
+        "nvidia.com/mig.config": "all-1g.5gb",
+        "nvidia.com/mig-1g.5gb.count": "56",
+        "nvidia.com/mig-1g.5gb.memory": "4864",
+    }
+    inv = on_the_wire(operator_node(labels, {"nvidia.com/gpu": "0",
+                                             "nvidia.com/mig-1g.5gb": "56"}))  # fmt: skip
+    assert len(inv.gpus) == 8
+    assert all(g.mig_enabled and g.mig_capable for g in inv.gpus)
+    assert {(g.model, g.mem_total_mib) for g in inv.gpus} == {("NVIDIA-A100-SXM4-40GB", 40960)}
+    assert [p.kind for p in placed(inv, mig_job("m", "1g.5gb"))] == ["mig"]
+    assert not placed_whole_gpu(inv)
+
+
+def test_mig_instances_no_gpu_count_can_carry_get_the_node_no_inventory() -> None:
+    labels = {k: v for k, v in A100_MIXED.items() if k != "nvidia.com/gpu.count"}
+    kube = operator_node(labels, {"nvidia.com/gpu": "4", "nvidia.com/mig-1g.5gb": "28"})
+    with pytest.raises(UndescribedNode) as got:
+        node_inventory(kube, AT, key=KEY)
+    assert got.value.reason == "mig_gpus_unknown"
+    assert "nvidia.com/gpu.count=(none)" in got.value.detail
+
+
+def test_single_strategy_mig_devices_get_the_node_no_inventory_rather_than_a_wrong_one() -> None:
+    """GFD's single strategy overrides gpu.product and gpu.count with the MIG devices' (16x
+    ``A100-SXM4-80GB-MIG-3g.40gb``): the bridge once published 16 "GPUs" the slicer read as
+    16 whole A100s it could cut (and dropped without a word: more than 8)."""
+    labels = {**H100_MIG_OFF, "nvidia.com/mig.strategy": "single",
+              "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
+              "nvidia.com/gpu.count": "16", "nvidia.com/gpu.memory": "40192",
+              "nvidia.com/mig.config": "all-3g.40gb"}  # fmt: skip
+    with pytest.raises(UndescribedNode) as got:
+        node_inventory(operator_node(labels, {"nvidia.com/gpu": "16"}), AT, key=KEY)
+    assert got.value.reason == "mig_single_strategy"
+
+
+def test_an_inventory_of_more_gpus_than_the_slicer_models_is_dead_lettered_with_why() -> None:
+    """A 16-GPU node (a DGX-2's V100s): the scheduler models at most 8 per node and dropped it
+    without a word; now the slicer refuses it (term + dead letter), counted and logged."""
+    kube = operator_node({"nvidia.com/gpu.product": "Tesla-V100-SXM3-32GB",
+                          "nvidia.com/gpu.count": "16", "nvidia.com/gpu.memory": "32768"},
+                         {"nvidia.com/gpu": "16"})  # fmt: skip
+    inv = on_the_wire(kube)
+    decider, registry = slicer()
+    d = Delivery(event=inv, subject=telemetry.inventory(inv.node), stream_seq=1, num_delivered=1,
+                 received_at=AT)  # fmt: skip
+    with capture_logs() as logs:
+        refused = decider.check(d)
+    assert refused is not None
+    assert refused.kind == "too_many_gpus"
+    assert inv.node in str(refused)
+    assert "16 GPUs" in str(refused)
+    (said,) = [e for e in logs if e["event"] == "slicer_node_fact_refused"]
+    assert said["kind"] == "too_many_gpus"
+    counted = registry.get_sample_value(
+        "seedance_slicer_refused_node_facts_total", {"reason": "too_many_gpus"}
+    )
+    assert counted == 1

@@ -96,7 +96,7 @@ class SlicerDecider:
             self._metrics.refused_total.labels(refused.kind).inc()
             log.warning(
                 "slicer_node_fact_refused", kind=refused.kind, subject=d.subject,
-                stream_seq=d.stream_seq,
+                stream_seq=d.stream_seq, reason=str(refused),
             )  # fmt: skip
         return refused
 

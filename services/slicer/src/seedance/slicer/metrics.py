@@ -29,11 +29,12 @@ class SlicerMetrics:
         self.refused_total = Counter(
             "seedance_slicer_refused_node_facts_total",
             "Node inventories and health dead-lettered by reason (subject_mismatch: a payload "
-            "naming another node than its subject's; future_time: dated past the bound).",
+            "naming another node than its subject's; future_time: dated past the bound; "
+            "too_many_gpus: an inventory of more GPUs than the slicer models per node).",
             ["reason"],
             registry=registry,
         )
-        for reason in ("subject_mismatch", "future_time"):
+        for reason in ("subject_mismatch", "future_time", "too_many_gpus"):
             self.refused_total.labels(reason)
         self.inventory_publisher_changes_total = Counter(
             "seedance_slicer_inventory_publisher_changes_total",

@@ -26,6 +26,7 @@ __all__ = [
     "EVENT_PREEMPTED",
     "EVENT_REFUSED",
     "EVENT_SCHEDULED",
+    "LABEL_GPU_COUNT",
     "LABEL_GPU_MEMORY",
     "LABEL_GPU_PRODUCT",
     "LABEL_GPU_REPLICAS",
@@ -80,6 +81,8 @@ LABEL_POOL = "seedance.io/pool"
 #: GPU feature discovery's node labels.
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
+#: The node's GPUs (the single MIG strategy overrides it with its MIG devices' number).
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 #: GFD with time-slicing: how many replicas each GPU is advertised as (``nvidia.com/gpu`` is

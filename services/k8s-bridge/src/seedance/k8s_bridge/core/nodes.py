@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 #: Why a Node gets no inventory (the closed set of `UndescribedNode.reason`).
-UNDESCRIBED = ("invalid_pool",)
+UNDESCRIBED = ("invalid_pool", "mig_single_strategy", "mig_gpus_unknown")
 
 
 class UndescribedNode(ValueError):
@@ -158,32 +158,11 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
     status = node.get("status") or {}
     state = node_state(node, deleted=deleted)
     described = not deleted  # a cordoned node keeps its shape: its jobs hold GPU indices
+    name = kube_node_token(str(md.get("name", "")))
     product = str(labels.get(keys.LABEL_GPU_PRODUCT, "unknown"))
-    reported = identify(product)
-    count = int(parse_quantity(_resource(status, keys.RES_GPU))) if described else 0
-    if reported.shared:
-        count //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
-    mem_mib = _int_label(labels, keys.LABEL_GPU_MEMORY, 0)
-    mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true"
-    # ``nvidia.com/mig.strategy`` says how the device plugin would serve MIG devices, not that
-    # any GPU is in MIG mode: the GPU operator sets one strategy cluster-wide (``single`` by
-    # default) and GFD writes it on every GPU node, MIG on or off. What ``nvidia.com/gpu``
-    # serves is a MIG device only where GFD's product says so (the single strategy's
-    # ``...-MIG-<profile>``); otherwise it is a whole GPU.
-    mig_device = reported.mig_profile is not None
-    gpus = [
-        GpuInfo(
-            index=i,
-            model=product,
-            mem_total_mib=mem_mib,
-            mig_capable=mig_capable,
-            mig_enabled=mig_device,
-        )
-        for i in range(count)
-    ]
+    gpus = _gpus(name, product, labels, status) if described else []
     cpu = to_milli(parse_quantity(_resource(status, keys.RES_CPU))) if described else 0
     memory = to_mib(parse_quantity(_resource(status, keys.RES_MEMORY))) if described else 0
-    name = kube_node_token(str(md.get("name", "")))
     body = NodeInventory(
         id="",
         at=at,
@@ -197,6 +176,75 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
     uid = str(md.get("uid") or name)
     ms = int(at.timestamp() * 1000)
     return msgspec.structs.replace(body, id=derived_event_id(uid, f"inventory/{ms}", ms, key=key))
+
+
+def _mig_instances(status: Json, labels: Json) -> dict[str, int]:
+    """The MIG instances served per profile under the mixed strategy: the device plugin's
+    ``nvidia.com/mig-<profile>`` resources, else GFD's ``nvidia.com/mig-<profile>.count``."""
+    out: dict[str, int] = {}
+    for res in {**(status.get("capacity") or {}), **(status.get("allocatable") or {})}:
+        if res.startswith(keys.MIG_PREFIX):
+            out[res.removeprefix(keys.MIG_PREFIX)] = int(parse_quantity(_resource(status, res)))
+    if not out:
+        for label in labels:
+            if label.startswith(keys.MIG_PREFIX) and label.endswith(".count"):
+                profile = label.removeprefix(keys.MIG_PREFIX).removesuffix(".count")
+                out[profile] = _int_label(labels, label, 0)
+    return {p: n for p, n in out.items() if n > 0}
+
+
+def _gpus(name: str, product: str, labels: Json, status: Json) -> list[GpuInfo]:
+    """The node's physical GPUs, as far as GFD's labels and the allocatable resources say.
+
+    ``nvidia.com/gpu`` counts what the device plugin serves as one: a whole GPU; a time-sliced
+    GPU once per replica (``-SHARED``: divided back); a MIG device under the single strategy.
+    ``nvidia.com/mig.strategy`` never says a GPU is in MIG mode (the GPU operator writes its
+    cluster-wide strategy, ``single`` by default, on every GPU node, MIG on or off).
+
+    Raises:
+        UndescribedNode: MIG devices whose physical GPUs the labels do not give.
+    """
+    reported = identify(product)
+    served = int(parse_quantity(_resource(status, keys.RES_GPU)))
+    if reported.mig_profile is not None and served:
+        # The slicer models physical GPUs and plans their MIG layouts itself; GFD's single
+        # strategy overrides gpu.product and gpu.count with the MIG devices', so how many
+        # GPUs carry them is not on the node.
+        raise UndescribedNode(
+            name, "mig_single_strategy",
+            f"{served} MIG devices {product!r} served as {keys.RES_GPU} (GFD's single "
+            "strategy): the labels do not say how many physical GPUs carry them",
+        )  # fmt: skip
+    if reported.shared:
+        served //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
+    mig = _mig_instances(status, labels)
+    in_mig = 0
+    if mig:
+        # The mixed strategy: whole GPUs are nvidia.com/gpu, MIG-mode GPUs serve only their
+        # instances, and gpu.count is every physical GPU.
+        total = _int_label(labels, keys.LABEL_GPU_COUNT, -1)
+        in_mig = total - served
+        if in_mig <= 0:
+            raise UndescribedNode(
+                name, "mig_gpus_unknown",
+                f"MIG instances {dict(sorted(mig.items()))} served beside {served} whole GPUs, "
+                f"but {keys.LABEL_GPU_COUNT}="
+                f"{labels.get(keys.LABEL_GPU_COUNT, '(none)')!s} leaves no GPU to carry them",
+            )  # fmt: skip
+    mem_mib = _int_label(labels, keys.LABEL_GPU_MEMORY, 0)
+    mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true"
+    # Which physical GPUs are in MIG mode the Node does not say: the whole ones come first
+    # (the indices of a Node's inventory are the bridge's own; it carries no UUIDs).
+    return [
+        GpuInfo(
+            index=i,
+            model=product,
+            mem_total_mib=mem_mib,
+            mig_capable=mig_capable or i >= served,
+            mig_enabled=i >= served,
+        )
+        for i in range(served + in_mig)
+    ]
 
 
 def same_inventory(a: NodeInventory, b: NodeInventory) -> bool:
