@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from seedance.core import Delivery
+from seedance.cost_ledger.core.pricebook import default_price_book
 from seedance.events import decode, encode
 from seedance.events.subjects import telemetry
 from seedance.events.telemetry import NodeInventory
@@ -273,3 +274,49 @@ def test_an_inventory_of_more_gpus_than_the_slicer_models_is_dead_lettered_with_
         "seedance_slicer_refused_node_facts_total", {"reason": "too_many_gpus"}
     )
     assert counted == 1
+
+
+def gke_node(accelerator: str, gpus: str, **extra: str) -> dict[str, Any]:
+    """A GKE Standard node pool's node as GKE labels it: no GPU feature discovery, Google's
+    own device plugin serving ``nvidia.com/gpu``, the accelerator type as a label."""
+    labels = {
+        "cloud.google.com/gke-accelerator": accelerator,
+        "cloud.google.com/gke-gpu": "true",
+        "cloud.google.com/gke-gpu-driver-version": "default",
+        "cloud.google.com/gke-nodepool": "gpu-pool",
+        "node.kubernetes.io/instance-type": "a3-highgpu-8g",
+        **extra,
+    }
+    return operator_node(labels, {"nvidia.com/gpu": gpus})
+
+
+def test_a_gke_node_without_gfd_is_named_by_its_accelerator_and_billed_as_that_gpu() -> None:
+    """GKE's a3-highgpu-8g: the bridge once published 8 GPUs of model ``unknown``, billed at
+    the price book's fallback (`default_price_book()`'s fallback row, not its H100 row)."""
+    book = default_price_book()
+    inv = on_the_wire(gke_node("nvidia-h100-80gb", "8"))
+    assert [g.model for g in inv.gpus] == ["H100-SXM5-80GB"] * 8
+    price = book.lookup(inv.gpus[0].model)
+    assert price.model == "H100-SXM5-80GB"
+    assert not price.fallback
+    assert placed_whole_gpu(inv)
+    # The A2 Standard's nvidia-tesla-a100 is the 40 GB A100, which the name alone is not.
+    (a100,) = {g.model for g in on_the_wire(gke_node("nvidia-tesla-a100", "8")).gpus}
+    assert book.lookup(a100).model == "A100-SXM4-40GB"
+    # A value whose form factor or memory the name does not fix stays unknown.
+    assert {g.model for g in on_the_wire(gke_node("nvidia-tesla-v100", "8")).gpus} == {"unknown"}
+
+
+def test_gke_time_sharing_counts_physical_gpus_and_mig_partitions_get_no_inventory() -> None:
+    shared = gke_node(
+        "nvidia-l4", "8",
+        **{"cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
+           "cloud.google.com/gke-max-shared-clients-per-gpu": "4"},
+    )  # fmt: skip
+    assert [g.model for g in on_the_wire(shared).gpus] == ["L4-PCIE-24GB"] * 2
+    mig = gke_node(
+        "nvidia-a100-80gb", "14", **{"cloud.google.com/gke-gpu-partition-size": "1g.10gb"}
+    )
+    with pytest.raises(UndescribedNode) as got:
+        node_inventory(mig, AT, key=KEY)
+    assert got.value.reason == "gke_gpu_partitions"

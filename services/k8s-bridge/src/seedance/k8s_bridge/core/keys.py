@@ -26,6 +26,10 @@ __all__ = [
     "EVENT_PREEMPTED",
     "EVENT_REFUSED",
     "EVENT_SCHEDULED",
+    "LABEL_GKE_ACCELERATOR",
+    "LABEL_GKE_GPU_PARTITION",
+    "LABEL_GKE_MAX_SHARED_CLIENTS",
+    "LABEL_GKE_SHARING_STRATEGY",
     "LABEL_GPU_COUNT",
     "LABEL_GPU_MEMORY",
     "LABEL_GPU_PRODUCT",
@@ -85,6 +89,13 @@ LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
+#: GKE's own GPU node labels (no GFD there): the accelerator type (``nvidia-h100-80gb``), its
+#: MIG partition size (``1g.5gb``: each ``nvidia.com/gpu`` is then one partition) and GPU
+#: sharing (``time-sharing`` with up to ``max-shared-clients-per-gpu`` per GPU).
+LABEL_GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+LABEL_GKE_GPU_PARTITION = "cloud.google.com/gke-gpu-partition-size"
+LABEL_GKE_SHARING_STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
+LABEL_GKE_MAX_SHARED_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
 #: GFD with time-slicing: how many replicas each GPU is advertised as (``nvidia.com/gpu`` is
 #: physical GPUs × replicas, and ``gpu.product`` gains ``-SHARED``).
 LABEL_GPU_REPLICAS = "nvidia.com/gpu.replicas"

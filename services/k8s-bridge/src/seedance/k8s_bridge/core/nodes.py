@@ -56,6 +56,7 @@ from seedance.k8s_bridge.core.release import is_ours
 
 __all__ = [
     "DRAINING_TAINTS",
+    "GKE_ACCELERATORS",
     "UNDESCRIBED",
     "UndescribedNode",
     "node_inventory",
@@ -66,7 +67,27 @@ __all__ = [
 ]
 
 #: Why a Node gets no inventory (the closed set of `UndescribedNode.reason`).
-UNDESCRIBED = ("invalid_pool", "mig_single_strategy", "mig_gpus_unknown")
+UNDESCRIBED = ("invalid_pool", "mig_single_strategy", "mig_gpus_unknown", "gke_gpu_partitions")
+
+#: GKE's ``cloud.google.com/gke-accelerator`` values whose GPU is certain, as the GPU identity
+#: (``seedance.events.gpus``) names it. From Google's list ("Deploy GPU workloads in
+#: Autopilot", cloud.google.com/kubernetes-engine/docs/how-to/autopilot-gpus, and the Compute
+#: Engine machine families that carry each: A2 Standard / Ultra, A3 High / Mega / Ultra, A4,
+#: G2, N1). Left out, published as ``unknown`` (the price book's fallback): values whose form
+#: factor or memory the name does not fix (``nvidia-tesla-v100``, ``nvidia-tesla-p100``,
+#: ``nvidia-gb200``, ``nvidia-rtx-pro-6000``) or that the identity does not know
+#: (``nvidia-tesla-p4``, ``nvidia-tesla-k80``). ``nvidia-tesla-a100`` is the 40 GB part: the
+#: identity alone would read it as the 80 GB one.
+GKE_ACCELERATORS = {
+    "nvidia-tesla-t4": "T4-PCIE-16GB",
+    "nvidia-l4": "L4-PCIE-24GB",
+    "nvidia-tesla-a100": "A100-SXM4-40GB",
+    "nvidia-a100-80gb": "A100-SXM4-80GB",
+    "nvidia-h100-80gb": "H100-SXM5-80GB",
+    "nvidia-h100-mega-80gb": "H100-SXM5-80GB",
+    "nvidia-h200-141gb": "H200-SXM-141GB",
+    "nvidia-b200": "B200-SXM-180GB",
+}
 
 
 class UndescribedNode(ValueError):
@@ -159,7 +180,7 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
     state = node_state(node, deleted=deleted)
     described = not deleted  # a cordoned node keeps its shape: its jobs hold GPU indices
     name = kube_node_token(str(md.get("name", "")))
-    product = str(labels.get(keys.LABEL_GPU_PRODUCT, "unknown"))
+    product = _product(labels)
     gpus = _gpus(name, product, labels, status) if described else []
     cpu = to_milli(parse_quantity(_resource(status, keys.RES_CPU))) if described else 0
     memory = to_mib(parse_quantity(_resource(status, keys.RES_MEMORY))) if described else 0
@@ -176,6 +197,14 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
     uid = str(md.get("uid") or name)
     ms = int(at.timestamp() * 1000)
     return msgspec.structs.replace(body, id=derived_event_id(uid, f"inventory/{ms}", ms, key=key))
+
+
+def _product(labels: Json) -> str:
+    """GFD's ``nvidia.com/gpu.product`` as written; without GFD, GKE's accelerator label where
+    its model is certain (`GKE_ACCELERATORS`); else ``unknown``."""
+    if keys.LABEL_GPU_PRODUCT in labels:
+        return str(labels[keys.LABEL_GPU_PRODUCT])
+    return GKE_ACCELERATORS.get(str(labels.get(keys.LABEL_GKE_ACCELERATOR, "")), "unknown")
 
 
 def _mig_instances(status: Json, labels: Json) -> dict[str, int]:
@@ -215,8 +244,17 @@ def _gpus(name: str, product: str, labels: Json, status: Json) -> list[GpuInfo]:
             f"{served} MIG devices {product!r} served as {keys.RES_GPU} (GFD's single "
             "strategy): the labels do not say how many physical GPUs carry them",
         )  # fmt: skip
+    if keys.LABEL_GKE_GPU_PARTITION in labels and served:
+        raise UndescribedNode(
+            name, "gke_gpu_partitions",
+            f"{served} GKE MIG partitions {labels[keys.LABEL_GKE_GPU_PARTITION]!s} served as "
+            f"{keys.RES_GPU}: the labels do not say how many physical GPUs carry them",
+        )  # fmt: skip
     if reported.shared:
         served //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
+    elif labels.get(keys.LABEL_GKE_SHARING_STRATEGY) == "time-sharing":
+        # GKE advertises each time-shared GPU once per client it may have.
+        served //= max(1, _int_label(labels, keys.LABEL_GKE_MAX_SHARED_CLIENTS, 1))
     mig = _mig_instances(status, labels)
     in_mig = 0
     if mig:
