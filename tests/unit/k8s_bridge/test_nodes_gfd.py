@@ -137,3 +137,33 @@ def test_a_node_whose_pool_label_is_no_token_gets_no_inventory_and_says_why() ->
     assert isinstance(published.event, NodeInventory)
     assert published.event.pool == "a100:spot"
     assert v.undescribed("invalid_pool") is None
+
+
+def test_time_slicing_renamed_to_gpu_shared_is_left_out_and_said_once() -> None:
+    """The device plugin's time-slicing config with ``renameByDefault: true`` serves 8 A10Gs x4
+    as ``nvidia.com/gpu.shared``, which no pod Seedance places asks for: the node is published
+    with its CPU and memory and no GPU, and the bridge says why (before: 0 GPUs, no word)."""
+    node = gfd_node(
+        {
+            "nvidia.com/gpu.product": "NVIDIA-A10G-SHARED",
+            "nvidia.com/gpu.count": "8",
+            "nvidia.com/gpu.replicas": "4",
+            "nvidia.com/gpu.memory": "23028",
+            "nvidia.com/gpu.sharing-strategy": "time-slicing",
+        },
+        gpus="0",
+    )
+    del node["status"]["allocatable"]["nvidia.com/gpu"]
+    node["status"]["allocatable"]["nvidia.com/gpu.shared"] = "32"
+    v = _View()
+    with capture_logs() as logs:
+        v.view._on_node("ADDED", node)
+        v.view._on_node("MODIFIED", node)
+    (published,) = v.enqueued
+    assert isinstance(published, Publish)
+    assert isinstance(published.event, NodeInventory)
+    assert published.event.gpus == []
+    assert published.event.cpu_milli == 32_000
+    (said,) = [e for e in logs if e["event"] == "bridge_node_gpus_left_out"]
+    assert said["node"] == "gpu-1"
+    assert "32 nvidia.com/gpu.shared" in said["detail"]

@@ -22,7 +22,7 @@ from seedance.core import Clock
 from seedance.core.logs import get_logger
 from seedance.k8s_bridge.core.endpoints import replica_owners
 from seedance.k8s_bridge.core.keys import LABEL_TENANT
-from seedance.k8s_bridge.core.nodes import UndescribedNode
+from seedance.k8s_bridge.core.nodes import UndescribedNode, gpus_left_out
 from seedance.k8s_bridge.core.tracker import Action, Tracker
 from seedance.k8s_bridge.kube import KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
@@ -62,6 +62,8 @@ class ClusterView:
         self._tombstones: list[dict[str, Any]] = []
         #: Nodes published no inventory for, and why (`_node`).
         self._undescribed: dict[str, str] = {}
+        #: Nodes whose served GPUs the inventory leaves out, said once (`gpus_left_out`).
+        self._left_out: set[str] = set()
         #: Told of each Node change / each Namespace change (set by the service).
         self.node_listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.namespace_listeners: list[Callable[[], None]] = []
@@ -174,6 +176,12 @@ class ClusterView:
                             detail=exc.detail)  # fmt: skip
             return []
         self._clear_undescribed(name)
+        left_out = None if deleted else gpus_left_out(node)
+        if left_out is None:
+            self._left_out.discard(name)
+        elif name not in self._left_out:
+            self._left_out.add(name)
+            log.warning("bridge_node_gpus_left_out", node=name, detail=left_out)
         return actions
 
     def _clear_undescribed(self, name: str) -> None:

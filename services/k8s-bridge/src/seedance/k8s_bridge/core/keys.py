@@ -50,6 +50,7 @@ __all__ = [
     "RES_GPU",
     "RES_GPU_MEMORY_MIB",
     "RES_GPU_MILLI",
+    "RES_GPU_SHARED",
     "RES_MEMORY",
     "RES_MIG",
     "SOURCE_COMPONENT",
@@ -62,6 +63,8 @@ SOURCE_COMPONENT = "seedance-scheduler"
 RES_CPU = "cpu"
 RES_MEMORY = "memory"
 RES_GPU = "nvidia.com/gpu"
+#: The device plugin's time-sliced GPUs with ``renameByDefault: true`` (not placed by Seedance).
+RES_GPU_SHARED = "nvidia.com/gpu.shared"
 #: ``nvidia.com/mig-<profile>`` (the device plugin's "mixed" strategy): one MIG instance.
 MIG_PREFIX = "nvidia.com/mig-"
 RES_GPU_MILLI = "seedance.io/gpu-milli"

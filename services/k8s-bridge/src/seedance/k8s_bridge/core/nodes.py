@@ -59,6 +59,7 @@ __all__ = [
     "GKE_ACCELERATORS",
     "UNDESCRIBED",
     "UndescribedNode",
+    "gpus_left_out",
     "node_inventory",
     "node_pool",
     "node_state",
@@ -283,6 +284,21 @@ def _gpus(name: str, product: str, labels: Json, status: Json) -> list[GpuInfo]:
         )
         for i in range(served + in_mig)
     ]
+
+
+def gpus_left_out(node: Json) -> str | None:
+    """Why GPUs the node serves are not in its inventory (None: none are left out). The device
+    plugin's time-slicing with ``renameByDefault: true`` serves them as
+    ``nvidia.com/gpu.shared``, which no pod Seedance places may ask for (`core.pods`): counted,
+    they would draw ``nvidia.com/gpu`` pods the kubelet cannot admit there."""
+    status = node.get("status") or {}
+    shared = int(parse_quantity(_resource(status, keys.RES_GPU_SHARED)))
+    if not shared:
+        return None
+    return (
+        f"{shared} {keys.RES_GPU_SHARED} (the device plugin's time-slicing with renameByDefault: "
+        f"true) left out: Seedance places {keys.RES_GPU}, not {keys.RES_GPU_SHARED}"
+    )
 
 
 def same_inventory(a: NodeInventory, b: NodeInventory) -> bool:
