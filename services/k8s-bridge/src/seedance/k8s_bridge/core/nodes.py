@@ -10,10 +10,16 @@ it on every GPU node, MIG on or off. The product label is published as
 GFD writes it (what the bridge observes); the one GPU identity (``seedance.events.gpus``)
 reads what it implies: with time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.replicas``)
 ``nvidia.com/gpu`` counts each GPU once per replica, so the inventory holds the physical GPUs
-(allocatable / replicas), never a fleet four times its size to bill; with the MIG single
-strategy (``...-MIG-3g.40gb``) each GPU of the inventory is a MIG device. A Node carries no GPU
-UUIDs: the inventory's are empty. Where a telemetry collector (NVML) or a simulated node agent
-runs, it publishes the node's inventory and the bridge's ``publish_inventory`` is off (one
+(allocatable / replicas), never a fleet four times its size to bill. Under the mixed MIG
+strategy the GPUs in MIG mode are ``nvidia.com/gpu.count`` less the whole ones (their
+instances served as ``nvidia.com/mig-<profile>``). Without GFD (GKE) the model is GKE's
+accelerator label where it is certain (`GKE_ACCELERATORS`). A node whose labels cannot
+describe it (the single strategy's or GKE's MIG devices served as ``nvidia.com/gpu``: how
+many physical GPUs carry them is not on the node) gets no inventory: `UndescribedNode`, whose
+reason (`UNDESCRIBED`) the shell logs and gauges; GPUs served under a resource Seedance does
+not place are left out (`gpus_left_out`, said by the shell). A Node carries no GPU UUIDs:
+the inventory's are empty. Where a telemetry collector (NVML) or a simulated node agent runs,
+it publishes the node's inventory and the bridge's ``publish_inventory`` is off (one
 publisher per node: docs/k8s-bridge.md, "Who publishes a node's inventory").
 
 A node's state (`NodeState`): ``cordoned`` where nothing new may land but what runs stays:
