@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from seedance.core import WallClock
 from seedance.events import derived_event_id
-from seedance.events.telemetry import NodeInventory
+from seedance.events.telemetry import NodeInventory, NodeState
 from seedance.k8s_bridge.cluster_view import ClusterView
 from seedance.k8s_bridge.core.nodes import UndescribedNode, node_inventory
 from seedance.k8s_bridge.core.tracker import Action, Publish, Tracker
@@ -96,7 +96,7 @@ class _View:
     """The bridge's ClusterView with a leader's tracker, its informers never run: what one
     Node watch event becomes (the actions enqueued), logged and counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: BridgeSettings | None = None) -> None:
         async def unused(*args: Any) -> Any:
             raise AssertionError("the informers do not run here")
 
@@ -107,7 +107,7 @@ class _View:
         self.enqueued: list[Action] = []
         tracker = Tracker(instance="bridge-0", id_key=b"k" * 32)
         self.view = ClusterView(
-            type("Api", (), api)(), WallClock(), BridgeSettings(),
+            type("Api", (), api)(), WallClock(), settings or BridgeSettings(),
             BridgeMetrics(self.registry), tracker=lambda: tracker, enqueue=self.enqueued.extend,
             on_restart=lambda r, c: None,
         )  # fmt: skip
@@ -167,3 +167,23 @@ def test_time_slicing_renamed_to_gpu_shared_is_left_out_and_said_once() -> None:
     (said,) = [e for e in logs if e["event"] == "bridge_node_gpus_left_out"]
     assert said["node"] == "gpu-1"
     assert "32 nvidia.com/gpu.shared" in said["detail"]
+
+
+def test_a_bridge_that_does_not_publish_inventories_still_says_a_node_is_gone() -> None:
+    """The shipped base: the collector publishes each GPU node's inventory, the bridge none
+    (`PUBLISH_INVENTORY=false`). A deleted Node's collector is deleted with it, so nothing
+    else says the node is gone: the bridge publishes its removal (no resources, ``removed``),
+    which the slicer takes as it always has (evicts and re-queues its jobs). Before, with the
+    inventory off, the deletion was not published and the slicer kept placing on the node."""
+    v = _View(BridgeSettings(publish_inventory=False))
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    v.view._on_node("ADDED", gfd_node(labels, gpus="8"))
+    v.view._on_node("MODIFIED", gfd_node(labels, gpus="8"))
+    assert v.enqueued == []
+    v.view._on_node("DELETED", gfd_node(labels, gpus="8"))
+    (removed,) = v.enqueued
+    assert isinstance(removed, Publish)
+    assert isinstance(removed.event, NodeInventory)
+    assert (removed.event.node, removed.event.state, removed.event.gpus) == (
+        "gpu-1", NodeState.REMOVED, [],
+    )  # fmt: skip

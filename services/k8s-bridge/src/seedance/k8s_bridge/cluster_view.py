@@ -151,10 +151,11 @@ class ClusterView:
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
         for listener in self.node_listeners:
             listener(kind, node)
-        tracker = self._tracker()
-        if tracker is None or not self._settings.publish_inventory:
+        tracker, deleted = self._tracker(), kind == "DELETED"
+        # Without the inventory (a collector publishes the node's), a deletion is still said:
+        # the node's collector goes with it, so nothing else would (docs/k8s-bridge.md).
+        if tracker is None or not (self._settings.publish_inventory or deleted):
             return
-        deleted = kind == "DELETED"
         self._guarded("nodes", node, lambda: self._node(tracker, node, self._clock.now(), deleted))
 
     def _node(
