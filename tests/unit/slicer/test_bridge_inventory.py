@@ -13,6 +13,7 @@ consumer reads it) before the scheduler sees it.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -67,7 +68,8 @@ def slicer() -> tuple[SlicerDecider, CollectorRegistry]:
     settings = SlicerSettings(pool="p")
     config = scheduler_config(settings)
     state = SlicerState(
-        None,  # type: ignore[arg-type]  # never loaded nor committed here
+        SimpleNamespace(stats=SimpleNamespace(journal_records=0)),  # type: ignore[arg-type]
+        # never loaded nor committed here: `restored` reads its stats only
         legacy_key="pool.p", config=config, parse_quota=lambda _doc: None,
     )  # fmt: skip
     registry = CollectorRegistry()
@@ -126,8 +128,9 @@ def test_a_mig_capable_node_with_mig_off_takes_whole_gpu_jobs_whatever_the_strat
 
 
 def test_two_publishers_of_one_node_are_said_naming_the_node_and_both_shapes() -> None:
-    """An operator's mistake (the bridge's PUBLISH_INVENTORY on beside the NVML collector): the
-    slicer still takes the last inventory whole, but says so instead of flipping silently."""
+    """The shipped base's two publishers of a GPU-operator node (the NVML collector and the
+    bridge): the slicer still takes the last inventory whole, but says so instead of flipping
+    silently: every change counted, logged once per node per leader term (no flood)."""
     name = "ip-10-0-1-2.ec2.internal"
     node = kube_node_token(name)
     # NVML: 8x H100 SXM, GPUs 6 and 7 in MIG mode (the collector's own mapping).
@@ -150,6 +153,9 @@ def test_two_publishers_of_one_node_are_said_naming_the_node_and_both_shapes() -
         decider.apply(collector, AT)
         decider.apply(collector, AT)  # the same publisher again: nothing to say
         decider.apply(bridge, AT + timedelta(seconds=1))
+        # The shipped base's two publishers go on flipping the node: counted, said once a term.
+        decider.apply(collector, AT + timedelta(seconds=2))
+        decider.apply(bridge, AT + timedelta(seconds=3))
     said = [e for e in logs if e["event"] == "slicer_inventory_publishers_disagree"]
     assert len(said) == 1
     (one,) = said
@@ -159,7 +165,15 @@ def test_two_publishers_of_one_node_are_said_naming_the_node_and_both_shapes() -
     assert "NVIDIA-H100-80GB-HBM3" in one["after_shape"]
     assert one["after_shape"].endswith("no uuids)")
     counted = registry.get_sample_value("seedance_slicer_inventory_publisher_changes_total")
-    assert counted == 1
+    assert counted == 3
+    decider.restored(0.0)  # a new leader term: the node's next change is said again
+    with capture_logs() as logs:
+        decider.apply(collector, AT + timedelta(seconds=4))
+        decider.apply(bridge, AT + timedelta(seconds=5))
+    said = [e for e in logs if e["event"] == "slicer_inventory_publishers_disagree"]
+    assert [(e["before"], e["after"]) for e in said] == [("node-labels", "nvml")]
+    counted = registry.get_sample_value("seedance_slicer_inventory_publisher_changes_total")
+    assert counted == 5
 
 
 def test_a_pool_label_with_dots_is_its_token_and_the_slicer_decodes_it() -> None:

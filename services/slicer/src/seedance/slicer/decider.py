@@ -160,15 +160,19 @@ class SlicerDecider:
 
     def _note_publisher(self, ev: NodeInventory) -> None:
         """Says where a node's inventory came from another kind of publisher than its last:
-        the scheduler takes the last one whole, so two publishers flip the node's shape."""
+        the scheduler takes the last one whole, so two publishers flip the node's shape.
+        Counts every change; logs a node's first one per leader term."""
         if (change := self._publishers.note(ev)) is None:
             return
         self._metrics.inventory_publisher_changes_total.inc()
+        if not self._publishers.first_word(change.node):
+            return
         log.warning(
             "slicer_inventory_publishers_disagree", node=change.node, before=change.before,
             before_shape=change.before_shape, after=change.after, after_shape=change.after_shape,
-            hint="one inventory publisher per node: the collector where one runs, else the "
-            "k8s-bridge (SEEDANCE_K8S_BRIDGE_PUBLISH_INVENTORY)",
+            hint="said once per node per leader term (the counter counts each change); the "
+            "base's collector and k8s-bridge both publish a GPU-operator node's inventory "
+            "(docs/k8s-bridge.md, who publishes a node's inventory)",
         )  # fmt: skip
 
     def _undo_move(self, ev: JobMoveRefused, now_s: float) -> list[Effect]:
@@ -207,6 +211,7 @@ class SlicerDecider:
     def restored(self, seconds: float) -> None:
         """A leader's restore took `seconds` (read by ``make bench-scale``: keep the name)."""
         st = self._state()
+        self._publishers.new_term()  # each node's publisher change is said once per term
         self.update_gauges()
         self._metrics.quota_revision.set(st.quota_revision)
         log.info(

@@ -1,19 +1,22 @@
 """Which kind of publisher described each node last, so that two of them describing one node is
 said, not silently followed.
 
-A node's inventory comes from one publisher in every shipped deployment: the telemetry
-collector reading NVML (GPU UUIDs, MIG mode), a simulated node agent (``simulated``), or the
-k8s-bridge's inventory of the Node where neither runs (GPU feature discovery's labels, no
-UUIDs). The slicer upserts each inventory whole, so where an operator runs two (the bridge's
-``PUBLISH_INVENTORY`` on beside a collector) the node's shape flips with each publish (8 GPUs
-with UUIDs, then 6 without) and placements follow whichever came last. The scheduler's choice
-stays last-one-wins (both say they observe the node; neither may be refused); this names the
-node and both shapes when the kind of publisher changes (`PublisherChange`), for the decider to
-log and count.
+A node's inventory may come from the telemetry collector reading NVML (GPU UUIDs, MIG mode), a
+simulated node agent (``simulated``), or the k8s-bridge's inventory of the Node (GPU feature
+discovery's labels, no UUIDs; the only one that says a node is cordoned, not ready or deleted).
+The shipped base runs two of them on a GPU-operator node, the collector and the bridge (a known
+defect: docs/k8s-bridge.md, "Who publishes a node's inventory"). The slicer upserts each
+inventory whole, so the node's shape flips with each publish (8 GPUs with UUIDs, then 6
+without) and placements follow whichever came last. The scheduler's choice stays last-one-wins
+(both say they observe the node; neither may be refused); this names the node and both shapes
+when the kind of publisher changes (`PublisherChange`), for the decider to count every change
+and log the first one per node per leader term (`Publishers.first_word`): under the base's two
+publishers each of the bridge's publishes and the collector's next re-publish change a node's
+kind, which must not flood the log.
 
 Owns that memory (`Publishers`). It is not part of the durable state: a restarted leader starts
-without it and says the next change it sees. It must not touch the bus, a clock or the
-scheduler.
+without it and says the next change it sees; a new term (`Publishers.new_term`) says each
+node's once again. It must not touch the bus, a clock or the scheduler.
 """
 
 from __future__ import annotations
@@ -60,6 +63,19 @@ class PublisherChange:
 class Publishers:
     def __init__(self) -> None:
         self._last: dict[str, tuple[str, str]] = {}
+        #: Nodes whose change was said this leader term.
+        self._said: set[str] = set()
+
+    def new_term(self) -> None:
+        """A leader term began: each node's next change is said again."""
+        self._said.clear()
+
+    def first_word(self, node: str) -> bool:
+        """Whether a change of ``node`` is the first this term (then noted as said)."""
+        if node in self._said or len(self._said) >= MAX_NODES:
+            return False
+        self._said.add(node)
+        return True
 
     def note(self, ev: NodeInventory) -> PublisherChange | None:
         """Notes who described ``ev.node``; the change when another kind did last."""

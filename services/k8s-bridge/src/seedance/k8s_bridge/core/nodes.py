@@ -18,9 +18,10 @@ describe it (the single strategy's or GKE's MIG devices served as ``nvidia.com/g
 many physical GPUs carry them is not on the node) gets no inventory: `UndescribedNode`, whose
 reason (`UNDESCRIBED`) the shell logs and gauges; GPUs served under a resource Seedance does
 not place are left out (`gpus_left_out`, said by the shell). A Node carries no GPU UUIDs:
-the inventory's are empty. Where a telemetry collector (NVML) or a simulated node agent runs,
-it publishes the node's inventory and the bridge's ``publish_inventory`` is off (one
-publisher per node: docs/k8s-bridge.md, "Who publishes a node's inventory").
+the inventory's are empty. Where simulated node agents publish the nodes' inventories (the dev
+overlay) ``publish_inventory`` is off; beside the base's NVML collector it is on (the bridge
+alone says a node is cordoned or going, and alone describes GKE and CPU-only nodes), so a
+GPU-operator node has two publishers: docs/k8s-bridge.md, "Who publishes a node's inventory".
 
 A node's state (`NodeState`): ``cordoned`` where nothing new may land but what runs stays:
 ``spec.unschedulable`` (``kubectl cordon``, which also sets the taint
