@@ -187,3 +187,35 @@ def test_a_bridge_that_does_not_publish_inventories_still_says_a_node_is_gone() 
     assert (removed.event.node, removed.event.state, removed.event.gpus) == (
         "gpu-1", NodeState.REMOVED, [],
     )  # fmt: skip
+
+
+def test_mixed_strategy_gpus_in_mig_mode_are_left_out_said_once_and_again_when_they_change() -> (
+    None
+):
+    """Mixed strategy, GPUs 6 and 7 in MIG mode: the inventory holds the 6 whole GPUs (an
+    inventory carries no MIG instances) and the bridge names the MIG GPUs it leaves out."""
+    labels = {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8",
+        "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.config": "custom-6-whole-2-2x3g.40gb",
+        "nvidia.com/mig-3g.40gb.count": "4",
+    }  # fmt: skip
+    node = gfd_node(labels, gpus="6")
+    node["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] = "4"
+    v = _View()
+    with capture_logs() as logs:
+        v.view._on_node("ADDED", node)
+        v.view._on_node("MODIFIED", node)  # said once while it stands
+    (published,) = v.enqueued
+    assert isinstance(published, Publish)
+    assert isinstance(published.event, NodeInventory)
+    assert [g.mig_enabled for g in published.event.gpus] == [False] * 6
+    (said,) = [e for e in logs if e["event"] == "bridge_node_gpus_left_out"]
+    assert "2 GPUs in MIG mode" in said["detail"]
+    # The mig-manager cuts a third GPU: said again, with the new count.
+    more = gfd_node({**labels, "nvidia.com/mig-3g.40gb.count": "6"}, gpus="5")
+    more["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] = "6"
+    with capture_logs() as logs:
+        v.view._on_node("MODIFIED", more)
+    (said,) = [e for e in logs if e["event"] == "bridge_node_gpus_left_out"]
+    assert "3 GPUs in MIG mode" in said["detail"]

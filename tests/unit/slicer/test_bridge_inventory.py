@@ -26,7 +26,7 @@ from seedance.events import decode, encode
 from seedance.events.subjects import telemetry
 from seedance.events.telemetry import NodeInventory
 from seedance.events.tokens import kube_node_token
-from seedance.k8s_bridge.core.nodes import UndescribedNode, node_inventory
+from seedance.k8s_bridge.core.nodes import UndescribedNode, gpus_left_out, node_inventory
 from seedance.slicer.cluster_policy import ClusterPolicy
 from seedance.slicer.config import scheduler_config
 from seedance.slicer.core.effects import Placed
@@ -205,43 +205,52 @@ def mig_job(job_id: str, profile: str) -> JobSpec:
     return JobSpec(job_id=job_id, tenant="acme", gpus=1, mig_profile=profile, cause_id=job_id)
 
 
-def test_mixed_strategy_gpus_in_mig_mode_are_counted_beside_the_whole_ones() -> None:
-    """GPUs 6 and 7 in MIG mode (mig-parted's 1g.10gb on H100): the device plugin serves 6 as
-    ``nvidia.com/gpu`` and GPU 6/7's instances as ``nvidia.com/mig-1g.10gb``. The bridge once
-    published 6 GPUs, all ``mig_enabled`` (the strategy read as MIG mode)."""
+def test_mixed_strategy_gpus_in_mig_mode_are_left_out_and_mig_jobs_wait() -> None:
+    """GPUs 6 and 7 of 8 H100s in MIG mode, each cut into two 3g.40gb (a mig-parted custom
+    config): the device plugin serves 6 ``nvidia.com/gpu`` and 4 ``nvidia.com/mig-3g.40gb``
+    (k8s-device-plugin's mixed strategy: ``gpu.count`` every physical GPU, a
+    ``mig-<profile>.count`` label per profile). The bridge once published GPUs 6 and 7 as
+    MIG-enabled without their instances, and the slicer planned its own layout on them: a
+    1g.10gb job was placed on an instance the node does not serve. An inventory carries no
+    instances yet, so the MIG GPUs are left out (`gpus_left_out` says so) and MIG jobs wait."""
     labels = {
         **H100_MIG_OFF,
         "nvidia.com/mig.strategy": "mixed",
-        "nvidia.com/mig.config": "custom-6-whole-2-1g.10gb",
-        "nvidia.com/mig-1g.10gb.count": "14",
-        "nvidia.com/mig-1g.10gb.memory": "9856",
+        "nvidia.com/mig.config": "custom-6-whole-2-2x3g.40gb",
+        "nvidia.com/mig-3g.40gb.count": "4",
+        "nvidia.com/mig-3g.40gb.memory": "40192",
     }
-    inv = on_the_wire(operator_node(labels, {"nvidia.com/gpu": "6",
-                                             "nvidia.com/mig-1g.10gb": "14"}))  # fmt: skip
-    assert len(inv.gpus) == 8
-    assert [g.mig_enabled for g in inv.gpus] == [False] * 6 + [True] * 2
+    kube = operator_node(labels, {"nvidia.com/gpu": "6", "nvidia.com/mig-3g.40gb": "4"})
+    inv = on_the_wire(kube)
+    assert len(inv.gpus) == 6
+    assert not any(g.mig_enabled for g in inv.gpus)
     assert {g.model for g in inv.gpus} == {"NVIDIA-H100-80GB-HBM3"}
-    got = placed(inv, *(whole(f"w{i}") for i in range(6)), mig_job("m", "1g.10gb"))
-    assert [p.kind for p in got] == ["whole"] * 6 + ["mig"]
-    assert got[-1].gpus[0].index >= 6
+    got = placed(inv, *(whole(f"w{i}") for i in range(6)))
+    assert [p.kind for p in got] == ["whole"] * 6
+    assert placed(inv, mig_job("small", "1g.10gb"), mig_job("big", "3g.40gb")) == []
+    said = gpus_left_out(kube)
+    assert said is not None
+    assert "2 GPUs in MIG mode" in said
+    assert "{'3g.40gb': 4}" in said
 
 
-def test_mixed_strategy_with_every_gpu_in_mig_mode_is_eight_mig_gpus_not_none() -> None:
+def test_mixed_strategy_with_every_gpu_in_mig_mode_publishes_no_gpus_and_says_why() -> None:
     """All 8 A100s cut ``all-1g.5gb`` (mig-parted): ``nvidia.com/gpu`` is 0, 56 instances. The
-    bridge once published a node of 0 GPUs."""
+    node's CPU and memory are published, its 8 MIG GPUs left out (said)."""
     labels = {
         **A100_MIXED,
         "nvidia.com/mig.config": "all-1g.5gb",
         "nvidia.com/mig-1g.5gb.count": "56",
         "nvidia.com/mig-1g.5gb.memory": "4864",
     }
-    inv = on_the_wire(operator_node(labels, {"nvidia.com/gpu": "0",
-                                             "nvidia.com/mig-1g.5gb": "56"}))  # fmt: skip
-    assert len(inv.gpus) == 8
-    assert all(g.mig_enabled and g.mig_capable for g in inv.gpus)
-    assert {(g.model, g.mem_total_mib) for g in inv.gpus} == {("NVIDIA-A100-SXM4-40GB", 40960)}
-    assert [p.kind for p in placed(inv, mig_job("m", "1g.5gb"))] == ["mig"]
-    assert not placed_whole_gpu(inv)
+    kube = operator_node(labels, {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.5gb": "56"})
+    inv = on_the_wire(kube)
+    assert inv.gpus == []
+    assert inv.cpu_milli == 191_450
+    assert placed(inv, mig_job("m", "1g.5gb")) == []
+    said = gpus_left_out(kube)
+    assert said is not None
+    assert "8 GPUs in MIG mode" in said
 
 
 def test_mig_instances_no_gpu_count_can_carry_get_the_node_no_inventory() -> None:

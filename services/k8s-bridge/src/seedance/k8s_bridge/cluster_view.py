@@ -62,8 +62,9 @@ class ClusterView:
         self._tombstones: list[dict[str, Any]] = []
         #: Nodes published no inventory for, and why (`_node`).
         self._undescribed: dict[str, str] = {}
-        #: Nodes whose served GPUs the inventory leaves out, said once (`gpus_left_out`).
-        self._left_out: set[str] = set()
+        #: Nodes whose GPUs the inventory leaves out, and why: said once per why
+        #: (`gpus_left_out`).
+        self._left_out: dict[str, str] = {}
         #: Told of each Node change / each Namespace change (set by the service).
         self.node_listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.namespace_listeners: list[Callable[[], None]] = []
@@ -179,9 +180,9 @@ class ClusterView:
         self._clear_undescribed(name)
         left_out = None if deleted else gpus_left_out(node)
         if left_out is None:
-            self._left_out.discard(name)
-        elif name not in self._left_out:
-            self._left_out.add(name)
+            self._left_out.pop(name, None)
+        elif self._left_out.get(name) != left_out:
+            self._left_out[name] = left_out
             log.warning("bridge_node_gpus_left_out", node=name, detail=left_out)
         return actions
 

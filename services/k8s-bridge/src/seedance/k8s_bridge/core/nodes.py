@@ -6,18 +6,19 @@ memory and ``nvidia.com/gpu``, and GPU feature discovery's labels for the model
 (``nvidia.com/gpu.product``), the memory per GPU in MiB (``nvidia.com/gpu.memory``) and MIG
 capability (``nvidia.com/mig.capable``). MIG *mode* is never read from
 ``nvidia.com/mig.strategy``: the GPU operator sets one strategy for the cluster and GFD writes
-it on every GPU node, MIG on or off. The product label is published as
-GFD writes it (what the bridge observes); the one GPU identity (``seedance.events.gpus``)
-reads what it implies: with time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.replicas``)
-``nvidia.com/gpu`` counts each GPU once per replica, so the inventory holds the physical GPUs
-(allocatable / replicas), never a fleet four times its size to bill. Under the mixed MIG
-strategy the GPUs in MIG mode are ``nvidia.com/gpu.count`` less the whole ones (their
-instances served as ``nvidia.com/mig-<profile>``). Without GFD (GKE) the model is GKE's
-accelerator label where it is certain (`GKE_ACCELERATORS`). A node whose labels cannot
-describe it (the single strategy's or GKE's MIG devices served as ``nvidia.com/gpu``: how
-many physical GPUs carry them is not on the node) gets no inventory: `UndescribedNode`, whose
-reason (`UNDESCRIBED`) the shell logs and gauges; GPUs served under a resource Seedance does
-not place are left out (`gpus_left_out`, said by the shell). A Node carries no GPU UUIDs:
+it on every GPU node, MIG on or off. The product label is published as GFD writes it (what the
+bridge observes); the one GPU identity (``seedance.events.gpus``) reads what it implies: with
+time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.replicas``) ``nvidia.com/gpu`` counts each
+GPU once per replica, so the inventory holds the physical GPUs (allocatable / replicas), never a
+fleet four times its size to bill. Under the mixed MIG strategy the GPUs in MIG mode
+(``nvidia.com/gpu.count`` less the whole ones, their instances served as
+``nvidia.com/mig-<profile>``) are left out: an inventory carries no instances yet, and without
+them the slicer would place MIG jobs on instances that do not exist. Without GFD (GKE) the model
+is GKE's accelerator label where it is certain (`GKE_ACCELERATORS`). A node whose labels cannot
+describe it (the single strategy's or GKE's MIG devices served as ``nvidia.com/gpu``: how many
+physical GPUs carry them is not on the node) gets no inventory: `UndescribedNode`, whose reason
+(`UNDESCRIBED`) the shell logs and gauges; GPUs served under a resource Seedance does not place,
+or in MIG mode, are left out (`gpus_left_out`, said by the shell). A Node carries no GPU UUIDs:
 the inventory's are empty. Where simulated node agents publish the nodes' inventories (the dev
 overlay) ``publish_inventory`` is off; beside the base's NVML collector it is on (the bridge
 alone says a node is cordoned or going, and alone describes GKE and CPU-only nodes), so a
@@ -230,8 +231,9 @@ def _mig_instances(status: Json, labels: Json) -> dict[str, int]:
     return {p: n for p, n in out.items() if n > 0}
 
 
-def _gpus(name: str, product: str, labels: Json, status: Json) -> list[GpuInfo]:
-    """The node's physical GPUs, as far as GFD's labels and the allocatable resources say.
+def _served(name: str, product: str, labels: Json, status: Json) -> tuple[int, int, dict[str, int]]:
+    """The node's whole GPUs, its GPUs in MIG mode, and their MIG instances per profile, as far
+    as GFD's labels and the allocatable resources say.
 
     ``nvidia.com/gpu`` counts what the device plugin serves as one: a whole GPU; a time-sliced
     GPU once per replica (``-SHARED``: divided back); a MIG device under the single strategy.
@@ -277,35 +279,67 @@ def _gpus(name: str, product: str, labels: Json, status: Json) -> list[GpuInfo]:
                 f"but {keys.LABEL_GPU_COUNT}="
                 f"{labels.get(keys.LABEL_GPU_COUNT, '(none)')!s} leaves no GPU to carry them",
             )  # fmt: skip
+    return served, in_mig, mig
+
+
+def _gpus(name: str, product: str, labels: Json, status: Json) -> list[GpuInfo]:
+    """The node's whole GPUs (`_served`). GPUs in MIG mode (the mixed strategy) are left out
+    until an inventory can carry their instances: published without them, the slicer would
+    plan its own layouts on them and place MIG jobs on instances that do not exist (a 1g.10gb
+    job on GPUs cut 3g.40gb). MIG jobs wait instead; `gpus_left_out` says so.
+
+    Raises:
+        UndescribedNode: MIG devices whose physical GPUs the labels do not give.
+    """
+    served, _in_mig, mig = _served(name, product, labels, status)
     mem_mib = _int_label(labels, keys.LABEL_GPU_MEMORY, 0)
-    mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true"
-    # Which physical GPUs are in MIG mode the Node does not say: the whole ones come first
-    # (the indices of a Node's inventory are the bridge's own; it carries no UUIDs).
+    mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true" or bool(mig)
     return [
-        GpuInfo(
-            index=i,
-            model=product,
-            mem_total_mib=mem_mib,
-            mig_capable=mig_capable or i >= served,
-            mig_enabled=i >= served,
-        )
-        for i in range(served + in_mig)
-    ]
+        GpuInfo(index=i, model=product, mem_total_mib=mem_mib, mig_capable=mig_capable,
+                mig_enabled=False)
+        for i in range(served)
+    ]  # fmt: skip
 
 
 def gpus_left_out(node: Json) -> str | None:
-    """Why GPUs the node serves are not in its inventory (None: none are left out). The device
-    plugin's time-slicing with ``renameByDefault: true`` serves them as
+    """Why GPUs the node has are not in its inventory (None: none are left out).
+
+    The device plugin's time-slicing with ``renameByDefault: true`` serves them as
     ``nvidia.com/gpu.shared``, which no pod Seedance places may ask for (`core.pods`): counted,
-    they would draw ``nvidia.com/gpu`` pods the kubelet cannot admit there."""
+    they would draw ``nvidia.com/gpu`` pods the kubelet cannot admit there. GPUs in MIG mode
+    under the mixed strategy: an inventory carries no MIG instances (`_gpus`). GPUs of
+    ``nvidia.com/gpu.count`` served neither way (in MIG mode without instances, or unhealthy:
+    the device plugin serves only healthy GPUs)."""
     status = node.get("status") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    name = kube_node_token(str((node.get("metadata") or {}).get("name", "")))
+    said = []
     shared = int(parse_quantity(_resource(status, keys.RES_GPU_SHARED)))
-    if not shared:
-        return None
-    return (
-        f"{shared} {keys.RES_GPU_SHARED} (the device plugin's time-slicing with renameByDefault: "
-        f"true) left out: Seedance places {keys.RES_GPU}, not {keys.RES_GPU_SHARED}"
-    )
+    if shared:
+        said.append(
+            f"{shared} {keys.RES_GPU_SHARED} (the device plugin's time-slicing with "
+            f"renameByDefault: true) left out: Seedance places {keys.RES_GPU}, not "
+            f"{keys.RES_GPU_SHARED}"
+        )
+    try:
+        served, in_mig, mig = _served(name, _product(labels), labels, status)
+    except UndescribedNode:
+        return "; ".join(said) or None
+    if in_mig:
+        said.append(
+            f"{in_mig} GPUs in MIG mode ({keys.LABEL_GPU_COUNT}="
+            f"{labels.get(keys.LABEL_GPU_COUNT)!s} less {served} whole; instances "
+            f"{dict(sorted(mig.items()))}) left out: an inventory carries no MIG instances, so "
+            "MIG jobs wait"
+        )
+    unserved = _int_label(labels, keys.LABEL_GPU_COUNT, 0) - served - in_mig
+    if unserved > 0 and not shared:
+        said.append(
+            f"{unserved} of {keys.LABEL_GPU_COUNT}={labels.get(keys.LABEL_GPU_COUNT)!s} GPUs "
+            f"served neither as {keys.RES_GPU} nor as MIG instances (in MIG mode without "
+            "instances, or unhealthy) left out"
+        )
+    return "; ".join(said) or None
 
 
 def same_inventory(a: NodeInventory, b: NodeInventory) -> bool:
