@@ -219,3 +219,47 @@ def test_mixed_strategy_gpus_in_mig_mode_are_left_out_said_once_and_again_when_t
         v.view._on_node("MODIFIED", more)
     (said,) = [e for e in logs if e["event"] == "bridge_node_gpus_left_out"]
     assert "3 GPUs in MIG mode" in said["detail"]
+
+
+def test_a_published_node_that_turns_undescribed_is_published_cordoned_keeping_its_shape() -> None:
+    """An H100 node published with MIG off (8 whole GPUs), then switched by the mig-manager to
+    ``all-3g.40gb`` under the operator's default single strategy (GFD: product
+    ``...-MIG-3g.40gb``, gpu.count 16; 16 ``nvidia.com/gpu``). The bridge once only logged:
+    the slicer kept 8 whole GPUs there and bound ``nvidia.com/gpu: 1`` pods that got a
+    3g.40gb slice. Now the node is published ``cordoned`` with its last shape (its jobs keep
+    their GPUs, nothing new lands), said in the warning, until it can be described."""
+    off = {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8",
+        "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "single",
+        "nvidia.com/mig.config": "all-disabled",
+    }  # fmt: skip
+    on = {
+        **off, "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",
+        "nvidia.com/gpu.count": "16", "nvidia.com/mig.config": "all-3g.40gb",
+    }  # fmt: skip
+    v = _View()
+    v.view._on_node("ADDED", gfd_node(off, gpus="8"))
+    (ready,) = v.enqueued
+    assert isinstance(ready, Publish)
+    assert isinstance(ready.event, NodeInventory)
+    v.enqueued.clear()
+    with capture_logs() as logs:
+        v.view._on_node("MODIFIED", gfd_node(on, gpus="16"))
+        v.view._on_node("MODIFIED", gfd_node(on, gpus="16"))  # published and said once
+    (held,) = v.enqueued
+    assert isinstance(held, Publish)
+    assert isinstance(held.event, NodeInventory)
+    assert held.event.state is NodeState.CORDONED
+    assert held.event.gpus == ready.event.gpus
+    assert held.event.id != ready.event.id
+    (said,) = [e for e in logs if e["event"] == "bridge_node_undescribed"]
+    assert said["reason"] == "mig_single_strategy"
+    assert said["held"].startswith("cordoned")
+    assert v.undescribed("mig_single_strategy") == 1
+    v.enqueued.clear()
+    v.view._on_node("MODIFIED", gfd_node(off, gpus="8"))  # MIG off again: ready
+    (back,) = v.enqueued
+    assert isinstance(back, Publish)
+    assert isinstance(back.event, NodeInventory)
+    assert back.event.state is NodeState.READY
+    assert v.undescribed("mig_single_strategy") is None

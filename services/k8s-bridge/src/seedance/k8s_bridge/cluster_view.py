@@ -163,7 +163,9 @@ class ClusterView:
         self, tracker: Tracker, node: dict[str, Any], now: datetime, deleted: bool = False
     ) -> list[Action]:
         """The node's inventory; none where its labels cannot describe it (`UndescribedNode`),
-        said in a log line and a gauge naming the node and why, until they can or it is gone."""
+        said in a log line and a gauge naming the node and why, until they can or it is gone.
+        A node published before is published again ``cordoned`` then (its shape kept, nothing
+        new lands: `core.nodes.held_cordoned`), and the log line says so."""
         name = str((node.get("metadata") or {}).get("name", ""))
         try:
             actions = tracker.node_seen(node, now, deleted=deleted)
@@ -174,9 +176,11 @@ class ClusterView:
                 self._clear_undescribed(name)
                 self._undescribed[name] = exc.reason
                 self._metrics.nodes_undescribed.labels(name, exc.reason).set(1)
-                log.warning("bridge_node_undescribed", node=name, reason=exc.reason,
-                            detail=exc.detail)  # fmt: skip
-            return []
+                log.warning(
+                    "bridge_node_undescribed", node=name, reason=exc.reason, detail=exc.detail,
+                    held="cordoned: its last shape kept, nothing new lands" if exc.held else None,
+                )  # fmt: skip
+            return exc.held
         self._clear_undescribed(name)
         left_out = None if deleted else gpus_left_out(node)
         if left_out is None:

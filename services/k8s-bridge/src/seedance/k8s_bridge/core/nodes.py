@@ -68,6 +68,7 @@ __all__ = [
     "UNDESCRIBED",
     "UndescribedNode",
     "gpus_left_out",
+    "held_cordoned",
     "node_inventory",
     "node_pool",
     "node_state",
@@ -106,6 +107,8 @@ class UndescribedNode(ValueError):
     def __init__(self, node: str, reason: str, detail: str) -> None:
         super().__init__(f"node {node!r}: {detail}")
         self.node, self.reason, self.detail = node, reason, detail
+        #: What the tracker published for the node all the same (`held_cordoned`).
+        self.held: list[Any] = []
 
 
 #: Taints that mean the node is going or gone, whatever their effect.
@@ -203,9 +206,25 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
         gpus=gpus,
         state=state,
     )
+    return msgspec.structs.replace(body, id=_inventory_id(md, name, at, key))
+
+
+def held_cordoned(last: NodeInventory, node: Json, at: datetime, *, key: bytes) -> NodeInventory:
+    """``last``, the node's last published inventory, ``cordoned`` at ``at``: for a node whose
+    labels no longer describe it (`UndescribedNode`: the mig-manager switched it to the single
+    strategy's MIG devices). Publishing nothing left the slicer placing on its old shape (8
+    whole GPUs where the node now serves 3g.40gb devices); cordoned, it keeps that shape (its
+    jobs hold GPU indices) and nothing new lands there until the node can be described."""
+    md = node.get("metadata") or {}
+    body = msgspec.structs.replace(last, at=at, state=NodeState.CORDONED)
+    # Its own id seed: never the id of an inventory of the same millisecond.
+    return msgspec.structs.replace(body, id=_inventory_id(md, last.node, at, key, "held"))
+
+
+def _inventory_id(md: Json, name: str, at: datetime, key: bytes, kind: str = "inventory") -> str:
     uid = str(md.get("uid") or name)
     ms = int(at.timestamp() * 1000)
-    return msgspec.structs.replace(body, id=derived_event_id(uid, f"inventory/{ms}", ms, key=key))
+    return derived_event_id(uid, f"{kind}/{ms}", ms, key=key)
 
 
 def _product(labels: Json) -> str:
