@@ -330,6 +330,23 @@ def test_a_gke_node_without_gfd_is_named_by_its_accelerator_and_billed_as_that_g
     assert {g.model for g in on_the_wire(gke_node("nvidia-tesla-v100", "8")).gpus} == {"unknown"}
 
 
+@pytest.mark.parametrize("strategy", ["time-sharing", "TIME_SHARING", "mps", "MPS"])
+def test_gke_gpu_sharing_counts_physical_gpus_however_the_strategy_is_spelled(
+    strategy: str,
+) -> None:
+    """GKE's sharing label as the how-to pages' node selectors spell it (``time-sharing``,
+    ``mps``) or as the API's ``GPUSharingStrategy`` enum does (``TIME_SHARING``, ``MPS``); NVIDIA
+    MPS serves each GPU once per client as time-sharing does ("Share GPUs with multiple workloads
+    using NVIDIA MPS": allocatable ``nvidia.com/gpu`` = GPUs x max-shared-clients). A g2 node
+    of 2 L4s, 4 clients each: the bridge once published 8 GPUs for all but ``time-sharing``."""
+    shared = gke_node(
+        "nvidia-l4", "8",
+        **{"cloud.google.com/gke-gpu-sharing-strategy": strategy,
+           "cloud.google.com/gke-max-shared-clients-per-gpu": "4"},
+    )  # fmt: skip
+    assert [g.model for g in on_the_wire(shared).gpus] == ["L4-PCIE-24GB"] * 2
+
+
 def test_gke_time_sharing_counts_physical_gpus_and_mig_partitions_get_no_inventory() -> None:
     shared = gke_node(
         "nvidia-l4", "8",

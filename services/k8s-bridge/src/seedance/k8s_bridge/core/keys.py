@@ -94,7 +94,8 @@ LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 #: GKE's own GPU node labels (no GFD there): the accelerator type (``nvidia-h100-80gb``), its
 #: MIG partition size (``1g.5gb``: each ``nvidia.com/gpu`` is then one partition) and GPU
-#: sharing (``time-sharing`` with up to ``max-shared-clients-per-gpu`` per GPU).
+#: sharing (``time-sharing`` or ``mps``, as the API's ``TIME_SHARING`` / ``MPS`` too, with up
+#: to ``max-shared-clients-per-gpu`` per GPU: `core.nodes.gke_sharing`).
 LABEL_GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 LABEL_GKE_GPU_PARTITION = "cloud.google.com/gke-gpu-partition-size"
 LABEL_GKE_SHARING_STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"

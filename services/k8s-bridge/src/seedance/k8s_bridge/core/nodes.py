@@ -67,6 +67,8 @@ __all__ = [
     "GKE_ACCELERATORS",
     "UNDESCRIBED",
     "UndescribedNode",
+    "GKE_SHARED",
+    "gke_sharing",
     "gpus_left_out",
     "held_cordoned",
     "node_inventory",
@@ -98,6 +100,19 @@ GKE_ACCELERATORS = {
     "nvidia-h200-141gb": "H200-SXM-141GB",
     "nvidia-b200": "B200-SXM-180GB",
 }
+
+
+#: GKE's GPU sharing strategies that serve each physical GPU once per client as
+#: ``nvidia.com/gpu`` (``cloud.google.com/gke-max-shared-clients-per-gpu``): time-sharing and
+#: NVIDIA MPS ("About GPU sharing strategies in GKE"; the API's ``GPUSharingStrategy`` enum,
+#: ``TIME_SHARING`` / ``MPS``; the how-to pages' node selectors ``time-sharing`` / ``mps``).
+GKE_SHARED = frozenset({"time-sharing", "mps"})
+
+
+def gke_sharing(labels: Mapping[str, Any]) -> str:
+    """GKE's sharing strategy label, normalised: lower case, ``_`` as ``-`` (``TIME_SHARING``,
+    the API enum's spelling, is ``time-sharing``, the node selectors'); empty without one."""
+    return str(labels.get(keys.LABEL_GKE_SHARING_STRATEGY, "")).strip().lower().replace("_", "-")
 
 
 class UndescribedNode(ValueError):
@@ -281,8 +296,8 @@ def _served(name: str, product: str, labels: Json, status: Json) -> tuple[int, i
         )  # fmt: skip
     if reported.shared:
         served //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
-    elif labels.get(keys.LABEL_GKE_SHARING_STRATEGY) == "time-sharing":
-        # GKE advertises each time-shared GPU once per client it may have.
+    elif gke_sharing(labels) in GKE_SHARED:
+        # GKE advertises each shared GPU once per client it may have (time-sharing and MPS).
         served //= max(1, _int_label(labels, keys.LABEL_GKE_MAX_SHARED_CLIENTS, 1))
     mig = _mig_instances(status, labels)
     in_mig = 0
