@@ -65,9 +65,9 @@ from seedance.k8s_bridge.core.release import is_ours
 __all__ = [
     "DRAINING_TAINTS",
     "GKE_ACCELERATORS",
+    "GKE_SHARED",
     "UNDESCRIBED",
     "UndescribedNode",
-    "GKE_SHARED",
     "gke_sharing",
     "gpus_left_out",
     "held_cordoned",
