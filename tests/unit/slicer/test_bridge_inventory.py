@@ -330,6 +330,21 @@ def test_a_gke_node_without_gfd_is_named_by_its_accelerator_and_billed_as_that_g
     assert {g.model for g in on_the_wire(gke_node("nvidia-tesla-v100", "8")).gpus} == {"unknown"}
 
 
+def test_a_gke_gpu_of_a_certain_model_has_its_memory_below_what_the_driver_reports() -> None:
+    """GKE writes no memory label: the bridge once published ``mem_total_mib`` 0 for every GKE
+    GPU. Where the model is certain it is the identity's marketed size (decimal GB) as MiB,
+    below the driver's own figure (GFD's ``gpu.memory`` of the same parts in this file and
+    tests/unit/k8s_bridge/test_nodes_gfd.py: H100 81559, L4 23028, T4 15360)."""
+    mem = {
+        acc: {g.mem_total_mib for g in on_the_wire(gke_node(acc, "8")).gpus}
+        for acc in ("nvidia-h100-80gb", "nvidia-l4", "nvidia-tesla-t4", "nvidia-tesla-v100")
+    }
+    assert mem == {
+        "nvidia-h100-80gb": {76293}, "nvidia-l4": {22888}, "nvidia-tesla-t4": {15258},
+        "nvidia-tesla-v100": {0},  # model unknown: memory unknown
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize("strategy", ["time-sharing", "TIME_SHARING", "mps", "MPS"])
 def test_gke_gpu_sharing_counts_physical_gpus_however_the_strategy_is_spelled(
     strategy: str,
