@@ -263,3 +263,21 @@ def test_a_published_node_that_turns_undescribed_is_published_cordoned_keeping_i
     assert isinstance(back.event, NodeInventory)
     assert back.event.state is NodeState.READY
     assert v.undescribed("mig_single_strategy") is None
+
+
+@pytest.mark.parametrize("publish", [True, False])
+def test_a_deleted_node_whose_pool_label_is_no_token_is_still_published_removed(
+    publish: bool,
+) -> None:
+    """``seedance.io/pool=""`` (a valid label value, no token): the pool check raised before the
+    removal was built, so the deletion was lost and the slicer kept placing on a node that was
+    gone. The removal is published (pool ``default``: no slicer reads a removal's pool)."""
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "seedance.io/pool": ""}
+    v = _View(BridgeSettings(publish_inventory=publish))
+    v.view._on_node("DELETED", gfd_node(labels, gpus="8"))
+    (removed,) = v.enqueued
+    assert isinstance(removed, Publish)
+    assert isinstance(removed.event, NodeInventory)
+    assert (removed.event.node, removed.event.state, removed.event.pool) == (
+        "gpu-1", NodeState.REMOVED, "default",
+    )  # fmt: skip

@@ -187,6 +187,17 @@ def node_pool(name: str, labels: Json) -> str:
         raise UndescribedNode(name, "invalid_pool", f"label {keys.LABEL_POOL}: {exc}") from None
 
 
+def _removal_pool(name: str, labels: Json) -> str:
+    """A deleted node's pool: its label's where that is a token, else ``default``. The removal
+    must be published whatever the label (an empty one once lost it, and the slicer kept placing
+    on a node that was gone); no slicer reads an inventory's pool (each node its consumer
+    delivers joins its own pool: ``seedance.slicer.mapping``)."""
+    try:
+        return node_pool(name, labels)
+    except UndescribedNode:
+        return "default"
+
+
 def node_state(node: Json, *, deleted: bool = False) -> NodeState:
     if deleted:
         return NodeState.REMOVED
@@ -215,7 +226,7 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
         id="",
         at=at,
         node=name,
-        pool=node_pool(name, labels),
+        pool=node_pool(name, labels) if described else _removal_pool(name, labels),
         cpu_milli=cpu,
         memory_mib=memory,
         gpus=gpus,
