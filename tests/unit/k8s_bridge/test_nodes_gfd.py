@@ -170,9 +170,9 @@ def test_time_slicing_renamed_to_gpu_shared_is_left_out_and_said_once() -> None:
 
 
 def test_a_bridge_that_does_not_publish_inventories_still_says_a_node_is_gone() -> None:
-    """The shipped base: the collector publishes each GPU node's inventory, the bridge none
-    (`PUBLISH_INVENTORY=false`). A deleted Node's collector is deleted with it, so nothing
-    else says the node is gone: the bridge publishes its removal (no resources, ``removed``),
+    """The dev overlay: simulated node agents publish each node's inventory, the bridge none
+    (`PUBLISH_INVENTORY=false`). A deleted Node's agent is deleted with it, so nothing else
+    says the node is gone: the bridge publishes its removal (no resources, ``removed``),
     which the slicer takes as it always has (evicts and re-queues its jobs). Before, with the
     inventory off, the deletion was not published and the slicer kept placing on the node."""
     v = _View(BridgeSettings(publish_inventory=False))

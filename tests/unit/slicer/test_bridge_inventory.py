@@ -141,7 +141,11 @@ def test_two_publishers_of_one_node_are_said_naming_the_node_and_both_shapes() -
         for i in range(8)))  # fmt: skip
     collector = decode(encode(inventory_event(nvml, AT, cpu_milli=190_000, memory_mib=2_000_000)))
     # The same node as the API server has it: GFD's labels, the 6 whole GPUs' allocatable.
-    labels = {**H100_MIG_OFF, "nvidia.com/mig.strategy": "mixed"}
+    labels = {
+        **H100_MIG_OFF, "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.config": "custom-6-whole-2-all-1g.10gb",  # not all-disabled: MIG is on
+        "nvidia.com/mig-1g.10gb.count": "14",
+    }  # fmt: skip
     kube = operator_node(labels, {"nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "14"})
     kube["metadata"]["name"] = name
     bridge = decode(encode(node_inventory(kube, AT + timedelta(seconds=1), key=KEY)))

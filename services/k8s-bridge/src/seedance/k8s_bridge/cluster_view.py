@@ -153,8 +153,8 @@ class ClusterView:
         for listener in self.node_listeners:
             listener(kind, node)
         tracker, deleted = self._tracker(), kind == "DELETED"
-        # Without the inventory (a collector publishes the node's), a deletion is still said:
-        # the node's collector goes with it, so nothing else would (docs/k8s-bridge.md).
+        # Without the inventory (node agents publish the nodes': the dev overlay), a deletion is
+        # still said: the node's agent goes with it, so nothing else would (docs/k8s-bridge.md).
         if tracker is None or not (self._settings.publish_inventory or deleted):
             return
         self._guarded("nodes", node, lambda: self._node(tracker, node, self._clock.now(), deleted))
