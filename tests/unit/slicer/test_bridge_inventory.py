@@ -379,3 +379,15 @@ def test_gke_time_sharing_counts_physical_gpus_and_mig_partitions_get_no_invento
     with pytest.raises(UndescribedNode) as got:
         node_inventory(mig, AT, key=KEY)
     assert got.value.reason == "gke_gpu_partitions"
+
+
+def test_gpus_of_gpu_count_served_neither_whole_nor_as_instances_are_said() -> None:
+    """Mixed strategy, GPUs 6 and 7 in MIG mode with no instances cut yet (GFD lists no
+    ``mig-<profile>.count``; ``gpu.count`` still counts them): 6 whole GPUs were published
+    without a word about the other 2."""
+    labels = {**A100_MIXED, "nvidia.com/mig.config": "custom-6-whole-2-empty"}
+    kube = operator_node(labels, {"nvidia.com/gpu": "6"})
+    assert len(on_the_wire(kube).gpus) == 6
+    said = gpus_left_out(kube)
+    assert said is not None
+    assert said.startswith("2 of nvidia.com/gpu.count=8 GPUs served neither")
