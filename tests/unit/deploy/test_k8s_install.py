@@ -393,3 +393,67 @@ def test_prometheus_and_grafanas_clients_are_let_in() -> None:
         assert not admitted(namespace, labels, "http", stranger), name
     grafana = workloads(docs)["grafana"]["spec"]["template"]["metadata"]["labels"]
     assert admitted("seedance-system", grafana, "http", ingress)
+
+
+#: Real label sets (what a selector may match). A GPU-operator node: GFD's labels and the
+#: operator's ``nvidia.com/gpu.present`` (gpu-operator's node labelling). A GKE node: Google's
+#: driver and device plugin, no GPU operator, so no ``gpu.present`` ("About GPUs in GKE": the
+#: ``cloud.google.com/gke-accelerator`` and ``gke-gpu`` labels). A CPU-only node.
+NODES = {
+    "gpu-operator": {
+        "kubernetes.io/os": "linux", "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8",
+        "nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/mig.capable": "true",
+    },
+    "gke": {
+        "kubernetes.io/os": "linux", "cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+        "cloud.google.com/gke-gpu": "true",
+    },
+    "cpu-only": {"kubernetes.io/os": "linux"},
+}  # fmt: skip
+
+#: Who publishes each node's inventory, per overlay. The base (prod) runs two publishers of a
+#: GPU-operator node (the collector: UUIDs; the bridge: cordon, NotReady, deletion and
+#: allocatable), the known defect the slicer warns of (docs/k8s-bridge.md, "Who publishes a
+#: node's inventory"); the bridge alone describes GKE and CPU-only nodes (no collector runs
+#: there) and is the only one to say any node is cordoned or gone.
+PUBLISHERS = {
+    "prod": {"gpu-operator": {"collector", "bridge"}, "gke": {"bridge"}, "cpu-only": {"bridge"}},
+    "dev": {n: {"simulated node agent"} for n in NODES},
+}
+
+
+def env_of(docs: tuple[dict[str, Any], ...], name: str) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in w_spec(docs, name)["containers"][0]["env"]}
+
+
+def _selects(pod: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in (pod.get("nodeSelector") or {}).items())
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_who_publishes_each_kind_of_nodes_inventory(overlay: str) -> None:
+    """Renders the overlay and matches each publishing workload's node selector against real
+    nodes' labels: the collector DaemonSet (NVML) where it is scheduled, the node agent where it
+    simulates GPUs, the bridge (a Deployment reading every Node) wherever its
+    ``PUBLISH_INVENTORY`` is on."""
+    from seedance.k8s_bridge.settings import BridgeSettings
+
+    docs = render(overlay)
+    flag = env_of(docs, "k8s-bridge").get("SEEDANCE_K8S_BRIDGE_PUBLISH_INVENTORY")
+    bridge = BridgeSettings().publish_inventory if flag is None else flag == "true"
+    agent = env_of(docs, "node-agent").get("SEEDANCE_NODE_AGENT_SIMULATED_GPUS")
+    found = {}
+    for node, labels in NODES.items():
+        who = set()
+        if "telemetry-collector" in workloads(docs):
+            source = env_of(docs, "telemetry-collector")["SEEDANCE_TELEMETRY_COLLECTOR_SOURCE"]
+            assert source == "nvml"
+            if _selects(w_spec(docs, "telemetry-collector"), labels):
+                who.add("collector")
+        if int(agent or 0) > 0 and _selects(w_spec(docs, "node-agent"), labels):
+            who.add("simulated node agent")
+        if bridge:
+            who.add("bridge")
+        found[node] = who
+    assert found == PUBLISHERS[overlay]

@@ -22,6 +22,7 @@ from seedance.core import Clock
 from seedance.core.logs import get_logger
 from seedance.k8s_bridge.core.endpoints import replica_owners
 from seedance.k8s_bridge.core.keys import LABEL_TENANT
+from seedance.k8s_bridge.core.nodes import UndescribedNode, gpus_left_out
 from seedance.k8s_bridge.core.tracker import Action, Tracker
 from seedance.k8s_bridge.kube import KubeApi
 from seedance.k8s_bridge.metrics import BridgeMetrics
@@ -59,6 +60,11 @@ class ClusterView:
         self._on_restart = on_restart
         self.first_seen: dict[str, float] = {}
         self._tombstones: list[dict[str, Any]] = []
+        #: Nodes published no inventory for, and why (`_node`).
+        self._undescribed: dict[str, str] = {}
+        #: Nodes whose GPUs the inventory leaves out, and why: said once per why
+        #: (`gpus_left_out`).
+        self._left_out: dict[str, str] = {}
         #: Told of each Node change / each Namespace change (set by the service).
         self.node_listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.namespace_listeners: list[Callable[[], None]] = []
@@ -109,7 +115,7 @@ class ClusterView:
             tracker.namespace_seen(ns)
         if self._settings.publish_inventory:
             for node in self.nodes.cache.values():
-                actions += self._taken("nodes", node, lambda n=node: tracker.node_seen(n, now))
+                actions += self._taken("nodes", node, lambda n=node: self._node(tracker, n, now))
         for pod in self.pods.cache.values():
             actions += self._taken("pods", pod, lambda p=pod: tracker.pod_seen(p, now))
         for pod in self._tombstones:
@@ -146,13 +152,47 @@ class ClusterView:
     def _on_node(self, kind: str, node: dict[str, Any]) -> None:
         for listener in self.node_listeners:
             listener(kind, node)
-        tracker = self._tracker()
-        if tracker is None or not self._settings.publish_inventory:
+        tracker, deleted = self._tracker(), kind == "DELETED"
+        # Without the inventory (node agents publish the nodes': the dev overlay), a deletion is
+        # still said: the node's agent goes with it, so nothing else would (docs/k8s-bridge.md).
+        if tracker is None or not (self._settings.publish_inventory or deleted):
             return
-        deleted = kind == "DELETED"
-        self._guarded(
-            "nodes", node, lambda: tracker.node_seen(node, self._clock.now(), deleted=deleted)
-        )
+        self._guarded("nodes", node, lambda: self._node(tracker, node, self._clock.now(), deleted))
+
+    def _node(
+        self, tracker: Tracker, node: dict[str, Any], now: datetime, deleted: bool = False
+    ) -> list[Action]:
+        """The node's inventory; none where its labels cannot describe it (`UndescribedNode`),
+        said in a log line and a gauge naming the node and why, until they can or it is gone.
+        A node published before is published again ``cordoned`` then (its shape kept, nothing
+        new lands: `core.nodes.held_cordoned`), and the log line says so."""
+        name = str((node.get("metadata") or {}).get("name", ""))
+        try:
+            actions = tracker.node_seen(node, now, deleted=deleted)
+        except UndescribedNode as exc:
+            if deleted:
+                self._clear_undescribed(name)
+            elif self._undescribed.get(name) != exc.reason:
+                self._clear_undescribed(name)
+                self._undescribed[name] = exc.reason
+                self._metrics.nodes_undescribed.labels(name, exc.reason).set(1)
+                log.warning(
+                    "bridge_node_undescribed", node=name, reason=exc.reason, detail=exc.detail,
+                    held="cordoned: its last shape kept, nothing new lands" if exc.held else None,
+                )  # fmt: skip
+            return exc.held
+        self._clear_undescribed(name)
+        left_out = None if deleted else gpus_left_out(node)
+        if left_out is None:
+            self._left_out.pop(name, None)
+        elif self._left_out.get(name) != left_out:
+            self._left_out[name] = left_out
+            log.warning("bridge_node_gpus_left_out", node=name, detail=left_out)
+        return actions
+
+    def _clear_undescribed(self, name: str) -> None:
+        if (reason := self._undescribed.pop(name, None)) is not None:
+            self._metrics.nodes_undescribed.remove(name, reason)
 
     def _on_namespace(self, kind: str, ns: dict[str, Any]) -> None:
         if (tracker := self._tracker()) is not None:

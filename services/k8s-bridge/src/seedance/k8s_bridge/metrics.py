@@ -76,6 +76,13 @@ class BridgeMetrics:
             ["resource"],
             registry=registry,
         )
+        self.nodes_undescribed = Gauge(
+            "seedance_k8s_bridge_nodes_undescribed",
+            "1 for each Node the bridge publishes no inventory for, by node and reason "
+            "(core.nodes.UNDESCRIBED; logged bridge_node_undescribed); gone once it can.",
+            ["node", "reason"],
+            registry=registry,
+        )
         self.leader = Gauge(
             "seedance_k8s_bridge_leader", "1 while this replica holds the Lease.", registry=registry
         )

@@ -35,6 +35,7 @@ from seedance.slicer.durable import SlicerState, slicer_state
 from seedance.slicer.intake import refusal
 from seedance.slicer.mapping import OUTCOMES, job_spec, node_spec, published, share_change
 from seedance.slicer.metrics import SlicerMetrics
+from seedance.slicer.publishers import Publishers
 from seedance.slicer.settings import SlicerSettings
 from seedance.slicer.trusted_time import is_observed, is_tenant_request, trusted_time
 
@@ -70,6 +71,8 @@ class SlicerDecider:
         self._metrics = metrics
         #: (outcome, reason) of the decisions not yet durable.
         self._counts: list[tuple[str, str]] = []
+        #: Who described each node last (`seedance.slicer.publishers`: two publishers said).
+        self._publishers = Publishers()
         #: The key of the decisions' ids (`seedance.core.id_key`), read at the service's start,
         #: before any decision (None until then: `publishable` refuses to publish unkeyed).
         self.id_key: bytes | None = None
@@ -93,7 +96,7 @@ class SlicerDecider:
             self._metrics.refused_total.labels(refused.kind).inc()
             log.warning(
                 "slicer_node_fact_refused", kind=refused.kind, subject=d.subject,
-                stream_seq=d.stream_seq,
+                stream_seq=d.stream_seq, reason=str(refused),
             )  # fmt: skip
         return refused
 
@@ -137,6 +140,7 @@ class SlicerDecider:
     def _effects(self, ev: Any, now_s: float) -> list[Effect]:
         sched = self._scheduler
         if isinstance(ev, NodeInventory):
+            self._note_publisher(ev)
             return sched.upsert_node(node_spec(ev), now_s)
         if isinstance(ev, GpuHealth):
             return sched.set_health(ev.node, ev.gpu_index, ev.healthy, now_s)
@@ -153,6 +157,23 @@ class SlicerDecider:
         if isinstance(ev, JobMoveRefused):
             return self._undo_move(ev, now_s)
         raise TypeError(f"the slicer has no use for {type(ev).__name__}")
+
+    def _note_publisher(self, ev: NodeInventory) -> None:
+        """Says where a node's inventory came from another kind of publisher than its last:
+        the scheduler takes the last one whole, so two publishers flip the node's shape.
+        Counts every change; logs a node's first one per leader term."""
+        if (change := self._publishers.note(ev)) is None:
+            return
+        self._metrics.inventory_publisher_changes_total.inc()
+        if not self._publishers.first_word(change.node):
+            return
+        log.warning(
+            "slicer_inventory_publishers_disagree", node=change.node, before=change.before,
+            before_shape=change.before_shape, after=change.after, after_shape=change.after_shape,
+            hint="said once per node per leader term (the counter counts each change); the "
+            "base's collector and k8s-bridge both publish a GPU-operator node's inventory "
+            "(docs/k8s-bridge.md, who publishes a node's inventory)",
+        )  # fmt: skip
 
     def _undo_move(self, ev: JobMoveRefused, now_s: float) -> list[Effect]:
         """The cluster refused a consolidation move (`seedance.slicer.core.refused_moves`)."""
@@ -190,6 +211,7 @@ class SlicerDecider:
     def restored(self, seconds: float) -> None:
         """A leader's restore took `seconds` (read by ``make bench-scale``: keep the name)."""
         st = self._state()
+        self._publishers.new_term()  # each node's publisher change is said once per term
         self.update_gauges()
         self._metrics.quota_revision.set(st.quota_revision)
         log.info(

@@ -16,8 +16,13 @@ that past its own receive time too: it does not move the clock, but it floors th
 decisions (its end among them) at its date, so a change dated a day ahead would bill the job
 a day.
 
-Owns those two checks (`refusal`). It must not read a clock, touch the bus or count: the
-service dead-letters what it returns (``subject_mismatch``, ``future_time``) and counts it.
+An inventory of more GPUs than the core models per node (``MAX_GPUS_PER_NODE``) is refused
+too (``too_many_gpus``), naming the node and its GPUs: the scheduler would drop it without a
+word, and its jobs would wait with no reason anyone could find.
+
+Owns those checks (`refusal`). It must not read a clock, touch the bus or count: the
+service dead-letters what it returns (``subject_mismatch``, ``future_time``,
+``too_many_gpus``) and counts it.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ from seedance.events.slicing import ShareChanged
 from seedance.events.subjects import telemetry
 from seedance.events.telemetry import GpuHealth, NodeInventory
 from seedance.slicer.core.autosize import MAX_AHEAD_S
+from seedance.slicer.core.model import MAX_GPUS_PER_NODE
 
 __all__ = ["REFUSALS", "refusal"]
 
 #: The dead letters' kinds, and the metric's closed label set.
-REFUSALS = ("subject_mismatch", "future_time")
+REFUSALS = ("subject_mismatch", "future_time", "too_many_gpus")
 
 
 def refusal(
@@ -55,6 +61,13 @@ def refusal(
             f"{type(event).__name__} of node {event.node!r} on subject {subject!r}: "
             f"expected {expected!r} (a node speaks only for itself)",
             kind="subject_mismatch",
+        )
+    if isinstance(event, NodeInventory) and len(event.gpus) > MAX_GPUS_PER_NODE:
+        return InvalidMessage(
+            f"NodeInventory of node {event.node!r}: {len(event.gpus)} GPUs "
+            f"({', '.join(sorted({g.model for g in event.gpus}))}); the slicer models at most "
+            f"{MAX_GPUS_PER_NODE} per node, so the node is not used",
+            kind="too_many_gpus",
         )
     return _ahead(event, received_at, ahead_s, "telemetry_ahead_s")
 

@@ -29,12 +29,20 @@ class SlicerMetrics:
         self.refused_total = Counter(
             "seedance_slicer_refused_node_facts_total",
             "Node inventories and health dead-lettered by reason (subject_mismatch: a payload "
-            "naming another node than its subject's; future_time: dated past the bound).",
+            "naming another node than its subject's; future_time: dated past the bound; "
+            "too_many_gpus: an inventory of more GPUs than the slicer models per node).",
             ["reason"],
             registry=registry,
         )
-        for reason in ("subject_mismatch", "future_time"):
+        for reason in ("subject_mismatch", "future_time", "too_many_gpus"):
             self.refused_total.labels(reason)
+        self.inventory_publisher_changes_total = Counter(
+            "seedance_slicer_inventory_publisher_changes_total",
+            "Node inventories whose kind of publisher (nvml, simulated, node-labels: the "
+            "k8s-bridge's) differs from the node's last one: two publishers describe one node "
+            "(log slicer_inventory_publishers_disagree names it and both shapes).",
+            registry=registry,
+        )
         self.refused_moves_total = Counter(
             "seedance_slicer_refused_moves_total",
             "Consolidation moves the cluster refused (a PodDisruptionBudget), by what the slicer "

@@ -26,6 +26,11 @@ __all__ = [
     "EVENT_PREEMPTED",
     "EVENT_REFUSED",
     "EVENT_SCHEDULED",
+    "LABEL_GKE_ACCELERATOR",
+    "LABEL_GKE_GPU_PARTITION",
+    "LABEL_GKE_MAX_SHARED_CLIENTS",
+    "LABEL_GKE_SHARING_STRATEGY",
+    "LABEL_GPU_COUNT",
     "LABEL_GPU_MEMORY",
     "LABEL_GPU_PRODUCT",
     "LABEL_GPU_REPLICAS",
@@ -45,6 +50,7 @@ __all__ = [
     "RES_GPU",
     "RES_GPU_MEMORY_MIB",
     "RES_GPU_MILLI",
+    "RES_GPU_SHARED",
     "RES_MEMORY",
     "RES_MIG",
     "SOURCE_COMPONENT",
@@ -57,6 +63,8 @@ SOURCE_COMPONENT = "seedance-scheduler"
 RES_CPU = "cpu"
 RES_MEMORY = "memory"
 RES_GPU = "nvidia.com/gpu"
+#: The device plugin's time-sliced GPUs with ``renameByDefault: true`` (not placed by Seedance).
+RES_GPU_SHARED = "nvidia.com/gpu.shared"
 #: ``nvidia.com/mig-<profile>`` (the device plugin's "mixed" strategy): one MIG instance.
 MIG_PREFIX = "nvidia.com/mig-"
 RES_GPU_MILLI = "seedance.io/gpu-milli"
@@ -80,8 +88,18 @@ LABEL_POOL = "seedance.io/pool"
 #: GPU feature discovery's node labels.
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
+#: The node's GPUs (the single MIG strategy overrides it with its MIG devices' number).
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
+#: GKE's own GPU node labels (no GFD there): the accelerator type (``nvidia-h100-80gb``), its
+#: MIG partition size (``1g.5gb``: each ``nvidia.com/gpu`` is then one partition) and GPU
+#: sharing (``time-sharing`` or ``mps``, as the API's ``TIME_SHARING`` / ``MPS`` too, with up
+#: to ``max-shared-clients-per-gpu`` per GPU: `core.nodes.gke_sharing`).
+LABEL_GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+LABEL_GKE_GPU_PARTITION = "cloud.google.com/gke-gpu-partition-size"
+LABEL_GKE_SHARING_STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
+LABEL_GKE_MAX_SHARED_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
 #: GFD with time-slicing: how many replicas each GPU is advertised as (``nvidia.com/gpu`` is
 #: physical GPUs × replicas, and ``gpu.product`` gains ``-SHARED``).
 LABEL_GPU_REPLICAS = "nvidia.com/gpu.replicas"

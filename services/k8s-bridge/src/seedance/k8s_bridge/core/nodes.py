@@ -4,14 +4,25 @@ Owns which Node fields describe the node to the slicer: ``status.allocatable`` (
 use, after the kubelet's reservations; ``capacity`` when allocatable lacks a resource) for cpu,
 memory and ``nvidia.com/gpu``, and GPU feature discovery's labels for the model
 (``nvidia.com/gpu.product``), the memory per GPU in MiB (``nvidia.com/gpu.memory``) and MIG
-(``nvidia.com/mig.capable``, ``nvidia.com/mig.strategy``). The product label is published as
-GFD writes it (what the bridge observes); the one GPU identity (``seedance.events.gpus``)
-reads what it implies: with time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.replicas``)
-``nvidia.com/gpu`` counts each GPU once per replica, so the inventory holds the physical GPUs
-(allocatable / replicas), never a fleet four times its size to bill; with the MIG single
-strategy (``...-MIG-3g.40gb``) each GPU of the inventory is a MIG device. A Node carries no GPU
-UUIDs: the inventory's are empty and the node agent (a later issue) publishes the real
-inventory instead, with ``publish_inventory`` off.
+capability (``nvidia.com/mig.capable``). MIG *mode* is never read from
+``nvidia.com/mig.strategy``: the GPU operator sets one strategy for the cluster and GFD writes
+it on every GPU node, MIG on or off. The product label is published as GFD writes it (what the
+bridge observes); the one GPU identity (``seedance.events.gpus``) reads what it implies: with
+time-slicing (``Tesla-T4-SHARED``, ``nvidia.com/gpu.replicas``) ``nvidia.com/gpu`` counts each
+GPU once per replica, so the inventory holds the physical GPUs (allocatable / replicas), never a
+fleet four times its size to bill. Under the mixed MIG strategy the GPUs in MIG mode
+(``nvidia.com/gpu.count`` less the whole ones, their instances served as
+``nvidia.com/mig-<profile>``) are left out: an inventory carries no instances yet, and without
+them the slicer would place MIG jobs on instances that do not exist. Without GFD (GKE) the model
+is GKE's accelerator label where it is certain (`GKE_ACCELERATORS`). A node whose labels cannot
+describe it (the single strategy's or GKE's MIG devices served as ``nvidia.com/gpu``: how many
+physical GPUs carry them is not on the node) gets no inventory: `UndescribedNode`, whose reason
+(`UNDESCRIBED`) the shell logs and gauges; GPUs served under a resource Seedance does not place,
+or in MIG mode, are left out (`gpus_left_out`, said by the shell). A Node carries no GPU UUIDs:
+the inventory's are empty. Where simulated node agents publish the nodes' inventories (the dev
+overlay) ``publish_inventory`` is off; beside the base's NVML collector it is on (the bridge
+alone says a node is cordoned or going, and alone describes GKE and CPU-only nodes), so a
+GPU-operator node has two publishers: docs/k8s-bridge.md, "Who publishes a node's inventory".
 
 A node's state (`NodeState`): ``cordoned`` where nothing new may land but what runs stays:
 ``spec.unschedulable`` (``kubectl cordon``, which also sets the taint
@@ -46,12 +57,74 @@ import msgspec
 from seedance.events.base import derived_event_id
 from seedance.events.gpus import identify
 from seedance.events.telemetry import GpuInfo, NodeInventory, NodeState
-from seedance.events.tokens import kube_node_token
+from seedance.events.tokens import InvalidToken, check_token, kube_node_token
 from seedance.k8s_bridge.core import keys
 from seedance.k8s_bridge.core.quantity import parse_quantity, to_mib, to_milli
 from seedance.k8s_bridge.core.release import is_ours
 
-__all__ = ["DRAINING_TAINTS", "node_inventory", "node_state", "node_usable", "same_inventory"]
+__all__ = [
+    "DRAINING_TAINTS",
+    "GKE_ACCELERATORS",
+    "GKE_SHARED",
+    "UNDESCRIBED",
+    "UndescribedNode",
+    "gke_sharing",
+    "gpus_left_out",
+    "held_cordoned",
+    "node_inventory",
+    "node_pool",
+    "node_state",
+    "node_usable",
+    "same_inventory",
+]
+
+#: Why a Node gets no inventory (the closed set of `UndescribedNode.reason`).
+UNDESCRIBED = ("invalid_pool", "mig_single_strategy", "mig_gpus_unknown", "gke_gpu_partitions")
+
+#: GKE's ``cloud.google.com/gke-accelerator`` values whose GPU is certain, as the GPU identity
+#: (``seedance.events.gpus``) names it. From Google's list ("Deploy GPU workloads in
+#: Autopilot", cloud.google.com/kubernetes-engine/docs/how-to/autopilot-gpus, and the Compute
+#: Engine machine families that carry each: A2 Standard / Ultra, A3 High / Mega / Ultra, A4,
+#: G2, N1). Left out, published as ``unknown`` (the price book's fallback): values whose form
+#: factor or memory the name does not fix (``nvidia-tesla-v100``, ``nvidia-tesla-p100``,
+#: ``nvidia-gb200``, ``nvidia-rtx-pro-6000``) or that the identity does not know
+#: (``nvidia-tesla-p4``, ``nvidia-tesla-k80``). ``nvidia-tesla-a100`` is the 40 GB part: the
+#: identity alone would read it as the 80 GB one.
+GKE_ACCELERATORS = {
+    "nvidia-tesla-t4": "T4-PCIE-16GB",
+    "nvidia-l4": "L4-PCIE-24GB",
+    "nvidia-tesla-a100": "A100-SXM4-40GB",
+    "nvidia-a100-80gb": "A100-SXM4-80GB",
+    "nvidia-h100-80gb": "H100-SXM5-80GB",
+    "nvidia-h100-mega-80gb": "H100-SXM5-80GB",
+    "nvidia-h200-141gb": "H200-SXM-141GB",
+    "nvidia-b200": "B200-SXM-180GB",
+}
+
+
+#: GKE's GPU sharing strategies that serve each physical GPU once per client as
+#: ``nvidia.com/gpu`` (``cloud.google.com/gke-max-shared-clients-per-gpu``): time-sharing and
+#: NVIDIA MPS ("About GPU sharing strategies in GKE"; the API's ``GPUSharingStrategy`` enum,
+#: ``TIME_SHARING`` / ``MPS``; the how-to pages' node selectors ``time-sharing`` / ``mps``).
+GKE_SHARED = frozenset({"time-sharing", "mps"})
+
+
+def gke_sharing(labels: Mapping[str, Any]) -> str:
+    """GKE's sharing strategy label, normalised: lower case, ``_`` as ``-`` (``TIME_SHARING``,
+    the API enum's spelling, is ``time-sharing``, the node selectors'); empty without one."""
+    return str(labels.get(keys.LABEL_GKE_SHARING_STRATEGY, "")).strip().lower().replace("_", "-")
+
+
+class UndescribedNode(ValueError):
+    """A Node whose inventory the bridge cannot publish truthfully: it publishes none for it
+    (the slicer keeps what it last had), and the shell logs and counts ``reason``."""
+
+    def __init__(self, node: str, reason: str, detail: str) -> None:
+        super().__init__(f"node {node!r}: {detail}")
+        self.node, self.reason, self.detail = node, reason, detail
+        #: What the tracker published for the node all the same (`held_cordoned`).
+        self.held: list[Any] = []
+
 
 #: Taints that mean the node is going or gone, whatever their effect.
 DRAINING_TAINTS = frozenset({
@@ -98,6 +171,33 @@ def _int_label(labels: Json, key: str, default: int) -> int:
         return default
 
 
+def node_pool(name: str, labels: Json) -> str:
+    """The node's slicer pool: its ``seedance.io/pool`` label (``default`` without one), as a
+    subject token. A label value may hold dots (``a100.spot``) where a token may not: like a
+    node name (`kube_node_token`), each ``.`` becomes ``:`` (never in a label value, so it is
+    reversible), and the pool is ``a100:spot``.
+
+    Raises:
+        UndescribedNode: a value that is no token even so (an empty one).
+    """
+    raw = labels.get(keys.LABEL_POOL, "default")
+    try:
+        return check_token("pool", str(raw).replace(".", ":"))
+    except InvalidToken as exc:
+        raise UndescribedNode(name, "invalid_pool", f"label {keys.LABEL_POOL}: {exc}") from None
+
+
+def _removal_pool(name: str, labels: Json) -> str:
+    """A deleted node's pool: its label's where that is a token, else ``default``. The removal
+    must be published whatever the label (an empty one once lost it, and the slicer kept placing
+    on a node that was gone); no slicer reads an inventory's pool (each node its consumer
+    delivers joins its own pool: ``seedance.slicer.mapping``)."""
+    try:
+        return node_pool(name, labels)
+    except UndescribedNode:
+        return "default"
+
+
 def node_state(node: Json, *, deleted: bool = False) -> NodeState:
     if deleted:
         return NodeState.REMOVED
@@ -110,46 +210,194 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
 
     Raises:
         InvalidQuantity: an allocatable quantity that does not parse.
+        UndescribedNode: a node whose labels cannot describe it (`UNDESCRIBED`).
     """
     md = node.get("metadata") or {}
     labels = md.get("labels") or {}
     status = node.get("status") or {}
     state = node_state(node, deleted=deleted)
     described = not deleted  # a cordoned node keeps its shape: its jobs hold GPU indices
-    product = str(labels.get(keys.LABEL_GPU_PRODUCT, "unknown"))
-    reported = identify(product)
-    count = int(parse_quantity(_resource(status, keys.RES_GPU))) if described else 0
-    if reported.shared:
-        count //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
-    mem_mib = _int_label(labels, keys.LABEL_GPU_MEMORY, 0)
-    mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true"
-    mig_enabled = mig_capable and labels.get(keys.LABEL_MIG_STRATEGY, "none") != "none"
-    gpus = [
-        GpuInfo(
-            index=i,
-            model=product,
-            mem_total_mib=mem_mib,
-            mig_capable=mig_capable,
-            mig_enabled=mig_enabled or reported.mig_profile is not None,
-        )
-        for i in range(count)
-    ]
+    name = kube_node_token(str(md.get("name", "")))
+    product = _product(labels)
+    gpus = _gpus(name, product, labels, status) if described else []
     cpu = to_milli(parse_quantity(_resource(status, keys.RES_CPU))) if described else 0
     memory = to_mib(parse_quantity(_resource(status, keys.RES_MEMORY))) if described else 0
-    name = kube_node_token(str(md.get("name", "")))
     body = NodeInventory(
         id="",
         at=at,
         node=name,
-        pool=str(labels.get(keys.LABEL_POOL, "default")),
+        pool=node_pool(name, labels) if described else _removal_pool(name, labels),
         cpu_milli=cpu,
         memory_mib=memory,
         gpus=gpus,
         state=state,
     )
+    return msgspec.structs.replace(body, id=_inventory_id(md, name, at, key))
+
+
+def held_cordoned(last: NodeInventory, node: Json, at: datetime, *, key: bytes) -> NodeInventory:
+    """``last``, the node's last published inventory, ``cordoned`` at ``at``: for a node whose
+    labels no longer describe it (`UndescribedNode`: the mig-manager switched it to the single
+    strategy's MIG devices). Publishing nothing left the slicer placing on its old shape (8
+    whole GPUs where the node now serves 3g.40gb devices); cordoned, it keeps that shape (its
+    jobs hold GPU indices) and nothing new lands there until the node can be described."""
+    md = node.get("metadata") or {}
+    body = msgspec.structs.replace(last, at=at, state=NodeState.CORDONED)
+    # Its own id seed: never the id of an inventory of the same millisecond.
+    return msgspec.structs.replace(body, id=_inventory_id(md, last.node, at, key, "held"))
+
+
+def _inventory_id(md: Json, name: str, at: datetime, key: bytes, kind: str = "inventory") -> str:
     uid = str(md.get("uid") or name)
     ms = int(at.timestamp() * 1000)
-    return msgspec.structs.replace(body, id=derived_event_id(uid, f"inventory/{ms}", ms, key=key))
+    return derived_event_id(uid, f"{kind}/{ms}", ms, key=key)
+
+
+def _product(labels: Json) -> str:
+    """GFD's ``nvidia.com/gpu.product`` as written; without GFD, GKE's accelerator label where
+    its model is certain (`GKE_ACCELERATORS`); else ``unknown``."""
+    if keys.LABEL_GPU_PRODUCT in labels:
+        return str(labels[keys.LABEL_GPU_PRODUCT])
+    return GKE_ACCELERATORS.get(str(labels.get(keys.LABEL_GKE_ACCELERATOR, "")), "unknown")
+
+
+def _gke_mib(labels: Json, product: str) -> int:
+    """A GKE GPU's memory in MiB (GKE writes no memory label) where its model is certain
+    (`GKE_ACCELERATORS`): the identity's marketed size in decimal GB, as MiB rounded down, which
+    is below what the driver reports (T4: 15258 here, 15360 by GFD; L4: 22888 and 23028; H100
+    80GB: 76293 and 81559), so no job is placed on memory the GPU lacks. Else 0 (unknown)."""
+    if keys.LABEL_GPU_PRODUCT in labels or product not in GKE_ACCELERATORS.values():
+        return 0
+    identity = identify(product).identity
+    if identity is None or identity.memory_gb is None:
+        return 0
+    return identity.memory_gb * 10**9 // 2**20
+
+
+def _mig_instances(status: Json, labels: Json) -> dict[str, int]:
+    """The MIG instances served per profile under the mixed strategy: the device plugin's
+    ``nvidia.com/mig-<profile>`` resources, else GFD's ``nvidia.com/mig-<profile>.count``."""
+    out: dict[str, int] = {}
+    for res in {**(status.get("capacity") or {}), **(status.get("allocatable") or {})}:
+        if res.startswith(keys.MIG_PREFIX):
+            out[res.removeprefix(keys.MIG_PREFIX)] = int(parse_quantity(_resource(status, res)))
+    if not out:
+        for label in labels:
+            if label.startswith(keys.MIG_PREFIX) and label.endswith(".count"):
+                profile = label.removeprefix(keys.MIG_PREFIX).removesuffix(".count")
+                out[profile] = _int_label(labels, label, 0)
+    return {p: n for p, n in out.items() if n > 0}
+
+
+def _served(name: str, product: str, labels: Json, status: Json) -> tuple[int, int, dict[str, int]]:
+    """The node's whole GPUs, its GPUs in MIG mode, and their MIG instances per profile, as far
+    as GFD's labels and the allocatable resources say.
+
+    ``nvidia.com/gpu`` counts what the device plugin serves as one: a whole GPU; a time-sliced
+    GPU once per replica (``-SHARED``: divided back); a MIG device under the single strategy.
+    ``nvidia.com/mig.strategy`` never says a GPU is in MIG mode (the GPU operator writes its
+    cluster-wide strategy, ``single`` by default, on every GPU node, MIG on or off).
+
+    Raises:
+        UndescribedNode: MIG devices whose physical GPUs the labels do not give.
+    """
+    reported = identify(product)
+    served = int(parse_quantity(_resource(status, keys.RES_GPU)))
+    if reported.mig_profile is not None and served:
+        # The slicer models physical GPUs and plans their MIG layouts itself; GFD's single
+        # strategy overrides gpu.product and gpu.count with the MIG devices', so how many
+        # GPUs carry them is not on the node.
+        raise UndescribedNode(
+            name, "mig_single_strategy",
+            f"{served} MIG devices {product!r} served as {keys.RES_GPU} (GFD's single "
+            "strategy): the labels do not say how many physical GPUs carry them",
+        )  # fmt: skip
+    if keys.LABEL_GKE_GPU_PARTITION in labels and served:
+        raise UndescribedNode(
+            name, "gke_gpu_partitions",
+            f"{served} GKE MIG partitions {labels[keys.LABEL_GKE_GPU_PARTITION]!s} served as "
+            f"{keys.RES_GPU}: the labels do not say how many physical GPUs carry them",
+        )  # fmt: skip
+    if reported.shared:
+        served //= max(1, _int_label(labels, keys.LABEL_GPU_REPLICAS, 1))
+    elif gke_sharing(labels) in GKE_SHARED:
+        # GKE advertises each shared GPU once per client it may have (time-sharing and MPS).
+        served //= max(1, _int_label(labels, keys.LABEL_GKE_MAX_SHARED_CLIENTS, 1))
+    mig = _mig_instances(status, labels)
+    in_mig = 0
+    if mig:
+        # The mixed strategy: whole GPUs are nvidia.com/gpu, MIG-mode GPUs serve only their
+        # instances, and gpu.count is every physical GPU.
+        total = _int_label(labels, keys.LABEL_GPU_COUNT, -1)
+        in_mig = total - served
+        if in_mig <= 0:
+            raise UndescribedNode(
+                name, "mig_gpus_unknown",
+                f"MIG instances {dict(sorted(mig.items()))} served beside {served} whole GPUs, "
+                f"but {keys.LABEL_GPU_COUNT}="
+                f"{labels.get(keys.LABEL_GPU_COUNT, '(none)')!s} leaves no GPU to carry them",
+            )  # fmt: skip
+    return served, in_mig, mig
+
+
+def _gpus(name: str, product: str, labels: Json, status: Json) -> list[GpuInfo]:
+    """The node's whole GPUs (`_served`). GPUs in MIG mode (the mixed strategy) are left out
+    until an inventory can carry their instances: published without them, the slicer would
+    plan its own layouts on them and place MIG jobs on instances that do not exist (a 1g.10gb
+    job on GPUs cut 3g.40gb). MIG jobs wait instead; `gpus_left_out` says so.
+
+    Raises:
+        UndescribedNode: MIG devices whose physical GPUs the labels do not give.
+    """
+    served, _in_mig, mig = _served(name, product, labels, status)
+    mem_mib = _int_label(labels, keys.LABEL_GPU_MEMORY, 0) or _gke_mib(labels, product)
+    mig_capable = labels.get(keys.LABEL_MIG_CAPABLE) == "true" or bool(mig)
+    return [
+        GpuInfo(index=i, model=product, mem_total_mib=mem_mib, mig_capable=mig_capable,
+                mig_enabled=False)
+        for i in range(served)
+    ]  # fmt: skip
+
+
+def gpus_left_out(node: Json) -> str | None:
+    """Why GPUs the node has are not in its inventory (None: none are left out).
+
+    The device plugin's time-slicing with ``renameByDefault: true`` serves them as
+    ``nvidia.com/gpu.shared``, which no pod Seedance places may ask for (`core.pods`): counted,
+    they would draw ``nvidia.com/gpu`` pods the kubelet cannot admit there. GPUs in MIG mode
+    under the mixed strategy: an inventory carries no MIG instances (`_gpus`). GPUs of
+    ``nvidia.com/gpu.count`` served neither way (in MIG mode without instances, or unhealthy:
+    the device plugin serves only healthy GPUs)."""
+    status = node.get("status") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    name = kube_node_token(str((node.get("metadata") or {}).get("name", "")))
+    said = []
+    shared = int(parse_quantity(_resource(status, keys.RES_GPU_SHARED)))
+    if shared:
+        said.append(
+            f"{shared} {keys.RES_GPU_SHARED} (the device plugin's time-slicing with "
+            f"renameByDefault: true) left out: Seedance places {keys.RES_GPU}, not "
+            f"{keys.RES_GPU_SHARED}"
+        )
+    try:
+        served, in_mig, mig = _served(name, _product(labels), labels, status)
+    except UndescribedNode:
+        return "; ".join(said) or None
+    if in_mig:
+        said.append(
+            f"{in_mig} GPUs in MIG mode ({keys.LABEL_GPU_COUNT}="
+            f"{labels.get(keys.LABEL_GPU_COUNT)!s} less {served} whole; instances "
+            f"{dict(sorted(mig.items()))}) left out: an inventory carries no MIG instances, so "
+            "MIG jobs wait"
+        )
+    unserved = _int_label(labels, keys.LABEL_GPU_COUNT, 0) - served - in_mig
+    if unserved > 0 and not shared:
+        said.append(
+            f"{unserved} of {keys.LABEL_GPU_COUNT}={labels.get(keys.LABEL_GPU_COUNT)!s} GPUs "
+            f"served neither as {keys.RES_GPU} nor as MIG instances (in MIG mode without "
+            "instances, or unhealthy) left out"
+        )
+    return "; ".join(said) or None
 
 
 def same_inventory(a: NodeInventory, b: NodeInventory) -> bool:

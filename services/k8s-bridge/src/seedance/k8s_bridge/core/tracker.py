@@ -44,7 +44,7 @@ from seedance.events import Event
 from seedance.events.jobs import pod_job_id
 from seedance.events.slicing import GpuAssignment, JobRejected, Placement, Preempted, Unschedulable
 from seedance.events.subjects import telemetry
-from seedance.events.telemetry import NodeInventory
+from seedance.events.telemetry import NodeInventory, NodeState
 from seedance.k8s_bridge.core import keys, notices
 from seedance.k8s_bridge.core.actions import (
     Action,
@@ -66,7 +66,12 @@ from seedance.k8s_bridge.core.kube import (
     parse_annotation,
     placement_annotation,
 )
-from seedance.k8s_bridge.core.nodes import node_inventory, same_inventory
+from seedance.k8s_bridge.core.nodes import (
+    UndescribedNode,
+    held_cordoned,
+    node_inventory,
+    same_inventory,
+)
 from seedance.k8s_bridge.core.pods import (
     PodRef,
     RefusalReason,
@@ -179,8 +184,23 @@ class Tracker:
         return out
 
     def node_seen(self, node: Json, now: datetime, *, deleted: bool = False) -> list[Action]:
-        """The node's inventory when it changed since the last one published."""
-        inv = node_inventory(node, now, deleted=deleted, key=self.id_key)
+        """The node's inventory when it changed since the last one published.
+
+        Raises:
+            UndescribedNode: the node's labels cannot describe it; where an inventory of it was
+                published, it is published again ``cordoned`` (`held_cordoned`), in the
+                exception's ``held``.
+        """
+        try:
+            inv = node_inventory(node, now, deleted=deleted, key=self.id_key)
+        except UndescribedNode as exc:
+            last = self._nodes.get(exc.node)
+            if not deleted and last is not None and last.state is not NodeState.REMOVED:
+                inv = held_cordoned(last, node, now, key=self.id_key)
+                if not same_inventory(last, inv):
+                    self._nodes[inv.node] = inv
+                    exc.held = [Publish(telemetry.inventory(inv.node), inv)]
+            raise
         last = self._nodes.get(inv.node)
         if last is not None and same_inventory(last, inv):
             return []
