@@ -3,6 +3,25 @@
 Fields a GPU cannot report are ``None`` (absent), never zero: a zero would read as a real idle
 value to the slicer and the ledger. Every one is published by a node's own trusted measurer (the
 collector, or the node agent for per-pod shares) on that node's subject, never by a tenant.
+
+Trusted is not unbounded: a node's credential speaks only for its own node, and what it says is
+bounded here, once, as msgspec ``Meta`` on the field, so every consumer (slicer, ledger, router,
+node agent) refuses an impossible value at decode with an error naming the field, and the
+dead letter carries it. The services store these values as integers in checkpoints encoded as
+msgpack (int64 / uint64): one finite but huge energy reading (``2e16`` J) was applied by the
+ledger and then failed every checkpoint, so every replica crash-looped on replay. The bounds
+are physical, with a margin, and each one keeps what is stored far inside int64:
+
+- a GPU index (and a per-pod share's) is ``0 <= index < MAX_NODE_GPUS`` (16: the most GPUs a
+  node holds today, ``seedance.events.jobs``; an inventory lists at most that many GPUs);
+- ``energy_j`` is NVML's ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver was
+  loaded) in joules: ``0 <= energy_j <= MAX_ENERGY_J`` (1e12 J, 2.6 x a 1.2 kW GPU (B200/GB200)
+  drawing flat out for 10 years, 3.8e11 J; the ledger keeps it in mJ, 1e15 < 2^63);
+- GPU memory (used, total, reserved, a pod's) is ``0 <= MiB <= MAX_GPU_MEM_MIB`` (1 TiB: 3.6 x
+  the largest GPU's, B300 / MI355X with 288 GB = 274,658 MiB);
+- a node's ``cpu_milli`` and ``memory_mib`` are within a request's bounds (10,000 cores, 2 PiB:
+  ``seedance.events.jobs``), since a request may ask for no more than a node has;
+- the remaining integers (``throttle_reasons``, ``xid``, ``periods``) are ``0 <= n < 2^63``.
 """
 
 from __future__ import annotations
@@ -13,9 +32,13 @@ from typing import Annotated
 import msgspec
 
 from seedance.events.base import Event, UtcDatetime
+from seedance.events.jobs import MAX_CPU_MILLI, MAX_MEMORY_MIB
 from seedance.events.tokens import Name
 
 __all__ = [
+    "MAX_ENERGY_J",
+    "MAX_GPU_MEM_MIB",
+    "MAX_NODE_GPUS",
     "GpuHealth",
     "GpuInfo",
     "GpuSample",
@@ -27,15 +50,28 @@ __all__ = [
     "TelemetryEvent",
 ]
 
+#: The most GPUs one node holds (16: a DGX-2 / HGX-2; today's 8-GPU boards are within it).
+MAX_NODE_GPUS = 16
+#: An NVML energy counter's largest plausible reading, joules (the module's docstring).
+MAX_ENERGY_J = 1e12
+#: One GPU's largest plausible memory, MiB: 1 TiB (the module's docstring).
+MAX_GPU_MEM_MIB = 1024 * 1024
+_INT63 = 2**63 - 1
+
+GpuIndex = Annotated[int, msgspec.Meta(ge=0, lt=MAX_NODE_GPUS)]
+GpuMemMib = Annotated[float, msgspec.Meta(ge=0, le=MAX_GPU_MEM_MIB)]
+EnergyJ = Annotated[float, msgspec.Meta(ge=0, le=MAX_ENERGY_J)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=_INT63)]
+
 
 class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
     """One GPU's reading at one tick. Ratios are 0..1, percentages 0..100."""
 
-    index: int
+    index: GpuIndex
     uuid: str = ""
-    mem_used_mib: float | None = None
-    mem_total_mib: float | None = None
-    mem_reserved_mib: float | None = None
+    mem_used_mib: GpuMemMib | None = None
+    mem_total_mib: GpuMemMib | None = None
+    mem_reserved_mib: GpuMemMib | None = None
     util_gpu_pct: float | None = None
     util_mem_pct: float | None = None
     sm_active: float | None = None
@@ -43,11 +79,12 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
     tensor_active: float | None = None
     dram_active: float | None = None
     power_w: float | None = None
-    energy_j: float | None = None
+    #: NVML's energy counter since the driver was loaded, J (the module's docstring).
+    energy_j: EnergyJ | None = None
     temp_c: float | None = None
     sm_clock_mhz: float | None = None
     mem_clock_mhz: float | None = None
-    throttle_reasons: int | None = None
+    throttle_reasons: Count | None = None
     healthy: bool = True
 
 
@@ -55,16 +92,16 @@ class GpuSampleBatch(Event, frozen=True, kw_only=True, tag="gpu.sample_batch.v1"
     """All GPUs of one node at one tick. ``simulated`` is true for a replayed fleet."""
 
     node: Name
-    gpus: list[GpuSample]
+    gpus: Annotated[list[GpuSample], msgspec.Meta(max_length=MAX_NODE_GPUS)]
     simulated: bool = False
 
 
 class GpuInfo(msgspec.Struct, frozen=True, kw_only=True):
     """A GPU as the inventory describes it."""
 
-    index: int
+    index: GpuIndex
     model: str
-    mem_total_mib: int
+    mem_total_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_MEM_MIB)]
     uuid: str = ""
     mig_capable: bool = False
     mig_enabled: bool = False
@@ -94,9 +131,9 @@ class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
 
     node: Name
     pool: Name = "default"
-    cpu_milli: int
-    memory_mib: int
-    gpus: list[GpuInfo]
+    cpu_milli: Annotated[int, msgspec.Meta(ge=0, le=MAX_CPU_MILLI)]
+    memory_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_MEMORY_MIB)]
+    gpus: Annotated[list[GpuInfo], msgspec.Meta(max_length=MAX_NODE_GPUS)]
     simulated: bool = False
     #: The node's labels that place it in the network: its topology domains (a multi-node
     #: NVLink clique such as GPU feature discovery's ``nvidia.com/gpu.clique``, a rack, a
@@ -111,11 +148,11 @@ class GpuHealth(Event, frozen=True, kw_only=True, tag="gpu.health.v1"):
     """A GPU became unhealthy (disappeared, XID) or recovered."""
 
     node: Name
-    gpu_index: int
+    gpu_index: GpuIndex
     uuid: str = ""
     healthy: bool
     reason: str = ""
-    xid: int | None = None
+    xid: Count | None = None
 
 
 class PodShare(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,7 +164,7 @@ class PodShare(msgspec.Struct, frozen=True, kw_only=True):
     was granted against (empty: the pod holds no Seedance placement on this node).
     """
 
-    gpu_index: int
+    gpu_index: GpuIndex
     gpu_uuid: str = ""
     pod_uid: str
     namespace: str = ""
@@ -137,14 +174,14 @@ class PodShare(msgspec.Struct, frozen=True, kw_only=True):
     sm_share: float
     mem_share: float
     #: NVML sampling periods the window held (how much the means are over).
-    periods: int = 0
+    periods: Count = 0
     #: The most GPU memory the pod's processes held over the window, MiB: the peak of the
     #: node agent's reads in it (NVML's per-process used memory summed per pod, read every
     #: ``MEMORY_SAMPLE_S``, the last at the window's end), the measured memory a share's MPS
     #: memory limit is sized from. None: NVML gave no figure for one of the pod's processes in
     #: one of those reads (a part is no measure), or an agent from before the field. (Earlier
     #: agents sent one read, at the window's end, and a partial sum.)
-    mem_used_mib: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    mem_used_mib: GpuMemMib | None = None
 
 
 class PodShares(Event, frozen=True, kw_only=True, tag="gpu.pod_share.v1"):
