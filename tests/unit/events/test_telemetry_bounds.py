@@ -19,6 +19,7 @@ from seedance.events import DecodeError, decode, encode, new_event_id
 from seedance.events.telemetry import (
     MAX_ENERGY_J,
     MAX_GPU_MEM_MIB,
+    MAX_NODE_DEVICES,
     MAX_NODE_GPUS,
     GpuHealth,
     GpuInfo,
@@ -99,6 +100,7 @@ REFUSED = [
     (_batch(mem_reserved_mib=-1.0), "$.gpus[0].mem_reserved_mib"),
     (_batch(throttle_reasons=2**64), "$.gpus[0].throttle_reasons"),
     (_inventory(index=2**64), "$.gpus[0].index"),
+    (_inventory(index=MAX_NODE_DEVICES), "$.gpus[0].index"),
     (_inventory(mem_total_mib=2**64), "$.gpus[0].mem_total_mib"),
     (_inventory(mem_total_mib=-1), "$.gpus[0].mem_total_mib"),
     (_inventory({"cpu_milli": 2**63}), "$.cpu_milli"),
@@ -125,6 +127,11 @@ def test_too_many_gpus_for_one_node_are_refused() -> None:
     batch = {"type": "gpu.sample_batch.v1", "id": _ID, "at": T0.isoformat(), "node": "n1"}
     with pytest.raises(DecodeError, match=r"at `\$\.gpus`"):
         decode(_wire(batch | {"gpus": [one] * (MAX_NODE_GPUS + 1)}))
+    info = msgspec.to_builtins(GpuInfo(index=0, model=MODEL, mem_total_mib=4864))
+    inventory = msgspec.json.decode(_inventory())
+    with pytest.raises(DecodeError, match=r"at `\$\.gpus`"):
+        decode(_wire(inventory | {"gpus": [info] * (MAX_NODE_DEVICES + 1)}))
+    assert len(decode(_wire(inventory | {"gpus": [info] * MAX_NODE_DEVICES})).gpus) == 128
 
 
 @pytest.mark.parametrize(
@@ -135,6 +142,8 @@ def test_too_many_gpus_for_one_node_are_refused() -> None:
         _batch(index=MAX_NODE_GPUS - 1, energy_j=1200 * 10 * 365.25 * 86_400),
         _batch(energy_j=0.0, mem_used_mib=274_658.0, mem_total_mib=274_658.0),
         _inventory(index=MAX_NODE_GPUS - 1, mem_total_mib=274_658),
+        # 16 GPUs as 7 MIG instances each, as Kubernetes counts them (`single` MIG strategy).
+        _inventory(index=MAX_NODE_GPUS * 7 - 1, mem_total_mib=4864),
         _pod_shares(gpu_index=MAX_NODE_GPUS - 1, mem_used_mib=81_000.0, periods=600),
         _health(gpu_index=7, xid=79),
     ],

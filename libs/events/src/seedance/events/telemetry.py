@@ -12,8 +12,12 @@ msgpack (int64 / uint64): one finite but huge energy reading (``2e16`` J) was ap
 ledger and then failed every checkpoint, so every replica crash-looped on replay. The bounds
 are physical, with a margin, and each one keeps what is stored far inside int64:
 
-- a GPU index (and a per-pod share's) is ``0 <= index < MAX_NODE_GPUS`` (16: the most GPUs a
-  node holds today, ``seedance.events.jobs``; an inventory lists at most that many GPUs);
+- a measured GPU's index (a sample's, a health event's, a pod share's: NVML's device index, a
+  physical GPU) is ``0 <= index < MAX_NODE_GPUS`` (16: the most GPUs a node holds today,
+  ``seedance.events.jobs``), and a batch holds at most that many; an inventory's GPUs (index
+  and count) are within ``MAX_NODE_DEVICES`` (128), since Kubernetes counts each MIG instance
+  as a GPU under the GPU operator's ``single`` MIG strategy (up to 7 a GPU), and the
+  k8s-bridge's inventory lists what Kubernetes counts;
 - ``energy_j`` is NVML's ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver was
   loaded) in joules: ``0 <= energy_j <= MAX_ENERGY_J`` (1e12 J, 2.6 x a 1.2 kW GPU (B200/GB200)
   drawing flat out for 10 years, 3.8e11 J; the ledger keeps it in mJ, 1e15 < 2^63);
@@ -38,6 +42,7 @@ from seedance.events.tokens import Name
 __all__ = [
     "MAX_ENERGY_J",
     "MAX_GPU_MEM_MIB",
+    "MAX_NODE_DEVICES",
     "MAX_NODE_GPUS",
     "GpuHealth",
     "GpuInfo",
@@ -52,6 +57,8 @@ __all__ = [
 
 #: The most GPUs one node holds (16: a DGX-2 / HGX-2; today's 8-GPU boards are within it).
 MAX_NODE_GPUS = 16
+#: The most GPUs an inventory may list: 8 per GPU (MIG's 7 instances, rounded up).
+MAX_NODE_DEVICES = MAX_NODE_GPUS * 8
 #: An NVML energy counter's largest plausible reading, joules (the module's docstring).
 MAX_ENERGY_J = 1e12
 #: One GPU's largest plausible memory, MiB: 1 TiB (the module's docstring).
@@ -99,7 +106,7 @@ class GpuSampleBatch(Event, frozen=True, kw_only=True, tag="gpu.sample_batch.v1"
 class GpuInfo(msgspec.Struct, frozen=True, kw_only=True):
     """A GPU as the inventory describes it."""
 
-    index: GpuIndex
+    index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_NODE_DEVICES)]
     model: str
     mem_total_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_MEM_MIB)]
     uuid: str = ""
@@ -133,7 +140,7 @@ class NodeInventory(Event, frozen=True, kw_only=True, tag="node.inventory.v1"):
     pool: Name = "default"
     cpu_milli: Annotated[int, msgspec.Meta(ge=0, le=MAX_CPU_MILLI)]
     memory_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_MEMORY_MIB)]
-    gpus: Annotated[list[GpuInfo], msgspec.Meta(max_length=MAX_NODE_GPUS)]
+    gpus: Annotated[list[GpuInfo], msgspec.Meta(max_length=MAX_NODE_DEVICES)]
     simulated: bool = False
     #: The node's labels that place it in the network: its topology domains (a multi-node
     #: NVLink clique such as GPU feature discovery's ``nvidia.com/gpu.clique``, a rack, a
