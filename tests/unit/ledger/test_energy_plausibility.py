@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from seedance.cost_ledger import core
@@ -193,3 +194,25 @@ def test_the_largest_values_the_wire_lets_through_still_checkpoint() -> None:
     restored.restore(replica.to_bytes())
     assert restored.to_bytes() == replica.to_bytes()
     assert restored._s.energy_mj[f"n1/{MAX_NODE_GPUS - 1}"] == MAX_ENERGY_J * 1000
+
+
+def test_a_checkpoint_from_before_the_anchors_takes_the_nodes_last_energy_time() -> None:
+    """A checkpoint written before ``energy_since`` was kept restores without anchors: a
+    counter's anchor is then its last reading at its node's last energy time, so the first
+    reading after the upgrade is bounded too (and an honest one passes)."""
+    replica, _ = _step_all([_inventory(), *(_batch(s, 1000.0 + 700.0 * s) for s in range(1, 10))])
+    state = msgspec.msgpack.decode(replica.to_bytes())
+    del state["energy_since"]  # as the code before this change wrote it
+    before = msgspec.msgpack.encode(state)
+
+    def restored() -> LedgerReplica:
+        r = LedgerReplica(BOOK, core.LedgerConfig())
+        r.restore(before)
+        return r
+
+    honest, inflated = restored(), restored()
+    honest.step(20, _batch(19, 1000.0 + 700.0 * 19), subject=telemetry.sample("n1"))
+    assert honest._s.energy_since == {"n1/0": (_ms(T0 + timedelta(seconds=9)), 7_300_000)}
+    with pytest.raises(InputRejected) as caught:
+        inflated.step(20, _batch(19, 1e9), subject=telemetry.sample("n1"))
+    assert caught.value.kind == "implausible_energy"
