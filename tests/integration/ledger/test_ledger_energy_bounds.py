@@ -22,7 +22,7 @@ from seedance.cost_ledger.core.replica import ledger_inputs
 from seedance.events import Event, decode
 from seedance.events.cost import CostEntry
 from seedance.events.subjects import slicing, telemetry
-from seedance.events.telemetry import GpuSample, GpuSampleBatch
+from seedance.events.telemetry import GpuInfo, GpuSample, GpuSampleBatch, NodeInventory
 from seedance.testing import identities
 from seedance.testing.servers import NatsServer
 from seedance.testing.waits import eventually
@@ -91,3 +91,53 @@ async def test_an_impossible_energy_reading_is_dead_lettered_and_billing_goes_on
     billed = [e for e in entries if isinstance(e, CostEntry) and e.tenant == "acme"]
     assert billed
     assert sum(e.energy_mj for e in billed) > 0
+
+
+def _inventory(n: int, at: datetime, model: str) -> NodeInventory:
+    return NodeInventory(
+        id=_uid(n), at=at, node=NODE, cpu_milli=8000, memory_mib=65536,
+        gpus=[GpuInfo(index=0, model=model, mem_total_mib=81920)],
+    )  # fmt: skip
+
+
+async def test_a_node_string_too_long_is_dead_lettered_and_billing_goes_on(
+    bus: Bus, server: NatsServer
+) -> None:
+    """Review (CRITICAL): one inventory with a 400,000-character GPU model (400 KB, under the
+    1 MiB max_payload) made the ledger's idle cost entry (the model three times) larger than
+    max_payload; publishing it failed the replica at that input, and every restart failed
+    there again (no checkpoint, no dead letter). Now the decoder refuses it naming the field:
+    dead-lettered, the replica checkpoints past it and bills the node's honest inventory."""
+    start = _recent_start()
+
+    def at(minutes: float) -> datetime:
+        return start + timedelta(minutes=minutes)
+
+    bomb = _inventory(60, at(0), "A" * 400_000)
+    honest = _inventory(61, at(1), "T4")
+    batches = [_batch(200 + m, at(m), None) for m in range(2, 43)]
+    node = await Bus.connect(identities.as_user(server.url, REPLAYER))
+    try:
+        for e in [bomb, honest]:
+            await node.publish(telemetry.inventory(NODE), e)
+        for b in batches:
+            await node.publish(telemetry.sample(NODE), b)
+    finally:
+        await node.close()
+    inputs = 2 + len(batches)
+    async with serving(ledger(server.url, "strings", checkpoint_every_s=0.05)) as service:
+        await caught_up(bus, service, inputs)
+        stepped = service.replica.seq
+
+        async def checkpointed() -> bool:
+            return service.metrics.checkpoint_seq._value.get() >= stepped
+
+        await eventually(checkpointed, what="a checkpoint past the refused inventory")
+
+    letters = await _letters(bus)
+    assert {k: len(v) for k, v in letters.items()} == {"decode_error": 1}
+    assert "$.gpus[0].model" in letters["decode_error"][0].reason
+    entries = [decode(m.data) for m in await read_all(bus, "SEEDANCE_COSTS")]
+    idle = [e for e in entries if isinstance(e, CostEntry) and e.node == NODE]
+    assert idle
+    assert {e.gpu_model for e in idle} == {"T4-PCIE-16GB"}  # the price book's name for a T4

@@ -19,6 +19,8 @@ from seedance.events import DecodeError, decode, encode, new_event_id
 from seedance.events.telemetry import (
     MAX_ENERGY_J,
     MAX_GPU_MEM_MIB,
+    MAX_GPU_MODEL_LEN,
+    MAX_GPU_UUID_LEN,
     MAX_NODE_DEVICES,
     MAX_NODE_GPUS,
     GpuHealth,
@@ -110,6 +112,24 @@ REFUSED = [
     (_pod_shares(periods=2**64), "$.shares[0].periods"),
     (_health(gpu_index=2**64), "$.gpu_index"),
     (_health(xid=-1), "$.xid"),
+    # Strings and maps (review: a 400,000-character model made the ledger's cost entry larger
+    # than max_payload, and every replica failed there): each one past its bound by one.
+    (_inventory(model="A" * 400_000), "$.gpus[0].model"),
+    (_inventory(model="A" * (MAX_GPU_MODEL_LEN + 1)), "$.gpus[0].model"),
+    (_inventory(uuid="G" * (MAX_GPU_UUID_LEN + 1)), "$.gpus[0].uuid"),
+    (_inventory(nvlink_domain="d" * 193), "$.gpus[0].nvlink_domain"),
+    (_inventory({"labels": {"k" * 318: "v"}}), "key` in `$.labels"),  # msgspec's words
+    (_inventory({"labels": {"k": "v" * 64}}), "$.labels[...]"),
+    (_inventory({"labels": {f"k{i}": "v" for i in range(65)}}), "$.labels"),
+    (_batch(uuid="G" * (MAX_GPU_UUID_LEN + 1)), "$.gpus[0].uuid"),
+    (_health(uuid="G" * (MAX_GPU_UUID_LEN + 1)), "$.uuid"),
+    (_health(reason="r" * 257), "$.reason"),
+    (_pod_shares(gpu_uuid="G" * (MAX_GPU_UUID_LEN + 1)), "$.shares[0].gpu_uuid"),
+    (_pod_shares(pod_uid="u" * 254), "$.shares[0].pod_uid"),
+    (_pod_shares(namespace="n" * 64), "$.shares[0].namespace"),
+    (_pod_shares(pod="p" * 254), "$.shares[0].pod"),
+    (_pod_shares(tenant="t" * 64), "$.shares[0].tenant"),
+    (_pod_shares(job_id="j" * 129), "$.shares[0].job_id"),
 ]
 
 
@@ -146,6 +166,23 @@ def test_too_many_gpus_for_one_node_are_refused() -> None:
         _inventory(index=MAX_NODE_GPUS * 7 - 1, mem_total_mib=4864),
         _pod_shares(gpu_index=MAX_NODE_GPUS - 1, mem_used_mib=81_000.0, periods=600),
         _health(gpu_index=7, xid=79),
+        # Every string at its bound: NVML's longest name and UUID, Kubernetes' longest names.
+        _inventory(
+            {"labels": {f"{'p' * 253}/{'n' * 61}{i:02}": "v" * 63 for i in range(64)}},
+            model="M" * MAX_GPU_MODEL_LEN,
+            uuid="G" * MAX_GPU_UUID_LEN,
+            nvlink_domain="d" * 192,
+        ),
+        _batch(uuid="MIG-" + "G" * (MAX_GPU_UUID_LEN - 4)),
+        _health(uuid="G" * MAX_GPU_UUID_LEN, reason="r" * 256),
+        _pod_shares(
+            gpu_uuid="G" * MAX_GPU_UUID_LEN,
+            pod_uid="u" * 253,
+            namespace="n" * 63,
+            pod="p" * 253,
+            tenant="t" * 63,
+            job_id="j" * 128,
+        ),
     ],
 )
 def test_real_values_decode(data: bytes) -> None:

@@ -26,6 +26,37 @@ are physical, with a margin, and each one keeps what is stored far inside int64:
 - a node's ``cpu_milli`` and ``memory_mib`` are within a request's bounds (10,000 cores, 2 PiB:
   ``seedance.events.jobs``), since a request may ask for no more than a node has;
 - the remaining integers (``throttle_reasons``, ``xid``, ``periods``) are ``0 <= n < 2^63``.
+
+Strings and maps are bounded too, each by the limit of what fills it: a service copies them into
+what it publishes (the ledger's ``CostEntry`` carries a GPU's ``model`` three times), and one
+inventory with a 400,000-character model (400 KB, under the 1 MiB ``max_payload``) made a cost
+entry over it, so every ledger replica failed to publish at that input and restarted there:
+
+- a GPU's ``model`` is at most ``MAX_GPU_MODEL_LEN`` (128): the collector reads NVML's
+  ``nvmlDeviceGetName`` into ``NVML_DEVICE_NAME_V2_BUFFER_SIZE`` (96 bytes, with its NUL), the
+  k8s-bridge GPU feature discovery's ``nvidia.com/gpu.product`` label, a Kubernetes label value
+  (at most 63 characters);
+- a GPU's ``uuid`` (``gpu_uuid``) is at most ``MAX_GPU_UUID_LEN`` (96): NVML's
+  ``nvmlDeviceGetUUID`` fills ``NVML_DEVICE_UUID_V2_BUFFER_SIZE`` (96 bytes; a MIG instance's
+  ``MIG-<uuid>`` fits it too);
+- ``nvlink_domain`` is at most 192: the collector names it ``<node>:nvl<index>`` (a node token
+  is at most 128 characters, ``seedance.events.tokens``);
+- a health ``reason`` is at most 256: the collector joins short codes (``xid_79``,
+  ``ecc_uncorrected``, ``gpu_lost``);
+- a pod share's ``pod`` is at most 253 (a pod name is a DNS-1123 subdomain, Kubernetes'
+  ``IsDNS1123Subdomain``), its ``namespace`` at most 63 (a DNS-1123 label,
+  ``ValidateNamespaceName``), its ``pod_uid`` at most 253 (Kubernetes does not validate a UID's
+  form; the API server's are 36-character UUIDs, a static pod's a 32-character hash), its
+  ``tenant`` at most 63 (a tenant id) and ``job_id`` at most 128 (a name token);
+- an inventory's ``labels`` are Kubernetes labels: a key is an optional DNS-1123 subdomain
+  prefix (at most 253), ``/`` and a name (at most 63), so at most 317 characters, a value at
+  most 63 (Kubernetes' ``IsQualifiedName`` / ``IsValidLabelValue``); Kubernetes bounds a node's
+  label count only through the object's size (etcd's 1.5 MiB request), so at most 64 entries
+  here, the topology labels this field is for, as a request's labels (``seedance.events.jobs``).
+
+At these bounds the largest inventory (128 GPUs, 64 labels) encodes to about 100 KB, and the
+ledger's largest output from any telemetry stays far under 1 MiB (``tests/unit/events/
+test_telemetry_bounds.py`` checks both).
 """
 
 from __future__ import annotations
@@ -42,6 +73,8 @@ from seedance.events.tokens import Name
 __all__ = [
     "MAX_ENERGY_J",
     "MAX_GPU_MEM_MIB",
+    "MAX_GPU_MODEL_LEN",
+    "MAX_GPU_UUID_LEN",
     "MAX_NODE_DEVICES",
     "MAX_NODE_GPUS",
     "GpuHealth",
@@ -64,18 +97,30 @@ MAX_ENERGY_J = 1e12
 #: One GPU's largest plausible memory, MiB: 1 TiB (the module's docstring).
 MAX_GPU_MEM_MIB = 1024 * 1024
 _INT63 = 2**63 - 1
+#: A GPU model name's most characters (NVML's name buffer is 96 bytes; the module's docstring).
+MAX_GPU_MODEL_LEN = 128
+#: A GPU UUID's most characters (NVML's UUID buffer is 96 bytes; the module's docstring).
+MAX_GPU_UUID_LEN = 96
 
 GpuIndex = Annotated[int, msgspec.Meta(ge=0, lt=MAX_NODE_GPUS)]
 GpuMemMib = Annotated[float, msgspec.Meta(ge=0, le=MAX_GPU_MEM_MIB)]
 EnergyJ = Annotated[float, msgspec.Meta(ge=0, le=MAX_ENERGY_J)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=_INT63)]
+GpuModelName = Annotated[str, msgspec.Meta(max_length=MAX_GPU_MODEL_LEN)]
+GpuUuid = Annotated[str, msgspec.Meta(max_length=MAX_GPU_UUID_LEN)]
+NvlinkDomain = Annotated[str, msgspec.Meta(max_length=192)]
+HealthReason = Annotated[str, msgspec.Meta(max_length=256)]
+#: Kubernetes' DNS-1123 subdomain (a pod's name) and label (a namespace's name) lengths.
+KubeSubdomain = Annotated[str, msgspec.Meta(max_length=253)]
+KubeLabel = Annotated[str, msgspec.Meta(max_length=63)]
+JobName = Annotated[str, msgspec.Meta(max_length=128)]
 
 
 class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
     """One GPU's reading at one tick. Ratios are 0..1, percentages 0..100."""
 
     index: GpuIndex
-    uuid: str = ""
+    uuid: GpuUuid = ""
     mem_used_mib: GpuMemMib | None = None
     mem_total_mib: GpuMemMib | None = None
     mem_reserved_mib: GpuMemMib | None = None
@@ -107,13 +152,13 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True):
     """A GPU as the inventory describes it."""
 
     index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_NODE_DEVICES)]
-    model: str
+    model: GpuModelName
     mem_total_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_GPU_MEM_MIB)]
-    uuid: str = ""
+    uuid: GpuUuid = ""
     mig_capable: bool = False
     mig_enabled: bool = False
     #: GPUs of one node sharing an NVLink domain have the same value; None when unknown.
-    nvlink_domain: str | None = None
+    nvlink_domain: NvlinkDomain | None = None
 
 
 #: A Kubernetes label key (an optional DNS-subdomain prefix of at most 253 characters, "/", a
@@ -156,9 +201,9 @@ class GpuHealth(Event, frozen=True, kw_only=True, tag="gpu.health.v1"):
 
     node: Name
     gpu_index: GpuIndex
-    uuid: str = ""
+    uuid: GpuUuid = ""
     healthy: bool
-    reason: str = ""
+    reason: HealthReason = ""
     xid: Count | None = None
 
 
@@ -172,12 +217,12 @@ class PodShare(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     gpu_index: GpuIndex
-    gpu_uuid: str = ""
-    pod_uid: str
-    namespace: str = ""
-    pod: str = ""
-    tenant: str = ""
-    job_id: str = ""
+    gpu_uuid: GpuUuid = ""
+    pod_uid: KubeSubdomain
+    namespace: KubeLabel = ""
+    pod: KubeSubdomain = ""
+    tenant: KubeLabel = ""
+    job_id: JobName = ""
     sm_share: float
     mem_share: float
     #: NVML sampling periods the window held (how much the means are over).
