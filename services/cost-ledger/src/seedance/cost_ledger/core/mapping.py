@@ -44,8 +44,9 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   sampled power), ``temp_c``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle_reasons``,
   ``healthy`` (a sick GPU held by a job is still billed to it), the batch's ``simulated``.
   Refused: an activity outside [0, 1], a negative index, and (``implausible_energy``) a
-  counter that rose, since its anchor, by more than a GPU can draw in the time (``_check_energy``;
-  the anchors come in and go out with the last readings: ``energy_anchors``).
+  counter that rose by more than its credit (``energy``: a token bucket per counter refilled at
+  what a GPU can draw; the buckets come in and go out with the last readings:
+  ``energy_credits``).
 - ``PodShares`` (the node agent's ``gpu.pod_share.v1``) → one ``PodShareReading``: ``node``,
   its time the middle of ``[window_start, at)``, ``window_start`` (the node's window is
   applied once by it, whatever the id: ``Facts.add_pod_shares``), per share (GPU
@@ -83,6 +84,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from seedance.cost_ledger.core.budget import BudgetDeviation
+from seedance.cost_ledger.core.energy import (
+    ENERGY_SLACK_S,
+    MAX_GPU_POWER_W,
+    Credit,
+    allowance,
+    energy_credits,
+)
 from seedance.cost_ledger.core.facts import (
     AllocationKind,
     GpuAllocation,
@@ -115,7 +123,7 @@ __all__ = [
     "InputRejected",
     "Publication",
     "alert_to_bus",
-    "energy_anchors",
+    "energy_credits",
     "event_time_ms",
     "facts_of",
     "guard_key",
@@ -125,21 +133,6 @@ __all__ = [
     "to_bus",
     "utc_datetime",
 ]
-
-#: The most power one GPU is taken to draw, W, for the energy plausibility rule
-#: (``_check_energy``): the largest GPUs' board power today is 1,000-1,400 W (NVIDIA B200
-#: 1,000 W, GB200 up to 1,200 W per GPU, GB300 and AMD MI355X 1,400 W); 2 kW leaves 43 % over
-#: the largest for power excursions and a counter read a little after its batch's ``at``.
-MAX_GPU_POWER_W = 2_000
-#: ... and the seconds of that power allowed beside it, once per counter (not per reading, so
-#: no rate of readings makes more of it): a reading's value may be older than its batch (the
-#: NVML collector reads the counter every ``COSTLY_INTERVAL_S``, 30 s, and carries it between)
-#: and a node's clock may step up to ``telemetry_ahead_s`` (10 s) without being refused. A
-#: 1.4 kW GPU whose anchor was read up to 85 s before its batch is never refused.
-ENERGY_SLACK_S = 60
-#: A counter's anchor: (time ms, reading mJ) of its first reading since it was last reset.
-Anchor = tuple[int, int]
-_SLACK_MJ = MAX_GPU_POWER_W * ENERGY_SLACK_S * 1000
 
 _KIND: dict[PlacementKind, AllocationKind] = {
     PlacementKind.WHOLE: "whole",
@@ -193,16 +186,16 @@ def facts_of(
     tenants: frozenset[str],
     energy_mj: Mapping[str, int],
     energy_at_ms: Mapping[str, int] | None = None,
-    energy_since: Mapping[str, Anchor] | None = None,
+    energy_credit: Mapping[str, Credit] | None = None,
 ) -> tuple[list[LedgerInput], dict[str, int]]:
     """The core facts of bus event ``e`` (whose time is ``at_ms``) and its new energy readings
     (a sample batch's, taken at ``at_ms``).
 
     ``tenants`` are the known tenants (empty: any); ``energy_mj`` the last cumulative reading
     per ``node/gpu`` and ``energy_at_ms`` the time of each node's last batch that read energy
-    (absent: unknown, as in a checkpoint written before it was kept); ``energy_since`` each
-    counter's anchor (``energy_anchors``). Raises ``InputRejected`` before anything is returned
-    for an input never applicable. Events that are not ledger inputs give no facts.
+    (absent: unknown, as in a checkpoint written before it was kept); ``energy_credit`` each
+    counter's bucket (``energy``; absent: full). Raises ``InputRejected`` before anything is
+    returned for an input never applicable. Events that are not ledger inputs give no facts.
     """
     if isinstance(e, Placement):
         return _allocation(e, at_ms, tenants), {}
@@ -214,7 +207,7 @@ def facts_of(
     if isinstance(e, NodeInventory):
         return _node(e, at_ms), {}
     if isinstance(e, GpuSampleBatch):
-        return _samples(e, at_ms, energy_mj, energy_at_ms or {}, energy_since or {})
+        return _samples(e, at_ms, energy_mj, energy_at_ms or {}, energy_credit or {})
     if isinstance(e, PodShares):
         return [_pod_shares(e, at_ms)], {}
     if isinstance(e, ShareChanged):
@@ -313,62 +306,24 @@ def _pod_shares(e: PodShares, at_ms: int) -> PodShareReading:
     )  # fmt: skip
 
 
-def _anchor(
-    key: str,
-    total: int,
-    at: int,
-    last: int | None,
-    since: Mapping[str, Anchor],
-    node_at: int | None,
-) -> Anchor:
-    """The anchor in force for reading ``total`` (mJ) of counter ``key`` at ``at``: the
-    counter's own; a new one at this reading where it has none before (its first reading) or
-    it went back (reset); for a counter read before anchors were kept (an older checkpoint) its
-    last reading at its node's last energy time, else (older still) this reading."""
-    if last is None or total < last:
-        return (at, total)
-    held = since.get(key)
-    if held is not None:
-        return held
-    return (node_at, last) if node_at is not None else (at, total)
-
-
-def energy_anchors(
-    node: str,
-    energy: Mapping[str, int],
-    last_mj: Mapping[str, int],
-    last_at: Mapping[str, int],
-    since: Mapping[str, Anchor],
-    at: int,
-) -> dict[str, Anchor]:
-    """The anchors of the counters a batch of ``node`` at ``at`` read (``energy``, what
-    ``facts_of`` returned), to keep once it is applied (before ``last_mj`` / ``last_at`` take
-    its readings): the new ones only. The replica's and ``recompute``'s step share it, so
-    both agree."""
-    node_at = last_at.get(node)
-    out: dict[str, Anchor] = {}
-    for k, v in energy.items():
-        last = last_mj.get(k)
-        if last is None or v < last or k not in since:  # most readings: the anchor stays
-            out[k] = _anchor(k, v, at, last, since, node_at)
-    return out
-
-
-def _check_energy(g: TelemetrySample, total: int, anchor: Anchor, at: int) -> None:
-    """The plausibility rule: since its anchor a counter rises at most by what a GPU drawing
-    ``MAX_GPU_POWER_W`` uses in the time between (plus ``ENERGY_SLACK_S`` of it, once). So a
-    node bills its tenants no more energy, over any span, than a GPU could draw in it; a
-    reading past that is refused whole, never clamped (the next honest one is measured from
-    the same anchor)."""
-    t0, mj0 = anchor
-    if total - mj0 > MAX_GPU_POWER_W * (at - t0) + _SLACK_MJ:  # W x ms = mJ
-        raise InputRejected(
-            "implausible_energy",
-            f"GpuSampleBatch gpu {g.index}: energy_j = {g.energy_j!r}: the counter rose "
-            f"{(total - mj0) / 1000:.3f} J in {(at - t0) / 1000:.3f} s since its reading at "
-            f"{utc_datetime(t0).isoformat()!r}, more than a GPU drawing {MAX_GPU_POWER_W} W "
-            f"uses in that time (+{ENERGY_SLACK_S} s of it)",
-        )
+def _check_energy(
+    g: TelemetrySample, rise: int, bucket: Credit | None, at: int, node_at: int | None
+) -> int:
+    """The plausibility rule (``energy``): the energy to bill of a counter's ``rise`` over its
+    last reading, at most its allowance. Past it the reading is refused whole, never clamped;
+    a counter with no bucket (a checkpoint from before them) is re-based instead (0 billed)."""
+    allowed = allowance(bucket, at, node_at)
+    if rise <= allowed:
+        return rise
+    if bucket is None:
+        return 0
+    raise InputRejected(
+        "implausible_energy",
+        f"GpuSampleBatch gpu {g.index}: energy_j = {g.energy_j!r}: the counter rose "
+        f"{rise / 1000:.3f} J since its last reading, more than its allowance of "
+        f"{allowed / 1000:.3f} J (a GPU drawing {MAX_GPU_POWER_W} W since then, plus at most "
+        f"{ENERGY_SLACK_S} s of it banked)",
+    )
 
 
 def _samples(
@@ -376,7 +331,7 @@ def _samples(
     at: int,
     last_mj: Mapping[str, int],
     last_at: Mapping[str, int],
-    since: Mapping[str, Anchor],
+    credits: Mapping[str, Credit],
 ) -> tuple[list[LedgerInput], dict[str, int]]:
     out: list[LedgerInput] = []
     energy: dict[str, int] = {}
@@ -407,10 +362,8 @@ def _samples(
             last = last_mj.get(key)
             # The first reading has no previous one; a counter that went back was reset.
             delta = total - last if last is not None and total >= last else 0
-            if delta:  # a rise: the counter has a last reading, so an anchor
-                _check_energy(
-                    g, total, since.get(key) or _anchor(key, total, at, last, since, node_at), at
-                )
+            if delta:  # a rise: spent from the counter's allowance (a reset adds nothing)
+                delta = _check_energy(g, delta, credits.get(key), at, node_at)
             energy[key] = total
         out.append(
             GpuSample(

@@ -69,7 +69,7 @@ from seedance.cost_ledger.core.mapping import (
     InputRejected,
     Publication,
     alert_to_bus,
-    energy_anchors,
+    energy_credits,
     event_time_ms,
     facts_of,
     pause_to_bus,
@@ -138,10 +138,10 @@ class _State(msgspec.Struct, kw_only=True):
     #: ... and per node the time of its last batch that read energy (absent from checkpoints
     #: written before it was kept: the node's next such batch sets it).
     energy_at_ms: dict[str, int] = msgspec.field(default_factory=dict)
-    #: ... and per ``node/gpu`` the counter's anchor, (time ms, mJ) of its first reading since
-    #: its last reset: the plausibility rule's base (``mapping.energy_anchors``; absent from
-    #: checkpoints written before it was kept: ``mapping`` derives it).
-    energy_since: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
+    #: ... and per ``node/gpu`` the counter's energy credit, (time ms, mJ left) at its last
+    #: reading: the plausibility rule's bucket (``core.energy``; absent, as in a checkpoint
+    #: written before it was kept: full at the node's last energy time).
+    energy_credit: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
     #: Budgeted tenants' spend per window end: (end ms, micro-USD) pairs, ascending by end,
     #: and the guard's last status. Pairs, not a dict keyed by the end: msgpack's deterministic
     #: order (the checkpoint's canonical bytes) takes only str keys (written only here; the
@@ -256,7 +256,7 @@ class LedgerReplica:
             )
         s = self._s  # facts_of raises before anything is applied
         inputs, energy = facts_of(
-            event, t, self.tenants, s.energy_mj, s.energy_at_ms, s.energy_since
+            event, t, self.tenants, s.energy_mj, s.energy_at_ms, s.energy_credit
         )
         if not inputs and not isinstance(event, GpuSampleBatch):
             # Nothing to bill (a release of a job never placed, a CPU-only placement): its time
@@ -272,8 +272,8 @@ class LedgerReplica:
         except LedgerInputError as exc:
             raise InputRejected("invalid_input", str(exc)) from None
         if energy and isinstance(event, GpuSampleBatch):
-            s.energy_since.update(
-                energy_anchors(event.node, energy, s.energy_mj, s.energy_at_ms, s.energy_since, t)
+            s.energy_credit.update(
+                energy_credits(event.node, energy, s.energy_mj, s.energy_at_ms, s.energy_credit, t)
             )
             s.energy_mj.update(energy)
             s.energy_at_ms[event.node] = t
@@ -434,13 +434,13 @@ def ledger_inputs(events: Iterable[Event], book: PriceBook) -> list[LedgerInput]
     del book  # the mapping needs no prices; kept for the callers' signature
     energy: dict[str, int] = {}
     energy_at: dict[str, int] = {}
-    since: dict[str, tuple[int, int]] = {}
+    credit: dict[str, tuple[int, int]] = {}
     out: list[LedgerInput] = []
     for e in events:
         t = event_time_ms(e)
-        items, readings = facts_of(e, t, frozenset(), energy, energy_at, since)
+        items, readings = facts_of(e, t, frozenset(), energy, energy_at, credit)
         if readings and isinstance(e, GpuSampleBatch):
-            since.update(energy_anchors(e.node, readings, energy, energy_at, since, t))
+            credit.update(energy_credits(e.node, readings, energy, energy_at, credit, t))
             energy.update(readings)
             energy_at[e.node] = t
         out.extend(items)
