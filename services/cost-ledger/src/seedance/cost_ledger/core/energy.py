@@ -31,11 +31,18 @@ refused.
 
 A counter with a last reading but no bucket comes from a checkpoint written before the buckets
 were kept: its bucket is taken as full at its node's last energy time (the latest its last
-reading can be), and a rise above what that allows is not billed but re-bases the counter (as a
-reset does) instead of being refused: the ledger cannot know how long before that its last
-reading was, and refusing would refuse the node's batches until the allowance caught up. What
-that allows, once per counter after the upgrade: the cap plus 2 kW since the node's last
-energy reading, billed; more is left unbilled.
+reading can be). Replicas restored from different such checkpoints then decide alike wherever
+the replayed one's bucket is full at that time too, as an honest GPU's is (its readings leave
+the cap); a reading near the bound may still be decided differently (the CHANGELOG's upgrade
+note: start every new replica from the one latest checkpoint). What it allows, once per counter
+after the upgrade: 120 kJ plus 2 kW since its node's last energy reading. What it refuses: a
+counter whose last reading is older than its node's (a GPU the collector skipped, having no
+activity to report) may rise by more; its node's batches are refused until the allowance has
+caught up, (rise - allowance) / (2 kW - its power): about 30 min for a 700 W GPU last read an
+hour before. Taking it as full at an earlier time would let any node bill that much more at
+the upgrade; re-basing such a counter unbilled instead made two replicas restored from
+different checkpoints decide one reading differently (refused by the one whose bucket was
+replayed, re-based by the other).
 
 Pure: what a reading decides is a function of the state the stream's prefix left (the last
 reading, the node's last energy time and the bucket), shared by the replica's step and
@@ -87,7 +94,7 @@ def energy_credits(
     """The buckets to keep once a batch of ``node`` at ``at`` whose counters read ``energy``
     (what ``facts_of`` returned: every rise billed fits its allowance) is applied, before
     ``last_mj`` / ``last_at`` take its readings: each counter read, at ``at``, with what its
-    rise left of its allowance, capped (a first reading, and a re-based one: full)."""
+    rise left of its allowance, capped (a first reading: full)."""
     node_at = last_at.get(node)
     out: dict[str, Credit] = {}
     for k, v in energy.items():
@@ -96,5 +103,5 @@ def energy_credits(
             out[k] = (at, CREDIT_CAP_MJ)
             continue
         left = allowance(credits.get(k), at, node_at) - max(0, v - last)
-        out[k] = (at, min(CREDIT_CAP_MJ, left) if left >= 0 else CREDIT_CAP_MJ)
+        out[k] = (at, min(CREDIT_CAP_MJ, left))
     return out

@@ -308,22 +308,18 @@ def _pod_shares(e: PodShares, at_ms: int) -> PodShareReading:
 
 def _check_energy(
     g: TelemetrySample, rise: int, bucket: Credit | None, at: int, node_at: int | None
-) -> int:
-    """The plausibility rule (``energy``): the energy to bill of a counter's ``rise`` over its
-    last reading, at most its allowance. Past it the reading is refused whole, never clamped;
-    a counter with no bucket (a checkpoint from before them) is re-based instead (0 billed)."""
+) -> None:
+    """The plausibility rule (``energy``): a counter's rise over its last reading is at most
+    its allowance; past it the reading is refused whole, never clamped."""
     allowed = allowance(bucket, at, node_at)
-    if rise <= allowed:
-        return rise
-    if bucket is None:
-        return 0
-    raise InputRejected(
-        "implausible_energy",
-        f"GpuSampleBatch gpu {g.index}: energy_j = {g.energy_j!r}: the counter rose "
-        f"{rise / 1000:.3f} J since its last reading, more than its allowance of "
-        f"{allowed / 1000:.3f} J (a GPU drawing {MAX_GPU_POWER_W} W since then, plus at most "
-        f"{ENERGY_SLACK_S} s of it banked)",
-    )
+    if rise > allowed:
+        raise InputRejected(
+            "implausible_energy",
+            f"GpuSampleBatch gpu {g.index}: energy_j = {g.energy_j!r}: the counter rose "
+            f"{rise / 1000:.3f} J since its last reading, more than its allowance of "
+            f"{allowed / 1000:.3f} J (a GPU drawing {MAX_GPU_POWER_W} W since then, plus at most "
+            f"{ENERGY_SLACK_S} s of it banked)",
+        )
 
 
 def _samples(
@@ -363,7 +359,7 @@ def _samples(
             # The first reading has no previous one; a counter that went back was reset.
             delta = total - last if last is not None and total >= last else 0
             if delta:  # a rise: spent from the counter's allowance (a reset adds nothing)
-                delta = _check_energy(g, delta, credits.get(key), at, node_at)
+                _check_energy(g, delta, credits.get(key), at, node_at)
             energy[key] = total
         out.append(
             GpuSample(
