@@ -163,7 +163,11 @@ def test_too_many_gpus_for_one_node_are_refused() -> None:
         _batch(energy_j=0.0, mem_used_mib=274_658.0, mem_total_mib=274_658.0),
         _inventory(index=MAX_NODE_GPUS - 1, mem_total_mib=274_658),
         # 16 GPUs as 7 MIG instances each, as Kubernetes counts them (`single` MIG strategy).
-        _inventory(index=MAX_NODE_GPUS * 7 - 1, mem_total_mib=4864),
+        _inventory(index=16 * 7 - 1, mem_total_mib=4864),
+        # A 20-GPU PCIe server (T4s, one 4U box): review, 16 refused its last four.
+        _batch(index=19, energy_j=1.0),
+        _pod_shares(gpu_index=19),
+        _health(gpu_index=19),
         _pod_shares(gpu_index=MAX_NODE_GPUS - 1, mem_used_mib=81_000.0, periods=600),
         _health(gpu_index=7, xid=79),
         # Every string at its bound: NVML's longest name and UUID, Kubernetes' longest names.

@@ -13,11 +13,13 @@ ledger and then failed every checkpoint, so every replica crash-looped on replay
 are physical, with a margin, and each one keeps what is stored far inside int64:
 
 - a measured GPU's index (a sample's, a health event's, a pod share's: NVML's device index, a
-  physical GPU) is ``0 <= index < MAX_NODE_GPUS`` (16: the most GPUs a node holds today,
-  ``seedance.events.jobs``), and a batch holds at most that many; an inventory's GPUs (index
-  and count) are within ``MAX_NODE_DEVICES`` (128), since Kubernetes counts each MIG instance
-  as a GPU under the GPU operator's ``single`` MIG strategy (up to 7 a GPU), and the
-  k8s-bridge's inventory lists what Kubernetes counts;
+  physical GPU) is ``0 <= index < MAX_NODE_GPUS`` (64: real servers hold 20 single-slot
+  PCIe GPUs such as T4s in one 4U box, more than a DGX-2's 16; 64 leaves room and keeps every
+  per-GPU sum far inside int64), and a batch holds at most that many; an inventory's GPUs
+  (index and count) are within ``MAX_NODE_DEVICES`` (128), since Kubernetes counts each MIG
+  instance as a GPU under the GPU operator's ``single`` MIG strategy (up to 7 a GPU: 16
+  MIG-capable GPUs, twice the 8 of today's largest MIG boards (HGX), or 64 whole GPUs twice),
+  and the k8s-bridge's inventory lists what Kubernetes counts;
 - ``energy_j`` is NVML's ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver was
   loaded) in joules: ``0 <= energy_j <= MAX_ENERGY_J`` (1e12 J, 2.6 x a 1.2 kW GPU (B200/GB200)
   drawing flat out for 10 years, 3.8e11 J; the ledger keeps it in mJ, 1e15 < 2^63);
@@ -88,10 +90,10 @@ __all__ = [
     "TelemetryEvent",
 ]
 
-#: The most GPUs one node holds (16: a DGX-2 / HGX-2; today's 8-GPU boards are within it).
-MAX_NODE_GPUS = 16
-#: The most GPUs an inventory may list: 8 per GPU (MIG's 7 instances, rounded up).
-MAX_NODE_DEVICES = MAX_NODE_GPUS * 8
+#: The most GPUs one node holds (64: 20-GPU PCIe servers exist, beyond a DGX-2's 16).
+MAX_NODE_GPUS = 64
+#: The most GPUs an inventory may list: 128 (16 MIG-capable GPUs at 7 instances, rounded up).
+MAX_NODE_DEVICES = 128
 #: An NVML energy counter's largest plausible reading, joules (the module's docstring).
 MAX_ENERGY_J = 1e12
 #: One GPU's largest plausible memory, MiB: 1 TiB (the module's docstring).
