@@ -7,8 +7,9 @@ shown to dead-letter it with its reason and to keep billing every other tenant e
 - a fact on one tenant's subject naming another tenant;
 - a time ahead of its message's stream timestamp (a collector or slicer clock gone wrong, the
   ``job.finished`` two days ahead that once closed every window up to it);
-- an event that would not step (a naive ``at``: refused at decode now; an energy reading that
-  overflowed the differencing): one bad event never stops the replica;
+- an event that would not step (a naive ``at``; an energy reading that overflowed the
+  differencing, ``round(inf)``: both refused at decode now): one bad event never stops the
+  replica;
 - a checkpoint written by the code before this change restores and goes on.
 """
 
@@ -163,7 +164,7 @@ async def test_hostile_inputs_are_dead_lettered_and_every_other_tenant_is_billed
                           _release(13, future, "globex", "train-1"))  # fmt: skip
         await bus.publish(telemetry.sample("h-b"), _sample(14, future, "h-b"))
         # 4. Crash classes: a naive ``at`` (epoch_ms raised on it), an energy reading whose
-        #    differencing overflowed (round(inf)).
+        #    differencing overflowed (round(inf); past the wire's bound on energy_j now).
         naive = msgspec.json.decode(encode(_place(15, at(7), "acme", "naive", "h-a")))
         naive["at"] = at(7).replace(tzinfo=None).isoformat()
         await bus.js.publish(slicing.subject("acme", "placement"), msgspec.json.encode(naive))
@@ -181,15 +182,14 @@ async def test_hostile_inputs_are_dead_lettered_and_every_other_tenant_is_billed
     assert {k: len(v) for k, v in letters.items()} == {
         "tenant_mismatch": 2,
         "future_time": 2,
-        "decode_error": 1,
-        "step_error": 1,
+        "decode_error": 2,
     }
     reasons = {k: " | ".join(d.reason for d in v) for k, v in letters.items()}
     assert "'globex'" in reasons["tenant_mismatch"]
     assert "'acme'" in reasons["tenant_mismatch"]
     assert "ahead of its stream time" in reasons["future_time"]
     assert "timezone" in reasons["decode_error"]
-    assert "OverflowError" in reasons["step_error"]
+    assert "at `$.gpus[0].energy_j`" in reasons["decode_error"]
     # The clock never moved past the honest facts; nothing was billed to the forged job.
     assert clock_ms is not None
     assert clock_ms == core.epoch_ms(closer.at)

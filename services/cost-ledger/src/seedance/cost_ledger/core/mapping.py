@@ -43,7 +43,10 @@ Wire → core (the fields of each input event; ``id`` and ``at`` are carried eve
   ``tensor_active``, ``dram_active``, ``power_w`` (energy comes from the counter, not from
   sampled power), ``temp_c``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle_reasons``,
   ``healthy`` (a sick GPU held by a job is still billed to it), the batch's ``simulated``.
-  Refused: an activity outside [0, 1], a negative index.
+  Refused: an activity outside [0, 1], a negative index, and (``implausible_energy``) a
+  counter that rose by more than its credit (``energy``: a token bucket per counter refilled at
+  what a GPU can draw; the buckets come in and go out with the last readings:
+  ``energy_credits``).
 - ``PodShares`` (the node agent's ``gpu.pod_share.v1``) → one ``PodShareReading``: ``node``,
   its time the middle of ``[window_start, at)``, ``window_start`` (the node's window is
   applied once by it, whatever the id: ``Facts.add_pod_shares``), per share (GPU
@@ -81,6 +84,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from seedance.cost_ledger.core.budget import BudgetDeviation
+from seedance.cost_ledger.core.energy import (
+    ENERGY_SLACK_S,
+    MAX_GPU_POWER_W,
+    Credit,
+    allowance,
+    energy_credits,
+)
 from seedance.cost_ledger.core.facts import (
     AllocationKind,
     GpuAllocation,
@@ -104,12 +114,16 @@ from seedance.events.cost import (
 )
 from seedance.events.slicing import JobReleased, Placement, PlacementKind, Preempted, ShareChanged
 from seedance.events.subjects import costs, ledger
+from seedance.events.telemetry import GpuSample as TelemetrySample
 from seedance.events.telemetry import GpuSampleBatch, NodeInventory, NodeState, PodShares
 
 __all__ = [
+    "ENERGY_SLACK_S",
+    "MAX_GPU_POWER_W",
     "InputRejected",
     "Publication",
     "alert_to_bus",
+    "energy_credits",
     "event_time_ms",
     "facts_of",
     "guard_key",
@@ -172,15 +186,16 @@ def facts_of(
     tenants: frozenset[str],
     energy_mj: Mapping[str, int],
     energy_at_ms: Mapping[str, int] | None = None,
+    energy_credit: Mapping[str, Credit] | None = None,
 ) -> tuple[list[LedgerInput], dict[str, int]]:
     """The core facts of bus event ``e`` (whose time is ``at_ms``) and its new energy readings
     (a sample batch's, taken at ``at_ms``).
 
     ``tenants`` are the known tenants (empty: any); ``energy_mj`` the last cumulative reading
     per ``node/gpu`` and ``energy_at_ms`` the time of each node's last batch that read energy
-    (absent: unknown, as in a checkpoint written before it was kept). Raises ``InputRejected``
-    before anything is returned for an input never applicable. Events that are not ledger
-    inputs give no facts.
+    (absent: unknown, as in a checkpoint written before it was kept); ``energy_credit`` each
+    counter's bucket (``energy``; absent: full). Raises ``InputRejected`` before anything is
+    returned for an input never applicable. Events that are not ledger inputs give no facts.
     """
     if isinstance(e, Placement):
         return _allocation(e, at_ms, tenants), {}
@@ -192,7 +207,7 @@ def facts_of(
     if isinstance(e, NodeInventory):
         return _node(e, at_ms), {}
     if isinstance(e, GpuSampleBatch):
-        return _samples(e, at_ms, energy_mj, energy_at_ms or {})
+        return _samples(e, at_ms, energy_mj, energy_at_ms or {}, energy_credit or {})
     if isinstance(e, PodShares):
         return [_pod_shares(e, at_ms)], {}
     if isinstance(e, ShareChanged):
@@ -291,8 +306,28 @@ def _pod_shares(e: PodShares, at_ms: int) -> PodShareReading:
     )  # fmt: skip
 
 
+def _check_energy(
+    g: TelemetrySample, rise: int, bucket: Credit | None, at: int, node_at: int | None
+) -> None:
+    """The plausibility rule (``energy``): a counter's rise over its last reading is at most
+    its allowance; past it the reading is refused whole, never clamped."""
+    allowed = allowance(bucket, at, node_at)
+    if rise > allowed:
+        raise InputRejected(
+            "implausible_energy",
+            f"GpuSampleBatch gpu {g.index}: energy_j = {g.energy_j!r}: the counter rose "
+            f"{rise / 1000:.3f} J since its last reading, more than its allowance of "
+            f"{allowed / 1000:.3f} J (a GPU drawing {MAX_GPU_POWER_W} W since then, plus at most "
+            f"{ENERGY_SLACK_S} s of it banked)",
+        )
+
+
 def _samples(
-    e: GpuSampleBatch, at: int, last_mj: Mapping[str, int], last_at: Mapping[str, int]
+    e: GpuSampleBatch,
+    at: int,
+    last_mj: Mapping[str, int],
+    last_at: Mapping[str, int],
+    credits: Mapping[str, Credit],
 ) -> tuple[list[LedgerInput], dict[str, int]]:
     out: list[LedgerInput] = []
     energy: dict[str, int] = {}
@@ -300,7 +335,8 @@ def _samples(
     # (re-published by a restarted or replaying publisher) bills no energy and leaves the
     # baselines where they are, else the next reading would count again the energy since the
     # old batch. So the energy billed is each counter's rise over the readings taken, once.
-    fresh = at > last_at.get(e.node, at - 1)
+    node_at = last_at.get(e.node)
+    fresh = node_at is None or at > node_at
     for g in e.gpus:
         if g.sm_active is not None:
             activity = g.sm_active
@@ -322,6 +358,8 @@ def _samples(
             last = last_mj.get(key)
             # The first reading has no previous one; a counter that went back was reset.
             delta = total - last if last is not None and total >= last else 0
+            if delta:  # a rise: spent from the counter's allowance (a reset adds nothing)
+                _check_energy(g, delta, credits.get(key), at, node_at)
             energy[key] = total
         out.append(
             GpuSample(

@@ -69,6 +69,7 @@ from seedance.cost_ledger.core.mapping import (
     InputRejected,
     Publication,
     alert_to_bus,
+    energy_credits,
     event_time_ms,
     facts_of,
     pause_to_bus,
@@ -137,6 +138,10 @@ class _State(msgspec.Struct, kw_only=True):
     #: ... and per node the time of its last batch that read energy (absent from checkpoints
     #: written before it was kept: the node's next such batch sets it).
     energy_at_ms: dict[str, int] = msgspec.field(default_factory=dict)
+    #: ... and per ``node/gpu`` the counter's energy credit, (time ms, mJ left) at its last
+    #: reading: the plausibility rule's bucket (``core.energy``; absent, as in a checkpoint
+    #: written before it was kept: full at the node's last energy time).
+    energy_credit: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
     #: Budgeted tenants' spend per window end: (end ms, micro-USD) pairs, ascending by end,
     #: and the guard's last status. Pairs, not a dict keyed by the end: msgpack's deterministic
     #: order (the checkpoint's canonical bytes) takes only str keys (written only here; the
@@ -250,7 +255,9 @@ class LedgerReplica:
                 f"{utc_datetime(stream_ms).isoformat()!r} ({bound} = {bound_ms // 1000})",
             )
         s = self._s  # facts_of raises before anything is applied
-        inputs, energy = facts_of(event, t, self.tenants, s.energy_mj, s.energy_at_ms)
+        inputs, energy = facts_of(
+            event, t, self.tenants, s.energy_mj, s.energy_at_ms, s.energy_credit
+        )
         if not inputs and not isinstance(event, GpuSampleBatch):
             # Nothing to bill (a release of a job never placed, a CPU-only placement): its time
             # moves nothing either. A tenant's request that the slicer released unplaced once
@@ -265,6 +272,9 @@ class LedgerReplica:
         except LedgerInputError as exc:
             raise InputRejected("invalid_input", str(exc)) from None
         if energy and isinstance(event, GpuSampleBatch):
+            s.energy_credit.update(
+                energy_credits(event.node, energy, s.energy_mj, s.energy_at_ms, s.energy_credit, t)
+            )
             s.energy_mj.update(energy)
             s.energy_at_ms[event.node] = t
         sample = isinstance(event, GpuSampleBatch)
@@ -424,11 +434,13 @@ def ledger_inputs(events: Iterable[Event], book: PriceBook) -> list[LedgerInput]
     del book  # the mapping needs no prices; kept for the callers' signature
     energy: dict[str, int] = {}
     energy_at: dict[str, int] = {}
+    credit: dict[str, tuple[int, int]] = {}
     out: list[LedgerInput] = []
     for e in events:
         t = event_time_ms(e)
-        items, readings = facts_of(e, t, frozenset(), energy, energy_at)
+        items, readings = facts_of(e, t, frozenset(), energy, energy_at, credit)
         if readings and isinstance(e, GpuSampleBatch):
+            credit.update(energy_credits(e.node, readings, energy, energy_at, credit, t))
             energy.update(readings)
             energy_at[e.node] = t
         out.extend(items)
