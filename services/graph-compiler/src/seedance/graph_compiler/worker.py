@@ -80,10 +80,16 @@ class Outcome:
 
 
 def compile_file(
-    model_path: str, out_path: str, policy: PrecisionPolicy, target: str, select_runs: int = 20
+    model_path: str,
+    out_path: str,
+    policy: PrecisionPolicy,
+    target: str,
+    select_runs: int = 20,
+    run_timeout_s: float | None = None,
 ) -> Outcome:
     """Check, compile and write the artifact to ``out_path`` (only when the compile passed).
-    Candidates are timed on the target's provider with ``select_runs`` runs each."""
+    Candidates are timed on the target's provider with ``select_runs`` runs each; each
+    in-process run of a model is stopped after ``run_timeout_s`` (``ModelRunTimeout``)."""
     try:
         provider = needs_provider(target)
         try:
@@ -97,7 +103,7 @@ def compile_file(
                 f"{len(problems)} problem(s) for target {target}: " + "; ".join(problems[:10]),
                 problems,
             )
-        result = compile_model(Path(model_path), policy, measurer)
+        result = compile_model(Path(model_path), policy, measurer, run_timeout_s=run_timeout_s)
     except CompileError as exc:
         return Outcome(error_kind=type(exc).__name__, error=str(exc) or exc.reason)
     Path(out_path).write_bytes(result.model_bytes)

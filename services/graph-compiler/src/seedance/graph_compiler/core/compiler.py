@@ -38,6 +38,7 @@ from seedance.graph_compiler.core.candidates import (
 from seedance.graph_compiler.core.checking import Checker, load, outputs
 from seedance.graph_compiler.core.errors import (
     AccuracyCheckFailed,
+    ModelRunTimeout,
     NoFasterCandidate,
     TargetUnavailable,
 )
@@ -204,11 +205,17 @@ def _prepare(
     pinned, pin_result = passes.pin_static_shapes(original, policy.input_shapes)
     load(sessions, pinned)  # refuses models the runtime cannot even load, with a named error
     calib = sample_inputs(pinned, policy.calibration_samples, policy.seed)
+    try:
+        reference = outputs(sessions, pinned, calib, "disable")
+    except ModelRunTimeout as exc:
+        # The first run of the model: every later one (passes, candidates, calibration) runs
+        # a graph derived from it, so a model that never finishes is answered here.
+        raise ModelRunTimeout(f"the FP32 reference run of the model: {exc}") from exc
     checker = Checker(
         sessions=sessions,
         policy=policy,
         calib=calib,
-        reference=outputs(sessions, pinned, calib, "disable"),
+        reference=reference,
         scores=classifier_outputs(pinned) if policy.require_top1 else frozenset(),
     )
     base, results = passes.run_pipeline(pinned, _base_pipeline(policy)[1:])

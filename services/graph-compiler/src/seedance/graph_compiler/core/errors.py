@@ -11,6 +11,7 @@ __all__ = [
     "CompileError",
     "IncompatibleModel",
     "InvalidModel",
+    "ModelRunTimeout",
     "NoFasterCandidate",
     "TargetUnavailable",
     "UnsupportedOperator",
@@ -29,6 +30,15 @@ class InvalidModel(CompileError):
     """The bytes are not a loadable, valid ONNX model (parse, checker or ORT load failure)."""
 
     reason = "invalid_model"
+
+
+class ModelRunTimeout(InvalidModel):
+    """One run of the model (the FP32 reference, a candidate's check) took longer than the
+    compiler's per-run bound and was stopped: a small graph can loop for ever (a ``Loop`` with a
+    trip count of 2^62), and one compile holds its replica. An ``InvalidModel`` for callers
+    that only tell valid from invalid."""
+
+    reason = "model_run_timeout"
 
 
 class UnsupportedOperator(CompileError):

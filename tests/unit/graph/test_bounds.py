@@ -1,0 +1,49 @@
+"""The compiler's bounds on what one tenant's model may cost it: each in-process run of a model
+(``run_timeout_s``), the elements of a declared input, the nodes of a graph; each hostile model
+answered with its named error, honest ones unaffected."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from gc_onnx_kit import loop_forever_model, relu_chain_model
+
+from seedance.graph_compiler import (
+    InvalidModel,
+    ModelRunTimeout,
+    Precision,
+    PrecisionPolicy,
+    compile_model,
+)
+from seedance.graph_compiler.sessions import make_session
+
+FP32 = PrecisionPolicy(priority_order=[Precision.FP32])
+
+
+def test_a_loop_that_never_ends_is_stopped_after_run_timeout_s():
+    model = loop_forever_model()
+    assert model.ByteSize() < 400
+    started = time.monotonic()
+    with pytest.raises(ModelRunTimeout) as caught:
+        compile_model(model, FP32, run_timeout_s=0.5)
+    took_s = time.monotonic() - started
+    assert isinstance(caught.value, InvalidModel)  # still "invalid" to callers that only ask that
+    assert "FP32 reference run" in str(caught.value)
+    assert "over 0.5 s" in str(caught.value)
+    assert took_s < 30  # the run is stopped, not the compile's 1800 s timeout
+
+
+def test_a_session_run_past_its_bound_raises_and_the_next_run_is_bounded_too():
+    sess = make_session(loop_forever_model(), threads=1, run_timeout_s=0.2)
+    feeds = {"x": np.zeros((1, 4), np.float32)}
+    for _ in range(2):  # the watchdog re-arms: a second run is stopped as the first was
+        with pytest.raises(ModelRunTimeout, match=r"over 0\.2 s"):
+            sess.run(feeds)
+
+
+def test_honest_models_compile_under_the_run_bound(small_cnn, tiny_bert):
+    for model in (small_cnn, tiny_bert, relu_chain_model(50)):
+        result = compile_model(model, PrecisionPolicy(calibration_samples=2), run_timeout_s=60)
+        assert result.report.precision in (Precision.INT8, Precision.FP16, Precision.FP32)
