@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from gc_onnx_kit import loop_forever_model, relu_chain_model
+from gc_onnx_kit import big_input_model, huge_dim_model, loop_forever_model, relu_chain_model
 
 from seedance.graph_compiler import (
     InvalidModel,
@@ -17,7 +17,9 @@ from seedance.graph_compiler import (
     PrecisionPolicy,
     compile_model,
 )
+from seedance.graph_compiler.core.runtime import MAX_INPUT_ELEMENTS
 from seedance.graph_compiler.sessions import make_session
+from seedance.graph_compiler.worker import compile_file
 
 FP32 = PrecisionPolicy(priority_order=[Precision.FP32])
 
@@ -47,3 +49,21 @@ def test_honest_models_compile_under_the_run_bound(small_cnn, tiny_bert):
     for model in (small_cnn, tiny_bert, relu_chain_model(50)):
         result = compile_model(model, PrecisionPolicy(calibration_samples=2), run_timeout_s=60)
         assert result.report.precision in (Precision.INT8, Precision.FP16, Precision.FP32)
+
+
+def test_a_huge_declared_input_is_refused_naming_the_input_and_its_shape(tmp_path):
+    """[2^40, 2^40] used to escape as numpy's ValueError (an internal error, retried)."""
+    path = tmp_path / "huge.onnx"
+    path.write_bytes(huge_dim_model().SerializeToString())
+    outcome = compile_file(str(path), str(tmp_path / "out.onnx"), FP32, "cpu", run_timeout_s=60)
+    assert outcome.error_kind == "InvalidModel", outcome
+    assert f"input 'x' declares shape [{1 << 40}, {1 << 40}]" in (outcome.error or "")
+
+
+def test_an_input_over_max_input_elements_is_refused_before_any_sample_is_drawn():
+    """A 108-byte model declaring [1, 2^25] cost the compile child 1,413 MiB of samples."""
+    with pytest.raises(InvalidModel, match=r"input 'x' declares shape \[1, 33554432\]"):
+        compile_model(big_input_model(1 << 25), FP32, run_timeout_s=60)
+    # under the bound it still compiles
+    assert compile_model(big_input_model(1 << 16), FP32, run_timeout_s=60).model_bytes
+    assert MAX_INPUT_ELEMENTS == 1 << 24  # the documented default
