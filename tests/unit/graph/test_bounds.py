@@ -8,7 +8,13 @@ import time
 
 import numpy as np
 import pytest
-from gc_onnx_kit import big_input_model, huge_dim_model, loop_forever_model, relu_chain_model
+from gc_onnx_kit import (
+    big_alloc_model,
+    big_input_model,
+    huge_dim_model,
+    loop_forever_model,
+    relu_chain_model,
+)
 
 from seedance.graph_compiler import (
     InvalidModel,
@@ -16,9 +22,11 @@ from seedance.graph_compiler import (
     Precision,
     PrecisionPolicy,
     compile_model,
+    pool,
 )
 from seedance.graph_compiler.core.runtime import MAX_INPUT_ELEMENTS
 from seedance.graph_compiler.sessions import make_session
+from seedance.graph_compiler.settings import GraphCompilerSettings
 from seedance.graph_compiler.worker import compile_file
 
 FP32 = PrecisionPolicy(priority_order=[Precision.FP32])
@@ -67,3 +75,29 @@ def test_an_input_over_max_input_elements_is_refused_before_any_sample_is_drawn(
     # under the bound it still compiles
     assert compile_model(big_input_model(1 << 16), FP32, run_timeout_s=60).model_bytes
     assert MAX_INPUT_ELEMENTS == 1 << 24  # the documented default
+
+
+def test_the_compile_child_s_memory_is_bounded_and_an_allocation_past_it_is_named(
+    tmp_path, small_cnn
+):
+    """A 190-byte ConstantOfShape of 2^31 floats (8 GiB; the probe's 2^28 reached 4,486 MiB
+    and compiled "ok") is answered CompileOutOfMemory by a child under the default bound, which
+    then still compiles an honest model."""
+    bomb, honest = tmp_path / "alloc.onnx", tmp_path / "cnn.onnx"
+    bomb.write_bytes(big_alloc_model(1 << 31).SerializeToString())
+    assert bomb.stat().st_size < 250
+    honest.write_bytes(small_cnn.SerializeToString())
+    child = pool.new_pool(GraphCompilerSettings().compile_memory_mib)
+    try:
+        refused = child.submit(
+            compile_file, str(bomb), str(tmp_path / "a.out"), FP32, "cpu", 2, 60
+        ).result(timeout=100)
+        ok = child.submit(
+            compile_file, str(honest), str(tmp_path / "c.out"), FP32, "cpu", 2, 60
+        ).result(timeout=100)
+    finally:
+        pool.kill_pool(child)
+    assert refused.error_kind == "CompileOutOfMemory", refused
+    assert "more memory than the compiler may use" in (refused.error or "")
+    assert ok.error_kind is None, ok
+    assert (tmp_path / "c.out").stat().st_size > 0

@@ -23,6 +23,7 @@ from seedance.graph_compiler.core.compat import (
 from seedance.graph_compiler.core.errors import (
     AccuracyCheckFailed,
     CompileError,
+    CompileOutOfMemory,
     IncompatibleModel,
     InvalidModel,
     ModelRunTimeout,
@@ -54,6 +55,7 @@ __all__ = [
     "CompatReport",
     "CompatTarget",
     "CompileError",
+    "CompileOutOfMemory",
     "CompileReport",
     "CompileResult",
     "FallbackNode",

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from seedance.graph_compiler.core.errors import InvalidModel, ModelRunTimeout
+from seedance.graph_compiler.core.errors import CompileOutOfMemory, InvalidModel, ModelRunTimeout
 from seedance.graph_compiler.core.runtime import Feeds, sample_inputs
 
 __all__ = ["Feeds", "OrtSession", "OrtSessions", "make_session", "run", "sample_inputs"]
@@ -78,6 +78,17 @@ class _Watchdog:
 
 _WATCHDOG = _Watchdog()
 
+# ORT's words for an allocation that failed (its arena, or a std::bad_alloc it caught): under
+# the compile child's RLIMIT_AS these are the model asking for more than the child may have.
+_OOM_MARKERS = ("bad_alloc", "Failed to allocate memory")
+
+
+def _raise_if_out_of_memory(exc: BaseException) -> None:
+    if isinstance(exc, MemoryError) or any(m in str(exc) for m in _OOM_MARKERS):
+        raise CompileOutOfMemory(
+            f"the model needed more memory than the compiler may use: {str(exc)[:300]}"
+        ) from exc
+
 
 class OrtSession:
     """An ``InferenceSession`` on the CPU provider as the core's ``Session``; each run is
@@ -106,6 +117,7 @@ class OrtSession:
                     f"a run of the model took over {self._timeout_s:g} s and was stopped "
                     "(run_timeout_s)"
                 ) from exc
+            _raise_if_out_of_memory(exc)
             raise
         finally:
             armed.done.set()
@@ -127,6 +139,7 @@ def make_session(
     try:
         sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
+        _raise_if_out_of_memory(exc)
         raise InvalidModel(f"onnxruntime cannot load the model: {exc}") from exc
     return OrtSession(sess, run_timeout_s)
 

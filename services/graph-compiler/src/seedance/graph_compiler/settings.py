@@ -43,6 +43,11 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: whole ``compile_timeout_s``. BERT-base's slowest reference run here is ~0.4 s
     #: (docs/graph-compiler.md, "Bounds"): 60 s leaves room for larger models on a loaded host.
     run_timeout_s: float = 60.0
+    #: The compile child's address space (``RLIMIT_AS``), MiB: an allocation past it fails in
+    #: the child and the compile is answered ``CompileOutOfMemory`` (a 188-byte
+    #: ``ConstantOfShape`` model reached 4,486 MiB). 0: unlimited, which a GPU worker needs
+    #: (CUDA reserves far more address space than it uses). Measured need: docs, "Bounds".
+    compile_memory_mib: float = 8192.0
     #: How often a running compile tells the server it is still working (ack_wait is 300 s).
     heartbeat_s: float = 30.0
     #: Largest model fetched by URL or copied from ``model_dir``. 2 GiB: protobuf cannot parse
@@ -77,6 +82,8 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
         self.fetch_policy()  # raises ValueError naming the setting and the value
         if not self.upload_timeout_s > 0:
             raise ValueError(f"upload_timeout_s must be > 0, got {self.upload_timeout_s!r}")
+        if not self.compile_memory_mib >= 0:
+            raise ValueError(f"compile_memory_mib must be >= 0, got {self.compile_memory_mib!r}")
         if not self.run_timeout_s > 0:
             raise ValueError(f"run_timeout_s must be > 0, got {self.run_timeout_s!r}")
 

@@ -18,7 +18,12 @@ from pathlib import Path
 from seedance.events.graph import CompileReport as ReportEvent
 from seedance.graph_compiler.compiling import compile_model
 from seedance.graph_compiler.core.compat import check_compatibility
-from seedance.graph_compiler.core.errors import CompileError, IncompatibleModel, TargetUnavailable
+from seedance.graph_compiler.core.errors import (
+    CompileError,
+    CompileOutOfMemory,
+    IncompatibleModel,
+    TargetUnavailable,
+)
 from seedance.graph_compiler.core.policy import PrecisionPolicy, Target
 from seedance.graph_compiler.core.profile import CPU_EP, CUDA_EP
 from seedance.graph_compiler.mapping import TARGETS, report_event
@@ -104,6 +109,11 @@ def compile_file(
                 problems,
             )
         result = compile_model(Path(model_path), policy, measurer, run_timeout_s=run_timeout_s)
+    except MemoryError as exc:
+        # The child's address-space bound (the service's compile_memory_mib), met by numpy or
+        # the passes; the stack that held the memory is gone, so answering is safe.
+        oom = CompileOutOfMemory(f"the compile needed more memory than it may use: {exc!r}")
+        return Outcome(error_kind=type(oom).__name__, error=str(oom))
     except CompileError as exc:
         return Outcome(error_kind=type(exc).__name__, error=str(exc) or exc.reason)
     Path(out_path).write_bytes(result.model_bytes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "AccuracyCheckFailed",
     "CompileError",
+    "CompileOutOfMemory",
     "IncompatibleModel",
     "InvalidModel",
     "ModelRunTimeout",
@@ -30,6 +31,14 @@ class InvalidModel(CompileError):
     """The bytes are not a loadable, valid ONNX model (parse, checker or ORT load failure)."""
 
     reason = "invalid_model"
+
+
+class CompileOutOfMemory(CompileError):
+    """The compile needed more memory than its process may have (the service's
+    ``compile_memory_mib``): a graph of a few hundred bytes can ask for gigabytes
+    (``ConstantOfShape`` of 2^28 floats)."""
+
+    reason = "compile_out_of_memory"
 
 
 class ModelRunTimeout(InvalidModel):
