@@ -101,3 +101,34 @@ def test_the_compile_child_s_memory_is_bounded_and_an_allocation_past_it_is_name
     assert "more memory than the compiler may use" in (refused.error or "")
     assert ok.error_kind is None, ok
     assert (tmp_path / "c.out").stat().st_size > 0
+
+
+def test_a_graph_over_max_nodes_is_refused_by_the_compat_check_counting_subgraphs(tmp_path):
+    """Compile time grew with the square of the node count (20k Relus: 64.4 s)."""
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(relu_chain_model(2_001).SerializeToString())
+    out = str(tmp_path / "out.onnx")
+    refused = compile_file(str(path), out, FP32, "cpu", 2, 60, max_nodes=2_000)
+    assert refused.error_kind == "IncompatibleModel", refused
+    assert "model has 2,001 nodes (subgraphs included), over the compiler's max_nodes of 2,000" in (
+        refused.error or ""
+    )
+    # the Loop's body counts: 1 Loop + 2 body nodes
+    loop = tmp_path / "loop.onnx"
+    loop.write_bytes(loop_forever_model().SerializeToString())
+    nested = compile_file(str(loop), out, FP32, "cpu", 2, 60, max_nodes=2)
+    assert "model has 3 nodes" in (nested.error or ""), nested
+    assert GraphCompilerSettings().max_nodes == 50_000
+
+
+def test_the_fusion_pass_is_skipped_over_its_node_bound_and_said_so(monkeypatch, tiny_bert):
+    from seedance.graph_compiler.core import passes
+
+    fused = compile_model(tiny_bert, FP32, run_timeout_s=60).report
+    assert "fuse_transformer_ops" in fused.passes_fired  # the honest transformer is fused
+    monkeypatch.setattr(passes, "FUSE_MAX_NODES", 10)  # tiny_bert has ~100 after the passes
+    skipped = compile_model(tiny_bert, FP32, run_timeout_s=60).report
+    assert "fuse_transformer_ops" not in skipped.passes_fired
+    note = next(p for p in skipped.passes if p.name == "fuse_transformer_ops")
+    assert note.detail.startswith("skipped: ")
+    assert "nodes, over 10 " in note.detail

@@ -467,6 +467,7 @@ class GraphCompilerService(Lifecycle):
             d.event.target,
             self._settings.select_runs,
             self._settings.run_timeout_s,
+            self._settings.max_nodes,
         )
         try:
             return await asyncio.wait_for(fut, self._settings.compile_timeout_s)

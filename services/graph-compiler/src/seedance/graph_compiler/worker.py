@@ -12,7 +12,7 @@ the object store: paths in, a picklable outcome out.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from seedance.events.graph import CompileReport as ReportEvent
@@ -91,17 +91,19 @@ def compile_file(
     target: str,
     select_runs: int = 20,
     run_timeout_s: float | None = None,
+    max_nodes: int = 0,
 ) -> Outcome:
     """Check, compile and write the artifact to ``out_path`` (only when the compile passed).
     Candidates are timed on the target's provider with ``select_runs`` runs each; each
-    in-process run of a model is stopped after ``run_timeout_s`` (``ModelRunTimeout``)."""
+    in-process run of a model is stopped after ``run_timeout_s`` (``ModelRunTimeout``); a model
+    of more than ``max_nodes`` nodes (0: any) is refused by the compatibility check."""
     try:
         provider = needs_provider(target)
         try:
             measurer = OrtMeasurer(provider, runs=select_runs, threads=policy.measure_threads)
         except ValueError as exc:
             raise TargetUnavailable(f"target {target}: {exc}") from exc
-        compat = check_compatibility(model_path, TARGETS[target][1])
+        compat = check_compatibility(model_path, replace(TARGETS[target][1], max_nodes=max_nodes))
         if not compat.ok:
             problems = tuple(p.message for p in compat.problems)
             raise IncompatibleModel(

@@ -42,7 +42,7 @@ from seedance.graph_compiler.core.errors import (
     NoFasterCandidate,
     TargetUnavailable,
 )
-from seedance.graph_compiler.core.loading import load_model, node_count
+from seedance.graph_compiler.core.loading import all_node_count, load_model, node_count
 from seedance.graph_compiler.core.passes import PassResult
 from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
 from seedance.graph_compiler.core.profile import (
@@ -244,6 +244,16 @@ def _fuse_fp32(
     """The FP32 candidate with ORT's fused transformer ops where they keep the numerics."""
     if not checker.policy.allow_ort_contrib_ops:
         return base, None
+    n = all_node_count(base)
+    if n > passes.FUSE_MAX_NODES:
+        return base, PassResult(
+            name="fuse_transformer_ops",
+            fired=False,
+            nodes_before=len(base.graph.node),
+            nodes_after=len(base.graph.node),
+            detail=f"skipped: {n:,} nodes, over {passes.FUSE_MAX_NODES:,} (its time grows "
+            "with the square of the node count)",
+        )
     fused, (fuse_result,) = passes.run_pipeline(base, [passes.fuse_transformer_ops])
     if fuse_result.fired and checker.passes(checker.check(checker.run(fused, "disable"))):
         return fused, fuse_result
