@@ -126,3 +126,69 @@ def external_data_model(location: str, weights: np.ndarray) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+# --- hostile models (a tenant's few hundred bytes that cost the compiler time or memory) -------
+
+
+def _hostile(nodes, inits=(), inputs=None, outputs=None) -> onnx.ModelProto:
+    inputs = inputs or [f32("x", [1, 4])]
+    outputs = outputs or [f32("y", [1, 4])]
+    model = make_model(nodes, inputs, outputs, inits)
+    model.ir_version = 8
+    return model
+
+
+def loop_forever_model() -> onnx.ModelProto:
+    """~300 bytes: a ``Loop`` with trip count 2^62 and an ``Add`` in its body. It passes the
+    checker and shape inference, and runs until something stops it."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            f32("v_in", [1, 4]),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), f32("v_out", [1, 4])],
+        initializer=[init("one", np.ones((1, 4), np.float32))],
+    )
+    inits = [init("M", np.array(2**62, np.int64)), init("c", np.array(True))]
+    return _hostile([helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)], inits)
+
+
+def huge_dim_model() -> onnx.ModelProto:
+    """A Relu whose declared input is [2^40, 2^40] floats."""
+    return _hostile([helper.make_node("Relu", ["x"], ["y"])], inputs=[f32("x", [1 << 40, 1 << 40])])
+
+
+def big_input_model(n: int) -> onnx.ModelProto:
+    """A declared input of ``n`` floats, summed: the calibration samples are what cost."""
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=1),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    return _hostile(nodes, inputs=[f32("x", [1, n])], outputs=[f32("y", [1, 1])])
+
+
+def big_alloc_model(n: int) -> onnx.ModelProto:
+    """~190 bytes: ``ConstantOfShape`` of ``n`` floats reduced to a scalar added to ``x``."""
+    value = numpy_helper.from_array(np.array([1.0], np.float32))
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["big"], value=value),
+        helper.make_node("ReduceSum", ["big"], ["s"], keepdims=0),
+        helper.make_node("Add", ["x", "s"], ["y"]),
+    ]
+    return _hostile(nodes, [init("shape", np.array([n], np.int64))])
+
+
+def relu_chain_model(n: int) -> onnx.ModelProto:
+    """``n`` Relu nodes in a chain."""
+    nodes = [
+        helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}" if i < n - 1 else "y"])
+        for i in range(n)
+    ]
+    return _hostile(nodes)

@@ -26,10 +26,13 @@ def compile_model(
     model: bytes | str | Path | onnx.ModelProto,
     policy: PrecisionPolicy | None = None,
     measurer: Measurer | None = None,
+    *,
+    run_timeout_s: float | None = None,
 ) -> CompileResult:
     """Compile ``model`` under ``policy`` (defaults: INT8, then FP16, then FP32, CPU target),
     choosing among the accepted candidates by their time on ``measurer``'s provider; see
-    ``seedance.graph_compiler.core.compiler.compile_model``."""
+    ``seedance.graph_compiler.core.compiler.compile_model``. Each in-process run of a model
+    is stopped after ``run_timeout_s`` with ``ModelRunTimeout`` (None: unbounded)."""
     return compiler.compile_model(
-        model, policy, measurer, sessions=OrtSessions(), quantizer=OrtQuantizer()
+        model, policy, measurer, sessions=OrtSessions(run_timeout_s), quantizer=OrtQuantizer()
     )

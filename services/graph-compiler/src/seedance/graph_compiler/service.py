@@ -41,7 +41,6 @@ import base64
 import binascii
 import contextlib
 import hashlib
-import multiprocessing
 import os
 import shutil
 import tempfile
@@ -81,7 +80,7 @@ from seedance.events.graph import (
 )
 from seedance.events.stores import BUCKETS
 from seedance.events.subjects import consumer, dlq, graph
-from seedance.graph_compiler import mapping, uploads, worker
+from seedance.graph_compiler import mapping, pool, uploads, worker
 from seedance.graph_compiler.fetch import FetchError, UrlFetcher
 from seedance.graph_compiler.ids import bad_upload_id, result_id
 from seedance.graph_compiler.settings import GraphCompilerSettings
@@ -162,7 +161,7 @@ class GraphCompilerService(Lifecycle):
         self._kv = await ensure_bucket(self._rt.bus, RESULTS_BUCKET)
         self._id_key = await self._read_id_key()
         self._workers = await ensure_bucket(self._rt.bus, WORKERS_BUCKET)
-        self._pool = _new_pool()
+        self._pool = pool.new_pool(self._settings.compile_memory_mib)
         # Asking the child what it can run also pays its imports (onnx, onnxruntime, onnxscript:
         # seconds) before the first request.
         loop = asyncio.get_running_loop()
@@ -261,7 +260,7 @@ class GraphCompilerService(Lifecycle):
             await self._rt.close()  # raises after closing when NATS was unreachable
         finally:
             if self._pool is not None:
-                _kill_pool(self._pool)
+                pool.kill_pool(self._pool)
                 self._pool = None
 
     # --- one request ------------------------------------------------------------------------
@@ -457,7 +456,7 @@ class GraphCompilerService(Lifecycle):
         self, d: Delivery[CompileRequest], model_path: Path, out_path: Path, policy: Any
     ) -> worker.Outcome:
         if self._pool is None:
-            self._pool = _new_pool()
+            self._pool = pool.new_pool(self._settings.compile_memory_mib)
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(
             self._pool,
@@ -467,6 +466,8 @@ class GraphCompilerService(Lifecycle):
             policy,
             d.event.target,
             self._settings.select_runs,
+            self._settings.run_timeout_s,
+            self._settings.max_nodes,
         )
         try:
             return await asyncio.wait_for(fut, self._settings.compile_timeout_s)
@@ -505,8 +506,8 @@ class GraphCompilerService(Lifecycle):
 
     def _restart_pool(self) -> None:
         if self._pool is not None:
-            _kill_pool(self._pool)
-        self._pool = _new_pool()
+            pool.kill_pool(self._pool)
+        self._pool = pool.new_pool(self._settings.compile_memory_mib)
 
     # --- storing ----------------------------------------------------------------------------
 
@@ -579,16 +580,3 @@ def _digest_hex(digest: str) -> str:
         return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
     except (binascii.Error, ValueError):
         return ""
-
-
-def _new_pool() -> ProcessPoolExecutor:
-    # spawn, not fork: forking a process with an event loop and nats threads is unsafe.
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-
-
-def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for p in processes:
-        with contextlib.suppress(Exception):
-            p.kill()

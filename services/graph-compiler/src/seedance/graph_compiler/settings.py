@@ -37,6 +37,21 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
     measure_runs: int = 0
     #: A compile running longer than this is killed and answered with ``CompileTimeout``.
     compile_timeout_s: float = 1800.0
+    #: Each in-process run of a model (the FP32 reference, the passes' and candidates' checks,
+    #: the FP16 emulator's) is stopped after this and the compile answered ``ModelRunTimeout``:
+    #: a few hundred bytes (a ``Loop`` of 2^62 trips) would otherwise hold the replica for the
+    #: whole ``compile_timeout_s``. BERT-base's slowest reference run here is ~0.4 s
+    #: (docs/graph-compiler.md, "Bounds"): 60 s leaves room for larger models on a loaded host.
+    run_timeout_s: float = 60.0
+    #: Most nodes a model may have, its subgraphs' included; more is refused by the
+    #: compatibility check (``IncompatibleModel``). Compile time grows with the node count
+    #: (docs/graph-compiler.md, "Bounds"); 0: no bound.
+    max_nodes: int = 50_000
+    #: The compile child's address space (``RLIMIT_AS``), MiB: an allocation past it fails in
+    #: the child and the compile is answered ``CompileOutOfMemory`` (a 188-byte
+    #: ``ConstantOfShape`` model reached 4,486 MiB). 0: unlimited, which a GPU worker needs
+    #: (CUDA reserves far more address space than it uses). Measured need: docs, "Bounds".
+    compile_memory_mib: float = 8192.0
     #: How often a running compile tells the server it is still working (ack_wait is 300 s).
     heartbeat_s: float = 30.0
     #: Largest model fetched by URL or copied from ``model_dir``. 2 GiB: protobuf cannot parse
@@ -71,6 +86,12 @@ class GraphCompilerSettings(msgspec.Struct, frozen=True, kw_only=True):
         self.fetch_policy()  # raises ValueError naming the setting and the value
         if not self.upload_timeout_s > 0:
             raise ValueError(f"upload_timeout_s must be > 0, got {self.upload_timeout_s!r}")
+        if not self.max_nodes >= 0:
+            raise ValueError(f"max_nodes must be >= 0, got {self.max_nodes!r}")
+        if not self.compile_memory_mib >= 0:
+            raise ValueError(f"compile_memory_mib must be >= 0, got {self.compile_memory_mib!r}")
+        if not self.run_timeout_s > 0:
+            raise ValueError(f"run_timeout_s must be > 0, got {self.run_timeout_s!r}")
 
     def fetch_policy(self) -> FetchPolicy:
         return FetchPolicy.parse(

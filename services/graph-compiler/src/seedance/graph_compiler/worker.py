@@ -12,13 +12,18 @@ the object store: paths in, a picklable outcome out.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from seedance.events.graph import CompileReport as ReportEvent
 from seedance.graph_compiler.compiling import compile_model
 from seedance.graph_compiler.core.compat import check_compatibility
-from seedance.graph_compiler.core.errors import CompileError, IncompatibleModel, TargetUnavailable
+from seedance.graph_compiler.core.errors import (
+    CompileError,
+    CompileOutOfMemory,
+    IncompatibleModel,
+    TargetUnavailable,
+)
 from seedance.graph_compiler.core.policy import PrecisionPolicy, Target
 from seedance.graph_compiler.core.profile import CPU_EP, CUDA_EP
 from seedance.graph_compiler.mapping import TARGETS, report_event
@@ -80,24 +85,37 @@ class Outcome:
 
 
 def compile_file(
-    model_path: str, out_path: str, policy: PrecisionPolicy, target: str, select_runs: int = 20
+    model_path: str,
+    out_path: str,
+    policy: PrecisionPolicy,
+    target: str,
+    select_runs: int = 20,
+    run_timeout_s: float | None = None,
+    max_nodes: int = 0,
 ) -> Outcome:
     """Check, compile and write the artifact to ``out_path`` (only when the compile passed).
-    Candidates are timed on the target's provider with ``select_runs`` runs each."""
+    Candidates are timed on the target's provider with ``select_runs`` runs each; each
+    in-process run of a model is stopped after ``run_timeout_s`` (``ModelRunTimeout``); a model
+    of more than ``max_nodes`` nodes (0: any) is refused by the compatibility check."""
     try:
         provider = needs_provider(target)
         try:
             measurer = OrtMeasurer(provider, runs=select_runs, threads=policy.measure_threads)
         except ValueError as exc:
             raise TargetUnavailable(f"target {target}: {exc}") from exc
-        compat = check_compatibility(model_path, TARGETS[target][1])
+        compat = check_compatibility(model_path, replace(TARGETS[target][1], max_nodes=max_nodes))
         if not compat.ok:
             problems = tuple(p.message for p in compat.problems)
             raise IncompatibleModel(
                 f"{len(problems)} problem(s) for target {target}: " + "; ".join(problems[:10]),
                 problems,
             )
-        result = compile_model(Path(model_path), policy, measurer)
+        result = compile_model(Path(model_path), policy, measurer, run_timeout_s=run_timeout_s)
+    except MemoryError as exc:
+        # The child's address-space bound (the service's compile_memory_mib), met by numpy or
+        # the passes; the stack that held the memory is gone, so answering is safe.
+        oom = CompileOutOfMemory(f"the compile needed more memory than it may use: {exc!r}")
+        return Outcome(error_kind=type(oom).__name__, error=str(oom))
     except CompileError as exc:
         return Outcome(error_kind=type(exc).__name__, error=str(exc) or exc.reason)
     Path(out_path).write_bytes(result.model_bytes)

@@ -17,7 +17,7 @@ from onnx import external_data_helper
 
 from seedance.graph_compiler.core.errors import InvalidModel
 from seedance.graph_compiler.core.external_data import external_location, external_tensors, locate
-from seedance.graph_compiler.core.loading import PROTOBUF_LIMIT_BYTES
+from seedance.graph_compiler.core.loading import PROTOBUF_LIMIT_BYTES, all_node_count
 
 __all__ = [
     "ORT_CPU",
@@ -40,11 +40,13 @@ class CompatTarget:
     required_inputs: Mapping[str, tuple[int, ...] | None] = field(default_factory=dict)
     optional_inputs: frozenset[str] = frozenset()
     require_static_shapes: bool = True
+    # Most nodes, subgraphs' included (0: no bound); the service sets it from ``max_nodes``.
+    max_nodes: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompatProblem:
-    kind: str  # opset | operator | input_name | input_shape | external_data
+    kind: str  # opset | operator | input_name | input_shape | external_data | nodes
     message: str
     node: str = ""  # the offending node's name, where one is to blame
     op_type: str = ""
@@ -179,6 +181,19 @@ def _parse(model: onnx.ModelProto | str | Path) -> tuple[onnx.ModelProto, Path |
         raise InvalidModel(f"cannot parse ONNX model: {exc}") from exc
 
 
+def _node_problems(model: onnx.ModelProto, target: CompatTarget) -> list[CompatProblem]:
+    n = all_node_count(model)
+    if not target.max_nodes or n <= target.max_nodes:
+        return []
+    return [
+        CompatProblem(
+            kind="nodes",
+            message=f"model has {n:,} nodes (subgraphs included), over the compiler's "
+            f"max_nodes of {target.max_nodes:,}",
+        )
+    ]
+
+
 def _opset_problems(opset: int, target: CompatTarget) -> list[CompatProblem]:
     if target.min_opset <= opset <= target.max_opset:
         return []
@@ -291,7 +306,8 @@ def check_compatibility(model: onnx.ModelProto | str | Path, target: CompatTarge
     opset = _opset(proto)
     inits = {i.name for i in proto.graph.initializer}
     inputs = {vi.name: vi for vi in proto.graph.input if vi.name not in inits}
-    problems = _opset_problems(opset, target) + _operator_problems(proto, target)
+    problems = _node_problems(proto, target)
+    problems += _opset_problems(opset, target) + _operator_problems(proto, target)
     problems += _input_problems(inputs, target)
     if target.require_static_shapes:
         problems += _static_problems(inputs)

@@ -38,10 +38,11 @@ from seedance.graph_compiler.core.candidates import (
 from seedance.graph_compiler.core.checking import Checker, load, outputs
 from seedance.graph_compiler.core.errors import (
     AccuracyCheckFailed,
+    ModelRunTimeout,
     NoFasterCandidate,
     TargetUnavailable,
 )
-from seedance.graph_compiler.core.loading import load_model, node_count
+from seedance.graph_compiler.core.loading import all_node_count, load_model, node_count
 from seedance.graph_compiler.core.passes import PassResult
 from seedance.graph_compiler.core.policy import Precision, PrecisionPolicy, Target
 from seedance.graph_compiler.core.profile import (
@@ -204,11 +205,17 @@ def _prepare(
     pinned, pin_result = passes.pin_static_shapes(original, policy.input_shapes)
     load(sessions, pinned)  # refuses models the runtime cannot even load, with a named error
     calib = sample_inputs(pinned, policy.calibration_samples, policy.seed)
+    try:
+        reference = outputs(sessions, pinned, calib, "disable")
+    except ModelRunTimeout as exc:
+        # The first run of the model: every later one (passes, candidates, calibration) runs
+        # a graph derived from it, so a model that never finishes is answered here.
+        raise ModelRunTimeout(f"the FP32 reference run of the model: {exc}") from exc
     checker = Checker(
         sessions=sessions,
         policy=policy,
         calib=calib,
-        reference=outputs(sessions, pinned, calib, "disable"),
+        reference=reference,
         scores=classifier_outputs(pinned) if policy.require_top1 else frozenset(),
     )
     base, results = passes.run_pipeline(pinned, _base_pipeline(policy)[1:])
@@ -237,6 +244,16 @@ def _fuse_fp32(
     """The FP32 candidate with ORT's fused transformer ops where they keep the numerics."""
     if not checker.policy.allow_ort_contrib_ops:
         return base, None
+    n = all_node_count(base)
+    if n > passes.FUSE_MAX_NODES:
+        return base, PassResult(
+            name="fuse_transformer_ops",
+            fired=False,
+            nodes_before=len(base.graph.node),
+            nodes_after=len(base.graph.node),
+            detail=f"skipped: {n:,} nodes, over {passes.FUSE_MAX_NODES:,} (its time grows "
+            "with the square of the node count)",
+        )
     fused, (fuse_result,) = passes.run_pipeline(base, [passes.fuse_transformer_ops])
     if fuse_result.fired and checker.passes(checker.check(checker.run(fused, "disable"))):
         return fused, fuse_result

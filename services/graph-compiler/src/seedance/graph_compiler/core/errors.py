@@ -9,8 +9,10 @@ from __future__ import annotations
 __all__ = [
     "AccuracyCheckFailed",
     "CompileError",
+    "CompileOutOfMemory",
     "IncompatibleModel",
     "InvalidModel",
+    "ModelRunTimeout",
     "NoFasterCandidate",
     "TargetUnavailable",
     "UnsupportedOperator",
@@ -29,6 +31,23 @@ class InvalidModel(CompileError):
     """The bytes are not a loadable, valid ONNX model (parse, checker or ORT load failure)."""
 
     reason = "invalid_model"
+
+
+class CompileOutOfMemory(CompileError):
+    """The compile needed more memory than its process may have (the service's
+    ``compile_memory_mib``): a graph of a few hundred bytes can ask for gigabytes
+    (``ConstantOfShape`` of 2^28 floats)."""
+
+    reason = "compile_out_of_memory"
+
+
+class ModelRunTimeout(InvalidModel):
+    """One run of the model (the FP32 reference, a candidate's check) took longer than the
+    compiler's per-run bound and was stopped: a small graph can loop for ever (a ``Loop`` with a
+    trip count of 2^62), and one compile holds its replica. An ``InvalidModel`` for callers
+    that only tell valid from invalid."""
+
+    reason = "model_run_timeout"
 
 
 class UnsupportedOperator(CompileError):

@@ -21,7 +21,13 @@ from seedance.graph_compiler.core.external_data import (
     external_tensors,
 )
 
-__all__ = ["PROTOBUF_LIMIT_BYTES", "load_model", "model_bytes", "node_count"]
+__all__ = [
+    "PROTOBUF_LIMIT_BYTES",
+    "all_node_count",
+    "load_model",
+    "model_bytes",
+    "node_count",
+]
 
 # protobuf refuses to serialise a message of 2 GiB or more; such models keep their weights as
 # external data and every pass must work from the path (research note, pain point 3).
@@ -76,3 +82,19 @@ def model_bytes(model: onnx.ModelProto) -> bytes:
 
 def node_count(model: onnx.ModelProto) -> int:
     return len(model.graph.node)
+
+
+def all_node_count(model: onnx.ModelProto) -> int:
+    """Every node, those of subgraphs (``Loop``/``If``/``Scan`` bodies) included: what the
+    passes and the FP16 emulator walk. Iterative, so deep nesting costs no recursion."""
+    count, graphs = 0, [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        count += len(graph.node)
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(attr.graphs)
+    return count

@@ -27,6 +27,7 @@ from onnxscript.rewriter.rules import common as os_rules
 from seedance.graph_compiler.core.loading import PROTOBUF_LIMIT_BYTES
 
 __all__ = [
+    "FUSE_MAX_NODES",
     "PassResult",
     "fold_constants",
     "fold_conv_bn",
@@ -293,6 +294,13 @@ def fuse_matmul_add(model: onnx.ModelProto) -> tuple[onnx.ModelProto, PassResult
             os_rules.transpose_ab_matmul_add_to_gemm_rule,
         ],
     )
+
+
+#: Above this many nodes (subgraphs' included) ``fuse_transformer_ops`` is skipped: onnxscript's
+#: ``optimize_for_ort`` grows with the square of the node count (a chain of 5k Relus compiled
+#: in 6.1 s, 10k in 18.6 s, 20k in 64.4 s, 93 % of it in this pass), while transformer exports
+#: are far smaller (the bench's BERT-base has 422 nodes); docs/graph-compiler.md, "Bounds".
+FUSE_MAX_NODES = 10_000
 
 
 def fuse_transformer_ops(model: onnx.ModelProto) -> tuple[onnx.ModelProto, PassResult]:

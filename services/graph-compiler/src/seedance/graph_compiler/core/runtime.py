@@ -10,6 +10,7 @@ seed comes from the caller.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -20,6 +21,7 @@ from onnx import helper
 from seedance.graph_compiler.core.errors import InvalidModel
 
 __all__ = [
+    "MAX_INPUT_ELEMENTS",
     "OPT_LEVELS",
     "Feeds",
     "Session",
@@ -32,6 +34,13 @@ Feeds = dict[str, np.ndarray]
 
 #: The graph optimisation levels a session may be asked for (ONNX Runtime's four).
 OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+#: The most elements a declared input may have: each calibration sample of it is drawn in
+#: float64 (then cast), so 2^24 is 128 MiB drawn and 64 MiB kept per float32 sample, 512 MiB
+#: for the default 8. A 1x3x1024x1024 image is 3.1 M; BERT's [1, 128] ids are 128. A 108-byte
+#: model declaring [1, 2^25] cost the compile child 1,413 MiB; [2^40, 2^40] raised numpy's
+#: ValueError (an internal error) instead of a named one.
+MAX_INPUT_ELEMENTS = 1 << 24
 
 
 class Session(Protocol):
@@ -87,12 +96,23 @@ def _gather_rows(model: onnx.ModelProto) -> dict[str, int]:
     return bounds
 
 
-def sample_inputs(model: onnx.ModelProto, count: int, seed: int) -> list[Feeds]:
+def sample_inputs(
+    model: onnx.ModelProto, count: int, seed: int, max_elements: int = MAX_INPUT_ELEMENTS
+) -> list[Feeds]:
     """``count`` seeded input sets. Float inputs are standard normal; integer inputs feeding
     an embedding table are ids below its row count; masks are ones with a varying padded tail
-    (as real batches have); other integers are 0/1."""
+    (as real batches have); other integers are 0/1. An input declaring more than
+    ``max_elements`` elements is refused with ``InvalidModel`` naming it and its shape."""
     rng = np.random.default_rng(seed)
     shapes = static_input_shapes(model)
+    for name, shape in shapes.items():
+        elements = math.prod(shape)  # Python ints: [2^40, 2^40] does not overflow
+        if elements > max_elements:
+            raise InvalidModel(
+                f"input {name!r} declares shape {list(shape)} ({elements:,} elements): over "
+                f"the {max_elements:,} elements per input the compiler draws calibration "
+                "samples of"
+            )
     bounds = _gather_rows(model)
     types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
     out: list[Feeds] = []
