@@ -4,6 +4,8 @@ answered with its named error, honest ones unaffected."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -132,3 +134,26 @@ def test_the_fusion_pass_is_skipped_over_its_node_bound_and_said_so(monkeypatch,
     note = next(p for p in skipped.passes if p.name == "fuse_transformer_ops")
     assert note.detail.startswith("skipped: ")
     assert "nodes, over 10 " in note.detail
+
+
+@pytest.mark.parametrize(
+    ("providers", "capped"),
+    [(["CPUExecutionProvider"], True), (["CUDAExecutionProvider", "CPUExecutionProvider"], False)],
+)
+def test_the_memory_cap_is_left_off_where_onnxruntime_offers_cuda(
+    providers: list[str], capped: bool
+) -> None:
+    """CUDA reserves far more address space than it uses: under the default cap a GPU worker
+    (onnxruntime-gpu lists CUDA) could not run a model on its GPU at all, so the cap is left
+    off there and said; a CPU worker is capped. In a child process: the cap is for life."""
+    code = (
+        "import resource; from seedance.graph_compiler import pool; "
+        f"pool.limit_memory(4096, {providers!r}); "
+        "print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    limit = int(done.stdout.split()[-1])
+    assert (limit == 4096 * 1024 * 1024) is capped, done.stdout
+    assert ("compile_memory_limit_off_for_cuda" in done.stdout + done.stderr) is not capped
