@@ -39,25 +39,9 @@ from tests.integration.node_agent.test_allocation import (
     publish,
 )
 from tests.integration.node_agent.test_service import NodeNvml
+from tests.unit.node_agent.test_containers import ENGINE_BUILD, GPU, SIDECAR, TWO_APPS, ctr
 
 pytestmark = pytest.mark.integration
-
-GPU = "nvidia.com/gpu"
-
-
-def ctr(name: str, gpus: str | None = None, **over: Any) -> dict[str, Any]:
-    c: dict[str, Any] = {"name": name, "image": "nvcr.io/nvidia/tritonserver:24.05-py3"}
-    if gpus is not None:
-        c["resources"] = {"limits": {GPU: gpus}}
-    return {**c, **over}
-
-
-TWO_APPS = {"containers": [ctr("trainer", "1"), ctr("eval", "1")]}
-ENGINE_BUILD = {"initContainers": [ctr("build-engine", "1")], "containers": [ctr("serve")]}
-SIDECAR = {
-    "initContainers": [ctr("proxy", "1", restartPolicy="Always")],
-    "containers": [ctr("main", "1")],
-}
 
 
 @contextlib.asynccontextmanager
