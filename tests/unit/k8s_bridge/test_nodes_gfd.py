@@ -92,6 +92,19 @@ def test_the_inventory_id_is_keyed_with_the_bridges_key() -> None:
     assert node_inventory(node, AT, key=b"o" * 32).id != published.event.id
 
 
+def test_two_different_inventories_of_a_node_in_one_millisecond_get_two_ids() -> None:
+    """An id from the node's uid and the millisecond alone made the second of two different
+    inventories observed in one millisecond (an update, then the deletion) a duplicate of the
+    first: the stream dropped the removal and the slicer kept placing on a deleted node. The
+    same observation published twice (a restarted bridge) keeps one id."""
+    node = gfd_node({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, gpus="8")
+    ready = node_inventory(node, AT, key=b"k" * 32)
+    removed = node_inventory(node, AT, key=b"k" * 32, deleted=True)
+    cordoned = node_inventory({**node, "spec": {"unschedulable": True}}, AT, key=b"k" * 32)
+    assert len({ready.id, removed.id, cordoned.id}) == 3
+    assert node_inventory(node, AT, key=b"k" * 32).id == ready.id
+
+
 class _View:
     """The bridge's ClusterView with a leader's tracker, its informers never run: what one
     Node watch event becomes (the actions enqueued), logged and counted."""

@@ -36,18 +36,21 @@ tainted for release (`seedance.k8s_bridge.core.release`) stays ``ready``: the sl
 keeps work away from it. Other taints (a GPU pool's own
 ``nvidia.com/gpu:NoSchedule``, which GPU pods tolerate) say nothing about draining.
 
-The event id is derived from the node's uid and the observation time: the tracker publishes an
-inventory only when it differs from the last one it published, and a re-published unchanged
-one (after a restart) is an idempotent upsert for the slicer. (An id from the content alone
-would drop an A -> B -> A change inside the duplicate window.) The id is keyed with the bridge's
-secret (`seedance.core.id_key`, as its job events'): a node's user publishes its own inventory
-into ``SEEDANCE_TELEMETRY``, whose duplicate window is the stream's, so with an id it could
-compute (a node uid and a millisecond) it could spend the bridge's inventory of another node
-first and have it dropped as a duplicate. Must not do I/O.
+The event id is derived from the node's uid, the observation time and the inventory's content:
+the tracker publishes an inventory only when it differs from the last one it published, and a
+re-published unchanged one (after a restart) is an idempotent upsert for the slicer. (An id from
+the content alone would drop an A -> B -> A change inside the duplicate window; one from the
+uid and the millisecond alone dropped the second of two different inventories of one node
+observed in one millisecond, a Node's update and its deletion, say.) The id is keyed with the
+bridge's secret (`seedance.core.id_key`, as its job events'): a node's user publishes its own
+inventory into ``SEEDANCE_TELEMETRY``, whose duplicate window is the stream's, so with an id it
+could compute (a node uid and a millisecond) it could spend the bridge's inventory of another
+node first and have it dropped as a duplicate. Must not do I/O.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -232,7 +235,7 @@ def node_inventory(node: Json, at: datetime, *, key: bytes, deleted: bool = Fals
         gpus=gpus,
         state=state,
     )
-    return msgspec.structs.replace(body, id=_inventory_id(md, name, at, key))
+    return msgspec.structs.replace(body, id=_inventory_id(md, body, key))
 
 
 def held_cordoned(last: NodeInventory, node: Json, at: datetime, *, key: bytes) -> NodeInventory:
@@ -244,13 +247,18 @@ def held_cordoned(last: NodeInventory, node: Json, at: datetime, *, key: bytes) 
     md = node.get("metadata") or {}
     body = msgspec.structs.replace(last, at=at, state=NodeState.CORDONED)
     # Its own id seed: never the id of an inventory of the same millisecond.
-    return msgspec.structs.replace(body, id=_inventory_id(md, last.node, at, key, "held"))
+    return msgspec.structs.replace(body, id=_inventory_id(md, body, key, "held"))
 
 
-def _inventory_id(md: Json, name: str, at: datetime, key: bytes, kind: str = "inventory") -> str:
-    uid = str(md.get("uid") or name)
-    ms = int(at.timestamp() * 1000)
-    return derived_event_id(uid, f"{kind}/{ms}", ms, key=key)
+def _inventory_id(md: Json, body: NodeInventory, key: bytes, kind: str = "inventory") -> str:
+    """The id of ``body`` (its own ``id`` left out of it): keyed, from the node's uid, the
+    observation's millisecond and a digest of the content."""
+    uid = str(md.get("uid") or body.node)
+    ms = int(body.at.timestamp() * 1000)
+    content = hashlib.blake2b(
+        msgspec.json.encode(msgspec.structs.replace(body, id="")), digest_size=8
+    )
+    return derived_event_id(uid, f"{kind}/{ms}/{content.hexdigest()}", ms, key=key)
 
 
 def _product(labels: Json) -> str:
