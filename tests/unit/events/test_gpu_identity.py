@@ -157,6 +157,20 @@ def test_the_answer_says_what_matched_what_did_not_and_what_there_is() -> None:
     )
 
 
+def test_a_family_of_several_words_is_requested_by_its_name() -> None:
+    fleet = [
+        "NVIDIA GeForce RTX 4090", "NVIDIA RTX A6000", "NVIDIA RTX 6000 Ada Generation",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    ]  # fmt: skip
+    assert match_models(["rtx-4090"], fleet).matched == ("NVIDIA GeForce RTX 4090",)
+    assert match_models(["RTX A6000"], fleet).matched == ("NVIDIA RTX A6000",)
+    assert match_models(["rtx-6000-ada"], fleet).matched == ("NVIDIA RTX 6000 Ada Generation",)
+    assert match_models(["rtx-pro-6000"], fleet).matched == (
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    )
+    assert match_models(["rtx-6000"], fleet).matched == ()  # three boards: no guess
+
+
 def test_an_unknown_qualifier_is_not_dropped() -> None:
     # "a100-64gb" is no A100 there is: it must not widen to every A100.
     assert match_models(["a100-64gb"], FLEET).matched == ()

@@ -384,6 +384,8 @@ def _request(text: str) -> _Request:
     toks, _profile, _shared = _tokens(text)
     if not toks:
         return _Request(text)
+    if "-".join(toks) in _FAMILIES:  # a family of several words: ``rtx-4090``, ``rtx-pro-6000``
+        return _Request(text, family="-".join(toks))
     if toks[0] in _FAMILIES:
         # ``a100``: any A100, whatever a short name meant; ``a100-80gb`` any 80 GB one (SXM4
         # or PCIe), ``h100-sxm`` any SXM H100: a family with memory and form qualifiers.
